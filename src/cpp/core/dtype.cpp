@@ -1,0 +1,66 @@
+#include "xpuruntime/dtype.h"
+
+#include <array>
+#include <utility>
+
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kInt16:
+      return 2;
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kBool:
+      return 1;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt16: return "int16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kBool: return "bool";
+  }
+  return "unknown";
+}
+
+DType dtype_from_name(std::string_view name) {
+  static constexpr std::array<std::pair<std::string_view, DType>, 24> kNames = {{
+      {"float16", DType::kFloat16}, {"half", DType::kFloat16},     {"fp16", DType::kFloat16},
+      {"bfloat16", DType::kBFloat16}, {"bf16", DType::kBFloat16},  {"float32", DType::kFloat32},
+      {"float", DType::kFloat32},   {"fp32", DType::kFloat32},     {"float64", DType::kFloat64},
+      {"double", DType::kFloat64},  {"fp64", DType::kFloat64},     {"int8", DType::kInt8},
+      {"uint8", DType::kUInt8},     {"int16", DType::kInt16},      {"short", DType::kInt16},
+      {"int32", DType::kInt32},     {"int", DType::kInt32},        {"int64", DType::kInt64},
+      {"long", DType::kInt64},      {"bool", DType::kBool},        {"torch.float16", DType::kFloat16},
+      {"torch.bfloat16", DType::kBFloat16}, {"torch.float32", DType::kFloat32}, {"torch.int64", DType::kInt64},
+  }};
+  for (const auto& [n, d] : kNames) {
+    if (n == name) return d;
+  }
+  throw InvalidTypeError(detail::str_cat("Unknown dtype \"", name,
+                                         "\"; expected one of float16, bfloat16, float32, float64, int8, uint8, "
+                                         "int16, int32, int64, bool (aliases: half, fp16, bf16, float, fp32, "
+                                         "double, int, long)"));
+}
+
+}  // namespace xpuruntime

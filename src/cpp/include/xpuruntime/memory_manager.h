@@ -1,0 +1,95 @@
+// MemoryManager: where every byte of xpuruntime memory comes from.
+//
+//  - CUDA devices: one CachingAllocator per device over cudaMalloc (created on first use).
+//  - Pinned host memory: one CachingAllocator over cudaHostAlloc whose freed blocks wait for their streams.
+//  - CPU: 64-byte-aligned host memory, counted in the same statistics shape.
+//
+// Ownership: a process-wide singleton that lives until the process ends (never destroyed, so memory freed
+// during interpreter shutdown is still safe). Allocations are returned as DataPtr, a move-only owner that
+// frees on destruction. Thread-safety: every method is safe from several threads.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xpuruntime/caching_allocator.h"
+#include "xpuruntime/device.h"
+#include "xpuruntime/export.h"
+#include "xpuruntime/stream_manager.h"
+
+namespace xpuruntime {
+
+// Owns one allocation; frees it (back to its allocator) when destroyed or reset.
+class XPURT_API DataPtr {
+ public:
+  DataPtr() = default;
+  DataPtr(DataPtr&& other) noexcept { *this = std::move(other); }
+  DataPtr& operator=(DataPtr&& other) noexcept;
+  DataPtr(const DataPtr&) = delete;
+  DataPtr& operator=(const DataPtr&) = delete;
+  ~DataPtr() { reset(); }
+
+  void* get() const { return ptr_; }
+  std::size_t size() const { return size_; }
+  Device device() const { return device_; }
+  bool pinned() const { return allocator_ != nullptr && device_.is_cpu(); }
+  explicit operator bool() const { return ptr_ != nullptr; }
+  // Frees now. Errors while freeing are reported to stderr, never thrown (destructor path).
+  void reset() noexcept;
+  // Marks the memory as used on `stream` (see CachingAllocator::record_stream). No-op for plain CPU memory.
+  void record_stream(const StreamView& stream) const;
+
+ private:
+  friend class MemoryManager;
+  void* ptr_ = nullptr;
+  std::size_t size_ = 0;
+  Device device_;
+  CachingAllocator* allocator_ = nullptr;  // nullptr: plain host memory
+};
+
+class XPURT_API MemoryManager {
+ public:
+  static MemoryManager& instance();
+  MemoryManager(const MemoryManager&) = delete;
+  MemoryManager& operator=(const MemoryManager&) = delete;
+
+  // `bytes` on `device`, stream-ordered on `stream` (CUDA). Throws OutOfMemoryError, CudaError when the
+  // device is unavailable, InvalidArgumentError for a stream of another device.
+  DataPtr allocate(Device device, std::size_t bytes, const StreamView& stream);
+  DataPtr allocate(Device device, std::size_t bytes);  // on the current stream of `device`
+  // Page-locked host memory (needs a CUDA device), reusable once copies queued on `stream` have finished.
+  DataPtr allocate_pinned(std::size_t bytes, const StreamView& stream = {});
+
+  // The caching allocator of a CUDA device (created on first use; throws CudaError if unavailable).
+  CachingAllocator& device_allocator(Device device);
+  CachingAllocator& pinned_allocator();
+
+  // Returns cached, unused memory of `device` to the system (CUDA devices; pinned memory for the CPU).
+  void empty_cache(Device device);
+  void empty_cache();  // every device and the pinned pool
+  MemoryStats get_stats(Device device);
+  MemoryStats get_pinned_stats();
+  void reset_peak_stats(Device device);
+  std::size_t get_allocated_size(Device device);  // bytes handed out now
+  std::size_t get_reserved_size(Device device);   // bytes held from the system now
+  // Caps the bytes reserved on `device` (0 = no cap). For the CPU it caps plain host allocations.
+  void set_memory_limit(Device device, std::size_t bytes);
+  std::size_t get_memory_limit(Device device);
+
+ private:
+  MemoryManager();
+  void* allocate_host(std::size_t bytes);
+  void free_host(void* ptr, std::size_t bytes) noexcept;
+  friend class DataPtr;
+
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<CachingAllocator>> device_allocators_;
+  std::unique_ptr<CachingAllocator> pinned_allocator_;
+  std::mutex host_mutex_;
+  MemoryStats host_stats_;
+  std::size_t host_limit_ = 0;
+};
+
+}  // namespace xpuruntime

@@ -44,15 +44,14 @@ std::string_view dtype_name(DType dtype) {
 }
 
 DType dtype_from_name(std::string_view name) {
-  static constexpr std::array<std::pair<std::string_view, DType>, 24> kNames = {{
+  static constexpr std::array<std::pair<std::string_view, DType>, 20> kNames = {{
       {"float16", DType::kFloat16}, {"half", DType::kFloat16},     {"fp16", DType::kFloat16},
       {"bfloat16", DType::kBFloat16}, {"bf16", DType::kBFloat16},  {"float32", DType::kFloat32},
       {"float", DType::kFloat32},   {"fp32", DType::kFloat32},     {"float64", DType::kFloat64},
       {"double", DType::kFloat64},  {"fp64", DType::kFloat64},     {"int8", DType::kInt8},
       {"uint8", DType::kUInt8},     {"int16", DType::kInt16},      {"short", DType::kInt16},
       {"int32", DType::kInt32},     {"int", DType::kInt32},        {"int64", DType::kInt64},
-      {"long", DType::kInt64},      {"bool", DType::kBool},        {"torch.float16", DType::kFloat16},
-      {"torch.bfloat16", DType::kBFloat16}, {"torch.float32", DType::kFloat32}, {"torch.int64", DType::kInt64},
+      {"long", DType::kInt64},      {"bool", DType::kBool},
   }};
   for (const auto& [n, d] : kNames) {
     if (n == name) return d;

@@ -15,7 +15,7 @@
 
 namespace xpuruntime {
 
-struct DeviceInfo {
+struct XPURT_API DeviceInfo {
   Device device;                     // default: cpu
   int device_id = 0;                 // index within its type (same as device.index)
   std::string name;                  // "NVIDIA H200", or the CPU model name

@@ -1,0 +1,67 @@
+// The exception hierarchy, created as Python classes and translated from the C++ types.
+#include <Python.h>
+
+#include "bindings.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::bindings {
+
+namespace {
+
+PyObject* make_exception(py::module_& m, const char* name, const char* doc, PyObject* bases) {
+  const std::string qualified = std::string("xpuruntime.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(type));
+  return type;  // kept for the life of the process
+}
+
+PyObject* g_base = nullptr;
+PyObject* g_cuda = nullptr;
+PyObject* g_oom = nullptr;
+PyObject* g_unsupported = nullptr;
+PyObject* g_invalid_argument = nullptr;
+PyObject* g_invalid_type = nullptr;
+
+}  // namespace
+
+void bind_exceptions(py::module_& m) {
+  g_base = make_exception(m, "XpuRuntimeError", "Base class of every error xpuruntime raises.", PyExc_RuntimeError);
+  py::tuple base_only = py::make_tuple(py::handle(g_base));
+  g_cuda = make_exception(m, "CudaError", "A CUDA call failed, or CUDA is unavailable (the message says why).",
+                          base_only.ptr());
+  g_oom = make_exception(m, "OutOfMemoryError",
+                         "An allocation could not be satisfied; the message says what was asked, allocated, "
+                         "reserved and free.",
+                         base_only.ptr());
+  g_unsupported = make_exception(m, "UnsupportedOperationError",
+                                 "This build or device cannot do what was asked; the message says what to install.",
+                                 base_only.ptr());
+  py::tuple value_bases = py::make_tuple(py::handle(g_base), py::handle(PyExc_ValueError));
+  g_invalid_argument =
+      make_exception(m, "InvalidArgumentError", "A bad argument value (also a ValueError).", value_bases.ptr());
+  py::tuple type_bases = py::make_tuple(py::handle(g_base), py::handle(PyExc_TypeError));
+  g_invalid_type =
+      make_exception(m, "InvalidTypeError", "An argument of the wrong dtype or kind (also a TypeError).",
+                     type_bases.ptr());
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const OutOfMemoryError& e) {
+      PyErr_SetString(g_oom, e.what());
+    } catch (const CudaError& e) {
+      PyErr_SetString(g_cuda, e.what());
+    } catch (const UnsupportedOperationError& e) {
+      PyErr_SetString(g_unsupported, e.what());
+    } catch (const InvalidArgumentError& e) {
+      PyErr_SetString(g_invalid_argument, e.what());
+    } catch (const InvalidTypeError& e) {
+      PyErr_SetString(g_invalid_type, e.what());
+    } catch (const XpuRuntimeError& e) {
+      PyErr_SetString(g_base, e.what());
+    }
+  });
+}
+
+}  // namespace xpuruntime::bindings

@@ -1,0 +1,82 @@
+"""xpuruntime - a unified GPU/NPU execution runtime.
+
+The C++ core (``xpuruntime._core``) is the data plane: devices, the caching allocator, streams, CUDA graphs and
+DLPack tensors. This package is the control plane on top of it.
+
+Examples
+--------
+>>> import xpuruntime as xrt
+>>> xrt.get_all_devices()          # the CPU, then every CUDA device
+>>> t = xrt.from_dlpack(np.ones((2, 3), np.float32))   # zero-copy
+"""
+
+from __future__ import annotations
+
+from . import _core
+from ._core import (
+    CudaError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    OutOfMemoryError,
+    UnsupportedOperationError,
+    XpuRuntimeError,
+)
+from . import runtime
+from .runtime.device import (
+    Device,
+    cuda_available,
+    get_all_devices,
+    get_current_device,
+    get_device_count,
+    set_current_device,
+    synchronize,
+)
+from .runtime.tensor import Tensor, empty, from_dlpack, from_numpy, tensor, zeros
+
+__version__: str = _core.get_version()
+
+
+def get_version() -> str:
+    """Return the version of xpuruntime (the same as ``__version__``)."""
+    return _core.get_version()
+
+
+def build_info() -> dict:
+    """Return how the core library was built: version, CUDA and NVTX support, compiler, build type."""
+    return _core.build_info()
+
+
+def __getattr__(name: str):
+    # xpuruntime.pytorch is imported lazily so that the core package never needs torch.
+    if name == "pytorch":
+        import importlib
+
+        return importlib.import_module(".pytorch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "__version__",
+    "get_version",
+    "build_info",
+    "XpuRuntimeError",
+    "CudaError",
+    "OutOfMemoryError",
+    "UnsupportedOperationError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "Device",
+    "cuda_available",
+    "get_device_count",
+    "get_all_devices",
+    "get_current_device",
+    "set_current_device",
+    "synchronize",
+    "Tensor",
+    "empty",
+    "zeros",
+    "tensor",
+    "from_dlpack",
+    "from_numpy",
+    "runtime",
+]

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs every test: the C++ suite (CTest: GoogleTest and the find_package
+# consumer) and the Python suite (pytest). GPU-only tests skip without a GPU. Warnings are errors here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export XPURT_CMAKE_ARGS="${XPURT_CMAKE_ARGS:-} -DXPURT_WARNINGS_AS_ERRORS=ON"
+./scripts/setup.sh
+BUILD_DIR=${XPURT_BUILD_DIR:-build}
+echo "[test] C++ tests"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
+echo "[test] Python tests"
+.venv/bin/python -m pytest -q -rs tests/python "$@"

@@ -6,7 +6,8 @@ if(rc)
   message(FATAL_ERROR "install failed: ${rc}")
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
-                        "-DCMAKE_PREFIX_PATH=${WORK_DIR}/install" RESULT_VARIABLE rc)
+                        "-DCMAKE_PREFIX_PATH=${WORK_DIR}/install"
+                        "-DXPURT_DLPACK_INCLUDE_DIR=${DLPACK_DIR}" RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "configuring the consumer failed: ${rc}")
 endif()

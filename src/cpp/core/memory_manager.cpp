@@ -14,6 +14,21 @@ namespace {
 constexpr std::size_t kHostAlignment = 64;
 
 #if XPURT_WITH_CUDA
+// Note [cudaMalloc during graph capture]: a thread that is capturing may not call cudaMalloc or
+// cudaMemGetInfo in the global or thread-local capture modes, yet the caching allocator must grow a graph's
+// private pool during capture. Like PyTorch, the allocator switches this thread to relaxed mode for those
+// calls; they do not enqueue work, so the capture stays valid.
+class RelaxedCaptureGuard {
+ public:
+  RelaxedCaptureGuard() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureGuard() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureGuard(const RelaxedCaptureGuard&) = delete;
+  RelaxedCaptureGuard& operator=(const RelaxedCaptureGuard&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 cudaStream_t native(StreamId stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
 bool query_cuda_event(void* event) {
@@ -38,6 +53,7 @@ class CudaMemoryBacking final : public MemoryBacking {
 
   void* allocate(std::size_t bytes) override {
     detail::CudaDeviceGuard guard(device_);
+    RelaxedCaptureGuard relaxed;  // Note [cudaMalloc during graph capture]
     void* ptr = nullptr;
     const cudaError_t status = cudaMalloc(&ptr, bytes);
     if (status == cudaErrorMemoryAllocation) {
@@ -55,6 +71,7 @@ class CudaMemoryBacking final : public MemoryBacking {
 
   void memory_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
     detail::CudaDeviceGuard guard(device_);
+    RelaxedCaptureGuard relaxed;  // Note [cudaMalloc during graph capture]
     XPURT_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
   }
 

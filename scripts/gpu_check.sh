@@ -23,7 +23,10 @@ export PYTHONUNBUFFERED=1
   $PY -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)'
 } 2>&1 | tee "$OUT/env.txt"
 
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=OFF \
+# The image's default compiler (/opt/gcc) links libstdc++ statically into each shared object, which breaks
+# C++ streams across libxpuruntime_core.so and _core.so; the distribution's g++ links it dynamically.
+CXX_COMPILER=${CXX:-/usr/bin/g++}
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=OFF -DCMAKE_CXX_COMPILER="$CXX_COMPILER" \
   -DPython3_EXECUTABLE="$PY" -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" \
   -DXPURT_DLPACK_INCLUDE_DIR="$PWD/.third_party/dlpack/include" \
   -DXPURT_GTEST_SOURCE_DIR="$PWD/.third_party/googletest" -DXPURT_WITH_CUDA=ON > "$OUT/configure.log" 2>&1 \

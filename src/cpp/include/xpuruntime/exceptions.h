@@ -17,6 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "xpuruntime/export.h"
@@ -76,11 +78,32 @@ class XPURT_API InvalidTypeError : public XpuRuntimeError {
 };
 
 namespace detail {
+// Concatenates strings, characters and numbers into a message. Numbers go through std::to_string rather
+// than a C++ stream, so building a message never touches std::locale (which is fragile when libstdc++ is
+// linked statically into a shared library that Python loads).
+template <typename T>
+void append_piece(std::string& out, const T& value) {
+  using D = std::decay_t<T>;
+  if constexpr (std::is_same_v<D, char>) {
+    out.push_back(value);
+  } else if constexpr (std::is_same_v<D, bool>) {
+    out += value ? "true" : "false";
+  } else if constexpr (std::is_arithmetic_v<D>) {
+    out += std::to_string(value);
+  } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    out += std::string_view(value);
+  } else {
+    std::ostringstream stream;
+    stream << value;
+    out += stream.str();
+  }
+}
+
 template <typename... Args>
-std::string str_cat(Args&&... args) {
-  std::ostringstream out;
-  (out << ... << std::forward<Args>(args));
-  return out.str();
+std::string str_cat(const Args&... args) {
+  std::string out;
+  (append_piece(out, args), ...);
+  return out;
 }
 }  // namespace detail
 

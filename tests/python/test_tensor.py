@@ -146,7 +146,7 @@ def test_torch_round_trips_both_directions(dtype):
     assert torch.equal(back, tt)
     mine = xrt.zeros((5, 3), dtype, device="cuda:0")
     tv = xrt_torch.to_torch(mine)
-    tv += 1  # torch writes into xpuruntime memory
+    tv.fill_(1)  # torch writes into xpuruntime memory
     torch.cuda.synchronize()
     assert torch.equal(xrt_torch.to_torch(mine), torch.ones(5, 3, device="cuda", dtype=tt.dtype))
     nc = tt.t()

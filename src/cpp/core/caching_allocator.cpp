@@ -405,8 +405,6 @@ struct CachingAllocator::Impl {
 
   Block* new_segment(BlockPool& pool, std::size_t size, std::size_t requested, StreamId stream) {
     const std::size_t alloc_size = segment_size(size);
-    std::size_t free_bytes = 0;
-    std::size_t total_bytes = 0;
     auto over_limit = [&] {
       return limit != 0 && static_cast<std::size_t>(stats.reserved_bytes.current) + alloc_size > limit;
     };
@@ -426,7 +424,6 @@ struct CachingAllocator::Impl {
       ptr = backing->allocate(alloc_size);
       stats.num_device_alloc += 1;
       if (ptr == nullptr) {
-        backing->memory_info(&free_bytes, &total_bytes);
         throw_oom(requested, alloc_size, "The device could not provide it.");
       }
     }

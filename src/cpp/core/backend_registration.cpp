@@ -1,0 +1,97 @@
+// The one place that registers every backend of this build (STYLE.md habit 1), and the global registry.
+//
+// Note [Declared kernels of absent backends]
+// A policy file names kernels ("cublasLt", "flash_v2") and must stay valid on a build or machine that lacks
+// them: a policy written on a GPU machine loads on a CPU-only build. So a backend this build does not have
+// still declares its kernels, as kernels whose `supports` always says why they cannot run. The dispatcher then
+// reports that reason (pinned: as an error; preferred: as the reason of the fallback).
+#include <mutex>
+
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/kernel_registry.h"
+
+namespace xpuruntime {
+
+namespace {
+
+class AbsentKernel final : public Kernel {
+ public:
+  AbsentKernel(KernelInfo info, std::string reason) : Kernel(std::move(info)), reason_(std::move(reason)) {}
+  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::no(reason_); }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&, const std::string&) const override {
+    throw UnsupportedOperationError(reason_);
+  }
+
+ private:
+  std::string reason_;
+};
+
+[[maybe_unused]] void declare_absent(KernelRegistry& registry, const std::string& backend, const std::vector<std::string>& ops,
+                    const std::string& name, const std::string& reason) {
+  for (const auto& op : ops) {
+    if (registry.find_schema(op) == nullptr || registry.find_kernel(op, name) != nullptr) continue;
+    registry.add_kernel(std::make_unique<AbsentKernel>(
+        KernelInfo{op, name, backend, DeviceType::kCUDA, true, "not in this build"}, reason));
+  }
+}
+
+[[maybe_unused]] void declare_absent_backends(KernelRegistry& registry) {
+  const std::vector<std::string> elementwise = {
+      "softmax", "layer_norm", "gelu", "relu", "sigmoid", "tanh", "silu", "exp", "log", "sqrt", "neg", "abs",
+      "erf", "reciprocal", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "cast", "reduce_sum",
+      "reduce_mean", "reduce_max", "reduce_min"};
+  const char* no_cuda = "this xpuruntime was built without CUDA; rebuild with the CUDA toolkit installed "
+                        "(cmake -DXPURT_WITH_CUDA=ON)";
+  const char* no_cudnn = "this xpuruntime was built without cuDNN; install cuDNN 9 and rebuild "
+                         "(cmake -DXPURT_WITH_CUDNN=ON -DCUDNN_ROOT=...)";
+#if !XPURT_BACKEND_CUDA_RAW
+  declare_absent(registry, "cuda_raw", elementwise, "cuda_raw", no_cuda);
+  declare_absent(registry, "cuda_raw", {"attention"}, "flash_v2", no_cuda);
+#endif
+#if !XPURT_BACKEND_CUBLAS
+  declare_absent(registry, "cublas", {"matmul", "linear"}, "cublas", no_cuda);
+  declare_absent(registry, "cublas", {"attention"}, "unfused", no_cuda);
+#endif
+#if !XPURT_BACKEND_CUBLASLT
+  declare_absent(registry, "cublasLt", {"matmul", "linear"}, "cublasLt", no_cuda);
+#endif
+#if !XPURT_BACKEND_CUDNN
+  declare_absent(registry, "cudnn", {"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "batch_norm"},
+                 "cudnn", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
+  declare_absent(registry, "cudnn", {"conv2d"}, "cudnn_search", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
+#endif
+  (void)registry;
+  (void)elementwise;
+  (void)no_cuda;
+  (void)no_cudnn;
+}
+
+}  // namespace
+
+KernelRegistry& KernelRegistry::global() {
+  static KernelRegistry registry;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_ops(registry);
+    // Priority order among kernels of one op is registration order: cuBLASLt before cuBLAS for GEMM, flash_v2
+    // (cuda_raw) before the unfused attention (cublas); the CPU reference last. GPU kernels only support
+    // CUDA descriptors, so the order among devices does not matter.
+#if XPURT_BACKEND_CUBLASLT
+    register_cublaslt(registry);
+#endif
+#if XPURT_BACKEND_CUDNN
+    register_cudnn(registry);
+#endif
+#if XPURT_BACKEND_CUDA_RAW
+    register_cuda_raw(registry);
+#endif
+#if XPURT_BACKEND_CUBLAS
+    register_cublas(registry);
+#endif
+    register_cpu(registry);
+    declare_absent_backends(registry);
+  });
+  return registry;
+}
+
+}  // namespace xpuruntime

@@ -1,0 +1,563 @@
+// Dispatcher, decisions and the autotune cache.
+//
+// Note [How the dispatcher decides]
+// For one OpDescriptor (its signature) the dispatcher decides once and caches the result:
+//  1. Every kernel of the op is asked `supports(desc, policy)`; the generic checks come first (device type,
+//     determinism) so their reasons read the same for every backend.
+//  2. The rule the KernelPolicy gives the op (its own, else its family's, else auto) picks the winner:
+//     pinned -> that kernel or an UnsupportedOperationError; preferred -> the first listed kernel that supports
+//     it, else the first supported in registry order ("fallback"); auto/FirstSupported -> the first supported in
+//     registry order; auto/BestPerformance -> every supported kernel is built and timed on scratch tensors of
+//     the real shapes, the fastest wins.
+//  3. The winner's plan is built. When an AutotuneCache holds an entry for this key, an auto rule takes the
+//     cached kernel (no timing) and any rule that lands on the cached kernel re-creates the cached plan record
+//     (e.g. the same cuBLASLt algorithm): a lock file replays exactly.
+// Decisions keep every candidate with its reason, so `explain` can show why the others lost.
+#include "xpuruntime/dispatcher.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "half.h"
+#include "policy_serialization.h"
+#include "xpuruntime/device_manager.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/memory_manager.h"
+#include "xpuruntime/stream_manager.h"
+#include "xpuruntime/version.h"
+
+namespace xpuruntime {
+
+namespace {
+
+constexpr const char* kCacheSchema = "xpuruntime.autotune_cache/1";
+
+int compute_capability_of(Device device) {
+  if (!device.is_cuda()) return 0;
+  static std::mutex mutex;
+  static std::map<int, int> cached;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = cached.find(device.index);
+  if (it != cached.end()) return it->second;
+  const DeviceInfo info = DeviceManager::instance().get_device_info(device);
+  const int cc = info.compute_capability_major * 10 + info.compute_capability_minor;
+  cached[device.index] = cc;
+  return cc;
+}
+
+std::string device_fingerprint(Device device) {
+  if (!device.is_cuda()) return "cpu";
+  static std::mutex mutex;
+  static std::map<int, std::string> cached;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = cached.find(device.index);
+  if (it != cached.end()) return it->second;
+  const DeviceInfo info = DeviceManager::instance().get_device_info(device);
+  std::string text = detail::str_cat(info.name, " sm", info.compute_capability_major, info.compute_capability_minor,
+                                     " driver ", info.driver_version, " runtime ", info.runtime_version);
+  cached[device.index] = text;
+  return text;
+}
+
+// Random values in [-1, 1) for scratch tensors, in the tensor's dtype, on its device.
+Tensor random_tensor(const TensorDesc& desc, std::mt19937& rng) {
+  Tensor host = Tensor::empty(desc.shape, desc.dtype, Device::cpu());
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const std::int64_t n = host.numel();
+  void* data = host.data_ptr();
+  std::memset(data, 0, host.nbytes());  // non-float tensors: zeros
+  for (std::int64_t i = 0; i < n; ++i) {
+    switch (desc.dtype) {
+      case DType::kFloat32: static_cast<float*>(data)[i] = dist(rng); break;
+      case DType::kFloat64: static_cast<double*>(data)[i] = dist(rng); break;
+      case DType::kFloat16: static_cast<std::uint16_t*>(data)[i] = detail::float_to_half(dist(rng)); break;
+      case DType::kBFloat16: static_cast<std::uint16_t*>(data)[i] = detail::float_to_bfloat16(dist(rng)); break;
+      default: break;
+    }
+  }
+  return desc.device.is_cpu() ? host : host.to(desc.device);
+}
+
+bool is_supported(const std::vector<CandidateReport>& reports, const std::string& kernel) {
+  for (const auto& r : reports) {
+    if (r.kernel == kernel) return r.supported;
+  }
+  return false;
+}
+
+CandidateReport* report_of(std::vector<CandidateReport>& reports, const std::string& kernel) {
+  for (auto& r : reports) {
+    if (r.kernel == kernel) return &r;
+  }
+  return nullptr;
+}
+
+std::string reasons_text(const std::vector<CandidateReport>& reports) {
+  std::string out;
+  for (const auto& r : reports) {
+    if (r.supported) continue;
+    out += (out.empty() ? "" : "; ") + r.kernel + ": " + r.reason;
+  }
+  return out;
+}
+
+std::string supported_list(const std::vector<CandidateReport>& reports) {
+  std::vector<std::string> names;
+  for (const auto& r : reports) {
+    if (r.supported) names.push_back(r.kernel);
+  }
+  return names.empty() ? "none" : detail::join_names(names);
+}
+
+nlohmann::json decision_tree(const Decision& d) {
+  nlohmann::json tree = nlohmann::json::object();
+  tree["op"] = d.op;
+  tree["family"] = d.family;
+  tree["signature"] = d.signature;
+  tree["kernel"] = d.kernel;
+  tree["backend"] = d.backend;
+  tree["rule"] = d.rule;
+  tree["policy_rule"] = d.policy_rule;
+  tree["reason"] = d.reason;
+  tree["plan"] = d.plan_summary;
+  tree["plan_record"] = d.plan_record.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(d.plan_record, nullptr, false);
+  if (tree["plan_record"].is_discarded()) tree["plan_record"] = d.plan_record;
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const auto& c : d.candidates) {
+    nlohmann::json item = {{"kernel", c.kernel}, {"backend", c.backend}, {"supported", c.supported}};
+    if (!c.reason.empty()) item["reason"] = c.reason;
+    if (c.time_us >= 0) item["time_us"] = c.time_us;
+    candidates.push_back(item);
+  }
+  tree["candidates"] = candidates;
+  return tree;
+}
+
+}  // namespace
+
+// ---- Decision ----
+
+std::string Decision::to_json() const { return decision_tree(*this).dump(); }
+
+std::string Decision::str() const {
+  std::string out = op + " -> " + kernel + " (" + backend + "): " + reason;
+  if (!plan_summary.empty()) out += " [" + plan_summary + "]";
+  return out;
+}
+
+// ---- AutotuneCache ----
+
+AutotuneCache::AutotuneCache(std::string path, bool autosave) : path_(std::move(path)), autosave_(autosave) {
+  std::ifstream probe(path_);
+  if (!probe) return;  // a new cache file
+  const auto tree = detail::parse_json_text(detail::read_text_file(path_, "autotune cache"),
+                                            "autotune cache '" + path_ + "'");
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgumentError(detail::str_cat("autotune cache '", path_, "' is malformed: ", why,
+                                                "; delete it to start afresh"));
+  };
+  if (!tree.is_object() || !tree.contains("entries") || !tree["entries"].is_object()) {
+    throw bad("expected an object with \"entries\"");
+  }
+  if (!tree.contains("schema") || tree["schema"] != kCacheSchema) {
+    throw bad(detail::str_cat("schema must be \"", kCacheSchema, "\""));
+  }
+  for (const auto& [key, value] : tree["entries"].items()) {
+    if (!value.is_object() || !value.contains("kernel") || !value["kernel"].is_string()) {
+      throw bad("entry '" + key + "' has no kernel");
+    }
+    Entry entry;
+    entry.kernel = value["kernel"].get<std::string>();
+    if (value.contains("plan_record") && !value["plan_record"].is_null()) {
+      entry.plan_record = value["plan_record"].is_string() ? value["plan_record"].get<std::string>()
+                                                           : value["plan_record"].dump();
+    }
+    if (value.contains("times_us") && value["times_us"].is_object()) {
+      for (const auto& [kernel, time] : value["times_us"].items()) {
+        if (time.is_number()) entry.times_us[kernel] = time.get<double>();
+      }
+    }
+    entries_[key] = std::move(entry);
+  }
+}
+
+std::string AutotuneCache::key(const OpDescriptor& desc) {
+  std::string key = desc.signature() + " | " + device_fingerprint(desc.device);
+  const std::string libraries = KernelRegistry::global().library_versions();
+  if (!libraries.empty()) key += " | " + libraries;
+  return key + " | xpuruntime " + get_version();
+}
+
+bool AutotuneCache::lookup(const std::string& key, Entry* entry) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end()) return false;
+  if (entry) *entry = it->second;
+  return true;
+}
+
+void AutotuneCache::store(const std::string& key, Entry entry) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_[key] = std::move(entry);
+  }
+  if (autosave_ && !path_.empty()) save();
+}
+
+std::size_t AutotuneCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
+
+void AutotuneCache::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.clear();
+}
+
+std::string AutotuneCache::to_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json tree = {{"schema", kCacheSchema}, {"entries", nlohmann::json::object()}};
+  for (const auto& [key, entry] : entries_) {
+    nlohmann::json item = {{"kernel", entry.kernel}};
+    if (!entry.plan_record.empty()) {
+      auto record = nlohmann::json::parse(entry.plan_record, nullptr, false);
+      item["plan_record"] = record.is_discarded() ? nlohmann::json(entry.plan_record) : record;
+    }
+    if (!entry.times_us.empty()) item["times_us"] = entry.times_us;
+    tree["entries"][key] = item;
+  }
+  return detail::to_json_text(tree);
+}
+
+void AutotuneCache::save() const {
+  if (path_.empty()) {
+    throw UnsupportedOperationError("this AutotuneCache has no file; use save(path) or create it with a path");
+  }
+  save(path_);
+}
+
+void AutotuneCache::save(const std::string& path) const { detail::write_text_file(path, to_json(), "autotune cache"); }
+
+// ---- Dispatcher ----
+
+OpDescriptor make_op_descriptor(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                                const ExecutionPolicy& policy) {
+  OpDescriptor desc;
+  desc.op = op;
+  desc.attrs = attrs;
+  desc.inputs.reserve(inputs.size());
+  bool have_device = false;
+  for (const auto& input : inputs) {
+    desc.inputs.push_back(TensorDesc::of(input));
+    if (input.defined() && !have_device) {
+      desc.device = input.device();
+      have_device = true;
+    }
+  }
+  desc.compute_capability = compute_capability_of(desc.device);
+  desc.precision = policy.precision;
+  desc.deterministic = policy.deterministic;
+  return desc;
+}
+
+Dispatcher::Dispatcher(KernelPolicy kernel_policy, ExecutionPolicy exec_policy, std::shared_ptr<AutotuneCache> cache,
+                       const KernelRegistry* registry)
+    : Dispatcher(std::move(kernel_policy), std::move(exec_policy), std::move(cache), registry, Options{}) {}
+
+Dispatcher::Dispatcher(KernelPolicy kernel_policy, ExecutionPolicy exec_policy, std::shared_ptr<AutotuneCache> cache,
+                       const KernelRegistry* registry, Options options)
+    : kernel_policy_(std::move(kernel_policy)),
+      exec_policy_(std::move(exec_policy)),
+      cache_(std::move(cache)),
+      registry_(registry ? registry : &KernelRegistry::global()),
+      options_(options) {
+  kernel_policy_.validate(*registry_);
+  XPURT_CHECK(options_.autotune_iterations >= 1 && options_.autotune_warmup >= 0,
+              "Dispatcher options: autotune_iterations must be >= 1 and autotune_warmup >= 0");
+}
+
+std::shared_ptr<const Dispatch> Dispatcher::select(OpDescriptor& desc) {
+  desc.precision = exec_policy_.precision;
+  desc.deterministic = exec_policy_.deterministic;
+  registry_->infer(desc);
+  const std::string signature = desc.signature();
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = dispatches_.find(signature);
+  if (it != dispatches_.end()) return it->second;
+  std::shared_ptr<const Dispatch> dispatch = decide(desc);
+  dispatches_.emplace(signature, dispatch);
+  order_.push_back(signature);
+  return dispatch;
+}
+
+std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
+  const OpSchema& schema = registry_->schema(desc.op);
+  const KernelRule rule = kernel_policy_.resolve(desc.op, schema.family);
+  const std::vector<const Kernel*> kernels = registry_->kernels(desc.op);
+
+  auto dispatch = std::make_shared<Dispatch>();
+  Decision& decision = dispatch->decision;
+  decision.op = desc.op;
+  decision.family = schema.family;
+  decision.signature = desc.signature();
+  decision.policy_rule = rule.str();
+
+  for (const Kernel* kernel : kernels) {
+    CandidateReport report;
+    report.kernel = kernel->name();
+    report.backend = kernel->info().backend;
+    const auto& info = kernel->info();
+    if (info.device_type != desc.device.type) {
+      report.reason = detail::str_cat("runs on ", info.device_type == DeviceType::kCUDA ? "CUDA devices" : "the CPU",
+                                      "; the op is on ", desc.device.str());
+    } else if (exec_policy_.deterministic && !info.deterministic) {
+      report.reason = "not deterministic, and ExecutionPolicy.deterministic is on";
+    } else {
+      try {
+        const Support support = kernel->supports(desc, exec_policy_);
+        report.supported = support.ok();
+        report.reason = support.reason();
+      } catch (const std::exception& e) {
+        report.reason = std::string("supports() failed: ") + e.what();
+      }
+    }
+    decision.candidates.push_back(std::move(report));
+  }
+  XPURT_INTERNAL_ASSERT(!kernels.empty(), "op '", desc.op, "' has no kernels");
+
+  const auto kernel_named = [&](const std::string& name) -> const Kernel* {
+    for (const Kernel* k : kernels) {
+      if (k->name() == name) return k;
+    }
+    return nullptr;
+  };
+  const auto first_supported = [&]() -> const Kernel* {
+    for (const Kernel* k : kernels) {
+      if (is_supported(decision.candidates, k->name())) return k;
+    }
+    return nullptr;
+  };
+  const auto none_supported = [&](const std::string& what) {
+    return UnsupportedOperationError(detail::str_cat(what, " no kernel can run ", decision.signature, ": ",
+                                                     reasons_text(decision.candidates)));
+  };
+
+  AutotuneCache::Entry cached;
+  const std::string cache_key = cache_ ? AutotuneCache::key(desc) : std::string();
+  const bool have_cached = cache_ && cache_->lookup(cache_key, &cached);
+
+  const Kernel* winner = nullptr;
+  switch (rule.mode) {
+    case RuleMode::kPinned: {
+      const std::string& name = rule.kernels.at(0);
+      winner = kernel_named(name);
+      if (winner == nullptr) {
+        std::vector<std::string> names;
+        for (const Kernel* k : kernels) names.push_back(k->name());
+        throw UnsupportedOperationError(detail::str_cat(
+            "the KernelPolicy pins '", name, "' for '", desc.op, "', but that kernel does not implement op '", desc.op,
+            "'; kernels of ", desc.op, ": ", detail::join_names(names)));
+      }
+      if (!is_supported(decision.candidates, name)) {
+        throw UnsupportedOperationError(detail::str_cat(
+            "pinned kernel '", name, "' cannot run ", decision.signature, ": ", report_of(decision.candidates, name)->reason,
+            ". Kernels that could: ", supported_list(decision.candidates),
+            " (unpin it, or use \"", name, "\" as a preferred kernel to allow a fallback)"));
+      }
+      decision.rule = "pinned";
+      decision.reason = "pinned by the KernelPolicy";
+      break;
+    }
+    case RuleMode::kPreferred: {
+      std::string skipped;
+      for (const auto& name : rule.kernels) {
+        const Kernel* k = kernel_named(name);
+        if (k != nullptr && is_supported(decision.candidates, name)) {
+          winner = k;
+          break;
+        }
+        skipped += (skipped.empty() ? "" : "; ") + name + ": " +
+                   (k == nullptr ? "does not implement " + desc.op : report_of(decision.candidates, name)->reason);
+      }
+      if (winner != nullptr && skipped.empty()) {
+        decision.rule = "preferred";
+        decision.reason = "preferred by the KernelPolicy";
+      } else if (winner != nullptr) {
+        decision.rule = "preferred";
+        decision.reason = "preferred by the KernelPolicy (earlier preferences skipped: " + skipped + ")";
+      } else {
+        winner = first_supported();
+        if (winner == nullptr) throw none_supported("preferred kernels cannot run it (" + skipped + ") and");
+        decision.rule = "fallback";
+        decision.reason = "no preferred kernel could run it (" + skipped + "); fell back to the first supported";
+      }
+      break;
+    }
+    case RuleMode::kAuto: {
+      if (have_cached && kernel_named(cached.kernel) != nullptr && is_supported(decision.candidates, cached.kernel)) {
+        winner = kernel_named(cached.kernel);
+        decision.rule = "autotune-cache";
+        decision.reason = "replayed from the autotune cache";
+        for (const auto& [name, time] : cached.times_us) {
+          if (CandidateReport* r = report_of(decision.candidates, name)) r->time_us = time;
+        }
+        break;
+      }
+      if (rule.strategy == AutoSelectStrategy::kFirstSupported) {
+        winner = first_supported();
+        if (winner == nullptr) throw none_supported("");
+        decision.rule = "first-supported";
+        decision.reason = "first supported kernel in priority order";
+        break;
+      }
+      // BestPerformance: build and time every supported candidate.
+      std::vector<std::pair<const Kernel*, std::shared_ptr<const KernelPlan>>> built;
+      for (const Kernel* k : kernels) {
+        if (!is_supported(decision.candidates, k->name())) continue;
+        try {
+          built.emplace_back(k, k->build(desc, exec_policy_, {}));
+        } catch (const UnsupportedOperationError& e) {
+          CandidateReport* r = report_of(decision.candidates, k->name());
+          r->supported = false;
+          r->reason = std::string("plan build failed: ") + e.what();
+        }
+      }
+      if (built.empty()) throw none_supported("");
+      double best = 0;
+      for (auto& [k, plan] : built) {
+        const double time = built.size() == 1 ? -1 : time_candidate(*k, *plan, desc);
+        report_of(decision.candidates, k->name())->time_us = time;
+        if (winner == nullptr || time < best) {
+          winner = k;
+          best = time;
+          dispatch->plan = plan;
+        }
+      }
+      decision.rule = "autotuned";
+      decision.reason = built.size() == 1 ? "autotuned: the only supported kernel"
+                                          : detail::str_cat("autotuned: fastest of ", built.size(), " (",
+                                                            static_cast<std::int64_t>(best * 1000) / 1000.0, " us)");
+      for (auto& r : decision.candidates) {
+        if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
+          r.reason = detail::str_cat("slower (", static_cast<std::int64_t>(r.time_us * 1000) / 1000.0, " us)");
+        }
+      }
+      break;
+    }
+  }
+  for (auto& r : decision.candidates) {
+    if (r.supported && r.kernel != winner->name() && r.reason.empty()) r.reason = "not chosen (" + decision.rule + ")";
+  }
+
+  // The plan: re-created from the cache's record when the cache chose the same kernel (a lock file replays the
+  // same algorithm), else built afresh (unless autotuning already built it).
+  if (!dispatch->plan || (have_cached && cached.kernel == winner->name())) {
+    std::string record;
+    if (have_cached && cached.kernel == winner->name()) record = cached.plan_record;
+    try {
+      dispatch->plan = winner->build(desc, exec_policy_, record);
+    } catch (const UnsupportedOperationError& e) {
+      if (record.empty()) throw;
+      throw UnsupportedOperationError(detail::str_cat("the autotune cache's plan for ", winner->name(), " on ",
+                                                      decision.signature, " cannot be re-created: ", e.what(),
+                                                      " (delete the entry or the cache file to re-tune)"));
+    }
+  }
+  dispatch->kernel = winner;
+  decision.kernel = winner->name();
+  decision.backend = winner->info().backend;
+  decision.plan_record = dispatch->plan->record();
+  decision.plan_summary = dispatch->plan->describe();
+
+  if (cache_ && (decision.rule == "autotuned" || !have_cached)) {
+    AutotuneCache::Entry entry;
+    entry.kernel = decision.kernel;
+    entry.plan_record = decision.plan_record;
+    for (const auto& r : decision.candidates) {
+      if (r.time_us >= 0) entry.times_us[r.kernel] = r.time_us;
+    }
+    cache_->store(cache_key, std::move(entry));
+  }
+  return dispatch;
+}
+
+double Dispatcher::time_candidate(const Kernel& kernel, const KernelPlan& plan, const OpDescriptor& desc) {
+  std::mt19937 rng(1234);
+  std::vector<Tensor> inputs;
+  for (const auto& input : desc.inputs) inputs.push_back(input.present ? random_tensor(input, rng) : Tensor());
+  const StreamView stream = desc.device.is_cuda() ? StreamManager::instance().current_stream(desc.device) : StreamView();
+  std::vector<Tensor> outputs;
+  for (const auto& output : desc.outputs) outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device, &stream));
+  Dispatch probe;
+  probe.kernel = &kernel;
+  probe.plan = std::shared_ptr<const KernelPlan>(&plan, [](const KernelPlan*) {});
+  for (int i = 0; i < options_.autotune_warmup; ++i) launch(probe, desc, inputs, outputs, stream);
+  std::vector<double> times;
+  if (desc.device.is_cuda()) {
+    Event start(desc.device, true), stop(desc.device, true);
+    for (int i = 0; i < options_.autotune_iterations; ++i) {
+      start.record(stream);
+      launch(probe, desc, inputs, outputs, stream);
+      stop.record(stream);
+      stop.synchronize();
+      times.push_back(start.elapsed_ms(stop) * 1000.0);
+    }
+  } else {
+    for (int i = 0; i < options_.autotune_iterations; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      launch(probe, desc, inputs, outputs, stream);
+      times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void Dispatcher::launch(const Dispatch& dispatch, const OpDescriptor& desc, const std::vector<Tensor>& inputs,
+                        std::vector<Tensor>& outputs, const StreamView& stream) {
+  const std::size_t workspace_bytes = dispatch.plan->workspace_bytes();
+  DataPtr workspace;
+  if (workspace_bytes > 0) workspace = MemoryManager::instance().allocate(desc.device, workspace_bytes, stream);
+  KernelLaunch launch;
+  launch.desc = &desc;
+  launch.inputs = inputs.data();
+  launch.num_inputs = inputs.size();
+  launch.outputs = outputs.data();
+  launch.num_outputs = outputs.size();
+  launch.stream = stream;
+  launch.workspace = workspace.get();
+  launch.workspace_bytes = workspace_bytes;
+  dispatch.plan->run(launch);
+}
+
+std::vector<Tensor> Dispatcher::run(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                                    const StreamView* stream, Decision* decision) {
+  OpDescriptor desc = make_op_descriptor(op, inputs, attrs, exec_policy_);
+  const std::shared_ptr<const Dispatch> dispatch = select(desc);
+  const StreamView run_stream =
+      stream ? *stream : (desc.device.is_cuda() ? StreamManager::instance().current_stream(desc.device) : StreamView());
+  std::vector<Tensor> full_inputs = inputs;
+  full_inputs.resize(desc.inputs.size());
+  std::vector<Tensor> outputs;
+  outputs.reserve(desc.outputs.size());
+  for (const auto& output : desc.outputs) {
+    outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device, &run_stream));
+  }
+  launch(*dispatch, desc, full_inputs, outputs, run_stream);
+  if (decision) *decision = dispatch->decision;
+  return outputs;
+}
+
+std::vector<Decision> Dispatcher::decisions() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Decision> out;
+  for (const auto& signature : order_) out.push_back(dispatches_.at(signature)->decision);
+  return out;
+}
+
+}  // namespace xpuruntime

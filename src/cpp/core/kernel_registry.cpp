@@ -1,0 +1,188 @@
+// KernelRegistry, FunctionKernel and the global registry.
+#include "xpuruntime/kernel_registry.h"
+
+#include <algorithm>
+#include <set>
+
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+
+namespace {
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t k = 0; k < names.size(); ++k) out += (k ? ", " : "") + names[k];
+  return out;
+}
+
+class FunctionPlan final : public KernelPlan {
+ public:
+  explicit FunctionPlan(const FunctionKernel::RunFn* run) : run_(run) {}
+  void run(const KernelLaunch& launch) const override { (*run_)(launch); }
+
+ private:
+  const FunctionKernel::RunFn* run_;
+};
+
+}  // namespace
+
+FunctionKernel::FunctionKernel(KernelInfo info, SupportsFn supports, RunFn run)
+    : Kernel(std::move(info)), supports_(std::move(supports)), run_(std::move(run)) {}
+
+Support FunctionKernel::supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
+  return supports_(desc, policy);
+}
+
+std::unique_ptr<KernelPlan> FunctionKernel::build(const OpDescriptor&, const ExecutionPolicy&,
+                                                  const std::string&) const {
+  return std::make_unique<FunctionPlan>(&run_);
+}
+
+std::size_t OpSchema::num_required_inputs() const {
+  std::size_t n = 0;
+  for (const auto& input : inputs) {
+    if (input.empty() || input.back() != '?') ++n;
+  }
+  return n;
+}
+
+void KernelRegistry::add_schema(OpSchema schema) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& existing : schemas_) {
+    XPURT_CHECK(existing.name != schema.name, "op '", schema.name, "' is already defined");
+  }
+  XPURT_CHECK(static_cast<bool>(schema.infer), "op '", schema.name, "' has no shape inference");
+  if (schema.family.empty()) schema.family = schema.name;
+  schemas_.push_back(std::move(schema));
+}
+
+void KernelRegistry::add_kernel(std::unique_ptr<Kernel> kernel) {
+  XPURT_CHECK(kernel != nullptr, "add_kernel: null kernel");
+  const auto& info = kernel->info();
+  XPURT_CHECK(find_schema(info.op) != nullptr, "kernel '", info.name, "' of backend '", info.backend,
+              "' implements op '", info.op, "', which is not defined; defined ops: ", join(ops()));
+  XPURT_CHECK(find_kernel(info.op, info.name) == nullptr, "op '", info.op, "' already has a kernel named '",
+              info.name, "'");
+  std::lock_guard<std::mutex> lock(mutex_);
+  kernels_.push_back(std::move(kernel));
+}
+
+const OpSchema* KernelRegistry::find_schema(const std::string& op) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& schema : schemas_) {
+    if (schema.name == op) return &schema;
+  }
+  return nullptr;
+}
+
+const OpSchema& KernelRegistry::schema(const std::string& op) const {
+  const OpSchema* found = find_schema(op);
+  if (found == nullptr) {
+    throw InvalidArgumentError(detail::str_cat("unknown op '", op, "'; valid ops: ", join(ops())));
+  }
+  return *found;
+}
+
+std::vector<std::string> KernelRegistry::ops() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> names;
+  for (const auto& schema : schemas_) names.push_back(schema.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::string> KernelRegistry::families() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::set<std::string> names;
+  for (const auto& schema : schemas_) names.insert(schema.family);
+  return {names.begin(), names.end()};
+}
+
+std::vector<std::string> KernelRegistry::ops_in_family(const std::string& family) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> names;
+  for (const auto& schema : schemas_) {
+    if (schema.family == family) names.push_back(schema.name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<const Kernel*> KernelRegistry::kernels(const std::string& op) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<const Kernel*> found;
+  for (const auto& kernel : kernels_) {
+    if (kernel->op() == op) found.push_back(kernel.get());
+  }
+  return found;
+}
+
+const Kernel* KernelRegistry::find_kernel(const std::string& op, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& kernel : kernels_) {
+    if (kernel->op() == op && kernel->name() == name) return kernel.get();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> KernelRegistry::kernel_names(const std::string& policy_key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::set<std::string> ops_of_key;
+  for (const auto& schema : schemas_) {
+    if (schema.name == policy_key || schema.family == policy_key) ops_of_key.insert(schema.name);
+  }
+  std::set<std::string> names;
+  for (const auto& kernel : kernels_) {
+    if (ops_of_key.count(kernel->op()) != 0) names.insert(kernel->name());
+  }
+  return {names.begin(), names.end()};
+}
+
+bool KernelRegistry::is_policy_key(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& schema : schemas_) {
+    if (schema.name == key || schema.family == key) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> KernelRegistry::policy_keys() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::set<std::string> keys;
+  for (const auto& schema : schemas_) {
+    keys.insert(schema.name);
+    keys.insert(schema.family);
+  }
+  return {keys.begin(), keys.end()};
+}
+
+void KernelRegistry::infer(OpDescriptor& desc) const {
+  const OpSchema& op_schema = schema(desc.op);
+  const std::size_t required = op_schema.num_required_inputs();
+  XPURT_CHECK(desc.inputs.size() >= required && desc.inputs.size() <= op_schema.inputs.size(), "op '", desc.op,
+              "' takes ", required == op_schema.inputs.size() ? "" : "from ", required,
+              required == op_schema.inputs.size() ? "" : " to ",
+              required == op_schema.inputs.size() ? std::string() : std::to_string(op_schema.inputs.size()),
+              " inputs (", join(op_schema.inputs), "), got ", desc.inputs.size());
+  for (std::size_t k = 0; k < required; ++k) {
+    XPURT_CHECK(desc.inputs[k].present, "op '", desc.op, "': input '", op_schema.inputs[k],
+                "' is required but was not given");
+  }
+  desc.inputs.resize(op_schema.inputs.size());  // absent optional inputs
+  desc.outputs = op_schema.infer(desc);
+}
+
+void KernelRegistry::add_library_version(const std::string& library, const std::string& version) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  library_versions_[library] = version;
+}
+
+std::string KernelRegistry::library_versions() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out;
+  for (const auto& [library, version] : library_versions_) out += (out.empty() ? "" : ",") + library + "=" + version;
+  return out;
+}
+
+}  // namespace xpuruntime

@@ -1,0 +1,376 @@
+// The op schemas: inputs, attributes, policy family and shape inference of every op (docs/ops.md).
+// Shape inference is also validation: it names the argument, the expected and the actual value.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/kernel_registry.h"
+
+namespace xpuruntime {
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+std::string shape_str(const Shape& shape) {
+  std::string out = "[";
+  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
+  return out + "]";
+}
+
+bool is_float(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat64;
+}
+
+TensorDesc output_like(const TensorDesc& input, Shape shape) {
+  TensorDesc out;
+  out.present = true;
+  out.dtype = input.dtype;
+  out.shape = std::move(shape);
+  out.device = input.device;
+  return out;
+}
+
+// Every present input: a float dtype, the dtype of the first input, on one device.
+void check_float_inputs(const OpDescriptor& desc, const std::vector<std::string>& names) {
+  const TensorDesc& first = desc.inputs[0];
+  for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
+    const TensorDesc& input = desc.inputs[k];
+    if (!input.present) continue;
+    const std::string name = names[k].back() == '?' ? names[k].substr(0, names[k].size() - 1) : names[k];
+    XPURT_CHECK_TYPE(is_float(input.dtype), "op '", desc.op, "': input '", name,
+                     "' must be float32, float16 or bfloat16, got ", dtype_name(input.dtype));
+    XPURT_CHECK_TYPE(input.dtype == first.dtype, "op '", desc.op, "': input '", name, "' must have the dtype of '",
+                     names[0], "' (", dtype_name(first.dtype), "), got ", dtype_name(input.dtype));
+    XPURT_CHECK(input.device == first.device, "op '", desc.op, "': input '", name, "' is on ",
+                input.device.str(), " but '", names[0], "' is on ", first.device.str(),
+                "; move them to one device first");
+  }
+}
+
+std::int64_t normalize_axis(std::int64_t axis, int rank, const std::string& op, const char* attr = "axis") {
+  XPURT_CHECK(axis >= -rank && axis < std::max(rank, 1), "op '", op, "': ", attr, "=", axis,
+              " is out of range for a tensor of rank ", rank, " (valid: ", -rank, " to ", rank - 1, ")");
+  return axis < 0 ? axis + rank : axis;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& op, const char* what) {
+  const std::size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (std::size_t k = 0; k < rank; ++k) {
+    const std::int64_t da = k < rank - a.size() ? 1 : a[k - (rank - a.size())];
+    const std::int64_t db = k < rank - b.size() ? 1 : b[k - (rank - b.size())];
+    XPURT_CHECK(da == db || da == 1 || db == 1, "op '", op, "': ", what, " shapes ", shape_str(a), " and ",
+                shape_str(b), " cannot be broadcast together (dim ", k, ": ", da, " vs ", db, ")");
+    out[k] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> ints_of_size(const Attributes& attrs, const std::string& name, std::size_t size,
+                                       const Shape& default_value, const std::string& op) {
+  auto values = attrs.get_ints(name, default_value);
+  XPURT_CHECK(values.size() == size, "op '", op, "': attribute '", name, "' must have ", size, " values, got ",
+              shape_str(values));
+  return values;
+}
+
+void check_rank(const TensorDesc& input, int rank, const std::string& op, const char* name, const char* layout) {
+  XPURT_CHECK(input.dim() == rank, "op '", op, "': input '", name, "' must have rank ", rank, " (", layout,
+              "), got shape ", shape_str(input.shape));
+}
+
+// ---- shape inference of each op ----
+
+std::vector<TensorDesc> infer_matmul(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"a", "b"});
+  const TensorDesc& a = desc.inputs[0];
+  const TensorDesc& b = desc.inputs[1];
+  XPURT_CHECK(a.dim() >= 2 && b.dim() >= 2, "op 'matmul': inputs must have rank >= 2, got a ", shape_str(a.shape),
+              " and b ", shape_str(b.shape));
+  const std::int64_t m = a.shape[a.dim() - 2], k = a.shape[a.dim() - 1];
+  const std::int64_t kb = b.shape[b.dim() - 2], n = b.shape[b.dim() - 1];
+  XPURT_CHECK(k == kb, "op 'matmul': a ", shape_str(a.shape), " and b ", shape_str(b.shape),
+              " do not chain: a has ", k, " columns, b has ", kb, " rows");
+  Shape batch = broadcast_shapes(Shape(a.shape.begin(), a.shape.end() - 2), Shape(b.shape.begin(), b.shape.end() - 2),
+                                 "matmul", "batch");
+  batch.push_back(m);
+  batch.push_back(n);
+  return {output_like(a, batch)};
+}
+
+void check_activation(const OpDescriptor& desc, const std::vector<std::string>& valid) {
+  const std::string activation = desc.attrs.get_string("activation", "none");
+  XPURT_CHECK(std::find(valid.begin(), valid.end(), activation) != valid.end(), "op '", desc.op,
+              "': unknown activation '", activation, "'; valid: ", [&] {
+                std::string s;
+                for (std::size_t k = 0; k < valid.size(); ++k) s += (k ? ", " : "") + valid[k];
+                return s;
+              }());
+}
+
+std::vector<TensorDesc> infer_linear(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x", "weight", "bias?"});
+  const TensorDesc& x = desc.inputs[0];
+  const TensorDesc& w = desc.inputs[1];
+  const std::string layout = desc.attrs.get_string("weight_layout", "nk");
+  XPURT_CHECK(layout == "nk" || layout == "kn", "op 'linear': weight_layout must be 'nk' ([N, K], PyTorch) or "
+              "'kn' ([K, N]), got '", layout, "'");
+  check_activation(desc, {"none", "relu", "gelu", "gelu_tanh"});
+  XPURT_CHECK(x.dim() >= 1, "op 'linear': input 'x' must have rank >= 1");
+  check_rank(w, 2, "linear", "weight", layout == "nk" ? "[N, K]" : "[K, N]");
+  const std::int64_t k = x.shape.back();
+  const std::int64_t wk = layout == "nk" ? w.shape[1] : w.shape[0];
+  const std::int64_t n = layout == "nk" ? w.shape[0] : w.shape[1];
+  XPURT_CHECK(k == wk, "op 'linear': x ", shape_str(x.shape), " has ", k, " features but weight ",
+              shape_str(w.shape), " (layout ", layout, ") expects ", wk);
+  if (desc.inputs[2].present) {
+    XPURT_CHECK(desc.inputs[2].shape == Shape{n}, "op 'linear': bias must have shape [", n, "], got ",
+                shape_str(desc.inputs[2].shape));
+  }
+  Shape out = x.shape;
+  out.back() = n;
+  return {output_like(x, out)};
+}
+
+std::int64_t pooled_size(std::int64_t in, std::int64_t kernel, std::int64_t stride, std::int64_t pad_begin,
+                         std::int64_t pad_end, std::int64_t dilation, bool ceil_mode) {
+  const std::int64_t effective = dilation * (kernel - 1) + 1;
+  const std::int64_t span = in + pad_begin + pad_end - effective;
+  if (span < 0) return 0;
+  std::int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  // PyTorch/ONNX rule: the last window must start inside the input or the leading padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad_begin) --out;
+  return out;
+}
+
+std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x", "weight", "bias?", "residual?"});
+  const TensorDesc& x = desc.inputs[0];
+  const TensorDesc& w = desc.inputs[1];
+  check_rank(x, 4, "conv2d", "x", "[N, C, H, W]");
+  check_rank(w, 4, "conv2d", "weight", "[O, C/groups, kh, kw]");
+  check_activation(desc, {"none", "relu"});
+  const auto strides = ints_of_size(desc.attrs, "strides", 2, {1, 1}, "conv2d");
+  const auto pads = ints_of_size(desc.attrs, "pads", 4, {0, 0, 0, 0}, "conv2d");
+  const auto dilations = ints_of_size(desc.attrs, "dilations", 2, {1, 1}, "conv2d");
+  const std::int64_t groups = desc.attrs.get_int("groups", 1);
+  for (int k = 0; k < 2; ++k) {
+    XPURT_CHECK(strides[k] >= 1 && dilations[k] >= 1, "op 'conv2d': strides and dilations must be >= 1, got ",
+                shape_str(strides), " and ", shape_str(dilations));
+  }
+  for (const auto p : pads) XPURT_CHECK(p >= 0, "op 'conv2d': pads must be >= 0, got ", shape_str(pads));
+  XPURT_CHECK(groups >= 1 && x.shape[1] % groups == 0 && w.shape[0] % groups == 0, "op 'conv2d': groups=", groups,
+              " must divide the input channels (", x.shape[1], ") and the output channels (", w.shape[0], ")");
+  XPURT_CHECK(w.shape[1] * groups == x.shape[1], "op 'conv2d': weight ", shape_str(w.shape), " expects ",
+              w.shape[1] * groups, " input channels (groups=", groups, "), x ", shape_str(x.shape), " has ",
+              x.shape[1]);
+  const std::int64_t oh = pooled_size(x.shape[2], w.shape[2], strides[0], pads[0], pads[2], dilations[0], false);
+  const std::int64_t ow = pooled_size(x.shape[3], w.shape[3], strides[1], pads[1], pads[3], dilations[1], false);
+  XPURT_CHECK(oh > 0 && ow > 0, "op 'conv2d': the kernel ", w.shape[2], "x", w.shape[3], " (dilations ",
+              shape_str(dilations), ") does not fit the padded input ", x.shape[2] + pads[0] + pads[2], "x",
+              x.shape[3] + pads[1] + pads[3]);
+  const Shape out = {x.shape[0], w.shape[0], oh, ow};
+  if (desc.inputs[2].present) {
+    XPURT_CHECK(desc.inputs[2].shape == Shape{w.shape[0]}, "op 'conv2d': bias must have shape [", w.shape[0],
+                "], got ", shape_str(desc.inputs[2].shape));
+  }
+  if (desc.inputs[3].present) {
+    XPURT_CHECK(desc.inputs[3].shape == out, "op 'conv2d': residual must have the output shape ", shape_str(out),
+                ", got ", shape_str(desc.inputs[3].shape));
+  }
+  return {output_like(x, out)};
+}
+
+std::vector<TensorDesc> infer_pool(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x"});
+  const TensorDesc& x = desc.inputs[0];
+  check_rank(x, 4, desc.op, "x", "[N, C, H, W]");
+  if (desc.op == "global_avg_pool") return {output_like(x, {x.shape[0], x.shape[1], 1, 1})};
+  XPURT_CHECK(desc.attrs.has("kernel_shape"), "op '", desc.op, "': attribute 'kernel_shape' is required");
+  const auto kernel = ints_of_size(desc.attrs, "kernel_shape", 2, {}, desc.op);
+  const auto strides = ints_of_size(desc.attrs, "strides", 2, kernel, desc.op);
+  const auto pads = ints_of_size(desc.attrs, "pads", 4, {0, 0, 0, 0}, desc.op);
+  const auto dilations = desc.op == "max_pool2d" ? ints_of_size(desc.attrs, "dilations", 2, {1, 1}, desc.op)
+                                                 : Shape{1, 1};
+  const bool ceil_mode = desc.attrs.get_int("ceil_mode", 0) != 0;
+  for (int k = 0; k < 2; ++k) {
+    XPURT_CHECK(kernel[k] >= 1 && strides[k] >= 1 && dilations[k] >= 1, "op '", desc.op,
+                "': kernel_shape, strides and dilations must be >= 1");
+    const std::int64_t effective = dilations[k] * (kernel[k] - 1) + 1;
+    XPURT_CHECK(pads[k] >= 0 && pads[k + 2] >= 0 && pads[k] < effective && pads[k + 2] < effective, "op '", desc.op,
+                "': pads ", shape_str(pads), " must be >= 0 and smaller than the kernel ", shape_str(kernel));
+  }
+  const std::int64_t oh = pooled_size(x.shape[2], kernel[0], strides[0], pads[0], pads[2], dilations[0], ceil_mode);
+  const std::int64_t ow = pooled_size(x.shape[3], kernel[1], strides[1], pads[1], pads[3], dilations[1], ceil_mode);
+  XPURT_CHECK(oh > 0 && ow > 0, "op '", desc.op, "': the window ", shape_str(kernel),
+              " does not fit the padded input of ", shape_str(x.shape));
+  return {output_like(x, {x.shape[0], x.shape[1], oh, ow})};
+}
+
+std::vector<TensorDesc> infer_batch_norm(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x", "scale", "bias", "mean", "var"});
+  const TensorDesc& x = desc.inputs[0];
+  XPURT_CHECK(x.dim() >= 2, "op 'batch_norm': input 'x' must have rank >= 2 ([N, C, ...]), got ", shape_str(x.shape));
+  const char* names[] = {"x", "scale", "bias", "mean", "var"};
+  for (int k = 1; k < 5; ++k) {
+    XPURT_CHECK(desc.inputs[k].shape == Shape{x.shape[1]}, "op 'batch_norm': '", names[k], "' must have shape [",
+                x.shape[1], "], got ", shape_str(desc.inputs[k].shape));
+  }
+  return {output_like(x, x.shape)};
+}
+
+std::vector<TensorDesc> infer_softmax(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x"});
+  const TensorDesc& x = desc.inputs[0];
+  XPURT_CHECK(x.dim() >= 1, "op 'softmax': input 'x' must have rank >= 1");
+  normalize_axis(desc.attrs.get_int("axis", -1), x.dim(), desc.op);
+  return {output_like(x, x.shape)};
+}
+
+std::vector<TensorDesc> infer_layer_norm(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x", "scale?", "bias?"});
+  const TensorDesc& x = desc.inputs[0];
+  XPURT_CHECK(x.dim() >= 1, "op 'layer_norm': input 'x' must have rank >= 1");
+  const std::int64_t axis = normalize_axis(desc.attrs.get_int("axis", -1), x.dim(), desc.op);
+  XPURT_CHECK(desc.attrs.get_float("epsilon", 1e-5) > 0, "op 'layer_norm': epsilon must be > 0");
+  const Shape normalized(x.shape.begin() + axis, x.shape.end());
+  for (int k = 1; k < 3; ++k) {
+    if (!desc.inputs[k].present) continue;
+    XPURT_CHECK(desc.inputs[k].shape == normalized, "op 'layer_norm': '", k == 1 ? "scale" : "bias",
+                "' must have shape ", shape_str(normalized), " (x.shape[axis:]), got ",
+                shape_str(desc.inputs[k].shape));
+  }
+  return {output_like(x, x.shape)};
+}
+
+std::vector<TensorDesc> infer_unary(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x"});
+  if (desc.op == "gelu") {
+    const std::string approximate = desc.attrs.get_string("approximate", "none");
+    XPURT_CHECK(approximate == "none" || approximate == "tanh", "op 'gelu': approximate must be 'none' or 'tanh', "
+                "got '", approximate, "'");
+  }
+  return {output_like(desc.inputs[0], desc.inputs[0].shape)};
+}
+
+std::vector<TensorDesc> infer_binary(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"a", "b"});
+  return {output_like(desc.inputs[0], broadcast_shapes(desc.inputs[0].shape, desc.inputs[1].shape, desc.op, "input"))};
+}
+
+std::vector<TensorDesc> infer_cast(const OpDescriptor& desc) {
+  const TensorDesc& x = desc.inputs[0];
+  XPURT_CHECK_TYPE(is_float(x.dtype), "op 'cast': input 'x' must be a float tensor, got ", dtype_name(x.dtype));
+  XPURT_CHECK(desc.attrs.has("to"), "op 'cast': attribute 'to' (the dtype name) is required");
+  const DType to = dtype_from_name(desc.attrs.get_string("to", ""));
+  XPURT_CHECK_TYPE(is_float(to), "op 'cast': 'to' must be a float dtype, got ", dtype_name(to));
+  TensorDesc out = output_like(x, x.shape);
+  out.dtype = to;
+  return {out};
+}
+
+std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x"});
+  const TensorDesc& x = desc.inputs[0];
+  auto axes = desc.attrs.get_ints("axes", {});
+  const bool keepdims = desc.attrs.get_int("keepdims", 1) != 0;
+  std::vector<bool> reduced(x.shape.size(), axes.empty());
+  for (auto axis : axes) {
+    const auto a = normalize_axis(axis, x.dim(), desc.op, "axes");
+    XPURT_CHECK(!reduced[a], "op '", desc.op, "': axis ", axis, " is listed twice in 'axes'");
+    reduced[a] = true;
+  }
+  Shape out;
+  for (int k = 0; k < x.dim(); ++k) {
+    if (!reduced[k]) {
+      out.push_back(x.shape[k]);
+    } else {
+      XPURT_CHECK(x.shape[k] > 0 || desc.op == "reduce_sum" || desc.op == "reduce_mean", "op '", desc.op,
+                  "': cannot reduce an empty axis ", k);
+      if (keepdims) out.push_back(1);
+    }
+  }
+  return {output_like(x, out)};
+}
+
+std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"q", "k", "v", "mask?"});
+  const TensorDesc& q = desc.inputs[0];
+  const TensorDesc& k = desc.inputs[1];
+  const TensorDesc& v = desc.inputs[2];
+  check_rank(q, 4, "attention", "q", "[B, H, Sq, D]");
+  check_rank(k, 4, "attention", "k", "[B, Hkv, Sk, D]");
+  check_rank(v, 4, "attention", "v", "[B, Hkv, Sk, Dv]");
+  XPURT_CHECK(k.shape[0] == q.shape[0] && v.shape[0] == q.shape[0], "op 'attention': q, k, v must share the batch "
+              "size; got q ", shape_str(q.shape), ", k ", shape_str(k.shape), ", v ", shape_str(v.shape));
+  XPURT_CHECK(k.shape[1] == v.shape[1] && k.shape[1] >= 1 && q.shape[1] % k.shape[1] == 0,
+              "op 'attention': k and v must have the same number of heads Hkv dividing q's heads H; got q ",
+              shape_str(q.shape), ", k ", shape_str(k.shape), ", v ", shape_str(v.shape));
+  XPURT_CHECK(k.shape[3] == q.shape[3], "op 'attention': q and k must have the same head dim; got q ",
+              shape_str(q.shape), " and k ", shape_str(k.shape));
+  XPURT_CHECK(v.shape[2] == k.shape[2], "op 'attention': k and v must have the same sequence length; got k ",
+              shape_str(k.shape), " and v ", shape_str(v.shape));
+  const Shape scores = {q.shape[0], q.shape[1], q.shape[2], k.shape[2]};
+  if (desc.inputs[3].present) {
+    const Shape& mask = desc.inputs[3].shape;
+    XPURT_CHECK(mask.size() <= 4 && broadcast_shapes(mask, scores, "attention", "mask") == scores,
+                "op 'attention': mask ", shape_str(mask), " must broadcast to the scores' shape ",
+                shape_str(scores), " [B, H, Sq, Sk]");
+  }
+  const double scale = desc.attrs.get_float("scale", 0.0);
+  XPURT_CHECK(std::isfinite(scale) && scale >= 0, "op 'attention': scale must be >= 0 (0 = 1/sqrt(D)), got ", scale);
+  return {output_like(q, {q.shape[0], q.shape[1], q.shape[2], v.shape[3]})};
+}
+
+}  // namespace
+
+void register_ops(KernelRegistry& registry) {
+  auto add = [&](std::string name, std::string family, std::vector<std::string> inputs, std::string doc,
+                 std::function<std::vector<TensorDesc>(const OpDescriptor&)> infer) {
+    OpSchema schema;
+    schema.name = std::move(name);
+    schema.family = std::move(family);
+    schema.inputs = std::move(inputs);
+    schema.doc = std::move(doc);
+    schema.infer = std::move(infer);
+    registry.add_schema(std::move(schema));
+  };
+  add("matmul", "matmul", {"a", "b"}, "a[..., M, K] @ b[..., K, N], batch dims broadcast", infer_matmul);
+  add("linear", "matmul", {"x", "weight", "bias?"},
+      "act(x @ W^T + bias); activation=none|relu|gelu|gelu_tanh, weight_layout=nk|kn", infer_linear);
+  add("conv2d", "conv", {"x", "weight", "bias?", "residual?"},
+      "act(conv(x, w) + bias + residual), NCHW; strides, pads (t,l,b,r), dilations, groups, activation=none|relu",
+      infer_conv2d);
+  add("max_pool2d", "pool", {"x"}, "NCHW max pooling; kernel_shape, strides, pads, dilations, ceil_mode", infer_pool);
+  add("avg_pool2d", "pool", {"x"}, "NCHW average pooling; kernel_shape, strides, pads, ceil_mode, count_include_pad",
+      infer_pool);
+  add("global_avg_pool", "pool", {"x"}, "mean over H and W of NCHW", infer_pool);
+  add("batch_norm", "batch_norm", {"x", "scale", "bias", "mean", "var"},
+      "inference batch norm over axis 1; epsilon=1e-5", infer_batch_norm);
+  add("softmax", "softmax", {"x"}, "softmax along axis (default -1)", infer_softmax);
+  add("layer_norm", "layer_norm", {"x", "scale?", "bias?"}, "normalize over dims axis.. (default -1); epsilon=1e-5",
+      infer_layer_norm);
+  add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
+  for (const char* op : {"relu", "sigmoid", "tanh", "silu"}) {
+    add(op, "activation", {"x"}, std::string(op) + "(x)", infer_unary);
+  }
+  for (const char* op : {"exp", "log", "sqrt", "neg", "abs", "erf", "reciprocal"}) {
+    add(op, "elementwise", {"x"}, std::string(op) + "(x)", infer_unary);
+  }
+  for (const char* op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}) {
+    add(op, "elementwise", {"a", "b"}, std::string(op) + "(a, b) with NumPy broadcasting", infer_binary);
+  }
+  add("cast", "elementwise", {"x"}, "convert to the float dtype 'to'", infer_cast);
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"}) {
+    add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1", infer_reduce);
+  }
+  add("attention", "attention", {"q", "k", "v", "mask?"},
+      "softmax(q k^T * scale + mask) v; [B, H, S, D], causal=0, scale=0 (1/sqrt(D)), GQA when Hkv divides H",
+      infer_attention);
+}
+
+}  // namespace xpuruntime

@@ -1,0 +1,143 @@
+// The functional ops: named wrappers over one generic call that dispatches through cached Dispatchers.
+#include "xpuruntime/ops.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::ops {
+
+namespace {
+
+struct State {
+  std::mutex mutex;
+  KernelPolicy kernel_policy;
+  ExecutionPolicy exec_policy;
+  std::shared_ptr<AutotuneCache> cache;
+  std::map<std::string, std::shared_ptr<Dispatcher>> dispatchers;  // by the two fingerprints
+};
+
+State& state() {
+  static State* s = [] {
+    auto* created = new State();  // never destroyed: usable from other static destructors
+    const char* path = std::getenv("XPURT_AUTOTUNE_CACHE");
+    created->cache = path && *path ? std::make_shared<AutotuneCache>(path) : std::make_shared<AutotuneCache>();
+    return created;
+  }();
+  return *s;
+}
+
+}  // namespace
+
+std::shared_ptr<Dispatcher> dispatcher_for(const KernelPolicy& kernel_policy, const ExecutionPolicy& exec_policy) {
+  State& s = state();
+  const std::string key = kernel_policy.fingerprint() + exec_policy.fingerprint();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto& slot = s.dispatchers[key];
+  if (!slot) slot = std::make_shared<Dispatcher>(kernel_policy, exec_policy, s.cache);
+  return slot;
+}
+
+void set_default_policies(const KernelPolicy& kernel_policy, const ExecutionPolicy& exec_policy) {
+  kernel_policy.validate(KernelRegistry::global());
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.kernel_policy = kernel_policy;
+  s.exec_policy = exec_policy;
+}
+
+KernelPolicy default_kernel_policy() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.kernel_policy;
+}
+
+ExecutionPolicy default_exec_policy() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.exec_policy;
+}
+
+void set_autotune_cache(std::shared_ptr<AutotuneCache> cache) {
+  XPURT_CHECK(cache != nullptr, "set_autotune_cache: the cache must not be null");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.cache = std::move(cache);
+  s.dispatchers.clear();  // dispatchers hold the cache they were made with
+}
+
+std::shared_ptr<AutotuneCache> autotune_cache() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.cache;
+}
+
+std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                         const CallOptions& options) {
+  XPURT_CHECK(!inputs.empty() && inputs[0].defined(), "op '", op, "': the first input is required");
+  const KernelPolicy kernel_policy = options.kernel_policy ? *options.kernel_policy : default_kernel_policy();
+  const ExecutionPolicy exec_policy = options.exec_policy ? *options.exec_policy : default_exec_policy();
+  const auto dispatcher = dispatcher_for(kernel_policy, exec_policy);
+  // Kernels take contiguous inputs (the descriptor records the layout they get).
+  std::vector<Tensor> contiguous;
+  contiguous.reserve(inputs.size());
+  for (const auto& input : inputs) contiguous.push_back(input.defined() ? input.contiguous() : Tensor());
+  return dispatcher->run(op, contiguous, attrs, options.stream, options.decision);
+}
+
+namespace {
+Tensor single(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+              const CallOptions& options) {
+  return call(op, inputs, attrs, options).at(0);
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, const CallOptions& options) {
+  return single("matmul", {a, b}, {}, options);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::string& activation,
+              const CallOptions& options) {
+  return single("linear", {x, weight, bias}, Attributes().set("activation", activation), options);
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::vector<std::int64_t>& strides,
+              const std::vector<std::int64_t>& pads, const std::vector<std::int64_t>& dilations, std::int64_t groups,
+              const std::string& activation, const CallOptions& options) {
+  Attributes attrs;
+  attrs.set("strides", strides).set("pads", pads).set("dilations", dilations).set("groups", groups);
+  attrs.set("activation", activation);
+  return single("conv2d", {x, weight, bias}, attrs, options);
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal, double scale,
+                 const CallOptions& options) {
+  Attributes attrs;
+  attrs.set("causal", static_cast<std::int64_t>(causal ? 1 : 0)).set("scale", scale);
+  return single("attention", {q, k, v, mask}, attrs, options);
+}
+
+Tensor softmax(const Tensor& x, std::int64_t axis, const CallOptions& options) {
+  return single("softmax", {x}, Attributes().set("axis", axis), options);
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, std::int64_t axis, double epsilon,
+                  const CallOptions& options) {
+  return single("layer_norm", {x, scale, bias}, Attributes().set("axis", axis).set("epsilon", epsilon), options);
+}
+
+Tensor gelu(const Tensor& x, const std::string& approximate, const CallOptions& options) {
+  return single("gelu", {x}, Attributes().set("approximate", approximate), options);
+}
+
+Tensor add(const Tensor& a, const Tensor& b, const CallOptions& options) { return single("add", {a, b}, {}, options); }
+Tensor mul(const Tensor& a, const Tensor& b, const CallOptions& options) { return single("mul", {a, b}, {}, options); }
+Tensor relu(const Tensor& x, const CallOptions& options) { return single("relu", {x}, {}, options); }
+
+Tensor cast(const Tensor& x, DType dtype, const CallOptions& options) {
+  return single("cast", {x}, Attributes().set("to", std::string(dtype_name(dtype))), options);
+}
+
+}  // namespace xpuruntime::ops

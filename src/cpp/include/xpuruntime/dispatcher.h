@@ -1,0 +1,140 @@
+// Dispatcher: picks the kernel for each op under a KernelPolicy and an ExecutionPolicy, builds its plan, and
+// records the decision — every candidate, why each rejected one was rejected, timings when autotuned, the
+// winner and its plan record. Decisions are what `explain` shows.
+//
+// Autotuning (rule `auto` with BestPerformance) times every supporting kernel on scratch tensors of the real
+// shapes and keeps the fastest. Its results go to an AutotuneCache keyed by the op signature, the device
+// (name, compute capability), the driver and library versions and the policy bits that matter, saved as a
+// JSON file: a lock file of decisions. A cached entry is replayed without re-timing, with the same kernel and
+// the same plan record (e.g. the same cuBLASLt algorithm).
+//
+// Ownership: a Dispatcher owns its plans and decisions; the AutotuneCache is shared (shared_ptr).
+// Thread-safety: `select` and `run` may be called from several threads; AutotuneCache is internally locked.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/export.h"
+#include "xpuruntime/kernel_policy.h"
+#include "xpuruntime/kernel_registry.h"
+
+namespace xpuruntime {
+
+struct XPURT_API CandidateReport {
+  std::string kernel;
+  std::string backend;
+  bool supported = false;
+  std::string reason;    // why not, when not supported or not chosen
+  double time_us = -1;   // measured time when autotuned, else -1
+};
+
+struct XPURT_API Decision {
+  std::string op;
+  std::string family;
+  std::string signature;
+  std::string kernel;    // the winner
+  std::string backend;
+  // How the winner was chosen: "pinned", "preferred", "fallback" (no preferred kernel could run),
+  // "first-supported", "autotuned", "autotune-cache".
+  std::string rule;
+  std::string policy_rule;  // the rule that applied, in short form ("cublasLt", "pin:flash_v2", "auto")
+  std::string reason;       // one sentence
+  std::vector<CandidateReport> candidates;
+  std::string plan_record;    // the plan's record (JSON text) or empty
+  std::string plan_summary;   // the plan's one-line description
+  std::string to_json() const;  // one JSON object
+  std::string str() const;      // one line for humans
+};
+
+class XPURT_API AutotuneCache {
+ public:
+  struct Entry {
+    std::string kernel;
+    std::string plan_record;
+    std::map<std::string, double> times_us;  // every timed candidate
+  };
+  AutotuneCache() = default;
+  // A cache backed by `path`: loaded now when the file exists (InvalidArgumentError when it is malformed),
+  // written back by `save()` and after each new entry when `autosave`.
+  explicit AutotuneCache(std::string path, bool autosave = true);
+
+  // Key for `desc` on its device: signature + device name + driver/runtime/cuBLAS/cuDNN versions.
+  static std::string key(const OpDescriptor& desc);
+  bool lookup(const std::string& key, Entry* entry) const;
+  void store(const std::string& key, Entry entry);
+  std::size_t size() const;
+  void clear();
+  void save() const;           // to `path()`; UnsupportedOperationError without a path
+  void save(const std::string& path) const;
+  const std::string& path() const { return path_; }
+  std::string to_json() const;  // canonical
+
+ private:
+  mutable std::mutex mutex_;
+  std::string path_;
+  bool autosave_ = false;
+  std::map<std::string, Entry> entries_;
+};
+
+// A selected kernel with its plan, ready to run.
+struct XPURT_API Dispatch {
+  const Kernel* kernel = nullptr;
+  std::shared_ptr<const KernelPlan> plan;
+  Decision decision;
+};
+
+class XPURT_API Dispatcher {
+ public:
+  struct Options {
+    int autotune_warmup = 2;       // untimed runs per candidate
+    int autotune_iterations = 10;  // timed runs per candidate (the median is kept)
+  };
+  Dispatcher(KernelPolicy kernel_policy, ExecutionPolicy exec_policy,
+             std::shared_ptr<AutotuneCache> cache = nullptr, const KernelRegistry* registry = nullptr);
+  Dispatcher(KernelPolicy kernel_policy, ExecutionPolicy exec_policy, std::shared_ptr<AutotuneCache> cache,
+             const KernelRegistry* registry, Options options);
+
+  // Fills the policy bits of `desc`, validates it, infers the outputs, and returns the (cached) dispatch for
+  // its signature. Throws UnsupportedOperationError (pinned kernel cannot run it, or no kernel can) with
+  // every candidate's reason.
+  std::shared_ptr<const Dispatch> select(OpDescriptor& desc);
+
+  // select + allocate outputs (on `stream`) and workspace + run. `decision` (optional) receives a copy.
+  std::vector<Tensor> run(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                          const StreamView* stream = nullptr, Decision* decision = nullptr);
+
+  // Every distinct decision made so far, in the order they were first made.
+  std::vector<Decision> decisions() const;
+  const KernelPolicy& kernel_policy() const { return kernel_policy_; }
+  const ExecutionPolicy& exec_policy() const { return exec_policy_; }
+  const std::shared_ptr<AutotuneCache>& autotune_cache() const { return cache_; }
+  const KernelRegistry& registry() const { return *registry_; }
+  // Runs a plan with outputs and workspace allocated on `stream` (used by `run` and by the native engine).
+  static void launch(const Dispatch& dispatch, const OpDescriptor& desc, const std::vector<Tensor>& inputs,
+                     std::vector<Tensor>& outputs, const StreamView& stream);
+
+ private:
+  std::shared_ptr<Dispatch> decide(const OpDescriptor& desc);
+  double time_candidate(const Kernel& kernel, const KernelPlan& plan, const OpDescriptor& desc);
+
+  KernelPolicy kernel_policy_;
+  ExecutionPolicy exec_policy_;
+  std::shared_ptr<AutotuneCache> cache_;
+  const KernelRegistry* registry_;
+  Options options_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const Dispatch>> dispatches_;
+  std::vector<std::string> order_;
+};
+
+// Fills `desc.device`, compute capability, precision and determinism from the inputs and `policy`.
+XPURT_API OpDescriptor make_op_descriptor(const std::string& op, const std::vector<Tensor>& inputs,
+                                          const Attributes& attrs, const ExecutionPolicy& policy);
+
+}  // namespace xpuruntime

@@ -1,0 +1,58 @@
+// ExecutionPolicy: how a run executes, apart from which kernel runs each op (that is the KernelPolicy):
+// precision, determinism, CUDA graphs, shapes, memory limits, threads.
+//
+// Serialization is canonical: the same policy always gives the same bytes (keys sorted, every field written,
+// sizes as integers), so `fingerprint()` identifies it. Loading accepts sizes as integers or strings with a
+// unit ("256MiB", "1.5GB") and rejects unknown keys and bad values with the list of valid ones.
+//
+// Ownership: a plain value. Thread-safety: like any value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "xpuruntime/export.h"
+#include "xpuruntime/op_descriptor.h"
+
+namespace xpuruntime {
+
+struct XPURT_API ExecutionPolicy {
+  // Math precision. fp32: exact fp32 GEMM/conv. tf32: fp32 tensors may use TF32 tensor cores. fp16 / bf16:
+  // a session converts weights and activations to that type at build time (the functional ops compute in the
+  // dtype of their tensors, accumulating in fp32). int8: only where a kernel supports it (none yet: every
+  // kernel then reports why not). Default fp32.
+  Precision precision = Precision::kFP32;
+  // Only kernels that give the same bits run after run (kernels declare it; cuDNN algorithms and cuBLASLt
+  // split-K reductions that use atomics are excluded). Default false.
+  bool deterministic = false;
+  // Capture a session's plan into a CUDA graph and replay it (CUDA devices only). Default true.
+  bool cuda_graphs = true;
+  // Reject inputs whose shapes differ from the first run's instead of building a new plan. Default false.
+  bool static_shape = false;
+  // The most workspace one kernel may use, in bytes; 0 means the library's own default. Default 0.
+  std::uint64_t workspace_limit = 0;
+  // A cap on the bytes a session's device allocator may reserve; 0 means no cap. Default 0.
+  std::uint64_t memory_limit = 0;
+  // CPU threads for intra-op parallelism; 0 means the number of cores. Default 0.
+  int intra_op_threads = 0;
+
+  std::string to_json() const;  // canonical, 2-space indented, ends with a newline
+  std::string to_yaml() const;  // canonical
+  static ExecutionPolicy from_json(const std::string& text);
+  static ExecutionPolicy from_yaml(const std::string& text);
+  // By extension: ".json", ".yaml"/".yml". Errors name the file.
+  void save(const std::string& path) const;
+  static ExecutionPolicy load(const std::string& path);
+  // 16 hex digits of a 64-bit FNV-1a hash of `to_json()`.
+  std::string fingerprint() const;
+  std::string str() const;  // "ExecutionPolicy(precision=fp32, deterministic=false, ...)"
+
+  bool operator==(const ExecutionPolicy& other) const = default;
+};
+
+// "fp32" etc.; InvalidArgumentError listing the valid names otherwise.
+XPURT_API Precision precision_from_name(const std::string& name);
+// "256MiB" / "1GB" / "4096" -> bytes; InvalidArgumentError otherwise.
+XPURT_API std::uint64_t parse_byte_size(const std::string& text);
+
+}  // namespace xpuruntime

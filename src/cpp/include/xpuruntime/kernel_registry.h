@@ -1,0 +1,188 @@
+// KernelRegistry: the table of ops and of the kernels that implement them.
+//
+// An op is defined once by an OpSchema (its inputs, its policy family, and shape inference that also validates
+// the inputs). Kernels are added by backends, each through one registration function
+// (`register_<backend>(KernelRegistry&)`, see backends/). A kernel answers `supports(desc, policy)` with yes or
+// the reason why not, and `build(...)` makes a KernelPlan for one descriptor: the validate -> build -> execute
+// lifecycle of cudnn-frontend. A plan may carry a `record` (e.g. the cuBLASLt algorithm it picked) from which
+// `build` re-creates exactly the same plan: that is what the autotune cache and lock files store.
+//
+// Ownership: the registry owns its schemas and kernels for the life of the process; the pointers it hands out
+// stay valid. Thread-safety: `global()` is fully populated on first use; lookups are safe from any thread;
+// `add_*` is meant for start-up (it takes a lock, but returned lists are snapshots).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/device.h"
+#include "xpuruntime/export.h"
+#include "xpuruntime/op_descriptor.h"
+#include "xpuruntime/stream_manager.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+
+struct ExecutionPolicy;
+
+// The answer to "can this kernel run this op?": yes, or no with a reason a user can act on.
+class XPURT_API Support {
+ public:
+  static Support yes() { return Support(true, {}); }
+  static Support no(std::string reason) { return Support(false, std::move(reason)); }
+  bool ok() const { return ok_; }
+  explicit operator bool() const { return ok_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  Support(bool ok, std::string reason) : ok_(ok), reason_(std::move(reason)) {}
+  bool ok_;
+  std::string reason_;
+};
+
+// Everything a plan needs to run once. Inputs and outputs are in schema order; an absent optional input is an
+// undefined Tensor. Outputs are allocated by the caller with the shapes of `desc.outputs`.
+struct XPURT_API KernelLaunch {
+  const OpDescriptor* desc = nullptr;
+  const Tensor* inputs = nullptr;
+  std::size_t num_inputs = 0;
+  Tensor* outputs = nullptr;
+  std::size_t num_outputs = 0;
+  StreamView stream;             // CUDA kernels launch here; ignored on CPU
+  void* workspace = nullptr;     // `plan.workspace_bytes()` bytes on the op's device, or null when 0
+  std::size_t workspace_bytes = 0;
+
+  const Tensor& input(std::size_t i) const { return inputs[i]; }
+  Tensor& output(std::size_t i) const { return outputs[i]; }
+};
+
+// A kernel specialised to one OpDescriptor (algorithm chosen, descriptors created). Immutable after build;
+// `run` may be called concurrently from several threads with different launches.
+class XPURT_API KernelPlan {
+ public:
+  virtual ~KernelPlan() = default;
+  virtual void run(const KernelLaunch& launch) const = 0;
+  virtual std::size_t workspace_bytes() const { return 0; }
+  // Text (JSON object) from which `Kernel::build` re-creates this plan; empty when there is nothing to choose.
+  virtual std::string record() const { return {}; }
+  // One line for humans: "cublasLt algo 21, tile 128x256, 4 stages, epilogue GELU_BIAS".
+  virtual std::string describe() const { return {}; }
+};
+
+struct XPURT_API KernelInfo {
+  std::string op;       // the op it implements
+  std::string name;     // the name policies use: "cublasLt", "flash_v2", "cpu", ...
+  std::string backend;  // the backend folder it comes from: "cpu", "cublas", "cublasLt", "cudnn", "cuda_raw"
+  DeviceType device_type = DeviceType::kCPU;
+  bool deterministic = true;  // same inputs -> same bits, run after run
+  std::string summary;        // one line: what it is
+};
+
+class XPURT_API Kernel {
+ public:
+  explicit Kernel(KernelInfo info) : info_(std::move(info)) {}
+  virtual ~Kernel() = default;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  const KernelInfo& info() const { return info_; }
+  const std::string& name() const { return info_.name; }
+  const std::string& op() const { return info_.op; }
+
+  // Whether this kernel can run `desc` under `policy` (dtype, shape, layout, alignment, compute capability,
+  // library present, determinism). Never throws for an unsupported descriptor.
+  virtual Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const = 0;
+  // A plan for `desc` (only called when `supports` said yes). `record`: a previous plan's record to re-create
+  // exactly (empty: choose afresh). Throws UnsupportedOperationError when the record cannot be honoured.
+  virtual std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                            const std::string& record) const = 0;
+
+ private:
+  KernelInfo info_;
+};
+
+// A kernel whose plan is a plain function (most elementwise kernels): no choices, nothing to record.
+class XPURT_API FunctionKernel final : public Kernel {
+ public:
+  using SupportsFn = std::function<Support(const OpDescriptor&, const ExecutionPolicy&)>;
+  using RunFn = std::function<void(const KernelLaunch&)>;
+  FunctionKernel(KernelInfo info, SupportsFn supports, RunFn run);
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override;
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                    const std::string& record) const override;
+
+ private:
+  SupportsFn supports_;
+  RunFn run_;
+};
+
+// Defines an op: its inputs and attributes (documentation and validation), the policy family it belongs to,
+// and shape inference.
+struct XPURT_API OpSchema {
+  std::string name;    // "linear"
+  std::string family;  // the KernelPolicy key that also governs it: "matmul" for matmul and linear
+  std::vector<std::string> inputs;            // input names, optional ones suffixed with '?': "bias?"
+  std::vector<std::string> outputs = {"y"};
+  std::string doc;                            // one line, with the attributes and their defaults
+  // Validates `desc.inputs`/`desc.attrs` (InvalidArgumentError / InvalidTypeError naming the argument, the
+  // expected and the actual value) and returns the output descriptors (dtype and contiguous shape).
+  std::function<std::vector<TensorDesc>(const OpDescriptor&)> infer;
+
+  std::size_t num_required_inputs() const;
+};
+
+class XPURT_API KernelRegistry {
+ public:
+  KernelRegistry() = default;
+  KernelRegistry(const KernelRegistry&) = delete;
+  KernelRegistry& operator=(const KernelRegistry&) = delete;
+
+  // The process-wide registry with every op schema and every backend of this build registered.
+  static KernelRegistry& global();
+
+  void add_schema(OpSchema schema);     // InvalidArgumentError when the name is taken
+  void add_kernel(std::unique_ptr<Kernel> kernel);  // the op must exist; (op, name) must be new
+
+  // Lookups. `schema` throws InvalidArgumentError listing the valid op names when `op` is unknown.
+  const OpSchema& schema(const std::string& op) const;
+  const OpSchema* find_schema(const std::string& op) const;
+  std::vector<std::string> ops() const;       // sorted
+  std::vector<std::string> families() const;  // sorted, unique
+  std::vector<std::string> ops_in_family(const std::string& family) const;
+  // The kernels of `op` in priority order (the order used when the policy says nothing).
+  std::vector<const Kernel*> kernels(const std::string& op) const;
+  const Kernel* find_kernel(const std::string& op, const std::string& name) const;
+  // Kernel names valid for a policy key (an op or a family), sorted, unique.
+  std::vector<std::string> kernel_names(const std::string& policy_key) const;
+  bool is_policy_key(const std::string& key) const;  // an op name or a family name
+  std::vector<std::string> policy_keys() const;       // families and ops, sorted, unique
+
+  // Shape inference: fills `desc.outputs` (validating the inputs) through the op's schema.
+  void infer(OpDescriptor& desc) const;
+
+  // Versions of the vendor libraries the backends load ("cublasLt" -> "130200"), found at registration time.
+  // They are part of the autotune cache key: a tuned choice is only replayed with the same libraries.
+  void add_library_version(const std::string& library, const std::string& version);
+  std::string library_versions() const;  // "cublasLt=130200,cudnn=91400" (sorted)
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::string> library_versions_;
+  std::vector<OpSchema> schemas_;
+  std::vector<std::unique_ptr<Kernel>> kernels_;
+};
+
+// Registration functions, one per backend (src/cpp/backends/<name>/). `register_ops` adds the op schemas.
+void register_ops(KernelRegistry& registry);
+void register_cpu(KernelRegistry& registry);
+void register_cuda_raw(KernelRegistry& registry);
+void register_cublas(KernelRegistry& registry);
+void register_cublaslt(KernelRegistry& registry);
+void register_cudnn(KernelRegistry& registry);
+
+}  // namespace xpuruntime

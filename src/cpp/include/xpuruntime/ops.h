@@ -1,0 +1,68 @@
+// Functional ops over xpuruntime tensors. Every call dispatches through a KernelPolicy and an
+// ExecutionPolicy (default: the process-wide defaults, see `set_default_policies`) and runs on the inputs'
+// device, on `options.stream` (default: that device's current stream). CUDA calls are asynchronous like any
+// stream work; outputs are new tensors from the MemoryManager.
+//
+// Shapes follow the ONNX/PyTorch conventions:
+//   matmul(a[..., M, K], b[..., K, N])           -> [..., M, N] (batch dims broadcast)
+//   linear(x[..., K], w[N, K], bias[N]?)         -> [..., N], activation "none" | "relu" | "gelu" | "gelu_tanh"
+//   conv2d(x[N, C, H, W], w[O, C/g, kh, kw], bias[O]?) with strides, pads (top, left, bottom, right),
+//                                                 dilations, groups, activation "none" | "relu"
+//   attention(q[B, H, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, Dv], mask?) -> [B, H, Sq, Dv]; Hkv divides H;
+//                                                 scale (default 1/sqrt(D)), causal (top-left aligned), an
+//                                                 additive float mask broadcastable to [B, H, Sq, Sk]
+//   softmax(x, axis=-1), layer_norm(x, scale?, bias?, axis=-1, epsilon=1e-5), gelu(x, approximate="none")
+//
+// Thread-safety: calls from several threads are safe; the cached dispatchers are shared.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/dispatcher.h"
+#include "xpuruntime/export.h"
+
+namespace xpuruntime::ops {
+
+struct XPURT_API CallOptions {
+  const KernelPolicy* kernel_policy = nullptr;  // default: the process-wide default policy
+  const ExecutionPolicy* exec_policy = nullptr;  // default: the process-wide default policy
+  const StreamView* stream = nullptr;            // default: the device's current stream
+  Decision* decision = nullptr;                  // receives the decision when set
+};
+
+// The generic entry point every named op below goes through.
+XPURT_API std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs,
+                                   const Attributes& attrs = {}, const CallOptions& options = {});
+
+// The Dispatcher used for a pair of policies (cached by their fingerprints; shares one AutotuneCache).
+XPURT_API std::shared_ptr<Dispatcher> dispatcher_for(const KernelPolicy& kernel_policy,
+                                                     const ExecutionPolicy& exec_policy);
+XPURT_API void set_default_policies(const KernelPolicy& kernel_policy, const ExecutionPolicy& exec_policy);
+XPURT_API KernelPolicy default_kernel_policy();
+XPURT_API ExecutionPolicy default_exec_policy();
+// The AutotuneCache the functional ops use (default: in memory, or the file named by XPURT_AUTOTUNE_CACHE).
+XPURT_API void set_autotune_cache(std::shared_ptr<AutotuneCache> cache);
+XPURT_API std::shared_ptr<AutotuneCache> autotune_cache();
+
+XPURT_API Tensor matmul(const Tensor& a, const Tensor& b, const CallOptions& options = {});
+XPURT_API Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+                        const std::string& activation = "none", const CallOptions& options = {});
+XPURT_API Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+                        const std::vector<std::int64_t>& strides = {1, 1},
+                        const std::vector<std::int64_t>& pads = {0, 0, 0, 0},
+                        const std::vector<std::int64_t>& dilations = {1, 1}, std::int64_t groups = 1,
+                        const std::string& activation = "none", const CallOptions& options = {});
+XPURT_API Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
+                           bool causal = false, double scale = 0.0, const CallOptions& options = {});
+XPURT_API Tensor softmax(const Tensor& x, std::int64_t axis = -1, const CallOptions& options = {});
+XPURT_API Tensor layer_norm(const Tensor& x, const Tensor& scale = {}, const Tensor& bias = {},
+                            std::int64_t axis = -1, double epsilon = 1e-5, const CallOptions& options = {});
+XPURT_API Tensor gelu(const Tensor& x, const std::string& approximate = "none", const CallOptions& options = {});
+XPURT_API Tensor add(const Tensor& a, const Tensor& b, const CallOptions& options = {});
+XPURT_API Tensor mul(const Tensor& a, const Tensor& b, const CallOptions& options = {});
+XPURT_API Tensor relu(const Tensor& x, const CallOptions& options = {});
+XPURT_API Tensor cast(const Tensor& x, DType dtype, const CallOptions& options = {});
+
+}  // namespace xpuruntime::ops

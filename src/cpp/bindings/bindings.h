@@ -5,6 +5,7 @@
 
 #include "xpuruntime/device.h"
 #include "xpuruntime/stream_manager.h"
+#include "xpuruntime/tensor.h"
 
 namespace xpuruntime::bindings {
 
@@ -15,10 +16,16 @@ void bind_devices(py::module_& m);
 void bind_memory(py::module_& m);
 void bind_streams(py::module_& m);
 void bind_tensors(py::module_& m);
+void bind_policies(py::module_& m);
+void bind_kernels(py::module_& m);
 
 // Accepts a Device, "cpu"/"cuda:N", an int N (cuda:N), or None (the current device).
 Device to_device(const py::handle& obj);
-// Accepts a Stream, or None (the current stream of `device`).
+// Accepts a Stream, a raw CUDA stream handle (int, or an object with .cuda_stream such as torch.cuda.Stream),
+// or None (the current stream of `device`).
 StreamView to_stream(const py::handle& obj, Device device);
+
+// An xpuruntime Tensor viewing `obj` zero-copy: a Tensor, a numpy array, or any object with __dlpack__.
+Tensor to_tensor(const py::handle& obj);
 
 }  // namespace xpuruntime::bindings

@@ -5,13 +5,15 @@
 namespace py = pybind11;
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "xpuruntime C++ core (devices, memory, streams, graphs, tensors)";
+  m.doc() = "xpuruntime C++ core (devices, memory, streams, graphs, tensors, policies, kernels)";
   using namespace xpuruntime;
   bindings::bind_exceptions(m);
   bindings::bind_devices(m);
   bindings::bind_streams(m);
   bindings::bind_memory(m);
   bindings::bind_tensors(m);
+  bindings::bind_policies(m);
+  bindings::bind_kernels(m);
 
   m.def("get_version", &get_version, "The version of the xpuruntime core library.");
   m.def("build_info", [] {

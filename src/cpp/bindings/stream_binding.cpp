@@ -32,7 +32,17 @@ StreamView to_stream(const py::handle& obj, Device device) {
                 v.device.str());
     return v;
   }
-  throw InvalidTypeError(detail::str_cat("Expected an xpuruntime Stream or None, got ",
+  // A foreign stream: a raw cudaStream_t as an int, or an object with `cuda_stream` (torch.cuda.Stream,
+  // cupy.cuda.Stream's `ptr`), used without taking ownership.
+  if (!device.is_cpu()) {
+    py::object handle;
+    if (py::isinstance<py::int_>(obj)) handle = py::reinterpret_borrow<py::object>(obj);
+    else if (py::hasattr(obj, "cuda_stream")) handle = obj.attr("cuda_stream");
+    else if (py::hasattr(obj, "ptr")) handle = obj.attr("ptr");
+    if (handle) return StreamView(device, reinterpret_cast<void*>(handle.cast<std::uintptr_t>()));
+  }
+  throw InvalidTypeError(detail::str_cat("Expected an xpuruntime Stream, a CUDA stream handle (int or an object "
+                                         "with .cuda_stream) or None, got ",
                                          py::str(py::type::of(obj)).cast<std::string>()));
 }
 

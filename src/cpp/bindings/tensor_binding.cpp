@@ -319,4 +319,6 @@ void bind_tensors(py::module_& m) {
   m.def("from_numpy", &from_numpy, py::arg("array"), "A CPU Tensor viewing a numpy array's memory, zero-copy.");
 }
 
+Tensor to_tensor(const py::handle& obj) { return import_object(py::reinterpret_borrow<py::object>(obj)); }
+
 }  // namespace xpuruntime::bindings

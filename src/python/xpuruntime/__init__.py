@@ -32,6 +32,9 @@ from .runtime.device import (
     synchronize,
 )
 from .runtime.tensor import Tensor, empty, from_dlpack, from_numpy, tensor, zeros
+from .policies import ExecutionPolicy, KernelPolicy, pinned, preferred
+from ._core import AutotuneCache, Decision, Dispatcher, KernelInfo
+from . import ops
 
 __version__: str = _core.get_version()
 
@@ -39,6 +42,17 @@ __version__: str = _core.get_version()
 def get_version() -> str:
     """Return the version of xpuruntime (the same as ``__version__``)."""
     return _core.get_version()
+
+
+def kernels(op: str | None = None) -> list:
+    """The registered kernels (of ``op``), in priority order: ``KernelInfo`` with op, name, backend,
+    device_type (``"cpu"``/``"cuda"``), deterministic, summary."""
+    return _core.kernels(op)
+
+
+def op_schemas() -> list:
+    """Every op: name, family (its KernelPolicy key), inputs (optional ones end in ``?``), doc."""
+    return _core.op_schemas()
 
 
 def build_info() -> dict:
@@ -78,5 +92,16 @@ __all__ = [
     "tensor",
     "from_dlpack",
     "from_numpy",
+    "KernelPolicy",
+    "ExecutionPolicy",
+    "pinned",
+    "preferred",
+    "AutotuneCache",
+    "Decision",
+    "Dispatcher",
+    "KernelInfo",
+    "kernels",
+    "op_schemas",
+    "ops",
     "runtime",
 ]

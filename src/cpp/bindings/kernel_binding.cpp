@@ -1,0 +1,234 @@
+// The kernel registry, the dispatcher, decisions, the autotune cache and the functional ops' entry point.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "xpuruntime/dispatcher.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/ops.h"
+
+namespace xpuruntime::bindings {
+
+namespace {
+
+Attributes to_attributes(const py::handle& obj) {
+  Attributes attrs;
+  if (obj.is_none()) return attrs;
+  XPURT_CHECK_TYPE(py::isinstance<py::dict>(obj), "attrs must be a dict, got ",
+                   py::str(py::type::of(obj)).cast<std::string>());
+  for (const auto& [key_obj, value] : obj.cast<py::dict>()) {
+    const std::string key = py::str(key_obj).cast<std::string>();
+    if (py::isinstance<py::bool_>(value)) {
+      attrs.set(key, static_cast<std::int64_t>(value.cast<bool>()));
+    } else if (py::isinstance<py::int_>(value)) {
+      attrs.set(key, value.cast<std::int64_t>());
+    } else if (py::isinstance<py::float_>(value)) {
+      attrs.set(key, value.cast<double>());
+    } else if (py::isinstance<py::str>(value)) {
+      attrs.set(key, value.cast<std::string>());
+    } else if (py::isinstance<py::sequence>(value)) {
+      const auto seq = value.cast<py::sequence>();
+      bool all_int = true;
+      for (const auto& item : seq) all_int = all_int && (py::isinstance<py::int_>(item) || py::isinstance<py::bool_>(item));
+      if (all_int) {
+        attrs.set(key, value.cast<std::vector<std::int64_t>>());
+      } else {
+        attrs.set(key, value.cast<std::vector<double>>());
+      }
+    } else {
+      throw InvalidTypeError(detail::str_cat("attribute '", key, "' must be an int, float, str or a list of ints or "
+                                             "floats, got ", py::str(py::type::of(value)).cast<std::string>()));
+    }
+  }
+  return attrs;
+}
+
+std::vector<Tensor> to_tensors(const py::handle& inputs) {
+  XPURT_CHECK_TYPE(py::isinstance<py::sequence>(inputs) && !py::isinstance<py::str>(inputs),
+                   "inputs must be a list of tensors (None for an absent optional input)");
+  std::vector<Tensor> tensors;
+  for (const auto& item : inputs.cast<py::sequence>()) {
+    tensors.push_back(item.is_none() ? Tensor() : to_tensor(item));
+  }
+  return tensors;
+}
+
+py::list candidates_list(const Decision& d) {
+  py::list out;
+  for (const auto& c : d.candidates) {
+    py::dict item;
+    item["kernel"] = c.kernel;
+    item["backend"] = c.backend;
+    item["supported"] = c.supported;
+    item["reason"] = c.reason;
+    item["time_us"] = c.time_us >= 0 ? py::object(py::float_(c.time_us)) : py::object(py::none());
+    out.append(item);
+  }
+  return out;
+}
+
+std::vector<Tensor> run_call(const std::string& op, const py::handle& inputs, const py::handle& attrs,
+                             const KernelPolicy* kernel_policy, const ExecutionPolicy* exec_policy,
+                             const py::handle& stream, Decision* decision) {
+  std::vector<Tensor> tensors = to_tensors(inputs);
+  const Attributes attributes = to_attributes(attrs);
+  Device device = Device::cpu();
+  for (const auto& t : tensors) {
+    if (t.defined()) {
+      device = t.device();
+      break;
+    }
+  }
+  StreamView view;
+  ops::CallOptions options;
+  options.kernel_policy = kernel_policy;
+  options.exec_policy = exec_policy;
+  options.decision = decision;
+  if (!stream.is_none()) {
+    view = to_stream(stream, device);
+    options.stream = &view;
+  }
+  py::gil_scoped_release release;
+  return ops::call(op, tensors, attributes, options);
+}
+
+}  // namespace
+
+void bind_kernels(py::module_& m) {
+  py::class_<KernelInfo>(m, "KernelInfo", "A kernel of the registry: its op, name, backend and device type.")
+      .def_readonly("op", &KernelInfo::op)
+      .def_readonly("name", &KernelInfo::name)
+      .def_readonly("backend", &KernelInfo::backend)
+      .def_property_readonly("device_type", [](const KernelInfo& k) {
+        return k.device_type == DeviceType::kCUDA ? "cuda" : "cpu";
+      })
+      .def_readonly("deterministic", &KernelInfo::deterministic)
+      .def_readonly("summary", &KernelInfo::summary)
+      .def("__repr__", [](const KernelInfo& k) {
+        return "<KernelInfo " + k.op + ":" + k.name + " (" + k.backend + ", " +
+               (k.device_type == DeviceType::kCUDA ? "cuda" : "cpu") + ")>";
+      });
+
+  m.def("kernels", [](const py::object& op) {
+        const auto& registry = KernelRegistry::global();
+        std::vector<KernelInfo> out;
+        const std::vector<std::string> ops = op.is_none() ? registry.ops() : std::vector<std::string>{op.cast<std::string>()};
+        for (const auto& name : ops) {
+          registry.schema(name);  // unknown op -> InvalidArgumentError listing the valid ones
+          for (const Kernel* k : registry.kernels(name)) out.push_back(k->info());
+        }
+        return out;
+      }, py::arg("op") = py::none(), "The registered kernels (of one op), in priority order.");
+  m.def("op_schemas", [] {
+        const auto& registry = KernelRegistry::global();
+        py::list out;
+        for (const auto& name : registry.ops()) {
+          const OpSchema& s = registry.schema(name);
+          py::dict d;
+          d["name"] = s.name;
+          d["family"] = s.family;
+          d["inputs"] = s.inputs;
+          d["outputs"] = s.outputs;
+          d["doc"] = s.doc;
+          out.append(d);
+        }
+        return out;
+      }, "Every op: name, family (its policy key), inputs (optional ones end in '?'), doc.");
+  m.def("policy_keys", [] { return KernelRegistry::global().policy_keys(); });
+  m.def("kernel_names", [](const std::string& key) { return KernelRegistry::global().kernel_names(key); },
+        py::arg("key"));
+  m.def("library_versions", [] { return KernelRegistry::global().library_versions(); });
+
+  py::class_<Decision>(m, "Decision", "Which kernel the dispatcher chose for one op signature, and why.")
+      .def_readonly("op", &Decision::op)
+      .def_readonly("family", &Decision::family)
+      .def_readonly("signature", &Decision::signature)
+      .def_readonly("kernel", &Decision::kernel)
+      .def_readonly("backend", &Decision::backend)
+      .def_readonly("rule", &Decision::rule)
+      .def_readonly("policy_rule", &Decision::policy_rule)
+      .def_readonly("reason", &Decision::reason)
+      .def_readonly("plan_record", &Decision::plan_record)
+      .def_readonly("plan_summary", &Decision::plan_summary)
+      .def_property_readonly("candidates", &candidates_list)
+      .def("to_json", &Decision::to_json)
+      .def("__str__", &Decision::str)
+      .def("__repr__", [](const Decision& d) { return "<Decision " + d.str() + ">"; });
+
+  py::class_<AutotuneCache, std::shared_ptr<AutotuneCache>>(
+      m, "AutotuneCache",
+      "Autotuned and replayable kernel decisions, keyed by op signature, device, driver and library versions. "
+      "AutotuneCache(path) loads the file when it exists and writes it after each new entry (a lock file).")
+      .def(py::init<>())
+      .def(py::init<std::string, bool>(), py::arg("path"), py::arg("autosave") = true)
+      .def("__len__", &AutotuneCache::size)
+      .def("clear", &AutotuneCache::clear)
+      .def("save", py::overload_cast<>(&AutotuneCache::save, py::const_))
+      .def("save", py::overload_cast<const std::string&>(&AutotuneCache::save, py::const_), py::arg("path"))
+      .def_property_readonly("path", &AutotuneCache::path)
+      .def("to_json", &AutotuneCache::to_json)
+      .def("__repr__", [](const AutotuneCache& c) {
+        return "<AutotuneCache " + std::to_string(c.size()) + " entries" + (c.path().empty() ? "" : " at " + c.path()) + ">";
+      });
+
+  py::class_<Dispatcher, std::shared_ptr<Dispatcher>>(
+      m, "Dispatcher", "Picks and runs kernels under a KernelPolicy and an ExecutionPolicy, recording decisions.")
+      .def(py::init([](const KernelPolicy& kp, const ExecutionPolicy& ep, std::shared_ptr<AutotuneCache> cache,
+                       int warmup, int iterations) {
+             Dispatcher::Options options;
+             options.autotune_warmup = warmup;
+             options.autotune_iterations = iterations;
+             return std::make_shared<Dispatcher>(kp, ep, std::move(cache), nullptr, options);
+           }),
+           py::arg("kernel_policy"), py::arg("exec_policy"), py::arg("cache") = nullptr,
+           py::arg("autotune_warmup") = 2, py::arg("autotune_iterations") = 10)
+      .def("run",
+           [](Dispatcher& d, const std::string& op, const py::handle& inputs, const py::handle& attrs,
+              const py::handle& stream) {
+             std::vector<Tensor> tensors = to_tensors(inputs);
+             const Attributes attributes = to_attributes(attrs);
+             Device device = Device::cpu();
+             for (const auto& t : tensors) {
+               if (t.defined()) {
+                 device = t.device();
+                 break;
+               }
+             }
+             for (auto& t : tensors) {
+               if (t.defined()) t = t.contiguous();
+             }
+             StreamView view = to_stream(stream, device);
+             Decision decision;
+             std::vector<Tensor> outputs;
+             {
+               py::gil_scoped_release release;
+               outputs = d.run(op, tensors, attributes, device.is_cpu() ? nullptr : &view, &decision);
+             }
+             return py::make_tuple(outputs, decision);
+           },
+           py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("stream") = py::none(),
+           "Runs `op`; returns (outputs, decision).")
+      .def("decisions", &Dispatcher::decisions)
+      .def_property_readonly("kernel_policy", &Dispatcher::kernel_policy)
+      .def_property_readonly("exec_policy", &Dispatcher::exec_policy)
+      .def_property_readonly("autotune_cache", &Dispatcher::autotune_cache);
+
+  m.def("ops_call",
+        [](const std::string& op, const py::handle& inputs, const py::handle& attrs, const KernelPolicy* kernel_policy,
+           const ExecutionPolicy* exec_policy, const py::handle& stream, bool with_decision) -> py::object {
+          Decision decision;
+          std::vector<Tensor> outputs =
+              run_call(op, inputs, attrs, kernel_policy, exec_policy, stream, with_decision ? &decision : nullptr);
+          if (with_decision) return py::make_tuple(outputs, decision);
+          return py::cast(outputs);
+        },
+        py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
+        py::arg("exec_policy") = nullptr, py::arg("stream") = py::none(), py::arg("with_decision") = false);
+  m.def("ops_dispatcher", &ops::dispatcher_for, py::arg("kernel_policy"), py::arg("exec_policy"));
+  m.def("ops_set_default_policies", &ops::set_default_policies, py::arg("kernel_policy"), py::arg("exec_policy"));
+  m.def("ops_default_kernel_policy", &ops::default_kernel_policy);
+  m.def("ops_default_exec_policy", &ops::default_exec_policy);
+  m.def("ops_set_autotune_cache", &ops::set_autotune_cache, py::arg("cache"));
+  m.def("ops_autotune_cache", &ops::autotune_cache);
+}
+
+}  // namespace xpuruntime::bindings

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "xpuruntime/device_manager.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/kernel_policy.h"
 
 // Skips a GPU-only test on machines without a CUDA device, saying why.
 #define XPURT_SKIP_WITHOUT_GPU()                                                                   \
@@ -25,4 +27,14 @@
     } catch (const type& e) {                                                                      \
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();              \
     }                                                                                              \
+  } while (0)
+
+// Skips the test when this build has no YAML support (yaml-cpp missing at configure time).
+#define XPURT_SKIP_WITHOUT_YAML()                                                         \
+  do {                                                                                    \
+    try {                                                                                 \
+      (void)::xpuruntime::KernelPolicy().to_yaml();                                       \
+    } catch (const ::xpuruntime::UnsupportedOperationError&) {                            \
+      GTEST_SKIP() << "this build has no yaml-cpp (YAML policy files)";                   \
+    }                                                                                     \
   } while (0)

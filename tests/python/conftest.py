@@ -18,3 +18,14 @@ def _has_torch_cuda() -> bool:
 requires_torch_gpu = pytest.mark.skipif(
     xrt.get_device_count() == 0 or not _has_torch_cuda(), reason="needs torch with CUDA and a CUDA device"
 )
+
+
+def _has_yaml() -> bool:
+    try:
+        xrt.KernelPolicy().to_yaml()
+    except xrt.UnsupportedOperationError:
+        return False
+    return True
+
+
+requires_yaml = pytest.mark.skipif(not _has_yaml(), reason="this build has no yaml-cpp (YAML policy files)")

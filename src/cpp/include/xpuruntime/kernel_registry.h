@@ -178,7 +178,7 @@ class XPURT_API KernelRegistry {
 };
 
 // Registration functions, one per backend (src/cpp/backends/<name>/). `register_ops` adds the op schemas.
-void register_ops(KernelRegistry& registry);
+XPURT_API void register_ops(KernelRegistry& registry);
 void register_cpu(KernelRegistry& registry);
 void register_cuda_raw(KernelRegistry& registry);
 void register_cublas(KernelRegistry& registry);

@@ -1,0 +1,233 @@
+// Dispatcher: rules (pinned, preferred, fallback, auto), decisions with reasons, determinism, autotuning and the
+// autotune cache (replay without re-timing, plan records re-created), on a private registry of CPU kernels.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "test_utils.h"
+#include "xpuruntime/dispatcher.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/ops.h"
+
+using namespace xpuruntime;
+
+namespace {
+
+// A CPU "relu" whose speed, determinism and support are set by the test, counting its runs and builds.
+struct Counters {
+  std::atomic<int> runs{0};
+  std::atomic<int> builds{0};
+  std::string last_record;
+};
+
+class TestKernel final : public Kernel {
+ public:
+  TestKernel(std::string name, int delay_us, bool deterministic, bool supports_fp16, Counters* counters)
+      : Kernel(KernelInfo{"relu", std::move(name), "test", DeviceType::kCPU, deterministic, "test kernel"}),
+        delay_us_(delay_us),
+        supports_fp16_(supports_fp16),
+        counters_(counters) {}
+
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    if (desc.inputs[0].dtype == DType::kFloat16 && !supports_fp16_) return Support::no("no float16 here");
+    return Support::yes();
+  }
+
+  std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&, const std::string& record) const override {
+    ++counters_->builds;
+    counters_->last_record = record;
+    return std::make_unique<Plan>(this, record.empty() ? "{\"algo\":7}" : record);
+  }
+
+ private:
+  class Plan final : public KernelPlan {
+   public:
+    Plan(const TestKernel* kernel, std::string record) : kernel_(kernel), record_(std::move(record)) {}
+    void run(const KernelLaunch& launch) const override {
+      ++kernel_->counters_->runs;
+      if (kernel_->delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(kernel_->delay_us_));
+      const float* x = static_cast<const float*>(launch.input(0).data_ptr());
+      float* y = static_cast<float*>(launch.output(0).data_ptr());
+      for (std::int64_t i = 0; i < launch.input(0).numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
+    }
+    std::string record() const override { return record_; }
+    std::string describe() const override { return "test plan " + record_; }
+
+   private:
+    const TestKernel* kernel_;
+    std::string record_;
+  };
+
+  int delay_us_;
+  bool supports_fp16_;
+  Counters* counters_;
+};
+
+struct Fixture {
+  KernelRegistry registry;
+  Counters slow, fast, flaky;
+  Fixture() {
+    register_ops(registry);
+    registry.add_kernel(std::make_unique<TestKernel>("slow", 2000, true, true, &slow));
+    registry.add_kernel(std::make_unique<TestKernel>("fast", 0, false, true, &fast));
+    registry.add_kernel(std::make_unique<TestKernel>("flaky", 1000, true, false, &flaky));
+  }
+  Dispatcher dispatcher(const KernelPolicy& kp, ExecutionPolicy ep = {}, std::shared_ptr<AutotuneCache> cache = nullptr) {
+    Dispatcher::Options options;
+    options.autotune_warmup = 1;
+    options.autotune_iterations = 3;
+    return Dispatcher(kp, ep, std::move(cache), &registry, options);
+  }
+};
+
+Tensor input(DType dtype = DType::kFloat32) {
+  Tensor t = Tensor::empty({2, 3}, dtype, Device::cpu());
+  if (dtype == DType::kFloat32) {
+    float* p = static_cast<float*>(t.data_ptr());
+    for (int i = 0; i < 6; ++i) p[i] = static_cast<float>(i) - 2.5f;
+  } else {
+    t.zero_();
+  }
+  return t;
+}
+
+KernelPolicy policy_with(const std::string& key, const KernelRule& rule, const KernelRegistry& registry) {
+  KernelPolicy policy;
+  policy.set(key, rule, &registry);
+  return policy;
+}
+
+}  // namespace
+
+TEST(Dispatcher, FirstSupportedTakesRegistryOrderAndRecordsCandidates) {
+  Fixture f;
+  Dispatcher d = f.dispatcher(KernelPolicy());
+  Decision decision;
+  auto out = d.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "slow");
+  EXPECT_EQ(decision.rule, "first-supported");
+  ASSERT_EQ(decision.candidates.size(), 3u);
+  EXPECT_EQ(decision.candidates[1].reason, "not chosen (first-supported)");
+  EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[5], 2.5f);
+  EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[0], 0.0f);
+  EXPECT_NE(decision.to_json().find("\"signature\":\"relu(float32[2,3]){} cpu fp32\""), std::string::npos);
+}
+
+TEST(Dispatcher, PinnedKernelThatCannotRunRaisesWithTheReason) {
+  Fixture f;
+  Dispatcher d = f.dispatcher(policy_with("relu", KernelRule::pinned("flaky"), f.registry));
+  XPURT_EXPECT_THROW_WITH(d.run("relu", {input(DType::kFloat16)}, {}), UnsupportedOperationError,
+                          "pinned kernel 'flaky' cannot run relu(float16[2,3]){} cpu fp32: no float16 here. "
+                          "Kernels that could: slow, fast");
+  Decision decision;
+  d.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "flaky");
+  EXPECT_EQ(decision.rule, "pinned");
+}
+
+TEST(Dispatcher, PreferredFallsBackAndSaysWhy) {
+  Fixture f;
+  Dispatcher d = f.dispatcher(policy_with("activation", KernelRule::preferred({"flaky", "fast"}), f.registry));
+  Decision decision;
+  d.run("relu", {input(DType::kFloat16)}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "fast");
+  EXPECT_EQ(decision.rule, "preferred");
+  EXPECT_NE(decision.reason.find("flaky: no float16 here"), std::string::npos) << decision.reason;
+
+  Dispatcher only_flaky = f.dispatcher(policy_with("relu", KernelRule::preferred({"flaky"}), f.registry));
+  only_flaky.run("relu", {input(DType::kFloat16)}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.rule, "fallback");
+  EXPECT_EQ(decision.kernel, "slow");
+  EXPECT_NE(decision.reason.find("no preferred kernel could run it (flaky: no float16 here)"), std::string::npos);
+}
+
+TEST(Dispatcher, DeterministicModeSkipsNondeterministicKernels) {
+  Fixture f;
+  ExecutionPolicy ep;
+  ep.deterministic = true;
+  Dispatcher d = f.dispatcher(policy_with("relu", KernelRule::preferred({"fast"}), f.registry), ep);
+  Decision decision;
+  d.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "slow");
+  EXPECT_EQ(decision.candidates[1].reason, "not deterministic, and ExecutionPolicy.deterministic is on");
+  Dispatcher pinned = f.dispatcher(policy_with("relu", KernelRule::pinned("fast"), f.registry), ep);
+  XPURT_EXPECT_THROW_WITH(pinned.run("relu", {input()}, {}), UnsupportedOperationError, "not deterministic");
+}
+
+TEST(Dispatcher, BestPerformanceTimesOnceThenReplaysFromTheCacheFile) {
+  const std::string path = ::testing::TempDir() + "xpurt_autotune_test.json";
+  std::remove(path.c_str());
+  Fixture f;
+  const KernelPolicy policy = policy_with("relu", KernelRule::automatic(AutoSelectStrategy::kBestPerformance), f.registry);
+  {
+    auto cache = std::make_shared<AutotuneCache>(path);
+    Dispatcher d = f.dispatcher(policy, {}, cache);
+    Decision decision;
+    d.run("relu", {input()}, {}, nullptr, &decision);
+    EXPECT_EQ(decision.kernel, "fast");
+    EXPECT_EQ(decision.rule, "autotuned");
+    EXPECT_GT(decision.candidates[0].time_us, decision.candidates[1].time_us);
+    EXPECT_NE(decision.candidates[0].reason.find("slower"), std::string::npos);
+    EXPECT_EQ(f.slow.runs.load(), 4);  // 1 warm-up + 3 timed; the float16-less kernel runs too
+    EXPECT_EQ(cache->size(), 1u);
+    // The same signature again: cached in the dispatcher, no timing.
+    d.run("relu", {input()}, {}, nullptr, &decision);
+    EXPECT_EQ(f.slow.runs.load(), 4);
+  }
+  // A new process (new dispatcher, cache loaded from the file): replayed without timing, plan re-created from the
+  // recorded plan record.
+  Fixture g;
+  auto cache = std::make_shared<AutotuneCache>(path);
+  EXPECT_EQ(cache->size(), 1u);
+  Dispatcher d = g.dispatcher(policy, {}, cache);
+  Decision decision;
+  d.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "fast");
+  EXPECT_EQ(decision.rule, "autotune-cache");
+  EXPECT_EQ(g.slow.runs.load(), 0);
+  EXPECT_EQ(g.fast.runs.load(), 1);  // the real run only
+  EXPECT_EQ(g.fast.last_record, "{\"algo\":7}");
+  EXPECT_GT(decision.candidates[0].time_us, 0);  // the recorded timings are shown again
+  std::remove(path.c_str());
+}
+
+TEST(Dispatcher, MalformedCacheFileIsRejectedClearly) {
+  const std::string path = ::testing::TempDir() + "xpurt_bad_cache.json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("{\"entries\": 3}", f);
+    std::fclose(f);
+  }
+  XPURT_EXPECT_THROW_WITH(AutotuneCache cache(path), InvalidArgumentError, "is malformed");
+  std::remove(path.c_str());
+}
+
+TEST(Dispatcher, InvalidInputsAreTypedErrors) {
+  Fixture f;
+  Dispatcher d = f.dispatcher(KernelPolicy());
+  XPURT_EXPECT_THROW_WITH(d.run("rellu", {input()}, {}), InvalidArgumentError, "unknown op 'rellu'; valid ops: ");
+  XPURT_EXPECT_THROW_WITH(d.run("matmul", {input(), input()}, {}), InvalidArgumentError, "do not chain");
+  XPURT_EXPECT_THROW_WITH(d.run("matmul", {input()}, {}), InvalidArgumentError, "takes 2 inputs (a, b), got 1");
+  XPURT_EXPECT_THROW_WITH(d.run("softmax", {input()}, Attributes().set("axis", std::int64_t{5})),
+                          InvalidArgumentError, "axis=5 is out of range for a tensor of rank 2");
+  XPURT_EXPECT_THROW_WITH(d.run("softmax", {input()}, Attributes().set("axis", std::string("last"))),
+                          InvalidTypeError, "attribute 'axis' must be an int");
+}
+
+TEST(Ops, FunctionalOpsDispatchThroughTheGlobalRegistry) {
+  Tensor a = input();
+  Decision decision;
+  ops::CallOptions options;
+  options.decision = &decision;
+  Tensor y = ops::relu(a, options);
+  EXPECT_EQ(decision.kernel, "cpu");
+  EXPECT_EQ(static_cast<const float*>(y.data_ptr())[5], 2.5f);
+  KernelPolicy policy;
+  policy.set("relu", "pin:cuda_raw");
+  options.kernel_policy = &policy;
+  XPURT_EXPECT_THROW_WITH(ops::relu(a, options), UnsupportedOperationError, "pinned kernel 'cuda_raw' cannot run");
+}

@@ -1,0 +1,115 @@
+"""The functional ops from Python: dispatch through policies, decisions, zero-copy inputs, errors."""
+
+import numpy as np
+import pytest
+
+import xpuruntime as xrt
+from conftest import requires_gpu
+
+
+def test_kernels_and_schemas_are_listed():
+    kernels = xrt.kernels()
+    assert {(k.op, k.name) for k in kernels} >= {("matmul", "cpu"), ("attention", "cpu")}
+    names = {k.name for k in xrt.kernels("matmul")}
+    assert {"cpu", "cublas", "cublasLt"} <= names
+    assert {"cpu", "flash_v2", "unfused"} <= {k.name for k in xrt.kernels("attention")}
+    assert xrt.kernels("matmul")[-1].name == "cpu"  # the reference comes last in priority order
+    schemas = {s["name"]: s for s in xrt.op_schemas()}
+    assert schemas["linear"]["family"] == "matmul" and schemas["linear"]["inputs"] == ["x", "weight", "bias?"]
+    with pytest.raises(xrt.InvalidArgumentError, match="unknown op 'matmull'; valid ops: "):
+        xrt.kernels("matmull")
+
+
+def test_matmul_on_numpy_and_the_decision():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 7, 5), np.float32), rng.standard_normal((5, 2), np.float32)
+    y, decision = xrt.ops.matmul(a, b, return_decision=True)
+    np.testing.assert_allclose(y.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+    assert decision.kernel == "cpu" and decision.backend == "cpu"
+    assert decision.op == "matmul" and decision.family == "matmul"
+    assert decision.signature == "matmul(float32[3,7,5],float32[5,2]){} cpu fp32"
+    reasons = {c["kernel"]: c["reason"] for c in decision.candidates}
+    if xrt.get_device_count() == 0:
+        assert "runs on CUDA devices; the op is on cpu" in reasons["cublasLt"]
+    assert decision.to_json().startswith("{")
+    assert any(d.signature == decision.signature for d in xrt.ops.decisions())
+
+
+def test_preferred_gpu_kernel_falls_back_on_cpu_and_pinned_raises():
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    policy = xrt.KernelPolicy(activation="cuda_raw")
+    y, decision = xrt.ops.relu(x, policy=policy, return_decision=True)
+    np.testing.assert_array_equal(y.numpy(), np.maximum(x, 0))
+    assert decision.rule == "fallback" and decision.kernel == "cpu"
+    assert "cuda_raw: runs on CUDA devices" in decision.reason
+    with pytest.raises(xrt.UnsupportedOperationError, match="pinned kernel 'cuda_raw' cannot run relu"):
+        xrt.ops.relu(x, policy=xrt.KernelPolicy(relu="pin:cuda_raw"))
+
+
+def test_linear_attention_softmax_layer_norm_against_numpy():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 8), np.float32)
+    w = rng.standard_normal((5, 8), np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    np.testing.assert_allclose(xrt.ops.linear(x, w, b, "relu").numpy(), np.maximum(x @ w.T + b, 0), rtol=1e-5,
+                               atol=1e-5)
+    s = xrt.ops.softmax(x, axis=1).numpy()
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(s, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    q, k, v = (rng.standard_normal((1, 2, 4, 8), np.float32) for _ in range(3))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(8)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    np.testing.assert_allclose(xrt.ops.attention(q, k, v).numpy(), (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_bad_inputs_raise_typed_errors():
+    a = np.ones((2, 3), np.float32)
+    with pytest.raises(xrt.InvalidArgumentError, match="do not chain"):
+        xrt.ops.matmul(a, a)
+    with pytest.raises(xrt.InvalidTypeError, match="must be float32, float16 or bfloat16, got int32"):
+        xrt.ops.relu(np.ones(3, np.int32))
+    with pytest.raises(xrt.InvalidTypeError, match="must have the dtype of 'a'"):
+        xrt.ops.add(a, a.astype(np.float64))
+    with pytest.raises(xrt.InvalidArgumentError, match="cannot be broadcast together"):
+        xrt.ops.add(a, np.ones((4,), np.float32))
+    with pytest.raises(xrt.InvalidArgumentError, match="unknown op"):
+        xrt.ops.call("nope", [a])
+    with pytest.raises(xrt.InvalidTypeError, match="attrs must be a dict"):
+        xrt.ops.call("softmax", [a], [1])
+    with pytest.raises(TypeError):
+        xrt.ops.softmax(a, axes=1)
+    with pytest.raises(xrt.InvalidTypeError, match="policy must be a KernelPolicy"):
+        xrt.ops.relu(a, policy="cpu")
+
+
+def test_autotune_best_performance_on_cpu_uses_the_cache(tmp_path):
+    cache = xrt.AutotuneCache(str(tmp_path / "lock.json"))
+    d = xrt.Dispatcher(xrt.KernelPolicy(auto_strategy="BestPerformance"), xrt.ExecutionPolicy(), cache)
+    outputs, decision = d.run("gelu", [np.ones((4, 4), np.float32)])
+    assert decision.rule == "autotuned" and decision.kernel == "cpu"
+    assert len(cache) == 1 and (tmp_path / "lock.json").exists()
+    again = xrt.Dispatcher(xrt.KernelPolicy(auto_strategy="BestPerformance"), xrt.ExecutionPolicy(),
+                           xrt.AutotuneCache(str(tmp_path / "lock.json")))
+    _, decision = again.run("gelu", [np.ones((4, 4), np.float32)])
+    assert decision.rule == "autotune-cache"
+
+
+def test_dlpack_inputs_are_zero_copy():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = xrt.from_dlpack(a)
+    assert t.data_ptr == a.ctypes.data
+    y = xrt.ops.add(t, a)
+    np.testing.assert_array_equal(np.from_dlpack(y), a + a)
+
+
+@requires_gpu
+def test_gpu_ops_run_on_the_device_with_gpu_kernels():
+    rng = np.random.default_rng(2)
+    a = xrt.from_numpy(rng.standard_normal((64, 32), np.float32)).to("cuda:0")
+    b = xrt.from_numpy(rng.standard_normal((32, 16), np.float32)).to("cuda:0")
+    y, decision = xrt.ops.matmul(a, b, return_decision=True)
+    assert decision.backend in ("cublasLt", "cublas")
+    np.testing.assert_allclose(y.cpu().numpy(), a.cpu().numpy() @ b.cpu().numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(xrt.UnsupportedOperationError, match="pinned kernel 'cpu' cannot run"):
+        xrt.ops.matmul(a, b, policy=xrt.KernelPolicy(matmul="pin:cpu"))

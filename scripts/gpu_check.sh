@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # Builds xpuruntime on the lent GPU machine and runs everything there: the C++ and Python test suites (GPU
-# tests included) and the allocator benchmark. Logs and the results table go to $OUT (or ./gpu_out).
+# tests included, the cross-backend conformance suite among them) and the GPU benchmarks. Logs and result
+# tables go to $OUT (or ./gpu_out).
 #
-# That machine has no Debian packages: the DLPack header and GoogleTest sources travel in .third_party/
-# (made here by `scripts/gpu_check.sh --prepare`, which copies them from this machine's Debian packages).
+#   scripts/gpu_check.sh [--tests-only | --bench-only]
+#
+# That machine has no Debian packages: the DLPack and nlohmann-json headers and the GoogleTest sources travel in
+# .third_party/ (made here by `scripts/gpu_check.sh --prepare`, which copies them from this machine's Debian
+# packages). cuDNN comes from the pip wheel folder there; yaml-cpp and OpenBLAS are absent, so YAML tests skip
+# and the cpu backend uses its own GEMM.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--prepare" ]; then
   mkdir -p .third_party/dlpack/include
   cp -r /usr/include/dlpack .third_party/dlpack/include/
   rm -rf .third_party/googletest && cp -r /usr/src/googletest .third_party/googletest
+  mkdir -p .third_party/nlohmann/include && cp -r /usr/include/nlohmann .third_party/nlohmann/include/
   echo "prepared .third_party (carry it to the device)"
   exit 0
 fi
+MODE=${1:-all}
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 PY=$(command -v python3)
+SP=$($PY -c 'import site; print(site.getsitepackages()[0])')
+export LD_LIBRARY_PATH="$SP/nvidia/cudnn/lib:$SP/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}"
 export PYTHONUNBUFFERED=1
 {
   echo "date: $(date -u +%FT%TZ)"
@@ -29,17 +38,29 @@ CXX_COMPILER=${CXX:-/usr/bin/g++}
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=OFF -DCMAKE_CXX_COMPILER="$CXX_COMPILER" \
   -DPython3_EXECUTABLE="$PY" -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" \
   -DXPURT_DLPACK_INCLUDE_DIR="$PWD/.third_party/dlpack/include" \
-  -DXPURT_GTEST_SOURCE_DIR="$PWD/.third_party/googletest" -DXPURT_WITH_CUDA=ON > "$OUT/configure.log" 2>&1 \
+  -DXPURT_GTEST_SOURCE_DIR="$PWD/.third_party/googletest" -DXPURT_WITH_CUDA=ON \
+  -DXPURT_NLOHMANN_JSON_INCLUDE_DIR="$PWD/.third_party/nlohmann/include" \
+  -DXPURT_WITH_CUDNN=ON -DCUDNN_ROOT="$SP/nvidia/cudnn" -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/configure.log" 2>&1 \
   || { tail -40 "$OUT/configure.log"; exit 1; }
 grep -A10 "configuration" "$OUT/configure.log"
 cmake --build build-gpu -j 16 > "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | head -60; exit 1; }
 echo "== build ok"
 
 status=0
-ctest --test-dir build-gpu --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1 || status=1
-tail -15 "$OUT/ctest.log"
-PYTHONPATH=$PWD/src/python $PY -m pytest -q -rs -p no:cacheprovider tests/python > "$OUT/pytest.log" 2>&1 || status=1
-tail -15 "$OUT/pytest.log"
-PYTHONPATH=$PWD/src/python $PY benchmarks/allocator_bench.py --bench build-gpu/benchmarks/bench_allocator \
-  --out "$OUT/allocator_bench.md" 2>&1 | tee "$OUT/bench.log" || status=1
+if [ "$MODE" != "--bench-only" ]; then
+  ctest --test-dir build-gpu --output-on-failure -j 8 > "$OUT/ctest.log" 2>&1 || status=1
+  grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Exception" "$OUT/ctest.log" | head -40
+  PYTHONPATH=$PWD/src/python $PY -m pytest -q -rs -p no:cacheprovider tests/python > "$OUT/pytest.log" 2>&1 || status=1
+  grep -E "passed|failed|FAILED|ERROR" "$OUT/pytest.log" | head -40
+fi
+if [ "$MODE" != "--tests-only" ]; then
+  export PYTHONPATH=$PWD/src/python
+  $PY benchmarks/allocator_bench.py --bench build-gpu/benchmarks/bench_allocator --out "$OUT/allocator_bench.md" \
+    > "$OUT/bench_allocator.log" 2>&1 || status=1
+  for bench in gemm attention; do
+    if [ -f benchmarks/bench_$bench.py ]; then
+      $PY benchmarks/bench_$bench.py --out "$OUT/bench_$bench.md" 2>&1 | tee "$OUT/bench_$bench.log" | tail -30 || status=1
+    fi
+  done
+fi
 exit $status

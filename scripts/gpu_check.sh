@@ -57,6 +57,8 @@ if [ "$MODE" != "--tests-only" ]; then
   export PYTHONPATH=$PWD/src/python
   $PY benchmarks/allocator_bench.py --bench build-gpu/benchmarks/bench_allocator --out "$OUT/allocator_bench.md" \
     > "$OUT/bench_allocator.log" 2>&1 || status=1
+  $PY benchmarks/dispatch_bench.py --bench build-gpu/benchmarks/bench_dispatch --out "$OUT/bench_dispatch.md" \
+    2>&1 | tee "$OUT/bench_dispatch.log" | tail -12 || status=1
   for bench in gemm attention; do
     if [ -f benchmarks/bench_$bench.py ]; then
       $PY benchmarks/bench_$bench.py --out "$OUT/bench_$bench.md" 2>&1 | tee "$OUT/bench_$bench.log" | tail -30 || status=1

@@ -16,8 +16,17 @@ struct State {
   KernelPolicy kernel_policy;
   ExecutionPolicy exec_policy;
   std::shared_ptr<AutotuneCache> cache;
-  std::map<std::string, std::shared_ptr<Dispatcher>> dispatchers;  // by the two fingerprints
+  std::map<std::string, std::shared_ptr<Dispatcher>> dispatchers;  // by dispatcher_key()
+  std::shared_ptr<Dispatcher> default_dispatcher;                   // for the default policies
 };
+
+// Identifies a pair of policies, cheaply (this runs on every call): KernelPolicy::str() lists every rule and the
+// auto strategy in canonical order, and the ExecutionPolicy fields are few.
+std::string dispatcher_key(const KernelPolicy& kernel_policy, const ExecutionPolicy& p) {
+  return detail::str_cat(kernel_policy.str(), "|", precision_name(p.precision), p.deterministic ? "d" : "-",
+                         p.cuda_graphs ? "g" : "-", p.static_shape ? "s" : "-", p.workspace_limit, ",",
+                         p.memory_limit, ",", p.intra_op_threads);
+}
 
 State& state() {
   static State* s = [] {
@@ -33,7 +42,7 @@ State& state() {
 
 std::shared_ptr<Dispatcher> dispatcher_for(const KernelPolicy& kernel_policy, const ExecutionPolicy& exec_policy) {
   State& s = state();
-  const std::string key = kernel_policy.fingerprint() + exec_policy.fingerprint();
+  const std::string key = dispatcher_key(kernel_policy, exec_policy);
   std::lock_guard<std::mutex> lock(s.mutex);
   auto& slot = s.dispatchers[key];
   if (!slot) slot = std::make_shared<Dispatcher>(kernel_policy, exec_policy, s.cache);
@@ -46,6 +55,7 @@ void set_default_policies(const KernelPolicy& kernel_policy, const ExecutionPoli
   std::lock_guard<std::mutex> lock(s.mutex);
   s.kernel_policy = kernel_policy;
   s.exec_policy = exec_policy;
+  s.default_dispatcher.reset();
 }
 
 KernelPolicy default_kernel_policy() {
@@ -66,6 +76,7 @@ void set_autotune_cache(std::shared_ptr<AutotuneCache> cache) {
   std::lock_guard<std::mutex> lock(s.mutex);
   s.cache = std::move(cache);
   s.dispatchers.clear();  // dispatchers hold the cache they were made with
+  s.default_dispatcher.reset();
 }
 
 std::shared_ptr<AutotuneCache> autotune_cache() {
@@ -77,9 +88,23 @@ std::shared_ptr<AutotuneCache> autotune_cache() {
 std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
                          const CallOptions& options) {
   XPURT_CHECK(!inputs.empty() && inputs[0].defined(), "op '", op, "': the first input is required");
-  const KernelPolicy kernel_policy = options.kernel_policy ? *options.kernel_policy : default_kernel_policy();
-  const ExecutionPolicy exec_policy = options.exec_policy ? *options.exec_policy : default_exec_policy();
-  const auto dispatcher = dispatcher_for(kernel_policy, exec_policy);
+  std::shared_ptr<Dispatcher> dispatcher;
+  if (options.kernel_policy == nullptr && options.exec_policy == nullptr) {
+    State& s = state();
+    std::unique_lock<std::mutex> lock(s.mutex);
+    dispatcher = s.default_dispatcher;
+    if (!dispatcher) {
+      const KernelPolicy kp = s.kernel_policy;
+      const ExecutionPolicy ep = s.exec_policy;
+      lock.unlock();
+      dispatcher = dispatcher_for(kp, ep);
+      lock.lock();
+      s.default_dispatcher = dispatcher;
+    }
+  } else {
+    dispatcher = dispatcher_for(options.kernel_policy ? *options.kernel_policy : default_kernel_policy(),
+                                options.exec_policy ? *options.exec_policy : default_exec_policy());
+  }
   // Kernels take contiguous inputs (the descriptor records the layout they get).
   std::vector<Tensor> contiguous;
   contiguous.reserve(inputs.size());

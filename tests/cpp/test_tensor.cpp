@@ -167,5 +167,54 @@ TEST(TensorGpu, RoundTripsThroughTheDeviceAtOddShapes) {
   for (int i = 0; i < 15; ++i) EXPECT_EQ(static_cast<const std::int64_t*>(zh.data_ptr())[i], 0);
 }
 
+// CUDA tensors of different layouts (and host sources into CUDA views with gaps) copy through the cuda_raw
+// backend's gather kernel.
+TEST(TensorGpu, CopiesBetweenDeviceLayoutsRunOnTheDevice) {
+  XPURT_SKIP_WITHOUT_GPU();
+  const Tensor host = iota_tensor({3, 4, 5});
+  const Tensor host_view = permuted(host, {2, 0, 1});  // [5, 3, 4]
+  const Tensor expect = host_view.contiguous();
+  const Tensor gpu_view = host_view.to(Device::cuda(0));  // dense: keeps the permuted strides
+  ASSERT_FALSE(gpu_view.is_contiguous());
+  const Tensor gpu_contiguous = gpu_view.contiguous();
+  EXPECT_TRUE(gpu_contiguous.is_contiguous());
+  EXPECT_TRUE(gpu_contiguous.device().is_cuda());
+  const Tensor back = gpu_contiguous.to(Device::cpu());
+  ASSERT_EQ(std::memcmp(back.data_ptr(), expect.data_ptr(), expect.nbytes()), 0);
+  // Into a device view with gaps (every other element of the last dimension), from the device and from the host.
+  for (const Tensor& source : {gpu_view, host_view}) {
+    Tensor big = Tensor::zeros({5, 3, 8}, DType::kFloat32, Device::cuda(0));
+    Tensor gaps = Tensor::from_blob(big.data_ptr(), {5, 3, 4}, {24, 8, 2}, DType::kFloat32, Device::cuda(0),
+                                    big.storage());
+    gaps.copy_from(source);
+    const Tensor big_host = big.to(Device::cpu());
+    for (std::int64_t i = 0; i < 5; ++i) {
+      for (std::int64_t j = 0; j < 3; ++j) {
+        for (std::int64_t k = 0; k < 8; ++k) {
+          const float want = k % 2 == 0 ? at(expect, {i, j, k / 2}) : 0.0f;
+          ASSERT_EQ(at(big_host, {i, j, k}), want) << source.device().str() << " source at " << i << "," << j << ","
+                                                   << k;
+        }
+      }
+    }
+  }
+  // Within one storage: a square matrix overwritten by its own transpose (the source is staged first).
+  Tensor square = iota_tensor({4, 4}).to(Device::cuda(0));
+  square.copy_from(permuted(square, {1, 0}));
+  const Tensor square_host = square.to(Device::cpu());
+  for (std::int64_t i = 0; i < 4; ++i) {
+    for (std::int64_t j = 0; j < 4; ++j) EXPECT_EQ(at(square_host, {i, j}), static_cast<float>(4 * j + i));
+  }
+  // Other dtypes (only the element size matters to the kernel).
+  for (const DType dtype : {DType::kInt64, DType::kUInt8, DType::kFloat16}) {
+    Tensor raw = Tensor::empty({6, 7}, dtype);
+    auto* bytes = static_cast<unsigned char*>(raw.data_ptr());
+    for (std::size_t b = 0; b < raw.nbytes(); ++b) bytes[b] = static_cast<unsigned char>(b * 31 + 7);
+    const Tensor transposed = permuted(raw, {1, 0}).to(Device::cuda(0)).contiguous().to(Device::cpu());
+    const Tensor want = permuted(raw, {1, 0}).contiguous();
+    EXPECT_EQ(std::memcmp(transposed.data_ptr(), want.data_ptr(), want.nbytes()), 0) << dtype_name(dtype);
+  }
+}
+
 }  // namespace
 }  // namespace xpuruntime

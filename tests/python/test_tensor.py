@@ -123,6 +123,21 @@ def test_gpu_round_trips(shape):
 
 
 @requires_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "uint8"])
+def test_gpu_copies_between_layouts_run_on_the_device(dtype):
+    a = (np.arange(3 * 4 * 5) % 251).reshape(3, 4, 5).astype(dtype)
+    view = a.transpose(2, 0, 1)
+    g = xrt.from_numpy(view).to("cuda:0")  # dense: keeps the permuted strides
+    assert not g.is_contiguous()
+    c = g.contiguous()  # a CUDA -> CUDA copy between layouts: the cuda_raw gather kernel
+    assert c.is_contiguous() and c.device == "cuda:0"
+    np.testing.assert_array_equal(c.to_numpy(), np.ascontiguousarray(view))
+    z = xrt.zeros(view.shape, dtype, device="cuda:0")
+    z.copy_(g)
+    np.testing.assert_array_equal(z.to_numpy(), view)
+
+
+@requires_gpu
 def test_pinned_tensors():
     p = xrt.empty((1024,), "float32", device="cpu", pinned=True)
     assert p.is_pinned

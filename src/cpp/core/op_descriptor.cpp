@@ -85,7 +85,7 @@ std::int64_t TensorDesc::numel() const {
 }
 
 bool TensorDesc::is_contiguous() const {
-  if (strides.empty()) return true;
+  if (strides.empty() || numel() == 0) return true;  // no elements: any strides describe the same (empty) layout
   std::int64_t expected = 1;
   for (int k = dim() - 1; k >= 0; --k) {
     if (shape[k] != 1 && strides[k] != expected) return false;

@@ -5,6 +5,9 @@
 #include <numeric>
 
 #include "cuda_utils.h"
+#if XPURT_BACKEND_CUDA_RAW
+#include "../backends/cuda_raw/cuda_raw_ops.h"
+#endif
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/memory_manager.h"
@@ -323,11 +326,29 @@ void Tensor::copy_from(const Tensor& src, const StreamView* stream, bool non_blo
     s.synchronize();  // the staging buffer dies here
     return;
   }
+#if XPURT_BACKEND_CUDA_RAW
+  // Different layouts on a CUDA destination: the cuda_raw gather kernel rearranges the elements on this device.
+  // A source elsewhere (the host, another GPU) first comes here contiguously; a source sharing this tensor's
+  // storage is first copied out, since the kernel's reads and writes must not overlap.
+  Tensor source = src;
+  if (src.device() != device()) {
+    source = src.contiguous().to(device(), &s, false);
+  } else if (src.storage_ == storage_) {
+    source = empty(shape_, dtype_, device(), &s);
+    source.copy_from(src, &s, true);
+  }
+  {
+    detail::CudaDeviceGuard guard(device().index);
+    cuda_raw::strided_copy(source.data_ptr(), data_ptr(), dtype_, shape_, source.strides_, strides_, s.handle);
+  }
+  finish();
+#else
   throw UnsupportedOperationError(detail::str_cat(
       "copy_from: a strided copy into ", device().str(), " from ", src.device().str(), " with a different layout (",
       shape_str(strides_), " vs ", shape_str(src.strides_),
-      " strides) needs a device kernel, which the cuda_raw backend will provide; copy through the host or make "
-      "both tensors contiguous"));
+      " strides) needs the cuda_raw backend's device kernel, which this build lacks (it needs CUDA); copy through "
+      "the host or make both tensors contiguous"));
+#endif
 }
 
 void Tensor::zero_(const StreamView* stream) {

@@ -1,0 +1,110 @@
+// Attention of the cpu backend: y = softmax(q k^T * scale + mask) v per (batch, head), with the S x S scores
+// in memory (two GEMMs around a row softmax accumulated in double).
+//
+// Note [Attention semantics]
+//  * Shapes: q [B, H, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], y [B, H, Sq, Dv]; head h reads kv head
+//    h / (H / Hkv) (grouped-query attention; Hkv == H is multi-head, Hkv == 1 multi-query).
+//  * scale: the attribute, or 1/sqrt(D) when it is 0.
+//  * mask: additive, broadcast (NumPy rules, right-aligned) to [B, H, Sq, Sk], added after scaling.
+//  * causal: top-left aligned, query i sees keys j <= i (PyTorch's is_causal with Sq != Sk). Every row keeps
+//    key 0, so causal masking alone never empties a row.
+//  * A row whose every visible score is -inf (e.g. a mask of -inf over the whole row) has no softmax: the
+//    result is NaN, as in torch.nn.functional.scaled_dot_product_attention. The conformance suite does not
+//    generate such rows.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_common.h"
+
+namespace xpuruntime::cpu {
+
+namespace {
+
+template <typename T>
+void run_attention(const KernelLaunch& launch, const CpuContext& context) {
+  const OpDescriptor& desc = *launch.desc;
+  const Tensor& q_tensor = launch.input(0);
+  const Tensor& k_tensor = launch.input(1);
+  const Tensor& v_tensor = launch.input(2);
+  const Tensor mask_tensor = launch.num_inputs > 3 ? launch.input(3) : Tensor();
+  const std::int64_t batch = q_tensor.shape()[0], heads = q_tensor.shape()[1];
+  const std::int64_t seq_q = q_tensor.shape()[2], head_dim = q_tensor.shape()[3];
+  const std::int64_t kv_heads = k_tensor.shape()[1], seq_k = k_tensor.shape()[2];
+  const std::int64_t value_dim = v_tensor.shape()[3];
+  const std::int64_t group = heads / kv_heads;
+  const bool causal = desc.attrs.get_int("causal", 0) != 0;
+  double scale = desc.attrs.get_float("scale", 0.0);
+  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+
+  InputBuffer<T> q(q_tensor);
+  InputBuffer<T> k(k_tensor);
+  InputBuffer<T> v(v_tensor);
+  InputBuffer<T> mask(mask_tensor);
+  OutputBuffer<T> y(launch.output(0));
+  std::vector<std::int64_t> mask_strides(4, 0);
+  if (mask.data() != nullptr) mask_strides = broadcast_strides(mask_tensor.shape(), {batch, heads, seq_q, seq_k});
+
+  std::vector<T> scores(static_cast<std::size_t>(seq_q * seq_k));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t kv = b * kv_heads + h / group;
+      const T* q_head = q.data() + (b * heads + h) * seq_q * head_dim;
+      const T* k_head = k.data() + kv * seq_k * head_dim;
+      const T* v_head = v.data() + kv * seq_k * value_dim;
+      T* y_head = y.data() + (b * heads + h) * seq_q * value_dim;
+      gemm<T>(context, true, seq_q, seq_k, head_dim, q_head, head_dim, k_head, head_dim, scores.data(), seq_k);
+      const T* mask_head = mask.data() != nullptr ? mask.data() + b * mask_strides[0] + h * mask_strides[1] : nullptr;
+      parallel_for(seq_q, loop_threads_around_gemm(context),  // Note [OpenMP and OpenBLAS threads]
+                   std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(seq_k, 1)),
+                   [&](std::int64_t begin, std::int64_t end) {
+                     std::vector<double> row(static_cast<std::size_t>(seq_k));
+                     for (std::int64_t i = begin; i < end; ++i) {
+                       T* s = scores.data() + i * seq_k;
+                       const std::int64_t visible = causal ? std::min(seq_k, i + 1) : seq_k;
+                       double max_value = -std::numeric_limits<double>::infinity();
+                       bool nan = false;
+                       for (std::int64_t j = 0; j < visible; ++j) {
+                         double value = static_cast<double>(s[j]) * scale;
+                         if (mask_head != nullptr) {
+                           value += static_cast<double>(mask_head[i * mask_strides[2] + j * mask_strides[3]]);
+                         }
+                         row[j] = value;
+                         nan = nan || value != value;
+                         max_value = std::max(max_value, value);
+                       }
+                       double sum = 0.0;
+                       for (std::int64_t j = 0; j < visible; ++j) {
+                         // exp in the compute type, the sum in double; NaN when max_value is -inf (no
+                         // visible key).
+                         row[j] = static_cast<double>(std::exp(static_cast<T>(row[j] - max_value)));
+                         sum += row[j];
+                       }
+                       for (std::int64_t j = 0; j < visible; ++j) {
+                         s[j] = nan ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(row[j] / sum);
+                       }
+                       for (std::int64_t j = visible; j < seq_k; ++j) s[j] = T(0);
+                     }
+                   });
+      gemm<T>(context, false, seq_q, value_dim, seq_k, scores.data(), seq_k, v_head, value_dim, y_head, value_dim);
+    }
+  }
+  y.commit();
+}
+
+template <typename T>
+struct Attention {
+  static void run(const KernelLaunch& l, const CpuContext& c) { run_attention<T>(l, c); }
+};
+
+}  // namespace
+
+void register_attention_kernels(KernelRegistry& registry) {
+  add_cpu_kernel(registry, "attention",
+                 "reference attention: q k^T GEMM, scaled/masked/causal softmax (sums in double), P v GEMM (GQA, any "
+                 "head dim)",
+                 typed_run<Attention>());
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,375 @@
+// What every kernel of the cpu backend shares: the kernel and plan classes, the support checks, dtype
+// conversion between tensors and compute buffers, the OpenMP loop helper, the GEMM entry point and the scalar
+// math of the activations. Internal header of src/cpp/backends/cpu/.
+//
+// Note [The cpu backend as the oracle]
+// The cpu backend implements every op of docs/ops.md and is the reference the conformance suite compares the
+// GPU kernels with, so correctness comes before speed:
+//  * 16-bit inputs (float16, bfloat16) are converted to float32 once (src/cpp/core/half.h, exact), computed
+//    in float32 and rounded back to nearest even on the way out; float64 inputs are computed in float64
+//    (`dispatch_compute_type` below).
+//  * Sums that are not GEMMs (softmax and attention denominators, layer_norm statistics, reductions, average
+//    pools) accumulate in double, so the reference adds no error of its own on long rows.
+//  * Every kernel is deterministic: each output element is computed by one thread in a fixed order.
+//    Threads split only independent outputs (rows, planes, tiles), so the loops and the fallback GEMM give
+//    the same bits whatever the thread count; OpenBLAS gives the same bits run after run.
+//  * GEMMs go through OpenBLAS when the build has it (XPURT_WITH_BLAS) and through the blocked GEMM of
+//    cpu_gemm.cpp otherwise; the environment variable XPURT_CPU_GEMM=fallback|blas picks one at plan build
+//    time (tests use it to exercise the fallback on a build that has OpenBLAS).
+//  * NaN and infinities follow PyTorch (see each file); semantics of every op are those of docs/ops.md.
+//
+// Ownership: kernels belong to the KernelRegistry; a plan holds its CpuContext by value. Thread-safety: plans
+// are immutable and may run concurrently; the helpers here keep no state.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/half.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime::cpu {
+
+// ---- plan context ----
+
+enum class GemmImpl : std::uint8_t {
+  kBlas,      // OpenBLAS cblas_sgemm / cblas_dgemm (only when XPURT_WITH_BLAS)
+  kFallback,  // the blocked GEMM of cpu_gemm.cpp
+};
+const char* gemm_impl_name(GemmImpl impl);  // "openblas", "fallback"
+
+// What a plan fixes at build time.
+struct CpuContext {
+  int threads = 1;                      // OpenMP threads of this plan's loops (>= 1)
+  GemmImpl gemm = GemmImpl::kFallback;  // how GEMMs run
+};
+
+// The context for `policy`: threads = policy.intra_op_threads (0: all cores; 1 without OpenMP); GEMM from
+// XPURT_CPU_GEMM (unset or "auto": OpenBLAS when built with it). Throws InvalidArgumentError on an unknown
+// XPURT_CPU_GEMM value and UnsupportedOperationError for "blas" on a build without OpenBLAS.
+CpuContext make_context(const ExecutionPolicy& policy);
+
+// ---- kernels ----
+
+using CpuRunFn = std::function<void(const KernelLaunch&, const CpuContext&)>;
+
+// The checks every cpu kernel makes: the op runs on the CPU, every present input and output is contiguous and
+// of a float dtype (float32, float16, bfloat16, float64), and the policy does not ask for int8.
+Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy);
+
+// A cpu kernel: KernelInfo{op, "cpu", "cpu", kCPU, deterministic}, the common checks (every cpu kernel takes
+// any shape the op schema accepts), and plans that call `run` with the context fixed at build.
+class CpuKernel final : public Kernel {
+ public:
+  CpuKernel(const std::string& op, std::string summary, CpuRunFn run);
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override;
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                    const std::string& record) const override;
+
+ private:
+  CpuRunFn run_;
+};
+
+inline void add_cpu_kernel(KernelRegistry& registry, const std::string& op, std::string summary, CpuRunFn run) {
+  registry.add_kernel(std::make_unique<CpuKernel>(op, std::move(summary), std::move(run)));
+}
+
+// The registration functions of each op family (one per file).
+void register_gemm_kernels(KernelRegistry& registry);         // matmul, linear
+void register_conv_kernels(KernelRegistry& registry);         // conv2d
+void register_pool_kernels(KernelRegistry& registry);         // max_pool2d, avg_pool2d, global_avg_pool
+void register_norm_kernels(KernelRegistry& registry);         // batch_norm, softmax, layer_norm
+void register_elementwise_kernels(KernelRegistry& registry);  // activations, unary, binary, cast
+void register_reduce_kernels(KernelRegistry& registry);       // reduce_sum/mean/max/min
+void register_attention_kernels(KernelRegistry& registry);    // attention
+
+// ---- dtype conversion ----
+
+// float64 is computed in double, every other float dtype in float (Note [The cpu backend as the oracle]).
+template <typename F>
+decltype(auto) dispatch_compute_type(DType dtype, F&& f) {
+  if (dtype == DType::kFloat64) return f(double{});
+  return f(float{});
+}
+
+// A CpuRunFn calling Run<T>::run(launch, context), T the compute type of input 0's dtype.
+template <template <typename> class Run>
+CpuRunFn typed_run() {
+  return [](const KernelLaunch& launch, const CpuContext& context) {
+    dispatch_compute_type(launch.desc->inputs[0].dtype, [&](auto zero) { Run<decltype(zero)>::run(launch, context); });
+  };
+}
+
+// double -> 16-bit float with a single rounding: round to odd into float (24 significant bits, more than
+// 2 beyond the 11 of half and 8 of bfloat16), then round to nearest even. Converting double -> float -> half
+// directly could round twice.
+inline float round_to_odd_float(double value) {
+  float rounded = static_cast<float>(value);
+  if (!std::isfinite(value) || static_cast<double>(rounded) == value) return rounded;
+  if (std::isinf(rounded) || std::fabs(static_cast<double>(rounded)) > std::fabs(value)) {
+    rounded = std::nextafter(rounded, 0.0f);  // truncate toward zero
+  }
+  std::uint32_t bits;
+  std::memcpy(&bits, &rounded, sizeof(bits));
+  bits |= 1u;  // inexact: make the last bit odd
+  std::memcpy(&rounded, &bits, sizeof(bits));
+  return rounded;
+}
+
+template <typename T>
+inline void load_elements(const void* src, DType dtype, T* dst, std::int64_t n) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      const float* s = static_cast<const float*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]);
+      return;
+    }
+    case DType::kFloat64: {
+      const double* s = static_cast<const double*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]);
+      return;
+    }
+    case DType::kFloat16: {
+      const std::uint16_t* s = static_cast<const std::uint16_t*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(detail::half_to_float(s[i]));
+      return;
+    }
+    case DType::kBFloat16: {
+      const std::uint16_t* s = static_cast<const std::uint16_t*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(detail::bfloat16_to_float(s[i]));
+      return;
+    }
+    default:
+      XPURT_INTERNAL_ASSERT(false, "cpu backend: load of non-float dtype ", dtype_name(dtype));
+  }
+}
+
+template <typename T>
+inline void store_elements(const T* src, void* dst, DType dtype, std::int64_t n) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      float* d = static_cast<float*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(src[i]);
+      return;
+    }
+    case DType::kFloat64: {
+      double* d = static_cast<double*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = static_cast<double>(src[i]);
+      return;
+    }
+    case DType::kFloat16: {
+      std::uint16_t* d = static_cast<std::uint16_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<T, double>) {
+          d[i] = detail::float_to_half(round_to_odd_float(src[i]));
+        } else {
+          d[i] = detail::float_to_half(static_cast<float>(src[i]));
+        }
+      }
+      return;
+    }
+    case DType::kBFloat16: {
+      std::uint16_t* d = static_cast<std::uint16_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<T, double>) {
+          d[i] = detail::float_to_bfloat16(round_to_odd_float(src[i]));
+        } else {
+          d[i] = detail::float_to_bfloat16(static_cast<float>(src[i]));
+        }
+      }
+      return;
+    }
+    default:
+      XPURT_INTERNAL_ASSERT(false, "cpu backend: store to non-float dtype ", dtype_name(dtype));
+  }
+}
+
+// The dtype whose elements are T (float or double).
+template <typename T>
+constexpr DType native_dtype() {
+  return std::is_same_v<T, double> ? DType::kFloat64 : DType::kFloat32;
+}
+
+// The elements of a contiguous tensor as T: the tensor's own memory when its dtype is T, else a converted
+// copy. An undefined tensor gives data() == nullptr.
+template <typename T>
+class InputBuffer {
+ public:
+  explicit InputBuffer(const Tensor& tensor) {
+    if (!tensor.defined()) return;
+    size_ = tensor.numel();
+    if (native_dtype<T>() == tensor.dtype()) {
+      data_ = static_cast<const T*>(tensor.data_ptr());
+    } else {
+      copy_.resize(static_cast<std::size_t>(size_));
+      load_elements(tensor.data_ptr(), tensor.dtype(), copy_.data(), size_);
+      data_ = copy_.data();
+    }
+  }
+  InputBuffer(const InputBuffer&) = delete;
+  InputBuffer& operator=(const InputBuffer&) = delete;
+
+  const T* data() const { return data_; }
+  std::int64_t size() const { return size_; }
+  T operator[](std::int64_t i) const { return data_[i]; }
+
+ private:
+  std::vector<T> copy_;
+  const T* data_ = nullptr;
+  std::int64_t size_ = 0;
+};
+
+// A T buffer for a contiguous output tensor: the tensor's own memory when its dtype is T, else a scratch
+// buffer that `commit()` rounds into the tensor. Kernels write every element, then call commit().
+template <typename T>
+class OutputBuffer {
+ public:
+  explicit OutputBuffer(Tensor& tensor) : tensor_(tensor), size_(tensor.numel()) {
+    if (native_dtype<T>() == tensor.dtype()) {
+      data_ = static_cast<T*>(tensor.data_ptr());
+    } else {
+      copy_.resize(static_cast<std::size_t>(size_));
+      data_ = copy_.data();
+    }
+  }
+  OutputBuffer(const OutputBuffer&) = delete;
+  OutputBuffer& operator=(const OutputBuffer&) = delete;
+
+  T* data() { return data_; }
+  std::int64_t size() const { return size_; }
+  void commit() {
+    if (!copy_.empty()) store_elements(copy_.data(), tensor_.data_ptr(), tensor_.dtype(), size_);
+  }
+
+ private:
+  Tensor& tensor_;
+  std::vector<T> copy_;
+  T* data_ = nullptr;
+  std::int64_t size_ = 0;
+};
+
+// ---- threads ----
+
+// Runs f(begin, end) over [0, n) split into at most `threads` contiguous chunks of at least `grain` items
+// (one call on the calling thread when that gives one chunk). An exception thrown by `f` on a worker (e.g.
+// std::bad_alloc) is carried out of the parallel region and rethrown here; the other chunks still run.
+template <typename F>
+void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
+  if (n <= 0) return;
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t chunks = std::min<std::int64_t>(threads, (n + grain - 1) / grain);
+  if (chunks <= 1) {
+    f(std::int64_t{0}, n);
+    return;
+  }
+  std::exception_ptr error;
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#endif
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    try {
+      f(n * c / chunks, n * (c + 1) / chunks);
+    } catch (...) {
+#if defined(_OPENMP)
+#pragma omp critical(xpurt_cpu_parallel_for_error)
+#endif
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// Note [OpenMP and OpenBLAS threads]
+// OpenBLAS (the pthreads build Debian ships) has its own worker pool, and both it and libgomp spin-wait for
+// a while after each parallel region. An op that alternates OpenMP loops and OpenBLAS calls (im2col then a
+// GEMM, per image; a softmax then a GEMM, per attention head) makes the two pools fight for the cores: 5-10x
+// slower on a loaded machine. So the ops built on gemm() run their own loops on one thread when the GEMMs go
+// to OpenBLAS (those loops are O(output), the GEMMs O(output * K)), and with all the plan's threads when they
+// go to the fallback GEMM, which uses OpenMP itself. OpenBLAS's own thread count follows
+// OPENBLAS_NUM_THREADS; ExecutionPolicy::intra_op_threads governs the OpenMP loops and the fallback GEMM.
+inline int loop_threads_around_gemm(const CpuContext& context) {
+  return context.gemm == GemmImpl::kBlas ? 1 : context.threads;
+}
+
+// ---- GEMM ----
+
+// C[m, n] = A[m, k] * op(B)[k, n], all row-major with leading dims lda, ldb, ldc. op(B) = B ([k, n]) or,
+// with trans_b, B^T (B stored [n, k]). C is overwritten (its old contents, NaN included, are ignored; k == 0
+// gives zeros). Deterministic: each element sums over k in one fixed order whatever the
+// thread count. Defined for float and double in cpu_gemm.cpp.
+template <typename T>
+void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc);
+
+// ---- shapes ----
+
+inline std::int64_t product(const std::vector<std::int64_t>& shape, std::size_t begin, std::size_t end) {
+  std::int64_t p = 1;
+  for (std::size_t i = begin; i < end && i < shape.size(); ++i) p *= shape[i];
+  return p;
+}
+
+// Element strides of `shape` broadcast to `out_shape` (right-aligned, NumPy rules): 0 on broadcast dims.
+inline std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& shape,
+                                                   const std::vector<std::int64_t>& out_shape) {
+  std::vector<std::int64_t> strides(out_shape.size(), 0);
+  std::int64_t stride = 1;
+  const std::size_t offset = out_shape.size() - shape.size();
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i + offset] = shape[i] == 1 ? 0 : stride;
+    stride *= shape[i];
+  }
+  return strides;
+}
+
+// ---- scalar math shared by activations and GEMM epilogues ----
+
+template <typename T>
+inline T gelu_erf(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+}
+
+template <typename T>
+inline T gelu_tanh(T x) {
+  const T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);  // sqrt(2/pi)
+  return T(0.5) * x * (T(1) + std::tanh(inner));
+}
+
+template <typename T>
+inline T sigmoid(T x) {
+  // exp(-x) overflows to inf for very negative x, giving 0 as it should.
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+// Activation of GEMM and conv epilogues ("none", "relu", "gelu", "gelu_tanh").
+enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kGeluTanh };
+Activation activation_from_name(const std::string& name);  // validated by the op schemas already
+
+template <typename T>
+inline T apply_activation(Activation activation, T x) {
+  switch (activation) {
+    case Activation::kRelu:
+      return x > T(0) ? x : (x != x ? x : T(0));  // NaN stays NaN, like torch.relu
+    case Activation::kGelu:
+      return gelu_erf(x);
+    case Activation::kGeluTanh:
+      return gelu_tanh(x);
+    case Activation::kNone:
+      break;
+  }
+  return x;
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,273 @@
+// GEMM of the cpu backend (OpenBLAS or the blocked fallback below) and the ops built directly on it: matmul
+// (batch dims broadcast) and linear (weight layout nk/kn, bias, activation).
+//
+// Note [Fallback GEMM]
+// Builds without OpenBLAS (the GPU machines) use this GEMM, so it is tested on its own against a naive loop
+// (tests/cpp/test_cpu_backend.cpp, XPURT_CPU_GEMM=fallback). It is the GotoBLAS blocking: C is cut into
+// kBlockM x kBlockN tiles, spread over the threads (independent outputs, so the result does not depend on the
+// thread count). For each tile, K is walked in kBlockK slices in increasing order; each slice of A is packed
+// into micro-panels of kMicroM rows stored column by column, and each slice of op(B) into micro-panels of
+// kMicroN columns stored row by row (which also makes a transposed B unit-stride), zero-padded at the edges.
+// The micro-kernel keeps a kMicroM x kMicroN block of C in registers over the whole slice (one broadcast of A
+// and one vector load of B per step, auto-vectorized), then adds it to C. Each element of C is therefore
+// the sum, in order, of its per-slice partial sums, each accumulated in order of k: fixed, whatever the
+// thread count.
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_common.h"
+
+#if XPURT_WITH_BLAS
+#include <cblas.h>
+#endif
+
+namespace xpuruntime::cpu {
+
+namespace {
+
+constexpr std::int64_t kBlockM = 64;
+constexpr std::int64_t kBlockN = 256;
+constexpr std::int64_t kBlockK = 256;
+constexpr std::int64_t kMicroM = 4;
+constexpr std::int64_t kMicroN = 8;
+static_assert(kBlockM % kMicroM == 0 && kBlockN % kMicroN == 0, "tiles are whole micro-panels");
+
+// A[row0 .. row0 + rows, col0 .. col0 + depth) as micro-panels of kMicroM rows, each stored column by column
+// (panel[(i / kMicroM) * kMicroM * depth + p * kMicroM + i % kMicroM]); rows past the edge are zero.
+template <typename T>
+void pack_a(const T* a, std::int64_t lda, std::int64_t row0, std::int64_t col0, std::int64_t rows, std::int64_t depth,
+            T* panel) {
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kMicroM) {
+    T* out = panel + r0 * depth;
+    for (std::int64_t i = 0; i < kMicroM; ++i) {
+      if (r0 + i < rows) {
+        const T* src = a + (row0 + r0 + i) * lda + col0;
+        for (std::int64_t p = 0; p < depth; ++p) out[p * kMicroM + i] = src[p];
+      } else {
+        for (std::int64_t p = 0; p < depth; ++p) out[p * kMicroM + i] = T(0);
+      }
+    }
+  }
+}
+
+// op(B)[row0 .. row0 + depth, col0 .. col0 + cols) as micro-panels of kMicroN columns, each stored row by row
+// (panel[(j / kMicroN) * kMicroN * depth + p * kMicroN + j % kMicroN]); columns past the edge are zero.
+// trans: op(B) = B^T with B stored [n, k].
+template <typename T>
+void pack_b(bool trans, const T* b, std::int64_t ldb, std::int64_t row0, std::int64_t col0, std::int64_t depth,
+            std::int64_t cols, T* panel) {
+  for (std::int64_t c0 = 0; c0 < cols; c0 += kMicroN) {
+    T* out = panel + c0 * depth;
+    const std::int64_t width = std::min(kMicroN, cols - c0);
+    if (!trans) {
+      for (std::int64_t p = 0; p < depth; ++p) {
+        const T* src = b + (row0 + p) * ldb + col0 + c0;
+        for (std::int64_t j = 0; j < kMicroN; ++j) out[p * kMicroN + j] = j < width ? src[j] : T(0);
+      }
+    } else {
+      for (std::int64_t j = 0; j < kMicroN; ++j) {
+        if (j < width) {
+          const T* src = b + (col0 + c0 + j) * ldb + row0;  // a row of B is a column of op(B)
+          for (std::int64_t p = 0; p < depth; ++p) out[p * kMicroN + j] = src[p];
+        } else {
+          for (std::int64_t p = 0; p < depth; ++p) out[p * kMicroN + j] = T(0);
+        }
+      }
+    }
+  }
+}
+
+// c[0 .. rows, 0 .. cols) += a_panel (kMicroM x depth) * b_panel (depth x kMicroN), rows <= kMicroM and
+// cols <= kMicroN (the valid part of a zero-padded micro-tile).
+template <typename T>
+void micro_kernel(const T* __restrict a_panel, const T* __restrict b_panel, std::int64_t depth, T* c, std::int64_t ldc,
+                  std::int64_t rows, std::int64_t cols) {
+  T acc[kMicroM][kMicroN] = {};
+  for (std::int64_t p = 0; p < depth; ++p) {
+    const T* __restrict a = a_panel + p * kMicroM;
+    const T* __restrict b = b_panel + p * kMicroN;
+    for (std::int64_t i = 0; i < kMicroM; ++i) {
+      for (std::int64_t j = 0; j < kMicroN; ++j) acc[i][j] += a[i] * b[j];
+    }
+  }
+  if (rows == kMicroM && cols == kMicroN) {
+    for (std::int64_t i = 0; i < kMicroM; ++i) {
+      for (std::int64_t j = 0; j < kMicroN; ++j) c[i * ldc + j] += acc[i][j];
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j) c[i * ldc + j] += acc[i][j];
+  }
+}
+
+// C (zeroed by the caller) += A * op(B); see Note [Fallback GEMM].
+template <typename T>
+void fallback_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+                   std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
+  const std::int64_t tiles_m = (m + kBlockM - 1) / kBlockM;
+  const std::int64_t tiles_n = (n + kBlockN - 1) / kBlockN;
+  // Small products do not pay for waking threads.
+  const int used_threads = m * n * k < (std::int64_t{1} << 18) ? 1 : threads;
+  parallel_for(tiles_m * tiles_n, used_threads, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<T> panel_a(static_cast<std::size_t>(kBlockM * kBlockK));
+    std::vector<T> panel_b(static_cast<std::size_t>(kBlockK * kBlockN));
+    for (std::int64_t tile = begin; tile < end; ++tile) {
+      const std::int64_t i0 = (tile / tiles_n) * kBlockM;
+      const std::int64_t j0 = (tile % tiles_n) * kBlockN;
+      const std::int64_t rows = std::min(kBlockM, m - i0);
+      const std::int64_t cols = std::min(kBlockN, n - j0);
+      for (std::int64_t p0 = 0; p0 < k; p0 += kBlockK) {
+        const std::int64_t depth = std::min(kBlockK, k - p0);
+        pack_a(a, lda, i0, p0, rows, depth, panel_a.data());
+        pack_b(trans_b, b, ldb, p0, j0, depth, cols, panel_b.data());
+        for (std::int64_t jr = 0; jr < cols; jr += kMicroN) {
+          for (std::int64_t ir = 0; ir < rows; ir += kMicroM) {
+            micro_kernel(panel_a.data() + ir * depth, panel_b.data() + jr * depth, depth, c + (i0 + ir) * ldc + j0 + jr,
+                         ldc, std::min(kMicroM, rows - ir), std::min(kMicroN, cols - jr));
+          }
+        }
+      }
+    }
+  });
+}
+
+#if XPURT_WITH_BLAS
+bool fits_blas_int(std::int64_t value) { return value <= static_cast<std::int64_t>(INT_MAX); }
+
+void blas_gemm(bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+               const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), 0.0f, c, static_cast<blasint>(ldc));
+}
+
+void blas_gemm(bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const double* a, std::int64_t lda,
+               const double* b, std::int64_t ldb, double* c, std::int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), 0.0, c, static_cast<blasint>(ldc));
+}
+#endif
+
+}  // namespace
+
+template <typename T>
+void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+#if XPURT_WITH_BLAS
+  if (context.gemm == GemmImpl::kBlas && k > 0 && fits_blas_int(m) && fits_blas_int(n) && fits_blas_int(k) &&
+      fits_blas_int(lda) && fits_blas_int(ldb) && fits_blas_int(ldc)) {
+    blas_gemm(trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+  fallback_gemm(context.threads, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+template void gemm<float>(const CpuContext&, bool, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
+                          const float*, std::int64_t, float*, std::int64_t);
+template void gemm<double>(const CpuContext&, bool, std::int64_t, std::int64_t, std::int64_t, const double*,
+                           std::int64_t, const double*, std::int64_t, double*, std::int64_t);
+
+namespace {
+
+// matmul: a[..., M, K] @ b[..., K, N] -> [..., M, N], batch dims broadcast (NumPy rules).
+template <typename T>
+void run_matmul(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& a_tensor = launch.input(0);
+  const Tensor& b_tensor = launch.input(1);
+  Tensor& y_tensor = launch.output(0);
+  const auto& a_shape = a_tensor.shape();
+  const auto& b_shape = b_tensor.shape();
+  const auto& y_shape = y_tensor.shape();
+  const std::int64_t m = a_shape[a_shape.size() - 2];
+  const std::int64_t k = a_shape.back();
+  const std::int64_t n = b_shape.back();
+  InputBuffer<T> a(a_tensor);
+  InputBuffer<T> b(b_tensor);
+  OutputBuffer<T> y(y_tensor);
+
+  const std::vector<std::int64_t> batch(y_shape.begin(), y_shape.end() - 2);
+  const std::vector<std::int64_t> a_batch(a_shape.begin(), a_shape.end() - 2);
+  const std::vector<std::int64_t> b_batch(b_shape.begin(), b_shape.end() - 2);
+  const std::int64_t batch_count = product(batch, 0, batch.size());
+  if (product(b_batch, 0, b_batch.size()) == 1) {
+    // One B for every batch: fold a's batch dims into M (a single, larger GEMM).
+    gemm<T>(context, false, batch_count * m, n, k, a.data(), k, b.data(), n, y.data(), n);
+    y.commit();
+    return;
+  }
+  const auto a_strides = broadcast_strides(a_batch, batch);
+  const auto b_strides = broadcast_strides(b_batch, batch);
+  std::vector<std::int64_t> index(batch.size(), 0);
+  for (std::int64_t bi = 0; bi < batch_count; ++bi) {
+    std::int64_t a_offset = 0, b_offset = 0;
+    for (std::size_t d = 0; d < batch.size(); ++d) {
+      a_offset += index[d] * a_strides[d];
+      b_offset += index[d] * b_strides[d];
+    }
+    gemm<T>(context, false, m, n, k, a.data() + a_offset * m * k, k, b.data() + b_offset * k * n, n,
+            y.data() + bi * m * n, n);
+    for (std::size_t d = batch.size(); d-- > 0;) {
+      if (++index[d] < batch[d]) break;
+      index[d] = 0;
+    }
+  }
+  y.commit();
+}
+
+// linear: act(x[..., K] W^T + bias), W [N, K] ("nk") or [K, N] ("kn").
+template <typename T>
+void run_linear(const KernelLaunch& launch, const CpuContext& context) {
+  const OpDescriptor& desc = *launch.desc;
+  const Tensor& x_tensor = launch.input(0);
+  const Tensor& w_tensor = launch.input(1);
+  const bool nk = desc.attrs.get_string("weight_layout", "nk") == "nk";
+  const Activation activation = activation_from_name(desc.attrs.get_string("activation", "none"));
+  const std::int64_t k = x_tensor.shape().back();
+  const std::int64_t n = nk ? w_tensor.shape()[0] : w_tensor.shape()[1];
+  const std::int64_t m = k > 0 ? x_tensor.numel() / k : product(x_tensor.shape(), 0, x_tensor.shape().size() - 1);
+  InputBuffer<T> x(x_tensor);
+  InputBuffer<T> w(w_tensor);
+  InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
+  OutputBuffer<T> y(launch.output(0));
+  gemm<T>(context, nk, m, n, k, x.data(), k, w.data(), nk ? k : n, y.data(), n);
+  if (bias.data() != nullptr || activation != Activation::kNone) {
+    T* out = y.data();
+    const T* b = bias.data();
+    parallel_for(m, loop_threads_around_gemm(context), std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t i = begin; i < end; ++i) {
+                     T* row = out + i * n;
+                     for (std::int64_t j = 0; j < n; ++j) {
+                       row[j] = apply_activation(activation, b != nullptr ? row[j] + b[j] : row[j]);
+                     }
+                   }
+                 });
+  }
+  y.commit();
+}
+
+}  // namespace
+
+void register_gemm_kernels(KernelRegistry& registry) {
+  const std::string engine =
+      XPURT_WITH_BLAS ? "OpenBLAS sgemm/dgemm (or the built-in blocked GEMM)" : "the built-in blocked GEMM";
+  add_cpu_kernel(registry, "matmul", "reference batched matmul through " + engine + ", fp32 accumulation",
+                 [](const KernelLaunch& launch, const CpuContext& context) {
+                   dispatch_compute_type(launch.desc->inputs[0].dtype,
+                                         [&](auto zero) { run_matmul<decltype(zero)>(launch, context); });
+                 });
+  add_cpu_kernel(registry, "linear", "reference linear through " + engine + ", then bias and activation in one pass",
+                 [](const KernelLaunch& launch, const CpuContext& context) {
+                   dispatch_compute_type(launch.desc->inputs[0].dtype,
+                                         [&](auto zero) { run_linear<decltype(zero)>(launch, context); });
+                 });
+}
+
+}  // namespace xpuruntime::cpu

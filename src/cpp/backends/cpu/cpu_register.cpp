@@ -1,0 +1,140 @@
+// Registration of the cpu backend, its kernel and plan classes, and the checks every cpu kernel makes.
+// See Note [The cpu backend as the oracle] in cpu_common.h.
+#include <cstdlib>
+#include <string>
+
+#include "backends/cpu/cpu_common.h"
+#include "xpuruntime/exceptions.h"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace xpuruntime {
+
+namespace cpu {
+
+namespace {
+
+bool is_cpu_float(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16 || dtype == DType::kFloat64;
+}
+
+class CpuPlan final : public KernelPlan {
+ public:
+  CpuPlan(const CpuRunFn* run, CpuContext context) : run_(run), context_(context) {}
+  void run(const KernelLaunch& launch) const override { (*run_)(launch, context_); }
+  std::string describe() const override {
+    return detail::str_cat("cpu reference, ", context_.threads, context_.threads == 1 ? " thread" : " threads",
+                           ", gemm ", gemm_impl_name(context_.gemm));
+  }
+
+ private:
+  const CpuRunFn* run_;  // owned by the kernel, which the registry keeps for the life of the process
+  CpuContext context_;
+};
+
+}  // namespace
+
+const char* gemm_impl_name(GemmImpl impl) { return impl == GemmImpl::kBlas ? "openblas" : "fallback"; }
+
+CpuContext make_context(const ExecutionPolicy& policy) {
+  CpuContext context;
+#if defined(_OPENMP)
+  context.threads = policy.intra_op_threads > 0 ? policy.intra_op_threads : omp_get_max_threads();
+#else
+  (void)policy;
+  context.threads = 1;
+#endif
+  context.threads = std::max(context.threads, 1);
+  const char* env = std::getenv("XPURT_CPU_GEMM");
+  const std::string choice = env != nullptr ? env : "auto";
+  if (choice == "fallback") {
+    context.gemm = GemmImpl::kFallback;
+  } else if (choice == "blas" || choice == "openblas") {
+    if (!XPURT_WITH_BLAS) {
+      throw UnsupportedOperationError(
+          "XPURT_CPU_GEMM=blas, but this xpuruntime was built without OpenBLAS; install libopenblas-dev and "
+          "rebuild, or unset XPURT_CPU_GEMM");
+    }
+    context.gemm = GemmImpl::kBlas;
+  } else {
+    XPURT_CHECK(choice == "auto" || choice.empty(), "XPURT_CPU_GEMM='", choice,
+                "' is not valid; use 'auto' (OpenBLAS when built with it), 'blas' or 'fallback'");
+    context.gemm = XPURT_WITH_BLAS ? GemmImpl::kBlas : GemmImpl::kFallback;
+  }
+  return context;
+}
+
+Activation activation_from_name(const std::string& name) {
+  if (name == "relu") return Activation::kRelu;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "gelu_tanh") return Activation::kGeluTanh;
+  XPURT_CHECK(name == "none", "unknown activation '", name, "'; valid: none, relu, gelu, gelu_tanh");
+  return Activation::kNone;
+}
+
+Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+  if (desc.device.type != DeviceType::kCPU) {
+    return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' runs on CPU tensors; the inputs are on ",
+                                       desc.device.str(), " (copy them with .to('cpu') or use a CUDA kernel)"));
+  }
+  if (policy.precision == Precision::kInt8) {
+    return Support::no("the cpu kernels have no int8 path; use precision fp32, tf32, fp16 or bf16");
+  }
+  auto check = [&](const TensorDesc& tensor, const char* role, std::size_t index) -> Support {
+    if (!tensor.present) return Support::yes();
+    if (tensor.device.type != DeviceType::kCPU) {
+      return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' runs on CPU tensors; ", role, " ", index,
+                                         " is on ", tensor.device.str()));
+    }
+    if (!is_cpu_float(tensor.dtype)) {
+      return Support::no(detail::str_cat("the cpu kernel of '", desc.op,
+                                         "' supports float32, float16, bfloat16 and float64; ", role, " ", index,
+                                         " is ", dtype_name(tensor.dtype)));
+    }
+    if (!tensor.is_contiguous()) {
+      return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' needs contiguous tensors; ", role, " ",
+                                         index, " is ", tensor.str(), " (call .contiguous() first)"));
+    }
+    return Support::yes();
+  };
+  for (std::size_t i = 0; i < desc.inputs.size(); ++i) {
+    Support s = check(desc.inputs[i], "input", i);
+    if (!s) return s;
+  }
+  for (std::size_t i = 0; i < desc.outputs.size(); ++i) {
+    Support s = check(desc.outputs[i], "output", i);
+    if (!s) return s;
+  }
+  return Support::yes();
+}
+
+CpuKernel::CpuKernel(const std::string& op, std::string summary, CpuRunFn run)
+    : Kernel(KernelInfo{op, "cpu", "cpu", DeviceType::kCPU, true, std::move(summary)}), run_(std::move(run)) {}
+
+Support CpuKernel::supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
+  return common_supports(desc, policy);
+}
+
+std::unique_ptr<KernelPlan> CpuKernel::build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                             const std::string& record) const {
+  (void)record;  // nothing to choose, nothing recorded
+  Support support = supports(desc, policy);
+  if (!support) throw UnsupportedOperationError(support.reason());
+  return std::make_unique<CpuPlan>(&run_, make_context(policy));
+}
+
+}  // namespace cpu
+
+void register_cpu(KernelRegistry& registry) {
+  cpu::register_gemm_kernels(registry);
+  cpu::register_conv_kernels(registry);
+  cpu::register_pool_kernels(registry);
+  cpu::register_norm_kernels(registry);
+  cpu::register_elementwise_kernels(registry);
+  cpu::register_reduce_kernels(registry);
+  cpu::register_attention_kernels(registry);
+}
+
+}  // namespace xpuruntime

@@ -1,0 +1,19 @@
+// Registration of the cublasLt backend: matmul and linear ("cublasLt").
+#include <memory>
+#include <string>
+
+#include "xpuruntime/kernel_registry.h"
+
+namespace xpuruntime {
+
+namespace cublaslt {
+// Defined in cublaslt_gemm.cpp: the "cublasLt" kernel of `op` ("matmul" or "linear").
+std::unique_ptr<Kernel> make_gemm_kernel(const std::string& op);
+}  // namespace cublaslt
+
+void register_cublaslt(KernelRegistry& registry) {
+  registry.add_kernel(cublaslt::make_gemm_kernel("matmul"));
+  registry.add_kernel(cublaslt::make_gemm_kernel("linear"));
+}
+
+}  // namespace xpuruntime

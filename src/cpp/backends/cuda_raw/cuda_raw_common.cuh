@@ -1,0 +1,237 @@
+// Device and launch helpers shared by the cuda_raw kernels (included by .cu files only).
+//
+// Note [fp32 compute]
+// Every kernel loads its 16-bit inputs, converts them to float, computes and accumulates in float, and rounds
+// once on the store. The 16-bit formats are only storage formats here; results match the cpu reference, which
+// does the same, up to the rounding of the last step.
+//
+// Note [Launch shapes]
+// Elementwise kernels use grid-stride loops with 256 threads per block and at most kMaxBlocks blocks, so any
+// element count (64-bit) is covered by one launch and the grid stays within limits. Kernels whose element
+// offsets all fit in int32 are instantiated with 32-bit index math (divisions by 64-bit numbers are several
+// times slower on the GPU); others use 64-bit indices.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cuda_raw/cuda_raw_kernels.h"
+#include "core/cuda_utils.h"
+#include "xpuruntime/exceptions.h"
+
+// After every kernel launch (STYLE.md habit 4): a bad configuration surfaces here, not at the next sync.
+#define XPURT_CUDA_RAW_LAUNCH_CHECK() XPURT_CUDA_CHECK(cudaGetLastError())
+
+namespace xpuruntime::cuda_raw::detail {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kMaxBlocks = 65536;
+
+inline cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+// Blocks for `work` items handled `per_block` at a time, within [1, max_blocks] (see Note [Launch shapes]).
+inline unsigned grid_for(std::int64_t work, std::int64_t per_block, std::int64_t max_blocks = kMaxBlocks) {
+  const std::int64_t blocks = (work + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_blocks));
+}
+
+inline bool is_aligned(const void* pointer, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
+}
+
+// ---- dtype dispatch ----
+
+// Calls `body(T{})` with T the storage type of `dtype` (float, __half, __nv_bfloat16).
+template <typename Body>
+void dispatch_float(DType dtype, const char* what, Body&& body) {
+  switch (dtype) {
+    case DType::kFloat32: body(float{}); return;
+    case DType::kFloat16: body(__half{}); return;
+    case DType::kBFloat16: body(__nv_bfloat16{}); return;
+    default:
+      throw UnsupportedOperationError(::xpuruntime::detail::str_cat(
+          "cuda_raw ", what, " handles float32, float16 and bfloat16 tensors, got ", dtype_name(dtype),
+          "; convert with cast or use the cpu kernel"));
+  }
+}
+
+// ---- conversions (Note [fp32 compute]) ----
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "cuda_raw stores float, __half or __nv_bfloat16");
+    return __float2bfloat16_rn(v);
+  }
+}
+
+// `kSize` elements loaded or stored with one instruction (16 bytes for the 16-byte vectors used here).
+template <typename T, int kSize>
+struct alignas(sizeof(T) * kSize) Vec {
+  T v[kSize];
+};
+
+// Elements of T in 16 bytes.
+template <typename T>
+constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
+
+// ---- math ----
+
+constexpr float kSqrtHalf = 0.70710678118654752440f;    // 1 / sqrt(2)
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;  // sqrt(2 / pi)
+constexpr float kGeluTanhCubic = 0.044715f;
+
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * kSqrtHalf)); }
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x)));
+}
+// NaN stays NaN (PyTorch's relu does the same).
+__device__ __forceinline__ float relu(float x) { return x < 0.0f ? 0.0f : x; }
+
+// NaN-propagating max/min (NumPy's maximum/minimum, PyTorch's amax/amin): a NaN on either side wins.
+__device__ __forceinline__ float max_nan(float a, float b) { return (isnan(a) || a > b) ? a : b; }
+__device__ __forceinline__ float min_nan(float a, float b) { return (isnan(a) || a < b) ? a : b; }
+
+// ---- reductions ----
+
+// The combination of `v` over the kGroup threads of a group: a warp (kGroup == 32) or the whole block
+// (kGroup == blockDim.x, a multiple of 32). Every thread of the group gets the same bits: the butterfly pairs
+// each lane with its partner in a commutative operation, and the per-warp results are combined in one fixed
+// order. `smem` holds kGroup / 32 floats; it may be reused after the call (the call ends with a barrier).
+// Block groups: every thread of the block must call it.
+template <int kGroup, typename Combine>
+__device__ __forceinline__ float group_reduce(float v, Combine combine, float* smem) {
+  static_assert(kGroup % 32 == 0, "groups are whole warps");
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  if constexpr (kGroup > 32) {
+    constexpr int kWarps = kGroup / 32;
+    if ((threadIdx.x & 31) == 0) smem[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = smem[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v = combine(v, smem[w]);
+    __syncthreads();
+  }
+  return v;
+}
+
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
+// ---- strided indexing (Note [Coalesced geometry] in elementwise.cu) ----
+
+// Maps a linear index over `sizes` (row-major) to an element offset per operand. Dimensions are stored
+// innermost first so that the unrolled loop indexes the arrays statically (they stay in registers/param space).
+template <int kArgs, typename Index>
+struct OffsetCalculator {
+  int rank = 0;
+  Index sizes[kMaxDims] = {};
+  Index strides[kArgs][kMaxDims] = {};
+
+  __device__ __forceinline__ void offsets(Index linear, Index (&out)[kArgs]) const {
+#pragma unroll
+    for (int a = 0; a < kArgs; ++a) out[a] = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+      if (d == rank) break;
+      Index index = linear;  // the outermost dimension takes the rest: no division
+      if (d + 1 < rank) {
+        const Index quotient = linear / sizes[d];
+        index = linear - quotient * sizes[d];
+        linear = quotient;
+      }
+#pragma unroll
+      for (int a = 0; a < kArgs; ++a) out[a] += index * strides[a][d];
+    }
+  }
+};
+
+// `sizes` and each of `strides` outermost first (as tensors store them); at most kMaxDims dimensions.
+template <int kArgs, typename Index>
+OffsetCalculator<kArgs, Index> make_offset_calculator(const std::vector<std::int64_t>& sizes,
+                                                      const std::vector<std::int64_t>* const (&strides)[kArgs]) {
+  XPURT_INTERNAL_ASSERT(sizes.size() <= static_cast<std::size_t>(kMaxDims), "rank ", sizes.size());
+  OffsetCalculator<kArgs, Index> calc;
+  calc.rank = static_cast<int>(sizes.size());
+  for (int d = 0; d < calc.rank; ++d) {
+    const std::size_t from = sizes.size() - 1 - static_cast<std::size_t>(d);
+    calc.sizes[d] = static_cast<Index>(sizes[from]);
+    for (int a = 0; a < kArgs; ++a) calc.strides[a][d] = static_cast<Index>((*strides[a])[from]);
+  }
+  return calc;
+}
+
+// Whether `numel` elements and every offset a view of `sizes`/`strides` reaches fit in int32. The element count
+// keeps a grid's worth of headroom so that `i += gridDim.x * blockDim.x` cannot overflow in a grid-stride loop.
+inline bool fits_int32(std::int64_t numel, const std::vector<std::int64_t>& sizes,
+                       const std::vector<const std::vector<std::int64_t>*>& strides) {
+  constexpr std::int64_t kLimit = std::numeric_limits<std::int32_t>::max();
+  if (numel > kLimit - kMaxBlocks * kThreads) return false;
+  for (const auto* operand : strides) {
+    std::int64_t extent = 0;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      const std::int64_t stride = (*operand)[d] < 0 ? -(*operand)[d] : (*operand)[d];
+      if (stride > kLimit) return false;
+      extent += (sizes[d] - 1) * stride;
+      if (extent > kLimit) return false;
+    }
+  }
+  return true;
+}
+
+// ---- elementwise ----
+
+// y[i] = fn(x[i]) for n elements: 16-byte vectors when both pointers are 16-byte aligned, then a scalar tail
+// (any n). `x == y` is allowed: each element is read and written by the same thread.
+template <typename T, typename Fn>
+__global__ void unary_kernel(const T* x, T* y, std::int64_t n, bool vectorized, Fn fn) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  std::int64_t tail = 0;
+  if (vectorized) {
+    constexpr int kVec = kVec16<T>;
+    using V = Vec<T, kVec>;
+    const std::int64_t vectors = n / kVec;
+    const V* xv = reinterpret_cast<const V*>(x);
+    V* yv = reinterpret_cast<V*>(y);
+    for (std::int64_t i = first; i < vectors; i += stride) {
+      const V in = xv[i];
+      V out;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) out.v[k] = from_float<T>(fn(to_float(in.v[k])));
+      yv[i] = out;
+    }
+    tail = vectors * kVec;
+  }
+  for (std::int64_t i = tail + first; i < n; i += stride) y[i] = from_float<T>(fn(to_float(x[i])));
+}
+
+template <typename T, typename Fn>
+void launch_unary(const void* x, void* y, std::int64_t n, Fn fn, void* stream) {
+  if (n <= 0) return;
+  const bool vectorized = is_aligned(x, 16) && is_aligned(y, 16);
+  const std::int64_t work = vectorized ? std::max<std::int64_t>(n / kVec16<T>, n % kVec16<T>) : n;
+  unary_kernel<T, Fn><<<grid_for(work, kThreads), kThreads, 0, as_stream(stream)>>>(
+      static_cast<const T*>(x), static_cast<T*>(y), n, vectorized, fn);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+}  // namespace xpuruntime::cuda_raw::detail

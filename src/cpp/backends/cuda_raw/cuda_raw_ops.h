@@ -1,0 +1,58 @@
+// Launchers of the cuda_raw backend that other parts of xpuruntime call directly: the cublas backend (linear's
+// bias + activation epilogue, the softmax of the unfused attention) and the core (strided copies between CUDA
+// tensors of different layouts, Tensor::copy_from).
+//
+// Contract, for every function here:
+//  - Pointers are device pointers of the CUDA device that is current on the calling thread (the caller makes it
+//    current, e.g. with detail::CudaDeviceGuard). `stream` is a cudaStream_t passed as void* (nullptr: the
+//    legacy default stream). No CUDA type appears in this header, so host-compiled .cpp files can include it.
+//  - The work is enqueued on `stream` and the call returns without synchronizing. Zero-sized work enqueues
+//    nothing.
+//  - Float dtypes are float32, float16 and bfloat16; 16-bit values are computed in fp32 and rounded once.
+//  - Errors: UnsupportedOperationError for a dtype the launcher does not handle, InvalidArgumentError for
+//    inconsistent arguments (both raised before anything is enqueued), CudaError when a launch fails.
+//  - The caller owns all memory; nothing is retained after the call. Safe to call from several threads.
+//
+// The functions are exported from libxpuruntime_core (XPURT_API) only so that the backend's own tests
+// (tests/cpp/test_cuda_raw_backend.cpp) can call them; this header is internal and not installed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/dtype.h"
+#include "xpuruntime/export.h"
+
+namespace xpuruntime::cuda_raw {
+
+// y[rows, cols] = act(y + bias[cols]) in place; `bias` may be null (no bias). `activation`: "none", "relu",
+// "gelu" (erf form) or "gelu_tanh" (InvalidArgumentError otherwise). `y` and `bias` are contiguous.
+XPURT_API void bias_activation(void* y, const void* bias, DType dtype, std::int64_t rows, std::int64_t cols,
+                               const std::string& activation, void* stream);
+
+// Softmax over the last axis of a contiguous [rows, cols] tensor. `x == y` (in place) is allowed; otherwise the
+// two must not overlap. A row whose entries are all -inf yields NaN (as PyTorch does).
+XPURT_API void softmax_lastdim(const void* x, void* y, DType dtype, std::int64_t rows, std::int64_t cols,
+                               void* stream);
+
+// The softmax of an unfused attention, in place on the scores [batch_heads, sq, sk] (contiguous), where
+// batch_heads = B * heads. For query row i of head h of batch b the softmax is taken over
+//   scores[b, h, i, j] * scale + mask[b, h, i, j]        for keys j,
+// where `causal` (top-left aligned) masks the keys j > i with -inf, and `mask` (nullable, additive, of `dtype`)
+// is read at b * mask_strides[0] + h * mask_strides[1] + i * mask_strides[2] + j * mask_strides[3] (strides in
+// elements, 0 along broadcast dimensions). A fully masked row (every term -inf) yields NaN, like PyTorch's
+// softmax. InvalidArgumentError when `heads` does not divide `batch_heads` or mask_strides has not 4 entries.
+XPURT_API void attention_softmax(void* scores, DType dtype, std::int64_t batch_heads, std::int64_t heads,
+                                 std::int64_t sq, std::int64_t sk, float scale, bool causal, const void* mask,
+                                 const std::vector<std::int64_t>& mask_strides, void* stream);
+
+// dst[i...] = src[i...] for every index of `shape`; strides in elements (any sign, 0 allowed for src). Any
+// dtype (only its size matters). `src` and `dst` must not overlap, and `dst`'s strides must not map two indices
+// to one element. Views of any rank: up to 8 dimensions (after merging dimensions that are contiguous in both)
+// take one kernel, more take one kernel per slice of the leading dimensions.
+XPURT_API void strided_copy(const void* src, void* dst, DType dtype, const std::vector<std::int64_t>& shape,
+                            const std::vector<std::int64_t>& src_strides,
+                            const std::vector<std::int64_t>& dst_strides, void* stream);
+
+}  // namespace xpuruntime::cuda_raw

@@ -1,0 +1,305 @@
+// flash_v2: the fused attention forward of the cuda_raw backend (op "attention", docs/ops.md). FlashAttention-2
+// on tensor cores: the Sq x Sk scores never leave registers (Note [flash_v2 tiling] in flash_attention_kernel.cuh).
+//
+// What it runs (supports() says why not otherwise): CUDA devices of compute capability >= 8.0 that the build has
+// code for; q, k, v float16 or bfloat16, contiguous, 16-byte aligned; head dim D = Dv in {64, 128}; H % Hkv == 0;
+// any Sq and Sk >= 1; `causal` and `scale` as docs/ops.md defines them; an optional additive mask in q's dtype,
+// broadcastable to [B, H, Sq, Sk] (any strides: dims of size 1 are read with stride 0). A query row whose every
+// score is -inf (only a mask can do that) gives NaN, like the cpu reference and PyTorch's SDPA.
+//
+// Deterministic: one CTA owns each output row and accumulates in a fixed order; no atomics, no split-K.
+// Plans are immutable; run() may be called from several threads at once.
+#include "backends/cuda_raw/flash_attention.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_raw/flash_attention_kernel.cuh"
+#include "core/cuda_utils.h"
+#include "xpuruntime/exceptions.h"
+
+#ifndef XPURT_CUDA_RAW_MIN_ARCH
+#define XPURT_CUDA_RAW_MIN_ARCH 0
+#endif
+
+namespace xpuruntime {
+
+namespace {
+
+using flash::MaskMode;
+
+// The oldest architecture this build has code for (CMAKE_CUDA_ARCHITECTURES), 0 when unknown.
+constexpr int kMinArch = XPURT_CUDA_RAW_MIN_ARCH;
+// Sequence lengths, batch and heads are int on the device, with a tile of slack for the last block's indices.
+constexpr std::int64_t kMaxExtent = std::numeric_limits<int>::max() - 256;
+constexpr const char* kInputNames[] = {"q", "k", "v", "mask"};
+
+std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
+  return out + "]";
+}
+
+// Element strides of a mask broadcast (NumPy rules, right-aligned) to [B, H, Sq, Sk]: 0 along the dims where it
+// has size 1 or no dim at all. Empty `strides` in the descriptor mean contiguous.
+std::vector<std::int64_t> mask_strides_of(const TensorDesc& mask) {
+  std::vector<std::int64_t> strides = mask.strides;
+  if (strides.size() != mask.shape.size()) strides = contiguous_strides(mask.shape);
+  std::vector<std::int64_t> out(4, 0);
+  const std::size_t rank = mask.shape.size();
+  for (std::size_t k = 0; k < rank && k < 4; ++k) {
+    const std::size_t dim = rank - 1 - k;
+    out[3 - k] = mask.shape[dim] == 1 ? 0 : strides[dim];
+  }
+  return out;
+}
+
+// The launch geometry of one descriptor, fixed at build time.
+struct FlashConfig {
+  DType dtype = DType::kFloat16;
+  int head_dim = 0;
+  MaskMode mode = MaskMode::kNone;
+  flash::Params params;  // everything but the pointers
+};
+
+FlashConfig config_of(const OpDescriptor& desc) {
+  const TensorDesc& q = desc.inputs[0];
+  const TensorDesc& k = desc.inputs[1];
+  FlashConfig config;
+  config.dtype = q.dtype;
+  config.head_dim = static_cast<int>(q.shape[3]);
+  flash::Params& params = config.params;
+  params.batch = static_cast<int>(q.shape[0]);
+  params.heads = static_cast<int>(q.shape[1]);
+  params.seq_q = static_cast<int>(q.shape[2]);
+  params.kv_heads = static_cast<int>(k.shape[1]);
+  params.seq_k = static_cast<int>(k.shape[2]);
+  double scale = desc.attrs.get_float("scale", 0.0);
+  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
+  params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  params.causal = desc.attrs.get_int("causal", 0) != 0;
+  const bool has_mask = desc.inputs.size() > 3 && desc.inputs[3].present;
+  if (has_mask) {
+    const std::vector<std::int64_t> strides = mask_strides_of(desc.inputs[3]);
+    params.mask_stride_b = strides[0];
+    params.mask_stride_h = strides[1];
+    params.mask_stride_q = strides[2];
+    params.mask_stride_k = strides[3];
+  }
+  config.mode = has_mask ? MaskMode::kExplicit : (params.causal ? MaskMode::kCausal : MaskMode::kNone);
+  return config;
+}
+
+// The policy's precision and determinism are read from the descriptor (copies of them): this file is compiled
+// as C++17 CUDA, where execution_policy.h (C++20) cannot be included.
+Support check_flash(const OpDescriptor& desc) {
+  if (!desc.device.is_cuda()) {
+    return Support::no(detail::str_cat("runs on CUDA devices; the input is on ", desc.device.str()));
+  }
+  if (desc.inputs.size() < 3 || !desc.inputs[0].present || !desc.inputs[1].present || !desc.inputs[2].present) {
+    return Support::no("flash_v2 needs the inputs q, k and v");
+  }
+  if (desc.precision == Precision::kInt8) {
+    return Support::no("flash_v2 has no int8 path; use precision fp16 or bf16 (or fp32/tf32 with 16-bit inputs)");
+  }
+  if (desc.compute_capability > 0 && desc.compute_capability < 80) {
+    return Support::no(detail::str_cat("flash_v2 needs compute capability 8.0 or newer (bf16 mma.sync, cp.async, "
+                                       "ldmatrix); this device is sm_", desc.compute_capability,
+                                       "; use the 'unfused' kernel"));
+  }
+  if (kMinArch > 0 && desc.compute_capability > 0 && desc.compute_capability < kMinArch) {
+    return Support::no(detail::str_cat("cuda_raw kernels were built for sm_", kMinArch, " and newer, this device is "
+                                       "sm_", desc.compute_capability, "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=",
+                                       desc.compute_capability));
+  }
+  const TensorDesc& q = desc.inputs[0];
+  if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
+    return Support::no(detail::str_cat("flash_v2 supports float16 and bfloat16, got ", dtype_name(q.dtype),
+                                       "; cast q, k, v (and the mask) or use the 'unfused' kernel"));
+  }
+  for (std::size_t i = 0; i < desc.inputs.size() && i < 4; ++i) {
+    const TensorDesc& input = desc.inputs[i];
+    if (!input.present) continue;
+    if (!input.device.is_cuda()) {
+      return Support::no(detail::str_cat("runs on CUDA devices; input '", kInputNames[i], "' is on ",
+                                         input.device.str()));
+    }
+    if (input.dtype != q.dtype) {
+      return Support::no(detail::str_cat("flash_v2 needs one dtype for all inputs; '", kInputNames[i], "' is ",
+                                         dtype_name(input.dtype), ", q is ", dtype_name(q.dtype)));
+    }
+    if (i < 3 && input.dim() != 4) {
+      return Support::no(detail::str_cat("flash_v2 needs 4-d q, k, v ([B, H, S, D]); '", kInputNames[i], "' is ",
+                                         input.str()));
+    }
+  }
+  const TensorDesc& k = desc.inputs[1];
+  const TensorDesc& v = desc.inputs[2];
+  const std::int64_t head_dim = q.shape[3];
+  if (head_dim != 64 && head_dim != 128) {
+    return Support::no(detail::str_cat("flash_v2 supports head dims 64 and 128, got ", head_dim,
+                                       "; use the 'unfused' kernel"));
+  }
+  if (k.shape[3] != head_dim || v.shape[3] != head_dim) {
+    return Support::no(detail::str_cat("flash_v2 needs k and v with q's head dim (D = Dv = ", head_dim, "), got k ",
+                                       shape_str(k.shape), ", v ", shape_str(v.shape), "; use the 'unfused' kernel"));
+  }
+  if (k.shape[1] < 1 || q.shape[1] % k.shape[1] != 0 || v.shape[1] != k.shape[1] || k.shape[0] != q.shape[0] ||
+      v.shape[0] != q.shape[0] || v.shape[2] != k.shape[2]) {
+    return Support::no(detail::str_cat("flash_v2 needs q [B, H, Sq, D], k and v [B, Hkv, Sk, D] with Hkv dividing "
+                                       "H; got q ", shape_str(q.shape), ", k ", shape_str(k.shape), ", v ",
+                                       shape_str(v.shape)));
+  }
+  const std::int64_t batch = q.shape[0], heads = q.shape[1], seq_q = q.shape[2], seq_k = k.shape[2];
+  if (seq_k < 1 && batch * heads * seq_q > 0) {
+    return Support::no("flash_v2: a softmax over zero keys (Sk = 0) is undefined");
+  }
+  for (std::size_t i = 0; i < 3; ++i) {
+    const TensorDesc& input = desc.inputs[i];
+    if (input.numel() == 0) continue;  // nothing to read
+    if (!input.is_contiguous()) {
+      return Support::no(detail::str_cat("needs contiguous input '", kInputNames[i], "' (", input.str(),
+                                         "); call contiguous() first"));
+    }
+    if (input.alignment < 16) {
+      return Support::no(detail::str_cat("flash_v2 needs 16-byte aligned q, k and v (it copies 16-byte rows with "
+                                         "cp.async); '", kInputNames[i], "' is only ", input.alignment,
+                                         "-byte aligned; pass a fresh contiguous copy"));
+    }
+  }
+  if (batch > kMaxExtent || heads > kMaxExtent || seq_q > kMaxExtent || seq_k > kMaxExtent) {
+    return Support::no(detail::str_cat("flash_v2 handles B, H, Sq and Sk up to ", kMaxExtent, "; got q ",
+                                       shape_str(q.shape), ", k ", shape_str(k.shape)));
+  }
+  if (flash::flash_forward_blocks(static_cast<int>(batch), static_cast<int>(heads), static_cast<int>(seq_q)) >
+      std::numeric_limits<int>::max()) {
+    return Support::no(detail::str_cat("flash_v2 launches ceil(Sq / 128) * B * H thread blocks, which must stay "
+                                       "below 2^31; got q ", shape_str(q.shape), "; split the batch"));
+  }
+  if (desc.inputs.size() > 3 && desc.inputs[3].present) {
+    const TensorDesc& mask = desc.inputs[3];
+    if (mask.dim() > 4) {
+      return Support::no(detail::str_cat("flash_v2: the mask must have rank <= 4, got ", mask.str()));
+    }
+    const std::vector<std::int64_t> full = {batch, heads, seq_q, seq_k};
+    for (int k_dim = 0; k_dim < mask.dim(); ++k_dim) {
+      const std::int64_t size = mask.shape[mask.dim() - 1 - k_dim];
+      if (size != 1 && size != full[3 - k_dim]) {
+        return Support::no(detail::str_cat("flash_v2: mask ", shape_str(mask.shape),
+                                           " does not broadcast to the scores' shape ", shape_str(full)));
+      }
+    }
+    if (mask.alignment < 2) {
+      return Support::no(detail::str_cat("flash_v2 needs an element-aligned mask; it is ", mask.alignment,
+                                         "-byte aligned"));
+    }
+  }
+  return Support::yes();
+}
+
+const char* mode_name(MaskMode mode, bool causal) {
+  switch (mode) {
+    case MaskMode::kNone: return "no mask";
+    case MaskMode::kCausal: return "causal";
+    case MaskMode::kExplicit: return causal ? "explicit mask + causal" : "explicit mask";
+  }
+  return "?";
+}
+
+template <typename T, int kHeadDim>
+cudaError_t launch_for_mode(const flash::Params& params, MaskMode mode, cudaStream_t stream) {
+  switch (mode) {
+    case MaskMode::kNone: return flash::launch_flash_forward<T, kHeadDim, MaskMode::kNone>(params, stream);
+    case MaskMode::kCausal: return flash::launch_flash_forward<T, kHeadDim, MaskMode::kCausal>(params, stream);
+    case MaskMode::kExplicit: return flash::launch_flash_forward<T, kHeadDim, MaskMode::kExplicit>(params, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t launch_for_head_dim(const flash::Params& params, int head_dim, MaskMode mode, cudaStream_t stream) {
+  return head_dim == 64 ? launch_for_mode<T, 64>(params, mode, stream) : launch_for_mode<T, 128>(params, mode, stream);
+}
+
+bool is_aligned_16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+class FlashAttentionPlan final : public KernelPlan {
+ public:
+  FlashAttentionPlan(FlashConfig config, int device) : config_(config), device_(device) {}
+
+  void run(const KernelLaunch& launch) const override {
+    const flash::Params& shape = config_.params;
+    if (static_cast<std::int64_t>(shape.batch) * shape.heads * shape.seq_q == 0) return;  // empty output
+    flash::Params params = shape;
+    params.q = launch.input(0).data_ptr();
+    params.k = launch.input(1).data_ptr();
+    params.v = launch.input(2).data_ptr();
+    params.o = launch.output(0).data_ptr();
+    if (config_.mode == MaskMode::kExplicit) params.mask = launch.input(3).data_ptr();
+    // The descriptor promised this (the plan is keyed on it); a launch with other tensors must not corrupt memory.
+    const void* pointers[] = {params.q, params.k, params.v, params.o};
+    const char* names[] = {"q", "k", "v", "the output"};
+    for (int i = 0; i < 4; ++i) {
+      XPURT_CHECK(is_aligned_16(pointers[i]), "flash_v2 needs 16-byte aligned q, k, v and output, but ", names[i],
+                  " starts at address ", reinterpret_cast<std::uintptr_t>(pointers[i]),
+                  "; run the plan on the tensors it was built for");
+    }
+    detail::CudaDeviceGuard guard(device_);
+    const auto stream = static_cast<cudaStream_t>(launch.stream.handle);
+    const cudaError_t status =
+        config_.dtype == DType::kBFloat16
+            ? launch_for_head_dim<__nv_bfloat16>(params, config_.head_dim, config_.mode, stream)
+            : launch_for_head_dim<__half>(params, config_.head_dim, config_.mode, stream);
+    XPURT_CUDA_CHECK(status);
+  }
+
+  std::string describe() const override {
+    const bool explicit_mask = config_.mode == MaskMode::kExplicit;
+    const int block_n = config_.head_dim == 64 && !explicit_mask ? 128 : 64;
+    const int smem_kib = (128 + 4 * block_n) * config_.head_dim * 2 / 1024;
+    return detail::str_cat("flash_v2 ", dtype_name(config_.dtype), " D=", config_.head_dim, ", ",
+                           mode_name(config_.mode, config_.params.causal), ", 128x", block_n,
+                           " tiles, 4 warps, K/V double-buffered, ", smem_kib, " KiB shared memory");
+  }
+
+ private:
+  FlashConfig config_;
+  int device_;
+};
+
+class FlashAttentionKernel final : public Kernel {
+ public:
+  FlashAttentionKernel()
+      : Kernel(KernelInfo{"attention", "flash_v2", "cuda_raw", DeviceType::kCUDA, true,
+                          "fused FlashAttention-2 forward on tensor cores (fp16/bf16, head dim 64/128, causal, "
+                          "mask, GQA), no Sq x Sk scores in memory"}) {}
+
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/) const override {
+    return check_flash(desc);
+  }
+
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/,
+                                    const std::string& record) const override {
+    if (!record.empty()) {
+      throw UnsupportedOperationError(detail::str_cat(
+          "flash_v2 makes no choices and has no plan record, but was given one: '", record,
+          "' (a record of another kernel?)"));
+    }
+    const Support support = check_flash(desc);
+    if (!support) throw UnsupportedOperationError(detail::str_cat("flash_v2 cannot run ", desc.signature(), ": ",
+                                                                  support.reason()));
+    return std::make_unique<FlashAttentionPlan>(config_of(desc), desc.device.index);
+  }
+};
+
+}  // namespace
+
+void register_flash_attention(KernelRegistry& registry) {
+  registry.add_kernel(std::make_unique<FlashAttentionKernel>());
+}
+
+}  // namespace xpuruntime

@@ -1,0 +1,485 @@
+// The flash_v2 attention forward kernel: FlashAttention-2 on tensor cores (mma.sync m16n8k16), for fp16 and bf16,
+// head dims 64 and 128, with a causal mask, an explicit additive mask, or none.
+//
+// Contract (checked by the flash_v2 kernel's supports() in flash_attention.cu, not here):
+//   q [B, H, Sq, D], k and v [B, Hkv, Sk, D], o [B, H, Sq, D], all contiguous and 16-byte aligned, one dtype T;
+//   H % Hkv == 0 (head h reads kv head h / (H / Hkv)); Sq >= 1, Sk >= 1; ceil(Sq / 128) * B * H < 2^31;
+//   the optional mask is read at mask[b * stride_b + h * stride_h + i * stride_q + j * stride_k] (strides in
+//   elements, 0 where the mask broadcasts), in the dtype T, and added to the scaled scores. A query row whose
+//   every score is -inf (an explicit mask only) gets NaN, like the cpu reference and PyTorch's SDPA.
+// Self-contained (CUDA headers only), so that a stand-alone harness can include it as well.
+//
+// Note [flash_v2 tiling]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// One CTA of 4 warps owns kBlockM = 128 query rows of one (batch, head); warp w owns rows [32 w, 32 w + 32) as two
+// m16 MMA tiles. The CTA walks the keys in tiles of kBlockN (64 for D = 128; 128 for D = 64 except with an
+// explicit mask, whose extra registers need the smaller tile): S = Q K^T on tensor cores into fp32 registers,
+// masking, the online softmax update in registers (running row max m and row sum l, exp2 of log2(e)-prescaled
+// scores, O rescaled by exp2(m_old - m_new)), P converted to T in registers and used directly as the A operand of
+// O += P V (the C fragments of two m16n8 tiles are exactly the A fragment of one m16k16 tile, so P never touches
+// shared memory). At the end O is divided by l and written out through shared memory as 16-byte rows.
+//
+// Why 32 rows per warp: every warp reads the whole K and V tile from shared memory, so the shared-memory bytes per
+// MMA fall as the rows per warp grow (256 B per m16n8k16 at 16 rows, 128 B at 32). At 16 rows per warp an
+// H100/H200 SM runs out of shared-memory bandwidth (128 B/clock) long before its tensor cores are busy. 32 rows at
+// D = 128 hold 128 fp32 O accumulators and 64 S accumulators per thread, so Q stays in shared memory and is re-read
+// with ldmatrix (32 B per MMA more), and __launch_bounds__(128, 2) keeps two CTAs on an SM (255 registers each).
+//
+// Shared memory: Q [128][D], K [2][kBlockN][D], V [2][kBlockN][D] in T: 96 KiB at D = 128, 80 KiB at D = 64, so
+// two CTAs fit on an SM. Each row of D elements is stored as 16-byte chunks with chunk c of row r at position
+// c ^ (r % 8) (an XOR swizzle): the 8 rows one ldmatrix 8x8 reads, and the 8 chunks of a row that 8 threads write
+// with cp.async, fall into 8 distinct groups of 4 banks, so neither side has bank conflicts and nothing is padded.
+//
+// Pipeline: K and V are double-buffered. Iteration n waits for tiles K_n, V_n (cp.async.wait_group 0), passes one
+// barrier (the tiles are visible to every warp, and every warp is done with buffers of iteration n - 1), issues
+// the cp.async copies of K_{n+1}, V_{n+1} into the other buffers, and computes; each copy has a whole iteration of
+// tensor-core work to land, and the second CTA on the SM fills what is left. Measured on an H200 (B8 H16 S4096
+// D128 bf16) this beat FlashAttention-2's single-buffered overlap (V_n under S_n, K_{n+1} under P_n V_n) by 2% non-
+// causal and 7% causal. Rows past Sq or Sk are zero-filled by cp.async (src-size 0): zero V rows keep 0 * garbage
+// from turning into NaN, and the scores of keys past Sk are set to -inf before the softmax.
+//
+// Causal (top-left aligned, query i sees keys j <= i): a CTA stops after the tile holding key min(Sq, m0 + 128) - 1
+// and masks only the tiles that cross the diagonal or run past Sk. The grid has ceil(Sq / 128) * B * H CTAs with
+// the query block fastest, so the CTAs in flight share few heads and their K and V stay in L2; within a head the
+// heaviest causal blocks go first.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+namespace xpuruntime::flash {
+
+enum class MaskMode : int {
+  kNone = 0,      // every key is visible
+  kCausal = 1,    // key j is visible to query i iff j <= i
+  kExplicit = 2,  // an additive mask tensor, plus the causal rule when Params::causal is set
+};
+
+// Everything the kernel reads; plain values, passed by value as the kernel parameter.
+struct Params {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  const void* mask = nullptr;  // MaskMode::kExplicit only
+  std::int64_t mask_stride_b = 0;
+  std::int64_t mask_stride_h = 0;
+  std::int64_t mask_stride_q = 0;
+  std::int64_t mask_stride_k = 0;
+  int batch = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int seq_q = 0;
+  int seq_k = 0;
+  float scale_log2 = 0.f;  // softmax scale * log2(e)
+  bool causal = false;     // read by MaskMode::kExplicit (the other modes carry it in the template)
+};
+
+template <int kHeadDim, MaskMode kMode>
+struct TileConfig {
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "flash_v2 instantiates head dims 64 and 128 only");
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = kHeadDim == 64 && kMode != MaskMode::kExplicit ? 128 : 64;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;  // 32: two m16 tiles
+  static constexpr int kSmemBytes = (kBlockM + 4 * kBlockN) * kHeadDim * 2;
+};
+
+constexpr int kFlashBlockM = 128;
+
+// The number of CTAs a launch needs (the grid is one-dimensional, so this must stay below 2^31).
+inline long long flash_forward_blocks(int batch, int heads, int seq_q) {
+  return static_cast<long long>((seq_q + kFlashBlockM - 1) / kFlashBlockM) * batch * heads;
+}
+
+namespace device {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ std::uint32_t shared_address(const void* pointer) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// 16 bytes global -> shared, bypassing L1; `src_bytes` 0 writes zeros (and reads nothing).
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// d += a * b for one m16n8k16 tile: a = 4 registers of the row-major A fragment, b0/b1 the column-major B
+// fragment, d the 4 fp32 accumulators (rows g and g + 8, columns 2c and 2c + 1 with g = lane / 4, c = lane % 4).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                          std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two floats -> one register of two T, the first in the low half (the element order of MMA fragments).
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(x);
+  } else {
+    return __bfloat162float(x);
+  }
+}
+
+// Issues the cp.async copies of rows [0, kRows) of a [rows][kHeadDim] tile into swizzled shared memory (Note
+// [flash_v2 tiling]); rows at or past `rows_valid` become zeros. `fallback`: any valid global address (src-size 0
+// reads nothing from it).
+template <typename T, int kRows, int kHeadDim, int kThreads>
+__device__ __forceinline__ void load_tile(std::uint32_t smem, const T* tile, int rows_valid, const T* fallback,
+                                          int tid) {
+  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRows % kRowsPerPass == 0 && kRowsPerPass % 8 == 0,
+                "tile does not split evenly over the threads");
+  const int chunk = tid % kChunks;
+  const int row0 = tid / kChunks;
+  // kRowsPerPass is a multiple of 8, so every row this thread copies has the same row % 8.
+  const std::uint32_t dst0 = smem + row0 * (kHeadDim * 2) + ((chunk ^ (row0 & 7)) * 16);
+#pragma unroll
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    const int row = row0 + pass * kRowsPerPass;
+    const bool valid = row < rows_valid;
+    const T* src = valid ? tile + static_cast<std::int64_t>(row) * kHeadDim + chunk * 8 : fallback;
+    cp_async_16(dst0 + pass * kRowsPerPass * (kHeadDim * 2), src, valid ? 16 : 0);
+  }
+}
+
+template <typename T, int kHeadDim, MaskMode kMode>
+__global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
+    flash_forward_kernel(const Params params) {
+  using Config = TileConfig<kHeadDim, kMode>;
+  constexpr int kD = kHeadDim;
+  constexpr int kBlockM = Config::kBlockM;
+  constexpr int kBlockN = Config::kBlockN;
+  constexpr int kThreads = Config::kThreads;
+  constexpr int kRowBytes = kD * 2;
+  constexpr int kNTiles = kBlockN / 8;  // n8 tiles of S per m16 tile
+  constexpr int kDTiles = kD / 8;       // n8 tiles of O per m16 tile
+  constexpr std::uint32_t kTileBytes = kBlockN * kRowBytes;
+  constexpr float kNegInf = -__builtin_huge_valf();
+  static_assert(kBlockM == kFlashBlockM, "flash_forward_blocks assumes 128-row query blocks");
+
+  // 1024-byte alignment: the ldmatrix addresses below XOR the chunk index into the address bits, which needs
+  // every row to start at a multiple of its size (128 or 256 bytes).
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const std::uint32_t smem_q = shared_address(smem);
+  const std::uint32_t smem_k = smem_q + kBlockM * kRowBytes;  // two stages of kTileBytes
+  const std::uint32_t smem_v = smem_k + 2 * kTileBytes;       // two stages of kTileBytes
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int group = lane / 4;     // g: the accumulator rows g and g + 8 of an m16 tile
+  const int in_group = lane % 4;  // c: the accumulator columns 2c and 2c + 1 of an n8 tile
+
+  // Query block fastest (K and V of one head stay in L2); heaviest causal blocks first.
+  const int num_m_blocks = (params.seq_q + kBlockM - 1) / kBlockM;
+  const int linear = static_cast<int>(blockIdx.x);
+  const int bh = linear / num_m_blocks;
+  const int m_block = num_m_blocks - 1 - linear % num_m_blocks;
+  const int b = bh / params.heads;
+  const int h = bh % params.heads;
+  const int kv_head = h / (params.heads / params.kv_heads);
+  const int m0 = m_block * kBlockM;
+  const int seq_q = params.seq_q;
+  const int seq_k = params.seq_k;
+
+  const T* q_all = static_cast<const T*>(params.q);
+  const T* q = q_all + (static_cast<std::int64_t>(bh) * seq_q + m0) * kD;
+  const std::int64_t kv_offset = (static_cast<std::int64_t>(b) * params.kv_heads + kv_head) * seq_k * kD;
+  const T* k = static_cast<const T*>(params.k) + kv_offset;
+  const T* v = static_cast<const T*>(params.v) + kv_offset;
+  T* o = static_cast<T*>(params.o) + (static_cast<std::int64_t>(bh) * seq_q + m0) * kD;
+
+  const bool causal = kMode == MaskMode::kCausal || (kMode == MaskMode::kExplicit && params.causal);
+  const int m_end = min(seq_q, m0 + kBlockM);                // one past the last query row of this block
+  const int n_end = causal ? min(seq_k, m_end) : seq_k;      // one past the last key any row here sees
+  const int num_n_blocks = (n_end + kBlockN - 1) / kBlockN;  // >= 1: key 0 is visible to every row
+
+  // Per-lane ldmatrix base addresses. Q (A operand; the x4's matrices are rows 0-7 / rows 8-15 / the same two
+  // with k + 8): lane l addresses row l % 16, chunk l / 16. K (B operand of Q K^T, two n8 tiles per x4): lane l
+  // addresses key (l % 8) + 8 (l / 16), chunk (l / 8) % 2. V (B operand of P V through .trans, two n8 tiles of D
+  // per x4): lane l addresses key l % 16, chunk l / 16. Every such row has row % 8 == lane % 8, and the k-step
+  // (or D pair) index is XORed in later as `step * 32`, i.e. chunk (2 step + x) ^ (row % 8).
+  const int swizzle = lane & 7;
+  const std::uint32_t q_lane =
+      smem_q + (warp * Config::kRowsPerWarp + (lane & 15)) * kRowBytes + (((lane >> 4) ^ swizzle) * 16);
+  const std::uint32_t k_lane =
+      smem_k + ((lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((((lane >> 3) & 1) ^ swizzle) * 16);
+  const std::uint32_t v_lane = smem_v + (lane & 15) * kRowBytes + (((lane >> 4) ^ swizzle) * 16);
+
+  // Explicit mask: one row pointer per accumulator row of this thread (rows past Sq clamped into range; their
+  // results are never stored).
+  const T* mask_row[2][2] = {};
+  if constexpr (kMode == MaskMode::kExplicit) {
+    const T* mask = static_cast<const T*>(params.mask) + b * params.mask_stride_b + h * params.mask_stride_h;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = min(m0 + warp * Config::kRowsPerWarp + t * 16 + group + half * 8, seq_q - 1);
+        mask_row[t][half] = mask + row * params.mask_stride_q;
+      }
+    }
+  }
+
+  float o_acc[2][kDTiles][4];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) o_acc[t][j][r] = 0.f;
+    }
+  }
+  float row_max[2][2] = {{kNegInf, kNegInf}, {kNegInf, kNegInf}};
+  float row_sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // this thread's share; summed over the quad at the end
+  // With an explicit mask the scores move into the log2 domain before the mask is added (s * scale * log2e +
+  // mask * log2e), so the softmax below runs with a unit scale; otherwise the scale folds into one FFMA.
+  const float softmax_scale = kMode == MaskMode::kExplicit ? 1.f : params.scale_log2;
+
+  load_tile<T, kBlockM, kD, kThreads>(smem_q, q, m_end - m0, q_all, tid);
+  load_tile<T, kBlockN, kD, kThreads>(smem_k, k, min(kBlockN, seq_k), k, tid);
+  load_tile<T, kBlockN, kD, kThreads>(smem_v, v, min(kBlockN, seq_k), v, tid);
+  cp_async_commit();
+
+  for (int n_block = 0; n_block < num_n_blocks; ++n_block) {
+    const int n0 = n_block * kBlockN;
+    const std::uint32_t stage = (n_block & 1) * kTileBytes;
+    cp_async_wait_all();  // this thread's copies of K_n, V_n (and Q) landed
+    __syncthreads();      // ... everyone's; and every warp is done with the buffers of iteration n - 1
+    if (n_block + 1 < num_n_blocks) {
+      const int next = n0 + kBlockN;
+      const std::uint32_t other = kTileBytes - stage;
+      load_tile<T, kBlockN, kD, kThreads>(smem_k + other, k + static_cast<std::int64_t>(next) * kD,
+                                          min(kBlockN, seq_k - next), k, tid);
+      load_tile<T, kBlockN, kD, kThreads>(smem_v + other, v + static_cast<std::int64_t>(next) * kD,
+                                          min(kBlockN, seq_k - next), v, tid);
+    }
+    cp_async_commit();
+
+    // S = Q K^T over this key tile.
+    float s[2][kNTiles][4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) s[t][j][r] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      std::uint32_t a[2][4];
+      ldmatrix_x4(a[0], q_lane ^ (kk * 32));
+      ldmatrix_x4(a[1], (q_lane + 16 * kRowBytes) ^ (kk * 32));
+#pragma unroll
+      for (int np = 0; np < kBlockN / 16; ++np) {
+        std::uint32_t kb[4];
+        ldmatrix_x4(kb, (k_lane + stage + np * 16 * kRowBytes) ^ (kk * 32));
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          mma_16816<T>(s[t][2 * np], a[t], kb[0], kb[1]);
+          mma_16816<T>(s[t][2 * np + 1], a[t], kb[2], kb[3]);
+        }
+      }
+    }
+
+    if constexpr (kMode == MaskMode::kExplicit) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int col = min(n0 + j * 8 + 2 * in_group + (r & 1), seq_k - 1);
+            const float bias = to_float(mask_row[t][r >> 1][col * params.mask_stride_k]);
+            s[t][j][r] = s[t][j][r] * params.scale_log2 + bias * kLog2e;
+          }
+        }
+      }
+    }
+    // Keys past Sk, and keys after the query under the causal rule, get -inf.
+    const bool tile_needs_mask = n0 + kBlockN > seq_k || (causal && n0 + kBlockN - 1 > m0);
+    if (tile_needs_mask) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = m0 + warp * Config::kRowsPerWarp + t * 16 + group + (r >> 1) * 8;
+            const int col = n0 + j * 8 + 2 * in_group + (r & 1);
+            if (col >= seq_k || (causal && col > row)) s[t][j][r] = kNegInf;
+          }
+        }
+      }
+    }
+
+    // Online softmax; P (in T) replaces S as the A operand of P V.
+    std::uint32_t p[2][kBlockN / 16][4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float tile_max = kNegInf;
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          tile_max = fmaxf(tile_max, fmaxf(s[t][j][2 * half], s[t][j][2 * half + 1]));
+        }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float new_max = fmaxf(row_max[t][half], tile_max);
+        // A row with every key so far masked (only an explicit mask can do that) keeps max -inf; subtracting 0
+        // instead keeps its exponentials at 0 rather than NaN.
+        const float max_used = new_max == kNegInf ? 0.f : new_max;
+        const float rescale = fast_exp2((row_max[t][half] - max_used) * softmax_scale);
+        row_max[t][half] = new_max;
+        row_sum[t][half] *= rescale;
+#pragma unroll
+        for (int j = 0; j < kDTiles; ++j) {
+          o_acc[t][j][2 * half] *= rescale;
+          o_acc[t][j][2 * half + 1] *= rescale;
+        }
+        const float max_scaled = max_used * softmax_scale;
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          const float p0 = fast_exp2(s[t][j][2 * half] * softmax_scale - max_scaled);
+          const float p1 = fast_exp2(s[t][j][2 * half + 1] * softmax_scale - max_scaled);
+          row_sum[t][half] += p0 + p1;
+          // S n8 tile j holds P columns 8j..8j+7: A fragment k-step j / 2, register (j % 2) * 2 + half.
+          p[t][j / 2][(j % 2) * 2 + half] = pack2<T>(p0, p1);
+        }
+      }
+    }
+
+    // O += P V.
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks) {
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        std::uint32_t vb[4];
+        ldmatrix_x4_trans(vb, (v_lane + stage + ks * 16 * kRowBytes) ^ (dp * 32));
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          mma_16816<T>(o_acc[t][2 * dp], p[t][ks], vb[0], vb[1]);
+          mma_16816<T>(o_acc[t][2 * dp + 1], p[t][ks], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: O / l into this warp's own 32 rows of the Q buffer (no other warp reads them), then 16-byte rows
+  // out to global memory. The last iteration committed an empty cp.async group: nothing is in flight.
+  __syncwarp();
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float total = row_sum[t][half];
+      total += __shfl_xor_sync(0xffffffffu, total, 1);
+      total += __shfl_xor_sync(0xffffffffu, total, 2);
+      // total == 0: every score of the row is -inf (an explicit mask only); NaN, as in the cpu reference.
+      const float inverse = total > 0.f ? 1.f / total : __builtin_nanf("");
+      const int row = warp * Config::kRowsPerWarp + t * 16 + group + half * 8;
+#pragma unroll
+      for (int j = 0; j < kDTiles; ++j) {
+        const std::uint32_t packed = pack2<T>(o_acc[t][j][2 * half] * inverse, o_acc[t][j][2 * half + 1] * inverse);
+        const std::uint32_t address = smem_q + row * kRowBytes + ((j ^ (row & 7)) * 16) + in_group * 4;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(packed) : "memory");
+      }
+    }
+  }
+  __syncwarp();
+  constexpr int kChunks = kD / 8;
+#pragma unroll
+  for (int pass = 0; pass < Config::kRowsPerWarp * kChunks / 32; ++pass) {
+    const int index = pass * 32 + lane;
+    const int row = warp * Config::kRowsPerWarp + index / kChunks;
+    const int chunk = index % kChunks;
+    if (m0 + row < seq_q) {
+      uint4 value;
+      const std::uint32_t address = smem_q + row * kRowBytes + ((chunk ^ (row & 7)) * 16);
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+                   : "r"(address)
+                   : "memory");
+      *reinterpret_cast<uint4*>(o + static_cast<std::int64_t>(row) * kD + chunk * 8) = value;
+    }
+  }
+}
+
+}  // namespace device
+
+// Launches one instantiation on `stream` (on the current device) and returns the first CUDA error; the caller
+// checks it. The kernel's dynamic shared-memory limit (over the 48 KiB default) is raised once per device.
+template <typename T, int kHeadDim, MaskMode kMode>
+cudaError_t launch_flash_forward(const Params& params, cudaStream_t stream) {
+  using Config = TileConfig<kHeadDim, kMode>;
+  auto* kernel = &device::flash_forward_kernel<T, kHeadDim, kMode>;
+  static std::atomic<std::uint64_t> configured_devices{0};  // bit d: done on device d (d < 64)
+  int device_index = 0;
+  cudaError_t status = cudaGetDevice(&device_index);
+  if (status != cudaSuccess) return status;
+  const std::uint64_t bit = device_index < 64 ? std::uint64_t{1} << device_index : 0;
+  if (bit == 0 || (configured_devices.load(std::memory_order_acquire) & bit) == 0) {
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
+    if (status != cudaSuccess) return status;
+    configured_devices.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  const long long blocks = flash_forward_blocks(params.batch, params.heads, params.seq_q);
+  kernel<<<static_cast<unsigned int>(blocks), Config::kThreads, Config::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace xpuruntime::flash

@@ -1,0 +1,291 @@
+// Reductions (sum, mean, max, min) over any set of axes.
+//
+// Note [Reduction layout]
+// The input's dimensions are classified as kept or reduced; size-1 ones are dropped and neighbours of the
+// same kind merged (ReduceGeometry). Each result then reads `count` elements at kept_offset(o) +
+// reduced_offset(r). Two kernels cover every layout with coalesced reads:
+//  - row: the innermost dimension is reduced, so one result's elements are contiguous at the inner end; a
+//    warp (short runs) or a block (long runs) reads them together and combines with a fixed-order tree.
+//  - column: the innermost dimension is kept, so neighbouring results read neighbouring elements; one thread
+//    per result walks the reduced dimensions.
+// When there are too few results to fill the GPU (e.g. a full reduction of a long vector, or a column sum of a
+// tall matrix), each result's range is split into `splits` chunks reduced independently into a float workspace,
+// and a second kernel combines the partials in order. The split depends on the shape only, never on timing,
+// so results are bitwise reproducible: no atomics anywhere.
+//
+// Semantics: sums and means accumulate in fp32; the mean of an empty axis is NaN (0/0) and its sum 0, like
+// NumPy; max and min propagate NaN (NumPy's max/min, PyTorch's amax/amin).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_raw/cuda_raw_common.cuh"
+#include "backends/cuda_raw/cuda_raw_kernels.h"
+
+namespace xpuruntime::cuda_raw {
+
+namespace {
+
+using namespace detail;  // NOLINT: the backend's own helpers
+
+// Split heuristics (Note [Reduction layout]). About 1024 groups or 64Ki threads fill an H100/H200 (132 SMs)
+// several times over; chunks stay long enough that the second pass is negligible.
+constexpr std::int64_t kRowTargetGroups = 1024;
+constexpr std::int64_t kRowMinChunk = 8192;
+constexpr std::int64_t kColumnTargetThreads = 65536;
+constexpr std::int64_t kColumnMinChunk = 256;
+// Row chunks at least this long take a block of kRowBlockGroup threads; shorter ones a warp.
+constexpr std::int64_t kRowBlockMinChunk = 4096;
+constexpr int kRowBlockGroup = 256;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+template <ReduceOp kOp>
+struct Reducer {
+  __device__ __forceinline__ static float identity() {
+    if constexpr (kOp == ReduceOp::kMax) {
+      return -INFINITY;
+    } else if constexpr (kOp == ReduceOp::kMin) {
+      return INFINITY;
+    } else {
+      return 0.0f;
+    }
+  }
+  __device__ __forceinline__ float operator()(float a, float b) const {
+    if constexpr (kOp == ReduceOp::kMax) {
+      return max_nan(a, b);
+    } else if constexpr (kOp == ReduceOp::kMin) {
+      return min_nan(a, b);
+    } else {
+      return a + b;
+    }
+  }
+  __device__ __forceinline__ static float finalize(float value, std::int64_t count) {
+    if constexpr (kOp == ReduceOp::kMean) {
+      return value / static_cast<float>(count);  // count == 0: 0 / 0 = NaN, like NumPy
+    } else {
+      return value;
+    }
+  }
+};
+
+// Index: int32 when the input's elements (and so every offset, the input being contiguous) fit, else int64
+// (Note [Launch shapes]).
+template <typename Index>
+struct ReduceArgs {
+  OffsetCalculator<1, Index> kept;
+  OffsetCalculator<1, Index> reduced;
+  Index outputs;
+  Index count;
+  Index splits;
+  Index chunk;
+};
+
+template <typename Index>
+__device__ __forceinline__ Index offset_of(const OffsetCalculator<1, Index>& calc, Index i) {
+  Index offset[1];
+  calc.offsets(i, offset);
+  return offset[0];
+}
+
+// Row kernel: one group of kGroup threads per (output, split) task, task = output * splits + split.
+template <typename T, ReduceOp kOp, int kGroup, int kBlock, typename Index>
+__global__ void __launch_bounds__(kBlock) reduce_row_kernel(const T* x, T* y, float* partial,
+                                                            ReduceArgs<Index> args) {
+  constexpr int kGroupsPerBlock = kBlock / kGroup;
+  __shared__ float smem[kGroup / 32];
+  const Reducer<kOp> combine{};
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const Index tasks = args.outputs * args.splits;
+  const Index group_stride = static_cast<Index>(gridDim.x) * kGroupsPerBlock;
+  for (Index task = static_cast<Index>(blockIdx.x) * kGroupsPerBlock + static_cast<Index>(threadIdx.x) / kGroup;
+       task < tasks; task += group_stride) {
+    const Index output = task / args.splits;
+    const Index begin = (task - output * args.splits) * args.chunk;
+    const Index end = args.count - begin > args.chunk ? begin + args.chunk : args.count;
+    const T* base = x + offset_of(args.kept, output);
+    float acc = Reducer<kOp>::identity();
+    for (Index r = begin + lane; r < end; r += kGroup) acc = combine(acc, to_float(base[offset_of(args.reduced, r)]));
+    acc = group_reduce<kGroup>(acc, combine, smem);
+    if (lane == 0) {
+      if (args.splits == 1) {
+        y[output] = from_float<T>(Reducer<kOp>::finalize(acc, args.count));
+      } else {
+        partial[task] = acc;
+      }
+    }
+  }
+}
+
+// Column kernel: one thread per (output, split) task; outputs vary fastest across threads so that
+// neighbouring threads read neighbouring elements. Partials are stored at output * splits + split.
+template <typename T, ReduceOp kOp, typename Index>
+__global__ void reduce_column_kernel(const T* x, T* y, float* partial, ReduceArgs<Index> args) {
+  const Reducer<kOp> combine{};
+  const Index tasks = args.outputs * args.splits;
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index task = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       task < tasks; task += stride) {
+    const Index split = task / args.outputs;
+    const Index output = task - split * args.outputs;
+    const Index begin = split * args.chunk;
+    const Index end = args.count - begin > args.chunk ? begin + args.chunk : args.count;
+    const T* base = x + offset_of(args.kept, output);
+    float acc = Reducer<kOp>::identity();
+    for (Index r = begin; r < end; ++r) acc = combine(acc, to_float(base[offset_of(args.reduced, r)]));
+    if (args.splits == 1) {
+      y[output] = from_float<T>(Reducer<kOp>::finalize(acc, args.count));
+    } else {
+      partial[output * args.splits + split] = acc;
+    }
+  }
+}
+
+// Second pass: combines each output's partials in split order.
+template <typename T, ReduceOp kOp>
+__global__ void reduce_finalize_kernel(const float* partial, T* y, std::int64_t outputs, std::int64_t splits,
+                                       std::int64_t count) {
+  const Reducer<kOp> combine{};
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t output = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; output < outputs;
+       output += stride) {
+    const float* p = partial + output * splits;
+    float acc = p[0];
+    for (std::int64_t s = 1; s < splits; ++s) acc = combine(acc, p[s]);
+    y[output] = from_float<T>(Reducer<kOp>::finalize(acc, count));
+  }
+}
+
+template <typename T, ReduceOp kOp, typename Index>
+void launch_reduce_kernel(const ReduceGeometry& geometry, const T* x, T* y, float* partial, cudaStream_t stream) {
+  const std::vector<std::int64_t>* const kept_strides[1] = {&geometry.kept_strides};
+  const std::vector<std::int64_t>* const reduced_strides[1] = {&geometry.reduced_strides};
+  ReduceArgs<Index> args;
+  args.kept = make_offset_calculator<1, Index>(geometry.kept_sizes, kept_strides);
+  args.reduced = make_offset_calculator<1, Index>(geometry.reduced_sizes, reduced_strides);
+  args.outputs = static_cast<Index>(geometry.outputs);
+  args.count = static_cast<Index>(geometry.count);
+  args.splits = static_cast<Index>(geometry.splits);
+  args.chunk = static_cast<Index>(geometry.chunk);
+  const std::int64_t tasks = geometry.outputs * geometry.splits;
+  if (!geometry.inner_reduced) {
+    reduce_column_kernel<T, kOp, Index><<<grid_for(tasks, kThreads), kThreads, 0, stream>>>(x, y, partial, args);
+  } else if (geometry.chunk >= kRowBlockMinChunk) {
+    reduce_row_kernel<T, kOp, kRowBlockGroup, kRowBlockGroup, Index>
+        <<<grid_for(tasks, 1), kRowBlockGroup, 0, stream>>>(x, y, partial, args);
+  } else {
+    reduce_row_kernel<T, kOp, 32, kThreads, Index>
+        <<<grid_for(tasks, kThreads / 32), kThreads, 0, stream>>>(x, y, partial, args);
+  }
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+template <typename T, ReduceOp kOp>
+void launch_reduce(const ReduceGeometry& geometry, const T* x, T* y, float* partial, cudaStream_t stream) {
+  // Input elements, at least outputs * splits (the tasks) and outputs * count (every offset, contiguous input).
+  const std::int64_t elements = geometry.outputs * std::max<std::int64_t>(geometry.count, geometry.splits);
+  if (fits_int32(elements, {}, {})) {
+    launch_reduce_kernel<T, kOp, std::int32_t>(geometry, x, y, partial, stream);
+  } else {
+    launch_reduce_kernel<T, kOp, std::int64_t>(geometry, x, y, partial, stream);
+  }
+  if (geometry.splits > 1) {
+    reduce_finalize_kernel<T, kOp><<<grid_for(geometry.outputs, kThreads), kThreads, 0, stream>>>(
+        partial, y, geometry.outputs, geometry.splits, geometry.count);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace
+
+std::size_t ReduceGeometry::workspace_bytes() const {
+  return splits > 1 ? static_cast<std::size_t>(outputs * splits) * sizeof(float) : 0;
+}
+
+std::string ReduceGeometry::str() const {
+  return ::xpuruntime::detail::str_cat(outputs, " outputs x ", count, " elements, ",
+                                       inner_reduced ? "row" : "column", " kernel, ", splits,
+                                       splits == 1 ? " split" : " splits");
+}
+
+bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<bool>& reduced,
+                     std::uint64_t workspace_limit, ReduceGeometry* geometry, std::string* why_not) {
+  XPURT_INTERNAL_ASSERT(shape.size() == reduced.size(), "shape and reduced flags disagree");
+  *geometry = ReduceGeometry();
+  ReduceGeometry& g = *geometry;
+  g.outputs = 1;
+  g.count = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d) (reduced[d] ? g.count : g.outputs) *= shape[d];
+  // Contiguous strides of the input.
+  std::vector<std::int64_t> strides(shape.size(), 1);
+  for (std::size_t d = shape.size(); d > 1; --d) {
+    strides[d - 2] = strides[d - 1] * std::max<std::int64_t>(shape[d - 1], 1);
+  }
+  int last_kind = -1;  // kind of the previous dimension kept in the geometry: 0 kept, 1 reduced
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    const int kind = reduced[d] ? 1 : 0;
+    auto& sizes = kind == 1 ? g.reduced_sizes : g.kept_sizes;
+    auto& dim_strides = kind == 1 ? g.reduced_strides : g.kept_strides;
+    if (kind == last_kind) {  // adjacent in a contiguous input: one dimension
+      sizes.back() *= shape[d];
+      dim_strides.back() = strides[d];
+    } else {
+      sizes.push_back(shape[d]);
+      dim_strides.push_back(strides[d]);
+    }
+    last_kind = kind;
+  }
+  g.inner_reduced = last_kind == 1;
+  if (g.count == 0) {  // an empty axis: every output is the identity; nothing to read or index
+    g.reduced_sizes.clear();
+    g.reduced_strides.clear();
+    g.inner_reduced = false;
+    g.chunk = 0;
+    return true;
+  }
+  if (g.kept_sizes.size() > static_cast<std::size_t>(kMaxDims) ||
+      g.reduced_sizes.size() > static_cast<std::size_t>(kMaxDims)) {
+    *why_not = ::xpuruntime::detail::str_cat(
+        "cuda_raw reduces with at most ", kMaxDims, " kept and ", kMaxDims,
+        " reduced dimensions after merging neighbours, this input needs ", g.kept_sizes.size(), " and ",
+        g.reduced_sizes.size(), "; reduce in two steps or use the cpu kernel");
+    return false;
+  }
+  if (g.inner_reduced && g.outputs < kRowTargetGroups && g.count >= 2 * kRowMinChunk) {
+    g.splits = std::min(ceil_div(g.count, kRowMinChunk), ceil_div(kRowTargetGroups, g.outputs));
+  } else if (!g.inner_reduced && g.outputs < kColumnTargetThreads && g.count >= 2 * kColumnMinChunk) {
+    g.splits = std::min(ceil_div(g.count, kColumnMinChunk), ceil_div(kColumnTargetThreads, g.outputs));
+  }
+  if (workspace_limit > 0 && g.splits > 1) {  // as many partials as the limit holds; none below two
+    const std::uint64_t partial_bytes = sizeof(float) * static_cast<std::uint64_t>(g.outputs);
+    const auto fit = static_cast<std::int64_t>(workspace_limit / partial_bytes);
+    if (g.splits > fit) g.splits = fit < 2 ? 1 : fit;
+  }
+  g.chunk = ceil_div(g.count, g.splits);
+  g.splits = ceil_div(g.count, g.chunk);  // no empty chunk
+  return true;
+}
+
+void reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace,
+            void* stream) {
+  if (geometry.outputs <= 0) return;
+  XPURT_CHECK(geometry.workspace_bytes() == 0 || workspace != nullptr, "cuda_raw reduce: the plan needs ",
+              geometry.workspace_bytes(), " bytes of workspace, but none was given");
+  dispatch_float(dtype, "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    const auto* xs = static_cast<const T*>(x);
+    auto* ys = static_cast<T*>(y);
+    auto* partial = static_cast<float*>(workspace);
+    const cudaStream_t s = as_stream(stream);
+    switch (op) {
+      case ReduceOp::kSum: return launch_reduce<T, ReduceOp::kSum>(geometry, xs, ys, partial, s);
+      case ReduceOp::kMean: return launch_reduce<T, ReduceOp::kMean>(geometry, xs, ys, partial, s);
+      case ReduceOp::kMax: return launch_reduce<T, ReduceOp::kMax>(geometry, xs, ys, partial, s);
+      case ReduceOp::kMin: return launch_reduce<T, ReduceOp::kMin>(geometry, xs, ys, partial, s);
+    }
+  });
+}
+
+}  // namespace xpuruntime::cuda_raw

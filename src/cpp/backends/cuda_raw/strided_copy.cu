@@ -1,0 +1,107 @@
+// Copies between two strided views on one CUDA device (Tensor::copy_from and contiguous() use it for CUDA
+// tensors whose layouts differ).
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda_raw/cuda_raw_common.cuh"
+#include "backends/cuda_raw/cuda_raw_ops.h"
+
+namespace xpuruntime::cuda_raw {
+
+namespace {
+
+using namespace detail;  // NOLINT: the backend's own helpers
+
+// Element i (row-major over the merged shape) goes from src + offsets[0] to dst + offsets[1]. Only the element
+// size matters, so E is an unsigned integer of that size.
+template <typename E, typename Index>
+__global__ void strided_copy_kernel(const E* src, E* dst, Index n, OffsetCalculator<2, Index> calc) {
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < n; i += stride) {
+    Index offsets[2];
+    calc.offsets(i, offsets);
+    dst[offsets[1]] = src[offsets[0]];
+  }
+}
+
+struct CopyGeometry {
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> src_strides;
+  std::vector<std::int64_t> dst_strides;
+};
+
+template <typename E>
+void launch_strided_copy(const void* src, void* dst, const CopyGeometry& g, std::int64_t n, cudaStream_t stream) {
+  const std::vector<std::int64_t>* const strides[2] = {&g.src_strides, &g.dst_strides};
+  if (fits_int32(n, g.shape, {&g.src_strides, &g.dst_strides})) {
+    strided_copy_kernel<E, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const E*>(src), static_cast<E*>(dst), static_cast<std::int32_t>(n),
+        make_offset_calculator<2, std::int32_t>(g.shape, strides));
+  } else {
+    strided_copy_kernel<E, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const E*>(src), static_cast<E*>(dst), n, make_offset_calculator<2, std::int64_t>(g.shape, strides));
+  }
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+// Copies a merged geometry; more than kMaxDims dimensions are peeled off the front, one launch per index.
+void copy_geometry(const char* src, char* dst, std::size_t element_size, const CopyGeometry& g, cudaStream_t stream) {
+  if (g.shape.size() > static_cast<std::size_t>(kMaxDims)) {
+    CopyGeometry inner;
+    inner.shape.assign(g.shape.begin() + 1, g.shape.end());
+    inner.src_strides.assign(g.src_strides.begin() + 1, g.src_strides.end());
+    inner.dst_strides.assign(g.dst_strides.begin() + 1, g.dst_strides.end());
+    const auto es = static_cast<std::int64_t>(element_size);
+    for (std::int64_t k = 0; k < g.shape[0]; ++k) {
+      copy_geometry(src + k * g.src_strides[0] * es, dst + k * g.dst_strides[0] * es, element_size, inner, stream);
+    }
+    return;
+  }
+  std::int64_t n = 1;
+  for (const std::int64_t d : g.shape) n *= d;
+  if (g.shape.empty() || (g.shape.size() == 1 && g.src_strides[0] == 1 && g.dst_strides[0] == 1)) {
+    XPURT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * element_size, cudaMemcpyDeviceToDevice,
+                                     stream));
+    return;
+  }
+  switch (element_size) {
+    case 1: return launch_strided_copy<std::uint8_t>(src, dst, g, n, stream);
+    case 2: return launch_strided_copy<std::uint16_t>(src, dst, g, n, stream);
+    case 4: return launch_strided_copy<std::uint32_t>(src, dst, g, n, stream);
+    case 8: return launch_strided_copy<std::uint64_t>(src, dst, g, n, stream);
+    default: XPURT_INTERNAL_ASSERT(false, "unexpected element size ", element_size);
+  }
+}
+
+}  // namespace
+
+void strided_copy(const void* src, void* dst, DType dtype, const std::vector<std::int64_t>& shape,
+                  const std::vector<std::int64_t>& src_strides, const std::vector<std::int64_t>& dst_strides,
+                  void* stream) {
+  XPURT_CHECK(src_strides.size() == shape.size() && dst_strides.size() == shape.size(),
+              "cuda_raw::strided_copy: expected ", shape.size(), " strides per view, got ", src_strides.size(),
+              " (src) and ", dst_strides.size(), " (dst)");
+  for (const std::int64_t d : shape) {
+    XPURT_CHECK(d >= 0, "cuda_raw::strided_copy: dimensions must be >= 0");
+    if (d == 0) return;
+  }
+  // Drop size-1 dimensions and merge neighbours that both views step through as one dimension.
+  CopyGeometry g;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!g.shape.empty() && g.src_strides.back() == src_strides[d] * shape[d] &&
+        g.dst_strides.back() == dst_strides[d] * shape[d]) {
+      g.shape.back() *= shape[d];
+      g.src_strides.back() = src_strides[d];
+      g.dst_strides.back() = dst_strides[d];
+      continue;
+    }
+    g.shape.push_back(shape[d]);
+    g.src_strides.push_back(src_strides[d]);
+    g.dst_strides.push_back(dst_strides[d]);
+  }
+  copy_geometry(static_cast<const char*>(src), static_cast<char*>(dst), dtype_size(dtype), g, as_stream(stream));
+}
+
+}  // namespace xpuruntime::cuda_raw

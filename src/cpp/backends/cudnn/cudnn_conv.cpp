@@ -1,0 +1,627 @@
+// The conv2d kernels of the cudnn backend (docs/ops.md):
+//   "cudnn"         the algorithm comes from cuDNN's heuristic (cudnnGetConvolutionForwardAlgorithm_v7);
+//   "cudnn_search"  every algorithm is timed at build time (cudnnFindConvolutionForwardAlgorithmEx) on scratch
+//                   buffers of the real shapes, and the fastest usable one is kept.
+// Both: NCHW, float32/float16/bfloat16, groups, strides, dilations, symmetric pads; bias, residual and ReLU
+// through cudnnConvolutionBiasActivationForward when there is a bias (Note [cuDNN fused conv epilogue]).
+// "Usable" means: cuDNN can run it here, its workspace fits the policy's limit (0 = 256 MiB), it is
+// deterministic when the policy asks for determinism, and its math type is allowed by the policy's precision
+// (Note [cuDNN conv math types]).
+//
+// The plan's record (JSON) names the algorithm, the math type and the epilogue; `build` with a record re-creates
+// the same plan without searching again (Note [cuDNN conv plan record]).
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cudnn_utils.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/memory_manager.h"
+#include "xpuruntime/stream_manager.h"
+
+namespace xpuruntime {
+
+namespace {
+
+using cudnn::kOne;
+using cudnn::kZero;
+
+// Note [cuDNN conv math types]
+// The math type set on the convolution descriptor tells cuDNN which kernels it may consider; the heuristic and
+// the search then report, per algorithm, the math type that algorithm runs with, and that is the one the plan
+// sets before running (cuDNN picks its kernel from the pair algorithm + math type).
+//   float16 / bfloat16 data: CUDNN_TENSOR_OP_MATH (tensor cores; accumulation in fp32 through the FLOAT
+//     compute type, cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations). Every reported math type is exact
+//     for 16-bit data, so all are allowed.
+//   float32 data, precision fp32: CUDNN_FMA_MATH (plain fp32 FMA, no TF32); only FMA_MATH results are usable.
+//   float32 data, any other precision (tf32, or fp16/bf16 where a session has left a tensor in fp32):
+//     CUDNN_DEFAULT_MATH, which on sm80+ lets cuDNN use TF32 tensor cores. We do not use
+//     CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: it down-converts fp32 data to fp16, whose range (65504) is far
+//     smaller than TF32's, so it is not what "tf32" promises; results with that math type are not usable.
+
+// Note [cuDNN fused conv epilogue]
+// cudnnConvolutionBiasActivationForward computes y = act(alpha1 * conv(x, w) + alpha2 * z + bias) in one pass:
+// exactly conv2d's act(conv + bias + residual) with z = residual (alpha2 = 1) or, without a residual, z = y with
+// alpha2 = 0 (cuDNN requires a z; with alpha2 = 0 it is not read, as in PyTorch's cudnn_convolution_relu). Its
+// activation is RELU or IDENTITY, and IDENTITY is only implemented for
+// CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM. So, with a bias:
+//   relu: fused, with the best usable algorithm;
+//   none: fused with IMPLICIT_PRECOMP_GEMM when it is usable (even when another algorithm ranks first: the
+//         fused epilogue saves one or two full passes over y), else unfused with the best usable algorithm.
+// Without a bias (and in the unfused case) the plan runs cudnnConvolutionForward, then cudnnAddTensor for the
+// bias ([1, O, 1, 1], broadcast) and for the residual, then cudnnActivationForward (ReLU, in place).
+
+// Note [cuDNN conv plan record]
+// The record is a JSON object:
+//   {"algo": "IMPLICIT_PRECOMP_GEMM", "math": "TENSOR_OP_MATH", "fused": true, "workspace": 1258291,
+//    "deterministic": true, "chosen_by": "search", "time_ms": 0.0123, "cudnn_version": 91400}
+// "algo", "math" and "fused" are required and define the plan; "workspace" is recomputed (the cuDNN at hand may
+// need a different amount) and must fit the policy's limit; "deterministic" is re-checked against cuDNN when the
+// policy asks for determinism; "chosen_by" ("heuristic" or "search"), "time_ms" (search only) and
+// "cudnn_version" (of the library that chose) are informational. A record that names an unknown algorithm or
+// math type is an InvalidArgumentError; one that cannot be honoured here (cuDNN does not support that algorithm
+// for this convolution, its workspace is over the limit, it is not deterministic under a deterministic policy,
+// its math type breaks the precision, or it fuses an identity epilogue without IMPLICIT_PRECOMP_GEMM) is an
+// UnsupportedOperationError.
+
+constexpr const char* kLabel = "cudnn conv2d";
+
+struct ConvShape {
+  DType dtype = DType::kFloat32;
+  std::int64_t n = 0, c = 0, h = 0, w = 0;    // x
+  std::int64_t o = 0, kh = 0, kw = 0;         // weight [o, c / groups, kh, kw]
+  std::int64_t oh = 0, ow = 0;                // y [n, o, oh, ow]
+  std::int64_t pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1, groups = 1;
+  bool has_bias = false;
+  bool has_residual = false;
+  bool relu = false;
+};
+
+ConvShape conv_shape(const OpDescriptor& desc) {
+  ConvShape s;
+  const TensorDesc& x = desc.inputs[0];
+  const TensorDesc& w = desc.inputs[1];
+  const TensorDesc& y = desc.outputs[0];
+  s.dtype = x.dtype;
+  s.n = x.shape[0];
+  s.c = x.shape[1];
+  s.h = x.shape[2];
+  s.w = x.shape[3];
+  s.o = w.shape[0];
+  s.kh = w.shape[2];
+  s.kw = w.shape[3];
+  s.oh = y.shape[2];
+  s.ow = y.shape[3];
+  const auto strides = desc.attrs.get_ints("strides", {1, 1});
+  const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
+  const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
+  s.pad_h = pads[0];
+  s.pad_w = pads[1];
+  s.stride_h = strides[0];
+  s.stride_w = strides[1];
+  s.dilation_h = dilations[0];
+  s.dilation_w = dilations[1];
+  s.groups = desc.attrs.get_int("groups", 1);
+  s.has_bias = desc.inputs.size() > 2 && desc.inputs[2].present;
+  s.has_residual = desc.inputs.size() > 3 && desc.inputs[3].present;
+  s.relu = desc.attrs.get_string("activation", "none") == "relu";
+  return s;
+}
+
+// ---- names ----
+
+constexpr const char* kAlgoNames[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                      "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+constexpr int kNumAlgos = static_cast<int>(sizeof(kAlgoNames) / sizeof(kAlgoNames[0]));
+static_assert(kNumAlgos == CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "a cuDNN forward algorithm has no name here");
+
+std::string algo_name(cudnnConvolutionFwdAlgo_t algo) {
+  const int index = static_cast<int>(algo);
+  return index >= 0 && index < kNumAlgos ? kAlgoNames[index] : detail::str_cat("ALGO_", index);
+}
+
+bool algo_from_name(const std::string& name, cudnnConvolutionFwdAlgo_t* algo) {
+  for (int k = 0; k < kNumAlgos; ++k) {
+    if (name == kAlgoNames[k]) {
+      *algo = static_cast<cudnnConvolutionFwdAlgo_t>(k);
+      return true;
+    }
+  }
+  return false;
+}
+
+struct MathName {
+  cudnnMathType_t math;
+  const char* name;   // in records
+  const char* label;  // in descriptions
+};
+constexpr MathName kMathNames[] = {
+    {CUDNN_DEFAULT_MATH, "DEFAULT_MATH", "default math"},
+    {CUDNN_TENSOR_OP_MATH, "TENSOR_OP_MATH", "tensor-op math"},
+    {CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "TENSOR_OP_MATH_ALLOW_CONVERSION", "tensor-op math with conversion"},
+    {CUDNN_FMA_MATH, "FMA_MATH", "fma math"},
+};
+
+const MathName& math_entry(cudnnMathType_t math) {
+  for (const auto& entry : kMathNames) {
+    if (entry.math == math) return entry;
+  }
+  XPURT_INTERNAL_ASSERT(false, "unknown cuDNN math type ", static_cast<int>(math));
+  return kMathNames[0];
+}
+
+std::string valid_algo_names() {
+  std::string out;
+  for (int k = 0; k < kNumAlgos; ++k) out += (k ? ", " : "") + std::string(kAlgoNames[k]);
+  return out;
+}
+
+// ---- math types (Note [cuDNN conv math types]) ----
+
+cudnnMathType_t requested_math(DType dtype, Precision precision) {
+  if (dtype != DType::kFloat32) return CUDNN_TENSOR_OP_MATH;
+  return precision == Precision::kFP32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+}
+
+bool math_allowed(DType dtype, Precision precision, cudnnMathType_t math) {
+  if (dtype != DType::kFloat32) return true;
+  if (precision == Precision::kFP32) return math == CUDNN_FMA_MATH;
+  return math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// ---- descriptors ----
+
+// The cuDNN descriptors of one convolution; written at build time only.
+struct ConvDescriptors {
+  cudnn::TensorDescriptor x;
+  cudnn::FilterDescriptor w;
+  cudnn::ConvolutionDescriptor conv;
+  cudnn::TensorDescriptor y;     // also z (the residual) of the fused call
+  cudnn::TensorDescriptor bias;  // [1, O, 1, 1]
+
+  ConvDescriptors(const ConvShape& s, cudnnMathType_t math) {
+    const cudnnDataType_t type = cudnn::data_type(s.dtype);
+    cudnn::set_nchw(x, s.dtype, s.n, s.c, s.h, s.w);
+    XPURT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), type, CUDNN_TENSOR_NCHW, static_cast<int>(s.o),
+                                                 static_cast<int>(s.c / s.groups), static_cast<int>(s.kh),
+                                                 static_cast<int>(s.kw)));
+    // Accumulate in fp32 for every data type (PSEUDO_HALF / PSEUDO_BFLOAT16 configurations for 16-bit data).
+    XPURT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        conv.get(), static_cast<int>(s.pad_h), static_cast<int>(s.pad_w), static_cast<int>(s.stride_h),
+        static_cast<int>(s.stride_w), static_cast<int>(s.dilation_h), static_cast<int>(s.dilation_w),
+        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    XPURT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), static_cast<int>(s.groups)));
+    XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), math));
+    cudnn::set_nchw(y, s.dtype, s.n, s.o, s.oh, s.ow);
+    cudnn::set_nchw(bias, s.dtype, 1, s.o, 1, 1);
+
+    int dims[4] = {0, 0, 0, 0};
+    XPURT_CUDNN_CHECK(
+        cudnnGetConvolution2dForwardOutputDim(conv.get(), x.get(), w.get(), &dims[0], &dims[1], &dims[2], &dims[3]));
+    XPURT_INTERNAL_ASSERT(dims[0] == s.n && dims[1] == s.o && dims[2] == s.oh && dims[3] == s.ow,
+                          "cuDNN computes the conv2d output [", dims[0], ", ", dims[1], ", ", dims[2], ", ", dims[3],
+                          "], the op schema [", s.n, ", ", s.o, ", ", s.oh, ", ", s.ow, "]");
+  }
+
+  // cuDNN's workspace for `algo` under the math type set now; false when cuDNN cannot run `algo` here.
+  bool workspace_size(cudnnHandle_t handle, cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) const {
+    const cudnnStatus_t status =
+        cudnnGetConvolutionForwardWorkspaceSize(handle, x.get(), w.get(), conv.get(), y.get(), algo, bytes);
+    return status == CUDNN_STATUS_SUCCESS;
+  }
+};
+
+using AlgoPerf = cudnnConvolutionFwdAlgoPerf_t;
+
+// Every algorithm, ranked by cuDNN's heuristic (no GPU work).
+std::vector<AlgoPerf> heuristic_ranking(cudnnHandle_t handle, const ConvDescriptors& d) {
+  int max_count = 0;
+  XPURT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
+  std::vector<AlgoPerf> perfs(static_cast<std::size_t>(std::max(max_count, 1)));
+  int returned = 0;
+  XPURT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                           static_cast<int>(perfs.size()), &returned, perfs.data()));
+  perfs.resize(static_cast<std::size_t>(std::max(returned, 0)));
+  return perfs;
+}
+
+// Replaces each runnable entry's `memory` by the larger of it and what cudnnGetConvolutionForwardWorkspaceSize
+// says for that algorithm and math type (the heuristic's figure is an estimate), and marks an entry whose size
+// cuDNN cannot give as not supported. Leaves the descriptor's math type at `restore`.
+void refine_workspace(cudnnHandle_t handle, const ConvDescriptors& d, std::vector<AlgoPerf>& ranking,
+                      cudnnMathType_t restore) {
+  for (AlgoPerf& perf : ranking) {
+    if (perf.status != CUDNN_STATUS_SUCCESS) continue;
+    XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), perf.mathType));
+    std::size_t bytes = 0;
+    if (d.workspace_size(handle, perf.algo, &bytes)) {
+      perf.memory = std::max(perf.memory, bytes);
+    } else {
+      perf.status = CUDNN_STATUS_NOT_SUPPORTED;
+    }
+  }
+  XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), restore));
+}
+
+// Every algorithm, timed on scratch buffers of the real shapes, fastest first. The scratch memory (x, w, y and
+// the largest workspace that a heuristic candidate within `limit` needs) comes from the MemoryManager on the
+// device's current stream and goes back to it on return. x and w are zeroed so that no algorithm is timed on
+// garbage (NaN/Inf patterns).
+std::vector<AlgoPerf> timed_ranking(cudnnHandle_t handle, const ConvDescriptors& d, const ConvShape& s,
+                                    Device device, const StreamView& stream, std::size_t limit) {
+  cudnnMathType_t requested = CUDNN_DEFAULT_MATH;
+  XPURT_CUDNN_CHECK(cudnnGetConvolutionMathType(d.conv.get(), &requested));
+  std::vector<AlgoPerf> candidates = heuristic_ranking(handle, d);
+  refine_workspace(handle, d, candidates, requested);
+  std::size_t offered = 0;
+  for (const AlgoPerf& perf : candidates) {
+    if (perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= limit) offered = std::max(offered, perf.memory);
+  }
+  const std::size_t element = dtype_size(s.dtype);
+  const auto bytes_of = [&](std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t e) {
+    return static_cast<std::size_t>(a * b * c * e) * element;
+  };
+  MemoryManager& memory = MemoryManager::instance();
+  const DataPtr x = memory.allocate(device, bytes_of(s.n, s.c, s.h, s.w), stream);
+  const DataPtr w = memory.allocate(device, bytes_of(s.o, s.c / s.groups, s.kh, s.kw), stream);
+  const DataPtr y = memory.allocate(device, bytes_of(s.n, s.o, s.oh, s.ow), stream);
+  DataPtr workspace;
+  if (offered > 0) workspace = memory.allocate(device, offered, stream);
+  const auto cuda_stream = static_cast<cudaStream_t>(stream.handle);
+  XPURT_CUDA_CHECK(cudaMemsetAsync(x.get(), 0, x.size(), cuda_stream));
+  XPURT_CUDA_CHECK(cudaMemsetAsync(w.get(), 0, w.size(), cuda_stream));
+
+  int max_count = 0;
+  XPURT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
+  std::vector<AlgoPerf> perfs(static_cast<std::size_t>(std::max(max_count, 1)));
+  int returned = 0;
+  XPURT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+      handle, d.x.get(), x.get(), d.w.get(), w.get(), d.conv.get(), d.y.get(), y.get(),
+      static_cast<int>(perfs.size()), &returned, perfs.data(), workspace.get(), offered));
+  perfs.resize(static_cast<std::size_t>(std::max(returned, 0)));
+  // The scratch buffers are freed stream-ordered on `stream`; cuDNN's find has finished its work on it.
+  return perfs;
+}
+
+// ---- the choice ----
+
+struct ConvChoice {
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  std::size_t workspace = 0;
+  bool fused = false;
+  bool deterministic = true;
+  std::string chosen_by = "heuristic";  // "heuristic" or "search"
+  double time_ms = -1;                  // search only
+  int usable = 0;                       // usable candidates the choice was made among (0 when from a record)
+  bool from_record = false;
+};
+
+// Why `perf` cannot be used under `policy`, or empty when it can.
+std::string unusable_reason(const AlgoPerf& perf, const ConvShape& s, const ExecutionPolicy& policy,
+                            std::size_t limit) {
+  if (perf.status != CUDNN_STATUS_SUCCESS) return cudnn::status_name(perf.status);
+  if (perf.memory > limit) {
+    return detail::str_cat("needs ", cudnn::format_bytes(perf.memory), " of workspace, over the limit of ",
+                           cudnn::format_bytes(limit));
+  }
+  if (policy.deterministic && perf.determinism != CUDNN_DETERMINISTIC) return "not deterministic";
+  if (!math_allowed(s.dtype, policy.precision, perf.mathType)) {
+    return detail::str_cat(math_entry(perf.mathType).label, " is not allowed for ", dtype_name(s.dtype),
+                           " under precision ", precision_name(policy.precision));
+  }
+  return {};
+}
+
+ConvChoice choose(const std::vector<AlgoPerf>& ranking, const ConvShape& s, const ExecutionPolicy& policy,
+                  std::size_t limit, bool search) {
+  const AlgoPerf* first = nullptr;
+  const AlgoPerf* precomp = nullptr;
+  int usable = 0;
+  std::string rejected;
+  for (const AlgoPerf& perf : ranking) {
+    const std::string why = unusable_reason(perf, s, policy, limit);
+    if (!why.empty()) {
+      rejected += detail::str_cat(rejected.empty() ? "" : "; ", algo_name(perf.algo), ": ", why);
+      continue;
+    }
+    ++usable;
+    if (first == nullptr) first = &perf;
+    if (precomp == nullptr && perf.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) precomp = &perf;
+  }
+  if (first == nullptr) {
+    throw UnsupportedOperationError(detail::str_cat(
+        kLabel, ": no cuDNN algorithm is usable for this convolution (", rejected.empty() ? "none reported" : rejected,
+        "); raise the workspace limit or drop the determinism requirement"));
+  }
+  // Note [cuDNN fused conv epilogue].
+  const AlgoPerf* chosen = first;
+  bool fused = false;
+  if (s.has_bias && s.relu) {
+    fused = true;
+  } else if (s.has_bias && precomp != nullptr) {
+    chosen = precomp;
+    fused = true;
+  }
+  ConvChoice choice;
+  choice.algo = chosen->algo;
+  choice.math = chosen->mathType;
+  choice.workspace = chosen->memory;
+  choice.fused = fused;
+  choice.deterministic = chosen->determinism == CUDNN_DETERMINISTIC;
+  choice.chosen_by = search ? "search" : "heuristic";
+  choice.time_ms = search ? static_cast<double>(chosen->time) : -1.0;
+  choice.usable = usable;
+  return choice;
+}
+
+ConvChoice choice_from_record(const std::string& record, cudnnHandle_t handle, const ConvDescriptors& d,
+                              const ConvShape& s, const ExecutionPolicy& policy) {
+  const auto invalid = [&](const std::string& what) {
+    return InvalidArgumentError(detail::str_cat(kLabel, ": invalid plan record (", what, "): ", record));
+  };
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(record);
+  } catch (const nlohmann::json::exception& e) {
+    throw invalid(e.what());
+  }
+  if (!json.is_object()) throw invalid("not a JSON object");
+  for (const char* key : {"algo", "math"}) {
+    if (!json.contains(key) || !json[key].is_string()) throw invalid(detail::str_cat("'", key, "' must be a string"));
+  }
+  if (!json.contains("fused") || !json["fused"].is_boolean()) throw invalid("'fused' must be true or false");
+
+  ConvChoice choice;
+  const std::string algo = json["algo"].get<std::string>();
+  if (!algo_from_name(algo, &choice.algo)) {
+    throw invalid(detail::str_cat("unknown algo '", algo, "'; valid: ", valid_algo_names()));
+  }
+  const std::string math = json["math"].get<std::string>();
+  bool math_known = false;
+  for (const auto& entry : kMathNames) {
+    if (math == entry.name) {
+      choice.math = entry.math;
+      math_known = true;
+    }
+  }
+  if (!math_known) {
+    throw invalid(detail::str_cat("unknown math '", math,
+                                  "'; valid: DEFAULT_MATH, TENSOR_OP_MATH, TENSOR_OP_MATH_ALLOW_CONVERSION, FMA_MATH"));
+  }
+  choice.fused = json["fused"].get<bool>();
+  if (json.contains("chosen_by") && json["chosen_by"].is_string()) choice.chosen_by = json["chosen_by"].get<std::string>();
+  if (json.contains("time_ms") && json["time_ms"].is_number()) choice.time_ms = json["time_ms"].get<double>();
+  choice.from_record = true;
+
+  const auto cannot = [&](const std::string& why) {
+    return UnsupportedOperationError(
+        detail::str_cat(kLabel, ": cannot re-create the plan of record ", record, ": ", why));
+  };
+  if (!math_allowed(s.dtype, policy.precision, choice.math)) {
+    throw cannot(detail::str_cat(math_entry(choice.math).label, " is not allowed for ", dtype_name(s.dtype),
+                                 " under precision ", precision_name(policy.precision)));
+  }
+  if (choice.fused && !s.has_bias) throw cannot("it fuses a bias epilogue but this conv2d has no bias");
+  if (choice.fused && !s.relu && choice.algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) {
+    throw cannot("cuDNN fuses an identity activation only with IMPLICIT_PRECOMP_GEMM");
+  }
+  XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
+  std::size_t workspace = 0;
+  if (!d.workspace_size(handle, choice.algo, &workspace)) {
+    throw cannot(detail::str_cat("cuDNN ", cudnn::runtime_version(), " cannot run ", algo, " for this convolution"));
+  }
+  choice.workspace = workspace;
+  const std::size_t limit = cudnn::workspace_limit(policy);
+  if (workspace > limit) {
+    throw cannot(detail::str_cat(algo, " needs ", cudnn::format_bytes(workspace), " of workspace, over the limit of ",
+                                 cudnn::format_bytes(limit)));
+  }
+  // Determinism as cuDNN reports it for this algorithm (and math type, when listed) here.
+  XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), requested_math(s.dtype, policy.precision)));
+  const AlgoPerf* match = nullptr;
+  for (const AlgoPerf& perf : heuristic_ranking(handle, d)) {
+    if (perf.algo != choice.algo || perf.status != CUDNN_STATUS_SUCCESS) continue;
+    if (match == nullptr || perf.mathType == choice.math) match = &perf;
+  }
+  XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
+  if (match != nullptr) {
+    choice.deterministic = match->determinism == CUDNN_DETERMINISTIC;
+  } else {
+    choice.deterministic = json.value("deterministic", false);
+  }
+  if (policy.deterministic && !choice.deterministic) {
+    throw cannot(detail::str_cat(algo, " is not deterministic and the policy asks for determinism"));
+  }
+  return choice;
+}
+
+std::string epilogue_text(const ConvShape& s, bool fused) {
+  std::vector<std::string> parts;
+  if (s.has_bias) parts.push_back(fused ? "bias" : "bias add");
+  if (s.has_residual) parts.push_back(fused ? "residual" : "residual add");
+  if (s.relu) parts.push_back("relu");
+  if (parts.empty()) return {};
+  std::string out = fused ? "fused " : "then ";
+  for (std::size_t k = 0; k < parts.size(); ++k) out += (k ? (fused ? "+" : ", ") : "") + parts[k];
+  return out;
+}
+
+// ---- the plan ----
+
+class ConvPlan final : public KernelPlan {
+ public:
+  ConvPlan(const ConvShape& shape, std::unique_ptr<ConvDescriptors> descriptors, ConvChoice choice, int device)
+      : shape_(shape), d_(std::move(descriptors)), choice_(std::move(choice)), device_(device) {
+    const bool fused_identity = choice_.fused && !shape_.relu;
+    XPURT_CUDNN_CHECK(cudnnSetActivationDescriptor(
+        activation_.get(), fused_identity ? CUDNN_ACTIVATION_IDENTITY : CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN,
+        0.0));
+  }
+
+  void run(const KernelLaunch& launch) const override {
+    XPURT_CHECK(launch.workspace_bytes >= choice_.workspace, kLabel, ": the plan needs ", choice_.workspace,
+                " bytes of workspace, the launch gives ", launch.workspace_bytes);
+    detail::CudaDeviceGuard guard(device_);
+    cudnnHandle_t handle = cudnn::thread_handle(device_, static_cast<cudaStream_t>(launch.stream.handle));
+    const void* x = launch.input(0).data_ptr();
+    const void* w = launch.input(1).data_ptr();
+    const void* bias = shape_.has_bias ? launch.input(2).data_ptr() : nullptr;
+    const void* residual = shape_.has_residual ? launch.input(3).data_ptr() : nullptr;
+    void* y = launch.output(0).data_ptr();
+    void* workspace = choice_.workspace > 0 ? launch.workspace : nullptr;
+
+    if (choice_.fused) {
+      // Note [cuDNN fused conv epilogue]: z = residual, or y itself with alpha2 = 0 (not read).
+      const float alpha2 = residual != nullptr ? 1.0f : 0.0f;
+      XPURT_CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
+          handle, &kOne, d_->x.get(), x, d_->w.get(), w, d_->conv.get(), choice_.algo, workspace, choice_.workspace,
+          &alpha2, d_->y.get(), residual != nullptr ? residual : y, d_->bias.get(), bias, activation_.get(),
+          d_->y.get(), y));
+      return;
+    }
+    XPURT_CUDNN_CHECK(cudnnConvolutionForward(handle, &kOne, d_->x.get(), x, d_->w.get(), w, d_->conv.get(),
+                                              choice_.algo, workspace, choice_.workspace, &kZero, d_->y.get(), y));
+    if (bias != nullptr) {
+      XPURT_CUDNN_CHECK(cudnnAddTensor(handle, &kOne, d_->bias.get(), bias, &kOne, d_->y.get(), y));
+    }
+    if (residual != nullptr) {
+      XPURT_CUDNN_CHECK(cudnnAddTensor(handle, &kOne, d_->y.get(), residual, &kOne, d_->y.get(), y));
+    }
+    if (shape_.relu) {
+      XPURT_CUDNN_CHECK(
+          cudnnActivationForward(handle, activation_.get(), &kOne, d_->y.get(), y, &kZero, d_->y.get(), y));
+    }
+  }
+
+  std::size_t workspace_bytes() const override { return choice_.workspace; }
+
+  std::string record() const override {
+    nlohmann::json json;
+    json["algo"] = algo_name(choice_.algo);
+    json["math"] = math_entry(choice_.math).name;
+    json["fused"] = choice_.fused;
+    json["workspace"] = choice_.workspace;
+    json["deterministic"] = choice_.deterministic;
+    json["chosen_by"] = choice_.chosen_by;
+    if (choice_.time_ms >= 0) json["time_ms"] = choice_.time_ms;
+    json["cudnn_version"] = cudnn::runtime_version();
+    return json.dump();
+  }
+
+  std::string describe() const override {
+    std::string out = detail::str_cat("cudnn conv algo ", algo_name(choice_.algo), ", ", math_entry(choice_.math).label,
+                                      ", workspace ", cudnn::format_bytes(choice_.workspace));
+    const std::string epilogue = epilogue_text(shape_, choice_.fused);
+    if (!epilogue.empty()) out += ", " + epilogue;
+    if (!choice_.deterministic) out += ", not deterministic";
+    if (choice_.chosen_by == "search" && choice_.time_ms >= 0) {
+      char timing[64];
+      std::snprintf(timing, sizeof(timing), ", timed %.4f ms", choice_.time_ms);
+      out += timing;
+      if (choice_.usable > 0) out += detail::str_cat(" (fastest of ", choice_.usable, " usable)");
+    }
+    if (choice_.from_record) out += ", from a record";
+    return out;
+  }
+
+ private:
+  ConvShape shape_;
+  std::unique_ptr<ConvDescriptors> d_;
+  ConvChoice choice_;
+  int device_;
+  cudnn::ActivationDescriptor activation_;
+};
+
+// ---- the kernels ----
+
+Support conv_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+  try {
+    Support common = cudnn::check_common(desc, policy, kLabel, cudnn::kConvAlignment);  // Note [cuDNN data alignment]
+    if (!common) return common;
+    if (desc.inputs.size() < 2 || desc.outputs.size() != 1 || desc.inputs[0].dim() != 4 ||
+        desc.inputs[1].dim() != 4 || desc.outputs[0].dim() != 4) {
+      return Support::no(detail::str_cat(kLabel, " needs x [N, C, H, W] and weight [O, C/groups, kh, kw] with the "
+                                         "output inferred (call KernelRegistry::infer first)"));
+    }
+    const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
+    if (pads.size() == 4 && (pads[0] != pads[2] || pads[1] != pads[3])) {
+      return Support::no(detail::str_cat("cudnn needs symmetric pads (top == bottom, left == right), got ",
+                                         cudnn::format_ints(pads), "; pad the input explicitly first"));
+    }
+    constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+    for (const char* name : {"pads", "strides", "dilations"}) {
+      for (const auto value : desc.attrs.get_ints(name, {})) {
+        if (value > kMaxInt) {
+          return Support::no(detail::str_cat(kLabel, ": attribute '", name, "' value ", value,
+                                             " does not fit cuDNN's 32-bit ints"));
+        }
+      }
+    }
+    if (desc.outputs[0].numel() > 0 && (desc.inputs[0].shape[1] == 0 || desc.inputs[1].numel() == 0)) {
+      return Support::no(detail::str_cat(kLabel, " needs at least one input channel and a non-empty weight, got x ",
+                                         desc.inputs[0].str(), " and weight ", desc.inputs[1].str()));
+    }
+    return Support::yes();
+  } catch (const std::exception& e) {
+    return Support::no(detail::str_cat(kLabel, ": ", e.what()));
+  }
+}
+
+class CudnnConvKernel final : public Kernel {
+ public:
+  CudnnConvKernel(KernelInfo info, bool search) : Kernel(std::move(info)), search_(search) {}
+
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    return conv_supports(desc, policy);
+  }
+
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                    const std::string& record) const override {
+    const ConvShape s = conv_shape(desc);
+    if (desc.outputs[0].numel() == 0) return std::make_unique<cudnn::EmptyPlan>();
+    const int device = desc.device.index;
+    detail::CudaDeviceGuard guard(device);
+    const StreamView stream = StreamManager::instance().current_stream(desc.device);
+    cudnnHandle_t handle = cudnn::thread_handle(device, static_cast<cudaStream_t>(stream.handle));
+    auto descriptors = std::make_unique<ConvDescriptors>(s, requested_math(s.dtype, policy.precision));
+
+    ConvChoice choice;
+    if (!record.empty()) {
+      choice = choice_from_record(record, handle, *descriptors, s, policy);
+    } else {
+      const std::size_t limit = cudnn::workspace_limit(policy);
+      std::vector<AlgoPerf> ranking = search_ ? timed_ranking(handle, *descriptors, s, desc.device, stream, limit)
+                                              : heuristic_ranking(handle, *descriptors);
+      refine_workspace(handle, *descriptors, ranking, requested_math(s.dtype, policy.precision));
+      choice = choose(ranking, s, policy, limit, search_);
+      XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors->conv.get(), choice.math));
+    }
+    return std::make_unique<ConvPlan>(s, std::move(descriptors), std::move(choice), device);
+  }
+
+ private:
+  bool search_;
+};
+
+}  // namespace
+
+void register_cudnn_conv(KernelRegistry& registry) {
+  registry.add_kernel(std::make_unique<CudnnConvKernel>(
+      KernelInfo{"conv2d", "cudnn", "cudnn", DeviceType::kCUDA, true,
+                 "cuDNN convolution (NCHW), algorithm from cuDNN's heuristic; bias/residual/ReLU fused by "
+                 "cudnnConvolutionBiasActivationForward; deterministic algorithms only under a deterministic policy"},
+      /*search=*/false));
+  registry.add_kernel(std::make_unique<CudnnConvKernel>(
+      KernelInfo{"conv2d", "cudnn_search", "cudnn", DeviceType::kCUDA, true,
+                 "cuDNN convolution (NCHW), every algorithm timed at build time, fastest usable kept; "
+                 "deterministic algorithms only under a deterministic policy"},
+      /*search=*/true));
+}
+
+}  // namespace xpuruntime

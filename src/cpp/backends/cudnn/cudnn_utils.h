@@ -1,0 +1,199 @@
+// Internal helpers of the cudnn backend: the cuDNN check macro, RAII owners of cuDNN handles and descriptors, the
+// per-(thread, device) handle pool, and the checks every cudnn kernel's `supports` shares.
+//
+// Ownership: each owner below holds exactly one cuDNN object, destroys it in its destructor, and is movable but
+// not copyable. Handles come from `thread_handle` and are never destroyed by callers (see Note [cuDNN handle
+// pool]). Thread-safety: descriptors are written only while a plan is built and are read-only afterwards, so one
+// plan may run on several threads at once; a handle is used by one thread only.
+#pragma once
+
+#include <cudnn.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_utils.h"
+#include "xpuruntime/dtype.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/op_descriptor.h"
+
+namespace xpuruntime::detail {
+
+// Throws for a failed cuDNN call: UnsupportedOperationError for the CUDNN_STATUS_NOT_SUPPORTED family,
+// OutOfMemoryError for allocation failures, CudaError otherwise. The message (detail::format_library_error)
+// carries the status name and code, the call, the device, file:line and cuDNN's own last error text.
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line);
+
+}  // namespace xpuruntime::detail
+
+#define XPURT_CUDNN_CHECK(expr)                                                         \
+  do {                                                                                  \
+    const cudnnStatus_t xpurt_cudnn_status_ = (expr);                                   \
+    if (xpurt_cudnn_status_ != CUDNN_STATUS_SUCCESS) {                                  \
+      ::xpuruntime::detail::throw_cudnn_error(xpurt_cudnn_status_, #expr, __FILE__, __LINE__); \
+    }                                                                                   \
+  } while (0)
+
+namespace xpuruntime::cudnn {
+
+// ---- RAII owners ----
+
+// Owns one cudnnHandle_t, created on the device current at `create` time.
+class Handle {
+ public:
+  Handle() = default;
+  static Handle create();  // on the current CUDA device
+  Handle(Handle&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Handle& operator=(Handle&& other) noexcept;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() { reset(); }
+
+  cudnnHandle_t get() const { return handle_; }
+  explicit operator bool() const { return handle_ != nullptr; }
+  void reset() noexcept;  // destroys now; a failure is reported to stderr (destructor path)
+
+ private:
+  explicit Handle(cudnnHandle_t handle) : handle_(handle) {}
+  cudnnHandle_t handle_ = nullptr;
+};
+
+// Owns one cuDNN descriptor of the kind `Traits` names (`type`, `create`, `destroy`, `name`).
+template <typename Traits>
+class Descriptor {
+ public:
+  using Type = typename Traits::Type;
+  Descriptor() { XPURT_CUDNN_CHECK(Traits::create(&descriptor_)); }
+  Descriptor(Descriptor&& other) noexcept : descriptor_(std::exchange(other.descriptor_, nullptr)) {}
+  Descriptor& operator=(Descriptor&& other) noexcept {
+    if (this != &other) {
+      release();
+      descriptor_ = std::exchange(other.descriptor_, nullptr);
+    }
+    return *this;
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  ~Descriptor() { release(); }
+
+  Type get() const { return descriptor_; }
+
+ private:
+  void release() noexcept {
+    if (descriptor_ != nullptr) Traits::destroy(descriptor_);  // destroying a descriptor cannot fail usefully
+    descriptor_ = nullptr;
+  }
+  Type descriptor_ = nullptr;
+};
+
+struct TensorTraits {
+  using Type = cudnnTensorDescriptor_t;
+  static cudnnStatus_t create(Type* d) { return cudnnCreateTensorDescriptor(d); }
+  static cudnnStatus_t destroy(Type d) { return cudnnDestroyTensorDescriptor(d); }
+};
+struct FilterTraits {
+  using Type = cudnnFilterDescriptor_t;
+  static cudnnStatus_t create(Type* d) { return cudnnCreateFilterDescriptor(d); }
+  static cudnnStatus_t destroy(Type d) { return cudnnDestroyFilterDescriptor(d); }
+};
+struct ConvolutionTraits {
+  using Type = cudnnConvolutionDescriptor_t;
+  static cudnnStatus_t create(Type* d) { return cudnnCreateConvolutionDescriptor(d); }
+  static cudnnStatus_t destroy(Type d) { return cudnnDestroyConvolutionDescriptor(d); }
+};
+struct PoolingTraits {
+  using Type = cudnnPoolingDescriptor_t;
+  static cudnnStatus_t create(Type* d) { return cudnnCreatePoolingDescriptor(d); }
+  static cudnnStatus_t destroy(Type d) { return cudnnDestroyPoolingDescriptor(d); }
+};
+struct ActivationTraits {
+  using Type = cudnnActivationDescriptor_t;
+  static cudnnStatus_t create(Type* d) { return cudnnCreateActivationDescriptor(d); }
+  static cudnnStatus_t destroy(Type d) { return cudnnDestroyActivationDescriptor(d); }
+};
+
+using TensorDescriptor = Descriptor<TensorTraits>;
+using FilterDescriptor = Descriptor<FilterTraits>;
+using ConvolutionDescriptor = Descriptor<ConvolutionTraits>;
+using PoolingDescriptor = Descriptor<PoolingTraits>;
+using ActivationDescriptor = Descriptor<ActivationTraits>;
+
+// ---- handles ----
+
+// Note [cuDNN handle pool]
+// A cudnnHandle_t is bound to the device that was current when it was created and must not be used by two
+// threads at once. cudnnCreate is expensive (milliseconds: it loads kernels), so handles are kept in a
+// process-wide pool, one free list per device: a thread takes one per device on first use and gives it back to
+// the pool when the thread exits, so a pool of worker threads that come and go reuses a handful of handles.
+// The pool itself is immortal (allocated once, never destroyed): destroying handles from a static destructor
+// would run after the CUDA runtime may have been torn down at process exit, which crashes inside cuDNN. The
+// handles still have an RAII owner each; the OS reclaims the pooled ones with the process.
+
+// The calling thread's cuDNN handle for CUDA device `device` (created on first use; the caller need not make
+// `device` current), bound to `stream` (nullptr: the legacy default stream) for the calls that follow.
+cudnnHandle_t thread_handle(int device, cudaStream_t stream);
+
+// ---- types and formatting ----
+
+// cuDNN's data type for a tensor of `dtype` (float32, float16 or bfloat16).
+cudnnDataType_t data_type(DType dtype);
+// "CUDNN_STATUS_BAD_PARAM" etc.
+const char* status_name(cudnnStatus_t status);
+// cudnnGetVersion() of the library loaded at run time, e.g. 91400.
+std::size_t runtime_version();
+// "0 B", "512 B", "1.5 KiB", "1.2 MiB", "3.0 GiB".
+std::string format_bytes(std::size_t bytes);
+// "[1, 2, 3]".
+std::string format_ints(const std::vector<std::int64_t>& values);
+
+// Sets `descriptor` to a packed NCHW tensor of `dtype`.
+void set_nchw(const TensorDescriptor& descriptor, DType dtype, std::int64_t n, std::int64_t c, std::int64_t h,
+              std::int64_t w);
+
+// ---- shared `supports` checks ----
+
+// The checks every cudnn kernel makes: the op runs on a CUDA device, every present input is a contiguous
+// float32/float16/bfloat16 CUDA tensor aligned to `min_alignment` bytes (0: its element size; see Note [cuDNN
+// data alignment]), bfloat16 only on sm80+, the precision is not int8, and every tensor (inputs and outputs)
+// fits cuDNN's 32-bit indexing. `op_label` names the kernel in reasons ("cudnn conv2d").
+Support check_common(const OpDescriptor& desc, const ExecutionPolicy& policy, const char* op_label,
+                     std::uint32_t min_alignment = 0);
+
+// Note [cuDNN data alignment]
+// cuDNN picks a convolution kernel from the descriptors alone, never from the data pointers, and its tensor-core
+// kernels load 16 bytes at a time: on an H200 (cuDNN 9.19) a float16/bfloat16 conv through
+// IMPLICIT_PRECOMP_GEMM fails with CUDNN_STATUS_EXECUTION_FAILED_CUDART (a misaligned-address fault that
+// poisons the CUDA context) when x starts 2, 4 or 8 bytes into an allocation, and works from 16 bytes on. So
+// conv2d requires 16-byte aligned inputs for every dtype (TF32 kernels load the same way). Pooling and batch
+// norm ran correctly at element-size alignment for every dtype and need no more.
+constexpr std::uint32_t kConvAlignment = 16;
+
+// The workspace a plan may take under `policy`: its limit, or `kDefaultWorkspaceLimit` when that is 0.
+constexpr std::size_t kDefaultWorkspaceLimit = std::size_t{256} << 20;
+std::size_t workspace_limit(const ExecutionPolicy& policy);
+
+// The plan of an op whose output is empty (a batch of 0, or 0 channels): nothing to compute, and cuDNN
+// rejects descriptors with a zero dimension, so no cuDNN object is made.
+class EmptyPlan final : public KernelPlan {
+ public:
+  void run(const KernelLaunch&) const override {}
+  std::string describe() const override { return "cudnn: empty output, nothing to compute"; }
+};
+
+// Host scalars cuDNN blends with (`alpha` and `beta` are float for every data type but double).
+inline constexpr float kOne = 1.0f;
+inline constexpr float kZero = 0.0f;
+
+}  // namespace xpuruntime::cudnn
+
+namespace xpuruntime {
+// Registration helpers, one per source file of this backend (called by register_cudnn).
+void register_cudnn_conv(KernelRegistry& registry);
+void register_cudnn_pool(KernelRegistry& registry);
+void register_cudnn_batch_norm(KernelRegistry& registry);
+}  // namespace xpuruntime

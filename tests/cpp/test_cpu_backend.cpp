@@ -1,0 +1,706 @@
+// The cpu backend through the public kernel API: KernelRegistry::global().find_kernel(op, "cpu") ->
+// supports / build / run on Tensor::empty CPU tensors. Small exact cases per op family, the fallback GEMM
+// against a naive loop at odd sizes, determinism across thread counts, float16/bfloat16/float64 paths, and
+// the reasons supports() gives. The cross-backend comparison on random inputs is tests/python/test_conformance.py.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_utils.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+using Values = std::vector<float>;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+Tensor make(const Shape& shape, const Values& values) {
+  Tensor t = Tensor::empty(shape, DType::kFloat32);
+  EXPECT_EQ(static_cast<std::size_t>(t.numel()), values.size());
+  std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+Values random_values(std::int64_t n, unsigned seed, float low = -1.0f, float high = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(low, high);
+  Values v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+Tensor random_tensor(const Shape& shape, unsigned seed, float low = -1.0f, float high = 1.0f) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return make(shape, random_values(n, seed, low, high));
+}
+
+// Sets an environment variable for the life of the object (restores the previous value).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = std::make_unique<std::string>(old);
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::unique_ptr<std::string> old_;
+};
+
+OpDescriptor describe(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                      const ExecutionPolicy& policy = {}) {
+  OpDescriptor desc;
+  desc.op = op;
+  const std::size_t count = KernelRegistry::global().schema(op).inputs.size();
+  for (std::size_t i = 0; i < count; ++i)
+    desc.inputs.push_back(TensorDesc::of(i < inputs.size() ? inputs[i] : Tensor()));
+  desc.attrs = attrs;
+  desc.device = inputs[0].device();
+  desc.precision = policy.precision;
+  desc.deterministic = policy.deterministic;
+  KernelRegistry::global().infer(desc);
+  return desc;
+}
+
+const Kernel& cpu_kernel(const std::string& op) {
+  const Kernel* kernel = KernelRegistry::global().find_kernel(op, "cpu");
+  if (kernel == nullptr) throw InvalidArgumentError("no cpu kernel for " + op);
+  return *kernel;
+}
+
+// Runs the cpu kernel of `op`; absent optional inputs are undefined tensors.
+std::vector<Tensor> run(const std::string& op, std::vector<Tensor> inputs, const Attributes& attrs = {},
+                        const ExecutionPolicy& policy = {}, std::string* plan_description = nullptr) {
+  const OpDescriptor desc = describe(op, inputs, attrs, policy);
+  inputs.resize(desc.inputs.size());
+  const Kernel& kernel = cpu_kernel(op);
+  const Support support = kernel.supports(desc, policy);
+  if (!support) throw UnsupportedOperationError(support.reason());
+  auto plan = kernel.build(desc, policy, "");
+  if (plan_description != nullptr) *plan_description = plan->describe();
+  std::vector<Tensor> outputs;
+  for (const auto& out : desc.outputs) outputs.push_back(Tensor::empty(out.shape, out.dtype));
+  KernelLaunch launch;
+  launch.desc = &desc;
+  launch.inputs = inputs.data();
+  launch.num_inputs = inputs.size();
+  launch.outputs = outputs.data();
+  launch.num_outputs = outputs.size();
+  plan->run(launch);
+  return outputs;
+}
+
+Tensor run1(const std::string& op, std::vector<Tensor> inputs, const Attributes& attrs = {},
+            const ExecutionPolicy& policy = {}) {
+  return run(op, std::move(inputs), attrs, policy)[0];
+}
+
+Tensor cast(const Tensor& x, const char* to) { return run1("cast", {x}, Attributes().set("to", std::string(to))); }
+
+Values values(const Tensor& t) {
+  const Tensor f = t.dtype() == DType::kFloat32 ? t : cast(t, "float32");
+  const float* p = static_cast<const float*>(f.data_ptr());
+  return Values(p, p + f.numel());
+}
+
+std::vector<std::uint16_t> bits16(const Tensor& t) {
+  const auto* p = static_cast<const std::uint16_t*>(t.data_ptr());
+  return std::vector<std::uint16_t>(p, p + t.numel());
+}
+
+void expect_near_all(const Values& actual, const Values& expected, float tolerance, const std::string& what = "") {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      EXPECT_TRUE(std::isnan(actual[i])) << what << " at " << i;
+      continue;
+    }
+    ASSERT_NEAR(actual[i], expected[i], tolerance * (1.0f + std::fabs(expected[i]))) << what << " at " << i;
+  }
+}
+
+// Naive reference: c[m, n] = sum_k a[m, k] b[k, n] in double.
+Values naive_matmul(const Values& a, const Values& b, std::int64_t m, std::int64_t n, std::int64_t k,
+                    bool b_transposed = false) {
+  Values c(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double sum = 0.0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        sum += static_cast<double>(a[i * k + p]) * (b_transposed ? b[j * k + p] : b[p * n + j]);
+      }
+      c[i * n + j] = static_cast<float>(sum);
+    }
+  }
+  return c;
+}
+
+// ---- registry ----
+
+TEST(CpuBackend, EveryOpHasADeterministicCpuKernel) {
+  for (const auto& op : KernelRegistry::global().ops()) {
+    const Kernel* kernel = KernelRegistry::global().find_kernel(op, "cpu");
+    ASSERT_NE(kernel, nullptr) << op;
+    EXPECT_EQ(kernel->info().backend, "cpu");
+    EXPECT_EQ(kernel->info().device_type, DeviceType::kCPU);
+    EXPECT_TRUE(kernel->info().deterministic);
+    EXPECT_FALSE(kernel->info().summary.empty());
+  }
+}
+
+// ---- supports() ----
+
+TEST(CpuBackend, SupportsRejectsCudaDescriptorsWithAReason) {
+  OpDescriptor desc = describe("relu", {make({2}, {1, 2})}, {});
+  desc.device = Device::cuda(0);
+  for (auto& t : desc.inputs) t.device = Device::cuda(0);
+  for (auto& t : desc.outputs) t.device = Device::cuda(0);
+  const Support s = cpu_kernel("relu").supports(desc, ExecutionPolicy{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.reason().find("runs on CPU tensors"), std::string::npos) << s.reason();
+  EXPECT_NE(s.reason().find("cuda:0"), std::string::npos) << s.reason();
+}
+
+TEST(CpuBackend, SupportsListsTheDtypesItTakes) {
+  OpDescriptor desc = describe("relu", {make({2}, {1, 2})}, {});
+  desc.inputs[0].dtype = DType::kInt32;  // past the schema: the kernel must still say why not
+  const Support s = cpu_kernel("relu").supports(desc, ExecutionPolicy{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.reason().find("float32, float16, bfloat16 and float64"), std::string::npos) << s.reason();
+  EXPECT_NE(s.reason().find("int32"), std::string::npos) << s.reason();
+}
+
+TEST(CpuBackend, SupportsRejectsStridedInputsAndInt8) {
+  Tensor base = random_tensor({3, 4}, 1);
+  Tensor transposed =
+      Tensor::from_blob(base.data_ptr(), {4, 3}, {1, 4}, DType::kFloat32, Device::cpu(), base.storage());
+  const OpDescriptor desc = describe("relu", {transposed}, {});
+  Support s = cpu_kernel("relu").supports(desc, ExecutionPolicy{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.reason().find("contiguous"), std::string::npos) << s.reason();
+
+  ExecutionPolicy int8;
+  int8.precision = Precision::kInt8;
+  s = cpu_kernel("relu").supports(describe("relu", {base}, {}), int8);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.reason().find("int8"), std::string::npos) << s.reason();
+  // build() says the same instead of running
+  XPURT_EXPECT_THROW_WITH(cpu_kernel("relu").build(describe("relu", {base}, {}), int8, ""), UnsupportedOperationError,
+                          "int8");
+}
+
+TEST(CpuBackend, BadGemmEnvironmentVariableIsAnActionableError) {
+  ScopedEnv env("XPURT_CPU_GEMM", "fast");
+  XPURT_EXPECT_THROW_WITH(run1("matmul", {make({1, 1}, {2}), make({1, 1}, {3})}), InvalidArgumentError,
+                          "'auto' (OpenBLAS when built with it), 'blas' or 'fallback'");
+}
+
+// ---- GEMM ----
+
+TEST(CpuBackend, MatmulSmallExact) {
+  const Tensor a = make({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor b = make({3, 2}, {7, 8, 9, 10, 11, 12});
+  EXPECT_EQ(values(run1("matmul", {a, b})), (Values{58, 64, 139, 154}));
+}
+
+TEST(CpuBackend, MatmulBroadcastsBatchDims) {
+  // a [2, 1, 2, 3] @ b [3, 3, 4] -> [2, 3, 2, 4]
+  const Tensor a = random_tensor({2, 1, 2, 3}, 2);
+  const Tensor b = random_tensor({3, 3, 4}, 3);
+  const Tensor y = run1("matmul", {a, b});
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 2, 4}));
+  const Values va = values(a), vb = values(b), vy = values(y);
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      const Values ai(va.begin() + i * 6, va.begin() + (i + 1) * 6);
+      const Values bj(vb.begin() + j * 12, vb.begin() + (j + 1) * 12);
+      const Values expected = naive_matmul(ai, bj, 2, 4, 3);
+      const Values actual(vy.begin() + (i * 3 + j) * 8, vy.begin() + (i * 3 + j + 1) * 8);
+      expect_near_all(actual, expected, 1e-6f);
+    }
+  }
+}
+
+TEST(CpuBackend, FallbackGemmMatchesNaiveLoopAtOddSizes) {
+  ScopedEnv env("XPURT_CPU_GEMM", "fallback");
+  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 1},     {7, 13, 5},    {33, 65, 17}, {65, 33, 129},
+                                                          {5, 300, 257}, {130, 7, 513}, {67, 259, 3}};
+  for (const auto& [m, n, k] : sizes) {
+    const std::string what = "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+    const Tensor a = random_tensor({m, k}, 10);
+    const Tensor b = random_tensor({k, n}, 11);
+    std::string plan;
+    const Tensor y = run("matmul", {a, b}, {}, {}, &plan)[0];
+    EXPECT_NE(plan.find("gemm fallback"), std::string::npos) << plan;
+    // Each product is exact in double; float accumulation adds at most ~k ulps of sum |a||b| <= k.
+    expect_near_all(values(y), naive_matmul(values(a), values(b), m, n, k), 1e-6f * static_cast<float>(k), what);
+    // The transposed-B path (linear with the PyTorch [N, K] weight layout).
+    const Tensor w = random_tensor({n, k}, 12);
+    const Tensor z = run1("linear", {a, w});
+    expect_near_all(values(z), naive_matmul(values(a), values(w), m, n, k, true), 1e-6f * static_cast<float>(k),
+                    what + " (B transposed)");
+  }
+}
+
+TEST(CpuBackend, GemmBitsAreStableAcrossRunsAndThreadCounts) {
+  const Tensor a = random_tensor({97, 300}, 20);
+  const Tensor b = random_tensor({300, 270}, 21);
+  for (const char* engine : {"fallback", "auto"}) {
+    ScopedEnv env("XPURT_CPU_GEMM", engine);
+    ExecutionPolicy one, two;
+    one.intra_op_threads = 1;
+    two.intra_op_threads = 2;
+    const Values y1 = values(run1("matmul", {a, b}, {}, one));
+    const Values y2 = values(run1("matmul", {a, b}, {}, two));
+    const Values y3 = values(run1("matmul", {a, b}, {}, two));
+    EXPECT_EQ(y2, y3) << engine;
+    if (std::string(engine) == "fallback") {
+      EXPECT_EQ(y1, y2) << engine;
+    }
+    expect_near_all(y1, naive_matmul(values(a), values(b), 97, 270, 300), 3e-4f, engine);
+  }
+}
+
+TEST(CpuBackend, LinearLayoutsBiasAndActivations) {
+  const Tensor x = make({2, 2}, {1, -2, 3, 0.5f});
+  const Tensor w_nk = make({3, 2}, {1, 0, 0, 1, 1, 1});  // [N=3, K=2]
+  const Tensor w_kn = make({2, 3}, {1, 0, 1, 0, 1, 1});  // the same weight as [K, N]
+  const Tensor bias = make({3}, {0.5f, 0, -1});
+  const Values plain = {1.5f, -2, -2, 3.5f, 0.5f, 2.5f};
+  EXPECT_EQ(values(run1("linear", {x, w_nk, bias})), plain);
+  EXPECT_EQ(values(run1("linear", {x, w_kn, bias}, Attributes().set("weight_layout", std::string("kn")))), plain);
+  EXPECT_EQ(values(run1("linear", {x, w_nk}, Attributes().set("activation", std::string("relu")))),
+            (Values{1, 0, 0, 3, 0.5f, 3.5f}));
+  Values gelu, gelu_tanh;
+  for (float v : plain) {
+    gelu.push_back(0.5f * v * (1 + std::erf(v / std::sqrt(2.0f))));
+    gelu_tanh.push_back(0.5f * v * (1 + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))));
+  }
+  expect_near_all(values(run1("linear", {x, w_nk, bias}, Attributes().set("activation", std::string("gelu")))), gelu,
+                  1e-6f);
+  expect_near_all(values(run1("linear", {x, w_nk, bias}, Attributes().set("activation", std::string("gelu_tanh")))),
+                  gelu_tanh, 1e-6f);
+}
+
+// ---- convolution ----
+
+// Direct convolution in double (NCHW), pads (top, left, bottom, right).
+Values naive_conv(const Values& x, const Shape& xs, const Values& w, const Shape& ws, const Values& bias,
+                  const Values& residual, Shape strides, Shape pads, Shape dilations, std::int64_t groups, bool relu,
+                  Shape* out_shape) {
+  const std::int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], kh = ws[2], kw = ws[3];
+  const std::int64_t oh = (h + pads[0] + pads[2] - dilations[0] * (kh - 1) - 1) / strides[0] + 1;
+  const std::int64_t ow = (wd + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) / strides[1] + 1;
+  *out_shape = {n, o, oh, ow};
+  const std::int64_t cg = c / groups, og = o / groups;
+  Values y(static_cast<std::size_t>(n * o * oh * ow));
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t oc = 0; oc < o; ++oc)
+      for (std::int64_t i = 0; i < oh; ++i)
+        for (std::int64_t j = 0; j < ow; ++j) {
+          double sum = bias.empty() ? 0.0 : bias[oc];
+          const std::int64_t g = oc / og;
+          for (std::int64_t ic = 0; ic < cg; ++ic)
+            for (std::int64_t u = 0; u < kh; ++u)
+              for (std::int64_t v = 0; v < kw; ++v) {
+                const std::int64_t ih = i * strides[0] - pads[0] + u * dilations[0];
+                const std::int64_t iw = j * strides[1] - pads[1] + v * dilations[1];
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                sum += static_cast<double>(x[((b * c + g * cg + ic) * h + ih) * wd + iw]) *
+                       w[((oc * cg + ic) * kh + u) * kw + v];
+              }
+          const std::size_t idx = static_cast<std::size_t>(((b * o + oc) * oh + i) * ow + j);
+          if (!residual.empty()) sum += residual[idx];
+          y[idx] = static_cast<float>(relu && sum < 0 ? 0.0 : sum);
+        }
+  return y;
+}
+
+TEST(CpuBackend, Conv2dSmallExact) {
+  // 1x1x3x3 input, 2x2 kernel of ones, no padding: sums of 2x2 windows.
+  const Tensor x = make({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  const Tensor w = make({1, 1, 2, 2}, {1, 1, 1, 1});
+  EXPECT_EQ(values(run1("conv2d", {x, w})), (Values{12, 16, 24, 28}));
+  // Asymmetric padding (top 1, left 0, bottom 0, right 1), bias -10, ReLU.
+  const Tensor bias = make({1}, {-10});
+  const Tensor y =
+      run1("conv2d", {x, w, bias}, Attributes().set("pads", Shape{1, 0, 0, 1}).set("activation", std::string("relu")));
+  ASSERT_EQ(y.shape(), (Shape{1, 1, 3, 3}));
+  EXPECT_EQ(values(y), (Values{0, 0, 0, 2, 6, 0, 14, 18, 5}));
+}
+
+TEST(CpuBackend, Conv2dGroupsStridesDilationsResidualMatchDirectLoop) {
+  struct Case {
+    Shape x, w, strides, pads, dilations;
+    std::int64_t groups;
+    bool bias, residual, relu;
+  };
+  const std::vector<Case> cases = {
+      {{2, 4, 7, 9}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, true, true, true},
+      {{1, 3, 11, 10}, {5, 3, 3, 2}, {2, 3}, {0, 2, 1, 0}, {2, 1}, 1, true, false, false},
+      {{1, 6, 5, 5}, {6, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 6, false, true, false},   // depthwise
+      {{3, 8, 4, 6}, {5, 8, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, false, true},    // 1x1 direct path
+      {{1, 2, 6, 6}, {4, 2, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1, false, false, false},  // 1x1 strided
+  };
+  unsigned seed = 30;
+  for (const auto& c : cases) {
+    const Tensor x = random_tensor(c.x, seed++);
+    const Tensor w = random_tensor(c.w, seed++);
+    const Tensor bias = c.bias ? random_tensor({c.w[0]}, seed++) : Tensor();
+    Shape out_shape;
+    naive_conv(values(x), c.x, values(w), c.w, {}, {}, c.strides, c.pads, c.dilations, c.groups, false, &out_shape);
+    const Tensor residual = c.residual ? random_tensor(out_shape, seed++) : Tensor();
+    const Values expected = naive_conv(values(x), c.x, values(w), c.w, c.bias ? values(bias) : Values{},
+                                       c.residual ? values(residual) : Values{}, c.strides, c.pads, c.dilations,
+                                       c.groups, c.relu, &out_shape);
+    const Attributes attrs = Attributes()
+                                 .set("strides", c.strides)
+                                 .set("pads", c.pads)
+                                 .set("dilations", c.dilations)
+                                 .set("groups", c.groups)
+                                 .set("activation", std::string(c.relu ? "relu" : "none"));
+    for (const char* engine : {"auto", "fallback"}) {
+      ScopedEnv env("XPURT_CPU_GEMM", engine);
+      const Tensor y = run1("conv2d", {x, w, bias, residual}, attrs);
+      ASSERT_EQ(y.shape(), out_shape);
+      expect_near_all(values(y), expected, 1e-5f, engine);
+    }
+  }
+}
+
+// ---- pooling ----
+
+TEST(CpuBackend, MaxPoolCeilModeAndDilations) {
+  Values v(16);
+  for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(i);
+  const Tensor x = make({1, 1, 4, 4}, v);
+  EXPECT_EQ(values(run1("max_pool2d", {x}, Attributes().set("kernel_shape", Shape{2, 2}))), (Values{5, 7, 13, 15}));
+  // 3x3 window, stride 2 over 4x4: floor gives 1x1, ceil gives 2x2 (the last windows hang over the edge).
+  const Attributes ceil = Attributes().set("kernel_shape", Shape{3, 3}).set("strides", Shape{2, 2}).set("ceil_mode", 1);
+  EXPECT_EQ(values(run1("max_pool2d", {x}, ceil)), (Values{10, 11, 14, 15}));
+  // Dilation 2: window rows/cols {0, 2}; padding never wins over negative values.
+  const Tensor neg = make({1, 1, 3, 3}, {-1, -2, -3, -4, -5, -6, -7, -8, -9});
+  EXPECT_EQ(
+      values(run1(
+          "max_pool2d", {neg},
+          Attributes().set("kernel_shape", Shape{2, 2}).set("dilations", Shape{2, 2}).set("strides", Shape{1, 1}))),
+      (Values{-1}));
+  EXPECT_EQ(
+      values(run1("max_pool2d", {neg}, Attributes().set("kernel_shape", Shape{2, 2}).set("pads", Shape{1, 1, 1, 1}))),
+      (Values{-1, -2, -4, -5}));
+}
+
+TEST(CpuBackend, AvgPoolDivisorRules) {
+  const Tensor x = make({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  const Attributes padded =
+      Attributes().set("kernel_shape", Shape{2, 2}).set("strides", Shape{2, 2}).set("pads", Shape{1, 1, 1, 1});
+  // Windows: {1}, {2,3}, {4,7}, {5,6,8,9}.
+  EXPECT_EQ(values(run1("avg_pool2d", {x}, padded)), (Values{1, 2.5f, 5.5f, 7}));
+  Attributes include = padded;
+  include.set("count_include_pad", 1);
+  EXPECT_EQ(values(run1("avg_pool2d", {x}, include)), (Values{0.25f, 1.25f, 2.75f, 7}));
+  // ceil_mode without padding: the overhanging window counts only what lies in the input, even with
+  // count_include_pad (PyTorch's rule).
+  const Attributes ceil = Attributes().set("kernel_shape", Shape{2, 2}).set("ceil_mode", 1).set("count_include_pad", 1);
+  EXPECT_EQ(values(run1("avg_pool2d", {x}, ceil)), (Values{3, 4.5f, 7.5f, 9}));
+  EXPECT_EQ(values(run1("global_avg_pool", {x})), (Values{5}));
+}
+
+// ---- normalization ----
+
+TEST(CpuBackend, BatchNormSoftmaxLayerNorm) {
+  const Tensor x = make({1, 2, 2}, {1, 2, 3, 4});
+  const Tensor y = run1("batch_norm", {x, make({2}, {2, 1}), make({2}, {0, 1}), make({2}, {1, 3}), make({2}, {4, 1})},
+                        Attributes().set("epsilon", 0.0));
+  EXPECT_EQ(values(y), (Values{0, 1, 1, 2}));
+
+  const Tensor s = make({2, 2}, {0, std::log(3.0f), 1000, 1000});
+  expect_near_all(values(run1("softmax", {s})), (Values{0.25f, 0.75f, 0.5f, 0.5f}), 1e-6f);
+  // axis 0 of [[0, 0], [ln 3, ln 3]]
+  const Tensor s0 = make({2, 2}, {0, 0, std::log(3.0f), std::log(3.0f)});
+  expect_near_all(values(run1("softmax", {s0}, Attributes().set("axis", 0))), (Values{0.25f, 0.25f, 0.75f, 0.75f}),
+                  1e-6f);
+  // An all -inf row is NaN (torch.softmax), the others unaffected.
+  const Values masked = values(run1("softmax", {make({2, 2}, {-kInf, -kInf, 0, 0})}));
+  EXPECT_TRUE(std::isnan(masked[0]) && std::isnan(masked[1]));
+  EXPECT_EQ(masked[2], 0.5f);
+
+  // layer_norm over the last two dims of [1, 2, 2]: mean 2.5, var 1.25.
+  const float inv = 1.0f / std::sqrt(1.25f + 1e-5f);
+  expect_near_all(values(run1("layer_norm", {x}, Attributes().set("axis", 1))),
+                  (Values{-1.5f * inv, -0.5f * inv, 0.5f * inv, 1.5f * inv}), 1e-6f);
+  const Tensor scale = make({2}, {2, 3});
+  const Tensor bias = make({2}, {1, -1});
+  // over the last dim: rows [1,2] and [3,4] both normalize to [-1, 1] (up to epsilon)
+  const float r = 0.5f / std::sqrt(0.25f + 1e-5f);
+  expect_near_all(values(run1("layer_norm", {x, scale, bias})), (Values{1 - 2 * r, -1 + 3 * r, 1 - 2 * r, -1 + 3 * r}),
+                  1e-6f);
+  expect_near_all(values(run1("layer_norm", {x, Tensor(), bias})), (Values{1 - r, -1 + r, 1 - r, -1 + r}), 1e-6f);
+}
+
+// ---- elementwise ----
+
+TEST(CpuBackend, UnaryOpsAndActivations) {
+  const Values in = {-2.5f, -1, -0.25f, 0, 0.5f, 1, 3};
+  const Values positive = {0.25f, 1, 2, 9};
+  const Tensor x = make({7}, in);
+  const Tensor p = make({4}, positive);
+  auto map = [](const Values& v, float (*f)(float)) {
+    Values out;
+    for (float e : v) out.push_back(f(e));
+    return out;
+  };
+  expect_near_all(values(run1("relu", {x})), map(in, [](float v) { return v > 0 ? v : 0.0f; }), 0);
+  expect_near_all(values(run1("sigmoid", {x})), map(in, [](float v) { return 1 / (1 + std::exp(-v)); }), 1e-6f);
+  expect_near_all(values(run1("tanh", {x})), map(in, [](float v) { return std::tanh(v); }), 1e-6f);
+  expect_near_all(values(run1("silu", {x})), map(in, [](float v) { return v / (1 + std::exp(-v)); }), 1e-6f);
+  expect_near_all(values(run1("gelu", {x})),
+                  map(in, [](float v) { return 0.5f * v * (1 + std::erf(v / std::sqrt(2.0f))); }), 1e-6f);
+  expect_near_all(
+      values(run1("gelu", {x}, Attributes().set("approximate", std::string("tanh")))),
+      map(in, [](float v) { return 0.5f * v * (1 + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); }), 1e-6f);
+  expect_near_all(values(run1("exp", {x})), map(in, [](float v) { return std::exp(v); }), 1e-6f);
+  expect_near_all(values(run1("neg", {x})), map(in, [](float v) { return -v; }), 0);
+  expect_near_all(values(run1("abs", {x})), map(in, [](float v) { return std::fabs(v); }), 0);
+  expect_near_all(values(run1("erf", {x})), map(in, [](float v) { return std::erf(v); }), 1e-6f);
+  expect_near_all(values(run1("log", {p})), map(positive, [](float v) { return std::log(v); }), 1e-6f);
+  expect_near_all(values(run1("sqrt", {p})), (Values{0.5f, 1, std::sqrt(2.0f), 3}), 0);
+  expect_near_all(values(run1("reciprocal", {p})), (Values{4, 1, 0.5f, 1.0f / 9}), 0);
+  // Large negative inputs: no overflow into NaN.
+  EXPECT_EQ(values(run1("sigmoid", {make({1}, {-1000})}))[0], 0.0f);
+  EXPECT_TRUE(std::isnan(values(run1("relu", {make({1}, {std::nanf("")})}))[0]));
+}
+
+TEST(CpuBackend, BinaryOpsBroadcastLikeNumPy) {
+  // [2, 1, 3] op [4, 1] -> [2, 4, 3]
+  const Values va = {1, 2, 3, 4, 5, 6}, vb = {10, 20, 30, 40};
+  const Tensor a = make({2, 1, 3}, va);
+  const Tensor b = make({4, 1}, vb);
+  const Tensor y = run1("sub", {a, b});
+  ASSERT_EQ(y.shape(), (Shape{2, 4, 3}));
+  Values expected;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 3; ++k) expected.push_back(va[i * 3 + k] - vb[j]);
+  EXPECT_EQ(values(y), expected);
+  // scalar-like operand, both directions
+  EXPECT_EQ(values(run1("mul", {make({}, {2}), a})), (Values{2, 4, 6, 8, 10, 12}));
+  EXPECT_EQ(values(run1("div", {a, make({1}, {2})})), (Values{0.5f, 1, 1.5f, 2, 2.5f, 3}));
+  EXPECT_EQ(values(run1("add", {make({3}, {1, 2, 3}), make({3}, {1, 1, 1})})), (Values{2, 3, 4}));
+  EXPECT_EQ(values(run1("pow", {make({3}, {2, 3, 4}), make({3}, {3, 2, 0.5f})})), (Values{8, 9, 2}));
+  const float nan = std::nanf("");
+  const Values mx = values(run1("maximum", {make({3}, {1, nan, 5}), make({3}, {2, 0, 4})}));
+  EXPECT_EQ(mx[0], 2);
+  EXPECT_TRUE(std::isnan(mx[1]));
+  EXPECT_EQ(mx[2], 5);
+  EXPECT_EQ(values(run1("minimum", {make({2, 1}, {1, 5}), make({2}, {2, 3})})), (Values{1, 1, 2, 3}));
+}
+
+TEST(CpuBackend, CastRoundsToNearestEvenOnce) {
+  const float one = 1.0f;
+  const Tensor x = make({6}, {one, 65504.0f, 65520.0f, one + std::ldexp(1.0f, -11), one + 3 * std::ldexp(1.0f, -11),
+                              std::ldexp(1.0f, -25) * 1.5f});
+  EXPECT_EQ(bits16(cast(x, "float16")), (std::vector<std::uint16_t>{0x3C00, 0x7BFF, 0x7C00, 0x3C00, 0x3C02, 0x0001}));
+  const Tensor xb = make({3}, {one + std::ldexp(1.0f, -8), one + 3 * std::ldexp(1.0f, -8), -2.0f});
+  EXPECT_EQ(bits16(cast(xb, "bfloat16")), (std::vector<std::uint16_t>{0x3F80, 0x3F82, 0xC000}));
+  // float64 -> float16 in one rounding: 1 + 2^-11 + 2^-40 is just above the halfway point, so it rounds up
+  // (double -> float -> half would round to the even 1.0).
+  Tensor d = Tensor::empty({2}, DType::kFloat64);
+  static_cast<double*>(d.data_ptr())[0] = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  static_cast<double*>(d.data_ptr())[1] = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+  EXPECT_EQ(bits16(cast(d, "float16"))[0], 0x3C01);
+  EXPECT_EQ(bits16(cast(d, "bfloat16"))[1], 0x3F81);
+  // Round trips through 16 bits are exact for representable values.
+  const Tensor r = make({3}, {0.5f, -3.0f, 1024.0f});
+  EXPECT_EQ(values(cast(cast(r, "float16"), "bfloat16")), (Values{0.5f, -3.0f, 1024.0f}));
+  EXPECT_EQ(static_cast<const double*>(cast(r, "float64").data_ptr())[1], -3.0);
+}
+
+// ---- reductions ----
+
+TEST(CpuBackend, ReductionsOverAnyAxes) {
+  Values v(24);
+  for (int i = 0; i < 24; ++i) v[i] = static_cast<float>(i);
+  const Tensor x = make({2, 3, 4}, v);
+  Tensor y = run1("reduce_sum", {x}, Attributes().set("axes", Shape{1}));
+  EXPECT_EQ(y.shape(), (Shape{2, 1, 4}));
+  EXPECT_EQ(values(y), (Values{12, 15, 18, 21, 48, 51, 54, 57}));
+  y = run1("reduce_mean", {x}, Attributes().set("axes", Shape{0, -1}).set("keepdims", 0));
+  EXPECT_EQ(y.shape(), (Shape{3}));
+  EXPECT_EQ(values(y), (Values{7.5f, 11.5f, 15.5f}));
+  y = run1("reduce_max", {x}, Attributes().set("axes", Shape{2, 0}));
+  EXPECT_EQ(y.shape(), (Shape{1, 3, 1}));
+  EXPECT_EQ(values(y), (Values{15, 19, 23}));
+  y = run1("reduce_min", {x}, Attributes().set("keepdims", 0));
+  EXPECT_EQ(y.shape(), Shape{});
+  EXPECT_EQ(values(y), (Values{0}));
+  EXPECT_EQ(values(run1("reduce_sum", {x})), (Values{276}));
+  EXPECT_TRUE(std::isnan(values(run1("reduce_max", {make({2}, {1, std::nanf("")})}))[0]));
+}
+
+// ---- attention ----
+
+// softmax(q k^T * scale + mask) v for one [B, H, S, D] problem, in double.
+Values naive_attention(const Values& q, const Values& k, const Values& v, const Values& mask, Shape qs, Shape ks,
+                       std::int64_t dv, bool causal, double scale) {
+  const std::int64_t b = qs[0], h = qs[1], sq = qs[2], d = qs[3], hkv = ks[1], sk = ks[2];
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Values out(static_cast<std::size_t>(b * h * sq * dv));
+  for (std::int64_t bi = 0; bi < b; ++bi)
+    for (std::int64_t hi = 0; hi < h; ++hi) {
+      const std::int64_t kv = bi * hkv + hi / (h / hkv);
+      for (std::int64_t i = 0; i < sq; ++i) {
+        std::vector<double> s(static_cast<std::size_t>(sk), -INFINITY);
+        double mx = -INFINITY;
+        for (std::int64_t j = 0; j < sk; ++j) {
+          if (causal && j > i) continue;
+          double dot = 0;
+          for (std::int64_t e = 0; e < d; ++e)
+            dot += static_cast<double>(q[((bi * h + hi) * sq + i) * d + e]) * k[(kv * sk + j) * d + e];
+          s[j] = dot * scale + (mask.empty() ? 0.0 : mask[(i * sk) + j]);  // mask given as [Sq, Sk]
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (auto& e : s) sum += (e = std::exp(e - mx));
+        for (std::int64_t c = 0; c < dv; ++c) {
+          double acc = 0;
+          for (std::int64_t j = 0; j < sk; ++j) acc += s[j] / sum * v[(kv * sk + j) * dv + c];
+          out[((bi * h + hi) * sq + i) * dv + c] = static_cast<float>(acc);
+        }
+      }
+    }
+  return out;
+}
+
+TEST(CpuBackend, AttentionCausalGqaMaskAndScale) {
+  struct Case {
+    Shape q, k;
+    std::int64_t dv;
+    bool causal, mask;
+    double scale;
+  };
+  const std::vector<Case> cases = {
+      {{1, 2, 5, 8}, {1, 2, 5, 8}, 8, false, false, 0.0},
+      {{2, 4, 7, 16}, {2, 2, 9, 16}, 12, true, false, 0.0},  // GQA, Sq < Sk, Dv != D
+      {{1, 3, 9, 4}, {1, 1, 6, 4}, 4, true, true, 0.3},      // MQA, Sq > Sk, mask [Sq, Sk]
+      {{1, 1, 1, 32}, {1, 1, 1, 32}, 32, true, false, 0.0},  // S = 1
+  };
+  unsigned seed = 50;
+  for (const auto& c : cases) {
+    const Tensor q = random_tensor(c.q, seed++);
+    const Tensor k = random_tensor(c.k, seed++);
+    const Tensor v = random_tensor({c.k[0], c.k[1], c.k[2], c.dv}, seed++);
+    const Tensor mask = c.mask ? random_tensor({c.q[2], c.k[2]}, seed++, -2, 2) : Tensor();
+    const Tensor y =
+        run1("attention", {q, k, v, mask}, Attributes().set("causal", c.causal ? 1 : 0).set("scale", c.scale));
+    ASSERT_EQ(y.shape(), (Shape{c.q[0], c.q[1], c.q[2], c.dv}));
+    expect_near_all(values(y),
+                    naive_attention(values(q), values(k), values(v), c.mask ? values(mask) : Values{}, c.q, c.k, c.dv,
+                                    c.causal, c.scale),
+                    1e-5f);
+  }
+}
+
+TEST(CpuBackend, AttentionRowMaskedEverywhereIsNaN) {
+  const Tensor q = random_tensor({1, 1, 2, 4}, 60);
+  const Tensor k = random_tensor({1, 1, 3, 4}, 61);
+  const Tensor v = random_tensor({1, 1, 3, 4}, 62);
+  const Tensor mask = make({2, 3}, {0, 0, 0, -kInf, -kInf, -kInf});
+  const Values y = values(run1("attention", {q, k, v, mask}));
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_FALSE(std::isnan(y[c]));
+    EXPECT_TRUE(std::isnan(y[4 + c]));
+  }
+}
+
+// ---- threads ----
+
+TEST(CpuBackend, LoopsGiveTheSameBitsWithOneOrTwoThreads) {
+  // Large enough for every op's loop to split across two threads.
+  const Tensor x = random_tensor({300, 1000}, 80);
+  const Tensor row = random_tensor({1000}, 81);
+  const Tensor image = random_tensor({2, 8, 40, 40}, 82);
+  const Tensor weight = random_tensor({8, 8, 3, 3}, 83);
+  struct Run {
+    const char* op;
+    std::vector<Tensor> inputs;
+    Attributes attrs;
+  };
+  const std::vector<Run> runs = {
+      {"add", {x, row}, {}},
+      {"gelu", {x}, {}},
+      {"softmax", {x}, {}},
+      {"layer_norm", {x, row, row}, {}},
+      {"reduce_sum", {x}, Attributes().set("axes", Shape{0})},
+      {"reduce_max", {x}, Attributes().set("axes", Shape{1})},
+      {"cast", {x}, Attributes().set("to", std::string("bfloat16"))},
+      {"conv2d", {image, weight}, Attributes().set("pads", Shape{1, 1, 1, 1})},
+      {"avg_pool2d", {image}, Attributes().set("kernel_shape", Shape{3, 3}).set("strides", Shape{1, 1})},
+  };
+  ExecutionPolicy one, two;
+  one.intra_op_threads = 1;
+  two.intra_op_threads = 2;
+  for (const char* engine : {"auto", "fallback"}) {
+    ScopedEnv env("XPURT_CPU_GEMM", engine);
+    for (const auto& r : runs) {
+      std::string plan;
+      const Values serial = values(run(r.op, r.inputs, r.attrs, one)[0]);
+      const Values parallel = values(run(r.op, r.inputs, r.attrs, two, &plan)[0]);
+      EXPECT_NE(plan.find("2 threads"), std::string::npos) << plan;
+      EXPECT_EQ(serial, parallel) << r.op << " with gemm " << engine;
+    }
+  }
+}
+
+// ---- 16-bit and 64-bit paths ----
+
+TEST(CpuBackend, HalfBfloatAndDoubleInputs) {
+  const Tensor a = random_tensor({9, 17}, 70);
+  const Tensor b = random_tensor({17, 5}, 71);
+  for (const char* dtype : {"float16", "bfloat16", "float64"}) {
+    const Tensor a16 = cast(a, dtype), b16 = cast(b, dtype);
+    const Tensor y = run1("matmul", {a16, b16});
+    EXPECT_EQ(dtype_name(y.dtype()), dtype);
+    // Exact products of the rounded inputs, accumulated in fp32: only the output rounding differs.
+    const float tolerance = std::string(dtype) == "float64" ? 1e-6f : std::string(dtype) == "float16" ? 1e-3f : 8e-3f;
+    expect_near_all(values(y), naive_matmul(values(a16), values(b16), 9, 5, 17), tolerance, dtype);
+  }
+  // An fp16 softmax sums to ~1 and an fp16 conv matches fp32 to fp16 precision.
+  const Values s = values(run1("softmax", {cast(random_tensor({3, 50}, 72, -4, 4), "float16")}));
+  for (int r = 0; r < 3; ++r) {
+    double sum = 0;
+    for (int i = 0; i < 50; ++i) sum += s[r * 50 + i];
+    EXPECT_NEAR(sum, 1.0, 5e-3);
+  }
+  const Tensor x = random_tensor({1, 3, 6, 6}, 73);
+  const Tensor w = random_tensor({4, 3, 3, 3}, 74);
+  expect_near_all(values(run1("conv2d", {cast(x, "bfloat16"), cast(w, "bfloat16")})),
+                  values(run1("conv2d", {cast(cast(x, "bfloat16"), "float32"), cast(cast(w, "bfloat16"), "float32")})),
+                  1e-2f);
+}
+
+}  // namespace
+}  // namespace xpuruntime

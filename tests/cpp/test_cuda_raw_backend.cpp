@@ -1,0 +1,761 @@
+// The cuda_raw backend's own tests: every cuda_raw kernel against the cpu reference kernel on random inputs at
+// odd shapes and all three float dtypes (GPU), the launchers other backends call (GPU), and the reasons
+// supports() gives and the reduction plans (CPU-runnable: neither touches a device).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_utils.h"
+#include "xpuruntime/device_manager.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/stream_manager.h"
+#include "xpuruntime/tensor.h"
+#if XPURT_WITH_CUDA
+#include "../../src/cpp/backends/cuda_raw/cuda_raw_ops.h"
+#endif
+
+namespace xpuruntime {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+const std::vector<DType> kFloatTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+std::string shape_str(const Shape& shape) {
+  std::string out = "[";
+  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? "," : "") + std::to_string(shape[k]);
+  return out + "]";
+}
+
+std::int64_t numel_of(const Shape& shape) {
+  std::int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
+// ---- descriptors without data (CPU-runnable) ----
+
+TensorDesc desc_of(const Shape& shape, DType dtype, Device device = Device::cuda(0)) {
+  TensorDesc d;
+  d.present = true;
+  d.dtype = dtype;
+  d.shape = shape;
+  d.strides = contiguous_strides(shape);
+  d.device = device;
+  return d;
+}
+
+OpDescriptor make_desc(const std::string& op, std::vector<TensorDesc> inputs, const Attributes& attrs = {},
+                       Device device = Device::cuda(0)) {
+  OpDescriptor desc;
+  desc.op = op;
+  desc.inputs = std::move(inputs);
+  desc.attrs = attrs;
+  desc.device = device;
+  desc.compute_capability = device.is_cuda() ? 90 : 0;
+  KernelRegistry::global().infer(desc);
+  return desc;
+}
+
+const Kernel& cuda_raw_kernel(const std::string& op) {
+  const Kernel* kernel = KernelRegistry::global().find_kernel(op, "cuda_raw");
+  if (kernel == nullptr) throw std::runtime_error("no cuda_raw kernel for op '" + op + "'");
+  return *kernel;
+}
+
+// ---- running kernels ----
+
+int device_compute_capability(Device device) {
+  if (!device.is_cuda()) return 0;
+  const DeviceInfo info = DeviceManager::instance().get_device_info(device);
+  return info.compute_capability_major * 10 + info.compute_capability_minor;
+}
+
+// Runs `op` with the kernel named `name` on `inputs` (one device; an undefined tensor is an absent optional
+// input) and waits for it. Throws when the kernel does not support the descriptor, with its reason.
+std::vector<Tensor> run_kernel(const std::string& op, const std::string& name, std::vector<Tensor> inputs,
+                               const Attributes& attrs = {}) {
+  KernelRegistry& registry = KernelRegistry::global();
+  const Kernel* kernel = registry.find_kernel(op, name);
+  if (kernel == nullptr) throw std::runtime_error("no kernel '" + name + "' for op '" + op + "'");
+  const Device device = inputs.at(0).device();
+  OpDescriptor desc;
+  desc.op = op;
+  for (const Tensor& t : inputs) desc.inputs.push_back(TensorDesc::of(t));
+  desc.attrs = attrs;
+  desc.device = device;
+  desc.compute_capability = device_compute_capability(device);
+  registry.infer(desc);
+  inputs.resize(desc.inputs.size());
+  const ExecutionPolicy policy;
+  const Support support = kernel->supports(desc, policy);
+  if (!support) throw std::runtime_error(name + " does not support " + desc.signature() + ": " + support.reason());
+  const auto plan = kernel->build(desc, policy, "");
+  std::vector<Tensor> outputs;
+  for (const TensorDesc& out : desc.outputs) outputs.push_back(Tensor::empty(out.shape, out.dtype, device));
+  Tensor workspace;
+  if (plan->workspace_bytes() > 0) {
+    workspace = Tensor::empty({static_cast<std::int64_t>(plan->workspace_bytes())}, DType::kUInt8, device);
+  }
+  KernelLaunch launch;
+  launch.desc = &desc;
+  launch.inputs = inputs.data();
+  launch.num_inputs = inputs.size();
+  launch.outputs = outputs.data();
+  launch.num_outputs = outputs.size();
+  if (device.is_cuda()) launch.stream = StreamManager::instance().current_stream(device);
+  launch.workspace = workspace.defined() ? workspace.data_ptr() : nullptr;
+  launch.workspace_bytes = plan->workspace_bytes();
+  plan->run(launch);
+  launch.stream.synchronize();
+  return outputs;
+}
+
+Attributes cast_to(DType dtype) { return Attributes().set("to", std::string(dtype_name(dtype))); }
+
+// A host float32 copy of any float tensor (through the cpu cast kernel for the other dtypes).
+Tensor to_host_float32(const Tensor& t) {
+  Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+  if (host.dtype() == DType::kFloat32) return host;
+  return run_kernel("cast", "cpu", {host}, cast_to(DType::kFloat32))[0];
+}
+
+// Random host tensor of `dtype`: uniform in [lo, hi), or multiples of 1/8 in [-1, 1] when `eighths` (whose sums
+// of up to 2^20 terms are exact in fp32 in any order, so reductions compare exactly).
+Tensor random_tensor(const Shape& shape, DType dtype, std::mt19937& rng, float lo = -4.0f, float hi = 4.0f,
+                     bool eighths = false) {
+  Tensor t = Tensor::empty(shape, DType::kFloat32);
+  auto* p = static_cast<float*>(t.data_ptr());
+  std::uniform_real_distribution<float> uniform(lo, hi);
+  std::uniform_int_distribution<int> eighth(-8, 8);
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = eighths ? static_cast<float>(eighth(rng)) / 8.0f : uniform(rng);
+  if (dtype == DType::kFloat32) return t;
+  return run_kernel("cast", "cpu", {t}, cast_to(dtype))[0];
+}
+
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+
+// About two units in the last place of each dtype (results round once; the two kernels may round differently
+// in the last fp32 step), with an absolute floor for values near zero.
+Tolerance tolerance_for(DType dtype, double atol_fp32 = 1e-5) {
+  switch (dtype) {
+    case DType::kFloat16: return {1e-3, 4e-3};
+    case DType::kBFloat16: return {8e-3, 1.6e-2};
+    default: return {atol_fp32, 1e-4};
+  }
+}
+
+// Expects `actual` and `expected` (any devices, float dtypes) to agree within `tol` everywhere; NaN matches NaN.
+void expect_close(const Tensor& actual, const Tensor& expected, Tolerance tol, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  ASSERT_EQ(actual.dtype(), expected.dtype()) << what;
+  const Tensor a = to_host_float32(actual);
+  const Tensor e = to_host_float32(expected);
+  const auto* pa = static_cast<const float*>(a.data_ptr());
+  const auto* pe = static_cast<const float*>(e.data_ptr());
+  std::int64_t mismatches = 0;
+  std::string first;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const double x = pa[i];
+    const double y = pe[i];
+    const bool same =
+        (std::isnan(x) && std::isnan(y)) || x == y || std::fabs(x - y) <= tol.atol + tol.rtol * std::fabs(y);
+    if (!same && mismatches++ == 0) {
+      first = "element " + std::to_string(i) + ": cuda_raw " + std::to_string(x) + ", cpu " + std::to_string(y);
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << a.numel() << " elements differ; first "
+                           << first;
+}
+
+// Runs `op` on the cpu kernel (host inputs) and on the cuda_raw kernel (the same inputs moved to the GPU) and
+// compares every output.
+void compare_with_cpu(const std::string& op, const std::vector<Tensor>& host_inputs, const Attributes& attrs,
+                      Tolerance tol, const std::string& what) {
+  const std::vector<Tensor> expected = run_kernel(op, "cpu", host_inputs, attrs);
+  std::vector<Tensor> device_inputs;
+  for (const Tensor& t : host_inputs) device_inputs.push_back(t.defined() ? t.to(Device::cuda(0)) : Tensor());
+  const std::vector<Tensor> actual = run_kernel(op, "cuda_raw", device_inputs, attrs);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (std::size_t k = 0; k < actual.size(); ++k) expect_close(actual[k], expected[k], tol, what);
+}
+
+std::string label(const std::string& op, const Shape& shape, DType dtype, const std::string& extra = {}) {
+  return op + " " + std::string(dtype_name(dtype)) + shape_str(shape) + (extra.empty() ? "" : " " + extra);
+}
+
+// ---- GPU: every kernel against the cpu reference ----
+
+struct UnaryCase {
+  std::string op;
+  float lo;
+  float hi;
+  Attributes attrs;
+};
+
+std::vector<UnaryCase> unary_cases() {
+  return {{"exp", -8, 8, {}},          {"log", 0.05f, 4, {}},        {"sqrt", 0.0f, 4, {}},
+          {"neg", -4, 4, {}},          {"abs", -4, 4, {}},           {"erf", -3, 3, {}},
+          {"reciprocal", 0.25f, 4, {}}, {"relu", -4, 4, {}},          {"sigmoid", -10, 10, {}},
+          {"tanh", -5, 5, {}},         {"silu", -8, 8, {}},          {"gelu", -6, 6, {}},
+          {"gelu", -6, 6, Attributes().set("approximate", std::string("tanh"))}};
+}
+
+TEST(CudaRawGpu, UnaryOpsMatchTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(1);
+  for (const auto& c : unary_cases()) {
+    for (const DType dtype : kFloatTypes) {
+      for (const Shape& shape : std::vector<Shape>{{1}, {7}, {33, 65}, {1000003}, {}}) {
+        compare_with_cpu(c.op, {random_tensor(shape, dtype, rng, c.lo, c.hi)}, c.attrs, tolerance_for(dtype),
+                         label(c.op, shape, dtype, c.attrs.str()));
+      }
+    }
+  }
+}
+
+TEST(CudaRawGpu, UnaryOpsOnMisalignedInputsTakeTheScalarPath) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(2);
+  for (const DType dtype : kFloatTypes) {
+    // A view starting one element into a device buffer: not 16-byte aligned, so no vector loads.
+    const Tensor host = random_tensor({1025}, dtype, rng);
+    const Tensor device = host.to(Device::cuda(0));
+    const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+    const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + es, {1024}, {}, dtype,
+                                                 Device::cuda(0), device.storage());
+    const Tensor host_view = Tensor::from_blob(static_cast<char*>(host.data_ptr()) + es, {1024}, {}, dtype,
+                                               Device::cpu(), host.storage());
+    const Tensor expected = run_kernel("tanh", "cpu", {host_view})[0];
+    const Tensor actual = run_kernel("tanh", "cuda_raw", {device_view})[0];
+    expect_close(actual, expected, tolerance_for(dtype), label("tanh (misaligned)", {1024}, dtype));
+  }
+}
+
+struct BinaryCase {
+  Shape a;
+  Shape b;
+};
+
+TEST(CudaRawGpu, BinaryOpsBroadcastLikeTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(3);
+  const std::vector<BinaryCase> shapes = {
+      {{1}, {1}},          {{7}, {7}},          {{33, 65}, {33, 65}},       {{1000003}, {1000003}},
+      {{3, 1, 5}, {1, 4, 1}}, {{8, 128, 64}, {64}}, {{2, 3, 4, 5}, {3, 1, 5}}, {{1}, {33, 65}},
+      {{}, {4}},           {{33, 1}, {1, 65}},  {{1000003}, {1}},
+      // eight dimensions that cannot merge: the most the stride tables take
+      {{2, 1, 2, 1, 2, 1, 2, 1}, {1, 2, 1, 2, 1, 2, 1, 2}}};
+  for (const std::string op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}) {
+    // div and pow keep away from 0 and from negative bases.
+    const bool positive = op == "div" || op == "pow";
+    for (const DType dtype : kFloatTypes) {
+      for (const auto& c : shapes) {
+        const Tensor a = random_tensor(c.a, dtype, rng, positive ? 0.5f : -4.0f, positive ? 2.0f : 4.0f);
+        const Tensor b = random_tensor(c.b, dtype, rng, positive ? (op == "pow" ? -2.0f : 0.5f) : -4.0f,
+                                       positive ? 2.0f : 4.0f);
+        compare_with_cpu(op, {a, b}, {}, tolerance_for(dtype),
+                         label(op, c.a, dtype, "with " + shape_str(c.b)));
+      }
+    }
+  }
+}
+
+TEST(CudaRawGpu, CastRoundsLikeTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(4);
+  const std::vector<DType> types = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64};
+  for (const DType from : types) {
+    for (const DType to : types) {
+      for (const Shape& shape : std::vector<Shape>{{1}, {7}, {33, 65}, {1000003}}) {
+        // Beyond float16's range (inf) and within its subnormals. float64 sources come from float32 values.
+        for (const float range : {70000.0f, 1e-4f}) {
+          Tensor x = random_tensor(shape, from == DType::kFloat64 ? DType::kFloat32 : from, rng, -range, range);
+          if (from == DType::kFloat64) x = run_kernel("cast", "cpu", {x}, cast_to(DType::kFloat64))[0];
+          compare_with_cpu("cast", {x}, cast_to(to), {0.0, 0.0},
+                           label("cast", shape, from, "to " + std::string(dtype_name(to)) + " range " +
+                                                          std::to_string(range)));
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaRawGpu, SoftmaxMatchesTheCpuKernelAlongAnyAxis) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  struct Case {
+    Shape shape;
+    std::int64_t axis;
+  };
+  const std::vector<Case> cases = {
+      {{4, 1}, -1},    {{5, 31}, -1},     {{5, 32}, -1},  {{3, 1025}, -1}, {{3, 50000}, -1}, {{1, 7}, 1},
+      {{65, 33}, -1},  {{4, 33, 5}, 1},   {{4, 33, 5}, 0}, {{2, 3, 4, 5}, -3}, {{7}, 0},     {{300, 2, 3}, 0}};
+  for (const DType dtype : kFloatTypes) {
+    for (const auto& c : cases) {
+      // Outputs can be as small as 1/50000: an absolute floor below them.
+      Tolerance tol = tolerance_for(dtype);
+      tol.atol = dtype == DType::kFloat32 ? 1e-7 : 1e-6;
+      compare_with_cpu("softmax", {random_tensor(c.shape, dtype, rng, -8, 8)},
+                       Attributes().set("axis", std::int64_t{c.axis}), tol,
+                       label("softmax", c.shape, dtype, "axis " + std::to_string(c.axis)));
+    }
+  }
+}
+
+TEST(CudaRawGpu, LayerNormMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(6);
+  struct Case {
+    Shape shape;
+    std::int64_t axis;
+  };
+  const std::vector<Case> cases = {{{5, 1}, -1},    {{4, 768}, -1},  {{3, 4099}, -1}, {{2, 3, 7, 11}, 2},
+                                   {{2, 3, 7, 11}, 1}, {{1, 33}, 0}, {{6, 1024}, -1}, {{2, 1025}, -1}};
+  for (const DType dtype : kFloatTypes) {
+    for (const auto& c : cases) {
+      const std::int64_t axis = c.axis < 0 ? c.axis + static_cast<std::int64_t>(c.shape.size()) : c.axis;
+      const Shape normalized(c.shape.begin() + axis, c.shape.end());
+      // Inputs with a mean far from zero test the two-pass variance.
+      const Tensor x = random_tensor(c.shape, dtype, rng, 2.0f, 6.0f);
+      for (int variant = 0; variant < 4; ++variant) {
+        const Tensor scale = variant & 1 ? random_tensor(normalized, dtype, rng, -2, 2) : Tensor();
+        const Tensor bias = variant & 2 ? random_tensor(normalized, dtype, rng, -2, 2) : Tensor();
+        const Attributes attrs = Attributes().set("axis", std::int64_t{c.axis}).set("epsilon", 1e-5);
+        compare_with_cpu("layer_norm", {x, scale, bias}, attrs, tolerance_for(dtype, 1e-4),
+                         label("layer_norm", c.shape, dtype,
+                               "axis " + std::to_string(c.axis) + (variant & 1 ? " scale" : "") +
+                                   (variant & 2 ? " bias" : "")));
+      }
+    }
+  }
+}
+
+TEST(CudaRawGpu, ReductionsMatchTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  struct Case {
+    Shape shape;
+    Shape axes;
+  };
+  const std::vector<Case> cases = {
+      {{1000003}, {}},          {{1}, {}},            {{7}, {0}},            {{33, 65}, {0}},
+      {{33, 65}, {1}},          {{33, 65}, {0, 1}},   {{3, 4, 5, 6}, {1, 3}}, {{3, 4, 5, 6}, {0, 2}},
+      {{3, 4, 5, 6}, {-1}},     {{7, 50000}, {1}},    {{100000, 3}, {0}},    {{5, 1, 7}, {1}},
+      {{2, 40000, 3}, {0, 2}},  {{2, 3, 40000}, {0, 2}}, {{}, {}},            {{1000, 1000}, {0}}};
+  for (const std::string op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"}) {
+    for (const DType dtype : kFloatTypes) {
+      for (const auto& c : cases) {
+        for (const std::int64_t keepdims : {0, 1}) {
+          const Tensor x = random_tensor(c.shape, dtype, rng, 0, 0, /*eighths=*/true);
+          const Attributes attrs = Attributes().set("axes", c.axes).set("keepdims", keepdims);
+          // Sums of eighths are exact in fp32; only the mean's division may round differently.
+          Tolerance tol = tolerance_for(dtype);
+          if (dtype == DType::kFloat32) tol = {0.0, 1e-6};
+          compare_with_cpu(op, {x}, attrs, tol,
+                           label(op, c.shape, dtype, "axes " + shape_str(c.axes) + " keepdims " +
+                                                         std::to_string(keepdims)));
+        }
+      }
+    }
+  }
+  // An empty axis: the sum is 0 and the mean NaN.
+  for (const std::string op : {"reduce_sum", "reduce_mean"}) {
+    const Tensor x = Tensor::empty({2, 0, 3}, DType::kFloat32);
+    compare_with_cpu(op, {x}, Attributes().set("axes", Shape{1}), {0.0, 0.0}, op + " of an empty axis");
+  }
+}
+
+TEST(CudaRawGpu, KernelsGiveTheSameBitsEveryRun) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  struct Case {
+    std::string op;
+    Shape shape;
+    Attributes attrs;
+  };
+  const std::vector<Case> cases = {{"reduce_sum", {1000003}, {}},
+                                   {"reduce_sum", {100000, 3}, Attributes().set("axes", Shape{0})},
+                                   {"reduce_mean", {7, 50000}, Attributes().set("axes", Shape{1})},
+                                   {"softmax", {3, 50000}, {}},
+                                   {"layer_norm", {3, 4099}, {}}};
+  for (const auto& c : cases) {
+    const Tensor x = random_tensor(c.shape, DType::kFloat32, rng).to(Device::cuda(0));
+    const Tensor first = run_kernel(c.op, "cuda_raw", {x}, c.attrs)[0].to(Device::cpu());
+    for (int run = 0; run < 3; ++run) {
+      const Tensor again = run_kernel(c.op, "cuda_raw", {x}, c.attrs)[0].to(Device::cpu());
+      ASSERT_EQ(std::memcmp(first.data_ptr(), again.data_ptr(), first.nbytes()), 0) << c.op << shape_str(c.shape);
+    }
+  }
+}
+
+#if XPURT_WITH_CUDA
+
+// ---- GPU: the launchers of cuda_raw_ops.h ----
+
+void* stream_handle() { return StreamManager::instance().current_stream(Device::cuda(0)).handle; }
+void synchronize() { StreamManager::instance().current_stream(Device::cuda(0)).synchronize(); }
+
+TEST(CudaRawGpu, BiasActivationMatchesAddThenActivation) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(9);
+  for (const DType dtype : kFloatTypes) {
+    for (const std::int64_t cols : {1, 7, 64, 1000}) {
+      for (const std::string activation : {"none", "relu", "gelu", "gelu_tanh"}) {
+        for (const bool with_bias : {false, true}) {
+          const std::int64_t rows = 5;
+          const Tensor y_host = random_tensor({rows, cols}, dtype, rng);
+          const Tensor bias_host = random_tensor({cols}, dtype, rng);
+          Tensor expected = with_bias ? run_kernel("add", "cpu", {y_host, bias_host})[0] : y_host;
+          if (activation == "relu") expected = run_kernel("relu", "cpu", {expected})[0];
+          if (activation == "gelu") expected = run_kernel("gelu", "cpu", {expected})[0];
+          if (activation == "gelu_tanh") {
+            expected = run_kernel("gelu", "cpu", {expected}, Attributes().set("approximate", std::string("tanh")))[0];
+          }
+          Tensor y = y_host.to(Device::cuda(0));
+          const Tensor bias = bias_host.to(Device::cuda(0));
+          cuda_raw::bias_activation(y.data_ptr(), with_bias ? bias.data_ptr() : nullptr, dtype, rows, cols,
+                                    activation, stream_handle());
+          synchronize();
+          // The cpu composition rounds between add and activation; the fused kernel does not.
+          Tolerance tol = tolerance_for(dtype);
+          tol.rtol *= 2;
+          tol.atol *= 2;
+          expect_close(y, expected, tol, label("bias_activation " + activation, {rows, cols}, dtype,
+                                               with_bias ? "bias" : "no bias"));
+        }
+      }
+    }
+  }
+  float unused = 0;
+  XPURT_EXPECT_THROW_WITH(cuda_raw::bias_activation(&unused, nullptr, DType::kFloat32, 1, 1, "swish", nullptr),
+                          InvalidArgumentError, "gelu_tanh");
+}
+
+TEST(CudaRawGpu, SoftmaxLastdimWorksInPlace) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(10);
+  for (const DType dtype : kFloatTypes) {
+    for (const std::int64_t cols : {1, 33, 2000}) {
+      const Tensor x_host = random_tensor({3, cols}, dtype, rng, -8, 8);
+      const Tensor expected = run_kernel("softmax", "cpu", {x_host})[0];
+      Tensor x = x_host.to(Device::cuda(0));
+      cuda_raw::softmax_lastdim(x.data_ptr(), x.data_ptr(), dtype, 3, cols, stream_handle());
+      synchronize();
+      Tolerance tol = tolerance_for(dtype);
+      tol.atol = 1e-6;
+      expect_close(x, expected, tol, label("softmax_lastdim in place", {3, cols}, dtype));
+    }
+  }
+}
+
+// The attention softmax against a float64 host computation from the same (dtype-rounded) values.
+TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  struct Case {
+    std::int64_t batch, heads, sq, sk;
+    bool causal;
+    int mask;  // 0: none, 1: [B, 1, 1, Sk], 2: [B, H, Sq, Sk], 3: [1, 1, Sq, Sk] with some rows fully -inf
+  };
+  const std::vector<Case> cases = {{2, 3, 5, 7, false, 0}, {2, 3, 5, 7, true, 0},  {2, 3, 7, 5, true, 1},
+                                   {1, 2, 4, 4, false, 2}, {2, 1, 3, 1030, true, 2}, {1, 1, 1, 1, true, 0},
+                                   {2, 2, 6, 9, false, 3}, {1, 2, 3, 2000, false, 1}};
+  for (const DType dtype : kFloatTypes) {
+    for (const auto& c : cases) {
+      const float scale = 0.37f;
+      const Shape scores_shape = {c.batch * c.heads, c.sq, c.sk};
+      const Tensor scores_host = random_tensor(scores_shape, dtype, rng, -8, 8);
+      Shape mask_shape;
+      std::vector<std::int64_t> mask_strides = {0, 0, 0, 0};
+      if (c.mask == 1) {
+        mask_shape = {c.batch, 1, 1, c.sk};
+        mask_strides = {c.sk, 0, 0, 1};
+      } else if (c.mask == 2) {
+        mask_shape = {c.batch, c.heads, c.sq, c.sk};
+        mask_strides = {c.heads * c.sq * c.sk, c.sq * c.sk, c.sk, 1};
+      } else if (c.mask == 3) {
+        mask_shape = {1, 1, c.sq, c.sk};
+        mask_strides = {0, 0, c.sk, 1};
+      }
+      Tensor mask_host;
+      if (c.mask != 0) {
+        Tensor mask32 = random_tensor(mask_shape, DType::kFloat32, rng, -2, 2);
+        if (c.mask == 3) {  // rows 1 and 4 fully masked, and a few single -inf entries
+          auto* m = static_cast<float*>(mask32.data_ptr());
+          for (std::int64_t j = 0; j < c.sk; ++j) m[1 * c.sk + j] = m[4 * c.sk + j] = -INFINITY;
+          m[2 * c.sk + 3] = -INFINITY;
+        }
+        mask_host = dtype == DType::kFloat32 ? mask32 : run_kernel("cast", "cpu", {mask32}, cast_to(dtype))[0];
+      }
+      // The reference, in float64.
+      const Tensor s32 = to_host_float32(scores_host);
+      const Tensor m32 = mask_host.defined() ? to_host_float32(mask_host) : Tensor();
+      const auto* s = static_cast<const float*>(s32.data_ptr());
+      const auto* m = m32.defined() ? static_cast<const float*>(m32.data_ptr()) : nullptr;
+      Tensor expected32 = Tensor::empty(scores_shape, DType::kFloat32);
+      auto* e = static_cast<float*>(expected32.data_ptr());
+      for (std::int64_t b = 0; b < c.batch; ++b) {
+        for (std::int64_t h = 0; h < c.heads; ++h) {
+          for (std::int64_t i = 0; i < c.sq; ++i) {
+            const std::int64_t row = ((b * c.heads + h) * c.sq + i) * c.sk;
+            std::vector<double> v(static_cast<std::size_t>(c.sk));
+            double max = -INFINITY;
+            for (std::int64_t j = 0; j < c.sk; ++j) {
+              double value = static_cast<double>(s[row + j]) * scale;
+              if (m != nullptr) {
+                value += m[b * mask_strides[0] + h * mask_strides[1] + i * mask_strides[2] + j * mask_strides[3]];
+              }
+              if (c.causal && j > i) value = -INFINITY;
+              v[static_cast<std::size_t>(j)] = value;
+              max = std::max(max, value);
+            }
+            double sum = 0;
+            for (const double value : v) sum += max == -INFINITY ? 0.0 : std::exp(value - max);
+            for (std::int64_t j = 0; j < c.sk; ++j) {
+              e[row + j] = max == -INFINITY ? std::numeric_limits<float>::quiet_NaN()
+                                            : static_cast<float>(std::exp(v[static_cast<std::size_t>(j)] - max) / sum);
+            }
+          }
+        }
+      }
+      const Tensor expected =
+          dtype == DType::kFloat32 ? expected32 : run_kernel("cast", "cpu", {expected32}, cast_to(dtype))[0];
+      Tensor scores = scores_host.to(Device::cuda(0));
+      const Tensor mask = mask_host.defined() ? mask_host.to(Device::cuda(0)) : Tensor();
+      cuda_raw::attention_softmax(scores.data_ptr(), dtype, c.batch * c.heads, c.heads, c.sq, c.sk, scale, c.causal,
+                                  mask.defined() ? mask.data_ptr() : nullptr, mask_strides, stream_handle());
+      synchronize();
+      Tolerance tol = tolerance_for(dtype);
+      tol.atol = 1e-6;
+      expect_close(scores, expected, tol,
+                   label("attention_softmax", scores_shape, dtype,
+                         std::string(c.causal ? "causal" : "full") + " mask " + std::to_string(c.mask)));
+    }
+  }
+  XPURT_EXPECT_THROW_WITH(cuda_raw::attention_softmax(nullptr, DType::kFloat32, 5, 2, 1, 1, 1.0f, false, nullptr, {},
+                                                      nullptr),
+                          InvalidArgumentError, "divide");
+}
+
+// Copies an iota of int32 through strided_copy and checks every element on the host.
+void check_strided_copy(const Shape& shape, const Shape& src_strides, std::int64_t src_offset,
+                        const Shape& dst_strides, std::int64_t dst_offset, std::int64_t buffer_elements) {
+  Tensor src_host = Tensor::empty({buffer_elements}, DType::kInt32);
+  auto* sp = static_cast<std::int32_t*>(src_host.data_ptr());
+  for (std::int64_t i = 0; i < buffer_elements; ++i) sp[i] = static_cast<std::int32_t>(i);
+  const Tensor src = src_host.to(Device::cuda(0));
+  Tensor dst = Tensor::zeros({buffer_elements}, DType::kInt32, Device::cuda(0));
+  cuda_raw::strided_copy(static_cast<std::int32_t*>(src.data_ptr()) + src_offset,
+                         static_cast<std::int32_t*>(dst.data_ptr()) + dst_offset, DType::kInt32, shape, src_strides,
+                         dst_strides, stream_handle());
+  synchronize();
+  const Tensor dst_host = dst.to(Device::cpu());
+  const auto* dp = static_cast<const std::int32_t*>(dst_host.data_ptr());
+  std::vector<std::int64_t> index(shape.size(), 0);
+  std::int64_t errors = 0;
+  for (std::int64_t n = 0; n < numel_of(shape); ++n) {
+    std::int64_t s_off = src_offset;
+    std::int64_t d_off = dst_offset;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      s_off += index[d] * src_strides[d];
+      d_off += index[d] * dst_strides[d];
+    }
+    if (dp[d_off] != sp[s_off]) ++errors;
+    for (std::size_t d = shape.size(); d > 0; --d) {
+      if (++index[d - 1] < shape[d - 1]) break;
+      index[d - 1] = 0;
+    }
+  }
+  EXPECT_EQ(errors, 0) << "strided_copy of " << shape_str(shape) << " from strides " << shape_str(src_strides)
+                       << " to " << shape_str(dst_strides);
+}
+
+TEST(CudaRawGpu, StridedCopyHandlesPermutationsNegativeStridesAndHighRanks) {
+  XPURT_SKIP_WITHOUT_GPU();
+  // A transpose, and a contiguous-to-contiguous copy (one memcpy).
+  check_strided_copy({33, 65}, {1, 33}, 0, {65, 1}, 0, 33 * 65);
+  check_strided_copy({33, 65}, {65, 1}, 0, {65, 1}, 0, 33 * 65);
+  // Rows reversed (negative stride), into a view with gaps.
+  check_strided_copy({4, 6}, {-6, 1}, 18, {12, 2}, 0, 48);
+  // A broadcast source (stride 0).
+  check_strided_copy({5, 7}, {0, 1}, 0, {7, 1}, 0, 35);
+  // Ten dimensions of 2 that cannot merge: more than kMaxDims, one launch per leading index.
+  Shape shape(10, 2);
+  Shape src_strides(10);
+  Shape dst_strides(10);
+  for (std::size_t d = 0; d < 10; ++d) {
+    src_strides[d] = std::int64_t{1} << (9 - d);
+    dst_strides[d] = std::int64_t{1} << d;
+  }
+  check_strided_copy(shape, src_strides, 0, dst_strides, 0, 1024);
+  // Nothing to copy.
+  cuda_raw::strided_copy(nullptr, nullptr, DType::kFloat32, {3, 0}, {1, 1}, {1, 1}, stream_handle());
+}
+
+#endif  // XPURT_WITH_CUDA
+
+// ---- CPU-runnable: the kernels, their supports() reasons and the reduction plans ----
+
+const std::vector<std::string> kCudaRawOps = {
+    "softmax", "layer_norm", "gelu", "relu",  "sigmoid",    "tanh",       "silu",       "exp",       "log",
+    "sqrt",    "neg",        "abs",  "erf",   "reciprocal", "add",        "sub",        "mul",       "div",
+    "pow",     "maximum",    "minimum", "cast", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min"};
+
+TEST(CudaRawKernels, EveryOpOfTheContractHasADeterministicCudaKernel) {
+  for (const auto& op : kCudaRawOps) {
+    const Kernel* kernel = KernelRegistry::global().find_kernel(op, "cuda_raw");
+    ASSERT_NE(kernel, nullptr) << op;
+    EXPECT_EQ(kernel->info().backend, "cuda_raw") << op;
+    EXPECT_EQ(kernel->info().device_type, DeviceType::kCUDA) << op;
+    EXPECT_TRUE(kernel->info().deterministic) << op;
+    EXPECT_FALSE(kernel->info().summary.empty()) << op;
+  }
+}
+
+#if XPURT_WITH_CUDA
+
+TEST(CudaRawKernels, SupportsCudaFloatDescriptors) {
+  const ExecutionPolicy policy;
+  for (const DType dtype : kFloatTypes) {
+    EXPECT_TRUE(cuda_raw_kernel("exp").supports(make_desc("exp", {desc_of({7}, dtype)}), policy));
+    EXPECT_TRUE(cuda_raw_kernel("add").supports(
+        make_desc("add", {desc_of({3, 1, 5}, dtype), desc_of({1, 4, 1}, dtype)}), policy));
+    EXPECT_TRUE(cuda_raw_kernel("softmax").supports(make_desc("softmax", {desc_of({3, 5}, dtype)}), policy));
+    EXPECT_TRUE(cuda_raw_kernel("reduce_max").supports(make_desc("reduce_max", {desc_of({3, 5}, dtype)}), policy));
+  }
+  const OpDescriptor ln = make_desc("layer_norm", {desc_of({4, 768}, DType::kFloat16), desc_of({768}, DType::kFloat16),
+                                                   TensorDesc()});
+  EXPECT_TRUE(cuda_raw_kernel("layer_norm").supports(ln, policy));
+  // cast also converts from and to float64.
+  EXPECT_TRUE(cuda_raw_kernel("cast").supports(
+      make_desc("cast", {desc_of({7}, DType::kFloat64)}, cast_to(DType::kBFloat16)), policy));
+  EXPECT_TRUE(cuda_raw_kernel("cast").supports(
+      make_desc("cast", {desc_of({7}, DType::kFloat16)}, cast_to(DType::kFloat64)), policy));
+  // TF32, fp16 and bf16 precision policies are fine: these kernels compute in exact fp32.
+  ExecutionPolicy tf32;
+  tf32.precision = Precision::kTF32;
+  EXPECT_TRUE(cuda_raw_kernel("exp").supports(make_desc("exp", {desc_of({7}, DType::kFloat32)}), tf32));
+}
+
+TEST(CudaRawKernels, SaysWhyItCannotRunADescriptor) {
+  const ExecutionPolicy policy;
+  auto reason = [&](const std::string& op, const OpDescriptor& desc, const ExecutionPolicy& p) {
+    const Support support = cuda_raw_kernel(op).supports(desc, p);
+    EXPECT_FALSE(support) << op << " " << desc.signature();
+    return support.reason();
+  };
+  // A CPU descriptor.
+  EXPECT_NE(reason("exp", make_desc("exp", {desc_of({7}, DType::kFloat32, Device::cpu())}, {}, Device::cpu()), policy)
+                .find("runs on CUDA devices; the input is on cpu"),
+            std::string::npos);
+  // An integer dtype (the op schema would reject it too; the kernel still answers).
+  OpDescriptor int_desc;
+  int_desc.op = "relu";
+  int_desc.inputs = {desc_of({7}, DType::kInt32)};
+  int_desc.outputs = {desc_of({7}, DType::kInt32)};
+  int_desc.device = Device::cuda(0);
+  EXPECT_NE(reason("relu", int_desc, policy).find("float32, float16 and bfloat16, got int32"), std::string::npos);
+  // float64 outside cast.
+  EXPECT_NE(reason("softmax", make_desc("softmax", {desc_of({3, 5}, DType::kFloat64)}), policy).find("got float64"),
+            std::string::npos);
+  // A non-contiguous input.
+  TensorDesc transposed = desc_of({5, 3}, DType::kFloat32);
+  transposed.strides = {1, 5};
+  EXPECT_NE(reason("tanh", make_desc("tanh", {transposed}), policy).find("needs contiguous input 'x'"),
+            std::string::npos);
+  // int8 precision.
+  ExecutionPolicy int8;
+  int8.precision = Precision::kInt8;
+  EXPECT_NE(reason("exp", make_desc("exp", {desc_of({7}, DType::kFloat32)}), int8).find("int8"), std::string::npos);
+  // A device older than the architectures the kernels were built for.
+  OpDescriptor old = make_desc("exp", {desc_of({7}, DType::kFloat32)});
+  old.compute_capability = 50;
+  EXPECT_NE(reason("exp", old, policy).find("CMAKE_CUDA_ARCHITECTURES=50"), std::string::npos);
+  // Nine dimensions that cannot merge: more than the stride tables hold.
+  const Shape a = {2, 1, 2, 1, 2, 1, 2, 1, 2};
+  const Shape b = {1, 2, 1, 2, 1, 2, 1, 2, 1};
+  EXPECT_NE(reason("mul", make_desc("mul", {desc_of(a, DType::kFloat32), desc_of(b, DType::kFloat32)}), policy)
+                .find("at most 8 dimensions"),
+            std::string::npos);
+  // A reduction over every other axis of a rank-18 tensor: 9 kept and 9 reduced dimensions.
+  const Shape tall(18, 2);
+  Shape every_other;
+  for (std::int64_t d = 0; d < 18; d += 2) every_other.push_back(d);
+  EXPECT_NE(reason("reduce_sum", make_desc("reduce_sum", {desc_of(tall, DType::kFloat32)},
+                                           Attributes().set("axes", every_other)),
+                   policy)
+                .find("at most 8 kept and 8 reduced"),
+            std::string::npos);
+}
+
+// Plans are built from the descriptor alone (no device work), so their geometry is checkable anywhere.
+TEST(CudaRawKernels, ReductionPlansSplitWhenOutputsAreFew) {
+  const ExecutionPolicy policy;
+  auto plan_of = [&](const std::string& op, const Shape& shape, const Shape& axes) {
+    const OpDescriptor desc = make_desc(op, {desc_of(shape, DType::kFloat16)}, Attributes().set("axes", axes));
+    EXPECT_TRUE(cuda_raw_kernel(op).supports(desc, policy));
+    return cuda_raw_kernel(op).build(desc, policy, "");
+  };
+  const auto full = plan_of("reduce_sum", {1000003}, {});
+  EXPECT_NE(full->describe().find("1 outputs x 1000003 elements, row kernel, 123 splits"), std::string::npos)
+      << full->describe();
+  EXPECT_EQ(full->workspace_bytes(), 123 * sizeof(float));
+  const auto rows = plan_of("reduce_mean", {7, 50000}, {1});
+  EXPECT_NE(rows->describe().find("7 outputs x 50000 elements, row kernel, 7 splits"), std::string::npos)
+      << rows->describe();
+  const auto columns = plan_of("reduce_max", {100000, 3}, {0});
+  EXPECT_NE(columns->describe().find("3 outputs x 100000 elements, column kernel, 391 splits"), std::string::npos)
+      << columns->describe();
+  EXPECT_EQ(columns->workspace_bytes(), 3 * 391 * sizeof(float));
+  const auto small = plan_of("reduce_min", {33, 65}, {0});
+  EXPECT_NE(small->describe().find("65 outputs x 33 elements, column kernel, 1 split"), std::string::npos)
+      << small->describe();
+  EXPECT_EQ(small->workspace_bytes(), 0u);
+  // Size-1 dimensions vanish and neighbours merge: [2, 1, 40000, 3] over axes (1, 2) reduces 40000 elements of
+  // stride 3 for each of 6 outputs.
+  const auto merged = plan_of("reduce_sum", {2, 1, 40000, 3}, {1, 2});
+  EXPECT_NE(merged->describe().find("6 outputs x 40000 elements, column kernel"), std::string::npos)
+      << merged->describe();
+  // The policy's workspace limit caps the partials: 64 bytes hold 16, 3 bytes none (one pass).
+  for (const auto& [limit, splits] : std::vector<std::pair<std::uint64_t, std::size_t>>{{64, 16}, {3, 1}}) {
+    ExecutionPolicy limited;
+    limited.workspace_limit = limit;
+    const OpDescriptor desc = make_desc("reduce_sum", {desc_of({1000003}, DType::kFloat32)});
+    ASSERT_TRUE(cuda_raw_kernel("reduce_sum").supports(desc, limited));
+    const auto plan = cuda_raw_kernel("reduce_sum").build(desc, limited, "");
+    EXPECT_EQ(plan->workspace_bytes(), splits == 1 ? 0 : splits * sizeof(float)) << plan->describe();
+    EXPECT_NE(plan->describe().find(std::to_string(splits) + (splits == 1 ? " split" : " splits")), std::string::npos)
+        << plan->describe();
+  }
+}
+
+#else  // !XPURT_WITH_CUDA
+
+TEST(CudaRawKernels, ABuildWithoutCudaSaysSo) {
+  const Kernel* kernel = KernelRegistry::global().find_kernel("exp", "cuda_raw");
+  ASSERT_NE(kernel, nullptr);
+  OpDescriptor desc = make_desc("exp", {desc_of({7}, DType::kFloat32)});
+  const Support support = kernel->supports(desc, ExecutionPolicy());
+  EXPECT_FALSE(support);
+  EXPECT_NE(support.reason().find("without CUDA"), std::string::npos) << support.reason();
+}
+
+#endif  // XPURT_WITH_CUDA
+
+}  // namespace
+}  // namespace xpuruntime

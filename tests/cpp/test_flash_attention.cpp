@@ -1,0 +1,379 @@
+// The flash_v2 attention kernel (cuda_raw backend) through the public kernel API: what supports() accepts and
+// the reasons it gives otherwise (runs anywhere: descriptors need no device), and on a GPU its results against
+// the cpu kernel of "attention" on random inputs: head dims 64 and 128, float16 and bfloat16, causal or not, GQA
+// and MQA, Sq != Sk, odd lengths that end in partial tiles, explicit masks broadcast in several ways, a custom
+// scale, every output element written, and bit-identical reruns.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_utils.h"
+#include "xpuruntime/device_manager.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/stream_manager.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+const Kernel* flash_kernel() { return KernelRegistry::global().find_kernel("attention", "flash_v2"); }
+
+// flash_v2 exists in every build with CUDA (the cuda_raw backend); without CUDA there is nothing to test.
+#define SKIP_WITHOUT_FLASH()                                                                   \
+  do {                                                                                         \
+    if (flash_kernel() == nullptr) {                                                           \
+      GTEST_SKIP() << "this build has no flash_v2 kernel (built without CUDA)";                \
+    }                                                                                          \
+  } while (0)
+
+TensorDesc tensor_desc(const Shape& shape, DType dtype, Device device = Device::cuda(0),
+                       std::uint32_t alignment = 256) {
+  TensorDesc desc;
+  desc.present = true;
+  desc.dtype = dtype;
+  desc.shape = shape;
+  desc.strides = contiguous_strides(shape);
+  desc.device = device;
+  desc.alignment = alignment;
+  return desc;
+}
+
+// A descriptor of attention(q, k, v[, mask]) on `device`, shapes validated by the op schema.
+OpDescriptor attention_desc(const Shape& q, const Shape& k, const Shape& v, DType dtype = DType::kBFloat16,
+                            bool causal = false, Device device = Device::cuda(0), int compute_capability = 90,
+                            const Shape& mask = {}) {
+  OpDescriptor desc;
+  desc.op = "attention";
+  desc.inputs = {tensor_desc(q, dtype, device), tensor_desc(k, dtype, device), tensor_desc(v, dtype, device),
+                 mask.empty() ? TensorDesc() : tensor_desc(mask, dtype, device)};
+  desc.attrs.set("causal", std::int64_t{causal ? 1 : 0});
+  desc.device = device;
+  desc.compute_capability = device.is_cuda() ? compute_capability : 0;
+  KernelRegistry::global().infer(desc);
+  return desc;
+}
+
+Support flash_supports(const OpDescriptor& desc) { return flash_kernel()->supports(desc, ExecutionPolicy{}); }
+
+void expect_no(const OpDescriptor& desc, const std::string& fragment) {
+  const Support support = flash_supports(desc);
+  EXPECT_FALSE(support.ok()) << "expected flash_v2 to refuse " << desc.signature();
+  EXPECT_NE(support.reason().find(fragment), std::string::npos) << support.reason();
+}
+
+// ---- supports(): no GPU needed ----
+
+TEST(FlashAttention, IsRegisteredAsDeterministicCudaRawKernel) {
+  SKIP_WITHOUT_FLASH();
+  const KernelInfo& info = flash_kernel()->info();
+  EXPECT_EQ(info.op, "attention");
+  EXPECT_EQ(info.name, "flash_v2");
+  EXPECT_EQ(info.backend, "cuda_raw");
+  EXPECT_EQ(info.device_type, DeviceType::kCUDA);
+  EXPECT_TRUE(info.deterministic);
+}
+
+TEST(FlashAttention, AcceptsSupportedDescriptors) {
+  SKIP_WITHOUT_FLASH();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        EXPECT_TRUE(flash_supports(attention_desc({2, 8, 77, d}, {2, 2, 129, d}, {2, 2, 129, d}, dtype, causal)))
+            << d;
+        EXPECT_TRUE(flash_supports(attention_desc({1, 4, 1, d}, {1, 1, 1, d}, {1, 1, 1, d}, dtype, causal)));
+      }
+    }
+  }
+  // Masks in q's dtype, broadcast from any rank <= 4.
+  EXPECT_TRUE(flash_supports(attention_desc({2, 4, 17, 64}, {2, 4, 33, 64}, {2, 4, 33, 64}, DType::kFloat16, false,
+                                            Device::cuda(0), 90, {17, 33})));
+  EXPECT_TRUE(flash_supports(attention_desc({2, 4, 17, 64}, {2, 4, 33, 64}, {2, 4, 33, 64}, DType::kFloat16, true,
+                                            Device::cuda(0), 90, {2, 1, 1, 33})));
+  EXPECT_TRUE(flash_supports(attention_desc({2, 4, 17, 64}, {2, 4, 33, 64}, {2, 4, 33, 64}, DType::kFloat16, false,
+                                            Device::cuda(0), 90, {2, 4, 17, 33})));
+  // Under a deterministic policy too.
+  ExecutionPolicy deterministic;
+  deterministic.deterministic = true;
+  EXPECT_TRUE(flash_kernel()->supports(attention_desc({1, 2, 64, 128}, {1, 2, 64, 128}, {1, 2, 64, 128}),
+                                       deterministic));
+}
+
+TEST(FlashAttention, RefusesOtherHeadDims) {
+  SKIP_WITHOUT_FLASH();
+  expect_no(attention_desc({1, 2, 16, 80}, {1, 2, 16, 80}, {1, 2, 16, 80}), "head dims 64 and 128, got 80");
+  expect_no(attention_desc({1, 2, 16, 256}, {1, 2, 16, 256}, {1, 2, 16, 256}), "head dims 64 and 128, got 256");
+  expect_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 128}), "Dv");
+}
+
+TEST(FlashAttention, RefusesFloat32) {
+  SKIP_WITHOUT_FLASH();
+  expect_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}, DType::kFloat32),
+            "supports float16 and bfloat16, got float32");
+}
+
+TEST(FlashAttention, RefusesCpuTensors) {
+  SKIP_WITHOUT_FLASH();
+  expect_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}, DType::kFloat16, false, Device::cpu()),
+            "runs on CUDA devices; the input is on cpu");
+}
+
+TEST(FlashAttention, RefusesMisalignedInputs) {
+  SKIP_WITHOUT_FLASH();
+  OpDescriptor desc = attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  desc.inputs[1].alignment = 2;
+  expect_no(desc, "16-byte aligned");
+  expect_no(desc, "'k' is only 2-byte aligned");
+}
+
+TEST(FlashAttention, RefusesNonContiguousInputs) {
+  SKIP_WITHOUT_FLASH();
+  OpDescriptor desc = attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  desc.inputs[2].strides = {2048, 64, 128, 1};  // v viewed [B, S, H, D] -> [B, H, S, D]
+  expect_no(desc, "needs contiguous input 'v'");
+}
+
+TEST(FlashAttention, RefusesOldGpus) {
+  SKIP_WITHOUT_FLASH();
+  expect_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}, DType::kFloat16, false, Device::cuda(0),
+                           75),
+            "compute capability 8.0");
+}
+
+TEST(FlashAttention, RefusesZeroKeysAndInt8Precision) {
+  SKIP_WITHOUT_FLASH();
+  expect_no(attention_desc({1, 2, 16, 64}, {1, 2, 0, 64}, {1, 2, 0, 64}), "Sk = 0");
+  OpDescriptor desc = attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  desc.precision = Precision::kInt8;
+  expect_no(desc, "int8");
+}
+
+TEST(FlashAttention, BuildRejectsAPlanRecord) {
+  SKIP_WITHOUT_FLASH();
+  const OpDescriptor desc = attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  XPURT_EXPECT_THROW_WITH(flash_kernel()->build(desc, ExecutionPolicy{}, "{\"algo\": 3}"), UnsupportedOperationError,
+                          "no plan record");
+  EXPECT_NE(flash_kernel()->build(desc, ExecutionPolicy{}, "")->describe().find("flash_v2"), std::string::npos);
+}
+
+// ---- numerics on a GPU, against the cpu kernel ----
+
+// Runs `kernel` on `inputs` (absent optional inputs: undefined tensors). Outputs are allocated on the inputs'
+// device; on CUDA they are first filled with NaN so that an element the kernel does not write shows up.
+std::vector<Tensor> run_kernel(const Kernel& kernel, std::vector<Tensor> inputs, const Attributes& attrs) {
+  OpDescriptor desc;
+  desc.op = kernel.op();
+  const std::size_t count = KernelRegistry::global().schema(desc.op).inputs.size();
+  inputs.resize(count);
+  for (const Tensor& input : inputs) desc.inputs.push_back(TensorDesc::of(input));
+  desc.attrs = attrs;
+  desc.device = inputs[0].device();
+  if (desc.device.is_cuda()) {
+    const DeviceInfo info = DeviceManager::instance().get_device_info(desc.device);
+    desc.compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
+  }
+  KernelRegistry::global().infer(desc);
+  const ExecutionPolicy policy;
+  const Support support = kernel.supports(desc, policy);
+  if (!support) throw UnsupportedOperationError(kernel.name() + ": " + support.reason());
+  auto plan = kernel.build(desc, policy, "");
+  const StreamView stream =
+      desc.device.is_cuda() ? StreamManager::instance().current_stream(desc.device) : StreamView();
+  std::vector<Tensor> outputs;
+  for (const TensorDesc& out : desc.outputs) {
+    if (desc.device.is_cuda()) {
+      Tensor poison = Tensor::empty(out.shape, out.dtype);
+      std::memset(poison.data_ptr(), 0xff, poison.nbytes());  // all-ones: NaN in fp16 and bf16
+      outputs.push_back(poison.to(desc.device, &stream));
+    } else {
+      outputs.push_back(Tensor::empty(out.shape, out.dtype, desc.device));
+    }
+  }
+  KernelLaunch launch;
+  launch.desc = &desc;
+  launch.inputs = inputs.data();
+  launch.num_inputs = inputs.size();
+  launch.outputs = outputs.data();
+  launch.num_outputs = outputs.size();
+  launch.stream = stream;
+  plan->run(launch);
+  if (desc.device.is_cuda()) stream.synchronize();
+  return outputs;
+}
+
+Tensor cpu_cast(const Tensor& x, DType to) {
+  const Kernel* cast = KernelRegistry::global().find_kernel("cast", "cpu");
+  return run_kernel(*cast, {x}, Attributes().set("to", std::string(dtype_name(to))))[0];
+}
+
+// Uniform random values in [low, high] as a CPU tensor of `dtype` (drawn in float32, then rounded).
+Tensor random_tensor(const Shape& shape, DType dtype, std::mt19937& gen, float low = -1.f, float high = 1.f) {
+  Tensor values = Tensor::empty(shape, DType::kFloat32);
+  std::uniform_real_distribution<float> dist(low, high);
+  float* data = static_cast<float*>(values.data_ptr());
+  for (std::int64_t i = 0; i < values.numel(); ++i) data[i] = dist(gen);
+  return cpu_cast(values, dtype);
+}
+
+std::vector<float> to_floats(const Tensor& t) {
+  const Tensor host = cpu_cast(t.device().is_cuda() ? t.to(Device::cpu()) : t, DType::kFloat32);
+  const float* data = static_cast<const float*>(host.data_ptr());
+  return std::vector<float>(data, data + host.numel());
+}
+
+struct Case {
+  std::int64_t batch, heads, kv_heads, seq_q, seq_k, head_dim;
+  bool causal = false;
+  Shape mask_shape = {};  // empty: no mask
+  double scale = 0.0;
+};
+
+std::string case_name(const Case& c, DType dtype) {
+  std::string name = std::string(dtype_name(dtype)) + " B" + std::to_string(c.batch) + " H" +
+                     std::to_string(c.heads) + " Hkv" + std::to_string(c.kv_heads) + " Sq" +
+                     std::to_string(c.seq_q) + " Sk" + std::to_string(c.seq_k) + " D" +
+                     std::to_string(c.head_dim) + (c.causal ? " causal" : "");
+  if (!c.mask_shape.empty()) {
+    name += " mask[";
+    for (std::size_t k = 0; k < c.mask_shape.size(); ++k) name += (k ? "," : "") + std::to_string(c.mask_shape[k]);
+    name += "]";
+  }
+  return name;
+}
+
+// flash_v2 on the GPU against the cpu kernel on the same (rounded) inputs. Tolerances: both sides round P and the
+// output to the 16-bit type; bf16 carries 8 significant bits, fp16 11.
+void check_against_cpu(const Case& c, DType dtype, unsigned seed) {
+  SCOPED_TRACE(case_name(c, dtype));
+  std::mt19937 gen(seed);
+  const Tensor q = random_tensor({c.batch, c.heads, c.seq_q, c.head_dim}, dtype, gen, -2.f, 2.f);
+  const Tensor k = random_tensor({c.batch, c.kv_heads, c.seq_k, c.head_dim}, dtype, gen, -2.f, 2.f);
+  const Tensor v = random_tensor({c.batch, c.kv_heads, c.seq_k, c.head_dim}, dtype, gen);
+  const Tensor mask = c.mask_shape.empty() ? Tensor() : random_tensor(c.mask_shape, dtype, gen, -3.f, 3.f);
+  Attributes attrs;
+  attrs.set("causal", std::int64_t{c.causal ? 1 : 0});
+  attrs.set("scale", c.scale);
+
+  const Device gpu = Device::cuda(0);
+  const std::vector<Tensor> gpu_inputs = {q.to(gpu), k.to(gpu), v.to(gpu), mask.defined() ? mask.to(gpu) : Tensor()};
+  const Tensor out = run_kernel(*flash_kernel(), gpu_inputs, attrs)[0];
+  const Tensor ref = run_kernel(*KernelRegistry::global().find_kernel("attention", "cpu"), {q, k, v, mask}, attrs)[0];
+  ASSERT_EQ(out.shape(), ref.shape());
+  ASSERT_EQ(out.dtype(), dtype);
+
+  const std::vector<float> got = to_floats(out);
+  const std::vector<float> want = to_floats(ref);
+  const double tolerance = dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+  double max_error = 0.0, error_sq = 0.0, ref_sq = 0.0;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double error = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(error <= tolerance * (1.0 + std::fabs(want[i])))) {  // NaN fails too
+      if (bad++ < 5) ADD_FAILURE() << "element " << i << ": flash_v2 " << got[i] << ", cpu " << want[i];
+    }
+    if (std::isfinite(error)) max_error = std::max(max_error, error);
+    error_sq += error * error;
+    ref_sq += static_cast<double>(want[i]) * want[i];
+  }
+  EXPECT_EQ(bad, 0u) << "of " << got.size() << " elements; max |error| " << max_error;
+  EXPECT_LE(std::sqrt(error_sq / std::max(ref_sq, 1e-30)), tolerance / 2) << "relative L2 error";
+}
+
+TEST(FlashAttentionGpu, MatchesCpuAcrossShapes) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  unsigned seed = 1;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        for (std::int64_t s : {1, 17, 64, 129}) check_against_cpu({2, 3, 3, s, s, d, causal}, dtype, seed++);
+        check_against_cpu({1, 2, 2, 1000, 1000, d, causal}, dtype, seed++);
+      }
+    }
+  }
+}
+
+TEST(FlashAttentionGpu, MatchesCpuWithGqaAndUnequalLengths) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  unsigned seed = 100;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        check_against_cpu({2, 8, 2, 77, 200, d, causal}, dtype, seed++);   // GQA, Sq < Sk
+        check_against_cpu({1, 4, 1, 300, 129, d, causal}, dtype, seed++);  // MQA, Sq > Sk
+        check_against_cpu({1, 2, 2, 1, 257, d, causal}, dtype, seed++);    // one query (decoding)
+        check_against_cpu({1, 2, 1, 129, 1, d, causal}, dtype, seed++);    // one key
+      }
+    }
+  }
+}
+
+TEST(FlashAttentionGpu, MatchesCpuWithMasksAndScale) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  unsigned seed = 200;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        check_against_cpu({2, 2, 1, 129, 77, d, causal, {2, 2, 129, 77}}, dtype, seed++);  // full
+        check_against_cpu({2, 2, 2, 65, 130, d, causal, {65, 130}}, dtype, seed++);        // [Sq, Sk]
+        check_against_cpu({3, 2, 2, 33, 100, d, causal, {3, 1, 1, 100}}, dtype, seed++);   // padding mask
+        check_against_cpu({1, 4, 2, 40, 40, d, causal, {4, 1, 40}, 0.3}, dtype, seed++);   // per head, scale
+      }
+      check_against_cpu({2, 2, 2, 50, 60, d, false, {}, 0.05}, dtype, seed++);  // custom scale, no mask
+    }
+  }
+}
+
+// A row whose every key is masked with -inf has no softmax: NaN, as in the cpu kernel (Note [Attention
+// semantics] in cpu_attention.cpp); the other rows are unaffected.
+TEST(FlashAttentionGpu, FullyMaskedRowIsNaN) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  std::mt19937 gen(7);
+  const std::int64_t sq = 20, sk = 70, d = 64;
+  const Tensor q = random_tensor({1, 1, sq, d}, DType::kFloat16, gen);
+  const Tensor k = random_tensor({1, 1, sk, d}, DType::kFloat16, gen);
+  const Tensor v = random_tensor({1, 1, sk, d}, DType::kFloat16, gen);
+  Tensor mask_values = Tensor::zeros({sq, sk}, DType::kFloat32);
+  float* m = static_cast<float*>(mask_values.data_ptr());
+  for (std::int64_t j = 0; j < sk; ++j) m[3 * sk + j] = -std::numeric_limits<float>::infinity();
+  const Tensor mask = cpu_cast(mask_values, DType::kFloat16);
+  const Device gpu = Device::cuda(0);
+  const std::vector<float> out =
+      to_floats(run_kernel(*flash_kernel(), {q.to(gpu), k.to(gpu), v.to(gpu), mask.to(gpu)}, Attributes())[0]);
+  for (std::int64_t i = 0; i < sq; ++i) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      EXPECT_EQ(std::isnan(out[i * d + c]), i == 3) << "row " << i << ", column " << c;
+    }
+  }
+}
+
+TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  std::mt19937 gen(11);
+  const Device gpu = Device::cuda(0);
+  const Tensor q = random_tensor({2, 4, 300, 128}, DType::kBFloat16, gen).to(gpu);
+  const Tensor k = random_tensor({2, 2, 333, 128}, DType::kBFloat16, gen).to(gpu);
+  const Tensor v = random_tensor({2, 2, 333, 128}, DType::kBFloat16, gen).to(gpu);
+  const Attributes attrs = Attributes().set("causal", std::int64_t{1});
+  const Tensor first = run_kernel(*flash_kernel(), {q, k, v}, attrs)[0].to(Device::cpu());
+  const Tensor second = run_kernel(*flash_kernel(), {q, k, v}, attrs)[0].to(Device::cpu());
+  ASSERT_EQ(first.nbytes(), second.nbytes());
+  EXPECT_EQ(std::memcmp(first.data_ptr(), second.data_ptr(), first.nbytes()), 0);
+}
+
+}  // namespace
+}  // namespace xpuruntime

@@ -1,0 +1,597 @@
+"""Cases of the cross-backend conformance suite (``test_conformance.py``), like ggml's test-backend-ops.
+
+Every op of ``docs/ops.md`` gets a generator of cases: inputs at several shapes (odd and non-multiple-of-8 ones
+included), attributes, and a NumPy float64 reference written from the op's definition in ``docs/ops.md``,
+independently of the C++ kernels. Inputs are float32 arrays from a generator seeded by the case id, so every run
+and every machine sees the same values. A case runs at float32, float16 and bfloat16: the test rounds the inputs
+to the dtype (on the device, through ``xrt.ops.cast``) and the reference is computed in float64 from the same
+rounded values (``round_to``), so only the kernel's own error is measured.
+
+Tolerances (``TOLERANCES``) are per tolerance class and dtype, as ``(rtol, atol)`` in the
+``numpy.isclose`` sense, ``|y - ref| <= atol + rtol * |ref|``:
+
+* ``exact``: casts are bit-exact (round to nearest even, once).
+* ``elementwise``: one fp32 evaluation then one rounding to the output dtype, so about one output ulp:
+  fp32 1e-5 (GPU math intrinsics are within a few ulps), fp16 1e-3 (ulp <= 2^-10 relative), bf16 1e-2
+  (ulp <= 2^-7 relative).
+* ``reduction`` (softmax, layer_norm, batch_norm, pools, reduce_*): fp32 sums in any order: fp32 1e-5,
+  fp16 2e-3, bf16 1.6e-2 (one output rounding plus a little); atol 1e-5 / 1e-4 / 1e-3 for outputs near zero
+  (a layer_norm output is a difference of O(1) values).
+* ``gemm`` (matmul, linear, conv2d, attention): inputs are scaled so that outputs are O(1); fp32 5e-5 (exact fp32
+  math in any summation order over K <= a few hundred; TF32 must not be used under the default fp32
+  precision), fp16 2e-3 and bf16 1.6e-2 (fp32 accumulation; flash attention may round the softmax
+  probabilities to the input dtype before the second GEMM, which stays within these).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+TOLERANCES: Dict[str, Dict[str, tuple]] = {
+    "exact": {"float32": (0.0, 0.0), "float16": (0.0, 0.0), "bfloat16": (0.0, 0.0)},
+    "elementwise": {"float32": (1e-5, 1e-6), "float16": (1e-3, 1e-5), "bfloat16": (1e-2, 1e-5)},
+    "reduction": {"float32": (1e-5, 1e-5), "float16": (2e-3, 1e-4), "bfloat16": (1.6e-2, 1e-3)},
+    "gemm": {"float32": (5e-5, 5e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
+}
+
+Array = Optional[np.ndarray]
+Reference = Callable[[List[Array], dict], np.ndarray]
+
+
+@dataclass
+class Case:
+    """One op invocation: float32 inputs (None for an absent optional input), attributes and a reference."""
+
+    op: str
+    name: str
+    inputs: List[Array]
+    attrs: dict
+    reference: Reference
+    tolerance: str
+    dtypes: Sequence[str] = DTYPES
+
+    @property
+    def id(self) -> str:
+        return f"{self.op}-{self.name}"
+
+    def shapes(self) -> List[Optional[tuple]]:
+        return [None if a is None else a.shape for a in self.inputs]
+
+    def __repr__(self) -> str:
+        return f"Case({self.id}, shapes={self.shapes()}, attrs={self.attrs})"
+
+
+# ---- helpers ----
+
+def _rng(key: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(key.encode()))
+
+
+def uniform(rng: np.random.Generator, shape, low=-1.0, high=1.0) -> np.ndarray:
+    return rng.uniform(low, high, size=shape).astype(np.float32)
+
+
+def round_to(x: Array, dtype: str) -> Array:
+    """The float64 values of float32 ``x`` rounded to ``dtype`` (nearest even), as the kernels see them."""
+    if x is None:
+        return None
+    x = np.asarray(x, dtype=np.float32)
+    if dtype == "float32":
+        return x.astype(np.float64)
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float64)
+    if dtype == "bfloat16":
+        bits = x.view(np.uint32).astype(np.uint64)
+        nan = np.isnan(x)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        out = (rounded & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
+        out[nan] = np.nan
+        return out
+    if dtype == "float64":
+        return x.astype(np.float64)
+    raise ValueError(f"unknown dtype {dtype}")
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+ACTIVATIONS = {
+    "none": lambda x: x,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
+}
+
+
+# ---- references (float64, from docs/ops.md) ----
+
+def ref_matmul(inputs, attrs):
+    a, b = inputs
+    return np.matmul(a, b)
+
+
+def ref_linear(inputs, attrs):
+    x, w, bias = inputs
+    w_kn = w.T if attrs.get("weight_layout", "nk") == "nk" else w
+    y = x @ w_kn
+    if bias is not None:
+        y = y + bias
+    return ACTIVATIONS[attrs.get("activation", "none")](y)
+
+
+def _out_size(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode):
+    """Output length along one dim (PyTorch/ONNX; ceil_mode drops a window starting in the trailing padding)."""
+    effective = dilation * (kernel - 1) + 1
+    span = size + pad_begin + pad_end - effective
+    if ceil_mode:
+        out = -(-span // stride) + 1
+        if (out - 1) * stride >= size + pad_begin:
+            out -= 1
+        return out
+    return span // stride + 1
+
+
+def ref_conv2d(inputs, attrs):
+    x, w, bias, residual = inputs
+    sh, sw = attrs.get("strides", [1, 1])
+    pt, pl, pb, pr = attrs.get("pads", [0, 0, 0, 0])
+    dh, dw = attrs.get("dilations", [1, 1])
+    groups = attrs.get("groups", 1)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh = _out_size(h, kh, sh, pt, pb, dh, False)
+    ow = _out_size(wd, kw, sw, pl, pr, dw, False)
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    og = o // groups
+    y = np.zeros((n, o, oh, ow))
+    for g in range(groups):
+        xg = xp[:, g * cg:(g + 1) * cg]
+        wg = w[g * og:(g + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xg[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+                y[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, wg[:, :, i, j])
+    if bias is not None:
+        y += bias[None, :, None, None]
+    if residual is not None:
+        y += residual
+    if attrs.get("activation", "none") == "relu":
+        y = np.maximum(y, 0.0)
+    return y
+
+
+def _pool_params(attrs, x):
+    kernel = attrs["kernel_shape"]
+    strides = attrs.get("strides", kernel)
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    dilations = attrs.get("dilations", [1, 1])
+    ceil_mode = bool(attrs.get("ceil_mode", 0))
+    sizes = [_out_size(x.shape[2 + d], kernel[d], strides[d], pads[d], pads[d + 2], dilations[d], ceil_mode)
+             for d in range(2)]
+    return kernel, strides, pads, dilations, sizes
+
+
+def ref_max_pool2d(inputs, attrs):
+    (x,) = inputs
+    kernel, strides, pads, dilations, (oh, ow) = _pool_params(attrs, x)
+    h, w = x.shape[2:]
+    y = np.empty(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        rows = [i * strides[0] - pads[0] + u * dilations[0] for u in range(kernel[0])]
+        rows = [r for r in rows if 0 <= r < h]
+        for j in range(ow):
+            cols = [j * strides[1] - pads[1] + v * dilations[1] for v in range(kernel[1])]
+            cols = [c for c in cols if 0 <= c < w]
+            y[:, :, i, j] = x[:, :, rows][:, :, :, cols].max(axis=(2, 3))
+    return y
+
+
+def ref_avg_pool2d(inputs, attrs):
+    (x,) = inputs
+    kernel, strides, pads, _, (oh, ow) = _pool_params(attrs, x)
+    include_pad = bool(attrs.get("count_include_pad", 0))
+    h, w = x.shape[2:]
+    y = np.empty(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        h0 = i * strides[0] - pads[0]
+        h1 = min(h0 + kernel[0], h + pads[2])  # the window, clipped to the padded input
+        for j in range(ow):
+            w0 = j * strides[1] - pads[1]
+            w1 = min(w0 + kernel[1], w + pads[3])
+            window = x[:, :, max(h0, 0):min(h1, h), max(w0, 0):min(w1, w)]
+            count = (h1 - h0) * (w1 - w0) if include_pad else window.shape[2] * window.shape[3]
+            y[:, :, i, j] = window.sum(axis=(2, 3)) / count
+    return y
+
+
+def ref_global_avg_pool(inputs, attrs):
+    (x,) = inputs
+    return x.mean(axis=(2, 3), keepdims=True)
+
+
+def ref_batch_norm(inputs, attrs):
+    x, scale, bias, mean, var = inputs
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    eps = attrs.get("epsilon", 1e-5)
+    return (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape) + bias.reshape(shape)
+
+
+def ref_softmax(inputs, attrs):
+    (x,) = inputs
+    axis = attrs.get("axis", -1)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def ref_layer_norm(inputs, attrs):
+    x, scale, bias = inputs
+    axis = attrs.get("axis", -1) % x.ndim
+    axes = tuple(range(axis, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + attrs.get("epsilon", 1e-5))
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+UNARY = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "silu": lambda x: x * _sigmoid(x),
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "neg": np.negative,
+    "abs": np.abs,
+    "erf": _erf,
+    "reciprocal": lambda x: 1.0 / x,
+}
+
+BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+
+REDUCE = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max, "reduce_min": np.min}
+
+
+def ref_reduce(op):
+    def reference(inputs, attrs):
+        (x,) = inputs
+        axes = tuple(attrs.get("axes", [])) or None
+        return np.asarray(REDUCE[op](x, axis=axes, keepdims=bool(attrs.get("keepdims", 1))))
+    return reference
+
+
+def ref_attention(inputs, attrs):
+    q, k, v, mask = inputs
+    _, heads, seq_q, head_dim = q.shape
+    group = heads // k.shape[1]
+    seq_k = k.shape[2]
+    k = np.repeat(k, group, axis=1)  # q head h reads kv head h // group
+    v = np.repeat(v, group, axis=1)
+    scale = attrs.get("scale", 0.0) or 1.0 / math.sqrt(head_dim)
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    if mask is not None:
+        s = s + mask
+    if attrs.get("causal", 0):
+        s = np.where(np.tril(np.ones((seq_q, seq_k), dtype=bool)), s, -np.inf)  # query i sees keys j <= i
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return np.matmul(p / p.sum(axis=-1, keepdims=True), v)
+
+
+def ref_cast(inputs, attrs):
+    (x,) = inputs
+    return round_to(x.astype(np.float32), attrs["to"])  # exact: x is already a float32/16-bit value
+
+
+# ---- case generators ----
+
+def matmul_cases() -> List[Case]:
+    shapes = {
+        "1x1x1": ((1, 1), (1, 1)),
+        "7x13x5": ((7, 5), (5, 13)),
+        "64x33x17": ((64, 17), (17, 33)),
+        "33x65x129": ((33, 129), (129, 65)),
+        "batched": ((3, 16, 24), (3, 24, 8)),
+        "b_shared": ((2, 3, 5, 7), (7, 9)),
+        "a_shared": ((5, 7), (4, 7, 3)),
+        "broadcast_both": ((2, 1, 4, 6), (3, 6, 5)),
+        "broadcast_inner": ((3, 1, 4, 6), (1, 2, 6, 5)),
+    }
+    cases = []
+    for name, (sa, sb) in shapes.items():
+        rng = _rng("matmul" + name)
+        k = sa[-1]
+        cases.append(Case("matmul", name, [uniform(rng, sa), uniform(rng, sb) / np.float32(math.sqrt(k))], {},
+                          ref_matmul, "gemm"))
+    return cases
+
+
+def linear_cases() -> List[Case]:
+    specs = [
+        ("1x1_bias", (1, 1), 1, "nk", True, "none"),
+        ("7x13x5", (7, 13), 5, "nk", False, "none"),
+        ("batched_relu", (2, 3, 33), 17, "nk", True, "relu"),
+        ("kn_gelu", (64, 40), 24, "kn", True, "gelu"),
+        ("gelu_tanh", (5, 65), 9, "nk", True, "gelu_tanh"),
+        ("kn_3d", (4, 2, 8), 16, "kn", False, "none"),
+        ("wide", (3, 129), 130, "nk", True, "relu"),
+    ]
+    cases = []
+    for name, x_shape, n, layout, has_bias, activation in specs:
+        rng = _rng("linear" + name)
+        k = x_shape[-1]
+        w_shape = (n, k) if layout == "nk" else (k, n)
+        inputs = [uniform(rng, x_shape), uniform(rng, w_shape) / np.float32(math.sqrt(k)),
+                  uniform(rng, (n,)) if has_bias else None]
+        cases.append(Case("linear", name, inputs, {"weight_layout": layout, "activation": activation}, ref_linear,
+                          "gemm"))
+    return cases
+
+
+def conv2d_cases() -> List[Case]:
+    # name, x, w, strides, pads, dilations, groups, bias, residual, activation
+    specs = [
+        ("3x3_pad1", (2, 3, 9, 9), (8, 3, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, True, False, "none"),
+        ("stride2_dilation2", (1, 4, 13, 11), (6, 4, 3, 3), [2, 2], [0, 0, 0, 0], [2, 2], 1, False, False, "none"),
+        ("groups_residual_relu", (2, 4, 8, 8), (6, 2, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 2, True, True, "relu"),
+        ("depthwise_5x5", (1, 8, 7, 7), (8, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 8, True, False, "none"),
+        ("1x1_relu", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, False, "relu"),
+        ("asymmetric_pads", (1, 3, 6, 6), (4, 3, 3, 3), [1, 1], [0, 1, 2, 1], [1, 1], 1, True, False, "none"),
+        ("1x1x1x1", (1, 1, 1, 1), (1, 1, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, False, False, "none"),
+        ("rect_kernel_strided", (1, 5, 10, 12), (7, 5, 2, 4), [1, 3], [1, 2, 1, 2], [1, 1], 1, False, True, "none"),
+        ("wide_channels", (1, 33, 6, 5), (17, 33, 3, 3), [2, 1], [1, 1, 1, 1], [1, 1], 1, True, False, "relu"),
+    ]
+    cases = []
+    for name, xs, ws, strides, pads, dilations, groups, has_bias, has_residual, activation in specs:
+        rng = _rng("conv2d" + name)
+        fan_in = ws[1] * ws[2] * ws[3]
+        oh = _out_size(xs[2], ws[2], strides[0], pads[0], pads[2], dilations[0], False)
+        ow = _out_size(xs[3], ws[3], strides[1], pads[1], pads[3], dilations[1], False)
+        inputs = [uniform(rng, xs), uniform(rng, ws) / np.float32(math.sqrt(fan_in)),
+                  uniform(rng, (ws[0],)) if has_bias else None,
+                  uniform(rng, (xs[0], ws[0], oh, ow)) if has_residual else None]
+        attrs = {"strides": strides, "pads": pads, "dilations": dilations, "groups": groups, "activation": activation}
+        cases.append(Case("conv2d", name, inputs, attrs, ref_conv2d, "gemm"))
+    return cases
+
+
+def pool_cases() -> List[Case]:
+    max_specs = [
+        ("k2s2", (2, 3, 8, 8), {"kernel_shape": [2, 2]}),
+        ("k3s2p1", (1, 4, 9, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ("ceil_mode", (1, 2, 8, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+        ("dilations", (1, 2, 9, 9), {"kernel_shape": [3, 3], "strides": [1, 1], "dilations": [2, 2]}),
+        ("asymmetric_pads", (1, 3, 7, 7), {"kernel_shape": [2, 2], "strides": [1, 1], "pads": [0, 1, 1, 0]}),
+        ("k1", (1, 3, 5, 5), {"kernel_shape": [1, 1]}),
+        ("rect", (2, 2, 7, 9), {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 1, 1, 1]}),
+    ]
+    avg_specs = [
+        ("k2s2", (2, 3, 8, 8), {"kernel_shape": [2, 2]}),
+        ("k3s2p1", (1, 4, 9, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ("k3s2p1_include_pad", (1, 4, 9, 11),
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+        ("ceil_mode_include_pad", (1, 2, 10, 10),
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1, "count_include_pad": 1}),
+        ("ceil_mode_same_size", (1, 1, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+        ("asymmetric_pads", (1, 3, 6, 7), {"kernel_shape": [3, 2], "strides": [1, 1], "pads": [1, 0, 2, 1]}),
+        ("rect", (2, 2, 7, 9), {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 1, 1, 1]}),
+    ]
+    cases = []
+    for op, specs, reference in (("max_pool2d", max_specs, ref_max_pool2d), ("avg_pool2d", avg_specs, ref_avg_pool2d)):
+        for name, shape, attrs in specs:
+            cases.append(Case(op, name, [uniform(_rng(op + name), shape)], attrs, reference, "reduction"))
+    for name, shape in (("2x3x7x5", (2, 3, 7, 5)), ("1x16x1x1", (1, 16, 1, 1)), ("3x5x13x13", (3, 5, 13, 13))):
+        cases.append(Case("global_avg_pool", name, [uniform(_rng("gap" + name), shape)], {}, ref_global_avg_pool,
+                          "reduction"))
+    return cases
+
+
+def batch_norm_cases() -> List[Case]:
+    cases = []
+    for name, shape, eps in (("nchw", (2, 3, 5, 5), 1e-5), ("nc", (4, 7), 1e-3), ("rank5", (1, 16, 3, 3, 2), 1e-5)):
+        rng = _rng("batch_norm" + name)
+        c = shape[1]
+        inputs = [uniform(rng, shape), uniform(rng, (c,), 0.5, 2.0), uniform(rng, (c,)), uniform(rng, (c,), -0.5, 0.5),
+                  uniform(rng, (c,), 0.5, 2.0)]
+        cases.append(Case("batch_norm", name, inputs, {"epsilon": eps}, ref_batch_norm, "reduction"))
+    return cases
+
+
+def softmax_cases() -> List[Case]:
+    specs = [
+        ("7x13", (7, 13), -1, 1.0),
+        ("row_1000", (4, 1000), -1, 1.0),
+        ("row_1025", (5, 1025), -1, 1.0),
+        ("axis1_of_3", (3, 5, 7), 1, 1.0),
+        ("axis0", (6, 4), 0, 1.0),
+        ("large_logits", (2, 3, 129), -1, 20.0),
+        ("single", (1,), 0, 1.0),
+        ("row_4096", (2, 4096), -1, 3.0),
+    ]
+    return [Case("softmax", name, [uniform(_rng("softmax" + name), shape) * np.float32(scale)], {"axis": axis},
+                 ref_softmax, "reduction") for name, shape, axis, scale in specs]
+
+
+def layer_norm_cases() -> List[Case]:
+    specs = [
+        ("7x13_affine", (7, 13), -1, True, True),
+        ("2x5x64_plain", (2, 5, 64), -1, False, False),
+        ("axis1_scale_only", (3, 4, 6), 1, True, False),
+        ("4x1024_bias_only", (4, 1024), -1, False, True),
+        ("all_dims", (2, 3, 8), 0, True, True),
+        ("row_4097_offset", (3, 4097), -1, True, True),
+    ]
+    cases = []
+    for name, shape, axis, has_scale, has_bias in specs:
+        rng = _rng("layer_norm" + name)
+        x = uniform(rng, shape)
+        if "offset" in name:
+            x = x + np.float32(4.0)  # a mean far from 0: a one-pass E[x^2] - E[x]^2 would lose digits
+        normalized = shape[axis % len(shape):]
+        cases.append(Case("layer_norm", name, [x, uniform(rng, normalized, 0.5, 1.5) if has_scale else None,
+                                              uniform(rng, normalized) if has_bias else None],
+                          {"axis": axis, "epsilon": 1e-5}, ref_layer_norm, "reduction"))
+    return cases
+
+
+UNARY_SHAPES = {"1": (1,), "7x13": (7, 13), "3x1025": (3, 1025), "2x3x4x5": (2, 3, 4, 5)}
+UNARY_RANGES = {"log": (0.05, 4.0), "sqrt": (0.0, 4.0), "reciprocal": (0.25, 4.0), "exp": (-4.0, 4.0)}
+
+
+def unary_cases() -> List[Case]:
+    cases = []
+    for op in list(UNARY) + ["gelu"]:
+        low, high = UNARY_RANGES.get(op, (-4.0, 4.0))
+        variants = [("none", _gelu), ("tanh", _gelu_tanh)] if op == "gelu" else [(None, UNARY[op])]
+        for approximate, fn in variants:
+            for shape_name, shape in UNARY_SHAPES.items():
+                rng = _rng(f"{op}{approximate}{shape_name}")
+                x = uniform(rng, shape, low, high)
+                if op == "reciprocal":
+                    x = x * np.where(rng.uniform(size=shape) < 0.5, -1, 1).astype(np.float32)
+                name = shape_name if approximate is None else f"{approximate}_{shape_name}"
+                attrs = {} if approximate is None else {"approximate": approximate}
+                cases.append(Case(op, name, [x], attrs, (lambda f: lambda inputs, attrs: f(inputs[0]))(fn),
+                                  "elementwise"))
+    return cases
+
+
+BINARY_SHAPES = {
+    "same_7x13": ((7, 13), (7, 13)),
+    "same_3x1025": ((3, 1025), (3, 1025)),
+    "bcast_2x1x5_3x1": ((2, 1, 5), (3, 1)),
+    "bcast_row": ((4, 33), (33,)),
+    "bcast_scalar_like": ((1,), (5, 6)),
+    "bcast_4d": ((3, 1, 7, 1), (1, 5, 1, 9)),
+}
+
+
+def binary_cases() -> List[Case]:
+    cases = []
+    for op, fn in BINARY.items():
+        for name, (sa, sb) in BINARY_SHAPES.items():
+            rng = _rng(op + name)
+            if op == "pow":
+                a, b = uniform(rng, sa, 0.5, 2.0), uniform(rng, sb, -2.0, 2.0)
+            elif op == "div":
+                a = uniform(rng, sa, -2.0, 2.0)
+                b = uniform(rng, sb, 0.5, 2.0) * np.where(rng.uniform(size=sb) < 0.5, -1, 1).astype(np.float32)
+            else:
+                a, b = uniform(rng, sa, -2.0, 2.0), uniform(rng, sb, -2.0, 2.0)
+            cases.append(Case(op, name, [a, b], {}, (lambda f: lambda inputs, attrs: f(inputs[0], inputs[1]))(fn),
+                              "elementwise"))
+    return cases
+
+
+# Values that exercise rounding: ties to even at fp16 (2^-11 steps) and bf16 (2^-8 steps), overflow to inf,
+# subnormals, signed zero, infinities and NaN.
+CAST_SPECIAL = np.array(
+    [0.0, -0.0, 1.0, -1.0, 65504.0, 65519.0, 65520.0, 1e-8, 3e-8, 6e-8, 1e-5, 1 + 2 ** -11, 1 + 3 * 2 ** -11,
+     1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 3.0e38, -3.4e38, np.inf, -np.inf, np.nan, 1e-40], dtype=np.float32)
+
+
+def cast_cases() -> List[Case]:
+    cases = []
+    for to in ("float32", "float16", "bfloat16", "float64"):
+        rng = _rng("cast" + to)
+        spread = (rng.standard_normal(1025) * 10.0 ** rng.uniform(-6, 5, size=1025)).astype(np.float32)
+        cases.append(Case("cast", f"to_{to}_special", [CAST_SPECIAL.copy()], {"to": to}, ref_cast, "exact"))
+        cases.append(Case("cast", f"to_{to}_spread", [spread.reshape(5, 205)], {"to": to}, ref_cast, "exact"))
+    return cases
+
+
+def reduce_cases() -> List[Case]:
+    specs = [
+        ("all", (7, 13), [], 1),
+        ("all_nokeep", (3, 5), [], 0),
+        ("last", (7, 13), [1], 1),
+        ("first_last_nokeep", (4, 5, 6), [0, 2], 0),
+        ("middle", (4, 5, 6), [1], 1),
+        ("long_rows", (2, 3, 1025), [-1], 1),
+        ("long_columns", (1025, 3), [0], 0),
+        ("size1_axis", (3, 1, 4), [1], 1),
+        ("non_adjacent", (2, 3, 4, 5), [1, 3], 0),
+    ]
+    cases = []
+    for op in REDUCE:
+        for name, shape, axes, keepdims in specs:
+            cases.append(Case(op, name, [uniform(_rng(op + name), shape)], {"axes": axes, "keepdims": keepdims},
+                              ref_reduce(op), "reduction"))
+    return cases
+
+
+def attention_cases() -> List[Case]:
+    # name, q [B, H, Sq, D], (Hkv, Sk), Dv, causal, mask shape (or None), scale
+    specs = [
+        ("d64", (2, 4, 16, 64), (4, 16), 64, 0, None, 0.0),
+        ("d128_causal", (1, 2, 33, 128), (2, 33), 128, 1, None, 0.0),
+        ("sq_lt_sk", (1, 2, 17, 64), (2, 40), 64, 0, None, 0.0),
+        ("sq_lt_sk_causal", (1, 2, 17, 64), (2, 40), 64, 1, None, 0.0),
+        ("sq_gt_sk_causal", (1, 1, 40, 64), (1, 17), 64, 1, None, 0.0),
+        ("s1", (2, 2, 1, 64), (2, 1), 64, 0, None, 0.0),
+        ("decode_s1_sk77", (1, 4, 1, 128), (4, 77), 128, 0, None, 0.0),
+        ("s129_causal", (1, 2, 129, 64), (2, 129), 64, 1, None, 0.0),
+        ("s129_d128", (1, 1, 129, 128), (1, 129), 128, 0, None, 0.0),
+        ("gqa_causal", (2, 8, 33, 64), (2, 33), 64, 1, None, 0.0),
+        ("mqa_d128", (1, 4, 20, 128), (1, 20), 128, 0, None, 0.0),
+        ("mask_11qk", (1, 2, 24, 64), (2, 24), 64, 0, (1, 1, 24, 24), 0.0),
+        ("mask_full_causal", (2, 2, 13, 64), (2, 19), 64, 1, (2, 2, 13, 19), 0.0),
+        ("mask_keys_neg_inf", (2, 4, 9, 128), (2, 9), 128, 0, (2, 1, 1, 9), 0.0),
+        ("scale", (1, 2, 16, 64), (2, 16), 64, 0, None, 0.3),
+        ("d32", (1, 2, 9, 32), (2, 9), 32, 1, None, 0.0),
+        ("d80_sk_odd", (1, 3, 7, 80), (3, 11), 80, 0, None, 0.0),
+        ("dv_ne_d", (1, 2, 8, 64), (2, 8), 32, 0, None, 0.0),
+    ]
+    cases = []
+    for name, q_shape, (kv_heads, seq_k), dv, causal, mask_shape, scale in specs:
+        rng = _rng("attention" + name)
+        b, _, _, d = q_shape
+        inputs = [uniform(rng, q_shape), uniform(rng, (b, kv_heads, seq_k, d)), uniform(rng, (b, kv_heads, seq_k, dv)),
+                  None]
+        if mask_shape is not None:
+            mask = uniform(rng, mask_shape, -2.0, 0.0)
+            if name == "mask_keys_neg_inf":
+                mask[..., -3:] = -np.inf  # padded keys; every row keeps 6 visible keys
+            inputs[3] = mask
+        cases.append(Case("attention", name, inputs, {"causal": causal, "scale": scale}, ref_attention, "gemm"))
+    return cases
+
+
+def all_cases() -> List[Case]:
+    """Every case of every op, in a stable order."""
+    cases = (matmul_cases() + linear_cases() + conv2d_cases() + pool_cases() + batch_norm_cases() + softmax_cases()
+             + layer_norm_cases() + unary_cases() + binary_cases() + cast_cases() + reduce_cases()
+             + attention_cases())
+    ids = [c.id for c in cases]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    return cases

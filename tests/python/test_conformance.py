@@ -1,0 +1,201 @@
+"""The cross-backend conformance suite: every kernel of every op against a NumPy float64 reference.
+
+For each case of ``conformance_cases.py``, each dtype (float32, float16, bfloat16) and each kernel that
+``xrt.kernels(op)`` lists (the cpu reference, and the GPU kernels of cublas, cublasLt, cudnn and cuda_raw), the
+kernel is forced with ``KernelPolicy({op: "pin:<kernel>"})`` and its output compared with the reference under the
+case's tolerance (see the module docstring of ``conformance_cases``). CPU kernels run on CPU tensors, CUDA kernels
+on ``cuda:0`` (skipped, with the reason, on machines without a CUDA device or builds without the backend).
+
+16-bit runs build float32 inputs, convert them on the device with ``xrt.ops.cast`` (the default kernel), and
+convert the output back to float32 the same way; the reference is computed from the same rounded inputs.
+
+A kernel may decline a case (``supports()`` says no: ``UnsupportedOperationError``) only when ``EXCLUSIONS``
+lists that (kernel, op, condition) with the reason; any other rejection fails the test. An excluded case that
+runs anyway is checked like any other.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, List
+
+import numpy as np
+import pytest
+
+import xpuruntime as xrt
+from conformance_cases import TOLERANCES, Case, _out_size, all_cases, round_to
+
+HAS_GPU = xrt.get_device_count() > 0
+CASES = all_cases()
+CASE_INDEX = {case.id: index for index, case in enumerate(CASES)}
+
+
+# ---- exclusions: what a kernel is allowed to decline, and why ----
+
+@dataclass(frozen=True)
+class Exclusion:
+    kernel: str
+    op: str  # an op name, or "*" for every op
+    condition: Callable[[Case, str], bool]  # (case, dtype) -> excluded?
+    reason: str
+
+
+def _asymmetric_pads(case: Case, dtype: str) -> bool:
+    pads = case.attrs.get("pads", [0, 0, 0, 0])
+    return pads[0] != pads[2] or pads[1] != pads[3]
+
+
+def _ceil_changes_size(case: Case, dtype: str) -> bool:
+    if not case.attrs.get("ceil_mode", 0):
+        return False
+    x = case.inputs[0].shape
+    kernel = case.attrs["kernel_shape"]
+    strides = case.attrs.get("strides", kernel)
+    pads = case.attrs.get("pads", [0, 0, 0, 0])
+    dilations = case.attrs.get("dilations", [1, 1])
+    return any(_out_size(x[2 + d], kernel[d], strides[d], pads[d], pads[d + 2], dilations[d], True)
+               != _out_size(x[2 + d], kernel[d], strides[d], pads[d], pads[d + 2], dilations[d], False)
+               for d in range(2))
+
+
+def _matmul_needs_several_batches(case: Case, dtype: str) -> bool:
+    """Whether a's and b's batch dims broadcast against each other in a pattern one strided batch cannot express
+    (the same walk as cublas::matmul_outer_launches)."""
+    a, b = case.inputs[0].shape, case.inputs[1].shape
+    if int(np.prod(b[:-2])) == 1:
+        return False
+    batch = np.broadcast_shapes(a[:-2], b[:-2])
+    rank = len(batch)
+
+    def broadcast(shape, j):
+        batch_rank = len(shape) - 2
+        return j < rank - batch_rank or shape[j - (rank - batch_rank)] == 1
+
+    dims = [j for j in range(rank) if batch[j] != 1]
+    first = len(dims)
+    while first > 0:
+        candidate = first - 1
+        if candidate + 1 < len(dims):
+            j, following = dims[candidate], dims[candidate + 1]
+            if broadcast(a, j) != broadcast(a, following) or broadcast(b, j) != broadcast(b, following):
+                break
+        first = candidate
+    return first > 0
+
+
+EXCLUSIONS: List[Exclusion] = [
+    Exclusion("flash_v2", "attention", lambda c, dt: dt == "float32",
+              "flash_v2 is a float16/bfloat16 kernel (tensor-core mma); float32 attention runs on 'unfused'"),
+    Exclusion("flash_v2", "attention", lambda c, dt: c.inputs[0].shape[3] not in (64, 128),
+              "flash_v2 is instantiated for head dims 64 and 128 only"),
+    Exclusion("flash_v2", "attention", lambda c, dt: c.inputs[2].shape[3] != c.inputs[0].shape[3],
+              "flash_v2 needs v's head dim equal to q's (Dv == D)"),
+    Exclusion("cudnn", "conv2d", _asymmetric_pads,
+              "cuDNN convolution takes symmetric pads (top == bottom, left == right) only"),
+    Exclusion("cudnn_search", "conv2d", _asymmetric_pads,
+              "cuDNN convolution takes symmetric pads (top == bottom, left == right) only"),
+    Exclusion("cudnn", "max_pool2d", _asymmetric_pads, "cuDNN pooling takes symmetric pads only"),
+    Exclusion("cudnn", "avg_pool2d", _asymmetric_pads, "cuDNN pooling takes symmetric pads only"),
+    Exclusion("cudnn", "max_pool2d", lambda c, dt: list(c.attrs.get("dilations", [1, 1])) != [1, 1],
+              "cuDNN max pooling has no dilation"),
+    Exclusion("cudnn", "max_pool2d", _ceil_changes_size,
+              "cuDNN computes floor output sizes; ceil_mode is supported only where it gives the same size"),
+    Exclusion("cudnn", "avg_pool2d", _ceil_changes_size,
+              "cuDNN computes floor output sizes; ceil_mode is supported only where it gives the same size"),
+    Exclusion("cublasLt", "matmul", _matmul_needs_several_batches,
+              "cuBLASLt runs one strided batch; batch dims broadcasting in different dims need the cublas kernel"),
+]
+
+
+def exclusion_for(kernel: str, case: Case, dtype: str):
+    for exclusion in EXCLUSIONS:
+        if exclusion.kernel == kernel and exclusion.op in (case.op, "*") and exclusion.condition(case, dtype):
+            return exclusion
+    return None
+
+
+# ---- parameters: (case, dtype, kernel) for every kernel of every op ----
+
+def _params():
+    params = []
+    for case in CASES:
+        for info in xrt.kernels(case.op):
+            for dtype in case.dtypes:
+                marks = []
+                if info.device_type == "cuda" and not HAS_GPU:
+                    marks.append(pytest.mark.skip(
+                        reason=f"needs a CUDA device: {xrt.runtime.cuda_unavailable_reason()}"))
+                params.append(pytest.param(case, dtype, info, marks=marks, id=f"{case.id}-{dtype}-{info.name}"))
+    return params
+
+
+@functools.lru_cache(maxsize=None)
+def _reference(case_index: int, dtype: str) -> np.ndarray:
+    case = CASES[case_index]
+    with np.errstate(all="ignore"):
+        return np.asarray(case.reference([round_to(x, dtype) for x in case.inputs], case.attrs), dtype=np.float64)
+
+
+def _device_input(array, dtype: str, device: str):
+    if array is None:
+        return None
+    tensor = xrt.from_numpy(np.ascontiguousarray(array, dtype=np.float32).copy())
+    if device != "cpu":
+        tensor = tensor.to(device)
+    return tensor if dtype == "float32" else xrt.ops.cast(tensor, dtype)
+
+
+def _to_float64(tensor) -> np.ndarray:
+    if tensor.dtype in ("float16", "bfloat16"):
+        tensor = xrt.ops.cast(tensor, "float32")
+    return np.array(tensor.numpy(), dtype=np.float64)
+
+
+@pytest.mark.parametrize("case,dtype,info", _params())
+def test_kernel_matches_reference(case: Case, dtype: str, info):
+    if info.summary == "not in this build":
+        pytest.skip(f"{info.name} ({info.backend}) is not in this build")
+    device = "cuda:0" if info.device_type == "cuda" else "cpu"
+    exclusion = exclusion_for(info.name, case, dtype)
+    inputs = [_device_input(x, dtype, device) for x in case.inputs]
+    policy = xrt.KernelPolicy({case.op: f"pin:{info.name}"})
+    try:
+        outputs, decision = xrt.ops.call(case.op, inputs, case.attrs, policy=policy, return_decision=True)
+    except xrt.UnsupportedOperationError as error:
+        if exclusion is not None:
+            pytest.skip(f"excluded: {exclusion.reason} (the kernel says: {error})")
+        pytest.fail(f"{info.name} unexpectedly declined {case!r} at {dtype}: {error}\n"
+                    "Fix the kernel, or add an entry with its reason to EXCLUSIONS in test_conformance.py.")
+    assert decision.kernel == info.name, decision
+    assert len(outputs) == 1
+    out_dtype = case.attrs["to"] if case.op == "cast" else dtype
+    assert outputs[0].dtype == out_dtype
+    actual = _to_float64(outputs[0])
+    expected = _reference(CASE_INDEX[case.id], dtype)
+    assert actual.shape == expected.shape, f"{case!r}: shape {actual.shape}, expected {expected.shape}"
+    rtol, atol = TOLERANCES[case.tolerance][dtype]
+    close = np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    if not close.all():
+        bad = np.argwhere(~close)
+        error = np.abs(actual - expected)
+        worst = np.unravel_index(np.nanargmax(np.where(close, 0.0, error)), error.shape)
+        samples = ", ".join(f"{tuple(int(i) for i in idx)}: got {actual[tuple(idx)]!r}, expected "
+                            f"{expected[tuple(idx)]!r}" for idx in bad[:5])
+        pytest.fail(f"{info.name} on {case!r} at {dtype}: {len(bad)} of {actual.size} elements off "
+                    f"(rtol={rtol}, atol={atol}); worst at {tuple(int(i) for i in worst)}: got {actual[worst]!r}, "
+                    f"expected {expected[worst]!r}; first: {samples}")
+
+
+def test_every_op_has_cases_and_a_cpu_kernel():
+    ops = {case.op for case in CASES}
+    registered = {k.op for k in xrt.kernels()}
+    assert registered <= ops, f"ops without conformance cases: {sorted(registered - ops)}"
+    for op in ops:
+        assert "cpu" in [k.name for k in xrt.kernels(op)], op
+
+
+def test_exclusions_name_real_kernels():
+    names = {(k.op, k.name) for k in xrt.kernels()}
+    for exclusion in EXCLUSIONS:
+        assert any(name == exclusion.kernel and exclusion.op in (op, "*") for op, name in names), exclusion

@@ -863,6 +863,74 @@ TEST(CudnnBackend, Conv2dEmptyBatchIsANoOp) {
   EXPECT_EQ(run.plan->workspace_bytes(), 0u);
 }
 
+// Every plan of this backend can be captured into a CUDA graph (after one eager warm-up run, as a session
+// does) and its replay gives the eager output bit for bit.
+TEST(CudnnBackend, PlansReplayFromACudaGraph) {
+  SKIP_WITHOUT_CUDNN();
+  XPURT_SKIP_WITHOUT_GPU();
+  Stream owned_stream = Stream::create(Device::cuda(0));
+  const StreamView stream = owned_stream.view();
+  const ExecutionPolicy policy;
+  std::mt19937 rng(1000);
+  const DType dtype = DType::kFloat16;
+  struct Case {
+    std::string op, kernel;
+    std::vector<Tensor> cpu_inputs;
+    Attributes attrs;
+  };
+  std::vector<Case> cases;
+  for (const char* name : {"cudnn", "cudnn_search"}) {
+    for (const Epilogue& epilogue : {Epilogue{true, true, true}, Epilogue{false, true, true}}) {
+      const ConvProblem p = conv_problem(conv_cases()[0], epilogue, dtype, static_cast<std::uint32_t>(rng()));
+      cases.push_back({"conv2d", name, p.cpu_inputs, p.attrs});
+    }
+  }
+  const Shape x_shape = {2, 3, 9, 7};
+  const Tensor x = cpu_tensor(x_shape, random_values(numel_of(x_shape), rng), dtype);
+  Attributes pool_attrs;
+  pool_attrs.set("kernel_shape", std::vector<std::int64_t>{3, 3});
+  cases.push_back({"max_pool2d", "cudnn", {x}, pool_attrs});
+  cases.push_back({"global_avg_pool", "cudnn", {x}, {}});
+  cases.push_back({"batch_norm", "cudnn",
+                   {x, cpu_tensor({3}, {0.5f, 1.0f, -1.0f}, dtype), cpu_tensor({3}, {0.25f, 0.0f, 1.0f}, dtype),
+                    cpu_tensor({3}, {0.0f, 0.5f, -0.5f}, dtype), cpu_tensor({3}, {1.0f, 0.5f, 2.0f}, dtype)},
+                   {}});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op + ":" + c.kernel);
+    const Kernel& kernel = kernel_of(c.op, c.kernel);
+    const std::vector<Tensor> inputs = to_device(c.cpu_inputs, Device::cuda(0), stream);
+    const OpDescriptor desc = make_desc(c.op, inputs, c.attrs, policy);
+    const auto plan = kernel.build(desc, policy, "");
+    const std::vector<float> eager = run_plan(*plan, desc, inputs, stream);
+
+    Tensor out = Tensor::empty(desc.outputs[0].shape, desc.outputs[0].dtype, desc.device, &stream);
+    DataPtr workspace;
+    if (plan->workspace_bytes() > 0) {
+      workspace = MemoryManager::instance().allocate(desc.device, plan->workspace_bytes(), stream);
+    }
+    KernelLaunch launch;
+    launch.desc = &desc;
+    launch.inputs = inputs.data();
+    launch.num_inputs = inputs.size();
+    launch.outputs = &out;
+    launch.num_outputs = 1;
+    launch.stream = stream;
+    launch.workspace = workspace.get();
+    launch.workspace_bytes = plan->workspace_bytes();
+    stream.synchronize();
+    CudaGraph graph;
+    graph.capture_begin(stream);
+    plan->run(launch);
+    graph.capture_end();
+    EXPECT_GT(graph.num_nodes(), 0u);
+    graph.replay();
+    stream.synchronize();
+    const std::vector<float> replayed = values_of(out.to(Device::cpu(), &stream));
+    ASSERT_EQ(replayed.size(), eager.size());
+    EXPECT_EQ(std::memcmp(replayed.data(), eager.data(), eager.size() * sizeof(float)), 0) << plan->describe();
+  }
+}
+
 TEST(CudnnBackend, PoolsMatchReference) {
   SKIP_WITHOUT_CUDNN();
   XPURT_SKIP_WITHOUT_GPU();

@@ -524,7 +524,7 @@ class ConvPlan final : public KernelPlan {
       char timing[64];
       std::snprintf(timing, sizeof(timing), ", timed %.4f ms", choice_.time_ms);
       out += timing;
-      if (choice_.usable > 0) out += detail::str_cat(" (fastest of ", choice_.usable, " usable)");
+      if (choice_.usable > 0) out += detail::str_cat(" (", choice_.usable, " usable algorithms timed)");
     }
     if (choice_.from_record) out += ", from a record";
     return out;

@@ -245,7 +245,8 @@ std::vector<double> pool_loops(const std::vector<Tensor>& in, const OpDescriptor
     for (std::int64_t i = 0; i < ys[2]; ++i)
       for (std::int64_t j = 0; j < ys[3]; ++j) {
         const std::int64_t h0 = i * strides[0] - pads[0], v0 = j * strides[1] - pads[1];
-        const std::int64_t h1 = std::min(h0 + kernel[0], xs[2] + pads[2]), v1 = std::min(v0 + kernel[1], xs[3] + pads[3]);
+        const std::int64_t h1 = std::min(h0 + kernel[0], xs[2] + pads[2]);
+        const std::int64_t v1 = std::min(v0 + kernel[1], xs[3] + pads[3]);
         const std::int64_t padded_count = (h1 - h0) * (v1 - v0);
         double acc = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
         std::int64_t count = 0;
@@ -271,7 +272,8 @@ std::vector<double> batch_norm_loops(const std::vector<Tensor>& in, const OpDesc
   std::vector<double> y(x.size());
   for (std::size_t k = 0; k < x.size(); ++k) {
     const std::size_t c = static_cast<std::size_t>((static_cast<std::int64_t>(k) / spatial) % xs[1]);
-    y[k] = (x[k] - static_cast<double>(mean[c])) / std::sqrt(static_cast<double>(var[c]) + epsilon) * scale[c] + bias[c];
+    const double inv_std = 1.0 / std::sqrt(static_cast<double>(var[c]) + epsilon);
+    y[k] = (x[k] - static_cast<double>(mean[c])) * inv_std * scale[c] + bias[c];
   }
   return y;
 }
@@ -551,8 +553,8 @@ TEST(CudnnBackend, PoolSupportsAndReasons) {
   EXPECT_EQ(reason_of("max_pool2d", "cudnn", offset), "yes");
   offset.inputs[0].alignment = 2;
   EXPECT_REASON(reason_of("max_pool2d", "cudnn", offset), "needs 4-byte aligned data; input 0 is 2-byte aligned");
-  EXPECT_REASON(reason_of("global_avg_pool", "cudnn",
-                          cuda_desc("global_avg_pool", {tensor_desc({2, 3, 7, 9}, DType::kFloat32, Device::cpu())}, {})),
+  const TensorDesc on_cpu = tensor_desc({2, 3, 7, 9}, DType::kFloat32, Device::cpu());
+  EXPECT_REASON(reason_of("global_avg_pool", "cudnn", cuda_desc("global_avg_pool", {on_cpu}, {})),
                 "runs on CUDA devices");
 }
 
@@ -974,7 +976,8 @@ TEST(CudnnBackend, PoolsMatchReference) {
       const GpuRun run = run_on_gpu(kernel_of(pc.op), pc.op, cpu_inputs, attrs, {}, stream);
       double atol, rtol;
       tolerance(dtype, 1.0, &atol, &rtol);  // a max or a mean of values in [-1, 1]
-      expect_close(run.output, reference(pc.op, cpu_inputs, attrs), atol, rtol, what + " [" + run.plan->describe() + "]");
+      expect_close(run.output, reference(pc.op, cpu_inputs, attrs), atol, rtol,
+                   what + " [" + run.plan->describe() + "]");
     }
   }
 }

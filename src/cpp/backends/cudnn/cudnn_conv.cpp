@@ -395,7 +395,9 @@ ConvChoice choice_from_record(const std::string& record, cudnnHandle_t handle, c
                                   "'; valid: DEFAULT_MATH, TENSOR_OP_MATH, TENSOR_OP_MATH_ALLOW_CONVERSION, FMA_MATH"));
   }
   choice.fused = json["fused"].get<bool>();
-  if (json.contains("chosen_by") && json["chosen_by"].is_string()) choice.chosen_by = json["chosen_by"].get<std::string>();
+  if (json.contains("chosen_by") && json["chosen_by"].is_string()) {
+    choice.chosen_by = json["chosen_by"].get<std::string>();
+  }
   if (json.contains("time_ms") && json["time_ms"].is_number()) choice.time_ms = json["time_ms"].get<double>();
   choice.from_record = true;
 

@@ -153,9 +153,9 @@ class PoolPlan final : public KernelPlan {
   std::string describe() const override {
     if (shape_.global) return detail::str_cat("cudnn global average pooling, window ", shape_.kernel_h, "x",
                                               shape_.kernel_w);
-    const char* kind = shape_.mode == CUDNN_POOLING_MAX                            ? "max pooling"
-                       : shape_.mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING ? "average pooling (pads counted)"
-                                                                                    : "average pooling (pads not counted)";
+    const char* kind = "average pooling (pads not counted)";
+    if (shape_.mode == CUDNN_POOLING_MAX) kind = "max pooling";
+    if (shape_.mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING) kind = "average pooling (pads counted)";
     return detail::str_cat("cudnn ", kind, " ", shape_.kernel_h, "x", shape_.kernel_w, ", stride ", shape_.stride_h,
                            "x", shape_.stride_w, ", pad ", shape_.pad_h, "x", shape_.pad_w);
   }

@@ -1,11 +1,16 @@
 // Registration of the cudnn backend: conv2d ("cudnn", "cudnn_search"), max_pool2d, avg_pool2d, global_avg_pool
 // and batch_norm ("cudnn"), all on CUDA devices through cuDNN 9's legacy API. Registering touches no GPU and
-// does not load cuDNN's sub-libraries: the first handle (the first plan built) does.
+// loads none of cuDNN's sub-libraries (cudnnGetVersion is answered by libcudnn.so itself); the first handle,
+// made when the first plan is built, does.
+#include <string>
+
 #include "cudnn_utils.h"
 
 namespace xpuruntime {
 
 void register_cudnn(KernelRegistry& registry) {
+  // The version loaded at run time (e.g. 91400) keys the autotune cache: a timed choice is replayed only with it.
+  registry.add_library_version("cudnn", std::to_string(cudnn::runtime_version()));
   register_cudnn_conv(registry);
   register_cudnn_pool(registry);
   register_cudnn_batch_norm(registry);

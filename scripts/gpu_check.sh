@@ -38,6 +38,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=O
   -DPython3_EXECUTABLE="$PY" -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" \
   -DXPURT_DLPACK_INCLUDE_DIR="$PWD/.third_party/dlpack/include" \
   -DXPURT_GTEST_SOURCE_DIR="$PWD/.third_party/googletest" -DXPURT_WITH_CUDA=ON \
+  -DXPURT_BUILD_PYTHON=ON -DXPURT_BUILD_TESTS=ON -DXPURT_BUILD_BENCHMARKS=ON \
   -DXPURT_NLOHMANN_JSON_INCLUDE_DIR="$PWD/.third_party/nlohmann/include" \
   -DXPURT_WITH_CUDNN=ON -DCUDNN_ROOT="$SP/nvidia/cudnn" -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/configure.log" 2>&1 \
   || { tail -40 "$OUT/configure.log"; exit 1; }

@@ -33,8 +33,12 @@ export PYTHONUNBUFFERED=1
 
 # The image's default compiler (/opt/gcc) links libstdc++ statically into each shared object, which breaks
 # C++ streams across libxpuruntime_core.so and _core.so; the distribution's g++ links it dynamically.
-CXX_COMPILER=${CXX:-/usr/bin/g++}
+# nvcc's host compiler must be that g++ too: CMake takes the CUDA implicit link libraries from it, and /opt/gcc's
+# would link a static libstdc++ into libxpuruntime_core.so (whose exported locale ids then crash `import torch`).
+CXX_COMPILER=${XPURT_GPU_CXX:-/usr/bin/g++}  # not $CXX: that machine sets CXX to /opt/gcc
+export PATH=/usr/bin:$PATH
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=OFF -DCMAKE_CXX_COMPILER="$CXX_COMPILER" \
+  -DCMAKE_CUDA_HOST_COMPILER="$CXX_COMPILER" -DCMAKE_C_COMPILER=/usr/bin/gcc \
   -DPython3_EXECUTABLE="$PY" -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" \
   -DXPURT_DLPACK_INCLUDE_DIR="$PWD/.third_party/dlpack/include" \
   -DXPURT_GTEST_SOURCE_DIR="$PWD/.third_party/googletest" -DXPURT_WITH_CUDA=ON \

@@ -47,13 +47,7 @@ std::int64_t numel_of(const Shape& shape) {
 // ---- descriptors without data (CPU-runnable) ----
 
 TensorDesc desc_of(const Shape& shape, DType dtype, Device device = Device::cuda(0)) {
-  TensorDesc d;
-  d.present = true;
-  d.dtype = dtype;
-  d.shape = shape;
-  d.strides = contiguous_strides(shape);
-  d.device = device;
-  return d;
+  return TensorDesc::contiguous(shape, dtype, device);
 }
 
 OpDescriptor make_desc(const std::string& op, std::vector<TensorDesc> inputs, const Attributes& attrs = {},

@@ -456,13 +456,7 @@ OpDescriptor cuda_desc(const std::string& op, const std::vector<TensorDesc>& inp
 }
 
 TensorDesc tensor_desc(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::cuda(0)) {
-  TensorDesc t;
-  t.present = true;
-  t.dtype = dtype;
-  t.shape = shape;
-  t.strides = contiguous_strides(shape);
-  t.device = device;
-  return t;
+  return TensorDesc::contiguous(shape, dtype, device);
 }
 
 std::string reason_of(const std::string& op, const std::string& name, const OpDescriptor& desc,

@@ -39,14 +39,7 @@ const Kernel* flash_kernel() { return KernelRegistry::global().find_kernel("atte
 
 TensorDesc tensor_desc(const Shape& shape, DType dtype, Device device = Device::cuda(0),
                        std::uint32_t alignment = 256) {
-  TensorDesc desc;
-  desc.present = true;
-  desc.dtype = dtype;
-  desc.shape = shape;
-  desc.strides = contiguous_strides(shape);
-  desc.device = device;
-  desc.alignment = alignment;
-  return desc;
+  return TensorDesc::contiguous(shape, dtype, device, alignment);
 }
 
 // A descriptor of attention(q, k, v[, mask]) on `device`, shapes validated by the op schema.

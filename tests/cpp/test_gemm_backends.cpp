@@ -483,14 +483,7 @@ TEST_F(GemmBackendsGpu, UnfusedAttentionMatchesCpu) {
 
 TensorDesc tensor_desc(const Shape& shape, DType dtype, Device device = Device::cuda(0),
                        std::uint32_t alignment = 256) {
-  TensorDesc t;
-  t.present = true;
-  t.dtype = dtype;
-  t.shape = shape;
-  t.strides = contiguous_strides(shape);
-  t.device = device;
-  t.alignment = alignment;
-  return t;
+  return TensorDesc::contiguous(shape, dtype, device, alignment);
 }
 
 OpDescriptor descriptor(const std::string& op, std::vector<TensorDesc> inputs, const Attributes& attrs = {},

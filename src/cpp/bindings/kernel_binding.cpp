@@ -66,18 +66,20 @@ py::list candidates_list(const Decision& d) {
   return out;
 }
 
+// The device an op runs on: that of its first given input (the CPU when none is given).
+Device device_of(const std::vector<Tensor>& tensors) {
+  for (const auto& t : tensors) {
+    if (t.defined()) return t.device();
+  }
+  return Device::cpu();
+}
+
 std::vector<Tensor> run_call(const std::string& op, const py::handle& inputs, const py::handle& attrs,
                              const KernelPolicy* kernel_policy, const ExecutionPolicy* exec_policy,
                              const py::handle& stream, Decision* decision) {
   std::vector<Tensor> tensors = to_tensors(inputs);
   const Attributes attributes = to_attributes(attrs);
-  Device device = Device::cpu();
-  for (const auto& t : tensors) {
-    if (t.defined()) {
-      device = t.device();
-      break;
-    }
-  }
+  const Device device = device_of(tensors);
   StreamView view;
   ops::CallOptions options;
   options.kernel_policy = kernel_policy;
@@ -186,13 +188,7 @@ void bind_kernels(py::module_& m) {
               const py::handle& stream) {
              std::vector<Tensor> tensors = to_tensors(inputs);
              const Attributes attributes = to_attributes(attrs);
-             Device device = Device::cpu();
-             for (const auto& t : tensors) {
-               if (t.defined()) {
-                 device = t.device();
-                 break;
-               }
-             }
+             const Device device = device_of(tensors);
              for (auto& t : tensors) {
                if (t.defined()) t = t.contiguous();
              }

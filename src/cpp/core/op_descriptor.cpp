@@ -78,6 +78,18 @@ TensorDesc TensorDesc::of(const Tensor& tensor) {
   return desc;
 }
 
+TensorDesc TensorDesc::contiguous(const std::vector<std::int64_t>& shape, DType dtype, Device device,
+                                 std::uint32_t alignment) {
+  TensorDesc desc;
+  desc.present = true;
+  desc.dtype = dtype;
+  desc.shape = shape;
+  desc.strides = contiguous_strides(shape);
+  desc.device = device;
+  desc.alignment = alignment;
+  return desc;
+}
+
 std::int64_t TensorDesc::numel() const {
   std::int64_t n = 1;
   for (const auto d : shape) n *= d;

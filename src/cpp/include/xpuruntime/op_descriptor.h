@@ -30,6 +30,9 @@ struct XPURT_API TensorDesc {
   std::uint32_t alignment = 256;  // largest power of two (<= 256) dividing the data address, in bytes
 
   static TensorDesc of(const Tensor& tensor);  // an undefined tensor gives `present == false`
+  // A present, contiguous tensor of `shape` (what a kernel is asked about before any data exists).
+  static TensorDesc contiguous(const std::vector<std::int64_t>& shape, DType dtype, Device device,
+                               std::uint32_t alignment = 256);
   std::int64_t numel() const;
   bool is_contiguous() const;
   int dim() const { return static_cast<int>(shape.size()); }

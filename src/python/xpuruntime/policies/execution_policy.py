@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Union
-
 from .. import _core
+from ._serializable import SerializablePolicy
 
 _FIELDS = ("precision", "deterministic", "cuda_graphs", "static_shape", "workspace_limit", "memory_limit",
            "intra_op_threads")
 
 
-class ExecutionPolicy(_core.ExecutionPolicy):
+class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
     """How a run executes, apart from which kernel runs each op.
 
     Parameters
@@ -31,6 +29,8 @@ class ExecutionPolicy(_core.ExecutionPolicy):
         CPU threads; 0 = all cores. Default 0.
     """
 
+    _core_class = _core.ExecutionPolicy
+
     def __init__(self, **kwargs: object) -> None:
         super().__init__()
         for key, value in kwargs.items():
@@ -43,39 +43,3 @@ class ExecutionPolicy(_core.ExecutionPolicy):
 
     def to_dict(self) -> dict:
         return {field: getattr(self, field) for field in _FIELDS}
-
-    def copy(self) -> "ExecutionPolicy":
-        out = type(self)()
-        out.assign(self)
-        return out
-
-    @classmethod
-    def _wrap(cls, core: _core.ExecutionPolicy) -> "ExecutionPolicy":
-        out = cls()
-        out.assign(core)
-        return out
-
-    @classmethod
-    def from_json(cls, text: str) -> "ExecutionPolicy":
-        return cls._wrap(_core.ExecutionPolicy._from_json(text))
-
-    @classmethod
-    def from_yaml(cls, text: str) -> "ExecutionPolicy":
-        return cls._wrap(_core.ExecutionPolicy._from_yaml(text))
-
-    @classmethod
-    def load(cls, path: Union[str, Path]) -> "ExecutionPolicy":
-        """Load a policy file (``.json``, ``.yaml`` or ``.yml``)."""
-        return cls._wrap(_core.ExecutionPolicy._load(str(path)))
-
-    def save(self, path: Union[str, Path]) -> None:  # type: ignore[override]
-        """Save in canonical form; the format follows the extension."""
-        _core.ExecutionPolicy.save(self, str(path))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _core.ExecutionPolicy) and _core.ExecutionPolicy.__eq__(self, other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return _core.ExecutionPolicy.__repr__(self)

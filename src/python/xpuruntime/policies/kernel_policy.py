@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from .. import _core
+from ._serializable import SerializablePolicy
 
 RuleSpec = Union[str, Sequence[str], Mapping[str, object]]
 
@@ -20,7 +20,7 @@ def preferred(*kernels: str) -> list:
     return list(kernels)
 
 
-class KernelPolicy(_core.KernelPolicy):
+class KernelPolicy(SerializablePolicy, _core.KernelPolicy):
     """Which kernel runs each op.
 
     Keys are ops (``"linear"``) or op families (``"matmul"`` covers ``matmul`` and ``linear``); the op's own
@@ -52,6 +52,8 @@ class KernelPolicy(_core.KernelPolicy):
     >>> policy.save("policy.json"); xrt.KernelPolicy.load("policy.json") == policy
     True
     """
+
+    _core_class = _core.KernelPolicy
 
     def __init__(self, rules: Optional[Mapping[str, RuleSpec]] = None, /, *,
                  auto_strategy: str = "FirstSupported", **kwargs: RuleSpec) -> None:
@@ -123,42 +125,3 @@ class KernelPolicy(_core.KernelPolicy):
 
     def __len__(self) -> int:
         return len(self.short_forms())
-
-    def copy(self) -> "KernelPolicy":
-        out = type(self)()
-        out.assign(self)
-        return out
-
-    # ---- serialization ----
-    @classmethod
-    def _wrap(cls, core: _core.KernelPolicy) -> "KernelPolicy":
-        out = cls()
-        out.assign(core)
-        return out
-
-    @classmethod
-    def from_json(cls, text: str) -> "KernelPolicy":
-        """Parse (and validate) a policy from JSON text."""
-        return cls._wrap(_core.KernelPolicy._from_json(text))
-
-    @classmethod
-    def from_yaml(cls, text: str) -> "KernelPolicy":
-        """Parse (and validate) a policy from YAML text."""
-        return cls._wrap(_core.KernelPolicy._from_yaml(text))
-
-    @classmethod
-    def load(cls, path: Union[str, Path]) -> "KernelPolicy":
-        """Load a policy file (``.json``, ``.yaml`` or ``.yml``)."""
-        return cls._wrap(_core.KernelPolicy._load(str(path)))
-
-    def save(self, path: Union[str, Path]) -> None:  # type: ignore[override]
-        """Save in canonical form; the format follows the extension (``.json``, ``.yaml``, ``.yml``)."""
-        _core.KernelPolicy.save(self, str(path))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _core.KernelPolicy) and _core.KernelPolicy.__eq__(self, other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return _core.KernelPolicy.__repr__(self)

@@ -35,6 +35,7 @@ from .runtime.tensor import Tensor, empty, from_dlpack, from_numpy, tensor, zero
 from .policies import ExecutionPolicy, KernelPolicy, pinned, preferred
 from ._core import AutotuneCache, Decision, Dispatcher, KernelInfo
 from . import ops
+from .inference import InferenceSession
 
 __version__: str = _core.get_version()
 
@@ -103,5 +104,6 @@ __all__ = [
     "kernels",
     "op_schemas",
     "ops",
+    "InferenceSession",
     "runtime",
 ]

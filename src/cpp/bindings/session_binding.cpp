@@ -1,0 +1,98 @@
+// InferenceSession, ValueInfo and Explanation. The Python class xpuruntime.InferenceSession wraps these.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/inference_session.h"
+
+namespace xpuruntime::bindings {
+
+namespace {
+
+SessionOptions make_options(const py::handle& device, const std::string& engine, const py::handle& kernel_policy,
+                            const py::handle& exec_policy, bool fp16) {
+  SessionOptions options;
+  options.device = to_device(device.is_none() ? py::str("cpu") : device);
+  options.engine = engine;
+  if (!kernel_policy.is_none()) options.kernel_policy = kernel_policy.cast<KernelPolicy>();
+  if (!exec_policy.is_none()) options.exec_policy = exec_policy.cast<ExecutionPolicy>();
+  options.fp16 = fp16;
+  return options;
+}
+
+}  // namespace
+
+void bind_session(py::module_& m) {
+  py::class_<ValueInfo>(m, "ValueInfo", "A model input or output: name, dtype, shape (symbolic dims as names).")
+      .def_readonly("name", &ValueInfo::name)
+      .def_property_readonly("dtype", [](const ValueInfo& v) { return std::string(dtype_name(v.dtype)); })
+      .def_property_readonly("type", [](const ValueInfo& v) { return "tensor(" + std::string(dtype_name(v.dtype)) + ")"; })
+      .def_property_readonly("shape", [](const ValueInfo& v) {
+        py::list shape;
+        for (const auto& d : v.shape) {
+          const bool numeric = !d.empty() && d.find_first_not_of("0123456789") == std::string::npos;
+          shape.append(numeric ? py::object(py::int_(std::stoll(d))) : py::object(py::str(d)));
+        }
+        return shape;
+      })
+      .def("__repr__", [](const ValueInfo& v) { return "<ValueInfo " + v.str() + ">"; });
+
+  py::class_<Explanation>(m, "Explanation", "What an InferenceSession ran: engine, nodes, kernels, policy notes.")
+      .def_readonly("engine", &Explanation::engine)
+      .def_readonly("engine_reason", &Explanation::engine_reason)
+      .def_readonly("device", &Explanation::device)
+      .def_readonly("policy_notes", &Explanation::policy_notes)
+      .def_readonly("options", &Explanation::options)
+      .def_property_readonly("nodes", [](const Explanation& e) {
+        py::list nodes;
+        for (const auto& n : e.nodes) {
+          py::dict d;
+          d["node"] = n.node;
+          d["op_type"] = n.op_type;
+          d["kernel"] = n.kernel;
+          d["backend"] = n.backend;
+          d["precision"] = n.precision;
+          d["reason"] = n.reason;
+          nodes.append(d);
+        }
+        return nodes;
+      })
+      .def("to_json", &Explanation::to_json)
+      .def("__str__", &Explanation::str)
+      .def("__repr__", [](const Explanation& e) {
+        return "<Explanation engine=" + e.engine + " nodes=" + std::to_string(e.nodes.size()) + ">";
+      });
+
+  py::class_<InferenceSession>(m, "InferenceSession")
+      .def(py::init([](const py::object& model, const py::object& device, const std::string& engine,
+                       const py::object& kernel_policy, const py::object& exec_policy, bool fp16) {
+             SessionOptions options = make_options(device, engine, kernel_policy, exec_policy, fp16);
+             if (py::isinstance<py::bytes>(model)) {
+               const std::string bytes = model.cast<std::string>();
+               py::gil_scoped_release release;
+               return std::make_unique<InferenceSession>(InferenceSession::from_bytes(bytes, options));
+             }
+             const std::string path = py::str(model).cast<std::string>();
+             py::gil_scoped_release release;
+             return std::make_unique<InferenceSession>(path, options);
+           }),
+           py::arg("model"), py::arg("device") = py::none(), py::arg("engine") = "auto",
+           py::arg("kernel_policy") = py::none(), py::arg("exec_policy") = py::none(), py::arg("fp16") = false)
+      .def("get_inputs", &InferenceSession::get_inputs)
+      .def("get_outputs", &InferenceSession::get_outputs)
+      .def("_run",
+           [](const InferenceSession& s, const std::vector<std::pair<std::string, py::object>>& feeds,
+              const std::vector<std::string>& output_names) {
+             std::vector<std::pair<std::string, Tensor>> tensors;
+             for (const auto& [name, value] : feeds) tensors.emplace_back(name, to_tensor(value));
+             py::gil_scoped_release release;
+             return s.run(tensors, output_names);
+           },
+           py::arg("feeds"), py::arg("output_names"))
+      .def("explain", &InferenceSession::explain, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("engine", &InferenceSession::engine);
+
+  m.def("known_engines", &known_engines);
+}
+
+}  // namespace xpuruntime::bindings

@@ -1,0 +1,195 @@
+// EngineRegistry, the declared engines of this build, and InferenceSession.
+//
+// Note [Declared engines]
+// Like kernels (Note [Declared kernels of absent backends]), every engine name xpuruntime knows is registered in
+// every build: an engine this build or machine lacks ("tensorrt" here) is an engine whose `available` says what
+// to install, so `InferenceSession(engine="tensorrt")` fails with that sentence instead of "unknown engine".
+#include "xpuruntime/inference_session.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "policy_serialization.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+
+namespace {
+
+class DeclaredEngine final : public Engine {
+ public:
+  DeclaredEngine(std::string name, std::string reason) : Engine(std::move(name)), reason_(std::move(reason)) {}
+  Support available(const SessionOptions&) const override { return Support::no(reason_); }
+  std::unique_ptr<EngineSession> create(const std::string&, const SessionOptions&) const override {
+    throw UnsupportedOperationError(reason_);
+  }
+
+ private:
+  std::string reason_;
+};
+
+std::string pad(const std::string& text, std::size_t width) {
+  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
+}
+
+}  // namespace
+
+std::vector<std::string> known_engines() { return {"auto", "native", "onnxruntime", "tensorrt"}; }
+
+std::string ValueInfo::str() const {
+  std::string out = name + ": " + std::string(dtype_name(dtype)) + "[";
+  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + shape[k];
+  return out + "]";
+}
+
+std::string Explanation::to_json() const {
+  nlohmann::json tree = {{"engine", engine}, {"engine_reason", engine_reason}, {"device", device},
+                         {"policy_notes", policy_notes}, {"options", options}};
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& n : nodes) {
+    list.push_back({{"node", n.node}, {"op_type", n.op_type}, {"kernel", n.kernel}, {"backend", n.backend},
+                    {"precision", n.precision}, {"reason", n.reason}});
+  }
+  tree["nodes"] = list;
+  return tree.dump();
+}
+
+std::string Explanation::str() const {
+  std::string out = "engine: " + engine + " (" + engine_reason + ")\ndevice: " + device + "\n";
+  for (const auto& option : options) out += "option: " + option + "\n";
+  for (const auto& note : policy_notes) out += "policy: " + note + "\n";
+  std::size_t w_node = 4, w_op = 7, w_kernel = 6;
+  for (const auto& n : nodes) {
+    w_node = std::max(w_node, n.node.size());
+    w_op = std::max(w_op, n.op_type.size());
+    w_kernel = std::max(w_kernel, n.kernel.size());
+  }
+  out += pad("node", w_node) + "  " + pad("op_type", w_op) + "  " + pad("kernel", w_kernel) + "  reason\n";
+  for (const auto& n : nodes) {
+    out += pad(n.node, w_node) + "  " + pad(n.op_type, w_op) + "  " + pad(n.kernel, w_kernel) + "  " + n.reason + "\n";
+  }
+  return out;
+}
+
+// ---- EngineRegistry ----
+
+EngineRegistry& EngineRegistry::global() {
+  static EngineRegistry registry;
+  static std::once_flag once;
+  std::call_once(once, [] {
+#if XPURT_ENGINE_ONNXRUNTIME
+    register_onnxruntime(registry);
+#else
+    registry.add(std::make_unique<DeclaredEngine>(
+        "onnxruntime", "this xpuruntime was built without ONNX Runtime; run scripts/fetch_onnxruntime.sh (or set "
+                       "ONNXRUNTIME_ROOT to an ONNX Runtime 1.2x install) and rebuild"));
+#endif
+    registry.add(std::make_unique<DeclaredEngine>(
+        "tensorrt", "the tensorrt engine needs NVIDIA TensorRT 10, which this build does not have; install TensorRT "
+                    "(pip install xpuruntime[tensorrt] / the TensorRT SDK) and rebuild with it"));
+    registry.add(std::make_unique<DeclaredEngine>(
+        "native", "the native engine is not available in xpuruntime " XPURT_VERSION_STRING
+                  " yet; use engine=\"onnxruntime\" or \"auto\""));
+  });
+  return registry;
+}
+
+void EngineRegistry::add(std::unique_ptr<Engine> engine) {
+  XPURT_CHECK(engine != nullptr, "EngineRegistry::add: null engine");
+  XPURT_CHECK(find(engine->name()) == nullptr, "engine '", engine->name(), "' is already registered");
+  std::lock_guard<std::mutex> lock(mutex_);
+  engines_.push_back(std::move(engine));
+}
+
+const Engine* EngineRegistry::find(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& engine : engines_) {
+    if (engine->name() == name) return engine.get();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> EngineRegistry::names() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& engine : engines_) out.push_back(engine->name());
+  return out;
+}
+
+// ---- InferenceSession ----
+
+InferenceSession::InferenceSession(const std::string& model_path, SessionOptions options) : options_(std::move(options)) {
+  std::ifstream file(model_path, std::ios::binary);
+  if (!file) throw InvalidArgumentError(detail::str_cat("cannot open the model file '", model_path, "'"));
+  const std::string model((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (options_.model_dir.empty()) {
+    const auto slash = model_path.find_last_of('/');
+    options_.model_dir = slash == std::string::npos ? "." : model_path.substr(0, slash);
+  }
+  build(model);
+}
+
+InferenceSession InferenceSession::from_bytes(const std::string& model, SessionOptions options) {
+  InferenceSession session;
+  session.options_ = std::move(options);
+  session.build(model);
+  return session;
+}
+
+void InferenceSession::build(const std::string& model) {
+  XPURT_CHECK(!model.empty(), "the model is empty (0 bytes)");
+  const auto known = known_engines();
+  XPURT_CHECK(std::find(known.begin(), known.end(), options_.engine) != known.end(), "unknown engine '",
+              options_.engine, "'; valid engines: ", detail::join_names(known));
+  if (options_.fp16) options_.exec_policy.precision = Precision::kFP16;
+  options_.kernel_policy.validate(KernelRegistry::global());
+  const EngineRegistry& registry = EngineRegistry::global();
+
+  std::string name = options_.engine;
+  if (name == "auto") {
+    // The native engine is preferred on CUDA once it exists (it says why it is unavailable otherwise); ONNX
+    // Runtime serves everything else.
+    const Engine* native = registry.find("native");
+    const Support native_support = native ? native->available(options_) : Support::no("not registered");
+    if (native_support.ok() && options_.device.is_cuda()) {
+      name = "native";
+      engine_reason_ = "auto: the native engine runs every node on " + options_.device.str();
+    } else {
+      name = "onnxruntime";
+      engine_reason_ = options_.device.is_cuda()
+                           ? "auto: the native engine is unavailable (" + native_support.reason() + ")"
+                           : "auto: onnxruntime is the engine for CPU devices";
+    }
+  } else {
+    engine_reason_ = "requested by the session options";
+  }
+  const Engine* engine = registry.find(name);
+  XPURT_INTERNAL_ASSERT(engine != nullptr, "engine '", name, "' is not registered");
+  const Support support = engine->available(options_);
+  if (!support.ok()) {
+    throw UnsupportedOperationError(detail::str_cat("engine '", name, "' cannot run on ", options_.device.str(), ": ",
+                                                    support.reason()));
+  }
+  session_ = engine->create(model, options_);
+  engine_ = name;
+}
+
+const std::vector<ValueInfo>& InferenceSession::get_inputs() const { return session_->inputs(); }
+const std::vector<ValueInfo>& InferenceSession::get_outputs() const { return session_->outputs(); }
+
+std::vector<Tensor> InferenceSession::run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                          const std::vector<std::string>& output_names) const {
+  return session_->run(feeds, output_names);
+}
+
+Explanation InferenceSession::explain() const {
+  Explanation explanation = session_->explain();
+  explanation.engine = engine_;
+  explanation.engine_reason = engine_reason_;
+  explanation.device = options_.device.str();
+  return explanation;
+}
+
+}  // namespace xpuruntime

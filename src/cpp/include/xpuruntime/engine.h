@@ -1,0 +1,116 @@
+// Engines: what runs a whole model behind InferenceSession (the native engine, ONNX Runtime, TensorRT, ...).
+//
+// An Engine is registered once in the EngineRegistry (`register_<engine>(EngineRegistry&)`, one folder per
+// engine under backends/). For a model and SessionOptions it answers `available(options)` with yes or the reason
+// why not (library missing, device unsupported), and `create(model, options)` builds an EngineSession, which
+// runs the model and explains what ran.
+//
+// Ownership: the registry owns its engines for the life of the process; an EngineSession is owned by the
+// InferenceSession that created it. Thread-safety: EngineSession::run may be called from several threads at once.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xpuruntime/device.h"
+#include "xpuruntime/dtype.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/export.h"
+#include "xpuruntime/kernel_policy.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+
+// A model input or output: name, element type and shape, symbolic dimensions as their names ("batch") and
+// unknown ones as "?".
+struct XPURT_API ValueInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<std::string> shape;
+  std::string str() const;  // "input: float32[batch, 3, 224, 224]"
+};
+
+// How a session is built. Valid when default-constructed: the CPU, default policies, engine "auto".
+struct XPURT_API SessionOptions {
+  Device device;                  // default: cpu
+  std::string engine = "auto";    // "auto", "native", "onnxruntime", "tensorrt"
+  KernelPolicy kernel_policy;     // default: empty (auto for every op)
+  ExecutionPolicy exec_policy;    // default: fp32, no determinism requirement
+  bool fp16 = false;              // shorthand for exec_policy.precision = fp16
+  std::string model_dir;          // folder of external-data files (default: the model file's folder)
+};
+
+// What ran for one node of the model.
+struct XPURT_API NodeExplanation {
+  std::string node;       // node name
+  std::string op_type;    // ONNX op type
+  std::string kernel;     // kernel or execution provider that ran it
+  std::string backend;
+  std::string precision;
+  std::string reason;     // why this kernel
+};
+
+struct XPURT_API Explanation {
+  std::string engine;               // the engine that runs the session
+  std::string engine_reason;        // why this engine
+  std::string device;
+  std::vector<NodeExplanation> nodes;
+  // Policy entries and how the engine honoured them ("conv=cudnn -> cudnn_conv_algo_search=HEURISTIC", or
+  // "matmul=pin:cublasLt: not honoured: ...").
+  std::vector<std::string> policy_notes;
+  std::vector<std::string> options;  // engine options as set ("intra_op_num_threads=2", ...)
+  std::string to_json() const;       // one JSON object
+  std::string str() const;           // a text report with a table of nodes
+};
+
+class XPURT_API EngineSession {
+ public:
+  virtual ~EngineSession() = default;
+  virtual const std::vector<ValueInfo>& inputs() const = 0;
+  virtual const std::vector<ValueInfo>& outputs() const = 0;
+  // Runs the model. `feeds`: one tensor per input, by name (any device the engine accepts; others are copied).
+  // `output_names`: the outputs wanted, in order (empty: all). Returns them in that order.
+  virtual std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                  const std::vector<std::string>& output_names) = 0;
+  virtual Explanation explain() const = 0;
+};
+
+class XPURT_API Engine {
+ public:
+  explicit Engine(std::string name) : name_(std::move(name)) {}
+  virtual ~Engine() = default;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  const std::string& name() const { return name_; }
+  // Whether this engine can serve `options` at all in this build and on this machine (never throws).
+  virtual Support available(const SessionOptions& options) const = 0;
+  // Builds a session for the serialized ONNX model `model`. Throws InvalidArgumentError for a malformed model,
+  // UnsupportedOperationError when the engine cannot run it (naming every unsupported node).
+  virtual std::unique_ptr<EngineSession> create(const std::string& model, const SessionOptions& options) const = 0;
+
+ private:
+  std::string name_;
+};
+
+class XPURT_API EngineRegistry {
+ public:
+  EngineRegistry() = default;
+  EngineRegistry(const EngineRegistry&) = delete;
+  EngineRegistry& operator=(const EngineRegistry&) = delete;
+  static EngineRegistry& global();  // every engine of this build registered
+  void add(std::unique_ptr<Engine> engine);
+  const Engine* find(const std::string& name) const;  // null when unknown
+  std::vector<std::string> names() const;            // in registration order
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+};
+
+void register_onnxruntime(EngineRegistry& registry);
+
+}  // namespace xpuruntime

@@ -1,31 +1,43 @@
-"""xpuruntime quick start: devices, memory, zero-copy tensors, and what the allocator did.
+"""xpuruntime quick start: an ONNX model through InferenceSession, the explanation of what ran, and the same
+network through the functional ops under an explicit kernel policy.
 
     .venv/bin/python examples/quickstart.py
+
+The model, examples/models/tiny_classifier.onnx, ships with the repository (examples/models/make_models.py
+re-creates it): x[batch, 8] -> Gemm -> Relu -> Gemm -> Softmax -> probs[batch, 4].
 """
+
+import pathlib
 
 import numpy as np
 
+import onnx_weights
 import xpuruntime as xrt
+
+MODEL = pathlib.Path(__file__).resolve().parent / "models" / "tiny_classifier.onnx"
 
 
 def main() -> None:
-    print(f"xpuruntime {xrt.__version__}  build: {xrt.build_info()}")
-    print("devices:", xrt.get_all_devices())
-    if xrt.get_device_count() == 0:
-        print("no CUDA device:", xrt.runtime.cuda_unavailable_reason())
-    device = "cuda:0" if xrt.get_device_count() > 0 else "cpu"
+    print(f"xpuruntime {xrt.__version__}; devices: {xrt.get_all_devices()}")
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
 
-    a = np.arange(12, dtype=np.float32).reshape(3, 4)
-    t = xrt.from_dlpack(a)  # zero-copy view of the numpy array
-    print("imported:", t, "shares memory with numpy:", np.shares_memory(np.from_dlpack(t), a))
-    on_device = t.to(device)
-    print("on", device, ":", on_device, "->", on_device.to_numpy().sum())
+    # 1. The model through InferenceSession ("auto" picks the engine and says why).
+    session = xrt.InferenceSession(MODEL, device="cpu", engine="auto",
+                                   exec_policy=xrt.ExecutionPolicy(intra_op_threads=1))
+    print("\ninputs:", session.get_inputs(), "outputs:", session.get_outputs())
+    outputs = session.run({"x": x})
+    print("probs =\n", np.array2string(outputs["probs"], precision=4))
+    print("\n" + str(session.explain()))
 
-    with xrt.runtime.allocate(1 << 20, device=device) as buffer:
-        print("allocated:", buffer)
-    stats = xrt.runtime.memory_stats(device)
-    print(f"allocator on {device}: allocated {stats['allocated_bytes.current']} B, "
-          f"peak {stats['allocated_bytes.peak']} B, reserved {stats['reserved_bytes.current']} B")
+    # 2. The same network with xpuruntime's own kernels, each op dispatched under an explicit policy.
+    w = onnx_weights.load(MODEL)  # the model's initializers, read with numpy alone
+    policy = xrt.KernelPolicy(matmul=["cublasLt", "cpu"], softmax="auto")
+    h = xrt.ops.linear(x, w["w1"], w["b1"], "relu", weight_layout="kn", policy=policy)
+    logits = xrt.ops.linear(h, w["w2"], w["b2"], weight_layout="kn", policy=policy)
+    probs, decision = xrt.ops.softmax(logits, policy=policy, return_decision=True)
+    print("functional ops agree with the session:", np.allclose(probs.numpy(), outputs["probs"], atol=1e-5))
+    for d in xrt.ops.decisions(policy):
+        print(" ", d)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,15 @@ PY=$ROOT/.venv/bin/python
 SITE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$ROOT/src/python" > "$SITE/xpuruntime-dev.pth"
 
+# ONNX Runtime for the onnxruntime engine: the pinned npm package, sha256-checked, into .deps/ (once).
+if ! command -v npm >/dev/null && [ -z "${XPURT_ORT_TARBALL:-}" ]; then
+  echo "[setup] installing npm (to fetch ONNX Runtime)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm
+fi
+./scripts/fetch_onnxruntime.sh
+
 echo "[setup] configuring and building in $BUILD_DIR"
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -G Ninja -DPython3_EXECUTABLE=/usr/bin/python3 ${XPURT_CMAKE_ARGS:-} > "$BUILD_DIR.configure.log" 2>&1 \

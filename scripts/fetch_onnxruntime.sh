@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Fetches ONNX Runtime 1.29.0 (CPU, Linux x86-64) for the onnxruntime engine into .deps/onnxruntime/:
+#   .deps/onnxruntime/include/*.h        the C and C++ API headers
+#   .deps/onnxruntime/lib/libonnxruntime.so (+ its SONAME link when the SONAME differs)
+#   .deps/onnxruntime/.version           "1.29.0" once complete (a second run then does nothing)
+# Source: the npm package com.github.asus4.onnxruntime@0.4.9 (ORT 1.29.0), checked against a pinned sha256.
+#
+# Environment:
+#   XPURT_ORT_TARBALL  a local copy of com.github.asus4.onnxruntime-0.4.9.tgz (skips `npm pack`)
+#   XPURT_ORT_DEST     the destination folder (default: <repo>/.deps/onnxruntime)
+# Then configure with -DXPURT_WITH_ONNXRUNTIME=ON (or AUTO); -DONNXRUNTIME_ROOT=<dir> points at another copy.
+set -euo pipefail
+
+readonly ORT_VERSION="1.29.0"
+readonly NPM_PACKAGE="com.github.asus4.onnxruntime@0.4.9"
+readonly TARBALL_NAME="com.github.asus4.onnxruntime-0.4.9.tgz"
+readonly TARBALL_SHA256="e59788788818fdde1b2e522e766a21ba0f7d8391de55737abf81e32cc801785d"
+readonly HEADERS_IN_TARBALL="package/Plugins/iOS~/onnxruntime.xcframework/ios-arm64_x86_64-simulator/onnxruntime.framework/Headers"
+readonly LIBRARY_IN_TARBALL="package/Plugins/Linux/x64/libonnxruntime.so"
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dest="${XPURT_ORT_DEST:-${repo_root}/.deps/onnxruntime}"
+
+die() { echo "fetch_onnxruntime.sh: error: $*" >&2; exit 1; }
+
+if [[ -f "${dest}/.version" && "$(cat "${dest}/.version")" == "${ORT_VERSION}" ]]; then
+  echo "ONNX Runtime ${ORT_VERSION} already in ${dest}"
+  exit 0
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "${work}"' EXIT
+
+if [[ -n "${XPURT_ORT_TARBALL:-}" ]]; then
+  [[ -f "${XPURT_ORT_TARBALL}" ]] || die "XPURT_ORT_TARBALL=${XPURT_ORT_TARBALL} is not a file"
+  tarball="${XPURT_ORT_TARBALL}"
+else
+  command -v npm >/dev/null || die "npm is not installed; install Node.js/npm, or download ${TARBALL_NAME} \
+yourself and pass it as XPURT_ORT_TARBALL=<path>"
+  echo "Downloading ${NPM_PACKAGE} (about 150 MB) with npm pack ..."
+  (cd "${work}" && npm pack --silent "${NPM_PACKAGE}" >/dev/null) || die "npm pack ${NPM_PACKAGE} failed"
+  tarball="${work}/${TARBALL_NAME}"
+  [[ -f "${tarball}" ]] || die "npm pack did not write ${TARBALL_NAME}"
+fi
+
+actual_sha="$(sha256sum "${tarball}" | cut -d' ' -f1)"
+if [[ "${actual_sha}" != "${TARBALL_SHA256}" ]]; then
+  die "sha256 mismatch for ${tarball}: expected ${TARBALL_SHA256}, got ${actual_sha}; \
+the download is corrupt or not ${NPM_PACKAGE}. Delete it and run again."
+fi
+
+echo "Extracting headers and libonnxruntime.so ..."
+tar -xzf "${tarball}" -C "${work}" --wildcards "${HEADERS_IN_TARBALL}/*.h" "${LIBRARY_IN_TARBALL}" \
+  || die "the tarball lacks ${HEADERS_IN_TARBALL}/*.h or ${LIBRARY_IN_TARBALL}"
+[[ -f "${work}/${HEADERS_IN_TARBALL}/onnxruntime_cxx_api.h" ]] || die "onnxruntime_cxx_api.h missing in the tarball"
+
+staging="${dest}.partial"
+rm -rf "${staging}"
+mkdir -p "${staging}/include" "${staging}/lib"
+cp "${work}/${HEADERS_IN_TARBALL}"/*.h "${staging}/include/"
+cp "${work}/${LIBRARY_IN_TARBALL}" "${staging}/lib/libonnxruntime.so"
+
+# The dynamic linker looks a dependency up by its SONAME: provide that file name when it differs.
+if command -v objdump >/dev/null; then
+  soname="$(objdump -p "${staging}/lib/libonnxruntime.so" | awk '/SONAME/ {print $2}')"
+  if [[ -n "${soname}" && "${soname}" != "libonnxruntime.so" ]]; then
+    ln -sf libonnxruntime.so "${staging}/lib/${soname}"
+  fi
+else
+  echo "warning: objdump not found; cannot check the SONAME of libonnxruntime.so" >&2
+fi
+
+echo "${ORT_VERSION}" > "${staging}/.version"
+rm -rf "${dest}"
+mkdir -p "$(dirname "${dest}")"
+mv "${staging}" "${dest}"
+echo "ONNX Runtime ${ORT_VERSION} installed in ${dest}"

@@ -7,7 +7,8 @@
 #
 # That machine has no Debian packages: the DLPack and nlohmann-json headers and the GoogleTest sources travel in
 # .third_party/ (made here by `scripts/gpu_check.sh --prepare`, which copies them from this machine's Debian
-# packages). cuDNN comes from the pip wheel folder there; yaml-cpp is absent, so the YAML tests skip.
+# packages). Carry .deps/onnxruntime too (scripts/fetch_onnxruntime.sh) for the onnxruntime engine. cuDNN comes
+# from the pip wheel folder there; yaml-cpp is absent, so the YAML tests skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--prepare" ]; then

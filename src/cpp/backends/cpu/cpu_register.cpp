@@ -22,16 +22,18 @@ bool is_cpu_float(DType dtype) {
 
 class CpuPlan final : public KernelPlan {
  public:
-  CpuPlan(const CpuRunFn* run, CpuContext context) : run_(run), context_(context) {}
+  CpuPlan(const CpuRunFn* run, CpuContext context, bool uses_gemm)
+      : run_(run), context_(context), uses_gemm_(uses_gemm) {}
   void run(const KernelLaunch& launch) const override { (*run_)(launch, context_); }
   std::string describe() const override {
     return detail::str_cat("cpu reference, ", context_.threads, context_.threads == 1 ? " thread" : " threads",
-                           ", gemm ", gemm_impl_name(context_.gemm));
+                           uses_gemm_ ? ", gemm " : "", uses_gemm_ ? gemm_impl_name(context_.gemm) : "");
   }
 
  private:
   const CpuRunFn* run_;  // owned by the kernel, which the registry keeps for the life of the process
   CpuContext context_;
+  bool uses_gemm_;  // the op runs on the GEMM (its description names the GEMM implementation)
 };
 
 }  // namespace
@@ -122,7 +124,8 @@ std::unique_ptr<KernelPlan> CpuKernel::build(const OpDescriptor& desc, const Exe
   (void)record;  // nothing to choose, nothing recorded
   Support support = supports(desc, policy);
   if (!support) throw UnsupportedOperationError(support.reason());
-  return std::make_unique<CpuPlan>(&run_, make_context(policy));
+  const bool uses_gemm = desc.op == "matmul" || desc.op == "linear" || desc.op == "conv2d" || desc.op == "attention";
+  return std::make_unique<CpuPlan>(&run_, make_context(policy), uses_gemm);
 }
 
 }  // namespace cpu

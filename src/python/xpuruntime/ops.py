@@ -186,6 +186,8 @@ def _binary(op):
 
 
 def _op(op, inputs, attrs, kw):
+    if not kw:  # the common call: default policies and stream, no decision (the fast path for tiny ops)
+        return _core.ops_call(op, inputs, attrs)[0]
     unknown = set(kw) - {"policy", "exec_policy", "stream", "return_decision"}
     if unknown:
         raise TypeError(f"{op}() got unexpected keyword arguments {sorted(unknown)}")

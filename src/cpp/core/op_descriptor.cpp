@@ -176,14 +176,52 @@ const char* precision_name(Precision precision) {
 }
 
 std::string OpDescriptor::signature() const {
-  std::string out = op + "(";
+  // Runs on every dispatch (it keys the plan cache): one buffer, integers appended in place.
+  std::string out;
+  out.reserve(96);
+  const auto append_int = [&out](std::int64_t value) {
+    char buffer[24];
+    const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+    out.append(buffer, result.ptr);
+  };
+  const auto append_list = [&](const std::vector<std::int64_t>& values) {
+    out += '[';
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      if (k) out += ',';
+      append_int(values[k]);
+    }
+    out += ']';
+  };
+  out += op;
+  out += '(';
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    out += (k ? "," : "") + inputs[k].str();
-    if (inputs[k].present && inputs[k].alignment < 16) out += "@a" + std::to_string(inputs[k].alignment);
+    const TensorDesc& input = inputs[k];
+    if (k) out += ',';
+    if (!input.present) {
+      out += "none";
+      continue;
+    }
+    out += dtype_name(input.dtype);
+    append_list(input.shape);
+    if (!input.is_contiguous()) {
+      out += ":strides";
+      append_list(input.strides);
+    }
+    if (input.alignment < 16) {
+      out += "@a";
+      append_int(input.alignment);
+    }
   }
-  out += ")" + attrs.str() + " " + device.str();
-  if (compute_capability > 0) out += " sm" + std::to_string(compute_capability);
-  out += std::string(" ") + precision_name(precision);
+  out += ')';
+  out += attrs.values().empty() ? std::string("{}") : attrs.str();
+  out += ' ';
+  out += device.str();
+  if (compute_capability > 0) {
+    out += " sm";
+    append_int(compute_capability);
+  }
+  out += ' ';
+  out += precision_name(precision);
   if (deterministic) out += " deterministic";
   return out;
 }

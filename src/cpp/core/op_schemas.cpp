@@ -2,6 +2,7 @@
 // Shape inference is also validation: it names the argument, the expected and the actual value.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -35,18 +36,24 @@ TensorDesc output_like(const TensorDesc& input, Shape shape) {
 }
 
 // Every present input: a float dtype, the dtype of the first input, on one device.
-void check_float_inputs(const OpDescriptor& desc, const std::vector<std::string>& names) {
+void check_float_inputs(const OpDescriptor& desc, std::initializer_list<const char*> names) {
+  // Runs on every dispatch: names are only turned into strings when a check fails.
+  const char* const* name_of = names.begin();
+  const auto name = [&](std::size_t k) {
+    std::string text = name_of[k];
+    if (!text.empty() && text.back() == '?') text.pop_back();
+    return text;
+  };
   const TensorDesc& first = desc.inputs[0];
   for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
     const TensorDesc& input = desc.inputs[k];
     if (!input.present) continue;
-    const std::string name = names[k].back() == '?' ? names[k].substr(0, names[k].size() - 1) : names[k];
-    XPURT_CHECK_TYPE(is_float(input.dtype), "op '", desc.op, "': input '", name,
+    XPURT_CHECK_TYPE(is_float(input.dtype), "op '", desc.op, "': input '", name(k),
                      "' must be float32, float16 or bfloat16, got ", dtype_name(input.dtype));
-    XPURT_CHECK_TYPE(input.dtype == first.dtype, "op '", desc.op, "': input '", name, "' must have the dtype of '",
-                     names[0], "' (", dtype_name(first.dtype), "), got ", dtype_name(input.dtype));
-    XPURT_CHECK(input.device == first.device, "op '", desc.op, "': input '", name, "' is on ",
-                input.device.str(), " but '", names[0], "' is on ", first.device.str(),
+    XPURT_CHECK_TYPE(input.dtype == first.dtype, "op '", desc.op, "': input '", name(k), "' must have the dtype of '",
+                     name(0), "' (", dtype_name(first.dtype), "), got ", dtype_name(input.dtype));
+    XPURT_CHECK(input.device == first.device, "op '", desc.op, "': input '", name(k), "' is on ",
+                input.device.str(), " but '", name(0), "' is on ", first.device.str(),
                 "; move them to one device first");
   }
 }

@@ -103,13 +103,7 @@ std::vector<Tensor> run(const std::string& op, std::vector<Tensor> inputs, const
   if (plan_description != nullptr) *plan_description = plan->describe();
   std::vector<Tensor> outputs;
   for (const auto& out : desc.outputs) outputs.push_back(Tensor::empty(out.shape, out.dtype));
-  KernelLaunch launch;
-  launch.desc = &desc;
-  launch.inputs = inputs.data();
-  launch.num_inputs = inputs.size();
-  launch.outputs = outputs.data();
-  launch.num_outputs = outputs.size();
-  plan->run(launch);
+  plan->execute(desc, inputs, outputs);
   return outputs;
 }
 

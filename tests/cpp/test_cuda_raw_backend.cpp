@@ -98,21 +98,9 @@ std::vector<Tensor> run_kernel(const std::string& op, const std::string& name, s
   const auto plan = kernel->build(desc, policy, "");
   std::vector<Tensor> outputs;
   for (const TensorDesc& out : desc.outputs) outputs.push_back(Tensor::empty(out.shape, out.dtype, device));
-  Tensor workspace;
-  if (plan->workspace_bytes() > 0) {
-    workspace = Tensor::empty({static_cast<std::int64_t>(plan->workspace_bytes())}, DType::kUInt8, device);
-  }
-  KernelLaunch launch;
-  launch.desc = &desc;
-  launch.inputs = inputs.data();
-  launch.num_inputs = inputs.size();
-  launch.outputs = outputs.data();
-  launch.num_outputs = outputs.size();
-  if (device.is_cuda()) launch.stream = StreamManager::instance().current_stream(device);
-  launch.workspace = workspace.defined() ? workspace.data_ptr() : nullptr;
-  launch.workspace_bytes = plan->workspace_bytes();
-  plan->run(launch);
-  launch.stream.synchronize();
+  const StreamView stream = device.is_cuda() ? StreamManager::instance().current_stream(device) : StreamView();
+  plan->execute(desc, inputs, outputs, stream);
+  stream.synchronize();
   return outputs;
 }
 

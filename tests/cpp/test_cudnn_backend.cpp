@@ -167,20 +167,8 @@ std::vector<float> run_plan(const KernelPlan& plan, const OpDescriptor& desc, co
     std::memset(nan.data_ptr(), 0xff, nan.nbytes());
     out.copy_from(nan, &stream);
   }
-  DataPtr workspace;
-  if (plan.workspace_bytes() > 0) {
-    workspace = MemoryManager::instance().allocate(desc.device, plan.workspace_bytes(), stream);
-  }
-  KernelLaunch launch;
-  launch.desc = &desc;
-  launch.inputs = inputs.data();
-  launch.num_inputs = inputs.size();
-  launch.outputs = &out;
-  launch.num_outputs = 1;
-  launch.stream = stream;
-  launch.workspace = workspace.get();
-  launch.workspace_bytes = plan.workspace_bytes();
-  plan.run(launch);
+  std::vector<Tensor> outputs = {out};
+  plan.execute(desc, inputs, outputs, stream);
   stream.synchronize();
   return values_of(out.to(Device::cpu(), &stream));
 }
@@ -899,6 +887,7 @@ TEST(CudnnBackend, PlansReplayFromACudaGraph) {
     const auto plan = kernel.build(desc, policy, "");
     const std::vector<float> eager = run_plan(*plan, desc, inputs, stream);
 
+    // Workspace and launch are set up by hand here: they must exist before the capture begins.
     Tensor out = Tensor::empty(desc.outputs[0].shape, desc.outputs[0].dtype, desc.device, &stream);
     DataPtr workspace;
     if (plan->workspace_bytes() > 0) {

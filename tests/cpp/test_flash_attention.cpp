@@ -192,14 +192,7 @@ std::vector<Tensor> run_kernel(const Kernel& kernel, std::vector<Tensor> inputs,
       outputs.push_back(Tensor::empty(out.shape, out.dtype, desc.device));
     }
   }
-  KernelLaunch launch;
-  launch.desc = &desc;
-  launch.inputs = inputs.data();
-  launch.num_inputs = inputs.size();
-  launch.outputs = outputs.data();
-  launch.num_outputs = outputs.size();
-  launch.stream = stream;
-  plan->run(launch);
+  plan->execute(desc, inputs, outputs, stream);
   if (desc.device.is_cuda()) stream.synchronize();
   return outputs;
 }

@@ -100,23 +100,9 @@ KernelRun run_kernel(const std::string& op, const std::string& kernel, const std
   for (const auto& output : desc.outputs) {
     outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device, &run_stream));
   }
-  Tensor workspace;
-  if (plan->workspace_bytes() > 0) {
-    workspace =
-        Tensor::empty({static_cast<std::int64_t>(plan->workspace_bytes())}, DType::kUInt8, desc.device, &run_stream);
-  }
   std::vector<Tensor> full_inputs = inputs;
   full_inputs.resize(desc.inputs.size());
-  KernelLaunch launch;
-  launch.desc = &desc;
-  launch.inputs = full_inputs.data();
-  launch.num_inputs = full_inputs.size();
-  launch.outputs = outputs.data();
-  launch.num_outputs = outputs.size();
-  launch.stream = run_stream;
-  launch.workspace = workspace.defined() ? workspace.data_ptr() : nullptr;
-  launch.workspace_bytes = plan->workspace_bytes();
-  plan->run(launch);
+  plan->execute(desc, full_inputs, outputs, run_stream);
   if (desc.device.is_cuda()) run_stream.synchronize();
   return {outputs[0].to(Device::cpu()), plan->record(), plan->describe()};
 }

@@ -430,7 +430,7 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
       if (built.empty()) throw none_supported("");
       double best = 0;
       for (auto& [k, plan] : built) {
-        const double time = built.size() == 1 ? -1 : time_candidate(*k, *plan, desc);
+        const double time = built.size() == 1 ? -1 : time_candidate(*plan, desc);
         report_of(decision.candidates, k->name())->time_us = time;
         if (winner == nullptr || time < best) {
           winner = k;
@@ -486,23 +486,20 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
   return dispatch;
 }
 
-double Dispatcher::time_candidate(const Kernel& kernel, const KernelPlan& plan, const OpDescriptor& desc) {
+double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& desc) {
   std::mt19937 rng(1234);
   std::vector<Tensor> inputs;
   for (const auto& input : desc.inputs) inputs.push_back(input.present ? random_tensor(input, rng) : Tensor());
   const StreamView stream = desc.device.is_cuda() ? StreamManager::instance().current_stream(desc.device) : StreamView();
   std::vector<Tensor> outputs;
   for (const auto& output : desc.outputs) outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device, &stream));
-  Dispatch probe;
-  probe.kernel = &kernel;
-  probe.plan = std::shared_ptr<const KernelPlan>(&plan, [](const KernelPlan*) {});
-  for (int i = 0; i < options_.autotune_warmup; ++i) launch(probe, desc, inputs, outputs, stream);
+  for (int i = 0; i < options_.autotune_warmup; ++i) plan.execute(desc, inputs, outputs, stream);
   std::vector<double> times;
   if (desc.device.is_cuda()) {
     Event start(desc.device, true), stop(desc.device, true);
     for (int i = 0; i < options_.autotune_iterations; ++i) {
       start.record(stream);
-      launch(probe, desc, inputs, outputs, stream);
+      plan.execute(desc, inputs, outputs, stream);
       stop.record(stream);
       stop.synchronize();
       times.push_back(start.elapsed_ms(stop) * 1000.0);
@@ -510,29 +507,12 @@ double Dispatcher::time_candidate(const Kernel& kernel, const KernelPlan& plan, 
   } else {
     for (int i = 0; i < options_.autotune_iterations; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      launch(probe, desc, inputs, outputs, stream);
+      plan.execute(desc, inputs, outputs, stream);
       times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
-}
-
-void Dispatcher::launch(const Dispatch& dispatch, const OpDescriptor& desc, const std::vector<Tensor>& inputs,
-                        std::vector<Tensor>& outputs, const StreamView& stream) {
-  const std::size_t workspace_bytes = dispatch.plan->workspace_bytes();
-  DataPtr workspace;
-  if (workspace_bytes > 0) workspace = MemoryManager::instance().allocate(desc.device, workspace_bytes, stream);
-  KernelLaunch launch;
-  launch.desc = &desc;
-  launch.inputs = inputs.data();
-  launch.num_inputs = inputs.size();
-  launch.outputs = outputs.data();
-  launch.num_outputs = outputs.size();
-  launch.stream = stream;
-  launch.workspace = workspace.get();
-  launch.workspace_bytes = workspace_bytes;
-  dispatch.plan->run(launch);
 }
 
 std::vector<Tensor> Dispatcher::run(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
@@ -548,7 +528,7 @@ std::vector<Tensor> Dispatcher::run(const std::string& op, const std::vector<Ten
   for (const auto& output : desc.outputs) {
     outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device, &run_stream));
   }
-  launch(*dispatch, desc, full_inputs, outputs, run_stream);
+  dispatch->plan->execute(desc, full_inputs, outputs, run_stream);
   if (decision) *decision = dispatch->decision;
   return outputs;
 }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/memory_manager.h"
 
 namespace xpuruntime {
 
@@ -26,6 +27,23 @@ class FunctionPlan final : public KernelPlan {
 };
 
 }  // namespace
+
+void KernelPlan::execute(const OpDescriptor& desc, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                         const StreamView& stream) const {
+  const std::size_t bytes = workspace_bytes();
+  DataPtr workspace;
+  if (bytes > 0) workspace = MemoryManager::instance().allocate(desc.device, bytes, stream);
+  KernelLaunch launch;
+  launch.desc = &desc;
+  launch.inputs = inputs.data();
+  launch.num_inputs = inputs.size();
+  launch.outputs = outputs.data();
+  launch.num_outputs = outputs.size();
+  launch.stream = stream;
+  launch.workspace = workspace.get();
+  launch.workspace_bytes = bytes;
+  run(launch);
+}
 
 FunctionKernel::FunctionKernel(KernelInfo info, SupportsFn supports, RunFn run)
     : Kernel(std::move(info)), supports_(std::move(supports)), run_(std::move(run)) {}

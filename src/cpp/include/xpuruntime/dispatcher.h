@@ -115,13 +115,10 @@ class XPURT_API Dispatcher {
   const ExecutionPolicy& exec_policy() const { return exec_policy_; }
   const std::shared_ptr<AutotuneCache>& autotune_cache() const { return cache_; }
   const KernelRegistry& registry() const { return *registry_; }
-  // Runs a plan with outputs and workspace allocated on `stream` (used by `run` and by the native engine).
-  static void launch(const Dispatch& dispatch, const OpDescriptor& desc, const std::vector<Tensor>& inputs,
-                     std::vector<Tensor>& outputs, const StreamView& stream);
 
  private:
   std::shared_ptr<Dispatch> decide(const OpDescriptor& desc);
-  double time_candidate(const Kernel& kernel, const KernelPlan& plan, const OpDescriptor& desc);
+  double time_candidate(const KernelPlan& plan, const OpDescriptor& desc);
 
   KernelPolicy kernel_policy_;
   ExecutionPolicy exec_policy_;

@@ -68,6 +68,11 @@ class XPURT_API KernelPlan {
   virtual ~KernelPlan() = default;
   virtual void run(const KernelLaunch& launch) const = 0;
   virtual std::size_t workspace_bytes() const { return 0; }
+  // Runs once with `inputs` (schema order; absent optional inputs undefined) into pre-allocated `outputs`: takes
+  // `workspace_bytes()` from the MemoryManager on `stream` (freed stream-ordered after the launch), fills a
+  // KernelLaunch and calls run(). `stream` is ignored on the CPU.
+  void execute(const OpDescriptor& desc, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+               const StreamView& stream = {}) const;
   // Text (JSON object) from which `Kernel::build` re-creates this plan; empty when there is nothing to choose.
   virtual std::string record() const { return {}; }
   // One line for humans: "cublasLt algo 21, tile 128x256, 4 stages, epilogue GELU_BIAS".

@@ -8,17 +8,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/thread_handle_pool.h"
+
 namespace xpuruntime::cublas {
 
 // Note [cuBLAS handle pool]
-// A cuBLAS handle carries per-handle state (the stream, the workspace), allocates device memory when created,
-// and is bound to the device that was current then. So every thread gets its own handle per device, created
-// lazily and rebound to the launch stream before each call (`thread_cublas_handle`); two threads never share
-// one. When a thread exits, its handles go back to a process-wide pool and the next new thread reuses them, so
-// a program that churns threads does not create a handle per thread (PyTorch's DeviceThreadHandlePool does the
-// same). The pool is deliberately never destroyed: at process exit the CUDA context may already be gone, and
-// destroying handles then fails or crashes; the driver reclaims everything when the process ends. The RAII
-// owners still destroy their handle whenever one is dropped before that (e.g. by move-assignment).
+// cuBLAS and cuBLASLt handles are kept per (thread, device) by detail::thread_handle (Note [Per-thread handle
+// pools]) and rebound to the launch stream before each call (`thread_cublas_handle`).
 //
 // Note [cuBLAS math mode]
 // Handles are created with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: with fp16 / bf16 inputs and an
@@ -33,59 +29,6 @@ namespace xpuruntime::cublas {
 // supports(): no kernel here has an int8 GEMM.
 
 namespace {
-
-template <typename Handle>
-class HandlePool {
- public:
-  static HandlePool& instance() {
-    static auto* pool = new HandlePool();  // never destroyed: see Note [cuBLAS handle pool]
-    return *pool;
-  }
-
-  Handle acquire(int device) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto& free = free_[device];
-      if (!free.empty()) {
-        Handle handle = std::move(free.back());
-        free.pop_back();
-        return handle;
-      }
-    }
-    return Handle::create(device);
-  }
-
-  void release(int device, Handle handle) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_[device].push_back(std::move(handle));
-  }
-
- private:
-  HandlePool() = default;
-  std::mutex mutex_;
-  std::unordered_map<int, std::vector<Handle>> free_;
-};
-
-// The handles one thread holds, one per device; returned to the pool when the thread exits.
-template <typename Handle>
-class ThreadHandles {
- public:
-  ThreadHandles() = default;
-  ThreadHandles(const ThreadHandles&) = delete;
-  ThreadHandles& operator=(const ThreadHandles&) = delete;
-  ~ThreadHandles() {
-    for (auto& [device, handle] : held_) HandlePool<Handle>::instance().release(device, std::move(handle));
-  }
-
-  const Handle& get(int device) {
-    auto it = held_.find(device);
-    if (it == held_.end()) it = held_.emplace(device, HandlePool<Handle>::instance().acquire(device)).first;
-    return it->second;
-  }
-
- private:
-  std::unordered_map<int, Handle> held_;
-};
 
 int current_device_or_minus_one() {
   int device = -1;
@@ -189,15 +132,13 @@ CublasLtHandle& CublasLtHandle::operator=(CublasLtHandle&& other) noexcept {
 }
 
 cublasHandle_t thread_cublas_handle(int device, cudaStream_t stream) {
-  thread_local ThreadHandles<CublasHandle> handles;
-  const cublasHandle_t handle = handles.get(device).get();
+  const cublasHandle_t handle = detail::thread_handle<CublasHandle>(device).get();
   XPURT_CUBLAS_CHECK(cublasSetStream(handle, stream));
   return handle;
 }
 
 cublasLtHandle_t thread_cublaslt_handle(int device) {
-  thread_local ThreadHandles<CublasLtHandle> handles;
-  return handles.get(device).get();
+  return detail::thread_handle<CublasLtHandle>(device).get();
 }
 
 void* align_up(void* pointer, std::size_t alignment) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/thread_handle_pool.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::detail {
@@ -42,7 +43,8 @@ namespace xpuruntime::cudnn {
 
 // ---- Handle ----
 
-Handle Handle::create() {
+Handle Handle::create(int device) {
+  detail::CudaDeviceGuard guard(device);
   cudnnHandle_t handle = nullptr;
   XPURT_CUDNN_CHECK(cudnnCreate(&handle));
   return Handle(handle);
@@ -65,71 +67,11 @@ void Handle::reset() noexcept {
   handle_ = nullptr;
 }
 
-// ---- handle pool (Note [cuDNN handle pool]) ----
-
-namespace {
-
-class HandlePool {
- public:
-  static HandlePool& instance() {
-    static HandlePool* pool = new HandlePool();  // immortal, see the Note
-    return *pool;
-  }
-
-  Handle acquire(int device) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (static_cast<std::size_t>(device) < free_.size() && !free_[device].empty()) {
-        Handle handle = std::move(free_[device].back());
-        free_[device].pop_back();
-        return handle;
-      }
-    }
-    detail::CudaDeviceGuard guard(device);
-    return Handle::create();
-  }
-
-  void release(int device, Handle handle) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (free_.size() <= static_cast<std::size_t>(device)) free_.resize(device + 1);
-    free_[device].push_back(std::move(handle));
-  }
-
- private:
-  HandlePool() = default;
-  std::mutex mutex_;
-  std::vector<std::vector<Handle>> free_;  // indexed by device
-};
-
-// The handles one thread holds, returned to the pool when the thread exits.
-class ThreadHandles {
- public:
-  ThreadHandles() = default;
-  ThreadHandles(const ThreadHandles&) = delete;
-  ThreadHandles& operator=(const ThreadHandles&) = delete;
-  ~ThreadHandles() {
-    for (std::size_t device = 0; device < handles_.size(); ++device) {
-      if (handles_[device]) HandlePool::instance().release(static_cast<int>(device), std::move(handles_[device]));
-    }
-  }
-
-  cudnnHandle_t get(int device) {
-    if (handles_.size() <= static_cast<std::size_t>(device)) handles_.resize(device + 1);
-    Handle& handle = handles_[device];
-    if (!handle) handle = HandlePool::instance().acquire(device);
-    return handle.get();
-  }
-
- private:
-  std::vector<Handle> handles_;  // indexed by device
-};
-
-}  // namespace
+// ---- per-thread handles (Note [cuDNN handle pool]) ----
 
 cudnnHandle_t thread_handle(int device, cudaStream_t stream) {
   XPURT_INTERNAL_ASSERT(device >= 0, "a cuDNN handle needs a CUDA device index, got ", device);
-  thread_local ThreadHandles handles;
-  cudnnHandle_t handle = handles.get(device);
+  cudnnHandle_t handle = detail::thread_handle<Handle>(device).get();
   XPURT_CUDNN_CHECK(cudnnSetStream(handle, stream));
   return handle;
 }

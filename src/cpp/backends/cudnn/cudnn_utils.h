@@ -43,11 +43,11 @@ namespace xpuruntime::cudnn {
 
 // ---- RAII owners ----
 
-// Owns one cudnnHandle_t, created on the device current at `create` time.
+// Owns one cudnnHandle_t, created on `device`.
 class Handle {
  public:
   Handle() = default;
-  static Handle create();  // on the current CUDA device
+  static Handle create(int device);
   Handle(Handle&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
   Handle& operator=(Handle&& other) noexcept;
   Handle(const Handle&) = delete;
@@ -126,13 +126,8 @@ using ActivationDescriptor = Descriptor<ActivationTraits>;
 // ---- handles ----
 
 // Note [cuDNN handle pool]
-// A cudnnHandle_t is bound to the device that was current when it was created and must not be used by two
-// threads at once. cudnnCreate is expensive (milliseconds: it loads kernels), so handles are kept in a
-// process-wide pool, one free list per device: a thread takes one per device on first use and gives it back to
-// the pool when the thread exits, so a pool of worker threads that come and go reuses a handful of handles.
-// The pool itself is immortal (allocated once, never destroyed): destroying handles from a static destructor
-// would run after the CUDA runtime may have been torn down at process exit, which crashes inside cuDNN. The
-// handles still have an RAII owner each; the OS reclaims the pooled ones with the process.
+// cudnnCreate is expensive (milliseconds: it loads kernels) and a handle must not be used by two threads at
+// once, so handles are kept per (thread, device) by detail::thread_handle (Note [Per-thread handle pools]).
 
 // The calling thread's cuDNN handle for CUDA device `device` (created on first use; the caller need not make
 // `device` current), bound to `stream` (nullptr: the legacy default stream) for the calls that follow.

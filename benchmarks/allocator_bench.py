@@ -15,23 +15,11 @@ import datetime
 import json
 import subprocess
 import sys
-import time
 
 import xpuruntime as xrt
+from timing import best_us
 
 SIZES = [4096, 1 << 20, 64 << 20]
-
-
-def best_us(fn, iterations: int) -> float:
-    for _ in range(max(1, iterations // 10)):
-        fn()
-    best = float("inf")
-    for _ in range(7):
-        start = time.perf_counter_ns()
-        for _ in range(iterations):
-            fn()
-        best = min(best, (time.perf_counter_ns() - start) / 1e3 / iterations)
-    return best
 
 
 def python_results(device: str) -> list[dict]:

@@ -30,11 +30,11 @@ import argparse
 import datetime
 import statistics
 import sys
-import time
 
 import torch
 
 import xpuruntime as xrt
+from timing import best_us
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -140,17 +140,7 @@ def gemm_rows(sizes, dtypes, iters: int, warmup: int, inner: int, use_graphs: bo
 
 
 def per_call_us(fn, iters: int) -> float:
-    for _ in range(max(10, iters // 10)):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter_ns()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter_ns() - start) / 1e3 / iters)
-    return best
+    return best_us(fn, iters, repeats=5, warmup=max(10, iters // 10), sync=torch.cuda.synchronize)
 
 
 def overhead_rows(iters: int) -> list[dict]:

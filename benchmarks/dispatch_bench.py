@@ -14,25 +14,11 @@ import argparse
 import datetime
 import json
 import subprocess
-import time
 
 import numpy as np
 
 import xpuruntime as xrt
-
-
-def best_us(fn, iterations: int = 5000, sync=None) -> float:
-    for _ in range(iterations // 10 + 1):
-        fn()
-    best = float("inf")
-    for _ in range(7):
-        start = time.perf_counter_ns()
-        for _ in range(iterations):
-            fn()
-        if sync:
-            sync()
-        best = min(best, (time.perf_counter_ns() - start) / 1e3 / iterations)
-    return best
+from timing import best_us
 
 
 def main() -> None:
@@ -52,7 +38,7 @@ def main() -> None:
         a = xrt.from_numpy(np.zeros(1, np.float32)).to(device)
         b = xrt.from_numpy(np.zeros(1, np.float32)).to(device)
         sync = (lambda: xrt.synchronize()) if device != "cpu" else None
-        rows.append((device, "Python xrt.ops.add", best_us(lambda: xrt.ops.add(a, b), sync=sync)))
+        rows.append((device, "Python xrt.ops.add", best_us(lambda: xrt.ops.add(a, b), 5000, warmup=501, sync=sync)))
     try:
         import torch
 
@@ -60,7 +46,7 @@ def main() -> None:
             ta = torch.zeros(1, device=device)
             tb = torch.zeros(1, device=device)
             sync = torch.cuda.synchronize if device != "cpu" else None
-            rows.append((device, "Python torch.add", best_us(lambda: torch.add(ta, tb), sync=sync)))
+            rows.append((device, "Python torch.add", best_us(lambda: torch.add(ta, tb), 5000, warmup=501, sync=sync)))
     except ImportError:
         pass
 

@@ -1,0 +1,67 @@
+// Shared helpers of the ONNX reference ops (see onnx_common.h).
+#include "backends/cpu/onnx/onnx_common.h"
+
+namespace xpuruntime::onnx_ref {
+
+std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<std::int64_t> broadcast_shapes(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b,
+                                           const std::string& where) {
+  const std::size_t rank = std::max(a.size(), b.size());
+  std::vector<std::int64_t> out(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    const std::int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const std::int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    XPURT_CHECK(da == db || da == 1 || db == 1, where, ": shapes cannot be broadcast together (dimension ", i,
+                ": ", da, " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& shape,
+                                            const std::vector<std::int64_t>& out) {
+  std::vector<std::int64_t> strides(out.size(), 0);
+  std::int64_t stride = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    const std::size_t o = i + (out.size() - shape.size());
+    strides[o] = shape[i] == 1 ? 0 : stride;
+    stride *= shape[i];
+  }
+  return strides;
+}
+
+std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, const std::string& where) {
+  XPURT_CHECK(axis >= -rank && axis < std::max<std::int64_t>(rank, 1), where, ": axis ", axis,
+              " is out of range for rank ", rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(t.numel()));
+  const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
+  if (c.dtype() == DType::kInt64) {
+    std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::int64_t));
+  } else if (c.dtype() == DType::kInt32) {
+    const auto* p = static_cast<const std::int32_t*>(c.data_ptr());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  } else {
+    throw InvalidTypeError(detail::str_cat(where, ": expected an int32 or int64 tensor, got ", dtype_name(c.dtype())));
+  }
+  return out;
+}
+
+double read_scalar(const Tensor& t, const std::string& where) {
+  XPURT_CHECK(t.numel() == 1, where, ": expected a scalar, got a tensor of ", t.numel(), " elements");
+  const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
+  return visit_dtype(c.dtype(), [&](auto tag) -> double {
+    using T = decltype(tag);
+    return static_cast<double>(Compute<T>::load(*static_cast<const T*>(c.data_ptr())));
+  });
+}
+
+}  // namespace xpuruntime::onnx_ref

@@ -1,0 +1,113 @@
+// What the ONNX reference ops share: dtype dispatch, 16-bit float conversion, broadcasting, axis handling and
+// reading shape-like inputs. Internal header of src/cpp/backends/cpu/onnx/.
+#pragma once
+
+#include <cstdint>
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/half.h"
+#include "core/runtime/onnx_cpu_ops.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime::onnx_ref {
+
+// Storage types of the 16-bit floats (bit patterns); compute in float.
+struct Half {
+  std::uint16_t bits;
+};
+struct BFloat16 {
+  std::uint16_t bits;
+};
+
+// Value conversions between a storage type and its compute type (float for the 16-bit floats).
+template <typename T>
+struct Compute {
+  using type = T;
+  static T load(T v) { return v; }
+  static T store(T v) { return v; }
+};
+template <>
+struct Compute<Half> {
+  using type = float;
+  static float load(Half v) { return detail::half_to_float(v.bits); }
+  static Half store(float v) { return Half{detail::float_to_half(v)}; }
+};
+template <>
+struct Compute<BFloat16> {
+  using type = float;
+  static float load(BFloat16 v) { return detail::bfloat16_to_float(v.bits); }
+  static BFloat16 store(float v) { return BFloat16{detail::float_to_bfloat16(v)}; }
+};
+
+// Calls fn(T{}) with T the storage type of `dtype` (bool is `bool`, float16 `Half`, bfloat16 `BFloat16`).
+template <typename Fn>
+decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn(float{});
+    case DType::kFloat64: return fn(double{});
+    case DType::kFloat16: return fn(Half{});
+    case DType::kBFloat16: return fn(BFloat16{});
+    case DType::kInt8: return fn(std::int8_t{});
+    case DType::kUInt8: return fn(std::uint8_t{});
+    case DType::kInt16: return fn(std::int16_t{});
+    case DType::kInt32: return fn(std::int32_t{});
+    case DType::kInt64: return fn(std::int64_t{});
+    case DType::kBool: return fn(bool{});
+  }
+  throw InvalidTypeError(detail::str_cat("unsupported dtype ", dtype_name(dtype)));
+}
+
+inline bool is_float_dtype(DType d) {
+  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 || d == DType::kBFloat16;
+}
+
+template <typename T>
+T* data(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+// NumPy broadcasting of two shapes; InvalidArgumentError (naming `where`) when incompatible.
+std::vector<std::int64_t> broadcast_shapes(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b,
+                                           const std::string& where);
+// Strides (in elements) that read a tensor of `shape` as if broadcast to `out` (0 on broadcast dims).
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& shape,
+                                            const std::vector<std::int64_t>& out);
+// `axis` in [-rank, rank) -> [0, rank); InvalidArgumentError naming `where` otherwise.
+std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, const std::string& where);
+// The values of an int32/int64 tensor (a shape, axes, pads...) as int64; InvalidTypeError for other dtypes.
+std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where);
+// A scalar (or one-element) tensor of any numeric dtype as double.
+double read_scalar(const Tensor& t, const std::string& where);
+std::int64_t numel_of(const std::vector<std::int64_t>& shape);
+
+// Iterates over every index of `shape` in row-major order, calling fn(offset_a, offset_b, linear_index) with the
+// offsets given by two stride vectors (e.g. broadcast strides of two inputs).
+template <typename Fn>
+void for_each_index2(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& sa,
+                     const std::vector<std::int64_t>& sb, Fn&& fn) {
+  const std::size_t rank = shape.size();
+  const std::int64_t total = numel_of(shape);
+  if (total == 0) return;
+  std::vector<std::int64_t> idx(rank, 0);
+  std::int64_t oa = 0, ob = 0;
+  for (std::int64_t linear = 0; linear < total; ++linear) {
+    fn(oa, ob, linear);
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++idx[d] < shape[d]) {
+        oa += sa[d];
+        ob += sb[d];
+        break;
+      }
+      oa -= sa[d] * (shape[d] - 1);
+      ob -= sb[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace xpuruntime::onnx_ref

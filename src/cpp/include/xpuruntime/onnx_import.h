@@ -1,0 +1,35 @@
+// ONNX import and export: a serialized ModelProto <-> Graph (graph.h).
+//
+//   Graph g = import_onnx(read_file("model.onnx"), {.model_dir = "."});
+//   std::string bytes = export_onnx(g);   // e.g. the optimized graph of a session
+//
+// Import reads every opset the protobuf format carries (ONNX's node semantics per opset are the engine's job),
+// external-data initializers (files relative to `model_dir`), value_info shapes (symbolic dims kept as names),
+// and subgraphs (If/Loop/Scan bodies). Malformed or truncated bytes, unknown element types, missing external
+// files and graphs that are not DAGs raise InvalidArgumentError saying what and where.
+//
+// Ownership: returns values. Thread-safety: free functions, no shared state.
+#pragma once
+
+#include <string>
+
+#include "xpuruntime/export.h"
+#include "xpuruntime/graph.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+
+struct XPURT_API OnnxImportOptions {
+  std::string model_dir;  // folder of external-data files ("" = the current directory)
+};
+
+XPURT_API Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});
+// Reads the file, then import_onnx with model_dir = the file's folder.
+XPURT_API Graph import_onnx_file(const std::string& path);
+// Serializes `graph` as an ONNX ModelProto (initializers inline; com.xpuruntime nodes keep their domain).
+XPURT_API std::string export_onnx(const Graph& graph);
+// A serialized TensorProto -> CPU tensor (the ONNX test data's input_*.pb / output_*.pb).
+XPURT_API Tensor tensor_from_onnx(const std::string& tensor_proto_bytes, const std::string& model_dir = "");
+XPURT_API std::string tensor_to_onnx(const Tensor& tensor, const std::string& name = "");
+
+}  // namespace xpuruntime

@@ -33,9 +33,14 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 DTYPES = ("float32", "float16", "bfloat16")
+# The data-movement ops, where and the comparisons run at every dtype; integer dtypes see integer values.
+INT_DTYPES = ("int32", "int64", "int8", "uint8", "int16")
+ALL_DTYPES = DTYPES + ("float64",) + INT_DTYPES + ("bool",)
+NUMPY_DTYPES = {"float64": np.float64, "int32": np.int32, "int64": np.int64, "int8": np.int8, "uint8": np.uint8,
+                "int16": np.int16, "bool": np.bool_}
 
 TOLERANCES: Dict[str, Dict[str, tuple]] = {
-    "exact": {"float32": (0.0, 0.0), "float16": (0.0, 0.0), "bfloat16": (0.0, 0.0)},
+    "exact": {dtype: (0.0, 0.0) for dtype in ALL_DTYPES},
     "elementwise": {"float32": (1e-5, 1e-6), "float16": (1e-3, 1e-5), "bfloat16": (1e-2, 1e-5)},
     "reduction": {"float32": (1e-5, 1e-5), "float16": (2e-3, 1e-4), "bfloat16": (1.6e-2, 1e-3)},
     "gemm": {"float32": (5e-5, 5e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
@@ -56,6 +61,14 @@ class Case:
     reference: Reference
     tolerance: str
     dtypes: Sequence[str] = DTYPES
+    # Per input, a dtype that overrides the run's dtype (None: the run's): "bool" for where's cond, "int64" for
+    # gather's indices.
+    input_dtypes: Sequence[Optional[str]] = ()
+    out_dtype: Optional[str] = None  # the output's dtype when it is not the run's (comparisons: "bool")
+
+    def input_dtype(self, index: int, dtype: str) -> str:
+        fixed = self.input_dtypes[index] if index < len(self.input_dtypes) else None
+        return fixed or dtype
 
     @property
     def id(self) -> str:
@@ -78,10 +91,23 @@ def uniform(rng: np.random.Generator, shape, low=-1.0, high=1.0) -> np.ndarray:
     return rng.uniform(low, high, size=shape).astype(np.float32)
 
 
+def to_numpy_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 ``x`` as a NumPy array of the integer or bool ``dtype`` (or float64): integers truncate toward zero
+    and wrap, bool is ``x != 0``. The test builds its inputs of those dtypes with this function."""
+    x = np.asarray(x, dtype=np.float32)
+    if dtype == "bool":
+        return x != 0
+    if dtype == "float64":
+        return x.astype(np.float64)
+    return np.trunc(x).astype(np.int64).astype(NUMPY_DTYPES[dtype])
+
+
 def round_to(x: Array, dtype: str) -> Array:
     """The float64 values of float32 ``x`` rounded to ``dtype`` (nearest even), as the kernels see them."""
     if x is None:
         return None
+    if dtype in INT_DTYPES or dtype == "bool":
+        return to_numpy_dtype(x, dtype).astype(np.float64)
     x = np.asarray(x, dtype=np.float32)
     if dtype == "float32":
         return x.astype(np.float64)
@@ -587,11 +613,208 @@ def attention_cases() -> List[Case]:
     return cases
 
 
+# ---- data movement, where, comparisons, every-dtype cast, integer arithmetic ----
+
+def integers(rng: np.random.Generator, shape, low=0, high=100) -> np.ndarray:
+    """Integer values as float32 (exact in every dtype, bfloat16 included, for |v| <= 256)."""
+    return rng.integers(low, high, size=shape).astype(np.float32)
+
+
+def transpose_cases() -> List[Case]:
+    specs = {
+        "2d_33x65": ((33, 65), [1, 0]),
+        "bert_bshd_to_bhsd": ((2, 7, 3, 5), [0, 2, 1, 3]),
+        "last_moves_3d": ((3, 17, 9), [0, 2, 1]),
+        "reverse_4d": ((2, 3, 4, 5), [3, 2, 1, 0]),
+        "size1_dims": ((3, 1, 5), [2, 1, 0]),
+        "keeps_last": ((4, 5, 6), [1, 0, 2]),
+        "rank1": ((7,), [0]),
+    }
+    return [Case("transpose", name, [integers(_rng("transpose" + name), shape)], {"perm": perm},
+                 lambda inputs, attrs: np.transpose(inputs[0], attrs["perm"]), "exact", ALL_DTYPES)
+            for name, (shape, perm) in specs.items()]
+
+
+def concat_cases() -> List[Case]:
+    specs = {
+        "axis1_three": ([(2, 3, 5), (2, 1, 5), (2, 7, 5)], 1),
+        "axis0": ([(3, 4), (5, 4)], 0),
+        "last_axis_negative": ([(3, 2, 3), (3, 2, 1), (3, 2, 9)], -1),
+        "single": ([(4, 5)], 0),
+    }
+    cases = []
+    for name, (shapes, axis) in specs.items():
+        rng = _rng("concat" + name)
+        cases.append(Case("concat", name, [integers(rng, s) for s in shapes], {"axis": axis},
+                          lambda inputs, attrs: np.concatenate(inputs, axis=attrs["axis"]), "exact", ALL_DTYPES))
+    return cases
+
+
+INT64_MAX = 2 ** 63 - 1
+INT64_MIN = -2 ** 63
+
+
+def ref_slice(inputs, attrs):
+    (x,) = inputs
+    starts, ends = attrs["starts"], attrs["ends"]
+    axes = attrs.get("axes", list(range(len(starts))))
+    steps = attrs.get("steps", [1] * len(starts))
+    index = [slice(None)] * x.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        index[axis] = slice(start, end, step)  # Python's slice clamps exactly as ONNX Slice does
+    return x[tuple(index)]
+
+
+def slice_cases() -> List[Case]:
+    specs = {
+        "leading": ((7, 9), {"starts": [1], "ends": [6]}),
+        "to_end_int64_max": ((7, 9), {"starts": [2, -4], "ends": [INT64_MAX, INT64_MAX]}),
+        "negative_step": ((5, 6, 37), {"starts": [1, 5, 3], "ends": [4, 0, 35], "steps": [1, -2, 1]}),
+        "reverse_int64_min": ((9, 4), {"starts": [-1], "ends": [INT64_MIN], "axes": [0], "steps": [-1]}),
+        "axes_negative_step3": ((4, 10, 3), {"starts": [1], "ends": [10], "axes": [-2], "steps": [3]}),
+        "clamped_empty": ((4, 5), {"starts": [10], "ends": [20], "axes": [1]}),
+    }
+    return [Case("slice", name, [integers(_rng("slice" + name), shape)], attrs, ref_slice, "exact", ALL_DTYPES)
+            for name, (shape, attrs) in specs.items()]
+
+
+def ref_gather(inputs, attrs):
+    data, indices = inputs
+    return np.take(data, indices.astype(np.int64), axis=attrs.get("axis", 0))
+
+
+def gather_cases() -> List[Case]:
+    specs = {
+        "embedding_50x33": ((50, 33), (3, 7), 0),
+        "embedding_long_rows": ((20, 520), (2, 5), 0),
+        "axis1": ((3, 6, 5), (2, 2), 1),
+        "last_axis": ((4, 5, 7), (3,), -1),
+        "scalar_index": ((6, 4), (), 0),
+    }
+    cases = []
+    for name, (shape, index_shape, axis) in specs.items():
+        rng = _rng("gather" + name)
+        size = shape[axis]
+        indices = rng.integers(-size, size, size=index_shape).astype(np.float32)
+        cases.append(Case("gather", name, [integers(rng, shape), indices], {"axis": axis}, ref_gather, "exact",
+                          ALL_DTYPES, input_dtypes=[None, "int64"]))
+    cases.append(Case("gather", "int32_indices", [integers(_rng("gather32"), (9, 17)),
+                                                  np.array([[0, -1], [8, 3]], dtype=np.float32)], {"axis": 0},
+                      ref_gather, "exact", ALL_DTYPES, input_dtypes=[None, "int32"]))
+    return cases
+
+
+def expand_cases() -> List[Case]:
+    specs = {
+        "column": ((3, 1), [2, 1, 4]),
+        "inner_run": ((1, 5, 1, 33), [3, 1, 4, 33]),
+        "shape_smaller": ((2, 3), [1]),
+        "scalar_like": ((1,), [4, 5]),
+    }
+    return [Case("expand", name, [integers(_rng("expand" + name), shape)], {"shape": target},
+                 lambda inputs, attrs: np.broadcast_to(inputs[0], np.broadcast_shapes(inputs[0].shape,
+                                                                                      tuple(attrs["shape"]))),
+                 "exact", ALL_DTYPES)
+            for name, (shape, target) in specs.items()]
+
+
+def where_cases() -> List[Case]:
+    specs = {
+        "same_7x13": ((7, 13), (7, 13), (7, 13)),
+        "broadcast_3way": ((4, 1, 7), (3, 1), (4, 3, 7)),
+        "scalar_b": ((2, 33), (2, 33), (1,)),
+    }
+    cases = []
+    for name, (cs, sa, sb) in specs.items():
+        rng = _rng("where" + name)
+        cond = (rng.uniform(size=cs) < 0.5).astype(np.float32)
+        cases.append(Case("where", name, [cond, integers(rng, sa), integers(rng, sb)], {},
+                          lambda inputs, attrs: np.where(inputs[0] != 0, inputs[1], inputs[2]), "exact", ALL_DTYPES,
+                          input_dtypes=["bool", None, None]))
+    return cases
+
+
+COMPARISONS = {"equal": np.equal, "less": np.less, "greater": np.greater}
+
+
+def compare_cases() -> List[Case]:
+    cases = []
+    for op, fn in COMPARISONS.items():
+        dtypes = ALL_DTYPES if op == "equal" else tuple(d for d in ALL_DTYPES if d != "bool")
+        for name, (sa, sb) in BINARY_SHAPES.items():
+            rng = _rng(op + name)
+            # Few distinct values, so that ties (equal elements) are common.
+            a, b = integers(rng, sa, 0, 4), integers(rng, sb, 0, 4)
+            cases.append(Case(op, name, [a, b], {}, (lambda f: lambda inputs, attrs: f(inputs[0], inputs[1]))(fn),
+                              "exact", dtypes, out_dtype="bool"))
+    cases.append(Case("logical_not", "7x13", [integers(_rng("logical_not"), (7, 13), 0, 2)], {},
+                      lambda inputs, attrs: inputs[0] == 0, "exact", ("bool",)))
+    return cases
+
+
+def ref_cast_any(inputs, attrs):
+    """float -> int truncates toward zero and saturates (NaN -> 0); -> bool is x != 0; ints and bool convert
+    exactly to the float dtypes here (the inputs are small integers)."""
+    (x,) = inputs
+    to = attrs["to"]
+    if to == "bool":
+        return (x != 0).astype(np.float64)
+    if to in INT_DTYPES:
+        info = np.iinfo(NUMPY_DTYPES[to])
+        with np.errstate(invalid="ignore"):
+            y = np.clip(np.trunc(x), info.min, info.max)
+        return np.where(np.isnan(x), 0.0, y)
+    return round_to(x.astype(np.float32), to)
+
+
+def cast_any_cases() -> List[Case]:
+    rng = _rng("cast_any")
+    fractional = (rng.uniform(-300.0, 300.0, size=(5, 41))).astype(np.float32)
+    special = np.array([0.0, -0.0, 0.5, -0.5, 2.7, -2.7, 127.9, 128.0, -128.9, 255.5, 256.0, 1e10, -1e10, np.inf,
+                        -np.inf, np.nan, 32767.5, -32769.0], dtype=np.float32)
+    cases = []
+    for to in INT_DTYPES + ("bool",):
+        cases.append(Case("cast", f"float_to_{to}_special", [special.copy()], {"to": to}, ref_cast_any, "exact",
+                          DTYPES + ("float64",)))
+        cases.append(Case("cast", f"float_to_{to}_spread", [fractional.copy()], {"to": to}, ref_cast_any, "exact",
+                          DTYPES + ("float64",)))
+    small = integers(rng, (3, 37), 0, 120)
+    small[0, :5] = 0  # zeros for the -> bool direction
+    for to in DTYPES + ("float64",) + INT_DTYPES + ("bool",):
+        cases.append(Case("cast", f"int_to_{to}", [small.copy()], {"to": to}, ref_cast_any, "exact",
+                          INT_DTYPES + ("bool",)))
+    return cases
+
+
+INT_ARITHMETIC = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": lambda a, b: np.trunc(a / b),  # integer division truncates toward zero
+}
+
+
+def integer_arithmetic_cases() -> List[Case]:
+    cases = []
+    for op, fn in INT_ARITHMETIC.items():
+        for name, (sa, sb) in BINARY_SHAPES.items():
+            rng = _rng("int" + op + name)
+            a = integers(rng, sa, -1000, 1000)
+            b = integers(rng, sb, 1, 50) * np.where(rng.uniform(size=sb) < 0.5, -1, 1).astype(np.float32)
+            cases.append(Case(op, f"int_{name}", [a, b], {},
+                              (lambda f: lambda inputs, attrs: f(inputs[0], inputs[1]))(fn), "exact",
+                              ("int32", "int64")))
+    cases.append(Case("neg", "int_7x13", [integers(_rng("intneg"), (7, 13), -1000, 1000)], {},
+                      lambda inputs, attrs: -inputs[0], "exact", ("int32", "int64")))
+    return cases
+
+
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
     cases = (matmul_cases() + linear_cases() + conv2d_cases() + pool_cases() + batch_norm_cases() + softmax_cases()
              + layer_norm_cases() + unary_cases() + binary_cases() + cast_cases() + reduce_cases()
-             + attention_cases())
+             + attention_cases() + transpose_cases() + concat_cases() + slice_cases() + gather_cases()
+             + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return cases

@@ -7,7 +7,9 @@ case's tolerance (see the module docstring of ``conformance_cases``). CPU kernel
 on ``cuda:0`` (skipped, with the reason, on machines without a CUDA device or builds without the backend).
 
 16-bit runs build float32 inputs, convert them on the device with ``xrt.ops.cast`` (the default kernel), and
-convert the output back to float32 the same way; the reference is computed from the same rounded inputs.
+convert the output back to float32 the same way; the reference is computed from the same rounded inputs. Integer
+and bool runs (the data-movement ops, where, the comparisons, cast, integer arithmetic) build their inputs in
+NumPy (``to_numpy_dtype``) and compare exactly.
 
 A kernel may decline a case (``supports()`` says no: ``UnsupportedOperationError``) only when ``EXCLUSIONS``
 lists that (kernel, op, condition) with the reason; any other rejection fails the test. An excluded case that
@@ -24,7 +26,7 @@ import numpy as np
 import pytest
 
 import xpuruntime as xrt
-from conformance_cases import TOLERANCES, Case, _out_size, all_cases, round_to
+from conformance_cases import TOLERANCES, Case, _out_size, all_cases, round_to, to_numpy_dtype
 
 HAS_GPU = xrt.get_device_count() > 0
 CASES = all_cases()
@@ -134,12 +136,16 @@ def _params():
 def _reference(case_index: int, dtype: str) -> np.ndarray:
     case = CASES[case_index]
     with np.errstate(all="ignore"):
-        return np.asarray(case.reference([round_to(x, dtype) for x in case.inputs], case.attrs), dtype=np.float64)
+        inputs = [round_to(x, case.input_dtype(k, dtype)) for k, x in enumerate(case.inputs)]
+        return np.asarray(case.reference(inputs, case.attrs), dtype=np.float64)
 
 
 def _device_input(array, dtype: str, device: str):
     if array is None:
         return None
+    if dtype not in ("float32", "float16", "bfloat16"):
+        tensor = xrt.from_numpy(np.array(to_numpy_dtype(array, dtype), order="C"))  # keeps 0-d arrays 0-d
+        return tensor if device == "cpu" else tensor.to(device)
     tensor = xrt.from_numpy(np.ascontiguousarray(array, dtype=np.float32).copy())
     if device != "cpu":
         tensor = tensor.to(device)
@@ -158,7 +164,7 @@ def test_kernel_matches_reference(case: Case, dtype: str, info):
         pytest.skip(f"{info.name} ({info.backend}) is not in this build")
     device = "cuda:0" if info.device_type == "cuda" else "cpu"
     exclusion = exclusion_for(info.name, case, dtype)
-    inputs = [_device_input(x, dtype, device) for x in case.inputs]
+    inputs = [_device_input(x, case.input_dtype(k, dtype), device) for k, x in enumerate(case.inputs)]
     policy = xrt.KernelPolicy({case.op: f"pin:{info.name}"})
     try:
         outputs, decision = xrt.ops.call(case.op, inputs, case.attrs, policy=policy, return_decision=True)
@@ -169,7 +175,7 @@ def test_kernel_matches_reference(case: Case, dtype: str, info):
                     "Fix the kernel, or add an entry with its reason to EXCLUSIONS in test_conformance.py.")
     assert decision.kernel == info.name, decision
     assert len(outputs) == 1
-    out_dtype = case.attrs["to"] if case.op == "cast" else dtype
+    out_dtype = case.attrs["to"] if case.op == "cast" else (case.out_dtype or dtype)
     assert outputs[0].dtype == out_dtype
     actual = _to_float64(outputs[0])
     expected = _reference(CASE_INDEX[case.id], dtype)

@@ -43,6 +43,7 @@ void bind_session(py::module_& m) {
       .def_readonly("device", &Explanation::device)
       .def_readonly("policy_notes", &Explanation::policy_notes)
       .def_readonly("options", &Explanation::options)
+      .def_readonly("memory", &Explanation::memory)
       .def_property_readonly("nodes", [](const Explanation& e) {
         py::list nodes;
         for (const auto& n : e.nodes) {

@@ -46,7 +46,8 @@ std::string ValueInfo::str() const {
 
 std::string Explanation::to_json() const {
   nlohmann::json tree = {{"engine", engine}, {"engine_reason", engine_reason}, {"device", device},
-                         {"policy_notes", policy_notes}, {"options", options}};
+                         {"policy_notes", policy_notes}, {"options", options},
+                         {"memory", memory}};
   nlohmann::json list = nlohmann::json::array();
   for (const auto& n : nodes) {
     list.push_back({{"node", n.node}, {"op_type", n.op_type}, {"kernel", n.kernel}, {"backend", n.backend},
@@ -60,6 +61,7 @@ std::string Explanation::str() const {
   std::string out = "engine: " + engine + " (" + engine_reason + ")\ndevice: " + device + "\n";
   for (const auto& option : options) out += "option: " + option + "\n";
   for (const auto& note : policy_notes) out += "policy: " + note + "\n";
+  if (!memory.empty()) out += "memory: " + memory + "\n";
   std::size_t w_node = 4, w_op = 7, w_kernel = 6;
   for (const auto& n : nodes) {
     w_node = std::max(w_node, n.node.size());
@@ -89,9 +91,7 @@ EngineRegistry& EngineRegistry::global() {
     registry.add(std::make_unique<DeclaredEngine>(
         "tensorrt", "the tensorrt engine needs NVIDIA TensorRT 10, which this build does not have; install TensorRT "
                     "(pip install xpuruntime[tensorrt] / the TensorRT SDK) and rebuild with it"));
-    registry.add(std::make_unique<DeclaredEngine>(
-        "native", "the native engine is not available in xpuruntime " XPURT_VERSION_STRING
-                  " yet; use engine=\"onnxruntime\" or \"auto\""));
+    register_native(registry);
   });
   return registry;
 }
@@ -154,8 +154,16 @@ void InferenceSession::build(const std::string& model) {
     const Engine* native = registry.find("native");
     const Support native_support = native ? native->available(options_) : Support::no("not registered");
     if (native_support.ok() && options_.device.is_cuda()) {
-      name = "native";
-      engine_reason_ = "auto: the native engine runs every node on " + options_.device.str();
+      // Native when it can run every node (its create() checks); ONNX Runtime otherwise, saying why.
+      try {
+        session_ = native->create(model, options_);
+        engine_ = "native";
+        engine_reason_ = "auto: the native engine runs every node on " + options_.device.str();
+        return;
+      } catch (const UnsupportedOperationError& e) {
+        name = "onnxruntime";
+        engine_reason_ = std::string("auto: fell back to onnxruntime because ") + e.what();
+      }
     } else {
       name = "onnxruntime";
       engine_reason_ = options_.device.is_cuda()

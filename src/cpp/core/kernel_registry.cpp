@@ -65,6 +65,12 @@ std::size_t OpSchema::num_required_inputs() const {
   return n;
 }
 
+bool OpSchema::is_variadic() const {
+  const std::string suffix = "...";
+  return !inputs.empty() && inputs.back().size() > suffix.size() &&
+         inputs.back().compare(inputs.back().size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 void KernelRegistry::add_schema(OpSchema schema) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& existing : schemas_) {
@@ -178,6 +184,18 @@ std::vector<std::string> KernelRegistry::policy_keys() const {
 void KernelRegistry::infer(OpDescriptor& desc) const {
   const OpSchema& op_schema = schema(desc.op);
   const std::size_t required = op_schema.num_required_inputs();
+  if (op_schema.is_variadic()) {
+    // Fixed inputs first (all required), then one or more of the variadic one, every one given.
+    XPURT_CHECK(desc.inputs.size() >= required, "op '", desc.op, "' takes ", required, " or more inputs (",
+                join(op_schema.inputs), "), got ", desc.inputs.size());
+    for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
+      const std::string& name = op_schema.inputs[std::min(k, op_schema.inputs.size() - 1)];
+      XPURT_CHECK(desc.inputs[k].present, "op '", desc.op, "': input ", k, " ('", name,
+                  "') is required but was not given");
+    }
+    desc.outputs = op_schema.infer(desc);
+    return;
+  }
   XPURT_CHECK(desc.inputs.size() >= required && desc.inputs.size() <= op_schema.inputs.size(), "op '", desc.op,
               "' takes ", required == op_schema.inputs.size() ? "" : "from ", required,
               required == op_schema.inputs.size() ? "" : " to ",

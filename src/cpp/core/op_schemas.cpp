@@ -269,17 +269,6 @@ std::vector<TensorDesc> infer_binary(const OpDescriptor& desc) {
   return {output_like(desc.inputs[0], broadcast_shapes(desc.inputs[0].shape, desc.inputs[1].shape, desc.op, "input"))};
 }
 
-std::vector<TensorDesc> infer_cast(const OpDescriptor& desc) {
-  const TensorDesc& x = desc.inputs[0];
-  XPURT_CHECK_TYPE(is_float(x.dtype), "op 'cast': input 'x' must be a float tensor, got ", dtype_name(x.dtype));
-  XPURT_CHECK(desc.attrs.has("to"), "op 'cast': attribute 'to' (the dtype name) is required");
-  const DType to = dtype_from_name(desc.attrs.get_string("to", ""));
-  XPURT_CHECK_TYPE(is_float(to), "op 'cast': 'to' must be a float dtype, got ", dtype_name(to));
-  TensorDesc out = output_like(x, x.shape);
-  out.dtype = to;
-  return {out};
-}
-
 std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
   check_float_inputs(desc, {"x"});
   const TensorDesc& x = desc.inputs[0];
@@ -335,6 +324,8 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
 
 }  // namespace
 
+void register_data_ops(KernelRegistry& registry);  // op_schemas_data.cpp: data movement, every-dtype ops
+
 void register_ops(KernelRegistry& registry) {
   auto add = [&](std::string name, std::string family, std::vector<std::string> inputs, std::string doc,
                  std::function<std::vector<TensorDesc>(const OpDescriptor&)> infer) {
@@ -365,19 +356,19 @@ void register_ops(KernelRegistry& registry) {
   for (const char* op : {"relu", "sigmoid", "tanh", "silu"}) {
     add(op, "activation", {"x"}, std::string(op) + "(x)", infer_unary);
   }
-  for (const char* op : {"exp", "log", "sqrt", "neg", "abs", "erf", "reciprocal"}) {
+  for (const char* op : {"exp", "log", "sqrt", "abs", "erf", "reciprocal"}) {
     add(op, "elementwise", {"x"}, std::string(op) + "(x)", infer_unary);
   }
-  for (const char* op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}) {
+  for (const char* op : {"pow", "maximum", "minimum"}) {
     add(op, "elementwise", {"a", "b"}, std::string(op) + "(a, b) with NumPy broadcasting", infer_binary);
   }
-  add("cast", "elementwise", {"x"}, "convert to the float dtype 'to'", infer_cast);
   for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"}) {
     add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1", infer_reduce);
   }
   add("attention", "attention", {"q", "k", "v", "mask?"},
       "softmax(q k^T * scale + mask) v; [B, H, S, D], causal=0, scale=0 (1/sqrt(D)), GQA when Hkv divides H",
       infer_attention);
+  register_data_ops(registry);
 }
 
 }  // namespace xpuruntime

@@ -65,25 +65,34 @@ CpuContext make_context(const ExecutionPolicy& policy);
 
 using CpuRunFn = std::function<void(const KernelLaunch&, const CpuContext&)>;
 
+// The dtypes a cpu kernel takes (its op schema has validated the exact combination already).
+enum class DTypeSet : std::uint8_t {
+  kFloat,        // float32, float16, bfloat16, float64: the float ops
+  kFloatAndInt,  // the floats and int32, int64: add, sub, mul, div, neg
+  kAll,          // every dtype of Tensor: data movement, where, comparisons, logical_not, cast
+};
+
 // The checks every cpu kernel makes: the op runs on the CPU, every present input and output is contiguous and
-// of a float dtype (float32, float16, bfloat16, float64), and the policy does not ask for int8.
-Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy);
+// of a dtype of `dtypes`, and the policy does not ask for int8.
+Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy, DTypeSet dtypes = DTypeSet::kFloat);
 
 // A cpu kernel: KernelInfo{op, "cpu", "cpu", kCPU, deterministic}, the common checks (every cpu kernel takes
 // any shape the op schema accepts), and plans that call `run` with the context fixed at build.
 class CpuKernel final : public Kernel {
  public:
-  CpuKernel(const std::string& op, std::string summary, CpuRunFn run);
+  CpuKernel(const std::string& op, std::string summary, CpuRunFn run, DTypeSet dtypes = DTypeSet::kFloat);
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override;
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
                                     const std::string& record) const override;
 
  private:
   CpuRunFn run_;
+  DTypeSet dtypes_;
 };
 
-inline void add_cpu_kernel(KernelRegistry& registry, const std::string& op, std::string summary, CpuRunFn run) {
-  registry.add_kernel(std::make_unique<CpuKernel>(op, std::move(summary), std::move(run)));
+inline void add_cpu_kernel(KernelRegistry& registry, const std::string& op, std::string summary, CpuRunFn run,
+                           DTypeSet dtypes = DTypeSet::kFloat) {
+  registry.add_kernel(std::make_unique<CpuKernel>(op, std::move(summary), std::move(run), dtypes));
 }
 
 // The registration functions of each op family (one per file).
@@ -94,6 +103,13 @@ void register_norm_kernels(KernelRegistry& registry);         // batch_norm, sof
 void register_elementwise_kernels(KernelRegistry& registry);  // activations, unary, binary, cast
 void register_reduce_kernels(KernelRegistry& registry);       // reduce_sum/mean/max/min
 void register_attention_kernels(KernelRegistry& registry);    // attention
+void register_data_kernels(KernelRegistry& registry);  // transpose, concat, slice, gather, expand, where, comparisons,
+                                                       // logical_not (cpu_data.cpp)
+
+// Integer add/sub/mul/div/neg and cast between any dtypes (cpu_data.cpp; the elementwise kernels call them for
+// the dtypes they do not compute themselves). `op`: "add", "sub", "mul", "div" or "neg".
+void run_integer_arithmetic(const std::string& op, const KernelLaunch& launch, const CpuContext& context);
+void run_any_cast(const KernelLaunch& launch, const CpuContext& context);
 
 // ---- dtype conversion ----
 

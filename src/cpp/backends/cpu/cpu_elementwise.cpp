@@ -1,6 +1,7 @@
 // Elementwise ops of the cpu backend: activations (gelu, relu, sigmoid, tanh, silu), unary math (exp, log,
 // sqrt, neg, abs, erf, reciprocal), binary ops with NumPy broadcasting (add, sub, mul, div, pow, maximum,
-// minimum) and cast between float dtypes.
+// minimum) and cast between float dtypes. add, sub, mul, div and neg of int32/int64 and casts that involve a
+// non-float dtype are computed in cpu_data.cpp (run_integer_arithmetic, run_any_cast).
 //
 // NaN semantics follow PyTorch: relu, maximum and minimum propagate NaN; IEEE results otherwise (log of a
 // negative number is NaN, reciprocal of 0 is inf, ...). cast rounds to nearest even, once (a float64 source
@@ -17,6 +18,10 @@ namespace xpuruntime::cpu {
 namespace {
 
 constexpr std::int64_t kElementGrain = 32768;
+
+bool is_float_dtype(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16 || dtype == DType::kFloat64;
+}
 
 enum class UnaryOp : std::uint8_t {
   kGelu,
@@ -218,7 +223,14 @@ void register_elementwise_kernels(KernelRegistry& registry) {
   add_unary("exp", UnaryOp::kExp, "exp(x)");
   add_unary("log", UnaryOp::kLog, "natural log(x)");
   add_unary("sqrt", UnaryOp::kSqrt, "sqrt(x)");
-  add_unary("neg", UnaryOp::kNeg, "-x");
+  add_cpu_kernel(
+      registry, "neg", "reference -x, computed in fp32 (fp64 for float64); int32/int64 wrap",
+      [](const KernelLaunch& launch, const CpuContext& context) {
+        const DType dtype = launch.desc->inputs[0].dtype;
+        if (dtype == DType::kInt32 || dtype == DType::kInt64) return run_integer_arithmetic("neg", launch, context);
+        dispatch_compute_type(dtype, [&](auto zero) { run_unary<decltype(zero)>(UnaryOp::kNeg, launch, context); });
+      },
+      DTypeSet::kFloatAndInt);
   add_unary("abs", UnaryOp::kAbs, "|x|");
   add_unary("erf", UnaryOp::kErf, "erf(x)");
   add_unary("reciprocal", UnaryOp::kReciprocal, "1 / x");
@@ -227,26 +239,37 @@ void register_elementwise_kernels(KernelRegistry& registry) {
       {"add", BinaryOp::kAdd}, {"sub", BinaryOp::kSub},         {"mul", BinaryOp::kMul},        {"div", BinaryOp::kDiv},
       {"pow", BinaryOp::kPow}, {"maximum", BinaryOp::kMaximum}, {"minimum", BinaryOp::kMinimum}};
   for (const auto& [op, kind] : binaries) {
-    add_cpu_kernel(registry, op,
-                   std::string("reference ") + op +
-                       "(a, b) with NumPy broadcasting, computed in fp32 (fp64 for "
-                       "float64)",
-                   [kind = kind](const KernelLaunch& launch, const CpuContext& context) {
-                     dispatch_compute_type(launch.desc->inputs[0].dtype,
-                                           [&](auto zero) { run_binary<decltype(zero)>(kind, launch, context); });
-                   });
+    const bool takes_int = kind == BinaryOp::kAdd || kind == BinaryOp::kSub || kind == BinaryOp::kMul ||
+                           kind == BinaryOp::kDiv;
+    add_cpu_kernel(
+        registry, op,
+        std::string("reference ") + op + "(a, b) with NumPy broadcasting, computed in fp32 (fp64 for float64)" +
+            (takes_int ? "; int32/int64 wrap, division truncates" : ""),
+        [kind = kind, name = std::string(op)](const KernelLaunch& launch, const CpuContext& context) {
+          const DType dtype = launch.desc->inputs[0].dtype;
+          if (dtype == DType::kInt32 || dtype == DType::kInt64) return run_integer_arithmetic(name, launch, context);
+          dispatch_compute_type(dtype, [&](auto zero) { run_binary<decltype(zero)>(kind, launch, context); });
+        },
+        takes_int ? DTypeSet::kFloatAndInt : DTypeSet::kFloat);
   }
 
-  add_cpu_kernel(registry, "cast", "reference conversion between float dtypes, rounding to nearest even once",
-                 [](const KernelLaunch& launch, const CpuContext& context) {
-                   const bool wide = launch.desc->inputs[0].dtype == DType::kFloat64 ||
-                                     launch.desc->outputs[0].dtype == DType::kFloat64;
-                   if (wide) {
-                     run_cast<double>(launch, context);
-                   } else {
-                     run_cast<float>(launch, context);
-                   }
-                 });
+  add_cpu_kernel(
+      registry, "cast",
+      "reference conversion between any dtypes: floats round to nearest even once, float->int truncates toward "
+      "zero (saturating, NaN -> 0), ->bool is x != 0",
+      [](const KernelLaunch& launch, const CpuContext& context) {
+        if (!is_float_dtype(launch.desc->inputs[0].dtype) || !is_float_dtype(launch.desc->outputs[0].dtype)) {
+          return run_any_cast(launch, context);
+        }
+        const bool wide = launch.desc->inputs[0].dtype == DType::kFloat64 ||
+                          launch.desc->outputs[0].dtype == DType::kFloat64;
+        if (wide) {
+          run_cast<double>(launch, context);
+        } else {
+          run_cast<float>(launch, context);
+        }
+      },
+      DTypeSet::kAll);
 }
 
 }  // namespace xpuruntime::cpu

@@ -76,7 +76,25 @@ Activation activation_from_name(const std::string& name) {
   return Activation::kNone;
 }
 
-Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+bool in_set(DType dtype, DTypeSet dtypes) {
+  switch (dtypes) {
+    case DTypeSet::kFloat: return is_cpu_float(dtype);
+    case DTypeSet::kFloatAndInt: return is_cpu_float(dtype) || dtype == DType::kInt32 || dtype == DType::kInt64;
+    case DTypeSet::kAll: return true;
+  }
+  return false;
+}
+
+const char* set_text(DTypeSet dtypes) {
+  switch (dtypes) {
+    case DTypeSet::kFloat: return "float32, float16, bfloat16 and float64";
+    case DTypeSet::kFloatAndInt: return "float32, float16, bfloat16, float64, int32 and int64";
+    case DTypeSet::kAll: return "every dtype";
+  }
+  return "";
+}
+
+Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy, DTypeSet dtypes) {
   if (desc.device.type != DeviceType::kCPU) {
     return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' runs on CPU tensors; the inputs are on ",
                                        desc.device.str(), " (copy them with .to('cpu') or use a CUDA kernel)"));
@@ -90,10 +108,9 @@ Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy)
       return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' runs on CPU tensors; ", role, " ", index,
                                          " is on ", tensor.device.str()));
     }
-    if (!is_cpu_float(tensor.dtype)) {
-      return Support::no(detail::str_cat("the cpu kernel of '", desc.op,
-                                         "' supports float32, float16, bfloat16 and float64; ", role, " ", index,
-                                         " is ", dtype_name(tensor.dtype)));
+    if (!in_set(tensor.dtype, dtypes)) {
+      return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' supports ", set_text(dtypes), "; ", role,
+                                         " ", index, " is ", dtype_name(tensor.dtype)));
     }
     if (!tensor.is_contiguous()) {
       return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' needs contiguous tensors; ", role, " ",
@@ -112,11 +129,13 @@ Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy)
   return Support::yes();
 }
 
-CpuKernel::CpuKernel(const std::string& op, std::string summary, CpuRunFn run)
-    : Kernel(KernelInfo{op, "cpu", "cpu", DeviceType::kCPU, true, std::move(summary)}), run_(std::move(run)) {}
+CpuKernel::CpuKernel(const std::string& op, std::string summary, CpuRunFn run, DTypeSet dtypes)
+    : Kernel(KernelInfo{op, "cpu", "cpu", DeviceType::kCPU, true, std::move(summary)}),
+      run_(std::move(run)),
+      dtypes_(dtypes) {}
 
 Support CpuKernel::supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
-  return common_supports(desc, policy);
+  return common_supports(desc, policy, dtypes_);
 }
 
 std::unique_ptr<KernelPlan> CpuKernel::build(const OpDescriptor& desc, const ExecutionPolicy& policy,
@@ -138,6 +157,7 @@ void register_cpu(KernelRegistry& registry) {
   cpu::register_elementwise_kernels(registry);
   cpu::register_reduce_kernels(registry);
   cpu::register_attention_kernels(registry);
+  cpu::register_data_kernels(registry);
 }
 
 }  // namespace xpuruntime

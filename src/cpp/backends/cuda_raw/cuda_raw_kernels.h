@@ -64,6 +64,70 @@ void binary(BinaryOp op, const void* a, const void* b, void* y, DType dtype, con
 // y = x converted from `from` to `to` (float32, float16, bfloat16, float64), n elements.
 void cast(const void* x, DType from, void* y, DType to, std::int64_t n, void* stream);
 
+// ---- data.cu: data movement, where, comparisons, every-dtype cast, integer arithmetic ----
+// Data movement copies bits, so only the element size matters (1, 2, 4 or 8 bytes).
+
+// y (contiguous, `shape`)[i...] = x[sum(i[d] * strides[d])], strides in elements (any sign, 0 for broadcast).
+// `x` points at the element of index 0 (a slice's first element). Inner runs that x stores contiguously are
+// moved in vectors of up to 16 bytes. Used by slice, expand and the run-preserving transposes.
+void strided_gather(const void* x, void* y, std::size_t element_size, const std::vector<std::int64_t>& shape,
+                    const std::vector<std::int64_t>& strides, void* stream);
+
+// y = x permuted: y.shape[i] = shape[perm[i]] (perm normalized, a permutation). After dropping size-1 dims and
+// merging dims that stay adjacent, a permutation that keeps the innermost dim is a strided_gather of
+// contiguous runs; one that moves it goes through 32x32 shared-memory tiles (coalesced reads and writes).
+void transpose(const void* x, void* y, std::size_t element_size, const std::vector<std::int64_t>& shape,
+               const std::vector<std::int64_t>& perm, void* stream);
+
+// y [outer, sum(row_bytes)] (bytes) = the inputs [outer, row_bytes[k]] side by side: one 2-D copy per input.
+void concat(const std::vector<const void*>& inputs, const std::vector<std::int64_t>& row_bytes, void* y,
+            std::int64_t outer, void* stream);
+
+// ONNX Gather of data viewed as [outer, axis_size, inner] with `num_indices` indices (int32 or int64, negative
+// ones count from the end) into y [outer, num_indices, inner]. Note [Gather index errors]: an out-of-range index
+// writes zeros and raises a flag on the device; `gather_index_error` reads it.
+void gather(const void* data, const void* indices, DType index_dtype, void* y, std::size_t element_size,
+            std::int64_t outer, std::int64_t axis_size, std::int64_t num_indices, std::int64_t inner, void* stream);
+// Whether a gather on the current device met an out-of-range index since the last reset (synchronizes the
+// device's work first). `reset` clears the flag.
+bool gather_index_error(bool reset);
+// Whether XPURT_CUDA_RAW_CHECK_INDICES=1 (read at each launch): the gather kernel then synchronizes around each
+// launch and raises InvalidArgumentError on an out-of-range index (a debug check: it serializes the device's
+// work, and cannot run inside a CUDA graph capture).
+bool gather_checks_enabled();
+
+// Where each output element of a three-operand broadcast (where) reads its operands, merged like
+// BroadcastGeometry.
+struct WhereGeometry {
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides[3];  // cond, a, b
+  std::int64_t numel() const;
+};
+bool where_geometry(const std::vector<std::int64_t>& cond, const std::vector<std::int64_t>& a,
+                    const std::vector<std::int64_t>& b, const std::vector<std::int64_t>& out, WhereGeometry* geometry,
+                    std::string* why_not);
+// y = cond ? a : b (cond bool, one byte per element).
+void where(const void* cond, const void* a, const void* b, void* y, std::size_t element_size,
+           const WhereGeometry& geometry, void* stream);
+
+enum class CompareOp : std::uint8_t { kEqual, kLess, kGreater };
+// y (bool) = a op b for any dtype (16-bit floats compared as float).
+void compare(CompareOp op, const void* a, const void* b, void* y, DType dtype, const BroadcastGeometry& geometry,
+             void* stream);
+// y = !x, bool, n elements.
+void logical_not(const void* x, void* y, std::int64_t n, void* stream);
+
+// add/sub/mul/div of int32/int64 with wrap-around; division truncates toward zero, MIN / -1 wraps to MIN, and a
+// division by zero gives 0 (documented: the GPU cannot raise; the cpu kernel raises InvalidArgumentError).
+void integer_binary(BinaryOp op, const void* a, const void* b, void* y, DType dtype, const BroadcastGeometry& geometry,
+                    void* stream);
+// y = -x for int32/int64 (wrapping), n elements.
+void integer_neg(const void* x, void* y, DType dtype, std::int64_t n, void* stream);
+
+// y = x converted between any dtypes (used when either side is not a float dtype): float -> int truncates toward
+// zero, saturating, NaN -> 0; int -> int wraps; -> bool is x != 0; bool -> 0 or 1; one rounding to 16-bit floats.
+void cast_any(const void* x, DType from, void* y, DType to, std::int64_t n, void* stream);
+
 // Softmax of x viewed as [outer, axis_size, inner] along the middle axis.
 void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
              void* stream);

@@ -1,7 +1,8 @@
 // Registration of the cuda_raw backend: xpuruntime's own CUDA kernels for the elementwise, activation, cast,
-// softmax, layer_norm and reduce ops (kernel name "cuda_raw"), and flash attention ("flash_v2",
-// flash_attention.cu). Every kernel computes in fp32 (Note [fp32 compute] in cuda_raw_common.cuh), uses no
-// atomics (deterministic), and needs contiguous inputs (the functional API makes them so).
+// softmax, layer_norm, reduce, data-movement (transpose, concat, slice, gather, expand), where and comparison
+// ops (kernel name "cuda_raw"), and flash attention ("flash_v2", flash_attention.cu). Every float kernel computes
+// in fp32 (Note [fp32 compute] in cuda_raw_common.cuh); every kernel uses no atomics (deterministic) and needs
+// contiguous inputs (the functional API makes them so).
 #include <exception>
 #include <functional>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "backends/cuda_raw/cuda_raw_kernels.h"
 #include "backends/cuda_raw/flash_attention.h"
 #include "core/cuda_utils.h"
+#include "core/data_ops.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
@@ -36,11 +38,36 @@ bool is_kernel_float(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
 }
 
-// What every cuda_raw kernel needs: a CUDA device it was built for, no int8 precision, and float32/float16/
-// bfloat16 contiguous inputs (float64 too where `allow_float64`, i.e. for cast). `names`: the schema's input
-// names, for the messages.
+// The input dtypes a cuda_raw kernel takes (the op schema has validated the exact combination already).
+enum class DTypes : std::uint8_t {
+  kFloat,        // float32, float16, bfloat16: the float math
+  kFloatAndInt,  // those and int32, int64: add, sub, mul, div, neg
+  kAll,          // every dtype: data movement, where, comparisons, logical_not, cast
+};
+
+bool takes(DTypes dtypes, DType dtype) {
+  switch (dtypes) {
+    case DTypes::kFloat: return is_kernel_float(dtype);
+    case DTypes::kFloatAndInt: return is_kernel_float(dtype) || data_ops::is_arithmetic_int_dtype(dtype);
+    case DTypes::kAll: return data_ops::is_any_supported_dtype(dtype);
+  }
+  return false;
+}
+
+const char* dtypes_text(DTypes dtypes) {
+  switch (dtypes) {
+    case DTypes::kFloat: return "float32, float16 and bfloat16";
+    case DTypes::kFloatAndInt: return "float32, float16, bfloat16, int32 and int64";
+    case DTypes::kAll: return "every dtype";
+  }
+  return "";
+}
+
+// What every cuda_raw kernel needs: a CUDA device it was built for, no int8 precision, and contiguous inputs of
+// the dtypes `dtypes`. `names`: the schema's input names, for the messages (the last one repeats for variadic
+// inputs).
 Support check_common(const OpDescriptor& desc, const ExecutionPolicy& policy, const std::vector<std::string>& names,
-                     bool allow_float64 = false) {
+                     DTypes dtypes = DTypes::kFloat) {
   if (!desc.device.is_cuda()) {
     return Support::no(detail::str_cat("runs on CUDA devices; the input is on ", desc.device.str()));
   }
@@ -55,13 +82,12 @@ Support check_common(const OpDescriptor& desc, const ExecutionPolicy& policy, co
   for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
     const TensorDesc& input = desc.inputs[k];
     if (!input.present) continue;
-    const std::string& name = k < names.size() ? names[k] : std::string("input");
+    const std::string name = k < names.size() ? names[k] : names.empty() ? std::string("input") : names.back();
     if (!input.device.is_cuda()) {
       return Support::no(detail::str_cat("runs on CUDA devices; input '", name, "' is on ", input.device.str()));
     }
-    if (!is_kernel_float(input.dtype) && !(allow_float64 && input.dtype == DType::kFloat64)) {
-      return Support::no(detail::str_cat("cuda_raw supports float32, float16 and bfloat16",
-                                         allow_float64 ? " (and float64 for cast)" : "", ", got ",
+    if (!takes(dtypes, input.dtype)) {
+      return Support::no(detail::str_cat("cuda_raw '", desc.op, "' supports ", dtypes_text(dtypes), ", got ",
                                          dtype_name(input.dtype), " for input '", name,
                                          "'; cast it or use the cpu kernel"));
     }
@@ -88,11 +114,12 @@ using Extra = std::function<Support(const OpDescriptor&)>;
 // Adds the "cuda_raw" kernel of `op`: the common checks, then `extra` (null: none), then `run` on the launch's
 // device and stream. `supports` never throws: a malformed attribute becomes the reason.
 void add_kernel(KernelRegistry& registry, const std::string& op, const std::string& summary,
-                std::vector<std::string> names, Extra extra, FunctionKernel::RunFn run, bool allow_float64 = false) {
-  auto supports = [names = std::move(names), extra = std::move(extra), allow_float64](
+                std::vector<std::string> names, Extra extra, FunctionKernel::RunFn run,
+                DTypes dtypes = DTypes::kFloat) {
+  auto supports = [names = std::move(names), extra = std::move(extra), dtypes](
                       const OpDescriptor& desc, const ExecutionPolicy& policy) -> Support {
     try {
-      Support common = check_common(desc, policy, names, allow_float64);
+      Support common = check_common(desc, policy, names, dtypes);
       if (!common) return common;
       return extra ? extra(desc) : Support::yes();
     } catch (const std::exception& e) {
@@ -118,9 +145,12 @@ void add_unary(KernelRegistry& registry, const std::string& op, UnaryOp kind, co
 }
 
 void add_binary(KernelRegistry& registry, const std::string& op, BinaryOp kind) {
+  const bool takes_int =
+      kind == BinaryOp::kAdd || kind == BinaryOp::kSub || kind == BinaryOp::kMul || kind == BinaryOp::kDiv;
   add_kernel(
       registry, op,
-      op + "(a, b) with NumPy broadcasting (stride tables, up to 8 merged dims); vectorized for equal shapes",
+      op + "(a, b) with NumPy broadcasting (stride tables, up to 8 merged dims); vectorized for equal shapes" +
+          (takes_int ? "; int32/int64 wrap, division truncates (by zero: 0)" : ""),
       {"a", "b"},
       [](const OpDescriptor& desc) {
         if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
@@ -141,8 +171,14 @@ void add_binary(KernelRegistry& registry, const std::string& op, BinaryOp kind) 
         if (!cuda_raw::broadcast_geometry(a.shape(), b.shape(), y.shape(), &geometry, &why_not)) {
           throw UnsupportedOperationError(why_not);
         }
-        cuda_raw::binary(kind, a.data_ptr(), b.data_ptr(), y.data_ptr(), a.dtype(), geometry, launch.stream.handle);
-      });
+        if (data_ops::is_arithmetic_int_dtype(a.dtype())) {
+          cuda_raw::integer_binary(kind, a.data_ptr(), b.data_ptr(), y.data_ptr(), a.dtype(), geometry,
+                                   launch.stream.handle);
+        } else {
+          cuda_raw::binary(kind, a.data_ptr(), b.data_ptr(), y.data_ptr(), a.dtype(), geometry, launch.stream.handle);
+        }
+      },
+      takes_int ? DTypes::kFloatAndInt : DTypes::kFloat);
 }
 
 // ---- reductions: a Kernel with a plan (the geometry and its workspace) ----
@@ -223,6 +259,170 @@ class ReduceKernel final : public Kernel {
   ReduceOp kind_;
 };
 
+// ---- data movement, where, comparisons (data.cu) ----
+
+// The normalized value of an int attribute that names an axis of a tensor of rank `rank` (validated by the schema).
+std::size_t axis_of(const OpDescriptor& desc, int rank) {
+  return static_cast<std::size_t>(normalized_axis(desc.attrs.get_int("axis", 0), rank));
+}
+
+Support two_operand_geometry(const OpDescriptor& desc) {
+  if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
+  cuda_raw::BroadcastGeometry geometry;
+  std::string why_not;
+  if (!cuda_raw::broadcast_geometry(desc.inputs[0].shape, desc.inputs[1].shape, desc.outputs[0].shape, &geometry,
+                                    &why_not)) {
+    return Support::no(why_not);
+  }
+  return Support::yes();
+}
+
+cuda_raw::BroadcastGeometry geometry_of(const Tensor& a, const Tensor& b, const Tensor& y) {
+  cuda_raw::BroadcastGeometry geometry;
+  std::string why_not;
+  if (!cuda_raw::broadcast_geometry(a.shape(), b.shape(), y.shape(), &geometry, &why_not)) {
+    throw UnsupportedOperationError(why_not);
+  }
+  return geometry;
+}
+
+void register_data_kernels(KernelRegistry& registry) {
+  add_kernel(
+      registry, "transpose",
+      "permutation: 32x32 shared-memory tiles when the innermost dim moves, 16-byte vectorized runs otherwise",
+      {"x"}, nullptr,
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        const auto rank = static_cast<std::int64_t>(x.dim());
+        std::vector<std::int64_t> perm = launch.desc->attrs.get_ints("perm", {});
+        if (!launch.desc->attrs.has("perm")) {
+          for (std::int64_t k = rank - 1; k >= 0; --k) perm.push_back(k);
+        }
+        for (auto& p : perm) p = normalized_axis(p, static_cast<int>(rank));
+        cuda_raw::transpose(x.data_ptr(), launch.output(0).data_ptr(), x.element_size(), x.shape(), perm,
+                            launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "concat", "concatenation: one 2-D async copy per input", {"x"}, nullptr,
+      [](const KernelLaunch& launch) {
+        Tensor& y = launch.output(0);
+        const std::size_t axis = axis_of(*launch.desc, y.dim());
+        const auto es = static_cast<std::int64_t>(y.element_size());
+        std::vector<const void*> inputs;
+        std::vector<std::int64_t> row_bytes;
+        for (std::size_t k = 0; k < launch.num_inputs; ++k) {
+          const Tensor& x = launch.input(k);
+          inputs.push_back(x.data_ptr());
+          row_bytes.push_back(product(x.shape(), axis, x.shape().size()) * es);
+        }
+        cuda_raw::concat(inputs, row_bytes, y.data_ptr(), product(y.shape(), 0, axis), launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "slice", "ONNX Slice as a strided gather (negative steps too), 16-byte vectors along unit steps",
+      {"x"}, nullptr,
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        Tensor& y = launch.output(0);
+        const Attributes& attrs = launch.desc->attrs;
+        const int rank = x.dim();
+        const std::vector<std::int64_t> starts = attrs.get_ints("starts", {});
+        const std::vector<std::int64_t> ends = attrs.get_ints("ends", {});
+        std::vector<std::int64_t> axes = attrs.get_ints("axes", {});
+        if (!attrs.has("axes")) {
+          for (std::size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
+        }
+        const std::vector<std::int64_t> steps = attrs.get_ints("steps", std::vector<std::int64_t>(starts.size(), 1));
+        const std::vector<std::int64_t> in_strides = data_ops::contiguous_strides_of(x.shape());
+        std::vector<std::int64_t> strides = in_strides;
+        std::int64_t offset = 0;
+        for (std::size_t k = 0; k < starts.size(); ++k) {
+          const auto axis = static_cast<std::size_t>(normalized_axis(axes[k], rank));
+          const data_ops::SliceDim dim = data_ops::resolve_slice(x.shape()[axis], starts[k], ends[k], steps[k]);
+          offset += dim.start * in_strides[axis];
+          strides[axis] = in_strides[axis] * dim.step;
+        }
+        if (y.numel() == 0) return;
+        cuda_raw::strided_gather(
+            static_cast<const char*>(x.data_ptr()) + offset * static_cast<std::int64_t>(x.element_size()),
+            y.data_ptr(), x.element_size(), y.shape(), strides, launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "gather",
+      "ONNX Gather: a block per row, 16-byte vectors (the embedding lookup), a thread per element for short rows; "
+      "an out-of-range index writes zeros and sets a device flag (XPURT_CUDA_RAW_CHECK_INDICES=1 raises)",
+      {"data", "indices"}, nullptr,
+      [](const KernelLaunch& launch) {
+        const Tensor& data = launch.input(0);
+        const Tensor& indices = launch.input(1);
+        const std::size_t axis = axis_of(*launch.desc, data.dim());
+        cuda_raw::gather(data.data_ptr(), indices.data_ptr(), indices.dtype(), launch.output(0).data_ptr(),
+                         data.element_size(), product(data.shape(), 0, axis), data.shape()[axis], indices.numel(),
+                         product(data.shape(), axis + 1, data.shape().size()), launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "expand", "ONNX Expand as a broadcast strided gather", {"x"}, nullptr,
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        Tensor& y = launch.output(0);
+        cuda_raw::strided_gather(x.data_ptr(), y.data_ptr(), x.element_size(), y.shape(),
+                                 data_ops::broadcast_strides(x.shape(), y.shape()), launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "where", "cond ? a : b with NumPy broadcasting (stride tables, up to 8 merged dims)",
+      {"cond", "a", "b"},
+      [](const OpDescriptor& desc) {
+        if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
+        cuda_raw::WhereGeometry geometry;
+        std::string why_not;
+        if (!cuda_raw::where_geometry(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape,
+                                      desc.outputs[0].shape, &geometry, &why_not)) {
+          return Support::no(why_not);
+        }
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& a = launch.input(1);
+        Tensor& y = launch.output(0);
+        cuda_raw::WhereGeometry geometry;
+        std::string why_not;
+        if (!cuda_raw::where_geometry(launch.input(0).shape(), a.shape(), launch.input(2).shape(), y.shape(),
+                                      &geometry, &why_not)) {
+          throw UnsupportedOperationError(why_not);
+        }
+        cuda_raw::where(launch.input(0).data_ptr(), a.data_ptr(), launch.input(2).data_ptr(), y.data_ptr(),
+                        a.element_size(), geometry, launch.stream.handle);
+      },
+      DTypes::kAll);
+  const std::pair<const char*, cuda_raw::CompareOp> comparisons[] = {{"equal", cuda_raw::CompareOp::kEqual},
+                                                                     {"less", cuda_raw::CompareOp::kLess},
+                                                                     {"greater", cuda_raw::CompareOp::kGreater}};
+  for (const auto& [op, kind] : comparisons) {
+    add_kernel(
+        registry, op, std::string(op) + "(a, b) -> bool with NumPy broadcasting (16-bit floats compared as fp32)",
+        {"a", "b"}, two_operand_geometry,
+        [kind = kind](const KernelLaunch& launch) {
+          const Tensor& a = launch.input(0);
+          const Tensor& b = launch.input(1);
+          Tensor& y = launch.output(0);
+          cuda_raw::compare(kind, a.data_ptr(), b.data_ptr(), y.data_ptr(), a.dtype(), geometry_of(a, b, y),
+                            launch.stream.handle);
+        },
+        DTypes::kAll);
+  }
+  add_kernel(
+      registry, "logical_not", "!x for bool x, grid-stride kernel", {"x"}, nullptr,
+      [](const KernelLaunch& launch) {
+        cuda_raw::logical_not(launch.input(0).data_ptr(), launch.output(0).data_ptr(), launch.input(0).numel(),
+                              launch.stream.handle);
+      },
+      DTypes::kAll);
+}
+
 }  // namespace
 
 void register_cuda_raw(KernelRegistry& registry) {
@@ -230,7 +430,19 @@ void register_cuda_raw(KernelRegistry& registry) {
   add_unary(registry, "exp", UnaryOp::kExp, "exp(x)");
   add_unary(registry, "log", UnaryOp::kLog, "log(x)");
   add_unary(registry, "sqrt", UnaryOp::kSqrt, "sqrt(x)");
-  add_unary(registry, "neg", UnaryOp::kNeg, "-x");
+  add_kernel(registry, "neg", "-x, 16-byte vectorized grid-stride kernel, fp32 compute; int32/int64 wrap", {"x"},
+             nullptr,
+             [](const KernelLaunch& launch) {
+               const Tensor& x = launch.input(0);
+               if (data_ops::is_arithmetic_int_dtype(x.dtype())) {
+                 cuda_raw::integer_neg(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), x.numel(),
+                                       launch.stream.handle);
+               } else {
+                 cuda_raw::unary(UnaryOp::kNeg, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), x.numel(),
+                                 launch.stream.handle);
+               }
+             },
+             DTypes::kFloatAndInt);
   add_unary(registry, "abs", UnaryOp::kAbs, "|x|");
   add_unary(registry, "erf", UnaryOp::kErf, "erf(x)");
   add_unary(registry, "reciprocal", UnaryOp::kReciprocal, "1 / x");
@@ -256,22 +468,28 @@ void register_cuda_raw(KernelRegistry& registry) {
   add_binary(registry, "minimum", BinaryOp::kMinimum);
   // ---- cast ----
   add_kernel(
-      registry, "cast", "conversion between float32, float16, bfloat16 and float64 (round to nearest even)", {"x"},
+      registry, "cast",
+      "conversion between any dtypes: floats round to nearest even (vectorized), float->int truncates toward zero "
+      "(saturating, NaN -> 0), ->bool is x != 0",
+      {"x"},
       [](const OpDescriptor& desc) {
         if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
         const DType to = desc.outputs[0].dtype;
-        if (!is_kernel_float(to) && to != DType::kFloat64) {
-          return Support::no(detail::str_cat("cuda_raw casts to float32, float16, bfloat16 or float64, got ",
-                                             dtype_name(to)));
+        if (!data_ops::is_any_supported_dtype(to)) {
+          return Support::no(detail::str_cat("cuda_raw cannot cast to ", dtype_name(to)));
         }
         return Support::yes();
       },
       [](const KernelLaunch& launch) {
         const Tensor& x = launch.input(0);
         Tensor& y = launch.output(0);
-        cuda_raw::cast(x.data_ptr(), x.dtype(), y.data_ptr(), y.dtype(), x.numel(), launch.stream.handle);
+        if (data_ops::is_float_dtype(x.dtype()) && data_ops::is_float_dtype(y.dtype())) {
+          cuda_raw::cast(x.data_ptr(), x.dtype(), y.data_ptr(), y.dtype(), x.numel(), launch.stream.handle);
+        } else {
+          cuda_raw::cast_any(x.data_ptr(), x.dtype(), y.data_ptr(), y.dtype(), x.numel(), launch.stream.handle);
+        }
       },
-      /*allow_float64=*/true);
+      DTypes::kAll);
   // ---- softmax ----
   add_kernel(registry, "softmax", "softmax along any axis: a warp (<= 1024 columns) or a block per row for the "
              "last axis, a thread per column for inner axes; online max/sum in fp32", {"x"}, nullptr,
@@ -302,6 +520,8 @@ void register_cuda_raw(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_mean", ReduceOp::kMean));
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_max", ReduceOp::kMax));
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_min", ReduceOp::kMin));
+  // ---- data movement, where, comparisons (data.cu) ----
+  register_data_kernels(registry);
   // ---- attention: flash_v2 (flash_attention.cu) ----
   register_flash_attention(registry);
 }

@@ -6,8 +6,12 @@
 //    libonnxruntime_providers_cuda.so next to libonnxruntime.so).
 //  - create(): policies map to ORT session/provider options; entries ORT cannot honour are listed in
 //    Explanation::policy_notes, and a pinned kernel rule ORT cannot honour throws UnsupportedOperationError.
-//  - run(): CPU tensors are bound without copies; outputs are ORT-allocated CPU tensors wrapped zero-copy.
-//    Thread-safe: Ort::Session::Run is, and the profile is read once under a mutex.
+//  - run(): OrtValues over xpuruntime memory (Note [Bound runs]): feeds on the session's device are bound in place,
+//    others are copied (CPU feeds of a CUDA session by ORT itself); outputs are tensors of xpuruntime's allocator
+//    when their shapes are known beforehand, else ORT's own buffers wrapped without a copy. On CUDA with
+//    ExecutionPolicy::cuda_graphs, runs replay ORT-captured CUDA graphs over staging buffers (Note [CUDA graphs
+//    through ORT]). Thread-safe: Ort::Session::Run is, every run has its own values, the shape cache and the
+//    profile are guarded by mutexes, and graph runs are serialized.
 //  - explain(): the execution provider of every node, read from ORT's profile of the first run.
 #include <dlfcn.h>
 #include <unistd.h>
@@ -23,6 +27,8 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <onnxruntime_run_options_config_keys.h>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -32,6 +38,7 @@
 #include "backends/onnxruntime/ort_utils.h"
 #include "xpuruntime/engine.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/stream_manager.h"
 
 namespace xpuruntime {
 namespace {
@@ -40,6 +47,10 @@ constexpr const char* kEngineName = "onnxruntime";
 constexpr const char* kCudaProviderEnv = "XPURT_ORT_CUDA_PROVIDER";
 constexpr const char* kCudaProviderFile = "libonnxruntime_providers_cuda.so";
 constexpr const char* kCudaProviderPackage = "com.github.asus4.onnxruntime.linux-x64-gpu@0.4.9";
+// Input-shape signatures that get their own CUDA graph and staging buffers; later ones run without a graph.
+constexpr size_t kMaxGraphSignatures = 8;
+// Input-shape signatures whose output shapes are remembered (Note [Bound runs]).
+constexpr size_t kMaxCachedSignatures = 256;
 
 // ---- CUDA plugin execution provider ----
 
@@ -99,10 +110,10 @@ struct OrtConfig {
 // Note [Policies ORT can honour]: ORT chooses kernels per node itself. The only kernel choice it exposes is the
 // cuDNN convolution algorithm search of the CUDA provider, so a `conv` rule naming cudnn/cudnn_search maps to
 // cudnn_conv_algo_search on CUDA; every other rule is listed as not honoured, and a pinned one throws, because
-// pinning promises that exactly that kernel runs. CUDA graphs are not enabled: ORT replays a captured graph on
-// the addresses of its first run, which only holds with IoBinding on persistent buffers, while run() binds each
-// call's own tensors.
-OrtConfig map_policies(const SessionOptions& options) {
+// pinning promises that exactly that kernel runs. ExecutionPolicy::cuda_graphs maps to enable_cuda_graph (Note
+// [CUDA graphs through ORT]); `cuda_graphs` false here turns it off whatever the policy says (the fallback when
+// ORT refuses graph capture for a model).
+OrtConfig map_policies(const SessionOptions& options, bool cuda_graphs) {
   OrtConfig config;
   const bool cuda = options.device.is_cuda();
   std::string unhonoured_pins;
@@ -136,11 +147,17 @@ OrtConfig map_policies(const SessionOptions& options) {
     config.cuda_options["use_tf32"] = tf32 ? "1" : "0";
     config.policy_notes.push_back(detail::str_cat("precision=", precision_name(precision), " -> use_tf32=",
                                                   tf32 ? "1" : "0"));
-    config.cuda_options["enable_cuda_graph"] = "0";
+    const bool graphs = policy.cuda_graphs && cuda_graphs;
+    config.cuda_options["enable_cuda_graph"] = graphs ? "1" : "0";
     config.cuda_options["device_id"] = std::to_string(options.device.index);
-    if (policy.cuda_graphs) {
-      config.policy_notes.push_back(
-          "cuda_graphs=true: not honoured by onnxruntime (its CUDA graphs need IoBinding on fixed buffers)");
+    if (graphs) {
+      config.policy_notes.push_back(detail::str_cat(
+          "cuda_graphs=true -> enable_cuda_graph=1: per input-shape signature (at most ", kMaxGraphSignatures,
+          ") device staging buffers at fixed addresses; each run copies its feeds in and its outputs out (one "
+          "device copy per input and output, plus a synchronization), runs of the session are serialized, the "
+          "first run of a signature runs without a graph and the second captures one"));
+    } else if (!policy.cuda_graphs) {
+      config.policy_notes.push_back("cuda_graphs=false -> enable_cuda_graph=0");
     }
   }
   if (precision == Precision::kFP16 || precision == Precision::kBF16 || precision == Precision::kInt8) {
@@ -275,46 +292,125 @@ std::vector<NodeExplanation> parse_profile(const std::string& path, const std::s
 
 // ---- the session ----
 
+// Note [Bound runs]: a run hands ORT OrtValues over xpuruntime memory (Session::Run is thread-safe; nothing per-run is
+// shared). Inputs: a feed on the session's device is bound in place (made contiguous first); a CPU feed of a CUDA
+// session is bound as host memory and ORT copies it to the device; a feed on another device is copied to the session's
+// device first. ORT runs on a stream of its own, so on CUDA the caller's current stream is synchronized before Run:
+// device feeds were written on it, and an xpuruntime-allocated output may reuse memory that work queued on it still
+// reads (the caching allocator orders reuse on that stream only). ORT synchronizes its streams before Run returns, so
+// the outputs are ready for any stream. Outputs: an output whose shape is known before the run -- every dimension
+// static in the model, or seen in an earlier run with the same input shapes (the "signature", at most
+// kMaxCachedSignatures remembered) -- is allocated by xpuruntime's allocator on the session's device and passed to Run
+// pre-allocated; otherwise ORT allocates it and the tensor wraps ORT's buffer without a copy (keeping the value and the
+// session alive). Plain Run would allocate such outputs in host memory, so a CUDA run with one goes through an
+// Ort::IoBinding of its own that binds it to the device instead. An output whose shape depends on values (NonZero)
+// makes ORT reject a pre-allocated buffer of another shape: the run is retried with ORT allocating, and that signature
+// is not pre-allocated again.
+//
+// Note [CUDA graphs through ORT]: with enable_cuda_graph=1, ORT captures the CUDA EP's kernels into a graph during
+// the first run with a given graph annotation id (run option "gpu_graph_id"; it runs the model twice inside that
+// call: once to allocate, once to capture) and replays it afterwards on the addresses bound at capture; id -1
+// runs without a graph. A graph therefore needs buffers whose addresses never change: per input-shape signature
+// the session keeps staging tensors for every input and output (xpuruntime's allocator), one IoBinding over them
+// and an id. A run copies its feeds into the staging inputs, replays, and copies the wanted outputs into fresh
+// tensors, because the next run overwrites the staging outputs: one device copy per input and output, each
+// synchronized (a few microseconds each plus bytes / bandwidth). For batch-1 models that is a visible share of
+// the run, so ORT's graphs gain less here than for a caller who owns fixed buffers; benchmarks/session_bench.py
+// measures both. The first run of a signature runs without a graph (it learns the output shapes and takes ORT's
+// profile); the second sets the staging up and captures. Staging buffers, graphs and the intermediate buffers
+// baked into them are shared, so all runs of such a session are serialized by one mutex (ORT does not support
+// concurrent runs with CUDA graphs either). At most kMaxGraphSignatures signatures get a graph; later ones, and a
+// signature whose capture failed (a data-dependent shape, an input ORT wants on the host), run bound without a
+// graph, which explain() lists. When ORT refuses graph capture for the whole model (nodes outside the CUDA EP),
+// the session is rebuilt without it and explain() says why.
+
+using Shape = std::vector<int64_t>;
+using SignatureKey = std::vector<int64_t>;  // per input: rank, then the dimensions
+constexpr int kNoGraph = -1;                // gpu_graph_id of a run without a CUDA graph
+
+// Keeps ORT's output buffer alive: the value, and the session whose allocator owns the memory.
+struct OrtOutputOwner {
+  std::shared_ptr<Ort::Session> session;
+  Ort::Value value;
+};
+
+// One CUDA graph of a session: the staging tensors bound at fixed addresses and the run options naming the graph.
+struct GraphSet {
+  int id = 0;
+  std::vector<Tensor> inputs;   // model input order
+  std::vector<Tensor> outputs;  // model output order
+  std::unique_ptr<Ort::IoBinding> binding;
+  Ort::RunOptions run_options{nullptr};
+  bool captured = false;  // a graph run succeeded (ORT captured)
+  bool usable = true;     // false after a failed capture: the signature runs without a graph
+};
+
+bool is_static(const std::vector<std::string>& dims) {
+  return std::all_of(dims.begin(), dims.end(), [](const std::string& d) {
+    return !d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  });
+}
+
+std::string shape_text(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += detail::str_cat(i ? ", " : "", shape[i]);
+  return out + "]";
+}
+
+std::string signature_text(const std::vector<Tensor>& feeds) {
+  std::string out;
+  for (const Tensor& t : feeds) out += detail::str_cat(out.empty() ? "" : ", ", shape_text(t.shape()));
+  return out;
+}
+
+// ORT's message when enable_cuda_graph=1 cannot work for a model (nodes on other providers, control flow).
+bool is_graph_capture_refusal(const std::string& message) {
+  return message.find("cannot use the graph capture feature") != std::string::npos;
+}
+
 class OrtSession final : public EngineSession {
  public:
-  OrtSession(const std::string& model, const SessionOptions& options) : options_(options) {
-    OrtConfig config = map_policies(options);
-    Ort::SessionOptions session_options;
-    XPURT_ORT_CHECK(session_options.SetIntraOpNumThreads(options.exec_policy.intra_op_threads));
-    config.options.push_back(detail::str_cat("intra_op_num_threads=", options.exec_policy.intra_op_threads));
-    XPURT_ORT_CHECK(session_options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL));
-    config.options.push_back("graph_optimization_level=ORT_ENABLE_ALL");
-    if (options.exec_policy.deterministic) {
-      XPURT_ORT_CHECK(session_options.SetDeterministicCompute(true));
-      config.options.push_back("use_deterministic_compute=1");
-      config.policy_notes.push_back("deterministic=true -> use_deterministic_compute=1");
+  OrtSession(const std::string& model, const SessionOptions& options)
+      : options_(options), device_(options.device), cpu_memory_(nullptr) {
+    XPURT_ORT_CHECK(cpu_memory_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault));
+    if (device_.is_cuda()) {
+      ep_device_ = cuda_ep_device(device_.index);
+      XPURT_ORT_CHECK(device_memory_ = ep_device_.GetMemoryInfo(OrtDeviceMemoryType_DEFAULT));
+      XPURT_INTERNAL_ASSERT(device_memory_ != nullptr, "the CUDA execution provider reports no device memory");
     }
-    const std::string prefix = profile_prefix();
-    XPURT_ORT_CHECK(session_options.EnableProfiling(prefix.c_str()));
-    config.options.push_back("profiling=on until the first run (to report execution providers)");
-    if (options.device.is_cuda()) {
-      Ort::ConstEpDevice device = cuda_ep_device(options.device.index);
-      XPURT_ORT_CHECK(session_options.AppendExecutionProvider_V2(ort::env(), {device}, config.cuda_options));
-      config.options.push_back("execution_provider=CUDAExecutionProvider (plugin), then CPUExecutionProvider");
-      for (const auto& [key, value] : std::map<std::string, std::string>(config.cuda_options.begin(),
-                                                                        config.cuda_options.end())) {
-        config.options.push_back(detail::str_cat("cuda.", key, "=", value));
-      }
-    } else {
-      config.options.push_back("execution_provider=CPUExecutionProvider");
-    }
+    const bool want_graphs = device_.is_cuda() && options.exec_policy.cuda_graphs;
     try {
-      XPURT_ORT_CHECK(session_ = std::make_unique<Ort::Session>(ort::env(), model.data(), model.size(),
-                                                                session_options));
-    } catch (...) {
-      remove_profiles(prefix);
-      throw;
+      build(model, want_graphs);
+      graphs_enabled_ = want_graphs;
+    } catch (const XpuRuntimeError& error) {
+      if (!want_graphs || !is_graph_capture_refusal(error.what())) throw;
+      build(model, /*cuda_graphs=*/false);
+      policy_notes_.push_back(detail::str_cat(
+          "cuda_graphs=true: not honoured by onnxruntime, which refuses graph capture for this model (every node "
+          "must run on the CUDA execution provider, without control flow); the session runs without CUDA graphs. "
+          "ORT said: ",
+          error.what()));
     }
-    options_list_ = std::move(config.options);
-    policy_notes_ = std::move(config.policy_notes);
     inputs_ = value_infos(*session_, /*inputs=*/true);
     outputs_ = value_infos(*session_, /*inputs=*/false);
     for (const ValueInfo& info : inputs_) input_names_.push_back(info.name.c_str());
+    XPURT_ORT_CHECK(plain_run_options_ = Ort::RunOptions());
+    if (graphs_enabled_) {
+      XPURT_ORT_CHECK(plain_run_options_.AddConfigEntry(kOrtRunOptionsConfigCudaGraphAnnotation,
+                                                        std::to_string(kNoGraph).c_str()));
+    }
+    for (const ValueInfo& info : outputs_) {
+      std::optional<Shape> shape;
+      if (is_static(info.shape)) {
+        shape.emplace();
+        for (const std::string& d : info.shape) shape->push_back(std::stoll(d));
+      }
+      static_output_shapes_.push_back(std::move(shape));
+    }
+    options_list_.push_back(detail::str_cat(
+        "io_binding: feeds on ", device_.str(), " bound in place", device_.is_cuda() ? ", CPU feeds copied by ORT" : "",
+        "; outputs in xpuruntime-allocated tensors when their shapes are known (static in the model or seen with "
+        "the same input shapes), else ORT-allocated and wrapped"));
   }
 
   ~OrtSession() override {
@@ -334,82 +430,22 @@ class OrtSession final : public EngineSession {
 
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                           const std::vector<std::string>& output_names) override {
-    // Feeds, in the model's input order. `keep` holds contiguous CPU copies alive through Run.
-    std::vector<const Tensor*> by_input(inputs_.size(), nullptr);
-    for (const auto& [name, tensor] : feeds) {
-      auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const ValueInfo& v) { return v.name == name; });
-      XPURT_CHECK(it != inputs_.end(), "unknown input '", name, "'; the model's inputs are ", names_of(inputs_));
-      const size_t index = static_cast<size_t>(it - inputs_.begin());
-      XPURT_CHECK(by_input[index] == nullptr, "input '", name, "' is fed twice");
-      XPURT_CHECK(tensor.defined(), "input '", name, "' is an undefined tensor");
-      by_input[index] = &tensor;
+    const std::vector<Tensor> by_input = check_feeds(feeds);
+    const std::vector<size_t> wanted = check_outputs(output_names);
+    SignatureKey key;
+    for (const Tensor& t : by_input) {
+      key.push_back(t.dim());
+      key.insert(key.end(), t.shape().begin(), t.shape().end());
     }
-    std::vector<Tensor> keep;
-    keep.reserve(inputs_.size());
-    std::vector<Ort::Value> values;
-    values.reserve(inputs_.size());
-    const Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      const ValueInfo& info = inputs_[i];
-      XPURT_CHECK(by_input[i] != nullptr, "input '", info.name, "' (", describe(info.dtype, info.shape),
-                  ") is not fed; the model's inputs are ", names_of(inputs_));
-      const Tensor& given = *by_input[i];
-      XPURT_CHECK_TYPE(given.dtype() == info.dtype, "input '", info.name, "' expects ",
-                       describe(info.dtype, info.shape), ", got ", describe(given));
-      bool shape_ok = given.dim() == static_cast<int>(info.shape.size());
-      for (size_t d = 0; shape_ok && d < info.shape.size(); ++d) {
-        const std::string& dim = info.shape[d];
-        if (!dim.empty() && std::all_of(dim.begin(), dim.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-          shape_ok = std::to_string(given.shape()[d]) == dim;
-        }
-      }
-      XPURT_CHECK(shape_ok, "input '", info.name, "' expects ", describe(info.dtype, info.shape), ", got ",
-                  describe(given));
-      // Note [Zero-copy feeds]: ORT reads a CPU feed in place; other devices are copied to the host first (ORT
-      // then copies to the execution provider's device itself).
-      Tensor host = given.device().is_cpu() ? given.contiguous() : given.to(Device::cpu()).contiguous();
-      keep.push_back(host);
-      static std::uint64_t empty_storage = 0;  // ORT wants a non-null pointer even for zero elements
-      void* data = host.numel() == 0 ? static_cast<void*>(&empty_storage) : host.data_ptr();
-      XPURT_ORT_CHECK(values.push_back(Ort::Value::CreateTensor(cpu, data, host.nbytes(), host.shape().data(),
-                                                                host.shape().size(),
-                                                                ort::onnx_from_dtype(host.dtype()))));
+    std::vector<Tensor> result;
+    if (graphs_enabled_) {
+      std::lock_guard<std::mutex> lock(graph_mutex_);
+      result = run_with_graph(by_input, wanted, key);
+    } else {
+      result = run_bound(by_input, wanted, key);
     }
-
-    std::vector<std::string> wanted = output_names;
-    if (wanted.empty()) {
-      for (const ValueInfo& info : outputs_) wanted.push_back(info.name);
-    }
-    std::vector<const char*> wanted_c;
-    std::vector<DType> wanted_dtypes;
-    for (const std::string& name : wanted) {
-      auto it = std::find_if(outputs_.begin(), outputs_.end(), [&](const ValueInfo& v) { return v.name == name; });
-      XPURT_CHECK(it != outputs_.end(), "unknown output '", name, "'; the model's outputs are ", names_of(outputs_));
-      wanted_c.push_back(name.c_str());
-      wanted_dtypes.push_back(it->dtype);
-    }
-
-    std::vector<Ort::Value> results;
-    XPURT_ORT_CHECK(results = session_->Run(Ort::RunOptions{nullptr}, input_names_.data(), values.data(),
-                                            values.size(), wanted_c.data(), wanted_c.size()));
     finish_profile_once();
-
-    std::vector<Tensor> outputs;
-    outputs.reserve(results.size());
-    for (size_t i = 0; i < results.size(); ++i) {
-      XPURT_INTERNAL_ASSERT(results[i].IsTensor(), "output '", wanted[i], "' is not a tensor");
-      auto owner = std::make_shared<Ort::Value>(std::move(results[i]));
-      auto tensor_info = owner->GetTensorTypeAndShapeInfo();
-      XPURT_INTERNAL_ASSERT(owner->GetTensorMemoryInfo().GetDeviceType() == OrtMemoryInfoDeviceType_CPU,
-                            "ORT returned output '", wanted[i], "' outside host memory");
-      const std::vector<int64_t> shape = tensor_info.GetShape();
-      const size_t bytes = tensor_info.GetElementCount() * dtype_size(wanted_dtypes[i]);
-      void* data = owner->GetTensorMutableRawData();
-      // Note [Zero-copy outputs]: the Tensor views ORT's buffer and owns the Ort::Value that frees it.
-      outputs.push_back(Tensor::from_blob(data, shape, {}, wanted_dtypes[i], Device::cpu(),
-                                          std::shared_ptr<void>(owner, data), bytes));
-    }
-    return outputs;
+    return result;
   }
 
   Explanation explain() const override {
@@ -420,6 +456,10 @@ class OrtSession final : public EngineSession {
     explanation.options = options_list_;
     explanation.options.push_back(detail::str_cat("onnxruntime_version=", Ort::GetVersionString()));
     explanation.policy_notes = policy_notes_;
+    {
+      std::lock_guard<std::mutex> lock(notes_mutex_);
+      explanation.policy_notes.insert(explanation.policy_notes.end(), run_notes_.begin(), run_notes_.end());
+    }
     std::lock_guard<std::mutex> lock(profile_mutex_);
     if (!profile_done_) {
       explanation.options.push_back("nodes: not run yet (execution providers are reported after the first run)");
@@ -430,6 +470,321 @@ class OrtSession final : public EngineSession {
   }
 
  private:
+  // Creates session_ with CUDA graphs on or off; sets options_list_ and policy_notes_.
+  void build(const std::string& model, bool cuda_graphs) {
+    OrtConfig config = map_policies(options_, cuda_graphs);
+    Ort::SessionOptions session_options;
+    XPURT_ORT_CHECK(session_options.SetIntraOpNumThreads(options_.exec_policy.intra_op_threads));
+    config.options.push_back(detail::str_cat("intra_op_num_threads=", options_.exec_policy.intra_op_threads));
+    XPURT_ORT_CHECK(session_options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL));
+    config.options.push_back("graph_optimization_level=ORT_ENABLE_ALL");
+    if (options_.exec_policy.deterministic) {
+      XPURT_ORT_CHECK(session_options.SetDeterministicCompute(true));
+      config.options.push_back("use_deterministic_compute=1");
+      config.policy_notes.push_back("deterministic=true -> use_deterministic_compute=1");
+    }
+    const std::string prefix = profile_prefix();
+    XPURT_ORT_CHECK(session_options.EnableProfiling(prefix.c_str()));
+    config.options.push_back("profiling=on until the first run (to report execution providers)");
+    if (device_.is_cuda()) {
+      XPURT_ORT_CHECK(session_options.AppendExecutionProvider_V2(ort::env(), {ep_device_}, config.cuda_options));
+      config.options.push_back("execution_provider=CUDAExecutionProvider (plugin), then CPUExecutionProvider");
+      for (const auto& [key, value] : std::map<std::string, std::string>(config.cuda_options.begin(),
+                                                                        config.cuda_options.end())) {
+        config.options.push_back(detail::str_cat("cuda.", key, "=", value));
+      }
+    } else {
+      config.options.push_back("execution_provider=CPUExecutionProvider");
+    }
+    try {
+      XPURT_ORT_CHECK(session_ = std::make_shared<Ort::Session>(ort::env(), model.data(), model.size(),
+                                                                session_options));
+    } catch (...) {
+      remove_profiles(prefix);
+      throw;
+    }
+    options_list_ = std::move(config.options);
+    policy_notes_ = std::move(config.policy_notes);
+  }
+
+  // The feeds in model input order, checked against the model's inputs.
+  std::vector<Tensor> check_feeds(const std::vector<std::pair<std::string, Tensor>>& feeds) const {
+    std::vector<Tensor> by_input(inputs_.size());
+    for (const auto& [name, tensor] : feeds) {
+      auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const ValueInfo& v) { return v.name == name; });
+      XPURT_CHECK(it != inputs_.end(), "unknown input '", name, "'; the model's inputs are ", names_of(inputs_));
+      const size_t index = static_cast<size_t>(it - inputs_.begin());
+      XPURT_CHECK(!by_input[index].defined(), "input '", name, "' is fed twice");
+      XPURT_CHECK(tensor.defined(), "input '", name, "' is an undefined tensor");
+      by_input[index] = tensor;
+    }
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const ValueInfo& info = inputs_[i];
+      XPURT_CHECK(by_input[i].defined(), "input '", info.name, "' (", describe(info.dtype, info.shape),
+                  ") is not fed; the model's inputs are ", names_of(inputs_));
+      const Tensor& given = by_input[i];
+      XPURT_CHECK_TYPE(given.dtype() == info.dtype, "input '", info.name, "' expects ",
+                       describe(info.dtype, info.shape), ", got ", describe(given));
+      bool shape_ok = given.dim() == static_cast<int>(info.shape.size());
+      for (size_t d = 0; shape_ok && d < info.shape.size(); ++d) {
+        if (is_static({info.shape[d]})) shape_ok = std::to_string(given.shape()[d]) == info.shape[d];
+      }
+      XPURT_CHECK(shape_ok, "input '", info.name, "' expects ", describe(info.dtype, info.shape), ", got ",
+                  describe(given));
+    }
+    return by_input;
+  }
+
+  // Indices into outputs_ of the wanted outputs (every output when `names` is empty).
+  std::vector<size_t> check_outputs(const std::vector<std::string>& names) const {
+    std::vector<size_t> wanted;
+    if (names.empty()) {
+      for (size_t i = 0; i < outputs_.size(); ++i) wanted.push_back(i);
+      return wanted;
+    }
+    for (const std::string& name : names) {
+      auto it = std::find_if(outputs_.begin(), outputs_.end(), [&](const ValueInfo& v) { return v.name == name; });
+      XPURT_CHECK(it != outputs_.end(), "unknown output '", name, "'; the model's outputs are ", names_of(outputs_));
+      wanted.push_back(static_cast<size_t>(it - outputs_.begin()));
+    }
+    return wanted;
+  }
+
+  // An OrtValue over `tensor`'s memory (contiguous), labelled with the memory info of its device.
+  Ort::Value value_over(const Tensor& tensor) const {
+    static std::uint64_t empty_storage = 0;  // ORT wants a non-null pointer even for zero elements
+    void* data = tensor.numel() == 0 ? static_cast<void*>(&empty_storage) : tensor.data_ptr();
+    const OrtMemoryInfo* memory = tensor.device().is_cpu() ? static_cast<const OrtMemoryInfo*>(cpu_memory_)
+                                                           : device_memory_;
+    Ort::Value value(nullptr);
+    XPURT_ORT_CHECK(value = Ort::Value::CreateTensor(memory, data, tensor.nbytes(), tensor.shape().data(),
+                                                     tensor.shape().size(), ort::onnx_from_dtype(tensor.dtype())));
+    return value;
+  }
+
+  // The tensor to bind for a feed (Note [Bound runs]).
+  Tensor bindable_feed(const Tensor& given) const {
+    if (device_.is_cpu()) return given.device().is_cpu() ? given.contiguous() : given.to(Device::cpu()).contiguous();
+    if (given.device().is_cpu()) return given.contiguous();  // ORT copies host feeds to the device itself
+    return given.device() == device_ ? given.contiguous() : given.to(device_).contiguous();
+  }
+
+  // The output shapes known before a run with signature `key`: static ones, then those remembered.
+  std::vector<std::optional<Shape>> known_output_shapes(const SignatureKey& key) const {
+    std::lock_guard<std::mutex> lock(shape_mutex_);
+    if (value_dependent_.count(key) != 0) return std::vector<std::optional<Shape>>(outputs_.size());
+    std::vector<std::optional<Shape>> known = static_output_shapes_;
+    auto it = seen_output_shapes_.find(key);
+    if (it != seen_output_shapes_.end()) {
+      for (size_t i = 0; i < known.size(); ++i) {
+        if (!known[i]) known[i] = it->second[i];
+      }
+    }
+    return known;
+  }
+
+  void remember_output_shapes(const SignatureKey& key, const std::vector<size_t>& bound,
+                              const std::vector<Tensor>& values) {
+    std::lock_guard<std::mutex> lock(shape_mutex_);
+    if (value_dependent_.count(key) != 0) return;
+    auto it = seen_output_shapes_.find(key);
+    if (it == seen_output_shapes_.end()) {
+      if (seen_output_shapes_.size() >= kMaxCachedSignatures) return;
+      it = seen_output_shapes_.emplace(key, std::vector<std::optional<Shape>>(outputs_.size())).first;
+    }
+    for (size_t j = 0; j < bound.size(); ++j) it->second[bound[j]] = values[j].shape();
+  }
+
+  void forget_output_shapes(const SignatureKey& key) {
+    std::lock_guard<std::mutex> lock(shape_mutex_);
+    seen_output_shapes_.erase(key);
+    if (value_dependent_.size() < kMaxCachedSignatures) value_dependent_.insert(key);
+  }
+
+  // One bound run of the outputs `bound` (distinct indices into outputs_); `known` pre-binds outputs of known shape.
+  std::vector<Tensor> run_bound_once(const std::vector<Tensor>& feeds, const std::vector<size_t>& bound,
+                                     const std::vector<std::optional<Shape>>& known) {
+    std::vector<Tensor> keep;  // the bound feeds stay alive through Run
+    std::vector<Ort::Value> input_values;
+    keep.reserve(feeds.size());
+    input_values.reserve(feeds.size());
+    for (size_t i = 0; i < feeds.size(); ++i) {
+      keep.push_back(bindable_feed(feeds[i]));
+      input_values.push_back(value_over(keep.back()));
+    }
+    std::vector<Tensor> results(bound.size());
+    std::vector<Ort::Value> values;  // null for the outputs ORT allocates
+    std::vector<const char*> output_names;
+    bool unknown = false;
+    for (size_t j = 0; j < bound.size(); ++j) {
+      const ValueInfo& info = outputs_[bound[j]];
+      output_names.push_back(info.name.c_str());
+      if (known[bound[j]]) {
+        results[j] = Tensor::empty(*known[bound[j]], info.dtype, device_);
+        values.push_back(value_over(results[j]));
+      } else {
+        values.emplace_back(nullptr);
+        unknown = true;
+      }
+    }
+    if (device_.is_cuda()) StreamManager::instance().current_stream(device_).synchronize();
+    if (unknown && device_.is_cuda()) {
+      // Plain Run would put the outputs it allocates in host memory: bind them to the device instead.
+      Ort::IoBinding binding(nullptr);
+      XPURT_ORT_CHECK(binding = Ort::IoBinding(*session_));
+      for (size_t i = 0; i < feeds.size(); ++i) {
+        XPURT_ORT_CHECK(binding.BindInput(input_names_[i], input_values[i]));
+      }
+      for (size_t j = 0; j < bound.size(); ++j) {
+        if (values[j]) {
+          XPURT_ORT_CHECK(binding.BindOutput(output_names[j], values[j]));
+        } else {
+          XPURT_ORT_CHECK(binding.BindOutput(output_names[j], device_memory_));
+        }
+      }
+      XPURT_ORT_CHECK(session_->Run(plain_run_options_, binding));
+      XPURT_ORT_CHECK(values = binding.GetOutputValues());
+    } else {
+      XPURT_ORT_CHECK(session_->Run(plain_run_options_, input_names_.data(), input_values.data(), input_values.size(),
+                                    output_names.data(), values.data(), values.size()));
+    }
+    XPURT_INTERNAL_ASSERT(values.size() == bound.size(), "ORT returned ", values.size(), " outputs, expected ",
+                          bound.size());
+    for (size_t j = 0; j < bound.size(); ++j) {
+      if (results[j].defined()) continue;
+      const ValueInfo& info = outputs_[bound[j]];
+      XPURT_INTERNAL_ASSERT(values[j].IsTensor(), "output '", info.name, "' is not a tensor");
+      auto owner = std::make_shared<OrtOutputOwner>(OrtOutputOwner{session_, std::move(values[j])});
+      const auto device_type = owner->value.GetTensorMemoryInfo().GetDeviceType();
+      XPURT_INTERNAL_ASSERT(device_type == (device_.is_cuda() ? OrtMemoryInfoDeviceType_GPU
+                                                              : OrtMemoryInfoDeviceType_CPU),
+                            "ORT returned output '", info.name, "' outside the memory of ", device_.str());
+      auto tensor_info = owner->value.GetTensorTypeAndShapeInfo();
+      const Shape shape = tensor_info.GetShape();
+      const size_t bytes = tensor_info.GetElementCount() * dtype_size(info.dtype);
+      void* data = owner->value.GetTensorMutableRawData();
+      // The tensor views ORT's buffer and owns the value (and session) that free it.
+      results[j] = Tensor::from_blob(data, shape, {}, info.dtype, device_, std::shared_ptr<void>(owner, data), bytes);
+    }
+    return results;
+  }
+
+  // A run without a CUDA graph (Note [Bound runs]): the wanted outputs, in order.
+  std::vector<Tensor> run_bound(const std::vector<Tensor>& feeds, const std::vector<size_t>& wanted,
+                                const SignatureKey& key) {
+    std::vector<size_t> bound;  // distinct outputs to bind
+    std::vector<size_t> slot;   // wanted[k] is bound[slot[k]]
+    for (size_t index : wanted) {
+      auto it = std::find(bound.begin(), bound.end(), index);
+      slot.push_back(static_cast<size_t>(it - bound.begin()));
+      if (it == bound.end()) bound.push_back(index);
+    }
+    const std::vector<std::optional<Shape>> known = known_output_shapes(key);
+    const bool prebound = std::any_of(bound.begin(), bound.end(), [&](size_t i) { return known[i].has_value(); });
+    std::vector<Tensor> values;
+    try {
+      values = run_bound_once(feeds, bound, known);
+    } catch (const InvalidArgumentError&) {
+      if (!prebound) throw;
+      // ORT rejects a pre-bound output of the wrong shape with ORT_INVALID_ARGUMENT: the shape may depend on the
+      // values (or the model's declared shape is wrong). Run once more with ORT allocating; if that fails as well,
+      // its error is the real one.
+      values = run_bound_once(feeds, bound, std::vector<std::optional<Shape>>(outputs_.size()));
+      forget_output_shapes(key);
+    }
+    if (std::any_of(bound.begin(), bound.end(), [&](size_t i) { return !known[i].has_value(); })) {
+      remember_output_shapes(key, bound, values);
+    }
+    std::vector<Tensor> result;
+    result.reserve(wanted.size());
+    for (size_t s : slot) result.push_back(values[s]);
+    return result;
+  }
+
+  // A run of a session with CUDA graphs (Note [CUDA graphs through ORT]). Caller holds graph_mutex_.
+  std::vector<Tensor> run_with_graph(const std::vector<Tensor>& feeds, const std::vector<size_t>& wanted,
+                                     const SignatureKey& key) {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      std::vector<size_t> all(outputs_.size());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+      std::vector<Tensor> outputs = run_bound(feeds, all, key);
+      bool value_dependent = false;
+      {
+        std::lock_guard<std::mutex> lock(shape_mutex_);
+        value_dependent = value_dependent_.count(key) != 0;
+      }
+      const bool too_many = next_graph_id_ > static_cast<int>(kMaxGraphSignatures);
+      if (!value_dependent && !too_many) {
+        graphs_.emplace(key, make_graph_set(feeds, outputs));
+      } else if (graphs_.size() < kMaxCachedSignatures) {
+        if (value_dependent) {
+          add_run_note(detail::str_cat("cuda graph for input shapes ", signature_text(feeds),
+                                       ": not used (the output shapes depend on the input values)"));
+        } else if (!graph_limit_noted_) {
+          graph_limit_noted_ = true;
+          add_run_note(detail::str_cat("cuda graphs: the session has ", kMaxGraphSignatures,
+                                       " (one per input-shape signature); further signatures run without a graph"));
+        }
+        GraphSet skipped;
+        skipped.usable = false;
+        graphs_.emplace(key, std::move(skipped));
+      }
+      std::vector<Tensor> result;
+      for (size_t index : wanted) result.push_back(outputs[index]);
+      return result;
+    }
+    GraphSet& set = it->second;
+    if (!set.usable) return run_bound(feeds, wanted, key);
+    for (size_t i = 0; i < feeds.size(); ++i) set.inputs[i].copy_from(feeds[i]);  // synchronous
+    try {
+      XPURT_ORT_CHECK(session_->Run(set.run_options, *set.binding));
+      set.captured = true;
+    } catch (const XpuRuntimeError& error) {
+      if (set.captured) throw;
+      set.usable = false;
+      set.binding.reset();
+      set.inputs.clear();
+      set.outputs.clear();
+      add_run_note(detail::str_cat("cuda graph for input shapes ", signature_text(feeds),
+                                   ": capture failed, runs without a graph (", error.what(), ")"));
+      return run_bound(feeds, wanted, key);
+    }
+    std::vector<Tensor> result;
+    result.reserve(wanted.size());
+    for (size_t index : wanted) {
+      const Tensor& staged = set.outputs[index];
+      Tensor out = Tensor::empty(staged.shape(), staged.dtype(), device_);
+      out.copy_from(staged);  // synchronous: the next run may overwrite the staging output
+      result.push_back(std::move(out));
+    }
+    return result;
+  }
+
+  // Staging tensors shaped like this run's feeds and outputs, bound once, with a new graph id.
+  GraphSet make_graph_set(const std::vector<Tensor>& feeds, const std::vector<Tensor>& outputs) {
+    GraphSet set;
+    set.id = next_graph_id_++;
+    XPURT_ORT_CHECK(set.binding = std::make_unique<Ort::IoBinding>(*session_));
+    for (size_t i = 0; i < feeds.size(); ++i) {
+      set.inputs.push_back(Tensor::empty(feeds[i].shape(), feeds[i].dtype(), device_));
+      XPURT_ORT_CHECK(set.binding->BindInput(inputs_[i].name.c_str(), value_over(set.inputs.back())));
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      set.outputs.push_back(Tensor::empty(outputs[i].shape(), outputs[i].dtype(), device_));
+      XPURT_ORT_CHECK(set.binding->BindOutput(outputs_[i].name.c_str(), value_over(set.outputs.back())));
+    }
+    XPURT_ORT_CHECK(set.run_options = Ort::RunOptions());
+    XPURT_ORT_CHECK(set.run_options.AddConfigEntry(kOrtRunOptionsConfigCudaGraphAnnotation,
+                                                   std::to_string(set.id).c_str()));
+    return set;
+  }
+
+  void add_run_note(std::string note) {
+    std::lock_guard<std::mutex> lock(notes_mutex_);
+    run_notes_.push_back(std::move(note));
+  }
+
   void finish_profile_once() {
     std::lock_guard<std::mutex> lock(profile_mutex_);
     if (!profile_done_) end_profiling_locked();
@@ -451,12 +806,32 @@ class OrtSession final : public EngineSession {
   }
 
   SessionOptions options_;
-  std::unique_ptr<Ort::Session> session_;
+  Device device_;
+  Ort::ConstEpDevice ep_device_{nullptr};          // CUDA sessions: the plugin EP's device (lives with the Env)
+  const OrtMemoryInfo* device_memory_ = nullptr;  // CUDA sessions: its device memory (owned by the EP device)
+  Ort::MemoryInfo cpu_memory_;
+  std::shared_ptr<Ort::Session> session_;  // shared with outputs that wrap ORT's buffers
+  bool graphs_enabled_ = false;
   std::vector<ValueInfo> inputs_;
   std::vector<ValueInfo> outputs_;
   std::vector<const char*> input_names_;  // point into inputs_
+  Ort::RunOptions plain_run_options_{nullptr};  // runs without a CUDA graph (shared: Run only reads it)
+  std::vector<std::optional<Shape>> static_output_shapes_;  // per output: its shape when every dim is static
   std::vector<std::string> options_list_;
   std::vector<std::string> policy_notes_;
+
+  mutable std::mutex shape_mutex_;  // guards the two below
+  std::map<SignatureKey, std::vector<std::optional<Shape>>> seen_output_shapes_;
+  std::set<SignatureKey> value_dependent_;
+
+  std::mutex graph_mutex_;  // serializes runs when graphs_enabled_; guards the two below
+  std::map<SignatureKey, GraphSet> graphs_;  // destroyed before session_ (declared after it)
+  int next_graph_id_ = 1;                    // ORT reserves 0; -1 is "no graph"
+  bool graph_limit_noted_ = false;
+
+  mutable std::mutex notes_mutex_;
+  std::vector<std::string> run_notes_;  // graph decisions made while running, for explain()
+
   mutable std::mutex profile_mutex_;
   bool profile_done_ = false;
   std::vector<NodeExplanation> nodes_;

@@ -1,14 +1,454 @@
-// ONNX import/export (see onnx_import.h). Work in progress by the lead: being written now.
+// ONNX import/export through the protobuf classes of ONNX (Debian's libonnx-dev, or generated ones; see
+// cmake/XpurtOnnxProto.cmake). See onnx_import.h for the contract.
 #include "xpuruntime/onnx_import.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
 
 #include "xpuruntime/exceptions.h"
 
-namespace xpuruntime {
+#if XPURT_ONNX_PROTO_GENERATED
+#include "onnx/onnx-ml.pb.h"
+#else
+#include <onnx/onnx_pb.h>
+#endif
 
-Graph import_onnx(const std::string&, const OnnxImportOptions&) { throw UnsupportedOperationError("import_onnx: not yet"); }
-Graph import_onnx_file(const std::string&) { throw UnsupportedOperationError("import_onnx: not yet"); }
-std::string export_onnx(const Graph&) { throw UnsupportedOperationError("export_onnx: not yet"); }
-Tensor tensor_from_onnx(const std::string&, const std::string&) { throw UnsupportedOperationError("not yet"); }
-std::string tensor_to_onnx(const Tensor&, const std::string&) { throw UnsupportedOperationError("not yet"); }
+namespace xpuruntime {
+namespace {
+
+// ---- element types ----
+
+DType dtype_from_onnx(int elem_type, const std::string& where) {
+  switch (elem_type) {
+    case onnx::TensorProto::FLOAT: return DType::kFloat32;
+    case onnx::TensorProto::UINT8: return DType::kUInt8;
+    case onnx::TensorProto::INT8: return DType::kInt8;
+    case onnx::TensorProto::INT16: return DType::kInt16;
+    case onnx::TensorProto::INT32: return DType::kInt32;
+    case onnx::TensorProto::INT64: return DType::kInt64;
+    case onnx::TensorProto::BOOL: return DType::kBool;
+    case onnx::TensorProto::FLOAT16: return DType::kFloat16;
+    case onnx::TensorProto::DOUBLE: return DType::kFloat64;
+    case onnx::TensorProto::BFLOAT16: return DType::kBFloat16;
+    default: break;
+  }
+  const char* name = "unknown";
+  switch (elem_type) {
+    case onnx::TensorProto::STRING: name = "string"; break;
+    case onnx::TensorProto::UINT16: name = "uint16"; break;
+    case onnx::TensorProto::UINT32: name = "uint32"; break;
+    case onnx::TensorProto::UINT64: name = "uint64"; break;
+    case onnx::TensorProto::COMPLEX64: name = "complex64"; break;
+    case onnx::TensorProto::COMPLEX128: name = "complex128"; break;
+    case onnx::TensorProto::UNDEFINED: name = "undefined"; break;
+    default: break;
+  }
+  throw UnsupportedOperationError(detail::str_cat(where, ": element type ", name, " (ONNX type ", elem_type,
+                                                  ") is not supported by xpuruntime tensors"));
+}
+
+int dtype_to_onnx(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return onnx::TensorProto::FLOAT;
+    case DType::kUInt8: return onnx::TensorProto::UINT8;
+    case DType::kInt8: return onnx::TensorProto::INT8;
+    case DType::kInt16: return onnx::TensorProto::INT16;
+    case DType::kInt32: return onnx::TensorProto::INT32;
+    case DType::kInt64: return onnx::TensorProto::INT64;
+    case DType::kBool: return onnx::TensorProto::BOOL;
+    case DType::kFloat16: return onnx::TensorProto::FLOAT16;
+    case DType::kFloat64: return onnx::TensorProto::DOUBLE;
+    case DType::kBFloat16: return onnx::TensorProto::BFLOAT16;
+  }
+  return onnx::TensorProto::UNDEFINED;
+}
+
+// ---- tensors ----
+
+template <typename Src, typename Dst>
+void copy_field(const google::protobuf::RepeatedField<Src>& field, Dst* out, std::int64_t n, const std::string& where) {
+  XPURT_CHECK(field.size() == n, where, ": holds ", field.size(), " values but its shape needs ", n);
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Dst>(field.Get(static_cast<int>(i)));
+}
+
+std::string read_external(const onnx::TensorProto& proto, const std::string& model_dir, std::size_t nbytes,
+                          const std::string& where) {
+  std::string location;
+  std::int64_t offset = 0;
+  std::int64_t length = -1;
+  for (const auto& entry : proto.external_data()) {
+    if (entry.key() == "location") location = entry.value();
+    if (entry.key() == "offset") offset = std::stoll(entry.value());
+    if (entry.key() == "length") length = std::stoll(entry.value());
+  }
+  XPURT_CHECK(!location.empty(), where, ": external data without a location");
+  const std::filesystem::path rel(location);
+  XPURT_CHECK(!rel.is_absolute() && rel.lexically_normal().string().rfind("..", 0) != 0, where,
+              ": external data location '", location, "' must be a relative path inside the model's folder");
+  const std::filesystem::path path = std::filesystem::path(model_dir.empty() ? "." : model_dir) / rel;
+  std::ifstream file(path, std::ios::binary);
+  XPURT_CHECK(file.good(), where, ": cannot open external data file '", path.string(), "'");
+  file.seekg(0, std::ios::end);
+  const std::int64_t size = file.tellg();
+  if (length < 0) length = static_cast<std::int64_t>(nbytes);
+  XPURT_CHECK(length == static_cast<std::int64_t>(nbytes), where, ": external data length ", length,
+              " does not match the tensor's ", nbytes, " bytes");
+  XPURT_CHECK(offset >= 0 && offset + length <= size, where, ": external data [", offset, ", ", offset + length,
+              ") is outside the file '", path.string(), "' (", size, " bytes)");
+  std::string bytes(static_cast<std::size_t>(length), '\0');
+  file.seekg(offset);
+  file.read(bytes.data(), length);
+  XPURT_CHECK(file.good(), where, ": reading external data from '", path.string(), "' failed");
+  return bytes;
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& model_dir) {
+  const std::string where = detail::str_cat("tensor '", proto.name(), "'");
+  XPURT_CHECK(proto.has_data_type(), where, ": no data type");
+  const DType dtype = dtype_from_onnx(proto.data_type(), where);
+  std::vector<std::int64_t> shape(proto.dims().begin(), proto.dims().end());
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    XPURT_CHECK(d >= 0, where, ": negative dimension ", d);
+    XPURT_CHECK(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / d, where, ": too many elements");
+    n *= d;
+  }
+  Tensor t = Tensor::empty(shape, dtype, Device::cpu());
+  const std::size_t nbytes = t.nbytes();
+  void* dst = t.data_ptr();
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    const std::string bytes = read_external(proto, model_dir, nbytes, where);
+    if (nbytes) std::memcpy(dst, bytes.data(), nbytes);
+    return t;
+  }
+  if (proto.has_raw_data()) {
+    XPURT_CHECK(proto.raw_data().size() == nbytes, where, ": raw_data has ", proto.raw_data().size(),
+                " bytes but its shape and type need ", nbytes, " (truncated or malformed model?)");
+    if (nbytes) std::memcpy(dst, proto.raw_data().data(), nbytes);
+    return t;
+  }
+  switch (dtype) {
+    case DType::kFloat32: copy_field(proto.float_data(), static_cast<float*>(dst), n, where); break;
+    case DType::kFloat64: copy_field(proto.double_data(), static_cast<double*>(dst), n, where); break;
+    case DType::kInt64: copy_field(proto.int64_data(), static_cast<std::int64_t*>(dst), n, where); break;
+    case DType::kInt32: copy_field(proto.int32_data(), static_cast<std::int32_t*>(dst), n, where); break;
+    case DType::kInt16: copy_field(proto.int32_data(), static_cast<std::int16_t*>(dst), n, where); break;
+    case DType::kInt8: copy_field(proto.int32_data(), static_cast<std::int8_t*>(dst), n, where); break;
+    case DType::kUInt8: copy_field(proto.int32_data(), static_cast<std::uint8_t*>(dst), n, where); break;
+    case DType::kBool: copy_field(proto.int32_data(), static_cast<bool*>(dst), n, where); break;
+    // 16-bit floats are stored as their bit patterns in int32_data.
+    case DType::kFloat16:
+    case DType::kBFloat16: copy_field(proto.int32_data(), static_cast<std::uint16_t*>(dst), n, where); break;
+  }
+  return t;
+}
+
+void tensor_to_proto(const Tensor& tensor, const std::string& name, onnx::TensorProto* proto) {
+  const Tensor t = tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(Device::cpu()).contiguous();
+  proto->set_name(name);
+  proto->set_data_type(dtype_to_onnx(t.dtype()));
+  for (std::int64_t d : t.shape()) proto->add_dims(d);
+  proto->set_raw_data(static_cast<const char*>(t.data_ptr()), t.nbytes());
+}
+
+// ---- types ----
+
+ValueType type_from_proto(const onnx::TypeProto& type, const std::string& where) {
+  XPURT_CHECK(type.value_case() != onnx::TypeProto::VALUE_NOT_SET, where, ": the value has no type");
+  if (type.value_case() != onnx::TypeProto::kTensorType) {
+    const char* kind = type.value_case() == onnx::TypeProto::kSequenceType   ? "sequence"
+                       : type.value_case() == onnx::TypeProto::kMapType      ? "map"
+                       : type.value_case() == onnx::TypeProto::kOptionalType ? "optional"
+                                                                              : "non-tensor";
+    throw UnsupportedOperationError(
+        detail::str_cat(where, ": ", kind, " values are not supported (xpuruntime runs tensor values only)"));
+  }
+  ValueType vt;
+  vt.dtype = dtype_from_onnx(type.tensor_type().elem_type(), where);
+  if (type.tensor_type().has_shape()) {
+    vt.has_shape = true;
+    for (const auto& dim : type.tensor_type().shape().dim()) {
+      if (dim.has_dim_value()) {
+        vt.shape.emplace_back(dim.dim_value());
+      } else if (dim.has_dim_param()) {
+        vt.shape.emplace_back(dim.dim_param());
+      } else {
+        vt.shape.emplace_back();
+      }
+    }
+  }
+  return vt;
+}
+
+void type_to_proto(const ValueType& vt, onnx::TypeProto* type) {
+  auto* tensor = type->mutable_tensor_type();
+  tensor->set_elem_type(dtype_to_onnx(vt.dtype));
+  if (!vt.has_shape) return;
+  auto* shape = tensor->mutable_shape();
+  for (const Dim& d : vt.shape) {
+    auto* dim = shape->add_dim();
+    if (d.known()) {
+      dim->set_dim_value(d.value);
+    } else if (!d.symbol.empty()) {
+      dim->set_dim_param(d.symbol);
+    }
+  }
+}
+
+// ---- graphs ----
+
+Graph graph_from_proto(const onnx::GraphProto& proto, const std::map<std::string, std::int64_t>& opsets,
+                       const std::string& model_dir, bool top_level);
+
+void attribute_from_proto(const onnx::AttributeProto& attr, Node& node,
+                          const std::map<std::string, std::int64_t>& opsets, const std::string& model_dir) {
+  const std::string where = detail::str_cat("attribute '", attr.name(), "' of node '", node.name, "' (",
+                                            node.op_type, ")");
+  XPURT_CHECK(!attr.name().empty(), "node '", node.name, "' (", node.op_type, ") has an attribute without a name");
+  switch (attr.type()) {
+    case onnx::AttributeProto::FLOAT: node.attrs.set(attr.name(), static_cast<double>(attr.f())); break;
+    case onnx::AttributeProto::INT: node.attrs.set(attr.name(), static_cast<std::int64_t>(attr.i())); break;
+    case onnx::AttributeProto::STRING: node.attrs.set(attr.name(), attr.s()); break;
+    case onnx::AttributeProto::FLOATS:
+      node.attrs.set(attr.name(), std::vector<double>(attr.floats().begin(), attr.floats().end()));
+      break;
+    case onnx::AttributeProto::INTS:
+      node.attrs.set(attr.name(), std::vector<std::int64_t>(attr.ints().begin(), attr.ints().end()));
+      break;
+    case onnx::AttributeProto::STRINGS:
+      node.string_list_attrs[attr.name()] = std::vector<std::string>(attr.strings().begin(), attr.strings().end());
+      break;
+    case onnx::AttributeProto::TENSOR: node.tensor_attrs[attr.name()] = tensor_from_proto(attr.t(), model_dir); break;
+    case onnx::AttributeProto::GRAPH:
+      node.graph_attrs[attr.name()] =
+          std::make_shared<Graph>(graph_from_proto(attr.g(), opsets, model_dir, /*top_level=*/false));
+      break;
+    case onnx::AttributeProto::UNDEFINED: {
+      // Old models (IR < 2) leave the type out; infer it from the field that is set.
+      if (attr.has_f()) node.attrs.set(attr.name(), static_cast<double>(attr.f()));
+      else if (attr.has_i()) node.attrs.set(attr.name(), static_cast<std::int64_t>(attr.i()));
+      else if (attr.has_s()) node.attrs.set(attr.name(), attr.s());
+      else if (attr.has_t()) node.tensor_attrs[attr.name()] = tensor_from_proto(attr.t(), model_dir);
+      else if (attr.floats_size()) node.attrs.set(attr.name(), std::vector<double>(attr.floats().begin(), attr.floats().end()));
+      else if (attr.ints_size()) node.attrs.set(attr.name(), std::vector<std::int64_t>(attr.ints().begin(), attr.ints().end()));
+      else throw InvalidArgumentError(where + ": has no type and no value");
+      break;
+    }
+    default:
+      throw UnsupportedOperationError(detail::str_cat(where, ": attribute type ",
+                                                      onnx::AttributeProto::AttributeType_Name(attr.type()),
+                                                      " is not supported"));
+  }
+}
+
+Graph graph_from_proto(const onnx::GraphProto& proto, const std::map<std::string, std::int64_t>& opsets,
+                       const std::string& model_dir, bool top_level) {
+  Graph g;
+  g.name = proto.name();
+  g.opsets = opsets;
+  XPURT_CHECK(proto.sparse_initializer_size() == 0, "graph '", proto.name(),
+              "': sparse initializers are not supported");
+  for (const auto& init : proto.initializer()) {
+    XPURT_CHECK(!init.name().empty(), "graph '", proto.name(), "' has an initializer without a name");
+    Tensor t = tensor_from_proto(init, model_dir);
+    ValueType vt;
+    vt.dtype = t.dtype();
+    vt.has_shape = true;
+    for (std::int64_t d : t.shape()) vt.shape.emplace_back(d);
+    g.types[init.name()] = vt;
+    g.initializers[init.name()] = std::move(t);
+  }
+  for (const auto& in : proto.input()) {
+    XPURT_CHECK(!in.name().empty(), "graph '", proto.name(), "' has an input without a name");
+    const bool is_init = g.initializers.count(in.name()) != 0;
+    if (in.has_type()) {
+      ValueType vt = type_from_proto(in.type(), detail::str_cat("graph input '", in.name(), "'"));
+      if (!is_init) g.types[in.name()] = vt;
+    }
+    // IR < 4 lists initializers among the inputs too; they are constants here (ONNX Runtime treats them as
+    // overridable defaults; xpuruntime keeps them constant so they can be folded).
+    if (!is_init || !top_level) g.inputs.push_back(in.name());
+  }
+  for (const auto& out : proto.output()) {
+    XPURT_CHECK(!out.name().empty(), "graph '", proto.name(), "' has an output without a name");
+    g.outputs.push_back(out.name());
+    if (out.has_type() && g.types.count(out.name()) == 0) {
+      g.types[out.name()] = type_from_proto(out.type(), detail::str_cat("graph output '", out.name(), "'"));
+    }
+  }
+  for (const auto& vi : proto.value_info()) {
+    if (!vi.has_type() || g.types.count(vi.name())) continue;
+    try {
+      g.types[vi.name()] = type_from_proto(vi.type(), detail::str_cat("value '", vi.name(), "'"));
+    } catch (const UnsupportedOperationError&) {
+      // A non-tensor intermediate: the node that makes it reports the problem when it runs.
+    }
+  }
+  g.nodes.reserve(static_cast<std::size_t>(proto.node_size()));
+  for (const auto& np : proto.node()) {
+    Node node;
+    node.name = np.name();
+    node.op_type = np.op_type();
+    node.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    XPURT_CHECK(!node.op_type.empty(), "graph '", proto.name(), "': node '", np.name(), "' has no op_type");
+    node.inputs.assign(np.input().begin(), np.input().end());
+    node.outputs.assign(np.output().begin(), np.output().end());
+    for (const auto& attr : np.attribute()) attribute_from_proto(attr, node, opsets, model_dir);
+    g.nodes.push_back(std::move(node));
+  }
+  if (top_level) g.validate();
+  return g;
+}
+
+void graph_to_proto(const Graph& g, onnx::GraphProto* proto);
+
+void node_to_proto(const Node& node, onnx::NodeProto* np) {
+  np->set_name(node.name);
+  np->set_op_type(node.op_type);
+  if (!node.domain.empty()) np->set_domain(node.domain);
+  for (const auto& in : node.inputs) np->add_input(in);
+  for (const auto& out : node.outputs) np->add_output(out);
+  for (const auto& [name, value] : node.attrs.values()) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    if (const auto* i = std::get_if<std::int64_t>(&value)) {
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(*i);
+    } else if (const auto* f = std::get_if<double>(&value)) {
+      a->set_type(onnx::AttributeProto::FLOAT);
+      a->set_f(static_cast<float>(*f));
+    } else if (const auto* s = std::get_if<std::string>(&value)) {
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(*s);
+    } else if (const auto* is = std::get_if<std::vector<std::int64_t>>(&value)) {
+      a->set_type(onnx::AttributeProto::INTS);
+      for (auto v : *is) a->add_ints(v);
+    } else if (const auto* fs = std::get_if<std::vector<double>>(&value)) {
+      a->set_type(onnx::AttributeProto::FLOATS);
+      for (auto v : *fs) a->add_floats(static_cast<float>(v));
+    }
+  }
+  for (const auto& [name, t] : node.tensor_attrs) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::TENSOR);
+    tensor_to_proto(t, "", a->mutable_t());
+  }
+  for (const auto& [name, list] : node.string_list_attrs) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (const auto& s : list) a->add_strings(s);
+  }
+  for (const auto& [name, sub] : node.graph_attrs) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    graph_to_proto(*sub, a->mutable_g());
+  }
+}
+
+void graph_to_proto(const Graph& g, onnx::GraphProto* proto) {
+  proto->set_name(g.name.empty() ? "graph" : g.name);
+  for (const auto& [name, t] : g.initializers) tensor_to_proto(t, name, proto->add_initializer());
+  auto add_value_info = [&](const std::string& name, onnx::ValueInfoProto* vi) {
+    vi->set_name(name);
+    if (const ValueType* vt = g.type(name)) type_to_proto(*vt, vi->mutable_type());
+  };
+  for (const auto& in : g.inputs) add_value_info(in, proto->add_input());
+  for (const auto& out : g.outputs) add_value_info(out, proto->add_output());
+  std::set<std::string> listed(g.inputs.begin(), g.inputs.end());
+  listed.insert(g.outputs.begin(), g.outputs.end());
+  for (const Node& n : g.nodes) {
+    node_to_proto(n, proto->add_node());
+    for (const auto& out : n.outputs) {
+      if (!out.empty() && !listed.count(out) && g.type(out)) add_value_info(out, proto->add_value_info());
+    }
+  }
+}
+
+}  // namespace
+
+Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
+  XPURT_CHECK(!model_bytes.empty(), "invalid model: the model is empty (0 bytes)");
+  onnx::ModelProto model;
+  XPURT_CHECK(model_bytes.size() < static_cast<std::size_t>(std::numeric_limits<int>::max()),
+              "invalid model: ", model_bytes.size(), " bytes exceed protobuf's 2 GB limit (use external data)");
+  XPURT_CHECK(model.ParseFromArray(model_bytes.data(), static_cast<int>(model_bytes.size())),
+              "invalid model: the bytes are not a valid ONNX ModelProto (", model_bytes.size(),
+              " bytes; truncated or not an ONNX file?)");
+  XPURT_CHECK(model.has_graph(), "invalid model: the ModelProto has no graph");
+  XPURT_CHECK(model.ir_version() >= 3, "invalid model: IR version ", model.ir_version(),
+              " is not supported (3 or newer)");
+  std::map<std::string, std::int64_t> opsets;
+  for (const auto& op : model.opset_import()) {
+    opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
+  }
+  XPURT_CHECK(model.opset_import_size() > 0, "invalid model: no opset_import");
+  // Model-local functions are not inlined yet: refuse only when a node uses one.
+  std::set<std::pair<std::string, std::string>> functions;
+  for (const auto& f : model.functions()) functions.insert({f.domain(), f.name()});
+  for (const auto& n : model.graph().node()) {
+    if (functions.count({n.domain(), n.op_type()})) {
+      throw UnsupportedOperationError(detail::str_cat("node '", n.name(), "' calls the model-local function ",
+                                                      n.op_type(), ", which xpuruntime does not inline yet"));
+    }
+  }
+  Graph g = graph_from_proto(model.graph(), opsets, options.model_dir, /*top_level=*/true);
+  g.ir_version = model.ir_version();
+  g.producer = model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
+  return g;
+}
+
+Graph import_onnx_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  XPURT_CHECK(file.good(), "cannot open model file '", path, "'");
+  std::ostringstream bytes;
+  bytes << file.rdbuf();
+  OnnxImportOptions options;
+  options.model_dir = std::filesystem::path(path).parent_path().string();
+  return import_onnx(bytes.str(), options);
+}
+
+std::string export_onnx(const Graph& graph) {
+  onnx::ModelProto model;
+  model.set_ir_version(graph.ir_version);
+  model.set_producer_name("xpuruntime");
+  for (const auto& [domain, version] : graph.opsets) {
+    auto* op = model.add_opset_import();
+    op->set_domain(domain);
+    op->set_version(version);
+  }
+  bool has_xpurt = false;
+  for (const Node& n : graph.nodes) has_xpurt |= n.domain == kXpurtDomain;
+  if (has_xpurt && graph.opsets.count(kXpurtDomain) == 0) {
+    auto* op = model.add_opset_import();
+    op->set_domain(kXpurtDomain);
+    op->set_version(1);
+  }
+  graph_to_proto(graph, model.mutable_graph());
+  std::string out;
+  XPURT_CHECK(model.SerializeToString(&out), "export_onnx: the graph does not serialize (over 2 GB?)");
+  return out;
+}
+
+Tensor tensor_from_onnx(const std::string& tensor_proto_bytes, const std::string& model_dir) {
+  onnx::TensorProto proto;
+  XPURT_CHECK(proto.ParseFromArray(tensor_proto_bytes.data(), static_cast<int>(tensor_proto_bytes.size())),
+              "not a valid ONNX TensorProto (", tensor_proto_bytes.size(), " bytes)");
+  return tensor_from_proto(proto, model_dir);
+}
+
+std::string tensor_to_onnx(const Tensor& tensor, const std::string& name) {
+  onnx::TensorProto proto;
+  tensor_to_proto(tensor, name, &proto);
+  std::string out;
+  proto.SerializeToString(&out);
+  return out;
+}
 
 }  // namespace xpuruntime

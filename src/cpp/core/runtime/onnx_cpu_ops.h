@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/export.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/tensor.h"
 
@@ -81,7 +82,7 @@ using OpFn = std::function<void(OpContext&)>;
 
 // The library: (domain, op_type) -> implementation. `since` is the first opset version the implementation
 // covers (it must handle every later version's differences itself, reading ctx.opset()).
-class Library {
+class XPURT_API Library {
  public:
   static Library& global();  // every op registered
   void add(const std::string& domain, const std::string& op_type, OpFn fn);
@@ -95,7 +96,7 @@ class Library {
 // Runs `node` on CPU inputs (undefined tensors for absent optional inputs; non-contiguous ones are made
 // contiguous). Returns one tensor per node output (undefined for unused optional outputs the op skipped).
 // UnsupportedOperationError when the library has no implementation for the node's op.
-std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs);
+XPURT_API std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs);
 
 // Registration, one function per source file of src/cpp/backends/cpu/onnx/ (called by Library::global()).
 void register_elementwise_ops(Library& lib);   // onnx_elementwise.cpp: math, logic, activations, Cast, Softmax...

@@ -63,6 +63,7 @@ struct XPURT_API Explanation {
   // "matmul=pin:cublasLt: not honoured: ...").
   std::vector<std::string> policy_notes;
   std::vector<std::string> options;  // engine options as set ("intra_op_num_threads=2", ...)
+  std::string memory;                // the memory plan, when the engine has one ("peak 12 MiB = arena ...")
   std::string to_json() const;       // one JSON object
   std::string str() const;           // a text report with a table of nodes
 };
@@ -112,5 +113,6 @@ class XPURT_API EngineRegistry {
 };
 
 void register_onnxruntime(EngineRegistry& registry);
+void register_native(EngineRegistry& registry);
 
 }  // namespace xpuruntime

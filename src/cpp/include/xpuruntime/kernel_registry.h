@@ -131,14 +131,17 @@ class XPURT_API FunctionKernel final : public Kernel {
 struct XPURT_API OpSchema {
   std::string name;    // "linear"
   std::string family;  // the KernelPolicy key that also governs it: "matmul" for matmul and linear
-  std::vector<std::string> inputs;            // input names, optional ones suffixed with '?': "bias?"
+  // Input names, optional ones suffixed with '?' ("bias?"). A last name suffixed with "..." ("x...") is
+  // variadic: it stands for one or more inputs (concat).
+  std::vector<std::string> inputs;
   std::vector<std::string> outputs = {"y"};
   std::string doc;                            // one line, with the attributes and their defaults
   // Validates `desc.inputs`/`desc.attrs` (InvalidArgumentError / InvalidTypeError naming the argument, the
   // expected and the actual value) and returns the output descriptors (dtype and contiguous shape).
   std::function<std::vector<TensorDesc>(const OpDescriptor&)> infer;
 
-  std::size_t num_required_inputs() const;
+  std::size_t num_required_inputs() const;  // a variadic input counts once
+  bool is_variadic() const;                   // the last input name ends with "..."
 };
 
 class XPURT_API KernelRegistry {

@@ -1,8 +1,73 @@
-// ONNX reference ops (misc group): see src/cpp/core/runtime/onnx_cpu_ops.h.
-#include "core/runtime/onnx_cpu_ops.h"
+// ONNX reference ops (misc group): see src/cpp/core/runtime/onnx_cpu_ops.h. This file registers the group's
+// files (onnx_misc.h) and holds their shared helpers.
+#include "backends/cpu/onnx/onnx_misc.h"
+
+#include <cmath>
 
 namespace xpuruntime::onnx_ref {
+namespace misc {
 
-void register_misc_ops(Library& lib) { (void)lib; }
+DType dtype_from_onnx(std::int64_t onnx_type, const std::string& where, const std::string& attribute) {
+  switch (onnx_type) {
+    case 1: return DType::kFloat32;
+    case 2: return DType::kUInt8;
+    case 3: return DType::kInt8;
+    case 5: return DType::kInt16;
+    case 6: return DType::kInt32;
+    case 7: return DType::kInt64;
+    case 9: return DType::kBool;
+    case 10: return DType::kFloat16;
+    case 11: return DType::kFloat64;
+    case 16: return DType::kBFloat16;
+    default: break;
+  }
+  throw InvalidTypeError(detail::str_cat(where, ": attribute '", attribute, "' is ONNX element type ", onnx_type,
+                                         ", which xpuruntime tensors cannot hold (supported: float16, bfloat16, "
+                                         "float32, float64, int8, uint8, int16, int32, int64, bool)"));
+}
+
+std::vector<double> to_doubles(const Tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = data<T>(t);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(Compute<T>::load(p[i]));
+  });
+  return out;
+}
+
+void store_doubles(Tensor& t, const std::vector<double>& values) {
+  XPURT_INTERNAL_ASSERT(static_cast<std::int64_t>(values.size()) == t.numel(), "store_doubles: ", values.size(),
+                        " values for ", t.numel(), " elements");
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using C = typename Compute<T>::type;
+    T* p = data<T>(t);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if constexpr (std::is_same_v<T, bool>) {
+        p[i] = values[i] != 0.0;
+      } else {
+        p[i] = Compute<T>::store(static_cast<C>(values[i]));
+      }
+    }
+  });
+}
+
+std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += detail::str_cat(i ? "," : "", shape[i]);
+  return s + "]";
+}
+
+double round_half_even(double v) { return std::nearbyint(v); }  // the default FE_TONEAREST mode: ties to even
+
+}  // namespace misc
+
+void register_misc_ops(Library& lib) {
+  register_misc_quantization_ops(lib);
+  register_misc_signal_ops(lib);
+  register_misc_math_ops(lib);
+  register_misc_random_ops(lib);
+}
 
 }  // namespace xpuruntime::onnx_ref

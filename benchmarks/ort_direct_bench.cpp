@@ -1,0 +1,220 @@
+// ONNX Runtime used directly, the baseline of benchmarks/session_bench.py: one model, one batch size, ORT's C++
+// API with the same execution provider and options as xpuruntime's onnxruntime engine (the CUDA plugin EP from
+// XPURT_ORT_CUDA_PROVIDER, graph optimizations on, intra-op threads 0, use_tf32=0), inputs and outputs bound on the
+// device with IoBinding (no copies in the timing), with or without CUDA graphs (enable_cuda_graph=1).
+//
+//   ort_direct_bench --model m.onnx [--batch 1] [--device cuda|cpu] [--graphs 0|1] [--iterations 100]
+//                    [--warmup 10]
+//
+// Symbolic dimensions of the inputs take the batch size. Float inputs are filled with small values, integer
+// inputs with i % 1000 (valid token ids for the zoo's BERT). Prints one JSON line:
+//   {"model": ..., "batch": 1, "device": "cuda", "cuda_graphs": true, "iterations": 100, "median_ms": ...,
+//    "p90_ms": ..., "mean_ms": ..., "min_ms": ...}
+// Each iteration is timed on the host around Session::Run, which returns once ORT has synchronized its stream.
+#include <onnxruntime_cxx_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+struct Args {
+  std::string model;
+  int64_t batch = 1;
+  std::string device = "cuda";
+  bool graphs = false;
+  int iterations = 100;
+  int warmup = 10;
+};
+
+Args parse(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--model") {
+      args.model = value;
+    } else if (flag == "--batch") {
+      args.batch = std::stoll(value);
+    } else if (flag == "--device") {
+      args.device = value;
+    } else if (flag == "--graphs") {
+      args.graphs = value == "1" || value == "true";
+    } else if (flag == "--iterations") {
+      args.iterations = std::stoi(value);
+    } else if (flag == "--warmup") {
+      args.warmup = std::stoi(value);
+    } else {
+      throw std::invalid_argument("unknown flag " + flag);
+    }
+  }
+  if (args.model.empty()) throw std::invalid_argument("--model is required");
+  if (args.device != "cuda" && args.device != "cpu") throw std::invalid_argument("--device is cuda or cpu");
+  if (args.graphs && args.device != "cuda") throw std::invalid_argument("--graphs 1 needs --device cuda");
+  if (args.iterations < 1 || args.warmup < 0) throw std::invalid_argument("bad --iterations or --warmup");
+  return args;
+}
+
+size_t element_size(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return 4;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return 2;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return 8;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return 4;
+    default: throw std::invalid_argument("unsupported input element type " + std::to_string(type));
+  }
+}
+
+// Host bytes for an input: small floats (fp32 or fp16 0.0/0.5/-0.5 patterns) or ids i % 1000.
+std::vector<unsigned char> fill(ONNXTensorElementDataType type, size_t count) {
+  std::vector<unsigned char> bytes(count * element_size(type));
+  for (size_t i = 0; i < count; ++i) {
+    const int pattern = static_cast<int>(i % 7) - 3;  // -3..3
+    if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
+      const float v = 0.25f * static_cast<float>(pattern);
+      std::memcpy(bytes.data() + i * 4, &v, 4);
+    } else if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16) {
+      const Ort::Float16_t v(0.25f * static_cast<float>(pattern));
+      std::memcpy(bytes.data() + i * 2, &v, 2);
+    } else if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64) {
+      const int64_t v = static_cast<int64_t>(i % 1000);
+      std::memcpy(bytes.data() + i * 8, &v, 8);
+    } else {
+      const int32_t v = static_cast<int32_t>(i % 1000);
+      std::memcpy(bytes.data() + i * 4, &v, 4);
+    }
+  }
+  return bytes;
+}
+
+double percentile(std::vector<double> sorted, double q) {
+  std::sort(sorted.begin(), sorted.end());
+  const double position = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(position);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (position - static_cast<double>(lo));
+}
+
+int run(const Args& args) {
+  Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "ort_direct_bench");
+  Ort::SessionOptions options;
+  options.SetIntraOpNumThreads(0);
+  options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
+  Ort::MemoryInfo cpu_memory = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
+  const OrtMemoryInfo* device_memory = cpu_memory;
+  if (args.device == "cuda") {
+    const char* provider = std::getenv("XPURT_ORT_CUDA_PROVIDER");
+    if (provider == nullptr || *provider == '\0') {
+      throw std::runtime_error("set XPURT_ORT_CUDA_PROVIDER to libonnxruntime_providers_cuda.so "
+                               "(scripts/stage_ort_cuda.sh, scripts/ort_cuda_unstage.sh)");
+    }
+    env.RegisterExecutionProviderLibrary("CUDA", provider);
+    Ort::ConstEpDevice cuda{nullptr};
+    bool found = false;
+    for (const Ort::ConstEpDevice& device : env.GetEpDevices()) {
+      if (std::string(device.EpName()) == "CUDAExecutionProvider") {
+        cuda = device;
+        found = true;
+        break;
+      }
+    }
+    if (!found) throw std::runtime_error("the CUDA execution provider sees no device");
+    const std::unordered_map<std::string, std::string> cuda_options = {
+        {"device_id", "0"}, {"use_tf32", "0"}, {"enable_cuda_graph", args.graphs ? "1" : "0"}};
+    options.AppendExecutionProvider_V2(env, {cuda}, cuda_options);
+    device_memory = cuda.GetMemoryInfo(OrtDeviceMemoryType_DEFAULT);
+  }
+  Ort::Session session(env, args.model.c_str(), options);
+  Ort::Allocator device_allocator(session, device_memory);
+  Ort::AllocatorWithDefaultOptions names;
+
+  Ort::IoBinding binding(session);
+  std::vector<std::string> input_names;
+  std::vector<Ort::Value> inputs;                       // on the device
+  std::vector<std::vector<unsigned char>> host_inputs;  // their contents (the inputs themselves on the CPU)
+  host_inputs.reserve(session.GetInputCount());
+  for (size_t i = 0; i < session.GetInputCount(); ++i) {
+    input_names.push_back(session.GetInputNameAllocated(i, names).get());
+    const Ort::TypeInfo type_info = session.GetInputTypeInfo(i);  // owns what `info` views
+    auto info = type_info.GetTensorTypeAndShapeInfo();
+    std::vector<int64_t> shape = info.GetShape();
+    size_t count = 1;
+    for (int64_t& d : shape) {
+      if (d < 0) d = args.batch;
+      count *= static_cast<size_t>(d);
+    }
+    host_inputs.push_back(fill(info.GetElementType(), count));
+    std::vector<Ort::Value> source;
+    source.push_back(Ort::Value::CreateTensor(cpu_memory, host_inputs.back().data(), host_inputs.back().size(),
+                                              shape.data(), shape.size(), info.GetElementType()));
+    if (args.device == "cuda") {
+      std::vector<Ort::Value> target;
+      target.push_back(Ort::Value::CreateTensor(device_allocator, shape.data(), shape.size(), info.GetElementType()));
+      Ort::ThrowOnError(env.CopyTensors(source, target, nullptr));
+      inputs.push_back(std::move(target[0]));
+    } else {
+      inputs.push_back(std::move(source[0]));
+    }
+    binding.BindInput(input_names.back().c_str(), inputs.back());
+  }
+  // Outputs: a first run without a graph learns their shapes; then device buffers of those shapes stay bound.
+  std::vector<std::string> output_names;
+  for (size_t i = 0; i < session.GetOutputCount(); ++i) {
+    output_names.push_back(session.GetOutputNameAllocated(i, names).get());
+  }
+  Ort::RunOptions probe_options;
+  if (args.graphs) probe_options.AddConfigEntry("gpu_graph_id", "-1");
+  for (const std::string& name : output_names) binding.BindOutput(name.c_str(), device_memory);
+  session.Run(probe_options, binding);
+  std::vector<Ort::Value> outputs;
+  for (Ort::Value& value : binding.GetOutputValues()) {
+    const Ort::TensorTypeAndShapeInfo info = value.GetTensorTypeAndShapeInfo();
+    std::vector<int64_t> shape = info.GetShape();
+    outputs.push_back(Ort::Value::CreateTensor(device_allocator, shape.data(), shape.size(), info.GetElementType()));
+  }
+  binding.ClearBoundOutputs();
+  for (size_t i = 0; i < outputs.size(); ++i) binding.BindOutput(output_names[i].c_str(), outputs[i]);
+
+  Ort::RunOptions run_options;  // graphs: the default annotation id, captured on the first of these runs
+  for (int i = 0; i < args.warmup; ++i) session.Run(run_options, binding);
+  std::vector<double> ms;
+  ms.reserve(static_cast<size_t>(args.iterations));
+  for (int i = 0; i < args.iterations; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    session.Run(run_options, binding);
+    const auto end = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+  }
+  double sum = 0;
+  for (double v : ms) sum += v;
+  std::printf(
+      "{\"model\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"cuda_graphs\": %s, \"iterations\": %d, "
+      "\"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f, \"onnxruntime\": \"%s\"}\n",
+      args.model.c_str(), static_cast<long long>(args.batch), args.device.c_str(), args.graphs ? "true" : "false",
+      args.iterations, percentile(ms, 0.5), percentile(ms, 0.9), sum / static_cast<double>(ms.size()),
+      *std::min_element(ms.begin(), ms.end()), Ort::GetVersionString().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const Ort::Exception& e) {
+    std::fprintf(stderr, "ort_direct_bench: ONNX Runtime error %d: %s\n", static_cast<int>(e.GetOrtErrorCode()),
+                 e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ort_direct_bench: %s\n", e.what());
+  }
+  return 1;
+}

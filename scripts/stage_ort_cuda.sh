@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Stages ONNX Runtime's CUDA execution provider plugin (libonnxruntime_providers_cuda.so, ORT 1.29.0, CUDA 13) for
+# the lent GPU machine, which has no network and takes at most 64 MiB per call (docs/DEVICE.md, "ONNX Runtime
+# with its CUDA execution provider"):
+#   1. fetches com.github.asus4.onnxruntime.linux-x64-gpu@0.4.9 with `npm pack` and checks its pinned sha256;
+#   2. extracts Plugins/Linux/x64/libonnxruntime_providers_cuda.so (about 230 MB);
+#   3. xz-compresses it and splits the stream into 56 MiB parts, one per git-ignored folder .ortgpu1/ .ortgpu2/
+#      .ortgpu3/, each with a MANIFEST (number of parts, sha256 of the library and of the compressed stream).
+# On the device, carry the folders one call each and run scripts/ort_cuda_unstage.sh in every call: it collects
+# the parts and, once all are there, rebuilds the library and prints the XPURT_ORT_CUDA_PROVIDER export line.
+#
+#   scripts/stage_ort_cuda.sh            # a second run with the same package does nothing
+#
+# Environment:
+#   XPURT_ORT_GPU_TARBALL  a local copy of com.github.asus4.onnxruntime.linux-x64-gpu-0.4.9.tgz (skips npm pack)
+set -euo pipefail
+
+readonly NPM_PACKAGE="com.github.asus4.onnxruntime.linux-x64-gpu@0.4.9"
+readonly TARBALL_NAME="com.github.asus4.onnxruntime.linux-x64-gpu-0.4.9.tgz"
+# sha256 of the tarball `npm pack` wrote on 2026-11-21 (179145956 bytes).
+readonly TARBALL_SHA256="2b459e0c17f340c92970c10ed86de4f37a3009f93c14053e6ad4334cbb6be412"
+readonly LIBRARY_IN_TARBALL="package/Plugins/Linux/x64/libonnxruntime_providers_cuda.so"
+readonly PART_BYTES=$((56 * 1024 * 1024))
+readonly FOLDERS=(.ortgpu1 .ortgpu2 .ortgpu3)
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${repo_root}"
+
+die() { echo "stage_ort_cuda.sh: error: $*" >&2; exit 1; }
+
+for tool in xz split sha256sum tar; do
+  command -v "${tool}" >/dev/null || die "${tool} is not installed"
+done
+
+if [[ -f .ortgpu1/MANIFEST ]] && grep -qx "package ${NPM_PACKAGE}" .ortgpu1/MANIFEST; then
+  echo "${NPM_PACKAGE} already staged in ${FOLDERS[*]} ($(grep '^parts ' .ortgpu1/MANIFEST))"
+  exit 0
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "${work}"' EXIT
+
+if [[ -n "${XPURT_ORT_GPU_TARBALL:-}" ]]; then
+  [[ -f "${XPURT_ORT_GPU_TARBALL}" ]] || die "XPURT_ORT_GPU_TARBALL=${XPURT_ORT_GPU_TARBALL} is not a file"
+  tarball="${XPURT_ORT_GPU_TARBALL}"
+else
+  command -v npm >/dev/null || die "npm is not installed; install Node.js/npm, or download ${TARBALL_NAME} \
+yourself and pass it as XPURT_ORT_GPU_TARBALL=<path>"
+  echo "Downloading ${NPM_PACKAGE} (about 180 MB) with npm pack ..."
+  (cd "${work}" && npm pack --silent "${NPM_PACKAGE}" >/dev/null) || die "npm pack ${NPM_PACKAGE} failed"
+  tarball="${work}/${TARBALL_NAME}"
+  [[ -f "${tarball}" ]] || die "npm pack did not write ${TARBALL_NAME}"
+fi
+
+actual_sha="$(sha256sum "${tarball}" | cut -d' ' -f1)"
+if [[ "${actual_sha}" != "${TARBALL_SHA256}" ]]; then
+  die "sha256 mismatch for ${tarball}: expected ${TARBALL_SHA256}, got ${actual_sha}; \
+the download is corrupt or not ${NPM_PACKAGE}. Delete it and run again."
+fi
+
+echo "Extracting libonnxruntime_providers_cuda.so ..."
+tar -xzf "${tarball}" -C "${work}" "${LIBRARY_IN_TARBALL}" || die "the tarball lacks ${LIBRARY_IN_TARBALL}"
+library="${work}/${LIBRARY_IN_TARBALL}"
+library_sha="$(sha256sum "${library}" | cut -d' ' -f1)"
+
+echo "Compressing ($(du -m "${library}" | cut -f1) MB; xz -6, a few minutes) ..."
+mkdir -p "${work}/parts"
+xz -T2 -6 -c "${library}" | split -b "${PART_BYTES}" -d - "${work}/parts/part"
+mapfile -t parts < <(cd "${work}/parts" && ls part*)
+(( ${#parts[@]} <= ${#FOLDERS[@]} )) || die "the compressed library needs ${#parts[@]} parts of 56 MiB, more than \
+the ${#FOLDERS[@]} folders ${FOLDERS[*]}"
+stream_sha="$(cat "${work}/parts"/part* | sha256sum | cut -d' ' -f1)"
+
+rm -rf "${FOLDERS[@]}"
+for i in "${!FOLDERS[@]}"; do
+  folder="${FOLDERS[$i]}"
+  mkdir -p "${folder}"
+  if (( i < ${#parts[@]} )); then cp "${work}/parts/${parts[$i]}" "${folder}/"; fi
+  {
+    echo "package ${NPM_PACKAGE}"
+    echo "parts ${#parts[@]}"
+    echo "library_sha256 ${library_sha}"
+    echo "stream_sha256 ${stream_sha}"
+  } > "${folder}/MANIFEST"
+done
+
+for folder in "${FOLDERS[@]}"; do
+  echo "  ${folder}/: $(ls "${folder}" | tr '\n' ' ')($(du -sm "${folder}" | cut -f1) MB)"
+done
+cat <<EOF
+Staged. On the device, one call per folder, back to back while the machine stays warm (a call carries at most
+64 MiB, so the ONNX Runtime core, .deps/onnxruntime (28 MB), travels in a call of its own, e.g. the build call):
+  call 1: carry [".ortgpu1"]   command: scripts/ort_cuda_unstage.sh
+  call 2: carry [".ortgpu2"]   command: scripts/ort_cuda_unstage.sh
+  call 3: carry [".ortgpu3"]   command: scripts/ort_cuda_unstage.sh
+  then:   carry [".deps/onnxruntime", ...]   command: eval "\$(scripts/ort_cuda_unstage.sh --export)" && ...
+EOF

@@ -1,0 +1,571 @@
+// Data-movement ops of the cpu backend (transpose, concat, slice, gather, expand), where, the comparisons (equal,
+// less, greater), logical_not, and the every-dtype paths of cast and of integer add/sub/mul/div/neg.
+//
+// Data movement copies bits: every dtype is handled by its element size, and contiguous runs are copied with
+// memcpy. Integer arithmetic wraps (two's complement, no undefined behaviour), division truncates toward zero,
+// and an integer division by zero raises InvalidArgumentError (there is no right answer to return). Casts:
+// float -> float rounds to nearest even once (cpu_elementwise.cpp), float -> int truncates toward zero and
+// saturates at the target's range with NaN -> 0 (what the CUDA conversion instructions do), int -> int wraps
+// like NumPy, anything -> bool is `x != 0` (NaN -> true), bool -> anything is 0 or 1.
+#include <array>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/cpu_common.h"
+#include "core/data_ops.h"
+
+namespace xpuruntime::cpu {
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+constexpr std::int64_t kCopyGrain = 1 << 16;  // elements per thread at least
+
+std::string shape_str(const Shape& shape) {
+  std::string out = "[";
+  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
+  return out + "]";
+}
+
+// ---- strided copies ----
+
+// to[i] = from[i * step] for `count` elements of type E (no alignment assumed: memcpy per element, which compilers
+// turn into plain loads and stores).
+template <typename E>
+void strided_run(const char* from, char* to, std::int64_t count, std::int64_t step) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::memcpy(to + i * static_cast<std::int64_t>(sizeof(E)), from + i * step * static_cast<std::int64_t>(sizeof(E)),
+                sizeof(E));
+  }
+}
+
+// dst (contiguous, `shape`) [i...] = src[sum(i[d] * strides[d])], strides in elements (any sign, 0 allowed).
+// Size-1 dimensions are dropped and neighbours that src steps through as one dimension merged, so the inner
+// loop is as long as possible; unit-stride inner runs are memcpy'd.
+void copy_to_contiguous(const char* src, char* dst, std::size_t element_size, const Shape& shape,
+                        const Shape& strides, int threads) {
+  Shape sizes, steps;
+  std::int64_t numel = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    numel *= shape[d];
+    if (shape[d] == 1) continue;
+    if (!sizes.empty() && steps.back() == strides[d] * shape[d]) {
+      sizes.back() *= shape[d];
+      steps.back() = strides[d];
+      continue;
+    }
+    sizes.push_back(shape[d]);
+    steps.push_back(strides[d]);
+  }
+  if (numel == 0) return;
+  if (sizes.empty()) {
+    std::memcpy(dst, src, element_size);
+    return;
+  }
+  const std::size_t rank = sizes.size();
+  const std::int64_t inner = sizes.back();
+  const std::int64_t inner_step = steps.back();
+  const std::int64_t rows = numel / inner;
+  const auto es = static_cast<std::int64_t>(element_size);
+  parallel_for(rows, threads, std::max<std::int64_t>(1, kCopyGrain / inner), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t row = begin; row < end; ++row) {
+      std::int64_t offset = 0, rest = row;
+      for (std::size_t d = rank - 1; d-- > 0;) {
+        offset += (rest % sizes[d]) * steps[d];
+        rest /= sizes[d];
+      }
+      const char* from = src + offset * es;
+      char* to = dst + row * inner * es;
+      if (inner_step == 1) {
+        std::memcpy(to, from, static_cast<std::size_t>(inner * es));
+        continue;
+      }
+      switch (element_size) {
+        case 1: strided_run<std::uint8_t>(from, to, inner, inner_step); break;
+        case 2: strided_run<std::uint16_t>(from, to, inner, inner_step); break;
+        case 4: strided_run<std::uint32_t>(from, to, inner, inner_step); break;
+        case 8: strided_run<std::uint64_t>(from, to, inner, inner_step); break;
+        default:
+          for (std::int64_t i = 0; i < inner; ++i) std::memcpy(to + i * es, from + i * inner_step * es, element_size);
+      }
+    }
+  });
+}
+
+void run_transpose(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& x = launch.input(0);
+  Tensor& y = launch.output(0);
+  const auto rank = static_cast<std::int64_t>(x.dim());
+  Shape perm = launch.desc->attrs.get_ints("perm", {});
+  if (!launch.desc->attrs.has("perm")) {
+    for (std::int64_t k = rank - 1; k >= 0; --k) perm.push_back(k);
+  }
+  const Shape in_strides = data_ops::contiguous_strides_of(x.shape());
+  Shape strides;
+  for (const std::int64_t p : perm) strides.push_back(in_strides[static_cast<std::size_t>(p < 0 ? p + rank : p)]);
+  copy_to_contiguous(static_cast<const char*>(x.data_ptr()), static_cast<char*>(y.data_ptr()), x.element_size(),
+                     y.shape(), strides, context.threads);
+}
+
+void run_slice(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& x = launch.input(0);
+  Tensor& y = launch.output(0);
+  const auto rank = static_cast<std::int64_t>(x.dim());
+  const Attributes& attrs = launch.desc->attrs;
+  const Shape starts = attrs.get_ints("starts", {});
+  const Shape ends = attrs.get_ints("ends", {});
+  Shape axes = attrs.get_ints("axes", {});
+  if (!attrs.has("axes")) {
+    for (std::size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
+  }
+  const Shape steps = attrs.get_ints("steps", Shape(starts.size(), 1));
+  const Shape in_strides = data_ops::contiguous_strides_of(x.shape());
+  Shape strides = in_strides;
+  std::int64_t offset = 0;
+  for (std::size_t k = 0; k < starts.size(); ++k) {
+    const auto axis = static_cast<std::size_t>(axes[k] < 0 ? axes[k] + rank : axes[k]);
+    const data_ops::SliceDim dim = data_ops::resolve_slice(x.shape()[axis], starts[k], ends[k], steps[k]);
+    XPURT_INTERNAL_ASSERT(dim.size == y.shape()[axis], "slice: inferred size ", y.shape()[axis], " vs ", dim.size);
+    offset += dim.start * in_strides[axis];
+    strides[axis] = in_strides[axis] * dim.step;
+  }
+  if (y.numel() == 0) return;
+  copy_to_contiguous(static_cast<const char*>(x.data_ptr()) + offset * static_cast<std::int64_t>(x.element_size()),
+                     static_cast<char*>(y.data_ptr()), x.element_size(), y.shape(), strides, context.threads);
+}
+
+void run_expand(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& x = launch.input(0);
+  Tensor& y = launch.output(0);
+  copy_to_contiguous(static_cast<const char*>(x.data_ptr()), static_cast<char*>(y.data_ptr()), x.element_size(),
+                     y.shape(), data_ops::broadcast_strides(x.shape(), y.shape()), context.threads);
+}
+
+void run_concat(const KernelLaunch& launch, const CpuContext& context) {
+  Tensor& y = launch.output(0);
+  const auto rank = static_cast<std::int64_t>(y.dim());
+  std::int64_t axis = launch.desc->attrs.get_int("axis", 0);
+  if (axis < 0) axis += rank;
+  const std::int64_t outer = product(y.shape(), 0, static_cast<std::size_t>(axis));
+  const auto es = static_cast<std::int64_t>(y.element_size());
+  const std::int64_t out_row = product(y.shape(), static_cast<std::size_t>(axis), y.shape().size()) * es;
+  char* out = static_cast<char*>(y.data_ptr());
+  std::int64_t column = 0;  // bytes into each output row
+  for (std::size_t k = 0; k < launch.num_inputs; ++k) {
+    const Tensor& x = launch.input(k);
+    const std::int64_t in_row = product(x.shape(), static_cast<std::size_t>(axis), x.shape().size()) * es;
+    const char* in = static_cast<const char*>(x.data_ptr());
+    if (in_row > 0) {
+      parallel_for(outer, context.threads, std::max<std::int64_t>(1, kCopyGrain / in_row),
+                   [&](std::int64_t begin, std::int64_t end) {
+                     for (std::int64_t r = begin; r < end; ++r) {
+                       std::memcpy(out + r * out_row + column, in + r * in_row, static_cast<std::size_t>(in_row));
+                     }
+                   });
+    }
+    column += in_row;
+  }
+}
+
+template <typename Index>
+void read_indices(const Tensor& indices, std::int64_t axis_size, std::int64_t axis, std::vector<std::int64_t>* out) {
+  const auto* p = static_cast<const Index*>(indices.data_ptr());
+  const std::int64_t n = indices.numel();
+  out->resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto index = static_cast<std::int64_t>(p[i]);
+    if (index < -axis_size || index >= axis_size) {
+      Shape position(indices.shape().size());
+      std::int64_t rest = i;
+      for (std::size_t d = position.size(); d-- > 0;) {
+        position[d] = rest % indices.shape()[d];
+        rest /= indices.shape()[d];
+      }
+      throw InvalidArgumentError(detail::str_cat("op 'gather': index ", index, " at position ", shape_str(position),
+                                                 " of 'indices' is out of range for axis ", axis, " of size ",
+                                                 axis_size, " (valid: ", -axis_size, " to ", axis_size - 1, ")"));
+    }
+    (*out)[static_cast<std::size_t>(i)] = index < 0 ? index + axis_size : index;
+  }
+}
+
+void run_gather(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& data = launch.input(0);
+  const Tensor& indices = launch.input(1);
+  Tensor& y = launch.output(0);
+  const auto rank = static_cast<std::int64_t>(data.dim());
+  std::int64_t axis = launch.desc->attrs.get_int("axis", 0);
+  if (axis < 0) axis += rank;
+  const auto a = static_cast<std::size_t>(axis);
+  const std::int64_t axis_size = data.shape()[a];
+  std::vector<std::int64_t> index;
+  if (indices.dtype() == DType::kInt32) {
+    read_indices<std::int32_t>(indices, axis_size, axis, &index);
+  } else {
+    read_indices<std::int64_t>(indices, axis_size, axis, &index);
+  }
+  if (y.numel() == 0) return;
+  const std::int64_t outer = product(data.shape(), 0, a);
+  const auto es = static_cast<std::int64_t>(data.element_size());
+  const std::int64_t row = product(data.shape(), a + 1, data.shape().size()) * es;  // bytes per gathered row
+  const auto n = static_cast<std::int64_t>(index.size());
+  const char* in = static_cast<const char*>(data.data_ptr());
+  char* out = static_cast<char*>(y.data_ptr());
+  parallel_for(outer * n, context.threads, std::max<std::int64_t>(1, kCopyGrain / std::max<std::int64_t>(row, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t r = begin; r < end; ++r) {
+                   const std::int64_t o = r / n, j = r % n;
+                   std::memcpy(out + r * row, in + (o * axis_size + index[static_cast<std::size_t>(j)]) * row,
+                               static_cast<std::size_t>(row));
+                 }
+               });
+}
+
+// ---- broadcasting elementwise ----
+
+// Calls f(row, count, offsets, inner_strides) for every run of `count` consecutive output elements starting at
+// output index row * count, where operand k starts at element offsets[k] and steps inner_strides[k]. Operand
+// shapes broadcast to `out_shape` (NumPy rules); size-1 dims are dropped and mergeable neighbours merged.
+template <std::size_t N, typename F>
+void broadcast_rows(const Shape& out_shape, const std::array<const Shape*, N>& shapes, int threads, F&& f) {
+  std::int64_t numel = 1;
+  for (const auto d : out_shape) numel *= d;
+  if (numel == 0) return;
+  std::array<Shape, N> full;
+  for (std::size_t k = 0; k < N; ++k) full[k] = data_ops::broadcast_strides(*shapes[k], out_shape);
+  Shape sizes;
+  std::array<Shape, N> strides;
+  for (std::size_t d = 0; d < out_shape.size(); ++d) {
+    if (out_shape[d] == 1) continue;
+    bool mergeable = !sizes.empty();
+    for (std::size_t k = 0; k < N && mergeable; ++k) mergeable = strides[k].back() == full[k][d] * out_shape[d];
+    if (mergeable) {
+      sizes.back() *= out_shape[d];
+      for (std::size_t k = 0; k < N; ++k) strides[k].back() = full[k][d];
+      continue;
+    }
+    sizes.push_back(out_shape[d]);
+    for (std::size_t k = 0; k < N; ++k) strides[k].push_back(full[k][d]);
+  }
+  if (sizes.empty()) {
+    sizes = {1};
+    for (std::size_t k = 0; k < N; ++k) strides[k] = {0};
+  }
+  const std::size_t rank = sizes.size();
+  const std::int64_t inner = sizes.back();
+  std::array<std::int64_t, N> inner_strides;
+  for (std::size_t k = 0; k < N; ++k) inner_strides[k] = strides[k].back();
+  parallel_for(numel / inner, threads, std::max<std::int64_t>(1, kCopyGrain / inner),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t row = begin; row < end; ++row) {
+                   std::array<std::int64_t, N> offsets{};
+                   std::int64_t rest = row;
+                   for (std::size_t d = rank - 1; d-- > 0;) {
+                     const std::int64_t i = rest % sizes[d];
+                     rest /= sizes[d];
+                     for (std::size_t k = 0; k < N; ++k) offsets[k] += i * strides[k][d];
+                   }
+                   f(row, inner, offsets, inner_strides);
+                 }
+               });
+}
+
+// Element values as the comparisons and casts see them: 16-bit floats widened to float.
+struct HalfValue {
+  using Storage = std::uint16_t;
+  static float load(Storage v) { return detail::half_to_float(v); }
+};
+struct BFloat16Value {
+  using Storage = std::uint16_t;
+  static float load(Storage v) { return detail::bfloat16_to_float(v); }
+};
+template <typename T>
+struct PlainValue {
+  using Storage = T;
+  static T load(Storage v) { return v; }
+};
+struct BoolValue {
+  using Storage = std::uint8_t;
+  static std::uint8_t load(Storage v) { return v != 0 ? 1 : 0; }
+};
+
+// Calls f(Value{}) with the value reader of `dtype`.
+template <typename F>
+void dispatch_value(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat16: return f(HalfValue{});
+    case DType::kBFloat16: return f(BFloat16Value{});
+    case DType::kFloat32: return f(PlainValue<float>{});
+    case DType::kFloat64: return f(PlainValue<double>{});
+    case DType::kInt8: return f(PlainValue<std::int8_t>{});
+    case DType::kUInt8: return f(PlainValue<std::uint8_t>{});
+    case DType::kInt16: return f(PlainValue<std::int16_t>{});
+    case DType::kInt32: return f(PlainValue<std::int32_t>{});
+    case DType::kInt64: return f(PlainValue<std::int64_t>{});
+    case DType::kBool: return f(BoolValue{});
+  }
+  XPURT_INTERNAL_ASSERT(false, "unknown dtype ", static_cast<int>(dtype));
+}
+
+enum class Compare : std::uint8_t { kEqual, kLess, kGreater };
+
+void run_compare(Compare kind, const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& a = launch.input(0);
+  const Tensor& b = launch.input(1);
+  Tensor& y = launch.output(0);
+  dispatch_value(a.dtype(), [&](auto value) {
+    using V = decltype(value);
+    using S = typename V::Storage;
+    const S* pa = static_cast<const S*>(a.data_ptr());
+    const S* pb = static_cast<const S*>(b.data_ptr());
+    auto* out = static_cast<std::uint8_t*>(y.data_ptr());
+    broadcast_rows<2>(y.shape(), {&a.shape(), &b.shape()}, context.threads,
+                      [&](std::int64_t row, std::int64_t count, const std::array<std::int64_t, 2>& offsets,
+                          const std::array<std::int64_t, 2>& steps) {
+                        std::uint8_t* o = out + row * count;
+                        for (std::int64_t i = 0; i < count; ++i) {
+                          const auto va = V::load(pa[offsets[0] + i * steps[0]]);
+                          const auto vb = V::load(pb[offsets[1] + i * steps[1]]);
+                          bool r = false;
+                          switch (kind) {
+                            case Compare::kEqual: r = va == vb; break;
+                            case Compare::kLess: r = va < vb; break;
+                            case Compare::kGreater: r = va > vb; break;
+                          }
+                          o[i] = r ? 1 : 0;
+                        }
+                      });
+  });
+}
+
+template <typename E>
+void where_typed(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& cond = launch.input(0);
+  const Tensor& a = launch.input(1);
+  const Tensor& b = launch.input(2);
+  Tensor& y = launch.output(0);
+  const auto* pc = static_cast<const std::uint8_t*>(cond.data_ptr());
+  const E* pa = static_cast<const E*>(a.data_ptr());
+  const E* pb = static_cast<const E*>(b.data_ptr());
+  E* out = static_cast<E*>(y.data_ptr());
+  broadcast_rows<3>(y.shape(), {&cond.shape(), &a.shape(), &b.shape()}, context.threads,
+                    [&](std::int64_t row, std::int64_t count, const std::array<std::int64_t, 3>& offsets,
+                        const std::array<std::int64_t, 3>& steps) {
+                      E* o = out + row * count;
+                      for (std::int64_t i = 0; i < count; ++i) {
+                        o[i] = pc[offsets[0] + i * steps[0]] != 0 ? pa[offsets[1] + i * steps[1]]
+                                                                  : pb[offsets[2] + i * steps[2]];
+                      }
+                    });
+}
+
+void run_where(const KernelLaunch& launch, const CpuContext& context) {
+  switch (launch.input(1).element_size()) {
+    case 1: return where_typed<std::uint8_t>(launch, context);
+    case 2: return where_typed<std::uint16_t>(launch, context);
+    case 4: return where_typed<std::uint32_t>(launch, context);
+    case 8: return where_typed<std::uint64_t>(launch, context);
+    default: XPURT_INTERNAL_ASSERT(false, "where: element size ", launch.input(1).element_size());
+  }
+}
+
+void run_logical_not(const KernelLaunch& launch, const CpuContext& context) {
+  const auto* in = static_cast<const std::uint8_t*>(launch.input(0).data_ptr());
+  auto* out = static_cast<std::uint8_t*>(launch.output(0).data_ptr());
+  parallel_for(launch.output(0).numel(), context.threads, kCopyGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) out[i] = in[i] != 0 ? 0 : 1;
+  });
+}
+
+// ---- integer arithmetic ----
+
+enum class IntOp : std::uint8_t { kAdd, kSub, kMul, kDiv };
+
+// Two's complement wrap-around without signed overflow: the arithmetic is done in the unsigned type.
+template <typename T>
+T wrap_op(IntOp op, T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  switch (op) {
+    case IntOp::kAdd: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    case IntOp::kSub: return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+    case IntOp::kMul: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    case IntOp::kDiv:
+      if (b == -1) return static_cast<T>(U(0) - static_cast<U>(a));  // MIN / -1 wraps to MIN
+      return static_cast<T>(a / b);                                  // truncates toward zero
+  }
+  return T(0);
+}
+
+template <typename T>
+void integer_binary(IntOp op, const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& a = launch.input(0);
+  const Tensor& b = launch.input(1);
+  Tensor& y = launch.output(0);
+  const T* pa = static_cast<const T*>(a.data_ptr());
+  const T* pb = static_cast<const T*>(b.data_ptr());
+  T* out = static_cast<T*>(y.data_ptr());
+  broadcast_rows<2>(y.shape(), {&a.shape(), &b.shape()}, context.threads,
+                    [&](std::int64_t row, std::int64_t count, const std::array<std::int64_t, 2>& offsets,
+                        const std::array<std::int64_t, 2>& steps) {
+                      T* o = out + row * count;
+                      for (std::int64_t i = 0; i < count; ++i) {
+                        const T vb = pb[offsets[1] + i * steps[1]];
+                        if (op == IntOp::kDiv && vb == 0) {
+                          throw InvalidArgumentError(detail::str_cat(
+                              "op 'div': integer division by zero (", dtype_name(y.dtype()), " divisor ",
+                              shape_str(b.shape()), " has a zero that element ", row * count + i, " of the output ",
+                              shape_str(y.shape()), " divides by)"));
+                        }
+                        o[i] = wrap_op<T>(op, pa[offsets[0] + i * steps[0]], vb);
+                      }
+                    });
+}
+
+template <typename T>
+void integer_neg(const KernelLaunch& launch, const CpuContext& context) {
+  using U = std::make_unsigned_t<T>;
+  const T* in = static_cast<const T*>(launch.input(0).data_ptr());
+  T* out = static_cast<T*>(launch.output(0).data_ptr());
+  parallel_for(launch.output(0).numel(), context.threads, kCopyGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) out[i] = static_cast<T>(U(0) - static_cast<U>(in[i]));
+  });
+}
+
+// ---- cast ----
+
+// A source element as the conversion sees it: floats exactly as double, integers and bool exactly as int64.
+template <typename To>
+To convert_from_double(double v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != 0.0;
+  } else if constexpr (std::is_floating_point_v<To>) {
+    return static_cast<To>(v);
+  } else {
+    if (v != v) return To(0);
+    constexpr double lowest = static_cast<double>(std::numeric_limits<To>::lowest());
+    constexpr double upper = static_cast<double>(std::numeric_limits<To>::max()) + 1.0;  // exact: a power of two
+    if (v <= lowest) return std::numeric_limits<To>::lowest();
+    if (v >= upper) return std::numeric_limits<To>::max();
+    return static_cast<To>(v);  // truncates toward zero
+  }
+}
+
+template <typename To>
+To convert_from_int(std::int64_t v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != 0;
+  } else if constexpr (std::is_floating_point_v<To>) {
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(static_cast<std::make_unsigned_t<To>>(static_cast<std::uint64_t>(v)));  // wraps
+  }
+}
+
+// Writes element `i` of the output from a source value (double for float sources, int64 otherwise).
+template <typename Source>
+void store_converted(void* out, DType to, std::int64_t i, Source v) {
+  constexpr bool from_float = std::is_same_v<Source, double>;
+  auto convert = [&](auto tag) {
+    using To = decltype(tag);
+    if constexpr (from_float) {
+      return convert_from_double<To>(v);
+    } else {
+      return convert_from_int<To>(v);
+    }
+  };
+  switch (to) {
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      // One rounding: an exact double (or int64) -> round to odd float -> nearest even 16-bit.
+      const float narrowed = round_to_odd_float(static_cast<double>(v));
+      static_cast<std::uint16_t*>(out)[i] =
+          to == DType::kFloat16 ? detail::float_to_half(narrowed) : detail::float_to_bfloat16(narrowed);
+      return;
+    }
+    case DType::kFloat32: static_cast<float*>(out)[i] = convert(float{}); return;
+    case DType::kFloat64: static_cast<double*>(out)[i] = convert(double{}); return;
+    case DType::kInt8: static_cast<std::int8_t*>(out)[i] = convert(std::int8_t{}); return;
+    case DType::kUInt8: static_cast<std::uint8_t*>(out)[i] = convert(std::uint8_t{}); return;
+    case DType::kInt16: static_cast<std::int16_t*>(out)[i] = convert(std::int16_t{}); return;
+    case DType::kInt32: static_cast<std::int32_t*>(out)[i] = convert(std::int32_t{}); return;
+    case DType::kInt64: static_cast<std::int64_t*>(out)[i] = convert(std::int64_t{}); return;
+    case DType::kBool: static_cast<std::uint8_t*>(out)[i] = convert(bool{}) ? 1 : 0; return;
+  }
+}
+
+}  // namespace
+
+void run_integer_arithmetic(const std::string& op, const KernelLaunch& launch, const CpuContext& context) {
+  const DType dtype = launch.input(0).dtype();
+  XPURT_INTERNAL_ASSERT(dtype == DType::kInt32 || dtype == DType::kInt64, "integer ", op, " of ", dtype_name(dtype));
+  const bool wide = dtype == DType::kInt64;
+  if (op == "neg") {
+    return wide ? integer_neg<std::int64_t>(launch, context) : integer_neg<std::int32_t>(launch, context);
+  }
+  IntOp kind = IntOp::kAdd;
+  if (op == "sub") {
+    kind = IntOp::kSub;
+  } else if (op == "mul") {
+    kind = IntOp::kMul;
+  } else if (op == "div") {
+    kind = IntOp::kDiv;
+  } else {
+    XPURT_INTERNAL_ASSERT(op == "add", "integer arithmetic op ", op);
+  }
+  if (wide) {
+    integer_binary<std::int64_t>(kind, launch, context);
+  } else {
+    integer_binary<std::int32_t>(kind, launch, context);
+  }
+}
+
+void run_any_cast(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& x = launch.input(0);
+  Tensor& y = launch.output(0);
+  const DType to = y.dtype();
+  void* out = y.data_ptr();
+  dispatch_value(x.dtype(), [&](auto value) {
+    using V = decltype(value);
+    using S = typename V::Storage;
+    const S* in = static_cast<const S*>(x.data_ptr());
+    parallel_for(x.numel(), context.threads, kCopyGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto v = V::load(in[i]);
+        if constexpr (std::is_floating_point_v<decltype(v)>) {
+          store_converted<double>(out, to, i, static_cast<double>(v));
+        } else {
+          store_converted<std::int64_t>(out, to, i, static_cast<std::int64_t>(v));
+        }
+      }
+    });
+  });
+}
+
+void register_data_kernels(KernelRegistry& registry) {
+  const DTypeSet all = DTypeSet::kAll;
+  add_cpu_kernel(registry, "transpose", "reference permutation: strided copy, contiguous runs memcpy'd",
+                 run_transpose, all);
+  add_cpu_kernel(registry, "concat", "reference concatenation: one memcpy per input row", run_concat, all);
+  add_cpu_kernel(registry, "slice", "reference ONNX Slice: strided copy (negative steps too)", run_slice, all);
+  add_cpu_kernel(registry, "gather",
+                 "reference ONNX Gather: one memcpy per gathered row; an out-of-range index raises "
+                 "InvalidArgumentError",
+                 run_gather, all);
+  add_cpu_kernel(registry, "expand", "reference ONNX Expand: broadcast copy", run_expand, all);
+  add_cpu_kernel(registry, "where", "reference cond ? a : b with NumPy broadcasting", run_where, all);
+  const std::pair<const char*, Compare> comparisons[] = {
+      {"equal", Compare::kEqual}, {"less", Compare::kLess}, {"greater", Compare::kGreater}};
+  for (const auto& [op, kind] : comparisons) {
+    add_cpu_kernel(
+        registry, op, std::string("reference ") + op + "(a, b) -> bool with NumPy broadcasting (16-bit floats as fp32)",
+        [kind = kind](const KernelLaunch& launch, const CpuContext& context) { run_compare(kind, launch, context); },
+        all);
+  }
+  add_cpu_kernel(registry, "logical_not", "reference !x for bool x", run_logical_not, all);
+}
+
+}  // namespace xpuruntime::cpu

@@ -1,0 +1,570 @@
+// ONNX reference ops, quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+// ConvInteger, QLinearMatMul, QLinearConv. See src/cpp/core/runtime/onnx_cpu_ops.h.
+//
+// Note [Quantized arithmetic]
+// Quantizing follows ONNX: y = saturate(round_half_even(x / scale) + zero_point), with x / scale computed in
+// float32 (as ONNX's reference and ONNX Runtime do, so ties round the same way). The integer ops subtract the
+// zero points and accumulate in int32 that wraps on overflow (ONNX's accumulator type; products of 8-bit values
+// only overflow past ~33000 terms). The QLinear ops requantize the int32 accumulator as
+// real = acc * x_scale * w_scale, then quantize `real` with y_scale and y_zero_point.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/onnx/onnx_misc.h"
+
+namespace xpuruntime::onnx_ref {
+namespace {
+
+using namespace misc;  // NOLINT(google-build-using-namespace): this group's helpers (onnx_misc.h)
+
+using Shape = std::vector<std::int64_t>;
+
+bool is_quantized_int(DType d) { return d == DType::kInt8 || d == DType::kUInt8 || d == DType::kInt16; }
+
+// The saturation range of a quantized type.
+void quant_range(DType d, double& lo, double& hi) {
+  switch (d) {
+    case DType::kInt8: lo = -128; hi = 127; return;
+    case DType::kUInt8: lo = 0; hi = 255; return;
+    case DType::kInt16: lo = -32768; hi = 32767; return;
+    case DType::kInt32:
+      lo = std::numeric_limits<std::int32_t>::min();
+      hi = std::numeric_limits<std::int32_t>::max();
+      return;
+    default: break;
+  }
+  XPURT_INTERNAL_ASSERT(false, "quant_range of ", dtype_name(d));
+}
+
+// saturate(round_half_even(v) + zero_point), in double (exact for the integer ranges involved).
+double quantize_value(float scaled, double zero_point, double lo, double hi) {
+  if (std::isnan(scaled)) return zero_point < lo ? lo : (zero_point > hi ? hi : zero_point);
+  const double q = round_half_even(static_cast<double>(scaled)) + zero_point;
+  return std::min(hi, std::max(lo, q));
+}
+
+// Which element of a scale / zero-point tensor applies to each element of the quantized tensor: one for the
+// whole tensor, one per index along `axis` (opset 13+), or one per block of `block` indices along `axis`
+// (opset 21+, the parameter tensor having the input's rank).
+struct ParamIndexer {
+  enum class Kind { kTensor, kAxis, kBlocked } kind = Kind::kTensor;
+  std::int64_t axis_dim = 1;        // x.shape[axis]
+  std::int64_t inner = 1;           // product of x's dims after axis
+  std::int64_t block = 1;           // block size (kBlocked)
+  std::int64_t param_axis_dim = 1;  // scale.shape[axis] (kBlocked)
+
+  std::int64_t operator()(std::int64_t i) const {
+    if (kind == Kind::kTensor) return 0;
+    const std::int64_t a = (i / inner) % axis_dim;
+    if (kind == Kind::kAxis) return a;
+    const std::int64_t outer = i / (inner * axis_dim);
+    return (outer * param_axis_dim + a / block) * inner + i % inner;
+  }
+};
+
+ParamIndexer make_param_indexer(const OpContext& ctx, const Shape& x_shape, const Tensor& scale,
+                                const char* scale_name) {
+  ParamIndexer ix;
+  const std::int64_t block = ctx.opset() >= 21 ? ctx.attr_int("block_size", 0) : 0;
+  XPURT_CHECK(block >= 0, ctx.where(), ": block_size must be >= 0, got ", block);
+  const Shape& s = scale.shape();
+  if (block == 0 && scale.numel() == 1 && s.size() <= 1) return ix;
+  const auto rank = static_cast<std::int64_t>(x_shape.size());
+  XPURT_CHECK(ctx.opset() >= 13, ctx.where(), ": '", scale_name, "' must be a scalar before opset 13 (got shape ",
+              shape_str(s), ")");
+  const std::int64_t axis = normalize_axis(ctx.attr_int("axis", 1), rank, ctx.where());
+  ix.axis_dim = x_shape[static_cast<std::size_t>(axis)];
+  for (std::int64_t d = axis + 1; d < rank; ++d) ix.inner *= x_shape[static_cast<std::size_t>(d)];
+  if (block == 0) {
+    XPURT_CHECK(s.size() == 1 && s[0] == ix.axis_dim, ctx.where(), ": per-axis '", scale_name,
+                "' must be 1-D of size ", ix.axis_dim, " (input dimension ", axis, " of ", shape_str(x_shape),
+                "), got shape ", shape_str(s));
+    ix.kind = ParamIndexer::Kind::kAxis;
+    return ix;
+  }
+  XPURT_CHECK(static_cast<std::int64_t>(s.size()) == rank, ctx.where(), ": blocked '", scale_name,
+              "' must have the input's rank ", rank, ", got shape ", shape_str(s));
+  for (std::int64_t d = 0; d < rank; ++d) {
+    const auto du = static_cast<std::size_t>(d);
+    const std::int64_t expected = d == axis ? (x_shape[du] + block - 1) / block : x_shape[du];
+    XPURT_CHECK(s[du] == expected, ctx.where(), ": blocked '", scale_name, "' of shape ", shape_str(s),
+                " does not fit input ", shape_str(x_shape), " with block_size ", block, " on axis ", axis,
+                " (dimension ", d, " should be ", expected, ")");
+  }
+  ix.kind = ParamIndexer::Kind::kBlocked;
+  ix.block = block;
+  ix.param_axis_dim = s[static_cast<std::size_t>(axis)];
+  return ix;
+}
+
+void check_same_shape(const OpContext& ctx, const Tensor& scale, const Tensor& zero_point, const char* zp_name) {
+  XPURT_CHECK(zero_point.numel() == scale.numel(), ctx.where(), ": '", zp_name, "' has shape ",
+              shape_str(zero_point.shape()), " but the scale has shape ", shape_str(scale.shape()));
+}
+
+std::vector<float> to_floats(const Tensor& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = data<T>(t);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(Compute<T>::load(p[i]));
+  });
+  return out;
+}
+
+void check_scale_dtype(const OpContext& ctx, const Tensor& scale, const char* name) {
+  XPURT_CHECK_TYPE(is_float_dtype(scale.dtype()), ctx.where(), ": '", name,
+                   "' must be a floating-point tensor, got ", dtype_name(scale.dtype()));
+}
+
+void quantize_linear(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  XPURT_CHECK_TYPE(is_float_dtype(x.dtype()) || x.dtype() == DType::kInt32, ctx.where(),
+                   ": input 'x' must be float32, float16, bfloat16 or int32, got ", dtype_name(x.dtype()));
+  check_scale_dtype(ctx, scale, "y_scale");
+  DType out_dtype = DType::kUInt8;
+  const std::int64_t output_dtype = ctx.opset() >= 21 ? ctx.attr_int("output_dtype", 0) : 0;
+  if (output_dtype != 0) out_dtype = dtype_from_onnx(output_dtype, ctx.where(), "output_dtype");
+  std::vector<double> zero_points;
+  if (ctx.has_input(2)) {
+    const Tensor& zp = ctx.input(2);
+    XPURT_CHECK_TYPE(output_dtype == 0 || zp.dtype() == out_dtype, ctx.where(), ": output_dtype is ",
+                     dtype_name(out_dtype), " but 'y_zero_point' is ", dtype_name(zp.dtype()));
+    out_dtype = zp.dtype();
+    check_same_shape(ctx, scale, zp, "y_zero_point");
+    zero_points = to_doubles(zp);
+  }
+  if (!is_quantized_int(out_dtype)) {
+    throw UnsupportedOperationError(detail::str_cat(ctx.where(), ": quantizing to ", dtype_name(out_dtype),
+                                                    " is not supported (uint8, int8 and int16 are)"));
+  }
+  const ParamIndexer ix = make_param_indexer(ctx, x.shape(), scale, "y_scale");
+  const std::vector<float> scales = to_floats(scale);
+  double lo = 0, hi = 0;
+  quant_range(out_dtype, lo, hi);
+  const std::vector<double> xs = to_doubles(x);
+  std::vector<double> ys(xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const auto p = static_cast<std::size_t>(ix(static_cast<std::int64_t>(i)));
+    const float scaled = static_cast<float>(xs[i]) / scales[p];
+    ys[i] = quantize_value(scaled, zero_points.empty() ? 0.0 : zero_points[p], lo, hi);
+  }
+  store_doubles(ctx.allocate_output(0, x.shape(), out_dtype), ys);
+}
+
+void dequantize_linear(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  XPURT_CHECK_TYPE(is_quantized_int(x.dtype()) || x.dtype() == DType::kInt32, ctx.where(),
+                   ": input 'x' must be int8, uint8, int16 or int32, got ", dtype_name(x.dtype()));
+  check_scale_dtype(ctx, scale, "x_scale");
+  std::vector<double> zero_points;
+  if (ctx.has_input(2)) {
+    const Tensor& zp = ctx.input(2);
+    XPURT_CHECK_TYPE(zp.dtype() == x.dtype(), ctx.where(), ": 'x_zero_point' must have the dtype of 'x' (",
+                     dtype_name(x.dtype()), "), got ", dtype_name(zp.dtype()));
+    check_same_shape(ctx, scale, zp, "x_zero_point");
+    zero_points = to_doubles(zp);
+  }
+  const ParamIndexer ix = make_param_indexer(ctx, x.shape(), scale, "x_scale");
+  const std::vector<float> scales = to_floats(scale);
+  const std::vector<double> xs = to_doubles(x);
+  std::vector<double> ys(xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const auto p = static_cast<std::size_t>(ix(static_cast<std::int64_t>(i)));
+    const double centered = xs[i] - (zero_points.empty() ? 0.0 : zero_points[p]);
+    ys[i] = static_cast<double>(static_cast<float>(centered) * scales[p]);
+  }
+  store_doubles(ctx.allocate_output(0, x.shape(), scale.dtype()), ys);
+}
+
+void dynamic_quantize_linear(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  XPURT_CHECK_TYPE(x.dtype() == DType::kFloat32, ctx.where(), ": input 'x' must be float32, got ",
+                   dtype_name(x.dtype()));
+  const float* xs = data<float>(x);
+  const std::int64_t n = x.numel();
+  float x_min = 0.0f, x_max = 0.0f;  // the range always includes 0
+  for (std::int64_t i = 0; i < n; ++i) {
+    XPURT_CHECK(std::isfinite(xs[i]), ctx.where(), ": input 'x' holds a non-finite value at index ", i);
+    x_min = std::min(x_min, xs[i]);
+    x_max = std::max(x_max, xs[i]);
+  }
+  const float scale = (x_max - x_min) / 255.0f;
+  double zero_point = 0.0;
+  if (scale > 0.0f) zero_point = std::min(255.0, std::max(0.0, round_half_even(static_cast<double>(-x_min / scale))));
+  Tensor& y = ctx.allocate_output(0, x.shape(), DType::kUInt8);
+  std::uint8_t* ys = data<std::uint8_t>(y);
+  for (std::int64_t i = 0; i < n; ++i) {
+    ys[i] = scale > 0.0f ? static_cast<std::uint8_t>(quantize_value(xs[i] / scale, zero_point, 0, 255)) : 0;
+  }
+  *data<float>(ctx.allocate_output(1, {}, DType::kFloat32)) = scale;
+  *data<std::uint8_t>(ctx.allocate_output(2, {}, DType::kUInt8)) = static_cast<std::uint8_t>(zero_point);
+}
+
+// ---- integer matmul -------------------------------------------------------------------------------------
+
+// A quantized operand with its zero point subtracted, as int32.
+std::vector<std::int32_t> load_int32(const Tensor& t) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(t.numel()));
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>) {
+      const T* p = data<T>(t);
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::int32_t>(p[i]);
+    } else {
+      XPURT_INTERNAL_ASSERT(false, "load_int32 of ", dtype_name(t.dtype()));
+    }
+  });
+  return out;
+}
+
+void check_quantized_operand(const OpContext& ctx, const Tensor& t, const char* name) {
+  XPURT_CHECK_TYPE(t.dtype() == DType::kInt8 || t.dtype() == DType::kUInt8, ctx.where(), ": input '", name,
+                   "' must be int8 or uint8, got ", dtype_name(t.dtype()));
+}
+
+// The shape a per-row parameter of the left operand takes: a 1-D [M] parameter of an operand [..., M, K]
+// applies per row, i.e. it is read as [M, 1]; other shapes broadcast as they are.
+Shape row_param_shape(const Tensor& param, const Shape& operand) {
+  if (param.dim() == 1 && operand.size() >= 2 && param.numel() > 1) return {param.shape()[0], 1};
+  return param.shape();
+}
+
+// Values of `param` (read with `param_shape`) broadcast to `target` (numpy rules; the broadcast must give
+// `target` itself). `what` names the parameter in errors.
+std::vector<double> broadcast_param(const OpContext& ctx, const Tensor& param, const Shape& param_shape,
+                                    const Shape& target, const std::string& what) {
+  const std::vector<double> values = to_doubles(param);
+  if (values.size() == 1) return std::vector<double>(static_cast<std::size_t>(numel_of(target)), values[0]);
+  const Shape b = broadcast_shapes(param_shape, target, ctx.where());
+  XPURT_CHECK(b == target, ctx.where(), ": '", what, "' of shape ", shape_str(param.shape()),
+              " does not broadcast to ", shape_str(target));
+  std::vector<double> out(static_cast<std::size_t>(numel_of(target)));
+  const Shape strides = broadcast_strides(param_shape, target);
+  for_each_index2(target, strides, strides, [&](std::int64_t o, std::int64_t, std::int64_t i) {
+    out[static_cast<std::size_t>(i)] = values[static_cast<std::size_t>(o)];
+  });
+  return out;
+}
+
+std::vector<std::int32_t> centered(const OpContext& ctx, const Tensor& x, const Tensor* zero_point,
+                                   const Shape& zp_shape, const char* zp_name) {
+  std::vector<std::int32_t> v = load_int32(x);
+  if (zero_point == nullptr) return v;
+  XPURT_CHECK_TYPE(zero_point->dtype() == x.dtype(), ctx.where(), ": '", zp_name, "' must have dtype ",
+                   dtype_name(x.dtype()), ", got ", dtype_name(zero_point->dtype()));
+  const std::vector<double> zp = broadcast_param(ctx, *zero_point, zp_shape, x.shape(), zp_name);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] -= static_cast<std::int32_t>(zp[i]);
+  return v;
+}
+
+// c[m x n] = a[m x k] * b[k x n] (row-major, contiguous) in int32 arithmetic that wraps on overflow like ONNX's
+// int32 accumulator (done in uint32, where wrapping is defined). The inner loop runs along rows of b and c.
+void gemm_int32(const std::int32_t* a, const std::int32_t* b, std::int32_t* c, std::int64_t m, std::int64_t n,
+                std::int64_t k) {
+  std::vector<std::uint32_t> row(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < m; ++i) {
+    std::fill(row.begin(), row.end(), 0u);
+    for (std::int64_t l = 0; l < k; ++l) {
+      const auto av = static_cast<std::uint32_t>(a[i * k + l]);
+      if (av == 0) continue;
+      const std::int32_t* pb = b + l * n;
+      for (std::int64_t j = 0; j < n; ++j) row[static_cast<std::size_t>(j)] += av * static_cast<std::uint32_t>(pb[j]);
+    }
+    for (std::int64_t j = 0; j < n; ++j) c[i * n + j] = static_cast<std::int32_t>(row[static_cast<std::size_t>(j)]);
+  }
+}
+
+// numpy.matmul of two int32 arrays (1-D operands promoted, batch dimensions broadcast), accumulated in wrapping
+// int32. `out_shape` gets the result's shape; `full_shape` the shape with both promoted dims kept
+// ([..., M, N]).
+std::vector<std::int32_t> matmul_int(const OpContext& ctx, const std::vector<std::int32_t>& a, Shape as,
+                                     const std::vector<std::int32_t>& b, Shape bs, Shape& out_shape,
+                                     Shape& full_shape) {
+  XPURT_CHECK(!as.empty() && !bs.empty(), ctx.where(), ": matmul operands must have rank >= 1");
+  const bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
+  if (a_vec) as.insert(as.begin(), 1);
+  if (b_vec) bs.push_back(1);
+  const std::int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  XPURT_CHECK(bs[bs.size() - 2] == k, ctx.where(), ": inner dimensions differ: A ", shape_str(as), " and B ",
+              shape_str(bs));
+  const Shape a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+  const Shape batch = broadcast_shapes(a_batch, b_batch, ctx.where());
+  const Shape sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
+  full_shape = batch;
+  full_shape.push_back(m);
+  full_shape.push_back(n);
+  std::vector<std::int32_t> out(static_cast<std::size_t>(numel_of(full_shape)));
+  auto body = [&](std::int64_t oa, std::int64_t ob, std::int64_t bi) {
+    gemm_int32(a.data() + oa * m * k, b.data() + ob * k * n, out.data() + bi * m * n, m, n, k);
+  };
+  if (batch.empty()) {
+    body(0, 0, 0);
+  } else {
+    for_each_index2(batch, sa, sb, body);
+  }
+  out_shape = batch;
+  if (!a_vec) out_shape.push_back(m);
+  if (!b_vec) out_shape.push_back(n);
+  return out;
+}
+
+void matmul_integer(OpContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  check_quantized_operand(ctx, a, "A");
+  check_quantized_operand(ctx, b, "B");
+  const Tensor* azp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const Tensor* bzp = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  const auto ac = centered(ctx, a, azp, azp ? row_param_shape(*azp, a.shape()) : Shape{}, "a_zero_point");
+  const auto bc = centered(ctx, b, bzp, bzp ? bzp->shape() : Shape{}, "b_zero_point");
+  Shape out_shape, full_shape;
+  const auto acc = matmul_int(ctx, ac, a.shape(), bc, b.shape(), out_shape, full_shape);
+  Tensor& y = ctx.allocate_output(0, out_shape, DType::kInt32);
+  std::copy(acc.begin(), acc.end(), data<std::int32_t>(y));
+}
+
+// Quantizes real = acc * scale_product[i] with a scalar y_scale and y_zero_point into output 0.
+void requantize(OpContext& ctx, const std::vector<double>& real, const Shape& shape, const Tensor& y_scale,
+                const Tensor& y_zero_point) {
+  check_scale_dtype(ctx, y_scale, "y_scale");
+  XPURT_CHECK(y_scale.numel() == 1 && y_zero_point.numel() == 1, ctx.where(),
+              ": 'y_scale' and 'y_zero_point' must be scalars (per-tensor), got shapes ", shape_str(y_scale.shape()),
+              " and ", shape_str(y_zero_point.shape()));
+  const DType out_dtype = y_zero_point.dtype();
+  XPURT_CHECK_TYPE(out_dtype == DType::kInt8 || out_dtype == DType::kUInt8, ctx.where(),
+                   ": 'y_zero_point' must be int8 or uint8, got ", dtype_name(out_dtype));
+  const auto ys = static_cast<float>(read_scalar(y_scale, ctx.where()));
+  const double yzp = read_scalar(y_zero_point, ctx.where());
+  double lo = 0, hi = 0;
+  quant_range(out_dtype, lo, hi);
+  std::vector<double> q(real.size());
+  for (std::size_t i = 0; i < real.size(); ++i) q[i] = quantize_value(static_cast<float>(real[i]) / ys, yzp, lo, hi);
+  store_doubles(ctx.allocate_output(0, shape, out_dtype), q);
+}
+
+void qlinear_matmul(OpContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& a_scale = ctx.input(1);
+  const Tensor& a_zp = ctx.input(2);
+  const Tensor& b = ctx.input(3);
+  const Tensor& b_scale = ctx.input(4);
+  const Tensor& b_zp = ctx.input(5);
+  check_quantized_operand(ctx, a, "a");
+  check_quantized_operand(ctx, b, "b");
+  check_scale_dtype(ctx, a_scale, "a_scale");
+  check_scale_dtype(ctx, b_scale, "b_scale");
+  const auto ac = centered(ctx, a, &a_zp, row_param_shape(a_zp, a.shape()), "a_zero_point");
+  const auto bc = centered(ctx, b, &b_zp, b_zp.shape(), "b_zero_point");
+  Shape out_shape, full_shape;
+  const auto acc = matmul_int(ctx, ac, a.shape(), bc, b.shape(), out_shape, full_shape);
+  // Scales broadcast against the [..., M, N] result: a per-row one as [M, 1], a per-column one as [N].
+  const Shape a_scale_shape = a.dim() >= 2 ? row_param_shape(a_scale, a.shape()) : a_scale.shape();
+  const auto sa = broadcast_param(ctx, a_scale, a_scale_shape, full_shape, "a_scale");
+  const auto sb = broadcast_param(ctx, b_scale, b_scale.shape(), full_shape, "b_scale");
+  std::vector<double> real(acc.size());
+  for (std::size_t i = 0; i < acc.size(); ++i) {
+    real[i] = static_cast<double>(static_cast<float>(acc[i]) * static_cast<float>(sa[i]) * static_cast<float>(sb[i]));
+  }
+  requantize(ctx, real, out_shape, ctx.input(6), ctx.input(7));
+}
+
+// ---- integer convolution --------------------------------------------------------------------------------
+
+struct ConvGeometry {
+  Shape in, kernel, out, strides, dilations, pads_begin;
+  std::int64_t batch = 0, in_channels = 0, out_channels = 0, group = 1;
+};
+
+ConvGeometry conv_geometry(const OpContext& ctx, const Shape& x, const Shape& w) {
+  XPURT_CHECK(x.size() >= 3 && w.size() == x.size(), ctx.where(), ": expected input [N, C, D1, ...] and weight "
+              "[M, C/group, k1, ...] of the same rank >= 3, got ", shape_str(x), " and ", shape_str(w));
+  ConvGeometry g;
+  const std::size_t sd = x.size() - 2;
+  g.batch = x[0];
+  g.in_channels = x[1];
+  g.out_channels = w[0];
+  g.group = ctx.attr_int("group", 1);
+  XPURT_CHECK(g.group >= 1 && g.in_channels % g.group == 0 && g.out_channels % g.group == 0 &&
+                  w[1] * g.group == g.in_channels,
+              ctx.where(), ": group ", g.group, " does not fit input channels ", g.in_channels, " and weight ",
+              shape_str(w));
+  g.in.assign(x.begin() + 2, x.end());
+  g.kernel = ctx.attr_ints("kernel_shape", Shape(w.begin() + 2, w.end()));
+  XPURT_CHECK(g.kernel == Shape(w.begin() + 2, w.end()), ctx.where(), ": kernel_shape ", shape_str(g.kernel),
+              " differs from the weight's spatial shape ", shape_str(Shape(w.begin() + 2, w.end())));
+  g.strides = ctx.attr_ints("strides", Shape(sd, 1));
+  g.dilations = ctx.attr_ints("dilations", Shape(sd, 1));
+  Shape pads = ctx.attr_ints("pads", Shape(2 * sd, 0));
+  XPURT_CHECK(g.strides.size() == sd && g.dilations.size() == sd && pads.size() == 2 * sd, ctx.where(),
+              ": strides, dilations and pads must have ", sd, ", ", sd, " and ", 2 * sd, " values");
+  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  g.out.resize(sd);
+  g.pads_begin.resize(sd);
+  for (std::size_t d = 0; d < sd; ++d) {
+    XPURT_CHECK(g.strides[d] >= 1 && g.dilations[d] >= 1, ctx.where(), ": strides and dilations must be >= 1");
+    const std::int64_t extent = g.dilations[d] * (g.kernel[d] - 1) + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      g.out[d] = (g.in[d] + g.strides[d] - 1) / g.strides[d];
+      const std::int64_t total = std::max<std::int64_t>(0, (g.out[d] - 1) * g.strides[d] + extent - g.in[d]);
+      g.pads_begin[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    } else if (auto_pad == "VALID") {
+      g.out[d] = g.in[d] >= extent ? (g.in[d] - extent) / g.strides[d] + 1 : 0;
+      g.pads_begin[d] = 0;
+    } else {
+      XPURT_CHECK(auto_pad == "NOTSET", ctx.where(), ": unknown auto_pad '", auto_pad, "'");
+      const std::int64_t padded = g.in[d] + pads[d] + pads[d + sd];
+      g.out[d] = padded >= extent ? (padded - extent) / g.strides[d] + 1 : 0;
+      g.pads_begin[d] = pads[d];
+    }
+  }
+  return g;
+}
+
+// N-D grouped convolution of centered int32 operands: per image and group, the receptive fields are gathered
+// into a [C/group * K, out positions] matrix (padding reads as 0, i.e. as the zero point), then one int32 GEMM
+// with the group's [M/group, C/group * K] weights.
+std::vector<std::int32_t> conv_int(const ConvGeometry& g, const std::vector<std::int32_t>& x,
+                                   const std::vector<std::int32_t>& w) {
+  const std::size_t sd = g.in.size();
+  const std::int64_t in_size = numel_of(g.in), out_size = numel_of(g.out), k_size = numel_of(g.kernel);
+  const std::int64_t cpg = g.in_channels / g.group, mpg = g.out_channels / g.group;
+  std::vector<std::int32_t> y(static_cast<std::size_t>(g.batch * g.out_channels * out_size));
+  if (y.empty()) return y;
+  // For each (kernel element, output position): the input offset within one channel, or -1 in the padding.
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(k_size * out_size));
+  Shape kpos(sd), opos(sd);
+  for (std::int64_t k = 0; k < k_size; ++k) {
+    std::int64_t r = k;
+    for (std::size_t d = sd; d-- > 0;) {
+      kpos[d] = r % g.kernel[d];
+      r /= g.kernel[d];
+    }
+    for (std::int64_t o = 0; o < out_size; ++o) {
+      std::int64_t ro = o, off = 0;
+      for (std::size_t d = sd; d-- > 0;) {
+        opos[d] = ro % g.out[d];
+        ro /= g.out[d];
+      }
+      for (std::size_t d = 0; d < sd && off >= 0; ++d) {
+        const std::int64_t p = opos[d] * g.strides[d] - g.pads_begin[d] + kpos[d] * g.dilations[d];
+        off = p < 0 || p >= g.in[d] ? -1 : off * g.in[d] + p;
+      }
+      offsets[static_cast<std::size_t>(k * out_size + o)] = off;
+    }
+  }
+  std::vector<std::int32_t> columns(static_cast<std::size_t>(cpg * k_size * out_size));
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    for (std::int64_t grp = 0; grp < g.group; ++grp) {
+      for (std::int64_t c = 0; c < cpg; ++c) {
+        const std::int32_t* px = x.data() + (n * g.in_channels + grp * cpg + c) * in_size;
+        std::int32_t* col = columns.data() + c * k_size * out_size;
+        for (std::int64_t i = 0; i < k_size * out_size; ++i) {
+          const std::int64_t off = offsets[static_cast<std::size_t>(i)];
+          col[i] = off >= 0 ? px[off] : 0;
+        }
+      }
+      gemm_int32(w.data() + grp * mpg * cpg * k_size, columns.data(),
+                 y.data() + (n * g.out_channels + grp * mpg) * out_size, mpg, out_size, cpg * k_size);
+    }
+  }
+  return y;
+}
+
+Shape conv_output_shape(const ConvGeometry& g) {
+  Shape s{g.batch, g.out_channels};
+  s.insert(s.end(), g.out.begin(), g.out.end());
+  return s;
+}
+
+// The per-output-channel form of a weight parameter: a 1-D [M] tensor is read as [M, 1, 1, ...].
+Shape channel_param_shape(const Tensor& param, std::size_t rank) {
+  if (param.dim() != 1 || param.numel() == 1) return param.shape();
+  Shape s(rank, 1);
+  s[0] = param.shape()[0];
+  return s;
+}
+
+void check_scalar_param(const OpContext& ctx, const Tensor& t, const char* name) {
+  XPURT_CHECK(t.numel() == 1, ctx.where(), ": '", name, "' must be a scalar, got shape ", shape_str(t.shape()));
+}
+
+void conv_integer(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  check_quantized_operand(ctx, x, "x");
+  check_quantized_operand(ctx, w, "w");
+  const ConvGeometry g = conv_geometry(ctx, x.shape(), w.shape());
+  const Tensor* xzp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const Tensor* wzp = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  if (xzp != nullptr) check_scalar_param(ctx, *xzp, "x_zero_point");
+  const auto xc = centered(ctx, x, xzp, xzp ? xzp->shape() : Shape{}, "x_zero_point");
+  const auto wc = centered(ctx, w, wzp, wzp ? channel_param_shape(*wzp, w.shape().size()) : Shape{}, "w_zero_point");
+  const auto acc = conv_int(g, xc, wc);
+  Tensor& y = ctx.allocate_output(0, conv_output_shape(g), DType::kInt32);
+  std::copy(acc.begin(), acc.end(), data<std::int32_t>(y));
+}
+
+void qlinear_conv(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& x_scale = ctx.input(1);
+  const Tensor& x_zp = ctx.input(2);
+  const Tensor& w = ctx.input(3);
+  const Tensor& w_scale = ctx.input(4);
+  const Tensor& w_zp = ctx.input(5);
+  check_quantized_operand(ctx, x, "x");
+  check_quantized_operand(ctx, w, "w");
+  check_scale_dtype(ctx, x_scale, "x_scale");
+  check_scale_dtype(ctx, w_scale, "w_scale");
+  check_scalar_param(ctx, x_scale, "x_scale");
+  check_scalar_param(ctx, x_zp, "x_zero_point");
+  const ConvGeometry g = conv_geometry(ctx, x.shape(), w.shape());
+  XPURT_CHECK(w_scale.numel() == 1 || (w_scale.dim() == 1 && w_scale.numel() == g.out_channels), ctx.where(),
+              ": 'w_scale' must be a scalar or 1-D of size ", g.out_channels, ", got shape ",
+              shape_str(w_scale.shape()));
+  XPURT_CHECK(w_zp.numel() == 1 || (w_zp.dim() == 1 && w_zp.numel() == g.out_channels), ctx.where(),
+              ": 'w_zero_point' must be a scalar or 1-D of size ", g.out_channels, ", got shape ",
+              shape_str(w_zp.shape()));
+  const auto xc = centered(ctx, x, &x_zp, x_zp.shape(), "x_zero_point");
+  const auto wc = centered(ctx, w, &w_zp, channel_param_shape(w_zp, w.shape().size()), "w_zero_point");
+  auto acc = conv_int(g, xc, wc);
+  const Shape out_shape = conv_output_shape(g);
+  const std::int64_t out_size = numel_of(g.out);
+  if (ctx.has_input(8)) {
+    const Tensor& bias = ctx.input(8);
+    XPURT_CHECK_TYPE(bias.dtype() == DType::kInt32, ctx.where(), ": bias 'B' must be int32, got ",
+                     dtype_name(bias.dtype()));
+    XPURT_CHECK(bias.numel() == g.out_channels, ctx.where(), ": bias 'B' must have ", g.out_channels,
+                " values, got shape ", shape_str(bias.shape()));
+    const std::int32_t* pb = data<std::int32_t>(bias);
+    for (std::size_t i = 0; i < acc.size(); ++i) {
+      const auto m = static_cast<std::int64_t>(i) / out_size % g.out_channels;
+      acc[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(acc[i]) + pb[m]);
+    }
+  }
+  const auto xs = static_cast<float>(read_scalar(x_scale, ctx.where()));
+  const std::vector<float> ws = to_floats(w_scale);
+  std::vector<double> real(acc.size());
+  for (std::size_t i = 0; i < acc.size(); ++i) {
+    const auto m = static_cast<std::size_t>(static_cast<std::int64_t>(i) / out_size % g.out_channels);
+    real[i] = static_cast<double>(static_cast<float>(acc[i]) * xs * ws[ws.size() == 1 ? 0 : m]);
+  }
+  requantize(ctx, real, out_shape, ctx.input(6), ctx.input(7));
+}
+
+}  // namespace
+
+void register_misc_quantization_ops(Library& lib) {
+  lib.add("", "QuantizeLinear", quantize_linear);
+  lib.add("", "DequantizeLinear", dequantize_linear);
+  lib.add("", "DynamicQuantizeLinear", dynamic_quantize_linear);
+  lib.add("", "MatMulInteger", matmul_integer);
+  lib.add("", "QLinearMatMul", qlinear_matmul);
+  lib.add("", "ConvInteger", conv_integer);
+  lib.add("", "QLinearConv", qlinear_conv);
+}
+
+}  // namespace xpuruntime::onnx_ref

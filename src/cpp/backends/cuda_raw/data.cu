@@ -1,0 +1,771 @@
+// Data-movement kernels (transpose, concat, slice/expand through strided_gather, gather), where, the comparisons,
+// logical_not, integer add/sub/mul/div/neg and casts between any dtypes.
+//
+// Note [Gather index errors]
+// ONNX leaves an out-of-range Gather index undefined; clamping it would hide a bug as a plausible answer. The
+// kernel writes zeros for such a row and sets a flag in device memory (one per device). Reading the flag needs a
+// synchronization, so it is not read on the hot path: `gather_index_error()` reads (and resets) it on demand, and
+// with XPURT_CUDA_RAW_CHECK_INDICES=1 every gather launch synchronizes and raises InvalidArgumentError when the
+// flag is set (a debug mode; the cpu kernel always raises).
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_raw/cuda_raw_common.cuh"
+#include "backends/cuda_raw/cuda_raw_kernels.h"
+#include "backends/cuda_raw/cuda_raw_ops.h"
+
+namespace xpuruntime::cuda_raw {
+
+namespace {
+
+using namespace detail;  // NOLINT: the backend's own helpers
+
+__device__ int g_gather_index_error = 0;
+
+// ---- strided gather (slice, expand, run-preserving transpose) ----
+
+template <typename V, typename Index>
+__global__ void strided_gather_kernel(const V* x, V* y, Index n, OffsetCalculator<1, Index> calc) {
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < n; i += stride) {
+    Index offsets[1];
+    calc.offsets(i, offsets);
+    y[i] = x[offsets[0]];
+  }
+}
+
+template <typename V>
+void launch_strided_gather(const void* x, void* y, const std::vector<std::int64_t>& shape,
+                           const std::vector<std::int64_t>& strides, std::int64_t n, cudaStream_t stream) {
+  const std::vector<std::int64_t>* const table[1] = {&strides};
+  if (fits_int32(n, shape, {&strides})) {
+    strided_gather_kernel<V, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const V*>(x), static_cast<V*>(y), static_cast<std::int32_t>(n),
+        make_offset_calculator<1, std::int32_t>(shape, table));
+  } else {
+    strided_gather_kernel<V, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const V*>(x), static_cast<V*>(y), n, make_offset_calculator<1, std::int64_t>(shape, table));
+  }
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+// Drops size-1 dims and merges neighbours that x steps through as one dimension.
+void merge_dims(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& strides,
+                std::vector<std::int64_t>* sizes, std::vector<std::int64_t>* steps) {
+  sizes->clear();
+  steps->clear();
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!sizes->empty() && steps->back() == strides[d] * shape[d]) {
+      sizes->back() *= shape[d];
+      steps->back() = strides[d];
+      continue;
+    }
+    sizes->push_back(shape[d]);
+    steps->push_back(strides[d]);
+  }
+}
+
+// ---- transpose through shared-memory tiles ----
+
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;
+
+// For each batch (the dims other than A and B, through `batch`), the tile (a0.., b0..) is read along B (x's
+// contiguous dim) and written along A (y's contiguous dim). y[out + b * out_stride_b + a] = x[in + a * in_stride_a
+// + b].
+template <typename E, typename Index>
+__global__ void transpose_tiled_kernel(const E* x, E* y, Index size_a, Index size_b, Index in_stride_a,
+                                       Index out_stride_b, Index batches, OffsetCalculator<2, Index> batch) {
+  __shared__ E tile[kTile][kTile + 1];
+  const Index tiles_a = (size_a + kTile - 1) / kTile;
+  const Index tiles = tiles_a * ((size_b + kTile - 1) / kTile);
+  for (Index n = static_cast<Index>(blockIdx.y); n < batches; n += static_cast<Index>(gridDim.y)) {
+    Index offsets[2];
+    batch.offsets(n, offsets);
+    for (Index t = static_cast<Index>(blockIdx.x); t < tiles; t += static_cast<Index>(gridDim.x)) {
+      const Index a0 = (t % tiles_a) * kTile;
+      const Index b0 = (t / tiles_a) * kTile;
+      for (int k = static_cast<int>(threadIdx.y); k < kTile; k += kTileRows) {
+        const Index a = a0 + k, b = b0 + static_cast<Index>(threadIdx.x);
+        if (a < size_a && b < size_b) tile[k][threadIdx.x] = x[offsets[0] + a * in_stride_a + b];
+      }
+      __syncthreads();
+      for (int k = static_cast<int>(threadIdx.y); k < kTile; k += kTileRows) {
+        const Index b = b0 + k, a = a0 + static_cast<Index>(threadIdx.x);
+        if (a < size_a && b < size_b) y[offsets[1] + b * out_stride_b + a] = tile[threadIdx.x][k];
+      }
+      __syncthreads();
+    }
+  }
+}
+
+template <typename E>
+void launch_transpose_tiled(const void* x, void* y, std::int64_t size_a, std::int64_t size_b, std::int64_t in_stride_a,
+                            std::int64_t out_stride_b, const std::vector<std::int64_t>& batch_sizes,
+                            const std::vector<std::int64_t>& batch_in, const std::vector<std::int64_t>& batch_out,
+                            std::int64_t numel, cudaStream_t stream) {
+  std::int64_t batches = 1;
+  for (const std::int64_t d : batch_sizes) batches *= d;
+  const std::int64_t tiles = ((size_a + kTile - 1) / kTile) * ((size_b + kTile - 1) / kTile);
+  const dim3 block(kTile, kTileRows);
+  const dim3 grid(grid_for(tiles, 1), static_cast<unsigned>(std::min<std::int64_t>(batches, 65535)));
+  const std::vector<std::int64_t>* const table[2] = {&batch_in, &batch_out};
+  // The extent check covers every offset: the batch strides plus the tile's own dims.
+  std::vector<std::int64_t> all_sizes = batch_sizes, all_in = batch_in, all_out = batch_out;
+  all_sizes.insert(all_sizes.end(), {size_a, size_b});
+  all_in.insert(all_in.end(), {in_stride_a, 1});
+  all_out.insert(all_out.end(), {1, out_stride_b});
+  if (fits_int32(numel, all_sizes, {&all_in, &all_out})) {
+    transpose_tiled_kernel<E, std::int32_t><<<grid, block, 0, stream>>>(
+        static_cast<const E*>(x), static_cast<E*>(y), static_cast<std::int32_t>(size_a),
+        static_cast<std::int32_t>(size_b), static_cast<std::int32_t>(in_stride_a),
+        static_cast<std::int32_t>(out_stride_b), static_cast<std::int32_t>(batches),
+        make_offset_calculator<2, std::int32_t>(batch_sizes, table));
+  } else {
+    transpose_tiled_kernel<E, std::int64_t><<<grid, block, 0, stream>>>(
+        static_cast<const E*>(x), static_cast<E*>(y), size_a, size_b, in_stride_a, out_stride_b, batches,
+        make_offset_calculator<2, std::int64_t>(batch_sizes, table));
+  }
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+// ---- gather ----
+
+// One block per output row (grid-stride over rows): the embedding lookup's shape (long rows).
+template <typename V, typename IndexT>
+__global__ void gather_rows_kernel(const V* data, const IndexT* indices, V* y, std::int64_t rows,
+                                   std::int64_t num_indices, std::int64_t axis_size, std::int64_t row_vectors) {
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const std::int64_t o = r / num_indices;
+    std::int64_t index = static_cast<std::int64_t>(indices[r - o * num_indices]);
+    if (index < 0) index += axis_size;
+    V* out = y + r * row_vectors;
+    if (index < 0 || index >= axis_size) {
+      if (threadIdx.x == 0) g_gather_index_error = 1;
+      for (std::int64_t c = threadIdx.x; c < row_vectors; c += blockDim.x) out[c] = V{};
+      continue;
+    }
+    const V* in = data + (o * axis_size + index) * row_vectors;
+    for (std::int64_t c = threadIdx.x; c < row_vectors; c += blockDim.x) out[c] = in[c];
+  }
+}
+
+// One thread per output vector: short rows (scalar gathers, shape computations).
+template <typename V, typename IndexT>
+__global__ void gather_elements_kernel(const V* data, const IndexT* indices, V* y, std::int64_t n,
+                                       std::int64_t num_indices, std::int64_t axis_size, std::int64_t row_vectors) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t r = i / row_vectors;
+    const std::int64_t c = i - r * row_vectors;
+    const std::int64_t o = r / num_indices;
+    std::int64_t index = static_cast<std::int64_t>(indices[r - o * num_indices]);
+    if (index < 0) index += axis_size;
+    if (index < 0 || index >= axis_size) {
+      g_gather_index_error = 1;
+      y[i] = V{};
+      continue;
+    }
+    y[i] = data[(o * axis_size + index) * row_vectors + c];
+  }
+}
+
+template <typename V, typename IndexT>
+void launch_gather(const void* data, const void* indices, void* y, std::int64_t outer, std::int64_t axis_size,
+                   std::int64_t num_indices, std::int64_t row_bytes, cudaStream_t stream) {
+  const std::int64_t row_vectors = row_bytes / static_cast<std::int64_t>(sizeof(V));
+  const std::int64_t rows = outer * num_indices;
+  const auto* d = static_cast<const V*>(data);
+  const auto* idx = static_cast<const IndexT*>(indices);
+  auto* out = static_cast<V*>(y);
+  if (row_vectors >= 32) {
+    const int threads = static_cast<int>(std::min<std::int64_t>(kThreads, (row_vectors + 31) / 32 * 32));
+    gather_rows_kernel<V, IndexT><<<grid_for(rows, 1), threads, 0, stream>>>(d, idx, out, rows, num_indices,
+                                                                             axis_size, row_vectors);
+  } else {
+    const std::int64_t n = rows * row_vectors;
+    gather_elements_kernel<V, IndexT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(d, idx, out, n, num_indices,
+                                                                                     axis_size, row_vectors);
+  }
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+// Calls body(V{}) with the widest of uint4/uint2/uint32/uint16/uint8 that divides `bytes` and every address in
+// `pointers`.
+template <typename Body>
+void dispatch_vector(std::int64_t bytes, std::initializer_list<const void*> pointers, Body&& body) {
+  const auto fits = [&](std::size_t width) {
+    if (bytes % static_cast<std::int64_t>(width) != 0) return false;
+    for (const void* p : pointers) {
+      if (!is_aligned(p, width)) return false;
+    }
+    return true;
+  };
+  if (fits(16)) return body(uint4{});
+  if (fits(8)) return body(uint2{});
+  if (fits(4)) return body(std::uint32_t{});
+  if (fits(2)) return body(std::uint16_t{});
+  body(std::uint8_t{});
+}
+
+// ---- broadcasting elementwise (where, compare, integer arithmetic) ----
+
+template <typename E, typename Index>
+__global__ void where_kernel(const std::uint8_t* cond, const E* a, const E* b, E* y, Index n,
+                             OffsetCalculator<3, Index> calc) {
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < n; i += stride) {
+    Index offsets[3];
+    calc.offsets(i, offsets);
+    y[i] = cond[offsets[0]] != 0 ? a[offsets[1]] : b[offsets[2]];
+  }
+}
+
+template <typename E>
+void launch_where(const void* cond, const void* a, const void* b, void* y, const WhereGeometry& g,
+                  cudaStream_t stream) {
+  const std::int64_t n = g.numel();
+  const std::vector<std::int64_t>* const table[3] = {&g.strides[0], &g.strides[1], &g.strides[2]};
+  const auto* c = static_cast<const std::uint8_t*>(cond);
+  if (fits_int32(n, g.shape, {&g.strides[0], &g.strides[1], &g.strides[2]})) {
+    where_kernel<E, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        c, static_cast<const E*>(a), static_cast<const E*>(b), static_cast<E*>(y), static_cast<std::int32_t>(n),
+        make_offset_calculator<3, std::int32_t>(g.shape, table));
+  } else {
+    where_kernel<E, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        c, static_cast<const E*>(a), static_cast<const E*>(b), static_cast<E*>(y), n,
+        make_offset_calculator<3, std::int64_t>(g.shape, table));
+  }
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+// Values as the comparisons see them: 16-bit floats widened to float, bool normalized to 0/1.
+__device__ __forceinline__ float compare_value(__half v) { return __half2float(v); }
+__device__ __forceinline__ float compare_value(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T compare_value(T v) {
+  return v;
+}
+
+// A bool's storage byte compares as its truth value.
+struct BoolByte {
+  std::uint8_t v;
+};
+__device__ __forceinline__ std::uint8_t compare_value(BoolByte v) { return v.v != 0 ? 1 : 0; }
+
+template <typename T, typename Index>
+__global__ void compare_kernel(CompareOp op, const T* a, const T* b, std::uint8_t* y, Index n,
+                               OffsetCalculator<2, Index> calc) {
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < n; i += stride) {
+    Index offsets[2];
+    calc.offsets(i, offsets);
+    const auto va = compare_value(a[offsets[0]]);
+    const auto vb = compare_value(b[offsets[1]]);
+    bool r;
+    if (op == CompareOp::kEqual) {
+      r = va == vb;
+    } else if (op == CompareOp::kLess) {
+      r = va < vb;
+    } else {
+      r = va > vb;
+    }
+    y[i] = r ? 1 : 0;
+  }
+}
+
+template <typename Wrap, typename Index>
+__global__ void integer_binary_kernel(BinaryOp op, const Wrap* a, const Wrap* b, Wrap* y, Index n,
+                                      OffsetCalculator<2, Index> calc) {
+  using U = std::make_unsigned_t<Wrap>;
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < n; i += stride) {
+    Index offsets[2];
+    calc.offsets(i, offsets);
+    const Wrap va = a[offsets[0]], vb = b[offsets[1]];
+    Wrap r;
+    if (op == BinaryOp::kAdd) {
+      r = static_cast<Wrap>(static_cast<U>(va) + static_cast<U>(vb));
+    } else if (op == BinaryOp::kSub) {
+      r = static_cast<Wrap>(static_cast<U>(va) - static_cast<U>(vb));
+    } else if (op == BinaryOp::kMul) {
+      r = static_cast<Wrap>(static_cast<U>(va) * static_cast<U>(vb));
+    } else if (vb == 0) {
+      r = 0;  // see integer_binary's contract
+    } else if (vb == -1) {
+      r = static_cast<Wrap>(U(0) - static_cast<U>(va));
+    } else {
+      r = va / vb;
+    }
+    y[i] = r;
+  }
+}
+
+// Launches `Kernel<T, Index>` over a two-operand broadcast geometry with 32-bit indices when they fit.
+template <typename Launch>
+void with_index_type(const BroadcastGeometry& g, Launch&& launch) {
+  const std::vector<std::int64_t>* const table[2] = {&g.a_strides, &g.b_strides};
+  if (fits_int32(g.numel(), g.shape, {&g.a_strides, &g.b_strides})) {
+    launch(static_cast<std::int32_t>(g.numel()), make_offset_calculator<2, std::int32_t>(g.shape, table));
+  } else {
+    launch(g.numel(), make_offset_calculator<2, std::int64_t>(g.shape, table));
+  }
+}
+
+// ---- cast between any dtypes ----
+
+// A source element as a double (floats: exact) or a long long (integers and bool: exact).
+__device__ __forceinline__ double cast_source(float v) { return v; }
+__device__ __forceinline__ double cast_source(double v) { return v; }
+__device__ __forceinline__ double cast_source(__half v) { return __half2float(v); }
+__device__ __forceinline__ double cast_source(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ long long cast_source(std::int8_t v) { return v; }
+__device__ __forceinline__ long long cast_source(std::uint8_t v) { return v; }
+__device__ __forceinline__ long long cast_source(std::int16_t v) { return v; }
+__device__ __forceinline__ long long cast_source(std::int32_t v) { return v; }
+__device__ __forceinline__ long long cast_source(std::int64_t v) { return v; }
+__device__ __forceinline__ long long cast_source(BoolByte v) { return v.v != 0 ? 1 : 0; }
+
+template <typename To>
+__device__ __forceinline__ To saturate(double v) {
+  if (isnan(v)) return To(0);
+  const double lowest = static_cast<double>(std::numeric_limits<To>::lowest());
+  const double upper = static_cast<double>(std::numeric_limits<To>::max()) + 1.0;  // a power of two: exact
+  if (v <= lowest) return std::numeric_limits<To>::lowest();
+  if (v >= upper) return std::numeric_limits<To>::max();
+  return static_cast<To>(v);  // truncates toward zero
+}
+
+template <typename To>
+__device__ __forceinline__ To wrap_int(long long v) {
+  return static_cast<To>(static_cast<std::make_unsigned_t<To>>(static_cast<unsigned long long>(v)));
+}
+
+template <typename Source>
+__device__ __forceinline__ void store_cast(void* y, std::int64_t i, DType to, Source v) {
+  constexpr bool kFromFloat = std::is_same_v<Source, double>;
+  switch (to) {
+    case DType::kFloat16:
+      if constexpr (kFromFloat) {
+        static_cast<__half*>(y)[i] = __double2half(v);
+      } else {
+        static_cast<__half*>(y)[i] = __ll2half_rn(v);
+      }
+      return;
+    case DType::kBFloat16:
+      if constexpr (kFromFloat) {
+        static_cast<__nv_bfloat16*>(y)[i] = __double2bfloat16(v);
+      } else {
+        static_cast<__nv_bfloat16*>(y)[i] = __ll2bfloat16_rn(v);
+      }
+      return;
+    case DType::kFloat32: static_cast<float*>(y)[i] = static_cast<float>(v); return;
+    case DType::kFloat64: static_cast<double*>(y)[i] = static_cast<double>(v); return;
+    case DType::kBool: static_cast<std::uint8_t*>(y)[i] = v != 0 ? 1 : 0; return;
+    default: break;
+  }
+  if constexpr (kFromFloat) {
+    switch (to) {
+      case DType::kInt8: static_cast<std::int8_t*>(y)[i] = saturate<std::int8_t>(v); return;
+      case DType::kUInt8: static_cast<std::uint8_t*>(y)[i] = saturate<std::uint8_t>(v); return;
+      case DType::kInt16: static_cast<std::int16_t*>(y)[i] = saturate<std::int16_t>(v); return;
+      case DType::kInt32: static_cast<std::int32_t*>(y)[i] = saturate<std::int32_t>(v); return;
+      case DType::kInt64: static_cast<std::int64_t*>(y)[i] = saturate<std::int64_t>(v); return;
+      default: return;
+    }
+  } else {
+    switch (to) {
+      case DType::kInt8: static_cast<std::int8_t*>(y)[i] = wrap_int<std::int8_t>(v); return;
+      case DType::kUInt8: static_cast<std::uint8_t*>(y)[i] = wrap_int<std::uint8_t>(v); return;
+      case DType::kInt16: static_cast<std::int16_t*>(y)[i] = wrap_int<std::int16_t>(v); return;
+      case DType::kInt32: static_cast<std::int32_t*>(y)[i] = wrap_int<std::int32_t>(v); return;
+      case DType::kInt64: static_cast<std::int64_t*>(y)[i] = wrap_int<std::int64_t>(v); return;
+      default: return;
+    }
+  }
+}
+
+template <typename From>
+__global__ void cast_any_kernel(const From* x, void* y, DType to, std::int64_t n) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    store_cast(y, i, to, cast_source(x[i]));
+  }
+}
+
+// Calls body(T{}) with the storage type of any dtype (bool as BoolByte).
+template <typename Body>
+void dispatch_any(DType dtype, Body&& body) {
+  switch (dtype) {
+    case DType::kFloat16: return body(__half{});
+    case DType::kBFloat16: return body(__nv_bfloat16{});
+    case DType::kFloat32: return body(float{});
+    case DType::kFloat64: return body(double{});
+    case DType::kInt8: return body(std::int8_t{});
+    case DType::kUInt8: return body(std::uint8_t{});
+    case DType::kInt16: return body(std::int16_t{});
+    case DType::kInt32: return body(std::int32_t{});
+    case DType::kInt64: return body(std::int64_t{});
+    case DType::kBool: return body(BoolByte{});
+  }
+  throw UnsupportedOperationError(::xpuruntime::detail::str_cat("cuda_raw: unknown dtype ", static_cast<int>(dtype)));
+}
+
+__global__ void logical_not_kernel(const std::uint8_t* x, std::uint8_t* y, std::int64_t n) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    y[i] = x[i] != 0 ? 0 : 1;
+  }
+}
+
+template <typename T>
+__global__ void integer_neg_kernel(const T* x, T* y, std::int64_t n) {
+  using U = std::make_unsigned_t<T>;
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    y[i] = static_cast<T>(U(0) - static_cast<U>(x[i]));
+  }
+}
+
+std::vector<std::int64_t> contiguous_strides_for(const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> strides(shape.size(), 1);
+  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
+}  // namespace
+
+// ---- strided gather ----
+
+void strided_gather(const void* x, void* y, std::size_t element_size, const std::vector<std::int64_t>& shape,
+                    const std::vector<std::int64_t>& strides, void* stream) {
+  XPURT_CHECK(strides.size() == shape.size(), "cuda_raw::strided_gather: ", strides.size(), " strides for rank ",
+              shape.size());
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) n *= d;
+  if (n == 0) return;
+  std::vector<std::int64_t> sizes, steps;
+  merge_dims(shape, strides, &sizes, &steps);
+  const auto es = static_cast<std::int64_t>(element_size);
+  if (sizes.empty() || (sizes.size() == 1 && steps[0] == 1)) {  // one contiguous run
+    XPURT_CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<std::size_t>(n * es), cudaMemcpyDeviceToDevice,
+                                     as_stream(stream)));
+    return;
+  }
+  if (sizes.size() > static_cast<std::size_t>(kMaxDims)) {  // rare: the general copy peels leading dims
+    strided_copy(x, y, element_size == 1 ? DType::kUInt8 : element_size == 2 ? DType::kInt16
+                       : element_size == 4 ? DType::kInt32 : DType::kInt64,
+                 sizes, steps, contiguous_strides_for(sizes), stream);
+    return;
+  }
+  // Vectors along the inner run when it is contiguous in x: the widest width that divides the run and every
+  // stride in bytes and both base addresses.
+  std::int64_t width = es;
+  if (steps.back() == 1) {
+    for (const std::int64_t candidate : {16, 8, 4, 2}) {
+      if (candidate <= es) break;
+      bool ok = (sizes.back() * es) % candidate == 0 && is_aligned(x, static_cast<std::size_t>(candidate)) &&
+                is_aligned(y, static_cast<std::size_t>(candidate));
+      for (std::size_t d = 0; ok && d + 1 < steps.size(); ++d) ok = (steps[d] * es) % candidate == 0;
+      if (ok) {
+        width = candidate;
+        break;
+      }
+    }
+  }
+  if (width != es) {
+    const std::int64_t per = width / es;
+    sizes.back() /= per;
+    for (std::size_t d = 0; d + 1 < steps.size(); ++d) steps[d] /= per;
+    n /= per;
+  }
+  const cudaStream_t s = as_stream(stream);
+  switch (width) {
+    case 16: return launch_strided_gather<uint4>(x, y, sizes, steps, n, s);
+    case 8: return launch_strided_gather<uint2>(x, y, sizes, steps, n, s);
+    case 4: return launch_strided_gather<std::uint32_t>(x, y, sizes, steps, n, s);
+    case 2: return launch_strided_gather<std::uint16_t>(x, y, sizes, steps, n, s);
+    case 1: return launch_strided_gather<std::uint8_t>(x, y, sizes, steps, n, s);
+    default: XPURT_INTERNAL_ASSERT(false, "strided_gather: element size ", element_size);
+  }
+}
+
+// ---- transpose ----
+
+void transpose(const void* x, void* y, std::size_t element_size, const std::vector<std::int64_t>& shape,
+               const std::vector<std::int64_t>& perm, void* stream) {
+  XPURT_CHECK(perm.size() == shape.size(), "cuda_raw::transpose: perm has ", perm.size(), " entries for rank ",
+              shape.size());
+  const std::vector<std::int64_t> in_strides = contiguous_strides_for(shape);
+  std::vector<std::int64_t> out_shape, strides;
+  std::int64_t n = 1;
+  for (const std::int64_t p : perm) {
+    out_shape.push_back(shape[static_cast<std::size_t>(p)]);
+    strides.push_back(in_strides[static_cast<std::size_t>(p)]);
+    n *= shape[static_cast<std::size_t>(p)];
+  }
+  if (n == 0) return;
+  std::vector<std::int64_t> sizes, steps;
+  merge_dims(out_shape, strides, &sizes, &steps);
+  // Run-preserving (x's innermost dim stays innermost, or everything merged into one run): strided runs.
+  if (sizes.empty() || steps.back() == 1 || sizes.size() > static_cast<std::size_t>(kMaxDims) + 2) {
+    strided_gather(x, y, element_size, out_shape, strides, stream);
+    return;
+  }
+  // The innermost dim of x (stride 1) is output dim `q`; y's innermost dim (A) reads x at stride steps.back().
+  std::size_t q = sizes.size();
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    if (steps[d] == 1) q = d;
+  }
+  XPURT_INTERNAL_ASSERT(q < sizes.size(), "transpose: no unit-stride dim after merging");
+  const std::vector<std::int64_t> out_strides = contiguous_strides_for(sizes);
+  std::vector<std::int64_t> batch_sizes, batch_in, batch_out;
+  for (std::size_t d = 0; d + 1 < sizes.size(); ++d) {
+    if (d == q) continue;
+    batch_sizes.push_back(sizes[d]);
+    batch_in.push_back(steps[d]);
+    batch_out.push_back(out_strides[d]);
+  }
+  const std::int64_t size_a = sizes.back(), size_b = sizes[q];
+  const std::int64_t in_stride_a = steps.back(), out_stride_b = out_strides[q];
+  const cudaStream_t s = as_stream(stream);
+  switch (element_size) {
+    case 1:
+      return launch_transpose_tiled<std::uint8_t>(x, y, size_a, size_b, in_stride_a, out_stride_b, batch_sizes,
+                                                  batch_in, batch_out, n, s);
+    case 2:
+      return launch_transpose_tiled<std::uint16_t>(x, y, size_a, size_b, in_stride_a, out_stride_b, batch_sizes,
+                                                   batch_in, batch_out, n, s);
+    case 4:
+      return launch_transpose_tiled<std::uint32_t>(x, y, size_a, size_b, in_stride_a, out_stride_b, batch_sizes,
+                                                   batch_in, batch_out, n, s);
+    case 8:
+      return launch_transpose_tiled<std::uint64_t>(x, y, size_a, size_b, in_stride_a, out_stride_b, batch_sizes,
+                                                   batch_in, batch_out, n, s);
+    default: XPURT_INTERNAL_ASSERT(false, "transpose: element size ", element_size);
+  }
+}
+
+// ---- concat ----
+
+void concat(const std::vector<const void*>& inputs, const std::vector<std::int64_t>& row_bytes, void* y,
+            std::int64_t outer, void* stream) {
+  XPURT_CHECK(inputs.size() == row_bytes.size(), "cuda_raw::concat: ", inputs.size(), " inputs but ",
+              row_bytes.size(), " row sizes");
+  std::int64_t out_row = 0;
+  for (const std::int64_t bytes : row_bytes) out_row += bytes;
+  if (outer == 0 || out_row == 0) return;
+  std::int64_t column = 0;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    if (row_bytes[k] > 0) {
+      XPURT_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(y) + column, static_cast<std::size_t>(out_row),
+                                         inputs[k], static_cast<std::size_t>(row_bytes[k]),
+                                         static_cast<std::size_t>(row_bytes[k]), static_cast<std::size_t>(outer),
+                                         cudaMemcpyDeviceToDevice, as_stream(stream)));
+    }
+    column += row_bytes[k];
+  }
+}
+
+// ---- gather ----
+
+bool gather_checks_enabled() {
+  // Read at every launch (cheap next to the launch) so that a test or a debugging session can switch it on.
+  const char* value = std::getenv("XPURT_CUDA_RAW_CHECK_INDICES");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+bool gather_index_error(bool reset) {
+  XPURT_CUDA_CHECK(cudaDeviceSynchronize());
+  int flag = 0;
+  XPURT_CUDA_CHECK(cudaMemcpyFromSymbol(&flag, g_gather_index_error, sizeof(flag)));
+  if (reset && flag != 0) {
+    const int zero = 0;
+    XPURT_CUDA_CHECK(cudaMemcpyToSymbol(g_gather_index_error, &zero, sizeof(zero)));
+  }
+  return flag != 0;
+}
+
+void gather(const void* data, const void* indices, DType index_dtype, void* y, std::size_t element_size,
+            std::int64_t outer, std::int64_t axis_size, std::int64_t num_indices, std::int64_t inner, void* stream) {
+  XPURT_CHECK(index_dtype == DType::kInt32 || index_dtype == DType::kInt64,
+              "cuda_raw::gather: indices must be int32 or int64, got ", dtype_name(index_dtype));
+  const std::int64_t row_bytes = inner * static_cast<std::int64_t>(element_size);
+  if (outer == 0 || num_indices == 0 || row_bytes == 0) return;
+  const cudaStream_t s = as_stream(stream);
+  const bool check = gather_checks_enabled();
+  if (check) gather_index_error(true);  // a flag left by earlier unchecked launches is not this launch's error
+  dispatch_vector(row_bytes, {data, y}, [&](auto vector) {
+    using V = decltype(vector);
+    if (index_dtype == DType::kInt32) {
+      launch_gather<V, std::int32_t>(data, indices, y, outer, axis_size, num_indices, row_bytes, s);
+    } else {
+      launch_gather<V, std::int64_t>(data, indices, y, outer, axis_size, num_indices, row_bytes, s);
+    }
+  });
+  if (check) {
+    XPURT_CUDA_CHECK(cudaStreamSynchronize(s));
+    XPURT_CHECK(!gather_index_error(true), "op 'gather': an index is out of range for the gathered axis of size ",
+                axis_size, " (valid: ", -axis_size, " to ", axis_size - 1,
+                "); found by XPURT_CUDA_RAW_CHECK_INDICES=1");
+  }
+}
+
+// ---- where ----
+
+std::int64_t WhereGeometry::numel() const {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) n *= d;
+  return n;
+}
+
+bool where_geometry(const std::vector<std::int64_t>& cond, const std::vector<std::int64_t>& a,
+                    const std::vector<std::int64_t>& b, const std::vector<std::int64_t>& out, WhereGeometry* geometry,
+                    std::string* why_not) {
+  *geometry = WhereGeometry();
+  std::int64_t numel = 1;
+  for (const std::int64_t d : out) numel *= d;
+  if (numel == 0) {
+    geometry->shape = {0};
+    for (auto& s : geometry->strides) s = {1};
+    return true;
+  }
+  const std::vector<std::int64_t>* operands[3] = {&cond, &a, &b};
+  std::vector<std::int64_t> full[3];
+  for (int k = 0; k < 3; ++k) {
+    full[k].assign(out.size(), 0);
+    std::int64_t stride = 1;
+    const std::vector<std::int64_t>& shape = *operands[k];
+    for (std::size_t j = 0; j < shape.size(); ++j) {
+      const std::size_t d = shape.size() - 1 - j;
+      full[k][out.size() - 1 - j] = shape[d] == 1 ? 0 : stride;
+      stride *= shape[d];
+    }
+  }
+  for (std::size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    bool mergeable = !geometry->shape.empty();
+    for (int k = 0; k < 3 && mergeable; ++k) mergeable = geometry->strides[k].back() == full[k][d] * out[d];
+    if (mergeable) {
+      geometry->shape.back() *= out[d];
+      for (int k = 0; k < 3; ++k) geometry->strides[k].back() = full[k][d];
+      continue;
+    }
+    geometry->shape.push_back(out[d]);
+    for (int k = 0; k < 3; ++k) geometry->strides[k].push_back(full[k][d]);
+  }
+  if (geometry->shape.size() > static_cast<std::size_t>(kMaxDims)) {
+    *why_not = ::xpuruntime::detail::str_cat("cuda_raw where broadcasts over at most ", kMaxDims,
+                                             " dimensions after merging, these shapes need ", geometry->shape.size(),
+                                             "; use the cpu kernel");
+    return false;
+  }
+  return true;
+}
+
+void where(const void* cond, const void* a, const void* b, void* y, std::size_t element_size,
+           const WhereGeometry& geometry, void* stream) {
+  if (geometry.numel() <= 0) return;
+  const cudaStream_t s = as_stream(stream);
+  switch (element_size) {
+    case 1: return launch_where<std::uint8_t>(cond, a, b, y, geometry, s);
+    case 2: return launch_where<std::uint16_t>(cond, a, b, y, geometry, s);
+    case 4: return launch_where<std::uint32_t>(cond, a, b, y, geometry, s);
+    case 8: return launch_where<std::uint64_t>(cond, a, b, y, geometry, s);
+    default: XPURT_INTERNAL_ASSERT(false, "where: element size ", element_size);
+  }
+}
+
+// ---- comparisons, logical_not ----
+
+void compare(CompareOp op, const void* a, const void* b, void* y, DType dtype, const BroadcastGeometry& geometry,
+             void* stream) {
+  if (geometry.numel() <= 0) return;
+  const cudaStream_t s = as_stream(stream);
+  dispatch_any(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    with_index_type(geometry, [&](auto n, const auto& calc) {
+      using Index = decltype(n);
+      compare_kernel<T, Index><<<grid_for(n, kThreads), kThreads, 0, s>>>(
+          op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<std::uint8_t*>(y), n, calc);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    });
+  });
+}
+
+void logical_not(const void* x, void* y, std::int64_t n, void* stream) {
+  if (n <= 0) return;
+  logical_not_kernel<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
+      static_cast<const std::uint8_t*>(x), static_cast<std::uint8_t*>(y), n);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+// ---- integer arithmetic ----
+
+void integer_binary(BinaryOp op, const void* a, const void* b, void* y, DType dtype, const BroadcastGeometry& geometry,
+                    void* stream) {
+  XPURT_CHECK(op == BinaryOp::kAdd || op == BinaryOp::kSub || op == BinaryOp::kMul || op == BinaryOp::kDiv,
+              "cuda_raw::integer_binary: only add, sub, mul and div take integers");
+  if (geometry.numel() <= 0) return;
+  const cudaStream_t s = as_stream(stream);
+  const auto run = [&](auto tag) {
+    using T = decltype(tag);
+    with_index_type(geometry, [&](auto n, const auto& calc) {
+      using Index = decltype(n);
+      integer_binary_kernel<T, Index><<<grid_for(n, kThreads), kThreads, 0, s>>>(
+          op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n, calc);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    });
+  };
+  if (dtype == DType::kInt32) {
+    run(std::int32_t{});
+  } else if (dtype == DType::kInt64) {
+    run(std::int64_t{});
+  } else {
+    throw UnsupportedOperationError(::xpuruntime::detail::str_cat("cuda_raw integer arithmetic takes int32 and "
+                                                                  "int64, got ", dtype_name(dtype)));
+  }
+}
+
+void integer_neg(const void* x, void* y, DType dtype, std::int64_t n, void* stream) {
+  if (n <= 0) return;
+  const cudaStream_t s = as_stream(stream);
+  if (dtype == DType::kInt32) {
+    integer_neg_kernel<std::int32_t><<<grid_for(n, kThreads), kThreads, 0, s>>>(
+        static_cast<const std::int32_t*>(x), static_cast<std::int32_t*>(y), n);
+  } else if (dtype == DType::kInt64) {
+    integer_neg_kernel<std::int64_t><<<grid_for(n, kThreads), kThreads, 0, s>>>(
+        static_cast<const std::int64_t*>(x), static_cast<std::int64_t*>(y), n);
+  } else {
+    throw UnsupportedOperationError(::xpuruntime::detail::str_cat("cuda_raw integer neg takes int32 and int64, got ",
+                                                                  dtype_name(dtype)));
+  }
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+// ---- cast ----
+
+void cast_any(const void* x, DType from, void* y, DType to, std::int64_t n, void* stream) {
+  if (n <= 0) return;
+  if (from == to) {
+    XPURT_CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<std::size_t>(n) * dtype_size(from), cudaMemcpyDeviceToDevice,
+                                     as_stream(stream)));
+    return;
+  }
+  dispatch_any(from, [&](auto tag) {
+    using From = decltype(tag);
+    cast_any_kernel<From><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(static_cast<const From*>(x), y,
+                                                                                     to, n);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace xpuruntime::cuda_raw

@@ -1,0 +1,290 @@
+// The native engine: ONNX -> Graph -> CapturePlan (one per input-shape signature, cached) -> GraphExec (a pool per
+// plan, so that several threads can run one session at once). See docs/native_engine.md.
+//
+// Note [Support check at session creation]
+// Shapes are known only when inputs arrive, but a model whose nodes cannot run on the device must fail when the
+// session is created (and engine "auto" must know then whether to fall back). So create() builds a probe plan
+// with every symbolic or unknown input dimension set to 1: that lowers and dispatches every node. The probe plan
+// is kept and serves runs with exactly those shapes. A probe that fails for another reason than an unsupported
+// node (a model that needs batch > 1, ...) is ignored: the first run reports the problem.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "xpuruntime/capture_plan.h"
+#include "xpuruntime/engine.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/graph_exec.h"
+#include "xpuruntime/onnx_import.h"
+
+namespace xpuruntime {
+namespace {
+
+DType compute_float_of(const ExecutionPolicy& policy) {
+  if (policy.precision == Precision::kFP16) return DType::kFloat16;
+  if (policy.precision == Precision::kBF16) return DType::kBFloat16;
+  return DType::kFloat32;
+}
+
+ValueInfo value_info(const Graph& g, const std::string& name) {
+  ValueInfo info;
+  info.name = name;
+  if (const ValueType* vt = g.type(name)) {
+    info.dtype = vt->dtype;
+    if (vt->has_shape) {
+      for (const Dim& d : vt->shape) info.shape.push_back(d.str());
+    }
+  }
+  return info;
+}
+
+std::string shape_key(const std::vector<std::vector<std::int64_t>>& shapes) {
+  std::string key;
+  for (const auto& s : shapes) {
+    key += "[";
+    for (std::size_t i = 0; i < s.size(); ++i) key += (i ? "," : "") + std::to_string(s[i]);
+    key += "]";
+  }
+  return key;
+}
+
+class NativeSession final : public EngineSession {
+ public:
+  NativeSession(Graph graph, const SessionOptions& options) : graph_(std::move(graph)), options_(options) {
+    for (const auto& in : graph_.inputs) inputs_.push_back(value_info(graph_, in));
+    for (const auto& out : graph_.outputs) outputs_.push_back(value_info(graph_, out));
+    dispatcher_ = std::make_shared<Dispatcher>(options_.kernel_policy, options_.exec_policy);
+    plan_options_.device = options_.device;
+    plan_options_.dispatcher = dispatcher_;
+    plan_options_.compute_float = compute_float_of(options_.exec_policy);
+    probe();
+  }
+
+  const std::vector<ValueInfo>& inputs() const override { return inputs_; }
+  const std::vector<ValueInfo>& outputs() const override { return outputs_; }
+
+  std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                          const std::vector<std::string>& output_names) override {
+    // Feeds by name, in the model's input order.
+    std::vector<Tensor> ordered(graph_.inputs.size());
+    for (const auto& [name, tensor] : feeds) {
+      auto it = std::find(graph_.inputs.begin(), graph_.inputs.end(), name);
+      if (it == graph_.inputs.end()) {
+        std::string valid;
+        for (const auto& in : graph_.inputs) valid += (valid.empty() ? "" : ", ") + in;
+        throw InvalidArgumentError(detail::str_cat("unknown input '", name, "'; the model's inputs are: ", valid));
+      }
+      ordered[it - graph_.inputs.begin()] = tensor;
+    }
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (std::size_t i = 0; i < ordered.size(); ++i) {
+      XPURT_CHECK(ordered[i].defined(), "missing input '", graph_.inputs[i], "' (expected ", inputs_[i].str(), ")");
+      const ValueType* vt = graph_.type(graph_.inputs[i]);
+      if (vt) {
+        XPURT_CHECK_TYPE(ordered[i].dtype() == vt->dtype, "input '", graph_.inputs[i], "' expects ",
+                         dtype_name(vt->dtype), ", got ", dtype_name(ordered[i].dtype()));
+      }
+      shapes.push_back(ordered[i].shape());
+    }
+    std::vector<int> wanted;
+    for (const auto& name : output_names) {
+      auto it = std::find(graph_.outputs.begin(), graph_.outputs.end(), name);
+      if (it == graph_.outputs.end()) {
+        std::string valid;
+        for (const auto& out : graph_.outputs) valid += (valid.empty() ? "" : ", ") + out;
+        throw InvalidArgumentError(
+            detail::str_cat("unknown output '", name, "'; the model's outputs are: ", valid));
+      }
+      wanted.push_back(static_cast<int>(it - graph_.outputs.begin()));
+    }
+    if (options_.exec_policy.static_shape) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const std::string key = shape_key(shapes);
+      if (static_key_.empty()) static_key_ = key;
+      XPURT_CHECK(key == static_key_, "static_shape=true: this session runs the input shapes of its first run ",
+                  static_key_, " only, got ", key);
+    }
+    std::shared_ptr<const CapturePlan> plan = plan_for(shapes);
+    std::unique_ptr<GraphExec> exec = checkout(plan, shape_key(shapes));
+    std::vector<Tensor> outputs;
+    try {
+      outputs = exec->run(ordered);
+    } catch (...) {
+      checkin(std::move(exec), shape_key(shapes));
+      throw;
+    }
+    checkin(std::move(exec), shape_key(shapes));
+    if (wanted.empty()) return outputs;
+    std::vector<Tensor> selected;
+    for (int i : wanted) selected.push_back(outputs[i]);
+    return selected;
+  }
+
+  Explanation explain() const override {
+    Explanation e;
+    e.engine = "native";
+    e.device = options_.device.str();
+    std::shared_ptr<const CapturePlan> plan;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      plan = last_plan_;
+      e.options.push_back(detail::str_cat("plans built: ", plans_.size(), " (one per input-shape signature)"));
+      bool captured = false;
+      for (const auto& [key, pool] : pools_) {
+        for (const auto& exec : pool) captured |= exec->graph_captured();
+      }
+      if (options_.device.is_cuda()) {
+        e.options.push_back(detail::str_cat("cuda_graphs=", options_.exec_policy.cuda_graphs ? "true" : "false",
+                                            captured ? " (captured and replayed)" : ""));
+      }
+    }
+    e.options.push_back(detail::str_cat("precision=", precision_name(options_.exec_policy.precision)));
+    if (!plan) {
+      e.options.push_back("no plan built yet (the first run builds one)");
+      return e;
+    }
+    std::string why;
+    if (options_.device.is_cuda() && !plan->capturable(&why)) e.options.push_back("not capturable: " + why);
+    for (const auto& note : plan->pass_notes()) e.options.push_back("pass " + note);
+    e.memory = plan->memory().str();
+    for (const PlanStep& s : plan->steps()) {
+      NodeExplanation n;
+      n.node = s.node;
+      n.op_type = s.op_type;
+      switch (s.kind) {
+        case PlanStep::Kind::kKernel:
+          if (s.dispatch) {
+            const Decision& d = s.dispatch->decision;
+            n.kernel = d.kernel;
+            n.backend = d.backend;
+            n.precision = precision_name(s.desc.precision);
+            n.reason = s.op + ": " + d.reason;
+            if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
+          } else {
+            n.kernel = "(dispatched at run time)";
+            n.backend = "cpu";
+            n.reason = s.op + ": input shapes known only at run time";
+          }
+          break;
+        case PlanStep::Kind::kView:
+          n.kernel = "view";
+          n.backend = "-";
+          n.reason = "a reshape of its input's bytes: no kernel, no copy";
+          break;
+        case PlanStep::Kind::kReference:
+          n.kernel = "onnx_ref";
+          n.backend = "cpu";
+          n.reason = "ONNX reference implementation: " + s.reason;
+          break;
+      }
+      e.nodes.push_back(std::move(n));
+    }
+    return e;
+  }
+
+ private:
+  void probe() {
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const auto& in : graph_.inputs) {
+      const ValueType* vt = graph_.type(in);
+      XPURT_CHECK(vt && vt->has_shape, "input '", in, "' has no declared shape; the native engine needs its rank");
+      std::vector<std::int64_t> s;
+      for (const Dim& d : vt->shape) s.push_back(d.known() ? d.value : 1);
+      shapes.push_back(s);
+    }
+    try {
+      plan_for(shapes);
+    } catch (const UnsupportedOperationError&) {
+      throw;
+    } catch (const XpuRuntimeError&) {
+      // Note [Support check at session creation]: not a support problem; the first run reports it.
+    }
+  }
+
+  std::shared_ptr<const CapturePlan> plan_for(const std::vector<std::vector<std::int64_t>>& shapes) {
+    const std::string key = shape_key(shapes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = plans_.find(key);
+      if (it != plans_.end()) {
+        last_plan_ = it->second;
+        return it->second;
+      }
+    }
+    std::lock_guard<std::mutex> build_lock(build_mutex_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = plans_.find(key);
+      if (it != plans_.end()) return it->second;
+    }
+    std::shared_ptr<const CapturePlan> plan = CapturePlan::build(graph_, shapes, plan_options_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    plans_[key] = plan;
+    last_plan_ = plan;
+    return plan;
+  }
+
+  std::unique_ptr<GraphExec> checkout(const std::shared_ptr<const CapturePlan>& plan, const std::string& key) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& pool = pools_[key];
+      if (!pool.empty()) {
+        std::unique_ptr<GraphExec> exec = std::move(pool.back());
+        pool.pop_back();
+        return exec;
+      }
+    }
+    GraphExecOptions exec_options;
+    exec_options.use_cuda_graph = options_.exec_policy.cuda_graphs;
+    return std::make_unique<GraphExec>(plan, exec_options);
+  }
+
+  void checkin(std::unique_ptr<GraphExec> exec, const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pools_[key].push_back(std::move(exec));
+  }
+
+  Graph graph_;
+  SessionOptions options_;
+  std::vector<ValueInfo> inputs_;
+  std::vector<ValueInfo> outputs_;
+  std::shared_ptr<Dispatcher> dispatcher_;
+  PlanOptions plan_options_;
+  mutable std::mutex mutex_;
+  std::mutex build_mutex_;
+  std::map<std::string, std::shared_ptr<const CapturePlan>> plans_;
+  std::map<std::string, std::vector<std::unique_ptr<GraphExec>>> pools_;
+  std::shared_ptr<const CapturePlan> last_plan_;
+  std::string static_key_;  // static_shape: the input shapes of the first run
+};
+
+class NativeEngine final : public Engine {
+ public:
+  NativeEngine() : Engine("native") {}
+
+  Support available(const SessionOptions& options) const override {
+    if (options.device.is_cpu()) return Support::yes();
+    if (options.device.is_cuda()) {
+#if XPURT_WITH_CUDA
+      return Support::yes();
+#else
+      return Support::no("this xpuruntime was built without CUDA");
+#endif
+    }
+    return Support::no("the native engine runs on cpu and cuda devices");
+  }
+
+  std::unique_ptr<EngineSession> create(const std::string& model, const SessionOptions& options) const override {
+    OnnxImportOptions import_options;
+    import_options.model_dir = options.model_dir;
+    Graph graph = import_onnx(model, import_options);
+    return std::make_unique<NativeSession>(std::move(graph), options);
+  }
+};
+
+}  // namespace
+
+void register_native(EngineRegistry& registry) { registry.add(std::make_unique<NativeEngine>()); }
+
+}  // namespace xpuruntime

@@ -1,0 +1,469 @@
+// CapturePlan::build: specialise, optimize, lower, dispatch and plan memory (see capture_plan.h).
+#include "xpuruntime/capture_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/half.h"
+#include "core/runtime/lowering.h"
+#include "core/runtime/onnx_cpu_ops.h"
+#include "core/runtime/shape_inference.h"
+#include "xpuruntime/device_manager.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+namespace {
+
+constexpr std::size_t kAlignment = 256;
+
+std::size_t align_up(std::size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+std::string mib(std::size_t bytes) {
+  std::ostringstream os;
+  os.precision(bytes >= (100u << 20) ? 0 : 2);
+  os << std::fixed << static_cast<double>(bytes) / (1024.0 * 1024.0) << " MiB";
+  return os.str();
+}
+
+std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Fits each declared input type to the concrete shape given for it.
+void specialise_inputs(Graph& g, const std::vector<std::vector<std::int64_t>>& shapes) {
+  XPURT_CHECK(shapes.size() == g.inputs.size(), "the model has ", g.inputs.size(), " inputs, got shapes for ",
+              shapes.size());
+  std::map<std::string, std::int64_t> symbols;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const std::string& name = g.inputs[i];
+    ValueType& vt = g.types[name];
+    if (vt.has_shape) {
+      XPURT_CHECK(vt.shape.size() == shapes[i].size(), "input '", name, "' expects rank ", vt.shape.size(), " (",
+                  vt.str(), "), got shape ", shape_str(shapes[i]));
+      for (std::size_t d = 0; d < shapes[i].size(); ++d) {
+        const Dim& dim = vt.shape[d];
+        if (dim.known()) {
+          XPURT_CHECK(dim.value == shapes[i][d], "input '", name, "' expects ", vt.str(), ", got shape ",
+                      shape_str(shapes[i]), " (dimension ", d, " must be ", dim.value, ")");
+        } else if (!dim.symbol.empty()) {
+          auto [it, inserted] = symbols.emplace(dim.symbol, shapes[i][d]);
+          XPURT_CHECK(inserted || it->second == shapes[i][d], "input '", name, "': dimension '", dim.symbol,
+                      "' is ", shapes[i][d], " here but ", it->second, " in another input");
+        }
+      }
+    }
+    vt.has_shape = true;
+    vt.shape.clear();
+    for (auto d : shapes[i]) vt.shape.emplace_back(d);
+  }
+}
+
+// Runs a float32 model in `to` (float16/bfloat16): float32 initializers are converted, float32 inputs and outputs
+// are cast at the boundary, Casts to float32 become casts to `to`.
+void convert_precision(Graph& g, DType to) {
+  const std::int64_t onnx_to = to == DType::kFloat16 ? 10 : 16;
+  for (auto& [name, t] : g.initializers) {
+    if (t.dtype() != DType::kFloat32) continue;
+    Tensor c = Tensor::empty(t.shape(), to);
+    const auto* src = static_cast<const float*>(t.data_ptr());
+    auto* dst = static_cast<std::uint16_t*>(c.data_ptr());
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      dst[i] = to == DType::kFloat16 ? detail::float_to_half(src[i]) : detail::float_to_bfloat16(src[i]);
+    }
+    t = c;
+    g.types[name].dtype = to;
+  }
+  for (Node& n : g.nodes) {
+    if (n.domain.empty() && (n.op_type == "Cast") && n.attrs.get_int("to", 0) == 1) n.attrs.set("to", onnx_to);
+    for (auto& [name, t] : n.tensor_attrs) {
+      if (n.op_type == "ConstantOfShape" || n.op_type == "Constant") {
+        if (t.dtype() == DType::kFloat32) {
+          Tensor c = Tensor::empty(t.shape(), to);
+          for (std::int64_t i = 0; i < t.numel(); ++i) {
+            const float v = static_cast<const float*>(t.data_ptr())[i];
+            static_cast<std::uint16_t*>(c.data_ptr())[i] =
+                to == DType::kFloat16 ? detail::float_to_half(v) : detail::float_to_bfloat16(v);
+          }
+          t = c;
+        }
+      }
+    }
+  }
+  std::vector<Node> prologue;
+  for (auto& in : g.inputs) {
+    ValueType& vt = g.types[in];
+    if (vt.dtype != DType::kFloat32) continue;
+    const std::string internal = g.unique_name(in + "_" + std::string(dtype_name(to)));
+    for (Node& n : g.nodes) {
+      for (auto& x : n.inputs) {
+        if (x == in) x = internal;
+      }
+    }
+    for (auto& out : g.outputs) {
+      if (out == in) out = internal;  // an input that is also an output: handled by the output cast below
+    }
+    Node cast;
+    cast.name = g.unique_name("cast_" + in);
+    cast.op_type = "Cast";
+    cast.inputs = {in};
+    cast.outputs = {internal};
+    cast.attrs.set("to", onnx_to);
+    ValueType it = vt;
+    it.dtype = to;
+    g.types[internal] = it;
+    prologue.push_back(std::move(cast));
+  }
+  g.nodes.insert(g.nodes.begin(), prologue.begin(), prologue.end());
+  for (auto& out : g.outputs) {
+    auto t = g.types.find(out);
+    if (t == g.types.end() || t->second.dtype != DType::kFloat32) continue;
+    // The node producing `out` now makes `to`; rename its output and cast back under the model's name.
+    const std::string internal = g.unique_name(out + "_" + std::string(dtype_name(to)));
+    bool renamed = false;
+    for (Node& n : g.nodes) {
+      for (auto& o : n.outputs) {
+        if (o == out) {
+          o = internal;
+          renamed = true;
+        }
+      }
+      for (auto& x : n.inputs) {
+        if (x == out) x = internal;
+      }
+    }
+    if (!renamed) continue;  // an input or initializer passed through
+    Node cast;
+    cast.name = g.unique_name("cast_" + out);
+    cast.op_type = "Cast";
+    cast.inputs = {internal};
+    cast.outputs = {out};
+    cast.attrs.set("to", std::int64_t{1});
+    g.nodes.push_back(std::move(cast));
+  }
+  g.validate();
+}
+
+TensorDesc desc_of(const ValueType& vt, Device device) {
+  return TensorDesc::contiguous(vt.sizes(), vt.dtype, device, static_cast<std::uint32_t>(kAlignment));
+}
+
+// Greedy best-fit offset assignment by decreasing size (TFLite's "greedy by size"): each value takes the lowest
+// aligned offset where it does not overlap any already placed value that is alive at the same time.
+std::size_t assign_offsets(std::vector<PlanValue>& values, const std::vector<int>& ids) {
+  std::vector<int> order = ids;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return values[a].bytes > values[b].bytes; });
+  std::vector<int> placed;
+  std::size_t arena = 0;
+  for (int id : order) {
+    PlanValue& v = values[id];
+    std::vector<std::pair<std::size_t, std::size_t>> busy;  // [offset, end) of overlapping lifetimes
+    for (int p : placed) {
+      const PlanValue& o = values[p];
+      if (o.first_step <= v.last_step && v.first_step <= o.last_step) busy.emplace_back(o.offset, o.offset + o.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    std::size_t offset = 0;
+    for (const auto& [begin, end] : busy) {
+      if (offset + v.bytes <= begin) break;
+      offset = std::max(offset, align_up(end));
+    }
+    v.offset = offset;
+    arena = std::max(arena, align_up(offset + v.bytes));
+    placed.push_back(id);
+  }
+  return arena;
+}
+
+}  // namespace
+
+std::string MemoryPlan::str() const {
+  std::ostringstream os;
+  os << "peak " << mib(peak_bytes()) << " = arena " << mib(arena_bytes);
+  if (unshared_bytes > 0) {
+    os << " (" << planned_values << " values; without reuse " << mib(unshared_bytes) << ")";
+  }
+  os << " + workspace " << mib(workspace_bytes) << " + constants " << mib(constant_bytes);
+  if (dynamic_values) os << "; " << dynamic_values << " values allocated at run time";
+  return os.str();
+}
+
+std::string MemoryPlan::to_json() const {
+  std::ostringstream os;
+  os << "{\"peak_bytes\":" << peak_bytes() << ",\"arena_bytes\":" << arena_bytes
+     << ",\"unshared_bytes\":" << unshared_bytes << ",\"workspace_bytes\":" << workspace_bytes
+     << ",\"constant_bytes\":" << constant_bytes << ",\"planned_values\":" << planned_values
+     << ",\"dynamic_values\":" << dynamic_values << "}";
+  return os.str();
+}
+
+bool CapturePlan::capturable(std::string* why) const {
+  auto no = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
+  if (!device_.is_cuda()) return no("the plan runs on the CPU");
+  for (const PlanStep& s : steps_) {
+    if (s.kind == PlanStep::Kind::kReference) return no("node '" + s.node + "' runs in the reference library");
+    if (s.dynamic) return no("node '" + s.node + "' has shapes known only at run time");
+  }
+  return true;
+}
+
+std::string CapturePlan::str() const {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    const PlanStep& s = steps_[i];
+    os << i << ": " << s.node << " (" << s.op_type << ") ";
+    switch (s.kind) {
+      case PlanStep::Kind::kKernel:
+        os << s.op;
+        if (s.dispatch) os << " -> " << s.dispatch->decision.kernel;
+        if (s.dynamic) os << " [dynamic]";
+        break;
+      case PlanStep::Kind::kView: os << "view"; break;
+      case PlanStep::Kind::kReference: os << "reference (" << s.reason << ")"; break;
+    }
+    os << "\n";
+  }
+  os << memory_.str() << "\n";
+  return os.str();
+}
+
+std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
+                                                      const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                                      const PlanOptions& options) {
+  XPURT_CHECK(options.dispatcher != nullptr, "CapturePlan::build needs a dispatcher");
+  std::shared_ptr<CapturePlan> plan(new CapturePlan());
+  plan->device_ = options.device;
+  plan->compute_float_ = options.compute_float;
+  plan->dispatcher_ = options.dispatcher;
+  Graph& g = plan->graph_;
+  g = graph;
+  specialise_inputs(g, input_shapes);
+  if (options.compute_float != DType::kFloat32) convert_precision(g, options.compute_float);
+
+  runtime::InferOptions infer_options;
+  infer_options.fold_constants = options.fold_constants;
+  infer_options.registry = &options.dispatcher->registry();
+  plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes);
+
+  // ---- values ----
+  std::unordered_map<std::string, int> id_of;
+  auto value_id = [&](const std::string& name) -> int {
+    auto it = id_of.find(name);
+    if (it != id_of.end()) return it->second;
+    PlanValue v;
+    v.name = name;
+    if (const ValueType* vt = g.type(name)) v.type = *vt;
+    if (g.is_constant(name)) {
+      v.kind = PlanValue::Kind::kConstant;
+      v.constant = g.initializers.at(name);
+      v.type.dtype = v.constant.dtype();
+      v.type.has_shape = true;
+      v.type.shape.clear();
+      for (auto d : v.constant.shape()) v.type.shape.emplace_back(d);
+    }
+    plan->values_.push_back(std::move(v));
+    const int id = static_cast<int>(plan->values_.size() - 1);
+    id_of[name] = id;
+    return id;
+  };
+  for (const auto& in : g.inputs) {
+    const int id = value_id(in);
+    plan->values_[id].kind = PlanValue::Kind::kInput;
+    plan->inputs_.push_back(id);
+  }
+
+  // ---- steps ----
+  const Device device = options.device;
+  int compute_capability = 0;
+  if (device.is_cuda()) {
+    const DeviceInfo info = DeviceManager::instance().get_device_info(device);
+    compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
+  }
+  std::vector<std::string> unsupported;
+  for (const Node& node : g.nodes) {
+    PlanStep step;
+    step.node = node.name;
+    step.op_type = node.domain == kXpurtDomain ? "xpuruntime:" + node.op_type
+                   : node.domain.empty()      ? node.op_type
+                                              : node.domain + ":" + node.op_type;
+    std::vector<const ValueType*> types;
+    std::vector<const Tensor*> constants;
+    for (const auto& in : node.inputs) {
+      types.push_back(in.empty() ? nullptr : g.type(in));
+      auto c = g.initializers.find(in);
+      constants.push_back(in.empty() || c == g.initializers.end() ? nullptr : &c->second);
+    }
+    const std::int64_t opset = g.opset(node.domain);
+    runtime::Lowered lowered = runtime::lower_node(node, opset, types, constants);
+    for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
+    for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
+
+    auto fall_back = [&](const std::string& reason) {
+      step.kind = PlanStep::Kind::kReference;
+      step.reason = reason;
+      step.reference_node = std::make_shared<const Node>(node);
+      step.opset = opset;
+      if (device.is_cuda()) {
+        unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
+      } else if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
+        unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
+                                              ", and the reference library has no ", node.op_type));
+      }
+    };
+
+    if (lowered.kind == runtime::Lowered::Kind::kView) {
+      step.kind = PlanStep::Kind::kView;
+      PlanValue& out = plan->values_[step.outputs[0]];
+      out.view_of = step.inputs[0];
+      out.type.dtype = plan->values_[step.inputs[0]].type.dtype;
+      out.type.has_shape = true;
+      out.type.shape.clear();
+      for (auto d : lowered.view_shape) out.type.shape.emplace_back(d);
+    } else if (lowered.kind == runtime::Lowered::Kind::kRegistry) {
+      step.kind = PlanStep::Kind::kKernel;
+      step.op = lowered.op;
+      step.attrs = lowered.attrs;
+      // Registry inputs in schema order.
+      std::vector<int> reg_inputs;
+      for (int idx : lowered.inputs) reg_inputs.push_back(idx < 0 ? -1 : step.inputs[idx]);
+      step.inputs = reg_inputs;
+      bool all_known = true;
+      for (int id : reg_inputs) {
+        if (id >= 0 && !plan->values_[id].type.fully_known()) all_known = false;
+      }
+      if (!all_known) {
+        if (device.is_cuda()) {
+          fall_back("input shapes are known only at run time");
+        } else {
+          step.dynamic = true;
+        }
+      } else {
+        OpDescriptor desc;
+        desc.op = lowered.op;
+        desc.attrs = lowered.attrs;
+        desc.device = device;
+        desc.compute_capability = compute_capability;
+        for (int id : reg_inputs) {
+          desc.inputs.push_back(id < 0 ? TensorDesc{} : desc_of(plan->values_[id].type, device));
+        }
+        try {
+          step.dispatch = options.dispatcher->select(desc);
+          step.desc = desc;
+          for (std::size_t o = 0; o < step.outputs.size() && o < desc.outputs.size(); ++o) {
+            if (step.outputs[o] < 0) continue;
+            PlanValue& out = plan->values_[step.outputs[o]];
+            out.type.dtype = desc.outputs[o].dtype;
+            out.type.has_shape = true;
+            out.type.shape.clear();
+            for (auto d : desc.outputs[o].shape) out.type.shape.emplace_back(d);
+          }
+        } catch (const XpuRuntimeError& e) {
+          if (device.is_cuda()) {
+            fall_back(detail::str_cat("no kernel for ", desc.op, " here: ", e.what()));
+          } else {
+            fall_back(detail::str_cat("registry op ", desc.op, " cannot take it: ", e.what()));
+          }
+        }
+      }
+    } else {
+      fall_back(lowered.reason);
+    }
+    plan->steps_.push_back(std::move(step));
+  }
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto& u : unsupported) list += "\n  " + u;
+    throw UnsupportedOperationError(detail::str_cat("the native engine cannot run ", unsupported.size(),
+                                                    " node(s) of this model on ", device.str(), ":", list));
+  }
+  for (const auto& out : g.outputs) {
+    const int id = value_id(out);
+    plan->values_[id].is_output = true;
+    plan->outputs_.push_back(id);
+  }
+
+  // ---- lifetimes ----
+  const int num_steps = static_cast<int>(plan->steps_.size());
+  auto root = [&](int id) {
+    while (plan->values_[id].view_of >= 0) id = plan->values_[id].view_of;
+    return id;
+  };
+  for (int s = 0; s < num_steps; ++s) {
+    const PlanStep& step = plan->steps_[s];
+    for (int id : step.outputs) {
+      if (id >= 0) plan->values_[id].first_step = s;
+    }
+    for (int id : step.inputs) {
+      if (id < 0) continue;
+      const int r = root(id);
+      plan->values_[r].last_step = std::max(plan->values_[r].last_step, s);
+      plan->values_[id].last_step = std::max(plan->values_[id].last_step, s);
+    }
+  }
+  for (int id : plan->outputs_) {
+    plan->values_[root(id)].last_step = num_steps;
+    plan->values_[id].last_step = num_steps;
+  }
+  for (int id : plan->inputs_) plan->values_[id].first_step = -1;
+
+  // ---- memory plan ----
+  // Planned: inputs and values produced by static kernel steps (views share their root's slot). Reference and
+  // dynamic steps allocate at run time.
+  MemoryPlan& mem = plan->memory_;
+  std::vector<int> planned;
+  for (std::size_t id = 0; id < plan->values_.size(); ++id) {
+    PlanValue& v = plan->values_[id];
+    if (v.kind == PlanValue::Kind::kConstant) {
+      mem.constant_bytes += v.constant.nbytes();
+      continue;
+    }
+    if (v.view_of >= 0) continue;
+    bool produced_static = v.kind == PlanValue::Kind::kInput;
+    if (v.first_step >= 0) {
+      const PlanStep& producer = plan->steps_[v.first_step];
+      produced_static = producer.kind == PlanStep::Kind::kKernel && !producer.dynamic;
+    }
+    if (!produced_static || !v.type.fully_known()) {
+      ++mem.dynamic_values;
+      continue;
+    }
+    v.planned = true;
+    v.bytes = static_cast<std::size_t>(TensorDesc::contiguous(v.type.sizes(), v.type.dtype, device).numel()) *
+              dtype_size(v.type.dtype);
+    if (v.last_step < 0) v.last_step = v.first_step;  // produced but never read (an unused output of a kernel)
+    mem.unshared_bytes += align_up(v.bytes);
+    planned.push_back(static_cast<int>(id));
+  }
+  mem.planned_values = planned.size();
+  mem.arena_bytes = assign_offsets(plan->values_, planned);
+  for (const PlanStep& s : plan->steps_) {
+    if (s.dispatch && s.dispatch->plan) mem.workspace_bytes = std::max(mem.workspace_bytes, s.dispatch->plan->workspace_bytes());
+  }
+  mem.workspace_bytes = align_up(mem.workspace_bytes);
+  // Views of planned values share the slot.
+  for (PlanValue& v : plan->values_) {
+    if (v.view_of < 0) continue;
+    const PlanValue& r = plan->values_[root(static_cast<int>(&v - plan->values_.data()))];
+    v.planned = r.planned;
+    v.offset = r.offset;
+    v.bytes = r.bytes;
+  }
+
+  // ---- constants on the device ----
+  if (device.is_cuda()) {
+    for (PlanValue& v : plan->values_) {
+      if (v.kind == PlanValue::Kind::kConstant) v.constant = v.constant.to(device);
+    }
+  }
+  return plan;
+}
+
+}  // namespace xpuruntime

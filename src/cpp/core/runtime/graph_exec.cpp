@@ -1,0 +1,226 @@
+// GraphExec: eager execution of a CapturePlan's steps, CUDA graph capture and replay (see graph_exec.h).
+#include "xpuruntime/graph_exec.h"
+
+#include "core/runtime/onnx_cpu_ops.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Tensor view_as(const Tensor& t, const std::vector<std::int64_t>& shape) {
+  return Tensor::from_blob(t.data_ptr(), shape, {}, t.dtype(), t.device(), t.storage(), 0);
+}
+
+}  // namespace
+
+GraphExec::GraphExec(std::shared_ptr<const CapturePlan> plan, GraphExecOptions options)
+    : plan_(std::move(plan)), options_(options) {
+  XPURT_CHECK(plan_ != nullptr, "GraphExec needs a plan");
+  const Device device = plan_->device();
+  StreamView stream;
+  if (device.is_cuda()) {
+    stream_ = std::make_unique<Stream>(Stream::create(device));
+    stream = stream_->view();
+  }
+  const MemoryPlan& mem = plan_->memory();
+  if (mem.arena_bytes > 0) arena_ = Tensor::empty({static_cast<std::int64_t>(mem.arena_bytes)}, DType::kUInt8, device, &stream);
+  if (mem.workspace_bytes > 0) {
+    workspace_ = Tensor::empty({static_cast<std::int64_t>(mem.workspace_bytes)}, DType::kUInt8, device, &stream);
+  }
+  const auto& values = plan_->values();
+  slots_.resize(values.size());
+  for (std::size_t id = 0; id < values.size(); ++id) {
+    const PlanValue& v = values[id];
+    if (!v.planned) continue;
+    auto* base = static_cast<std::uint8_t*>(arena_.data_ptr()) + v.offset;
+    slots_[id] = Tensor::from_blob(base, v.type.sizes(), {}, v.type.dtype, device, arena_.storage(), v.bytes);
+  }
+  if (device.is_cuda()) stream.synchronize();
+}
+
+GraphExec::~GraphExec() {
+  if (stream_) {
+    try {
+      stream_->synchronize();
+    } catch (...) {
+      // Destructors do not throw; a failed device is reported by the next call that uses it.
+    }
+  }
+}
+
+bool GraphExec::graph_captured() const { return graph_ && graph_->is_instantiated(); }
+
+void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tensor>& values) {
+  const auto& plan_values = plan_->values();
+  const auto& ids = plan_->inputs();
+  XPURT_CHECK(inputs.size() == ids.size(), "the plan takes ", ids.size(), " inputs, got ", inputs.size());
+  const Device device = plan_->device();
+  const bool fixed_addresses = graph_ != nullptr || (options_.use_cuda_graph && plan_->capturable());
+  const StreamView stream = stream_ ? stream_->view() : StreamView{};
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const PlanValue& v = plan_values[ids[i]];
+    const Tensor& t = inputs[i];
+    XPURT_CHECK(t.defined(), "input '", v.name, "' is missing");
+    XPURT_CHECK_TYPE(t.dtype() == v.type.dtype, "input '", v.name, "' expects ", dtype_name(v.type.dtype), ", got ",
+                     dtype_name(t.dtype()));
+    XPURT_CHECK(t.shape() == v.type.sizes(), "input '", v.name, "' expects shape ", shape_str(v.type.sizes()),
+                " (the plan's), got ", shape_str(t.shape()));
+    if (!fixed_addresses && t.device() == device && t.is_contiguous()) {
+      values[ids[i]] = t;  // zero-copy
+    } else if (slots_[ids[i]].defined()) {
+      slots_[ids[i]].copy_from(t, stream_ ? &stream : nullptr, /*non_blocking=*/true);
+      values[ids[i]] = slots_[ids[i]];
+    } else {
+      values[ids[i]] = t.to(device).contiguous();
+    }
+  }
+}
+
+void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& stream) {
+  const auto& plan_values = plan_->values();
+  const Device device = plan_->device();
+  for (const PlanStep& step : plan_->steps()) {
+    switch (step.kind) {
+      case PlanStep::Kind::kView: {
+        const Tensor& in = values[step.inputs[0]];
+        XPURT_INTERNAL_ASSERT(in.defined(), "view of an undefined value in step ", step.node);
+        const int out = step.outputs[0];
+        values[out] = view_as(in.is_contiguous() ? in : in.contiguous(), plan_values[out].type.sizes());
+        break;
+      }
+      case PlanStep::Kind::kKernel: {
+        std::vector<Tensor> inputs;
+        inputs.reserve(step.inputs.size());
+        for (int id : step.inputs) inputs.push_back(id < 0 ? Tensor() : values[id]);
+        if (!step.dynamic) {
+          std::vector<Tensor> outputs(step.desc.outputs.size());
+          for (std::size_t o = 0; o < outputs.size(); ++o) {
+            const int id = o < step.outputs.size() ? step.outputs[o] : -1;
+            if (id >= 0 && slots_[id].defined()) {
+              outputs[o] = slots_[id];
+            } else {
+              outputs[o] = Tensor::empty(step.desc.outputs[o].shape, step.desc.outputs[o].dtype, device,
+                                         stream_ ? &stream : nullptr);
+            }
+          }
+          if (!device.is_cuda()) {
+            for (std::size_t i = 0; i < inputs.size(); ++i) {
+              if (!inputs[i].defined()) continue;
+              XPURT_CHECK(inputs[i].shape() == step.desc.inputs[i].shape, "node '", step.node, "': input ", i,
+                          " has shape ", shape_str(inputs[i].shape()), " at run time but the model declared ",
+                          shape_str(step.desc.inputs[i].shape));
+              if (!inputs[i].is_contiguous()) inputs[i] = inputs[i].contiguous();
+            }
+          }
+          KernelLaunch launch;
+          launch.desc = &step.desc;
+          launch.inputs = inputs.data();
+          launch.num_inputs = inputs.size();
+          launch.outputs = outputs.data();
+          launch.num_outputs = outputs.size();
+          launch.stream = stream;
+          launch.workspace = workspace_.defined() ? workspace_.data_ptr() : nullptr;
+          launch.workspace_bytes = workspace_.defined() ? static_cast<std::size_t>(workspace_.nbytes()) : 0;
+          step.dispatch->plan->run(launch);
+          for (std::size_t o = 0; o < outputs.size() && o < step.outputs.size(); ++o) {
+            if (step.outputs[o] >= 0) values[step.outputs[o]] = outputs[o];
+          }
+        } else {
+          for (auto& t : inputs) {
+            if (t.defined() && !t.is_contiguous()) t = t.contiguous();
+          }
+          OpDescriptor desc = make_op_descriptor(step.op, inputs, step.attrs, plan_->dispatcher()->exec_policy());
+          auto dispatch = plan_->dispatcher()->select(desc);
+          std::vector<Tensor> outputs;
+          for (const auto& od : desc.outputs) outputs.push_back(Tensor::empty(od.shape, od.dtype, device));
+          dispatch->plan->execute(desc, inputs, outputs, stream);
+          for (std::size_t o = 0; o < outputs.size() && o < step.outputs.size(); ++o) {
+            if (step.outputs[o] >= 0) values[step.outputs[o]] = outputs[o];
+          }
+        }
+        break;
+      }
+      case PlanStep::Kind::kReference: {
+        std::vector<Tensor> inputs;
+        inputs.reserve(step.inputs.size());
+        for (int id : step.inputs) inputs.push_back(id < 0 ? Tensor() : values[id]);
+        std::vector<Tensor> outputs = onnx_ref::run_node(*step.reference_node, step.opset, inputs);
+        for (std::size_t o = 0; o < step.outputs.size(); ++o) {
+          if (step.outputs[o] < 0) continue;
+          XPURT_CHECK(o < outputs.size() && outputs[o].defined(), "node '", step.node, "' (", step.op_type,
+                      ") did not produce its output ", o);
+          values[step.outputs[o]] = outputs[o];
+        }
+        break;
+      }
+    }
+  }
+}
+
+std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values, const StreamView& stream) {
+  std::vector<Tensor> outputs;
+  const auto& plan_values = plan_->values();
+  for (int id : plan_->outputs()) {
+    const PlanValue& v = plan_values[id];
+    const Tensor& t = v.kind == PlanValue::Kind::kConstant ? v.constant : values[id];
+    XPURT_INTERNAL_ASSERT(t.defined(), "output '", v.name, "' was not computed");
+    // Values in the arena (and inputs or constants passed through) are copied: the next run reuses the arena.
+    const bool owned_by_run = !v.planned && v.kind == PlanValue::Kind::kIntermediate &&
+                              (v.view_of < 0 || !plan_values[v.view_of].planned);
+    if (owned_by_run && t.is_contiguous()) {
+      outputs.push_back(t);
+      continue;
+    }
+    Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device(), stream_ ? &stream : nullptr);
+    out.copy_from(t, stream_ ? &stream : nullptr, /*non_blocking=*/true);
+    outputs.push_back(out);
+  }
+  return outputs;
+}
+
+std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs) {
+  const StreamView stream = stream_ ? stream_->view() : StreamView{};
+  std::vector<Tensor> values(plan_->values().size());
+  for (std::size_t id = 0; id < values.size(); ++id) {
+    const PlanValue& v = plan_->values()[id];
+    if (v.kind == PlanValue::Kind::kConstant) values[id] = v.constant;
+    else if (v.planned) values[id] = slots_[id];
+  }
+  bind_inputs(inputs, values);
+  const bool use_graph = options_.use_cuda_graph && plan_->capturable();
+  if (use_graph && runs_ >= 1) {
+    if (!graph_) {
+      graph_ = std::make_unique<CudaGraph>();
+      graph_->capture_begin(stream);
+      try {
+        execute_steps(values, stream);
+      } catch (...) {
+        try {
+          graph_->capture_end();
+        } catch (...) {
+          // The capture is abandoned; the original error is the one to report.
+        }
+        graph_.reset();
+        throw;
+      }
+      graph_->capture_end();
+    }
+    graph_->replay(stream);
+    ++replays_;
+    // Values computed inside the graph live in the arena: the slots hold them.
+  } else {
+    execute_steps(values, stream);
+  }
+  std::vector<Tensor> outputs = collect_outputs(values, stream);
+  if (stream_) stream.synchronize();
+  ++runs_;
+  return outputs;
+}
+
+}  // namespace xpuruntime

@@ -1,0 +1,512 @@
+// Lowering of ONNX nodes onto registry ops (see lowering.h).
+#include "core/runtime/lowering.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::runtime {
+namespace {
+
+using Ints = std::vector<std::int64_t>;
+
+struct Ctx {
+  const Node& node;
+  std::int64_t opset;
+  const std::vector<const ValueType*>& types;
+  const std::vector<const Tensor*>& constants;
+
+  bool has(std::size_t i) const { return node.has_input(i); }
+  const ValueType* type(std::size_t i) const { return i < types.size() ? types[i] : nullptr; }
+  const Tensor* constant(std::size_t i) const { return i < constants.size() ? constants[i] : nullptr; }
+  bool known(std::size_t i) const { return type(i) && type(i)->fully_known(); }
+  Ints shape(std::size_t i) const { return type(i)->sizes(); }
+  std::int64_t rank(std::size_t i) const {
+    return type(i) && type(i)->has_shape ? static_cast<std::int64_t>(type(i)->shape.size()) : -1;
+  }
+  // Only output 0 is used.
+  bool single_output() const {
+    for (std::size_t i = 1; i < node.outputs.size(); ++i) {
+      if (!node.outputs[i].empty()) return false;
+    }
+    return true;
+  }
+};
+
+Lowered reference(std::string reason) {
+  Lowered l;
+  l.kind = Lowered::Kind::kReference;
+  l.reason = std::move(reason);
+  return l;
+}
+
+Lowered registry(std::string op, std::vector<int> inputs, Attributes attrs = {}) {
+  Lowered l;
+  l.kind = Lowered::Kind::kRegistry;
+  l.op = std::move(op);
+  l.inputs = std::move(inputs);
+  l.attrs = std::move(attrs);
+  return l;
+}
+
+Lowered view(Ints shape) {
+  Lowered l;
+  l.kind = Lowered::Kind::kView;
+  l.inputs = {0};
+  l.view_shape = std::move(shape);
+  return l;
+}
+
+bool read_const_ints(const Tensor* t, Ints* out) {
+  if (t == nullptr) return false;
+  if (t->dtype() == DType::kInt64) {
+    out->assign(static_cast<const std::int64_t*>(t->data_ptr()),
+                static_cast<const std::int64_t*>(t->data_ptr()) + t->numel());
+    return true;
+  }
+  if (t->dtype() == DType::kInt32) {
+    const auto* p = static_cast<const std::int32_t*>(t->data_ptr());
+    out->assign(p, p + t->numel());
+    return true;
+  }
+  return false;
+}
+
+// Axes from the attribute (before `input_since`) or the constant input `index` (from it on). False when the input
+// is given but not constant.
+bool axes_of(const Ctx& c, std::int64_t input_since, std::size_t index, Ints* axes) {
+  if (c.opset < input_since) {
+    *axes = c.node.attrs.get_ints("axes", {});
+    return true;
+  }
+  if (!c.has(index)) {
+    axes->clear();
+    return true;
+  }
+  return read_const_ints(c.constant(index), axes);
+}
+
+std::int64_t norm_axis(std::int64_t axis, std::int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+// ---- per-op lowerings ----
+
+using LowerFn = std::function<Lowered(const Ctx&)>;
+
+Lowered lower_unary(const Ctx&, const std::string& op) { return registry(op, {0}); }
+
+Lowered lower_binary(const Ctx& c, const std::string& op) {
+  if (c.node.inputs.size() != 2) return reference("variadic form with other than two inputs");
+  return registry(op, {0, 1});
+}
+
+Lowered lower_softmax(const Ctx& c) {
+  const std::int64_t rank = c.rank(0);
+  if (rank < 0) return reference("input rank unknown");
+  const std::int64_t axis = norm_axis(c.node.attrs.get_int("axis", c.opset >= 13 ? -1 : 1), rank);
+  if (c.opset < 13 && axis != rank - 1) return reference("opset < 13 Softmax over a flattened 2-D view");
+  Attributes a;
+  a.set("axis", axis);
+  return registry("softmax", {0}, a);
+}
+
+Lowered lower_matmul(const Ctx& c) {
+  if (c.rank(0) < 2 || c.rank(1) < 2) return reference("operands of unknown rank or 1-D");
+  return registry("matmul", {0, 1});
+}
+
+Lowered lower_gemm(const Ctx& c) {
+  if (c.node.attrs.get_int("transA", 0) != 0) return reference("transA=1");
+  if (c.node.attrs.get_float("alpha", 1.0) != 1.0) return reference("alpha != 1");
+  if (c.has(2) && c.node.attrs.get_float("beta", 1.0) != 1.0) return reference("beta != 1");
+  if (c.rank(0) != 2 || c.rank(1) != 2) return reference("operands of unknown rank");
+  if (c.has(2) && (c.rank(2) != 1)) return reference("C is not a 1-D bias");
+  Attributes a;
+  a.set("weight_layout", std::string(c.node.attrs.get_int("transB", 0) ? "nk" : "kn"));
+  return registry("linear", {0, 1, c.has(2) ? 2 : -1}, a);
+}
+
+// ONNX conv/pool padding (explicit pads or auto_pad resolved against the known input shape) as
+// [top, left, bottom, right].
+bool resolve_pads(const Ctx& c, const Ints& kernel, const Ints& strides, const Ints& dilations, Ints* pads) {
+  const std::string auto_pad = c.node.attrs.get_string("auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    *pads = c.node.attrs.get_ints("pads", {0, 0, 0, 0});
+    return pads->size() == 4;
+  }
+  if (auto_pad == "VALID") {
+    *pads = {0, 0, 0, 0};
+    return true;
+  }
+  if (!c.known(0)) return false;
+  const Ints x = c.shape(0);
+  pads->assign(4, 0);
+  for (int k = 0; k < 2; ++k) {
+    const std::int64_t in = x[2 + k];
+    const std::int64_t out = (in + strides[k] - 1) / strides[k];
+    const std::int64_t total =
+        std::max<std::int64_t>(0, (out - 1) * strides[k] + (kernel[k] - 1) * dilations[k] + 1 - in);
+    const std::int64_t small = total / 2;
+    const std::int64_t large = total - small;
+    (*pads)[k] = auto_pad == "SAME_LOWER" ? large : small;
+    (*pads)[k + 2] = auto_pad == "SAME_LOWER" ? small : large;
+  }
+  return true;
+}
+
+Lowered lower_conv(const Ctx& c, bool fused) {
+  if (c.rank(1) != 4 || c.rank(0) != 4) return reference("not a 2-D convolution (or ranks unknown)");
+  if (!c.known(1)) return reference("weight shape unknown");
+  const Ints w = c.shape(1);
+  const Ints kernel = {w[2], w[3]};
+  const Ints strides = c.node.attrs.get_ints("strides", {1, 1});
+  const Ints dilations = c.node.attrs.get_ints("dilations", {1, 1});
+  Ints pads;
+  if (!fused) {
+    if (!resolve_pads(c, kernel, strides, dilations, &pads)) return reference("auto_pad with unknown input shape");
+  } else {
+    pads = c.node.attrs.get_ints("pads", {0, 0, 0, 0});
+  }
+  Attributes a;
+  a.set("strides", strides);
+  a.set("pads", pads);
+  a.set("dilations", dilations);
+  a.set("groups", c.node.attrs.get_int(fused ? "groups" : "group", 1));
+  if (fused) a.set("activation", c.node.attrs.get_string("activation", "none"));
+  return registry("conv2d", {0, 1, c.has(2) ? 2 : -1, fused && c.has(3) ? 3 : -1}, a);
+}
+
+Lowered lower_pool(const Ctx& c, const std::string& op) {
+  if (c.rank(0) != 4) return reference("not a 2-D pool (or rank unknown)");
+  if (!c.single_output()) return reference("the Indices output is used");
+  if (c.node.attrs.get_int("storage_order", 0) != 0) return reference("storage_order=1");
+  const Ints kernel = c.node.attrs.get_ints("kernel_shape", {});
+  if (kernel.size() != 2) return reference("kernel_shape is not 2-D");
+  const Ints strides = c.node.attrs.get_ints("strides", {1, 1});
+  const Ints dilations = c.node.attrs.get_ints("dilations", {1, 1});
+  Ints pads;
+  if (!resolve_pads(c, kernel, strides, dilations, &pads)) return reference("auto_pad with unknown input shape");
+  Attributes a;
+  a.set("kernel_shape", kernel);
+  a.set("strides", strides);
+  a.set("pads", pads);
+  a.set("ceil_mode", c.node.attrs.get_int("ceil_mode", 0));
+  if (op == "max_pool2d") {
+    a.set("dilations", dilations);
+  } else {
+    if (dilations != Ints{1, 1}) return reference("dilated average pooling");
+    a.set("count_include_pad", c.node.attrs.get_int("count_include_pad", 0));
+  }
+  return registry(op, {0}, a);
+}
+
+Lowered lower_reduce(const Ctx& c, const std::string& op, std::int64_t axes_input_since) {
+  Ints axes;
+  if (!axes_of(c, axes_input_since, 1, &axes)) return reference("axes are not a constant");
+  if (axes.empty() && c.node.attrs.get_int("noop_with_empty_axes", 0) != 0) return reference("noop_with_empty_axes");
+  Attributes a;
+  a.set("axes", axes);
+  a.set("keepdims", c.node.attrs.get_int("keepdims", 1));
+  return registry(op, {0}, a);
+}
+
+Lowered lower_cast(const Ctx& c) {
+  const std::int64_t to = c.node.attrs.get_int("to", 0);
+  static const std::map<std::int64_t, const char*> names = {
+      {1, "float32"}, {2, "uint8"}, {3, "int8"}, {5, "int16"}, {6, "int32"}, {7, "int64"},
+      {9, "bool"},    {10, "float16"}, {11, "float64"}, {16, "bfloat16"}};
+  auto it = names.find(to);
+  if (it == names.end()) return reference("cast to an unsupported type");
+  Attributes a;
+  a.set("to", std::string(it->second));
+  return registry("cast", {0}, a);
+}
+
+// ---- views ----
+
+Lowered lower_reshape(const Ctx& c) {
+  if (!c.known(0)) return reference("input shape unknown");
+  Ints target;
+  if (c.opset < 5) {
+    target = c.node.attrs.get_ints("shape", {});
+  } else if (!read_const_ints(c.constant(1), &target)) {
+    return reference("the target shape is not a constant");
+  }
+  const Ints in = c.shape(0);
+  const bool allowzero = c.node.attrs.get_int("allowzero", 0) != 0;
+  std::int64_t known = 1;
+  int infer_at = -1;
+  for (std::size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0 && !allowzero) {
+      if (i >= in.size()) return reference("0 refers past the input's rank");
+      target[i] = in[i];
+    }
+    if (target[i] == -1) {
+      if (infer_at >= 0) return reference("two -1 dimensions");
+      infer_at = static_cast<int>(i);
+    } else {
+      if (target[i] < 0) return reference("negative dimension");
+      known *= target[i];
+    }
+  }
+  std::int64_t total = 1;
+  for (auto d : in) total *= d;
+  if (infer_at >= 0) {
+    if (known == 0 || total % known != 0) return reference("-1 cannot be inferred");
+    target[infer_at] = total / known;
+  } else if (known != total) {
+    return reference("element count differs");
+  }
+  return view(target);
+}
+
+Lowered lower_flatten(const Ctx& c) {
+  if (!c.known(0)) return reference("input shape unknown");
+  const Ints in = c.shape(0);
+  const auto rank = static_cast<std::int64_t>(in.size());
+  const std::int64_t axis = norm_axis(c.node.attrs.get_int("axis", 1), rank);
+  if (axis < 0 || axis > rank) return reference("axis out of range");
+  std::int64_t a = 1, b = 1;
+  for (std::int64_t i = 0; i < rank; ++i) (i < axis ? a : b) *= in[i];
+  return view({a, b});
+}
+
+Lowered lower_squeeze(const Ctx& c) {
+  if (!c.known(0)) return reference("input shape unknown");
+  Ints axes;
+  if (!axes_of(c, 13, 1, &axes)) return reference("axes are not a constant");
+  const Ints in = c.shape(0);
+  const auto rank = static_cast<std::int64_t>(in.size());
+  std::vector<bool> drop(in.size(), false);
+  if (axes.empty()) {
+    for (std::size_t i = 0; i < in.size(); ++i) drop[i] = in[i] == 1;
+  } else {
+    for (auto ax : axes) {
+      ax = norm_axis(ax, rank);
+      if (ax < 0 || ax >= rank || in[ax] != 1) return reference("squeezed axis is not of size 1");
+      drop[ax] = true;
+    }
+  }
+  Ints out;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (!drop[i]) out.push_back(in[i]);
+  }
+  return view(out);
+}
+
+Lowered lower_unsqueeze(const Ctx& c) {
+  if (!c.known(0)) return reference("input shape unknown");
+  Ints axes;
+  if (!axes_of(c, 13, 1, &axes)) return reference("axes are not a constant");
+  const Ints in = c.shape(0);
+  const auto rank = static_cast<std::int64_t>(in.size() + axes.size());
+  std::vector<bool> inserted(static_cast<std::size_t>(rank), false);
+  for (auto ax : axes) {
+    ax = norm_axis(ax, rank);
+    if (ax < 0 || ax >= rank || inserted[ax]) return reference("invalid axes");
+    inserted[ax] = true;
+  }
+  Ints out;
+  std::size_t next = 0;
+  for (std::int64_t i = 0; i < rank; ++i) out.push_back(inserted[i] ? 1 : in[next++]);
+  return view(out);
+}
+
+Lowered lower_identity(const Ctx& c) {
+  if (!c.known(0)) return reference("input shape unknown");
+  if (!c.single_output()) return reference("the mask output is used");
+  if (c.node.op_type == "Dropout" && c.has(2)) {
+    // training_mode input: only a constant false keeps it an identity.
+    const Tensor* t = c.constant(2);
+    if (t == nullptr || t->numel() != 1 || *static_cast<const bool*>(t->data_ptr())) {
+      return reference("training_mode is not a constant false");
+    }
+  }
+  return view(c.shape(0));
+}
+
+// ---- data movement (registry ops "transpose", "concat", "slice", "gather", "expand", "where") ----
+
+Lowered lower_transpose(const Ctx& c) {
+  Attributes a;
+  Ints perm = c.node.attrs.get_ints("perm", {});
+  if (perm.empty()) {
+    const std::int64_t rank = c.rank(0);
+    if (rank < 0) return reference("input rank unknown");
+    for (std::int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+  }
+  a.set("perm", perm);
+  return registry("transpose", {0}, a);
+}
+
+Lowered lower_concat(const Ctx& c) {
+  std::vector<int> inputs;
+  for (std::size_t i = 0; i < c.node.inputs.size(); ++i) {
+    if (!c.has(i)) return reference("an absent input");
+    inputs.push_back(static_cast<int>(i));
+  }
+  Attributes a;
+  a.set("axis", c.node.attrs.get_int("axis", 0));
+  return registry("concat", inputs, a);
+}
+
+Lowered lower_slice(const Ctx& c) {
+  Ints starts, ends, axes, steps;
+  if (c.opset < 10) {
+    starts = c.node.attrs.get_ints("starts", {});
+    ends = c.node.attrs.get_ints("ends", {});
+    axes = c.node.attrs.get_ints("axes", {});
+  } else {
+    if (!read_const_ints(c.constant(1), &starts) || !read_const_ints(c.constant(2), &ends)) {
+      return reference("starts/ends are not constants");
+    }
+    if (c.has(3) && !read_const_ints(c.constant(3), &axes)) return reference("axes are not a constant");
+    if (c.has(4) && !read_const_ints(c.constant(4), &steps)) return reference("steps are not a constant");
+  }
+  Attributes a;
+  a.set("starts", starts);
+  a.set("ends", ends);
+  if (!axes.empty()) a.set("axes", axes);
+  if (!steps.empty()) a.set("steps", steps);
+  return registry("slice", {0}, a);
+}
+
+Lowered lower_gather(const Ctx& c) {
+  Attributes a;
+  a.set("axis", c.node.attrs.get_int("axis", 0));
+  return registry("gather", {0, 1}, a);
+}
+
+Lowered lower_expand(const Ctx& c) {
+  Ints shape;
+  if (!read_const_ints(c.constant(1), &shape)) return reference("the shape is not a constant");
+  Attributes a;
+  a.set("shape", shape);
+  return registry("expand", {0}, a);
+}
+
+const std::map<std::string, LowerFn>& onnx_table() {
+  static const auto* table = new std::map<std::string, LowerFn>{
+      {"Relu", [](const Ctx& c) { return lower_unary(c, "relu"); }},
+      {"Sigmoid", [](const Ctx& c) { return lower_unary(c, "sigmoid"); }},
+      {"Tanh", [](const Ctx& c) { return lower_unary(c, "tanh"); }},
+      {"Exp", [](const Ctx& c) { return lower_unary(c, "exp"); }},
+      {"Log", [](const Ctx& c) { return lower_unary(c, "log"); }},
+      {"Sqrt", [](const Ctx& c) { return lower_unary(c, "sqrt"); }},
+      {"Neg", [](const Ctx& c) { return lower_unary(c, "neg"); }},
+      {"Abs", [](const Ctx& c) { return lower_unary(c, "abs"); }},
+      {"Erf", [](const Ctx& c) { return lower_unary(c, "erf"); }},
+      {"Reciprocal", [](const Ctx& c) { return lower_unary(c, "reciprocal"); }},
+      {"Not", [](const Ctx& c) { return lower_unary(c, "logical_not"); }},
+      {"Add", [](const Ctx& c) { return lower_binary(c, "add"); }},
+      {"Sub", [](const Ctx& c) { return lower_binary(c, "sub"); }},
+      {"Mul", [](const Ctx& c) { return lower_binary(c, "mul"); }},
+      {"Div", [](const Ctx& c) { return lower_binary(c, "div"); }},
+      {"Pow", [](const Ctx& c) { return lower_binary(c, "pow"); }},
+      {"Max", [](const Ctx& c) { return lower_binary(c, "maximum"); }},
+      {"Min", [](const Ctx& c) { return lower_binary(c, "minimum"); }},
+      {"Equal", [](const Ctx& c) { return lower_binary(c, "equal"); }},
+      {"Less", [](const Ctx& c) { return lower_binary(c, "less"); }},
+      {"Greater", [](const Ctx& c) { return lower_binary(c, "greater"); }},
+      {"Where", [](const Ctx&) { return registry("where", {0, 1, 2}); }},
+      {"Softmax", lower_softmax},
+      {"Gelu",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("approximate", c.node.attrs.get_string("approximate", "none"));
+         return registry("gelu", {0}, a);
+       }},
+      {"MatMul", lower_matmul},
+      {"Gemm", lower_gemm},
+      {"Conv", [](const Ctx& c) { return lower_conv(c, false); }},
+      {"MaxPool", [](const Ctx& c) { return lower_pool(c, "max_pool2d"); }},
+      {"AveragePool", [](const Ctx& c) { return lower_pool(c, "avg_pool2d"); }},
+      {"GlobalAveragePool",
+       [](const Ctx& c) { return c.rank(0) == 4 ? registry("global_avg_pool", {0}) : reference("not 4-D"); }},
+      {"BatchNormalization",
+       [](const Ctx& c) {
+         if (!c.single_output() || c.node.attrs.get_int("training_mode", 0) != 0) return reference("training mode");
+         Attributes a;
+         a.set("epsilon", c.node.attrs.get_float("epsilon", 1e-5));
+         return registry("batch_norm", {0, 1, 2, 3, 4}, a);
+       }},
+      {"LayerNormalization",
+       [](const Ctx& c) {
+         if (!c.single_output()) return reference("the Mean/InvStdDev outputs are used");
+         if (c.node.attrs.get_int("stash_type", 1) != 1) return reference("stash_type != float");
+         Attributes a;
+         a.set("axis", c.node.attrs.get_int("axis", -1));
+         a.set("epsilon", c.node.attrs.get_float("epsilon", 1e-5));
+         return registry("layer_norm", {0, c.has(1) ? 1 : -1, c.has(2) ? 2 : -1}, a);
+       }},
+      {"ReduceSum", [](const Ctx& c) { return lower_reduce(c, "reduce_sum", 13); }},
+      {"ReduceMean", [](const Ctx& c) { return lower_reduce(c, "reduce_mean", 18); }},
+      {"ReduceMax", [](const Ctx& c) { return lower_reduce(c, "reduce_max", 18); }},
+      {"ReduceMin", [](const Ctx& c) { return lower_reduce(c, "reduce_min", 18); }},
+      {"Cast", lower_cast},
+      {"Reshape", lower_reshape},
+      {"Flatten", lower_flatten},
+      {"Squeeze", lower_squeeze},
+      {"Unsqueeze", lower_unsqueeze},
+      {"Identity", lower_identity},
+      {"Dropout", lower_identity},
+      {"Transpose", lower_transpose},
+      {"Concat", lower_concat},
+      {"Slice", lower_slice},
+      {"Gather", lower_gather},
+      {"Expand", lower_expand},
+  };
+  return *table;
+}
+
+const std::map<std::string, LowerFn>& xpurt_table() {
+  static const auto* table = new std::map<std::string, LowerFn>{
+      {"FusedConv", [](const Ctx& c) { return lower_conv(c, true); }},
+      {"Linear",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("weight_layout", c.node.attrs.get_string("weight_layout", "nk"));
+         a.set("activation", c.node.attrs.get_string("activation", "none"));
+         return registry("linear", {0, 1, c.has(2) ? 2 : -1}, a);
+       }},
+      {"Gelu",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("approximate", c.node.attrs.get_string("approximate", "none"));
+         return registry("gelu", {0}, a);
+       }},
+      {"LayerNormalization",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("axis", c.node.attrs.get_int("axis", -1));
+         a.set("epsilon", c.node.attrs.get_float("epsilon", 1e-5));
+         return registry("layer_norm", {0, c.has(1) ? 1 : -1, c.has(2) ? 2 : -1}, a);
+       }},
+      {"Attention",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("scale", c.node.attrs.get_float("scale", 0.0));
+         a.set("causal", c.node.attrs.get_int("causal", 0));
+         return registry("attention", {0, 1, 2, c.has(3) ? 3 : -1}, a);
+       }},
+  };
+  return *table;
+}
+
+}  // namespace
+
+Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
+                   const std::vector<const Tensor*>& constants) {
+  const Ctx c{node, opset, types, constants};
+  const std::map<std::string, LowerFn>* table = nullptr;
+  if (node.domain.empty() || node.domain == "ai.onnx") table = &onnx_table();
+  if (node.domain == kXpurtDomain) table = &xpurt_table();
+  if (table == nullptr) return reference("domain '" + node.domain + "' has no registry lowering");
+  auto it = table->find(node.op_type);
+  if (it == table->end()) return reference("no registry op implements " + node.op_type);
+  return it->second(c);
+}
+
+}  // namespace xpuruntime::runtime

@@ -1,0 +1,38 @@
+// Lowering: an ONNX node (or a com.xpuruntime fused node) -> one KernelRegistry op, a view, or the ONNX reference
+// op library (Note [Two ways a node runs] in onnx_cpu_ops.h). Internal header of the native engine.
+//
+// The lowering is a pure function of the node, its inputs' types and the values of its constant inputs: shapes
+// given as inputs (Reshape's shape, Slice's starts, ReduceSum's axes, ...) must be constants to lower onto a
+// registry op, whose attributes they become. Whatever cannot be lowered runs through the reference library on
+// the CPU; `Lowered::reason` says why, and explain() shows it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/graph.h"
+#include "xpuruntime/op_descriptor.h"
+
+namespace xpuruntime::runtime {
+
+struct Lowered {
+  enum class Kind {
+    kRegistry,   // run registry op `op` with `inputs` (node input indices, -1 = absent) and `attrs`
+    kView,       // output 0 is input 0 with shape `view_shape` (same bytes): Reshape, Flatten, Squeeze, Identity...
+    kReference,  // run the node through the ONNX reference library (CPU only)
+  };
+  Kind kind = Kind::kReference;
+  std::string op;
+  std::vector<int> inputs;
+  Attributes attrs;
+  std::vector<std::int64_t> view_shape;
+  std::string reason;  // for kReference: why it is not lowered; else empty
+};
+
+// `types[i]`: the type of node input i (null when absent or unknown); `constants[i]`: its value when it is a
+// constant (null otherwise).
+Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
+                   const std::vector<const Tensor*>& constants);
+
+}  // namespace xpuruntime::runtime

@@ -1,0 +1,85 @@
+// Graph passes of the native engine: rewrites of a validated Graph that fold constants, drop no-op nodes and
+// fuse ONNX node patterns into the com.xpuruntime nodes that lower onto one KernelRegistry op each
+// (docs/native_engine.md, section "Graph passes", lists every pass, its pattern and the fused nodes' semantics).
+//
+//   passes::PassContext ctx;
+//   ctx.infer_types = [&](Graph& g) { engine_shape_inference(g); };
+//   std::vector<passes::PassResult> log = passes::run_passes(graph, ctx, /*disabled=*/{"gemm_fusion"});
+//
+// Contract: a pass takes a graph that validate() accepts and leaves one that validate() accepts, with the same
+// graph inputs and outputs (names, order) and the same numerics (fp32: relative 1e-4). A pattern is rewritten
+// only when everything it needs is known (constant weights, static shapes, element types in graph.types);
+// anything unknown leaves the nodes as they are. Fused nodes are made only for the element types their registry
+// op takes (float32, float16, bfloat16). Intermediate values of a fused pattern must have no reader outside the
+// pattern and must not be graph outputs.
+//
+// Ownership: passes rewrite the graph in place; new constants are new CPU tensors (existing ones are never
+// written). Thread-safety: none (build-time); distinct graphs may be rewritten concurrently.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/export.h"
+#include "xpuruntime/graph.h"
+
+namespace xpuruntime::onnx_ref {
+class Library;
+}
+
+namespace xpuruntime::passes {
+
+struct XPURT_API PassContext {
+  // Re-infers graph.types after a rewrite (supplied by the engine: its shape inference). May be empty (tests):
+  // then passes rely on the types already in graph.types (and on the types of the constants they make).
+  std::function<void(Graph&)> infer_types;
+  // Constant folding skips nodes whose outputs would be bigger than this (in bytes). Default 64 MiB.
+  std::size_t max_folded_bytes = static_cast<std::size_t>(64) << 20;
+};
+
+// What one pass did. `notes`: one line per rewrite, e.g. "fused Conv 'c1' + Relu 'r1' -> FusedConv 'c1'".
+struct XPURT_API PassResult {
+  std::string pass;
+  int rewrites = 0;
+  std::vector<std::string> notes;
+};
+
+struct XPURT_API PassInfo {
+  std::string name;  // the user-facing switch name ("constant_folding", "conv_fusion", ...)
+  std::string doc;   // one line: what the pass rewrites
+  std::function<PassResult(Graph&, const PassContext&)> run;
+};
+
+// Every pass, in the order run_passes runs them (all on by default).
+XPURT_API const std::vector<PassInfo>& all_passes();
+// The names of all_passes(), comma separated (for messages and docs).
+XPURT_API std::string pass_names();
+
+// Validates `g`, runs every pass not named in `disabled` in order (re-inferring types through ctx.infer_types
+// after each pass that rewrote something), validates the result. An unknown name in `disabled` ->
+// InvalidArgumentError listing the valid names (before anything is rewritten).
+XPURT_API std::vector<PassResult> run_passes(Graph& g, const PassContext& ctx,
+                                             const std::set<std::string>& disabled = {});
+
+// The passes one by one (what all_passes() holds); each expects a validated graph and leaves one sorted
+// topologically.
+XPURT_API PassResult constant_folding(Graph& g, const PassContext& ctx);
+XPURT_API PassResult shape_folding(Graph& g, const PassContext& ctx);
+XPURT_API PassResult identity_elimination(Graph& g, const PassContext& ctx);
+XPURT_API PassResult dead_node_elimination(Graph& g, const PassContext& ctx);
+XPURT_API PassResult conv_bn_folding(Graph& g, const PassContext& ctx);
+XPURT_API PassResult gelu_fusion(Graph& g, const PassContext& ctx);
+XPURT_API PassResult layer_norm_fusion(Graph& g, const PassContext& ctx);
+XPURT_API PassResult attention_fusion(Graph& g, const PassContext& ctx);
+XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
+XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
+
+// CPU implementations of the com.xpuruntime nodes the passes make (FusedConv, Linear, Gelu, LayerNormalization,
+// Attention), each through its registry op on the CPU (xpuruntime::ops::call), for the ONNX reference library
+// (so that an interpreter running every node through onnx_ref::run_node runs fused graphs too).
+XPURT_API void register_fused_ops(onnx_ref::Library& lib);
+
+}  // namespace xpuruntime::passes

@@ -1,0 +1,61 @@
+// CPU implementations of the com.xpuruntime nodes made by the graph passes, for the ONNX reference library: each
+// node is one registry op (docs/native_engine.md, "Graph passes", gives the mapping) called on the CPU.
+#include <string>
+#include <vector>
+
+#include "core/runtime/onnx_cpu_ops.h"
+#include "core/runtime/passes.h"
+#include "xpuruntime/ops.h"
+
+namespace xpuruntime::passes {
+
+namespace {
+
+std::vector<Tensor> inputs_of(const onnx_ref::OpContext& ctx, std::size_t count) {
+  std::vector<Tensor> inputs;
+  for (std::size_t i = 0; i < count; ++i) inputs.push_back(ctx.has_input(i) ? ctx.input(i) : Tensor());
+  return inputs;
+}
+
+void run_registry_op(onnx_ref::OpContext& ctx, const std::string& op, std::vector<Tensor> inputs,
+                     const Attributes& attrs) {
+  std::vector<Tensor> out = ops::call(op, inputs, attrs);
+  XPURT_INTERNAL_ASSERT(out.size() == 1, ctx.where(), ": registry op ", op, " returned ", out.size(), " outputs");
+  ctx.set_output(0, std::move(out[0]));
+}
+
+}  // namespace
+
+void register_fused_ops(onnx_ref::Library& lib) {
+  lib.add(kXpurtDomain, "FusedConv", [](onnx_ref::OpContext& ctx) {
+    Attributes attrs;
+    attrs.set("strides", ctx.attr_ints("strides", {1, 1}))
+        .set("pads", ctx.attr_ints("pads", {0, 0, 0, 0}))
+        .set("dilations", ctx.attr_ints("dilations", {1, 1}))
+        .set("groups", ctx.attr_int("group", 1))
+        .set("activation", ctx.attr_string("activation", "none"));
+    run_registry_op(ctx, "conv2d", inputs_of(ctx, 4), attrs);
+  });
+  lib.add(kXpurtDomain, "Linear", [](onnx_ref::OpContext& ctx) {
+    Attributes attrs;
+    attrs.set("weight_layout", ctx.attr_string("weight_layout", "nk"))
+        .set("activation", ctx.attr_string("activation", "none"));
+    run_registry_op(ctx, "linear", inputs_of(ctx, 3), attrs);
+  });
+  lib.add(kXpurtDomain, "Gelu", [](onnx_ref::OpContext& ctx) {
+    run_registry_op(ctx, "gelu", inputs_of(ctx, 1),
+                    Attributes().set("approximate", ctx.attr_string("approximate", "none")));
+  });
+  lib.add(kXpurtDomain, "LayerNormalization", [](onnx_ref::OpContext& ctx) {
+    Attributes attrs;
+    attrs.set("axis", ctx.attr_int("axis", -1)).set("epsilon", ctx.attr_float("epsilon", 1e-5));
+    run_registry_op(ctx, "layer_norm", inputs_of(ctx, 3), attrs);
+  });
+  lib.add(kXpurtDomain, "Attention", [](onnx_ref::OpContext& ctx) {
+    Attributes attrs;
+    attrs.set("scale", ctx.attr_float("scale", 0.0)).set("causal", ctx.attr_int("causal", 0));
+    run_registry_op(ctx, "attention", inputs_of(ctx, 4), attrs);
+  });
+}
+
+}  // namespace xpuruntime::passes

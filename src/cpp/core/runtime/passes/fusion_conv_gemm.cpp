@@ -1,0 +1,282 @@
+// Fusions onto the registry's conv2d and linear ops: conv_fusion -> com.xpuruntime:FusedConv, gemm_fusion ->
+// com.xpuruntime:Linear (see passes.h, docs/native_engine.md).
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/runtime/passes.h"
+#include "core/runtime/passes/pass_utils.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): the passes' own helpers
+
+namespace {
+
+bool is_onnx(const Node& n, const char* op_type) {
+  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type;
+}
+
+// The node reading `value` when it is the only reader and its op is `op_type` (ONNX domain).
+std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
+                                       const char* op_type) {
+  const auto& readers = uses.readers(value);
+  if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
+  if (!is_onnx(g.nodes[readers[0]], op_type)) return std::nullopt;
+  return readers[0];
+}
+
+// The values of a constant that adds one value per channel/feature: `count` values along the axis at
+// `axis_from_end` (0 = last) of an output of rank `out_rank` (unknown: -1), or one value for all. Nullopt when
+// the constant is not of that form (or would broadcast the output to a bigger shape).
+std::optional<std::vector<double>> per_channel_values(const Tensor& c, std::int64_t count, std::size_t axis_from_end,
+                                                      std::int64_t out_rank) {
+  const auto& shape = c.shape();
+  if (out_rank >= 0 ? c.dim() > out_rank : c.dim() > static_cast<int>(axis_from_end) + 1) return std::nullopt;
+  std::vector<double> values = to_doubles(c);
+  if (values.size() == 1) return std::vector<double>(static_cast<std::size_t>(count), values[0]);
+  if (static_cast<std::int64_t>(values.size()) != count) return std::nullopt;
+  // Every dim is 1 except the channel axis.
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    const std::size_t from_end = shape.size() - 1 - i;
+    if (from_end != axis_from_end && shape[i] != 1) return std::nullopt;
+  }
+  if (shape.size() <= axis_from_end) return std::nullopt;
+  return values;
+}
+
+std::vector<double> add_values(std::vector<double> a, const std::vector<double>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  return a;
+}
+
+// Explicit pads [top, left, bottom, right] of a 2-D Conv; nullopt when auto_pad needs unknown input sizes.
+std::optional<std::vector<std::int64_t>> resolve_pads(const Node& conv, const std::vector<Dim>& x_shape,
+                                                      const std::vector<std::int64_t>& kernel,
+                                                      const std::vector<std::int64_t>& strides,
+                                                      const std::vector<std::int64_t>& dilations) {
+  const std::string auto_pad = conv.attrs.get_string("auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    auto pads = conv.attrs.get_ints("pads", {0, 0, 0, 0});
+    if (pads.size() != 4) return std::nullopt;
+    return pads;
+  }
+  if (auto_pad == "VALID") return std::vector<std::int64_t>{0, 0, 0, 0};
+  if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") return std::nullopt;
+  std::vector<std::int64_t> pads(4, 0);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const Dim& in = x_shape[2 + k];
+    if (!in.known()) return std::nullopt;
+    const std::int64_t out = (in.value + strides[k] - 1) / strides[k];
+    const std::int64_t total =
+        std::max<std::int64_t>(0, (out - 1) * strides[k] + (kernel[k] - 1) * dilations[k] + 1 - in.value);
+    const std::int64_t small = total / 2;
+    pads[k] = auto_pad == "SAME_UPPER" ? small : total - small;
+    pads[k + 2] = total - pads[k];
+  }
+  return pads;
+}
+
+// The activation after a node's output `value`: Relu (ONNX), Gelu (ONNX opset 20, or com.xpuruntime's); sets
+// `activation` and returns the node index.
+std::optional<std::size_t> activation_after(const Graph& g, const Uses& uses, const Rewriter& rw,
+                                            const std::string& value, bool allow_gelu, std::string& activation) {
+  const auto& readers = uses.readers(value);
+  if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
+  const Node& n = g.nodes[readers[0]];
+  if (is_onnx(n, "Relu")) {
+    activation = "relu";
+    return readers[0];
+  }
+  const bool xpurt_gelu = n.domain == kXpurtDomain && n.op_type == "Gelu";
+  if (allow_gelu && (xpurt_gelu || is_onnx(n, "Gelu"))) {
+    const std::string approximate = n.attrs.get_string("approximate", "none");
+    if (approximate != "none" && approximate != "tanh") return std::nullopt;
+    activation = approximate == "tanh" ? "gelu_tanh" : "gelu";
+    return readers[0];
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"conv_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    const Node& conv = g.nodes[ci];
+    if (!is_onnx(conv, "Conv") || rw.taken(ci) || conv.inputs.size() < 2 || conv.outputs.size() != 1) continue;
+    const Tensor* w = constant(g, conv.inputs[1]);
+    auto x_type = value_type(g, conv.inputs[0]);
+    if (w == nullptr || w->dim() != 4 || !x_type || !x_type->has_shape || x_type->shape.size() != 4) continue;
+    const DType dtype = x_type->dtype;
+    if (!is_fusable_float(dtype) || w->dtype() != dtype) continue;
+    const Tensor* b = conv.has_input(2) ? constant(g, conv.inputs[2]) : nullptr;
+    if (conv.has_input(2) && b == nullptr) continue;
+    const std::int64_t out_channels = w->shape()[0];
+    if (b != nullptr && (b->numel() != out_channels || b->dtype() != dtype)) continue;
+    const std::vector<std::int64_t> kernel = {w->shape()[2], w->shape()[3]};
+    if (conv.attrs.has("kernel_shape") && conv.attrs.get_ints("kernel_shape", {}) != kernel) continue;
+    const auto strides = conv.attrs.get_ints("strides", {1, 1});
+    const auto dilations = conv.attrs.get_ints("dilations", {1, 1});
+    if (strides.size() != 2 || dilations.size() != 2) continue;
+    auto pads = resolve_pads(conv, x_type->shape, kernel, strides, dilations);
+    if (!pads) continue;
+
+    std::vector<std::size_t> pattern = {ci};
+    std::vector<std::string> parts = {describe(conv)};
+    std::string out = conv.outputs[0];
+    std::optional<std::vector<double>> bias;
+    if (b != nullptr) bias = to_doubles(*b);
+    bool bias_changed = false;
+    // [+ per-channel constant]
+    if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
+      const Tensor* c = constant(g, other_input(g.nodes[*ai], out));
+      auto values = c ? per_channel_values(*c, out_channels, 2, 4) : std::nullopt;
+      if (values) {
+        bias = bias ? add_values(*bias, *values) : *values;
+        bias_changed = true;
+        pattern.push_back(*ai);
+        parts.push_back(describe(g.nodes[*ai]) + " (bias)");
+        out = g.nodes[*ai].outputs[0];
+      }
+    }
+    // [+ residual of the output's shape]
+    std::string residual;
+    if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
+      const Node& add = g.nodes[*ai];
+      const std::string z = other_input(add, out);
+      auto z_type = z.empty() ? std::nullopt : value_type(g, z);
+      auto out_type = value_type(g, out);
+      auto add_type = value_type(g, add.outputs[0]);
+      if (z_type && out_type && z_type->dtype == dtype && same_shape(*z_type, *out_type) &&
+          (!add_type || same_shape(*add_type, *out_type))) {
+        residual = z;
+        pattern.push_back(*ai);
+        parts.push_back(describe(add) + " (residual)");
+        out = add.outputs[0];
+      }
+    }
+    std::string activation = "none";
+    if (auto ri = activation_after(g, uses, rw, out, /*allow_gelu=*/false, activation)) {
+      pattern.push_back(*ri);
+      parts.push_back(describe(g.nodes[*ri]));
+      out = g.nodes[*ri].outputs[0];
+    }
+
+    Node fused;
+    fused.name = conv.name;
+    fused.domain = kXpurtDomain;
+    fused.op_type = "FusedConv";
+    std::string bias_name;
+    if (bias) {
+      bias_name = bias_changed ? add_constant(g, conv.name + "_bias", from_doubles({out_channels}, dtype, *bias))
+                               : conv.inputs[2];
+      if (!bias_changed && b->shape() != std::vector<std::int64_t>{out_channels}) {
+        bias_name = add_constant(g, conv.name + "_bias", from_doubles({out_channels}, dtype, *bias));
+      }
+    }
+    fused.inputs = {conv.inputs[0], conv.inputs[1], bias_name, residual};
+    while (!fused.inputs.empty() && fused.inputs.back().empty()) fused.inputs.pop_back();
+    fused.outputs = {out};
+    fused.attrs.set("strides", strides);
+    fused.attrs.set("pads", *pads);
+    fused.attrs.set("dilations", dilations);
+    fused.attrs.set("group", conv.attrs.get_int("group", 1));
+    fused.attrs.set("activation", activation);
+    std::string note = "fused ";
+    for (std::size_t k = 0; k < parts.size(); ++k) note += (k ? " + " : "") + parts[k];
+    note += " -> FusedConv '" + fused.name + "'";
+    rw.replace(pattern, {std::move(fused)}, std::move(note));
+  }
+  rw.apply(result);
+  return result;
+}
+
+PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"gemm_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t mi = 0; mi < g.nodes.size(); ++mi) {
+    const Node& mm = g.nodes[mi];
+    const bool is_matmul = is_onnx(mm, "MatMul");
+    const bool is_gemm = is_onnx(mm, "Gemm");
+    if ((!is_matmul && !is_gemm) || rw.taken(mi) || mm.inputs.size() < 2 || mm.outputs.size() != 1) continue;
+    const Tensor* w = constant(g, mm.inputs[1]);
+    auto x_dtype = value_dtype(g, mm.inputs[0]);
+    if (w == nullptr || w->dim() != 2 || !x_dtype || !is_fusable_float(*x_dtype) || w->dtype() != *x_dtype) continue;
+    const DType dtype = *x_dtype;
+    std::string layout = "kn";
+    std::string weight = mm.inputs[1];
+    std::optional<std::vector<double>> bias;
+    std::int64_t n_features = w->shape()[1];
+    std::vector<std::size_t> pattern = {mi};
+    std::vector<std::string> parts = {describe(mm)};
+    if (is_gemm) {
+      if (mm.attrs.get_int("transA", 0) != 0) continue;
+      if (g.opset(mm.domain) < 7 && mm.attrs.get_int("broadcast", 0) == 0 && mm.has_input(2)) continue;
+      const double alpha = mm.attrs.get_float("alpha", 1.0);
+      const double beta = mm.attrs.get_float("beta", 1.0);
+      if (mm.attrs.get_int("transB", 0) != 0) {
+        layout = "nk";
+        n_features = w->shape()[0];
+      }
+      if (mm.has_input(2)) {
+        const Tensor* c = constant(g, mm.inputs[2]);
+        auto values = c ? per_channel_values(*c, n_features, 0, 2) : std::nullopt;
+        if (!values) continue;  // a C of shape [M, N] (or not constant) is not a bias
+        for (double& v : *values) v *= beta;
+        bias = *values;
+      }
+      if (alpha != 1.0) {
+        std::vector<double> scaled = to_doubles(*w);
+        for (double& v : scaled) v *= alpha;
+        weight = add_constant(g, mm.inputs[1] + "_alpha", from_doubles(w->shape(), dtype, scaled));
+      }
+    }
+    std::string out = mm.outputs[0];
+    if (!bias) {
+      if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
+        const Tensor* c = constant(g, other_input(g.nodes[*ai], out));
+        auto x_type = value_type(g, mm.inputs[0]);
+        const std::int64_t out_rank = x_type && x_type->has_shape
+                                          ? std::max<std::int64_t>(static_cast<std::int64_t>(x_type->shape.size()), 1)
+                                          : -1;
+        auto values = c ? per_channel_values(*c, n_features, 0, out_rank) : std::nullopt;
+        if (values) {
+          bias = *values;
+          pattern.push_back(*ai);
+          parts.push_back(describe(g.nodes[*ai]) + " (bias)");
+          out = g.nodes[*ai].outputs[0];
+        }
+      }
+    }
+    std::string activation = "none";
+    if (auto ri = activation_after(g, uses, rw, out, /*allow_gelu=*/true, activation)) {
+      pattern.push_back(*ri);
+      parts.push_back(describe(g.nodes[*ri]));
+      out = g.nodes[*ri].outputs[0];
+    }
+    Node fused;
+    fused.name = mm.name;
+    fused.domain = kXpurtDomain;
+    fused.op_type = "Linear";
+    fused.inputs = {mm.inputs[0], weight};
+    if (bias) fused.inputs.push_back(add_constant(g, mm.name + "_bias", from_doubles({n_features}, dtype, *bias)));
+    fused.outputs = {out};
+    fused.attrs.set("weight_layout", layout);
+    fused.attrs.set("activation", activation);
+    std::string note = "fused ";
+    for (std::size_t k = 0; k < parts.size(); ++k) note += (k ? " + " : "") + parts[k];
+    note += " -> Linear '" + fused.name + "'";
+    rw.replace(pattern, {std::move(fused)}, std::move(note));
+  }
+  rw.apply(result);
+  return result;
+}
+
+}  // namespace xpuruntime::passes

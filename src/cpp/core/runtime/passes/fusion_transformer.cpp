@@ -1,0 +1,553 @@
+// Transformer fusions: gelu_fusion -> com.xpuruntime:Gelu, layer_norm_fusion -> com.xpuruntime:LayerNormalization,
+// attention_fusion -> com.xpuruntime:Attention (see passes.h, docs/native_engine.md).
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/runtime/passes.h"
+#include "core/runtime/passes/pass_utils.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): the passes' own helpers
+
+namespace {
+
+bool is_onnx(const Node& n, const char* op_type) {
+  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type;
+}
+
+// A pattern being matched: its nodes (indices) and a note.
+struct Match {
+  std::vector<std::size_t> nodes;
+  std::vector<std::string> parts;
+  void add(const Graph& g, std::size_t i) {
+    nodes.push_back(i);
+    parts.push_back(describe(g.nodes[i]));
+  }
+  std::string note(const std::string& fused) const {
+    std::string s = "fused ";
+    for (std::size_t k = 0; k < parts.size(); ++k) s += (k ? " + " : "") + parts[k];
+    return s + " -> " + fused;
+  }
+};
+
+class Matcher {
+ public:
+  Matcher(const Graph& g, const Uses& uses, const Rewriter& rw) : g_(g), uses_(uses), rw_(rw) {}
+
+  // The only reader of `value` if it is an ONNX `op_type` node not taken yet.
+  std::optional<std::size_t> sole_reader(const std::string& value, const char* op_type) const {
+    const auto& readers = uses_.readers(value);
+    if (readers.size() != 1 || !uses_.only_reader(value, readers[0]) || rw_.taken(readers[0])) return std::nullopt;
+    if (!is_onnx(g_.nodes[readers[0]], op_type)) return std::nullopt;
+    return readers[0];
+  }
+  // The producer of `value` when it is an ONNX `op_type` node whose output only `reader` reads.
+  std::optional<std::size_t> sole_producer(const std::string& value, std::size_t reader, const char* op_type) const {
+    auto p = uses_.producer(value);
+    if (!p || rw_.taken(*p) || !is_onnx(g_.nodes[*p], op_type) || !uses_.only_reader(value, reader)) {
+      return std::nullopt;
+    }
+    return p;
+  }
+  const Node& node(std::size_t i) const { return g_.nodes[i]; }
+
+ private:
+  const Graph& g_;
+  const Uses& uses_;
+  const Rewriter& rw_;
+};
+
+// ---- GELU ----
+
+// The end of a GELU formula after t = 1 + erf(..) (or 1 + tanh(..)) is computed: t * x * 0.5 in the operand
+// orders exporters produce: (x * t) * 0.5, (x * 0.5) * t, (t * 0.5) * x (and their commuted forms). Returns the
+// pattern's output value.
+std::optional<std::string> match_gelu_tail(const Graph& g, const Matcher& m, const std::string& t, const std::string& x,
+                                           Match& match) {
+  auto m1 = m.sole_reader(t, "Mul");
+  if (!m1) return std::nullopt;
+  const Node& mul1 = m.node(*m1);
+  const std::string other = other_input(mul1, t);
+  if (other.empty()) return std::nullopt;
+  if (other == x || scalar_operand(g, mul1, "Mul", 0.5) >= 0) {
+    // (x * t) * 0.5 or (t * 0.5) * x
+    const bool with_x = other == x;
+    auto m2 = with_x ? std::nullopt : m.sole_reader(mul1.outputs[0], "Mul");
+    if (with_x) {
+      auto r = m.sole_reader(mul1.outputs[0], "Mul");
+      if (!r || scalar_operand(g, m.node(*r), "Mul", 0.5) < 0) return std::nullopt;
+      m2 = r;
+    } else if (!m2 || other_input(m.node(*m2), mul1.outputs[0]) != x) {
+      return std::nullopt;
+    }
+    match.add(g, *m1);
+    match.add(g, *m2);
+    return m.node(*m2).outputs[0];
+  }
+  // (x * 0.5) * t
+  auto h = m.sole_producer(other, *m1, "Mul");
+  if (!h) return std::nullopt;
+  const Node& half = m.node(*h);
+  const int xi = scalar_operand(g, half, "Mul", 0.5);
+  if (xi < 0 || half.inputs[static_cast<std::size_t>(xi)] != x) return std::nullopt;
+  match.add(g, *h);
+  match.add(g, *m1);
+  return mul1.outputs[0];
+}
+
+// x / sqrt(2) (Div) or x * (1 / sqrt(2)) (Mul) feeding Erf `ei`: returns x.
+std::optional<std::string> match_erf_input(const Graph& g, const Matcher& m, std::size_t ei, Match& match) {
+  const std::string in = m.node(ei).inputs[0];
+  if (auto d = m.sole_producer(in, ei, "Div")) {
+    const Node& div = m.node(*d);
+    const auto c = div.inputs.size() == 2 ? scalar_constant(g, div.inputs[1]) : std::nullopt;
+    if (c && near(*c, std::sqrt(2.0)) && !is_constant(g, div.inputs[0])) {
+      match.add(g, *d);
+      return div.inputs[0];
+    }
+  }
+  if (auto mi = m.sole_producer(in, ei, "Mul")) {
+    const int xi = scalar_operand(g, m.node(*mi), "Mul", 1.0 / std::sqrt(2.0));
+    if (xi >= 0) {
+      match.add(g, *mi);
+      return m.node(*mi).inputs[static_cast<std::size_t>(xi)];
+    }
+  }
+  return std::nullopt;
+}
+
+// x^3 as Pow(x, 3), x * (x * x) or (x * x) * x producing `value` (read only by `reader`).
+bool match_cube(const Graph& g, const Matcher& m, const std::string& value, std::size_t reader, const std::string& x,
+                Match& match) {
+  if (auto p = m.sole_producer(value, reader, "Pow")) {
+    const Node& pow = m.node(*p);
+    auto e = pow.inputs.size() == 2 ? scalar_constant(g, pow.inputs[1]) : std::nullopt;
+    if (pow.inputs[0] == x && e && *e == 3.0) {
+      match.add(g, *p);
+      return true;
+    }
+    return false;
+  }
+  auto outer = m.sole_producer(value, reader, "Mul");
+  if (!outer) return false;
+  const Node& mul = m.node(*outer);
+  const std::string square = other_input(mul, x);
+  auto inner = square.empty() ? std::nullopt : m.sole_producer(square, *outer, "Mul");
+  if (!inner || m.node(*inner).inputs != std::vector<std::string>{x, x}) return false;
+  match.add(g, *inner);
+  match.add(g, *outer);
+  return true;
+}
+
+// sqrt(2/pi) * (x + 0.044715 * x^3) feeding Tanh `ti`: returns x.
+std::optional<std::string> match_tanh_input(const Graph& g, const Matcher& m, std::size_t ti, Match& match) {
+  const std::string in = m.node(ti).inputs[0];
+  auto s = m.sole_producer(in, ti, "Mul");
+  if (!s) return std::nullopt;
+  const int ui = scalar_operand(g, m.node(*s), "Mul", std::sqrt(2.0 / M_PI));
+  if (ui < 0) return std::nullopt;
+  const std::string u = m.node(*s).inputs[static_cast<std::size_t>(ui)];
+  auto a = m.sole_producer(u, *s, "Add");
+  if (!a) return std::nullopt;
+  const Node& add = m.node(*a);
+  if (add.inputs.size() != 2) return std::nullopt;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const std::string x = add.inputs[k];
+    const std::string v = add.inputs[1 - k];
+    auto c = m.sole_producer(v, *a, "Mul");
+    if (!c) continue;
+    const int pi = scalar_operand(g, m.node(*c), "Mul", 0.044715);
+    if (pi < 0) continue;
+    Match cube;
+    if (!match_cube(g, m, m.node(*c).inputs[static_cast<std::size_t>(pi)], *c, x, cube)) continue;
+    match.nodes.insert(match.nodes.end(), cube.nodes.begin(), cube.nodes.end());
+    match.parts.insert(match.parts.end(), cube.parts.begin(), cube.parts.end());
+    match.add(g, *c);
+    match.add(g, *a);
+    match.add(g, *s);
+    return x;
+  }
+  return std::nullopt;
+}
+
+Node make_node(const std::string& name, const std::string& op_type, std::vector<std::string> inputs,
+               std::vector<std::string> outputs) {
+  Node n;
+  n.name = name;
+  n.domain = kXpurtDomain;
+  n.op_type = op_type;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  return n;
+}
+
+bool fusable_input(const Graph& g, const std::string& x) {
+  auto dtype = value_dtype(g, x);
+  return dtype && is_fusable_float(*dtype);
+}
+
+// The pattern's output keeps the input's type (no broadcast against a constant grew it), when both are known.
+bool keeps_shape(const Graph& g, const std::string& x, const std::string& out) {
+  auto tx = value_type(g, x);
+  auto to = value_type(g, out);
+  if (!tx || !to || !tx->has_shape || !to->has_shape) return true;
+  return tx->shape.size() == to->shape.size();
+}
+
+// ---- LayerNorm ----
+
+// The axes of a ReduceMean (attribute before opset 18, input from 18); nullopt when not constant.
+std::optional<std::vector<std::int64_t>> reduce_axes(const Graph& g, const Node& n) {
+  if (g.opset(n.domain) >= 18 && n.has_input(1)) {
+    const Tensor* t = constant(g, n.inputs[1]);
+    if (t == nullptr) return std::nullopt;
+    std::vector<std::int64_t> axes;
+    for (double v : to_doubles(*t)) axes.push_back(static_cast<std::int64_t>(v));
+    return axes;
+  }
+  if (!n.attrs.has("axes")) return std::nullopt;  // all axes (or none with noop_with_empty_axes)
+  return n.attrs.get_ints("axes", {});
+}
+
+// ReduceMean over the last axis only, keepdims=1.
+bool reduces_last_axis(const Graph& g, const Node& n, std::int64_t rank) {
+  if (n.attrs.get_int("keepdims", 1) != 1) return false;
+  auto axes = reduce_axes(g, n);
+  if (!axes || axes->size() != 1) return false;
+  return (*axes)[0] == -1 || (rank > 0 && (*axes)[0] == rank - 1);
+}
+
+// A scale or bias of a LayerNorm over the last axis of size `d`: a value of shape [d] (a constant may also have
+// leading 1s: reshaped to [d]). Returns the name to use, or nullopt.
+std::optional<std::string> norm_parameter(Graph& g, const std::string& value, std::int64_t d, DType dtype,
+                                          const std::string& hint) {
+  auto shape = static_shape(g, value);
+  auto vdtype = value_dtype(g, value);
+  if (!shape || !vdtype || *vdtype != dtype || shape->empty() || shape->back() != d) return std::nullopt;
+  for (std::size_t i = 0; i + 1 < shape->size(); ++i) {
+    if ((*shape)[i] != 1) return std::nullopt;
+  }
+  if (shape->size() == 1) return value;
+  const Tensor* c = constant(g, value);
+  if (c == nullptr) return std::nullopt;
+  return add_constant(g, hint, from_doubles({d}, dtype, to_doubles(*c)));
+}
+
+// ---- Attention ----
+
+// A Div or Mul by a positive finite one-element constant (a divisor only as Div's second input): the index of
+// the other input and the factor it multiplies by (1/c for Div).
+std::optional<std::pair<std::size_t, double>> scale_operand(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 2) return std::nullopt;
+  const bool div = n.op_type == "Div";
+  for (std::size_t k = div ? 1 : 0; k < 2; ++k) {
+    const Tensor* c = constant(g, n.inputs[k]);
+    if (c == nullptr || c->numel() != 1 || c->dim() > 1 || is_constant(g, n.inputs[1 - k])) continue;
+    auto v = scalar_constant(g, n.inputs[k]);
+    if (v && std::isfinite(*v) && *v > 0) return std::make_pair(1 - k, div ? 1.0 / *v : *v);
+  }
+  return std::nullopt;
+}
+
+bool same_dims(const std::vector<Dim>& a, const std::vector<std::size_t>& ai, const std::vector<Dim>& b,
+               const std::vector<std::size_t>& bi) {
+  for (std::size_t k = 0; k < ai.size(); ++k) {
+    if (!same_dim(a[ai[k]], b[bi[k]])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+PassResult gelu_fusion(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"gelu_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  const Matcher m(g, uses, rw);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (rw.taken(i)) continue;
+    if (is_onnx(n, "Gelu") && n.inputs.size() == 1 && n.outputs.size() == 1 && fusable_input(g, n.inputs[0])) {
+      const std::string approximate = n.attrs.get_string("approximate", "none");
+      if (approximate != "none" && approximate != "tanh") continue;
+      Node fused = make_node(n.name, "Gelu", n.inputs, n.outputs);
+      fused.attrs.set("approximate", approximate);
+      rw.replace({i}, {std::move(fused)}, "replaced " + describe(n) + " -> Gelu '" + n.name + "'");
+      continue;
+    }
+    const bool erf = is_onnx(n, "Erf");
+    if ((!erf && !is_onnx(n, "Tanh")) || n.inputs.size() != 1) continue;
+    Match match;
+    auto x = erf ? match_erf_input(g, m, i, match) : match_tanh_input(g, m, i, match);
+    if (!x || !fusable_input(g, *x)) continue;
+    match.add(g, i);
+    auto one = m.sole_reader(n.outputs[0], "Add");
+    if (!one || scalar_operand(g, m.node(*one), "Add", 1.0) < 0) continue;
+    match.add(g, *one);
+    auto out = match_gelu_tail(g, m, m.node(*one).outputs[0], *x, match);
+    if (!out || !keeps_shape(g, *x, *out) || rw.any_taken(match.nodes)) continue;
+    const std::string name = g.nodes[match.nodes.front()].name;
+    Node fused = make_node(name, "Gelu", {*x}, {*out});
+    fused.attrs.set("approximate", erf ? "none" : "tanh");
+    rw.replace(match.nodes, {std::move(fused)}, match.note("Gelu '" + name + "'"));
+  }
+  rw.apply(result);
+  return result;
+}
+
+PassResult layer_norm_fusion(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"layer_norm_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  const Matcher m(g, uses, rw);
+  std::set<std::string> reshaped;  // parameters made for patterns (dropped again when the pattern did not match)
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (rw.taken(i)) continue;
+    const Node& first = g.nodes[i];
+    if (is_onnx(first, "LayerNormalization") && first.inputs.size() >= 2 && !first.outputs.empty()) {
+      bool extra_used = false;
+      for (std::size_t k = 1; k < first.outputs.size(); ++k) {
+        extra_used = extra_used || (!first.outputs[k].empty() && !uses.unused(first.outputs[k]));
+      }
+      auto x_type = value_type(g, first.inputs[0]);
+      if (extra_used || !x_type || !x_type->has_shape || !is_fusable_float(x_type->dtype)) continue;
+      const auto rank = static_cast<std::int64_t>(x_type->shape.size());
+      std::int64_t axis = first.attrs.get_int("axis", -1);
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis >= rank) continue;
+      // The registry op takes scale/bias of exactly x.shape[axis:].
+      bool params_ok = true;
+      for (std::size_t k = 1; k < first.inputs.size() && k < 3; ++k) {
+        if (!first.has_input(k)) continue;
+        auto p = value_type(g, first.inputs[k]);
+        std::vector<Dim> tail(x_type->shape.begin() + axis, x_type->shape.end());
+        ValueType want = *x_type;
+        want.shape = tail;
+        params_ok = params_ok && p && p->dtype == x_type->dtype && same_shape(*p, want);
+      }
+      if (!params_ok) continue;
+      std::vector<std::string> inputs(first.inputs.begin(),
+                                      first.inputs.begin() + std::min<std::size_t>(3, first.inputs.size()));
+      Node fused = make_node(first.name, "LayerNormalization", inputs, {first.outputs[0]});
+      fused.attrs.set("axis", axis);
+      fused.attrs.set("epsilon", first.attrs.get_float("epsilon", 1e-5));
+      rw.replace({i}, {std::move(fused)},
+                 "replaced " + describe(first) + " -> LayerNormalization '" + first.name + "'");
+      continue;
+    }
+    // ReduceMean(x) -> Sub(x, mean) -> Pow(d, 2) | Mul(d, d) -> ReduceMean -> Add(eps) -> Sqrt -> Div(d, .)
+    if (!is_onnx(first, "ReduceMean") || first.inputs.empty() || first.outputs.size() != 1) continue;
+    const std::string x = first.inputs[0];
+    auto x_type = value_type(g, x);
+    if (!x_type || !x_type->has_shape || x_type->shape.empty() || !is_fusable_float(x_type->dtype)) continue;
+    const auto rank = static_cast<std::int64_t>(x_type->shape.size());
+    const Dim last = x_type->shape.back();
+    if (!reduces_last_axis(g, first, rank) || !last.known()) continue;
+    Match match;
+    match.add(g, i);
+    auto si = m.sole_reader(first.outputs[0], "Sub");
+    if (!si || m.node(*si).inputs != std::vector<std::string>{x, first.outputs[0]}) continue;
+    match.add(g, *si);
+    const std::string d = m.node(*si).outputs[0];
+    const auto& d_readers = uses.readers(d);
+    if (d_readers.size() != 2 || uses.is_graph_output(d) || uses.read_by_subgraph(d)) continue;
+    std::optional<std::size_t> square, divide;
+    for (std::size_t r : d_readers) {
+      const Node& rn = g.nodes[r];
+      if (rw.taken(r)) continue;
+      if (is_onnx(rn, "Div") && rn.inputs.size() == 2 && rn.inputs[0] == d && rn.inputs[1] != d) divide = r;
+      if (is_onnx(rn, "Mul") && rn.inputs == std::vector<std::string>{d, d}) square = r;
+      if (is_onnx(rn, "Pow") && rn.inputs.size() == 2 && rn.inputs[0] == d) {
+        auto e = scalar_constant(g, rn.inputs[1]);
+        if (e && *e == 2.0) square = r;
+      }
+    }
+    if (!square || !divide) continue;
+    match.add(g, *square);
+    auto r2 = m.sole_reader(m.node(*square).outputs[0], "ReduceMean");
+    if (!r2 || !reduces_last_axis(g, m.node(*r2), rank)) continue;
+    match.add(g, *r2);
+    auto ai = m.sole_reader(m.node(*r2).outputs[0], "Add");
+    if (!ai) continue;
+    const std::string eps_name = other_input(m.node(*ai), m.node(*r2).outputs[0]);
+    const Tensor* eps_tensor = constant(g, eps_name);
+    auto eps = scalar_constant(g, eps_name);
+    if (!eps || eps_tensor->dim() > 1 || *eps < 0) continue;
+    match.add(g, *ai);
+    auto sq = m.sole_reader(m.node(*ai).outputs[0], "Sqrt");
+    if (!sq || m.node(*divide).inputs[1] != m.node(*sq).outputs[0] ||
+        !uses.only_reader(m.node(*sq).outputs[0], *divide)) {
+      continue;
+    }
+    match.add(g, *sq);
+    match.add(g, *divide);
+    std::string out = m.node(*divide).outputs[0];
+    std::string scale, bias;
+    if (auto mi = m.sole_reader(out, "Mul")) {
+      auto name = norm_parameter(g, other_input(m.node(*mi), out), last.value, x_type->dtype, first.name + "_scale");
+      if (name) {
+        if (*name != other_input(m.node(*mi), out)) reshaped.insert(*name);
+        scale = *name;
+        match.add(g, *mi);
+        out = m.node(*mi).outputs[0];
+      }
+    }
+    if (auto bi = m.sole_reader(out, "Add")) {
+      auto name = norm_parameter(g, other_input(m.node(*bi), out), last.value, x_type->dtype, first.name + "_bias");
+      if (name) {
+        if (*name != other_input(m.node(*bi), out)) reshaped.insert(*name);
+        bias = *name;
+        match.add(g, *bi);
+        out = m.node(*bi).outputs[0];
+      }
+    }
+    if (rw.any_taken(match.nodes)) continue;
+    std::vector<std::string> inputs = {x, scale, bias};
+    while (inputs.back().empty()) inputs.pop_back();
+    Node fused = make_node(first.name, "LayerNormalization", inputs, {out});
+    fused.attrs.set("axis", static_cast<std::int64_t>(-1));
+    fused.attrs.set("epsilon", *eps);
+    rw.replace(match.nodes, {std::move(fused)}, match.note("LayerNormalization '" + first.name + "'"));
+  }
+  rw.apply(result);
+  remove_unused_constants(g, reshaped);
+  return result;
+}
+
+PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"attention_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  const Matcher m(g, uses, rw);
+  for (std::size_t si = 0; si < g.nodes.size(); ++si) {
+    const Node& softmax = g.nodes[si];
+    if (rw.taken(si) || !is_onnx(softmax, "Softmax") || softmax.inputs.size() != 1) continue;
+    const std::int64_t opset = g.opset(softmax.domain);
+    const std::int64_t axis = softmax.attrs.get_int("axis", opset >= 13 ? -1 : 1);
+    if (axis != -1 && axis != 3) continue;  // opset < 13 flattens at axis: axis 3 of a 4-D tensor is the last
+    // Backwards from the softmax: [Add mask] <- [Div|Mul scale] <- MatMul(Q, K^T).
+    std::vector<std::size_t> nodes = {si};
+    std::string scores = softmax.inputs[0];
+    std::size_t reader = si;
+    std::string mask;
+    double scale = 1.0;
+    if (auto ai = m.sole_producer(scores, reader, "Add")) {
+      const Node& add = m.node(*ai);
+      if (add.inputs.size() != 2) continue;
+      // The scores side is the one computed by MatMul, possibly scaled (the mask may be computed too).
+      auto from_matmul = [&](const std::string& value) {
+        auto p = uses.producer(value);
+        if (p && (is_onnx(g.nodes[*p], "Div") || is_onnx(g.nodes[*p], "Mul"))) {
+          auto factor = scale_operand(g, g.nodes[*p]);
+          p = factor ? uses.producer(g.nodes[*p].inputs[factor->first]) : std::nullopt;
+        }
+        return p && is_onnx(g.nodes[*p], "MatMul");
+      };
+      std::optional<std::size_t> side;
+      for (std::size_t k = 0; k < 2 && !side; ++k) {
+        if (from_matmul(add.inputs[k])) side = k;
+      }
+      if (!side) continue;
+      mask = add.inputs[1 - *side];
+      scores = add.inputs[*side];
+      reader = *ai;
+      nodes.push_back(*ai);
+    }
+    // Strips a Div or Mul by a scale from `value` (read only by node `value_reader`): multiplies `scale` by it.
+    auto strip_scale = [&](std::string& value, std::size_t value_reader) {
+      for (const char* op : {"Div", "Mul"}) {
+        auto p = m.sole_producer(value, value_reader, op);
+        if (!p) continue;
+        auto factor = scale_operand(g, m.node(*p));
+        if (!factor) return std::optional<std::size_t>();
+        scale *= factor->second;
+        value = m.node(*p).inputs[factor->first];
+        nodes.push_back(*p);
+        return p;
+      }
+      return std::optional<std::size_t>();
+    };
+    if (auto p = strip_scale(scores, reader)) reader = *p;
+    auto qk = m.sole_producer(scores, reader, "MatMul");
+    if (!qk) continue;
+    nodes.push_back(*qk);
+    const Node& qk_node = m.node(*qk);
+    // PyTorch's scaled_dot_product_attention export scales Q and K^T by sqrt(scale) each before the MatMul.
+    std::string q = qk_node.inputs[0];
+    std::string kt = qk_node.inputs[1];
+    if (q == kt) continue;
+    strip_scale(q, *qk);
+    const auto kt_scale = strip_scale(kt, *qk);
+    const std::size_t kt_reader = kt_scale ? *kt_scale : *qk;
+    auto tp = uses.producer(kt);
+    if (!tp || !is_onnx(g.nodes[*tp], "Transpose")) continue;
+    const Node& transpose = g.nodes[*tp];
+    const auto perm = transpose.attrs.get_ints("perm", {});
+    const bool from_bshd = perm == std::vector<std::int64_t>{0, 2, 3, 1};
+    if (!from_bshd && perm != std::vector<std::int64_t>{0, 1, 3, 2}) continue;
+    const std::string k = transpose.inputs[0];
+    // Forwards: MatMul(probabilities, V).
+    auto pv = m.sole_reader(softmax.outputs[0], "MatMul");
+    if (!pv || m.node(*pv).inputs[0] != softmax.outputs[0] || m.node(*pv).inputs.size() != 2) continue;
+    nodes.push_back(*pv);
+    const std::string v = m.node(*pv).inputs[1];
+    // Types: Q [B,H,Sq,D], K [B,S,H,D] or [B,H,S,D], V [B,H,S,Dv], all of one fusable float type.
+    auto tq = value_type(g, q), tk = value_type(g, k), tv = value_type(g, v);
+    if (!tq || !tk || !tv || !tq->has_shape || !tk->has_shape || !tv->has_shape) continue;
+    if (tq->shape.size() != 4 || tk->shape.size() != 4 || tv->shape.size() != 4) continue;
+    if (!is_fusable_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != tq->dtype) continue;
+    std::vector<Dim> k_bhsd = tk->shape;
+    if (from_bshd) k_bhsd = {tk->shape[0], tk->shape[2], tk->shape[1], tk->shape[3]};
+    if (!same_dims(tq->shape, {0, 1, 3}, k_bhsd, {0, 1, 3}) || !same_dims(tv->shape, {0, 1, 2}, k_bhsd, {0, 1, 2})) {
+      continue;
+    }
+    if (!mask.empty()) {
+      auto tm = value_type(g, mask);
+      if (!tm || !tm->has_shape || tm->shape.size() > 4 || tm->dtype != tq->dtype) continue;
+      const std::vector<Dim> scores_shape = {tq->shape[0], tq->shape[1], tq->shape[2], k_bhsd[2]};
+      bool broadcasts = true;
+      const std::size_t offset = 4 - tm->shape.size();
+      for (std::size_t d = 0; d < tm->shape.size(); ++d) {
+        const Dim& md = tm->shape[d];
+        broadcasts = broadcasts && ((md.known() && md.value == 1) || same_dim(md, scores_shape[offset + d]));
+      }
+      if (!broadcasts) continue;
+    }
+    if (rw.any_taken(nodes)) continue;
+    const bool transpose_private = uses.only_reader(kt, kt_reader) && !rw.taken(*tp);
+    if (transpose_private) nodes.push_back(*tp);
+    std::vector<Node> new_nodes;
+    std::string k_input = k;
+    if (from_bshd) {
+      k_input = g.unique_name(k + "_bhsd");
+      ValueType kt_type = *tk;
+      kt_type.shape = k_bhsd;
+      g.types[k_input] = kt_type;
+      Node t = make_node(qk_node.name + "_k_bhsd", "Transpose", {k}, {k_input});
+      t.domain = "";
+      t.attrs.set("perm", std::vector<std::int64_t>{0, 2, 1, 3});
+      new_nodes.push_back(std::move(t));
+    }
+    std::vector<std::string> inputs = {q, k_input, v};
+    if (!mask.empty()) inputs.push_back(mask);
+    Node fused = make_node(qk_node.name, "Attention", inputs, {m.node(*pv).outputs[0]});
+    fused.attrs.set("scale", scale);
+    fused.attrs.set("causal", static_cast<std::int64_t>(0));
+    new_nodes.push_back(std::move(fused));
+    std::string note = "fused ";
+    std::vector<std::size_t> ordered = nodes;
+    std::sort(ordered.begin(), ordered.end());
+    for (std::size_t idx = 0; idx < ordered.size(); ++idx) note += (idx ? " + " : "") + describe(g.nodes[ordered[idx]]);
+    note += " -> Attention '" + qk_node.name + "'";
+    rw.replace(nodes, std::move(new_nodes), std::move(note));
+  }
+  rw.apply(result);
+  return result;
+}
+
+}  // namespace xpuruntime::passes

@@ -1,0 +1,326 @@
+// Helpers shared by the graph passes (see pass_utils.h).
+#include "core/runtime/passes/pass_utils.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/half.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes::internal {
+
+void collect_subgraph_reads(const Graph& sub, std::set<std::string>& out) {
+  for (const Node& n : sub.nodes) {
+    for (const auto& in : n.inputs) {
+      if (!in.empty()) out.insert(in);
+    }
+    for (const auto& [attr, g] : n.graph_attrs) {
+      (void)attr;
+      if (g) collect_subgraph_reads(*g, out);
+    }
+  }
+  out.insert(sub.outputs.begin(), sub.outputs.end());
+}
+
+Uses::Uses(const Graph& g) : readers_(g.consumers()), producers_(g.producers()) {
+  outputs_.insert(g.outputs.begin(), g.outputs.end());
+  for (const Node& n : g.nodes) {
+    for (const auto& [attr, sub] : n.graph_attrs) {
+      (void)attr;
+      if (sub) collect_subgraph_reads(*sub, subgraph_reads_);
+    }
+  }
+}
+
+const std::vector<std::size_t>& Uses::readers(const std::string& value) const {
+  static const std::vector<std::size_t> kNone;
+  auto it = readers_.find(value);
+  return it == readers_.end() ? kNone : it->second;
+}
+
+bool Uses::unused(const std::string& value) const {
+  return readers(value).empty() && !is_graph_output(value) && !read_by_subgraph(value);
+}
+
+bool Uses::only_reader(const std::string& value, std::size_t reader) const {
+  const auto& r = readers(value);
+  return r.size() == 1 && r[0] == reader && !is_graph_output(value) && !read_by_subgraph(value);
+}
+
+std::optional<std::size_t> Uses::producer(const std::string& value) const {
+  auto it = producers_.find(value);
+  if (it == producers_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool is_constant(const Graph& g, const std::string& value) {
+  if (value.empty() || g.initializers.count(value) == 0) return false;
+  return std::find(g.inputs.begin(), g.inputs.end(), value) == g.inputs.end();
+}
+
+const Tensor* constant(const Graph& g, const std::string& value) {
+  if (!is_constant(g, value)) return nullptr;
+  return &g.initializers.at(value);
+}
+
+std::optional<double> scalar_constant(const Graph& g, const std::string& value) {
+  const Tensor* t = constant(g, value);
+  if (t == nullptr || t->numel() != 1 || t->dtype() == DType::kBool) return std::nullopt;
+  return to_doubles(*t)[0];
+}
+
+bool near(double value, double expected, double rel) {
+  return std::fabs(value - expected) <= rel * std::fabs(expected);
+}
+
+ValueType type_of(const Tensor& t) {
+  ValueType vt;
+  vt.dtype = t.dtype();
+  vt.has_shape = true;
+  for (std::int64_t d : t.shape()) vt.shape.emplace_back(d);
+  return vt;
+}
+
+std::optional<ValueType> value_type(const Graph& g, const std::string& value) {
+  if (const Tensor* t = constant(g, value)) return type_of(*t);
+  if (const ValueType* vt = g.type(value)) return *vt;
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::int64_t>> static_shape(const Graph& g, const std::string& value) {
+  auto vt = value_type(g, value);
+  if (!vt || !vt->fully_known()) return std::nullopt;
+  return vt->sizes();
+}
+
+std::optional<DType> value_dtype(const Graph& g, const std::string& value) {
+  auto vt = value_type(g, value);
+  if (!vt) return std::nullopt;
+  return vt->dtype;
+}
+
+bool is_fusable_float(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+bool same_dim(const Dim& a, const Dim& b) {
+  if (a.known() || b.known()) return a.known() && b.known() && a.value == b.value;
+  return !a.symbol.empty() && a.symbol == b.symbol;
+}
+
+bool same_shape(const ValueType& a, const ValueType& b) {
+  if (!a.has_shape || !b.has_shape || a.shape.size() != b.shape.size()) return false;
+  for (std::size_t i = 0; i < a.shape.size(); ++i) {
+    if (!same_dim(a.shape[i], b.shape[i])) return false;
+  }
+  return true;
+}
+
+int scalar_operand(const Graph& g, const Node& n, const std::string& op_type, double expected) {
+  if (!(n.domain.empty() || n.domain == "ai.onnx") || n.op_type != op_type || n.inputs.size() != 2) return -1;
+  for (int k = 0; k < 2; ++k) {
+    const Tensor* c = constant(g, n.inputs[static_cast<std::size_t>(k)]);
+    if (c == nullptr || c->numel() != 1 || c->dim() > 1) continue;
+    auto v = scalar_constant(g, n.inputs[static_cast<std::size_t>(k)]);
+    if (v && near(*v, expected)) return 1 - k;
+  }
+  return -1;
+}
+
+std::optional<DType> dtype_from_onnx(std::int64_t code) {
+  switch (code) {
+    case 1:
+      return DType::kFloat32;
+    case 2:
+      return DType::kUInt8;
+    case 3:
+      return DType::kInt8;
+    case 5:
+      return DType::kInt16;
+    case 6:
+      return DType::kInt32;
+    case 7:
+      return DType::kInt64;
+    case 9:
+      return DType::kBool;
+    case 10:
+      return DType::kFloat16;
+    case 11:
+      return DType::kFloat64;
+    case 16:
+      return DType::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+namespace {
+template <typename T, typename Load>
+void load_all(const Tensor& t, std::vector<double>& out, Load load) {
+  const T* p = static_cast<const T*>(t.data_ptr());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = load(p[i]);
+}
+template <typename T, typename Store>
+void store_all(Tensor& t, const std::vector<double>& in, Store store) {
+  T* p = static_cast<T*>(t.data_ptr());
+  for (std::size_t i = 0; i < in.size(); ++i) p[i] = store(in[i]);
+}
+}  // namespace
+
+std::vector<double> to_doubles(const Tensor& tensor) {
+  const Tensor t = tensor.contiguous();
+  XPURT_INTERNAL_ASSERT(t.device().is_cpu(), "graph constants live on the CPU");
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  if (out.empty()) return out;
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      load_all<float>(t, out, [](float v) { return static_cast<double>(v); });
+      break;
+    case DType::kFloat64:
+      load_all<double>(t, out, [](double v) { return v; });
+      break;
+    case DType::kFloat16:
+      load_all<std::uint16_t>(
+          t, out, [](std::uint16_t v) { return static_cast<double>(xpuruntime::detail::half_to_float(v)); });
+      break;
+    case DType::kBFloat16:
+      load_all<std::uint16_t>(
+          t, out, [](std::uint16_t v) { return static_cast<double>(xpuruntime::detail::bfloat16_to_float(v)); });
+      break;
+    case DType::kInt8:
+      load_all<std::int8_t>(t, out, [](std::int8_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kUInt8:
+      load_all<std::uint8_t>(t, out, [](std::uint8_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kInt16:
+      load_all<std::int16_t>(t, out, [](std::int16_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kInt32:
+      load_all<std::int32_t>(t, out, [](std::int32_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kInt64:
+      load_all<std::int64_t>(t, out, [](std::int64_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kBool:
+      load_all<bool>(t, out, [](bool v) { return v ? 1.0 : 0.0; });
+      break;
+  }
+  return out;
+}
+
+Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values) {
+  Tensor t = Tensor::empty(shape, dtype, Device::cpu());
+  XPURT_INTERNAL_ASSERT(static_cast<std::size_t>(t.numel()) == values.size(), "from_doubles: ", values.size(),
+                        " values for a tensor of ", t.numel(), " elements");
+  if (values.empty()) return t;
+  switch (dtype) {
+    case DType::kFloat32:
+      store_all<float>(t, values, [](double v) { return static_cast<float>(v); });
+      break;
+    case DType::kFloat64:
+      store_all<double>(t, values, [](double v) { return v; });
+      break;
+    case DType::kFloat16:
+      store_all<std::uint16_t>(t, values,
+                               [](double v) { return xpuruntime::detail::float_to_half(static_cast<float>(v)); });
+      break;
+    case DType::kBFloat16:
+      store_all<std::uint16_t>(t, values,
+                               [](double v) { return xpuruntime::detail::float_to_bfloat16(static_cast<float>(v)); });
+      break;
+    case DType::kInt8:
+      store_all<std::int8_t>(t, values, [](double v) { return static_cast<std::int8_t>(v); });
+      break;
+    case DType::kUInt8:
+      store_all<std::uint8_t>(t, values, [](double v) { return static_cast<std::uint8_t>(v); });
+      break;
+    case DType::kInt16:
+      store_all<std::int16_t>(t, values, [](double v) { return static_cast<std::int16_t>(v); });
+      break;
+    case DType::kInt32:
+      store_all<std::int32_t>(t, values, [](double v) { return static_cast<std::int32_t>(v); });
+      break;
+    case DType::kInt64:
+      store_all<std::int64_t>(t, values, [](double v) { return static_cast<std::int64_t>(v); });
+      break;
+    case DType::kBool:
+      store_all<bool>(t, values, [](double v) { return v != 0.0; });
+      break;
+  }
+  return t;
+}
+
+std::string add_constant(Graph& g, const std::string& hint, const Tensor& t) {
+  const std::string name = g.unique_name(hint);
+  g.initializers[name] = t;
+  g.types[name] = type_of(t);
+  return name;
+}
+
+void remove_unused_constants(Graph& g, const std::set<std::string>& candidates) {
+  if (candidates.empty()) return;
+  const Uses uses(g);
+  for (const auto& name : candidates) {
+    if (!is_constant(g, name) || !uses.unused(name)) continue;
+    g.initializers.erase(name);
+    g.types.erase(name);
+  }
+}
+
+std::string other_input(const Node& n, const std::string& value) {
+  if (n.inputs.size() != 2) return "";
+  if (n.inputs[0] == value && n.inputs[1] != value) return n.inputs[1];
+  if (n.inputs[1] == value && n.inputs[0] != value) return n.inputs[0];
+  return "";
+}
+
+bool Rewriter::any_taken(const std::vector<std::size_t>& nodes) const {
+  return std::any_of(nodes.begin(), nodes.end(), [&](std::size_t i) { return taken_[i]; });
+}
+
+void Rewriter::replace(const std::vector<std::size_t>& pattern, std::vector<Node> new_nodes, std::string note) {
+  XPURT_INTERNAL_ASSERT(!pattern.empty() && !any_taken(pattern), "a node rewritten twice in one scan");
+  for (std::size_t i : pattern) taken_[i] = true;
+  const std::size_t last = *std::max_element(pattern.begin(), pattern.end());
+  auto& slot = inserted_[last];
+  for (Node& n : new_nodes) slot.push_back(std::move(n));
+  notes_.push_back(std::move(note));
+}
+
+int Rewriter::apply(PassResult& result) {
+  if (notes_.empty()) return 0;
+  std::set<std::string> orphan_candidates;  // constants the removed nodes read
+  std::vector<Node> rebuilt;
+  rebuilt.reserve(g_.nodes.size());
+  for (std::size_t i = 0; i < g_.nodes.size(); ++i) {
+    if (taken_[i]) {
+      for (const auto& in : g_.nodes[i].inputs) {
+        if (is_constant(g_, in)) orphan_candidates.insert(in);
+      }
+    } else {
+      rebuilt.push_back(std::move(g_.nodes[i]));
+    }
+    auto it = inserted_.find(i);
+    if (it != inserted_.end()) {
+      for (Node& n : it->second) rebuilt.push_back(std::move(n));
+    }
+  }
+  g_.nodes = std::move(rebuilt);
+  g_.validate();
+  remove_unused_constants(g_, orphan_candidates);
+  const int count = static_cast<int>(notes_.size());
+  result.rewrites += count;
+  for (auto& note : notes_) result.notes.push_back(std::move(note));
+  notes_.clear();
+  inserted_.clear();
+  taken_.assign(g_.nodes.size(), false);
+  return count;
+}
+
+std::string describe(const Node& n) {
+  return xpuruntime::detail::str_cat(n.domain.empty() ? "" : n.domain + ":", n.op_type, " '", n.name, "'");
+}
+
+}  // namespace xpuruntime::passes::internal

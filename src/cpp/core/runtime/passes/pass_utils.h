@@ -1,0 +1,106 @@
+// What the graph passes share: questions about values (constant? read by whom? of which type?), constant
+// tensors as doubles and back, and a Rewriter that collects pattern replacements during one scan of the nodes and
+// applies them together. Internal header of src/cpp/core/runtime/passes/.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/runtime/passes.h"
+#include "xpuruntime/graph.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime::passes::internal {
+
+// Who reads each value of a graph: nodes (by index), the graph outputs, and subgraphs (If/Loop/Scan bodies
+// read values of the outer graph by name, invisible in Node::inputs).
+class Uses {
+ public:
+  explicit Uses(const Graph& g);
+  const std::vector<std::size_t>& readers(const std::string& value) const;  // node indices, each once
+  bool is_graph_output(const std::string& value) const { return outputs_.count(value) != 0; }
+  bool read_by_subgraph(const std::string& value) const { return subgraph_reads_.count(value) != 0; }
+  // Read by nothing at all (no node, no subgraph, not a graph output).
+  bool unused(const std::string& value) const;
+  // Read by node `reader` only (not by another node, a subgraph or as a graph output).
+  bool only_reader(const std::string& value, std::size_t reader) const;
+  // The node producing `value`, or nullopt (graph input, initializer, absent).
+  std::optional<std::size_t> producer(const std::string& value) const;
+
+ private:
+  std::unordered_map<std::string, std::vector<std::size_t>> readers_;
+  std::unordered_map<std::string, std::size_t> producers_;
+  std::set<std::string> outputs_;
+  std::set<std::string> subgraph_reads_;
+};
+
+// Every value name a subgraph (recursively) reads.
+void collect_subgraph_reads(const Graph& sub, std::set<std::string>& out);
+
+// A constant: an initializer that is not also a graph input (an initializer named like a graph input is only
+// the input's default value, which a caller may override).
+bool is_constant(const Graph& g, const std::string& value);
+const Tensor* constant(const Graph& g, const std::string& value);  // null unless is_constant
+// A one-element numeric constant as double.
+std::optional<double> scalar_constant(const Graph& g, const std::string& value);
+bool near(double value, double expected, double rel = 1e-4);
+
+// The type of a value: graph.types, else the constant's own type. Null when neither knows it.
+std::optional<ValueType> value_type(const Graph& g, const std::string& value);
+std::optional<std::vector<std::int64_t>> static_shape(const Graph& g, const std::string& value);
+std::optional<DType> value_dtype(const Graph& g, const std::string& value);
+ValueType type_of(const Tensor& t);
+// float32, float16, bfloat16: what the registry ops behind the fused nodes take.
+bool is_fusable_float(DType dtype);
+// Dims that are certainly equal: both known and equal, or the same (non-empty) symbol.
+bool same_dim(const Dim& a, const Dim& b);
+// Both shapes known (rank and every dim in the sense of same_dim) and equal.
+bool same_shape(const ValueType& a, const ValueType& b);
+// The input of a two-input node `n` (of ONNX op `op_type`) that is a one-element constant close to `expected`;
+// returns the index of the other input, or -1.
+int scalar_operand(const Graph& g, const Node& n, const std::string& op_type, double expected);
+// The DType of an ONNX TensorProto element type code, nullopt for types our Tensor lacks.
+std::optional<DType> dtype_from_onnx(std::int64_t code);
+
+// Elements of a numeric CPU tensor as double (16-bit floats converted); and a new tensor from doubles (rounded to
+// `dtype`, integers truncated).
+std::vector<double> to_doubles(const Tensor& t);
+Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values);
+
+// Adds a constant under a new name derived from `hint` (and its type to graph.types); returns the name.
+std::string add_constant(Graph& g, const std::string& hint, const Tensor& t);
+// Removes initializers in `candidates` that no node (or subgraph) reads and that are not graph outputs.
+void remove_unused_constants(Graph& g, const std::set<std::string>& candidates);
+
+// The input of a binary node that is not `value` ("" when both or neither are). Node must have two inputs.
+std::string other_input(const Node& n, const std::string& value);
+
+// Collects replacements found during one scan over g.nodes and applies them at the end: the nodes of a pattern
+// are removed and the new nodes are placed where the last node of the pattern was (every input of the pattern is
+// produced before that point, so the order stays topological). A node belongs to at most one pattern per scan.
+class Rewriter {
+ public:
+  explicit Rewriter(Graph& g) : g_(g), taken_(g.nodes.size(), false) {}
+  bool taken(std::size_t i) const { return taken_[i]; }
+  bool any_taken(const std::vector<std::size_t>& nodes) const;
+  void replace(const std::vector<std::size_t>& pattern, std::vector<Node> new_nodes, std::string note);
+  // Rebuilds g.nodes (then validates the graph), removes the constants only the replaced nodes read, and returns
+  // the number of replacements.
+  int apply(PassResult& result);
+
+ private:
+  Graph& g_;
+  std::vector<bool> taken_;
+  std::map<std::size_t, std::vector<Node>> inserted_;  // position (last node of a pattern) -> new nodes
+  std::vector<std::string> notes_;
+};
+
+// "Conv 'c1'"
+std::string describe(const Node& n);
+
+}  // namespace xpuruntime::passes::internal

@@ -1,0 +1,63 @@
+// The pass list and run_passes (see passes.h).
+#include "core/runtime/passes.h"
+
+#include <string>
+
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+const std::vector<PassInfo>& all_passes() {
+  // The order matters: folding first (fusions look for constant weights), then the clean-up that lets patterns
+  // match (an Identity or a dead reader between two nodes hides a pattern), then conv_bn_folding before
+  // conv_fusion, and gelu_fusion before gemm_fusion (Linear takes the fused Gelu as its activation).
+  static const std::vector<PassInfo> passes = {
+      {"constant_folding", "nodes whose inputs are all constants become constants (not Random*/Bernoulli)",
+       constant_folding},
+      {"shape_folding", "Shape/Size of values with known shapes become constants; folds what follows, to a fixed point",
+       shape_folding},
+      {"identity_elimination", "removes Identity, inference Dropout, Cast to the same type, Reshape to the same shape",
+       identity_elimination},
+      {"dead_node_elimination", "removes nodes whose outputs nobody reads, and unused constants",
+       dead_node_elimination},
+      {"conv_bn_folding", "Conv + BatchNormalization (inference, constant parameters) -> Conv with folded weights",
+       conv_bn_folding},
+      {"gelu_fusion", "the erf and tanh GELU formulas and ONNX Gelu -> com.xpuruntime:Gelu", gelu_fusion},
+      {"layer_norm_fusion",
+       "the LayerNorm formula over the last axis and ONNX LayerNormalization -> "
+       "com.xpuruntime:LayerNormalization",
+       layer_norm_fusion},
+      {"attention_fusion", "MatMul(Q, K^T) [scale] [+ mask] Softmax MatMul(., V) -> com.xpuruntime:Attention",
+       attention_fusion},
+      {"gemm_fusion", "MatMul/Gemm with constant weights [+ bias] [+ Relu/Gelu] -> com.xpuruntime:Linear", gemm_fusion},
+      {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu] -> com.xpuruntime:FusedConv", conv_fusion},
+  };
+  return passes;
+}
+
+std::string pass_names() {
+  std::string names;
+  for (const PassInfo& p : all_passes()) names += (names.empty() ? "" : ", ") + p.name;
+  return names;
+}
+
+std::vector<PassResult> run_passes(Graph& g, const PassContext& ctx, const std::set<std::string>& disabled) {
+  for (const std::string& name : disabled) {
+    bool known = false;
+    for (const PassInfo& p : all_passes()) known = known || p.name == name;
+    XPURT_CHECK(known, "unknown graph pass '", name, "' in the disabled passes; valid names: ", pass_names());
+  }
+  g.validate();
+  std::vector<PassResult> results;
+  for (const PassInfo& p : all_passes()) {
+    if (disabled.count(p.name)) continue;
+    PassResult r = p.run(g, ctx);
+    r.pass = p.name;
+    if (r.rewrites > 0 && ctx.infer_types) ctx.infer_types(g);
+    results.push_back(std::move(r));
+  }
+  g.validate();
+  return results;
+}
+
+}  // namespace xpuruntime::passes

@@ -1,0 +1,204 @@
+// Shape inference, constant folding and the optimization pipeline (see shape_inference.h).
+#include "core/runtime/shape_inference.h"
+
+#include <cstring>
+#include <unordered_set>
+
+#include "core/runtime/lowering.h"
+#include "core/runtime/onnx_cpu_ops.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::runtime {
+namespace {
+
+bool is_random(const Node& n) {
+  static const std::unordered_set<std::string> random = {"RandomUniform", "RandomNormal", "RandomUniformLike",
+                                                         "RandomNormalLike", "Bernoulli", "Multinomial"};
+  return random.count(n.op_type) != 0;
+}
+
+ValueType type_of_tensor(const Tensor& t) {
+  ValueType vt;
+  vt.dtype = t.dtype();
+  vt.has_shape = true;
+  for (auto d : t.shape()) vt.shape.emplace_back(d);
+  return vt;
+}
+
+Tensor int64_vector(const std::vector<std::int64_t>& values, bool scalar) {
+  Tensor t = Tensor::empty(scalar ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{
+                                                                      static_cast<std::int64_t>(values.size())},
+                           DType::kInt64);
+  if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
+  return t;
+}
+
+}  // namespace
+
+int infer_types(Graph& g, const InferOptions& options) {
+  const KernelRegistry& registry = options.registry ? *options.registry : KernelRegistry::global();
+  int folded = 0;
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (Node& node : g.nodes) {
+    std::vector<const ValueType*> types;
+    std::vector<const Tensor*> constants;
+    bool all_constant = node.graph_attrs.empty() && !is_random(node);
+    for (const auto& in : node.inputs) {
+      types.push_back(in.empty() ? nullptr : g.type(in));
+      auto c = g.initializers.find(in);
+      const Tensor* value = in.empty() || c == g.initializers.end() ? nullptr : &c->second;
+      constants.push_back(value);
+      if (!in.empty() && value == nullptr) all_constant = false;
+    }
+    const std::int64_t opset = g.opset(node.domain);
+    bool is_graph_output = false;
+    for (const auto& out : node.outputs) {
+      for (const auto& go : g.outputs) is_graph_output |= !out.empty() && out == go;
+    }
+    // Folding.
+    if (options.fold_constants && all_constant) {
+      try {
+        std::vector<Tensor> inputs;
+        for (const Tensor* t : constants) inputs.push_back(t ? *t : Tensor());
+        std::vector<Tensor> outs = onnx_ref::run_node(node, opset, inputs);
+        std::size_t bytes = 0;
+        bool complete = true;
+        for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+          if (node.outputs[i].empty()) continue;
+          if (i >= outs.size() || !outs[i].defined()) complete = false;
+          else bytes += outs[i].nbytes();
+        }
+        if (complete && bytes <= options.max_folded_bytes) {
+          for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+            if (node.outputs[i].empty()) continue;
+            g.types[node.outputs[i]] = type_of_tensor(outs[i]);
+            g.initializers[node.outputs[i]] = outs[i];
+          }
+          ++folded;
+          continue;
+        }
+      } catch (const XpuRuntimeError&) {
+        // Not foldable here (op missing from the reference library, or it rejects the inputs): the node stays
+        // and reports its error when it runs.
+      }
+    }
+    if (options.fold_constants && (node.domain.empty()) && (node.op_type == "Shape" || node.op_type == "Size") &&
+        types.size() == 1 && types[0] && types[0]->fully_known() && !node.outputs.empty()) {
+      std::vector<std::int64_t> sizes = types[0]->sizes();
+      Tensor t;
+      if (node.op_type == "Size") {
+        std::int64_t n = 1;
+        for (auto d : sizes) n *= d;
+        t = int64_vector({n}, /*scalar=*/true);
+      } else {
+        const auto rank = static_cast<std::int64_t>(sizes.size());
+        std::int64_t start = node.attrs.get_int("start", 0);
+        std::int64_t end = node.attrs.get_int("end", rank);
+        if (start < 0) start += rank;
+        if (end < 0) end += rank;
+        start = std::clamp<std::int64_t>(start, 0, rank);
+        end = std::clamp<std::int64_t>(end, 0, rank);
+        std::vector<std::int64_t> dims;
+        for (std::int64_t i = start; i < end; ++i) dims.push_back(sizes[i]);
+        t = int64_vector(dims, false);
+      }
+      g.types[node.outputs[0]] = type_of_tensor(t);
+      g.initializers[node.outputs[0]] = t;
+      ++folded;
+      continue;
+    }
+    (void)is_graph_output;
+    // Types through the lowering.
+    const Lowered lowered = lower_node(node, opset, types, constants);
+    if (lowered.kind == Lowered::Kind::kView && types[0] && !node.outputs.empty()) {
+      ValueType vt;
+      vt.dtype = types[0]->dtype;
+      vt.has_shape = true;
+      for (auto d : lowered.view_shape) vt.shape.emplace_back(d);
+      g.types[node.outputs[0]] = vt;
+    } else if (lowered.kind == Lowered::Kind::kRegistry && registry.find_schema(lowered.op) != nullptr) {
+      OpDescriptor desc;
+      desc.op = lowered.op;
+      desc.attrs = lowered.attrs;
+      bool known = true;
+      for (int idx : lowered.inputs) {
+        if (idx < 0) {
+          desc.inputs.emplace_back();
+          continue;
+        }
+        const ValueType* vt = types[idx];
+        if (!vt || !vt->fully_known()) {
+          known = false;
+          break;
+        }
+        desc.inputs.push_back(TensorDesc::contiguous(vt->sizes(), vt->dtype, Device::cpu()));
+      }
+      if (known) {
+        try {
+          registry.infer(desc);
+          for (std::size_t o = 0; o < desc.outputs.size() && o < node.outputs.size(); ++o) {
+            if (node.outputs[o].empty()) continue;
+            ValueType vt;
+            vt.dtype = desc.outputs[o].dtype;
+            vt.has_shape = true;
+            for (auto d : desc.outputs[o].shape) vt.shape.emplace_back(d);
+            g.types[node.outputs[o]] = vt;
+          }
+        } catch (const XpuRuntimeError&) {
+          // The registry op does not take these inputs: the node runs in the reference library (the plan says
+          // why) and its output types stay as declared.
+        }
+      }
+    }
+    kept.push_back(std::move(node));
+  }
+  g.nodes = std::move(kept);
+  return folded;
+}
+
+int eliminate_dead_nodes(Graph& g) {
+  std::unordered_set<std::string> live(g.outputs.begin(), g.outputs.end());
+  std::vector<bool> keep(g.nodes.size(), false);
+  for (std::size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    for (const auto& out : n.outputs) keep[i] = keep[i] || (!out.empty() && live.count(out));
+    if (!keep[i]) continue;
+    for (const auto& in : n.inputs) live.insert(in);
+    std::function<void(const Graph&)> scan = [&](const Graph& sub) {
+      for (const Node& sn : sub.nodes) {
+        for (const auto& in : sn.inputs) live.insert(in);
+        for (const auto& [name, s2] : sn.graph_attrs) scan(*s2);
+      }
+      for (const auto& out : sub.outputs) live.insert(out);
+    };
+    for (const auto& [name, sub] : n.graph_attrs) scan(*sub);
+  }
+  std::vector<Node> kept;
+  int removed = 0;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (keep[i]) kept.push_back(std::move(g.nodes[i]));
+    else ++removed;
+  }
+  g.nodes = std::move(kept);
+  for (auto it = g.initializers.begin(); it != g.initializers.end();) {
+    if (!live.count(it->first)) it = g.initializers.erase(it);
+    else ++it;
+  }
+  return removed;
+}
+
+std::vector<std::string> optimize(Graph& g, const InferOptions& options, const std::set<std::string>& disabled) {
+  std::vector<std::string> notes;
+  InferOptions infer = options;
+  if (disabled.count("constant_folding")) infer.fold_constants = false;
+  const int folded = infer_types(g, infer);
+  if (folded) notes.push_back(detail::str_cat("constant_folding: ", folded, " node(s) folded"));
+  if (!disabled.count("dead_node_elimination")) {
+    const int removed = eliminate_dead_nodes(g);
+    if (removed) notes.push_back(detail::str_cat("dead_node_elimination: ", removed, " node(s) removed"));
+  }
+  return notes;
+}
+
+}  // namespace xpuruntime::runtime

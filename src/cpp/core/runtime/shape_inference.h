@@ -1,0 +1,34 @@
+// Shape inference, constant folding and the optimization pipeline of the native engine. Internal header.
+//
+// infer_types walks the graph in topological order and, for each node: folds it when every input is a constant
+// (evaluated with the ONNX reference library; random ops are never folded), folds Shape/Size of values whose
+// shape is known, and otherwise infers its outputs' types through its lowering (the registry op's shape
+// inference, or the view's shape). Nodes run by the reference library keep the types the model declared
+// (value_info), if any.
+#pragma once
+
+#include <cstddef>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/graph.h"
+#include "xpuruntime/kernel_registry.h"
+
+namespace xpuruntime::runtime {
+
+struct InferOptions {
+  bool fold_constants = true;
+  const KernelRegistry* registry = nullptr;  // default: KernelRegistry::global()
+  std::size_t max_folded_bytes = 64u << 20;  // a folded output larger than this stays a node
+};
+
+// Returns the number of nodes folded.
+int infer_types(Graph& g, const InferOptions& options);
+// Removes nodes whose outputs nobody reads; returns how many.
+int eliminate_dead_nodes(Graph& g);
+// The whole pipeline: infer/fold, the graph passes (passes not in `disabled`), dead-node elimination. Returns one
+// note per pass that changed something ("constant_folding: 12 nodes folded", ...).
+std::vector<std::string> optimize(Graph& g, const InferOptions& options, const std::set<std::string>& disabled);
+
+}  // namespace xpuruntime::runtime

@@ -1,0 +1,134 @@
+// CapturePlan: the fixed execution strategy of a Graph for one set of input shapes (runtime_graph_capture.md
+// section 2): the graph specialised to those shapes and optimized (constants folded, nodes fused), each node's
+// kernel chosen by the Dispatcher under the session's policies, the launch order, and the memory plan (every
+// intermediate's lifetime known, one arena with offsets reused across non-overlapping lifetimes).
+//
+//   auto plan = CapturePlan::build(graph, {{1, 3, 224, 224}}, options);
+//   std::cout << plan->memory().str();          // peak bytes, before anything runs
+//   GraphExec exec(plan);                        // graph_exec.h
+//
+// Note [Static and dynamic steps]
+// A step is static when its input shapes are known at build time (every step of ordinary CNN/transformer
+// exports once shapes are folded): its output descriptors, kernel plan and arena slot are fixed. A step that
+// follows a reference-library node whose output shape depends on values (NonZero, a shape computed at run
+// time, ...) is dynamic: it is dispatched when it runs (the Dispatcher caches per signature) and its outputs are
+// allocated then. Dynamic and reference steps run on the CPU only; a plan on CUDA has neither, and only a plan
+// made of kernel and view steps can be captured into a CUDA graph.
+//
+// Ownership: a plan is immutable once built and shared (std::shared_ptr) by the GraphExecs that run it; it owns
+// its constants (on the plan's device). Thread-safety: const methods are safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/device.h"
+#include "xpuruntime/dispatcher.h"
+#include "xpuruntime/export.h"
+#include "xpuruntime/graph.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+
+struct XPURT_API PlanValue {
+  enum class Kind { kInput, kConstant, kIntermediate };
+  std::string name;
+  Kind kind = Kind::kIntermediate;
+  ValueType type;             // fully known for static values
+  bool is_output = false;     // a graph output
+  int view_of = -1;           // the value whose bytes this one shares (a view step's output), else -1
+  bool planned = false;       // has an arena slot
+  std::size_t offset = 0;     // in the arena (planned values)
+  std::size_t bytes = 0;
+  int first_step = -1;        // the step that produces it (-1: before the first step)
+  int last_step = -1;         // the last step that reads it (outputs: the number of steps)
+  Tensor constant;            // kConstant: the value on the plan's device
+};
+
+struct XPURT_API PlanStep {
+  enum class Kind {
+    kKernel,     // a registry op run by the kernel the Dispatcher chose
+    kView,       // output = input 0 reshaped (no kernel, no copy)
+    kReference,  // the ONNX reference library (CPU)
+  };
+  Kind kind = Kind::kKernel;
+  std::string node;       // node name
+  std::string op_type;    // ONNX op type (com.xpuruntime ones prefixed: "xpuruntime:FusedConv")
+  std::vector<int> inputs;   // value ids (-1 = absent optional)
+  std::vector<int> outputs;  // value ids (-1 = unused optional output)
+  // kKernel
+  std::string op;                            // registry op
+  Attributes attrs;
+  bool dynamic = false;                      // Note [Static and dynamic steps]
+  OpDescriptor desc;                         // static steps
+  std::shared_ptr<const Dispatch> dispatch;  // static steps: kernel, plan and the Dispatcher's decision
+  // kReference
+  std::shared_ptr<const Node> reference_node;
+  std::int64_t opset = 0;
+  std::string reason;  // kReference: why the node is not lowered onto a registry op
+};
+
+struct XPURT_API MemoryPlan {
+  std::size_t arena_bytes = 0;       // the arena (planned inputs, intermediates and outputs), offsets reused
+  std::size_t unshared_bytes = 0;    // what the planned values would take without reuse
+  std::size_t workspace_bytes = 0;   // kernel workspace, one region shared by the (sequential) steps
+  std::size_t constant_bytes = 0;    // weights and other constants on the device
+  std::size_t planned_values = 0;
+  std::size_t dynamic_values = 0;    // values allocated at run time (dynamic and reference steps)
+  std::size_t peak_bytes() const { return arena_bytes + workspace_bytes + constant_bytes; }
+  std::string str() const;    // "peak 102.4 MiB = arena 12.3 MiB (reuse saves 80%) + workspace ... + constants ..."
+  std::string to_json() const;
+};
+
+struct XPURT_API PlanOptions {
+  Device device;                          // default: cpu
+  std::shared_ptr<Dispatcher> dispatcher; // required: chooses kernels under the session's policies
+  std::set<std::string> disabled_passes;  // graph passes turned off by name
+  bool fold_constants = true;             // constant folding and shape folding (also needed for CUDA)
+  DType compute_float = DType::kFloat32;  // float32 models run in float16/bfloat16 when set to those
+};
+
+class XPURT_API CapturePlan {
+ public:
+  // Specialises `graph` to `input_shapes` (one per graph input, in order), optimizes it, lowers every node and
+  // plans memory. InvalidArgumentError when a shape does not fit the model's declared input; on CUDA,
+  // UnsupportedOperationError listing every node that cannot run there.
+  static std::shared_ptr<const CapturePlan> build(const Graph& graph,
+                                                  const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                                  const PlanOptions& options);
+
+  const Graph& graph() const { return graph_; }  // the optimized, specialised graph
+  const std::vector<PlanStep>& steps() const { return steps_; }
+  const std::vector<PlanValue>& values() const { return values_; }
+  const std::vector<int>& inputs() const { return inputs_; }    // value ids of the graph inputs
+  const std::vector<int>& outputs() const { return outputs_; }  // value ids of the graph outputs
+  const MemoryPlan& memory() const { return memory_; }
+  Device device() const { return device_; }
+  DType compute_float() const { return compute_float_; }
+  // Whether every step is a static kernel or view step on a CUDA device (a CUDA graph can replay the plan);
+  // else why not.
+  bool capturable(std::string* why = nullptr) const;
+  const std::vector<std::string>& pass_notes() const { return pass_notes_; }
+  // The dispatcher that chose the kernels (dynamic steps dispatch through it when they run).
+  const std::shared_ptr<Dispatcher>& dispatcher() const { return dispatcher_; }
+  std::string str() const;  // the steps, one per line, with kernels and slots
+
+ private:
+  CapturePlan() = default;
+  Graph graph_;
+  std::vector<PlanStep> steps_;
+  std::vector<PlanValue> values_;
+  std::vector<int> inputs_;
+  std::vector<int> outputs_;
+  MemoryPlan memory_;
+  Device device_;
+  DType compute_float_ = DType::kFloat32;
+  std::vector<std::string> pass_notes_;
+  std::shared_ptr<Dispatcher> dispatcher_;
+};
+
+}  // namespace xpuruntime

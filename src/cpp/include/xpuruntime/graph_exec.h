@@ -1,0 +1,61 @@
+// GraphExec: runs a CapturePlan (runtime_graph_capture.md section 3). It owns the plan's arena on the device
+// and, on CUDA, a stream and (when the plan is capturable and CUDA graphs are on) the instantiated CUDA graph:
+// the first run executes the steps eagerly (warm-up: lazy library initialisation happens outside capture), the
+// second captures them, every later run copies the inputs into their fixed arena slots and replays.
+//
+//   GraphExec exec(plan, {.use_cuda_graph = true});
+//   std::vector<Tensor> outputs = exec.run({x});   // inputs in the plan's input order
+//
+// Outputs are new tensors owned by the caller (copied out of the arena: the next run overwrites it).
+// Ownership: a GraphExec shares its plan. Thread-safety: one run at a time per GraphExec (the arena is reused);
+// sessions keep a pool of them to serve concurrent runs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "xpuruntime/capture_plan.h"
+#include "xpuruntime/export.h"
+#include "xpuruntime/stream_manager.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+
+struct XPURT_API GraphExecOptions {
+  bool use_cuda_graph = true;  // capture and replay when the plan is capturable (ignored on the CPU)
+};
+
+class XPURT_API GraphExec {
+ public:
+  explicit GraphExec(std::shared_ptr<const CapturePlan> plan, GraphExecOptions options = {});
+  ~GraphExec();
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+
+  // Runs the plan. `inputs`: one tensor per plan input, with the plan's shapes and dtypes, on any device (copied
+  // when not on the plan's device). Returns when the outputs are ready.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+
+  const CapturePlan& plan() const { return *plan_; }
+  bool graph_captured() const;       // a CUDA graph is instantiated and replayed
+  std::int64_t runs() const { return runs_; }
+  std::int64_t replays() const { return replays_; }
+
+ private:
+  void bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tensor>& values);
+  void execute_steps(std::vector<Tensor>& values, const StreamView& stream);
+  std::vector<Tensor> collect_outputs(const std::vector<Tensor>& values, const StreamView& stream);
+
+  std::shared_ptr<const CapturePlan> plan_;
+  GraphExecOptions options_;
+  Tensor arena_;
+  Tensor workspace_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<CudaGraph> graph_;
+  std::vector<Tensor> slots_;  // planned values as views into the arena (undefined for others)
+  std::int64_t runs_ = 0;
+  std::int64_t replays_ = 0;
+};
+
+}  // namespace xpuruntime

@@ -1,0 +1,1107 @@
+// The native engine's graph passes (src/cpp/core/runtime/passes.h) on hand-built graphs: each pass rewrites what it
+// should, leaves alone what it should not (non-constant weights, a reader outside the pattern, a wrong axis...),
+// and preserves the numerics: every graph is evaluated before and after with a small reference interpreter (ONNX
+// nodes through onnx_ref::run_node, the com.xpuruntime nodes through their registry ops on the CPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../src/cpp/core/runtime/onnx_cpu_ops.h"
+#include "../../src/cpp/core/runtime/passes.h"
+#include "test_utils.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/graph.h"
+#include "xpuruntime/onnx_import.h"
+#include "xpuruntime/ops.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+using Values = std::vector<float>;
+using Feeds = std::map<std::string, Tensor>;
+
+std::int64_t I(std::int64_t v) { return v; }
+
+Tensor make(const Shape& shape, const Values& values) {
+  Tensor t = Tensor::empty(shape, DType::kFloat32);
+  EXPECT_EQ(static_cast<std::size_t>(t.numel()), values.size());
+  std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+Tensor make_i64(const Shape& shape, const std::vector<std::int64_t>& values) {
+  Tensor t = Tensor::empty(shape, DType::kInt64);
+  std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
+  return t;
+}
+
+Tensor scalar(float v) { return make({}, {v}); }
+
+Tensor random(const Shape& shape, unsigned seed, float low = -1.0f, float high = 1.0f) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(low, high);
+  Values v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = dist(gen);
+  return make(shape, v);
+}
+
+Values values(const Tensor& t) {
+  Values v(static_cast<std::size_t>(t.numel()));
+  if (t.dtype() == DType::kFloat32) std::memcpy(v.data(), t.contiguous().data_ptr(), v.size() * sizeof(float));
+  return v;
+}
+
+ValueType type(const std::vector<Dim>& shape, DType dtype = DType::kFloat32) {
+  ValueType vt;
+  vt.dtype = dtype;
+  vt.has_shape = true;
+  vt.shape = shape;
+  return vt;
+}
+
+Node node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
+          Attributes attrs = {}, const std::string& name = "") {
+  Node n;
+  n.op_type = op;
+  n.name = name.empty() ? op + "_" + outputs.at(0) : name;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+// A graph under construction: inputs and constants with their types.
+struct Builder {
+  Graph g;
+  Builder() { g.opsets[""] = 17; }
+  Builder& input(const std::string& name, const std::vector<Dim>& shape) {
+    g.inputs.push_back(name);
+    g.types[name] = type(shape);
+    return *this;
+  }
+  Builder& constant(const std::string& name, const Tensor& t) {
+    g.initializers[name] = t;
+    return *this;
+  }
+  Builder& add(Node n) {
+    g.nodes.push_back(std::move(n));
+    return *this;
+  }
+  Builder& typed(const std::string& value, const std::vector<Dim>& shape) {
+    g.types[value] = type(shape);
+    return *this;
+  }
+  Graph build(std::vector<std::string> outputs) {
+    g.outputs = std::move(outputs);
+    g.validate();
+    return g;
+  }
+};
+
+std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
+  auto input = [&](std::size_t i) { return i < in.size() ? in[i] : Tensor(); };
+  Attributes a;
+  if (n.op_type == "FusedConv") {
+    a.set("strides", n.attrs.get_ints("strides", {1, 1}))
+        .set("pads", n.attrs.get_ints("pads", {0, 0, 0, 0}))
+        .set("dilations", n.attrs.get_ints("dilations", {1, 1}))
+        .set("groups", n.attrs.get_int("group", 1))
+        .set("activation", n.attrs.get_string("activation", "none"));
+    return ops::call("conv2d", {input(0), input(1), input(2), input(3)}, a);
+  }
+  if (n.op_type == "Linear") {
+    a.set("weight_layout", n.attrs.get_string("weight_layout", "nk"))
+        .set("activation", n.attrs.get_string("activation", "none"));
+    return ops::call("linear", {input(0), input(1), input(2)}, a);
+  }
+  if (n.op_type == "Gelu") {
+    return {ops::gelu(input(0), n.attrs.get_string("approximate", "none"))};
+  }
+  if (n.op_type == "LayerNormalization") {
+    return {
+        ops::layer_norm(input(0), input(1), input(2), n.attrs.get_int("axis", -1), n.attrs.get_float("epsilon", 1e-5))};
+  }
+  if (n.op_type == "Attention") {
+    return {ops::attention(input(0), input(1), input(2), input(3), n.attrs.get_int("causal", 0) != 0,
+                           n.attrs.get_float("scale", 0.0))};
+  }
+  ADD_FAILURE() << "unknown fused node " << n.str();
+  return {};
+}
+
+// The com.xpuruntime nodes as the ONNX reference library runs them (passes::register_fused_ops).
+std::vector<Tensor> run_fused_in_library(const Node& n, const std::vector<Tensor>& in) {
+  static const onnx_ref::Library* lib = [] {
+    auto* l = new onnx_ref::Library();
+    passes::register_fused_ops(*l);
+    return l;
+  }();
+  const onnx_ref::OpFn* fn = lib->find(n.domain, n.op_type);
+  if (fn == nullptr) {
+    ADD_FAILURE() << "register_fused_ops has no " << n.op_type;
+    return {};
+  }
+  onnx_ref::OpContext ctx(n, 1, in);
+  (*fn)(ctx);
+  return std::move(ctx.outputs());
+}
+
+// The reference interpreter: every node in order. `types` (optional) receives the type of every value computed;
+// `library_fused`: the com.xpuruntime nodes run through register_fused_ops instead of the test's own mapping.
+std::vector<Tensor> run_graph(const Graph& g, const Feeds& feeds, std::map<std::string, ValueType>* types = nullptr,
+                              bool library_fused = false) {
+  std::map<std::string, Tensor> env = g.initializers;
+  for (const auto& [name, t] : feeds) env[name] = t;
+  for (const Node& n : g.nodes) {
+    std::vector<Tensor> in;
+    for (const auto& name : n.inputs) in.push_back(name.empty() ? Tensor() : env.at(name));
+    std::vector<Tensor> out = n.domain != kXpurtDomain
+                                  ? onnx_ref::run_node(n, g.opset(n.domain), in)
+                                  : (library_fused ? run_fused_in_library(n, in) : run_fused(n, in));
+    for (std::size_t k = 0; k < n.outputs.size() && k < out.size(); ++k) {
+      if (n.outputs[k].empty() || !out[k].defined()) continue;
+      env[n.outputs[k]] = out[k];
+      if (types) {
+        std::vector<Dim> dims(out[k].shape().begin(), out[k].shape().end());
+        (*types)[n.outputs[k]] = type(dims, out[k].dtype());
+      }
+    }
+  }
+  std::vector<Tensor> outputs;
+  for (const auto& name : g.outputs) outputs.push_back(env.at(name));
+  return outputs;
+}
+
+void expect_close(const std::vector<Tensor>& expected, const std::vector<Tensor>& actual, double rtol = 1e-4,
+                  double atol = 1e-5) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(expected[i].shape(), actual[i].shape()) << "output " << i;
+    ASSERT_EQ(expected[i].dtype(), actual[i].dtype()) << "output " << i;
+    const Values e = values(expected[i]), a = values(actual[i]);
+    for (std::size_t k = 0; k < e.size(); ++k) {
+      ASSERT_NEAR(a[k], e[k], atol + rtol * std::fabs(e[k])) << "output " << i << " element " << k;
+    }
+  }
+}
+
+int count(const Graph& g, const std::string& op_type) {
+  int c = 0;
+  for (const Node& n : g.nodes) c += n.op_type == op_type ? 1 : 0;
+  return c;
+}
+
+const Node* find(const Graph& g, const std::string& op_type) {
+  for (const Node& n : g.nodes) {
+    if (n.op_type == op_type) return &n;
+  }
+  return nullptr;
+}
+
+// Runs one pass on a copy of `g` and checks the outputs are unchanged on `feeds`; returns the rewritten graph.
+Graph run_pass(const Graph& g, passes::PassResult (*pass)(Graph&, const passes::PassContext&), const Feeds& feeds,
+               int* rewrites = nullptr, const passes::PassContext& ctx = {}) {
+  Graph rewritten = g;
+  const passes::PassResult r = pass(rewritten, ctx);
+  if (rewrites) *rewrites = r.rewrites;
+  rewritten.validate();
+  EXPECT_EQ(rewritten.inputs, g.inputs);
+  EXPECT_EQ(rewritten.outputs, g.outputs);
+  expect_close(run_graph(g, feeds), run_graph(rewritten, feeds));
+  return rewritten;
+}
+
+// ---- the pass list ----
+
+TEST(GraphPasses, ListAndUnknownNames) {
+  std::vector<std::string> names;
+  for (const auto& p : passes::all_passes()) {
+    names.push_back(p.name);
+    EXPECT_FALSE(p.doc.empty()) << p.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
+                                             "dead_node_elimination", "conv_bn_folding", "gelu_fusion",
+                                             "layer_norm_fusion", "attention_fusion", "gemm_fusion", "conv_fusion"}));
+  Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
+  XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
+                          "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "
+                          "shape_folding");
+}
+
+TEST(GraphPasses, RunPassesHonoursDisabledAndCallsInferTypes) {
+  Builder b;
+  b.input("x", {2, 4}).constant("w", random({4, 3}, 1)).constant("bias", random({3}, 2));
+  b.add(node("MatMul", {"x", "w"}, {"m"})).add(node("Add", {"m", "bias"}, {"y"}));
+  Graph g = b.typed("m", {2, 3}).typed("y", {2, 3}).build({"y"});
+  Graph off = g;
+  auto results = passes::run_passes(off, {}, {"gemm_fusion"});
+  for (const auto& r : results) EXPECT_NE(r.pass, "gemm_fusion");
+  EXPECT_EQ(count(off, "MatMul"), 1);
+  int calls = 0;
+  passes::PassContext ctx;
+  ctx.infer_types = [&](Graph&) { ++calls; };
+  Graph on = g;
+  results = passes::run_passes(on, ctx);
+  EXPECT_EQ(count(on, "Linear"), 1);
+  EXPECT_EQ(calls, 1);  // only gemm_fusion rewrote something
+  const Feeds feeds = {{"x", random({2, 4}, 3)}};
+  expect_close(run_graph(g, feeds), run_graph(on, feeds));
+}
+
+// ---- constant_folding ----
+
+TEST(ConstantFolding, FoldsConstantChainsKeepsOutputNamesAndSkipsRandomAndBigOutputs) {
+  Builder b;
+  b.input("x", {2, 3}).constant("a", random({2, 3}, 4)).constant("c", scalar(2.0f));
+  b.add(node("Mul", {"a", "c"}, {"ac"})).add(node("Exp", {"ac"}, {"e"})).add(node("Add", {"x", "e"}, {"y"}));
+  b.add(node("Neg", {"a"}, {"const_out"}));
+  b.add(node("RandomNormal", {}, {"noise"}, Attributes().set("shape", std::vector<std::int64_t>{2, 3})));
+  b.add(node("Mul", {"noise", "c"}, {"noise2"}));
+  Graph g = b.build({"y", "const_out", "noise2"});
+  Graph folded = g;
+  auto r = passes::constant_folding(folded, {});
+  EXPECT_EQ(r.rewrites, 3);  // Mul, Exp, Neg
+  EXPECT_EQ(count(folded, "Exp"), 0);
+  EXPECT_EQ(count(folded, "RandomNormal"), 1);
+  EXPECT_EQ(count(folded, "Mul"), 1);  // the one reading the random tensor
+  EXPECT_TRUE(folded.is_constant("const_out"));
+  EXPECT_EQ(folded.outputs, g.outputs);
+  const Feeds feeds = {{"x", random({2, 3}, 5)}};
+  auto before = run_graph(g, feeds), after = run_graph(folded, feeds);
+  before.pop_back();  // the random output differs run to run
+  after.pop_back();
+  expect_close(before, after);
+
+  passes::PassContext small;
+  small.max_folded_bytes = 8;  // 2x3 floats are 24 bytes
+  Graph kept = g;
+  r = passes::constant_folding(kept, small);
+  EXPECT_EQ(r.rewrites, 0);
+  EXPECT_EQ(count(kept, "Exp"), 1);
+}
+
+TEST(ConstantFolding, PredictsExpandingOutputsBeforeRunningThem) {
+  Builder b;
+  b.input("x", {2});
+  b.constant("huge", make_i64({3}, {100000, 100000, 100000})).constant("small", make_i64({2}, {4, 2}));
+  b.constant("start", make_i64({}, {0}))
+      .constant("limit", make_i64({}, {1000000000}))
+      .constant("step", make_i64({}, {1}));
+  b.add(node("ConstantOfShape", {"huge"}, {"big"}));
+  b.add(node("ConstantOfShape", {"small"}, {"fine"}));
+  b.add(node("Range", {"start", "limit", "step"}, {"r"}));
+  b.add(node("Expand", {"fine", "huge"}, {"e"}));
+  Graph g = b.build({"big", "fine", "r", "e"});
+  auto r = passes::constant_folding(g, {});
+  EXPECT_EQ(r.rewrites, 1);  // only the 4x2 ConstantOfShape
+  EXPECT_TRUE(g.is_constant("fine"));
+  EXPECT_EQ(g.nodes.size(), 3u);
+  int predicted = 0;  // kept without being run
+  for (const auto& note : r.notes) predicted += note.find("exceed max_folded_bytes") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(predicted, 3);
+}
+
+TEST(ConstantFolding, OverridableInitializersAreNotConstants) {
+  Builder b;
+  b.input("a", {2}).constant("a", make({2}, {1, 2})).constant("c", make({2}, {3, 4}));
+  b.add(node("Add", {"a", "c"}, {"y"}));
+  Graph g = b.build({"y"});
+  EXPECT_EQ(passes::constant_folding(g, {}).rewrites, 0);
+  EXPECT_EQ(count(g, "Add"), 1);
+}
+
+// ---- shape_folding ----
+
+TEST(ShapeFolding, FoldsShapeChainsToAFixedPoint) {
+  Builder b;
+  b.input("x", {2, 3, 4}).constant("idx", make_i64({1}, {0})).constant("minus1", make_i64({1}, {-1}));
+  b.add(node("Shape", {"x"}, {"s"}));
+  b.add(node("Gather", {"s", "idx"}, {"batch"}, Attributes().set("axis", I(0))));
+  b.add(node("Concat", {"batch", "minus1"}, {"target"}, Attributes().set("axis", I(0))));
+  b.add(node("Reshape", {"x", "target"}, {"flat"}));
+  b.add(node("Size", {"x"}, {"n"}));
+  Graph g = b.typed("flat", {2, 12}).build({"flat", "n"});
+  int rewrites = 0;
+  Graph folded = run_pass(g, passes::shape_folding, {{"x", random({2, 3, 4}, 6)}}, &rewrites);
+  EXPECT_EQ(rewrites, 4);  // Shape, Size, then Gather and Concat
+  EXPECT_EQ(folded.nodes.size(), 1u);
+  const Node* reshape = find(folded, "Reshape");
+  ASSERT_NE(reshape, nullptr);
+  ASSERT_TRUE(folded.is_constant(reshape->inputs[1]));
+  const Tensor& target = folded.initializers.at(reshape->inputs[1]);
+  EXPECT_EQ(std::vector<std::int64_t>(static_cast<const std::int64_t*>(target.data_ptr()),
+                                      static_cast<const std::int64_t*>(target.data_ptr()) + 2),
+            (std::vector<std::int64_t>{2, -1}));
+}
+
+TEST(ShapeFolding, NeedsKnownDimsAndHonoursStartEnd) {
+  Builder b;
+  b.input("x", {Dim(std::string("batch")), 3, 4});
+  b.add(node("Shape", {"x"}, {"all"}));
+  b.add(node("Shape", {"x"}, {"tail"}, Attributes().set("start", I(1))));
+  b.add(node("Size", {"x"}, {"n"}));
+  Graph g = b.build({"all", "tail", "n"});
+  g.opsets[""] = 15;
+  auto r = passes::shape_folding(g, {});
+  EXPECT_EQ(r.rewrites, 1);
+  EXPECT_EQ(count(g, "Shape"), 1);
+  EXPECT_EQ(count(g, "Size"), 1);
+  ASSERT_TRUE(g.is_constant("tail"));
+  EXPECT_EQ(g.initializers.at("tail").shape(), (Shape{2}));
+  EXPECT_EQ(static_cast<const std::int64_t*>(g.initializers.at("tail").data_ptr())[1], 4);
+}
+
+// ---- identity_elimination ----
+
+TEST(IdentityElimination, RemovesNoOpsAndRewiresReaders) {
+  Builder b;
+  b.input("x", {2, 3}).constant("same", make_i64({2}, {2, 3})).constant("other", make_i64({2}, {3, 2}));
+  b.add(node("Relu", {"x"}, {"r"}));
+  b.add(node("Identity", {"r"}, {"i1"}));
+  b.add(node("Dropout", {"i1"}, {"d", ""}));
+  b.add(node("Cast", {"d"}, {"c"}, Attributes().set("to", I(1))));  // float -> float
+  b.add(node("Reshape", {"c", "same"}, {"rs"}));
+  b.add(node("Cast", {"rs"}, {"c64"}, Attributes().set("to", I(11))));  // float -> double: kept
+  b.add(node("Reshape", {"rs", "other"}, {"t"}));                       // another shape: kept
+  b.add(node("Neg", {"t"}, {"n"}));
+  b.add(node("Identity", {"n"}, {"y"}));            // produces a graph output
+  b.add(node("Identity", {"x"}, {"passthrough"}));  // graph input -> graph output
+  b.typed("r", {2, 3}).typed("i1", {2, 3}).typed("d", {2, 3}).typed("c", {2, 3}).typed("rs", {2, 3});
+  Graph g = b.build({"y", "passthrough", "c64"});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::identity_elimination, {{"x", random({2, 3}, 7)}}, &rewrites);
+  EXPECT_EQ(rewrites, 5);
+  EXPECT_EQ(count(out, "Identity"), 1);  // the passthrough
+  EXPECT_EQ(count(out, "Dropout"), 0);
+  EXPECT_EQ(count(out, "Cast"), 1);
+  EXPECT_EQ(count(out, "Reshape"), 1);
+  EXPECT_EQ(find(out, "Neg")->outputs[0], "y");  // renamed to the graph output
+  EXPECT_EQ(find(out, "Cast")->inputs[0], "r");
+}
+
+TEST(IdentityElimination, ReshapeAttributeFormBeforeOpset5) {
+  Builder b;
+  b.g.opsets[""] = 4;
+  b.input("x", {2, 3});
+  b.add(node("Reshape", {"x"}, {"same"}, Attributes().set("shape", std::vector<std::int64_t>{0, -1})));
+  b.add(node("Reshape", {"same"}, {"other"}, Attributes().set("shape", std::vector<std::int64_t>{3, 0})));
+  b.add(node("Neg", {"other"}, {"y"}));
+  Graph g = b.build({"y"});
+  EXPECT_EQ(passes::identity_elimination(g, {}).rewrites, 1);
+  EXPECT_EQ(count(g, "Reshape"), 1);
+  EXPECT_EQ(find(g, "Reshape")->inputs[0], "x");
+}
+
+TEST(IdentityElimination, KeepsDropoutWhoseMaskIsReadOrInTrainingMode) {
+  Builder b;
+  b.input("x", {4}).input("training", {}).constant("ratio", scalar(0.0f));
+  b.g.types["training"].dtype = DType::kBool;
+  b.add(node("Dropout", {"x"}, {"d", "mask"}));
+  b.add(node("Not", {"mask"}, {"nm"}));
+  b.add(node("Dropout", {"x", "ratio", "training"}, {"d2"}));
+  Graph g = b.build({"d", "nm", "d2"});
+  EXPECT_EQ(passes::identity_elimination(g, {}).rewrites, 0);
+  EXPECT_EQ(count(g, "Dropout"), 2);
+
+  Builder inference;  // training_mode a constant false: a no-op
+  Tensor no = Tensor::empty({}, DType::kBool);
+  *static_cast<bool*>(no.data_ptr()) = false;
+  inference.input("x", {4}).constant("ratio", scalar(0.5f)).constant("no", no);
+  inference.add(node("Dropout", {"x", "ratio", "no"}, {"d", ""})).add(node("Neg", {"d"}, {"y"}));
+  Graph gi = inference.build({"y"});
+  EXPECT_EQ(passes::identity_elimination(gi, {}).rewrites, 1);
+  EXPECT_EQ(count(gi, "Dropout"), 0);
+}
+
+// ---- dead_node_elimination ----
+
+TEST(DeadNodeElimination, RemovesUnreadNodesAndConstants) {
+  Builder b;
+  b.input("x", {3}).constant("unused", make({1}, {1})).constant("k", make({3}, {1, 2, 3}));
+  b.add(node("Add", {"x", "k"}, {"y"}));
+  b.add(node("Exp", {"x"}, {"dead1"}));
+  b.add(node("Neg", {"dead1"}, {"dead2"}));
+  Graph g = b.build({"y"});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::dead_node_elimination, {{"x", random({3}, 8)}}, &rewrites);
+  EXPECT_EQ(rewrites, 3);
+  EXPECT_EQ(out.nodes.size(), 1u);
+  EXPECT_EQ(out.initializers.count("unused"), 0u);
+  EXPECT_EQ(out.initializers.count("k"), 1u);
+}
+
+TEST(DeadNodeElimination, KeepsValuesReadBySubgraphs) {
+  Builder b;
+  b.input("x", {3}).input("cond", {});
+  b.g.types["cond"].dtype = DType::kBool;
+  b.add(node("Exp", {"x"}, {"e"}));  // read only inside the If branches
+  auto branch = std::make_shared<Graph>();
+  branch->nodes.push_back(node("Identity", {"e"}, {"out"}));
+  branch->outputs = {"out"};
+  Node n = node("If", {"cond"}, {"y"});
+  n.graph_attrs["then_branch"] = branch;
+  n.graph_attrs["else_branch"] = branch;
+  b.add(n);
+  Graph g = b.build({"y"});
+  EXPECT_EQ(passes::dead_node_elimination(g, {}).rewrites, 0);
+  EXPECT_EQ(count(g, "Exp"), 1);
+}
+
+// ---- conv_bn_folding ----
+
+Builder conv_bn_graph(bool constant_scale) {
+  Builder b;
+  b.input("x", {1, 2, 5, 5}).constant("w", random({3, 2, 3, 3}, 9)).constant("b", random({3}, 10));
+  if (constant_scale) {
+    b.constant("scale", random({3}, 11, 0.5f, 1.5f));
+  } else {
+    b.input("scale", {3});
+  }
+  b.constant("shift", random({3}, 12)).constant("mean", random({3}, 13)).constant("var", random({3}, 14, 0.5f, 2.0f));
+  b.add(node("Conv", {"x", "w", "b"}, {"c"}, Attributes().set("pads", std::vector<std::int64_t>{1, 1, 1, 1})));
+  b.add(node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"y"}, Attributes().set("epsilon", 1e-3)));
+  return b;
+}
+
+TEST(ConvBnFolding, FoldsIntoTheConvWeights) {
+  Graph g = conv_bn_graph(true).build({"y"});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::conv_bn_folding, {{"x", random({1, 2, 5, 5}, 15)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  EXPECT_EQ(count(out, "BatchNormalization"), 0);
+  ASSERT_EQ(count(out, "Conv"), 1);
+  EXPECT_EQ(find(out, "Conv")->outputs[0], "y");
+  EXPECT_EQ(out.initializers.count("w"), 0u);  // replaced by the folded weights
+  EXPECT_EQ(out.initializers.count("mean"), 0u);
+}
+
+TEST(ConvBnFolding, NotWithNonConstantParametersOrASharedConvOutput) {
+  Graph g = conv_bn_graph(false).build({"y"});
+  EXPECT_EQ(passes::conv_bn_folding(g, {}).rewrites, 0);
+  Builder b = conv_bn_graph(true);
+  b.add(node("Relu", {"c"}, {"r"}));
+  Graph shared = b.build({"y", "r"});
+  EXPECT_EQ(passes::conv_bn_folding(shared, {}).rewrites, 0);
+}
+
+// ---- conv_fusion ----
+
+TEST(ConvFusion, FusesBiasResidualAndRelu) {
+  Builder b;
+  b.input("x", {1, 4, 6, 6}).input("z", {1, 4, 3, 3});
+  b.constant("w", random({4, 2, 3, 3}, 16)).constant("b", random({4}, 17)).constant("cb", random({1, 4, 1, 1}, 18));
+  b.add(node(
+      "Conv", {"x", "w", "b"}, {"c"},
+      Attributes().set("strides", std::vector<std::int64_t>{2, 2}).set("group", I(2)).set("auto_pad", "SAME_UPPER")));
+  b.add(node("Add", {"cb", "c"}, {"cbias"}));
+  b.add(node("Add", {"cbias", "z"}, {"res"}));
+  b.add(node("Relu", {"res"}, {"y"}));
+  b.typed("c", {1, 4, 3, 3}).typed("cbias", {1, 4, 3, 3}).typed("res", {1, 4, 3, 3}).typed("y", {1, 4, 3, 3});
+  Graph g = b.build({"y"});
+  int rewrites = 0;
+  Graph out =
+      run_pass(g, passes::conv_fusion, {{"x", random({1, 4, 6, 6}, 19)}, {"z", random({1, 4, 3, 3}, 20)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u);
+  const Node& f = out.nodes[0];
+  EXPECT_EQ(f.domain, kXpurtDomain);
+  EXPECT_EQ(f.op_type, "FusedConv");
+  EXPECT_EQ(f.inputs.size(), 4u);
+  EXPECT_EQ(f.inputs[3], "z");
+  EXPECT_EQ(f.attrs.get_string("activation", ""), "relu");
+  EXPECT_EQ(f.attrs.get_ints("pads", {}), (std::vector<std::int64_t>{0, 0, 1, 1}));  // SAME_UPPER, 6 -> 3
+  EXPECT_EQ(f.attrs.get_int("group", 0), 2);
+  EXPECT_EQ(out.initializers.count("cb"), 0u);
+  const Feeds feeds = {{"x", random({1, 4, 6, 6}, 19)}, {"z", random({1, 4, 3, 3}, 20)}};
+  expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true));
+}
+
+TEST(ConvFusion, RespectsPatternBoundaries) {
+  // A broadcast "residual" is not one; a Relu whose input has another reader stays; a non-constant weight stays.
+  Builder b;
+  b.input("x", {1, 2, 4, 4}).input("z", {1, 1, 1, 1}).input("w2", {2, 2, 1, 1});
+  b.constant("w", random({2, 2, 1, 1}, 21));
+  b.add(node("Conv", {"x", "w"}, {"c"}));
+  b.add(node("Add", {"c", "z"}, {"a"}));
+  b.add(node("Relu", {"a"}, {"y"}));
+  b.add(node("Sigmoid", {"a"}, {"s"}));
+  b.add(node("Conv", {"x", "w2"}, {"c2"}));
+  b.typed("c", {1, 2, 4, 4}).typed("a", {1, 2, 4, 4}).typed("c2", {1, 2, 4, 4});
+  Graph g = b.build({"y", "s", "c2"});
+  Graph out =
+      run_pass(g, passes::conv_fusion,
+               {{"x", random({1, 2, 4, 4}, 22)}, {"z", random({1, 1, 1, 1}, 23)}, {"w2", random({2, 2, 1, 1}, 24)}});
+  EXPECT_EQ(count(out, "FusedConv"), 1);
+  EXPECT_EQ(count(out, "Conv"), 1);  // the one with a non-constant weight
+  EXPECT_EQ(count(out, "Add"), 1);
+  EXPECT_EQ(count(out, "Relu"), 1);
+  EXPECT_EQ(find(out, "FusedConv")->attrs.get_string("activation", ""), "none");
+}
+
+TEST(ConvFusion, SameLowerPadsAndNotForFloat64) {
+  Builder b;
+  b.input("x", {1, 1, 5, 5}).constant("w", random({2, 1, 2, 2}, 57));
+  b.add(node("Conv", {"x", "w"}, {"y"}, Attributes().set("auto_pad", "SAME_LOWER")));
+  Graph g = b.typed("y", {1, 2, 5, 5}).build({"y"});
+  Graph out = run_pass(g, passes::conv_fusion, {{"x", random({1, 1, 5, 5}, 58)}});
+  ASSERT_EQ(count(out, "FusedConv"), 1);
+  EXPECT_EQ(out.nodes[0].attrs.get_ints("pads", {}), (std::vector<std::int64_t>{1, 1, 0, 0}));
+  Graph f64 = g;
+  f64.types["x"].dtype = DType::kFloat64;
+  EXPECT_EQ(passes::conv_fusion(f64, {}).rewrites, 0);
+}
+
+// ---- gemm_fusion ----
+
+TEST(GemmFusion, MatMulBiasReluAndGemmWithAlphaBeta) {
+  Builder b;
+  b.input("x", {2, 3, 4}).input("a", {5, 4});
+  b.constant("w", random({4, 6}, 25)).constant("bias", random({6}, 26));
+  b.constant("gw", random({3, 4}, 27)).constant("gc", random({1, 3}, 28));
+  b.add(node("MatMul", {"x", "w"}, {"m"}));
+  b.add(node("Add", {"bias", "m"}, {"mb"}));
+  b.add(node("Relu", {"mb"}, {"y"}));
+  b.add(node("Gemm", {"a", "gw", "gc"}, {"g"}, Attributes().set("transB", I(1)).set("alpha", 2.0).set("beta", 0.5)));
+  b.typed("m", {2, 3, 6}).typed("mb", {2, 3, 6});
+  Graph g = b.build({"y", "g"});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::gemm_fusion, {{"x", random({2, 3, 4}, 29)}, {"a", random({5, 4}, 30)}}, &rewrites);
+  EXPECT_EQ(rewrites, 2);
+  ASSERT_EQ(count(out, "Linear"), 2);
+  EXPECT_EQ(out.nodes.size(), 2u);
+  for (const Node& n : out.nodes) {
+    if (n.outputs[0] == "y") {
+      EXPECT_EQ(n.attrs.get_string("weight_layout", ""), "kn");
+      EXPECT_EQ(n.attrs.get_string("activation", ""), "relu");
+      EXPECT_EQ(n.inputs.size(), 3u);
+    } else {
+      EXPECT_EQ(n.attrs.get_string("weight_layout", ""), "nk");
+      EXPECT_EQ(n.attrs.get_string("activation", ""), "none");
+    }
+  }
+}
+
+TEST(GemmFusion, NotWithoutConstantWeightsOrWithAFullMatrixC) {
+  Builder b;
+  b.input("x", {2, 4}).input("w", {4, 3}).constant("gw", random({4, 3}, 31)).constant("c", random({2, 3}, 32));
+  b.add(node("MatMul", {"x", "w"}, {"m"}));
+  b.add(node("Gemm", {"x", "gw", "c"}, {"g"}));
+  b.add(node("Gemm", {"x", "gw"}, {"t"}, Attributes().set("transA", I(1))));
+  Graph g = b.build({"m", "g", "t"});
+  EXPECT_EQ(passes::gemm_fusion(g, {}).rewrites, 0);
+}
+
+// ---- gelu_fusion ----
+
+// x * 0.5 * (1 + erf(x / sqrt(2))) in one of three operand orders.
+Graph erf_gelu_graph(int order, float sqrt2 = 1.4142135f) {
+  Builder b;
+  b.input("x", {2, 8}).constant("sqrt2", scalar(sqrt2)).constant("one", scalar(1.0f)).constant("half", scalar(0.5f));
+  if (order == 3) {  // x * (1 / sqrt(2))
+    b.constant("inv_sqrt2", scalar(1.0f / sqrt2));
+    b.add(node("Mul", {"inv_sqrt2", "x"}, {"d"}));
+  } else {
+    b.add(node("Div", {"x", "sqrt2"}, {"d"}));
+  }
+  b.add(node("Erf", {"d"}, {"e"})).add(node("Add", {"e", "one"}, {"t"}));
+  if (order == 0 || order == 3) {  // (x * t) * 0.5
+    b.add(node("Mul", {"x", "t"}, {"xt"})).add(node("Mul", {"xt", "half"}, {"y"}));
+  } else if (order == 1) {  // (x * 0.5) * t
+    b.add(node("Mul", {"x", "half"}, {"xh"})).add(node("Mul", {"xh", "t"}, {"y"}));
+  } else {  // (0.5 * t) * x
+    b.add(node("Mul", {"half", "t"}, {"th"})).add(node("Mul", {"th", "x"}, {"y"}));
+  }
+  return b.build({"y"});
+}
+
+TEST(GeluFusion, ErfFormInEveryOperandOrder) {
+  for (int order = 0; order < 4; ++order) {
+    int rewrites = 0;
+    Graph out = run_pass(erf_gelu_graph(order), passes::gelu_fusion, {{"x", random({2, 8}, 33, -3, 3)}}, &rewrites);
+    EXPECT_EQ(rewrites, 1) << order;
+    ASSERT_EQ(out.nodes.size(), 1u) << order;
+    EXPECT_EQ(out.nodes[0].op_type, "Gelu");
+    EXPECT_EQ(out.nodes[0].attrs.get_string("approximate", ""), "none");
+  }
+  Graph wrong = erf_gelu_graph(0, 1.7320508f);  // sqrt(3): not GELU
+  EXPECT_EQ(passes::gelu_fusion(wrong, {}).rewrites, 0);
+  // An intermediate value read outside the pattern.
+  Graph shared = erf_gelu_graph(1);
+  shared.nodes.push_back(node("Neg", {"e"}, {"ne"}));
+  shared.outputs.push_back("ne");
+  shared.validate();
+  EXPECT_EQ(passes::gelu_fusion(shared, {}).rewrites, 0);
+}
+
+TEST(GeluFusion, TanhFormAndOnnxGeluThenLinear) {
+  Builder b;
+  b.input("x", {3, 4}).constant("three", scalar(3.0f)).constant("k", scalar(0.044715f));
+  b.constant("s", scalar(0.7978845608f)).constant("one", scalar(1.0f)).constant("half", scalar(0.5f));
+  b.add(node("Pow", {"x", "three"}, {"p"})).add(node("Mul", {"k", "p"}, {"kp"})).add(node("Add", {"x", "kp"}, {"u"}));
+  b.add(node("Mul", {"u", "s"}, {"su"})).add(node("Tanh", {"su"}, {"th"})).add(node("Add", {"one", "th"}, {"t"}));
+  b.add(node("Mul", {"x", "half"}, {"xh"})).add(node("Mul", {"xh", "t"}, {"y"}));
+  // The same with x^3 as x * (x * x) on a second input.
+  b.input("x2", {3, 4});
+  b.add(node("Mul", {"x2", "x2"}, {"sq2"})).add(node("Mul", {"x2", "sq2"}, {"p2"}));
+  b.add(node("Mul", {"p2", "k"}, {"kp2"})).add(node("Add", {"kp2", "x2"}, {"u2"}));
+  b.add(node("Mul", {"s", "u2"}, {"su2"})).add(node("Tanh", {"su2"}, {"th2"})).add(node("Add", {"th2", "one"}, {"t2"}));
+  b.add(node("Mul", {"t2", "x2"}, {"xt2"})).add(node("Mul", {"half", "xt2"}, {"y2"}));
+  Graph g = b.build({"y", "y2"});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::gelu_fusion, {{"x", random({3, 4}, 34, -3, 3)}, {"x2", random({3, 4}, 56, -3, 3)}},
+                       &rewrites);
+  EXPECT_EQ(rewrites, 2);
+  ASSERT_EQ(out.nodes.size(), 2u);
+  for (const Node& n : out.nodes) EXPECT_EQ(n.attrs.get_string("approximate", ""), "tanh");
+  // Not in float64 (the registry's gelu takes 16- and 32-bit floats).
+  Graph f64 = g;
+  f64.types["x"].dtype = DType::kFloat64;
+  f64.types["x2"].dtype = DType::kFloat64;
+  EXPECT_EQ(passes::gelu_fusion(f64, {}).rewrites, 0);
+
+  Builder o;
+  o.input("x", {2, 4}).constant("w", random({4, 5}, 35));
+  o.add(node("MatMul", {"x", "w"}, {"m"})).add(node("Gelu", {"m"}, {"y"}));
+  Graph onnx_gelu = o.typed("m", {2, 5}).build({"y"});
+  onnx_gelu.opsets[""] = 20;
+  const Feeds feeds = {{"x", random({2, 4}, 36)}};
+  Graph fused = run_pass(onnx_gelu, passes::gelu_fusion, feeds);
+  EXPECT_EQ(find(fused, "Gelu")->domain, kXpurtDomain);
+  Graph linear = run_pass(fused, passes::gemm_fusion, feeds);
+  ASSERT_EQ(linear.nodes.size(), 1u);
+  EXPECT_EQ(linear.nodes[0].attrs.get_string("activation", ""), "gelu");
+}
+
+// ---- layer_norm_fusion ----
+
+Graph layer_norm_graph(std::int64_t axis, std::int64_t opset, bool pow) {
+  Builder b;
+  b.g.opsets[""] = opset;
+  b.input("x", {2, 3, 8}).constant("two", scalar(2.0f)).constant("eps", scalar(1e-5f));
+  b.constant("gamma", random({8}, 37, 0.5f, 1.5f)).constant("beta", random({8}, 38));
+  auto reduce = [&](const std::string& in, const std::string& out) {
+    if (opset >= 18) {
+      b.constant("axes", make_i64({1}, {axis}));
+      return node("ReduceMean", {in, "axes"}, {out});
+    }
+    return node("ReduceMean", {in}, {out}, Attributes().set("axes", std::vector<std::int64_t>{axis}));
+  };
+  b.add(reduce("x", "mean")).add(node("Sub", {"x", "mean"}, {"d"}));
+  b.add(pow ? node("Pow", {"d", "two"}, {"sq"}) : node("Mul", {"d", "d"}, {"sq"}));
+  b.add(reduce("sq", "var")).add(node("Add", {"var", "eps"}, {"ve"})).add(node("Sqrt", {"ve"}, {"std"}));
+  b.add(node("Div", {"d", "std"}, {"n"}))
+      .add(node("Mul", {"gamma", "n"}, {"sc"}))
+      .add(node("Add", {"sc", "beta"}, {"y"}));
+  return b.build({"y"});
+}
+
+TEST(LayerNormFusion, FormulaOverTheLastAxisBothOpsetForms) {
+  for (auto [axis, opset, pow] : {std::tuple<std::int64_t, std::int64_t, bool>{-1, 17, true}, {2, 18, false}}) {
+    int rewrites = 0;
+    Graph out = run_pass(layer_norm_graph(axis, opset, pow), passes::layer_norm_fusion, {{"x", random({2, 3, 8}, 39)}},
+                         &rewrites);
+    EXPECT_EQ(rewrites, 1);
+    ASSERT_EQ(out.nodes.size(), 1u);
+    const Node& n = out.nodes[0];
+    EXPECT_EQ(n.domain, kXpurtDomain);
+    EXPECT_EQ(n.inputs, (std::vector<std::string>{"x", "gamma", "beta"}));
+    EXPECT_NEAR(n.attrs.get_float("epsilon", 0), 1e-5, 1e-9);
+  }
+  Graph wrong_axis = layer_norm_graph(1, 17, true);
+  EXPECT_EQ(passes::layer_norm_fusion(wrong_axis, {}).rewrites, 0);
+}
+
+TEST(LayerNormFusion, ScaleWithLeadingOnesIsReshapedAndABroadcastingScaleIsNotAScale) {
+  Graph g = layer_norm_graph(-1, 17, true);
+  g.initializers["gamma"] = random({1, 1, 8}, 59, 0.5f, 1.5f);
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::layer_norm_fusion, {{"x", random({2, 3, 8}, 39)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u);
+  EXPECT_EQ(out.initializers.at(out.nodes[0].inputs[1]).shape(), (Shape{8}));
+  EXPECT_EQ(out.initializers.count("gamma"), 0u);
+  // A [3, 8] "scale" varies along another axis: the Mul and Add stay outside the fused node.
+  Graph per_row = layer_norm_graph(-1, 17, true);
+  per_row.initializers["gamma"] = random({3, 8}, 59, 0.5f, 1.5f);
+  out = run_pass(per_row, passes::layer_norm_fusion, {{"x", random({2, 3, 8}, 39)}});
+  EXPECT_EQ(count(out, "LayerNormalization"), 1);
+  EXPECT_EQ(count(out, "Mul"), 1);
+  EXPECT_EQ(count(out, "Add"), 1);
+  EXPECT_EQ(find(out, "LayerNormalization")->inputs.size(), 1u);
+}
+
+TEST(LayerNormFusion, OnnxLayerNormalizationWithUnusedStatistics) {
+  Builder b;
+  b.input("x", {4, 6}).constant("gamma", random({6}, 40)).constant("beta", random({6}, 41));
+  b.add(node("LayerNormalization", {"x", "gamma", "beta"}, {"y", "", ""}, Attributes().set("epsilon", 1e-3)));
+  b.add(node("LayerNormalization", {"x", "gamma"}, {"y2", "mean"}));
+  Graph g = b.build({"y", "y2", "mean"});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::layer_norm_fusion, {{"x", random({4, 6}, 42)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1);  // not the one whose mean output is read
+  EXPECT_EQ(out.nodes[0].domain, kXpurtDomain);
+  EXPECT_EQ(out.nodes[0].attrs.get_int("axis", 0), 1);
+}
+
+// ---- attention_fusion ----
+
+Graph attention_graph(bool bshd, bool with_mask, std::int64_t softmax_axis = -1) {
+  const std::int64_t B = 2, H = 3, S = 5, D = 4;
+  Builder b;
+  b.input("q", {B, H, S, D}).input("v", {B, H, S, D}).constant("sqrt_d", scalar(2.0f));
+  if (bshd) {
+    b.input("k", {B, S, H, D});
+    b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 2, 3, 1})));
+  } else {
+    b.input("k", {B, H, S, D});
+    b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  }
+  b.add(node("MatMul", {"q", "kt"}, {"s"}));
+  b.add(bshd ? node("Div", {"s", "sqrt_d"}, {"ss"}) : node("Mul", {"sqrt_d", "s"}, {"ss"}));
+  std::string scores = "ss";
+  if (with_mask) {
+    b.input("mask", {B, 1, 1, S});
+    b.add(node("Add", {"mask", "ss"}, {"sm"}));
+    scores = "sm";
+  }
+  b.add(node("Softmax", {scores}, {"p"}, Attributes().set("axis", softmax_axis)));
+  b.add(node("MatMul", {"p", "v"}, {"o"}));
+  return b.build({"o"});
+}
+
+Feeds attention_feeds(bool bshd) {
+  return {{"q", random({2, 3, 5, 4}, 43)},
+          {"k", bshd ? random({2, 5, 3, 4}, 44) : random({2, 3, 5, 4}, 44)},
+          {"v", random({2, 3, 5, 4}, 45)},
+          {"mask", random({2, 1, 1, 5}, 46, -2, 0)}};
+}
+
+TEST(AttentionFusion, BshdKeysWithScaleAndMask) {
+  int rewrites = 0;
+  Graph out = run_pass(attention_graph(true, true), passes::attention_fusion, attention_feeds(true), &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 2u);
+  const Node* t = find(out, "Transpose");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->attrs.get_ints("perm", {}), (std::vector<std::int64_t>{0, 2, 1, 3}));
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->inputs.size(), 4u);
+  EXPECT_EQ(a->inputs[1], t->outputs[0]);
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-12);
+  EXPECT_EQ(a->attrs.get_int("causal", 1), 0);
+}
+
+TEST(AttentionFusion, BhsdKeysWithMulScaleNoMaskAndNotOnAnotherAxis) {
+  int rewrites = 0;
+  Graph out = run_pass(attention_graph(false, false), passes::attention_fusion, attention_feeds(false), &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u);
+  EXPECT_EQ(out.nodes[0].inputs, (std::vector<std::string>{"q", "k", "v"}));
+  EXPECT_NEAR(out.nodes[0].attrs.get_float("scale", 0), 2.0, 1e-12);
+  Graph other_axis = attention_graph(false, true, 2);
+  EXPECT_EQ(passes::attention_fusion(other_axis, {}).rewrites, 0);
+}
+
+// PyTorch's scaled_dot_product_attention export: Q and K^T each scaled by sqrt(scale), a computed mask first.
+TEST(AttentionFusion, PreScaledQueryAndKeysWithAComputedMask) {
+  Builder b;
+  b.input("q", {2, 3, 5, 4}).input("k", {2, 3, 5, 4}).input("v", {2, 3, 5, 4}).input("keep", {2, 1, 1, 5});
+  b.constant("root", scalar(0.7071068f)).constant("big", scalar(-1e4f)).constant("one", scalar(1.0f));
+  b.add(node("Mul", {"q", "root"}, {"qs"}));
+  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  b.add(node("Mul", {"root", "kt"}, {"kts"}));
+  b.add(node("MatMul", {"qs", "kts"}, {"s"}));
+  b.add(node("Sub", {"one", "keep"}, {"drop"})).add(node("Mul", {"drop", "big"}, {"mask"}));
+  b.add(node("Add", {"mask", "s"}, {"sm"}));
+  b.add(node("Softmax", {"sm"}, {"p"})).add(node("MatMul", {"p", "v"}, {"o"}));
+  b.typed("mask", {2, 1, 1, 5});
+  Graph g = b.build({"o"});
+  Tensor keep = make({2, 1, 1, 5}, {1, 1, 1, 0, 0, 1, 1, 1, 1, 1});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::attention_fusion,
+                       {{"q", random({2, 3, 5, 4}, 66)},
+                        {"k", random({2, 3, 5, 4}, 67)},
+                        {"v", random({2, 3, 5, 4}, 68)},
+                        {"keep", keep}},
+                       &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->inputs, (std::vector<std::string>{"q", "k", "v", "mask"}));
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-6);
+  EXPECT_EQ(count(out, "Transpose"), 0);
+  EXPECT_EQ(out.nodes.size(), 3u);  // Sub, Mul (the mask), Attention
+}
+
+TEST(AttentionFusion, NotWithUnprovableShapesOrAMaskThatGrowsTheScores) {
+  Graph heads = attention_graph(true, false);
+  heads.types["k"] = type({2, 5, 1, 4});  // one key head broadcast by MatMul: not [B,H,S,D] keys
+  EXPECT_EQ(passes::attention_fusion(heads, {}).rewrites, 0);
+  Graph unknown = attention_graph(false, false);
+  unknown.types["q"] = type({Dim(), 3, 5, 4});
+  EXPECT_EQ(passes::attention_fusion(unknown, {}).rewrites, 0);
+  Graph wide_mask = attention_graph(false, true);
+  wide_mask.types["mask"] = type({2, 3, 7, 5});
+  EXPECT_EQ(passes::attention_fusion(wide_mask, {}).rewrites, 0);
+  Graph int_mask = attention_graph(false, true);
+  int_mask.types["mask"] = type({2, 1, 1, 5}, DType::kInt64);
+  EXPECT_EQ(passes::attention_fusion(int_mask, {}).rewrites, 0);
+}
+
+// ---- the whole pipeline ----
+
+TEST(GraphPasses, PipelineOnAConvNetAndAnMlp) {
+  Builder b;
+  b.input("x", {1, 2, 6, 6}).input("h", {3, 8});
+  b.constant("w", random({4, 2, 3, 3}, 47)).constant("scale", random({4}, 48, 0.5f, 1.5f));
+  b.constant("shift", random({4}, 49)).constant("mean", random({4}, 50)).constant("var", random({4}, 51, 0.5f, 2));
+  b.constant("w1", random({8, 16}, 52)).constant("b1", random({16}, 53)).constant("sqrt2", scalar(1.4142135f));
+  b.constant("one", scalar(1.0f)).constant("half", scalar(0.5f));
+  b.add(node("Conv", {"x", "w"}, {"c"}, Attributes().set("pads", std::vector<std::int64_t>{1, 1, 1, 1})));
+  b.add(node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"bn"}));
+  b.add(node("Relu", {"bn"}, {"r"})).add(node("Identity", {"r"}, {"y"}));
+  b.add(node("MatMul", {"h", "w1"}, {"m"})).add(node("Add", {"m", "b1"}, {"mb"}));
+  b.add(node("Div", {"mb", "sqrt2"}, {"d"})).add(node("Erf", {"d"}, {"e"})).add(node("Add", {"e", "one"}, {"t"}));
+  b.add(node("Mul", {"mb", "t"}, {"xt"})).add(node("Mul", {"xt", "half"}, {"z"}));
+  b.typed("c", {1, 4, 6, 6}).typed("bn", {1, 4, 6, 6}).typed("r", {1, 4, 6, 6});
+  b.typed("m", {3, 16}).typed("mb", {3, 16});
+  for (const char* v : {"d", "e", "t", "xt", "z"}) b.typed(v, {3, 16});
+  Graph g = b.build({"y", "z"});
+  Graph out = g;
+  auto results = passes::run_passes(out, {});
+  ASSERT_EQ(out.nodes.size(), 2u) << out.str();
+  EXPECT_EQ(count(out, "FusedConv"), 1);
+  EXPECT_EQ(count(out, "Linear"), 1);
+  EXPECT_EQ(find(out, "Linear")->attrs.get_string("activation", ""), "gelu");
+  EXPECT_EQ(find(out, "FusedConv")->attrs.get_string("activation", ""), "relu");
+  EXPECT_EQ(find(out, "FusedConv")->outputs[0], "y");
+  const Feeds feeds = {{"x", random({1, 2, 6, 6}, 54)}, {"h", random({3, 8}, 55)}};
+  expect_close(run_graph(g, feeds), run_graph(out, feeds));
+  expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true));
+  int total = 0;
+  for (const auto& r : results) total += r.rewrites;
+  EXPECT_GE(total, 5);
+}
+
+// A pre-LayerNorm transformer block as exporters write it: the LayerNorm formula, Q/K/V projections reshaped to
+// heads, attention with [B,S,H,D] keys, an output projection and residual, ONNX LayerNormalization, and an MLP
+// with the erf GELU formula. Types come from a reference run (what shape inference gives).
+TEST(GraphPasses, PipelineOnATransformerBlock) {
+  const std::int64_t B = 2, S = 3, E = 8, H = 2, D = 4, F = 16;
+  Builder b;
+  b.input("x", {B, S, E}).input("mask", {B, 1, 1, S});
+  b.constant("two", scalar(2.0f)).constant("eps", scalar(1e-5f)).constant("sqrt_d", scalar(2.0f));
+  b.constant("heads", make_i64({4}, {0, 0, H, D})).constant("merged", make_i64({3}, {0, 0, E}));
+  b.constant("sqrt2", scalar(1.4142135f)).constant("one", scalar(1.0f)).constant("half", scalar(0.5f));
+  b.constant("g1", random({E}, 60, 0.5f, 1.5f)).constant("b1", random({E}, 61));
+  b.constant("g2", random({E}, 62, 0.5f, 1.5f)).constant("b2", random({E}, 63));
+  unsigned seed = 70;
+  auto linear = [&](const std::string& in, const std::string& out, std::int64_t k, std::int64_t n) {
+    b.constant(out + "_w", random({k, n}, seed, -0.5f, 0.5f)).constant(out + "_b", random({n}, seed + 1));
+    seed += 2;
+    b.add(node("MatMul", {in, out + "_w"}, {out + "_mm"})).add(node("Add", {out + "_mm", out + "_b"}, {out}));
+  };
+  auto perm = [](std::vector<std::int64_t> p) { return Attributes().set("perm", std::move(p)); };
+  auto axes = Attributes().set("axes", std::vector<std::int64_t>{-1});
+  b.add(node("ReduceMean", {"x"}, {"mean"}, axes)).add(node("Sub", {"x", "mean"}, {"d"}));
+  b.add(node("Pow", {"d", "two"}, {"sq"})).add(node("ReduceMean", {"sq"}, {"var"}, axes));
+  b.add(node("Add", {"var", "eps"}, {"ve"})).add(node("Sqrt", {"ve"}, {"std"})).add(node("Div", {"d", "std"}, {"n"}));
+  b.add(node("Mul", {"n", "g1"}, {"ns"})).add(node("Add", {"ns", "b1"}, {"ln1"}));
+  linear("ln1", "q", E, E);
+  linear("ln1", "k", E, E);
+  linear("ln1", "v", E, E);
+  b.add(node("Reshape", {"q", "heads"}, {"q4"})).add(node("Transpose", {"q4"}, {"qh"}, perm({0, 2, 1, 3})));
+  b.add(node("Reshape", {"k", "heads"}, {"k4"})).add(node("Transpose", {"k4"}, {"kt"}, perm({0, 2, 3, 1})));
+  b.add(node("Reshape", {"v", "heads"}, {"v4"})).add(node("Transpose", {"v4"}, {"vh"}, perm({0, 2, 1, 3})));
+  b.add(node("MatMul", {"qh", "kt"}, {"scores"})).add(node("Div", {"scores", "sqrt_d"}, {"scaled"}));
+  b.add(node("Add", {"scaled", "mask"}, {"masked"})).add(node("Softmax", {"masked"}, {"probs"}));
+  b.add(node("MatMul", {"probs", "vh"}, {"ctx"})).add(node("Transpose", {"ctx"}, {"ctx_t"}, perm({0, 2, 1, 3})));
+  b.add(node("Reshape", {"ctx_t", "merged"}, {"ctx_m"}));
+  linear("ctx_m", "o", E, E);
+  b.add(node("Add", {"x", "o"}, {"h1"}));
+  b.add(node("LayerNormalization", {"h1", "g2", "b2"}, {"ln2"}));
+  linear("ln2", "f1", E, F);
+  b.add(node("Div", {"f1", "sqrt2"}, {"gd"})).add(node("Erf", {"gd"}, {"ge"})).add(node("Add", {"ge", "one"}, {"gt"}));
+  b.add(node("Mul", {"f1", "gt"}, {"gx"})).add(node("Mul", {"gx", "half"}, {"gelu"}));
+  linear("gelu", "f2", F, E);
+  b.add(node("Add", {"h1", "f2"}, {"y"}));
+  Graph g = b.build({"y"});
+  const Feeds feeds = {{"x", random({B, S, E}, 64)}, {"mask", random({B, 1, 1, S}, 65, -3, 0)}};
+  std::map<std::string, ValueType> types;
+  const std::vector<Tensor> expected = run_graph(g, feeds, &types);
+  for (const auto& [value, vt] : types) g.types[value] = vt;
+
+  Graph out = g;
+  std::vector<std::string> notes;
+  for (const auto& r : passes::run_passes(out, {})) notes.insert(notes.end(), r.notes.begin(), r.notes.end());
+  EXPECT_EQ(count(out, "LayerNormalization"), 2) << out.str();
+  EXPECT_EQ(count(out, "Attention"), 1) << out.str();
+  EXPECT_EQ(count(out, "Linear"), 6) << out.str();
+  EXPECT_EQ(count(out, "Gelu"), 0) << out.str();  // folded into the first MLP Linear
+  EXPECT_EQ(count(out, "MatMul"), 0) << out.str();
+  EXPECT_EQ(count(out, "Softmax"), 0) << out.str();
+  EXPECT_EQ(count(out, "Transpose"), 4) << out.str();  // Q, V, the context, and K to [B,H,S,D]
+  for (const Node& n : out.nodes) {
+    if (n.op_type == "LayerNormalization") {
+      EXPECT_EQ(n.domain, kXpurtDomain);
+    }
+    if (n.op_type == "Linear" && n.inputs[0] == "ln2") {
+      EXPECT_EQ(n.attrs.get_string("activation", ""), "gelu");
+    }
+  }
+  expect_close(expected, run_graph(out, feeds));
+  expect_close(expected, run_graph(out, feeds, nullptr, /*library_fused=*/true));
+  // A second run finds nothing left to do.
+  for (const auto& r : passes::run_passes(out, {})) EXPECT_EQ(r.rewrites, 0) << r.pass;
+}
+
+// float16: the folded constants are rounded to the weights' type, the fused nodes take it.
+TEST(GraphPasses, Float16ConvBnAndGemm) {
+  auto half = [](const Tensor& t) { return ops::cast(t, DType::kFloat16); };
+  Builder b;
+  b.input("x", {1, 2, 5, 5}).input("h", {3, 4});
+  b.g.types["x"].dtype = DType::kFloat16;
+  b.g.types["h"].dtype = DType::kFloat16;
+  b.constant("w", half(random({3, 2, 3, 3}, 80))).constant("scale", half(random({3}, 81, 0.5f, 1.5f)));
+  b.constant("shift", half(random({3}, 82))).constant("mean", half(random({3}, 83)));
+  b.constant("var", half(random({3}, 84, 0.5f, 2.0f)));
+  b.constant("gw", half(random({5, 4}, 85))).constant("gc", half(random({5}, 86)));
+  b.add(node("Conv", {"x", "w"}, {"c"}));
+  b.add(node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"bn"}));
+  b.add(node("Relu", {"bn"}, {"y"}));
+  b.add(node("Gemm", {"h", "gw", "gc"}, {"z"}, Attributes().set("transB", I(1)).set("alpha", 0.5)));
+  Graph g = b.build({"y", "z"});
+  const Feeds feeds = {{"x", half(random({1, 2, 5, 5}, 87))}, {"h", half(random({3, 4}, 88))}};
+  Graph out = g;
+  passes::run_passes(out, {});
+  EXPECT_EQ(count(out, "FusedConv"), 1) << out.str();
+  EXPECT_EQ(count(out, "Linear"), 1) << out.str();
+  std::vector<Tensor> before = run_graph(g, feeds), after = run_graph(out, feeds);
+  for (auto* list : {&before, &after}) {
+    for (Tensor& t : *list) t = ops::cast(t, DType::kFloat32);
+  }
+  expect_close(before, after, 1e-2, 1e-2);
+}
+
+// ---- every ONNX backend test model ----
+
+std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// Same shape, dtype and values (float32: within the node tests' rtol 1e-3 / atol 1e-7 plus fp32 noise; other
+// dtypes: the same bytes).
+bool same_tensor(const Tensor& expected, const Tensor& actual, std::string& why) {
+  if (expected.shape() != actual.shape() || expected.dtype() != actual.dtype()) {
+    why = "shape/dtype " + actual.str() + " vs expected " + expected.str();
+    return false;
+  }
+  if (expected.dtype() != DType::kFloat32) {
+    const bool same =
+        std::memcmp(expected.contiguous().data_ptr(), actual.contiguous().data_ptr(), expected.nbytes()) == 0;
+    if (!same) why = "different values";
+    return same;
+  }
+  const Values e = values(expected), a = values(actual);
+  for (std::size_t k = 0; k < e.size(); ++k) {
+    if (std::isnan(e[k]) && std::isnan(a[k])) continue;
+    if (!(std::fabs(a[k] - e[k]) <= 1e-5 + 1e-3 * std::fabs(e[k]))) {
+      why = "element " + std::to_string(k) + ": " + std::to_string(a[k]) + " vs " + std::to_string(e[k]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// For every model of the ONNX backend test data that the reference interpreter runs correctly as imported, the
+// optimized graph (every pass) must give the expected outputs too. Models the interpreter cannot run (ops the
+// library lacks, sequence types, ...) are counted, not failed: they test the library, not the passes.
+TEST(GraphPasses, PreserveEveryOnnxBackendTestModel) {
+  const std::filesystem::path root = "/usr/share/libonnx-testdata/data";
+  if (!std::filesystem::exists(root / "node")) GTEST_SKIP() << "no ONNX test data at " << root;
+  int models = 0, reference_ok = 0, rewritten = 0;
+  std::map<std::string, int> models_by_pass;
+  std::vector<std::string> failures;
+  for (const char* suite : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
+    if (!std::filesystem::exists(root / suite)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(root / suite)) {
+      const auto data = entry.path() / "test_data_set_0";
+      if (!std::filesystem::exists(entry.path() / "model.onnx") || !std::filesystem::exists(data)) continue;
+      ++models;
+      Graph g;
+      Feeds feeds;
+      std::vector<Tensor> expected;
+      std::vector<Tensor> before;
+      std::map<std::string, ValueType> run_types;
+      try {
+        g = import_onnx_file((entry.path() / "model.onnx").string());
+        for (std::size_t i = 0; i < g.inputs.size(); ++i) {
+          const auto file = data / ("input_" + std::to_string(i) + ".pb");
+          if (std::filesystem::exists(file)) feeds[g.inputs[i]] = tensor_from_onnx(read_bytes(file));
+        }
+        for (std::size_t i = 0; i < g.outputs.size(); ++i) {
+          expected.push_back(tensor_from_onnx(read_bytes(data / ("output_" + std::to_string(i) + ".pb"))));
+        }
+        before = run_graph(g, feeds, &run_types);
+      } catch (const std::exception&) {
+        continue;  // not importable or not runnable by the reference library
+      }
+      std::string why;
+      bool ok = before.size() == expected.size();
+      for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = same_tensor(expected[i], before[i], why);
+      if (!ok) continue;  // the library's answer is off: not the passes' business
+      ++reference_ok;
+      const std::string name = std::string(suite) + "/" + entry.path().filename().string();
+      // Twice: with the types the model declares, and with every value's type known (what the engine's shape
+      // inference gives at best), which lets more patterns match.
+      Graph typed = g;
+      for (const auto& [value, vt] : run_types) typed.types[value] = vt;
+      int rewrites = 0;
+      for (const Graph* source : {&g, &typed}) {
+        const std::string label = name + (source == &g ? " (declared types)" : " (all types)");
+        try {
+          Graph optimized = *source;
+          for (const auto& r : passes::run_passes(optimized, {})) {
+            rewrites += r.rewrites;
+            if (r.rewrites > 0 && source == &typed) ++models_by_pass[r.pass];
+          }
+          const std::vector<Tensor> after = run_graph(optimized, feeds);
+          ok = after.size() == expected.size() && optimized.outputs == g.outputs;
+          for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = same_tensor(expected[i], after[i], why);
+          if (!ok) failures.push_back(label + ": " + why + "\n" + optimized.str());
+        } catch (const std::exception& e) {
+          failures.push_back(label + ": " + e.what());
+        }
+      }
+      rewritten += rewrites > 0 ? 1 : 0;
+    }
+  }
+  std::cout << "[ passes   ] " << models << " models, " << reference_ok << " run correctly by the reference, "
+            << rewritten << " of those rewritten by the passes, " << failures.size() << " broken by them\n"
+            << "[ passes   ] models rewritten by each pass (all types known):";
+  for (const auto& [pass, n] : models_by_pass) std::cout << " " << pass << " " << n;
+  std::cout << "\n";
+  EXPECT_GT(reference_ok, 0);
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace xpuruntime

@@ -1,0 +1,226 @@
+"""The native engine behind InferenceSession: the tiny zoo models (MLP, BERT, ResNet-50; float32 and float16) against
+the NumPy float64 references of test_model_zoo.py and against ONNX Runtime, explain() naming a kernel for every node
+and the memory plan, typed errors (corrupted and truncated files, missing inputs, wrong dtypes and shapes,
+unknown engines and outputs), a plan per input shape (static_shape rejects others), concurrent runs, and on a GPU the
+same models replayed from a CUDA graph.
+
+Tolerances as in test_model_zoo.py: float32 1e-4, float16 3e-2 (float16 accumulates ~10 bits of mantissa over a few
+dozen ops)."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import threading
+from typing import Dict
+
+import numpy as np
+import pytest
+
+import xpuruntime as xrt
+
+onnx = pytest.importorskip("onnx", reason="the model zoo is generated with the onnx package (python3-onnx)")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import make_model_zoo as zoo  # noqa: E402
+from test_model_zoo import REFERENCES, TOLERANCE, make_input, weights  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "models" / "tiny_classifier.onnx"
+HAS_GPU = xrt.get_device_count() > 0
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Dict[str, pathlib.Path]:
+    return zoo.generate(tmp_path_factory.mktemp("zoo"), tiny_only=True)
+
+
+def model_path(models, name: str, dtype: str) -> pathlib.Path:
+    return models[zoo.file_name(name, True, dtype).removesuffix(".onnx")]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("name", zoo.MODEL_NAMES)
+def test_tiny_models_match_the_numpy_reference(models, name, dtype):
+    path = model_path(models, name, dtype)
+    session = xrt.InferenceSession(path, engine="native")
+    assert session.engine == "native"
+    (info,) = session.get_inputs()
+    assert info.shape[0] == "batch"
+    (output,) = session.get_outputs()
+    w = weights(path)
+    for batch in (1, 3):
+        x = make_input(name, batch, dtype)
+        result = session.run({info.name: x})[output.name]
+        expected = REFERENCES[name](w, x)
+        assert result.shape == expected.shape
+        assert result.dtype == (np.float16 if dtype == "fp16" else np.float32)
+        tol = TOLERANCE[dtype]
+        np.testing.assert_allclose(result.astype(np.float64), expected, rtol=tol, atol=tol,
+                                   err_msg=f"{name} {dtype} batch {batch}")
+
+
+@pytest.mark.parametrize("name", zoo.MODEL_NAMES)
+def test_tiny_models_match_onnxruntime(models, name):
+    path = model_path(models, name, "fp32")
+    try:
+        ort = xrt.InferenceSession(path, engine="onnxruntime")
+    except xrt.UnsupportedOperationError as error:
+        pytest.skip(f"no onnxruntime engine in this build: {error}")
+    native = xrt.InferenceSession(path, engine="native")
+    (info,) = native.get_inputs()
+    x = make_input(name, 2, "fp32")
+    a = native.run(None, {info.name: x})[0]
+    b = ort.run(None, {info.name: x})[0]
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", zoo.MODEL_NAMES)
+def test_explain_names_a_kernel_for_every_node_and_the_memory_plan(models, name):
+    path = model_path(models, name, "fp32")
+    session = xrt.InferenceSession(path, engine="native")
+    (info,) = session.get_inputs()
+    session.run({info.name: make_input(name, 2, "fp32")})
+    e = session.explain()
+    assert e.engine == "native"
+    assert e.nodes, "a plan with no steps"
+    for node in e.nodes:
+        assert node["kernel"] and node["reason"], node
+    assert e.memory.startswith("peak "), e.memory
+    assert "arena" in e.memory
+    text = str(e)
+    assert "memory: peak" in text
+    # The compute nodes run registry kernels chosen by the dispatcher, not the reference library.
+    kernels = {n["op_type"]: n["kernel"] for n in e.nodes}
+    for op in ("Gemm", "Conv", "MatMul"):
+        if op in kernels:
+            assert kernels[op] == "cpu", kernels
+
+
+def test_fp16_option_runs_a_float32_model_in_float16(models):
+    path = model_path(models, "mlp", "fp32")
+    session = xrt.InferenceSession(path, engine="native", fp16=True)
+    (info,) = session.get_inputs()
+    x = make_input("mlp", 2, "fp32")
+    result = session.run({info.name: x})[session.get_outputs()[0].name]
+    assert result.dtype == np.float32  # the model's interface is unchanged
+    expected = REFERENCES["mlp"](weights(path), x)
+    np.testing.assert_allclose(result.astype(np.float64), expected, rtol=3e-2, atol=3e-2)
+    assert any(n["precision"] == "fp16" for n in session.explain().nodes)
+
+
+def test_a_plan_per_input_shape_and_static_shape(models):
+    path = model_path(models, "mlp", "fp32")
+    session = xrt.InferenceSession(path, engine="native")
+    (info,) = session.get_inputs()
+    for batch in (1, 4, 1, 7):
+        out = session.run({info.name: make_input("mlp", batch, "fp32")})
+        assert next(iter(out.values())).shape[0] == batch
+    policy = xrt.ExecutionPolicy(static_shape=True)
+    fixed = xrt.InferenceSession(path, engine="native", exec_policy=policy)
+    fixed.run({info.name: make_input("mlp", 4, "fp32")})
+    with pytest.raises(xrt.InvalidArgumentError, match="static_shape"):
+        fixed.run({info.name: make_input("mlp", 5, "fp32")})
+
+
+def test_bad_inputs_raise_typed_errors(tmp_path):
+    session = xrt.InferenceSession(EXAMPLE, engine="native")
+    (info,) = session.get_inputs()
+    good = np.zeros((2, 8), np.float32)
+    with pytest.raises(xrt.InvalidArgumentError, match="missing input 'x'"):
+        session.run({})
+    with pytest.raises(xrt.InvalidArgumentError, match="unknown input 'y'"):
+        session.run({"x": good, "y": good})
+    with pytest.raises(xrt.InvalidTypeError, match="float32"):
+        session.run({"x": good.astype(np.float64)})
+    with pytest.raises(xrt.InvalidArgumentError, match="expects"):
+        session.run({"x": np.zeros((2, 9), np.float32)})
+    with pytest.raises(xrt.InvalidArgumentError, match="unknown output"):
+        session.run(["nope"], {"x": good})
+    with pytest.raises(xrt.InvalidArgumentError, match="unknown engine"):
+        xrt.InferenceSession(EXAMPLE, engine="warp-drive")
+    data = EXAMPLE.read_bytes()
+    for bad in (data[: len(data) // 2], b"\x08\x07garbage" * 10, b"not an onnx file at all"):
+        with pytest.raises(xrt.InvalidArgumentError):
+            xrt.InferenceSession(bad, engine="native")
+    corrupted = tmp_path / "corrupted.onnx"
+    corrupted.write_bytes(data[:-7])
+    with pytest.raises(xrt.InvalidArgumentError):
+        xrt.InferenceSession(corrupted, engine="native")
+    with pytest.raises(xrt.InvalidArgumentError):
+        xrt.InferenceSession(tmp_path / "missing.onnx", engine="native")
+    # The session still works after all of that.
+    assert session.run({"x": good})["probs"].shape == (2, 4)
+
+
+def test_model_errors_are_typed(tmp_path):
+    from onnx import TensorProto, helper
+
+    # A node reading a value nobody produces.
+    graph = helper.make_graph([helper.make_node("Relu", ["ghost"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(xrt.InvalidArgumentError, match="ghost"):
+        xrt.InferenceSession(model.SerializeToString(), engine="native")
+    # A cycle.
+    graph = helper.make_graph([helper.make_node("Relu", ["b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(xrt.InvalidArgumentError, match="cycle"):
+        xrt.InferenceSession(model.SerializeToString(), engine="native")
+    # An op nobody implements: UnsupportedOperationError naming the node.
+    graph = helper.make_graph([helper.make_node("FancyOp", ["x"], ["y"], name="fancy", domain="com.example")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+                              ir_version=8)
+    with pytest.raises(xrt.UnsupportedOperationError, match="fancy"):
+        xrt.InferenceSession(model.SerializeToString(), engine="native")
+
+
+def test_run_from_several_threads(models):
+    path = model_path(models, "bert", "fp32")
+    session = xrt.InferenceSession(path, engine="native")
+    (info,) = session.get_inputs()
+    inputs = [make_input("bert", 1 + i % 3, "fp32") for i in range(8)]
+    expected = [session.run({info.name: x})[session.get_outputs()[0].name] for x in inputs]
+    errors = []
+    results = [None] * len(inputs)
+
+    def work(i):
+        try:
+            for _ in range(3):
+                results[i] = session.run({info.name: inputs[i]})[session.get_outputs()[0].name]
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for got, want in zip(results, expected):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device")
+@pytest.mark.parametrize("name", zoo.MODEL_NAMES)
+def test_gpu_replays_a_cuda_graph_and_matches_the_cpu(models, name):
+    path = model_path(models, name, "fp16")
+    gpu = xrt.InferenceSession(path, engine="native", device="cuda:0")
+    cpu = xrt.InferenceSession(path, engine="native")
+    (info,) = gpu.get_inputs()
+    for batch in (1, 3):
+        x = make_input(name, batch, "fp16")
+        want = cpu.run(None, {info.name: x})[0].astype(np.float64)
+        for _ in range(3):  # warm-up, capture, replay
+            got = gpu.run(None, {info.name: x})[0]
+            got = np.asarray(got.cpu() if hasattr(got, "cpu") else got).astype(np.float64)
+            np.testing.assert_allclose(got, want, rtol=3e-2, atol=3e-2, err_msg=f"{name} batch {batch}")
+    e = gpu.explain()
+    assert any("captured and replayed" in o for o in e.options), e.options
+    assert all(n["kernel"] != "onnx_ref" for n in e.nodes)

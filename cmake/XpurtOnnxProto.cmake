@@ -8,7 +8,7 @@ set(XPURT_ONNX_PROTO_GENERATED_DIR "" CACHE PATH "folder with generated onnx/onn
 find_package(Protobuf REQUIRED)
 add_library(xpurt_onnx_proto INTERFACE)
 if(XPURT_ONNX_PROTO_GENERATED_DIR)
-  add_library(xpurt_onnx_proto_generated OBJECT ${XPURT_ONNX_PROTO_GENERATED_DIR}/onnx/onnx-ml.pb.cc)
+  add_library(xpurt_onnx_proto_generated STATIC ${XPURT_ONNX_PROTO_GENERATED_DIR}/onnx/onnx-ml.pb.cc)
   target_include_directories(xpurt_onnx_proto_generated PUBLIC ${XPURT_ONNX_PROTO_GENERATED_DIR})
   target_link_libraries(xpurt_onnx_proto_generated PUBLIC protobuf::libprotobuf)
   set_target_properties(xpurt_onnx_proto_generated PROPERTIES POSITION_INDEPENDENT_CODE ON)

@@ -17,6 +17,8 @@ readonly TARBALL_NAME="com.github.asus4.onnxruntime-0.4.9.tgz"
 readonly TARBALL_SHA256="e59788788818fdde1b2e522e766a21ba0f7d8391de55737abf81e32cc801785d"
 readonly HEADERS_IN_TARBALL="package/Plugins/iOS~/onnxruntime.xcframework/ios-arm64_x86_64-simulator/onnxruntime.framework/Headers"
 readonly LIBRARY_IN_TARBALL="package/Plugins/Linux/x64/libonnxruntime.so"
+# The provider bridge that execution-provider plugins (the CUDA EP) resolve Provider_GetHost from.
+readonly SHARED_IN_TARBALL="package/Plugins/Linux/x64/libonnxruntime_providers_shared.so"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${XPURT_ORT_DEST:-${repo_root}/.deps/onnxruntime}"
@@ -50,7 +52,7 @@ the download is corrupt or not ${NPM_PACKAGE}. Delete it and run again."
 fi
 
 echo "Extracting headers and libonnxruntime.so ..."
-tar -xzf "${tarball}" -C "${work}" --wildcards "${HEADERS_IN_TARBALL}/*.h" "${LIBRARY_IN_TARBALL}" \
+tar -xzf "${tarball}" -C "${work}" --wildcards "${HEADERS_IN_TARBALL}/*.h" "${LIBRARY_IN_TARBALL}" "${SHARED_IN_TARBALL}" \
   || die "the tarball lacks ${HEADERS_IN_TARBALL}/*.h or ${LIBRARY_IN_TARBALL}"
 [[ -f "${work}/${HEADERS_IN_TARBALL}/onnxruntime_cxx_api.h" ]] || die "onnxruntime_cxx_api.h missing in the tarball"
 
@@ -59,6 +61,7 @@ rm -rf "${staging}"
 mkdir -p "${staging}/include" "${staging}/lib"
 cp "${work}/${HEADERS_IN_TARBALL}"/*.h "${staging}/include/"
 cp "${work}/${LIBRARY_IN_TARBALL}" "${staging}/lib/libonnxruntime.so"
+cp "${work}/${SHARED_IN_TARBALL}" "${staging}/lib/libonnxruntime_providers_shared.so"
 
 # The dynamic linker looks a dependency up by its SONAME: provide that file name when it differs.
 if command -v objdump >/dev/null; then

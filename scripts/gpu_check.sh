@@ -16,6 +16,10 @@ if [ "${1:-}" = "--prepare" ]; then
   cp -r /usr/include/dlpack .third_party/dlpack/include/
   rm -rf .third_party/googletest && cp -r /usr/src/googletest .third_party/googletest
   mkdir -p .third_party/nlohmann/include && cp -r /usr/include/nlohmann .third_party/nlohmann/include/
+  # ONNX's protobuf classes, generated here with Debian's protoc (3.21.12: the protobuf runtime that machine has).
+  rm -rf .third_party/onnx_proto && mkdir -p .third_party/onnx_proto/onnx
+  cp /usr/include/onnx/onnx.proto .third_party/onnx_proto/onnx/onnx-ml.proto
+  (cd .third_party/onnx_proto && protoc --cpp_out=. onnx/onnx-ml.proto)
   echo "prepared .third_party (carry it to the device)"
   exit 0
 fi
@@ -45,6 +49,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=O
   -DXPURT_GTEST_SOURCE_DIR="$PWD/.third_party/googletest" -DXPURT_WITH_CUDA=ON \
   -DXPURT_BUILD_PYTHON=ON -DXPURT_BUILD_TESTS=ON -DXPURT_BUILD_BENCHMARKS=ON \
   -DXPURT_NLOHMANN_JSON_INCLUDE_DIR="$PWD/.third_party/nlohmann/include" \
+  -DXPURT_ONNX_PROTO_GENERATED_DIR="$PWD/.third_party/onnx_proto" \
   -DXPURT_WITH_CUDNN=ON -DCUDNN_ROOT="$SP/nvidia/cudnn" -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/configure.log" 2>&1 \
   || { tail -40 "$OUT/configure.log"; exit 1; }
 grep -A10 "configuration" "$OUT/configure.log"

@@ -125,3 +125,41 @@ def test_whole_suite_in_a_child_process_does_not_crash(tmp_path):
     assert sorted(results) == runner.list_tests(str(DATA))
     assert all(r["status"] in runner.STATUSES for r in results.values())
     assert "passed" in proc.stdout.splitlines()[-1]
+
+
+# ---- the native engine ----------------------------------------------------------------------------------------
+# Measured here: 856 passed, 7 failed, 10 errors, 59 skipped (the same 59 unrepresentable tests as above).
+MIN_PASSED_NATIVE = 855
+
+KNOWN_NOT_PASSING_NATIVE = {
+    # Random outputs (see above); training-mode Dropout with ratio > 0 is refused (UnsupportedOperationError).
+    "random ops": ["test_bernoulli", "test_bernoulli_double", "test_bernoulli_double_expanded",
+                   "test_bernoulli_expanded", "test_bernoulli_seed", "test_bernoulli_seed_expanded",
+                   "test_training_dropout", "test_training_dropout_default", "test_training_dropout_default_mask",
+                   "test_training_dropout_mask"],
+    # The expected output was made with epsilon 1e-2 while the node leaves epsilon at the schema's 1e-6.
+    "inconsistent test data": ["test_adam_multiple"],
+    # Control flow (If, Loop, Scan) is not implemented by the native engine yet.
+    "control flow": ["test_if", "test_loop11", "test_range_float_type_positive_delta_expanded",
+                     "test_range_int32_type_negative_delta_expanded", "test_scan9_sum", "test_scan_sum"],
+}
+
+
+@pytest.fixture(scope="module")
+def native_suite():
+    summary = runner.run_suite(str(DATA), engine="native", device="cpu")
+    runner.print_summary(summary)
+    return summary
+
+
+def test_native_engine_pass_count(native_suite):
+    print(native_suite.line())
+    assert native_suite.passed >= MIN_PASSED_NATIVE, f"{native_suite.line()}; not passing: " + json.dumps(
+        {n: r.detail for n, r in native_suite.results.items() if r.status in ("fail", "error")}, indent=1)
+
+
+def test_native_engine_no_new_failures(native_suite):
+    known = {name for names in KNOWN_NOT_PASSING_NATIVE.values() for name in names}
+    new = {n: f"{r.status}: {r.detail}" for n, r in native_suite.results.items()
+           if r.status in ("fail", "error") and n not in known}
+    assert not new, f"tests that fail or raise and are not known to: {json.dumps(new, indent=1)}"

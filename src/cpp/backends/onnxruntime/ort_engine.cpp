@@ -76,6 +76,22 @@ std::string find_cuda_provider(std::string* why) {
   return {};
 }
 
+// ONNX Runtime's provider bridge (libonnxruntime_providers_shared.so, which exports Provider_GetHost): the CUDA
+// plugin resolves symbols from it, and the plugin route does not load it the way ORT's own provider loader does.
+// Loaded globally once, from next to the plugin or next to libonnxruntime.so; when neither has it, registering the
+// plugin reports the missing symbol.
+void load_providers_shared(const std::string& plugin_path) {
+  std::vector<std::filesystem::path> candidates = {std::filesystem::path(plugin_path).parent_path()};
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&OrtGetApiBase), &info) != 0 && info.dli_fname != nullptr) {
+    candidates.push_back(std::filesystem::path(info.dli_fname).parent_path());
+  }
+  for (const auto& folder : candidates) {
+    const std::filesystem::path file = folder / "libonnxruntime_providers_shared.so";
+    if (std::filesystem::exists(file) && dlopen(file.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) return;
+  }
+}
+
 // The EP device of CUDA device `index` from the plugin library, registered on the Env once per process.
 Ort::ConstEpDevice cuda_ep_device(int index) {
   static std::mutex mutex;
@@ -85,6 +101,7 @@ Ort::ConstEpDevice cuda_ep_device(int index) {
     std::string why;
     std::string path = find_cuda_provider(&why);
     if (path.empty()) throw UnsupportedOperationError(why);
+    load_providers_shared(path);
     XPURT_ORT_CHECK(ort::env().RegisterExecutionProviderLibrary("CUDA", path));
     registered = true;
   }

@@ -6,6 +6,7 @@
 
 #include "core/runtime/lowering.h"
 #include "core/runtime/onnx_cpu_ops.h"
+#include "core/runtime/passes.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::runtime {
@@ -38,6 +39,10 @@ Tensor int64_vector(const std::vector<std::int64_t>& values, bool scalar) {
 int infer_types(Graph& g, const InferOptions& options) {
   const KernelRegistry& registry = options.registry ? *options.registry : KernelRegistry::global();
   int folded = 0;
+  // Constants carry their own type (a hand-built graph may not list them in `types`).
+  for (const auto& [name, t] : g.initializers) {
+    if (g.types.count(name) == 0) g.types[name] = type_of_tensor(t);
+  }
   std::vector<Node> kept;
   kept.reserve(g.nodes.size());
   for (Node& node : g.nodes) {
@@ -194,6 +199,16 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   if (disabled.count("constant_folding")) infer.fold_constants = false;
   const int folded = infer_types(g, infer);
   if (folded) notes.push_back(detail::str_cat("constant_folding: ", folded, " node(s) folded"));
+  passes::PassContext ctx;
+  ctx.max_folded_bytes = options.max_folded_bytes;
+  ctx.infer_types = [infer](Graph& graph) { infer_types(graph, infer); };
+  for (const passes::PassResult& r : passes::run_passes(g, ctx, disabled)) {
+    if (r.rewrites == 0) continue;
+    std::string line = detail::str_cat(r.pass, ": ", r.rewrites, " rewrite(s)");
+    if (!r.notes.empty()) line += " (" + r.notes.front() + (r.notes.size() > 1 ? ", ..." : "") + ")";
+    notes.push_back(line);
+  }
+  infer_types(g, infer);
   if (!disabled.count("dead_node_elimination")) {
     const int removed = eliminate_dead_nodes(g);
     if (removed) notes.push_back(detail::str_cat("dead_node_elimination: ", removed, " node(s) removed"));

@@ -173,7 +173,7 @@ Lowered lower_conv(const Ctx& c, bool fused) {
   a.set("strides", strides);
   a.set("pads", pads);
   a.set("dilations", dilations);
-  a.set("groups", c.node.attrs.get_int(fused ? "groups" : "group", 1));
+  a.set("groups", c.node.attrs.get_int("group", 1));
   if (fused) a.set("activation", c.node.attrs.get_string("activation", "none"));
   return registry("conv2d", {0, 1, c.has(2) ? 2 : -1, fused && c.has(3) ? 3 : -1}, a);
 }

@@ -1,6 +1,8 @@
 // The ONNX reference op library: context helpers, the registry and run_node (see onnx_cpu_ops.h).
 #include "core/runtime/onnx_cpu_ops.h"
 
+#include "core/runtime/passes.h"
+
 #include <algorithm>
 
 namespace xpuruntime::onnx_ref {
@@ -45,6 +47,7 @@ Library& Library::global() {
     register_tensor_ops(*lib);
     register_nn_ops(*lib);
     register_misc_ops(*lib);
+    passes::register_fused_ops(*lib);  // com.xpuruntime nodes, for CPU runs the registry cannot take
     return lib;
   }();
   return *library;

@@ -6,8 +6,10 @@ batch size (1 and 32), with inputs already on the device, it times:
 
   ort                xrt.InferenceSession(engine="onnxruntime"), ExecutionPolicy(cuda_graphs=False)
   ort_graphs         the same with cuda_graphs=True (CUDA only; staging copies included, see docs/engines.md)
-  native             xrt.InferenceSession(engine="native") with its default policy (skipped with a note when the
-                     native engine is not available or cannot run the model)
+  native             xrt.InferenceSession(engine="native") with its default policy (CUDA graphs on; skipped with a
+                     note when the native engine is not available or cannot run the model)
+  native_tuned       the same with KernelPolicy(TUNED_POLICY): cuDNN's timed conv algorithm search (ORT's default)
+                     and timed GEMM kernel choice
   ort_direct         ONNX Runtime's C++ API, same EP and options, I/O bound on the device (benchmarks/
                      ort_direct_bench.cpp, built by benchmarks/CMakeLists.txt when ONNX Runtime is found)
   ort_direct_graphs  the same with enable_cuda_graph=1 (CUDA only)
@@ -52,7 +54,11 @@ from timing import best_us  # noqa: E402
 
 import xpuruntime as xrt  # noqa: E402
 
-VARIANTS = ("ort", "ort_graphs", "native", "ort_direct", "ort_direct_graphs", "torch_eager", "torch_graphs")
+VARIANTS = ("ort", "ort_graphs", "native", "native_tuned", "ort_direct", "ort_direct_graphs", "torch_eager",
+            "torch_graphs")
+# The policy of the native_tuned variant: cuDNN's timed algorithm search for convolutions (what ONNX Runtime's CUDA
+# EP does by default, cudnn_conv_algo_search=EXHAUSTIVE) and timed kernel choice for GEMMs.
+TUNED_POLICY = {"conv": "cudnn_search", "matmul": "auto:BestPerformance"}
 CUDA_ONLY = {"ort_graphs", "ort_direct_graphs", "torch_graphs"}
 # Max abs difference from the `ort` variant above which a variant's output is reported as a mismatch.
 TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2}
@@ -132,10 +138,11 @@ class Skip(Exception):
     """A variant that cannot run here; the message says why."""
 
 
-def run_xrt(path, device, engine, graphs, feeds_np, iterations, warmup):
+def run_xrt(path, device, engine, graphs, feeds_np, iterations, warmup, kernel_policy=None):
     try:
         policy = xrt.ExecutionPolicy(cuda_graphs=graphs)
-        session = xrt.InferenceSession(str(path), device=device, engine=engine, exec_policy=policy)
+        session = xrt.InferenceSession(str(path), device=device, engine=engine, exec_policy=policy,
+                                       kernel_policy=kernel_policy)
     except (xrt.UnsupportedOperationError, xrt.CudaError) as error:
         raise Skip(f"{engine}: {str(error).splitlines()[0]}") from error
     feeds = {k: (v if device == "cpu" else xrt.from_numpy(v).to(device)) for k, v in feeds_np.items()}
@@ -368,10 +375,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             reference = None
             for variant in variants:
                 try:
-                    if variant in ("ort", "ort_graphs", "native"):
-                        engine = "native" if variant == "native" else "onnxruntime"
-                        stats, result = run_xrt(path, device, engine, variant == "ort_graphs", feeds, iterations,
-                                                warmup)
+                    if variant in ("ort", "ort_graphs", "native", "native_tuned"):
+                        engine = "native" if variant.startswith("native") else "onnxruntime"
+                        # The native engine runs with its defaults (CUDA graphs on); native_tuned adds TUNED_POLICY.
+                        graphs = variant in ("ort_graphs", "native", "native_tuned")
+                        kernel_policy = xrt.KernelPolicy(TUNED_POLICY) if variant == "native_tuned" else None
+                        stats, result = run_xrt(path, device, engine, graphs, feeds, iterations, warmup,
+                                                kernel_policy)
                     elif variant.startswith("ort_direct"):
                         stats, result = run_ort_direct(ort_direct, path, device, batch, variant.endswith("graphs"),
                                                        iterations, warmup), None

@@ -132,8 +132,8 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
     return {ops::gelu(input(0), n.attrs.get_string("approximate", "none"))};
   }
   if (n.op_type == "LayerNormalization") {
-    return {
-        ops::layer_norm(input(0), input(1), input(2), n.attrs.get_int("axis", -1), n.attrs.get_float("epsilon", 1e-5))};
+    a.set("axis", n.attrs.get_int("axis", -1)).set("epsilon", n.attrs.get_float("epsilon", 1e-5));
+    return ops::call("layer_norm", {input(0), input(1), input(2), input(3)}, a);  // input 3: the residual
   }
   if (n.op_type == "Attention") {
     return {ops::attention(input(0), input(1), input(2), input(3), n.attrs.get_int("causal", 0) != 0,
@@ -235,7 +235,8 @@ TEST(GraphPasses, ListAndUnknownNames) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
                                              "dead_node_elimination", "conv_bn_folding", "gelu_fusion",
-                                             "layer_norm_fusion", "attention_fusion", "gemm_fusion", "conv_fusion"}));
+                                             "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
+                                             "gemm_fusion", "conv_fusion"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "
@@ -755,6 +756,36 @@ TEST(LayerNormFusion, OnnxLayerNormalizationWithUnusedStatistics) {
   EXPECT_EQ(rewrites, 1);  // not the one whose mean output is read
   EXPECT_EQ(out.nodes[0].domain, kXpurtDomain);
   EXPECT_EQ(out.nodes[0].attrs.get_int("axis", 0), 1);
+}
+
+TEST(ResidualLayerNormFusion, AddReadOnlyByTheLayerNormBecomesItsResidual) {
+  auto fused_ln = [](std::vector<std::string> in, const std::string& out) {
+    Node n = node("LayerNormalization", std::move(in), {out}, Attributes().set("axis", std::int64_t{-1}));
+    n.domain = kXpurtDomain;
+    return n;
+  };
+  Builder b;
+  b.input("a", {3, 8}).input("r", {3, 8}).input("c", {1, 8}).constant("gamma", random({8}, 50));
+  b.add(node("Add", {"a", "r"}, {"s"})).typed("s", {3, 8});
+  b.add(fused_ln({"s", "gamma"}, "y"));
+  // Not fused: a broadcasting Add, and an Add whose sum is also read elsewhere.
+  b.add(node("Add", {"a", "c"}, {"t"})).typed("t", {3, 8});
+  b.add(fused_ln({"t"}, "y2"));
+  b.add(node("Add", {"a", "r"}, {"u"}, {}, "add_u")).typed("u", {3, 8});
+  b.add(fused_ln({"u"}, "y3"));
+  Graph g = b.build({"y", "y2", "y3", "u"});
+  int rewrites = 0;
+  const Feeds feeds = {{"a", random({3, 8}, 51)}, {"r", random({3, 8}, 52)}, {"c", random({1, 8}, 53)}};
+  Graph out = run_pass(g, passes::residual_layer_norm_fusion, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  int adds = 0;
+  for (const Node& n : out.nodes) adds += n.op_type == "Add";
+  EXPECT_EQ(adds, 2);
+  for (const Node& n : out.nodes) {
+    if (n.outputs[0] == "y") {
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"a", "gamma", "", "r"}));
+    }
+  }
 }
 
 // ---- attention_fusion ----

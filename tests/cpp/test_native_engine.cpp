@@ -123,9 +123,15 @@ TEST(NativeEngine, ExportedGraphImportsBackAndRunsLikeTheReference) {
     }
   }
   const Explanation e = session.explain();
-  ASSERT_EQ(e.nodes.size(), 6u);
-  for (const auto& n : e.nodes) EXPECT_FALSE(n.kernel.empty()) << n.node;
-  EXPECT_EQ(e.nodes[3].kernel, "view");  // Reshape: no kernel, no copy
+  ASSERT_FALSE(e.nodes.empty());
+  bool reshape_is_a_view = false;
+  for (const auto& n : e.nodes) {
+    EXPECT_FALSE(n.kernel.empty()) << n.node;
+    if (n.op_type == "Reshape") reshape_is_a_view = n.kernel == "view";  // no kernel, no copy
+  }
+  EXPECT_TRUE(reshape_is_a_view) << e.str();
+  // MatMul + Add + Relu became one Linear (gemm_fusion).
+  EXPECT_NE(e.str().find("xpuruntime:Linear"), std::string::npos) << e.str();
   EXPECT_NE(e.memory.find("peak"), std::string::npos);
 }
 

@@ -269,7 +269,9 @@ def ref_softmax(inputs, attrs):
 
 
 def ref_layer_norm(inputs, attrs):
-    x, scale, bias = inputs
+    x, scale, bias = inputs[:3]
+    if len(inputs) > 3 and inputs[3] is not None:
+        x = x + inputs[3]  # the residual input: layer_norm(x + residual)
     axis = attrs.get("axis", -1) % x.ndim
     axes = tuple(range(axis, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
@@ -487,6 +489,12 @@ def layer_norm_cases() -> List[Case]:
         cases.append(Case("layer_norm", name, [x, uniform(rng, normalized, 0.5, 1.5) if has_scale else None,
                                               uniform(rng, normalized) if has_bias else None],
                           {"axis": axis, "epsilon": 1e-5}, ref_layer_norm, "reduction"))
+    # With the residual input (the post-LN transformer's Add + LayerNorm as one kernel).
+    for name, shape in (("residual_7x13", (7, 13)), ("residual_2x3x1030", (2, 3, 1030))):
+        rng = _rng("layer_norm" + name)
+        cases.append(Case("layer_norm", name, [uniform(rng, shape), uniform(rng, shape[-1:], 0.5, 1.5),
+                                              uniform(rng, shape[-1:]), uniform(rng, shape)],
+                          {"axis": -1, "epsilon": 1e-5}, ref_layer_norm, "reduction"))
     return cases
 
 

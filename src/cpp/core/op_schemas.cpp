@@ -239,9 +239,13 @@ std::vector<TensorDesc> infer_softmax(const OpDescriptor& desc) {
 }
 
 std::vector<TensorDesc> infer_layer_norm(const OpDescriptor& desc) {
-  check_float_inputs(desc, {"x", "scale?", "bias?"});
+  check_float_inputs(desc, {"x", "scale?", "bias?", "residual?"});
   const TensorDesc& x = desc.inputs[0];
   XPURT_CHECK(x.dim() >= 1, "op 'layer_norm': input 'x' must have rank >= 1");
+  if (desc.inputs.size() > 3 && desc.inputs[3].present) {
+    XPURT_CHECK(desc.inputs[3].shape == x.shape, "op 'layer_norm': residual must have x's shape ", shape_str(x.shape),
+                ", got ", shape_str(desc.inputs[3].shape));
+  }
   const std::int64_t axis = normalize_axis(desc.attrs.get_int("axis", -1), x.dim(), desc.op);
   XPURT_CHECK(desc.attrs.get_float("epsilon", 1e-5) > 0, "op 'layer_norm': epsilon must be > 0");
   const Shape normalized(x.shape.begin() + axis, x.shape.end());
@@ -350,7 +354,8 @@ void register_ops(KernelRegistry& registry) {
   add("batch_norm", "batch_norm", {"x", "scale", "bias", "mean", "var"},
       "inference batch norm over axis 1; epsilon=1e-5", infer_batch_norm);
   add("softmax", "softmax", {"x"}, "softmax along axis (default -1)", infer_softmax);
-  add("layer_norm", "layer_norm", {"x", "scale?", "bias?"}, "normalize over dims axis.. (default -1); epsilon=1e-5",
+  add("layer_norm", "layer_norm", {"x", "scale?", "bias?", "residual?"},
+      "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5",
       infer_layer_norm);
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
   for (const char* op : {"relu", "sigmoid", "tanh", "silu"}) {

@@ -107,6 +107,8 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   InputBuffer<T> x(x_tensor);
   InputBuffer<T> scale(launch.num_inputs > 1 ? launch.input(1) : Tensor());
   InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
+  InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
+  const T* res = residual.data();
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   const T* gamma = scale.data();
@@ -115,7 +117,16 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   parallel_for(outer, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(size, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t row = begin; row < end; ++row) {
+                   // x + residual, rounded to T as a separate add would store it.
+                   std::vector<T> sum_row;
                    const T* src = in + row * size;
+                   if (res != nullptr) {
+                     sum_row.resize(static_cast<std::size_t>(size));
+                     for (std::int64_t i = 0; i < size; ++i) {
+                       sum_row[i] = static_cast<T>(static_cast<double>(src[i]) + static_cast<double>(res[row * size + i]));
+                     }
+                     src = sum_row.data();
+                   }
                    T* dst = out + row * size;
                    double sum = 0.0;
                    for (std::int64_t i = 0; i < size; ++i) sum += static_cast<double>(src[i]);

@@ -503,14 +503,17 @@ void register_cuda_raw(KernelRegistry& registry) {
              });
   // ---- layer_norm ----
   add_kernel(registry, "layer_norm", "layer norm over dims axis..end: a warp (<= 1024 elements) or a block per "
-             "row, two-pass mean/variance in fp32", {"x", "scale", "bias"}, nullptr, [](const KernelLaunch& launch) {
+             "row, two-pass mean/variance in fp32; an optional residual is added on the fly",
+             {"x", "scale", "bias", "residual"}, nullptr, [](const KernelLaunch& launch) {
                const Tensor& x = launch.input(0);
+               const Tensor residual = launch.num_inputs > 3 ? launch.input(3) : Tensor();
                const Tensor& scale = launch.input(1);
                const Tensor& bias = launch.input(2);
                const auto axis = static_cast<std::size_t>(
                    normalized_axis(launch.desc->attrs.get_int("axis", -1), x.dim()));
                const auto epsilon = static_cast<float>(launch.desc->attrs.get_float("epsilon", 1e-5));
-               cuda_raw::layer_norm(x.data_ptr(), scale.defined() ? scale.data_ptr() : nullptr,
+               cuda_raw::layer_norm(x.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr,
+                                    scale.defined() ? scale.data_ptr() : nullptr,
                                     bias.defined() ? bias.data_ptr() : nullptr, launch.output(0).data_ptr(), x.dtype(),
                                     product(x.shape(), 0, axis), product(x.shape(), axis, x.shape().size()), epsilon,
                                     launch.stream.handle);

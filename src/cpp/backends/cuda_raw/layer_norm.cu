@@ -23,8 +23,9 @@ constexpr int kBlockGroup = 512;
 // One group of kGroup threads per row, grid-stride over rows (uniform per group, so barriers are reached by
 // the whole block for block groups).
 template <typename T, int kGroup, int kBlock>
-__global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T* scale, const T* bias, T* y,
-                                                            std::int64_t rows, std::int64_t cols, float epsilon) {
+__global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T* residual, const T* scale,
+                                                            const T* bias, T* y, std::int64_t rows, std::int64_t cols,
+                                                            float epsilon) {
   static_assert(kBlock % kGroup == 0, "whole groups per block");
   constexpr int kGroupsPerBlock = kBlock / kGroup;
   __shared__ float smem[kGroup / 32];
@@ -34,19 +35,24 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
   for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kGroupsPerBlock + threadIdx.x / kGroup; r < rows;
        r += group_stride) {
     const T* in = x + r * cols;
+    const T* res = residual != nullptr ? residual + r * cols : nullptr;
+    // The row's value: x, or x + residual rounded to T (what a separate Add kernel would have stored).
+    auto value = [&](std::int64_t c) {
+      return res != nullptr ? to_float(from_float<T>(to_float(in[c]) + to_float(res[c]))) : to_float(in[c]);
+    };
     float sum = 0.0f;
-    for (std::int64_t c = lane; c < cols; c += kGroup) sum += to_float(in[c]);
+    for (std::int64_t c = lane; c < cols; c += kGroup) sum += value(c);
     const float mean = group_reduce<kGroup>(sum, SumOp{}, smem) / n;
     float squares = 0.0f;
     for (std::int64_t c = lane; c < cols; c += kGroup) {
-      const float d = to_float(in[c]) - mean;
+      const float d = value(c) - mean;
       squares += d * d;
     }
     const float variance = group_reduce<kGroup>(squares, SumOp{}, smem) / n;
     const float rstd = 1.0f / sqrtf(variance + epsilon);
     T* out = y + r * cols;
     for (std::int64_t c = lane; c < cols; c += kGroup) {
-      float v = (to_float(in[c]) - mean) * rstd;
+      float v = (value(c) - mean) * rstd;
       if (scale != nullptr) v *= to_float(scale[c]);
       if (bias != nullptr) v += to_float(bias[c]);
       out[c] = from_float<T>(v);
@@ -56,21 +62,22 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
 
 }  // namespace
 
-void layer_norm(const void* x, const void* scale, const void* bias, void* y, DType dtype, std::int64_t rows,
-                std::int64_t cols, float epsilon, void* stream) {
+void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
+                std::int64_t rows, std::int64_t cols, float epsilon, void* stream) {
   if (rows <= 0 || cols <= 0) return;
   dispatch_float(dtype, "layer_norm", [&](auto tag) {
     using T = decltype(tag);
     const auto* xs = static_cast<const T*>(x);
+    const auto* residuals = static_cast<const T*>(residual);
     const auto* scales = static_cast<const T*>(scale);
     const auto* biases = static_cast<const T*>(bias);
     auto* ys = static_cast<T*>(y);
     if (cols <= kWarpRowMaxCols) {
       layer_norm_kernel<T, 32, kThreads><<<grid_for(rows, kThreads / 32), kThreads, 0, as_stream(stream)>>>(
-          xs, scales, biases, ys, rows, cols, epsilon);
+          xs, residuals, scales, biases, ys, rows, cols, epsilon);
     } else {
       layer_norm_kernel<T, kBlockGroup, kBlockGroup><<<grid_for(rows, 1), kBlockGroup, 0, as_stream(stream)>>>(
-          xs, scales, biases, ys, rows, cols, epsilon);
+          xs, residuals, scales, biases, ys, rows, cols, epsilon);
     }
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   });

@@ -73,6 +73,7 @@ XPURT_API PassResult dead_node_elimination(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_bn_folding(Graph& g, const PassContext& ctx);
 XPURT_API PassResult gelu_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult layer_norm_fusion(Graph& g, const PassContext& ctx);
+XPURT_API PassResult residual_layer_norm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult attention_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);

@@ -49,7 +49,7 @@ void register_fused_ops(onnx_ref::Library& lib) {
   lib.add(kXpurtDomain, "LayerNormalization", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;
     attrs.set("axis", ctx.attr_int("axis", -1)).set("epsilon", ctx.attr_float("epsilon", 1e-5));
-    run_registry_op(ctx, "layer_norm", inputs_of(ctx, 3), attrs);
+    run_registry_op(ctx, "layer_norm", inputs_of(ctx, 4), attrs);
   });
   lib.add(kXpurtDomain, "Attention", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;

@@ -27,6 +27,9 @@ const std::vector<PassInfo>& all_passes() {
        "the LayerNorm formula over the last axis and ONNX LayerNormalization -> "
        "com.xpuruntime:LayerNormalization",
        layer_norm_fusion},
+      {"residual_layer_norm_fusion",
+       "Add(a, b) read only by a fused LayerNormalization -> its residual input (one kernel: layer_norm(a + b))",
+       residual_layer_norm_fusion},
       {"attention_fusion", "MatMul(Q, K^T) [scale] [+ mask] Softmax MatMul(., V) -> com.xpuruntime:Attention",
        attention_fusion},
       {"gemm_fusion", "MatMul/Gemm with constant weights [+ bias] [+ Relu/Gelu] -> com.xpuruntime:Linear", gemm_fusion},

@@ -3,7 +3,7 @@
 # tests included, the cross-backend conformance suite among them) and the GPU benchmarks. Logs and result
 # tables go to $OUT (or ./gpu_out).
 #
-#   scripts/gpu_check.sh [--tests-only | --bench-only]
+#   scripts/gpu_check.sh [--tests-only | --bench-only | --build-only]
 #
 # That machine has no Debian packages: the DLPack and nlohmann-json headers and the GoogleTest sources travel in
 # .third_party/ (made here by `scripts/gpu_check.sh --prepare`, which copies them from this machine's Debian
@@ -55,6 +55,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=O
 grep -A10 "configuration" "$OUT/configure.log"
 cmake --build build-gpu -j 16 > "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | head -60; exit 1; }
 echo "== build ok"
+[ "$MODE" = "--build-only" ] && exit 0
 
 status=0
 if [ "$MODE" != "--bench-only" ]; then

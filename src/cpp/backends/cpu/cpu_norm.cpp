@@ -117,7 +117,7 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   parallel_for(outer, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(size, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t row = begin; row < end; ++row) {
-                   // x + residual, rounded to T as a separate add would store it.
+                   // x + residual in the compute type (float for 16-bit inputs, not rounded in between).
                    std::vector<T> sum_row;
                    const T* src = in + row * size;
                    if (res != nullptr) {

@@ -132,7 +132,7 @@ void cast_any(const void* x, DType from, void* y, DType to, std::int64_t n, void
 void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
              void* stream);
 
-// y[r, :] = (v[r, :] - mean) / sqrt(var + epsilon) * scale + bias for v = x (+ residual, rounded to the dtype)
+// y[r, :] = (v[r, :] - mean) / sqrt(var + epsilon) * scale + bias for v = x (+ residual, summed in fp32)
 // viewed as [rows, cols]; `residual` ([rows, cols]), `scale` and `bias` ([cols]) may be null. Biased variance, like PyTorch and ONNX.
 void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
                 std::int64_t rows, std::int64_t cols, float epsilon, void* stream);

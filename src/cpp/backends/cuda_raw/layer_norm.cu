@@ -36,10 +36,8 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
        r += group_stride) {
     const T* in = x + r * cols;
     const T* res = residual != nullptr ? residual + r * cols : nullptr;
-    // The row's value: x, or x + residual rounded to T (what a separate Add kernel would have stored).
-    auto value = [&](std::int64_t c) {
-      return res != nullptr ? to_float(from_float<T>(to_float(in[c]) + to_float(res[c]))) : to_float(in[c]);
-    };
+    // The row's value: x, or x + residual summed in fp32 (not rounded to T in between, as a separate Add would).
+    auto value = [&](std::int64_t c) { return res != nullptr ? to_float(in[c]) + to_float(res[c]) : to_float(in[c]); };
     float sum = 0.0f;
     for (std::int64_t c = lane; c < cols; c += kGroup) sum += value(c);
     const float mean = group_reduce<kGroup>(sum, SumOp{}, smem) / n;

@@ -1,5 +1,5 @@
-"""xpuruntime quick start: an ONNX model through InferenceSession, the explanation of what ran, and the same
-network through the functional ops under an explicit kernel policy.
+"""xpuruntime quick start: an ONNX model through InferenceSession, the explanation of what ran (ONNX Runtime and
+xpuruntime's native engine), and the same network through the functional ops under an explicit kernel policy.
 
     .venv/bin/python examples/quickstart.py
 
@@ -29,7 +29,14 @@ def main() -> None:
     print("probs =\n", np.array2string(outputs["probs"], precision=4))
     print("\n" + str(session.explain()))
 
-    # 2. The same network with xpuruntime's own kernels, each op dispatched under an explicit policy.
+    # 2. The native engine: graph passes fused Gemm + Relu into one Linear; every node's kernel, why, and the memory
+    #    plan (on a GPU, device="cuda:0" also captures the plan into a CUDA graph and replays it).
+    native = xrt.InferenceSession(MODEL, device="cpu", engine="native")
+    native_probs = native.run({"x": x})["probs"]
+    print("native engine agrees with onnxruntime:", np.allclose(native_probs, outputs["probs"], atol=1e-5))
+    print(native.explain())
+
+    # 3. The same network with xpuruntime's own kernels, each op dispatched under an explicit policy.
     w = onnx_weights.load(MODEL)  # the model's initializers, read with numpy alone
     policy = xrt.KernelPolicy(matmul=["cublasLt", "cpu"], softmax="auto")
     h = xrt.ops.linear(x, w["w1"], w["b1"], "relu", weight_layout="kn", policy=policy)

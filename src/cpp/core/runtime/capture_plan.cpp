@@ -22,10 +22,19 @@ constexpr std::size_t kAlignment = 256;
 
 std::size_t align_up(std::size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
+// "512 B", "12.5 KiB", "3.25 MiB", "208 MiB".
 std::string mib(std::size_t bytes) {
   std::ostringstream os;
-  os.precision(bytes >= (100u << 20) ? 0 : 2);
-  os << std::fixed << static_cast<double>(bytes) / (1024.0 * 1024.0) << " MiB";
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) {
+    os << bytes << " B";
+  } else if (bytes < (1u << 20)) {
+    os.precision(1);
+    os << std::fixed << b / 1024.0 << " KiB";
+  } else {
+    os.precision(bytes >= (100u << 20) ? 0 : 2);
+    os << std::fixed << b / (1024.0 * 1024.0) << " MiB";
+  }
   return os.str();
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -23,30 +24,9 @@ namespace {
 // ---- element types ----
 
 DType dtype_from_onnx(int elem_type, const std::string& where) {
-  switch (elem_type) {
-    case onnx::TensorProto::FLOAT: return DType::kFloat32;
-    case onnx::TensorProto::UINT8: return DType::kUInt8;
-    case onnx::TensorProto::INT8: return DType::kInt8;
-    case onnx::TensorProto::INT16: return DType::kInt16;
-    case onnx::TensorProto::INT32: return DType::kInt32;
-    case onnx::TensorProto::INT64: return DType::kInt64;
-    case onnx::TensorProto::BOOL: return DType::kBool;
-    case onnx::TensorProto::FLOAT16: return DType::kFloat16;
-    case onnx::TensorProto::DOUBLE: return DType::kFloat64;
-    case onnx::TensorProto::BFLOAT16: return DType::kBFloat16;
-    default: break;
-  }
-  const char* name = "unknown";
-  switch (elem_type) {
-    case onnx::TensorProto::STRING: name = "string"; break;
-    case onnx::TensorProto::UINT16: name = "uint16"; break;
-    case onnx::TensorProto::UINT32: name = "uint32"; break;
-    case onnx::TensorProto::UINT64: name = "uint64"; break;
-    case onnx::TensorProto::COMPLEX64: name = "complex64"; break;
-    case onnx::TensorProto::COMPLEX128: name = "complex128"; break;
-    case onnx::TensorProto::UNDEFINED: name = "undefined"; break;
-    default: break;
-  }
+  DType dtype;
+  std::string name;
+  if (dtype_from_onnx_type(elem_type, &dtype, &name)) return dtype;
   throw UnsupportedOperationError(detail::str_cat(where, ": element type ", name, " (ONNX type ", elem_type,
                                                   ") is not supported by xpuruntime tensors"));
 }
@@ -434,6 +414,26 @@ std::string export_onnx(const Graph& graph) {
   std::string out;
   XPURT_CHECK(model.SerializeToString(&out), "export_onnx: the graph does not serialize (over 2 GB?)");
   return out;
+}
+
+bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name) {
+  static const std::map<std::int64_t, std::pair<const char*, int>> types = {
+      {1, {"float", static_cast<int>(DType::kFloat32)}},     {2, {"uint8", static_cast<int>(DType::kUInt8)}},
+      {3, {"int8", static_cast<int>(DType::kInt8)}},         {4, {"uint16", -1}},
+      {5, {"int16", static_cast<int>(DType::kInt16)}},       {6, {"int32", static_cast<int>(DType::kInt32)}},
+      {7, {"int64", static_cast<int>(DType::kInt64)}},       {8, {"string", -1}},
+      {9, {"bool", static_cast<int>(DType::kBool)}},         {10, {"float16", static_cast<int>(DType::kFloat16)}},
+      {11, {"double", static_cast<int>(DType::kFloat64)}},   {12, {"uint32", -1}},
+      {13, {"uint64", -1}},                                  {14, {"complex64", -1}},
+      {15, {"complex128", -1}},                              {16, {"bfloat16", static_cast<int>(DType::kBFloat16)}},
+      {17, {"float8e4m3fn", -1}},                            {18, {"float8e4m3fnuz", -1}},
+      {19, {"float8e5m2", -1}},                              {20, {"float8e5m2fnuz", -1}},
+      {21, {"uint4", -1}},                                   {22, {"int4", -1}}};
+  auto it = types.find(code);
+  if (name != nullptr) *name = it == types.end() ? "unknown" : it->second.first;
+  if (it == types.end() || it->second.second < 0) return false;
+  if (dtype != nullptr) *dtype = static_cast<DType>(it->second.second);
+  return true;
 }
 
 Tensor tensor_from_onnx(const std::string& tensor_proto_bytes, const std::string& model_dir) {

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/onnx_import.h"
 
 namespace xpuruntime::runtime {
 namespace {
@@ -99,6 +100,8 @@ Lowered lower_unary(const Ctx&, const std::string& op) { return registry(op, {0}
 
 Lowered lower_binary(const Ctx& c, const std::string& op) {
   if (c.node.inputs.size() != 2) return reference("variadic form with other than two inputs");
+  // Before opset 7 the arithmetic and comparison ops broadcast ONNX's legacy way (broadcast/axis attributes).
+  if (c.opset < 7) return reference("opset < 7 legacy broadcasting");
   return registry(op, {0, 1});
 }
 
@@ -213,14 +216,14 @@ Lowered lower_reduce(const Ctx& c, const std::string& op, std::int64_t axes_inpu
 }
 
 Lowered lower_cast(const Ctx& c) {
-  const std::int64_t to = c.node.attrs.get_int("to", 0);
-  static const std::map<std::int64_t, const char*> names = {
-      {1, "float32"}, {2, "uint8"}, {3, "int8"}, {5, "int16"}, {6, "int32"}, {7, "int64"},
-      {9, "bool"},    {10, "float16"}, {11, "float64"}, {16, "bfloat16"}};
-  auto it = names.find(to);
-  if (it == names.end()) return reference("cast to an unsupported type");
+  const AttrValue* to = nullptr;
+  auto it = c.node.attrs.values().find("to");
+  if (it != c.node.attrs.values().end()) to = &it->second;
+  if (to == nullptr || !std::holds_alternative<std::int64_t>(*to)) return reference("'to' is not a type code");
+  DType dtype;
+  if (!dtype_from_onnx_type(std::get<std::int64_t>(*to), &dtype)) return reference("cast to an unsupported type");
   Attributes a;
-  a.set("to", std::string(it->second));
+  a.set("to", std::string(dtype_name(dtype)));
   return registry("cast", {0}, a);
 }
 
@@ -347,6 +350,7 @@ Lowered lower_concat(const Ctx& c) {
     if (!c.has(i)) return reference("an absent input");
     inputs.push_back(static_cast<int>(i));
   }
+  if (c.opset < 4 && !c.node.attrs.has("axis")) return reference("opset < 4 default axis");
   Attributes a;
   a.set("axis", c.node.attrs.get_int("axis", 0));
   return registry("concat", inputs, a);

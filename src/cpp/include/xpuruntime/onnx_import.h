@@ -31,5 +31,8 @@ XPURT_API std::string export_onnx(const Graph& graph);
 // A serialized TensorProto -> CPU tensor (the ONNX test data's input_*.pb / output_*.pb).
 XPURT_API Tensor tensor_from_onnx(const std::string& tensor_proto_bytes, const std::string& model_dir = "");
 XPURT_API std::string tensor_to_onnx(const Tensor& tensor, const std::string& name = "");
+// ONNX's TensorProto.DataType code -> the xpuruntime dtype; false when xpuruntime tensors have none (strings,
+// unsigned 16/32/64-bit, complex, float8, 4-bit). `name` (optional) receives ONNX's name of the type ("uint16").
+XPURT_API bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name = nullptr);
 
 }  // namespace xpuruntime

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/cpu/onnx/onnx_common.h"
+#include "xpuruntime/onnx_import.h"
 #include "core/runtime/onnx_cpu_ops.h"
 
 namespace xpuruntime::onnx_ref {
@@ -330,28 +331,10 @@ void cast_into(const Tensor& in, Tensor& out) {
 
 // ONNX TensorProto.DataType (an int since opset 6, its name as a string in opset 1) -> DType.
 DType onnx_dtype(const OpContext& ctx, std::int64_t code) {
-  switch (code) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 9: return DType::kBool;
-    case 10: return DType::kFloat16;
-    case 11: return DType::kFloat64;
-    case 16: return DType::kBFloat16;
-    default: break;
-  }
-  const char* name = code == 4                  ? "uint16"
-                     : code == 8                ? "string"
-                     : code == 12               ? "uint32"
-                     : code == 13               ? "uint64"
-                     : code == 14               ? "complex64"
-                     : code == 15               ? "complex128"
-                     : code >= 17 && code <= 20 ? "float8"
-                     : code == 21 || code == 22 ? "4-bit integer"
-                                                : nullptr;
+  DType dtype;
+  std::string type_name;
+  if (dtype_from_onnx_type(code, &dtype, &type_name)) return dtype;
+  const char* name = type_name == "unknown" ? nullptr : type_name.c_str();
   if (name != nullptr) {
     throw UnsupportedOperationError(detail::str_cat(ctx.where(), ": casting to ", name, " (TensorProto type ", code,
                                                     ") is not supported: xpuruntime tensors have no such dtype"));

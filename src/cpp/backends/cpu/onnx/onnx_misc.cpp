@@ -1,6 +1,7 @@
 // ONNX reference ops (misc group): see src/cpp/core/runtime/onnx_cpu_ops.h. This file registers the group's
 // files (onnx_misc.h) and holds their shared helpers.
 #include "backends/cpu/onnx/onnx_misc.h"
+#include "xpuruntime/onnx_import.h"
 
 #include <cmath>
 
@@ -8,19 +9,8 @@ namespace xpuruntime::onnx_ref {
 namespace misc {
 
 DType dtype_from_onnx(std::int64_t onnx_type, const std::string& where, const std::string& attribute) {
-  switch (onnx_type) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 9: return DType::kBool;
-    case 10: return DType::kFloat16;
-    case 11: return DType::kFloat64;
-    case 16: return DType::kBFloat16;
-    default: break;
-  }
+  DType dtype;
+  if (dtype_from_onnx_type(onnx_type, &dtype)) return dtype;
   throw InvalidTypeError(detail::str_cat(where, ": attribute '", attribute, "' is ONNX element type ", onnx_type,
                                          ", which xpuruntime tensors cannot hold (supported: float16, bfloat16, "
                                          "float32, float64, int8, uint8, int16, int32, int64, bool)"));

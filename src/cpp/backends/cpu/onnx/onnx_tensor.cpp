@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backends/cpu/onnx/onnx_tensor_internal.h"
+#include "xpuruntime/onnx_import.h"
 
 namespace xpuruntime::onnx_ref {
 
@@ -53,19 +54,8 @@ std::vector<std::int64_t> normalize_axes(const std::vector<std::int64_t>& axes, 
 }
 
 DType dtype_from_onnx_code(std::int64_t code, const std::string& where) {
-  switch (code) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 9: return DType::kBool;
-    case 10: return DType::kFloat16;
-    case 11: return DType::kFloat64;
-    case 16: return DType::kBFloat16;
-    default: break;
-  }
+  DType dtype;
+  if (dtype_from_onnx_type(code, &dtype)) return dtype;
   throw InvalidTypeError(detail::str_cat(where, ": ONNX element type ", code,
                                          " has no xpuruntime dtype (supported: float16, bfloat16, float32, float64, "
                                          "int8, uint8, int16, int32, int64, bool)"));

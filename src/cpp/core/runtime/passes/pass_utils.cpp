@@ -1,5 +1,6 @@
 // Helpers shared by the graph passes (see pass_utils.h).
 #include "core/runtime/passes/pass_utils.h"
+#include "xpuruntime/onnx_import.h"
 
 #include <algorithm>
 #include <cmath>
@@ -129,30 +130,9 @@ int scalar_operand(const Graph& g, const Node& n, const std::string& op_type, do
 }
 
 std::optional<DType> dtype_from_onnx(std::int64_t code) {
-  switch (code) {
-    case 1:
-      return DType::kFloat32;
-    case 2:
-      return DType::kUInt8;
-    case 3:
-      return DType::kInt8;
-    case 5:
-      return DType::kInt16;
-    case 6:
-      return DType::kInt32;
-    case 7:
-      return DType::kInt64;
-    case 9:
-      return DType::kBool;
-    case 10:
-      return DType::kFloat16;
-    case 11:
-      return DType::kFloat64;
-    case 16:
-      return DType::kBFloat16;
-    default:
-      return std::nullopt;
-  }
+  DType dtype;
+  if (dtype_from_onnx_type(code, &dtype)) return dtype;
+  return std::nullopt;
 }
 
 namespace {

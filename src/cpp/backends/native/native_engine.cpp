@@ -105,16 +105,17 @@ class NativeSession final : public EngineSession {
       XPURT_CHECK(key == static_key_, "static_shape=true: this session runs the input shapes of its first run ",
                   static_key_, " only, got ", key);
     }
-    std::shared_ptr<const CapturePlan> plan = plan_for(shapes);
-    std::unique_ptr<GraphExec> exec = checkout(plan, shape_key(shapes));
+    const std::string key = shape_key(shapes);
+    std::shared_ptr<const CapturePlan> plan = plan_for(shapes, key);
+    std::unique_ptr<GraphExec> exec = checkout(plan, key);
     std::vector<Tensor> outputs;
     try {
       outputs = exec->run(ordered);
     } catch (...) {
-      checkin(std::move(exec), shape_key(shapes));
+      checkin(std::move(exec), key);
       throw;
     }
-    checkin(std::move(exec), shape_key(shapes));
+    checkin(std::move(exec), key);
     if (wanted.empty()) return outputs;
     std::vector<Tensor> selected;
     for (int i : wanted) selected.push_back(outputs[i]);
@@ -194,7 +195,7 @@ class NativeSession final : public EngineSession {
       shapes.push_back(s);
     }
     try {
-      plan_for(shapes);
+      plan_for(shapes, shape_key(shapes));
     } catch (const UnsupportedOperationError&) {
       throw;
     } catch (const XpuRuntimeError&) {
@@ -202,8 +203,8 @@ class NativeSession final : public EngineSession {
     }
   }
 
-  std::shared_ptr<const CapturePlan> plan_for(const std::vector<std::vector<std::int64_t>>& shapes) {
-    const std::string key = shape_key(shapes);
+  std::shared_ptr<const CapturePlan> plan_for(const std::vector<std::vector<std::int64_t>>& shapes,
+                                              const std::string& key) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = plans_.find(key);

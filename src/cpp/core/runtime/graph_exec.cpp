@@ -186,6 +186,21 @@ std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values
 
 std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs) {
   const StreamView stream = stream_ ? stream_->view() : StreamView{};
+  if (graph_ && graph_->is_instantiated()) {
+    // Replay: every value lives in its arena slot (or is a constant), so only the inputs are bound and only the
+    // outputs read back; the per-value table of the eager path is not needed.
+    std::vector<Tensor> values(plan_->values().size());
+    bind_inputs(inputs, values);
+    graph_->replay(stream);
+    ++replays_;
+    for (int id : plan_->outputs()) {
+      if (!values[id].defined() && slots_[id].defined()) values[id] = slots_[id];
+    }
+    std::vector<Tensor> outputs = collect_outputs(values, stream);
+    stream.synchronize();
+    ++runs_;
+    return outputs;
+  }
   std::vector<Tensor> values(plan_->values().size());
   for (std::size_t id = 0; id < values.size(); ++id) {
     const PlanValue& v = plan_->values()[id];

@@ -224,3 +224,45 @@ def test_gpu_replays_a_cuda_graph_and_matches_the_cpu(models, name):
     e = gpu.explain()
     assert any("captured and replayed" in o for o in e.options), e.options
     assert all(n["kernel"] != "onnx_ref" for n in e.nodes)
+
+
+def test_control_flow_reads_values_of_the_enclosing_graph():
+    """If and Loop bodies read a value computed by a kernel step of the outer graph (an implicit input: its arena slot
+    must stay alive until the control-flow node has run)."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    then_g = helper.make_graph([helper.make_node("Add", ["r", "r"], ["t_out"])], "then", [],
+                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [4])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["r", "two"], ["e_out"])], "else", [],
+                               [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, [4])], [two])
+    # Loop: 3 iterations of acc = acc + r.
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "r"], ["acc_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [4])])
+    trips = helper.make_tensor("trips", TensorProto.INT64, [], [3])
+    zeros = helper.make_tensor("zeros", TensorProto.FLOAT, [4], [0.0] * 4)
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("If", ["flag"], ["y"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Loop", ["trips", "", "zeros"], ["z"], body=body)],
+        "control_flow", [x, flag], [y, z], [trips, zeros])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    session = xrt.InferenceSession(model.SerializeToString(), engine="native")
+    data = np.array([-1.0, 0.5, 2.0, -3.0], np.float32)
+    relu = np.maximum(data, 0)
+    for cond in (True, False):
+        out = session.run({"x": data, "flag": np.array(cond)})
+        np.testing.assert_allclose(out["y"], relu * 2)  # r + r and r * 2 agree, through either branch
+        np.testing.assert_allclose(out["z"], relu * 3)
+    kernels = {n["op_type"]: n["kernel"] for n in session.explain().nodes}
+    assert kernels["If"] == "onnx_ref" and kernels["Loop"] == "onnx_ref" and kernels["Relu"] == "cpu"

@@ -297,6 +297,9 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
   }
   std::vector<std::string> unsupported;
+  std::unordered_set<std::string> defined(g.inputs.begin(), g.inputs.end());
+  for (const auto& [name, t] : g.initializers) defined.insert(name);
+  for (const Node& node : g.nodes) defined.insert(node.outputs.begin(), node.outputs.end());
   for (const Node& node : g.nodes) {
     PlanStep step;
     step.node = node.name;
@@ -320,6 +323,16 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       step.reason = reason;
       step.reference_node = std::make_shared<const Node>(node);
       step.opset = opset;
+      for (const auto& [attr, sub] : node.graph_attrs) {
+        if (!sub) continue;
+        for (const std::string& name : onnx_ref::outer_names(*sub)) {
+          const bool listed = std::find(step.implicit_inputs.begin(), step.implicit_inputs.end(), name) !=
+                              step.implicit_inputs.end();
+          if (!defined.count(name) || listed) continue;
+          step.implicit_inputs.push_back(name);
+          step.inputs.push_back(value_id(name));
+        }
+      }
       if (device.is_cuda()) {
         unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
       } else if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {

@@ -147,10 +147,23 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
         break;
       }
       case PlanStep::Kind::kReference: {
+        const std::size_t declared = step.reference_node->inputs.size();
         std::vector<Tensor> inputs;
-        inputs.reserve(step.inputs.size());
-        for (int id : step.inputs) inputs.push_back(id < 0 ? Tensor() : values[id]);
-        std::vector<Tensor> outputs = onnx_ref::run_node(*step.reference_node, step.opset, inputs);
+        inputs.reserve(declared);
+        for (std::size_t i = 0; i < declared; ++i) {
+          const int id = step.inputs[i];
+          inputs.push_back(id < 0 ? Tensor() : values[id]);
+        }
+        onnx_ref::ValueLookup outer;
+        if (!step.implicit_inputs.empty()) {
+          outer = [&](const std::string& name) -> Tensor {
+            for (std::size_t i = 0; i < step.implicit_inputs.size(); ++i) {
+              if (step.implicit_inputs[i] == name) return values[step.inputs[declared + i]];
+            }
+            return Tensor();
+          };
+        }
+        std::vector<Tensor> outputs = onnx_ref::run_node(*step.reference_node, step.opset, inputs, outer);
         for (std::size_t o = 0; o < step.outputs.size(); ++o) {
           if (step.outputs[o] < 0) continue;
           XPURT_CHECK(o < outputs.size() && outputs[o].defined(), "node '", step.node, "' (", step.op_type,

@@ -4,6 +4,8 @@
 #include "core/runtime/passes.h"
 
 #include <algorithm>
+#include <set>
+#include <unordered_map>
 
 namespace xpuruntime::onnx_ref {
 
@@ -47,6 +49,7 @@ Library& Library::global() {
     register_tensor_ops(*lib);
     register_nn_ops(*lib);
     register_misc_ops(*lib);
+    register_control_flow_ops(*lib);
     passes::register_fused_ops(*lib);  // com.xpuruntime nodes, for CPU runs the registry cannot take
     return lib;
   }();
@@ -72,7 +75,8 @@ std::vector<std::string> Library::ops() const {
   return names;
 }
 
-std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs,
+                             const ValueLookup& outer) {
   const OpFn* fn = Library::global().find(node.domain, node.op_type);
   if (fn == nullptr) {
     throw UnsupportedOperationError(detail::str_cat(
@@ -91,8 +95,76 @@ std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::ve
     prepared.push_back(t.contiguous());
   }
   OpContext ctx(node, opset, std::move(prepared));
+  if (outer) ctx.set_outer(outer);
   (*fn)(ctx);
   return std::move(ctx.outputs());
+}
+
+std::vector<Tensor> run_graph(const Graph& body, const std::vector<Tensor>& inputs, const ValueLookup& outer) {
+  XPURT_CHECK(inputs.size() == body.inputs.size(), "subgraph '", body.name, "' takes ", body.inputs.size(),
+              " inputs, got ", inputs.size());
+  std::unordered_map<std::string, Tensor> scope;
+  for (std::size_t i = 0; i < inputs.size(); ++i) scope[body.inputs[i]] = inputs[i];
+  for (const auto& [name, t] : body.initializers) {
+    if (scope.count(name) == 0) scope[name] = t;
+  }
+  ValueLookup lookup = [&](const std::string& name) -> Tensor {
+    auto it = scope.find(name);
+    if (it != scope.end()) return it->second;
+    return outer ? outer(name) : Tensor();
+  };
+  for (const Node& node : body.nodes) {
+    std::vector<Tensor> node_inputs;
+    node_inputs.reserve(node.inputs.size());
+    for (const auto& in : node.inputs) {
+      if (in.empty()) {
+        node_inputs.emplace_back();
+        continue;
+      }
+      Tensor t = lookup(in);
+      XPURT_CHECK(t.defined(), "subgraph '", body.name, "': node '", node.name, "' reads '", in,
+                  "', which is defined neither in the subgraph nor in an enclosing graph");
+      node_inputs.push_back(std::move(t));
+    }
+    std::vector<Tensor> outs = run_node(node, body.opset(node.domain), node_inputs, lookup);
+    for (std::size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i) {
+      if (!node.outputs[i].empty()) scope[node.outputs[i]] = outs[i];
+    }
+  }
+  std::vector<Tensor> results;
+  for (const auto& out : body.outputs) {
+    Tensor t = lookup(out);
+    XPURT_CHECK(t.defined(), "subgraph '", body.name, "': output '", out, "' was not computed");
+    results.push_back(std::move(t));
+  }
+  return results;
+}
+
+namespace {
+
+void collect_outer_names(const Graph& g, std::set<std::string> defined, std::set<std::string>& free) {
+  defined.insert(g.inputs.begin(), g.inputs.end());
+  for (const auto& [name, t] : g.initializers) defined.insert(name);
+  for (const Node& n : g.nodes) {
+    for (const auto& in : n.inputs) {
+      if (!in.empty() && defined.count(in) == 0) free.insert(in);
+    }
+    for (const auto& [attr, sub] : n.graph_attrs) {
+      if (sub) collect_outer_names(*sub, defined, free);
+    }
+    defined.insert(n.outputs.begin(), n.outputs.end());
+  }
+  for (const auto& out : g.outputs) {
+    if (defined.count(out) == 0) free.insert(out);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> outer_names(const Graph& body) {
+  std::set<std::string> free;
+  collect_outer_names(body, {}, free);
+  return {free.begin(), free.end()};
 }
 
 }  // namespace xpuruntime::onnx_ref

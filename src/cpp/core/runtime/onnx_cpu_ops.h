@@ -32,6 +32,10 @@
 
 namespace xpuruntime::onnx_ref {
 
+// Resolves a value of an enclosing graph by name (the outer scope of an If/Loop/Scan body); an undefined tensor
+// when the name is unknown there.
+using ValueLookup = std::function<Tensor(const std::string&)>;
+
 class OpContext {
  public:
   OpContext(const Node& node, std::int64_t opset, std::vector<Tensor> inputs)
@@ -71,11 +75,17 @@ class OpContext {
   // "Conv 'conv1'": for error messages.
   std::string where() const;
 
+  // The enclosing scope's values (for control-flow ops, whose bodies read them by name); empty at top level
+  // unless the engine supplies it.
+  const ValueLookup& outer() const { return outer_; }
+  void set_outer(ValueLookup outer) { outer_ = std::move(outer); }
+
  private:
   const Node& node_;
   std::int64_t opset_;
   std::vector<Tensor> inputs_;
   std::vector<Tensor> outputs_;
+  ValueLookup outer_;
 };
 
 using OpFn = std::function<void(OpContext&)>;
@@ -96,12 +106,23 @@ class XPURT_API Library {
 // Runs `node` on CPU inputs (undefined tensors for absent optional inputs; non-contiguous ones are made
 // contiguous). Returns one tensor per node output (undefined for unused optional outputs the op skipped).
 // UnsupportedOperationError when the library has no implementation for the node's op.
-XPURT_API std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs);
+XPURT_API std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs,
+                                       const ValueLookup& outer = {});
+
+// Runs a subgraph (an If branch, a Loop or Scan body): binds `inputs` to body.inputs in order, runs the nodes in
+// order through this library (names not defined in the body are resolved through `outer`), returns
+// body.outputs. InvalidArgumentError for a wrong input count or a name defined nowhere.
+XPURT_API std::vector<Tensor> run_graph(const Graph& body, const std::vector<Tensor>& inputs,
+                                        const ValueLookup& outer);
+
+// The names a subgraph reads from its enclosing scopes (free variables, nested subgraphs included), sorted.
+XPURT_API std::vector<std::string> outer_names(const Graph& body);
 
 // Registration, one function per source file of src/cpp/backends/cpu/onnx/ (called by Library::global()).
 void register_elementwise_ops(Library& lib);   // onnx_elementwise.cpp: math, logic, activations, Cast, Softmax...
 void register_tensor_ops(Library& lib);        // onnx_tensor.cpp: shape/data movement, reductions, index ops
 void register_nn_ops(Library& lib);            // onnx_nn.cpp: MatMul, Gemm, Conv, pools, norms, RNNs, Resize...
 void register_misc_ops(Library& lib);          // onnx_misc.cpp: quantization, signal, training, losses, ...
+void register_control_flow_ops(Library& lib);  // onnx_control_flow.cpp: If, Loop, Scan
 
 }  // namespace xpuruntime::onnx_ref

@@ -69,6 +69,9 @@ struct XPURT_API PlanStep {
   // kReference
   std::shared_ptr<const Node> reference_node;
   std::int64_t opset = 0;
+  // Values of this graph that the node's subgraphs (If/Loop/Scan bodies) read by name: their ids follow the
+  // node's own inputs in `inputs`, so their lifetimes cover the step.
+  std::vector<std::string> implicit_inputs;
   std::string reason;  // kReference: why the node is not lowered onto a registry op
 };
 

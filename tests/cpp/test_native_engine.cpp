@@ -206,3 +206,20 @@ TEST(NativeEngine, GraphExecReplaysACudaGraph) {
   EXPECT_TRUE(exec.graph_captured());
   EXPECT_EQ(exec.replays(), 3);
 }
+
+TEST(NativeEngine, PassesTurnOffByNameAndTheOptimizedGraphIsSaved) {
+  const std::string bytes = export_onnx(small_graph(random_floats({4, 6}, 1), random_floats({6}, 2)));
+  SessionOptions options;
+  options.engine = "native";
+  options.disabled_passes = {"gemm_fusion"};
+  options.optimized_model_path = ::testing::TempDir() + "xpurt_small_optimized.onnx";
+  InferenceSession session = InferenceSession::from_bytes(bytes, options);
+  session.run({{"x", random_floats({3, 4}, 7)}});
+  EXPECT_EQ(session.explain().str().find("xpuruntime:Linear"), std::string::npos);  // not fused
+  const Graph saved = import_onnx_file(options.optimized_model_path);
+  EXPECT_EQ(saved.type("x")->str(), "float32[3,4]");  // specialised to the first run's shapes
+  EXPECT_FALSE(saved.nodes.empty());
+  options.disabled_passes = {"gemm_fusoin"};
+  XPURT_EXPECT_THROW_WITH(InferenceSession::from_bytes(bytes, options), InvalidArgumentError,
+                          "unknown graph pass 'gemm_fusoin' in disabled_passes; valid names: constant_folding");
+}

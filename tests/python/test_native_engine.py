@@ -266,3 +266,27 @@ def test_control_flow_reads_values_of_the_enclosing_graph():
         np.testing.assert_allclose(out["z"], relu * 3)
     kernels = {n["op_type"]: n["kernel"] for n in session.explain().nodes}
     assert kernels["If"] == "onnx_ref" and kernels["Loop"] == "onnx_ref" and kernels["Relu"] == "cpu"
+
+
+def test_passes_can_be_turned_off_by_name_and_the_optimized_graph_saved(models, tmp_path):
+    path = model_path(models, "bert", "fp32")
+    x = make_input("bert", 2, "fp32")
+    saved = tmp_path / "bert_optimized.onnx"
+    fused = xrt.InferenceSession(path, engine="native", optimized_model_path=saved)
+    plain = xrt.InferenceSession(path, engine="native", disabled_passes=["attention_fusion", "gemm_fusion"])
+    ops_fused = {n["op_type"] for n in fused.explain().nodes}
+    ops_plain = {n["op_type"] for n in plain.explain().nodes}
+    assert {"xpuruntime:Attention", "xpuruntime:Linear"} <= ops_fused
+    assert "xpuruntime:Attention" not in ops_plain and "xpuruntime:Linear" not in ops_plain and "MatMul" in ops_plain
+    (info,) = fused.get_inputs()
+    a = fused.run(None, {info.name: x})[0]  # the first run writes the optimized graph (for its input shapes)
+    np.testing.assert_allclose(plain.run(None, {info.name: x})[0], a, rtol=1e-4, atol=1e-4)
+    # The saved graph is valid ONNX with the fused nodes, and the native engine runs it to the same result.
+    model = onnx.load(str(saved))
+    assert any(n.domain == "com.xpuruntime" and n.op_type == "Attention" for n in model.graph.node)
+    reloaded = xrt.InferenceSession(saved, engine="native")
+    np.testing.assert_allclose(reloaded.run(None, {info.name: x})[0], a, rtol=1e-5, atol=1e-5)
+    with pytest.raises(xrt.InvalidArgumentError, match="unknown graph pass 'gemm_fusoin'.*valid names"):
+        xrt.InferenceSession(path, engine="native", disabled_passes=["gemm_fusoin"])
+    with pytest.raises(xrt.InvalidArgumentError, match="options of the native engine"):
+        xrt.InferenceSession(path, engine="onnxruntime", disabled_passes=["gemm_fusion"])

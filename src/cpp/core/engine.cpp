@@ -175,6 +175,9 @@ void InferenceSession::build(const std::string& model) {
   }
   const Engine* engine = registry.find(name);
   XPURT_INTERNAL_ASSERT(engine != nullptr, "engine '", name, "' is not registered");
+  XPURT_CHECK(name == "native" || (options_.disabled_passes.empty() && options_.optimized_model_path.empty()),
+              "disabled_passes and optimized_model_path are options of the native engine; engine '", name,
+              "' does not take them");
   const Support support = engine->available(options_);
   if (!support.ok()) {
     throw UnsupportedOperationError(detail::str_cat("engine '", name, "' cannot run on ", options_.device.str(), ": ",

@@ -8,10 +8,12 @@
 // is kept and serves runs with exactly those shapes. A probe that fails for another reason than an unsupported
 // node (a model that needs batch > 1, ...) is ignored: the first run reports the problem.
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
 
+#include "core/runtime/passes.h"
 #include "xpuruntime/capture_plan.h"
 #include "xpuruntime/engine.h"
 #include "xpuruntime/exceptions.h"
@@ -58,6 +60,12 @@ class NativeSession final : public EngineSession {
     plan_options_.device = options_.device;
     plan_options_.dispatcher = dispatcher_;
     plan_options_.compute_float = compute_float_of(options_.exec_policy);
+    const std::vector<passes::PassInfo>& known = passes::all_passes();
+    for (const std::string& name : options_.disabled_passes) {
+      const bool valid = std::any_of(known.begin(), known.end(), [&](const passes::PassInfo& p) { return p.name == name; });
+      XPURT_CHECK(valid, "unknown graph pass '", name, "' in disabled_passes; valid names: ", passes::pass_names());
+      plan_options_.disabled_passes.insert(name);
+    }
     probe();
   }
 
@@ -107,6 +115,7 @@ class NativeSession final : public EngineSession {
     }
     const std::string key = shape_key(shapes);
     std::shared_ptr<const CapturePlan> plan = plan_for(shapes, key);
+    if (!options_.optimized_model_path.empty()) save_optimized(*plan);
     std::unique_ptr<GraphExec> exec = checkout(plan, key);
     std::vector<Tensor> outputs;
     try {
@@ -226,6 +235,17 @@ class NativeSession final : public EngineSession {
     return plan;
   }
 
+  // SessionOptions::optimized_model_path: the graph of the first run's plan (specialised to its input shapes).
+  void save_optimized(const CapturePlan& plan) {
+    std::lock_guard<std::mutex> lock(build_mutex_);
+    if (optimized_model_written_) return;
+    std::ofstream file(options_.optimized_model_path, std::ios::binary);
+    XPURT_CHECK(file.good(), "cannot write the optimized model to '", options_.optimized_model_path, "'");
+    file << export_onnx(plan.graph());
+    XPURT_CHECK(file.good(), "writing the optimized model to '", options_.optimized_model_path, "' failed");
+    optimized_model_written_ = true;
+  }
+
   std::unique_ptr<GraphExec> checkout(const std::shared_ptr<const CapturePlan>& plan, const std::string& key) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -258,6 +278,7 @@ class NativeSession final : public EngineSession {
   std::map<std::string, std::vector<std::unique_ptr<GraphExec>>> pools_;
   std::shared_ptr<const CapturePlan> last_plan_;
   std::string static_key_;  // static_shape: the input shapes of the first run
+  bool optimized_model_written_ = false;  // under build_mutex_
 };
 
 class NativeEngine final : public Engine {

@@ -42,6 +42,12 @@ struct XPURT_API SessionOptions {
   ExecutionPolicy exec_policy;    // default: fp32, no determinism requirement
   bool fp16 = false;              // shorthand for exec_policy.precision = fp16
   std::string model_dir;          // folder of external-data files (default: the model file's folder)
+  // Native engine: graph passes turned off by name (docs/native_engine.md; an unknown name is an
+  // InvalidArgumentError listing the valid ones), and a file the first run writes its plan's optimized graph to as
+  // ONNX, specialised to that run's input shapes (empty: none; like ONNX Runtime's optimized_model_filepath).
+  // Other engines refuse a non-empty value.
+  std::vector<std::string> disabled_passes;
+  std::string optimized_model_path;
 };
 
 // What ran for one node of the model.

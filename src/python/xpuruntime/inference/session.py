@@ -26,6 +26,12 @@ class InferenceSession:
         The policies; entries an engine cannot honour are reported by :meth:`explain` (pinned ones are errors).
     fp16 : bool
         Shorthand for ``exec_policy.precision = "fp16"``.
+    disabled_passes : list of str, optional
+        Native engine: graph passes to turn off by name (``"gemm_fusion"``, ``"attention_fusion"``, ...; see
+        docs/native_engine.md). An unknown name raises :class:`~xpuruntime.InvalidArgumentError` listing them.
+    optimized_model_path : str or Path, optional
+        Native engine: the first run writes its plan's optimized graph there as ONNX, specialised to that run's
+        input shapes (fused nodes in the ``com.xpuruntime`` domain; the native engine loads it back).
 
     Examples
     --------
@@ -37,13 +43,16 @@ class InferenceSession:
 
     def __init__(self, model: Union[str, Path, bytes], device: Any = "cpu", engine: str = "auto",
                  kernel_policy: Optional[_core.KernelPolicy] = None,
-                 exec_policy: Optional[_core.ExecutionPolicy] = None, fp16: bool = False) -> None:
+                 exec_policy: Optional[_core.ExecutionPolicy] = None, fp16: bool = False,
+                 disabled_passes: Optional[List[str]] = None,
+                 optimized_model_path: Optional[Union[str, Path]] = None) -> None:
         if isinstance(model, (bytearray, memoryview)):
             model = bytes(model)
         if not isinstance(model, (str, Path, bytes)):
             raise _core.InvalidTypeError(f"model must be a path or bytes, got {type(model).__name__}")
         self._session = _core.InferenceSession(model if isinstance(model, bytes) else str(model), device, engine,
-                                               kernel_policy, exec_policy, fp16)
+                                               kernel_policy, exec_policy, fp16, list(disabled_passes or []),
+                                               str(optimized_model_path) if optimized_model_path else "")
         self._device = str(device)
 
     @property

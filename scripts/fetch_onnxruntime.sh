@@ -33,23 +33,9 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 
-if [[ -n "${XPURT_ORT_TARBALL:-}" ]]; then
-  [[ -f "${XPURT_ORT_TARBALL}" ]] || die "XPURT_ORT_TARBALL=${XPURT_ORT_TARBALL} is not a file"
-  tarball="${XPURT_ORT_TARBALL}"
-else
-  command -v npm >/dev/null || die "npm is not installed; install Node.js/npm, or download ${TARBALL_NAME} \
-yourself and pass it as XPURT_ORT_TARBALL=<path>"
-  echo "Downloading ${NPM_PACKAGE} (about 150 MB) with npm pack ..."
-  (cd "${work}" && npm pack --silent "${NPM_PACKAGE}" >/dev/null) || die "npm pack ${NPM_PACKAGE} failed"
-  tarball="${work}/${TARBALL_NAME}"
-  [[ -f "${tarball}" ]] || die "npm pack did not write ${TARBALL_NAME}"
-fi
-
-actual_sha="$(sha256sum "${tarball}" | cut -d' ' -f1)"
-if [[ "${actual_sha}" != "${TARBALL_SHA256}" ]]; then
-  die "sha256 mismatch for ${tarball}: expected ${TARBALL_SHA256}, got ${actual_sha}; \
-the download is corrupt or not ${NPM_PACKAGE}. Delete it and run again."
-fi
+# shellcheck source=lib/npm_tarball.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/npm_tarball.sh"
+tarball="$(npm_tarball "${NPM_PACKAGE}" "${TARBALL_NAME}" "${TARBALL_SHA256}" XPURT_ORT_TARBALL "about 150 MB" "${work}")" || exit 1
 
 echo "Extracting headers and libonnxruntime.so ..."
 tar -xzf "${tarball}" -C "${work}" --wildcards "${HEADERS_IN_TARBALL}/*.h" "${LIBRARY_IN_TARBALL}" "${SHARED_IN_TARBALL}" \

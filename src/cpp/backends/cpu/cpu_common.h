@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/data_ops.h"
 #include "core/half.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
@@ -338,17 +339,7 @@ inline std::int64_t product(const std::vector<std::int64_t>& shape, std::size_t 
 }
 
 // Element strides of `shape` broadcast to `out_shape` (right-aligned, NumPy rules): 0 on broadcast dims.
-inline std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& shape,
-                                                   const std::vector<std::int64_t>& out_shape) {
-  std::vector<std::int64_t> strides(out_shape.size(), 0);
-  std::int64_t stride = 1;
-  const std::size_t offset = out_shape.size() - shape.size();
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    strides[i + offset] = shape[i] == 1 ? 0 : stride;
-    stride *= shape[i];
-  }
-  return strides;
-}
+using data_ops::broadcast_strides;
 
 // ---- scalar math shared by activations and GEMM epilogues ----
 

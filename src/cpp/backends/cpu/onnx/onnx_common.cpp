@@ -1,6 +1,8 @@
 // Shared helpers of the ONNX reference ops (see onnx_common.h).
 #include "backends/cpu/onnx/onnx_common.h"
 
+#include "core/data_ops.h"
+
 namespace xpuruntime::onnx_ref {
 
 std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
@@ -25,14 +27,7 @@ std::vector<std::int64_t> broadcast_shapes(const std::vector<std::int64_t>& a, c
 
 std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& shape,
                                             const std::vector<std::int64_t>& out) {
-  std::vector<std::int64_t> strides(out.size(), 0);
-  std::int64_t stride = 1;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    const std::size_t o = i + (out.size() - shape.size());
-    strides[o] = shape[i] == 1 ? 0 : stride;
-    stride *= shape[i];
-  }
-  return strides;
+  return data_ops::broadcast_strides(shape, out);
 }
 
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, const std::string& where) {

@@ -290,3 +290,12 @@ def test_passes_can_be_turned_off_by_name_and_the_optimized_graph_saved(models, 
         xrt.InferenceSession(path, engine="native", disabled_passes=["gemm_fusoin"])
     with pytest.raises(xrt.InvalidArgumentError, match="options of the native engine"):
         xrt.InferenceSession(path, engine="onnxruntime", disabled_passes=["gemm_fusion"])
+
+
+def test_memory_limit_below_the_plans_peak_is_a_typed_error(models):
+    path = model_path(models, "resnet50", "fp32")
+    with pytest.raises(xrt.OutOfMemoryError, match="memory_limit"):
+        xrt.InferenceSession(path, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="64KiB"))
+    session = xrt.InferenceSession(path, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="256MiB"))
+    (info,) = session.get_inputs()
+    assert session.run(None, {info.name: make_input("resnet50", 1, "fp32")})[0].shape[0] == 1

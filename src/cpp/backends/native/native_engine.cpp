@@ -6,7 +6,8 @@
 // session is created (and engine "auto" must know then whether to fall back). So create() builds a probe plan
 // with every symbolic or unknown input dimension set to 1: that lowers and dispatches every node. The probe plan
 // is kept and serves runs with exactly those shapes. A probe that fails for another reason than an unsupported
-// node (a model that needs batch > 1, ...) is ignored: the first run reports the problem.
+// node or a plan over ExecutionPolicy.memory_limit (a model that needs batch > 1, ...) is ignored: the first run
+// reports the problem.
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -60,6 +61,7 @@ class NativeSession final : public EngineSession {
     plan_options_.device = options_.device;
     plan_options_.dispatcher = dispatcher_;
     plan_options_.compute_float = compute_float_of(options_.exec_policy);
+    plan_options_.memory_limit = options_.exec_policy.memory_limit;
     const std::vector<passes::PassInfo>& known = passes::all_passes();
     for (const std::string& name : options_.disabled_passes) {
       const bool valid = std::any_of(known.begin(), known.end(), [&](const passes::PassInfo& p) { return p.name == name; });
@@ -207,6 +209,8 @@ class NativeSession final : public EngineSession {
       plan_for(shapes, shape_key(shapes));
     } catch (const UnsupportedOperationError&) {
       throw;
+    } catch (const OutOfMemoryError&) {
+      throw;  // even the smallest shapes exceed the memory limit
     } catch (const XpuRuntimeError&) {
       // Note [Support check at session creation]: not a support problem; the first run reports it.
     }

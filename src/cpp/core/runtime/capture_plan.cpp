@@ -479,6 +479,15 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     v.bytes = r.bytes;
   }
 
+  if (options.memory_limit != 0 && mem.peak_bytes() > options.memory_limit) {
+    throw OutOfMemoryError(detail::str_cat("the plan for input shapes ", [&] {
+      std::string s;
+      for (const auto& shape : input_shapes) s += shape_str(shape);
+      return s;
+    }(), " needs ", mib(mem.peak_bytes()), " (", mem.str(), "), more than ExecutionPolicy.memory_limit = ",
+                                           mib(static_cast<std::size_t>(options.memory_limit))));
+  }
+
   // ---- constants on the device ----
   if (device.is_cuda()) {
     for (PlanValue& v : plan->values_) {

@@ -93,6 +93,9 @@ struct XPURT_API PlanOptions {
   std::set<std::string> disabled_passes;  // graph passes turned off by name
   bool fold_constants = true;             // constant folding and shape folding (also needed for CUDA)
   DType compute_float = DType::kFloat32;  // float32 models run in float16/bfloat16 when set to those
+  // A cap on the plan's peak bytes (ExecutionPolicy.memory_limit); 0: none. A plan that would need more raises
+  // OutOfMemoryError when it is built, before anything is allocated.
+  std::uint64_t memory_limit = 0;
 };
 
 class XPURT_API CapturePlan {

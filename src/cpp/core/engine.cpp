@@ -149,8 +149,8 @@ void InferenceSession::build(const std::string& model) {
 
   std::string name = options_.engine;
   if (name == "auto") {
-    // The native engine is preferred on CUDA once it exists (it says why it is unavailable otherwise); ONNX
-    // Runtime serves everything else.
+    // The native engine is preferred on CUDA when it can run every node (its create() checks, Note [Support
+    // check at session creation] in backends/native/native_engine.cpp); ONNX Runtime serves everything else.
     const Engine* native = registry.find("native");
     const Support native_support = native ? native->available(options_) : Support::no("not registered");
     if (native_support.ok() && options_.device.is_cuda()) {

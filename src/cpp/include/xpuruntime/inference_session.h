@@ -7,8 +7,9 @@
 //   auto outputs = session.run({{"input", x}});
 //   std::cout << session.explain().str();
 //
-// Engines: "auto" (this version: onnxruntime; the native engine is not available yet), "onnxruntime",
-// "tensorrt" and "native" (declared; they say what is missing). The choice and its reason are in explain().
+// Engines: "native" (xpuruntime's own runtime, docs/native_engine.md), "onnxruntime", "tensorrt" (declared: it says
+// what is missing) and "auto" (native on CUDA when it can run every node, else onnxruntime). The choice and its
+// reason are in explain().
 //
 // Ownership: a session owns its engine session; tensors returned by run() own their memory.
 // Thread-safety: run() may be called from several threads at once; explain() too.

@@ -8,6 +8,7 @@
 
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
+#include "core/shape_str.h"
 
 namespace xpuruntime {
 
@@ -15,11 +16,7 @@ namespace {
 
 using Shape = std::vector<std::int64_t>;
 
-std::string shape_str(const Shape& shape) {
-  std::string out = "[";
-  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
-  return out + "]";
-}
+using detail::shape_str;
 
 bool is_float(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16 ||

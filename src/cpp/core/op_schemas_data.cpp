@@ -9,6 +9,7 @@
 #include "core/data_ops.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
+#include "core/shape_str.h"
 
 namespace xpuruntime {
 
@@ -16,11 +17,7 @@ namespace {
 
 using Shape = std::vector<std::int64_t>;
 
-std::string shape_str(const Shape& shape) {
-  std::string out = "[";
-  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
-  return out + "]";
-}
+using detail::shape_str;
 
 TensorDesc output_of(const TensorDesc& like, Shape shape, DType dtype) {
   TensorDesc out;

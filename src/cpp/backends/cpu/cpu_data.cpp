@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "core/shape_str.h"
 #include "core/data_ops.h"
 
 namespace xpuruntime::cpu {
@@ -25,11 +26,7 @@ using Shape = std::vector<std::int64_t>;
 
 constexpr std::int64_t kCopyGrain = 1 << 16;  // elements per thread at least
 
-std::string shape_str(const Shape& shape) {
-  std::string out = "[";
-  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
-  return out + "]";
-}
+using detail::shape_str;
 
 // ---- strided copies ----
 

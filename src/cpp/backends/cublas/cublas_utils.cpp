@@ -1,4 +1,5 @@
 #include "backends/cublas/cublas_utils.h"
+#include "core/shape_str.h"
 
 #include <algorithm>
 #include <climits>
@@ -200,11 +201,7 @@ const char* compute_type_name(cublasComputeType_t type) {
   }
 }
 
-std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? "," : "") + std::to_string(shape[k]);
-  return out + "]";
-}
+std::string shape_str(const std::vector<std::int64_t>& shape) { return detail::shape_str(shape, ","); }
 
 const char* input_name(const std::string& op, std::size_t index) {
   static const std::unordered_map<std::string, std::vector<const char*>> names = {

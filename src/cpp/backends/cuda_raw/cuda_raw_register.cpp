@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cuda_raw/cuda_raw_kernels.h"
+#include "core/shape_str.h"
 #include "backends/cuda_raw/flash_attention.h"
 #include "core/cuda_utils.h"
 #include "core/data_ops.h"
@@ -28,11 +29,7 @@ using cuda_raw::UnaryOp;
 // The oldest architecture the kernels were compiled for (CMAKE_CUDA_ARCHITECTURES), 0 when unknown.
 constexpr int kMinArch = XPURT_CUDA_RAW_MIN_ARCH;
 
-std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
-  return out + "]";
-}
+using detail::shape_str;
 
 bool is_kernel_float(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/policy_serialization.h"
 #include "core/runtime/passes.h"
 #include "xpuruntime/capture_plan.h"
 #include "xpuruntime/engine.h"
@@ -81,9 +82,8 @@ class NativeSession final : public EngineSession {
     for (const auto& [name, tensor] : feeds) {
       auto it = std::find(graph_.inputs.begin(), graph_.inputs.end(), name);
       if (it == graph_.inputs.end()) {
-        std::string valid;
-        for (const auto& in : graph_.inputs) valid += (valid.empty() ? "" : ", ") + in;
-        throw InvalidArgumentError(detail::str_cat("unknown input '", name, "'; the model's inputs are: ", valid));
+        throw InvalidArgumentError(detail::str_cat("unknown input '", name, "'; the model's inputs are: ",
+                                                   detail::join_names(graph_.inputs)));
       }
       ordered[it - graph_.inputs.begin()] = tensor;
     }
@@ -101,10 +101,8 @@ class NativeSession final : public EngineSession {
     for (const auto& name : output_names) {
       auto it = std::find(graph_.outputs.begin(), graph_.outputs.end(), name);
       if (it == graph_.outputs.end()) {
-        std::string valid;
-        for (const auto& out : graph_.outputs) valid += (valid.empty() ? "" : ", ") + out;
-        throw InvalidArgumentError(
-            detail::str_cat("unknown output '", name, "'; the model's outputs are: ", valid));
+        throw InvalidArgumentError(detail::str_cat("unknown output '", name, "'; the model's outputs are: ",
+                                                   detail::join_names(graph_.outputs)));
       }
       wanted.push_back(static_cast<int>(it - graph_.outputs.begin()));
     }

@@ -13,6 +13,7 @@
 #include "core/runtime/onnx_cpu_ops.h"
 #include "core/runtime/shape_inference.h"
 #include "xpuruntime/device_manager.h"
+#include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime {
@@ -38,12 +39,6 @@ std::string mib(std::size_t bytes) {
   return os.str();
 }
 
-std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // Fits each declared input type to the concrete shape given for it.
 void specialise_inputs(Graph& g, const std::vector<std::vector<std::int64_t>>& shapes) {
   XPURT_CHECK(shapes.size() == g.inputs.size(), "the model has ", g.inputs.size(), " inputs, got shapes for ",
@@ -54,12 +49,12 @@ void specialise_inputs(Graph& g, const std::vector<std::vector<std::int64_t>>& s
     ValueType& vt = g.types[name];
     if (vt.has_shape) {
       XPURT_CHECK(vt.shape.size() == shapes[i].size(), "input '", name, "' expects rank ", vt.shape.size(), " (",
-                  vt.str(), "), got shape ", shape_str(shapes[i]));
+                  vt.str(), "), got shape ", detail::shape_str(shapes[i], ","));
       for (std::size_t d = 0; d < shapes[i].size(); ++d) {
         const Dim& dim = vt.shape[d];
         if (dim.known()) {
           XPURT_CHECK(dim.value == shapes[i][d], "input '", name, "' expects ", vt.str(), ", got shape ",
-                      shape_str(shapes[i]), " (dimension ", d, " must be ", dim.value, ")");
+                      detail::shape_str(shapes[i], ","), " (dimension ", d, " must be ", dim.value, ")");
         } else if (!dim.symbol.empty()) {
           auto [it, inserted] = symbols.emplace(dim.symbol, shapes[i][d]);
           XPURT_CHECK(inserted || it->second == shapes[i][d], "input '", name, "': dimension '", dim.symbol,
@@ -77,31 +72,26 @@ void specialise_inputs(Graph& g, const std::vector<std::vector<std::int64_t>>& s
 // are cast at the boundary, Casts to float32 become casts to `to`.
 void convert_precision(Graph& g, DType to) {
   const std::int64_t onnx_to = to == DType::kFloat16 ? 10 : 16;
-  for (auto& [name, t] : g.initializers) {
-    if (t.dtype() != DType::kFloat32) continue;
+  // A float32 constant in `to`, rounded to nearest even.
+  auto convert = [to](const Tensor& t) {
     Tensor c = Tensor::empty(t.shape(), to);
-    const auto* src = static_cast<const float*>(t.data_ptr());
+    const auto* src = static_cast<const float*>(t.contiguous().data_ptr());
     auto* dst = static_cast<std::uint16_t*>(c.data_ptr());
     for (std::int64_t i = 0; i < t.numel(); ++i) {
       dst[i] = to == DType::kFloat16 ? detail::float_to_half(src[i]) : detail::float_to_bfloat16(src[i]);
     }
-    t = c;
+    return c;
+  };
+  for (auto& [name, t] : g.initializers) {
+    if (t.dtype() != DType::kFloat32) continue;
+    t = convert(t);
     g.types[name].dtype = to;
   }
   for (Node& n : g.nodes) {
     if (n.domain.empty() && (n.op_type == "Cast") && n.attrs.get_int("to", 0) == 1) n.attrs.set("to", onnx_to);
+    if (n.op_type != "ConstantOfShape" && n.op_type != "Constant") continue;
     for (auto& [name, t] : n.tensor_attrs) {
-      if (n.op_type == "ConstantOfShape" || n.op_type == "Constant") {
-        if (t.dtype() == DType::kFloat32) {
-          Tensor c = Tensor::empty(t.shape(), to);
-          for (std::int64_t i = 0; i < t.numel(); ++i) {
-            const float v = static_cast<const float*>(t.data_ptr())[i];
-            static_cast<std::uint16_t*>(c.data_ptr())[i] =
-                to == DType::kFloat16 ? detail::float_to_half(v) : detail::float_to_bfloat16(v);
-          }
-          t = c;
-        }
-      }
+      if (t.dtype() == DType::kFloat32) t = convert(t);
     }
   }
   std::vector<Node> prologue;
@@ -482,7 +472,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   if (options.memory_limit != 0 && mem.peak_bytes() > options.memory_limit) {
     throw OutOfMemoryError(detail::str_cat("the plan for input shapes ", [&] {
       std::string s;
-      for (const auto& shape : input_shapes) s += shape_str(shape);
+      for (const auto& shape : input_shapes) s += detail::shape_str(shape, ",");
       return s;
     }(), " needs ", mib(mem.peak_bytes()), " (", mem.str(), "), more than ExecutionPolicy.memory_limit = ",
                                            mib(static_cast<std::size_t>(options.memory_limit))));

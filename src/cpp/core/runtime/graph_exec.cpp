@@ -2,16 +2,11 @@
 #include "xpuruntime/graph_exec.h"
 
 #include "core/runtime/onnx_cpu_ops.h"
+#include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime {
 namespace {
-
-std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 Tensor view_as(const Tensor& t, const std::vector<std::int64_t>& shape) {
   return Tensor::from_blob(t.data_ptr(), shape, {}, t.dtype(), t.device(), t.storage(), 0);
@@ -69,8 +64,8 @@ void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tenso
     XPURT_CHECK(t.defined(), "input '", v.name, "' is missing");
     XPURT_CHECK_TYPE(t.dtype() == v.type.dtype, "input '", v.name, "' expects ", dtype_name(v.type.dtype), ", got ",
                      dtype_name(t.dtype()));
-    XPURT_CHECK(t.shape() == v.type.sizes(), "input '", v.name, "' expects shape ", shape_str(v.type.sizes()),
-                " (the plan's), got ", shape_str(t.shape()));
+    XPURT_CHECK(t.shape() == v.type.sizes(), "input '", v.name, "' expects shape ", detail::shape_str(v.type.sizes(), ","),
+                " (the plan's), got ", detail::shape_str(t.shape(), ","));
     if (!fixed_addresses && t.device() == device && t.is_contiguous()) {
       values[ids[i]] = t;  // zero-copy
     } else if (slots_[ids[i]].defined()) {
@@ -113,8 +108,8 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
             for (std::size_t i = 0; i < inputs.size(); ++i) {
               if (!inputs[i].defined()) continue;
               XPURT_CHECK(inputs[i].shape() == step.desc.inputs[i].shape, "node '", step.node, "': input ", i,
-                          " has shape ", shape_str(inputs[i].shape()), " at run time but the model declared ",
-                          shape_str(step.desc.inputs[i].shape));
+                          " has shape ", detail::shape_str(inputs[i].shape(), ","), " at run time but the model declared ",
+                          detail::shape_str(step.desc.inputs[i].shape, ","));
               if (!inputs[i].is_contiguous()) inputs[i] = inputs[i].contiguous();
             }
           }

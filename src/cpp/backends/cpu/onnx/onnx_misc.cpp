@@ -1,6 +1,7 @@
 // ONNX reference ops (misc group): see src/cpp/core/runtime/onnx_cpu_ops.h. This file registers the group's
 // files (onnx_misc.h) and holds their shared helpers.
 #include "backends/cpu/onnx/onnx_misc.h"
+#include "core/shape_str.h"
 #include "xpuruntime/onnx_import.h"
 
 #include <cmath>
@@ -43,11 +44,7 @@ void store_doubles(Tensor& t, const std::vector<double>& values) {
   });
 }
 
-std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += detail::str_cat(i ? "," : "", shape[i]);
-  return s + "]";
-}
+std::string shape_str(const std::vector<std::int64_t>& shape) { return detail::shape_str(shape, ","); }
 
 double round_half_even(double v) { return std::nearbyint(v); }  // the default FE_TONEAREST mode: ties to even
 

@@ -4,19 +4,14 @@
 #include <sstream>
 
 #include "backends/cpu/cpu_common.h"
+#include "core/shape_str.h"
 #include "backends/cpu/onnx/onnx_nn_common.h"
 #include "xpuruntime/execution_policy.h"
 
 namespace xpuruntime::onnx_ref {
 namespace nn {
 
-std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? "," : "") << shape[i];
-  os << "]";
-  return os.str();
-}
+std::string shape_str(const std::vector<std::int64_t>& shape) { return detail::shape_str(shape, ","); }
 
 namespace {
 

@@ -10,6 +10,9 @@ batch size (1 and 32), with inputs already on the device, it times:
                      note when the native engine is not available or cannot run the model)
   native_tuned       the same with KernelPolicy(TUNED_POLICY): cuDNN's timed conv algorithm search (ORT's default)
                      and timed GEMM kernel choice
+  native_cpp         the native engine's InferenceSession called from C++ (benchmarks/session_direct_bench.cpp):
+                     no Python call in the timing, like ort_direct
+  ort_graphs_cpp     the onnxruntime engine with CUDA graphs, called from C++ the same way (CUDA only)
   ort_direct         ONNX Runtime's C++ API, same EP and options, I/O bound on the device (benchmarks/
                      ort_direct_bench.cpp, built by benchmarks/CMakeLists.txt when ONNX Runtime is found)
   ort_direct_graphs  the same with enable_cuda_graph=1 (CUDA only)
@@ -54,12 +57,12 @@ from timing import best_us  # noqa: E402
 
 import xpuruntime as xrt  # noqa: E402
 
-VARIANTS = ("ort", "ort_graphs", "native", "native_tuned", "ort_direct", "ort_direct_graphs", "torch_eager",
-            "torch_graphs")
+VARIANTS = ("ort", "ort_graphs", "native", "native_tuned", "native_cpp", "ort_graphs_cpp", "ort_direct",
+            "ort_direct_graphs", "torch_eager", "torch_graphs")
 # The policy of the native_tuned variant: cuDNN's timed algorithm search for convolutions (what ONNX Runtime's CUDA
 # EP does by default, cudnn_conv_algo_search=EXHAUSTIVE) and timed kernel choice for GEMMs.
 TUNED_POLICY = {"conv": "cudnn_search", "matmul": "auto:BestPerformance"}
-CUDA_ONLY = {"ort_graphs", "ort_direct_graphs", "torch_graphs"}
+CUDA_ONLY = {"ort_graphs", "ort_graphs_cpp", "ort_direct_graphs", "torch_graphs"}
 # Max abs difference from the `ort` variant above which a variant's output is reported as a mismatch.
 TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2}
 
@@ -156,14 +159,25 @@ def run_xrt(path, device, engine, graphs, feeds_np, iterations, warmup, kernel_p
     return stats, result
 
 
-def find_ort_direct(explicit: Optional[str]) -> Optional[pathlib.Path]:
+def find_bench(explicit: Optional[str], binary: str = "ort_direct_bench") -> Optional[pathlib.Path]:
     if explicit:
-        return pathlib.Path(explicit)
+        return pathlib.Path(explicit).parent / binary
     for candidate in ["build-gpu", "build"] + sorted(p.name for p in ROOT.glob("build-*")):
-        path = ROOT / candidate / "benchmarks" / "ort_direct_bench"
+        path = ROOT / candidate / "benchmarks" / binary
         if path.exists():
             return path
     return None
+
+
+def run_session_direct(binary, path, device, engine, batch, graphs, iterations, warmup):
+    if binary is None or not binary.exists():
+        raise Skip("native_cpp/ort_graphs_cpp: no session_direct_bench binary (build the benchmarks)")
+    command = [str(binary), "--model", str(path), "--engine", engine, "--batch", str(batch), "--device", device,
+               "--graphs", "1" if graphs else "0", "--iterations", str(iterations), "--warmup", str(warmup)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise Skip(f"{engine} from C++: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_ort_direct(binary, path, device, batch, graphs, iterations, warmup):
@@ -359,7 +373,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not on_cpu and xrt.get_device_count() == 0:
         reason = xrt.runtime.device.cuda_unavailable_reason()
         parser.error(f"--device {args.device}: no CUDA device ({reason}); use --device cpu")
-    ort_direct = find_ort_direct(args.ort_direct)
+    ort_direct = find_bench(args.ort_direct)
+    session_direct = find_bench(args.ort_direct, "session_direct_bench")
     zoo_dir = pathlib.Path(args.zoo)
 
     rows: List[Dict] = []
@@ -382,6 +397,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         kernel_policy = xrt.KernelPolicy(TUNED_POLICY) if variant == "native_tuned" else None
                         stats, result = run_xrt(path, device, engine, graphs, feeds, iterations, warmup,
                                                 kernel_policy)
+                    elif variant in ("native_cpp", "ort_graphs_cpp"):
+                        engine = "native" if variant == "native_cpp" else "onnxruntime"
+                        stats, result = run_session_direct(session_direct, path, device, engine, batch,
+                                                           not on_cpu, iterations, warmup), None
                     elif variant.startswith("ort_direct"):
                         stats, result = run_ort_direct(ort_direct, path, device, batch, variant.endswith("graphs"),
                                                        iterations, warmup), None

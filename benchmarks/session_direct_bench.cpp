@@ -1,0 +1,145 @@
+// xpuruntime's InferenceSession called from C++: the counterpart of ort_direct_bench.cpp (ONNX Runtime's C++
+// API), so that benchmarks/session_bench.py can compare the two engines without a Python call in either timing.
+//
+//   session_direct_bench --model m.onnx [--engine native] [--batch 1] [--device cuda|cpu] [--graphs 0|1]
+//                        [--iterations 100] [--warmup 10]
+//
+// Symbolic dimensions of the inputs take the batch size. Float inputs are filled with small values, integer
+// inputs with i % 1000 (valid token ids for the zoo's BERT); inputs live on the session's device. Prints one JSON
+// line in ort_direct_bench's format. Each iteration is timed on the host around InferenceSession::run followed
+// by a synchronization of the device (the run's outputs are complete when the timing stops).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xpuruntime/device_manager.h"
+#include "xpuruntime/inference_session.h"
+#include "xpuruntime/tensor.h"
+
+namespace {
+
+using xpuruntime::Device;
+using xpuruntime::DType;
+using xpuruntime::Tensor;
+
+struct Args {
+  std::string model;
+  std::string engine = "native";
+  int64_t batch = 1;
+  std::string device = "cuda";
+  bool graphs = true;
+  int iterations = 100;
+  int warmup = 10;
+};
+
+Args parse(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--model") {
+      args.model = value;
+    } else if (flag == "--engine") {
+      args.engine = value;
+    } else if (flag == "--batch") {
+      args.batch = std::stoll(value);
+    } else if (flag == "--device") {
+      args.device = value;
+    } else if (flag == "--graphs") {
+      args.graphs = value == "1" || value == "true";
+    } else if (flag == "--iterations") {
+      args.iterations = std::stoi(value);
+    } else if (flag == "--warmup") {
+      args.warmup = std::stoi(value);
+    } else {
+      throw std::invalid_argument("unknown flag " + flag);
+    }
+  }
+  if (args.model.empty()) throw std::invalid_argument("--model is required");
+  if (args.iterations < 1 || args.warmup < 0) throw std::invalid_argument("bad --iterations or --warmup");
+  return args;
+}
+
+// A host tensor of `shape` filled like ort_direct_bench's inputs.
+Tensor fill(DType dtype, const std::vector<int64_t>& shape) {
+  Tensor t = Tensor::empty(shape, dtype);
+  // 0.25 * (-3 .. 3), and the same values as IEEE half bit patterns.
+  constexpr uint16_t kHalf[7] = {0xBA00, 0xB800, 0xB400, 0x0000, 0x3400, 0x3800, 0x3A00};
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = 0.25f * static_cast<float>(static_cast<int>(i % 7) - 3);
+    switch (dtype) {
+      case DType::kFloat32: static_cast<float*>(t.data_ptr())[i] = v; break;
+      case DType::kFloat16: static_cast<uint16_t*>(t.data_ptr())[i] = kHalf[i % 7]; break;
+      case DType::kInt64: static_cast<int64_t*>(t.data_ptr())[i] = i % 1000; break;
+      case DType::kInt32: static_cast<int32_t*>(t.data_ptr())[i] = static_cast<int32_t>(i % 1000); break;
+      default: throw std::invalid_argument("unsupported input element type " +
+                                           std::string(xpuruntime::dtype_name(dtype)));
+    }
+  }
+  return t;
+}
+
+double percentile(std::vector<double> sorted, double q) {
+  std::sort(sorted.begin(), sorted.end());
+  const double position = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(position);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (position - static_cast<double>(lo));
+}
+
+int run(const Args& args) {
+  xpuruntime::SessionOptions options;
+  options.device = Device::parse(args.device);
+  options.engine = args.engine;
+  options.exec_policy.cuda_graphs = args.graphs;
+  const xpuruntime::InferenceSession session(args.model, options);
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  for (const xpuruntime::ValueInfo& info : session.get_inputs()) {
+    std::vector<int64_t> shape;
+    for (const std::string& d : info.shape) {
+      const bool number = !d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+      shape.push_back(number ? std::stoll(d) : args.batch);
+    }
+    feeds.emplace_back(info.name, fill(info.dtype, shape).to(options.device));
+  }
+  auto& devices = xpuruntime::DeviceManager::instance();
+  for (int i = 0; i < args.warmup; ++i) session.run(feeds);
+  devices.synchronize(options.device);
+  std::vector<double> ms;
+  ms.reserve(static_cast<size_t>(args.iterations));
+  for (int i = 0; i < args.iterations; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<Tensor> outputs = session.run(feeds);
+    devices.synchronize(options.device);
+    const auto end = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+  }
+  double sum = 0;
+  for (double v : ms) sum += v;
+  std::printf(
+      "{\"model\": \"%s\", \"engine\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"cuda_graphs\": %s, "
+      "\"iterations\": %d, \"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f}\n",
+      args.model.c_str(), session.engine().c_str(), static_cast<long long>(args.batch), args.device.c_str(),
+      args.graphs ? "true" : "false", args.iterations, percentile(ms, 0.5), percentile(ms, 0.9),
+      sum / static_cast<double>(ms.size()), *std::min_element(ms.begin(), ms.end()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "session_direct_bench: %s\n", e.what());
+  }
+  return 1;
+}

@@ -478,6 +478,11 @@ def layer_norm_cases() -> List[Case]:
         ("4x1024_bias_only", (4, 1024), -1, False, True),
         ("all_dims", (2, 3, 8), 0, True, True),
         ("row_4097_offset", (3, 4097), -1, True, True),
+        # Rows of whole 16-byte vectors take the register-cached kernel, with a warp, 128 or 512 threads per row
+        # (cuda_raw); 8192 fp32 is its largest row, 16000 fp32 falls back to the scalar kernel, fp16 does not.
+        ("300x768_affine", (300, 768), -1, True, True),
+        ("5x8192_offset", (5, 8192), -1, True, False),
+        ("3x16000_affine", (3, 16000), -1, True, True),
     ]
     cases = []
     for name, shape, axis, has_scale, has_bias in specs:
@@ -490,7 +495,8 @@ def layer_norm_cases() -> List[Case]:
                                               uniform(rng, normalized) if has_bias else None],
                           {"axis": axis, "epsilon": 1e-5}, ref_layer_norm, "reduction"))
     # With the residual input (the post-LN transformer's Add + LayerNorm as one kernel).
-    for name, shape in (("residual_7x13", (7, 13)), ("residual_2x3x1030", (2, 3, 1030))):
+    for name, shape in (("residual_7x13", (7, 13)), ("residual_2x3x1030", (2, 3, 1030)),
+                        ("residual_2x128x768", (2, 128, 768))):
         rng = _rng("layer_norm" + name)
         cases.append(Case("layer_norm", name, [uniform(rng, shape), uniform(rng, shape[-1:], 0.5, 1.5),
                                               uniform(rng, shape[-1:]), uniform(rng, shape)],

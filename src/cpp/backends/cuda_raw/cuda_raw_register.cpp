@@ -499,8 +499,9 @@ void register_cuda_raw(KernelRegistry& registry) {
                                  shape[axis], product(shape, axis + 1, shape.size()), launch.stream.handle);
              });
   // ---- layer_norm ----
-  add_kernel(registry, "layer_norm", "layer norm over dims axis..end: a warp (<= 1024 elements) or a block per "
-             "row, two-pass mean/variance in fp32; an optional residual is added on the fly",
+  add_kernel(registry, "layer_norm", "layer norm over dims axis..end: rows of aligned 16-byte vectors cached in "
+             "registers (a warp or a 128/512-thread block per row, one read of the row), other rows a warp (<= 1024 "
+             "elements) or a block per row; two-pass mean/variance in fp32; an optional residual is added on the fly",
              {"x", "scale", "bias", "residual"}, nullptr, [](const KernelLaunch& launch) {
                const Tensor& x = launch.input(0);
                const Tensor residual = launch.num_inputs > 3 ? launch.input(3) : Tensor();

@@ -1,5 +1,15 @@
-// Layer normalization over the trailing dimensions (x viewed as [rows, cols]): a warp per row for short rows,
-// a block per row for long ones.
+// Layer normalization over the trailing dimensions (x viewed as [rows, cols]). Rows of whole 16-byte vectors
+// (every pointer 16-byte aligned, cols a multiple of the vector width, at most kMaxCachedVectors vectors per
+// thread) take the register-cached kernel: each thread loads its vectors once, and the statistics and the output
+// come from registers (Note [Register-cached rows]). Other rows take the scalar kernel: a warp per row for short
+// rows, a block per row for long ones.
+//
+// Note [Register-cached rows]
+// A transformer's LayerNorm rows are short (768 to 8192 elements) and there are few of them at batch 1 (one per
+// token), so the kernel is latency-bound: what counts is how many dependent trips to memory a row takes. Reading
+// the row once into registers with 16-byte loads makes it one trip (plus one for the residual, issued together)
+// instead of three passes of 2-byte loads; the group size grows with the row (a warp up to 4 vectors per lane,
+// then 128 or 512 threads) so that no thread holds more than kMaxCachedVectors vectors.
 //
 // Note [Two-pass statistics]
 // The mean is computed first, then the variance as the mean of (x - mean)^2, both accumulated in fp32 and
@@ -58,6 +68,110 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
   }
 }
 
+constexpr int kMaxCachedVectors = 4;
+
+// Group of kGroup threads per row (kBlock / kGroup rows per block), each thread caching up to kMaxCachedVectors
+// 16-byte vectors of the row: vector v of the row is held by lane v % kGroup. `vectors` = cols / kVec16<T>.
+template <typename T, int kGroup, int kBlock>
+__global__ void __launch_bounds__(kBlock) layer_norm_cached_kernel(const T* x, const T* residual, const T* scale,
+                                                                   const T* bias, T* y, std::int64_t rows,
+                                                                   int vectors, float epsilon) {
+  static_assert(kBlock % kGroup == 0, "whole groups per block");
+  constexpr int kVec = kVec16<T>;
+  using V = Vec<T, kVec>;
+  constexpr int kGroupsPerBlock = kBlock / kGroup;
+  __shared__ float smem[kGroup / 32];
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const float n = static_cast<float>(vectors) * kVec;
+  const std::int64_t group_stride = static_cast<std::int64_t>(gridDim.x) * kGroupsPerBlock;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kGroupsPerBlock + threadIdx.x / kGroup; r < rows;
+       r += group_stride) {
+    const V* in = reinterpret_cast<const V*>(x) + r * vectors;
+    const V* res = residual != nullptr ? reinterpret_cast<const V*>(residual) + r * vectors : nullptr;
+    float values[kMaxCachedVectors][kVec];
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxCachedVectors; ++i) {
+      const int v = lane + i * kGroup;
+      if (v < vectors) {
+        const V a = in[v];
+        if (res != nullptr) {
+          const V b = res[v];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) values[i][k] = to_float(a.v[k]) + to_float(b.v[k]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) values[i][k] = to_float(a.v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) sum += values[i][k];
+      }
+    }
+    const float mean = group_reduce<kGroup>(sum, SumOp{}, smem) / n;
+    float squares = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxCachedVectors; ++i) {
+      if (lane + i * kGroup < vectors) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const float d = values[i][k] - mean;
+          squares += d * d;
+        }
+      }
+    }
+    const float variance = group_reduce<kGroup>(squares, SumOp{}, smem) / n;
+    const float rstd = 1.0f / sqrtf(variance + epsilon);
+    V* out = reinterpret_cast<V*>(y) + r * vectors;
+#pragma unroll
+    for (int i = 0; i < kMaxCachedVectors; ++i) {
+      const int v = lane + i * kGroup;
+      if (v < vectors) {
+        V s{};
+        V b{};
+        if (scale != nullptr) s = reinterpret_cast<const V*>(scale)[v];
+        if (bias != nullptr) b = reinterpret_cast<const V*>(bias)[v];
+        V o;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          float w = (values[i][k] - mean) * rstd;
+          if (scale != nullptr) w *= to_float(s.v[k]);
+          if (bias != nullptr) w += to_float(b.v[k]);
+          o.v[k] = from_float<T>(w);
+        }
+        out[v] = o;
+      }
+    }
+  }
+}
+
+// Launches the register-cached kernel when the row fits it (Note [Register-cached rows]); false otherwise.
+template <typename T>
+bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
+                   std::int64_t cols, float epsilon, cudaStream_t stream) {
+  constexpr int kVec = kVec16<T>;
+  if (cols % kVec != 0) return false;
+  for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(residual),
+                        static_cast<const void*>(scale), static_cast<const void*>(bias),
+                        static_cast<const void*>(y)}) {
+    if (p != nullptr && !is_aligned(p, 16)) return false;
+  }
+  const std::int64_t vectors = cols / kVec;
+  if (vectors <= 32 * kMaxCachedVectors) {
+    constexpr int kBlock = 128;
+    layer_norm_cached_kernel<T, 32, kBlock><<<grid_for(rows, kBlock / 32), kBlock, 0, stream>>>(
+        x, residual, scale, bias, y, rows, static_cast<int>(vectors), epsilon);
+  } else if (vectors <= 128 * kMaxCachedVectors) {
+    layer_norm_cached_kernel<T, 128, 128><<<grid_for(rows, 1), 128, 0, stream>>>(
+        x, residual, scale, bias, y, rows, static_cast<int>(vectors), epsilon);
+  } else if (vectors <= 512 * kMaxCachedVectors) {
+    layer_norm_cached_kernel<T, 512, 512><<<grid_for(rows, 1), 512, 0, stream>>>(
+        x, residual, scale, bias, y, rows, static_cast<int>(vectors), epsilon);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
@@ -70,7 +184,9 @@ void layer_norm(const void* x, const void* residual, const void* scale, const vo
     const auto* scales = static_cast<const T*>(scale);
     const auto* biases = static_cast<const T*>(bias);
     auto* ys = static_cast<T*>(y);
-    if (cols <= kWarpRowMaxCols) {
+    if (launch_cached(xs, residuals, scales, biases, ys, rows, cols, epsilon, as_stream(stream))) {
+      // register-cached rows
+    } else if (cols <= kWarpRowMaxCols) {
       layer_norm_kernel<T, 32, kThreads><<<grid_for(rows, kThreads / 32), kThreads, 0, as_stream(stream)>>>(
           xs, residuals, scales, biases, ys, rows, cols, epsilon);
     } else {

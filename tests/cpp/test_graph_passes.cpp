@@ -112,6 +112,8 @@ struct Builder {
   }
 };
 
+std::vector<Tensor> run_fused_in_library(const Node& n, const std::vector<Tensor>& in);
+
 std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
   auto input = [&](std::size_t i) { return i < in.size() ? in[i] : Tensor(); };
   Attributes a;
@@ -120,8 +122,12 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
         .set("pads", n.attrs.get_ints("pads", {0, 0, 0, 0}))
         .set("dilations", n.attrs.get_ints("dilations", {1, 1}))
         .set("groups", n.attrs.get_int("group", 1))
-        .set("activation", n.attrs.get_string("activation", "none"));
+        .set("activation", n.attrs.get_string("activation", "none"))
+        .set("layout", n.attrs.get_string("layout", "NCHW"));
     return ops::call("conv2d", {input(0), input(1), input(2), input(3)}, a);
+  }
+  if (n.op_type == "MaxPool" || n.op_type == "AveragePool" || n.op_type == "GlobalAveragePool") {
+    return run_fused_in_library(n, in);  // the channels-last pools of nhwc_layout
   }
   if (n.op_type == "Linear") {
     a.set("weight_layout", n.attrs.get_string("weight_layout", "nk"))
@@ -186,6 +192,11 @@ std::vector<Tensor> run_graph(const Graph& g, const Feeds& feeds, std::map<std::
   return outputs;
 }
 
+std::vector<Tensor> to_float32(std::vector<Tensor> list) {
+  for (Tensor& t : list) t = ops::cast(t, DType::kFloat32);
+  return list;
+}
+
 void expect_close(const std::vector<Tensor>& expected, const std::vector<Tensor>& actual, double rtol = 1e-4,
                   double atol = 1e-5) {
   ASSERT_EQ(expected.size(), actual.size());
@@ -236,7 +247,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
   EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
                                              "dead_node_elimination", "conv_bn_folding", "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
-                                             "gemm_fusion", "conv_fusion"}));
+                                             "gemm_fusion", "conv_fusion", "nhwc_layout"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "
@@ -1027,6 +1038,101 @@ TEST(GraphPasses, Float16ConvBnAndGemm) {
     for (Tensor& t : *list) t = ops::cast(t, DType::kFloat32);
   }
   expect_close(before, after, 1e-2, 1e-2);
+}
+
+// A small float16 ResNet: a stem conv with 3 input channels (not tensor-core friendly: stays NCHW), max pool,
+// two residual blocks of 16 channels, global average pool, flatten, linear.
+Graph small_resnet_fp16() {
+  auto half = [](const Tensor& t) { return ops::cast(t, DType::kFloat16); };
+  Builder b;
+  b.input("x", {2, 3, 12, 12});
+  b.g.types["x"].dtype = DType::kFloat16;
+  const auto pads1 = Attributes().set("pads", std::vector<std::int64_t>{1, 1, 1, 1});
+  b.constant("w0", half(random({16, 3, 3, 3}, 90, -0.5f, 0.5f))).constant("b0", half(random({16}, 91)));
+  b.add(node("Conv", {"x", "w0", "b0"}, {"c0"}, pads1)).add(node("Relu", {"c0"}, {"r0"}));
+  b.add(node("MaxPool", {"r0"}, {"p0"},
+             Attributes()
+                 .set("kernel_shape", std::vector<std::int64_t>{3, 3})
+                 .set("strides", std::vector<std::int64_t>{2, 2})
+                 .set("pads", std::vector<std::int64_t>{1, 1, 1, 1})));
+  std::string h = "p0";
+  for (int k = 1; k <= 2; ++k) {
+    const std::string s = std::to_string(k);
+    b.constant("wa" + s, half(random({16, 16, 3, 3}, 92 + k, -0.2f, 0.2f))).constant("ba" + s, half(random({16}, 95 + k)));
+    b.constant("wb" + s, half(random({16, 16, 1, 1}, 97 + k, -0.3f, 0.3f)));
+    b.add(node("Conv", {h, "wa" + s, "ba" + s}, {"ca" + s}, pads1)).add(node("Relu", {"ca" + s}, {"ra" + s}));
+    b.add(node("Conv", {"ra" + s, "wb" + s}, {"cb" + s})).add(node("Add", {"cb" + s, h}, {"sum" + s}));
+    b.add(node("Relu", {"sum" + s}, {"h" + s}));
+    h = "h" + s;
+  }
+  b.add(node("GlobalAveragePool", {h}, {"gap"})).add(node("Flatten", {"gap"}, {"flat"}));
+  b.constant("fc", half(random({16, 5}, 100))).add(node("MatMul", {"flat", "fc"}, {"logits"}));
+  // Types as shape inference gives them (conv_fusion needs the input shapes).
+  const std::vector<std::pair<std::string, std::vector<Dim>>> shapes = {
+      {"c0", {2, 16, 12, 12}}, {"r0", {2, 16, 12, 12}}, {"p0", {2, 16, 6, 6}}, {"gap", {2, 16, 1, 1}},
+      {"flat", {2, 16}}, {"logits", {2, 5}}};
+  for (const auto& [v, shape] : shapes) b.typed(v, shape).g.types[v].dtype = DType::kFloat16;
+  for (const char* v : {"ca1", "ra1", "cb1", "sum1", "h1", "ca2", "ra2", "cb2", "sum2", "h2"}) {
+    b.typed(v, {2, 16, 6, 6}).g.types[v].dtype = DType::kFloat16;
+  }
+  return b.build({"logits", "h1"});
+}
+
+TEST(NhwcLayout, ResNetRunsChannelsLastBetweenTheStemAndTheClassifier) {
+  const Graph g = small_resnet_fp16();
+  passes::PassContext cuda;
+  cuda.device = Device::cuda(0);
+  Graph out = g;
+  const auto results = passes::run_passes(out, cuda);
+  // The four convs of 16 channels and the global pool after them are channels-last; the 3-channel stem and the
+  // max pool reading it stay NCHW.
+  int nhwc_convs = 0;
+  for (const Node& n : out.nodes) {
+    if (n.op_type == "FusedConv" && n.attrs.get_string("layout", "NCHW") == "NHWC") {
+      ++nhwc_convs;
+      EXPECT_EQ(out.initializers.at(n.inputs[1]).shape()[3], 16) << "weight [O, kh, kw, C]";
+    }
+  }
+  EXPECT_EQ(nhwc_convs, 4) << out.str();
+  EXPECT_EQ(count(out, "FusedConv"), 5) << out.str();
+  EXPECT_EQ(find(out, "MaxPool")->domain, "");
+  const Node* pool = find(out, "GlobalAveragePool");
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->domain, kXpurtDomain);
+  EXPECT_EQ(pool->attrs.get_string("layout", ""), "NHWC");
+  // One Transpose into NHWC (the max pool's output) and one back for the graph output h1; the global pool's
+  // [N, 1, 1, C] goes back to NCHW by a Reshape.
+  EXPECT_EQ(count(out, "Transpose"), 2) << out.str();
+  EXPECT_EQ(count(out, "Reshape"), 1) << out.str();
+  bool ran = false;
+  for (const auto& r : results) ran = ran || (r.pass == "nhwc_layout" && r.rewrites == 5);
+  EXPECT_TRUE(ran);
+  const Feeds feeds = {{"x", ops::cast(random({2, 3, 12, 12}, 101), DType::kFloat16)}};
+  const auto expected = to_float32(run_graph(g, feeds));
+  expect_close(expected, to_float32(run_graph(out, feeds)), 2e-2, 2e-2);
+  expect_close(expected, to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
+TEST(NhwcLayout, OnlyForCudaPlansAndHalfFloatsAndCanBeDisabled) {
+  const Graph g = small_resnet_fp16();
+  Graph cpu = g;
+  passes::run_passes(cpu, {});
+  for (const Node& n : cpu.nodes) EXPECT_EQ(n.attrs.get_string("layout", "NCHW"), "NCHW") << n.str();
+  EXPECT_EQ(count(cpu, "Transpose"), 0);
+  passes::PassContext cuda;
+  cuda.device = Device::cuda(0);
+  Graph disabled = g;
+  passes::run_passes(disabled, cuda, {"nhwc_layout"});
+  EXPECT_EQ(count(disabled, "Transpose"), 0) << disabled.str();
+  // float32 graphs stay NCHW.
+  Builder b;
+  b.input("x", {1, 8, 5, 5});
+  b.constant("w", random({8, 8, 3, 3}, 102));
+  b.add(node("Conv", {"x", "w"}, {"y"}));
+  b.typed("y", {1, 8, 3, 3});
+  Graph f32 = b.build({"y"});
+  passes::run_passes(f32, cuda);
+  EXPECT_EQ(count(f32, "Transpose"), 0) << f32.str();
 }
 
 // ---- every ONNX backend test model ----

@@ -413,6 +413,45 @@ def conv2d_cases() -> List[Case]:
     return cases
 
 
+def _to_nhwc(a):
+    return None if a is None else np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1)))
+
+
+def _to_nchw(a):
+    return None if a is None else np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2)))
+
+
+def nhwc_case(case: Case) -> Case:
+    """The channels-last (layout=NHWC) twin of an NCHW conv2d/pool case: every 4-D input (x, conv2d's weight
+    [O, kh, kw, C/g] and residual) permuted, the reference run on the NCHW inputs and its output permuted back."""
+
+    def reference(inputs, attrs):
+        nchw_attrs = {k: v for k, v in attrs.items() if k != "layout"}
+        out = case.reference([_to_nchw(a) if a is not None and a.ndim == 4 else a for a in inputs], nchw_attrs)
+        return _to_nhwc(out)
+
+    inputs = [_to_nhwc(a) if a is not None and a.ndim == 4 else a for a in case.inputs]
+    return Case(case.op, case.name + "_nhwc", inputs, dict(case.attrs, layout="NHWC"), reference, case.tolerance)
+
+
+def nhwc_cases() -> List[Case]:
+    """layout=NHWC: the cuDNN kernels run channels-last natively (the native engine's nhwc_layout pass), the cpu
+    kernels through NCHW copies."""
+    conv = {c.name: c for c in conv2d_cases()}
+    pools = {c.id: c for c in pool_cases()}
+    rng = _rng("conv2d_nhwc_c64")
+    resnet_like = Case("conv2d", "resnet_3x3_c64_residual_relu",
+                       [uniform(rng, (2, 64, 14, 14)), uniform(rng, (64, 64, 3, 3)) / np.float32(24.0),
+                        uniform(rng, (64,)), uniform(rng, (2, 64, 14, 14))],
+                       {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "groups": 1,
+                        "activation": "relu"}, ref_conv2d, "gemm")
+    picked = [conv[n] for n in ("3x3_pad1", "groups_residual_relu", "1x1_relu", "asymmetric_pads",
+                                "rect_kernel_strided", "wide_channels")] + [resnet_like]
+    picked += [pools[i] for i in ("max_pool2d-k3s2p1", "max_pool2d-rect", "avg_pool2d-k3s2p1_include_pad",
+                                  "avg_pool2d-asymmetric_pads", "global_avg_pool-2x3x7x5")]
+    return [nhwc_case(c) for c in picked]
+
+
 def pool_cases() -> List[Case]:
     max_specs = [
         ("k2s2", (2, 3, 8, 8), {"kernel_shape": [2, 2]}),
@@ -826,7 +865,7 @@ def integer_arithmetic_cases() -> List[Case]:
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
     cases = (matmul_cases() + linear_cases() + conv2d_cases() + pool_cases() + batch_norm_cases() + softmax_cases()
-             + layer_norm_cases() + unary_cases() + binary_cases() + cast_cases() + reduce_cases()
+             + nhwc_cases() + layer_norm_cases() + unary_cases() + binary_cases() + cast_cases() + reduce_cases()
              + attention_cases() + transpose_cases() + concat_cases() + slice_cases() + gather_cases()
              + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases())
     ids = [c.id for c in cases]

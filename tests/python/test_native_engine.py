@@ -224,6 +224,8 @@ def test_gpu_replays_a_cuda_graph_and_matches_the_cpu(models, name):
     e = gpu.explain()
     assert any("captured and replayed" in o for o in e.options), e.options
     assert all(n["kernel"] != "onnx_ref" for n in e.nodes)
+    if name == "resnet50":  # the nhwc_layout pass: channels-last convolutions whose channels are multiples of 8
+        assert any("NHWC" in n["reason"] for n in e.nodes), [n["reason"] for n in e.nodes]
 
 
 def test_control_flow_reads_values_of_the_enclosing_graph():

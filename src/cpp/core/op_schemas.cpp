@@ -8,6 +8,7 @@
 
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
+#include "core/conv_layout.h"
 #include "core/shape_str.h"
 
 namespace xpuruntime {
@@ -153,10 +154,12 @@ std::int64_t pooled_size(std::int64_t in, std::int64_t kernel, std::int64_t stri
 
 std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
   check_float_inputs(desc, {"x", "weight", "bias?", "residual?"});
-  const TensorDesc& x = desc.inputs[0];
-  const TensorDesc& w = desc.inputs[1];
-  check_rank(x, 4, "conv2d", "x", "[N, C, H, W]");
-  check_rank(w, 4, "conv2d", "weight", "[O, C/groups, kh, kw]");
+  const bool nhwc = detail::is_nhwc(desc.attrs, "conv2d");
+  check_rank(desc.inputs[0], 4, "conv2d", "x", nhwc ? "[N, H, W, C]" : "[N, C, H, W]");
+  check_rank(desc.inputs[1], 4, "conv2d", "weight", nhwc ? "[O, kh, kw, C/groups]" : "[O, C/groups, kh, kw]");
+  // The checks below read NCHW dims; NHWC shapes are mapped onto them (and the output back).
+  const Shape x = nhwc ? detail::nhwc_to_nchw(desc.inputs[0].shape) : desc.inputs[0].shape;
+  const Shape w = nhwc ? detail::nhwc_to_nchw(desc.inputs[1].shape) : desc.inputs[1].shape;
   check_activation(desc, {"none", "relu"});
   const auto strides = ints_of_size(desc.attrs, "strides", 2, {1, 1}, "conv2d");
   const auto pads = ints_of_size(desc.attrs, "pads", 4, {0, 0, 0, 0}, "conv2d");
@@ -167,33 +170,37 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
                 shape_str(strides), " and ", shape_str(dilations));
   }
   for (const auto p : pads) XPURT_CHECK(p >= 0, "op 'conv2d': pads must be >= 0, got ", shape_str(pads));
-  XPURT_CHECK(groups >= 1 && x.shape[1] % groups == 0 && w.shape[0] % groups == 0, "op 'conv2d': groups=", groups,
-              " must divide the input channels (", x.shape[1], ") and the output channels (", w.shape[0], ")");
-  XPURT_CHECK(w.shape[1] * groups == x.shape[1], "op 'conv2d': weight ", shape_str(w.shape), " expects ",
-              w.shape[1] * groups, " input channels (groups=", groups, "), x ", shape_str(x.shape), " has ",
-              x.shape[1]);
-  const std::int64_t oh = pooled_size(x.shape[2], w.shape[2], strides[0], pads[0], pads[2], dilations[0], false);
-  const std::int64_t ow = pooled_size(x.shape[3], w.shape[3], strides[1], pads[1], pads[3], dilations[1], false);
-  XPURT_CHECK(oh > 0 && ow > 0, "op 'conv2d': the kernel ", w.shape[2], "x", w.shape[3], " (dilations ",
-              shape_str(dilations), ") does not fit the padded input ", x.shape[2] + pads[0] + pads[2], "x",
-              x.shape[3] + pads[1] + pads[3]);
-  const Shape out = {x.shape[0], w.shape[0], oh, ow};
+  XPURT_CHECK(groups >= 1 && x[1] % groups == 0 && w[0] % groups == 0, "op 'conv2d': groups=", groups,
+              " must divide the input channels (", x[1], ") and the output channels (", w[0], ")");
+  XPURT_CHECK(w[1] * groups == x[1], "op 'conv2d': weight ", shape_str(desc.inputs[1].shape), " expects ",
+              w[1] * groups, " input channels (groups=", groups, "), x ", shape_str(desc.inputs[0].shape), " has ",
+              x[1]);
+  const std::int64_t oh = pooled_size(x[2], w[2], strides[0], pads[0], pads[2], dilations[0], false);
+  const std::int64_t ow = pooled_size(x[3], w[3], strides[1], pads[1], pads[3], dilations[1], false);
+  XPURT_CHECK(oh > 0 && ow > 0, "op 'conv2d': the kernel ", w[2], "x", w[3], " (dilations ", shape_str(dilations),
+              ") does not fit the padded input ", x[2] + pads[0] + pads[2], "x", x[3] + pads[1] + pads[3]);
+  const Shape out = nhwc ? Shape{x[0], oh, ow, w[0]} : Shape{x[0], w[0], oh, ow};
   if (desc.inputs[2].present) {
-    XPURT_CHECK(desc.inputs[2].shape == Shape{w.shape[0]}, "op 'conv2d': bias must have shape [", w.shape[0],
-                "], got ", shape_str(desc.inputs[2].shape));
+    XPURT_CHECK(desc.inputs[2].shape == Shape{w[0]}, "op 'conv2d': bias must have shape [", w[0], "], got ",
+                shape_str(desc.inputs[2].shape));
   }
   if (desc.inputs[3].present) {
     XPURT_CHECK(desc.inputs[3].shape == out, "op 'conv2d': residual must have the output shape ", shape_str(out),
                 ", got ", shape_str(desc.inputs[3].shape));
   }
-  return {output_like(x, out)};
+  return {output_like(desc.inputs[0], out)};
 }
 
 std::vector<TensorDesc> infer_pool(const OpDescriptor& desc) {
   check_float_inputs(desc, {"x"});
-  const TensorDesc& x = desc.inputs[0];
-  check_rank(x, 4, desc.op, "x", "[N, C, H, W]");
-  if (desc.op == "global_avg_pool") return {output_like(x, {x.shape[0], x.shape[1], 1, 1})};
+  const bool nhwc = detail::is_nhwc(desc.attrs, desc.op);
+  check_rank(desc.inputs[0], 4, desc.op, "x", nhwc ? "[N, H, W, C]" : "[N, C, H, W]");
+  const Shape x = nhwc ? detail::nhwc_to_nchw(desc.inputs[0].shape) : desc.inputs[0].shape;  // NCHW dims
+  const auto result = [&](std::int64_t oh, std::int64_t ow) {
+    return std::vector<TensorDesc>{
+        output_like(desc.inputs[0], nhwc ? Shape{x[0], oh, ow, x[1]} : Shape{x[0], x[1], oh, ow})};
+  };
+  if (desc.op == "global_avg_pool") return result(1, 1);
   XPURT_CHECK(desc.attrs.has("kernel_shape"), "op '", desc.op, "': attribute 'kernel_shape' is required");
   const auto kernel = ints_of_size(desc.attrs, "kernel_shape", 2, {}, desc.op);
   const auto strides = ints_of_size(desc.attrs, "strides", 2, kernel, desc.op);
@@ -208,11 +215,11 @@ std::vector<TensorDesc> infer_pool(const OpDescriptor& desc) {
     XPURT_CHECK(pads[k] >= 0 && pads[k + 2] >= 0 && pads[k] < effective && pads[k + 2] < effective, "op '", desc.op,
                 "': pads ", shape_str(pads), " must be >= 0 and smaller than the kernel ", shape_str(kernel));
   }
-  const std::int64_t oh = pooled_size(x.shape[2], kernel[0], strides[0], pads[0], pads[2], dilations[0], ceil_mode);
-  const std::int64_t ow = pooled_size(x.shape[3], kernel[1], strides[1], pads[1], pads[3], dilations[1], ceil_mode);
+  const std::int64_t oh = pooled_size(x[2], kernel[0], strides[0], pads[0], pads[2], dilations[0], ceil_mode);
+  const std::int64_t ow = pooled_size(x[3], kernel[1], strides[1], pads[1], pads[3], dilations[1], ceil_mode);
   XPURT_CHECK(oh > 0 && ow > 0, "op '", desc.op, "': the window ", shape_str(kernel),
-              " does not fit the padded input of ", shape_str(x.shape));
-  return {output_like(x, {x.shape[0], x.shape[1], oh, ow})};
+              " does not fit the padded input of ", shape_str(desc.inputs[0].shape));
+  return result(oh, ow);
 }
 
 std::vector<TensorDesc> infer_batch_norm(const OpDescriptor& desc) {
@@ -342,12 +349,15 @@ void register_ops(KernelRegistry& registry) {
   add("linear", "matmul", {"x", "weight", "bias?"},
       "act(x @ W^T + bias); activation=none|relu|gelu|gelu_tanh, weight_layout=nk|kn", infer_linear);
   add("conv2d", "conv", {"x", "weight", "bias?", "residual?"},
-      "act(conv(x, w) + bias + residual), NCHW; strides, pads (t,l,b,r), dilations, groups, activation=none|relu",
+      "act(conv(x, w) + bias + residual); layout=NCHW (default) or NHWC (x [N,H,W,C], weight [O,kh,kw,C/groups]); "
+      "strides, pads (t,l,b,r), dilations, groups, activation=none|relu",
       infer_conv2d);
-  add("max_pool2d", "pool", {"x"}, "NCHW max pooling; kernel_shape, strides, pads, dilations, ceil_mode", infer_pool);
-  add("avg_pool2d", "pool", {"x"}, "NCHW average pooling; kernel_shape, strides, pads, ceil_mode, count_include_pad",
+  add("max_pool2d", "pool", {"x"}, "max pooling, layout=NCHW|NHWC; kernel_shape, strides, pads, dilations, ceil_mode",
       infer_pool);
-  add("global_avg_pool", "pool", {"x"}, "mean over H and W of NCHW", infer_pool);
+  add("avg_pool2d", "pool", {"x"}, "average pooling, layout=NCHW|NHWC; kernel_shape, strides, pads, ceil_mode, "
+      "count_include_pad",
+      infer_pool);
+  add("global_avg_pool", "pool", {"x"}, "mean over H and W, layout=NCHW|NHWC", infer_pool);
   add("batch_norm", "batch_norm", {"x", "scale", "bias", "mean", "var"},
       "inference batch norm over axis 1; epsilon=1e-5", infer_batch_norm);
   add("softmax", "softmax", {"x"}, "softmax along axis (default -1)", infer_softmax);

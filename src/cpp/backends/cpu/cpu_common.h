@@ -66,6 +66,12 @@ CpuContext make_context(const ExecutionPolicy& policy);
 
 using CpuRunFn = std::function<void(const KernelLaunch&, const CpuContext&)>;
 
+// The run function of a conv2d/pool kernel written for NCHW that also takes layout=NHWC (core/conv_layout.h): an
+// NHWC launch runs `nchw` on NCHW copies of its 4-D inputs (x, and conv2d's weight [O, kh, kw, C/g] and
+// residual) into an NCHW scratch output, which is then permuted into the NHWC output. A reference path: the cpu
+// backend's NHWC exists for conformance (every op has a cpu kernel), the GPU kernels run NHWC natively.
+CpuRunFn nhwc_through_nchw(CpuRunFn nchw);
+
 // The dtypes a cpu kernel takes (its op schema has validated the exact combination already).
 enum class DTypeSet : std::uint8_t {
   kFloat,        // float32, float16, bfloat16, float64: the float ops

@@ -106,11 +106,12 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
 
 void register_conv_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "conv2d",
-                 "reference NCHW conv2d: im2col + GEMM per image and group, bias/residual/ReLU epilogue",
-                 [](const KernelLaunch& launch, const CpuContext& context) {
+                 "reference conv2d: im2col + GEMM per image and group, bias/residual/ReLU epilogue (NHWC "
+                 "through NCHW copies)",
+                 nhwc_through_nchw([](const KernelLaunch& launch, const CpuContext& context) {
                    dispatch_compute_type(launch.desc->inputs[0].dtype,
                                          [&](auto zero) { run_conv2d<decltype(zero)>(launch, context); });
-                 });
+                 }));
 }
 
 }  // namespace xpuruntime::cpu

@@ -154,13 +154,13 @@ struct GlobalAvgPool {
 }  // namespace
 
 void register_pool_kernels(KernelRegistry& registry) {
-  add_cpu_kernel(registry, "max_pool2d", "reference NCHW max pooling (ceil_mode, dilations; NaN propagates)",
-                 typed_run<MaxPool>());
+  add_cpu_kernel(registry, "max_pool2d", "reference max pooling (ceil_mode, dilations; NaN propagates; NHWC through NCHW)",
+                 nhwc_through_nchw(typed_run<MaxPool>()));
   add_cpu_kernel(registry, "avg_pool2d",
-                 "reference NCHW average pooling (PyTorch divisor rules, ceil_mode, count_include_pad)",
-                 typed_run<AvgPool>());
-  add_cpu_kernel(registry, "global_avg_pool", "reference mean over H and W, accumulated in double",
-                 typed_run<GlobalAvgPool>());
+                 "reference average pooling (PyTorch divisor rules, ceil_mode, count_include_pad; NHWC through NCHW)",
+                 nhwc_through_nchw(typed_run<AvgPool>()));
+  add_cpu_kernel(registry, "global_avg_pool", "reference mean over H and W, accumulated in double (NHWC through NCHW)",
+                 nhwc_through_nchw(typed_run<GlobalAvgPool>()));
 }
 
 }  // namespace xpuruntime::cpu

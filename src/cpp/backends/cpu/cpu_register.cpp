@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backends/cpu/cpu_common.h"
+#include "core/conv_layout.h"
 #include "xpuruntime/exceptions.h"
 
 #if defined(_OPENMP)
@@ -92,6 +93,55 @@ const char* set_text(DTypeSet dtypes) {
     case DTypeSet::kAll: return "every dtype";
   }
   return "";
+}
+
+namespace {
+
+// A view of the 4-D tensor `t` with its dims permuted by `perm` (no copy; the view keeps `t` alive).
+Tensor permuted(const Tensor& t, const std::vector<int>& perm) {
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  for (const int d : perm) {
+    shape.push_back(t.shape()[static_cast<std::size_t>(d)]);
+    strides.push_back(t.strides()[static_cast<std::size_t>(d)]);
+  }
+  return Tensor::from_blob(t.data_ptr(), shape, strides, t.dtype(), t.device(), std::make_shared<Tensor>(t));
+}
+
+const std::vector<int> kToNchw = {0, 3, 1, 2};  // [N, H, W, C] -> [N, C, H, W]; [O, kh, kw, I] -> [O, I, kh, kw]
+const std::vector<int> kToNhwc = {0, 2, 3, 1};  // [N, C, H, W] -> [N, H, W, C]
+
+}  // namespace
+
+CpuRunFn nhwc_through_nchw(CpuRunFn nchw) {
+  return [nchw = std::move(nchw)](const KernelLaunch& launch, const CpuContext& context) {
+    const OpDescriptor& desc = *launch.desc;
+    if (!detail::is_nhwc(desc.attrs, desc.op)) {
+      nchw(launch, context);
+      return;
+    }
+    OpDescriptor nchw_desc = desc;
+    nchw_desc.attrs.set("layout", std::string("NCHW"));
+    std::vector<Tensor> inputs(launch.inputs, launch.inputs + launch.num_inputs);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      // x, conv2d's weight and residual are 4-D and channels-last; the bias [O] is not.
+      if (!inputs[i].defined() || inputs[i].dim() != 4) continue;
+      inputs[i] = permuted(inputs[i], kToNchw).contiguous();
+      nchw_desc.inputs[i].shape = inputs[i].shape();
+      nchw_desc.inputs[i].strides = inputs[i].strides();
+    }
+    Tensor& out = launch.output(0);
+    Tensor scratch = Tensor::empty(detail::nhwc_to_nchw(out.shape()), out.dtype(), out.device());
+    nchw_desc.outputs[0].shape = scratch.shape();
+    nchw_desc.outputs[0].strides = scratch.strides();
+    KernelLaunch inner = launch;
+    inner.desc = &nchw_desc;
+    inner.inputs = inputs.data();
+    inner.outputs = &scratch;
+    inner.num_outputs = 1;
+    nchw(inner, context);
+    out.copy_from(permuted(scratch, kToNhwc));
+  };
 }
 
 Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy, DTypeSet dtypes) {

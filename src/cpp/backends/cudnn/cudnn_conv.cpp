@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/conv_layout.h"
 #include "cudnn_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/memory_manager.h"
@@ -80,23 +81,27 @@ struct ConvShape {
   bool has_bias = false;
   bool has_residual = false;
   bool relu = false;
+  bool nhwc = false;  // layout=NHWC: x, y, residual channels-last, the weight [o, kh, kw, c / groups]
 };
 
 ConvShape conv_shape(const OpDescriptor& desc) {
   ConvShape s;
-  const TensorDesc& x = desc.inputs[0];
-  const TensorDesc& w = desc.inputs[1];
-  const TensorDesc& y = desc.outputs[0];
-  s.dtype = x.dtype;
-  s.n = x.shape[0];
-  s.c = x.shape[1];
-  s.h = x.shape[2];
-  s.w = x.shape[3];
-  s.o = w.shape[0];
-  s.kh = w.shape[2];
-  s.kw = w.shape[3];
-  s.oh = y.shape[2];
-  s.ow = y.shape[3];
+  s.nhwc = detail::is_nhwc(desc.attrs, "conv2d");
+  // Logical NCHW dims whatever the layout (the descriptors carry the memory order).
+  const auto nchw = [&](const TensorDesc& t) { return s.nhwc ? detail::nhwc_to_nchw(t.shape) : t.shape; };
+  const std::vector<std::int64_t> x = nchw(desc.inputs[0]);
+  const std::vector<std::int64_t> w = nchw(desc.inputs[1]);
+  const std::vector<std::int64_t> y = nchw(desc.outputs[0]);
+  s.dtype = desc.inputs[0].dtype;
+  s.n = x[0];
+  s.c = x[1];
+  s.h = x[2];
+  s.w = x[3];
+  s.o = w[0];
+  s.kh = w[2];
+  s.kw = w[3];
+  s.oh = y[2];
+  s.ow = y[3];
   const auto strides = desc.attrs.get_ints("strides", {1, 1});
   const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
   const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
@@ -186,8 +191,9 @@ struct ConvDescriptors {
 
   ConvDescriptors(const ConvShape& s, cudnnMathType_t math) {
     const cudnnDataType_t type = cudnn::data_type(s.dtype);
-    cudnn::set_nchw(x, s.dtype, s.n, s.c, s.h, s.w);
-    XPURT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), type, CUDNN_TENSOR_NCHW, static_cast<int>(s.o),
+    cudnn::set_4d(x, s.dtype, s.nhwc, s.n, s.c, s.h, s.w);
+    XPURT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), type, s.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                                 static_cast<int>(s.o),
                                                  static_cast<int>(s.c / s.groups), static_cast<int>(s.kh),
                                                  static_cast<int>(s.kw)));
     // Accumulate in fp32 for every data type (PSEUDO_HALF / PSEUDO_BFLOAT16 configurations for 16-bit data).
@@ -197,8 +203,8 @@ struct ConvDescriptors {
         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     XPURT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), static_cast<int>(s.groups)));
     XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), math));
-    cudnn::set_nchw(y, s.dtype, s.n, s.o, s.oh, s.ow);
-    cudnn::set_nchw(bias, s.dtype, 1, s.o, 1, 1);
+    cudnn::set_4d(y, s.dtype, s.nhwc, s.n, s.o, s.oh, s.ow);
+    cudnn::set_4d(bias, s.dtype, s.nhwc, 1, s.o, 1, 1);
 
     int dims[4] = {0, 0, 0, 0};
     XPURT_CUDNN_CHECK(
@@ -517,7 +523,8 @@ class ConvPlan final : public KernelPlan {
   }
 
   std::string describe() const override {
-    std::string out = detail::str_cat("cudnn conv algo ", algo_name(choice_.algo), ", ", math_entry(choice_.math).label,
+    std::string out = detail::str_cat("cudnn conv ", shape_.nhwc ? "NHWC" : "NCHW", " algo ", algo_name(choice_.algo),
+                                      ", ", math_entry(choice_.math).label,
                                       ", workspace ", cudnn::format_bytes(choice_.workspace));
     const std::string epilogue = epilogue_text(shape_, choice_.fused);
     if (!epilogue.empty()) out += ", " + epilogue;
@@ -548,8 +555,9 @@ Support conv_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
     if (!common) return common;
     if (desc.inputs.size() < 2 || desc.outputs.size() != 1 || desc.inputs[0].dim() != 4 ||
         desc.inputs[1].dim() != 4 || desc.outputs[0].dim() != 4) {
-      return Support::no(detail::str_cat(kLabel, " needs x [N, C, H, W] and weight [O, C/groups, kh, kw] with the "
-                                         "output inferred (call KernelRegistry::infer first)"));
+      return Support::no(detail::str_cat(kLabel, " needs x [N, C, H, W] and weight [O, C/groups, kh, kw] (NHWC: "
+                                         "[N, H, W, C] and [O, kh, kw, C/groups]) with the output inferred (call "
+                                         "KernelRegistry::infer first)"));
     }
     const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
     if (pads.size() == 4 && (pads[0] != pads[2] || pads[1] != pads[3])) {
@@ -565,7 +573,8 @@ Support conv_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
         }
       }
     }
-    if (desc.outputs[0].numel() > 0 && (desc.inputs[0].shape[1] == 0 || desc.inputs[1].numel() == 0)) {
+    const std::int64_t channels = desc.inputs[0].shape[detail::is_nhwc(desc.attrs, "conv2d") ? 3 : 1];
+    if (desc.outputs[0].numel() > 0 && (channels == 0 || desc.inputs[1].numel() == 0)) {
       return Support::no(detail::str_cat(kLabel, " needs at least one input channel and a non-empty weight, got x ",
                                          desc.inputs[0].str(), " and weight ", desc.inputs[1].str()));
     }
@@ -616,12 +625,12 @@ class CudnnConvKernel final : public Kernel {
 void register_cudnn_conv(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<CudnnConvKernel>(
       KernelInfo{"conv2d", "cudnn", "cudnn", DeviceType::kCUDA, true,
-                 "cuDNN convolution (NCHW), algorithm from cuDNN's heuristic; bias/residual/ReLU fused by "
+                 "cuDNN convolution (NCHW or NHWC), algorithm from cuDNN's heuristic; bias/residual/ReLU fused by "
                  "cudnnConvolutionBiasActivationForward; deterministic algorithms only under a deterministic policy"},
       /*search=*/false));
   registry.add_kernel(std::make_unique<CudnnConvKernel>(
       KernelInfo{"conv2d", "cudnn_search", "cudnn", DeviceType::kCUDA, true,
-                 "cuDNN convolution (NCHW), every algorithm timed at build time, fastest usable kept; "
+                 "cuDNN convolution (NCHW or NHWC), every algorithm timed at build time, fastest usable kept; "
                  "deterministic algorithms only under a deterministic policy"},
       /*search=*/true));
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/conv_layout.h"
 #include "cudnn_utils.h"
 #include "xpuruntime/exceptions.h"
 
@@ -27,20 +28,24 @@ struct PoolShape {
   std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
   cudnnPoolingMode_t mode = CUDNN_POOLING_MAX;
   bool global = false;
+  bool nhwc = false;  // layout=NHWC: x and y channels-last
 };
 
 // Everything but the output sizes comes from the attributes (validated by the op schema before any kernel sees
 // the descriptor), the output sizes from shape inference.
 PoolShape pool_shape(const OpDescriptor& desc) {
   PoolShape s;
-  const TensorDesc& x = desc.inputs[0];
-  s.dtype = x.dtype;
-  s.n = x.shape[0];
-  s.c = x.shape[1];
-  s.h = x.shape[2];
-  s.w = x.shape[3];
-  s.oh = desc.outputs[0].shape[2];
-  s.ow = desc.outputs[0].shape[3];
+  s.nhwc = detail::is_nhwc(desc.attrs, desc.op);
+  // Logical NCHW dims whatever the layout (the descriptors carry the memory order).
+  const std::vector<std::int64_t> x = s.nhwc ? detail::nhwc_to_nchw(desc.inputs[0].shape) : desc.inputs[0].shape;
+  const std::vector<std::int64_t> y = s.nhwc ? detail::nhwc_to_nchw(desc.outputs[0].shape) : desc.outputs[0].shape;
+  s.dtype = desc.inputs[0].dtype;
+  s.n = x[0];
+  s.c = x[1];
+  s.h = x[2];
+  s.w = x[3];
+  s.oh = y[2];
+  s.ow = y[3];
   if (desc.op == "global_avg_pool") {
     s.global = true;
     s.kernel_h = s.h;
@@ -79,11 +84,12 @@ Support pool_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
     Support common = cudnn::check_common(desc, policy, label.c_str());
     if (!common) return common;
     if (desc.inputs.empty() || desc.inputs[0].dim() != 4 || desc.outputs.size() != 1 || desc.outputs[0].dim() != 4) {
-      return Support::no(label + " needs x [N, C, H, W] with the output inferred (call KernelRegistry::infer first)");
+      return Support::no(label + " needs a 4-D x with the output inferred (call KernelRegistry::infer first)");
     }
     const TensorDesc& x = desc.inputs[0];
     if (desc.op == "global_avg_pool") {
-      if (desc.outputs[0].numel() > 0 && (x.shape[2] == 0 || x.shape[3] == 0)) {
+      const PoolShape s = pool_shape(desc);
+      if (desc.outputs[0].numel() > 0 && (s.h == 0 || s.w == 0)) {
         return Support::no(detail::str_cat(label, " needs H and W >= 1 (the mean of nothing is undefined), got x ",
                                            x.str()));
       }
@@ -129,8 +135,8 @@ Support pool_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
 class PoolPlan final : public KernelPlan {
  public:
   PoolPlan(const PoolShape& shape, int device) : shape_(shape), device_(device) {
-    cudnn::set_nchw(x_, shape_.dtype, shape_.n, shape_.c, shape_.h, shape_.w);
-    cudnn::set_nchw(y_, shape_.dtype, shape_.n, shape_.c, shape_.oh, shape_.ow);
+    cudnn::set_4d(x_, shape_.dtype, shape_.nhwc, shape_.n, shape_.c, shape_.h, shape_.w);
+    cudnn::set_4d(y_, shape_.dtype, shape_.nhwc, shape_.n, shape_.c, shape_.oh, shape_.ow);
     XPURT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
         pooling_.get(), shape_.mode, CUDNN_PROPAGATE_NAN, static_cast<int>(shape_.kernel_h),
         static_cast<int>(shape_.kernel_w), static_cast<int>(shape_.pad_h), static_cast<int>(shape_.pad_w),
@@ -151,13 +157,15 @@ class PoolPlan final : public KernelPlan {
   }
 
   std::string describe() const override {
-    if (shape_.global) return detail::str_cat("cudnn global average pooling, window ", shape_.kernel_h, "x",
-                                              shape_.kernel_w);
+    const char* layout = shape_.nhwc ? " (NHWC)" : "";
+    if (shape_.global) {
+      return detail::str_cat("cudnn global average pooling, window ", shape_.kernel_h, "x", shape_.kernel_w, layout);
+    }
     const char* kind = "average pooling (pads not counted)";
     if (shape_.mode == CUDNN_POOLING_MAX) kind = "max pooling";
     if (shape_.mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING) kind = "average pooling (pads counted)";
     return detail::str_cat("cudnn ", kind, " ", shape_.kernel_h, "x", shape_.kernel_w, ", stride ", shape_.stride_h,
-                           "x", shape_.stride_w, ", pad ", shape_.pad_h, "x", shape_.pad_w);
+                           "x", shape_.stride_w, ", pad ", shape_.pad_h, "x", shape_.pad_w, layout);
   }
 
  private:
@@ -188,13 +196,13 @@ class CudnnPoolKernel final : public Kernel {
 void register_cudnn_pool(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<CudnnPoolKernel>(
       KernelInfo{"max_pool2d", "cudnn", "cudnn", DeviceType::kCUDA, true,
-                 "cuDNN max pooling (NCHW; symmetric pads, no dilation, floor output sizes)"}));
+                 "cuDNN max pooling (NCHW or NHWC; symmetric pads, no dilation, floor output sizes)"}));
   registry.add_kernel(std::make_unique<CudnnPoolKernel>(
       KernelInfo{"avg_pool2d", "cudnn", "cudnn", DeviceType::kCUDA, true,
-                 "cuDNN average pooling (NCHW; symmetric pads, floor output sizes, count_include_pad either way)"}));
+                 "cuDNN average pooling (NCHW or NHWC; symmetric pads, floor output sizes, count_include_pad either way)"}));
   registry.add_kernel(std::make_unique<CudnnPoolKernel>(
       KernelInfo{"global_avg_pool", "cudnn", "cudnn", DeviceType::kCUDA, true,
-                 "cuDNN average pooling with an H x W window"}));
+                 "cuDNN average pooling with an H x W window (NCHW or NHWC)"}));
 }
 
 }  // namespace xpuruntime

@@ -118,7 +118,13 @@ std::string format_ints(const std::vector<std::int64_t>& values) {
 
 void set_nchw(const TensorDescriptor& descriptor, DType dtype, std::int64_t n, std::int64_t c, std::int64_t h,
               std::int64_t w) {
-  XPURT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(descriptor.get(), CUDNN_TENSOR_NCHW, data_type(dtype),
+  set_4d(descriptor, dtype, /*nhwc=*/false, n, c, h, w);
+}
+
+void set_4d(const TensorDescriptor& descriptor, DType dtype, bool nhwc, std::int64_t n, std::int64_t c, std::int64_t h,
+            std::int64_t w) {
+  XPURT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(descriptor.get(), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                               data_type(dtype),
                                                static_cast<int>(n), static_cast<int>(c), static_cast<int>(h),
                                                static_cast<int>(w)));
 }

@@ -149,6 +149,9 @@ std::string format_ints(const std::vector<std::int64_t>& values);
 // Sets `descriptor` to a packed NCHW tensor of `dtype`.
 void set_nchw(const TensorDescriptor& descriptor, DType dtype, std::int64_t n, std::int64_t c, std::int64_t h,
               std::int64_t w);
+// The same dims (n, c, h, w are logical) in channels-last memory order when `nhwc` (CUDNN_TENSOR_NHWC).
+void set_4d(const TensorDescriptor& descriptor, DType dtype, bool nhwc, std::int64_t n, std::int64_t c, std::int64_t h,
+            std::int64_t w);
 
 // ---- shared `supports` checks ----
 

@@ -250,6 +250,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   runtime::InferOptions infer_options;
   infer_options.fold_constants = options.fold_constants;
   infer_options.registry = &options.dispatcher->registry();
+  infer_options.device = options.device;
   plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes);
 
   // ---- values ----

@@ -163,7 +163,9 @@ Lowered lower_conv(const Ctx& c, bool fused) {
   if (c.rank(1) != 4 || c.rank(0) != 4) return reference("not a 2-D convolution (or ranks unknown)");
   if (!c.known(1)) return reference("weight shape unknown");
   const Ints w = c.shape(1);
-  const Ints kernel = {w[2], w[3]};
+  // FusedConv may be channels-last (the nhwc_layout pass): weight [O, kh, kw, C/g].
+  const std::string layout = fused ? c.node.attrs.get_string("layout", "NCHW") : "NCHW";
+  const Ints kernel = layout == "NHWC" ? Ints{w[1], w[2]} : Ints{w[2], w[3]};
   const Ints strides = c.node.attrs.get_ints("strides", {1, 1});
   const Ints dilations = c.node.attrs.get_ints("dilations", {1, 1});
   Ints pads;
@@ -178,6 +180,7 @@ Lowered lower_conv(const Ctx& c, bool fused) {
   a.set("dilations", dilations);
   a.set("groups", c.node.attrs.get_int("group", 1));
   if (fused) a.set("activation", c.node.attrs.get_string("activation", "none"));
+  if (layout != "NCHW") a.set("layout", layout);
   return registry("conv2d", {0, 1, c.has(2) ? 2 : -1, fused && c.has(3) ? 3 : -1}, a);
 }
 
@@ -196,6 +199,8 @@ Lowered lower_pool(const Ctx& c, const std::string& op) {
   a.set("strides", strides);
   a.set("pads", pads);
   a.set("ceil_mode", c.node.attrs.get_int("ceil_mode", 0));
+  // The com.xpuruntime pools (the nhwc_layout pass) carry a layout.
+  if (c.node.domain == kXpurtDomain) a.set("layout", c.node.attrs.get_string("layout", "NCHW"));
   if (op == "max_pool2d") {
     a.set("dilations", dilations);
   } else {
@@ -468,6 +473,14 @@ const std::map<std::string, LowerFn>& onnx_table() {
 const std::map<std::string, LowerFn>& xpurt_table() {
   static const auto* table = new std::map<std::string, LowerFn>{
       {"FusedConv", [](const Ctx& c) { return lower_conv(c, true); }},
+      {"MaxPool", [](const Ctx& c) { return lower_pool(c, "max_pool2d"); }},
+      {"AveragePool", [](const Ctx& c) { return lower_pool(c, "avg_pool2d"); }},
+      {"GlobalAveragePool",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("layout", c.node.attrs.get_string("layout", "NCHW"));
+         return registry("global_avg_pool", {0}, a);
+       }},
       {"Linear",
        [](const Ctx& c) {
          Attributes a;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "xpuruntime/device.h"
 #include "xpuruntime/export.h"
 #include "xpuruntime/graph.h"
 
@@ -38,6 +39,8 @@ struct XPURT_API PassContext {
   std::function<void(Graph&)> infer_types;
   // Constant folding skips nodes whose outputs would be bigger than this (in bytes). Default 64 MiB.
   std::size_t max_folded_bytes = static_cast<std::size_t>(64) << 20;
+  // The device the plan runs on: device-specific passes (nhwc_layout: CUDA only) do nothing elsewhere.
+  Device device;
 };
 
 // What one pass did. `notes`: one line per rewrite, e.g. "fused Conv 'c1' + Relu 'r1' -> FusedConv 'c1'".
@@ -77,6 +80,7 @@ XPURT_API PassResult residual_layer_norm_fusion(Graph& g, const PassContext& ctx
 XPURT_API PassResult attention_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
+XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
 
 // CPU implementations of the com.xpuruntime nodes the passes make (FusedConv, Linear, Gelu, LayerNormalization,
 // Attention), each through its registry op on the CPU (xpuruntime::ops::call), for the ONNX reference library

@@ -201,6 +201,7 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   if (folded) notes.push_back(detail::str_cat("constant_folding: ", folded, " node(s) folded"));
   passes::PassContext ctx;
   ctx.max_folded_bytes = options.max_folded_bytes;
+  ctx.device = options.device;
   ctx.infer_types = [infer](Graph& graph) { infer_types(graph, infer); };
   for (const passes::PassResult& r : passes::run_passes(g, ctx, disabled)) {
     if (r.rewrites == 0) continue;

@@ -21,6 +21,7 @@ struct InferOptions {
   bool fold_constants = true;
   const KernelRegistry* registry = nullptr;  // default: KernelRegistry::global()
   std::size_t max_folded_bytes = 64u << 20;  // a folded output larger than this stays a node
+  Device device;                             // the plan's device (device-specific graph passes)
 };
 
 // Returns the number of nodes folded.

@@ -33,8 +33,32 @@ void register_fused_ops(onnx_ref::Library& lib) {
         .set("pads", ctx.attr_ints("pads", {0, 0, 0, 0}))
         .set("dilations", ctx.attr_ints("dilations", {1, 1}))
         .set("groups", ctx.attr_int("group", 1))
-        .set("activation", ctx.attr_string("activation", "none"));
+        .set("activation", ctx.attr_string("activation", "none"))
+        .set("layout", ctx.attr_string("layout", "NCHW"));
     run_registry_op(ctx, "conv2d", inputs_of(ctx, 4), attrs);
+  });
+  // The channels-last pools of the nhwc_layout pass (explicit pads, no auto_pad).
+  for (const char* op_type : {"MaxPool", "AveragePool"}) {
+    const bool max = std::string(op_type) == "MaxPool";
+    lib.add(kXpurtDomain, op_type, [max](onnx_ref::OpContext& ctx) {
+      Attributes attrs;
+      const auto kernel = ctx.attr_ints("kernel_shape", {});
+      attrs.set("kernel_shape", kernel)
+          .set("strides", ctx.attr_ints("strides", {1, 1}))
+          .set("pads", ctx.attr_ints("pads", {0, 0, 0, 0}))
+          .set("ceil_mode", ctx.attr_int("ceil_mode", 0))
+          .set("layout", ctx.attr_string("layout", "NCHW"));
+      if (max) {
+        attrs.set("dilations", ctx.attr_ints("dilations", {1, 1}));
+      } else {
+        attrs.set("count_include_pad", ctx.attr_int("count_include_pad", 0));
+      }
+      run_registry_op(ctx, max ? "max_pool2d" : "avg_pool2d", inputs_of(ctx, 1), attrs);
+    });
+  }
+  lib.add(kXpurtDomain, "GlobalAveragePool", [](onnx_ref::OpContext& ctx) {
+    run_registry_op(ctx, "global_avg_pool", inputs_of(ctx, 1),
+                    Attributes().set("layout", ctx.attr_string("layout", "NCHW")));
   });
   lib.add(kXpurtDomain, "Linear", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;

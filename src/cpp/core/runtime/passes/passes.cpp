@@ -34,6 +34,10 @@ const std::vector<PassInfo>& all_passes() {
        attention_fusion},
       {"gemm_fusion", "MatMul/Gemm with constant weights [+ bias] [+ Relu/Gelu] -> com.xpuruntime:Linear", gemm_fusion},
       {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu] -> com.xpuruntime:FusedConv", conv_fusion},
+      {"nhwc_layout",
+       "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group) and the pools after it run "
+       "channels-last (NHWC), weights permuted once, Transposes only where NCHW readers remain",
+       nhwc_layout},
   };
   return passes;
 }

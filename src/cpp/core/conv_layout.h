@@ -1,0 +1,28 @@
+// The memory layout of the conv2d and pooling registry ops: the "layout" attribute, "NCHW" (the default, ONNX's)
+// or "NHWC" (channels last: x [N, H, W, C], conv2d weight [O, kh, kw, C/groups], outputs [N, OH, OW, O]).
+// Internal header shared by the op schemas and the kernels (docs/ops.md, "Layouts").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/op_descriptor.h"
+
+namespace xpuruntime::detail {
+
+// True for "NHWC", false for "NCHW" or no attribute; any other value -> InvalidArgumentError naming `op`.
+inline bool is_nhwc(const Attributes& attrs, const std::string& op) {
+  const std::string layout = attrs.get_string("layout", "NCHW");
+  XPURT_CHECK(layout == "NCHW" || layout == "NHWC", "op '", op, "': attribute 'layout' must be \"NCHW\" or \"NHWC\", ",
+              "got \"", layout, "\"");
+  return layout == "NHWC";
+}
+
+// [N, H, W, C] -> [N, C, H, W] (and a conv2d weight [O, kh, kw, C/g] -> [O, C/g, kh, kw]).
+inline std::vector<std::int64_t> nhwc_to_nchw(const std::vector<std::int64_t>& s) { return {s[0], s[3], s[1], s[2]}; }
+// [N, C, H, W] -> [N, H, W, C].
+inline std::vector<std::int64_t> nchw_to_nhwc(const std::vector<std::int64_t>& s) { return {s[0], s[2], s[3], s[1]}; }
+
+}  // namespace xpuruntime::detail

@@ -24,6 +24,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench_common.h"
+
 namespace {
 
 struct Args {
@@ -38,10 +40,7 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + flag);
-    const std::string value = argv[++i];
+  bench::for_each_flag(argc, argv, [&](const std::string& flag, const std::string& value) {
     if (flag == "--model") {
       args.model = value;
     } else if (flag == "--batch") {
@@ -49,17 +48,17 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--device") {
       args.device = value;
     } else if (flag == "--graphs") {
-      args.graphs = value == "1" || value == "true";
+      args.graphs = bench::flag_true(value);
     } else if (flag == "--iterations") {
       args.iterations = std::stoi(value);
     } else if (flag == "--warmup") {
       args.warmup = std::stoi(value);
     } else if (flag == "--profile-first") {
-      args.profile_first = value == "1" || value == "true";
+      args.profile_first = bench::flag_true(value);
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
-  }
+  });
   if (args.model.empty()) throw std::invalid_argument("--model is required");
   if (args.device != "cuda" && args.device != "cpu") throw std::invalid_argument("--device is cuda or cpu");
   if (args.graphs && args.device != "cuda") throw std::invalid_argument("--graphs 1 needs --device cuda");
@@ -97,14 +96,6 @@ std::vector<unsigned char> fill(ONNXTensorElementDataType type, size_t count) {
     }
   }
   return bytes;
-}
-
-double percentile(std::vector<double> sorted, double q) {
-  std::sort(sorted.begin(), sorted.end());
-  const double position = q * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(position);
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (position - static_cast<double>(lo));
 }
 
 int run(const Args& args) {
@@ -208,7 +199,7 @@ int run(const Args& args) {
       "{\"model\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"cuda_graphs\": %s, \"iterations\": %d, "
       "\"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f, \"onnxruntime\": \"%s\"}\n",
       args.model.c_str(), static_cast<long long>(args.batch), args.device.c_str(), args.graphs ? "true" : "false",
-      args.iterations, percentile(ms, 0.5), percentile(ms, 0.9), sum / static_cast<double>(ms.size()),
+      args.iterations, bench::percentile(ms, 0.5), bench::percentile(ms, 0.9), sum / static_cast<double>(ms.size()),
       *std::min_element(ms.begin(), ms.end()), Ort::GetVersionString().c_str());
   return 0;
 }

@@ -22,6 +22,8 @@
 #include "xpuruntime/inference_session.h"
 #include "xpuruntime/tensor.h"
 
+#include "bench_common.h"
+
 namespace {
 
 using xpuruntime::Device;
@@ -40,10 +42,7 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + flag);
-    const std::string value = argv[++i];
+  bench::for_each_flag(argc, argv, [&](const std::string& flag, const std::string& value) {
     if (flag == "--model") {
       args.model = value;
     } else if (flag == "--engine") {
@@ -53,7 +52,7 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--device") {
       args.device = value;
     } else if (flag == "--graphs") {
-      args.graphs = value == "1" || value == "true";
+      args.graphs = bench::flag_true(value);
     } else if (flag == "--iterations") {
       args.iterations = std::stoi(value);
     } else if (flag == "--warmup") {
@@ -61,7 +60,7 @@ Args parse(int argc, char** argv) {
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
-  }
+  });
   if (args.model.empty()) throw std::invalid_argument("--model is required");
   if (args.iterations < 1 || args.warmup < 0) throw std::invalid_argument("bad --iterations or --warmup");
   return args;
@@ -85,14 +84,6 @@ Tensor fill(DType dtype, const std::vector<int64_t>& shape) {
     }
   }
   return t;
-}
-
-double percentile(std::vector<double> sorted, double q) {
-  std::sort(sorted.begin(), sorted.end());
-  const double position = q * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(position);
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (position - static_cast<double>(lo));
 }
 
 int run(const Args& args) {
@@ -128,7 +119,7 @@ int run(const Args& args) {
       "{\"model\": \"%s\", \"engine\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"cuda_graphs\": %s, "
       "\"iterations\": %d, \"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f}\n",
       args.model.c_str(), session.engine().c_str(), static_cast<long long>(args.batch), args.device.c_str(),
-      args.graphs ? "true" : "false", args.iterations, percentile(ms, 0.5), percentile(ms, 0.9),
+      args.graphs ? "true" : "false", args.iterations, bench::percentile(ms, 0.5), bench::percentile(ms, 0.9),
       sum / static_cast<double>(ms.size()), *std::min_element(ms.begin(), ms.end()));
   return 0;
 }

@@ -16,6 +16,10 @@ PACKAGES=(
   pybind11-dev libdlpack-dev libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libopenblas-dev
   python3-yaml python3-onnx libonnx-testdata libonnx-dev libprotobuf-dev protobuf-compiler
 )
+# Packages only the tests need (scripts/test.sh sets XPURT_TEST_DEPS=1): a headless browser that opens the HTML
+# explain report (tests/python/test_report_html.py).
+TEST_PACKAGES=(chromium)
+if [ "${XPURT_TEST_DEPS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,6 +42,9 @@ PY=$ROOT/.venv/bin/python
 # The package runs from the source tree: the .pth file puts src/python on the venv's path.
 SITE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$ROOT/src/python" > "$SITE/xpuruntime-dev.pth"
+# The `xpuruntime` command (pyproject.toml's console script) for this source-tree install.
+printf '#!%s\nimport sys\n\nfrom xpuruntime.cli import main\n\nsys.exit(main())\n' "$PY" > .venv/bin/xpuruntime
+chmod +x .venv/bin/xpuruntime
 
 # ONNX Runtime for the onnxruntime engine: the pinned npm package, sha256-checked, into .deps/ (once).
 if ! command -v npm >/dev/null && [ -z "${XPURT_ORT_TARBALL:-}" ]; then

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export XPURT_CMAKE_ARGS="${XPURT_CMAKE_ARGS:-} -DXPURT_WARNINGS_AS_ERRORS=ON"
+export XPURT_TEST_DEPS=1  # setup.sh also installs the packages only the tests need (chromium)
 ./scripts/setup.sh
 BUILD_DIR=${XPURT_BUILD_DIR:-build}
 echo "[test] C++ tests"

@@ -223,3 +223,45 @@ TEST(NativeEngine, PassesTurnOffByNameAndTheOptimizedGraphIsSaved) {
   XPURT_EXPECT_THROW_WITH(InferenceSession::from_bytes(bytes, options), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in disabled_passes; valid names: constant_folding");
 }
+
+TEST(NativeEngine, ExplainListsCandidatesTransfersAndTheMemoryPlan) {
+  const Tensor w = random_floats({4, 6}, 1);
+  const Tensor b = random_floats({6}, 2);
+  SessionOptions options;
+  options.engine = "native";
+  InferenceSession session = InferenceSession::from_bytes(export_onnx(small_graph(w, b)), options);
+  session.run({{"x", random_floats({3, 4}, 3)}});
+  const Explanation e = session.explain();
+  bool saw_linear = false;
+  for (const auto& n : e.nodes) {
+    if (n.kernel == "view") {
+      EXPECT_TRUE(n.op.empty() && n.rule.empty() && n.candidates.empty()) << n.node;
+      continue;
+    }
+    EXPECT_FALSE(n.op.empty()) << n.node;
+    EXPECT_EQ(n.rule, "first-supported") << n.node;
+    EXPECT_EQ(n.policy_rule, "auto") << n.node;
+    bool winner_listed = false;
+    for (const auto& c : n.candidates) {
+      if (c.kernel == n.kernel) winner_listed = c.supported;
+      else EXPECT_FALSE(c.reason.empty()) << n.node << ": " << c.kernel;  // every rejected candidate says why
+    }
+    EXPECT_TRUE(winner_listed) << n.node;
+    if (n.op == "linear") {
+      saw_linear = true;
+      EXPECT_GE(n.candidates.size(), 2u);  // the GPU GEMM kernels are declared and rejected on the CPU
+    }
+  }
+  EXPECT_TRUE(saw_linear) << e.str();
+  // On the CPU nothing crosses a bus and nothing syncs; the output leaves the arena as a host copy of [3, 6] floats.
+  ASSERT_EQ(e.transfers.size(), 1u) << e.str();
+  EXPECT_EQ(e.transfers[0].kind, "copy");
+  EXPECT_EQ(e.transfers[0].value, "y");
+  EXPECT_EQ(e.transfers[0].direction, "host->host");
+  EXPECT_EQ(e.transfers[0].bytes, 3u * 6u * sizeof(float));
+  EXPECT_NE(e.memory_json.find("\"peak_bytes\""), std::string::npos);
+  const std::string json = e.to_json();
+  for (const char* key : {"\"candidates\"", "\"transfers\"", "\"memory_plan\"", "\"rule\"", "\"policy_rule\""}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  }
+}

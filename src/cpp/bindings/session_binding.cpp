@@ -44,6 +44,23 @@ void bind_session(py::module_& m) {
       .def_readonly("policy_notes", &Explanation::policy_notes)
       .def_readonly("options", &Explanation::options)
       .def_readonly("memory", &Explanation::memory)
+      .def_property_readonly("memory_plan", [](const Explanation& e) -> py::object {
+        if (e.memory_json.empty()) return py::none();
+        return py::module_::import("json").attr("loads")(e.memory_json);
+      }, "The memory plan as a dict (peak_bytes, arena_bytes, ...), or None when the engine has none.")
+      .def_property_readonly("transfers", [](const Explanation& e) {
+        py::list out;
+        for (const auto& t : e.transfers) {
+          py::dict d;
+          d["kind"] = t.kind;
+          d["value"] = t.value;
+          d["direction"] = t.direction;
+          d["bytes"] = t.bytes;
+          d["reason"] = t.reason;
+          out.append(d);
+        }
+        return out;
+      }, "Copies and syncs per run: dicts with kind (copy/sync), value, direction, bytes, reason.")
       .def_property_readonly("nodes", [](const Explanation& e) {
         py::list nodes;
         for (const auto& n : e.nodes) {
@@ -54,6 +71,20 @@ void bind_session(py::module_& m) {
           d["backend"] = n.backend;
           d["precision"] = n.precision;
           d["reason"] = n.reason;
+          d["op"] = n.op;
+          d["rule"] = n.rule;
+          d["policy_rule"] = n.policy_rule;
+          py::list candidates;
+          for (const auto& c : n.candidates) {
+            py::dict cd;
+            cd["kernel"] = c.kernel;
+            cd["backend"] = c.backend;
+            cd["supported"] = c.supported;
+            cd["reason"] = c.reason;
+            cd["time_us"] = c.time_us >= 0 ? py::object(py::float_(c.time_us)) : py::object(py::none());
+            candidates.append(cd);
+          }
+          d["candidates"] = candidates;
           nodes.append(d);
         }
         return nodes;

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/profiler.h"
 
 // Note [Caching allocator design]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -495,6 +496,9 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   s.stats.requested_bytes.increase(static_cast<std::int64_t>(bytes));
   s.stats.active.increase(1);
   s.stats.active_bytes.increase(block_size);
+  if (profiler::recording()) {  // Note [Profiler off cost] (profiler.h)
+    profiler::record_allocation(backing_->name(), "allocate", block_size, s.stats.allocated_bytes.current, b->ptr);
+  }
   return b->ptr;
 }
 
@@ -510,6 +514,10 @@ void CachingAllocator::free(void* ptr) {
   s.stats.allocation.decrease(1);
   s.stats.allocated_bytes.decrease(static_cast<std::int64_t>(b->size));
   s.stats.requested_bytes.decrease(static_cast<std::int64_t>(b->requested));
+  if (profiler::recording()) {
+    profiler::record_allocation(backing_->name(), "free", static_cast<std::int64_t>(b->size),
+                                s.stats.allocated_bytes.current, ptr);
+  }
   if (!b->stream_uses.empty() || s.config.free_waits_for_own_stream) {
     if (!s.captures.empty()) {
       s.deferred_until_no_capture.push_back(b);

@@ -22,6 +22,11 @@ inline bool is_nhwc(const Attributes& attrs, const std::string& op) {
 
 // [N, H, W, C] -> [N, C, H, W] (and a conv2d weight [O, kh, kw, C/g] -> [O, C/g, kh, kw]).
 inline std::vector<std::int64_t> nhwc_to_nchw(const std::vector<std::int64_t>& s) { return {s[0], s[3], s[1], s[2]}; }
+// The logical NCHW dims of a 4-D shape stored in `nhwc` order or not (kernels read sizes through this and set the
+// memory order on their descriptors).
+inline std::vector<std::int64_t> as_nchw(const std::vector<std::int64_t>& s, bool nhwc) {
+  return nhwc ? nhwc_to_nchw(s) : s;
+}
 // [N, C, H, W] -> [N, H, W, C].
 inline std::vector<std::int64_t> nchw_to_nhwc(const std::vector<std::int64_t>& s) { return {s[0], s[2], s[3], s[1]}; }
 

@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "policy_serialization.h"
+#include "shape_str.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/profiler.h"
 
 namespace xpuruntime {
 
@@ -50,10 +52,23 @@ std::string Explanation::to_json() const {
                          {"memory", memory}};
   nlohmann::json list = nlohmann::json::array();
   for (const auto& n : nodes) {
+    nlohmann::json candidates = nlohmann::json::array();
+    for (const auto& c : n.candidates) {
+      candidates.push_back({{"kernel", c.kernel}, {"backend", c.backend}, {"supported", c.supported},
+                            {"reason", c.reason}, {"time_us", c.time_us}});
+    }
     list.push_back({{"node", n.node}, {"op_type", n.op_type}, {"kernel", n.kernel}, {"backend", n.backend},
-                    {"precision", n.precision}, {"reason", n.reason}});
+                    {"precision", n.precision}, {"reason", n.reason}, {"op", n.op}, {"rule", n.rule},
+                    {"policy_rule", n.policy_rule}, {"candidates", candidates}});
   }
   tree["nodes"] = list;
+  nlohmann::json copies = nlohmann::json::array();
+  for (const auto& t : transfers) {
+    copies.push_back({{"kind", t.kind}, {"value", t.value}, {"direction", t.direction}, {"bytes", t.bytes},
+                      {"reason", t.reason}});
+  }
+  tree["transfers"] = copies;
+  tree["memory_plan"] = memory_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(memory_json);
   return tree.dump();
 }
 
@@ -62,6 +77,10 @@ std::string Explanation::str() const {
   for (const auto& option : options) out += "option: " + option + "\n";
   for (const auto& note : policy_notes) out += "policy: " + note + "\n";
   if (!memory.empty()) out += "memory: " + memory + "\n";
+  for (const auto& t : transfers) {
+    out += t.kind == "sync" ? "sync: " + t.reason + "\n"
+                            : detail::str_cat("copy: ", t.value, " ", t.direction, " ", t.bytes, " B (", t.reason, ")\n");
+  }
   std::size_t w_node = 4, w_op = 7, w_kernel = 6;
   for (const auto& n : nodes) {
     w_node = std::max(w_node, n.node.size());
@@ -192,7 +211,41 @@ const std::vector<ValueInfo>& InferenceSession::get_outputs() const { return ses
 
 std::vector<Tensor> InferenceSession::run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                                           const std::vector<std::string>& output_names) const {
-  return session_->run(feeds, output_names);
+  // Note [Profiler off cost] (profiler.h): one relaxed load when no profiler records.
+  if (!profiler::active()) return session_->run(feeds, output_names);
+  return run_profiled(feeds, output_names);
+}
+
+std::vector<Tensor> InferenceSession::run_profiled(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                                   const std::vector<std::string>& output_names) const {
+  const bool recording = profiler::recording();
+  profiler::nvtx_push("xpuruntime session run");
+  const std::int64_t start = recording ? profiler::now_ns() : 0;
+  std::vector<Tensor> outputs;
+  try {
+    outputs = session_->run(feeds, output_names);
+  } catch (...) {
+    profiler::nvtx_pop();
+    throw;
+  }
+  profiler::nvtx_pop();
+  if (recording) {
+    ProfileEvent e;
+    e.name = "session run (" + engine_ + ")";
+    e.category = "session";
+    e.start_ns = start;
+    e.duration_ns = profiler::now_ns() - start;
+    e.args = {{"engine", engine_}, {"device", options_.device.str()}, {"outputs", static_cast<std::int64_t>(outputs.size())}};
+    if (profiler::record_shapes()) {
+      std::vector<std::string> shapes;
+      for (const auto& [name, t] : feeds) {
+        shapes.push_back(name + ": " + std::string(dtype_name(t.dtype())) + detail::shape_str(t.shape(), ","));
+      }
+      e.args.emplace_back("input_shapes", std::move(shapes));
+    }
+    profiler::record(std::move(e));
+  }
+  return outputs;
 }
 
 Explanation InferenceSession::explain() const {

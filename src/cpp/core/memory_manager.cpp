@@ -6,6 +6,7 @@
 #include "cuda_utils.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/profiler.h"
 
 namespace xpuruntime {
 
@@ -299,19 +300,25 @@ void* MemoryManager::allocate_host(std::size_t bytes) {
   host_stats_.reserved_bytes.increase(size);
   host_stats_.segment.increase(1);
   host_stats_.num_device_alloc += 1;
+  if (profiler::recording()) {  // Note [Profiler off cost] (profiler.h)
+    profiler::record_allocation("cpu", "allocate", size, host_stats_.allocated_bytes.current, ptr);
+  }
   return ptr;
 }
 
 void MemoryManager::free_host(void* ptr, std::size_t bytes) noexcept {
-  std::free(ptr);
   const auto size = static_cast<std::int64_t>((bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment);
-  std::lock_guard<std::mutex> lock(host_mutex_);
-  host_stats_.allocation.decrease(1);
-  host_stats_.allocated_bytes.decrease(size);
-  host_stats_.requested_bytes.decrease(static_cast<std::int64_t>(bytes));
-  host_stats_.reserved_bytes.decrease(size);
-  host_stats_.segment.decrease(1);
-  host_stats_.num_device_free += 1;
+  {
+    std::lock_guard<std::mutex> lock(host_mutex_);
+    host_stats_.allocation.decrease(1);
+    host_stats_.allocated_bytes.decrease(size);
+    host_stats_.requested_bytes.decrease(static_cast<std::int64_t>(bytes));
+    host_stats_.reserved_bytes.decrease(size);
+    host_stats_.segment.decrease(1);
+    host_stats_.num_device_free += 1;
+    if (profiler::recording()) profiler::record_allocation("cpu", "free", size, host_stats_.allocated_bytes.current, ptr);
+  }
+  std::free(ptr);
 }
 
 void MemoryManager::empty_cache(Device device) {

@@ -158,8 +158,8 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
   check_rank(desc.inputs[0], 4, "conv2d", "x", nhwc ? "[N, H, W, C]" : "[N, C, H, W]");
   check_rank(desc.inputs[1], 4, "conv2d", "weight", nhwc ? "[O, kh, kw, C/groups]" : "[O, C/groups, kh, kw]");
   // The checks below read NCHW dims; NHWC shapes are mapped onto them (and the output back).
-  const Shape x = nhwc ? detail::nhwc_to_nchw(desc.inputs[0].shape) : desc.inputs[0].shape;
-  const Shape w = nhwc ? detail::nhwc_to_nchw(desc.inputs[1].shape) : desc.inputs[1].shape;
+  const Shape x = detail::as_nchw(desc.inputs[0].shape, nhwc);
+  const Shape w = detail::as_nchw(desc.inputs[1].shape, nhwc);
   check_activation(desc, {"none", "relu"});
   const auto strides = ints_of_size(desc.attrs, "strides", 2, {1, 1}, "conv2d");
   const auto pads = ints_of_size(desc.attrs, "pads", 4, {0, 0, 0, 0}, "conv2d");
@@ -195,7 +195,7 @@ std::vector<TensorDesc> infer_pool(const OpDescriptor& desc) {
   check_float_inputs(desc, {"x"});
   const bool nhwc = detail::is_nhwc(desc.attrs, desc.op);
   check_rank(desc.inputs[0], 4, desc.op, "x", nhwc ? "[N, H, W, C]" : "[N, C, H, W]");
-  const Shape x = nhwc ? detail::nhwc_to_nchw(desc.inputs[0].shape) : desc.inputs[0].shape;  // NCHW dims
+  const Shape x = detail::as_nchw(desc.inputs[0].shape, nhwc);  // NCHW dims
   const auto result = [&](std::int64_t oh, std::int64_t ow) {
     return std::vector<TensorDesc>{
         output_like(desc.inputs[0], nhwc ? Shape{x[0], oh, ow, x[1]} : Shape{x[0], x[1], oh, ow})};

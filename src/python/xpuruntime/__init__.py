@@ -36,6 +36,7 @@ from .policies import ExecutionPolicy, KernelPolicy, pinned, preferred
 from ._core import AutotuneCache, Decision, Dispatcher, KernelInfo
 from . import ops
 from .inference import InferenceSession
+from .runtime.profiler import Profiler, profile
 
 __version__: str = _core.get_version()
 
@@ -105,5 +106,7 @@ __all__ = [
     "op_schemas",
     "ops",
     "InferenceSession",
+    "Profiler",
+    "profile",
     "runtime",
 ]

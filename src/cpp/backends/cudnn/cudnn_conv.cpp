@@ -88,10 +88,9 @@ ConvShape conv_shape(const OpDescriptor& desc) {
   ConvShape s;
   s.nhwc = detail::is_nhwc(desc.attrs, "conv2d");
   // Logical NCHW dims whatever the layout (the descriptors carry the memory order).
-  const auto nchw = [&](const TensorDesc& t) { return s.nhwc ? detail::nhwc_to_nchw(t.shape) : t.shape; };
-  const std::vector<std::int64_t> x = nchw(desc.inputs[0]);
-  const std::vector<std::int64_t> w = nchw(desc.inputs[1]);
-  const std::vector<std::int64_t> y = nchw(desc.outputs[0]);
+  const std::vector<std::int64_t> x = detail::as_nchw(desc.inputs[0].shape, s.nhwc);
+  const std::vector<std::int64_t> w = detail::as_nchw(desc.inputs[1].shape, s.nhwc);
+  const std::vector<std::int64_t> y = detail::as_nchw(desc.outputs[0].shape, s.nhwc);
   s.dtype = desc.inputs[0].dtype;
   s.n = x[0];
   s.c = x[1];
@@ -523,7 +522,7 @@ class ConvPlan final : public KernelPlan {
   }
 
   std::string describe() const override {
-    std::string out = detail::str_cat("cudnn conv ", shape_.nhwc ? "NHWC" : "NCHW", " algo ", algo_name(choice_.algo),
+    std::string out = detail::str_cat("cudnn conv algo ", algo_name(choice_.algo), shape_.nhwc ? ", NHWC" : "",
                                       ", ", math_entry(choice_.math).label,
                                       ", workspace ", cudnn::format_bytes(choice_.workspace));
     const std::string epilogue = epilogue_text(shape_, choice_.fused);

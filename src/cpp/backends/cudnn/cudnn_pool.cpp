@@ -37,8 +37,8 @@ PoolShape pool_shape(const OpDescriptor& desc) {
   PoolShape s;
   s.nhwc = detail::is_nhwc(desc.attrs, desc.op);
   // Logical NCHW dims whatever the layout (the descriptors carry the memory order).
-  const std::vector<std::int64_t> x = s.nhwc ? detail::nhwc_to_nchw(desc.inputs[0].shape) : desc.inputs[0].shape;
-  const std::vector<std::int64_t> y = s.nhwc ? detail::nhwc_to_nchw(desc.outputs[0].shape) : desc.outputs[0].shape;
+  const std::vector<std::int64_t> x = detail::as_nchw(desc.inputs[0].shape, s.nhwc);
+  const std::vector<std::int64_t> y = detail::as_nchw(desc.outputs[0].shape, s.nhwc);
   s.dtype = desc.inputs[0].dtype;
   s.n = x[0];
   s.c = x[1];

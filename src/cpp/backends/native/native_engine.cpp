@@ -53,6 +53,13 @@ std::string shape_key(const std::vector<std::vector<std::int64_t>>& shapes) {
   return key;
 }
 
+std::size_t value_bytes(const PlanValue& v) {
+  if (v.bytes > 0 || !v.type.fully_known()) return v.bytes;
+  std::size_t bytes = dtype_size(v.type.dtype);
+  for (std::int64_t d : v.type.sizes()) bytes *= static_cast<std::size_t>(d);
+  return bytes;
+}
+
 class NativeSession final : public EngineSession {
  public:
   NativeSession(Graph graph, const SessionOptions& options) : graph_(std::move(graph)), options_(options) {
@@ -125,6 +132,11 @@ class NativeSession final : public EngineSession {
       throw;
     }
     checkin(std::move(exec), key);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_feeds_on_device_.assign(ordered.size(), false);
+      for (std::size_t i = 0; i < ordered.size(); ++i) last_feeds_on_device_[i] = ordered[i].device() == options_.device;
+    }
     if (wanted.empty()) return outputs;
     std::vector<Tensor> selected;
     for (int i : wanted) selected.push_back(outputs[i]);
@@ -158,6 +170,13 @@ class NativeSession final : public EngineSession {
     if (options_.device.is_cuda() && !plan->capturable(&why)) e.options.push_back("not capturable: " + why);
     for (const auto& note : plan->pass_notes()) e.options.push_back("pass " + note);
     e.memory = plan->memory().str();
+    e.memory_json = plan->memory().to_json();
+    std::vector<bool> feeds_on_device;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      feeds_on_device = last_feeds_on_device_;
+    }
+    e.transfers = transfers_of(*plan, feeds_on_device);
     for (const PlanStep& s : plan->steps()) {
       NodeExplanation n;
       n.node = s.node;
@@ -171,10 +190,15 @@ class NativeSession final : public EngineSession {
             n.precision = precision_name(s.desc.precision);
             n.reason = s.op + ": " + d.reason;
             if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
+            n.op = s.op;
+            n.rule = d.rule;
+            n.policy_rule = d.policy_rule;
+            n.candidates = d.candidates;
           } else {
             n.kernel = "(dispatched at run time)";
             n.backend = "cpu";
             n.reason = s.op + ": input shapes known only at run time";
+            n.op = s.op;
           }
           break;
         case PlanStep::Kind::kView:
@@ -194,6 +218,56 @@ class NativeSession final : public EngineSession {
   }
 
  private:
+  // The copies and syncs GraphExec::run makes for `plan` (graph_exec.cpp: bind_inputs, collect_outputs, run).
+  // `feeds_on_device`: per input, whether the last run's feed was on the session's device (empty: no run yet;
+  // feeds are then taken to come from the host, as numpy arrays do).
+  std::vector<TransferExplanation> transfers_of(const CapturePlan& plan, const std::vector<bool>& feeds_on_device) const {
+    std::vector<TransferExplanation> out;
+    const bool cuda = options_.device.is_cuda();
+    const bool fixed_addresses = cuda && options_.exec_policy.cuda_graphs && plan.capturable();
+    const auto& values = plan.values();
+    for (std::size_t i = 0; i < plan.inputs().size(); ++i) {
+      const PlanValue& v = values[plan.inputs()[i]];
+      const bool on_device = i < feeds_on_device.size() ? feeds_on_device[i] : !cuda;
+      TransferExplanation t;
+      t.kind = "copy";
+      t.value = v.name;
+      t.bytes = value_bytes(v);
+      if (!on_device) {
+        t.direction = "host->device";
+        t.reason = "input fed from host memory, copied to " + options_.device.str();
+      } else if (fixed_addresses) {
+        t.direction = "device->device";
+        t.reason = "input copied into its arena slot: a CUDA graph replays fixed addresses";
+      } else {
+        continue;  // bound in place (zero-copy)
+      }
+      out.push_back(std::move(t));
+    }
+    for (int id : plan.outputs()) {
+      const PlanValue& v = values[id];
+      const bool owned_by_run = !v.planned && v.kind == PlanValue::Kind::kIntermediate &&
+                                (v.view_of < 0 || !values[v.view_of].planned);
+      if (owned_by_run) continue;  // returned as allocated by its step
+      TransferExplanation t;
+      t.kind = "copy";
+      t.value = v.name;
+      t.bytes = value_bytes(v);
+      t.direction = cuda ? "device->device" : "host->host";
+      t.reason = v.kind == PlanValue::Kind::kIntermediate
+                     ? "output copied out of the arena (the next run reuses it); it stays on " + options_.device.str()
+                     : "output is an input or constant passed through; copied so that the caller owns it";
+      out.push_back(std::move(t));
+    }
+    if (cuda) {
+      TransferExplanation t;
+      t.kind = "sync";
+      t.reason = "one stream synchronization per run, after the outputs are copied (run() returns ready outputs)";
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
   void probe() {
     std::vector<std::vector<std::int64_t>> shapes;
     for (const auto& in : graph_.inputs) {
@@ -280,6 +354,7 @@ class NativeSession final : public EngineSession {
   std::map<std::string, std::vector<std::unique_ptr<GraphExec>>> pools_;
   std::shared_ptr<const CapturePlan> last_plan_;
   std::string static_key_;  // static_shape: the input shapes of the first run
+  std::vector<bool> last_feeds_on_device_;  // per input: the last run's feed was on the session's device
   bool optimized_model_written_ = false;  // under build_mutex_
 };
 

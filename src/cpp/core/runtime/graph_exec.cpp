@@ -1,9 +1,12 @@
 // GraphExec: eager execution of a CapturePlan's steps, CUDA graph capture and replay (see graph_exec.h).
 #include "xpuruntime/graph_exec.h"
 
+#include <optional>
+
 #include "core/runtime/onnx_cpu_ops.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/profiler.h"
 
 namespace xpuruntime {
 namespace {
@@ -11,6 +14,104 @@ namespace {
 Tensor view_as(const Tensor& t, const std::vector<std::int64_t>& shape) {
   return Tensor::from_blob(t.data_ptr(), shape, {}, t.dtype(), t.device(), t.storage(), 0);
 }
+
+// One step under the profiler: an NVTX range, and while recording a "node" event whose id is the CUPTI external
+// correlation id of the step's launches (Note [Kernel to node correlation] in core/profiler.cpp). Built only when
+// profiling; the event is recorded by finish() once the step has run (a failed step leaves none).
+class StepScope {
+ public:
+  StepScope(std::uint32_t profiling, const PlanStep& step) : recording_((profiling & profiler::kRecording) != 0) {
+    profiler::nvtx_push(step.node.c_str());
+    if (recording_) {
+      id_ = profiler::next_event_id();
+      profiler::push_correlation(id_);
+      start_ns_ = profiler::now_ns();
+    }
+  }
+  ~StepScope() {
+    if (recording_) profiler::pop_correlation();
+    profiler::nvtx_pop();
+  }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+  // A dynamic step's dispatch, made while it ran.
+  void ran(const Dispatch& dispatch, const OpDescriptor& desc) {
+    dynamic_dispatch_ = &dispatch;
+    dynamic_precision_ = precision_name(desc.precision);
+  }
+
+  void finish(const PlanStep& step, std::size_t index, const std::vector<Tensor>& values) {
+    if (!recording_) return;
+    ProfileEvent e;
+    e.id = id_;
+    e.name = step.node;
+    e.category = "node";
+    e.start_ns = start_ns_;
+    e.duration_ns = profiler::now_ns() - start_ns_;
+    std::string kernel, backend, precision, reason, kind;
+    switch (step.kind) {
+      case PlanStep::Kind::kKernel: {
+        kind = step.dynamic ? "dynamic kernel" : "kernel";
+        const Dispatch* d = step.dynamic ? dynamic_dispatch_ : step.dispatch.get();
+        if (d != nullptr) {
+          kernel = d->decision.kernel;
+          backend = d->decision.backend;
+          reason = d->decision.reason;
+          if (!d->decision.plan_summary.empty()) reason += " [" + d->decision.plan_summary + "]";
+        }
+        precision = step.dynamic ? dynamic_precision_ : precision_name(step.desc.precision);
+        break;
+      }
+      case PlanStep::Kind::kView:
+        kind = "view";
+        kernel = "view";
+        backend = "-";
+        reason = "a reshape of its input's bytes: no kernel, no copy";
+        break;
+      case PlanStep::Kind::kReference:
+        kind = "reference";
+        kernel = "onnx_ref";
+        backend = "cpu";
+        reason = "ONNX reference implementation: " + step.reason;
+        break;
+    }
+    std::int64_t bytes = 0;
+    std::vector<std::string> in_shapes, out_shapes;
+    const bool shapes = profiler::record_shapes();
+    auto describe = [&](int id, std::vector<std::string>& into) {
+      const Tensor& t = values[id];
+      if (!t.defined()) return;
+      bytes += static_cast<std::int64_t>(t.nbytes());
+      if (shapes) into.push_back(std::string(dtype_name(t.dtype())) + detail::shape_str(t.shape(), ","));
+    };
+    const std::size_t declared = step.kind == PlanStep::Kind::kReference && step.reference_node
+                                     ? step.reference_node->inputs.size()
+                                     : step.inputs.size();
+    for (std::size_t i = 0; i < declared && i < step.inputs.size(); ++i) {
+      if (step.inputs[i] >= 0) describe(step.inputs[i], in_shapes);
+    }
+    for (int id : step.outputs) {
+      if (id >= 0) describe(id, out_shapes);
+    }
+    e.args = {{"node", step.node}, {"op_type", step.op_type}, {"step", static_cast<std::int64_t>(index)},
+              {"kind", kind},      {"kernel", kernel},        {"backend", backend},
+              {"precision", precision}, {"reason", reason},   {"bytes", bytes}};
+    if (step.kind == PlanStep::Kind::kKernel) e.args.emplace_back("op", step.op);
+    if (shapes) {
+      e.args.emplace_back("input_shapes", std::move(in_shapes));
+      e.args.emplace_back("output_shapes", std::move(out_shapes));
+    }
+    profiler::record(std::move(e));
+  }
+
+ private:
+  bool recording_;
+  std::uint64_t id_ = 0;
+  std::int64_t start_ns_ = 0;
+  const Dispatch* dynamic_dispatch_ = nullptr;
+  std::string dynamic_precision_;
+};
 
 }  // namespace
 
@@ -77,10 +178,14 @@ void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tenso
   }
 }
 
-void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& stream) {
+void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& stream, std::uint32_t profiling) {
   const auto& plan_values = plan_->values();
   const Device device = plan_->device();
-  for (const PlanStep& step : plan_->steps()) {
+  const auto& steps = plan_->steps();
+  for (std::size_t index = 0; index < steps.size(); ++index) {
+    const PlanStep& step = steps[index];
+    std::optional<StepScope> scope;
+    if (profiling) scope.emplace(profiling, step);
     switch (step.kind) {
       case PlanStep::Kind::kView: {
         const Tensor& in = values[step.inputs[0]];
@@ -135,6 +240,7 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
           std::vector<Tensor> outputs;
           for (const auto& od : desc.outputs) outputs.push_back(Tensor::empty(od.shape, od.dtype, device));
           dispatch->plan->execute(desc, inputs, outputs, stream);
+          if (scope) scope->ran(*dispatch, desc);
           for (std::size_t o = 0; o < outputs.size() && o < step.outputs.size(); ++o) {
             if (step.outputs[o] >= 0) values[step.outputs[o]] = outputs[o];
           }
@@ -168,6 +274,7 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
         break;
       }
     }
+    if (scope) scope->finish(step, index, values);
   }
 }
 
@@ -193,8 +300,51 @@ std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values
 }
 
 std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs) {
+  // Note [Profiler off cost] (profiler.h): one relaxed load per run; the steps get its value.
+  const std::uint32_t profiling = profiler::state();
+  if (profiling == 0) return run_steps(inputs, 0);
+  return run_profiled(inputs, profiling);
+}
+
+std::vector<Tensor> GraphExec::run_profiled(const std::vector<Tensor>& inputs, std::uint32_t profiling) {
+  const bool recording = (profiling & profiler::kRecording) != 0;
+  const bool captured = graph_captured();
+  std::string why_not;
+  const bool graph_wanted = options_.use_cuda_graph && plan_->capturable(&why_not);
+  profiler::nvtx_push("xpuruntime plan run");
+  const std::int64_t start = recording ? profiler::now_ns() : 0;
+  std::vector<Tensor> outputs;
+  try {
+    outputs = run_steps(inputs, profiling);
+  } catch (...) {
+    profiler::nvtx_pop();
+    throw;
+  }
+  profiler::nvtx_pop();
+  if (recording) {
+    ProfileEvent e;
+    e.name = "plan run";
+    e.category = "session";
+    e.start_ns = start;
+    e.duration_ns = profiler::now_ns() - start;
+    std::string graph_state = captured       ? "captured; run eagerly while profiling"
+                              : graph_wanted ? "not captured yet; run eagerly while profiling"
+                              : !options_.use_cuda_graph ? "off"
+                                                         : "not capturable: " + why_not;
+    e.args = {{"device", plan_->device().str()},
+              {"steps", static_cast<std::int64_t>(plan_->steps().size())},
+              {"cuda_graph", graph_state},
+              {"run", runs_ - 1}};
+    profiler::record(std::move(e));
+  }
+  return outputs;
+}
+
+std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling) {
   const StreamView stream = stream_ ? stream_->view() : StreamView{};
-  if (graph_ && graph_->is_instantiated()) {
+  // Note [Kernel to node correlation]: while recording, a captured graph is not replayed.
+  const bool eager_only = (profiling & profiler::kRecording) != 0;
+  if (graph_ && graph_->is_instantiated() && !eager_only) {
     // Replay: every value lives in its arena slot (or is a constant), so only the inputs are bound and only the
     // outputs read back; the per-value table of the eager path is not needed.
     std::vector<Tensor> values(plan_->values().size());
@@ -216,13 +366,13 @@ std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs) {
     else if (v.planned) values[id] = slots_[id];
   }
   bind_inputs(inputs, values);
-  const bool use_graph = options_.use_cuda_graph && plan_->capturable();
+  const bool use_graph = options_.use_cuda_graph && plan_->capturable() && !eager_only;
   if (use_graph && runs_ >= 1) {
     if (!graph_) {
       graph_ = std::make_unique<CudaGraph>();
       graph_->capture_begin(stream);
       try {
-        execute_steps(values, stream);
+        execute_steps(values, stream, 0);
       } catch (...) {
         try {
           graph_->capture_end();
@@ -238,7 +388,7 @@ std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs) {
     ++replays_;
     // Values computed inside the graph live in the arena: the slots hold them.
   } else {
-    execute_steps(values, stream);
+    execute_steps(values, stream, profiling);
   }
   std::vector<Tensor> outputs = collect_outputs(values, stream);
   if (stream_) stream.synchronize();

@@ -9,6 +9,7 @@
 // InferenceSession that created it. Thread-safety: EngineSession::run may be called from several threads at once.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "xpuruntime/device.h"
+#include "xpuruntime/dispatcher.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/export.h"
@@ -58,6 +60,21 @@ struct XPURT_API NodeExplanation {
   std::string backend;
   std::string precision;
   std::string reason;     // why this kernel
+  // Nodes the Dispatcher decided (empty for views, reference-library nodes and engines without a dispatcher):
+  std::string op;           // the registry op ("linear"): the key a KernelPolicy rule for this node uses
+  std::string rule;         // how the kernel was chosen (Decision::rule: "pinned", "autotuned", ...)
+  std::string policy_rule;  // the KernelPolicy rule that applied, in short form ("auto", "pin:cpu")
+  std::vector<CandidateReport> candidates;  // every kernel considered; the rejected ones say why
+};
+
+// A copy or a synchronization that every run of the session makes, as the engine plans it (for the shapes of the
+// last run). Copies the caller makes (e.g. device outputs read back into numpy) are not the engine's and not here.
+struct XPURT_API TransferExplanation {
+  std::string kind;       // "copy" or "sync"
+  std::string value;      // the input or output copied; empty for a sync
+  std::string direction;  // copies: "host->device", "device->host", "device->device", "host->host"; syncs: ""
+  std::size_t bytes = 0;  // per run (0 for a sync)
+  std::string reason;     // why the engine makes it
 };
 
 struct XPURT_API Explanation {
@@ -70,6 +87,8 @@ struct XPURT_API Explanation {
   std::vector<std::string> policy_notes;
   std::vector<std::string> options;  // engine options as set ("intra_op_num_threads=2", ...)
   std::string memory;                // the memory plan, when the engine has one ("peak 12 MiB = arena ...")
+  std::string memory_json;           // the same as one JSON object (MemoryPlan::to_json), or empty
+  std::vector<TransferExplanation> transfers;  // copies and syncs per run (engines that plan them; else empty)
   std::string to_json() const;       // one JSON object
   std::string str() const;           // a text report with a table of nodes
 };

@@ -7,6 +7,9 @@
 //   std::vector<Tensor> outputs = exec.run({x});   // inputs in the plan's input order
 //
 // Outputs are new tensors owned by the caller (copied out of the arena: the next run overwrites it).
+// While a Profiler records (profiler.h), each step is a host-timed "node" event and CUDA graphs are not replayed:
+// the steps run eagerly so that CUPTI can tie each kernel to its node (Note [Kernel to node correlation] in
+// core/profiler.cpp).
 // Ownership: a GraphExec shares its plan. Thread-safety: one run at a time per GraphExec (the arena is reused);
 // sessions keep a pool of them to serve concurrent runs.
 #pragma once
@@ -44,7 +47,10 @@ class XPURT_API GraphExec {
 
  private:
   void bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tensor>& values);
-  void execute_steps(std::vector<Tensor>& values, const StreamView& stream);
+  std::vector<Tensor> run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling);
+  std::vector<Tensor> run_profiled(const std::vector<Tensor>& inputs, std::uint32_t profiling);
+  // `profiling`: profiler::state() read once by run(); 0 when off.
+  void execute_steps(std::vector<Tensor>& values, const StreamView& stream, std::uint32_t profiling);
   std::vector<Tensor> collect_outputs(const std::vector<Tensor>& values, const StreamView& stream);
 
   std::shared_ptr<const CapturePlan> plan_;

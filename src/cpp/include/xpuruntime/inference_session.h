@@ -47,6 +47,8 @@ class XPURT_API InferenceSession {
  private:
   InferenceSession() = default;
   void build(const std::string& model);
+  std::vector<Tensor> run_profiled(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                   const std::vector<std::string>& output_names) const;
 
   SessionOptions options_;
   std::string engine_;

@@ -42,5 +42,7 @@ from .stream import (
     stream_priority_range,
 )
 from .tensor import Tensor, empty, from_dlpack, from_numpy, tensor, zeros
+from . import profiler
+from .profiler import Profiler, is_profiling, profile
 
 __all__ = [name for name in dir() if not name.startswith("_")]

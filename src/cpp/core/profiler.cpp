@@ -1,0 +1,608 @@
+// Profiler: the event collector, NVTX ranges, summaries and the Chrome trace (see profiler.h).
+//
+// Note [Kernel to node correlation]
+// The native engine's GraphExec records one host-timed "node" event per plan step and, around the step's launches,
+// pushes that event's id as a CUPTI external correlation id (CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0). CUPTI then
+// reports, for every CUDA API call made meanwhile, an external-correlation record tying the call's correlation id to
+// our id; kernels, copies and sets carry the correlation id of the call that launched them. So at stop() each device
+// record finds its node: record.correlationId -> external id -> node event (ProfileEvent::parent), and the Chrome
+// trace draws a flow arrow from the node to each of its kernels.
+// A CUDA graph replay is one API call for every kernel of the graph, so this cannot attribute a replay's kernels to
+// nodes: while a profiler records, GraphExec runs its steps eagerly instead of replaying its graph (the graph stays
+// instantiated and replays again once profiling stops); the trace's metadata says so ("cuda_graphs"). Eager
+// launches cost more host time than a replay, but the kernels and their device times are the same.
+//
+// Note [Profiler clocks]
+// Host events use std::chrono::steady_clock, relative to start(). CUPTI timestamps come from CUPTI's own clock;
+// start() samples both and stop() maps device times onto the host clock with that offset.
+#include "xpuruntime/profiler.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/profiler_cupti.h"
+#include "xpuruntime/caching_allocator.h"
+#include "xpuruntime/device_manager.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/version.h"
+
+#if XPURT_WITH_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+namespace xpuruntime {
+namespace {
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool env_nvtx() {
+#if XPURT_WITH_NVTX
+  const char* v = std::getenv("XPURT_NVTX");
+  return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
+#else
+  return false;
+#endif
+}
+
+std::uint32_t idle_state() { return env_nvtx() ? profiler::kNvtx : 0u; }
+
+std::int64_t os_thread_id() {
+  thread_local const std::int64_t tid = static_cast<std::int64_t>(::syscall(SYS_gettid));
+  return tid;
+}
+
+// What the recording profiler collects. Never destroyed (events may arrive from threads during exit).
+struct Collector {
+  std::mutex mutex;
+  std::vector<ProfileEvent> events;
+  const Profiler* owner = nullptr;
+  // Read by recording threads without the mutex: atomics, set by start() before recording begins.
+  std::atomic<std::int64_t> origin_ns{0};  // steady clock at start()
+  std::atomic<bool> record_shapes{true};
+  std::atomic<bool> cupti{false};
+  std::atomic<std::uint64_t> next_id{1};
+};
+
+Collector& collector() {
+  static Collector* c = new Collector();
+  return *c;
+}
+
+thread_local std::int64_t range_depth = 0;
+
+#if XPURT_WITH_NVTX
+nvtxDomainHandle_t nvtx_domain() {
+  static nvtxDomainHandle_t domain = nvtxDomainCreateA("xpuruntime");
+  return domain;
+}
+#endif
+
+std::string us_text(std::int64_t ns) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << static_cast<double>(ns) / 1000.0;
+  return os.str();
+}
+
+std::string pad(const std::string& s, std::size_t w, bool right = false) {
+  if (s.size() >= w) return s;
+  return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+}
+
+nlohmann::json arg_json(const ProfileArg& a) {
+  return std::visit([](const auto& v) { return nlohmann::json(v); }, a);
+}
+
+std::string arg_string(const ProfileEvent& e, const std::string& key) {
+  const ProfileArg* a = e.arg(key);
+  if (a == nullptr) return {};
+  if (const auto* s = std::get_if<std::string>(a)) return *s;
+  return {};
+}
+
+std::int64_t arg_int(const ProfileEvent& e, const std::string& key) {
+  const ProfileArg* a = e.arg(key);
+  if (a == nullptr) return 0;
+  if (const auto* i = std::get_if<std::int64_t>(a)) return *i;
+  if (const auto* d = std::get_if<double>(a)) return static_cast<std::int64_t>(*d);
+  return 0;
+}
+
+bool is_device_work(const ProfileEvent& e) {
+  return e.device && (e.category == "kernel" || e.category == "memcpy" || e.category == "memset");
+}
+
+}  // namespace
+
+#if !XPURT_WITH_CUPTI
+namespace profiler_detail {
+bool cupti_start(std::string* why) {
+  *why = "this xpuruntime was built without CUPTI (the CUDA toolkit's cupti.h was not found at configure time)";
+  return false;
+}
+CuptiResult cupti_stop() { return {}; }
+std::int64_t cupti_clock_offset_ns() { return 0; }
+void cupti_push(std::uint64_t) {}
+void cupti_pop() {}
+}  // namespace profiler_detail
+#endif
+
+// ---- the hot-path interface ----
+
+namespace profiler {
+
+std::atomic<std::uint32_t> g_state{idle_state()};
+
+std::int64_t now_ns() { return steady_ns() - collector().origin_ns.load(std::memory_order_relaxed); }
+
+bool record_shapes() { return collector().record_shapes.load(std::memory_order_relaxed); }
+
+std::uint64_t next_event_id() { return collector().next_id.fetch_add(1, std::memory_order_relaxed); }
+
+void record(ProfileEvent event) {
+  if (!recording()) return;
+  try {
+    if (event.id == 0) event.id = next_event_id();
+    if (event.pid == 0 && !event.device) event.pid = static_cast<std::int64_t>(::getpid());
+    if (event.tid == 0 && !event.device) event.tid = os_thread_id();
+    Collector& c = collector();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (c.owner != nullptr) c.events.push_back(std::move(event));
+  } catch (...) {
+    // Out of host memory while profiling: the event is lost, the work it describes is not disturbed.
+  }
+}
+
+void record_allocation(const std::string& device, const char* what, std::int64_t bytes, std::int64_t allocated_bytes,
+                       const void* ptr) {
+  if (!recording()) return;
+  try {
+    ProfileEvent e;
+    e.name = what;
+    e.category = "alloc";
+    e.start_ns = now_ns();
+    std::ostringstream address;
+    address << ptr;
+    e.args = {{"device", device}, {"bytes", bytes}, {"allocated_bytes", allocated_bytes}, {"address", address.str()}};
+    record(std::move(e));
+  } catch (...) {
+    // As in record(): profiling never makes an allocation or a free fail.
+  }
+}
+
+void nvtx_push(const char* name) {
+#if XPURT_WITH_NVTX
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attributes.message.ascii = name;
+  nvtxDomainRangePushEx(nvtx_domain(), &attributes);
+#else
+  (void)name;
+#endif
+}
+
+void nvtx_pop() {
+#if XPURT_WITH_NVTX
+  nvtxDomainRangePop(nvtx_domain());
+#endif
+}
+
+void push_correlation(std::uint64_t event_id) {
+  if (collector().cupti.load(std::memory_order_relaxed)) profiler_detail::cupti_push(event_id);
+}
+
+void pop_correlation() {
+  if (collector().cupti.load(std::memory_order_relaxed)) profiler_detail::cupti_pop();
+}
+
+}  // namespace profiler
+
+// ---- ProfileEvent ----
+
+const ProfileArg* ProfileEvent::arg(const std::string& key) const {
+  for (const auto& [k, v] : args) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+// ---- Range ----
+
+Profiler::Range::Range(std::string name) : name_(std::move(name)) {
+  const std::uint32_t state = profiler::state();
+  profiler::nvtx_push(name_.c_str());
+  open_ = true;
+  depth_ = range_depth++;
+  start_ns_ = (state & profiler::kRecording) ? profiler::now_ns() : -1;
+}
+
+Profiler::Range::Range(Range&& other) noexcept { *this = std::move(other); }
+
+Profiler::Range& Profiler::Range::operator=(Range&& other) noexcept {
+  if (this != &other) {
+    end();
+    name_ = std::move(other.name_);
+    start_ns_ = other.start_ns_;
+    depth_ = other.depth_;
+    open_ = other.open_;
+    other.open_ = false;
+  }
+  return *this;
+}
+
+void Profiler::Range::end() {
+  if (!open_) return;
+  open_ = false;
+  profiler::nvtx_pop();
+  if (range_depth > 0) --range_depth;
+  if (start_ns_ < 0 || !profiler::recording()) return;
+  ProfileEvent e;
+  e.name = name_;
+  e.category = "range";
+  e.start_ns = start_ns_;
+  e.duration_ns = profiler::now_ns() - start_ns_;
+  e.args = {{"depth", depth_}};
+  profiler::record(std::move(e));
+}
+
+// ---- Profiler ----
+
+Profiler::Profiler(ProfilerOptions options) : options_(options) {}
+
+Profiler::~Profiler() {
+  try {
+    stop();
+  } catch (...) {
+    // A destructor does not throw; the CUPTI records are lost.
+  }
+}
+
+void Profiler::start() {
+  Collector& c = collector();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (c.owner == this) throw InvalidArgumentError("this profiler is already recording; stop() it first");
+    if (c.owner != nullptr) {
+      throw InvalidArgumentError("another profiler is recording in this process; one profiler records at a time");
+    }
+  }
+  cuda_activity_ = false;
+  cuda_reason_.clear();
+  if (options_.cuda == ProfilerOptions::CudaActivity::kOff) {
+    cuda_reason_ = "off (ProfilerOptions.cuda)";
+  } else if (DeviceManager::instance().get_device_count() == 0) {
+    cuda_reason_ = "no CUDA device: " + DeviceManager::instance().cuda_unavailable_reason();
+  } else {
+    std::string why;
+    cuda_activity_ = profiler_detail::cupti_start(&why);
+    if (!cuda_activity_) cuda_reason_ = why;
+  }
+  if (!cuda_activity_ && options_.cuda == ProfilerOptions::CudaActivity::kOn) {
+    throw UnsupportedOperationError("CUDA activity was asked for (cuda=True) but cannot be recorded: " + cuda_reason_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (c.owner != nullptr) {
+      if (cuda_activity_) (void)profiler_detail::cupti_stop();
+      throw InvalidArgumentError("another profiler is recording in this process; one profiler records at a time");
+    }
+    c.owner = this;
+    c.events.clear();
+    c.origin_ns = steady_ns();
+    c.record_shapes = options_.record_shapes;
+    c.cupti = cuda_activity_;
+    c.next_id.store(1, std::memory_order_relaxed);
+  }
+  events_.clear();
+  metadata_.clear();
+  metadata_["xpuruntime_version"] = get_version();
+  metadata_["cuda_activity"] = cuda_activity_ ? "cupti" : "off: " + cuda_reason_;
+  metadata_["record_shapes"] = options_.record_shapes ? "true" : "false";
+  recording_ = true;
+  profiler::g_state.store(profiler::kRecording | profiler::kNvtx, std::memory_order_relaxed);
+}
+
+void Profiler::stop() {
+  if (!recording_) return;
+  profiler::g_state.store(idle_state(), std::memory_order_relaxed);
+  Collector& c = collector();
+  std::int64_t origin = 0;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    events_ = std::move(c.events);
+    c.events.clear();
+    c.owner = nullptr;
+    c.cupti = false;
+    origin = c.origin_ns.load();
+  }
+  recording_ = false;
+  const std::int64_t stop_ns = steady_ns() - origin;
+  metadata_["duration_us"] = us_text(stop_ns);
+  bool eager_while_profiling = false;
+  for (const auto& e : events_) {
+    if (e.category == "session" && arg_string(e, "cuda_graph") == "captured; run eagerly while profiling") {
+      eager_while_profiling = true;
+    }
+  }
+  if (eager_while_profiling) {
+    metadata_["cuda_graphs"] =
+        "CUDA graph replays ran eagerly while profiling, so that each kernel is attributed to its node "
+        "(docs/profiling.md)";
+  }
+  if (cuda_activity_) {
+    profiler_detail::CuptiResult r = profiler_detail::cupti_stop();
+    // Note [Profiler clocks]
+    const std::int64_t offset = profiler_detail::cupti_clock_offset_ns();
+    std::unordered_map<std::uint64_t, std::int64_t> node_tid;  // node event id -> its OS thread
+    for (const auto& e : events_) {
+      if (e.category == "node") node_tid[e.id] = e.tid;
+    }
+    // CUPTI names threads its own way; the API calls made inside node events tell which OS thread each one is.
+    std::unordered_map<std::uint32_t, std::int64_t> os_thread;
+    for (const auto& [correlation, external] : r.external) {
+      auto t = r.thread_of.find(correlation);
+      auto n = node_tid.find(external);
+      if (t != r.thread_of.end() && n != node_tid.end()) os_thread[t->second] = n->second;
+    }
+    const auto pid = static_cast<std::int64_t>(::getpid());
+    std::uint64_t next_id = c.next_id.load(std::memory_order_relaxed);
+    std::size_t attributed = 0;
+    for (auto& rec : r.records) {
+      ProfileEvent e;
+      e.id = next_id++;
+      e.name = std::move(rec.name);
+      e.category = rec.category;
+      e.start_ns = static_cast<std::int64_t>(rec.start) - offset - origin;
+      e.duration_ns = rec.end > rec.start ? static_cast<std::int64_t>(rec.end - rec.start) : 0;
+      e.args = std::move(rec.args);
+      if (rec.category == "sync") {
+        e.pid = pid;  // a host thread waiting
+        auto t = r.thread_of.find(rec.correlation);
+        if (t != r.thread_of.end()) {
+          auto os = os_thread.find(t->second);
+          e.tid = os != os_thread.end() ? os->second : static_cast<std::int64_t>(t->second);
+        }
+      } else {
+        e.device = true;
+        e.pid = rec.device;
+        e.tid = rec.stream;
+        e.args.emplace_back("device", "cuda:" + std::to_string(rec.device));
+        e.args.emplace_back("stream", rec.stream);
+        auto ext = r.external.find(rec.correlation);
+        if (ext != r.external.end() && node_tid.count(ext->second)) {
+          e.parent = ext->second;
+          ++attributed;
+        }
+      }
+      events_.push_back(std::move(e));
+    }
+    metadata_["cupti_records"] = std::to_string(r.records.size());
+    metadata_["cupti_attributed_to_nodes"] = std::to_string(attributed);
+    metadata_["cupti_dropped"] = std::to_string(r.dropped);
+  }
+  // Node events carry what their device work did: kernel names and device time.
+  std::unordered_map<std::uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < events_.size(); ++i) index[events_[i].id] = i;
+  std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::vector<std::string>>> device_work;
+  for (const auto& e : events_) {
+    if (e.parent == 0 || !is_device_work(e)) continue;
+    auto& w = device_work[e.parent];
+    w.first += e.duration_ns;
+    if (e.category == "kernel" && std::find(w.second.begin(), w.second.end(), e.name) == w.second.end()) {
+      w.second.push_back(e.name);
+    }
+  }
+  for (auto& [id, w] : device_work) {
+    auto it = index.find(id);
+    if (it == index.end()) continue;
+    ProfileEvent& node = events_[it->second];
+    node.args.emplace_back("device_us", static_cast<double>(w.first) / 1000.0);
+    if (!w.second.empty()) node.args.emplace_back("device_kernels", w.second);
+  }
+  std::stable_sort(events_.begin(), events_.end(),
+                   [](const ProfileEvent& a, const ProfileEvent& b) { return a.start_ns < b.start_ns; });
+}
+
+std::vector<ProfileEvent> Profiler::events() const {
+  if (!recording_) return events_;
+  Collector& c = collector();
+  std::vector<ProfileEvent> out;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    out = c.events;
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const ProfileEvent& a, const ProfileEvent& b) { return a.start_ns < b.start_ns; });
+  return out;
+}
+
+std::vector<NodeSummary> Profiler::summary() const {
+  const std::vector<ProfileEvent> all = events();
+  std::unordered_map<std::uint64_t, std::int64_t> device_ns;  // node event id -> its device work
+  for (const auto& e : all) {
+    if (e.parent != 0 && is_device_work(e)) device_ns[e.parent] += e.duration_ns;
+  }
+  std::vector<NodeSummary> rows;
+  std::unordered_map<std::string, std::size_t> row_of;
+  for (const auto& e : all) {
+    if (e.category != "node") continue;
+    auto [it, inserted] = row_of.emplace(e.name, rows.size());
+    if (inserted) {
+      NodeSummary s;
+      s.node = e.name;
+      s.op_type = arg_string(e, "op_type");
+      s.kernel = arg_string(e, "kernel");
+      s.backend = arg_string(e, "backend");
+      s.precision = arg_string(e, "precision");
+      rows.push_back(std::move(s));
+    }
+    NodeSummary& s = rows[it->second];
+    s.calls += 1;
+    auto d = device_ns.find(e.id);
+    s.total_ns += d != device_ns.end() ? d->second : e.duration_ns;
+    s.bytes += arg_int(e, "bytes");
+    if (const ProfileArg* k = e.arg("device_kernels")) {
+      for (const auto& name : std::get<std::vector<std::string>>(*k)) {
+        if (std::find(s.device_kernels.begin(), s.device_kernels.end(), name) == s.device_kernels.end()) {
+          s.device_kernels.push_back(name);
+        }
+      }
+    }
+  }
+  std::int64_t sum = 0;
+  for (const auto& s : rows) sum += s.total_ns;
+  for (auto& s : rows) s.share = sum > 0 ? static_cast<double>(s.total_ns) / static_cast<double>(sum) : 0.0;
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const NodeSummary& a, const NodeSummary& b) { return a.total_ns > b.total_ns; });
+  return rows;
+}
+
+std::string Profiler::summary_table(std::size_t max_rows) const {
+  const std::vector<NodeSummary> rows = summary();
+  const std::size_t shown = max_rows == 0 ? rows.size() : std::min(rows.size(), max_rows);
+  std::vector<std::vector<std::string>> cells;
+  cells.push_back({"node", "op_type", "kernel", "backend", "precision", "calls", "total_us", "mean_us", "share",
+                   "bytes"});
+  std::int64_t total = 0;
+  for (const auto& s : rows) total += s.total_ns;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const NodeSummary& s = rows[i];
+    std::ostringstream share;
+    share << std::fixed << std::setprecision(1) << 100.0 * s.share << "%";
+    cells.push_back({s.node, s.op_type, s.kernel, s.backend, s.precision, std::to_string(s.calls),
+                     us_text(s.total_ns), us_text(static_cast<std::int64_t>(s.mean_ns())), share.str(),
+                     format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(s.bytes, 0)))});
+  }
+  std::vector<std::size_t> width(cells[0].size(), 0);
+  for (const auto& row : cells) {
+    for (std::size_t k = 0; k < row.size(); ++k) width[k] = std::max(width[k], row[k].size());
+  }
+  std::string out;
+  for (const auto& row : cells) {
+    for (std::size_t k = 0; k < row.size(); ++k) {
+      const bool numeric = k >= 5;
+      out += (k ? "  " : "") + pad(row[k], width[k], numeric);
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += "\n";
+  }
+  if (shown < rows.size()) out += "... " + std::to_string(rows.size() - shown) + " more nodes\n";
+  out += "total " + us_text(total) + " us over " + std::to_string(rows.size()) + " nodes";
+  out += cuda_activity_ ? " (device time from CUPTI where kernels were seen)\n" : " (host time)\n";
+  return out;
+}
+
+MemoryEventsSummary Profiler::memory() const {
+  MemoryEventsSummary m;
+  for (const auto& e : events()) {
+    if (e.category != "alloc") continue;
+    MemoryEventsSummary::PerDevice& d = m.devices[arg_string(e, "device")];
+    const std::int64_t bytes = arg_int(e, "bytes");
+    if (e.name == "allocate") {
+      d.allocations += 1;
+      d.allocated_bytes += bytes;
+      m.total.allocations += 1;
+      m.total.allocated_bytes += bytes;
+    } else {
+      d.frees += 1;
+      d.freed_bytes += bytes;
+      m.total.frees += 1;
+      m.total.freed_bytes += bytes;
+    }
+    d.peak_bytes = std::max(d.peak_bytes, arg_int(e, "allocated_bytes"));
+    m.total.peak_bytes = std::max(m.total.peak_bytes, d.peak_bytes);
+  }
+  return m;
+}
+
+std::string Profiler::chrome_trace() const {
+  using nlohmann::json;
+  const std::vector<ProfileEvent> all = events();
+  const auto host_pid = static_cast<std::int64_t>(::getpid());
+  json trace = json::array();
+  auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1000.0; };
+  std::set<std::pair<std::int64_t, std::int64_t>> host_threads;
+  std::set<std::pair<std::int64_t, std::int64_t>> device_streams;
+  std::set<std::int64_t> devices;
+  std::unordered_map<std::uint64_t, const ProfileEvent*> by_id;
+  for (const auto& e : all) by_id[e.id] = &e;
+  std::int64_t flow_id = 0;
+  for (const auto& e : all) {
+    (e.device ? device_streams : host_threads).insert({e.pid, e.tid});
+    if (e.device) devices.insert(e.pid);
+    json args = json::object();
+    for (const auto& [k, v] : e.args) args[k] = arg_json(v);
+    args["id"] = e.id;
+    if (e.parent) args["parent"] = e.parent;
+    if (e.category == "alloc") {
+      trace.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "i"}, {"s", "t"}, {"ts", us(e.start_ns)},
+                       {"pid", e.pid}, {"tid", e.tid}, {"args", args}});
+      trace.push_back({{"name", "allocated bytes"}, {"ph", "C"}, {"ts", us(e.start_ns)}, {"pid", e.pid},
+                       {"args", {{arg_string(e, "device"), arg_int(e, "allocated_bytes")}}}});
+      continue;
+    }
+    trace.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", us(e.start_ns)},
+                     {"dur", us(e.duration_ns)}, {"pid", e.pid}, {"tid", e.tid}, {"args", args}});
+    if (e.parent != 0) {
+      auto p = by_id.find(e.parent);
+      if (p == by_id.end()) continue;
+      const ProfileEvent& node = *p->second;
+      ++flow_id;
+      trace.push_back({{"name", "launch"}, {"cat", "flow"}, {"ph", "s"}, {"id", flow_id}, {"ts", us(node.start_ns)},
+                       {"pid", node.pid}, {"tid", node.tid}});
+      trace.push_back({{"name", "launch"}, {"cat", "flow"}, {"ph", "f"}, {"bp", "e"}, {"id", flow_id},
+                       {"ts", us(e.start_ns)}, {"pid", e.pid}, {"tid", e.tid}});
+    }
+  }
+  json meta = json::array();
+  meta.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", host_pid}, {"tid", 0},
+                  {"args", {{"name", "xpuruntime (host)"}}}});
+  meta.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", host_pid}, {"tid", 0},
+                  {"args", {{"sort_index", 0}}}});
+  for (const auto& [pid, tid] : host_threads) {
+    meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+                    {"args", {{"name", "thread " + std::to_string(tid)}}}});
+  }
+  for (std::int64_t d : devices) {
+    meta.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", d}, {"tid", 0},
+                    {"args", {{"name", "cuda:" + std::to_string(d)}}}});
+    meta.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", d}, {"tid", 0},
+                    {"args", {{"sort_index", 1 + d}}}});
+  }
+  for (const auto& [pid, tid] : device_streams) {
+    meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+                    {"args", {{"name", "stream " + std::to_string(tid)}}}});
+  }
+  for (auto& m : trace) meta.push_back(std::move(m));
+  json metadata = json::object();
+  for (const auto& [k, v] : metadata_) metadata[k] = v;
+  json root = {{"traceEvents", meta}, {"displayTimeUnit", "ms"}, {"metadata", metadata}};
+  return root.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void Profiler::export_chrome_trace(const std::string& path) const {
+  const std::string text = chrome_trace();
+  std::ofstream file(path, std::ios::binary);
+  XPURT_CHECK(file.good(), "cannot write the Chrome trace to '", path, "'");
+  file << text;
+  XPURT_CHECK(file.good(), "writing the Chrome trace to '", path, "' failed");
+}
+
+}  // namespace xpuruntime

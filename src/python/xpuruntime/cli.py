@@ -1,0 +1,840 @@
+"""The ``xpuruntime`` command line: devices, run, bench, explain, profile, tune and compare.
+
+Run ``xpuruntime --help`` (or ``python -m xpuruntime --help``); docs/cli.md has every command with an example.
+
+Exit codes: 0 success; 1 a run failed (a runtime error, or ``compare`` found a mismatch); 2 a bad argument (a
+missing file, an unknown engine, a malformed policy, ``--inputs`` that do not fit the model), reported as one line
+on stderr, never as a traceback (``--traceback`` shows it when debugging the CLI itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+
+import numpy as np
+
+PROG = "xpuruntime"
+POLICY_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+class UsageError(Exception):
+    """A bad argument: printed as one line, exit code 2."""
+
+
+class CommandFailed(Exception):
+    """The command ran but failed (e.g. the profiler is missing from this build): one line, exit code 1."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``xpuruntime run: error: ... (see xpuruntime run --help)``, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got '{text}'") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def _int_range(text: str) -> Tuple[int, int]:
+    try:
+        low, high = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW,HIGH (integers), got '{text}'") from None
+    if high <= low:
+        raise argparse.ArgumentTypeError(f"expected LOW < HIGH, got {low},{high}")
+    return low, high
+
+
+def _engines() -> List[str]:
+    from . import _core
+
+    return list(_core.known_engines())
+
+
+def _add_model_args(parser: argparse.ArgumentParser, engine_default: str = "auto") -> None:
+    parser.add_argument("model", help="the ONNX model file")
+    parser.add_argument("--engine", default=engine_default, choices=_engines(),
+                        help=f"the engine (default: {engine_default})")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    parser.add_argument("--policy", metavar="FILE", help="a KernelPolicy file (.json, .yaml, .yml)")
+    parser.add_argument("--exec-policy", metavar="FILE", help="an ExecutionPolicy file (.json, .yaml, .yml)")
+    parser.add_argument("--fp16", action="store_true", help="run in float16 (ExecutionPolicy precision=fp16)")
+
+
+def _add_input_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--inputs", metavar="FILE.npz",
+                        help="input arrays by input name (.npz; .npy for a one-input model); default: random")
+    parser.add_argument("--batch", type=_positive_int, default=1,
+                        help="the size of every symbolic dimension of random inputs (default: 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    parser.add_argument("--int-range", type=_int_range, default=(0, 2), metavar="LOW,HIGH",
+                        help="integer random inputs are drawn from [LOW, HIGH) (default: 0,2: valid indices and "
+                             "masks for any model)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``xpuruntime`` argument parser (one subcommand per command)."""
+    parser = _Parser(prog=PROG, description="xpuruntime: run, benchmark, explain, profile, tune and compare "
+                                             "ONNX models. Every command: xpuruntime COMMAND --help.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--traceback", action="store_true", help="show Python tracebacks of errors (debugging)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = commands.add_parser("devices", help="list the devices and how this xpuruntime was built")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = commands.add_parser("run", help="run a model once and print (or save) its outputs")
+    _add_model_args(p)
+    _add_input_args(p)
+    p.add_argument("--output", "-o", metavar="FILE.npz", help="save the outputs (numpy .npz, by output name)")
+
+    p = commands.add_parser("bench", help="latency percentiles and throughput")
+    _add_model_args(p)
+    _add_input_args(p)
+    p.add_argument("--warmup", type=_non_negative_int, default=10, help="untimed runs first (default: 10)")
+    p.add_argument("--iterations", "-n", type=_positive_int, default=100, help="timed runs (default: 100)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it is drawn only on a terminal)")
+
+    p = commands.add_parser("explain", help="what runs each node and why: engine, kernels, rejected candidates, "
+                                            "copies, syncs, memory plan")
+    _add_model_args(p)
+    _add_input_args(p)
+    p.add_argument("--format", choices=("text", "json", "html"), default="text", help="report format (default: text)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (default: stdout)")
+    p.add_argument("--profile", action="store_true",
+                   help="time the runs with the profiler and add per-node times (always on for --format html, "
+                        "which draws the timeline)")
+    p.add_argument("--iterations", type=_positive_int, default=3, help="runs behind the timeline (default: 3)")
+
+    p = commands.add_parser("profile", help="profile runs into a Chrome trace (Perfetto, chrome://tracing)")
+    _add_model_args(p)
+    _add_input_args(p)
+    p.add_argument("--output", "-o", metavar="TRACE.json", required=True, help="the Chrome trace file to write")
+    p.add_argument("--iterations", "-n", type=_positive_int, default=10, help="profiled runs (default: 10)")
+    p.add_argument("--warmup", type=_non_negative_int, default=1, help="unprofiled runs first (default: 1)")
+
+    p = commands.add_parser("tune", help="autotune every node's kernel and write a KernelPolicy that pins them")
+    _add_model_args(p, engine_default="native")
+    _add_input_args(p)
+    p.add_argument("--output", "-o", metavar="POLICY", required=True,
+                   help="the KernelPolicy file to write (.json, .yaml, .yml), e.g. policy.lock.json")
+
+    p = commands.add_parser("compare", help="run two engines on the same inputs and compare every output "
+                                            "(exit code 1 on a mismatch)")
+    _add_model_args(p)
+    _add_input_args(p)
+    p.add_argument("--engines", default="native,onnxruntime", metavar="A,B",
+                   help="the engines to compare; B is the reference (default: native,onnxruntime)")
+    p.add_argument("--rtol", type=_non_negative_float, default=1e-3, help="relative tolerance (default: 1e-3)")
+    p.add_argument("--atol", type=_non_negative_float, default=1e-4, help="absolute tolerance (default: 1e-4)")
+    p.add_argument("--intermediates", action="store_true",
+                   help="also compare every intermediate value and report the first diverging node")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--verbose", "-v", action="store_true", help="list every intermediate value")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sessions and inputs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _existing_file(path: str, what: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{what} '{path}' does not exist")
+    if not p.is_file():
+        raise UsageError(f"{what} '{path}' is not a file")
+    return p
+
+
+def _policy_suffix(path: str, option: str) -> None:
+    if Path(path).suffix.lower() not in POLICY_SUFFIXES:
+        raise UsageError(f"{option} '{path}': expected a .json, .yaml or .yml file")
+
+
+def load_policies(args: argparse.Namespace):
+    """The KernelPolicy and ExecutionPolicy of ``--policy``/``--exec-policy`` (None when not given)."""
+    import xpuruntime as xrt
+
+    kernel_policy = exec_policy = None
+    if getattr(args, "policy", None):
+        _policy_suffix(args.policy, "--policy")
+        _existing_file(args.policy, "policy file")
+        kernel_policy = xrt.KernelPolicy.load(args.policy)
+    if getattr(args, "exec_policy", None):
+        _policy_suffix(args.exec_policy, "--exec-policy")
+        _existing_file(args.exec_policy, "execution policy file")
+        exec_policy = xrt.ExecutionPolicy.load(args.exec_policy)
+    return kernel_policy, exec_policy
+
+
+def make_session(args: argparse.Namespace, *, engine: Optional[str] = None, model: Any = None,
+                 kernel_policy: Any = None):
+    """An InferenceSession from the common options (model, --engine, --device, --policy, --exec-policy, --fp16)."""
+    import xpuruntime as xrt
+
+    loaded_kernel_policy, exec_policy = load_policies(args)
+    if model is None:
+        model = _existing_file(args.model, "model file")
+    device = xrt.Device(args.device)  # a malformed --device is reported as such, not as a model problem
+    try:
+        return xrt.InferenceSession(model, device=device, engine=engine or args.engine,
+                                    kernel_policy=kernel_policy if kernel_policy is not None else loaded_kernel_policy,
+                                    exec_policy=exec_policy, fp16=args.fp16)
+    except xrt.InvalidArgumentError as error:
+        raise UsageError(f"model '{args.model}': {error}") from None
+
+
+def _numpy_dtype(name: str, input_name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        raise UsageError(f"input '{input_name}' is {name}, which numpy cannot generate; pass it with --inputs") from None
+
+
+def _shape_str(shape: Sequence[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def random_inputs(session: Any, batch: int = 1, seed: int = 0, int_range: Tuple[int, int] = (0, 2)) -> Dict[str, np.ndarray]:
+    """Random feeds for ``session``: symbolic dimensions set to ``batch``, floats standard normal, integers in
+    ``[int_range[0], int_range[1])``, booleans 0/1."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for info in session.get_inputs():
+        shape = [d if isinstance(d, int) else batch for d in info.shape]
+        dtype = _numpy_dtype(info.dtype, info.name)
+        if dtype == np.bool_:
+            feeds[info.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif np.issubdtype(dtype, np.integer):
+            feeds[info.name] = rng.integers(int_range[0], int_range[1], size=shape).astype(dtype)
+        else:
+            feeds[info.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def load_inputs(session: Any, path: str) -> Dict[str, np.ndarray]:
+    """Feeds from an .npz (arrays by input name) or .npy (a one-input model) file, checked against the model's
+    inputs: every input present, no unknown names, ranks and fixed dimensions equal, dtypes castable."""
+    file = _existing_file(path, "inputs file")
+    infos = session.get_inputs()
+    names = [i.name for i in infos]
+    try:
+        if file.suffix.lower() == ".npy":
+            if len(infos) != 1:
+                raise UsageError(f"--inputs '{path}' is one array (.npy) but the model has {len(infos)} inputs "
+                                 f"({', '.join(names)}); use an .npz with one array per input name")
+            arrays = {names[0]: np.load(file, allow_pickle=False)}
+        else:
+            with np.load(file, allow_pickle=False) as npz:
+                if not hasattr(npz, "files"):
+                    raise UsageError(f"--inputs '{path}' is not an .npz archive")
+                arrays = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, EOFError) as error:
+        raise UsageError(f"cannot read --inputs '{path}': {error}") from None
+    unknown = sorted(set(arrays) - set(names))
+    if unknown:
+        raise UsageError(f"--inputs '{path}' has unknown input(s) {', '.join(unknown)}; the model's inputs are: "
+                         f"{', '.join(names)}")
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise UsageError(f"--inputs '{path}' lacks input(s) {', '.join(missing)}; the model's inputs are: "
+                         f"{', '.join(names)}")
+    feeds = {}
+    for info in infos:
+        value = np.asarray(arrays[info.name])
+        declared = list(info.shape)
+        fits = value.ndim == len(declared) and all(not isinstance(d, int) or d == s for d, s in zip(declared, value.shape))
+        if not fits:
+            raise UsageError(f"--inputs: input '{info.name}' expects shape {_shape_str(declared)} ({info.dtype}), "
+                             f"got {_shape_str(value.shape)}")
+        dtype = _numpy_dtype(info.dtype, info.name)
+        if value.dtype != dtype:
+            if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+                raise UsageError(f"--inputs: input '{info.name}' expects {info.dtype}, got {value.dtype} "
+                                 f"(not castable without changing its kind)")
+            value = value.astype(dtype)
+        feeds[info.name] = np.ascontiguousarray(value)
+    return feeds
+
+
+def make_feeds(args: argparse.Namespace, session: Any) -> Dict[str, np.ndarray]:
+    if getattr(args, "inputs", None):
+        return load_inputs(session, args.inputs)
+    return random_inputs(session, args.batch, args.seed, args.int_range)
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """An output as a numpy array (device tensors are copied to the host)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "to_numpy"):
+        return value.to_numpy()
+    return np.asarray(value)
+
+
+def _profiler_factory() -> Optional[Callable[..., Any]]:
+    """``xpuruntime.profile`` when this xpuruntime has the profiler, else None (imported lazily)."""
+    import xpuruntime as xrt
+
+    return getattr(xrt, "profile", None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    import xpuruntime as xrt
+
+    devices = []
+    for device in xrt.get_all_devices():
+        kind = str(device.type)
+        entry = {"device": kind if kind == "cpu" else f"{kind}:{device.index}", "type": kind,
+                 "name": device.name, "total_memory": int(device.total_memory)}
+        if str(device.type) == "cuda":
+            entry.update(compute_capability=device.compute_capability, sm_count=device.sm_count,
+                         driver_version=device.driver_version, runtime_version=device.runtime_version,
+                         fp16=device.supports_fp16, bf16=device.supports_bf16, fp8=device.supports_fp8)
+        devices.append(entry)
+    info = dict(xrt.build_info())
+    cuda_reason = "" if xrt.cuda_available() else xrt.runtime.cuda_unavailable_reason()
+    if args.json:
+        print(json.dumps({"devices": devices, "build": info, "cuda_unavailable_reason": cuda_reason or None,
+                          "engines": _engines()}, indent=2, default=str))
+        return 0
+    print(f"xpuruntime {info.get('version')} ({info.get('build_type')}, {info.get('compiler')}; "
+          f"CUDA {'on' if info.get('with_cuda') else 'off'}, NVTX {'on' if info.get('with_nvtx') else 'off'})")
+    for d in devices:
+        line = f"  {d['device']:8} {d['name']}  {d['total_memory'] / 2**30:.1f} GiB"
+        if d["type"] == "cuda":
+            line += f"  compute capability {d['compute_capability']}, {d['sm_count']} SMs"
+        print(line)
+    if cuda_reason:
+        print(f"no CUDA device: {cuda_reason}")
+    print(f"engines: {', '.join(e for e in _engines() if e != 'auto')}")
+    return 0
+
+
+def _describe(name: str, value: np.ndarray) -> str:
+    text = f"{name}: {value.dtype}{_shape_str(value.shape)}"
+    if value.size and (np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_):
+        v = value.astype(np.float64)
+        finite = v[np.isfinite(v)]
+        if finite.size:
+            text += f"  min {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}"
+        if finite.size != v.size:
+            text += f"  ({v.size - finite.size} non-finite)"
+        flat = value.reshape(-1)
+        text += f"  first {np.array2string(flat[:6], precision=5, separator=', ')}"
+    return text
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    session = make_session(args)
+    feeds = make_feeds(args, session)
+    start = time.perf_counter()
+    outputs = session.run(feeds)
+    elapsed = (time.perf_counter() - start) * 1e3
+    arrays = {name: to_numpy(value) for name, value in outputs.items()}
+    print(f"{args.model}: engine {session.engine} on {args.device}, {elapsed:.3f} ms (first run)")
+    for name, value in feeds.items():
+        print(f"  input  {_describe(name, value)}")
+    for name, value in arrays.items():
+        print(f"  output {_describe(name, value)}")
+    if args.output:
+        try:
+            np.savez(args.output, **arrays)
+        except OSError as error:
+            raise UsageError(f"cannot write --output '{args.output}': {error.strerror or error}") from None
+        print(f"wrote {args.output}")
+    return 0
+
+
+class _Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.total, self.label = total, label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.last = -1
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * done / self.total)
+        if filled == self.last and done != self.total:
+            return
+        self.last = filled
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}")
+        if done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(sorted_values), q))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    session = make_session(args)
+    feeds = make_feeds(args, session)
+    batch = args.batch
+    if args.inputs:  # the batch is the leading dimension of the first input with a symbolic one
+        for info in session.get_inputs():
+            if info.shape and not isinstance(info.shape[0], int):
+                batch = int(feeds[info.name].shape[0])
+                break
+    warm = _Progress(args.warmup, "warm-up", not args.no_progress)
+    for i in range(args.warmup):
+        session.run(feeds)
+        warm.update(i + 1)
+    bar = _Progress(args.iterations, "bench  ", not args.no_progress)
+    times = []
+    total_start = time.perf_counter()
+    for i in range(args.iterations):
+        start = time.perf_counter()
+        session.run(feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+        bar.update(i + 1)
+    wall = time.perf_counter() - total_start
+    times.sort()
+    mean = sum(times) / len(times)
+    result = {
+        "model": args.model, "engine": session.engine, "device": args.device, "batch": batch,
+        "warmup": args.warmup, "iterations": args.iterations,
+        "latency_ms": {"mean": mean, "min": times[0], "p50": _percentile(times, 50), "p90": _percentile(times, 90),
+                       "p99": _percentile(times, 99), "max": times[-1],
+                       "std": float(np.std(np.asarray(times)))},
+        "throughput": {"runs_per_s": args.iterations / wall, "samples_per_s": args.iterations * batch / wall},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    lat = result["latency_ms"]
+    print(f"{args.model}: engine {session.engine} on {args.device}, batch {batch}, {args.warmup} warm-up + "
+          f"{args.iterations} timed runs")
+    print(f"  latency ms: mean {lat['mean']:.3f}  p50 {lat['p50']:.3f}  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}"
+          f"  min {lat['min']:.3f}  max {lat['max']:.3f}  std {lat['std']:.3f}")
+    print(f"  throughput: {result['throughput']['runs_per_s']:.1f} runs/s, "
+          f"{result['throughput']['samples_per_s']:.1f} samples/s")
+    return 0
+
+
+def _write_text(path: Optional[str], text: str) -> None:
+    if not path:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write '{path}': {error.strerror or error}") from None
+
+
+def _check_writable(path: str, option: str) -> None:
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} '{path}': the folder {parent} does not exist")
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from . import report
+
+    if args.output:
+        _check_writable(args.output, "--output")
+    session = make_session(args)
+    feeds = make_feeds(args, session)
+    session.run(feeds)  # plans and (ONNX Runtime) execution providers are known after the first run
+    events = summary = None
+    source = None
+    if args.profile or args.format == "html":
+        profile = _profiler_factory()
+        if profile is not None:
+            with profile(record_shapes=True) as profiler:
+                for i in range(args.iterations):
+                    with profiler.range(f"iteration {i}"):
+                        session.run(feeds)
+            events, summary, source = profiler.events(), profiler.summary(), "profiler"
+        else:
+            # No profiler in this xpuruntime: the timeline shows host-timed session.run spans.
+            events = report.host_timed_events(lambda: session.run(feeds), args.iterations)
+            source = "host timer"
+    run_info = {"inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in feeds.items()},
+                "timed_iterations": args.iterations if events is not None else 0}
+    data = report.build_report(session, model=args.model, events=events, summary=summary, timeline_source=source,
+                               run_info=run_info)
+    _write_text(args.output, report.render(data, args.format))
+    if args.output:
+        print(f"wrote {args.output} ({args.format}, {len(data['nodes'])} nodes)", file=sys.stderr)
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    _check_writable(args.output, "--output")
+    profile = _profiler_factory()
+    if profile is None:
+        raise CommandFailed("this xpuruntime has no profiler (xpuruntime.profile); build one with it to use "
+                            "'xpuruntime profile'")
+    session = make_session(args)
+    feeds = make_feeds(args, session)
+    for _ in range(args.warmup):
+        session.run(feeds)
+    with profile(record_shapes=True) as profiler:
+        for i in range(args.iterations):
+            with profiler.range(f"iteration {i}"):
+                session.run(feeds)
+    profiler.export_chrome_trace(args.output)
+    print(profiler.summary_table())
+    print(f"wrote {args.output} ({len(profiler.events())} events, {args.iterations} runs; open it in "
+          f"https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def resolved_policy(explanation: Any, base: Any = None):
+    """A KernelPolicy pinning, per registry op, the kernel each node of ``explanation`` runs.
+
+    Returns ``(policy, decisions, conflicts)``: ``decisions`` maps each op to ``(kernel, [(node, rule,
+    candidates)])``; ``conflicts`` lists ops whose nodes chose different kernels (those get a preferred rule,
+    most frequent kernel first, since one rule per op cannot pin two kernels)."""
+    import xpuruntime as xrt
+
+    by_op: Dict[str, List[dict]] = {}
+    for node in explanation.nodes:
+        if node.get("op") and node.get("rule"):
+            by_op.setdefault(node["op"], []).append(node)
+    policy = xrt.KernelPolicy(auto_strategy=base.auto_strategy if base is not None else "FirstSupported")
+    decisions: Dict[str, Any] = {}
+    conflicts = []
+    for op in sorted(by_op):
+        nodes = by_op[op]
+        counts: Dict[str, int] = {}
+        for n in nodes:
+            counts[n["kernel"]] = counts.get(n["kernel"], 0) + 1
+        kernels = sorted(counts, key=lambda k: (-counts[k], k))
+        if len(kernels) == 1:
+            policy.pin(op, kernels[0])
+        else:
+            policy.prefer(op, *kernels)
+            conflicts.append(op)
+        decisions[op] = (kernels, [(n["node"], n["rule"], n.get("candidates", [])) for n in nodes])
+    return policy, decisions, conflicts
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import xpuruntime as xrt
+
+    _policy_suffix(args.output, "--output")
+    _check_writable(args.output, "--output")
+    base, _ = load_policies(args)
+    policy = base.copy() if base is not None else xrt.KernelPolicy()
+    policy.auto_strategy = "BestPerformance"  # `auto` rules (and ops without a rule) time every supported kernel
+    session = make_session(args, kernel_policy=policy)
+    feeds = make_feeds(args, session)
+    session.run(feeds)
+    explanation = session.explain()
+    tuned, decisions, conflicts = resolved_policy(explanation, base)
+    if not decisions:
+        raise CommandFailed(f"engine '{session.engine}' makes no kernel decisions to tune (only the native engine's "
+                            f"dispatcher does); run tune with --engine native")
+    try:
+        tuned.save(args.output)
+    except OSError as error:
+        raise UsageError(f"cannot write --output '{args.output}': {error}") from None
+    print(f"{args.model}: engine {session.engine} on {args.device}, batch {args.batch}: autotuned "
+          f"{sum(len(d[1]) for d in decisions.values())} nodes, {len(decisions)} ops")
+    for op, (kernels, nodes) in decisions.items():
+        timings = {}
+        for _, _, candidates in nodes:
+            for c in candidates:
+                if c.get("time_us") is not None:
+                    timings.setdefault(c["kernel"], []).append(c["time_us"])
+        timed = ", ".join(f"{k} {sum(v) / len(v):.1f} us" for k, v in sorted(timings.items()))
+        rules = sorted({rule for _, rule, _ in nodes})
+        print(f"  {op:20} -> {' | '.join(kernels):12} ({len(nodes)} nodes, {', '.join(rules)}"
+              f"{'; timed: ' + timed if timed else ''})")
+    for op in conflicts:
+        print(f"note: the nodes of '{op}' chose different kernels ({', '.join(decisions[op][0])}); one rule per op "
+              f"cannot pin both, so '{op}' gets a preferred rule in that order", file=sys.stderr)
+    print(f"wrote {args.output} (load it with --policy {args.output} or xrt.KernelPolicy.load)")
+    return 0
+
+
+def error_stats(actual: np.ndarray, reference: np.ndarray, rtol: float, atol: float) -> dict:
+    """Error statistics of ``actual`` against ``reference``: max abs, max rel, mean abs, the number of elements
+    outside ``|a - r| <= atol + rtol * |r|`` (NaN matches NaN only), and ``passed``."""
+    out = {"shape": list(reference.shape), "dtype": str(reference.dtype), "actual_shape": list(actual.shape),
+           "actual_dtype": str(actual.dtype), "elements": int(reference.size)}
+    if actual.shape != reference.shape:
+        out.update(max_abs=None, max_rel=None, mean_abs=None, mismatches=int(reference.size), passed=False,
+                   note=f"shape {_shape_str(actual.shape)} != reference {_shape_str(reference.shape)}")
+        return out
+    a = actual.astype(np.float64)
+    r = reference.astype(np.float64)
+    both_nan = np.isnan(a) & np.isnan(r)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - r)
+        diff = np.where(both_nan | (a == r), 0.0, diff)  # equal infinities differ by 0, not NaN
+        rel = diff / np.maximum(np.abs(r), np.finfo(np.float64).tiny)
+        bad = ~(diff <= atol + rtol * np.abs(r))
+    bad &= ~both_nan
+    finite = np.isfinite(diff)
+    out.update(
+        max_abs=float(diff[finite].max()) if finite.any() else (math.inf if diff.size else 0.0),
+        max_rel=float(rel[np.isfinite(rel)].max()) if np.isfinite(rel).any() else (math.inf if rel.size else 0.0),
+        mean_abs=float(diff[finite].mean()) if finite.any() else (math.inf if diff.size else 0.0),
+        mismatches=int(bad.sum()),
+        passed=bool(not bad.any()),
+    )
+    if actual.dtype != reference.dtype:
+        out["note"] = f"dtype {actual.dtype} vs reference {reference.dtype}"
+    return out
+
+
+def expose_intermediates(model_path: Path) -> Tuple[bytes, List[dict], List[str]]:
+    """The model with every node output also a graph output (edited with the onnx package; external data is
+    loaded into the model). Returns ``(serialized model, nodes, skipped)``: ``nodes`` in topological order as
+    ``{"node", "op_type", "outputs"}``; ``skipped``: outputs whose type shape inference could not give."""
+    try:
+        import onnx
+        from onnx import shape_inference
+    except ImportError:
+        raise CommandFailed("--intermediates edits the model with the onnx Python package; install it "
+                            "(Debian: python3-onnx)") from None
+    try:
+        model = onnx.load(str(model_path))
+    except Exception as error:  # the onnx package raises DecodeError and others for a malformed file
+        raise UsageError(f"cannot read model '{model_path}' with the onnx package: {error}") from None
+    inferred = shape_inference.infer_shapes(model)
+    types = {}
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi
+    existing = {o.name for o in model.graph.output}
+    nodes, skipped = [], []
+    for index, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        outputs = []
+        for out in node.output:
+            if not out:
+                continue
+            outputs.append(out)
+            if out in existing:
+                continue
+            if out not in types:
+                skipped.append(out)
+                outputs.pop()
+                continue
+            added = model.graph.output.add()
+            added.CopyFrom(types[out])
+            existing.add(out)
+        nodes.append({"node": name, "op_type": node.op_type, "outputs": outputs})
+    return model.SerializeToString(), nodes, skipped
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    known = _engines()
+    if len(engines) != 2:
+        raise UsageError(f"--engines takes two engines separated by a comma (e.g. native,onnxruntime), got "
+                         f"'{args.engines}'")
+    for engine in engines:
+        if engine not in known:
+            raise UsageError(f"--engines: unknown engine '{engine}'; valid engines: {', '.join(known)}")
+    model_path = _existing_file(args.model, "model file")
+    model: Any = model_path
+    nodes: List[dict] = []
+    skipped: List[str] = []
+    if args.intermediates:
+        model, nodes, skipped = expose_intermediates(model_path)
+    sessions = [make_session(args, engine=e, model=model) for e in engines]
+    feeds = make_feeds(args, sessions[1])
+    results = []
+    for session in sessions:
+        outputs = session.run(feeds)
+        results.append({name: to_numpy(value) for name, value in outputs.items()})
+    actual, reference = results
+    original = [o.name for o in sessions[1].get_outputs()]
+    compared: Dict[str, dict] = {}
+    for name in reference:
+        if name not in actual:
+            compared[name] = {"passed": False, "note": f"engine {engines[0]} did not produce it", "mismatches": None}
+            continue
+        compared[name] = error_stats(actual[name], reference[name], args.rtol, args.atol)
+    model_outputs = _model_output_names(model_path) if args.intermediates else original
+    first_divergence = None
+    intermediates = []
+    if args.intermediates:
+        for nd in nodes:
+            for out in nd["outputs"]:
+                if out in compared:
+                    intermediates.append({"node": nd["node"], "op_type": nd["op_type"], "value": out, **compared[out]})
+        for item in intermediates:
+            if not item["passed"]:
+                first_divergence = item
+                break
+    passed = all(c["passed"] for c in compared.values())
+    result = {
+        "model": args.model, "engines": engines, "reference": engines[1], "device": args.device,
+        "rtol": args.rtol, "atol": args.atol,
+        "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in feeds.items()},
+        "outputs": {n: compared[n] for n in model_outputs if n in compared},
+        "intermediates": intermediates if args.intermediates else None,
+        "skipped_intermediates": skipped if args.intermediates else None,
+        "first_diverging_node": first_divergence,
+        "passed": passed,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        _print_comparison(result, args.verbose)
+    return 0 if passed else 1
+
+
+def _model_output_names(path: Path) -> List[str]:
+    import onnx
+
+    return [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
+
+
+def _fmt(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _comparison_rows(items: Sequence[Tuple[str, dict]]) -> List[List[str]]:
+    rows = []
+    for name, c in items:
+        mismatches = "-" if c.get("mismatches") is None else f"{c['mismatches']}/{c.get('elements', '?')}"
+        rows.append([name, _shape_str(c.get("shape", [])), _fmt(c.get("max_abs")), _fmt(c.get("max_rel")),
+                     _fmt(c.get("mean_abs")), mismatches, "PASS" if c["passed"] else "FAIL", c.get("note", "")])
+    return rows
+
+
+def _print_comparison(result: dict, verbose: bool) -> None:
+    from .report import _table
+
+    a, b = result["engines"]
+    print(f"{result['model']}: {a} vs {b} (reference) on {result['device']}, rtol {result['rtol']:g}, atol "
+          f"{result['atol']:g} (mismatch: |a - b| > atol + rtol * |b|)")
+    header = ["output", "shape", "max abs", "max rel", "mean abs", "mismatches", "result", ""]
+    for line in _table(header, _comparison_rows(list(result["outputs"].items()))):
+        print("  " + line)
+    if result["intermediates"] is not None:
+        items = result["intermediates"]
+        failed = [i for i in items if not i["passed"]]
+        print(f"intermediates: {len(items)} values compared, {len(failed)} outside tolerance"
+              + (f", {len(result['skipped_intermediates'])} without a type skipped" if result["skipped_intermediates"] else ""))
+        shown = items if verbose else failed[:10]
+        if shown:
+            rows = _comparison_rows([(f"{i['node']} ({i['op_type']}) -> {i['value']}", i) for i in shown])
+            for line in _table(["node -> value"] + header[1:], rows):
+                print("  " + line)
+        d = result["first_diverging_node"]
+        if d is not None:
+            print(f"first diverging node: {d['node']} ({d['op_type']}), output '{d['value']}': max abs "
+                  f"{_fmt(d['max_abs'])}, max rel {_fmt(d['max_rel'])}, {d['mismatches']} mismatches")
+        else:
+            print("first diverging node: none (every intermediate value within tolerance)")
+    print("PASSED" if result["passed"] else "FAILED")
+
+
+COMMANDS = {"devices": cmd_devices, "run": cmd_run, "bench": cmd_bench, "explain": cmd_explain,
+            "profile": cmd_profile, "tune": cmd_tune, "compare": cmd_compare}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the ``xpuruntime`` command line; returns the exit code (0, 1 on a failed run or a mismatch, 2 on a bad
+    argument)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        import xpuruntime as xrt
+
+        print(f"xpuruntime {xrt.__version__}")
+        return 0
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return 2
+    prog = f"{PROG} {args.command}"
+    try:
+        import xpuruntime as xrt
+
+        try:
+            return COMMANDS[args.command](args)
+        except (UsageError, xrt.InvalidArgumentError, xrt.InvalidTypeError) as error:
+            if args.traceback:
+                raise
+            print(f"{prog}: error: {_one_line(error)} (see {prog} --help)", file=sys.stderr)
+            return 2
+        except (CommandFailed, xrt.XpuRuntimeError) as error:
+            if args.traceback:
+                raise
+            kind = "" if isinstance(error, CommandFailed) else f"{type(error).__name__}: "
+            print(f"{prog}: {kind}{_one_line(error)}", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (e.g. piped into head): not an error of the command.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except Exception as error:  # a bug in xpuruntime: one line, the traceback with --traceback
+        if args.traceback:
+            raise
+        print(f"{prog}: internal error: {type(error).__name__}: {_one_line(error)} (rerun with --traceback and "
+              f"report it)", file=sys.stderr)
+        return 1
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The profiler: which node ran which kernel, for how long, and what the allocators did meanwhile.
+
+While a :class:`Profiler` records, the runtime collects
+
+- ``"session"`` events: every ``InferenceSession.run`` (engine, device, input shapes) and every run of a native-engine
+  plan;
+- ``"node"`` events: every step of the native engine, host-timed, with the kernel, backend, precision and the
+  dispatcher's reason, the input/output shapes and the bytes they hold;
+- on CUDA (CUPTI): ``"kernel"``, ``"memcpy"``, ``"memset"`` and ``"sync"`` events, each kernel, copy and set linked to
+  the node that launched it (``parent``);
+- ``"alloc"`` events from the allocators (allocation and free, bytes, the running allocated bytes);
+- ``"range"`` events: your own ranges (:meth:`Profiler.range`), also NVTX ranges for Nsight Systems.
+
+Examples
+--------
+>>> import xpuruntime as xrt
+>>> with xrt.profile() as p:
+...     sess.run(feeds)
+...     with p.range("second run"):
+...         sess.run(feeds)
+>>> print(p.summary_table())
+>>> p.export_chrome_trace("trace.json")      # open in https://ui.perfetto.dev or chrome://tracing
+
+See docs/profiling.md for what is recorded where, and how kernels are tied to nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Union
+
+from .. import _core
+
+__all__ = ["Profiler", "profile", "is_profiling"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Profiler:
+    """Collects runtime events between :meth:`start` and :meth:`stop` (or inside a ``with`` block).
+
+    Parameters
+    ----------
+    cuda : bool or None
+        ``None`` (default): CUDA activity through CUPTI when a CUDA device and CUPTI are present. ``True``: CUDA
+        activity, or :class:`~xpuruntime.UnsupportedOperationError` from :meth:`start` saying why it cannot be had.
+        ``False``: host events only.
+    record_shapes : bool
+        Node and session events carry their input and output shapes (default ``True``).
+
+    Notes
+    -----
+    One profiler records at a time in a process; starting a second one raises
+    :class:`~xpuruntime.InvalidArgumentError`. While recording, native-engine sessions on CUDA run their steps
+    eagerly instead of replaying their CUDA graph, so that every kernel is attributed to its node.
+    """
+
+    def __init__(self, cuda: Optional[bool] = None, record_shapes: bool = True) -> None:
+        if cuda is not None and not isinstance(cuda, bool):
+            raise _core.InvalidTypeError(f"cuda must be True, False or None, got {type(cuda).__name__}")
+        self._profiler = _core.Profiler(cuda, bool(record_shapes))
+        self._cuda = cuda
+        self._record_shapes = bool(record_shapes)
+
+    # ---- lifecycle ----
+    def start(self) -> "Profiler":
+        """Start recording (what an earlier start collected is discarded). Returns the profiler."""
+        self._profiler.start()
+        return self
+
+    def stop(self) -> "Profiler":
+        """Stop recording and collect the CUDA activity records. Does nothing when not recording."""
+        self._profiler.stop()
+        return self
+
+    def __enter__(self) -> "Profiler":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def recording(self) -> bool:
+        """Whether the profiler is recording now."""
+        return self._profiler.recording
+
+    @property
+    def cuda_activity(self) -> bool:
+        """Whether CUDA activity (CUPTI) is, or was, collected."""
+        return self._profiler.cuda_activity
+
+    @property
+    def cuda_activity_reason(self) -> str:
+        """Why CUDA activity is not collected (empty when it is)."""
+        return self._profiler.cuda_activity_reason
+
+    def range(self, name: str) -> "_core.ProfilerRange":
+        """A user range, for a ``with`` block: a ``"range"`` event while recording, and an NVTX range."""
+        if not isinstance(name, str):
+            raise _core.InvalidTypeError(f"range name must be a str, got {type(name).__name__}")
+        return _core.ProfilerRange(name)
+
+    # ---- results ----
+    def events(self) -> List[Dict[str, Any]]:
+        """Every event, by start time: dicts with ``name``, ``cat``, ``ts_us`` (since start), ``dur_us``, ``pid``,
+        ``tid``, ``id``, ``parent`` (the node event that launched a kernel/copy/set, else None), ``device`` and
+        ``args`` (node, op_type, kernel, backend, precision, reason, input_shapes, output_shapes, bytes, ...)."""
+        return self._profiler.events()
+
+    def summary(self) -> List[Dict[str, Any]]:
+        """One dict per node, by total time (descending): ``node``, ``op_type``, ``kernel``, ``backend``,
+        ``precision``, ``device_kernels`` (CUDA kernel names), ``calls``, ``total_us``, ``mean_us``, ``share`` (of
+        all nodes' time, 0..1) and ``bytes`` (what its inputs and outputs hold, over all calls). Times are device
+        times where CUPTI saw the node's kernels, else host times."""
+        return self._profiler.summary()
+
+    def summary_table(self, max_rows: int = 0) -> str:
+        """:meth:`summary` as a text table (``max_rows`` 0: every node)."""
+        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 0:
+            raise _core.InvalidArgumentError(f"max_rows must be an int >= 0, got {max_rows!r}")
+        return self._profiler.summary_table(max_rows)
+
+    @property
+    def memory(self) -> Dict[str, Any]:
+        """Allocator activity while profiling: ``allocations``, ``frees``, ``allocated_bytes``, ``freed_bytes``,
+        ``peak_bytes`` (the most bytes allocated at once on one device), and the same per device under
+        ``devices``."""
+        return self._profiler.memory()
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        """Facts about the profile (``cuda_activity``, ``cuda_graphs``, ``cupti_dropped``, ...)."""
+        return dict(self._profiler.metadata)
+
+    def chrome_trace(self) -> Dict[str, Any]:
+        """The trace in the Chrome trace format, as a dict (``traceEvents``, ``displayTimeUnit``, ``metadata``)."""
+        return json.loads(self._profiler.chrome_trace())
+
+    def export_chrome_trace(self, path: PathLike) -> str:
+        """Write the Chrome trace JSON to ``path`` (Perfetto and chrome://tracing open it). Returns the path."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise _core.InvalidTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        path = os.fspath(path)
+        self._profiler.export_chrome_trace(path)
+        return path
+
+    def __repr__(self) -> str:
+        state = "recording" if self.recording else "stopped"
+        cuda = "auto" if self._cuda is None else str(self._cuda)
+        return f"<Profiler {state} cuda={cuda} record_shapes={self._record_shapes} events={len(self.events())}>"
+
+
+def profile(cuda: Optional[bool] = None, record_shapes: bool = True) -> Profiler:
+    """A :class:`Profiler`, not yet started: use it as ``with xrt.profile() as p:`` or call ``p.start()``.
+
+    Parameters are those of :class:`Profiler`.
+    """
+    return Profiler(cuda=cuda, record_shapes=record_shapes)
+
+
+def is_profiling() -> bool:
+    """Whether a profiler is recording in this process."""
+    return bool(_core.profiler_active())

@@ -28,41 +28,19 @@
 
 namespace {
 
-struct Args {
-  std::string model;
-  int64_t batch = 1;
-  std::string device = "cuda";
-  bool graphs = false;
-  int iterations = 100;
-  int warmup = 10;
+struct Args : bench::CommonArgs {
   bool profile_first = false;  // profiling on until the first run ends, as xpuruntime's onnxruntime engine does
 };
 
 Args parse(int argc, char** argv) {
   Args args;
-  bench::for_each_flag(argc, argv, [&](const std::string& flag, const std::string& value) {
-    if (flag == "--model") {
-      args.model = value;
-    } else if (flag == "--batch") {
-      args.batch = std::stoll(value);
-    } else if (flag == "--device") {
-      args.device = value;
-    } else if (flag == "--graphs") {
-      args.graphs = bench::flag_true(value);
-    } else if (flag == "--iterations") {
-      args.iterations = std::stoi(value);
-    } else if (flag == "--warmup") {
-      args.warmup = std::stoi(value);
-    } else if (flag == "--profile-first") {
-      args.profile_first = bench::flag_true(value);
-    } else {
-      throw std::invalid_argument("unknown flag " + flag);
-    }
+  bench::parse_args(argc, argv, args, [&](const std::string& flag, const std::string& value) {
+    if (flag != "--profile-first") return false;
+    args.profile_first = bench::flag_true(value);
+    return true;
   });
-  if (args.model.empty()) throw std::invalid_argument("--model is required");
   if (args.device != "cuda" && args.device != "cpu") throw std::invalid_argument("--device is cuda or cpu");
   if (args.graphs && args.device != "cuda") throw std::invalid_argument("--graphs 1 needs --device cuda");
-  if (args.iterations < 1 || args.warmup < 0) throw std::invalid_argument("bad --iterations or --warmup");
   return args;
 }
 

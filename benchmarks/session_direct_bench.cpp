@@ -30,39 +30,18 @@ using xpuruntime::Device;
 using xpuruntime::DType;
 using xpuruntime::Tensor;
 
-struct Args {
-  std::string model;
+struct Args : bench::CommonArgs {
+  Args() { graphs = true; }  // the native engine's default
   std::string engine = "native";
-  int64_t batch = 1;
-  std::string device = "cuda";
-  bool graphs = true;
-  int iterations = 100;
-  int warmup = 10;
 };
 
 Args parse(int argc, char** argv) {
   Args args;
-  bench::for_each_flag(argc, argv, [&](const std::string& flag, const std::string& value) {
-    if (flag == "--model") {
-      args.model = value;
-    } else if (flag == "--engine") {
-      args.engine = value;
-    } else if (flag == "--batch") {
-      args.batch = std::stoll(value);
-    } else if (flag == "--device") {
-      args.device = value;
-    } else if (flag == "--graphs") {
-      args.graphs = bench::flag_true(value);
-    } else if (flag == "--iterations") {
-      args.iterations = std::stoi(value);
-    } else if (flag == "--warmup") {
-      args.warmup = std::stoi(value);
-    } else {
-      throw std::invalid_argument("unknown flag " + flag);
-    }
+  bench::parse_args(argc, argv, args, [&](const std::string& flag, const std::string& value) {
+    if (flag != "--engine") return false;
+    args.engine = value;
+    return true;
   });
-  if (args.model.empty()) throw std::invalid_argument("--model is required");
-  if (args.iterations < 1 || args.warmup < 0) throw std::invalid_argument("bad --iterations or --warmup");
   return args;
 }
 

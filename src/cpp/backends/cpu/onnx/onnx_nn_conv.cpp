@@ -131,15 +131,22 @@ void conv_compute(OpContext& ctx, const Window& w, std::int64_t group, const std
   store_values(Y, y.data());
 }
 
-void conv(OpContext& ctx) {
-  const Tensor& X = ctx.input(0);
-  const Tensor& W = ctx.input(1);
+// The checks Conv and ConvTranspose make of X [N, C, spatial...] and W (float, same dtype, same rank); returns
+// the number of spatial dimensions.
+std::size_t check_conv_operands(const OpContext& ctx, const Tensor& X, const Tensor& W) {
   check_float(ctx, X, "input 'X'");
   XPURT_CHECK_TYPE(W.dtype() == X.dtype(), ctx.where(), ": W must have X's dtype ", dtype_name(X.dtype()), ", got ",
                    dtype_name(W.dtype()));
   XPURT_CHECK(X.dim() >= 3, ctx.where(), ": X must be [N, C, spatial...], got ", shape_str(X.shape()));
   XPURT_CHECK(W.dim() == X.dim(), ctx.where(), ": W must have X's rank ", X.dim(), ", got ", shape_str(W.shape()));
   const std::size_t rank = static_cast<std::size_t>(X.dim()) - 2;
+  return rank;
+}
+
+void conv(OpContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& W = ctx.input(1);
+  const std::size_t rank = check_conv_operands(ctx, X, W);
   const std::int64_t group = ctx.attr_int("group", 1);
   const std::int64_t Cin = X.shape()[1], M = W.shape()[0];
   XPURT_CHECK(group > 0 && Cin % group == 0 && M % group == 0, ctx.where(), ": group ", group,
@@ -228,12 +235,7 @@ void conv_transpose_compute(OpContext& ctx, const Window& w, std::int64_t group,
 void conv_transpose(OpContext& ctx) {
   const Tensor& X = ctx.input(0);
   const Tensor& W = ctx.input(1);
-  check_float(ctx, X, "input 'X'");
-  XPURT_CHECK_TYPE(W.dtype() == X.dtype(), ctx.where(), ": W must have X's dtype ", dtype_name(X.dtype()), ", got ",
-                   dtype_name(W.dtype()));
-  XPURT_CHECK(X.dim() >= 3, ctx.where(), ": X must be [N, C, spatial...], got ", shape_str(X.shape()));
-  XPURT_CHECK(W.dim() == X.dim(), ctx.where(), ": W must have X's rank ", X.dim(), ", got ", shape_str(W.shape()));
-  const std::size_t rank = static_cast<std::size_t>(X.dim()) - 2;
+  const std::size_t rank = check_conv_operands(ctx, X, W);
   const std::int64_t group = ctx.attr_int("group", 1);
   const std::int64_t Cin = X.shape()[1];
   XPURT_CHECK(group > 0 && Cin % group == 0, ctx.where(), ": group ", group, " must divide the input channels (", Cin,

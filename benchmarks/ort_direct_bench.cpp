@@ -29,7 +29,8 @@
 namespace {
 
 struct Args : bench::CommonArgs {
-  bool profile_first = false;  // profiling on until the first run ends, as xpuruntime's onnxruntime engine does
+  bool profile_first = false;  // session profiling on until the first run ends (what the onnxruntime engine did before
+                               // it profiled single runs through RunOptions; kept to compare)
 };
 
 Args parse(int argc, char** argv) {

@@ -13,6 +13,9 @@ batch size (1 and 32), with inputs already on the device, it times:
   native_cpp         the native engine's InferenceSession called from C++ (benchmarks/session_direct_bench.cpp):
                      no Python call in the timing, like ort_direct
   ort_graphs_cpp     the onnxruntime engine with CUDA graphs, called from C++ the same way (CUDA only)
+  native_cpp_iob     native_cpp with the inputs and outputs bound once (IoBinding, run_with_binding): the same I/O
+                     as ort_direct's
+  ort_graphs_cpp_iob ort_graphs_cpp the same way: the engine replays ORT's graph over the bound tensors (CUDA only)
   ort_direct         ONNX Runtime's C++ API, same EP and options, I/O bound on the device (benchmarks/
                      ort_direct_bench.cpp, built by benchmarks/CMakeLists.txt when ONNX Runtime is found)
   ort_direct_graphs  the same with enable_cuda_graph=1 (CUDA only)
@@ -57,12 +60,12 @@ from timing import best_us  # noqa: E402
 
 import xpuruntime as xrt  # noqa: E402
 
-VARIANTS = ("ort", "ort_graphs", "native", "native_tuned", "native_cpp", "ort_graphs_cpp", "ort_direct",
-            "ort_direct_graphs", "torch_eager", "torch_graphs")
+VARIANTS = ("ort", "ort_graphs", "native", "native_tuned", "native_cpp", "ort_graphs_cpp", "native_cpp_iob",
+            "ort_graphs_cpp_iob", "ort_direct", "ort_direct_graphs", "torch_eager", "torch_graphs")
 # The policy of the native_tuned variant: cuDNN's timed algorithm search for convolutions (what ONNX Runtime's CUDA
 # EP does by default, cudnn_conv_algo_search=EXHAUSTIVE) and timed kernel choice for GEMMs.
 TUNED_POLICY = {"conv": "cudnn_search", "matmul": "auto:BestPerformance"}
-CUDA_ONLY = {"ort_graphs", "ort_graphs_cpp", "ort_direct_graphs", "torch_graphs"}
+CUDA_ONLY = {"ort_graphs", "ort_graphs_cpp", "ort_graphs_cpp_iob", "ort_direct_graphs", "torch_graphs"}
 # Max abs difference from the `ort` variant above which a variant's output is reported as a mismatch.
 TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2}
 
@@ -169,11 +172,12 @@ def find_bench(explicit: Optional[str], binary: str = "ort_direct_bench") -> Opt
     return None
 
 
-def run_session_direct(binary, path, device, engine, batch, graphs, iterations, warmup):
+def run_session_direct(binary, path, device, engine, batch, graphs, iterations, warmup, io_binding=False):
     if binary is None or not binary.exists():
         raise Skip("native_cpp/ort_graphs_cpp: no session_direct_bench binary (build the benchmarks)")
     command = [str(binary), "--model", str(path), "--engine", engine, "--batch", str(batch), "--device", device,
-               "--graphs", "1" if graphs else "0", "--iterations", str(iterations), "--warmup", str(warmup)]
+               "--graphs", "1" if graphs else "0", "--iterations", str(iterations), "--warmup", str(warmup),
+               "--io-binding", "1" if io_binding else "0"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise Skip(f"{engine} from C++: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'}")
@@ -397,10 +401,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                         kernel_policy = xrt.KernelPolicy(TUNED_POLICY) if variant == "native_tuned" else None
                         stats, result = run_xrt(path, device, engine, graphs, feeds, iterations, warmup,
                                                 kernel_policy)
-                    elif variant in ("native_cpp", "ort_graphs_cpp"):
-                        engine = "native" if variant == "native_cpp" else "onnxruntime"
+                    elif variant in ("native_cpp", "ort_graphs_cpp", "native_cpp_iob", "ort_graphs_cpp_iob"):
+                        engine = "native" if variant.startswith("native") else "onnxruntime"
                         stats, result = run_session_direct(session_direct, path, device, engine, batch,
-                                                           not on_cpu, iterations, warmup), None
+                                                           not on_cpu, iterations, warmup,
+                                                           io_binding=variant.endswith("_iob")), None
                     elif variant.startswith("ort_direct"):
                         stats, result = run_ort_direct(ort_direct, path, device, batch, variant.endswith("graphs"),
                                                        iterations, warmup), None

@@ -2,12 +2,14 @@
 // API), so that benchmarks/session_bench.py can compare the two engines without a Python call in either timing.
 //
 //   session_direct_bench --model m.onnx [--engine native] [--batch 1] [--device cuda|cpu] [--graphs 0|1]
-//                        [--iterations 100] [--warmup 10]
+//                        [--iterations 100] [--warmup 10] [--io-binding 0|1]
 //
 // Symbolic dimensions of the inputs take the batch size. Float inputs are filled with small values, integer
 // inputs with i % 1000 (valid token ids for the zoo's BERT); inputs live on the session's device. Prints one JSON
 // line in ort_direct_bench's format. Each iteration is timed on the host around InferenceSession::run followed
-// by a synchronization of the device (the run's outputs are complete when the timing stops).
+// by a synchronization of the current stream, the one xpuruntime orders a run's outputs on (they are complete when
+// the timing stops). --io-binding 1 binds the inputs and outputs once (IoBinding, outputs preallocated on the device
+// with the shapes of a first run) and times run_with_binding instead: the same I/O as ort_direct_bench's.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +22,7 @@
 
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/inference_session.h"
+#include "xpuruntime/stream_manager.h"
 #include "xpuruntime/tensor.h"
 
 #include "bench_common.h"
@@ -33,14 +36,21 @@ using xpuruntime::Tensor;
 struct Args : bench::CommonArgs {
   Args() { graphs = true; }  // the native engine's default
   std::string engine = "native";
+  bool io_binding = false;
 };
 
 Args parse(int argc, char** argv) {
   Args args;
   bench::parse_args(argc, argv, args, [&](const std::string& flag, const std::string& value) {
-    if (flag != "--engine") return false;
-    args.engine = value;
-    return true;
+    if (flag == "--engine") {
+      args.engine = value;
+      return true;
+    }
+    if (flag == "--io-binding") {
+      args.io_binding = bench::flag_true(value);
+      return true;
+    }
+    return false;
   });
   return args;
 }
@@ -80,15 +90,31 @@ int run(const Args& args) {
     }
     feeds.emplace_back(info.name, fill(info.dtype, shape).to(options.device));
   }
-  auto& devices = xpuruntime::DeviceManager::instance();
-  for (int i = 0; i < args.warmup; ++i) session.run(feeds);
-  devices.synchronize(options.device);
+  xpuruntime::DeviceManager::instance().synchronize(options.device);
+  const xpuruntime::StreamView stream = xpuruntime::StreamManager::instance().current_stream(options.device);
+  xpuruntime::IoBinding binding = session.io_binding();
+  if (args.io_binding) {
+    const std::vector<Tensor> probe = session.run(feeds);
+    for (const auto& [name, tensor] : feeds) binding.bind_input(name, tensor);
+    for (size_t i = 0; i < probe.size(); ++i) {
+      binding.bind_output(session.get_outputs()[i].name, Tensor::empty(probe[i].shape(), probe[i].dtype(),
+                                                                        options.device));
+    }
+  }
+  auto run_once = [&] {
+    if (args.io_binding) {
+      session.run_with_binding(binding);
+    } else {
+      const std::vector<Tensor> outputs = session.run(feeds);
+    }
+    stream.synchronize();
+  };
+  for (int i = 0; i < args.warmup; ++i) run_once();
   std::vector<double> ms;
   ms.reserve(static_cast<size_t>(args.iterations));
   for (int i = 0; i < args.iterations; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<Tensor> outputs = session.run(feeds);
-    devices.synchronize(options.device);
+    run_once();
     const auto end = std::chrono::steady_clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
   }
@@ -96,9 +122,9 @@ int run(const Args& args) {
   for (double v : ms) sum += v;
   std::printf(
       "{\"model\": \"%s\", \"engine\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"cuda_graphs\": %s, "
-      "\"iterations\": %d, \"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f}\n",
+      "\"io_binding\": %s, \"iterations\": %d, \"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f}\n",
       args.model.c_str(), session.engine().c_str(), static_cast<long long>(args.batch), args.device.c_str(),
-      args.graphs ? "true" : "false", args.iterations, bench::percentile(ms, 0.5), bench::percentile(ms, 0.9),
+      args.graphs ? "true" : "false", args.io_binding ? "true" : "false", args.iterations, bench::percentile(ms, 0.5), bench::percentile(ms, 0.9),
       sum / static_cast<double>(ms.size()), *std::min_element(ms.begin(), ms.end()));
   return 0;
 }

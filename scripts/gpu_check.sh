@@ -75,5 +75,10 @@ if [ "$MODE" != "--tests-only" ]; then
       $PY benchmarks/bench_$bench.py --out "$OUT/bench_$bench.md" 2>&1 | tee "$OUT/bench_$bench.log" | tail -30 || status=1
     fi
   done
+  # Routed kernels inside PyTorch training (xpuruntime.pytorch) against PyTorch's own backends.
+  $PY benchmarks/torch_routing_bench.py --out "$OUT/torch_routing.md" 2>&1 | tee "$OUT/torch_routing.log" | tail -30 \
+    || status=1
+  $PY examples/training_kernel_policy.py > "$OUT/training_kernel_policy.log" 2>&1 || status=1
+  tail -8 "$OUT/training_kernel_policy.log"
 fi
 exit $status

@@ -1,5 +1,6 @@
 // Dispatcher: rules (pinned, preferred, fallback, auto), decisions with reasons, determinism, autotuning and the
 // autotune cache (replay without re-timing, plan records re-created), on a private registry of CPU kernels.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -230,4 +231,60 @@ TEST(Ops, FunctionalOpsDispatchThroughTheGlobalRegistry) {
   policy.set("relu", "pin:cuda_raw");
   options.kernel_policy = &policy;
   XPURT_EXPECT_THROW_WITH(ops::relu(a, options), UnsupportedOperationError, "pinned kernel 'cuda_raw' cannot run");
+}
+
+TEST(Dispatcher, ExternalKernelsValidateButAreSkippedWithTheirReason) {
+  Fixture f;
+  f.registry.add_external_kernel({"relu", "torch_relu", "pytorch", "PyTorch's relu"});
+  EXPECT_NE(f.registry.kernel_names("relu").end(),
+            std::find(f.registry.kernel_names("relu").begin(), f.registry.kernel_names("relu").end(), "torch_relu"));
+  EXPECT_EQ(f.registry.kernels("relu").size(), 3u);  // names, not kernels: the priority list is unchanged
+  Dispatcher preferred = f.dispatcher(policy_with("relu", KernelRule::preferred({"torch_relu", "fast"}), f.registry));
+  Decision decision;
+  preferred.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "fast");
+  EXPECT_EQ(decision.rule, "preferred");
+  EXPECT_NE(decision.reason.find("torch_relu: PyTorch's relu: it runs where PyTorch runs the model"),
+            std::string::npos);
+  ASSERT_EQ(decision.candidates.size(), 4u);
+  EXPECT_EQ(decision.candidates[3].kernel, "torch_relu");
+  EXPECT_EQ(decision.candidates[3].backend, "pytorch");
+  EXPECT_FALSE(decision.candidates[3].supported);
+  Dispatcher pinned = f.dispatcher(policy_with("relu", KernelRule::pinned("torch_relu"), f.registry));
+  XPURT_EXPECT_THROW_WITH(pinned.run("relu", {input()}, {}), UnsupportedOperationError,
+                          "the KernelPolicy pins 'torch_relu' for 'relu': PyTorch's relu");
+}
+
+TEST(Dispatcher, RunIntoWritesCallerOutputsAndChecksThem) {
+  Fixture f;
+  Dispatcher d = f.dispatcher(policy_with("relu", KernelRule::pinned("slow"), f.registry));
+  std::vector<Tensor> outputs = {Tensor::zeros({2, 3}, DType::kFloat32, Device::cpu())};
+  const void* where = outputs[0].data_ptr();
+  Tensor workspace = Tensor::zeros({16}, DType::kUInt8, Device::cpu());
+  d.run_into("relu", {input()}, {}, outputs, nullptr, nullptr, &workspace);
+  EXPECT_EQ(outputs[0].data_ptr(), where);
+  EXPECT_EQ(static_cast<const float*>(outputs[0].data_ptr())[5], 2.5f);
+  std::vector<Tensor> wrong = {Tensor::zeros({3, 2}, DType::kFloat32, Device::cpu())};
+  XPURT_EXPECT_THROW_WITH(d.run_into("relu", {input()}, {}, wrong), InvalidArgumentError,
+                          "expected output 0 as a contiguous float32[2, 3] tensor on cpu, but got float32[3, 2]");
+  std::vector<Tensor> none;
+  XPURT_EXPECT_THROW_WITH(d.run_into("relu", {input()}, {}, none), InvalidArgumentError, "expected 1 output tensor(s)");
+}
+
+TEST(Ops, CallPlanAndCandidatesWithoutRunning) {
+  const Tensor a = Tensor::zeros({4, 8}, DType::kFloat32, Device::cpu());
+  const Tensor b = Tensor::zeros({8, 5}, DType::kFloat32, Device::cpu());
+  const ops::CallPlan plan = ops::plan("matmul", {a, b});
+  ASSERT_EQ(plan.outputs.size(), 1u);
+  EXPECT_EQ(plan.outputs[0].shape, (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(plan.decision.kernel, "cpu");
+  const auto candidates = ops::candidates("matmul", {a, b});
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_EQ(candidates.back().kernel, "cpu");
+  EXPECT_TRUE(candidates.back().supported);
+  std::vector<Tensor> outputs = {Tensor::zeros({4, 5}, DType::kFloat32, Device::cpu())};
+  ops::CallOptions options;
+  options.outputs = &outputs;
+  const auto results = ops::call("matmul", {a, b}, {}, options);
+  EXPECT_EQ(results[0].data_ptr(), outputs[0].data_ptr());
 }

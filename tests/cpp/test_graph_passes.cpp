@@ -161,9 +161,11 @@ std::vector<Tensor> run_fused_in_library(const Node& n, const std::vector<Tensor
     ADD_FAILURE() << "register_fused_ops has no " << n.op_type;
     return {};
   }
-  onnx_ref::OpContext ctx(n, 1, in);
+  onnx_ref::OpContext ctx(n, 1, std::vector<Value>(in.begin(), in.end()));
   (*fn)(ctx);
-  return std::move(ctx.outputs());
+  std::vector<Tensor> out;
+  for (const Value& v : ctx.take_outputs()) out.push_back(v.defined() ? v.tensor() : Tensor());
+  return out;
 }
 
 // The reference interpreter: every node in order. `types` (optional) receives the type of every value computed;

@@ -285,6 +285,23 @@ def test_profile_writes_a_chrome_trace_with_node_events(tmp_path, zoo):
     assert any(n["node"] in " ".join(names) for n in session.explain().nodes)
 
 
+@requires_profiler
+@requires_ort
+def test_profile_onnxruntime_engine_shows_ort_nodes(tmp_path):
+    trace = tmp_path / "trace.json"
+    code, out, err = run_cli("profile", TINY, "--engine", "onnxruntime", "-o", trace, "--iterations", "2")
+    assert code == 0, err
+    assert "CPUExecutionProvider" in out  # the summary table: ORT's nodes with their execution provider
+    events = json.loads(trace.read_text())["traceEvents"]
+    nodes = [e for e in events if e.get("ph") == "X" and e.get("cat") == "node"]
+    session = xrt.InferenceSession(str(TINY), engine="onnxruntime")
+    session.run(cli.random_inputs(session))
+    explained = [n["node"] for n in session.explain().nodes]
+    assert explained and [e["name"] for e in nodes] == explained * 2
+    assert all(e["args"]["backend"] == "CPUExecutionProvider" and e["args"]["engine"] == "onnxruntime" for e in nodes)
+    assert sum(1 for e in events if e.get("name") == "onnxruntime run") == 2
+
+
 def test_profile_without_a_profiler_is_a_clean_error(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "_profiler_factory", lambda: None)
     code, out, err = run_cli("profile", TINY, "-o", tmp_path / "t.json")

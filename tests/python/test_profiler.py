@@ -2,10 +2,12 @@
 events, user ranges that nest, start/stop and the context manager, nothing recorded when off, allocator events, the
 per-node summary and its table, typed errors, and the Chrome trace checked against the structure Perfetto and
 chrome://tracing read (every complete event has name/ph/ts/dur/pid/tid, flow events pair up). On a GPU: CUPTI
-kernels under their nodes (skipped without one)."""
+kernels under their nodes (skipped without one). ONNX Runtime: the onnxruntime engine's nodes as node events (its
+profile files cleaned up), and merge_ort_profile into a Profiler, a Chrome trace dict and a trace file."""
 
 from __future__ import annotations
 
+import gc
 import json
 import pathlib
 import threading
@@ -15,6 +17,7 @@ import pytest
 
 import xpuruntime as xrt
 from conftest import requires_gpu
+from xpuruntime.runtime.profiler import merge_ort_profile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL = ROOT / "examples" / "models" / "tiny_classifier.onnx"
@@ -268,9 +271,215 @@ def test_cupti_kernels_under_their_nodes(tmp_path):
     attributed = [k for k in kernels if k["parent"] is not None]
     assert attributed and all(k["parent"] in nodes for k in attributed)
     assert any(r["device_kernels"] for r in p.summary())
-    assert "cuda_graphs" in p.metadata
+    assert p.metadata["cuda_graph_replays"].startswith("replayed"), p.metadata
     trace = p.chrome_trace()
     validate_chrome_trace(trace)
     assert any(e["ph"] == "s" for e in trace["traceEvents"])
     names = [e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"]
     assert "cuda:0" in names
+
+
+@requires_gpu
+def test_cuda_graph_replays_are_profiled_node_by_node():
+    """Note [Graph node attribution]: under a profiler with CUPTI, a captured plan keeps replaying its CUDA graph
+    (captured again once, under step labels) and each replay's kernels come back as node events of their steps."""
+    graphs = xrt.InferenceSession(MODEL, device="cuda:0", engine="native")
+    eager = xrt.InferenceSession(MODEL, device="cuda:0", engine="native",
+                                 exec_policy=xrt.ExecutionPolicy(cuda_graphs=False))
+    x = feeds(8)
+    for _ in range(3):
+        graphs.run(x)
+        eager.run(x)
+    with xrt.profile(cuda=True) as p_eager:
+        eager.run(x)
+    with xrt.profile(cuda=True) as p:
+        for _ in range(3):
+            graphs.run(x)
+    if not p.metadata.get("cuda_graph_replays", "").startswith("replayed"):
+        pytest.skip(f"graph node tracking unavailable: {p.metadata.get('cuda_graph_replays')}")
+    events = p.events()
+    plan_runs = [e for e in events if e["cat"] == "session" and e["name"] == "plan run"]
+    assert len(plan_runs) == 3
+    assert all(e["args"]["cuda_graph"] == "replayed; nodes from CUPTI graph node ids" for e in plan_runs)
+    nodes = {e["id"]: e for e in of(events, "node")}
+    kernels = of(events, "kernel")
+    assert kernels and all(k["parent"] in nodes for k in kernels), "every replayed kernel belongs to a node"
+    launches = {}
+    for n in nodes.values():
+        assert n["args"]["timing"].startswith("device time")
+        assert n["dur_us"] > 0 and n["args"]["kernel"] and n["args"]["backend"]
+        launches.setdefault(n["args"]["graph_launch"], set()).add(n["name"])
+    assert len(launches) == 3, "one set of node events per replay"
+    eager_nodes = {e["name"] for e in of(p_eager.events(), "node") if e["args"].get("device_kernels")}
+    for names in launches.values():
+        assert names == eager_nodes, (sorted(names ^ eager_nodes))
+    # The same kernels per replay as the eager run launched.
+    eager_kernels = sorted(k["name"] for k in of(p_eager.events(), "kernel"))
+    per_launch = {}
+    for k in kernels:
+        per_launch.setdefault(nodes[k["parent"]]["args"]["graph_launch"], []).append(k["name"])
+    assert all(sorted(v) == eager_kernels for v in per_launch.values())
+    summary = {r["node"]: r for r in p.summary()}
+    assert eager_nodes <= set(summary)
+    validate_chrome_trace(p.chrome_trace())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ONNX Runtime: the onnxruntime engine's nodes, and merging a profile ORT wrote (docs/profiling.md)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+# A run-level profile as ONNX Runtime 1.29 writes it (args trimmed), one run of two nodes, and an event of a kind
+# that is left out.
+ORT_PROFILE = [
+    {"cat": "Session", "pid": 7, "tid": 8, "dur": 128, "ts": 0, "ph": "X", "name": "model_run", "args": {}},
+    {"cat": "Node", "pid": 7, "tid": 8, "dur": 83, "ts": 12, "ph": "X", "name": "gemm0_kernel_time",
+     "args": {"op_name": "Gemm", "provider": "CPUExecutionProvider", "node_index": "0", "activation_size": "32",
+              "parameter_size": "64", "output_size": "16", "input_type_shape": [{"float": [2, 4]}],
+              "output_type_shape": [{"float": [2, 2]}]}},
+    {"cat": "Node", "pid": 7, "tid": 8, "dur": 11, "ts": 100, "ph": "X", "name": "relu0_kernel_time",
+     "args": {"op_name": "Relu", "provider": "CPUExecutionProvider", "node_index": "1",
+              "input_type_shape": [{"float": [2, 2]}], "output_type_shape": [{"float": [2, 2]}]}},
+    {"cat": "Api", "pid": 7, "tid": 8, "dur": 1, "ts": 5, "ph": "X", "name": "cudaLaunchKernel", "args": {}},
+]
+
+
+def _has_ort() -> bool:
+    try:
+        xrt.InferenceSession(MODEL, engine="onnxruntime")
+    except xrt.UnsupportedOperationError:
+        return False
+    return True
+
+
+requires_ort = pytest.mark.skipif(not _has_ort(), reason="this build has no ONNX Runtime engine")
+
+
+@pytest.fixture()
+def ort_profile_file(tmp_path) -> pathlib.Path:
+    path = tmp_path / "ort_profile.json"
+    path.write_text(json.dumps(ORT_PROFILE))
+    return path
+
+
+@requires_ort
+def test_onnxruntime_nodes_are_node_events():
+    sess = xrt.InferenceSession(MODEL, engine="onnxruntime")
+    sess.run(feeds(2))  # the first run takes explain()'s profile
+    explained = sess.explain().nodes
+    assert explained
+    with xrt.profile(cuda=False) as p:
+        sess.run(feeds(2))
+        sess.run(feeds(3))
+    events = p.events()
+    nodes = of(events, "node")
+    assert [e["name"] for e in nodes] == [n["node"] for n in explained] * 2
+    for e, n in zip(nodes, explained * 2):
+        args = e["args"]
+        assert args["backend"] == "CPUExecutionProvider" and args["kernel"] == n["kernel"]
+        assert args["op_type"] == n["op_type"] and args["engine"] == "onnxruntime"
+        assert args["precision"] and args["reason"]
+        assert isinstance(args["input_shapes"], list) and isinstance(args["output_shapes"], list)
+    assert "float32[3,8]" in nodes[len(explained)]["args"]["input_shapes"]
+    runs = [e for e in of(events, "session") if e["name"] == "session run (onnxruntime)"]
+    ort_runs = [e for e in of(events, "session") if e["name"] == "onnxruntime run"]
+    assert len(runs) == 2 and len(ort_runs) == 2
+    for k, run in enumerate(runs):
+        inside = nodes[k * len(explained):(k + 1) * len(explained)]
+        assert all(run["ts_us"] <= n["ts_us"] and n["ts_us"] + n["dur_us"] <= run["ts_us"] + run["dur_us"] + 1e-3
+                   for n in inside)
+        assert run["ts_us"] <= ort_runs[k]["ts_us"]
+    rows = p.summary()
+    assert {r["node"] for r in rows} == {n["node"] for n in explained}
+    assert all(r["calls"] == 2 and r["backend"] == "CPUExecutionProvider" for r in rows)
+    assert "CPUExecutionProvider" in p.summary_table()
+    trace = p.chrome_trace()
+    validate_chrome_trace(trace)
+    assert sum(1 for e in trace["traceEvents"] if e.get("cat") == "node") == len(nodes)
+
+
+@requires_ort
+def test_onnxruntime_profiles_leave_no_files(tmp_path, monkeypatch):
+    # ORT writes its profiles under TMPDIR, in a folder per session: each file is read and removed, the folder goes
+    # with the session.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    sess = xrt.InferenceSession(MODEL, engine="onnxruntime")
+    for _ in range(3):
+        sess.run(feeds(1))  # the first one profiled for explain(), the others not at all
+    with xrt.profile(cuda=False) as p:
+        sess.run(feeds(1))
+    assert len(of(p.events(), "node")) == len(sess.explain().nodes)
+    assert not list(tmp_path.rglob("*.json"))
+    del sess
+    gc.collect()
+    assert not list(tmp_path.iterdir())
+
+
+def test_merge_ort_profile_into_a_profiler(ort_profile_file):
+    with xrt.profile(cuda=False) as p:
+        pass
+    with pytest.raises(xrt.InvalidArgumentError, match="offset_us"):
+        merge_ort_profile(p, ort_profile_file)  # no onnxruntime session run to pair model_run with
+    added = merge_ort_profile(p, ort_profile_file, offset_us=100)
+    assert added["node_events"] == 2 and added["session_events"] == 1 and added["skipped"] == 1
+    assert "offset_us" in added["alignment"]
+    nodes = of(p.events(), "node")
+    assert [n["name"] for n in nodes] == ["gemm0", "relu0"]
+    assert nodes[0]["ts_us"] == pytest.approx(112.0) and nodes[0]["dur_us"] == pytest.approx(83.0)
+    assert nodes[0]["args"]["input_shapes"] == ["float32[2,4]"] and nodes[0]["args"]["bytes"] == 112
+    rows = p.summary()
+    assert [r["node"] for r in rows] == ["gemm0", "relu0"]
+    assert rows[0]["backend"] == "CPUExecutionProvider" and rows[0]["op_type"] == "Gemm"
+    assert str(ort_profile_file) in p.metadata["ort_profiles_merged"]
+    validate_chrome_trace(p.chrome_trace())
+    # By ORT's profiling start on the system clock (onnxruntime's get_profiling_start_time_ns()).
+    with xrt.profile(cuda=False) as q:
+        pass
+    start = int(q.metadata["start_time_unix_ns"])
+    q.merge_ort_profile(ort_profile_file, start_time_ns=start + 2_000_000)
+    assert of(q.events(), "node")[0]["ts_us"] == pytest.approx(2012.0)
+
+
+def test_merge_ort_profile_into_a_chrome_trace(ort_profile_file, tmp_path):
+    with xrt.profile(cuda=False) as p:
+        with p.range("step"):
+            pass
+    trace = p.chrome_trace()
+    added = merge_ort_profile(trace, ort_profile_file, offset_us=5.0)  # a dict: updated in place
+    assert added["node_events"] == 2
+    validate_chrome_trace(trace)
+    nodes = [e for e in trace["traceEvents"] if e.get("cat") == "node"]
+    assert [e["name"] for e in nodes] == ["gemm0", "relu0"] and nodes[0]["ts"] == pytest.approx(17.0)
+    assert any(e.get("cat") == "range" for e in trace["traceEvents"])
+    # A trace file: rewritten, or written to `output`.
+    path = p.export_chrome_trace(tmp_path / "trace.json")
+    merged = tmp_path / "merged.json"
+    merge_ort_profile(path, ort_profile_file, offset_us=5.0, output=merged)
+    assert not any(e.get("cat") == "node" for e in json.loads(pathlib.Path(path).read_text())["traceEvents"])
+    assert sum(1 for e in json.loads(merged.read_text())["traceEvents"] if e.get("cat") == "node") == 2
+    merge_ort_profile(path, ort_profile_file, offset_us=5.0)
+    validate_chrome_trace(json.loads(pathlib.Path(path).read_text()))
+
+
+def test_merge_ort_profile_errors_are_typed(ort_profile_file, tmp_path):
+    p = xrt.profile(cuda=False)
+    p.start()
+    with pytest.raises(xrt.InvalidArgumentError, match="stop"):
+        merge_ort_profile(p, ort_profile_file, offset_us=0)
+    p.stop()
+    with pytest.raises(xrt.InvalidArgumentError, match="cannot read"):
+        merge_ort_profile(p, tmp_path / "missing.json", offset_us=0)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(xrt.InvalidArgumentError, match="JSON"):
+        merge_ort_profile(p, bad, offset_us=0)
+    with pytest.raises(xrt.InvalidTypeError):
+        merge_ort_profile(p, ort_profile_file, offset_us="5")
+    with pytest.raises(xrt.InvalidTypeError):
+        merge_ort_profile(p, ort_profile_file, start_time_ns=1.5)
+    with pytest.raises(xrt.InvalidTypeError):
+        merge_ort_profile(42, ort_profile_file)
+    with pytest.raises(xrt.InvalidArgumentError, match="traceEvents"):
+        merge_ort_profile({"a": 1}, ort_profile_file, offset_us=0)
+    with pytest.raises(xrt.InvalidArgumentError, match="output"):
+        merge_ort_profile(p, ort_profile_file, offset_us=0, output=tmp_path / "x.json")

@@ -4,7 +4,8 @@ import pytest
 import xpuruntime as xrt
 from conftest import requires_gpu, requires_torch_gpu
 
-DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"]
+DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+          "bool"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -19,6 +20,53 @@ def test_numpy_round_trip_is_zero_copy(dtype, shape):
         assert np.shares_memory(a, b) or a.size == 0
         np.testing.assert_array_equal(b, a)
     np.testing.assert_array_equal(t.to_numpy(), a)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_unsigned_values_above_the_signed_range_round_trip(dtype):
+    info = np.iinfo(dtype)
+    a = np.array([0, 1, info.max // 2 + 1, info.max - 1, info.max], dtype=dtype)
+    t = xrt.from_numpy(a)
+    assert t.dtype == dtype and t.itemsize == a.itemsize
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert t.numpy().dtype == np.dtype(dtype)
+    copy = xrt.tensor(a)  # a copy through empty() + copy_()
+    assert copy.dtype == dtype and copy.data_ptr != t.data_ptr
+    np.testing.assert_array_equal(np.from_dlpack(copy), a)
+    assert xrt.zeros(3, dtype).dtype == dtype and xrt.empty(2, getattr(np, dtype)).dtype == dtype
+
+
+def test_view_reinterprets_bits_of_one_element_size():
+    # bfloat16 bit patterns: 1.0, -2.0, 3.0 and a NaN.
+    bits = np.array([[0x3F80, 0xC000], [0x4040, 0x7FC0]], dtype=np.uint16)
+    t = xrt.from_numpy(bits)
+    bf16 = t.view("bfloat16")
+    assert (bf16.dtype, bf16.shape, bf16.strides, bf16.data_ptr) == ("bfloat16", (2, 2), (2, 1), t.data_ptr)
+    assert "dtype=bfloat16" in repr(bf16)
+    back = bf16.view(np.uint16).numpy()
+    assert np.shares_memory(back, bits)
+    bits[0, 0] = 0x4000  # the memory is shared: 2.0 shows through the view
+    as_float = xrt.ops.cast(bf16, "float32").numpy()
+    np.testing.assert_array_equal(as_float[:, :1], [[2.0], [3.0]])
+    assert as_float[0, 1] == -2.0 and np.isnan(as_float[1, 1])
+    # Other pairs of one size, and strided views.
+    f = np.array([1.0, -0.0], dtype=np.float32)
+    np.testing.assert_array_equal(xrt.from_numpy(f).view("uint32").numpy(), [0x3F800000, 0x80000000])
+    strided = xrt.from_numpy(np.arange(6, dtype=np.int64)[::2]).view("uint64")
+    assert strided.strides == (2,)
+    np.testing.assert_array_equal(strided.numpy(), [0, 2, 4])
+
+
+def test_view_and_bfloat16_errors_say_what_to_do():
+    t = xrt.zeros(4, "uint16")
+    with pytest.raises(xrt.InvalidTypeError, match=r"uint16 \(2-byte elements\) as float32 \(4-byte elements\)"):
+        t.view("float32")
+    with pytest.raises(xrt.InvalidTypeError, match="dtype is required"):
+        t.view(None)
+    with pytest.raises(xrt.InvalidTypeError, match="Unknown dtype"):
+        t.view("uint128")
+    with pytest.raises(xrt.InvalidTypeError, match=r't.view\("uint16"\).numpy\(\) gives the bit patterns'):
+        t.view("bfloat16").numpy()
 
 
 def test_strided_and_readonly_numpy_views():

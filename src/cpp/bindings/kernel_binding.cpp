@@ -52,9 +52,9 @@ std::vector<Tensor> to_tensors(const py::handle& inputs) {
   return tensors;
 }
 
-py::list candidates_list(const Decision& d) {
+py::list candidates_list(const std::vector<CandidateReport>& candidates) {
   py::list out;
-  for (const auto& c : d.candidates) {
+  for (const auto& c : candidates) {
     py::dict item;
     item["kernel"] = c.kernel;
     item["backend"] = c.backend;
@@ -76,7 +76,8 @@ Device device_of(const std::vector<Tensor>& tensors) {
 
 std::vector<Tensor> run_call(const std::string& op, const py::handle& inputs, const py::handle& attrs,
                              const KernelPolicy* kernel_policy, const ExecutionPolicy* exec_policy,
-                             const py::handle& stream, Decision* decision) {
+                             const py::handle& stream, Decision* decision, const py::handle& outputs = py::none(),
+                             const py::handle& workspace = py::none()) {
   std::vector<Tensor> tensors = to_tensors(inputs);
   const Attributes attributes = to_attributes(attrs);
   const Device device = device_of(tensors);
@@ -89,8 +90,25 @@ std::vector<Tensor> run_call(const std::string& op, const py::handle& inputs, co
     view = to_stream(stream, device);
     options.stream = &view;
   }
+  std::vector<Tensor> out_tensors;
+  Tensor workspace_tensor;
+  if (!outputs.is_none()) {
+    out_tensors = to_tensors(outputs);
+    options.outputs = &out_tensors;
+  }
+  if (!workspace.is_none()) {
+    workspace_tensor = to_tensor(workspace);
+    options.workspace = &workspace_tensor;
+  }
   py::gil_scoped_release release;
   return ops::call(op, tensors, attributes, options);
+}
+
+ops::CallOptions policy_options(const KernelPolicy* kernel_policy, const ExecutionPolicy* exec_policy) {
+  ops::CallOptions options;
+  options.kernel_policy = kernel_policy;
+  options.exec_policy = exec_policy;
+  return options;
 }
 
 }  // namespace
@@ -151,7 +169,7 @@ void bind_kernels(py::module_& m) {
       .def_readonly("reason", &Decision::reason)
       .def_readonly("plan_record", &Decision::plan_record)
       .def_readonly("plan_summary", &Decision::plan_summary)
-      .def_property_readonly("candidates", &candidates_list)
+      .def_property_readonly("candidates", [](const Decision& d) { return candidates_list(d.candidates); })
       .def("to_json", &Decision::to_json)
       .def("__str__", &Decision::str)
       .def("__repr__", [](const Decision& d) { return "<Decision " + d.str() + ">"; });
@@ -210,15 +228,69 @@ void bind_kernels(py::module_& m) {
 
   m.def("ops_call",
         [](const std::string& op, const py::handle& inputs, const py::handle& attrs, const KernelPolicy* kernel_policy,
-           const ExecutionPolicy* exec_policy, const py::handle& stream, bool with_decision) -> py::object {
+           const ExecutionPolicy* exec_policy, const py::handle& stream, bool with_decision, const py::handle& outputs,
+           const py::handle& workspace) -> py::object {
           Decision decision;
-          std::vector<Tensor> outputs =
-              run_call(op, inputs, attrs, kernel_policy, exec_policy, stream, with_decision ? &decision : nullptr);
-          if (with_decision) return py::make_tuple(outputs, decision);
-          return py::cast(outputs);
+          std::vector<Tensor> results = run_call(op, inputs, attrs, kernel_policy, exec_policy, stream,
+                                                 with_decision ? &decision : nullptr, outputs, workspace);
+          if (with_decision) return py::make_tuple(results, decision);
+          return py::cast(results);
         },
         py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
-        py::arg("exec_policy") = nullptr, py::arg("stream") = py::none(), py::arg("with_decision") = false);
+        py::arg("exec_policy") = nullptr, py::arg("stream") = py::none(), py::arg("with_decision") = false,
+        py::arg("outputs") = py::none(), py::arg("workspace") = py::none(),
+        "Runs `op`; `outputs` (caller-allocated, contiguous, of the inferred shapes) and `workspace` (at least "
+        "ops_plan's workspace_bytes) make the call allocate nothing.");
+  m.def("ops_plan",
+        [](const std::string& op, const py::handle& inputs, const py::handle& attrs, const KernelPolicy* kernel_policy,
+           const ExecutionPolicy* exec_policy) {
+          const std::vector<Tensor> tensors = to_tensors(inputs);
+          const Attributes attributes = to_attributes(attrs);
+          const ops::CallOptions options = policy_options(kernel_policy, exec_policy);
+          ops::CallPlan plan;
+          {
+            py::gil_scoped_release release;
+            plan = ops::plan(op, tensors, attributes, options);
+          }
+          py::list outputs;
+          for (const auto& o : plan.outputs) outputs.append(py::make_tuple(o.shape, std::string(dtype_name(o.dtype))));
+          return py::make_tuple(plan.decision, outputs, plan.workspace_bytes);
+        },
+        py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
+        py::arg("exec_policy") = nullptr,
+        "What ops_call would run, without running it: (decision, [(shape, dtype)] of the outputs, workspace_bytes).");
+  m.def("ops_candidates",
+        [](const std::string& op, const py::handle& inputs, const py::handle& attrs, const KernelPolicy* kernel_policy,
+           const ExecutionPolicy* exec_policy) {
+          const std::vector<Tensor> tensors = to_tensors(inputs);
+          const Attributes attributes = to_attributes(attrs);
+          const ops::CallOptions options = policy_options(kernel_policy, exec_policy);
+          std::vector<CandidateReport> candidates;
+          {
+            py::gil_scoped_release release;
+            candidates = ops::candidates(op, tensors, attributes, options);
+          }
+          return candidates_list(candidates);
+        },
+        py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
+        py::arg("exec_policy") = nullptr,
+        "Every kernel's answer to 'can you run this call?', in priority order: "
+        "[{kernel, backend, supported, reason}].");
+  m.def("external_kernels", [](const py::object& op) {
+        py::list out;
+        const std::string name = op.is_none() ? std::string() : op.cast<std::string>();
+        for (const auto& e : KernelRegistry::global().external_kernels(name)) {
+          py::dict item;
+          item["op"] = e.op;
+          item["name"] = e.name;
+          item["runner"] = e.runner;
+          item["summary"] = e.summary;
+          out.append(item);
+        }
+        return out;
+      }, py::arg("op") = py::none(),
+      "Kernel names a KernelPolicy accepts that run outside xpuruntime (PyTorch's own backends): "
+      "[{op, name, runner, summary}].");
   m.def("ops_dispatcher", &ops::dispatcher_for, py::arg("kernel_policy"), py::arg("exec_policy"));
   m.def("ops_set_default_policies", &ops::set_default_policies, py::arg("kernel_policy"), py::arg("exec_policy"));
   m.def("ops_default_kernel_policy", &ops::default_kernel_policy);

@@ -40,6 +40,34 @@ py::dict per_device_dict(const MemoryEventsSummary::PerDevice& p) {
   return d;
 }
 
+OrtProfileMergeOptions merge_options(const py::object& offset_us, const py::object& start_time_ns) {
+  OrtProfileMergeOptions options;
+  if (!offset_us.is_none()) {
+    if (!py::isinstance<py::float_>(offset_us) && !py::isinstance<py::int_>(offset_us)) {
+      throw InvalidTypeError("offset_us must be a number of microseconds or None, got " +
+                             std::string(py::str(offset_us.get_type().attr("__name__"))));
+    }
+    options.offset_us = offset_us.cast<double>();
+  }
+  if (!start_time_ns.is_none()) {
+    if (!py::isinstance<py::int_>(start_time_ns)) {
+      throw InvalidTypeError("start_time_ns must be an int (ns since the Unix epoch) or None, got " +
+                             std::string(py::str(start_time_ns.get_type().attr("__name__"))));
+    }
+    options.start_time_ns = start_time_ns.cast<std::int64_t>();
+  }
+  return options;
+}
+
+py::dict merge_result_dict(const OrtProfileMergeResult& r) {
+  py::dict d;
+  d["node_events"] = r.node_events;
+  d["session_events"] = r.session_events;
+  d["skipped"] = r.skipped;
+  d["alignment"] = r.alignment;
+  return d;
+}
+
 }  // namespace
 
 void bind_profiler(py::module_& m) {
@@ -104,7 +132,25 @@ void bind_profiler(py::module_& m) {
       })
       .def_property_readonly("metadata", &Profiler::metadata)
       .def("chrome_trace", &Profiler::chrome_trace)
-      .def("export_chrome_trace", &Profiler::export_chrome_trace, py::arg("path"));
+      .def("export_chrome_trace", &Profiler::export_chrome_trace, py::arg("path"))
+      .def(
+          "merge_ort_profile",
+          [](Profiler& p, const std::string& path, const py::object& offset_us, const py::object& start_time_ns) {
+            return merge_result_dict(p.merge_ort_profile(path, merge_options(offset_us, start_time_ns)));
+          },
+          py::arg("path"), py::arg("offset_us") = py::none(), py::arg("start_time_ns") = py::none());
+
+  m.def(
+      "merge_ort_profile_into_chrome_trace",
+      [](const std::string& trace_json, const std::string& path, const py::object& offset_us,
+         const py::object& start_time_ns) {
+        OrtProfileMergeResult result;
+        std::string merged = Profiler::merge_ort_profile_into_chrome_trace(
+            trace_json, path, merge_options(offset_us, start_time_ns), &result);
+        return py::make_tuple(merged, merge_result_dict(result));
+      },
+      py::arg("trace_json"), py::arg("path"), py::arg("offset_us") = py::none(), py::arg("start_time_ns") = py::none(),
+      "Merges ONNX Runtime's profile at `path` into a Chrome trace (JSON text): (the merged text, what was added).");
 
   m.def("profiler_active", [] { return profiler::recording(); }, "Whether a Profiler is recording in this process.");
 }

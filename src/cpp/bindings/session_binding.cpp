@@ -20,13 +20,45 @@ SessionOptions make_options(const py::handle& device, const std::string& engine,
   return options;
 }
 
+// A Python feed for input `name` as a Value (as ONNX Runtime's Python API takes them): None -> an empty optional, a
+// list or tuple -> a sequence of its items (an empty one gets the element type `name` declares), anything else ->
+// a tensor (numpy, DLPack, xpuruntime Tensor).
+Value to_value(const InferenceSession& session, const std::string& name, const py::handle& obj) {
+  if (obj.is_none()) return Value::none();
+  if (!py::isinstance<py::list>(obj) && !py::isinstance<py::tuple>(obj)) return to_tensor(obj);
+  std::vector<Tensor> elements;
+  for (const py::handle& item : obj) elements.push_back(to_tensor(item));
+  DType dtype = DType::kFloat32;
+  for (const ValueInfo& info : session.get_inputs()) {
+    if (info.name == name) dtype = info.dtype;
+  }
+  if (!elements.empty()) dtype = elements[0].dtype();
+  return Value::sequence(std::move(elements), dtype);
+}
+
+// A Value as Python: a Tensor, a list of Tensors (a sequence), None (an empty optional), or what an optional
+// holds (as ONNX Runtime's Python API returns optionals).
+py::object from_value(const Value& value) {
+  if (!value.defined()) return py::none();
+  if (value.is_tensor()) return py::cast(value.tensor());
+  if (value.is_sequence()) {
+    py::list out;
+    for (const Tensor& t : value.elements()) out.append(py::cast(t));
+    return out;
+  }
+  return value.has_element() ? from_value(value.element()) : py::none();
+}
+
 }  // namespace
 
 void bind_session(py::module_& m) {
   py::class_<ValueInfo>(m, "ValueInfo", "A model input or output: name, dtype, shape (symbolic dims as names).")
       .def_readonly("name", &ValueInfo::name)
       .def_property_readonly("dtype", [](const ValueInfo& v) { return std::string(dtype_name(v.dtype)); })
-      .def_property_readonly("type", [](const ValueInfo& v) { return "tensor(" + std::string(dtype_name(v.dtype)) + ")"; })
+      .def_property_readonly("type", &ValueInfo::type,
+                             "ONNX-style type: 'tensor(float32)', 'seq(tensor(float32))', 'optional(tensor(int64))'.")
+      .def_property_readonly("kind", [](const ValueInfo& v) { return value_kind_name(v.kind); },
+                             "'tensor', 'sequence' or 'optional'.")
       .def_property_readonly("shape", [](const ValueInfo& v) {
         py::list shape;
         for (const auto& d : v.shape) {
@@ -95,6 +127,21 @@ void bind_session(py::module_& m) {
         return "<Explanation engine=" + e.engine + " nodes=" + std::to_string(e.nodes.size()) + ">";
       });
 
+  py::class_<IoBinding>(m, "IoBinding", "Inputs and outputs bound once for InferenceSession.run_with_binding.")
+      .def("bind_input", [](IoBinding& b, const std::string& name, const py::object& value) {
+        b.bind_input(name, to_tensor(value));
+      }, py::arg("name"), py::arg("value"))
+      .def("bind_output_tensor", [](IoBinding& b, const std::string& name, const py::object& value) {
+        b.bind_output(name, to_tensor(value));
+      }, py::arg("name"), py::arg("value"), "Binds the output to this tensor: each run writes it in place.")
+      .def("bind_output_device", [](IoBinding& b, const std::string& name, const py::object& device) {
+        b.bind_output(name, to_device(device));
+      }, py::arg("name"), py::arg("device"), "Binds the output to a device: each run returns a new tensor there.")
+      .def("clear_inputs", &IoBinding::clear_inputs)
+      .def("clear_outputs", &IoBinding::clear_outputs)
+      .def("output_names", &IoBinding::output_names)
+      .def("outputs", &IoBinding::outputs);
+
   py::class_<InferenceSession>(m, "InferenceSession")
       .def(py::init([](const py::object& model, const py::object& device, const std::string& engine,
                        const py::object& kernel_policy, const py::object& exec_policy, bool fp16,
@@ -125,6 +172,25 @@ void bind_session(py::module_& m) {
              return s.run(tensors, output_names);
            },
            py::arg("feeds"), py::arg("output_names"))
+      .def("_run_values",
+           [](const InferenceSession& s, const std::vector<std::pair<std::string, py::object>>& feeds,
+              const std::vector<std::string>& output_names) {
+             std::vector<std::pair<std::string, Value>> values;
+             for (const auto& [name, value] : feeds) values.emplace_back(name, to_value(s, name, value));
+             std::vector<Value> outputs;
+             {
+               py::gil_scoped_release release;
+               outputs = s.run_values(values, output_names);
+             }
+             py::list out;
+             for (const Value& v : outputs) out.append(from_value(v));
+             return out;
+           },
+           py::arg("feeds"), py::arg("output_names"),
+           "Runs with tensors, sequences (lists) and optionals (None); returns Tensors, lists of Tensors and None.")
+      .def("io_binding", &InferenceSession::io_binding)
+      .def("_run_with_binding", &InferenceSession::run_with_binding, py::arg("binding"),
+           py::call_guard<py::gil_scoped_release>())
       .def("explain", &InferenceSession::explain, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("engine", &InferenceSession::engine);
 

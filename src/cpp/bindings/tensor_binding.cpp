@@ -47,9 +47,13 @@ DType dtype_of_numpy(const py::dtype& dt) {
   if (kind == 'i' && size == 4) return DType::kInt32;
   if (kind == 'i' && size == 8) return DType::kInt64;
   if (kind == 'u' && size == 1) return DType::kUInt8;
+  if (kind == 'u' && size == 2) return DType::kUInt16;
+  if (kind == 'u' && size == 4) return DType::kUInt32;
+  if (kind == 'u' && size == 8) return DType::kUInt64;
   if (kind == 'b' && size == 1) return DType::kBool;
   throw InvalidTypeError(detail::str_cat("numpy dtype ", py::str(py::handle(dt)).cast<std::string>(),
-                                         " has no xpuruntime equivalent (float16/32/64, int8/16/32/64, uint8, bool)"));
+                                         " has no xpuruntime equivalent (float16/32/64, int8/16/32/64, "
+                                         "uint8/16/32/64, bool)"));
 }
 
 // Keeps a Python object alive from C++; takes the GIL to let it go (the last tensor may die anywhere).
@@ -191,8 +195,8 @@ py::object export_capsule(const Tensor& t, const py::object& stream, const py::o
 
 py::array to_numpy(const Tensor& t) {
   XPURT_CHECK_TYPE(t.dtype() != DType::kBFloat16,
-                   "to_numpy: numpy has no bfloat16; hand the tensor to torch through DLPack "
-                   "(torch.from_dlpack(t)) or convert it to float32 first");
+                   "to_numpy: numpy has no bfloat16; t.view(\"uint16\").numpy() gives the bit patterns, "
+                   "torch.from_dlpack(t) a torch tensor, and a cast to float32 the values");
   Tensor host = t;
   if (t.device().is_cuda()) {
     py::gil_scoped_release release;
@@ -258,6 +262,15 @@ void bind_tensors(py::module_& m) {
            py::arg("src"), py::arg("stream") = py::none(), py::arg("non_blocking") = false,
            py::return_value_policy::reference_internal,
            "Copies `src` (any DLPack tensor or numpy array of the same shape and dtype) into this tensor.")
+      .def("view",
+           [](const Tensor& t, const py::object& dtype) {
+             XPURT_CHECK_TYPE(!dtype.is_none(), "view(): dtype is required (e.g. \"uint16\" or \"bfloat16\")");
+             return t.view(to_dtype(dtype));
+           },
+           py::arg("dtype"),
+           "The same memory read as `dtype` (a name such as \"bfloat16\", or a numpy/torch dtype) of the same "
+           "element size: the bits are reinterpreted, not converted, and the storage is shared (like torch's "
+           "Tensor.view(dtype)). Raises InvalidTypeError for a dtype of another element size.")
       .def("contiguous", [](const Tensor& t) {
              py::gil_scoped_release release;
              return t.contiguous();

@@ -68,6 +68,34 @@ class AbsentKernel final : public Kernel {
 
 }  // namespace
 
+void declare_pytorch_kernels(KernelRegistry& registry) {
+  struct Entry {
+    const char* name;
+    const char* summary;
+  };
+  const std::vector<Entry> gemm = {
+      {"torch", "PyTorch's own dispatch (its default GEMM library)"},
+      {"torch_cublas", "PyTorch's GEMM with torch.backends.cuda.preferred_blas_library('cublas')"},
+      {"torch_cublaslt", "PyTorch's GEMM with torch.backends.cuda.preferred_blas_library('cublaslt')"}};
+  const std::vector<Entry> conv = {
+      {"torch", "PyTorch's own dispatch"},
+      {"torch_cudnn", "PyTorch's cuDNN convolution (torch.backends.cudnn enabled)"}};
+  const std::vector<Entry> attention = {
+      {"torch", "PyTorch's own scaled_dot_product_attention dispatch (its backend priority)"},
+      {"torch_flash", "PyTorch's FlashAttention-2 backend (SDPBackend.FLASH_ATTENTION)"},
+      {"torch_efficient", "PyTorch's memory-efficient attention backend (SDPBackend.EFFICIENT_ATTENTION)"},
+      {"torch_math", "PyTorch's math (composite) attention backend (SDPBackend.MATH)"},
+      {"torch_cudnn", "PyTorch's cuDNN attention backend (SDPBackend.CUDNN_ATTENTION)"}};
+  const auto declare = [&](const std::string& op, const std::vector<Entry>& entries) {
+    if (registry.find_schema(op) == nullptr) return;
+    for (const Entry& e : entries) registry.add_external_kernel({op, e.name, "pytorch", e.summary});
+  };
+  declare("matmul", gemm);
+  declare("linear", gemm);
+  declare("conv2d", conv);
+  declare("attention", attention);
+}
+
 KernelRegistry& KernelRegistry::global() {
   static KernelRegistry registry;
   static std::once_flag once;
@@ -90,6 +118,7 @@ KernelRegistry& KernelRegistry::global() {
 #endif
     register_cpu(registry);
     declare_absent_backends(registry);
+    declare_pytorch_kernels(registry);
   });
   return registry;
 }

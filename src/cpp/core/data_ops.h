@@ -26,6 +26,9 @@ inline bool is_any_supported_dtype(DType dtype) {
     case DType::kInt32:
     case DType::kInt64:
     case DType::kBool:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
       return true;
   }
   return false;

@@ -25,6 +25,7 @@
 
 #include "half.h"
 #include "policy_serialization.h"
+#include "shape_str.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/memory_manager.h"
@@ -112,6 +113,13 @@ std::string supported_list(const std::vector<CandidateReport>& reports) {
     if (r.supported) names.push_back(r.kernel);
   }
   return names.empty() ? "none" : detail::join_names(names);
+}
+
+// Why the dispatcher cannot run an external kernel (Note [External kernels] in kernel_registry.cpp).
+std::string external_reason(const ExternalKernelInfo& external) {
+  return detail::str_cat(external.summary, ": it runs where ",
+                         external.runner == "pytorch" ? "PyTorch runs the model (xpuruntime.pytorch)" : external.runner,
+                         ", not in xpuruntime's dispatcher");
 }
 
 nlohmann::json decision_tree(const Decision& d) {
@@ -295,19 +303,9 @@ std::shared_ptr<const Dispatch> Dispatcher::select(OpDescriptor& desc) {
   return dispatch;
 }
 
-std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
-  const OpSchema& schema = registry_->schema(desc.op);
-  const KernelRule rule = kernel_policy_.resolve(desc.op, schema.family);
-  const std::vector<const Kernel*> kernels = registry_->kernels(desc.op);
-
-  auto dispatch = std::make_shared<Dispatch>();
-  Decision& decision = dispatch->decision;
-  decision.op = desc.op;
-  decision.family = schema.family;
-  decision.signature = desc.signature();
-  decision.policy_rule = rule.str();
-
-  for (const Kernel* kernel : kernels) {
+std::vector<CandidateReport> Dispatcher::evaluate(const OpDescriptor& desc) const {
+  std::vector<CandidateReport> candidates;
+  for (const Kernel* kernel : registry_->kernels(desc.op)) {
     CandidateReport report;
     report.kernel = kernel->name();
     report.backend = kernel->info().backend;
@@ -326,7 +324,36 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
         report.reason = std::string("supports() failed: ") + e.what();
       }
     }
-    decision.candidates.push_back(std::move(report));
+    candidates.push_back(std::move(report));
+  }
+  return candidates;
+}
+
+std::vector<CandidateReport> Dispatcher::candidates(OpDescriptor& desc) const {
+  desc.precision = exec_policy_.precision;
+  desc.deterministic = exec_policy_.deterministic;
+  registry_->infer(desc);
+  return evaluate(desc);
+}
+
+std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
+  const OpSchema& schema = registry_->schema(desc.op);
+  const KernelRule rule = kernel_policy_.resolve(desc.op, schema.family);
+  const std::vector<const Kernel*> kernels = registry_->kernels(desc.op);
+
+  auto dispatch = std::make_shared<Dispatch>();
+  Decision& decision = dispatch->decision;
+  decision.op = desc.op;
+  decision.family = schema.family;
+  decision.signature = desc.signature();
+  decision.policy_rule = rule.str();
+  decision.candidates = evaluate(desc);
+  // External kernels the rule names (Note [External kernels]) are candidates that this dispatcher cannot run.
+  for (const auto& name : rule.kernels) {
+    const ExternalKernelInfo* external = registry_->find_external_kernel(desc.op, name);
+    if (external != nullptr && report_of(decision.candidates, name) == nullptr) {
+      decision.candidates.push_back({name, external->runner, false, external_reason(*external), -1});
+    }
   }
   XPURT_INTERNAL_ASSERT(!kernels.empty(), "op '", desc.op, "' has no kernels");
 
@@ -356,6 +383,13 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
     case RuleMode::kPinned: {
       const std::string& name = rule.kernels.at(0);
       winner = kernel_named(name);
+      if (const ExternalKernelInfo* external = registry_->find_external_kernel(desc.op, name);
+          winner == nullptr && external != nullptr) {
+        throw UnsupportedOperationError(detail::str_cat(
+            "the KernelPolicy pins '", name, "' for '", desc.op, "': ", external_reason(*external),
+            ". Kernels that could run ", decision.signature, " here: ", supported_list(decision.candidates),
+            " (pin one of them, or list \"", name, "\" with a fallback: [\"", name, "\", ...])"));
+      }
       if (winner == nullptr) {
         std::vector<std::string> names;
         for (const Kernel* k : kernels) names.push_back(k->name());
@@ -381,8 +415,9 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
           winner = k;
           break;
         }
+        const CandidateReport* report = report_of(decision.candidates, name);
         skipped += (skipped.empty() ? "" : "; ") + name + ": " +
-                   (k == nullptr ? "does not implement " + desc.op : report_of(decision.candidates, name)->reason);
+                   (report != nullptr ? report->reason : "does not implement " + desc.op);
       }
       if (winner != nullptr && skipped.empty()) {
         decision.rule = "preferred";
@@ -531,6 +566,32 @@ std::vector<Tensor> Dispatcher::run(const std::string& op, const std::vector<Ten
   dispatch->plan->execute(desc, full_inputs, outputs, run_stream);
   if (decision) *decision = dispatch->decision;
   return outputs;
+}
+
+void Dispatcher::run_into(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                          std::vector<Tensor>& outputs, const StreamView* stream, Decision* decision,
+                          const Tensor* workspace) {
+  OpDescriptor desc = make_op_descriptor(op, inputs, attrs, exec_policy_);
+  const std::shared_ptr<const Dispatch> dispatch = select(desc);
+  XPURT_CHECK(outputs.size() == desc.outputs.size(), "op '", op, "': expected ", desc.outputs.size(),
+              " output tensor(s), but got ", outputs.size());
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    const Tensor& out = outputs[k];
+    const TensorDesc& want = desc.outputs[k];
+    XPURT_CHECK(out.defined(), "op '", op, "': output ", k, " is undefined");
+    XPURT_CHECK(out.shape() == want.shape && out.dtype() == want.dtype && out.device() == desc.device &&
+                    out.is_contiguous(),
+                "op '", op, "': expected output ", k, " as a contiguous ", dtype_name(want.dtype),
+                detail::shape_str(want.shape), " tensor on ", desc.device.str(), ", but got ", dtype_name(out.dtype()),
+                detail::shape_str(out.shape()), " on ", out.device().str(),
+                out.is_contiguous() ? "" : " (not contiguous)");
+  }
+  const StreamView run_stream =
+      stream ? *stream : (desc.device.is_cuda() ? StreamManager::instance().current_stream(desc.device) : StreamView());
+  std::vector<Tensor> full_inputs = inputs;
+  full_inputs.resize(desc.inputs.size());
+  dispatch->plan->execute(desc, full_inputs, outputs, run_stream, workspace);
+  if (decision) *decision = dispatch->decision;
 }
 
 std::vector<Decision> Dispatcher::decisions() const {

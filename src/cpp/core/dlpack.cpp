@@ -30,6 +30,9 @@ DLDataType to_dl_dtype(DType dtype) {
       t.code = kDLInt;
       break;
     case DType::kUInt8:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
       t.code = kDLUInt;
       break;
     case DType::kBool:
@@ -50,11 +53,14 @@ DType from_dl_dtype(DLDataType t) {
   if (t.code == kDLInt && t.bits == 32) return DType::kInt32;
   if (t.code == kDLInt && t.bits == 64) return DType::kInt64;
   if (t.code == kDLUInt && t.bits == 8) return DType::kUInt8;
+  if (t.code == kDLUInt && t.bits == 16) return DType::kUInt16;
+  if (t.code == kDLUInt && t.bits == 32) return DType::kUInt32;
+  if (t.code == kDLUInt && t.bits == 64) return DType::kUInt64;
   if (t.code == kDLPackBoolCode && t.bits == 8) return DType::kBool;
   throw InvalidTypeError(detail::str_cat("DLPack: unsupported dtype (code ", static_cast<int>(t.code), ", ",
                                          static_cast<int>(t.bits),
                                          " bits); xpuruntime handles float16/bfloat16/float32/float64, "
-                                         "int8/int16/int32/int64, uint8 and bool"));
+                                         "int8/int16/int32/int64, uint8/uint16/uint32/uint64 and bool"));
 }
 
 // What an exported managed tensor owns: the tensor (keeps storage alive) and the shape/stride arrays.

@@ -12,12 +12,15 @@ std::size_t dtype_size(DType dtype) {
     case DType::kFloat16:
     case DType::kBFloat16:
     case DType::kInt16:
+    case DType::kUInt16:
       return 2;
     case DType::kFloat32:
     case DType::kInt32:
+    case DType::kUInt32:
       return 4;
     case DType::kFloat64:
     case DType::kInt64:
+    case DType::kUInt64:
       return 8;
     case DType::kInt8:
     case DType::kUInt8:
@@ -39,27 +42,31 @@ std::string_view dtype_name(DType dtype) {
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kBool: return "bool";
+    case DType::kUInt16: return "uint16";
+    case DType::kUInt32: return "uint32";
+    case DType::kUInt64: return "uint64";
   }
   return "unknown";
 }
 
 DType dtype_from_name(std::string_view name) {
-  static constexpr std::array<std::pair<std::string_view, DType>, 20> kNames = {{
+  static constexpr std::array<std::pair<std::string_view, DType>, 23> kNames = {{
       {"float16", DType::kFloat16}, {"half", DType::kFloat16},     {"fp16", DType::kFloat16},
       {"bfloat16", DType::kBFloat16}, {"bf16", DType::kBFloat16},  {"float32", DType::kFloat32},
       {"float", DType::kFloat32},   {"fp32", DType::kFloat32},     {"float64", DType::kFloat64},
       {"double", DType::kFloat64},  {"fp64", DType::kFloat64},     {"int8", DType::kInt8},
       {"uint8", DType::kUInt8},     {"int16", DType::kInt16},      {"short", DType::kInt16},
       {"int32", DType::kInt32},     {"int", DType::kInt32},        {"int64", DType::kInt64},
-      {"long", DType::kInt64},      {"bool", DType::kBool},
+      {"long", DType::kInt64},      {"bool", DType::kBool},        {"uint16", DType::kUInt16},
+      {"uint32", DType::kUInt32},   {"uint64", DType::kUInt64},
   }};
   for (const auto& [n, d] : kNames) {
     if (n == name) return d;
   }
   throw InvalidTypeError(detail::str_cat("Unknown dtype \"", name,
                                          "\"; expected one of float16, bfloat16, float32, float64, int8, uint8, "
-                                         "int16, int32, int64, bool (aliases: half, fp16, bf16, float, fp32, "
-                                         "double, int, long)"));
+                                         "int16, uint16, int32, uint32, int64, uint64, bool (aliases: half, "
+                                         "fp16, bf16, float, fp32, double, fp64, short, int, long)"));
 }
 
 }  // namespace xpuruntime

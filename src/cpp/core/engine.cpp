@@ -40,10 +40,24 @@ std::string pad(const std::string& text, std::size_t width) {
 
 std::vector<std::string> known_engines() { return {"auto", "native", "onnxruntime", "tensorrt"}; }
 
+std::string ValueInfo::type() const {
+  const std::string tensor = "tensor(" + std::string(dtype_name(dtype)) + ")";
+  if (kind == ValueKind::kSequence) return "seq(" + tensor + ")";
+  if (kind == ValueKind::kOptional) {
+    return "optional(" + (element_kind == ValueKind::kSequence ? "seq(" + tensor + ")" : tensor) + ")";
+  }
+  return tensor;
+}
+
 std::string ValueInfo::str() const {
-  std::string out = name + ": " + std::string(dtype_name(dtype)) + "[";
-  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + shape[k];
-  return out + "]";
+  std::string tensor = std::string(dtype_name(dtype)) + "[";
+  for (std::size_t k = 0; k < shape.size(); ++k) tensor += (k ? ", " : "") + shape[k];
+  tensor += "]";
+  if (kind == ValueKind::kSequence) return name + ": seq(" + tensor + ")";
+  if (kind == ValueKind::kOptional) {
+    return name + ": optional(" + (element_kind == ValueKind::kSequence ? "seq(" + tensor + ")" : tensor) + ")";
+  }
+  return name + ": " + tensor;
 }
 
 std::string Explanation::to_json() const {
@@ -213,17 +227,30 @@ std::vector<Tensor> InferenceSession::run(const std::vector<std::pair<std::strin
                                           const std::vector<std::string>& output_names) const {
   // Note [Profiler off cost] (profiler.h): one relaxed load when no profiler records.
   if (!profiler::active()) return session_->run(feeds, output_names);
-  return run_profiled(feeds, output_names);
+  std::vector<Tensor> outputs;
+  run_profiled(feeds, [&] { outputs = session_->run(feeds, output_names); });
+  return outputs;
 }
 
-std::vector<Tensor> InferenceSession::run_profiled(const std::vector<std::pair<std::string, Tensor>>& feeds,
-                                                   const std::vector<std::string>& output_names) const {
+std::vector<Value> InferenceSession::run_values(const std::vector<std::pair<std::string, Value>>& feeds,
+                                                const std::vector<std::string>& output_names) const {
+  if (!profiler::active()) return session_->run_values(feeds, output_names);
+  std::vector<std::pair<std::string, Tensor>> tensors;  // what the profiler records of the feeds
+  for (const auto& [name, value] : feeds) {
+    if (value.is_tensor()) tensors.emplace_back(name, value.tensor());
+  }
+  std::vector<Value> outputs;
+  run_profiled(tensors, [&] { outputs = session_->run_values(feeds, output_names); });
+  return outputs;
+}
+
+template <typename Run>
+void InferenceSession::run_profiled(const std::vector<std::pair<std::string, Tensor>>& feeds, const Run& run) const {
   const bool recording = profiler::recording();
   profiler::nvtx_push("xpuruntime session run");
   const std::int64_t start = recording ? profiler::now_ns() : 0;
-  std::vector<Tensor> outputs;
   try {
-    outputs = session_->run(feeds, output_names);
+    run();
   } catch (...) {
     profiler::nvtx_pop();
     throw;
@@ -235,7 +262,7 @@ std::vector<Tensor> InferenceSession::run_profiled(const std::vector<std::pair<s
     e.category = "session";
     e.start_ns = start;
     e.duration_ns = profiler::now_ns() - start;
-    e.args = {{"engine", engine_}, {"device", options_.device.str()}, {"outputs", static_cast<std::int64_t>(outputs.size())}};
+    e.args = {{"engine", engine_}, {"device", options_.device.str()}};
     if (profiler::record_shapes()) {
       std::vector<std::string> shapes;
       for (const auto& [name, t] : feeds) {
@@ -245,7 +272,136 @@ std::vector<Tensor> InferenceSession::run_profiled(const std::vector<std::pair<s
     }
     profiler::record(std::move(e));
   }
-  return outputs;
+}
+
+// ---- I/O binding ----
+
+// Note [I/O binding]
+// IoBinding mirrors ONNX Runtime's: the caller binds inputs and outputs once and runs many times. Names and dtypes
+// are checked when bound (against the session's inputs and outputs), shapes by the run. An output bound to a tensor
+// is handed to EngineSession::run_into as a defined entry, which the engine writes in place (the default
+// implementation runs and copies into it); an output bound to a device is undefined there and the engine allocates
+// it, then it is copied to that device if it is not the session's. The point of binding for speed: with CUDA graphs
+// the onnxruntime engine replays its graph directly over bound tensors whose addresses stay the same from run to run
+// (Note [CUDA graphs through ORT] in backends/onnxruntime/ort_engine.cpp), so nothing is staged.
+
+namespace {
+
+const ValueInfo& find_value(const std::vector<ValueInfo>& values, const std::string& name, const char* what) {
+  auto it = std::find_if(values.begin(), values.end(), [&](const ValueInfo& v) { return v.name == name; });
+  if (it == values.end()) {
+    std::vector<std::string> names;
+    for (const ValueInfo& v : values) names.push_back(v.name);
+    throw InvalidArgumentError(
+        detail::str_cat("unknown ", what, " '", name, "'; the model's ", what, "s are ", detail::join_names(names)));
+  }
+  return *it;
+}
+
+void check_bound(const ValueInfo& info, const Tensor& value, const char* what) {
+  XPURT_CHECK(value.defined(), what, " '", info.name, "' is bound to an undefined tensor");
+  XPURT_CHECK_TYPE(value.dtype() == info.dtype, what, " '", info.name, "' is ", dtype_name(info.dtype),
+                   ", the bound tensor is ", dtype_name(value.dtype()));
+}
+
+template <typename T, typename Name>
+void put(std::vector<T>& entries, const std::string& name, T entry, const Name& name_of) {
+  auto it = std::find_if(entries.begin(), entries.end(), [&](const T& e) { return name_of(e) == name; });
+  if (it == entries.end()) {
+    entries.push_back(std::move(entry));
+  } else {
+    *it = std::move(entry);
+  }
+}
+
+}  // namespace
+
+void IoBinding::bind_input(const std::string& name, Tensor value) {
+  check_bound(find_value(model_inputs_, name, "input"), value, "input");
+  put(inputs_, name, std::make_pair(name, std::move(value)), [](const auto& e) { return e.first; });
+}
+
+void IoBinding::bind_output(const std::string& name, Tensor value) {
+  const ValueInfo& info = find_value(model_outputs_, name, "output");
+  check_bound(info, value, "output");
+  XPURT_CHECK(value.device() == device_, "output '", info.name, "' is bound to a tensor on ", value.device().str(),
+              "; a tensor bound in place must be on the session's device ", device_.str(),
+              " (bind the output to a device instead to get it there)");
+  XPURT_CHECK(value.is_contiguous(), "output '", info.name, "' is bound to a non-contiguous tensor");
+  put(outputs_, name, Output{name, std::move(value), device_}, [](const Output& o) { return o.name; });
+}
+
+void IoBinding::bind_output(const std::string& name, Device device) {
+  find_value(model_outputs_, name, "output");
+  put(outputs_, name, Output{name, Tensor(), device}, [](const Output& o) { return o.name; });
+}
+
+std::vector<std::string> IoBinding::output_names() const {
+  std::vector<std::string> names;
+  names.reserve(outputs_.size());
+  for (const Output& o : outputs_) names.push_back(o.name);
+  return names;
+}
+
+IoBinding InferenceSession::io_binding() const {
+  return IoBinding(session_->inputs(), session_->outputs(), options_.device);
+}
+
+void InferenceSession::run_with_binding(IoBinding& binding) const {
+  XPURT_CHECK(!binding.outputs_.empty(), "run_with_binding: no output is bound; bind at least one (to a tensor or "
+              "to a device)");
+  std::vector<std::string> names = binding.output_names();
+  std::vector<Tensor> outputs;
+  outputs.reserve(binding.outputs_.size());
+  for (const IoBinding::Output& o : binding.outputs_) outputs.push_back(o.tensor);
+  auto run = [&] { session_->run_into(binding.inputs_, names, outputs); };
+  if (!profiler::active()) {
+    run();
+  } else {
+    run_profiled(binding.inputs_, run);
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const IoBinding::Output& o = binding.outputs_[k];
+    if (!o.tensor.defined() && outputs[k].device() != o.device) outputs[k] = outputs[k].to(o.device);
+  }
+  binding.results_ = std::move(outputs);
+}
+
+void EngineSession::run_into(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                             const std::vector<std::string>& output_names, std::vector<Tensor>& outputs) {
+  XPURT_INTERNAL_ASSERT(outputs.size() == output_names.size(), "run_into: ", outputs.size(), " outputs for ",
+                        output_names.size(), " names");
+  std::vector<Tensor> results = run(feeds, output_names);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!outputs[k].defined()) {
+      outputs[k] = std::move(results[k]);
+      continue;
+    }
+    XPURT_CHECK(outputs[k].shape() == results[k].shape(), "output '", output_names[k], "' is bound to a tensor of "
+                "shape ", detail::shape_str(outputs[k].shape(), ","), " but the run produced ",
+                detail::shape_str(results[k].shape(), ","));
+    outputs[k].copy_from(results[k]);
+  }
+}
+
+std::vector<Value> EngineSession::run_values(const std::vector<std::pair<std::string, Value>>& feeds,
+                                             const std::vector<std::string>& output_names) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  tensors.reserve(feeds.size());
+  for (const auto& [name, value] : feeds) {
+    if (value.defined() && !value.is_tensor()) {
+      for (const ValueInfo& info : inputs()) {
+        XPURT_CHECK_TYPE(info.name != name || info.kind != ValueKind::kTensor, "input '", name, "' expects ",
+                         info.type(), ", got ", value.str());
+      }
+      throw UnsupportedOperationError(detail::str_cat("input '", name, "' is ", value.str(), "; this engine takes "
+                                                      "tensor values only (the native engine runs sequences and "
+                                                      "optionals on the CPU)"));
+    }
+    tensors.emplace_back(name, value.is_tensor() ? value.tensor() : Tensor());
+  }
+  std::vector<Tensor> outputs = run(tensors, output_names);
+  return {outputs.begin(), outputs.end()};
 }
 
 Explanation InferenceSession::explain() const {

@@ -29,10 +29,24 @@ class FunctionPlan final : public KernelPlan {
 }  // namespace
 
 void KernelPlan::execute(const OpDescriptor& desc, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-                         const StreamView& stream) const {
+                         const StreamView& stream, const Tensor* given_workspace) const {
   const std::size_t bytes = workspace_bytes();
   DataPtr workspace;
-  if (bytes > 0) workspace = MemoryManager::instance().allocate(desc.device, bytes, stream);
+  void* workspace_ptr = nullptr;
+  std::size_t workspace_size = bytes;
+  if (given_workspace != nullptr && given_workspace->defined()) {
+    XPURT_CHECK(given_workspace->device() == desc.device, "op '", desc.op, "': expected a workspace on ",
+                desc.device.str(), ", but got one on ", given_workspace->device().str());
+    XPURT_CHECK(given_workspace->is_contiguous() && given_workspace->nbytes() >= bytes, "op '", desc.op,
+                "': expected a contiguous workspace of at least ", bytes,
+                " bytes (the plan's workspace_bytes), but got ", given_workspace->nbytes(),
+                given_workspace->is_contiguous() ? " bytes" : " bytes, not contiguous");
+    workspace_ptr = bytes > 0 ? given_workspace->data_ptr() : nullptr;
+    workspace_size = bytes > 0 ? given_workspace->nbytes() : 0;
+  } else if (bytes > 0) {
+    workspace = MemoryManager::instance().allocate(desc.device, bytes, stream);
+    workspace_ptr = workspace.get();
+  }
   KernelLaunch launch;
   launch.desc = &desc;
   launch.inputs = inputs.data();
@@ -40,8 +54,8 @@ void KernelPlan::execute(const OpDescriptor& desc, const std::vector<Tensor>& in
   launch.outputs = outputs.data();
   launch.num_outputs = outputs.size();
   launch.stream = stream;
-  launch.workspace = workspace.get();
-  launch.workspace_bytes = bytes;
+  launch.workspace = workspace_ptr;
+  launch.workspace_bytes = workspace_size;
   run(launch);
 }
 
@@ -160,7 +174,43 @@ std::vector<std::string> KernelRegistry::kernel_names(const std::string& policy_
   for (const auto& kernel : kernels_) {
     if (ops_of_key.count(kernel->op()) != 0) names.insert(kernel->name());
   }
+  for (const auto& external : external_kernels_) {
+    if (ops_of_key.count(external->op) != 0) names.insert(external->name);
+  }
   return {names.begin(), names.end()};
+}
+
+// Note [External kernels]
+// Training runs under the same KernelPolicy as inference (docs/pytorch.md), and a training policy may name
+// PyTorch's own backends ("torch_flash", "torch_cublaslt"): names no kernel of this library implements. They are
+// declared here as external kernels so that a policy naming them validates, saves and loads everywhere (unknown
+// names still fail, listing the valid ones). xpuruntime.pytorch runs them; the Dispatcher never does: a preferred
+// rule skips them with their reason (an InferenceSession falls back to the next preference), a pinned one is an
+// UnsupportedOperationError. They are not Kernels: `kernels()` and the priority order do not list them.
+void KernelRegistry::add_external_kernel(ExternalKernelInfo info) {
+  XPURT_CHECK(find_schema(info.op) != nullptr, "external kernel '", info.name, "' implements op '", info.op,
+              "', which is not defined; defined ops: ", join(ops()));
+  XPURT_CHECK(find_kernel(info.op, info.name) == nullptr && find_external_kernel(info.op, info.name) == nullptr,
+              "op '", info.op, "' already has a kernel named '", info.name, "'");
+  std::lock_guard<std::mutex> lock(mutex_);
+  external_kernels_.push_back(std::make_unique<ExternalKernelInfo>(std::move(info)));
+}
+
+const ExternalKernelInfo* KernelRegistry::find_external_kernel(const std::string& op, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& external : external_kernels_) {
+    if (external->op == op && external->name == name) return external.get();
+  }
+  return nullptr;
+}
+
+std::vector<ExternalKernelInfo> KernelRegistry::external_kernels(const std::string& op) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<ExternalKernelInfo> found;
+  for (const auto& external : external_kernels_) {
+    if (op.empty() || external->op == op) found.push_back(*external);
+  }
+  return found;
 }
 
 bool KernelRegistry::is_policy_key(const std::string& key) const {

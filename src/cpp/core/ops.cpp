@@ -85,9 +85,9 @@ std::shared_ptr<AutotuneCache> autotune_cache() {
   return s.cache;
 }
 
-std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
-                         const CallOptions& options) {
-  XPURT_CHECK(!inputs.empty() && inputs[0].defined(), "op '", op, "': the first input is required");
+namespace {
+
+std::shared_ptr<Dispatcher> dispatcher_of(const CallOptions& options) {
   std::shared_ptr<Dispatcher> dispatcher;
   if (options.kernel_policy == nullptr && options.exec_policy == nullptr) {
     State& s = state();
@@ -105,11 +105,52 @@ std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& input
     dispatcher = dispatcher_for(options.kernel_policy ? *options.kernel_policy : default_kernel_policy(),
                                 options.exec_policy ? *options.exec_policy : default_exec_policy());
   }
-  // Kernels take contiguous inputs (the descriptor records the layout they get).
+  return dispatcher;
+}
+
+// Kernels take contiguous inputs (the descriptor records the layout they get).
+std::vector<Tensor> contiguous_inputs(const std::string& op, const std::vector<Tensor>& inputs) {
+  XPURT_CHECK(!inputs.empty() && inputs[0].defined(), "op '", op, "': the first input is required");
   std::vector<Tensor> contiguous;
   contiguous.reserve(inputs.size());
   for (const auto& input : inputs) contiguous.push_back(input.defined() ? input.contiguous() : Tensor());
-  return dispatcher->run(op, contiguous, attrs, options.stream, options.decision);
+  return contiguous;
+}
+
+}  // namespace
+
+std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                         const CallOptions& options) {
+  const std::vector<Tensor> contiguous = contiguous_inputs(op, inputs);
+  const std::shared_ptr<Dispatcher> dispatcher = dispatcher_of(options);
+  if (options.outputs == nullptr) {
+    XPURT_CHECK(options.workspace == nullptr, "op '", op,
+                "': a caller-allocated workspace needs caller-allocated outputs");
+    return dispatcher->run(op, contiguous, attrs, options.stream, options.decision);
+  }
+  dispatcher->run_into(op, contiguous, attrs, *options.outputs, options.stream, options.decision, options.workspace);
+  return *options.outputs;
+}
+
+CallPlan plan(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+              const CallOptions& options) {
+  const std::vector<Tensor> contiguous = contiguous_inputs(op, inputs);
+  const std::shared_ptr<Dispatcher> dispatcher = dispatcher_of(options);
+  OpDescriptor desc = make_op_descriptor(op, contiguous, attrs, dispatcher->exec_policy());
+  const std::shared_ptr<const Dispatch> dispatch = dispatcher->select(desc);
+  CallPlan out;
+  out.decision = dispatch->decision;
+  out.outputs = desc.outputs;
+  out.workspace_bytes = dispatch->plan ? dispatch->plan->workspace_bytes() : 0;
+  return out;
+}
+
+std::vector<CandidateReport> candidates(const std::string& op, const std::vector<Tensor>& inputs,
+                                        const Attributes& attrs, const CallOptions& options) {
+  const std::vector<Tensor> contiguous = contiguous_inputs(op, inputs);
+  const std::shared_ptr<Dispatcher> dispatcher = dispatcher_of(options);
+  OpDescriptor desc = make_op_descriptor(op, contiguous, attrs, dispatcher->exec_policy());
+  return dispatcher->candidates(desc);
 }
 
 namespace {

@@ -76,6 +76,7 @@ struct Collector {
   std::atomic<std::int64_t> origin_ns{0};  // steady clock at start()
   std::atomic<bool> record_shapes{true};
   std::atomic<bool> cupti{false};
+  std::atomic<bool> graph_tracking{false};  // Note [Graph node attribution] (profiler_graph.cpp)
   std::atomic<std::uint64_t> next_id{1};
 };
 
@@ -139,6 +140,11 @@ CuptiResult cupti_stop() { return {}; }
 std::int64_t cupti_clock_offset_ns() { return 0; }
 void cupti_push(std::uint64_t) {}
 void cupti_pop() {}
+bool cupti_graph_tracking_start(std::string* why) {
+  *why = "this build has no CUPTI";
+  return false;
+}
+void cupti_graph_tracking_stop() {}
 }  // namespace profiler_detail
 #endif
 
@@ -203,6 +209,8 @@ void nvtx_pop() {
   nvtxDomainRangePop(nvtx_domain());
 #endif
 }
+
+bool graph_tracking() { return collector().graph_tracking.load(std::memory_order_relaxed); }
 
 void push_correlation(std::uint64_t event_id) {
   if (collector().cupti.load(std::memory_order_relaxed)) profiler_detail::cupti_push(event_id);
@@ -294,18 +302,28 @@ void Profiler::start() {
     cuda_activity_ = profiler_detail::cupti_start(&why);
     if (!cuda_activity_) cuda_reason_ = why;
   }
+  // Note [Graph node attribution] (profiler_graph.cpp)
+  std::string graph_why = cuda_activity_ ? "" : "no CUDA activity";
+  const bool graph_tracking = cuda_activity_ && profiler_detail::cupti_graph_tracking_start(&graph_why);
   if (!cuda_activity_ && options_.cuda == ProfilerOptions::CudaActivity::kOn) {
     throw UnsupportedOperationError("CUDA activity was asked for (cuda=True) but cannot be recorded: " + cuda_reason_);
   }
+  std::int64_t unix_start_ns = 0;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     if (c.owner != nullptr) {
       if (cuda_activity_) (void)profiler_detail::cupti_stop();
+      if (graph_tracking) profiler_detail::cupti_graph_tracking_stop();
       throw InvalidArgumentError("another profiler is recording in this process; one profiler records at a time");
     }
     c.owner = this;
+    c.graph_tracking = graph_tracking;
     c.events.clear();
     c.origin_ns = steady_ns();
+    // The same instant on the system clock: places profiles timed by it (merge_ort_profile's start_time_ns).
+    unix_start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
     c.record_shapes = options_.record_shapes;
     c.cupti = cuda_activity_;
     c.next_id.store(1, std::memory_order_relaxed);
@@ -313,7 +331,13 @@ void Profiler::start() {
   events_.clear();
   metadata_.clear();
   metadata_["xpuruntime_version"] = get_version();
+  metadata_["start_time_unix_ns"] = std::to_string(unix_start_ns);
   metadata_["cuda_activity"] = cuda_activity_ ? "cupti" : "off: " + cuda_reason_;
+  if (cuda_activity_) {
+    metadata_["cuda_graph_replays"] =
+        graph_tracking ? "replayed; kernels attributed to nodes through CUPTI graph node ids"
+                       : "run eagerly while profiling (graph node tracking unavailable: " + graph_why + ")";
+  }
   metadata_["record_shapes"] = options_.record_shapes ? "true" : "false";
   recording_ = true;
   profiler::g_state.store(profiler::kRecording | profiler::kNvtx, std::memory_order_relaxed);
@@ -330,6 +354,7 @@ void Profiler::stop() {
     c.events.clear();
     c.owner = nullptr;
     c.cupti = false;
+    c.graph_tracking = false;
     origin = c.origin_ns.load();
   }
   recording_ = false;
@@ -337,17 +362,22 @@ void Profiler::stop() {
   metadata_["duration_us"] = us_text(stop_ns);
   bool eager_while_profiling = false;
   for (const auto& e : events_) {
-    if (e.category == "session" && arg_string(e, "cuda_graph") == "captured; run eagerly while profiling") {
+    // The native engine's captured plans, and onnxruntime-engine sessions with CUDA graphs.
+    const std::string graph = arg_string(e, "cuda_graph");
+    if (e.category == "session" &&
+        (graph == "captured; run eagerly while profiling" || graph == "enabled; run eagerly while profiling")) {
       eager_while_profiling = true;
     }
   }
   if (eager_while_profiling) {
     metadata_["cuda_graphs"] =
-        "CUDA graph replays ran eagerly while profiling, so that each kernel is attributed to its node "
-        "(docs/profiling.md)";
+        "CUDA graph replays ran eagerly while profiling, so that every node is seen and each kernel is attributed "
+        "to its node; the graphs replay again afterwards (docs/profiling.md)";
   }
   if (cuda_activity_) {
     profiler_detail::CuptiResult r = profiler_detail::cupti_stop();
+    profiler_detail::cupti_graph_tracking_stop();
+    profiler_detail::GraphReplayNodes replay_nodes;  // Note [Graph node attribution]
     // Note [Profiler clocks]
     const std::int64_t offset = profiler_detail::cupti_clock_offset_ns();
     std::unordered_map<std::uint64_t, std::int64_t> node_tid;  // node event id -> its OS thread
@@ -389,9 +419,26 @@ void Profiler::stop() {
         if (ext != r.external.end() && node_tid.count(ext->second)) {
           e.parent = ext->second;
           ++attributed;
+        } else if (rec.graph_node != 0) {
+          std::int64_t launch_tid = 0;
+          if (auto t = r.thread_of.find(rec.correlation); t != r.thread_of.end()) {
+            auto os = os_thread.find(t->second);
+            launch_tid = os != os_thread.end() ? os->second : static_cast<std::int64_t>(t->second);
+          }
+          const std::uint64_t parent = replay_nodes.parent_of(rec, e.start_ns, e.duration_ns, launch_tid, next_id);
+          if (parent != 0) {
+            e.parent = parent;
+            e.args.emplace_back("graph_node", static_cast<std::int64_t>(rec.graph_node));
+            ++attributed;
+          }
         }
       }
       events_.push_back(std::move(e));
+    }
+    metadata_["cuda_graph_replay_nodes"] = std::to_string(replay_nodes.size());
+    replay_nodes.emit(events_);
+    for (auto& e : events_) {
+      if (e.pid == 0 && e.category == "node") e.pid = pid;
     }
     metadata_["cupti_records"] = std::to_string(r.records.size());
     metadata_["cupti_attributed_to_nodes"] = std::to_string(attributed);

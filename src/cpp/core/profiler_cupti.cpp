@@ -41,6 +41,11 @@ struct CuptiApi {
   decltype(&::cuptiActivityPopExternalCorrelationId) pop = nullptr;
   decltype(&::cuptiGetTimestamp) timestamp = nullptr;
   decltype(&::cuptiGetResultString) result_string = nullptr;
+  decltype(&::cuptiSubscribe) subscribe = nullptr;
+  decltype(&::cuptiUnsubscribe) unsubscribe = nullptr;
+  decltype(&::cuptiEnableCallback) enable_callback = nullptr;
+  decltype(&::cuptiGetGraphNodeId) graph_node_id = nullptr;
+  CUpti_SubscriberHandle subscriber = nullptr;  // while graph tracking is on
   bool loaded = false;
   bool callbacks_registered = false;
   std::string error;  // why it could not be loaded
@@ -84,6 +89,10 @@ bool load(CuptiApi& a) {
   sym(a.pop, "cuptiActivityPopExternalCorrelationId");
   sym(a.timestamp, "cuptiGetTimestamp");
   sym(a.result_string, "cuptiGetResultString");
+  sym(a.subscribe, "cuptiSubscribe");
+  sym(a.unsubscribe, "cuptiUnsubscribe");
+  sym(a.enable_callback, "cuptiEnableCallback");
+  sym(a.graph_node_id, "cuptiGetGraphNodeId");
   a.loaded = ok;
   return ok;
 }
@@ -140,18 +149,20 @@ void parse(const CUpti_Activity* record, CuptiResult& out) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
       DeviceRecord r;
       r.category = "kernel";
-      r.name = k->name ? k->name : "(unnamed kernel)";
+      r.name = k->name ? profiler::demangle_kernel_name(k->name) : "(unnamed kernel)";
       r.start = k->start;
       r.end = k->end;
       r.device = k->deviceId;
       r.stream = k->streamId;
       r.correlation = k->correlationId;
+      r.graph_node = k->graphNodeId;
       r.args = {{"grid", std::to_string(k->gridX) + "x" + std::to_string(k->gridY) + "x" + std::to_string(k->gridZ)},
                 {"block", std::to_string(k->blockX) + "x" + std::to_string(k->blockY) + "x" + std::to_string(k->blockZ)},
                 {"registers_per_thread", std::int64_t{k->registersPerThread}},
                 {"shared_memory", std::int64_t{k->staticSharedMemory} + k->dynamicSharedMemory},
                 {"correlation", std::int64_t{k->correlationId}}};
       if (k->graphId != 0) r.args.emplace_back("graph_id", std::int64_t{k->graphId});
+      if (k->name != nullptr && r.name != k->name) r.args.emplace_back("mangled_name", std::string(k->name));
       out.records.push_back(std::move(r));
       break;
     }
@@ -165,6 +176,7 @@ void parse(const CUpti_Activity* record, CuptiResult& out) {
       r.device = m->deviceId;
       r.stream = m->streamId;
       r.correlation = m->correlationId;
+      r.graph_node = m->graphNodeId;
       r.args = {{"bytes", static_cast<std::int64_t>(m->bytes)}, {"kind", std::string(memcpy_kind(m->copyKind))},
                 {"correlation", std::int64_t{m->correlationId}}};
       out.records.push_back(std::move(r));
@@ -180,6 +192,7 @@ void parse(const CUpti_Activity* record, CuptiResult& out) {
       r.device = m->deviceId;
       r.stream = m->streamId;
       r.correlation = m->correlationId;
+      r.graph_node = m->graphNodeId;
       r.args = {{"bytes", static_cast<std::int64_t>(m->bytes)}, {"value", std::int64_t{m->value}},
                 {"correlation", std::int64_t{m->correlationId}}};
       out.records.push_back(std::move(r));
@@ -241,6 +254,26 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
   std::free(buffer);
 }
 
+// Note [Graph node attribution]: runs on the thread that creates or instantiates the graph.
+void CUPTIAPI graph_callback(void* /*userdata*/, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                             const void* cbdata) {
+  if (domain != CUPTI_CB_DOMAIN_RESOURCE || cbdata == nullptr) return;
+  const auto* resource = static_cast<const CUpti_ResourceData*>(cbdata);
+  const auto* graph = static_cast<const CUpti_GraphData*>(resource->resourceDescriptor);
+  if (graph == nullptr || graph->node == nullptr) return;
+  CuptiApi& a = api();
+  std::uint64_t label = 0;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+    label = current_capture_label();
+  } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED && graph->originalNode != nullptr) {
+    std::uint64_t original = 0;
+    if (a.graph_node_id(graph->originalNode, &original) == CUPTI_SUCCESS) label = graph_node_label(original);
+  }
+  if (label == 0) return;
+  std::uint64_t id = 0;
+  if (a.graph_node_id(graph->node, &id) == CUPTI_SUCCESS) note_graph_node(id, label);
+}
+
 const CUpti_ActivityKind kKinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
@@ -299,6 +332,39 @@ CuptiResult cupti_stop() {
 }
 
 std::int64_t cupti_clock_offset_ns() { return collected().clock_offset; }
+
+bool cupti_graph_tracking_start(std::string* why) {
+  CuptiApi& a = api();
+  if (!load(a)) {
+    *why = a.error;
+    return false;
+  }
+  if (a.subscriber != nullptr) return true;
+  CUptiResult r = a.subscribe(&a.subscriber, graph_callback, nullptr);
+  if (r != CUPTI_SUCCESS) {
+    a.subscriber = nullptr;
+    *why = "cuptiSubscribe failed: " + result_text(r) +
+           (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? " (another tool subscribed to CUPTI callbacks)" : "");
+    return false;
+  }
+  for (CUpti_CallbackId cbid : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
+    r = a.enable_callback(1, a.subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid);
+    if (r != CUPTI_SUCCESS) {
+      (void)a.unsubscribe(a.subscriber);
+      a.subscriber = nullptr;
+      *why = "cuptiEnableCallback(graph nodes) failed: " + result_text(r);
+      return false;
+    }
+  }
+  return true;
+}
+
+void cupti_graph_tracking_stop() {
+  CuptiApi& a = api();
+  if (a.subscriber == nullptr) return;
+  (void)a.unsubscribe(a.subscriber);
+  a.subscriber = nullptr;
+}
 
 void cupti_push(std::uint64_t event_id) {
   CuptiApi& a = api();

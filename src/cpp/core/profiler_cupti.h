@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -21,6 +22,7 @@ struct DeviceRecord {
   std::int64_t device = 0;
   std::int64_t stream = 0;
   std::uint32_t correlation = 0;
+  std::uint64_t graph_node = 0;  // CUPTI's id of the CUDA graph node that ran it (0: not a graph launch)
   std::vector<std::pair<std::string, ProfileArg>> args;
 };
 
@@ -40,5 +42,43 @@ CuptiResult cupti_stop();
 std::int64_t cupti_clock_offset_ns();
 void cupti_push(std::uint64_t event_id);
 void cupti_pop();
+
+// Note [Graph node attribution] (profiler_graph.cpp): CUPTI callbacks for graph nodes created (during a stream
+// capture) and cloned (when a graph is instantiated) while tracking is on; each new node whose creating thread has a
+// capture label set, or whose original node has a label, is given that label (note_graph_node).
+bool cupti_graph_tracking_start(std::string* why);
+void cupti_graph_tracking_stop();
+
+// profiler_graph.cpp: the label set on this thread (0: none), and the graph node -> label table.
+std::uint64_t current_capture_label();
+void note_graph_node(std::uint64_t graph_node, std::uint64_t label);
+std::uint64_t graph_node_label(std::uint64_t graph_node);
+
+// Builds, at stop(), one node event per (label, graph launch) from the labelled device records of CUDA graph
+// replays (Note [Graph node attribution]).
+class GraphReplayNodes {
+ public:
+  // The id of the node event that `record` (on the host clock: start_ns, duration_ns) belongs to, creating it from
+  // its label's proto on first use with `next_id`; 0 when the record's graph node has no label. `tid`: the thread
+  // that launched the graph.
+  std::uint64_t parent_of(const DeviceRecord& record, std::int64_t start_ns, std::int64_t duration_ns,
+                          std::int64_t tid, std::uint64_t& next_id);
+  // Appends the node events built, each spanning its records, with device_us and device_kernels set.
+  void emit(std::vector<ProfileEvent>& events);
+  std::size_t size() const { return nodes_.size(); }
+
+ private:
+  struct Key {
+    std::uint64_t label;
+    std::uint32_t launch;  // correlation id of the graph launch
+    bool operator==(const Key& o) const { return label == o.label && launch == o.launch; }
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const { return std::hash<std::uint64_t>()(k.label * 1000003u + k.launch); }
+  };
+  std::unordered_map<Key, std::size_t, KeyHash> index_;
+  std::vector<ProfileEvent> nodes_;
+  std::vector<std::int64_t> ends_;
+};
 
 }  // namespace xpuruntime::profiler_detail

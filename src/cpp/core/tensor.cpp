@@ -258,6 +258,17 @@ Tensor Tensor::to(Device device, const StreamView* stream, bool non_blocking) co
   return contiguous().to(device, stream, non_blocking);
 }
 
+Tensor Tensor::view(DType dtype) const {
+  XPURT_CHECK(defined(), "view(): the tensor is undefined");
+  XPURT_CHECK_TYPE(dtype_size(dtype) == element_size(), "view(): cannot reinterpret ", dtype_name(dtype_), " (",
+                   element_size(), "-byte elements) as ", dtype_name(dtype), " (", dtype_size(dtype),
+                   "-byte elements); view() only changes between dtypes of one element size, e.g. uint16 <-> "
+                   "bfloat16; use a cast to convert values");
+  Tensor out = *this;
+  out.dtype_ = dtype;
+  return out;
+}
+
 Tensor Tensor::contiguous() const {
   XPURT_CHECK(defined(), "contiguous(): the tensor is undefined");
   if (is_contiguous()) return *this;

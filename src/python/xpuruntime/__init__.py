@@ -35,7 +35,7 @@ from .runtime.tensor import Tensor, empty, from_dlpack, from_numpy, tensor, zero
 from .policies import ExecutionPolicy, KernelPolicy, pinned, preferred
 from ._core import AutotuneCache, Decision, Dispatcher, KernelInfo
 from . import ops
-from .inference import InferenceSession
+from .inference import InferenceSession, IOBinding
 from .runtime.profiler import Profiler, profile
 
 __version__: str = _core.get_version()
@@ -106,6 +106,7 @@ __all__ = [
     "op_schemas",
     "ops",
     "InferenceSession",
+    "IOBinding",
     "Profiler",
     "profile",
     "runtime",

@@ -3,7 +3,9 @@
 Inputs may be xpuruntime Tensors or any DLPack tensor (numpy, torch, cupy), taken zero-copy; outputs are
 xpuruntime Tensors on the inputs' device (``np.from_dlpack(y)`` / ``torch.from_dlpack(y)`` view them zero-copy).
 CUDA calls run on ``stream`` (an xpuruntime Stream, a torch/cupy stream or a raw handle; default: xpuruntime's
-current stream of the device) and are asynchronous like any stream work.
+current stream of the device) and are asynchronous like any stream work. ``out=`` (a tensor, or a list for
+:func:`call`) makes an op write into caller-allocated outputs (contiguous, of the op's output shapes and dtypes;
+:func:`plan` tells them) instead of new ones: a framework's own memory, e.g. torch tensors.
 
 Semantics of every op: ``docs/ops.md``. Why a kernel was chosen: pass ``return_decision=True`` or read
 :func:`decisions`.
@@ -23,7 +25,7 @@ from . import _core
 from .policies import ExecutionPolicy, KernelPolicy
 
 __all__ = [
-    "call", "decisions", "set_default_policies", "default_policies", "set_autotune_cache", "autotune_cache",
+    "call", "plan", "decisions", "set_default_policies", "default_policies", "set_autotune_cache", "autotune_cache",
     "matmul", "linear", "conv2d", "attention", "scaled_dot_product_attention", "softmax", "layer_norm", "gelu",
     "relu", "sigmoid", "tanh", "silu", "exp", "log", "sqrt", "neg", "abs", "erf", "reciprocal", "add", "sub",
     "mul", "div", "pow", "maximum", "minimum", "cast", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
@@ -47,18 +49,32 @@ def _policies(policy: Optional[_core.KernelPolicy], exec_policy: Optional[_core.
 
 
 def call(op: str, inputs: Sequence[Any], attrs: Optional[dict] = None, *, policy=None, exec_policy=None,
-         stream=None, return_decision: bool = False):
+         stream=None, out: Optional[Sequence[Any]] = None, workspace: Any = None, return_decision: bool = False):
     """Run ``op`` on ``inputs`` (None for an absent optional input) with ``attrs``.
 
-    Returns the list of outputs, or ``(outputs, decision)`` with ``return_decision=True``.
+    ``out``: caller-allocated outputs (any DLPack tensors: contiguous, of the shapes and dtypes :func:`plan` gives);
+    ``workspace``: a caller-allocated byte buffer of at least ``plan(...)[2]`` bytes on the op's device (only with
+    ``out``). With both, the call allocates nothing. Returns the list of outputs (xpuruntime views of ``out`` when
+    given), or ``(outputs, decision)`` with ``return_decision=True``.
     """
     policy, exec_policy = _policies(policy, exec_policy)
-    return _core.ops_call(op, list(inputs), attrs, policy, exec_policy, stream, return_decision)
+    if out is None and workspace is not None:
+        raise _core.InvalidArgumentError(f"{op}: workspace= needs out= (caller-allocated outputs)")
+    return _core.ops_call(op, list(inputs), attrs, policy, exec_policy, stream, return_decision,
+                          None if out is None else list(out), workspace)
 
 
-def _single(op: str, inputs: Sequence[Any], attrs: Optional[dict], policy, exec_policy, stream, return_decision):
+def plan(op: str, inputs: Sequence[Any], attrs: Optional[dict] = None, *, policy=None, exec_policy=None):
+    """What :func:`call` would run, without running it: ``(decision, [(shape, dtype)] of the outputs,
+    workspace_bytes)`` (dispatching, and so autotuning, like ``call``)."""
+    policy, exec_policy = _policies(policy, exec_policy)
+    return _core.ops_plan(op, list(inputs), attrs, policy, exec_policy)
+
+
+def _single(op: str, inputs: Sequence[Any], attrs: Optional[dict], policy, exec_policy, stream, return_decision,
+            out=None):
     result = call(op, inputs, attrs, policy=policy, exec_policy=exec_policy, stream=stream,
-                  return_decision=return_decision)
+                  out=None if out is None else [out], return_decision=return_decision)
     if return_decision:
         outputs, decision = result
         return outputs[0], decision
@@ -101,21 +117,21 @@ def autotune_cache() -> "_core.AutotuneCache":
 
 # ---- named ops (docs/ops.md) ----
 
-def matmul(a, b, *, policy=None, exec_policy=None, stream=None, return_decision=False):
+def matmul(a, b, *, policy=None, exec_policy=None, stream=None, out=None, return_decision=False):
     """``a[..., M, K] @ b[..., K, N]`` with broadcast batch dims."""
-    return _single("matmul", [a, b], None, policy, exec_policy, stream, return_decision)
+    return _single("matmul", [a, b], None, policy, exec_policy, stream, return_decision, out)
 
 
 def linear(x, weight, bias=None, activation: str = "none", *, weight_layout: str = "nk", policy=None,
-           exec_policy=None, stream=None, return_decision=False):
+           exec_policy=None, stream=None, out=None, return_decision=False):
     """``act(x @ weight.T + bias)``; ``weight`` is ``[N, K]`` (``weight_layout="kn"``: ``[K, N]``).
     ``activation``: ``"none"``, ``"relu"``, ``"gelu"`` or ``"gelu_tanh"``."""
     return _single("linear", [x, weight, bias], {"activation": activation, "weight_layout": weight_layout}, policy,
-                   exec_policy, stream, return_decision)
+                   exec_policy, stream, return_decision, out)
 
 
 def conv2d(x, weight, bias=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups: int = 1,
-           activation: str = "none", *, residual=None, policy=None, exec_policy=None, stream=None,
+           activation: str = "none", *, residual=None, policy=None, exec_policy=None, stream=None, out=None,
            return_decision=False):
     """NCHW convolution ``act(conv(x, weight) + bias + residual)``; ``pads`` is (top, left, bottom, right)
     (two values mean symmetric)."""
@@ -124,15 +140,15 @@ def conv2d(x, weight, bias=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1
         pads = (pads[0], pads[1], pads[0], pads[1])
     attrs = {"strides": list(strides), "pads": list(pads), "dilations": list(dilations), "groups": int(groups),
              "activation": activation}
-    return _single("conv2d", [x, weight, bias, residual], attrs, policy, exec_policy, stream, return_decision)
+    return _single("conv2d", [x, weight, bias, residual], attrs, policy, exec_policy, stream, return_decision, out)
 
 
 def attention(q, k, v, mask=None, causal: bool = False, scale: Optional[float] = None, *, policy=None,
-              exec_policy=None, stream=None, return_decision=False):
+              exec_policy=None, stream=None, out=None, return_decision=False):
     """``softmax(q @ k.T * scale + mask) @ v`` over ``[B, H, S, D]`` tensors (GQA when k/v have fewer heads).
     ``scale`` defaults to ``1/sqrt(D)``; ``causal`` masks keys after each query (top-left aligned)."""
     attrs = {"causal": int(bool(causal)), "scale": float(scale) if scale else 0.0}
-    return _single("attention", [q, k, v, mask], attrs, policy, exec_policy, stream, return_decision)
+    return _single("attention", [q, k, v, mask], attrs, policy, exec_policy, stream, return_decision, out)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal: bool = False,

@@ -304,6 +304,9 @@ void dispatch_value(DType dtype, F&& f) {
     case DType::kInt32: return f(PlainValue<std::int32_t>{});
     case DType::kInt64: return f(PlainValue<std::int64_t>{});
     case DType::kBool: return f(BoolValue{});
+    case DType::kUInt16: return f(PlainValue<std::uint16_t>{});
+    case DType::kUInt32: return f(PlainValue<std::uint32_t>{});
+    case DType::kUInt64: return f(PlainValue<std::uint64_t>{});
   }
   XPURT_INTERNAL_ASSERT(false, "unknown dtype ", static_cast<int>(dtype));
 }
@@ -434,7 +437,8 @@ void integer_neg(const KernelLaunch& launch, const CpuContext& context) {
 
 // ---- cast ----
 
-// A source element as the conversion sees it: floats exactly as double, integers and bool exactly as int64.
+// A source element as the conversion sees it: floats exactly as double, signed integers exactly as int64,
+// unsigned integers and bool exactly as uint64.
 template <typename To>
 To convert_from_double(double v) {
   if constexpr (std::is_same_v<To, bool>) {
@@ -451,8 +455,8 @@ To convert_from_double(double v) {
   }
 }
 
-template <typename To>
-To convert_from_int(std::int64_t v) {
+template <typename To, typename Int>
+To convert_from_int(Int v) {
   if constexpr (std::is_same_v<To, bool>) {
     return v != 0;
   } else if constexpr (std::is_floating_point_v<To>) {
@@ -462,7 +466,8 @@ To convert_from_int(std::int64_t v) {
   }
 }
 
-// Writes element `i` of the output from a source value (double for float sources, int64 otherwise).
+// Writes element `i` of the output from a source value (double for float sources, int64 for signed integers,
+// uint64 for unsigned integers and bool).
 template <typename Source>
 void store_converted(void* out, DType to, std::int64_t i, Source v) {
   constexpr bool from_float = std::is_same_v<Source, double>;
@@ -471,7 +476,7 @@ void store_converted(void* out, DType to, std::int64_t i, Source v) {
     if constexpr (from_float) {
       return convert_from_double<To>(v);
     } else {
-      return convert_from_int<To>(v);
+      return convert_from_int<To, Source>(v);
     }
   };
   switch (to) {
@@ -491,6 +496,9 @@ void store_converted(void* out, DType to, std::int64_t i, Source v) {
     case DType::kInt32: static_cast<std::int32_t*>(out)[i] = convert(std::int32_t{}); return;
     case DType::kInt64: static_cast<std::int64_t*>(out)[i] = convert(std::int64_t{}); return;
     case DType::kBool: static_cast<std::uint8_t*>(out)[i] = convert(bool{}) ? 1 : 0; return;
+    case DType::kUInt16: static_cast<std::uint16_t*>(out)[i] = convert(std::uint16_t{}); return;
+    case DType::kUInt32: static_cast<std::uint32_t*>(out)[i] = convert(std::uint32_t{}); return;
+    case DType::kUInt64: static_cast<std::uint64_t*>(out)[i] = convert(std::uint64_t{}); return;
   }
 }
 
@@ -534,6 +542,8 @@ void run_any_cast(const KernelLaunch& launch, const CpuContext& context) {
         const auto v = V::load(in[i]);
         if constexpr (std::is_floating_point_v<decltype(v)>) {
           store_converted<double>(out, to, i, static_cast<double>(v));
+        } else if constexpr (std::is_unsigned_v<decltype(v)>) {
+          store_converted<std::uint64_t>(out, to, i, static_cast<std::uint64_t>(v));
         } else {
           store_converted<std::int64_t>(out, to, i, static_cast<std::int64_t>(v));
         }

@@ -39,14 +39,21 @@ bool is_kernel_float(DType dtype) {
 enum class DTypes : std::uint8_t {
   kFloat,        // float32, float16, bfloat16: the float math
   kFloatAndInt,  // those and int32, int64: add, sub, mul, div, neg
-  kAll,          // every dtype: data movement, where, comparisons, logical_not, cast
+  kAll,          // every dtype but uint16/uint32/uint64: data movement, where, comparisons, logical_not, cast
 };
+
+// The dtypes data.cu instantiates its kernels for: every dtype of Tensor except the unsigned 16/32/64-bit
+// integers, which run on the cpu backend.
+bool is_cuda_raw_dtype(DType dtype) {
+  return data_ops::is_any_supported_dtype(dtype) && dtype != DType::kUInt16 && dtype != DType::kUInt32 &&
+         dtype != DType::kUInt64;
+}
 
 bool takes(DTypes dtypes, DType dtype) {
   switch (dtypes) {
     case DTypes::kFloat: return is_kernel_float(dtype);
     case DTypes::kFloatAndInt: return is_kernel_float(dtype) || data_ops::is_arithmetic_int_dtype(dtype);
-    case DTypes::kAll: return data_ops::is_any_supported_dtype(dtype);
+    case DTypes::kAll: return is_cuda_raw_dtype(dtype);
   }
   return false;
 }
@@ -55,7 +62,7 @@ const char* dtypes_text(DTypes dtypes) {
   switch (dtypes) {
     case DTypes::kFloat: return "float32, float16 and bfloat16";
     case DTypes::kFloatAndInt: return "float32, float16, bfloat16, int32 and int64";
-    case DTypes::kAll: return "every dtype";
+    case DTypes::kAll: return "every dtype except uint16, uint32 and uint64";
   }
   return "";
 }
@@ -472,8 +479,8 @@ void register_cuda_raw(KernelRegistry& registry) {
       [](const OpDescriptor& desc) {
         if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
         const DType to = desc.outputs[0].dtype;
-        if (!data_ops::is_any_supported_dtype(to)) {
-          return Support::no(detail::str_cat("cuda_raw cannot cast to ", dtype_name(to)));
+        if (!is_cuda_raw_dtype(to)) {
+          return Support::no(detail::str_cat("cuda_raw cannot cast to ", dtype_name(to), "; use the cpu kernel"));
         }
         return Support::yes();
       },

@@ -415,8 +415,13 @@ void dispatch_any(DType dtype, Body&& body) {
     case DType::kInt32: return body(std::int32_t{});
     case DType::kInt64: return body(std::int64_t{});
     case DType::kBool: return body(BoolByte{});
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+      break;  // refused by the kernels' supports() (is_cuda_raw_dtype in cuda_raw_register.cpp)
   }
-  throw UnsupportedOperationError(::xpuruntime::detail::str_cat("cuda_raw: unknown dtype ", static_cast<int>(dtype)));
+  throw UnsupportedOperationError(
+      ::xpuruntime::detail::str_cat("cuda_raw has no kernels for ", dtype_name(dtype), "; use the cpu backend"));
 }
 
 __global__ void logical_not_kernel(const std::uint8_t* x, std::uint8_t* y, std::int64_t n) {

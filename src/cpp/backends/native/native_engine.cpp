@@ -21,6 +21,7 @@
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph_exec.h"
 #include "xpuruntime/onnx_import.h"
+#include "xpuruntime/value.h"
 
 namespace xpuruntime {
 namespace {
@@ -35,6 +36,8 @@ ValueInfo value_info(const Graph& g, const std::string& name) {
   ValueInfo info;
   info.name = name;
   if (const ValueType* vt = g.type(name)) {
+    info.kind = vt->kind;
+    info.element_kind = vt->element_kind;
     info.dtype = vt->dtype;
     if (vt->has_shape) {
       for (const Dim& d : vt->shape) info.shape.push_back(d.str());
@@ -65,6 +68,9 @@ class NativeSession final : public EngineSession {
   NativeSession(Graph graph, const SessionOptions& options) : graph_(std::move(graph)), options_(options) {
     for (const auto& in : graph_.inputs) inputs_.push_back(value_info(graph_, in));
     for (const auto& out : graph_.outputs) outputs_.push_back(value_info(graph_, out));
+    for (const auto* infos : {&inputs_, &outputs_}) {
+      for (const ValueInfo& info : *infos) has_value_io_ |= info.kind != ValueKind::kTensor;
+    }
     dispatcher_ = std::make_shared<Dispatcher>(options_.kernel_policy, options_.exec_policy);
     plan_options_.device = options_.device;
     plan_options_.dispatcher = dispatcher_;
@@ -84,6 +90,83 @@ class NativeSession final : public EngineSession {
 
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                           const std::vector<std::string>& output_names) override {
+    return run_impl(feeds, output_names, nullptr);
+  }
+
+  // Note [I/O binding] (core/engine.cpp): the plan's outputs are copied straight into the bound tensors (on the run's
+  // stream, like the copies run() makes into new tensors), so binding costs no extra copy or synchronization.
+  void run_into(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& output_names,
+                std::vector<Tensor>& outputs) override {
+    std::vector<Tensor> results = run_impl(feeds, output_names, &outputs);
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      if (!outputs[k].defined()) outputs[k] = std::move(results[k]);
+    }
+  }
+
+  // Note [Sequence and optional values] (value.h): a model whose inputs and outputs are all tensors runs through
+  // run_impl (plans, pools and CUDA graphs as run() does); one with sequence or optional inputs or outputs runs its
+  // CPU plan through GraphExec::run_values.
+  std::vector<Value> run_values(const std::vector<std::pair<std::string, Value>>& feeds,
+                                const std::vector<std::string>& output_names) override {
+    if (!has_value_io_) {
+      std::vector<std::pair<std::string, Tensor>> tensors;
+      for (const auto& [name, value] : feeds) {
+        const ValueType* vt = is_input(name) ? graph_.type(name) : nullptr;
+        XPURT_CHECK_TYPE(!value.defined() || value.is_tensor() || !is_input(name), "input '", name, "' expects ",
+                         vt ? vt->type_str() : std::string("a tensor"), ", got ", value.str());
+        tensors.emplace_back(name, value.is_tensor() ? value.tensor() : Tensor());
+      }
+      std::vector<Tensor> outputs = run_impl(tensors, output_names, nullptr);
+      return {outputs.begin(), outputs.end()};
+    }
+    std::vector<Value> ordered(graph_.inputs.size());
+    for (const auto& [name, value] : feeds) {
+      auto it = std::find(graph_.inputs.begin(), graph_.inputs.end(), name);
+      if (it == graph_.inputs.end()) {
+        throw InvalidArgumentError(detail::str_cat("unknown input '", name, "'; the model's inputs are: ",
+                                                   detail::join_names(graph_.inputs)));
+      }
+      const auto i = static_cast<std::size_t>(it - graph_.inputs.begin());
+      ordered[i] = conform_feed(name, graph_.type(name), value);
+    }
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (std::size_t i = 0; i < ordered.size(); ++i) {
+      XPURT_CHECK(ordered[i].defined(), "missing input '", graph_.inputs[i], "' (expected ", inputs_[i].str(), ")");
+      shapes.push_back(ordered[i].is_tensor() ? ordered[i].tensor().shape() : std::vector<std::int64_t>{});
+    }
+    const std::vector<int> wanted = output_indices(output_names);
+    const std::string key = shape_key(shapes);
+    std::shared_ptr<const CapturePlan> plan = plan_for(shapes, key);
+    if (!options_.optimized_model_path.empty()) save_optimized(*plan);
+    std::unique_ptr<GraphExec> exec = checkout(plan, key);
+    std::vector<Value> outputs;
+    try {
+      outputs = exec->run_values(ordered);
+    } catch (...) {
+      checkin(std::move(exec), key);
+      throw;
+    }
+    checkin(std::move(exec), key);
+    if (wanted.empty()) return outputs;
+    std::vector<Value> selected;
+    for (int i : wanted) selected.push_back(outputs[i]);
+    return selected;
+  }
+
+  // `bound`: run_into's outputs (one per output name; defined entries are written in place), or null.
+  std::vector<Tensor> run_impl(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                               const std::vector<std::string>& output_names, const std::vector<Tensor>* bound) {
+    if (has_value_io_) {
+      std::string values;
+      for (const auto* infos : {&inputs_, &outputs_}) {
+        for (const ValueInfo& info : *infos) {
+          if (info.kind == ValueKind::kTensor) continue;
+          values += (values.empty() ? "'" : ", '") + info.name + "' (" + info.type() + ")";
+        }
+      }
+      throw InvalidTypeError(detail::str_cat("this model has sequence or optional inputs or outputs (", values,
+                                             "): run it with run_values (Python: run() takes lists and None)"));
+    }
     // Feeds by name, in the model's input order.
     std::vector<Tensor> ordered(graph_.inputs.size());
     for (const auto& [name, tensor] : feeds) {
@@ -123,10 +206,22 @@ class NativeSession final : public EngineSession {
     const std::string key = shape_key(shapes);
     std::shared_ptr<const CapturePlan> plan = plan_for(shapes, key);
     if (!options_.optimized_model_path.empty()) save_optimized(*plan);
+    std::vector<Tensor> into;  // per model output: the bound tensor, if any
+    if (bound != nullptr) {
+      into.resize(graph_.outputs.size());
+      for (std::size_t k = 0; k < wanted.size(); ++k) {
+        const Tensor& t = (*bound)[k];
+        if (!t.defined()) continue;
+        XPURT_CHECK(!into[wanted[k]].defined(), "output '", graph_.outputs[wanted[k]], "' is bound twice");
+        XPURT_CHECK(t.device() == options_.device, "output '", graph_.outputs[wanted[k]], "' is bound to a tensor on ",
+                    t.device().str(), ", not on the session's device ", options_.device.str());
+        into[wanted[k]] = t;
+      }
+    }
     std::unique_ptr<GraphExec> exec = checkout(plan, key);
     std::vector<Tensor> outputs;
     try {
-      outputs = exec->run(ordered);
+      outputs = exec->run(ordered, bound != nullptr ? &into : nullptr);
     } catch (...) {
       checkin(std::move(exec), key);
       throw;
@@ -218,6 +313,54 @@ class NativeSession final : public EngineSession {
   }
 
  private:
+  bool is_input(const std::string& name) const {
+    return std::find(graph_.inputs.begin(), graph_.inputs.end(), name) != graph_.inputs.end();
+  }
+
+  // The indices of `names` among the model's outputs (empty: all).
+  std::vector<int> output_indices(const std::vector<std::string>& names) const {
+    std::vector<int> wanted;
+    for (const auto& name : names) {
+      auto it = std::find(graph_.outputs.begin(), graph_.outputs.end(), name);
+      if (it == graph_.outputs.end()) {
+        throw InvalidArgumentError(detail::str_cat("unknown output '", name, "'; the model's outputs are: ",
+                                                   detail::join_names(graph_.outputs)));
+      }
+      wanted.push_back(static_cast<int>(it - graph_.outputs.begin()));
+    }
+    return wanted;
+  }
+
+  // A feed for input `name` of declared type `vt` as the plan takes it: a tensor of the declared dtype; a sequence
+  // of the declared element type; for an optional, an optional (a tensor or sequence is wrapped in one, as ONNX
+  // Runtime does). Tensors on other devices are copied to the CPU. InvalidTypeError naming the input otherwise.
+  static Value conform_feed(const std::string& name, const ValueType* vt, const Value& value) {
+    if (!value.defined() || vt == nullptr) return value;
+    auto to_cpu = [](const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); };
+    auto mismatch = [&](const Value& got) {
+      return InvalidTypeError(detail::str_cat("input '", name, "' expects ", vt->type_str(), ", got ", got.str()));
+    };
+    // `v` (a tensor or a sequence) as `type` (a tensor or sequence type) wants it.
+    auto conform = [&](const Value& v, const ValueType& type) -> Value {
+      if (type.kind == ValueKind::kTensor) {
+        if (!v.is_tensor() || v.tensor().dtype() != type.dtype) throw mismatch(value);
+        return v;  // the tensor path binds and checks it (GraphExec::bind_inputs)
+      }
+      if (!v.is_sequence() || v.element_dtype() != type.dtype) throw mismatch(value);
+      std::vector<Tensor> elements;
+      for (const Tensor& t : v.elements()) elements.push_back(to_cpu(t));
+      return Value::sequence(std::move(elements), v.element_dtype());
+    };
+    if (vt->kind != ValueKind::kOptional) {
+      if (value.is_optional()) throw mismatch(value);
+      return conform(value, *vt);
+    }
+    const Value& inner = value.is_optional() ? (value.has_element() ? value.element() : value) : value;
+    if (inner.is_optional()) return value;  // empty
+    Value element = conform(inner, vt->element());
+    return Value::optional(element.is_tensor() ? Value(to_cpu(element.tensor())) : element);
+  }
+
   // The copies and syncs GraphExec::run makes for `plan` (graph_exec.cpp: bind_inputs, collect_outputs, run).
   // `feeds_on_device`: per input, whether the last run's feed was on the session's device (empty: no run yet;
   // feeds are then taken to come from the host, as numpy arrays do).
@@ -272,6 +415,10 @@ class NativeSession final : public EngineSession {
     std::vector<std::vector<std::int64_t>> shapes;
     for (const auto& in : graph_.inputs) {
       const ValueType* vt = graph_.type(in);
+      if (vt && !vt->is_tensor()) {
+        shapes.emplace_back();  // a sequence or optional: no plan shape (CapturePlan::build)
+        continue;
+      }
       XPURT_CHECK(vt && vt->has_shape, "input '", in, "' has no declared shape; the native engine needs its rank");
       std::vector<std::int64_t> s;
       for (const Dim& d : vt->shape) s.push_back(d.known() ? d.value : 1);
@@ -346,6 +493,7 @@ class NativeSession final : public EngineSession {
   SessionOptions options_;
   std::vector<ValueInfo> inputs_;
   std::vector<ValueInfo> outputs_;
+  bool has_value_io_ = false;  // a sequence or optional input or output (run_values)
   std::shared_ptr<Dispatcher> dispatcher_;
   PlanOptions plan_options_;
   mutable std::mutex mutex_;

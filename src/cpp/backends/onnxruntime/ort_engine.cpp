@@ -13,8 +13,11 @@
 //    through ORT]). Thread-safe: Ort::Session::Run is, every run has its own values, the shape cache and the
 //    profile are guarded by mutexes, and graph runs are serialized.
 //  - explain(): the execution provider of every node, read from ORT's profile of the first run.
+//  - Profiling (ort_profiling.h, Note [ORT profile on the timeline] in core/profiler_ort.cpp): ORT profiles a run
+//    only while a Profiler records (every node ORT runs becomes a "node" event of the Profiler; CUDA graph sessions
+//    run without their graph meanwhile) and the session's first run (for explain()); other runs cost two relaxed
+//    atomic loads.
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,11 +25,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <onnxruntime_run_options_config_keys.h>
 #include <optional>
 #include <set>
@@ -35,9 +36,11 @@
 #include <utility>
 #include <vector>
 
+#include "backends/onnxruntime/ort_profiling.h"
 #include "backends/onnxruntime/ort_utils.h"
 #include "xpuruntime/engine.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/profiler.h"
 #include "xpuruntime/stream_manager.h"
 
 namespace xpuruntime {
@@ -255,58 +258,6 @@ std::string names_of(const std::vector<ValueInfo>& infos) {
   return out;
 }
 
-// A unique file-name prefix in the temporary folder for this session's profile.
-std::string profile_prefix() {
-  static std::atomic<std::uint64_t> counter{0};
-  std::filesystem::path dir = std::filesystem::temp_directory_path();
-  return (dir / detail::str_cat("xpurt_ort_profile_", static_cast<long>(::getpid()), "_", counter.fetch_add(1)))
-      .string();
-}
-
-// Removes profile files ORT wrote under `prefix` ("<prefix>_<date>.json"); ORT creates one even when loading the
-// model fails.
-void remove_profiles(const std::string& prefix) {
-  const std::filesystem::path base(prefix);
-  const std::string stem = base.filename().string();
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(base.parent_path(), error)) {
-    if (entry.path().filename().string().rfind(stem + "_", 0) == 0) {
-      std::error_code ignored;
-      std::filesystem::remove(entry.path(), ignored);
-    }
-  }
-}
-
-// Node explanations from ORT's profile: the "Node" events named "<node>_kernel_time" carry op_name and provider.
-std::vector<NodeExplanation> parse_profile(const std::string& path, const std::string& precision) {
-  std::vector<NodeExplanation> nodes;
-  std::ifstream file(path);
-  if (!file) return nodes;
-  nlohmann::json events = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
-  if (!events.is_array()) return nodes;
-  std::set<std::string> seen;
-  const std::string suffix = "_kernel_time";
-  for (const auto& event : events) {
-    if (!event.is_object() || event.value("cat", "") != "Node") continue;
-    std::string name = event.value("name", "");
-    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      continue;
-    }
-    name.resize(name.size() - suffix.size());
-    if (!seen.insert(name).second) continue;
-    const nlohmann::json args = event.value("args", nlohmann::json::object());
-    NodeExplanation node;
-    node.node = name;
-    node.op_type = args.value("op_name", "");
-    node.kernel = args.value("provider", "");
-    node.backend = kEngineName;
-    node.precision = precision;
-    node.reason = "assigned by ONNX Runtime's graph partitioner (profile of the first run)";
-    nodes.push_back(std::move(node));
-  }
-  return nodes;
-}
-
 // ---- the session ----
 
 // Note [Bound runs]: a run hands ORT OrtValues over xpuruntime memory (Session::Run is thread-safe; nothing per-run is
@@ -360,6 +311,7 @@ struct GraphSet {
   Ort::RunOptions run_options{nullptr};
   bool captured = false;  // a graph run succeeded (ORT captured)
   bool usable = true;     // false after a failed capture: the signature runs without a graph
+  bool moved_noted = false;  // bound sets: a run with other tensors was noted
 };
 
 bool is_static(const std::vector<std::string>& dims) {
@@ -430,14 +382,7 @@ class OrtSession final : public EngineSession {
         "the same input shapes), else ORT-allocated and wrapped"));
   }
 
-  ~OrtSession() override {
-    // A session destroyed with profiling on writes its profile: end it here and remove the file.
-    try {
-      std::lock_guard<std::mutex> lock(profile_mutex_);
-      end_profiling_locked();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw; the profile is only a report
-    }
-  }
+  ~OrtSession() override = default;
 
   OrtSession(const OrtSession&) = delete;
   OrtSession& operator=(const OrtSession&) = delete;
@@ -449,20 +394,59 @@ class OrtSession final : public EngineSession {
                           const std::vector<std::string>& output_names) override {
     const std::vector<Tensor> by_input = check_feeds(feeds);
     const std::vector<size_t> wanted = check_outputs(output_names);
-    SignatureKey key;
-    for (const Tensor& t : by_input) {
-      key.push_back(t.dim());
-      key.insert(key.end(), t.shape().begin(), t.shape().end());
-    }
+    const SignatureKey key = signature_of(by_input);
+    const std::unique_ptr<ort::ProfiledRun> profiled = profile_this_run();  // null unless ORT profiles this run
     std::vector<Tensor> result;
     if (graphs_enabled_) {
       std::lock_guard<std::mutex> lock(graph_mutex_);
       result = run_with_graph(by_input, wanted, key);
     } else {
-      result = run_bound(by_input, wanted, key);
+      result = run_bound(by_input, wanted, key, {});
     }
-    finish_profile_once();
+    finish_profiled_run(profiled.get());
     return result;
+  }
+
+  // Note [I/O binding] (core/engine.cpp): outputs bound in place are handed to ORT as the run's output buffers.
+  // With CUDA graphs, when every output is bound in place and every input is a contiguous tensor on the device, the
+  // graph of the input-shape signature is captured over those very tensors and replayed while they stay the same
+  // (Note [CUDA graphs through ORT]): no staging copies, as when ORT is used directly with an IoBinding.
+  void run_into(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& output_names,
+                std::vector<Tensor>& outputs) override {
+    const std::vector<Tensor> by_input = check_feeds(feeds);
+    const std::vector<size_t> wanted = check_outputs(output_names);
+    XPURT_INTERNAL_ASSERT(outputs.size() == wanted.size(), "run_into: ", outputs.size(), " outputs for ",
+                          wanted.size(), " names");
+    std::vector<Tensor> preset(outputs_.size());  // by model output index
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      if (!outputs[k].defined()) continue;
+      XPURT_CHECK(!preset[wanted[k]].defined(), "output '", outputs_[wanted[k]].name, "' is bound twice");
+      preset[wanted[k]] = outputs[k];
+    }
+    const SignatureKey key = signature_of(by_input);
+    const std::unique_ptr<ort::ProfiledRun> profiled = profile_this_run();  // null unless ORT profiles this run
+    std::vector<Tensor> result;
+    if (graphs_enabled_) {
+      std::lock_guard<std::mutex> lock(graph_mutex_);
+      if (replay_bound_graph(by_input, preset, key)) {
+        finish_profiled_run(profiled.get());
+        return;  // written in place
+      }
+      result = run_with_graph(by_input, wanted, key);
+    } else {
+      result = run_bound(by_input, wanted, key, preset);
+    }
+    finish_profiled_run(profiled.get());
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      if (!outputs[k].defined()) {
+        outputs[k] = std::move(result[k]);
+      } else if (result[k].data_ptr() != outputs[k].data_ptr()) {
+        XPURT_CHECK(outputs[k].shape() == result[k].shape(), "output '", outputs_[wanted[k]].name,
+                    "' is bound to a tensor of shape ", shape_text(outputs[k].shape()), " but the run produced ",
+                    shape_text(result[k].shape()));
+        outputs[k].copy_from(result[k]);
+      }
+    }
   }
 
   Explanation explain() const override {
@@ -482,6 +466,7 @@ class OrtSession final : public EngineSession {
       explanation.options.push_back("nodes: not run yet (execution providers are reported after the first run)");
     } else {
       explanation.nodes = nodes_;
+      if (!profile_error_.empty()) explanation.options.push_back("nodes: " + profile_error_);
     }
     return explanation;
   }
@@ -500,9 +485,8 @@ class OrtSession final : public EngineSession {
       config.options.push_back("use_deterministic_compute=1");
       config.policy_notes.push_back("deterministic=true -> use_deterministic_compute=1");
     }
-    const std::string prefix = profile_prefix();
-    XPURT_ORT_CHECK(session_options.EnableProfiling(prefix.c_str()));
-    config.options.push_back("profiling=on until the first run (to report execution providers)");
+    config.options.push_back(
+        "profiling: ORT's run-level profiling for the first run (execution providers) and while a Profiler records");
     if (device_.is_cuda()) {
       XPURT_ORT_CHECK(session_options.AppendExecutionProvider_V2(ort::env(), {ep_device_}, config.cuda_options));
       config.options.push_back("execution_provider=CUDAExecutionProvider (plugin), then CPUExecutionProvider");
@@ -513,13 +497,8 @@ class OrtSession final : public EngineSession {
     } else {
       config.options.push_back("execution_provider=CPUExecutionProvider");
     }
-    try {
-      XPURT_ORT_CHECK(session_ = std::make_shared<Ort::Session>(ort::env(), model.data(), model.size(),
-                                                                session_options));
-    } catch (...) {
-      remove_profiles(prefix);
-      throw;
-    }
+    XPURT_ORT_CHECK(session_ = std::make_shared<Ort::Session>(ort::env(), model.data(), model.size(),
+                                                              session_options));
     options_list_ = std::move(config.options);
     policy_notes_ = std::move(config.policy_notes);
   }
@@ -619,8 +598,9 @@ class OrtSession final : public EngineSession {
   }
 
   // One bound run of the outputs `bound` (distinct indices into outputs_); `known` pre-binds outputs of known shape.
+  // `preset` (by model output index, may be empty): tensors bound in place by the caller, used as ORT's buffers.
   std::vector<Tensor> run_bound_once(const std::vector<Tensor>& feeds, const std::vector<size_t>& bound,
-                                     const std::vector<std::optional<Shape>>& known) {
+                                     const std::vector<std::optional<Shape>>& known, const std::vector<Tensor>& preset) {
     std::vector<Tensor> keep;  // the bound feeds stay alive through Run
     std::vector<Ort::Value> input_values;
     keep.reserve(feeds.size());
@@ -636,7 +616,10 @@ class OrtSession final : public EngineSession {
     for (size_t j = 0; j < bound.size(); ++j) {
       const ValueInfo& info = outputs_[bound[j]];
       output_names.push_back(info.name.c_str());
-      if (known[bound[j]]) {
+      if (!preset.empty() && preset[bound[j]].defined()) {
+        results[j] = preset[bound[j]];
+        values.push_back(value_over(results[j]));
+      } else if (known[bound[j]]) {
         results[j] = Tensor::empty(*known[bound[j]], info.dtype, device_);
         values.push_back(value_over(results[j]));
       } else {
@@ -659,10 +642,10 @@ class OrtSession final : public EngineSession {
           XPURT_ORT_CHECK(binding.BindOutput(output_names[j], device_memory_));
         }
       }
-      XPURT_ORT_CHECK(session_->Run(plain_run_options_, binding));
+      XPURT_ORT_CHECK(session_->Run(call_options(), binding));
       XPURT_ORT_CHECK(values = binding.GetOutputValues());
     } else {
-      XPURT_ORT_CHECK(session_->Run(plain_run_options_, input_names_.data(), input_values.data(), input_values.size(),
+      XPURT_ORT_CHECK(session_->Run(call_options(), input_names_.data(), input_values.data(), input_values.size(),
                                     output_names.data(), values.data(), values.size()));
     }
     XPURT_INTERNAL_ASSERT(values.size() == bound.size(), "ORT returned ", values.size(), " outputs, expected ",
@@ -688,7 +671,7 @@ class OrtSession final : public EngineSession {
 
   // A run without a CUDA graph (Note [Bound runs]): the wanted outputs, in order.
   std::vector<Tensor> run_bound(const std::vector<Tensor>& feeds, const std::vector<size_t>& wanted,
-                                const SignatureKey& key) {
+                                const SignatureKey& key, const std::vector<Tensor>& preset) {
     std::vector<size_t> bound;  // distinct outputs to bind
     std::vector<size_t> slot;   // wanted[k] is bound[slot[k]]
     for (size_t index : wanted) {
@@ -697,16 +680,18 @@ class OrtSession final : public EngineSession {
       if (it == bound.end()) bound.push_back(index);
     }
     const std::vector<std::optional<Shape>> known = known_output_shapes(key);
-    const bool prebound = std::any_of(bound.begin(), bound.end(), [&](size_t i) { return known[i].has_value(); });
+    const bool prebound = std::any_of(bound.begin(), bound.end(), [&](size_t i) {
+      return known[i].has_value() || (!preset.empty() && preset[i].defined());
+    });
     std::vector<Tensor> values;
     try {
-      values = run_bound_once(feeds, bound, known);
+      values = run_bound_once(feeds, bound, known, preset);
     } catch (const InvalidArgumentError&) {
       if (!prebound) throw;
       // ORT rejects a pre-bound output of the wrong shape with ORT_INVALID_ARGUMENT: the shape may depend on the
       // values (or the model's declared shape is wrong). Run once more with ORT allocating; if that fails as well,
       // its error is the real one.
-      values = run_bound_once(feeds, bound, std::vector<std::optional<Shape>>(outputs_.size()));
+      values = run_bound_once(feeds, bound, std::vector<std::optional<Shape>>(outputs_.size()), {});
       forget_output_shapes(key);
     }
     if (std::any_of(bound.begin(), bound.end(), [&](size_t i) { return !known[i].has_value(); })) {
@@ -721,11 +706,12 @@ class OrtSession final : public EngineSession {
   // A run of a session with CUDA graphs (Note [CUDA graphs through ORT]). Caller holds graph_mutex_.
   std::vector<Tensor> run_with_graph(const std::vector<Tensor>& feeds, const std::vector<size_t>& wanted,
                                      const SignatureKey& key) {
+    if (profiling_eagerly()) return run_bound(feeds, wanted, key, {});
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       std::vector<size_t> all(outputs_.size());
       for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-      std::vector<Tensor> outputs = run_bound(feeds, all, key);
+      std::vector<Tensor> outputs = run_bound(feeds, all, key, {});
       bool value_dependent = false;
       {
         std::lock_guard<std::mutex> lock(shape_mutex_);
@@ -752,7 +738,7 @@ class OrtSession final : public EngineSession {
       return result;
     }
     GraphSet& set = it->second;
-    if (!set.usable) return run_bound(feeds, wanted, key);
+    if (!set.usable) return run_bound(feeds, wanted, key, {});
     for (size_t i = 0; i < feeds.size(); ++i) set.inputs[i].copy_from(feeds[i]);  // synchronous
     try {
       XPURT_ORT_CHECK(session_->Run(set.run_options, *set.binding));
@@ -765,7 +751,7 @@ class OrtSession final : public EngineSession {
       set.outputs.clear();
       add_run_note(detail::str_cat("cuda graph for input shapes ", signature_text(feeds),
                                    ": capture failed, runs without a graph (", error.what(), ")"));
-      return run_bound(feeds, wanted, key);
+      return run_bound(feeds, wanted, key, {});
     }
     std::vector<Tensor> result;
     result.reserve(wanted.size());
@@ -797,29 +783,158 @@ class OrtSession final : public EngineSession {
     return set;
   }
 
+  static SignatureKey signature_of(const std::vector<Tensor>& feeds) {
+    SignatureKey key;
+    for (const Tensor& t : feeds) {
+      key.push_back(t.dim());
+      key.insert(key.end(), t.shape().begin(), t.shape().end());
+    }
+    return key;
+  }
+
+  // The graph path of run_into (Note [I/O binding] above): replays the signature's graph over the caller's bound
+  // tensors; false when it cannot (an output not bound in place, an input to stage, tensors other than those the
+  // graph was captured over, too many graphs, a failed capture), and the caller runs the staged path instead.
+  // Caller holds graph_mutex_.
+  bool replay_bound_graph(const std::vector<Tensor>& feeds, const std::vector<Tensor>& preset, const SignatureKey& key) {
+    if (profiling_eagerly()) return false;
+    for (const Tensor& t : preset) {
+      if (!t.defined() || t.numel() == 0) return false;
+    }
+    for (const Tensor& t : feeds) {
+      if (t.device() != device_ || !t.is_contiguous() || t.numel() == 0) return false;
+    }
+    auto it = bound_graphs_.find(key);
+    if (it == bound_graphs_.end()) {
+      if (next_graph_id_ > static_cast<int>(kMaxGraphSignatures)) return false;
+      // The set holds the bound tensors: their memory stays valid for the graph while the session lives.
+      GraphSet set;
+      set.id = next_graph_id_++;
+      XPURT_ORT_CHECK(set.binding = std::make_unique<Ort::IoBinding>(*session_));
+      for (size_t i = 0; i < feeds.size(); ++i) {
+        set.inputs.push_back(feeds[i]);
+        XPURT_ORT_CHECK(set.binding->BindInput(inputs_[i].name.c_str(), value_over(feeds[i])));
+      }
+      for (size_t i = 0; i < preset.size(); ++i) {
+        set.outputs.push_back(preset[i]);
+        XPURT_ORT_CHECK(set.binding->BindOutput(outputs_[i].name.c_str(), value_over(preset[i])));
+      }
+      XPURT_ORT_CHECK(set.run_options = Ort::RunOptions());
+      XPURT_ORT_CHECK(set.run_options.AddConfigEntry(kOrtRunOptionsConfigCudaGraphAnnotation,
+                                                     std::to_string(set.id).c_str()));
+      it = bound_graphs_.emplace(key, std::move(set)).first;
+    }
+    GraphSet& set = it->second;
+    if (!set.usable) return false;
+    bool same = true;
+    for (size_t i = 0; same && i < feeds.size(); ++i) same = feeds[i].data_ptr() == set.inputs[i].data_ptr();
+    for (size_t i = 0; same && i < preset.size(); ++i) {
+      same = preset[i].data_ptr() == set.outputs[i].data_ptr() && preset[i].shape() == set.outputs[i].shape();
+    }
+    if (!same) {
+      if (!set.moved_noted) {
+        set.moved_noted = true;
+        add_run_note(detail::str_cat("cuda graph over bound tensors for input shapes ", signature_text(feeds),
+                                     ": later runs bound other tensors, which run through staging copies (keep the "
+                                     "bound tensors to replay without copies)"));
+      }
+      return false;
+    }
+    // The feeds were written on the caller's stream; ORT runs on its own.
+    StreamManager::instance().current_stream(device_).synchronize();
+    try {
+      XPURT_ORT_CHECK(session_->Run(set.run_options, *set.binding));
+      set.captured = true;
+    } catch (const XpuRuntimeError& error) {
+      if (set.captured) throw;
+      set.usable = false;
+      set.binding.reset();
+      set.inputs.clear();
+      set.outputs.clear();
+      add_run_note(detail::str_cat("cuda graph over bound tensors for input shapes ", signature_text(feeds),
+                                   ": capture failed, runs through staging copies (", error.what(), ")"));
+      return false;
+    }
+    return true;
+  }
+
   void add_run_note(std::string note) {
     std::lock_guard<std::mutex> lock(notes_mutex_);
     run_notes_.push_back(std::move(note));
   }
 
-  void finish_profile_once() {
-    std::lock_guard<std::mutex> lock(profile_mutex_);
-    if (!profile_done_) end_profiling_locked();
+  // ---- profiling (ort_profiling.h; Note [ORT profile on the timeline] in core/profiler_ort.cpp) ----
+
+  // The profiled run this run is, when ORT must profile it: a Profiler records, or explain() has no profile yet.
+  std::unique_ptr<ort::ProfiledRun> profile_this_run() {
+    const bool recording = profiler::recording();
+    const bool for_explain = explain_profile_pending_.load(std::memory_order_relaxed) &&
+                             explain_profile_pending_.exchange(false, std::memory_order_relaxed);
+    if (!recording && !for_explain) return nullptr;
+    std::vector<std::pair<std::string, std::string>> config;
+    if (graphs_enabled_) config.emplace_back(kOrtRunOptionsConfigCudaGraphAnnotation, std::to_string(kNoGraph));
+    return std::make_unique<ort::ProfiledRun>(this, profile_folder_, std::move(config), recording,
+                                              for_explain ? &explain_profile_pending_ : nullptr);
   }
 
-  // Note [Profile of the first run]: ORT records per-node events while profiling is on; ending it after the first
-  // run writes them once (profiling every run would cost time and grow the file), and the file is removed after
-  // reading. Caller holds profile_mutex_.
-  void end_profiling_locked() {
-    if (profile_done_) return;
-    profile_done_ = true;
-    Ort::AllocatorWithDefaultOptions allocator;
-    std::string path;
-    XPURT_ORT_CHECK(path = session_->EndProfilingAllocated(allocator).get());
-    if (path.empty()) return;
-    nodes_ = parse_profile(path, precision_name(options_.fp16 ? Precision::kFP16 : options_.exec_policy.precision));
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);
+  // The RunOptions of the Run call about to be made: its own, profiling, in a profiled run; else the shared ones.
+  const Ort::RunOptions& call_options() {
+    ort::ProfiledRun* profiled = ort::ProfiledRun::active(this);
+    const Ort::RunOptions* options = profiled != nullptr ? profiled->call_options() : nullptr;
+    return options != nullptr ? *options : plain_run_options_;
+  }
+
+  // While a Profiler records, sessions with CUDA graphs run without them: a replay runs no node one by one, so ORT
+  // would report none (as the native engine runs its steps eagerly). The graphs replay again afterwards.
+  bool profiling_eagerly() const {
+    const ort::ProfiledRun* profiled = ort::ProfiledRun::active(this);
+    return profiled != nullptr && profiled->recording();
+  }
+
+  // After a run: its ORT profile becomes explain()'s nodes (the first run) and the recording Profiler's events. A
+  // profile is a report: one that cannot be read does not fail the run (the "onnxruntime run" events say so).
+  void finish_profiled_run(ort::ProfiledRun* profiled) {
+    if (profiled == nullptr) return;
+    std::vector<std::string> unreadable;
+    profiler::OrtProfile profile = profiled->collect(profiled->recording() && profiler::record_shapes(), &unreadable);
+    if (profiled->for_explain()) {
+      // Taken once, whatever came back: a run is not profiled again for explain() (a graph without nodes has none).
+      std::lock_guard<std::mutex> lock(profile_mutex_);
+      nodes_ = ort::explain_nodes(profile,
+                                  precision_name(options_.fp16 ? Precision::kFP16 : options_.exec_policy.precision));
+      if (profile.runs.empty()) {
+        profile_error_ = "unavailable: ONNX Runtime's profile of the first run could not be read";
+        for (const std::string& why : unreadable) profile_error_ += "; " + why;
+      }
+      profile_done_ = true;
+      profiled->explained();
+    }
+    if (!profiled->recording()) return;
+    if (profile.runs.empty()) {
+      // Nothing came back (the run could not be profiled): say so where the run's ORT events would be.
+      ProfileEvent e;
+      e.name = "onnxruntime run";
+      e.category = "session";
+      e.start_ns = profiler::now_ns();
+      e.args = {{"engine", kEngineName}, {"device", device_.str()}, {"ort_profile", "unavailable"}};
+      e.args.emplace_back("ort_profiles_unreadable", unreadable);
+      profiler::record(std::move(e));
+      return;
+    }
+    const std::string graphs = !graphs_enabled_ ? "off" : "enabled; run eagerly while profiling";
+    for (ProfileEvent& e : profile.events) {
+      e.pid = 0;  // this process (ORT's tid is the OS thread id, as the profiler's)
+      if (e.category == "session" && e.name == "onnxruntime run") {
+        e.args.emplace_back("device", device_.str());
+        if (device_.is_cuda()) e.args.emplace_back("cuda_graph", graphs);
+        if (profile.skipped > 0) {
+          e.args.emplace_back("ort_events_left_out", profile.skipped);
+          e.args.emplace_back("ort_categories_left_out", profile.skipped_categories);
+        }
+        if (!unreadable.empty()) e.args.emplace_back("ort_profiles_unreadable", unreadable);
+      }
+      profiler::record(std::move(e));
+    }
   }
 
   SessionOptions options_;
@@ -843,15 +958,19 @@ class OrtSession final : public EngineSession {
 
   std::mutex graph_mutex_;  // serializes runs when graphs_enabled_; guards the two below
   std::map<SignatureKey, GraphSet> graphs_;  // destroyed before session_ (declared after it)
+  std::map<SignatureKey, GraphSet> bound_graphs_;  // over tensors bound by run_into (Note [I/O binding] above)
   int next_graph_id_ = 1;                    // ORT reserves 0; -1 is "no graph"
   bool graph_limit_noted_ = false;
 
   mutable std::mutex notes_mutex_;
   std::vector<std::string> run_notes_;  // graph decisions made while running, for explain()
 
-  mutable std::mutex profile_mutex_;
+  mutable std::mutex profile_mutex_;  // guards the three below
   bool profile_done_ = false;
   std::vector<NodeExplanation> nodes_;
+  std::string profile_error_;  // why nodes_ is empty when the first run's profile could not be read
+  std::atomic<bool> explain_profile_pending_{true};  // the next run takes explain()'s profile
+  ort::ProfileFolder profile_folder_;                // where ORT writes this session's profiles
 };
 
 class OrtEngine final : public Engine {

@@ -86,6 +86,9 @@ bool dtype_from_onnx(ONNXTensorElementDataType type, DType* out) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: *out = DType::kInt32; return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: *out = DType::kInt64; return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: *out = DType::kBool; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: *out = DType::kUInt16; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: *out = DType::kUInt32; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: *out = DType::kUInt64; return true;
     default: return false;
   }
 }
@@ -102,6 +105,9 @@ ONNXTensorElementDataType onnx_from_dtype(DType dtype) {
     case DType::kInt32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
     case DType::kInt64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
     case DType::kBool: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
+    case DType::kUInt16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16;
+    case DType::kUInt32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32;
+    case DType::kUInt64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64;
   }
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }

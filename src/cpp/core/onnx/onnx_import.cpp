@@ -43,6 +43,9 @@ int dtype_to_onnx(DType dtype) {
     case DType::kFloat16: return onnx::TensorProto::FLOAT16;
     case DType::kFloat64: return onnx::TensorProto::DOUBLE;
     case DType::kBFloat16: return onnx::TensorProto::BFLOAT16;
+    case DType::kUInt16: return onnx::TensorProto::UINT16;
+    case DType::kUInt32: return onnx::TensorProto::UINT32;
+    case DType::kUInt64: return onnx::TensorProto::UINT64;
   }
   return onnx::TensorProto::UNDEFINED;
 }
@@ -120,6 +123,10 @@ Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& mode
     case DType::kInt8: copy_field(proto.int32_data(), static_cast<std::int8_t*>(dst), n, where); break;
     case DType::kUInt8: copy_field(proto.int32_data(), static_cast<std::uint8_t*>(dst), n, where); break;
     case DType::kBool: copy_field(proto.int32_data(), static_cast<bool*>(dst), n, where); break;
+    case DType::kUInt16: copy_field(proto.int32_data(), static_cast<std::uint16_t*>(dst), n, where); break;
+    // uint32 and uint64 values live in uint64_data.
+    case DType::kUInt32: copy_field(proto.uint64_data(), static_cast<std::uint32_t*>(dst), n, where); break;
+    case DType::kUInt64: copy_field(proto.uint64_data(), static_cast<std::uint64_t*>(dst), n, where); break;
     // 16-bit floats are stored as their bit patterns in int32_data.
     case DType::kFloat16:
     case DType::kBFloat16: copy_field(proto.int32_data(), static_cast<std::uint16_t*>(dst), n, where); break;
@@ -137,21 +144,12 @@ void tensor_to_proto(const Tensor& tensor, const std::string& name, onnx::Tensor
 
 // ---- types ----
 
-ValueType type_from_proto(const onnx::TypeProto& type, const std::string& where) {
-  XPURT_CHECK(type.value_case() != onnx::TypeProto::VALUE_NOT_SET, where, ": the value has no type");
-  if (type.value_case() != onnx::TypeProto::kTensorType) {
-    const char* kind = type.value_case() == onnx::TypeProto::kSequenceType   ? "sequence"
-                       : type.value_case() == onnx::TypeProto::kMapType      ? "map"
-                       : type.value_case() == onnx::TypeProto::kOptionalType ? "optional"
-                                                                              : "non-tensor";
-    throw UnsupportedOperationError(
-        detail::str_cat(where, ": ", kind, " values are not supported (xpuruntime runs tensor values only)"));
-  }
+ValueType tensor_type_from_proto(const onnx::TypeProto::Tensor& tensor, const std::string& where) {
   ValueType vt;
-  vt.dtype = dtype_from_onnx(type.tensor_type().elem_type(), where);
-  if (type.tensor_type().has_shape()) {
+  vt.dtype = dtype_from_onnx(tensor.elem_type(), where);
+  if (tensor.has_shape()) {
     vt.has_shape = true;
-    for (const auto& dim : type.tensor_type().shape().dim()) {
+    for (const auto& dim : tensor.shape().dim()) {
       if (dim.has_dim_value()) {
         vt.shape.emplace_back(dim.dim_value());
       } else if (dim.has_dim_param()) {
@@ -164,7 +162,49 @@ ValueType type_from_proto(const onnx::TypeProto& type, const std::string& where)
   return vt;
 }
 
-void type_to_proto(const ValueType& vt, onnx::TypeProto* type) {
+const char* type_case_name(const onnx::TypeProto& type) {
+  switch (type.value_case()) {
+    case onnx::TypeProto::kTensorType: return "tensor";
+    case onnx::TypeProto::kSequenceType: return "sequence";
+    case onnx::TypeProto::kMapType: return "map";
+    case onnx::TypeProto::kOptionalType: return "optional";
+    case onnx::TypeProto::kSparseTensorType: return "sparse tensor";
+    default: return "non-tensor";
+  }
+}
+
+// Tensors, sequences of tensors and optionals of those (value.h); maps, sparse tensors and deeper nestings are
+// UnsupportedOperationError.
+ValueType type_from_proto(const onnx::TypeProto& type, const std::string& where) {
+  XPURT_CHECK(type.value_case() != onnx::TypeProto::VALUE_NOT_SET, where, ": the value has no type");
+  auto unsupported = [&](const std::string& what) {
+    return UnsupportedOperationError(detail::str_cat(
+        where, ": ", what, " values are not supported (xpuruntime runs tensors, sequences of tensors and optionals "
+        "of those)"));
+  };
+  switch (type.value_case()) {
+    case onnx::TypeProto::kTensorType: return tensor_type_from_proto(type.tensor_type(), where);
+    case onnx::TypeProto::kSequenceType: {
+      XPURT_CHECK(type.sequence_type().has_elem_type(), where, ": a sequence type without an element type");
+      const onnx::TypeProto& elem = type.sequence_type().elem_type();
+      if (elem.value_case() != onnx::TypeProto::kTensorType) {
+        throw unsupported(detail::str_cat("sequence-of-", type_case_name(elem)));
+      }
+      return ValueType::sequence_of(tensor_type_from_proto(elem.tensor_type(), where));
+    }
+    case onnx::TypeProto::kOptionalType: {
+      XPURT_CHECK(type.optional_type().has_elem_type(), where, ": an optional type without an element type");
+      const onnx::TypeProto& elem = type.optional_type().elem_type();
+      if (elem.value_case() != onnx::TypeProto::kTensorType && elem.value_case() != onnx::TypeProto::kSequenceType) {
+        throw unsupported(detail::str_cat("optional-of-", type_case_name(elem)));
+      }
+      return ValueType::optional_of(type_from_proto(elem, where));
+    }
+    default: throw unsupported(type_case_name(type));
+  }
+}
+
+void tensor_type_to_proto(const ValueType& vt, onnx::TypeProto* type) {
   auto* tensor = type->mutable_tensor_type();
   tensor->set_elem_type(dtype_to_onnx(vt.dtype));
   if (!vt.has_shape) return;
@@ -176,6 +216,18 @@ void type_to_proto(const ValueType& vt, onnx::TypeProto* type) {
     } else if (!d.symbol.empty()) {
       dim->set_dim_param(d.symbol);
     }
+  }
+}
+
+void type_to_proto(const ValueType& vt, onnx::TypeProto* type) {
+  switch (vt.kind) {
+    case ValueKind::kTensor: tensor_type_to_proto(vt, type); break;
+    case ValueKind::kSequence:
+      tensor_type_to_proto(vt.element(), type->mutable_sequence_type()->mutable_elem_type());
+      break;
+    case ValueKind::kOptional:
+      type_to_proto(vt.element(), type->mutable_optional_type()->mutable_elem_type());
+      break;
   }
 }
 
@@ -207,6 +259,7 @@ void attribute_from_proto(const onnx::AttributeProto& attr, Node& node,
       node.graph_attrs[attr.name()] =
           std::make_shared<Graph>(graph_from_proto(attr.g(), opsets, model_dir, /*top_level=*/false));
       break;
+    case onnx::AttributeProto::TYPE_PROTO: node.type_attrs[attr.name()] = type_from_proto(attr.tp(), where); break;
     case onnx::AttributeProto::UNDEFINED: {
       // Old models (IR < 2) leave the type out; infer it from the field that is set.
       if (attr.has_f()) node.attrs.set(attr.name(), static_cast<double>(attr.f()));
@@ -265,7 +318,7 @@ Graph graph_from_proto(const onnx::GraphProto& proto, const std::map<std::string
     try {
       g.types[vi.name()] = type_from_proto(vi.type(), detail::str_cat("value '", vi.name(), "'"));
     } catch (const UnsupportedOperationError&) {
-      // A non-tensor intermediate: the node that makes it reports the problem when it runs.
+      // A map or another value kind xpuruntime does not run: the node that makes it reports the problem.
     }
   }
   g.nodes.reserve(static_cast<std::size_t>(proto.node_size()));
@@ -329,6 +382,12 @@ void node_to_proto(const Node& node, onnx::NodeProto* np) {
     a->set_name(name);
     a->set_type(onnx::AttributeProto::GRAPH);
     graph_to_proto(*sub, a->mutable_g());
+  }
+  for (const auto& [name, vt] : node.type_attrs) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::TYPE_PROTO);
+    type_to_proto(vt, a->mutable_tp());
   }
 }
 
@@ -419,12 +478,12 @@ std::string export_onnx(const Graph& graph) {
 bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name) {
   static const std::map<std::int64_t, std::pair<const char*, int>> types = {
       {1, {"float", static_cast<int>(DType::kFloat32)}},     {2, {"uint8", static_cast<int>(DType::kUInt8)}},
-      {3, {"int8", static_cast<int>(DType::kInt8)}},         {4, {"uint16", -1}},
+      {3, {"int8", static_cast<int>(DType::kInt8)}},         {4, {"uint16", static_cast<int>(DType::kUInt16)}},
       {5, {"int16", static_cast<int>(DType::kInt16)}},       {6, {"int32", static_cast<int>(DType::kInt32)}},
       {7, {"int64", static_cast<int>(DType::kInt64)}},       {8, {"string", -1}},
       {9, {"bool", static_cast<int>(DType::kBool)}},         {10, {"float16", static_cast<int>(DType::kFloat16)}},
-      {11, {"double", static_cast<int>(DType::kFloat64)}},   {12, {"uint32", -1}},
-      {13, {"uint64", -1}},                                  {14, {"complex64", -1}},
+      {11, {"double", static_cast<int>(DType::kFloat64)}},   {12, {"uint32", static_cast<int>(DType::kUInt32)}},
+      {13, {"uint64", static_cast<int>(DType::kUInt64)}},    {14, {"complex64", -1}},
       {15, {"complex128", -1}},                              {16, {"bfloat16", static_cast<int>(DType::kBFloat16)}},
       {17, {"float8e4m3fn", -1}},                            {18, {"float8e4m3fnuz", -1}},
       {19, {"float8e5m2", -1}},                              {20, {"float8e5m2fnuz", -1}},

@@ -47,6 +47,11 @@ void specialise_inputs(Graph& g, const std::vector<std::vector<std::int64_t>>& s
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const std::string& name = g.inputs[i];
     ValueType& vt = g.types[name];
+    if (!vt.is_tensor()) {
+      // A sequence or an optional: its tensors' shapes are known only when it runs (the reference library's).
+      XPURT_INTERNAL_ASSERT(shapes[i].empty(), "input '", name, "' is ", vt.type_str(), ": it takes no plan shape");
+      continue;
+    }
     if (vt.has_shape) {
       XPURT_CHECK(vt.shape.size() == shapes[i].size(), "input '", name, "' expects rank ", vt.shape.size(), " (",
                   vt.str(), "), got shape ", detail::shape_str(shapes[i], ","));
@@ -244,6 +249,22 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   plan->dispatcher_ = options.dispatcher;
   Graph& g = plan->graph_;
   g = graph;
+  if (options.device.is_cuda()) {
+    // Note [Sequence and optional values] (value.h): they live on the CPU, in the reference library.
+    std::string values;
+    for (const auto* names : {&g.inputs, &g.outputs}) {
+      for (const std::string& name : *names) {
+        const ValueType* vt = g.type(name);
+        if (vt == nullptr || vt->is_tensor()) continue;
+        values += detail::str_cat(values.empty() ? "" : ", ", "'", name, "' (", vt->type_str(), ")");
+      }
+    }
+    if (!values.empty()) {
+      throw UnsupportedOperationError(detail::str_cat(
+          "the native engine runs sequence and optional values on the CPU only: this model's ", values,
+          " cannot run on ", options.device.str(), " (use device cpu, or engine onnxruntime)"));
+    }
+  }
   specialise_inputs(g, input_shapes);
   if (options.compute_float != DType::kFloat32) convert_precision(g, options.compute_float);
 

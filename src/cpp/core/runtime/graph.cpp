@@ -16,7 +16,7 @@ std::string Dim::str() const {
 }
 
 bool ValueType::fully_known() const {
-  if (!has_shape) return false;
+  if (!has_shape || kind != ValueKind::kTensor) return false;
   for (const Dim& d : shape) {
     if (!d.known()) return false;
   }
@@ -32,11 +32,41 @@ std::vector<std::int64_t> ValueType::sizes() const {
 }
 
 std::string ValueType::str() const {
+  if (kind == ValueKind::kSequence) return "seq(" + element().str() + ")";
+  if (kind == ValueKind::kOptional) return "optional(" + element().str() + ")";
   std::string s(dtype_name(dtype));
   if (!has_shape) return s + "[...]";
   s += "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + shape[i].str();
   return s + "]";
+}
+
+std::string ValueType::type_str() const {
+  if (kind == ValueKind::kSequence) return "seq(" + element().type_str() + ")";
+  if (kind == ValueKind::kOptional) return "optional(" + element().type_str() + ")";
+  return "tensor(" + std::string(dtype_name(dtype)) + ")";
+}
+
+ValueType ValueType::sequence_of(const ValueType& element) {
+  XPURT_INTERNAL_ASSERT(element.kind == ValueKind::kTensor, "a sequence of ", element.type_str());
+  ValueType vt = element;
+  vt.kind = ValueKind::kSequence;
+  return vt;
+}
+
+ValueType ValueType::optional_of(const ValueType& element) {
+  XPURT_INTERNAL_ASSERT(element.kind != ValueKind::kOptional, "an optional of ", element.type_str());
+  ValueType vt = element;
+  vt.element_kind = element.kind;
+  vt.kind = ValueKind::kOptional;
+  return vt;
+}
+
+ValueType ValueType::element() const {
+  ValueType vt = *this;
+  vt.kind = kind == ValueKind::kOptional ? element_kind : ValueKind::kTensor;
+  vt.element_kind = ValueKind::kTensor;
+  return vt;
 }
 
 std::string Node::str() const {

@@ -1,7 +1,10 @@
 // GraphExec: eager execution of a CapturePlan's steps, CUDA graph capture and replay (see graph_exec.h).
 #include "xpuruntime/graph_exec.h"
 
+#include <algorithm>
+#include <functional>
 #include <optional>
+#include <set>
 
 #include "core/runtime/onnx_cpu_ops.h"
 #include "core/shape_str.h"
@@ -13,6 +16,45 @@ namespace {
 
 Tensor view_as(const Tensor& t, const std::vector<std::int64_t>& shape) {
   return Tensor::from_blob(t.data_ptr(), shape, {}, t.dtype(), t.device(), t.storage(), 0);
+}
+
+// What a node event says of its step: node, op_type, step, kind, kernel, backend, precision, reason (and op). A
+// dynamic step's dispatch is the one made while it ran (`dynamic`, null if none).
+std::vector<std::pair<std::string, ProfileArg>> step_args(const PlanStep& step, std::size_t index,
+                                                          const Dispatch* dynamic, const std::string& dynamic_precision) {
+  std::string kernel, backend, precision, reason, kind;
+  switch (step.kind) {
+    case PlanStep::Kind::kKernel: {
+      kind = step.dynamic ? "dynamic kernel" : "kernel";
+      const Dispatch* d = step.dynamic ? dynamic : step.dispatch.get();
+      if (d != nullptr) {
+        kernel = d->decision.kernel;
+        backend = d->decision.backend;
+        reason = d->decision.reason;
+        if (!d->decision.plan_summary.empty()) reason += " [" + d->decision.plan_summary + "]";
+      }
+      precision = step.dynamic ? dynamic_precision : precision_name(step.desc.precision);
+      break;
+    }
+    case PlanStep::Kind::kView:
+      kind = "view";
+      kernel = "view";
+      backend = "-";
+      reason = "a reshape of its input's bytes: no kernel, no copy";
+      break;
+    case PlanStep::Kind::kReference:
+      kind = "reference";
+      kernel = "onnx_ref";
+      backend = "cpu";
+      reason = "ONNX reference implementation: " + step.reason;
+      break;
+  }
+  std::vector<std::pair<std::string, ProfileArg>> args = {
+      {"node", step.node}, {"op_type", step.op_type}, {"step", static_cast<std::int64_t>(index)},
+      {"kind", kind},      {"kernel", kernel},        {"backend", backend},
+      {"precision", precision}, {"reason", reason}};
+  if (step.kind == PlanStep::Kind::kKernel) args.emplace_back("op", step.op);
+  return args;
 }
 
 // One step under the profiler: an NVTX range, and while recording a "node" event whose id is the CUPTI external
@@ -49,33 +91,7 @@ class StepScope {
     e.category = "node";
     e.start_ns = start_ns_;
     e.duration_ns = profiler::now_ns() - start_ns_;
-    std::string kernel, backend, precision, reason, kind;
-    switch (step.kind) {
-      case PlanStep::Kind::kKernel: {
-        kind = step.dynamic ? "dynamic kernel" : "kernel";
-        const Dispatch* d = step.dynamic ? dynamic_dispatch_ : step.dispatch.get();
-        if (d != nullptr) {
-          kernel = d->decision.kernel;
-          backend = d->decision.backend;
-          reason = d->decision.reason;
-          if (!d->decision.plan_summary.empty()) reason += " [" + d->decision.plan_summary + "]";
-        }
-        precision = step.dynamic ? dynamic_precision_ : precision_name(step.desc.precision);
-        break;
-      }
-      case PlanStep::Kind::kView:
-        kind = "view";
-        kernel = "view";
-        backend = "-";
-        reason = "a reshape of its input's bytes: no kernel, no copy";
-        break;
-      case PlanStep::Kind::kReference:
-        kind = "reference";
-        kernel = "onnx_ref";
-        backend = "cpu";
-        reason = "ONNX reference implementation: " + step.reason;
-        break;
-    }
+    e.args = step_args(step, index, dynamic_dispatch_, dynamic_precision_);
     std::int64_t bytes = 0;
     std::vector<std::string> in_shapes, out_shapes;
     const bool shapes = profiler::record_shapes();
@@ -94,10 +110,7 @@ class StepScope {
     for (int id : step.outputs) {
       if (id >= 0) describe(id, out_shapes);
     }
-    e.args = {{"node", step.node}, {"op_type", step.op_type}, {"step", static_cast<std::int64_t>(index)},
-              {"kind", kind},      {"kernel", kernel},        {"backend", backend},
-              {"precision", precision}, {"reason", reason},   {"bytes", bytes}};
-    if (step.kind == PlanStep::Kind::kKernel) e.args.emplace_back("op", step.op);
+    e.args.emplace_back("bytes", bytes);
     if (shapes) {
       e.args.emplace_back("input_shapes", std::move(in_shapes));
       e.args.emplace_back("output_shapes", std::move(out_shapes));
@@ -137,10 +150,14 @@ GraphExec::GraphExec(std::shared_ptr<const CapturePlan> plan, GraphExecOptions o
     auto* base = static_cast<std::uint8_t*>(arena_.data_ptr()) + v.offset;
     slots_[id] = Tensor::from_blob(base, v.type.sizes(), {}, v.type.dtype, device, arena_.storage(), v.bytes);
   }
+  for (const PlanStep& step : plan_->steps()) has_boxed_ |= step.kind == PlanStep::Kind::kReference;
+  for (int id : plan_->inputs()) has_boxed_ |= !values[id].type.is_tensor();
+  if (has_boxed_) boxed_.resize(values.size());
   if (device.is_cuda()) stream.synchronize();
 }
 
 GraphExec::~GraphExec() {
+  profiler::forget_graph_labels(graph_labels_);
   if (stream_) {
     try {
       stream_->synchronize();
@@ -161,6 +178,11 @@ void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tenso
   const StreamView stream = stream_ ? stream_->view() : StreamView{};
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const PlanValue& v = plan_values[ids[i]];
+    if (!v.type.is_tensor()) {
+      XPURT_CHECK_TYPE(boxed_[ids[i]].defined(), "input '", v.name, "' is ", v.type.type_str(),
+                       ": feed it through run_values");
+      continue;  // bound by run_values
+    }
     const Tensor& t = inputs[i];
     XPURT_CHECK(t.defined(), "input '", v.name, "' is missing");
     XPURT_CHECK_TYPE(t.dtype() == v.type.dtype, "input '", v.name, "' expects ", dtype_name(v.type.dtype), ", got ",
@@ -178,7 +200,8 @@ void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tenso
   }
 }
 
-void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& stream, std::uint32_t profiling) {
+void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& stream, std::uint32_t profiling,
+                              bool labelled) {
   const auto& plan_values = plan_->values();
   const Device device = plan_->device();
   const auto& steps = plan_->steps();
@@ -186,6 +209,8 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
     const PlanStep& step = steps[index];
     std::optional<StepScope> scope;
     if (profiling) scope.emplace(profiling, step);
+    std::optional<profiler::GraphLabelScope> label;
+    if (labelled) label.emplace(graph_labels_[index]);
     switch (step.kind) {
       case PlanStep::Kind::kView: {
         const Tensor& in = values[step.inputs[0]];
@@ -248,28 +273,37 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
         break;
       }
       case PlanStep::Kind::kReference: {
+        // A value is a tensor in `values` or a sequence/optional in boxed_ (Note [Sequence and optional values]).
+        auto value_of = [&](int id) -> Value { return boxed_[id].defined() ? boxed_[id] : Value(values[id]); };
         const std::size_t declared = step.reference_node->inputs.size();
-        std::vector<Tensor> inputs;
+        std::vector<Value> inputs;
         inputs.reserve(declared);
         for (std::size_t i = 0; i < declared; ++i) {
           const int id = step.inputs[i];
-          inputs.push_back(id < 0 ? Tensor() : values[id]);
+          inputs.push_back(id < 0 ? Value() : value_of(id));
         }
         onnx_ref::ValueLookup outer;
         if (!step.implicit_inputs.empty()) {
-          outer = [&](const std::string& name) -> Tensor {
+          outer = [&](const std::string& name) -> Value {
             for (std::size_t i = 0; i < step.implicit_inputs.size(); ++i) {
-              if (step.implicit_inputs[i] == name) return values[step.inputs[declared + i]];
+              if (step.implicit_inputs[i] == name) return value_of(step.inputs[declared + i]);
             }
-            return Tensor();
+            return Value();
           };
         }
-        std::vector<Tensor> outputs = onnx_ref::run_node(*step.reference_node, step.opset, inputs, outer);
+        std::vector<Value> outputs = onnx_ref::run_node_values(*step.reference_node, step.opset, inputs, outer);
         for (std::size_t o = 0; o < step.outputs.size(); ++o) {
-          if (step.outputs[o] < 0) continue;
+          const int id = step.outputs[o];
+          if (id < 0) continue;
           XPURT_CHECK(o < outputs.size() && outputs[o].defined(), "node '", step.node, "' (", step.op_type,
                       ") did not produce its output ", o);
-          values[step.outputs[o]] = outputs[o];
+          if (outputs[o].is_tensor()) {
+            values[id] = outputs[o].tensor();
+            boxed_[id] = Value();
+          } else {
+            values[id] = Tensor();
+            boxed_[id] = std::move(outputs[o]);
+          }
         }
         break;
       }
@@ -278,13 +312,57 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
   }
 }
 
-std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values, const StreamView& stream) {
+void GraphExec::register_graph_labels() {
+  if (!graph_labels_.empty()) return;
+  const auto& steps = plan_->steps();
+  const auto& plan_values = plan_->values();
+  graph_labels_.reserve(steps.size());
+  for (std::size_t index = 0; index < steps.size(); ++index) {
+    const PlanStep& step = steps[index];
+    ProfileEvent proto;
+    proto.name = step.node;
+    proto.category = "node";
+    proto.args = step_args(step, index, nullptr, "");
+    std::int64_t bytes = 0;
+    std::vector<std::string> in_shapes, out_shapes;
+    auto describe = [&](int id, std::vector<std::string>& into) {
+      if (id < 0) return;
+      const ValueType& type = plan_values[id].type;
+      std::int64_t n = 1;
+      for (std::int64_t d : type.sizes()) n *= d;
+      bytes += n * static_cast<std::int64_t>(dtype_size(type.dtype));
+      into.push_back(std::string(dtype_name(type.dtype)) + detail::shape_str(type.sizes(), ","));
+    };
+    for (int id : step.inputs) describe(id, in_shapes);
+    for (int id : step.outputs) describe(id, out_shapes);
+    proto.args.emplace_back("bytes", bytes);
+    proto.args.emplace_back("input_shapes", std::move(in_shapes));
+    proto.args.emplace_back("output_shapes", std::move(out_shapes));
+    graph_labels_.push_back(profiler::register_graph_label(std::move(proto)));
+  }
+}
+
+std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values, const StreamView& stream,
+                                               const std::vector<Tensor>* into) {
   std::vector<Tensor> outputs;
   const auto& plan_values = plan_->values();
-  for (int id : plan_->outputs()) {
+  for (std::size_t k = 0; k < plan_->outputs().size(); ++k) {
+    const int id = plan_->outputs()[k];
     const PlanValue& v = plan_values[id];
     const Tensor& t = v.kind == PlanValue::Kind::kConstant ? v.constant : values[id];
+    if (!t.defined() && has_boxed_ && boxed_[id].defined()) {
+      outputs.emplace_back();  // a sequence or optional: run_values reads it from boxed_
+      continue;
+    }
     XPURT_INTERNAL_ASSERT(t.defined(), "output '", v.name, "' was not computed");
+    if (into != nullptr && (*into)[k].defined()) {
+      Tensor out = (*into)[k];
+      XPURT_CHECK(out.shape() == t.shape(), "output '", v.name, "' is bound to a tensor of shape ",
+                  detail::shape_str(out.shape(), ","), " but the run produced ", detail::shape_str(t.shape(), ","));
+      out.copy_from(t, stream_ ? &stream : nullptr, /*non_blocking=*/true);
+      outputs.push_back(out);
+      continue;
+    }
     // Values in the arena (and inputs or constants passed through) are copied: the next run reuses the arena.
     const bool owned_by_run = !v.planned && v.kind == PlanValue::Kind::kIntermediate &&
                               (v.view_of < 0 || !plan_values[v.view_of].planned);
@@ -299,23 +377,118 @@ std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values
   return outputs;
 }
 
-std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs) {
-  // Note [Profiler off cost] (profiler.h): one relaxed load per run; the steps get its value.
-  const std::uint32_t profiling = profiler::state();
-  if (profiling == 0) return run_steps(inputs, 0);
-  return run_profiled(inputs, profiling);
+std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into) {
+  if (!has_boxed_) return run_bound(inputs, into);
+  std::vector<Tensor> outputs;
+  try {
+    outputs = run_bound(inputs, into);
+    for (int id : plan_->outputs()) {
+      XPURT_CHECK_TYPE(!boxed_[id].defined(), "output '", plan_->values()[id].name, "' is ", boxed_[id].str(),
+                       ", not a tensor: run the model with run_values");
+    }
+  } catch (...) {
+    std::fill(boxed_.begin(), boxed_.end(), Value());
+    throw;
+  }
+  std::fill(boxed_.begin(), boxed_.end(), Value());
+  return outputs;
 }
 
-std::vector<Tensor> GraphExec::run_profiled(const std::vector<Tensor>& inputs, std::uint32_t profiling) {
+std::vector<Value> GraphExec::run_values(const std::vector<Value>& inputs) {
+  const auto& plan_values = plan_->values();
+  const auto& ids = plan_->inputs();
+  XPURT_CHECK(inputs.size() == ids.size(), "the plan takes ", ids.size(), " inputs, got ", inputs.size());
+  XPURT_CHECK(plan_->device().is_cpu(), "sequence and optional values run on the CPU only, the plan runs on ",
+              plan_->device().str());
+  if (boxed_.empty()) boxed_.resize(plan_values.size());
+  has_boxed_ = true;
+  std::fill(boxed_.begin(), boxed_.end(), Value());
+  // Tensors the caller or the plan owns: an output that is one of them is copied (as collect_outputs does).
+  std::set<const Storage*> shared;
+  std::vector<Tensor> tensors(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const PlanValue& v = plan_values[ids[i]];
+    const Value& value = inputs[i];
+    XPURT_CHECK(value.defined(), "input '", v.name, "' is missing");
+    if (v.type.is_tensor()) {
+      XPURT_CHECK_TYPE(value.is_tensor(), "input '", v.name, "' expects a tensor (", v.type.str(), "), got ",
+                       value.str());
+      tensors[i] = value.tensor();
+      shared.insert(tensors[i].storage().get());
+      continue;
+    }
+    XPURT_CHECK_TYPE(!value.is_tensor(), "input '", v.name, "' expects ", v.type.type_str(), ", got ", value.str());
+    const Value& inner = value.is_optional() && value.has_element() ? value.element() : value;
+    if (inner.is_sequence()) {
+      for (const Tensor& t : inner.elements()) {
+        XPURT_CHECK(t.device().is_cpu(), "input '", v.name, "': sequence elements must be CPU tensors, got one on ",
+                    t.device().str());
+        shared.insert(t.storage().get());
+      }
+    } else if (inner.is_tensor()) {
+      XPURT_CHECK(inner.tensor().device().is_cpu(), "input '", v.name, "': the tensor in the optional must be on the "
+                  "CPU, got ", inner.tensor().device().str());
+      shared.insert(inner.tensor().storage().get());
+    }
+    boxed_[ids[i]] = value;
+  }
+  for (const PlanValue& v : plan_values) {
+    if (v.kind == PlanValue::Kind::kConstant) shared.insert(v.constant.storage().get());
+  }
+  std::vector<Tensor> tensor_outputs;
+  try {
+    tensor_outputs = run_bound(tensors, nullptr);
+  } catch (...) {
+    std::fill(boxed_.begin(), boxed_.end(), Value());
+    throw;
+  }
+  // A value with its tensors that belong to an input or a constant copied (the caller owns what it gets).
+  std::function<Value(const Value&)> own = [&](const Value& v) -> Value {
+    if (v.is_tensor()) {
+      if (!shared.count(v.tensor().storage().get())) return v;
+      Tensor copy = Tensor::empty(v.tensor().shape(), v.tensor().dtype());
+      copy.copy_from(v.tensor());
+      return copy;
+    }
+    if (v.is_sequence()) {
+      std::vector<Tensor> elements;
+      for (const Tensor& t : v.elements()) elements.push_back(own(t).tensor());
+      return Value::sequence(std::move(elements), v.element_dtype());
+    }
+    return v.has_element() ? Value::optional(own(v.element())) : v;
+  };
+  std::vector<Value> outputs;
+  for (std::size_t k = 0; k < plan_->outputs().size(); ++k) {
+    const int id = plan_->outputs()[k];
+    const Value& boxed = boxed_[id];
+    // As the output is declared: e.g. an optional output a node filled with a tensor or a sequence. A tensor output
+    // may be a sequence element fed by the caller (SequenceAt): copied too.
+    outputs.push_back(onnx_ref::conform_value(own(boxed.defined() ? boxed : Value(tensor_outputs[k])),
+                                              &plan_values[id].type));
+  }
+  std::fill(boxed_.begin(), boxed_.end(), Value());
+  return outputs;
+}
+
+std::vector<Tensor> GraphExec::run_bound(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into) {
+  // Note [Profiler off cost] (profiler.h): one relaxed load per run; the steps get its value.
+  const std::uint32_t profiling = profiler::state();
+  if (profiling == 0) return run_steps(inputs, 0, into);
+  return run_profiled(inputs, profiling, into);
+}
+
+std::vector<Tensor> GraphExec::run_profiled(const std::vector<Tensor>& inputs, std::uint32_t profiling,
+                                            const std::vector<Tensor>* into) {
   const bool recording = (profiling & profiler::kRecording) != 0;
   const bool captured = graph_captured();
   std::string why_not;
   const bool graph_wanted = options_.use_cuda_graph && plan_->capturable(&why_not);
   profiler::nvtx_push("xpuruntime plan run");
   const std::int64_t start = recording ? profiler::now_ns() : 0;
+  const std::int64_t replays_before = replays_;
   std::vector<Tensor> outputs;
   try {
-    outputs = run_steps(inputs, profiling);
+    outputs = run_steps(inputs, profiling, into);
   } catch (...) {
     profiler::nvtx_pop();
     throw;
@@ -327,8 +500,9 @@ std::vector<Tensor> GraphExec::run_profiled(const std::vector<Tensor>& inputs, s
     e.category = "session";
     e.start_ns = start;
     e.duration_ns = profiler::now_ns() - start;
-    std::string graph_state = captured       ? "captured; run eagerly while profiling"
-                              : graph_wanted ? "not captured yet; run eagerly while profiling"
+    std::string graph_state = replays_ > replays_before ? "replayed; nodes from CUPTI graph node ids"
+                              : captured               ? "captured; run eagerly while profiling"
+                              : graph_wanted      ? "not captured yet; run eagerly while profiling"
                               : !options_.use_cuda_graph ? "off"
                                                          : "not capturable: " + why_not;
     e.args = {{"device", plan_->device().str()},
@@ -340,10 +514,16 @@ std::vector<Tensor> GraphExec::run_profiled(const std::vector<Tensor>& inputs, s
   return outputs;
 }
 
-std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling) {
+std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling,
+                                         const std::vector<Tensor>* into) {
   const StreamView stream = stream_ ? stream_->view() : StreamView{};
-  // Note [Kernel to node correlation]: while recording, a captured graph is not replayed.
-  const bool eager_only = (profiling & profiler::kRecording) != 0;
+  // Note [Kernel to node correlation]: a recording profiler that cannot tell which graph node ran each kernel sees
+  // the steps run eagerly. One that can (Note [Graph node attribution] in core/profiler_graph.cpp) sees replays
+  // of a graph captured under step labels: a graph captured without them is captured again, once.
+  const bool recording = (profiling & profiler::kRecording) != 0;
+  const bool tracked = recording && profiler::graph_tracking();
+  const bool eager_only = recording && !tracked;
+  if (tracked && graph_ && !graph_labelled_) graph_.reset();
   if (graph_ && graph_->is_instantiated() && !eager_only) {
     // Replay: every value lives in its arena slot (or is a constant), so only the inputs are bound and only the
     // outputs read back; the per-value table of the eager path is not needed.
@@ -354,7 +534,7 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
     for (int id : plan_->outputs()) {
       if (!values[id].defined() && slots_[id].defined()) values[id] = slots_[id];
     }
-    std::vector<Tensor> outputs = collect_outputs(values, stream);
+    std::vector<Tensor> outputs = collect_outputs(values, stream, into);
     stream.synchronize();
     ++runs_;
     return outputs;
@@ -369,10 +549,12 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
   const bool use_graph = options_.use_cuda_graph && plan_->capturable() && !eager_only;
   if (use_graph && runs_ >= 1) {
     if (!graph_) {
+      if (tracked) register_graph_labels();
       graph_ = std::make_unique<CudaGraph>();
+      graph_labelled_ = tracked;
       graph_->capture_begin(stream);
       try {
-        execute_steps(values, stream, 0);
+        execute_steps(values, stream, 0, tracked);
       } catch (...) {
         try {
           graph_->capture_end();
@@ -390,7 +572,7 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
   } else {
     execute_steps(values, stream, profiling);
   }
-  std::vector<Tensor> outputs = collect_outputs(values, stream);
+  std::vector<Tensor> outputs = collect_outputs(values, stream, into);
   if (stream_) stream.synchronize();
   ++runs_;
   return outputs;

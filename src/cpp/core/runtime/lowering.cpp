@@ -517,6 +517,12 @@ const std::map<std::string, LowerFn>& xpurt_table() {
 Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
                    const std::vector<const Tensor*>& constants) {
   const Ctx c{node, opset, types, constants};
+  for (const ValueType* vt : types) {
+    if (vt != nullptr && !vt->is_tensor()) {
+      return reference(std::string("it reads a ") + value_kind_name(vt->kind) +
+                       " (sequences and optionals run in the reference library)");
+    }
+  }
   const std::map<std::string, LowerFn>* table = nullptr;
   if (node.domain.empty() || node.domain == "ai.onnx") table = &onnx_table();
   if (node.domain == kXpurtDomain) table = &xpurt_table();

@@ -4,7 +4,8 @@
 // The lowering is a pure function of the node, its inputs' types and the values of its constant inputs: shapes
 // given as inputs (Reshape's shape, Slice's starts, ReduceSum's axes, ...) must be constants to lower onto a
 // registry op, whose attributes they become. Whatever cannot be lowered runs through the reference library on
-// the CPU; `Lowered::reason` says why, and explain() shows it.
+// the CPU; `Lowered::reason` says why, and explain() shows it. So do nodes that read a sequence or an optional
+// (value.h): registry ops take tensors only.
 #pragma once
 
 #include <cstdint>

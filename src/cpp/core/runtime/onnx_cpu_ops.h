@@ -10,7 +10,8 @@
 //  * run by this library (kernel name "onnx_ref", backend "cpu"): ONNX's full semantics, output shapes known only
 //    when it runs (NonZero, Unique, shapes given as runtime inputs, ...). Used on the CPU for nodes that have no
 //    registry lowering (or whose dtypes the registry op does not take), and by constant folding on every device.
-// An op implementation takes its inputs as contiguous CPU tensors, reads attributes from the node, allocates its
+// An op implementation takes its inputs as contiguous CPU tensors (or sequences and optionals of them, value.h:
+// the sequence ops, Optional*, Identity, If, Loop, SequenceMap), reads attributes from the node, allocates its
 // outputs through the context and fills them. It throws InvalidArgumentError / InvalidTypeError for inputs ONNX
 // forbids (naming the node, the input and the expected and actual values) and UnsupportedOperationError for a
 // legal case it does not implement (saying which).
@@ -29,33 +30,46 @@
 #include "xpuruntime/export.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/tensor.h"
+#include "xpuruntime/value.h"
 
 namespace xpuruntime::onnx_ref {
 
-// Resolves a value of an enclosing graph by name (the outer scope of an If/Loop/Scan body); an undefined tensor
-// when the name is unknown there.
-using ValueLookup = std::function<Tensor(const std::string&)>;
+// Resolves a value of an enclosing graph by name (the outer scope of an If/Loop/Scan/SequenceMap body); an
+// undefined value when the name is unknown there.
+using ValueLookup = std::function<Value(const std::string&)>;
 
-class OpContext {
+class XPURT_API OpContext {
  public:
-  OpContext(const Node& node, std::int64_t opset, std::vector<Tensor> inputs)
-      : node_(node), opset_(opset), inputs_(std::move(inputs)), outputs_(node.outputs.size()) {}
+  OpContext(const Node& node, std::int64_t opset, std::vector<Value> inputs)
+      : node_(node),
+        opset_(opset),
+        inputs_(std::move(inputs)),
+        outputs_(node.outputs.size()),
+        value_outputs_(node.outputs.size()) {}
 
   const Node& node() const { return node_; }
   std::int64_t opset() const { return opset_; }  // the version of the node's domain the model imports
   std::size_t num_inputs() const { return inputs_.size(); }
   std::size_t num_outputs() const { return outputs_.size(); }
-  // Whether input i was given (absent optional inputs are undefined tensors).
+  // Whether input i was given (absent optional inputs are undefined values; an empty optional is given).
   bool has_input(std::size_t i) const { return i < inputs_.size() && inputs_[i].defined(); }
-  // Input i: a contiguous CPU tensor. InvalidArgumentError naming the node when a required input is missing.
+  // Input i: a contiguous CPU tensor. InvalidArgumentError naming the node when a required input is missing,
+  // InvalidTypeError when it is a sequence or an optional.
   const Tensor& input(std::size_t i) const;
+  // Input i of any kind (a tensor, a sequence, an optional). InvalidArgumentError when it is missing.
+  const Value& value(std::size_t i) const;
+  // The tensors of input i, a sequence. InvalidTypeError naming the node when it is not a sequence.
+  const std::vector<Tensor>& sequence(std::size_t i) const;
   // Whether output i is wanted (an unused optional output has an empty name; computing it anyway is fine).
   bool wants_output(std::size_t i) const { return i < outputs_.size() && !node_.outputs[i].empty(); }
   // Allocates output i (contiguous CPU tensor) and returns it; allocate each output once.
   Tensor& allocate_output(std::size_t i, const std::vector<std::int64_t>& shape, DType dtype);
   // Sets output i to an existing tensor (e.g. an input, for Identity-like ops: never modify inputs in place).
   void set_output(std::size_t i, Tensor tensor);
-  std::vector<Tensor>& outputs() { return outputs_; }
+  // Sets output i to a value of any kind (a sequence, an optional, or a tensor).
+  void set_output(std::size_t i, Value value);
+  // The outputs, one per node output (undefined for those not set); the context's outputs are left empty.
+  std::vector<Value> take_outputs();
 
   // Attribute helpers (the node's attrs; defaults as in the ONNX spec).
   std::int64_t attr_int(const std::string& name, std::int64_t def) const { return node_.attrs.get_int(name, def); }
@@ -74,6 +88,11 @@ class OpContext {
 
   // "Conv 'conv1'": for error messages.
   std::string where() const;
+  // The name of the value the node reads as input i ("" when absent).
+  const std::string& input_name(std::size_t i) const {
+    static const std::string none;
+    return i < node_.inputs.size() ? node_.inputs[i] : none;
+  }
 
   // The enclosing scope's values (for control-flow ops, whose bodies read them by name); empty at top level
   // unless the engine supplies it.
@@ -83,8 +102,9 @@ class OpContext {
  private:
   const Node& node_;
   std::int64_t opset_;
-  std::vector<Tensor> inputs_;
-  std::vector<Tensor> outputs_;
+  std::vector<Value> inputs_;
+  std::vector<Tensor> outputs_;       // tensor outputs (allocate_output hands out references into it)
+  std::vector<Value> value_outputs_;  // sequence and optional outputs
   ValueLookup outer_;
 };
 
@@ -103,17 +123,25 @@ class XPURT_API Library {
   std::map<std::pair<std::string, std::string>, OpFn> ops_;
 };
 
-// Runs `node` on CPU inputs (undefined tensors for absent optional inputs; non-contiguous ones are made
-// contiguous). Returns one tensor per node output (undefined for unused optional outputs the op skipped).
-// UnsupportedOperationError when the library has no implementation for the node's op.
+// Runs `node` on CPU values (undefined values for absent optional inputs; non-contiguous tensors, also inside
+// sequences and optionals, are made contiguous). Returns one value per node output (undefined for unused optional
+// outputs the op skipped). UnsupportedOperationError when the library has no implementation for the node's op.
+XPURT_API std::vector<Value> run_node_values(const Node& node, std::int64_t opset, const std::vector<Value>& inputs,
+                                             const ValueLookup& outer = {});
+// run_node_values for tensors: InvalidTypeError when the node makes a sequence or an optional.
 XPURT_API std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs,
                                        const ValueLookup& outer = {});
 
-// Runs a subgraph (an If branch, a Loop or Scan body): binds `inputs` to body.inputs in order, runs the nodes in
-// order through this library (names not defined in the body are resolved through `outer`), returns
-// body.outputs. InvalidArgumentError for a wrong input count or a name defined nowhere.
-XPURT_API std::vector<Tensor> run_graph(const Graph& body, const std::vector<Tensor>& inputs,
-                                        const ValueLookup& outer);
+// `value` as a value of the `declared` type wants it: a tensor or a sequence where an optional is declared is
+// wrapped in one (a Loop body whose optional loop-carried input receives the sequence its last iteration made, as
+// ONNX's Loop test with an optional sequence does); anything else as it is.
+XPURT_API Value conform_value(const Value& value, const ValueType* declared);
+
+// Runs a subgraph (an If branch, a Loop, Scan or SequenceMap body): binds `inputs` to body.inputs in order
+// (conform_value to their declared types), runs the nodes in order through this library (names not defined in the
+// body are resolved through `outer`), returns body.outputs (conformed to theirs). InvalidArgumentError for a wrong
+// input count or a name defined nowhere.
+XPURT_API std::vector<Value> run_graph(const Graph& body, const std::vector<Value>& inputs, const ValueLookup& outer);
 
 // The names a subgraph reads from its enclosing scopes (free variables, nested subgraphs included), sorted.
 XPURT_API std::vector<std::string> outer_names(const Graph& body);
@@ -124,5 +152,6 @@ void register_tensor_ops(Library& lib);        // onnx_tensor.cpp: shape/data mo
 void register_nn_ops(Library& lib);            // onnx_nn.cpp: MatMul, Gemm, Conv, pools, norms, RNNs, Resize...
 void register_misc_ops(Library& lib);          // onnx_misc.cpp: quantization, signal, training, losses, ...
 void register_control_flow_ops(Library& lib);  // onnx_control_flow.cpp: If, Loop, Scan
+void register_sequence_ops(Library& lib);      // onnx_sequence.cpp: Sequence*, SplitToSequence, Optional*, ...
 
 }  // namespace xpuruntime::onnx_ref

@@ -2,12 +2,14 @@
 #include "core/runtime/shape_inference.h"
 
 #include <cstring>
+#include <optional>
 #include <unordered_set>
 
 #include "core/runtime/lowering.h"
 #include "core/runtime/onnx_cpu_ops.h"
 #include "core/runtime/passes.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/onnx_import.h"
 
 namespace xpuruntime::runtime {
 namespace {
@@ -32,6 +34,73 @@ Tensor int64_vector(const std::vector<std::int64_t>& values, bool scalar) {
                            DType::kInt64);
   if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
   return t;
+}
+
+ValueType scalar_type(DType dtype) {
+  ValueType vt;
+  vt.dtype = dtype;
+  vt.has_shape = true;
+  return vt;
+}
+
+ValueType unshaped(ValueType vt) {
+  vt.has_shape = false;
+  vt.shape.clear();
+  return vt;
+}
+
+// The types of the outputs of a node that makes or reads sequences and optionals (value.h), from its inputs'
+// types and its attributes; empty entries where nothing is known. ONNX's own inference rules, minus the shapes
+// that only a run knows.
+std::vector<std::optional<ValueType>> sequence_output_types(const Node& node,
+                                                            const std::vector<const ValueType*>& types) {
+  std::vector<std::optional<ValueType>> out(node.outputs.size());
+  if (!node.domain.empty() || out.empty()) return out;
+  const ValueType* in0 = types.empty() ? nullptr : types[0];
+  const std::string& op = node.op_type;
+  if (op == "SequenceEmpty") {
+    DType dtype = DType::kFloat32;
+    if (dtype_from_onnx_type(node.attrs.get_int("dtype", 1), &dtype)) {
+      out[0] = ValueType::sequence_of(unshaped(scalar_type(dtype)));
+    }
+  } else if (op == "SequenceConstruct" || op == "SplitToSequence") {
+    if (in0 && in0->is_tensor()) out[0] = ValueType::sequence_of(unshaped(*in0));
+  } else if (op == "SequenceInsert" || op == "SequenceErase") {
+    if (in0 && in0->kind == ValueKind::kSequence) out[0] = unshaped(*in0);
+  } else if (op == "SequenceAt" || op == "ConcatFromSequence") {
+    if (in0 && in0->kind == ValueKind::kSequence) out[0] = unshaped(in0->element());
+  } else if (op == "SequenceLength") {
+    out[0] = scalar_type(DType::kInt64);
+  } else if (op == "OptionalHasElement") {
+    out[0] = scalar_type(DType::kBool);
+  } else if (op == "Optional") {
+    auto type = node.type_attrs.find("type");
+    if (in0 && in0->kind != ValueKind::kOptional) {
+      out[0] = ValueType::optional_of(*in0);
+    } else if (type != node.type_attrs.end() && type->second.kind != ValueKind::kOptional) {
+      out[0] = ValueType::optional_of(type->second);
+    }
+  } else if (op == "OptionalGetElement") {
+    if (in0) out[0] = in0->kind == ValueKind::kOptional ? in0->element() : *in0;
+  } else if (op == "Identity") {
+    if (in0 && !in0->is_tensor()) out[0] = *in0;
+  } else if (op == "SequenceMap" || op == "If" || op == "Loop") {
+    // Sequence and optional outputs as the body declares them (If: the then branch; Loop: after the condition).
+    const char* attr = op == "If" ? "then_branch" : "body";
+    auto it = node.graph_attrs.find(attr);
+    if (it == node.graph_attrs.end() || !it->second) return out;
+    const Graph& body = *it->second;
+    const std::size_t skip = op == "Loop" ? 1 : 0;
+    for (std::size_t i = 0; i < out.size() && i + skip < body.outputs.size(); ++i) {
+      const ValueType* vt = body.type(body.outputs[i + skip]);
+      if (op == "SequenceMap") {
+        if (vt && vt->is_tensor()) out[i] = ValueType::sequence_of(*vt);
+      } else if (vt && !vt->is_tensor()) {
+        out[i] = *vt;
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -114,6 +183,13 @@ int infer_types(Graph& g, const InferOptions& options) {
       continue;
     }
     (void)is_graph_output;
+    // Sequences and optionals: kinds and element types (declared types win).
+    const std::vector<std::optional<ValueType>> kinds = sequence_output_types(node, types);
+    for (std::size_t o = 0; o < kinds.size(); ++o) {
+      if (kinds[o] && !node.outputs[o].empty() && g.types.count(node.outputs[o]) == 0) {
+        g.types[node.outputs[o]] = *kinds[o];
+      }
+    }
     // Types through the lowering.
     const Lowered lowered = lower_node(node, opset, types, constants);
     if (lowered.kind == Lowered::Kind::kView && types[0] && !node.outputs.empty()) {

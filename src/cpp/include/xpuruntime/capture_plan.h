@@ -100,9 +100,11 @@ struct XPURT_API PlanOptions {
 
 class XPURT_API CapturePlan {
  public:
-  // Specialises `graph` to `input_shapes` (one per graph input, in order), optimizes it, lowers every node and
-  // plans memory. InvalidArgumentError when a shape does not fit the model's declared input; on CUDA,
-  // UnsupportedOperationError listing every node that cannot run there.
+  // Specialises `graph` to `input_shapes` (one per graph input, in order; empty for a sequence or optional input,
+  // whose tensors' shapes only its run knows), optimizes it, lowers every node and plans memory.
+  // InvalidArgumentError when a shape does not fit the model's declared input; on CUDA,
+  // UnsupportedOperationError listing every node that cannot run there (and for sequence or optional inputs and
+  // outputs, which run on the CPU only).
   static std::shared_ptr<const CapturePlan> build(const Graph& graph,
                                                   const std::vector<std::vector<std::int64_t>>& input_shapes,
                                                   const PlanOptions& options);

@@ -109,6 +109,18 @@ class XPURT_API Dispatcher {
   std::vector<Tensor> run(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
                           const StreamView* stream = nullptr, Decision* decision = nullptr);
 
+  // select + run into caller-allocated `outputs` (contiguous, of the inferred shapes and dtypes, on the op's
+  // device; InvalidArgumentError naming the output otherwise), with the caller's `workspace` when given (at least
+  // the plan's workspace_bytes on the op's device) instead of the MemoryManager's. Nothing is allocated here then:
+  // a framework (xpuruntime.pytorch) allocates with its own allocator, also inside its CUDA graph captures.
+  void run_into(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                std::vector<Tensor>& outputs, const StreamView* stream = nullptr, Decision* decision = nullptr,
+                const Tensor* workspace = nullptr);
+
+  // Every kernel's answer to "can you run `desc`?" under this dispatcher's ExecutionPolicy, in priority order.
+  // Validates and infers `desc` like `select`; decides and builds nothing.
+  std::vector<CandidateReport> candidates(OpDescriptor& desc) const;
+
   // Every distinct decision made so far, in the order they were first made.
   std::vector<Decision> decisions() const;
   const KernelPolicy& kernel_policy() const { return kernel_policy_; }
@@ -118,6 +130,7 @@ class XPURT_API Dispatcher {
 
  private:
   std::shared_ptr<Dispatch> decide(const OpDescriptor& desc);
+  std::vector<CandidateReport> evaluate(const OpDescriptor& desc) const;
   double time_candidate(const KernelPlan& plan, const OpDescriptor& desc);
 
   KernelPolicy kernel_policy_;

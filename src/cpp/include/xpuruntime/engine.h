@@ -24,16 +24,23 @@
 #include "xpuruntime/kernel_policy.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/tensor.h"
+#include "xpuruntime/value.h"
 
 namespace xpuruntime {
 
-// A model input or output: name, element type and shape, symbolic dimensions as their names ("batch") and
-// unknown ones as "?".
+// A model input or output: name, kind (a tensor, a sequence of tensors, an optional: value.h), element type and
+// shape (of the tensor, or of the tensors a sequence or optional holds), symbolic dimensions as their names
+// ("batch") and unknown ones as "?".
 struct XPURT_API ValueInfo {
   std::string name;
+  ValueKind kind = ValueKind::kTensor;
+  ValueKind element_kind = ValueKind::kTensor;  // kOptional: what it holds (kTensor or kSequence)
   DType dtype = DType::kFloat32;
   std::vector<std::string> shape;
-  std::string str() const;  // "input: float32[batch, 3, 224, 224]"
+  // ONNX-style type, as ONNX Runtime's NodeArg.type: "tensor(float32)", "seq(tensor(float32))",
+  // "optional(tensor(int64))", "optional(seq(tensor(float32)))".
+  std::string type() const;
+  std::string str() const;  // "input: float32[batch, 3, 224, 224]", "x: seq(float32[?])", "o: optional(int64[3])"
 };
 
 // How a session is built. Valid when default-constructed: the CPU, default policies, engine "auto".
@@ -102,6 +109,17 @@ class XPURT_API EngineSession {
   // `output_names`: the outputs wanted, in order (empty: all). Returns them in that order.
   virtual std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                                   const std::vector<std::string>& output_names) = 0;
+  // Runs with outputs bound by the caller (IoBinding; Note [I/O binding] in core/engine.cpp). `outputs` holds one
+  // entry per name in `output_names` (not empty): a defined entry is a tensor of that output's dtype and shape, on
+  // the session's device, that the run writes; an undefined one is set to a tensor the engine allocates. The
+  // default runs run() and copies into the defined entries; engines that can write in place override it.
+  virtual void run_into(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                        const std::vector<std::string>& output_names, std::vector<Tensor>& outputs);
+  // Runs with feeds and outputs of any value kind (tensors, sequences, optionals; value.h), as
+  // InferenceSession::run_values. The default takes tensor feeds only (UnsupportedOperationError naming the first
+  // other one) and runs run(); engines that run sequences and optionals override it.
+  virtual std::vector<Value> run_values(const std::vector<std::pair<std::string, Value>>& feeds,
+                                        const std::vector<std::string>& output_names);
   virtual Explanation explain() const = 0;
 };
 

@@ -22,6 +22,7 @@
 #include "xpuruntime/export.h"
 #include "xpuruntime/op_descriptor.h"
 #include "xpuruntime/tensor.h"
+#include "xpuruntime/value.h"
 
 namespace xpuruntime {
 
@@ -40,14 +41,27 @@ struct XPURT_API Dim {
   bool operator==(const Dim& other) const { return value == other.value && symbol == other.symbol; }
 };
 
-// The type of a value: its element type and, when known, its shape.
+// The type of a value: its kind (a tensor, a sequence of tensors, an optional: value.h), the element type and,
+// when known, the shape of the tensor - or of the tensors a sequence or optional holds (ONNX gives one shape for
+// every element of a sequence).
 struct XPURT_API ValueType {
+  ValueKind kind = ValueKind::kTensor;
+  ValueKind element_kind = ValueKind::kTensor;  // kOptional: what it holds (kTensor or kSequence)
   DType dtype = DType::kFloat32;
   bool has_shape = false;       // false: rank unknown
   std::vector<Dim> shape;
-  bool fully_known() const;     // has_shape and every dim known
+  bool is_tensor() const { return kind == ValueKind::kTensor; }
+  bool fully_known() const;     // a tensor with has_shape and every dim known (false for sequences and optionals)
   std::vector<std::int64_t> sizes() const;  // the sizes (InternalError unless fully_known())
-  std::string str() const;      // "float32[batch,3,224,224]"
+  std::string str() const;      // "float32[batch,3,224,224]", "seq(float32[?])", "optional(seq(int64[3]))"
+  // The ONNX-style type: "tensor(float32)", "seq(tensor(float32))", "optional(seq(tensor(int64)))".
+  std::string type_str() const;
+  // A sequence of tensors of `element` (its dtype and shape).
+  static ValueType sequence_of(const ValueType& element);
+  // An optional holding `element` (a tensor or sequence type).
+  static ValueType optional_of(const ValueType& element);
+  // What an optional holds (a tensor or sequence type), or the element tensor type of a sequence.
+  ValueType element() const;
 };
 
 class Graph;
@@ -64,6 +78,7 @@ struct XPURT_API Node {
   std::map<std::string, Tensor> tensor_attrs;
   std::map<std::string, std::vector<std::string>> string_list_attrs;
   std::map<std::string, std::shared_ptr<Graph>> graph_attrs;
+  std::map<std::string, ValueType> type_attrs;  // TYPE_PROTO attributes (Optional's `type`)
 
   bool has_input(std::size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
   std::string str() const;  // "Conv 'conv1' (x, w, b) -> (y)"

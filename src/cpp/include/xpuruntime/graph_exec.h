@@ -22,6 +22,7 @@
 #include "xpuruntime/export.h"
 #include "xpuruntime/stream_manager.h"
 #include "xpuruntime/tensor.h"
+#include "xpuruntime/value.h"
 
 namespace xpuruntime {
 
@@ -37,8 +38,15 @@ class XPURT_API GraphExec {
   GraphExec& operator=(const GraphExec&) = delete;
 
   // Runs the plan. `inputs`: one tensor per plan input, with the plan's shapes and dtypes, on any device (copied
-  // when not on the plan's device). Returns when the outputs are ready.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // when not on the plan's device). Returns when the outputs are ready. `into` (optional, one entry per plan output):
+  // defined entries are tensors of the output's shape and dtype on the plan's device that receive the output
+  // (I/O binding) and are returned as it.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into = nullptr);
+  // run() for plans with sequence or optional inputs or outputs (Note [Sequence and optional values] in value.h;
+  // CPU plans): one value per plan input, a tensor as run() takes it or a sequence or optional of CPU tensors as
+  // the input is declared (InvalidTypeError naming the input otherwise). Returns one value per plan output;
+  // tensors in sequences and optionals that are an input's or a constant's are copied, so the caller owns them.
+  std::vector<Value> run_values(const std::vector<Value>& inputs);
 
   const CapturePlan& plan() const { return *plan_; }
   bool graph_captured() const;       // a CUDA graph is instantiated and replayed
@@ -46,12 +54,19 @@ class XPURT_API GraphExec {
   std::int64_t replays() const { return replays_; }
 
  private:
+  std::vector<Tensor> run_bound(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into);
   void bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tensor>& values);
-  std::vector<Tensor> run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling);
-  std::vector<Tensor> run_profiled(const std::vector<Tensor>& inputs, std::uint32_t profiling);
+  std::vector<Tensor> run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling,
+                                const std::vector<Tensor>* into);
+  std::vector<Tensor> run_profiled(const std::vector<Tensor>& inputs, std::uint32_t profiling,
+                                   const std::vector<Tensor>* into);
   // `profiling`: profiler::state() read once by run(); 0 when off.
-  void execute_steps(std::vector<Tensor>& values, const StreamView& stream, std::uint32_t profiling);
-  std::vector<Tensor> collect_outputs(const std::vector<Tensor>& values, const StreamView& stream);
+  // `labelled`: capturing under graph-node labels (Note [Graph node attribution] in core/profiler_graph.cpp).
+  void execute_steps(std::vector<Tensor>& values, const StreamView& stream, std::uint32_t profiling,
+                     bool labelled = false);
+  void register_graph_labels();
+  std::vector<Tensor> collect_outputs(const std::vector<Tensor>& values, const StreamView& stream,
+                                      const std::vector<Tensor>* into);
 
   std::shared_ptr<const CapturePlan> plan_;
   GraphExecOptions options_;
@@ -62,6 +77,12 @@ class XPURT_API GraphExec {
   std::vector<Tensor> slots_;  // planned values as views into the arena (undefined for others)
   std::int64_t runs_ = 0;
   std::int64_t replays_ = 0;
+  std::vector<std::uint64_t> graph_labels_;  // one per step, registered on first need
+  // Per plan value: the sequences and optionals of the current run (inputs bound by run_values, outputs of
+  // reference steps); a tensor value lives in the run's tensor table instead. Cleared when a run ends.
+  std::vector<Value> boxed_;
+  bool has_boxed_ = false;  // the plan has reference steps or sequence/optional inputs
+  bool graph_labelled_ = false;              // graph_ was captured while a profiler tracked graph nodes
 };
 
 }  // namespace xpuruntime

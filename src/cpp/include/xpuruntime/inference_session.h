@@ -25,6 +25,51 @@
 
 namespace xpuruntime {
 
+// I/O binding (ONNX Runtime's IoBinding): inputs and outputs bound to tensors once and reused by every
+// run_with_binding(). An output bound to a tensor is written in place (its dtype and shape must be the output's);
+// one bound to a device gets a new tensor there each run. With CUDA graphs, a session whose bound tensors keep
+// their addresses from run to run replays its graph over them without staging copies (the onnxruntime engine;
+// docs/engines.md). Made by InferenceSession::io_binding(), which checks names and dtypes as they are bound.
+//
+//   IoBinding binding = session.io_binding();
+//   binding.bind_input("x", x_cuda);
+//   binding.bind_output("y", y_cuda);  // or binding.bind_output("y", Device::cuda(0))
+//   session.run_with_binding(binding);  // y_cuda now holds the output
+//
+// Not thread-safe: one binding per thread (a session runs several bindings at once).
+class XPURT_API IoBinding {
+ public:
+  void bind_input(const std::string& name, Tensor value);
+  void bind_output(const std::string& name, Tensor value);
+  void bind_output(const std::string& name, Device device);
+  void clear_inputs() { inputs_.clear(); }
+  void clear_outputs() {
+    outputs_.clear();
+    results_.clear();
+  }
+  const std::vector<std::pair<std::string, Tensor>>& inputs() const { return inputs_; }
+  std::vector<std::string> output_names() const;
+  // The outputs of the last run, in binding order: the bound tensors themselves, or the new ones.
+  const std::vector<Tensor>& outputs() const { return results_; }
+
+ private:
+  friend class InferenceSession;
+  struct Output {
+    std::string name;
+    Tensor tensor;  // bound in place, or undefined
+    Device device;  // where a new output goes when `tensor` is undefined
+  };
+  IoBinding(std::vector<ValueInfo> inputs, std::vector<ValueInfo> outputs, Device device)
+      : model_inputs_(std::move(inputs)), model_outputs_(std::move(outputs)), device_(device) {}
+
+  std::vector<ValueInfo> model_inputs_;
+  std::vector<ValueInfo> model_outputs_;
+  Device device_;
+  std::vector<std::pair<std::string, Tensor>> inputs_;
+  std::vector<Output> outputs_;
+  std::vector<Tensor> results_;
+};
+
 class XPURT_API InferenceSession {
  public:
   // From a model file (InvalidArgumentError when it cannot be read).
@@ -37,9 +82,27 @@ class XPURT_API InferenceSession {
 
   const std::vector<ValueInfo>& get_inputs() const;
   const std::vector<ValueInfo>& get_outputs() const;
-  // Runs the model; `output_names` empty means every output, in model order.
+  // Runs the model; `output_names` empty means every output, in model order. Tensors only: a model with
+  // sequence or optional inputs or outputs runs through run_values (InvalidTypeError here naming the value).
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                           const std::vector<std::string>& output_names = {}) const;
+  // Runs the model with values of any kind (value.h), as ONNX Runtime's Run with Ort::Values: a tensor, a sequence
+  // (Value::sequence) or an optional per input, as get_inputs() declares it (ValueInfo::type); an optional input
+  // also takes its element itself (a tensor or a sequence), wrapped as ONNX Runtime does, and Value::none() for
+  // nothing. Returns one value per output: a tensor, a sequence, or an optional (empty or holding its element).
+  // A feed of the wrong kind or element type is InvalidTypeError naming the input. The native engine runs
+  // sequences and optionals on the CPU (a CUDA session refuses such a model when it is created); other engines
+  // take tensor values only (UnsupportedOperationError).
+  //
+  //   auto out = session.run_values({{"seq", Value::sequence({a, b}, DType::kFloat32)}, {"opt", Value::none()}});
+  //   for (const Tensor& t : out[0].elements()) ...
+  std::vector<Value> run_values(const std::vector<std::pair<std::string, Value>>& feeds,
+                                const std::vector<std::string>& output_names = {}) const;
+  // A new, empty I/O binding for this session.
+  IoBinding io_binding() const;
+  // Runs with `binding`'s inputs and outputs (at least one output bound); the outputs are then in
+  // binding.outputs().
+  void run_with_binding(IoBinding& binding) const;
   Explanation explain() const;
   const std::string& engine() const { return engine_; }
   const SessionOptions& options() const { return options_; }
@@ -47,8 +110,8 @@ class XPURT_API InferenceSession {
  private:
   InferenceSession() = default;
   void build(const std::string& model);
-  std::vector<Tensor> run_profiled(const std::vector<std::pair<std::string, Tensor>>& feeds,
-                                   const std::vector<std::string>& output_names) const;
+  template <typename Run>
+  void run_profiled(const std::vector<std::pair<std::string, Tensor>>& feeds, const Run& run) const;
 
   SessionOptions options_;
   std::string engine_;

@@ -69,10 +69,12 @@ class XPURT_API KernelPlan {
   virtual void run(const KernelLaunch& launch) const = 0;
   virtual std::size_t workspace_bytes() const { return 0; }
   // Runs once with `inputs` (schema order; absent optional inputs undefined) into pre-allocated `outputs`: takes
-  // `workspace_bytes()` from the MemoryManager on `stream` (freed stream-ordered after the launch), fills a
-  // KernelLaunch and calls run(). `stream` is ignored on the CPU.
+  // `workspace_bytes()` from the MemoryManager on `stream` (freed stream-ordered after the launch), or uses the
+  // caller's `workspace` when given (contiguous, at least workspace_bytes() on the op's device: memory from a
+  // framework's allocator, e.g. inside its CUDA graph pool), fills a KernelLaunch and calls run(). `stream` is
+  // ignored on the CPU.
   void execute(const OpDescriptor& desc, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-               const StreamView& stream = {}) const;
+               const StreamView& stream = {}, const Tensor* workspace = nullptr) const;
   // Text (JSON object) from which `Kernel::build` re-creates this plan; empty when there is nothing to choose.
   virtual std::string record() const { return {}; }
   // One line for humans: "cublasLt algo 21, tile 128x256, 4 stages, epilogue GELU_BIAS".
@@ -126,6 +128,16 @@ class XPURT_API FunctionKernel final : public Kernel {
   RunFn run_;
 };
 
+// A kernel name that a KernelPolicy may use for an op although no kernel of this library implements it: PyTorch's
+// own backends ("torch_flash", "torch_cublaslt", ...), which xpuruntime.pytorch runs when training under a
+// policy. See Note [External kernels] in kernel_registry.cpp.
+struct XPURT_API ExternalKernelInfo {
+  std::string op;       // the op it implements: "matmul", "linear", "conv2d", "attention"
+  std::string name;     // the name policies use
+  std::string runner;   // who runs it: "pytorch"
+  std::string summary;  // one line: what it is
+};
+
 // Defines an op: its inputs and attributes (documentation and validation), the policy family it belongs to,
 // and shape inference.
 struct XPURT_API OpSchema {
@@ -165,8 +177,12 @@ class XPURT_API KernelRegistry {
   // The kernels of `op` in priority order (the order used when the policy says nothing).
   std::vector<const Kernel*> kernels(const std::string& op) const;
   const Kernel* find_kernel(const std::string& op, const std::string& name) const;
-  // Kernel names valid for a policy key (an op or a family), sorted, unique.
+  // Kernel names valid for a policy key (an op or a family), sorted, unique; external kernels included.
   std::vector<std::string> kernel_names(const std::string& policy_key) const;
+  // External kernels (valid policy names that run outside this library); the op must exist, (op, name) be new.
+  void add_external_kernel(ExternalKernelInfo info);
+  const ExternalKernelInfo* find_external_kernel(const std::string& op, const std::string& name) const;
+  std::vector<ExternalKernelInfo> external_kernels(const std::string& op = {}) const;  // of one op, or all
   bool is_policy_key(const std::string& key) const;  // an op name or a family name
   std::vector<std::string> policy_keys() const;       // families and ops, sorted, unique
 
@@ -183,6 +199,7 @@ class XPURT_API KernelRegistry {
   std::map<std::string, std::string> library_versions_;
   std::vector<OpSchema> schemas_;
   std::vector<std::unique_ptr<Kernel>> kernels_;
+  std::vector<std::unique_ptr<ExternalKernelInfo>> external_kernels_;  // stable addresses
 };
 
 // Registration functions, one per backend (src/cpp/backends/<name>/). `register_ops` adds the op schemas.
@@ -192,5 +209,7 @@ void register_cuda_raw(KernelRegistry& registry);
 void register_cublas(KernelRegistry& registry);
 void register_cublaslt(KernelRegistry& registry);
 void register_cudnn(KernelRegistry& registry);
+// PyTorch's own backends as external kernels (run by xpuruntime.pytorch; docs/pytorch.md).
+void declare_pytorch_kernels(KernelRegistry& registry);
 
 }  // namespace xpuruntime

@@ -5,8 +5,10 @@
 //
 // Import reads every opset the protobuf format carries (ONNX's node semantics per opset are the engine's job),
 // external-data initializers (files relative to `model_dir`), value_info shapes (symbolic dims kept as names),
-// and subgraphs (If/Loop/Scan bodies). Malformed or truncated bytes, unknown element types, missing external
-// files and graphs that are not DAGs raise InvalidArgumentError saying what and where.
+// subgraphs (If/Loop/Scan bodies) and the value types tensor, sequence of tensors and optional (value.h; a graph
+// input or output of another kind - map, sparse tensor - is UnsupportedOperationError). Malformed or truncated
+// bytes, unknown element types, missing external files and graphs that are not DAGs raise InvalidArgumentError
+// saying what and where.
 //
 // Ownership: returns values. Thread-safety: free functions, no shared state.
 #pragma once

@@ -30,11 +30,33 @@ struct XPURT_API CallOptions {
   const ExecutionPolicy* exec_policy = nullptr;  // default: the process-wide default policy
   const StreamView* stream = nullptr;            // default: the device's current stream
   Decision* decision = nullptr;                  // receives the decision when set
+  // Caller-allocated outputs (contiguous, with the op's inferred shapes and dtypes, on the op's device): the op
+  // writes into them and `call` returns them. Default (null): new tensors from the MemoryManager. With a
+  // caller-allocated `workspace` (at least `plan(...).workspace_bytes` on the op's device) the call allocates
+  // nothing: xpuruntime.pytorch passes memory from torch's allocator, which also works inside torch's CUDA graphs.
+  std::vector<Tensor>* outputs = nullptr;
+  const Tensor* workspace = nullptr;
+};
+
+// What `call` would run for these inputs, without running it: the decision (dispatching, and so autotuning,
+// like `call`), the outputs' descriptors and the plan's workspace size.
+struct XPURT_API CallPlan {
+  Decision decision;
+  std::vector<TensorDesc> outputs;
+  std::size_t workspace_bytes = 0;
 };
 
 // The generic entry point every named op below goes through.
 XPURT_API std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs,
                                    const Attributes& attrs = {}, const CallOptions& options = {});
+
+XPURT_API CallPlan plan(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs = {},
+                        const CallOptions& options = {});
+
+// Every kernel's answer to "can you run this call?" under the options' ExecutionPolicy, in priority order (no
+// decision, no plan).
+XPURT_API std::vector<CandidateReport> candidates(const std::string& op, const std::vector<Tensor>& inputs,
+                                                  const Attributes& attrs = {}, const CallOptions& options = {});
 
 // The Dispatcher used for a pair of policies (cached by their fingerprints; shares one AutotuneCache).
 XPURT_API std::shared_ptr<Dispatcher> dispatcher_for(const KernelPolicy& kernel_policy,

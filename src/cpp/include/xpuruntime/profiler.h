@@ -1,7 +1,9 @@
 // Profiler: what ran, where and for how long (docs/profiling.md). While a Profiler is started, the runtime records
 //  - "session" events: each InferenceSession::run (engine, device, input shapes);
 //  - "node" events: each step of the native engine's plan, host-timed (node, op type, kernel, backend, precision,
-//    the dispatcher's reason, shapes, bytes read and written);
+//    the dispatcher's reason, shapes, bytes read and written), and each node ONNX Runtime runs for a session with
+//    engine="onnxruntime" (from ORT's own profile of that run: op, execution provider, ORT's timing; Note [ORT
+//    profile on the timeline] in core/profiler_ort.cpp);
 //  - on CUDA, CUPTI activity records: "kernel", "memcpy", "memset" and "sync" events, each kernel, copy and set
 //    linked to the node whose launch made it (Note [Kernel to node correlation] in core/profiler.cpp);
 //  - "alloc" events from the allocators (allocation and free, bytes, the running allocated bytes and peak);
@@ -28,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -94,6 +97,35 @@ struct XPURT_API ProfilerOptions {
   bool record_shapes = true;  // node and session events carry input/output shapes (default true)
 };
 
+// ---- ONNX Runtime's profile ----
+// ORT writes its profile as Chrome-trace JSON (an array, or an object with "traceEvents"): a "Node" event per node
+// run, named "<node>_kernel_time" (args op_name, provider, input_type_shape, output_type_shape, activation_size,
+// parameter_size, output_size, thread_scheduling_stats), "Session" events ("model_run" per run, model loading and
+// session initialization) and, in some builds, other categories; "ts" and "dur" are microseconds since ORT's
+// profiling started. Note [ORT profile on the timeline] in core/profiler_ort.cpp.
+
+// Where Profiler::merge_ort_profile puts ORT's events on the profile's timeline (microseconds since start()).
+// Default-constructed: paired with the profile's onnxruntime session runs (below).
+struct XPURT_API OrtProfileMergeOptions {
+  // ORT's ts + offset_us is the time on the profile's timeline. Unset by default; when set it decides.
+  std::optional<double> offset_us;
+  // When ORT's profiling started, in ns since the Unix epoch (Ort::Session::GetProfilingStartTimeNs(); Python
+  // onnxruntime: InferenceSession.get_profiling_start_time_ns()), compared with the profile's "start_time_unix_ns"
+  // metadata (the system clock at start()). Unset by default; used when offset_us is not set.
+  std::optional<std::int64_t> start_time_ns;
+};
+// With neither option, ORT's "model_run" events are paired in order with the profile's "session run
+// (onnxruntime)" events: each run's events are placed by their own pair when both counts match, else all by the
+// first pair. A profile without such session events, or an ORT profile without model_run, cannot be placed so.
+
+// What Profiler::merge_ort_profile added.
+struct XPURT_API OrtProfileMergeResult {
+  std::int64_t node_events = 0;     // ORT node runs, added as "node" events
+  std::int64_t session_events = 0;  // model_run ("onnxruntime run"), model loading, session initialization
+  std::int64_t skipped = 0;         // ORT events of other kinds, left out (see docs/profiling.md)
+  std::string alignment;            // how they were placed, in words
+};
+
 class XPURT_API Profiler {
  public:
   explicit Profiler(ProfilerOptions options = {});
@@ -148,6 +180,22 @@ class XPURT_API Profiler {
   // Writes chrome_trace() to `path` (InvalidArgumentError when it cannot be written).
   void export_chrome_trace(const std::string& path) const;
 
+  // Adds the profile ONNX Runtime wrote to `ort_profile_path` (SessionOptions::EnableProfiling or
+  // RunOptions::EnableProfiling, e.g. from onnxruntime used directly) to this profile: its node events become "node"
+  // events (backend: the execution provider) in events(), summary() and the Chrome trace, placed as `options` says.
+  // Sessions with engine="onnxruntime" need none of this: their runs are mapped while recording (docs/profiling.md).
+  // InvalidArgumentError while recording, when the file cannot be read or is not an ORT profile, and when nothing
+  // tells where its events belong on this profile's timeline.
+  OrtProfileMergeResult merge_ort_profile(const std::string& ort_profile_path,
+                                          const OrtProfileMergeOptions& options = {});
+  // The same merge for a Chrome trace a Profiler exported (`chrome_trace_json`: chrome_trace()'s text, or the file
+  // export_chrome_trace() wrote): returns the merged trace; `result`, when given, receives what was added.
+  // InvalidArgumentError when `chrome_trace_json` is not such a trace, and as merge_ort_profile.
+  static std::string merge_ort_profile_into_chrome_trace(const std::string& chrome_trace_json,
+                                                         const std::string& ort_profile_path,
+                                                         const OrtProfileMergeOptions& options = {},
+                                                         OrtProfileMergeResult* result = nullptr);
+
  private:
   ProfilerOptions options_;
   bool recording_ = false;
@@ -185,6 +233,44 @@ XPURT_API void nvtx_pop();
 // `id` (CUPTI external correlation; no-ops without CUPTI activity).
 XPURT_API void push_correlation(std::uint64_t event_id);
 XPURT_API void pop_correlation();
+
+// CUDA graph nodes (Note [Graph node attribution] in core/profiler_graph.cpp). A label stands for a plan step; its
+// `proto` (name and args of a "node" event) becomes one node event per replay of a graph captured under it, spanning
+// the device time of the kernels, copies and sets of the graph nodes created while the label was set.
+// graph_tracking(): a recording profiler sees which graph node ran each kernel (CUPTI), so a CUDA graph captured
+// with labels replays under the profiler instead of running eagerly.
+XPURT_API bool graph_tracking();
+// A CUDA kernel's name as CUPTI reports it (the mangled C++ symbol, e.g. "_Z10add_kernelPfPKfi"), demangled
+// ("add_kernel(float*, float const*, int)"); a name that is not a mangled C++ symbol comes back unchanged.
+XPURT_API std::string demangle_kernel_name(const char* name);
+XPURT_API std::uint64_t register_graph_label(ProfileEvent proto);
+XPURT_API void forget_graph_labels(const std::vector<std::uint64_t>& labels);
+// Graph nodes created on this thread while a scope lives (a stream capture) get its label.
+class XPURT_API GraphLabelScope {
+ public:
+  explicit GraphLabelScope(std::uint64_t label);
+  ~GraphLabelScope();
+  GraphLabelScope(const GraphLabelScope&) = delete;
+  GraphLabelScope& operator=(const GraphLabelScope&) = delete;
+
+ private:
+  std::uint64_t previous_;
+};
+
+// ONNX Runtime's profile, read (Note [ORT profile on the timeline] in core/profiler_ort.cpp): node events (backend and
+// kernel: the execution provider; shapes when `shapes`) and session events, with start_ns on ORT's clock (its ts in
+// ns), ids 0 and ORT's pid/tid; `runs` are its model_run spans. InvalidArgumentError when `json_text` is not one.
+struct XPURT_API OrtProfile {
+  std::vector<ProfileEvent> events;                           // by start
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;    // model_run: start and duration (ns, ORT's clock)
+  std::int64_t skipped = 0;                                   // events of other kinds
+  std::vector<std::string> skipped_categories;                // their categories, first-seen order
+};
+XPURT_API OrtProfile parse_ort_profile(const std::string& json_text, bool shapes);
+// Moves `profile`'s events onto the profiler's clock: run k (runs[k]) starts at run_starts_ns[k] when the counts
+// match, else every event moves by run_starts_ns[0] - runs[0].start; events outside every run (loading,
+// initialization) move with the first run. Needs at least one run and one start.
+XPURT_API void align_ort_profile(OrtProfile& profile, const std::vector<std::int64_t>& run_starts_ns);
 
 }  // namespace profiler
 }  // namespace xpuruntime

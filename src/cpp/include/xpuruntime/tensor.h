@@ -69,6 +69,10 @@ class XPURT_API Tensor {
   void copy_from(const Tensor& src, const StreamView* stream = nullptr, bool non_blocking = false);
   // This tensor if contiguous, else a contiguous copy on the same device.
   Tensor contiguous() const;
+  // The same memory (shape, strides, storage shared) read as `dtype`, which must have this tensor's element size
+  // (InvalidTypeError otherwise): the bits are reinterpreted, not converted, like torch's Tensor.view(dtype).
+  // E.g. uint16 bit patterns <-> bfloat16 for code that has no bfloat16 type (numpy).
+  Tensor view(DType dtype) const;
   // Fills with zero bytes (0 for every dtype).
   void zero_(const StreamView* stream = nullptr);
   // Marks the memory as used on `stream` (see CachingAllocator::record_stream).

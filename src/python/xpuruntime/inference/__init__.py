@@ -1,5 +1,5 @@
 """Inference: :class:`InferenceSession` runs ONNX models through an engine and explains what ran."""
 
-from .session import InferenceSession
+from .session import InferenceSession, IOBinding
 
-__all__ = ["InferenceSession"]
+__all__ = ["InferenceSession", "IOBinding"]

@@ -61,7 +61,9 @@ class InferenceSession:
         return self._session.engine
 
     def get_inputs(self) -> List[_core.ValueInfo]:
-        """The model inputs: ``name``, ``dtype``/``type``, ``shape`` (symbolic dims as strings)."""
+        """The model inputs: ``name``, ``type`` (``"tensor(float32)"``, ``"seq(tensor(int64))"``,
+        ``"optional(tensor(float32))"``, ...), ``kind``, ``dtype`` (of the tensor, or of the tensors a sequence or
+        optional holds), ``shape`` (symbolic dims as strings)."""
         return self._session.get_inputs()
 
     def get_outputs(self) -> List[_core.ValueInfo]:
@@ -73,7 +75,15 @@ class InferenceSession:
 
         ``feeds`` maps input names to numpy arrays or any DLPack tensor (torch, cupy, xpuruntime), taken
         zero-copy where the engine allows. Outputs on the CPU come back as numpy arrays, device outputs as
-        xpuruntime Tensors.
+        xpuruntime Tensors. bfloat16 outputs, which numpy cannot hold, also come back as xpuruntime Tensors:
+        ``t.view("uint16").numpy()`` gives their bit patterns, ``torch.from_dlpack(t)`` a torch tensor; a
+        bfloat16 input can be fed as ``xrt.from_numpy(bits).view("bfloat16")`` (``bits`` a uint16 array).
+
+        Sequences and optionals (``get_inputs()[i].type`` ``"seq(tensor(float32))"``,
+        ``"optional(tensor(int64))"``, ...) travel as in ONNX Runtime's Python API: a sequence is a list of arrays
+        (a list or tuple fed is always a sequence: feeding one to a tensor input raises
+        :class:`~xpuruntime.InvalidTypeError`), an empty optional is ``None``, an optional holding a value is that
+        value (an array, or a list for a sequence). The native engine runs them on the CPU.
         """
         if len(args) == 1 and not kwargs and isinstance(args[0], Mapping):
             feeds, names, as_dict = args[0], [], True
@@ -88,12 +98,25 @@ class InferenceSession:
             raise TypeError("run() takes feeds (a dict) or (output_names, feeds)")
         if not isinstance(feeds, Mapping):
             raise _core.InvalidTypeError(f"feeds must be a dict of input name -> tensor, got {type(feeds).__name__}")
-        outputs = self._session._run([(str(k), _as_tensor(v)) for k, v in feeds.items()], names)
+        outputs = self._session._run_values([(str(k), _as_feed(v)) for k, v in feeds.items()], names)
         values = [_to_user(t) for t in outputs]
         if as_dict:
             names = names or [o.name for o in self.get_outputs()]
             return dict(zip(names, values))
         return values
+
+    def io_binding(self) -> "IOBinding":
+        """A new I/O binding for :meth:`run_with_iobinding` (ONNX Runtime's ``io_binding``)."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: "IOBinding", run_options: Any = None) -> None:
+        """Runs with the inputs and outputs bound in ``iobinding``; the outputs are then in
+        ``iobinding.get_outputs()``. ``run_options`` is accepted for ONNX Runtime compatibility and must be None."""
+        if run_options is not None:
+            raise _core.InvalidArgumentError("run_with_iobinding: run_options are not supported (pass None)")
+        if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
+            raise _core.InvalidTypeError("run_with_iobinding takes an IOBinding made by this session's io_binding()")
+        self._session._run_with_binding(iobinding._binding)
 
     def explain(self) -> _core.Explanation:
         """The engine and why, each node's kernel (execution provider), options set and policy notes.
@@ -105,6 +128,68 @@ class InferenceSession:
         return f"<InferenceSession engine={self.engine} device={self._device} inputs=[{ins}]>"
 
 
+class IOBinding:
+    """Inputs and outputs bound once and reused by :meth:`InferenceSession.run_with_iobinding` (ONNX Runtime's
+    IOBinding). An output bound to a tensor is written in place each run (its dtype and shape must be the output's,
+    on the session's device); an output bound to a device gets a new tensor there each run. With CUDA graphs, keeping
+    the same bound tensors from run to run lets the onnxruntime engine replay its graph over them without copies.
+
+    >>> binding = sess.io_binding()
+    >>> binding.bind_input("x", x_cuda)             # any DLPack tensor (torch, cupy, xpuruntime) or numpy array
+    >>> binding.bind_output("y", y_cuda)            # written in place
+    >>> binding.bind_output("logits", "cuda")       # or: a new tensor on that device each run
+    >>> sess.run_with_iobinding(binding)
+    >>> y, logits = binding.get_outputs()
+    """
+
+    def __init__(self, session: InferenceSession) -> None:
+        self._session = session
+        self._binding = session._session.io_binding()
+
+    def bind_input(self, name: str, value: Any) -> None:
+        """Binds input ``name`` to ``value`` (numpy array or DLPack tensor, taken zero-copy where possible)."""
+        self._binding.bind_input(str(name), _as_tensor(value))
+
+    def bind_cpu_input(self, name: str, value: Any) -> None:
+        """Binds input ``name`` to a numpy array (ONNX Runtime's name for it)."""
+        self._binding.bind_input(str(name), _as_tensor(np.asarray(value)))
+
+    def bind_output(self, name: str, device_type: Any = None, device_id: int = 0) -> None:
+        """Binds output ``name``: to a tensor (``bind_output("y", y)``, written in place), or to a device
+        (``bind_output("y", "cuda", 0)`` as in ONNX Runtime, or ``"cuda:1"``, a Device; None: the session's)."""
+        if device_type is None:
+            self._binding.bind_output_device(str(name), self._session._device)
+        elif isinstance(device_type, str) or isinstance(device_type, _core.Device):
+            device = device_type
+            if isinstance(device_type, str) and ":" not in device_type and device_type != "cpu":
+                device = f"{device_type}:{int(device_id)}"
+            self._binding.bind_output_device(str(name), device)
+        else:
+            self._binding.bind_output_tensor(str(name), _as_tensor(device_type))
+
+    def get_outputs(self) -> List[_core.Tensor]:
+        """The outputs of the last run, in binding order (xpuruntime Tensors; DLPack to hand them on)."""
+        return list(self._binding.outputs())
+
+    def copy_outputs_to_cpu(self) -> List[np.ndarray]:
+        """The outputs of the last run as numpy arrays."""
+        return [t.numpy() if t.device.type == "cpu" else t.to("cpu").numpy() for t in self._binding.outputs()]
+
+    def clear_binding_inputs(self) -> None:
+        self._binding.clear_inputs()
+
+    def clear_binding_outputs(self) -> None:
+        self._binding.clear_outputs()
+
+    def synchronize_inputs(self) -> None:
+        """Waits for the work of the session's device (inputs written asynchronously are then complete)."""
+        _core.synchronize(self._session._device)
+
+    def synchronize_outputs(self) -> None:
+        """Waits for the work of the session's device (outputs are then complete for any reader)."""
+        _core.synchronize(self._session._device)
+
+
 def _as_tensor(value: Any):
     if isinstance(value, (_core.Tensor, np.ndarray)) or hasattr(value, "__dlpack__"):
         if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
@@ -113,5 +198,23 @@ def _as_tensor(value: Any):
     return np.asarray(value)
 
 
-def _to_user(tensor: _core.Tensor):
-    return tensor.numpy() if tensor.device.type == "cpu" else tensor
+def _as_feed(value: Any):
+    """A feed for ``_run_values``: None (an empty optional) as is, a list or tuple (a sequence) element by element,
+    anything else as :func:`_as_tensor`."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_as_tensor(v) for v in value]
+    return _as_tensor(value)
+
+
+def _to_user(value: Any):
+    """CPU outputs as numpy arrays; device outputs and bfloat16 ones (numpy has no bfloat16) as Tensors; a sequence
+    (a list) element by element; None (an empty optional) as is."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_to_user(t) for t in value]
+    if value.device.type != "cpu" or value.dtype == "bfloat16":
+        return value
+    return value.numpy()

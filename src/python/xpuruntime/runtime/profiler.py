@@ -5,7 +5,9 @@ While a :class:`Profiler` records, the runtime collects
 - ``"session"`` events: every ``InferenceSession.run`` (engine, device, input shapes) and every run of a native-engine
   plan;
 - ``"node"`` events: every step of the native engine, host-timed, with the kernel, backend, precision and the
-  dispatcher's reason, the input/output shapes and the bytes they hold;
+  dispatcher's reason, the input/output shapes and the bytes they hold; and every node ONNX Runtime runs for a
+  session with ``engine="onnxruntime"``, from ORT's own profile of that run (op type, execution provider as backend,
+  ORT's timing), next to an ``"onnxruntime run"`` session event;
 - on CUDA (CUPTI): ``"kernel"``, ``"memcpy"``, ``"memset"`` and ``"sync"`` events, each kernel, copy and set linked to
   the node that launched it (``parent``);
 - ``"alloc"`` events from the allocators (allocation and free, bytes, the running allocated bytes);
@@ -21,6 +23,9 @@ Examples
 >>> print(p.summary_table())
 >>> p.export_chrome_trace("trace.json")      # open in https://ui.perfetto.dev or chrome://tracing
 
+A profile ONNX Runtime wrote elsewhere (onnxruntime used directly, ``enable_profiling``) is added with
+:func:`merge_ort_profile` (or :meth:`Profiler.merge_ort_profile`).
+
 See docs/profiling.md for what is recorded where, and how kernels are tied to nodes.
 """
 
@@ -32,7 +37,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from .. import _core
 
-__all__ = ["Profiler", "profile", "is_profiling"]
+__all__ = ["Profiler", "profile", "is_profiling", "merge_ort_profile"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -145,6 +150,42 @@ class Profiler:
         self._profiler.export_chrome_trace(path)
         return path
 
+    def merge_ort_profile(self, path: PathLike, *, offset_us: Optional[float] = None,
+                          start_time_ns: Optional[int] = None) -> Dict[str, Any]:
+        """Add the profile ONNX Runtime wrote to ``path`` to this (stopped) profile.
+
+        Its node events become ``"node"`` events (``backend``: the execution provider) in :meth:`events`,
+        :meth:`summary` and the Chrome trace; its ``model_run`` events become ``"onnxruntime run"`` session events.
+        Sessions with ``engine="onnxruntime"`` need none of this: their runs are mapped while recording. This is for
+        profiles from onnxruntime used directly.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The JSON file ONNX Runtime wrote (``SessionOptions.enable_profiling`` / ``end_profiling()``, or a
+            run-level profile).
+        offset_us : float, optional
+            Place ORT's events at ``ts + offset_us`` microseconds after this profiler started.
+        start_time_ns : int, optional
+            When ORT's profiling started, in ns since the Unix epoch (onnxruntime's
+            ``InferenceSession.get_profiling_start_time_ns()``); compared with ``metadata["start_time_unix_ns"]``.
+            With neither option, ORT's ``model_run`` events are paired in order with this profile's
+            ``"session run (onnxruntime)"`` events.
+
+        Returns
+        -------
+        dict
+            ``node_events``, ``session_events`` (added), ``skipped`` (ORT events of other kinds, left out) and
+            ``alignment`` (how they were placed, in words).
+
+        Raises
+        ------
+        InvalidArgumentError
+            While recording, when the file cannot be read or is not an ORT profile, or when nothing tells where its
+            events belong (pass ``offset_us`` or ``start_time_ns``).
+        """
+        return self._profiler.merge_ort_profile(_path(path, "path"), _offset(offset_us), _start(start_time_ns))
+
     def __repr__(self) -> str:
         state = "recording" if self.recording else "stopped"
         cuda = "auto" if self._cuda is None else str(self._cuda)
@@ -162,3 +203,90 @@ def profile(cuda: Optional[bool] = None, record_shapes: bool = True) -> Profiler
 def is_profiling() -> bool:
     """Whether a profiler is recording in this process."""
     return bool(_core.profiler_active())
+
+
+def merge_ort_profile(trace: Union[Profiler, Dict[str, Any], PathLike], ort_json: PathLike, *,
+                      offset_us: Optional[float] = None, start_time_ns: Optional[int] = None,
+                      output: Optional[PathLike] = None) -> Dict[str, Any]:
+    """Merge a profile ONNX Runtime wrote (``ort_json``) into an xpuruntime trace.
+
+    Parameters
+    ----------
+    trace : Profiler, dict or str or os.PathLike
+        A stopped :class:`Profiler` (merged into it: :meth:`Profiler.merge_ort_profile`), a Chrome trace as
+        :meth:`Profiler.chrome_trace` returns it (updated in place), or the path of a trace
+        :meth:`Profiler.export_chrome_trace` wrote (rewritten, or written to ``output``).
+    ort_json : str or os.PathLike
+        The JSON file ONNX Runtime wrote.
+    offset_us, start_time_ns
+        Where ORT's events go on the trace's timeline, as in :meth:`Profiler.merge_ort_profile`.
+    output : str or os.PathLike, optional
+        With a trace path: write the merged trace here instead of over ``trace``.
+
+    Returns
+    -------
+    dict
+        ``node_events``, ``session_events``, ``skipped`` and ``alignment``, as :meth:`Profiler.merge_ort_profile`.
+
+    Examples
+    --------
+    >>> import onnxruntime as ort                               # ONNX Runtime used directly
+    >>> so = ort.SessionOptions(); so.enable_profiling = True
+    >>> ort_sess = ort.InferenceSession("model.onnx", so)
+    >>> with xrt.profile() as p:
+    ...     ort_sess.run(None, feeds)
+    >>> merge_ort_profile(p, ort_sess.end_profiling(), start_time_ns=ort_sess.get_profiling_start_time_ns())
+    """
+    if output is not None and not isinstance(trace, (str, os.PathLike)):
+        raise _core.InvalidArgumentError("output is for a trace given as a path; a Profiler or a dict is merged in "
+                                         "place")
+    if isinstance(trace, Profiler):
+        return trace.merge_ort_profile(ort_json, offset_us=offset_us, start_time_ns=start_time_ns)
+    ort_path = _path(ort_json, "ort_json")
+    if isinstance(trace, dict):
+        merged, added = _core.merge_ort_profile_into_chrome_trace(json.dumps(trace), ort_path, _offset(offset_us),
+                                                                  _start(start_time_ns))
+        trace.clear()
+        trace.update(json.loads(merged))
+        return added
+    if isinstance(trace, (str, os.PathLike)):
+        trace_path = os.fspath(trace)
+        try:
+            with open(trace_path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise _core.InvalidArgumentError(f"cannot read the Chrome trace '{trace_path}': {e.strerror}") from None
+        merged, added = _core.merge_ort_profile_into_chrome_trace(text, ort_path, _offset(offset_us),
+                                                                  _start(start_time_ns))
+        target = _path(output, "output") if output is not None else trace_path
+        try:
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(merged)
+        except OSError as e:
+            raise _core.InvalidArgumentError(f"cannot write the merged trace to '{target}': {e.strerror}") from None
+        return added
+    raise _core.InvalidTypeError("trace must be a Profiler, a Chrome trace dict or the path of a trace file, got "
+                                 f"{type(trace).__name__}")
+
+
+def _path(value: Any, what: str) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise _core.InvalidTypeError(f"{what} must be a str or os.PathLike, got {type(value).__name__}")
+    return os.fspath(value)
+
+
+def _offset(value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _core.InvalidTypeError(f"offset_us must be a number of microseconds or None, got {type(value).__name__}")
+    return float(value)
+
+
+def _start(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _core.InvalidTypeError(f"start_time_ns must be an int (ns since the Unix epoch) or None, got "
+                                     f"{type(value).__name__}")
+    return value

@@ -58,6 +58,9 @@ decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
     case DType::kInt32: return fn(std::int32_t{});
     case DType::kInt64: return fn(std::int64_t{});
     case DType::kBool: return fn(bool{});
+    case DType::kUInt16: return fn(std::uint16_t{});
+    case DType::kUInt32: return fn(std::uint32_t{});
+    case DType::kUInt64: return fn(std::uint64_t{});
   }
   throw InvalidTypeError(detail::str_cat("unsupported dtype ", dtype_name(dtype)));
 }

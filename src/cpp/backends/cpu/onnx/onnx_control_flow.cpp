@@ -1,8 +1,8 @@
-// ONNX reference ops, control flow: If, Loop (opsets 1-21, tensor loop-carried values and scan outputs) and Scan
-// (opset 8 with its batch axis, opset 9+ with axes and directions). Bodies run through onnx_ref::run_graph; names
-// they read from enclosing graphs resolve through the context's outer scope (the native engine passes the
-// enclosing values, see CapturePlan's implicit inputs). Sequence-typed loop values are not supported (xpuruntime
-// runs tensor values only).
+// ONNX reference ops, control flow: If (branches of any value kind: tensors, sequences, optionals), Loop (opsets
+// 1-21; loop-carried values of any kind, tensor scan outputs) and Scan (opset 8 with its batch axis, opset 9+ with
+// axes and directions; tensors). Bodies run through onnx_ref::run_graph; names they read from enclosing graphs
+// resolve through the context's outer scope (the native engine passes the enclosing values, see CapturePlan's
+// implicit inputs).
 #include <cstring>
 #include <limits>
 
@@ -82,6 +82,13 @@ Tensor stack(const std::vector<Tensor>& parts, std::int64_t axis, const std::str
   return out;
 }
 
+// A body output that must be a tensor (a scan output, a Scan state).
+Tensor tensor_output(const OpContext& ctx, const Graph& body, const Value& v, std::size_t index) {
+  XPURT_CHECK_TYPE(v.is_tensor(), ctx.where(), ": body output ", index, " ('", body.outputs[index],
+                   "') must be a tensor, got ", v.str());
+  return v.tensor();
+}
+
 DType declared_dtype(const Graph& body, const std::string& value) {
   const ValueType* vt = body.type(value);
   return vt ? vt->dtype : DType::kFloat32;
@@ -90,7 +97,7 @@ DType declared_dtype(const Graph& body, const std::string& value) {
 void run_if(OpContext& ctx) {
   const bool cond = read_bool(ctx.input(0), ctx.where());
   const Graph& branch = body_of(ctx, cond ? "then_branch" : "else_branch");
-  std::vector<Tensor> outs = run_graph(branch, {}, ctx.outer());
+  std::vector<Value> outs = run_graph(branch, {}, ctx.outer());
   XPURT_CHECK(outs.size() == ctx.num_outputs(), ctx.where(), ": the branch has ", outs.size(),
               " outputs, the node ", ctx.num_outputs());
   for (std::size_t i = 0; i < outs.size(); ++i) ctx.set_output(i, outs[i]);
@@ -101,8 +108,8 @@ void run_loop(OpContext& ctx) {
   const std::int64_t max_trips = ctx.has_input(0) ? static_cast<std::int64_t>(read_scalar(ctx.input(0), ctx.where()))
                                                   : std::numeric_limits<std::int64_t>::max();
   bool cond = ctx.has_input(1) ? read_bool(ctx.input(1), ctx.where()) : true;
-  std::vector<Tensor> carried;
-  for (std::size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.input(i));
+  std::vector<Value> carried;
+  for (std::size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.value(i));
   const std::size_t n = carried.size();
   XPURT_CHECK(body.inputs.size() == n + 2, ctx.where(), ": the body takes ", body.inputs.size(),
               " inputs, expected 2 + ", n, " loop-carried values");
@@ -111,12 +118,12 @@ void run_loop(OpContext& ctx) {
   const std::size_t k = body.outputs.size() - 1 - n;
   std::vector<std::vector<Tensor>> scans(k);
   for (std::int64_t i = 0; i < max_trips && cond; ++i) {
-    std::vector<Tensor> in = {scalar_tensor_i64(i), scalar_tensor_bool(cond)};
+    std::vector<Value> in = {scalar_tensor_i64(i), scalar_tensor_bool(cond)};
     in.insert(in.end(), carried.begin(), carried.end());
-    std::vector<Tensor> outs = run_graph(body, in, ctx.outer());
-    cond = read_bool(outs[0], ctx.where());
+    std::vector<Value> outs = run_graph(body, in, ctx.outer());
+    cond = read_bool(tensor_output(ctx, body, outs[0], 0), ctx.where());
     for (std::size_t j = 0; j < n; ++j) carried[j] = outs[1 + j];
-    for (std::size_t j = 0; j < k; ++j) scans[j].push_back(outs[1 + n + j]);
+    for (std::size_t j = 0; j < k; ++j) scans[j].push_back(tensor_output(ctx, body, outs[1 + n + j], 1 + n + j));
   }
   for (std::size_t j = 0; j < n && j < ctx.num_outputs(); ++j) ctx.set_output(j, carried[j]);
   for (std::size_t j = 0; j < k && n + j < ctx.num_outputs(); ++j) {
@@ -148,14 +155,14 @@ std::vector<Tensor> scan_once(const OpContext& ctx, const Graph& body, std::vect
   if (length < 0) length = 0;
   std::vector<std::vector<Tensor>> outs_per_step(k);
   for (std::int64_t t = 0; t < length; ++t) {
-    std::vector<Tensor> in = states;
+    std::vector<Value> in(states.begin(), states.end());
     for (std::size_t j = 0; j < m; ++j) {
       const std::int64_t axis = normalize_axis(in_axes[j], scan_inputs[j].dim(), ctx.where());
       in.push_back(select(scan_inputs[j], axis, in_dirs[j] ? length - 1 - t : t));
     }
-    std::vector<Tensor> outs = run_graph(body, in, ctx.outer());
-    for (std::size_t s = 0; s < n; ++s) states[s] = outs[s];
-    for (std::size_t j = 0; j < k; ++j) outs_per_step[j].push_back(outs[n + j]);
+    std::vector<Value> outs = run_graph(body, in, ctx.outer());
+    for (std::size_t s = 0; s < n; ++s) states[s] = tensor_output(ctx, body, outs[s], s);
+    for (std::size_t j = 0; j < k; ++j) outs_per_step[j].push_back(tensor_output(ctx, body, outs[n + j], n + j));
   }
   std::vector<Tensor> results = states;
   for (std::size_t j = 0; j < k; ++j) {

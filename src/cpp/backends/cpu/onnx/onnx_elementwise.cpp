@@ -40,7 +40,9 @@ constexpr unsigned kFloatTypes =
     dtype_bit(DType::kFloat16) | dtype_bit(DType::kBFloat16) | dtype_bit(DType::kFloat32) | dtype_bit(DType::kFloat64);
 constexpr unsigned kSignedIntTypes =
     dtype_bit(DType::kInt8) | dtype_bit(DType::kInt16) | dtype_bit(DType::kInt32) | dtype_bit(DType::kInt64);
-constexpr unsigned kIntTypes = kSignedIntTypes | dtype_bit(DType::kUInt8);
+constexpr unsigned kUnsignedIntTypes =
+    dtype_bit(DType::kUInt8) | dtype_bit(DType::kUInt16) | dtype_bit(DType::kUInt32) | dtype_bit(DType::kUInt64);
+constexpr unsigned kIntTypes = kSignedIntTypes | kUnsignedIntTypes;
 constexpr unsigned kNumericTypes = kFloatTypes | kIntTypes;
 constexpr unsigned kBoolTypes = dtype_bit(DType::kBool);
 constexpr unsigned kAllTypes = kNumericTypes | kBoolTypes;
@@ -48,7 +50,8 @@ constexpr unsigned kAllTypes = kNumericTypes | kBoolTypes;
 std::string dtype_set_names(unsigned set) {
   std::string out;
   for (DType d : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                  DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool}) {
+                  DType::kInt16, DType::kUInt16, DType::kInt32, DType::kUInt32, DType::kInt64, DType::kUInt64,
+                  DType::kBool}) {
     if ((set & dtype_bit(d)) == 0) continue;
     if (!out.empty()) out += ", ";
     out += dtype_name(d);
@@ -89,6 +92,9 @@ decltype(auto) visit_int(DType dtype, Fn&& fn) {
     case DType::kInt16: return fn(std::int16_t{});
     case DType::kInt32: return fn(std::int32_t{});
     case DType::kInt64: return fn(std::int64_t{});
+    case DType::kUInt16: return fn(std::uint16_t{});
+    case DType::kUInt32: return fn(std::uint32_t{});
+    case DType::kUInt64: return fn(std::uint64_t{});
     default: break;
   }
   throw InvalidTypeError(detail::str_cat("expected an integer dtype, got ", dtype_name(dtype)));
@@ -926,8 +932,8 @@ void register_logic(Library& lib) {
     XPURT_CHECK(direction == "LEFT" || direction == "RIGHT", ctx.where(),
                 ": attribute direction must be 'LEFT' or 'RIGHT', got '", direction, "'");
     const bool left = direction == "LEFT";
-    // ONNX defines BitShift on unsigned integers; uint8 is the one xpuruntime has.
-    binary_op<false>(ctx, dtype_bit(DType::kUInt8), VisitInt{}, [left](auto x, auto y) {
+    // ONNX defines BitShift on the unsigned integers.
+    binary_op<false>(ctx, kUnsignedIntTypes, VisitInt{}, [left](auto x, auto y) {
       using C = decltype(x);
       using U = std::make_unsigned_t<C>;
       const auto ux = static_cast<U>(x);
@@ -981,7 +987,8 @@ void register_casts(Library& lib) {
     Tensor& y = ctx.allocate_output(0, x.shape(), ctx.input(1).dtype());
     cast_into(x, y);
   });
-  lib.add("", "Identity", [](OpContext& ctx) { ctx.set_output(0, ctx.input(0)); });
+  // Any value kind: tensors, sequences and optionals (opset 16).
+  lib.add("", "Identity", [](OpContext& ctx) { ctx.set_output(0, ctx.value(0)); });
   lib.add("", "Dropout", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     check_dtype(ctx, "input 0", x.dtype(), kFloatTypes);

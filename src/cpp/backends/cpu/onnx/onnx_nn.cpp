@@ -94,7 +94,8 @@ void apply_auto_pad(const OpContext& ctx, const std::vector<std::int64_t>& in, W
 namespace {
 
 bool is_int_dtype(DType d) {
-  return d == DType::kInt8 || d == DType::kUInt8 || d == DType::kInt16 || d == DType::kInt32 || d == DType::kInt64;
+  return d == DType::kInt8 || d == DType::kUInt8 || d == DType::kInt16 || d == DType::kUInt16 || d == DType::kInt32 ||
+         d == DType::kUInt32 || d == DType::kInt64 || d == DType::kUInt64;
 }
 
 // ---- MatMul ----

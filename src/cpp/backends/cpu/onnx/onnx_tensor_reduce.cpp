@@ -18,9 +18,11 @@ using Shape = std::vector<std::int64_t>;
 
 std::size_t us(std::int64_t v) { return static_cast<std::size_t>(v); }
 
-// The accumulator of a compute type: int64 for integers (bool included), double for floating point.
+// The accumulator of a compute type: int64 for signed integers, uint64 for unsigned ones (bool included; sums
+// wrap like the type), double for floating point.
 template <typename C>
-using Acc = std::conditional_t<std::is_integral_v<C>, std::int64_t, double>;
+using Acc = std::conditional_t<std::is_integral_v<C>,
+                               std::conditional_t<std::is_unsigned_v<C>, std::uint64_t, std::int64_t>, double>;
 
 // The reduced and kept dimensions of a reduction, with their strides in the (contiguous) input.
 struct ReducePlan {

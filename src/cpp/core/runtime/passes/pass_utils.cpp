@@ -186,6 +186,15 @@ std::vector<double> to_doubles(const Tensor& tensor) {
     case DType::kBool:
       load_all<bool>(t, out, [](bool v) { return v ? 1.0 : 0.0; });
       break;
+    case DType::kUInt16:
+      load_all<std::uint16_t>(t, out, [](std::uint16_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kUInt32:
+      load_all<std::uint32_t>(t, out, [](std::uint32_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kUInt64:
+      load_all<std::uint64_t>(t, out, [](std::uint64_t v) { return static_cast<double>(v); });
+      break;
   }
   return out;
 }
@@ -227,6 +236,15 @@ Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const s
       break;
     case DType::kBool:
       store_all<bool>(t, values, [](double v) { return v != 0.0; });
+      break;
+    case DType::kUInt16:
+      store_all<std::uint16_t>(t, values, [](double v) { return static_cast<std::uint16_t>(v); });
+      break;
+    case DType::kUInt32:
+      store_all<std::uint32_t>(t, values, [](double v) { return static_cast<std::uint32_t>(v); });
+      break;
+    case DType::kUInt64:
+      store_all<std::uint64_t>(t, values, [](double v) { return static_cast<std::uint64_t>(v); });
       break;
   }
   return t;

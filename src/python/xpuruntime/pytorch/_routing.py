@@ -1,0 +1,438 @@
+"""The router: policy scopes, and the decision for each routed call signature.
+
+Note [How a routed call is decided]
+A call (op, phase, input shapes/dtypes/device, attributes) is decided once per policy scope and cached as a
+:class:`Route`:
+
+1. The KernelPolicy's rule for the op (its own key, else its family's: ``matmul`` covers ``linear``). No rule: the
+   call stays on PyTorch's own dispatch (rule ``unrouted``); routing is opt-in per op.
+2. The candidates: every xpuruntime kernel of the op, asked by the C++ registry whether it supports the call
+   (``xrt._core.ops_candidates``: dtype, rank, head dim, alignment, device, determinism), then PyTorch's own backends
+   (``torch``, ``torch_flash``, ``torch_cublaslt``, ...), asked PyTorch's own questions (e.g.
+   ``torch.backends.cuda.can_use_flash_attention`` with its debug reasons).
+3. The rule picks: ``pinned`` -> that kernel or UnsupportedOperationError with its reason and the kernels that could;
+   ``preferred`` -> the first listed kernel that supports the call, else PyTorch's own dispatch (``fallback``, with
+   every skipped kernel's reason); ``auto`` -> the first supporting xpuruntime kernel in registry priority order
+   (``BestPerformance``: the C++ dispatcher times them, through the same autotune cache as inference), else
+   PyTorch's own dispatch.
+4. An xpuruntime winner gets a plan from the C++ dispatcher (``xrt._core.ops_plan`` with a policy pinned to it): its
+   output shapes, its workspace size and the plan's description (e.g. the cuBLASLt algorithm). Each call then
+   allocates outputs and workspace with torch and runs on torch's current stream (see _kernels.run_xpuruntime).
+
+For one kernel name, the choice is the one InferenceSession's dispatcher makes: a preferred ``cublasLt`` that can
+run the call runs it in both. They differ only where the rule cannot be honoured: training falls back to PyTorch's
+own dispatch, inference to the next xpuruntime kernel in priority order (docs/pytorch.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from .. import _core
+from ..policies import ExecutionPolicy, KernelPolicy
+from . import _compat
+from ._log import DecisionLog
+
+#: The ops xpuruntime.pytorch routes, and PyTorch's kernels for each (the registry's external kernels).
+ROUTED_OPS = ("matmul", "linear", "conv2d", "attention")
+TORCH_KERNELS: Dict[str, Tuple[str, ...]] = {
+    "matmul": ("torch", "torch_cublas", "torch_cublaslt"),
+    "linear": ("torch", "torch_cublas", "torch_cublaslt"),
+    "conv2d": ("torch", "torch_cudnn"),
+    "attention": ("torch", "torch_flash", "torch_efficient", "torch_math", "torch_cudnn"),
+}
+#: The PyTorch kernel that runs the same library as an xpuruntime kernel (used where xpuruntime has no backward).
+TORCH_EQUIVALENT = {"cublasLt": "torch_cublaslt", "cublas": "torch_cublas", "cpu": "torch", "flash_v2": "torch_flash",
+                    "unfused": "torch_math", "cudnn": "torch_cudnn", "cudnn_search": "torch_cudnn"}
+
+_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+                torch.float64: "float64"}
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+                "float64": torch.float64, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
+                "int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
+
+
+def _families() -> Dict[str, str]:
+    return {s["name"]: s["family"] for s in _core.op_schemas() if s["name"] in ROUTED_OPS}
+
+
+FAMILIES: Dict[str, str] = _families()
+
+
+def precision_name(dtype: torch.dtype, tf32: bool) -> str:
+    """The ExecutionPolicy precision name a call of ``dtype`` runs in."""
+    if dtype == torch.float16:
+        return "fp16"
+    if dtype == torch.bfloat16:
+        return "bf16"
+    if dtype == torch.float32:
+        return "tf32" if tf32 else "fp32"
+    if dtype == torch.float64:
+        return "fp64"
+    return str(dtype).replace("torch.", "")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return _DTYPE_NAMES.get(dtype) or str(dtype).replace("torch.", "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scopes
+# ---------------------------------------------------------------------------------------------------------------
+
+_state_ids = itertools.count(1)
+_STATES: Dict[int, "PolicyState"] = {}
+_STATES_BY_POLICY: Dict[Tuple[str, str], "PolicyState"] = {}
+_state_lock = threading.Lock()
+
+
+class _State:
+    scope: Optional["PolicyScope"] = None    # what set_kernel_policy returned last (None: routing off)
+    current: Optional["PolicyState"] = None  # its PolicyState: what the mode and the custom ops read
+    precision_override: Optional[str] = None  # "tf32" / "fp32" from xpuruntime.pytorch.autocast
+
+
+STATE = _State()
+
+
+@dataclass
+class _Rule:
+    key: str            # the policy key that applies: the op or its family
+    mode: str           # pinned / preferred / auto
+    kernels: List[str]
+    strategy: str
+    short: str          # the rule in short form ("cublasLt", "pin:flash_v2", "auto")
+
+
+class PolicyState:
+    """One (KernelPolicy, ExecutionPolicy) pair as the router sees it: its rules per op, its decisions (routes) and
+    the decision log being written. One per distinct pair (see :func:`policy_state`): setting the same policy again
+    reuses its decisions and plans. Its ``id`` is what the custom ops carry."""
+
+    def __init__(self, policy: KernelPolicy, exec_policy: ExecutionPolicy) -> None:
+        self.id = next(_state_ids)
+        self.policy = policy
+        self.exec_policy = exec_policy
+        self.log = DecisionLog(repr(policy), repr(exec_policy))
+        self._rules: Dict[str, Optional[_Rule]] = {}
+        self._exec_policies: Dict[Optional[str], ExecutionPolicy] = {}
+        #: The ops routed anywhere but PyTorch's default dispatch (fixed at creation: torch.compile guards on it).
+        self.routed_ops = frozenset(op for op in ROUTED_OPS if self.routes(op))
+
+    def rule_for(self, op: str) -> Optional[_Rule]:
+        """The rule that governs ``op`` (its own, else its family's), or None when the policy names neither."""
+        if op not in self._rules:
+            family = FAMILIES.get(op, op)
+            key = op if self.policy.get(op) is not None else (family if self.policy.get(family) is not None else None)
+            if key is None:
+                self._rules[op] = None
+            else:
+                rule = self.policy.resolve(op, family)
+                self._rules[op] = _Rule(key, rule["mode"], list(rule.get("kernels", [])),
+                                        rule.get("strategy", ""), self.policy.get(key) or "")
+        return self._rules[op]
+
+    def routes(self, op: str) -> bool:
+        """Whether the policy routes ``op`` anywhere but PyTorch's own default dispatch."""
+        rule = self.rule_for(op)
+        return rule is not None and not (rule.mode != "auto" and rule.kernels == ["torch"])
+
+    def effective_exec_policy(self) -> ExecutionPolicy:
+        """The ExecutionPolicy with xpuruntime.pytorch.autocast's precision (tf32/fp32) applied."""
+        override = STATE.precision_override
+        policy = self._exec_policies.get(override)
+        if policy is None:
+            policy = self.exec_policy.copy()
+            if override is not None:
+                policy.precision = override
+            self._exec_policies[override] = policy
+        return policy
+
+    def __repr__(self) -> str:
+        return f"<PolicyState {self.id}: {self.policy!r} {self.exec_policy!r}>"
+
+
+def policy_state(policy: KernelPolicy, exec_policy: ExecutionPolicy) -> PolicyState:
+    """The PolicyState of this pair of policies (made on first use)."""
+    key = (policy.to_json(), exec_policy.to_json())
+    with _state_lock:
+        state = _STATES_BY_POLICY.get(key)
+        if state is None:
+            state = PolicyState(policy.copy(), exec_policy.copy())
+            _STATES_BY_POLICY[key] = state
+            _STATES[state.id] = state
+        return state
+
+
+class PolicyScope:
+    """A kernel policy put in force by :func:`~xpuruntime.pytorch.set_kernel_policy`, with the decision log of the
+    calls routed since. Used as a context manager, leaving it restores the policy that was in force before.
+
+    Attributes
+    ----------
+    policy : KernelPolicy
+    exec_policy : ExecutionPolicy
+    log : DecisionLog
+        One record per call site routed under this scope (the backward passes of its forward calls included).
+    """
+
+    def __init__(self, state: PolicyState, previous: Optional["PolicyScope"]) -> None:
+        self.state = state
+        self._previous = previous
+        self.log = DecisionLog(repr(state.policy), repr(state.exec_policy))
+        state.log = self.log  # the state's routes record here from now on
+
+    @property
+    def policy(self) -> KernelPolicy:
+        return self.state.policy
+
+    @property
+    def exec_policy(self) -> ExecutionPolicy:
+        return self.state.exec_policy
+
+    def decision_log(self) -> DecisionLog:
+        """The decisions logged under this scope (also ``self.log``)."""
+        return self.log
+
+    def __enter__(self) -> "PolicyScope":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from . import _mode
+
+        _mode.activate(self._previous)
+
+    def __repr__(self) -> str:
+        return f"<PolicyScope {self.policy!r} {self.exec_policy!r}, {len(self.log)} call sites>"
+
+
+def scope_by_id(scope_id: int) -> PolicyState:
+    scope = _STATES.get(scope_id)
+    if scope is None:
+        raise _core.InvalidArgumentError(f"xpuruntime.pytorch: no kernel policy with id {scope_id}")
+    return scope
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Routes
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class Route:
+    """The decision for one call signature under one scope (Note [How a routed call is decided])."""
+
+    id: int
+    scope_id: int
+    op: str
+    phase: str
+    signature: str
+    device: torch.device
+    kernel: str
+    backend: str
+    rule: str
+    policy_rule: str
+    reason: str
+    precision: str
+    candidates: List[dict] = field(default_factory=list)
+    plan: str = ""
+    backward: str = ""
+    policy_kernels: List[str] = field(default_factory=list)  # the rule's kernels, in order
+    # What running on xpuruntime needs.
+    kernel_policy: Optional[KernelPolicy] = None
+    exec_policy: Optional[ExecutionPolicy] = None
+    attrs: Optional[dict] = None
+    outputs: List[Tuple[Tuple[int, ...], torch.dtype]] = field(default_factory=list)
+    workspace_bytes: int = 0
+
+    @property
+    def on_xpuruntime(self) -> bool:
+        return self.backend != "pytorch"
+
+
+_ROUTES: List[Route] = []
+_CACHE: Dict[tuple, Route] = {}
+_route_lock = threading.Lock()
+
+
+def route_by_id(route_id: int) -> Route:
+    return _ROUTES[route_id]
+
+
+def signature_text(tensors: Sequence[Optional[torch.Tensor]], attrs: Optional[dict]) -> str:
+    parts = [f"{dtype_name(t.dtype)}[{', '.join(str(int(d)) for d in t.shape)}]" if t is not None else "-"
+             for t in tensors]
+    text = ", ".join(parts)
+    if attrs:
+        text += "; " + ", ".join(f"{k}={v}" for k, v in attrs.items())
+    return text
+
+
+def _new_route(**kwargs: Any) -> Route:
+    route = Route(id=len(_ROUTES), **kwargs)
+    _ROUTES.append(route)
+    return route
+
+
+TorchSupport = Callable[[str], Tuple[bool, str]]
+
+
+def decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[torch.Tensor]], attrs: dict,
+           attrs_key: tuple, torch_support: TorchSupport, *, rule_op: Optional[str] = None,
+           backward: Callable[[Route], str] = lambda route: "") -> Route:
+    """The (cached) route of a call; ``tensors`` are the op's inputs in xpuruntime's schema order (None for an
+    absent optional one), already contiguous and cast the way they will run."""
+    key = (scope.id, op, phase, rule_op, STATE.precision_override,
+           tuple((t.shape, t.dtype, t.device) if t is not None else None for t in tensors), attrs_key)
+    route = _CACHE.get(key)
+    if route is not None:
+        return route
+    with _route_lock:
+        route = _CACHE.get(key)
+        if route is None:
+            route = _decide(scope, op, phase, tensors, attrs, torch_support, rule_op or op)
+            route.backward = backward(route)
+            _CACHE[key] = route
+    return route
+
+
+def torch_route(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[torch.Tensor]], kernel: str,
+                reason: str, rule: str = "backward", attrs: Optional[dict] = None, tf32: bool = False) -> Route:
+    """The (cached) record of a call that PyTorch's ``kernel`` runs by construction (a backward GEMM, a gradient
+    xpuruntime has no kernel for): nothing to decide, but the decision log shows it."""
+    key = (scope.id, op, phase, "torch:" + kernel, STATE.precision_override,
+           tuple((t.shape, t.dtype, t.device) if t is not None else None for t in tensors))
+    route = _CACHE.get(key)
+    if route is not None:
+        return route
+    with _route_lock:
+        route = _CACHE.get(key)
+        if route is None:
+            first = next(t for t in tensors if t is not None)
+            route = _new_route(scope_id=scope.id, op=op, phase=phase, signature=signature_text(tensors, attrs),
+                               device=first.device, kernel=kernel, backend="pytorch", rule=rule, policy_rule="",
+                               reason=reason, precision=precision_name(first.dtype, tf32))
+            _CACHE[key] = route
+    return route
+
+
+def _xpuruntime_candidates(op: str, capsules: list, attrs: dict, exec_policy: ExecutionPolicy) -> List[dict]:
+    return [dict(c, supported=bool(c["supported"])) for c in
+            _core.ops_candidates(op, capsules, attrs, None, exec_policy)]
+
+
+def _decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[torch.Tensor]], attrs: dict,
+            torch_support: TorchSupport, rule_op: str) -> Route:
+    first = next(t for t in tensors if t is not None)
+    exec_policy = scope.effective_exec_policy()
+    signature = signature_text(tensors, attrs)
+    rule = scope.rule_for(rule_op)
+    xrt_tf32 = exec_policy.precision == "tf32"
+    torch_tf32 = _compat.tf32_allowed(first.device.type)
+
+    def torch_winner(kernel: str, rule_name: str, reason: str, candidates: List[dict], policy_rule: str) -> Route:
+        return _new_route(scope_id=scope.id, op=op, phase=phase, signature=signature, device=first.device,
+                          kernel=kernel, backend="pytorch", rule=rule_name, policy_rule=policy_rule, reason=reason,
+                          precision=precision_name(first.dtype, torch_tf32), candidates=candidates,
+                          policy_kernels=list(rule.kernels) if rule else [])
+
+    if rule is None:
+        family = FAMILIES.get(rule_op, rule_op)
+        where = f"'{rule_op}'" + (f" or its family '{family}'" if family != rule_op else "")
+        return torch_winner("torch", "unrouted", f"the KernelPolicy has no rule for {where}: PyTorch's own dispatch",
+                            [], "")
+
+    if first.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise _core.UnsupportedOperationError(
+            f"xpuruntime.pytorch: the first {op} call with {signature} ({phase}) came during CUDA graph capture, "
+            "where its kernel cannot be chosen (that queries and may time kernels). Run the captured code once "
+            "before capturing it; capture_graph(fn, ...) does this warm-up for you")
+    # xpuruntime views (zero-copy) of the inputs, reusable across the queries below (a capsule is consumed once).
+    capsules = [_core.from_dlpack(_compat.dlpack(_compat.kernel_input(t))) if t is not None else None
+                for t in tensors]
+    try:
+        xrt = _xpuruntime_candidates(op, capsules, attrs, exec_policy)
+    except (_core.InvalidArgumentError, _core.InvalidTypeError) as error:
+        # xpuruntime's shape inference rejects the call (PyTorch may accept it, e.g. broadcasting it lacks).
+        xrt = [{"kernel": k.name, "backend": k.backend, "supported": False, "reason": f"rejects the call: {error}",
+                "time_us": None} for k in _core.kernels(op)]
+    torch_candidates = []
+    for name in TORCH_KERNELS[op]:
+        ok, why = torch_support(name)
+        torch_candidates.append({"kernel": name, "backend": "pytorch", "supported": ok, "reason": why,
+                                 "time_us": None})
+    candidates = xrt + torch_candidates
+    by_name = {c["kernel"]: c for c in candidates}
+    for name in rule.kernels:  # a family rule may name a kernel of a sibling op only
+        by_name.setdefault(name, {"kernel": name, "backend": "", "supported": False,
+                                  "reason": f"does not implement {op}", "time_us": None})
+    supported = [c["kernel"] for c in candidates if c["supported"]]
+
+    winner: Optional[str] = None
+    decision = None
+    if rule.mode == "pinned":
+        name = rule.kernels[0]
+        if not by_name[name]["supported"]:
+            raise _core.UnsupportedOperationError(
+                f"pinned kernel '{name}' cannot run {op} ({phase}) on {signature} ({first.device}): "
+                f"{by_name[name]['reason']}. Kernels that could: {', '.join(supported) or 'none'} (unpin it, or use "
+                f"\"{name}\" as a preferred kernel to allow a fallback)")
+        winner, rule_name, reason = name, "pinned", "pinned by the KernelPolicy"
+    elif rule.mode == "preferred":
+        skipped = []
+        for name in rule.kernels:
+            if by_name[name]["supported"]:
+                winner = name
+                break
+            skipped.append(f"{name}: {by_name[name]['reason']}")
+        if winner is None:
+            return torch_winner("torch", "fallback", f"no preferred kernel could run it ({'; '.join(skipped)}); "
+                                "PyTorch's own dispatch runs it", candidates, rule.short)
+        rule_name = "preferred"
+        reason = "preferred by the KernelPolicy" + (
+            f" (earlier preferences skipped: {'; '.join(skipped)})" if skipped else "")
+    elif rule.strategy == "BestPerformance":
+        auto = KernelPolicy({op: "auto:BestPerformance"})
+        try:
+            decision, _, _ = _core.ops_plan(op, capsules, attrs, auto, exec_policy)
+        except _core.UnsupportedOperationError as error:
+            return torch_winner("torch", "fallback", f"no xpuruntime kernel can run it ({error}); PyTorch's own "
+                                "dispatch runs it", candidates, rule.short)
+        winner, rule_name, reason = decision.kernel, decision.rule, decision.reason
+        timed = {c["kernel"]: c for c in decision.candidates}
+        candidates = [dict(c, **({"time_us": timed[c["kernel"]]["time_us"], "reason": timed[c["kernel"]]["reason"]}
+                                 if c["kernel"] in timed else {})) for c in candidates]
+    else:
+        winner = next((c["kernel"] for c in xrt if c["supported"]), None)
+        if winner is None:
+            return torch_winner("torch", "fallback", "no xpuruntime kernel can run it: " + "; ".join(
+                f"{c['kernel']}: {c['reason']}" for c in xrt) + "; PyTorch's own dispatch runs it", candidates,
+                rule.short)
+        rule_name, reason = "first-supported", "first supported kernel in priority order"
+
+    for c in candidates:
+        if c["supported"] and c["kernel"] != winner and not c["reason"]:
+            c["reason"] = f"not chosen ({rule_name})"
+    if by_name.get(winner, {}).get("backend") == "pytorch":
+        return torch_winner(winner, rule_name, reason, candidates, rule.short)
+
+    # An xpuruntime kernel: the C++ dispatcher plans it (pinned, so that the plan is exactly this kernel's).
+    pinned_policy = KernelPolicy({op: f"pin:{winner}"})
+    plan_decision, outputs, workspace_bytes = _core.ops_plan(op, capsules, attrs, pinned_policy, exec_policy)
+    return _new_route(scope_id=scope.id, op=op, phase=phase, signature=signature, device=first.device,
+                      kernel=winner, backend=plan_decision.backend, rule=rule_name, policy_rule=rule.short,
+                      reason=reason, precision=precision_name(first.dtype, xrt_tf32), candidates=candidates,
+                      plan=plan_decision.plan_summary, policy_kernels=list(rule.kernels),
+                      kernel_policy=pinned_policy, exec_policy=exec_policy, attrs=attrs,
+                      outputs=[(tuple(shape), TORCH_DTYPES[dtype]) for shape, dtype in outputs],
+                      workspace_bytes=int(workspace_bytes))
+
+
+def clear_routes() -> None:
+    """Forget every cached decision (the C++ dispatchers keep their plans)."""
+    with _route_lock:
+        _CACHE.clear()

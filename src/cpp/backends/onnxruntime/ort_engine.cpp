@@ -740,17 +740,8 @@ class OrtSession final : public EngineSession {
     GraphSet& set = it->second;
     if (!set.usable) return run_bound(feeds, wanted, key, {});
     for (size_t i = 0; i < feeds.size(); ++i) set.inputs[i].copy_from(feeds[i]);  // synchronous
-    try {
-      XPURT_ORT_CHECK(session_->Run(set.run_options, *set.binding));
-      set.captured = true;
-    } catch (const XpuRuntimeError& error) {
-      if (set.captured) throw;
-      set.usable = false;
-      set.binding.reset();
-      set.inputs.clear();
-      set.outputs.clear();
-      add_run_note(detail::str_cat("cuda graph for input shapes ", signature_text(feeds),
-                                   ": capture failed, runs without a graph (", error.what(), ")"));
+    if (!run_graph_set(set, detail::str_cat("cuda graph for input shapes ", signature_text(feeds)),
+                       "runs without a graph")) {
       return run_bound(feeds, wanted, key, {});
     }
     std::vector<Tensor> result;
@@ -842,6 +833,13 @@ class OrtSession final : public EngineSession {
     }
     // The feeds were written on the caller's stream; ORT runs on its own.
     StreamManager::instance().current_stream(device_).synchronize();
+    return run_graph_set(set, detail::str_cat("cuda graph over bound tensors for input shapes ", signature_text(feeds)),
+                         "runs through staging copies");
+  }
+
+  // Runs `set`'s graph (ORT captures it on its first runs). A failure before the graph was ever captured marks the
+  // set unusable, notes `what`: capture failed, `instead`, and returns false; a failure of a captured graph throws.
+  bool run_graph_set(GraphSet& set, const std::string& what, const char* instead) {
     try {
       XPURT_ORT_CHECK(session_->Run(set.run_options, *set.binding));
       set.captured = true;
@@ -851,8 +849,7 @@ class OrtSession final : public EngineSession {
       set.binding.reset();
       set.inputs.clear();
       set.outputs.clear();
-      add_run_note(detail::str_cat("cuda graph over bound tensors for input shapes ", signature_text(feeds),
-                                   ": capture failed, runs through staging copies (", error.what(), ")"));
+      add_run_note(detail::str_cat(what, ": capture failed, ", instead, " (", error.what(), ")"));
       return false;
     }
     return true;

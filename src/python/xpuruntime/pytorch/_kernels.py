@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -127,6 +127,26 @@ def torch_context(route: Route) -> contextlib.AbstractContextManager:
     return _torch_context(route.kernel, route.op)
 
 
+def run_forward(scope_id: int, route_id: int, tensors: Tuple[Optional[torch.Tensor], ...],
+                decide: Callable[..., Route], op_type: str, torch_call: Callable[..., torch.Tensor],
+                absent: Tuple[None, ...] = ()) -> torch.Tensor:
+    """The forward of a routed op: its route (decided by the mode, or now over contiguous ``tensors`` and logged as
+    ``op_type``), then xpuruntime's kernel on ``tensors`` plus ``absent`` optional inputs, or ``torch_call`` under
+    the route's PyTorch context."""
+    scope = _routing.scope_by_id(scope_id)
+    with suspended():
+        if route_id >= 0:
+            route = _routing.route_by_id(route_id)
+        else:
+            tensors = tuple(t.contiguous() if t is not None else None for t in tensors)
+            route = decide(scope, *tensors)
+            _record(scope, route, op_type, tensors)
+        if route.on_xpuruntime:
+            return run_xpuruntime(route, tensors + absent)
+        with torch_context(route):
+            return torch_call(*tensors)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # matmul
 # ---------------------------------------------------------------------------------------------------------------
@@ -149,18 +169,8 @@ def decide_matmul(scope: PolicyState, a: torch.Tensor, b: torch.Tensor, phase: i
 
 
 def matmul_forward(a: torch.Tensor, b: torch.Tensor, scope_id: int, route_id: int, phase: int) -> torch.Tensor:
-    scope = _routing.scope_by_id(scope_id)
-    with suspended():
-        if route_id >= 0:
-            route = _routing.route_by_id(route_id)
-        else:
-            a, b = a.contiguous(), b.contiguous()
-            route = decide_matmul(scope, a, b, phase)
-            _record(scope, route, "xpuruntime::matmul", (a, b))
-        if route.on_xpuruntime:
-            return run_xpuruntime(route, (a, b))
-        with torch_context(route):
-            return torch.matmul(a, b)
+    return run_forward(scope_id, route_id, (a, b), lambda scope, a, b: decide_matmul(scope, a, b, phase),
+                       "xpuruntime::matmul", torch.matmul)
 
 
 def _backward_gemm_kernel(forward: Optional[Route]) -> str:
@@ -225,19 +235,7 @@ def decide_linear(scope: PolicyState, x: torch.Tensor, weight: torch.Tensor, bia
 
 def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], scope_id: int,
                    route_id: int) -> torch.Tensor:
-    scope = _routing.scope_by_id(scope_id)
-    with suspended():
-        if route_id >= 0:
-            route = _routing.route_by_id(route_id)
-        else:
-            x, weight = x.contiguous(), weight.contiguous()
-            bias = bias.contiguous() if bias is not None else None
-            route = decide_linear(scope, x, weight, bias)
-            _record(scope, route, "xpuruntime::linear", (x, weight, bias))
-        if route.on_xpuruntime:
-            return run_xpuruntime(route, (x, weight, bias))
-        with torch_context(route):
-            return F.linear(x, weight, bias)
+    return run_forward(scope_id, route_id, (x, weight, bias), decide_linear, "xpuruntime::linear", F.linear)
 
 
 def linear_backward(scope_id: int, route_id: int, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
@@ -292,19 +290,12 @@ def decide_conv2d(scope: PolicyState, x, weight, bias, stride, padding, dilation
 
 def conv2d_forward(x, weight, bias, stride, padding, dilation, groups: int, scope_id: int,
                    route_id: int) -> torch.Tensor:
-    scope = _routing.scope_by_id(scope_id)
-    with suspended():
-        if route_id >= 0:
-            route = _routing.route_by_id(route_id)
-        else:
-            x, weight = x.contiguous(), weight.contiguous()
-            bias = bias.contiguous() if bias is not None else None
-            route = decide_conv2d(scope, x, weight, bias, stride, padding, dilation, groups)
-            _record(scope, route, "xpuruntime::conv2d", (x, weight, bias))
-        if route.on_xpuruntime:
-            return run_xpuruntime(route, (x, weight, bias, None))
-        with torch_context(route):
-            return F.conv2d(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+    return run_forward(
+        scope_id, route_id, (x, weight, bias),
+        lambda scope, x, weight, bias: decide_conv2d(scope, x, weight, bias, stride, padding, dilation, groups),
+        "xpuruntime::conv2d",
+        lambda x, weight, bias: F.conv2d(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups),
+        absent=(None,))  # no residual input
 
 
 def conv2d_backward(scope_id: int, grad, x, weight, has_bias: bool, stride, padding, dilation, groups: int,
@@ -347,21 +338,13 @@ def decide_attention(scope: PolicyState, q, k, v, mask, is_causal: bool, scale: 
 
 def attention_forward(q, k, v, mask, is_causal: bool, scale: float, enable_gqa: bool, scope_id: int,
                       route_id: int) -> torch.Tensor:
-    scope = _routing.scope_by_id(scope_id)
-    with suspended():
-        if route_id >= 0:
-            route = _routing.route_by_id(route_id)
-        else:
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-            mask = mask.contiguous() if mask is not None else None
-            route = decide_attention(scope, q, k, v, mask, is_causal, scale, enable_gqa)
-            _record(scope, route, "xpuruntime::attention", (q, k, v, mask))
-        if route.on_xpuruntime:
-            return run_xpuruntime(route, (q, k, v, mask))
-        with torch_context(route):
-            kwargs = {"enable_gqa": True} if enable_gqa else {}
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal,
-                                                  scale=scale, **kwargs)
+    kwargs = {"enable_gqa": True} if enable_gqa else {}
+    return run_forward(
+        scope_id, route_id, (q, k, v, mask),
+        lambda scope, q, k, v, mask: decide_attention(scope, q, k, v, mask, is_causal, scale, enable_gqa),
+        "xpuruntime::attention",
+        lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0,
+                                                             is_causal=is_causal, scale=scale, **kwargs))
 
 
 _BACKWARD_BACKENDS = ("torch_flash", "torch_efficient", "torch_math")

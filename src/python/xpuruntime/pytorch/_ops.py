@@ -19,14 +19,8 @@ from . import _compat, _kernels
 Tensor = torch.Tensor
 
 
-def _define(name: str, impl: Callable, fake: Callable, setup: Optional[Callable] = None,
-            backward: Optional[Callable] = None) -> Callable:
-    if _compat.HAS_CUSTOM_OP:
-        op = torch.library.custom_op(f"xpuruntime::{name}", impl, mutates_args=())
-        op.register_fake(fake)
-        if backward is not None:
-            op.register_autograd(backward, setup_context=setup)
-        return op
+def _autograd_function(name: str, impl: Callable, setup: Optional[Callable],
+                       backward: Optional[Callable]) -> Callable:
     if backward is None:
         return impl
 
@@ -43,6 +37,32 @@ def _define(name: str, impl: Callable, fake: Callable, setup: Optional[Callable]
 
     _Function.__name__ = f"xpuruntime_{name}"
     return _Function.apply
+
+
+def _define(name: str, impl: Callable, fake: Callable, setup: Optional[Callable] = None,
+            backward: Optional[Callable] = None) -> Callable:
+    eager = _autograd_function(name, impl, setup, backward)
+    if not _compat.HAS_CUSTOM_OP:
+        return eager
+    op = torch.library.custom_op(f"xpuruntime::{name}", impl, mutates_args=())
+    op.register_fake(fake)
+    if backward is not None:
+        op.register_autograd(backward, setup_context=setup)
+
+    # Note [Eager calls skip the custom op]: a torch.library.custom_op call costs about 200 us of host time in eager
+    # mode on PyTorch 2.11 (its autograd wrapper and Dynamo-disable guards: measured on an H200, docs/pytorch.md),
+    # more than the kernels it routes to take for small and mid-size calls. Eager calls therefore run the same
+    # impl / setup_context / backward through a torch.autograd.Function; while torch.compile traces, the call is the
+    # custom op (one opaque node, shapes from the fake implementation), and so it is whenever its tensors are
+    # tracing tensors (AOTAutograd tracing a backward that calls another routed op).
+    def call(*args):
+        if _compat.is_compiling() or any(isinstance(a, torch.Tensor) and _compat.is_traced(a) for a in args):
+            return op(*args)
+        return eager(*args)
+
+    call.__name__ = f"xpuruntime_{name}"
+    call.custom_op = op
+    return call
 
 
 # ---- matmul ----

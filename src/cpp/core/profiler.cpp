@@ -391,6 +391,13 @@ void Profiler::stop() {
       auto n = node_tid.find(external);
       if (t != r.thread_of.end() && n != node_tid.end()) os_thread[t->second] = n->second;
     }
+    // The OS thread that made the CUDA API call `correlation` (CUPTI's own thread id when unknown; 0 when unseen).
+    auto calling_thread = [&](std::uint32_t correlation) -> std::int64_t {
+      auto t = r.thread_of.find(correlation);
+      if (t == r.thread_of.end()) return 0;
+      auto os = os_thread.find(t->second);
+      return os != os_thread.end() ? os->second : static_cast<std::int64_t>(t->second);
+    };
     const auto pid = static_cast<std::int64_t>(::getpid());
     std::uint64_t next_id = c.next_id.load(std::memory_order_relaxed);
     std::size_t attributed = 0;
@@ -404,11 +411,7 @@ void Profiler::stop() {
       e.args = std::move(rec.args);
       if (rec.category == "sync") {
         e.pid = pid;  // a host thread waiting
-        auto t = r.thread_of.find(rec.correlation);
-        if (t != r.thread_of.end()) {
-          auto os = os_thread.find(t->second);
-          e.tid = os != os_thread.end() ? os->second : static_cast<std::int64_t>(t->second);
-        }
+        e.tid = calling_thread(rec.correlation);
       } else {
         e.device = true;
         e.pid = rec.device;
@@ -420,12 +423,8 @@ void Profiler::stop() {
           e.parent = ext->second;
           ++attributed;
         } else if (rec.graph_node != 0) {
-          std::int64_t launch_tid = 0;
-          if (auto t = r.thread_of.find(rec.correlation); t != r.thread_of.end()) {
-            auto os = os_thread.find(t->second);
-            launch_tid = os != os_thread.end() ? os->second : static_cast<std::int64_t>(t->second);
-          }
-          const std::uint64_t parent = replay_nodes.parent_of(rec, e.start_ns, e.duration_ns, launch_tid, next_id);
+          const std::uint64_t parent =
+              replay_nodes.parent_of(rec, e.start_ns, e.duration_ns, calling_thread(rec.correlation), next_id);
           if (parent != 0) {
             e.parent = parent;
             e.args.emplace_back("graph_node", static_cast<std::int64_t>(rec.graph_node));

@@ -142,20 +142,28 @@ const char* sync_kind(CUpti_ActivitySynchronizationType type) {
   }
 }
 
+// The fields kernel, memcpy and memset records share (their CUPTI structs name them alike).
+template <typename Activity>
+DeviceRecord device_record(const Activity* a, std::string category, std::string name) {
+  DeviceRecord r;
+  r.category = std::move(category);
+  r.name = std::move(name);
+  r.start = a->start;
+  r.end = a->end;
+  r.device = a->deviceId;
+  r.stream = a->streamId;
+  r.correlation = a->correlationId;
+  r.graph_node = a->graphNodeId;
+  return r;
+}
+
 void parse(const CUpti_Activity* record, CuptiResult& out) {
   switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      DeviceRecord r;
-      r.category = "kernel";
-      r.name = k->name ? profiler::demangle_kernel_name(k->name) : "(unnamed kernel)";
-      r.start = k->start;
-      r.end = k->end;
-      r.device = k->deviceId;
-      r.stream = k->streamId;
-      r.correlation = k->correlationId;
-      r.graph_node = k->graphNodeId;
+      DeviceRecord r =
+          device_record(k, "kernel", k->name ? profiler::demangle_kernel_name(k->name) : "(unnamed kernel)");
       r.args = {{"grid", std::to_string(k->gridX) + "x" + std::to_string(k->gridY) + "x" + std::to_string(k->gridZ)},
                 {"block", std::to_string(k->blockX) + "x" + std::to_string(k->blockY) + "x" + std::to_string(k->blockZ)},
                 {"registers_per_thread", std::int64_t{k->registersPerThread}},
@@ -168,15 +176,7 @@ void parse(const CUpti_Activity* record, CuptiResult& out) {
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      DeviceRecord r;
-      r.category = "memcpy";
-      r.name = std::string("memcpy ") + memcpy_kind(m->copyKind);
-      r.start = m->start;
-      r.end = m->end;
-      r.device = m->deviceId;
-      r.stream = m->streamId;
-      r.correlation = m->correlationId;
-      r.graph_node = m->graphNodeId;
+      DeviceRecord r = device_record(m, "memcpy", std::string("memcpy ") + memcpy_kind(m->copyKind));
       r.args = {{"bytes", static_cast<std::int64_t>(m->bytes)}, {"kind", std::string(memcpy_kind(m->copyKind))},
                 {"correlation", std::int64_t{m->correlationId}}};
       out.records.push_back(std::move(r));
@@ -184,15 +184,7 @@ void parse(const CUpti_Activity* record, CuptiResult& out) {
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      DeviceRecord r;
-      r.category = "memset";
-      r.name = "memset";
-      r.start = m->start;
-      r.end = m->end;
-      r.device = m->deviceId;
-      r.stream = m->streamId;
-      r.correlation = m->correlationId;
-      r.graph_node = m->graphNodeId;
+      DeviceRecord r = device_record(m, "memset", "memset");
       r.args = {{"bytes", static_cast<std::int64_t>(m->bytes)}, {"value", std::int64_t{m->value}},
                 {"correlation", std::int64_t{m->correlationId}}};
       out.records.push_back(std::move(r));

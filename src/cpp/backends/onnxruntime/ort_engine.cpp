@@ -757,16 +757,24 @@ class OrtSession final : public EngineSession {
 
   // Staging tensors shaped like this run's feeds and outputs, bound once, with a new graph id.
   GraphSet make_graph_set(const std::vector<Tensor>& feeds, const std::vector<Tensor>& outputs) {
+    std::vector<Tensor> inputs, staged;
+    for (const Tensor& t : feeds) inputs.push_back(Tensor::empty(t.shape(), t.dtype(), device_));
+    for (const Tensor& t : outputs) staged.push_back(Tensor::empty(t.shape(), t.dtype(), device_));
+    return bind_graph_set(std::move(inputs), std::move(staged));
+  }
+
+  // A GraphSet with a new graph id over `inputs` and `outputs` (model order), which it keeps alive.
+  GraphSet bind_graph_set(std::vector<Tensor> inputs, std::vector<Tensor> outputs) {
     GraphSet set;
     set.id = next_graph_id_++;
+    set.inputs = std::move(inputs);
+    set.outputs = std::move(outputs);
     XPURT_ORT_CHECK(set.binding = std::make_unique<Ort::IoBinding>(*session_));
-    for (size_t i = 0; i < feeds.size(); ++i) {
-      set.inputs.push_back(Tensor::empty(feeds[i].shape(), feeds[i].dtype(), device_));
-      XPURT_ORT_CHECK(set.binding->BindInput(inputs_[i].name.c_str(), value_over(set.inputs.back())));
+    for (size_t i = 0; i < set.inputs.size(); ++i) {
+      XPURT_ORT_CHECK(set.binding->BindInput(inputs_[i].name.c_str(), value_over(set.inputs[i])));
     }
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      set.outputs.push_back(Tensor::empty(outputs[i].shape(), outputs[i].dtype(), device_));
-      XPURT_ORT_CHECK(set.binding->BindOutput(outputs_[i].name.c_str(), value_over(set.outputs.back())));
+    for (size_t i = 0; i < set.outputs.size(); ++i) {
+      XPURT_ORT_CHECK(set.binding->BindOutput(outputs_[i].name.c_str(), value_over(set.outputs[i])));
     }
     XPURT_ORT_CHECK(set.run_options = Ort::RunOptions());
     XPURT_ORT_CHECK(set.run_options.AddConfigEntry(kOrtRunOptionsConfigCudaGraphAnnotation,
@@ -799,21 +807,7 @@ class OrtSession final : public EngineSession {
     if (it == bound_graphs_.end()) {
       if (next_graph_id_ > static_cast<int>(kMaxGraphSignatures)) return false;
       // The set holds the bound tensors: their memory stays valid for the graph while the session lives.
-      GraphSet set;
-      set.id = next_graph_id_++;
-      XPURT_ORT_CHECK(set.binding = std::make_unique<Ort::IoBinding>(*session_));
-      for (size_t i = 0; i < feeds.size(); ++i) {
-        set.inputs.push_back(feeds[i]);
-        XPURT_ORT_CHECK(set.binding->BindInput(inputs_[i].name.c_str(), value_over(feeds[i])));
-      }
-      for (size_t i = 0; i < preset.size(); ++i) {
-        set.outputs.push_back(preset[i]);
-        XPURT_ORT_CHECK(set.binding->BindOutput(outputs_[i].name.c_str(), value_over(preset[i])));
-      }
-      XPURT_ORT_CHECK(set.run_options = Ort::RunOptions());
-      XPURT_ORT_CHECK(set.run_options.AddConfigEntry(kOrtRunOptionsConfigCudaGraphAnnotation,
-                                                     std::to_string(set.id).c_str()));
-      it = bound_graphs_.emplace(key, std::move(set)).first;
+      it = bound_graphs_.emplace(key, bind_graph_set(feeds, preset)).first;
     }
     GraphSet& set = it->second;
     if (!set.usable) return false;

@@ -16,7 +16,9 @@ gradient. Each sample is `--repeat` back-to-back calls between two events (host 
 the kernels are shorter than the Python path); the table shows the median of `--iters` samples after `--warmup`
 calls, TFLOP/s (attention: 4*B*H*S*S*D forward, 2.5x that for the backward, halved when causal; linear: 2*M*K*N
 forward, 3x for fwd+bwd), the ratio to the first (PyTorch) row of the case, and the largest difference of the
-output from that row. A last section times tiny calls, where the routed path's host overhead shows.
+output from that row. The small cases are also timed as CUDA graph replays ("(graph)": the same calls captured with
+torch.cuda.graph, routed ones included), which leaves the GPU work alone, without either side's host overhead. A last
+section times tiny calls, where the routed path's host overhead shows.
 
     python3 benchmarks/torch_routing_bench.py --out torch_routing.md
 """
@@ -42,12 +44,29 @@ ATTENTION_CASES = [  # (batch, heads, seq, head_dim, causal)
     (16, 16, 1024, 64, True),
     (32, 16, 256, 64, False),
 ]
+#: Small cases, also timed as CUDA graph replays: the GPU work alone, without either side's host overhead.
+GRAPHED_CASES = [(32, 16, 256, 64, False), (512, 1024, 1024)]
 LINEAR_CASES = [  # (tokens M, in K, out N)
     (8192, 4096, 4096),
     (4096, 4096, 11008),
     (16384, 1024, 1024),
     (512, 1024, 1024),
 ]
+
+
+def graphed(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` captured into a CUDA graph (warm-up on a side stream first, as torch.cuda.graph requires); returns
+    the replay. Routed calls are captured like any torch call: their kernels run on torch's current stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 def time_ms(fn: Callable[[], object], warmup: int, iters: int, repeat: int) -> float:
@@ -120,25 +139,27 @@ def run_case(kind: str, case: tuple, dtype: torch.dtype, args) -> List[Tuple]:
     grads_in = [t.detach().clone().requires_grad_() for t in inputs]
     out_grad = torch.randn(call(*inputs).shape, device="cuda", dtype=dtype, generator=gen)
     rows = []
-    for mode in ("fwd", "fwd+bwd"):
+    modes = ["fwd", "fwd+bwd"] + (["fwd (graph)", "fwd+bwd (graph)"] if case in GRAPHED_CASES else [])
+    for mode in modes:
         baseline_ms: Optional[float] = None
         baseline_out: Optional[torch.Tensor] = None
         for impl, context in impls:
             with context() as scope:
-                if mode == "fwd":
-                    def fn():
-                        with torch.no_grad():
-                            return call(*inputs)
-                else:
+                if mode.startswith("fwd+bwd"):
                     def fn():
                         out = call(*grads_in)
                         torch.autograd.backward(out, out_grad)
                         for t in grads_in:
                             t.grad = None
                         return out
+                else:
+                    def fn():
+                        with torch.no_grad():
+                            return call(*inputs)
                 try:
-                    ms = time_ms(fn, args.warmup, args.iters, args.repeat)
                     out = fn().detach().float()
+                    ms = time_ms(graphed(fn) if mode.endswith("(graph)") else fn, args.warmup, args.iters,
+                                 args.repeat)
                 except (RuntimeError, xrt.XpuRuntimeError) as error:
                     rows.append((kind, name, mode, impl, None, None, None, None, str(error).split("\n")[0][:80]))
                     continue
@@ -146,7 +167,7 @@ def run_case(kind: str, case: tuple, dtype: torch.dtype, args) -> List[Tuple]:
                 if scope is not None and hasattr(scope, "log"):
                     kernels = scope.log.kernels(None)
                     note = ", ".join(f"{op}: {'/'.join(k)}" for op, k in kernels.items())
-            total = flops * (1 + bwd_factor if mode == "fwd+bwd" else 1)
+            total = flops * (1 + bwd_factor if mode.startswith("fwd+bwd") else 1)
             if baseline_ms is None:
                 baseline_ms, baseline_out = ms, out
             err = (out - baseline_out).abs().max().item()

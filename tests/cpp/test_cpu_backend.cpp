@@ -630,6 +630,114 @@ TEST(CpuBackend, AttentionRowMaskedEverywhereIsNaN) {
   }
 }
 
+// log(sum_j exp(score_ij)) per row of attention(q, k, v, mask) in double, score = q k^T * scale + mask, keys
+// after the query skipped when causal; `mask` empty or [B, 1, Sq, Sk]. lse [B, H, Sq].
+std::vector<double> naive_attention_lse(const Values& q, const Values& k, const Values& mask, Shape qs, Shape ks,
+                                        bool causal, double scale) {
+  const std::int64_t b = qs[0], h = qs[1], sq = qs[2], d = qs[3], hkv = ks[1], sk = ks[2];
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> lse(static_cast<std::size_t>(b * h * sq));
+  for (std::int64_t bi = 0; bi < b; ++bi)
+    for (std::int64_t hi = 0; hi < h; ++hi) {
+      const std::int64_t kv = bi * hkv + hi / (h / hkv);
+      for (std::int64_t i = 0; i < sq; ++i) {
+        std::vector<double> s;
+        double mx = -INFINITY;
+        for (std::int64_t j = 0; j < sk && (!causal || j <= i); ++j) {
+          double dot = 0;
+          for (std::int64_t e = 0; e < d; ++e)
+            dot += static_cast<double>(q[((bi * h + hi) * sq + i) * d + e]) * k[(kv * sk + j) * d + e];
+          s.push_back(dot * scale + (mask.empty() ? 0.0 : mask[(bi * sq + i) * sk + j]));
+          mx = std::max(mx, s.back());
+        }
+        double sum = 0;
+        for (double e : s) sum += std::exp(e - mx);
+        lse[(bi * h + hi) * sq + i] = std::isinf(mx) ? mx : mx + std::log(sum);
+      }
+    }
+  return lse;
+}
+
+// return_lse=1: a second output lse [B, H, Sq] float32 (whatever q's dtype) against a double reference on the
+// rounded inputs; odd shapes, GQA, causal or not, a mask with -inf entries and one fully masked row (lse -inf).
+// Output 0 is bit-identical to the run without return_lse.
+TEST(CpuBackend, AttentionLogSumExpMatchesDoubleReference) {
+  struct Case {
+    Shape q, k;
+    bool causal, mask;
+    double scale;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 37, 24}, {2, 3, 53, 24}, false, false, 0.0},
+      {{2, 3, 37, 24}, {2, 3, 53, 24}, true, false, 0.0},
+      {{2, 3, 37, 24}, {2, 3, 53, 24}, false, true, 0.0},
+      {{2, 3, 37, 24}, {2, 3, 53, 24}, true, true, 0.7},
+      {{1, 4, 19, 16}, {1, 2, 11, 16}, true, false, 0.0},   // GQA, Sq > Sk
+      {{2, 4, 9, 8}, {2, 2, 30, 8}, false, true, 0.0},      // GQA, Sq < Sk, mask
+      {{1, 1, 1, 4}, {1, 1, 1, 4}, false, false, 0.0},      // one key
+  };
+  unsigned seed = 90;
+  for (const char* dtype : {"float32", "float16", "bfloat16", "float64"}) {
+    for (const auto& c : cases) {
+      const std::string what = std::string(dtype) + " H" + std::to_string(c.q[1]) + " Hkv" + std::to_string(c.k[1]) +
+                               " Sq" + std::to_string(c.q[2]) + " Sk" + std::to_string(c.k[2]) +
+                               (c.causal ? " causal" : "") + (c.mask ? " mask" : "");
+      const Tensor q = cast(random_tensor(c.q, seed++, -2, 2), dtype);
+      const Tensor k = cast(random_tensor(c.k, seed++, -2, 2), dtype);
+      const Tensor v = cast(random_tensor(c.k, seed++), dtype);
+      Tensor mask;
+      if (c.mask) {
+        const Shape mask_shape = {c.q[0], 1, c.q[2], c.k[2]};
+        Values m = random_values(c.q[0] * c.q[2] * c.k[2], seed++, -3, 3);
+        for (std::size_t i = 0; i < m.size(); i += 5) m[i] = -kInf;               // scattered -inf
+        for (std::int64_t j = 0; j < c.k[2]; ++j) m[2 * c.k[2] + j] = -kInf;      // batch 0, row 2: all -inf
+        mask = cast(make(mask_shape, m), dtype);
+      }
+      const Attributes attrs = Attributes().set("causal", c.causal ? 1 : 0).set("scale", c.scale);
+      const std::vector<Tensor> with_lse = run("attention", {q, k, v, mask}, Attributes(attrs).set("return_lse", 1));
+      ASSERT_EQ(with_lse.size(), 2u) << what;
+      const Tensor& lse = with_lse[1];
+      ASSERT_EQ(lse.dtype(), DType::kFloat32) << what;
+      ASSERT_EQ(lse.shape(), (Shape{c.q[0], c.q[1], c.q[2]})) << what;
+      const std::vector<double> want = naive_attention_lse(values(q), values(k), c.mask ? values(mask) : Values{},
+                                                           c.q, c.k, c.causal, c.scale);
+      const Values got = values(lse);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        if (std::isinf(want[i])) {
+          EXPECT_EQ(got[i], want[i]) << what << " at " << i;
+        } else {
+          ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << what << " at " << i;
+        }
+      }
+      if (c.mask) {
+        for (std::int64_t h = 0; h < c.q[1]; ++h) EXPECT_EQ(got[h * c.q[2] + 2], -kInf) << what << " head " << h;
+      }
+      // Output 0 does not change with return_lse (NaN rows compare by bits).
+      const Tensor y = run1("attention", {q, k, v, mask}, attrs);
+      ASSERT_EQ(y.nbytes(), with_lse[0].nbytes());
+      EXPECT_EQ(std::memcmp(y.data_ptr(), with_lse[0].data_ptr(), y.nbytes()), 0) << what;
+    }
+  }
+}
+
+TEST(CpuBackend, AttentionLogSumExpOfNaNScoresAndBadAttribute) {
+  Values qv = random_values(3 * 4, 95);
+  qv[4] = std::nanf("");  // row 1 of q
+  const Tensor q = make({1, 1, 3, 4}, qv);
+  const Tensor k = random_tensor({1, 1, 5, 4}, 96);
+  const Tensor v = random_tensor({1, 1, 5, 4}, 97);
+  const Values lse = values(run("attention", {q, k, v}, Attributes().set("return_lse", 1))[1]);
+  EXPECT_FALSE(std::isnan(lse[0]));
+  EXPECT_TRUE(std::isnan(lse[1]));
+  EXPECT_FALSE(std::isnan(lse[2]));
+  for (std::int64_t bad : {-1, 2}) {
+    XPURT_EXPECT_THROW_WITH(run("attention", {q, k, v}, Attributes().set("return_lse", bad)), InvalidArgumentError,
+                            "return_lse must be 0 or 1, got " + std::to_string(bad));
+  }
+  // Without return_lse the op has one output.
+  EXPECT_EQ(run("attention", {q, k, v}).size(), 1u);
+}
+
 // ---- threads ----
 
 TEST(CpuBackend, LoopsGiveTheSameBitsWithOneOrTwoThreads) {

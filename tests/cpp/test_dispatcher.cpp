@@ -288,3 +288,46 @@ TEST(Ops, CallPlanAndCandidatesWithoutRunning) {
   const auto results = ops::call("matmul", {a, b}, {}, options);
   EXPECT_EQ(results[0].data_ptr(), outputs[0].data_ptr());
 }
+
+TEST(Ops, PreparedCallLaunchesOnRawMemoryAndChecksIt) {
+  // Plan once on one pair of tensors, launch on other memory of the same shapes.
+  const Tensor a0 = Tensor::zeros({3, 5}, DType::kFloat32, Device::cpu());
+  const Tensor b0 = Tensor::zeros({5, 2}, DType::kFloat32, Device::cpu());
+  const ops::PreparedCall prepared("matmul", {a0, b0});
+  EXPECT_EQ(prepared.decision().kernel, "cpu");
+  ASSERT_EQ(prepared.outputs().size(), 1u);
+  EXPECT_EQ(prepared.outputs()[0].shape, (std::vector<std::int64_t>{3, 2}));
+  EXPECT_EQ(prepared.workspace_bytes(), 0u);
+
+  alignas(64) float a[16] = {};
+  alignas(64) float b[10] = {};
+  for (int k = 0; k < 15; ++k) a[k] = static_cast<float>(k % 7) - 2.5f;
+  for (int k = 0; k < 10; ++k) b[k] = static_cast<float>(k % 3) + 0.5f;
+  alignas(64) float out[6] = {};
+  const void* inputs[] = {a, b};
+  void* outputs[] = {out};
+  ASSERT_TRUE(prepared.accepts(inputs, 2));
+  prepared.launch(inputs, 2, outputs, 1, nullptr, 0, StreamView());
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      float want = 0;
+      for (int k = 0; k < 5; ++k) want += a[i * 5 + k] * b[k * 2 + j];
+      EXPECT_FLOAT_EQ(out[i * 2 + j], want) << i << "," << j;
+    }
+  }
+
+  // Less aligned than prepared (4 bytes): refused before anything runs.
+  const void* misaligned[] = {a + 1, b};
+  EXPECT_FALSE(prepared.accepts(misaligned, 2));
+  XPURT_EXPECT_THROW_WITH(prepared.launch(misaligned, 2, outputs, 1, nullptr, 0, StreamView()), InvalidArgumentError,
+                          "less aligned than when prepared");
+  const void* absent[] = {a, nullptr};
+  EXPECT_FALSE(prepared.accepts(absent, 2));
+  XPURT_EXPECT_THROW_WITH(prepared.launch(inputs, 1, outputs, 1, nullptr, 0, StreamView()), InvalidArgumentError,
+                          "takes 2 input(s) and 1 output(s), but got 1 and 1");
+  void* null_outputs[] = {nullptr};
+  XPURT_EXPECT_THROW_WITH(prepared.launch(inputs, 2, null_outputs, 1, nullptr, 0, StreamView()), InvalidArgumentError,
+                          "output 0 is null");
+  // Bad inputs fail when preparing, with the op's own error.
+  XPURT_EXPECT_THROW_WITH(ops::PreparedCall("matmul", {a0, a0}), InvalidArgumentError, "matmul");
+}

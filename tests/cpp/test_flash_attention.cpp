@@ -2,7 +2,8 @@
 // the reasons it gives otherwise (runs anywhere: descriptors need no device), and on a GPU its results against
 // the cpu kernel of "attention" on random inputs: head dims 64 and 128, float16 and bfloat16, causal or not, GQA
 // and MQA, Sq != Sk, odd lengths that end in partial tiles, explicit masks broadcast in several ways, a custom
-// scale, every output element written, and bit-identical reruns.
+// scale, every output element written, and bit-identical reruns; with return_lse=1 the log-sum-exp output against
+// the cpu kernel's, and the other attention kernels' refusal of it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -157,6 +158,62 @@ TEST(FlashAttention, BuildRejectsAPlanRecord) {
   XPURT_EXPECT_THROW_WITH(flash_kernel()->build(desc, ExecutionPolicy{}, "{\"algo\": 3}"), UnsupportedOperationError,
                           "no plan record");
   EXPECT_NE(flash_kernel()->build(desc, ExecutionPolicy{}, "")->describe().find("flash_v2"), std::string::npos);
+}
+
+// ---- return_lse: no GPU needed ----
+
+OpDescriptor with_return_lse(OpDescriptor desc, std::int64_t return_lse) {
+  desc.attrs.set("return_lse", return_lse);
+  KernelRegistry::global().infer(desc);
+  return desc;
+}
+
+TEST(FlashAttention, ReturnLseAddsAFloat32Output) {
+  SKIP_WITHOUT_FLASH();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    const OpDescriptor desc =
+        with_return_lse(attention_desc({2, 8, 77, 64}, {2, 2, 129, 64}, {2, 2, 129, 64}, dtype, true), 1);
+    ASSERT_EQ(desc.outputs.size(), 2u);
+    EXPECT_EQ(desc.outputs[0].dtype, dtype);
+    EXPECT_EQ(desc.outputs[1].dtype, DType::kFloat32);
+    EXPECT_EQ(desc.outputs[1].shape, (Shape{2, 8, 77}));
+    EXPECT_TRUE(flash_supports(desc)) << flash_supports(desc).reason();
+    EXPECT_NE(flash_kernel()->build(desc, ExecutionPolicy{}, "")->describe().find("log-sum-exp"), std::string::npos);
+  }
+  EXPECT_EQ(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}).outputs.size(), 1u);
+  // A descriptor whose outputs disagree with return_lse is refused, not run.
+  OpDescriptor missing = with_return_lse(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}), 1);
+  missing.outputs.resize(1);
+  expect_no(missing, "writes 2 output(s) for return_lse=1");
+  OpDescriptor wrong_dtype = with_return_lse(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}), 1);
+  wrong_dtype.outputs[1].dtype = DType::kFloat16;
+  expect_no(wrong_dtype, "log-sum-exp as float32 [1, 2, 16]");
+}
+
+TEST(FlashAttention, ReturnLseMustBeZeroOrOne) {
+  SKIP_WITHOUT_FLASH();
+  const OpDescriptor desc = attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  XPURT_EXPECT_THROW_WITH(with_return_lse(desc, 2), InvalidArgumentError, "return_lse must be 0 or 1, got 2");
+  XPURT_EXPECT_THROW_WITH(with_return_lse(desc, -1), InvalidArgumentError, "return_lse must be 0 or 1, got -1");
+}
+
+TEST(FlashAttention, UnfusedRefusesReturnLse) {
+  SKIP_WITHOUT_FLASH();
+  const Kernel* unfused = KernelRegistry::global().find_kernel("attention", "unfused");
+  ASSERT_NE(unfused, nullptr);
+  const OpDescriptor plain = attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}, DType::kFloat16);
+  EXPECT_TRUE(unfused->supports(plain, ExecutionPolicy{})) << unfused->supports(plain, ExecutionPolicy{}).reason();
+  const Support support = unfused->supports(with_return_lse(plain, 1), ExecutionPolicy{});
+  EXPECT_FALSE(support.ok());
+  EXPECT_NE(support.reason().find("does not output the log-sum-exp (return_lse=1); use flash_v2 or cpu"),
+            std::string::npos)
+      << support.reason();
+  // Every attention kernel answers: those that cannot write lse say so instead of running with one output.
+  for (const Kernel* kernel : KernelRegistry::global().kernels("attention")) {
+    if (kernel->name() == "flash_v2" || kernel->name() == "cpu") continue;
+    const Support s = kernel->supports(with_return_lse(plain, 1), ExecutionPolicy{});
+    EXPECT_FALSE(s.ok()) << kernel->name();
+  }
 }
 
 // ---- numerics on a GPU, against the cpu kernel ----
@@ -342,6 +399,91 @@ TEST(FlashAttentionGpu, FullyMaskedRowIsNaN) {
   for (std::int64_t i = 0; i < sq; ++i) {
     for (std::int64_t c = 0; c < d; ++c) {
       EXPECT_EQ(std::isnan(out[i * d + c]), i == 3) << "row " << i << ", column " << c;
+    }
+  }
+}
+
+// flash_v2's lse (return_lse=1) against the cpu kernel's on the same rounded inputs; output 0 is bit-identical
+// to the run without return_lse. lse is written for every row (the output starts as NaN), -inf for a fully
+// masked row. Tolerance: both compute fp32 scores from the same 16-bit inputs; lse is O(log Sk + max score).
+void check_lse_against_cpu(const Case& c, DType dtype, unsigned seed, std::int64_t masked_row = -1) {
+  SCOPED_TRACE(case_name(c, dtype) + (masked_row >= 0 ? " row " + std::to_string(masked_row) + " masked" : ""));
+  std::mt19937 gen(seed);
+  const Tensor q = random_tensor({c.batch, c.heads, c.seq_q, c.head_dim}, dtype, gen, -2.f, 2.f);
+  const Tensor k = random_tensor({c.batch, c.kv_heads, c.seq_k, c.head_dim}, dtype, gen, -2.f, 2.f);
+  const Tensor v = random_tensor({c.batch, c.kv_heads, c.seq_k, c.head_dim}, dtype, gen);
+  Tensor mask;
+  if (!c.mask_shape.empty()) {
+    // Random values in [-3, 3] with some -inf; with `masked_row` (mask [.., Sq, Sk]) that whole row is -inf.
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    Tensor values = random_tensor(c.mask_shape, DType::kFloat32, gen, -3.f, 3.f);
+    float* m = static_cast<float*>(values.data_ptr());
+    for (std::int64_t i = 0; i < values.numel(); i += 7) m[i] = kNegInf;
+    if (masked_row >= 0) {
+      const std::int64_t sk = c.mask_shape.back(), sq = c.mask_shape[c.mask_shape.size() - 2];
+      for (std::int64_t outer = 0; outer < values.numel() / (sq * sk); ++outer) {
+        for (std::int64_t j = 0; j < sk; ++j) m[(outer * sq + masked_row) * sk + j] = kNegInf;
+      }
+    }
+    mask = cpu_cast(values, dtype);
+  }
+  Attributes attrs;
+  attrs.set("causal", std::int64_t{c.causal ? 1 : 0});
+  attrs.set("scale", c.scale);
+  Attributes lse_attrs = attrs;
+  lse_attrs.set("return_lse", std::int64_t{1});
+
+  const Device gpu = Device::cuda(0);
+  const std::vector<Tensor> gpu_inputs = {q.to(gpu), k.to(gpu), v.to(gpu), mask.defined() ? mask.to(gpu) : Tensor()};
+  const std::vector<Tensor> got = run_kernel(*flash_kernel(), gpu_inputs, lse_attrs);
+  const std::vector<Tensor> ref =
+      run_kernel(*KernelRegistry::global().find_kernel("attention", "cpu"), {q, k, v, mask}, lse_attrs);
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got[1].dtype(), DType::kFloat32);
+  ASSERT_EQ(got[1].shape(), (Shape{c.batch, c.heads, c.seq_q}));
+  const std::vector<float> got_lse = to_floats(got[1]);
+  const std::vector<float> want_lse = to_floats(ref[1]);
+  std::size_t bad = 0;
+  double max_error = 0.0;
+  for (std::size_t i = 0; i < got_lse.size(); ++i) {
+    bool ok;
+    if (std::isnan(want_lse[i]) || std::isinf(want_lse[i])) {
+      ok = std::isnan(want_lse[i]) ? std::isnan(got_lse[i]) : got_lse[i] == want_lse[i];
+    } else {
+      const double error = std::fabs(static_cast<double>(got_lse[i]) - want_lse[i]);
+      ok = error <= 1e-3 + 1e-4 * std::fabs(want_lse[i]);  // NaN fails
+      if (std::isfinite(error)) max_error = std::max(max_error, error);
+    }
+    if (!ok && bad++ < 5) ADD_FAILURE() << "lse " << i << ": flash_v2 " << got_lse[i] << ", cpu " << want_lse[i];
+  }
+  EXPECT_EQ(bad, 0u) << "of " << got_lse.size() << " rows; max |error| " << max_error;
+  if (masked_row >= 0) {
+    for (std::int64_t bh = 0; bh < c.batch * c.heads; ++bh) {
+      EXPECT_EQ(got_lse[bh * c.seq_q + masked_row], -std::numeric_limits<float>::infinity()) << "head " << bh;
+    }
+  }
+  // Writing lse leaves output 0 as it was.
+  const Tensor plain = run_kernel(*flash_kernel(), gpu_inputs, attrs)[0].to(Device::cpu());
+  const Tensor with_lse = got[0].to(Device::cpu());
+  ASSERT_EQ(plain.nbytes(), with_lse.nbytes());
+  EXPECT_EQ(std::memcmp(plain.data_ptr(), with_lse.data_ptr(), plain.nbytes()), 0);
+}
+
+TEST(FlashAttentionGpu, LogSumExpMatchesCpu) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  unsigned seed = 300;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        check_lse_against_cpu({2, 3, 3, 200, 200, d, causal}, dtype, seed++);           // Sq past one 128 block
+        check_lse_against_cpu({2, 8, 2, 77, 300, d, causal}, dtype, seed++);            // GQA, partial tiles
+        check_lse_against_cpu({1, 4, 1, 300, 129, d, causal}, dtype, seed++);           // MQA, Sq > Sk
+        check_lse_against_cpu({1, 2, 2, 1, 257, d, causal}, dtype, seed++);             // one query
+        check_lse_against_cpu({2, 4, 2, 77, 130, d, causal, {2, 1, 77, 130}}, dtype, seed++, 5);  // mask, a -inf row
+        check_lse_against_cpu({1, 2, 2, 200, 61, d, causal, {200, 61}, 0.3}, dtype, seed++);     // [Sq, Sk], scale
+      }
+      check_lse_against_cpu({2, 2, 2, 50, 60, d, false, {}, 0.05}, dtype, seed++);  // custom scale, no mask
     }
   }
 }

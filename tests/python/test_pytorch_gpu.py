@@ -127,6 +127,7 @@ def test_conv2d_matches_pytorch_with_gradients(xrt_torch, dtype, config):
     dict(b=1, hq=8, hk=2, sq=77, sk=77, d=64, causal=True),      # GQA, odd length
     dict(b=3, hq=2, hk=2, sq=33, sk=96, d=128, causal=False),    # cross attention
     dict(b=2, hq=4, hk=4, sq=64, sk=64, d=40, causal=True),      # head dim not a multiple of 16
+    dict(b=2, hq=3, hk=3, sq=200, sk=200, d=128, causal=True),   # causal, not a multiple of the 128-row tile
 ])
 def test_attention_matches_pytorch_with_gradients(xrt_torch, dtype, case):
     q = _leaf(case["b"], case["hq"], case["sq"], case["d"], dtype=dtype, seed=9)
@@ -149,6 +150,18 @@ def test_attention_matches_pytorch_with_gradients(xrt_torch, dtype, case):
     assert forward["kernel"] in ("flash_v2", "unfused") and forward["backend"] != "pytorch"
     backward = [r for r in scope.log.records if r["phase"] == "backward"]
     assert backward and backward[0]["kernel"].startswith("torch_") and "no backward kernel" in backward[0]["reason"]
+    if forward["kernel"] == "flash_v2" and case["hq"] == case["hk"]:
+        # flash_v2 returned its log-sum-exp: PyTorch's flash backward ran on it, without recomputing the forward.
+        assert backward[0]["kernel"] == "torch_flash" and "log-sum-exp" in backward[0]["reason"]
+    # Again with fresh data: the call's cached site, same results as PyTorch's.
+    q2, k2, v2 = (t.detach().flip(2).clone().requires_grad_() for t in (q, k, v))
+    got2, got_grads2 = _grads(attention, (q2, k2, v2))
+    with xrt_torch.set_kernel_policy(None):
+        want2, want_grads2 = _grads(attention, (q2, k2, v2))
+    _close(got2, want2, dtype, scale=2)
+    for g, wg in zip(got_grads2, want_grads2):
+        _close(g, wg, dtype, scale=4)
+    assert scope.log.records[0]["calls"] == 2
 
 
 def test_attention_with_a_mask_matches_pytorch(xrt_torch):

@@ -474,3 +474,106 @@ def test_setting_the_same_policy_again_reuses_its_decisions_with_a_fresh_log(tor
     assert second.log.records[0]["calls"] == 1
     other = xrt_torch.set_kernel_policy(matmul="cpu", exec_policy={"precision": "tf32"})
     assert other.state is not first.state
+
+
+# ---- The eager fast path: one decided site per call signature (Note [Call sites] in pytorch/_fast.py) ----
+
+def test_repeated_calls_reuse_their_site_with_fresh_data_and_gradients(torch, xrt_torch):
+    from xpuruntime.pytorch import _fast
+
+    torch.manual_seed(11)
+    weight = torch.randn(6, 9, requires_grad=True)
+    bias = torch.randn(6, requires_grad=True)
+    scope = xrt_torch.set_kernel_policy(matmul="cpu")
+    for step in range(4):
+        x = torch.randn(3, 9, requires_grad=True)
+        y = torch.nn.functional.linear(x, weight, bias)
+        y.pow(3).sum().backward()
+        got = [x.grad.clone(), weight.grad.clone(), bias.grad.clone()]
+        for t in (x, weight, bias):
+            t.grad = None
+        with xrt_torch.set_kernel_policy(None):
+            ref = torch.nn.functional.linear(x, weight, bias)
+            ref.pow(3).sum().backward()
+        torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+        for g, t in zip(got, (x, weight, bias)):
+            torch.testing.assert_close(g, t.grad, rtol=1e-4, atol=1e-4)
+            t.grad = None
+    assert any(site.route.kernel == "cpu" for site in _fast.SITES.values() if isinstance(site, _fast.Site))
+    records = {r["node"]: r for r in scope.log.records}
+    assert records["linear#0"]["calls"] == 4 and records["linear#0"]["kernel"] == "cpu"
+    assert records["matmul#0 (backward: grad input)"]["calls"] == 4
+    assert records["linear#0 (backward: grad weight)"]["calls"] == 4
+
+
+def test_strided_and_misaligned_inputs_on_the_fast_path(torch, xrt_torch):
+    torch.manual_seed(12)
+    xrt_torch.set_kernel_policy(matmul="pin:cpu")
+    a = torch.randn(7, 5).t()          # not contiguous: copied per call
+    storage = torch.randn(1 + 7 * 4)
+    b = storage[1:].view(7, 4)         # 4-byte aligned view: below the plan's 16 bytes, copied first
+    assert b.data_ptr() % 16 != 0
+    for _ in range(3):
+        torch.testing.assert_close(torch.matmul(a, b), torch.mm(a.double(), b.double()).float(), rtol=1e-5,
+                                   atol=1e-5)
+    aligned = torch.randn(7, 4)
+    torch.testing.assert_close(torch.matmul(a, aligned), torch.mm(a.double(), aligned.double()).float(), rtol=1e-5,
+                               atol=1e-5)
+    assert xrt_torch.decision_log().records[0]["calls"] == 4
+
+
+def test_calls_without_a_rule_are_logged_on_every_call(torch, xrt_torch):
+    scope = xrt_torch.set_kernel_policy(attention="cpu")
+    x, w = torch.randn(2, 3), torch.randn(4, 3)
+    for _ in range(3):
+        torch.testing.assert_close(torch.nn.functional.linear(x, w), x @ w.t())
+    records = [r for r in scope.log.records if r["op"] == "linear"]
+    assert len(records) == 1 and records[0]["rule"] == "unrouted" and records[0]["calls"] == 3
+
+
+def test_grad_mode_and_autocast_are_part_of_the_signature(torch, xrt_torch):
+    torch.manual_seed(13)
+    w = torch.randn(4, 8, requires_grad=True)
+    x = torch.randn(3, 8)
+    xrt_torch.set_kernel_policy(matmul="cpu")
+    with torch.no_grad():
+        y0 = torch.nn.functional.linear(x, w)
+    assert y0.grad_fn is None
+    y1 = torch.nn.functional.linear(x, w)
+    assert y1.grad_fn is not None
+    (g,) = torch.autograd.grad(y1.sum(), w)
+    torch.testing.assert_close(g, x.sum(0).expand(4, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y2 = torch.nn.functional.linear(x, w)
+    assert y2.dtype == torch.bfloat16
+    torch.testing.assert_close(y2.float(), y0, rtol=3e-2, atol=3e-2)
+
+
+def test_double_backward_through_a_routed_linear(torch, xrt_torch):
+    torch.manual_seed(14)
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+
+    def second(fn):
+        (gx,) = torch.autograd.grad(fn(x, w).pow(2).sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.sum(), w)[0]
+
+    want = second(torch.nn.functional.linear)
+    xrt_torch.set_kernel_policy(matmul="cpu")
+    torch.testing.assert_close(second(torch.nn.functional.linear), want)
+
+
+def test_prepared_calls_from_python():
+    a = np.arange(15, dtype=np.float32).reshape(3, 5) / 7
+    b = np.arange(10, dtype=np.float32).reshape(5, 2) - 4
+    prepared = xrt._core.PreparedCall("matmul", [xrt.from_numpy(a), xrt.from_numpy(b)])
+    assert prepared.outputs == [([3, 2], "float32")] and prepared.decision.kernel == "cpu"
+    assert "matmul(float32[3,5],float32[5,2])" in prepared.signature
+    out = np.zeros((3, 2), np.float32)
+    prepared.launch([a.ctypes.data, b.ctypes.data], [out.ctypes.data])
+    np.testing.assert_allclose(out, a @ b, rtol=1e-6)
+    assert not prepared.accepts([a.ctypes.data + 4, b.ctypes.data])
+    with pytest.raises(xrt.InvalidArgumentError, match="less aligned"):
+        prepared.launch([a.ctypes.data + 4, b.ctypes.data], [out.ctypes.data])
+    with pytest.raises(xrt.InvalidArgumentError, match="takes 2 input"):
+        prepared.launch([a.ctypes.data], [out.ctypes.data])

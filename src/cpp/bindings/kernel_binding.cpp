@@ -259,6 +259,64 @@ void bind_kernels(py::module_& m) {
         py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
         py::arg("exec_policy") = nullptr,
         "What ops_call would run, without running it: (decision, [(shape, dtype)] of the outputs, workspace_bytes).");
+  py::class_<ops::PreparedCall, std::shared_ptr<ops::PreparedCall>>(
+      m, "PreparedCall",
+      "A call planned once (like ops_call: the same decision and plan) and launched many times on raw memory of the "
+      "same descriptors: PreparedCall(op, inputs, attrs, kernel_policy, exec_policy); launch(inputs, outputs, "
+      "workspace, stream) with data pointers as ints. What xpuruntime.pytorch runs routed calls through.")
+      .def(py::init([](const std::string& op, const py::handle& inputs, const py::handle& attrs,
+                       const KernelPolicy* kernel_policy, const ExecutionPolicy* exec_policy) {
+             const std::vector<Tensor> tensors = to_tensors(inputs);
+             const Attributes attributes = to_attributes(attrs);
+             const ops::CallOptions options = policy_options(kernel_policy, exec_policy);
+             py::gil_scoped_release release;
+             return std::make_shared<ops::PreparedCall>(op, tensors, attributes, options);
+           }),
+           py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
+           py::arg("exec_policy") = nullptr)
+      .def_property_readonly("decision", &ops::PreparedCall::decision)
+      .def_property_readonly("outputs",
+                             [](const ops::PreparedCall& c) {
+                               py::list outputs;
+                               for (const auto& o : c.outputs()) {
+                                 outputs.append(py::make_tuple(o.shape, std::string(dtype_name(o.dtype))));
+                               }
+                               return outputs;
+                             },
+                             "[(shape, dtype)] of the outputs `launch` writes.")
+      .def_property_readonly("workspace_bytes", &ops::PreparedCall::workspace_bytes)
+      .def_property_readonly("signature", [](const ops::PreparedCall& c) { return c.descriptor().signature(); })
+      .def(
+          "accepts",
+          [](const ops::PreparedCall& c, const std::vector<std::uintptr_t>& inputs) {
+            std::vector<const void*> pointers(inputs.size());
+            for (std::size_t k = 0; k < inputs.size(); ++k) pointers[k] = reinterpret_cast<const void*>(inputs[k]);
+            return c.accepts(pointers.data(), pointers.size());
+          },
+          py::arg("inputs"), "Whether memory at these addresses (0: an absent input) can run the plan.")
+      .def(
+          "launch",
+          [](const ops::PreparedCall& c, const std::vector<std::uintptr_t>& inputs,
+             const std::vector<std::uintptr_t>& outputs, std::uintptr_t workspace, std::size_t workspace_bytes,
+             std::uintptr_t stream) {
+            std::vector<const void*> in(inputs.size());
+            for (std::size_t k = 0; k < inputs.size(); ++k) in[k] = reinterpret_cast<const void*>(inputs[k]);
+            std::vector<void*> out(outputs.size());
+            for (std::size_t k = 0; k < outputs.size(); ++k) out[k] = reinterpret_cast<void*>(outputs[k]);
+            const Device device = c.descriptor().device;
+            const StreamView view = device.is_cpu() ? StreamView() : StreamView(device, reinterpret_cast<void*>(stream));
+            py::gil_scoped_release release;
+            c.launch(in.data(), in.size(), out.data(), out.size(), reinterpret_cast<void*>(workspace), workspace_bytes,
+                     view);
+          },
+          py::arg("inputs"), py::arg("outputs"), py::arg("workspace") = 0, py::arg("workspace_bytes") = 0,
+          py::arg("stream") = 0,
+          "Runs the plan on data pointers (ints; 0 for an absent optional input): contiguous inputs of the prepared "
+          "descriptors, outputs of `outputs`, a workspace of at least `workspace_bytes`, on the raw CUDA stream "
+          "`stream` (0: the legacy default stream; ignored on the CPU). Asynchronous like any stream work.")
+      .def("__repr__", [](const ops::PreparedCall& c) {
+        return "<PreparedCall " + c.descriptor().signature() + " -> " + c.decision().kernel + ">";
+      });
   m.def("ops_candidates",
         [](const std::string& op, const py::handle& inputs, const py::handle& attrs, const KernelPolicy* kernel_policy,
            const ExecutionPolicy* exec_policy) {

@@ -327,7 +327,16 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   }
   const double scale = desc.attrs.get_float("scale", 0.0);
   XPURT_CHECK(std::isfinite(scale) && scale >= 0, "op 'attention': scale must be >= 0 (0 = 1/sqrt(D)), got ", scale);
-  return {output_like(q, {q.shape[0], q.shape[1], q.shape[2], v.shape[3]})};
+  const std::int64_t return_lse = desc.attrs.get_int("return_lse", 0);
+  XPURT_CHECK(return_lse == 0 || return_lse == 1, "op 'attention': return_lse must be 0 or 1, got ", return_lse);
+  std::vector<TensorDesc> outputs = {output_like(q, {q.shape[0], q.shape[1], q.shape[2], v.shape[3]})};
+  if (return_lse == 1) {
+    // lse [B, H, Sq] float32 whatever q's dtype: Note [Attention log-sum-exp] in cpu_attention.cpp.
+    TensorDesc lse = output_like(q, {q.shape[0], q.shape[1], q.shape[2]});
+    lse.dtype = DType::kFloat32;
+    outputs.push_back(std::move(lse));
+  }
+  return outputs;
 }
 
 }  // namespace
@@ -377,9 +386,19 @@ void register_ops(KernelRegistry& registry) {
   for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"}) {
     add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1", infer_reduce);
   }
-  add("attention", "attention", {"q", "k", "v", "mask?"},
-      "softmax(q k^T * scale + mask) v; [B, H, S, D], causal=0, scale=0 (1/sqrt(D)), GQA when Hkv divides H",
-      infer_attention);
+  {
+    // Two outputs: y, and with return_lse=1 the log-sum-exp of each score row (the second output is absent
+    // otherwise).
+    OpSchema attention;
+    attention.name = "attention";
+    attention.family = "attention";
+    attention.inputs = {"q", "k", "v", "mask?"};
+    attention.outputs = {"y", "lse?"};
+    attention.doc = "softmax(q k^T * scale + mask) v; [B, H, S, D], causal=0, scale=0 (1/sqrt(D)), GQA when Hkv "
+                    "divides H; return_lse=0 (1: second output lse [B, H, Sq] float32, log sum exp of the scores)";
+    attention.infer = infer_attention;
+    registry.add_schema(std::move(attention));
+  }
   register_data_ops(registry);
 }
 

@@ -1,6 +1,7 @@
 // The functional ops: named wrappers over one generic call that dispatches through cached Dispatchers.
 #include "xpuruntime/ops.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -143,6 +144,74 @@ CallPlan plan(const std::string& op, const std::vector<Tensor>& inputs, const At
   out.outputs = desc.outputs;
   out.workspace_bytes = dispatch->plan ? dispatch->plan->workspace_bytes() : 0;
   return out;
+}
+
+PreparedCall::PreparedCall(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
+                           const CallOptions& options) {
+  const std::vector<Tensor> contiguous = contiguous_inputs(op, inputs);
+  const std::shared_ptr<Dispatcher> dispatcher = dispatcher_of(options);
+  desc_ = make_op_descriptor(op, contiguous, attrs, dispatcher->exec_policy());
+  dispatch_ = dispatcher->select(desc_);
+  workspace_bytes_ = dispatch_->plan ? dispatch_->plan->workspace_bytes() : 0;
+}
+
+const Decision& PreparedCall::decision() const { return dispatch_->decision; }
+
+namespace {
+
+std::uint32_t address_alignment(const void* pointer) {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  std::uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace
+
+bool PreparedCall::accepts(const void* const* inputs, std::size_t num_inputs) const {
+  if (num_inputs != desc_.inputs.size()) return false;
+  for (std::size_t k = 0; k < num_inputs; ++k) {
+    const TensorDesc& want = desc_.inputs[k];
+    if ((inputs[k] != nullptr) != want.present) return false;
+    // Kernels ask for at most 16-byte alignment (cuBLASLt, flash_v2, cuDNN): a plan prepared on better-aligned
+    // memory runs on any 16-byte aligned memory.
+    if (want.present && want.numel() > 0 && address_alignment(inputs[k]) < std::min<std::uint32_t>(want.alignment, 16)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void PreparedCall::launch(const void* const* inputs, std::size_t num_inputs, void* const* outputs,
+                          std::size_t num_outputs, void* workspace, std::size_t workspace_bytes,
+                          const StreamView& stream) const {
+  XPURT_CHECK(num_inputs == desc_.inputs.size() && num_outputs == desc_.outputs.size(), "op '", desc_.op,
+              "': the prepared call takes ", desc_.inputs.size(), " input(s) and ", desc_.outputs.size(),
+              " output(s), but got ", num_inputs, " and ", num_outputs);
+  XPURT_CHECK(accepts(inputs, num_inputs), "op '", desc_.op, "': the inputs' addresses do not match the prepared "
+              "call (an input that was absent is given or the reverse, or one is less aligned than when prepared)");
+  XPURT_CHECK(workspace_bytes >= workspace_bytes_ && (workspace_bytes_ == 0 || workspace != nullptr), "op '",
+              desc_.op, "': the prepared call needs a workspace of ", workspace_bytes_, " bytes, but got ",
+              workspace_bytes);
+  std::vector<Tensor> in(num_inputs);
+  for (std::size_t k = 0; k < num_inputs; ++k) {
+    const TensorDesc& d = desc_.inputs[k];
+    if (d.present) {
+      in[k] = Tensor::from_blob(const_cast<void*>(inputs[k]), d.shape, {}, d.dtype, desc_.device, nullptr);
+    }
+  }
+  std::vector<Tensor> out(num_outputs);
+  for (std::size_t k = 0; k < num_outputs; ++k) {
+    const TensorDesc& d = desc_.outputs[k];
+    XPURT_CHECK(outputs[k] != nullptr || d.numel() == 0, "op '", desc_.op, "': output ", k, " is null");
+    out[k] = Tensor::from_blob(outputs[k], d.shape, {}, d.dtype, desc_.device, nullptr);
+  }
+  Tensor workspace_tensor;
+  if (workspace != nullptr && workspace_bytes > 0) {
+    workspace_tensor = Tensor::from_blob(workspace, {static_cast<std::int64_t>(workspace_bytes)}, {}, DType::kUInt8,
+                                         desc_.device, nullptr);
+  }
+  dispatch_->plan->execute(desc_, in, out, stream, workspace_tensor.defined() ? &workspace_tensor : nullptr);
 }
 
 std::vector<CandidateReport> candidates(const std::string& op, const std::vector<Tensor>& inputs,

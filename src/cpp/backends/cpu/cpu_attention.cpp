@@ -11,6 +11,14 @@
 //  * A row whose every visible score is -inf (e.g. a mask of -inf over the whole row) has no softmax: the
 //    result is NaN, as in torch.nn.functional.scaled_dot_product_attention. The conformance suite does not
 //    generate such rows.
+//
+// Note [Attention log-sum-exp]
+//  With return_lse=1 the op has a second output lse [B, H, Sq], float32 whatever the input dtype, contiguous:
+//  lse[b, h, i] = log(sum_j exp(score_ij)) (natural log) over the keys j row i sees, where score is the scaled,
+//  masked, causal-masked score the softmax takes (the first bullets above). This is FlashAttention-2's (and
+//  PyTorch's aten::_scaled_dot_product_flash_attention's) `softmax_lse`, from which a backward pass recomputes
+//  P = exp(score - lse) without the forward. A row with no finite score (every visible score -inf) has
+//  lse = -inf; a row with a NaN score has lse = NaN. The cpu kernel sums the exponentials in double.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -21,6 +29,16 @@
 namespace xpuruntime::cpu {
 
 namespace {
+
+// log(sum_j exp(scores[j])) over scores[0, count) in double, given their max and whether one is NaN (Note
+// [Attention log-sum-exp]). Reads `scores` before the softmax overwrites them.
+double log_sum_exp(const std::vector<double>& scores, std::int64_t count, double max_value, bool nan) {
+  if (nan) return std::numeric_limits<double>::quiet_NaN();
+  if (std::isinf(max_value)) return max_value;  // no finite score (-inf), or a +inf score (+inf)
+  double sum = 0.0;
+  for (std::int64_t j = 0; j < count; ++j) sum += std::exp(scores[static_cast<std::size_t>(j)] - max_value);
+  return max_value + std::log(sum);
+}
 
 template <typename T>
 void run_attention(const KernelLaunch& launch, const CpuContext& context) {
@@ -43,6 +61,14 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   InputBuffer<T> v(v_tensor);
   InputBuffer<T> mask(mask_tensor);
   OutputBuffer<T> y(launch.output(0));
+  // Note [Attention log-sum-exp]: the op schema made output 1 float32 [B, H, Sq] when return_lse is 1.
+  float* lse = nullptr;
+  if (desc.attrs.get_int("return_lse", 0) != 0) {
+    XPURT_INTERNAL_ASSERT(launch.num_outputs == 2 && launch.output(1).dtype() == DType::kFloat32 &&
+                              launch.output(1).numel() == batch * heads * seq_q,
+                          "attention with return_lse=1 needs a float32 [B, H, Sq] second output");
+    lse = static_cast<float*>(launch.output(1).data_ptr());
+  }
   std::vector<std::int64_t> mask_strides(4, 0);
   if (mask.data() != nullptr) mask_strides = broadcast_strides(mask_tensor.shape(), {batch, heads, seq_q, seq_k});
 
@@ -54,6 +80,7 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
       const T* k_head = k.data() + kv * seq_k * head_dim;
       const T* v_head = v.data() + kv * seq_k * value_dim;
       T* y_head = y.data() + (b * heads + h) * seq_q * value_dim;
+      float* lse_head = lse != nullptr ? lse + (b * heads + h) * seq_q : nullptr;
       gemm<T>(context, true, seq_q, seq_k, head_dim, q_head, head_dim, k_head, head_dim, scores.data(), seq_k);
       const T* mask_head = mask.data() != nullptr ? mask.data() + b * mask_strides[0] + h * mask_strides[1] : nullptr;
       parallel_for(seq_q, loop_threads_around_gemm(context),  // Note [OpenMP and OpenBLAS threads]
@@ -73,6 +100,9 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
                          row[j] = value;
                          nan = nan || value != value;
                          max_value = std::max(max_value, value);
+                       }
+                       if (lse_head != nullptr) {
+                         lse_head[i] = static_cast<float>(log_sum_exp(row, visible, max_value, nan));
                        }
                        double sum = 0.0;
                        for (std::int64_t j = 0; j < visible; ++j) {
@@ -103,7 +133,7 @@ struct Attention {
 void register_attention_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "attention",
                  "reference attention: q k^T GEMM, scaled/masked/causal softmax (sums in double), P v GEMM (GQA, any "
-                 "head dim)",
+                 "head dim, log-sum-exp output)",
                  typed_run<Attention>());
 }
 

@@ -180,6 +180,9 @@ class UnfusedAttentionKernel final : public Kernel {
 
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     if (Support common = check_common(desc, policy, "unfused attention"); !common) return common;
+    if (desc.attrs.get_int("return_lse", 0) != 0) {
+      return Support::no("unfused attention does not output the log-sum-exp (return_lse=1); use flash_v2 or cpu");
+    }
     if (desc.inputs.size() < 3 || desc.inputs[0].dim() != 4 || desc.inputs[1].dim() != 4 || desc.inputs[2].dim() != 4) {
       return Support::no("unfused attention needs q[B, H, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, Dv]");
     }

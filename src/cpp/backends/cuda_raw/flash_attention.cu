@@ -5,7 +5,8 @@
 // code for; q, k, v float16 or bfloat16, contiguous, 16-byte aligned; head dim D = Dv in {64, 128}; H % Hkv == 0;
 // any Sq and Sk >= 1; `causal` and `scale` as docs/ops.md defines them; an optional additive mask in q's dtype,
 // broadcastable to [B, H, Sq, Sk] (any strides: dims of size 1 are read with stride 0). A query row whose every
-// score is -inf (only a mask can do that) gives NaN, like the cpu reference and PyTorch's SDPA.
+// score is -inf (only a mask can do that) gives NaN, like the cpu reference and PyTorch's SDPA. With return_lse=1
+// it also writes the second output lse [B, H, Sq] float32 (Note [flash_v2 log-sum-exp] in flash_attention_kernel.cuh).
 //
 // Deterministic: one CTA owns each output row and accumulates in a fixed order; no atomics, no split-K.
 // Plans are immutable; run() may be called from several threads at once.
@@ -63,8 +64,11 @@ struct FlashConfig {
   DType dtype = DType::kFloat16;
   int head_dim = 0;
   MaskMode mode = MaskMode::kNone;
-  flash::Params params;  // everything but the pointers
+  bool return_lse = false;  // output 1 is lse [B, H, Sq] float32
+  flash::Params params;     // everything but the pointers
 };
+
+bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_lse", 0) != 0; }
 
 FlashConfig config_of(const OpDescriptor& desc) {
   const TensorDesc& q = desc.inputs[0];
@@ -91,6 +95,7 @@ FlashConfig config_of(const OpDescriptor& desc) {
     params.mask_stride_k = strides[3];
   }
   config.mode = has_mask ? MaskMode::kExplicit : (params.causal ? MaskMode::kCausal : MaskMode::kNone);
+  config.return_lse = returns_lse(desc);
   return config;
 }
 
@@ -198,6 +203,20 @@ Support check_flash(const OpDescriptor& desc) {
                                          "-byte aligned"));
     }
   }
+  // Output 0 is y; output 1 (lse [B, H, Sq] float32) exists iff return_lse=1, as the op schema infers.
+  const std::size_t expected_outputs = returns_lse(desc) ? 2 : 1;
+  if (desc.outputs.size() != expected_outputs) {
+    return Support::no(detail::str_cat("flash_v2 writes ", expected_outputs, " output(s) for return_lse=",
+                                       returns_lse(desc) ? 1 : 0, ", the descriptor has ", desc.outputs.size()));
+  }
+  if (expected_outputs == 2) {
+    const TensorDesc& lse = desc.outputs[1];
+    const std::vector<std::int64_t> lse_shape = {batch, heads, seq_q};
+    if (lse.dtype != DType::kFloat32 || lse.shape != lse_shape) {
+      return Support::no(detail::str_cat("flash_v2 writes the log-sum-exp as float32 ", shape_str(lse_shape),
+                                         "; output 1 is ", lse.str()));
+    }
+  }
   return Support::yes();
 }
 
@@ -240,6 +259,16 @@ class FlashAttentionPlan final : public KernelPlan {
     params.v = launch.input(2).data_ptr();
     params.o = launch.output(0).data_ptr();
     if (config_.mode == MaskMode::kExplicit) params.mask = launch.input(3).data_ptr();
+    if (config_.return_lse) {
+      XPURT_CHECK(launch.num_outputs == 2 && launch.output(1).dtype() == DType::kFloat32 &&
+                      launch.output(1).numel() == static_cast<std::int64_t>(shape.batch) * shape.heads * shape.seq_q,
+                  "flash_v2 with return_lse=1 writes a second output lse, float32 [B, H, Sq]; run the plan on the "
+                  "outputs it was built for");
+      params.lse = static_cast<float*>(launch.output(1).data_ptr());
+      XPURT_CHECK(reinterpret_cast<std::uintptr_t>(params.lse) % alignof(float) == 0,
+                  "flash_v2 needs a 4-byte aligned lse output, but it starts at address ",
+                  reinterpret_cast<std::uintptr_t>(params.lse));
+    }
     // The descriptor promised this (the plan is keyed on it); a launch with other tensors must not corrupt memory.
     const void* pointers[] = {params.q, params.k, params.v, params.o};
     const char* names[] = {"q", "k", "v", "the output"};
@@ -263,7 +292,8 @@ class FlashAttentionPlan final : public KernelPlan {
     const int smem_kib = (128 + 4 * block_n) * config_.head_dim * 2 / 1024;
     return detail::str_cat("flash_v2 ", dtype_name(config_.dtype), " D=", config_.head_dim, ", ",
                            mode_name(config_.mode, config_.params.causal), ", 128x", block_n,
-                           " tiles, 4 warps, K/V double-buffered, ", smem_kib, " KiB shared memory");
+                           " tiles, 4 warps, K/V double-buffered, ", smem_kib, " KiB shared memory",
+                           config_.return_lse ? ", log-sum-exp output" : "");
   }
 
  private:
@@ -276,7 +306,7 @@ class FlashAttentionKernel final : public Kernel {
   FlashAttentionKernel()
       : Kernel(KernelInfo{"attention", "flash_v2", "cuda_raw", DeviceType::kCUDA, true,
                           "fused FlashAttention-2 forward on tensor cores (fp16/bf16, head dim 64/128, causal, "
-                          "mask, GQA), no Sq x Sk scores in memory"}) {}
+                          "mask, GQA, log-sum-exp output), no Sq x Sk scores in memory"}) {}
 
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/) const override {
     return check_flash(desc);

@@ -7,6 +7,8 @@
 //   the optional mask is read at mask[b * stride_b + h * stride_h + i * stride_q + j * stride_k] (strides in
 //   elements, 0 where the mask broadcasts), in the dtype T, and added to the scaled scores. A query row whose
 //   every score is -inf (an explicit mask only) gets NaN, like the cpu reference and PyTorch's SDPA.
+//   lse (optional) [B, H, Sq] float32: the natural-log log-sum-exp of each row's scores (Note [flash_v2
+//   log-sum-exp]).
 // Self-contained (CUDA headers only), so that a stand-alone harness can include it as well.
 //
 // Note [flash_v2 tiling]
@@ -46,6 +48,19 @@
 // and masks only the tiles that cross the diagonal or run past Sk. The grid has ceil(Sq / 128) * B * H CTAs with
 // the query block fastest, so the CTAs in flight share few heads and their K and V stay in L2; within a head the
 // heaviest causal blocks go first.
+//
+// Note [flash_v2 log-sum-exp]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With Params::lse set, the epilogue also writes lse[(b * H + h) * Sq + i] = log(sum_j exp(score_ij)) (natural
+// log; score = q k^T * scale + mask, -inf where causal or past Sk): FlashAttention-2's softmax_lse, which PyTorch's
+// flash backward takes. The loop keeps the softmax in the log2 domain: p = exp2(s * softmax_scale - m *
+// softmax_scale), with s the raw dot product and softmax_scale = scale * log2(e) (no mask), or s already
+// s * scale * log2(e) + mask * log2(e) and softmax_scale = 1 (explicit mask). The running max m is reduced over
+// the quad at every tile (all 4 lanes of a row hold it); the row sum l is each lane's share until the epilogue
+// sums it over the quad. So log2(sum_j exp2(s_j * softmax_scale)) = m * softmax_scale + log2(l), and
+// lse = that * ln(2). A row with every score -inf has m = -inf and l = 0: lse = -inf; a NaN score makes l NaN:
+// lse = NaN. Lane 0 of the quad writes it, for rows inside Sq only; with lse null the epilogue costs one
+// uniform branch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -71,6 +86,7 @@ struct Params {
   const void* v = nullptr;
   void* o = nullptr;
   const void* mask = nullptr;  // MaskMode::kExplicit only
+  float* lse = nullptr;        // [B, H, Sq] log-sum-exp of each row (Note [flash_v2 log-sum-exp]); null: not written
   std::int64_t mask_stride_b = 0;
   std::int64_t mask_stride_h = 0;
   std::int64_t mask_stride_q = 0;
@@ -105,6 +121,7 @@ inline long long flash_forward_blocks(int batch, int heads, int seq_q) {
 namespace device {
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ std::uint32_t shared_address(const void* pointer) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
@@ -436,6 +453,10 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
       // total == 0: every score of the row is -inf (an explicit mask only); NaN, as in the cpu reference.
       const float inverse = total > 0.f ? 1.f / total : __builtin_nanf("");
       const int row = warp * Config::kRowsPerWarp + t * 16 + group + half * 8;
+      if (params.lse != nullptr && in_group == 0 && m0 + row < seq_q) {  // Note [flash_v2 log-sum-exp]
+        params.lse[static_cast<std::int64_t>(bh) * seq_q + m0 + row] =
+            (row_max[t][half] * softmax_scale + log2f(total)) * kLn2;
+      }
 #pragma unroll
       for (int j = 0; j < kDTiles; ++j) {
         const std::uint32_t packed = pack2<T>(o_acc[t][j][2 * half] * inverse, o_acc[t][j][2 * half + 1] * inverse);

@@ -53,6 +53,38 @@ XPURT_API std::vector<Tensor> call(const std::string& op, const std::vector<Tens
 XPURT_API CallPlan plan(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs = {},
                         const CallOptions& options = {});
 
+// A call planned once and launched many times on raw memory: the per-call host path of a framework that owns
+// the tensors (xpuruntime.pytorch runs every routed call through one). Construction dispatches like `call` (the
+// same Dispatcher, decision and plan, autotuning included) for the descriptors of `inputs` (their shapes, dtypes,
+// device and alignment; their data is not read); `launch` then runs that plan on other memory of the same
+// descriptors without looking anything up: contiguous inputs, caller-allocated contiguous outputs of `outputs()`
+// and a workspace of at least `workspace_bytes()`, on `stream`.
+// Thread-safety: immutable after construction; `launch` may be called from several threads at once.
+class XPURT_API PreparedCall {
+ public:
+  PreparedCall(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs = {},
+               const CallOptions& options = {});
+
+  const Decision& decision() const;
+  const OpDescriptor& descriptor() const { return desc_; }
+  const std::vector<TensorDesc>& outputs() const { return desc_.outputs; }
+  std::size_t workspace_bytes() const { return workspace_bytes_; }
+
+  // Whether memory at these input addresses (schema order, null for an absent optional input) can run the plan:
+  // each present input as aligned as the input it was prepared for (up to 16 bytes: no kernel asks for more), and
+  // absent exactly where it was absent.
+  bool accepts(const void* const* inputs, std::size_t num_inputs) const;
+  // Runs the plan. InvalidArgumentError (nothing launched) when `accepts` is false, the counts differ from the
+  // op's inputs and outputs, an output is null, or the workspace is smaller than `workspace_bytes()`.
+  void launch(const void* const* inputs, std::size_t num_inputs, void* const* outputs, std::size_t num_outputs,
+              void* workspace, std::size_t workspace_bytes, const StreamView& stream) const;
+
+ private:
+  OpDescriptor desc_;
+  std::shared_ptr<const Dispatch> dispatch_;
+  std::size_t workspace_bytes_ = 0;
+};
+
 // Every kernel's answer to "can you run this call?" under the options' ExecutionPolicy, in priority order (no
 // decision, no plan).
 XPURT_API std::vector<CandidateReport> candidates(const std::string& op, const std::vector<Tensor>& inputs,

@@ -2,13 +2,9 @@
 backward formulas (xpuruntime has forward kernels only).
 
 Note [Running an xpuruntime kernel inside PyTorch]
-The route (see _routing) holds the output shapes and the workspace size of the C++ plan. Each call allocates the
-outputs and the workspace with ``torch.empty`` (PyTorch's caching allocator: inside ``torch.cuda.graph`` they come
-from the graph's private pool), hands them and the inputs to ``xrt._core.ops_call`` zero-copy through DLPack, and
-passes ``torch.cuda.current_stream()`` as the stream. So the kernel is stream-ordered with the surrounding PyTorch
-work, and no memory outside PyTorch's allocator is touched: a captured graph replays it safely. Temporaries (a
-contiguous copy of an input, the workspace) are released when the call returns; PyTorch's allocator only reuses
-them for work queued later on the same stream, after the kernel.
+A route to an xpuruntime kernel holds its C++ plan, prepared once (``_routing.Launcher``): each call allocates the
+outputs and the workspace with ``torch.empty`` and launches the plan on the tensors' data pointers and
+``torch.cuda.current_stream()`` (Note [The routed call's host path] in _routing).
 
 Note [Backward]
 xpuruntime has no backward kernels; gradients run on PyTorch, on the same library where one exists:
@@ -33,7 +29,6 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from .. import _core
 from . import _compat, _routing
 from ._routing import PolicyState, Route
 
@@ -96,14 +91,9 @@ def attention_support(q, k, v, mask, is_causal: bool, enable_gqa: bool):
 # ---------------------------------------------------------------------------------------------------------------
 
 def run_xpuruntime(route: Route, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
-    device = next(t for t in inputs if t is not None).device
-    outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in route.outputs]
-    workspace = torch.empty(route.workspace_bytes, dtype=torch.uint8, device=device) if route.workspace_bytes else None
-    capsules = [_compat.dlpack(_compat.kernel_input(t)) if t is not None else None for t in inputs]
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    _core.ops_call(route.op, capsules, route.attrs, route.kernel_policy, route.exec_policy, stream, False,
-                   [_compat.dlpack(o) for o in outputs], _compat.dlpack(workspace) if workspace is not None else None)
-    return outputs[0]
+    """Runs the route's xpuruntime kernel on ``inputs`` (contiguous; schema order, None for an absent optional
+    input) and returns its first output (Note [The routed call's host path] in _routing)."""
+    return route.launcher(inputs)[0]
 
 
 def _record(scope: PolicyState, route: Route, op_type: str, inputs: Sequence[Optional[torch.Tensor]]) -> None:

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode, _push_mode
 
-from . import _compat, _kernels, _ops, _routing
+from . import _compat, _fast, _kernels, _ops, _routing
 from ._routing import STATE, PolicyScope, PolicyState
 
 _DEVICE_TYPES = ("cpu", "cuda")
@@ -249,10 +249,12 @@ class RoutingMode(TorchFunctionMode):
     """Routes the torch functions in ``_HANDLERS`` under the current policy scope (Note [The routing mode])."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
         handler = _HANDLERS.get(func)
+        if handler is None:  # every torch call passes here: keep this path short
+            return func(*args, **kwargs) if kwargs else func(*args)
+        kwargs = kwargs or {}
         scope = STATE.current
-        if handler is None or scope is None:
+        if scope is None:
             return func(*args, **kwargs)
         op, name, binder = handler
         if _compat.is_compiling():
@@ -267,15 +269,23 @@ class RoutingMode(TorchFunctionMode):
         return self._eager(scope, op, name, binder, func, args, kwargs)
 
     def _eager(self, scope: PolicyState, op: str, name: str, binder, func, args, kwargs):
+        key = _fast.call_key(func, scope, args, kwargs)
+        if key is not None:
+            site = _fast.SITES.get(key)
+            if site is not None:
+                return site(func, args, kwargs)
         if scope.rule_for(op) is None:
-            self._log_torch(scope, op, name, args, kwargs, "unrouted", None)
-            return func(*args, **kwargs)
+            route = self._log_torch(scope, op, name, args, kwargs, "unrouted", None)
+            return self._passthrough(key, route, name, func, args, kwargs)
         tensors, attrs, reason = binder(args, kwargs)
         if tensors is None:
-            if reason is not None:
-                self._log_torch(scope, op, name, args, kwargs, "fallback", reason)
-            return func(*args, **kwargs)
+            route = self._log_torch(scope, op, name, args, kwargs, "fallback", reason) if reason is not None else None
+            return self._passthrough(key, route, name, func, args, kwargs)
         route = _decide(op, scope, tensors, attrs)
+        if key is not None:
+            site = _fast.make_site(op, name, scope, route, attrs, args, kwargs, tensors)
+            if site is not None:
+                return _fast.run_site(key, site, func, args, kwargs)
         scope.log.record(route, name)
         if route.on_xpuruntime:
             return _run_op(op, tensors, attrs, scope.id, route.id)
@@ -283,10 +293,19 @@ class RoutingMode(TorchFunctionMode):
             return func(*args, **kwargs)
 
     @staticmethod
-    def _log_torch(scope: PolicyState, op: str, name: str, args, kwargs, rule: str, reason: Optional[str]) -> None:
+    def _passthrough(key: Optional[tuple], route: Optional[_routing.Route], name: str, func, args, kwargs):
+        """PyTorch runs the call as it is; later calls of the signature go straight to it (logged as ``route``)."""
+        if key is not None and route is not None:
+            with _fast._sites_lock:
+                _fast.SITES.setdefault(key, _fast.TorchSite(route, name))
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def _log_torch(scope: PolicyState, op: str, name: str, args, kwargs, rule: str,
+                   reason: Optional[str]) -> Optional[_routing.Route]:
         tensors = _passthrough_tensors(op, args, kwargs)
         if not tensors or any(_compat.is_traced(t) for t in tensors):
-            return
+            return None
         if rule == "unrouted":
             family = _routing.FAMILIES.get(op, op)
             where = f"'{op}'" + (f" or its family '{family}'" if family != op else "")
@@ -296,6 +315,7 @@ class RoutingMode(TorchFunctionMode):
         route = _routing.torch_route(scope, op, "forward", tensors, "torch", reason, rule=rule,
                                      tf32=_compat.tf32_allowed(tensors[0].device.type))
         scope.log.record(route, name)
+        return route
 
 
 _MODE = RoutingMode()

@@ -248,6 +248,7 @@ class Route:
     attrs: Optional[dict] = None
     outputs: List[Tuple[Tuple[int, ...], torch.dtype]] = field(default_factory=list)
     workspace_bytes: int = 0
+    launcher: Optional["Launcher"] = None  # the C++ plan, prepared once (see Launcher)
 
     @property
     def on_xpuruntime(self) -> bool:
@@ -420,19 +421,85 @@ def _decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[
     if by_name.get(winner, {}).get("backend") == "pytorch":
         return torch_winner(winner, rule_name, reason, candidates, rule.short)
 
-    # An xpuruntime kernel: the C++ dispatcher plans it (pinned, so that the plan is exactly this kernel's).
+    # An xpuruntime kernel: the C++ dispatcher plans it (pinned, so that the plan is exactly this kernel's), once.
     pinned_policy = KernelPolicy({op: f"pin:{winner}"})
-    plan_decision, outputs, workspace_bytes = _core.ops_plan(op, capsules, attrs, pinned_policy, exec_policy)
+    launcher = Launcher(_core.PreparedCall(op, capsules, attrs, pinned_policy, exec_policy), first.device)
+    plan_decision = launcher.prepared.decision
     return _new_route(scope_id=scope.id, op=op, phase=phase, signature=signature, device=first.device,
                       kernel=winner, backend=plan_decision.backend, rule=rule_name, policy_rule=rule.short,
                       reason=reason, precision=precision_name(first.dtype, xrt_tf32), candidates=candidates,
                       plan=plan_decision.plan_summary, policy_kernels=list(rule.kernels),
                       kernel_policy=pinned_policy, exec_policy=exec_policy, attrs=attrs,
-                      outputs=[(tuple(shape), TORCH_DTYPES[dtype]) for shape, dtype in outputs],
-                      workspace_bytes=int(workspace_bytes))
+                      outputs=list(launcher.outputs), workspace_bytes=launcher.workspace_bytes, launcher=launcher)
 
 
-def clear_routes() -> None:
-    """Forget every cached decision (the C++ dispatchers keep their plans)."""
-    with _route_lock:
-        _CACHE.clear()
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def raw_stream(device: torch.device) -> int:
+    """The handle (an int) of torch's current CUDA stream on ``device``; 0 on the CPU."""
+    if device.type != "cuda":
+        return 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+class Launcher:
+    """An xpuruntime kernel's C++ plan (``xrt._core.PreparedCall``) and what calling it needs on torch's side.
+
+    Note [The routed call's host path]
+    A routed call is planned once per signature (the route); each call then allocates the outputs and the
+    workspace with ``torch.empty`` (PyTorch's caching allocator: inside ``torch.cuda.graph`` they come from the
+    graph's private pool) and launches the plan on the tensors' data pointers and torch's current stream, with no
+    DLPack exchange and no lookup on the C++ side. So the kernel is stream-ordered with the surrounding PyTorch work
+    and no memory outside PyTorch's allocator is touched: a captured graph replays it safely. Inputs must be
+    contiguous (the callers make them so); one less aligned than the prepared plan allows (a view at an odd offset)
+    is copied first.
+    """
+
+    __slots__ = ("prepared", "outputs", "workspace_bytes", "device")
+
+    def __init__(self, prepared: Any, device: torch.device) -> None:
+        self.prepared = prepared
+        self.outputs = [(tuple(shape), TORCH_DTYPES[dtype]) for shape, dtype in prepared.outputs]
+        self.workspace_bytes = int(prepared.workspace_bytes)
+        self.device = device
+
+    def __call__(self, inputs: Sequence[Optional[torch.Tensor]]) -> List[torch.Tensor]:
+        first = inputs[0]
+        outputs = [first.new_empty(shape, dtype=dtype) for shape, dtype in self.outputs]
+        stream = raw_stream(self.device)
+        pointers = [t.data_ptr() if t is not None else 0 for t in inputs]
+        if any(p & 15 for p in pointers):  # plans are prepared on 16-byte aligned inputs (kernel_input)
+            inputs = [_compat.kernel_input(t) if t is not None else None for t in inputs]
+            pointers = [t.data_ptr() if t is not None else 0 for t in inputs]
+        workspace = _workspace(self.device, self.workspace_bytes, stream) if self.workspace_bytes else None
+        self.prepared.launch(pointers, [o.data_ptr() for o in outputs],
+                             workspace.data_ptr() if workspace is not None else 0, self.workspace_bytes, stream)
+        return outputs
+
+
+# Note [Workspaces per stream]
+# A kernel's workspace is scratch memory that only its own launch touches. Launches on one stream run in order, so
+# one workspace per (device, stream) serves every routed call on that stream (PyTorch keeps its cuBLAS workspaces
+# the same way). It comes from torch's allocator on that stream and grows when a call needs more; a replaced one
+# is kept (never freed), because a CUDA graph captured over it replays on its address. While the stream captures, a
+# call that needs more gets a workspace of its own from the graph's pool, as any tensor allocated there.
+_WORKSPACES: Dict[Tuple[torch.device, int], torch.Tensor] = {}
+_RETIRED_WORKSPACES: List[torch.Tensor] = []
+
+
+def _workspace(device: torch.device, nbytes: int, stream: int) -> torch.Tensor:
+    key = (device, stream)
+    buffer = _WORKSPACES.get(key)
+    if buffer is not None and buffer.numel() >= nbytes:
+        return buffer
+    fresh = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return fresh
+    if buffer is not None:
+        _RETIRED_WORKSPACES.append(buffer)
+    _WORKSPACES[key] = fresh
+    return fresh

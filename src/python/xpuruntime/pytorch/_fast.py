@@ -1,0 +1,516 @@
+"""The eager fast path of routed calls: one cached :class:`Site` per call signature.
+
+Note [Call sites]
+Deciding a routed call (binding its arguments, checking that xpuruntime can take it, choosing the kernel, planning
+it) happens once per signature: the function called, the policy scope, the precision override, grad mode,
+autocast's state, and every argument (a tensor by type, dtype, device, shape, strides and requires_grad; other
+arguments by value). :func:`call_key` computes that key; the first call with a new key goes the full way (the
+mode's binder and the router) and leaves a :class:`Site` behind; later calls with the same key only take the
+tensors out of the arguments, cast them as autocast would, make them contiguous where the key says they are not,
+count the call in the decision log and launch the prepared plan. Calls whose arguments the key cannot describe
+(tensor subclasses, masks passed to attention, unusual argument types) keep taking the full way.
+
+Autograd: when grad mode is on and an input requires grad, the site's call runs through a lean
+``torch.autograd.Function`` of the op (one per op below), whose backward runs the same formulas as the custom ops
+(Note [Backward] in _kernels) with torch function handling disabled (``torch._C.DisableTorchFunction``: the
+backward's own torch calls are not user calls, and would otherwise each pass through the routing mode) and with
+its routes decided once per site. A backward that must itself be differentiable (``create_graph=True``) runs the
+custom ops' formulas instead.
+
+Attention: when the forward kernel is ``flash_v2`` and PyTorch's FlashAttention backward will run the gradient,
+the forward also returns the softmax log-sum-exp (``return_lse``), which the backward hands to
+``aten._scaled_dot_product_flash_attention_backward``: no recomputation of the forward.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import torch
+
+from .. import _core
+from . import _compat, _kernels, _routing
+from ._routing import Launcher, PolicyState, Route
+
+_Parameter = torch.nn.Parameter
+_strided = torch.strided
+_SCALARS = (int, float, bool, str, type(None))
+
+
+class _NoKey(Exception):
+    """An argument the call key cannot describe: the call takes the full way."""
+
+
+def _meta(value: Any) -> Any:
+    kind = type(value)
+    if kind is torch.Tensor or kind is _Parameter:
+        if value.layout is not _strided:
+            raise _NoKey
+        return (value.dtype, value.device, value.shape, value.stride(), value.requires_grad)
+    if kind in _SCALARS:
+        return (kind, value)
+    if kind is tuple or kind is list:
+        if all(type(v) is int for v in value):
+            return (kind, tuple(value))
+    raise _NoKey
+
+
+def _autocast_state() -> Tuple[Optional[torch.dtype], Optional[torch.dtype]]:
+    return (_compat.autocast_dtype("cuda"), _compat.autocast_dtype("cpu"))
+
+
+def call_key(func: Any, scope: PolicyState, args: tuple, kwargs: dict) -> Optional[tuple]:
+    """The key of a call's site (Note [Call sites]), or None when the call must take the full way."""
+    try:
+        parts = [func, scope.id, _routing.STATE.precision_override, torch.is_grad_enabled(), _autocast_state()]
+        for a in args:
+            parts.append(_meta(a))
+        if kwargs:
+            for name, value in kwargs.items():
+                parts.append(name)
+                parts.append(_meta(value))
+    except _NoKey:
+        return None
+    return tuple(parts)
+
+
+SITES: Dict[tuple, "Site"] = {}
+_sites_lock = threading.Lock()
+
+
+def clear() -> None:
+    with _sites_lock:
+        SITES.clear()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Disabling torch function handling (the routing mode) inside backward formulas
+# ---------------------------------------------------------------------------------------------------------------
+
+def _probe_disable() -> Callable[[], Any]:
+    """``torch._C.DisableTorchFunction`` where it also disables torch function modes (PyTorch >= 2.0), else the
+    routing mode's own suspension (slower: the mode still sees each call)."""
+    disable = getattr(torch._C, "DisableTorchFunction", None)
+    if disable is None:
+        return _kernels.suspended
+    seen = []
+
+    class _Probe(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with _Probe():
+            with disable():
+                torch.zeros(1).add(1)
+    except Exception:  # noqa: BLE001 - any failure: use the slower, safe way
+        return _kernels.suspended
+    return disable if not seen else _kernels.suspended
+
+
+no_torch_function = _probe_disable()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sites
+# ---------------------------------------------------------------------------------------------------------------
+
+def _extract_matmul(args, kwargs):
+    return args[0], args[1]
+
+
+def _extract_linear(args, kwargs):
+    if not kwargs:
+        return (args[0], args[1], args[2] if len(args) > 2 else None)
+    from ._mode import _linear_args
+    return _linear_args(*args, **kwargs)
+
+
+def _extract_conv2d(args, kwargs):
+    from ._mode import _conv2d_args
+    return _conv2d_args(*args, **kwargs)[:3]
+
+
+def _extract_attention(args, kwargs):
+    from ._mode import _sdpa_args
+    return _sdpa_args(*args, **kwargs)[:3]
+
+
+_EXTRACT = {"matmul": _extract_matmul, "linear": _extract_linear, "conv2d": _extract_conv2d,
+            "attention": _extract_attention}
+#: The schema's optional inputs a routed call never passes (conv2d's residual, attention's mask on a site).
+_ABSENT = {"matmul": (), "linear": (), "conv2d": (None,), "attention": (None,)}
+
+
+class Site:
+    """One routed call signature, decided (Note [Call sites])."""
+
+    __slots__ = ("op", "name", "scope", "route", "attrs", "extract", "casts", "contig", "grad", "absent",
+                 "function", "lse_launcher", "backward_state")
+
+    def __init__(self, op: str, name: str, scope: PolicyState, route: Route, attrs: Optional[tuple],
+                 originals: Sequence[Optional[torch.Tensor]], bound: Sequence[Optional[torch.Tensor]]) -> None:
+        self.op = op
+        self.name = name
+        self.scope = scope
+        self.route = route
+        self.attrs = attrs
+        self.extract = _EXTRACT[op]
+        # What the binder did to each tensor, redone per call: autocast's cast, a contiguous copy.
+        self.casts = tuple(b.dtype if o is not None and b is not None and b.dtype != o.dtype else None
+                           for o, b in zip(originals, bound))
+        self.contig = tuple(o is not None and (c is not None or not o.is_contiguous())
+                            for o, c in zip(originals, self.casts))
+        self.grad = torch.is_grad_enabled() and any(o is not None and o.requires_grad for o in originals)
+        self.absent = _ABSENT[op]
+        self.function = _FUNCTIONS[op]
+        self.lse_launcher: Optional[Launcher] = None
+        self.backward_state: Dict[str, Any] = {}
+        if op == "attention" and self.grad and route.on_xpuruntime:
+            self.lse_launcher = _attention_lse_launcher(route, bound)
+
+    def tensors(self, args: tuple, kwargs: dict) -> list:
+        tensors = list(self.extract(args, kwargs))
+        for i, dtype in enumerate(self.casts):
+            if dtype is not None:
+                tensors[i] = tensors[i].to(dtype)
+        for i, flag in enumerate(self.contig):
+            if flag:
+                tensors[i] = tensors[i].contiguous()
+        return tensors
+
+    def __call__(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        route = self.route
+        self.scope.log.record(route, self.name)
+        if not route.on_xpuruntime:
+            with _kernels.torch_context(route):
+                return func(*args, **kwargs)
+        tensors = self.tensors(args, kwargs)
+        if self.grad:
+            return _apply(self.function, self, tensors)
+        return route.launcher(tensors + list(self.absent))[0]
+
+
+class TorchSite:
+    """A call signature PyTorch runs as it is (no rule for the op, or xpuruntime cannot take the call): logged only.
+    """
+
+    __slots__ = ("route", "name", "scope")
+
+    def __init__(self, route: Route, name: str) -> None:
+        self.route = route
+        self.name = name
+        self.scope = _routing.scope_by_id(route.scope_id)
+
+    def __call__(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        self.scope.log.record(self.route, self.name)
+        return func(*args, **kwargs)
+
+
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+_C_APPLY: Dict[type, Callable[..., Any]] = {}
+
+
+def _apply(function: type, site: "Site", tensors: list) -> Any:
+    """``function.apply(site, *tensors)``, straight into autograd's C++ ``apply`` when no functorch transform is
+    active: what ``torch.autograd.Function.apply`` does then, minus its Python wrapper (argument binding and a pytree
+    pass over the arguments for dead functorch wrappers, which plain tensors never are), a sizeable part of a
+    routed call's host time."""
+    if _functorch_active():
+        return function.apply(site, *tensors)
+    apply = _C_APPLY.get(function)
+    if apply is None:
+        apply = super(torch.autograd.Function, function).apply  # type: ignore[misc]
+        _C_APPLY[function] = apply
+    return apply(site, *tensors)
+
+
+def make_site(op: str, name: str, scope: PolicyState, route: Route, attrs: Optional[tuple], args: tuple,
+              kwargs: dict, bound: Sequence[Optional[torch.Tensor]]) -> Optional[Site]:
+    """A site for a call the full way has just bound (``bound``: the binder's tensors) and decided; None when the
+    binder did more than the site can redo (an attention mask)."""
+    if op == "attention" and bound[3] is not None:
+        return None
+    originals = list(_EXTRACT[op](args, kwargs))
+    return Site(op, name, scope, route, attrs, originals, bound[:len(originals)])
+
+
+def run_site(key: tuple, site: Site, func: Any, args: tuple, kwargs: dict) -> Any:
+    with _sites_lock:
+        SITES.setdefault(key, site)
+    return site(func, args, kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Backward helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+def _backward_route(site: Site, name: str, make: Callable[[], Route]) -> Route:
+    route = site.backward_state.get(name)
+    if route is None:
+        route = make()
+        site.backward_state[name] = route
+    return route
+
+
+_BLAS_LIBRARY = {"torch_cublas": "cublas", "torch_cublaslt": "cublaslt"}
+_get_blas = getattr(torch._C, "_get_blas_preferred_backend", None)
+_set_blas = getattr(torch._C, "_set_blas_preferred_backend", None)
+_BLAS_BACKENDS: Dict[str, Any] = {}
+if _get_blas is not None and hasattr(torch._C, "_BlasBackend"):
+    _BLAS_BACKENDS = {name: member for name, member in torch._C._BlasBackend.__members__.items()}
+
+
+class _Blas:
+    """PyTorch's GEMMs on the library of a PyTorch kernel name inside the block, switched only when another is in
+    force (PyTorch's ``preferred_blas_library``, through its C setters: this runs in every backward)."""
+
+    __slots__ = ("backend", "previous")
+
+    _backends: Dict[str, Any] = {}
+
+    def __init__(self, kernel: str) -> None:
+        backend = self._backends.get(kernel, _Blas)
+        if backend is _Blas:
+            library = _BLAS_LIBRARY.get(kernel)
+            backend = None
+            if library is not None and _compat.has_blas_choice():
+                backend = next((m for name, m in _BLAS_BACKENDS.items() if name.lower() == library), library)
+            self._backends[kernel] = backend
+        self.backend = backend
+        self.previous = None
+
+    def __enter__(self) -> None:
+        backend = self.backend
+        if backend is None:
+            return
+        if isinstance(backend, str) or _get_blas is None:  # an unknown enum: PyTorch's public setter
+            self.previous = torch.backends.cuda.preferred_blas_library()
+            torch.backends.cuda.preferred_blas_library(backend)
+            return
+        previous = _get_blas()
+        if previous != backend:
+            _set_blas(backend)
+            self.previous = previous
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            if _set_blas is not None and not isinstance(self.backend, str):
+                _set_blas(self.previous)
+            else:
+                torch.backends.cuda.preferred_blas_library(self.previous)
+            self.previous = None
+
+
+def _blas(kernel: str) -> _Blas:
+    return _Blas(kernel)
+
+
+def _gemm_note_route(site: Site, phase: str, operands: Tuple[torch.Tensor, torch.Tensor], kernel: str) -> Route:
+    forward = site.route
+    reason = (f"needs a transposed operand, which xpuruntime's matmul does not read in place: PyTorch's GEMM on "
+              f"the library of the forward kernel ({forward.kernel}) runs it")
+    return _routing.torch_route(site.scope, site.op, phase, operands, kernel, reason,
+                                tf32=_compat.tf32_allowed(operands[0].device.type))
+
+
+# ---- linear ----
+
+def _linear_backward(site: Site, ctx: Any, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
+    scope, route = site.scope, site.route
+    if torch.is_grad_enabled():  # create_graph: the custom ops' differentiable formulas
+        return _kernels.linear_backward(scope.id, route.id, grad, x, weight, ctx.needs_input_grad[1:4])
+    needs = ctx.needs_input_grad
+    log = scope.log
+    grad_x = grad_w = grad_b = None
+    n, k = weight.shape
+    if needs[1]:
+        grad_c = grad if grad.is_contiguous() else grad.contiguous()
+        gx_route = _backward_route(site, "grad_x", lambda: _kernels.decide_matmul(scope, grad_c, weight, 1))
+        log.record(gx_route, "xpuruntime::matmul")
+        if gx_route.on_xpuruntime:
+            grad_x = gx_route.launcher([grad_c, weight])[0]
+        else:
+            with _kernels.torch_context(gx_route):
+                grad_x = torch.matmul(grad_c, weight)
+    if needs[2] or needs[3]:
+        grad2 = grad if grad.dim() == 2 else grad.reshape(-1, n)
+        if needs[2]:
+            kernel = _kernels._backward_gemm_kernel(route)
+            gt, x2 = grad2.t(), (x if x.dim() == 2 else x.reshape(-1, k))
+            gw_route = _backward_route(site, "grad_w",
+                                       lambda: _gemm_note_route(site, "backward: grad weight", (gt, x2), kernel))
+            log.record(gw_route, "backward of linear")
+            with _blas(kernel):
+                grad_w = torch.matmul(gt, x2)
+        if needs[3]:
+            grad_b = grad2.sum(0)
+    return grad_x, grad_w, grad_b
+
+
+class _LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, site, x, weight, bias):  # type: ignore[override]
+        ctx.site = site
+        ctx.save_for_backward(x, weight)
+        return site.route.launcher([x, weight, bias])[0]
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        with no_torch_function():
+            x, weight = ctx.saved_tensors
+            grad_x, grad_w, grad_b = _linear_backward(ctx.site, ctx, grad, x, weight)
+        return None, grad_x, grad_w, grad_b
+
+
+# ---- matmul ----
+
+def _matmul_backward(site: Site, ctx: Any, grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor):
+    scope, route = site.scope, site.route
+    needs = ctx.needs_input_grad
+    if torch.is_grad_enabled():
+        return _kernels.matmul_backward(scope.id, route.id, grad, a, b, needs[1], needs[2])
+    kernel = _kernels._backward_gemm_kernel(route)
+    log = scope.log
+    grad_a = grad_b = None
+    with _blas(kernel):
+        if needs[1]:
+            bt = b.transpose(-1, -2)
+            log.record(_backward_route(site, "grad_a", lambda: _gemm_note_route(site, "backward: grad a", (grad, bt),
+                                                                                kernel)), "backward of matmul")
+            grad_a = torch.matmul(grad, bt)
+            if grad_a.shape != a.shape:
+                grad_a = grad_a.sum_to_size(a.shape)
+        if needs[2]:
+            at = a.transpose(-1, -2)
+            log.record(_backward_route(site, "grad_b", lambda: _gemm_note_route(site, "backward: grad b", (at, grad),
+                                                                                kernel)), "backward of matmul")
+            grad_b = torch.matmul(at, grad)
+            if grad_b.shape != b.shape:
+                grad_b = grad_b.sum_to_size(b.shape)
+    return grad_a, grad_b
+
+
+class _MatmulFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, site, a, b):  # type: ignore[override]
+        ctx.site = site
+        ctx.save_for_backward(a, b)
+        return site.route.launcher([a, b])[0]
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        with no_torch_function():
+            a, b = ctx.saved_tensors
+            grad_a, grad_b = _matmul_backward(ctx.site, ctx, grad, a, b)
+        return None, grad_a, grad_b
+
+
+# ---- conv2d ----
+
+class _Conv2dFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, site, x, weight, bias):  # type: ignore[override]
+        ctx.site = site
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, weight)
+        return site.route.launcher([x, weight, bias, None])[0]
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        site = ctx.site
+        stride, padding, dilation, groups = site.attrs
+        with no_torch_function():
+            x, weight = ctx.saved_tensors
+            grads = _kernels.conv2d_backward(site.scope.id, grad, x, weight, ctx.has_bias, stride, padding, dilation,
+                                             groups, ctx.needs_input_grad[1:4])
+        return (None,) + tuple(grads)
+
+
+# ---- attention ----
+
+class _FlashBackwardArgs:
+    """What ``aten._scaled_dot_product_flash_attention_backward`` takes besides the tensors, learnt once per device
+    from PyTorch's own forward on a small input: the (unused without dropout) RNG state tensors, and whether its
+    log-sum-exp has the [B, H, Sq] float32 layout xpuruntime's ``return_lse`` writes."""
+
+    _by_device: Dict[torch.device, Optional[tuple]] = {}
+
+    @classmethod
+    def get(cls, device: torch.device, dtype: torch.dtype, head_dim: int) -> Optional[tuple]:
+        key = (device, dtype, head_dim)
+        if key in cls._by_device:
+            return cls._by_device[key]
+        result = None
+        if not torch.cuda.is_current_stream_capturing():
+            try:
+                q = torch.zeros(1, 1, 33, head_dim, device=device, dtype=dtype)
+                out = torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, False, False)
+                lse, cum_q, cum_k, seed, offset = out[1], out[2], out[3], out[6], out[7]
+                if tuple(lse.shape) == (1, 1, 33) and lse.dtype == torch.float32:
+                    result = (cum_q, cum_k, seed, offset)
+            except (RuntimeError, TypeError, IndexError):
+                result = None
+            cls._by_device[key] = result
+        return result
+
+
+def _attention_lse_launcher(route: Route, bound: Sequence[Optional[torch.Tensor]]) -> Optional[Launcher]:
+    """flash_v2 with ``return_lse=1`` for a forward whose backward PyTorch's flash backward can take directly."""
+    q, k, v = bound[0], bound[1], bound[2]
+    if route.kernel != "flash_v2" or q.device.type != "cuda" or k.shape[1] != q.shape[1]:
+        return None
+    is_causal = bool(route.attrs.get("causal", 0))
+    choice, _ = _kernels._attention_backward_choice(route, q, k, v, None, is_causal)
+    if choice != "torch_flash" or _FlashBackwardArgs.get(q.device, q.dtype, q.shape[-1]) is None:
+        return None
+    attrs = dict(route.attrs, return_lse=1)
+    inputs = [_core.from_dlpack(_compat.dlpack(_compat.kernel_input(t))) for t in (q, k, v)] + [None]
+    try:
+        prepared = _core.PreparedCall("attention", inputs, attrs, route.kernel_policy, route.exec_policy)
+    except (_core.UnsupportedOperationError, _core.InvalidArgumentError):
+        return None
+    return Launcher(prepared, q.device)
+
+
+class _AttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, site, q, k, v):  # type: ignore[override]
+        ctx.site = site
+        if site.lse_launcher is not None:
+            out, lse = site.lse_launcher([q, k, v, None])
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
+        ctx.save_for_backward(q, k, v)
+        return site.route.launcher([q, k, v, None])[0]
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        site = ctx.site
+        is_causal, scale, enable_gqa = site.attrs
+        with no_torch_function():
+            saved = ctx.saved_tensors
+            q, k, v = saved[0], saved[1], saved[2]
+            if len(saved) == 5 and not torch.is_grad_enabled():
+                out, lse = saved[3], saved[4]
+                cum_q, cum_k, seed, offset = _FlashBackwardArgs.get(q.device, q.dtype, q.shape[-1])
+                route = _backward_route(site, "flash", lambda: _routing.torch_route(
+                    site.scope, "attention", "backward", (grad, q, k, v, None), "torch_flash",
+                    f"xpuruntime's {site.route.kernel} has no backward kernel: PyTorch's torch_flash backward, on the "
+                    "forward's output and log-sum-exp (return_lse)"))
+                site.scope.log.record(route, "backward of attention")
+                grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+                    grad.contiguous(), q, k, v, out, lse, cum_q, cum_k, q.shape[2], k.shape[2], 0.0, is_causal, seed,
+                    offset, scale=scale)
+                grad_q, grad_k, grad_v = grads[0], grads[1], grads[2]
+            else:
+                grad_q, grad_k, grad_v = _kernels.attention_backward(grad, q, k, v, None, is_causal, scale,
+                                                                     enable_gqa, site.scope.id, site.route.id)
+        needs = ctx.needs_input_grad
+        return (None, grad_q if needs[1] else None, grad_k if needs[2] else None, grad_v if needs[3] else None)
+
+
+_FUNCTIONS = {"matmul": _MatmulFunction, "linear": _LinearFunction, "conv2d": _Conv2dFunction,
+              "attention": _AttentionFunction}

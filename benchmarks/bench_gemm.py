@@ -34,7 +34,7 @@ import sys
 import torch
 
 import xpuruntime as xrt
-from timing import best_us
+from timing import best_us, torch_graph
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -78,16 +78,7 @@ def graph_ms_xrt(fn, inner: int, iters: int) -> float:
 
 def graph_ms_torch(fn, inner: int, iters: int) -> float:
     """Per-call milliseconds of `inner` calls of `fn` captured into one torch CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(inner):
-            fn()
+    graph = torch_graph(fn, inner)
     graph.replay()
     torch.cuda.synchronize()
     return median_ms(graph.replay, iters, warmup=1) / inner

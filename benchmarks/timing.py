@@ -27,3 +27,21 @@ def best_us(fn: Callable[[], object], iterations: int, *, repeats: int = 7, warm
             sync()
         best = min(best, (time.perf_counter_ns() - start) / 1e3 / iterations)
     return best
+
+
+def torch_graph(fn: Callable[[], object], calls: int = 1):
+    """A ``torch.cuda.CUDAGraph`` of ``calls`` calls of ``fn``, captured the way torch.cuda.graph requires: three
+    warm-up calls on a side stream first. Returns the graph (``graph.replay()`` runs it)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 import xpuruntime as xrt
 import xpuruntime.pytorch as xrt_torch
+from timing import torch_graph
 
 ATTENTION_CASES = [  # (batch, heads, seq, head_dim, causal)
     (8, 16, 4096, 128, False),
@@ -55,18 +56,9 @@ LINEAR_CASES = [  # (tokens M, in K, out N)
 
 
 def graphed(fn: Callable[[], object]) -> Callable[[], object]:
-    """``fn`` captured into a CUDA graph (warm-up on a side stream first, as torch.cuda.graph requires); returns
-    the replay. Routed calls are captured like any torch call: their kernels run on torch's current stream."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+    """The replay of ``fn`` captured into a CUDA graph. Routed calls are captured like any torch call: their kernels
+    run on torch's current stream."""
+    return torch_graph(fn).replay
 
 
 def time_ms(fn: Callable[[], object], warmup: int, iters: int, repeat: int) -> float:

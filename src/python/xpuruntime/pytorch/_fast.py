@@ -373,24 +373,22 @@ def _matmul_backward(site: Site, ctx: Any, grad: torch.Tensor, a: torch.Tensor, 
     if torch.is_grad_enabled():
         return _kernels.matmul_backward(scope.id, route.id, grad, a, b, needs[1], needs[2])
     kernel = _kernels._backward_gemm_kernel(route)
-    log = scope.log
     grad_a = grad_b = None
     with _blas(kernel):
         if needs[1]:
-            bt = b.transpose(-1, -2)
-            log.record(_backward_route(site, "grad_a", lambda: _gemm_note_route(site, "backward: grad a", (grad, bt),
-                                                                                kernel)), "backward of matmul")
-            grad_a = torch.matmul(grad, bt)
-            if grad_a.shape != a.shape:
-                grad_a = grad_a.sum_to_size(a.shape)
+            grad_a = _matmul_grad(site, "grad a", grad, b.transpose(-1, -2), a.shape, kernel)
         if needs[2]:
-            at = a.transpose(-1, -2)
-            log.record(_backward_route(site, "grad_b", lambda: _gemm_note_route(site, "backward: grad b", (at, grad),
-                                                                                kernel)), "backward of matmul")
-            grad_b = torch.matmul(at, grad)
-            if grad_b.shape != b.shape:
-                grad_b = grad_b.sum_to_size(b.shape)
+            grad_b = _matmul_grad(site, "grad b", a.transpose(-1, -2), grad, b.shape, kernel)
     return grad_a, grad_b
+
+
+def _matmul_grad(site: Site, which: str, lhs: torch.Tensor, rhs: torch.Tensor, shape: torch.Size,
+                 kernel: str) -> torch.Tensor:
+    """One gradient of a routed matmul, ``lhs @ rhs`` summed to ``shape`` (broadcast batch dims), logged."""
+    route = _backward_route(site, which, lambda: _gemm_note_route(site, f"backward: {which}", (lhs, rhs), kernel))
+    site.scope.log.record(route, "backward of matmul")
+    result = torch.matmul(lhs, rhs)
+    return result if result.shape == shape else result.sum_to_size(shape)
 
 
 class _MatmulFunction(torch.autograd.Function):

@@ -104,6 +104,21 @@ std::vector<Tensor> run_call(const std::string& op, const py::handle& inputs, co
   return ops::call(op, tensors, attributes, options);
 }
 
+// [(shape, dtype name)] of output descriptors, as ops_plan and PreparedCall report them.
+py::list output_list(const std::vector<TensorDesc>& outputs) {
+  py::list out;
+  for (const auto& o : outputs) out.append(py::make_tuple(o.shape, std::string(dtype_name(o.dtype))));
+  return out;
+}
+
+// Data pointers passed from Python as ints.
+template <typename Pointer>
+std::vector<Pointer> to_pointers(const std::vector<std::uintptr_t>& addresses) {
+  std::vector<Pointer> out(addresses.size());
+  for (std::size_t k = 0; k < addresses.size(); ++k) out[k] = reinterpret_cast<Pointer>(addresses[k]);
+  return out;
+}
+
 ops::CallOptions policy_options(const KernelPolicy* kernel_policy, const ExecutionPolicy* exec_policy) {
   ops::CallOptions options;
   options.kernel_policy = kernel_policy;
@@ -252,9 +267,7 @@ void bind_kernels(py::module_& m) {
             py::gil_scoped_release release;
             plan = ops::plan(op, tensors, attributes, options);
           }
-          py::list outputs;
-          for (const auto& o : plan.outputs) outputs.append(py::make_tuple(o.shape, std::string(dtype_name(o.dtype))));
-          return py::make_tuple(plan.decision, outputs, plan.workspace_bytes);
+          return py::make_tuple(plan.decision, output_list(plan.outputs), plan.workspace_bytes);
         },
         py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
         py::arg("exec_policy") = nullptr,
@@ -275,22 +288,14 @@ void bind_kernels(py::module_& m) {
            py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
            py::arg("exec_policy") = nullptr)
       .def_property_readonly("decision", &ops::PreparedCall::decision)
-      .def_property_readonly("outputs",
-                             [](const ops::PreparedCall& c) {
-                               py::list outputs;
-                               for (const auto& o : c.outputs()) {
-                                 outputs.append(py::make_tuple(o.shape, std::string(dtype_name(o.dtype))));
-                               }
-                               return outputs;
-                             },
+      .def_property_readonly("outputs", [](const ops::PreparedCall& c) { return output_list(c.outputs()); },
                              "[(shape, dtype)] of the outputs `launch` writes.")
       .def_property_readonly("workspace_bytes", &ops::PreparedCall::workspace_bytes)
       .def_property_readonly("signature", [](const ops::PreparedCall& c) { return c.descriptor().signature(); })
       .def(
           "accepts",
           [](const ops::PreparedCall& c, const std::vector<std::uintptr_t>& inputs) {
-            std::vector<const void*> pointers(inputs.size());
-            for (std::size_t k = 0; k < inputs.size(); ++k) pointers[k] = reinterpret_cast<const void*>(inputs[k]);
+            const std::vector<const void*> pointers = to_pointers<const void*>(inputs);
             return c.accepts(pointers.data(), pointers.size());
           },
           py::arg("inputs"), "Whether memory at these addresses (0: an absent input) can run the plan.")
@@ -299,12 +304,11 @@ void bind_kernels(py::module_& m) {
           [](const ops::PreparedCall& c, const std::vector<std::uintptr_t>& inputs,
              const std::vector<std::uintptr_t>& outputs, std::uintptr_t workspace, std::size_t workspace_bytes,
              std::uintptr_t stream) {
-            std::vector<const void*> in(inputs.size());
-            for (std::size_t k = 0; k < inputs.size(); ++k) in[k] = reinterpret_cast<const void*>(inputs[k]);
-            std::vector<void*> out(outputs.size());
-            for (std::size_t k = 0; k < outputs.size(); ++k) out[k] = reinterpret_cast<void*>(outputs[k]);
+            const std::vector<const void*> in = to_pointers<const void*>(inputs);
+            const std::vector<void*> out = to_pointers<void*>(outputs);
             const Device device = c.descriptor().device;
-            const StreamView view = device.is_cpu() ? StreamView() : StreamView(device, reinterpret_cast<void*>(stream));
+            const StreamView view =
+                device.is_cpu() ? StreamView() : StreamView(device, reinterpret_cast<void*>(stream));
             py::gil_scoped_release release;
             c.launch(in.data(), in.size(), out.data(), out.size(), reinterpret_cast<void*>(workspace), workspace_bytes,
                      view);

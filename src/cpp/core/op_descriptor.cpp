@@ -71,11 +71,15 @@ TensorDesc TensorDesc::of(const Tensor& tensor) {
   desc.shape = tensor.shape();
   desc.strides = tensor.strides();
   desc.device = tensor.device();
-  const auto address = reinterpret_cast<std::uintptr_t>(tensor.data_ptr());
+  desc.alignment = alignment_of(tensor.data_ptr());
+  return desc;
+}
+
+std::uint32_t TensorDesc::alignment_of(const void* data) {
+  const auto address = reinterpret_cast<std::uintptr_t>(data);
   std::uint32_t alignment = 256;
   while (alignment > 1 && address % alignment != 0) alignment /= 2;
-  desc.alignment = alignment;
-  return desc;
+  return alignment;
 }
 
 TensorDesc TensorDesc::contiguous(const std::vector<std::int64_t>& shape, DType dtype, Device device,

@@ -157,17 +157,6 @@ PreparedCall::PreparedCall(const std::string& op, const std::vector<Tensor>& inp
 
 const Decision& PreparedCall::decision() const { return dispatch_->decision; }
 
-namespace {
-
-std::uint32_t address_alignment(const void* pointer) {
-  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-  std::uint32_t alignment = 256;
-  while (alignment > 1 && address % alignment != 0) alignment /= 2;
-  return alignment;
-}
-
-}  // namespace
-
 bool PreparedCall::accepts(const void* const* inputs, std::size_t num_inputs) const {
   if (num_inputs != desc_.inputs.size()) return false;
   for (std::size_t k = 0; k < num_inputs; ++k) {
@@ -175,9 +164,8 @@ bool PreparedCall::accepts(const void* const* inputs, std::size_t num_inputs) co
     if ((inputs[k] != nullptr) != want.present) return false;
     // Kernels ask for at most 16-byte alignment (cuBLASLt, flash_v2, cuDNN): a plan prepared on better-aligned
     // memory runs on any 16-byte aligned memory.
-    if (want.present && want.numel() > 0 && address_alignment(inputs[k]) < std::min<std::uint32_t>(want.alignment, 16)) {
-      return false;
-    }
+    const std::uint32_t needed = std::min<std::uint32_t>(want.alignment, 16);
+    if (want.present && want.numel() > 0 && TensorDesc::alignment_of(inputs[k]) < needed) return false;
   }
   return true;
 }

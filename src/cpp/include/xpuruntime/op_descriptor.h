@@ -30,6 +30,8 @@ struct XPURT_API TensorDesc {
   std::uint32_t alignment = 256;  // largest power of two (<= 256) dividing the data address, in bytes
 
   static TensorDesc of(const Tensor& tensor);  // an undefined tensor gives `present == false`
+  // The largest power of two (<= 256) dividing `data`'s address, in bytes: what `alignment` records.
+  static std::uint32_t alignment_of(const void* data);
   // A present, contiguous tensor of `shape` (what a kernel is asked about before any data exists).
   static TensorDesc contiguous(const std::vector<std::int64_t>& shape, DType dtype, Device device,
                                std::uint32_t alignment = 256);

@@ -139,21 +139,55 @@ def has_blas_choice() -> bool:
     return hasattr(torch.backends.cuda, "preferred_blas_library")
 
 
-@contextlib.contextmanager
-def blas_library(kernel: str) -> Iterator[None]:
+_BLAS_LIBRARY = {"torch_cublas": "cublas", "torch_cublaslt": "cublaslt"}
+_get_blas = getattr(torch._C, "_get_blas_preferred_backend", None)
+_set_blas = getattr(torch._C, "_set_blas_preferred_backend", None)
+_BLAS_BACKENDS = dict(torch._C._BlasBackend.__members__) if hasattr(torch._C, "_BlasBackend") else {}
+
+
+class blas_library:  # noqa: N801 - used like the context-manager functions beside it
     """Run PyTorch's GEMMs on the library a policy kernel name selects ("torch_cublas", "torch_cublaslt"; "torch":
-    PyTorch's current choice). The choice is process-wide in PyTorch; it is restored on exit."""
-    if kernel == "torch" or not has_blas_choice():
-        yield
-        return
-    library = {"torch_cublas": "cublas", "torch_cublaslt": "cublaslt"}[kernel]
-    choose = torch.backends.cuda.preferred_blas_library
-    previous = choose()
-    choose(library)
-    try:
-        yield
-    finally:
-        choose(previous)
+    PyTorch's current choice) inside the block. The choice is process-wide in PyTorch; it is switched only when
+    another library is in force, through PyTorch's C setters where it has them (this runs in every routed
+    backward), and restored on exit."""
+
+    __slots__ = ("backend", "previous")
+    _backends: dict = {}  # kernel name -> PyTorch's _BlasBackend member, its library name, or None
+
+    def __init__(self, kernel: str) -> None:
+        backend = self._backends.get(kernel, blas_library)
+        if backend is blas_library:
+            library = _BLAS_LIBRARY.get(kernel)
+            backend = None
+            if library is not None and has_blas_choice():
+                backend = next((m for name, m in _BLAS_BACKENDS.items() if name.lower() == library), library)
+            self._backends[kernel] = backend
+        self.backend = backend
+        self.previous = None
+
+    def _native(self) -> bool:
+        return _get_blas is not None and _set_blas is not None and not isinstance(self.backend, str)
+
+    def __enter__(self) -> None:
+        backend = self.backend
+        if backend is None:
+            return
+        if not self._native():  # PyTorch's public setter
+            self.previous = torch.backends.cuda.preferred_blas_library()
+            torch.backends.cuda.preferred_blas_library(backend)
+            return
+        previous = _get_blas()
+        if previous != backend:
+            _set_blas(backend)
+            self.previous = previous
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            if self._native():
+                _set_blas(self.previous)
+            else:
+                torch.backends.cuda.preferred_blas_library(self.previous)
+            self.previous = None
 
 
 @contextlib.contextmanager

@@ -255,67 +255,6 @@ def _backward_route(site: Site, name: str, make: Callable[[], Route]) -> Route:
     return route
 
 
-_BLAS_LIBRARY = {"torch_cublas": "cublas", "torch_cublaslt": "cublaslt"}
-_get_blas = getattr(torch._C, "_get_blas_preferred_backend", None)
-_set_blas = getattr(torch._C, "_set_blas_preferred_backend", None)
-_BLAS_BACKENDS: Dict[str, Any] = {}
-if _get_blas is not None and hasattr(torch._C, "_BlasBackend"):
-    _BLAS_BACKENDS = {name: member for name, member in torch._C._BlasBackend.__members__.items()}
-
-
-class _Blas:
-    """PyTorch's GEMMs on the library of a PyTorch kernel name inside the block, switched only when another is in
-    force (PyTorch's ``preferred_blas_library``, through its C setters: this runs in every backward)."""
-
-    __slots__ = ("backend", "previous")
-
-    _backends: Dict[str, Any] = {}
-
-    def __init__(self, kernel: str) -> None:
-        backend = self._backends.get(kernel, _Blas)
-        if backend is _Blas:
-            library = _BLAS_LIBRARY.get(kernel)
-            backend = None
-            if library is not None and _compat.has_blas_choice():
-                backend = next((m for name, m in _BLAS_BACKENDS.items() if name.lower() == library), library)
-            self._backends[kernel] = backend
-        self.backend = backend
-        self.previous = None
-
-    def __enter__(self) -> None:
-        backend = self.backend
-        if backend is None:
-            return
-        if isinstance(backend, str) or _get_blas is None:  # an unknown enum: PyTorch's public setter
-            self.previous = torch.backends.cuda.preferred_blas_library()
-            torch.backends.cuda.preferred_blas_library(backend)
-            return
-        previous = _get_blas()
-        if previous != backend:
-            _set_blas(backend)
-            self.previous = previous
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            if _set_blas is not None and not isinstance(self.backend, str):
-                _set_blas(self.previous)
-            else:
-                torch.backends.cuda.preferred_blas_library(self.previous)
-            self.previous = None
-
-
-def _blas(kernel: str) -> _Blas:
-    return _Blas(kernel)
-
-
-def _gemm_note_route(site: Site, phase: str, operands: Tuple[torch.Tensor, torch.Tensor], kernel: str) -> Route:
-    forward = site.route
-    reason = (f"needs a transposed operand, which xpuruntime's matmul does not read in place: PyTorch's GEMM on "
-              f"the library of the forward kernel ({forward.kernel}) runs it")
-    return _routing.torch_route(site.scope, site.op, phase, operands, kernel, reason,
-                                tf32=_compat.tf32_allowed(operands[0].device.type))
-
-
 # ---- linear ----
 
 def _linear_backward(site: Site, ctx: Any, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
@@ -340,10 +279,10 @@ def _linear_backward(site: Site, ctx: Any, grad: torch.Tensor, x: torch.Tensor, 
         if needs[2]:
             kernel = _kernels._backward_gemm_kernel(route)
             gt, x2 = grad2.t(), (x if x.dim() == 2 else x.reshape(-1, k))
-            gw_route = _backward_route(site, "grad_w",
-                                       lambda: _gemm_note_route(site, "backward: grad weight", (gt, x2), kernel))
+            gw_route = _backward_route(site, "grad_w", lambda: _kernels.backward_gemm_route(
+                scope, route, "linear", "backward: grad weight", (gt, x2), kernel))
             log.record(gw_route, "backward of linear")
-            with _blas(kernel):
+            with _compat.blas_library(kernel):
                 grad_w = torch.matmul(gt, x2)
         if needs[3]:
             grad_b = grad2.sum(0)
@@ -374,7 +313,7 @@ def _matmul_backward(site: Site, ctx: Any, grad: torch.Tensor, a: torch.Tensor, 
         return _kernels.matmul_backward(scope.id, route.id, grad, a, b, needs[1], needs[2])
     kernel = _kernels._backward_gemm_kernel(route)
     grad_a = grad_b = None
-    with _blas(kernel):
+    with _compat.blas_library(kernel):
         if needs[1]:
             grad_a = _matmul_grad(site, "grad a", grad, b.transpose(-1, -2), a.shape, kernel)
         if needs[2]:
@@ -385,7 +324,8 @@ def _matmul_backward(site: Site, ctx: Any, grad: torch.Tensor, a: torch.Tensor, 
 def _matmul_grad(site: Site, which: str, lhs: torch.Tensor, rhs: torch.Tensor, shape: torch.Size,
                  kernel: str) -> torch.Tensor:
     """One gradient of a routed matmul, ``lhs @ rhs`` summed to ``shape`` (broadcast batch dims), logged."""
-    route = _backward_route(site, which, lambda: _gemm_note_route(site, f"backward: {which}", (lhs, rhs), kernel))
+    route = _backward_route(site, which, lambda: _kernels.backward_gemm_route(
+        site.scope, site.route, "matmul", f"backward: {which}", (lhs, rhs), kernel))
     site.scope.log.record(route, "backward of matmul")
     result = torch.matmul(lhs, rhs)
     return result if result.shape == shape else result.sum_to_size(shape)
@@ -434,13 +374,13 @@ class _FlashBackwardArgs:
     from PyTorch's own forward on a small input: the (unused without dropout) RNG state tensors, and whether its
     log-sum-exp has the [B, H, Sq] float32 layout xpuruntime's ``return_lse`` writes."""
 
-    _by_device: Dict[torch.device, Optional[tuple]] = {}
+    _known: Dict[Tuple[torch.device, torch.dtype, int], Optional[tuple]] = {}
 
     @classmethod
     def get(cls, device: torch.device, dtype: torch.dtype, head_dim: int) -> Optional[tuple]:
         key = (device, dtype, head_dim)
-        if key in cls._by_device:
-            return cls._by_device[key]
+        if key in cls._known:
+            return cls._known[key]
         result = None
         if not torch.cuda.is_current_stream_capturing():
             try:
@@ -451,7 +391,7 @@ class _FlashBackwardArgs:
                     result = (cum_q, cum_k, seed, offset)
             except (RuntimeError, TypeError, IndexError):
                 result = None
-            cls._by_device[key] = result
+            cls._known[key] = result
         return result
 
 
@@ -465,7 +405,7 @@ def _attention_lse_launcher(route: Route, bound: Sequence[Optional[torch.Tensor]
     if choice != "torch_flash" or _FlashBackwardArgs.get(q.device, q.dtype, q.shape[-1]) is None:
         return None
     attrs = dict(route.attrs, return_lse=1)
-    inputs = [_core.from_dlpack(_compat.dlpack(_compat.kernel_input(t))) for t in (q, k, v)] + [None]
+    inputs = _routing.xpuruntime_views((q, k, v, None))
     try:
         prepared = _core.PreparedCall("attention", inputs, attrs, route.kernel_policy, route.exec_policy)
     except (_core.UnsupportedOperationError, _core.InvalidArgumentError):
@@ -499,10 +439,8 @@ class _AttentionFunction(torch.autograd.Function):
                     f"xpuruntime's {site.route.kernel} has no backward kernel: PyTorch's torch_flash backward, on the "
                     "forward's output and log-sum-exp (return_lse)"))
                 site.scope.log.record(route, "backward of attention")
-                grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-                    grad.contiguous(), q, k, v, out, lse, cum_q, cum_k, q.shape[2], k.shape[2], 0.0, is_causal, seed,
-                    offset, scale=scale)
-                grad_q, grad_k, grad_v = grads[0], grads[1], grads[2]
+                grad_q, grad_k, grad_v = _kernels.flash_backward(grad.contiguous(), q, k, v, out, lse, cum_q, cum_k,
+                                                                 seed, offset, is_causal, scale)
             else:
                 grad_q, grad_k, grad_v = _kernels.attention_backward(grad, q, k, v, None, is_causal, scale,
                                                                      enable_gqa, site.scope.id, site.route.id)

@@ -169,18 +169,22 @@ def _backward_gemm_kernel(forward: Optional[Route]) -> str:
     return _routing.TORCH_EQUIVALENT.get(forward.kernel, forward.kernel) if forward.kernel != "torch" else "torch"
 
 
-def _log_backward_gemm(scope: PolicyState, forward: Optional[Route], op: str, phase: str,
-                       operands: Tuple[torch.Tensor, torch.Tensor], kernel: str) -> None:
-    if _compat.is_traced(operands[0]):
-        return
+def backward_gemm_route(scope: PolicyState, forward: Optional[Route], op: str, phase: str,
+                        operands: Tuple[torch.Tensor, torch.Tensor], kernel: str) -> Route:
+    """The (cached) record of a backward GEMM that PyTorch's ``kernel`` runs."""
     if forward is not None and forward.on_xpuruntime:
         reason = (f"needs a transposed operand, which xpuruntime's matmul does not read in place: PyTorch's GEMM on "
                   f"the library of the forward kernel ({forward.kernel}) runs it")
     else:
         reason = "the forward ran on PyTorch: its GEMM runs the gradient"
-    route = _routing.torch_route(scope, op, phase, operands, kernel, reason,
-                                 tf32=_compat.tf32_allowed(operands[0].device.type))
-    scope.log.record(route, f"backward of {op}")
+    return _routing.torch_route(scope, op, phase, operands, kernel, reason,
+                                tf32=_compat.tf32_allowed(operands[0].device.type))
+
+
+def _log_backward_gemm(scope: PolicyState, forward: Optional[Route], op: str, phase: str,
+                       operands: Tuple[torch.Tensor, torch.Tensor], kernel: str) -> None:
+    if not _compat.is_traced(operands[0]):
+        scope.log.record(backward_gemm_route(scope, forward, op, phase, operands, kernel), f"backward of {op}")
 
 
 def matmul_backward(scope_id: int, route_id: int, grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
@@ -429,13 +433,18 @@ def _math_attention_backward(grad, q, k, v, mask, is_causal: bool, scale: float)
     return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)
 
 
-def _flash_attention_backward(grad, q, k, v, is_causal: bool, scale: float):
-    aten = torch.ops.aten
-    results = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal, False, scale=scale)
-    out, lse, cum_q, cum_k, max_q, max_k, seed, offset = results[:8]
-    grads = aten._scaled_dot_product_flash_attention_backward(grad, q, k, v, out, lse, cum_q, cum_k, max_q, max_k,
-                                                              0.0, is_causal, seed, offset, scale=scale)
+def flash_backward(grad, q, k, v, out, lse, cum_q, cum_k, seed, offset, is_causal: bool, scale: float):
+    """PyTorch's FlashAttention backward on a forward's output and log-sum-exp (and its RNG state tensors, unused
+    without dropout): (grad q, grad k, grad v)."""
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+        grad, q, k, v, out, lse, cum_q, cum_k, q.shape[2], k.shape[2], 0.0, is_causal, seed, offset, scale=scale)
     return grads[0], grads[1], grads[2]
+
+
+def _flash_attention_backward(grad, q, k, v, is_causal: bool, scale: float):
+    results = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal, False, scale=scale)
+    out, lse, cum_q, cum_k, _, _, seed, offset = results[:8]
+    return flash_backward(grad, q, k, v, out, lse, cum_q, cum_k, seed, offset, is_causal, scale)
 
 
 def _efficient_attention_backward(grad, q, k, v, is_causal: bool, scale: float):

@@ -246,9 +246,7 @@ class Route:
     kernel_policy: Optional[KernelPolicy] = None
     exec_policy: Optional[ExecutionPolicy] = None
     attrs: Optional[dict] = None
-    outputs: List[Tuple[Tuple[int, ...], torch.dtype]] = field(default_factory=list)
-    workspace_bytes: int = 0
-    launcher: Optional["Launcher"] = None  # the C++ plan, prepared once (see Launcher)
+    launcher: Optional["Launcher"] = None  # the C++ plan, prepared once, with its outputs and workspace size
 
     @property
     def on_xpuruntime(self) -> bool:
@@ -321,6 +319,11 @@ def torch_route(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optio
     return route
 
 
+def xpuruntime_views(tensors: Sequence[Optional[torch.Tensor]]) -> list:
+    """Zero-copy xpuruntime tensors of ``tensors`` as kernels take them (``_compat.kernel_input``; None stays)."""
+    return [_core.from_dlpack(_compat.dlpack(_compat.kernel_input(t))) if t is not None else None for t in tensors]
+
+
 def _xpuruntime_candidates(op: str, capsules: list, attrs: dict, exec_policy: ExecutionPolicy) -> List[dict]:
     return [dict(c, supported=bool(c["supported"])) for c in
             _core.ops_candidates(op, capsules, attrs, None, exec_policy)]
@@ -353,8 +356,7 @@ def _decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[
             "where its kernel cannot be chosen (that queries and may time kernels). Run the captured code once "
             "before capturing it; capture_graph(fn, ...) does this warm-up for you")
     # xpuruntime views (zero-copy) of the inputs, reusable across the queries below (a capsule is consumed once).
-    capsules = [_core.from_dlpack(_compat.dlpack(_compat.kernel_input(t))) if t is not None else None
-                for t in tensors]
+    capsules = xpuruntime_views(tensors)
     try:
         xrt = _xpuruntime_candidates(op, capsules, attrs, exec_policy)
     except (_core.InvalidArgumentError, _core.InvalidTypeError) as error:
@@ -429,8 +431,7 @@ def _decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[
                       kernel=winner, backend=plan_decision.backend, rule=rule_name, policy_rule=rule.short,
                       reason=reason, precision=precision_name(first.dtype, xrt_tf32), candidates=candidates,
                       plan=plan_decision.plan_summary, policy_kernels=list(rule.kernels),
-                      kernel_policy=pinned_policy, exec_policy=exec_policy, attrs=attrs,
-                      outputs=list(launcher.outputs), workspace_bytes=launcher.workspace_bytes, launcher=launcher)
+                      kernel_policy=pinned_policy, exec_policy=exec_policy, attrs=attrs, launcher=launcher)
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -503,3 +504,12 @@ def _workspace(device: torch.device, nbytes: int, stream: int) -> torch.Tensor:
         _RETIRED_WORKSPACES.append(buffer)
     _WORKSPACES[key] = fresh
     return fresh
+
+
+def clear_routes() -> None:
+    """Forget every cached decision and call site (the C++ dispatchers keep their plans)."""
+    from . import _fast
+
+    with _route_lock:
+        _CACHE.clear()
+    _fast.clear()

@@ -9,6 +9,7 @@ import pytest
 
 import xpuruntime as xrt
 from conftest import requires_torch_gpu
+from torch_export import export_onnx
 
 pytestmark = requires_torch_gpu
 
@@ -30,14 +31,6 @@ def xrt_torch():
     torch.backends.cudnn.allow_tf32 = False
     yield xrt_torch
     xrt_torch.set_kernel_policy(None)
-
-
-def _export_onnx(model, x, path):
-    kwargs = dict(input_names=["x"], output_names=["y"], opset_version=17)
-    try:  # the TorchScript exporter (PyTorch >= 2.9 defaults to the dynamo one, which needs onnxscript)
-        torch.onnx.export(model, (x,), str(path), dynamo=False, **kwargs)
-    except TypeError:  # PyTorch < 2.5: no `dynamo` argument
-        torch.onnx.export(model, (x,), str(path), **kwargs)
 
 
 def _close(got, want, dtype, scale=1.0):
@@ -401,7 +394,7 @@ def test_one_policy_file_same_kernels_in_both_explain_reports(xrt_torch, tmp_pat
     y = model(x)
     xrt_torch.set_kernel_policy(None)
     onnx_path = tmp_path / "mlp.onnx"
-    _export_onnx(model, x, onnx_path)
+    export_onnx(model, x, onnx_path)
     sess = xrt.InferenceSession(onnx_path, device="cuda:0", engine="native",
                                 kernel_policy=xrt.KernelPolicy.load(path))
     out = torch.from_dlpack(sess.run({"x": x})["y"])

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import xpuruntime as xrt
+from torch_export import export_onnx
 
 TORCH_KERNELS = {
     "matmul": {"torch", "torch_cublas", "torch_cublaslt"},
@@ -87,16 +88,6 @@ def xrt_torch(torch):
 
     yield xrt_torch
     xrt_torch.set_kernel_policy(None)
-
-
-def _export_onnx(model, x, path):
-    import torch
-
-    kwargs = dict(input_names=["x"], output_names=["y"], opset_version=17)
-    try:  # the TorchScript exporter (PyTorch >= 2.9 defaults to the dynamo one, which needs onnxscript)
-        torch.onnx.export(model, (x,), str(path), dynamo=False, **kwargs)
-    except TypeError:  # PyTorch < 2.5: no `dynamo` argument
-        torch.onnx.export(model, (x,), str(path), **kwargs)
 
 
 def _grads(params):
@@ -453,7 +444,7 @@ def test_training_and_inference_choose_the_same_kernels_from_one_file(torch, xrt
     y = model(x)
     xrt_torch.set_kernel_policy(None)
     onnx_path = tmp_path / "mlp.onnx"
-    _export_onnx(model, x, onnx_path)
+    export_onnx(model, x, onnx_path)
     sess = xrt.InferenceSession(onnx_path, device="cpu", engine="native", kernel_policy=xrt.KernelPolicy.load(path))
     out = sess.run({"x": x.numpy()})["y"]
     np.testing.assert_allclose(out, y.detach().numpy(), rtol=1e-4, atol=1e-5)

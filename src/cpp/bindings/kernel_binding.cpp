@@ -318,6 +318,14 @@ void bind_kernels(py::module_& m) {
           "Runs the plan on data pointers (ints; 0 for an absent optional input): contiguous inputs of the prepared "
           "descriptors, outputs of `outputs`, a workspace of at least `workspace_bytes`, on the raw CUDA stream "
           "`stream` (0: the legacy default stream; ignored on the CPU). Asynchronous like any stream work.")
+      .def_property_readonly(
+          "native_entry",
+          [](const std::shared_ptr<ops::PreparedCall>& c) {
+            return py::make_tuple(reinterpret_cast<std::uintptr_t>(&ops::xpurt_prepared_call_launch),
+                                  reinterpret_cast<std::uintptr_t>(c.get()));
+          },
+          "(address of the C function xpurt_prepared_call_launch, address of this plan): how code built apart from "
+          "xpuruntime launches the plan (xpuruntime.pytorch's native path). Valid while this object lives.")
       .def("__repr__", [](const ops::PreparedCall& c) {
         return "<PreparedCall " + c.descriptor().signature() + " -> " + c.decision().kernel + ">";
       });

@@ -2,6 +2,7 @@
 #include "xpuruntime/ops.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -261,6 +262,31 @@ Tensor relu(const Tensor& x, const CallOptions& options) { return single("relu",
 
 Tensor cast(const Tensor& x, DType dtype, const CallOptions& options) {
   return single("cast", {x}, Attributes().set("to", std::string(dtype_name(dtype))), options);
+}
+
+extern "C" int xpurt_prepared_call_launch(const void* call, const void* const* inputs, std::size_t num_inputs,
+                                          void* const* outputs, std::size_t num_outputs, void* workspace,
+                                          std::size_t workspace_bytes, void* stream, char* message,
+                                          std::size_t message_size) noexcept {
+  const auto fail = [&](ErrorCode code, const char* what) {
+    if (message != nullptr && message_size > 0) {
+      std::snprintf(message, message_size, "%s", what);
+    }
+    return static_cast<int>(code) + 1;
+  };
+  try {
+    const auto* prepared = static_cast<const PreparedCall*>(call);
+    const Device device = prepared->descriptor().device;
+    const StreamView view = device.is_cpu() ? StreamView() : StreamView(device, stream);
+    prepared->launch(inputs, num_inputs, outputs, num_outputs, workspace, workspace_bytes, view);
+    return 0;
+  } catch (const XpuRuntimeError& e) {
+    return fail(e.code(), e.what());
+  } catch (const std::exception& e) {
+    return fail(ErrorCode::kInternal, e.what());
+  } catch (...) {
+    return fail(ErrorCode::kInternal, "unknown error");
+  }
 }
 
 }  // namespace xpuruntime::ops

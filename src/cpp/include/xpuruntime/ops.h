@@ -85,6 +85,16 @@ class XPURT_API PreparedCall {
   std::size_t workspace_bytes_ = 0;
 };
 
+// The C entry of PreparedCall::launch, for code compiled apart from xpuruntime that holds a PreparedCall's address
+// (xpuruntime.pytorch's native path, built against the user's PyTorch with its own compiler flags: only this C
+// signature crosses between the two). `stream` is a raw cudaStream_t (ignored on the CPU). Returns 0, or the
+// ErrorCode of the failure plus 1 with its message copied (truncated, NUL-terminated) to `message`. Never throws.
+extern "C" XPURT_API int xpurt_prepared_call_launch(const void* call, const void* const* inputs,
+                                                    std::size_t num_inputs, void* const* outputs,
+                                                    std::size_t num_outputs, void* workspace,
+                                                    std::size_t workspace_bytes, void* stream, char* message,
+                                                    std::size_t message_size) noexcept;
+
 // Every kernel's answer to "can you run this call?" under the options' ExecutionPolicy, in priority order (no
 // decision, no plan).
 XPURT_API std::vector<CandidateReport> candidates(const std::string& op, const std::vector<Tensor>& inputs,

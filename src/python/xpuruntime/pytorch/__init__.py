@@ -35,7 +35,7 @@ from typing import Any, Mapping, Optional, Union
 
 from .. import _core
 from ..policies import ExecutionPolicy, KernelPolicy
-from . import _mode, _routing
+from . import _mode, _native, _routing
 from ._autocast import autocast
 from ._graph import CapturedGraph, GraphCapture, capture_graph
 from ._log import DecisionLog
@@ -44,7 +44,7 @@ from ._routing import ROUTED_OPS, TORCH_KERNELS, PolicyScope
 __all__ = [
     "set_kernel_policy", "get_kernel_policy", "get_exec_policy", "current_scope", "decision_log", "explain",
     "autocast", "capture_graph", "CapturedGraph", "GraphCapture", "DecisionLog", "PolicyScope",
-    "ROUTED_OPS", "TORCH_KERNELS", "to_torch", "from_torch", "current_stream",
+    "ROUTED_OPS", "TORCH_KERNELS", "to_torch", "from_torch", "current_stream", "native_status", "set_native",
 ]
 
 PolicyLike = Union[KernelPolicy, Mapping[str, Any], str, "os.PathLike[str]", None]
@@ -180,6 +180,21 @@ def explain(scope: Optional[PolicyScope] = None, format: str = "text") -> Any:  
 
 
 # ---- interoperability ----
+
+def native_status() -> dict:
+    """Whether routed calls take the native path (a C++ routing handler and autograd node built against this
+    PyTorch the first time routing is turned on; docs/pytorch.md, "The native path"):
+    ``{"enabled", "loaded", "active", "cuda", "reason", "path"}``. Without it routing runs on the Python path:
+    the same decisions and results, more host time per call."""
+    return _native.status()
+
+
+def set_native(enabled: bool) -> dict:
+    """Route on the native path (building it where needed) or, with False, on the Python path; returns
+    :func:`native_status`. The environment variable ``XPURUNTIME_TORCH_NATIVE=0`` starts with it off."""
+    _native.set_enabled(enabled)
+    return _native.status()
+
 
 def to_torch(tensor: "_core.Tensor") -> "torch.Tensor":
     """Return a torch tensor sharing the memory of an xpuruntime tensor (zero-copy through DLPack)."""

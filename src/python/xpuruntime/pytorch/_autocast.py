@@ -9,7 +9,7 @@ import torch
 
 from .. import _core
 from ..policies import ExecutionPolicy
-from . import _routing
+from . import _native, _routing
 
 _PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -96,6 +96,7 @@ class autocast:  # noqa: N801 - named like torch.autocast, which it wraps
             torch.backends.cudnn.allow_tf32 = tf32
             _routing.STATE.precision_override = self.precision
         self._torch_autocast.__enter__()
+        _native.sync_state()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -105,6 +106,7 @@ class autocast:  # noqa: N801 - named like torch.autocast, which it wraps
         self._torch_autocast = None
         override, matmul_tf32, cudnn_tf32 = self._saved  # type: ignore[misc]
         _routing.STATE.precision_override = override
+        _native.sync_state()
         torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
         torch.backends.cudnn.allow_tf32 = cudnn_tf32
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from .. import _core
-from . import _compat, _kernels, _routing
+from . import _compat, _kernels, _native, _routing
 from ._routing import Launcher, PolicyState, Route
 
 _Parameter = torch.nn.Parameter
@@ -82,6 +82,7 @@ _sites_lock = threading.Lock()
 def clear() -> None:
     with _sites_lock:
         SITES.clear()
+    _native.clear()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ class Site:
     """One routed call signature, decided (Note [Call sites])."""
 
     __slots__ = ("op", "name", "scope", "route", "attrs", "extract", "casts", "contig", "grad", "absent",
-                 "function", "lse_launcher", "backward_state")
+                 "function", "lse_launcher", "backward_state", "native_tried")
 
     def __init__(self, op: str, name: str, scope: PolicyState, route: Route, attrs: Optional[tuple],
                  originals: Sequence[Optional[torch.Tensor]], bound: Sequence[Optional[torch.Tensor]]) -> None:
@@ -168,6 +169,7 @@ class Site:
         self.function = _FUNCTIONS[op]
         self.lse_launcher: Optional[Launcher] = None
         self.backward_state: Dict[str, Any] = {}
+        self.native_tried = False  # offered to the native path (Note [The native path])
         if op == "attention" and self.grad and route.on_xpuruntime:
             self.lse_launcher = _attention_lse_launcher(route, bound)
 
@@ -197,12 +199,13 @@ class TorchSite:
     """A call signature PyTorch runs as it is (no rule for the op, or xpuruntime cannot take the call): logged only.
     """
 
-    __slots__ = ("route", "name", "scope")
+    __slots__ = ("route", "name", "scope", "native_tried")
 
     def __init__(self, route: Route, name: str) -> None:
         self.route = route
         self.name = name
         self.scope = _routing.scope_by_id(route.scope_id)
+        self.native_tried = False
 
     def __call__(self, func: Any, args: tuple, kwargs: dict) -> Any:
         self.scope.log.record(self.route, self.name)
@@ -240,7 +243,9 @@ def make_site(op: str, name: str, scope: PolicyState, route: Route, attrs: Optio
 def run_site(key: tuple, site: Site, func: Any, args: tuple, kwargs: dict) -> Any:
     with _sites_lock:
         SITES.setdefault(key, site)
-    return site(func, args, kwargs)
+    result = site(func, args, kwargs)
+    _native.register(site, func, args, kwargs)  # after the call: a grad site's node needs its first backward
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------------------

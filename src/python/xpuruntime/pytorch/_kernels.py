@@ -29,7 +29,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from . import _compat, _routing
+from . import _compat, _native, _routing
 from ._routing import PolicyState, Route
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -46,10 +46,13 @@ def routing_suspended() -> bool:
 @contextlib.contextmanager
 def suspended() -> Iterator[None]:
     _local.suspended = getattr(_local, "suspended", 0) + 1
+    native = _native.suspend(1)  # the native path's own count (Note [The native path])
     try:
         yield
     finally:
         _local.suspended -= 1
+        if native is not None:
+            native.suspend(-1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -32,17 +32,46 @@ class DecisionLog:
         self._lock = threading.Lock()
         self._records: Dict[Any, dict] = {}
         self._per_op: Dict[tuple, int] = {}
+        self._counters: List[tuple] = []  # (native counter, route, op_type): calls the native path counted
         self._policy_text = policy_text
         self._exec_policy_text = exec_policy_text
 
     def record(self, route: Any, op_type: str) -> None:
         """Count one call that ran under ``route`` (a Route of the router)."""
         with self._lock:
-            entry = self._records.get(route.id)
-            if entry is None:
-                entry = self._new_record(route, op_type)
-                self._records[route.id] = entry
-            entry["calls"] += 1
+            self._count(route, op_type, 1)
+
+    def _count(self, route: Any, op_type: str, calls: int) -> None:
+        entry = self._records.get(route.id)
+        if entry is None:
+            entry = self._new_record(route, op_type)
+            self._records[route.id] = entry
+        entry["calls"] += calls
+
+    def native_counter(self, route: Any, op_type: str) -> Any:
+        """A counter of xpuruntime.pytorch's native path whose calls count for ``route`` when the log is read."""
+        from . import _native
+
+        counter = _native.MODULE.Counter()
+        with self._lock:
+            self._counters.append((counter, route, op_type))
+        return counter
+
+    def hand_over(self, successor: "DecisionLog") -> None:
+        """``successor`` becomes the log the native path's counters count for (the policy was set again: its state's
+        new log); the calls counted so far stay in this one."""
+        with self._lock:
+            self._flush()
+            counters, self._counters = self._counters, []
+        with successor._lock:
+            successor._counters.extend(counters)
+
+    def _flush(self) -> None:
+        """Add the calls the native path counted since the last read (the lock held)."""
+        for counter, route, op_type in self._counters:
+            calls = counter.take()
+            if calls:
+                self._count(route, op_type, calls)
 
     def _new_record(self, route: Any, op_type: str) -> dict:
         counter = (route.op, route.phase)
@@ -74,6 +103,7 @@ class DecisionLog:
     def records(self) -> List[dict]:
         """Every record (copies), in the order the call sites first ran."""
         with self._lock:
+            self._flush()
             return [dict(r) for r in self._records.values()]
 
     def kernels(self, phase: Optional[str] = "forward") -> Dict[str, List[str]]:
@@ -89,11 +119,14 @@ class DecisionLog:
     def clear(self) -> None:
         """Forget every record."""
         with self._lock:
+            for counter, _, _ in self._counters:
+                counter.take()
             self._records.clear()
             self._per_op.clear()
 
     def __len__(self) -> int:
         with self._lock:
+            self._flush()
             return len(self._records)
 
     def to_report(self) -> dict:
@@ -147,5 +180,6 @@ class DecisionLog:
 
     def __repr__(self) -> str:
         with self._lock:
+            self._flush()
             calls = sum(r["calls"] for r in self._records.values())
             return f"<DecisionLog {len(self._records)} call sites, {calls} calls>"

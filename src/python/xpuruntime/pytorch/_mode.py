@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode, _push_mode
 
-from . import _compat, _fast, _kernels, _ops, _routing
+from . import _compat, _fast, _kernels, _native, _ops, _routing
 from ._routing import STATE, PolicyScope, PolicyState
 
 _DEVICE_TYPES = ("cpu", "cuda")
@@ -245,10 +245,23 @@ def _passthrough_tensors(op: str, args, kwargs):
     return tensors[:4] if op in ("attention",) else tensors[:3]
 
 
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+
 class RoutingMode(TorchFunctionMode):
     """Routes the torch functions in ``_HANDLERS`` under the current policy scope (Note [The routing mode])."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    @property
+    def __torch_function__(self):  # type: ignore[override]
+        """The handler PyTorch calls: the native path's (a C function, Note [The native path] in
+        routing_native.cpp) in eager mode where it is loaded, else :meth:`_torch_function_py`. While Dynamo traces
+        (it reads this property too), always the Python one, which Dynamo can inline."""
+        native = _native.DISPATCH
+        if native is None or _compiling():
+            return self._torch_function_py
+        return native
+
+    def _torch_function_py(self, func, types, args=(), kwargs=None):
         handler = _HANDLERS.get(func)
         if handler is None:  # every torch call passes here: keep this path short
             return func(*args, **kwargs) if kwargs else func(*args)
@@ -273,7 +286,10 @@ class RoutingMode(TorchFunctionMode):
         if key is not None:
             site = _fast.SITES.get(key)
             if site is not None:
-                return site(func, args, kwargs)
+                result = site(func, args, kwargs)
+                if not site.native_tried and _native.DISPATCH is not None:
+                    _native.register(site, func, args, kwargs)
+                return result
         if scope.rule_for(op) is None:
             route = self._log_torch(scope, op, name, args, kwargs, "unrouted", None)
             return self._passthrough(key, route, name, func, args, kwargs)
@@ -296,8 +312,10 @@ class RoutingMode(TorchFunctionMode):
     def _passthrough(key: Optional[tuple], route: Optional[_routing.Route], name: str, func, args, kwargs):
         """PyTorch runs the call as it is; later calls of the signature go straight to it (logged as ``route``)."""
         if key is not None and route is not None:
+            site = _fast.TorchSite(route, name)
             with _fast._sites_lock:
-                _fast.SITES.setdefault(key, _fast.TorchSite(route, name))
+                _fast.SITES.setdefault(key, site)
+            _native.register(site, func, args, kwargs)
         return func(*args, **kwargs)
 
     @staticmethod
@@ -325,6 +343,9 @@ def activate(scope: Optional[PolicyScope]) -> None:
     """Make ``scope`` current (None: routing off) and keep the routing mode on this thread's stack accordingly."""
     STATE.scope = scope
     STATE.current = scope.state if scope is not None else None
+    if scope is not None:
+        _native.ensure_loaded()
+    _native.sync_state()
     stack = _get_current_function_mode_stack()
     if scope is not None and not any(m is _MODE for m in stack):
         _push_mode(_MODE)

@@ -185,6 +185,7 @@ class PolicyScope:
         self.state = state
         self._previous = previous
         self.log = DecisionLog(repr(state.policy), repr(state.exec_policy))
+        state.log.hand_over(self.log)
         state.log = self.log  # the state's routes record here from now on
 
     @property

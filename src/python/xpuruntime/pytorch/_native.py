@@ -1,0 +1,252 @@
+"""The native path of the routing mode (Note [The native path] in src/cpp/bindings/torch/routing_native.cpp):
+building and loading its PyTorch extension, and registering call sites with it.
+
+The extension is compiled against the PyTorch in use with ``torch.utils.cpp_extension`` the first time routing is
+turned on (a C++ compiler and PyTorch's headers are needed; about 20 to 60 seconds, once per PyTorch version and
+source: the build is cached under ``$XPURUNTIME_CACHE_DIR`` or ``~/.cache/xpuruntime``). Where it cannot be built
+(no compiler or headers, an installed package without the source) routing runs on the Python path, with the same
+decisions and results, and :func:`status` says why. ``XPURUNTIME_TORCH_NATIVE=0`` (or :func:`set_enabled`) keeps
+routing on the Python path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+
+from .. import _core
+
+SOURCE = Path(__file__).resolve().parents[3] / "cpp" / "bindings" / "torch" / "routing_native.cpp"
+
+MODULE: Any = None  # the loaded extension, or None
+DISPATCH: Any = None  # its dispatch function while the native path is on, else None
+HAS_CUDA = False  # whether the extension was built with CUDA (it launches on torch's current CUDA stream)
+_status: Dict[str, Any] = {"enabled": os.environ.get("XPURUNTIME_TORCH_NATIVE", "1") not in ("0", "off", "false"),
+                           "loaded": False, "reason": "not built yet: it is built when routing is first turned on",
+                           "path": None, "cuda": False}
+_tried = False
+_lock = threading.Lock()
+_PRECISION_TOKENS: Dict[Optional[str], int] = {None: 0}
+
+
+def _torch_version() -> int:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major) * 100 + int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def _build_dir() -> Path:
+    root = os.environ.get("XPURUNTIME_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "xpuruntime")
+    return Path(root) / "torch_native"
+
+
+def _with_cuda() -> bool:
+    if torch.version.cuda is None:
+        return False
+    from torch.utils import cpp_extension
+
+    return cpp_extension.CUDA_HOME is not None
+
+
+def _load() -> Any:
+    """The extension, built first where needed (cached by PyTorch version, build flags and source)."""
+    source = SOURCE.read_bytes()
+    cuda = _with_cuda()
+    flags = ["-O2", f"-DXRT_TORCH_VERSION={_torch_version()}"] + (["-DXRT_TORCH_CUDA"] if cuda else [])
+    digest = hashlib.sha256(source + repr((torch.__version__, sys.version, flags)).encode()).hexdigest()[:16]
+    name = f"xpuruntime_torch_native_{digest}"
+    directory = _build_dir() / name
+    built = directory / f"{name}.so"
+    if built.exists():
+        spec = importlib.util.spec_from_file_location(name, built)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    else:
+        from torch.utils import cpp_extension
+
+        directory.mkdir(parents=True, exist_ok=True)
+        print(f"[xpuruntime] building the native PyTorch routing path in {directory} (once)", file=sys.stderr)
+        module = cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=flags, with_cuda=cuda,
+                                    build_directory=str(directory), verbose=False)
+    _status["path"] = str(built)
+    return module, cuda
+
+
+def _error(code: int, message: str) -> Exception:
+    classes = {1: _core.XpuRuntimeError, 2: _core.CudaError, 3: _core.OutOfMemoryError,
+               4: _core.UnsupportedOperationError, 5: _core.InvalidArgumentError, 6: _core.InvalidTypeError}
+    return classes.get(code, _core.XpuRuntimeError)(message)
+
+
+def ensure_loaded() -> None:
+    """Build and load the extension once (when enabled); on failure the Python path stays, with the reason."""
+    global _tried, MODULE, HAS_CUDA
+    if _tried or not _status["enabled"]:
+        return
+    with _lock:
+        if _tried:
+            return
+        _tried = True
+        if not SOURCE.exists():
+            _status["reason"] = f"its source is not installed ({SOURCE}): run xpuruntime from its source tree"
+            return
+        try:
+            module, cuda = _load()
+        except Exception as error:  # noqa: BLE001 - any build or load failure: the Python path stays
+            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            _status["reason"] = f"could not be built or loaded ({type(error).__name__}: {reason})"
+            warnings.warn(f"xpuruntime.pytorch: the native routing path {_status['reason']}; routing runs on the "
+                          "Python path (same kernels and decisions, more host time per call)", RuntimeWarning,
+                          stacklevel=3)
+            return
+        from . import _mode
+
+        module.configure(list(_mode._HANDLERS), _mode._MODE._torch_function_py, _error, torch.nn.Parameter)
+        MODULE, HAS_CUDA = module, cuda
+        _status.update(loaded=True, reason="loaded", cuda=cuda)
+        _switch()
+
+
+def _switch() -> None:
+    global DISPATCH
+    DISPATCH = MODULE.dispatch if MODULE is not None and _status["enabled"] else None
+    sync_state()
+
+
+def set_enabled(enabled: bool) -> None:
+    """Turn the native path on (building it if needed) or off (routing on the Python path)."""
+    _status["enabled"] = bool(enabled)
+    if enabled:
+        ensure_loaded()
+    _switch()
+
+
+def status() -> Dict[str, Any]:
+    """``{"enabled", "loaded", "active", "reason", "path", "cuda"}``: whether routed calls take the native path."""
+    return dict(_status, active=DISPATCH is not None)
+
+
+def sync_state() -> None:
+    """Tell the extension the current scope and precision override (the parts of a call's key Python holds)."""
+    if MODULE is None:
+        return
+    from ._routing import STATE
+
+    override = STATE.precision_override
+    token = _PRECISION_TOKENS.setdefault(override, len(_PRECISION_TOKENS))
+    MODULE.set_state(STATE.current.id if STATE.current is not None else -1, token)
+
+
+def suspend(delta: int) -> Any:
+    """Count routing suspension on this thread in the extension; returns the module counted in (or None)."""
+    module = MODULE
+    if module is not None:
+        module.suspend(delta)
+    return module
+
+
+def clear() -> None:
+    if MODULE is not None:
+        MODULE.clear_sites()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sites
+# ---------------------------------------------------------------------------------------------------------------
+
+class _Needs:
+    """What a Python backward formula reads of autograd's ctx."""
+
+    __slots__ = ("needs_input_grad",)
+
+    def __init__(self, needs) -> None:
+        self.needs_input_grad = (False,) + tuple(needs)
+
+
+def _plan(launcher: Any) -> Any:
+    return MODULE.Plan(launcher.prepared, list(launcher.outputs), launcher.workspace_bytes)
+
+
+def _blas_value(kernel: str) -> Optional[int]:
+    """PyTorch's BlasBackend value the extension switches to for ``kernel`` (-1: no switch; None: it cannot)."""
+    from . import _compat
+
+    backend = _compat.blas_library(kernel).backend
+    if backend is None:
+        return -1
+    if isinstance(backend, str) or _torch_version() < 203:
+        return None
+    return int(getattr(backend, "value", backend))
+
+
+def _linear_backward(site: Any, native_site: Any, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                     needs) -> tuple:
+    """A backward the extension hands back to Python (a site's first, or create_graph): the Python formulas, then
+    the routes they decided are handed to the extension for the next backwards."""
+    from . import _fast, _kernels
+
+    with _fast.no_torch_function():
+        grads = _fast._linear_backward(site, _Needs(needs), grad, x, weight)
+    if torch.is_grad_enabled() or MODULE is None:
+        return grads
+    log, state = site.scope.log, site.backward_state
+    grad_x = state.get("grad_x")
+    if grad_x is not None and grad_x.on_xpuruntime and (grad.is_cuda is False or HAS_CUDA):
+        native_site.set_grad_x(_plan(grad_x.launcher), log.native_counter(grad_x, "xpuruntime::matmul"))
+    grad_w = state.get("grad_w")
+    if grad_w is not None:
+        blas = _blas_value(_kernels._backward_gemm_kernel(site.route))
+        if blas is not None:
+            native_site.set_grad_w(blas, log.native_counter(grad_w, "backward of linear"))
+    return grads
+
+
+def register(site: Any, func: Any, args: tuple, kwargs: dict) -> None:
+    """Serve later calls of this signature (this call's func, args, kwargs) natively, where the site allows."""
+    if DISPATCH is None:
+        return
+    site.native_tried = True
+    if kwargs:
+        return
+    from ._fast import Site
+
+    try:
+        if not isinstance(site, Site):  # a TorchSite: PyTorch runs the call as it is
+            native = MODULE.Site("torch", None, False, site.scope.log.native_counter(site.route, site.name), None)
+        else:
+            native = _routed_site(site)
+            if native is None:
+                return
+        MODULE.register_site(func, args, None, native)
+    except ValueError:  # arguments the native key does not describe: the Python path serves them
+        return
+
+
+def _routed_site(site: Any) -> Any:
+    route = site.route
+    if site.op not in ("linear", "matmul") or any(site.casts) or any(site.contig):
+        return None
+    if site.op == "matmul" and site.grad:
+        return None
+    if route.on_xpuruntime:
+        if route.launcher.device.type == "cuda" and not HAS_CUDA:
+            return None
+        holder: list = []
+        backward = None
+        if site.grad:
+            def backward(grad, x, weight, needs):
+                return _linear_backward(site, holder[0], grad, x, weight, needs)
+        counter = site.scope.log.native_counter(route, site.name)
+        native = MODULE.Site(site.op, _plan(route.launcher), site.grad, counter, backward)
+        holder.append(native)
+        return native
+    if route.kernel == "torch":  # PyTorch's own dispatch, no backend context: count and call
+        return MODULE.Site("torch", None, False, site.scope.log.native_counter(route, site.name), None)
+    return None

@@ -17,8 +17,9 @@ PACKAGES=(
   python3-yaml python3-onnx libonnx-testdata libonnx-dev libprotobuf-dev protobuf-compiler
 )
 # Packages only the tests need (scripts/test.sh sets XPURT_TEST_DEPS=1): a headless browser that opens the HTML
-# explain report (tests/python/test_report_html.py).
-TEST_PACKAGES=(chromium)
+# explain report (tests/python/test_report_html.py); Debian's PyTorch (CPU) and its headers, for the
+# xpuruntime.pytorch tests and its native routing path, which is compiled against the PyTorch in use.
+TEST_PACKAGES=(chromium python3-torch libtorch-dev)
 if [ "${XPURT_TEST_DEPS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 missing=()
 for p in "${PACKAGES[@]}"; do

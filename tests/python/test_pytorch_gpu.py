@@ -401,3 +401,58 @@ def test_one_policy_file_same_kernels_in_both_explain_reports(xrt_torch, tmp_pat
     torch.testing.assert_close(out, y.detach(), rtol=1e-3, atol=1e-3)
     inference = {n["kernel"] for n in sess.explain().nodes if n["op"] in ("linear", "matmul")}
     assert inference == {"cublasLt"} and scope.log.kernels() == {"linear": ["cublasLt"]}
+
+
+# ---- the native path (Note [The native path] in routing_native.cpp) on CUDA ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kernel", ["cublasLt", "cublas"])
+def test_native_path_on_cuda_matches_pytorch_step_after_step(xrt_torch, monkeypatch, dtype, kernel):
+    status = xrt_torch.set_native(True)
+    if not status["loaded"]:
+        pytest.skip(f"the native path is not available here: {status['reason']}")
+    assert status["cuda"], "built without CUDA: routed CUDA calls would all take the Python path"
+    from xpuruntime.pytorch import _fast
+
+    served = {"python": 0}
+    original = _fast.Site.__call__
+
+    def counted(self, *args):
+        served["python"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(_fast.Site, "__call__", counted)
+    w, bias = _leaf(31, 67, dtype=dtype, seed=2), _leaf(31, dtype=dtype, seed=3)  # shapes no other test uses
+    scope = xrt_torch.set_kernel_policy(matmul=f"pin:{kernel}")
+    served_before = xrt_torch.native_status()["calls"]["served"]
+    for step in range(4):
+        x = _leaf(3, 41, 67, dtype=dtype, seed=10 + step)
+        got, got_grads = _grads(F.linear, (x, w, bias), grad_out_seed=step)
+        with xrt_torch.set_kernel_policy(None):
+            want, want_grads = _grads(F.linear, (x, w, bias), grad_out_seed=step)
+        _close(got, want, dtype)
+        for g, wg in zip(got_grads, want_grads):
+            _close(g, wg, dtype, scale=2)
+    assert served["python"] == 1  # the first call decided; the three after it ran natively
+    assert xrt_torch.native_status()["calls"]["served"] - served_before == 3
+    calls = {r["phase"]: r["calls"] for r in scope.log.records}
+    assert calls == {"forward": 4, "backward: grad input": 4, "backward: grad weight": 4}
+
+    a, b = _leaf(4, 35, 19, dtype=dtype, seed=5).detach(), _leaf(19, 11, dtype=dtype, seed=6).detach()
+    with torch.no_grad():
+        eager = [torch.matmul(a, b) for _ in range(3)]
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.matmul(a, b)  # warm-up on the side stream, as torch.cuda.graph requires
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            captured = torch.matmul(a, b)
+        a.mul_(2)
+        graph.replay()
+    with xrt_torch.set_kernel_policy(None):
+        want = torch.matmul(a.float(), b.float())
+    _close(captured, want, dtype)
+    _close(eager[-1] * 2, want, dtype)
+    assert served["python"] == 2  # the matmul signature's first call

@@ -167,6 +167,9 @@ struct State {
   PyObject* parameter_type = nullptr;
   std::unordered_map<std::vector<std::int64_t>, std::shared_ptr<Site>, KeyHash> sites;
   std::vector<std::shared_ptr<Site>> retired;
+  // Routed calls by how they went (read by native_status): served natively, or handed to Python because routing
+  // was off or suspended, the key could not describe the call, no site had its key, or an input was misaligned.
+  std::int64_t served = 0, off = 0, no_key = 0, no_site = 0, misaligned = 0;
   std::int64_t scope = -1;     // the current policy scope's id (-1: routing off)
   std::int64_t precision = 0;  // a token of the precision override (0: none)
 };
@@ -377,9 +380,15 @@ struct RoutedLinear : public torch::autograd::Function<RoutedLinear> {
 // Dispatch
 // ---------------------------------------------------------------------------------------------------------------
 
+// Calls func(*args, **kwargs). A Python error becomes python_error (PyTorch's convention inside HANDLE_TH_ERRORS,
+// whose warning handler must see the exception in flight).
 PyObject* call_function(PyObject* func, PyObject* args, PyObject* kwargs) {
   const bool has_kwargs = kwargs != nullptr && kwargs != Py_None && PyDict_GET_SIZE(kwargs) != 0;
-  return PyObject_Call(func, args, has_kwargs ? kwargs : nullptr);
+  PyObject* result = PyObject_Call(func, args, has_kwargs ? kwargs : nullptr);
+  if (result == nullptr) {
+    throw python_error();
+  }
+  return result;
 }
 
 // Runs the call through its native site. Returns nullptr with no Python error set when the call must go to the
@@ -387,16 +396,20 @@ PyObject* call_function(PyObject* func, PyObject* args, PyObject* kwargs) {
 PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
   State& s = state();
   if (s.scope < 0 || t_suspended > 0) {
+    ++s.off;
     return nullptr;
   }
   thread_local std::vector<std::int64_t> key;
   if (!make_key(key, func, args, kwargs)) {
+    ++s.no_key;
     return nullptr;
   }
   const auto found = s.sites.find(key);
   if (found == s.sites.end()) {
+    ++s.no_site;
     return nullptr;
   }
+  ++s.served;
   Site* site = found->second.get();
   if (site->kind == SiteKind::kTorch) {
     site->calls->add();
@@ -409,6 +422,8 @@ PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
     bias = THPVariable_Unpack(PyTuple_GET_ITEM(args, 2));
   }
   if (!aligned(a) || !aligned(b) || !aligned(bias)) {
+    --s.served;
+    ++s.misaligned;
     return nullptr;  // Python copies such inputs first
   }
   at::Tensor out;
@@ -429,7 +444,7 @@ PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
 }
 
 // The routing mode's __torch_function__(func, types, args=(), kwargs=None).
-PyObject* dispatch(PyObject* /*self*/, PyObject* const* argv, Py_ssize_t nargs, PyObject* kwnames) {
+PyObject* dispatch(PyObject* /*mode*/, PyObject* const* argv, Py_ssize_t nargs, PyObject* kwnames) {
   HANDLE_TH_ERRORS
   PyObject* func = nargs > 0 ? argv[0] : nullptr;
   PyObject* args = nargs > 2 ? argv[2] : nullptr;
@@ -444,8 +459,7 @@ PyObject* dispatch(PyObject* /*self*/, PyObject* const* argv, Py_ssize_t nargs, 
     }
   }
   if (func == nullptr || nargs < 2) {
-    PyErr_SetString(PyExc_TypeError, "__torch_function__(func, types, args=(), kwargs=None)");
-    return nullptr;
+    throw torch::TypeError("__torch_function__(func, types, args=(), kwargs=None)");
   }
   py::tuple empty;
   if (args == nullptr) {
@@ -461,14 +475,21 @@ PyObject* dispatch(PyObject* /*self*/, PyObject* const* argv, Py_ssize_t nargs, 
   } catch (const LaunchError& e) {
     py::object error = s.error_factory(e.code, e.what());
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
-    return nullptr;
+    throw python_error();
   }
-  if (result != nullptr || PyErr_Occurred()) {
+  if (result != nullptr) {
     return result;
   }
+  if (PyErr_Occurred()) {
+    throw python_error();
+  }
   py::object none = py::none();
-  return PyObject_CallFunctionObjArgs(s.fallback.ptr(), func, argv[1], args, kwargs != nullptr ? kwargs : none.ptr(),
-                                      nullptr);
+  result = PyObject_CallFunctionObjArgs(s.fallback.ptr(), func, argv[1], args,
+                                        kwargs != nullptr ? kwargs : none.ptr(), nullptr);
+  if (result == nullptr) {
+    throw python_error();
+  }
+  return result;
   END_HANDLE_TH_ERRORS
 }
 
@@ -588,6 +609,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_site", &register_site, py::arg("func"), py::arg("args"), py::arg("kwargs"), py::arg("site"),
         "Serve later calls with the key of this call (func, args, kwargs now) from `site`.");
   m.def("clear_sites", &clear_sites, "Forget every site (kept alive for autograd graphs that reference them).");
+  m.def(
+      "stats",
+      []() {
+        const State& s = state();
+        py::dict d;
+        d["sites"] = s.sites.size();
+        d["served"] = s.served;
+        d["routing_off"] = s.off;
+        d["no_key"] = s.no_key;
+        d["no_site"] = s.no_site;
+        d["misaligned"] = s.misaligned;
+        return d;
+      },
+      "Routed calls by how they went: served natively, or handed to Python (routing off or suspended, arguments "
+      "the key cannot describe, no site yet, a misaligned input); and the number of sites.");
   m.def("num_sites", []() { return state().sites.size(); });
-  m.attr("dispatch") = py::reinterpret_steal<py::object>(PyCFunction_NewEx(&dispatch_def, nullptr, nullptr));
+  m.def(
+      "bind",
+      [](const py::object& mode) {
+        return py::reinterpret_steal<py::object>(PyCFunction_NewEx(&dispatch_def, mode.ptr(), nullptr));
+      },
+      py::arg("mode"),
+      "`dispatch` bound to the routing mode: PyTorch requires a mode's __torch_function__ to be a method of it "
+      "(its __self__ is the mode).");
 }

@@ -245,21 +245,8 @@ def _passthrough_tensors(op: str, args, kwargs):
     return tensors[:4] if op in ("attention",) else tensors[:3]
 
 
-_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
-
-
 class RoutingMode(TorchFunctionMode):
     """Routes the torch functions in ``_HANDLERS`` under the current policy scope (Note [The routing mode])."""
-
-    @property
-    def __torch_function__(self):  # type: ignore[override]
-        """The handler PyTorch calls: the native path's (a C function, Note [The native path] in
-        routing_native.cpp) in eager mode where it is loaded, else :meth:`_torch_function_py`. While Dynamo traces
-        (it reads this property too), always the Python one, which Dynamo can inline."""
-        native = _native.DISPATCH
-        if native is None or _compiling():
-            return self._torch_function_py
-        return native
 
     def _torch_function_py(self, func, types, args=(), kwargs=None):
         handler = _HANDLERS.get(func)
@@ -280,6 +267,10 @@ class RoutingMode(TorchFunctionMode):
         if _kernels.routing_suspended():
             return func(*args, **kwargs)
         return self._eager(scope, op, name, binder, func, args, kwargs)
+
+    # What PyTorch and Dynamo call. In eager mode the native path replaces it on the mode object itself
+    # (Note [The native path] in routing_native.cpp; _native.attach).
+    __torch_function__ = _torch_function_py
 
     def _eager(self, scope: PolicyState, op: str, name: str, binder, func, args, kwargs):
         key = _fast.call_key(func, scope, args, kwargs)

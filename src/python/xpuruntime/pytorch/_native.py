@@ -27,7 +27,7 @@ from .. import _core
 SOURCE = Path(__file__).resolve().parents[3] / "cpp" / "bindings" / "torch" / "routing_native.cpp"
 
 MODULE: Any = None  # the loaded extension, or None
-DISPATCH: Any = None  # its dispatch function while the native path is on, else None
+DISPATCH: Any = None  # its dispatch function (bound to the routing mode) while the native path is on, else None
 HAS_CUDA = False  # whether the extension was built with CUDA (it launches on torch's current CUDA stream)
 _status: Dict[str, Any] = {"enabled": os.environ.get("XPURUNTIME_TORCH_NATIVE", "1") not in ("0", "off", "false"),
                            "loaded": False, "reason": "not built yet: it is built when routing is first turned on",
@@ -106,6 +106,10 @@ def ensure_loaded() -> None:
                           "Python path (same kernels and decisions, more host time per call)", RuntimeWarning,
                           stacklevel=3)
             return
+        hooks = _install_compile_hooks()
+        if hooks is not None:
+            _status["reason"] = f"off: {hooks}, so torch.compile could not trace the routing mode"
+            return
         from . import _mode
 
         module.configure(list(_mode._HANDLERS), _mode._MODE._torch_function_py, _error, torch.nn.Parameter)
@@ -116,8 +120,57 @@ def ensure_loaded() -> None:
 
 def _switch() -> None:
     global DISPATCH
-    DISPATCH = MODULE.dispatch if MODULE is not None and _status["enabled"] else None
+    if MODULE is not None and _status["enabled"]:
+        from . import _mode
+
+        DISPATCH = MODULE.bind(_mode._MODE)
+    else:
+        DISPATCH = None
+    _attach()
     sync_state()
+
+
+# Note [The native handler and torch.compile]
+# PyTorch calls a mode's ``__torch_function__`` attribute, which must be a method of the mode (its __self__ the
+# mode). The native handler is installed as that attribute on the mode object itself (the class keeps the Python
+# method), so that eager calls reach C directly. Dynamo, which traces the mode's handler, must see the Python
+# method: while it compiles a frame (its compile start/end callbacks) the attribute is removed, and put back
+# after. On a PyTorch with Dynamo but without those callbacks the native path stays off.
+_compiling_depth = 0
+
+
+def _attach() -> None:
+    from . import _mode
+
+    if DISPATCH is not None and _compiling_depth == 0:
+        _mode._MODE.__dict__["__torch_function__"] = DISPATCH
+    else:
+        _mode._MODE.__dict__.pop("__torch_function__", None)
+
+
+def _compile_started(*_: Any) -> None:
+    global _compiling_depth
+    _compiling_depth += 1
+    _attach()
+
+
+def _compile_ended(*_: Any) -> None:
+    global _compiling_depth
+    _compiling_depth = max(0, _compiling_depth - 1)
+    _attach()
+
+
+def _install_compile_hooks() -> Optional[str]:
+    """None when Dynamo will see the Python handler while it compiles (or PyTorch has no Dynamo), else why not."""
+    if _torch_version() < 200:
+        return None
+    try:
+        from torch._dynamo.callback import callback_handler
+    except Exception as error:  # noqa: BLE001 - no usable Dynamo: torch.compile cannot trace the mode anyway
+        return f"torch._dynamo's compile callbacks are unavailable ({type(error).__name__})"
+    callback_handler.register_start_callback(_compile_started)
+    callback_handler.register_end_callback(_compile_ended)
+    return None
 
 
 def set_enabled(enabled: bool) -> None:
@@ -129,8 +182,10 @@ def set_enabled(enabled: bool) -> None:
 
 
 def status() -> Dict[str, Any]:
-    """``{"enabled", "loaded", "active", "reason", "path", "cuda"}``: whether routed calls take the native path."""
-    return dict(_status, active=DISPATCH is not None)
+    """``{"enabled", "loaded", "active", "reason", "path", "cuda", "calls"}``: whether routed calls take the native
+    path, and (``calls``) how many did, or went to Python and why, since the process started."""
+    calls = MODULE.stats() if MODULE is not None else {}
+    return dict(_status, active=DISPATCH is not None, calls=calls)
 
 
 def sync_state() -> None:

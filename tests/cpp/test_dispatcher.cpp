@@ -331,3 +331,31 @@ TEST(Ops, PreparedCallLaunchesOnRawMemoryAndChecksIt) {
   // Bad inputs fail when preparing, with the op's own error.
   XPURT_EXPECT_THROW_WITH(ops::PreparedCall("matmul", {a0, a0}), InvalidArgumentError, "matmul");
 }
+
+TEST(Ops, PreparedCallCEntryLaunchesAndReportsErrorsAsCodes) {
+  // xpurt_prepared_call_launch: what code built apart from xpuruntime (xpuruntime.pytorch's native path) calls.
+  const Tensor a0 = Tensor::zeros({2, 3}, DType::kFloat32, Device::cpu());
+  const Tensor b0 = Tensor::zeros({3, 4}, DType::kFloat32, Device::cpu());
+  const ops::PreparedCall prepared("matmul", {a0, b0});
+  alignas(64) float a[6] = {1, 2, 3, 4, 5, 6};
+  alignas(64) float b[12] = {1, 0, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1};
+  alignas(64) float out[8] = {};
+  const void* inputs[] = {a, b};
+  void* outputs[] = {out};
+  char message[256] = "untouched";
+  EXPECT_EQ(ops::xpurt_prepared_call_launch(&prepared, inputs, 2, outputs, 1, nullptr, 0, nullptr, message,
+                                            sizeof(message)),
+            0);
+  EXPECT_STREQ(message, "untouched");
+  const float want[8] = {1, 2, 3, 6, 4, 5, 6, 15};
+  for (int k = 0; k < 8; ++k) EXPECT_FLOAT_EQ(out[k], want[k]) << k;
+  // A wrong count is InvalidArgument (code + 1), with the message, and never throws.
+  const int rc = ops::xpurt_prepared_call_launch(&prepared, inputs, 1, outputs, 1, nullptr, 0, nullptr, message,
+                                                 sizeof(message));
+  EXPECT_EQ(rc, static_cast<int>(ErrorCode::kInvalidArgument) + 1);
+  EXPECT_NE(std::string(message).find("takes 2 input(s)"), std::string::npos) << message;
+  char tiny[8];
+  EXPECT_NE(ops::xpurt_prepared_call_launch(&prepared, inputs, 1, outputs, 1, nullptr, 0, nullptr, tiny, sizeof(tiny)),
+            0);
+  EXPECT_EQ(std::string(tiny).size(), 7u);  // truncated, NUL-terminated
+}

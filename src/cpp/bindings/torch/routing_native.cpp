@@ -409,9 +409,9 @@ PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
     ++s.no_site;
     return nullptr;
   }
-  ++s.served;
   Site* site = found->second.get();
   if (site->kind == SiteKind::kTorch) {
+    ++s.served;
     site->calls->add();
     return call_function(func, args, kwargs);
   }
@@ -422,10 +422,10 @@ PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
     bias = THPVariable_Unpack(PyTuple_GET_ITEM(args, 2));
   }
   if (!aligned(a) || !aligned(b) || !aligned(bias)) {
-    --s.served;
     ++s.misaligned;
     return nullptr;  // Python copies such inputs first
   }
+  ++s.served;
   at::Tensor out;
   {
     pybind11::gil_scoped_release no_gil;

@@ -274,7 +274,7 @@ def register(site: Any, func: Any, args: tuple, kwargs: dict) -> None:
 
     try:
         if not isinstance(site, Site):  # a TorchSite: PyTorch runs the call as it is
-            native = MODULE.Site("torch", None, False, site.scope.log.native_counter(site.route, site.name), None)
+            native = _torch_site(site.scope, site.route, site.name)
         else:
             native = _routed_site(site)
             if native is None:
@@ -303,5 +303,10 @@ def _routed_site(site: Any) -> Any:
         holder.append(native)
         return native
     if route.kernel == "torch":  # PyTorch's own dispatch, no backend context: count and call
-        return MODULE.Site("torch", None, False, site.scope.log.native_counter(route, site.name), None)
+        return _torch_site(site.scope, route, site.name)
     return None
+
+
+def _torch_site(scope: Any, route: Any, name: str) -> Any:
+    """A native site that counts the call for ``route`` and calls PyTorch's function as it is."""
+    return MODULE.Site("torch", None, False, scope.log.native_counter(route, name), None)

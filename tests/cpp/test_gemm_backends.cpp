@@ -463,6 +463,132 @@ TEST_F(GemmBackendsGpu, UnfusedAttentionMatchesCpu) {
   }
 }
 
+// ---- linear_grad_weight ----
+
+struct GradWeightCase {
+  Shape x;  // [..., K]; grad is [..., N]
+  std::int64_t n;
+};
+
+const GradWeightCase kGradWeightCases[] = {
+    {{1, 1}, 1}, {{7, 33}, 127}, {{2, 3, 127}, 7}, {{1000, 40}, 33}, {{5, 8}, 1000}, {{33}, 9}, {{0, 8}, 5},
+};
+
+// grad_weight[N, K] = grad^T @ x and grad_bias[N] = grad summed over its rows, in double on the host.
+std::vector<std::vector<double>> grad_weight_reference(const Tensor& grad, const Tensor& x) {
+  const std::int64_t n = grad.shape().back();
+  const std::int64_t k = x.shape().back();
+  const std::int64_t m = n > 0 ? grad.numel() / n : 0;
+  std::vector<double> weight(static_cast<std::size_t>(n * k), 0.0);
+  std::vector<double> bias(static_cast<std::size_t>(n), 0.0);
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double g = load(grad, i * n + j);
+      bias[static_cast<std::size_t>(j)] += g;
+      for (std::int64_t p = 0; p < k; ++p) weight[static_cast<std::size_t>(j * k + p)] += g * load(x, i * k + p);
+    }
+  }
+  return {weight, bias};
+}
+
+// Runs `kernel`'s plan of linear_grad_weight once; every output, copied to the CPU.
+std::vector<Tensor> run_grad_weight(const std::string& kernel, const std::vector<Tensor>& inputs, bool bias,
+                                    const ExecutionPolicy& policy, std::string* describe = nullptr) {
+  Attributes attrs;
+  attrs.set("bias", static_cast<std::int64_t>(bias ? 1 : 0));
+  OpDescriptor desc = make_op_descriptor("linear_grad_weight", inputs, attrs, policy);
+  KernelRegistry::global().infer(desc);
+  const Kernel* k = KernelRegistry::global().find_kernel("linear_grad_weight", kernel);
+  if (k == nullptr) throw std::runtime_error("no kernel " + kernel);
+  const Support support = k->supports(desc, policy);
+  if (!support) throw std::runtime_error(support.reason());
+  std::unique_ptr<KernelPlan> plan = k->build(desc, policy, {});
+  if (describe != nullptr) *describe = plan->describe();
+  const StreamView stream(desc.device, nullptr);
+  std::vector<Tensor> outputs;
+  for (const auto& output : desc.outputs) outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device));
+  plan->execute(desc, inputs, outputs, stream);
+  if (desc.device.is_cuda()) stream.synchronize();
+  for (Tensor& t : outputs) t = t.to(Device::cpu());
+  return outputs;
+}
+
+void expect_near_reference(const Tensor& got, const std::vector<double>& want, Tolerance tol, const std::string& what) {
+  ASSERT_EQ(got.numel(), static_cast<std::int64_t>(want.size())) << what;
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < got.numel(); ++i) {
+    const double w = want[static_cast<std::size_t>(i)];
+    if (!(std::abs(load(got, i) - w) <= tol.atol + tol.rtol * std::abs(w)) && ++bad <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << load(got, i) << ", expected " << w;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// Both kernels of linear_grad_weight against the double reference: the weight gradient and, with bias=1, the bias
+// gradient of the same call (cublasLt: its BGRADB epilogue).
+void check_grad_weight(const std::string& kernel, Device device) {
+  std::uint32_t seed = 5000;
+  for (const Mode& mode : kModes) {
+    if (device.is_cpu() && mode.precision != Precision::kFP32) continue;
+    for (const GradWeightCase& c : kGradWeightCases) {
+      for (const bool bias : {false, true}) {
+        Shape grad_shape = c.x;
+        grad_shape.back() = c.n;
+        const Tensor grad = random_tensor(grad_shape, mode.dtype, seed++);
+        const Tensor x = random_tensor(c.x, mode.dtype, seed++);
+        const auto want = grad_weight_reference(grad, x);
+        const std::int64_t m = c.n > 0 ? grad.numel() / c.n : 0;
+        const std::string what = kernel + " " + mode.name + " linear_grad_weight x" + ::testing::PrintToString(c.x) +
+                                 " n=" + std::to_string(c.n) + (bias ? " +bias" : "");
+        SCOPED_TRACE(what);
+        std::string describe;
+        const auto got = run_grad_weight(kernel, to_device({grad, x}, device), bias, policy_with(mode.precision),
+                                         &describe);
+        ASSERT_EQ(got.size(), bias ? 2u : 1u);
+        EXPECT_EQ(got[0].shape(), (Shape{c.n, c.x.back()}));
+        const Tolerance tol = gemm_tolerance(mode.dtype, mode.precision, m);
+        expect_near_reference(got[0], want[0], tol, what + " weight [" + describe + "]");
+        if (bias) {
+          EXPECT_EQ(got[1].shape(), (Shape{c.n}));
+          expect_near_reference(got[1], want[1], tol, what + " bias [" + describe + "]");
+          if (kernel == "cublasLt" && m > 0) {
+            EXPECT_NE(describe.find("BGRADB"), std::string::npos) << describe;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GemmBackendsGpu, LinearGradWeightMatchesReference) { check_grad_weight("cublasLt", Device::cuda(0)); }
+
+TEST(GemmBackendsCpu, LinearGradWeightMatchesReference) { check_grad_weight("cpu", Device::cpu()); }
+
+TEST(GemmBackendsCpu, LinearGradWeightRejectsBadCalls) {
+  const Tensor grad = random_tensor({4, 5}, DType::kFloat32, 1);
+  const auto infer = [](const std::vector<Tensor>& inputs, const Attributes& attrs) {
+    OpDescriptor desc = make_op_descriptor("linear_grad_weight", inputs, attrs, ExecutionPolicy());
+    KernelRegistry::global().infer(desc);
+    return desc;
+  };
+  EXPECT_THROW(infer({grad, random_tensor({3, 6}, DType::kFloat32, 2)}, {}), InvalidArgumentError);
+  EXPECT_THROW(infer({grad, random_tensor({2, 2, 6}, DType::kFloat32, 2)}, {}), InvalidArgumentError);
+  EXPECT_THROW(infer({grad, random_tensor({4, 6}, DType::kFloat16, 2)}, {}), InvalidTypeError);
+  Attributes bad_bias;
+  bad_bias.set("bias", static_cast<std::int64_t>(2));
+  EXPECT_THROW(infer({grad, random_tensor({4, 6}, DType::kFloat32, 2)}, bad_bias), InvalidArgumentError);
+  Attributes kn;
+  kn.set("weight_layout", "kn");
+  EXPECT_THROW(infer({grad, random_tensor({4, 6}, DType::kFloat32, 2)}, kn), InvalidArgumentError);
+  Attributes with_bias;
+  with_bias.set("bias", static_cast<std::int64_t>(1));
+  const OpDescriptor ok = infer({grad, random_tensor({4, 6}, DType::kFloat32, 2)}, with_bias);
+  ASSERT_EQ(ok.outputs.size(), 2u);
+  EXPECT_EQ(ok.outputs[0].shape, (Shape{5, 6}));
+  EXPECT_EQ(ok.outputs[1].shape, (Shape{5}));
+}
+
 // ---- supports() reasons: no GPU needed ----
 
 #if XPURT_WITH_CUDA
@@ -517,6 +643,22 @@ TEST(GemmBackendsSupports, KernelsAreRegisteredInPriorityOrder) {
   const Kernel* unfused = registry.find_kernel("attention", "unfused");
   ASSERT_NE(unfused, nullptr);
   EXPECT_EQ(unfused->info().backend, "cublas");
+}
+
+TEST(GemmBackendsSupports, CublasLtTakesLinearGradWeight) {
+  Attributes with_bias;
+  with_bias.set("bias", static_cast<std::int64_t>(1));
+  const auto ok = descriptor("linear_grad_weight",
+                             {tensor_desc({3, 7, 9}, DType::kBFloat16), tensor_desc({3, 7, 33}, DType::kBFloat16)},
+                             with_bias);
+  EXPECT_EQ(reason("linear_grad_weight", "cublasLt", ok), "yes");
+  EXPECT_EQ(reason("linear_grad_weight", "cublas", ok), "no such kernel");
+  const auto no_features = descriptor(
+      "linear_grad_weight", {tensor_desc({7, 9}, DType::kFloat16), tensor_desc({7, 0}, DType::kFloat16)}, with_bias);
+  EXPECT_NE(reason("linear_grad_weight", "cublasLt", no_features).find("K = 0"), std::string::npos);
+  const auto misaligned = descriptor(
+      "linear_grad_weight", {tensor_desc({7, 9}, DType::kFloat16, Device::cuda(0), 2), tensor_desc({7, 8}, DType::kFloat16)});
+  EXPECT_NE(reason("linear_grad_weight", "cublasLt", misaligned).find("'grad' is only 2-byte aligned"), std::string::npos);
 }
 
 TEST(GemmBackendsSupports, GpuDescriptorsAreSupported) {

@@ -164,6 +164,12 @@ def ref_linear(inputs, attrs):
     return ACTIVATIONS[attrs.get("activation", "none")](y)
 
 
+def ref_linear_grad_weight(inputs, attrs):
+    grad, x = inputs
+    n, k = grad.shape[-1], x.shape[-1]
+    return grad.reshape(-1, n).T @ x.reshape(-1, k)
+
+
 def _out_size(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode):
     """Output length along one dim (PyTorch/ONNX; ceil_mode drops a window starting in the trailing padding)."""
     effective = dilation * (kernel - 1) + 1
@@ -383,6 +389,20 @@ def linear_cases() -> List[Case]:
                   uniform(rng, (n,)) if has_bias else None]
         cases.append(Case("linear", name, inputs, {"weight_layout": layout, "activation": activation}, ref_linear,
                           "gemm"))
+    return cases
+
+
+def linear_grad_weight_cases() -> List[Case]:
+    """The weight gradient (output 0). The bias gradient (bias=1, a second output) is checked against a float64
+    reference in tests/cpp/test_gemm_backends.cpp (LinearGradWeightMatchesReference, cpu and cublasLt)."""
+    specs = [("1x1", (1, 1), 1), ("7x13x5", (7, 13), 5), ("batched", (2, 3, 33), 17), ("tall", (257, 40), 24),
+             ("wide", (3, 129), 130)]
+    cases = []
+    for name, x_shape, n in specs:
+        rng = _rng("linear_grad_weight" + name)
+        m = int(np.prod(x_shape[:-1]))
+        inputs = [uniform(rng, x_shape[:-1] + (n,)) / np.float32(math.sqrt(m)), uniform(rng, x_shape)]
+        cases.append(Case("linear_grad_weight", name, inputs, {}, ref_linear_grad_weight, "gemm"))
     return cases
 
 
@@ -864,7 +884,7 @@ def integer_arithmetic_cases() -> List[Case]:
 
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
-    cases = (matmul_cases() + linear_cases() + conv2d_cases() + pool_cases() + batch_norm_cases() + softmax_cases()
+    cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases() + pool_cases() + batch_norm_cases() + softmax_cases()
              + nhwc_cases() + layer_norm_cases() + unary_cases() + binary_cases() + cast_cases() + reduce_cases()
              + attention_cases() + transpose_cases() + concat_cases() + slice_cases() + gather_cases()
              + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases())

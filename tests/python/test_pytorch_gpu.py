@@ -69,7 +69,12 @@ def test_linear_matches_pytorch_with_gradients(xrt_torch, dtype, kernel, shape):
     assert forward["kernel"] == kernel and forward["rule"] == "pinned" and forward["backend"] in ("cublasLt", "cublas")
     phases = {r["phase"]: r for r in scope.log.records}
     assert phases["backward: grad input"]["kernel"] == kernel
-    assert phases["backward: grad weight"]["kernel"] == {"cublasLt": "torch_cublaslt", "cublas": "torch_cublas"}[kernel]
+    # cublasLt: xpuruntime's linear_grad_weight (gradᵀ @ x, the bias gradient in its BGRADB epilogue); cublas has
+    # none, so PyTorch's GEMM on cuBLAS runs grad weight.
+    grad_weight = phases["backward: grad weight"]
+    assert grad_weight["kernel"] == {"cublasLt": "cublasLt", "cublas": "torch_cublas"}[kernel]
+    if kernel == "cublasLt":
+        assert grad_weight["op"] == "linear_grad_weight" and "BGRADB" in grad_weight["plan"], grad_weight
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -456,3 +461,54 @@ def test_native_path_on_cuda_matches_pytorch_step_after_step(xrt_torch, monkeypa
     _close(captured, want, dtype)
     _close(eager[-1] * 2, want, dtype)
     assert served["python"] == 2  # the matmul signature's first call
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_native_attention_matches_pytorch_flash_step_after_step(xrt_torch, monkeypatch, dtype):
+    """Routed attention on the native path, keyword arguments included: the forward on xpuruntime's flash_v2 (with
+    the log-sum-exp), the backward on PyTorch's flash backward called from C++ after Python ran the first two."""
+    status = xrt_torch.set_native(True)
+    if not status["loaded"]:
+        pytest.skip(f"the native path is not available here: {status['reason']}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from xpuruntime.pytorch import _fast, _kernels
+
+    counts = {"site": 0, "flash_backward": 0}
+    site_call, flash_backward = _fast.Site.__call__, _kernels.flash_backward
+
+    def counted_site(self, *args):
+        counts["site"] += 1
+        return site_call(self, *args)
+
+    def counted_backward(*args, **kwargs):
+        counts["flash_backward"] += 1
+        return flash_backward(*args, **kwargs)
+
+    monkeypatch.setattr(_fast.Site, "__call__", counted_site)
+    monkeypatch.setattr(_kernels, "flash_backward", counted_backward)
+    shape = (2, 3, 45, 64)  # a sequence length no other test uses
+    scope = xrt_torch.set_kernel_policy(attention="pin:flash_v2")
+    served_before = xrt_torch.native_status()["calls"]["served"]
+    for step in range(4):
+        q, k, v = (_leaf(*shape, dtype=dtype, seed=20 + 3 * step + j) for j in range(3))
+        call = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+        got, got_grads = _grads(call, (q, k, v), grad_out_seed=step)
+        with xrt_torch.set_kernel_policy(None), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            want, want_grads = _grads(call, (q, k, v), grad_out_seed=step)
+        _close(got, want, dtype)
+        for g, wg in zip(got_grads, want_grads):
+            _close(g, wg, dtype, scale=2)
+    assert counts["site"] == 1  # the first call decided in Python; the three after it ran natively
+    assert counts["flash_backward"] == 2  # Python's first backward, then the one that hands its arguments over
+    assert xrt_torch.native_status()["calls"]["served"] - served_before == 3
+    calls = {r["node"]: r["calls"] for r in scope.log.records}
+    assert calls == {"attention#0": 4, "attention#0 (backward)": 4}, calls
+
+    q, k, v = (_leaf(*shape, dtype=dtype, seed=40 + j).detach() for j in range(3))
+    with torch.no_grad():
+        outs = [F.scaled_dot_product_attention(q, k, v, is_causal=False) for _ in range(3)]
+        with xrt_torch.set_kernel_policy(None), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            want = F.scaled_dot_product_attention(q, k, v, is_causal=False)
+    for out in outs:
+        _close(out, want, dtype)
+    assert xrt_torch.native_status()["calls"]["served"] - served_before == 5

@@ -121,7 +121,31 @@ def test_linear_routes_to_the_cpu_kernel_with_matching_gradients(torch, xrt_torc
     grad_input = [r for r in scope.log.records if r["phase"] == "backward: grad input"]
     assert grad_input and grad_input[0]["kernel"] == "cpu" and grad_input[0]["op"] == "matmul"
     grad_weight = [r for r in scope.log.records if r["phase"] == "backward: grad weight"]
+    # gradᵀ @ x and the bias gradient: xpuruntime's linear_grad_weight under the same rule, one call.
+    assert grad_weight and grad_weight[0]["kernel"] == "cpu" and grad_weight[0]["op"] == "linear_grad_weight"
+    assert grad_weight[0]["signature"] == "float32[35, 10], float32[35, 24]; bias=1"
+
+
+def test_grad_weight_falls_back_to_pytorch_where_the_rule_has_no_linear_grad_weight(torch, xrt_torch, monkeypatch):
+    """A linear rule whose kernel has no linear_grad_weight (cublas): PyTorch's GEMM on the forward kernel's library
+    runs grad weight, a sum runs grad bias, and the log says so."""
+    from xpuruntime.pytorch import _kernels
+
+    monkeypatch.setattr(_kernels, "decide_grad_weight", lambda *args: None)
+    layer = torch.nn.Linear(6, 4)
+    x = torch.randn(3, 6, requires_grad=True)
+    reference = layer(x)
+    reference.square().sum().backward()
+    ref_grads = _grads([x, layer.weight, layer.bias])
+    for p in (x, layer.weight, layer.bias):
+        p.grad = None
+    scope = xrt_torch.set_kernel_policy(matmul="cpu")
+    layer(x).square().sum().backward()
+    for got, want in zip(_grads([x, layer.weight, layer.bias]), ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    grad_weight = [r for r in scope.log.records if r["phase"] == "backward: grad weight"]
     assert grad_weight and grad_weight[0]["kernel"] == "torch" and grad_weight[0]["backend"] == "pytorch"
+    assert "transposed operand" in grad_weight[0]["reason"]
 
 
 def test_calls_are_deduplicated_per_signature_with_a_count(torch, xrt_torch):
@@ -494,7 +518,7 @@ def test_repeated_calls_reuse_their_site_with_fresh_data_and_gradients(torch, xr
     records = {r["node"]: r for r in scope.log.records}
     assert records["linear#0"]["calls"] == 4 and records["linear#0"]["kernel"] == "cpu"
     assert records["matmul#0 (backward: grad input)"]["calls"] == 4
-    assert records["linear#0 (backward: grad weight)"]["calls"] == 4
+    assert records["linear_grad_weight#0 (backward: grad weight)"]["calls"] == 4
 
 
 def test_strided_and_misaligned_inputs_on_the_fast_path(torch, xrt_torch):

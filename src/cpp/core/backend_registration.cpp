@@ -53,7 +53,7 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cublas", {"attention"}, "unfused", no_cuda);
 #endif
 #if !XPURT_BACKEND_CUBLASLT
-  declare_absent(registry, "cublasLt", {"matmul", "linear"}, "cublasLt", no_cuda);
+  declare_absent(registry, "cublasLt", {"matmul", "linear", "linear_grad_weight"}, "cublasLt", no_cuda);
 #endif
 #if !XPURT_BACKEND_CUDNN
   declare_absent(registry, "cudnn", {"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "batch_norm"},

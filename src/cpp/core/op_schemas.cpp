@@ -107,6 +107,26 @@ std::vector<TensorDesc> infer_matmul(const OpDescriptor& desc) {
   return {output_like(a, batch)};
 }
 
+// linear's weight (and bias) gradient, one GEMM: grad_weight[N, K] = grad[..., N]^T @ x[..., K] over the flattened
+// leading dims (M rows), and with bias=1 also grad_bias[N] = the sum of grad over those rows.
+std::vector<TensorDesc> infer_linear_grad_weight(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"grad", "x"});
+  const TensorDesc& grad = desc.inputs[0];
+  const TensorDesc& x = desc.inputs[1];
+  XPURT_CHECK(grad.dim() >= 1 && grad.dim() == x.dim() &&
+                  std::equal(grad.shape.begin(), grad.shape.end() - 1, x.shape.begin()),
+              "op 'linear_grad_weight': grad [..., N] and x [..., K] must have the same leading dims, got grad ",
+              shape_str(grad.shape), " and x ", shape_str(x.shape));
+  const std::int64_t bias = desc.attrs.get_int("bias", 0);
+  XPURT_CHECK(bias == 0 || bias == 1, "op 'linear_grad_weight': bias must be 0 or 1, got ", bias);
+  const std::string layout = desc.attrs.get_string("weight_layout", "nk");
+  XPURT_CHECK(layout == "nk", "op 'linear_grad_weight': only weight_layout 'nk' ([N, K], PyTorch) is supported, got '",
+              layout, "'");
+  std::vector<TensorDesc> outputs = {output_like(grad, {grad.shape.back(), x.shape.back()})};
+  if (bias == 1) outputs.push_back(output_like(grad, {grad.shape.back()}));
+  return outputs;
+}
+
 void check_activation(const OpDescriptor& desc, const std::vector<std::string>& valid) {
   const std::string activation = desc.attrs.get_string("activation", "none");
   XPURT_CHECK(std::find(valid.begin(), valid.end(), activation) != valid.end(), "op '", desc.op,
@@ -357,6 +377,10 @@ void register_ops(KernelRegistry& registry) {
   add("matmul", "matmul", {"a", "b"}, "a[..., M, K] @ b[..., K, N], batch dims broadcast", infer_matmul);
   add("linear", "matmul", {"x", "weight", "bias?"},
       "act(x @ W^T + bias); activation=none|relu|gelu|gelu_tanh, weight_layout=nk|kn", infer_linear);
+  add("linear_grad_weight", "matmul", {"grad", "x"},
+      "linear's weight gradient grad[..., N]^T @ x[..., K] -> [N, K]; bias=1 also returns the bias gradient "
+      "(grad summed over its leading dims) -> [N]",
+      infer_linear_grad_weight);
   add("conv2d", "conv", {"x", "weight", "bias?", "residual?"},
       "act(conv(x, w) + bias + residual); layout=NCHW (default) or NHWC (x [N,H,W,C], weight [O,kh,kw,C/groups]); "
       "strides, pads (t,l,b,r), dilations, groups, activation=none|relu",

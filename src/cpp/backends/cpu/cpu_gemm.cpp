@@ -1,5 +1,5 @@
 // GEMM of the cpu backend (OpenBLAS or the blocked fallback below) and the ops built directly on it: matmul
-// (batch dims broadcast) and linear (weight layout nk/kn, bias, activation).
+// (batch dims broadcast), linear (weight layout nk/kn, bias, activation) and linear_grad_weight.
 //
 // Note [Fallback GEMM]
 // Builds without OpenBLAS (the GPU machines) use this GEMM, so it is tested on its own against a naive loop
@@ -253,6 +253,36 @@ void run_linear(const KernelLaunch& launch, const CpuContext& context) {
   y.commit();
 }
 
+// linear_grad_weight: grad_weight[N, K] = grad[M, N]^T @ x[M, K] over the flattened leading dims (grad is transposed
+// into a buffer first: the GEMM reads a transposed right operand only), and with bias=1 grad_bias[N] = the column
+// sums of grad, accumulated in the compute type in order of the rows.
+template <typename T>
+void run_linear_grad_weight(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& grad_tensor = launch.input(0);
+  const Tensor& x_tensor = launch.input(1);
+  const std::int64_t n = grad_tensor.shape().back();
+  const std::int64_t k = x_tensor.shape().back();
+  const std::int64_t m = product(x_tensor.shape(), 0, x_tensor.shape().size() - 1);
+  InputBuffer<T> grad(grad_tensor);
+  InputBuffer<T> x(x_tensor);
+  std::vector<T> grad_t(static_cast<std::size_t>(n * m));
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) grad_t[static_cast<std::size_t>(j * m + i)] = grad[i * n + j];
+  }
+  OutputBuffer<T> y(launch.output(0));
+  gemm<T>(context, false, n, k, m, grad_t.data(), m, x.data(), k, y.data(), k);
+  y.commit();
+  if (launch.num_outputs > 1) {
+    OutputBuffer<T> bias(launch.output(1));
+    for (std::int64_t j = 0; j < n; ++j) {
+      T sum = T(0);
+      for (std::int64_t i = 0; i < m; ++i) sum += grad_t[static_cast<std::size_t>(j * m + i)];
+      bias.data()[j] = sum;
+    }
+    bias.commit();
+  }
+}
+
 }  // namespace
 
 void register_gemm_kernels(KernelRegistry& registry) {
@@ -267,6 +297,13 @@ void register_gemm_kernels(KernelRegistry& registry) {
                  [](const KernelLaunch& launch, const CpuContext& context) {
                    dispatch_compute_type(launch.desc->inputs[0].dtype,
                                          [&](auto zero) { run_linear<decltype(zero)>(launch, context); });
+                 });
+  add_cpu_kernel(registry, "linear_grad_weight",
+                 "reference linear weight gradient (grad^T @ x) through " + engine + ", bias gradient as column sums",
+                 [](const KernelLaunch& launch, const CpuContext& context) {
+                   dispatch_compute_type(launch.desc->inputs[0].dtype, [&](auto zero) {
+                     run_linear_grad_weight<decltype(zero)>(launch, context);
+                   });
                  });
 }
 

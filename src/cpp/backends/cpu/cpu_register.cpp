@@ -193,7 +193,8 @@ std::unique_ptr<KernelPlan> CpuKernel::build(const OpDescriptor& desc, const Exe
   (void)record;  // nothing to choose, nothing recorded
   Support support = supports(desc, policy);
   if (!support) throw UnsupportedOperationError(support.reason());
-  const bool uses_gemm = desc.op == "matmul" || desc.op == "linear" || desc.op == "conv2d" || desc.op == "attention";
+  const bool uses_gemm = desc.op == "matmul" || desc.op == "linear" || desc.op == "linear_grad_weight" ||
+                         desc.op == "conv2d" || desc.op == "attention";
   return std::make_unique<CpuPlan>(&run_, make_context(policy), uses_gemm);
 }
 

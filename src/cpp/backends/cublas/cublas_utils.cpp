@@ -205,7 +205,8 @@ std::string shape_str(const std::vector<std::int64_t>& shape) { return detail::s
 
 const char* input_name(const std::string& op, std::size_t index) {
   static const std::unordered_map<std::string, std::vector<const char*>> names = {
-      {"matmul", {"a", "b"}}, {"linear", {"x", "weight", "bias"}}, {"attention", {"q", "k", "v", "mask"}}};
+      {"matmul", {"a", "b"}}, {"linear", {"x", "weight", "bias"}}, {"attention", {"q", "k", "v", "mask"}},
+      {"linear_grad_weight", {"grad", "x"}}};
   const auto it = names.find(op);
   if (it == names.end() || index >= it->second.size()) return "input";
   return it->second[index];
@@ -398,6 +399,22 @@ GemmShape linear_shape(const OpDescriptor& desc) {
   return shape;
 }
 
+GemmShape linear_grad_weight_shape(const OpDescriptor& desc) {
+  const auto& grad = desc.inputs[0].shape;
+  const auto& x = desc.inputs[1].shape;
+  const std::int64_t n = grad.back();
+  const std::int64_t k = x.back();
+  GemmShape shape;
+  shape.m = k;
+  shape.n = n;
+  shape.k = product(x, 0, x.size() - 1);
+  shape.transpose_rhs = true;
+  shape.ld_lhs = std::max<std::int64_t>(1, k);
+  shape.ld_rhs = std::max<std::int64_t>(1, n);
+  shape.ld_out = std::max<std::int64_t>(1, k);
+  return shape;
+}
+
 Support check_int32(const GemmShape& shape, const char* what) {
   const std::int64_t limit = INT_MAX;
   const std::int64_t values[] = {shape.m, shape.n, shape.k, shape.ld_lhs, shape.ld_rhs, shape.ld_out, shape.batch};
@@ -417,6 +434,7 @@ void gemm(cublasHandle_t handle, const GemmShape& shape, DType dtype, cublasComp
   const cudaDataType_t type = cuda_data_type(dtype);
   const std::size_t element = dtype_size(dtype);
   const cublasOperation_t op_lhs = shape.transpose_lhs ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_rhs = shape.transpose_rhs ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = static_cast<int>(shape.m);
   const int n = static_cast<int>(shape.n);
   const int k = static_cast<int>(shape.k);
@@ -428,10 +446,10 @@ void gemm(cublasHandle_t handle, const GemmShape& shape, DType dtype, cublasComp
     const void* r = static_cast<const char*>(rhs) + shape.outer_offsets_rhs[j] * static_cast<std::int64_t>(element);
     void* o = static_cast<char*>(out) + shape.outer_offsets_out[j] * static_cast<std::int64_t>(element);
     if (shape.batch == 1) {
-      XPURT_CUBLAS_CHECK(cublasGemmEx(handle, op_lhs, CUBLAS_OP_N, m, n, k, &alpha, l, type, ld_lhs, r, type, ld_rhs,
+      XPURT_CUBLAS_CHECK(cublasGemmEx(handle, op_lhs, op_rhs, m, n, k, &alpha, l, type, ld_lhs, r, type, ld_rhs,
                                       &beta, o, type, ld_out, compute, CUBLAS_GEMM_DEFAULT));
     } else {
-      XPURT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_lhs, CUBLAS_OP_N, m, n, k, &alpha, l, type, ld_lhs,
+      XPURT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_lhs, op_rhs, m, n, k, &alpha, l, type, ld_lhs,
                                                     shape.stride_lhs, r, type, ld_rhs, shape.stride_rhs, &beta, o, type,
                                                     ld_out, shape.stride_out, static_cast<int>(shape.batch), compute,
                                                     CUBLAS_GEMM_DEFAULT));

@@ -118,6 +118,7 @@ struct GemmShape {
   std::int64_t n = 0;  // columns of the column-major result = M
   std::int64_t k = 0;
   bool transpose_lhs = false;  // the row-major right operand is given as [N, K] (linear's "nk" weight)
+  bool transpose_rhs = false;  // the row-major left operand is given transposed (linear_grad_weight's grad)
   std::int64_t ld_lhs = 0;
   std::int64_t ld_rhs = 0;
   std::int64_t ld_out = 0;
@@ -140,6 +141,10 @@ struct GemmShape {
 GemmShape matmul_shape(const OpDescriptor& desc);
 // The GEMM of `linear` (x[..., K] flattened to [M, K]; weight [N, K] ("nk") or [K, N] ("kn")).
 GemmShape linear_shape(const OpDescriptor& desc);
+// The GEMM of `linear_grad_weight` (inputs grad[..., N], x[..., K], contiguous): grad_weight[N, K] = grad^T @ x over
+// the flattened leading dims (M). Read column-major it is grad_weight^T[K, N] = x^T[K, M] @ grad[M, N]: cuBLAS's
+// first operand is x as stored, its second grad transposed (op = T, transpose_rhs); m = K, n = N, k = M.
+GemmShape linear_grad_weight_shape(const OpDescriptor& desc);
 
 // How many host-side launches `matmul_shape(desc)` needs, without building its offsets (for supports()).
 std::int64_t matmul_outer_launches(const OpDescriptor& desc);

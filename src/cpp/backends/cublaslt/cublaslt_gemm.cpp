@@ -191,6 +191,9 @@ struct Epilogue {
            epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
   }
   bool has_post() const { return post_bias || post_activation != "none"; }
+  // linear_grad_weight's bias gradient: the sum of B over k, written to the bias pointer.
+  bool bias_gradient() const { return epilogue == CUBLASLT_EPILOGUE_BGRADB; }
+  bool uses_bias_pointer() const { return fused_bias() || bias_gradient(); }
 };
 
 const char* epilogue_name(cublasLtEpilogue_t epilogue) {
@@ -207,6 +210,8 @@ const char* epilogue_name(cublasLtEpilogue_t epilogue) {
       return "GELU";
     case CUBLASLT_EPILOGUE_GELU_BIAS:
       return "GELU_BIAS";
+    case CUBLASLT_EPILOGUE_BGRADB:
+      return "BGRADB";
     default:
       return "OTHER";
   }
@@ -236,7 +241,7 @@ std::vector<Epilogue> epilogue_options(bool has_bias, const std::string& activat
 }
 
 struct Problem {
-  std::string op;  // "matmul" or "linear"
+  std::string op;  // "matmul", "linear" or "linear_grad_weight"
   GemmShape shape;
   DType dtype = DType::kFloat32;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -249,7 +254,19 @@ struct Problem {
 
   // Nothing for cuBLASLt to do: an empty output, or K = 0 (zeros, then bias and activation).
   bool degenerate() const { return shape.empty() || shape.k == 0; }
+  bool grad_weight() const { return op == "linear_grad_weight"; }
 };
+
+// The ways to run `problem`: linear_grad_weight sums its bias gradient in the BGRADB epilogue (one GEMM, no
+// separate reduction) or has no bias output; matmul and linear: epilogue_options above.
+std::vector<Epilogue> epilogue_options(const Problem& problem) {
+  if (problem.grad_weight()) {
+    Epilogue only;
+    only.epilogue = problem.has_bias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+    return {only};
+  }
+  return epilogue_options(problem.has_bias, problem.activation);
+}
 
 std::uint32_t reduction_mask(DType dtype, bool deterministic) {
   if (deterministic) return CUBLASLT_REDUCTION_SCHEME_NONE;  // Note [cuBLASLt determinism and split-K]
@@ -285,10 +302,15 @@ Problem make_problem(const OpDescriptor& desc, const ExecutionPolicy& policy) {
   Problem problem;
   problem.op = desc.op;
   const bool linear = desc.op == "linear";
-  problem.shape = linear ? cublas::linear_shape(desc) : cublas::matmul_shape(desc);
+  if (problem.grad_weight()) {
+    problem.shape = cublas::linear_grad_weight_shape(desc);
+  } else {
+    problem.shape = linear ? cublas::linear_shape(desc) : cublas::matmul_shape(desc);
+  }
   problem.dtype = desc.inputs[0].dtype;
   problem.compute = cublas::compute_type(problem.dtype, desc.precision);
-  problem.has_bias = linear && desc.inputs.size() > 2 && desc.inputs[2].present;
+  problem.has_bias = problem.grad_weight() ? desc.attrs.get_int("bias", 0) == 1
+                                           : linear && desc.inputs.size() > 2 && desc.inputs[2].present;
   problem.activation = linear ? desc.attrs.get_string("activation", "none") : "none";
   problem.deterministic = desc.deterministic || policy.deterministic;
   problem.reduction_mask = reduction_mask(problem.dtype, problem.deterministic);
@@ -312,15 +334,15 @@ Descriptors make_descriptors(const Problem& problem, const Epilogue& epilogue, c
   Descriptors descriptors{
       MatmulDesc(problem.compute, CUDA_R_32F),
       s.transpose_lhs ? MatrixLayout(type, s.k, s.m, s.ld_lhs) : MatrixLayout(type, s.m, s.k, s.ld_lhs),
-      MatrixLayout(type, s.k, s.n, s.ld_rhs),
+      s.transpose_rhs ? MatrixLayout(type, s.n, s.k, s.ld_rhs) : MatrixLayout(type, s.k, s.n, s.ld_rhs),
       MatrixLayout(type, s.m, s.n, s.ld_out),
   };
   const auto transa = static_cast<std::int32_t>(s.transpose_lhs ? CUBLAS_OP_T : CUBLAS_OP_N);
-  const auto transb = static_cast<std::int32_t>(CUBLAS_OP_N);
+  const auto transb = static_cast<std::int32_t>(s.transpose_rhs ? CUBLAS_OP_T : CUBLAS_OP_N);
   descriptors.operation.set(CUBLASLT_MATMUL_DESC_TRANSA, transa);
   descriptors.operation.set(CUBLASLT_MATMUL_DESC_TRANSB, transb);
   descriptors.operation.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(epilogue.epilogue));
-  if (epilogue.fused_bias()) {
+  if (epilogue.uses_bias_pointer()) {
     descriptors.operation.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(type));
     descriptors.operation.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   }
@@ -409,6 +431,10 @@ class LtPlan final : public KernelPlan {
     detail::CudaDeviceGuard guard(problem_.device);
     const auto stream = static_cast<cudaStream_t>(launch.stream.handle);
     Tensor& out = launch.output(0);
+    if (problem_.grad_weight()) {
+      run_grad_weight(launch, stream);
+      return;
+    }
     const void* bias = problem_.has_bias ? launch.input(2).data_ptr() : nullptr;
     if (!has_algo_) {
       // K = 0: the product is all zeros; the bias and the activation still apply.
@@ -425,21 +451,7 @@ class LtPlan final : public KernelPlan {
     check_alignment(rhs, 0);
     check_alignment(out.data_ptr(), -1);
     if (epilogue_.fused_bias()) check_alignment(bias, 2);
-
-    void* workspace = nullptr;
-    if (algo_workspace_ > 0) {
-      XPURT_INTERNAL_ASSERT(launch.workspace != nullptr && launch.workspace_bytes >= workspace_bytes(),
-                            "the cublasLt plan needs ", workspace_bytes(), " bytes of workspace, got ",
-                            launch.workspace_bytes);
-      workspace = cublas::align_up(launch.workspace, kWorkspaceAlignment);
-    }
-    const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(problem_.device);
-    const Descriptors descriptors = make_descriptors(problem_, epilogue_, bias);  // Note [cuBLASLt descriptors per run]
-    const float alpha = 1.0f;
-    const float beta = 0.0f;
-    XPURT_CUBLASLT_CHECK(cublasLtMatmul(handle, descriptors.operation.get(), &alpha, lhs, descriptors.a.get(), rhs,
-                                        descriptors.b.get(), &beta, out.data_ptr(), descriptors.d.get(), out.data_ptr(),
-                                        descriptors.d.get(), &algo_, workspace, algo_workspace_, stream));
+    matmul(launch, lhs, rhs, out.data_ptr(), bias, stream);
     if (epilogue_.has_post()) {
       cuda_raw::bias_activation(out.data_ptr(), epilogue_.post_bias ? bias : nullptr, problem_.dtype, s.n, s.m,
                                 epilogue_.post_activation, launch.stream.handle);
@@ -459,6 +471,44 @@ class LtPlan final : public KernelPlan {
   }
 
  private:
+  // linear_grad_weight: grad_weight (output 0) = grad^T @ x, and with a bias output the bias gradient (output 1)
+  // summed over M by the BGRADB epilogue in the same call.
+  void run_grad_weight(const KernelLaunch& launch, cudaStream_t stream) const {
+    Tensor& out = launch.output(0);
+    void* bias = problem_.has_bias ? launch.output(1).data_ptr() : nullptr;
+    if (!has_algo_) {  // M = 0: both gradients are zeros
+      XPURT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
+      if (bias != nullptr) XPURT_CUDA_CHECK(cudaMemsetAsync(bias, 0, launch.output(1).nbytes(), stream));
+      return;
+    }
+    const void* lhs = launch.input(1).data_ptr();  // cuBLAS's A: x as stored
+    const void* rhs = launch.input(0).data_ptr();  // cuBLAS's B: grad, transposed
+    check_alignment(lhs, 1);
+    check_alignment(rhs, 0);
+    check_alignment(out.data_ptr(), -1);
+    if (bias != nullptr) check_alignment(bias, -1);
+    matmul(launch, lhs, rhs, out.data_ptr(), bias, stream);
+  }
+
+  // One cublasLtMatmul of this plan's algorithm: out = lhs-op-rhs with `bias` the epilogue's bias pointer.
+  void matmul(const KernelLaunch& launch, const void* lhs, const void* rhs, void* out, const void* bias,
+              cudaStream_t stream) const {
+    void* workspace = nullptr;
+    if (algo_workspace_ > 0) {
+      XPURT_INTERNAL_ASSERT(launch.workspace != nullptr && launch.workspace_bytes >= workspace_bytes(),
+                            "the cublasLt plan needs ", workspace_bytes(), " bytes of workspace, got ",
+                            launch.workspace_bytes);
+      workspace = cublas::align_up(launch.workspace, kWorkspaceAlignment);
+    }
+    const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(problem_.device);
+    const Descriptors descriptors = make_descriptors(problem_, epilogue_, bias);  // Note [cuBLASLt descriptors per run]
+    const float alpha = 1.0f;
+    const float beta = 0.0f;
+    XPURT_CUBLASLT_CHECK(cublasLtMatmul(handle, descriptors.operation.get(), &alpha, lhs, descriptors.a.get(), rhs,
+                                        descriptors.b.get(), &beta, out, descriptors.d.get(), out, descriptors.d.get(),
+                                        &algo_, workspace, algo_workspace_, stream));
+  }
+
   // `index`: the input checked (schema order), -1 for the output. See Note [cuBLASLt alignment].
   void check_alignment(const void* pointer, int index) const {
     if (cublas::is_aligned(pointer, kAlignment)) return;
@@ -623,7 +673,7 @@ std::unique_ptr<KernelPlan> plan_from_record(cublasLtHandle_t handle, Problem pr
     throw_bad_record(detail::str_cat("it was made for compute type ", compute_text, " but this op needs ",
                                      cublas::compute_type_name(problem.compute), " (the precision policy differs)"));
   }
-  const std::vector<Epilogue> options = epilogue_options(problem.has_bias, problem.activation);
+  const std::vector<Epilogue> options = epilogue_options(problem);
   const auto match = std::find_if(options.begin(), options.end(),
                                   [&](const Epilogue& e) { return epilogue_text == epilogue_name(e.epilogue); });
   if (match == options.end()) {
@@ -659,14 +709,22 @@ std::unique_ptr<KernelPlan> plan_from_record(cublasLtHandle_t handle, Problem pr
   return std::make_unique<LtPlan>(std::move(problem), *match, algo, workspace);
 }
 
+const char* summary_of(const std::string& op) {
+  if (op == "linear") {
+    return "cuBLASLt GEMM with fused bias / ReLU / GELU(tanh) epilogues; heuristic algorithm, recorded in the plan";
+  }
+  if (op == "linear_grad_weight") {
+    return "cuBLASLt GEMM grad^T @ x with the bias gradient summed in its BGRADB epilogue (one call); heuristic "
+           "algorithm, recorded in the plan";
+  }
+  return "cuBLASLt GEMM (one strided batch, broadcast by stride 0); heuristic algorithm, recorded in the plan";
+}
+
 class LtGemmKernel final : public Kernel {
  public:
   explicit LtGemmKernel(const std::string& op)
       : Kernel(KernelInfo{op, "cublasLt", "cublasLt", DeviceType::kCUDA, true,
-                          op == "linear" ? "cuBLASLt GEMM with fused bias / ReLU / GELU(tanh) epilogues; heuristic "
-                                           "algorithm, recorded in the plan"
-                                         : "cuBLASLt GEMM (one strided batch, broadcast by stride 0); heuristic "
-                                           "algorithm, recorded in the plan"}) {}
+                          summary_of(op)}) {}
 
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     if (Support common = cublas::check_common(desc, policy, "cublasLt"); !common) return common;
@@ -685,6 +743,15 @@ class LtGemmKernel final : public Kernel {
       const GemmShape shape = cublas::matmul_shape(desc);
       if (shape.batch > INT32_MAX) {
         return Support::no(detail::str_cat("cublasLt takes a 32-bit batch count; this matmul has ", shape.batch));
+      }
+    } else if (op() == "linear_grad_weight") {
+      if (desc.inputs.size() != 2 || desc.inputs[0].dim() < 1) {
+        return Support::no("cublasLt linear_grad_weight needs grad[..., N] and x[..., K]");
+      }
+      if (Support fits = cublas::check_int32(cublas::linear_grad_weight_shape(desc), "cublasLt"); !fits) return fits;
+      if (desc.inputs[1].shape.back() == 0 && desc.attrs.get_int("bias", 0) == 1) {
+        return Support::no("cublasLt linear_grad_weight sums the bias gradient in the GEMM's epilogue, and x has no "
+                           "features (K = 0), so there is no GEMM to run it in");
       }
     } else if (desc.inputs.size() < 2 || desc.inputs[0].dim() < 1 || desc.inputs[1].dim() != 2) {
       return Support::no("cublasLt linear needs x[..., K] and weight[N, K] or [K, N]");
@@ -716,7 +783,7 @@ class LtGemmKernel final : public Kernel {
     const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(problem.device);
     if (!record.empty()) return plan_from_record(handle, std::move(problem), limit, record);
 
-    for (const Epilogue& epilogue : epilogue_options(problem.has_bias, problem.activation)) {
+    for (const Epilogue& epilogue : epilogue_options(problem)) {
       Candidate chosen;
       if (choose_algorithm(handle, problem, epilogue, limit, &chosen)) {
         return std::make_unique<LtPlan>(std::move(problem), epilogue, chosen.algo, chosen.workspace);

@@ -1,4 +1,4 @@
-// Registration of the cublasLt backend: matmul and linear ("cublasLt").
+// Registration of the cublasLt backend: matmul, linear and linear_grad_weight ("cublasLt").
 #include <memory>
 #include <string>
 
@@ -7,13 +7,14 @@
 namespace xpuruntime {
 
 namespace cublaslt {
-// Defined in cublaslt_gemm.cpp: the "cublasLt" kernel of `op` ("matmul" or "linear").
+// Defined in cublaslt_gemm.cpp: the "cublasLt" kernel of `op` ("matmul", "linear" or "linear_grad_weight").
 std::unique_ptr<Kernel> make_gemm_kernel(const std::string& op);
 }  // namespace cublaslt
 
 void register_cublaslt(KernelRegistry& registry) {
   registry.add_kernel(cublaslt::make_gemm_kernel("matmul"));
   registry.add_kernel(cublaslt::make_gemm_kernel("linear"));
+  registry.add_kernel(cublaslt::make_gemm_kernel("linear_grad_weight"));
 }
 
 }  // namespace xpuruntime

@@ -18,8 +18,9 @@
 //  - anything else (no site yet, keyword arguments, autocast on, a tensor subclass or wrapper, inputs less than
 //    16-byte aligned, routing suspended) goes to the mode's Python handler, which behaves as without this file.
 // The routed linear's backward runs here too once Python has decided its routes (the first backward of a site
-// and every create_graph backward run the Python formulas): grad_x on xpuruntime's plan, grad_w with PyTorch's
-// GEMM on the forward kernel's BLAS library, grad_b as a sum. Calls are counted in atomic counters that the
+// and every create_graph backward run the Python formulas): grad_x on xpuruntime's plan, grad_w and grad_b on
+// xpuruntime's linear_grad_weight plan (one cuBLASLt call that also sums the bias gradient), or, where the
+// linear rule's kernel has none, grad_w with PyTorch's GEMM on the forward kernel's BLAS library and grad_b as a sum. Calls are counted in atomic counters that the
 // Python decision log adds to its records when it is read.
 // State: the site table and the handler set are read and written with the GIL held (every dispatch holds it);
 // counters and a site's backward plans are published atomically, because backward runs on autograd's threads.
@@ -31,11 +32,13 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -64,6 +67,38 @@ struct Counter {
   void add() { calls.fetch_add(1, std::memory_order_relaxed); }
 };
 
+#ifdef XRT_TORCH_CUDA
+// Note [Workspaces per stream] in _routing.py, here for the native path: one workspace per (device, stream) from
+// torch's allocator, grown when a plan needs more (a replaced one is kept: a captured graph may replay on its
+// address); while the stream captures, a plan that needs more gets a workspace of its own from the graph's pool.
+at::Tensor stream_workspace(const at::Device& device, cudaStream_t stream, std::size_t bytes) {
+  static std::mutex mutex;
+  static auto* cache = new std::unordered_map<std::uint64_t, at::Tensor>();
+  static auto* retired = new std::vector<at::Tensor>();
+  const at::TensorOptions options = at::TensorOptions().device(device).dtype(at::kByte);
+  const std::uint64_t key = reinterpret_cast<std::uintptr_t>(stream) ^ (static_cast<std::uint64_t>(device.index()) << 56);
+  std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& slot = (*cache)[key];
+  if (slot.defined() && static_cast<std::size_t>(slot.numel()) >= bytes) {
+    return slot;
+  }
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
+    (void)cudaGetLastError();
+    capturing = cudaStreamCaptureStatusActive;  // unknown: do not cache
+  }
+  at::Tensor fresh = at::empty({static_cast<std::int64_t>(bytes)}, options);
+  if (capturing != cudaStreamCaptureStatusNone) {
+    return fresh;
+  }
+  if (slot.defined()) {
+    retired->push_back(slot);
+  }
+  slot = fresh;
+  return slot;
+}
+#endif
+
 // One xpuruntime PreparedCall, launched on PyTorch tensors.
 struct Plan {
   LaunchFn launch = nullptr;
@@ -88,16 +123,20 @@ struct Plan {
       outputs.push_back(at::empty(output_shapes[k], options.dtype(output_dtypes[k])));
       out[k] = outputs.back().data_ptr();
     }
-    at::Tensor workspace;
-    if (workspace_bytes > 0) {
-      workspace = at::empty({static_cast<std::int64_t>(workspace_bytes)}, options.dtype(at::kByte));
-    }
     void* stream = nullptr;
+    at::Tensor workspace;
 #ifdef XRT_TORCH_CUDA
     if (device.is_cuda()) {
-      stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+      const cudaStream_t cuda_stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+      stream = cuda_stream;
+      if (workspace_bytes > 0) {
+        workspace = stream_workspace(device, cuda_stream, workspace_bytes);
+      }
     }
 #endif
+    if (workspace_bytes > 0 && !workspace.defined()) {
+      workspace = at::empty({static_cast<std::int64_t>(workspace_bytes)}, options.dtype(at::kByte));
+    }
     char message[1024] = {0};
     const int rc = launch(call, in, n, out, outputs.size(), workspace.defined() ? workspace.data_ptr() : nullptr,
                           workspace_bytes, stream, message, sizeof(message));
@@ -126,7 +165,7 @@ std::shared_ptr<Plan> make_plan(const py::object& prepared, const py::list& outp
   return plan;
 }
 
-enum class SiteKind { kTorch, kLinear, kMatmul };
+enum class SiteKind { kTorch, kLinear, kMatmul, kAttention };
 
 // A routed call signature (Note [The native path]).
 struct Site {
@@ -138,11 +177,21 @@ struct Site {
   std::shared_ptr<Plan> grad_x;
   std::shared_ptr<Counter> grad_x_calls;
   std::atomic<bool> grad_x_ready{false};
-  int grad_w_blas = -1;  // PyTorch's BlasBackend value for grad_w's GEMM, -1: leave PyTorch's choice alone
+  std::shared_ptr<Plan> grad_w;  // linear_grad_weight: grad_w (and the bias gradient when it has 2 outputs)
+  int grad_w_blas = -1;  // else PyTorch's BlasBackend value for grad_w's GEMM, -1: leave PyTorch's choice alone
   std::shared_ptr<Counter> grad_w_calls;
   std::atomic<bool> grad_w_ready{false};
-  std::mutex learn;   // serializes set_grad_x / set_grad_w
-  py::object python_backward;  // (grad, x, weight, (need_x, need_w, need_b)) -> (grad_x, grad_w, grad_b)
+  // Attention backward (PyTorch's FlashAttention backward on the forward's output and log-sum-exp), published once
+  // Python has run the first one: the RNG state tensors it takes (unused without dropout), is_causal, scale.
+  at::Tensor flash_cum_q, flash_cum_k, flash_seed, flash_offset;
+  bool flash_causal = false;
+  c10::optional<double> flash_scale;
+  std::shared_ptr<Counter> flash_calls;
+  std::atomic<bool> flash_ready{false};
+  std::mutex learn;  // serializes set_grad_x / set_grad_w / set_flash_backward
+  // linear: (grad, x, weight, (need_x, need_w, need_b)) -> (grad_x, grad_w, grad_b);
+  // attention: (grad, q, k, v, out, lse) -> (grad_q, grad_k, grad_v)
+  py::object python_backward;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -248,11 +297,27 @@ bool autocast_on() {
          !c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutocastCPU);
 }
 
-// The call's key, or false (the call goes to Python). Keyword arguments are not keyed: such calls go to Python.
-bool make_key(std::vector<std::int64_t>& key, PyObject* func, PyObject* args, PyObject* kwargs) {
-  if (kwargs != nullptr && kwargs != Py_None && PyDict_GET_SIZE(kwargs) != 0) {
+// Appends a keyword argument's name, exactly: its length and its UTF-8 bytes in 8-byte words.
+bool append_name(std::vector<std::int64_t>& key, PyObject* name) {
+  Py_ssize_t size = 0;
+  const char* text = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &size) : nullptr;
+  if (text == nullptr) {
+    PyErr_Clear();
     return false;
   }
+  key.push_back(size);
+  for (Py_ssize_t at = 0; at < size; at += 8) {
+    std::int64_t word = 0;
+    std::memcpy(&word, text + at, static_cast<std::size_t>(std::min<Py_ssize_t>(8, size - at)));
+    key.push_back(word);
+  }
+  return true;
+}
+
+// The call's key, or false (the call goes to Python). Keyword arguments are keyed by name and value after the
+// positional ones; only attention sites are registered with any (a linear or matmul call with keyword arguments
+// finds no site and goes to Python).
+bool make_key(std::vector<std::int64_t>& key, PyObject* func, PyObject* args, PyObject* kwargs) {
   if (!PyTuple_Check(args) || autocast_on()) {
     return false;
   }
@@ -267,6 +332,21 @@ bool make_key(std::vector<std::int64_t>& key, PyObject* func, PyObject* args, Py
   for (Py_ssize_t i = 0; i < n; ++i) {
     if (!append_arg(key, PyTuple_GET_ITEM(args, i))) {
       return false;
+    }
+  }
+  if (kwargs != nullptr && kwargs != Py_None) {
+    if (!PyDict_Check(kwargs)) {
+      return false;
+    }
+    key.push_back(6);
+    key.push_back(PyDict_GET_SIZE(kwargs));
+    Py_ssize_t position = 0;
+    PyObject* name = nullptr;
+    PyObject* value = nullptr;
+    while (PyDict_Next(kwargs, &position, &name, &value)) {
+      if (!append_name(key, name) || !append_arg(key, value)) {
+        return false;
+      }
     }
   }
   return true;
@@ -362,17 +442,61 @@ struct RoutedLinear : public torch::autograd::Function<RoutedLinear> {
     }
     if (need_w || need_b) {
       const at::Tensor grad2 = grad_c.dim() == 2 ? grad_c : grad_c.reshape({-1, n});
-      if (need_w) {
-        const at::Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, k});
+      const at::Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, k});
+      if (need_w && site->grad_w) {
+        const at::Tensor x2c = kernel_input(x2);
+        std::vector<at::Tensor> outputs = site->grad_w->run({&grad2, &x2c}, grad.device());
+        grad_w = std::move(outputs[0]);
+        if (need_b && outputs.size() > 1) {
+          grad_b = std::move(outputs[1]);  // summed in the same call
+        }
+        site->grad_w_calls->add();
+      } else if (need_w) {
         BlasScope blas(site->grad_w_blas);
         grad_w = at::mm(grad2.t(), x2);
         site->grad_w_calls->add();
       }
-      if (need_b) {
+      if (need_b && !grad_b.defined()) {
         grad_b = grad2.sum(0);
       }
     }
     return {at::Tensor(), grad_x, grad_w, grad_b};
+  }
+};
+
+// A routed scaled_dot_product_attention that requires grad: the forward runs the site's plan (flash_v2 with
+// return_lse: the output and the softmax log-sum-exp), the backward PyTorch's FlashAttention backward on them (no
+// recomputation) once Python has run a first one and published its arguments (Note [The native path]).
+struct RoutedAttention : public torch::autograd::Function<RoutedAttention> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, std::int64_t site_address, const at::Tensor& q,
+                            const at::Tensor& k, const at::Tensor& v) {
+    const auto* site = reinterpret_cast<const Site*>(site_address);
+    ctx->saved_data["site"] = site_address;
+    std::vector<at::Tensor> outputs = site->forward->run({&q, &k, &v, nullptr}, q.device());
+    TORCH_CHECK(outputs.size() == 2, "xpuruntime native path: the attention plan must return the log-sum-exp");
+    ctx->save_for_backward({q, k, v, outputs[0], outputs[1]});
+    return outputs[0];
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* site = reinterpret_cast<Site*>(ctx->saved_data["site"].toInt());
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor grad = grads[0].contiguous();
+    at::Tensor grad_q, grad_k, grad_v;
+#if defined(XRT_TORCH_CUDA) && XRT_TORCH_VERSION >= 203
+    if (!at::GradMode::is_enabled() && site->flash_ready.load(std::memory_order_acquire)) {
+      std::tie(grad_q, grad_k, grad_v) = at::_scaled_dot_product_flash_attention_backward(
+          grad, saved[0], saved[1], saved[2], saved[3], saved[4], site->flash_cum_q, site->flash_cum_k,
+          saved[0].size(2), saved[1].size(2), 0.0, site->flash_causal, site->flash_seed, site->flash_offset,
+          site->flash_scale);
+      site->flash_calls->add();
+      return {at::Tensor(), grad_q, grad_k, grad_v};
+    }
+#endif
+    py::gil_scoped_acquire gil;
+    const py::tuple result = site->python_backward(grad, saved[0], saved[1], saved[2], saved[3], saved[4]);
+    return {at::Tensor(), result[0].cast<at::Tensor>(), result[1].cast<at::Tensor>(), result[2].cast<at::Tensor>()};
   }
 };
 
@@ -389,6 +513,31 @@ PyObject* call_function(PyObject* func, PyObject* args, PyObject* kwargs) {
     throw python_error();
   }
   return result;
+}
+
+// An attention site's call: q, k and v are its first three positional arguments (Python registers no other), and
+// its key fixed everything else (mask absent, is_causal, scale, enable_gqa).
+PyObject* run_attention(Site* site, PyObject* args) {
+  State& s = state();
+  const at::Tensor& q = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0));
+  const at::Tensor& k = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
+  const at::Tensor& v = THPVariable_Unpack(PyTuple_GET_ITEM(args, 2));
+  if (!aligned(q) || !aligned(k) || !aligned(v)) {
+    ++s.misaligned;
+    return nullptr;
+  }
+  ++s.served;
+  at::Tensor out;
+  {
+    pybind11::gil_scoped_release no_gil;
+    if (site->grad) {
+      out = RoutedAttention::apply(reinterpret_cast<std::int64_t>(site), q, k, v);
+    } else {
+      out = site->forward->run({&q, &k, &v, nullptr}, q.device())[0];
+    }
+  }
+  site->calls->add();
+  return THPVariable_Wrap(std::move(out));
 }
 
 // Runs the call through its native site. Returns nullptr with no Python error set when the call must go to the
@@ -414,6 +563,9 @@ PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
     ++s.served;
     site->calls->add();
     return call_function(func, args, kwargs);
+  }
+  if (site->kind == SiteKind::kAttention) {
+    return run_attention(site, args);
   }
   const at::Tensor& a = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0));
   const at::Tensor& b = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
@@ -540,13 +692,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                site->kind = SiteKind::kLinear;
              } else if (kind == "matmul") {
                site->kind = SiteKind::kMatmul;
+             } else if (kind == "attention") {
+               site->kind = SiteKind::kAttention;
              } else {
                throw py::value_error("xpuruntime native path: unknown site kind '" + kind + "'");
              }
              TORCH_CHECK(site->kind == SiteKind::kTorch || forward, "xpuruntime native path: a routed site needs "
                          "a plan");
-             TORCH_CHECK(!grad || site->kind == SiteKind::kLinear, "xpuruntime native path: only linear sites run "
-                         "an autograd node");
+             TORCH_CHECK(!grad || site->kind == SiteKind::kLinear || site->kind == SiteKind::kAttention,
+                         "xpuruntime native path: only linear and attention sites run an autograd node");
              site->forward = forward;
              site->grad = grad;
              site->calls = calls;
@@ -578,6 +732,40 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             site.grad_w_ready.store(true, std::memory_order_release);
           },
           "grad_w of the linear backward runs PyTorch's GEMM on BLAS backend `blas` (-1: PyTorch's choice).")
+      .def(
+          "set_grad_w_plan",
+          [](Site& site, const std::shared_ptr<Plan>& plan, const std::shared_ptr<Counter>& calls) {
+            std::lock_guard<std::mutex> lock(site.learn);
+            if (site.grad_w_ready.load()) {
+              return;
+            }
+            site.grad_w = plan;
+            site.grad_w_calls = calls;
+            site.grad_w_ready.store(true, std::memory_order_release);
+          },
+          "grad_w (and grad_b when the plan has a second output) of the linear backward runs `plan` "
+          "(linear_grad_weight on (grad, x)) from now on, counted in `calls`.")
+      .def(
+          "set_flash_backward",
+          [](Site& site, const c10::optional<at::Tensor>& cum_q, const c10::optional<at::Tensor>& cum_k,
+             const c10::optional<at::Tensor>& seed, const c10::optional<at::Tensor>& offset, bool is_causal,
+             c10::optional<double> scale, const std::shared_ptr<Counter>& calls) {
+            std::lock_guard<std::mutex> lock(site.learn);
+            if (site.flash_ready.load()) {
+              return;
+            }
+            // PyTorch's flash forward gives None for the sequence offsets of dense inputs: undefined tensors here.
+            site.flash_cum_q = cum_q.value_or(at::Tensor());
+            site.flash_cum_k = cum_k.value_or(at::Tensor());
+            site.flash_seed = seed.value_or(at::Tensor());
+            site.flash_offset = offset.value_or(at::Tensor());
+            site.flash_causal = is_causal;
+            site.flash_scale = scale;
+            site.flash_calls = calls;
+            site.flash_ready.store(true, std::memory_order_release);
+          },
+          "The attention backward runs PyTorch's FlashAttention backward with these arguments from now on, counted "
+          "in `calls` (PyTorch >= 2.3 with CUDA; else the Python backward keeps running it).")
       .def_property_readonly("backward_ready",
                              [](const Site& s) { return s.grad_x_ready.load() && s.grad_w_ready.load(); });
   m.def(

@@ -38,6 +38,9 @@ _strided = torch.strided
 _SCALARS = (int, float, bool, str, type(None))
 
 
+_UNDECIDED = object()
+
+
 class _NoKey(Exception):
     """An argument the call key cannot describe: the call takes the full way."""
 
@@ -281,7 +284,22 @@ def _linear_backward(site: Site, ctx: Any, grad: torch.Tensor, x: torch.Tensor, 
                 grad_x = torch.matmul(grad_c, weight)
     if needs[2] or needs[3]:
         grad2 = grad if grad.dim() == 2 else grad.reshape(-1, n)
+        gw_plan = None
         if needs[2]:
+            gw_plan = site.backward_state.get("grad_w_plan", _UNDECIDED)
+            if gw_plan is _UNDECIDED:
+                gw_plan = _kernels.decide_grad_weight(scope, route, _compat.kernel_input(grad2),
+                                                      _compat.kernel_input(x if x.dim() == 2 else x.reshape(-1, k)),
+                                                      bool(needs[3]))
+                site.backward_state["grad_w_plan"] = gw_plan
+        if gw_plan is not None:
+            log.record(gw_plan, "xpuruntime::linear_grad_weight")
+            x2 = x if x.dim() == 2 else x.reshape(-1, k)
+            outputs = gw_plan.launcher([_compat.kernel_input(grad2), _compat.kernel_input(x2)])
+            grad_w = outputs[0]
+            if needs[3]:
+                grad_b = outputs[1] if len(outputs) > 1 else grad2.sum(0)
+        elif needs[2]:
             kernel = _kernels._backward_gemm_kernel(route)
             gt, x2 = grad2.t(), (x if x.dim() == 2 else x.reshape(-1, k))
             gw_route = _backward_route(site, "grad_w", lambda: _kernels.backward_gemm_route(
@@ -289,7 +307,7 @@ def _linear_backward(site: Site, ctx: Any, grad: torch.Tensor, x: torch.Tensor, 
             log.record(gw_route, "backward of linear")
             with _compat.blas_library(kernel):
                 grad_w = torch.matmul(gt, x2)
-        if needs[3]:
+        if needs[3] and grad_b is None:
             grad_b = grad2.sum(0)
     return grad_x, grad_w, grad_b
 
@@ -418,6 +436,18 @@ def _attention_lse_launcher(route: Route, bound: Sequence[Optional[torch.Tensor]
     return Launcher(prepared, q.device)
 
 
+def flash_backward_route(site: Site, grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                         v: torch.Tensor) -> Tuple[Route, tuple]:
+    """The logged route of an attention site's backward on PyTorch's flash backward (the forward returned the
+    log-sum-exp), and that backward's (cum_q, cum_k, seed, offset) arguments."""
+    flash_args = _FlashBackwardArgs.get(q.device, q.dtype, q.shape[-1])
+    route = _backward_route(site, "flash", lambda: _routing.torch_route(
+        site.scope, "attention", "backward", (grad, q, k, v, None), "torch_flash",
+        f"xpuruntime's {site.route.kernel} has no backward kernel: PyTorch's torch_flash backward, on the "
+        "forward's output and log-sum-exp (return_lse)"))
+    return route, flash_args
+
+
 class _AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, site, q, k, v):  # type: ignore[override]
@@ -438,14 +468,10 @@ class _AttentionFunction(torch.autograd.Function):
             q, k, v = saved[0], saved[1], saved[2]
             if len(saved) == 5 and not torch.is_grad_enabled():
                 out, lse = saved[3], saved[4]
-                cum_q, cum_k, seed, offset = _FlashBackwardArgs.get(q.device, q.dtype, q.shape[-1])
-                route = _backward_route(site, "flash", lambda: _routing.torch_route(
-                    site.scope, "attention", "backward", (grad, q, k, v, None), "torch_flash",
-                    f"xpuruntime's {site.route.kernel} has no backward kernel: PyTorch's torch_flash backward, on the "
-                    "forward's output and log-sum-exp (return_lse)"))
+                route, flash_args = flash_backward_route(site, grad, q, k, v)
                 site.scope.log.record(route, "backward of attention")
-                grad_q, grad_k, grad_v = _kernels.flash_backward(grad.contiguous(), q, k, v, out, lse, cum_q, cum_k,
-                                                                 seed, offset, is_causal, scale)
+                grad_q, grad_k, grad_v = _kernels.flash_backward(grad.contiguous(), q, k, v, out, lse, *flash_args,
+                                                                 is_causal, scale)
             else:
                 grad_q, grad_k, grad_v = _kernels.attention_backward(grad, q, k, v, None, is_causal, scale,
                                                                      enable_gqa, site.scope.id, site.route.id)

@@ -1,5 +1,5 @@
 """What a routed call runs: xpuruntime's kernels on torch's memory and stream, PyTorch's backends, and the
-backward formulas (xpuruntime has forward kernels only).
+backward formulas (xpuruntime's forward kernels, its linear_grad_weight, and PyTorch's gradients elsewhere).
 
 Note [Running an xpuruntime kernel inside PyTorch]
 A route to an xpuruntime kernel holds its C++ plan, prepared once (``_routing.Launcher``): each call allocates the
@@ -7,11 +7,14 @@ outputs and the workspace with ``torch.empty`` and launches the plan on the tens
 ``torch.cuda.current_stream()`` (Note [The routed call's host path] in _routing).
 
 Note [Backward]
-xpuruntime has no backward kernels; gradients run on PyTorch, on the same library where one exists:
+Gradients run on xpuruntime's kernels where it has them, else on PyTorch, on the same library where one exists:
 - linear: grad input = grad @ W goes through the policy's rule again (an xpuruntime matmul when the rule names
-  one: its operands are contiguous as they are); grad weight = gradᵀ @ x needs a transposed operand, which
-  xpuruntime's matmul does not take without a copy, so PyTorch's GEMM on the forward kernel's library runs it
-  (cublasLt -> torch_cublaslt); grad bias is a sum.
+  one: its operands are contiguous as they are); grad weight = gradᵀ @ x and grad bias go to xpuruntime's
+  ``linear_grad_weight`` under the same rule (cuBLASLt reads grad transposed in place and sums the bias gradient
+  in the GEMM's BGRADB epilogue: one call where PyTorch runs a GEMM and a reduction; the cpu kernel on the CPU).
+  Where the rule's kernel has no ``linear_grad_weight`` (cublas), PyTorch's GEMM on the forward kernel's library
+  runs grad weight (cublas -> torch_cublas) and grad bias is a sum. The differentiable formulas
+  (``create_graph=True``) always use PyTorch's GEMM.
 - matmul: both gradients need a transposed operand: PyTorch's GEMM on the forward kernel's library.
 - conv2d: ``aten.convolution_backward`` (cuDNN on CUDA).
 - attention: recomputation of the forward's softmax statistics, then PyTorch's backward: FlashAttention's
@@ -29,6 +32,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from .. import _core
 from . import _compat, _native, _routing
 from ._routing import PolicyState, Route
 
@@ -224,10 +228,32 @@ def decide_linear(scope: PolicyState, x: torch.Tensor, weight: torch.Tensor, bia
     def backward(route: Route) -> str:
         if not route.on_xpuruntime:
             return f"PyTorch's autograd ({route.kernel})"
-        return ("grad input: matmul under the linear rule (grad @ W); " +
-                _gemm_backward_note(route, "grad weight") + "; grad bias: a PyTorch sum")
+        return ("grad input: matmul under the linear rule (grad @ W); grad weight and grad bias: linear_grad_weight "
+                "under the linear rule (gradᵀ @ x in place, the bias gradient fused where the kernel can), else " +
+                _gemm_backward_note(route, "grad weight") + " and a PyTorch sum")
     return _routing.decide(scope, "linear", "forward", (x, weight, bias), _LINEAR_ATTRS, _LINEAR_ATTRS_KEY,
                            gemm_support(x.device), backward=backward)
+
+
+def decide_grad_weight(scope: PolicyState, forward: Route, grad2: torch.Tensor, x2: torch.Tensor,
+                       bias: bool) -> Optional[Route]:
+    """The route of linear's weight gradient (and, with ``bias``, its bias gradient in the same call) on xpuruntime's
+    ``linear_grad_weight`` under the linear rule: gradᵀ @ x read in place (cuBLASLt: the bias gradient summed in
+    the GEMM's BGRADB epilogue, no separate reduction). None where the forward ran on PyTorch or the rule's kernel
+    does not implement it: PyTorch's GEMM on the forward kernel's library runs the gradient then (Note [Backward]).
+    ``grad2`` [M, N] and ``x2`` [M, K] are contiguous."""
+    if not forward.on_xpuruntime:
+        return None
+    for with_bias in ((True, False) if bias else (False,)):  # no fused bias gradient: grad bias is a sum then
+        try:
+            route = _routing.decide(scope, "linear_grad_weight", "backward: grad weight", (grad2, x2),
+                                    {"bias": int(with_bias)}, (("bias", int(with_bias)),), gemm_support(grad2.device),
+                                    rule_op="linear")
+        except _core.UnsupportedOperationError:  # a pinned kernel without linear_grad_weight, or no algorithm
+            continue
+        if route.on_xpuruntime:
+            return route
+    return None
 
 
 def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], scope_id: int,

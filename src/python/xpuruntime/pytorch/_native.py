@@ -255,8 +255,12 @@ def _linear_backward(site: Any, native_site: Any, grad: torch.Tensor, x: torch.T
     grad_x = state.get("grad_x")
     if grad_x is not None and grad_x.on_xpuruntime and (grad.is_cuda is False or HAS_CUDA):
         native_site.set_grad_x(_plan(grad_x.launcher), log.native_counter(grad_x, "xpuruntime::matmul"))
+    grad_w_plan = state.get("grad_w_plan")
     grad_w = state.get("grad_w")
-    if grad_w is not None:
+    if grad_w_plan is not None and (grad.is_cuda is False or HAS_CUDA):
+        native_site.set_grad_w_plan(_plan(grad_w_plan.launcher),
+                                    log.native_counter(grad_w_plan, "xpuruntime::linear_grad_weight"))
+    elif grad_w is not None:
         blas = _blas_value(_kernels._backward_gemm_kernel(site.route))
         if blas is not None:
             native_site.set_grad_w(blas, log.native_counter(grad_w, "backward of linear"))
@@ -268,9 +272,10 @@ def register(site: Any, func: Any, args: tuple, kwargs: dict) -> None:
     if DISPATCH is None:
         return
     site.native_tried = True
-    if kwargs:
-        return
     from ._fast import Site
+
+    if kwargs and not (isinstance(site, Site) and site.op == "attention"):
+        return  # the native linear and matmul sites read their tensors from the positional arguments only
 
     try:
         if not isinstance(site, Site):  # a TorchSite: PyTorch runs the call as it is
@@ -279,13 +284,36 @@ def register(site: Any, func: Any, args: tuple, kwargs: dict) -> None:
             native = _routed_site(site)
             if native is None:
                 return
-        MODULE.register_site(func, args, None, native)
+        MODULE.register_site(func, args, kwargs or None, native)
     except ValueError:  # arguments the native key does not describe: the Python path serves them
         return
 
 
+def _attention_backward(site: Any, native_site: Any, grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                        v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> tuple:
+    """An attention backward the extension hands back to Python (a site's first, a create_graph one, or every one
+    where the extension cannot call PyTorch's flash backward itself): the Python path's backward, then its arguments
+    are handed to the extension for the next backwards."""
+    from . import _fast, _kernels
+
+    is_causal, scale, enable_gqa = site.attrs
+    with _fast.no_torch_function():
+        if torch.is_grad_enabled():  # create_graph: the differentiable formulas
+            return _kernels.attention_backward(grad, q, k, v, None, is_causal, scale, enable_gqa, site.scope.id,
+                                               site.route.id)
+        route, flash_args = _fast.flash_backward_route(site, grad, q, k, v)
+        site.scope.log.record(route, "backward of attention")
+        grads = _kernels.flash_backward(grad, q, k, v, out, lse, *flash_args, is_causal, scale)
+    if MODULE is not None and HAS_CUDA and _torch_version() >= 203:
+        native_site.set_flash_backward(*flash_args, bool(is_causal), scale,
+                                       site.scope.log.native_counter(route, "backward of attention"))
+    return grads
+
+
 def _routed_site(site: Any) -> Any:
     route = site.route
+    if site.op == "attention":
+        return _attention_site(site)
     if site.op not in ("linear", "matmul") or any(site.casts) or any(site.contig):
         return None
     if site.op == "matmul" and site.grad:
@@ -305,6 +333,26 @@ def _routed_site(site: Any) -> Any:
     if route.kernel == "torch":  # PyTorch's own dispatch, no backend context: count and call
         return _torch_site(site.scope, route, site.name)
     return None
+
+
+def _attention_site(site: Any) -> Any:
+    """A native attention site: xpuruntime's kernel on q, k, v (the first three positional arguments, contiguous as
+    they come); with grad, only where the forward returns the log-sum-exp for PyTorch's flash backward."""
+    route = site.route
+    if not route.on_xpuruntime or any(site.casts) or any(site.contig) or not HAS_CUDA:
+        return None
+    if route.launcher.device.type != "cuda" or (site.grad and site.lse_launcher is None):
+        return None
+    holder: list = []
+    backward = None
+    if site.grad:
+        def backward(grad, q, k, v, out, lse):
+            return _attention_backward(site, holder[0], grad, q, k, v, out, lse)
+    launcher = site.lse_launcher if site.grad else route.launcher
+    native = MODULE.Site("attention", _plan(launcher), site.grad, site.scope.log.native_counter(route, site.name),
+                         backward)
+    holder.append(native)
+    return native
 
 
 def _torch_site(scope: Any, route: Any, name: str) -> Any:

@@ -43,6 +43,7 @@ ROUTED_OPS = ("matmul", "linear", "conv2d", "attention")
 TORCH_KERNELS: Dict[str, Tuple[str, ...]] = {
     "matmul": ("torch", "torch_cublas", "torch_cublaslt"),
     "linear": ("torch", "torch_cublas", "torch_cublaslt"),
+    "linear_grad_weight": ("torch", "torch_cublas", "torch_cublaslt"),
     "conv2d": ("torch", "torch_cudnn"),
     "attention": ("torch", "torch_flash", "torch_efficient", "torch_math", "torch_cudnn"),
 }

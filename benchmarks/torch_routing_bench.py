@@ -14,7 +14,7 @@ For each case it times, on torch's current stream with CUDA events:
 "fwd" runs the call without autograd; "fwd+bwd" runs it on inputs that require grad and back-propagates a fixed
 gradient. Each sample is `--repeat` back-to-back calls between two events (host overhead hides behind the GPU unless
 the kernels are shorter than the Python path); the table shows the median of `--iters` samples after `--warmup`
-calls, TFLOP/s (attention: 4*B*H*S*S*D forward, 2.5x that for the backward, halved when causal; linear: 2*M*K*N
+calls (the best of `--rounds` interleaved rounds: each round times every implementation of the case once), TFLOP/s (attention: 4*B*H*S*S*D forward, 2.5x that for the backward, halved when causal; linear: 2*M*K*N
 forward, 3x for fwd+bwd), the ratio to the first (PyTorch) row of the case, and the largest difference of the
 output from that row. The small cases are also timed as CUDA graph replays ("(graph)": the same calls captured with
 torch.cuda.graph, routed ones included), which leaves the GPU work alone, without either side's host overhead. A last
@@ -133,38 +133,63 @@ def run_case(kind: str, case: tuple, dtype: torch.dtype, args) -> List[Tuple]:
     rows = []
     modes = ["fwd", "fwd+bwd"] + (["fwd (graph)", "fwd+bwd (graph)"] if case in GRAPHED_CASES else [])
     for mode in modes:
+        # Interleaved rounds: each round times every implementation once, and each keeps its best round, so that
+        # drift of the machine (clocks, other load) during the case does not favour whichever ran first.
+        best: dict = {}
+        outs: dict = {}
+        notes: dict = {}
+        errors: dict = {}
+        graphs: dict = {}
+        for _ in range(args.rounds):
+            for impl, context in impls:
+                if impl in errors:
+                    continue
+                with context() as scope:
+                    fn = _step(call, inputs, grads_in, out_grad, mode)
+                    try:
+                        if impl not in outs:
+                            outs[impl] = fn().detach().float()
+                        if mode.endswith("(graph)"):
+                            graphs.setdefault(impl, graphed(fn))
+                            ms = time_ms(graphs[impl], args.warmup, args.iters, args.repeat)
+                        else:
+                            ms = time_ms(fn, args.warmup, args.iters, args.repeat)
+                    except (RuntimeError, xrt.XpuRuntimeError) as error:
+                        errors[impl] = str(error).split("\n")[0][:80]
+                        continue
+                    best[impl] = min(ms, best.get(impl, ms))
+                    if scope is not None and hasattr(scope, "log"):
+                        kernels = scope.log.kernels(None)
+                        notes[impl] = ", ".join(f"{op}: {'/'.join(k)}" for op, k in kernels.items())
         baseline_ms: Optional[float] = None
         baseline_out: Optional[torch.Tensor] = None
-        for impl, context in impls:
-            with context() as scope:
-                if mode.startswith("fwd+bwd"):
-                    def fn():
-                        out = call(*grads_in)
-                        torch.autograd.backward(out, out_grad)
-                        for t in grads_in:
-                            t.grad = None
-                        return out
-                else:
-                    def fn():
-                        with torch.no_grad():
-                            return call(*inputs)
-                try:
-                    out = fn().detach().float()
-                    ms = time_ms(graphed(fn) if mode.endswith("(graph)") else fn, args.warmup, args.iters,
-                                 args.repeat)
-                except (RuntimeError, xrt.XpuRuntimeError) as error:
-                    rows.append((kind, name, mode, impl, None, None, None, None, str(error).split("\n")[0][:80]))
-                    continue
-                note = ""
-                if scope is not None and hasattr(scope, "log"):
-                    kernels = scope.log.kernels(None)
-                    note = ", ".join(f"{op}: {'/'.join(k)}" for op, k in kernels.items())
-            total = flops * (1 + bwd_factor if mode.startswith("fwd+bwd") else 1)
+        total = flops * (1 + bwd_factor if mode.startswith("fwd+bwd") else 1)
+        for impl, _ in impls:
+            if impl in errors:
+                rows.append((kind, name, mode, impl, None, None, None, None, errors[impl]))
+                continue
+            ms, out = best[impl], outs[impl]
             if baseline_ms is None:
                 baseline_ms, baseline_out = ms, out
             err = (out - baseline_out).abs().max().item()
-            rows.append((kind, name, mode, impl, ms, total / ms / 1e9, baseline_ms / ms, err, note))
+            rows.append((kind, name, mode, impl, ms, total / ms / 1e9, baseline_ms / ms, err, notes.get(impl, "")))
     return rows
+
+
+def _step(call, inputs, grads_in, out_grad, mode: str) -> Callable[[], torch.Tensor]:
+    """One timed call: forward without autograd, or forward + backward of a fixed gradient (grads cleared)."""
+    if mode.startswith("fwd+bwd"):
+        def fn():
+            out = call(*grads_in)
+            torch.autograd.backward(out, out_grad)
+            for t in grads_in:
+                t.grad = None
+            return out
+    else:
+        def fn():
+            with torch.no_grad():
+                return call(*inputs)
+    return fn
 
 
 def overhead_rows(args) -> List[Tuple]:
@@ -173,11 +198,15 @@ def overhead_rows(args) -> List[Tuple]:
     a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     impls = [("torch", contextlib.nullcontext), ("routed cublasLt", lambda: routed(matmul="pin:cublasLt"))]
-    for impl, context in impls:
-        with context():
-            with torch.no_grad():
-                ms = time_ms(lambda: F.linear(a, w), args.warmup, args.iters, args.repeat)
-        rows.append(("overhead", "M64 K64 N64 (host-bound)", "fwd", impl, ms, None, None, None, "per call"))
+    best: dict = {}
+    for _ in range(args.rounds):
+        for impl, context in impls:
+            with context():
+                with torch.no_grad():
+                    ms = time_ms(lambda: F.linear(a, w), args.warmup, args.iters, args.repeat)
+            best[impl] = min(ms, best.get(impl, ms))
+    for impl, _ in impls:
+        rows.append(("overhead", "M64 K64 N64 (host-bound)", "fwd", impl, best[impl], None, None, None, "per call"))
     return rows
 
 
@@ -201,6 +230,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case; each keeps its best")
     parser.add_argument("--only", choices=["attention", "linear"], default=None)
     parser.add_argument("--out", help="also write the table to this file")
     args = parser.parse_args(argv)

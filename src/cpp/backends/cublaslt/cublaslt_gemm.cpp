@@ -25,11 +25,14 @@
 // changed policy) it throws UnsupportedOperationError saying so. The re-created plan has the same record and
 // gives the same bits.
 //
-// Note [cuBLASLt descriptors per run]
+// Note [cuBLASLt descriptors per thread]
 // The matmul descriptor carries the bias pointer, which changes from run to run, and cuBLASLt does not document
 // its descriptors as safe to share between threads. Plans must run concurrently, so a plan keeps plain values
-// (shapes, epilogue, algorithm) and each run creates its descriptors (host-side structures, about a
-// microsecond) and destroys them at the end.
+// (shapes, epilogue, algorithm), and each thread keeps its own descriptors of each plan it runs: a thread-local
+// cache keyed by the plan's id (unique for the process's life, so a plan built at a freed one's address never
+// finds stale descriptors), filled on the thread's first run of the plan and emptied whenever it reaches
+// kDescriptorCacheSize plans. A run only sets the bias pointer on them, instead of creating and destroying four
+// descriptors (host time that counts when the GEMM itself takes microseconds).
 //
 // Note [cuBLASLt alignment]
 // Heuristics assume the operands are 256-byte aligned unless told otherwise, and a plan is cached by a signature
@@ -50,11 +53,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -74,6 +79,7 @@ constexpr std::size_t kDefaultWorkspace = std::size_t{32} << 20;  // policy.work
 constexpr int kHeuristicCandidates = 8;
 constexpr std::uint32_t kAlignment = 16;  // see Note [cuBLASLt alignment]
 constexpr std::size_t kWorkspaceAlignment = 256;
+constexpr std::size_t kDescriptorCacheSize = 256;  // plans per thread, see Note [cuBLASLt descriptors per thread]
 
 struct EnumName {
   std::uint32_t id;
@@ -501,12 +507,25 @@ class LtPlan final : public KernelPlan {
       workspace = cublas::align_up(launch.workspace, kWorkspaceAlignment);
     }
     const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(problem_.device);
-    const Descriptors descriptors = make_descriptors(problem_, epilogue_, bias);  // Note [cuBLASLt descriptors per run]
+    const Descriptors& descriptors = thread_descriptors(bias);  // Note [cuBLASLt descriptors per thread]
     const float alpha = 1.0f;
     const float beta = 0.0f;
     XPURT_CUBLASLT_CHECK(cublasLtMatmul(handle, descriptors.operation.get(), &alpha, lhs, descriptors.a.get(), rhs,
                                         descriptors.b.get(), &beta, out, descriptors.d.get(), out, descriptors.d.get(),
                                         &algo_, workspace, algo_workspace_, stream));
+  }
+
+  // This thread's descriptors of this plan, with `bias` as the bias pointer (Note [cuBLASLt descriptors per thread]).
+  const Descriptors& thread_descriptors(const void* bias) const {
+    thread_local std::unordered_map<std::uint64_t, std::unique_ptr<Descriptors>> cache;
+    const auto found = cache.find(id_);
+    if (found != cache.end()) {
+      if (epilogue_.uses_bias_pointer()) found->second->operation.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+      return *found->second;
+    }
+    if (cache.size() >= kDescriptorCacheSize) cache.clear();
+    auto descriptors = std::make_unique<Descriptors>(make_descriptors(problem_, epilogue_, bias));
+    return *cache.emplace(id_, std::move(descriptors)).first->second;
   }
 
   // `index`: the input checked (schema order), -1 for the output. See Note [cuBLASLt alignment].
@@ -578,6 +597,12 @@ class LtPlan final : public KernelPlan {
     return text;
   }
 
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
+  std::uint64_t id_ = next_id();  // Note [cuBLASLt descriptors per thread]
   Problem problem_;
   Epilogue epilogue_;
   cublasLtMatmulAlgo_t algo_{};

@@ -14,7 +14,8 @@ For each case it times, on torch's current stream with CUDA events:
 "fwd" runs the call without autograd; "fwd+bwd" runs it on inputs that require grad and back-propagates a fixed
 gradient. Each sample is `--repeat` back-to-back calls between two events (host overhead hides behind the GPU unless
 the kernels are shorter than the Python path); the table shows the median of `--iters` samples after `--warmup`
-calls (the best of `--rounds` interleaved rounds: each round times every implementation of the case once), TFLOP/s (attention: 4*B*H*S*S*D forward, 2.5x that for the backward, halved when causal; linear: 2*M*K*N
+calls (the best of `--rounds` interleaved rounds: each round times every implementation of the case once),
+TFLOP/s (attention: 4*B*H*S*S*D forward, 2.5x that for the backward, halved when causal; linear: 2*M*K*N
 forward, 3x for fwd+bwd), the ratio to the first (PyTorch) row of the case, and the largest difference of the
 output from that row. The small cases are also timed as CUDA graph replays ("(graph)": the same calls captured with
 torch.cuda.graph, routed ones included), which leaves the GPU work alone, without either side's host overhead. A last

@@ -656,9 +656,10 @@ TEST(GemmBackendsSupports, CublasLtTakesLinearGradWeight) {
   const auto no_features = descriptor(
       "linear_grad_weight", {tensor_desc({7, 9}, DType::kFloat16), tensor_desc({7, 0}, DType::kFloat16)}, with_bias);
   EXPECT_NE(reason("linear_grad_weight", "cublasLt", no_features).find("K = 0"), std::string::npos);
-  const auto misaligned = descriptor(
-      "linear_grad_weight", {tensor_desc({7, 9}, DType::kFloat16, Device::cuda(0), 2), tensor_desc({7, 8}, DType::kFloat16)});
-  EXPECT_NE(reason("linear_grad_weight", "cublasLt", misaligned).find("'grad' is only 2-byte aligned"), std::string::npos);
+  const auto misaligned = descriptor("linear_grad_weight", {tensor_desc({7, 9}, DType::kFloat16, Device::cuda(0), 2),
+                                                             tensor_desc({7, 8}, DType::kFloat16)});
+  EXPECT_NE(reason("linear_grad_weight", "cublasLt", misaligned).find("'grad' is only 2-byte aligned"),
+            std::string::npos);
 }
 
 TEST(GemmBackendsSupports, GpuDescriptorsAreSupported) {

@@ -884,7 +884,8 @@ def integer_arithmetic_cases() -> List[Case]:
 
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
-    cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases() + pool_cases() + batch_norm_cases() + softmax_cases()
+    cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases() + pool_cases()
+             + batch_norm_cases() + softmax_cases()
              + nhwc_cases() + layer_norm_cases() + unary_cases() + binary_cases() + cast_cases() + reduce_cases()
              + attention_cases() + transpose_cases() + concat_cases() + slice_cases() + gather_cases()
              + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases())

@@ -11,17 +11,19 @@
 //  - a call of a torch function the mode does not route goes straight to that function;
 //  - a routed call looks its call site up by a key computed here (the function, the policy scope, the precision
 //    override, grad mode, and each argument: a tensor by dtype, device, shape, strides and requires_grad; None,
-//    bools, ints and floats by value). A native site (registered by Python the first time the signature ran,
-//    the full way) runs: PyTorch-only sites count the call and call PyTorch; xpuruntime sites allocate outputs
-//    and workspace with PyTorch's allocator and launch the prepared plan on torch's current stream, inside a C++
-//    autograd node when grad is needed;
-//  - anything else (no site yet, keyword arguments, autocast on, a tensor subclass or wrapper, inputs less than
-//    16-byte aligned, routing suspended) goes to the mode's Python handler, which behaves as without this file.
-// The routed linear's backward runs here too once Python has decided its routes (the first backward of a site
-// and every create_graph backward run the Python formulas): grad_x on xpuruntime's plan, grad_w and grad_b on
-// xpuruntime's linear_grad_weight plan (one cuBLASLt call that also sums the bias gradient), or, where the
-// linear rule's kernel has none, grad_w with PyTorch's GEMM on the forward kernel's BLAS library and grad_b as a sum. Calls are counted in atomic counters that the
-// Python decision log adds to its records when it is read.
+//    bools, ints and floats by value; keyword arguments by name and value). A native site (registered by Python
+//    the first time the signature ran, the full way) runs: PyTorch-only sites count the call and call PyTorch;
+//    xpuruntime sites (linear, matmul, attention) allocate outputs and workspace with PyTorch's allocator and
+//    launch the prepared plan on torch's current stream, inside a C++ autograd node when grad is needed;
+//  - anything else (no site yet, keyword arguments of linear and matmul, autocast on, a tensor subclass or wrapper,
+//    inputs less than 16-byte aligned, routing suspended) goes to the mode's Python handler, which behaves as
+//    without this file.
+// The backwards run here too once Python has decided their routes (a site's first backward, and every
+// create_graph one, run the Python formulas). Linear: grad_x on xpuruntime's plan, grad_w and grad_b on
+// xpuruntime's linear_grad_weight plan (one cuBLASLt call that also sums the bias gradient), or, where the linear
+// rule's kernel has none, grad_w with PyTorch's GEMM on the forward kernel's BLAS library and grad_b as a sum.
+// Attention: PyTorch's FlashAttention backward on the forward's output and log-sum-exp. Calls are counted in
+// atomic counters that the Python decision log adds to its records when it is read.
 // State: the site table and the handler set are read and written with the GIL held (every dispatch holds it);
 // counters and a site's backward plans are published atomically, because backward runs on autograd's threads.
 // Cleared sites are kept (an autograd graph built before the clear may still reference them).
@@ -76,7 +78,8 @@ at::Tensor stream_workspace(const at::Device& device, cudaStream_t stream, std::
   static auto* cache = new std::unordered_map<std::uint64_t, at::Tensor>();
   static auto* retired = new std::vector<at::Tensor>();
   const at::TensorOptions options = at::TensorOptions().device(device).dtype(at::kByte);
-  const std::uint64_t key = reinterpret_cast<std::uintptr_t>(stream) ^ (static_cast<std::uint64_t>(device.index()) << 56);
+  const std::uint64_t key =
+      reinterpret_cast<std::uintptr_t>(stream) ^ (static_cast<std::uint64_t>(device.index()) << 56);
   std::lock_guard<std::mutex> lock(mutex);
   at::Tensor& slot = (*cache)[key];
   if (slot.defined() && static_cast<std::size_t>(slot.numel()) >= bytes) {

@@ -94,15 +94,21 @@ def _grads(params):
     return [p.grad.detach().clone() for p in params]
 
 
+def _reference_grads(layer, x):
+    """The output and gradients of x, weight and bias of ``layer(x).square().sum()`` on PyTorch (grads cleared)."""
+    reference = layer(x)
+    reference.square().sum().backward()
+    grads = _grads([x, layer.weight, layer.bias])
+    for p in (x, layer.weight, layer.bias):
+        p.grad = None
+    return reference, grads
+
+
 def test_linear_routes_to_the_cpu_kernel_with_matching_gradients(torch, xrt_torch):
     torch.manual_seed(0)
     layer = torch.nn.Linear(24, 10)
     x = torch.randn(5, 7, 24, requires_grad=True)
-    reference = layer(x)
-    reference.square().sum().backward()
-    ref_grads = _grads([x, layer.weight, layer.bias])
-    for p in (x, layer.weight, layer.bias):
-        p.grad = None
+    reference, ref_grads = _reference_grads(layer, x)
 
     scope = xrt_torch.set_kernel_policy(matmul="cpu")
     y = layer(x)
@@ -134,11 +140,7 @@ def test_grad_weight_falls_back_to_pytorch_where_the_rule_has_no_linear_grad_wei
     monkeypatch.setattr(_kernels, "decide_grad_weight", lambda *args: None)
     layer = torch.nn.Linear(6, 4)
     x = torch.randn(3, 6, requires_grad=True)
-    reference = layer(x)
-    reference.square().sum().backward()
-    ref_grads = _grads([x, layer.weight, layer.bias])
-    for p in (x, layer.weight, layer.bias):
-        p.grad = None
+    _, ref_grads = _reference_grads(layer, x)
     scope = xrt_torch.set_kernel_policy(matmul="cpu")
     layer(x).square().sum().backward()
     for got, want in zip(_grads([x, layer.weight, layer.bias]), ref_grads):

@@ -191,10 +191,22 @@ struct Site {
   c10::optional<double> flash_scale;
   std::shared_ptr<Counter> flash_calls;
   std::atomic<bool> flash_ready{false};
-  std::mutex learn;  // serializes set_grad_x / set_grad_w / set_flash_backward
+  std::mutex learn;  // serializes the publications below
   // linear: (grad, x, weight, (need_x, need_w, need_b)) -> (grad_x, grad_w, grad_b);
   // attention: (grad, q, k, v, out, lse) -> (grad_q, grad_k, grad_v)
   py::object python_backward;
+
+  // Publishes a backward route once (a later call keeps the first): `set` fills its fields, then `ready` is
+  // released to the autograd threads that read them.
+  template <typename Set>
+  void publish(std::atomic<bool>& ready, Set set) {
+    std::lock_guard<std::mutex> lock(learn);
+    if (ready.load()) {
+      return;
+    }
+    set();
+    ready.store(true, std::memory_order_release);
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -714,58 +726,40 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "set_grad_x",
           [](Site& site, const std::shared_ptr<Plan>& plan, const std::shared_ptr<Counter>& calls) {
-            std::lock_guard<std::mutex> lock(site.learn);
-            if (site.grad_x_ready.load()) {
-              return;
-            }
-            site.grad_x = plan;
-            site.grad_x_calls = calls;
-            site.grad_x_ready.store(true, std::memory_order_release);
+            site.publish(site.grad_x_ready, [&] {
+              site.grad_x = plan;
+              site.grad_x_calls = calls;
+            });
           },
           "grad_x of the linear backward runs `plan` from now on, counted in `calls`.")
       .def(
           "set_grad_w",
-          [](Site& site, int blas, const std::shared_ptr<Counter>& calls) {
-            std::lock_guard<std::mutex> lock(site.learn);
-            if (site.grad_w_ready.load()) {
-              return;
-            }
-            site.grad_w_blas = blas;
-            site.grad_w_calls = calls;
-            site.grad_w_ready.store(true, std::memory_order_release);
+          [](Site& site, const std::shared_ptr<Counter>& calls, const std::shared_ptr<Plan>& plan, int blas) {
+            site.publish(site.grad_w_ready, [&] {
+              site.grad_w = plan;
+              site.grad_w_blas = blas;
+              site.grad_w_calls = calls;
+            });
           },
-          "grad_w of the linear backward runs PyTorch's GEMM on BLAS backend `blas` (-1: PyTorch's choice).")
-      .def(
-          "set_grad_w_plan",
-          [](Site& site, const std::shared_ptr<Plan>& plan, const std::shared_ptr<Counter>& calls) {
-            std::lock_guard<std::mutex> lock(site.learn);
-            if (site.grad_w_ready.load()) {
-              return;
-            }
-            site.grad_w = plan;
-            site.grad_w_calls = calls;
-            site.grad_w_ready.store(true, std::memory_order_release);
-          },
-          "grad_w (and grad_b when the plan has a second output) of the linear backward runs `plan` "
-          "(linear_grad_weight on (grad, x)) from now on, counted in `calls`.")
+          py::arg("calls"), py::arg("plan") = nullptr, py::arg("blas") = -1,
+          "grad_w of the linear backward from now on, counted in `calls`: `plan` (linear_grad_weight on (grad, x); "
+          "it also gives grad_b when it has a second output), or without one PyTorch's GEMM on BLAS backend `blas` "
+          "(-1: PyTorch's choice).")
       .def(
           "set_flash_backward",
           [](Site& site, const c10::optional<at::Tensor>& cum_q, const c10::optional<at::Tensor>& cum_k,
              const c10::optional<at::Tensor>& seed, const c10::optional<at::Tensor>& offset, bool is_causal,
              c10::optional<double> scale, const std::shared_ptr<Counter>& calls) {
-            std::lock_guard<std::mutex> lock(site.learn);
-            if (site.flash_ready.load()) {
-              return;
-            }
-            // PyTorch's flash forward gives None for the sequence offsets of dense inputs: undefined tensors here.
-            site.flash_cum_q = cum_q.value_or(at::Tensor());
-            site.flash_cum_k = cum_k.value_or(at::Tensor());
-            site.flash_seed = seed.value_or(at::Tensor());
-            site.flash_offset = offset.value_or(at::Tensor());
-            site.flash_causal = is_causal;
-            site.flash_scale = scale;
-            site.flash_calls = calls;
-            site.flash_ready.store(true, std::memory_order_release);
+            site.publish(site.flash_ready, [&] {
+              // PyTorch's flash forward gives None for the sequence offsets of dense inputs: undefined tensors.
+              site.flash_cum_q = cum_q.value_or(at::Tensor());
+              site.flash_cum_k = cum_k.value_or(at::Tensor());
+              site.flash_seed = seed.value_or(at::Tensor());
+              site.flash_offset = offset.value_or(at::Tensor());
+              site.flash_causal = is_causal;
+              site.flash_scale = scale;
+              site.flash_calls = calls;
+            });
           },
           "The attention backward runs PyTorch's FlashAttention backward with these arguments from now on, counted "
           "in `calls` (PyTorch >= 2.3 with CUDA; else the Python backward keeps running it).")

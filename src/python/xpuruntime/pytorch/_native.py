@@ -258,12 +258,12 @@ def _linear_backward(site: Any, native_site: Any, grad: torch.Tensor, x: torch.T
     grad_w_plan = state.get("grad_w_plan")
     grad_w = state.get("grad_w")
     if grad_w_plan is not None and (grad.is_cuda is False or HAS_CUDA):
-        native_site.set_grad_w_plan(_plan(grad_w_plan.launcher),
-                                    log.native_counter(grad_w_plan, "xpuruntime::linear_grad_weight"))
+        native_site.set_grad_w(log.native_counter(grad_w_plan, "xpuruntime::linear_grad_weight"),
+                               plan=_plan(grad_w_plan.launcher))
     elif grad_w is not None:
         blas = _blas_value(_kernels._backward_gemm_kernel(site.route))
         if blas is not None:
-            native_site.set_grad_w(blas, log.native_counter(grad_w, "backward of linear"))
+            native_site.set_grad_w(log.native_counter(grad_w, "backward of linear"), blas=blas)
     return grads
 
 

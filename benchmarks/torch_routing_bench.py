@@ -9,15 +9,18 @@ For each case it times, on torch's current stream with CUDA events:
   linear      torch               F.linear (PyTorch's default GEMM library)
               torch cublaslt      F.linear with torch.backends.cuda.preferred_blas_library("cublaslt")
               routed cublasLt     F.linear under set_kernel_policy(matmul="pin:cublasLt"): xpuruntime's cuBLASLt plan
-                                  (its algorithm choice), outputs and workspace from torch's allocator
+                                  (the heuristic's first algorithm), outputs and workspace from torch's allocator
+              routed auto         F.linear under set_kernel_policy(matmul="auto:BestPerformance"): xpuruntime's
+                                  GEMM kernels and cuBLASLt's algorithms timed on the call's shapes, the fastest kept
+                                  (forward and each backward GEMM on their own shapes)
 
 "fwd" runs the call without autograd; "fwd+bwd" runs it on inputs that require grad and back-propagates a fixed
 gradient. Each sample is `--repeat` back-to-back calls between two events (host overhead hides behind the GPU unless
-the kernels are shorter than the Python path); the table shows the median of `--iters` samples after `--warmup`
-calls (the best of `--rounds` interleaved rounds: each round times every implementation of the case once),
-TFLOP/s (attention: 4*B*H*S*S*D forward, 2.5x that for the backward, halved when causal; linear: 2*M*K*N
-forward, 3x for fwd+bwd), the ratio to the first (PyTorch) row of the case, and the largest difference of the
-output from that row. The small cases are also timed as CUDA graph replays ("(graph)": the same calls captured with
+the kernels are shorter than the Python path); the table shows the median of `--iters` samples after `--warmup` calls
+(the implementations of a case are sampled in blocks of 5 taken in turn, so that falling GPU clocks weigh the same on
+each), TFLOP/s (attention: 4*B*H*S*S*D forward, 2.5x that for the backward, halved when causal; linear: 2*M*K*N
+forward, 3x for fwd+bwd), the ratio to the first (PyTorch) row of the case, and the largest difference of the output
+from that row. The small cases are also timed as CUDA graph replays ("(graph)": the same calls captured with
 torch.cuda.graph, routed ones included), which leaves the GPU work alone, without either side's host overhead. A last
 section times tiny calls, where the routed path's host overhead shows.
 
@@ -64,19 +67,35 @@ def graphed(fn: Callable[[], object]) -> Callable[[], object]:
 
 def time_ms(fn: Callable[[], object], warmup: int, iters: int, repeat: int) -> float:
     """Median milliseconds per call over `iters` samples of `repeat` back-to-back calls between CUDA events."""
-    for _ in range(warmup):
-        fn()
+    return interleaved_ms([(contextlib.nullcontext, fn)], warmup, iters, repeat)[0]
+
+
+def interleaved_ms(timed: List[Tuple[Callable, Callable[[], object]]], warmup: int, iters: int, repeat: int,
+                   block: int = 5) -> List[float]:
+    """Median milliseconds per call of each (context, fn) in `timed`, sampled in blocks taken in turn: `block`
+    samples of every fn (inside its context, after one untimed call) before the next block of any, so that the
+    GPU's clocks (which fall under sustained load) and other drift of the machine weigh the same on every
+    implementation, while each block still measures a warm steady state. A sample is `repeat` back-to-back calls
+    between CUDA events."""
+    for context, fn in timed:
+        with context():
+            for _ in range(warmup):
+                fn()
     torch.cuda.synchronize()
-    samples = []
+    samples: List[List[float]] = [[] for _ in timed]
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(iters):
-        start.record()
-        for _ in range(repeat):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / repeat)
-    return statistics.median(samples)
+    while len(samples[0]) < iters:
+        for j, (context, fn) in enumerate(timed):
+            with context():
+                fn()  # untimed: the first call after entering a context may do per-entry work
+                for _ in range(min(block, iters - len(samples[j]))):
+                    start.record()
+                    for _ in range(repeat):
+                        fn()
+                    stop.record()
+                    stop.synchronize()
+                    samples[j].append(start.elapsed_time(stop) / repeat)
+    return [statistics.median(s) for s in samples]
 
 
 @contextlib.contextmanager
@@ -106,7 +125,8 @@ def linear_impls():
             torch.backends.cuda.preferred_blas_library(previous)
 
     return [("torch", contextlib.nullcontext), ("torch cublaslt", lambda: blas("cublaslt")),
-            ("routed cublasLt", lambda: routed(matmul="pin:cublasLt"))]
+            ("routed cublasLt", lambda: routed(matmul="pin:cublasLt")),
+            ("routed auto", lambda: routed(matmul="auto:BestPerformance"))]
 
 
 def run_case(kind: str, case: tuple, dtype: torch.dtype, args) -> List[Tuple]:
@@ -134,34 +154,29 @@ def run_case(kind: str, case: tuple, dtype: torch.dtype, args) -> List[Tuple]:
     rows = []
     modes = ["fwd", "fwd+bwd"] + (["fwd (graph)", "fwd+bwd (graph)"] if case in GRAPHED_CASES else [])
     for mode in modes:
-        # Interleaved rounds: each round times every implementation once, and each keeps its best round, so that
-        # drift of the machine (clocks, other load) during the case does not favour whichever ran first.
-        best: dict = {}
+        # Each implementation's output, decision note and timed callable (a graph replay for "(graph)"), then all
+        # of them timed in turn (interleaved_ms).
         outs: dict = {}
         notes: dict = {}
         errors: dict = {}
-        graphs: dict = {}
-        for _ in range(args.rounds):
-            for impl, context in impls:
-                if impl in errors:
+        timed: list = []
+        for impl, context in impls:
+            with context() as scope:
+                fn = _step(call, inputs, grads_in, out_grad, mode)
+                try:
+                    outs[impl] = fn().detach().float()
+                    if mode.endswith("(graph)"):
+                        timed.append((impl, contextlib.nullcontext, graphed(fn)))
+                    else:
+                        timed.append((impl, context, fn))
+                except (RuntimeError, xrt.XpuRuntimeError) as error:
+                    errors[impl] = str(error).split("\n")[0][:80]
                     continue
-                with context() as scope:
-                    fn = _step(call, inputs, grads_in, out_grad, mode)
-                    try:
-                        if impl not in outs:
-                            outs[impl] = fn().detach().float()
-                        if mode.endswith("(graph)"):
-                            graphs.setdefault(impl, graphed(fn))
-                            ms = time_ms(graphs[impl], args.warmup, args.iters, args.repeat)
-                        else:
-                            ms = time_ms(fn, args.warmup, args.iters, args.repeat)
-                    except (RuntimeError, xrt.XpuRuntimeError) as error:
-                        errors[impl] = str(error).split("\n")[0][:80]
-                        continue
-                    best[impl] = min(ms, best.get(impl, ms))
-                    if scope is not None and hasattr(scope, "log"):
-                        kernels = scope.log.kernels(None)
-                        notes[impl] = ", ".join(f"{op}: {'/'.join(k)}" for op, k in kernels.items())
+                if scope is not None and hasattr(scope, "log"):
+                    kernels = scope.log.kernels(None)
+                    notes[impl] = ", ".join(f"{op}: {'/'.join(k)}" for op, k in kernels.items())
+        times = dict(zip([t[0] for t in timed], interleaved_ms([(c, f) for _, c, f in timed], args.warmup,
+                                                                args.iters, args.repeat)))
         baseline_ms: Optional[float] = None
         baseline_out: Optional[torch.Tensor] = None
         total = flops * (1 + bwd_factor if mode.startswith("fwd+bwd") else 1)
@@ -169,7 +184,7 @@ def run_case(kind: str, case: tuple, dtype: torch.dtype, args) -> List[Tuple]:
             if impl in errors:
                 rows.append((kind, name, mode, impl, None, None, None, None, errors[impl]))
                 continue
-            ms, out = best[impl], outs[impl]
+            ms, out = times[impl], outs[impl]
             if baseline_ms is None:
                 baseline_ms, baseline_out = ms, out
             err = (out - baseline_out).abs().max().item()
@@ -199,15 +214,13 @@ def overhead_rows(args) -> List[Tuple]:
     a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     impls = [("torch", contextlib.nullcontext), ("routed cublasLt", lambda: routed(matmul="pin:cublasLt"))]
-    best: dict = {}
-    for _ in range(args.rounds):
-        for impl, context in impls:
-            with context():
-                with torch.no_grad():
-                    ms = time_ms(lambda: F.linear(a, w), args.warmup, args.iters, args.repeat)
-            best[impl] = min(ms, best.get(impl, ms))
-    for impl, _ in impls:
-        rows.append(("overhead", "M64 K64 N64 (host-bound)", "fwd", impl, best[impl], None, None, None, "per call"))
+    def call():
+        with torch.no_grad():
+            return F.linear(a, w)
+
+    times = interleaved_ms([(context, call) for _, context in impls], args.warmup, args.iters, args.repeat)
+    for (impl, _), ms in zip(impls, times):
+        rows.append(("overhead", "M64 K64 N64 (host-bound)", "fwd", impl, ms, None, None, None, "per call"))
     return rows
 
 
@@ -231,7 +244,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case; each keeps its best")
     parser.add_argument("--only", choices=["attention", "linear"], default=None)
     parser.add_argument("--out", help="also write the table to this file")
     args = parser.parse_args(argv)

@@ -359,3 +359,92 @@ TEST(Ops, PreparedCallCEntryLaunchesAndReportsErrorsAsCodes) {
             0);
   EXPECT_EQ(std::string(tiny).size(), 7u);  // truncated, NUL-terminated
 }
+
+namespace {
+
+// A CPU "relu" with tactics (Note [Tactics]): its default plan is slow, one tactic faster, one fastest, and one
+// tactic's record its build refuses.
+class TacticKernel final : public Kernel {
+ public:
+  explicit TacticKernel(Counters* counters)
+      : Kernel(KernelInfo{"relu", "tuned", "test", DeviceType::kCPU, true, "test kernel with tactics"}),
+        counters_(counters) {}
+  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&,
+                                    const std::string& record) const override {
+    ++counters_->builds;
+    counters_->last_record = record;
+    if (record == "{\"tactic\":\"gone\"}") throw UnsupportedOperationError("this tactic is not available here");
+    const std::string chosen = record.empty() ? "{\"tactic\":0}" : record;
+    const int delay_us = chosen == "{\"tactic\":0}" ? 3000 : chosen == "{\"tactic\":1}" ? 1500 : 0;
+    return std::make_unique<Plan>(counters_, chosen, delay_us);
+  }
+  std::vector<std::string> tactics(const OpDescriptor&, const ExecutionPolicy&) const override {
+    return {"{\"tactic\":0}", "{\"tactic\":1}", "{\"tactic\":\"gone\"}", "{\"tactic\":2}"};
+  }
+
+ private:
+  class Plan final : public KernelPlan {
+   public:
+    Plan(Counters* counters, std::string record, int delay_us)
+        : counters_(counters), record_(std::move(record)), delay_us_(delay_us) {}
+    void run(const KernelLaunch& launch) const override {
+      ++counters_->runs;
+      if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+      const float* x = static_cast<const float*>(launch.input(0).data_ptr());
+      float* y = static_cast<float*>(launch.output(0).data_ptr());
+      for (std::int64_t i = 0; i < launch.input(0).numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
+    }
+    std::string record() const override { return record_; }
+    std::string describe() const override { return "tactic plan " + record_; }
+
+   private:
+    Counters* counters_;
+    std::string record_;
+    int delay_us_;
+  };
+  Counters* counters_;
+};
+
+}  // namespace
+
+TEST(Dispatcher, BestPerformanceTimesEachKernelsTacticsAndReplaysTheWinner) {
+  const std::string path = ::testing::TempDir() + "xpurt_tactics_test.json";
+  std::remove(path.c_str());
+  Counters counters;
+  KernelRegistry registry;
+  register_ops(registry);
+  registry.add_kernel(std::make_unique<TacticKernel>(&counters));
+  Dispatcher::Options options;
+  options.autotune_warmup = 1;
+  options.autotune_iterations = 3;
+  const KernelPolicy tuned =
+      policy_with("relu", KernelRule::automatic(AutoSelectStrategy::kBestPerformance), registry);
+  {
+    Dispatcher d(tuned, {}, std::make_shared<AutotuneCache>(path), &registry, options);
+    Decision decision;
+    const std::vector<Tensor> out = d.run("relu", {input()}, {}, nullptr, &decision);
+    EXPECT_EQ(decision.kernel, "tuned");
+    EXPECT_EQ(decision.rule, "autotuned");
+    EXPECT_EQ(decision.plan_record, "{\"tactic\":2}");
+    EXPECT_NE(decision.reason.find("tuned: the fastest of 3 tactics"), std::string::npos) << decision.reason;
+    EXPECT_LT(decision.candidates[0].time_us, 1000.0);  // the fastest tactic's time
+    EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[5], 2.5f);
+  }
+  // Replayed from the cache: the winning tactic's plan is re-created from its record, nothing is timed.
+  counters.runs = 0;
+  Dispatcher replay(tuned, {}, std::make_shared<AutotuneCache>(path), &registry, options);
+  Decision decision;
+  replay.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.rule, "autotune-cache");
+  EXPECT_EQ(decision.plan_record, "{\"tactic\":2}");
+  EXPECT_EQ(counters.last_record, "{\"tactic\":2}");
+  EXPECT_EQ(counters.runs.load(), 1);
+  // A pinned rule times nothing and gets the default plan.
+  counters.runs = 0;
+  Dispatcher pinned(policy_with("relu", KernelRule::pinned("tuned"), registry), {}, nullptr, &registry, options);
+  pinned.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.plan_record, "{\"tactic\":0}");
+  EXPECT_EQ(counters.runs.load(), 1);
+  std::remove(path.c_str());
+}

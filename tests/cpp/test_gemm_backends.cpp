@@ -463,6 +463,42 @@ TEST_F(GemmBackendsGpu, UnfusedAttentionMatchesCpu) {
   }
 }
 
+// Every cuBLASLt tactic (the heuristic's other algorithms, Note [Tactics] in dispatcher.cpp) is a plan that
+// build() re-creates from its record and that computes the op; the first is the default plan's algorithm.
+TEST_F(GemmBackendsGpu, CublasLtTacticsAreValidPlans) {
+  const Mode mode = kModes[3];  // bf16
+  std::uint32_t seed = 9000;
+  for (const std::string op : {"matmul", "linear", "linear_grad_weight"}) {
+    std::vector<Tensor> inputs;
+    Attributes attrs;
+    if (op == "matmul") {
+      inputs = {random_tensor({96, 200}, mode.dtype, seed++), random_tensor({200, 72}, mode.dtype, seed++)};
+    } else if (op == "linear") {
+      inputs = {random_tensor({96, 200}, mode.dtype, seed++), random_tensor({72, 200}, mode.dtype, seed++),
+                random_tensor({72}, mode.dtype, seed++)};
+    } else {
+      inputs = {random_tensor({96, 72}, mode.dtype, seed++), random_tensor({96, 200}, mode.dtype, seed++)};
+    }
+    SCOPED_TRACE(op);
+    const ExecutionPolicy policy = policy_with(mode.precision);
+    const std::vector<Tensor> device_inputs = to_device(inputs, Device::cuda(0));
+    OpDescriptor desc = make_op_descriptor(op, device_inputs, attrs, policy);
+    KernelRegistry::global().infer(desc);
+    const Kernel* lt = KernelRegistry::global().find_kernel(op, "cublasLt");
+    ASSERT_NE(lt, nullptr);
+    const std::vector<std::string> tactics = lt->tactics(desc, policy);
+    ASSERT_FALSE(tactics.empty());
+    EXPECT_EQ(tactics.front(), lt->build(desc, policy, {})->record());
+    const KernelRun want = run_kernel(op, "cpu", inputs, attrs, policy_with(Precision::kFP32));
+    for (const std::string& record : tactics) {
+      const KernelRun got = run_kernel(op, "cublasLt", device_inputs, attrs, policy, record);
+      EXPECT_EQ(got.record, record);
+      const std::int64_t k = op == "linear_grad_weight" ? 96 : 200;
+      expect_close(got.output, want.output, gemm_tolerance(mode.dtype, mode.precision, k), op + " " + got.describe);
+    }
+  }
+}
+
 // ---- linear_grad_weight ----
 
 struct GradWeightCase {

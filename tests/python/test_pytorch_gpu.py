@@ -512,3 +512,25 @@ def test_native_attention_matches_pytorch_flash_step_after_step(xrt_torch, monke
     for out in outs:
         _close(out, want, dtype)
     assert xrt_torch.native_status()["calls"]["served"] - served_before == 5
+
+
+def test_autotuned_linear_times_cublaslt_algorithms_and_matches_pytorch(xrt_torch):
+    """matmul="auto:BestPerformance": the forward and each backward GEMM are autotuned on their own shapes, cuBLASLt's
+    algorithms (its tactics) timed besides the kernels; the fastest plans run and the gradients match PyTorch's."""
+    dtype = torch.bfloat16
+    x, w, bias = _leaf(4, 96, 256, dtype=dtype, seed=61), _leaf(160, 256, dtype=dtype, seed=62), _leaf(
+        160, dtype=dtype, seed=63)
+    want, want_grads = _grads(F.linear, (x, w, bias))
+    scope = xrt_torch.set_kernel_policy(matmul="auto:BestPerformance")
+    got, got_grads = _grads(F.linear, (x, w, bias))
+    _close(got, want, dtype)
+    for g, wg in zip(got_grads, want_grads):
+        _close(g, wg, dtype, scale=2)
+    records = scope.log.records
+    forward = records[0]
+    assert forward["rule"] == "autotuned" and forward["kernel"] in ("cublasLt", "cublas"), forward
+    timed = [c for c in forward["candidates"] if (c.get("time_us") or -1) > 0]
+    assert len(timed) >= 2, forward["candidates"]
+    if forward["kernel"] == "cublasLt":
+        assert "tactics" in forward["reason"], forward["reason"]
+    assert {r["phase"] for r in records} >= {"forward", "backward: grad input", "backward: grad weight"}

@@ -450,8 +450,10 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
         decision.reason = "first supported kernel in priority order";
         break;
       }
-      // BestPerformance: build and time every supported candidate.
+      // BestPerformance: build and time every supported candidate, and each one's tactics (Note [Tactics]).
       std::vector<std::pair<const Kernel*, std::shared_ptr<const KernelPlan>>> built;
+      std::vector<std::vector<std::string>> tactics;
+      std::size_t plans = 0;
       for (const Kernel* k : kernels) {
         if (!is_supported(decision.candidates, k->name())) continue;
         try {
@@ -460,23 +462,46 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
           CandidateReport* r = report_of(decision.candidates, k->name());
           r->supported = false;
           r->reason = std::string("plan build failed: ") + e.what();
+          continue;
         }
+        tactics.push_back(k->tactics(desc, exec_policy_));
+        plans += 1 + tactics.back().size();
       }
       if (built.empty()) throw none_supported("");
       double best = 0;
-      for (auto& [k, plan] : built) {
-        const double time = built.size() == 1 ? -1 : time_candidate(*plan, desc);
+      std::string tuned;  // what the winner's tactics came to, for the reason
+      for (std::size_t j = 0; j < built.size(); ++j) {
+        const Kernel* k = built[j].first;
+        std::shared_ptr<const KernelPlan> plan = built[j].second;
+        double time = plans == 1 ? -1 : time_candidate(*plan, desc);
+        std::size_t timed = 1;
+        for (const std::string& record : tactics[j]) {
+          if (record == plan->record()) continue;
+          std::shared_ptr<const KernelPlan> other;
+          try {
+            other = k->build(desc, exec_policy_, record);
+          } catch (const UnsupportedOperationError&) {
+            continue;  // a tactic this build cannot re-create: not a candidate
+          }
+          const double other_time = time_candidate(*other, desc);
+          ++timed;
+          if (other_time < time) {
+            time = other_time;
+            plan = std::move(other);
+          }
+        }
         report_of(decision.candidates, k->name())->time_us = time;
         if (winner == nullptr || time < best) {
           winner = k;
           best = time;
           dispatch->plan = plan;
+          tuned = timed > 1 ? detail::str_cat("; ", k->name(), ": the fastest of ", timed, " tactics") : "";
         }
       }
       decision.rule = "autotuned";
-      decision.reason = built.size() == 1 ? "autotuned: the only supported kernel"
-                                          : detail::str_cat("autotuned: fastest of ", built.size(), " (",
-                                                            static_cast<std::int64_t>(best * 1000) / 1000.0, " us)");
+      decision.reason = plans == 1 ? "autotuned: the only supported kernel"
+                                   : detail::str_cat("autotuned: fastest of ", built.size(), " (",
+                                                     static_cast<std::int64_t>(best * 1000) / 1000.0, " us)", tuned);
       for (auto& r : decision.candidates) {
         if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
           r.reason = detail::str_cat("slower (", static_cast<std::int64_t>(r.time_us * 1000) / 1000.0, " us)");
@@ -521,6 +546,14 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
   return dispatch;
 }
 
+// Note [Tactics]
+// A kernel may offer tactics (Kernel::tactics): the records of other plans it can run the op with, such as the
+// other algorithms cuBLASLt's heuristic returns. A library's heuristic ranks algorithms without running them, and
+// on some shapes its first choice is slower than another it lists (or than another library's). Under
+// auto:BestPerformance every supported kernel's default plan and each of its tactics are built and timed on the
+// same inputs; a kernel's time is its fastest plan's, and the winner keeps that plan. Its record goes to the
+// autotune cache like any plan's, so a replay re-creates the same algorithm. A tactic whose record the build
+// refuses is skipped. Pinned and preferred rules never time anything: they get the kernel's default plan.
 double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& desc) {
   std::mt19937 rng(1234);
   std::vector<Tensor> inputs;

@@ -620,10 +620,11 @@ struct Candidate {
   std::size_t workspace = 0;
 };
 
-// The first heuristic candidate that fits the workspace limit and the reduction mask and passes
-// cublasLtMatmulAlgoCheck; false when there is none.
-bool choose_algorithm(cublasLtHandle_t handle, const Problem& problem, const Epilogue& epilogue, std::size_t limit,
-                      Candidate* chosen) {
+// The heuristic's candidates, in its order, that fit the workspace limit and the reduction mask and pass
+// cublasLtMatmulAlgoCheck; empty when there is none.
+std::vector<Candidate> algorithm_candidates(cublasLtHandle_t handle, const Problem& problem, const Epilogue& epilogue,
+                                            std::size_t limit) {
+  std::vector<Candidate> valid;
   const Descriptors descriptors = make_descriptors(problem, epilogue, build_time_bias_pointer());
   Preference preference;
   preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(limit));
@@ -637,7 +638,7 @@ bool choose_algorithm(cublasLtHandle_t handle, const Problem& problem, const Epi
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(), descriptors.d.get(),
       descriptors.d.get(), preference.get(), kHeuristicCandidates, results.data(), &returned);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;  // no algorithm at all for this problem
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return valid;  // no algorithm at all for this problem
   XPURT_CUBLASLT_CHECK(status);
   for (int j = 0; j < returned; ++j) {
     const cublasLtMatmulHeuristicResult_t& result = results[static_cast<std::size_t>(j)];
@@ -649,12 +650,22 @@ bool choose_algorithm(cublasLtHandle_t handle, const Problem& problem, const Epi
                                 &check) != CUBLAS_STATUS_SUCCESS) {
       continue;
     }
-    chosen->algo = result.algo;
-    chosen->workspace = std::max(result.workspaceSize, check.workspaceSize);
-    if (chosen->workspace > limit) continue;
-    return true;
+    Candidate candidate;
+    candidate.algo = result.algo;
+    candidate.workspace = std::max(result.workspaceSize, check.workspaceSize);
+    if (candidate.workspace > limit) continue;
+    valid.push_back(candidate);
   }
-  return false;
+  return valid;
+}
+
+// The heuristic's first valid candidate (algorithm_candidates); false when there is none.
+bool choose_algorithm(cublasLtHandle_t handle, const Problem& problem, const Epilogue& epilogue, std::size_t limit,
+                      Candidate* chosen) {
+  const std::vector<Candidate> valid = algorithm_candidates(handle, problem, epilogue, limit);
+  if (valid.empty()) return false;
+  *chosen = valid.front();
+  return true;
 }
 
 [[noreturn]] void throw_bad_record(const std::string& why) {
@@ -821,6 +832,20 @@ class LtGemmKernel final : public Kernel {
         dtype_name(problem.dtype), ", compute ", cublas::compute_type_name(problem.compute), ") within ", limit,
         " bytes of workspace", problem.deterministic ? " without split-K (deterministic policy)" : "", " on sm",
         problem.compute_capability, "; use the cublas kernel (KernelPolicy matmul=\"cublas\")"));
+  }
+
+  // The records of the heuristic's other valid algorithms for the fused epilogue (Note [Tactics] in
+  // dispatcher.cpp): build() takes each back through plan_from_record.
+  std::vector<std::string> tactics(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    Problem problem = make_problem(desc, policy);
+    if (problem.degenerate()) return {};
+    const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(problem.device);
+    const Epilogue epilogue = epilogue_options(problem).front();
+    std::vector<std::string> records;
+    for (const Candidate& c : algorithm_candidates(handle, problem, epilogue, workspace_limit_of(policy))) {
+      records.push_back(LtPlan(problem, epilogue, c.algo, c.workspace).record());
+    }
+    return records;
   }
 };
 

@@ -108,6 +108,14 @@ class XPURT_API Kernel {
   // exactly (empty: choose afresh). Throws UnsupportedOperationError when the record cannot be honoured.
   virtual std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
                                             const std::string& record) const = 0;
+  // Tactics: the records of other plans this kernel can run `desc` with (cuBLASLt: its heuristic's other
+  // algorithms), each accepted by build(desc, policy, record). Autotuning (auto:BestPerformance) times them
+  // besides the default plan and keeps the fastest (Note [Tactics] in dispatcher.cpp). None by default.
+  virtual std::vector<std::string> tactics(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
+    (void)desc;
+    (void)policy;
+    return {};
+  }
 
  private:
   KernelInfo info_;

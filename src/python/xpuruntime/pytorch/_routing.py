@@ -426,8 +426,11 @@ def _decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[
         return torch_winner(winner, rule_name, reason, candidates, rule.short)
 
     # An xpuruntime kernel: the C++ dispatcher plans it (pinned, so that the plan is exactly this kernel's), once.
+    # An autotuned one takes the plan autotuning kept (the same dispatcher under the same auto policy returns it):
+    # its fastest tactic, e.g. the quickest of cuBLASLt's algorithms (Note [Tactics] in dispatcher.cpp).
     pinned_policy = KernelPolicy({op: f"pin:{winner}"})
-    launcher = Launcher(_core.PreparedCall(op, capsules, attrs, pinned_policy, exec_policy), first.device)
+    plan_policy = KernelPolicy({op: "auto:BestPerformance"}) if decision is not None else pinned_policy
+    launcher = Launcher(_core.PreparedCall(op, capsules, attrs, plan_policy, exec_policy), first.device)
     plan_decision = launcher.prepared.decision
     return _new_route(scope_id=scope.id, op=op, phase=phase, signature=signature, device=first.device,
                       kernel=winner, backend=plan_decision.backend, rule=rule_name, policy_rule=rule.short,

@@ -3,16 +3,19 @@
 For each case it times, on torch's current stream with CUDA events:
 
   attention   torch flash         F.scaled_dot_product_attention under SDPBackend.FLASH_ATTENTION (no routing)
+              torch default       the same call with PyTorch's own backend choice (cuDNN attention on Hopper)
               routed flash_v2     the same call under xpuruntime.pytorch.set_kernel_policy(attention="pin:flash_v2"):
                                   xpuruntime's flash_v2 forward; backward = PyTorch's flash backward after a
                                   recompute of the softmax statistics (flash_v2 has no backward kernel)
+              routed torch        the same call under attention="pin:torch": the policy names PyTorch's own dispatch,
+                                  and the routed call costs only the routing mode's (native) host path
   linear      torch               F.linear (PyTorch's default GEMM library)
               torch cublaslt      F.linear with torch.backends.cuda.preferred_blas_library("cublaslt")
               routed cublasLt     F.linear under set_kernel_policy(matmul="pin:cublasLt"): xpuruntime's cuBLASLt plan
                                   (the heuristic's first algorithm), outputs and workspace from torch's allocator
               routed auto         F.linear under set_kernel_policy(matmul="auto:BestPerformance"): xpuruntime's
-                                  GEMM kernels and cuBLASLt's algorithms timed on the call's shapes, the fastest kept
-                                  (forward and each backward GEMM on their own shapes)
+                                  GEMM kernels and cuBLASLt's algorithms (tactics) timed on the call's shapes, the
+                                  fastest kept (forward and each backward GEMM on their own shapes)
 
 "fwd" runs the call without autograd; "fwd+bwd" runs it on inputs that require grad and back-propagates a fixed
 gradient. Each sample is `--repeat` back-to-back calls between two events (host overhead hides behind the GPU unless
@@ -111,7 +114,9 @@ def attention_impls():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return [("torch flash", lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])),
-            ("routed flash_v2", lambda: routed(attention="pin:flash_v2"))]
+            ("torch default", contextlib.nullcontext),
+            ("routed flash_v2", lambda: routed(attention="pin:flash_v2")),
+            ("routed torch", lambda: routed(attention="pin:torch"))]
 
 
 def linear_impls():

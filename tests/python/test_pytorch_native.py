@@ -110,6 +110,13 @@ def test_native_matmul_without_grad_and_unrouted_calls(xrt_torch, python_calls):
     records = [r for r in xrt_torch.decision_log().records if r["op"] == "linear"]
     assert len(records) == 1 and records[0]["rule"] == "unrouted" and records[0]["calls"] == 3
     assert python_calls["site"] == 2  # the first call logs and runs without a site object; then native
+    served = xrt_torch.native_status()["calls"]["served"]
+    bias = torch.randn(4)
+    for _ in range(3):  # keyword arguments: PyTorch runs the call as it is, so its native site takes them too
+        torch.testing.assert_close(F.linear(x, w, bias=bias), want + bias)
+    assert xrt_torch.native_status()["calls"]["served"] - served == 2
+    records = [r for r in xrt_torch.decision_log().records if r["op"] == "linear"]
+    assert sum(r["calls"] for r in records) == 6
 
 
 def test_calls_the_native_path_cannot_serve_go_to_python(xrt_torch, python_calls):

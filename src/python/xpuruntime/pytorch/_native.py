@@ -274,7 +274,7 @@ def register(site: Any, func: Any, args: tuple, kwargs: dict) -> None:
     site.native_tried = True
     from ._fast import Site
 
-    if kwargs and not (isinstance(site, Site) and site.op == "attention"):
+    if kwargs and isinstance(site, Site) and site.op != "attention":
         return  # the native linear and matmul sites read their tensors from the positional arguments only
 
     try:

@@ -9,6 +9,8 @@ For each case it times, on torch's current stream with CUDA events:
                                   recompute of the softmax statistics (flash_v2 has no backward kernel)
               routed torch        the same call under attention="pin:torch": the policy names PyTorch's own dispatch,
                                   and the routed call costs only the routing mode's (native) host path
+              routed auto         the same call under attention="auto:BestPerformance": flash_v2 and PyTorch's SDPA
+                                  backends timed on the call's shapes, the fastest kept (by a 5% margin)
   linear      torch               F.linear (PyTorch's default GEMM library)
               torch cublaslt      F.linear with torch.backends.cuda.preferred_blas_library("cublaslt")
               routed cublasLt     F.linear under set_kernel_policy(matmul="pin:cublasLt"): xpuruntime's cuBLASLt plan
@@ -116,7 +118,8 @@ def attention_impls():
     return [("torch flash", lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])),
             ("torch default", contextlib.nullcontext),
             ("routed flash_v2", lambda: routed(attention="pin:flash_v2")),
-            ("routed torch", lambda: routed(attention="pin:torch"))]
+            ("routed torch", lambda: routed(attention="pin:torch")),
+            ("routed auto", lambda: routed(attention="auto:BestPerformance"))]
 
 
 def linear_impls():

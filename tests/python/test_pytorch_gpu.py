@@ -516,7 +516,7 @@ def test_native_attention_matches_pytorch_flash_step_after_step(xrt_torch, monke
 
 def test_autotuned_linear_times_cublaslt_algorithms_and_matches_pytorch(xrt_torch):
     """matmul="auto:BestPerformance": the forward and each backward GEMM are autotuned on their own shapes, cuBLASLt's
-    algorithms (its tactics) timed besides the kernels; the fastest plans run and the gradients match PyTorch's."""
+    algorithms timed as tactics; PyTorch's GEMM backends are not timed (the same libraries); the gradients match."""
     dtype = torch.bfloat16
     x, w, bias = _leaf(4, 96, 256, dtype=dtype, seed=61), _leaf(160, 256, dtype=dtype, seed=62), _leaf(
         160, dtype=dtype, seed=63)
@@ -529,8 +529,34 @@ def test_autotuned_linear_times_cublaslt_algorithms_and_matches_pytorch(xrt_torc
     records = scope.log.records
     forward = records[0]
     assert forward["rule"] == "autotuned" and forward["kernel"] in ("cublasLt", "cublas"), forward
-    timed = [c for c in forward["candidates"] if (c.get("time_us") or -1) > 0]
-    assert len(timed) >= 2, forward["candidates"]
+    timed = [c["kernel"] for c in forward["candidates"] if (c.get("time_us") or -1) > 0]
+    assert "cublasLt" in timed and not any(k.startswith("torch") for k in timed), forward["candidates"]
     if forward["kernel"] == "cublasLt":
         assert "tactics" in forward["reason"], forward["reason"]
     assert {r["phase"] for r in records} >= {"forward", "backward: grad input", "backward: grad weight"}
+
+
+def test_autotuned_attention_times_pytorch_backends_against_flash_v2(xrt_torch):
+    """attention="auto:BestPerformance": flash_v2 and PyTorch's SDPA backends are timed on the call (Note [Autotuning
+    across engines]); PyTorch's runs it only when faster by more than the margin; outputs and gradients match."""
+    from xpuruntime.pytorch._routing import _ENGINE_MARGIN
+
+    dtype = torch.bfloat16
+    q, k, v = (_leaf(2, 4, 200, 64, dtype=dtype, seed=70 + j) for j in range(3))
+    call = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    want, want_grads = _grads(call, (q, k, v))
+    scope = xrt_torch.set_kernel_policy(attention="auto:BestPerformance")
+    got, got_grads = _grads(call, (q, k, v))
+    _close(got, want, dtype)
+    for g, wg in zip(got_grads, want_grads):
+        _close(g, wg, dtype, scale=2)
+    record = scope.log.records[0]
+    assert record["rule"] == "autotuned", record
+    timed = {c["kernel"]: (c["backend"], c["time_us"]) for c in record["candidates"] if (c.get("time_us") or -1) > 0}
+    assert {"flash_v2", "torch", "torch_flash"} <= set(timed), timed
+    best_torch = min(t for backend, t in timed.values() if backend == "pytorch")
+    if record["backend"] == "pytorch":
+        assert best_torch < timed["flash_v2"][1] * (1 - _ENGINE_MARGIN), timed
+        assert timed[record["kernel"]][1] <= best_torch * (1 + _ENGINE_MARGIN), (record["kernel"], timed)
+    else:
+        assert best_torch >= timed[record["kernel"]][1] * (1 - _ENGINE_MARGIN), (record["kernel"], timed)

@@ -353,10 +353,13 @@ def conv2d_output_shape(x, weight, stride, padding, dilation) -> List[int]:
 
 def decide_attention(scope: PolicyState, q, k, v, mask, is_causal: bool, scale: float, enable_gqa: bool) -> Route:
     attrs = {"causal": int(bool(is_causal)), "scale": float(scale)}
+    gqa = {"enable_gqa": True} if enable_gqa else {}
     return _routing.decide(scope, "attention", "forward", (q, k, v, mask), attrs, (bool(is_causal), float(scale)),
                            attention_support(q, k, v, mask, is_causal, enable_gqa),
                            backward=lambda r: "recompute + " + ", else ".join(_attention_backward_order(r))
-                           if r.on_xpuruntime else f"PyTorch's autograd ({r.kernel})")
+                           if r.on_xpuruntime else f"PyTorch's autograd ({r.kernel})",
+                           torch_call=lambda q, k, v, mask: F.scaled_dot_product_attention(
+                               q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, **gqa))
 
 
 def attention_forward(q, k, v, mask, is_causal: bool, scale: float, enable_gqa: bool, scope_id: int,

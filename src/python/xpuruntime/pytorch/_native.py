@@ -312,6 +312,8 @@ def _attention_backward(site: Any, native_site: Any, grad: torch.Tensor, q: torc
 
 def _routed_site(site: Any) -> Any:
     route = site.route
+    if route.kernel == "torch" and not route.on_xpuruntime:  # PyTorch's own dispatch, no backend context
+        return _torch_site(site.scope, route, site.name)
     if site.op == "attention":
         return _attention_site(site)
     if site.op not in ("linear", "matmul") or any(site.casts) or any(site.contig):
@@ -330,8 +332,6 @@ def _routed_site(site: Any) -> Any:
         native = MODULE.Site(site.op, _plan(route.launcher), site.grad, counter, backward)
         holder.append(native)
         return native
-    if route.kernel == "torch":  # PyTorch's own dispatch, no backend context: count and call
-        return _torch_site(site.scope, route, site.name)
     return None
 
 

@@ -284,9 +284,12 @@ TorchSupport = Callable[[str], Tuple[bool, str]]
 
 def decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[torch.Tensor]], attrs: dict,
            attrs_key: tuple, torch_support: TorchSupport, *, rule_op: Optional[str] = None,
-           backward: Callable[[Route], str] = lambda route: "") -> Route:
+           backward: Callable[[Route], str] = lambda route: "",
+           torch_call: Optional[Callable[..., torch.Tensor]] = None) -> Route:
     """The (cached) route of a call; ``tensors`` are the op's inputs in xpuruntime's schema order (None for an
-    absent optional one), already contiguous and cast the way they will run."""
+    absent optional one), already contiguous and cast the way they will run. ``torch_call(*tensors)`` runs the call
+    on PyTorch, for ops whose PyTorch backends auto:BestPerformance times against xpuruntime's kernel (Note
+    [Autotuning across engines])."""
     key = (scope.id, op, phase, rule_op, STATE.precision_override,
            tuple((t.shape, t.dtype, t.device) if t is not None else None for t in tensors), attrs_key)
     route = _CACHE.get(key)
@@ -295,7 +298,7 @@ def decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[t
     with _route_lock:
         route = _CACHE.get(key)
         if route is None:
-            route = _decide(scope, op, phase, tensors, attrs, torch_support, rule_op or op)
+            route = _decide(scope, op, phase, tensors, attrs, torch_support, rule_op or op, torch_call)
             route.backward = backward(route)
             _CACHE[key] = route
     return route
@@ -331,8 +334,60 @@ def _xpuruntime_candidates(op: str, capsules: list, attrs: dict, exec_policy: Ex
             _core.ops_candidates(op, capsules, attrs, None, exec_policy)]
 
 
+# Note [Autotuning across engines]
+# Under auto:BestPerformance, xpuruntime's dispatcher times its own kernels (and their tactics) on scratch tensors.
+# Where PyTorch's backends are other implementations than xpuruntime's kernels -- attention: cuDNN's, the
+# memory-efficient one, FlashAttention-2 -- the router then times xpuruntime's winner and each PyTorch backend the
+# call supports in the same way, on the call's own tensors (read-only; routing suspended, no grad): a few warm-up
+# calls, then the median of several runs between CUDA events. (PyTorch's GEMM backends are the same cuBLAS
+# libraries as xpuruntime's GEMM kernels, which also keep their gradients' routes, so GEMMs are not timed against
+# them.) A PyTorch backend runs the call only when it is faster by more than _ENGINE_MARGIN (closer timings are
+# run-to-run noise); among PyTorch's backends its own default dispatch (`torch`, which the native path calls with no
+# backend switch) is taken when it is within the margin of the fastest. PyTorch's backend, when it wins, also runs
+# the gradients (its own autograd). The log records every time. The choice is made once per call signature.
+_TIMING_WARMUP, _TIMING_RUNS = 3, 10
+_ENGINE_MARGIN = 0.05
+
+
+def _time_call(fn: Callable[[], Any]) -> float:
+    """Median microseconds of ``fn()`` between CUDA events on the current stream."""
+    for _ in range(_TIMING_WARMUP):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(_TIMING_RUNS):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1000.0)
+    return sorted(times)[len(times) // 2]
+
+
+def _time_engines(op: str, tensors: Sequence[Optional[torch.Tensor]], launcher: "Launcher",
+                  torch_call: Callable[..., torch.Tensor], candidates: List[dict]) -> Tuple[float, Dict[str, float]]:
+    """Microseconds per call of xpuruntime's ``launcher`` and of each supported PyTorch candidate, which also gets
+    its time (or, when PyTorch refuses the call, its reason) in ``candidates``."""
+    from . import _kernels
+
+    times: Dict[str, float] = {}
+    with _kernels.suspended(), torch.no_grad():
+        own = _time_call(lambda: launcher(list(tensors)))
+        for c in candidates:
+            if c["backend"] != "pytorch" or not c["supported"]:
+                continue
+            try:
+                with _kernels._torch_context(c["kernel"], op):  # entered once: its own cost is not the call's
+                    c["time_us"] = times[c["kernel"]] = _time_call(lambda: torch_call(*tensors))
+            except RuntimeError as error:  # e.g. an SDPA backend that cannot run these inputs after all
+                c["supported"] = False
+                c["reason"] = f"PyTorch refused it when timed: {str(error).splitlines()[0][:160]}"
+    return own, times
+
+
 def _decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[torch.Tensor]], attrs: dict,
-            torch_support: TorchSupport, rule_op: str) -> Route:
+            torch_support: TorchSupport, rule_op: str,
+            torch_call: Optional[Callable[..., torch.Tensor]] = None) -> Route:
     first = next(t for t in tensors if t is not None)
     exec_policy = scope.effective_exec_policy()
     signature = signature_text(tensors, attrs)
@@ -432,6 +487,21 @@ def _decide(scope: PolicyState, op: str, phase: str, tensors: Sequence[Optional[
     plan_policy = KernelPolicy({op: "auto:BestPerformance"}) if decision is not None else pinned_policy
     launcher = Launcher(_core.PreparedCall(op, capsules, attrs, plan_policy, exec_policy), first.device)
     plan_decision = launcher.prepared.decision
+    if decision is not None and torch_call is not None and first.device.type == "cuda":
+        own, times = _time_engines(op, tensors, launcher, torch_call, candidates)  # Note [Autotuning across engines]
+        next(c for c in candidates if c["kernel"] == winner)["time_us"] = own
+        best = min(times.values()) if times else None
+        for c in candidates:
+            if c["kernel"] in times:
+                c["reason"] = f"{'faster' if times[c['kernel']] < own else 'slower'} ({times[c['kernel']]:.1f} us)"
+        if best is not None and best < own * (1.0 - _ENGINE_MARGIN):
+            fastest = min(times, key=times.get)
+            chosen = "torch" if times.get("torch", float("inf")) <= best * (1.0 + _ENGINE_MARGIN) else fastest
+            return torch_winner(chosen, "autotuned", f"autotuned across engines: PyTorch's {chosen} "
+                                f"({times[chosen]:.1f} us) against xpuruntime's {winner} ({own:.1f} us)",
+                                candidates, rule.short)
+        if best is not None:
+            reason += f"; PyTorch's backends timed too: xpuruntime {own:.1f} us, PyTorch's best {best:.1f} us"
     return _new_route(scope_id=scope.id, op=op, phase=phase, signature=signature, device=first.device,
                       kernel=winner, backend=plan_decision.backend, rule=rule_name, policy_rule=rule.short,
                       reason=reason, precision=precision_name(first.dtype, xrt_tf32), candidates=candidates,

@@ -25,6 +25,15 @@ struct Counters {
   std::string last_record;
 };
 
+// A test plan's run: counts it, waits `delay_us`, then y = relu(x).
+void run_relu(const KernelLaunch& launch, Counters* counters, int delay_us) {
+  ++counters->runs;
+  if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+  const float* x = static_cast<const float*>(launch.input(0).data_ptr());
+  float* y = static_cast<float*>(launch.output(0).data_ptr());
+  for (std::int64_t i = 0; i < launch.input(0).numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
+}
+
 class TestKernel final : public Kernel {
  public:
   TestKernel(std::string name, int delay_us, bool deterministic, bool supports_fp16, Counters* counters)
@@ -49,11 +58,7 @@ class TestKernel final : public Kernel {
    public:
     Plan(const TestKernel* kernel, std::string record) : kernel_(kernel), record_(std::move(record)) {}
     void run(const KernelLaunch& launch) const override {
-      ++kernel_->counters_->runs;
-      if (kernel_->delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(kernel_->delay_us_));
-      const float* x = static_cast<const float*>(launch.input(0).data_ptr());
-      float* y = static_cast<float*>(launch.output(0).data_ptr());
-      for (std::int64_t i = 0; i < launch.input(0).numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
+      run_relu(launch, kernel_->counters_, kernel_->delay_us_);
     }
     std::string record() const override { return record_; }
     std::string describe() const override { return "test plan " + record_; }
@@ -388,13 +393,7 @@ class TacticKernel final : public Kernel {
    public:
     Plan(Counters* counters, std::string record, int delay_us)
         : counters_(counters), record_(std::move(record)), delay_us_(delay_us) {}
-    void run(const KernelLaunch& launch) const override {
-      ++counters_->runs;
-      if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
-      const float* x = static_cast<const float*>(launch.input(0).data_ptr());
-      float* y = static_cast<float*>(launch.output(0).data_ptr());
-      for (std::int64_t i = 0; i < launch.input(0).numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
-    }
+    void run(const KernelLaunch& launch) const override { run_relu(launch, counters_, delay_us_); }
     std::string record() const override { return record_; }
     std::string describe() const override { return "tactic plan " + record_; }
 

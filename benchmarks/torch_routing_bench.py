@@ -70,11 +70,6 @@ def graphed(fn: Callable[[], object]) -> Callable[[], object]:
     return torch_graph(fn).replay
 
 
-def time_ms(fn: Callable[[], object], warmup: int, iters: int, repeat: int) -> float:
-    """Median milliseconds per call over `iters` samples of `repeat` back-to-back calls between CUDA events."""
-    return interleaved_ms([(contextlib.nullcontext, fn)], warmup, iters, repeat)[0]
-
-
 def interleaved_ms(timed: List[Tuple[Callable, Callable[[], object]]], warmup: int, iters: int, repeat: int,
                    block: int = 5) -> List[float]:
     """Median milliseconds per call of each (context, fn) in `timed`, sampled in blocks taken in turn: `block`

@@ -78,6 +78,7 @@ struct KernelRun {
   Tensor output;  // on the CPU
   std::string record;
   std::string describe;
+  std::vector<Tensor> outputs;  // every output, on the CPU (output is the first)
 };
 
 // Builds `kernel`'s plan for (op, inputs, attrs) and runs it once on the legacy default stream (or `stream`).
@@ -104,7 +105,8 @@ KernelRun run_kernel(const std::string& op, const std::string& kernel, const std
   full_inputs.resize(desc.inputs.size());
   plan->execute(desc, full_inputs, outputs, run_stream);
   if (desc.device.is_cuda()) run_stream.synchronize();
-  return {outputs[0].to(Device::cpu()), plan->record(), plan->describe()};
+  for (Tensor& t : outputs) t = t.to(Device::cpu());
+  return {outputs[0], plan->record(), plan->describe(), outputs};
 }
 
 // Tolerance |got - want| <= atol + rtol * |want|, with atol growing like sqrt(K) (a sum of K rounded terms).
@@ -527,28 +529,6 @@ std::vector<std::vector<double>> grad_weight_reference(const Tensor& grad, const
   return {weight, bias};
 }
 
-// Runs `kernel`'s plan of linear_grad_weight once; every output, copied to the CPU.
-std::vector<Tensor> run_grad_weight(const std::string& kernel, const std::vector<Tensor>& inputs, bool bias,
-                                    const ExecutionPolicy& policy, std::string* describe = nullptr) {
-  Attributes attrs;
-  attrs.set("bias", static_cast<std::int64_t>(bias ? 1 : 0));
-  OpDescriptor desc = make_op_descriptor("linear_grad_weight", inputs, attrs, policy);
-  KernelRegistry::global().infer(desc);
-  const Kernel* k = KernelRegistry::global().find_kernel("linear_grad_weight", kernel);
-  if (k == nullptr) throw std::runtime_error("no kernel " + kernel);
-  const Support support = k->supports(desc, policy);
-  if (!support) throw std::runtime_error(support.reason());
-  std::unique_ptr<KernelPlan> plan = k->build(desc, policy, {});
-  if (describe != nullptr) *describe = plan->describe();
-  const StreamView stream(desc.device, nullptr);
-  std::vector<Tensor> outputs;
-  for (const auto& output : desc.outputs) outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device));
-  plan->execute(desc, inputs, outputs, stream);
-  if (desc.device.is_cuda()) stream.synchronize();
-  for (Tensor& t : outputs) t = t.to(Device::cpu());
-  return outputs;
-}
-
 void expect_near_reference(const Tensor& got, const std::vector<double>& want, Tolerance tol, const std::string& what) {
   ASSERT_EQ(got.numel(), static_cast<std::int64_t>(want.size())) << what;
   std::int64_t bad = 0;
@@ -578,9 +558,12 @@ void check_grad_weight(const std::string& kernel, Device device) {
         const std::string what = kernel + " " + mode.name + " linear_grad_weight x" + ::testing::PrintToString(c.x) +
                                  " n=" + std::to_string(c.n) + (bias ? " +bias" : "");
         SCOPED_TRACE(what);
-        std::string describe;
-        const auto got = run_grad_weight(kernel, to_device({grad, x}, device), bias, policy_with(mode.precision),
-                                         &describe);
+        Attributes attrs;
+        attrs.set("bias", static_cast<std::int64_t>(bias ? 1 : 0));
+        const KernelRun run = run_kernel("linear_grad_weight", kernel, to_device({grad, x}, device), attrs,
+                                         policy_with(mode.precision));
+        const std::vector<Tensor>& got = run.outputs;
+        const std::string& describe = run.describe;
         ASSERT_EQ(got.size(), bias ? 2u : 1u);
         EXPECT_EQ(got[0].shape(), (Shape{c.n, c.x.back()}));
         const Tolerance tol = gemm_tolerance(mode.dtype, mode.precision, m);

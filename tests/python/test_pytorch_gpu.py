@@ -560,3 +560,23 @@ def test_autotuned_attention_times_pytorch_backends_against_flash_v2(xrt_torch):
         assert timed[record["kernel"]][1] <= best_torch * (1 + _ENGINE_MARGIN), (record["kernel"], timed)
     else:
         assert best_torch >= timed[record["kernel"]][1] * (1 - _ENGINE_MARGIN), (record["kernel"], timed)
+
+
+def test_native_attention_with_tensors_by_keyword_stays_on_python(xrt_torch):
+    """q, k or v passed by keyword: the extension reads them positionally, so such calls get no native site and the
+    Python path serves every one of them, with PyTorch's values."""
+    status = xrt_torch.set_native(True)
+    if not status["loaded"]:
+        pytest.skip(f"the native path is not available here: {status['reason']}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dtype = torch.bfloat16
+    q, k, v = (_leaf(2, 3, 37, 64, dtype=dtype, seed=90 + j).detach() for j in range(3))
+    with torch.no_grad():
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            want = F.scaled_dot_product_attention(q, k, v)
+        xrt_torch.set_kernel_policy(attention="pin:flash_v2")
+        served = xrt_torch.native_status()["calls"]["served"]
+        for _ in range(3):
+            _close(F.scaled_dot_product_attention(q, k, value=v), want, dtype)
+    assert xrt_torch.native_status()["calls"]["served"] == served

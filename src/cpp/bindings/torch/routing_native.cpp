@@ -353,6 +353,9 @@ bool make_key(std::vector<std::int64_t>& key, PyObject* func, PyObject* args, Py
     if (!PyDict_Check(kwargs)) {
       return false;
     }
+    if (PyDict_GET_SIZE(kwargs) == 0) {
+      return true;  // no keyword arguments: keyed like None
+    }
     key.push_back(6);
     key.push_back(PyDict_GET_SIZE(kwargs));
     Py_ssize_t position = 0;

@@ -284,24 +284,22 @@ def _linear_backward(site: Site, ctx: Any, grad: torch.Tensor, x: torch.Tensor, 
                 grad_x = torch.matmul(grad_c, weight)
     if needs[2] or needs[3]:
         grad2 = grad if grad.dim() == 2 else grad.reshape(-1, n)
-        gw_plan = None
-        if needs[2]:
-            gw_plan = site.backward_state.get("grad_w_plan", _UNDECIDED)
+        x2 = x if x.dim() == 2 else x.reshape(-1, k)
+        gw_plan = site.backward_state.get("grad_w_plan", _UNDECIDED) if needs[2] else None
+        if gw_plan is not None:  # decided on (or to run on) contiguous, aligned operands
+            grad2, x2 = _compat.kernel_input(grad2), _compat.kernel_input(x2)
             if gw_plan is _UNDECIDED:
-                gw_plan = _kernels.decide_grad_weight(scope, route, _compat.kernel_input(grad2),
-                                                      _compat.kernel_input(x if x.dim() == 2 else x.reshape(-1, k)),
-                                                      bool(needs[3]))
+                gw_plan = _kernels.decide_grad_weight(scope, route, grad2, x2, bool(needs[3]))
                 site.backward_state["grad_w_plan"] = gw_plan
         if gw_plan is not None:
             log.record(gw_plan, "xpuruntime::linear_grad_weight")
-            x2 = x if x.dim() == 2 else x.reshape(-1, k)
-            outputs = gw_plan.launcher([_compat.kernel_input(grad2), _compat.kernel_input(x2)])
+            outputs = gw_plan.launcher([grad2, x2])
             grad_w = outputs[0]
-            if needs[3]:
-                grad_b = outputs[1] if len(outputs) > 1 else grad2.sum(0)
+            if needs[3] and len(outputs) > 1:
+                grad_b = outputs[1]  # summed in the same call
         elif needs[2]:
             kernel = _kernels._backward_gemm_kernel(route)
-            gt, x2 = grad2.t(), (x if x.dim() == 2 else x.reshape(-1, k))
+            gt = grad2.t()
             gw_route = _backward_route(site, "grad_w", lambda: _kernels.backward_gemm_route(
                 scope, route, "linear", "backward: grad weight", (gt, x2), kernel))
             log.record(gw_route, "backward of linear")

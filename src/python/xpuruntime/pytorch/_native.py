@@ -252,12 +252,13 @@ def _linear_backward(site: Any, native_site: Any, grad: torch.Tensor, x: torch.T
     if torch.is_grad_enabled() or MODULE is None:
         return grads
     log, state = site.scope.log, site.backward_state
+    plans_run = not grad.is_cuda or HAS_CUDA  # the extension launches CUDA plans only when built with CUDA
     grad_x = state.get("grad_x")
-    if grad_x is not None and grad_x.on_xpuruntime and (grad.is_cuda is False or HAS_CUDA):
+    if grad_x is not None and grad_x.on_xpuruntime and plans_run:
         native_site.set_grad_x(_plan(grad_x.launcher), log.native_counter(grad_x, "xpuruntime::matmul"))
     grad_w_plan = state.get("grad_w_plan")
     grad_w = state.get("grad_w")
-    if grad_w_plan is not None and (grad.is_cuda is False or HAS_CUDA):
+    if grad_w_plan is not None and plans_run:
         native_site.set_grad_w(log.native_counter(grad_w_plan, "xpuruntime::linear_grad_weight"),
                                plan=_plan(grad_w_plan.launcher))
     elif grad_w is not None:
@@ -281,10 +282,10 @@ def register(site: Any, func: Any, args: tuple, kwargs: dict) -> None:
         if not isinstance(site, Site):  # a TorchSite: PyTorch runs the call as it is
             native = _torch_site(site.scope, site.route, site.name)
         else:
-            native = _routed_site(site)
+            native = _routed_site(site, args)
             if native is None:
                 return
-        MODULE.register_site(func, args, kwargs or None, native)
+        MODULE.register_site(func, args, kwargs, native)
     except ValueError:  # arguments the native key does not describe: the Python path serves them
         return
 
@@ -310,12 +311,12 @@ def _attention_backward(site: Any, native_site: Any, grad: torch.Tensor, q: torc
     return grads
 
 
-def _routed_site(site: Any) -> Any:
+def _routed_site(site: Any, args: tuple) -> Any:
     route = site.route
     if route.kernel == "torch" and not route.on_xpuruntime:  # PyTorch's own dispatch, no backend context
         return _torch_site(site.scope, route, site.name)
     if site.op == "attention":
-        return _attention_site(site)
+        return _attention_site(site, args)
     if site.op not in ("linear", "matmul") or any(site.casts) or any(site.contig):
         return None
     if site.op == "matmul" and site.grad:
@@ -335,10 +336,12 @@ def _routed_site(site: Any) -> Any:
     return None
 
 
-def _attention_site(site: Any) -> Any:
+def _attention_site(site: Any, args: tuple) -> Any:
     """A native attention site: xpuruntime's kernel on q, k, v (the first three positional arguments, contiguous as
     they come); with grad, only where the forward returns the log-sum-exp for PyTorch's flash backward."""
     route = site.route
+    if len(args) < 3:  # q, k or v given by keyword: the extension reads them positionally
+        return None
     if not route.on_xpuruntime or any(site.casts) or any(site.contig) or not HAS_CUDA:
         return None
     if route.launcher.device.type != "cuda" or (site.grad and site.lse_launcher is None):

@@ -3,7 +3,8 @@
 // the cpu kernel of "attention" on random inputs: head dims 64 and 128, float16 and bfloat16, causal or not, GQA
 // and MQA, Sq != Sk, odd lengths that end in partial tiles, explicit masks broadcast in several ways, a custom
 // scale, every output element written, and bit-identical reruns; with return_lse=1 the log-sum-exp output against
-// the cpu kernel's, and the other attention kernels' refusal of it.
+// the cpu kernel's, and the other attention kernels' refusal of it. The cudnn backend's attention kernel (cuDNN's
+// fused flash attention through its graph API) is checked the same way on the cases it supports (no masks).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_utils.h"
@@ -210,7 +212,7 @@ TEST(FlashAttention, UnfusedRefusesReturnLse) {
       << support.reason();
   // Every attention kernel answers: those that cannot write lse say so instead of running with one output.
   for (const Kernel* kernel : KernelRegistry::global().kernels("attention")) {
-    if (kernel->name() == "flash_v2" || kernel->name() == "cpu") continue;
+    if (kernel->name() == "flash_v2" || kernel->name() == "cudnn" || kernel->name() == "cpu") continue;
     const Support s = kernel->supports(with_return_lse(plain, 1), ExecutionPolicy{});
     EXPECT_FALSE(s.ok()) << kernel->name();
   }
@@ -296,8 +298,8 @@ std::string case_name(const Case& c, DType dtype) {
 
 // flash_v2 on the GPU against the cpu kernel on the same (rounded) inputs. Tolerances: both sides round P and the
 // output to the 16-bit type; bf16 carries 8 significant bits, fp16 11.
-void check_against_cpu(const Case& c, DType dtype, unsigned seed) {
-  SCOPED_TRACE(case_name(c, dtype));
+void check_against_cpu(const Case& c, DType dtype, unsigned seed, const Kernel* kernel = flash_kernel()) {
+  SCOPED_TRACE(kernel->name() + " " + case_name(c, dtype));
   std::mt19937 gen(seed);
   const Tensor q = random_tensor({c.batch, c.heads, c.seq_q, c.head_dim}, dtype, gen, -2.f, 2.f);
   const Tensor k = random_tensor({c.batch, c.kv_heads, c.seq_k, c.head_dim}, dtype, gen, -2.f, 2.f);
@@ -309,7 +311,7 @@ void check_against_cpu(const Case& c, DType dtype, unsigned seed) {
 
   const Device gpu = Device::cuda(0);
   const std::vector<Tensor> gpu_inputs = {q.to(gpu), k.to(gpu), v.to(gpu), mask.defined() ? mask.to(gpu) : Tensor()};
-  const Tensor out = run_kernel(*flash_kernel(), gpu_inputs, attrs)[0];
+  const Tensor out = run_kernel(*kernel, gpu_inputs, attrs)[0];
   const Tensor ref = run_kernel(*KernelRegistry::global().find_kernel("attention", "cpu"), {q, k, v, mask}, attrs)[0];
   ASSERT_EQ(out.shape(), ref.shape());
   ASSERT_EQ(out.dtype(), dtype);
@@ -322,7 +324,7 @@ void check_against_cpu(const Case& c, DType dtype, unsigned seed) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double error = std::fabs(static_cast<double>(got[i]) - want[i]);
     if (!(error <= tolerance * (1.0 + std::fabs(want[i])))) {  // NaN fails too
-      if (bad++ < 5) ADD_FAILURE() << "element " << i << ": flash_v2 " << got[i] << ", cpu " << want[i];
+      if (bad++ < 5) ADD_FAILURE() << "element " << i << ": " << kernel->name() << " " << got[i] << ", cpu " << want[i];
     }
     if (std::isfinite(error)) max_error = std::max(max_error, error);
     error_sq += error * error;
@@ -406,8 +408,10 @@ TEST(FlashAttentionGpu, FullyMaskedRowIsNaN) {
 // flash_v2's lse (return_lse=1) against the cpu kernel's on the same rounded inputs; output 0 is bit-identical
 // to the run without return_lse. lse is written for every row (the output starts as NaN), -inf for a fully
 // masked row. Tolerance: both compute fp32 scores from the same 16-bit inputs; lse is O(log Sk + max score).
-void check_lse_against_cpu(const Case& c, DType dtype, unsigned seed, std::int64_t masked_row = -1) {
-  SCOPED_TRACE(case_name(c, dtype) + (masked_row >= 0 ? " row " + std::to_string(masked_row) + " masked" : ""));
+void check_lse_against_cpu(const Case& c, DType dtype, unsigned seed, std::int64_t masked_row = -1,
+                           const Kernel* kernel = flash_kernel()) {
+  SCOPED_TRACE(kernel->name() + " " + case_name(c, dtype) +
+               (masked_row >= 0 ? " row " + std::to_string(masked_row) + " masked" : ""));
   std::mt19937 gen(seed);
   const Tensor q = random_tensor({c.batch, c.heads, c.seq_q, c.head_dim}, dtype, gen, -2.f, 2.f);
   const Tensor k = random_tensor({c.batch, c.kv_heads, c.seq_k, c.head_dim}, dtype, gen, -2.f, 2.f);
@@ -435,7 +439,7 @@ void check_lse_against_cpu(const Case& c, DType dtype, unsigned seed, std::int64
 
   const Device gpu = Device::cuda(0);
   const std::vector<Tensor> gpu_inputs = {q.to(gpu), k.to(gpu), v.to(gpu), mask.defined() ? mask.to(gpu) : Tensor()};
-  const std::vector<Tensor> got = run_kernel(*flash_kernel(), gpu_inputs, lse_attrs);
+  const std::vector<Tensor> got = run_kernel(*kernel, gpu_inputs, lse_attrs);
   const std::vector<Tensor> ref =
       run_kernel(*KernelRegistry::global().find_kernel("attention", "cpu"), {q, k, v, mask}, lse_attrs);
   ASSERT_EQ(got.size(), 2u);
@@ -454,7 +458,9 @@ void check_lse_against_cpu(const Case& c, DType dtype, unsigned seed, std::int64
       ok = error <= 1e-3 + 1e-4 * std::fabs(want_lse[i]);  // NaN fails
       if (std::isfinite(error)) max_error = std::max(max_error, error);
     }
-    if (!ok && bad++ < 5) ADD_FAILURE() << "lse " << i << ": flash_v2 " << got_lse[i] << ", cpu " << want_lse[i];
+    if (!ok && bad++ < 5) {
+      ADD_FAILURE() << "lse " << i << ": " << kernel->name() << " " << got_lse[i] << ", cpu " << want_lse[i];
+    }
   }
   EXPECT_EQ(bad, 0u) << "of " << got_lse.size() << " rows; max |error| " << max_error;
   if (masked_row >= 0) {
@@ -462,7 +468,19 @@ void check_lse_against_cpu(const Case& c, DType dtype, unsigned seed, std::int64
       EXPECT_EQ(got_lse[bh * c.seq_q + masked_row], -std::numeric_limits<float>::infinity()) << "head " << bh;
     }
   }
-  // Writing lse leaves output 0 as it was.
+  // Writing lse leaves output 0 as it was (flash_v2: bit for bit; cuDNN may run another engine without stats).
+  if (kernel != flash_kernel()) {
+    const std::vector<float> plain = to_floats(run_kernel(*kernel, gpu_inputs, attrs)[0]);
+    const std::vector<float> with_lse = to_floats(got[0]);
+    ASSERT_EQ(plain.size(), with_lse.size());
+    const double tolerance = dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      if (!(std::fabs(plain[i] - with_lse[i]) <= tolerance * (1.0 + std::fabs(plain[i])))) ++differ;
+    }
+    EXPECT_EQ(differ, 0u) << "elements of y differ with and without return_lse";
+    return;
+  }
   const Tensor plain = run_kernel(*flash_kernel(), gpu_inputs, attrs)[0].to(Device::cpu());
   const Tensor with_lse = got[0].to(Device::cpu());
   ASSERT_EQ(plain.nbytes(), with_lse.nbytes());
@@ -501,6 +519,165 @@ TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
   const Tensor second = run_kernel(*flash_kernel(), {q, k, v}, attrs)[0].to(Device::cpu());
   ASSERT_EQ(first.nbytes(), second.nbytes());
   EXPECT_EQ(std::memcmp(first.data_ptr(), second.data_ptr(), first.nbytes()), 0);
+}
+
+// ---- the cudnn backend's attention kernel ----
+
+const Kernel* cudnn_kernel() { return KernelRegistry::global().find_kernel("attention", "cudnn"); }
+
+// The kernel is declared in every build (absent without cuDNN: it then says so); a usable one needs cuDNN.
+bool has_cudnn_attention() {
+  const Kernel* kernel = cudnn_kernel();
+  return kernel != nullptr && kernel->info().summary != "not in this build";
+}
+
+#define SKIP_WITHOUT_CUDNN_ATTENTION()                                                       \
+  do {                                                                                       \
+    if (!has_cudnn_attention()) GTEST_SKIP() << "this build has no cuDNN attention kernel";  \
+  } while (0)
+
+void expect_cudnn_no(const OpDescriptor& desc, const std::string& fragment,
+                     const ExecutionPolicy& policy = ExecutionPolicy{}) {
+  const Support support = cudnn_kernel()->supports(desc, policy);
+  EXPECT_FALSE(support.ok()) << "expected cudnn to refuse " << desc.signature();
+  EXPECT_NE(support.reason().find(fragment), std::string::npos) << support.reason();
+}
+
+TEST(CudnnAttention, IsRegisteredAfterFlashAsANonDeterministicCudnnKernel) {
+  ASSERT_NE(cudnn_kernel(), nullptr) << "policies may name attention=cudnn in every build";
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  const KernelInfo& info = cudnn_kernel()->info();
+  EXPECT_EQ(info.backend, "cudnn");
+  EXPECT_EQ(info.device_type, DeviceType::kCUDA);
+  EXPECT_FALSE(info.deterministic);
+  std::vector<std::string> order;
+  for (const Kernel* kernel : KernelRegistry::global().kernels("attention")) order.push_back(kernel->name());
+  const auto flash = std::find(order.begin(), order.end(), "flash_v2");
+  const auto cudnn = std::find(order.begin(), order.end(), "cudnn");
+  ASSERT_NE(cudnn, order.end());
+  if (flash != order.end()) {
+    EXPECT_LT(flash - order.begin(), cudnn - order.begin());
+  }
+}
+
+TEST(CudnnAttention, AcceptsSupportedDescriptors) {
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (std::int64_t d : {8, 64, 72, 128}) {
+      for (bool causal : {false, true}) {
+        const OpDescriptor desc = attention_desc({2, 8, 77, d}, {2, 2, 129, d}, {2, 2, 129, d}, dtype, causal);
+        EXPECT_TRUE(cudnn_kernel()->supports(desc, ExecutionPolicy{})) << d;
+        EXPECT_TRUE(cudnn_kernel()->supports(with_return_lse(desc, 1), ExecutionPolicy{})) << d;
+      }
+    }
+  }
+  // Head dims up to 256 on Hopper, 128 before.
+  EXPECT_TRUE(cudnn_kernel()->supports(attention_desc({1, 2, 16, 256}, {1, 2, 16, 256}, {1, 2, 16, 256}),
+                                       ExecutionPolicy{}));
+  expect_cudnn_no(attention_desc({1, 2, 16, 256}, {1, 2, 16, 256}, {1, 2, 16, 256}, DType::kBFloat16, false,
+                                 Device::cuda(0), 80),
+                  "multiples of 8 up to 128");
+}
+
+TEST(CudnnAttention, RefusesWhatItsGraphDoesNotDescribe) {
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  expect_cudnn_no(attention_desc({2, 4, 17, 64}, {2, 4, 33, 64}, {2, 4, 33, 64}, DType::kFloat16, false,
+                                 Device::cuda(0), 90, {17, 33}),
+                  "takes no mask input");
+  expect_cudnn_no(attention_desc({1, 2, 16, 60}, {1, 2, 16, 60}, {1, 2, 16, 60}), "multiples of 8");
+  expect_cudnn_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 128}), "D = Dv");
+  expect_cudnn_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}, DType::kFloat32),
+                  "supports float16 and bfloat16, got float32");
+  expect_cudnn_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}, DType::kFloat16, false,
+                                 Device::cuda(0), 75),
+                  "compute capability 8.0");
+  expect_cudnn_no(attention_desc({1, 2, 16, 64}, {1, 2, 0, 64}, {1, 2, 0, 64}), "Sk = 0");
+  expect_cudnn_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}, DType::kFloat16, false,
+                                 Device::cpu()),
+                  "runs on CUDA devices");
+  OpDescriptor misaligned = attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  misaligned.inputs[2].alignment = 8;
+  expect_cudnn_no(misaligned, "16-byte aligned");
+  OpDescriptor strided = attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  strided.inputs[0].strides = {2048, 64, 128, 1};
+  expect_cudnn_no(strided, "contiguous");
+  ExecutionPolicy deterministic;
+  deterministic.deterministic = true;
+  expect_cudnn_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}), "not deterministic",
+                  deterministic);
+  OpDescriptor missing = with_return_lse(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}), 1);
+  missing.outputs.resize(1);
+  expect_cudnn_no(missing, "writes 2 output(s) for return_lse=1");
+  XPURT_EXPECT_THROW_WITH(
+      cudnn_kernel()->build(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}), ExecutionPolicy{},
+                            "{\"algo\": 3}"),
+      UnsupportedOperationError, "no plan record");
+}
+
+TEST(CudnnAttentionGpu, MatchesCpuAcrossShapes) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  unsigned seed = 400;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        for (std::int64_t s : {1, 17, 64, 129}) {
+          check_against_cpu({2, 3, 3, s, s, d, causal}, dtype, seed++, cudnn_kernel());
+        }
+        check_against_cpu({1, 2, 2, 1000, 1000, d, causal}, dtype, seed++, cudnn_kernel());
+        check_against_cpu({2, 8, 2, 77, 200, d, causal}, dtype, seed++, cudnn_kernel());   // GQA, Sq < Sk
+        check_against_cpu({1, 4, 1, 300, 129, d, causal}, dtype, seed++, cudnn_kernel());  // MQA, Sq > Sk
+        check_against_cpu({1, 2, 2, 1, 257, d, causal}, dtype, seed++, cudnn_kernel());    // one query
+      }
+      check_against_cpu({2, 2, 2, 50, 60, d, false, {}, 0.05}, dtype, seed++, cudnn_kernel());  // custom scale
+    }
+    check_against_cpu({2, 2, 2, 33, 47, 72, true}, dtype, seed++, cudnn_kernel());   // head dim 72
+    check_against_cpu({1, 2, 2, 40, 40, 256, false}, dtype, seed++, cudnn_kernel());  // head dim 256 (sm90)
+  }
+}
+
+TEST(CudnnAttentionGpu, LogSumExpMatchesCpu) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  unsigned seed = 500;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        check_lse_against_cpu({2, 3, 3, 200, 200, d, causal}, dtype, seed++, -1, cudnn_kernel());
+        check_lse_against_cpu({2, 8, 2, 77, 300, d, causal}, dtype, seed++, -1, cudnn_kernel());
+        check_lse_against_cpu({1, 4, 1, 300, 129, d, causal}, dtype, seed++, -1, cudnn_kernel());
+      }
+      check_lse_against_cpu({2, 2, 2, 50, 60, d, false, {}, 0.05}, dtype, seed++, -1, cudnn_kernel());
+    }
+  }
+}
+
+// The plan describes cuDNN's choice, and a second thread (another cuDNN handle) runs the same plan correctly.
+TEST(CudnnAttentionGpu, PlanRunsOnAnotherThread) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  const OpDescriptor desc = attention_desc({1, 2, 64, 64}, {1, 2, 64, 64}, {1, 2, 64, 64}, DType::kBFloat16, true);
+  auto plan = cudnn_kernel()->build(desc, ExecutionPolicy{}, "");
+  EXPECT_NE(plan->describe().find("cudnn fused attention"), std::string::npos) << plan->describe();
+  std::mt19937 gen(3);
+  const Device gpu = Device::cuda(0);
+  const std::vector<Tensor> inputs = {random_tensor({1, 2, 64, 64}, DType::kBFloat16, gen).to(gpu),
+                                      random_tensor({1, 2, 64, 64}, DType::kBFloat16, gen).to(gpu),
+                                      random_tensor({1, 2, 64, 64}, DType::kBFloat16, gen).to(gpu), Tensor()};
+  std::vector<Tensor> here = {Tensor::empty({1, 2, 64, 64}, DType::kBFloat16, gpu)};
+  std::vector<Tensor> there = {Tensor::empty({1, 2, 64, 64}, DType::kBFloat16, gpu)};
+  const StreamView stream = StreamManager::instance().current_stream(gpu);
+  plan->execute(desc, inputs, here, stream);
+  stream.synchronize();
+  std::thread other([&] {
+    const StreamView other_stream = StreamManager::instance().current_stream(gpu);
+    plan->execute(desc, inputs, there, other_stream);
+    other_stream.synchronize();
+  });
+  other.join();
+  const std::vector<float> a = to_floats(here[0]), b = to_floats(there[0]);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-2 * (1 + std::fabs(a[i]))) << i;
 }
 
 }  // namespace

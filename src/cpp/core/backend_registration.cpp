@@ -59,6 +59,7 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cudnn", {"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "batch_norm"},
                  "cudnn", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
   declare_absent(registry, "cudnn", {"conv2d"}, "cudnn_search", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
+  declare_absent(registry, "cudnn", {"attention"}, "cudnn", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
 #endif
   (void)registry;
   (void)elementwise;
@@ -112,6 +113,9 @@ KernelRegistry& KernelRegistry::global() {
 #endif
 #if XPURT_BACKEND_CUDA_RAW
     register_cuda_raw(registry);
+#endif
+#if XPURT_BACKEND_CUDNN
+    register_cudnn_attention(registry);  // after flash_v2: cuDNN's attention is chosen by policy or by timing
 #endif
 #if XPURT_BACKEND_CUBLAS
     register_cublas(registry);

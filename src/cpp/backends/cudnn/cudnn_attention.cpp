@@ -1,0 +1,585 @@
+// The attention kernel of the cudnn backend ("cudnn", op "attention", docs/ops.md): cuDNN 9's fused flash
+// attention, reached through cuDNN's graph (backend) API without the cudnn-frontend library. The op is described
+// to cuDNN as the operation graph of Note [cuDNN attention graph]; cuDNN's heuristic picks the fused engine that
+// runs it (on Hopper its FlashAttention-3-style kernels: the backend PyTorch's SDPA prefers there).
+//
+// What it runs (supports() says why not otherwise): CUDA devices of compute capability >= 8.0; q, k, v float16 or
+// bfloat16, contiguous, 16-byte aligned; head dim D = Dv, a multiple of 8, at most 128 (256 on sm90+); H % Hkv ==
+// 0; Sq, Sk >= 1; `causal` (top-left aligned, as the op defines it) and `scale`; no mask input (use flash_v2 or
+// unfused for masks). With return_lse=1 it writes lse [B, H, Sq] float32 too (cuDNN's softmax "stats").
+//
+// Not deterministic in general: cuDNN does not promise a fixed reduction order for every engine, so the kernel
+// is registered as non-deterministic and a deterministic policy skips it.
+// Plans are immutable once built; run() may be called from several threads at once (see Note [cuDNN attention
+// plans per handle]).
+#include <cudnn.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cudnn_utils.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+
+namespace {
+
+// Note [cuDNN attention graph]
+// cuDNN's fused attention engines match one pattern of its graph API (cuDNN developer guide, "Fused Flash
+// Attention fprop"); cudnn-frontend's sdpa node emits the same. With S = scores, all [B, H, Sq, Sk]:
+//   S   = matmul(Q [B, H, Sq, D], K^T [B, Hkv, D, Sk])      K^T: k's memory with its last two dims and strides swapped
+//   S   = S * scale                                        scale: a by-value float [1, 1, 1, 1]
+//   causal only:  r = gen_index(S, axis 2), c = gen_index(S, axis 3) (int32), keep = r >= c (boolean),
+//                 S = binary_select(S, lowest float, keep), i.e. keep ? S : lowest
+//   M   = reduce_max(S) [B, H, Sq, 1];  E = exp(S - M);  Z = reduce_add(E) [B, H, Sq, 1]
+//   P   = E / Z                                            P in q's dtype: the second matmul's A operand
+//   O   = matmul(P, V [B, Hkv, Sk, Dv])
+//   stats = M + log(Z) [B, H, Sq, 1] float32: the natural-log log-sum-exp, which is the op's lse.
+// cuDNN 9.19 proposes no engine for the same graph without stats (the inference form cudnn-frontend emits), so
+// the stats are always written: into output 1 with return_lse=1, else into the plan's workspace, after cuDNN's.
+// Every tensor between the two matmuls is virtual (never in memory) and float32. Grouped-query attention is the
+// Hkv dim of K^T and V; cuDNN maps query head h to kv head h / (H / Hkv), as the op does.
+
+// Unique ids of the tensors the variant pack names; the virtual ones only need to be distinct.
+enum Uid : std::int64_t {
+  kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kNegInf = 7,
+  kVirtual = 100,  // virtual tensors count up from here
+};
+
+constexpr const char* kLabel = "cudnn attention";
+constexpr const char* kInputNames[] = {"q", "k", "v", "mask"};
+
+// cuDNN 9.0's fused flash attention is the oldest this kernel describes; the graph below is what it matches.
+constexpr std::size_t kMinCudnnVersion = 90000;
+
+// Owns one cuDNN backend descriptor (cudnnBackendCreateDescriptor / cudnnBackendDestroyDescriptor).
+class BackendDescriptor {
+ public:
+  explicit BackendDescriptor(cudnnBackendDescriptorType_t type) {
+    XPURT_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &descriptor_));
+  }
+  BackendDescriptor(BackendDescriptor&& other) noexcept : descriptor_(std::exchange(other.descriptor_, nullptr)) {}
+  BackendDescriptor& operator=(BackendDescriptor&& other) noexcept {
+    if (this != &other) {
+      release();
+      descriptor_ = std::exchange(other.descriptor_, nullptr);
+    }
+    return *this;
+  }
+  BackendDescriptor(const BackendDescriptor&) = delete;
+  BackendDescriptor& operator=(const BackendDescriptor&) = delete;
+  ~BackendDescriptor() { release(); }
+
+  cudnnBackendDescriptor_t get() const { return descriptor_; }
+
+  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, std::int64_t count,
+           const void* values) {
+    XPURT_CUDNN_CHECK(cudnnBackendSetAttribute(descriptor_, name, type, count, values));
+  }
+  void set_descriptor(cudnnBackendAttributeName_t name, const BackendDescriptor& value) {
+    cudnnBackendDescriptor_t raw = value.get();
+    set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+  }
+  void set_int(cudnnBackendAttributeName_t name, std::int64_t value) { set(name, CUDNN_TYPE_INT64, 1, &value); }
+  void set_data_type(cudnnBackendAttributeName_t name, cudnnDataType_t value) {
+    set(name, CUDNN_TYPE_DATA_TYPE, 1, &value);
+  }
+  void finalize() { XPURT_CUDNN_CHECK(cudnnBackendFinalize(descriptor_)); }
+
+ private:
+  void release() noexcept {
+    if (descriptor_ != nullptr) cudnnBackendDestroyDescriptor(descriptor_);
+    descriptor_ = nullptr;
+  }
+  cudnnBackendDescriptor_t descriptor_ = nullptr;
+};
+
+// The geometry of one descriptor, fixed at build time.
+struct AttentionShape {
+  DType dtype = DType::kBFloat16;
+  std::int64_t batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0, head_dim = 0;
+  bool causal = false;
+  bool stats = false;  // return_lse=1: output 1 is lse
+  float scale = 0.f;   // the resolved scale (1/sqrt(D) for the attribute's 0)
+};
+
+bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_lse", 0) != 0; }
+
+AttentionShape shape_of(const OpDescriptor& desc) {
+  const TensorDesc& q = desc.inputs[0];
+  const TensorDesc& k = desc.inputs[1];
+  AttentionShape shape;
+  shape.dtype = q.dtype;
+  shape.batch = q.shape[0];
+  shape.heads = q.shape[1];
+  shape.seq_q = q.shape[2];
+  shape.head_dim = q.shape[3];
+  shape.kv_heads = k.shape[1];
+  shape.seq_k = k.shape[2];
+  shape.causal = desc.attrs.get_int("causal", 0) != 0;
+  shape.stats = returns_lse(desc);
+  double scale = desc.attrs.get_float("scale", 0.0);
+  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
+  shape.scale = static_cast<float>(scale);
+  return shape;
+}
+
+Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+  if (desc.inputs.size() < 3 || !desc.inputs[0].present || !desc.inputs[1].present || !desc.inputs[2].present) {
+    return Support::no(detail::str_cat(kLabel, " needs the inputs q, k and v"));
+  }
+  if (desc.inputs.size() > 3 && desc.inputs[3].present) {
+    return Support::no(detail::str_cat(kLabel, " takes no mask input (its graph has causal masking only); use "
+                                       "flash_v2 or unfused for an explicit mask"));
+  }
+  Support common = cudnn::check_common(desc, policy, kLabel, 16);
+  if (!common) return common;
+  if (policy.deterministic) {
+    return Support::no(detail::str_cat(kLabel, " is not deterministic (cuDNN does not promise a fixed reduction "
+                                       "order); the policy asks for determinism: use flash_v2"));
+  }
+  if (cudnn::runtime_version() < kMinCudnnVersion) {
+    return Support::no(detail::str_cat(kLabel, " needs cuDNN 9.0 or newer, the loaded one is ",
+                                       cudnn::runtime_version()));
+  }
+  if (desc.compute_capability > 0 && desc.compute_capability < 80) {
+    return Support::no(detail::str_cat(kLabel, " needs compute capability 8.0 or newer (cuDNN's fused attention), "
+                                       "this device is sm_", desc.compute_capability, "; use unfused"));
+  }
+  const TensorDesc& q = desc.inputs[0];
+  const TensorDesc& k = desc.inputs[1];
+  const TensorDesc& v = desc.inputs[2];
+  if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
+    return Support::no(detail::str_cat(kLabel, " supports float16 and bfloat16, got ", dtype_name(q.dtype),
+                                       "; cast q, k, v or use unfused"));
+  }
+  for (std::size_t i = 1; i < 3; ++i) {
+    if (desc.inputs[i].dtype != q.dtype) {
+      return Support::no(detail::str_cat(kLabel, " needs one dtype for q, k and v; '", kInputNames[i], "' is ",
+                                         dtype_name(desc.inputs[i].dtype), ", q is ", dtype_name(q.dtype)));
+    }
+    if (desc.inputs[i].dim() != 4) {
+      return Support::no(detail::str_cat(kLabel, " needs 4-d q, k, v ([B, H, S, D]); '", kInputNames[i], "' is ",
+                                         desc.inputs[i].str()));
+    }
+  }
+  if (q.dim() != 4) return Support::no(detail::str_cat(kLabel, " needs 4-d q ([B, H, Sq, D]), got ", q.str()));
+  const std::int64_t head_dim = q.shape[3];
+  const std::int64_t max_head_dim = desc.compute_capability >= 90 ? 256 : 128;
+  if (head_dim % 8 != 0 || head_dim > max_head_dim || head_dim < 8) {
+    return Support::no(detail::str_cat(kLabel, " supports head dims that are multiples of 8 up to ", max_head_dim,
+                                       " on this device, got ", head_dim, "; use unfused"));
+  }
+  if (k.shape[3] != head_dim || v.shape[3] != head_dim) {
+    return Support::no(detail::str_cat(kLabel, " needs k and v with q's head dim (D = Dv = ", head_dim, "), got k ",
+                                       cudnn::format_ints(k.shape), ", v ", cudnn::format_ints(v.shape)));
+  }
+  if (k.shape[1] < 1 || q.shape[1] % k.shape[1] != 0 || v.shape[1] != k.shape[1] || k.shape[0] != q.shape[0] ||
+      v.shape[0] != q.shape[0] || v.shape[2] != k.shape[2]) {
+    return Support::no(detail::str_cat(kLabel, " needs q [B, H, Sq, D], k and v [B, Hkv, Sk, D] with Hkv dividing "
+                                       "H; got q ", cudnn::format_ints(q.shape), ", k ", cudnn::format_ints(k.shape),
+                                       ", v ", cudnn::format_ints(v.shape)));
+  }
+  if (k.shape[2] < 1 && q.numel() > 0) {
+    return Support::no(detail::str_cat(kLabel, ": a softmax over zero keys (Sk = 0) is undefined"));
+  }
+  const std::size_t expected_outputs = returns_lse(desc) ? 2 : 1;
+  if (desc.outputs.size() != expected_outputs) {
+    return Support::no(detail::str_cat(kLabel, " writes ", expected_outputs, " output(s) for return_lse=",
+                                       returns_lse(desc) ? 1 : 0, ", the descriptor has ", desc.outputs.size()));
+  }
+  if (expected_outputs == 2) {
+    const TensorDesc& lse = desc.outputs[1];
+    const std::vector<std::int64_t> lse_shape = {q.shape[0], q.shape[1], q.shape[2]};
+    if (lse.dtype != DType::kFloat32 || lse.shape != lse_shape) {
+      return Support::no(detail::str_cat(kLabel, " writes the log-sum-exp as float32 ",
+                                         cudnn::format_ints(lse_shape), "; output 1 is ", lse.str()));
+    }
+  }
+  return Support::yes();
+}
+
+// One built graph and execution plan, tied to the cuDNN handle it was built with.
+struct BuiltGraph {
+  std::vector<BackendDescriptor> parts;  // tensors and operations the graph refers to, kept alive with it
+  std::unique_ptr<BackendDescriptor> graph;
+  std::unique_ptr<BackendDescriptor> plan;
+  std::int64_t workspace = 0;
+  std::int64_t engine = -1;  // cuDNN's global engine index
+  std::string engine_name;   // from the plan's JSON, when cuDNN gives one
+};
+
+// Builds the operation graph of Note [cuDNN attention graph] and the first execution plan cuDNN's heuristic
+// ranks that finalizes within `workspace_limit`. Throws UnsupportedOperationError with cuDNN's reasons when none
+// does.
+class GraphBuilder {
+ public:
+  GraphBuilder(const AttentionShape& shape, cudnnHandle_t handle) : shape_(shape), handle_(handle) {}
+
+  std::unique_ptr<BuiltGraph> build(std::size_t workspace_limit) {
+    auto built = std::make_unique<BuiltGraph>();
+    const std::int64_t b = shape_.batch, h = shape_.heads, hk = shape_.kv_heads, sq = shape_.seq_q,
+                       sk = shape_.seq_k, d = shape_.head_dim;
+    const cudnnDataType_t io = cudnn::data_type(shape_.dtype);
+    std::vector<cudnnBackendDescriptor_t> ops;
+
+    const std::size_t q = tensor(built.get(), kQ, io, {b, h, sq, d}, {h * sq * d, sq * d, d, 1});
+    const std::size_t kt = tensor(built.get(), kK, io, {b, hk, d, sk}, {hk * sk * d, sk * d, 1, d});
+    const std::size_t v = tensor(built.get(), kV, io, {b, hk, sk, d}, {hk * sk * d, sk * d, d, 1});
+    const std::size_t o = tensor(built.get(), kO, io, {b, h, sq, d}, {h * sq * d, sq * d, d, 1});
+    const std::vector<std::int64_t> scores = {b, h, sq, sk}, scores_strides = {h * sq * sk, sq * sk, sk, 1};
+    const std::vector<std::int64_t> rows = {b, h, sq, 1}, rows_strides = {h * sq, sq, 1, 1};
+    const std::vector<std::int64_t> one = {1, 1, 1, 1};
+
+    std::size_t s = virtual_tensor(built.get(), CUDNN_DATA_FLOAT, scores, scores_strides);
+    ops.push_back(matmul(built.get(), q, kt, s));
+    const std::size_t scale = tensor(built.get(), kScale, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
+    s = pointwise(built.get(), ops, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, kNone, scores, scores_strides,
+                  CUDNN_DATA_FLOAT);
+    if (shape_.causal) {
+      const std::size_t row = pointwise(built.get(), ops, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
+                                        kNone, scores, scores_strides, CUDNN_DATA_INT32, /*axis=*/2);
+      const std::size_t col = pointwise(built.get(), ops, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
+                                        kNone, scores, scores_strides, CUDNN_DATA_INT32, /*axis=*/3);
+      const std::size_t keep = pointwise(built.get(), ops, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col,
+                                         kNone, scores, scores_strides, CUDNN_DATA_BOOLEAN);
+      const std::size_t neg_inf = tensor(built.get(), kNegInf, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
+      s = pointwise(built.get(), ops, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neg_inf, keep, scores,
+                    scores_strides, CUDNN_DATA_FLOAT);
+    }
+    const std::size_t max = virtual_tensor(built.get(), CUDNN_DATA_FLOAT, rows, rows_strides);
+    ops.push_back(reduction(built.get(), CUDNN_REDUCE_TENSOR_MAX, s, max));
+    const std::size_t shifted = pointwise(built.get(), ops, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s, max, kNone,
+                                          scores, scores_strides, CUDNN_DATA_FLOAT);
+    const std::size_t exp = pointwise(built.get(), ops, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, shifted, kNone, kNone,
+                                      scores, scores_strides, CUDNN_DATA_FLOAT);
+    const std::size_t sum = virtual_tensor(built.get(), CUDNN_DATA_FLOAT, rows, rows_strides);
+    ops.push_back(reduction(built.get(), CUDNN_REDUCE_TENSOR_ADD, exp, sum));
+    const std::size_t log = pointwise(built.get(), ops, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, kNone, kNone,
+                                      rows, rows_strides, CUDNN_DATA_FLOAT);
+    const std::size_t stats = tensor(built.get(), kStats, CUDNN_DATA_FLOAT, rows, rows_strides);
+    pointwise_into(built.get(), ops, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, max, log, kNone, stats);
+    const std::size_t p = pointwise(built.get(), ops, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exp, sum, kNone, scores,
+                                    scores_strides, io);
+    ops.push_back(matmul(built.get(), p, v, o));
+
+    built->graph = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    built->graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                      static_cast<std::int64_t>(ops.size()), ops.data());
+    built->graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
+    built->graph->finalize();
+    choose_plan(built.get(), workspace_limit);
+    return built;
+  }
+
+ private:
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  // A tensor descriptor (returns its index in `built->parts`). 16-byte alignment: the inputs' (supports()
+  // checks it; the by-value scalars live in the plan).
+  std::size_t tensor(BuiltGraph* built, std::int64_t uid, cudnnDataType_t type, const std::vector<std::int64_t>& dims,
+                     const std::vector<std::int64_t>& strides, bool by_value = false, bool is_virtual = false) {
+    BackendDescriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    t.set_int(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid);
+    t.set_data_type(CUDNN_ATTR_TENSOR_DATA_TYPE, type);
+    t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<std::int64_t>(dims.size()), dims.data());
+    t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, static_cast<std::int64_t>(strides.size()), strides.data());
+    t.set_int(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, 16);
+    if (is_virtual) {
+      const bool yes = true;
+      t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes);
+    }
+    if (by_value) {
+      const bool yes = true;
+      t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
+    }
+    t.finalize();
+    built->parts.push_back(std::move(t));
+    return built->parts.size() - 1;
+  }
+
+  std::size_t virtual_tensor(BuiltGraph* built, cudnnDataType_t type, const std::vector<std::int64_t>& dims,
+                             const std::vector<std::int64_t>& strides) {
+    return tensor(built, next_virtual_++, type, dims, strides, /*by_value=*/false, /*is_virtual=*/true);
+  }
+
+  cudnnBackendDescriptor_t matmul(BuiltGraph* built, std::size_t a, std::size_t b, std::size_t c) {
+    BackendDescriptor mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    mm.set_data_type(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_DATA_FLOAT);
+    mm.finalize();
+    BackendDescriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_ADESC, built->parts[a]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, built->parts[b]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, built->parts[c]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+    op.finalize();
+    built->parts.push_back(std::move(mm));
+    built->parts.push_back(std::move(op));
+    return built->parts.back().get();
+  }
+
+  cudnnBackendDescriptor_t reduction(BuiltGraph* built, cudnnReduceTensorOp_t mode, std::size_t x, std::size_t y) {
+    BackendDescriptor red(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
+    red.set_data_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT);
+    red.finalize();
+    BackendDescriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, built->parts[x]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, built->parts[y]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red);
+    op.finalize();
+    built->parts.push_back(std::move(red));
+    built->parts.push_back(std::move(op));
+    return built->parts.back().get();
+  }
+
+  // A pointwise op y = mode(x[, b[, t]]) into a new virtual tensor of `out_type` (returns its index).
+  std::size_t pointwise(BuiltGraph* built, std::vector<cudnnBackendDescriptor_t>& ops, cudnnPointwiseMode_t mode,
+                        cudnnDataType_t compute, std::size_t x, std::size_t b, std::size_t t,
+                        const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& strides,
+                        cudnnDataType_t out_type, std::int64_t axis = -1) {
+    const std::size_t y = virtual_tensor(built, out_type, dims, strides);
+    pointwise_into(built, ops, mode, compute, x, b, t, y, axis);
+    return y;
+  }
+
+  void pointwise_into(BuiltGraph* built, std::vector<cudnnBackendDescriptor_t>& ops, cudnnPointwiseMode_t mode,
+                      cudnnDataType_t compute, std::size_t x, std::size_t b, std::size_t t, std::size_t y,
+                      std::int64_t axis = -1) {
+    BackendDescriptor pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    pw.set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, compute);
+    if (axis >= 0) pw.set_int(CUDNN_ATTR_POINTWISE_AXIS, axis);
+    pw.finalize();
+    BackendDescriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, built->parts[x]);
+    if (b != kNone) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, built->parts[b]);
+    if (t != kNone) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, built->parts[t]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, built->parts[y]);
+    const float alpha = 1.f;  // y = op(alpha1 * x, alpha2 * b), as cudnn-frontend sets them
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha);
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha);
+    op.finalize();
+    built->parts.push_back(std::move(pw));
+    built->parts.push_back(std::move(op));
+    ops.push_back(built->parts.back().get());
+  }
+
+  // Note [cuDNN attention engine choice]
+  // cuDNN's heuristic (mode A) ranks the engine configurations that can run the graph; the first whose execution
+  // plan finalizes and whose workspace fits the policy's limit is used, as cudnn-frontend's build_plans does. A
+  // configuration that fails to finalize (CUDNN_STATUS_NOT_SUPPORTED_*) is skipped with its reason; when none
+  // remains the build fails with all of them.
+  void choose_plan(BuiltGraph* built, std::size_t workspace_limit) {
+    BackendDescriptor heuristic(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    heuristic.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *built->graph);
+    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    heuristic.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    heuristic.finalize();
+    std::int64_t count = 0;
+    XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(heuristic.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+    if (count <= 0) {
+      throw UnsupportedOperationError(detail::str_cat(kLabel, ": cuDNN ", cudnn::runtime_version(),
+                                                      " has no engine for this attention graph; use flash_v2"));
+    }
+    std::vector<BackendDescriptor> configs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (std::int64_t i = 0; i < count; ++i) {
+      configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      raw.push_back(configs.back().get());
+    }
+    std::int64_t returned = 0;
+    XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(heuristic.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()));
+    std::string skipped;
+    for (std::int64_t i = 0; i < returned; ++i) {
+      try {
+        auto plan = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
+        plan->set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[static_cast<std::size_t>(i)]);
+        plan->finalize();
+        std::int64_t workspace = 0;
+        std::int64_t got = 0;
+        XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                   CUDNN_TYPE_INT64, 1, &got, &workspace));
+        if (workspace < 0 || static_cast<std::size_t>(workspace) > workspace_limit) {
+          skipped += detail::str_cat("; configuration ", i, " needs ", cudnn::format_bytes(
+                                         static_cast<std::size_t>(std::max<std::int64_t>(workspace, 0))),
+                                     " of workspace, over the limit ", cudnn::format_bytes(workspace_limit));
+          continue;
+        }
+        built->workspace = workspace;
+        built->engine = engine_index(configs[static_cast<std::size_t>(i)]);
+        built->plan = std::move(plan);
+        return;
+      } catch (const UnsupportedOperationError& e) {
+        skipped += detail::str_cat("; configuration ", i, ": ", e.what());
+      }
+    }
+    throw UnsupportedOperationError(detail::str_cat(kLabel, ": none of the ", returned, " engine configurations "
+                                                    "cuDNN ", cudnn::runtime_version(), " proposes can run this "
+                                                    "graph", skipped));
+  }
+
+  static std::int64_t engine_index(const BackendDescriptor& config) {
+    try {
+      BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+      cudnnBackendDescriptor_t raw = engine.get();
+      std::int64_t got = 0;
+      XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &raw));
+      std::int64_t index = -1;
+      XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
+                                                 &index));
+      return index;
+    } catch (const XpuRuntimeError&) {
+      return -1;  // informational only
+    }
+  }
+
+  AttentionShape shape_;
+  cudnnHandle_t handle_;
+  std::int64_t next_virtual_ = kVirtual;
+};
+
+// Note [cuDNN attention plans per handle]
+// A cuDNN operation graph and its execution plan are made for one cudnnHandle_t, and handles are per thread
+// (Note [cuDNN handle pool]). The plan built by Kernel::build serves the building thread; another thread that
+// runs the same plan gets its own graph, built on its first run with the same heuristic choice, and kept. A
+// mutex guards the small list; a run holds it only to look its entry up.
+class AttentionPlan final : public KernelPlan {
+ public:
+  AttentionPlan(const AttentionShape& shape, int device, std::size_t workspace_limit)
+      : shape_(shape), device_(device), workspace_limit_(workspace_limit) {
+    detail::CudaDeviceGuard guard(device_);
+    cudnnHandle_t handle = cudnn::thread_handle(device_, nullptr);
+    graphs_.emplace_back(handle, GraphBuilder(shape_, handle).build(workspace_limit_));
+    cudnn_workspace_ = align_up(static_cast<std::size_t>(graphs_.front().second->workspace));
+    workspace_ = cudnn_workspace_ + (shape_.stats ? 0 : align_up(stats_bytes()));
+    engine_ = graphs_.front().second->engine;
+  }
+
+  void run(const KernelLaunch& launch) const override {
+    if (shape_.batch * shape_.heads * shape_.seq_q == 0) return;  // empty output
+    const void* pointers[] = {launch.input(0).data_ptr(), launch.input(1).data_ptr(), launch.input(2).data_ptr(),
+                              launch.output(0).data_ptr()};
+    const char* names[] = {"q", "k", "v", "the output"};
+    for (int i = 0; i < 4; ++i) {
+      XPURT_CHECK(reinterpret_cast<std::uintptr_t>(pointers[i]) % 16 == 0, kLabel, " needs 16-byte aligned q, k, v "
+                  "and output, but ", names[i], " starts at address ", reinterpret_cast<std::uintptr_t>(pointers[i]),
+                  "; run the plan on the tensors it was built for");
+    }
+    if (shape_.stats) {
+      XPURT_CHECK(launch.num_outputs == 2 && launch.output(1).dtype() == DType::kFloat32 &&
+                      launch.output(1).numel() == shape_.batch * shape_.heads * shape_.seq_q,
+                  kLabel, " with return_lse=1 writes a second output lse, float32 [B, H, Sq]; run the plan on the "
+                  "outputs it was built for");
+    }
+    XPURT_CHECK(launch.workspace_bytes >= workspace_, kLabel, ": the plan needs ", workspace_,
+                " bytes of workspace, the launch gives ", launch.workspace_bytes);
+    detail::CudaDeviceGuard guard(device_);
+    const auto stream = static_cast<cudaStream_t>(launch.stream.handle);
+    cudnnHandle_t handle = cudnn::thread_handle(device_, stream);
+    const BuiltGraph& built = graph_for(handle);
+
+    const float neg_inf = std::numeric_limits<float>::lowest();
+    void* stats =
+        shape_.stats ? launch.output(1).data_ptr() : static_cast<char*>(launch.workspace) + cudnn_workspace_;
+    std::int64_t uids[7] = {kQ, kK, kV, kO, kScale, kStats, 0};
+    void* data[7] = {const_cast<void*>(pointers[0]), const_cast<void*>(pointers[1]), const_cast<void*>(pointers[2]),
+                     const_cast<void*>(pointers[3]), const_cast<float*>(&shape_.scale), stats, nullptr};
+    std::int64_t count = 6;
+    if (shape_.causal) {
+      uids[count] = kNegInf;
+      data[count++] = const_cast<float*>(&neg_inf);
+    }
+    BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, data);
+    void* workspace = launch.workspace;
+    pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    pack.finalize();
+    XPURT_CUDNN_CHECK(cudnnBackendExecute(handle, built.plan->get(), pack.get()));
+  }
+
+  std::size_t workspace_bytes() const override { return workspace_; }
+
+  std::string describe() const override {
+    return detail::str_cat("cudnn fused attention (cuDNN ", cudnn::runtime_version(), ", engine ", engine_, "), ",
+                           dtype_name(shape_.dtype), " D=", shape_.head_dim, ", H=", shape_.heads, " Hkv=",
+                           shape_.kv_heads, shape_.causal ? ", causal" : ", no mask",
+                           shape_.stats ? ", log-sum-exp output" : "", ", workspace ",
+                           cudnn::format_bytes(workspace_));
+  }
+
+ private:
+  const BuiltGraph& graph_for(cudnnHandle_t handle) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& entry : graphs_) {
+      if (entry.first == handle) return *entry.second;
+    }
+    graphs_.emplace_back(handle, GraphBuilder(shape_, handle).build(workspace_limit_));
+    XPURT_CHECK(static_cast<std::size_t>(graphs_.back().second->workspace) <= cudnn_workspace_, kLabel,
+                ": this thread's cuDNN plan needs ", graphs_.back().second->workspace, " bytes of workspace, more "
+                "than the ", cudnn_workspace_, " the plan was built with");
+    return *graphs_.back().second;
+  }
+
+  AttentionShape shape_;
+  int device_;
+  std::size_t workspace_limit_;
+  static std::size_t align_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+  std::size_t stats_bytes() const {
+    return static_cast<std::size_t>(shape_.batch * shape_.heads * shape_.seq_q) * sizeof(float);
+  }
+
+  std::size_t cudnn_workspace_ = 0;  // cuDNN's, rounded up to 256 bytes; the stats follow without return_lse
+  std::size_t workspace_ = 0;
+  std::int64_t engine_ = -1;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::pair<cudnnHandle_t, std::unique_ptr<BuiltGraph>>> graphs_;
+};
+
+class CudnnAttentionKernel final : public Kernel {
+ public:
+  CudnnAttentionKernel()
+      : Kernel(KernelInfo{"attention", "cudnn", "cudnn", DeviceType::kCUDA, false,
+                          "cuDNN's fused flash attention through its graph API (fp16/bf16, head dim multiple of 8, "
+                          "causal, GQA, log-sum-exp output), no Sq x Sk scores in memory"}) {}
+
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    return check_attention(desc, policy);
+  }
+
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                    const std::string& record) const override {
+    if (!record.empty()) {
+      throw UnsupportedOperationError(detail::str_cat(
+          kLabel, " keeps cuDNN's heuristic choice and has no plan record, but was given one: '", record,
+          "' (a record of another kernel?)"));
+    }
+    const Support support = check_attention(desc, policy);
+    if (!support) {
+      throw UnsupportedOperationError(detail::str_cat(kLabel, " cannot run ", desc.signature(), ": ",
+                                                      support.reason()));
+    }
+    if (desc.outputs[0].numel() == 0) return std::make_unique<cudnn::EmptyPlan>();
+    return std::make_unique<AttentionPlan>(shape_of(desc), desc.device.index, cudnn::workspace_limit(policy));
+  }
+};
+
+}  // namespace
+
+void register_cudnn_attention(KernelRegistry& registry) {
+  registry.add_kernel(std::make_unique<CudnnAttentionKernel>());
+}
+
+}  // namespace xpuruntime

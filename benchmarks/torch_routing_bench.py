@@ -2,15 +2,20 @@
 
 For each case it times, on torch's current stream with CUDA events:
 
-  attention   torch flash         F.scaled_dot_product_attention under SDPBackend.FLASH_ATTENTION (no routing)
-              torch default       the same call with PyTorch's own backend choice (cuDNN attention on Hopper)
-              routed flash_v2     the same call under xpuruntime.pytorch.set_kernel_policy(attention="pin:flash_v2"):
-                                  xpuruntime's flash_v2 forward; backward = PyTorch's flash backward after a
-                                  recompute of the softmax statistics (flash_v2 has no backward kernel)
+  attention   torch default       F.scaled_dot_product_attention with PyTorch's own backend choice (cuDNN attention
+                                  on Hopper; no routing)
+              torch flash         the same call under SDPBackend.FLASH_ATTENTION
+              routed cudnn        the same call under xpuruntime.pytorch.set_kernel_policy(attention="pin:cudnn"):
+                                  xpuruntime's cudnn kernel (cuDNN's fused attention through its graph API) forward
+                                  with the log-sum-exp; backward = PyTorch's cuDNN attention backward on the
+                                  forward's output and log-sum-exp (xpuruntime has no attention backward kernel)
+              routed flash_v2     the same call under attention="pin:flash_v2": xpuruntime's flash_v2 forward with
+                                  the log-sum-exp; backward = PyTorch's FlashAttention backward on them
               routed torch        the same call under attention="pin:torch": the policy names PyTorch's own dispatch,
                                   and the routed call costs only the routing mode's (native) host path
-              routed auto         the same call under attention="auto:BestPerformance": flash_v2 and PyTorch's SDPA
-                                  backends timed on the call's shapes, the fastest kept (by a 5% margin)
+              routed auto         the same call under attention="auto:BestPerformance": xpuruntime's attention
+                                  kernels and PyTorch's SDPA backends timed on the call's shapes, the fastest kept
+                                  (PyTorch's only when faster by more than a 5% margin)
   linear      torch               F.linear (PyTorch's default GEMM library)
               torch cublaslt      F.linear with torch.backends.cuda.preferred_blas_library("cublaslt")
               routed cublasLt     F.linear under set_kernel_policy(matmul="pin:cublasLt"): xpuruntime's cuBLASLt plan
@@ -110,8 +115,9 @@ def routed(**rules):
 def attention_impls():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return [("torch flash", lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])),
-            ("torch default", contextlib.nullcontext),
+    return [("torch default", contextlib.nullcontext),
+            ("torch flash", lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])),
+            ("routed cudnn", lambda: routed(attention="pin:cudnn")),
             ("routed flash_v2", lambda: routed(attention="pin:flash_v2")),
             ("routed torch", lambda: routed(attention="pin:torch")),
             ("routed auto", lambda: routed(attention="auto:BestPerformance"))]

@@ -119,6 +119,7 @@ def test_conv2d_matches_pytorch_with_gradients(xrt_torch, dtype, config):
                    for r in scope.log.records)
 
 
+@pytest.mark.parametrize("kernel", ["flash_v2", "cudnn"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", [
     dict(b=2, hq=4, hk=4, sq=128, sk=128, d=64, causal=False),
@@ -127,7 +128,7 @@ def test_conv2d_matches_pytorch_with_gradients(xrt_torch, dtype, config):
     dict(b=2, hq=4, hk=4, sq=64, sk=64, d=40, causal=True),      # head dim not a multiple of 16
     dict(b=2, hq=3, hk=3, sq=200, sk=200, d=128, causal=True),   # causal, not a multiple of the 128-row tile
 ])
-def test_attention_matches_pytorch_with_gradients(xrt_torch, dtype, case):
+def test_attention_matches_pytorch_with_gradients(xrt_torch, dtype, case, kernel):
     q = _leaf(case["b"], case["hq"], case["sq"], case["d"], dtype=dtype, seed=9)
     k = _leaf(case["b"], case["hk"], case["sk"], case["d"], dtype=dtype, seed=10)
     v = _leaf(case["b"], case["hk"], case["sk"], case["d"], dtype=dtype, seed=11)
@@ -139,18 +140,22 @@ def test_attention_matches_pytorch_with_gradients(xrt_torch, dtype, case):
         return F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"], **gqa)
 
     want, want_grads = _grads(attention, (q, k, v))
-    scope = xrt_torch.set_kernel_policy(attention=["flash_v2", "unfused"])
+    scope = xrt_torch.set_kernel_policy(attention=[kernel, "unfused"])
     got, got_grads = _grads(attention, (q, k, v))
     _close(got, want, dtype, scale=2)
     for g, wg in zip(got_grads, want_grads):
         _close(g, wg, dtype, scale=4)
     forward = scope.log.records[0]
-    assert forward["kernel"] in ("flash_v2", "unfused") and forward["backend"] != "pytorch"
+    assert forward["kernel"] in (kernel, "unfused") and forward["backend"] != "pytorch"
+    if kernel == "cudnn" and dtype in (torch.float16, torch.bfloat16):
+        assert forward["kernel"] == "cudnn", forward  # every case here is one cuDNN's fused attention runs
     backward = [r for r in scope.log.records if r["phase"] == "backward"]
     assert backward and backward[0]["kernel"].startswith("torch_") and "no backward kernel" in backward[0]["reason"]
-    if forward["kernel"] == "flash_v2" and case["hq"] == case["hk"]:
-        # flash_v2 returned its log-sum-exp: PyTorch's flash backward ran on it, without recomputing the forward.
-        assert backward[0]["kernel"] == "torch_flash" and "log-sum-exp" in backward[0]["reason"]
+    if forward["kernel"] == kernel and case["hq"] == case["hk"]:
+        # The forward returned its log-sum-exp: PyTorch's backward of the same family ran on it, without
+        # recomputing the forward.
+        family = {"flash_v2": "torch_flash", "cudnn": "torch_cudnn"}[kernel]
+        assert backward[0]["kernel"] == family and "log-sum-exp" in backward[0]["reason"], backward[0]
     # Again with fresh data: the call's cached site, same results as PyTorch's.
     q2, k2, v2 = (t.detach().flip(2).clone().requires_grad_() for t in (q, k, v))
     got2, got_grads2 = _grads(attention, (q2, k2, v2))
@@ -463,43 +468,47 @@ def test_native_path_on_cuda_matches_pytorch_step_after_step(xrt_torch, monkeypa
     assert served["python"] == 2  # the matmul signature's first call
 
 
+@pytest.mark.parametrize("kernel", ["flash_v2", "cudnn"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_native_attention_matches_pytorch_flash_step_after_step(xrt_torch, monkeypatch, dtype):
-    """Routed attention on the native path, keyword arguments included: the forward on xpuruntime's flash_v2 (with
-    the log-sum-exp), the backward on PyTorch's flash backward called from C++ after Python ran the first two."""
+def test_native_attention_matches_pytorch_step_after_step(xrt_torch, monkeypatch, dtype, kernel):
+    """Routed attention on the native path, keyword arguments included: the forward on xpuruntime's flash_v2 or
+    cudnn (with the log-sum-exp), the backward on PyTorch's backward of the same family (FlashAttention's, cuDNN's)
+    called from C++ after Python ran the first two."""
     status = xrt_torch.set_native(True)
     if not status["loaded"]:
         pytest.skip(f"the native path is not available here: {status['reason']}")
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from xpuruntime.pytorch import _fast, _kernels
 
-    counts = {"site": 0, "flash_backward": 0}
-    site_call, flash_backward = _fast.Site.__call__, _kernels.flash_backward
+    backward_name = {"flash_v2": "flash_backward", "cudnn": "cudnn_backward"}[kernel]
+    backend = {"flash_v2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[kernel]
+    counts = {"site": 0, "backward": 0}
+    site_call, lse_backward = _fast.Site.__call__, getattr(_kernels, backward_name)
 
     def counted_site(self, *args):
         counts["site"] += 1
         return site_call(self, *args)
 
     def counted_backward(*args, **kwargs):
-        counts["flash_backward"] += 1
-        return flash_backward(*args, **kwargs)
+        counts["backward"] += 1
+        return lse_backward(*args, **kwargs)
 
     monkeypatch.setattr(_fast.Site, "__call__", counted_site)
-    monkeypatch.setattr(_kernels, "flash_backward", counted_backward)
-    shape = (2, 3, 45, 64)  # a sequence length no other test uses
-    scope = xrt_torch.set_kernel_policy(attention="pin:flash_v2")
+    monkeypatch.setattr(_kernels, backward_name, counted_backward)
+    shape = (2, 3, 45, 64) if kernel == "flash_v2" else (2, 3, 47, 64)  # sequence lengths no other test uses
+    scope = xrt_torch.set_kernel_policy(attention=f"pin:{kernel}")
     served_before = xrt_torch.native_status()["calls"]["served"]
     for step in range(4):
         q, k, v = (_leaf(*shape, dtype=dtype, seed=20 + 3 * step + j) for j in range(3))
         call = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
         got, got_grads = _grads(call, (q, k, v), grad_out_seed=step)
-        with xrt_torch.set_kernel_policy(None), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        with xrt_torch.set_kernel_policy(None), sdpa_kernel([backend]):
             want, want_grads = _grads(call, (q, k, v), grad_out_seed=step)
         _close(got, want, dtype)
         for g, wg in zip(got_grads, want_grads):
             _close(g, wg, dtype, scale=2)
     assert counts["site"] == 1  # the first call decided in Python; the three after it ran natively
-    assert counts["flash_backward"] == 2  # Python's first backward, then the one that hands its arguments over
+    assert counts["backward"] == 2  # Python's first backward, then the one that hands its arguments over
     assert xrt_torch.native_status()["calls"]["served"] - served_before == 3
     calls = {r["node"]: r["calls"] for r in scope.log.records}
     assert calls == {"attention#0": 4, "attention#0 (backward)": 4}, calls
@@ -507,7 +516,7 @@ def test_native_attention_matches_pytorch_flash_step_after_step(xrt_torch, monke
     q, k, v = (_leaf(*shape, dtype=dtype, seed=40 + j).detach() for j in range(3))
     with torch.no_grad():
         outs = [F.scaled_dot_product_attention(q, k, v, is_causal=False) for _ in range(3)]
-        with xrt_torch.set_kernel_policy(None), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        with xrt_torch.set_kernel_policy(None), sdpa_kernel([backend]):
             want = F.scaled_dot_product_attention(q, k, v, is_causal=False)
     for out in outs:
         _close(out, want, dtype)
@@ -536,9 +545,10 @@ def test_autotuned_linear_times_cublaslt_algorithms_and_matches_pytorch(xrt_torc
     assert {r["phase"] for r in records} >= {"forward", "backward: grad input", "backward: grad weight"}
 
 
-def test_autotuned_attention_times_pytorch_backends_against_flash_v2(xrt_torch):
-    """attention="auto:BestPerformance": flash_v2 and PyTorch's SDPA backends are timed on the call (Note [Autotuning
-    across engines]); PyTorch's runs it only when faster by more than the margin; outputs and gradients match."""
+def test_autotuned_attention_times_pytorch_backends_against_xpuruntimes(xrt_torch):
+    """attention="auto:BestPerformance": xpuruntime's attention kernels (flash_v2, cudnn) and PyTorch's SDPA backends
+    are timed on the call (Note [Autotuning across engines]); PyTorch's runs it only when faster than xpuruntime's
+    fastest by more than the margin; outputs and gradients match."""
     from xpuruntime.pytorch._routing import _ENGINE_MARGIN
 
     dtype = torch.bfloat16
@@ -553,10 +563,11 @@ def test_autotuned_attention_times_pytorch_backends_against_flash_v2(xrt_torch):
     record = scope.log.records[0]
     assert record["rule"] == "autotuned", record
     timed = {c["kernel"]: (c["backend"], c["time_us"]) for c in record["candidates"] if (c.get("time_us") or -1) > 0}
-    assert {"flash_v2", "torch", "torch_flash"} <= set(timed), timed
+    assert {"flash_v2", "cudnn", "torch", "torch_flash"} <= set(timed), timed
     best_torch = min(t for backend, t in timed.values() if backend == "pytorch")
+    best_xpuruntime = min(t for backend, t in timed.values() if backend != "pytorch")
     if record["backend"] == "pytorch":
-        assert best_torch < timed["flash_v2"][1] * (1 - _ENGINE_MARGIN), timed
+        assert best_torch < best_xpuruntime * (1 - _ENGINE_MARGIN), timed
         assert timed[record["kernel"]][1] <= best_torch * (1 + _ENGINE_MARGIN), (record["kernel"], timed)
     else:
         assert best_torch >= timed[record["kernel"]][1] * (1 - _ENGINE_MARGIN), (record["kernel"], timed)

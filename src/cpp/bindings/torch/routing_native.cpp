@@ -184,10 +184,12 @@ struct Site {
   int grad_w_blas = -1;  // else PyTorch's BlasBackend value for grad_w's GEMM, -1: leave PyTorch's choice alone
   std::shared_ptr<Counter> grad_w_calls;
   std::atomic<bool> grad_w_ready{false};
-  // Attention backward (PyTorch's FlashAttention backward on the forward's output and log-sum-exp), published once
-  // Python has run the first one: the RNG state tensors it takes (unused without dropout), is_causal, scale.
+  // Attention backward (PyTorch's FlashAttention backward, or its cuDNN attention backward after xpuruntime's cudnn
+  // kernel, on the forward's output and log-sum-exp), published once Python has run the first one: the sequence
+  // offset and RNG state tensors it takes (unused without dropout), is_causal, scale.
   at::Tensor flash_cum_q, flash_cum_k, flash_seed, flash_offset;
   bool flash_causal = false;
+  bool flash_cudnn = false;  // run the cuDNN attention backward instead of FlashAttention's
   c10::optional<double> flash_scale;
   std::shared_ptr<Counter> flash_calls;
   std::atomic<bool> flash_ready{false};
@@ -482,9 +484,10 @@ struct RoutedLinear : public torch::autograd::Function<RoutedLinear> {
   }
 };
 
-// A routed scaled_dot_product_attention that requires grad: the forward runs the site's plan (flash_v2 with
-// return_lse: the output and the softmax log-sum-exp), the backward PyTorch's FlashAttention backward on them (no
-// recomputation) once Python has run a first one and published its arguments (Note [The native path]).
+// A routed scaled_dot_product_attention that requires grad: the forward runs the site's plan (flash_v2 or cudnn with
+// return_lse: the output and the softmax log-sum-exp), the backward PyTorch's backward of the same family on them
+// (FlashAttention's or cuDNN's; no recomputation) once Python has run a first one and published its arguments
+// (Note [The native path]).
 struct RoutedAttention : public torch::autograd::Function<RoutedAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, std::int64_t site_address, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v) {
@@ -504,6 +507,17 @@ struct RoutedAttention : public torch::autograd::Function<RoutedAttention> {
     at::Tensor grad_q, grad_k, grad_v;
 #if defined(XRT_TORCH_CUDA) && XRT_TORCH_VERSION >= 203
     if (!at::GradMode::is_enabled() && site->flash_ready.load(std::memory_order_acquire)) {
+#if XRT_TORCH_VERSION >= 209
+      if (site->flash_cudnn) {
+        // cuDNN's stats are [B, H, Sq, 1]: a view of the forward's lse [B, H, Sq].
+        std::tie(grad_q, grad_k, grad_v) = at::_scaled_dot_product_cudnn_attention_backward(
+            grad, saved[0], saved[1], saved[2], saved[3], saved[4].unsqueeze(-1), site->flash_seed,
+            site->flash_offset, at::Tensor(), site->flash_cum_q, site->flash_cum_k, saved[0].size(2),
+            saved[1].size(2), 0.0, site->flash_causal, site->flash_scale);
+        site->flash_calls->add();
+        return {at::Tensor(), grad_q, grad_k, grad_v};
+      }
+#endif
       std::tie(grad_q, grad_k, grad_v) = at::_scaled_dot_product_flash_attention_backward(
           grad, saved[0], saved[1], saved[2], saved[3], saved[4], site->flash_cum_q, site->flash_cum_k,
           saved[0].size(2), saved[1].size(2), 0.0, site->flash_causal, site->flash_seed, site->flash_offset,
@@ -752,7 +766,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "set_flash_backward",
           [](Site& site, const c10::optional<at::Tensor>& cum_q, const c10::optional<at::Tensor>& cum_k,
              const c10::optional<at::Tensor>& seed, const c10::optional<at::Tensor>& offset, bool is_causal,
-             c10::optional<double> scale, const std::shared_ptr<Counter>& calls) {
+             c10::optional<double> scale, const std::shared_ptr<Counter>& calls, bool cudnn) {
             site.publish(site.flash_ready, [&] {
               // PyTorch's flash forward gives None for the sequence offsets of dense inputs: undefined tensors.
               site.flash_cum_q = cum_q.value_or(at::Tensor());
@@ -762,10 +776,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
               site.flash_causal = is_causal;
               site.flash_scale = scale;
               site.flash_calls = calls;
+              site.flash_cudnn = cudnn;
             });
           },
-          "The attention backward runs PyTorch's FlashAttention backward with these arguments from now on, counted "
-          "in `calls` (PyTorch >= 2.3 with CUDA; else the Python backward keeps running it).")
+          py::arg("cum_q"), py::arg("cum_k"), py::arg("seed"), py::arg("offset"), py::arg("is_causal"),
+          py::arg("scale"), py::arg("calls"), py::arg("cudnn") = false,
+          "The attention backward runs PyTorch's FlashAttention backward (`cudnn`: its cuDNN attention backward) with "
+          "these arguments from now on, counted in `calls` (with CUDA, PyTorch >= 2.3 for FlashAttention's, >= 2.9 "
+          "for cuDNN's; else the Python backward keeps running it).")
       .def_property_readonly("backward_ready",
                              [](const Site& s) { return s.grad_x_ready.load() && s.grad_w_ready.load(); });
   m.def(

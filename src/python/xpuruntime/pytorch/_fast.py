@@ -390,40 +390,53 @@ class _Conv2dFunction(torch.autograd.Function):
 
 # ---- attention ----
 
-class _FlashBackwardArgs:
-    """What ``aten._scaled_dot_product_flash_attention_backward`` takes besides the tensors, learnt once per device
-    from PyTorch's own forward on a small input: the (unused without dropout) RNG state tensors, and whether its
-    log-sum-exp has the [B, H, Sq] float32 layout xpuruntime's ``return_lse`` writes."""
+# What the backward of PyTorch's backend runs after an xpuruntime forward kernel that wrote the log-sum-exp.
+_LSE_BACKWARD = {"flash_v2": "torch_flash", "cudnn": "torch_cudnn"}
 
-    _known: Dict[Tuple[torch.device, torch.dtype, int], Optional[tuple]] = {}
+
+class _LseBackwardArgs:
+    """What ``aten._scaled_dot_product_flash_attention_backward`` (kind "torch_flash") or
+    ``aten._scaled_dot_product_cudnn_attention_backward`` ("torch_cudnn") takes besides the tensors, learnt once
+    per device from PyTorch's own forward of that backend on a small input: the sequence-offset and (unused without
+    dropout) RNG state tensors, and whether its log-sum-exp has the layout xpuruntime's ``return_lse`` writes
+    ([B, H, Sq] float32; cuDNN's [B, H, Sq, 1] is a view of it)."""
+
+    _known: Dict[Tuple[str, torch.device, torch.dtype, int], Optional[tuple]] = {}
 
     @classmethod
-    def get(cls, device: torch.device, dtype: torch.dtype, head_dim: int) -> Optional[tuple]:
-        key = (device, dtype, head_dim)
+    def get(cls, kind: str, device: torch.device, dtype: torch.dtype, head_dim: int) -> Optional[tuple]:
+        key = (kind, device, dtype, head_dim)
         if key in cls._known:
             return cls._known[key]
         result = None
         if not torch.cuda.is_current_stream_capturing():
             try:
                 q = torch.zeros(1, 1, 33, head_dim, device=device, dtype=dtype)
-                out = torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, False, False)
+                if kind == "torch_cudnn":
+                    out = torch.ops.aten._scaled_dot_product_cudnn_attention(q, q, q, None, True, 0.0, False, False)
+                    expected = (1, 1, 33, 1)
+                else:
+                    out = torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, False, False)
+                    expected = (1, 1, 33)
                 lse, cum_q, cum_k, seed, offset = out[1], out[2], out[3], out[6], out[7]
-                if tuple(lse.shape) == (1, 1, 33) and lse.dtype == torch.float32:
+                if tuple(lse.shape) == expected and lse.dtype == torch.float32:
                     result = (cum_q, cum_k, seed, offset)
-            except (RuntimeError, TypeError, IndexError):
+            except (RuntimeError, TypeError, IndexError, AttributeError):
                 result = None
             cls._known[key] = result
         return result
 
 
 def _attention_lse_launcher(route: Route, bound: Sequence[Optional[torch.Tensor]]) -> Optional[Launcher]:
-    """flash_v2 with ``return_lse=1`` for a forward whose backward PyTorch's flash backward can take directly."""
+    """The forward kernel (flash_v2 or cudnn) with ``return_lse=1``, for a forward whose backward PyTorch's backend of
+    the same family can take directly (Note [Backward] in _kernels)."""
     q, k, v = bound[0], bound[1], bound[2]
-    if route.kernel != "flash_v2" or q.device.type != "cuda" or k.shape[1] != q.shape[1]:
+    kind = _LSE_BACKWARD.get(route.kernel)
+    if kind is None or q.device.type != "cuda" or k.shape[1] != q.shape[1]:
         return None
     is_causal = bool(route.attrs.get("causal", 0))
     choice, _ = _kernels._attention_backward_choice(route, q, k, v, None, is_causal)
-    if choice != "torch_flash" or _FlashBackwardArgs.get(q.device, q.dtype, q.shape[-1]) is None:
+    if choice != kind or _LseBackwardArgs.get(kind, q.device, q.dtype, q.shape[-1]) is None:
         return None
     attrs = dict(route.attrs, return_lse=1)
     inputs = _routing.xpuruntime_views((q, k, v, None))
@@ -434,16 +447,18 @@ def _attention_lse_launcher(route: Route, bound: Sequence[Optional[torch.Tensor]
     return Launcher(prepared, q.device)
 
 
-def flash_backward_route(site: Site, grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                         v: torch.Tensor) -> Tuple[Route, tuple]:
-    """The logged route of an attention site's backward on PyTorch's flash backward (the forward returned the
-    log-sum-exp), and that backward's (cum_q, cum_k, seed, offset) arguments."""
-    flash_args = _FlashBackwardArgs.get(q.device, q.dtype, q.shape[-1])
-    route = _backward_route(site, "flash", lambda: _routing.torch_route(
-        site.scope, "attention", "backward", (grad, q, k, v, None), "torch_flash",
-        f"xpuruntime's {site.route.kernel} has no backward kernel: PyTorch's torch_flash backward, on the "
-        "forward's output and log-sum-exp (return_lse)"))
-    return route, flash_args
+def lse_backward_route(site: Site, grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                       v: torch.Tensor) -> Tuple[Route, str, tuple]:
+    """The logged route of an attention site's backward on PyTorch's backend of the forward kernel's family (the
+    forward returned the log-sum-exp), that backend ("torch_flash" or "torch_cudnn"), and its backward's
+    (cum_q, cum_k, seed, offset) arguments."""
+    kind = _LSE_BACKWARD[site.route.kernel]
+    args = _LseBackwardArgs.get(kind, q.device, q.dtype, q.shape[-1])
+    route = _backward_route(site, "lse", lambda: _routing.torch_route(
+        site.scope, "attention", "backward", (grad, q, k, v, None), kind,
+        f"xpuruntime's {site.route.kernel} has no backward kernel: PyTorch's {kind} backward, on the forward's "
+        "output and log-sum-exp (return_lse)"))
+    return route, kind, args
 
 
 class _AttentionFunction(torch.autograd.Function):
@@ -466,10 +481,10 @@ class _AttentionFunction(torch.autograd.Function):
             q, k, v = saved[0], saved[1], saved[2]
             if len(saved) == 5 and not torch.is_grad_enabled():
                 out, lse = saved[3], saved[4]
-                route, flash_args = flash_backward_route(site, grad, q, k, v)
+                route, kind, args = lse_backward_route(site, grad, q, k, v)
                 site.scope.log.record(route, "backward of attention")
-                grad_q, grad_k, grad_v = _kernels.flash_backward(grad.contiguous(), q, k, v, out, lse, *flash_args,
-                                                                 is_causal, scale)
+                grad_q, grad_k, grad_v = _kernels.lse_backward(kind, grad.contiguous(), q, k, v, out, lse, *args,
+                                                               is_causal, scale)
             else:
                 grad_q, grad_k, grad_v = _kernels.attention_backward(grad, q, k, v, None, is_causal, scale,
                                                                      enable_gqa, site.scope.id, site.route.id)

@@ -17,10 +17,13 @@ Gradients run on xpuruntime's kernels where it has them, else on PyTorch, on the
   (``create_graph=True``) always use PyTorch's GEMM.
 - matmul: both gradients need a transposed operand: PyTorch's GEMM on the forward kernel's library.
 - conv2d: ``aten.convolution_backward`` (cuDNN on CUDA).
-- attention: recomputation of the forward's softmax statistics, then PyTorch's backward: FlashAttention's
-  (``aten._scaled_dot_product_flash_attention`` + ``_backward``) where it can run, else the memory-efficient
-  backend's, else an explicit fp32 math backward. A rule that lists PyTorch backends (``["flash_v2",
-  "torch_flash"]``) puts them first. The decision log records each backward kernel and why.
+- attention: where the forward kernel wrote the log-sum-exp (flash_v2 and cudnn with ``return_lse``), PyTorch's
+  backward of the same family runs on the forward's output and log-sum-exp with no recomputation: cuDNN's
+  (``aten._scaled_dot_product_cudnn_attention_backward``) after xpuruntime's cudnn, FlashAttention's after
+  flash_v2. Otherwise the forward's softmax statistics are recomputed by a PyTorch backend, then its backward
+  runs: cuDNN's first after a cuDNN forward, then FlashAttention's, the memory-efficient backend's, and an
+  explicit fp32 math backward. A rule that lists PyTorch backends (``["flash_v2", "torch_flash"]``) puts them
+  first. The decision log records each backward kernel and why.
 """
 
 from __future__ import annotations
@@ -373,14 +376,16 @@ def attention_forward(q, k, v, mask, is_causal: bool, scale: float, enable_gqa: 
                                                              is_causal=is_causal, scale=scale, **kwargs))
 
 
-_BACKWARD_BACKENDS = ("torch_flash", "torch_efficient", "torch_math")
+_BACKWARD_BACKENDS = ("torch_cudnn", "torch_flash", "torch_efficient", "torch_math")
 
 
 def _attention_backward_order(forward: Optional[Route]) -> List[str]:
     """PyTorch backends to try for the backward: the ones the rule lists, then by the forward kernel."""
     listed = [k for k in (forward.policy_kernels if forward else []) if k in _BACKWARD_BACKENDS]
     kernel = forward.kernel if forward else "torch"
-    if kernel in ("flash_v2", "torch_flash", "torch", "torch_cudnn"):
+    if kernel in ("cudnn", "torch_cudnn"):  # cuDNN's forward: its own backward first
+        default = ["torch_cudnn", "torch_flash", "torch_efficient", "torch_math"]
+    elif kernel in ("flash_v2", "torch_flash", "torch"):
         default = ["torch_flash", "torch_efficient", "torch_math"]
     elif kernel == "torch_efficient":
         default = ["torch_efficient", "torch_math"]
@@ -473,6 +478,30 @@ def flash_backward(grad, q, k, v, out, lse, cum_q, cum_k, seed, offset, is_causa
     return grads[0], grads[1], grads[2]
 
 
+def cudnn_backward(grad, q, k, v, out, lse, cum_q, cum_k, seed, offset, is_causal: bool, scale: float):
+    """PyTorch's cuDNN attention backward on a forward's output and log-sum-exp (``lse`` [B, H, Sq] or cuDNN's
+    [B, H, Sq, 1]; the RNG state tensors are unused without dropout): (grad q, grad k, grad v)."""
+    if lse.dim() == 3:
+        lse = lse.unsqueeze(-1)
+    grads = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+        grad, q, k, v, out, lse, seed, offset, None, cum_q, cum_k, q.shape[2], k.shape[2], 0.0, is_causal,
+        scale=scale)
+    return grads[0], grads[1], grads[2]
+
+
+def lse_backward(kind: str, *args):
+    """The backward of PyTorch's backend ``kind`` ("torch_flash" or "torch_cudnn") on a forward's output and
+    log-sum-exp: ``flash_backward`` or ``cudnn_backward`` with the same arguments."""
+    return (cudnn_backward if kind == "torch_cudnn" else flash_backward)(*args)
+
+
+def _cudnn_attention_backward(grad, q, k, v, is_causal: bool, scale: float):
+    results = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, is_causal, False,
+                                                                 scale=scale)
+    out, lse, cum_q, cum_k, _, _, seed, offset = results[:8]
+    return cudnn_backward(grad, q, k, v, out, lse, cum_q, cum_k, seed, offset, is_causal, scale)
+
+
 def _flash_attention_backward(grad, q, k, v, is_causal: bool, scale: float):
     results = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal, False, scale=scale)
     out, lse, cum_q, cum_k, _, _, seed, offset = results[:8]
@@ -501,7 +530,8 @@ def attention_backward(grad, q, k, v, mask, is_causal: bool, scale: float, enabl
             if kernel == "torch_math":
                 result = _math_attention_backward(grad, q, ke, ve, mask, is_causal, scale)
                 break
-            run = _flash_attention_backward if kernel == "torch_flash" else _efficient_attention_backward
+            run = {"torch_flash": _flash_attention_backward, "torch_cudnn": _cudnn_attention_backward}.get(
+                kernel, _efficient_attention_backward)
             try:
                 result = run(grad, q.contiguous(), ke.contiguous(), ve.contiguous(), is_causal, scale)
                 break

@@ -302,12 +302,15 @@ def _attention_backward(site: Any, native_site: Any, grad: torch.Tensor, q: torc
         if torch.is_grad_enabled():  # create_graph: the differentiable formulas
             return _kernels.attention_backward(grad, q, k, v, None, is_causal, scale, enable_gqa, site.scope.id,
                                                site.route.id)
-        route, flash_args = _fast.flash_backward_route(site, grad, q, k, v)
+        route, kind, args = _fast.lse_backward_route(site, grad, q, k, v)
         site.scope.log.record(route, "backward of attention")
-        grads = _kernels.flash_backward(grad, q, k, v, out, lse, *flash_args, is_causal, scale)
-    if MODULE is not None and HAS_CUDA and _torch_version() >= 203:
-        native_site.set_flash_backward(*flash_args, bool(is_causal), scale,
-                                       site.scope.log.native_counter(route, "backward of attention"))
+        grads = _kernels.lse_backward(kind, grad, q, k, v, out, lse, *args, is_causal, scale)
+    # The extension calls PyTorch's flash backward itself from 2.3, its cuDNN backward (whose signature settled
+    # later) from 2.9; otherwise this Python backward keeps running.
+    if MODULE is not None and HAS_CUDA and _torch_version() >= (209 if kind == "torch_cudnn" else 203):
+        native_site.set_flash_backward(*args, bool(is_causal), scale,
+                                       site.scope.log.native_counter(route, "backward of attention"),
+                                       kind == "torch_cudnn")
     return grads
 
 

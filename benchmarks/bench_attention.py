@@ -1,7 +1,8 @@
-"""Attention forward on a CUDA GPU: xpuruntime's flash_v2 and unfused kernels against PyTorch's SDPA backends.
+"""Attention forward on a CUDA GPU: xpuruntime's flash_v2, cudnn and unfused kernels against PyTorch's SDPA backends.
 
 For each case (B, H, S, D, bfloat16, causal or not) it times, on torch's current stream with CUDA events:
   xpuruntime flash_v2   xrt.ops.attention(..., policy=KernelPolicy(attention="pin:flash_v2"))
+  xpuruntime cudnn      the same pinned to "cudnn" (cuDNN's fused attention through its graph API)
   xpuruntime unfused    the same pinned to "unfused" (cuBLAS GEMM + softmax + GEMM), "n/a" when this build has
                         no such kernel or it cannot run the case
   torch flash           F.scaled_dot_product_attention under sdpa_kernel(SDPBackend.FLASH_ATTENTION)
@@ -135,7 +136,7 @@ def main() -> int:
         ref = reference(q, k, v, causal)
         flops = 4.0 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
         rows = []
-        for kernel in ("flash_v2", "unfused"):
+        for kernel in ("flash_v2", "cudnn", "unfused"):
             label = f"xpuruntime {kernel}"
             if kernel not in names:
                 rows.append({"impl": label, "ms": None, "tflops": None, "err": None,

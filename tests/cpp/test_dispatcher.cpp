@@ -151,6 +151,55 @@ TEST(Dispatcher, PreferredFallsBackAndSaysWhy) {
   EXPECT_NE(decision.reason.find("no preferred kernel could run it (flaky: no float16 here)"), std::string::npos);
 }
 
+// A kernel whose supports() says yes but whose build finds no algorithm (Note [Build failures]).
+class NoAlgorithmKernel final : public Kernel {
+ public:
+  NoAlgorithmKernel() : Kernel(KernelInfo{"relu", "no_algo", "test", DeviceType::kCPU, true, "test kernel"}) {}
+  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&, const std::string&) const override {
+    throw UnsupportedOperationError("the library has no algorithm for this shape");
+  }
+};
+
+TEST(Dispatcher, AKernelWhoseBuildFailsIsSkippedUnlessPinned) {
+  KernelRegistry registry;
+  register_ops(registry);
+  Counters fast;
+  registry.add_kernel(std::make_unique<NoAlgorithmKernel>());
+  registry.add_kernel(std::make_unique<TestKernel>("fast", 0, true, true, &fast));
+  const auto make = [&](const KernelPolicy& policy) { return Dispatcher(policy, {}, nullptr, &registry); };
+
+  Decision decision;
+  Dispatcher first_supported = make(KernelPolicy{});
+  first_supported.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "fast");
+  EXPECT_EQ(decision.rule, "first-supported");
+  const auto no_algo = std::find_if(decision.candidates.begin(), decision.candidates.end(),
+                                    [](const CandidateReport& r) { return r.kernel == "no_algo"; });
+  ASSERT_NE(no_algo, decision.candidates.end());
+  EXPECT_FALSE(no_algo->supported);
+  EXPECT_EQ(no_algo->reason, "plan build failed: the library has no algorithm for this shape");
+
+  KernelPolicy preferred;
+  preferred.set("relu", KernelRule::preferred({"no_algo", "fast"}), &registry);
+  Dispatcher prefers = make(preferred);
+  prefers.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "fast");
+  EXPECT_NE(decision.reason.find("no_algo: plan build failed: the library has no algorithm"), std::string::npos)
+      << decision.reason;
+  for (const CandidateReport& r : decision.candidates) {
+    if (r.kernel == "fast") {
+      EXPECT_TRUE(r.supported && r.reason.empty()) << r.reason;
+    }
+  }
+
+  KernelPolicy pinned;
+  pinned.set("relu", KernelRule::pinned("no_algo"), &registry);
+  Dispatcher pins = make(pinned);
+  XPURT_EXPECT_THROW_WITH(pins.run("relu", {input()}, {}), UnsupportedOperationError,
+                          "the library has no algorithm for this shape");
+}
+
 TEST(Dispatcher, DeterministicModeSkipsNondeterministicKernels) {
   Fixture f;
   ExecutionPolicy ep;

@@ -378,172 +378,193 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
   const std::string cache_key = cache_ ? AutotuneCache::key(desc) : std::string();
   const bool have_cached = cache_ && cache_->lookup(cache_key, &cached);
 
-  const Kernel* winner = nullptr;
-  switch (rule.mode) {
-    case RuleMode::kPinned: {
-      const std::string& name = rule.kernels.at(0);
-      winner = kernel_named(name);
-      if (const ExternalKernelInfo* external = registry_->find_external_kernel(desc.op, name);
-          winner == nullptr && external != nullptr) {
-        throw UnsupportedOperationError(detail::str_cat(
-            "the KernelPolicy pins '", name, "' for '", desc.op, "': ", external_reason(*external),
-            ". Kernels that could run ", decision.signature, " here: ", supported_list(decision.candidates),
-            " (pin one of them, or list \"", name, "\" with a fallback: [\"", name, "\", ...])"));
-      }
-      if (winner == nullptr) {
-        std::vector<std::string> names;
-        for (const Kernel* k : kernels) names.push_back(k->name());
-        throw UnsupportedOperationError(detail::str_cat(
-            "the KernelPolicy pins '", name, "' for '", desc.op, "', but that kernel does not implement op '", desc.op,
-            "'; kernels of ", desc.op, ": ", detail::join_names(names)));
-      }
-      if (!is_supported(decision.candidates, name)) {
-        throw UnsupportedOperationError(detail::str_cat(
-            "pinned kernel '", name, "' cannot run ", decision.signature, ": ", report_of(decision.candidates, name)->reason,
-            ". Kernels that could: ", supported_list(decision.candidates),
-            " (unpin it, or use \"", name, "\" as a preferred kernel to allow a fallback)"));
-      }
-      decision.rule = "pinned";
-      decision.reason = "pinned by the KernelPolicy";
-      break;
+  // Note [Build failures]
+  // supports() answers from the descriptor alone; a library can still find no algorithm when the plan is built
+  // (cuDNN's heuristic proposing no engine for an attention graph, say). Such a kernel is then unsupported, with
+  // the build's error as its reason, and the rule picks again: a preferred or first-supported rule falls through to
+  // the next kernel as it would for a supports() refusal. A pinned kernel, or a plan re-created from the autotune
+  // cache, still fails with the error.
+  for (;;) {
+    for (auto& r : decision.candidates) {
+      if (r.supported) r.reason.clear();  // reasons set by the previous pick
     }
-    case RuleMode::kPreferred: {
-      std::string skipped;
-      for (const auto& name : rule.kernels) {
-        const Kernel* k = kernel_named(name);
-        if (k != nullptr && is_supported(decision.candidates, name)) {
-          winner = k;
+    const Kernel* winner = nullptr;
+    switch (rule.mode) {
+      case RuleMode::kPinned: {
+        const std::string& name = rule.kernels.at(0);
+        winner = kernel_named(name);
+        if (const ExternalKernelInfo* external = registry_->find_external_kernel(desc.op, name);
+            winner == nullptr && external != nullptr) {
+          throw UnsupportedOperationError(detail::str_cat(
+              "the KernelPolicy pins '", name, "' for '", desc.op, "': ", external_reason(*external),
+              ". Kernels that could run ", decision.signature, " here: ", supported_list(decision.candidates),
+              " (pin one of them, or list \"", name, "\" with a fallback: [\"", name, "\", ...])"));
+        }
+        if (winner == nullptr) {
+          std::vector<std::string> names;
+          for (const Kernel* k : kernels) names.push_back(k->name());
+          throw UnsupportedOperationError(detail::str_cat(
+              "the KernelPolicy pins '", name, "' for '", desc.op, "', but that kernel does not implement op '",
+              desc.op,
+              "'; kernels of ", desc.op, ": ", detail::join_names(names)));
+        }
+        if (!is_supported(decision.candidates, name)) {
+          throw UnsupportedOperationError(detail::str_cat(
+              "pinned kernel '", name, "' cannot run ", decision.signature, ": ",
+              report_of(decision.candidates, name)->reason,
+              ". Kernels that could: ", supported_list(decision.candidates),
+              " (unpin it, or use \"", name, "\" as a preferred kernel to allow a fallback)"));
+        }
+        decision.rule = "pinned";
+        decision.reason = "pinned by the KernelPolicy";
+        break;
+      }
+      case RuleMode::kPreferred: {
+        std::string skipped;
+        for (const auto& name : rule.kernels) {
+          const Kernel* k = kernel_named(name);
+          if (k != nullptr && is_supported(decision.candidates, name)) {
+            winner = k;
+            break;
+          }
+          const CandidateReport* report = report_of(decision.candidates, name);
+          skipped += (skipped.empty() ? "" : "; ") + name + ": " +
+                     (report != nullptr ? report->reason : "does not implement " + desc.op);
+        }
+        if (winner != nullptr && skipped.empty()) {
+          decision.rule = "preferred";
+          decision.reason = "preferred by the KernelPolicy";
+        } else if (winner != nullptr) {
+          decision.rule = "preferred";
+          decision.reason = "preferred by the KernelPolicy (earlier preferences skipped: " + skipped + ")";
+        } else {
+          winner = first_supported();
+          if (winner == nullptr) throw none_supported("preferred kernels cannot run it (" + skipped + ") and");
+          decision.rule = "fallback";
+          decision.reason = "no preferred kernel could run it (" + skipped + "); fell back to the first supported";
+        }
+        break;
+      }
+      case RuleMode::kAuto: {
+        if (have_cached && kernel_named(cached.kernel) != nullptr && is_supported(decision.candidates, cached.kernel)) {
+          winner = kernel_named(cached.kernel);
+          decision.rule = "autotune-cache";
+          decision.reason = "replayed from the autotune cache";
+          for (const auto& [name, time] : cached.times_us) {
+            if (CandidateReport* r = report_of(decision.candidates, name)) r->time_us = time;
+          }
           break;
         }
-        const CandidateReport* report = report_of(decision.candidates, name);
-        skipped += (skipped.empty() ? "" : "; ") + name + ": " +
-                   (report != nullptr ? report->reason : "does not implement " + desc.op);
-      }
-      if (winner != nullptr && skipped.empty()) {
-        decision.rule = "preferred";
-        decision.reason = "preferred by the KernelPolicy";
-      } else if (winner != nullptr) {
-        decision.rule = "preferred";
-        decision.reason = "preferred by the KernelPolicy (earlier preferences skipped: " + skipped + ")";
-      } else {
-        winner = first_supported();
-        if (winner == nullptr) throw none_supported("preferred kernels cannot run it (" + skipped + ") and");
-        decision.rule = "fallback";
-        decision.reason = "no preferred kernel could run it (" + skipped + "); fell back to the first supported";
-      }
-      break;
-    }
-    case RuleMode::kAuto: {
-      if (have_cached && kernel_named(cached.kernel) != nullptr && is_supported(decision.candidates, cached.kernel)) {
-        winner = kernel_named(cached.kernel);
-        decision.rule = "autotune-cache";
-        decision.reason = "replayed from the autotune cache";
-        for (const auto& [name, time] : cached.times_us) {
-          if (CandidateReport* r = report_of(decision.candidates, name)) r->time_us = time;
+        if (rule.strategy == AutoSelectStrategy::kFirstSupported) {
+          winner = first_supported();
+          if (winner == nullptr) throw none_supported("");
+          decision.rule = "first-supported";
+          decision.reason = "first supported kernel in priority order";
+          break;
+        }
+        // BestPerformance: build and time every supported candidate, and each one's tactics (Note [Tactics]).
+        std::vector<std::pair<const Kernel*, std::shared_ptr<const KernelPlan>>> built;
+        std::vector<std::vector<std::string>> tactics;
+        std::size_t plans = 0;
+        for (const Kernel* k : kernels) {
+          if (!is_supported(decision.candidates, k->name())) continue;
+          try {
+            built.emplace_back(k, k->build(desc, exec_policy_, {}));
+          } catch (const UnsupportedOperationError& e) {
+            CandidateReport* r = report_of(decision.candidates, k->name());
+            r->supported = false;
+            r->reason = std::string("plan build failed: ") + e.what();
+            continue;
+          }
+          tactics.push_back(k->tactics(desc, exec_policy_));
+          plans += 1 + tactics.back().size();
+        }
+        if (built.empty()) throw none_supported("");
+        double best = 0;
+        std::string tuned;  // what the winner's tactics came to, for the reason
+        for (std::size_t j = 0; j < built.size(); ++j) {
+          const Kernel* k = built[j].first;
+          std::shared_ptr<const KernelPlan> plan = built[j].second;
+          double time = plans == 1 ? -1 : time_candidate(*plan, desc);
+          std::size_t timed = 1;
+          for (const std::string& record : tactics[j]) {
+            if (record == plan->record()) continue;
+            std::shared_ptr<const KernelPlan> other;
+            try {
+              other = k->build(desc, exec_policy_, record);
+            } catch (const UnsupportedOperationError&) {
+              continue;  // a tactic this build cannot re-create: not a candidate
+            }
+            const double other_time = time_candidate(*other, desc);
+            ++timed;
+            if (other_time < time) {
+              time = other_time;
+              plan = std::move(other);
+            }
+          }
+          report_of(decision.candidates, k->name())->time_us = time;
+          if (winner == nullptr || time < best) {
+            winner = k;
+            best = time;
+            dispatch->plan = plan;
+            tuned = timed > 1 ? detail::str_cat("; ", k->name(), ": the fastest of ", timed, " tactics") : "";
+          }
+        }
+        decision.rule = "autotuned";
+        decision.reason = plans == 1 ? "autotuned: the only supported kernel"
+                                     : detail::str_cat("autotuned: fastest of ", built.size(), " (",
+                                                       static_cast<std::int64_t>(best * 1000) / 1000.0, " us)", tuned);
+        for (auto& r : decision.candidates) {
+          if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
+            r.reason = detail::str_cat("slower (", static_cast<std::int64_t>(r.time_us * 1000) / 1000.0, " us)");
+          }
         }
         break;
       }
-      if (rule.strategy == AutoSelectStrategy::kFirstSupported) {
-        winner = first_supported();
-        if (winner == nullptr) throw none_supported("");
-        decision.rule = "first-supported";
-        decision.reason = "first supported kernel in priority order";
-        break;
+    }
+    for (auto& r : decision.candidates) {
+      if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
+        r.reason = "not chosen (" + decision.rule + ")";
       }
-      // BestPerformance: build and time every supported candidate, and each one's tactics (Note [Tactics]).
-      std::vector<std::pair<const Kernel*, std::shared_ptr<const KernelPlan>>> built;
-      std::vector<std::vector<std::string>> tactics;
-      std::size_t plans = 0;
-      for (const Kernel* k : kernels) {
-        if (!is_supported(decision.candidates, k->name())) continue;
-        try {
-          built.emplace_back(k, k->build(desc, exec_policy_, {}));
-        } catch (const UnsupportedOperationError& e) {
-          CandidateReport* r = report_of(decision.candidates, k->name());
+    }
+
+    // The plan: re-created from the cache's record when the cache chose the same kernel (a lock file replays the
+    // same algorithm), else built afresh (unless autotuning already built it).
+    if (!dispatch->plan || (have_cached && cached.kernel == winner->name())) {
+      std::string record;
+      if (have_cached && cached.kernel == winner->name()) record = cached.plan_record;
+      try {
+        dispatch->plan = winner->build(desc, exec_policy_, record);
+      } catch (const UnsupportedOperationError& e) {
+        if (record.empty() && rule.mode != RuleMode::kPinned) {
+          CandidateReport* r = report_of(decision.candidates, winner->name());
           r->supported = false;
           r->reason = std::string("plan build failed: ") + e.what();
           continue;
         }
-        tactics.push_back(k->tactics(desc, exec_policy_));
-        plans += 1 + tactics.back().size();
+        if (record.empty()) throw;
+        throw UnsupportedOperationError(detail::str_cat("the autotune cache's plan for ", winner->name(), " on ",
+                                                        decision.signature, " cannot be re-created: ", e.what(),
+                                                        " (delete the entry or the cache file to re-tune)"));
       }
-      if (built.empty()) throw none_supported("");
-      double best = 0;
-      std::string tuned;  // what the winner's tactics came to, for the reason
-      for (std::size_t j = 0; j < built.size(); ++j) {
-        const Kernel* k = built[j].first;
-        std::shared_ptr<const KernelPlan> plan = built[j].second;
-        double time = plans == 1 ? -1 : time_candidate(*plan, desc);
-        std::size_t timed = 1;
-        for (const std::string& record : tactics[j]) {
-          if (record == plan->record()) continue;
-          std::shared_ptr<const KernelPlan> other;
-          try {
-            other = k->build(desc, exec_policy_, record);
-          } catch (const UnsupportedOperationError&) {
-            continue;  // a tactic this build cannot re-create: not a candidate
-          }
-          const double other_time = time_candidate(*other, desc);
-          ++timed;
-          if (other_time < time) {
-            time = other_time;
-            plan = std::move(other);
-          }
-        }
-        report_of(decision.candidates, k->name())->time_us = time;
-        if (winner == nullptr || time < best) {
-          winner = k;
-          best = time;
-          dispatch->plan = plan;
-          tuned = timed > 1 ? detail::str_cat("; ", k->name(), ": the fastest of ", timed, " tactics") : "";
-        }
-      }
-      decision.rule = "autotuned";
-      decision.reason = plans == 1 ? "autotuned: the only supported kernel"
-                                   : detail::str_cat("autotuned: fastest of ", built.size(), " (",
-                                                     static_cast<std::int64_t>(best * 1000) / 1000.0, " us)", tuned);
-      for (auto& r : decision.candidates) {
-        if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
-          r.reason = detail::str_cat("slower (", static_cast<std::int64_t>(r.time_us * 1000) / 1000.0, " us)");
-        }
-      }
-      break;
     }
-  }
-  for (auto& r : decision.candidates) {
-    if (r.supported && r.kernel != winner->name() && r.reason.empty()) r.reason = "not chosen (" + decision.rule + ")";
-  }
+    dispatch->kernel = winner;
+    decision.kernel = winner->name();
+    decision.backend = winner->info().backend;
+    decision.plan_record = dispatch->plan->record();
+    decision.plan_summary = dispatch->plan->describe();
 
-  // The plan: re-created from the cache's record when the cache chose the same kernel (a lock file replays the
-  // same algorithm), else built afresh (unless autotuning already built it).
-  if (!dispatch->plan || (have_cached && cached.kernel == winner->name())) {
-    std::string record;
-    if (have_cached && cached.kernel == winner->name()) record = cached.plan_record;
-    try {
-      dispatch->plan = winner->build(desc, exec_policy_, record);
-    } catch (const UnsupportedOperationError& e) {
-      if (record.empty()) throw;
-      throw UnsupportedOperationError(detail::str_cat("the autotune cache's plan for ", winner->name(), " on ",
-                                                      decision.signature, " cannot be re-created: ", e.what(),
-                                                      " (delete the entry or the cache file to re-tune)"));
+    if (cache_ && (decision.rule == "autotuned" || !have_cached)) {
+      AutotuneCache::Entry entry;
+      entry.kernel = decision.kernel;
+      entry.plan_record = decision.plan_record;
+      for (const auto& r : decision.candidates) {
+        if (r.time_us >= 0) entry.times_us[r.kernel] = r.time_us;
+      }
+      cache_->store(cache_key, std::move(entry));
     }
+    return dispatch;
   }
-  dispatch->kernel = winner;
-  decision.kernel = winner->name();
-  decision.backend = winner->info().backend;
-  decision.plan_record = dispatch->plan->record();
-  decision.plan_summary = dispatch->plan->describe();
-
-  if (cache_ && (decision.rule == "autotuned" || !have_cached)) {
-    AutotuneCache::Entry entry;
-    entry.kernel = decision.kernel;
-    entry.plan_record = decision.plan_record;
-    for (const auto& r : decision.candidates) {
-      if (r.time_us >= 0) entry.times_us[r.kernel] = r.time_us;
-    }
-    cache_->store(cache_key, std::move(entry));
-  }
-  return dispatch;
 }
 
 // Note [Tactics]

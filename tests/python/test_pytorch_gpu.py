@@ -262,9 +262,10 @@ def _train(steps, routed, xrt_torch, policy, dtype=None, seed=0):
     return np.array(losses), scope
 
 
+@pytest.mark.parametrize("attention", ["flash_v2", "cudnn"])
 @pytest.mark.parametrize("dtype", [None, "bf16", "fp16"])
-def test_loss_curves_match_over_100_steps(xrt_torch, dtype):
-    policy = xrt.KernelPolicy(matmul="cublasLt", attention="flash_v2")
+def test_loss_curves_match_over_100_steps(xrt_torch, dtype, attention):
+    policy = xrt.KernelPolicy(matmul="cublasLt", attention=attention)
     reference, _ = _train(100, False, xrt_torch, policy, dtype)
     routed, scope = _train(100, True, xrt_torch, policy, dtype)
     tol = 1e-3 if dtype is None else 3e-2
@@ -272,7 +273,7 @@ def test_loss_curves_match_over_100_steps(xrt_torch, dtype):
     assert routed[-1] < routed[0]
     kernels = scope.log.kernels()
     assert kernels["linear"] == ["cublasLt"], [(r["node"], r["op"], r.get("reason")) for r in scope.log.records if r["kernel"] == "torch"][:3]
-    assert "flash_v2" in kernels["attention"] or dtype is None  # flash_v2 takes half types
+    assert attention in kernels["attention"] or dtype is None  # flash_v2 and cudnn take half types
 
 
 # ---- CUDA graphs ----
@@ -291,8 +292,9 @@ def test_captured_forward_replays_eager_results(xrt_torch):
         graphed(torch.randint(0, 64, (2, 32), device="cuda"))
 
 
-def test_captured_training_step_replays_the_same_steps(xrt_torch):
-    policy = xrt.KernelPolicy(matmul="cublasLt", attention="flash_v2")
+@pytest.mark.parametrize("attention", ["flash_v2", "cudnn"])
+def test_captured_training_step_replays_the_same_steps(xrt_torch, attention):
+    policy = xrt.KernelPolicy(matmul="cublasLt", attention=attention)
     gen = torch.Generator("cuda").manual_seed(3)
     batches = torch.randint(0, 64, (6, 8, 33), device="cuda", generator=gen)
 
@@ -317,6 +319,8 @@ def test_captured_training_step_replays_the_same_steps(xrt_torch):
     graph_model, graph_step = make()
     captured = xrt_torch.capture_graph(graph_step, batches[0], warmup=1)  # warm-up = step 0, for real
     graph_losses = [None] + [captured(batches[i]).item() for i in range(1, 6)]
+    kernels = xrt_torch.decision_log().kernels()
+    assert attention in kernels["attention"], kernels  # the eager steps and the captured one ran it
     # Same kernels in the same order; PyTorch's flash backward accumulates dQ with atomics, hence not bit-exact.
     np.testing.assert_allclose(graph_losses[1:], eager_losses[1:], rtol=1e-3, atol=1e-4)
     for p, q in zip(eager_model.parameters(), graph_model.parameters()):

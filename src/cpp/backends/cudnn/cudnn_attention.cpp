@@ -42,7 +42,8 @@ namespace {
 //   O   = matmul(P, V [B, Hkv, Sk, Dv])
 //   stats = M + log(Z) [B, H, Sq, 1] float32: the natural-log log-sum-exp, which is the op's lse.
 // cuDNN 9.19 proposes no engine for the same graph without stats (the inference form cudnn-frontend emits), so
-// the stats are always written: into output 1 with return_lse=1, else into the plan's workspace, after cuDNN's.
+// the stats are always part of it: with return_lse=1 they are output 1; without, a virtual tensor (never written)
+// where cuDNN proposes an engine for that, else written into the plan's workspace, after cuDNN's.
 // Every tensor between the two matmuls is virtual (never in memory) and float32. Grouped-query attention is the
 // Hkv dim of K^T and V; cuDNN maps query head h to kv head h / (H / Hkv), as the op does.
 
@@ -220,7 +221,9 @@ struct BuiltGraph {
 // does.
 class GraphBuilder {
  public:
-  GraphBuilder(const AttentionShape& shape, cudnnHandle_t handle) : shape_(shape), handle_(handle) {}
+  // `virtual_stats`: the stats tensor is virtual (only without return_lse).
+  GraphBuilder(const AttentionShape& shape, cudnnHandle_t handle, bool virtual_stats)
+      : shape_(shape), handle_(handle), virtual_stats_(virtual_stats) {}
 
   std::unique_ptr<BuiltGraph> build(std::size_t workspace_limit) {
     auto built = std::make_unique<BuiltGraph>();
@@ -263,7 +266,8 @@ class GraphBuilder {
     ops.push_back(reduction(built.get(), CUDNN_REDUCE_TENSOR_ADD, exp, sum));
     const std::size_t log = pointwise(built.get(), ops, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, kNone, kNone,
                                       rows, rows_strides, CUDNN_DATA_FLOAT);
-    const std::size_t stats = tensor(built.get(), kStats, CUDNN_DATA_FLOAT, rows, rows_strides);
+    const std::size_t stats = virtual_stats_ ? virtual_tensor(built.get(), CUDNN_DATA_FLOAT, rows, rows_strides)
+                                             : tensor(built.get(), kStats, CUDNN_DATA_FLOAT, rows, rows_strides);
     pointwise_into(built.get(), ops, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, max, log, kNone, stats);
     const std::size_t p = pointwise(built.get(), ops, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exp, sum, kNone, scores,
                                     scores_strides, io);
@@ -447,6 +451,7 @@ class GraphBuilder {
 
   AttentionShape shape_;
   cudnnHandle_t handle_;
+  bool virtual_stats_;
   std::int64_t next_virtual_ = kVirtual;
 };
 
@@ -461,9 +466,19 @@ class AttentionPlan final : public KernelPlan {
       : shape_(shape), device_(device), workspace_limit_(workspace_limit) {
     detail::CudaDeviceGuard guard(device_);
     cudnnHandle_t handle = cudnn::thread_handle(device_, nullptr);
-    graphs_.emplace_back(handle, GraphBuilder(shape_, handle).build(workspace_limit_));
+    if (!shape_.stats) {
+      try {
+        graphs_.emplace_back(handle, GraphBuilder(shape_, handle, /*virtual_stats=*/true).build(workspace_limit_));
+        virtual_stats_ = true;
+      } catch (const UnsupportedOperationError&) {
+        virtual_stats_ = false;  // no engine for it: the stats go to the workspace
+      }
+    }
+    if (!virtual_stats_) {
+      graphs_.emplace_back(handle, GraphBuilder(shape_, handle, false).build(workspace_limit_));
+    }
     cudnn_workspace_ = align_up(static_cast<std::size_t>(graphs_.front().second->workspace));
-    workspace_ = cudnn_workspace_ + (shape_.stats ? 0 : align_up(stats_bytes()));
+    workspace_ = cudnn_workspace_ + (shape_.stats || virtual_stats_ ? 0 : align_up(stats_bytes()));
     engine_ = graphs_.front().second->engine;
   }
 
@@ -491,12 +506,15 @@ class AttentionPlan final : public KernelPlan {
     const BuiltGraph& built = graph_for(handle);
 
     const float neg_inf = std::numeric_limits<float>::lowest();
-    void* stats =
-        shape_.stats ? launch.output(1).data_ptr() : static_cast<char*>(launch.workspace) + cudnn_workspace_;
-    std::int64_t uids[7] = {kQ, kK, kV, kO, kScale, kStats, 0};
+    std::int64_t uids[7] = {kQ, kK, kV, kO, kScale, 0, 0};
     void* data[7] = {const_cast<void*>(pointers[0]), const_cast<void*>(pointers[1]), const_cast<void*>(pointers[2]),
-                     const_cast<void*>(pointers[3]), const_cast<float*>(&shape_.scale), stats, nullptr};
-    std::int64_t count = 6;
+                     const_cast<void*>(pointers[3]), const_cast<float*>(&shape_.scale), nullptr, nullptr};
+    std::int64_t count = 5;
+    if (!virtual_stats_) {
+      uids[count] = kStats;
+      data[count++] =
+          shape_.stats ? launch.output(1).data_ptr() : static_cast<char*>(launch.workspace) + cudnn_workspace_;
+    }
     if (shape_.causal) {
       uids[count] = kNegInf;
       data[count++] = const_cast<float*>(&neg_inf);
@@ -516,7 +534,8 @@ class AttentionPlan final : public KernelPlan {
     return detail::str_cat("cudnn fused attention (cuDNN ", cudnn::runtime_version(), ", engine ", engine_, "), ",
                            dtype_name(shape_.dtype), " D=", shape_.head_dim, ", H=", shape_.heads, " Hkv=",
                            shape_.kv_heads, shape_.causal ? ", causal" : ", no mask",
-                           shape_.stats ? ", log-sum-exp output" : "", ", workspace ",
+                           shape_.stats ? ", log-sum-exp output" : (virtual_stats_ ? "" : ", stats in the workspace"),
+                           ", workspace ",
                            cudnn::format_bytes(workspace_));
   }
 
@@ -526,7 +545,7 @@ class AttentionPlan final : public KernelPlan {
     for (const auto& entry : graphs_) {
       if (entry.first == handle) return *entry.second;
     }
-    graphs_.emplace_back(handle, GraphBuilder(shape_, handle).build(workspace_limit_));
+    graphs_.emplace_back(handle, GraphBuilder(shape_, handle, virtual_stats_).build(workspace_limit_));
     XPURT_CHECK(static_cast<std::size_t>(graphs_.back().second->workspace) <= cudnn_workspace_, kLabel,
                 ": this thread's cuDNN plan needs ", graphs_.back().second->workspace, " bytes of workspace, more "
                 "than the ", cudnn_workspace_, " the plan was built with");
@@ -541,7 +560,8 @@ class AttentionPlan final : public KernelPlan {
     return static_cast<std::size_t>(shape_.batch * shape_.heads * shape_.seq_q) * sizeof(float);
   }
 
-  std::size_t cudnn_workspace_ = 0;  // cuDNN's, rounded up to 256 bytes; the stats follow without return_lse
+  bool virtual_stats_ = false;       // without return_lse: the stats are virtual (else in the workspace)
+  std::size_t cudnn_workspace_ = 0;  // cuDNN's, rounded up to 256 bytes; the stats follow when written there
   std::size_t workspace_ = 0;
   std::int64_t engine_ = -1;
   mutable std::mutex mutex_;

@@ -547,33 +547,25 @@ PyObject* call_function(PyObject* func, PyObject* args, PyObject* kwargs) {
   return result;
 }
 
-// An attention site's call: q, k and v are its first three positional arguments (Python registers no other), and
-// its key fixed everything else (mask absent, is_causal, scale, enable_gqa).
-PyObject* run_attention(Site* site, PyObject* args) {
-  State& s = state();
-  const at::Tensor& q = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0));
-  const at::Tensor& k = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
-  const at::Tensor& v = THPVariable_Unpack(PyTuple_GET_ITEM(args, 2));
-  if (!aligned(q) || !aligned(k) || !aligned(v)) {
-    ++s.misaligned;
-    return nullptr;
+// Runs a routed site's plan on its tensors (without the GIL): linear (x, weight, bias or undefined), matmul (a, b),
+// attention (q, k, v); inside an autograd node when the site requires grad.
+at::Tensor launch_site(Site* site, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+  const auto address = reinterpret_cast<std::int64_t>(site);
+  switch (site->kind) {
+    case SiteKind::kAttention:
+      if (site->grad) return RoutedAttention::apply(address, a, b, c);
+      return site->forward->run({&a, &b, &c, nullptr}, a.device())[0];
+    case SiteKind::kLinear:
+      if (site->grad) {
+        const c10::optional<at::Tensor> bias = c.defined() ? c10::optional<at::Tensor>(c) : c10::optional<at::Tensor>();
+        return RoutedLinear::apply(address, a, b, bias);
+      }
+      return site->forward->run({&a, &b, &c}, a.device())[0];
+    default:
+      return site->forward->run({&a, &b}, a.device())[0];
   }
-  ++s.served;
-  at::Tensor out;
-  {
-    pybind11::gil_scoped_release no_gil;
-    if (site->grad) {
-      out = RoutedAttention::apply(reinterpret_cast<std::int64_t>(site), q, k, v);
-    } else {
-      out = site->forward->run({&q, &k, &v, nullptr}, q.device())[0];
-    }
-  }
-  site->calls->add();
-  return THPVariable_Wrap(std::move(out));
 }
 
-// Runs the call through its native site. Returns nullptr with no Python error set when the call must go to the
-// mode's Python handler.
 PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
   State& s = state();
   if (s.scope < 0 || t_suspended > 0) {
@@ -596,16 +588,15 @@ PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
     site->calls->add();
     return call_function(func, args, kwargs);
   }
-  if (site->kind == SiteKind::kAttention) {
-    return run_attention(site, args);
-  }
+  // The site's tensors are its first positional arguments (Python registers no other): a and b, and a third for
+  // attention (v) and linear (the bias, possibly None or absent).
   const at::Tensor& a = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0));
   const at::Tensor& b = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
-  at::Tensor bias;
-  if (site->kind == SiteKind::kLinear && PyTuple_GET_SIZE(args) > 2 && PyTuple_GET_ITEM(args, 2) != Py_None) {
-    bias = THPVariable_Unpack(PyTuple_GET_ITEM(args, 2));
+  at::Tensor c;
+  if (site->kind != SiteKind::kMatmul && PyTuple_GET_SIZE(args) > 2 && PyTuple_GET_ITEM(args, 2) != Py_None) {
+    c = THPVariable_Unpack(PyTuple_GET_ITEM(args, 2));
   }
-  if (!aligned(a) || !aligned(b) || !aligned(bias)) {
+  if (!aligned(a) || !aligned(b) || !aligned(c)) {
     ++s.misaligned;
     return nullptr;  // Python copies such inputs first
   }
@@ -613,15 +604,7 @@ PyObject* run_native(PyObject* func, PyObject* args, PyObject* kwargs) {
   at::Tensor out;
   {
     pybind11::gil_scoped_release no_gil;
-    if (site->grad) {
-      const c10::optional<at::Tensor> optional_bias =
-          bias.defined() ? c10::optional<at::Tensor>(bias) : c10::optional<at::Tensor>();
-      out = RoutedLinear::apply(reinterpret_cast<std::int64_t>(site), a, b, optional_bias);
-    } else if (site->kind == SiteKind::kLinear) {
-      out = site->forward->run({&a, &b, &bias}, a.device())[0];
-    } else {
-      out = site->forward->run({&a, &b}, a.device())[0];
-    }
+    out = launch_site(site, a, b, c);
   }
   site->calls->add();
   return THPVariable_Wrap(std::move(out));

@@ -210,6 +210,7 @@ Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy)
 struct BuiltGraph {
   std::vector<BackendDescriptor> parts;  // tensors and operations the graph refers to, kept alive with it
   std::unique_ptr<BackendDescriptor> graph;
+  std::unique_ptr<BackendDescriptor> config;  // the engine configuration the plan runs, kept with it
   std::unique_ptr<BackendDescriptor> plan;
   std::int64_t workspace = 0;
   std::int64_t engine = -1;  // cuDNN's global engine index
@@ -422,6 +423,7 @@ class GraphBuilder {
         }
         built->workspace = workspace;
         built->engine = engine_index(configs[static_cast<std::size_t>(i)]);
+        built->config = std::make_unique<BackendDescriptor>(std::move(configs[static_cast<std::size_t>(i)]));
         built->plan = std::move(plan);
         return;
       } catch (const UnsupportedOperationError& e) {

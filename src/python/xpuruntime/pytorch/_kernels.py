@@ -537,7 +537,8 @@ def attention_backward(grad, q, k, v, mask, is_causal: bool, scale: float, enabl
                 break
             except torch.cuda.OutOfMemoryError:
                 raise
-            except (RuntimeError, TypeError) as error:  # an aten signature this PyTorch lacks: say why, try the next
+            except (RuntimeError, TypeError, AttributeError) as error:
+                # An aten op or signature this PyTorch lacks: say why, and try the next backend.
                 _unusable[kernel] = f"calling it failed on PyTorch {torch.__version__}: {error}"
                 _backward_choices.clear()
         route = _routing.torch_route(scope, "attention", "backward", (grad, q, k, v, mask), kernel, reason)

@@ -1,8 +1,8 @@
 """One kernel policy file from training to inference.
 
 A small causal transformer is trained for a few hundred steps under a KernelPolicy file (xpuruntime.pytorch routes
-its linear layers and attention to the kernels the file names: cuBLASLt and flash_v2 on a GPU, xpuruntime's CPU
-kernels on the CPU), exported to ONNX, and run by InferenceSession's native engine under the same file. The two
+its linear layers and attention to the kernels the file names: cuBLASLt and cuDNN's fused attention (xpuruntime's
+`cudnn` kernel) on a GPU, xpuruntime's CPU kernels on the CPU), exported to ONNX, and run by InferenceSession's native engine under the same file. The two
 explain reports are printed, then a table of the kernel each op used in training and in inference.
 
     .venv/bin/python examples/training_kernel_policy.py                 # GPU when there is one, else a short CPU run
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     # 1. The policy file: the one artifact training and inference share.
     policy_path = out / "policy.json"
     if cuda:
-        xrt.KernelPolicy(matmul="cublasLt", attention="flash_v2").save(policy_path)
+        xrt.KernelPolicy(matmul="cublasLt", attention="cudnn").save(policy_path)
     else:
         xrt.KernelPolicy(matmul="cpu", attention="cpu").save(policy_path)
     precision = "bf16" if cuda else "fp32"

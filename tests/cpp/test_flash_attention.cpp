@@ -571,6 +571,12 @@ TEST(CudnnAttention, AcceptsSupportedDescriptors) {
       }
     }
   }
+  // Masks [B or 1, H or 1, Sq, Sk], lower ranks as leading 1s.
+  for (const Shape& mask : {Shape{17, 33}, Shape{4, 17, 33}, Shape{2, 1, 17, 33}, Shape{2, 4, 17, 33}}) {
+    const OpDescriptor desc = attention_desc({2, 4, 17, 64}, {2, 4, 33, 64}, {2, 4, 33, 64}, DType::kFloat16, true,
+                                             Device::cuda(0), 90, mask);
+    EXPECT_TRUE(cudnn_kernel()->supports(desc, ExecutionPolicy{})) << cudnn_kernel()->supports(desc, {}).reason();
+  }
   // Head dims up to 256 on Hopper, 128 before.
   EXPECT_TRUE(cudnn_kernel()->supports(attention_desc({1, 2, 16, 256}, {1, 2, 16, 256}, {1, 2, 16, 256}),
                                        ExecutionPolicy{}));
@@ -582,8 +588,8 @@ TEST(CudnnAttention, AcceptsSupportedDescriptors) {
 TEST(CudnnAttention, RefusesWhatItsGraphDoesNotDescribe) {
   SKIP_WITHOUT_CUDNN_ATTENTION();
   expect_cudnn_no(attention_desc({2, 4, 17, 64}, {2, 4, 33, 64}, {2, 4, 33, 64}, DType::kFloat16, false,
-                                 Device::cuda(0), 90, {17, 33}),
-                  "takes no mask input");
+                                 Device::cuda(0), 90, {2, 1, 1, 33}),
+                  "takes masks of shape [B or 1, H or 1, Sq, Sk]");
   expect_cudnn_no(attention_desc({1, 2, 16, 60}, {1, 2, 16, 60}, {1, 2, 16, 60}), "multiples of 8");
   expect_cudnn_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 128}), "D = Dv");
   expect_cudnn_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64}, DType::kFloat32),
@@ -633,6 +639,22 @@ TEST(CudnnAttentionGpu, MatchesCpuAcrossShapes) {
     }
     check_against_cpu({2, 2, 2, 33, 47, 72, true}, dtype, seed++, cudnn_kernel());   // head dim 72
     check_against_cpu({1, 2, 2, 40, 40, 256, false}, dtype, seed++, cudnn_kernel());  // head dim 256 (sm90)
+  }
+}
+
+TEST(CudnnAttentionGpu, MatchesCpuWithMasks) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  unsigned seed = 450;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        check_against_cpu({2, 2, 1, 129, 77, d, causal, {2, 2, 129, 77}}, dtype, seed++, cudnn_kernel());  // full
+        check_against_cpu({2, 2, 2, 65, 130, d, causal, {65, 130}}, dtype, seed++, cudnn_kernel());        // [Sq, Sk]
+        check_against_cpu({1, 4, 2, 40, 40, d, causal, {4, 40, 40}, 0.3}, dtype, seed++, cudnn_kernel());  // per head
+        check_against_cpu({3, 2, 2, 33, 64, d, causal, {3, 1, 33, 64}}, dtype, seed++, cudnn_kernel());    // per batch
+      }
+    }
   }
 }
 

@@ -95,8 +95,9 @@ EXCLUSIONS: List[Exclusion] = [
               "flash_v2 needs v's head dim equal to q's (Dv == D)"),
     Exclusion("cudnn", "attention", lambda c, dt: dt == "float32",
               "cuDNN's fused attention takes float16/bfloat16; float32 attention runs on 'unfused'"),
-    Exclusion("cudnn", "attention", lambda c, dt: c.inputs[3] is not None,
-              "the cudnn attention graph has causal masking only; explicit masks run on flash_v2 or unfused"),
+    Exclusion("cudnn", "attention", lambda c, dt: c.inputs[3] is not None
+              and tuple(c.inputs[3].shape[-2:]) != (c.inputs[0].shape[2], c.inputs[1].shape[2]),
+              "cuDNN's attention bias is [B or 1, H or 1, Sq, Sk]; masks broadcast along Sq or Sk run on flash_v2"),
     Exclusion("cudnn", "attention", lambda c, dt: c.inputs[2].shape[3] != c.inputs[0].shape[3],
               "the cudnn attention kernel needs v's head dim equal to q's (Dv == D)"),
     Exclusion("cudnn", "conv2d", _asymmetric_pads,

@@ -5,8 +5,9 @@
 //
 // What it runs (supports() says why not otherwise): CUDA devices of compute capability >= 8.0; q, k, v float16 or
 // bfloat16, contiguous, 16-byte aligned; head dim D = Dv, a multiple of 8, at most 128 (256 on sm90+); H % Hkv ==
-// 0; Sq, Sk >= 1; `causal` (top-left aligned, as the op defines it) and `scale`; no mask input (use flash_v2 or
-// unfused for masks). With return_lse=1 it writes lse [B, H, Sq] float32 too (cuDNN's softmax "stats").
+// 0; Sq, Sk >= 1; `causal` (top-left aligned, as the op defines it) and `scale`; an additive mask in q's dtype of
+// shape [B or 1, H or 1, Sq, Sk] (lower ranks count as leading 1s; masks broadcast along Sq or Sk are refused: use
+// flash_v2). With return_lse=1 it writes lse [B, H, Sq] float32 too (cuDNN's softmax "stats").
 //
 // Not deterministic in general: cuDNN does not promise a fixed reduction order for every engine, so the kernel
 // is registered as non-deterministic and a deterministic policy skips it.
@@ -35,6 +36,7 @@ namespace {
 // Attention fprop"); cudnn-frontend's sdpa node emits the same. With S = scores, all [B, H, Sq, Sk]:
 //   S   = matmul(Q [B, H, Sq, D], K^T [B, Hkv, D, Sk])      K^T: k's memory with its last two dims and strides swapped
 //   S   = S * scale                                        scale: a by-value float [1, 1, 1, 1]
+//   mask only:    S = S + mask                             mask [B or 1, H or 1, Sq, Sk] in q's dtype
 //   causal only:  r = gen_index(S, axis 2), c = gen_index(S, axis 3) (int32), keep = r >= c (boolean),
 //                 S = binary_select(S, lowest float, keep), i.e. keep ? S : lowest
 //   M   = reduce_max(S) [B, H, Sq, 1];  E = exp(S - M);  Z = reduce_add(E) [B, H, Sq, 1]
@@ -49,7 +51,7 @@ namespace {
 
 // Unique ids of the tensors the variant pack names; the virtual ones only need to be distinct.
 enum Uid : std::int64_t {
-  kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kNegInf = 7,
+  kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kNegInf = 7, kMask = 8,
   kVirtual = 100,  // virtual tensors count up from here
 };
 
@@ -106,6 +108,8 @@ struct AttentionShape {
   DType dtype = DType::kBFloat16;
   std::int64_t batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0, head_dim = 0;
   bool causal = false;
+  bool mask = false;                               // input 3, [mask_batch, mask_heads, Sq, Sk]
+  std::int64_t mask_batch = 1, mask_heads = 1;     // B or 1, H or 1
   bool stats = false;  // return_lse=1: output 1 is lse
   float scale = 0.f;   // the resolved scale (1/sqrt(D) for the attribute's 0)
 };
@@ -124,6 +128,12 @@ AttentionShape shape_of(const OpDescriptor& desc) {
   shape.kv_heads = k.shape[1];
   shape.seq_k = k.shape[2];
   shape.causal = desc.attrs.get_int("causal", 0) != 0;
+  shape.mask = desc.inputs.size() > 3 && desc.inputs[3].present;
+  if (shape.mask) {
+    const std::vector<std::int64_t>& m = desc.inputs[3].shape;
+    shape.mask_batch = m.size() >= 4 ? m[m.size() - 4] : 1;
+    shape.mask_heads = m.size() >= 3 ? m[m.size() - 3] : 1;
+  }
   shape.stats = returns_lse(desc);
   double scale = desc.attrs.get_float("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
@@ -134,10 +144,6 @@ AttentionShape shape_of(const OpDescriptor& desc) {
 Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy) {
   if (desc.inputs.size() < 3 || !desc.inputs[0].present || !desc.inputs[1].present || !desc.inputs[2].present) {
     return Support::no(detail::str_cat(kLabel, " needs the inputs q, k and v"));
-  }
-  if (desc.inputs.size() > 3 && desc.inputs[3].present) {
-    return Support::no(detail::str_cat(kLabel, " takes no mask input (its graph has causal masking only); use "
-                                       "flash_v2 or unfused for an explicit mask"));
   }
   Support common = cudnn::check_common(desc, policy, kLabel, 16);
   if (!common) return common;
@@ -189,6 +195,24 @@ Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy)
   }
   if (k.shape[2] < 1 && q.numel() > 0) {
     return Support::no(detail::str_cat(kLabel, ": a softmax over zero keys (Sk = 0) is undefined"));
+  }
+  if (desc.inputs.size() > 3 && desc.inputs[3].present) {
+    const TensorDesc& mask = desc.inputs[3];
+    if (mask.dtype != q.dtype) {
+      return Support::no(detail::str_cat(kLabel, " needs the mask in q's dtype (", dtype_name(q.dtype), "), got ",
+                                         dtype_name(mask.dtype)));
+    }
+    const std::vector<std::int64_t>& m = mask.shape;
+    const std::size_t rank = m.size();
+    const bool fits = rank >= 2 && rank <= 4 && m[rank - 2] == q.shape[2] && m[rank - 1] == k.shape[2] &&
+                      (rank < 3 || m[rank - 3] == 1 || m[rank - 3] == q.shape[1]) &&
+                      (rank < 4 || m[0] == 1 || m[0] == q.shape[0]);
+    if (!fits) {
+      return Support::no(detail::str_cat(kLabel, " takes masks of shape [B or 1, H or 1, Sq, Sk] (cuDNN's attention "
+                                         "bias), got ", mask.str(), " for scores [", q.shape[0], ", ", q.shape[1],
+                                         ", ", q.shape[2], ", ", k.shape[2], "]; a mask broadcast along Sq or Sk "
+                                         "runs on flash_v2 or unfused"));
+    }
   }
   const std::size_t expected_outputs = returns_lse(desc) ? 2 : 1;
   if (desc.outputs.size() != expected_outputs) {
@@ -246,6 +270,12 @@ class GraphBuilder {
     const std::size_t scale = tensor(built.get(), kScale, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
     s = pointwise(built.get(), ops, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, kNone, scores, scores_strides,
                   CUDNN_DATA_FLOAT);
+    if (shape_.mask) {
+      const std::int64_t mb = shape_.mask_batch, mh = shape_.mask_heads;
+      const std::size_t mask = tensor(built.get(), kMask, io, {mb, mh, sq, sk}, {mh * sq * sk, sq * sk, sk, 1});
+      s = pointwise(built.get(), ops, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, s, mask, kNone, scores, scores_strides,
+                    CUDNN_DATA_FLOAT);
+    }
     if (shape_.causal) {
       const std::size_t row = pointwise(built.get(), ops, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
                                         kNone, scores, scores_strides, CUDNN_DATA_INT32, /*axis=*/2);
@@ -508,10 +538,16 @@ class AttentionPlan final : public KernelPlan {
     const BuiltGraph& built = graph_for(handle);
 
     const float neg_inf = std::numeric_limits<float>::lowest();
-    std::int64_t uids[7] = {kQ, kK, kV, kO, kScale, 0, 0};
-    void* data[7] = {const_cast<void*>(pointers[0]), const_cast<void*>(pointers[1]), const_cast<void*>(pointers[2]),
-                     const_cast<void*>(pointers[3]), const_cast<float*>(&shape_.scale), nullptr, nullptr};
+    std::int64_t uids[8] = {kQ, kK, kV, kO, kScale, 0, 0, 0};
+    void* data[8] = {const_cast<void*>(pointers[0]), const_cast<void*>(pointers[1]), const_cast<void*>(pointers[2]),
+                     const_cast<void*>(pointers[3]), const_cast<float*>(&shape_.scale), nullptr, nullptr, nullptr};
     std::int64_t count = 5;
+    if (shape_.mask) {
+      XPURT_CHECK(launch.num_inputs > 3 && launch.input(3).defined(), kLabel, ": the plan was built with a mask, "
+                  "the launch has none");
+      uids[count] = kMask;
+      data[count++] = launch.input(3).data_ptr();
+    }
     if (!virtual_stats_) {
       uids[count] = kStats;
       data[count++] =
@@ -535,7 +571,8 @@ class AttentionPlan final : public KernelPlan {
   std::string describe() const override {
     return detail::str_cat("cudnn fused attention (cuDNN ", cudnn::runtime_version(), ", engine ", engine_, "), ",
                            dtype_name(shape_.dtype), " D=", shape_.head_dim, ", H=", shape_.heads, " Hkv=",
-                           shape_.kv_heads, shape_.causal ? ", causal" : ", no mask",
+                           shape_.kv_heads, shape_.mask ? ", mask" : "", shape_.causal ? ", causal" : "",
+                           shape_.mask || shape_.causal ? "" : ", no mask",
                            shape_.stats ? ", log-sum-exp output" : (virtual_stats_ ? "" : ", stats in the workspace"),
                            ", workspace ",
                            cudnn::format_bytes(workspace_));

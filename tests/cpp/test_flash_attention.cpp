@@ -296,8 +296,11 @@ std::string case_name(const Case& c, DType dtype) {
   return name;
 }
 
-// flash_v2 on the GPU against the cpu kernel on the same (rounded) inputs. Tolerances: both sides round P and the
-// output to the 16-bit type; bf16 carries 8 significant bits, fp16 11.
+// Relative tolerance of a GPU kernel's attention output against the cpu kernel's on the same (rounded) inputs: both
+// sides round P and the output to the 16-bit type; bf16 carries 8 significant bits, fp16 11.
+double output_tolerance(DType dtype) { return dtype == DType::kBFloat16 ? 2e-2 : 4e-3; }
+
+// `kernel` (flash_v2 by default) on the GPU against the cpu kernel on the same (rounded) inputs.
 void check_against_cpu(const Case& c, DType dtype, unsigned seed, const Kernel* kernel = flash_kernel()) {
   SCOPED_TRACE(kernel->name() + " " + case_name(c, dtype));
   std::mt19937 gen(seed);
@@ -318,7 +321,7 @@ void check_against_cpu(const Case& c, DType dtype, unsigned seed, const Kernel* 
 
   const std::vector<float> got = to_floats(out);
   const std::vector<float> want = to_floats(ref);
-  const double tolerance = dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+  const double tolerance = output_tolerance(dtype);
   double max_error = 0.0, error_sq = 0.0, ref_sq = 0.0;
   std::size_t bad = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -473,7 +476,7 @@ void check_lse_against_cpu(const Case& c, DType dtype, unsigned seed, std::int64
     const std::vector<float> plain = to_floats(run_kernel(*kernel, gpu_inputs, attrs)[0]);
     const std::vector<float> with_lse = to_floats(got[0]);
     ASSERT_EQ(plain.size(), with_lse.size());
-    const double tolerance = dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+    const double tolerance = output_tolerance(dtype);
     std::size_t differ = 0;
     for (std::size_t i = 0; i < plain.size(); ++i) {
       if (!(std::fabs(plain[i] - with_lse[i]) <= tolerance * (1.0 + std::fabs(plain[i])))) ++differ;

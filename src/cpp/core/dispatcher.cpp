@@ -374,6 +374,13 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
                                                      reasons_text(decision.candidates)));
   };
 
+  // A kernel whose plan build failed counts as unsupported, with the build's error as its reason.
+  const auto mark_build_failed = [&](const std::string& name, const UnsupportedOperationError& e) {
+    CandidateReport* r = report_of(decision.candidates, name);
+    r->supported = false;
+    r->reason = std::string("plan build failed: ") + e.what();
+  };
+
   AutotuneCache::Entry cached;
   const std::string cache_key = cache_ ? AutotuneCache::key(desc) : std::string();
   const bool have_cached = cache_ && cache_->lookup(cache_key, &cached);
@@ -405,8 +412,7 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
           for (const Kernel* k : kernels) names.push_back(k->name());
           throw UnsupportedOperationError(detail::str_cat(
               "the KernelPolicy pins '", name, "' for '", desc.op, "', but that kernel does not implement op '",
-              desc.op,
-              "'; kernels of ", desc.op, ": ", detail::join_names(names)));
+              desc.op, "'; kernels of ", desc.op, ": ", detail::join_names(names)));
         }
         if (!is_supported(decision.candidates, name)) {
           throw UnsupportedOperationError(detail::str_cat(
@@ -471,9 +477,7 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
           try {
             built.emplace_back(k, k->build(desc, exec_policy_, {}));
           } catch (const UnsupportedOperationError& e) {
-            CandidateReport* r = report_of(decision.candidates, k->name());
-            r->supported = false;
-            r->reason = std::string("plan build failed: ") + e.what();
+            mark_build_failed(k->name(), e);
             continue;
           }
           tactics.push_back(k->tactics(desc, exec_policy_));
@@ -537,9 +541,7 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
         dispatch->plan = winner->build(desc, exec_policy_, record);
       } catch (const UnsupportedOperationError& e) {
         if (record.empty() && rule.mode != RuleMode::kPinned) {
-          CandidateReport* r = report_of(decision.candidates, winner->name());
-          r->supported = false;
-          r->reason = std::string("plan build failed: ") + e.what();
+          mark_build_failed(winner->name(), e);
           continue;
         }
         if (record.empty()) throw;

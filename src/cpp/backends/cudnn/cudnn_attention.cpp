@@ -238,7 +238,6 @@ struct BuiltGraph {
   std::unique_ptr<BackendDescriptor> plan;
   std::int64_t workspace = 0;
   std::int64_t engine = -1;  // cuDNN's global engine index
-  std::string engine_name;   // from the plan's JSON, when cuDNN gives one
 };
 
 // Builds the operation graph of Note [cuDNN attention graph] and the first execution plan cuDNN's heuristic
@@ -251,74 +250,74 @@ class GraphBuilder {
       : shape_(shape), handle_(handle), virtual_stats_(virtual_stats) {}
 
   std::unique_ptr<BuiltGraph> build(std::size_t workspace_limit) {
-    auto built = std::make_unique<BuiltGraph>();
+    built_ = std::make_unique<BuiltGraph>();
+    ops_.clear();
     const std::int64_t b = shape_.batch, h = shape_.heads, hk = shape_.kv_heads, sq = shape_.seq_q,
                        sk = shape_.seq_k, d = shape_.head_dim;
     const cudnnDataType_t io = cudnn::data_type(shape_.dtype);
-    std::vector<cudnnBackendDescriptor_t> ops;
 
-    const std::size_t q = tensor(built.get(), kQ, io, {b, h, sq, d}, {h * sq * d, sq * d, d, 1});
-    const std::size_t kt = tensor(built.get(), kK, io, {b, hk, d, sk}, {hk * sk * d, sk * d, 1, d});
-    const std::size_t v = tensor(built.get(), kV, io, {b, hk, sk, d}, {hk * sk * d, sk * d, d, 1});
-    const std::size_t o = tensor(built.get(), kO, io, {b, h, sq, d}, {h * sq * d, sq * d, d, 1});
+    const std::size_t q = tensor(kQ, io, {b, h, sq, d}, {h * sq * d, sq * d, d, 1});
+    const std::size_t kt = tensor(kK, io, {b, hk, d, sk}, {hk * sk * d, sk * d, 1, d});
+    const std::size_t v = tensor(kV, io, {b, hk, sk, d}, {hk * sk * d, sk * d, d, 1});
+    const std::size_t o = tensor(kO, io, {b, h, sq, d}, {h * sq * d, sq * d, d, 1});
     const std::vector<std::int64_t> scores = {b, h, sq, sk}, scores_strides = {h * sq * sk, sq * sk, sk, 1};
     const std::vector<std::int64_t> rows = {b, h, sq, 1}, rows_strides = {h * sq, sq, 1, 1};
     const std::vector<std::int64_t> one = {1, 1, 1, 1};
 
-    std::size_t s = virtual_tensor(built.get(), CUDNN_DATA_FLOAT, scores, scores_strides);
-    ops.push_back(matmul(built.get(), q, kt, s));
-    const std::size_t scale = tensor(built.get(), kScale, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
-    s = pointwise(built.get(), ops, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, kNone, scores, scores_strides,
+    std::size_t s = virtual_tensor(CUDNN_DATA_FLOAT, scores, scores_strides);
+    matmul(q, kt, s);
+    const std::size_t scale = tensor(kScale, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
+    s = pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, kNone, scores, scores_strides,
                   CUDNN_DATA_FLOAT);
     if (shape_.mask) {
       const std::int64_t mb = shape_.mask_batch, mh = shape_.mask_heads;
-      const std::size_t mask = tensor(built.get(), kMask, io, {mb, mh, sq, sk}, {mh * sq * sk, sq * sk, sk, 1});
-      s = pointwise(built.get(), ops, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, s, mask, kNone, scores, scores_strides,
+      const std::size_t mask = tensor(kMask, io, {mb, mh, sq, sk}, {mh * sq * sk, sq * sk, sk, 1});
+      s = pointwise(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, s, mask, kNone, scores, scores_strides,
                     CUDNN_DATA_FLOAT);
     }
     if (shape_.causal) {
-      const std::size_t row = pointwise(built.get(), ops, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
+      const std::size_t row = pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
                                         kNone, scores, scores_strides, CUDNN_DATA_INT32, /*axis=*/2);
-      const std::size_t col = pointwise(built.get(), ops, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
+      const std::size_t col = pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
                                         kNone, scores, scores_strides, CUDNN_DATA_INT32, /*axis=*/3);
-      const std::size_t keep = pointwise(built.get(), ops, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col,
+      const std::size_t keep = pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col,
                                          kNone, scores, scores_strides, CUDNN_DATA_BOOLEAN);
-      const std::size_t neg_inf = tensor(built.get(), kNegInf, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
-      s = pointwise(built.get(), ops, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neg_inf, keep, scores,
+      const std::size_t neg_inf = tensor(kNegInf, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
+      s = pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neg_inf, keep, scores,
                     scores_strides, CUDNN_DATA_FLOAT);
     }
-    const std::size_t max = virtual_tensor(built.get(), CUDNN_DATA_FLOAT, rows, rows_strides);
-    ops.push_back(reduction(built.get(), CUDNN_REDUCE_TENSOR_MAX, s, max));
-    const std::size_t shifted = pointwise(built.get(), ops, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s, max, kNone,
+    const std::size_t max = virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides);
+    reduction(CUDNN_REDUCE_TENSOR_MAX, s, max);
+    const std::size_t shifted = pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s, max, kNone,
                                           scores, scores_strides, CUDNN_DATA_FLOAT);
-    const std::size_t exp = pointwise(built.get(), ops, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, shifted, kNone, kNone,
+    const std::size_t exp = pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, shifted, kNone, kNone,
                                       scores, scores_strides, CUDNN_DATA_FLOAT);
-    const std::size_t sum = virtual_tensor(built.get(), CUDNN_DATA_FLOAT, rows, rows_strides);
-    ops.push_back(reduction(built.get(), CUDNN_REDUCE_TENSOR_ADD, exp, sum));
-    const std::size_t log = pointwise(built.get(), ops, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, kNone, kNone,
+    const std::size_t sum = virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides);
+    reduction(CUDNN_REDUCE_TENSOR_ADD, exp, sum);
+    const std::size_t log = pointwise(CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, kNone, kNone,
                                       rows, rows_strides, CUDNN_DATA_FLOAT);
-    const std::size_t stats = virtual_stats_ ? virtual_tensor(built.get(), CUDNN_DATA_FLOAT, rows, rows_strides)
-                                             : tensor(built.get(), kStats, CUDNN_DATA_FLOAT, rows, rows_strides);
-    pointwise_into(built.get(), ops, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, max, log, kNone, stats);
-    const std::size_t p = pointwise(built.get(), ops, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exp, sum, kNone, scores,
+    const std::size_t stats = virtual_stats_ ? virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides)
+                                             : tensor(kStats, CUDNN_DATA_FLOAT, rows, rows_strides);
+    pointwise_into(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, max, log, kNone, stats);
+    const std::size_t p = pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exp, sum, kNone, scores,
                                     scores_strides, io);
-    ops.push_back(matmul(built.get(), p, v, o));
+    matmul(p, v, o);
 
-    built->graph = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    built->graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                      static_cast<std::int64_t>(ops.size()), ops.data());
-    built->graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
-    built->graph->finalize();
-    choose_plan(built.get(), workspace_limit);
-    return built;
+    built_->graph = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    built_->graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                       static_cast<std::int64_t>(ops_.size()), ops_.data());
+    built_->graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
+    built_->graph->finalize();
+    choose_plan(workspace_limit);
+    return std::move(built_);
   }
 
  private:
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
-  // A tensor descriptor (returns its index in `built->parts`). 16-byte alignment: the inputs' (supports()
+  // A tensor descriptor (returns its index in `built_->parts`). 16-byte alignment: the inputs' (supports()
   // checks it; the by-value scalars live in the plan).
-  std::size_t tensor(BuiltGraph* built, std::int64_t uid, cudnnDataType_t type, const std::vector<std::int64_t>& dims,
+  std::size_t tensor(std::int64_t uid, cudnnDataType_t type, const std::vector<std::int64_t>& dims,
                      const std::vector<std::int64_t>& strides, bool by_value = false, bool is_virtual = false) {
     BackendDescriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     t.set_int(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid);
@@ -335,56 +334,50 @@ class GraphBuilder {
       t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
     }
     t.finalize();
-    built->parts.push_back(std::move(t));
-    return built->parts.size() - 1;
+    built_->parts.push_back(std::move(t));
+    return built_->parts.size() - 1;
   }
 
-  std::size_t virtual_tensor(BuiltGraph* built, cudnnDataType_t type, const std::vector<std::int64_t>& dims,
+  std::size_t virtual_tensor(cudnnDataType_t type, const std::vector<std::int64_t>& dims,
                              const std::vector<std::int64_t>& strides) {
-    return tensor(built, next_virtual_++, type, dims, strides, /*by_value=*/false, /*is_virtual=*/true);
+    return tensor(next_virtual_++, type, dims, strides, /*by_value=*/false, /*is_virtual=*/true);
   }
 
-  cudnnBackendDescriptor_t matmul(BuiltGraph* built, std::size_t a, std::size_t b, std::size_t c) {
+  void matmul(std::size_t a, std::size_t b, std::size_t c) {
     BackendDescriptor mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     mm.set_data_type(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_DATA_FLOAT);
     mm.finalize();
     BackendDescriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_ADESC, built->parts[a]);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, built->parts[b]);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, built->parts[c]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_ADESC, built_->parts[a]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, built_->parts[b]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, built_->parts[c]);
     op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
-    op.finalize();
-    built->parts.push_back(std::move(mm));
-    built->parts.push_back(std::move(op));
-    return built->parts.back().get();
+    add_operation(std::move(mm), std::move(op));
   }
 
-  cudnnBackendDescriptor_t reduction(BuiltGraph* built, cudnnReduceTensorOp_t mode, std::size_t x, std::size_t y) {
+  void reduction(cudnnReduceTensorOp_t mode, std::size_t x, std::size_t y) {
     BackendDescriptor red(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
     red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
     red.set_data_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT);
     red.finalize();
     BackendDescriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, built->parts[x]);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, built->parts[y]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, built_->parts[x]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, built_->parts[y]);
     op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red);
-    op.finalize();
-    built->parts.push_back(std::move(red));
-    built->parts.push_back(std::move(op));
-    return built->parts.back().get();
+    add_operation(std::move(red), std::move(op));
   }
 
   // A pointwise op y = mode(x[, b[, t]]) into a new virtual tensor of `out_type` (returns its index).
-  std::size_t pointwise(BuiltGraph* built, std::vector<cudnnBackendDescriptor_t>& ops, cudnnPointwiseMode_t mode,
+  std::size_t pointwise(cudnnPointwiseMode_t mode,
                         cudnnDataType_t compute, std::size_t x, std::size_t b, std::size_t t,
                         const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& strides,
                         cudnnDataType_t out_type, std::int64_t axis = -1) {
-    const std::size_t y = virtual_tensor(built, out_type, dims, strides);
-    pointwise_into(built, ops, mode, compute, x, b, t, y, axis);
+    const std::size_t y = virtual_tensor(out_type, dims, strides);
+    pointwise_into(mode, compute, x, b, t, y, axis);
     return y;
   }
 
-  void pointwise_into(BuiltGraph* built, std::vector<cudnnBackendDescriptor_t>& ops, cudnnPointwiseMode_t mode,
+  void pointwise_into(cudnnPointwiseMode_t mode,
                       cudnnDataType_t compute, std::size_t x, std::size_t b, std::size_t t, std::size_t y,
                       std::int64_t axis = -1) {
     BackendDescriptor pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
@@ -394,17 +387,23 @@ class GraphBuilder {
     pw.finalize();
     BackendDescriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, built->parts[x]);
-    if (b != kNone) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, built->parts[b]);
-    if (t != kNone) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, built->parts[t]);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, built->parts[y]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, built_->parts[x]);
+    if (b != kNone) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, built_->parts[b]);
+    if (t != kNone) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, built_->parts[t]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, built_->parts[y]);
     const float alpha = 1.f;  // y = op(alpha1 * x, alpha2 * b), as cudnn-frontend sets them
     op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha);
     op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha);
+    add_operation(std::move(pw), std::move(op));
+  }
+
+  // Finalizes operation `op` and appends it to the graph; `inner` is the descriptor of its math (matmul,
+  // reduction, pointwise), kept alive with it.
+  void add_operation(BackendDescriptor inner, BackendDescriptor op) {
     op.finalize();
-    built->parts.push_back(std::move(pw));
-    built->parts.push_back(std::move(op));
-    ops.push_back(built->parts.back().get());
+    built_->parts.push_back(std::move(inner));
+    built_->parts.push_back(std::move(op));
+    ops_.push_back(built_->parts.back().get());
   }
 
   // Note [cuDNN attention engine choice]
@@ -412,9 +411,9 @@ class GraphBuilder {
   // plan finalizes and whose workspace fits the policy's limit is used, as cudnn-frontend's build_plans does. A
   // configuration that fails to finalize (CUDNN_STATUS_NOT_SUPPORTED_*) is skipped with its reason; when none
   // remains the build fails with all of them.
-  void choose_plan(BuiltGraph* built, std::size_t workspace_limit) {
+  void choose_plan(std::size_t workspace_limit) {
     BackendDescriptor heuristic(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heuristic.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *built->graph);
+    heuristic.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *built_->graph);
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     heuristic.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
     heuristic.finalize();
@@ -451,10 +450,10 @@ class GraphBuilder {
                                      " of workspace, over the limit ", cudnn::format_bytes(workspace_limit));
           continue;
         }
-        built->workspace = workspace;
-        built->engine = engine_index(configs[static_cast<std::size_t>(i)]);
-        built->config = std::make_unique<BackendDescriptor>(std::move(configs[static_cast<std::size_t>(i)]));
-        built->plan = std::move(plan);
+        built_->workspace = workspace;
+        built_->engine = engine_index(configs[static_cast<std::size_t>(i)]);
+        built_->config = std::make_unique<BackendDescriptor>(std::move(configs[static_cast<std::size_t>(i)]));
+        built_->plan = std::move(plan);
         return;
       } catch (const UnsupportedOperationError& e) {
         skipped += detail::str_cat("; configuration ", i, ": ", e.what());
@@ -485,6 +484,8 @@ class GraphBuilder {
   cudnnHandle_t handle_;
   bool virtual_stats_;
   std::int64_t next_virtual_ = kVirtual;
+  std::unique_ptr<BuiltGraph> built_;          // the graph being built
+  std::vector<cudnnBackendDescriptor_t> ops_;  // its operations, in order
 };
 
 // Note [cuDNN attention plans per handle]

@@ -1,0 +1,698 @@
+#!/usr/bin/env python3
+"""The real-model suite: architectures from torchvision, timm and transformers (their own code, random weights,
+nothing downloaded), exported by PyTorch's two ONNX exporters, and checked through xpuruntime against PyTorch's
+own output (docs/model_suite.md).
+
+Two commands::
+
+    # export (needs torch; transformers and timm for those families): models, inputs and PyTorch's references
+    python3 scripts/model_suite.py export --tiny --out models/suite/tiny
+    # run every exported model through InferenceSession and compare with PyTorch (numpy and xpuruntime only)
+    python3 scripts/model_suite.py run --device cpu --tiny
+
+``export`` writes, per architecture ``NAME``: ``NAME.dynamo.float32.onnx`` (``torch.onnx.export(..., dynamo=True)``,
+opset 18), ``NAME.torchscript.float32.onnx`` (``dynamo=False``, opset 17), the same two in float16, and
+``NAME.npz``: the test inputs (at a batch and sequence length other than the export's, so the symbolic dimensions
+are exercised), PyTorch's float64 reference outputs, and PyTorch's own float32 and float16 errors against that
+reference, from which the run derives its tolerances. ``manifest.json`` lists what was exported and what failed.
+
+``run`` prints one line per model and ends with ``N passed, M failed``; its exit status is 1 when any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TINY_DIR = ROOT / "models" / "suite" / "tiny"
+EXPORTERS = ("dynamo", "torchscript")
+DTYPES = ("float32", "float16")
+OPSET = {"dynamo": 18, "torchscript": 17}
+# Test shapes differ from the export's (batch 2, sequence 8) so that symbolic dimensions are exercised.
+EXPORT_BATCH, EXPORT_SEQ = 2, 8
+TEST_BATCH, TEST_SEQ = 3, 11
+# Tolerance: a model's error may be this many times PyTorch's own error in the same precision, plus a floor
+# relative to the output's magnitude (PyTorch's float32 error can be 0 on a tiny model).
+ERROR_FACTOR = 8.0
+FLOOR = {"float32": 1e-4, "float16": 2e-2}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Architectures (need torch; imported lazily so that `run` works with numpy alone)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Built:
+    module: "object"
+    inputs: Dict[str, "object"]  # name -> example tensor (export shapes)
+    test_inputs: Dict[str, "object"]  # name -> tensor at the test shapes
+    dynamic: Dict[str, Dict[int, str]]  # input name -> {axis: symbol}
+    outputs: List[str]
+    # data-dependent outputs (detections): compared as sets of rows, and in float16 only their count is bounded
+    data_dependent: bool = False
+    max_seq: int = 64  # the sequence dimension's upper bound (torch.export needs one for position embeddings)
+
+
+@dataclass
+class Arch:
+    name: str
+    family: str
+    library: str
+    build: Callable[[bool], Built]
+    notes: str = ""
+
+
+class _Tuple:
+    """Wraps a model so it returns a tuple of tensors (transformers' ModelOutput, torchvision's dicts)."""
+
+    @staticmethod
+    def wrap(module, pick, names=None):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = module
+
+            # Explicit parameters (not *args): torch.export matches dynamic_shapes to them one by one.
+            def forward(self, x0, x1=None, x2=None):
+                args = [a for a in (x0, x1, x2) if a is not None]
+                out = self.inner(**dict(zip(names, args))) if names else self.inner(*args)
+                return pick(out)
+
+        return Wrapped().eval()
+
+
+def _image(batch, size, channels=3):
+    import torch
+
+    return torch.randn(batch, channels, size, size)
+
+
+def _vision(module, size, channels=3, pick=None) -> Built:
+    import torch
+
+    torch.manual_seed(1)
+    m = _Tuple.wrap(module, pick) if pick else module.eval()
+    return Built(m, {"pixel_values": _image(EXPORT_BATCH, size, channels)},
+                 {"pixel_values": _image(TEST_BATCH, size, channels)}, {"pixel_values": {0: "batch"}}, ["output"])
+
+
+def _text(module, vocab, pick, mask=True, names=("input_ids", "attention_mask"), max_seq=None) -> Built:
+    import torch
+
+    max_seq = max_seq or getattr(module.config, "max_position_embeddings", None) or 512
+
+    torch.manual_seed(1)
+
+    def feeds(batch, seq):
+        ids = torch.randint(0, vocab, (batch, seq), dtype=torch.int64)
+        out = {names[0]: ids}
+        if mask:
+            m = torch.ones(batch, seq, dtype=torch.int64)
+            m[0, seq - 2:] = 0  # one padded row: the mask arithmetic matters
+            out[names[1]] = m
+        return out
+
+    ins = feeds(EXPORT_BATCH, EXPORT_SEQ)
+    dyn = {n: {0: "batch", 1: "sequence"} for n in ins}
+    return Built(_Tuple.wrap(module, pick, list(ins)), ins, feeds(TEST_BATCH, TEST_SEQ), dyn, ["last_hidden_state"],
+                 max_seq=max_seq)
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out.last_hidden_state
+
+
+# -- CNNs (torchvision, timm) --
+
+def build_resnet(tiny):
+    if not tiny:
+        import torchvision
+        return _vision(torchvision.models.resnet50(), 224)
+    from timm.models.resnet import ResNet, BasicBlock
+    return _vision(ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10, channels=(8, 16, 32, 64), stem_width=8), 32)
+
+
+def build_mobilenet_v2(tiny):
+    import torchvision
+    setting = [[1, 8, 1, 1], [6, 16, 2, 2], [6, 24, 2, 2], [6, 32, 1, 1]]  # t, c, n, s
+    m = (torchvision.models.mobilenet_v2(num_classes=10, inverted_residual_setting=setting) if tiny
+         else torchvision.models.mobilenet_v2())
+    return _vision(m, 32 if tiny else 224)
+
+
+def build_mobilenet_v3(tiny):
+    import torchvision
+    m = (torchvision.models.mobilenet_v3_small(width_mult=0.25, num_classes=10) if tiny
+         else torchvision.models.mobilenet_v3_large())
+    return _vision(m, 32 if tiny else 224)
+
+
+def build_efficientnet(tiny):
+    import torchvision
+    from torchvision.models import efficientnet as en
+    if not tiny:
+        return _vision(torchvision.models.efficientnet_b0(), 224)
+    setting, last = en._efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)
+    return _vision(en.EfficientNet(setting, 0.2, num_classes=10, last_channel=last), 32)
+
+
+def build_regnet(tiny):
+    import torchvision
+    from torchvision.models import regnet as rn
+    if not tiny:
+        return _vision(torchvision.models.regnet_y_400mf(), 224)
+    params = rn.BlockParams.from_init_params(depth=3, w_0=8, w_a=8.0, w_m=2.0, group_width=8, se_ratio=0.25)
+    return _vision(rn.RegNet(params, num_classes=10, stem_width=8), 32)
+
+
+def build_convnext(tiny):
+    import torchvision
+    from torchvision.models import convnext as cn
+    if not tiny:
+        return _vision(torchvision.models.convnext_tiny(), 224)
+    setting = [cn.CNBlockConfig(16, 32, 1), cn.CNBlockConfig(32, 64, 1), cn.CNBlockConfig(64, None, 1)]
+    return _vision(cn.ConvNeXt(setting, num_classes=10), 32)
+
+
+def build_densenet(tiny):
+    import torchvision
+    from torchvision.models import densenet as dn
+    if not tiny:
+        return _vision(torchvision.models.densenet121(), 224)
+    return _vision(dn.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, bn_size=2, num_classes=10),
+                   32)
+
+
+def build_fcn(tiny):
+    """Semantic segmentation: torchvision's FCN (bilinear Resize back to the input size) on a MobileNetV3."""
+    import torchvision
+    from torchvision.models._utils import IntermediateLayerGetter
+    from torchvision.models.segmentation.fcn import FCN, FCNHead
+    if not tiny:
+        return _vision(torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights_backbone=None,
+                                                                                num_classes=21), 224,
+                       pick=lambda o: o["out"])
+    features = torchvision.models.mobilenet_v3_large(width_mult=0.25, dilated=True).features
+    last = max(i for i, f in enumerate(features) if getattr(f, "out_channels", 99) <= 40)
+    backbone = IntermediateLayerGetter(features, {str(last): "out"})
+    channels = features[last].out_channels
+    return _vision(FCN(backbone, FCNHead(channels, 5)), 32, pick=lambda o: o["out"])
+
+
+def build_ssdlite(tiny):
+    """Detection with post-processing: torchvision's SSDlite (anchors, box decoding, batched NMS, TopK)."""
+    import torch
+    import torchvision
+    from torchvision.models.detection import ssdlite
+    from torchvision.models.detection.anchor_utils import DefaultBoxGenerator
+    from functools import partial
+    if tiny:
+        norm = partial(torch.nn.BatchNorm2d, eps=0.001, momentum=0.03)
+        backbone = torchvision.models.mobilenet_v3_large(norm_layer=norm, width_mult=0.25, reduced_tail=True)
+        backbone = ssdlite._mobilenet_extractor(backbone, 6, norm)
+        size = (64, 64)
+        anchors = DefaultBoxGenerator([[2, 3] for _ in range(6)], min_ratio=0.2, max_ratio=0.95)
+        out_channels = torchvision.models.detection._utils.retrieve_out_channels(backbone, size)
+        head = ssdlite.SSDLiteHead(out_channels, anchors.num_anchors_per_location(), 4, norm)
+        model = ssdlite.SSD(backbone, anchors, size, 4, head=head, score_thresh=0.001, nms_thresh=0.55,
+                            detections_per_img=20, topk_candidates=50,
+                            image_mean=[0.5, 0.5, 0.5], image_std=[0.25, 0.25, 0.25])
+        side = 64
+    else:
+        model = torchvision.models.detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None)
+        side = 320
+    model.eval()
+    torch.manual_seed(1)
+
+    class Detector(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, images):
+            det = self.model(list(images))[0]  # one image: detections of data-dependent count
+            return det["boxes"], det["scores"], det["labels"]
+
+    img = lambda: torch.rand(1, 3, side, side)  # noqa: E731
+    return Built(Detector().eval(), {"images": img()}, {"images": img()}, {}, ["boxes", "scores", "labels"],
+                 data_dependent=True)
+
+
+# -- vision transformers (timm, transformers) --
+
+def build_vit(tiny):
+    from timm.models.vision_transformer import VisionTransformer
+    if not tiny:
+        return _vision(VisionTransformer(img_size=224, patch_size=16, embed_dim=768, depth=12, num_heads=12), 224)
+    return _vision(VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2,
+                                     num_classes=10), 32)
+
+
+def build_deit(tiny):
+    from transformers import DeiTConfig, DeiTModel
+    cfg = (DeiTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64) if tiny else DeiTConfig(hidden_size=384, num_attention_heads=6,
+                                                                    intermediate_size=1536))
+    return _vision(DeiTModel(cfg, add_pooling_layer=False), 32 if tiny else 224, pick=_first)
+
+
+def build_beit(tiny):
+    from transformers import BeitConfig, BeitModel
+    cfg = (BeitConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, use_relative_position_bias=True, vocab_size=64) if tiny
+           else BeitConfig(use_relative_position_bias=True))
+    return _vision(BeitModel(cfg, add_pooling_layer=False), 32 if tiny else 224, pick=_first)
+
+
+def build_swin(tiny):
+    from timm.models.swin_transformer import SwinTransformer
+    if not tiny:
+        return _vision(SwinTransformer(img_size=224, patch_size=4, window_size=7, embed_dim=96, depths=(2, 2, 6, 2),
+                                       num_heads=(3, 6, 12, 24)), 224)
+    return _vision(SwinTransformer(img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(1, 1),
+                                   num_heads=(2, 4), num_classes=10), 32)
+
+
+# -- text encoders and decoders (transformers) --
+
+def build_bert(tiny):
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64) if tiny else BertConfig()
+    return _text(BertModel(cfg, add_pooling_layer=False).eval(), cfg.vocab_size, _first)
+
+
+def build_distilbert(tiny):
+    from transformers import DistilBertConfig, DistilBertModel
+    cfg = DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                           max_position_embeddings=64) if tiny else DistilBertConfig()
+    return _text(DistilBertModel(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_roberta(tiny):
+    from transformers import RobertaConfig, RobertaModel
+    cfg = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=66) if tiny else RobertaConfig()
+    # RoBERTa's positions start after the padding index: two fewer than max_position_embeddings
+    return _text(RobertaModel(cfg, add_pooling_layer=False).eval(), cfg.vocab_size, _first,
+                 max_seq=cfg.max_position_embeddings - 2)
+
+
+def build_t5_encoder(tiny):
+    from transformers import T5Config, T5EncoderModel
+    cfg = T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4) if tiny \
+        else T5Config(d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8)
+    return _text(T5EncoderModel(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_gpt2(tiny):
+    from transformers import GPT2Config, GPT2Model
+    cfg = GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False) if tiny \
+        else GPT2Config(use_cache=False)
+    return _text(GPT2Model(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_llama(tiny):
+    """A Llama-style decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU; no KV cache."""
+    from transformers import LlamaConfig, LlamaModel
+    cfg = (LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_cache=False)
+           if tiny else LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                    num_attention_heads=16, num_key_value_heads=4, use_cache=False))
+    return _text(LlamaModel(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_whisper_encoder(tiny):
+    """An audio encoder: Whisper's (two Conv1d, then a transformer), log-mel features of a fixed length."""
+    import torch
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+    cfg = (WhisperConfig(d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                         num_mel_bins=16, max_source_positions=16) if tiny
+           else WhisperConfig(d_model=512, encoder_layers=6, encoder_attention_heads=8, encoder_ffn_dim=2048))
+    torch.manual_seed(1)
+    frames = 2 * cfg.max_source_positions
+    m = _Tuple.wrap(WhisperEncoder(cfg).eval(), _first)
+    feats = lambda b: torch.randn(b, cfg.num_mel_bins, frames)  # noqa: E731
+    return Built(m, {"input_features": feats(EXPORT_BATCH)}, {"input_features": feats(TEST_BATCH)},
+                 {"input_features": {0: "batch"}}, ["last_hidden_state"])
+
+
+def build_clip_text(tiny):
+    from transformers import CLIPTextConfig, CLIPTextModel
+    cfg = CLIPTextConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=32) if tiny else CLIPTextConfig()
+    return _text(CLIPTextModel(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_clip_vision(tiny):
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+    cfg = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=32, patch_size=8) if tiny else CLIPVisionConfig(patch_size=32)
+    return _vision(CLIPVisionModel(cfg).eval(), 32 if tiny else 224, pick=_first)
+
+
+ARCHS: List[Arch] = [
+    Arch("resnet", "CNN", "timm (tiny) / torchvision resnet50", build_resnet),
+    Arch("mobilenet_v2", "CNN", "torchvision", build_mobilenet_v2),
+    Arch("mobilenet_v3", "CNN", "torchvision (HardSwish, HardSigmoid, squeeze-excitation)", build_mobilenet_v3),
+    Arch("efficientnet", "CNN", "torchvision efficientnet_b0 (SiLU, squeeze-excitation)", build_efficientnet),
+    Arch("regnet", "CNN", "torchvision regnet_y (grouped convolutions, squeeze-excitation)", build_regnet),
+    Arch("convnext", "CNN", "torchvision convnext (LayerNorm over channels, GELU, layer scale)", build_convnext),
+    Arch("densenet", "CNN", "torchvision densenet (Concat)", build_densenet),
+    Arch("fcn", "segmentation", "torchvision FCN / LRASPP on MobileNetV3 (Resize)", build_fcn),
+    Arch("ssdlite", "detection", "torchvision SSDlite (NMS, TopK, data-dependent shapes)", build_ssdlite),
+    Arch("vit", "vision transformer", "timm VisionTransformer", build_vit),
+    Arch("deit", "vision transformer", "transformers DeiT", build_deit),
+    Arch("beit", "vision transformer", "transformers BEiT (relative position bias)", build_beit),
+    Arch("swin", "vision transformer", "timm Swin (windows, rolls)", build_swin),
+    Arch("bert", "text encoder", "transformers BERT", build_bert),
+    Arch("distilbert", "text encoder", "transformers DistilBERT", build_distilbert),
+    Arch("roberta", "text encoder", "transformers RoBERTa", build_roberta),
+    Arch("t5_encoder", "text encoder", "transformers T5 encoder (relative attention buckets)", build_t5_encoder),
+    Arch("gpt2", "decoder", "transformers GPT-2 (causal mask)", build_gpt2),
+    Arch("llama", "decoder", "transformers Llama (RMSNorm, rotary, GQA, SwiGLU)", build_llama),
+    Arch("whisper_encoder", "audio encoder", "transformers Whisper encoder (Conv1d)", build_whisper_encoder),
+    Arch("clip_text", "multimodal", "transformers CLIP text tower", build_clip_text),
+    Arch("clip_vision", "multimodal", "transformers CLIP vision tower", build_clip_vision),
+]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Export
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _as_tuple(out):
+    import torch
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    return tuple(out)
+
+
+def _cast_inputs(inputs, dtype, device):
+    import torch
+    return {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device)) for k, v in inputs.items()}
+
+
+def realistic_weights(module, calibration: Dict[str, "object"]) -> None:
+    """Random weights that behave like trained ones: batch-norm statistics measured on random data (so each
+    normalises, instead of the identity of fresh statistics that lets activations vanish), random affine
+    parameters, and layer-scale factors of O(0.1) instead of 1e-6. Keeps every model's output O(1), so that the
+    comparisons with PyTorch can fail."""
+    import torch
+    g = torch.Generator().manual_seed(2)
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if "layer_scale" in name or leaf in ("gamma", "lambda_1", "lambda_2"):
+                p.copy_(torch.rand(p.shape, generator=g) * 0.4 + 0.1)
+        for m in norms:
+            if m.affine:
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.2)
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average over the calibration batches
+        if norms:
+            # Only the norms in training mode (a detector's forward in training mode wants targets); a batch of 16
+            # random inputs, so that statistics over 1x1 maps are not those of two samples.
+            module.eval()
+            for m in norms:
+                m.train()
+            for _ in range(2):
+                module(*[torch.randn(16, *x.shape[1:], generator=g) if x.is_floating_point() else x
+                         for x in calibration.values()])
+            module.eval()
+
+
+def _run_torch(module, inputs, dtype, device):
+    import copy
+    import torch
+    m = copy.deepcopy(module).to(device=device, dtype=dtype)  # never round the weights the exports use
+    with torch.no_grad():
+        return [o.detach().to("cpu", torch.float64).numpy() for o in
+                _as_tuple(m(*_cast_inputs(inputs, dtype, device).values()))]
+
+
+def _max_err(a, b):
+    if a.shape != b.shape:
+        return float("inf")
+    if a.size == 0:
+        return 0.0
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+
+
+def _export_one(built: Built, exporter: str, dtype: str, path: pathlib.Path, device: str) -> None:
+    import torch
+    import copy
+    tdtype = torch.float32 if dtype == "float32" else torch.float16
+    m = copy.deepcopy(built.module).to(device=device, dtype=tdtype)
+    args = tuple(_cast_inputs(built.inputs, tdtype, device).values())
+    names = list(built.inputs)
+    if exporter == "torchscript":
+        dynamic_axes = {k: dict(v) for k, v in built.dynamic.items()}
+        torch.onnx.export(m, args, str(path), dynamo=False, opset_version=OPSET[exporter], input_names=names,
+                          output_names=built.outputs, dynamic_axes=dynamic_axes or None, do_constant_folding=True)
+    else:
+        dims: Dict[str, object] = {}
+        shapes = []
+        for n in names:
+            axes = built.dynamic.get(n, {})
+            shapes.append({a: dims.setdefault(s, torch.export.Dim(s, min=2, max=built.max_seq if s == "sequence"
+                                                                 else 1024)) for a, s in axes.items()} or None)
+        torch.onnx.export(m, args, str(path), dynamo=True, opset_version=OPSET[exporter], input_names=names,
+                          output_names=built.outputs, dynamic_shapes=tuple(shapes) if built.dynamic else None,
+                          external_data=False)
+    import onnx
+    model = onnx.load(str(path))
+    if model.ir_version > 10:  # ONNX Runtime 1.29 and Debian's onnx read IR <= 10 models of these opsets
+        model.ir_version = 10
+        onnx.save(model, str(path))
+
+
+def export(out: pathlib.Path, tiny: bool, names: Optional[List[str]], exporters, dtypes) -> int:
+    import torch
+    out.mkdir(parents=True, exist_ok=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"models": {}}
+    manifest.update({"torch": torch.__version__, "tiny": tiny, "test_batch": TEST_BATCH, "test_seq": TEST_SEQ})
+    failures = 0
+    for arch in ARCHS:
+        if names and arch.name not in names:
+            continue
+        entry = {"family": arch.family, "library": arch.library, "exports": {}, "errors": {}}
+        try:
+            torch.manual_seed(0)
+            built = arch.build(tiny)
+            realistic_weights(built.module, built.inputs)
+            ref = _run_torch(built.module, built.test_inputs, torch.float64, "cpu")
+            torch_err = {}
+            for dt, tdt, dev in (("float32", torch.float32, "cpu"), ("float16", torch.float16, device)):
+                try:
+                    got = _run_torch(built.module, built.test_inputs, tdt, dev)
+                    torch_err[dt] = [_max_err(g, r) for g, r in zip(got, ref)]
+                except Exception as e:  # noqa: BLE001  (float16 on a CPU without such kernels)
+                    entry["errors"][f"torch {dt}"] = str(e).splitlines()[0][:300]
+            feeds = {k: v.numpy() for k, v in built.test_inputs.items()}
+            np.savez_compressed(out / f"{arch.name}.npz", **{f"in.{k}": v for k, v in feeds.items()},
+                                **{f"ref.{n}": r for n, r in zip(built.outputs, ref)})
+            entry.update({"inputs": list(built.inputs), "outputs": built.outputs, "torch_error": torch_err,
+                          "data_dependent": built.data_dependent,
+                          "params": int(sum(p.numel() for p in built.module.parameters()))})
+        except Exception as e:  # noqa: BLE001
+            entry["errors"]["build"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            traceback.print_exc()
+            print(f"{arch.name:18s} build FAILED: {entry['errors']['build']}", flush=True)
+            manifest["models"][arch.name] = entry
+            failures += 1
+            continue
+        for exporter in exporters:
+            for dtype in dtypes:
+                path = out / f"{arch.name}.{exporter}.{dtype}.onnx"
+                t0 = time.time()
+                try:
+                    _export_one(built, exporter, dtype, path, device)
+                    entry["exports"][f"{exporter}.{dtype}"] = path.name
+                    print(f"{arch.name:18s} {exporter:11s} {dtype:8s} ok  {path.stat().st_size / 1024:8.1f} KiB "
+                          f"{time.time() - t0:5.1f} s", flush=True)
+                except Exception as e:  # noqa: BLE001
+                    failures += 1
+                    cause = e.__cause__ or e
+                    text = str(cause).strip()
+                    msg = f"{type(cause).__name__}: {text[:600]}"
+                    entry["errors"][f"{exporter}.{dtype}"] = msg
+                    print(f"{arch.name:18s} {exporter:11s} {dtype:8s} FAILED {msg}", flush=True)
+                    path.unlink(missing_ok=True)
+        manifest["models"][arch.name] = entry
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return failures
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Run
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    model: str
+    ok: bool
+    detail: str
+    seconds: float = 0.0
+    kernels: Dict[str, int] = field(default_factory=dict)
+
+
+def tolerance(dtype: str, torch_err: Optional[float], ref: np.ndarray) -> float:
+    scale = float(np.max(np.abs(ref))) if ref.size else 1.0
+    floor = FLOOR[dtype] * max(scale, 1e-6)
+    return max(floor, ERROR_FACTOR * (torch_err or 0.0))
+
+
+def compare_detections(dtype: str, got: Dict[str, np.ndarray], ref: Dict[str, np.ndarray]) -> Tuple[bool, str]:
+    """Detections (boxes [N,4], scores [N], labels [N]) of a random-weight detector: near-tied scores make the
+    order of rows and the last rows kept by NMS differ between any two precisions (PyTorch's own float32 and
+    float64 disagree), so rows are matched, not compared by position: most of our detections must have a
+    reference detection of the same label with the same box and score."""
+    boxes, scores, labels = (np.asarray(got[k], np.float64) for k in ("boxes", "scores", "labels"))
+    rboxes, rscores, rlabels = (np.asarray(ref[k], np.float64) for k in ("boxes", "scores", "labels"))
+    if boxes.ndim != 2 or boxes.shape[1:] != rboxes.shape[1:] or not np.all(np.isfinite(boxes)):
+        return False, f"boxes of shape {list(boxes.shape)}, PyTorch {list(rboxes.shape)}"
+    n, rn = len(scores), len(rscores)
+    if rn == 0 or n == 0:
+        return n == rn, f"{n} detections, PyTorch {rn}"
+    box_tol = (2e-3 if dtype == "float32" else 2e-2) * max(1.0, float(np.max(np.abs(rboxes))))
+    score_tol = 1e-4 if dtype == "float32" else 1e-2
+    matched = 0
+    for i in range(n):
+        same = (rlabels == labels[i]) & (np.abs(rscores - scores[i]) <= score_tol)
+        same &= np.max(np.abs(rboxes - boxes[i]), axis=1) <= box_tol
+        matched += bool(np.any(same))
+    need = 0.9 if dtype == "float32" else 0.6
+    ok = abs(n - rn) <= max(1, rn // 10) and matched >= need * n
+    return ok, f"{n} detections (PyTorch {rn}), {matched} matched"
+
+
+def compare(name: str, dtype: str, got: np.ndarray, ref: np.ndarray, torch_err: Optional[float]) -> Tuple[bool, str]:
+    got = np.asarray(got)
+    if got.shape != ref.shape:
+        return False, f"{name}: shape {list(got.shape)}, PyTorch {list(ref.shape)}"
+    err = _max_err(got, ref)
+    tol = tolerance(dtype, torch_err, ref)
+    return err <= tol and np.isfinite(err), f"{name}: max err {err:.2e} (tol {tol:.1e})"
+
+
+def run_suite(directory: pathlib.Path, device: str, engine: str, names: Optional[List[str]], exporters, dtypes,
+              fallback: str, verbose: bool) -> List[Result]:
+    import xpuruntime as xrt
+    manifest = json.loads((directory / "manifest.json").read_text())
+    results: List[Result] = []
+    for name, entry in sorted(manifest["models"].items()):
+        if names and name not in names:
+            continue
+        data = np.load(directory / f"{name}.npz") if (directory / f"{name}.npz").exists() else None
+        for exporter in exporters:
+            for dtype in dtypes:
+                key = f"{exporter}.{dtype}"
+                label = f"{name}.{key}"
+                if key not in entry.get("exports", {}):
+                    why = entry.get("errors", {}).get(key) or entry.get("errors", {}).get("build") or "not exported"
+                    results.append(Result(label, False, f"no model: {why}"))
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    policy = xrt.ExecutionPolicy(fallback=fallback) if fallback != "error" else None
+                    sess = xrt.InferenceSession(str(directory / entry["exports"][key]), device=device,
+                                                engine=engine, exec_policy=policy)
+                    feeds = {}
+                    for info in sess.get_inputs():
+                        x = data[f"in.{info.name}"]
+                        feeds[info.name] = x.astype(np.float16) if (dtype == "float16" and x.dtype.kind == "f") else x
+                    outs = sess.run(feeds)
+                    oks, details = [], []
+                    if entry.get("data_dependent"):
+                        ok, detail = compare_detections(dtype, outs, {n: data[f"ref.{n}"] for n in entry["outputs"]})
+                        oks.append(ok)
+                        details.append(detail)
+                    else:
+                        for i, out_name in enumerate(entry["outputs"]):
+                            ref = data[f"ref.{out_name}"]
+                            err = (entry.get("torch_error", {}).get(dtype) or [None] * 99)[i]
+                            ok, detail = compare(out_name, dtype, outs[out_name], ref, err)
+                            oks.append(ok)
+                            details.append(detail)
+                    kernels: Dict[str, int] = {}
+                    if engine != "onnxruntime":
+                        for node in sess.explain().nodes:
+                            kernels[node["kernel"]] = kernels.get(node["kernel"], 0) + 1
+                    results.append(Result(label, all(oks), "; ".join(details), time.perf_counter() - t0, kernels))
+                except Exception as e:  # noqa: BLE001
+                    msg = str(e).strip()
+                    first = msg.splitlines()[0] if msg else ""
+                    if verbose:
+                        first = msg
+                    results.append(Result(label, False, f"{type(e).__name__}: {first}", time.perf_counter() - t0))
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    ex = sub.add_parser("export", help="build the architectures and export them (needs torch)")
+    ex.add_argument("--tiny", action="store_true", help="tiny configurations (the committed test data)")
+    ex.add_argument("--out", type=pathlib.Path, default=None)
+    ex.add_argument("--only", default="", help="comma-separated architecture names")
+    ex.add_argument("--exporters", default=",".join(EXPORTERS))
+    ex.add_argument("--dtypes", default=",".join(DTYPES))
+    rn = sub.add_parser("run", help="run the exported models through InferenceSession and compare with PyTorch")
+    rn.add_argument("--tiny", action="store_true", help=f"the committed tiny models ({TINY_DIR.relative_to(ROOT)})")
+    rn.add_argument("--dir", type=pathlib.Path, default=None)
+    rn.add_argument("--device", default="cpu")
+    rn.add_argument("--engine", default="native")
+    rn.add_argument("--fallback", default="error", choices=("error", "cpu"))
+    rn.add_argument("--only", default="")
+    rn.add_argument("--exporters", default=",".join(EXPORTERS))
+    rn.add_argument("--dtypes", default=",".join(DTYPES))
+    rn.add_argument("-v", "--verbose", action="store_true", help="whole error messages")
+    sub.add_parser("list", help="list the architectures")
+    args = ap.parse_args(argv)
+    if args.cmd == "list":
+        for a in ARCHS:
+            print(f"{a.name:18s} {a.family:20s} {a.library}")
+        return 0
+    if args.cmd == "export":
+        out = args.out or (TINY_DIR if args.tiny else ROOT / "models" / "suite" / "full")
+        failures = export(out, args.tiny, [n for n in args.only.split(",") if n], args.exporters.split(","),
+                          args.dtypes.split(","))
+        print(f"export: {failures} failure(s); manifest in {out / 'manifest.json'}")
+        return 0
+    if args.cmd == "run":
+        directory = args.dir or (TINY_DIR if args.tiny else ROOT / "models" / "suite" / "full")
+        results = run_suite(directory, args.device, args.engine, [n for n in args.only.split(",") if n],
+                            args.exporters.split(","), args.dtypes.split(","), args.fallback, args.verbose)
+        for r in results:
+            kernels = " ".join(f"{k}:{v}" for k, v in sorted(r.kernels.items()))
+            print(f"{'PASS' if r.ok else 'FAIL'} {r.model:40s} {r.seconds:6.2f} s  {r.detail}"
+                  + (f"  [{kernels}]" if kernels else ""))
+        passed = sum(r.ok for r in results)
+        print(f"{passed} passed, {len(results) - passed} failed")
+        return 0 if passed == len(results) else 1
+    ap.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

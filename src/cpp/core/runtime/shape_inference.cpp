@@ -103,6 +103,75 @@ std::vector<std::optional<ValueType>> sequence_output_types(const Node& node,
   return out;
 }
 
+// Note [Shapes through the reference library]
+// A plan is specialised to its inputs' shapes, so every value's shape is known while the plan is built unless a
+// node's output shape depends on run-time values. Ops the registry has no schema for (GatherND, And, IsNaN,
+// Trilu, ... in the attention-mask code every transformers export carries) would otherwise end the known shapes
+// there, and everything downstream would be dispatched at run time (or refused on CUDA). For such a node whose
+// output shape follows from its inputs' shapes and constants alone, the reference library runs it once on
+// zero-filled stand-ins for its non-constant inputs and its outputs' shapes and types are taken. Excluded:
+// data-dependent ops (NonZero, NonMaxSuppression, Unique, Compress, control flow, random), sequences, and any
+// non-constant input of rank <= 1 with few elements unless the op only reads data from it (such an input may be
+// a shape, sizes, pads, axes, repeats or k, whose values the output shape depends on).
+bool shape_follows_from_shapes(const Node& node, const std::vector<const ValueType*>& types,
+                               const std::vector<const Tensor*>& constants) {
+  static const std::unordered_set<std::string> data_dependent = {
+      "NonZero", "NonMaxSuppression", "Unique", "Compress", "If", "Loop", "Scan", "StringNormalizer",
+      "TfIdfVectorizer", "SequenceMap"};
+  // Ops whose every input is data (its values never change the output shape).
+  static const std::unordered_set<std::string> pure_data = {
+      "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+      "BitwiseNot", "GatherND", "GatherElements", "ScatterND", "ScatterElements", "Where", "Equal", "Less",
+      "Greater", "LessOrEqual", "GreaterOrEqual", "Sum", "Mean", "Min", "Max", "Add", "Sub", "Mul", "Div", "Pow",
+      "PRelu", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Trilu", "CumSum", "Einsum", "HardSwish",
+      "HardSigmoid", "Clip", "LeakyRelu", "Elu", "Softplus", "LogSoftmax", "ArgMax", "ArgMin", "OneHot"};
+  if (!node.domain.empty() || !node.graph_attrs.empty() || is_random(node) || data_dependent.count(node.op_type)) {
+    return false;
+  }
+  // OneHot's depth (input 1) sets the output's size.
+  const bool pure = pure_data.count(node.op_type) != 0 && node.op_type != "OneHot";
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    if (!node.has_input(i)) continue;
+    const ValueType* vt = types[i];
+    if (vt == nullptr || !vt->is_tensor() || !vt->fully_known()) return false;
+    std::int64_t n = 1;
+    for (auto d : vt->sizes()) n *= d;
+    if (constants[i] != nullptr) continue;
+    const bool shape_like = vt->shape.size() <= 1 && n <= 64;
+    if (shape_like && !(pure || (node.op_type == "OneHot" && i != 1))) return false;
+    bytes += static_cast<std::size_t>(n) * dtype_size(vt->dtype);
+  }
+  return bytes <= (std::size_t{256} << 20);  // stand-ins of at most 256 MiB
+}
+
+// The outputs' types of `node` from one reference run on zero-filled stand-ins (Note [Shapes through the
+// reference library]); empty when the library cannot run it.
+std::vector<std::optional<ValueType>> reference_output_types(const Node& node, std::int64_t opset,
+                                                             const std::vector<const ValueType*>& types,
+                                                             const std::vector<const Tensor*>& constants) {
+  std::vector<std::optional<ValueType>> out(node.outputs.size());
+  try {
+    std::vector<Tensor> inputs;
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      if (!node.has_input(i)) {
+        inputs.emplace_back();
+      } else if (constants[i] != nullptr) {
+        inputs.push_back(*constants[i]);
+      } else {
+        inputs.push_back(Tensor::zeros(types[i]->sizes(), types[i]->dtype));
+      }
+    }
+    std::vector<Tensor> outs = onnx_ref::run_node(node, opset, inputs);
+    for (std::size_t o = 0; o < out.size() && o < outs.size(); ++o) {
+      if (outs[o].defined()) out[o] = type_of_tensor(outs[o]);
+    }
+  } catch (const XpuRuntimeError&) {
+    // The library rejects the stand-ins (or lacks the op): the node's output types stay as declared.
+  }
+  return out;
+}
+
 }  // namespace
 
 int infer_types(Graph& g, const InferOptions& options) {
@@ -228,8 +297,20 @@ int infer_types(Graph& g, const InferOptions& options) {
           }
         } catch (const XpuRuntimeError&) {
           // The registry op does not take these inputs: the node runs in the reference library (the plan says
-          // why) and its output types stay as declared.
+          // why); its output types come from the reference library below.
         }
+      }
+    }
+    bool outputs_known = true;
+    for (const auto& out : node.outputs) {
+      if (out.empty()) continue;
+      const ValueType* vt = g.type(out);
+      outputs_known = outputs_known && vt != nullptr && (!vt->is_tensor() || vt->fully_known());
+    }
+    if (!outputs_known && lowered.kind != Lowered::Kind::kView && shape_follows_from_shapes(node, types, constants)) {
+      const std::vector<std::optional<ValueType>> inferred = reference_output_types(node, opset, types, constants);
+      for (std::size_t o = 0; o < inferred.size(); ++o) {
+        if (inferred[o] && !node.outputs[o].empty()) g.types[node.outputs[o]] = *inferred[o];
       }
     }
     kept.push_back(std::move(node));

@@ -99,6 +99,14 @@ void bind_policies(py::module_& m) {
                       XPURT_CHECK(v >= 0 && v <= 4096, "intra_op_threads must be from 0 (all cores) to 4096, got ", v);
                       p.intra_op_threads = v;
                     })
+      .def_property("fallback", [](const ExecutionPolicy& p) { return p.fallback; },
+                    [](ExecutionPolicy& p, const std::string& v) {
+                      if (v != "error" && v != "cpu") {
+                        throw InvalidArgumentError("ExecutionPolicy 'fallback' must be \"error\" or \"cpu\", got '" + v +
+                                                   "'");
+                      }
+                      p.fallback = v;
+                    })
       .def("assign", [](ExecutionPolicy& p, const ExecutionPolicy& other) { p = other; }, py::arg("other"))
       .def("to_json", &ExecutionPolicy::to_json)
       .def("to_yaml", &ExecutionPolicy::to_yaml)

@@ -12,8 +12,17 @@ namespace xpuruntime {
 namespace {
 
 constexpr const char* kSchema = "xpuruntime.execution_policy/1";
-const std::vector<std::string> kKeys = {"cuda_graphs",  "deterministic", "intra_op_threads", "memory_limit",
-                                        "precision",    "schema",        "static_shape",     "workspace_limit"};
+const std::vector<std::string> kKeys = {"cuda_graphs", "deterministic", "fallback",     "intra_op_threads",
+                                        "memory_limit", "precision",    "schema",       "static_shape",
+                                        "workspace_limit"};
+
+std::string checked_fallback(const nlohmann::json& value) {
+  if (!value.is_string() || (value.get<std::string>() != "error" && value.get<std::string>() != "cpu")) {
+    throw InvalidArgumentError(
+        detail::str_cat("ExecutionPolicy 'fallback' must be \"error\" or \"cpu\", got ", value.dump()));
+  }
+  return value.get<std::string>();
+}
 
 bool read_bool(const nlohmann::json& value, const char* key) {
   if (!value.is_boolean()) {
@@ -50,6 +59,7 @@ nlohmann::json to_tree(const ExecutionPolicy& p) {
   tree["workspace_limit"] = p.workspace_limit;
   tree["memory_limit"] = p.memory_limit;
   tree["intra_op_threads"] = p.intra_op_threads;
+  tree["fallback"] = p.fallback;
   return tree;
 }
 
@@ -75,6 +85,7 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
   if (tree.contains("static_shape")) p.static_shape = read_bool(tree["static_shape"], "static_shape");
   if (tree.contains("workspace_limit")) p.workspace_limit = read_size(tree["workspace_limit"], "workspace_limit");
   if (tree.contains("memory_limit")) p.memory_limit = read_size(tree["memory_limit"], "memory_limit");
+  if (tree.contains("fallback")) p.fallback = checked_fallback(tree["fallback"]);
   if (tree.contains("intra_op_threads")) {
     const auto& value = tree["intra_op_threads"];
     if (!value.is_number_integer() || value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > 4096) {
@@ -162,7 +173,8 @@ std::string ExecutionPolicy::str() const {
                          ", deterministic=", deterministic ? "true" : "false",
                          ", cuda_graphs=", cuda_graphs ? "true" : "false",
                          ", static_shape=", static_shape ? "true" : "false", ", workspace_limit=", workspace_limit,
-                         ", memory_limit=", memory_limit, ", intra_op_threads=", intra_op_threads, ")");
+                         ", memory_limit=", memory_limit, ", intra_op_threads=", intra_op_threads,
+                         ", fallback=", fallback, ")");
 }
 
 }  // namespace xpuruntime

@@ -76,6 +76,7 @@ class NativeSession final : public EngineSession {
     plan_options_.dispatcher = dispatcher_;
     plan_options_.compute_float = compute_float_of(options_.exec_policy);
     plan_options_.memory_limit = options_.exec_policy.memory_limit;
+    plan_options_.cpu_fallback = options_.exec_policy.fallback == "cpu";
     const std::vector<passes::PassInfo>& known = passes::all_passes();
     for (const std::string& name : options_.disabled_passes) {
       const bool valid = std::any_of(known.begin(), known.end(), [&](const passes::PassInfo& p) { return p.name == name; });
@@ -401,6 +402,35 @@ class NativeSession final : public EngineSession {
                      ? "output copied out of the arena (the next run reuses it); it stays on " + options_.device.str()
                      : "output is an input or constant passed through; copied so that the caller owns it";
       out.push_back(std::move(t));
+    }
+    // Note [Mixed execution] (ExecutionPolicy fallback "cpu"): host steps of a CUDA plan.
+    for (const PlanStep& step : plan.steps()) {
+      if (!step.on_host) continue;
+      TransferExplanation sync;
+      sync.kind = "sync";
+      sync.reason = "node '" + step.node + "' (" + step.op_type + ") runs on the CPU (fallback \"cpu\"): the stream is "
+                    "synchronized before its inputs are copied to the host";
+      out.push_back(std::move(sync));
+      for (std::size_t k = 0; k < step.inputs.size(); ++k) {
+        if (step.inputs[k] < 0 || values[step.inputs[k]].kind == PlanValue::Kind::kConstant) continue;
+        TransferExplanation t;
+        t.kind = "copy";
+        t.value = values[step.inputs[k]].name;
+        t.bytes = value_bytes(values[step.inputs[k]]);
+        t.direction = "device->host";
+        t.reason = "input of node '" + step.node + "', which runs on the CPU (no CUDA kernel: " + step.reason + ")";
+        out.push_back(std::move(t));
+      }
+      for (int id : step.outputs) {
+        if (id < 0) continue;
+        TransferExplanation t;
+        t.kind = "copy";
+        t.value = values[id].name;
+        t.bytes = value_bytes(values[id]);
+        t.direction = "host->device";
+        t.reason = "output of node '" + step.node + "', which runs on the CPU, copied back to " + options_.device.str();
+        out.push_back(std::move(t));
+      }
     }
     if (cuda) {
       TransferExplanation t;

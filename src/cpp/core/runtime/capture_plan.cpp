@@ -345,7 +345,14 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
           step.inputs.push_back(value_id(name));
         }
       }
-      if (device.is_cuda()) {
+      if (device.is_cuda() && options.cpu_fallback) {
+        // Note [Mixed execution]: the node runs on the host between copies; the plan is then not capturable.
+        step.on_host = true;
+        if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
+          unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
+                                                ", and the reference library has no ", node.op_type));
+        }
+      } else if (device.is_cuda()) {
         unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
       } else if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
         unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
@@ -378,6 +385,10 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
           fall_back("input shapes are known only at run time");
         } else {
           step.dynamic = true;
+          // The reference library runs it when the registry op refuses what the run gives (graph_exec.cpp).
+          step.reference_node = std::make_shared<const Node>(node);
+          step.opset = opset;
+          for (const auto& in : node.inputs) step.reference_inputs.push_back(in.empty() ? -1 : value_id(in));
         }
       } else {
         OpDescriptor desc;
@@ -415,8 +426,12 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   if (!unsupported.empty()) {
     std::string list;
     for (const auto& u : unsupported) list += "\n  " + u;
-    throw UnsupportedOperationError(detail::str_cat("the native engine cannot run ", unsupported.size(),
-                                                    " node(s) of this model on ", device.str(), ":", list));
+    throw UnsupportedOperationError(detail::str_cat(
+        "the native engine cannot run ", unsupported.size(), " node(s) of this model on ", device.str(), ":", list,
+        device.is_cuda() && !options.cpu_fallback
+            ? "\n(ExecutionPolicy(fallback=\"cpu\") runs such nodes on the CPU, with copies; engine=\"onnxruntime\" "
+              "runs the model through ONNX Runtime)"
+            : ""));
   }
   for (const auto& out : g.outputs) {
     const int id = value_id(out);
@@ -435,7 +450,9 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     for (int id : step.outputs) {
       if (id >= 0) plan->values_[id].first_step = s;
     }
-    for (int id : step.inputs) {
+    std::vector<int> reads = step.inputs;
+    reads.insert(reads.end(), step.reference_inputs.begin(), step.reference_inputs.end());
+    for (int id : reads) {
       if (id < 0) continue;
       const int r = root(id);
       plan->values_[r].last_step = std::max(plan->values_[r].last_step, s);

@@ -260,8 +260,23 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
           for (auto& t : inputs) {
             if (t.defined() && !t.is_contiguous()) t = t.contiguous();
           }
-          OpDescriptor desc = make_op_descriptor(step.op, inputs, step.attrs, plan_->dispatcher()->exec_policy());
-          auto dispatch = plan_->dispatcher()->select(desc);
+          std::shared_ptr<const Dispatch> dispatch;
+          OpDescriptor desc;
+          try {
+            desc = make_op_descriptor(step.op, inputs, step.attrs, plan_->dispatcher()->exec_policy());
+            dispatch = plan_->dispatcher()->select(desc);
+          } catch (const XpuRuntimeError&) {
+            if (!step.reference_node) throw;
+            // The registry op refuses what this run gives it (a dtype its kernels lack, e.g. an int64 reduction
+            // of a data-dependent shape): the reference library runs the node, with ONNX's full semantics.
+            std::vector<Tensor> ref_inputs;
+            for (int id : step.reference_inputs) ref_inputs.push_back(id < 0 ? Tensor() : values[id]);
+            std::vector<Tensor> outs = onnx_ref::run_node(*step.reference_node, step.opset, ref_inputs);
+            for (std::size_t o = 0; o < outs.size() && o < step.outputs.size(); ++o) {
+              if (step.outputs[o] >= 0) values[step.outputs[o]] = outs[o];
+            }
+            break;
+          }
           std::vector<Tensor> outputs;
           for (const auto& od : desc.outputs) outputs.push_back(Tensor::empty(od.shape, od.dtype, device));
           dispatch->plan->execute(desc, inputs, outputs, stream);
@@ -274,7 +289,14 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
       }
       case PlanStep::Kind::kReference: {
         // A value is a tensor in `values` or a sequence/optional in boxed_ (Note [Sequence and optional values]).
-        auto value_of = [&](int id) -> Value { return boxed_[id].defined() ? boxed_[id] : Value(values[id]); };
+        // Note [Mixed execution]: a CUDA plan's host step reads host copies of its inputs (after the stream has
+        // finished producing them) and its outputs go back to the device.
+        if (step.on_host) stream.synchronize();
+        auto value_of = [&](int id) -> Value {
+          if (boxed_[id].defined()) return boxed_[id];
+          const Tensor& t = values[id];
+          return Value(step.on_host && t.defined() && t.device().is_cuda() ? t.to(Device::cpu()) : t);
+        };
         const std::size_t declared = step.reference_node->inputs.size();
         std::vector<Value> inputs;
         inputs.reserve(declared);
@@ -298,7 +320,7 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
           XPURT_CHECK(o < outputs.size() && outputs[o].defined(), "node '", step.node, "' (", step.op_type,
                       ") did not produce its output ", o);
           if (outputs[o].is_tensor()) {
-            values[id] = outputs[o].tensor();
+            values[id] = step.on_host ? outputs[o].tensor().to(device, &stream) : outputs[o].tensor();
             boxed_[id] = Value();
           } else {
             values[id] = Tensor();

@@ -73,6 +73,11 @@ struct XPURT_API PlanStep {
   // node's own inputs in `inputs`, so their lifetimes cover the step.
   std::vector<std::string> implicit_inputs;
   std::string reason;  // kReference: why the node is not lowered onto a registry op
+  // Dynamic kKernel steps (CPU): the node's own inputs (value ids, -1 = absent) and `reference_node`, run by the
+  // reference library when the registry op refuses what the run gives it (a dtype its kernels lack).
+  std::vector<int> reference_inputs;
+  // kReference steps of a CUDA plan (ExecutionPolicy.fallback == "cpu"): inputs copied to the host, outputs back.
+  bool on_host = false;
 };
 
 struct XPURT_API MemoryPlan {
@@ -96,6 +101,10 @@ struct XPURT_API PlanOptions {
   // A cap on the plan's peak bytes (ExecutionPolicy.memory_limit); 0: none. A plan that would need more raises
   // OutOfMemoryError when it is built, before anything is allocated.
   std::uint64_t memory_limit = 0;
+  // ExecutionPolicy.fallback == "cpu": on a CUDA device a node without a CUDA kernel runs in the reference library
+  // on the CPU, its inputs copied to the host and its outputs back (Note [Mixed execution]); false: such nodes make
+  // build() raise UnsupportedOperationError listing every one.
+  bool cpu_fallback = false;
 };
 
 class XPURT_API CapturePlan {

@@ -35,6 +35,11 @@ struct XPURT_API ExecutionPolicy {
   std::uint64_t memory_limit = 0;
   // CPU threads for intra-op parallelism; 0 means the number of cores. Default 0.
   int intra_op_threads = 0;
+  // What a session on a CUDA device does with a node no CUDA kernel can run. "error" (default): session creation
+  // raises UnsupportedOperationError listing every such node. "cpu": the node runs on the CPU (the ONNX reference
+  // library), its inputs copied to the host and its outputs back; explain() lists those copies and the plan is not
+  // captured into a CUDA graph.
+  std::string fallback = "error";
 
   std::string to_json() const;  // canonical, 2-space indented, ends with a newline
   std::string to_yaml() const;  // canonical

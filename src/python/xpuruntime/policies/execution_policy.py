@@ -6,7 +6,7 @@ from .. import _core
 from ._serializable import SerializablePolicy
 
 _FIELDS = ("precision", "deterministic", "cuda_graphs", "static_shape", "workspace_limit", "memory_limit",
-           "intra_op_threads")
+           "intra_op_threads", "fallback")
 
 
 class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
@@ -27,6 +27,10 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
         Bytes (``268435456`` or ``"256MiB"``); 0 = library default / no cap. Default 0.
     intra_op_threads : int
         CPU threads; 0 = all cores. Default 0.
+    fallback : {"error", "cpu"}
+        A CUDA session's nodes that no CUDA kernel can run: ``"error"`` (default) refuses the model at session
+        creation listing every such node; ``"cpu"`` runs them on the CPU with the copies listed in
+        ``explain().transfers`` (and no CUDA graph).
     """
 
     _core_class = _core.ExecutionPolicy

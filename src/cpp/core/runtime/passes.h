@@ -80,6 +80,7 @@ XPURT_API PassResult residual_layer_norm_fusion(Graph& g, const PassContext& ctx
 XPURT_API PassResult attention_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
+XPURT_API PassResult op_decomposition(Graph& g, const PassContext& ctx);
 XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
 
 // CPU implementations of the com.xpuruntime nodes the passes make (FusedConv, Linear, Gelu, LayerNormalization,

@@ -20,6 +20,10 @@ const std::vector<PassInfo>& all_passes() {
        identity_elimination},
       {"dead_node_elimination", "removes nodes whose outputs nobody reads, and unused constants",
        dead_node_elimination},
+      {"op_decomposition",
+       "Split -> Slices, 1-D Conv -> 2-D Conv between views, LayerNormalization's constants in X's float type: "
+       "ops every device runs",
+       op_decomposition},
       {"conv_bn_folding", "Conv + BatchNormalization (inference, constant parameters) -> Conv with folded weights",
        conv_bn_folding},
       {"gelu_fusion", "the erf and tanh GELU formulas and ONNX Gelu -> com.xpuruntime:Gelu", gelu_fusion},

@@ -247,13 +247,78 @@ TEST(GraphPasses, ListAndUnknownNames) {
     EXPECT_FALSE(p.doc.empty()) << p.name;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
-                                             "dead_node_elimination", "conv_bn_folding", "gelu_fusion",
+                                             "dead_node_elimination", "op_decomposition", "conv_bn_folding",
+                                             "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
                                              "gemm_fusion", "conv_fusion", "nhwc_layout"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "
                           "shape_folding");
+}
+
+// ---- op_decomposition ----
+
+Tensor int64s(const std::vector<std::int64_t>& v) {
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(v.size())}, DType::kInt64);
+  std::copy(v.begin(), v.end(), static_cast<std::int64_t*>(t.data_ptr()));
+  return t;
+}
+
+TEST(GraphPasses, OpDecompositionSplitsIntoSlices) {
+  for (const std::int64_t opset : {13, 18}) {
+    Builder b;
+    b.g.opsets[""] = opset;
+    b.input("x", {3, 7, 5});
+    Attributes a;
+    a.set("axis", std::int64_t{1});
+    if (opset == 18) {
+      a.set("num_outputs", std::int64_t{3});  // 7 in parts of ceil(7/3) = 3: 3, 3, 1
+      b.add(node("Split", {"x"}, {"a", "b", "c"}, a));
+    } else {
+      b.constant("sizes", int64s({2, 4, 1}));
+      b.add(node("Split", {"x", "sizes"}, {"a", "b", "c"}, a));
+    }
+    Graph g = b.build({"c", "a", "b"});
+    int rewrites = 0;
+    Graph r = run_pass(g, passes::op_decomposition, {{"x", random({3, 7, 5}, 3)}}, &rewrites);
+    EXPECT_EQ(rewrites, 1);
+    EXPECT_EQ(count(r, "Split"), 0);
+    EXPECT_EQ(count(r, "Slice"), 3);
+  }
+}
+
+TEST(GraphPasses, OpDecompositionRunsConv1dAsConv2dBetweenViews) {
+  Builder b;
+  b.input("x", {2, 3, 11}).constant("w", random({4, 3, 3}, 4)).constant("bias", random({4}, 5));
+  Attributes a;
+  a.set("pads", std::vector<std::int64_t>{1, 2}).set("strides", std::vector<std::int64_t>{2});
+  a.set("dilations", std::vector<std::int64_t>{2});
+  b.add(node("Conv", {"x", "w", "bias"}, {"y"}, a));
+  Graph g = b.build({"y"});
+  int rewrites = 0;
+  Graph r = run_pass(g, passes::op_decomposition, {{"x", random({2, 3, 11}, 6)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  EXPECT_EQ(count(r, "Unsqueeze"), 1);
+  EXPECT_EQ(count(r, "Squeeze"), 1);
+  ASSERT_NE(find(r, "Conv"), nullptr);
+  EXPECT_EQ(find(r, "Conv")->attrs.get_ints("pads", {}), (std::vector<std::int64_t>{0, 1, 0, 2}));
+}
+
+TEST(GraphPasses, OpDecompositionGivesLayerNormConstantsTheInputsType) {
+  Builder b;
+  b.input("x", {2, 6}).constant("scale", ops::cast(random({6}, 7), DType::kFloat16));
+  b.constant("bias", ops::cast(random({6}, 8), DType::kFloat16));
+  b.add(node("LayerNormalization", {"x", "scale", "bias"}, {"y"}));
+  Graph g = b.build({"y"});
+  Graph r = g;
+  EXPECT_EQ(passes::op_decomposition(r, {}).rewrites, 1);
+  const Node* ln = find(r, "LayerNormalization");
+  ASSERT_NE(ln, nullptr);
+  EXPECT_EQ(r.initializers.at(ln->inputs[1]).dtype(), DType::kFloat32);
+  EXPECT_EQ(r.initializers.at(ln->inputs[2]).dtype(), DType::kFloat32);
+  const Tensor x = random({2, 6}, 9);
+  expect_close(run_graph(g, {{"x", x}}), run_graph(r, {{"x", x}}), 1e-3, 1e-3);
 }
 
 TEST(GraphPasses, RunPassesHonoursDisabledAndCallsInferTypes) {

@@ -95,8 +95,37 @@ def test_tiny_model_on_cuda_with_cpu_fallback(name, key):
     _run(name, key, "cuda:0", fallback="cpu")
 
 
+# Architectures whose exports still have nodes without a CUDA kernel (measured on an H100, 2026-11-25: 34 of the 86
+# exported models run every node on CUDA). Strict: a case that starts passing fails here, so the list shrinks
+# with every kernel added (docs/model_suite.md, "CUDA coverage").
+CUDA_PENDING = {
+    "bert": "IsNaN, And, GatherND (attention-mask code)",
+    "clip_text": "IsNaN, And, GatherND",
+    "deit": "IsNaN",
+    "distilbert": "IsNaN, And, GatherND",
+    "fcn": "HardSwish, HardSigmoid, Resize",
+    "gpt2": "IsNaN, And, GatherND",
+    "llama": "IsNaN, And, GatherND",
+    "mobilenet_v2": "Clip (ReLU6)",
+    "mobilenet_v3": "HardSwish, HardSigmoid",
+    "roberta": "IsNaN, And, GatherND, CumSum, GatherElements",
+    "ssdlite": "NonMaxSuppression, TopK, NonZero and the data-dependent shapes after them",
+    "swin": "Pad",
+    "t5_encoder": "IsInf, Clip, int64 ReduceMax/ReduceSum",
+    "whisper_encoder.float16": "Clip",
+}
+
+
+def _cuda_pending(name, key):
+    why = CUDA_PENDING.get(name) or CUDA_PENDING.get(f"{name}.{key.split('.')[1]}")
+    return [pytest.mark.xfail(strict=True, reason=f"no CUDA kernel yet: {why}")] if why else []
+
+
+CUDA_CASES = [pytest.param(n, k, id=f"{n}.{k}", marks=_cuda_pending(n, k)) for n, k in CASES]
+
+
 @requires_gpu
-@pytest.mark.parametrize("name,key", CASES, ids=[f"{n}.{k}" for n, k in CASES])
+@pytest.mark.parametrize("name,key", CUDA_CASES)
 def test_tiny_model_on_cuda(name, key):
     result = _run(name, key, "cuda:0", fallback="error")
     assert "onnx_ref" not in result.kernels and "cpu" not in result.kernels, result.kernels

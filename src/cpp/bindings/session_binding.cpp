@@ -71,10 +71,10 @@ void bind_session(py::module_& m) {
 
   py::class_<Explanation>(m, "Explanation", "What an InferenceSession ran: engine, nodes, kernels, policy notes.")
       .def_readonly("engine", &Explanation::engine)
-      .def_readonly("engine_reason", &Explanation::engine_reason)
+      .def_readwrite("engine_reason", &Explanation::engine_reason)
       .def_readonly("device", &Explanation::device)
-      .def_readonly("policy_notes", &Explanation::policy_notes)
-      .def_readonly("options", &Explanation::options)
+      .def_readwrite("policy_notes", &Explanation::policy_notes)
+      .def_readwrite("options", &Explanation::options)
       .def_readonly("memory", &Explanation::memory)
       .def_property_readonly("memory_plan", [](const Explanation& e) -> py::object {
         if (e.memory_json.empty()) return py::none();

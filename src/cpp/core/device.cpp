@@ -17,6 +17,13 @@ Device Device::parse(std::string_view text) {
     type = DeviceType::kCPU;
   } else if (kind == "cuda" || kind == "gpu") {
     type = DeviceType::kCUDA;
+  } else if (kind == "npu") {
+    // The design's NPU spelling (npu.md): NPUs are reached through their vendors' runtimes, none of which this
+    // build has.
+    throw UnsupportedOperationError(detail::str_cat(
+        "device \"", text, "\": this build has no NPU runtime; NPUs run through the openvino engine (Intel: install "
+        "the OpenVINO runtime) or the qnn engine (Qualcomm: install the QNN SDK), and xpuruntime must be rebuilt "
+        "with one; devices here: \"cpu\", \"cuda:N\""));
   } else {
     throw InvalidArgumentError(detail::str_cat("Expected a device like \"cpu\", \"cuda\" or \"cuda:0\", but got \"",
                                                text, "\""));

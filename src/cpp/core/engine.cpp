@@ -38,7 +38,7 @@ std::string pad(const std::string& text, std::size_t width) {
 
 }  // namespace
 
-std::vector<std::string> known_engines() { return {"auto", "native", "onnxruntime", "tensorrt"}; }
+std::vector<std::string> known_engines() { return {"auto", "native", "onnxruntime", "tensorrt", "openvino", "qnn"}; }
 
 std::string ValueInfo::type() const {
   const std::string tensor = "tensor(" + std::string(dtype_name(dtype)) + ")";
@@ -124,6 +124,14 @@ EngineRegistry& EngineRegistry::global() {
     registry.add(std::make_unique<DeclaredEngine>(
         "tensorrt", "the tensorrt engine needs NVIDIA TensorRT 10, which this build does not have; install TensorRT "
                     "(pip install xpuruntime[tensorrt] / the TensorRT SDK) and rebuild with it"));
+    // The NPU runtimes of the design (npu.md): named engines that say what to install.
+    registry.add(std::make_unique<DeclaredEngine>(
+        "openvino", "the openvino engine (Intel NPUs, and Intel CPUs/GPUs) needs the OpenVINO runtime 2024+, which "
+                    "this build does not have; install OpenVINO (apt install openvino / the OpenVINO archive from "
+                    "Intel) and rebuild with it"));
+    registry.add(std::make_unique<DeclaredEngine>(
+        "qnn", "the qnn engine (Qualcomm Hexagon NPUs) needs the Qualcomm AI Engine Direct SDK (QNN), which this "
+               "build does not have; install the QNN SDK from Qualcomm and rebuild with it"));
     register_native(registry);
   });
   return registry;

@@ -19,9 +19,11 @@ class InferenceSession:
         A model file (external-data files next to it) or the serialized model.
     device : str or Device
         ``"cpu"`` (default) or ``"cuda:N"``.
-    engine : {"auto", "onnxruntime", "native", "tensorrt"}
+    engine : {"auto", "onnxruntime", "native", "tensorrt", "openvino", "qnn"}
         ``"auto"`` (default) picks the engine and says why in :meth:`explain`. Engines this build or machine
-        lacks raise :class:`~xpuruntime.UnsupportedOperationError` saying what to install.
+        lacks raise :class:`~xpuruntime.UnsupportedOperationError` saying what to install. ``backend=`` is the
+        same argument under the design's name. ``device="npu"`` raises the same kind of error, naming the NPU
+        runtimes (OpenVINO, QNN).
     kernel_policy, exec_policy : KernelPolicy, ExecutionPolicy, optional
         The policies; entries an engine cannot honour are reported by :meth:`explain` (pinned ones are errors).
     fp16 : bool
@@ -45,7 +47,21 @@ class InferenceSession:
                  kernel_policy: Optional[_core.KernelPolicy] = None,
                  exec_policy: Optional[_core.ExecutionPolicy] = None, fp16: bool = False,
                  disabled_passes: Optional[List[str]] = None,
-                 optimized_model_path: Optional[Union[str, Path]] = None) -> None:
+                 optimized_model_path: Optional[Union[str, Path]] = None, backend: Optional[str] = None,
+                 **onnxruntime_arguments: Any) -> None:
+        if onnxruntime_arguments:
+            ort_names = {"sess_options", "providers", "provider_options"}
+            if set(onnxruntime_arguments) <= ort_names:
+                raise TypeError(f"{', '.join(sorted(onnxruntime_arguments))}: ONNX Runtime's arguments are taken by "
+                                "xpuruntime.onnxruntime.InferenceSession (import xpuruntime.onnxruntime as ort; "
+                                "docs/engines.md); xpuruntime.InferenceSession takes device= and engine=")
+            raise TypeError(f"InferenceSession() got unexpected keyword arguments {sorted(onnxruntime_arguments)}")
+        if backend is not None:
+            # The design's spelling (backend="openvino"): the engine's other name.
+            if engine not in ("auto", backend):
+                raise _core.InvalidArgumentError(f"engine={engine!r} and backend={backend!r} disagree: backend is the "
+                                                 "engine's other name, give one of them")
+            engine = backend
         if isinstance(model, (bytearray, memoryview)):
             model = bytes(model)
         if not isinstance(model, (str, Path, bytes)):

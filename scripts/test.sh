@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs every test: the C++ suite (CTest: GoogleTest and the find_package
-# consumer) and the Python suite (pytest). GPU-only tests skip without a GPU. Warnings are errors here.
+# consumer), the Python suite (pytest) and the wheel (scripts/test_wheel.sh). GPU-only tests skip without a GPU.
+# Warnings are errors here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export XPURT_CMAKE_ARGS="${XPURT_CMAKE_ARGS:-} -DXPURT_WARNINGS_AS_ERRORS=ON"
@@ -11,3 +12,5 @@ echo "[test] C++ tests"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
 echo "[test] Python tests"
 .venv/bin/python -m pytest -q -rs tests/python "$@"
+echo "[test] the wheel: pip wheel ., installed into a fresh venv, used from another folder"
+XPURT_BUILD_DIR="$BUILD_DIR" ./scripts/test_wheel.sh

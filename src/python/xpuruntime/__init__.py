@@ -57,6 +57,15 @@ def op_schemas() -> list:
     return _core.op_schemas()
 
 
+def cmake_prefix_path() -> str | None:
+    """The folder to give CMake (``-DCMAKE_PREFIX_PATH=...``) for ``find_package(xpuruntime)`` against an installed
+    wheel (its ``lib/cmake/xpuruntime``); None when running from the source tree (use the build's install)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    return here if os.path.isdir(os.path.join(here, "lib", "cmake", "xpuruntime")) else None
+
+
 def build_info() -> dict:
     """Return how the core library was built: version, CUDA and NVTX support, compiler, build type."""
     return _core.build_info()

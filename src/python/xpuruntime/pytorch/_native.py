@@ -24,7 +24,11 @@ import torch
 
 from .. import _core
 
-SOURCE = Path(__file__).resolve().parents[3] / "cpp" / "bindings" / "torch" / "routing_native.cpp"
+# Installed from a wheel the source sits beside this file (setup.py puts it there); in the source tree it is in
+# src/cpp/bindings/torch.
+_PACKAGED = Path(__file__).resolve().parent / "routing_native.cpp"
+SOURCE = _PACKAGED if _PACKAGED.exists() else (
+    Path(__file__).resolve().parents[3] / "cpp" / "bindings" / "torch" / "routing_native.cpp")
 
 MODULE: Any = None  # the loaded extension, or None
 DISPATCH: Any = None  # its dispatch function (bound to the routing mode) while the native path is on, else None

@@ -42,7 +42,8 @@ from .inference.session import IOBinding
 from .policies import ExecutionPolicy, KernelPolicy
 
 __all__ = [
-    "InferenceSession", "SessionOptions", "RunOptions", "OrtValue", "IOBinding", "NodeArg", "ModelMetadata",
+    "InferenceSession", "SessionOptions", "RunOptions", "OrtValue", "IOBinding", "OrtIOBinding", "NodeArg",
+    "ModelMetadata",
     "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "get_available_providers", "get_all_providers",
     "get_device", "get_version_string", "set_default_logger_severity", "set_seed", "__version__",
 ]
@@ -330,6 +331,41 @@ class ModelMetadata:
         self.custom_metadata_map = dict(custom_metadata_map or {})
 
 
+class OrtIOBinding(IOBinding):
+    """ONNX Runtime's IOBinding: OrtValues in and out (``bind_ortvalue_input``/``_output``, ``get_outputs`` gives
+    OrtValues), ``bind_input(name, value)``, ``bind_cpu_input``, ``bind_output(name, device_type, device_id)``.
+    ONNX Runtime's raw-pointer form (``bind_input(name, device_type, device_id, element_type, shape, buffer_ptr)``)
+    is refused: xpuruntime binds tensors it can keep alive (an OrtValue, a DLPack tensor, a numpy array)."""
+
+    def bind_input(self, name: str, device_type: Any = None, device_id: int = 0, element_type: Any = None,
+                   shape: Any = None, buffer_ptr: Any = None) -> None:
+        if buffer_ptr is not None or shape is not None or element_type is not None:
+            raise _core.UnsupportedOperationError(
+                "IOBinding.bind_input with a raw buffer pointer is not supported: bind the OrtValue "
+                "(bind_ortvalue_input(name, ortvalue)) or a DLPack tensor (bind_input(name, tensor))")
+        value = device_type.tensor() if isinstance(device_type, OrtValue) else device_type
+        super().bind_input(name, value)
+
+    def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
+        super().bind_input(name, ortvalue.tensor())
+
+    def bind_output(self, name: str, device_type: Any = "cpu", device_id: int = 0, element_type: Any = None,
+                    shape: Any = None, buffer_ptr: Any = None) -> None:
+        if buffer_ptr is not None:
+            raise _core.UnsupportedOperationError(
+                "IOBinding.bind_output with a raw buffer pointer is not supported: bind an OrtValue "
+                "(bind_ortvalue_output(name, ortvalue)) or a device ('cpu', 'cuda')")
+        if isinstance(device_type, OrtValue):
+            device_type = device_type.tensor()
+        super().bind_output(name, device_type, device_id)
+
+    def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
+        super().bind_output(name, ortvalue.tensor())
+
+    def get_outputs(self) -> List[OrtValue]:  # type: ignore[override]
+        return [OrtValue(t) for t in super().get_outputs()]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Providers -> device, engine, policies
 # ---------------------------------------------------------------------------------------------------------------
@@ -609,6 +645,14 @@ class InferenceSession(_XrtSession):
 
     def get_outputs(self) -> List[NodeArg]:  # type: ignore[override]
         return [NodeArg(o) for o in super().get_outputs()]
+
+    def io_binding(self) -> OrtIOBinding:  # type: ignore[override]
+        return OrtIOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: Optional[RunOptions] = None) -> None:
+        if run_options is not None and run_options.terminate:
+            raise _core.XpuRuntimeError("run terminated: RunOptions.terminate is set")
+        super().run_with_iobinding(iobinding)
 
     def get_overridable_initializers(self) -> List[NodeArg]:
         return []

@@ -45,7 +45,8 @@ __all__ = [
     "InferenceSession", "SessionOptions", "RunOptions", "OrtValue", "IOBinding", "OrtIOBinding", "NodeArg",
     "ModelMetadata",
     "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "get_available_providers", "get_all_providers",
-    "get_device", "get_version_string", "set_default_logger_severity", "set_seed", "__version__",
+    "get_device", "get_version_string", "set_default_logger_severity", "set_default_logger_verbosity", "set_seed",
+    "enable_telemetry_events", "disable_telemetry_events", "__version__",
 ]
 
 __version__ = _core.get_version()
@@ -117,6 +118,20 @@ def set_default_logger_severity(severity: int) -> None:
     """Accepted for compatibility: xpuruntime reports through exceptions and ``explain()``, not a log."""
     if not isinstance(severity, int) or not 0 <= severity <= 4:
         raise _core.InvalidArgumentError(f"logger severity must be 0..4, got {severity!r}")
+
+
+def set_default_logger_verbosity(verbosity: int) -> None:
+    """Accepted for compatibility (see set_default_logger_severity)."""
+    if not isinstance(verbosity, int) or verbosity < 0:
+        raise _core.InvalidArgumentError(f"logger verbosity must be an integer >= 0, got {verbosity!r}")
+
+
+def enable_telemetry_events() -> None:
+    """Accepted for compatibility: xpuruntime sends no telemetry."""
+
+
+def disable_telemetry_events() -> None:
+    """Accepted for compatibility: xpuruntime sends no telemetry."""
 
 
 def set_seed(seed: int) -> None:
@@ -280,6 +295,18 @@ class OrtValue:
     def is_sparse_tensor(self) -> bool:
         return False
 
+    def is_tensor_sequence(self) -> bool:
+        return False
+
+    def update_inplace(self, np_arr: np.ndarray) -> None:
+        """Copies ``np_arr`` (same shape and dtype) into this value, on its device."""
+        array = np.ascontiguousarray(np_arr)
+        if list(array.shape) != self.shape() or array.dtype.name != self._tensor.dtype:
+            raise _core.InvalidArgumentError(f"update_inplace: got {array.dtype.name}{list(array.shape)}, the value is "
+                                             f"{self._tensor.dtype}{self.shape()}")
+        from .runtime.tensor import from_numpy
+        self._tensor.copy_(from_numpy(array))
+
     def data_ptr(self) -> int:
         ptr = self._tensor.data_ptr
         return int(ptr() if callable(ptr) else ptr)
@@ -364,6 +391,9 @@ class OrtIOBinding(IOBinding):
 
     def get_outputs(self) -> List[OrtValue]:  # type: ignore[override]
         return [OrtValue(t) for t in super().get_outputs()]
+
+    def get_outputs_as_ortvaluevector(self) -> List[OrtValue]:
+        return self.get_outputs()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -702,6 +732,16 @@ class InferenceSession(_XrtSession):
 
     def get_profiling_start_time_ns(self) -> int:
         return getattr(self, "_profile_start_ns", 0)
+
+    def get_tuning_results(self) -> List[Dict[str, Any]]:
+        """ONNX Runtime's TunableOp results: none here; xpuruntime's tuned choices are its autotune cache
+        (``xpuruntime.ops.set_autotune_cache``, docs/policies.md)."""
+        return []
+
+    def set_tuning_results(self, results: Any, error_on_invalid: bool = False) -> None:
+        raise _core.UnsupportedOperationError(
+            "set_tuning_results: ONNX Runtime's TunableOp results do not apply to xpuruntime's kernels; replay "
+            "tuned choices with xpuruntime.ops.set_autotune_cache('policy.lock.json') (docs/policies.md)")
 
     def run_async(self, *args: Any, **kwargs: Any) -> None:
         raise _core.UnsupportedOperationError("run_async is not supported: call run() from a thread of your own "

@@ -258,3 +258,33 @@ def test_set_providers_and_fallback_switches():
         sess.run_async(None, {}, None, None)
     with pytest.raises(xrt.UnsupportedOperationError, match="raw buffer pointer"):
         sess.io_binding().bind_input("x", "cpu", 0, np.float32, [1, 8], 1234)
+
+
+def test_remaining_supported_names():
+    sess = ort.InferenceSession(MODEL, providers=["native"])
+    assert sess.get_tuning_results() == []
+    with pytest.raises(xrt.UnsupportedOperationError, match="set_autotune_cache"):
+        sess.set_tuning_results([])
+    so = sess.get_session_options()
+    assert isinstance(so, ort.SessionOptions)
+    assert sess.get_overridable_initializers() == []
+    v = ort.OrtValue.ortvalue_from_numpy(np.zeros((2, 8), np.float32))
+    v.update_inplace(np.full((2, 8), 2.0, np.float32))
+    assert v.element_type() is np.float32 and not v.is_sparse_tensor() and not v.is_tensor_sequence()
+    with pytest.raises(xrt.InvalidArgumentError, match="update_inplace"):
+        v.update_inplace(np.zeros(3, np.float32))
+    w = ort.OrtValue.from_dlpack(v)
+    np.testing.assert_array_equal(w.numpy(), np.full((2, 8), 2.0, np.float32))
+    binding = sess.io_binding()
+    binding.bind_input("x", v)
+    binding.bind_output("probs", "cpu")
+    sess.run_with_iobinding(binding, ort.RunOptions())
+    (out,) = binding.get_outputs_as_ortvaluevector()
+    np.testing.assert_allclose(out.numpy(), softmax_reference(np.full((2, 8), 2.0, np.float32)), rtol=1e-5)
+    binding.synchronize_outputs()
+    binding.clear_binding_inputs()
+    binding.clear_binding_outputs()
+    ort.set_default_logger_severity(3)
+    ort.set_default_logger_verbosity(0)
+    with pytest.raises(xrt.InvalidArgumentError):
+        ort.set_default_logger_severity(9)

@@ -167,7 +167,7 @@ InferenceSession::InferenceSession(const std::string& model_path, SessionOptions
   const std::string model((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   if (options_.model_dir.empty()) {
     const auto slash = model_path.find_last_of('/');
-    options_.model_dir = slash == std::string::npos ? "." : model_path.substr(0, slash);
+    options_.model_dir = slash == std::string::npos ? "." : slash == 0 ? "/" : model_path.substr(0, slash);
   }
   build(model);
 }

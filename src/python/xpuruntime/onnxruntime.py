@@ -632,13 +632,18 @@ class InferenceSession(_XrtSession):
             self._profile_start_ns = time.time_ns()
             m.notes.append(f"enable_profiling -> xpuruntime's profiler; end_profiling() writes "
                            f"{so.profile_file_prefix}<time>.json (Chrome trace)")
+        folder = so._config.get("session.model_external_initializers_file_folder_path")
+        if folder:
+            m.notes.append(f"session config entry session.model_external_initializers_file_folder_path -> "
+                           f"external_data_dir={folder}")
         engine = self._extra.get("engine", m.engine)
         native_only = engine == "native" or (engine == "auto" and m.device != "cpu")
         super().__init__(model, device=self._extra.get("device", m.device), engine=engine,
                          kernel_policy=self._extra.get("kernel_policy", m.kernel_policy), exec_policy=m.exec_policy,
                          fp16=self._extra.get("fp16", False),
                          disabled_passes=m.disabled_passes if native_only else None,
-                         optimized_model_path=m.optimized_model_path if native_only else None)
+                         optimized_model_path=m.optimized_model_path if native_only else None,
+                         external_data_dir=folder or None)
         if not native_only and (m.disabled_passes or m.optimized_model_path):
             m.notes.append("graph optimization options apply to the native engine; this session runs "
                            f"{self.engine}")

@@ -2,6 +2,8 @@
 // cmake/XpurtOnnxProto.cmake). See onnx_import.h for the contract.
 #include "xpuruntime/onnx_import.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 
 #if XPURT_ONNX_PROTO_GENERATED
@@ -58,6 +61,20 @@ void copy_field(const google::protobuf::RepeatedField<Src>& field, Dst* out, std
   for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Dst>(field.Get(static_cast<int>(i)));
 }
 
+// A non-negative decimal integer of an external_data entry.
+std::int64_t external_int(const std::string& text, const char* key, const std::string& where) {
+  std::int64_t value = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  XPURT_CHECK(error == std::errc() && end == text.data() + text.size() && value >= 0, where, ": external data ",
+              key, " '", text, "' is not a non-negative integer");
+  return value;
+}
+
+// Note [External data stays inside the model's folder]
+// As ONNX Runtime does, an external-data location must name a file inside the model's folder: absolute paths, ".."
+// components and symbolic links that resolve outside it are refused, and offset and length are checked against the
+// file before anything is allocated or read. A model given as bytes has no folder: it reads no file unless the
+// caller names one (SessionOptions::model_dir, Python's external_data_dir=).
 std::string read_external(const onnx::TensorProto& proto, const std::string& model_dir, std::size_t nbytes,
                           const std::string& where) {
   std::string location;
@@ -65,14 +82,28 @@ std::string read_external(const onnx::TensorProto& proto, const std::string& mod
   std::int64_t length = -1;
   for (const auto& entry : proto.external_data()) {
     if (entry.key() == "location") location = entry.value();
-    if (entry.key() == "offset") offset = std::stoll(entry.value());
-    if (entry.key() == "length") length = std::stoll(entry.value());
+    if (entry.key() == "offset") offset = external_int(entry.value(), "offset", where);
+    if (entry.key() == "length") length = external_int(entry.value(), "length", where);
   }
   XPURT_CHECK(!location.empty(), where, ": external data without a location");
+  XPURT_CHECK(!model_dir.empty(), where, ": external data in '", location,
+              "', but the model was given as bytes with no folder to read it from (pass the model's path, or name "
+              "the folder: SessionOptions::model_dir, external_data_dir= in Python)");
   const std::filesystem::path rel(location);
-  XPURT_CHECK(!rel.is_absolute() && rel.lexically_normal().string().rfind("..", 0) != 0, where,
-              ": external data location '", location, "' must be a relative path inside the model's folder");
-  const std::filesystem::path path = std::filesystem::path(model_dir.empty() ? "." : model_dir) / rel;
+  XPURT_CHECK(!rel.is_absolute() && !rel.has_root_name() && !rel.has_root_directory(), where,
+              ": external data location '", location, "' is an absolute path; it must be relative to the model's "
+              "folder");
+  for (const auto& part : rel.lexically_normal()) {
+    XPURT_CHECK(part != "..", where, ": external data location '", location, "' leaves the model's folder ('..')");
+  }
+  std::error_code ec;
+  const std::filesystem::path base = std::filesystem::weakly_canonical(model_dir, ec);
+  XPURT_CHECK(!ec, where, ": the model's folder '", model_dir, "' cannot be resolved: ", ec.message());
+  const std::filesystem::path path = std::filesystem::weakly_canonical(base / rel, ec);
+  XPURT_CHECK(!ec, where, ": external data location '", location, "' cannot be resolved: ", ec.message());
+  const auto inside = std::mismatch(base.begin(), base.end(), path.begin(), path.end());
+  XPURT_CHECK(inside.first == base.end(), where, ": external data location '", location, "' resolves to '",
+              path.string(), "', outside the model's folder '", base.string(), "' (a symbolic link?)");
   std::ifstream file(path, std::ios::binary);
   XPURT_CHECK(file.good(), where, ": cannot open external data file '", path.string(), "'");
   file.seekg(0, std::ios::end);
@@ -80,7 +111,7 @@ std::string read_external(const onnx::TensorProto& proto, const std::string& mod
   if (length < 0) length = static_cast<std::int64_t>(nbytes);
   XPURT_CHECK(length == static_cast<std::int64_t>(nbytes), where, ": external data length ", length,
               " does not match the tensor's ", nbytes, " bytes");
-  XPURT_CHECK(offset >= 0 && offset + length <= size, where, ": external data [", offset, ", ", offset + length,
+  XPURT_CHECK(offset <= size && length <= size - offset, where, ": external data [", offset, ", ", offset + length,
               ") is outside the file '", path.string(), "' (", size, " bytes)");
   std::string bytes(static_cast<std::size_t>(length), '\0');
   file.seekg(offset);
@@ -89,28 +120,51 @@ std::string read_external(const onnx::TensorProto& proto, const std::string& mod
   return bytes;
 }
 
+// The values an initializer's data fields hold (for a tensor without raw or external data), to compare with the
+// count its shape declares before anything is allocated.
+std::int64_t field_count(const onnx::TensorProto& proto, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return proto.float_data_size();
+    case DType::kFloat64: return proto.double_data_size();
+    case DType::kInt64: return proto.int64_data_size();
+    case DType::kUInt32:
+    case DType::kUInt64: return proto.uint64_data_size();
+    default: return proto.int32_data_size();
+  }
+}
+
 Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& model_dir) {
   const std::string where = detail::str_cat("tensor '", proto.name(), "'");
   XPURT_CHECK(proto.has_data_type(), where, ": no data type");
   const DType dtype = dtype_from_onnx(proto.data_type(), where);
   std::vector<std::int64_t> shape(proto.dims().begin(), proto.dims().end());
   std::int64_t n = 1;
+  const auto element = static_cast<std::int64_t>(dtype_size(dtype));
   for (std::int64_t d : shape) {
     XPURT_CHECK(d >= 0, where, ": negative dimension ", d);
-    XPURT_CHECK(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / d, where, ": too many elements");
+    XPURT_CHECK(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / element / d, where,
+                ": its shape's byte size overflows int64 (", detail::shape_str(shape, ","), ")");
     n *= d;
   }
+  // Note [Sizes checked before allocation]: the data the file holds must match the shape before the tensor is
+  // allocated, so a tensor that declares 10^12 elements with 10 bytes of data is an error, not an allocation.
+  const auto nbytes = static_cast<std::size_t>(n * element);
+  const bool external = proto.data_location() == onnx::TensorProto::EXTERNAL;
+  if (!external && proto.has_raw_data()) {
+    XPURT_CHECK(proto.raw_data().size() == nbytes, where, ": raw_data has ", proto.raw_data().size(),
+                " bytes but its shape and type need ", nbytes, " (truncated or malformed model?)");
+  } else if (!external) {
+    XPURT_CHECK(field_count(proto, dtype) == n, where, ": holds ", field_count(proto, dtype),
+                " values but its shape needs ", n);
+  }
+  const std::string external_bytes = external ? read_external(proto, model_dir, nbytes, where) : std::string();
   Tensor t = Tensor::empty(shape, dtype, Device::cpu());
-  const std::size_t nbytes = t.nbytes();
   void* dst = t.data_ptr();
-  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-    const std::string bytes = read_external(proto, model_dir, nbytes, where);
-    if (nbytes) std::memcpy(dst, bytes.data(), nbytes);
+  if (external) {
+    if (nbytes) std::memcpy(dst, external_bytes.data(), nbytes);
     return t;
   }
   if (proto.has_raw_data()) {
-    XPURT_CHECK(proto.raw_data().size() == nbytes, where, ": raw_data has ", proto.raw_data().size(),
-                " bytes but its shape and type need ", nbytes, " (truncated or malformed model?)");
     if (nbytes) std::memcpy(dst, proto.raw_data().data(), nbytes);
     return t;
   }
@@ -450,6 +504,7 @@ Graph import_onnx_file(const std::string& path) {
   bytes << file.rdbuf();
   OnnxImportOptions options;
   options.model_dir = std::filesystem::path(path).parent_path().string();
+  if (options.model_dir.empty()) options.model_dir = ".";
   return import_onnx(bytes.str(), options);
 }
 

@@ -50,7 +50,9 @@ struct XPURT_API SessionOptions {
   KernelPolicy kernel_policy;     // default: empty (auto for every op)
   ExecutionPolicy exec_policy;    // default: fp32, no determinism requirement
   bool fp16 = false;              // shorthand for exec_policy.precision = fp16
-  std::string model_dir;          // folder of external-data files (default: the model file's folder)
+  // Folder of external-data files (default: the model file's folder; a model given as bytes has none, and its
+  // external data is refused unless this names one).
+  std::string model_dir;
   // Native engine: graph passes turned off by name (docs/native_engine.md; an unknown name is an
   // InvalidArgumentError listing the valid ones), and a file the first run writes its plan's optimized graph to as
   // ONNX, specialised to that run's input shapes (empty: none; like ONNX Runtime's optimized_model_filepath).

@@ -22,7 +22,9 @@
 namespace xpuruntime {
 
 struct XPURT_API OnnxImportOptions {
-  std::string model_dir;  // folder of external-data files ("" = the current directory)
+  // Folder of external-data files, which must stay inside it (Note [External data stays inside the model's
+  // folder]); "": none, and a model with external data is refused.
+  std::string model_dir;
 };
 
 XPURT_API Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});

@@ -31,6 +31,10 @@ class InferenceSession:
     disabled_passes : list of str, optional
         Native engine: graph passes to turn off by name (``"gemm_fusion"``, ``"attention_fusion"``, ...; see
         docs/native_engine.md). An unknown name raises :class:`~xpuruntime.InvalidArgumentError` listing them.
+    external_data_dir : str or Path, optional
+        The folder a model's external-data files are read from (default: the model file's folder). A model given as
+        bytes reads no file unless this names a folder; locations must stay inside it (no absolute paths, no
+        ``..``, no symbolic links out of it).
     optimized_model_path : str or Path, optional
         Native engine: the first run writes its plan's optimized graph there as ONNX, specialised to that run's
         input shapes (fused nodes in the ``com.xpuruntime`` domain; the native engine loads it back).
@@ -48,6 +52,7 @@ class InferenceSession:
                  exec_policy: Optional[_core.ExecutionPolicy] = None, fp16: bool = False,
                  disabled_passes: Optional[List[str]] = None,
                  optimized_model_path: Optional[Union[str, Path]] = None, backend: Optional[str] = None,
+                 external_data_dir: Optional[Union[str, Path]] = None,
                  **onnxruntime_arguments: Any) -> None:
         if onnxruntime_arguments:
             ort_names = {"sess_options", "providers", "provider_options"}
@@ -68,7 +73,8 @@ class InferenceSession:
             raise _core.InvalidTypeError(f"model must be a path or bytes, got {type(model).__name__}")
         self._session = _core.InferenceSession(model if isinstance(model, bytes) else str(model), device, engine,
                                                kernel_policy, exec_policy, fp16, list(disabled_passes or []),
-                                               str(optimized_model_path) if optimized_model_path else "")
+                                               str(optimized_model_path) if optimized_model_path else "",
+                                               str(external_data_dir) if external_data_dir else "")
         self._device = str(device)
 
     @property

@@ -1,0 +1,111 @@
+"""Bad and hostile model files (issue: reliability): declared sizes are checked against the file before anything is
+allocated, and external data never leaves the model's folder (Note [External data stays inside the model's folder],
+Note [Sizes checked before allocation] in src/cpp/core/onnx/onnx_import.cpp). Each gives a typed error."""
+
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import xpuruntime as xrt
+
+
+def _model(initializer: TensorProto) -> bytes:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Add", ["x", initializer.name], ["y"])], "g", [x], [y],
+                              initializer=[initializer])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _external(name: str, location: str, offset=None, length=None, dims=(2,)) -> TensorProto:
+    t = TensorProto()
+    t.name = name
+    t.data_type = TensorProto.FLOAT
+    t.dims.extend(dims)
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        if value is not None:
+            entry = t.external_data.add()
+            entry.key, entry.value = key, str(value)
+    return t
+
+
+def _write(folder, name, data: bytes) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def test_external_data_inside_the_folder_loads(tmp_path):
+    _write(tmp_path, "w.bin", np.array([1.0, 2.0], np.float32).tobytes())
+    path = _write(tmp_path, "m.onnx", _model(_external("w", "w.bin")))
+    out = xrt.InferenceSession(path, engine="native").run({"x": np.zeros(2, np.float32)})["y"]
+    np.testing.assert_array_equal(out, [1.0, 2.0])
+    # Bytes read files only from a folder the caller names.
+    model = open(path, "rb").read()
+    with pytest.raises(xrt.InvalidArgumentError, match="given as bytes with no folder"):
+        xrt.InferenceSession(model, engine="native")
+    out = xrt.InferenceSession(model, engine="native", external_data_dir=tmp_path).run({"x": np.zeros(2, np.float32)})
+    np.testing.assert_array_equal(out["y"], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("location,match", [
+    ("/etc/passwd", "absolute path"),
+    ("../outside.bin", r"leaves the model's folder \('..'\)"),
+    ("sub/../../outside.bin", r"leaves the model's folder"),
+    ("link.bin", "outside the model's folder"),
+])
+def test_external_data_that_leaves_the_folder_is_refused(tmp_path, location, match):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "sub").mkdir()
+    outside = _write(tmp_path, "outside.bin", np.ones(2, np.float32).tobytes())
+    os.symlink(outside, folder / "link.bin")
+    path = _write(folder, "m.onnx", _model(_external("w", location)))
+    with pytest.raises(xrt.InvalidArgumentError, match=match):
+        xrt.InferenceSession(path, engine="native")
+
+
+@pytest.mark.parametrize("offset,length,match", [
+    (0, 16, "length 16 does not match the tensor's 8 bytes"),
+    (4, 8, r"outside the file"),
+    (2 ** 62, 8, r"outside the file"),
+    ("-1", 8, "offset '-1' is not a non-negative integer"),
+    (0, "8x", "length '8x' is not a non-negative integer"),
+])
+def test_external_offsets_and_lengths_are_checked(tmp_path, offset, length, match):
+    _write(tmp_path, "w.bin", np.ones(2, np.float32).tobytes())
+    path = _write(tmp_path, "m.onnx", _model(_external("w", "w.bin", offset, length)))
+    with pytest.raises(xrt.InvalidArgumentError, match=match):
+        xrt.InferenceSession(path, engine="native")
+
+
+def test_huge_declared_initializers_are_refused_before_allocation(tmp_path):
+    # 10^12 float32 elements with 8 bytes of data: a typed error, not a 4 TB allocation.
+    t = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    del t.dims[:]
+    t.dims.extend([10 ** 6, 10 ** 6])
+    with pytest.raises(xrt.InvalidArgumentError, match="raw_data has 8 bytes but its shape and type need"):
+        xrt.InferenceSession(_model(t), engine="native")
+    # The same through typed data fields.
+    t = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
+    del t.dims[:]
+    t.dims.extend([10 ** 6, 10 ** 6])
+    with pytest.raises(xrt.InvalidArgumentError, match="holds 2 values but its shape needs 1000000000000"):
+        xrt.InferenceSession(_model(t), engine="native")
+    # A shape whose byte size overflows int64.
+    t = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    del t.dims[:]
+    t.dims.extend([2 ** 31, 2 ** 31, 4])
+    with pytest.raises(xrt.InvalidArgumentError, match="byte size overflows int64"):
+        xrt.InferenceSession(_model(t), engine="native")
+    # External data declaring more than the file holds.
+    _write(tmp_path, "w.bin", np.ones(2, np.float32).tobytes())
+    path = _write(tmp_path, "m.onnx", _model(_external("w", "w.bin", dims=(10 ** 6, 10 ** 6))))
+    with pytest.raises(xrt.InvalidArgumentError, match="outside the file"):
+        xrt.InferenceSession(path, engine="native")

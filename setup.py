@@ -42,6 +42,8 @@ class CMakeBuild(build_ext):
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             self.run_command_logged(["cmake", "-S", ROOT, "-B", build_dir, *generator,
                                      f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release",
+                                     # the module stays in the build folder, not in the source tree's package
+                                     f"-DXPURT_PYTHON_PACKAGE_DIR={build_dir / 'python' / 'xpuruntime'}",
                                      "-DXPURT_BUILD_TESTS=OFF", "-DXPURT_BUILD_BENCHMARKS=OFF",
                                      *shlex.split(os.environ.get("XPURT_CMAKE_ARGS", ""))])
         self.run_command_logged(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)])

@@ -14,3 +14,7 @@ echo "[test] Python tests"
 .venv/bin/python -m pytest -q -rs tests/python "$@"
 echo "[test] the wheel: pip wheel ., installed into a fresh venv, used from another folder"
 XPURT_BUILD_DIR="$BUILD_DIR" ./scripts/test_wheel.sh
+if [ "${XPURT_SKIP_SANITIZE:-0}" != 1 ]; then
+  echo "[test] ASan + UBSan build: the C++ tests and the fuzz harnesses (scripts/sanitize.sh, docs/reliability.md)"
+  FUZZ_RUNS=${FUZZ_RUNS:-20000} ./scripts/sanitize.sh
+fi

@@ -293,9 +293,15 @@ TEST_F(CachingAllocatorTest, PinnedStyleFreesWaitForTheirOwnStream) {
   CachingAllocator pinned(std::move(b), config);
   void* p = pinned.allocate(4096, kStreamA);
   pinned.free(p);
-  EXPECT_NE(pinned.allocate(4096, kStreamA), p);  // queued copies may still read p
+  void* q = pinned.allocate(4096, kStreamA);
+  EXPECT_NE(q, p);  // queued copies may still read p
   sim->complete_stream(kStreamA);
-  EXPECT_EQ(pinned.allocate(4096, kStreamA), p);
+  void* r = pinned.allocate(4096, kStreamA);
+  EXPECT_EQ(r, p);
+  pinned.free(q);
+  pinned.free(r);
+  sim->complete_stream(kStreamA);
+  pinned.empty_cache();
 }
 
 TEST_F(CachingAllocatorTest, RandomWorkloadKeepsInvariants) {

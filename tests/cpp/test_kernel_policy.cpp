@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "test_utils.h"
+#include "xpuruntime/dispatcher.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_policy.h"
@@ -150,4 +151,33 @@ TEST(ExecutionPolicy, ParsesByteSizes) {
   EXPECT_EQ(parse_byte_size("1.5KB"), 1500u);
   XPURT_EXPECT_THROW_WITH(parse_byte_size("12XB"), InvalidArgumentError, "invalid byte size '12XB'");
   XPURT_EXPECT_THROW_WITH(parse_byte_size(""), InvalidArgumentError, "invalid byte size");
+}
+
+// Found by fuzz_policy (tests/fuzz/corpus/policy/regression-utf8-key): YAML whose key is not UTF-8 made the error
+// message's JSON dump throw nlohmann's type_error, an untyped exception, instead of an InvalidArgumentError.
+TEST(PolicyFiles, YamlThatIsNotUtf8IsATypedError) {
+  XPURT_SKIP_WITHOUT_YAML();
+  const std::string text = "prec w?s\xff\xff\xff\x0c" "egy :\"e\nintra_op_threa__t\n";
+  XPURT_EXPECT_THROW_WITH(ExecutionPolicy::from_yaml(text), InvalidArgumentError, "is not valid UTF-8 text");
+  XPURT_EXPECT_THROW_WITH(KernelPolicy::from_yaml("matmul: \xff\xfe\n"), InvalidArgumentError,
+                          "is not valid UTF-8 text");
+  // JSON's own parser refuses such bytes with a typed error too.
+  XPURT_EXPECT_THROW_WITH(ExecutionPolicy::from_json("{\"\xff\": 1}"), InvalidArgumentError, "");
+}
+
+// Found by fuzz_policy and fuzz_autotune (tests/fuzz/corpus/*/regression-number-overflow*): a number past a double
+// ('12e311') made nlohmann's parser throw out_of_range, which escaped as an untyped exception.
+TEST(PolicyFiles, NumbersPastADoubleAreATypedError) {
+  XPURT_EXPECT_THROW_WITH(ExecutionPolicy::from_json("{\"memory_limit\": 12e311}"), InvalidArgumentError,
+                          "is not valid JSON");
+  XPURT_EXPECT_THROW_WITH(KernelPolicy::from_json("{\"rules\": {\"matmul\": 2e648}}"), InvalidArgumentError,
+                          "is not valid JSON");
+  const std::string path = ::testing::TempDir() + "xpurt_autotune_overflow.json";
+  {
+    std::ofstream file(path);
+    file << "{\"schema\": \"xpuruntime.autotune_cache/1\", \"entries\": {\"k\": {\"kernel\": \"cpu\", "
+            "\"times_us\": {\"cpu\": 2e648}}}}";
+  }
+  XPURT_EXPECT_THROW_WITH(AutotuneCache(path, false), InvalidArgumentError, "is not valid JSON");
+  std::remove(path.c_str());
 }

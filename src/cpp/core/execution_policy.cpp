@@ -19,14 +19,14 @@ const std::vector<std::string> kKeys = {"cuda_graphs", "deterministic", "fallbac
 std::string checked_fallback(const nlohmann::json& value) {
   if (!value.is_string() || (value.get<std::string>() != "error" && value.get<std::string>() != "cpu")) {
     throw InvalidArgumentError(
-        detail::str_cat("ExecutionPolicy 'fallback' must be \"error\" or \"cpu\", got ", value.dump()));
+        detail::str_cat("ExecutionPolicy 'fallback' must be \"error\" or \"cpu\", got ", detail::json_for_message(value)));
   }
   return value.get<std::string>();
 }
 
 bool read_bool(const nlohmann::json& value, const char* key) {
   if (!value.is_boolean()) {
-    throw InvalidArgumentError(detail::str_cat("ExecutionPolicy '", key, "' must be true or false, got ", value.dump()));
+    throw InvalidArgumentError(detail::str_cat("ExecutionPolicy '", key, "' must be true or false, got ", detail::json_for_message(value)));
   }
   return value.get<bool>();
 }
@@ -46,7 +46,7 @@ std::uint64_t read_size(const nlohmann::json& value, const char* key) {
   }
   throw InvalidArgumentError(detail::str_cat("ExecutionPolicy '", key,
                                              "' must be a byte count (an integer >= 0 or a string like \"256MiB\"), "
-                                             "got ", value.dump()));
+                                             "got ", detail::json_for_message(value)));
 }
 
 nlohmann::json to_tree(const ExecutionPolicy& p) {
@@ -70,13 +70,13 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
     const auto& schema = tree["schema"];
     if (!schema.is_string() || schema.get<std::string>() != kSchema) {
       throw InvalidArgumentError(detail::str_cat("ExecutionPolicy schema must be \"", kSchema, "\", got ",
-                                                 schema.dump()));
+                                                 detail::json_for_message(schema)));
     }
   }
   if (tree.contains("precision")) {
     if (!tree["precision"].is_string()) {
       throw InvalidArgumentError(detail::str_cat("ExecutionPolicy 'precision' must be a string, got ",
-                                                 tree["precision"].dump()));
+                                                 detail::json_for_message(tree["precision"])));
     }
     p.precision = precision_from_name(tree["precision"].get<std::string>());
   }
@@ -90,7 +90,7 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
     const auto& value = tree["intra_op_threads"];
     if (!value.is_number_integer() || value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > 4096) {
       throw InvalidArgumentError(detail::str_cat("ExecutionPolicy 'intra_op_threads' must be an integer from 0 "
-                                                 "(all cores) to 4096, got ", value.dump()));
+                                                 "(all cores) to 4096, got ", detail::json_for_message(value)));
     }
     p.intra_op_threads = value.get<int>();
   }

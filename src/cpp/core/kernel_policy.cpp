@@ -29,11 +29,11 @@ std::vector<std::string> string_list(const nlohmann::json& value, const std::str
   if (value.is_string()) return {value.get<std::string>()};
   if (!value.is_array()) {
     throw InvalidArgumentError(detail::str_cat(what, " must be a kernel name or a list of kernel names, got ",
-                                               value.dump()));
+                                               detail::json_for_message(value)));
   }
   for (const auto& item : value) {
     if (!item.is_string()) {
-      throw InvalidArgumentError(detail::str_cat(what, " must list kernel names (strings), got ", item.dump()));
+      throw InvalidArgumentError(detail::str_cat(what, " must list kernel names (strings), got ", detail::json_for_message(item)));
     }
     out.push_back(item.get<std::string>());
   }
@@ -46,7 +46,7 @@ KernelRule rule_from_tree(const nlohmann::json& value, const std::string& key, A
   if (value.is_array()) return KernelRule::preferred(string_list(value, what));
   if (!value.is_object()) {
     throw InvalidArgumentError(detail::str_cat(what, " must be a kernel name, a list of kernel names or an object "
-                                               "{\"mode\": ..., \"kernels\": [...]}, got ", value.dump()));
+                                               "{\"mode\": ..., \"kernels\": [...]}, got ", detail::json_for_message(value)));
   }
   // Short objects: {"pinned": "x"}, {"preferred": ["x", "y"]}, {"auto": "BestPerformance"}.
   if (value.size() == 1 && value.contains("pinned")) {
@@ -111,14 +111,14 @@ void validate_rule(const std::string& key, const KernelRule& rule, const KernelR
 
 KernelPolicy from_tree(const nlohmann::json& tree) {
   if (!tree.is_object()) {
-    throw InvalidArgumentError(detail::str_cat("a KernelPolicy must be an object, got ", tree.dump()));
+    throw InvalidArgumentError(detail::str_cat("a KernelPolicy must be an object, got ", detail::json_for_message(tree)));
   }
   const KernelRegistry& registry = KernelRegistry::global();
   KernelPolicy policy;
   if (tree.contains("auto_strategy")) {
     if (!tree["auto_strategy"].is_string()) {
       throw InvalidArgumentError(detail::str_cat("KernelPolicy 'auto_strategy' must be a string, got ",
-                                                 tree["auto_strategy"].dump()));
+                                                 detail::json_for_message(tree["auto_strategy"])));
     }
     policy.set_auto_strategy(strategy_from_name(tree["auto_strategy"].get<std::string>()));
   }
@@ -126,13 +126,13 @@ KernelPolicy from_tree(const nlohmann::json& tree) {
     if (key == "auto_strategy") continue;
     if (key == "schema") {
       if (!value.is_string() || value.get<std::string>() != kSchema) {
-        throw InvalidArgumentError(detail::str_cat("KernelPolicy schema must be \"", kSchema, "\", got ", value.dump()));
+        throw InvalidArgumentError(detail::str_cat("KernelPolicy schema must be \"", kSchema, "\", got ", detail::json_for_message(value)));
       }
       continue;
     }
     if (key == "rules") {
       if (!value.is_object()) {
-        throw InvalidArgumentError(detail::str_cat("KernelPolicy 'rules' must be an object, got ", value.dump()));
+        throw InvalidArgumentError(detail::str_cat("KernelPolicy 'rules' must be an object, got ", detail::json_for_message(value)));
       }
       for (const auto& [op, rule] : value.items()) {
         policy.set(op, rule_from_tree(rule, op, policy.auto_strategy()), &registry);

@@ -31,7 +31,8 @@ std::string fnv1a_hex(std::string_view text) {
 nlohmann::json parse_json_text(const std::string& text, const std::string& what) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for numbers past a double ('12e311', found by fuzz_policy and fuzz_autotune)
     throw InvalidArgumentError(str_cat(what, " is not valid JSON: ", e.what()));
   }
 }
@@ -114,12 +115,25 @@ void emit(YAML::Emitter& out, const nlohmann::json& tree) {
 }  // namespace
 #endif
 
+std::string json_for_message(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 nlohmann::json parse_yaml_text(const std::string& text, const std::string& what) {
 #if XPURT_WITH_YAML
+  // yaml-cpp takes any bytes; JSON (the trees every policy goes through) takes UTF-8 only. Found by fuzz_policy: a
+  // key with a 0xFF byte made the error message's dump() throw nlohmann's type_error, an untyped exception.
+  const nlohmann::json as_string(text);
+  if (as_string.dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) !=
+      as_string.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
+    throw InvalidArgumentError(str_cat(what, " is not valid UTF-8 text"));
+  }
   try {
     return yaml_to_json(YAML::Load(text), what);
   } catch (const YAML::Exception& e) {
     throw InvalidArgumentError(str_cat(what, " is not valid YAML: ", e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgumentError(str_cat(what, " is not a valid policy: ", e.what()));
   }
 #else
   (void)text;
@@ -181,7 +195,9 @@ std::string join_names(const std::vector<std::string>& names) {
 }
 
 void check_keys(const nlohmann::json& object, const std::vector<std::string>& valid, const std::string& what) {
-  if (!object.is_object()) throw InvalidArgumentError(str_cat(what, " must be an object, got ", object.dump()));
+  if (!object.is_object()) {
+    throw InvalidArgumentError(str_cat(what, " must be an object, got ", json_for_message(object)));
+  }
   for (const auto& [key, value] : object.items()) {
     bool known = false;
     for (const auto& name : valid) known = known || name == key;

@@ -30,6 +30,9 @@ std::string read_text_file(const std::string& path, const std::string& what);
 // Writes through a temporary file and a rename, so a crash never leaves half a file.
 void write_text_file(const std::string& path, const std::string& text, const std::string& what);
 
+// A JSON value for an error message: never throws (bytes that are not UTF-8 are replaced), unlike dump().
+std::string json_for_message(const nlohmann::json& value);
+
 // Object-reading helpers: every key of `object` must be in `valid` (InvalidArgumentError listing them).
 void check_keys(const nlohmann::json& object, const std::vector<std::string>& valid, const std::string& what);
 std::string join_names(const std::vector<std::string>& names);

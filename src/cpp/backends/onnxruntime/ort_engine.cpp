@@ -506,7 +506,9 @@ class OrtSession final : public EngineSession {
   // The feeds in model input order, checked against the model's inputs.
   std::vector<Tensor> check_feeds(const std::vector<std::pair<std::string, Tensor>>& feeds) const {
     std::vector<Tensor> by_input(inputs_.size());
-    for (const auto& [name, tensor] : feeds) {
+    for (const auto& feed : feeds) {
+      const std::string& name = feed.first;  // not a structured binding: clang < 16 cannot capture those
+      const Tensor& tensor = feed.second;
       auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const ValueInfo& v) { return v.name == name; });
       XPURT_CHECK(it != inputs_.end(), "unknown input '", name, "'; the model's inputs are ", names_of(inputs_));
       const size_t index = static_cast<size_t>(it - inputs_.begin());

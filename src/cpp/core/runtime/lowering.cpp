@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 
+#include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/onnx_import.h"
 
@@ -529,7 +530,15 @@ Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const
   if (table == nullptr) return reference("domain '" + node.domain + "' has no registry lowering");
   auto it = table->find(node.op_type);
   if (it == table->end()) return reference("no registry op implements " + node.op_type);
-  return it->second(c);
+  Lowered lowered = it->second(c);
+  // A registry op's input the node does not have (a malformed node, found by fuzz_model: a Conv without its weight
+  // read past the node's inputs): the reference library reports it with ONNX's semantics.
+  for (int idx : lowered.inputs) {
+    if (idx >= 0 && !node.has_input(static_cast<std::size_t>(idx))) {
+      return reference(detail::str_cat("input ", idx, " of ", node.op_type, " is missing"));
+    }
+  }
+  return lowered;
 }
 
 }  // namespace xpuruntime::runtime

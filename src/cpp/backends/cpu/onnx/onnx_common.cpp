@@ -39,7 +39,9 @@ std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, const std::str
 std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(t.numel()));
   const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
-  if (c.dtype() == DType::kInt64) {
+  if (out.empty()) {
+    // memcpy with an empty vector's null pointer is undefined even for 0 bytes (UBSan, scripts/sanitize.sh)
+  } else if (c.dtype() == DType::kInt64) {
     std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::int64_t));
   } else if (c.dtype() == DType::kInt32) {
     const auto* p = static_cast<const std::int32_t*>(c.data_ptr());

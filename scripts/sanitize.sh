@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The checking build (docs/reliability.md): clang with AddressSanitizer + UndefinedBehaviorSanitizer, CPU only,
+# the core, the C++ tests and the libFuzzer harnesses of tests/fuzz. Runs the C++ tests under the sanitizers, then
+# each harness for FUZZ_SECONDS (default 60) from its committed corpus. A finding fails the script, leaving the
+# crashing input in $XPURT_FUZZ_OUT (default build-asan/fuzz-findings).
+#
+#   scripts/sanitize.sh            # build, tests, fuzzers (CI runs this)
+#   FUZZ_SECONDS=3600 scripts/sanitize.sh --fuzz-only   # a long campaign
+#   XPURT_SANITIZE=thread scripts/sanitize.sh --tests-only   # ThreadSanitizer over the C++ tests (build-tsan)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:-all}
+SANITIZE=${XPURT_SANITIZE:-address,undefined}
+if [ "$SANITIZE" = "thread" ]; then BUILD=${XPURT_SANITIZE_BUILD_DIR:-build-tsan}; else BUILD=${XPURT_SANITIZE_BUILD_DIR:-build-asan}; fi
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+# FUZZ_RUNS=N: N inputs per harness from seed 1 instead of FUZZ_SECONDS (the same inputs on every machine: CI).
+FUZZ_RUNS=${FUZZ_RUNS:-}
+OUT=${XPURT_FUZZ_OUT:-$BUILD/fuzz-findings}
+for p in clang libclang-rt-14-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || MISSING="${MISSING:-} $p"
+done
+if [ -n "${MISSING:-}" ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING
+fi
+FUZZERS=ON
+[ "$SANITIZE" = "thread" ] && FUZZERS=OFF  # libFuzzer runs with ASan/UBSan
+echo "[sanitize] configuring $BUILD (clang, -fsanitize=$SANITIZE, CPU only)"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-O1 -g" -DXPURT_WITH_CUDA=OFF -DXPURT_BUILD_PYTHON=OFF -DXPURT_BUILD_BENCHMARKS=OFF \
+  -DXPURT_SANITIZE="$SANITIZE" -DXPURT_BUILD_FUZZERS=$FUZZERS > "$BUILD.configure.log" 2>&1 \
+  || { tail -30 "$BUILD.configure.log"; exit 1; }
+cmake --build "$BUILD" -j "$(nproc)" > "$BUILD.build.log" 2>&1 || { grep -B2 -A10 "error" "$BUILD.build.log" | head -60; exit 1; }
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
+# ONNX Runtime's prebuilt library is not instrumented and keeps a few bytes until exit (tests/sanitizers.supp).
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitizers.supp:print_suppressions=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+status=0
+if [ "$MODE" != "--fuzz-only" ]; then
+  echo "[sanitize] C++ tests under -fsanitize=$SANITIZE"
+  # cmake_consumer installs and builds a consumer without the sanitizer runtime: it is covered by the normal build.
+  ctest --test-dir "$BUILD" -j "$(nproc)" -E cmake_consumer --output-on-failure > "$BUILD.ctest.log" 2>&1 || status=1
+  grep -E "tests passed|tests failed|\*\*\*Failed|ERROR: (Address|Undefined|Thread)Sanitizer|runtime error" \
+    "$BUILD.ctest.log" | head -30
+fi
+if [ "$MODE" != "--tests-only" ] && [ "$FUZZERS" = ON ]; then
+  mkdir -p "$OUT"
+  for h in model policy autotune; do
+    corpus="$BUILD/fuzz-corpus/$h"
+    mkdir -p "$corpus"
+    dict=""; [ "$h" = model ] && dict="-dict=tests/fuzz/onnx.dict"
+    if [ -n "$FUZZ_RUNS" ]; then
+      budget=(-runs="$FUZZ_RUNS" -seed=1)
+      rm -rf "$corpus" && mkdir -p "$corpus"  # the same start on every machine
+      echo "[sanitize] fuzz_$h: $FUZZ_RUNS inputs from seed 1"
+    else
+      budget=(-max_total_time="$FUZZ_SECONDS")
+      echo "[sanitize] fuzz_$h for ${FUZZ_SECONDS} s"
+    fi
+    # The corpus in the build folder grows across runs; the committed seeds stay as they are.
+    if ! "$BUILD/tests/fuzz/fuzz_$h" "${budget[@]}" -timeout=25 -rss_limit_mb=2560 \
+        -print_final_stats=1 -artifact_prefix="$OUT/${h}-" $dict "$corpus" "tests/fuzz/corpus/$h" \
+        > "$BUILD/fuzz_$h.log" 2>&1; then
+      status=1
+      grep -E "ERROR|SUMMARY|Test unit written|==[0-9]+==" "$BUILD/fuzz_$h.log" | head -20
+    fi
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+.*DONE" "$BUILD/fuzz_$h.log" | tail -3
+  done
+fi
+[ $status -eq 0 ] && echo "[sanitize] ok" || echo "[sanitize] FINDINGS (logs in $BUILD.*.log, inputs in $OUT)"
+exit $status

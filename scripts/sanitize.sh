@@ -21,6 +21,7 @@ for p in clang libclang-rt-14-dev; do
 done
 if [ -n "${MISSING:-}" ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING
 fi
 FUZZERS=ON

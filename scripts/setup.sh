@@ -19,7 +19,9 @@ PACKAGES=(
 # Packages only the tests need (scripts/test.sh sets XPURT_TEST_DEPS=1): a headless browser that opens the HTML
 # explain report (tests/python/test_report_html.py); Debian's PyTorch (CPU) and its headers, for the
 # xpuruntime.pytorch tests and its native routing path, which is compiled against the PyTorch in use.
-TEST_PACKAGES=(chromium python3-torch libtorch-dev)
+# pip builds the wheel (scripts/test_wheel.sh); clang and its sanitizer runtimes build the checking build and the
+# libFuzzer harnesses (scripts/sanitize.sh).
+TEST_PACKAGES=(chromium python3-torch libtorch-dev python3-pip clang libclang-rt-14-dev)
 if [ "${XPURT_TEST_DEPS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -144,7 +144,24 @@ def set_seed(seed: int) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class SessionOptions:
+class _ConfigEntries:
+    """String key/value entries kept by SessionOptions and RunOptions (ONNX Runtime's config entries)."""
+
+    _what = ""
+
+    def __init__(self) -> None:
+        self._config: Dict[str, str] = {}
+
+    def _set_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def _entry(self, key: str) -> str:
+        if key not in self._config:
+            raise _core.InvalidArgumentError(f"{self._what} has no config entry '{key}'")
+        return self._config[key]
+
+
+class SessionOptions(_ConfigEntries):
     """ONNX Runtime's SessionOptions. Mapped: ``graph_optimization_level`` (-> native passes),
     ``intra_op_num_threads`` (-> ``ExecutionPolicy.intra_op_threads``), ``optimized_model_filepath``,
     ``enable_profiling`` / ``profile_file_prefix``, ``use_deterministic_compute`` (-> ``deterministic``),
@@ -152,7 +169,10 @@ class SessionOptions:
     ``explain()``: ``inter_op_num_threads``, ``execution_mode``, ``enable_mem_pattern``, ``enable_mem_reuse``,
     ``enable_cpu_mem_arena``, logging fields, config entries. Refused: custom op libraries, ``add_initializer``."""
 
+    _what = "SessionOptions"
+
     def __init__(self) -> None:
+        super().__init__()
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
@@ -168,17 +188,14 @@ class SessionOptions:
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.logid = ""
-        self._config: Dict[str, str] = {}
         self._free_dims_by_name: Dict[str, int] = {}
         self._free_dims_by_denotation: Dict[str, int] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        self._set_entry(key, value)
 
     def get_session_config_entry(self, key: str) -> str:
-        if key not in self._config:
-            raise _core.InvalidArgumentError(f"SessionOptions has no config entry '{key}'")
-        return self._config[key]
+        return self._entry(key)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         """Fixes the symbolic dimension ``dim_name`` of every input to ``dim_value`` (the model's shapes change)."""
@@ -208,26 +225,26 @@ def _check_dim(value: Any) -> None:
         raise _core.InvalidArgumentError(f"a free dimension override must be an integer >= 0, got {value!r}")
 
 
-class RunOptions:
+class RunOptions(_ConfigEntries):
     """ONNX Runtime's RunOptions: ``logid`` / ``log_severity_level`` / ``log_verbosity_level`` (kept),
     ``terminate`` (a run whose options say terminate raises instead of running), ``only_execute_path_to_fetches``
     (accepted: the native engine computes what the graph's outputs need), run config entries (kept)."""
 
+    _what = "RunOptions"
+
     def __init__(self) -> None:
+        super().__init__()
         self.logid = ""
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.terminate = False
         self.only_execute_path_to_fetches = False
-        self._config: Dict[str, str] = {}
 
     def add_run_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        self._set_entry(key, value)
 
     def get_run_config_entry(self, key: str) -> str:
-        if key not in self._config:
-            raise _core.InvalidArgumentError(f"RunOptions has no config entry '{key}'")
-        return self._config[key]
+        return self._entry(key)
 
 
 # ---------------------------------------------------------------------------------------------------------------

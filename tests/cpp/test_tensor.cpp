@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -214,6 +215,17 @@ TEST(TensorGpu, CopiesBetweenDeviceLayoutsRunOnTheDevice) {
     const Tensor want = permuted(raw, {1, 0}).contiguous();
     EXPECT_EQ(std::memcmp(transposed.data_ptr(), want.data_ptr(), want.nbytes()), 0) << dtype_name(dtype);
   }
+}
+
+// Found by fuzz_model (tests/fuzz/corpus/model/regression-empty-tensor-huge-dims.onnx): an empty tensor whose other
+// dims multiply past int64 overflowed its strides (signed overflow, UB). They saturate now; it holds nothing.
+TEST(Tensor, EmptyTensorWithHugeDimsHasNoOverflow) {
+  const std::int64_t huge = std::int64_t{1} << 40;
+  const Tensor t = Tensor::empty({huge, 0, huge, huge}, DType::kFloat64);
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.nbytes(), 0u);
+  EXPECT_EQ(t.strides()[0], std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(t.strides()[3], 1);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "cuda_utils.h"
@@ -140,7 +141,16 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes, const StreamView&
 
 std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& shape) {
   std::vector<std::int64_t> strides(shape.size(), 1);
-  for (std::size_t i = shape.size(); i > 1; --i) strides[i - 2] = strides[i - 1] * std::max<std::int64_t>(shape[i - 1], 1);
+  for (std::size_t i = shape.size(); i > 1; --i) {
+    // A tensor with no elements may have other dims whose product overflows (found by fuzz_model: an initializer
+    // of shape [.., 0, ..] with huge dims). Its strides address nothing: they saturate instead of overflowing. A
+    // tensor with elements cannot overflow here (checked_numel bounds the product).
+    std::int64_t stride = 0;
+    if (__builtin_mul_overflow(strides[i - 1], std::max<std::int64_t>(shape[i - 1], 1), &stride)) {
+      stride = std::numeric_limits<std::int64_t>::max();
+    }
+    strides[i - 2] = stride;
+  }
   return strides;
 }
 

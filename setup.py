@@ -56,20 +56,16 @@ class CMakeBuild(build_ext):
             shutil.copy2(module, package / module.name)
         lib_src = next(p for p in (stage / "lib", stage / "lib64") if p.exists())
         shutil.rmtree(package / "lib", ignore_errors=True)
-        # Wheels hold no symbolic links: each library once, under its soname (what the loader looks for), and the
-        # CMake package's file name as a link-time stub pointing at it.
+        # Wheels hold no symbolic links: the library once, under its soname (what the loader looks for), and the
+        # CMake package's targets pointed at that name.
         for lib in lib_src.iterdir():
             if lib.is_dir():
                 shutil.copytree(lib, package / "lib" / lib.name)
         real = max(lib_src.glob("libxpuruntime_core.so*"), key=lambda p: len(p.name))
         (package / "lib").mkdir(exist_ok=True)
-        shutil.copy2(real, package / "lib" / real.name)
         shutil.copy2(real, package / "lib" / "libxpuruntime_core.so.0")
-        targets = package / "lib" / "cmake" / "xpuruntime"
-        for cmake_file in targets.glob("xpuruntimeTargets-*.cmake"):
-            text = cmake_file.read_text().replace(real.name, "libxpuruntime_core.so.0")
-            cmake_file.write_text(text)
-        (package / "lib" / real.name).unlink()
+        for cmake_file in (package / "lib" / "cmake" / "xpuruntime").glob("xpuruntimeTargets-*.cmake"):
+            cmake_file.write_text(cmake_file.read_text().replace(real.name, "libxpuruntime_core.so.0"))
         shutil.rmtree(package / "include", ignore_errors=True)
         shutil.copytree(stage / "include", package / "include")
         # xpuruntime.pytorch compiles its native routing path against the user's PyTorch on first use.

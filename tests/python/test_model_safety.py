@@ -125,8 +125,6 @@ def test_a_node_missing_a_required_input_is_a_typed_error():
     regression = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "model",
                               "regression-conv-missing-input.onnx")
     try:
-        sess = xrt.InferenceSession(regression, engine="native")
-        for info in sess.get_inputs():
-            pass
+        xrt.InferenceSession(regression, engine="native")
     except xrt.XpuRuntimeError:
-        pass  # a typed error is what this input must give
+        pass  # a typed error is what this input must give; anything else (a crash) fails the test run

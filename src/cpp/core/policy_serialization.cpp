@@ -123,9 +123,9 @@ nlohmann::json parse_yaml_text(const std::string& text, const std::string& what)
 #if XPURT_WITH_YAML
   // yaml-cpp takes any bytes; JSON (the trees every policy goes through) takes UTF-8 only. Found by fuzz_policy: a
   // key with a 0xFF byte made the error message's dump() throw nlohmann's type_error, an untyped exception.
-  const nlohmann::json as_string(text);
-  if (as_string.dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) !=
-      as_string.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
+  try {
+    (void)nlohmann::json(text).dump();  // dump() refuses bytes that are not UTF-8
+  } catch (const nlohmann::json::type_error&) {
     throw InvalidArgumentError(str_cat(what, " is not valid UTF-8 text"));
   }
   try {

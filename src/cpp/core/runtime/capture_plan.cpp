@@ -345,16 +345,13 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
           step.inputs.push_back(value_id(name));
         }
       }
-      if (device.is_cuda() && options.cpu_fallback) {
-        // Note [Mixed execution]: the node runs on the host between copies; the plan is then not capturable.
-        step.on_host = true;
-        if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
-          unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
-                                                ", and the reference library has no ", node.op_type));
-        }
-      } else if (device.is_cuda()) {
+      if (device.is_cuda() && !options.cpu_fallback) {
         unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
-      } else if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
+        return;
+      }
+      // On CUDA (Note [Mixed execution]) the node runs on the host between copies; the plan is then not capturable.
+      step.on_host = device.is_cuda();
+      if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
         unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
                                               ", and the reference library has no ", node.op_type));
       }

@@ -288,3 +288,17 @@ def test_remaining_supported_names():
     ort.set_default_logger_verbosity(0)
     with pytest.raises(xrt.InvalidArgumentError):
         ort.set_default_logger_severity(9)
+
+
+def test_a_real_export_runs_unchanged_but_for_the_import():
+    # A transformers BERT exported by PyTorch's dynamo exporter (the real-model suite's tiny set), run the way
+    # ONNX Runtime's users write it, against PyTorch's float64 output.
+    tiny = os.path.join(os.path.dirname(__file__), "..", "..", "models", "suite", "tiny")
+    data = np.load(os.path.join(tiny, "bert.npz"))
+    sess = ort.InferenceSession(os.path.join(tiny, "bert.dynamo.float32.onnx"),
+                                providers=["native", "CPUExecutionProvider"])
+    feeds = {i.name: data[f"in.{i.name}"] for i in sess.get_inputs()}
+    (hidden,) = sess.run(None, feeds)
+    np.testing.assert_allclose(hidden, data["ref.last_hidden_state"], rtol=1e-4, atol=1e-4)
+    assert {n.name for n in sess.get_inputs()} == {"input_ids", "attention_mask"}
+    assert sess.get_modelmeta().producer_name == "pytorch"

@@ -39,7 +39,9 @@ class AbsentKernel final : public Kernel {
   const std::vector<std::string> elementwise = {
       "softmax", "layer_norm", "gelu", "relu", "sigmoid", "tanh", "silu", "exp", "log", "sqrt", "neg", "abs",
       "erf", "reciprocal", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "cast", "reduce_sum",
-      "reduce_mean", "reduce_max", "reduce_min"};
+      "reduce_mean", "reduce_max", "reduce_min", "clip", "hard_sigmoid", "hard_swish", "leaky_relu", "elu",
+      "softplus", "sin", "cos", "floor", "ceil", "round", "sign", "is_nan", "is_inf", "logical_and", "logical_or",
+      "logical_xor", "cum_sum", "gather_elements", "gather_nd", "pad", "resize"};
   const char* no_cuda = "this xpuruntime was built without CUDA; rebuild with the CUDA toolkit installed "
                         "(cmake -DXPURT_WITH_CUDA=ON)";
   const char* no_cudnn = "this xpuruntime was built without cuDNN; install cuDNN 9 and rebuild "

@@ -298,7 +298,10 @@ std::vector<TensorDesc> infer_binary(const OpDescriptor& desc) {
 }
 
 std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
-  check_float_inputs(desc, {"x"});
+  const DType dtype = desc.inputs[0].dtype;
+  if (desc.op == "reduce_mean" || (dtype != DType::kInt32 && dtype != DType::kInt64)) {
+    check_float_inputs(desc, {"x"});  // sum, max and min also take int32/int64
+  }
   const TensorDesc& x = desc.inputs[0];
   auto axes = desc.attrs.get_ints("axes", {});
   const bool keepdims = desc.attrs.get_int("keepdims", 1) != 0;
@@ -408,7 +411,8 @@ void register_ops(KernelRegistry& registry) {
     add(op, "elementwise", {"a", "b"}, std::string(op) + "(a, b) with NumPy broadcasting", infer_binary);
   }
   for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"}) {
-    add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1", infer_reduce);
+    add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1; sum/max/min also int32/int64",
+        infer_reduce);
   }
   {
     // Two outputs: y, and with return_lse=1 the log-sum-exp of each score row (the second output is absent

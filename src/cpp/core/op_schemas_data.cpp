@@ -230,6 +230,129 @@ std::vector<TensorDesc> infer_neg(const OpDescriptor& desc) {
   return {output_of(x, x.shape, x.dtype)};
 }
 
+
+// ---- the ONNX ops beyond the core set ----
+
+bool is_float_dtype(DType dtype) { return data_ops::is_float_dtype(dtype); }
+
+void check_float(const OpDescriptor& desc, std::size_t index, const char* name) {
+  XPURT_CHECK_TYPE(is_float_dtype(desc.inputs[index].dtype), "op '", desc.op, "': input '", name,
+                   "' must be float32, float16, bfloat16 or float64, got ", dtype_name(desc.inputs[index].dtype));
+}
+
+std::vector<TensorDesc> infer_float_pointwise(const OpDescriptor& desc) {
+  check_float(desc, 0, "x");
+  if (desc.op == "is_nan" || desc.op == "is_inf") return {output_of(desc.inputs[0], desc.inputs[0].shape, DType::kBool)};
+  return {output_of(desc.inputs[0], desc.inputs[0].shape, desc.inputs[0].dtype)};
+}
+
+std::vector<TensorDesc> infer_logical(const OpDescriptor& desc) {
+  for (std::size_t k = 0; k < 2; ++k) {
+    XPURT_CHECK_TYPE(desc.inputs[k].dtype == DType::kBool, "op '", desc.op, "': input '", k == 0 ? "a" : "b",
+                     "' must be bool, got ", dtype_name(desc.inputs[k].dtype));
+  }
+  check_same(desc, 1, "b", "a");
+  return {output_of(desc.inputs[0], broadcast(desc.inputs[0].shape, desc.inputs[1].shape, desc.op, "a", "b"),
+                    DType::kBool)};
+}
+
+std::vector<TensorDesc> infer_cum_sum(const OpDescriptor& desc) {
+  const TensorDesc& x = desc.inputs[0];
+  XPURT_CHECK_TYPE(is_float_dtype(x.dtype) || data_ops::is_arithmetic_int_dtype(x.dtype), "op 'cum_sum': input 'x' "
+                   "must be a float, int32 or int64 tensor, got ", dtype_name(x.dtype));
+  XPURT_CHECK(x.dim() >= 1, "op 'cum_sum': input 'x' must have rank >= 1, got a scalar");
+  XPURT_CHECK(desc.attrs.has("axis"), "op 'cum_sum': attribute 'axis' is required");
+  normalize_axis(desc.attrs.get_int("axis", 0), x.dim(), "cum_sum", "axis");
+  return {output_of(x, x.shape, x.dtype)};
+}
+
+void check_indices(const OpDescriptor& desc) {
+  const TensorDesc& indices = desc.inputs[1];
+  XPURT_CHECK_TYPE(indices.dtype == DType::kInt32 || indices.dtype == DType::kInt64, "op '", desc.op,
+                   "': input 'indices' must be int32 or int64, got ", dtype_name(indices.dtype));
+  XPURT_CHECK(indices.device == desc.inputs[0].device, "op '", desc.op, "': input 'indices' is on ",
+              indices.device.str(), " but 'data' is on ", desc.inputs[0].device.str(), "; move them to one device first");
+}
+
+std::vector<TensorDesc> infer_gather_elements(const OpDescriptor& desc) {
+  check_any_dtype(desc, 0, "data");
+  check_indices(desc);
+  const TensorDesc& data = desc.inputs[0];
+  const TensorDesc& indices = desc.inputs[1];
+  XPURT_CHECK(data.dim() >= 1 && indices.dim() == data.dim(), "op 'gather_elements': 'indices' ",
+              shape_str(indices.shape), " must have the rank of 'data' ", shape_str(data.shape), " (>= 1)");
+  const std::int64_t axis = normalize_axis(desc.attrs.get_int("axis", 0), data.dim(), "gather_elements", "axis");
+  for (int d = 0; d < data.dim(); ++d) {
+    XPURT_CHECK(d == axis || indices.shape[d] <= data.shape[d], "op 'gather_elements': 'indices' ",
+                shape_str(indices.shape), " exceeds 'data' ", shape_str(data.shape), " in dimension ", d);
+  }
+  XPURT_CHECK(data.shape[static_cast<std::size_t>(axis)] > 0 || indices.numel() == 0, "op 'gather_elements': cannot "
+              "gather from the empty axis ", axis, " of data ", shape_str(data.shape));
+  return {output_of(data, indices.shape, data.dtype)};
+}
+
+std::vector<TensorDesc> infer_gather_nd(const OpDescriptor& desc) {
+  check_any_dtype(desc, 0, "data");
+  check_indices(desc);
+  const TensorDesc& data = desc.inputs[0];
+  const TensorDesc& indices = desc.inputs[1];
+  const std::int64_t b = desc.attrs.get_int("batch_dims", 0);
+  XPURT_CHECK(indices.dim() >= 1 && b >= 0 && b < indices.dim() && b < data.dim(), "op 'gather_nd': batch_dims=", b,
+              " must be below the ranks of 'data' ", shape_str(data.shape), " and 'indices' ",
+              shape_str(indices.shape));
+  for (std::int64_t k = 0; k < b; ++k) {
+    XPURT_CHECK(data.shape[static_cast<std::size_t>(k)] == indices.shape[static_cast<std::size_t>(k)],
+                "op 'gather_nd': the batch dims of 'data' ", shape_str(data.shape), " and 'indices' ",
+                shape_str(indices.shape), " differ");
+  }
+  const std::int64_t depth = indices.shape.back();
+  XPURT_CHECK(depth >= 1 && b + depth <= data.dim(), "op 'gather_nd': index tuples of ", depth,
+              " entries do not fit 'data' ", shape_str(data.shape), " after ", b, " batch dims");
+  Shape out(indices.shape.begin(), indices.shape.end() - 1);
+  out.insert(out.end(), data.shape.begin() + b + depth, data.shape.end());
+  return {output_of(data, out, data.dtype)};
+}
+
+std::vector<TensorDesc> infer_pad(const OpDescriptor& desc) {
+  check_any_dtype(desc, 0, "x");
+  const TensorDesc& x = desc.inputs[0];
+  const Shape pads = desc.attrs.get_ints("pads", {});
+  XPURT_CHECK(static_cast<std::int64_t>(pads.size()) == 2 * x.dim(), "op 'pad': 'pads' ", shape_str(pads),
+              " must have 2 x rank = ", 2 * x.dim(), " entries (all begins, then all ends) for x ", shape_str(x.shape));
+  const std::string mode = desc.attrs.get_string("mode", "constant");
+  XPURT_CHECK(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap", "op 'pad': mode must be "
+              "constant, reflect, edge or wrap, got '", mode, "'");
+  Shape out = x.shape;
+  for (int d = 0; d < x.dim(); ++d) {
+    out[d] = x.shape[d] + pads[d] + pads[d + x.dim()];
+    XPURT_CHECK(out[d] >= 0, "op 'pad': pads ", shape_str(pads), " crop dimension ", d, " of x ", shape_str(x.shape),
+                " below zero");
+    const bool padded = pads[d] > 0 || pads[d + x.dim()] > 0;
+    XPURT_CHECK(!padded || mode == "constant" || x.shape[d] > 0, "op 'pad': ", mode, " mode cannot pad the empty "
+                "dimension ", d, " of x ", shape_str(x.shape));
+    XPURT_CHECK(!padded || mode != "reflect" || x.shape[d] > 1, "op 'pad': reflect mode needs at least 2 elements "
+                "along padded dimension ", d, " of x ", shape_str(x.shape));
+  }
+  return {output_of(x, out, x.dtype)};
+}
+
+std::vector<TensorDesc> infer_resize(const OpDescriptor& desc) {
+  check_float(desc, 0, "x");
+  const TensorDesc& x = desc.inputs[0];
+  const Shape sizes = desc.attrs.get_ints("sizes", {});
+  const std::vector<double> scales = desc.attrs.get_floats("scales", {});
+  XPURT_CHECK(static_cast<int>(sizes.size()) == x.dim() && static_cast<int>(scales.size()) == x.dim(),
+              "op 'resize': 'sizes' ", shape_str(sizes), " and 'scales' (", scales.size(),
+              " entries) must have one entry per dimension of x ", shape_str(x.shape));
+  for (int d = 0; d < x.dim(); ++d) {
+    XPURT_CHECK(sizes[d] >= 0 && scales[d] > 0, "op 'resize': dimension ", d, " has size ", sizes[d], " and scale ",
+                scales[d], "; sizes must be >= 0 and scales > 0");
+  }
+  const std::string mode = desc.attrs.get_string("mode", "nearest");
+  XPURT_CHECK(mode == "nearest" || mode == "linear" || mode == "cubic", "op 'resize': mode must be nearest, linear "
+              "or cubic, got '", mode, "'");
+  return {output_of(x, sizes, x.dtype)};
+}
 }  // namespace
 
 // Called from register_ops (op_schemas.cpp).
@@ -269,6 +392,29 @@ void register_data_ops(KernelRegistry& registry) {
         std::string(op) + "(a, b) with NumPy broadcasting; float or int32/int64 (wrapping, division truncates)",
         infer_arithmetic_binary);
   }
+  for (const char* op : {"clip", "hard_sigmoid", "hard_swish", "leaky_relu", "elu", "softplus", "sin", "cos", "floor",
+                         "ceil", "round", "sign"}) {
+    add(op, "activation", {"x"}, std::string(op) + "(x) as ONNX defines it (docs/ops.md); float dtypes",
+        infer_float_pointwise);
+  }
+  add("is_nan", "elementwise", {"x"}, "isnan(x) -> bool; float dtypes", infer_float_pointwise);
+  add("is_inf", "elementwise", {"x"}, "x == +inf (detect_positive=1) or -inf (detect_negative=1) -> bool",
+      infer_float_pointwise);
+  for (const char* op : {"logical_and", "logical_or", "logical_xor"}) {
+    add(op, "elementwise", {"a", "b"}, std::string(op) + "(a, b) of bools, NumPy broadcasting", infer_logical);
+  }
+  add("cum_sum", "reduce", {"x"}, "ONNX CumSum along axis (required); exclusive=0, reverse=0", infer_cum_sum);
+  add("gather_elements", "data_movement", {"data", "indices"},
+      "ONNX GatherElements along axis (0): y[i] = data[i with i[axis] = indices[i]]", infer_gather_elements);
+  add("gather_nd", "data_movement", {"data", "indices"},
+      "ONNX GatherND: index tuples in the last dim of 'indices'; batch_dims=0", infer_gather_nd);
+  add("pad", "data_movement", {"x"},
+      "ONNX Pad: pads (all begins, then all ends; negative crops), mode=constant|reflect|edge|wrap, value=0",
+      infer_pad);
+  add("resize", "data_movement", {"x"},
+      "ONNX Resize to 'sizes' (every dim) with per-dim 'scales' for the coordinate transform; mode=nearest|linear|"
+      "cubic, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias",
+      infer_resize);
 }
 
 }  // namespace xpuruntime

@@ -110,9 +110,12 @@ void register_reduce_kernels(KernelRegistry& registry) {
     add_cpu_kernel(registry, op,
                    std::string("reference ") + op + " over any axes (keepdims), sums accumulated in double",
                    [kind = kind](const KernelLaunch& launch, const CpuContext& context) {
-                     dispatch_compute_type(launch.desc->inputs[0].dtype,
+                     const DType dtype = launch.desc->inputs[0].dtype;
+                     if (dtype == DType::kInt32 || dtype == DType::kInt64) return run_integer_reduce(launch);
+                     dispatch_compute_type(dtype,
                                            [&](auto zero) { run_reduce<decltype(zero)>(kind, launch, context); });
-                   });
+                   },
+                   kind == ReduceOp::kMean ? DTypeSet::kFloat : DTypeSet::kFloatAndInt);
   }
 }
 

@@ -209,6 +209,7 @@ void register_cpu(KernelRegistry& registry) {
   cpu::register_reduce_kernels(registry);
   cpu::register_attention_kernels(registry);
   cpu::register_data_kernels(registry);
+  cpu::register_onnx_kernels(registry);
 }
 
 }  // namespace xpuruntime

@@ -110,7 +110,8 @@ bool where_geometry(const std::vector<std::int64_t>& cond, const std::vector<std
 void where(const void* cond, const void* a, const void* b, void* y, std::size_t element_size,
            const WhereGeometry& geometry, void* stream);
 
-enum class CompareOp : std::uint8_t { kEqual, kLess, kGreater };
+// kAnd, kOr, kXor: the logical ops of bool operands.
+enum class CompareOp : std::uint8_t { kEqual, kLess, kGreater, kAnd, kOr, kXor };
 // y (bool) = a op b for any dtype (16-bit floats compared as float).
 void compare(CompareOp op, const void* a, const void* b, void* y, DType dtype, const BroadcastGeometry& geometry,
              void* stream);
@@ -168,5 +169,86 @@ bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<b
 // `workspace`: geometry.workspace_bytes() bytes of device memory (null when 0).
 void reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace,
             void* stream);
+
+// ---- pointwise.cu: the ONNX pointwise ops with parameters, rounding and bool results ----
+
+enum class PointwiseOp : std::uint8_t {
+  kClip,         // min(max(x, alpha), beta); NaN stays NaN; alpha > beta gives beta (np.clip)
+  kHardSigmoid,  // max(0, min(1, alpha * x + beta))
+  kHardSwish,    // x * max(0, min(1, x / 6 + 1 / 2))
+  kLeakyRelu,    // x >= 0 ? x : alpha * x
+  kElu,          // x >= 0 ? x : alpha * (exp(x) - 1)
+  kSoftplus,     // log(1 + exp(x)), computed as max(x, 0) + log1p(exp(-|x|))
+  kSin,
+  kCos,
+  kFloor,
+  kCeil,
+  kRound,  // half to even
+  kSign,   // -1, 0 or 1 (NaN stays NaN)
+};
+// y[i] = op(x[i]; alpha, beta) for n float32/float16/bfloat16 elements, computed in fp32.
+void pointwise(PointwiseOp op, const void* x, void* y, DType dtype, std::int64_t n, float alpha, float beta,
+               void* stream);
+// y (bool)[i] = isnan(x[i]) when `nan`, else (detect_positive && x[i] == +inf) || (detect_negative && x[i] == -inf).
+void is_nan_or_inf(const void* x, void* y, DType dtype, std::int64_t n, bool nan, bool detect_positive,
+                   bool detect_negative, void* stream);
+
+// ---- scan.cu ----
+
+// ONNX CumSum of x viewed as [outer, axis_size, inner] along the middle axis (`exclusive`: each output excludes its
+// own element; `reverse`: sums run from the end). One thread per (outer, inner) line, in order, so the bits do not
+// depend on the launch. Floats accumulate in fp32 (float64 in double), int32/int64 wrap.
+void cum_sum(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
+             bool exclusive, bool reverse, void* stream);
+
+// ---- pad.cu ----
+
+enum class PadMode : std::uint8_t { kConstant, kReflect, kEdge, kWrap };
+// ONNX Pad of a contiguous x of `in_shape` into y of `out_shape` (out = in + begins + ends per dim; negative
+// pads crop): each output element reads the input element its mode maps it to, or `value_bits` (the constant,
+// already in x's dtype, in the low element_size bytes) in constant mode. Reflect needs every padded dim > 1.
+void pad(const void* x, void* y, std::size_t element_size, const std::vector<std::int64_t>& in_shape,
+         const std::vector<std::int64_t>& out_shape, const std::vector<std::int64_t>& begins, PadMode mode,
+         std::uint64_t value_bits, void* stream);
+
+// ---- data.cu: index ops (Note [Gather index errors] applies: an out-of-range index writes zeros) ----
+
+// ONNX GatherElements: y (indices' shape) [i] = data[i with i[axis] replaced by indices[i]].
+void gather_elements(const void* data, const std::vector<std::int64_t>& data_shape, const void* indices,
+                     DType index_dtype, const std::vector<std::int64_t>& index_shape, std::int64_t axis, void* y,
+                     std::size_t element_size, void* stream);
+// ONNX GatherND with data viewed as [batch, data_shape...] (data_shape: the dims after the batch dims) and
+// indices as [batch, tuples, depth]: y [batch, tuples, slice] = data[b][indices[b, t, :]][slice...], slice =
+// the product of data_shape[depth:].
+void gather_nd(const void* data, const std::vector<std::int64_t>& data_shape, const void* indices, DType index_dtype,
+               std::int64_t batch, std::int64_t tuples, std::int64_t depth, void* y, std::size_t element_size,
+               void* stream);
+
+// ---- reduce.cu: integer reductions ----
+
+// reduce_sum (wrapping), reduce_max, reduce_min of int32/int64 with one block per output; `geometry` from
+// reduce_geometry (its splits are ignored: integer results do not depend on the order).
+void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream);
+
+// ---- resize.cu ----
+
+enum class ResizeMode : std::uint8_t { kNearest, kLinear, kCubic };
+enum class ResizeCoordinates : std::uint8_t {
+  kHalfPixel, kHalfPixelSymmetric, kPytorchHalfPixel, kAlignCorners, kAsymmetric
+};
+enum class ResizeNearest : std::uint8_t { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil };
+// What ONNX Resize needs per dimension (opset 11-19 semantics without roi).
+struct ResizeParams {
+  ResizeMode mode = ResizeMode::kNearest;
+  ResizeCoordinates coordinates = ResizeCoordinates::kHalfPixel;
+  ResizeNearest nearest = ResizeNearest::kRoundPreferFloor;
+  float cubic_a = -0.75f;
+  bool exclude_outside = false;
+  std::vector<std::int64_t> in_shape, out_shape;  // every dim; at most 3 of them change size
+  std::vector<float> scales;                      // per dim: the scale the coordinate transform divides by
+};
+// Whether the kernel takes `params` (dims, resized dims); `why_not` says why not.
+bool resize_supported(const ResizeParams& params, std::string* why_not);
+void resize(const ResizeParams& params, const void* x, void* y, DType dtype, void* stream);
 
 }  // namespace xpuruntime::cuda_raw

@@ -3,7 +3,9 @@
 // ops (kernel name "cuda_raw"), and flash attention ("flash_v2", flash_attention.cu). Every float kernel computes
 // in fp32 (Note [fp32 compute] in cuda_raw_common.cuh); every kernel uses no atomics (deterministic) and needs
 // contiguous inputs (the functional API makes them so).
+#include <cstring>
 #include <exception>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +16,7 @@
 #include "backends/cuda_raw/flash_attention.h"
 #include "core/cuda_utils.h"
 #include "core/data_ops.h"
+#include "core/half.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
@@ -210,6 +213,11 @@ class ReducePlan final : public KernelPlan {
                 launch.workspace_bytes);
     detail::CudaDeviceGuard guard(launch.desc->device.index);
     const Tensor& x = launch.input(0);
+    if (data_ops::is_arithmetic_int_dtype(x.dtype())) {
+      cuda_raw::integer_reduce(kind_, geometry_, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(),
+                               launch.stream.handle);
+      return;
+    }
     cuda_raw::reduce(kind_, geometry_, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), launch.workspace,
                      launch.stream.handle);
   }
@@ -227,12 +235,14 @@ class ReduceKernel final : public Kernel {
   ReduceKernel(const std::string& op, ReduceOp kind)
       : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true,
                           op + " over any axes: a warp/block per row or a thread per column, split into two "
-                               "deterministic passes when outputs are few; fp32 accumulation"}),
+                               "deterministic passes when outputs are few; fp32 accumulation (int32/int64: a block "
+                               "per output, sums wrap)"}),
         kind_(kind) {}
 
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     try {
-      Support common = check_common(desc, policy, {"x"});
+      Support common =
+          check_common(desc, policy, {"x"}, kind_ == ReduceOp::kMean ? DTypes::kFloat : DTypes::kFloatAndInt);
       if (!common) return common;
       cuda_raw::ReduceGeometry geometry;
       std::string why_not;
@@ -427,6 +437,239 @@ void register_data_kernels(KernelRegistry& registry) {
       DTypes::kAll);
 }
 
+
+// ---- the ONNX ops beyond the core set (pointwise.cu, scan.cu, pad.cu, resize.cu, data.cu) ----
+
+// The bits of `value` converted to `dtype` (the pad constant), in the low bytes.
+std::uint64_t value_bits(double value, DType dtype) {
+  std::uint64_t bits = 0;
+  const auto put = [&bits](auto v) { std::memcpy(&bits, &v, sizeof(v)); };
+  switch (dtype) {
+    case DType::kFloat32: put(static_cast<float>(value)); break;
+    case DType::kFloat64: put(value); break;
+    case DType::kFloat16: put(detail::float_to_half(static_cast<float>(value))); break;
+    case DType::kBFloat16: put(detail::float_to_bfloat16(static_cast<float>(value))); break;
+    case DType::kInt8: put(static_cast<std::int8_t>(value)); break;
+    case DType::kUInt8: put(static_cast<std::uint8_t>(value)); break;
+    case DType::kInt16: put(static_cast<std::int16_t>(value)); break;
+    case DType::kInt32: put(static_cast<std::int32_t>(value)); break;
+    case DType::kInt64: put(static_cast<std::int64_t>(value)); break;
+    case DType::kBool: put(static_cast<std::uint8_t>(value != 0.0 ? 1 : 0)); break;
+    default: throw UnsupportedOperationError(detail::str_cat("cuda_raw pad has no ", dtype_name(dtype), " kernel"));
+  }
+  return bits;
+}
+
+cuda_raw::PadMode pad_mode(const std::string& mode) {
+  if (mode == "constant") return cuda_raw::PadMode::kConstant;
+  if (mode == "reflect") return cuda_raw::PadMode::kReflect;
+  if (mode == "edge") return cuda_raw::PadMode::kEdge;
+  XPURT_CHECK(mode == "wrap", "op 'pad': mode must be constant, reflect, edge or wrap, got '", mode, "'");
+  return cuda_raw::PadMode::kWrap;
+}
+
+cuda_raw::ResizeParams resize_params(const OpDescriptor& desc) {
+  const Attributes& attrs = desc.attrs;
+  cuda_raw::ResizeParams p;
+  const std::string mode = attrs.get_string("mode", "nearest");
+  p.mode = mode == "linear" ? cuda_raw::ResizeMode::kLinear
+                            : mode == "cubic" ? cuda_raw::ResizeMode::kCubic : cuda_raw::ResizeMode::kNearest;
+  const std::string coordinates = attrs.get_string("coordinate_transformation_mode", "half_pixel");
+  using C = cuda_raw::ResizeCoordinates;
+  if (coordinates == "half_pixel") {
+    p.coordinates = C::kHalfPixel;
+  } else if (coordinates == "half_pixel_symmetric") {
+    p.coordinates = C::kHalfPixelSymmetric;
+  } else if (coordinates == "pytorch_half_pixel") {
+    p.coordinates = C::kPytorchHalfPixel;
+  } else if (coordinates == "align_corners") {
+    p.coordinates = C::kAlignCorners;
+  } else if (coordinates == "asymmetric") {
+    p.coordinates = C::kAsymmetric;
+  } else {
+    throw UnsupportedOperationError(detail::str_cat("cuda_raw resize has no coordinate_transformation_mode '",
+                                                    coordinates, "' (tf_crop_and_resize runs on the cpu kernel)"));
+  }
+  const std::string nearest = attrs.get_string("nearest_mode", "round_prefer_floor");
+  using N = cuda_raw::ResizeNearest;
+  p.nearest = nearest == "round_prefer_ceil" ? N::kRoundPreferCeil
+              : nearest == "floor"           ? N::kFloor
+              : nearest == "ceil"            ? N::kCeil
+                                             : N::kRoundPreferFloor;
+  p.cubic_a = static_cast<float>(attrs.get_float("cubic_coeff_a", -0.75));
+  p.exclude_outside = attrs.get_int("exclude_outside", 0) != 0;
+  p.in_shape = desc.inputs[0].shape;
+  p.out_shape = attrs.get_ints("sizes", {});
+  for (const double scale : attrs.get_floats("scales", {})) p.scales.push_back(static_cast<float>(scale));
+  return p;
+}
+
+void register_onnx_kernels(KernelRegistry& registry) {
+  using cuda_raw::PointwiseOp;
+  struct Pointwise {
+    const char* op;
+    PointwiseOp kind;
+    const char* alpha;  // the attribute read as alpha (null: none)
+    double alpha_default;
+    const char* beta;
+    double beta_default;
+    const char* what;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const Pointwise pointwise[] = {
+      {"clip", PointwiseOp::kClip, "min", -inf, "max", inf, "min(max(x, min), max), NaN kept"},
+      {"hard_sigmoid", PointwiseOp::kHardSigmoid, "alpha", 0.2, "beta", 0.5, "max(0, min(1, alpha * x + beta))"},
+      {"hard_swish", PointwiseOp::kHardSwish, nullptr, 0, nullptr, 0, "x * max(0, min(1, x / 6 + 1 / 2))"},
+      {"leaky_relu", PointwiseOp::kLeakyRelu, "alpha", 0.01, nullptr, 0, "x >= 0 ? x : alpha * x"},
+      {"elu", PointwiseOp::kElu, "alpha", 1.0, nullptr, 0, "x >= 0 ? x : alpha * (exp(x) - 1)"},
+      {"softplus", PointwiseOp::kSoftplus, nullptr, 0, nullptr, 0, "log(1 + exp(x)), overflow-free"},
+      {"sin", PointwiseOp::kSin, nullptr, 0, nullptr, 0, "sin(x)"},
+      {"cos", PointwiseOp::kCos, nullptr, 0, nullptr, 0, "cos(x)"},
+      {"floor", PointwiseOp::kFloor, nullptr, 0, nullptr, 0, "floor(x)"},
+      {"ceil", PointwiseOp::kCeil, nullptr, 0, nullptr, 0, "ceil(x)"},
+      {"round", PointwiseOp::kRound, nullptr, 0, nullptr, 0, "x rounded half to even"},
+      {"sign", PointwiseOp::kSign, nullptr, 0, nullptr, 0, "-1, 0 or 1 (NaN kept)"},
+  };
+  for (const Pointwise& p : pointwise) {
+    add_kernel(registry, p.op, std::string(p.what) + ", 16-byte vectorized grid-stride kernel, fp32 compute", {"x"},
+               nullptr, [p](const KernelLaunch& launch) {
+                 const Tensor& x = launch.input(0);
+                 const Attributes& attrs = launch.desc->attrs;
+                 const auto alpha = static_cast<float>(p.alpha ? attrs.get_float(p.alpha, p.alpha_default) : 0.0);
+                 const auto beta = static_cast<float>(p.beta ? attrs.get_float(p.beta, p.beta_default) : 0.0);
+                 cuda_raw::pointwise(p.kind, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), x.numel(), alpha,
+                                     beta, launch.stream.handle);
+               });
+  }
+  // float64 too (T5's fp16 export checks float64 values for infinities); the schema admits only floats.
+  add_kernel(registry, "is_nan", "isnan(x) -> bool, grid-stride kernel", {"x"}, nullptr,
+             [](const KernelLaunch& launch) {
+               const Tensor& x = launch.input(0);
+               cuda_raw::is_nan_or_inf(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), x.numel(), true, false,
+                                       false, launch.stream.handle);
+             },
+             DTypes::kAll);
+  add_kernel(registry, "is_inf", "x == +inf (detect_positive) or -inf (detect_negative) -> bool", {"x"}, nullptr,
+             [](const KernelLaunch& launch) {
+               const Tensor& x = launch.input(0);
+               const Attributes& attrs = launch.desc->attrs;
+               cuda_raw::is_nan_or_inf(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), x.numel(), false,
+                                       attrs.get_int("detect_positive", 1) != 0,
+                                       attrs.get_int("detect_negative", 1) != 0, launch.stream.handle);
+             },
+             DTypes::kAll);
+  const std::pair<const char*, cuda_raw::CompareOp> logical[] = {{"logical_and", cuda_raw::CompareOp::kAnd},
+                                                                 {"logical_or", cuda_raw::CompareOp::kOr},
+                                                                 {"logical_xor", cuda_raw::CompareOp::kXor}};
+  for (const auto& [op, kind] : logical) {
+    add_kernel(
+        registry, op, std::string(op) + "(a, b) of bools with NumPy broadcasting", {"a", "b"}, two_operand_geometry,
+        [kind = kind](const KernelLaunch& launch) {
+          const Tensor& a = launch.input(0);
+          const Tensor& b = launch.input(1);
+          Tensor& y = launch.output(0);
+          cuda_raw::compare(kind, a.data_ptr(), b.data_ptr(), y.data_ptr(), DType::kBool, geometry_of(a, b, y),
+                            launch.stream.handle);
+        },
+        DTypes::kAll);
+  }
+  add_kernel(
+      registry, "cum_sum", "inclusive/exclusive, forward/reverse scan: a thread per line, in order (deterministic)",
+      {"x"},
+      [](const OpDescriptor& desc) {
+        const DType t = desc.inputs[0].dtype;
+        if (t == DType::kFloat64 || is_kernel_float(t) || data_ops::is_arithmetic_int_dtype(t)) return Support::yes();
+        return Support::no(detail::str_cat("cuda_raw cum_sum takes float and int32/int64 tensors, got ",
+                                           dtype_name(t)));
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        const Attributes& attrs = launch.desc->attrs;
+        const std::size_t axis = axis_of(*launch.desc, x.dim());
+        cuda_raw::cum_sum(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), product(x.shape(), 0, axis),
+                          x.shape()[axis], product(x.shape(), axis + 1, x.shape().size()),
+                          attrs.get_int("exclusive", 0) != 0, attrs.get_int("reverse", 0) != 0, launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "gather_elements",
+      "ONNX GatherElements: a thread per output element; an out-of-range index writes zero and sets the gather flag",
+      {"data", "indices"},
+      [](const OpDescriptor& desc) {
+        if (desc.inputs[0].dim() > cuda_raw::kMaxDims) {
+          return Support::no(detail::str_cat("cuda_raw gather_elements takes ranks up to ", cuda_raw::kMaxDims));
+        }
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& data = launch.input(0);
+        const Tensor& indices = launch.input(1);
+        cuda_raw::gather_elements(data.data_ptr(), data.shape(), indices.data_ptr(), indices.dtype(), indices.shape(),
+                                  static_cast<std::int64_t>(axis_of(*launch.desc, data.dim())),
+                                  launch.output(0).data_ptr(), data.element_size(), launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "gather_nd",
+      "ONNX GatherND (batch_dims): a thread per output element; an out-of-range index writes zero and sets the gather "
+      "flag",
+      {"data", "indices"},
+      [](const OpDescriptor& desc) {
+        if (desc.inputs[1].shape.empty() || desc.inputs[1].shape.back() > cuda_raw::kMaxDims) {
+          return Support::no(detail::str_cat("cuda_raw gather_nd takes index tuples of 1 to ", cuda_raw::kMaxDims,
+                                             " entries"));
+        }
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& data = launch.input(0);
+        const Tensor& indices = launch.input(1);
+        const auto b = static_cast<std::size_t>(launch.desc->attrs.get_int("batch_dims", 0));
+        const std::int64_t depth = indices.shape().back();
+        const std::vector<std::int64_t> rest(data.shape().begin() + static_cast<std::ptrdiff_t>(b), data.shape().end());
+        cuda_raw::gather_nd(data.data_ptr(), rest, indices.data_ptr(), indices.dtype(), product(data.shape(), 0, b),
+                            product(indices.shape(), b, indices.shape().size() - 1), depth,
+                            launch.output(0).data_ptr(), data.element_size(), launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "pad", "ONNX Pad (constant, reflect, edge, wrap; negative pads crop): a thread per output element",
+      {"x"},
+      [](const OpDescriptor& desc) {
+        if (desc.inputs[0].dim() > cuda_raw::kMaxDims) {
+          return Support::no(detail::str_cat("cuda_raw pad takes ranks up to ", cuda_raw::kMaxDims));
+        }
+        pad_mode(desc.attrs.get_string("mode", "constant"));
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        Tensor& y = launch.output(0);
+        const std::vector<std::int64_t> pads = launch.desc->attrs.get_ints("pads", {});
+        const std::vector<std::int64_t> begins(pads.begin(), pads.begin() + x.dim());
+        cuda_raw::pad(x.data_ptr(), y.data_ptr(), x.element_size(), x.shape(), y.shape(), begins,
+                      pad_mode(launch.desc->attrs.get_string("mode", "constant")),
+                      value_bits(launch.desc->attrs.get_float("value", 0.0), x.dtype()), launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "resize",
+      "ONNX Resize (nearest, linear, cubic; up to 3 resized dims): a thread per output element, fp32 weights",
+      {"x"},
+      [](const OpDescriptor& desc) {
+        if (desc.attrs.get_int("antialias", 0) != 0) {
+          return Support::no("cuda_raw resize has no antialias filter; the cpu kernel has");
+        }
+        std::string why_not;
+        if (!cuda_raw::resize_supported(resize_params(desc), &why_not)) return Support::no(why_not);
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        cuda_raw::resize(resize_params(*launch.desc), launch.input(0).data_ptr(), launch.output(0).data_ptr(),
+                         launch.input(0).dtype(), launch.stream.handle);
+      });
+}
+
 }  // namespace
 
 void register_cuda_raw(KernelRegistry& registry) {
@@ -530,6 +773,8 @@ void register_cuda_raw(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_min", ReduceOp::kMin));
   // ---- data movement, where, comparisons (data.cu) ----
   register_data_kernels(registry);
+  // ---- the ONNX ops beyond the core set ----
+  register_onnx_kernels(registry);
   // ---- attention: flash_v2 (flash_attention.cu) ----
   register_flash_attention(registry);
 }

@@ -16,6 +16,7 @@
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_kernels.h"
 #include "backends/cuda_raw/cuda_raw_ops.h"
+#include "core/data_ops.h"
 
 namespace xpuruntime::cuda_raw {
 
@@ -24,6 +25,12 @@ namespace {
 using namespace detail;  // NOLINT: the backend's own helpers
 
 __device__ int g_gather_index_error = 0;
+
+// Sizes and strides of up to kMaxDims leading data dimensions, passed by value (gather_nd).
+struct Dims {
+  std::int64_t size[kMaxDims] = {};
+  std::int64_t stride[kMaxDims] = {};
+};
 
 // ---- strided gather (slice, expand, run-preserving transpose) ----
 
@@ -274,8 +281,14 @@ __global__ void compare_kernel(CompareOp op, const T* a, const T* b, std::uint8_
       r = va == vb;
     } else if (op == CompareOp::kLess) {
       r = va < vb;
-    } else {
+    } else if (op == CompareOp::kGreater) {
       r = va > vb;
+    } else if (op == CompareOp::kAnd) {
+      r = va != 0 && vb != 0;
+    } else if (op == CompareOp::kOr) {
+      r = va != 0 || vb != 0;
+    } else {
+      r = (va != 0) != (vb != 0);
     }
     y[i] = r ? 1 : 0;
   }
@@ -622,6 +635,161 @@ void gather(const void* data, const void* indices, DType index_dtype, void* y, s
                 axis_size, " (valid: ", -axis_size, " to ", axis_size - 1,
                 "); found by XPURT_CUDA_RAW_CHECK_INDICES=1");
   }
+}
+
+// ---- gather_elements, gather_nd ----
+
+namespace {
+
+// GatherElements: one thread per output element. `calc` maps the output's linear index to the data offset of
+// the element with the same coordinates (axis coordinate excluded, its stride in `axis_stride`) and to the
+// axis coordinate itself (operand 1: strides 1 along the axis, 0 elsewhere).
+template <typename E, typename IndexT>
+__global__ void gather_along_axis_kernel(const E* data, const IndexT* indices, E* y, std::int64_t n,
+                                         OffsetCalculator<1, std::int64_t> calc, std::int64_t axis_size,
+                                         std::int64_t axis_stride) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    std::int64_t offset[1];
+    calc.offsets(i, offset);
+    std::int64_t index = static_cast<std::int64_t>(indices[i]);
+    if (index < 0) index += axis_size;
+    if (index < 0 || index >= axis_size) {
+      g_gather_index_error = 1;
+      y[i] = E{};
+      continue;
+    }
+    y[i] = data[offset[0] + index * axis_stride];
+  }
+}
+
+// GatherND: one thread per output element (b, t, s).
+template <typename E, typename IndexT>
+__global__ void gather_nd_kernel(const E* data, const IndexT* indices, E* y, std::int64_t n, std::int64_t tuples,
+                                 int depth, std::int64_t slice, std::int64_t batch_stride, Dims dims) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t row = i / slice;  // b * tuples + t
+    const std::int64_t s = i - row * slice;
+    const std::int64_t b = row / tuples;
+    const IndexT* tuple = indices + row * depth;
+    std::int64_t offset = b * batch_stride + s;
+    bool valid = true;
+    for (int k = 0; k < depth; ++k) {
+      std::int64_t index = static_cast<std::int64_t>(tuple[k]);
+      if (index < 0) index += dims.size[k];
+      valid = valid && index >= 0 && index < dims.size[k];
+      offset += index * dims.stride[k];
+    }
+    if (!valid) {
+      g_gather_index_error = 1;
+      y[i] = E{};
+      continue;
+    }
+    y[i] = data[offset];
+  }
+}
+
+template <typename Body>
+void dispatch_element_size(std::size_t element_size, const char* what, Body&& body) {
+  switch (element_size) {
+    case 1: return body(std::uint8_t{});
+    case 2: return body(std::uint16_t{});
+    case 4: return body(std::uint32_t{});
+    case 8: return body(std::uint64_t{});
+    default: XPURT_INTERNAL_ASSERT(false, what, ": element size ", element_size);
+  }
+}
+
+void check_index_dtype(DType index_dtype, const char* what) {
+  XPURT_CHECK(index_dtype == DType::kInt32 || index_dtype == DType::kInt64, "cuda_raw::", what,
+              ": indices must be int32 or int64, got ", dtype_name(index_dtype));
+}
+
+// Runs `launch` under Note [Gather index errors]'s debug mode: with XPURT_CUDA_RAW_CHECK_INDICES=1, synchronizes
+// and raises when the launch met an out-of-range index.
+template <typename Launch>
+void with_index_check(const char* op, cudaStream_t stream, Launch&& launch) {
+  const bool check = gather_checks_enabled();
+  if (check) gather_index_error(true);
+  launch();
+  if (check) {
+    XPURT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    XPURT_CHECK(!gather_index_error(true), "op '", op, "': an index is out of range; found by "
+                "XPURT_CUDA_RAW_CHECK_INDICES=1");
+  }
+}
+
+}  // namespace
+
+void gather_elements(const void* data, const std::vector<std::int64_t>& data_shape, const void* indices,
+                     DType index_dtype, const std::vector<std::int64_t>& index_shape, std::int64_t axis, void* y,
+                     std::size_t element_size, void* stream) {
+  check_index_dtype(index_dtype, "gather_elements");
+  XPURT_CHECK(data_shape.size() == index_shape.size() && data_shape.size() <= static_cast<std::size_t>(kMaxDims) &&
+                  axis >= 0 && axis < static_cast<std::int64_t>(data_shape.size()),
+              "cuda_raw::gather_elements: data ", data_shape.size(), "-D and indices ", index_shape.size(),
+              "-D must have one rank <= ", kMaxDims, " and axis ", axis, " must be inside it");
+  std::int64_t n = 1;
+  for (const std::int64_t d : index_shape) n *= d;
+  if (n == 0) return;
+  const std::vector<std::int64_t> data_strides = data_ops::contiguous_strides_of(data_shape);
+  std::vector<std::int64_t> strides = data_strides;
+  strides[static_cast<std::size_t>(axis)] = 0;
+  const std::vector<std::int64_t>* const table[1] = {&strides};
+  const auto calc = make_offset_calculator<1, std::int64_t>(index_shape, table);
+  const cudaStream_t s = as_stream(stream);
+  const std::int64_t axis_size = data_shape[static_cast<std::size_t>(axis)];
+  const std::int64_t axis_stride = data_strides[static_cast<std::size_t>(axis)];
+  with_index_check("gather_elements", s, [&] { dispatch_element_size(element_size, "gather_elements", [&](auto tag) {
+    using E = decltype(tag);
+    if (index_dtype == DType::kInt32) {
+      gather_along_axis_kernel<E, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, s>>>(
+          static_cast<const E*>(data), static_cast<const std::int32_t*>(indices), static_cast<E*>(y), n, calc,
+          axis_size, axis_stride);
+    } else {
+      gather_along_axis_kernel<E, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, s>>>(
+          static_cast<const E*>(data), static_cast<const std::int64_t*>(indices), static_cast<E*>(y), n, calc,
+          axis_size, axis_stride);
+    }
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  }); });
+}
+
+void gather_nd(const void* data, const std::vector<std::int64_t>& data_shape, const void* indices, DType index_dtype,
+               std::int64_t batch, std::int64_t tuples, std::int64_t depth, void* y, std::size_t element_size,
+               void* stream) {
+  check_index_dtype(index_dtype, "gather_nd");
+  XPURT_CHECK(depth >= 1 && depth <= kMaxDims && depth <= static_cast<std::int64_t>(data_shape.size()),
+              "cuda_raw::gather_nd: index depth ", depth, " must be in [1, min(", kMaxDims, ", ", data_shape.size(),
+              ")]");
+  Dims dims;
+  const std::vector<std::int64_t> strides = data_ops::contiguous_strides_of(data_shape);
+  for (std::int64_t k = 0; k < depth; ++k) {
+    dims.size[k] = data_shape[static_cast<std::size_t>(k)];
+    dims.stride[k] = strides[static_cast<std::size_t>(k)];
+  }
+  std::int64_t slice = 1, batch_stride = 1;
+  for (std::size_t k = 0; k < data_shape.size(); ++k) {
+    batch_stride *= data_shape[k];
+    if (static_cast<std::int64_t>(k) >= depth) slice *= data_shape[k];
+  }
+  const std::int64_t n = batch * tuples * slice;
+  if (n == 0) return;
+  const cudaStream_t s = as_stream(stream);
+  with_index_check("gather_nd", s, [&] { dispatch_element_size(element_size, "gather_nd", [&](auto tag) {
+    using E = decltype(tag);
+    if (index_dtype == DType::kInt32) {
+      gather_nd_kernel<E, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, s>>>(
+          static_cast<const E*>(data), static_cast<const std::int32_t*>(indices), static_cast<E*>(y), n, tuples,
+          static_cast<int>(depth), slice, batch_stride, dims);
+    } else {
+      gather_nd_kernel<E, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, s>>>(
+          static_cast<const E*>(data), static_cast<const std::int64_t*>(indices), static_cast<E*>(y), n, tuples,
+          static_cast<int>(depth), slice, batch_stride, dims);
+    }
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  }); });
 }
 
 // ---- where ----

@@ -288,4 +288,73 @@ void reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y,
   });
 }
 
+namespace {
+
+// One block per result: the threads stride over its `count` elements, then combine in a fixed tree (integers:
+// any order gives the same bits). Sums wrap (unsigned arithmetic).
+template <typename T>
+__global__ void integer_reduce_kernel(ReduceOp op, const T* x, T* y, std::int64_t outputs, std::int64_t count,
+                                      OffsetCalculator<1, std::int64_t> kept,
+                                      OffsetCalculator<1, std::int64_t> reduced) {
+  using U = std::make_unsigned_t<T>;
+  __shared__ T partial[kThreads];
+  for (std::int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+    std::int64_t base[1];
+    kept.offsets(o, base);
+    T acc = op == ReduceOp::kSum ? T(0) : (op == ReduceOp::kMax ? std::numeric_limits<T>::lowest()
+                                                                : std::numeric_limits<T>::max());
+    for (std::int64_t r = threadIdx.x; r < count; r += blockDim.x) {
+      std::int64_t offset[1];
+      reduced.offsets(r, offset);
+      const T v = x[base[0] + offset[0]];
+      if (op == ReduceOp::kSum) {
+        acc = static_cast<T>(static_cast<U>(acc) + static_cast<U>(v));
+      } else if (op == ReduceOp::kMax) {
+        acc = v > acc ? v : acc;
+      } else {
+        acc = v < acc ? v : acc;
+      }
+    }
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int half = kThreads / 2; half > 0; half >>= 1) {
+      if (static_cast<int>(threadIdx.x) < half) {
+        const T a = partial[threadIdx.x], b = partial[threadIdx.x + half];
+        if (op == ReduceOp::kSum) {
+          partial[threadIdx.x] = static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+        } else if (op == ReduceOp::kMax) {
+          partial[threadIdx.x] = b > a ? b : a;
+        } else {
+          partial[threadIdx.x] = b < a ? b : a;
+        }
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) y[o] = partial[0];
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream) {
+  XPURT_CHECK(op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin,
+              "cuda_raw::integer_reduce: only sum, max and min have integer kernels");
+  if (geometry.outputs == 0) return;
+  XPURT_CHECK(geometry.count > 0 || op == ReduceOp::kSum, "cuda_raw::integer_reduce: max/min of an empty axis");
+  const std::vector<std::int64_t>* const kept_table[1] = {&geometry.kept_strides};
+  const std::vector<std::int64_t>* const reduced_table[1] = {&geometry.reduced_strides};
+  const auto kept = make_offset_calculator<1, std::int64_t>(geometry.kept_sizes, kept_table);
+  const auto reduced = make_offset_calculator<1, std::int64_t>(geometry.reduced_sizes, reduced_table);
+  const auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    integer_reduce_kernel<T><<<grid_for(geometry.outputs, 1), kThreads, 0, as_stream(stream)>>>(
+        op, static_cast<const T*>(x), static_cast<T*>(y), geometry.outputs, geometry.count, kept, reduced);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  };
+  if (dtype == DType::kInt32) return launch(std::int32_t{});
+  XPURT_CHECK(dtype == DType::kInt64, "cuda_raw::integer_reduce: int32 or int64, got ", dtype_name(dtype));
+  launch(std::int64_t{});
+}
+
 }  // namespace xpuruntime::cuda_raw

@@ -2,10 +2,12 @@
 #include "core/runtime/lowering.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
 
+#include "core/half.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/onnx_import.h"
@@ -397,6 +399,161 @@ Lowered lower_expand(const Ctx& c) {
   return registry("expand", {0}, a);
 }
 
+// ---- the ONNX ops beyond the core set (docs/ops.md: their attributes keep ONNX's names; what ONNX takes as
+// constant inputs becomes attributes) ----
+
+// The value of a one-element constant as a double (float, integer or bool tensors). False otherwise.
+bool read_const_scalar(const Tensor* t, double* out) {
+  if (t == nullptr || t->numel() != 1) return false;
+  const void* p = t->data_ptr();
+  switch (t->dtype()) {
+    case DType::kFloat32: *out = *static_cast<const float*>(p); return true;
+    case DType::kFloat64: *out = *static_cast<const double*>(p); return true;
+    case DType::kFloat16: *out = detail::half_to_float(*static_cast<const std::uint16_t*>(p)); return true;
+    case DType::kBFloat16: *out = detail::bfloat16_to_float(*static_cast<const std::uint16_t*>(p)); return true;
+    case DType::kInt32: *out = *static_cast<const std::int32_t*>(p); return true;
+    case DType::kInt64: *out = static_cast<double>(*static_cast<const std::int64_t*>(p)); return true;
+    case DType::kInt8: *out = *static_cast<const std::int8_t*>(p); return true;
+    case DType::kUInt8: case DType::kBool: *out = *static_cast<const std::uint8_t*>(p); return true;
+    default: return false;
+  }
+}
+
+bool read_const_floats(const Tensor* t, std::vector<double>* out) {
+  if (t == nullptr) return false;
+  out->clear();
+  if (t->dtype() == DType::kFloat32) {
+    const auto* p = static_cast<const float*>(t->data_ptr());
+    out->assign(p, p + t->numel());
+    return true;
+  }
+  if (t->dtype() == DType::kFloat64) {
+    const auto* p = static_cast<const double*>(t->data_ptr());
+    out->assign(p, p + t->numel());
+    return true;
+  }
+  return false;
+}
+
+// A float-only pointwise op with the node's attributes `copied` (ONNX names) set when present.
+Lowered lower_float_pointwise(const Ctx& c, const std::string& op, std::initializer_list<const char*> copied = {}) {
+  Attributes a;
+  for (const char* name : copied) {
+    auto it = c.node.attrs.values().find(name);
+    if (it != c.node.attrs.values().end()) a.set(name, it->second);
+  }
+  return registry(op, {0}, a);
+}
+
+Lowered lower_clip(const Ctx& c) {
+  Attributes a;
+  if (c.opset < 11) {
+    if (c.node.attrs.has("min")) a.set("min", c.node.attrs.get_float("min", 0.0));
+    if (c.node.attrs.has("max")) a.set("max", c.node.attrs.get_float("max", 0.0));
+    return registry("clip", {0}, a);
+  }
+  for (std::size_t k = 1; k < 3; ++k) {
+    if (!c.has(k)) continue;
+    double v = 0.0;
+    if (!read_const_scalar(c.constant(k), &v)) return reference(k == 1 ? "min is not a constant" : "max is not a constant");
+    a.set(k == 1 ? "min" : "max", v);
+  }
+  return registry("clip", {0}, a);
+}
+
+Lowered lower_cum_sum(const Ctx& c) {
+  double axis = 0.0;
+  if (!read_const_scalar(c.constant(1), &axis)) return reference("axis is not a constant");
+  Attributes a;
+  a.set("axis", static_cast<std::int64_t>(axis));
+  a.set("exclusive", c.node.attrs.get_int("exclusive", 0));
+  a.set("reverse", c.node.attrs.get_int("reverse", 0));
+  return registry("cum_sum", {0}, a);
+}
+
+Lowered lower_pad(const Ctx& c) {
+  const std::int64_t rank = c.rank(0);
+  if (rank < 0) return reference("input rank unknown");
+  Ints pads;
+  double value = 0.0;
+  Ints axes;
+  if (c.opset < 11) {
+    pads = c.node.attrs.get_ints("pads", {});
+    value = c.node.attrs.get_float("value", 0.0);
+  } else {
+    if (!read_const_ints(c.constant(1), &pads)) return reference("pads are not a constant");
+    if (c.has(2) && !read_const_scalar(c.constant(2), &value)) return reference("constant_value is not a constant");
+    if (c.has(3) && !read_const_ints(c.constant(3), &axes)) return reference("axes are not a constant");
+  }
+  if (!axes.empty()) {  // opset 18: pads for the listed axes only
+    if (pads.size() != 2 * axes.size()) return reference("pads do not match axes");
+    Ints full(static_cast<std::size_t>(2 * rank), 0);
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      const std::int64_t axis = norm_axis(axes[k], rank);
+      if (axis < 0 || axis >= rank) return reference("an axis is out of range");
+      full[static_cast<std::size_t>(axis)] = pads[k];
+      full[static_cast<std::size_t>(axis + rank)] = pads[k + axes.size()];
+    }
+    pads = full;
+  }
+  Attributes a;
+  a.set("pads", pads);
+  a.set("mode", c.node.attrs.get_string("mode", "constant"));
+  a.set("value", value);
+  return registry("pad", {0}, a);
+}
+
+Lowered lower_resize(const Ctx& c) {
+  if (c.opset < 11) return reference("opset < 11 Resize");
+  if (!c.known(0)) return reference("input shape unknown");
+  const Ints in = c.shape(0);
+  const auto rank = static_cast<std::int64_t>(in.size());
+  const std::string coordinates = c.node.attrs.get_string("coordinate_transformation_mode", "half_pixel");
+  if (coordinates == "tf_crop_and_resize") return reference("tf_crop_and_resize reads roi");
+  if (c.node.attrs.get_string("keep_aspect_ratio_policy", "stretch") != "stretch") {
+    return reference("keep_aspect_ratio_policy other than stretch");
+  }
+  Ints axes = c.node.attrs.get_ints("axes", {});
+  if (axes.empty()) {
+    for (std::int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  Ints sizes = in;
+  std::vector<double> scales(static_cast<std::size_t>(rank), 1.0);
+  Ints given_sizes;
+  std::vector<double> given_scales;
+  if (c.has(3) && read_const_ints(c.constant(3), &given_sizes) && !given_sizes.empty()) {
+    if (given_sizes.size() != axes.size()) return reference("sizes do not match axes");
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      const auto d = static_cast<std::size_t>(norm_axis(axes[k], rank));
+      if (d >= in.size() || in[d] == 0) return reference("an axis is out of range or empty");
+      sizes[d] = given_sizes[k];
+      scales[d] = static_cast<double>(given_sizes[k]) / static_cast<double>(in[d]);
+    }
+  } else if (c.has(2) && read_const_floats(c.constant(2), &given_scales) && !given_scales.empty()) {
+    if (given_scales.size() != axes.size()) return reference("scales do not match axes");
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      const auto d = static_cast<std::size_t>(norm_axis(axes[k], rank));
+      if (d >= in.size() || !(given_scales[k] > 0)) return reference("an axis is out of range or a scale <= 0");
+      // ONNX: floor(input * scale), with the scale as the model stores it (float32).
+      sizes[d] = static_cast<std::int64_t>(
+          std::floor(static_cast<double>(in[d]) * static_cast<double>(static_cast<float>(given_scales[k]))));
+      scales[d] = given_scales[k];
+    }
+  } else {
+    return reference("neither sizes nor scales is a constant");
+  }
+  Attributes a;
+  a.set("sizes", sizes);
+  a.set("scales", scales);
+  a.set("mode", c.node.attrs.get_string("mode", "nearest"));
+  a.set("coordinate_transformation_mode", coordinates);
+  a.set("nearest_mode", c.node.attrs.get_string("nearest_mode", "round_prefer_floor"));
+  a.set("cubic_coeff_a", c.node.attrs.get_float("cubic_coeff_a", -0.75));
+  a.set("exclude_outside", c.node.attrs.get_int("exclude_outside", 0));
+  a.set("antialias", c.node.attrs.get_int("antialias", 0));
+  return registry("resize", {0}, a);
+}
+
 const std::map<std::string, LowerFn>& onnx_table() {
   static const auto* table = new std::map<std::string, LowerFn>{
       {"Relu", [](const Ctx& c) { return lower_unary(c, "relu"); }},
@@ -467,6 +624,39 @@ const std::map<std::string, LowerFn>& onnx_table() {
       {"Slice", lower_slice},
       {"Gather", lower_gather},
       {"Expand", lower_expand},
+      {"Clip", lower_clip},
+      {"HardSigmoid", [](const Ctx& c) { return lower_float_pointwise(c, "hard_sigmoid", {"alpha", "beta"}); }},
+      {"HardSwish", [](const Ctx& c) { return lower_float_pointwise(c, "hard_swish"); }},
+      {"LeakyRelu", [](const Ctx& c) { return lower_float_pointwise(c, "leaky_relu", {"alpha"}); }},
+      {"Elu", [](const Ctx& c) { return lower_float_pointwise(c, "elu", {"alpha"}); }},
+      {"Softplus", [](const Ctx& c) { return lower_float_pointwise(c, "softplus"); }},
+      {"Sin", [](const Ctx& c) { return lower_float_pointwise(c, "sin"); }},
+      {"Cos", [](const Ctx& c) { return lower_float_pointwise(c, "cos"); }},
+      {"Floor", [](const Ctx& c) { return lower_float_pointwise(c, "floor"); }},
+      {"Ceil", [](const Ctx& c) { return lower_float_pointwise(c, "ceil"); }},
+      {"Round", [](const Ctx& c) { return lower_float_pointwise(c, "round"); }},
+      {"Sign", [](const Ctx& c) { return lower_float_pointwise(c, "sign"); }},
+      {"IsNaN", [](const Ctx& c) { return lower_float_pointwise(c, "is_nan"); }},
+      {"IsInf",
+       [](const Ctx& c) { return lower_float_pointwise(c, "is_inf", {"detect_positive", "detect_negative"}); }},
+      {"And", [](const Ctx& c) { return lower_binary(c, "logical_and"); }},
+      {"Or", [](const Ctx& c) { return lower_binary(c, "logical_or"); }},
+      {"Xor", [](const Ctx& c) { return lower_binary(c, "logical_xor"); }},
+      {"CumSum", lower_cum_sum},
+      {"GatherElements",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("axis", c.node.attrs.get_int("axis", 0));
+         return registry("gather_elements", {0, 1}, a);
+       }},
+      {"GatherND",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("batch_dims", c.node.attrs.get_int("batch_dims", 0));
+         return registry("gather_nd", {0, 1}, a);
+       }},
+      {"Pad", lower_pad},
+      {"Resize", lower_resize},
   };
   return *table;
 }

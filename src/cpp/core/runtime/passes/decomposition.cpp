@@ -139,6 +139,27 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
       t4.shape.insert(t4.shape.begin() + 2, Dim(std::int64_t{1}));
       g.types[x4] = t4;
       rewriter.replace({i}, {unsqueeze, conv, squeeze}, describe(n) + " (1-D) -> Unsqueeze + 2-D Conv + Squeeze");
+    } else if (n.op_type == "Clip" && opset >= 11 && ((n.has_input(1) && !is_constant(g, n.inputs[1])) ||
+                                                        (n.has_input(2) && !is_constant(g, n.inputs[2])))) {
+      // Bounds computed at run time (T5's fp16 clamp to finfo.max, or finfo.max - 1000 after an overflow):
+      // Max(x, min) then Min(., max), the same values (NaN kept; min > max gives max, like np.clip).
+      std::vector<Node> parts;
+      std::string current = n.inputs[0];
+      for (std::size_t k = 1; k < 3; ++k) {
+        if (!n.has_input(k)) continue;
+        const bool last = k == 2 || !n.has_input(2);
+        Node bound;
+        bound.op_type = k == 1 ? "Max" : "Min";
+        bound.name = g.unique_name(n.name + (k == 1 ? "_min" : "_max"));
+        bound.inputs = {current, n.inputs[k]};
+        bound.outputs = {last ? n.outputs[0] : g.unique_name(n.outputs[0] + "_lower")};
+        if (!last) {
+          if (const ValueType* t = g.type(n.inputs[0])) g.types[bound.outputs[0]] = *t;
+        }
+        current = bound.outputs[0];
+        parts.push_back(std::move(bound));
+      }
+      rewriter.replace({i}, std::move(parts), describe(n) + " with run-time bounds -> Max/Min");
     } else if (n.op_type == "LayerNormalization" && n.inputs.size() >= 2) {
       const auto x = value_dtype(g, n.inputs[0]);
       if (!x || !is_fusable_float(*x)) continue;

@@ -1,0 +1,194 @@
+// The cpu kernels of the ONNX ops beyond the core set (clip, hard_sigmoid, hard_swish, leaky_relu, elu, softplus,
+// sin, cos, floor, ceil, round, sign, is_nan, is_inf, logical_and/or/xor, cum_sum, gather_elements, gather_nd,
+// pad, resize) and of the int32/int64 reductions: each runs the ONNX reference library's own op
+// (src/cpp/backends/cpu/onnx/, checked against ONNX's backend test data) on the launch's tensors.
+//
+// Note [Registry ops through the ONNX reference library]
+// A registry op's attributes keep ONNX's names; what ONNX takes as inputs (Clip's min/max, Pad's pads and value,
+// CumSum's axis, Resize's scales or sizes) the registry op takes as attributes, fixed when the plan is built, and
+// the adapter turns them back into constant inputs. So the cpu kernel is the reference library itself, and the
+// conformance suite checks both it and the GPU kernels against NumPy.
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/cpu_common.h"
+#include "core/runtime/onnx_cpu_ops.h"
+#include "xpuruntime/graph.h"
+
+namespace xpuruntime::cpu {
+
+namespace {
+
+// The opset the adapters speak: every op's current form (inputs instead of the older attributes).
+constexpr std::int64_t kOpset = 21;
+
+Tensor scalar_of(double value, DType dtype) {
+  Tensor t = Tensor::empty({}, dtype);
+  switch (dtype) {
+    case DType::kFloat32: *static_cast<float*>(t.data_ptr()) = static_cast<float>(value); break;
+    case DType::kFloat64: *static_cast<double*>(t.data_ptr()) = value; break;
+    case DType::kFloat16:
+      *static_cast<std::uint16_t*>(t.data_ptr()) = detail::float_to_half(static_cast<float>(value));
+      break;
+    case DType::kBFloat16:
+      *static_cast<std::uint16_t*>(t.data_ptr()) = detail::float_to_bfloat16(static_cast<float>(value));
+      break;
+    case DType::kInt8: *static_cast<std::int8_t*>(t.data_ptr()) = static_cast<std::int8_t>(value); break;
+    case DType::kUInt8: *static_cast<std::uint8_t*>(t.data_ptr()) = static_cast<std::uint8_t>(value); break;
+    case DType::kInt16: *static_cast<std::int16_t*>(t.data_ptr()) = static_cast<std::int16_t>(value); break;
+    case DType::kUInt16: *static_cast<std::uint16_t*>(t.data_ptr()) = static_cast<std::uint16_t>(value); break;
+    case DType::kInt32: *static_cast<std::int32_t*>(t.data_ptr()) = static_cast<std::int32_t>(value); break;
+    case DType::kUInt32: *static_cast<std::uint32_t*>(t.data_ptr()) = static_cast<std::uint32_t>(value); break;
+    case DType::kInt64: *static_cast<std::int64_t*>(t.data_ptr()) = static_cast<std::int64_t>(value); break;
+    case DType::kUInt64: *static_cast<std::uint64_t*>(t.data_ptr()) = static_cast<std::uint64_t>(value); break;
+    case DType::kBool: *static_cast<std::uint8_t*>(t.data_ptr()) = value != 0.0 ? 1 : 0; break;
+  }
+  return t;
+}
+
+Tensor int64_vector(const std::vector<std::int64_t>& values) {
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kInt64);
+  if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
+  return t;
+}
+
+Tensor float_vector(const std::vector<double>& values) {
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kFloat32);
+  auto* p = static_cast<float*>(t.data_ptr());
+  for (std::size_t k = 0; k < values.size(); ++k) p[k] = static_cast<float>(values[k]);
+  return t;
+}
+
+// Runs the library's `op_type` with `attrs` on `inputs` (undefined tensors: absent optional inputs) and copies
+// its single output into the launch's output 0.
+void run_reference(const KernelLaunch& launch, const std::string& op_type, Attributes attrs,
+                   const std::vector<Tensor>& inputs) {
+  Node node;
+  node.op_type = op_type;
+  node.name = launch.desc->op;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    node.inputs.push_back(inputs[k].defined() ? "input" + std::to_string(k) : std::string());
+  }
+  node.outputs = {"y"};
+  node.attrs = std::move(attrs);
+  const std::vector<Tensor> outputs = onnx_ref::run_node(node, kOpset, inputs);
+  Tensor& y = launch.output(0);
+  XPURT_INTERNAL_ASSERT(outputs.size() == 1 && outputs[0].dtype() == y.dtype() && outputs[0].shape() == y.shape(),
+                        "the reference library's ", op_type, " disagrees with the schema of '", launch.desc->op,
+                        "' on its output");
+  const Tensor result = outputs[0].contiguous();
+  if (y.nbytes() > 0) std::memcpy(y.data_ptr(), result.data_ptr(), static_cast<std::size_t>(y.nbytes()));
+}
+
+std::vector<Tensor> launch_inputs(const KernelLaunch& launch) {
+  std::vector<Tensor> inputs;
+  for (std::size_t k = 0; k < launch.num_inputs; ++k) inputs.push_back(launch.input(k));
+  return inputs;
+}
+
+// The registry op's attributes without `drop` (those it passes as inputs instead).
+Attributes attrs_without(const Attributes& attrs, std::initializer_list<const char*> drop) {
+  Attributes out;
+  for (const auto& [name, value] : attrs.values()) {
+    bool dropped = false;
+    for (const char* d : drop) dropped = dropped || name == d;
+    if (!dropped) out.set(name, value);
+  }
+  return out;
+}
+
+void run_clip(const KernelLaunch& launch) {
+  const Tensor& x = launch.input(0);
+  const Attributes& attrs = launch.desc->attrs;
+  run_reference(launch, "Clip", {},
+                {x, attrs.has("min") ? scalar_of(attrs.get_float("min", 0), x.dtype()) : Tensor(),
+                 attrs.has("max") ? scalar_of(attrs.get_float("max", 0), x.dtype()) : Tensor()});
+}
+
+void run_cum_sum(const KernelLaunch& launch) {
+  run_reference(launch, "CumSum", attrs_without(launch.desc->attrs, {"axis"}),
+                {launch.input(0), scalar_of(static_cast<double>(launch.desc->attrs.get_int("axis", 0)),
+                                            DType::kInt64)});
+}
+
+void run_pad(const KernelLaunch& launch) {
+  const Tensor& x = launch.input(0);
+  const Attributes& attrs = launch.desc->attrs;
+  const std::string mode = attrs.get_string("mode", "constant");
+  Attributes pad_attrs;
+  pad_attrs.set("mode", mode);
+  run_reference(launch, "Pad", pad_attrs,
+                {x, int64_vector(attrs.get_ints("pads", {})),
+                 mode == "constant" ? scalar_of(attrs.get_float("value", 0.0), x.dtype()) : Tensor()});
+}
+
+// Scales when they give the sizes (the reference then uses them in the coordinate transform, as the model
+// asked), the sizes otherwise (the lowering then set scales = sizes / input sizes).
+void run_resize(const KernelLaunch& launch) {
+  const Tensor& x = launch.input(0);
+  const Attributes& attrs = launch.desc->attrs;
+  const std::vector<std::int64_t> sizes = attrs.get_ints("sizes", {});
+  const std::vector<double> scales = attrs.get_floats("scales", {});
+  bool scales_give_sizes = true;
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    const auto from_scale = static_cast<std::int64_t>(
+        std::floor(static_cast<double>(x.shape()[d]) * static_cast<double>(static_cast<float>(scales[d]))));
+    scales_give_sizes = scales_give_sizes && from_scale == sizes[d];
+  }
+  Attributes resize_attrs = attrs_without(attrs, {"sizes", "scales"});
+  if (scales_give_sizes) {
+    run_reference(launch, "Resize", resize_attrs, {x, Tensor(), float_vector(scales)});
+  } else {
+    run_reference(launch, "Resize", resize_attrs, {x, Tensor(), Tensor(), int64_vector(sizes)});
+  }
+}
+
+}  // namespace
+
+void run_integer_reduce(const KernelLaunch& launch) {
+  const std::string& op = launch.desc->op;
+  const std::string op_type = op == "reduce_sum" ? "ReduceSum" : op == "reduce_max" ? "ReduceMax" : "ReduceMin";
+  const std::vector<std::int64_t> axes = launch.desc->attrs.get_ints("axes", {});
+  Attributes attrs;
+  attrs.set("keepdims", launch.desc->attrs.get_int("keepdims", 1));
+  run_reference(launch, op_type, attrs, {launch.input(0), axes.empty() ? Tensor() : int64_vector(axes)});
+}
+
+void register_onnx_kernels(KernelRegistry& registry) {
+  struct Mapped {
+    const char* op;
+    const char* op_type;
+    DTypeSet dtypes;
+  };
+  const Mapped direct[] = {
+      {"hard_sigmoid", "HardSigmoid", DTypeSet::kFloat}, {"hard_swish", "HardSwish", DTypeSet::kFloat},
+      {"leaky_relu", "LeakyRelu", DTypeSet::kFloat},     {"elu", "Elu", DTypeSet::kFloat},
+      {"softplus", "Softplus", DTypeSet::kFloat},        {"sin", "Sin", DTypeSet::kFloat},
+      {"cos", "Cos", DTypeSet::kFloat},                  {"floor", "Floor", DTypeSet::kFloat},
+      {"ceil", "Ceil", DTypeSet::kFloat},                {"round", "Round", DTypeSet::kFloat},
+      {"sign", "Sign", DTypeSet::kFloat},                {"is_nan", "IsNaN", DTypeSet::kAll},
+      {"is_inf", "IsInf", DTypeSet::kAll},             {"logical_and", "And", DTypeSet::kAll},
+      {"logical_or", "Or", DTypeSet::kAll},              {"logical_xor", "Xor", DTypeSet::kAll},
+      {"gather_elements", "GatherElements", DTypeSet::kAll}, {"gather_nd", "GatherND", DTypeSet::kAll},
+  };
+  for (const Mapped& m : direct) {
+    add_cpu_kernel(
+        registry, m.op, std::string("the ONNX reference library's ") + m.op_type,
+        [op_type = std::string(m.op_type)](const KernelLaunch& launch, const CpuContext&) {
+          run_reference(launch, op_type, launch.desc->attrs, launch_inputs(launch));
+        },
+        m.dtypes);
+  }
+  add_cpu_kernel(registry, "clip", "the ONNX reference library's Clip (min/max as constant inputs)",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_clip(launch); });
+  add_cpu_kernel(registry, "cum_sum", "the ONNX reference library's CumSum (axis as a constant input)",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_cum_sum(launch); }, DTypeSet::kFloatAndInt);
+  add_cpu_kernel(registry, "pad", "the ONNX reference library's Pad (pads and value as constant inputs)",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_pad(launch); }, DTypeSet::kAll);
+  add_cpu_kernel(registry, "resize", "the ONNX reference library's Resize (scales or sizes as constant inputs)",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_resize(launch); });
+}
+
+}  // namespace xpuruntime::cpu

@@ -882,13 +882,309 @@ def integer_arithmetic_cases() -> List[Case]:
     return cases
 
 
+# ---- the ONNX ops beyond the core set (docs/ops.md, "ONNX ops") ----
+
+def _hard_sigmoid(x, alpha, beta):
+    return np.clip(alpha * x + beta, 0.0, 1.0)
+
+
+POINTWISE = {
+    # op: [(variant name, attrs, reference(x, attrs), (low, high))]
+    "clip": [("both", {"min": -0.5, "max": 0.7}, lambda x, a: np.clip(x, a["min"], a["max"]), (-2.0, 2.0)),
+             ("min_only", {"min": 0.25}, lambda x, a: np.maximum(x, a["min"]), (-2.0, 2.0)),
+             ("relu6", {"min": 0.0, "max": 6.0}, lambda x, a: np.clip(x, 0.0, 6.0), (-8.0, 8.0)),
+             ("min_above_max", {"min": 1.0, "max": -1.0}, lambda x, a: np.full_like(x, -1.0), (-2.0, 2.0))],
+    "hard_sigmoid": [("default", {}, lambda x, a: _hard_sigmoid(x, 0.2, 0.5), (-6.0, 6.0)),
+                     ("alpha_beta", {"alpha": 0.3, "beta": 0.4}, lambda x, a: _hard_sigmoid(x, 0.3, 0.4), (-6.0, 6.0))],
+    "hard_swish": [("default", {}, lambda x, a: x * _hard_sigmoid(x, 1.0 / 6.0, 0.5), (-6.0, 6.0))],
+    "leaky_relu": [("default", {}, lambda x, a: np.where(x >= 0, x, 0.01 * x), (-4.0, 4.0)),
+                   ("alpha", {"alpha": 0.2}, lambda x, a: np.where(x >= 0, x, 0.2 * x), (-4.0, 4.0))],
+    "elu": [("default", {}, lambda x, a: np.where(x >= 0, x, np.expm1(x)), (-4.0, 4.0)),
+            ("alpha", {"alpha": 1.5}, lambda x, a: np.where(x >= 0, x, 1.5 * np.expm1(x)), (-4.0, 4.0))],
+    "softplus": [("default", {}, lambda x, a: np.logaddexp(0.0, x), (-30.0, 30.0))],
+    "sin": [("default", {}, lambda x, a: np.sin(x), (-6.0, 6.0))],
+    "cos": [("default", {}, lambda x, a: np.cos(x), (-6.0, 6.0))],
+    "floor": [("default", {}, lambda x, a: np.floor(x), (-40.0, 40.0))],
+    "ceil": [("default", {}, lambda x, a: np.ceil(x), (-40.0, 40.0))],
+    "round": [("default", {}, lambda x, a: np.round(x), (-40.0, 40.0)),
+              ("halves", {}, lambda x, a: np.round(x), (0.0, 0.0))],
+    "sign": [("default", {}, lambda x, a: np.sign(x), (-2.0, 2.0))],
+}
+
+
+def pointwise_cases() -> List[Case]:
+    cases = []
+    for op, variants in POINTWISE.items():
+        for variant, attrs, fn, (low, high) in variants:
+            for shape_name, shape in UNARY_SHAPES.items():
+                rng = _rng(f"{op}{variant}{shape_name}")
+                if variant == "halves":  # ties: every x.5 from -8.5 to 7.5, round half to even
+                    x = (np.floor(rng.uniform(-8, 8, size=shape)) + 0.5).astype(np.float32)
+                else:
+                    x = uniform(rng, shape, low, high)
+                if op == "sign" and x.size > 1:
+                    x.reshape(-1)[::5] = 0.0
+                cases.append(Case(op, f"{variant}_{shape_name}", [x], attrs,
+                                  (lambda f: lambda inputs, a: f(inputs[0], a))(fn), "elementwise"))
+    special = np.array([0.0, -1.5, np.nan, np.inf, -np.inf, 3.0e38, -0.0, 65504.0, np.nan, 1e-30], dtype=np.float32)
+    for op, attrs, fn in [("is_nan", {}, lambda x, a: np.isnan(x)),
+                          ("is_inf", {}, lambda x, a: np.isinf(x)),
+                          ("is_inf", {"detect_negative": 0}, lambda x, a: np.isposinf(x)),
+                          ("is_inf", {"detect_positive": 0}, lambda x, a: np.isneginf(x))]:
+        name = "_".join(f"{k}{v}" for k, v in attrs.items()) or "default"
+        for shape_name, shape in (("special", (10,)), ("2x5x7", (2, 5, 7))):
+            x = special.copy() if shape_name == "special" else np.resize(special, shape).astype(np.float32)
+            cases.append(Case(op, f"{name}_{shape_name}", [x], attrs,
+                              (lambda f: lambda inputs, a: f(inputs[0], a))(fn), "exact", DTYPES + ("float64",),
+                              out_dtype="bool"))
+    return cases
+
+
+LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor}
+
+
+def logical_cases() -> List[Case]:
+    cases = []
+    for op, fn in LOGICAL.items():
+        for name, (sa, sb) in BINARY_SHAPES.items():
+            rng = _rng(op + name)
+            a, b = integers(rng, sa, 0, 2), integers(rng, sb, 0, 2)
+            cases.append(Case(op, name, [a, b], {}, (lambda f: lambda inputs, attrs: f(inputs[0], inputs[1]))(fn),
+                              "exact", ("bool",), out_dtype="bool"))
+    return cases
+
+
+def ref_cum_sum(inputs, attrs):
+    x = inputs[0]
+    axis = attrs["axis"]
+    if attrs.get("reverse", 0):
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis=axis)
+    if attrs.get("exclusive", 0):
+        y = y - x
+    if attrs.get("reverse", 0):
+        y = np.flip(y, axis)
+    return y
+
+
+def cum_sum_cases() -> List[Case]:
+    specs = {
+        "last_7x13": ((7, 13), {"axis": 1}),
+        "middle_4x5x6": ((4, 5, 6), {"axis": 1}),
+        "first_exclusive": ((9, 3, 5), {"axis": 0, "exclusive": 1}),
+        "reverse": ((3, 17), {"axis": -1, "reverse": 1}),
+        "exclusive_reverse": ((2, 33, 3), {"axis": 1, "exclusive": 1, "reverse": 1}),
+        "long_1x1025": ((1, 1025), {"axis": 1}),
+    }
+    cases = []
+    for name, (shape, attrs) in specs.items():
+        rng = _rng("cum_sum" + name)
+        cases.append(Case("cum_sum", name, [uniform(rng, shape)], attrs, ref_cum_sum, "reduction"))
+        cases.append(Case("cum_sum", f"int_{name}", [integers(rng, shape, -100, 100)], attrs, ref_cum_sum, "exact",
+                          ("int32", "int64", "float64")))
+    return cases
+
+
+def ref_gather_elements(inputs, attrs):
+    data, indices = inputs
+    axis = attrs.get("axis", 0) % data.ndim
+    # indices may be smaller than data in the other dims: only the leading part of data is read there
+    data = data[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(indices.shape))]
+    return np.take_along_axis(data, indices.astype(np.int64) % data.shape[axis], axis=axis)
+
+
+def gather_elements_cases() -> List[Case]:
+    specs = {
+        "axis0": ((4, 5), (3, 5), 0),
+        "axis1": ((3, 4, 5), (3, 2, 5), 1),
+        "last_axis_smaller": ((3, 4, 7), (2, 3, 9), -1),
+        "positions_2x11": ((2, 514), (2, 11), 1),  # RoBERTa's position ids
+    }
+    cases = []
+    for name, (shape, index_shape, axis) in specs.items():
+        rng = _rng("gather_elements" + name)
+        size = shape[axis]
+        indices = rng.integers(-size, size, size=index_shape).astype(np.float32)
+        cases.append(Case("gather_elements", name, [integers(rng, shape), indices], {"axis": axis},
+                          ref_gather_elements, "exact", ALL_DTYPES, input_dtypes=[None, "int64"]))
+    rng = _rng("gather_elements32")
+    cases.append(Case("gather_elements", "int32_indices", [integers(rng, (5, 6)),
+                                                           rng.integers(0, 6, size=(5, 4)).astype(np.float32)],
+                      {"axis": 1}, ref_gather_elements, "exact", DTYPES, input_dtypes=[None, "int32"]))
+    return cases
+
+
+def ref_gather_nd(inputs, attrs):
+    data, indices = inputs
+    indices = indices.astype(np.int64)
+    b = attrs.get("batch_dims", 0)
+    batch_shape = data.shape[:b]
+    data_b = data.reshape((-1,) + data.shape[b:])
+    idx_b = indices.reshape((-1,) + indices.shape[b:])
+    out = []
+    for k in range(data_b.shape[0]):
+        tuples = idx_b[k].reshape(-1, idx_b.shape[-1])
+        depth = tuples.shape[1]
+        rows = [data_b[k][tuple(t % np.array(data_b.shape[1:1 + depth]))] for t in tuples]
+        out.append(np.stack(rows).reshape(idx_b[k].shape[:-1] + data_b.shape[1 + depth:]))
+    return np.stack(out).reshape(batch_shape + indices.shape[b:-1] + data.shape[b + indices.shape[-1]:])
+
+
+def gather_nd_cases() -> List[Case]:
+    specs = {
+        "scalars": ((5, 6), (3, 2), 0),
+        "rows": ((4, 5, 6), (2, 3, 1), 0),
+        "pairs_of_slices": ((3, 4, 7), (5, 2), 0),
+        "batch1": ((2, 5, 6), (2, 3, 1), 1),
+        "batch1_scalars": ((2, 5, 6), (2, 4, 2), 1),
+    }
+    cases = []
+    for name, (shape, index_shape, b) in specs.items():
+        rng = _rng("gather_nd" + name)
+        depth = index_shape[-1]
+        sizes = np.array(shape[b:b + depth])
+        indices = (rng.integers(0, 1 << 20, size=index_shape) % sizes - sizes * (rng.uniform(size=index_shape) < 0.3))
+        cases.append(Case("gather_nd", name, [integers(rng, shape), indices.astype(np.float32)], {"batch_dims": b},
+                          ref_gather_nd, "exact", ALL_DTYPES, input_dtypes=[None, "int64"]))
+    return cases
+
+
+def ref_pad(inputs, attrs):
+    x = inputs[0]
+    rank = x.ndim
+    pads = attrs["pads"]
+    mode = attrs.get("mode", "constant")
+    begins, ends = pads[:rank], pads[rank:]
+    # crop the negative pads first, then pad the positive ones
+    crop = tuple(slice(max(0, -b), x.shape[d] - max(0, -e)) for d, (b, e) in enumerate(zip(begins, ends)))
+    x = x[crop]
+    widths = [(max(0, b), max(0, e)) for b, e in zip(begins, ends)]
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=attrs.get("value", 0.0))
+    return np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
+
+
+def pad_cases() -> List[Case]:
+    specs = {
+        "2d": ((3, 5), [1, 2, 2, 1]),
+        "nchw_hw": ((2, 3, 5, 6), [0, 0, 1, 2, 0, 0, 2, 1]),
+        "crop": ((4, 6), [0, -1, 1, -2]),
+        "swin_window": ((2, 5, 5, 8), [0, 0, 0, 0, 0, 2, 2, 0]),
+    }
+    cases = []
+    for mode in ("constant", "reflect", "edge", "wrap"):
+        for name, (shape, pads) in specs.items():
+            attrs = {"pads": pads, "mode": mode}
+            if mode == "constant" and name == "2d":
+                attrs["value"] = 1.0  # also a bool (true)
+            cases.append(Case("pad", f"{mode}_{name}", [integers(_rng("pad" + mode + name), shape)], attrs, ref_pad,
+                              "exact", ALL_DTYPES))
+    return cases
+
+
+def _resize_taps(o, in_size, out_size, scale, attrs):
+    """Note [Resize taps] in resize.cu, in float64: (indices, weights) of one output coordinate."""
+    mode = attrs.get("mode", "nearest")
+    coordinates = attrs.get("coordinate_transformation_mode", "half_pixel")
+    if coordinates == "half_pixel":
+        x = (o + 0.5) / scale - 0.5
+    elif coordinates == "pytorch_half_pixel":
+        x = (o + 0.5) / scale - 0.5 if out_size > 1 else 0.0
+    elif coordinates == "align_corners":
+        x = 0.0 if out_size == 1 else o * (in_size - 1) / (out_size - 1)
+    elif coordinates == "asymmetric":
+        x = o / scale
+    else:  # half_pixel_symmetric
+        adjustment = out_size / (scale * in_size)
+        x = in_size / 2 * (1 - adjustment) + (o + 0.5) / scale - 0.5
+    clamp = lambda i: min(max(i, 0), in_size - 1)  # noqa: E731
+    f = math.floor(x)
+    t = x - f
+    if mode == "nearest":
+        nearest = attrs.get("nearest_mode", "round_prefer_floor")
+        up = {"round_prefer_floor": t > 0.5, "round_prefer_ceil": t >= 0.5, "floor": False, "ceil": t > 0}[nearest]
+        return [clamp(f + 1 if up else f)], [1.0]
+    if mode == "linear":
+        return [clamp(f), clamp(f + 1)], [1 - t, t]
+    a = attrs.get("cubic_coeff_a", -0.75)
+
+    def keys(d):
+        d = abs(d)
+        if d <= 1:
+            return ((a + 2) * d - (a + 3)) * d * d + 1
+        if d < 2:
+            return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+        return 0.0
+    idx = [f - 1 + k for k in range(4)]
+    w = [keys(t - (k - 1)) for k in range(4)]
+    if attrs.get("exclude_outside", 0):
+        w = [wk if 0 <= i < in_size else 0.0 for wk, i in zip(w, idx)]
+        total = sum(w)
+        w = [wk / total for wk in w]
+    return [clamp(i) for i in idx], w
+
+
+def ref_resize(inputs, attrs):
+    y = inputs[0]
+    for d, (out_size, scale) in enumerate(zip(attrs["sizes"], attrs["scales"])):
+        in_size = y.shape[d]
+        if out_size == in_size and scale == 1.0:
+            continue
+        matrix = np.zeros((out_size, in_size))
+        for o in range(out_size):
+            for i, w in zip(*_resize_taps(o, in_size, out_size, np.float32(scale).item(), attrs)):
+                matrix[o, i] += w
+        y = np.moveaxis(np.tensordot(matrix, np.moveaxis(y, d, 0), axes=(1, 0)), 0, d)
+    return y
+
+
+def resize_cases() -> List[Case]:
+    up2 = ((1, 2, 5, 7), [1, 2, 10, 14], [1.0, 1.0, 2.0, 2.0])
+    odd = ((2, 3, 5, 7), [2, 3, 13, 9], [1.0, 1.0, 13 / 5, 9 / 7])
+    down = ((1, 2, 9, 8), [1, 2, 4, 4], [1.0, 1.0, 0.5, 0.5])
+    specs = [
+        ("linear_half_pixel_up2", up2, {"mode": "linear"}),
+        ("linear_half_pixel_odd", odd, {"mode": "linear"}),
+        ("linear_align_corners", odd, {"mode": "linear", "coordinate_transformation_mode": "align_corners"}),
+        ("linear_pytorch_down", down, {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}),
+        ("linear_symmetric_odd", odd, {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}),
+        ("nearest_asymmetric_floor", up2, {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                                           "nearest_mode": "floor"}),
+        ("nearest_round_prefer_floor", odd, {"mode": "nearest"}),
+        ("nearest_round_prefer_ceil_down", down, {"mode": "nearest", "nearest_mode": "round_prefer_ceil"}),
+        ("nearest_ceil", odd, {"mode": "nearest", "nearest_mode": "ceil",
+                               "coordinate_transformation_mode": "asymmetric"}),
+        ("cubic_up2", up2, {"mode": "cubic"}),
+        ("cubic_exclude_outside", odd, {"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}),
+        ("linear_3d_last", ((3, 4, 5), [3, 4, 11], [1.0, 1.0, 11 / 5]), {"mode": "linear"}),
+    ]
+    cases = []
+    for name, (shape, sizes, scales), attrs in specs:
+        full = dict(attrs, sizes=sizes, scales=scales)
+        cases.append(Case("resize", name, [uniform(_rng("resize" + name), shape)], full, ref_resize, "reduction"))
+    return cases
+
+
+def integer_reduce_cases() -> List[Case]:
+    specs = [("all", (7, 13), [], 0), ("last", (7, 13), [1], 1), ("middle", (4, 5, 6), [1], 0),
+             ("long_rows", (2, 1025), [-1], 1), ("first_last", (3, 4, 5), [0, 2], 0)]
+    cases = []
+    for op in ("reduce_sum", "reduce_max", "reduce_min"):
+        for name, shape, axes, keepdims in specs:
+            cases.append(Case(op, f"int_{name}", [integers(_rng(op + "int" + name), shape, -1000, 1000)],
+                              {"axes": axes, "keepdims": keepdims}, ref_reduce(op), "exact", ("int32", "int64")))
+    return cases
+
+
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
     cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases() + pool_cases()
              + batch_norm_cases() + softmax_cases()
              + nhwc_cases() + layer_norm_cases() + unary_cases() + binary_cases() + cast_cases() + reduce_cases()
              + attention_cases() + transpose_cases() + concat_cases() + slice_cases() + gather_cases()
-             + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases())
+             + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases()
+             + pointwise_cases() + logical_cases() + cum_sum_cases() + gather_elements_cases() + gather_nd_cases()
+             + pad_cases() + resize_cases() + integer_reduce_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return cases

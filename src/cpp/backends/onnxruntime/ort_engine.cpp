@@ -708,7 +708,7 @@ class OrtSession final : public EngineSession {
   // A run of a session with CUDA graphs (Note [CUDA graphs through ORT]). Caller holds graph_mutex_.
   std::vector<Tensor> run_with_graph(const std::vector<Tensor>& feeds, const std::vector<size_t>& wanted,
                                      const SignatureKey& key) {
-    if (profiling_eagerly()) return run_bound(feeds, wanted, key, {});
+    if (profiling_eagerly() || placement_ == Placement::kRefused) return run_bound(feeds, wanted, key, {});
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       std::vector<size_t> all(outputs_.size());
@@ -798,7 +798,7 @@ class OrtSession final : public EngineSession {
   // graph was captured over, too many graphs, a failed capture), and the caller runs the staged path instead.
   // Caller holds graph_mutex_.
   bool replay_bound_graph(const std::vector<Tensor>& feeds, const std::vector<Tensor>& preset, const SignatureKey& key) {
-    if (profiling_eagerly()) return false;
+    if (profiling_eagerly() || placement_ != Placement::kCudaOnly) return false;  // the staged path checks first
     for (const Tensor& t : preset) {
       if (!t.defined() || t.numel() == 0) return false;
     }
@@ -836,6 +836,18 @@ class OrtSession final : public EngineSession {
   // Runs `set`'s graph (ORT captures it on its first runs). A failure before the graph was ever captured marks the
   // set unusable, notes `what`: capture failed, `instead`, and returns false; a failure of a captured graph throws.
   bool run_graph_set(GraphSet& set, const std::string& what, const char* instead) {
+    if (!set.captured) {
+      const Placement placement = check_placement();
+      if (placement != Placement::kCudaOnly) {
+        if (placement == Placement::kRefused) {
+          set.usable = false;
+          set.binding.reset();
+          set.inputs.clear();
+          set.outputs.clear();
+        }
+        return false;
+      }
+    }
     try {
       XPURT_ORT_CHECK(session_->Run(set.run_options, *set.binding));
       set.captured = true;
@@ -849,6 +861,59 @@ class OrtSession final : public EngineSession {
       return false;
     }
     return true;
+  }
+
+  // Note [Placement before capture]: a graph ORT captures while some nodes run on the CPU execution provider, or
+  // with the copies ORT inserts between providers, can fail inside the capture with a sticky CUDA error
+  // (cudaErrorInvalidAddressSpace at the next synchronize, seen with PyTorch's dynamo exports of BERT, whose
+  // attention-mask arithmetic ORT places on the CPU): the process's CUDA context is then lost for every later call.
+  // ORT's own check (its "cannot use the graph capture feature" refusal at session creation) does not catch these
+  // models. So before the first capture, the first run's profile (which names each node's provider) is read: only a
+  // placement with every node on the CUDA execution provider and no Memcpy node is captured. Otherwise the session
+  // runs without CUDA graphs, and explain()'s policy notes say which nodes decided it. An unreadable profile counts
+  // as a refusal: a capture is attempted only on a placement that was seen.
+  enum class Placement : std::uint8_t { kUnknown, kCudaOnly, kRefused };
+
+  Placement check_placement() {
+    if (placement_ != Placement::kUnknown) return placement_;
+    std::vector<std::string> outside, copies;
+    std::string refusal;
+    {
+      std::lock_guard<std::mutex> lock(profile_mutex_);
+      if (!profile_done_) return Placement::kUnknown;  // the first run (profiled) comes before any capture
+      if (nodes_.empty()) {
+        placement_ = Placement::kRefused;
+        refusal = detail::str_cat(
+            "cuda_graphs=true: not used: ORT's node placement could not be read from the first run's profile (",
+            profile_error_.empty() ? "no nodes" : profile_error_,
+            "), and a capture over nodes outside the CUDA execution provider can lose the CUDA context (Note "
+            "[Placement before capture])");
+      }
+      for (const NodeExplanation& node : nodes_) {  // none when the profile was unreadable
+        if (node.op_type.rfind("Memcpy", 0) == 0) {
+          copies.push_back(node.node);
+        } else if (node.kernel != "CUDAExecutionProvider") {
+          outside.push_back(detail::str_cat("'", node.node, "' (", node.op_type, ") on ", node.kernel));
+        }
+      }
+    }
+    if (!refusal.empty()) {
+      add_run_note(refusal);
+      return placement_;
+    }
+    if (outside.empty() && copies.empty()) {
+      placement_ = Placement::kCudaOnly;
+      return placement_;
+    }
+    placement_ = Placement::kRefused;
+    std::string examples;
+    for (size_t k = 0; k < outside.size() && k < 3; ++k) examples += (k ? ", " : "") + outside[k];
+    add_run_note(detail::str_cat(
+        "cuda_graphs=true: not used: ORT placed ", outside.size(), " node(s) outside the CUDA execution provider",
+        examples.empty() ? "" : " (" + examples + (outside.size() > 3 ? ", ..." : "") + ")", " and inserted ",
+        copies.size(), " copy node(s); capturing such a graph can fail with a sticky CUDA error that loses the CUDA "
+        "context (Note [Placement before capture]), so the session runs without CUDA graphs"));
+    return placement_;
   }
 
   void add_run_note(std::string note) {
@@ -960,6 +1025,7 @@ class OrtSession final : public EngineSession {
 
   mutable std::mutex profile_mutex_;  // guards the three below
   bool profile_done_ = false;
+  Placement placement_ = Placement::kUnknown;  // guarded by graph_mutex_ (read and set by the graph paths only)
   std::vector<NodeExplanation> nodes_;
   std::string profile_error_;  // why nodes_ is empty when the first run's profile could not be read
   std::atomic<bool> explain_profile_pending_{true};  // the next run takes explain()'s profile

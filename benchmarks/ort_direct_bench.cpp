@@ -4,12 +4,14 @@
 // device with IoBinding (no copies in the timing), with or without CUDA graphs (enable_cuda_graph=1).
 //
 //   ort_direct_bench --model m.onnx [--batch 1] [--device cuda|cpu] [--graphs 0|1] [--iterations 100]
-//                    [--warmup 10] [--profile-first 0|1]
+//                    [--warmup 10] [--profile-first 0|1] [--dim NAME=VALUE ...]
 //
-// Symbolic dimensions of the inputs take the batch size. Float inputs are filled with small values, integer
+// Symbolic dimensions of the inputs take the batch size, or the value --dim gives their name (`--dim sequence=128`). Float inputs are filled with small values, integer
 // inputs with i % 1000 (valid token ids for the zoo's BERT). Prints one JSON line:
 //   {"model": ..., "batch": 1, "device": "cuda", "cuda_graphs": true, "iterations": 100, "median_ms": ...,
-//    "p90_ms": ..., "mean_ms": ..., "min_ms": ...}
+//    "p90_ms": ..., "mean_ms": ..., "min_ms": ..., "create_ms": ..., "first_run_ms": ...}
+// create_ms is the Session constructor (graph optimization, EP partitioning); first_run_ms the first Run (output shapes
+// learned, without a graph).
 // Each iteration is timed on the host around Session::Run, which returns once ORT has synchronized its stream.
 #include <onnxruntime_cxx_api.h>
 
@@ -29,6 +31,7 @@
 namespace {
 
 struct Args : bench::CommonArgs {
+  std::unordered_map<std::string, int64_t> dims;  // --dim NAME=VALUE: symbolic input dims by name
   bool profile_first = false;  // session profiling on until the first run ends (what the onnxruntime engine did before
                                // it profiled single runs through RunOptions; kept to compare)
 };
@@ -36,6 +39,12 @@ struct Args : bench::CommonArgs {
 Args parse(int argc, char** argv) {
   Args args;
   bench::parse_args(argc, argv, args, [&](const std::string& flag, const std::string& value) {
+    if (flag == "--dim") {
+      const size_t eq = value.find('=');
+      if (eq == std::string::npos) throw std::invalid_argument("--dim takes NAME=VALUE, got " + value);
+      args.dims[value.substr(0, eq)] = std::stoll(value.substr(eq + 1));
+      return true;
+    }
     if (flag != "--profile-first") return false;
     args.profile_first = bench::flag_true(value);
     return true;
@@ -107,7 +116,10 @@ int run(const Args& args) {
     device_memory = cuda.GetMemoryInfo(OrtDeviceMemoryType_DEFAULT);
   }
   if (args.profile_first) options.EnableProfiling("/tmp/ort_direct_bench_profile");
+  const auto created = std::chrono::steady_clock::now();
   Ort::Session session(env, args.model.c_str(), options);
+  const double create_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - created).count();
   Ort::Allocator device_allocator(session, device_memory);
   Ort::AllocatorWithDefaultOptions names;
 
@@ -121,9 +133,14 @@ int run(const Args& args) {
     const Ort::TypeInfo type_info = session.GetInputTypeInfo(i);  // owns what `info` views
     auto info = type_info.GetTensorTypeAndShapeInfo();
     std::vector<int64_t> shape = info.GetShape();
+    const std::vector<const char*> symbols = info.GetSymbolicDimensions();
     size_t count = 1;
-    for (int64_t& d : shape) {
-      if (d < 0) d = args.batch;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      int64_t& d = shape[k];
+      if (d < 0) {
+        const auto named = k < symbols.size() && symbols[k] != nullptr ? args.dims.find(symbols[k]) : args.dims.end();
+        d = named != args.dims.end() ? named->second : args.batch;
+      }
       count *= static_cast<size_t>(d);
     }
     host_inputs.push_back(fill(info.GetElementType(), count));
@@ -148,7 +165,10 @@ int run(const Args& args) {
   Ort::RunOptions probe_options;
   if (args.graphs) probe_options.AddConfigEntry("gpu_graph_id", "-1");
   for (const std::string& name : output_names) binding.BindOutput(name.c_str(), device_memory);
+  const auto first = std::chrono::steady_clock::now();
   session.Run(probe_options, binding);
+  const double first_run_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first).count();
   if (args.profile_first) {
     Ort::AllocatorWithDefaultOptions allocator;
     std::remove(session.EndProfilingAllocated(allocator).get());
@@ -176,10 +196,11 @@ int run(const Args& args) {
   for (double v : ms) sum += v;
   std::printf(
       "{\"model\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"cuda_graphs\": %s, \"iterations\": %d, "
-      "\"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f, \"onnxruntime\": \"%s\"}\n",
+      "\"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f, \"create_ms\": %.3f, "
+      "\"first_run_ms\": %.3f, \"onnxruntime\": \"%s\"}\n",
       args.model.c_str(), static_cast<long long>(args.batch), args.device.c_str(), args.graphs ? "true" : "false",
       args.iterations, bench::percentile(ms, 0.5), bench::percentile(ms, 0.9), sum / static_cast<double>(ms.size()),
-      *std::min_element(ms.begin(), ms.end()), Ort::GetVersionString().c_str());
+      *std::min_element(ms.begin(), ms.end()), create_ms, first_run_ms, Ort::GetVersionString().c_str());
   return 0;
 }
 

@@ -1,0 +1,226 @@
+"""The real-model suite at full size on the GPU: xpuruntime's native engine against what a user would pick instead,
+measured in one run on one machine (issue 18's table; docs/benchmarks.md).
+
+For each architecture of scripts/model_suite.py (its full-size configuration, exported with PyTorch's dynamo
+exporter in float16; exported here when missing) and each batch size (sequence 128 for text models), with inputs
+and outputs on the device:
+
+  native              xrt.InferenceSession(engine="native"), default policy (CUDA graphs on), fallback="error"
+  ort                 ONNX Runtime's C++ API directly, CUDA EP, IoBinding on the device (benchmarks/ort_direct_bench)
+  ort_graphs          the same with enable_cuda_graph=1 (a subprocess: a capture that fails cannot harm this one)
+  torch_eager         the PyTorch module (float16, torch.inference_mode)
+  torch_graph         that module captured in a torch.cuda.CUDAGraph and replayed
+  compile_graph       torch.compile(module) (default mode), warmed up, captured in a CUDA graph and replayed
+
+plus session creation and the first run's time for native and ort. Latencies are medians over --iterations calls,
+each followed by a device synchronization inside its timing. The native output is compared with torch_eager's
+(max abs difference relative to max |torch|).
+
+    python3 benchmarks/model_suite_bench.py --models resnet,bert --batches 1,16 \\
+        [--dir models/suite/full] [--iterations 50] [--warmup 10] [--seq 128] [--json out.json] [--markdown out.md]
+
+Needs torch, torchvision, timm and transformers (the device image has them) and, for the ort variants,
+XPURT_ORT_CUDA_PROVIDER (scripts/stage_ort_cuda.sh, scripts/ort_cuda_unstage.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import model_suite as suite  # noqa: E402
+from session_bench import Skip, find_bench, latency  # noqa: E402
+from timing import torch_graph  # noqa: E402
+
+VARIANTS = ["native", "ort", "ort_graphs", "torch_eager", "torch_graph", "compile_graph"]
+
+
+def feeds_for(built, batch: int, seq: int):
+    """Torch inputs of the full-size model at `batch` (and `seq` for the symbolic sequence), float ones in fp16."""
+    import torch
+    g = torch.Generator().manual_seed(batch)
+    out = {}
+    for name, example in built.inputs.items():
+        shape = list(example.shape)
+        for axis, symbol in built.dynamic.get(name, {}).items():
+            shape[axis] = batch if symbol == "batch" else seq
+        if example.dtype.is_floating_point:
+            out[name] = torch.randn(shape, generator=g).half()
+        elif "mask" in name:
+            out[name] = torch.ones(shape, dtype=example.dtype)
+        else:
+            out[name] = torch.randint(0, int(example.max()) + 1, shape, generator=g, dtype=example.dtype)
+    return out
+
+
+def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int):
+    import xpuruntime as xrt
+    t0 = time.perf_counter()
+    session = xrt.InferenceSession(str(path), device="cuda:0", engine="native",
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error"))
+    create_ms = (time.perf_counter() - t0) * 1e3
+    device_feeds = {k: xrt.from_dlpack(v.cuda()) for k, v in feeds.items()}
+    t0 = time.perf_counter()
+    first = session.run(device_feeds)
+    xrt.synchronize("cuda:0")
+    first_run_ms = (time.perf_counter() - t0) * 1e3
+    stats = latency(lambda: session.run(device_feeds), iterations, warmup, lambda: xrt.synchronize("cuda:0"))
+    stats.update(create_ms=create_ms, first_run_ms=first_run_ms)
+    output = first[session.get_outputs()[0].name]
+    return stats, np.asarray(output.cpu().numpy() if hasattr(output, "cpu") else output, dtype=np.float32)
+
+
+def run_ort(binary, path: pathlib.Path, batch: int, seq: int, graphs: bool, iterations: int, warmup: int):
+    if binary is None or not binary.exists():
+        raise Skip("no ort_direct_bench binary (build the benchmarks with ONNX Runtime found)")
+    command = [str(binary), "--model", str(path), "--batch", str(batch), "--device", "cuda", "--graphs",
+               "1" if graphs else "0", "--iterations", str(iterations), "--warmup", str(warmup),
+               "--dim", f"batch={batch}", "--dim", f"sequence={seq}"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout or "failed").strip().splitlines()
+        raise Skip(f"ort{'_graphs' if graphs else ''}: {lines[-1][:200] if lines else 'failed'}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_torch(module, feeds, mode: str, iterations: int, warmup: int):
+    import torch
+    args = [v.cuda() for v in feeds.values()]
+    sync = torch.cuda.synchronize
+    with torch.inference_mode():
+        if mode == "eager":
+            out = module(*args)
+            stats = latency(lambda: module(*args), iterations, warmup, sync)
+            first = out[0] if isinstance(out, (tuple, list)) else out
+            return stats, first.float().cpu().numpy()
+        fn = module
+        compile_s = None
+        if mode == "compile":
+            t0 = time.perf_counter()
+            fn = torch.compile(module)
+            for _ in range(3):
+                fn(*args)
+            sync()
+            compile_s = time.perf_counter() - t0
+        graph = torch_graph(lambda: fn(*args))
+        stats = latency(graph.replay, iterations, warmup, sync)
+        if compile_s is not None:
+            stats["compile_s"] = compile_s
+        return stats, None
+
+
+def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, iterations: int, warmup: int,
+                binary, skip: List[str]) -> List[Dict]:
+    import torch
+    arch = next(a for a in suite.ARCHS if a.name == name)
+    path = directory / f"{name}.dynamo.float16.onnx"
+    if not path.exists():
+        suite.export(directory, False, [name], ["dynamo"], ["float16"])
+    torch.manual_seed(0)
+    built = arch.build(False)
+    suite.realistic_weights(built.module, built.inputs)
+    module = built.module.cuda().half().eval()
+    rows = []
+    for batch in batches:
+        feeds = feeds_for(built, batch, seq)
+        row: Dict = {"model": name, "batch": batch, "notes": []}
+        reference = None
+        for variant in VARIANTS:
+            if variant in skip:
+                continue
+            try:
+                if variant == "native":
+                    row[variant], native_out = run_native(path, feeds, iterations, warmup)
+                elif variant in ("ort", "ort_graphs"):
+                    row[variant] = run_ort(binary, path, batch, seq, variant == "ort_graphs", iterations, warmup)
+                elif variant == "torch_eager":
+                    row[variant], reference = run_torch(module, feeds, "eager", iterations, warmup)
+                else:
+                    row[variant], _ = run_torch(module, feeds, "graph" if variant == "torch_graph" else "compile",
+                                                iterations, warmup)
+            except Skip as why:
+                row["notes"].append(str(why))
+            except Exception as error:  # noqa: BLE001: reported in the table
+                row["notes"].append(f"{variant}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
+            torch.cuda.synchronize()
+        if "native" in row and reference is not None and native_out.shape == reference.shape:
+            row["native_rel_err"] = float(np.abs(native_out - reference).max() / max(np.abs(reference).max(), 1e-6))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def fmt(row: Dict, variant: str) -> str:
+    return f"{row[variant]['median_ms']:.3f}" if variant in row else "-"
+
+
+def table(rows: List[Dict]) -> str:
+    head = ("| model | batch | native | ORT | ORT + graphs | torch eager | torch graph | compile + graph | "
+            "native / best ORT | native / compile | create native / ORT (ms) | first run native / ORT (ms) | "
+            "native vs torch |")
+    lines = [head, "| " + " | ".join(["---"] * 2 + ["---:"] * 11) + " |"]
+    for r in rows:
+        ort = [r[v]["median_ms"] for v in ("ort", "ort_graphs") if v in r]
+        native = r["native"]["median_ms"] if "native" in r else None
+        ratio_ort = f"{min(ort) / native:.2f}x" if native and ort else "-"
+        ratio_compile = f"{r['compile_graph']['median_ms'] / native:.2f}x" if native and "compile_graph" in r else "-"
+        create = (f"{r['native']['create_ms']:.0f} / {r['ort']['create_ms']:.0f}" if "native" in r and "ort" in r
+                  else "-")
+        first = (f"{r['native']['first_run_ms']:.0f} / {r['ort']['first_run_ms']:.0f}" if "native" in r and "ort" in r
+                 else "-")
+        err = f"{r['native_rel_err']:.1e}" if "native_rel_err" in r else "-"
+        lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(fmt(r, v) for v in VARIANTS) +
+                     f" | {ratio_ort} | {ratio_compile} | {create} | {first} | {err} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="resnet,efficientnet,convnext,vit,bert,gpt2")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--dir", type=pathlib.Path, default=ROOT / "models" / "suite" / "full")
+    ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--skip", default="", help="comma-separated variants to leave out")
+    ap.add_argument("--ort-direct", default=None, help="path of ort_direct_bench (default: found under build*/)")
+    ap.add_argument("--json", type=pathlib.Path, default=None)
+    ap.add_argument("--markdown", type=pathlib.Path, default=None)
+    args = ap.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("model_suite_bench: needs a CUDA device", file=sys.stderr)
+        return 2
+    binary = find_bench(args.ort_direct)
+    rows = []
+    for name in [m for m in args.models.split(",") if m]:
+        rows += bench_model(name, args.dir, [int(b) for b in args.batches.split(",")], args.seq, args.iterations,
+                            args.warmup, binary, [s for s in args.skip.split(",") if s])
+    device = torch.cuda.get_device_name(0)
+    header = (f"{datetime.date.today()} on {device}, torch {torch.__version__}, float16, sequence {args.seq}, "
+              f"median ms of {args.iterations} calls")
+    text = header + "\n\n" + table(rows)
+    notes = [f"- {r['model']} batch {r['batch']}: {n}" for r in rows for n in r["notes"]]
+    if notes:
+        text += "\n\n" + "\n".join(notes)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

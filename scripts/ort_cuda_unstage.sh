@@ -34,7 +34,7 @@ say() { if (( ! export_only )); then echo "$@"; fi; }
 die() { echo "ort_cuda_unstage.sh: error: $*" >&2; exit 1; }
 
 mkdir -p "${stage}"
-for folder in "${repo_root}"/.ortgpu1 "${repo_root}"/.ortgpu2 "${repo_root}"/.ortgpu3; do
+for folder in "${repo_root}"/.ortgpu*; do
   [[ -d "${folder}" ]] || continue
   cp "${folder}"/MANIFEST "${stage}/MANIFEST"
   for part in "${folder}"/part*; do

@@ -487,9 +487,18 @@ class OrtSession final : public EngineSession {
     }
     config.options.push_back(
         "profiling: ORT's run-level profiling for the first run (execution providers) and while a Profiler records");
+    const bool allow_cpu_nodes = device_.is_cuda() && cpu_nodes_allowed();
     if (device_.is_cuda()) {
       XPURT_ORT_CHECK(session_options.AppendExecutionProvider_V2(ort::env(), {ep_device_}, config.cuda_options));
-      config.options.push_back("execution_provider=CUDAExecutionProvider (plugin), then CPUExecutionProvider");
+      if (!allow_cpu_nodes) {
+        // Note [No CPU nodes beside the CUDA plugin]
+        XPURT_ORT_CHECK(session_options.AddConfigEntry("session.disable_cpu_ep_fallback", "1"));
+      }
+      config.options.push_back(allow_cpu_nodes
+                                   ? "execution_provider=CUDAExecutionProvider (plugin), then CPUExecutionProvider "
+                                     "(XPURT_ORT_ALLOW_CPU_NODES=1)"
+                                   : "execution_provider=CUDAExecutionProvider (plugin) only: "
+                                     "session.disable_cpu_ep_fallback=1");
       for (const auto& [key, value] : std::map<std::string, std::string>(config.cuda_options.begin(),
                                                                         config.cuda_options.end())) {
         config.options.push_back(detail::str_cat("cuda.", key, "=", value));
@@ -497,8 +506,21 @@ class OrtSession final : public EngineSession {
     } else {
       config.options.push_back("execution_provider=CPUExecutionProvider");
     }
-    XPURT_ORT_CHECK(session_ = std::make_shared<Ort::Session>(ort::env(), model.data(), model.size(),
-                                                              session_options));
+    try {
+      XPURT_ORT_CHECK(session_ = std::make_shared<Ort::Session>(ort::env(), model.data(), model.size(),
+                                                                session_options));
+    } catch (const XpuRuntimeError& error) {
+      if (std::string(error.what()).find("fallback to CPU EP has been explicitly disabled") == std::string::npos) {
+        throw;
+      }
+      throw UnsupportedOperationError(detail::str_cat(
+          "onnxruntime on ", device_.str(), ": ONNX Runtime would run some nodes of this model on its CPU execution "
+          "provider beside the CUDA plugin, and ONNX Runtime ", Ort::GetVersionString(), "'s CUDA plugin crashes the "
+          "process (a segmentation fault in Run) on such a mixed placement (Note [No CPU nodes beside the CUDA "
+          "plugin]); run the model with engine=\"native\" (or engine=\"auto\"), or set XPURT_ORT_ALLOW_CPU_NODES=1 "
+          "to try anyway. ORT said: ",
+          error.what()));
+    }
     options_list_ = std::move(config.options);
     policy_notes_ = std::move(config.policy_notes);
   }
@@ -861,6 +883,20 @@ class OrtSession final : public EngineSession {
       return false;
     }
     return true;
+  }
+
+  // Note [No CPU nodes beside the CUDA plugin]: the CUDA execution provider of the bundled ONNX Runtime (1.29, the
+  // plugin library registered through RegisterExecutionProviderLibrary) crashes the process with a segmentation fault
+  // in the first Run of any model whose placement mixes it with the CPU execution provider (seen on an H200,
+  // 2026-11-25: every BERT, DistilBERT, RoBERTa and GPT-2 export of the real-model suite, both exporters, with and
+  // without CUDA graphs, also through ORT's own C++ API in benchmarks/ort_direct_bench; models placed wholly on the
+  // CUDA EP run). A crash cannot be caught, so CUDA sessions are created with session.disable_cpu_ep_fallback=1: ORT
+  // then refuses such a model at session creation, which becomes an UnsupportedOperationError naming the way out
+  // (the native engine; engine="auto" picks it when it runs every node), and the process and its CUDA context live
+  // on. XPURT_ORT_ALLOW_CPU_NODES=1 creates the mixed session anyway (for an ONNX Runtime build without the bug).
+  static bool cpu_nodes_allowed() {
+    const char* value = std::getenv("XPURT_ORT_ALLOW_CPU_NODES");
+    return value != nullptr && std::string(value) == "1";
   }
 
   // Note [Placement before capture]: a graph ORT captures while some nodes run on the CPU execution provider, or

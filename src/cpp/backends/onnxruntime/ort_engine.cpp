@@ -516,8 +516,8 @@ class OrtSession final : public EngineSession {
       throw UnsupportedOperationError(detail::str_cat(
           "onnxruntime on ", device_.str(), ": ONNX Runtime would run some nodes of this model on its CPU execution "
           "provider beside the CUDA plugin, and ONNX Runtime ", Ort::GetVersionString(), "'s CUDA plugin crashes the "
-          "process (a segmentation fault in Run) on such a mixed placement (Note [No CPU nodes beside the CUDA "
-          "plugin]); run the model with engine=\"native\" (or engine=\"auto\"), or set XPURT_ORT_ALLOW_CPU_NODES=1 "
+          "process (a segmentation fault in Run) on such mixed placements, BERT's among them (Note [No CPU nodes "
+          "beside the CUDA plugin]); run the model with engine=\"native\" (or engine=\"auto\"), or set XPURT_ORT_ALLOW_CPU_NODES=1 "
           "to try anyway. ORT said: ",
           error.what()));
     }
@@ -887,13 +887,15 @@ class OrtSession final : public EngineSession {
 
   // Note [No CPU nodes beside the CUDA plugin]: the CUDA execution provider of the bundled ONNX Runtime (1.29, the
   // plugin library registered through RegisterExecutionProviderLibrary) crashes the process with a segmentation fault
-  // in the first Run of any model whose placement mixes it with the CPU execution provider (seen on an H200,
+  // in the first Run of some models whose placement mixes it with the CPU execution provider (seen on an H200,
   // 2026-11-25: every BERT, DistilBERT, RoBERTa and GPT-2 export of the real-model suite, both exporters, with and
-  // without CUDA graphs, also through ORT's own C++ API in benchmarks/ort_direct_bench; models placed wholly on the
-  // CUDA EP run). A crash cannot be caught, so CUDA sessions are created with session.disable_cpu_ep_fallback=1: ORT
-  // then refuses such a model at session creation, which becomes an UnsupportedOperationError naming the way out
-  // (the native engine; engine="auto" picks it when it runs every node), and the process and its CUDA context live
-  // on. XPURT_ORT_ALLOW_CPU_NODES=1 creates the mixed session anyway (for an ONNX Runtime build without the bug).
+  // without CUDA graphs, also through ORT's own C++ API in benchmarks/ort_direct_bench; the Llama exports, whose CPU
+  // nodes are only shape arithmetic, ran). Nothing tells in advance which mixed models crash, and a crash cannot be
+  // caught, so CUDA sessions are created with session.disable_cpu_ep_fallback=1: ORT then refuses every mixed
+  // placement at session creation, which becomes an UnsupportedOperationError naming the way out (the native engine;
+  // engine="auto" picks it when it runs every node), and the process and its CUDA context live on.
+  // XPURT_ORT_ALLOW_CPU_NODES=1 creates mixed sessions anyway (a model known to run, or an ONNX Runtime build
+  // without the bug).
   static bool cpu_nodes_allowed() {
     const char* value = std::getenv("XPURT_ORT_ALLOW_CPU_NODES");
     return value != nullptr && std::string(value) == "1";

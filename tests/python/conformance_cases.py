@@ -65,6 +65,13 @@ class Case:
     # gather's indices.
     input_dtypes: Sequence[Optional[str]] = ()
     out_dtype: Optional[str] = None  # the output's dtype when it is not the run's (comparisons: "bool")
+    # Per output after the first, its dtype when it is not the run's (top_k's indices: "int64").
+    more_out_dtypes: Sequence[Optional[str]] = ()
+
+    def output_dtype(self, index: int) -> Optional[str]:
+        if index == 0:
+            return self.out_dtype
+        return self.more_out_dtypes[index - 1] if index - 1 < len(self.more_out_dtypes) else None
 
     def input_dtype(self, index: int, dtype: str) -> str:
         fixed = self.input_dtypes[index] if index < len(self.input_dtypes) else None
@@ -1176,6 +1183,133 @@ def integer_reduce_cases() -> List[Case]:
     return cases
 
 
+def ref_log_softmax(inputs, attrs):
+    x = inputs[0]
+    axis = attrs.get("axis", -1)
+    m = x.max(axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def ref_one_hot(inputs, attrs):
+    indices = inputs[0].astype(np.int64)
+    depth = attrs["depth"]
+    indices = np.where(indices < 0, indices + depth, indices)
+    hot = (indices[..., None] == np.arange(depth)).astype(np.float64)
+    y = np.where(hot != 0, attrs.get("on", 1.0), attrs.get("off", 0.0))
+    return np.moveaxis(y, -1, attrs.get("axis", -1))
+
+
+def ref_scatter_nd(inputs, attrs):
+    data, indices, updates = inputs
+    y = data.copy()
+    indices = indices.astype(np.int64)
+    depth = indices.shape[-1]
+    flat_idx = indices.reshape(-1, depth)
+    flat_upd = updates.reshape((-1,) + data.shape[depth:])
+    for t in range(flat_idx.shape[0]):
+        y[tuple(flat_idx[t])] = flat_upd[t]
+    return y
+
+
+def ref_top_k(inputs, attrs):
+    x = inputs[0]
+    k = attrs["k"]
+    largest = attrs.get("largest", 1)
+    # a stable sort of (-x or x): ties keep the smaller index first
+    order = np.argsort(-x if largest else x, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order
+
+
+def ref_arg(op):
+    def reference(inputs, attrs):
+        x = inputs[0]
+        axis = attrs.get("axis", 0)
+        last = attrs.get("select_last_index", 0)
+        fn = np.argmax if op == "arg_max" else np.argmin
+        if last:
+            y = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis)
+        else:
+            y = fn(x, axis=axis)
+        return np.expand_dims(y, axis) if attrs.get("keepdims", 1) else y
+    return reference
+
+
+def second_batch_cases() -> List[Case]:
+    cases = []
+    for name, (shape, axis) in {"last_7x13": ((7, 13), -1), "middle_4x5x6": ((4, 5, 6), 1),
+                                "long_2x1100": ((2, 1100), 1), "first_9x3": ((9, 3), 0)}.items():
+        cases.append(Case("log_softmax", name, [uniform(_rng("log_softmax" + name), shape, -4, 4)], {"axis": axis},
+                          ref_log_softmax, "reduction"))
+    for name, (sx, ss) in {"channel_2x5x3x3": ((2, 5, 3, 3), (5, 1, 1)), "scalar": ((7, 13), (1,)),
+                           "same": ((3, 17), (3, 17))}.items():
+        rng = _rng("prelu" + name)
+        cases.append(Case("prelu", name, [uniform(rng, sx), uniform(rng, ss, 0.0, 0.5)], {},
+                          lambda inputs, attrs: np.where(inputs[0] < 0, inputs[1] * inputs[0], inputs[0]),
+                          "elementwise"))
+    for name, (sa, sb) in {"same_7x13": ((7, 13), (7, 13)), "bcast_row": ((4, 33), (33,))}.items():
+        rng = _rng("mod" + name)
+        a = integers(rng, sa, -1000, 1000)
+        b = integers(rng, sb, 1, 50) * np.where(rng.uniform(size=sb) < 0.5, -1, 1).astype(np.float32)
+        cases.append(Case("mod", f"int_{name}", [a, b], {}, lambda inputs, attrs: np.mod(inputs[0], inputs[1]),
+                          "exact", ("int32", "int64")))
+        cases.append(Case("mod", f"int_fmod_{name}", [a, b], {"fmod": 1},
+                          lambda inputs, attrs: np.fmod(inputs[0], inputs[1]), "exact", ("int32", "int64")))
+        fa, fb = uniform(rng, sa, -8, 8), uniform(rng, sb, 0.5, 3) * np.where(rng.uniform(size=sb) < 0.5, -1, 1)
+        cases.append(Case("mod", f"float_fmod_{name}", [fa, fb.astype(np.float32)], {"fmod": 1},
+                          lambda inputs, attrs: np.fmod(inputs[0], inputs[1]), "elementwise", ("float32",)))
+    for name, (shape, depth, axis) in {"last": ((3, 4), 5, -1), "first": ((6,), 4, 0), "middle": ((2, 3), 7, 1)}.items():
+        rng = _rng("one_hot" + name)
+        indices = rng.integers(-depth, depth + 2, size=shape).astype(np.float32)  # some out of range: all off
+        cases.append(Case("one_hot", name, [indices], {"depth": depth, "axis": axis, "on": 3.0, "off": -1.0,
+                                                       "dtype": "float32"},
+                          ref_one_hot, "exact", ("int64", "int32"), out_dtype="float32"))
+    for name, (shape, k, upper) in {"upper_5x7": ((5, 7), 0, 1), "lower_k1": ((2, 6, 4), 1, 0),
+                                    "upper_kneg": ((3, 4, 4), -2, 1), "lower_kbig": ((4, 3), 9, 0)}.items():
+        cases.append(Case("trilu", name, [integers(_rng("trilu" + name), shape)], {"k": k, "upper": upper},
+                          (lambda up, kk: lambda inputs, attrs: np.triu(inputs[0], kk) if up else
+                           np.tril(inputs[0], kk))(upper, k), "exact", ALL_DTYPES))
+    for name, (shape, repeats) in {"2d": ((3, 4), [2, 3]), "3d_ones": ((2, 1, 5), [1, 4, 1]),
+                                   "zero": ((2, 3), [0, 2])}.items():
+        cases.append(Case("tile", name, [integers(_rng("tile" + name), shape)], {"repeats": repeats},
+                          lambda inputs, attrs: np.tile(inputs[0], attrs["repeats"]), "exact", ALL_DTYPES))
+    for name, (shape, index_shape) in {"rows": ((5, 4), (3, 1)), "scalars": ((4, 5, 6), (7, 3)),
+                                       "slices": ((6, 3, 4), (2, 2, 1))}.items():
+        rng = _rng("scatter_nd" + name)
+        depth = index_shape[-1]
+        tuples = int(np.prod(index_shape[:-1]))
+        flat = rng.choice(int(np.prod(shape[:depth])), size=tuples, replace=False)  # unique: ONNX leaves duplicates
+        idx = np.stack(np.unravel_index(flat, shape[:depth]), axis=-1).reshape(index_shape).astype(np.float32)
+        updates = integers(rng, index_shape[:-1] + shape[depth:])
+        cases.append(Case("scatter_nd", name, [integers(rng, shape), idx, updates], {}, ref_scatter_nd, "exact",
+                          ALL_DTYPES, input_dtypes=[None, "int64", None]))
+    for op in ("arg_max", "arg_min"):
+        for name, (shape, attrs) in {"last": ((7, 13), {"axis": 1}), "first_nokeep": ((5, 4, 3), {"axis": 0,
+                                                                                                   "keepdims": 0}),
+                                     "ties_last": ((6, 9), {"axis": 1, "select_last_index": 1})}.items():
+            rng = _rng(op + name)
+            x = integers(rng, shape, 0, 5) if "ties" in name else uniform(rng, shape)
+            cases.append(Case(op, name, [x], attrs, ref_arg(op), "exact", DTYPES + ("float64",), out_dtype="int64"))
+    for name, (shape, k, largest) in {"largest_7x13": ((7, 13), 4, 1), "smallest_3x100": ((3, 100), 10, 0),
+                                      "ties_5x33": ((5, 33), 33, 1), "row_1x3000": ((1, 3000), 300, 1)}.items():
+        rng = _rng("top_k" + name)
+        x = integers(rng, shape, 0, 6) if "ties" in name else uniform(rng, shape)
+        cases.append(Case("top_k", name, [x], {"k": k, "largest": largest, "axis": -1}, ref_top_k, "exact",
+                          more_out_dtypes=["int64"]))
+    for name, (shape, axes, keepdims) in {"last": ((7, 5), [1], 1), "all": ((3, 4), [], 0),
+                                          "middle": ((2, 3, 4), [1], 0)}.items():
+        rng = _rng("reduce_prod" + name)
+        x = uniform(rng, shape, 0.5, 1.5) * np.where(rng.uniform(size=shape) < 0.3, -1, 1).astype(np.float32)
+        cases.append(Case("reduce_prod", name, [x], {"axes": axes, "keepdims": keepdims},
+                          lambda inputs, attrs: np.prod(inputs[0], axis=tuple(attrs["axes"]) or None,
+                                                        keepdims=bool(attrs["keepdims"])), "reduction"))
+        cases.append(Case("reduce_prod", f"int_{name}", [integers(rng, shape, -3, 4)], {"axes": axes,
+                                                                                         "keepdims": keepdims},
+                          lambda inputs, attrs: np.prod(inputs[0], axis=tuple(attrs["axes"]) or None,
+                                                        keepdims=bool(attrs["keepdims"])), "exact",
+                          ("int32", "int64")))
+    return cases
+
+
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
     cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases() + pool_cases()
@@ -1184,7 +1318,7 @@ def all_cases() -> List[Case]:
              + attention_cases() + transpose_cases() + concat_cases() + slice_cases() + gather_cases()
              + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases()
              + pointwise_cases() + logical_cases() + cum_sum_cases() + gather_elements_cases() + gather_nd_cases()
-             + pad_cases() + resize_cases() + integer_reduce_cases())
+             + pad_cases() + resize_cases() + integer_reduce_cases() + second_batch_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return cases

@@ -300,7 +300,7 @@ std::vector<TensorDesc> infer_binary(const OpDescriptor& desc) {
 std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
   const DType dtype = desc.inputs[0].dtype;
   if (desc.op == "reduce_mean" || (dtype != DType::kInt32 && dtype != DType::kInt64)) {
-    check_float_inputs(desc, {"x"});  // sum, max and min also take int32/int64
+    check_float_inputs(desc, {"x"});  // sum, max, min and prod also take int32/int64
   }
   const TensorDesc& x = desc.inputs[0];
   auto axes = desc.attrs.get_ints("axes", {});
@@ -316,7 +316,8 @@ std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
     if (!reduced[k]) {
       out.push_back(x.shape[k]);
     } else {
-      XPURT_CHECK(x.shape[k] > 0 || desc.op == "reduce_sum" || desc.op == "reduce_mean", "op '", desc.op,
+      XPURT_CHECK(x.shape[k] > 0 || desc.op == "reduce_sum" || desc.op == "reduce_mean" || desc.op == "reduce_prod",
+                  "op '", desc.op,
                   "': cannot reduce an empty axis ", k);
       if (keepdims) out.push_back(1);
     }
@@ -410,8 +411,8 @@ void register_ops(KernelRegistry& registry) {
   for (const char* op : {"pow", "maximum", "minimum"}) {
     add(op, "elementwise", {"a", "b"}, std::string(op) + "(a, b) with NumPy broadcasting", infer_binary);
   }
-  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"}) {
-    add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1; sum/max/min also int32/int64",
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"}) {
+    add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1; sum/max/min/prod also int32/int64",
         infer_reduce);
   }
   {

@@ -353,6 +353,111 @@ std::vector<TensorDesc> infer_resize(const OpDescriptor& desc) {
               "or cubic, got '", mode, "'");
   return {output_of(x, sizes, x.dtype)};
 }
+
+std::vector<TensorDesc> infer_log_softmax(const OpDescriptor& desc) {
+  check_float(desc, 0, "x");
+  normalize_axis(desc.attrs.get_int("axis", -1), desc.inputs[0].dim(), "log_softmax", "axis");
+  return {output_of(desc.inputs[0], desc.inputs[0].shape, desc.inputs[0].dtype)};
+}
+
+std::vector<TensorDesc> infer_prelu(const OpDescriptor& desc) {
+  check_float(desc, 0, "x");
+  check_same(desc, 1, "slope", "x");
+  const Shape& x = desc.inputs[0].shape;
+  XPURT_CHECK(broadcast(x, desc.inputs[1].shape, "prelu", "x", "slope") == x, "op 'prelu': slope ",
+              shape_str(desc.inputs[1].shape), " must broadcast to x ", shape_str(x));
+  return {output_of(desc.inputs[0], x, desc.inputs[0].dtype)};
+}
+
+std::vector<TensorDesc> infer_mod(const OpDescriptor& desc) {
+  const TensorDesc& a = desc.inputs[0];
+  const bool fmod = desc.attrs.get_int("fmod", 0) != 0;
+  XPURT_CHECK_TYPE(data_ops::is_arithmetic_int_dtype(a.dtype) || (fmod && is_float_dtype(a.dtype)), "op 'mod': "
+                   "input 'a' must be int32 or int64, or a float with fmod=1 (ONNX), got ", dtype_name(a.dtype),
+                   " with fmod=", fmod ? 1 : 0);
+  check_same(desc, 1, "b", "a");
+  return {output_of(a, broadcast(a.shape, desc.inputs[1].shape, "mod", "a", "b"), a.dtype)};
+}
+
+std::vector<TensorDesc> infer_one_hot(const OpDescriptor& desc) {
+  const TensorDesc& indices = desc.inputs[0];
+  XPURT_CHECK_TYPE(indices.dtype == DType::kInt32 || indices.dtype == DType::kInt64, "op 'one_hot': input "
+                   "'indices' must be int32 or int64, got ", dtype_name(indices.dtype));
+  const std::int64_t depth = desc.attrs.get_int("depth", -1);
+  XPURT_CHECK(depth >= 1, "op 'one_hot': attribute 'depth' must be >= 1, got ", depth);
+  const DType dtype = dtype_from_name(desc.attrs.get_string("dtype", "float32"));
+  const std::int64_t rank = indices.dim() + 1;
+  const std::int64_t axis = normalize_axis(desc.attrs.get_int("axis", -1), rank, "one_hot", "axis");
+  Shape out = indices.shape;
+  out.insert(out.begin() + axis, depth);
+  return {output_of(indices, out, dtype)};
+}
+
+std::vector<TensorDesc> infer_trilu(const OpDescriptor& desc) {
+  check_any_dtype(desc, 0, "x");
+  XPURT_CHECK(desc.inputs[0].dim() >= 2, "op 'trilu': x must have rank >= 2, got ", shape_str(desc.inputs[0].shape));
+  return {output_of(desc.inputs[0], desc.inputs[0].shape, desc.inputs[0].dtype)};
+}
+
+std::vector<TensorDesc> infer_tile(const OpDescriptor& desc) {
+  check_any_dtype(desc, 0, "x");
+  const TensorDesc& x = desc.inputs[0];
+  const Shape repeats = desc.attrs.get_ints("repeats", {});
+  XPURT_CHECK(static_cast<int>(repeats.size()) == x.dim(), "op 'tile': 'repeats' ", shape_str(repeats),
+              " must have one entry per dimension of x ", shape_str(x.shape));
+  Shape out = x.shape;
+  for (int d = 0; d < x.dim(); ++d) {
+    XPURT_CHECK(repeats[d] >= 0, "op 'tile': repeats ", shape_str(repeats), " has a negative entry");
+    out[d] *= repeats[d];
+  }
+  return {output_of(x, out, x.dtype)};
+}
+
+std::vector<TensorDesc> infer_scatter_nd(const OpDescriptor& desc) {
+  check_any_dtype(desc, 0, "data");
+  check_indices(desc);
+  check_same(desc, 2, "updates", "data");
+  const TensorDesc& data = desc.inputs[0];
+  const TensorDesc& indices = desc.inputs[1];
+  XPURT_CHECK(desc.attrs.get_string("reduction", "none") == "none", "op 'scatter_nd': only reduction='none' is a "
+              "registry op; other reductions run in the ONNX reference library");
+  XPURT_CHECK(indices.dim() >= 1 && indices.shape.back() >= 1 && indices.shape.back() <= data.dim(), "op "
+              "'scatter_nd': index tuples of ", indices.shape.empty() ? 0 : indices.shape.back(),
+              " entries do not fit data ", shape_str(data.shape));
+  Shape expected(indices.shape.begin(), indices.shape.end() - 1);
+  expected.insert(expected.end(), data.shape.begin() + indices.shape.back(), data.shape.end());
+  XPURT_CHECK(desc.inputs[2].shape == expected, "op 'scatter_nd': updates ", shape_str(desc.inputs[2].shape),
+              " must have shape ", shape_str(expected), " (indices.shape[:-1] + data.shape[depth:])");
+  return {output_of(data, data.shape, data.dtype)};
+}
+
+std::vector<TensorDesc> infer_arg_reduce(const OpDescriptor& desc) {
+  check_float(desc, 0, "x");
+  const TensorDesc& x = desc.inputs[0];
+  XPURT_CHECK(x.dim() >= 1, "op '", desc.op, "': x must have rank >= 1");
+  const std::int64_t axis = normalize_axis(desc.attrs.get_int("axis", 0), x.dim(), desc.op, "axis");
+  XPURT_CHECK(x.shape[static_cast<std::size_t>(axis)] > 0, "op '", desc.op, "': cannot reduce the empty axis ", axis);
+  Shape out = x.shape;
+  if (desc.attrs.get_int("keepdims", 1) != 0) {
+    out[static_cast<std::size_t>(axis)] = 1;
+  } else {
+    out.erase(out.begin() + axis);
+  }
+  return {output_of(x, out, DType::kInt64)};
+}
+
+std::vector<TensorDesc> infer_top_k(const OpDescriptor& desc) {
+  check_float(desc, 0, "x");
+  const TensorDesc& x = desc.inputs[0];
+  XPURT_CHECK(x.dim() >= 1, "op 'top_k': x must have rank >= 1");
+  const std::int64_t axis = normalize_axis(desc.attrs.get_int("axis", -1), x.dim(), "top_k", "axis");
+  const std::int64_t k = desc.attrs.get_int("k", -1);
+  XPURT_CHECK(k >= 0 && k <= x.shape[static_cast<std::size_t>(axis)], "op 'top_k': k=", k, " must be in [0, ",
+              x.shape[static_cast<std::size_t>(axis)], "] (the size of axis ", axis, ")");
+  Shape out = x.shape;
+  out[static_cast<std::size_t>(axis)] = k;
+  return {output_of(x, out, x.dtype), output_of(x, out, DType::kInt64)};
+}
 }  // namespace
 
 // Called from register_ops (op_schemas.cpp).
@@ -415,6 +520,31 @@ void register_data_ops(KernelRegistry& registry) {
       "ONNX Resize to 'sizes' (every dim) with per-dim 'scales' for the coordinate transform; mode=nearest|linear|"
       "cubic, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias",
       infer_resize);
+  add("log_softmax", "softmax", {"x"}, "log(softmax(x)) along axis (-1)", infer_log_softmax);
+  add("prelu", "activation", {"x", "slope"}, "x < 0 ? slope * x : x; slope broadcasts to x", infer_prelu);
+  add("mod", "elementwise", {"a", "b"},
+      "ONNX Mod: fmod=0 (int32/int64: the sign of b) or fmod=1 (C fmod: the sign of a; floats need it)", infer_mod);
+  add("one_hot", "data_movement", {"indices"},
+      "ONNX OneHot: depth (required), axis (-1), on (1), off (0), dtype (float32)", infer_one_hot);
+  add("trilu", "data_movement", {"x"}, "ONNX Trilu over the last two dims: upper (1), k (0)", infer_trilu);
+  add("tile", "data_movement", {"x"}, "ONNX Tile: repeats (required, one per dim)", infer_tile);
+  add("scatter_nd", "data_movement", {"data", "indices", "updates"},
+      "ONNX ScatterND, reduction='none': data with updates written at the index tuples (duplicates: the last wins)",
+      infer_scatter_nd);
+  for (const char* op : {"arg_max", "arg_min"}) {
+    add(op, "reduce", {"x"}, std::string(op) + " along axis (0) -> int64; keepdims (1), select_last_index (0)",
+        infer_arg_reduce);
+  }
+  {
+    OpSchema top_k;
+    top_k.name = "top_k";
+    top_k.family = "reduce";
+    top_k.inputs = {"x"};
+    top_k.outputs = {"values", "indices"};
+    top_k.doc = "ONNX TopK: k (required), axis (-1), largest (1), sorted (1) -> values, int64 indices";
+    top_k.infer = infer_top_k;
+    registry.add_schema(std::move(top_k));
+  }
 }
 
 }  // namespace xpuruntime

@@ -1,6 +1,7 @@
 // The cpu kernels of the ONNX ops beyond the core set (clip, hard_sigmoid, hard_swish, leaky_relu, elu, softplus,
 // sin, cos, floor, ceil, round, sign, is_nan, is_inf, logical_and/or/xor, cum_sum, gather_elements, gather_nd,
-// pad, resize) and of the int32/int64 reductions: each runs the ONNX reference library's own op
+// pad, resize, log_softmax, prelu, mod, one_hot, trilu, tile, scatter_nd, arg_max, arg_min, top_k, reduce_prod) and
+// of the int32/int64 reductions: each runs the ONNX reference library's own op
 // (src/cpp/backends/cpu/onnx/, checked against ONNX's backend test data) on the launch's tensors.
 //
 // Note [Registry ops through the ONNX reference library]
@@ -62,24 +63,29 @@ Tensor float_vector(const std::vector<double>& values) {
 }
 
 // Runs the library's `op_type` with `attrs` on `inputs` (undefined tensors: absent optional inputs) and copies
-// its single output into the launch's output 0.
+// its outputs into the launch's.
 void run_reference(const KernelLaunch& launch, const std::string& op_type, Attributes attrs,
                    const std::vector<Tensor>& inputs) {
   Node node;
   node.op_type = op_type;
   node.name = launch.desc->op;
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    node.inputs.push_back(inputs[k].defined() ? "input" + std::to_string(k) : std::string());
+    node.inputs.push_back(inputs[k].defined() ? detail::str_cat("input", k) : std::string());
   }
-  node.outputs = {"y"};
+  for (std::size_t k = 0; k < launch.desc->outputs.size(); ++k) node.outputs.push_back(detail::str_cat("y", k));
   node.attrs = std::move(attrs);
   const std::vector<Tensor> outputs = onnx_ref::run_node(node, kOpset, inputs);
-  Tensor& y = launch.output(0);
-  XPURT_INTERNAL_ASSERT(outputs.size() == 1 && outputs[0].dtype() == y.dtype() && outputs[0].shape() == y.shape(),
-                        "the reference library's ", op_type, " disagrees with the schema of '", launch.desc->op,
-                        "' on its output");
-  const Tensor result = outputs[0].contiguous();
-  if (y.nbytes() > 0) std::memcpy(y.data_ptr(), result.data_ptr(), static_cast<std::size_t>(y.nbytes()));
+  XPURT_INTERNAL_ASSERT(outputs.size() == launch.desc->outputs.size(), "the reference library's ", op_type, " made ",
+                        outputs.size(), " outputs, the schema of '", launch.desc->op, "' has ",
+                        launch.desc->outputs.size());
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    Tensor& y = launch.output(k);
+    XPURT_INTERNAL_ASSERT(outputs[k].dtype() == y.dtype() && outputs[k].shape() == y.shape(),
+                          "the reference library's ", op_type, " disagrees with the schema of '", launch.desc->op,
+                          "' on output ", k);
+    const Tensor result = outputs[k].contiguous();
+    if (y.nbytes() > 0) std::memcpy(y.data_ptr(), result.data_ptr(), static_cast<std::size_t>(y.nbytes()));
+  }
 }
 
 std::vector<Tensor> launch_inputs(const KernelLaunch& launch) {
@@ -147,9 +153,13 @@ void run_resize(const KernelLaunch& launch) {
 
 }  // namespace
 
-void run_integer_reduce(const KernelLaunch& launch) {
+void run_reference_reduce(const KernelLaunch& launch) {
   const std::string& op = launch.desc->op;
-  const std::string op_type = op == "reduce_sum" ? "ReduceSum" : op == "reduce_max" ? "ReduceMax" : "ReduceMin";
+  const std::string op_type = op == "reduce_sum"    ? "ReduceSum"
+                              : op == "reduce_max"  ? "ReduceMax"
+                              : op == "reduce_min"  ? "ReduceMin"
+                              : op == "reduce_prod" ? "ReduceProd"
+                                                    : "ReduceMean";
   const std::vector<std::int64_t> axes = launch.desc->attrs.get_ints("axes", {});
   Attributes attrs;
   attrs.set("keepdims", launch.desc->attrs.get_int("keepdims", 1));
@@ -172,6 +182,9 @@ void register_onnx_kernels(KernelRegistry& registry) {
       {"is_inf", "IsInf", DTypeSet::kAll},             {"logical_and", "And", DTypeSet::kAll},
       {"logical_or", "Or", DTypeSet::kAll},              {"logical_xor", "Xor", DTypeSet::kAll},
       {"gather_elements", "GatherElements", DTypeSet::kAll}, {"gather_nd", "GatherND", DTypeSet::kAll},
+      {"log_softmax", "LogSoftmax", DTypeSet::kFloat},   {"prelu", "PRelu", DTypeSet::kFloat},
+      {"mod", "Mod", DTypeSet::kFloatAndInt},            {"scatter_nd", "ScatterND", DTypeSet::kAll},
+      {"arg_max", "ArgMax", DTypeSet::kAll},             {"arg_min", "ArgMin", DTypeSet::kAll},
   };
   for (const Mapped& m : direct) {
     add_cpu_kernel(
@@ -187,6 +200,49 @@ void register_onnx_kernels(KernelRegistry& registry) {
                  [](const KernelLaunch& launch, const CpuContext&) { run_cum_sum(launch); }, DTypeSet::kFloatAndInt);
   add_cpu_kernel(registry, "pad", "the ONNX reference library's Pad (pads and value as constant inputs)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_pad(launch); }, DTypeSet::kAll);
+  add_cpu_kernel(registry, "reduce_prod", "the ONNX reference library's ReduceProd (axes as a constant input)",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_reference_reduce(launch); },
+                 DTypeSet::kFloatAndInt);
+  add_cpu_kernel(
+      registry, "one_hot", "the ONNX reference library's OneHot (depth and values as constant inputs)",
+      [](const KernelLaunch& launch, const CpuContext&) {
+        const Attributes& attrs = launch.desc->attrs;
+        const DType dtype = launch.desc->outputs[0].dtype;
+        Tensor values = Tensor::empty({2}, dtype);
+        const Tensor off = scalar_of(attrs.get_float("off", 0.0), dtype);
+        const Tensor on = scalar_of(attrs.get_float("on", 1.0), dtype);
+        const auto size = static_cast<std::size_t>(off.nbytes());
+        std::memcpy(values.data_ptr(), off.data_ptr(), size);
+        std::memcpy(static_cast<char*>(values.data_ptr()) + size, on.data_ptr(), size);
+        Attributes one_hot_attrs;
+        one_hot_attrs.set("axis", attrs.get_int("axis", -1));
+        run_reference(launch, "OneHot", one_hot_attrs,
+                      {launch.input(0), scalar_of(static_cast<double>(attrs.get_int("depth", 1)), DType::kInt64),
+                       values});
+      },
+      DTypeSet::kAll);
+  add_cpu_kernel(
+      registry, "trilu", "the ONNX reference library's Trilu (k as a constant input)",
+      [](const KernelLaunch& launch, const CpuContext&) {
+        Attributes attrs;
+        attrs.set("upper", launch.desc->attrs.get_int("upper", 1));
+        run_reference(launch, "Trilu", attrs,
+                      {launch.input(0), scalar_of(static_cast<double>(launch.desc->attrs.get_int("k", 0)),
+                                                  DType::kInt64)});
+      },
+      DTypeSet::kAll);
+  add_cpu_kernel(
+      registry, "tile", "the ONNX reference library's Tile (repeats as a constant input)",
+      [](const KernelLaunch& launch, const CpuContext&) {
+        run_reference(launch, "Tile", {}, {launch.input(0), int64_vector(launch.desc->attrs.get_ints("repeats", {}))});
+      },
+      DTypeSet::kAll);
+  add_cpu_kernel(registry, "top_k", "the ONNX reference library's TopK (k as a constant input)",
+                 [](const KernelLaunch& launch, const CpuContext&) {
+                   run_reference(launch, "TopK", attrs_without(launch.desc->attrs, {"k"}),
+                                 {launch.input(0), int64_vector({launch.desc->attrs.get_int("k", 0)})});
+                 },
+                 DTypeSet::kAll);
   add_cpu_kernel(registry, "resize", "the ONNX reference library's Resize (scales or sizes as constant inputs)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_resize(launch); });
 }

@@ -111,7 +111,7 @@ void register_reduce_kernels(KernelRegistry& registry) {
                    std::string("reference ") + op + " over any axes (keepdims), sums accumulated in double",
                    [kind = kind](const KernelLaunch& launch, const CpuContext& context) {
                      const DType dtype = launch.desc->inputs[0].dtype;
-                     if (dtype == DType::kInt32 || dtype == DType::kInt64) return run_integer_reduce(launch);
+                     if (dtype == DType::kInt32 || dtype == DType::kInt64) return run_reference_reduce(launch);
                      dispatch_compute_type(dtype,
                                            [&](auto zero) { run_reduce<decltype(zero)>(kind, launch, context); });
                    },

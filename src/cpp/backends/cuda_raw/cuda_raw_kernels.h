@@ -36,7 +36,7 @@ enum class UnaryOp : std::uint8_t {
 
 enum class BinaryOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum };
 
-enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin };
+enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kProd };
 
 // y[i] = op(x[i]) for n elements. `x == y` is allowed.
 void unary(UnaryOp op, const void* x, void* y, DType dtype, std::int64_t n, void* stream);
@@ -132,6 +132,9 @@ void cast_any(const void* x, DType from, void* y, DType to, std::int64_t n, void
 // Softmax of x viewed as [outer, axis_size, inner] along the middle axis.
 void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
              void* stream);
+// log(softmax(x)) the same way, as x - max - log(sum(exp(x - max))) (no log of a rounded probability).
+void log_softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
+                 void* stream);
 
 // y[r, :] = (v[r, :] - mean) / sqrt(var + epsilon) * scale + bias for v = x (+ residual, summed in fp32)
 // viewed as [rows, cols]; `residual` ([rows, cols]), `scale` and `bias` ([cols]) may be null. Biased variance, like PyTorch and ONNX.
@@ -226,9 +229,11 @@ void gather_nd(const void* data, const std::vector<std::int64_t>& data_shape, co
 
 // ---- reduce.cu: integer reductions ----
 
-// reduce_sum (wrapping), reduce_max, reduce_min of int32/int64 with one block per output; `geometry` from
-// reduce_geometry (its splits are ignored: integer results do not depend on the order).
+// reduce_sum (wrapping), reduce_max, reduce_min, reduce_prod (wrapping) of int32/int64 with one block per output;
+// `geometry` from reduce_geometry (its splits are ignored: integer results do not depend on the order).
 void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream);
+// reduce_prod of float32/float16/bfloat16: one block per output, fp32 products in a fixed tree (deterministic).
+void float_prod(const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream);
 
 // ---- resize.cu ----
 
@@ -250,5 +255,48 @@ struct ResizeParams {
 // Whether the kernel takes `params` (dims, resized dims); `why_not` says why not.
 bool resize_supported(const ResizeParams& params, std::string* why_not);
 void resize(const ResizeParams& params, const void* x, void* y, DType dtype, void* stream);
+
+// ---- pointwise.cu: binary ops with broadcasting ----
+
+enum class BinaryExtOp : std::uint8_t {
+  kPrelu,  // a < 0 ? b * a : a (b: the slope)
+  kFmod,   // C fmod: the sign of a (floats; integers: a % b truncated, by zero: 0)
+  kMod,    // Python/NumPy mod: the sign of b (integers; by zero: 0)
+};
+// y = op(a, b) for float32/float16/bfloat16 (fp32 compute) or int32/int64 (kFmod, kMod) over `geometry`.
+void binary_ext(BinaryExtOp op, const void* a, const void* b, void* y, DType dtype, const BroadcastGeometry& geometry,
+                void* stream);
+
+// ---- generate.cu: one_hot, trilu, tile, scatter_nd ----
+
+// ONNX OneHot: indices (int32/int64, n of them; negative count from the end) -> y [outer, depth, inner] with
+// y = on where the index equals the position along depth, else off (both already in y's dtype, element_size bytes).
+void one_hot(const void* indices, DType index_dtype, void* y, std::size_t element_size, std::int64_t outer,
+             std::int64_t depth, std::int64_t inner, std::uint64_t on_bits, std::uint64_t off_bits, void* stream);
+// ONNX Trilu over the last two dims [batch, rows, cols]: keeps j - i >= k (upper) or j - i <= k (lower), else 0.
+void trilu(const void* x, void* y, std::size_t element_size, std::int64_t batch, std::int64_t rows, std::int64_t cols,
+           std::int64_t k, bool upper, void* stream);
+// ONNX Tile: y (out_shape = in_shape * repeats)[i] = x[i mod in_shape].
+void tile(const void* x, void* y, std::size_t element_size, const std::vector<std::int64_t>& in_shape,
+          const std::vector<std::int64_t>& out_shape, void* stream);
+// ONNX ScatterND (reduction none): y = data, then y[indices[t]] = updates[t] slice by slice, in order t = 0, 1, ...
+// (one thread per slice element walks the tuples in order, so duplicates resolve to the last, deterministically).
+// data_shape: every dim; indices [tuples, depth]; slice = product(data_shape[depth:]).
+void scatter_nd(const void* data, const void* indices, DType index_dtype, const void* updates, void* y,
+                std::size_t element_size, const std::vector<std::int64_t>& data_shape, std::int64_t tuples,
+                std::int64_t depth, void* stream);
+
+// ---- select.cu: arg_max / arg_min, top_k ----
+
+// Index (int64) of the max / min along the middle axis of [outer, axis_size, inner]; ties: the first
+// (select_last_index: the last); NaN counts as the max (and as the min, like NumPy).
+void arg_reduce(bool max, bool select_last_index, const void* x, DType dtype, void* y, std::int64_t outer,
+                std::int64_t axis_size, std::int64_t inner, void* stream);
+// ONNX TopK along the last axis of [rows, cols] (the caller transposes other axes): values and int64 indices
+// [rows, k], largest or smallest first when sorted (ties: the smaller index first). One block per row, bitonic sort
+// in shared memory: cols <= kTopKMaxCols.
+constexpr std::int64_t kTopKMaxCols = 4096;
+void top_k(const void* x, DType dtype, void* values, void* indices, std::int64_t rows, std::int64_t cols,
+           std::int64_t k, bool largest, void* stream);
 
 }  // namespace xpuruntime::cuda_raw

@@ -670,6 +670,151 @@ void register_onnx_kernels(KernelRegistry& registry) {
       });
 }
 
+
+// The last dims of `shape` from `axis` on, multiplied.
+std::int64_t inner_of(const std::vector<std::int64_t>& shape, std::size_t axis) {
+  return product(shape, axis + 1, shape.size());
+}
+
+void register_onnx_kernels_2(KernelRegistry& registry) {
+  add_kernel(registry, "log_softmax", "x - max - log(sum(exp(x - max))) along any axis, the softmax kernels' layout",
+             {"x"}, nullptr, [](const KernelLaunch& launch) {
+               const Tensor& x = launch.input(0);
+               const auto axis = static_cast<std::size_t>(
+                   normalized_axis(launch.desc->attrs.get_int("axis", -1), x.dim()));
+               cuda_raw::log_softmax(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), product(x.shape(), 0, axis),
+                                     x.shape()[axis], inner_of(x.shape(), axis), launch.stream.handle);
+             });
+  const std::pair<const char*, cuda_raw::BinaryExtOp> binaries[] = {{"prelu", cuda_raw::BinaryExtOp::kPrelu},
+                                                                    {"mod", cuda_raw::BinaryExtOp::kMod}};
+  for (const auto& [op, kind] : binaries) {
+    add_kernel(
+        registry, op,
+        std::string(op) + "(a, b) with NumPy broadcasting (stride tables), fp32 compute; integer mod by zero: 0",
+        {"a", "b"}, two_operand_geometry,
+        [kind = kind](const KernelLaunch& launch) {
+          const Tensor& a = launch.input(0);
+          const Tensor& b = launch.input(1);
+          Tensor& y = launch.output(0);
+          cuda_raw::BinaryExtOp chosen = kind;
+          if (chosen == cuda_raw::BinaryExtOp::kMod && launch.desc->attrs.get_int("fmod", 0) != 0) {
+            chosen = cuda_raw::BinaryExtOp::kFmod;
+          }
+          cuda_raw::binary_ext(chosen, a.data_ptr(), b.data_ptr(), y.data_ptr(), a.dtype(), geometry_of(a, b, y),
+                               launch.stream.handle);
+        },
+        kind == cuda_raw::BinaryExtOp::kMod ? DTypes::kFloatAndInt : DTypes::kFloat);
+  }
+  add_kernel(
+      registry, "one_hot", "ONNX OneHot: a thread per output element", {"indices"},
+      [](const OpDescriptor& desc) {
+        if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
+        if (!is_cuda_raw_dtype(desc.outputs[0].dtype)) {
+          return Support::no(detail::str_cat("cuda_raw one_hot cannot write ", dtype_name(desc.outputs[0].dtype)));
+        }
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& indices = launch.input(0);
+        Tensor& y = launch.output(0);
+        const Attributes& attrs = launch.desc->attrs;
+        const auto axis = static_cast<std::size_t>(normalized_axis(attrs.get_int("axis", -1), y.dim()));
+        cuda_raw::one_hot(indices.data_ptr(), indices.dtype(), y.data_ptr(), y.element_size(),
+                          product(y.shape(), 0, axis), y.shape()[axis], inner_of(y.shape(), axis),
+                          value_bits(attrs.get_float("on", 1.0), y.dtype()),
+                          value_bits(attrs.get_float("off", 0.0), y.dtype()), launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "trilu", "ONNX Trilu: a thread per element", {"x"}, nullptr,
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        const auto& shape = x.shape();
+        cuda_raw::trilu(x.data_ptr(), launch.output(0).data_ptr(), x.element_size(),
+                        product(shape, 0, shape.size() - 2), shape[shape.size() - 2], shape.back(),
+                        launch.desc->attrs.get_int("k", 0), launch.desc->attrs.get_int("upper", 1) != 0,
+                        launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "tile", "ONNX Tile: a thread per output element, the input read modulo its shape", {"x"},
+      [](const OpDescriptor& desc) {
+        if (desc.inputs[0].dim() > cuda_raw::kMaxDims) {
+          return Support::no(detail::str_cat("cuda_raw tile takes ranks up to ", cuda_raw::kMaxDims));
+        }
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        Tensor& y = launch.output(0);
+        cuda_raw::tile(x.data_ptr(), y.data_ptr(), x.element_size(), x.shape(), y.shape(), launch.stream.handle);
+      },
+      DTypes::kAll);
+  add_kernel(
+      registry, "scatter_nd",
+      "ONNX ScatterND (reduction none): a copy of data, then a thread per slice element writes the updates in tuple "
+      "order (duplicates: the last wins); out-of-range tuples are skipped",
+      {"data", "indices", "updates"},
+      [](const OpDescriptor& desc) {
+        if (desc.inputs[1].shape.back() > cuda_raw::kMaxDims) {
+          return Support::no(detail::str_cat("cuda_raw scatter_nd takes index tuples of up to ", cuda_raw::kMaxDims,
+                                             " entries"));
+        }
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& data = launch.input(0);
+        const Tensor& indices = launch.input(1);
+        const std::int64_t depth = indices.shape().back();
+        cuda_raw::scatter_nd(data.data_ptr(), indices.data_ptr(), indices.dtype(), launch.input(2).data_ptr(),
+                             launch.output(0).data_ptr(), data.element_size(), data.shape(),
+                             product(indices.shape(), 0, indices.shape().size() - 1), depth, launch.stream.handle);
+      },
+      DTypes::kAll);
+  for (const char* op : {"arg_max", "arg_min"}) {
+    add_kernel(
+        registry, op, std::string(op) + ": a thread per output walks the axis in order (ties: the first, or the last)",
+        {"x"},
+        [](const OpDescriptor& desc) {
+          const DType t = desc.inputs[0].dtype;
+          if (t == DType::kFloat64 || is_kernel_float(t)) return Support::yes();
+          return Support::no(detail::str_cat("cuda_raw arg_max/arg_min take float tensors, got ", dtype_name(t)));
+        },
+        [max = std::string(op) == "arg_max"](const KernelLaunch& launch) {
+          const Tensor& x = launch.input(0);
+          const auto axis = static_cast<std::size_t>(
+              normalized_axis(launch.desc->attrs.get_int("axis", 0), x.dim()));
+          cuda_raw::arg_reduce(max, launch.desc->attrs.get_int("select_last_index", 0) != 0, x.data_ptr(), x.dtype(),
+                               launch.output(0).data_ptr(), product(x.shape(), 0, axis), x.shape()[axis],
+                               inner_of(x.shape(), axis), launch.stream.handle);
+        },
+        DTypes::kAll);
+  }
+  add_kernel(
+      registry, "top_k",
+      "ONNX TopK along the last axis: a block per row, bitonic sort in shared memory (rows up to 4096 elements; ties: "
+      "the smaller index first)",
+      {"x"},
+      [](const OpDescriptor& desc) {
+        const TensorDesc& x = desc.inputs[0];
+        if (normalized_axis(desc.attrs.get_int("axis", -1), x.dim()) != x.dim() - 1) {
+          return Support::no("cuda_raw top_k runs along the last axis; transpose first or use the cpu kernel");
+        }
+        if (x.shape.back() > cuda_raw::kTopKMaxCols) {
+          return Support::no(detail::str_cat("cuda_raw top_k sorts rows of up to ", cuda_raw::kTopKMaxCols,
+                                             " elements, got ", x.shape.back()));
+        }
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        const std::int64_t cols = x.shape().empty() ? 1 : x.shape().back();
+        cuda_raw::top_k(x.data_ptr(), x.dtype(), launch.output(0).data_ptr(), launch.output(1).data_ptr(),
+                        cols == 0 ? 0 : x.numel() / cols, cols, launch.desc->attrs.get_int("k", 0),
+                        launch.desc->attrs.get_int("largest", 1) != 0, launch.stream.handle);
+      });
+}
+
 }  // namespace
 
 void register_cuda_raw(KernelRegistry& registry) {
@@ -771,10 +916,12 @@ void register_cuda_raw(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_mean", ReduceOp::kMean));
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_max", ReduceOp::kMax));
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_min", ReduceOp::kMin));
+  registry.add_kernel(std::make_unique<ReduceKernel>("reduce_prod", ReduceOp::kProd));
   // ---- data movement, where, comparisons (data.cu) ----
   register_data_kernels(registry);
   // ---- the ONNX ops beyond the core set ----
   register_onnx_kernels(registry);
+  register_onnx_kernels_2(registry);
   // ---- attention: flash_v2 (flash_attention.cu) ----
   register_flash_attention(registry);
 }

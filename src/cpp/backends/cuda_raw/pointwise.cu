@@ -1,6 +1,6 @@
 // The ONNX pointwise ops beyond the core set: clip, hard_sigmoid, hard_swish, leaky_relu, elu, softplus, sin,
 // cos, floor, ceil, round, sign (float in, float out, fp32 compute: Note [fp32 compute]), and is_nan / is_inf
-// (float in, float64 included, bool out).
+// (float in, float64 included, bool out); prelu and mod with broadcasting.
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_kernels.h"
 
@@ -99,6 +99,67 @@ void is_nan_or_inf(const void* x, void* y, DType dtype, std::int64_t n, bool nan
   };
   if (dtype == DType::kFloat64) return launch(double{});
   dispatch_float(dtype, "is_nan / is_inf", launch);
+}
+
+namespace {
+
+template <typename T>
+__device__ __forceinline__ T integer_mod(BinaryExtOp op, T a, T b) {
+  if (b == 0) return 0;  // the GPU cannot raise; docs/ops.md
+  if (b == -1) return 0;  // also avoids MIN % -1 overflow
+  const T r = a % b;  // C: the sign of a (fmod)
+  if (op == BinaryExtOp::kMod && r != 0 && ((r < 0) != (b < 0))) return r + b;
+  return r;
+}
+
+template <typename T, typename Index>
+__global__ void binary_ext_kernel(BinaryExtOp op, const T* a, const T* b, T* y, Index n,
+                                  OffsetCalculator<2, Index> calc) {
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < n; i += stride) {
+    Index offsets[2];
+    calc.offsets(i, offsets);
+    if constexpr (std::is_integral_v<T>) {
+      y[i] = integer_mod(op, a[offsets[0]], b[offsets[1]]);
+    } else {
+      const float va = to_float(a[offsets[0]]), vb = to_float(b[offsets[1]]);
+      float r;
+      if (op == BinaryExtOp::kPrelu) {
+        r = va < 0.0f ? vb * va : va;
+      } else {
+        r = fmodf(va, vb);
+        if (op == BinaryExtOp::kMod && r != 0.0f && ((r < 0.0f) != (vb < 0.0f))) r += vb;
+      }
+      y[i] = from_float<T>(r);
+    }
+  }
+}
+
+}  // namespace
+
+void binary_ext(BinaryExtOp op, const void* a, const void* b, void* y, DType dtype, const BroadcastGeometry& geometry,
+                void* stream) {
+  const std::int64_t n = geometry.numel();
+  if (n <= 0) return;
+  const std::vector<std::int64_t>* const table[2] = {&geometry.a_strides, &geometry.b_strides};
+  const auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    if (fits_int32(n, geometry.shape, {&geometry.a_strides, &geometry.b_strides})) {
+      binary_ext_kernel<T, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
+          op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), static_cast<std::int32_t>(n),
+          make_offset_calculator<2, std::int32_t>(geometry.shape, table));
+    } else {
+      binary_ext_kernel<T, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
+          op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n,
+          make_offset_calculator<2, std::int64_t>(geometry.shape, table));
+    }
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  };
+  if (dtype == DType::kInt32) return launch(std::int32_t{});
+  if (dtype == DType::kInt64) return launch(std::int64_t{});
+  XPURT_CHECK(op != BinaryExtOp::kMod, "cuda_raw mod (fmod=0) takes int32/int64; floats need fmod=1 (ONNX)");
+  dispatch_float(dtype, "binary_ext", launch);
 }
 
 }  // namespace xpuruntime::cuda_raw

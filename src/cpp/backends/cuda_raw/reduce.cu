@@ -284,77 +284,120 @@ void reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y,
       case ReduceOp::kMean: return launch_reduce<T, ReduceOp::kMean>(geometry, xs, ys, partial, s);
       case ReduceOp::kMax: return launch_reduce<T, ReduceOp::kMax>(geometry, xs, ys, partial, s);
       case ReduceOp::kMin: return launch_reduce<T, ReduceOp::kMin>(geometry, xs, ys, partial, s);
+      case ReduceOp::kProd: return float_prod(geometry, x, y, dtype, stream);
     }
   });
 }
 
 namespace {
 
-// One block per result: the threads stride over its `count` elements, then combine in a fixed tree (integers:
-// any order gives the same bits). Sums wrap (unsigned arithmetic).
+// The value type a block reduction combines in: unsigned for integers (wrapping sums and products), float for
+// 16-bit floats (Note [fp32 compute]).
 template <typename T>
-__global__ void integer_reduce_kernel(ReduceOp op, const T* x, T* y, std::int64_t outputs, std::int64_t count,
-                                      OffsetCalculator<1, std::int64_t> kept,
-                                      OffsetCalculator<1, std::int64_t> reduced) {
-  using U = std::make_unsigned_t<T>;
-  __shared__ T partial[kThreads];
+struct BlockAcc {
+  using type = std::make_unsigned_t<T>;
+  __device__ static type load(T v) { return static_cast<type>(v); }
+  __device__ static T store(type v) { return static_cast<T>(v); }
+};
+template <>
+struct BlockAcc<float> {
+  using type = float;
+  __device__ static float load(float v) { return v; }
+  __device__ static float store(float v) { return v; }
+};
+template <>
+struct BlockAcc<__half> {
+  using type = float;
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half_rn(v); }
+};
+template <>
+struct BlockAcc<__nv_bfloat16> {
+  using type = float;
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <typename T>
+__device__ __forceinline__ typename BlockAcc<T>::type block_combine(ReduceOp op, typename BlockAcc<T>::type a,
+                                                                    typename BlockAcc<T>::type b) {
+  using A = typename BlockAcc<T>::type;
+  if (op == ReduceOp::kSum) return static_cast<A>(a + b);
+  if (op == ReduceOp::kProd) return static_cast<A>(a * b);
+  // max/min compare as T (signed); floats never take this path
+  const T ta = BlockAcc<T>::store(a), tb = BlockAcc<T>::store(b);
+  if (op == ReduceOp::kMax) return tb > ta ? b : a;
+  return tb < ta ? b : a;
+}
+
+// One block per result: the threads stride over its `count` elements, then combine in a fixed tree, so the bits
+// never depend on timing (sums and products of integers wrap).
+template <typename T>
+__global__ void block_reduce_kernel(ReduceOp op, const T* x, T* y, std::int64_t outputs, std::int64_t count,
+                                    OffsetCalculator<1, std::int64_t> kept,
+                                    OffsetCalculator<1, std::int64_t> reduced) {
+  using A = typename BlockAcc<T>::type;
+  __shared__ A partial[kThreads];
+  A identity;
+  if (op == ReduceOp::kSum) {
+    identity = A(0);
+  } else if (op == ReduceOp::kProd) {
+    identity = A(1);
+  } else {
+    identity = BlockAcc<T>::load(op == ReduceOp::kMax ? std::numeric_limits<T>::lowest()
+                                                      : std::numeric_limits<T>::max());
+  }
   for (std::int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     std::int64_t base[1];
     kept.offsets(o, base);
-    T acc = op == ReduceOp::kSum ? T(0) : (op == ReduceOp::kMax ? std::numeric_limits<T>::lowest()
-                                                                : std::numeric_limits<T>::max());
+    A acc = identity;
     for (std::int64_t r = threadIdx.x; r < count; r += blockDim.x) {
       std::int64_t offset[1];
       reduced.offsets(r, offset);
-      const T v = x[base[0] + offset[0]];
-      if (op == ReduceOp::kSum) {
-        acc = static_cast<T>(static_cast<U>(acc) + static_cast<U>(v));
-      } else if (op == ReduceOp::kMax) {
-        acc = v > acc ? v : acc;
-      } else {
-        acc = v < acc ? v : acc;
-      }
+      acc = block_combine<T>(op, acc, BlockAcc<T>::load(x[base[0] + offset[0]]));
     }
     partial[threadIdx.x] = acc;
     __syncthreads();
     for (int half = kThreads / 2; half > 0; half >>= 1) {
       if (static_cast<int>(threadIdx.x) < half) {
-        const T a = partial[threadIdx.x], b = partial[threadIdx.x + half];
-        if (op == ReduceOp::kSum) {
-          partial[threadIdx.x] = static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-        } else if (op == ReduceOp::kMax) {
-          partial[threadIdx.x] = b > a ? b : a;
-        } else {
-          partial[threadIdx.x] = b < a ? b : a;
-        }
+        partial[threadIdx.x] = block_combine<T>(op, partial[threadIdx.x], partial[threadIdx.x + half]);
       }
       __syncthreads();
     }
-    if (threadIdx.x == 0) y[o] = partial[0];
+    if (threadIdx.x == 0) y[o] = BlockAcc<T>::store(partial[0]);
     __syncthreads();
   }
+}
+
+template <typename T>
+void launch_block_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, void* stream) {
+  const std::vector<std::int64_t>* const kept_table[1] = {&geometry.kept_strides};
+  const std::vector<std::int64_t>* const reduced_table[1] = {&geometry.reduced_strides};
+  const auto kept = make_offset_calculator<1, std::int64_t>(geometry.kept_sizes, kept_table);
+  const auto reduced = make_offset_calculator<1, std::int64_t>(geometry.reduced_sizes, reduced_table);
+  block_reduce_kernel<T><<<grid_for(geometry.outputs, 1), kThreads, 0, as_stream(stream)>>>(
+      op, static_cast<const T*>(x), static_cast<T*>(y), geometry.outputs, geometry.count, kept, reduced);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
 }  // namespace
 
 void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream) {
-  XPURT_CHECK(op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin,
-              "cuda_raw::integer_reduce: only sum, max and min have integer kernels");
+  XPURT_CHECK(op != ReduceOp::kMean, "cuda_raw::integer_reduce: mean has no integer kernel");
   if (geometry.outputs == 0) return;
-  XPURT_CHECK(geometry.count > 0 || op == ReduceOp::kSum, "cuda_raw::integer_reduce: max/min of an empty axis");
-  const std::vector<std::int64_t>* const kept_table[1] = {&geometry.kept_strides};
-  const std::vector<std::int64_t>* const reduced_table[1] = {&geometry.reduced_strides};
-  const auto kept = make_offset_calculator<1, std::int64_t>(geometry.kept_sizes, kept_table);
-  const auto reduced = make_offset_calculator<1, std::int64_t>(geometry.reduced_sizes, reduced_table);
-  const auto launch = [&](auto tag) {
-    using T = decltype(tag);
-    integer_reduce_kernel<T><<<grid_for(geometry.outputs, 1), kThreads, 0, as_stream(stream)>>>(
-        op, static_cast<const T*>(x), static_cast<T*>(y), geometry.outputs, geometry.count, kept, reduced);
-    XPURT_CUDA_RAW_LAUNCH_CHECK();
-  };
-  if (dtype == DType::kInt32) return launch(std::int32_t{});
+  XPURT_CHECK(geometry.count > 0 || op == ReduceOp::kSum || op == ReduceOp::kProd,
+              "cuda_raw::integer_reduce: max/min of an empty axis");
+  if (dtype == DType::kInt32) return launch_block_reduce<std::int32_t>(op, geometry, x, y, stream);
   XPURT_CHECK(dtype == DType::kInt64, "cuda_raw::integer_reduce: int32 or int64, got ", dtype_name(dtype));
-  launch(std::int64_t{});
+  launch_block_reduce<std::int64_t>(op, geometry, x, y, stream);
+}
+
+void float_prod(const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream) {
+  if (geometry.outputs == 0) return;
+  dispatch_float(dtype, "reduce_prod", [&](auto tag) {
+    using T = decltype(tag);
+    launch_block_reduce<T>(ReduceOp::kProd, geometry, x, y, stream);
+  });
 }
 
 }  // namespace xpuruntime::cuda_raw

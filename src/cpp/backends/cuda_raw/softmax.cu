@@ -120,7 +120,7 @@ struct AttentionSource {
 // block for block groups, so every thread reaches the barriers). Note [Online softmax].
 template <typename T, typename Source, int kGroup, int kBlock>
 __global__ void __launch_bounds__(kBlock) softmax_rows_kernel(Source source, T* y, std::int64_t rows,
-                                                              std::int64_t cols) {
+                                                              std::int64_t cols, bool log_output) {
   static_assert(kBlock % kGroup == 0, "whole groups per block");
   constexpr int kGroupsPerBlock = kBlock / kGroup;
   __shared__ float smem[2 * (kGroup / 32)];
@@ -134,20 +134,26 @@ __global__ void __launch_bounds__(kBlock) softmax_rows_kernel(Source source, T* 
     for (std::int64_t c = lane; c < cols; c += kGroup) online_add(m, s, row(c));
     group_online_merge<kGroup>(m, s, smem);
     T* out = y + r * cols;
-    for (std::int64_t c = lane; c < cols; c += kGroup) out[c] = from_float<T>(expf(row(c) - m) / s);
+    if (log_output) {  // log_softmax: x - m - log(s)
+      const float shift = m + logf(s);
+      for (std::int64_t c = lane; c < cols; c += kGroup) out[c] = from_float<T>(row(c) - shift);
+    } else {
+      for (std::int64_t c = lane; c < cols; c += kGroup) out[c] = from_float<T>(expf(row(c) - m) / s);
+    }
   }
 }
 
 template <typename T, typename Source>
-void launch_softmax_rows(const Source& source, T* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+void launch_softmax_rows(const Source& source, T* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream,
+                         bool log_output = false) {
   if (rows <= 0 || cols <= 0) return;
   if (cols <= kWarpRowMaxCols) {
     constexpr int kBlock = kThreads;
     softmax_rows_kernel<T, Source, 32, kBlock>
-        <<<grid_for(rows, kBlock / 32), kBlock, 0, stream>>>(source, y, rows, cols);
+        <<<grid_for(rows, kBlock / 32), kBlock, 0, stream>>>(source, y, rows, cols, log_output);
   } else {
     softmax_rows_kernel<T, Source, kBlockGroup, kBlockGroup>
-        <<<grid_for(rows, 1), kBlockGroup, 0, stream>>>(source, y, rows, cols);
+        <<<grid_for(rows, 1), kBlockGroup, 0, stream>>>(source, y, rows, cols, log_output);
   }
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
@@ -156,7 +162,7 @@ void launch_softmax_rows(const Source& source, T* y, std::int64_t rows, std::int
 // column; neighbouring threads read neighbouring elements.
 template <typename T>
 __global__ void softmax_inner_kernel(const T* x, T* y, std::int64_t outer, std::int64_t axis_size,
-                                     std::int64_t inner) {
+                                     std::int64_t inner, bool log_output) {
   const std::int64_t columns = outer * inner;
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < columns; t += stride) {
@@ -165,27 +171,44 @@ __global__ void softmax_inner_kernel(const T* x, T* y, std::int64_t outer, std::
     float m = -INFINITY;
     float s = 0.0f;
     for (std::int64_t k = 0; k < axis_size; ++k) online_add(m, s, to_float(x[base + k * inner]));
+    const float shift = m + logf(s);
     for (std::int64_t k = 0; k < axis_size; ++k) {
-      y[base + k * inner] = from_float<T>(expf(to_float(x[base + k * inner]) - m) / s);
+      const float v = to_float(x[base + k * inner]);
+      y[base + k * inner] = from_float<T>(log_output ? v - shift : expf(v - m) / s);
     }
   }
 }
 
 }  // namespace
 
-void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
-             void* stream) {
-  if (inner == 1) {
-    softmax_lastdim(x, y, dtype, outer, axis_size, stream);
-    return;
-  }
+namespace {
+
+void softmax_any(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
+                 bool log_output, void* stream) {
   if (outer <= 0 || axis_size <= 0 || inner <= 0) return;
-  dispatch_float(dtype, "softmax", [&](auto tag) {
+  dispatch_float(dtype, log_output ? "log_softmax" : "softmax", [&](auto tag) {
     using T = decltype(tag);
+    if (inner == 1) {
+      launch_softmax_rows<T>(PlainSource<T>{static_cast<const T*>(x), axis_size}, static_cast<T*>(y), outer,
+                             axis_size, as_stream(stream), log_output);
+      return;
+    }
     softmax_inner_kernel<T><<<grid_for(outer * inner, kThreads), kThreads, 0, as_stream(stream)>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), outer, axis_size, inner);
+        static_cast<const T*>(x), static_cast<T*>(y), outer, axis_size, inner, log_output);
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   });
+}
+
+}  // namespace
+
+void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
+             void* stream) {
+  softmax_any(x, y, dtype, outer, axis_size, inner, false, stream);
+}
+
+void log_softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
+                 void* stream) {
+  softmax_any(x, y, dtype, outer, axis_size, inner, true, stream);
 }
 
 void softmax_lastdim(const void* x, void* y, DType dtype, std::int64_t rows, std::int64_t cols, void* stream) {

@@ -554,6 +554,80 @@ Lowered lower_resize(const Ctx& c) {
   return registry("resize", {0}, a);
 }
 
+Lowered lower_log_softmax(const Ctx& c) {
+  const std::int64_t rank = c.rank(0);
+  if (rank < 0) return reference("input rank unknown");
+  const std::int64_t axis = norm_axis(c.node.attrs.get_int("axis", c.opset >= 13 ? -1 : 1), rank);
+  if (c.opset < 13 && axis != rank - 1) return reference("opset < 13 LogSoftmax over a flattened 2-D view");
+  Attributes a;
+  a.set("axis", axis);
+  return registry("log_softmax", {0}, a);
+}
+
+Lowered lower_one_hot(const Ctx& c) {
+  double depth = 0.0;
+  if (!read_const_scalar(c.constant(1), &depth)) return reference("depth is not a constant");
+  const Tensor* values = c.constant(2);
+  if (values == nullptr || values->numel() != 2) return reference("values are not a 2-element constant");
+  const Tensor off_on = values->contiguous();
+  const std::size_t size = off_on.element_size();
+  Tensor off = Tensor::empty({}, off_on.dtype()), on = Tensor::empty({}, off_on.dtype());
+  std::memcpy(off.data_ptr(), off_on.data_ptr(), size);
+  std::memcpy(on.data_ptr(), static_cast<const char*>(off_on.data_ptr()) + size, size);
+  double off_value = 0.0, on_value = 0.0;
+  if (!read_const_scalar(&off, &off_value) || !read_const_scalar(&on, &on_value)) {
+    return reference("values of a type the registry op does not carry");
+  }
+  Attributes a;
+  a.set("depth", static_cast<std::int64_t>(depth));
+  a.set("axis", c.node.attrs.get_int("axis", -1));
+  a.set("on", on_value);
+  a.set("off", off_value);
+  a.set("dtype", std::string(dtype_name(off_on.dtype())));
+  return registry("one_hot", {0}, a);
+}
+
+Lowered lower_trilu(const Ctx& c) {
+  double k = 0.0;
+  if (c.has(1) && !read_const_scalar(c.constant(1), &k)) return reference("k is not a constant");
+  Attributes a;
+  a.set("k", static_cast<std::int64_t>(k));
+  a.set("upper", c.node.attrs.get_int("upper", 1));
+  return registry("trilu", {0}, a);
+}
+
+Lowered lower_tile(const Ctx& c) {
+  if (c.opset < 6) return reference("opset < 6 Tile (tiles and axis inputs)");
+  Ints repeats;
+  if (!read_const_ints(c.constant(1), &repeats)) return reference("repeats are not a constant");
+  Attributes a;
+  a.set("repeats", repeats);
+  return registry("tile", {0}, a);
+}
+
+Lowered lower_top_k(const Ctx& c) {
+  Ints k;
+  if (c.opset < 10) {
+    k = {c.node.attrs.get_int("k", -1)};
+  } else if (!read_const_ints(c.constant(1), &k) || k.size() != 1) {
+    return reference("K is not a constant");
+  }
+  Attributes a;
+  a.set("k", k[0]);
+  a.set("axis", c.node.attrs.get_int("axis", -1));
+  a.set("largest", c.node.attrs.get_int("largest", 1));
+  a.set("sorted", c.node.attrs.get_int("sorted", 1));
+  return registry("top_k", {0}, a);
+}
+
+Lowered lower_arg_reduce(const Ctx& c, const std::string& op) {
+  Attributes a;
+  a.set("axis", c.node.attrs.get_int("axis", 0));
+  a.set("keepdims", c.node.attrs.get_int("keepdims", 1));
+  a.set("select_last_index", c.node.attrs.get_int("select_last_index", 0));
+  return registry(op, {0}, a);
+}
+
 const std::map<std::string, LowerFn>& onnx_table() {
   static const auto* table = new std::map<std::string, LowerFn>{
       {"Relu", [](const Ctx& c) { return lower_unary(c, "relu"); }},
@@ -657,6 +731,28 @@ const std::map<std::string, LowerFn>& onnx_table() {
        }},
       {"Pad", lower_pad},
       {"Resize", lower_resize},
+      {"Sum", [](const Ctx& c) { return lower_binary(c, "add"); }},
+      {"LogSoftmax", lower_log_softmax},
+      {"PRelu", [](const Ctx& c) { return c.opset < 7 ? reference("opset < 7 PRelu") : registry("prelu", {0, 1}); }},
+      {"Mod",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("fmod", c.node.attrs.get_int("fmod", 0));
+         return registry("mod", {0, 1}, a);
+       }},
+      {"OneHot", lower_one_hot},
+      {"Trilu", lower_trilu},
+      {"Tile", lower_tile},
+      {"ScatterND",
+       [](const Ctx& c) {
+         Attributes a;
+         a.set("reduction", c.node.attrs.get_string("reduction", "none"));
+         return registry("scatter_nd", {0, 1, 2}, a);
+       }},
+      {"ArgMax", [](const Ctx& c) { return lower_arg_reduce(c, "arg_max"); }},
+      {"ArgMin", [](const Ctx& c) { return lower_arg_reduce(c, "arg_min"); }},
+      {"TopK", lower_top_k},
+      {"ReduceProd", [](const Ctx& c) { return lower_reduce(c, "reduce_prod", 18); }},
   };
   return *table;
 }

@@ -4,7 +4,13 @@
 //   1-D Conv (constant weight) -> Unsqueeze + 2-D Conv (kernel height 1) + Squeeze: the Unsqueeze and Squeeze are
 //     views, and the 2-D Conv takes the conv passes (bias, activation, cuDNN);
 //   LayerNormalization whose constant scale or bias has another float type than X (PyTorch's TorchScript exporter
-//     writes float32 statistics beside float16 parameters) -> the same node with the constants in X's type.
+//     writes float32 statistics beside float16 parameters) -> the same node with the constants in X's type;
+//   Clip with run-time bounds -> Max then Min;
+//   variadic Sum / Max / Min and Mean -> chains of two-input nodes (Mean: then a Div by the count);
+//   DepthToSpace (DCR, CRD) and SpaceToDepth (static shapes) -> Reshape + Transpose + Reshape;
+//   InstanceNormalization and GroupNormalization (constant scale and bias) -> layer_norm (Note [Normalizations onto
+//     layer_norm]);
+//   ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp (float) -> Abs / Mul / Exp ... and ReduceSum (ReduceMax).
 #include <cstring>
 
 #include "core/runtime/passes.h"
@@ -62,6 +68,100 @@ Node with_axes(Graph& g, const std::string& op_type, const std::string& name, co
     n.inputs.push_back(add_constant(g, n.name + "_axes", int64_tensor(axes)));
   }
   return n;
+}
+
+Node make_node(Graph& g, const std::string& op_type, const std::string& name, std::vector<std::string> inputs,
+               std::vector<std::string> outputs, Attributes attrs = {}) {
+  Node n;
+  n.op_type = op_type;
+  n.name = g.unique_name(name);
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+// A new value named after `hint`, of `dtype` and `shape` (recorded in g.types for the passes after this one).
+std::string new_value(Graph& g, const std::string& hint, DType dtype, const Ints& shape) {
+  const std::string name = g.unique_name(hint);
+  ValueType t;
+  t.dtype = dtype;
+  t.has_shape = true;
+  for (const std::int64_t d : shape) t.shape.emplace_back(d);
+  g.types[name] = t;
+  return name;
+}
+
+std::int64_t product_of(const Ints& shape, std::size_t begin, std::size_t end) {
+  std::int64_t n = 1;
+  for (std::size_t k = begin; k < end; ++k) n *= shape[k];
+  return n;
+}
+
+// `from` -> Reshape(shape) -> a new value (or `to` when given).
+Node reshape_node(Graph& g, const std::string& name, const std::string& from, const Ints& shape,
+                  const std::string& to) {
+  return make_node(g, "Reshape", name, {from, add_constant(g, name + "_shape", int64_tensor(shape))}, {to});
+}
+
+// Note [Normalizations onto layer_norm]: InstanceNormalization and GroupNormalization normalize each (sample,
+// group) over the group's channels and every spatial position. Viewed as [N, G, C/G * S] that is a LayerNormalization
+// over the last axis without scale and bias (the xpuruntime LayerNormalization, which every device runs), then the
+// per-channel scale and bias as a Mul and an Add on the [N, C, ...] view (broadcast [C, 1, ...] constants).
+std::vector<Node> normalization_onto_layer_norm(Graph& g, const Node& n, const Ints& x_shape, DType dtype,
+                                                std::int64_t groups, const Tensor& scale, const Tensor& bias,
+                                                double epsilon) {
+  const std::int64_t batch = x_shape[0], channels = x_shape[1];
+  const std::int64_t spatial = product_of(x_shape, 2, x_shape.size());
+  const Ints grouped = {batch, groups, channels / groups * spatial};
+  std::vector<Node> nodes;
+  const std::string viewed = new_value(g, n.outputs[0] + "_grouped", dtype, grouped);
+  nodes.push_back(reshape_node(g, n.name + "_group", n.inputs[0], grouped, viewed));
+  Attributes ln;
+  ln.set("axis", std::int64_t{-1});
+  ln.set("epsilon", epsilon);
+  const std::string normalized = new_value(g, n.outputs[0] + "_normalized", dtype, grouped);
+  Node norm = make_node(g, "LayerNormalization", n.name + "_norm", {viewed}, {normalized}, ln);
+  norm.domain = kXpurtDomain;
+  nodes.push_back(std::move(norm));
+  const std::string back = new_value(g, n.outputs[0] + "_ungrouped", dtype, x_shape);
+  nodes.push_back(reshape_node(g, n.name + "_ungroup", normalized, x_shape, back));
+  // Per-channel scale and bias, [C, 1, ..., 1]; a per-group one (GroupNormalization-18) repeats along its channels.
+  Ints affine_shape(x_shape.size() - 1, 1);
+  affine_shape[0] = channels;
+  const auto per_channel = [&](const Tensor& t) {
+    const std::vector<double> values = to_doubles(t);
+    std::vector<double> out(static_cast<std::size_t>(channels));
+    for (std::int64_t c = 0; c < channels; ++c) {
+      out[static_cast<std::size_t>(c)] =
+          values.size() == static_cast<std::size_t>(channels) ? values[static_cast<std::size_t>(c)]
+                                                              : values[static_cast<std::size_t>(c / (channels / groups))];
+    }
+    return from_doubles(affine_shape, dtype, out);
+  };
+  const std::string scaled = new_value(g, n.outputs[0] + "_scaled", dtype, x_shape);
+  nodes.push_back(make_node(g, "Mul", n.name + "_scale", {back, add_constant(g, n.name + "_scale", per_channel(scale))},
+                            {scaled}));
+  nodes.push_back(make_node(g, "Add", n.name + "_bias", {scaled, add_constant(g, n.name + "_bias", per_channel(bias))},
+                            {n.outputs[0]}));
+  return nodes;
+}
+
+// The reduce node `op_type` over `axes` (an attribute before `axes_input_since`, else a constant input).
+Node reduce_node(Graph& g, const std::string& op_type, const std::string& name, const std::string& in,
+                 const std::string& out, const Ints& axes, bool axes_given, std::int64_t keepdims,
+                 std::int64_t opset) {
+  const std::int64_t input_since = op_type == "ReduceSum" ? 13 : 18;
+  Node r = make_node(g, op_type, name, {in}, {out});
+  r.attrs.set("keepdims", keepdims);
+  if (axes_given) {
+    if (opset < input_since) {
+      r.attrs.set("axes", axes);
+    } else {
+      r.inputs.push_back(add_constant(g, name + "_axes", int64_tensor(axes)));
+    }
+  }
+  return r;
 }
 
 }  // namespace
@@ -160,6 +260,131 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
         parts.push_back(std::move(bound));
       }
       rewriter.replace({i}, std::move(parts), describe(n) + " with run-time bounds -> Max/Min");
+    } else if ((n.op_type == "Sum" || n.op_type == "Max" || n.op_type == "Min" || n.op_type == "Mean") &&
+               !n.inputs.empty() && (n.inputs.size() != 2 || n.op_type == "Mean") && opset >= 8) {
+      // Variadic forms -> a chain of two-input nodes (Mean: the Sum chain, then a Div by the count).
+      const auto dtype = value_dtype(g, n.inputs[0]);
+      const auto out_shape = static_shape(g, n.outputs[0]);
+      if (!dtype || !out_shape || (n.op_type == "Mean" && !is_fusable_float(*dtype))) continue;
+      const std::string pairwise = n.op_type == "Mean" ? "Sum" : n.op_type;
+      std::vector<Node> parts;
+      std::string current = n.inputs[0];
+      for (std::size_t k = 1; k < n.inputs.size(); ++k) {
+        const bool last = k + 1 == n.inputs.size() && n.op_type != "Mean";
+        const std::string out = last ? n.outputs[0] : new_value(g, n.outputs[0] + "_partial", *dtype, *out_shape);
+        parts.push_back(make_node(g, pairwise, n.name + "_part" + std::to_string(k), {current, n.inputs[k]}, {out}));
+        current = out;
+      }
+      if (n.op_type == "Mean") {
+        const std::string count = add_constant(
+            g, n.name + "_count", from_doubles({}, *dtype, {static_cast<double>(n.inputs.size())}));
+        parts.push_back(make_node(g, "Div", n.name + "_mean", {current, count}, {n.outputs[0]}));
+      } else if (n.inputs.size() == 1) {
+        parts.push_back(make_node(g, "Identity", n.name + "_single", {current}, {n.outputs[0]}));
+      }
+      rewriter.replace({i}, std::move(parts), describe(n) + " -> " + std::to_string(n.inputs.size()) +
+                                                  "-input chain of " + pairwise + (n.op_type == "Mean" ? " + Div" : ""));
+    } else if ((n.op_type == "DepthToSpace" || n.op_type == "SpaceToDepth") && !n.inputs.empty()) {
+      const auto x = static_shape(g, n.inputs[0]);
+      const auto dtype = value_dtype(g, n.inputs[0]);
+      const std::int64_t b = n.attrs.get_int("blocksize", 0);
+      if (!x || !dtype || x->size() != 4 || b <= 0) continue;
+      const std::int64_t N = (*x)[0], C = (*x)[1], H = (*x)[2], W = (*x)[3];
+      Ints split, perm, out;
+      if (n.op_type == "DepthToSpace") {
+        if (C % (b * b) != 0) continue;
+        const bool crd = n.attrs.get_string("mode", "DCR") == "CRD";
+        split = crd ? Ints{N, C / (b * b), b, b, H, W} : Ints{N, b, b, C / (b * b), H, W};
+        perm = crd ? Ints{0, 1, 4, 2, 5, 3} : Ints{0, 3, 4, 1, 5, 2};
+        out = {N, C / (b * b), H * b, W * b};
+      } else {
+        if (H % b != 0 || W % b != 0) continue;
+        split = {N, C, H / b, b, W / b, b};
+        perm = {0, 3, 5, 1, 2, 4};
+        out = {N, C * b * b, H / b, W / b};
+      }
+      Ints permuted;
+      for (const std::int64_t p : perm) permuted.push_back(split[static_cast<std::size_t>(p)]);
+      const std::string six = new_value(g, n.outputs[0] + "_blocks", *dtype, split);
+      const std::string moved = new_value(g, n.outputs[0] + "_moved", *dtype, permuted);
+      Attributes t;
+      t.set("perm", perm);
+      rewriter.replace({i},
+                       {reshape_node(g, n.name + "_split", n.inputs[0], split, six),
+                        make_node(g, "Transpose", n.name + "_move", {six}, {moved}, t),
+                        reshape_node(g, n.name + "_merge", moved, out, n.outputs[0])},
+                       describe(n) + " -> Reshape + Transpose + Reshape");
+    } else if ((n.op_type == "InstanceNormalization" || n.op_type == "GroupNormalization") && n.inputs.size() >= 3) {
+      // Note [Normalizations onto layer_norm]
+      const auto x = static_shape(g, n.inputs[0]);
+      const auto dtype = value_dtype(g, n.inputs[0]);
+      const Tensor* scale = constant(g, n.inputs[1]);
+      const Tensor* bias = constant(g, n.inputs[2]);
+      if (!x || !dtype || x->size() < 3 || !is_fusable_float(*dtype) || scale == nullptr || bias == nullptr) continue;
+      const std::int64_t channels = (*x)[1];
+      const std::int64_t groups = n.op_type == "InstanceNormalization" ? channels : n.attrs.get_int("num_groups", 0);
+      if (groups <= 0 || channels % groups != 0) continue;
+      if ((scale->numel() != channels && scale->numel() != groups) || bias->numel() != scale->numel()) continue;
+      const double epsilon = n.attrs.get_float("epsilon", 1e-5);
+      rewriter.replace({i}, normalization_onto_layer_norm(g, n, *x, *dtype, groups, *scale, *bias, epsilon),
+                       describe(n) + " -> Reshape + LayerNormalization + Reshape + Mul + Add");
+    } else if ((n.op_type == "ReduceL1" || n.op_type == "ReduceL2" || n.op_type == "ReduceSumSquare" ||
+                n.op_type == "ReduceLogSumExp") && !n.inputs.empty()) {
+      const auto x = static_shape(g, n.inputs[0]);
+      const auto dtype = value_dtype(g, n.inputs[0]);
+      const auto y = static_shape(g, n.outputs[0]);
+      if (!x || !dtype || !y || !is_fusable_float(*dtype)) continue;
+      Ints axes;
+      bool axes_given = false;
+      if (opset < 18) {
+        axes_given = n.attrs.has("axes");
+        axes = n.attrs.get_ints("axes", {});
+      } else if (n.has_input(1)) {
+        const Tensor* t = constant(g, n.inputs[1]);
+        if (t == nullptr || t->dtype() != DType::kInt64) continue;
+        const auto* p = static_cast<const std::int64_t*>(t->data_ptr());
+        axes.assign(p, p + t->numel());
+        axes_given = true;
+      }
+      if (axes_given && axes.empty() && n.attrs.get_int("noop_with_empty_axes", 0) != 0) continue;
+      const std::int64_t keepdims = n.attrs.get_int("keepdims", 1);
+      Ints kept_shape = *x;  // the reduced shape with keepdims=1
+      for (std::size_t d = 0; d < kept_shape.size(); ++d) {
+        bool reduced = !axes_given || axes.empty();
+        for (const std::int64_t a : axes) reduced = reduced || (a < 0 ? a + static_cast<std::int64_t>(x->size()) : a) ==
+                                                                   static_cast<std::int64_t>(d);
+        if (reduced) kept_shape[d] = 1;
+      }
+      std::vector<Node> parts;
+      const std::string in = n.inputs[0];
+      if (n.op_type == "ReduceLogSumExp") {
+        // log(sum(exp(x - m))) + m with m = max(x) over the axes: no overflow for large x.
+        const std::string m = new_value(g, n.outputs[0] + "_max", *dtype, kept_shape);
+        parts.push_back(reduce_node(g, "ReduceMax", n.name + "_max", in, m, axes, axes_given, 1, opset));
+        const std::string shifted = new_value(g, n.outputs[0] + "_shifted", *dtype, *x);
+        parts.push_back(make_node(g, "Sub", n.name + "_shift", {in, m}, {shifted}));
+        const std::string e = new_value(g, n.outputs[0] + "_exp", *dtype, *x);
+        parts.push_back(make_node(g, "Exp", n.name + "_exp", {shifted}, {e}));
+        const std::string sum = new_value(g, n.outputs[0] + "_sum", *dtype, kept_shape);
+        parts.push_back(reduce_node(g, "ReduceSum", n.name + "_sum", e, sum, axes, axes_given, 1, opset));
+        const std::string log = new_value(g, n.outputs[0] + "_log", *dtype, kept_shape);
+        parts.push_back(make_node(g, "Log", n.name + "_log", {sum}, {log}));
+        const std::string total = keepdims ? n.outputs[0] : new_value(g, n.outputs[0] + "_kept", *dtype, kept_shape);
+        parts.push_back(make_node(g, "Add", n.name + "_add", {log, m}, {total}));
+        if (!keepdims) parts.push_back(reshape_node(g, n.name + "_squeeze", total, *y, n.outputs[0]));
+      } else {
+        const std::string term = new_value(g, n.outputs[0] + "_term", *dtype, *x);
+        if (n.op_type == "ReduceL1") {
+          parts.push_back(make_node(g, "Abs", n.name + "_abs", {in}, {term}));
+        } else {
+          parts.push_back(make_node(g, "Mul", n.name + "_square", {in, in}, {term}));
+        }
+        const bool root = n.op_type == "ReduceL2";
+        const std::string sum = root ? new_value(g, n.outputs[0] + "_sum", *dtype, *y) : n.outputs[0];
+        parts.push_back(reduce_node(g, "ReduceSum", n.name + "_sum", term, sum, axes, axes_given, keepdims, opset));
+        if (root) parts.push_back(make_node(g, "Sqrt", n.name + "_sqrt", {sum}, {n.outputs[0]}));
+      }
+      rewriter.replace({i}, std::move(parts), describe(n) + " -> elementwise ops and ReduceSum/ReduceMax");
     } else if (n.op_type == "LayerNormalization" && n.inputs.size() >= 2) {
       const auto x = value_dtype(g, n.inputs[0]);
       if (!x || !is_fusable_float(*x)) continue;

@@ -1,0 +1,209 @@
+// Kernels that generate or place elements: one_hot, trilu, tile, scatter_nd. Data movement by element size
+// where the values are only copied (trilu, tile, scatter_nd, one_hot's on/off values).
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_raw/cuda_raw_common.cuh"
+#include "backends/cuda_raw/cuda_raw_kernels.h"
+
+namespace xpuruntime::cuda_raw {
+
+namespace {
+
+using namespace detail;  // NOLINT: the backend's own helpers
+
+// Calls body(E{}) with the unsigned integer type of `element_size` bytes.
+template <typename Body>
+void by_element_size(std::size_t element_size, const char* what, Body&& body) {
+  switch (element_size) {
+    case 1: return body(std::uint8_t{});
+    case 2: return body(std::uint16_t{});
+    case 4: return body(std::uint32_t{});
+    case 8: return body(std::uint64_t{});
+    default: XPURT_INTERNAL_ASSERT(false, what, ": element size ", element_size);
+  }
+}
+
+template <typename E>
+E element_of(std::uint64_t bits) {
+  E value;
+  std::memcpy(&value, &bits, sizeof(E));  // little-endian: the low bytes hold the element
+  return value;
+}
+
+template <typename I, typename E>
+__global__ void one_hot_kernel(const I* indices, E* y, std::int64_t n, std::int64_t depth, std::int64_t inner, E on,
+                               E off) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t in = i % inner;
+    const std::int64_t d = (i / inner) % depth;
+    const std::int64_t o = i / (inner * depth);
+    std::int64_t index = static_cast<std::int64_t>(indices[o * inner + in]);
+    if (index < 0) index += depth;
+    y[i] = index == d ? on : off;
+  }
+}
+
+template <typename E>
+__global__ void trilu_kernel(const E* x, E* y, std::int64_t n, std::int64_t rows, std::int64_t cols, std::int64_t k,
+                             bool upper) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t j = i % cols;
+    const std::int64_t r = (i / cols) % rows;
+    const bool keep = upper ? (j - r >= k) : (j - r <= k);
+    y[i] = keep ? x[i] : E{};
+  }
+}
+
+struct TileGeometry {
+  int rank = 0;
+  std::int64_t out_size[kMaxDims] = {};  // innermost first
+  std::int64_t in_size[kMaxDims] = {};
+  std::int64_t in_stride[kMaxDims] = {};
+};
+
+template <typename E>
+__global__ void tile_kernel(const E* x, E* y, std::int64_t n, TileGeometry g) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    std::int64_t rest = i, offset = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+      if (d == g.rank) break;
+      const std::int64_t q = rest / g.out_size[d];
+      offset += ((rest - q * g.out_size[d]) % g.in_size[d]) * g.in_stride[d];
+      rest = q;
+    }
+    y[i] = x[offset];
+  }
+}
+
+struct NdGeometry {
+  std::int64_t size[kMaxDims] = {};
+  std::int64_t stride[kMaxDims] = {};
+};
+
+// One thread per element of a slice: it walks the tuples in order and writes each update to its place, so for
+// duplicate tuples the last one wins, whatever the launch. Out-of-range tuples are skipped.
+template <typename E, typename I>
+__global__ void scatter_nd_kernel(const I* indices, const E* updates, E* y, std::int64_t tuples, int depth,
+                                  std::int64_t slice, NdGeometry g) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < slice; s += stride) {
+    for (std::int64_t t = 0; t < tuples; ++t) {
+      std::int64_t offset = s;
+      bool valid = true;
+      for (int k = 0; k < depth; ++k) {
+        std::int64_t index = static_cast<std::int64_t>(indices[t * depth + k]);
+        if (index < 0) index += g.size[k];
+        valid = valid && index >= 0 && index < g.size[k];
+        offset += index * g.stride[k];
+      }
+      if (valid) y[offset] = updates[t * slice + s];
+    }
+  }
+}
+
+}  // namespace
+
+void one_hot(const void* indices, DType index_dtype, void* y, std::size_t element_size, std::int64_t outer,
+             std::int64_t depth, std::int64_t inner, std::uint64_t on_bits, std::uint64_t off_bits, void* stream) {
+  const std::int64_t n = outer * depth * inner;
+  if (n <= 0) return;
+  by_element_size(element_size, "one_hot", [&](auto tag) {
+    using E = decltype(tag);
+    const auto launch = [&](auto index_tag) {
+      using I = decltype(index_tag);
+      one_hot_kernel<I, E><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
+          static_cast<const I*>(indices), static_cast<E*>(y), n, depth, inner, element_of<E>(on_bits),
+          element_of<E>(off_bits));
+    };
+    if (index_dtype == DType::kInt32) {
+      launch(std::int32_t{});
+    } else {
+      XPURT_CHECK(index_dtype == DType::kInt64, "cuda_raw::one_hot: indices must be int32 or int64");
+      launch(std::int64_t{});
+    }
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  });
+}
+
+void trilu(const void* x, void* y, std::size_t element_size, std::int64_t batch, std::int64_t rows, std::int64_t cols,
+           std::int64_t k, bool upper, void* stream) {
+  const std::int64_t n = batch * rows * cols;
+  if (n <= 0) return;
+  by_element_size(element_size, "trilu", [&](auto tag) {
+    using E = decltype(tag);
+    trilu_kernel<E><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
+        static_cast<const E*>(x), static_cast<E*>(y), n, rows, cols, k, upper);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  });
+}
+
+void tile(const void* x, void* y, std::size_t element_size, const std::vector<std::int64_t>& in_shape,
+          const std::vector<std::int64_t>& out_shape, void* stream) {
+  XPURT_CHECK(in_shape.size() == out_shape.size() && in_shape.size() <= static_cast<std::size_t>(kMaxDims),
+              "cuda_raw::tile: ranks ", in_shape.size(), " and ", out_shape.size(), " must agree and be <= ", kMaxDims);
+  std::int64_t n = 1;
+  for (const std::int64_t d : out_shape) n *= d;
+  if (n == 0) return;
+  TileGeometry g;
+  g.rank = static_cast<int>(in_shape.size());
+  std::int64_t stride = 1;
+  for (int d = 0; d < g.rank; ++d) {
+    const std::size_t from = in_shape.size() - 1 - static_cast<std::size_t>(d);
+    g.out_size[d] = out_shape[from];
+    g.in_size[d] = in_shape[from];
+    g.in_stride[d] = stride;
+    stride *= in_shape[from];
+  }
+  by_element_size(element_size, "tile", [&](auto tag) {
+    using E = decltype(tag);
+    tile_kernel<E><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(static_cast<const E*>(x),
+                                                                              static_cast<E*>(y), n, g);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  });
+}
+
+void scatter_nd(const void* data, const void* indices, DType index_dtype, const void* updates, void* y,
+                std::size_t element_size, const std::vector<std::int64_t>& data_shape, std::int64_t tuples,
+                std::int64_t depth, void* stream) {
+  XPURT_CHECK(depth >= 1 && depth <= kMaxDims && depth <= static_cast<std::int64_t>(data_shape.size()),
+              "cuda_raw::scatter_nd: index depth ", depth, " must be in [1, min(", kMaxDims, ", rank)]");
+  std::int64_t numel = 1, slice = 1;
+  for (std::size_t d = 0; d < data_shape.size(); ++d) {
+    numel *= data_shape[d];
+    if (static_cast<std::int64_t>(d) >= depth) slice *= data_shape[d];
+  }
+  const cudaStream_t s = as_stream(stream);
+  if (numel > 0 && y != data) {
+    XPURT_CUDA_CHECK(cudaMemcpyAsync(y, data, static_cast<std::size_t>(numel) * element_size,
+                                     cudaMemcpyDeviceToDevice, s));
+  }
+  if (tuples == 0 || slice == 0) return;
+  NdGeometry g;
+  std::int64_t stride = slice;
+  for (std::int64_t k = depth - 1; k >= 0; --k) {
+    g.size[k] = data_shape[static_cast<std::size_t>(k)];
+    g.stride[k] = stride;
+    stride *= data_shape[static_cast<std::size_t>(k)];
+  }
+  by_element_size(element_size, "scatter_nd", [&](auto tag) {
+    using E = decltype(tag);
+    if (index_dtype == DType::kInt32) {
+      scatter_nd_kernel<E, std::int32_t><<<grid_for(slice, kThreads), kThreads, 0, s>>>(
+          static_cast<const std::int32_t*>(indices), static_cast<const E*>(updates), static_cast<E*>(y), tuples,
+          static_cast<int>(depth), slice, g);
+    } else {
+      scatter_nd_kernel<E, std::int64_t><<<grid_for(slice, kThreads), kThreads, 0, s>>>(
+          static_cast<const std::int64_t*>(indices), static_cast<const E*>(updates), static_cast<E*>(y), tuples,
+          static_cast<int>(depth), slice, g);
+    }
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace xpuruntime::cuda_raw

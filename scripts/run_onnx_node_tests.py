@@ -343,8 +343,35 @@ def _exception_detail(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
+def _frozen(model, input_files, in_types):
+    """The model with every graph input but the first turned into an initializer holding this data set's value: the
+    node's parameters (pads, axes, sizes, K, bounds, indices) become constants, as real exports have them, so the
+    native engine lowers the node onto its registry op (``--freeze-inputs``). None when an input is not a tensor."""
+    import copy
+    from onnx import numpy_helper
+    frozen = copy.deepcopy(model)
+    initialized = {i.name for i in frozen.graph.initializer}
+    graph_inputs = [i for i in frozen.graph.input if i.name not in initialized]
+    for graph_input, path, declared in list(zip(graph_inputs, input_files, in_types))[1:]:
+        value = _read_value(path, declared)
+        if not isinstance(value, np.ndarray):
+            return None
+        frozen.graph.initializer.append(numpy_helper.from_array(value, graph_input.name))
+        frozen.graph.input.remove(graph_input)
+    return frozen
+
+
+def _host_value(value):
+    """A device tensor as the comparison takes it: a NumPy array (an xpuruntime Tensor for the dtypes NumPy lacks)."""
+    if hasattr(value, "device") and getattr(value.device, "type", "cpu") != "cpu":
+        value = value.cpu()
+        if str(value.dtype) not in ("bfloat16", "uint16", "uint32", "uint64"):
+            return np.asarray(value.numpy())
+    return value
+
+
 def run_test(test_dir: str, engine: str = "onnxruntime", device: str = "cpu",
-             max_data_sets: Optional[int] = None) -> Result:
+             max_data_sets: Optional[int] = None, freeze_inputs: bool = False) -> Result:
     """Runs one node test folder and classifies it."""
     import xpuruntime as xrt
 
@@ -365,8 +392,13 @@ def run_test(test_dir: str, engine: str = "onnxruntime", device: str = "cpu",
         return Result("skip", "no test_data_set_* folder")
 
     try:
-        session = xrt.InferenceSession(model_path, device=device, engine=engine)
-        input_names = [i.name for i in session.get_inputs()]
+        if freeze_inputs:  # the sessions are made per data set; this one only names the inputs
+            session = None
+            initialized = {i.name for i in model.graph.initializer}
+            input_names = [i.name for i in model.graph.input if i.name not in initialized]
+        else:
+            session = xrt.InferenceSession(model_path, device=device, engine=engine)
+            input_names = [i.name for i in session.get_inputs()]
     except Exception as exc:
         kinds = value_kinds(model)
         if kinds and isinstance(exc, xrt.UnsupportedOperationError):
@@ -388,9 +420,24 @@ def run_test(test_dir: str, engine: str = "onnxruntime", device: str = "cpu",
         if len(inputs) != len(input_names):
             return Result("error", f"{label}: {len(inputs)} input files for the session's "
                                    f"{len(input_names)} inputs {input_names}")
-        feeds = {name: _feed(value, _tensor_elem_type(t)) for name, value, t in zip(input_names, inputs, in_types)}
+        run_session, names = session, input_names
+        if run_session is None and len(inputs) <= 1:  # nothing to freeze
+            try:
+                run_session = session = xrt.InferenceSession(model_path, device=device, engine=engine)
+            except Exception as exc:
+                return Result("error", f"session: {_exception_detail(exc)}")
+        elif freeze_inputs and len(inputs) > 1:
+            frozen = _frozen(model, input_files, in_types)
+            if frozen is None:
+                return Result("skip", f"{label}: --freeze-inputs takes tensor inputs only")
+            try:
+                run_session = xrt.InferenceSession(frozen.SerializeToString(), device=device, engine=engine)
+            except Exception as exc:
+                return Result("error", f"session ({label}, inputs frozen): {_exception_detail(exc)}")
+            names = input_names[:1]
+        feeds = {name: _feed(value, _tensor_elem_type(t)) for name, value, t in zip(names, inputs, in_types)}
         try:
-            actual = session.run(None, feeds)
+            actual = [_host_value(v) for v in run_session.run(None, feeds)]
         except Exception as exc:
             return Result("error", f"run ({label}): {_exception_detail(exc)}")
         if len(actual) != len(expected):
@@ -410,13 +457,13 @@ def list_tests(data_dir: str, keyword: Optional[str] = None) -> List[str]:
 
 def run_suite(data_dir: str = DEFAULT_DATA, engine: str = "onnxruntime", device: str = "cpu",
               keyword: Optional[str] = None, names: Optional[List[str]] = None, verbose: bool = False,
-              max_data_sets: Optional[int] = None, out=sys.stdout) -> Summary:
+              max_data_sets: Optional[int] = None, out=sys.stdout, freeze_inputs: bool = False) -> Summary:
     """Runs the selected tests (``names``, else every folder matching ``keyword``) and returns their results."""
     summary = Summary()
     start = time.perf_counter()
     selected = names if names is not None else list_tests(data_dir, keyword)
     for name in selected:
-        result = run_test(os.path.join(data_dir, name), engine, device, max_data_sets)
+        result = run_test(os.path.join(data_dir, name), engine, device, max_data_sets, freeze_inputs)
         summary.results[name] = result
         if verbose:
             print(f"{result.status.upper():5} {name}  {result.detail}", file=out, flush=True)
@@ -438,6 +485,9 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="device, e.g. cpu or cuda:0 (default: cpu)")
     parser.add_argument("--data", default=DEFAULT_DATA, help=f"node test folder (default: {DEFAULT_DATA})")
     parser.add_argument("-k", dest="keyword", default=None, help="run only tests whose name contains this")
+    parser.add_argument("--freeze-inputs", action="store_true",
+                        help="turn every input but the first into a constant of each data set's value (the node's "
+                             "parameters become constants, as in real exports: the native engine on CUDA lowers them)")
     parser.add_argument("--json", dest="json_out", default=None, help="write {test: {status, detail}} here")
     parser.add_argument("--verbose", action="store_true", help="print one line per test")
     parser.add_argument("--max-data-sets", type=int, default=None, help="use at most N data sets per test")
@@ -453,7 +503,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1 if args.min_pass is not None else 0
     _import_onnx()
     summary = run_suite(args.data, args.engine, args.device, args.keyword, verbose=args.verbose,
-                        max_data_sets=args.max_data_sets)
+                        max_data_sets=args.max_data_sets, freeze_inputs=args.freeze_inputs)
     print_summary(summary)
     if args.json_out:
         with open(args.json_out, "w") as f:

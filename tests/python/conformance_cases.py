@@ -1093,14 +1093,17 @@ def _resize_taps(o, in_size, out_size, scale, attrs):
     """Note [Resize taps] in resize.cu, in float64: (indices, weights) of one output coordinate."""
     mode = attrs.get("mode", "nearest")
     coordinates = attrs.get("coordinate_transformation_mode", "half_pixel")
+    length = scale * in_size  # ONNX's reference: the formulas use scale * in, not the integer output size
     if coordinates == "half_pixel":
         x = (o + 0.5) / scale - 0.5
     elif coordinates == "pytorch_half_pixel":
-        x = (o + 0.5) / scale - 0.5 if out_size > 1 else 0.0
+        x = (o + 0.5) / scale - 0.5 if length > 1 else -0.5
     elif coordinates == "align_corners":
-        x = 0.0 if out_size == 1 else o * (in_size - 1) / (out_size - 1)
+        x = 0.0 if length == 1 else o * (in_size - 1) / (length - 1)
     elif coordinates == "asymmetric":
         x = o / scale
+    elif coordinates == "tf_half_pixel_for_nn":
+        x = (o + 0.5) / scale
     else:  # half_pixel_symmetric
         adjustment = out_size / (scale * in_size)
         x = in_size / 2 * (1 - adjustment) + (o + 0.5) / scale - 0.5
@@ -1163,6 +1166,11 @@ def resize_cases() -> List[Case]:
                                "coordinate_transformation_mode": "asymmetric"}),
         ("cubic_up2", up2, {"mode": "cubic"}),
         ("cubic_exclude_outside", odd, {"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}),
+        # a scale that does not divide: the coordinate formulas use scale * in = 5.4, not the size 5
+        ("linear_align_corners_scale_0_6", ((1, 2, 9, 9), [1, 2, 5, 5], [1.0, 1.0, 0.6, 0.6]),
+         {"mode": "linear", "coordinate_transformation_mode": "align_corners"}),
+        ("nearest_tf_half_pixel_for_nn", ((1, 1, 7, 6), [1, 1, 4, 3], [1.0, 1.0, 0.6, 0.5]),
+         {"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn"}),
         ("linear_3d_last", ((3, 4, 5), [3, 4, 11], [1.0, 1.0, 11 / 5]), {"mode": "linear"}),
     ]
     cases = []

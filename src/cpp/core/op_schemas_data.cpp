@@ -518,7 +518,7 @@ void register_data_ops(KernelRegistry& registry) {
       infer_pad);
   add("resize", "data_movement", {"x"},
       "ONNX Resize to 'sizes' (every dim) with per-dim 'scales' for the coordinate transform; mode=nearest|linear|"
-      "cubic, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias",
+      "cubic, coordinate_transformation_mode (every ONNX mode), nearest_mode, cubic_coeff_a, exclude_outside, antialias",
       infer_resize);
   add("log_softmax", "softmax", {"x"}, "log(softmax(x)) along axis (-1)", infer_log_softmax);
   add("prelu", "activation", {"x", "slope"}, "x < 0 ? slope * x : x; slope broadcasts to x", infer_prelu);

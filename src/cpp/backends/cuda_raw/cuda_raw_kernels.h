@@ -239,7 +239,7 @@ void float_prod(const ReduceGeometry& geometry, const void* x, void* y, DType dt
 
 enum class ResizeMode : std::uint8_t { kNearest, kLinear, kCubic };
 enum class ResizeCoordinates : std::uint8_t {
-  kHalfPixel, kHalfPixelSymmetric, kPytorchHalfPixel, kAlignCorners, kAsymmetric
+  kHalfPixel, kHalfPixelSymmetric, kPytorchHalfPixel, kAlignCorners, kAsymmetric, kTfHalfPixelForNn
 };
 enum class ResizeNearest : std::uint8_t { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil };
 // What ONNX Resize needs per dimension (opset 11-19 semantics without roi).

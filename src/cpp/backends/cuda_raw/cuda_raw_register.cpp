@@ -486,6 +486,8 @@ cuda_raw::ResizeParams resize_params(const OpDescriptor& desc) {
     p.coordinates = C::kAlignCorners;
   } else if (coordinates == "asymmetric") {
     p.coordinates = C::kAsymmetric;
+  } else if (coordinates == "tf_half_pixel_for_nn") {
+    p.coordinates = C::kTfHalfPixelForNn;
   } else {
     throw UnsupportedOperationError(detail::str_cat("cuda_raw resize has no coordinate_transformation_mode '",
                                                     coordinates, "' (tf_crop_and_resize runs on the cpu kernel)"));

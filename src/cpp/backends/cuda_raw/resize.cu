@@ -37,19 +37,23 @@ struct ResizeGeometry {
   bool exclude_outside = false;
 };
 
+// ONNX's reference: the formulas use the output length scale * in (equal to the output size when the model gave
+// sizes; not when it gave a scale that does not divide), and the integer output size only where stated.
 __device__ __forceinline__ float source_coordinate(const ResizeGeometry& g, float o, std::int64_t in,
                                                    std::int64_t out, float scale) {
+  const float length = scale * static_cast<float>(in);
   switch (g.coordinates) {
     case ResizeCoordinates::kHalfPixel: return (o + 0.5f) / scale - 0.5f;
     case ResizeCoordinates::kHalfPixelSymmetric: {
-      const float adjustment = static_cast<float>(out) / (scale * static_cast<float>(in));
+      const float adjustment = static_cast<float>(out) / length;
       const float center = static_cast<float>(in) / 2.0f;
       return center * (1.0f - adjustment) + (o + 0.5f) / scale - 0.5f;
     }
-    case ResizeCoordinates::kPytorchHalfPixel: return out > 1 ? (o + 0.5f) / scale - 0.5f : 0.0f;
+    case ResizeCoordinates::kPytorchHalfPixel: return length > 1.0f ? (o + 0.5f) / scale - 0.5f : -0.5f;
     case ResizeCoordinates::kAlignCorners:
-      return out == 1 ? 0.0f : o * static_cast<float>(in - 1) / static_cast<float>(out - 1);
+      return length == 1.0f ? 0.0f : o * static_cast<float>(in - 1) / (length - 1.0f);
     case ResizeCoordinates::kAsymmetric: return o / scale;
+    case ResizeCoordinates::kTfHalfPixelForNn: return (o + 0.5f) / scale;
   }
   return 0.0f;
 }

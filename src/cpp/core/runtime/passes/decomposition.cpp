@@ -284,7 +284,7 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
       }
       rewriter.replace({i}, std::move(parts), describe(n) + " -> " + std::to_string(n.inputs.size()) +
                                                   "-input chain of " + pairwise + (n.op_type == "Mean" ? " + Div" : ""));
-    } else if ((n.op_type == "DepthToSpace" || n.op_type == "SpaceToDepth") && !n.inputs.empty()) {
+    } else if ((n.op_type == "DepthToSpace" || n.op_type == "SpaceToDepth") && !n.inputs.empty() && opset >= 5) {
       const auto x = static_shape(g, n.inputs[0]);
       const auto dtype = value_dtype(g, n.inputs[0]);
       const std::int64_t b = n.attrs.get_int("blocksize", 0);
@@ -314,7 +314,8 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
                         make_node(g, "Transpose", n.name + "_move", {six}, {moved}, t),
                         reshape_node(g, n.name + "_merge", moved, out, n.outputs[0])},
                        describe(n) + " -> Reshape + Transpose + Reshape");
-    } else if ((n.op_type == "InstanceNormalization" || n.op_type == "GroupNormalization") && n.inputs.size() >= 3) {
+    } else if ((n.op_type == "InstanceNormalization" || n.op_type == "GroupNormalization") && n.inputs.size() >= 3 &&
+               opset >= 7) {  // the Mul and Add broadcast (opset 7+), the Reshapes take shape inputs (5+)
       // Note [Normalizations onto layer_norm]
       const auto x = static_shape(g, n.inputs[0]);
       const auto dtype = value_dtype(g, n.inputs[0]);
@@ -329,7 +330,7 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
       rewriter.replace({i}, normalization_onto_layer_norm(g, n, *x, *dtype, groups, *scale, *bias, epsilon),
                        describe(n) + " -> Reshape + LayerNormalization + Reshape + Mul + Add");
     } else if ((n.op_type == "ReduceL1" || n.op_type == "ReduceL2" || n.op_type == "ReduceSumSquare" ||
-                n.op_type == "ReduceLogSumExp") && !n.inputs.empty()) {
+                n.op_type == "ReduceLogSumExp") && !n.inputs.empty() && opset >= 7) {
       const auto x = static_shape(g, n.inputs[0]);
       const auto dtype = value_dtype(g, n.inputs[0]);
       const auto y = static_shape(g, n.outputs[0]);

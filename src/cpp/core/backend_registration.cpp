@@ -41,7 +41,9 @@ class AbsentKernel final : public Kernel {
       "erf", "reciprocal", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "cast", "reduce_sum",
       "reduce_mean", "reduce_max", "reduce_min", "clip", "hard_sigmoid", "hard_swish", "leaky_relu", "elu",
       "softplus", "sin", "cos", "floor", "ceil", "round", "sign", "is_nan", "is_inf", "logical_and", "logical_or",
-      "logical_xor", "cum_sum", "gather_elements", "gather_nd", "pad", "resize"};
+      "logical_xor", "cum_sum", "gather_elements", "gather_nd", "pad", "resize", "tan", "asin", "acos", "atan",
+      "sinh", "cosh", "asinh", "acosh", "atanh", "softsign", "selu", "celu", "thresholded_relu", "mish", "log_softmax",
+      "prelu", "mod", "one_hot", "trilu", "tile", "scatter_nd", "arg_max", "arg_min", "top_k", "reduce_prod"};
   const char* no_cuda = "this xpuruntime was built without CUDA; rebuild with the CUDA toolkit installed "
                         "(cmake -DXPURT_WITH_CUDA=ON)";
   const char* no_cudnn = "this xpuruntime was built without cuDNN; install cuDNN 9 and rebuild "

@@ -498,7 +498,8 @@ void register_data_ops(KernelRegistry& registry) {
         infer_arithmetic_binary);
   }
   for (const char* op : {"clip", "hard_sigmoid", "hard_swish", "leaky_relu", "elu", "softplus", "sin", "cos", "floor",
-                         "ceil", "round", "sign"}) {
+                         "ceil", "round", "sign", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+                         "atanh", "softsign", "selu", "celu", "thresholded_relu", "mish"}) {
     add(op, "activation", {"x"}, std::string(op) + "(x) as ONNX defines it (docs/ops.md); float dtypes",
         infer_float_pointwise);
   }

@@ -184,6 +184,13 @@ void register_onnx_kernels(KernelRegistry& registry) {
       {"gather_elements", "GatherElements", DTypeSet::kAll}, {"gather_nd", "GatherND", DTypeSet::kAll},
       {"log_softmax", "LogSoftmax", DTypeSet::kFloat},   {"prelu", "PRelu", DTypeSet::kFloat},
       {"mod", "Mod", DTypeSet::kFloatAndInt},            {"scatter_nd", "ScatterND", DTypeSet::kAll},
+      {"tan", "Tan", DTypeSet::kFloat},                  {"asin", "Asin", DTypeSet::kFloat},
+      {"acos", "Acos", DTypeSet::kFloat},                {"atan", "Atan", DTypeSet::kFloat},
+      {"sinh", "Sinh", DTypeSet::kFloat},                {"cosh", "Cosh", DTypeSet::kFloat},
+      {"asinh", "Asinh", DTypeSet::kFloat},              {"acosh", "Acosh", DTypeSet::kFloat},
+      {"atanh", "Atanh", DTypeSet::kFloat},              {"softsign", "Softsign", DTypeSet::kFloat},
+      {"selu", "Selu", DTypeSet::kFloat},                {"celu", "Celu", DTypeSet::kFloat},
+      {"thresholded_relu", "ThresholdedRelu", DTypeSet::kFloat}, {"mish", "Mish", DTypeSet::kFloat},
       {"arg_max", "ArgMax", DTypeSet::kAll},             {"arg_min", "ArgMin", DTypeSet::kAll},
   };
   for (const Mapped& m : direct) {

@@ -188,6 +188,20 @@ enum class PointwiseOp : std::uint8_t {
   kCeil,
   kRound,  // half to even
   kSign,   // -1, 0 or 1 (NaN stays NaN)
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kSoftsign,         // x / (1 + |x|)
+  kSelu,             // gamma * (x > 0 ? x : alpha * (exp(x) - 1))  (alpha, beta = gamma)
+  kCelu,             // max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
+  kThresholdedRelu,  // x > alpha ? x : 0
+  kMish,             // x * tanh(softplus(x))
 };
 // y[i] = op(x[i]; alpha, beta) for n float32/float16/bfloat16 elements, computed in fp32.
 void pointwise(PointwiseOp op, const void* x, void* y, DType dtype, std::int64_t n, float alpha, float beta,

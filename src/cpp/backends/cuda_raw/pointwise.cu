@@ -1,5 +1,6 @@
 // The ONNX pointwise ops beyond the core set: clip, hard_sigmoid, hard_swish, leaky_relu, elu, softplus, sin,
-// cos, floor, ceil, round, sign (float in, float out, fp32 compute: Note [fp32 compute]), and is_nan / is_inf
+// cos, floor, ceil, round, sign, the other trigonometric and hyperbolic functions, softsign, selu, celu,
+// thresholded_relu, mish (float in, float out, fp32 compute: Note [fp32 compute]), and is_nan / is_inf
 // (float in, float64 included, bool out); prelu and mod with broadcasting.
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_kernels.h"
@@ -38,9 +39,37 @@ struct PointwiseFn {
       return ceilf(x);
     } else if constexpr (kOp == PointwiseOp::kRound) {
       return rintf(x);  // the current rounding mode: to nearest, ties to even
-    } else {
-      static_assert(kOp == PointwiseOp::kSign, "every PointwiseOp has a case");
+    } else if constexpr (kOp == PointwiseOp::kSign) {
       return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x);  // 0, -0 and NaN stay
+    } else if constexpr (kOp == PointwiseOp::kTan) {
+      return tanf(x);
+    } else if constexpr (kOp == PointwiseOp::kAsin) {
+      return asinf(x);
+    } else if constexpr (kOp == PointwiseOp::kAcos) {
+      return acosf(x);
+    } else if constexpr (kOp == PointwiseOp::kAtan) {
+      return atanf(x);
+    } else if constexpr (kOp == PointwiseOp::kSinh) {
+      return sinhf(x);
+    } else if constexpr (kOp == PointwiseOp::kCosh) {
+      return coshf(x);
+    } else if constexpr (kOp == PointwiseOp::kAsinh) {
+      return asinhf(x);
+    } else if constexpr (kOp == PointwiseOp::kAcosh) {
+      return acoshf(x);
+    } else if constexpr (kOp == PointwiseOp::kAtanh) {
+      return atanhf(x);
+    } else if constexpr (kOp == PointwiseOp::kSoftsign) {
+      return x / (1.0f + fabsf(x));
+    } else if constexpr (kOp == PointwiseOp::kSelu) {
+      return beta * (x > 0.0f ? x : alpha * expm1f(x));
+    } else if constexpr (kOp == PointwiseOp::kCelu) {
+      return fmaxf(0.0f, x) + fminf(0.0f, alpha * expm1f(x / alpha)) + (isnan(x) ? x : 0.0f);
+    } else if constexpr (kOp == PointwiseOp::kThresholdedRelu) {
+      return x > alpha ? x : 0.0f;
+    } else {
+      static_assert(kOp == PointwiseOp::kMish, "every PointwiseOp has a case");
+      return x * tanhf(fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))));
     }
   }
 };
@@ -83,6 +112,20 @@ void pointwise(PointwiseOp op, const void* x, void* y, DType dtype, std::int64_t
       XPURT_POINTWISE_CASE(kCeil)
       XPURT_POINTWISE_CASE(kRound)
       XPURT_POINTWISE_CASE(kSign)
+      XPURT_POINTWISE_CASE(kTan)
+      XPURT_POINTWISE_CASE(kAsin)
+      XPURT_POINTWISE_CASE(kAcos)
+      XPURT_POINTWISE_CASE(kAtan)
+      XPURT_POINTWISE_CASE(kSinh)
+      XPURT_POINTWISE_CASE(kCosh)
+      XPURT_POINTWISE_CASE(kAsinh)
+      XPURT_POINTWISE_CASE(kAcosh)
+      XPURT_POINTWISE_CASE(kAtanh)
+      XPURT_POINTWISE_CASE(kSoftsign)
+      XPURT_POINTWISE_CASE(kSelu)
+      XPURT_POINTWISE_CASE(kCelu)
+      XPURT_POINTWISE_CASE(kThresholdedRelu)
+      XPURT_POINTWISE_CASE(kMish)
 #undef XPURT_POINTWISE_CASE
     }
   });

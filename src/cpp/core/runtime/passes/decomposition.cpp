@@ -10,8 +10,12 @@
 //   DepthToSpace (DCR, CRD) and SpaceToDepth (static shapes) -> Reshape + Transpose + Reshape;
 //   InstanceNormalization and GroupNormalization (constant scale and bias) -> layer_norm (Note [Normalizations onto
 //     layer_norm]);
-//   ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp (float) -> Abs / Mul / Exp ... and ReduceSum (ReduceMax).
+//   ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp (float) -> Abs / Mul / Exp ... and ReduceSum (ReduceMax);
+//   Einsum of one or two operands without diagonals -> Transpose/Reshape around a MatMul (Note [Einsum onto MatMul]).
+#include <cctype>
 #include <cstring>
+#include <map>
+#include <optional>
 
 #include "core/runtime/passes.h"
 #include "core/runtime/passes/pass_utils.h"
@@ -162,6 +166,167 @@ Node reduce_node(Graph& g, const std::string& op_type, const std::string& name, 
     }
   }
   return r;
+}
+
+// Note [Einsum onto MatMul]: an Einsum of one or two operands whose labels each appear once per operand (no
+// diagonals, no ellipsis) is a batched matrix product between transposes and reshapes. Each label is a batch label
+// (in both operands and the output), a contracted label (in both, not in the output), a free label of one operand
+// (in it and the output) or a summed label of one operand (in it only: a ReduceSum first). A is permuted to [batch,
+// free A, contracted] and viewed as [B, M, K], B to [batch, contracted, free B] as [B, K, N]; MatMul gives [B, M, N],
+// viewed as [batch, free A, free B] and permuted into the output's order. One operand: a ReduceSum over its summed
+// labels and a Transpose.
+struct EinsumSpec {
+  std::vector<std::string> inputs;  // one label string per operand
+  std::string output;
+};
+
+std::optional<EinsumSpec> parse_einsum(const std::string& equation, std::size_t operands) {
+  std::string eq;
+  for (const char ch : equation) {
+    if (ch != ' ') eq += ch;
+  }
+  const std::size_t arrow = eq.find("->");
+  if (arrow == std::string::npos || eq.find('.') != std::string::npos) return std::nullopt;
+  EinsumSpec spec;
+  spec.output = eq.substr(arrow + 2);
+  std::string lhs = eq.substr(0, arrow);
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = lhs.find(',', start);
+    spec.inputs.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (spec.inputs.size() != operands) return std::nullopt;
+  for (const std::string& labels : spec.inputs) {
+    for (std::size_t k = 0; k < labels.size(); ++k) {
+      if (!std::isalpha(static_cast<unsigned char>(labels[k])) || labels.find(labels[k], k + 1) != std::string::npos) {
+        return std::nullopt;  // a diagonal or a malformed label
+      }
+    }
+  }
+  for (std::size_t k = 0; k < spec.output.size(); ++k) {
+    if (spec.output.find(spec.output[k], k + 1) != std::string::npos) return std::nullopt;
+  }
+  return spec;
+}
+
+// Permutes `from` (labels `have`, shape `shape`) into label order `want` (a permutation of `have`); appends the node
+// when the order changes and returns the permuted value.
+std::string permute_labels(Graph& g, std::vector<Node>& nodes, const std::string& name, const std::string& from,
+                           const std::string& have, const std::string& want, const Ints& shape, DType dtype) {
+  if (have == want) return from;
+  Ints perm, permuted;
+  for (const char label : want) {
+    const auto at = static_cast<std::int64_t>(have.find(label));
+    perm.push_back(at);
+    permuted.push_back(shape[static_cast<std::size_t>(at)]);
+  }
+  const std::string out = new_value(g, name, dtype, permuted);
+  Attributes a;
+  a.set("perm", perm);
+  nodes.push_back(make_node(g, "Transpose", name, {from}, {out}, a));
+  return out;
+}
+
+// Sums `from` over the labels of `labels` not in `keep` (keepdims 0); returns the value and its labels/shape.
+std::string sum_labels(Graph& g, std::vector<Node>& nodes, const std::string& name, const std::string& from,
+                       std::string* labels, Ints* shape, const std::string& keep, DType dtype, std::int64_t opset) {
+  Ints axes, kept_shape;
+  std::string kept;
+  for (std::size_t k = 0; k < labels->size(); ++k) {
+    if (keep.find((*labels)[k]) == std::string::npos) {
+      axes.push_back(static_cast<std::int64_t>(k));
+    } else {
+      kept += (*labels)[k];
+      kept_shape.push_back((*shape)[k]);
+    }
+  }
+  if (axes.empty()) return from;
+  const std::string out = new_value(g, name, dtype, kept_shape);
+  nodes.push_back(reduce_node(g, "ReduceSum", name, from, out, axes, true, 0, opset));
+  *labels = kept;
+  *shape = kept_shape;
+  return out;
+}
+
+std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int64_t opset) {
+  if (opset < 13) return std::nullopt;  // ReduceSum's axes input, Reshape's shape input
+  const auto spec = parse_einsum(n.attrs.get_string("equation", ""), n.inputs.size());
+  if (!spec || n.inputs.empty() || n.inputs.size() > 2) return std::nullopt;
+  const auto dtype = value_dtype(g, n.inputs[0]);
+  const auto out_shape = static_shape(g, n.outputs[0]);
+  if (!dtype || !is_fusable_float(*dtype) || !out_shape) return std::nullopt;
+  std::vector<std::string> labels = spec->inputs;
+  std::vector<Ints> shapes;
+  for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+    const auto shape = static_shape(g, n.inputs[k]);
+    if (!shape || shape->size() != labels[k].size()) return std::nullopt;
+    shapes.push_back(*shape);
+  }
+  std::vector<Node> nodes;
+  if (n.inputs.size() == 1) {
+    std::string labels0 = labels[0];
+    Ints shape0 = shapes[0];
+    const std::string summed = sum_labels(g, nodes, n.name + "_sum", n.inputs[0], &labels0, &shape0, spec->output,
+                                          *dtype, opset);
+    if (labels0.size() != spec->output.size()) return std::nullopt;
+    const std::string out = permute_labels(g, nodes, n.name + "_order", summed, labels0, spec->output, shape0, *dtype);
+    nodes.push_back(make_node(g, "Identity", n.name + "_out", {out}, {n.outputs[0]}));
+    return nodes;
+  }
+  const std::string& out = spec->output;
+  // Labels of one operand that the other and the output lack are summed away first.
+  std::string values[2] = {n.inputs[0], n.inputs[1]};
+  for (int k = 0; k < 2; ++k) {
+    values[k] = sum_labels(g, nodes, n.name + "_sum" + std::to_string(k), values[k], &labels[static_cast<size_t>(k)],
+                           &shapes[static_cast<size_t>(k)], labels[static_cast<size_t>(1 - k)] + out, *dtype, opset);
+  }
+  std::string batch, contracted, free_a, free_b;
+  std::map<char, std::int64_t> size;
+  for (int k = 0; k < 2; ++k) {
+    for (std::size_t d = 0; d < labels[static_cast<size_t>(k)].size(); ++d) {
+      const char label = labels[static_cast<size_t>(k)][d];
+      const std::int64_t extent = shapes[static_cast<size_t>(k)][d];
+      auto [it, fresh] = size.emplace(label, extent);
+      if (!fresh && it->second != extent) return std::nullopt;  // broadcasting labels: not this decomposition
+    }
+  }
+  for (const char label : labels[0]) {
+    const bool in_b = labels[1].find(label) != std::string::npos;
+    const bool in_out = out.find(label) != std::string::npos;
+    (in_b ? (in_out ? batch : contracted) : free_a) += label;
+  }
+  for (const char label : labels[1]) {
+    if (labels[0].find(label) == std::string::npos) free_b += label;
+  }
+  for (const char label : out) {
+    if (size.count(label) == 0) return std::nullopt;
+  }
+  const auto extent = [&](const std::string& ls) {
+    std::int64_t p = 1;
+    for (const char l : ls) p *= size[l];
+    return p;
+  };
+  const std::int64_t B = extent(batch), M = extent(free_a), K = extent(contracted), N = extent(free_b);
+  const std::string a = permute_labels(g, nodes, n.name + "_a", values[0], labels[0], batch + free_a + contracted,
+                                       shapes[0], *dtype);
+  const std::string b = permute_labels(g, nodes, n.name + "_b", values[1], labels[1], batch + contracted + free_b,
+                                       shapes[1], *dtype);
+  const std::string a3 = new_value(g, n.name + "_a3", *dtype, {B, M, K});
+  const std::string b3 = new_value(g, n.name + "_b3", *dtype, {B, K, N});
+  nodes.push_back(reshape_node(g, n.name + "_a3", a, {B, M, K}, a3));
+  nodes.push_back(reshape_node(g, n.name + "_b3", b, {B, K, N}, b3));
+  const std::string product = new_value(g, n.name + "_product", *dtype, {B, M, N});
+  nodes.push_back(make_node(g, "MatMul", n.name + "_matmul", {a3, b3}, {product}));
+  const std::string order = batch + free_a + free_b;
+  Ints unfolded;
+  for (const char l : order) unfolded.push_back(size[l]);
+  const std::string full = new_value(g, n.name + "_unfolded", *dtype, unfolded);
+  nodes.push_back(reshape_node(g, n.name + "_unfold", product, unfolded, full));
+  const std::string result = permute_labels(g, nodes, n.name + "_order", full, order, out, unfolded, *dtype);
+  nodes.push_back(make_node(g, "Identity", n.name + "_out", {result}, {n.outputs[0]}));
+  return nodes;
 }
 
 }  // namespace
@@ -386,6 +551,11 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
         if (root) parts.push_back(make_node(g, "Sqrt", n.name + "_sqrt", {sum}, {n.outputs[0]}));
       }
       rewriter.replace({i}, std::move(parts), describe(n) + " -> elementwise ops and ReduceSum/ReduceMax");
+    } else if (n.op_type == "Einsum") {
+      // Note [Einsum onto MatMul]
+      auto nodes = einsum_nodes(g, n, opset);
+      if (!nodes) continue;
+      rewriter.replace({i}, std::move(*nodes), describe(n) + " -> Transpose/Reshape + MatMul (+ ReduceSum)");
     } else if (n.op_type == "LayerNormalization" && n.inputs.size() >= 2) {
       const auto x = value_dtype(g, n.inputs[0]);
       if (!x || !is_fusable_float(*x)) continue;

@@ -1,0 +1,153 @@
+"""The native engine's op_decomposition pass (docs/native_engine.md): ONNX ops rewritten onto registry ops (Einsum,
+Instance/GroupNormalization, DepthToSpace/SpaceToDepth, ReduceL1/L2/SumSquare/LogSumExp, variadic Sum/Max/Min/Mean),
+each checked against NumPy on random inputs at odd shapes, and checked to run without the ONNX reference library
+(every node lowered: on CUDA that is what lets fallback="error" run them)."""
+
+import numpy as np
+import pytest
+
+import xpuruntime as xrt
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda:0"] if xrt.get_device_count() > 0 else [])
+
+
+def _model(node, inputs, output_shape, opset, initializers=()):
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(a.shape)) for name, a in inputs],
+        [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, list(output_shape))],
+        initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _run(model, feeds, device):
+    session = xrt.InferenceSession(model, device=device, engine="native",
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error"))
+    (out,) = session.run(None, feeds)
+    out = np.asarray(out.cpu().numpy() if hasattr(out, "cpu") else out)
+    kernels = {n["kernel"] for n in session.explain().nodes}
+    assert "onnx_ref" not in kernels, kernels
+    return out
+
+
+EINSUM = [
+    ("bhid,bhjd->bhij", [(2, 3, 5, 7), (2, 3, 6, 7)]),   # attention scores
+    ("bhij,bhjd->bhid", [(2, 3, 5, 6), (2, 3, 6, 7)]),   # attention output
+    ("ij,jk->ik", [(5, 9), (9, 4)]),
+    ("bnd,dk->bkn", [(2, 7, 5), (5, 3)]),                # output permuted
+    ("i,i->", [(11,), (11,)]),                           # inner product
+    ("abc,cd->ad", [(3, 4, 5), (5, 2)]),                 # b summed on one side
+    ("ij->ji", [(4, 7)]),
+    ("bij->bj", [(2, 5, 3)]),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("equation,shapes", EINSUM, ids=[e for e, _ in EINSUM])
+def test_einsum(device, equation, shapes):
+    rng = np.random.default_rng(len(equation))
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    expected = np.einsum(equation, *arrays)
+    names = [f"x{k}" for k in range(len(arrays))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    got = _run(_model(node, list(zip(names, arrays)), expected.shape, 13), dict(zip(names, arrays)), device)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def _group_norm_reference(x, scale, bias, groups, epsilon):
+    n, c = x.shape[:2]
+    g = x.reshape(n, groups, -1).astype(np.float64)
+    normalized = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + epsilon)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return normalized * scale.reshape(shape) + bias.reshape(shape)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op,groups,opset", [("InstanceNormalization", None, 13), ("GroupNormalization", 3, 21),
+                                             ("GroupNormalization", 2, 18)])
+def test_normalizations(device, op, groups, opset):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32) * 3 + 1
+    channels = 6
+    per = channels if (op == "InstanceNormalization" or opset >= 21) else groups
+    scale = rng.uniform(0.5, 1.5, per).astype(np.float32)
+    bias = rng.uniform(-1, 1, per).astype(np.float32)
+    attrs = {"epsilon": 1e-3}
+    if groups:
+        attrs["num_groups"] = groups
+    node = helper.make_node(op, ["x", "scale", "bias"], ["y"], **attrs)
+    inits = [numpy_helper.from_array(scale, "scale"), numpy_helper.from_array(bias, "bias")]
+    g = channels if op == "InstanceNormalization" else groups
+    full_scale = scale if per == channels else np.repeat(scale, channels // groups)
+    full_bias = bias if per == channels else np.repeat(bias, channels // groups)
+    expected = _group_norm_reference(x, full_scale, full_bias, g, 1e-3)
+    got = _run(_model(node, [("x", x)], x.shape, opset, inits), {"x": x}, device)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op,mode", [("DepthToSpace", "DCR"), ("DepthToSpace", "CRD"), ("SpaceToDepth", None)])
+def test_depth_space(device, op, mode):
+    rng = np.random.default_rng(5)
+    b = 2
+    if op == "DepthToSpace":
+        x = rng.standard_normal((2, 12, 3, 5)).astype(np.float32)
+        n, c, h, w = x.shape
+        if mode == "DCR":
+            expected = x.reshape(n, b, b, c // 4, h, w).transpose(0, 3, 4, 1, 5, 2).reshape(n, c // 4, h * b, w * b)
+        else:
+            expected = x.reshape(n, c // 4, b, b, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, c // 4, h * b, w * b)
+        node = helper.make_node(op, ["x"], ["y"], blocksize=b, mode=mode)
+    else:
+        x = rng.standard_normal((2, 3, 6, 4)).astype(np.float32)
+        n, c, h, w = x.shape
+        expected = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4).reshape(n, c * 4, h // b, w // b)
+        node = helper.make_node(op, ["x"], ["y"], blocksize=b)
+    got = _run(_model(node, [("x", x)], expected.shape, 13), {"x": x}, device)
+    np.testing.assert_array_equal(got, expected)
+
+
+REDUCTIONS = {
+    "ReduceL1": lambda x, ax, k: np.abs(x).sum(axis=ax, keepdims=k),
+    "ReduceL2": lambda x, ax, k: np.sqrt((x * x).sum(axis=ax, keepdims=k)),
+    "ReduceSumSquare": lambda x, ax, k: (x * x).sum(axis=ax, keepdims=k),
+    "ReduceLogSumExp": lambda x, ax, k: np.log(np.exp(x.astype(np.float64)).sum(axis=ax, keepdims=k)),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", sorted(REDUCTIONS))
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reductions(device, op, keepdims):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((3, 5, 7)) * 4).astype(np.float32)  # exp up to e^20: the max shift keeps it finite
+    expected = REDUCTIONS[op](x, (1,), bool(keepdims))
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+    inits = [numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")]
+    got = _run(_model(node, [("x", x)], expected.shape, 18, inits), {"x": x}, device)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["Sum", "Max", "Min", "Mean"])
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_variadic(device, op, count):
+    rng = np.random.default_rng(count)
+    shapes = [(3, 5), (5,), (1, 5)][:count]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    fn = {"Sum": np.add, "Max": np.maximum, "Min": np.minimum, "Mean": np.add}[op]
+    expected = arrays[0]
+    for a in arrays[1:]:
+        expected = fn(expected, a)
+    if op == "Mean":
+        expected = expected / count
+    expected = np.broadcast_to(expected, np.broadcast_shapes(*shapes))
+    names = [f"x{k}" for k in range(count)]
+    node = helper.make_node(op, names, ["y"])
+    got = _run(_model(node, list(zip(names, arrays)), expected.shape, 13), dict(zip(names, arrays)), device)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

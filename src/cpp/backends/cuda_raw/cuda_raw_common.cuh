@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -232,6 +233,40 @@ void launch_unary(const void* x, void* y, std::int64_t n, Fn fn, void* stream) {
   unary_kernel<T, Fn><<<grid_for(work, kThreads), kThreads, 0, as_stream(stream)>>>(
       static_cast<const T*>(x), static_cast<T*>(y), n, vectorized, fn);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+// ---- launch helpers shared by the data kernels ----
+
+// Calls body(E{}) with the unsigned integer type of `element_size` bytes (1, 2, 4 or 8): kernels that only move
+// elements are instantiated per size, not per dtype.
+template <typename Body>
+void dispatch_element_size(std::size_t element_size, const char* what, Body&& body) {
+  switch (element_size) {
+    case 1: return body(std::uint8_t{});
+    case 2: return body(std::uint16_t{});
+    case 4: return body(std::uint32_t{});
+    case 8: return body(std::uint64_t{});
+    default: XPURT_INTERNAL_ASSERT(false, what, ": element size ", element_size);
+  }
+}
+
+// The element of type E whose bits are the low sizeof(E) bytes of `bits` (a constant converted on the host).
+template <typename E>
+E element_of(std::uint64_t bits) {
+  E value;
+  std::memcpy(&value, &bits, sizeof(E));  // little-endian: the low bytes hold the element
+  return value;
+}
+
+// Calls launch(n, calc) over a two-operand broadcast geometry, with 32-bit indices when they fit.
+template <typename Launch>
+void with_index_type(const BroadcastGeometry& g, Launch&& launch) {
+  const std::vector<std::int64_t>* const table[2] = {&g.a_strides, &g.b_strides};
+  if (fits_int32(g.numel(), g.shape, {&g.a_strides, &g.b_strides})) {
+    launch(static_cast<std::int32_t>(g.numel()), make_offset_calculator<2, std::int32_t>(g.shape, table));
+  } else {
+    launch(g.numel(), make_offset_calculator<2, std::int64_t>(g.shape, table));
+  }
 }
 
 }  // namespace xpuruntime::cuda_raw::detail

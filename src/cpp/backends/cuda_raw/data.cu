@@ -322,17 +322,6 @@ __global__ void integer_binary_kernel(BinaryOp op, const Wrap* a, const Wrap* b,
   }
 }
 
-// Launches `Kernel<T, Index>` over a two-operand broadcast geometry with 32-bit indices when they fit.
-template <typename Launch>
-void with_index_type(const BroadcastGeometry& g, Launch&& launch) {
-  const std::vector<std::int64_t>* const table[2] = {&g.a_strides, &g.b_strides};
-  if (fits_int32(g.numel(), g.shape, {&g.a_strides, &g.b_strides})) {
-    launch(static_cast<std::int32_t>(g.numel()), make_offset_calculator<2, std::int32_t>(g.shape, table));
-  } else {
-    launch(g.numel(), make_offset_calculator<2, std::int64_t>(g.shape, table));
-  }
-}
-
 // ---- cast between any dtypes ----
 
 // A source element as a double (floats: exact) or a long long (integers and bool: exact).
@@ -687,17 +676,6 @@ __global__ void gather_nd_kernel(const E* data, const IndexT* indices, E* y, std
       continue;
     }
     y[i] = data[offset];
-  }
-}
-
-template <typename Body>
-void dispatch_element_size(std::size_t element_size, const char* what, Body&& body) {
-  switch (element_size) {
-    case 1: return body(std::uint8_t{});
-    case 2: return body(std::uint16_t{});
-    case 4: return body(std::uint32_t{});
-    case 8: return body(std::uint64_t{});
-    default: XPURT_INTERNAL_ASSERT(false, what, ": element size ", element_size);
   }
 }
 

@@ -1,6 +1,5 @@
 // Kernels that generate or place elements: one_hot, trilu, tile, scatter_nd. Data movement by element size
 // where the values are only copied (trilu, tile, scatter_nd, one_hot's on/off values).
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -12,25 +11,6 @@ namespace xpuruntime::cuda_raw {
 namespace {
 
 using namespace detail;  // NOLINT: the backend's own helpers
-
-// Calls body(E{}) with the unsigned integer type of `element_size` bytes.
-template <typename Body>
-void by_element_size(std::size_t element_size, const char* what, Body&& body) {
-  switch (element_size) {
-    case 1: return body(std::uint8_t{});
-    case 2: return body(std::uint16_t{});
-    case 4: return body(std::uint32_t{});
-    case 8: return body(std::uint64_t{});
-    default: XPURT_INTERNAL_ASSERT(false, what, ": element size ", element_size);
-  }
-}
-
-template <typename E>
-E element_of(std::uint64_t bits) {
-  E value;
-  std::memcpy(&value, &bits, sizeof(E));  // little-endian: the low bytes hold the element
-  return value;
-}
 
 template <typename I, typename E>
 __global__ void one_hot_kernel(const I* indices, E* y, std::int64_t n, std::int64_t depth, std::int64_t inner, E on,
@@ -113,7 +93,7 @@ void one_hot(const void* indices, DType index_dtype, void* y, std::size_t elemen
              std::int64_t depth, std::int64_t inner, std::uint64_t on_bits, std::uint64_t off_bits, void* stream) {
   const std::int64_t n = outer * depth * inner;
   if (n <= 0) return;
-  by_element_size(element_size, "one_hot", [&](auto tag) {
+  dispatch_element_size(element_size, "one_hot", [&](auto tag) {
     using E = decltype(tag);
     const auto launch = [&](auto index_tag) {
       using I = decltype(index_tag);
@@ -135,7 +115,7 @@ void trilu(const void* x, void* y, std::size_t element_size, std::int64_t batch,
            std::int64_t k, bool upper, void* stream) {
   const std::int64_t n = batch * rows * cols;
   if (n <= 0) return;
-  by_element_size(element_size, "trilu", [&](auto tag) {
+  dispatch_element_size(element_size, "trilu", [&](auto tag) {
     using E = decltype(tag);
     trilu_kernel<E><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
         static_cast<const E*>(x), static_cast<E*>(y), n, rows, cols, k, upper);
@@ -160,7 +140,7 @@ void tile(const void* x, void* y, std::size_t element_size, const std::vector<st
     g.in_stride[d] = stride;
     stride *= in_shape[from];
   }
-  by_element_size(element_size, "tile", [&](auto tag) {
+  dispatch_element_size(element_size, "tile", [&](auto tag) {
     using E = decltype(tag);
     tile_kernel<E><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(static_cast<const E*>(x),
                                                                               static_cast<E*>(y), n, g);
@@ -191,7 +171,7 @@ void scatter_nd(const void* data, const void* indices, DType index_dtype, const 
     g.stride[k] = stride;
     stride *= data_shape[static_cast<std::size_t>(k)];
   }
-  by_element_size(element_size, "scatter_nd", [&](auto tag) {
+  dispatch_element_size(element_size, "scatter_nd", [&](auto tag) {
     using E = decltype(tag);
     if (index_dtype == DType::kInt32) {
       scatter_nd_kernel<E, std::int32_t><<<grid_for(slice, kThreads), kThreads, 0, s>>>(

@@ -1,6 +1,5 @@
 // ONNX Pad (constant, reflect, edge, wrap; negative pads crop): one thread per output element maps each of its
 // coordinates back to the input, so any element size and any rank up to kMaxDims take one kernel.
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -96,21 +95,12 @@ void pad(const void* x, void* y, std::size_t element_size, const std::vector<std
     stride *= in_shape[from];
   }
   const cudaStream_t s = as_stream(stream);
-  const auto launch = [&](auto tag) {
+  dispatch_element_size(element_size, "pad", [&](auto tag) {
     using E = decltype(tag);
-    E value;
-    std::memcpy(&value, &value_bits, sizeof(E));  // little-endian: the low bytes hold the element
     pad_kernel<E><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const E*>(x), static_cast<E*>(y), n, g,
-                                                             mode, value);
+                                                             mode, element_of<E>(value_bits));
     XPURT_CUDA_RAW_LAUNCH_CHECK();
-  };
-  switch (element_size) {
-    case 1: return launch(std::uint8_t{});
-    case 2: return launch(std::uint16_t{});
-    case 4: return launch(std::uint32_t{});
-    case 8: return launch(std::uint64_t{});
-    default: XPURT_INTERNAL_ASSERT(false, "pad: element size ", element_size);
-  }
+  });
 }
 
 }  // namespace xpuruntime::cuda_raw

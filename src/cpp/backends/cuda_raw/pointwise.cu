@@ -183,21 +183,15 @@ __global__ void binary_ext_kernel(BinaryExtOp op, const T* a, const T* b, T* y, 
 
 void binary_ext(BinaryExtOp op, const void* a, const void* b, void* y, DType dtype, const BroadcastGeometry& geometry,
                 void* stream) {
-  const std::int64_t n = geometry.numel();
-  if (n <= 0) return;
-  const std::vector<std::int64_t>* const table[2] = {&geometry.a_strides, &geometry.b_strides};
+  if (geometry.numel() <= 0) return;
   const auto launch = [&](auto tag) {
     using T = decltype(tag);
-    if (fits_int32(n, geometry.shape, {&geometry.a_strides, &geometry.b_strides})) {
-      binary_ext_kernel<T, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
-          op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), static_cast<std::int32_t>(n),
-          make_offset_calculator<2, std::int32_t>(geometry.shape, table));
-    } else {
-      binary_ext_kernel<T, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
-          op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n,
-          make_offset_calculator<2, std::int64_t>(geometry.shape, table));
-    }
-    XPURT_CUDA_RAW_LAUNCH_CHECK();
+    with_index_type(geometry, [&](auto n, const auto& calc) {
+      using Index = decltype(n);
+      binary_ext_kernel<T, Index><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
+          op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n, calc);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    });
   };
   if (dtype == DType::kInt32) return launch(std::int32_t{});
   if (dtype == DType::kInt64) return launch(std::int64_t{});

@@ -108,14 +108,15 @@ Lowered lower_binary(const Ctx& c, const std::string& op) {
   return registry(op, {0, 1});
 }
 
-Lowered lower_softmax(const Ctx& c) {
+// Softmax and LogSoftmax (`op`: "softmax" or "log_softmax").
+Lowered lower_softmax(const Ctx& c, const std::string& op) {
   const std::int64_t rank = c.rank(0);
   if (rank < 0) return reference("input rank unknown");
   const std::int64_t axis = norm_axis(c.node.attrs.get_int("axis", c.opset >= 13 ? -1 : 1), rank);
-  if (c.opset < 13 && axis != rank - 1) return reference("opset < 13 Softmax over a flattened 2-D view");
+  if (c.opset < 13 && axis != rank - 1) return reference("opset < 13 " + c.node.op_type + " over a flattened 2-D view");
   Attributes a;
   a.set("axis", axis);
-  return registry("softmax", {0}, a);
+  return registry(op, {0}, a);
 }
 
 Lowered lower_matmul(const Ctx& c) {
@@ -554,16 +555,6 @@ Lowered lower_resize(const Ctx& c) {
   return registry("resize", {0}, a);
 }
 
-Lowered lower_log_softmax(const Ctx& c) {
-  const std::int64_t rank = c.rank(0);
-  if (rank < 0) return reference("input rank unknown");
-  const std::int64_t axis = norm_axis(c.node.attrs.get_int("axis", c.opset >= 13 ? -1 : 1), rank);
-  if (c.opset < 13 && axis != rank - 1) return reference("opset < 13 LogSoftmax over a flattened 2-D view");
-  Attributes a;
-  a.set("axis", axis);
-  return registry("log_softmax", {0}, a);
-}
-
 Lowered lower_one_hot(const Ctx& c) {
   double depth = 0.0;
   if (!read_const_scalar(c.constant(1), &depth)) return reference("depth is not a constant");
@@ -652,7 +643,7 @@ const std::map<std::string, LowerFn>& onnx_table() {
       {"Less", [](const Ctx& c) { return lower_binary(c, "less"); }},
       {"Greater", [](const Ctx& c) { return lower_binary(c, "greater"); }},
       {"Where", [](const Ctx&) { return registry("where", {0, 1, 2}); }},
-      {"Softmax", lower_softmax},
+      {"Softmax", [](const Ctx& c) { return lower_softmax(c, "softmax"); }},
       {"Gelu",
        [](const Ctx& c) {
          Attributes a;
@@ -746,7 +737,7 @@ const std::map<std::string, LowerFn>& onnx_table() {
       {"Pad", lower_pad},
       {"Resize", lower_resize},
       {"Sum", [](const Ctx& c) { return lower_binary(c, "add"); }},
-      {"LogSoftmax", lower_log_softmax},
+      {"LogSoftmax", [](const Ctx& c) { return lower_softmax(c, "log_softmax"); }},
       {"PRelu", [](const Ctx& c) { return c.opset < 7 ? reference("opset < 7 PRelu") : registry("prelu", {0, 1}); }},
       {"Mod",
        [](const Ctx& c) {

@@ -251,7 +251,7 @@ std::string sum_labels(Graph& g, std::vector<Node>& nodes, const std::string& na
 }
 
 std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int64_t opset) {
-  if (opset < 13) return std::nullopt;  // ReduceSum's axes input, Reshape's shape input
+  if (opset < 12) return std::nullopt;  // Einsum-12 is the first (reduce_node writes ReduceSum's axes either way)
   const auto spec = parse_einsum(n.attrs.get_string("equation", ""), n.inputs.size());
   if (!spec || n.inputs.empty() || n.inputs.size() > 2) return std::nullopt;
   const auto dtype = value_dtype(g, n.inputs[0]);

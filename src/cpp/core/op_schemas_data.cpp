@@ -324,7 +324,9 @@ std::vector<TensorDesc> infer_pad(const OpDescriptor& desc) {
               "constant, reflect, edge or wrap, got '", mode, "'");
   Shape out = x.shape;
   for (int d = 0; d < x.dim(); ++d) {
-    out[d] = x.shape[d] + pads[d] + pads[d + x.dim()];
+    XPURT_CHECK(!__builtin_add_overflow(x.shape[d], pads[d], &out[d]) &&
+                    !__builtin_add_overflow(out[d], pads[d + x.dim()], &out[d]),
+                "op 'pad': pads ", shape_str(pads), " overflow int64 in dimension ", d);
     XPURT_CHECK(out[d] >= 0, "op 'pad': pads ", shape_str(pads), " crop dimension ", d, " of x ", shape_str(x.shape),
                 " below zero");
     const bool padded = pads[d] > 0 || pads[d + x.dim()] > 0;
@@ -408,7 +410,8 @@ std::vector<TensorDesc> infer_tile(const OpDescriptor& desc) {
   Shape out = x.shape;
   for (int d = 0; d < x.dim(); ++d) {
     XPURT_CHECK(repeats[d] >= 0, "op 'tile': repeats ", shape_str(repeats), " has a negative entry");
-    out[d] *= repeats[d];
+    XPURT_CHECK(!__builtin_mul_overflow(x.shape[d], repeats[d], &out[d]), "op 'tile': x ", shape_str(x.shape),
+                " repeated ", shape_str(repeats), " overflows int64 in dimension ", d);
   }
   return {output_of(x, out, x.dtype)};
 }

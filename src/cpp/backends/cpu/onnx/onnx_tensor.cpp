@@ -411,7 +411,8 @@ void tile(OpContext& ctx) {
   Shape shape = x.shape();
   for (std::size_t i = 0; i < shape.size(); ++i) {
     XPURT_CHECK(repeats[i] >= 0, ctx.where(), ": negative repeat ", repeats[i]);
-    shape[i] *= repeats[i];
+    XPURT_CHECK(!__builtin_mul_overflow(shape[i], repeats[i], &shape[i]), ctx.where(), ": dimension ", i, " (",
+                x.shape()[i], ") repeated ", repeats[i], " times overflows int64");
   }
   Tensor& out = ctx.allocate_output(0, shape, x.dtype());
   if (out.numel() == 0) return;

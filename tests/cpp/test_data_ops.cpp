@@ -620,6 +620,67 @@ TEST(DataOpsSchema, TheCpuKernelsSayWhichDtypesTheyTake) {
   EXPECT_TRUE(KernelRegistry::global().find_kernel("add", "cpu")->supports(desc, ExecutionPolicy{}).ok());
 }
 
+// ---- the ONNX ops beyond the core set (hand-checked here; every dtype and odd shapes in the conformance suite) ----
+
+TEST_P(DataOps, PadModesHandChecked) {
+  const Tensor x = from_values<std::int32_t>({1, 3}, DType::kInt32, {1, 2, 3});
+  const auto pad = [&](const std::string& mode) {
+    return values_of<std::int32_t>(call("pad", {x}, Attributes().set("pads", Shape{0, 2, 0, 1}).set("mode", mode)
+                                                        .set("value", 9.0)));
+  };
+  EXPECT_EQ(pad("constant"), (std::vector<std::int32_t>{9, 9, 1, 2, 3, 9}));
+  EXPECT_EQ(pad("edge"), (std::vector<std::int32_t>{1, 1, 1, 2, 3, 3}));
+  EXPECT_EQ(pad("reflect"), (std::vector<std::int32_t>{3, 2, 1, 2, 3, 2}));
+  EXPECT_EQ(pad("wrap"), (std::vector<std::int32_t>{2, 3, 1, 2, 3, 1}));
+}
+
+TEST_P(DataOps, GatherNdAndGatherElementsHandChecked) {
+  const Tensor data = from_values<std::int32_t>({2, 3}, DType::kInt32, {10, 11, 12, 20, 21, 22});
+  const Tensor tuples = from_values<std::int64_t>({2, 2}, DType::kInt64, {1, 2, 0, -1});
+  EXPECT_EQ(values_of<std::int32_t>(call("gather_nd", {data, tuples})), (std::vector<std::int32_t>{22, 12}));
+  const Tensor rows = from_values<std::int64_t>({2, 1}, DType::kInt64, {1, 0});  // tuples of depth 1: whole rows
+  EXPECT_EQ(values_of<std::int32_t>(call("gather_nd", {data, rows})),
+            (std::vector<std::int32_t>{20, 21, 22, 10, 11, 12}));
+  const Tensor along = from_values<std::int64_t>({2, 2}, DType::kInt64, {2, 0, -1, 1});
+  EXPECT_EQ(values_of<std::int32_t>(call("gather_elements", {data, along}, Attributes().set("axis", std::int64_t{1}))),
+            (std::vector<std::int32_t>{12, 10, 22, 21}));
+}
+
+TEST_P(DataOps, CumSumTileTriluHandChecked) {
+  const Tensor x = from_values<std::int64_t>({2, 3}, DType::kInt64, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(values_of<std::int64_t>(call("cum_sum", {x}, Attributes().set("axis", std::int64_t{1}))),
+            (std::vector<std::int64_t>{1, 3, 6, 4, 9, 15}));
+  EXPECT_EQ(values_of<std::int64_t>(call("cum_sum", {x}, Attributes().set("axis", std::int64_t{1})
+                                                          .set("exclusive", std::int64_t{1})
+                                                          .set("reverse", std::int64_t{1}))),
+            (std::vector<std::int64_t>{5, 3, 0, 11, 6, 0}));
+  EXPECT_EQ(values_of<std::int64_t>(call("tile", {x}, Attributes().set("repeats", Shape{1, 2}))),
+            (std::vector<std::int64_t>{1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6}));
+  EXPECT_EQ(values_of<std::int64_t>(call("trilu", {x}, Attributes().set("upper", std::int64_t{0}))),
+            (std::vector<std::int64_t>{1, 0, 0, 4, 5, 0}));
+}
+
+TEST_P(DataOps, TopKGivesValuesAndIndices) {
+  const Tensor x = from_values<float>({2, 4}, DType::kFloat32, {1, 4, 4, 2, -1, 0, -3, 7});
+  const std::vector<Tensor> out = call_all("top_k", {x}, Attributes().set("k", std::int64_t{2}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(values_of<float>(out[0]), (std::vector<float>{4, 4, 7, 0}));
+  EXPECT_EQ(values_of<std::int64_t>(out[1]), (std::vector<std::int64_t>{1, 2, 3, 1}));  // ties: the smaller index
+}
+
+TEST_P(DataOps, LogicalOpsAndIsNan) {
+  const Tensor a = from_values<std::uint8_t>({4}, DType::kBool, {0, 0, 1, 1});
+  const Tensor b = from_values<std::uint8_t>({4}, DType::kBool, {0, 1, 0, 1});
+  EXPECT_EQ(values_of<std::uint8_t>(call("logical_and", {a, b})), (std::vector<std::uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(values_of<std::uint8_t>(call("logical_or", {a, b})), (std::vector<std::uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(values_of<std::uint8_t>(call("logical_xor", {a, b})), (std::vector<std::uint8_t>{0, 1, 1, 0}));
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const Tensor x = from_values<float>({4}, DType::kFloat32, {1, nan, inf, -inf});
+  EXPECT_EQ(values_of<std::uint8_t>(call("is_nan", {x})), (std::vector<std::uint8_t>{0, 1, 0, 0}));
+  EXPECT_EQ(values_of<std::uint8_t>(call("is_inf", {x}, Attributes().set("detect_negative", std::int64_t{0}))),
+            (std::vector<std::uint8_t>{0, 0, 1, 0}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DataOps, ::testing::Values(std::string("cpu"), std::string("cuda_raw")),
                          [](const ::testing::TestParamInfo<std::string>& backend) { return backend.param; });
 

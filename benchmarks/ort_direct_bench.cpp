@@ -6,7 +6,8 @@
 //   ort_direct_bench --model m.onnx [--batch 1] [--device cuda|cpu] [--graphs 0|1] [--iterations 100]
 //                    [--warmup 10] [--profile-first 0|1] [--dim NAME=VALUE ...]
 //
-// Symbolic dimensions of the inputs take the batch size, or the value --dim gives their name (`--dim sequence=128`). Float inputs are filled with small values, integer
+// Symbolic dimensions of the inputs take the batch size, or the value --dim gives their name (`--dim sequence=128`).
+// Float inputs are filled with small values, integer
 // inputs with i % 1000 (valid token ids for the zoo's BERT). Prints one JSON line:
 //   {"model": ..., "batch": 1, "device": "cuda", "cuda_graphs": true, "iterations": 100, "median_ms": ...,
 //    "p90_ms": ..., "mean_ms": ..., "min_ms": ..., "create_ms": ..., "first_run_ms": ...}

@@ -1283,7 +1283,8 @@ def second_batch_cases() -> List[Case]:
         fa, fb = uniform(rng, sa, -8, 8), uniform(rng, sb, 0.5, 3) * np.where(rng.uniform(size=sb) < 0.5, -1, 1)
         cases.append(Case("mod", f"float_fmod_{name}", [fa, fb.astype(np.float32)], {"fmod": 1},
                           lambda inputs, attrs: np.fmod(inputs[0], inputs[1]), "elementwise", ("float32",)))
-    for name, (shape, depth, axis) in {"last": ((3, 4), 5, -1), "first": ((6,), 4, 0), "middle": ((2, 3), 7, 1)}.items():
+    one_hot_specs = {"last": ((3, 4), 5, -1), "first": ((6,), 4, 0), "middle": ((2, 3), 7, 1)}
+    for name, (shape, depth, axis) in one_hot_specs.items():
         rng = _rng("one_hot" + name)
         indices = rng.integers(-depth, depth + 2, size=shape).astype(np.float32)  # some out of range: all off
         cases.append(Case("one_hot", name, [indices], {"depth": depth, "axis": axis, "on": 3.0, "off": -1.0,

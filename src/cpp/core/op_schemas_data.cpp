@@ -242,7 +242,9 @@ void check_float(const OpDescriptor& desc, std::size_t index, const char* name) 
 
 std::vector<TensorDesc> infer_float_pointwise(const OpDescriptor& desc) {
   check_float(desc, 0, "x");
-  if (desc.op == "is_nan" || desc.op == "is_inf") return {output_of(desc.inputs[0], desc.inputs[0].shape, DType::kBool)};
+  if (desc.op == "is_nan" || desc.op == "is_inf") {
+    return {output_of(desc.inputs[0], desc.inputs[0].shape, DType::kBool)};
+  }
   return {output_of(desc.inputs[0], desc.inputs[0].shape, desc.inputs[0].dtype)};
 }
 
@@ -271,7 +273,8 @@ void check_indices(const OpDescriptor& desc) {
   XPURT_CHECK_TYPE(indices.dtype == DType::kInt32 || indices.dtype == DType::kInt64, "op '", desc.op,
                    "': input 'indices' must be int32 or int64, got ", dtype_name(indices.dtype));
   XPURT_CHECK(indices.device == desc.inputs[0].device, "op '", desc.op, "': input 'indices' is on ",
-              indices.device.str(), " but 'data' is on ", desc.inputs[0].device.str(), "; move them to one device first");
+              indices.device.str(), " but 'data' is on ", desc.inputs[0].device.str(),
+              "; move them to one device first");
 }
 
 std::vector<TensorDesc> infer_gather_elements(const OpDescriptor& desc) {
@@ -522,7 +525,8 @@ void register_data_ops(KernelRegistry& registry) {
       infer_pad);
   add("resize", "data_movement", {"x"},
       "ONNX Resize to 'sizes' (every dim) with per-dim 'scales' for the coordinate transform; mode=nearest|linear|"
-      "cubic, coordinate_transformation_mode (every ONNX mode), nearest_mode, cubic_coeff_a, exclude_outside, antialias",
+      "cubic, coordinate_transformation_mode (every ONNX mode), nearest_mode, cubic_coeff_a, exclude_outside, "
+      "antialias",
       infer_resize);
   add("log_softmax", "softmax", {"x"}, "log(softmax(x)) along axis (-1)", infer_log_softmax);
   add("prelu", "activation", {"x", "slope"}, "x < 0 ? slope * x : x; slope broadcasts to x", infer_prelu);

@@ -517,7 +517,8 @@ class OrtSession final : public EngineSession {
           "onnxruntime on ", device_.str(), ": ONNX Runtime would run some nodes of this model on its CPU execution "
           "provider beside the CUDA plugin, and ONNX Runtime ", Ort::GetVersionString(), "'s CUDA plugin crashes the "
           "process (a segmentation fault in Run) on such mixed placements, BERT's among them (Note [No CPU nodes "
-          "beside the CUDA plugin]); run the model with engine=\"native\" (or engine=\"auto\"), or set XPURT_ORT_ALLOW_CPU_NODES=1 "
+          "beside the CUDA plugin]); run the model with engine=\"native\" (or engine=\"auto\"), or set "
+          "XPURT_ORT_ALLOW_CPU_NODES=1 "
           "to try anyway. ORT said: ",
           error.what()));
     }

@@ -456,7 +456,9 @@ Lowered lower_clip(const Ctx& c) {
   for (std::size_t k = 1; k < 3; ++k) {
     if (!c.has(k)) continue;
     double v = 0.0;
-    if (!read_const_scalar(c.constant(k), &v)) return reference(k == 1 ? "min is not a constant" : "max is not a constant");
+    if (!read_const_scalar(c.constant(k), &v)) {
+      return reference(k == 1 ? "min is not a constant" : "max is not a constant");
+    }
     a.set(k == 1 ? "min" : "max", v);
   }
   return registry("clip", {0}, a);

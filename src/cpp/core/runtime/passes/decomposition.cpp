@@ -136,10 +136,9 @@ std::vector<Node> normalization_onto_layer_norm(Graph& g, const Node& n, const I
   const auto per_channel = [&](const Tensor& t) {
     const std::vector<double> values = to_doubles(t);
     std::vector<double> out(static_cast<std::size_t>(channels));
+    const bool per_group = values.size() != static_cast<std::size_t>(channels);
     for (std::int64_t c = 0; c < channels; ++c) {
-      out[static_cast<std::size_t>(c)] =
-          values.size() == static_cast<std::size_t>(channels) ? values[static_cast<std::size_t>(c)]
-                                                              : values[static_cast<std::size_t>(c / (channels / groups))];
+      out[static_cast<std::size_t>(c)] = values[static_cast<std::size_t>(per_group ? c / (channels / groups) : c)];
     }
     return from_doubles(affine_shape, dtype, out);
   };
@@ -447,8 +446,9 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
       } else if (n.inputs.size() == 1) {
         parts.push_back(make_node(g, "Identity", n.name + "_single", {current}, {n.outputs[0]}));
       }
-      rewriter.replace({i}, std::move(parts), describe(n) + " -> " + std::to_string(n.inputs.size()) +
-                                                  "-input chain of " + pairwise + (n.op_type == "Mean" ? " + Div" : ""));
+      const std::string what = describe(n) + " -> " + std::to_string(n.inputs.size()) + "-input chain of " + pairwise +
+                               (n.op_type == "Mean" ? " + Div" : "");
+      rewriter.replace({i}, std::move(parts), what);
     } else if ((n.op_type == "DepthToSpace" || n.op_type == "SpaceToDepth") && !n.inputs.empty() && opset >= 5) {
       const auto x = static_shape(g, n.inputs[0]);
       const auto dtype = value_dtype(g, n.inputs[0]);

@@ -4,6 +4,8 @@
 // nodes through onnx_ref::run_node, the com.xpuruntime nodes through their registry ops on the CPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -1271,6 +1273,12 @@ TEST(GraphPasses, PreserveEveryOnnxBackendTestModel) {
       } catch (const std::exception&) {
         continue;  // not importable or not runnable by the reference library
       }
+      // Random ops draw from one stream per process: two runs of the same graph differ, whatever the passes do (a
+      // first run that happens to equal the test data's expected values made this test fail by chance).
+      const bool random = std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
+        return n.op_type == "Bernoulli" || n.op_type == "Multinomial" || n.op_type.rfind("Random", 0) == 0;
+      });
+      if (random) continue;
       std::string why;
       bool ok = before.size() == expected.size();
       for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = same_tensor(expected[i], before[i], why);

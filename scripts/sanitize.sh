@@ -36,7 +36,14 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_ma
 # ONNX Runtime's prebuilt library is not instrumented and keeps a few bytes until exit (tests/sanitizers.supp).
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitizers.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+# ThreadSanitizer sees OpenMP's fork/join only through LLVM's Archer tool (libarcher, annotations for libomp); the
+# threads of the uninstrumented OpenBLAS are left out (ignore_noninstrumented_modules). Without them every parallel
+# CPU kernel reports the main thread reading what a worker wrote before the join.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1}
+if [ "$SANITIZE" = "thread" ] && [ -z "${OMP_TOOL_LIBRARIES:-}" ]; then
+  archer=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | head -1 || true)
+  if [ -n "$archer" ]; then export OMP_TOOL_LIBRARIES="$archer"; else echo "[sanitize] libarcher not found"; fi
+fi
 status=0
 if [ "$MODE" != "--fuzz-only" ]; then
   echo "[sanitize] C++ tests under -fsanitize=$SANITIZE"

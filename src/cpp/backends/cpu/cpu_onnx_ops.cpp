@@ -16,6 +16,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "core/runtime/onnx_cpu_ops.h"
+#include "core/runtime/passes/pass_utils.h"
 #include "xpuruntime/graph.h"
 
 namespace xpuruntime::cpu {
@@ -25,40 +26,12 @@ namespace {
 // The opset the adapters speak: every op's current form (inputs instead of the older attributes).
 constexpr std::int64_t kOpset = 21;
 
-Tensor scalar_of(double value, DType dtype) {
-  Tensor t = Tensor::empty({}, dtype);
-  switch (dtype) {
-    case DType::kFloat32: *static_cast<float*>(t.data_ptr()) = static_cast<float>(value); break;
-    case DType::kFloat64: *static_cast<double*>(t.data_ptr()) = value; break;
-    case DType::kFloat16:
-      *static_cast<std::uint16_t*>(t.data_ptr()) = detail::float_to_half(static_cast<float>(value));
-      break;
-    case DType::kBFloat16:
-      *static_cast<std::uint16_t*>(t.data_ptr()) = detail::float_to_bfloat16(static_cast<float>(value));
-      break;
-    case DType::kInt8: *static_cast<std::int8_t*>(t.data_ptr()) = static_cast<std::int8_t>(value); break;
-    case DType::kUInt8: *static_cast<std::uint8_t*>(t.data_ptr()) = static_cast<std::uint8_t>(value); break;
-    case DType::kInt16: *static_cast<std::int16_t*>(t.data_ptr()) = static_cast<std::int16_t>(value); break;
-    case DType::kUInt16: *static_cast<std::uint16_t*>(t.data_ptr()) = static_cast<std::uint16_t>(value); break;
-    case DType::kInt32: *static_cast<std::int32_t*>(t.data_ptr()) = static_cast<std::int32_t>(value); break;
-    case DType::kUInt32: *static_cast<std::uint32_t*>(t.data_ptr()) = static_cast<std::uint32_t>(value); break;
-    case DType::kInt64: *static_cast<std::int64_t*>(t.data_ptr()) = static_cast<std::int64_t>(value); break;
-    case DType::kUInt64: *static_cast<std::uint64_t*>(t.data_ptr()) = static_cast<std::uint64_t>(value); break;
-    case DType::kBool: *static_cast<std::uint8_t*>(t.data_ptr()) = value != 0.0 ? 1 : 0; break;
-  }
-  return t;
-}
+// A 0-d constant input of `dtype` holding `value` (converted as the graph passes convert constants).
+Tensor scalar_of(double value, DType dtype) { return passes::internal::from_doubles({}, dtype, {value}); }
 
 Tensor int64_vector(const std::vector<std::int64_t>& values) {
   Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kInt64);
   if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
-  return t;
-}
-
-Tensor float_vector(const std::vector<double>& values) {
-  Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kFloat32);
-  auto* p = static_cast<float*>(t.data_ptr());
-  for (std::size_t k = 0; k < values.size(); ++k) p[k] = static_cast<float>(values[k]);
   return t;
 }
 
@@ -145,7 +118,9 @@ void run_resize(const KernelLaunch& launch) {
   }
   Attributes resize_attrs = attrs_without(attrs, {"sizes", "scales"});
   if (scales_give_sizes) {
-    run_reference(launch, "Resize", resize_attrs, {x, Tensor(), float_vector(scales)});
+    const Tensor scale_input =
+        passes::internal::from_doubles({static_cast<std::int64_t>(scales.size())}, DType::kFloat32, scales);
+    run_reference(launch, "Resize", resize_attrs, {x, Tensor(), scale_input});
   } else {
     run_reference(launch, "Resize", resize_attrs, {x, Tensor(), Tensor(), int64_vector(sizes)});
   }
@@ -214,13 +189,8 @@ void register_onnx_kernels(KernelRegistry& registry) {
       registry, "one_hot", "the ONNX reference library's OneHot (depth and values as constant inputs)",
       [](const KernelLaunch& launch, const CpuContext&) {
         const Attributes& attrs = launch.desc->attrs;
-        const DType dtype = launch.desc->outputs[0].dtype;
-        Tensor values = Tensor::empty({2}, dtype);
-        const Tensor off = scalar_of(attrs.get_float("off", 0.0), dtype);
-        const Tensor on = scalar_of(attrs.get_float("on", 1.0), dtype);
-        const auto size = static_cast<std::size_t>(off.nbytes());
-        std::memcpy(values.data_ptr(), off.data_ptr(), size);
-        std::memcpy(static_cast<char*>(values.data_ptr()) + size, on.data_ptr(), size);
+        const Tensor values = passes::internal::from_doubles(
+            {2}, launch.desc->outputs[0].dtype, {attrs.get_float("off", 0.0), attrs.get_float("on", 1.0)});
         Attributes one_hot_attrs;
         one_hot_attrs.set("axis", attrs.get_int("axis", -1));
         run_reference(launch, "OneHot", one_hot_attrs,

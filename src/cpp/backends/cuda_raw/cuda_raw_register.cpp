@@ -5,8 +5,8 @@
 // contiguous inputs (the functional API makes them so).
 #include <cstring>
 #include <exception>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,7 +16,7 @@
 #include "backends/cuda_raw/flash_attention.h"
 #include "core/cuda_utils.h"
 #include "core/data_ops.h"
-#include "core/half.h"
+#include "core/runtime/passes/pass_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
@@ -440,23 +440,12 @@ void register_data_kernels(KernelRegistry& registry) {
 
 // ---- the ONNX ops beyond the core set (pointwise.cu, scan.cu, pad.cu, resize.cu, data.cu) ----
 
-// The bits of `value` converted to `dtype` (the pad constant), in the low bytes.
+// The bits of `value` converted to `dtype` (pad's constant, one_hot's on/off values), in the low bytes; the
+// conversion is the graph passes' (from_doubles).
 std::uint64_t value_bits(double value, DType dtype) {
+  const Tensor element = passes::internal::from_doubles({}, dtype, {value});
   std::uint64_t bits = 0;
-  const auto put = [&bits](auto v) { std::memcpy(&bits, &v, sizeof(v)); };
-  switch (dtype) {
-    case DType::kFloat32: put(static_cast<float>(value)); break;
-    case DType::kFloat64: put(value); break;
-    case DType::kFloat16: put(detail::float_to_half(static_cast<float>(value))); break;
-    case DType::kBFloat16: put(detail::float_to_bfloat16(static_cast<float>(value))); break;
-    case DType::kInt8: put(static_cast<std::int8_t>(value)); break;
-    case DType::kUInt8: put(static_cast<std::uint8_t>(value)); break;
-    case DType::kInt16: put(static_cast<std::int16_t>(value)); break;
-    case DType::kInt32: put(static_cast<std::int32_t>(value)); break;
-    case DType::kInt64: put(static_cast<std::int64_t>(value)); break;
-    case DType::kBool: put(static_cast<std::uint8_t>(value != 0.0 ? 1 : 0)); break;
-    default: throw UnsupportedOperationError(detail::str_cat("cuda_raw pad has no ", dtype_name(dtype), " kernel"));
-  }
+  std::memcpy(&bits, element.data_ptr(), element.element_size());
   return bits;
 }
 

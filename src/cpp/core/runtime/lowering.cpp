@@ -7,7 +7,7 @@
 #include <functional>
 #include <map>
 
-#include "core/half.h"
+#include "core/runtime/passes/pass_utils.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/onnx_import.h"
@@ -403,37 +403,18 @@ Lowered lower_expand(const Ctx& c) {
 // ---- the ONNX ops beyond the core set (docs/ops.md: their attributes keep ONNX's names; what ONNX takes as
 // constant inputs becomes attributes) ----
 
-// The value of a one-element constant as a double (float, integer or bool tensors). False otherwise.
+// The value of a one-element constant as a double (any dtype). False otherwise.
 bool read_const_scalar(const Tensor* t, double* out) {
   if (t == nullptr || t->numel() != 1) return false;
-  const void* p = t->data_ptr();
-  switch (t->dtype()) {
-    case DType::kFloat32: *out = *static_cast<const float*>(p); return true;
-    case DType::kFloat64: *out = *static_cast<const double*>(p); return true;
-    case DType::kFloat16: *out = detail::half_to_float(*static_cast<const std::uint16_t*>(p)); return true;
-    case DType::kBFloat16: *out = detail::bfloat16_to_float(*static_cast<const std::uint16_t*>(p)); return true;
-    case DType::kInt32: *out = *static_cast<const std::int32_t*>(p); return true;
-    case DType::kInt64: *out = static_cast<double>(*static_cast<const std::int64_t*>(p)); return true;
-    case DType::kInt8: *out = *static_cast<const std::int8_t*>(p); return true;
-    case DType::kUInt8: case DType::kBool: *out = *static_cast<const std::uint8_t*>(p); return true;
-    default: return false;
-  }
+  *out = passes::internal::to_doubles(*t)[0];
+  return true;
 }
 
+// The values of a float32/float64 constant (Resize's scales). False otherwise.
 bool read_const_floats(const Tensor* t, std::vector<double>* out) {
-  if (t == nullptr) return false;
-  out->clear();
-  if (t->dtype() == DType::kFloat32) {
-    const auto* p = static_cast<const float*>(t->data_ptr());
-    out->assign(p, p + t->numel());
-    return true;
-  }
-  if (t->dtype() == DType::kFloat64) {
-    const auto* p = static_cast<const double*>(t->data_ptr());
-    out->assign(p, p + t->numel());
-    return true;
-  }
-  return false;
+  if (t == nullptr || (t->dtype() != DType::kFloat32 && t->dtype() != DType::kFloat64)) return false;
+  *out = passes::internal::to_doubles(*t);
+  return true;
 }
 
 // A float-only pointwise op with the node's attributes `copied` (ONNX names) set when present.
@@ -562,21 +543,13 @@ Lowered lower_one_hot(const Ctx& c) {
   if (!read_const_scalar(c.constant(1), &depth)) return reference("depth is not a constant");
   const Tensor* values = c.constant(2);
   if (values == nullptr || values->numel() != 2) return reference("values are not a 2-element constant");
-  const Tensor off_on = values->contiguous();
-  const std::size_t size = off_on.element_size();
-  Tensor off = Tensor::empty({}, off_on.dtype()), on = Tensor::empty({}, off_on.dtype());
-  std::memcpy(off.data_ptr(), off_on.data_ptr(), size);
-  std::memcpy(on.data_ptr(), static_cast<const char*>(off_on.data_ptr()) + size, size);
-  double off_value = 0.0, on_value = 0.0;
-  if (!read_const_scalar(&off, &off_value) || !read_const_scalar(&on, &on_value)) {
-    return reference("values of a type the registry op does not carry");
-  }
+  const std::vector<double> off_on = passes::internal::to_doubles(*values);
   Attributes a;
   a.set("depth", static_cast<std::int64_t>(depth));
   a.set("axis", c.node.attrs.get_int("axis", -1));
-  a.set("on", on_value);
-  a.set("off", off_value);
-  a.set("dtype", std::string(dtype_name(off_on.dtype())));
+  a.set("on", off_on[1]);
+  a.set("off", off_on[0]);
+  a.set("dtype", std::string(dtype_name(values->dtype())));
   return registry("one_hot", {0}, a);
 }
 

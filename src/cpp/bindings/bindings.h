@@ -20,6 +20,7 @@ void bind_policies(py::module_& m);
 void bind_kernels(py::module_& m);
 void bind_session(py::module_& m);
 void bind_profiler(py::module_& m);
+void bind_distributed(py::module_& m);
 
 // Accepts a Device, "cpu"/"cuda:N", an int N (cuda:N), or None (the current device).
 Device to_device(const py::handle& obj);

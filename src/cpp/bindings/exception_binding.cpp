@@ -22,6 +22,8 @@ PyObject* g_oom = nullptr;
 PyObject* g_unsupported = nullptr;
 PyObject* g_invalid_argument = nullptr;
 PyObject* g_invalid_type = nullptr;
+PyObject* g_distributed = nullptr;
+PyObject* g_distributed_timeout = nullptr;
 
 }  // namespace
 
@@ -45,6 +47,16 @@ void bind_exceptions(py::module_& m) {
       make_exception(m, "InvalidTypeError", "An argument of the wrong dtype or kind (also a TypeError).",
                      type_bases.ptr());
 
+  g_distributed = make_exception(m, "DistributedError",
+                                 "A collective or communicator failed: a rank timed out, died or aborted.",
+                                 base_only.ptr());
+  py::tuple timeout_bases = py::make_tuple(py::handle(g_distributed), py::handle(PyExc_TimeoutError));
+  g_distributed_timeout = make_exception(
+      m, "DistributedTimeoutError",
+      "A collective or rendezvous waited longer than its communicator's timeout (also a DistributedError and a "
+      "TimeoutError); the communicator was aborted.",
+      timeout_bases.ptr());
+
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -58,6 +70,8 @@ void bind_exceptions(py::module_& m) {
       PyErr_SetString(g_invalid_argument, e.what());
     } catch (const InvalidTypeError& e) {
       PyErr_SetString(g_invalid_type, e.what());
+    } catch (const DistributedError& e) {
+      PyErr_SetString(e.timed_out() ? g_distributed_timeout : g_distributed, e.what());
     } catch (const XpuRuntimeError& e) {
       PyErr_SetString(g_base, e.what());
     }

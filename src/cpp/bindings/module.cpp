@@ -16,6 +16,7 @@ PYBIND11_MODULE(_core, m) {
   bindings::bind_kernels(m);
   bindings::bind_session(m);
   bindings::bind_profiler(m);
+  bindings::bind_distributed(m);
 
   m.def("get_version", &get_version, "The version of the xpuruntime core library.");
   m.def("build_info", [] {

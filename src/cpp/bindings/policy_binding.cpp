@@ -107,6 +107,11 @@ void bind_policies(py::module_& m) {
                       }
                       p.fallback = v;
                     })
+      .def_property("tensor_parallel", [](const ExecutionPolicy& p) { return p.tensor_parallel; },
+                    [](ExecutionPolicy& p, int v) {
+                      XPURT_CHECK(v >= 1 && v <= 64, "ExecutionPolicy 'tensor_parallel' must be from 1 to 64, got ", v);
+                      p.tensor_parallel = v;
+                    })
       .def("assign", [](ExecutionPolicy& p, const ExecutionPolicy& other) { p = other; }, py::arg("other"))
       .def("to_json", &ExecutionPolicy::to_json)
       .def("to_yaml", &ExecutionPolicy::to_yaml)

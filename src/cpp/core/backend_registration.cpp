@@ -7,6 +7,7 @@
 // reports that reason (pinned: as an error; preferred: as the reason of the fallback).
 #include <mutex>
 
+#include "core/distributed_ops.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
 
@@ -58,6 +59,12 @@ class AbsentKernel final : public Kernel {
 #endif
 #if !XPURT_BACKEND_CUBLASLT
   declare_absent(registry, "cublasLt", {"matmul", "linear", "linear_grad_weight"}, "cublasLt", no_cuda);
+#endif
+#if !XPURT_BACKEND_NCCL
+  declare_absent(registry, "nccl", distributed::collective_ops(), "nccl",
+                 XPURT_WITH_CUDA ? "this xpuruntime was built without NCCL's header; install NCCL (nccl.h) and rebuild "
+                                   "(cmake -DNCCL_ROOT=...)"
+                                 : no_cuda);
 #endif
 #if !XPURT_BACKEND_CUDNN
   declare_absent(registry, "cudnn", {"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "batch_norm"},
@@ -123,6 +130,9 @@ KernelRegistry& KernelRegistry::global() {
 #endif
 #if XPURT_BACKEND_CUBLAS
     register_cublas(registry);
+#endif
+#if XPURT_BACKEND_NCCL
+    register_nccl(registry);
 #endif
     register_cpu(registry);
     declare_absent_backends(registry);

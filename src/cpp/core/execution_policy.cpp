@@ -14,7 +14,7 @@ namespace {
 constexpr const char* kSchema = "xpuruntime.execution_policy/1";
 const std::vector<std::string> kKeys = {"cuda_graphs", "deterministic", "fallback",     "intra_op_threads",
                                         "memory_limit", "precision",    "schema",       "static_shape",
-                                        "workspace_limit"};
+                                        "tensor_parallel", "workspace_limit"};
 
 std::string checked_fallback(const nlohmann::json& value) {
   if (!value.is_string() || (value.get<std::string>() != "error" && value.get<std::string>() != "cpu")) {
@@ -60,6 +60,7 @@ nlohmann::json to_tree(const ExecutionPolicy& p) {
   tree["memory_limit"] = p.memory_limit;
   tree["intra_op_threads"] = p.intra_op_threads;
   tree["fallback"] = p.fallback;
+  tree["tensor_parallel"] = p.tensor_parallel;
   return tree;
 }
 
@@ -93,6 +94,14 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
                                                  "(all cores) to 4096, got ", detail::json_for_message(value)));
     }
     p.intra_op_threads = value.get<int>();
+  }
+  if (tree.contains("tensor_parallel")) {
+    const auto& value = tree["tensor_parallel"];
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > 64) {
+      throw InvalidArgumentError(detail::str_cat("ExecutionPolicy 'tensor_parallel' must be an integer from 1 to 64, "
+                                                 "got ", detail::json_for_message(value)));
+    }
+    p.tensor_parallel = value.get<int>();
   }
   return p;
 }
@@ -174,7 +183,7 @@ std::string ExecutionPolicy::str() const {
                          ", cuda_graphs=", cuda_graphs ? "true" : "false",
                          ", static_shape=", static_shape ? "true" : "false", ", workspace_limit=", workspace_limit,
                          ", memory_limit=", memory_limit, ", intra_op_threads=", intra_op_threads,
-                         ", fallback=", fallback, ")");
+                         ", fallback=", fallback, ", tensor_parallel=", tensor_parallel, ")");
 }
 
 }  // namespace xpuruntime

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/distributed_ops.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
 #include "core/conv_layout.h"
@@ -429,6 +430,7 @@ void register_ops(KernelRegistry& registry) {
     registry.add_schema(std::move(attention));
   }
   register_data_ops(registry);
+  distributed::register_collective_schemas(registry);
 }
 
 }  // namespace xpuruntime

@@ -15,6 +15,8 @@ from __future__ import annotations
 from . import _core
 from ._core import (
     CudaError,
+    DistributedError,
+    DistributedTimeoutError,
     InvalidArgumentError,
     InvalidTypeError,
     OutOfMemoryError,
@@ -35,6 +37,7 @@ from .runtime.tensor import Tensor, empty, from_dlpack, from_numpy, tensor, zero
 from .policies import ExecutionPolicy, KernelPolicy, pinned, preferred
 from ._core import AutotuneCache, Decision, Dispatcher, KernelInfo
 from . import ops
+from . import distributed
 from .inference import InferenceSession, IOBinding
 from .runtime.profiler import Profiler, profile
 
@@ -86,11 +89,14 @@ __all__ = [
     "build_info",
     "XpuRuntimeError",
     "CudaError",
+    "DistributedError",
+    "DistributedTimeoutError",
     "OutOfMemoryError",
     "UnsupportedOperationError",
     "InvalidArgumentError",
     "InvalidTypeError",
     "Device",
+    "distributed",
     "cuda_available",
     "get_device_count",
     "get_all_devices",

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/distributed_ops.h"
 #include "backends/cpu/cpu_common.h"
 #include "core/conv_layout.h"
 #include "xpuruntime/exceptions.h"
@@ -210,6 +211,11 @@ void register_cpu(KernelRegistry& registry) {
   cpu::register_attention_kernels(registry);
   cpu::register_data_kernels(registry);
   cpu::register_onnx_kernels(registry);
+  // The host communicators' collectives (core/distributed.cpp): ranks of one process on the CPU.
+  for (const std::string& op : distributed::collective_ops()) {
+    registry.add_kernel(distributed::make_collective_kernel(
+        op, "host", "cpu", DeviceType::kCPU, "in-process " + op + " between the CPU ranks of a host communicator"));
+  }
 }
 
 }  // namespace xpuruntime

@@ -272,6 +272,9 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   infer_options.fold_constants = options.fold_constants;
   infer_options.registry = &options.dispatcher->registry();
   infer_options.device = options.device;
+  infer_options.tp_size = options.tp_size;
+  infer_options.tp_rank = options.tp_rank;
+  infer_options.tp_comm = options.tp_comm;
   plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes);
 
   // ---- values ----

@@ -768,6 +768,14 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          a.set("epsilon", c.node.attrs.get_float("epsilon", 1e-5));
          return registry("layer_norm", {0, c.has(1) ? 1 : -1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1}, a);
        }},
+      {"AllReduce",
+       [](const Ctx& c) {
+         // Made by the tensor_parallel pass after each row-parallel GEMM.
+         Attributes a;
+         a.set("comm", c.node.attrs.get_int("comm", -1));
+         a.set("op", c.node.attrs.get_string("op", "sum"));
+         return registry("all_reduce", {0}, a);
+       }},
       {"Attention",
        [](const Ctx& c) {
          Attributes a;

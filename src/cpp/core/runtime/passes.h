@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <set>
 #include <string>
@@ -41,6 +42,11 @@ struct XPURT_API PassContext {
   std::size_t max_folded_bytes = static_cast<std::size_t>(64) << 20;
   // The device the plan runs on: device-specific passes (nhwc_layout: CUDA only) do nothing elsewhere.
   Device device;
+  // Tensor parallelism (ExecutionPolicy.tensor_parallel): the graph becomes rank `tp_rank`'s shard of `tp_size`,
+  // its all-reduces on the communicator of handle `tp_comm`. 1: the pass does nothing.
+  int tp_size = 1;
+  int tp_rank = 0;
+  std::int64_t tp_comm = -1;
 };
 
 // What one pass did. `notes`: one line per rewrite, e.g. "fused Conv 'c1' + Relu 'r1' -> FusedConv 'c1'".
@@ -81,6 +87,7 @@ XPURT_API PassResult attention_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult op_decomposition(Graph& g, const PassContext& ctx);
+XPURT_API PassResult tensor_parallel(Graph& g, const PassContext& ctx);
 XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
 
 // CPU implementations of the com.xpuruntime nodes the passes make (FusedConv, Linear, Gelu, LayerNormalization,

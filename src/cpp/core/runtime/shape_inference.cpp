@@ -359,8 +359,17 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   passes::PassContext ctx;
   ctx.max_folded_bytes = options.max_folded_bytes;
   ctx.device = options.device;
+  ctx.tp_size = options.tp_size;
+  ctx.tp_rank = options.tp_rank;
+  ctx.tp_comm = options.tp_comm;
   ctx.infer_types = [infer](Graph& graph) { infer_types(graph, infer); };
   for (const passes::PassResult& r : passes::run_passes(g, ctx, disabled)) {
+    if (r.rewrites == 0 && r.notes.empty()) continue;
+    if (r.pass == "tensor_parallel") {
+      // Every sharding decision is part of the explanation (Note [Sharding by propagation]).
+      for (const std::string& note : r.notes) notes.push_back("tensor_parallel: " + note);
+      continue;
+    }
     if (r.rewrites == 0) continue;
     std::string line = detail::str_cat(r.pass, ": ", r.rewrites, " rewrite(s)");
     if (!r.notes.empty()) line += " (" + r.notes.front() + (r.notes.size() > 1 ? ", ..." : "") + ")";

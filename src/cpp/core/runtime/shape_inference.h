@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@ struct InferOptions {
   const KernelRegistry* registry = nullptr;  // default: KernelRegistry::global()
   std::size_t max_folded_bytes = 64u << 20;  // a folded output larger than this stays a node
   Device device;                             // the plan's device (device-specific graph passes)
+  int tp_size = 1;                           // tensor parallelism (PassContext::tp_*)
+  int tp_rank = 0;
+  std::int64_t tp_comm = -1;
 };
 
 // Returns the number of nodes folded.

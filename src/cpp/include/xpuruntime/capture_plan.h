@@ -105,6 +105,11 @@ struct XPURT_API PlanOptions {
   // on the CPU, its inputs copied to the host and its outputs back (Note [Mixed execution]); false: such nodes make
   // build() raise UnsupportedOperationError listing every one.
   bool cpu_fallback = false;
+  // Tensor parallelism: the plan runs rank `tp_rank`'s shard of `tp_size` (the tensor_parallel pass), its
+  // all-reduces on the communicator of handle `tp_comm` (distributed.h). 1: the whole model.
+  int tp_size = 1;
+  int tp_rank = 0;
+  std::int64_t tp_comm = -1;
 };
 
 class XPURT_API CapturePlan {

@@ -10,6 +10,8 @@
 //   +-- UnsupportedOperationError    this build or device cannot do what was asked (message: what to install)
 //   +-- InvalidArgumentError         a caller passed a bad value (Python: ValueError)
 //   +-- InvalidTypeError             a caller passed a value of the wrong dtype/kind (Python: TypeError)
+//   +-- DistributedError             a collective or communicator failed: a rank timed out, died or aborted
+//                                    (Python: also TimeoutError when the message starts with "timeout")
 //
 // Use XPURT_CHECK for caller errors ("Expected ..., but got ...") and XPURT_INTERNAL_ASSERT for our own bugs.
 #pragma once
@@ -32,6 +34,7 @@ enum class ErrorCode {
   kUnsupported,
   kInvalidArgument,
   kInvalidType,
+  kDistributed,
 };
 
 class XPURT_API XpuRuntimeError : public std::runtime_error {
@@ -75,6 +78,16 @@ class XPURT_API InvalidArgumentError : public XpuRuntimeError {
 class XPURT_API InvalidTypeError : public XpuRuntimeError {
  public:
   explicit InvalidTypeError(const std::string& message) : XpuRuntimeError(message, ErrorCode::kInvalidType) {}
+};
+
+class XPURT_API DistributedError : public XpuRuntimeError {
+ public:
+  explicit DistributedError(const std::string& message, bool timed_out = false)
+      : XpuRuntimeError(message, ErrorCode::kDistributed), timed_out_(timed_out) {}
+  bool timed_out() const noexcept { return timed_out_; }
+
+ private:
+  bool timed_out_;
 };
 
 namespace detail {

@@ -40,6 +40,11 @@ struct XPURT_API ExecutionPolicy {
   // library), its inputs copied to the host and its outputs back; explain() lists those copies and the plan is not
   // captured into a CUDA graph.
   std::string fallback = "error";
+  // Tensor parallelism of the native engine: a session's model is sharded over this many ranks (the transformer
+  // blocks' GEMMs column/row-parallel, attention heads split, an all-reduce after each row-parallel GEMM; one
+  // plan and one CUDA graph per rank). On cuda:d the ranks are cuda:d .. cuda:d+N-1 (NCCL); on the CPU, N ranks of
+  // the host communicator. 1 to 64. Default 1 (docs/distributed.md).
+  int tensor_parallel = 1;
 
   std::string to_json() const;  // canonical, 2-space indented, ends with a newline
   std::string to_yaml() const;  // canonical

@@ -6,7 +6,7 @@ from .. import _core
 from ._serializable import SerializablePolicy
 
 _FIELDS = ("precision", "deterministic", "cuda_graphs", "static_shape", "workspace_limit", "memory_limit",
-           "intra_op_threads", "fallback")
+           "intra_op_threads", "fallback", "tensor_parallel")
 
 
 class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
@@ -31,6 +31,11 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
         A CUDA session's nodes that no CUDA kernel can run: ``"error"`` (default) refuses the model at session
         creation listing every such node; ``"cpu"`` runs them on the CPU with the copies listed in
         ``explain().transfers`` (and no CUDA graph).
+    tensor_parallel : int
+        Shard a native session's model over this many ranks (1 to 64; default 1): on ``cuda:d`` the GPUs
+        ``cuda:d`` .. ``cuda:d+N-1`` through NCCL, on the CPU N ranks of the host communicator. Transformer blocks'
+        GEMMs become column/row-parallel with an all-reduce after each row-parallel GEMM; ``explain()`` lists the
+        sharding (docs/distributed.md).
     """
 
     _core_class = _core.ExecutionPolicy

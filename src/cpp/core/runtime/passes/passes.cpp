@@ -20,6 +20,10 @@ const std::vector<PassInfo>& all_passes() {
        identity_elimination},
       {"dead_node_elimination", "removes nodes whose outputs nobody reads, and unused constants",
        dead_node_elimination},
+      {"tensor_parallel",
+       "ExecutionPolicy.tensor_parallel > 1: this rank's shard (column/row-parallel GEMMs, attention heads split, an "
+       "all_reduce after each row-parallel GEMM; docs/distributed.md)",
+       tensor_parallel},
       {"op_decomposition",
        "Split -> Slices, 1-D Conv -> 2-D Conv between views, LayerNormalization's constants in X's float type: "
        "ops every device runs",

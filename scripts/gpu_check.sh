@@ -50,7 +50,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=O
   -DXPURT_BUILD_PYTHON=ON -DXPURT_BUILD_TESTS=ON -DXPURT_BUILD_BENCHMARKS=ON \
   -DXPURT_NLOHMANN_JSON_INCLUDE_DIR="$PWD/.third_party/nlohmann/include" \
   -DXPURT_ONNX_PROTO_GENERATED_DIR="$PWD/.third_party/onnx_proto" \
-  -DXPURT_WITH_CUDNN=ON -DCUDNN_ROOT="$SP/nvidia/cudnn" -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/configure.log" 2>&1 \
+  -DXPURT_WITH_CUDNN=ON -DCUDNN_ROOT="$SP/nvidia/cudnn" -DNCCL_ROOT="$SP/nvidia/nccl" -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/configure.log" 2>&1 \
   || { tail -40 "$OUT/configure.log"; exit 1; }
 grep -A10 "configuration" "$OUT/configure.log"
 cmake --build build-gpu -j 16 > "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | head -60; exit 1; }

@@ -332,13 +332,13 @@ def test_nccl_group_from_one_thread():
 def test_nccl_rank_that_never_calls_times_out():
     comms = dist.init_all(["cuda:0", "cuda:1"], timeout=2)
     x = xrt.from_numpy(np.ones(1 << 20, np.float32)).to("cuda:0")
-    y = dist.all_reduce(x, comms[0])
+    # NCCL connects the ranks at their first collective: the call itself or the wait after it times out.
     with pytest.raises(xrt.DistributedTimeoutError, match="timeout"):
+        dist.all_reduce(x, comms[0])
         comms[0].wait()
     assert comms[0].aborted
     with pytest.raises(xrt.DistributedError, match="aborted"):
         dist.all_reduce(x, comms[0])
-    del y
     # The device stays usable: a fresh communicator works.
     (fresh,) = dist.init_all(["cuda:0"], timeout=30)
     np.testing.assert_array_equal(_np(dist.all_reduce(x, fresh)), np.ones(1 << 20, np.float32))

@@ -192,6 +192,22 @@ class TuningEnv {
 
 class NcclCommunicator;
 
+// Waiting for NCCL or a stream: spin (yielding) for the first 2 ms, where small collectives finish, then sleep in
+// short steps. A sleep from the start cost a small all-reduce ~150 us (measured on 2 H200s).
+class Backoff {
+ public:
+  void pause() {
+    if (std::chrono::steady_clock::now() - start_ < std::chrono::milliseconds(2)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 // This thread's open NCCL groups (group_start/group_end nest) and the communicators that enqueued work in them:
 // a non-blocking group end leaves them in progress, so group_end polls each (Note [Non-blocking communicators]).
 thread_local int g_group_depth = 0;
@@ -296,6 +312,7 @@ class NcclCommunicator final : public distributed::Communicator {
     detail::CudaDeviceGuard guard(device().index);
     const auto deadline = std::chrono::steady_clock::now() + options().timeout;
     auto* s = cuda_stream(stream);
+    Backoff backoff;
     while (true) {
       const cudaError_t status = cudaStreamQuery(s);
       if (status == cudaSuccess) return;
@@ -309,7 +326,7 @@ class NcclCommunicator final : public distributed::Communicator {
         abort(reason);
         throw DistributedError(reason, /*timed_out=*/true);
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      backoff.pause();
     }
   }
 
@@ -370,6 +387,7 @@ class NcclCommunicator final : public distributed::Communicator {
  public:
   // Polls ncclCommGetAsyncError until the communicator is no longer in progress; aborts past `deadline`.
   void poll(std::chrono::steady_clock::time_point deadline, const char* what) {
+    Backoff backoff;
     while (true) {
       ncclComm_t comm;
       {
@@ -392,7 +410,7 @@ class NcclCommunicator final : public distributed::Communicator {
         abort(reason);
         throw DistributedError(reason, /*timed_out=*/true);
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      backoff.pause();
     }
   }
 

@@ -251,7 +251,8 @@ TEST(GraphPasses, ListAndUnknownNames) {
     EXPECT_FALSE(p.doc.empty()) << p.name;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
-                                             "dead_node_elimination", "op_decomposition", "conv_bn_folding",
+                                             "dead_node_elimination", "tensor_parallel", "op_decomposition",
+                                             "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
                                              "gemm_fusion", "conv_fusion", "nhwc_layout"}));

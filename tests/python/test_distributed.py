@@ -373,6 +373,35 @@ def test_one_process_per_gpu_through_a_file_store(tmp_path):
     assert results == {0: 3.0, 1: 3.0}, results
 
 
+def _dying_rank(folder, queue):
+    import os as os_
+
+    import xpuruntime as x
+
+    x.distributed.init_rank(2, 1, "cuda:1", x.distributed.FileStore(folder), timeout=60)
+    queue.put("joined")
+    queue.close()
+    queue.join_thread()  # the message is in the pipe before the process dies
+    os_._exit(0)  # dies without a word, its communicator never destroyed
+
+
+@requires_2_gpus
+@requires_nccl
+def test_a_rank_that_dies_makes_the_other_fail_with_a_timeout(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_dying_rank, args=(str(tmp_path), queue))
+    proc.start()
+    comm = dist.init_rank(2, 0, "cuda:0", dist.FileStore(str(tmp_path)), timeout=5)
+    assert queue.get(timeout=60) == "joined"
+    proc.join(60)
+    x = xrt.from_numpy(np.ones(1 << 16, np.float32)).to("cuda:0")
+    with pytest.raises(xrt.DistributedError):
+        dist.all_reduce(x, comm)
+        comm.wait()
+    assert comm.aborted
+
+
 @requires_gpu
 @requires_nccl
 def test_one_process_rank_waits_for_its_peer_and_times_out(tmp_path):

@@ -107,6 +107,13 @@ void bind_devices(py::module_& m) {
   m.def("get_device_count", [] { return DeviceManager::instance().get_device_count(); },
         "Number of CUDA devices (0 without a driver or GPU).");
   m.def("cuda_available", [] { return DeviceManager::instance().cuda_available(); });
+  m.def("_inject_device_fault", [](const py::object& device) {
+    DeviceManager::instance().inject_fault_for_testing(to_device(device));
+  }, "Tests only: a kernel storing to an unmapped address (a sticky CUDA error at the next synchronization).");
+  m.def("device_fault", [](const py::object& device) {
+    const Device d = to_device(device);
+    return d.is_cuda() ? DeviceManager::instance().fault(d.index) : std::string();
+  }, "Why the device became unusable (a sticky CUDA error earlier in this process), or an empty string.");
   m.def("cuda_unavailable_reason", [] { return DeviceManager::instance().cuda_unavailable_reason(); },
         "Why there are no CUDA devices (empty when there are).");
   m.def("get_all_devices",

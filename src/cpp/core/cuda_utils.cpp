@@ -1,5 +1,7 @@
 #include "cuda_utils.h"
 
+#include "xpuruntime/device_manager.h"
+
 #include <cstdio>
 
 namespace xpuruntime::detail {
@@ -29,7 +31,29 @@ std::string format_library_error(const char* library, const char* error_name, in
       format_library_error("CUDA runtime", cudaGetErrorName(status), static_cast<int>(status), call, device, file,
                            line, hint);
   if (status == cudaErrorMemoryAllocation) throw OutOfMemoryError(message);
+  if (is_sticky(status) && device >= 0) {
+    // Note [Sticky CUDA errors] (device_manager.h): the context is lost; say so now and on every later use.
+    DeviceManager::instance().mark_faulted(device, message);
+    message += detail::str_cat("; this error is sticky: cuda:", device, " cannot be used again by this process");
+  }
   throw CudaError(message, static_cast<int>(status));
+}
+
+bool is_sticky(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
 }
 
 CudaDeviceGuard::CudaDeviceGuard(int device) {

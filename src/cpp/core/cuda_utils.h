@@ -20,8 +20,11 @@ std::string format_library_error(const char* library, const char* error_name, in
 
 namespace xpuruntime::detail {
 
-// Throws CudaError for `status` (OutOfMemoryError for cudaErrorMemoryAllocation), clearing the sticky error.
+// Throws CudaError for `status` (OutOfMemoryError for cudaErrorMemoryAllocation), clearing a non-sticky error; a
+// sticky one marks the current device faulted (Note [Sticky CUDA errors] in device_manager.h).
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+// Whether `status` leaves the CUDA context unusable (illegal address, device-side assert, ...).
+bool is_sticky(cudaError_t status);
 
 // Makes `device` current for the CUDA runtime for the guard's scope (only when it differs).
 class CudaDeviceGuard {

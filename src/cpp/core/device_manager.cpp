@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "cuda_utils.h"
+#if XPURT_BACKEND_CUDA_RAW
+#include "backends/cuda_raw/cuda_raw_kernels.h"
+#endif
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime {
@@ -98,13 +101,45 @@ DeviceManager::DeviceManager() {
 
 int DeviceManager::get_device_count() const { return cuda_count_; }
 
+void DeviceManager::mark_faulted(int index, const std::string& what) {
+  if (index < 0 || index >= kMaxTrackedDevices) return;
+  std::lock_guard<std::mutex> lock(fault_mutex_);
+  if (faulted_[index].load()) return;  // the first fault is the cause; later ones follow from it
+  faults_[index] = what;
+  faulted_[index].store(true);
+}
+
+std::string DeviceManager::fault(int index) const {
+  if (index < 0 || index >= kMaxTrackedDevices) return {};
+  std::lock_guard<std::mutex> lock(fault_mutex_);
+  return faults_[index];
+}
+
+void DeviceManager::inject_fault_for_testing(Device device) {
+  check_device(device);
+  XPURT_CHECK(device.is_cuda(), "inject_fault_for_testing needs a CUDA device, got ", device.str());
+#if XPURT_WITH_CUDA && XPURT_BACKEND_CUDA_RAW
+  detail::CudaDeviceGuard guard(device.index);
+  cuda_raw::inject_fault(nullptr);
+#else
+  throw UnsupportedOperationError("inject_fault_for_testing needs the cuda_raw backend");
+#endif
+}
+
 void DeviceManager::check_device(Device device) const {
   XPURT_CHECK(device.index >= 0, "Expected a non-negative device index, but got ", device.index);
   if (device.is_cpu()) {
     XPURT_CHECK(device.index == 0, "There is one CPU device (index 0), but got cpu:", device.index);
     return;
   }
-  if (device.index < cuda_count_) return;
+  if (device.index < cuda_count_) {
+    if (device.index < kMaxTrackedDevices && faulted_[device.index].load(std::memory_order_relaxed)) {
+      throw CudaError(detail::str_cat(device.str(), " is unusable: an earlier CUDA error in this process was sticky (",
+                                      fault(device.index), "); every later use of this device fails, and only a new "
+                                      "process recovers it (Note [Sticky CUDA errors])"));
+    }
+    return;
+  }
   if (cuda_count_ == 0) {
     throw CudaError(detail::str_cat(device.str(), " was requested but no CUDA device is available: ",
                                     unavailable_reason_));

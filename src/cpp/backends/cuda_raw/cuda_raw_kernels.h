@@ -39,6 +39,9 @@ enum class BinaryOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMi
 enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kProd };
 
 // y[i] = op(x[i]) for n elements. `x == y` is allowed.
+// Launches a kernel that stores to an unmapped address (a sticky cudaErrorIllegalAddress): for tests only.
+void inject_fault(void* stream);
+
 void unary(UnaryOp op, const void* x, void* y, DType dtype, std::int64_t n, void* stream);
 // The activation subset of `unary` (kRelu and after), defined in activation.cu.
 void activation(UnaryOp op, const void* x, void* y, DType dtype, std::int64_t n, void* stream);

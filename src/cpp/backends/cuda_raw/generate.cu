@@ -186,4 +186,14 @@ void scatter_nd(const void* data, const void* indices, DType index_dtype, const 
   });
 }
 
+namespace {
+__global__ void fault_kernel(int* address) { *address = 1; }
+}  // namespace
+
+// A store to an unmapped address: cudaErrorIllegalAddress at the next synchronization (tests of Note [Sticky CUDA
+// errors] in device_manager.h).
+void inject_fault(void* stream) {
+  fault_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(reinterpret_cast<int*>(static_cast<std::uintptr_t>(16)));
+}
+
 }  // namespace xpuruntime::cuda_raw

@@ -2,6 +2,7 @@
 #include "xpuruntime/graph_exec.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "core/runtime/onnx_cpu_ops.h"
 #include "core/shape_str.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/profiler.h"
 
@@ -166,6 +168,58 @@ void return_stream(std::unique_ptr<Stream> stream) {
   stream_pool()[index].push_back(std::move(stream));
 }
 
+// Note [Errors name their node]
+// An error raised while a step runs (a launch that fails, an allocation, a collective that times out) is re-raised
+// with the same type, prefixed with the node, its op and its kernel. A kernel fault is asynchronous: it surfaces at
+// the run's synchronization, after every step was launched; XPURT_SYNC_STEPS=1 synchronizes after each step of an
+// eager run (not inside a CUDA graph capture, which cannot be synchronized) so that the fault names its node.
+[[noreturn]] void rethrow_at(const PlanStep& step) {
+  const std::string kernel = step.dispatch ? step.dispatch->decision.kernel : std::string("-");
+  const std::string where = detail::str_cat("node '", step.node, "' (", step.op_type, ", kernel ", kernel, "): ");
+  auto with = [&](const std::exception& e) {
+    const std::string what = e.what();
+    return what.rfind("node '", 0) == 0 ? what : where + what;
+  };
+  try {
+    throw;
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(with(e));
+  } catch (const CudaError& e) {
+    throw CudaError(with(e), e.cuda_status());
+  } catch (const DistributedError& e) {
+    throw DistributedError(with(e), e.timed_out());
+  } catch (const UnsupportedOperationError& e) {
+    throw UnsupportedOperationError(with(e));
+  } catch (const InvalidArgumentError& e) {
+    throw InvalidArgumentError(with(e));
+  } catch (const InvalidTypeError& e) {
+    throw InvalidTypeError(with(e));
+  } catch (const XpuRuntimeError& e) {
+    throw XpuRuntimeError(with(e), e.code());
+  }
+}
+
+// The run's one synchronization; a kernel fault found there says how to find its node.
+void finish_run(const StreamView& stream, const CapturePlan& plan, bool replayed) {
+  try {
+    stream.synchronize();
+  } catch (const CudaError& e) {
+    throw CudaError(detail::str_cat("a kernel of this plan (", plan.steps().size(), " steps on ", plan.device().str(),
+                                    replayed ? ", replayed from its CUDA graph" : "", ") failed: ", e.what(),
+                                    "; XPURT_SYNC_STEPS=1 checks each step of an eager run "
+                                    "(ExecutionPolicy(cuda_graphs=False)) and names the failing node"),
+                    e.cuda_status());
+  }
+}
+
+bool sync_steps() {
+  static const bool on = [] {
+    const char* v = std::getenv("XPURT_SYNC_STEPS");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  return on;
+}
+
 }  // namespace
 
 GraphExec::GraphExec(std::shared_ptr<const CapturePlan> plan, GraphExecOptions options)
@@ -303,7 +357,12 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
           launch.stream = stream;
           launch.workspace = workspace_.defined() ? workspace_.data_ptr() : nullptr;
           launch.workspace_bytes = workspace_.defined() ? static_cast<std::size_t>(workspace_.nbytes()) : 0;
-          step.dispatch->plan->run(launch);
+          try {
+            step.dispatch->plan->run(launch);
+            if (device.is_cuda() && sync_steps() && !capturing_) stream.synchronize();
+          } catch (const XpuRuntimeError&) {
+            rethrow_at(step);  // Note [Errors name their node]
+          }
           for (std::size_t o = 0; o < outputs.size() && o < step.outputs.size(); ++o) {
             if (step.outputs[o] >= 0) values[step.outputs[o]] = outputs[o];
           }
@@ -451,6 +510,8 @@ std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values
 }
 
 std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into) {
+  // Note [Sticky CUDA errors]: a device lost to an earlier fault is refused here, with the cause.
+  if (plan_->device().is_cuda()) DeviceManager::instance().check_device(plan_->device());
   if (!has_boxed_) return run_bound(inputs, into);
   std::vector<Tensor> outputs;
   try {
@@ -608,7 +669,7 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
       if (!values[id].defined() && slots_[id].defined()) values[id] = slots_[id];
     }
     std::vector<Tensor> outputs = collect_outputs(values, stream, into);
-    stream.synchronize();
+    finish_run(stream, *plan_, true);
     ++runs_;
     return outputs;
   }
@@ -626,9 +687,12 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
       graph_ = std::make_unique<CudaGraph>();
       graph_labelled_ = tracked;
       graph_->capture_begin(stream);
+      capturing_ = true;
       try {
         execute_steps(values, stream, 0, tracked);
+        capturing_ = false;
       } catch (...) {
+        capturing_ = false;
         try {
           graph_->capture_end();
         } catch (...) {
@@ -646,7 +710,7 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
     execute_steps(values, stream, profiling);
   }
   std::vector<Tensor> outputs = collect_outputs(values, stream, into);
-  if (stream_) stream.synchronize();
+  if (stream_) finish_run(stream, *plan_, graph_ != nullptr);
   ++runs_;
   return outputs;
 }

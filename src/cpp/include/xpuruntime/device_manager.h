@@ -6,6 +6,9 @@
 // CUDA device is asked for, which raises CudaError naming the reason (see cuda_unavailable_reason()).
 #pragma once
 
+#include <atomic>
+#include <mutex>
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -54,8 +57,22 @@ class XPURT_API DeviceManager {
   // negative index.
   DeviceInfo get_device_info(Device device) const;
 
-  // Throws unless `device` can be used (see get_device_info). Cheap: call it before touching a device.
+  // Throws unless `device` can be used (see get_device_info), and CudaError when it had a sticky fault earlier in
+  // this process (Note [Sticky CUDA errors]). Cheap: call it before touching a device.
   void check_device(Device device) const;
+
+  // Note [Sticky CUDA errors]
+  // A kernel fault (illegal address, illegal instruction, device-side assert, ...) corrupts the CUDA context of
+  // the process: every later CUDA call on that device fails, at random places. The first such error (seen by the
+  // CUDA check that throws it) marks the device faulted with that message; from then on check_device, and so every
+  // session run, op call, allocation and copy on it, raises CudaError saying the device is unusable, why, and that
+  // only a new process recovers it.
+  void mark_faulted(int index, const std::string& what);
+  // The fault that made cuda:`index` unusable, or "" when none.
+  std::string fault(int index) const;
+  // For tests of the above, in a process of their own: launches a kernel on `device`'s default stream that stores to
+  // an unmapped address, so that the next synchronization fails with a sticky cudaErrorIllegalAddress.
+  void inject_fault_for_testing(Device device);
 
   // The calling thread's current device: cuda:N after set_current_device(cuda:N), else cuda:0 when a GPU
   // exists, else cpu. Setting a CUDA device also makes it current for the CUDA runtime on this thread.
@@ -72,6 +89,10 @@ class XPURT_API DeviceManager {
   DeviceManager();
   DeviceInfo query_cuda(int index) const;
 
+  static constexpr int kMaxTrackedDevices = 64;
+  std::atomic<bool> faulted_[kMaxTrackedDevices] = {};
+  mutable std::mutex fault_mutex_;
+  std::string faults_[kMaxTrackedDevices];
   int cuda_count_ = 0;
   int driver_version_ = 0;
   int runtime_version_ = 0;

@@ -74,6 +74,7 @@ class XPURT_API GraphExec {
   Tensor workspace_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<CudaGraph> graph_;
+  bool capturing_ = false;  // execute_steps is recording a CUDA graph (no synchronization allowed)
   std::vector<Tensor> slots_;  // planned values as views into the arena (undefined for others)
   std::int64_t runs_ = 0;
   std::int64_t replays_ = 0;

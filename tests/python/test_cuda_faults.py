@@ -1,0 +1,72 @@
+"""CUDA faults (docs/reliability.md, Note [Sticky CUDA errors] and Note [Errors name their node]): a kernel fault
+makes the device unusable with a clear, typed error everywhere instead of failures at random places later; errors
+raised while a step runs name their node. The fault runs in a process of its own: it ruins that process's CUDA
+context."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import xpuruntime as xrt
+from conftest import requires_gpu
+
+MODEL = "models/suite/tiny/bert.dynamo.float32.onnx"
+
+
+def test_device_fault_is_empty_without_a_fault():
+    assert xrt._core.device_fault("cpu") == ""
+
+
+@requires_gpu
+def test_a_kernel_fault_marks_the_device_unusable(tmp_path):
+    script = textwrap.dedent(f"""
+        import numpy as np, xpuruntime as xrt
+        data = np.load("models/suite/tiny/bert.npz")
+        sess = xrt.InferenceSession("{MODEL}", device="cuda:0", engine="native")
+        feeds = {{i.name: data["in." + i.name] for i in sess.get_inputs()}}
+        sess.run(feeds)
+        xrt._core._inject_device_fault("cuda:0")
+        try:
+            xrt.synchronize("cuda:0")
+            print("NO FAULT")
+        except xrt.CudaError as e:
+            print("FAULT", "sticky" in str(e), "IllegalAddress" in str(e))
+        print("RECORDED", "IllegalAddress" in xrt._core.device_fault("cuda:0"))
+        for what, call in (("RUN", lambda: sess.run(feeds)),
+                           ("NEW", lambda: xrt.InferenceSession("{MODEL}", device="cuda:0").run(feeds)),
+                           ("OP", lambda: xrt.ops.relu(xrt.from_numpy(np.ones(4, np.float32)).to("cuda:0")))):
+            try:
+                call()
+                print(what, "ran")
+            except xrt.CudaError as e:
+                print(what, "unusable" in str(e) and "IllegalAddress" in str(e))
+        print(np.asarray(xrt.InferenceSession("{MODEL}", device="cpu").run(feeds)["last_hidden_state"]).shape)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "FAULT True True" in lines, done.stdout
+    assert "RECORDED True" in lines
+    for what in ("RUN", "NEW", "OP"):
+        assert f"{what} True" in lines, done.stdout
+    assert lines[-1].startswith("(")  # the CPU still works
+
+
+def test_errors_during_a_step_name_the_node():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    table = helper.make_tensor("table", TensorProto.FLOAT, [5, 3], np.arange(15, dtype=np.float32).tolist())
+    node = helper.make_node("Gather", ["table", "ids"], ["rows"], name="lookup_rows")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [2, 3])], [table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native")
+    np.testing.assert_array_equal(sess.run({"ids": np.array([4, 0])})["rows"], [[12, 13, 14], [0, 1, 2]])
+    with pytest.raises(xrt.InvalidArgumentError, match=r"^node 'lookup_rows' \(Gather, kernel cpu\): "):
+        sess.run({"ids": np.array([4, 7])})

@@ -428,3 +428,11 @@ def test_tensor_parallel_on_two_gpus_matches_one(arch, exporter):
     ex = sess.explain()
     assert any("captured and replayed" in o for o in ex.options), ex.options
     assert {n["kernel"] for n in ex.nodes if n["op_type"] == "xpuruntime:AllReduce"} == {"nccl"}
+
+
+def test_engine_auto_takes_the_native_engine_for_tensor_parallel():
+    path = str(TINY / "bert.dynamo.float32.onnx")
+    sess = xrt.InferenceSession(path, exec_policy=xrt.ExecutionPolicy(tensor_parallel=2))  # engine="auto", cpu
+    assert sess.engine == "native"
+    with pytest.raises(xrt.InvalidArgumentError, match="option of the native engine"):
+        xrt.InferenceSession(path, engine="onnxruntime", exec_policy=xrt.ExecutionPolicy(tensor_parallel=2))

@@ -210,6 +210,23 @@ void InferenceSession::build(const std::string& model) {
       engine_reason_ = options_.device.is_cuda()
                            ? "auto: the native engine is unavailable (" + native_support.reason() + ")"
                            : "auto: onnxruntime is the engine for CPU devices";
+      const Engine* ort = registry.find("onnxruntime");
+      const Support ort_support = ort ? ort->available(options_) : Support::no("not registered");
+      if (!ort_support.ok() && native_support.ok()) {
+        // A build without ONNX Runtime still runs models on the CPU.
+        name = "native";
+        engine_reason_ = "auto: onnxruntime is unavailable (" + ort_support.reason() + "); the native engine runs on " +
+                         options_.device.str();
+      }
+    }
+    if (options_.exec_policy.tensor_parallel > 1 && name != "native") {
+      // Only the native engine shards a model (docs/distributed.md).
+      XPURT_CHECK(native_support.ok(), "tensor_parallel=", options_.exec_policy.tensor_parallel,
+                  " needs the native engine, which cannot run here: ", native_support.reason());
+      session_ = native->create(model, options_);
+      engine_ = "native";
+      engine_reason_ = "auto: tensor_parallel needs the native engine";
+      return;
     }
   } else {
     engine_reason_ = "requested by the session options";
@@ -219,6 +236,9 @@ void InferenceSession::build(const std::string& model) {
   XPURT_CHECK(name == "native" || (options_.disabled_passes.empty() && options_.optimized_model_path.empty()),
               "disabled_passes and optimized_model_path are options of the native engine; engine '", name,
               "' does not take them");
+  XPURT_CHECK(name == "native" || options_.exec_policy.tensor_parallel == 1, "ExecutionPolicy tensor_parallel=",
+              options_.exec_policy.tensor_parallel, " is an option of the native engine; engine '", name,
+              "' does not shard models (docs/distributed.md)");
   const Support support = engine->available(options_);
   if (!support.ok()) {
     throw UnsupportedOperationError(detail::str_cat("engine '", name, "' cannot run on ", options_.device.str(), ": ",

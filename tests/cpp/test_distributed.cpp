@@ -58,8 +58,7 @@ TEST(Distributed, AMissingRankTimesOutAndAbortsTheGroup) {
     EXPECT_TRUE(e.timed_out());
   }
   EXPECT_TRUE(comms[1]->aborted());
-  EXPECT_THROW(ops::call("all_reduce", {filled(4, 1)}, Attributes().set("comm", comms[1]->handle())),
-               DistributedError);
+  EXPECT_THROW(ops::call("all_reduce", {filled(4, 1)}, Attributes().set("comm", comms[1]->handle())), DistributedError);
 }
 
 TEST(Distributed, UnknownHandlesAndBadArgumentsAreTyped) {

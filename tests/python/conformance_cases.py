@@ -440,6 +440,56 @@ def conv2d_cases() -> List[Case]:
     return cases
 
 
+def ref_conv_transpose2d(inputs, attrs):
+    """ONNX ConvTranspose by scattering: y[oh * s - pad + k * d] += x[ih] * w[k] per input position."""
+    x, w, bias = inputs
+    sh, sw = attrs.get("strides", [1, 1])
+    pt, pl, pb, pr = attrs.get("pads", [0, 0, 0, 0])
+    dh, dw = attrs.get("dilations", [1, 1])
+    oph, opw = attrs.get("output_padding", [0, 0])
+    groups = attrs.get("groups", 1)
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    full_h = sh * (h - 1) + oph + dh * (kh - 1) + 1
+    full_w = sw * (wd - 1) + opw + dw * (kw - 1) + 1
+    y = np.zeros((n, og * groups, full_h, full_w))
+    cg = c // groups
+    for g in range(groups):
+        xg = x[:, g * cg:(g + 1) * cg]
+        wg = w[g * cg:(g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                contrib = np.einsum("nchw,co->nohw", xg, wg[:, :, i, j])
+                y[:, g * og:(g + 1) * og, i * dh: i * dh + sh * (h - 1) + 1: sh,
+                  j * dw: j * dw + sw * (wd - 1) + 1: sw] += contrib
+    y = y[:, :, pt: full_h - pb, pl: full_w - pr]
+    if bias is not None:
+        y = y + bias[None, :, None, None]
+    return y
+
+
+def conv_transpose2d_cases() -> List[Case]:
+    # name, x, w [C, O/g, kh, kw], strides, pads, dilations, groups, output_padding, bias
+    specs = [
+        ("2x2_stride2", (2, 4, 5, 5), (4, 3, 2, 2), [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], True),
+        ("3x3_pad1_outpad1", (1, 6, 7, 5), (6, 5, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 1, [1, 1], True),
+        ("groups_dilation", (2, 4, 6, 6), (4, 3, 3, 3), [1, 1], [1, 1, 1, 1], [2, 2], 2, [0, 0], False),
+        ("rect_strided", (1, 3, 4, 9), (3, 7, 3, 2), [3, 1], [1, 0, 1, 0], [1, 1], 1, [2, 0], True),
+        ("asymmetric_pads", (1, 2, 5, 5), (2, 2, 3, 3), [2, 2], [0, 1, 1, 0], [1, 1], 1, [0, 0], False),
+        ("1x1x1x1", (1, 1, 1, 1), (1, 1, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, [0, 0], False),
+    ]
+    cases = []
+    for name, xs, ws, strides, pads, dilations, groups, output_padding, has_bias in specs:
+        rng = _rng("conv_transpose2d" + name)
+        fan_in = ws[0] * ws[2] * ws[3] // max(1, strides[0] * strides[1])
+        inputs = [uniform(rng, xs), uniform(rng, ws) / np.float32(math.sqrt(max(1, fan_in))),
+                  uniform(rng, (ws[1] * groups,)) if has_bias else None]
+        attrs = {"strides": strides, "pads": pads, "dilations": dilations, "groups": groups,
+                 "output_padding": output_padding}
+        cases.append(Case("conv_transpose2d", name, inputs, attrs, ref_conv_transpose2d, "gemm"))
+    return cases
+
+
 def _to_nhwc(a):
     return None if a is None else np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1)))
 
@@ -1339,7 +1389,8 @@ def second_batch_cases() -> List[Case]:
 
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
-    cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases() + pool_cases()
+    cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases()
+             + conv_transpose2d_cases() + pool_cases()
              + batch_norm_cases() + softmax_cases()
              + nhwc_cases() + layer_norm_cases() + unary_cases() + binary_cases() + cast_cases() + reduce_cases()
              + attention_cases() + transpose_cases() + concat_cases() + slice_cases() + gather_cases()

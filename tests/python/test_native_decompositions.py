@@ -152,3 +152,35 @@ def test_variadic(device, op, count):
     node = helper.make_node(op, names, ["y"])
     got = _run(_model(node, list(zip(names, arrays)), expected.shape, 13), dict(zip(names, arrays)), device)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+CONV_TRANSPOSE = [
+    # x, w [C, O/g, kh, kw], attributes
+    ((2, 4, 5, 5), (4, 3, 2, 2), {"strides": [2, 2]}),
+    ((1, 6, 7, 5), (6, 5, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
+    ((2, 4, 6, 6), (4, 3, 3, 3), {"pads": [1, 1, 1, 1], "dilations": [2, 2], "group": 2}),
+    ((1, 3, 4, 9), (3, 7, 3, 2), {"strides": [3, 1], "pads": [0, 1, 2, 0]}),  # asymmetric: cpu only on cudnn
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", range(len(CONV_TRANSPOSE)))
+def test_conv_transpose(device, case):
+    import conformance_cases as cc
+    xs, ws, attrs = CONV_TRANSPOSE[case]
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = (rng.standard_normal(ws) / np.sqrt(ws[0] * ws[2] * ws[3])).astype(np.float32)
+    b = rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)
+    ref_attrs = dict(attrs)
+    ref_attrs["groups"] = ref_attrs.pop("group", 1)
+    expected = cc.ref_conv_transpose2d([x.astype(np.float64), w.astype(np.float64), b.astype(np.float64)], ref_attrs)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    model = _model(node, [("x", x)], expected.shape, 17,
+                   [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    asymmetric = attrs.get("pads", [0, 0, 0, 0])[0] != attrs.get("pads", [0, 0, 0, 0])[2]
+    if device != "cpu" and asymmetric:
+        with pytest.raises(xrt.UnsupportedOperationError, match="symmetric pads"):
+            _run(model, {"x": x}, device)
+        return
+    np.testing.assert_allclose(_run(model, {"x": x}, device), expected, rtol=1e-4, atol=1e-4)

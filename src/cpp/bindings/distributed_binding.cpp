@@ -29,23 +29,26 @@ void bind_distributed(py::module_& parent) {
   py::class_<distributed::FileStore, distributed::Store, std::shared_ptr<distributed::FileStore>>(m, "FileStore")
       .def(py::init<std::string>(), py::arg("folder"))
       .def_property_readonly("folder", &distributed::FileStore::folder)
-      .def("set", [](distributed::FileStore& s, const std::string& key, const py::bytes& value) { s.set(key, value); },
-           py::arg("key"), py::arg("value"))
-      .def("get",
-           [](distributed::FileStore& s, const std::string& key, double timeout) {
-             std::string value;
-             {
-               py::gil_scoped_release release;
-               value = s.get(key, std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000.0)));
-             }
-             return py::bytes(value);
-           },
-           py::arg("key"), py::arg("timeout") = 300.0);
+      .def(
+          "set", [](distributed::FileStore& s, const std::string& key, const py::bytes& value) { s.set(key, value); },
+          py::arg("key"), py::arg("value"))
+      .def(
+          "get",
+          [](distributed::FileStore& s, const std::string& key, double timeout) {
+            std::string value;
+            {
+              py::gil_scoped_release release;
+              value = s.get(key, std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000.0)));
+            }
+            return py::bytes(value);
+          },
+          py::arg("key"), py::arg("timeout") = 300.0);
 
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
       .def_static(
           "init_all",
-          [](const std::vector<py::object>& devices, double timeout, const std::string& algo, const std::string& proto) {
+          [](const std::vector<py::object>& devices, double timeout, const std::string& algo,
+             const std::string& proto) {
             std::vector<Device> ds;
             for (const auto& d : devices) ds.push_back(to_device(d));
             py::gil_scoped_release release;
@@ -68,22 +71,22 @@ void bind_distributed(py::module_& parent) {
       .def_property_readonly("device", &Communicator::device)
       .def_property_readonly("handle", &Communicator::handle)
       .def_property_readonly("backend", &Communicator::backend)
-      .def_property_readonly("timeout", [](const Communicator& c) {
-        return static_cast<double>(c.options().timeout.count()) / 1000.0;
-      })
+      .def_property_readonly(
+          "timeout", [](const Communicator& c) { return static_cast<double>(c.options().timeout.count()) / 1000.0; })
       .def_property_readonly("aborted", &Communicator::aborted)
       .def_property_readonly("abort_reason", &Communicator::abort_reason)
       .def("abort", &Communicator::abort, py::arg("reason") = "aborted by the caller",
            py::call_guard<py::gil_scoped_release>())
-      .def("wait",
-           [](Communicator& c, const py::object& stream) {
-             const StreamView view = to_stream(stream, c.device());
-             py::gil_scoped_release release;
-             c.wait(view);
-           },
-           py::arg("stream") = py::none(),
-           "Waits for the stream's work (default: the device's current stream), at most the timeout; past it the "
-           "communicator is aborted and DistributedTimeoutError raised.")
+      .def(
+          "wait",
+          [](Communicator& c, const py::object& stream) {
+            const StreamView view = to_stream(stream, c.device());
+            py::gil_scoped_release release;
+            c.wait(view);
+          },
+          py::arg("stream") = py::none(),
+          "Waits for the stream's work (default: the device's current stream), at most the timeout; past it the "
+          "communicator is aborted and DistributedTimeoutError raised.")
       .def("__repr__", &Communicator::str);
 
   m.def("group_start", &distributed::group_start, py::call_guard<py::gil_scoped_release>());

@@ -67,7 +67,8 @@ class AbsentKernel final : public Kernel {
                                  : no_cuda);
 #endif
 #if !XPURT_BACKEND_CUDNN
-  declare_absent(registry, "cudnn", {"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "batch_norm"},
+  declare_absent(registry, "cudnn",
+                 {"conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "batch_norm"},
                  "cudnn", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
   declare_absent(registry, "cudnn", {"conv2d"}, "cudnn_search", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
   declare_absent(registry, "cudnn", {"attention"}, "cudnn", XPURT_WITH_CUDA ? no_cudnn : no_cuda);

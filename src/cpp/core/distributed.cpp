@@ -59,11 +59,16 @@ ReduceOp reduce_op_from_name(const std::string& name) {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kProd: return "prod";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kProd:
+      return "prod";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kAvg:
+      return "avg";
   }
   return "?";
 }
@@ -73,8 +78,8 @@ const char* reduce_op_name(ReduceOp op) {
 FileStore::FileStore(std::string folder) : folder_(std::move(folder)) {
   std::error_code ec;
   std::filesystem::create_directories(folder_, ec);
-  XPURT_CHECK(std::filesystem::is_directory(folder_), "FileStore: cannot create or use the folder '", folder_,
-              "'", ec ? ": " + ec.message() : std::string());
+  XPURT_CHECK(std::filesystem::is_directory(folder_), "FileStore: cannot create or use the folder '", folder_, "'",
+              ec ? ": " + ec.message() : std::string());
 }
 
 std::string FileStore::path_of(const std::string& key) const {
@@ -85,7 +90,8 @@ std::string FileStore::path_of(const std::string& key) const {
 
 void FileStore::set(const std::string& key, const std::string& value) {
   const std::string path = path_of(key);
-  const std::string temporary = detail::str_cat(path, ".tmp.", std::hash<std::thread::id>()(std::this_thread::get_id()));
+  const std::string temporary =
+      detail::str_cat(path, ".tmp.", std::hash<std::thread::id>()(std::this_thread::get_id()));
   {
     std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
     file.write(value.data(), static_cast<std::streamsize>(value.size()));
@@ -108,10 +114,10 @@ std::string FileStore::get(const std::string& key, std::chrono::milliseconds tim
       return text.str();
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw DistributedError(detail::str_cat("timeout: FileStore key '", key, "' did not appear in '", folder_,
-                                             "' within ", timeout_text(timeout),
-                                             " (has every rank started, with the same folder?)"),
-                             /*timed_out=*/true);
+      throw DistributedError(
+          detail::str_cat("timeout: FileStore key '", key, "' did not appear in '", folder_, "' within ",
+                          timeout_text(timeout), " (has every rank started, with the same folder?)"),
+          /*timed_out=*/true);
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
@@ -177,8 +183,8 @@ void Communicator::abort(const std::string& reason) {
 
 void Communicator::check_usable() const {
   if (aborted()) {
-    throw DistributedError(detail::str_cat(str(), " was aborted (", abort_reason(),
-                                           "); create new communicators to go on"));
+    throw DistributedError(
+        detail::str_cat(str(), " was aborted (", abort_reason(), "); create new communicators to go on"));
   }
 }
 
@@ -197,10 +203,18 @@ void reduce_into(T* acc, const T* a, std::int64_t count, ReduceOp op) {
   for (std::int64_t i = 0; i < count; ++i) {
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc[i] = static_cast<T>(acc[i] + a[i]); break;
-      case ReduceOp::kProd: acc[i] = static_cast<T>(acc[i] * a[i]); break;
-      case ReduceOp::kMax: acc[i] = std::max(acc[i], a[i]); break;
-      case ReduceOp::kMin: acc[i] = std::min(acc[i], a[i]); break;
+      case ReduceOp::kAvg:
+        acc[i] = static_cast<T>(acc[i] + a[i]);
+        break;
+      case ReduceOp::kProd:
+        acc[i] = static_cast<T>(acc[i] * a[i]);
+        break;
+      case ReduceOp::kMax:
+        acc[i] = std::max(acc[i], a[i]);
+        break;
+      case ReduceOp::kMin:
+        acc[i] = std::min(acc[i], a[i]);
+        break;
     }
   }
 }
@@ -214,7 +228,8 @@ void reduce_ranks(const std::vector<const void*>& inputs, void* out, DType dtype
     using T = decltype(tag);
     std::vector<T> acc(static_cast<std::size_t>(count));
     std::memcpy(acc.data(), static_cast<const T*>(inputs[0]) + begin, static_cast<std::size_t>(count) * sizeof(T));
-    for (std::size_t r = 1; r < inputs.size(); ++r) reduce_into(acc.data(), static_cast<const T*>(inputs[r]) + begin, count, op);
+    for (std::size_t r = 1; r < inputs.size(); ++r)
+      reduce_into(acc.data(), static_cast<const T*>(inputs[r]) + begin, count, op);
     if (op == ReduceOp::kAvg) {
       for (T& v : acc) v = static_cast<T>(static_cast<double>(v) / ranks);
     }
@@ -226,8 +241,10 @@ void reduce_ranks(const std::vector<const void*>& inputs, void* out, DType dtype
       const auto* in = static_cast<const std::uint16_t*>(inputs[r]) + begin;
       std::vector<float> values(static_cast<std::size_t>(count));
       for (std::int64_t i = 0; i < count; ++i) values[i] = to_float(in[i]);
-      if (r == 0) acc = values;
-      else reduce_into(acc.data(), values.data(), count, op);
+      if (r == 0)
+        acc = values;
+      else
+        reduce_into(acc.data(), values.data(), count, op);
     }
     auto* o = static_cast<std::uint16_t*>(out) + begin;
     for (std::int64_t i = 0; i < count; ++i) {
@@ -235,17 +252,35 @@ void reduce_ranks(const std::vector<const void*>& inputs, void* out, DType dtype
     }
   };
   switch (dtype) {
-    case DType::kFloat32: typed(float{}); break;
-    case DType::kFloat64: typed(double{}); break;
-    case DType::kInt32: typed(std::int32_t{}); break;
-    case DType::kInt64: typed(std::int64_t{}); break;
-    case DType::kInt8: typed(std::int8_t{}); break;
-    case DType::kUInt8: typed(std::uint8_t{}); break;
-    case DType::kFloat16: sixteen_bit(detail::half_to_float, detail::float_to_half); break;
-    case DType::kBFloat16: sixteen_bit(detail::bfloat16_to_float, detail::float_to_bfloat16); break;
+    case DType::kFloat32:
+      typed(float{});
+      break;
+    case DType::kFloat64:
+      typed(double{});
+      break;
+    case DType::kInt32:
+      typed(std::int32_t{});
+      break;
+    case DType::kInt64:
+      typed(std::int64_t{});
+      break;
+    case DType::kInt8:
+      typed(std::int8_t{});
+      break;
+    case DType::kUInt8:
+      typed(std::uint8_t{});
+      break;
+    case DType::kFloat16:
+      sixteen_bit(detail::half_to_float, detail::float_to_half);
+      break;
+    case DType::kBFloat16:
+      sixteen_bit(detail::bfloat16_to_float, detail::float_to_bfloat16);
+      break;
     default:
-      throw InvalidTypeError(detail::str_cat("collectives reduce float32, float64, float16, bfloat16, int8, uint8, "
-                                             "int32 and int64 tensors, got ", dtype_name(dtype)));
+      throw InvalidTypeError(
+          detail::str_cat("collectives reduce float32, float64, float16, bfloat16, int8, uint8, "
+                          "int32 and int64 tensors, got ",
+                          dtype_name(dtype)));
   }
 }
 
@@ -283,28 +318,32 @@ class HostCommunicator final : public Communicator {
   }
 
   void all_reduce(const Tensor& x, Tensor& y, ReduceOp op, const StreamView&) override {
-    exchange(x.data_ptr(), y.data_ptr(), [&](const std::vector<const void*>& in, const std::vector<void*>&) {
-      // Each rank reduces its share of the elements into every rank's output.
-      const std::int64_t n = x.numel();
-      const std::int64_t chunk = (n + size() - 1) / size();
-      const std::int64_t begin = std::min(n, chunk * rank());
-      const std::int64_t end = std::min(n, begin + chunk);
-      if (begin >= end) return;
-      reduce_ranks(in, y.data_ptr(), x.dtype(), begin, end, op);
-    }, [&](const std::vector<const void*>&, const std::vector<void*>& out) {
-      // Then every rank copies the other ranks' shares from their outputs.
-      const std::int64_t n = x.numel();
-      const std::int64_t chunk = (n + size() - 1) / size();
-      const std::size_t element = dtype_size(x.dtype());
-      for (int r = 0; r < size(); ++r) {
-        if (r == rank()) continue;
-        const std::int64_t begin = std::min(n, chunk * r);
-        const std::int64_t end = std::min(n, begin + chunk);
-        if (begin >= end) continue;
-        std::memcpy(static_cast<char*>(y.data_ptr()) + begin * element,
-                    static_cast<const char*>(out[r]) + begin * element, static_cast<std::size_t>(end - begin) * element);
-      }
-    });
+    exchange(
+        x.data_ptr(), y.data_ptr(),
+        [&](const std::vector<const void*>& in, const std::vector<void*>&) {
+          // Each rank reduces its share of the elements into every rank's output.
+          const std::int64_t n = x.numel();
+          const std::int64_t chunk = (n + size() - 1) / size();
+          const std::int64_t begin = std::min(n, chunk * rank());
+          const std::int64_t end = std::min(n, begin + chunk);
+          if (begin >= end) return;
+          reduce_ranks(in, y.data_ptr(), x.dtype(), begin, end, op);
+        },
+        [&](const std::vector<const void*>&, const std::vector<void*>& out) {
+          // Then every rank copies the other ranks' shares from their outputs.
+          const std::int64_t n = x.numel();
+          const std::int64_t chunk = (n + size() - 1) / size();
+          const std::size_t element = dtype_size(x.dtype());
+          for (int r = 0; r < size(); ++r) {
+            if (r == rank()) continue;
+            const std::int64_t begin = std::min(n, chunk * r);
+            const std::int64_t end = std::min(n, begin + chunk);
+            if (begin >= end) continue;
+            std::memcpy(static_cast<char*>(y.data_ptr()) + begin * element,
+                        static_cast<const char*>(out[r]) + begin * element,
+                        static_cast<std::size_t>(end - begin) * element);
+          }
+        });
   }
 
   void all_gather(const Tensor& x, Tensor& y, const StreamView&) override {
@@ -345,11 +384,14 @@ class HostCommunicator final : public Communicator {
     check_usable();
     std::unique_lock<std::mutex> lock(group_->mutex);
     auto& box = group_->mailboxes[{peer, rank()}];
-    wait_locked(lock, [&] { return !box.empty(); }, detail::str_cat("recv from rank ", peer));
+    wait_locked(
+        lock, [&] { return !box.empty(); }, detail::str_cat("recv from rank ", peer));
     const std::string message = std::move(box.front());
     box.pop_front();
-    XPURT_CHECK(message.size() == y.nbytes(), "recv: rank ", peer, " sent ", message.size(), " bytes, this rank "
-                "expects ", y.nbytes());
+    XPURT_CHECK(message.size() == y.nbytes(), "recv: rank ", peer, " sent ", message.size(),
+                " bytes, this rank "
+                "expects ",
+                y.nbytes());
     std::memcpy(y.data_ptr(), message.data(), message.size());
   }
 
@@ -378,12 +420,13 @@ class HostCommunicator final : public Communicator {
     const auto deadline = std::chrono::steady_clock::now() + options().timeout;
     while (!ready()) {
       if (group_->aborted) {
-        throw DistributedError(detail::str_cat(str(), ": ", what, " failed: the group was aborted (", group_->reason,
-                                               ")"));
+        throw DistributedError(
+            detail::str_cat(str(), ": ", what, " failed: the group was aborted (", group_->reason, ")"));
       }
       if (group_->changed.wait_until(lock, deadline) == std::cv_status::timeout && !ready() && !group_->aborted) {
-        const std::string reason = detail::str_cat("timeout: rank ", rank(), " waited ", timeout_text(options().timeout),
-                                                   " in ", what, " for the other ranks");
+        const std::string reason =
+            detail::str_cat("timeout: rank ", rank(), " waited ", timeout_text(options().timeout), " in ", what,
+                            " for the other ranks");
         lock.unlock();
         abort(reason);
         throw DistributedError(reason, /*timed_out=*/true);
@@ -422,7 +465,8 @@ class HostCommunicator final : public Communicator {
       group_->changed.notify_all();
       return;
     }
-    wait_locked(lock, [&] { return group_->generation != generation; }, what);
+    wait_locked(
+        lock, [&] { return group_->generation != generation; }, what);
   }
 
   std::shared_ptr<HostGroup> group_;
@@ -451,8 +495,9 @@ std::vector<std::shared_ptr<Communicator>> Communicator::init_all(const std::vec
 #if XPURT_BACKEND_NCCL
   return nccl::init_all(devices, options);
 #else
-  throw UnsupportedOperationError("NCCL communicators need a CUDA build of xpuruntime (cmake -DXPURT_WITH_CUDA=ON) "
-                                  "with NCCL's header (nccl.h) found at build time");
+  throw UnsupportedOperationError(
+      "NCCL communicators need a CUDA build of xpuruntime (cmake -DXPURT_WITH_CUDA=ON) "
+      "with NCCL's header (nccl.h) found at build time");
 #endif
 }
 
@@ -472,8 +517,9 @@ std::shared_ptr<Communicator> Communicator::init_rank(int world_size, int rank, 
 #else
   (void)store;
   (void)key;
-  throw UnsupportedOperationError("NCCL communicators need a CUDA build of xpuruntime (cmake -DXPURT_WITH_CUDA=ON) "
-                                  "with NCCL's header (nccl.h) found at build time");
+  throw UnsupportedOperationError(
+      "NCCL communicators need a CUDA build of xpuruntime (cmake -DXPURT_WITH_CUDA=ON) "
+      "with NCCL's header (nccl.h) found at build time");
 #endif
 }
 

@@ -55,16 +55,18 @@ bool reducible(DType dtype) {
     case DType::kInt8:
     case DType::kUInt8:
     case DType::kInt32:
-    case DType::kInt64: return true;
-    default: return false;
+    case DType::kInt64:
+      return true;
+    default:
+      return false;
   }
 }
 
 }  // namespace
 
 const std::vector<std::string>& collective_ops() {
-  static const std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send",
-                                               "recv"};
+  static const std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter",
+                                               "broadcast",  "send",       "recv"};
   return ops;
 }
 
@@ -105,8 +107,8 @@ std::unique_ptr<Kernel> make_collective_kernel(const std::string& op, const std:
       return Support::no(detail::str_cat("communicator ", comm->handle(), " is a ", comm->backend(), " communicator"));
     }
     if (comm->device() != desc.device) {
-      return Support::no(detail::str_cat(comm->str(), " is bound to ", comm->device().str(), ", the op runs on ",
-                                         desc.device.str()));
+      return Support::no(
+          detail::str_cat(comm->str(), " is bound to ", comm->device().str(), ", the op runs on ", desc.device.str()));
     }
     for (const TensorDesc& in : desc.inputs) {
       if (in.present && !in.is_contiguous()) return Support::no("collectives take contiguous tensors");
@@ -126,8 +128,7 @@ std::unique_ptr<Kernel> make_collective_kernel(const std::string& op, const std:
     } else if (op == "all_gather") {
       comm->all_gather(x, launch.output(0), launch.stream);
     } else if (op == "reduce_scatter") {
-      comm->reduce_scatter(x, launch.output(0), reduce_op_from_name(desc.attrs.get_string("op", "sum")),
-                           launch.stream);
+      comm->reduce_scatter(x, launch.output(0), reduce_op_from_name(desc.attrs.get_string("op", "sum")), launch.stream);
     } else if (op == "broadcast") {
       comm->broadcast(x, launch.output(0), static_cast<int>(desc.attrs.get_int("root", 0)), launch.stream);
     } else if (op == "send") {

@@ -212,6 +212,45 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
   return {output_like(desc.inputs[0], out)};
 }
 
+// ONNX ConvTranspose in 2-D: y[N, O, oh, ow] with O = weight[1] * groups and
+// oh = strides * (H - 1) + output_padding + dilations * (kh - 1) + 1 - pad_top - pad_bottom (likewise ow).
+std::vector<TensorDesc> infer_conv_transpose2d(const OpDescriptor& desc) {
+  check_float_inputs(desc, {"x", "weight", "bias?"});
+  check_rank(desc.inputs[0], 4, "conv_transpose2d", "x", "[N, C, H, W]");
+  check_rank(desc.inputs[1], 4, "conv_transpose2d", "weight", "[C, O/groups, kh, kw]");
+  const Shape& x = desc.inputs[0].shape;
+  const Shape& w = desc.inputs[1].shape;
+  const auto strides = ints_of_size(desc.attrs, "strides", 2, {1, 1}, "conv_transpose2d");
+  const auto pads = ints_of_size(desc.attrs, "pads", 4, {0, 0, 0, 0}, "conv_transpose2d");
+  const auto dilations = ints_of_size(desc.attrs, "dilations", 2, {1, 1}, "conv_transpose2d");
+  const auto output_padding = ints_of_size(desc.attrs, "output_padding", 2, {0, 0}, "conv_transpose2d");
+  const std::int64_t groups = desc.attrs.get_int("groups", 1);
+  for (int k = 0; k < 2; ++k) {
+    XPURT_CHECK(strides[k] >= 1 && dilations[k] >= 1, "op 'conv_transpose2d': strides and dilations must be >= 1, "
+                "got ", shape_str(strides), " and ", shape_str(dilations));
+    XPURT_CHECK(output_padding[k] >= 0 && output_padding[k] < std::max(strides[k], dilations[k]),
+                "op 'conv_transpose2d': output_padding must be >= 0 and smaller than the stride or the dilation, got ",
+                shape_str(output_padding));
+  }
+  for (const auto p : pads) XPURT_CHECK(p >= 0, "op 'conv_transpose2d': pads must be >= 0, got ", shape_str(pads));
+  XPURT_CHECK(groups >= 1 && x[1] % groups == 0, "op 'conv_transpose2d': groups=", groups,
+              " must divide the input channels (", x[1], ")");
+  XPURT_CHECK(w[0] == x[1], "op 'conv_transpose2d': weight ", shape_str(w), " expects ", w[0],
+              " input channels, x ", shape_str(x), " has ", x[1]);
+  const std::int64_t o = w[1] * groups;
+  const auto length = [&](int k) {
+    return strides[k] * (x[2 + k] - 1) + output_padding[k] + dilations[k] * (w[2 + k] - 1) + 1 - pads[k] - pads[2 + k];
+  };
+  const std::int64_t oh = length(0);
+  const std::int64_t ow = length(1);
+  XPURT_CHECK(oh > 0 && ow > 0, "op 'conv_transpose2d': the pads ", shape_str(pads), " leave no output");
+  if (desc.inputs[2].present) {
+    XPURT_CHECK(desc.inputs[2].shape == Shape{o}, "op 'conv_transpose2d': bias must have shape [", o, "], got ",
+                shape_str(desc.inputs[2].shape));
+  }
+  return {output_like(desc.inputs[0], Shape{x[0], o, oh, ow})};
+}
+
 std::vector<TensorDesc> infer_pool(const OpDescriptor& desc) {
   check_float_inputs(desc, {"x"});
   const bool nhwc = detail::is_nhwc(desc.attrs, desc.op);
@@ -390,6 +429,10 @@ void register_ops(KernelRegistry& registry) {
       "act(conv(x, w) + bias + residual); layout=NCHW (default) or NHWC (x [N,H,W,C], weight [O,kh,kw,C/groups]); "
       "strides, pads (t,l,b,r), dilations, groups, activation=none|relu",
       infer_conv2d);
+  add("conv_transpose2d", "conv", {"x", "weight", "bias?"},
+      "ONNX ConvTranspose in 2-D: x[N,C,H,W], weight [C, O/groups, kh, kw]; strides, pads (t,l,b,r), dilations, "
+      "groups, output_padding (h,w)",
+      infer_conv_transpose2d);
   add("max_pool2d", "pool", {"x"}, "max pooling, layout=NCHW|NHWC; kernel_shape, strides, pads, dilations, ceil_mode",
       infer_pool);
   add("avg_pool2d", "pool", {"x"}, "average pooling, layout=NCHW|NHWC; kernel_shape, strides, pads, ceil_mode, "

@@ -199,6 +199,19 @@ void register_onnx_kernels(KernelRegistry& registry) {
       },
       DTypeSet::kAll);
   add_cpu_kernel(
+      registry, "conv_transpose2d", "the ONNX reference library's ConvTranspose",
+      [](const KernelLaunch& launch, const CpuContext&) {
+        const Attributes& a = launch.desc->attrs;
+        Attributes attrs;
+        attrs.set("strides", a.get_ints("strides", {1, 1}))
+            .set("pads", a.get_ints("pads", {0, 0, 0, 0}))
+            .set("dilations", a.get_ints("dilations", {1, 1}))
+            .set("group", a.get_int("groups", 1))
+            .set("output_padding", a.get_ints("output_padding", {0, 0}));
+        run_reference(launch, "ConvTranspose", attrs, launch_inputs(launch));
+      },
+      DTypeSet::kFloat);
+  add_cpu_kernel(
       registry, "trilu", "the ONNX reference library's Trilu (k as a constant input)",
       [](const KernelLaunch& launch, const CpuContext&) {
         Attributes attrs;

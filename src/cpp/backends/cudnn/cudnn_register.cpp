@@ -1,7 +1,7 @@
-// Registration of the cudnn backend: conv2d ("cudnn", "cudnn_search"), max_pool2d, avg_pool2d, global_avg_pool
-// and batch_norm ("cudnn"), all on CUDA devices through cuDNN 9's legacy API. Registering touches no GPU and
-// loads none of cuDNN's sub-libraries (cudnnGetVersion is answered by libcudnn.so itself); the first handle,
-// made when the first plan is built, does.
+// Registration of the cudnn backend: conv2d ("cudnn", "cudnn_search"), conv_transpose2d ("cudnn"), max_pool2d,
+// avg_pool2d, global_avg_pool and batch_norm ("cudnn"), all on CUDA devices through cuDNN 9's legacy API.
+// Registering touches no GPU and loads none of cuDNN's sub-libraries (cudnnGetVersion is answered by libcudnn.so
+// itself); the first handle, made when the first plan is built, does.
 #include <string>
 
 #include "cudnn_utils.h"
@@ -14,6 +14,7 @@ void register_cudnn(KernelRegistry& registry) {
   register_cudnn_conv(registry);
   register_cudnn_pool(registry);
   register_cudnn_batch_norm(registry);
+  register_cudnn_conv_transpose(registry);
 }
 
 }  // namespace xpuruntime

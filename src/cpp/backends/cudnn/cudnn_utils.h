@@ -194,4 +194,5 @@ namespace xpuruntime {
 void register_cudnn_conv(KernelRegistry& registry);
 void register_cudnn_pool(KernelRegistry& registry);
 void register_cudnn_batch_norm(KernelRegistry& registry);
+void register_cudnn_conv_transpose(KernelRegistry& registry);
 }  // namespace xpuruntime

@@ -94,8 +94,8 @@ const Api& api() {
     load(a.GroupEnd, "ncclGroupEnd");
     if (a.GetVersion != nullptr) a.GetVersion(&a.version);
     if (missing || a.version < 21900) {
-      a.error = detail::str_cat("the NCCL library at ", path, " (version ", a.version,
-                                ") is too old or incomplete", missing ? " (missing " + names + ")" : std::string(),
+      a.error = detail::str_cat("the NCCL library at ", path, " (version ", a.version, ") is too old or incomplete",
+                                missing ? " (missing " + names + ")" : std::string(),
                                 "; xpuruntime needs NCCL 2.19 or newer");
       return;
     }
@@ -121,29 +121,45 @@ std::string result_text(ncclResult_t result, ncclComm_t comm = nullptr) {
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return ncclFloat32;
-    case DType::kFloat64: return ncclFloat64;
-    case DType::kFloat16: return ncclFloat16;
-    case DType::kBFloat16: return ncclBfloat16;
-    case DType::kInt8: return ncclInt8;
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kInt8:
+      return ncclInt8;
     case DType::kUInt8:
-    case DType::kBool: return ncclUint8;
-    case DType::kInt32: return ncclInt32;
-    case DType::kUInt32: return ncclUint32;
-    case DType::kInt64: return ncclInt64;
-    case DType::kUInt64: return ncclUint64;
-    default: break;
+    case DType::kBool:
+      return ncclUint8;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kUInt32:
+      return ncclUint32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kUInt64:
+      return ncclUint64;
+    default:
+      break;
   }
   throw InvalidTypeError(detail::str_cat("NCCL has no ", dtype_name(dtype), " type"));
 }
 
 ncclRedOp_t nccl_op(distributed::ReduceOp op) {
   switch (op) {
-    case distributed::ReduceOp::kSum: return ncclSum;
-    case distributed::ReduceOp::kProd: return ncclProd;
-    case distributed::ReduceOp::kMax: return ncclMax;
-    case distributed::ReduceOp::kMin: return ncclMin;
-    case distributed::ReduceOp::kAvg: return ncclAvg;
+    case distributed::ReduceOp::kSum:
+      return ncclSum;
+    case distributed::ReduceOp::kProd:
+      return ncclProd;
+    case distributed::ReduceOp::kMax:
+      return ncclMax;
+    case distributed::ReduceOp::kMin:
+      return ncclMin;
+    case distributed::ReduceOp::kAvg:
+      return ncclAvg;
   }
   return ncclSum;
 }
@@ -182,8 +198,10 @@ class TuningEnv {
   }
   static void restore(const char* name, const Saved& saved) {
     if (!saved.changed) return;
-    if (saved.had) setenv(name, saved.value.c_str(), 1);
-    else unsetenv(name);
+    if (saved.had)
+      setenv(name, saved.value.c_str(), 1);
+    else
+      unsetenv(name);
   }
   std::unique_lock<std::mutex> lock_;
   Saved saved_algo_;
@@ -234,7 +252,8 @@ class NcclCommunicator final : public distributed::Communicator {
       const distributed::CommOptions& options) {
     const Api& a = checked_api();
     std::vector<std::shared_ptr<NcclCommunicator>> comms;
-    for (const auto& [rank, device] : ranks) comms.push_back(std::make_shared<NcclCommunicator>(rank, size, device, options));
+    for (const auto& [rank, device] : ranks)
+      comms.push_back(std::make_shared<NcclCommunicator>(rank, size, device, options));
     {
       TuningEnv env(options);
       if (ranks.size() > 1) check(a.GroupStart(), "ncclGroupStart");
@@ -284,8 +303,8 @@ class NcclCommunicator final : public distributed::Communicator {
   }
   void reduce_scatter(const Tensor& x, Tensor& y, distributed::ReduceOp op, const StreamView& stream) override {
     enqueue("ncclReduceScatter", [&](ncclComm_t comm) {
-      return api().ReduceScatter(x.data_ptr(), y.data_ptr(), static_cast<std::size_t>(y.numel()),
-                                 nccl_type(x.dtype()), nccl_op(op), comm, cuda_stream(stream));
+      return api().ReduceScatter(x.data_ptr(), y.data_ptr(), static_cast<std::size_t>(y.numel()), nccl_type(x.dtype()),
+                                 nccl_op(op), comm, cuda_stream(stream));
     });
   }
   void broadcast(const Tensor& x, Tensor& y, int root, const StreamView& stream) override {
@@ -383,7 +402,6 @@ class NcclCommunicator final : public distributed::Communicator {
     }
   }
 
-
  public:
   // Polls ncclCommGetAsyncError until the communicator is no longer in progress; aborts past `deadline`.
   void poll(std::chrono::steady_clock::time_point deadline, const char* what) {
@@ -413,7 +431,6 @@ class NcclCommunicator final : public distributed::Communicator {
       backoff.pause();
     }
   }
-
 
  private:
   // An asynchronous NCCL error (a peer failed, a network error) aborts the communicator.
@@ -463,8 +480,8 @@ std::vector<std::shared_ptr<distributed::Communicator>> init_all(const std::vect
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   for (const Device& d : devices) {
     if (d.index < 0 || d.index >= count) {
-      throw CudaError(detail::str_cat("Communicator.init_all: ", d.str(), " does not exist (", count,
-                                      " CUDA device(s) here)"));
+      throw CudaError(
+          detail::str_cat("Communicator.init_all: ", d.str(), " does not exist (", count, " CUDA device(s) here)"));
     }
   }
   ncclUniqueId id;
@@ -475,16 +492,14 @@ std::vector<std::shared_ptr<distributed::Communicator>> init_all(const std::vect
   return NcclCommunicator::create(ranks, static_cast<int>(devices.size()), id, options);
 }
 
-std::shared_ptr<distributed::Communicator> init_rank(int world_size, int rank, Device device,
-                                                     distributed::Store& store,
-                                                     const distributed::CommOptions& options,
-                                                     const std::string& key) {
+std::shared_ptr<distributed::Communicator> init_rank(int world_size, int rank, Device device, distributed::Store& store,
+                                                     const distributed::CommOptions& options, const std::string& key) {
   const Api& a = checked_api();
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   if (device.index < 0 || device.index >= count) {
-    throw CudaError(detail::str_cat("Communicator.init_rank: ", device.str(), " does not exist (", count,
-                                    " CUDA device(s) here)"));
+    throw CudaError(
+        detail::str_cat("Communicator.init_rank: ", device.str(), " does not exist (", count, " CUDA device(s) here)"));
   }
   ncclUniqueId id;
   if (rank == 0) {
@@ -495,7 +510,7 @@ std::shared_ptr<distributed::Communicator> init_rank(int world_size, int rank, D
     const std::string bytes = store.get(key, options.timeout);
     if (bytes.size() != sizeof(id)) {
       throw DistributedError(detail::str_cat("the store's value of '", key, "' has ", bytes.size(),
-                                                          " bytes, not an NCCL unique id (", sizeof(id), " bytes)"));
+                                             " bytes, not an NCCL unique id (", sizeof(id), " bytes)"));
     }
     std::memcpy(&id, bytes.data(), sizeof(id));
   }

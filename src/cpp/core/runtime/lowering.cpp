@@ -188,6 +188,22 @@ Lowered lower_conv(const Ctx& c, bool fused) {
   return registry("conv2d", {0, 1, c.has(2) ? 2 : -1, fused && c.has(3) ? 3 : -1}, a);
 }
 
+// ONNX ConvTranspose in 2-D with explicit pads (NOTSET auto_pad, no output_shape: those need the output size
+// rule of ONNX's spec, which the reference library implements).
+Lowered lower_conv_transpose(const Ctx& c) {
+  if (c.rank(1) != 4 || c.rank(0) != 4) return reference("not a 2-D transposed convolution (or ranks unknown)");
+  const std::string auto_pad = c.node.attrs.get_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET") return reference("auto_pad " + auto_pad);
+  if (c.node.attrs.has("output_shape")) return reference("output_shape given");
+  Attributes a;
+  a.set("strides", c.node.attrs.get_ints("strides", {1, 1}));
+  a.set("pads", c.node.attrs.get_ints("pads", {0, 0, 0, 0}));
+  a.set("dilations", c.node.attrs.get_ints("dilations", {1, 1}));
+  a.set("groups", c.node.attrs.get_int("group", 1));
+  a.set("output_padding", c.node.attrs.get_ints("output_padding", {0, 0}));
+  return registry("conv_transpose2d", {0, 1, c.has(2) ? 2 : -1}, a);
+}
+
 Lowered lower_pool(const Ctx& c, const std::string& op) {
   if (c.rank(0) != 4) return reference("not a 2-D pool (or rank unknown)");
   if (!c.single_output()) return reference("the Indices output is used");
@@ -628,6 +644,7 @@ const std::map<std::string, LowerFn>& onnx_table() {
       {"MatMul", lower_matmul},
       {"Gemm", lower_gemm},
       {"Conv", [](const Ctx& c) { return lower_conv(c, false); }},
+      {"ConvTranspose", lower_conv_transpose},
       {"MaxPool", [](const Ctx& c) { return lower_pool(c, "max_pool2d"); }},
       {"AveragePool", [](const Ctx& c) { return lower_pool(c, "avg_pool2d"); }},
       {"GlobalAveragePool",

@@ -160,7 +160,8 @@ class Analysis {
     for (std::size_t i = 0; i < g_.nodes.size(); ++i) visit(i);
     for (const std::string& out : g_.outputs) {
       auto it = shards_.find(out);
-      if (it != shards_.end() && it->second.sharded()) fail(it->second.sources, "graph output '" + out + "' would be sharded");
+      if (it != shards_.end() && it->second.sharded())
+        fail(it->second.sources, "graph output '" + out + "' would be sharded");
     }
   }
 
@@ -278,11 +279,14 @@ class Analysis {
       if (is_onnx(n, "Gemm") && n.has_input(2)) {
         auto c = shape(n.inputs[2]);
         if (!c || !constant(g_, n.inputs[2])) return;
-        if (!c->empty() && c->back() == n_features) a.slices.push_back({2, static_cast<int>(c->size()) - 1, parts});
-        else if (!c->empty() && c->back() != 1) return;
+        if (!c->empty() && c->back() == n_features)
+          a.slices.push_back({2, static_cast<int>(c->size()) - 1, parts});
+        else if (!c->empty() && c->back() != 1)
+          return;
       }
-      a.note = detail::str_cat("column-parallel ", describe(n), ": weight ", dims_str(w->shape()), " sliced along axis ",
-                               *weight_axis, s.parts.empty() ? "" : " in parts " + dims_str(s.parts));
+      a.note =
+          detail::str_cat("column-parallel ", describe(n), ": weight ", dims_str(w->shape()), " sliced along axis ",
+                          *weight_axis, s.parts.empty() ? "" : " in parts " + dims_str(s.parts));
       actions_[index] = a;
       set(n.outputs[0], std::move(s));
       return;
@@ -365,12 +369,13 @@ class Analysis {
                  std::string* why) {
     const Node& n = g_.nodes[index];
     static const std::set<std::string> unary = {
-        "Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Cast",
-        "Softplus", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Identity", "Sin", "Cos", "Not", "IsNaN",
-        "IsInf", "Floor", "Ceil", "Round", "Sign", "Mish", "Selu", "Celu", "Softsign", "Dropout"};
-    static const std::set<std::string> nary = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less",
-                                               "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor",
-                                               "Max", "Min", "Sum", "Mean", "Mod", "PRelu", "BitShift"};
+        "Relu", "Gelu",     "Sigmoid",    "Tanh", "Erf",      "Exp",         "Log",       "Sqrt",
+        "Neg",  "Abs",      "Reciprocal", "Cast", "Softplus", "HardSigmoid", "HardSwish", "LeakyRelu",
+        "Elu",  "Identity", "Sin",        "Cos",  "Not",      "IsNaN",       "IsInf",     "Floor",
+        "Ceil", "Round",    "Sign",       "Mish", "Selu",     "Celu",        "Softsign",  "Dropout"};
+    static const std::set<std::string> nary = {
+        "Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+        "And", "Or",  "Xor", "Max", "Min", "Sum",   "Mean",  "Mod",  "PRelu",   "BitShift"};
     const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
     if (!onnx) return *why = "no sharding rule for domain '" + n.domain + "'", false;
     const std::string& op = n.op_type;
@@ -419,7 +424,8 @@ class Analysis {
       if (op == "Squeeze" && !present) {
         for (std::size_t i = 0; i < r_in; ++i) listed[i] = (*in0)[i] == 1;
       }
-      if (op == "Squeeze" && listed[static_cast<std::size_t>(s0.axis)]) return *why = "squeezes the sharded axis", false;
+      if (op == "Squeeze" && listed[static_cast<std::size_t>(s0.axis)])
+        return *why = "squeezes the sharded axis", false;
       int mapped = 0;
       if (op == "Unsqueeze") {
         int seen = -1;
@@ -576,7 +582,8 @@ class Analysis {
       if (product(out, 0, b) != outer || out[b] == 1) continue;
       {
         const auto p = static_cast<std::int64_t>(s0.parts.size());
-        const bool equal = std::all_of(s0.parts.begin(), s0.parts.end(), [&](std::int64_t v) { return v == s0.parts[0]; });
+        const bool equal =
+            std::all_of(s0.parts.begin(), s0.parts.end(), [&](std::int64_t v) { return v == s0.parts[0]; });
         if (out[b] == in[s0.axis] && product(out, b + 1, out.size()) == product(in, s0.axis + 1, in.size())) {
           mapped = static_cast<int>(b);  // the axis itself, unchanged: the parts go with it
           local[b] /= tp_;
@@ -738,7 +745,8 @@ PassResult tensor_parallel(Graph& g, const PassContext& ctx) {
   XPURT_INTERNAL_ASSERT(analysis->failed().empty(), "tensor_parallel: the sharding analysis did not converge");
 
   std::vector<std::string> replicated_notes;
-  for (const auto& [index, why] : reasons) replicated_notes.push_back("replicated " + describe(g.nodes[index]) + ": " + why);
+  for (const auto& [index, why] : reasons)
+    replicated_notes.push_back("replicated " + describe(g.nodes[index]) + ": " + why);
   int columns = 0;
   int rows = 0;
   std::set<std::string> replaced;

@@ -184,3 +184,18 @@ def test_conv_transpose(device, case):
             _run(model, {"x": x}, device)
         return
     np.testing.assert_allclose(_run(model, {"x": x}, device), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv_transpose_1d_runs_as_2d(device):
+    import conformance_cases as cc
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 4, 9)).astype(np.float32)
+    w = (rng.standard_normal((4, 3, 3)) / 6).astype(np.float32)
+    attrs = {"strides": [2], "pads": [1, 1], "output_padding": [1]}
+    expected = cc.ref_conv_transpose2d(
+        [x[:, :, None, :].astype(np.float64), w[:, :, None, :].astype(np.float64), None],
+        {"strides": [1, 2], "pads": [0, 1, 0, 1], "output_padding": [0, 1]})[:, :, 0, :]
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    model = _model(node, [("x", x)], expected.shape, 17, [numpy_helper.from_array(w, "w")])
+    np.testing.assert_allclose(_run(model, {"x": x}, device), expected, rtol=1e-4, atol=1e-4)

@@ -1,8 +1,8 @@
 // op_decomposition: ONNX ops rewritten onto ops the registry runs, so that they run on every device without a kernel
 // of their own (Note [Decompositions]):
 //   Split (static input shape, constant split sizes or num_outputs) -> one Slice per output;
-//   1-D Conv (constant weight) -> Unsqueeze + 2-D Conv (kernel height 1) + Squeeze: the Unsqueeze and Squeeze are
-//     views, and the 2-D Conv takes the conv passes (bias, activation, cuDNN);
+//   1-D Conv and ConvTranspose (constant weight) -> Unsqueeze + the 2-D op (kernel height 1) + Squeeze: the
+//     Unsqueeze and Squeeze are views, and the 2-D Conv takes the conv passes (bias, activation, cuDNN);
 //   LayerNormalization whose constant scale or bias has another float type than X (PyTorch's TorchScript exporter
 //     writes float32 statistics beside float16 parameters) -> the same node with the constants in X's type;
 //   Clip with run-time bounds -> Max then Min;
@@ -373,7 +373,7 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
       rewriter.replace({i}, std::move(slices),
                        describe(n) + " -> " + std::to_string(sizes.size()) + " Slice(s) along axis " +
                            std::to_string(axis));
-    } else if (n.op_type == "Conv" && n.inputs.size() >= 2) {
+    } else if ((n.op_type == "Conv" || n.op_type == "ConvTranspose") && n.inputs.size() >= 2) {
       const Tensor* w = constant(g, n.inputs[1]);
       const auto x = value_type(g, n.inputs[0]);
       if (w == nullptr || w->dim() != 3 || !x || !x->has_shape || x->shape.size() != 3) continue;
@@ -398,11 +398,17 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
       conv.attrs.set("dilations", Ints{1, n.attrs.get_ints("dilations", {1})[0]});
       conv.attrs.set("pads", Ints{0, pads[0], 0, pads[1]});
       if (auto_pad != "NOTSET") conv.attrs.set("auto_pad", auto_pad);
+      // ConvTranspose's: the new height axis has no output padding and an output height of 1.
+      if (n.attrs.has("output_padding")) {
+        conv.attrs.set("output_padding", Ints{0, n.attrs.get_ints("output_padding", {0})[0]});
+      }
+      if (n.attrs.has("output_shape")) conv.attrs.set("output_shape", Ints{1, n.attrs.get_ints("output_shape", {1})[0]});
       Node squeeze = with_axes(g, "Squeeze", n.name + "_squeeze", y4, n.outputs[0], {2}, opset, 13);
       ValueType t4 = *x;
       t4.shape.insert(t4.shape.begin() + 2, Dim(std::int64_t{1}));
       g.types[x4] = t4;
-      rewriter.replace({i}, {unsqueeze, conv, squeeze}, describe(n) + " (1-D) -> Unsqueeze + 2-D Conv + Squeeze");
+      rewriter.replace({i}, {unsqueeze, conv, squeeze},
+                       describe(n) + " (1-D) -> Unsqueeze + 2-D " + n.op_type + " + Squeeze");
     } else if (n.op_type == "Clip" && opset >= 11 && ((n.has_input(1) && !is_constant(g, n.inputs[1])) ||
                                                         (n.has_input(2) && !is_constant(g, n.inputs[2])))) {
       // Bounds computed at run time (T5's fp16 clamp to finfo.max, or finfo.max - 1000 after an overflow):

@@ -100,8 +100,6 @@ EXCLUSIONS: List[Exclusion] = [
               "cuDNN's attention bias is [B or 1, H or 1, Sq, Sk]; masks broadcast along Sq or Sk run on flash_v2"),
     Exclusion("cudnn", "attention", lambda c, dt: c.inputs[2].shape[3] != c.inputs[0].shape[3],
               "the cudnn attention kernel needs v's head dim equal to q's (Dv == D)"),
-    Exclusion("cudnn", "conv_transpose2d", _asymmetric_pads,
-              "cuDNN's legacy descriptors take symmetric pads; supports() refuses asymmetric ones"),
     Exclusion("cudnn", "conv2d", _asymmetric_pads,
               "cuDNN convolution takes symmetric pads (top == bottom, left == right) only"),
     Exclusion("cudnn_search", "conv2d", _asymmetric_pads,

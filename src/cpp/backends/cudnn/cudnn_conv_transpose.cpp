@@ -6,15 +6,18 @@
 // w read as [K = C, C' = O/g, kh, kw] (the same bytes): cudnnConvolutionBackwardData(w, dy = x) -> dx = y, with
 // the forward convolution's pads, strides, dilations and groups. output_padding needs nothing of its own: it only
 // makes y taller or wider than the smallest input that the forward convolution maps onto x's shape, and cuDNN
-// takes dx's shape from its descriptor. cuDNN's legacy descriptors take symmetric pads only; the bias is added
-// after (cudnnAddTensor). The algorithm comes from cuDNN's heuristic (cudnnGetConvolutionBackwardDataAlgorithm_v7),
-// the first one whose workspace fits the policy's limit.
+// takes dx's shape from its descriptor. cuDNN's legacy descriptors take symmetric pads only: with asymmetric ones
+// (what auto_pad SAME gives) cuDNN computes with the smaller pad of each axis into a taller or wider buffer in the
+// workspace, and a crop kernel copies the window the real pads keep. The bias is added after (cudnnAddTensor).
+// The algorithm comes from cuDNN's heuristic (cudnnGetConvolutionBackwardDataAlgorithm_v7), the first one whose
+// workspace fits the policy's limit.
 #include <algorithm>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cudnn_kernels.h"
 #include "cudnn_utils.h"
 
 namespace xpuruntime {
@@ -28,6 +31,10 @@ struct TransposeShape {
   std::int64_t kh = 0, kw = 0, groups = 1;
   std::int64_t pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
   bool bias = false;
+  // Asymmetric pads: cuDNN's output is [N, O, big_h, big_w] (pads pad_h, pad_w: the smaller of each axis), cropped
+  // from (crop_top, crop_left).
+  std::int64_t big_h = 0, big_w = 0, crop_top = 0, crop_left = 0;
+  bool cropped() const { return big_h != oh || big_w != ow; }
 };
 
 TransposeShape shape_of(const OpDescriptor& desc) {
@@ -43,7 +50,10 @@ TransposeShape shape_of(const OpDescriptor& desc) {
   const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
   const auto strides = desc.attrs.get_ints("strides", {1, 1});
   const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
-  s.pad_h = pads[0], s.pad_w = pads[1];
+  s.pad_h = std::min(pads[0], pads[2]), s.pad_w = std::min(pads[1], pads[3]);
+  s.crop_top = pads[0] - s.pad_h, s.crop_left = pads[1] - s.pad_w;
+  s.big_h = s.oh + (pads[0] - s.pad_h) + (pads[2] - s.pad_h);
+  s.big_w = s.ow + (pads[1] - s.pad_w) + (pads[3] - s.pad_w);
   s.stride_h = strides[0], s.stride_w = strides[1];
   s.dilation_h = dilations[0], s.dilation_w = dilations[1];
   s.bias = desc.inputs.size() > 2 && desc.inputs[2].present;
@@ -54,7 +64,8 @@ struct Descriptors {
   cudnn::TensorDescriptor dy;  // x
   cudnn::FilterDescriptor w;
   cudnn::ConvolutionDescriptor conv;
-  cudnn::TensorDescriptor dx;  // y
+  cudnn::TensorDescriptor dx;  // y, or the buffer it is cropped from
+  cudnn::TensorDescriptor y;
   cudnn::TensorDescriptor bias;
 
   Descriptors(const TransposeShape& s, cudnnMathType_t math) {
@@ -68,7 +79,8 @@ struct Descriptors {
                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     XPURT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), static_cast<int>(s.groups)));
     XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), math));
-    cudnn::set_nchw(dx, s.dtype, s.n, s.o, s.oh, s.ow);
+    cudnn::set_nchw(dx, s.dtype, s.n, s.o, s.big_h, s.big_w);
+    cudnn::set_nchw(y, s.dtype, s.n, s.o, s.oh, s.ow);
     cudnn::set_nchw(bias, s.dtype, 1, s.o, 1, 1);
   }
 };
@@ -96,7 +108,7 @@ class TransposePlan final : public KernelPlan {
         continue;
       }
       algo_ = p.algo;
-      workspace_ = bytes;
+      cudnn_workspace_ = bytes;
       found_ = true;
       break;
     }
@@ -106,33 +118,46 @@ class TransposePlan final : public KernelPlan {
     }
   }
 
-  std::size_t workspace_bytes() const override { return workspace_; }
+  // cuDNN's workspace, then (asymmetric pads) the uncropped output, 256-byte aligned.
+  std::size_t workspace_bytes() const override { return buffer_offset() + buffer_bytes(); }
 
   void run(const KernelLaunch& launch) const override {
     detail::CudaDeviceGuard guard(device_);
-    cudnnHandle_t handle = cudnn::thread_handle(device_, static_cast<cudaStream_t>(launch.stream.handle));
+    const auto stream = static_cast<cudaStream_t>(launch.stream.handle);
+    cudnnHandle_t handle = cudnn::thread_handle(device_, stream);
+    void* out = launch.output(0).data_ptr();
+    void* target = s_.cropped() ? static_cast<char*>(launch.workspace) + buffer_offset() : out;
     XPURT_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &cudnn::kOne, d_->w.get(), launch.input(1).data_ptr(),
                                                    d_->dy.get(), launch.input(0).data_ptr(), d_->conv.get(), algo_,
-                                                   launch.workspace, launch.workspace_bytes, &cudnn::kZero,
-                                                   d_->dx.get(), launch.output(0).data_ptr()));
+                                                   cudnn_workspace_ > 0 ? launch.workspace : nullptr,
+                                                   cudnn_workspace_, &cudnn::kZero, d_->dx.get(), target));
+    if (s_.cropped()) {
+      cudnn::launch_crop_2d(dtype_size(s_.dtype), target, out, s_.n * s_.o, s_.big_h, s_.big_w, s_.oh, s_.ow,
+                            s_.crop_top, s_.crop_left, stream);
+    }
     if (s_.bias) {
       XPURT_CUDNN_CHECK(cudnnAddTensor(handle, &cudnn::kOne, d_->bias.get(), launch.input(2).data_ptr(), &cudnn::kOne,
-                                       d_->dx.get(), launch.output(0).data_ptr()));
+                                       d_->y.get(), out));
     }
   }
 
   std::string describe() const override {
     return detail::str_cat("cudnn backward-data algo ", static_cast<int>(algo_), " (ConvTranspose ", s_.kh, "x", s_.kw,
                            ", stride ", s_.stride_h, "x", s_.stride_w, ", groups ", s_.groups, "), workspace ",
-                           cudnn::format_bytes(workspace_));
+                           cudnn::format_bytes(cudnn_workspace_), s_.cropped() ? ", asymmetric pads by a crop" : "");
   }
 
  private:
+  std::size_t buffer_offset() const { return (cudnn_workspace_ + 255) / 256 * 256; }
+  std::size_t buffer_bytes() const {
+    return s_.cropped() ? static_cast<std::size_t>(s_.n * s_.o * s_.big_h * s_.big_w) * dtype_size(s_.dtype) : 0;
+  }
+
   TransposeShape s_;
   int device_;
   std::unique_ptr<Descriptors> d_;
   cudnnConvolutionBwdDataAlgo_t algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-  std::size_t workspace_ = 0;
+  std::size_t cudnn_workspace_ = 0;
   bool found_ = false;
 };
 
@@ -141,7 +166,7 @@ class CudnnConvTransposeKernel final : public Kernel {
   CudnnConvTransposeKernel()
       : Kernel(
             KernelInfo{"conv_transpose2d", "cudnn", "cudnn", DeviceType::kCUDA, false,
-                       "cuDNN's convolution data gradient (Note [ConvTranspose as backward data]); symmetric pads"}) {}
+                       "cuDNN's convolution data gradient (Note [ConvTranspose as backward data])"}) {}
 
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     const Support common = cudnn::check_common(desc, policy, "cudnn conv_transpose2d", cudnn::kConvAlignment);
@@ -151,11 +176,17 @@ class CudnnConvTransposeKernel final : public Kernel {
           "cudnn conv_transpose2d: cuDNN's data-gradient algorithms may accumulate with atomics "
           "(deterministic=true)");
     }
-    const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
-    if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
-      return Support::no(
-          detail::str_cat("cudnn needs symmetric pads (top == bottom, left == right), got ", cudnn::format_ints(pads)));
+    const auto strides = desc.attrs.get_ints("strides", {1, 1});
+    const auto output_padding = desc.attrs.get_ints("output_padding", {0, 0});
+    for (int k = 0; k < 2; ++k) {
+      if (output_padding[k] >= strides[k]) {
+        return Support::no(detail::str_cat("cudnn conv_transpose2d needs output_padding smaller than the stride, got ",
+                                           cudnn::format_ints(output_padding), " with strides ",
+                                           cudnn::format_ints(strides)));
+      }
     }
+    const std::size_t element = dtype_size(desc.inputs[0].dtype);
+    if (element != 2 && element != 4) return Support::no("cudnn conv_transpose2d takes float32/float16/bfloat16");
     return Support::yes();
   }
 

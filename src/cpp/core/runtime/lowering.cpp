@@ -188,19 +188,45 @@ Lowered lower_conv(const Ctx& c, bool fused) {
   return registry("conv2d", {0, 1, c.has(2) ? 2 : -1, fused && c.has(3) ? 3 : -1}, a);
 }
 
-// ONNX ConvTranspose in 2-D with explicit pads (NOTSET auto_pad, no output_shape: those need the output size
-// rule of ONNX's spec, which the reference library implements).
+// ONNX ConvTranspose in 2-D. auto_pad SAME_UPPER/SAME_LOWER/VALID and output_shape become explicit pads when the
+// shapes are known, by the rule of ONNX's spec (the reference library's ConvTranspose computes the same).
 Lowered lower_conv_transpose(const Ctx& c) {
   if (c.rank(1) != 4 || c.rank(0) != 4) return reference("not a 2-D transposed convolution (or ranks unknown)");
   const std::string auto_pad = c.node.attrs.get_string("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET") return reference("auto_pad " + auto_pad);
-  if (c.node.attrs.has("output_shape")) return reference("output_shape given");
+  Ints output_shape = c.node.attrs.get_ints("output_shape", {});
+  if (output_shape.size() == 4) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+  const Ints strides = c.node.attrs.get_ints("strides", {1, 1});
+  const Ints dilations = c.node.attrs.get_ints("dilations", {1, 1});
+  const Ints output_padding = c.node.attrs.get_ints("output_padding", {0, 0});
+  Ints pads = c.node.attrs.get_ints("pads", {0, 0, 0, 0});
+  if (strides.size() != 2 || dilations.size() != 2 || output_padding.size() != 2 || pads.size() != 4) {
+    return reference("attributes of another rank");
+  }
+  if (auto_pad == "VALID") pads = {0, 0, 0, 0};
+  if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    if (!c.known(0) || !c.known(1) || (!output_shape.empty() && output_shape.size() != 2)) {
+      return reference("auto_pad or output_shape with unknown shapes");
+    }
+    const Ints x = c.shape(0);
+    const Ints w = c.shape(1);
+    for (int d = 0; d < 2; ++d) {
+      const std::int64_t natural = strides[d] * (x[2 + d] - 1) + output_padding[d] + (w[2 + d] - 1) * dilations[d] + 1;
+      const std::int64_t target = !output_shape.empty() ? output_shape[d] : x[2 + d] * strides[d];
+      const std::int64_t total = natural - target;
+      if (total < 0) return reference("output_shape larger than the natural output (negative pads)");
+      const std::int64_t half = total / 2;
+      pads[d] = auto_pad == "SAME_UPPER" ? half : total - half;
+      pads[2 + d] = total - pads[d];
+    }
+  } else if (auto_pad != "NOTSET" && auto_pad != "VALID") {
+    return reference("auto_pad " + auto_pad);
+  }
   Attributes a;
-  a.set("strides", c.node.attrs.get_ints("strides", {1, 1}));
-  a.set("pads", c.node.attrs.get_ints("pads", {0, 0, 0, 0}));
-  a.set("dilations", c.node.attrs.get_ints("dilations", {1, 1}));
+  a.set("strides", strides);
+  a.set("pads", pads);
+  a.set("dilations", dilations);
   a.set("groups", c.node.attrs.get_int("group", 1));
-  a.set("output_padding", c.node.attrs.get_ints("output_padding", {0, 0}));
+  a.set("output_padding", output_padding);
   return registry("conv_transpose2d", {0, 1, c.has(2) ? 2 : -1}, a);
 }
 

@@ -436,3 +436,41 @@ def test_engine_auto_takes_the_native_engine_for_tensor_parallel():
     assert sess.engine == "native"
     with pytest.raises(xrt.InvalidArgumentError, match="option of the native engine"):
         xrt.InferenceSession(path, engine="onnxruntime", exec_policy=xrt.ExecutionPolicy(tensor_parallel=2))
+
+
+def test_nccl_tuning_kernels_are_policy_names():
+    names = {k.name for k in xrt.kernels("all_reduce")}
+    assert {"nccl_ring", "nccl_tree", "nccl_ring_ll128", "nccl_tree_simple"} <= names
+    policy = xrt.KernelPolicy(all_reduce="nccl_tree_ll")
+    assert xrt.KernelPolicy.from_json(policy.to_json()) == policy
+
+
+@requires_gpu
+@requires_nccl
+def test_a_policy_names_the_nccl_algorithm_and_protocol():
+    (tuned,) = dist.init_all(["cuda:0"], timeout=60, nccl_algo="Ring", nccl_proto="LL128")
+    (plain,) = dist.init_all(["cuda:0"], timeout=60)
+    x = xrt.from_numpy(np.ones(1024, np.float32)).to("cuda:0")
+    pin = xrt.KernelPolicy(all_reduce=xrt.pinned("nccl_ring_ll128"))
+    y, decision = xrt.ops.call("all_reduce", [x], {"comm": tuned.handle}, policy=pin, return_decision=True)
+    assert decision.kernel == "nccl_ring_ll128"
+    np.testing.assert_array_equal(_np(y[0]), np.ones(1024, np.float32))
+    with pytest.raises(xrt.UnsupportedOperationError, match="NCCL_ALGO=''"):
+        xrt.ops.call("all_reduce", [x], {"comm": plain.handle}, policy=pin)
+
+
+@requires_2_gpus
+@requires_nccl
+def test_tensor_parallel_session_creates_communicators_the_policy_names():
+    path = TINY / "llama.dynamo.float16.onnx"
+    sess = xrt.InferenceSession(str(path), engine="native", device="cuda:0",
+                                kernel_policy=xrt.KernelPolicy(all_reduce=xrt.pinned("nccl_tree")),
+                                exec_policy=xrt.ExecutionPolicy(tensor_parallel=2))
+    feeds = _suite_feeds(sess, "llama", "float16")
+    base = xrt.InferenceSession(str(path), engine="native", device="cuda:0")
+    want = {k: _np(v).astype(np.float32) for k, v in base.run(feeds).items()}
+    got = sess.run(feeds)
+    for name in want:
+        np.testing.assert_allclose(_np(got[name]).astype(np.float32), want[name], rtol=2e-2, atol=2e-2)
+    kernels = {n["kernel"] for n in sess.explain().nodes if n["op_type"] == "xpuruntime:AllReduce"}
+    assert kernels == {"nccl_tree"}

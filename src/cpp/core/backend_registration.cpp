@@ -61,10 +61,15 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cublasLt", {"matmul", "linear", "linear_grad_weight"}, "cublasLt", no_cuda);
 #endif
 #if !XPURT_BACKEND_NCCL
-  declare_absent(registry, "nccl", distributed::collective_ops(), "nccl",
-                 XPURT_WITH_CUDA ? "this xpuruntime was built without NCCL's header; install NCCL (nccl.h) and rebuild "
-                                   "(cmake -DNCCL_ROOT=...)"
-                                 : no_cuda);
+  {
+    const char* no_nccl = XPURT_WITH_CUDA ? "this xpuruntime was built without NCCL's header; install NCCL (nccl.h) "
+                                            "and rebuild (cmake -DNCCL_ROOT=...)"
+                                          : no_cuda;
+    declare_absent(registry, "nccl", distributed::collective_ops(), "nccl", no_nccl);
+    for (const auto& entry : distributed::nccl_tuned_kernels()) {
+      declare_absent(registry, "nccl", {"all_reduce"}, entry.first, no_nccl);
+    }
+  }
 #endif
 #if !XPURT_BACKEND_CUDNN
   declare_absent(registry, "cudnn",

@@ -1,6 +1,8 @@
 // Collective ops: schemas and the kernel body shared by the communicator backends (core/distributed_ops.h).
 #include "core/distributed_ops.h"
 
+#include <cctype>
+
 #include "xpuruntime/distributed.h"
 #include "xpuruntime/exceptions.h"
 
@@ -92,8 +94,9 @@ void register_collective_schemas(KernelRegistry& registry) {
 
 std::unique_ptr<Kernel> make_collective_kernel(const std::string& op, const std::string& backend,
                                                const std::string& folder, DeviceType device_type,
-                                               const std::string& summary) {
-  auto supports = [op, backend, device_type](const OpDescriptor& desc, const ExecutionPolicy&) -> Support {
+                                               const std::string& summary, const std::string& name) {
+  const std::string kernel_name = name.empty() ? backend : name;
+  auto supports = [op, backend, device_type, kernel_name](const OpDescriptor& desc, const ExecutionPolicy&) -> Support {
     if (desc.device.type != device_type) {
       return Support::no(device_type == DeviceType::kCPU ? "runs on the CPU" : "runs on CUDA devices");
     }
@@ -105,6 +108,14 @@ std::unique_ptr<Kernel> make_collective_kernel(const std::string& op, const std:
     }
     if (comm->backend() != backend) {
       return Support::no(detail::str_cat("communicator ", comm->handle(), " is a ", comm->backend(), " communicator"));
+    }
+    if (auto tuning = nccl_tuning_of(kernel_name)) {
+      // Note [NCCL algorithm and protocol kernels]
+      if (comm->options().nccl_algo != tuning->algo || comm->options().nccl_proto != tuning->proto) {
+        return Support::no(detail::str_cat("communicator ", comm->handle(), " was created with NCCL_ALGO='",
+                                           comm->options().nccl_algo, "' NCCL_PROTO='", comm->options().nccl_proto,
+                                           "', this kernel needs '", tuning->algo, "' '", tuning->proto, "'"));
+      }
     }
     if (comm->device() != desc.device) {
       return Support::no(
@@ -138,7 +149,32 @@ std::unique_ptr<Kernel> make_collective_kernel(const std::string& op, const std:
     }
   };
   // Collectives reduce in a fixed order for a fixed communicator (NCCL: for a fixed topology and algorithm).
-  return std::make_unique<FunctionKernel>(KernelInfo{op, backend, folder, device_type, true, summary}, supports, run);
+  return std::make_unique<FunctionKernel>(KernelInfo{op, kernel_name, folder, device_type, true, summary}, supports, run);
+}
+
+const std::vector<std::pair<std::string, NcclTuning>>& nccl_tuned_kernels() {
+  static const auto* kernels = [] {
+    auto* out = new std::vector<std::pair<std::string, NcclTuning>>();
+    for (const char* algo : {"Ring", "Tree"}) {
+      std::string lower_algo(algo);
+      for (char& ch : lower_algo) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      out->push_back({"nccl_" + lower_algo, NcclTuning{algo, ""}});
+      for (const char* proto : {"LL", "LL128", "Simple"}) {
+        std::string lower_proto(proto);
+        for (char& ch : lower_proto) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        out->push_back({"nccl_" + lower_algo + "_" + lower_proto, NcclTuning{algo, proto}});
+      }
+    }
+    return out;
+  }();
+  return *kernels;
+}
+
+std::optional<NcclTuning> nccl_tuning_of(const std::string& kernel) {
+  for (const auto& [name, tuning] : nccl_tuned_kernels()) {
+    if (name == kernel) return tuning;
+  }
+  return std::nullopt;
 }
 
 }  // namespace xpuruntime::distributed

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/distributed_ops.h"
 #include "core/policy_serialization.h"
 #include "core/runtime/passes.h"
 #include "xpuruntime/capture_plan.h"
@@ -583,6 +584,16 @@ class TensorParallelSession final : public EngineSession {
     distributed::CommOptions comm_options;
     if (const char* env = std::getenv("XPURT_COMM_TIMEOUT_S")) {
       comm_options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::atof(env) * 1000.0));
+    }
+    // Note [NCCL algorithm and protocol kernels]: a policy naming an NCCL tuning gets communicators made with it.
+    if (options.device.is_cuda()) {
+      for (const std::string& kernel : options.kernel_policy.resolve("all_reduce", "collective").kernels) {
+        if (auto tuning = distributed::nccl_tuning_of(kernel)) {
+          comm_options.nccl_algo = tuning->algo;
+          comm_options.nccl_proto = tuning->proto;
+          break;
+        }
+      }
     }
     comms_ = distributed::Communicator::init_all(devices, comm_options);
     for (int r = 0; r < n; ++r) {

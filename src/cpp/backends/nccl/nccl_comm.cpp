@@ -550,6 +550,14 @@ void register_nccl(KernelRegistry& registry) {
     registry.add_kernel(distributed::make_collective_kernel(
         op, "nccl", "nccl", DeviceType::kCUDA, "NCCL " + op + " on the launch's stream (capturable in CUDA graphs)"));
   }
+  // Note [NCCL algorithm and protocol kernels] (core/distributed_ops.h).
+  for (const auto& [name, tuning] : distributed::nccl_tuned_kernels()) {
+    registry.add_kernel(distributed::make_collective_kernel(
+        "all_reduce", "nccl", "nccl", DeviceType::kCUDA,
+        detail::str_cat("NCCL all_reduce on a communicator created with NCCL_ALGO=", tuning.algo,
+                        tuning.proto.empty() ? std::string() : " NCCL_PROTO=" + tuning.proto),
+        name));
+  }
 }
 
 }  // namespace xpuruntime

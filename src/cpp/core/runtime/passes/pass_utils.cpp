@@ -321,4 +321,36 @@ std::string describe(const Node& n) {
   return xpuruntime::detail::str_cat(n.domain.empty() ? "" : n.domain + ":", n.op_type, " '", n.name, "'");
 }
 
+Tensor int64_tensor(const std::vector<std::int64_t>& values) {
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kInt64);
+  if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
+  return t;
+}
+
+// The sizes a Split node cuts `dim` into, or empty when they are not known while the plan is built.
+std::vector<std::int64_t> split_sizes(const Graph& g, const Node& n, std::int64_t opset, std::int64_t dim) {
+  std::vector<std::int64_t> sizes;
+  if (opset < 13) {
+    sizes = n.attrs.get_ints("split", {});
+  } else if (n.has_input(1)) {
+    const Tensor* t = constant(g, n.inputs[1]);
+    if (t == nullptr || t->dtype() != DType::kInt64) return {};
+    const auto* p = static_cast<const std::int64_t*>(t->data_ptr());
+    sizes.assign(p, p + t->numel());
+  }
+  const auto outputs = static_cast<std::int64_t>(n.outputs.size());
+  if (sizes.empty()) {
+    // Equal parts; from opset 18 `num_outputs` may leave a smaller last part (ceil division).
+    const std::int64_t parts = opset >= 18 ? n.attrs.get_int("num_outputs", outputs) : outputs;
+    if (parts <= 0 || parts != outputs) return {};
+    const std::int64_t each = opset >= 18 ? (dim + parts - 1) / parts : dim / parts;
+    if (opset < 18 && dim % parts != 0) return {};
+    for (std::int64_t k = 0; k < parts; ++k) sizes.push_back(std::max<std::int64_t>(0, std::min(each, dim - k * each)));
+  }
+  std::int64_t total = 0;
+  for (auto s : sizes) total += s;
+  if (total != dim || static_cast<std::int64_t>(sizes.size()) != outputs) return {};
+  return sizes;
+}
+
 }  // namespace xpuruntime::passes::internal

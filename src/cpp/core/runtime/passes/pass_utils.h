@@ -72,6 +72,11 @@ std::optional<DType> dtype_from_onnx(std::int64_t code);
 std::vector<double> to_doubles(const Tensor& t);
 Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values);
 
+// A 1-D int64 CPU tensor holding `values` (shapes, axes, sizes of the nodes the passes make).
+Tensor int64_tensor(const std::vector<std::int64_t>& values);
+// The sizes a Split node (of the given opset) cuts `dim` into: its split input or attribute, else equal parts
+// (num_outputs from opset 18, a smaller last part allowed); empty when they are not known while the plan is built.
+std::vector<std::int64_t> split_sizes(const Graph& g, const Node& n, std::int64_t opset, std::int64_t dim);
 // Adds a constant under a new name derived from `hint` (and its type to graph.types); returns the name.
 std::string add_constant(Graph& g, const std::string& hint, const Tensor& t);
 // Removes initializers in `candidates` that no node (or subgraph) reads and that are not graph outputs.

@@ -202,15 +202,7 @@ class Analysis {
       if (is_onnx(r, "Split") && r.inputs[0] == value) {
         const int axis = norm_axis(r.attrs.get_int("axis", 0), in->size());
         if (axis != static_cast<int>(in->size()) - 1) break;
-        std::vector<std::int64_t> sizes;
-        if (r.has_input(1)) {
-          if (const Tensor* c = constant(g_, r.inputs[1])) sizes = int_values(*c);
-        } else if (r.attrs.has("split")) {
-          sizes = r.attrs.get_ints("split", {});
-        } else {
-          const auto count = static_cast<std::int64_t>(r.outputs.size());
-          if (count > 0 && n_features % count == 0) sizes.assign(static_cast<std::size_t>(count), n_features / count);
-        }
+        const std::vector<std::int64_t> sizes = split_sizes(g_, r, g_.opset(r.domain), n_features);
         if (sizes.size() > 1 && std::all_of(sizes.begin(), sizes.end(), [&](std::int64_t s) { return s % tp_ == 0; })) {
           return sizes;
         }
@@ -774,8 +766,7 @@ PassResult tensor_parallel(Graph& g, const PassContext& ctx) {
     for (const ConstSlice& s : a.runtime_slices) {
       const auto [begin, end] = local_ranges(s.parts, tp, rank).front();
       auto ints = [&](const char* hint, std::int64_t v) {
-        return add_constant(g, detail::str_cat(n.name, "_", hint, "_tp", rank),
-                            from_doubles({1}, DType::kInt64, {static_cast<double>(v)}));
+        return add_constant(g, detail::str_cat(n.name, "_", hint, "_tp", rank), int64_tensor({v}));
       };
       Node slice;
       slice.name = g.unique_name(detail::str_cat(n.name, "_shard_input", s.input));
@@ -787,17 +778,13 @@ PassResult tensor_parallel(Graph& g, const PassContext& ctx) {
     }
     if (a.new_shape) {
       replaced.insert(n.inputs[1]);
-      n.inputs[1] = add_constant(g, detail::str_cat(n.name, "_shape_tp", rank),
-                                 from_doubles({static_cast<std::int64_t>(a.new_shape->size())}, DType::kInt64,
-                                              std::vector<double>(a.new_shape->begin(), a.new_shape->end())));
+      n.inputs[1] = add_constant(g, detail::str_cat(n.name, "_shape_tp", rank), int64_tensor(*a.new_shape));
       if (n.op_type == "Reshape") n.attrs.set("allowzero", std::int64_t{0});
     }
     if (a.new_split) {
       if (n.has_input(1)) {
         replaced.insert(n.inputs[1]);
-        n.inputs[1] = add_constant(g, detail::str_cat(n.name, "_split_tp", rank),
-                                   from_doubles({static_cast<std::int64_t>(a.new_split->size())}, DType::kInt64,
-                                                std::vector<double>(a.new_split->begin(), a.new_split->end())));
+        n.inputs[1] = add_constant(g, detail::str_cat(n.name, "_split_tp", rank), int64_tensor(*a.new_split));
       } else if (n.attrs.has("split")) {
         n.attrs.set("split", *a.new_split);
       }

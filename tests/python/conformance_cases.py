@@ -1384,6 +1384,90 @@ def second_batch_cases() -> List[Case]:
                           lambda inputs, attrs: np.prod(inputs[0], axis=tuple(attrs["axes"]) or None,
                                                         keepdims=bool(attrs["keepdims"])), "exact",
                           ("int32", "int64")))
+    return cases + data_dependent_cases()
+
+
+def ref_non_zero(inputs, attrs):
+    x = inputs[0]
+    found = np.stack(np.nonzero(x)).astype(np.int64) if x.ndim else np.zeros((0, 0), np.int64)
+    bounded = np.zeros((x.ndim, x.size), np.int64)
+    bounded[:, :found.shape[1]] = found
+    return bounded, np.array([found.shape[1]], np.int64)
+
+
+def ref_nms(inputs, attrs):
+    """ONNX NonMaxSuppression (greedy per batch and class, scores descending, ties: the smaller index first), in
+    float64, padded to the bounded output."""
+    boxes, scores = (np.asarray(a, np.float64) for a in inputs)
+    batches, n = boxes.shape[:2]
+    classes = scores.shape[1]
+    per_class = max(0, min(attrs.get("max_output_boxes_per_class", 0), n))
+    iou_threshold = attrs.get("iou_threshold", 0.0)
+    if attrs.get("center_point_box", 0):
+        xc, yc, w, h = (boxes[..., k] for k in range(4))
+        corners = np.stack([yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2], axis=-1)
+    else:
+        corners = np.stack([np.minimum(boxes[..., 0], boxes[..., 2]), np.minimum(boxes[..., 1], boxes[..., 3]),
+                            np.maximum(boxes[..., 0], boxes[..., 2]), np.maximum(boxes[..., 1], boxes[..., 3])], -1)
+
+    def iou(a, b):
+        area_a, area_b = (a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1])
+        if area_a <= 0 or area_b <= 0:
+            return 0.0
+        ih, iw = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
+        if ih <= 0 or iw <= 0:
+            return 0.0
+        return ih * iw / (area_a + area_b - ih * iw)
+
+    rows = []
+    for b in range(batches):
+        for c in range(classes):
+            s = scores[b, c]
+            order = [i for i in np.argsort(-s, kind="stable")
+                     if "score_threshold" not in attrs or s[i] > attrs["score_threshold"]]
+            kept = []
+            for i in order:
+                if len(kept) >= per_class:
+                    break
+                if all(iou(corners[b, i], corners[b, k]) <= iou_threshold for k in kept):
+                    kept.append(i)
+                    rows.append((b, c, i))
+    bounded = np.zeros((batches * classes * per_class, 3), np.int64)
+    if rows:
+        bounded[:len(rows)] = np.array(rows, np.int64)
+    return bounded, np.array([len(rows)], np.int64)
+
+
+def data_dependent_cases() -> List[Case]:
+    """The bounded ops of segmented plans (Note [Segmented plans]): the result fills the first count columns
+    (non_zero) or rows (non_max_suppression), the rest is zero."""
+    cases = []
+    for name, (shape, density) in {"vec_37": ((37,), 0.5), "mat_5x7": ((5, 7), 0.3), "cube_2x3x4": ((2, 3, 4), 0.7),
+                                   "long_5000": ((5000,), 0.1), "none_6x5": ((6, 5), 0.0),
+                                   "tiles_3x2100": ((3, 2100), 0.9)}.items():
+        rng = _rng("non_zero" + name)
+        x = np.where(rng.uniform(size=shape) < density, integers(rng, shape, 1, 9), 0).astype(np.float32)
+        cases.append(Case("non_zero", name, [x], {}, ref_non_zero, "exact", ALL_DTYPES, out_dtype="int64",
+                          more_out_dtypes=["int64"]))
+    for name, (batches, classes, n, attrs) in {
+            "one_class_150": (1, 1, 150, {"max_output_boxes_per_class": 10 ** 9, "iou_threshold": 0.55}),
+            "classes_2x3x41": (2, 3, 41, {"max_output_boxes_per_class": 5, "iou_threshold": 0.3,
+                                          "score_threshold": 0.2}),
+            "center_1x2x67": (1, 2, 67, {"max_output_boxes_per_class": 100, "iou_threshold": 0.5,
+                                         "center_point_box": 1}),
+            "none_kept": (1, 2, 9, {"max_output_boxes_per_class": 4, "iou_threshold": 0.5,
+                                    "score_threshold": 2.0})}.items():
+        rng = _rng("nms" + name)
+        corner = uniform(rng, (batches, n, 2), 0, 8)
+        size = uniform(rng, (batches, n, 2), 0.5, 3)
+        if attrs.get("center_point_box"):
+            boxes = np.concatenate([corner, size], axis=-1)
+        else:
+            flip = rng.uniform(size=(batches, n, 1)) < 0.2  # some boxes given with corners swapped
+            boxes = np.where(flip, np.concatenate([corner + size, corner], -1), np.concatenate([corner, corner + size], -1))
+        scores = uniform(rng, (batches, classes, n), 0, 1)
+        cases.append(Case("non_max_suppression", name, [boxes.astype(np.float32), scores], attrs, ref_nms, "exact",
+                          ("float32", "float16"), out_dtype="int64", more_out_dtypes=["int64"]))
     return cases
 
 

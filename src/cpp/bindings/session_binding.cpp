@@ -76,6 +76,8 @@ void bind_session(py::module_& m) {
       .def_readwrite("policy_notes", &Explanation::policy_notes)
       .def_readwrite("options", &Explanation::options)
       .def_readonly("memory", &Explanation::memory)
+      .def_readonly("segments", &Explanation::segments,
+                    "The plan segments of the last run, one line each (segmented plans: docs/native_engine.md)")
       .def_property_readonly("memory_plan", [](const Explanation& e) -> py::object {
         if (e.memory_json.empty()) return py::none();
         return py::module_::import("json").attr("loads")(e.memory_json);
@@ -117,6 +119,7 @@ void bind_session(py::module_& m) {
             candidates.append(cd);
           }
           d["candidates"] = candidates;
+          d["segment"] = n.segment;
           nodes.append(d);
         }
         return nodes;

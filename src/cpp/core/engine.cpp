@@ -73,7 +73,7 @@ std::string Explanation::to_json() const {
     }
     list.push_back({{"node", n.node}, {"op_type", n.op_type}, {"kernel", n.kernel}, {"backend", n.backend},
                     {"precision", n.precision}, {"reason", n.reason}, {"op", n.op}, {"rule", n.rule},
-                    {"policy_rule", n.policy_rule}, {"candidates", candidates}});
+                    {"policy_rule", n.policy_rule}, {"candidates", candidates}, {"segment", n.segment}});
   }
   tree["nodes"] = list;
   nlohmann::json copies = nlohmann::json::array();
@@ -82,6 +82,7 @@ std::string Explanation::to_json() const {
                       {"reason", t.reason}});
   }
   tree["transfers"] = copies;
+  tree["segments"] = segments;
   tree["memory_plan"] = memory_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(memory_json);
   return tree.dump();
 }
@@ -91,6 +92,7 @@ std::string Explanation::str() const {
   for (const auto& option : options) out += "option: " + option + "\n";
   for (const auto& note : policy_notes) out += "policy: " + note + "\n";
   if (!memory.empty()) out += "memory: " + memory + "\n";
+  for (const auto& segment : segments) out += segment + "\n";
   for (const auto& t : transfers) {
     out += t.kind == "sync" ? "sync: " + t.reason + "\n"
                             : detail::str_cat("copy: ", t.value, " ", t.direction, " ", t.bytes, " B (", t.reason, ")\n");

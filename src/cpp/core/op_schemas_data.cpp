@@ -464,6 +464,34 @@ std::vector<TensorDesc> infer_top_k(const OpDescriptor& desc) {
   out[static_cast<std::size_t>(axis)] = k;
   return {output_of(x, out, x.dtype), output_of(x, out, DType::kInt64)};
 }
+
+// Note [Segmented plans] (capture_plan.h): the bounded forms of NonZero and NonMaxSuppression.
+std::vector<TensorDesc> infer_non_zero(const OpDescriptor& desc) {
+  const TensorDesc& x = desc.inputs[0];
+  XPURT_CHECK(x.dim() >= 1, "op 'non_zero': x must have rank >= 1, got a scalar");
+  return {output_of(x, {static_cast<std::int64_t>(x.dim()), x.numel()}, DType::kInt64),
+          output_of(x, {1}, DType::kInt64)};
+}
+
+std::vector<TensorDesc> infer_non_max_suppression(const OpDescriptor& desc) {
+  check_float(desc, 0, "boxes");
+  check_float(desc, 1, "scores");
+  const TensorDesc& boxes = desc.inputs[0];
+  const TensorDesc& scores = desc.inputs[1];
+  XPURT_CHECK(boxes.dim() == 3 && boxes.shape[2] == 4, "op 'non_max_suppression': boxes must be [batches, boxes, 4], "
+              "got ", shape_str(boxes.shape));
+  XPURT_CHECK(scores.dim() == 3 && scores.shape[0] == boxes.shape[0] && scores.shape[2] == boxes.shape[1],
+              "op 'non_max_suppression': scores must be [batches, classes, boxes] matching boxes ",
+              shape_str(boxes.shape), ", got ", shape_str(scores.shape));
+  XPURT_CHECK_TYPE(boxes.dtype == scores.dtype, "op 'non_max_suppression': boxes and scores must have one dtype, got ",
+                   dtype_name(boxes.dtype), " and ", dtype_name(scores.dtype));
+  const std::int64_t center = desc.attrs.get_int("center_point_box", 0);
+  XPURT_CHECK(center == 0 || center == 1, "op 'non_max_suppression': center_point_box must be 0 or 1, got ", center);
+  const std::int64_t per_class =
+      std::min(std::max<std::int64_t>(desc.attrs.get_int("max_output_boxes_per_class", 0), 0), boxes.shape[1]);
+  return {output_of(boxes, {boxes.shape[0] * scores.shape[1] * per_class, 3}, DType::kInt64),
+          output_of(boxes, {1}, DType::kInt64)};
+}
 }  // namespace
 
 // Called from register_ops (op_schemas.cpp).
@@ -542,6 +570,27 @@ void register_data_ops(KernelRegistry& registry) {
   for (const char* op : {"arg_max", "arg_min"}) {
     add(op, "reduce", {"x"}, std::string(op) + " along axis (0) -> int64; keepdims (1), select_last_index (0)",
         infer_arg_reduce);
+  }
+  {
+    OpSchema non_zero;
+    non_zero.name = "non_zero";
+    non_zero.family = "data_dependent";
+    non_zero.inputs = {"x"};
+    non_zero.outputs = {"indices", "count"};
+    non_zero.doc = "ONNX NonZero, bounded (Note [Segmented plans]): int64 indices [rank, numel] whose first count "
+                   "columns are the result, and count int64 [1]";
+    non_zero.infer = infer_non_zero;
+    registry.add_schema(std::move(non_zero));
+    OpSchema nms;
+    nms.name = "non_max_suppression";
+    nms.family = "data_dependent";
+    nms.inputs = {"boxes", "scores"};
+    nms.outputs = {"selected", "count"};
+    nms.doc = "ONNX NonMaxSuppression, bounded: center_point_box (0), max_output_boxes_per_class (0), iou_threshold "
+              "(0), score_threshold (absent: none) -> int64 [batches * classes * min(max, boxes), 3] whose first "
+              "count rows are the (batch, class, box) triples, and count int64 [1]";
+    nms.infer = infer_non_max_suppression;
+    registry.add_schema(std::move(nms));
   }
   {
     OpSchema top_k;

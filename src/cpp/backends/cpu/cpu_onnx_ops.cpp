@@ -233,6 +233,57 @@ void register_onnx_kernels(KernelRegistry& registry) {
                                  {launch.input(0), int64_vector({launch.desc->attrs.get_int("k", 0)})});
                  },
                  DTypeSet::kAll);
+  // Note [Segmented plans] (capture_plan.h): the bounded forms; the result fills the first `count` columns (rows),
+  // the rest of the output is zero.
+  add_cpu_kernel(
+      registry, "non_zero", "the ONNX reference library's NonZero, into the bounded output",
+      [](const KernelLaunch& launch, const CpuContext&) {
+        Node node;
+        node.op_type = "NonZero";
+        node.name = "non_zero";
+        node.inputs = {"x"};
+        node.outputs = {"y"};
+        const Tensor y = onnx_ref::run_node(node, kOpset, {launch.input(0)})[0].contiguous();
+        Tensor& out = launch.output(0);
+        std::memset(out.data_ptr(), 0, out.nbytes());
+        const std::int64_t rank = y.shape()[0], found = y.shape()[1], bound = out.shape()[1];
+        for (std::int64_t d = 0; d < rank; ++d) {
+          std::memcpy(static_cast<std::int64_t*>(out.data_ptr()) + d * bound,
+                      static_cast<const std::int64_t*>(y.data_ptr()) + d * found,
+                      static_cast<std::size_t>(found) * sizeof(std::int64_t));
+        }
+        *static_cast<std::int64_t*>(launch.output(1).data_ptr()) = found;
+      },
+      DTypeSet::kAll);
+  add_cpu_kernel(registry, "non_max_suppression", "the ONNX reference library's NonMaxSuppression, into the bounded "
+                 "output",
+                 [](const KernelLaunch& launch, const CpuContext&) {
+                   const Attributes& a = launch.desc->attrs;
+                   const Tensor y = [&] {
+                     Node node;
+                     node.op_type = "NonMaxSuppression";
+                     node.name = "non_max_suppression";
+                     node.inputs = {"boxes", "scores", "max", "iou"};
+                     node.outputs = {"y"};
+                     node.attrs.set("center_point_box", a.get_int("center_point_box", 0));
+                     std::vector<Tensor> inputs = {
+                         launch.input(0), launch.input(1),
+                         int64_vector({a.get_int("max_output_boxes_per_class", 0)}),
+                         scalar_of(a.get_float("iou_threshold", 0.0), DType::kFloat32)};
+                     if (a.has("score_threshold")) {
+                       node.inputs.push_back("score");
+                       inputs.push_back(scalar_of(a.get_float("score_threshold", 0.0), DType::kFloat32));
+                     }
+                     return onnx_ref::run_node(node, kOpset, inputs)[0].contiguous();
+                   }();
+                   Tensor& out = launch.output(0);
+                   XPURT_INTERNAL_ASSERT(y.numel() <= out.numel(), "non_max_suppression: ", y.shape()[0],
+                                         " boxes kept, more than the bound ", out.shape()[0]);
+                   std::memset(out.data_ptr(), 0, out.nbytes());
+                   std::memcpy(out.data_ptr(), y.data_ptr(), y.nbytes());
+                   *static_cast<std::int64_t*>(launch.output(1).data_ptr()) = y.shape()[0];
+                 },
+                 DTypeSet::kAll);  // the schema takes float boxes and scores; the outputs are int64
   add_cpu_kernel(registry, "resize", "the ONNX reference library's Resize (scales or sizes as constant inputs)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_resize(launch); });
 }

@@ -316,4 +316,28 @@ constexpr std::int64_t kTopKMaxCols = 4096;
 void top_k(const void* x, DType dtype, void* values, void* indices, std::int64_t rows, std::int64_t cols,
            std::int64_t k, bool largest, void* stream);
 
+// ---- data_dependent.cu: non_zero, non_max_suppression (Note [Segmented plans] in capture_plan.h) ----
+
+// ONNX NonZero of x (shape `shape`, rank 1..kNonZeroMaxRank, n elements): y int64 [rank, n], whose first *count
+// columns are the indices in row-major order (floats: -0.0 is zero, NaN is not); count int64 [1].
+constexpr int kNonZeroMaxRank = 8;
+std::size_t non_zero_workspace_bytes(std::int64_t numel);
+void non_zero(const void* x, DType dtype, const std::vector<std::int64_t>& shape, void* y, void* count,
+              void* workspace, void* stream);
+
+// ONNX NonMaxSuppression: boxes [batches, boxes, 4], scores [batches, classes, boxes] (float32/16, bfloat16);
+// selected int64 [batches * classes * max_per_class, 3] whose first *count rows are the (batch, class, box) triples
+// in batch, class, descending-score order; count int64 [1].
+struct NmsGeometry {
+  std::int64_t batches = 0, classes = 0, boxes = 0;
+  std::int64_t max_per_class = 0;  // min(max_output_boxes_per_class, boxes), >= 0
+  bool center_point_box = false;
+  double iou_threshold = 0;
+  bool has_score_threshold = false;
+  double score_threshold = 0;
+};
+std::size_t nms_workspace_bytes(const NmsGeometry& geometry);
+void non_max_suppression(const void* boxes, const void* scores, DType dtype, const NmsGeometry& geometry,
+                         void* selected, void* count, void* workspace, void* stream);
+
 }  // namespace xpuruntime::cuda_raw

@@ -3,6 +3,7 @@
 // ops (kernel name "cuda_raw"), and flash attention ("flash_v2", flash_attention.cu). Every float kernel computes
 // in fp32 (Note [fp32 compute] in cuda_raw_common.cuh); every kernel uses no atomics (deterministic) and needs
 // contiguous inputs (the functional API makes them so).
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -272,6 +273,107 @@ class ReduceKernel final : public Kernel {
  private:
   ReduceOp kind_;
 };
+
+// ---- kernels whose workspace follows from the descriptor (data_dependent.cu) ----
+
+using WorkspaceFn = std::function<std::size_t(const OpDescriptor&)>;
+
+class ScratchPlan final : public KernelPlan {
+ public:
+  ScratchPlan(std::string op, std::size_t bytes, FunctionKernel::RunFn run)
+      : op_(std::move(op)), bytes_(bytes), run_(std::move(run)) {}
+  void run(const KernelLaunch& launch) const override {
+    XPURT_CHECK(launch.workspace_bytes >= bytes_, "cuda_raw ", op_, ": the plan needs ", bytes_,
+                " bytes of workspace (workspace_bytes()), the launch gives ", launch.workspace_bytes);
+    detail::CudaDeviceGuard guard(launch.desc->device.index);
+    run_(launch);
+  }
+  std::size_t workspace_bytes() const override { return bytes_; }
+  std::string describe() const override { return detail::str_cat("cuda_raw ", op_, ": workspace ", bytes_, " B"); }
+
+ private:
+  std::string op_;
+  std::size_t bytes_;
+  FunctionKernel::RunFn run_;
+};
+
+class ScratchKernel final : public Kernel {
+ public:
+  ScratchKernel(const std::string& op, const std::string& summary, std::vector<std::string> names, DTypes dtypes,
+                Extra extra, WorkspaceFn workspace, FunctionKernel::RunFn run)
+      : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true, summary}),
+        names_(std::move(names)),
+        dtypes_(dtypes),
+        extra_(std::move(extra)),
+        workspace_(std::move(workspace)),
+        run_(std::move(run)) {}
+
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    try {
+      Support common = check_common(desc, policy, names_, dtypes_);
+      if (!common) return common;
+      return extra_ ? extra_(desc) : Support::yes();
+    } catch (const std::exception& e) {
+      return Support::no(e.what());
+    }
+  }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,
+                                    const std::string&) const override {
+    return std::make_unique<ScratchPlan>(desc.op, workspace_(desc), run_);
+  }
+
+ private:
+  std::vector<std::string> names_;
+  DTypes dtypes_;
+  Extra extra_;
+  WorkspaceFn workspace_;
+  FunctionKernel::RunFn run_;
+};
+
+cuda_raw::NmsGeometry nms_geometry(const OpDescriptor& desc) {
+  const Attributes& a = desc.attrs;
+  cuda_raw::NmsGeometry g;
+  g.batches = desc.inputs[0].shape[0];
+  g.boxes = desc.inputs[0].shape[1];
+  g.classes = desc.inputs[1].shape[1];
+  g.max_per_class = std::min(std::max<std::int64_t>(a.get_int("max_output_boxes_per_class", 0), 0), g.boxes);
+  g.center_point_box = a.get_int("center_point_box", 0) != 0;
+  g.iou_threshold = a.get_float("iou_threshold", 0.0);
+  g.has_score_threshold = a.has("score_threshold");
+  g.score_threshold = a.get_float("score_threshold", 0.0);
+  return g;
+}
+
+void register_data_dependent_kernels(KernelRegistry& registry) {
+  registry.add_kernel(std::make_unique<ScratchKernel>(
+      "non_zero",
+      "NonZero into the bounded output: per-tile counts, one-block scan, per-tile writes (row-major order, "
+      "deterministic); no host synchronization",
+      std::vector<std::string>{"x"}, DTypes::kAll,
+      [](const OpDescriptor& desc) {
+        if (desc.inputs[0].dim() > cuda_raw::kNonZeroMaxRank) {
+          return Support::no(detail::str_cat("cuda_raw non_zero takes rank up to ", cuda_raw::kNonZeroMaxRank));
+        }
+        return Support::yes();
+      },
+      [](const OpDescriptor& desc) { return cuda_raw::non_zero_workspace_bytes(desc.inputs[0].numel()); },
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        cuda_raw::non_zero(x.data_ptr(), x.dtype(), x.shape(), launch.output(0).data_ptr(),
+                           launch.output(1).data_ptr(), launch.workspace, launch.stream.handle);
+      }));
+  registry.add_kernel(std::make_unique<ScratchKernel>(
+      "non_max_suppression",
+      "NonMaxSuppression into the bounded output: a block per (batch, class) ranks the candidates by counting "
+      "(stable), then suppresses greedily (IoU in double); no host synchronization",
+      std::vector<std::string>{"boxes", "scores"}, DTypes::kFloat, nullptr,
+      [](const OpDescriptor& desc) { return cuda_raw::nms_workspace_bytes(nms_geometry(desc)); },
+      [](const KernelLaunch& launch) {
+        cuda_raw::non_max_suppression(launch.input(0).data_ptr(), launch.input(1).data_ptr(), launch.input(0).dtype(),
+                                      nms_geometry(*launch.desc), launch.output(0).data_ptr(),
+                                      launch.output(1).data_ptr(), launch.workspace, launch.stream.handle);
+      }));
+}
 
 // ---- data movement, where, comparisons (data.cu) ----
 
@@ -925,6 +1027,7 @@ void register_cuda_raw(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_prod", ReduceOp::kProd));
   // ---- data movement, where, comparisons (data.cu) ----
   register_data_kernels(registry);
+  register_data_dependent_kernels(registry);
   // ---- the ONNX ops beyond the core set ----
   register_onnx_kernels(registry);
   register_onnx_kernels_2(registry);

@@ -292,7 +292,53 @@ class NativeSession final : public EngineSession {
       feeds_on_device = last_feeds_on_device_;
     }
     e.transfers = transfers_of(*plan, feeds_on_device);
-    for (const PlanStep& s : plan->steps()) {
+    // Note [Segmented plans]: the segments the last run went through, each with its nodes.
+    std::vector<std::shared_ptr<const CapturePlan>> chain = {plan};
+    while (chain.back()->boundary()) {
+      std::shared_ptr<const CapturePlan> next = chain.back()->boundary()->last();
+      if (!next) break;
+      chain.push_back(std::move(next));
+    }
+    for (std::size_t k = 0; k < chain.size() && chain.size() > 1; ++k) {
+      const CapturePlan& segment = *chain[k];
+      std::string graph;
+      if (options_.device.is_cuda()) {
+        std::string not_capturable;
+        graph = !options_.exec_policy.cuda_graphs     ? "; cuda_graphs off"
+                : segment.capturable(&not_capturable) ? "; captured into a CUDA graph from its second run"
+                                                      : "; not capturable: " + not_capturable;
+      }
+      e.segments.push_back(detail::str_cat("segment ", k, ": ", segment.steps().size(), " steps", graph, "; ",
+                                           segment.memory().str(),
+                                           segment.boundary() ? "; " + segment.boundary()->str() : std::string()));
+      if (k == 0) continue;
+      std::vector<TransferExplanation> more = transfers_of(segment, std::vector<bool>(segment.inputs().size(), true));
+      for (auto& t : more) t.reason = detail::str_cat("segment ", k, ": ", t.reason);
+      e.transfers.insert(e.transfers.end(), more.begin(), more.end());
+    }
+    if (chain.size() == 1 && plan->boundary()) {
+      e.segments.push_back(detail::str_cat("segment 0: ", plan->steps().size(), " steps; ",
+                                           plan->boundary()->str(), " (not run yet)"));
+    }
+    for (std::size_t k = 0; k + 1 < chain.size(); ++k) {
+      TransferExplanation sync;
+      sync.kind = "sync";
+      sync.reason = detail::str_cat("segment ", k, " ", chain[k]->boundary()->str());
+      e.transfers.push_back(std::move(sync));
+    }
+    for (std::size_t k = 0; k < chain.size(); ++k) {
+      for (const PlanStep& s : chain[k]->steps()) {
+        NodeExplanation n = node_explanation(s);
+        n.segment = static_cast<int>(k);
+        e.nodes.push_back(std::move(n));
+      }
+    }
+    return e;
+  }
+
+ private:
+  static NodeExplanation node_explanation(const PlanStep& s) {
+    {
       NodeExplanation n;
       n.node = s.node;
       n.op_type = s.op_type;
@@ -327,12 +373,10 @@ class NativeSession final : public EngineSession {
           n.reason = "ONNX reference implementation: " + s.reason;
           break;
       }
-      e.nodes.push_back(std::move(n));
+      return n;
     }
-    return e;
   }
 
- private:
   bool is_input(const std::string& name) const {
     return std::find(graph_.inputs.begin(), graph_.inputs.end(), name) != graph_.inputs.end();
   }

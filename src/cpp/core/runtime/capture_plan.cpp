@@ -11,6 +11,7 @@
 #include "core/half.h"
 #include "core/runtime/lowering.h"
 #include "core/runtime/onnx_cpu_ops.h"
+#include "core/runtime/segments.h"
 #include "core/runtime/shape_inference.h"
 #include "xpuruntime/device_manager.h"
 #include "core/shape_str.h"
@@ -276,6 +277,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   infer_options.tp_rank = options.tp_rank;
   infer_options.tp_comm = options.tp_comm;
   plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes);
+  plan->boundary_ = runtime::split_segments(g, options);  // Note [Segmented plans]
 
   // ---- values ----
   std::unordered_map<std::string, int> id_of;

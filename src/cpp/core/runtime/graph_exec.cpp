@@ -512,6 +512,7 @@ std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values
 std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into) {
   // Note [Sticky CUDA errors]: a device lost to an earlier fault is refused here, with the cause.
   if (plan_->device().is_cuda()) DeviceManager::instance().check_device(plan_->device());
+  if (plan_->boundary()) return run_segmented(inputs, into);
   if (!has_boxed_) return run_bound(inputs, into);
   std::vector<Tensor> outputs;
   try {
@@ -526,6 +527,86 @@ std::vector<Tensor> GraphExec::run(const std::vector<Tensor>& inputs, const std:
   }
   std::fill(boxed_.begin(), boxed_.end(), Value());
   return outputs;
+}
+
+// Note [Segmented plans]: this segment, one read of its counts (and of the values computed from data that the next
+// segment takes as constants), the bounded outputs cut to their counts, then the next segment's plan for those
+// shapes, run by a GraphExec of its own (which captures and replays it when the same shapes come again).
+std::vector<Tensor> GraphExec::run_segmented(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into) {
+  const SegmentBoundary& boundary = *plan_->boundary();
+  const std::vector<Tensor> first = run_bound(inputs, nullptr);  // returns when its outputs are ready
+  std::vector<std::int64_t> counts;
+  if (boundary.counts_output >= 0) {
+    const Tensor host = first[boundary.counts_output].to(Device::cpu());
+    const auto* p = static_cast<const std::int64_t*>(host.data_ptr());
+    counts.assign(p, p + host.numel());
+  }
+  const StreamView stream = stream_ ? stream_->view() : StreamView{};
+  std::vector<Tensor> tensors;
+  std::vector<std::pair<std::string, Tensor>> host;
+  for (const SegmentBoundary::Carried& c : boundary.carried) {
+    const Tensor& source = c.source >= 0 ? first[static_cast<std::size_t>(c.source)]
+                                         : inputs[static_cast<std::size_t>(-1 - c.source)];
+    switch (c.kind) {
+      case SegmentBoundary::Carried::Kind::kTensor: tensors.push_back(source); break;
+      case SegmentBoundary::Carried::Kind::kHost: host.emplace_back(c.name, source.to(Device::cpu())); break;
+      case SegmentBoundary::Carried::Kind::kRows:
+      case SegmentBoundary::Carried::Kind::kColumns: {
+        const std::int64_t n = counts.at(static_cast<std::size_t>(c.count));
+        const std::int64_t rows = source.shape()[0], bound = source.shape()[1];
+        const bool by_rows = c.kind == SegmentBoundary::Carried::Kind::kRows;
+        XPURT_INTERNAL_ASSERT(n >= 0 && n <= (by_rows ? rows : bound), "segment boundary: count ", n,
+                              " of value '", c.name, "' exceeds its bound");
+        auto* base = static_cast<std::uint8_t*>(source.data_ptr());
+        if (by_rows || rows == 1) {  // a prefix of the bounded output
+          const std::vector<std::int64_t> shape = by_rows ? std::vector<std::int64_t>{n, bound}
+                                                          : std::vector<std::int64_t>{rows, n};
+          tensors.push_back(Tensor::from_blob(base, shape, {}, source.dtype(), source.device(), source.storage(),
+                                              static_cast<std::size_t>(source.nbytes())));
+          break;
+        }
+        Tensor cut = Tensor::empty({rows, n}, source.dtype(), source.device(), stream_ ? &stream : nullptr);
+        const std::size_t row_bytes = static_cast<std::size_t>(n) * source.element_size();
+        for (std::int64_t r = 0; r < rows && n > 0; ++r) {
+          Tensor from = Tensor::from_blob(base + r * bound * static_cast<std::int64_t>(source.element_size()), {n},
+                                          {}, source.dtype(), source.device(), source.storage(), row_bytes);
+          Tensor to = Tensor::from_blob(static_cast<std::uint8_t*>(cut.data_ptr()) + r * static_cast<std::int64_t>(row_bytes),
+                                        {n}, {}, cut.dtype(), cut.device(), cut.storage(), row_bytes);
+          to.copy_from(from, stream_ ? &stream : nullptr);
+        }
+        tensors.push_back(cut);
+        break;
+      }
+    }
+  }
+  std::shared_ptr<const CapturePlan> next = boundary.next(tensors, host);
+  const std::vector<Tensor> second = next_exec(next).run(tensors, nullptr);
+  std::vector<Tensor> outputs;
+  for (std::size_t k = 0; k < boundary.outputs.size(); ++k) {
+    const int at = boundary.outputs[k];
+    Tensor t = at >= 0 ? first[static_cast<std::size_t>(at)] : second[static_cast<std::size_t>(-1 - at)];
+    if (into != nullptr && k < into->size() && (*into)[k].defined()) {
+      Tensor out = (*into)[k];
+      XPURT_CHECK(out.shape() == t.shape(), "output ", k, " is bound to a tensor of shape ",
+                  detail::shape_str(out.shape(), ","), " but the run produced ", detail::shape_str(t.shape(), ","));
+      out.copy_from(t, stream_ ? &stream : nullptr);
+      t = out;
+    }
+    outputs.push_back(std::move(t));
+  }
+  ++runs_;
+  return outputs;
+}
+
+GraphExec& GraphExec::next_exec(const std::shared_ptr<const CapturePlan>& plan) {
+  for (auto it = next_.begin(); it != next_.end(); ++it) {
+    if ((*it)->plan_ != plan) continue;
+    next_.splice(next_.begin(), next_, it);
+    return *next_.front();
+  }
+  next_.push_front(std::make_unique<GraphExec>(plan, options_));
+  while (next_.size() > std::max<std::size_t>(plan_->boundary()->max_plans, 1)) next_.pop_back();
+  return *next_.front();
 }
 
 std::vector<Value> GraphExec::run_values(const std::vector<Value>& inputs) {

@@ -819,6 +819,20 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          a.set("op", c.node.attrs.get_string("op", "sum"));
          return registry("all_reduce", {0}, a);
        }},
+      // Note [Segmented plans] (capture_plan.h): the bounded forms made where a plan ends at a data-dependent node.
+      {"NonZero", [](const Ctx&) { return registry("non_zero", {0}); }},
+      {"NonMaxSuppression",
+       [](const Ctx& c) {
+         Attributes a;
+         for (const char* name : {"center_point_box", "max_output_boxes_per_class"}) {
+           a.set(name, c.node.attrs.get_int(name, 0));
+         }
+         a.set("iou_threshold", c.node.attrs.get_float("iou_threshold", 0.0));
+         if (c.node.attrs.has("score_threshold")) {
+           a.set("score_threshold", c.node.attrs.get_float("score_threshold", 0.0));
+         }
+         return registry("non_max_suppression", {0, 1}, a);
+       }},
       {"Attention",
        [](const Ctx& c) {
          Attributes a;

@@ -15,13 +15,34 @@
 // allocated then. Dynamic and reference steps run on the CPU only; a plan on CUDA has neither, and only a plan
 // made of kernel and view steps can be captured into a CUDA graph.
 //
+// Note [Segmented plans]
+// A node whose output shape depends on values (NonZero, NonMaxSuppression; a TopK, Reshape, If, ... whose k, shape
+// or condition is computed from data) would leave everything after it with shapes known only at run time. So the
+// plan ends there, at a segment boundary (SegmentBoundary): the plan holds every node whose shapes are static
+// (its "static part"), plus
+//   - NonZero and NonMaxSuppression in a bounded form (registry ops non_zero and non_max_suppression): their output
+//     is sized for the largest possible result and a device count says how much of it is filled, so they launch
+//     without a host synchronization and the whole segment is captured into one CUDA graph;
+//   - the small integer, bool or float values (at most 64 elements) that other such nodes read as k, shape, sizes
+//     or condition, as outputs.
+// GraphExec runs the segment, reads the counts (one copy) and those values to the host, cuts the bounded outputs
+// to their counts, and runs the next segment: the remaining nodes, built as a plan of their own (CapturePlan::build
+// again, so it is optimized, dispatched, memory-planned and captured like any plan, and may end at a boundary
+// itself) for the shapes of the values it receives, with the host values as constants (an If on one is inlined:
+// Note [Branches of constant If nodes]). Next-segment plans are cached per signature (shapes and host values), at
+// most `SegmentBoundary::max_plans` per boundary (the least recently used goes). explain() lists the segments.
+// A frontier node that is neither kind (Loop, Unique, ...) leaves the plan unsegmented: on the CPU such nodes run as
+// dynamic steps; on CUDA the model is refused listing them.
+//
 // Ownership: a plan is immutable once built and shared (std::shared_ptr) by the GraphExecs that run it; it owns
 // its constants (on the plan's device). Thread-safety: const methods are safe from any thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -112,6 +133,44 @@ struct XPURT_API PlanOptions {
   std::int64_t tp_comm = -1;
 };
 
+class CapturePlan;
+
+// Where a segmented plan ends and how the next segment is made (Note [Segmented plans]).
+struct XPURT_API SegmentBoundary {
+  struct Carried {
+    enum class Kind {
+      kTensor,   // passed on as it is
+      kColumns,  // a bounded non_zero output [rank, bound]: its first `count` columns
+      kRows,     // a bounded non_max_suppression output [bound, 3]: its first `count` rows
+      kHost,     // a small value read to the host: a constant of the next segment
+    };
+    std::string name;  // the value's name in the next segment (an input, or for kHost a constant)
+    Kind kind = Kind::kTensor;
+    int source = -1;   // this plan's output index, or -1 - k for this plan's input k
+    int count = -1;    // kColumns, kRows: the count's position in the counts output
+  };
+  Graph rest;                      // the nodes after the boundary; inputs: the carried values but kHost, in order
+  std::vector<Carried> carried;
+  int counts_output = -1;          // this plan's output holding the bounded nodes' counts (int64), or -1
+  std::vector<int> outputs;        // per graph output: >= 0 this plan's output, else -1 - k: the next segment's k
+  std::vector<std::string> nodes;  // the data-dependent nodes where this segment ends ("NonZero '/model/NonZero'")
+  PlanOptions options;             // what builds the next segments
+  std::size_t max_plans = 16;
+
+  // The next segment's plan for values of these shapes (`tensors`: the carried tensors, in `rest`'s input order)
+  // and these host values (kHost, by name): cached per signature, built on the first request.
+  std::shared_ptr<const CapturePlan> next(const std::vector<Tensor>& tensors,
+                                          const std::vector<std::pair<std::string, Tensor>>& host) const;
+  std::shared_ptr<const CapturePlan> last() const;  // the plan next() returned last (null before any)
+  std::size_t plans() const;                        // next-segment plans cached
+  std::string str() const;  // "ends at 6 data-dependent nodes (NonZero '/model/NonZero', ...): ..."
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::list<std::pair<std::string, std::shared_ptr<const CapturePlan>>> cache_;  // most recent first
+  mutable std::shared_ptr<const CapturePlan> last_;
+};
+
 class XPURT_API CapturePlan {
  public:
   // Specialises `graph` to `input_shapes` (one per graph input, in order; empty for a sequence or optional input,
@@ -138,6 +197,9 @@ class XPURT_API CapturePlan {
   // The dispatcher that chose the kernels (dynamic steps dispatch through it when they run).
   const std::shared_ptr<Dispatcher>& dispatcher() const { return dispatcher_; }
   std::string str() const;  // the steps, one per line, with kernels and slots
+  // Where this plan ends when it is the first segment of a segmented plan (Note [Segmented plans]), else null:
+  // outputs() are then this segment's (the boundary maps them to the graph's).
+  const std::shared_ptr<const SegmentBoundary>& boundary() const { return boundary_; }
 
  private:
   CapturePlan() = default;
@@ -151,6 +213,7 @@ class XPURT_API CapturePlan {
   DType compute_float_ = DType::kFloat32;
   std::vector<std::string> pass_notes_;
   std::shared_ptr<Dispatcher> dispatcher_;
+  std::shared_ptr<const SegmentBoundary> boundary_;
 };
 
 }  // namespace xpuruntime

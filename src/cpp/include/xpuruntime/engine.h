@@ -74,6 +74,7 @@ struct XPURT_API NodeExplanation {
   std::string rule;         // how the kernel was chosen (Decision::rule: "pinned", "autotuned", ...)
   std::string policy_rule;  // the KernelPolicy rule that applied, in short form ("auto", "pin:cpu")
   std::vector<CandidateReport> candidates;  // every kernel considered; the rejected ones say why
+  int segment = 0;  // the plan segment the node ran in (Note [Segmented plans] in capture_plan.h); 0 when unsegmented
 };
 
 // A copy or a synchronization that every run of the session makes, as the engine plans it (for the shapes of the
@@ -98,6 +99,9 @@ struct XPURT_API Explanation {
   std::string memory;                // the memory plan, when the engine has one ("peak 12 MiB = arena ...")
   std::string memory_json;           // the same as one JSON object (MemoryPlan::to_json), or empty
   std::vector<TransferExplanation> transfers;  // copies and syncs per run (engines that plan them; else empty)
+  // The native engine's plan segments, one line each, when the last run's plan was segmented at data-dependent
+  // nodes (Note [Segmented plans]): steps, CUDA graph, memory, and where and why each segment ends.
+  std::vector<std::string> segments;
   std::string to_json() const;       // one JSON object
   std::string str() const;           // a text report with a table of nodes
 };

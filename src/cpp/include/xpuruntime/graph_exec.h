@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <vector>
 
@@ -49,12 +50,17 @@ class XPURT_API GraphExec {
   std::vector<Value> run_values(const std::vector<Value>& inputs);
 
   const CapturePlan& plan() const { return *plan_; }
+  // Note [Segmented plans]: the GraphExecs of the next segments this one has run (most recent first; bounded by
+  // the boundary's max_plans).
+  const std::list<std::unique_ptr<GraphExec>>& next_segments() const { return next_; }
   bool graph_captured() const;       // a CUDA graph is instantiated and replayed
   std::int64_t runs() const { return runs_; }
   std::int64_t replays() const { return replays_; }
 
  private:
   std::vector<Tensor> run_bound(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into);
+  std::vector<Tensor> run_segmented(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into);
+  GraphExec& next_exec(const std::shared_ptr<const CapturePlan>& plan);
   void bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tensor>& values);
   std::vector<Tensor> run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling,
                                 const std::vector<Tensor>* into);
@@ -84,6 +90,7 @@ class XPURT_API GraphExec {
   std::vector<Value> boxed_;
   bool has_boxed_ = false;  // the plan has reference steps or sequence/optional inputs
   bool graph_labelled_ = false;              // graph_ was captured while a profiler tracked graph nodes
+  std::list<std::unique_ptr<GraphExec>> next_;  // Note [Segmented plans]
 };
 
 }  // namespace xpuruntime

@@ -1,6 +1,7 @@
 // Folding passes: constant_folding, shape_folding, conv_bn_folding (see passes.h, docs/native_engine.md).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -197,6 +198,93 @@ int fold_shapes(Graph& g, PassResult& result) {
   return folded;
 }
 
+// Note [Branches of constant If nodes]
+// An If whose condition is a constant (folded from shapes, or made one where a segmented plan read it: Note
+// [Segmented plans] in capture_plan.h) is replaced by the nodes of the branch it takes, so that they are lowered
+// and dispatched like the rest of the graph instead of running in the reference library. The branch's own values
+// are renamed to names the graph does not use; each branch output reaches the If's output through an Identity
+// (removed by identity_elimination). A branch whose nested subgraphs read the branch's own values is left alone.
+int inline_constant_ifs(Graph& g, PassResult& result) {
+  int inlined = 0;
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size());
+  for (Node& n : g.nodes) {
+    const Tensor* cond = is_onnx_domain(n.domain) && n.op_type == "If" && n.has_input(0) && g.is_constant(n.inputs[0])
+                             ? &g.initializers.at(n.inputs[0])
+                             : nullptr;
+    if (cond == nullptr || cond->numel() != 1 || cond->dtype() != DType::kBool) {
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    const bool taken = *static_cast<const bool*>(cond->contiguous().data_ptr());
+    auto it = n.graph_attrs.find(taken ? "then_branch" : "else_branch");
+    if (it == n.graph_attrs.end() || !it->second || it->second->outputs.size() != n.outputs.size()) {
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    const Graph& branch = *it->second;
+    std::map<std::string, std::string> renamed;
+    std::set<std::string> taken_names;
+    auto fresh = [&](const std::string& name) {
+      std::string candidate = g.unique_name(n.name + "/" + name);
+      for (int k = 1; taken_names.count(candidate); ++k) {
+        candidate = g.unique_name(n.name + "/" + name + "_" + std::to_string(k));
+      }
+      taken_names.insert(candidate);
+      renamed[name] = candidate;
+    };
+    for (const auto& [name, t] : branch.initializers) fresh(name);
+    for (const Node& b : branch.nodes) {
+      for (const auto& out : b.outputs) {
+        if (!out.empty()) fresh(out);
+      }
+    }
+    bool nested_reads_own = false;
+    for (const Node& b : branch.nodes) {
+      for (const auto& [attr, sub] : b.graph_attrs) {
+        if (!sub) continue;
+        for (const std::string& name : onnx_ref::outer_names(*sub)) nested_reads_own |= renamed.count(name) != 0;
+      }
+    }
+    if (nested_reads_own) {
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    auto rename = [&](const std::string& name) {
+      auto r = renamed.find(name);
+      return r == renamed.end() ? name : r->second;
+    };
+    for (const auto& [name, t] : branch.initializers) {
+      g.initializers[rename(name)] = t;
+      g.types[rename(name)] = type_of(t);
+    }
+    for (const auto& [name, vt] : branch.types) {
+      if (renamed.count(name)) g.types[rename(name)] = vt;
+    }
+    for (const Node& b : branch.nodes) {
+      Node copy = b;
+      copy.name = n.name + "/" + (b.name.empty() ? b.op_type : b.name);
+      for (auto& in : copy.inputs) in = in.empty() ? in : rename(in);
+      for (auto& out : copy.outputs) out = out.empty() ? out : rename(out);
+      nodes.push_back(std::move(copy));
+    }
+    for (std::size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k].empty()) continue;
+      Node identity;
+      identity.name = n.name + "/output_" + std::to_string(k);
+      identity.op_type = "Identity";
+      identity.inputs = {rename(branch.outputs[k])};
+      identity.outputs = {n.outputs[k]};
+      nodes.push_back(std::move(identity));
+    }
+    result.notes.push_back(detail::str_cat("inlined the ", taken ? "then" : "else", " branch of If '", n.name,
+                                           "' (constant condition): ", branch.nodes.size(), " node(s)"));
+    ++inlined;
+  }
+  g.nodes = std::move(nodes);
+  return inlined;
+}
+
 }  // namespace
 
 PassResult constant_folding(Graph& g, const PassContext& ctx) {
@@ -211,7 +299,7 @@ PassResult shape_folding(Graph& g, const PassContext& ctx) {
   // Each round can make more shapes known (a Reshape whose shape input became a constant), hence the loop. It
   // ends: every round that continues removes at least one node.
   for (;;) {
-    const int shapes = fold_shapes(g, result);
+    const int shapes = fold_shapes(g, result) + inline_constant_ifs(g, result);
     if (shapes == 0) break;
     result.rewrites += shapes;
     result.rewrites += fold_constants(g, ctx, result);

@@ -103,6 +103,8 @@ def run_torch(module, feeds, mode: str, iterations: int, warmup: int):
             out = module(*args)
             stats = latency(lambda: module(*args), iterations, warmup, sync)
             first = out[0] if isinstance(out, (tuple, list)) else out
+            if isinstance(first, dict):  # torchvision detectors: one dict per image
+                first = first["boxes"]
             return stats, first.float().cpu().numpy()
         fn = module
         compile_s = None
@@ -127,6 +129,10 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
     path = directory / f"{name}.dynamo.float16.onnx"
     if not path.exists():
         suite.export(directory, False, [name], ["dynamo"], ["float16"])
+    if not path.exists():  # the dynamo exporter cannot write it (SSDlite's batched NMS): the TorchScript export
+        path = directory / f"{name}.torchscript.float16.onnx"
+        if not path.exists():
+            suite.export(directory, False, [name], ["torchscript"], ["float16"])
     torch.manual_seed(0)
     built = arch.build(False)
     suite.realistic_weights(built.module, built.inputs)

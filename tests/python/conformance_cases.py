@@ -1456,7 +1456,8 @@ def data_dependent_cases() -> List[Case]:
             "center_1x2x67": (1, 2, 67, {"max_output_boxes_per_class": 100, "iou_threshold": 0.5,
                                          "center_point_box": 1}),
             "none_kept": (1, 2, 9, {"max_output_boxes_per_class": 4, "iou_threshold": 0.5,
-                                    "score_threshold": 2.0})}.items():
+                                    "score_threshold": 2.0}),
+            "tiles_1x1x700": (1, 1, 700, {"max_output_boxes_per_class": 10 ** 6, "iou_threshold": 0.4})}.items():
         rng = _rng("nms" + name)
         corner = uniform(rng, (batches, n, 2), 0, 8)
         size = uniform(rng, (batches, n, 2), 0.5, 3)
@@ -1464,7 +1465,8 @@ def data_dependent_cases() -> List[Case]:
             boxes = np.concatenate([corner, size], axis=-1)
         else:
             flip = rng.uniform(size=(batches, n, 1)) < 0.2  # some boxes given with corners swapped
-            boxes = np.where(flip, np.concatenate([corner + size, corner], -1), np.concatenate([corner, corner + size], -1))
+            boxes = np.where(flip, np.concatenate([corner + size, corner], -1),
+                             np.concatenate([corner, corner + size], -1))
         scores = uniform(rng, (batches, classes, n), 0, 1)
         cases.append(Case("non_max_suppression", name, [boxes.astype(np.float32), scores], attrs, ref_nms, "exact",
                           ("float32", "float16"), out_dtype="int64", more_out_dtypes=["int64"]))

@@ -10,6 +10,7 @@
 // smaller box index first, as a stable sort does), then walks them in that order, each kept box suppressing the
 // later ones whose IoU exceeds the threshold (IoU in double, as the reference library computes it), and one block
 // writes the kept (batch, class, box) triples in batch, class order.
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
@@ -38,7 +39,7 @@ __device__ __forceinline__ bool nonzero_at(const U* x, std::int64_t i, U mask) {
 }
 
 template <typename U>
-__global__ void non_zero_count_kernel(const U* x, std::int64_t n, U mask, std::int64_t* tile_counts) {
+__global__ void __launch_bounds__(kNonZeroThreads) non_zero_count_kernel(const U* x, std::int64_t n, U mask, std::int64_t* tile_counts) {
   const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * kTile;
   int local = 0;
   for (int k = 0; k < kNonZeroItems; ++k) {
@@ -52,14 +53,17 @@ __global__ void non_zero_count_kernel(const U* x, std::int64_t n, U mask, std::i
   if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
 }
 
+constexpr int kScanThreads = 256;
+
 // One block: tile_counts becomes its exclusive prefix sum; *count gets the total.
-__global__ void non_zero_scan_kernel(std::int64_t* tile_counts, std::int64_t tiles, std::int64_t* count) {
-  using Scan = cub::BlockScan<std::int64_t, 1024>;
+__global__ void __launch_bounds__(kScanThreads)
+    non_zero_scan_kernel(std::int64_t* tile_counts, std::int64_t tiles, std::int64_t* count) {
+  using Scan = cub::BlockScan<std::int64_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ std::int64_t carry;
   if (threadIdx.x == 0) carry = 0;
   __syncthreads();
-  for (std::int64_t base = 0; base < tiles; base += 1024) {
+  for (std::int64_t base = 0; base < tiles; base += kScanThreads) {
     const std::int64_t i = base + threadIdx.x;
     std::int64_t v = i < tiles ? tile_counts[i] : 0;
     std::int64_t total = 0;
@@ -73,7 +77,7 @@ __global__ void non_zero_scan_kernel(std::int64_t* tile_counts, std::int64_t til
 }
 
 template <typename U>
-__global__ void non_zero_write_kernel(const U* x, std::int64_t n, U mask, Dims dims,
+__global__ void __launch_bounds__(kNonZeroThreads) non_zero_write_kernel(const U* x, std::int64_t n, U mask, Dims dims,
                                       const std::int64_t* tile_offsets, std::int64_t* y) {
   const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * kTile + threadIdx.x * kNonZeroItems;
   int local = 0;
@@ -106,7 +110,7 @@ void launch_non_zero(const void* x, std::int64_t n, U mask, const Dims& dims, st
   const auto* xs = static_cast<const U*>(x);
   non_zero_count_kernel<U><<<static_cast<unsigned>(tiles), kNonZeroThreads, 0, stream>>>(xs, n, mask, tile_counts);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
-  non_zero_scan_kernel<<<1, 1024, 0, stream>>>(tile_counts, tiles, count);
+  non_zero_scan_kernel<<<1, kScanThreads, 0, stream>>>(tile_counts, tiles, count);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
   non_zero_write_kernel<U><<<static_cast<unsigned>(tiles), kNonZeroThreads, 0, stream>>>(xs, n, mask, dims,
                                                                                          tile_counts, y);
@@ -147,65 +151,137 @@ __device__ double iou_of(const double a[4], const double b[4]) {
   return inter / (area_a + area_b - inter);
 }
 
-// Workspace: order int32 [BC * S], removed uint8 [BC * S], kept int32 [BC * K], counts int32 [BC] (valid, kept).
+// Workspace: order int32 [BC * S] (candidates by rank), mask u64 [BC * S * W] (W = ceil(S / 64): bit j of word w of
+// row r says candidate r suppresses candidate 64 w + j, for 64 w + j > r), kept int32 [BC * K], valid and kept counts
+// int32 [BC].
 struct NmsScratch {
   std::int32_t* order;
-  std::uint8_t* removed;
+  unsigned long long* mask;
   std::int32_t* kept;
   std::int32_t* valid;
   std::int32_t* kept_count;
 };
 
-template <typename T>
-__global__ void nms_rank_kernel(const T* scores, NmsGeometry g, NmsScratch s) {
-  const std::int64_t bc = blockIdx.x;
-  const T* sc = scores + bc * g.boxes;
-  std::int32_t* order = s.order + bc * g.boxes;
-  __shared__ int valid;
-  if (threadIdx.x == 0) valid = 0;
-  __syncthreads();
-  for (std::int64_t i = threadIdx.x; i < g.boxes; i += blockDim.x) {
-    s.removed[bc * g.boxes + i] = 0;
-    const double si = load(sc, i);
-    if (g.has_score_threshold && !(si > g.score_threshold)) continue;
-    atomicAdd(&valid, 1);  // a count only: the order below does not depend on it
-    std::int64_t rank = 0;
-    for (std::int64_t j = 0; j < g.boxes; ++j) {
-      const double sj = load(sc, j);
-      if (g.has_score_threshold && !(sj > g.score_threshold)) continue;
-      if (sj > si || (sj == si && j < i)) ++rank;
-    }
-    order[rank] = static_cast<std::int32_t>(i);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) s.valid[bc] = valid;
-}
+constexpr int kNmsThreads = 256;
+constexpr int kNmsWordBits = 64;
+
+__device__ __forceinline__ std::int64_t words_of(std::int64_t boxes) { return (boxes + kNmsWordBits - 1) / 64; }
 
 template <typename T>
-__global__ void nms_select_kernel(const T* boxes, NmsGeometry g, NmsScratch s) {
+__device__ __forceinline__ bool nms_valid(const T* sc, std::int64_t i, const NmsGeometry& g) {
+  return !g.has_score_threshold || load(sc, i) > g.score_threshold;
+}
+
+// A block per (batch, class): how many candidates pass the score threshold.
+template <typename T>
+__global__ void __launch_bounds__(kNmsThreads) nms_count_kernel(const T* scores, NmsGeometry g, NmsScratch s) {
   const std::int64_t bc = blockIdx.x;
-  const std::int64_t b = bc / g.classes;
-  const T* bx = boxes + b * g.boxes * 4;
-  const std::int32_t* order = s.order + bc * g.boxes;
-  std::uint8_t* removed = s.removed + bc * g.boxes;
-  std::int32_t* kept = s.kept + bc * g.max_per_class;
-  const int n = s.valid[bc];
-  int count = 0;
-  for (int r = 0; r < n && count < g.max_per_class; ++r) {
-    __syncthreads();  // the removals of the previous kept box are visible
-    if (removed[r]) continue;
-    const int i = order[r];
-    if (threadIdx.x == 0) kept[count] = i;
-    ++count;
-    if (count == g.max_per_class) break;
-    double ci[4];
-    corners_of(bx + static_cast<std::int64_t>(i) * 4, g.center_point_box, ci);
-    for (int q = r + 1 + static_cast<int>(threadIdx.x); q < n; q += blockDim.x) {
-      if (removed[q]) continue;
-      double cq[4];
-      corners_of(bx + static_cast<std::int64_t>(order[q]) * 4, g.center_point_box, cq);
-      if (iou_of(ci, cq) > g.iou_threshold) removed[q] = 1;
+  const T* sc = scores + bc * g.boxes;
+  int local = 0;
+  for (std::int64_t i = threadIdx.x; i < g.boxes; i += blockDim.x) local += nms_valid(sc, i, g) ? 1 : 0;
+  using Reduce = cub::BlockReduce<int, kNmsThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  const int total = Reduce(temp).Sum(local);
+  if (threadIdx.x == 0) s.valid[bc] = total;
+}
+
+// Grid (candidate tiles, batch * class): each candidate's rank by counting (score descending, ties: the smaller
+// index first, as a stable sort orders them).
+template <typename T>
+__global__ void __launch_bounds__(kNmsThreads) nms_rank_kernel(const T* scores, NmsGeometry g, NmsScratch s) {
+  const std::int64_t bc = blockIdx.y;
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const T* sc = scores + bc * g.boxes;
+  __shared__ double tile[kNmsThreads];
+  const bool mine = i < g.boxes && nms_valid(sc, i, g);
+  const double si = i < g.boxes ? load(sc, i) : 0.0;
+  std::int64_t rank = 0;
+  for (std::int64_t base = 0; base < g.boxes; base += kNmsThreads) {
+    __syncthreads();
+    const std::int64_t j = base + threadIdx.x;
+    // Candidates that fail the threshold never rank ahead: NaN stands for them.
+    tile[threadIdx.x] = j < g.boxes && nms_valid(sc, j, g) ? load(sc, j) : nan("");
+    __syncthreads();
+    if (!mine) continue;
+    const int span = static_cast<int>(min(static_cast<std::int64_t>(kNmsThreads), g.boxes - base));
+    for (int t = 0; t < span; ++t) {
+      const double sj = tile[t];
+      rank += (sj > si || (sj == si && base + t < i)) ? 1 : 0;
     }
+  }
+  if (mine) s.order[bc * g.boxes + rank] = static_cast<std::int32_t>(i);
+}
+
+// Grid (row tiles of 64, column tiles of 64, batch * class), 64 threads: the suppression bits of each ranked
+// candidate against the later ones of a column tile.
+template <typename T>
+__global__ void __launch_bounds__(kNmsWordBits) nms_mask_kernel(const T* boxes, NmsGeometry g, NmsScratch s) {
+  const std::int64_t bc = blockIdx.z;
+  const std::int64_t row_tile = blockIdx.x, col_tile = blockIdx.y;
+  const int n = s.valid[bc];
+  if (col_tile < row_tile || row_tile * kNmsWordBits >= n || col_tile * kNmsWordBits >= n) return;
+  const T* bx = boxes + (bc / g.classes) * g.boxes * 4;
+  const std::int32_t* order = s.order + bc * g.boxes;
+  __shared__ double cols[kNmsWordBits][4];
+  const std::int64_t c = col_tile * kNmsWordBits + threadIdx.x;
+  if (c < n) corners_of(bx + static_cast<std::int64_t>(order[c]) * 4, g.center_point_box, cols[threadIdx.x]);
+  __syncthreads();
+  const std::int64_t r = row_tile * kNmsWordBits + threadIdx.x;
+  if (r >= n) return;
+  double mine[4];
+  corners_of(bx + static_cast<std::int64_t>(order[r]) * 4, g.center_point_box, mine);
+  unsigned long long bits = 0;
+  const int span = static_cast<int>(min(static_cast<std::int64_t>(kNmsWordBits), n - col_tile * kNmsWordBits));
+  for (int t = 0; t < span; ++t) {
+    if (col_tile * kNmsWordBits + t > r && iou_of(mine, cols[t]) > g.iou_threshold) bits |= 1ull << t;
+  }
+  s.mask[(bc * g.boxes + r) * words_of(g.boxes) + col_tile] = bits;
+}
+
+// A block per (batch, class): the greedy walk in rank order, a tile of 64 candidates at a time. The block loads the
+// tile's own suppression words into shared memory; one thread decides the tile's candidates against the removal bits
+// so far and those words (shared memory only: no dependent global loads); then every thread ORs the kept ones'
+// rows into the removal bits of the later tiles (OR commutes: the bits do not depend on the order).
+constexpr int kSelectThreads = 512;
+
+__global__ void __launch_bounds__(kSelectThreads) nms_select_kernel(NmsGeometry g, NmsScratch s) {
+  extern __shared__ unsigned long long removed[];  // one word per tile
+  __shared__ unsigned long long diagonal[kNmsWordBits];
+  __shared__ int tile_kept[kNmsWordBits];
+  __shared__ int tile_count;
+  __shared__ int count;
+  const std::int64_t bc = blockIdx.x;
+  const int n = s.valid[bc];
+  const std::int64_t words = words_of(g.boxes);
+  const std::int64_t used = (n + kNmsWordBits - 1) / kNmsWordBits;
+  const unsigned long long* mask = s.mask + bc * g.boxes * words;
+  for (std::int64_t w = threadIdx.x; w < used; w += blockDim.x) removed[w] = 0;
+  if (threadIdx.x == 0) count = 0;
+  __syncthreads();
+  for (std::int64_t tile = 0; tile < used && count < g.max_per_class; ++tile) {
+    const int span = static_cast<int>(min(static_cast<std::int64_t>(kNmsWordBits), n - tile * kNmsWordBits));
+    if (threadIdx.x < span) diagonal[threadIdx.x] = mask[(tile * kNmsWordBits + threadIdx.x) * words + tile];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long word = removed[tile];
+      int kept_here = 0;
+      for (int t = 0; t < span && count < g.max_per_class; ++t) {
+        if ((word >> t) & 1ull) continue;
+        const std::int64_t r = tile * kNmsWordBits + t;
+        s.kept[bc * g.max_per_class + count] = s.order[bc * g.boxes + r];
+        ++count;
+        tile_kept[kept_here++] = static_cast<int>(r);
+        word |= diagonal[t];
+      }
+      tile_count = kept_here;
+    }
+    __syncthreads();
+    const std::int64_t later = used - tile - 1;
+    for (std::int64_t k = threadIdx.x; k < tile_count * later; k += blockDim.x) {
+      const std::int64_t w = tile + 1 + k % later;
+      atomicOr(&removed[w], mask[static_cast<std::int64_t>(tile_kept[k / later]) * words + w]);
+    }
+    __syncthreads();
   }
   if (threadIdx.x == 0) s.kept_count[bc] = count;
 }
@@ -231,12 +307,14 @@ std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 NmsScratch scratch_of(const NmsGeometry& g, void* workspace) {
   const auto pairs = static_cast<std::size_t>(g.batches * g.classes);
+  const auto boxes = static_cast<std::size_t>(g.boxes);
+  const std::size_t words = (boxes + kNmsWordBits - 1) / kNmsWordBits;
   auto* p = static_cast<std::uint8_t*>(workspace);
   NmsScratch s{};
   s.order = reinterpret_cast<std::int32_t*>(p);
-  p += align256(pairs * static_cast<std::size_t>(g.boxes) * sizeof(std::int32_t));
-  s.removed = p;
-  p += align256(pairs * static_cast<std::size_t>(g.boxes));
+  p += align256(pairs * boxes * sizeof(std::int32_t));
+  s.mask = reinterpret_cast<unsigned long long*>(p);
+  p += align256(pairs * boxes * words * sizeof(unsigned long long));
   s.kept = reinterpret_cast<std::int32_t*>(p);
   p += align256(pairs * static_cast<std::size_t>(g.max_per_class) * sizeof(std::int32_t));
   s.valid = reinterpret_cast<std::int32_t*>(p);
@@ -301,8 +379,10 @@ void non_zero(const void* x, DType dtype, const std::vector<std::int64_t>& shape
 
 std::size_t nms_workspace_bytes(const NmsGeometry& g) {
   const auto pairs = static_cast<std::size_t>(g.batches * g.classes);
-  return align256(pairs * static_cast<std::size_t>(g.boxes) * sizeof(std::int32_t)) +
-         align256(pairs * static_cast<std::size_t>(g.boxes)) +
+  const auto boxes = static_cast<std::size_t>(g.boxes);
+  const std::size_t words = (boxes + kNmsWordBits - 1) / kNmsWordBits;
+  return align256(pairs * boxes * sizeof(std::int32_t)) +
+         align256(pairs * boxes * words * sizeof(unsigned long long)) +
          align256(pairs * static_cast<std::size_t>(g.max_per_class) * sizeof(std::int32_t)) +
          align256(pairs * sizeof(std::int32_t)) + align256(pairs * sizeof(std::int32_t));
 }
@@ -319,13 +399,26 @@ void non_max_suppression(const void* boxes, const void* scores, DType dtype, con
   XPURT_CUDA_CHECK(cudaMemsetAsync(selected, 0, static_cast<std::size_t>(pairs * g.max_per_class * 3) *
                                                     sizeof(std::int64_t), s));
   const NmsScratch scratch = scratch_of(g, workspace);
+  const std::int64_t tiles = (g.boxes + kNmsWordBits - 1) / kNmsWordBits;
+  XPURT_CHECK(tiles <= 65535 && pairs <= 65535, "cuda_raw::non_max_suppression: up to 65535 (batch, class) pairs and ",
+              65535 * kNmsWordBits, " boxes, got ", pairs, " and ", g.boxes);
+  const std::size_t removed_bytes = static_cast<std::size_t>(tiles) * sizeof(unsigned long long);
+  XPURT_CHECK(removed_bytes <= 48 * 1024, "cuda_raw::non_max_suppression: up to ", 48 * 1024 / 8 * kNmsWordBits,
+              " boxes per class, got ", g.boxes);
   dispatch_float(dtype, "non_max_suppression", [&](auto tag) {
     using T = decltype(tag);
-    nms_rank_kernel<T><<<static_cast<unsigned>(pairs), 256, 0, s>>>(static_cast<const T*>(scores), g, scratch);
+    const auto* sc = static_cast<const T*>(scores);
+    nms_count_kernel<T><<<static_cast<unsigned>(pairs), kNmsThreads, 0, s>>>(sc, g, scratch);
     XPURT_CUDA_RAW_LAUNCH_CHECK();
-    nms_select_kernel<T><<<static_cast<unsigned>(pairs), 256, 0, s>>>(static_cast<const T*>(boxes), g, scratch);
+    const dim3 rank_grid(static_cast<unsigned>((g.boxes + kNmsThreads - 1) / kNmsThreads), static_cast<unsigned>(pairs));
+    nms_rank_kernel<T><<<rank_grid, kNmsThreads, 0, s>>>(sc, g, scratch);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+    const dim3 mask_grid(static_cast<unsigned>(tiles), static_cast<unsigned>(tiles), static_cast<unsigned>(pairs));
+    nms_mask_kernel<T><<<mask_grid, kNmsWordBits, 0, s>>>(static_cast<const T*>(boxes), g, scratch);
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   });
+  nms_select_kernel<<<static_cast<unsigned>(pairs), kSelectThreads, removed_bytes, s>>>(g, scratch);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
   nms_write_kernel<<<1, 256, 0, s>>>(g, scratch, static_cast<std::int64_t*>(selected), total);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }

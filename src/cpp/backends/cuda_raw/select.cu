@@ -108,9 +108,9 @@ void arg_reduce(bool max, bool select_last_index, const void* x, DType dtype, vo
 
 void top_k(const void* x, DType dtype, void* values, void* indices, std::int64_t rows, std::int64_t cols,
            std::int64_t k, bool largest, void* stream) {
+  if (rows == 0 || k == 0) return;  // an empty result (a segment whose NonZero found nothing gives one)
   XPURT_CHECK(cols >= 1 && cols <= kTopKMaxCols && k >= 0 && k <= cols, "cuda_raw::top_k: rows of 1 to ",
               kTopKMaxCols, " elements and 0 <= k <= cols, got cols ", cols, " and k ", k);
-  if (rows == 0 || k == 0) return;
   int padded = 1;
   while (padded < cols) padded <<= 1;
   const int threads = std::min(512, std::max(32, padded / 2));

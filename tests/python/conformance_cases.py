@@ -1384,7 +1384,7 @@ def second_batch_cases() -> List[Case]:
                           lambda inputs, attrs: np.prod(inputs[0], axis=tuple(attrs["axes"]) or None,
                                                         keepdims=bool(attrs["keepdims"])), "exact",
                           ("int32", "int64")))
-    return cases + data_dependent_cases()
+    return cases + data_dependent_cases() + conv3d_cases()
 
 
 def ref_non_zero(inputs, attrs):
@@ -1436,6 +1436,75 @@ def ref_nms(inputs, attrs):
     if rows:
         bounded[:len(rows)] = np.array(rows, np.int64)
     return bounded, np.array([len(rows)], np.int64)
+
+
+def ref_conv3d(inputs, attrs, transpose=False):
+    """NumPy 3-D convolution (ONNX Conv) or transposed convolution (ONNX ConvTranspose), groups included."""
+    x, w = inputs[0].astype(np.float64), inputs[1].astype(np.float64)
+    bias = inputs[2] if len(inputs) > 2 else None
+    s, d = attrs.get("strides", [1, 1, 1]), attrs.get("dilations", [1, 1, 1])
+    p = attrs.get("pads", [0] * 6)
+    g = attrs.get("groups", 1)
+    n, c = x.shape[:2]
+    k = w.shape[2:]
+    cg = c // g
+    if not transpose:
+        xp = np.pad(x, [(0, 0), (0, 0)] + [(p[i], p[3 + i]) for i in range(3)])
+        out = [(xp.shape[2 + i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(3)]
+        og = w.shape[0] // g
+        y = np.zeros((n, w.shape[0], *out))
+        for kd in range(k[0]):
+            for kh in range(k[1]):
+                for kw in range(k[2]):
+                    offs = (kd * d[0], kh * d[1], kw * d[2])
+                    patch = xp[:, :, offs[0]:offs[0] + s[0] * (out[0] - 1) + 1:s[0],
+                               offs[1]:offs[1] + s[1] * (out[1] - 1) + 1:s[1],
+                               offs[2]:offs[2] + s[2] * (out[2] - 1) + 1:s[2]]
+                    for gi in range(g):
+                        y[:, gi * og:(gi + 1) * og] += np.einsum(
+                            "ncdhw,oc->nodhw", patch[:, gi * cg:(gi + 1) * cg], w[gi * og:(gi + 1) * og, :, kd, kh, kw])
+    else:
+        op = attrs.get("output_padding", [0, 0, 0])
+        og = w.shape[1]
+        big = [s[i] * (x.shape[2 + i] - 1) + d[i] * (k[i] - 1) + 1 + op[i] for i in range(3)]
+        y = np.zeros((n, og * g, *big))
+        for kd in range(k[0]):
+            for kh in range(k[1]):
+                for kw in range(k[2]):
+                    offs = (kd * d[0], kh * d[1], kw * d[2])
+                    for gi in range(g):
+                        y[:, gi * og:(gi + 1) * og, offs[0]:offs[0] + s[0] * (x.shape[2] - 1) + 1:s[0],
+                          offs[1]:offs[1] + s[1] * (x.shape[3] - 1) + 1:s[1],
+                          offs[2]:offs[2] + s[2] * (x.shape[4] - 1) + 1:s[2]] += np.einsum(
+                            "ncdhw,co->nodhw", x[:, gi * cg:(gi + 1) * cg], w[gi * cg:(gi + 1) * cg, :, kd, kh, kw])
+        y = y[:, :, p[0]:big[0] - p[3], p[1]:big[1] - p[4], p[2]:big[2] - p[5]]
+    if bias is not None:
+        y = y + bias.reshape(1, -1, 1, 1, 1)
+    return y
+
+
+def conv3d_cases() -> List[Case]:
+    cases = []
+    for name, (x, w, bias, attrs) in {
+            "plain_1x3x5x6x7": ((1, 3, 5, 6, 7), (4, 3, 3, 3, 3), True, {"pads": [1] * 6}),
+            "strided_2x4x7x5x9": ((2, 4, 7, 5, 9), (6, 2, 3, 1, 3), False,
+                                  {"strides": [2, 1, 2], "pads": [1, 0, 1, 1, 0, 1], "groups": 2}),
+            "dilated_1x2x6x6x6": ((1, 2, 6, 6, 6), (3, 2, 2, 2, 2), True, {"dilations": [2, 1, 2]})}.items():
+        rng = _rng("conv3d" + name)
+        inputs = [uniform(rng, x), uniform(rng, w, -0.5, 0.5)] + ([uniform(rng, (w[0],))] if bias else [])
+        cases.append(Case("conv3d", name, inputs, attrs, ref_conv3d, "gemm"))
+    for name, (x, w, bias, attrs) in {
+            "plain_1x3x4x5x3": ((1, 3, 4, 5, 3), (3, 2, 3, 3, 3), True, {"pads": [1] * 6}),
+            "strided_2x4x3x4x5": ((2, 4, 3, 4, 5), (4, 3, 3, 2, 3), False,
+                                  {"strides": [2, 2, 1], "output_padding": [1, 0, 0], "groups": 2}),
+            "asym_1x2x3x3x3": ((1, 2, 3, 3, 3), (2, 2, 2, 3, 2), False,
+                               {"strides": [2, 1, 2], "pads": [0, 1, 1, 1, 0, 0]})}.items():
+        rng = _rng("conv_transpose3d" + name)
+        out_channels = w[1] * attrs.get("groups", 1)
+        inputs = [uniform(rng, x), uniform(rng, w, -0.5, 0.5)] + ([uniform(rng, (out_channels,))] if bias else [])
+        cases.append(Case("conv_transpose3d", name, inputs, attrs,
+                          lambda i, a: ref_conv3d(i, a, transpose=True), "gemm"))
+    return cases
 
 
 def data_dependent_cases() -> List[Case]:

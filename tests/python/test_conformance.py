@@ -48,6 +48,11 @@ def _asymmetric_pads(case: Case, dtype: str) -> bool:
     return pads[0] != pads[2] or pads[1] != pads[3]
 
 
+def _asymmetric_pads_3d(case: Case, dtype: str) -> bool:
+    pads = case.attrs.get("pads", [0] * 6)
+    return pads[:3] != pads[3:]
+
+
 def _ceil_changes_size(case: Case, dtype: str) -> bool:
     if not case.attrs.get("ceil_mode", 0):
         return False
@@ -100,6 +105,10 @@ EXCLUSIONS: List[Exclusion] = [
               "cuDNN's attention bias is [B or 1, H or 1, Sq, Sk]; masks broadcast along Sq or Sk run on flash_v2"),
     Exclusion("cudnn", "attention", lambda c, dt: c.inputs[2].shape[3] != c.inputs[0].shape[3],
               "the cudnn attention kernel needs v's head dim equal to q's (Dv == D)"),
+    Exclusion("cudnn", "conv_transpose3d", _asymmetric_pads_3d,
+              "cuDNN's N-d convolution descriptor takes one pad per axis (begin == end)"),
+    Exclusion("cudnn", "conv3d", _asymmetric_pads_3d,
+              "cuDNN's N-d convolution descriptor takes one pad per axis (begin == end)"),
     Exclusion("cudnn", "conv2d", _asymmetric_pads,
               "cuDNN convolution takes symmetric pads (top == bottom, left == right) only"),
     Exclusion("cudnn_search", "conv2d", _asymmetric_pads,

@@ -194,3 +194,30 @@ def test_conv_transpose_1d_runs_as_2d(device):
     node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
     model = _model(node, [("x", x)], expected.shape, 17, [numpy_helper.from_array(w, "w")])
     np.testing.assert_allclose(_run(model, {"x": x}, device), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=pytest.mark.skipif(
+    xrt.get_device_count() == 0, reason="needs a CUDA device"))])
+def test_3d_conv_and_conv_transpose_from_pytorch(tmp_path, device):
+    """A PyTorch Conv3d / ConvTranspose3d network (TorchScript export) runs on the registry's conv3d and
+    conv_transpose3d (cudnn on CUDA) and matches PyTorch."""
+    torch = pytest.importorskip("torch")
+    from torch_export import export_onnx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv3d(3, 8, 3, stride=(1, 2, 2), padding=1), torch.nn.ReLU(),
+        torch.nn.Conv3d(8, 8, (1, 3, 3), padding=(0, 1, 1), groups=2),
+        torch.nn.ConvTranspose3d(8, 4, 3, stride=2, padding=1, output_padding=1), torch.nn.Sigmoid()).eval()
+    x = torch.randn(2, 3, 5, 9, 11)
+    path = tmp_path / "conv3d.onnx"
+    export_onnx(model, x, path)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    session = xrt.InferenceSession(str(path), engine="native", device=device)
+    (y,) = session.run(None, {"x": x.numpy()})
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+    ops = {n["op"] for n in session.explain().nodes}
+    assert {"conv3d", "conv_transpose3d"} <= ops, ops
+    kernels = {n["kernel"] for n in session.explain().nodes if n["op"] in ("conv3d", "conv_transpose3d")}
+    assert kernels == ({"cpu"} if device == "cpu" else {"cudnn"}), kernels

@@ -73,7 +73,8 @@ class AbsentKernel final : public Kernel {
 #endif
 #if !XPURT_BACKEND_CUDNN
   declare_absent(registry, "cudnn",
-                 {"conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "batch_norm"},
+                 {"conv2d", "conv_transpose2d", "conv3d", "conv_transpose3d", "max_pool2d", "avg_pool2d",
+                  "global_avg_pool", "batch_norm"},
                  "cudnn", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
   declare_absent(registry, "cudnn", {"conv2d"}, "cudnn_search", XPURT_WITH_CUDA ? no_cudnn : no_cuda);
   declare_absent(registry, "cudnn", {"attention"}, "cudnn", XPURT_WITH_CUDA ? no_cudnn : no_cuda);

@@ -251,6 +251,59 @@ std::vector<TensorDesc> infer_conv_transpose2d(const OpDescriptor& desc) {
   return {output_like(desc.inputs[0], Shape{x[0], o, oh, ow})};
 }
 
+// ONNX Conv and ConvTranspose in 3-D: x [N, C, D, H, W]; conv3d's weight [O, C/groups, kd, kh, kw], output
+// sizes as conv2d's per axis; conv_transpose3d's weight [C, O/groups, kd, kh, kw], sizes as conv_transpose2d's.
+// pads: (d, h, w begins, then d, h, w ends).
+std::vector<TensorDesc> infer_conv3d_like(const OpDescriptor& desc, bool transpose) {
+  const std::string op = desc.op;
+  check_float_inputs(desc, {"x", "weight", "bias?"});
+  check_rank(desc.inputs[0], 5, op, "x", "[N, C, D, H, W]");
+  check_rank(desc.inputs[1], 5, op, "weight", transpose ? "[C, O/groups, kd, kh, kw]" : "[O, C/groups, kd, kh, kw]");
+  const Shape& x = desc.inputs[0].shape;
+  const Shape& w = desc.inputs[1].shape;
+  const auto strides = ints_of_size(desc.attrs, "strides", 3, {1, 1, 1}, op);
+  const auto pads = ints_of_size(desc.attrs, "pads", 6, {0, 0, 0, 0, 0, 0}, op);
+  const auto dilations = ints_of_size(desc.attrs, "dilations", 3, {1, 1, 1}, op);
+  const auto output_padding = ints_of_size(desc.attrs, "output_padding", 3, {0, 0, 0}, op);
+  const std::int64_t groups = desc.attrs.get_int("groups", 1);
+  for (int k = 0; k < 3; ++k) {
+    XPURT_CHECK(strides[k] >= 1 && dilations[k] >= 1, "op '", op, "': strides and dilations must be >= 1, got ",
+                shape_str(strides), " and ", shape_str(dilations));
+    XPURT_CHECK(output_padding[k] >= 0 && (!transpose || output_padding[k] < std::max(strides[k], dilations[k])),
+                "op '", op, "': output_padding must be >= 0 and smaller than the stride or the dilation, got ",
+                shape_str(output_padding));
+  }
+  for (const auto p : pads) XPURT_CHECK(p >= 0, "op '", op, "': pads must be >= 0, got ", shape_str(pads));
+  XPURT_CHECK(groups >= 1 && x[1] % groups == 0, "op '", op, "': groups=", groups, " must divide the input channels (",
+              x[1], ")");
+  std::int64_t o = 0;
+  if (transpose) {
+    XPURT_CHECK(w[0] == x[1], "op '", op, "': weight ", shape_str(w), " expects ", w[0], " input channels, x ",
+                shape_str(x), " has ", x[1]);
+    o = w[1] * groups;
+  } else {
+    XPURT_CHECK(w[0] % groups == 0 && w[1] * groups == x[1], "op '", op, "': weight ", shape_str(w), " expects ",
+                w[1] * groups, " input channels with groups=", groups, " (and output channels divisible by it), x ",
+                shape_str(x), " has ", x[1]);
+    o = w[0];
+  }
+  Shape out = {x[0], o};
+  for (int k = 0; k < 3; ++k) {
+    const std::int64_t in = x[2 + static_cast<std::size_t>(k)], kernel = w[2 + static_cast<std::size_t>(k)];
+    const std::int64_t n = transpose ? strides[k] * (in - 1) + output_padding[k] + dilations[k] * (kernel - 1) + 1 -
+                                           pads[k] - pads[3 + k]
+                                     : pooled_size(in, kernel, strides[k], pads[k], pads[3 + k], dilations[k], false);
+    XPURT_CHECK(n > 0, "op '", op, "': no output along spatial axis ", k, " (input ", shape_str(x), ", weight ",
+                shape_str(w), ", pads ", shape_str(pads), ")");
+    out.push_back(n);
+  }
+  if (desc.inputs[2].present) {
+    XPURT_CHECK(desc.inputs[2].shape == Shape{o}, "op '", op, "': bias must have shape [", o, "], got ",
+                shape_str(desc.inputs[2].shape));
+  }
+  return {output_like(desc.inputs[0], out)};
+}
+
 std::vector<TensorDesc> infer_pool(const OpDescriptor& desc) {
   check_float_inputs(desc, {"x"});
   const bool nhwc = detail::is_nhwc(desc.attrs, desc.op);
@@ -433,6 +486,14 @@ void register_ops(KernelRegistry& registry) {
       "ONNX ConvTranspose in 2-D: x[N,C,H,W], weight [C, O/groups, kh, kw]; strides, pads (t,l,b,r), dilations, "
       "groups, output_padding (h,w)",
       infer_conv_transpose2d);
+  add("conv3d", "conv", {"x", "weight", "bias?"},
+      "ONNX Conv in 3-D: x[N,C,D,H,W], weight [O, C/groups, kd, kh, kw]; strides (3), pads (d,h,w begins, then "
+      "ends), dilations (3), groups",
+      [](const OpDescriptor& d) { return infer_conv3d_like(d, false); });
+  add("conv_transpose3d", "conv", {"x", "weight", "bias?"},
+      "ONNX ConvTranspose in 3-D: x[N,C,D,H,W], weight [C, O/groups, kd, kh, kw]; strides, pads, dilations, groups, "
+      "output_padding (3 each; pads 6)",
+      [](const OpDescriptor& d) { return infer_conv3d_like(d, true); });
   add("max_pool2d", "pool", {"x"}, "max pooling, layout=NCHW|NHWC; kernel_shape, strides, pads, dilations, ceil_mode",
       infer_pool);
   add("avg_pool2d", "pool", {"x"}, "average pooling, layout=NCHW|NHWC; kernel_shape, strides, pads, ceil_mode, "

@@ -211,6 +211,23 @@ void register_onnx_kernels(KernelRegistry& registry) {
         run_reference(launch, "ConvTranspose", attrs, launch_inputs(launch));
       },
       DTypeSet::kFloat);
+  // 3-D Conv and ConvTranspose: the reference library's, which takes any number of spatial axes.
+  for (const char* op : {"conv3d", "conv_transpose3d"}) {
+    const bool transpose = std::string(op) == "conv_transpose3d";
+    add_cpu_kernel(
+        registry, op, transpose ? "the ONNX reference library's ConvTranspose" : "the ONNX reference library's Conv",
+        [transpose](const KernelLaunch& launch, const CpuContext&) {
+          const Attributes& a = launch.desc->attrs;
+          Attributes attrs;
+          attrs.set("strides", a.get_ints("strides", {1, 1, 1}))
+              .set("pads", a.get_ints("pads", {0, 0, 0, 0, 0, 0}))
+              .set("dilations", a.get_ints("dilations", {1, 1, 1}))
+              .set("group", a.get_int("groups", 1));
+          if (transpose) attrs.set("output_padding", a.get_ints("output_padding", {0, 0, 0}));
+          run_reference(launch, transpose ? "ConvTranspose" : "Conv", attrs, launch_inputs(launch));
+        },
+        DTypeSet::kFloat);
+  }
   add_cpu_kernel(
       registry, "trilu", "the ONNX reference library's Trilu (k as a constant input)",
       [](const KernelLaunch& launch, const CpuContext&) {

@@ -1,5 +1,5 @@
-// Registration of the cudnn backend: conv2d ("cudnn", "cudnn_search"), conv_transpose2d ("cudnn"), max_pool2d,
-// avg_pool2d, global_avg_pool and batch_norm ("cudnn"), all on CUDA devices through cuDNN 9's legacy API.
+// Registration of the cudnn backend: conv2d ("cudnn", "cudnn_search"), conv_transpose2d, conv3d, conv_transpose3d,
+// max_pool2d, avg_pool2d, global_avg_pool and batch_norm ("cudnn"), all on CUDA devices through cuDNN 9's legacy API.
 // Registering touches no GPU and loads none of cuDNN's sub-libraries (cudnnGetVersion is answered by libcudnn.so
 // itself); the first handle, made when the first plan is built, does.
 #include <string>
@@ -15,6 +15,7 @@ void register_cudnn(KernelRegistry& registry) {
   register_cudnn_pool(registry);
   register_cudnn_batch_norm(registry);
   register_cudnn_conv_transpose(registry);
+  register_cudnn_conv3d(registry);
 }
 
 }  // namespace xpuruntime

@@ -195,4 +195,5 @@ void register_cudnn_conv(KernelRegistry& registry);
 void register_cudnn_pool(KernelRegistry& registry);
 void register_cudnn_batch_norm(KernelRegistry& registry);
 void register_cudnn_conv_transpose(KernelRegistry& registry);
+void register_cudnn_conv3d(KernelRegistry& registry);  // conv3d, conv_transpose3d
 }  // namespace xpuruntime

@@ -137,20 +137,23 @@ Lowered lower_gemm(const Ctx& c) {
 
 // ONNX conv/pool padding (explicit pads or auto_pad resolved against the known input shape) as
 // [top, left, bottom, right].
+// Explicit pads (begins, then ends) for a convolution or pool over kernel.size() spatial axes.
 bool resolve_pads(const Ctx& c, const Ints& kernel, const Ints& strides, const Ints& dilations, Ints* pads) {
   const std::string auto_pad = c.node.attrs.get_string("auto_pad", "NOTSET");
+  const std::size_t dims = kernel.size();
+  if (strides.size() != dims || dilations.size() != dims) return false;
   if (auto_pad == "NOTSET") {
-    *pads = c.node.attrs.get_ints("pads", {0, 0, 0, 0});
-    return pads->size() == 4;
+    *pads = c.node.attrs.get_ints("pads", Ints(2 * dims, 0));
+    return pads->size() == 2 * dims;
   }
   if (auto_pad == "VALID") {
-    *pads = {0, 0, 0, 0};
+    *pads = Ints(2 * dims, 0);
     return true;
   }
   if (!c.known(0)) return false;
   const Ints x = c.shape(0);
-  pads->assign(4, 0);
-  for (int k = 0; k < 2; ++k) {
+  pads->assign(2 * dims, 0);
+  for (std::size_t k = 0; k < dims; ++k) {
     const std::int64_t in = x[2 + k];
     const std::int64_t out = (in + strides[k] - 1) / strides[k];
     const std::int64_t total =
@@ -158,13 +161,31 @@ bool resolve_pads(const Ctx& c, const Ints& kernel, const Ints& strides, const I
     const std::int64_t small = total / 2;
     const std::int64_t large = total - small;
     (*pads)[k] = auto_pad == "SAME_LOWER" ? large : small;
-    (*pads)[k + 2] = auto_pad == "SAME_LOWER" ? small : large;
+    (*pads)[k + dims] = auto_pad == "SAME_LOWER" ? small : large;
   }
   return true;
 }
 
+// ONNX Conv in 3-D (x [N, C, D, H, W]) -> conv3d.
+Lowered lower_conv3d(const Ctx& c) {
+  if (!c.known(1)) return reference("weight shape unknown");
+  const Ints w = c.shape(1);
+  const Ints kernel = {w[2], w[3], w[4]};
+  const Ints strides = c.node.attrs.get_ints("strides", {1, 1, 1});
+  const Ints dilations = c.node.attrs.get_ints("dilations", {1, 1, 1});
+  Ints pads;
+  if (!resolve_pads(c, kernel, strides, dilations, &pads)) return reference("auto_pad with unknown input shape");
+  Attributes a;
+  a.set("strides", strides);
+  a.set("pads", pads);
+  a.set("dilations", dilations);
+  a.set("groups", c.node.attrs.get_int("group", 1));
+  return registry("conv3d", {0, 1, c.has(2) ? 2 : -1}, a);
+}
+
 Lowered lower_conv(const Ctx& c, bool fused) {
-  if (c.rank(1) != 4 || c.rank(0) != 4) return reference("not a 2-D convolution (or ranks unknown)");
+  if (!fused && c.rank(1) == 5 && c.rank(0) == 5) return lower_conv3d(c);
+  if (c.rank(1) != 4 || c.rank(0) != 4) return reference("not a 2-D or 3-D convolution (or ranks unknown)");
   if (!c.known(1)) return reference("weight shape unknown");
   const Ints w = c.shape(1);
   // FusedConv may be channels-last (the nhwc_layout pass): weight [O, kh, kw, C/g].
@@ -191,32 +212,36 @@ Lowered lower_conv(const Ctx& c, bool fused) {
 // ONNX ConvTranspose in 2-D. auto_pad SAME_UPPER/SAME_LOWER/VALID and output_shape become explicit pads when the
 // shapes are known, by the rule of ONNX's spec (the reference library's ConvTranspose computes the same).
 Lowered lower_conv_transpose(const Ctx& c) {
-  if (c.rank(1) != 4 || c.rank(0) != 4) return reference("not a 2-D transposed convolution (or ranks unknown)");
+  const bool three = c.rank(1) == 5 && c.rank(0) == 5;
+  if (!three && (c.rank(1) != 4 || c.rank(0) != 4)) {
+    return reference("not a 2-D or 3-D transposed convolution (or ranks unknown)");
+  }
+  const std::size_t dims = three ? 3 : 2;
   const std::string auto_pad = c.node.attrs.get_string("auto_pad", "NOTSET");
   Ints output_shape = c.node.attrs.get_ints("output_shape", {});
-  if (output_shape.size() == 4) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
-  const Ints strides = c.node.attrs.get_ints("strides", {1, 1});
-  const Ints dilations = c.node.attrs.get_ints("dilations", {1, 1});
-  const Ints output_padding = c.node.attrs.get_ints("output_padding", {0, 0});
-  Ints pads = c.node.attrs.get_ints("pads", {0, 0, 0, 0});
-  if (strides.size() != 2 || dilations.size() != 2 || output_padding.size() != 2 || pads.size() != 4) {
+  if (output_shape.size() == dims + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+  const Ints strides = c.node.attrs.get_ints("strides", Ints(dims, 1));
+  const Ints dilations = c.node.attrs.get_ints("dilations", Ints(dims, 1));
+  const Ints output_padding = c.node.attrs.get_ints("output_padding", Ints(dims, 0));
+  Ints pads = c.node.attrs.get_ints("pads", Ints(2 * dims, 0));
+  if (strides.size() != dims || dilations.size() != dims || output_padding.size() != dims || pads.size() != 2 * dims) {
     return reference("attributes of another rank");
   }
-  if (auto_pad == "VALID") pads = {0, 0, 0, 0};
+  if (auto_pad == "VALID") pads = Ints(2 * dims, 0);
   if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-    if (!c.known(0) || !c.known(1) || (!output_shape.empty() && output_shape.size() != 2)) {
+    if (!c.known(0) || !c.known(1) || (!output_shape.empty() && output_shape.size() != dims)) {
       return reference("auto_pad or output_shape with unknown shapes");
     }
     const Ints x = c.shape(0);
     const Ints w = c.shape(1);
-    for (int d = 0; d < 2; ++d) {
+    for (std::size_t d = 0; d < dims; ++d) {
       const std::int64_t natural = strides[d] * (x[2 + d] - 1) + output_padding[d] + (w[2 + d] - 1) * dilations[d] + 1;
       const std::int64_t target = !output_shape.empty() ? output_shape[d] : x[2 + d] * strides[d];
       const std::int64_t total = natural - target;
       if (total < 0) return reference("output_shape larger than the natural output (negative pads)");
       const std::int64_t half = total / 2;
       pads[d] = auto_pad == "SAME_UPPER" ? half : total - half;
-      pads[2 + d] = total - pads[d];
+      pads[dims + d] = total - pads[d];
     }
   } else if (auto_pad != "NOTSET" && auto_pad != "VALID") {
     return reference("auto_pad " + auto_pad);
@@ -227,7 +252,7 @@ Lowered lower_conv_transpose(const Ctx& c) {
   a.set("dilations", dilations);
   a.set("groups", c.node.attrs.get_int("group", 1));
   a.set("output_padding", output_padding);
-  return registry("conv_transpose2d", {0, 1, c.has(2) ? 2 : -1}, a);
+  return registry(three ? "conv_transpose3d" : "conv_transpose2d", {0, 1, c.has(2) ? 2 : -1}, a);
 }
 
 Lowered lower_pool(const Ctx& c, const std::string& op) {

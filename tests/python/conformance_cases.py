@@ -1384,7 +1384,7 @@ def second_batch_cases() -> List[Case]:
                           lambda inputs, attrs: np.prod(inputs[0], axis=tuple(attrs["axes"]) or None,
                                                         keepdims=bool(attrs["keepdims"])), "exact",
                           ("int32", "int64")))
-    return cases + data_dependent_cases() + conv3d_cases()
+    return cases + data_dependent_cases() + conv3d_cases() + scatter_nd_reduce_cases()
 
 
 def ref_non_zero(inputs, attrs):
@@ -1504,6 +1504,38 @@ def conv3d_cases() -> List[Case]:
         inputs = [uniform(rng, x), uniform(rng, w, -0.5, 0.5)] + ([uniform(rng, (out_channels,))] if bias else [])
         cases.append(Case("conv_transpose3d", name, inputs, attrs,
                           lambda i, a: ref_conv3d(i, a, transpose=True), "gemm"))
+    return cases
+
+
+def ref_scatter_nd_reduce(inputs, attrs):
+    data, indices, updates = inputs
+    y = data.copy()
+    depth = indices.shape[-1]
+    flat_idx = indices.astype(np.int64).reshape(-1, depth)
+    flat_upd = updates.reshape((-1,) + data.shape[depth:])
+    combine = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[attrs["reduction"]]
+    for t in range(flat_idx.shape[0]):
+        at = tuple(flat_idx[t])
+        y[at] = combine(y[at], flat_upd[t])
+    return y
+
+
+def scatter_nd_reduce_cases() -> List[Case]:
+    """ScatterND with a reduction: duplicate index tuples combine in order."""
+    cases = []
+    for reduction in ("add", "mul", "max", "min"):
+        for name, (shape, index_shape) in {"rows_dup": ((5, 4), (7, 1)), "scalars_dup": ((4, 5, 6), (9, 3))}.items():
+            rng = _rng("scatter_nd_" + reduction + name)
+            depth = index_shape[-1]
+            tuples = int(np.prod(index_shape[:-1]))
+            flat = rng.integers(0, int(np.prod(shape[:depth])), size=tuples)  # duplicates on purpose
+            idx = np.stack(np.unravel_index(flat, shape[:depth]), axis=-1).reshape(index_shape).astype(np.float32)
+            low, high = (1, 3) if reduction == "mul" else (-9, 10)
+            data, updates = integers(rng, shape, low, high), integers(rng, index_shape[:-1] + shape[depth:], low, high)
+            for tolerance, dtypes in (("elementwise", ("float32", "float16", "bfloat16")), ("exact", ("int32", "int64"))):
+                cases.append(Case("scatter_nd", f"{reduction}_{name}_{tolerance}", [data, idx, updates],
+                                  {"reduction": reduction}, ref_scatter_nd_reduce, tolerance, dtypes,
+                                  input_dtypes=[None, "int64", None]))
     return cases
 
 

@@ -44,6 +44,12 @@ EINSUM = [
     ("abc,cd->ad", [(3, 4, 5), (5, 2)]),                 # b summed on one side
     ("ij->ji", [(4, 7)]),
     ("bij->bj", [(2, 5, 3)]),
+    ("ii->i", [(6, 6)]),                                 # diagonals: Transpose, Reshape, Gather first
+    ("bii->bi", [(3, 5, 5)]),
+    ("ii->", [(7, 7)]),                                  # trace
+    ("iij->ji", [(4, 4, 3)]),
+    ("ij,jj->i", [(5, 6), (6, 6)]),
+    ("iijj->ij", [(3, 3, 2, 2)]),
 ]
 
 

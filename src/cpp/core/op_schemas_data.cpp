@@ -425,8 +425,12 @@ std::vector<TensorDesc> infer_scatter_nd(const OpDescriptor& desc) {
   check_same(desc, 2, "updates", "data");
   const TensorDesc& data = desc.inputs[0];
   const TensorDesc& indices = desc.inputs[1];
-  XPURT_CHECK(desc.attrs.get_string("reduction", "none") == "none", "op 'scatter_nd': only reduction='none' is a "
-              "registry op; other reductions run in the ONNX reference library");
+  const std::string reduction = desc.attrs.get_string("reduction", "none");
+  XPURT_CHECK(reduction == "none" || reduction == "add" || reduction == "mul" || reduction == "max" ||
+                  reduction == "min",
+              "op 'scatter_nd': reduction must be none, add, mul, max or min, got '", reduction, "'");
+  XPURT_CHECK_TYPE(reduction == "none" || desc.inputs[0].dtype != DType::kBool, "op 'scatter_nd': reduction '",
+                   reduction, "' does not take bool data");
   XPURT_CHECK(indices.dim() >= 1 && indices.shape.back() >= 1 && indices.shape.back() <= data.dim(), "op "
               "'scatter_nd': index tuples of ", indices.shape.empty() ? 0 : indices.shape.back(),
               " entries do not fit data ", shape_str(data.shape));
@@ -565,7 +569,8 @@ void register_data_ops(KernelRegistry& registry) {
   add("trilu", "data_movement", {"x"}, "ONNX Trilu over the last two dims: upper (1), k (0)", infer_trilu);
   add("tile", "data_movement", {"x"}, "ONNX Tile: repeats (required, one per dim)", infer_tile);
   add("scatter_nd", "data_movement", {"data", "indices", "updates"},
-      "ONNX ScatterND, reduction='none': data with updates written at the index tuples (duplicates: the last wins)",
+      "ONNX ScatterND: data with updates written at the index tuples in order; reduction none (duplicates: the last "
+      "wins), add, mul, max or min (combined step by step in the element type)",
       infer_scatter_nd);
   for (const char* op : {"arg_max", "arg_min"}) {
     add(op, "reduce", {"x"}, std::string(op) + " along axis (0) -> int64; keepdims (1), select_last_index (0)",

@@ -299,9 +299,11 @@ void tile(const void* x, void* y, std::size_t element_size, const std::vector<st
 // ONNX ScatterND (reduction none): y = data, then y[indices[t]] = updates[t] slice by slice, in order t = 0, 1, ...
 // (one thread per slice element walks the tuples in order, so duplicates resolve to the last, deterministically).
 // data_shape: every dim; indices [tuples, depth]; slice = product(data_shape[depth:]).
+// `reduction`: 0 none (the element size is all that matters), 1 add, 2 mul, 3 max, 4 min (`dtype`: float32/16,
+// bfloat16, int32, int64; each step combines in fp32 or the integer type and stores the element type).
 void scatter_nd(const void* data, const void* indices, DType index_dtype, const void* updates, void* y,
                 std::size_t element_size, const std::vector<std::int64_t>& data_shape, std::int64_t tuples,
-                std::int64_t depth, void* stream);
+                std::int64_t depth, void* stream, DType dtype = DType::kFloat32, int reduction = 0);
 
 // ---- select.cu: arg_max / arg_min, top_k ----
 

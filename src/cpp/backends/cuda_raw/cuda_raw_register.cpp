@@ -860,13 +860,20 @@ void register_onnx_kernels_2(KernelRegistry& registry) {
       DTypes::kAll);
   add_kernel(
       registry, "scatter_nd",
-      "ONNX ScatterND (reduction none): a copy of data, then a thread per slice element writes the updates in tuple "
-      "order (duplicates: the last wins); out-of-range tuples are skipped",
+      "ONNX ScatterND: a copy of data, then a thread per slice element applies the updates in tuple order "
+      "(reduction none: the last duplicate wins; add/mul/max/min: combined step by step in fp32 or the integer "
+      "type, as the reference); out-of-range tuples are skipped",
       {"data", "indices", "updates"},
       [](const OpDescriptor& desc) {
         if (desc.inputs[1].shape.back() > cuda_raw::kMaxDims) {
           return Support::no(detail::str_cat("cuda_raw scatter_nd takes index tuples of up to ", cuda_raw::kMaxDims,
                                              " entries"));
+        }
+        const DType dtype = desc.inputs[0].dtype;
+        if (desc.attrs.get_string("reduction", "none") != "none" && !is_kernel_float(dtype) &&
+            dtype != DType::kInt32 && dtype != DType::kInt64) {
+          return Support::no(detail::str_cat("cuda_raw scatter_nd reduces float32, float16, bfloat16, int32 and "
+                                             "int64, got ", dtype_name(dtype)));
         }
         return Support::yes();
       },
@@ -874,9 +881,13 @@ void register_onnx_kernels_2(KernelRegistry& registry) {
         const Tensor& data = launch.input(0);
         const Tensor& indices = launch.input(1);
         const std::int64_t depth = indices.shape().back();
+        const std::string reduction = launch.desc->attrs.get_string("reduction", "none");
+        const int code = reduction == "add" ? 1 : reduction == "mul" ? 2 : reduction == "max" ? 3
+                         : reduction == "min" ? 4 : 0;
         cuda_raw::scatter_nd(data.data_ptr(), indices.data_ptr(), indices.dtype(), launch.input(2).data_ptr(),
                              launch.output(0).data_ptr(), data.element_size(), data.shape(),
-                             product(indices.shape(), 0, indices.shape().size() - 1), depth, launch.stream.handle);
+                             product(indices.shape(), 0, indices.shape().size() - 1), depth, launch.stream.handle,
+                             data.dtype(), code);
       },
       DTypes::kAll);
   for (const char* op : {"arg_max", "arg_min"}) {

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include <type_traits>
+
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_kernels.h"
 
@@ -87,6 +89,47 @@ __global__ void scatter_nd_kernel(const I* indices, const E* updates, E* y, std:
   }
 }
 
+// ScatterND with a reduction: as scatter_nd_kernel, each step combining in fp32 (integers in their own type) and
+// storing back in the element type, so duplicates combine in tuple order exactly as the reference library does.
+template <typename T>
+__device__ __forceinline__ T scatter_combine(T a, T b, int reduction) {
+  if constexpr (std::is_integral_v<T>) {
+    switch (reduction) {
+      case 1: return static_cast<T>(a + b);
+      case 2: return static_cast<T>(a * b);
+      case 3: return a > b ? a : b;
+      default: return a < b ? a : b;
+    }
+  } else {
+    const float x = to_float(a), y = to_float(b);
+    switch (reduction) {
+      case 1: return from_float<T>(x + y);
+      case 2: return from_float<T>(x * y);
+      case 3: return from_float<T>(fmaxf(x, y));
+      default: return from_float<T>(fminf(x, y));
+    }
+  }
+}
+
+template <typename T, typename I>
+__global__ void scatter_nd_reduce_kernel(const I* indices, const T* updates, T* y, std::int64_t tuples, int depth,
+                                         std::int64_t slice, NdGeometry g, int reduction) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < slice; s += stride) {
+    for (std::int64_t t = 0; t < tuples; ++t) {
+      std::int64_t offset = s;
+      bool valid = true;
+      for (int k = 0; k < depth; ++k) {
+        std::int64_t index = static_cast<std::int64_t>(indices[t * depth + k]);
+        if (index < 0) index += g.size[k];
+        valid = valid && index >= 0 && index < g.size[k];
+        offset += index * g.stride[k];
+      }
+      if (valid) y[offset] = scatter_combine(y[offset], updates[t * slice + s], reduction);
+    }
+  }
+}
+
 }  // namespace
 
 void one_hot(const void* indices, DType index_dtype, void* y, std::size_t element_size, std::int64_t outer,
@@ -150,7 +193,7 @@ void tile(const void* x, void* y, std::size_t element_size, const std::vector<st
 
 void scatter_nd(const void* data, const void* indices, DType index_dtype, const void* updates, void* y,
                 std::size_t element_size, const std::vector<std::int64_t>& data_shape, std::int64_t tuples,
-                std::int64_t depth, void* stream) {
+                std::int64_t depth, void* stream, DType dtype, int reduction) {
   XPURT_CHECK(depth >= 1 && depth <= kMaxDims && depth <= static_cast<std::int64_t>(data_shape.size()),
               "cuda_raw::scatter_nd: index depth ", depth, " must be in [1, min(", kMaxDims, ", rank)]");
   std::int64_t numel = 1, slice = 1;
@@ -170,6 +213,24 @@ void scatter_nd(const void* data, const void* indices, DType index_dtype, const 
     g.size[k] = data_shape[static_cast<std::size_t>(k)];
     g.stride[k] = stride;
     stride *= data_shape[static_cast<std::size_t>(k)];
+  }
+  if (reduction != 0) {
+    const auto launch = [&](auto tag) {
+      using T = decltype(tag);
+      if (index_dtype == DType::kInt32) {
+        scatter_nd_reduce_kernel<T, std::int32_t><<<grid_for(slice, kThreads), kThreads, 0, s>>>(
+            static_cast<const std::int32_t*>(indices), static_cast<const T*>(updates), static_cast<T*>(y), tuples,
+            static_cast<int>(depth), slice, g, reduction);
+      } else {
+        scatter_nd_reduce_kernel<T, std::int64_t><<<grid_for(slice, kThreads), kThreads, 0, s>>>(
+            static_cast<const std::int64_t*>(indices), static_cast<const T*>(updates), static_cast<T*>(y), tuples,
+            static_cast<int>(depth), slice, g, reduction);
+      }
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    };
+    if (dtype == DType::kInt32) return launch(std::int32_t{});
+    if (dtype == DType::kInt64) return launch(std::int64_t{});
+    return dispatch_float(dtype, "scatter_nd with a reduction", launch);
   }
   dispatch_element_size(element_size, "scatter_nd", [&](auto tag) {
     using E = decltype(tag);

@@ -11,7 +11,8 @@
 //   InstanceNormalization and GroupNormalization (constant scale and bias) -> layer_norm (Note [Normalizations onto
 //     layer_norm]);
 //   ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp (float) -> Abs / Mul / Exp ... and ReduceSum (ReduceMax);
-//   Einsum of one or two operands without diagonals -> Transpose/Reshape around a MatMul (Note [Einsum onto MatMul]).
+//   Einsum of one or two operands -> Transpose/Reshape around a MatMul (Note [Einsum onto MatMul]); a label repeated
+//   within an operand first takes that diagonal (Transpose, Reshape, Gather).
 #include <cctype>
 #include <cstring>
 #include <map>
@@ -137,7 +138,7 @@ Node reduce_node(Graph& g, const std::string& op_type, const std::string& name, 
 }
 
 // Note [Einsum onto MatMul]: an Einsum of one or two operands whose labels each appear once per operand (no
-// diagonals, no ellipsis) is a batched matrix product between transposes and reshapes. Each label is a batch label
+// ellipsis; diagonals are taken first: take_diagonals) is a batched matrix product between transposes and reshapes. Each label is a batch label
 // (in both operands and the output), a contracted label (in both, not in the output), a free label of one operand
 // (in it and the output) or a summed label of one operand (in it only: a ReduceSum first). A is permuted to [batch,
 // free A, contracted] and viewed as [B, M, K], B to [batch, contracted, free B] as [B, K, N]; MatMul gives [B, M, N],
@@ -167,10 +168,8 @@ std::optional<EinsumSpec> parse_einsum(const std::string& equation, std::size_t 
   }
   if (spec.inputs.size() != operands) return std::nullopt;
   for (const std::string& labels : spec.inputs) {
-    for (std::size_t k = 0; k < labels.size(); ++k) {
-      if (!std::isalpha(static_cast<unsigned char>(labels[k])) || labels.find(labels[k], k + 1) != std::string::npos) {
-        return std::nullopt;  // a diagonal or a malformed label
-      }
+    for (const char label : labels) {
+      if (!std::isalpha(static_cast<unsigned char>(label))) return std::nullopt;  // a malformed label
     }
   }
   for (std::size_t k = 0; k < spec.output.size(); ++k) {
@@ -218,6 +217,65 @@ std::string sum_labels(Graph& g, std::vector<Node>& nodes, const std::string& na
   return out;
 }
 
+// A label repeated within one operand ("ii", "bjj") takes the diagonal of those axes: the two axes are moved last
+// (Transpose), merged (Reshape to [..., n * n]) and the diagonal gathered (Gather of 0, n + 1, 2 (n + 1), ...),
+// leaving the label once; repeated until every label of the operand is distinct. False when the repeated axes
+// differ in size.
+bool take_diagonals(Graph& g, std::vector<Node>& nodes, const std::string& name, std::string* value,
+                    std::string* labels, Ints* shape, DType dtype) {
+  for (;;) {
+    std::size_t first = std::string::npos, second = std::string::npos;
+    for (std::size_t k = 0; k < labels->size() && first == std::string::npos; ++k) {
+      const std::size_t again = labels->find((*labels)[k], k + 1);
+      if (again != std::string::npos) first = k, second = again;
+    }
+    if (first == std::string::npos) return true;
+    const std::int64_t n = (*shape)[first];
+    if ((*shape)[second] != n) return false;
+    std::string rest;
+    Ints rest_shape;
+    for (std::size_t k = 0; k < labels->size(); ++k) {
+      if (k == first || k == second) continue;
+      rest += (*labels)[k];
+      rest_shape.push_back((*shape)[k]);
+    }
+    const char label = (*labels)[first];
+    std::string moved = *labels;
+    moved.erase(second, 1);
+    moved.erase(first, 1);
+    Ints perm;
+    for (std::size_t k = 0; k < labels->size(); ++k) {
+      if (k != first && k != second) perm.push_back(static_cast<std::int64_t>(k));
+    }
+    perm.push_back(static_cast<std::int64_t>(first));
+    perm.push_back(static_cast<std::int64_t>(second));
+    Ints moved_shape = rest_shape;
+    moved_shape.push_back(n);
+    moved_shape.push_back(n);
+    const std::string t = new_value(g, name + "_diag_t", dtype, moved_shape);
+    Attributes a;
+    a.set("perm", perm);
+    nodes.push_back(make_node(g, "Transpose", name + "_diag_t", {*value}, {t}, a));
+    Ints merged = rest_shape;
+    merged.push_back(n * n);
+    const std::string flat = new_value(g, name + "_diag_flat", dtype, merged);
+    nodes.push_back(reshape_node(g, name + "_diag_flat", t, merged, flat));
+    Ints picks;
+    for (std::int64_t i = 0; i < n; ++i) picks.push_back(i * (n + 1));
+    Ints diag_shape = rest_shape;
+    diag_shape.push_back(n);
+    const std::string diag = new_value(g, name + "_diag", dtype, diag_shape);
+    Attributes ga;
+    ga.set("axis", static_cast<std::int64_t>(rest_shape.size()));
+    nodes.push_back(
+        make_node(g, "Gather", name + "_diag", {flat, add_constant(g, name + "_diag_idx", int64_tensor(picks))}, {diag},
+                  ga));
+    *value = diag;
+    *labels = rest + label;
+    *shape = diag_shape;
+  }
+}
+
 std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int64_t opset) {
   if (opset < 12) return std::nullopt;  // Einsum-12 is the first (reduce_node writes ReduceSum's axes either way)
   const auto spec = parse_einsum(n.attrs.get_string("equation", ""), n.inputs.size());
@@ -233,10 +291,16 @@ std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int6
     shapes.push_back(*shape);
   }
   std::vector<Node> nodes;
+  std::string operands[2] = {n.inputs[0], n.inputs.size() > 1 ? n.inputs[1] : std::string()};
+  for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+    if (!take_diagonals(g, nodes, n.name + "_in" + std::to_string(k), &operands[k], &labels[k], &shapes[k], *dtype)) {
+      return std::nullopt;
+    }
+  }
   if (n.inputs.size() == 1) {
     std::string labels0 = labels[0];
     Ints shape0 = shapes[0];
-    const std::string summed = sum_labels(g, nodes, n.name + "_sum", n.inputs[0], &labels0, &shape0, spec->output,
+    const std::string summed = sum_labels(g, nodes, n.name + "_sum", operands[0], &labels0, &shape0, spec->output,
                                           *dtype, opset);
     if (labels0.size() != spec->output.size()) return std::nullopt;
     const std::string out = permute_labels(g, nodes, n.name + "_order", summed, labels0, spec->output, shape0, *dtype);
@@ -245,7 +309,7 @@ std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int6
   }
   const std::string& out = spec->output;
   // Labels of one operand that the other and the output lack are summed away first.
-  std::string values[2] = {n.inputs[0], n.inputs[1]};
+  std::string values[2] = {operands[0], operands[1]};
   for (int k = 0; k < 2; ++k) {
     values[k] = sum_labels(g, nodes, n.name + "_sum" + std::to_string(k), values[k], &labels[static_cast<size_t>(k)],
                            &shapes[static_cast<size_t>(k)], labels[static_cast<size_t>(1 - k)] + out, *dtype, opset);

@@ -2,7 +2,9 @@
 // InferenceSession(engine "native") against values computed here; the CapturePlan's memory plan (offsets reused
 // across lifetimes, views sharing bytes, peak reported before running); plans per input shape; GraphExec replaying a
 // CUDA graph on a GPU (skipped without one).
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <random>
 #include <string>
@@ -264,4 +266,73 @@ TEST(NativeEngine, ExplainListsCandidatesTransfersAndTheMemoryPlan) {
   for (const char* key : {"\"candidates\"", "\"transfers\"", "\"memory_plan\"", "\"rule\"", "\"policy_rule\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
+}
+
+// Note [Segmented plans]: x -> NonZero(x > 0) -> Transpose -> GatherND(x, .) -> TopK(k = min(count, 3)): the plan
+// ends at the NonZero, the next segment is planned for the count each run gives, and explain() lists the segments.
+TEST(NativeEngine, SegmentedPlanRunsNonZeroThenTopKOnTheCount) {
+  Graph g;
+  g.name = "segmented";
+  g.opsets[""] = 13;
+  g.inputs = {"x"};
+  g.outputs = {"top", "nz"};
+  g.types["x"] = float_type({Dim(std::string("n"))});
+  auto int64_constant = [&](const std::string& name, std::vector<std::int64_t> values) {
+    Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kInt64);
+    std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
+    g.initializers[name] = t;
+  };
+  Tensor zero = Tensor::zeros({1}, DType::kFloat32);
+  g.initializers["zero"] = zero;
+  int64_constant("three", {3});
+  g.nodes.push_back(node("Greater", {"x", "zero"}, {"mask"}, "greater"));
+  g.nodes.push_back(node("NonZero", {"mask"}, {"nz"}, "nonzero"));
+  Node transpose = node("Transpose", {"nz"}, {"idx"}, "transpose");
+  transpose.attrs.set("perm", std::vector<std::int64_t>{1, 0});
+  g.nodes.push_back(transpose);
+  g.nodes.push_back(node("GatherND", {"x", "idx"}, {"kept"}, "gather"));
+  g.nodes.push_back(node("Shape", {"kept"}, {"count"}, "shape"));
+  Node both = node("Concat", {"count", "three"}, {"both"}, "concat");
+  both.attrs.set("axis", std::int64_t{0});
+  g.nodes.push_back(both);
+  Node k = node("ReduceMin", {"both"}, {"k"}, "reduce_min");
+  k.attrs.set("keepdims", std::int64_t{1});
+  g.nodes.push_back(k);
+  g.nodes.push_back(node("TopK", {"kept", "k"}, {"top", "top_i"}, "topk"));
+  g.validate();
+  SessionOptions options;
+  options.engine = "native";
+  InferenceSession session = InferenceSession::from_bytes(export_onnx(g), options);
+  for (const std::vector<float>& values : {std::vector<float>{-1, 4, 2, -3, 7, 1, 5}, std::vector<float>{-1, 2, -2},
+                                           std::vector<float>{-1, -2}}) {
+    Tensor x = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kFloat32);
+    std::memcpy(x.data_ptr(), values.data(), values.size() * sizeof(float));
+    const std::vector<Tensor> out = session.run({{"x", x}});
+    std::vector<float> positive;
+    std::vector<std::int64_t> where;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (values[i] > 0) positive.push_back(values[i]), where.push_back(static_cast<std::int64_t>(i));
+    }
+    std::sort(positive.begin(), positive.end(), std::greater<float>());
+    positive.resize(std::min<std::size_t>(positive.size(), 3));
+    ASSERT_EQ(out[0].shape(), (std::vector<std::int64_t>{static_cast<std::int64_t>(positive.size())}));
+    for (std::size_t i = 0; i < positive.size(); ++i) {
+      EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[i], positive[i]);
+    }
+    ASSERT_EQ(out[1].shape(), (std::vector<std::int64_t>{1, static_cast<std::int64_t>(where.size())}));
+    for (std::size_t i = 0; i < where.size(); ++i) {
+      EXPECT_EQ(static_cast<const std::int64_t*>(out[1].data_ptr())[i], where[i]);
+    }
+  }
+  const Explanation e = session.explain();
+  ASSERT_EQ(e.segments.size(), 2u) << e.str();
+  EXPECT_NE(e.segments[0].find("NonZero 'nonzero'"), std::string::npos) << e.segments[0];
+  // Each input length has its plan; the last one's boundary planned the next segment for its one count.
+  EXPECT_NE(e.segments[0].find("1 plan(s) cached"), std::string::npos) << e.segments[0];
+  bool second_segment = false;
+  for (const auto& n : e.nodes) {
+    EXPECT_NE(n.kernel, "onnx_ref") << n.node;
+    second_segment |= n.segment == 1 && n.op == "top_k";
+  }
+  EXPECT_TRUE(second_segment) << e.str();
 }

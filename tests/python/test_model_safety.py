@@ -128,3 +128,28 @@ def test_a_node_missing_a_required_input_is_a_typed_error():
         xrt.InferenceSession(regression, engine="native")
     except xrt.XpuRuntimeError:
         pass  # a typed error is what this input must give; anything else (a crash) fails the test run
+
+
+def test_memory_limit_caps_constant_folding():
+    """ExecutionPolicy.memory_limit bounds what folding may allocate: an 8 MiB ConstantOfShape is folded without a
+    limit and left a node under a 4 MiB one (the pass says why); both sessions compute the same."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Constant", [], ["shape"], value=helper.make_tensor("s", TensorProto.INT64, [2], [1024, 2048])),
+        helper.make_node("ConstantOfShape", ["shape"], ["big"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
+        helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0),
+        helper.make_node("Add", ["x", "total"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "fold", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    x = np.arange(3, dtype=np.float32)
+    free = xrt.InferenceSession(model, engine="native")
+    capped = xrt.InferenceSession(model, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="4MiB"))
+    for session in (free, capped):
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], x + 0.5 * 1024 * 2048)
+    ran = {session: {n["op_type"] for n in session.explain().nodes} for session in (free, capped)}
+    assert "ConstantOfShape" not in ran[free] and "ReduceSum" not in ran[free]  # folded into one constant
+    assert "ConstantOfShape" in ran[capped], capped.explain().options  # 8 MiB > the limit: left to run

@@ -276,6 +276,12 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   infer_options.tp_size = options.tp_size;
   infer_options.tp_rank = options.tp_rank;
   infer_options.tp_comm = options.tp_comm;
+  // ExecutionPolicy.memory_limit caps folding too: no folded constant may exceed it (each is counted in the plan's
+  // constants, which the limit checks below).
+  if (options.memory_limit != 0) {
+    infer_options.max_folded_bytes =
+        std::min<std::size_t>(infer_options.max_folded_bytes, static_cast<std::size_t>(options.memory_limit));
+  }
   plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes);
   plan->boundary_ = runtime::split_segments(g, options);  // Note [Segmented plans]
 

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -94,5 +95,9 @@ XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
 // Attention), each through its registry op on the CPU (xpuruntime::ops::call), for the ONNX reference library
 // (so that an interpreter running every node through onnx_ref::run_node runs fused graphs too).
 XPURT_API void register_fused_ops(onnx_ref::Library& lib);
+
+// The bytes folding `n` would allocate, predicted from the graph's types (and, for ConstantOfShape, Expand, Tile
+// and Range, from their constant inputs) before running it; nullopt when unknown.
+std::optional<std::size_t> predicted_fold_bytes(const Graph& g, const Node& n);
 
 }  // namespace xpuruntime::passes

@@ -200,7 +200,9 @@ int infer_types(Graph& g, const InferOptions& options) {
       for (const auto& go : g.outputs) is_graph_output |= !out.empty() && out == go;
     }
     // Folding.
-    if (options.fold_constants && all_constant) {
+    const std::optional<std::size_t> predicted =
+        options.fold_constants && all_constant ? passes::predicted_fold_bytes(g, node) : std::nullopt;
+    if (options.fold_constants && all_constant && (!predicted || *predicted <= options.max_folded_bytes)) {
       try {
         std::vector<Tensor> inputs;
         for (const Tensor* t : constants) inputs.push_back(t ? *t : Tensor());

@@ -96,6 +96,12 @@ std::optional<std::size_t> predicted_bytes(const Graph& g, const Node& n) {
   return total;
 }
 
+}  // namespace
+
+std::optional<std::size_t> predicted_fold_bytes(const Graph& g, const Node& n) { return predicted_bytes(g, n); }
+
+namespace {
+
 // One sweep in topological order: a folded node's outputs are constants for the nodes after it, so a chain of
 // constant nodes folds in one sweep.
 int fold_constants(Graph& g, const PassContext& ctx, PassResult& result) {

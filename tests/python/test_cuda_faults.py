@@ -70,3 +70,75 @@ def test_errors_during_a_step_name_the_node():
     np.testing.assert_array_equal(sess.run({"ids": np.array([4, 0])})["rows"], [[12, 13, 14], [0, 1, 2]])
     with pytest.raises(xrt.InvalidArgumentError, match=r"^node 'lookup_rows' \(Gather, kernel cpu\): "):
         sess.run({"ids": np.array([4, 7])})
+
+
+def _tiny_bert(device):
+    data = np.load("models/suite/tiny/bert.npz")
+    session = xrt.InferenceSession(MODEL, device=device, engine="native")
+    feeds = {i.name: data["in." + i.name] for i in session.get_inputs()}
+    return session, feeds
+
+
+def _outputs(result):
+    return {k: np.asarray(v.cpu().numpy() if hasattr(v, "cpu") else v) for k, v in result.items()}
+
+
+@pytest.fixture
+def repo_root(monkeypatch):
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    return root
+
+
+def test_out_of_memory_in_a_step_names_the_node_and_the_session_goes_on(repo_root):
+    """Note [Failed captures]: an out-of-memory raised while a step runs is an OutOfMemoryError naming the node; the
+    next run of the same session works."""
+    session, feeds = _tiny_bert("cpu")
+    expected = _outputs(session.run(feeds))
+    node = session.explain().nodes[3]["node"]
+    xrt._core._inject_step_fault(node, "oom")
+    with pytest.raises(xrt.OutOfMemoryError, match=f"node '{node}'.*injected"):
+        session.run(feeds)
+    for name, value in _outputs(session.run(feeds)).items():
+        np.testing.assert_array_equal(value, expected[name])
+
+
+@requires_gpu
+@pytest.mark.parametrize("kind", ["capture", "oom"])
+def test_a_failed_capture_raises_at_its_node_and_the_session_goes_on(repo_root, kind):
+    """The second run captures the plan; a step that breaks the capture (a synchronization inside it) or runs out of
+    memory there raises a typed error naming the node; the session's next runs work: eagerly after a broken capture
+    (explain says why), captured again after an out-of-memory."""
+    session, feeds = _tiny_bert("cuda:0")
+    expected = _outputs(session.run(feeds))
+    node = session.explain().nodes[2]["node"]
+    xrt._core._inject_step_fault(node, kind)
+    with pytest.raises(xrt.OutOfMemoryError if kind == "oom" else xrt.XpuRuntimeError, match=f"node '{node}'"):
+        session.run(feeds)
+    assert xrt._core.device_fault("cuda:0") == ""  # nothing sticky
+    for _ in range(3):
+        for name, value in _outputs(session.run(feeds)).items():
+            np.testing.assert_allclose(value, expected[name], rtol=1e-5, atol=1e-5)
+    options = " ".join(session.explain().options)
+    if kind == "capture":
+        assert "capture failed" in options, options
+    else:
+        assert "captured and replayed" in options, options
+
+
+@requires_gpu
+def test_device_out_of_memory_leaves_the_session_usable(repo_root):
+    """A device memory limit below what a run needs makes the run an OutOfMemoryError; lifting it lets the same
+    session run again."""
+    session, feeds = _tiny_bert("cuda:0")
+    expected = _outputs(session.run(feeds))
+    before = xrt.runtime.get_memory_limit("cuda:0")
+    xrt.runtime.set_memory_limit("cuda:0", 1)
+    try:
+        with pytest.raises(xrt.OutOfMemoryError):
+            fresh = xrt.InferenceSession(MODEL, device="cuda:0", engine="native")
+            fresh.run(feeds)
+    finally:
+        xrt.runtime.set_memory_limit("cuda:0", before)
+    for name, value in _outputs(session.run(feeds)).items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5, atol=1e-5)

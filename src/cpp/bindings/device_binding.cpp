@@ -4,6 +4,7 @@
 #include "bindings.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/graph_exec.h"
 
 namespace xpuruntime::bindings {
 
@@ -110,6 +111,11 @@ void bind_devices(py::module_& m) {
   m.def("_inject_device_fault", [](const py::object& device) {
     DeviceManager::instance().inject_fault_for_testing(to_device(device));
   }, "Tests only: a kernel storing to an unmapped address (a sticky CUDA error at the next synchronization).");
+  m.def("_inject_step_fault", [](const std::string& node, const std::string& kind) {
+    GraphExec::inject_step_fault_for_testing(node, kind);
+  }, py::arg("node"), py::arg("kind") = "capture",
+        "Tests only (Note [Failed captures]): the next time step `node` runs, 'capture' synchronizes its stream during "
+        "a CUDA graph capture (the capture fails), 'oom' raises OutOfMemoryError there. One shot.");
   m.def("device_fault", [](const py::object& device) {
     const Device d = to_device(device);
     return d.is_cuda() ? DeviceManager::instance().fault(d.index) : std::string();

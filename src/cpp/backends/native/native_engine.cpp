@@ -268,8 +268,16 @@ class NativeSession final : public EngineSession {
       plan = last_plan_;
       e.options.push_back(detail::str_cat("plans built: ", plans_.size(), " (one per input-shape signature)"));
       bool captured = false;
+      std::string failed;
       for (const auto& [key, pool] : pools_) {
-        for (const auto& exec : pool) captured |= exec->graph_captured();
+        for (const auto& exec : pool) {
+          captured |= exec->graph_captured();
+          if (failed.empty()) failed = exec->capture_failure();
+        }
+      }
+      if (!failed.empty()) {
+        e.options.push_back("a CUDA graph capture failed (Note [Failed captures]); that executor runs eagerly: " +
+                            failed);
       }
       if (options_.device.is_cuda()) {
         e.options.push_back(detail::str_cat("cuda_graphs=", options_.exec_policy.cuda_graphs ? "true" : "false",

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
-#include <functional>
 #include <optional>
 #include <set>
 
@@ -212,6 +212,32 @@ void finish_run(const StreamView& stream, const CapturePlan& plan, bool replayed
   }
 }
 
+// Note [Failed captures]
+// A step that cannot be captured (a kernel that synchronizes, allocates outside the graph's pool, or fails) ends the
+// capture: the capture is closed and dropped, and the run raises the step's error, typed and naming the node (Note
+// [Errors name their node]). The executor keeps no graph: an out-of-memory is transient, so the next run tries to
+// capture again; any other failure is recorded (GraphExec::capture_failure, explain()) and the executor runs the
+// plan eagerly from then on. Nothing sticky is left on the device: the session stays usable.
+struct StepFault {
+  std::mutex mutex;
+  std::string node;
+  std::string kind;
+};
+
+StepFault& step_fault() {
+  static StepFault fault;
+  return fault;
+}
+
+// The injected fault for `node`, consumed; empty when none.
+std::string take_step_fault(const std::string& node) {
+  StepFault& f = step_fault();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  if (f.node.empty() || f.node != node) return {};
+  f.node.clear();
+  return f.kind;
+}
+
 bool sync_steps() {
   static const bool on = [] {
     const char* v = std::getenv("XPURT_SYNC_STEPS");
@@ -274,6 +300,15 @@ GraphExec::~GraphExec() {
 
 bool GraphExec::graph_captured() const { return graph_ && graph_->is_instantiated(); }
 
+void GraphExec::inject_step_fault_for_testing(const std::string& node, const std::string& kind) {
+  XPURT_CHECK(node.empty() || kind == "capture" || kind == "oom", "inject_step_fault_for_testing: kind must be "
+              "'capture' or 'oom', got '", kind, "'");
+  StepFault& f = step_fault();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  f.node = node;
+  f.kind = kind;
+}
+
 void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tensor>& values) {
   const auto& plan_values = plan_->values();
   const auto& ids = plan_->inputs();
@@ -316,6 +351,16 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
     if (profiling) scope.emplace(profiling, step);
     std::optional<profiler::GraphLabelScope> label;
     if (labelled) label.emplace(graph_labels_[index]);
+    if (const std::string fault = take_step_fault(step.node); !fault.empty()) {  // Note [Failed captures]
+      try {
+        if (fault == "oom") throw OutOfMemoryError("out of memory (injected by a test)");
+        if (capturing_) {
+          stream.synchronize();  // illegal while capturing: what a kernel that synchronizes does
+        }
+      } catch (const XpuRuntimeError&) {
+        rethrow_at(step);
+      }
+    }
     switch (step.kind) {
       case PlanStep::Kind::kView: {
         const Tensor& in = values[step.inputs[0]];
@@ -761,7 +806,7 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
     else if (v.planned) values[id] = slots_[id];
   }
   bind_inputs(inputs, values);
-  const bool use_graph = options_.use_cuda_graph && plan_->capturable() && !eager_only;
+  const bool use_graph = options_.use_cuda_graph && plan_->capturable() && !eager_only && capture_failure_.empty();
   if (use_graph && runs_ >= 1) {
     if (!graph_) {
       if (tracked) register_graph_labels();
@@ -769,10 +814,9 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
       graph_labelled_ = tracked;
       graph_->capture_begin(stream);
       capturing_ = true;
-      try {
-        execute_steps(values, stream, 0, tracked);
-        capturing_ = false;
-      } catch (...) {
+      // Note [Failed captures]: the capture is closed and dropped, the step's error raised; an out-of-memory may
+      // pass, so only other failures make this executor eager.
+      auto abandon = [&] {
         capturing_ = false;
         try {
           graph_->capture_end();
@@ -780,9 +824,19 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
           // The capture is abandoned; the original error is the one to report.
         }
         graph_.reset();
+      };
+      try {
+        execute_steps(values, stream, 0, tracked);
+        capturing_ = false;
+        graph_->capture_end();
+      } catch (const OutOfMemoryError&) {
+        abandon();
+        throw;
+      } catch (const std::exception& e) {
+        abandon();
+        capture_failure_ = e.what();
         throw;
       }
-      graph_->capture_end();
     }
     graph_->replay(stream);
     ++replays_;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "xpuruntime/capture_plan.h"
@@ -54,6 +55,13 @@ class XPURT_API GraphExec {
   // the boundary's max_plans).
   const std::list<std::unique_ptr<GraphExec>>& next_segments() const { return next_; }
   bool graph_captured() const;       // a CUDA graph is instantiated and replayed
+  // Why capturing this plan failed (Note [Failed captures]); empty when it did not. The run that failed raised the
+  // error; this executor then runs the plan eagerly.
+  const std::string& capture_failure() const { return capture_failure_; }
+  // Tests only (Note [Failed captures]): the next time step `node` runs, "capture" synchronizes its stream while a
+  // CUDA graph is being captured (what a kernel that synchronizes does: the capture fails), "oom" raises
+  // OutOfMemoryError there. One shot, any GraphExec of the process; an empty node clears it.
+  static void inject_step_fault_for_testing(const std::string& node, const std::string& kind);
   std::int64_t runs() const { return runs_; }
   std::int64_t replays() const { return replays_; }
 
@@ -91,6 +99,7 @@ class XPURT_API GraphExec {
   bool has_boxed_ = false;  // the plan has reference steps or sequence/optional inputs
   bool graph_labelled_ = false;              // graph_ was captured while a profiler tracked graph nodes
   std::list<std::unique_ptr<GraphExec>> next_;  // Note [Segmented plans]
+  std::string capture_failure_;                 // Note [Failed captures]
 };
 
 }  // namespace xpuruntime

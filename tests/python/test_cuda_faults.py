@@ -133,12 +133,13 @@ def test_device_out_of_memory_leaves_the_session_usable(repo_root):
     session, feeds = _tiny_bert("cuda:0")
     expected = _outputs(session.run(feeds))
     before = xrt.runtime.get_memory_limit("cuda:0")
-    xrt.runtime.set_memory_limit("cuda:0", 1)
+    xrt.runtime.empty_cache("cuda:0")  # what is reserved now is in use: any new block must be reserved
+    xrt.runtime.set_memory_limit(1, "cuda:0")
     try:
-        with pytest.raises(xrt.OutOfMemoryError):
+        with pytest.raises(xrt.OutOfMemoryError, match="memory limit"):
             fresh = xrt.InferenceSession(MODEL, device="cuda:0", engine="native")
             fresh.run(feeds)
     finally:
-        xrt.runtime.set_memory_limit("cuda:0", before)
+        xrt.runtime.set_memory_limit(before, "cuda:0")
     for name, value in _outputs(session.run(feeds)).items():
         np.testing.assert_allclose(value, expected[name], rtol=1e-5, atol=1e-5)

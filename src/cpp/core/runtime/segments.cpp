@@ -177,6 +177,9 @@ std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& opt
     kind[i] = Frontier::kHost;
     host_values.insert(hosts.begin(), hosts.end());
   }
+  // No node can start the next segment (one reads a name nothing defines: a malformed model, found by fuzz_model):
+  // the plan is not segmented, and the build reports those nodes.
+  if (std::none_of(kind.begin(), kind.end(), [](Frontier f) { return f != Frontier::kNone; })) return nullptr;
 
   auto boundary = std::make_shared<SegmentBoundary>();
   boundary->options = options;
@@ -257,6 +260,8 @@ std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& opt
   std::set<std::string> carried_names;
   auto carry = [&](const std::string& name) {
     if (rest_produced.count(name) || carried_names.count(name)) return;
+    // A name nothing defines (a malformed model, found by fuzz_model): the next segment's build reports it.
+    if (!g.is_constant(name) && !static_values.count(name) && !bounded.count(name)) return;
     if (g.is_constant(name)) {
       rest.initializers[name] = g.initializers.at(name);
       rest.types[name] = type_of(g.initializers.at(name));

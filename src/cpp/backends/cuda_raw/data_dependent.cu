@@ -305,21 +305,24 @@ __global__ void nms_write_kernel(NmsGeometry g, NmsScratch s, std::int64_t* sele
 
 std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-NmsScratch scratch_of(const NmsGeometry& g, void* workspace) {
+// The workspace's parts at their 256-byte aligned offsets from `base`; `*end`: the bytes they take.
+NmsScratch scratch_of(const NmsGeometry& g, void* base, std::size_t* end = nullptr) {
   const auto pairs = static_cast<std::size_t>(g.batches * g.classes);
   const auto boxes = static_cast<std::size_t>(g.boxes);
   const std::size_t words = (boxes + kNmsWordBits - 1) / kNmsWordBits;
-  auto* p = static_cast<std::uint8_t*>(workspace);
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    void* p = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(base) + at);  // base may be null (sizes)
+    at += align256(bytes);
+    return p;
+  };
   NmsScratch s{};
-  s.order = reinterpret_cast<std::int32_t*>(p);
-  p += align256(pairs * boxes * sizeof(std::int32_t));
-  s.mask = reinterpret_cast<unsigned long long*>(p);
-  p += align256(pairs * boxes * words * sizeof(unsigned long long));
-  s.kept = reinterpret_cast<std::int32_t*>(p);
-  p += align256(pairs * static_cast<std::size_t>(g.max_per_class) * sizeof(std::int32_t));
-  s.valid = reinterpret_cast<std::int32_t*>(p);
-  p += align256(pairs * sizeof(std::int32_t));
-  s.kept_count = reinterpret_cast<std::int32_t*>(p);
+  s.order = static_cast<std::int32_t*>(take(pairs * boxes * sizeof(std::int32_t)));
+  s.mask = static_cast<unsigned long long*>(take(pairs * boxes * words * sizeof(unsigned long long)));
+  s.kept = static_cast<std::int32_t*>(take(pairs * static_cast<std::size_t>(g.max_per_class) * sizeof(std::int32_t)));
+  s.valid = static_cast<std::int32_t*>(take(pairs * sizeof(std::int32_t)));
+  s.kept_count = static_cast<std::int32_t*>(take(pairs * sizeof(std::int32_t)));
+  if (end != nullptr) *end = at;
   return s;
 }
 
@@ -378,13 +381,9 @@ void non_zero(const void* x, DType dtype, const std::vector<std::int64_t>& shape
 }
 
 std::size_t nms_workspace_bytes(const NmsGeometry& g) {
-  const auto pairs = static_cast<std::size_t>(g.batches * g.classes);
-  const auto boxes = static_cast<std::size_t>(g.boxes);
-  const std::size_t words = (boxes + kNmsWordBits - 1) / kNmsWordBits;
-  return align256(pairs * boxes * sizeof(std::int32_t)) +
-         align256(pairs * boxes * words * sizeof(unsigned long long)) +
-         align256(pairs * static_cast<std::size_t>(g.max_per_class) * sizeof(std::int32_t)) +
-         align256(pairs * sizeof(std::int32_t)) + align256(pairs * sizeof(std::int32_t));
+  std::size_t bytes = 0;
+  scratch_of(g, nullptr, &bytes);  // offsets only: nothing is dereferenced
+  return bytes;
 }
 
 void non_max_suppression(const void* boxes, const void* scores, DType dtype, const NmsGeometry& g, void* selected,

@@ -68,6 +68,20 @@ struct NdGeometry {
   std::int64_t stride[kMaxDims] = {};
 };
 
+// The element of y that slice element `s` of tuple `t` lands on, or -1 for an out-of-range tuple.
+template <typename I>
+__device__ __forceinline__ std::int64_t scatter_offset(const I* indices, std::int64_t t, int depth, std::int64_t s,
+                                                       const NdGeometry& g) {
+  std::int64_t offset = s;
+  for (int k = 0; k < depth; ++k) {
+    std::int64_t index = static_cast<std::int64_t>(indices[t * depth + k]);
+    if (index < 0) index += g.size[k];
+    if (index < 0 || index >= g.size[k]) return -1;
+    offset += index * g.stride[k];
+  }
+  return offset;
+}
+
 // One thread per element of a slice: it walks the tuples in order and writes each update to its place, so for
 // duplicate tuples the last one wins, whatever the launch. Out-of-range tuples are skipped.
 template <typename E, typename I>
@@ -76,15 +90,8 @@ __global__ void scatter_nd_kernel(const I* indices, const E* updates, E* y, std:
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < slice; s += stride) {
     for (std::int64_t t = 0; t < tuples; ++t) {
-      std::int64_t offset = s;
-      bool valid = true;
-      for (int k = 0; k < depth; ++k) {
-        std::int64_t index = static_cast<std::int64_t>(indices[t * depth + k]);
-        if (index < 0) index += g.size[k];
-        valid = valid && index >= 0 && index < g.size[k];
-        offset += index * g.stride[k];
-      }
-      if (valid) y[offset] = updates[t * slice + s];
+      const std::int64_t offset = scatter_offset(indices, t, depth, s, g);
+      if (offset >= 0) y[offset] = updates[t * slice + s];
     }
   }
 }
@@ -117,15 +124,8 @@ __global__ void scatter_nd_reduce_kernel(const I* indices, const T* updates, T* 
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < slice; s += stride) {
     for (std::int64_t t = 0; t < tuples; ++t) {
-      std::int64_t offset = s;
-      bool valid = true;
-      for (int k = 0; k < depth; ++k) {
-        std::int64_t index = static_cast<std::int64_t>(indices[t * depth + k]);
-        if (index < 0) index += g.size[k];
-        valid = valid && index >= 0 && index < g.size[k];
-        offset += index * g.stride[k];
-      }
-      if (valid) y[offset] = scatter_combine(y[offset], updates[t * slice + s], reduction);
+      const std::int64_t offset = scatter_offset(indices, t, depth, s, g);
+      if (offset >= 0) y[offset] = scatter_combine(y[offset], updates[t * slice + s], reduction);
     }
   }
 }

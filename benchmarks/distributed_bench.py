@@ -134,7 +134,7 @@ def tp_latency(models: List[str], batches: List[int], seq: int, iterations: int,
             device_feeds = {k: xrt.from_dlpack(v.cuda()) for k, v in feeds.items()}
             row: Dict = {"model": name, "batch": batch, "seq": seq}
             outputs = {}
-            for ranks in sorted({1, n}):
+            for ranks in sorted({1, 2, n} if n >= 2 else {1}):
                 policy = xrt.ExecutionPolicy(tensor_parallel=ranks)
                 t0 = time.perf_counter()
                 session = xrt.InferenceSession(str(path), device="cuda:0", engine="native", exec_policy=policy)

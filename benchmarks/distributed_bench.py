@@ -210,14 +210,15 @@ def main() -> int:
         report["tensor_parallel"] = rows
         lines += [f"tensor-parallel latency, float16, sequence {args.seq}, native engine, CUDA graphs "
                   f"(median ms; throughput in sequences/s)", "",
-                  f"| model | batch | 1 GPU (ms) | 2 GPUs (ms) | {n} GPUs (ms) | speedup ({n}) | efficiency | 1 GPU seq/s | "
-                  f"{n} GPUs seq/s | max rel. diff |",
+                  f"| model | batch | 1 GPU (ms) | 2 GPUs (ms) | {n} GPUs (ms) | speedup ({n}) | efficiency | "
+                  f"1 GPU seq/s | {n} GPUs seq/s | max rel. diff |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in rows:
             t1 = r["tp1"]["median_ms"]
             t2 = r.get("tp2", {}).get("median_ms", float("nan"))
             tn = r.get(f"tp{n}", {}).get("median_ms", float("nan"))
-            lines.append(f"| {r['model']} | {r['batch']} | {t1:.3f} | {t2:.3f} | {tn:.3f} | {r.get('speedup', 1):.2f}x | "
+            lines.append(f"| {r['model']} | {r['batch']} | {t1:.3f} | {t2:.3f} | {tn:.3f} | "
+                         f"{r.get('speedup', 1):.2f}x | "
                          f"{r.get('efficiency', 1):.0%} | {r['batch'] / t1 * 1e3:.0f} | {r['batch'] / tn * 1e3:.0f} | "
                          f"{r.get('rel_err', 0):.1e} |")
     text = "\n".join(lines)

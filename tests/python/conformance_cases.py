@@ -1532,7 +1532,8 @@ def scatter_nd_reduce_cases() -> List[Case]:
             idx = np.stack(np.unravel_index(flat, shape[:depth]), axis=-1).reshape(index_shape).astype(np.float32)
             low, high = (1, 3) if reduction == "mul" else (-9, 10)
             data, updates = integers(rng, shape, low, high), integers(rng, index_shape[:-1] + shape[depth:], low, high)
-            for tolerance, dtypes in (("elementwise", ("float32", "float16", "bfloat16")), ("exact", ("int32", "int64"))):
+            for tolerance, dtypes in (("elementwise", ("float32", "float16", "bfloat16")),
+                                      ("exact", ("int32", "int64"))):
                 cases.append(Case("scatter_nd", f"{reduction}_{name}_{tolerance}", [data, idx, updates],
                                   {"reduction": reduction}, ref_scatter_nd_reduce, tolerance, dtypes,
                                   input_dtypes=[None, "int64", None]))

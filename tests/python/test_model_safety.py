@@ -136,7 +136,8 @@ def test_memory_limit_caps_constant_folding():
     from onnx import TensorProto, helper
 
     nodes = [
-        helper.make_node("Constant", [], ["shape"], value=helper.make_tensor("s", TensorProto.INT64, [2], [1024, 2048])),
+        helper.make_node("Constant", [], ["shape"],
+                         value=helper.make_tensor("s", TensorProto.INT64, [2], [1024, 2048])),
         helper.make_node("ConstantOfShape", ["shape"], ["big"],
                          value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
         helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0),

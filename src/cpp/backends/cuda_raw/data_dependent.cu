@@ -39,7 +39,8 @@ __device__ __forceinline__ bool nonzero_at(const U* x, std::int64_t i, U mask) {
 }
 
 template <typename U>
-__global__ void __launch_bounds__(kNonZeroThreads) non_zero_count_kernel(const U* x, std::int64_t n, U mask, std::int64_t* tile_counts) {
+__global__ void __launch_bounds__(kNonZeroThreads)
+    non_zero_count_kernel(const U* x, std::int64_t n, U mask, std::int64_t* tile_counts) {
   const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * kTile;
   int local = 0;
   for (int k = 0; k < kNonZeroItems; ++k) {
@@ -77,8 +78,9 @@ __global__ void __launch_bounds__(kScanThreads)
 }
 
 template <typename U>
-__global__ void __launch_bounds__(kNonZeroThreads) non_zero_write_kernel(const U* x, std::int64_t n, U mask, Dims dims,
-                                      const std::int64_t* tile_offsets, std::int64_t* y) {
+__global__ void __launch_bounds__(kNonZeroThreads)
+    non_zero_write_kernel(const U* x, std::int64_t n, U mask, Dims dims, const std::int64_t* tile_offsets,
+                          std::int64_t* y) {
   const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * kTile + threadIdx.x * kNonZeroItems;
   int local = 0;
   for (int k = 0; k < kNonZeroItems; ++k) {
@@ -112,8 +114,8 @@ void launch_non_zero(const void* x, std::int64_t n, U mask, const Dims& dims, st
   XPURT_CUDA_RAW_LAUNCH_CHECK();
   non_zero_scan_kernel<<<1, kScanThreads, 0, stream>>>(tile_counts, tiles, count);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
-  non_zero_write_kernel<U><<<static_cast<unsigned>(tiles), kNonZeroThreads, 0, stream>>>(xs, n, mask, dims,
-                                                                                         tile_counts, y);
+  non_zero_write_kernel<U>
+      <<<static_cast<unsigned>(tiles), kNonZeroThreads, 0, stream>>>(xs, n, mask, dims, tile_counts, y);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
@@ -332,8 +334,8 @@ std::size_t non_zero_workspace_bytes(std::int64_t numel) {
   return static_cast<std::size_t>(std::max<std::int64_t>(1, (numel + kTile - 1) / kTile)) * sizeof(std::int64_t);
 }
 
-void non_zero(const void* x, DType dtype, const std::vector<std::int64_t>& shape, void* y, void* count,
-              void* workspace, void* stream) {
+void non_zero(const void* x, DType dtype, const std::vector<std::int64_t>& shape, void* y, void* count, void* workspace,
+              void* stream) {
   XPURT_CHECK(!shape.empty() && shape.size() <= static_cast<std::size_t>(kNonZeroMaxRank),
               "cuda_raw::non_zero: rank 1 to ", kNonZeroMaxRank, ", got ", shape.size());
   Dims dims{};
@@ -395,8 +397,8 @@ void non_max_suppression(const void* boxes, const void* scores, DType dtype, con
     XPURT_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(std::int64_t), s));
     return;
   }
-  XPURT_CUDA_CHECK(cudaMemsetAsync(selected, 0, static_cast<std::size_t>(pairs * g.max_per_class * 3) *
-                                                    sizeof(std::int64_t), s));
+  XPURT_CUDA_CHECK(
+      cudaMemsetAsync(selected, 0, static_cast<std::size_t>(pairs * g.max_per_class * 3) * sizeof(std::int64_t), s));
   const NmsScratch scratch = scratch_of(g, workspace);
   const std::int64_t tiles = (g.boxes + kNmsWordBits - 1) / kNmsWordBits;
   XPURT_CHECK(tiles <= 65535 && pairs <= 65535, "cuda_raw::non_max_suppression: up to 65535 (batch, class) pairs and ",
@@ -409,7 +411,8 @@ void non_max_suppression(const void* boxes, const void* scores, DType dtype, con
     const auto* sc = static_cast<const T*>(scores);
     nms_count_kernel<T><<<static_cast<unsigned>(pairs), kNmsThreads, 0, s>>>(sc, g, scratch);
     XPURT_CUDA_RAW_LAUNCH_CHECK();
-    const dim3 rank_grid(static_cast<unsigned>((g.boxes + kNmsThreads - 1) / kNmsThreads), static_cast<unsigned>(pairs));
+    const dim3 rank_grid(static_cast<unsigned>((g.boxes + kNmsThreads - 1) / kNmsThreads),
+                         static_cast<unsigned>(pairs));
     nms_rank_kernel<T><<<rank_grid, kNmsThreads, 0, s>>>(sc, g, scratch);
     XPURT_CUDA_RAW_LAUNCH_CHECK();
     const dim3 mask_grid(static_cast<unsigned>(tiles), static_cast<unsigned>(tiles), static_cast<unsigned>(pairs));

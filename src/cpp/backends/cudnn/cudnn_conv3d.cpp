@@ -19,7 +19,7 @@ using Ints = std::vector<std::int64_t>;
 
 struct Shape3d {
   DType dtype = DType::kFloat32;
-  Ints x, w, y;  // [N, C, D, H, W], the weight, the output
+  Ints x, w, y;                   // [N, C, D, H, W], the weight, the output
   Ints pads, strides, dilations;  // 3 each (pads: the begins, equal to the ends)
   std::int64_t groups = 1;
   bool bias = false;
@@ -47,8 +47,9 @@ std::vector<int> as_ints(const Ints& v) { return {v.begin(), v.end()}; }
 void set_ncdhw(const cudnn::TensorDescriptor& d, DType dtype, const Ints& shape) {
   const std::vector<int> dims = as_ints(shape);
   std::vector<int> strides(5, 1);
-  for (int k = 3; k >= 0; --k) strides[static_cast<std::size_t>(k)] = strides[static_cast<std::size_t>(k) + 1] *
-                                                                      dims[static_cast<std::size_t>(k) + 1];
+  for (int k = 3; k >= 0; --k)
+    strides[static_cast<std::size_t>(k)] =
+        strides[static_cast<std::size_t>(k) + 1] * dims[static_cast<std::size_t>(k) + 1];
   XPURT_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d.get(), cudnn::data_type(dtype), 5, dims.data(), strides.data()));
 }
 
@@ -65,7 +66,8 @@ struct Descriptors3d {
     set_ncdhw(y, s.dtype, s.transpose ? s.x : s.y);
     set_ncdhw(out, s.dtype, s.y);
     set_ncdhw(bias, s.dtype, {1, s.y[1], 1, 1, 1});
-    // The forward convolution's filter: [K, C/groups, kd, kh, kw]; the transposed one's bytes read as [C, O/groups, ...].
+    // The forward convolution's filter: [K, C/groups, kd, kh, kw]; the transposed one's bytes read as [C, O/groups,
+    // ...].
     const std::vector<int> filter = as_ints(s.w);
     XPURT_CUDNN_CHECK(
         cudnnSetFilterNdDescriptor(w.get(), cudnn::data_type(s.dtype), CUDNN_TENSOR_NCHW, 5, filter.data()));
@@ -114,8 +116,8 @@ class Conv3dPlan final : public KernelPlan {
         const auto& p = perfs[static_cast<std::size_t>(k)];
         std::size_t bytes = 0;
         if (p.status != CUDNN_STATUS_SUCCESS ||
-            cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d_->w.get(), d_->y.get(), d_->conv.get(),
-                                                         d_->x.get(), p.algo, &bytes) != CUDNN_STATUS_SUCCESS ||
+            cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d_->w.get(), d_->y.get(), d_->conv.get(), d_->x.get(),
+                                                         p.algo, &bytes) != CUDNN_STATUS_SUCCESS ||
             bytes > limit) {
           continue;
         }
@@ -145,8 +147,8 @@ class Conv3dPlan final : public KernelPlan {
                                                 scratch, workspace_, &cudnn::kZero, d_->y.get(), out));
     } else {
       XPURT_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &cudnn::kOne, d_->w.get(), launch.input(1).data_ptr(),
-                                                     d_->y.get(), launch.input(0).data_ptr(), d_->conv.get(),
-                                                     backward_, scratch, workspace_, &cudnn::kZero, d_->x.get(), out));
+                                                     d_->y.get(), launch.input(0).data_ptr(), d_->conv.get(), backward_,
+                                                     scratch, workspace_, &cudnn::kZero, d_->x.get(), out));
     }
     if (s_.bias) {
       XPURT_CUDNN_CHECK(cudnnAddTensor(handle, &cudnn::kOne, d_->bias.get(), launch.input(2).data_ptr(), &cudnn::kOne,
@@ -189,7 +191,8 @@ class CudnnConv3dKernel final : public Kernel {
     }
     if (op_ == "conv_transpose3d") {
       if (policy.deterministic) {
-        return Support::no(label + ": cuDNN's data-gradient algorithms may accumulate with atomics (deterministic=true)");
+        return Support::no(label +
+                           ": cuDNN's data-gradient algorithms may accumulate with atomics (deterministic=true)");
       }
       const Ints strides = desc.attrs.get_ints("strides", {1, 1, 1});
       const Ints output_padding = desc.attrs.get_ints("output_padding", {0, 0, 0});

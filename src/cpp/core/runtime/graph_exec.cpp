@@ -615,8 +615,8 @@ std::vector<Tensor> GraphExec::run_segmented(const std::vector<Tensor>& inputs, 
         for (std::int64_t r = 0; r < rows && n > 0; ++r) {
           Tensor from = Tensor::from_blob(base + r * bound * static_cast<std::int64_t>(source.element_size()), {n},
                                           {}, source.dtype(), source.device(), source.storage(), row_bytes);
-          Tensor to = Tensor::from_blob(static_cast<std::uint8_t*>(cut.data_ptr()) + r * static_cast<std::int64_t>(row_bytes),
-                                        {n}, {}, cut.dtype(), cut.device(), cut.storage(), row_bytes);
+          auto* row = static_cast<std::uint8_t*>(cut.data_ptr()) + r * static_cast<std::int64_t>(row_bytes);
+          Tensor to = Tensor::from_blob(row, {n}, {}, cut.dtype(), cut.device(), cut.storage(), row_bytes);
           to.copy_from(from, stream_ ? &stream : nullptr);
         }
         tensors.push_back(cut);

@@ -84,11 +84,14 @@ ValueType int64_type(const std::vector<std::int64_t>& sizes) {
 // boundary reads to the host. Data inputs never are: a next segment keyed on data would be planned for every run.
 bool shape_input(const Node& n, std::size_t index, DType dtype) {
   static const std::map<std::string, std::set<std::size_t>> inputs = {
-      {"TopK", {1}},        {"Reshape", {1}},    {"Expand", {1}}, {"Tile", {1}},   {"ConstantOfShape", {0}},
-      {"Range", {0, 1, 2}}, {"Slice", {1, 2, 3, 4}}, {"Pad", {1, 3}}, {"Resize", {1, 2, 3}}, {"Upsample", {1}},
-      {"OneHot", {1}},      {"Squeeze", {1}},    {"Unsqueeze", {1}}, {"Split", {1}}, {"If", {0}},
-      {"ReduceSum", {1}},   {"ReduceMean", {1}}, {"ReduceMax", {1}}, {"ReduceMin", {1}}, {"ReduceProd", {1}},
-      {"NonMaxSuppression", {2, 3, 4}},           {"Trilu", {1}}, {"CenterCropPad", {1}}, {"EyeLike", {}},
+      {"TopK", {1}},           {"Reshape", {1}},         {"Expand", {1}},
+      {"Tile", {1}},           {"ConstantOfShape", {0}}, {"Range", {0, 1, 2}},
+      {"Slice", {1, 2, 3, 4}}, {"Pad", {1, 3}},          {"Resize", {1, 2, 3}},
+      {"Upsample", {1}},       {"OneHot", {1}},          {"Squeeze", {1}},
+      {"Unsqueeze", {1}},      {"Split", {1}},           {"If", {0}},
+      {"ReduceSum", {1}},      {"ReduceMean", {1}},      {"ReduceMax", {1}},
+      {"ReduceMin", {1}},      {"ReduceProd", {1}},      {"NonMaxSuppression", {2, 3, 4}},
+      {"Trilu", {1}},          {"CenterCropPad", {1}},   {"EyeLike", {}},
   };
   if (!is_onnx(n)) return false;
   auto it = inputs.find(n.op_type);
@@ -276,7 +279,8 @@ std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& opt
       c.source = first_output(b->second.value);
       c.count = b->second.count;
     } else {
-      c.kind = host_values.count(name) ? SegmentBoundary::Carried::Kind::kHost : SegmentBoundary::Carried::Kind::kTensor;
+      c.kind =
+          host_values.count(name) ? SegmentBoundary::Carried::Kind::kHost : SegmentBoundary::Carried::Kind::kTensor;
       c.source = source_of(name);
     }
     if (c.kind == SegmentBoundary::Carried::Kind::kHost) {
@@ -385,11 +389,11 @@ std::string SegmentBoundary::str() const {
     bounded += c.kind == Carried::Kind::kColumns || c.kind == Carried::Kind::kRows;
     host += c.kind == Carried::Kind::kHost;
   }
-  return detail::str_cat("ends at ", nodes.size(), " data-dependent node(s) (", list, "): one host synchronization",
-                         bounded ? detail::str_cat(" reads ", bounded, " count(s)") : std::string(),
-                         host ? detail::str_cat(bounded ? " and " : " reads ", host, " value(s) computed from data")
-                              : std::string(),
-                         "; the next segment is planned for the shapes that follow (", plans(), " plan(s) cached)");
+  return detail::str_cat(
+      "ends at ", nodes.size(), " data-dependent node(s) (", list, "): one host synchronization",
+      bounded ? detail::str_cat(" reads ", bounded, " count(s)") : std::string(),
+      host ? detail::str_cat(bounded ? " and " : " reads ", host, " value(s) computed from data") : std::string(),
+      "; the next segment is planned for the shapes that follow (", plans(), " plan(s) cached)");
 }
 
 }  // namespace xpuruntime

@@ -138,7 +138,8 @@ Node reduce_node(Graph& g, const std::string& op_type, const std::string& name, 
 }
 
 // Note [Einsum onto MatMul]: an Einsum of one or two operands whose labels each appear once per operand (no
-// ellipsis; diagonals are taken first: take_diagonals) is a batched matrix product between transposes and reshapes. Each label is a batch label
+// ellipsis; diagonals are taken first: take_diagonals) is a batched matrix product between transposes and
+// reshapes. Each label is a batch label
 // (in both operands and the output), a contracted label (in both, not in the output), a free label of one operand
 // (in it and the output) or a summed label of one operand (in it only: a ReduceSum first). A is permuted to [batch,
 // free A, contracted] and viewed as [B, M, K], B to [batch, contracted, free B] as [B, K, N]; MatMul gives [B, M, N],

@@ -262,9 +262,9 @@ void register_onnx_kernels(KernelRegistry& registry) {
         node.outputs = {"y"};
         const Tensor y = onnx_ref::run_node(node, kOpset, {launch.input(0)})[0].contiguous();
         Tensor& out = launch.output(0);
-        std::memset(out.data_ptr(), 0, out.nbytes());
+        if (out.nbytes() > 0) std::memset(out.data_ptr(), 0, out.nbytes());  // empty tensors may have no data
         const std::int64_t rank = y.shape()[0], found = y.shape()[1], bound = out.shape()[1];
-        for (std::int64_t d = 0; d < rank; ++d) {
+        for (std::int64_t d = 0; d < rank && found > 0; ++d) {
           std::memcpy(static_cast<std::int64_t*>(out.data_ptr()) + d * bound,
                       static_cast<const std::int64_t*>(y.data_ptr()) + d * found,
                       static_cast<std::size_t>(found) * sizeof(std::int64_t));
@@ -296,8 +296,8 @@ void register_onnx_kernels(KernelRegistry& registry) {
                    Tensor& out = launch.output(0);
                    XPURT_INTERNAL_ASSERT(y.numel() <= out.numel(), "non_max_suppression: ", y.shape()[0],
                                          " boxes kept, more than the bound ", out.shape()[0]);
-                   std::memset(out.data_ptr(), 0, out.nbytes());
-                   std::memcpy(out.data_ptr(), y.data_ptr(), y.nbytes());
+                   if (out.nbytes() > 0) std::memset(out.data_ptr(), 0, out.nbytes());  // may have no data
+                   if (y.nbytes() > 0) std::memcpy(out.data_ptr(), y.data_ptr(), y.nbytes());
                    *static_cast<std::int64_t*>(launch.output(1).data_ptr()) = y.shape()[0];
                  },
                  DTypeSet::kAll);  // the schema takes float boxes and scores; the outputs are int64

@@ -346,43 +346,41 @@ class NativeSession final : public EngineSession {
 
  private:
   static NodeExplanation node_explanation(const PlanStep& s) {
-    {
-      NodeExplanation n;
-      n.node = s.node;
-      n.op_type = s.op_type;
-      switch (s.kind) {
-        case PlanStep::Kind::kKernel:
-          if (s.dispatch) {
-            const Decision& d = s.dispatch->decision;
-            n.kernel = d.kernel;
-            n.backend = d.backend;
-            n.precision = precision_name(s.desc.precision);
-            n.reason = s.op + ": " + d.reason;
-            if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
-            n.op = s.op;
-            n.rule = d.rule;
-            n.policy_rule = d.policy_rule;
-            n.candidates = d.candidates;
-          } else {
-            n.kernel = "(dispatched at run time)";
-            n.backend = "cpu";
-            n.reason = s.op + ": input shapes known only at run time";
-            n.op = s.op;
-          }
-          break;
-        case PlanStep::Kind::kView:
-          n.kernel = "view";
-          n.backend = "-";
-          n.reason = "a reshape of its input's bytes: no kernel, no copy";
-          break;
-        case PlanStep::Kind::kReference:
-          n.kernel = "onnx_ref";
+    NodeExplanation n;
+    n.node = s.node;
+    n.op_type = s.op_type;
+    switch (s.kind) {
+      case PlanStep::Kind::kKernel:
+        if (s.dispatch) {
+          const Decision& d = s.dispatch->decision;
+          n.kernel = d.kernel;
+          n.backend = d.backend;
+          n.precision = precision_name(s.desc.precision);
+          n.reason = s.op + ": " + d.reason;
+          if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
+          n.op = s.op;
+          n.rule = d.rule;
+          n.policy_rule = d.policy_rule;
+          n.candidates = d.candidates;
+        } else {
+          n.kernel = "(dispatched at run time)";
           n.backend = "cpu";
-          n.reason = "ONNX reference implementation: " + s.reason;
-          break;
-      }
-      return n;
+          n.reason = s.op + ": input shapes known only at run time";
+          n.op = s.op;
+        }
+        break;
+      case PlanStep::Kind::kView:
+        n.kernel = "view";
+        n.backend = "-";
+        n.reason = "a reshape of its input's bytes: no kernel, no copy";
+        break;
+      case PlanStep::Kind::kReference:
+        n.kernel = "onnx_ref";
+        n.backend = "cpu";
+        n.reason = "ONNX reference implementation: " + s.reason;
+        break;
     }
+    return n;
   }
 
   bool is_input(const std::string& name) const {

@@ -51,6 +51,38 @@ TEST(MemoryManager, CpuMemoryLimitRaisesOutOfMemory) {
   EXPECT_TRUE(ok);
 }
 
+TEST(MemoryManager, BudgetScopesChargeTheirThreadsAllocationsUntilFreed) {  // Note [Run memory budgets]
+  auto& mm = MemoryManager::instance();
+  auto budget = std::make_shared<MemoryBudget>(1000, "a test's 1000 bytes");
+  DataPtr kept;
+  {
+    MemoryBudgetScope scope(budget);
+    EXPECT_EQ(MemoryBudgetScope::current(), budget);
+    DataPtr a = mm.allocate(Device::cpu(), 600);
+    EXPECT_EQ(budget->used(), 600u);
+    XPURT_EXPECT_THROW_WITH(mm.allocate(Device::cpu(), 401), OutOfMemoryError, "a test's 1000 bytes");
+    EXPECT_EQ(budget->used(), 600u);  // the refused allocation reserved nothing
+    {
+      MemoryBudgetScope none(nullptr);  // scopes nest: nothing is charged in here
+      DataPtr free_of_charge = mm.allocate(Device::cpu(), 5000);
+      EXPECT_EQ(budget->used(), 600u);
+    }
+    std::thread other([&] { DataPtr elsewhere = mm.allocate(Device::cpu(), 5000); });  // other threads: not charged
+    other.join();
+    kept = mm.allocate(Device::cpu(), 400);  // exactly the rest
+    EXPECT_EQ(budget->used(), 1000u);
+    a = DataPtr();  // move-assigning releases the old charge
+    EXPECT_EQ(budget->used(), 400u);
+  }
+  EXPECT_EQ(MemoryBudgetScope::current(), nullptr);
+  DataPtr outside = mm.allocate(Device::cpu(), 5000);
+  EXPECT_EQ(budget->used(), 400u);  // what was allocated in the scope stays charged until freed
+  DataPtr moved = std::move(kept);
+  EXPECT_EQ(budget->used(), 400u);
+  moved.reset();
+  EXPECT_EQ(budget->used(), 0u);
+}
+
 TEST(MemoryManager, WithoutGpuCudaMemoryRaisesCudaError) {
   if (DeviceManager::instance().get_device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
   auto& mm = MemoryManager::instance();

@@ -132,13 +132,12 @@ def test_a_node_missing_a_required_input_is_a_typed_error():
 
 def test_memory_limit_caps_constant_folding():
     """ExecutionPolicy.memory_limit bounds what folding may allocate: an 8 MiB ConstantOfShape is folded without a
-    limit and left a node under a 4 MiB one (the pass says why); both sessions compute the same."""
-    from onnx import TensorProto, helper
-
+    limit and under a 16 MiB one, and left a node under a 4 MiB one (the pass says why), where running it needs more
+    than the limit too: the run raises OutOfMemoryError naming the node (Note [Run memory budgets])."""
     nodes = [
         helper.make_node("Constant", [], ["shape"],
                          value=helper.make_tensor("s", TensorProto.INT64, [2], [1024, 2048])),
-        helper.make_node("ConstantOfShape", ["shape"], ["big"],
+        helper.make_node("ConstantOfShape", ["shape"], ["big"], name="fill",
                          value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
         helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0),
         helper.make_node("Add", ["x", "total"], ["y"]),
@@ -148,12 +147,80 @@ def test_memory_limit_caps_constant_folding():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
     x = np.arange(3, dtype=np.float32)
     free = xrt.InferenceSession(model, engine="native")
+    roomy = xrt.InferenceSession(model, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="16MiB"))
     capped = xrt.InferenceSession(model, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="4MiB"))
-    for session in (free, capped):
+    for session in (free, roomy):
         np.testing.assert_allclose(session.run(None, {"x": x})[0], x + 0.5 * 1024 * 2048)
-    ran = {session: {n["op_type"] for n in session.explain().nodes} for session in (free, capped)}
-    assert "ConstantOfShape" not in ran[free] and "ReduceSum" not in ran[free]  # folded into one constant
-    assert "ConstantOfShape" in ran[capped], capped.explain().options  # 8 MiB > the limit: left to run
+        ran = {n["op_type"] for n in session.explain().nodes}
+        assert "ConstantOfShape" not in ran and "ReduceSum" not in ran  # folded into one constant
+    assert "ConstantOfShape" in {n["op_type"] for n in capped.explain().nodes}  # 8 MiB > the limit: left to run
+    with pytest.raises(xrt.OutOfMemoryError,
+                       match=r"node 'fill' \(ConstantOfShape.*8\.00 MiB.*memory_limit = 4\.00 MiB"):
+        capped.run(None, {"x": x})
+
+
+def _loop_of_rows_model() -> bytes:
+    """y = sum over `trips` iterations of a Loop whose scan output stacks one 16 KiB row (x + x) per iteration: a
+    value whose size only the run knows (the reference library runs the Loop)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["x", "x"], ["row"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("row", TensorProto.FLOAT, [4096])])
+    nodes = [helper.make_node("Loop", ["trips", ""], ["rows"], name="repeat", body=body),
+             helper.make_node("ReduceSum", ["rows"], ["y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "loop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096]),
+                                              helper.make_tensor_value_info("trips", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_memory_limit_caps_what_a_run_allocates():
+    """What a run allocates beyond its plan (here a Loop's rows, known only as it runs) is charged to what the plan
+    leaves of ExecutionPolicy.memory_limit (Note [Run memory budgets]): 16384 rows (256 MiB) under a 64 MiB limit
+    raise OutOfMemoryError naming the node, the refused runs keep nothing, and the same session then runs loops that
+    fit, also from several threads at once (each run has its own budget)."""
+    model = _loop_of_rows_model()
+    x = np.full(4096, 0.5, dtype=np.float32)
+    session = xrt.InferenceSession(model, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="64MiB"))
+    session.run(None, {"x": x, "trips": np.array(1, np.int64)})  # the executor's arena exists from the first run
+    before = xrt.runtime.memory_stats("cpu")["allocated_bytes.current"]
+    for _ in range(3):
+        with pytest.raises(xrt.OutOfMemoryError, match=r"node 'repeat' \(Loop, kernel onnx reference\).*"
+                                                       r"memory_limit = 64\.00 MiB"):
+            session.run(None, {"x": x, "trips": np.array(1 << 14, np.int64)})
+    assert xrt.runtime.memory_stats("cpu")["allocated_bytes.current"] <= before  # the refused runs kept nothing
+    for trips in (0, 1, 7, 1000):  # 1000 rows: 16 MiB (twice that while they are stacked)
+        np.testing.assert_allclose(session.run(None, {"x": x, "trips": np.array(trips, np.int64)})[0], 4096.0 * trips)
+    from concurrent.futures import ThreadPoolExecutor
+    trips = [3, 1000, 5, 900] * 4
+    with ThreadPoolExecutor(4) as pool:
+        sums = list(pool.map(lambda t: session.run(None, {"x": x, "trips": np.array(t, np.int64)})[0], trips))
+    np.testing.assert_allclose(sums, [4096.0 * t for t in trips])
+    unlimited = xrt.InferenceSession(model, engine="native")
+    np.testing.assert_allclose(unlimited.run(None, {"x": x, "trips": np.array(1 << 14, np.int64)})[0],
+                               4096.0 * (1 << 14))
+
+
+def test_memory_limit_caps_plans_of_data_dependent_shapes():
+    """An Expand to a shape computed from float data ends the plan (Note [Segmented plans]); the next segment, planned
+    for the shape the run found, is held to ExecutionPolicy.memory_limit like any plan."""
+    nodes = [helper.make_node("Cast", ["rows"], ["rows_i"], to=TensorProto.INT64),
+             helper.make_node("Constant", [], ["four"], value=helper.make_tensor("f", TensorProto.INT64, [1], [4])),
+             helper.make_node("Concat", ["rows_i", "four"], ["shape"], axis=0),
+             helper.make_node("Expand", ["x", "shape"], ["wide"], name="widen"),
+             helper.make_node("ReduceSum", ["wide"], ["y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                                                helper.make_tensor_value_info("rows", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    session = xrt.InferenceSession(model, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="64MiB"))
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    with pytest.raises(xrt.OutOfMemoryError,
+                       match=r"needs 256 MiB.*more than ExecutionPolicy.memory_limit = 64\.00 MiB"):
+        session.run(None, {"x": x, "rows": np.array([1 << 24], np.float32)})
+    np.testing.assert_allclose(session.run(None, {"x": x, "rows": np.array([7], np.float32)})[0], 42.0)
 
 
 def test_a_loop_reading_an_undefined_outer_name_is_not_segmented():

@@ -159,6 +159,7 @@ DataPtr& DataPtr::operator=(DataPtr&& other) noexcept {
     size_ = other.size_;
     device_ = other.device_;
     allocator_ = other.allocator_;
+    budget_ = std::move(other.budget_);
     other.ptr_ = nullptr;
     other.size_ = 0;
     other.allocator_ = nullptr;
@@ -178,6 +179,10 @@ void DataPtr::reset() noexcept {
     std::fprintf(stderr, "xpuruntime: error while freeing %zu bytes on %s: %s\n", size_, device_.str().c_str(),
                  e.what());
   }
+  if (budget_) {
+    budget_->release(size_);
+    budget_.reset();
+  }
   ptr_ = nullptr;
   size_ = 0;
   allocator_ = nullptr;
@@ -189,6 +194,34 @@ void DataPtr::record_stream(const StreamView& stream) const {
               " cannot be used on a stream of ", stream.device.str());
   allocator_->record_stream(ptr_, stream.id());
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// MemoryBudget (Note [Run memory budgets])
+
+namespace {
+thread_local std::shared_ptr<MemoryBudget> current_budget;
+
+}  // namespace
+
+void MemoryBudget::charge(std::size_t bytes, Device device) {
+  std::size_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit_ || used > limit_ - bytes) {
+      throw OutOfMemoryError(detail::str_cat("Out of memory: allocating ", format_bytes(bytes), " on ", device.str(),
+                                             " would take this run past its budget (", what_, "); ",
+                                             format_bytes(used), " of it are in use. Raise the limit or give the "
+                                             "model smaller inputs."));
+    }
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+}
+
+MemoryBudgetScope::MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget) : previous_(std::move(current_budget)) {
+  current_budget = std::move(budget);
+}
+
+MemoryBudgetScope::~MemoryBudgetScope() { current_budget = std::move(previous_); }
+
+const std::shared_ptr<MemoryBudget>& MemoryBudgetScope::current() { return current_budget; }
 
 // ---------------------------------------------------------------------------------------------------------
 // MemoryManager
@@ -239,6 +272,30 @@ DataPtr MemoryManager::allocate(Device device, std::size_t bytes) {
 }
 
 DataPtr MemoryManager::allocate(Device device, std::size_t bytes, const StreamView& stream) {
+  return charged(device, bytes, [&] { return allocate_uncharged(device, bytes, stream); });
+}
+
+template <typename F>
+DataPtr MemoryManager::charged(Device device, std::size_t bytes, F&& allocate) {
+  std::shared_ptr<MemoryBudget> budget = current_budget;  // Note [Run memory budgets]
+  if (!budget || bytes == 0) return allocate();
+  budget->charge(bytes, device);
+  DataPtr out;
+  try {
+    out = allocate();
+  } catch (...) {
+    budget->release(bytes);
+    throw;
+  }
+  if (!out) {
+    budget->release(bytes);
+    return out;
+  }
+  out.budget_ = std::move(budget);
+  return out;
+}
+
+DataPtr MemoryManager::allocate_uncharged(Device device, std::size_t bytes, const StreamView& stream) {
   DataPtr out;
   out.device_ = device;
   out.size_ = bytes;
@@ -258,6 +315,10 @@ DataPtr MemoryManager::allocate(Device device, std::size_t bytes, const StreamVi
 }
 
 DataPtr MemoryManager::allocate_pinned(std::size_t bytes, const StreamView& stream) {
+  return charged(Device::cpu(), bytes, [&] { return allocate_pinned_uncharged(bytes, stream); });
+}
+
+DataPtr MemoryManager::allocate_pinned_uncharged(std::size_t bytes, const StreamView& stream) {
   CachingAllocator& allocator = pinned_allocator();
   DataPtr out;
   out.device_ = Device::cpu();

@@ -247,6 +247,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   std::shared_ptr<CapturePlan> plan(new CapturePlan());
   plan->device_ = options.device;
   plan->compute_float_ = options.compute_float;
+  plan->memory_limit_ = options.memory_limit;
   plan->dispatcher_ = options.dispatcher;
   Graph& g = plan->graph_;
   g = graph;

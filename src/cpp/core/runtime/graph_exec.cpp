@@ -13,6 +13,7 @@
 #include "core/shape_str.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/memory_manager.h"
 #include "xpuruntime/profiler.h"
 
 namespace xpuruntime {
@@ -169,12 +170,15 @@ void return_stream(std::unique_ptr<Stream> stream) {
 }
 
 // Note [Errors name their node]
-// An error raised while a step runs (a launch that fails, an allocation, a collective that times out) is re-raised
-// with the same type, prefixed with the node, its op and its kernel. A kernel fault is asynchronous: it surfaces at
-// the run's synchronization, after every step was launched; XPURT_SYNC_STEPS=1 synchronizes after each step of an
-// eager run (not inside a CUDA graph capture, which cannot be synchronized) so that the fault names its node.
+// An error raised while a step runs (a launch that fails, an allocation, a collective that times out, the reference
+// library's own checks) is re-raised with the same type, prefixed with the node, its op and its kernel. A kernel
+// fault is asynchronous: it surfaces at the run's synchronization, after every step was launched;
+// XPURT_SYNC_STEPS=1 synchronizes after each step of an eager run (not inside a CUDA graph capture, which cannot be
+// synchronized) so that the fault names its node.
 [[noreturn]] void rethrow_at(const PlanStep& step) {
-  const std::string kernel = step.dispatch ? step.dispatch->decision.kernel : std::string("-");
+  const std::string kernel = step.dispatch                            ? step.dispatch->decision.kernel
+                             : step.kind == PlanStep::Kind::kReference ? std::string("onnx reference")
+                                                                       : std::string("chosen at run time");
   const std::string where = detail::str_cat("node '", step.node, "' (", step.op_type, ", kernel ", kernel, "): ");
   auto with = [&](const std::exception& e) {
     const std::string what = e.what();
@@ -345,6 +349,17 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
   const auto& plan_values = plan_->values();
   const Device device = plan_->device();
   const auto& steps = plan_->steps();
+  // What the steps allocate beyond the plan (dynamic and reference steps' outputs) is charged to the rest of
+  // ExecutionPolicy.memory_limit (Note [Run memory budgets] in memory_manager.h).
+  std::optional<MemoryBudgetScope> budget;
+  if (plan_->memory_limit() != 0) {
+    const std::size_t limit = static_cast<std::size_t>(plan_->memory_limit());
+    const std::size_t peak = plan_->memory().peak_bytes();
+    budget.emplace(std::make_shared<MemoryBudget>(
+        limit > peak ? limit - peak : 0,
+        detail::str_cat("ExecutionPolicy.memory_limit = ", format_bytes(limit), " less the plan's peak of ",
+                        format_bytes(peak))));
+  }
   for (std::size_t index = 0; index < steps.size(); ++index) {
     const PlanStep& step = steps[index];
     std::optional<StepScope> scope;
@@ -361,129 +376,129 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
         rethrow_at(step);
       }
     }
-    switch (step.kind) {
-      case PlanStep::Kind::kView: {
-        const Tensor& in = values[step.inputs[0]];
-        XPURT_INTERNAL_ASSERT(in.defined(), "view of an undefined value in step ", step.node);
-        const int out = step.outputs[0];
-        values[out] = view_as(in.is_contiguous() ? in : in.contiguous(), plan_values[out].type.sizes());
-        break;
-      }
-      case PlanStep::Kind::kKernel: {
-        std::vector<Tensor> inputs;
-        inputs.reserve(step.inputs.size());
-        for (int id : step.inputs) inputs.push_back(id < 0 ? Tensor() : values[id]);
-        if (!step.dynamic) {
-          std::vector<Tensor> outputs(step.desc.outputs.size());
-          for (std::size_t o = 0; o < outputs.size(); ++o) {
-            const int id = o < step.outputs.size() ? step.outputs[o] : -1;
-            if (id >= 0 && slots_[id].defined()) {
-              outputs[o] = slots_[id];
-            } else {
-              outputs[o] = Tensor::empty(step.desc.outputs[o].shape, step.desc.outputs[o].dtype, device,
-                                         stream_ ? &stream : nullptr);
+    try {  // Note [Errors name their node]
+      switch (step.kind) {
+        case PlanStep::Kind::kView: {
+          const Tensor& in = values[step.inputs[0]];
+          XPURT_INTERNAL_ASSERT(in.defined(), "view of an undefined value in step ", step.node);
+          const int out = step.outputs[0];
+          values[out] = view_as(in.is_contiguous() ? in : in.contiguous(), plan_values[out].type.sizes());
+          break;
+        }
+        case PlanStep::Kind::kKernel: {
+          std::vector<Tensor> inputs;
+          inputs.reserve(step.inputs.size());
+          for (int id : step.inputs) inputs.push_back(id < 0 ? Tensor() : values[id]);
+          if (!step.dynamic) {
+            std::vector<Tensor> outputs(step.desc.outputs.size());
+            for (std::size_t o = 0; o < outputs.size(); ++o) {
+              const int id = o < step.outputs.size() ? step.outputs[o] : -1;
+              if (id >= 0 && slots_[id].defined()) {
+                outputs[o] = slots_[id];
+              } else {
+                outputs[o] = Tensor::empty(step.desc.outputs[o].shape, step.desc.outputs[o].dtype, device,
+                                           stream_ ? &stream : nullptr);
+              }
             }
-          }
-          if (!device.is_cuda()) {
-            for (std::size_t i = 0; i < inputs.size(); ++i) {
-              if (!inputs[i].defined()) continue;
-              XPURT_CHECK(inputs[i].shape() == step.desc.inputs[i].shape, "node '", step.node, "': input ", i,
-                          " has shape ", detail::shape_str(inputs[i].shape(), ","), " at run time but the model declared ",
-                          detail::shape_str(step.desc.inputs[i].shape, ","));
-              if (!inputs[i].is_contiguous()) inputs[i] = inputs[i].contiguous();
+            if (!device.is_cuda()) {
+              for (std::size_t i = 0; i < inputs.size(); ++i) {
+                if (!inputs[i].defined()) continue;
+                XPURT_CHECK(inputs[i].shape() == step.desc.inputs[i].shape, "node '", step.node, "': input ", i,
+                            " has shape ", detail::shape_str(inputs[i].shape(), ","),
+                            " at run time but the model declared ", detail::shape_str(step.desc.inputs[i].shape, ","));
+                if (!inputs[i].is_contiguous()) inputs[i] = inputs[i].contiguous();
+              }
             }
-          }
-          KernelLaunch launch;
-          launch.desc = &step.desc;
-          launch.inputs = inputs.data();
-          launch.num_inputs = inputs.size();
-          launch.outputs = outputs.data();
-          launch.num_outputs = outputs.size();
-          launch.stream = stream;
-          launch.workspace = workspace_.defined() ? workspace_.data_ptr() : nullptr;
-          launch.workspace_bytes = workspace_.defined() ? static_cast<std::size_t>(workspace_.nbytes()) : 0;
-          try {
+            KernelLaunch launch;
+            launch.desc = &step.desc;
+            launch.inputs = inputs.data();
+            launch.num_inputs = inputs.size();
+            launch.outputs = outputs.data();
+            launch.num_outputs = outputs.size();
+            launch.stream = stream;
+            launch.workspace = workspace_.defined() ? workspace_.data_ptr() : nullptr;
+            launch.workspace_bytes = workspace_.defined() ? static_cast<std::size_t>(workspace_.nbytes()) : 0;
             step.dispatch->plan->run(launch);
             if (device.is_cuda() && sync_steps() && !capturing_) stream.synchronize();
-          } catch (const XpuRuntimeError&) {
-            rethrow_at(step);  // Note [Errors name their node]
-          }
-          for (std::size_t o = 0; o < outputs.size() && o < step.outputs.size(); ++o) {
-            if (step.outputs[o] >= 0) values[step.outputs[o]] = outputs[o];
-          }
-        } else {
-          for (auto& t : inputs) {
-            if (t.defined() && !t.is_contiguous()) t = t.contiguous();
-          }
-          std::shared_ptr<const Dispatch> dispatch;
-          OpDescriptor desc;
-          try {
-            desc = make_op_descriptor(step.op, inputs, step.attrs, plan_->dispatcher()->exec_policy());
-            dispatch = plan_->dispatcher()->select(desc);
-          } catch (const XpuRuntimeError&) {
-            if (!step.reference_node) throw;
-            // The registry op refuses what this run gives it (a dtype its kernels lack, e.g. an int64 reduction
-            // of a data-dependent shape): the reference library runs the node, with ONNX's full semantics.
-            std::vector<Tensor> ref_inputs;
-            for (int id : step.reference_inputs) ref_inputs.push_back(id < 0 ? Tensor() : values[id]);
-            std::vector<Tensor> outs = onnx_ref::run_node(*step.reference_node, step.opset, ref_inputs);
-            for (std::size_t o = 0; o < outs.size() && o < step.outputs.size(); ++o) {
-              if (step.outputs[o] >= 0) values[step.outputs[o]] = outs[o];
+            for (std::size_t o = 0; o < outputs.size() && o < step.outputs.size(); ++o) {
+              if (step.outputs[o] >= 0) values[step.outputs[o]] = outputs[o];
             }
-            break;
-          }
-          std::vector<Tensor> outputs;
-          for (const auto& od : desc.outputs) outputs.push_back(Tensor::empty(od.shape, od.dtype, device));
-          dispatch->plan->execute(desc, inputs, outputs, stream);
-          if (scope) scope->ran(*dispatch, desc);
-          for (std::size_t o = 0; o < outputs.size() && o < step.outputs.size(); ++o) {
-            if (step.outputs[o] >= 0) values[step.outputs[o]] = outputs[o];
-          }
-        }
-        break;
-      }
-      case PlanStep::Kind::kReference: {
-        // A value is a tensor in `values` or a sequence/optional in boxed_ (Note [Sequence and optional values]).
-        // Note [Mixed execution]: a CUDA plan's host step reads host copies of its inputs (after the stream has
-        // finished producing them) and its outputs go back to the device.
-        if (step.on_host) stream.synchronize();
-        auto value_of = [&](int id) -> Value {
-          if (boxed_[id].defined()) return boxed_[id];
-          const Tensor& t = values[id];
-          return Value(step.on_host && t.defined() && t.device().is_cuda() ? t.to(Device::cpu()) : t);
-        };
-        const std::size_t declared = step.reference_node->inputs.size();
-        std::vector<Value> inputs;
-        inputs.reserve(declared);
-        for (std::size_t i = 0; i < declared; ++i) {
-          const int id = step.inputs[i];
-          inputs.push_back(id < 0 ? Value() : value_of(id));
-        }
-        onnx_ref::ValueLookup outer;
-        if (!step.implicit_inputs.empty()) {
-          outer = [&](const std::string& name) -> Value {
-            for (std::size_t i = 0; i < step.implicit_inputs.size(); ++i) {
-              if (step.implicit_inputs[i] == name) return value_of(step.inputs[declared + i]);
-            }
-            return Value();
-          };
-        }
-        std::vector<Value> outputs = onnx_ref::run_node_values(*step.reference_node, step.opset, inputs, outer);
-        for (std::size_t o = 0; o < step.outputs.size(); ++o) {
-          const int id = step.outputs[o];
-          if (id < 0) continue;
-          XPURT_CHECK(o < outputs.size() && outputs[o].defined(), "node '", step.node, "' (", step.op_type,
-                      ") did not produce its output ", o);
-          if (outputs[o].is_tensor()) {
-            values[id] = step.on_host ? outputs[o].tensor().to(device, &stream) : outputs[o].tensor();
-            boxed_[id] = Value();
           } else {
-            values[id] = Tensor();
-            boxed_[id] = std::move(outputs[o]);
+            for (auto& t : inputs) {
+              if (t.defined() && !t.is_contiguous()) t = t.contiguous();
+            }
+            std::shared_ptr<const Dispatch> dispatch;
+            OpDescriptor desc;
+            try {
+              desc = make_op_descriptor(step.op, inputs, step.attrs, plan_->dispatcher()->exec_policy());
+              dispatch = plan_->dispatcher()->select(desc);
+            } catch (const XpuRuntimeError&) {
+              if (!step.reference_node) throw;
+              // The registry op refuses what this run gives it (a dtype its kernels lack, e.g. an int64 reduction
+              // of a data-dependent shape): the reference library runs the node, with ONNX's full semantics.
+              std::vector<Tensor> ref_inputs;
+              for (int id : step.reference_inputs) ref_inputs.push_back(id < 0 ? Tensor() : values[id]);
+              std::vector<Tensor> outs = onnx_ref::run_node(*step.reference_node, step.opset, ref_inputs);
+              for (std::size_t o = 0; o < outs.size() && o < step.outputs.size(); ++o) {
+                if (step.outputs[o] >= 0) values[step.outputs[o]] = outs[o];
+              }
+              break;
+            }
+            std::vector<Tensor> outputs;
+            for (const auto& od : desc.outputs) outputs.push_back(Tensor::empty(od.shape, od.dtype, device));
+            dispatch->plan->execute(desc, inputs, outputs, stream);
+            if (scope) scope->ran(*dispatch, desc);
+            for (std::size_t o = 0; o < outputs.size() && o < step.outputs.size(); ++o) {
+              if (step.outputs[o] >= 0) values[step.outputs[o]] = outputs[o];
+            }
           }
+          break;
         }
-        break;
+        case PlanStep::Kind::kReference: {
+          // A value is a tensor in `values` or a sequence/optional in boxed_ (Note [Sequence and optional values]).
+          // Note [Mixed execution]: a CUDA plan's host step reads host copies of its inputs (after the stream has
+          // finished producing them) and its outputs go back to the device.
+          if (step.on_host) stream.synchronize();
+          auto value_of = [&](int id) -> Value {
+            if (boxed_[id].defined()) return boxed_[id];
+            const Tensor& t = values[id];
+            return Value(step.on_host && t.defined() && t.device().is_cuda() ? t.to(Device::cpu()) : t);
+          };
+          const std::size_t declared = step.reference_node->inputs.size();
+          std::vector<Value> inputs;
+          inputs.reserve(declared);
+          for (std::size_t i = 0; i < declared; ++i) {
+            const int id = step.inputs[i];
+            inputs.push_back(id < 0 ? Value() : value_of(id));
+          }
+          onnx_ref::ValueLookup outer;
+          if (!step.implicit_inputs.empty()) {
+            outer = [&](const std::string& name) -> Value {
+              for (std::size_t i = 0; i < step.implicit_inputs.size(); ++i) {
+                if (step.implicit_inputs[i] == name) return value_of(step.inputs[declared + i]);
+              }
+              return Value();
+            };
+          }
+          std::vector<Value> outputs = onnx_ref::run_node_values(*step.reference_node, step.opset, inputs, outer);
+          for (std::size_t o = 0; o < step.outputs.size(); ++o) {
+            const int id = step.outputs[o];
+            if (id < 0) continue;
+            XPURT_CHECK(o < outputs.size() && outputs[o].defined(), "node '", step.node, "' (", step.op_type,
+                        ") did not produce its output ", o);
+            if (outputs[o].is_tensor()) {
+              values[id] = step.on_host ? outputs[o].tensor().to(device, &stream) : outputs[o].tensor();
+              boxed_[id] = Value();
+            } else {
+              values[id] = Tensor();
+              boxed_[id] = std::move(outputs[o]);
+            }
+          }
+          break;
+        }
       }
+    } catch (const XpuRuntimeError&) {
+      rethrow_at(step);
     }
     if (scope) scope->finish(step, index, values);
   }

@@ -190,6 +190,9 @@ class XPURT_API CapturePlan {
   const MemoryPlan& memory() const { return memory_; }
   Device device() const { return device_; }
   DType compute_float() const { return compute_float_; }
+  // PlanOptions::memory_limit (0: none): what a run may allocate beyond memory().peak_bytes() is the rest of it
+  // (Note [Run memory budgets] in memory_manager.h).
+  std::uint64_t memory_limit() const { return memory_limit_; }
   // Whether every step is a static kernel or view step on a CUDA device (a CUDA graph can replay the plan);
   // else why not.
   bool capturable(std::string* why = nullptr) const;
@@ -211,6 +214,7 @@ class XPURT_API CapturePlan {
   MemoryPlan memory_;
   Device device_;
   DType compute_float_ = DType::kFloat32;
+  std::uint64_t memory_limit_ = 0;
   std::vector<std::string> pass_notes_;
   std::shared_ptr<Dispatcher> dispatcher_;
   std::shared_ptr<const SegmentBoundary> boundary_;

@@ -9,9 +9,11 @@
 // frees on destruction. Thread-safety: every method is safe from several threads.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "xpuruntime/caching_allocator.h"
@@ -20,6 +22,46 @@
 #include "xpuruntime/stream_manager.h"
 
 namespace xpuruntime {
+
+// Note [Run memory budgets]
+// ExecutionPolicy.memory_limit caps a plan's peak when it is built (arena + workspace + constants), but some
+// memory is only known when a run makes it: the outputs of dynamic and reference-library steps (shapes computed
+// from values, sequences, If/Loop bodies), the values of data-dependent size. A MemoryBudget caps those: while a
+// MemoryBudgetScope is open on a thread, every MemoryManager allocation made by that thread (host, device or
+// pinned) is charged to the budget before it is made, and released when the memory is freed, even after the
+// scope has closed (a run's outputs handed to the caller stay charged until they die). An allocation that would
+// take the budget past its limit raises OutOfMemoryError without allocating, and the run's error names the node
+// (Note [Errors name their node]); the session stays usable. Each run has a budget of its own (the limit less the
+// plan's peak), so outputs an earlier run returned do not count against the next. Allocations made by other
+// threads (OpenMP workers, concurrent runs) are not charged to it.
+class XPURT_API MemoryBudget {
+ public:
+  // `what` names the budget in errors ("ExecutionPolicy.memory_limit = 64 MiB less the plan's peak of 12 MiB").
+  MemoryBudget(std::size_t limit, std::string what) : limit_(limit), what_(std::move(what)) {}
+  // Reserves `bytes` for an allocation on `device`; OutOfMemoryError (nothing reserved) past the limit.
+  void charge(std::size_t bytes, Device device);
+  void release(std::size_t bytes) noexcept { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  std::size_t used() const { return used_.load(std::memory_order_relaxed); }
+  std::size_t limit() const { return limit_; }
+
+ private:
+  const std::size_t limit_;
+  const std::string what_;
+  std::atomic<std::size_t> used_{0};
+};
+
+// Charges this thread's MemoryManager allocations to `budget` until destroyed (scopes nest; null: none).
+class XPURT_API MemoryBudgetScope {
+ public:
+  explicit MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget);
+  ~MemoryBudgetScope();
+  MemoryBudgetScope(const MemoryBudgetScope&) = delete;
+  MemoryBudgetScope& operator=(const MemoryBudgetScope&) = delete;
+  static const std::shared_ptr<MemoryBudget>& current();
+
+ private:
+  std::shared_ptr<MemoryBudget> previous_;
+};
 
 // Owns one allocation; frees it (back to its allocator) when destroyed or reset.
 class XPURT_API DataPtr {
@@ -47,6 +89,7 @@ class XPURT_API DataPtr {
   std::size_t size_ = 0;
   Device device_;
   CachingAllocator* allocator_ = nullptr;  // nullptr: plain host memory
+  std::shared_ptr<MemoryBudget> budget_;   // charged for size_ (Note [Run memory budgets]), else null
 };
 
 class XPURT_API MemoryManager {
@@ -83,6 +126,10 @@ class XPURT_API MemoryManager {
   void* allocate_host(std::size_t bytes);
   void free_host(void* ptr, std::size_t bytes) noexcept;
   friend class DataPtr;
+  DataPtr allocate_uncharged(Device device, std::size_t bytes, const StreamView& stream);
+  DataPtr allocate_pinned_uncharged(std::size_t bytes, const StreamView& stream);
+  template <typename F>
+  DataPtr charged(Device device, std::size_t bytes, F&& allocate);  // Note [Run memory budgets]
 
   std::mutex mutex_;
   std::vector<std::unique_ptr<CachingAllocator>> device_allocators_;

@@ -6,7 +6,8 @@
 #
 #   scripts/sanitize.sh            # build, tests, fuzzers (CI runs this)
 #   FUZZ_SECONDS=3600 scripts/sanitize.sh --fuzz-only   # a long campaign
-#   XPURT_SANITIZE=thread scripts/sanitize.sh --tests-only   # ThreadSanitizer over the C++ tests (build-tsan)
+#   XPURT_SANITIZE=thread scripts/sanitize.sh --tests-only   # ThreadSanitizer over the C++ tests (build-tsan) and
+#                                                            # the Python tests that run from several threads
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
@@ -25,10 +26,16 @@ if [ -n "${MISSING:-}" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING
 fi
 FUZZERS=ON
-[ "$SANITIZE" = "thread" ] && FUZZERS=OFF  # libFuzzer runs with ASan/UBSan
+PYTHON_ARGS=(-DXPURT_BUILD_PYTHON=OFF)
+if [ "$SANITIZE" = "thread" ]; then
+  FUZZERS=OFF  # libFuzzer runs with ASan/UBSan
+  # The Python module too, placed in the build folder (the tree's own module stays the normal build's).
+  PYTHON_ARGS=(-DXPURT_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
+               -DXPURT_PYTHON_PACKAGE_DIR="$PWD/$BUILD/python/xpuruntime")
+fi
 echo "[sanitize] configuring $BUILD (clang, -fsanitize=$SANITIZE, CPU only)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS="-O1 -g" -DXPURT_WITH_CUDA=OFF -DXPURT_BUILD_PYTHON=OFF -DXPURT_BUILD_BENCHMARKS=OFF \
+  -DCMAKE_CXX_FLAGS="-O1 -g" -DXPURT_WITH_CUDA=OFF "${PYTHON_ARGS[@]}" -DXPURT_BUILD_BENCHMARKS=OFF \
   -DXPURT_SANITIZE="$SANITIZE" -DXPURT_BUILD_FUZZERS=$FUZZERS > "$BUILD.configure.log" 2>&1 \
   || { tail -30 "$BUILD.configure.log"; exit 1; }
 cmake --build "$BUILD" -j "$(nproc)" > "$BUILD.build.log" 2>&1 || { grep -B2 -A10 "error" "$BUILD.build.log" | head -60; exit 1; }
@@ -51,6 +58,26 @@ if [ "$MODE" != "--fuzz-only" ]; then
   ctest --test-dir "$BUILD" -j "$(nproc)" -E cmake_consumer --output-on-failure > "$BUILD.ctest.log" 2>&1 || status=1
   grep -E "tests passed|tests failed|\*\*\*Failed|ERROR: (Address|Undefined|Thread)Sanitizer|runtime error" \
     "$BUILD.ctest.log" | head -30
+fi
+if [ "$MODE" != "--fuzz-only" ] && [ "$SANITIZE" = "thread" ]; then
+  # Python-driven concurrency: the instrumented module under the uninstrumented interpreter, with the shared
+  # ThreadSanitizer runtime preloaded (its interceptors see the GIL's mutexes, so the GIL's ordering is known).
+  echo "[sanitize] Python tests from several threads under -fsanitize=thread"
+  tar -C src/python --exclude='*.so' --exclude=__pycache__ -cf - xpuruntime | tar -C "$BUILD/python" -xf -
+  runtime=$(clang -print-file-name=libclang_rt.tsan-x86_64.so)
+  if ! LD_PRELOAD="$runtime" PYTHONPATH="$PWD/$BUILD/python" /usr/bin/python3 -m pytest -q \
+      -p no:cacheprovider tests/python/test_inference_session.py tests/python/test_native_engine.py \
+      tests/python/test_memory.py tests/python/test_profiler.py \
+      -k "thread" > "$BUILD.pytest.log" 2>&1; then
+    status=1
+  fi
+  grep -E "passed|failed|WARNING: ThreadSanitizer|SUMMARY: ThreadSanitizer" "$BUILD.pytest.log" | head -20
+  if ! LD_PRELOAD="$runtime" PYTHONPATH="$PWD/$BUILD/python" /usr/bin/python3 benchmarks/soak.py --runs 2000 \
+      --cycles 20 --max-growth-mib 4096 > "$BUILD.soak.log" 2>&1; then
+    status=1
+  fi
+  grep -E "WARNING: ThreadSanitizer|SUMMARY: ThreadSanitizer|mismatch|phase|threads|sessions|cycles" \
+    "$BUILD.soak.log" | head -20
 fi
 if [ "$MODE" != "--tests-only" ] && [ "$FUZZERS" = ON ]; then
   mkdir -p "$OUT"

@@ -305,3 +305,53 @@ def test_memory_limit_below_the_plans_peak_is_a_typed_error(models):
     session = xrt.InferenceSession(path, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="256MiB"))
     (info,) = session.get_inputs()
     assert session.run(None, {info.name: make_input("resnet50", 1, "fp32")})[0].shape[0] == 1
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=pytest.mark.skipif(not HAS_GPU,
+                                                                                       reason="needs a CUDA device"))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_outer_slices_and_gathers_are_views_at_an_offset(device, dtype):
+    """Note [Views at an offset]: q, k and v cut from the outer axis of a [3, B, H, S, D] tensor (Gather of one
+    index, Slice + Squeeze, Split) are views into its bytes, no kernel; cuts that are not one contiguous block or not
+    16-byte aligned stay kernels; every output matches NumPy."""
+    from onnx import TensorProto, helper
+
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    shape = [3, 2, 3, 5, 8]
+    ints = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [len(v)], v)  # noqa: E731
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["qkv"]),  # an intermediate: a slot of the arena
+        helper.make_node("Gather", ["qkv", "i1"], ["k"], name="take_k", axis=0),
+        helper.make_node("Slice", ["qkv", "s2", "e3", "a0"], ["v5"], name="cut_v"),
+        helper.make_node("Squeeze", ["v5", "a0"], ["v"]),
+        helper.make_node("Split", ["qkv", "split"], ["p0", "p1", "p2"], name="split", axis=0),
+        helper.make_node("Gather", ["qkv", "im1"], ["last"], name="take_last", axis=0),  # index -1
+        helper.make_node("Gather", ["qkv", "i1"], ["inner"], name="take_inner", axis=1),  # not one block
+        helper.make_node("Slice", ["qkv", "s2", "e3", "a4"], ["odd"], name="cut_odd"),  # D cut: strided
+        helper.make_node("Slice", ["p1", "s1", "e2", "a3"], ["row"], name="cut_row"),  # row 1 of 5 in p1: strided
+        helper.make_node("Mul", ["k", "v"], ["kv"]),
+        helper.make_node("Add", ["y", "y"], ["yy"]),
+        helper.make_node("Gather", ["yy", "i1"], ["y1"], name="take_y1", axis=0),  # from byte 5 * size: unaligned
+    ]
+    inits = [helper.make_tensor("i1", TensorProto.INT64, [], [1]),
+             helper.make_tensor("im1", TensorProto.INT64, [], [-1]), ints("s2", [2]), ints("e3", [3]), ints("a0", [0]), ints("a4", [4]), ints("s1", [1]), ints("e2", [2]),
+             ints("a3", [3]), ints("split", [1, 1, 1])]
+    outs = ["kv", "p0", "p2", "last", "inner", "odd", "row", "y1"]
+    graph = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", elem, shape),
+                                               helper.make_tensor_value_info("y", elem, [3, 5])],
+                              [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    session = xrt.InferenceSession(model.SerializeToString(), engine="native", device=device)
+    x = np.random.default_rng(3).standard_normal(shape).astype(dtype)
+    y = np.random.default_rng(4).standard_normal([3, 5]).astype(dtype)
+    got = dict(zip(outs, session.run(None, {"x": x, "y": y})))
+    q = x + x
+    want = {"kv": q[1] * q[2], "p0": q[0:1], "p2": q[2:3], "last": q[-1], "inner": q[:, 1], "odd": q[..., 2:3],
+            "row": q[1:2, :, :, 1:2], "y1": (y + y)[1]}
+    for name in outs:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    kernels = {n["node"]: (n["kernel"], n["reason"]) for n in session.explain().nodes}
+    for viewed in ("take_k", "cut_v", "take_last"):
+        assert kernels[viewed][0] == "view" and "contiguous block" in kernels[viewed][1], kernels[viewed]
+    for copied in ("take_inner", "cut_odd", "cut_row", "take_y1"):
+        assert kernels[copied][0] != "view", kernels[copied]

@@ -336,7 +336,7 @@ class NativeSession final : public EngineSession {
     }
     for (std::size_t k = 0; k < chain.size(); ++k) {
       for (const PlanStep& s : chain[k]->steps()) {
-        NodeExplanation n = node_explanation(s);
+        NodeExplanation n = node_explanation(*chain[k], s);
         n.segment = static_cast<int>(k);
         e.nodes.push_back(std::move(n));
       }
@@ -345,7 +345,7 @@ class NativeSession final : public EngineSession {
   }
 
  private:
-  static NodeExplanation node_explanation(const PlanStep& s) {
+  static NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
     NodeExplanation n;
     n.node = s.node;
     n.op_type = s.op_type;
@@ -372,7 +372,10 @@ class NativeSession final : public EngineSession {
       case PlanStep::Kind::kView:
         n.kernel = "view";
         n.backend = "-";
-        n.reason = "a reshape of its input's bytes: no kernel, no copy";
+        n.reason = plan.values()[s.outputs[0]].view_offset == 0 && s.op_type != "Slice" && s.op_type != "Gather"
+                       ? "a reshape of its input's bytes: no kernel, no copy"
+                       : detail::str_cat("a contiguous block of its input's bytes from byte ",
+                                         plan.values()[s.outputs[0]].view_offset, ": no kernel, no copy");
         break;
       case PlanStep::Kind::kReference:
         n.kernel = "onnx_ref";

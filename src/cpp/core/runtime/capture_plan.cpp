@@ -373,6 +373,8 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       step.kind = PlanStep::Kind::kView;
       PlanValue& out = plan->values_[step.outputs[0]];
       out.view_of = step.inputs[0];
+      out.view_offset =
+          static_cast<std::size_t>(lowered.view_offset) * dtype_size(plan->values_[step.inputs[0]].type.dtype);
       out.type.dtype = plan->values_[step.inputs[0]].type.dtype;
       out.type.has_shape = true;
       out.type.shape.clear();
@@ -508,13 +510,22 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     if (s.dispatch && s.dispatch->plan) mem.workspace_bytes = std::max(mem.workspace_bytes, s.dispatch->plan->workspace_bytes());
   }
   mem.workspace_bytes = align_up(mem.workspace_bytes);
-  // Views of planned values share the slot.
+  // Views of planned values share the slot, from their offset in it (Note [Views at an offset]).
   for (PlanValue& v : plan->values_) {
     if (v.view_of < 0) continue;
-    const PlanValue& r = plan->values_[root(static_cast<int>(&v - plan->values_.data()))];
-    v.planned = r.planned;
-    v.offset = r.offset;
-    v.bytes = r.bytes;
+    std::size_t offset = 0;
+    int r = static_cast<int>(&v - plan->values_.data());
+    for (; plan->values_[r].view_of >= 0; r = plan->values_[r].view_of) offset += plan->values_[r].view_offset;
+    const PlanValue& root_value = plan->values_[r];
+    v.planned = root_value.planned;
+    v.offset = root_value.offset + offset;
+    if (offset == 0) {
+      v.bytes = root_value.bytes;
+    } else {
+      std::size_t elements = 1;
+      for (std::int64_t d : v.type.sizes()) elements *= static_cast<std::size_t>(d);
+      v.bytes = elements * dtype_size(v.type.dtype);
+    }
   }
 
   if (options.memory_limit != 0 && mem.peak_bytes() > options.memory_limit) {

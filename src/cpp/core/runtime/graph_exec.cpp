@@ -19,8 +19,10 @@
 namespace xpuruntime {
 namespace {
 
-Tensor view_as(const Tensor& t, const std::vector<std::int64_t>& shape) {
-  return Tensor::from_blob(t.data_ptr(), shape, {}, t.dtype(), t.device(), t.storage(), 0);
+// `t`'s bytes from `offset` on, as a contiguous tensor of `shape` (Note [Views at an offset]).
+Tensor view_as(const Tensor& t, const std::vector<std::int64_t>& shape, std::size_t offset = 0) {
+  return Tensor::from_blob(static_cast<std::uint8_t*>(t.data_ptr()) + offset, shape, {}, t.dtype(), t.device(),
+                           t.storage(), 0);
 }
 
 // What a node event says of its step: node, op_type, step, kind, kernel, backend, precision, reason (and op). A
@@ -382,7 +384,8 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
           const Tensor& in = values[step.inputs[0]];
           XPURT_INTERNAL_ASSERT(in.defined(), "view of an undefined value in step ", step.node);
           const int out = step.outputs[0];
-          values[out] = view_as(in.is_contiguous() ? in : in.contiguous(), plan_values[out].type.sizes());
+          values[out] = view_as(in.is_contiguous() ? in : in.contiguous(), plan_values[out].type.sizes(),
+                              plan_values[out].view_offset);
           break;
         }
         case PlanStep::Kind::kKernel: {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "core/runtime/passes/pass_utils.h"
 #include "core/shape_str.h"
@@ -56,12 +57,32 @@ Lowered registry(std::string op, std::vector<int> inputs, Attributes attrs = {})
   return l;
 }
 
-Lowered view(Ints shape) {
+Lowered view(Ints shape, std::int64_t offset = 0) {
   Lowered l;
   l.kind = Lowered::Kind::kView;
   l.inputs = {0};
   l.view_shape = std::move(shape);
+  l.view_offset = offset;
   return l;
+}
+
+// Note [Views at an offset]
+// A Slice or Gather that keeps one contiguous block of its input is a view: its output is the input's bytes from
+// an offset on, with no kernel and no copy (PlanValue::view_offset; the memory plan gives the view the slot of its
+// root at that offset). The block is contiguous when the one axis cut (Slice with step 1, or Gather of a single
+// constant index) has only axes of size 1 before it: the exporters' `select`/`getitem` of q, k and v on the outer
+// axis of a [3, B, H, S, D] tensor, of a batch row, of a chunk. The element offset of such a block starting at
+// `start` on `axis` of an input of `shape` and `dtype`; nullopt when the block is not contiguous, or starts at a
+// byte offset that is not a multiple of 16: kernels are planned for operands at least 16-byte aligned (the
+// arena's slots are; Note [cuBLASLt alignment]), so such a block is copied by the kernel instead.
+std::optional<std::int64_t> outer_block_offset(const Ints& shape, DType dtype, std::size_t axis, std::int64_t start) {
+  for (std::size_t d = 0; d < axis; ++d) {
+    if (shape[d] != 1) return std::nullopt;
+  }
+  std::int64_t inner = 1;
+  for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  if ((static_cast<std::size_t>(start * inner) * dtype_size(dtype)) % 16 != 0) return std::nullopt;
+  return start * inner;
 }
 
 bool read_const_ints(const Tensor* t, Ints* out) {
@@ -432,6 +453,43 @@ Lowered lower_concat(const Ctx& c) {
   return registry("concat", inputs, a);
 }
 
+// A Slice that cuts one axis with step 1, only size-1 axes before it (Note [Views at an offset]).
+std::optional<Lowered> slice_view(const Ctx& c, const Ints& starts, const Ints& ends, const Ints& axes,
+                                  const Ints& steps) {
+  if (!c.known(0) || starts.size() != ends.size() || (!axes.empty() && axes.size() != starts.size()) ||
+      (!steps.empty() && steps.size() != starts.size())) {
+    return std::nullopt;
+  }
+  Ints shape = c.shape(0);
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  Ints out = shape;
+  std::optional<std::size_t> cut;
+  std::int64_t cut_start = 0;
+  std::vector<bool> seen(shape.size(), false);
+  for (std::size_t k = 0; k < starts.size(); ++k) {
+    std::int64_t axis = axes.empty() ? static_cast<std::int64_t>(k) : axes[k];
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank || seen[static_cast<std::size_t>(axis)]) return std::nullopt;
+    seen[static_cast<std::size_t>(axis)] = true;
+    if (!steps.empty() && steps[k] != 1) return std::nullopt;
+    const std::int64_t dim = shape[static_cast<std::size_t>(axis)];
+    auto clamp = [dim](std::int64_t v) {
+      if (v < 0) v = v < -dim ? 0 : v + dim;
+      return std::min(v, dim);
+    };
+    const std::int64_t begin = clamp(starts[k]), end = std::max(clamp(ends[k]), begin);
+    if (begin == 0 && end == dim) continue;  // the whole axis
+    if (cut) return std::nullopt;            // a second axis cut: not one block
+    cut = static_cast<std::size_t>(axis);
+    cut_start = begin;
+    out[*cut] = end - begin;
+  }
+  if (!cut) return view(out);
+  const auto offset = outer_block_offset(shape, c.type(0)->dtype, *cut, cut_start);
+  if (!offset) return std::nullopt;
+  return view(out, out[*cut] == 0 ? 0 : *offset);
+}
+
 Lowered lower_slice(const Ctx& c) {
   Ints starts, ends, axes, steps;
   if (c.opset < 10) {
@@ -445,6 +503,7 @@ Lowered lower_slice(const Ctx& c) {
     if (c.has(3) && !read_const_ints(c.constant(3), &axes)) return reference("axes are not a constant");
     if (c.has(4) && !read_const_ints(c.constant(4), &steps)) return reference("steps are not a constant");
   }
+  if (auto v = slice_view(c, starts, ends, axes, steps)) return *v;
   Attributes a;
   a.set("starts", starts);
   a.set("ends", ends);
@@ -453,7 +512,27 @@ Lowered lower_slice(const Ctx& c) {
   return registry("slice", {0}, a);
 }
 
+// A Gather of one constant index along an axis with only size-1 axes before it (Note [Views at an offset]).
+std::optional<Lowered> gather_view(const Ctx& c) {
+  if (!c.known(0) || !c.known(1)) return std::nullopt;
+  const Ints shape = c.shape(0);
+  std::int64_t axis = c.node.attrs.get_int("axis", 0);
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  if (axis < 0) axis += rank;
+  Ints index;
+  if (axis < 0 || axis >= rank || !read_const_ints(c.constant(1), &index) || index.size() != 1) return std::nullopt;
+  std::int64_t i = index[0] < 0 ? index[0] + shape[static_cast<std::size_t>(axis)] : index[0];
+  if (i < 0 || i >= shape[static_cast<std::size_t>(axis)]) return std::nullopt;  // the kernel reports it
+  const auto offset = outer_block_offset(shape, c.type(0)->dtype, static_cast<std::size_t>(axis), i);
+  if (!offset) return std::nullopt;
+  Ints out(shape.begin(), shape.begin() + axis);
+  for (std::int64_t d : c.shape(1)) out.push_back(d);  // [] (a scalar index) or [1]
+  out.insert(out.end(), shape.begin() + axis + 1, shape.end());
+  return view(out, *offset);
+}
+
 Lowered lower_gather(const Ctx& c) {
+  if (auto v = gather_view(c)) return *v;
   Attributes a;
   a.set("axis", c.node.attrs.get_int("axis", 0));
   return registry("gather", {0, 1}, a);

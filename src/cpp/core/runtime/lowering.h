@@ -28,6 +28,7 @@ struct Lowered {
   std::vector<int> inputs;
   Attributes attrs;
   std::vector<std::int64_t> view_shape;
+  std::int64_t view_offset = 0;  // kView: where output 0 starts in input 0, in elements (Note [Views at an offset])
   std::string reason;  // for kReference: why it is not lowered; else empty
 };
 

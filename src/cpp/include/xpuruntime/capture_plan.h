@@ -62,6 +62,7 @@ struct XPURT_API PlanValue {
   ValueType type;             // fully known for static values
   bool is_output = false;     // a graph output
   int view_of = -1;           // the value whose bytes this one shares (a view step's output), else -1
+  std::size_t view_offset = 0;  // where in view_of's bytes this one starts (Note [Views at an offset])
   bool planned = false;       // has an arena slot
   std::size_t offset = 0;     // in the arena (planned values)
   std::size_t bytes = 0;

@@ -334,7 +334,8 @@ def test_outer_slices_and_gathers_are_views_at_an_offset(device, dtype):
         helper.make_node("Gather", ["yy", "i1"], ["y1"], name="take_y1", axis=0),  # from byte 5 * size: unaligned
     ]
     inits = [helper.make_tensor("i1", TensorProto.INT64, [], [1]),
-             helper.make_tensor("im1", TensorProto.INT64, [], [-1]), ints("s2", [2]), ints("e3", [3]), ints("a0", [0]), ints("a4", [4]), ints("s1", [1]), ints("e2", [2]),
+             helper.make_tensor("im1", TensorProto.INT64, [], [-1]), ints("s2", [2]), ints("e3", [3]), ints("a0", [0]),
+             ints("a4", [4]), ints("s1", [1]), ints("e2", [2]),
              ints("a3", [3]), ints("split", [1, 1, 1])]
     outs = ["kv", "p0", "p2", "last", "inner", "odd", "row", "y1"]
     graph = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", elem, shape),

@@ -262,6 +262,74 @@ bool same_dims(const std::vector<Dim>& a, const std::vector<std::size_t>& ai, co
   return true;
 }
 
+// Where(IsNaN(p), 0, p) reading the softmax output `p` (its only readers): the IsNaN and Where nodes.
+std::optional<std::pair<std::size_t, std::size_t>> nan_guard(const Graph& g, const Uses& uses, const Matcher& m,
+                                                             const std::string& p) {
+  const auto& readers = uses.readers(p);
+  if (readers.size() != 2) return std::nullopt;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const Node& isnan = g.nodes[readers[k]];
+    const Node& where = g.nodes[readers[1 - k]];
+    if (!is_onnx(isnan, "IsNaN") || !is_onnx(where, "Where") || where.inputs.size() != 3) continue;
+    if (where.inputs[0] != isnan.outputs[0] || where.inputs[2] != p || where.inputs[1] == p) continue;
+    auto zero = scalar_constant(g, where.inputs[1]);
+    if (!zero || *zero != 0.0 || !m.sole_reader(isnan.outputs[0], "Where")) continue;
+    return std::make_pair(readers[k], readers[1 - k]);
+  }
+  return std::nullopt;
+}
+
+// Whether an additive mask can hold no infinity: a finite constant, Where(c, a, b) of finite constants, or such a
+// value reshaped, expanded or unsqueezed (up to `depth` nodes back).
+bool finite_mask(const Graph& g, const Uses& uses, const std::string& mask, int depth) {
+  if (const Tensor* c = constant(g, mask)) {
+    for (double v : to_doubles(*c)) {
+      if (!std::isfinite(v)) return false;
+    }
+    return true;
+  }
+  auto p = uses.producer(mask);
+  if (!p || depth == 0) return false;
+  const Node& n = g.nodes[*p];
+  if (is_onnx(n, "Where") && n.inputs.size() == 3) {
+    return finite_mask(g, uses, n.inputs[1], 0) && finite_mask(g, uses, n.inputs[2], 0);
+  }
+  for (const char* op : {"Expand", "Reshape", "Unsqueeze", "Identity"}) {
+    if (is_onnx(n, op) && !n.inputs.empty()) return finite_mask(g, uses, n.inputs[0], depth - 1);
+  }
+  return false;
+}
+
+// K^T computed as Reshape(Transpose(Reshape(K, [B*H, S, D]), perm=[0, 2, 1]), [B, H, D, S]) from a 4-D K
+// [B, H, S, D]: returns K and the chain's nodes (the outer Reshape first); nullopt for anything else. Row-major
+// reshapes make the values those of K's last two axes swapped whenever the shapes are these.
+std::optional<std::pair<std::string, std::vector<std::size_t>>> merged_heads_transpose(const Graph& g,
+                                                                                       const Uses& uses,
+                                                                                       const std::string& kt) {
+  auto outer = uses.producer(kt);
+  if (!outer || !is_onnx(g.nodes[*outer], "Reshape")) return std::nullopt;
+  auto t = uses.producer(g.nodes[*outer].inputs[0]);
+  if (!t || !is_onnx(g.nodes[*t], "Transpose") ||
+      g.nodes[*t].attrs.get_ints("perm", {}) != std::vector<std::int64_t>{0, 2, 1}) {
+    return std::nullopt;
+  }
+  auto inner = uses.producer(g.nodes[*t].inputs[0]);
+  if (!inner || !is_onnx(g.nodes[*inner], "Reshape")) return std::nullopt;
+  const std::string& k = g.nodes[*inner].inputs[0];
+  auto tk = value_type(g, k), tm = value_type(g, g.nodes[*inner].outputs[0]), tkt = value_type(g, kt);
+  if (!tk || !tm || !tkt || !tk->has_shape || !tm->has_shape || !tkt->has_shape) return std::nullopt;
+  if (tk->shape.size() != 4 || tm->shape.size() != 3 || tkt->shape.size() != 4) return std::nullopt;
+  const auto& K = tk->shape;
+  const auto& M = tm->shape;
+  const auto& KT = tkt->shape;
+  // [B,H,S,D] -> [B*H,S,D]: the last two kept (then the first is B*H); -> [B,H,D,S].
+  if (!same_dim(M[1], K[2]) || !same_dim(M[2], K[3])) return std::nullopt;
+  if (!same_dim(KT[0], K[0]) || !same_dim(KT[1], K[1]) || !same_dim(KT[2], K[3]) || !same_dim(KT[3], K[2])) {
+    return std::nullopt;
+  }
+  return std::make_pair(k, std::vector<std::size_t>{*outer, *t, *inner});
+}
+
 }  // namespace
 
 PassResult gelu_fusion(Graph& g, const PassContext& /*ctx*/) {
@@ -484,16 +552,36 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     strip_scale(q, *qk);
     const auto kt_scale = strip_scale(kt, *qk);
     const std::size_t kt_reader = kt_scale ? *kt_scale : *qk;
-    auto tp = uses.producer(kt);
-    if (!tp || !is_onnx(g.nodes[*tp], "Transpose")) continue;
-    const Node& transpose = g.nodes[*tp];
-    const auto perm = transpose.attrs.get_ints("perm", {});
-    const bool from_bshd = perm == std::vector<std::int64_t>{0, 2, 3, 1};
-    if (!from_bshd && perm != std::vector<std::int64_t>{0, 1, 3, 2}) continue;
-    const std::string k = transpose.inputs[0];
-    // Forwards: MatMul(probabilities, V).
-    auto pv = m.sole_reader(softmax.outputs[0], "MatMul");
-    if (!pv || m.node(*pv).inputs[0] != softmax.outputs[0] || m.node(*pv).inputs.size() != 2) continue;
+    // K^T as PyTorch's decomposition of scaled_dot_product_attention writes it: the batch and head axes merged by a
+    // Reshape, a 3-D Transpose of the last two, and a Reshape back ([B,H,S,D] -> [B*H,S,D] -> [B*H,D,S] ->
+    // [B,H,D,S]): the same values as a Transpose(0,1,3,2) of K.
+    std::vector<std::size_t> merged;  // the chain's nodes, outermost first
+    std::string k;
+    bool from_bshd = false;
+    std::optional<std::size_t> tp;
+    if (auto chain = merged_heads_transpose(g, uses, kt)) {
+      k = chain->first;
+      merged = chain->second;
+    } else {
+      tp = uses.producer(kt);
+      if (!tp || !is_onnx(g.nodes[*tp], "Transpose")) continue;
+      const auto perm = g.nodes[*tp].attrs.get_ints("perm", {});
+      from_bshd = perm == std::vector<std::int64_t>{0, 2, 3, 1};
+      if (!from_bshd && perm != std::vector<std::int64_t>{0, 1, 3, 2}) continue;
+      k = g.nodes[*tp].inputs[0];
+    }
+    // Forwards: MatMul(probabilities, V), where the probabilities may pass through Where(IsNaN(p), 0, p), PyTorch's
+    // guard for rows masked entirely by -inf. With no mask, or a mask that cannot hold -inf, no row is, and the
+    // guard changes nothing (NaN inputs aside, which no attention kernel keeps).
+    std::string probabilities = softmax.outputs[0];
+    if (auto guard = nan_guard(g, uses, m, softmax.outputs[0])) {
+      if (!mask.empty() && !finite_mask(g, uses, mask, 4)) continue;
+      probabilities = g.nodes[guard->second].outputs[0];
+      nodes.push_back(guard->first);
+      nodes.push_back(guard->second);
+    }
+    auto pv = m.sole_reader(probabilities, "MatMul");
+    if (!pv || m.node(*pv).inputs[0] != probabilities || m.node(*pv).inputs.size() != 2) continue;
     nodes.push_back(*pv);
     const std::string v = m.node(*pv).inputs[1];
     // Types: Q [B,H,Sq,D], K [B,S,H,D] or [B,H,S,D], V [B,H,S,Dv], all of one fusable float type.
@@ -519,8 +607,17 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       if (!broadcasts) continue;
     }
     if (rw.any_taken(nodes)) continue;
-    const bool transpose_private = uses.only_reader(kt, kt_reader) && !rw.taken(*tp);
-    if (transpose_private) nodes.push_back(*tp);
+    if (tp) {
+      if (uses.only_reader(kt, kt_reader) && !rw.taken(*tp)) nodes.push_back(*tp);
+    } else {
+      // The chain goes with the attention where nothing else reads its values.
+      bool chain_private = uses.only_reader(kt, kt_reader);
+      for (std::size_t c = 0; c + 1 < merged.size() && chain_private; ++c) {
+        chain_private = uses.only_reader(g.nodes[merged[c + 1]].outputs[0], merged[c]);
+      }
+      for (std::size_t c : merged) chain_private = chain_private && !rw.taken(c);
+      if (chain_private) nodes.insert(nodes.end(), merged.begin(), merged.end());
+    }
     std::vector<Node> new_nodes;
     std::string k_input = k;
     if (from_bshd) {

@@ -1,0 +1,52 @@
+"""The patterns PyTorch's exporters write, recognised on the real-model suite's exports (models/suite/tiny): each
+test names the pass, the models it must rewrite and what must be left of the pattern. The suite's own tests check
+that the rewritten models still match PyTorch (test_model_suite.py)."""
+
+import collections
+import json
+import pathlib
+
+import onnx
+import pytest
+
+import xpuruntime as xrt
+
+TINY = pathlib.Path(__file__).resolve().parents[2] / "models" / "suite" / "tiny"
+MANIFEST = json.loads((TINY / "manifest.json").read_text())
+
+
+def _explained(name, key):
+    if key not in MANIFEST["models"][name]["exports"]:
+        pytest.skip(f"PyTorch's exporter could not write {name}.{key}")
+    path = TINY / f"{name}.{key}.onnx"
+    session = xrt.InferenceSession(str(path), engine="native")
+    return onnx.load(str(path)), session.explain()
+
+
+# Every transformer of the suite, as the dynamo exporter writes scaled_dot_product_attention: q and k each scaled by
+# sqrt(sqrt(1/D)), K^T through a Reshape/Transpose/Reshape that merges batch and heads, additive masks from Where,
+# and Where(IsNaN(p), 0, p) after the softmax.
+ATTENTION_DYNAMO = ["beit", "bert", "clip_text", "clip_vision", "deit", "distilbert", "gpt2", "llama", "roberta",
+                    "swin", "t5_encoder", "vit", "whisper_encoder"]
+
+
+@pytest.mark.parametrize("name", ATTENTION_DYNAMO)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_attention_fusion_takes_every_softmax_of_dynamo_exports(name, dtype):
+    model, explained = _explained(name, f"dynamo.{dtype}")
+    softmaxes = sum(n.op_type == "Softmax" for n in model.graph.node)
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert softmaxes > 0
+    assert ran["xpuruntime:Attention"] == softmaxes, dict(ran)
+    assert ran["Softmax"] == 0 and ran["IsNaN"] == 0, dict(ran)
+
+
+@pytest.mark.parametrize("name,key", [("vit", "dynamo.float16"), ("vit", "torchscript.float16"), ("gpt2", "dynamo.float32"),
+                                      ("swin", "torchscript.float32")])
+def test_q_k_v_cut_from_the_packed_projection_are_views(name, key):
+    """Note [Views at an offset]: the exporters' select/unbind/split of q, k and v on the outer axis of the packed
+    [3, B, H, S, D] projection costs no kernel."""
+    _, explained = _explained(name, key)
+    cuts = [n for n in explained.nodes if n["op_type"] in ("Gather", "Slice") and "contiguous block" in n["reason"]]
+    assert len(cuts) >= 3, [(n["node"], n["op_type"], n["kernel"]) for n in explained.nodes]
+    assert all(n["kernel"] == "view" for n in cuts)

@@ -28,7 +28,7 @@ def breakdown(path, engine, graphs, batch, runs, top):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    policy = xrt.ExecutionPolicy(cuda_graphs=graphs)
+    policy = xrt.ExecutionPolicy(cuda_graphs=bool(graphs))
     session = xrt.InferenceSession(str(path), device="cuda", engine=engine, exec_policy=policy)
     feeds_np = sb.make_inputs(session, batch)
     feeds = {k: xrt.from_numpy(v).to("cuda") for k, v in feeds_np.items()}

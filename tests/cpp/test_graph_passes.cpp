@@ -141,6 +141,10 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
   if (n.op_type == "Gelu") {
     return {ops::gelu(input(0), n.attrs.get_string("approximate", "none"))};
   }
+  if (n.op_type == "FusedElementwise") {
+    a.set("program", n.attrs.get_string("program", ""));
+    return ops::call("fused_elementwise", in, a);
+  }
   if (n.op_type == "LayerNormalization") {
     a.set("axis", n.attrs.get_int("axis", -1)).set("epsilon", n.attrs.get_float("epsilon", 1e-5));
     return ops::call("layer_norm", {input(0), input(1), input(2), input(3)}, a);  // input 3: the residual
@@ -255,7 +259,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
-                                             "gemm_fusion", "conv_fusion", "nhwc_layout"}));
+                                             "gemm_fusion", "conv_fusion", "nhwc_layout", "elementwise_fusion"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "

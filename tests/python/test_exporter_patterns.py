@@ -41,7 +41,8 @@ def test_attention_fusion_takes_every_softmax_of_dynamo_exports(name, dtype):
     assert ran["Softmax"] == 0 and ran["IsNaN"] == 0, dict(ran)
 
 
-@pytest.mark.parametrize("name,key", [("vit", "dynamo.float16"), ("vit", "torchscript.float16"), ("gpt2", "dynamo.float32"),
+@pytest.mark.parametrize("name,key", [("vit", "dynamo.float16"), ("vit", "torchscript.float16"),
+                                      ("gpt2", "dynamo.float32"),
                                       ("swin", "torchscript.float32")])
 def test_q_k_v_cut_from_the_packed_projection_are_views(name, key):
     """Note [Views at an offset]: the exporters' select/unbind/split of q, k and v on the outer axis of the packed

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/distributed_ops.h"
+#include "core/fused_elementwise.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
 #include "core/conv_layout.h"
@@ -385,6 +386,26 @@ std::vector<TensorDesc> infer_unary(const OpDescriptor& desc) {
   return {output_like(desc.inputs[0], desc.inputs[0].shape)};
 }
 
+std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
+  XPURT_CHECK(!desc.inputs.empty(), "op 'fused_elementwise' needs at least one input");
+  const DType dtype = desc.inputs[0].dtype;
+  Shape out;
+  for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
+    const TensorDesc& x = desc.inputs[k];
+    if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat16 && x.dtype != DType::kBFloat16) {
+      throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': input ", k, " is ", dtype_name(x.dtype),
+                                             "; the inputs are float32, float16 or bfloat16"));
+    }
+    if (x.dtype != dtype) {
+      throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': input ", k, " is ", dtype_name(x.dtype),
+                                             " but input 0 is ", dtype_name(dtype), "; the inputs share one dtype"));
+    }
+    out = k == 0 ? x.shape : broadcast_shapes(out, x.shape, desc.op, "input");
+  }
+  (void)fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());  // validates
+  return {output_like(desc.inputs[0], out)};
+}
+
 std::vector<TensorDesc> infer_binary(const OpDescriptor& desc) {
   check_float_inputs(desc, {"a", "b"});
   return {output_like(desc.inputs[0], broadcast_shapes(desc.inputs[0].shape, desc.inputs[1].shape, desc.op, "input"))};
@@ -507,6 +528,10 @@ void register_ops(KernelRegistry& registry) {
       "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5",
       infer_layer_norm);
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
+  add("fused_elementwise", "fusion", {"x..."},
+      "a chain of elementwise ops as one kernel (Note [Fused elementwise programs]); program=\"mul x0 x1; sigmoid "
+      "t0\": float32 math, inputs of one float dtype broadcast to the output",
+      infer_fused_elementwise);
   for (const char* op : {"relu", "sigmoid", "tanh", "silu"}) {
     add(op, "activation", {"x"}, std::string(op) + "(x)", infer_unary);
   }

@@ -111,6 +111,7 @@ void register_elementwise_kernels(KernelRegistry& registry);  // activations, un
 void register_reduce_kernels(KernelRegistry& registry);       // reduce_sum/mean/max/min
 void register_attention_kernels(KernelRegistry& registry);    // attention
 void register_onnx_kernels(KernelRegistry& registry);  // the ONNX ops beyond the core set (cpu_onnx_ops.cpp)
+void register_fused_kernels(KernelRegistry& registry);  // fused_elementwise (cpu_fused.cpp)
 // reduce_sum/max/min of int32/int64 through the ONNX reference library (cpu_onnx_ops.cpp).
 void run_reference_reduce(const KernelLaunch& launch);
 void register_data_kernels(KernelRegistry& registry);  // transpose, concat, slice, gather, expand, where, comparisons,

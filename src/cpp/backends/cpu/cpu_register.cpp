@@ -211,6 +211,7 @@ void register_cpu(KernelRegistry& registry) {
   cpu::register_attention_kernels(registry);
   cpu::register_data_kernels(registry);
   cpu::register_onnx_kernels(registry);
+  cpu::register_fused_kernels(registry);
   // The host communicators' collectives (core/distributed.cpp): ranks of one process on the CPU.
   for (const std::string& op : distributed::collective_ops()) {
     registry.add_kernel(distributed::make_collective_kernel(

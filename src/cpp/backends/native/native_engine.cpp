@@ -358,6 +358,9 @@ class NativeSession final : public EngineSession {
           n.precision = precision_name(s.desc.precision);
           n.reason = s.op + ": " + d.reason;
           if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
+          if (s.op == "fused_elementwise") {  // Note [Fused elementwise programs]: the group's program
+            n.reason += "; program: " + s.attrs.get_string("program", "");
+          }
           n.op = s.op;
           n.rule = d.rule;
           n.policy_rule = d.policy_rule;

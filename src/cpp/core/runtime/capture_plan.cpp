@@ -283,6 +283,27 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     infer_options.max_folded_bytes =
         std::min<std::size_t>(infer_options.max_folded_bytes, static_cast<std::size_t>(options.memory_limit));
   }
+  // elementwise_fusion (Note [Fused elementwise programs]): where a fused_elementwise kernel runs on the device, and
+  // not for ops the KernelPolicy gives a rule of their own.
+  {
+    const KernelRegistry& registry = options.dispatcher->registry();
+    OpDescriptor probe;
+    probe.op = "fused_elementwise";
+    probe.device = options.device;
+    probe.inputs.push_back(TensorDesc::contiguous({1}, DType::kFloat32, options.device));
+    probe.attrs.set("program", std::string("neg x0"));
+    registry.infer(probe);
+    bool runnable = false;
+    for (const Kernel* k : registry.kernels("fused_elementwise")) {
+      runnable = runnable || k->supports(probe, options.dispatcher->exec_policy()).ok();
+    }
+    infer_options.fuse_elementwise = runnable;
+    const KernelPolicy& policy = options.dispatcher->kernel_policy();
+    infer_options.keep_unfused = [&registry, policy](const std::string& op) {
+      const OpSchema* schema = registry.find_schema(op);
+      return schema != nullptr && policy.resolve(op, schema->family).mode != RuleMode::kAuto;
+    };
+  }
   plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes);
   plan->boundary_ = runtime::split_segments(g, options);  // Note [Segmented plans]
 

@@ -915,6 +915,15 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          a.set("epsilon", c.node.attrs.get_float("epsilon", 1e-5));
          return registry("layer_norm", {0, c.has(1) ? 1 : -1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1}, a);
        }},
+      {"FusedElementwise",
+       [](const Ctx& c) {
+         // Made by the elementwise_fusion pass (Note [Fused elementwise programs]).
+         Attributes a;
+         a.set("program", c.node.attrs.get_string("program", ""));
+         std::vector<int> inputs;
+         for (std::size_t i = 0; i < c.node.inputs.size(); ++i) inputs.push_back(static_cast<int>(i));
+         return registry("fused_elementwise", inputs, a);
+       }},
       {"AllReduce",
        [](const Ctx& c) {
          // Made by the tensor_parallel pass after each row-parallel GEMM.

@@ -48,6 +48,11 @@ struct XPURT_API PassContext {
   int tp_size = 1;
   int tp_rank = 0;
   std::int64_t tp_comm = -1;
+  // elementwise_fusion: whether the plan's device has a fused_elementwise kernel to run the groups (CUDA: the codegen
+  // backend with NVRTC), and which registry ops the KernelPolicy keeps on kernels of their own (a rule for the op or
+  // its family): those nodes are not fused. Empty: none.
+  bool fuse_elementwise = true;
+  std::function<bool(const std::string& registry_op)> keep_unfused;
 };
 
 // What one pass did. `notes`: one line per rewrite, e.g. "fused Conv 'c1' + Relu 'r1' -> FusedConv 'c1'".
@@ -90,6 +95,9 @@ XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult op_decomposition(Graph& g, const PassContext& ctx);
 XPURT_API PassResult tensor_parallel(Graph& g, const PassContext& ctx);
 XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
+// Chains of elementwise ops (Add, Mul, Sigmoid, Erf, Gelu, ...) of one shape and float dtype whose intermediates
+// nobody else reads -> com.xpuruntime:FusedElementwise with their program (Note [Fused elementwise programs]).
+XPURT_API PassResult elementwise_fusion(Graph& g, const PassContext& ctx);
 
 // CPU implementations of the com.xpuruntime nodes the passes make (FusedConv, Linear, Gelu, LayerNormalization,
 // Attention), each through its registry op on the CPU (xpuruntime::ops::call), for the ONNX reference library

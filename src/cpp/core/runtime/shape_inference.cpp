@@ -361,6 +361,8 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   passes::PassContext ctx;
   ctx.max_folded_bytes = options.max_folded_bytes;
   ctx.device = options.device;
+  ctx.fuse_elementwise = options.fuse_elementwise;
+  ctx.keep_unfused = options.keep_unfused;
   ctx.tp_size = options.tp_size;
   ctx.tp_rank = options.tp_rank;
   ctx.tp_comm = options.tp_comm;

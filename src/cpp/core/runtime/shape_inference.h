@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ struct InferOptions {
   int tp_size = 1;                           // tensor parallelism (PassContext::tp_*)
   int tp_rank = 0;
   std::int64_t tp_comm = -1;
+  bool fuse_elementwise = true;                                    // PassContext::fuse_elementwise
+  std::function<bool(const std::string&)> keep_unfused;            // PassContext::keep_unfused
 };
 
 // Returns the number of nodes folded.

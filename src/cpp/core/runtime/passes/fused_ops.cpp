@@ -60,6 +60,10 @@ void register_fused_ops(onnx_ref::Library& lib) {
     run_registry_op(ctx, "global_avg_pool", inputs_of(ctx, 1),
                     Attributes().set("layout", ctx.attr_string("layout", "NCHW")));
   });
+  lib.add(kXpurtDomain, "FusedElementwise", [](onnx_ref::OpContext& ctx) {  // Note [Fused elementwise programs]
+    run_registry_op(ctx, "fused_elementwise", inputs_of(ctx, ctx.num_inputs()),
+                    Attributes().set("program", ctx.attr_string("program", "")));
+  });
   lib.add(kXpurtDomain, "Linear", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;
     attrs.set("weight_layout", ctx.attr_string("weight_layout", "nk"))

@@ -46,6 +46,11 @@ const std::vector<PassInfo>& all_passes() {
        "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group) and the pools after it run "
        "channels-last (NHWC), weights permuted once, Transposes only where NCHW readers remain",
        nhwc_layout},
+      {"elementwise_fusion",
+       "chains of elementwise ops of one shape and float dtype (intermediates read by nobody else) -> "
+       "com.xpuruntime:FusedElementwise, one generated kernel (Note [Fused elementwise programs]); a KernelPolicy "
+       "rule for an op or its family keeps its nodes out",
+       elementwise_fusion},
   };
   return passes;
 }

@@ -1,0 +1,280 @@
+// Fused elementwise programs: parsing, layouts, the CPU interpreter and the CUDA C generator (Note [Fused elementwise
+// programs] in fused_elementwise.h).
+#include "core/fused_elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/shape_str.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::fused {
+
+namespace {
+
+struct CodeInfo {
+  Code code;
+  const char* name;
+  bool binary;
+};
+
+constexpr CodeInfo kCodes[] = {
+    {Code::kAdd, "add", true},       {Code::kSub, "sub", true},         {Code::kMul, "mul", true},
+    {Code::kDiv, "div", true},       {Code::kPow, "pow", true},         {Code::kMax, "max", true},
+    {Code::kMin, "min", true},       {Code::kNeg, "neg", false},        {Code::kAbs, "abs", false},
+    {Code::kRelu, "relu", false},    {Code::kSigmoid, "sigmoid", false}, {Code::kTanh, "tanh", false},
+    {Code::kExp, "exp", false},      {Code::kLog, "log", false},        {Code::kSqrt, "sqrt", false},
+    {Code::kReciprocal, "reciprocal", false}, {Code::kErf, "erf", false}, {Code::kGelu, "gelu", false},
+    {Code::kGeluTanh, "gelu_tanh", false},
+};
+
+const CodeInfo& info(Code code) {
+  for (const CodeInfo& c : kCodes) {
+    if (c.code == code) return c;
+  }
+  throw XpuRuntimeError("fused: unknown instruction code");
+}
+
+std::string operand_text(const Operand& o) { return (o.input ? "x" : "t") + std::to_string(o.index); }
+
+// The CUDA C expression of an instruction over operand expressions `a` and `b` (the same math as apply()).
+std::string cuda_expression(Code code, const std::string& a, const std::string& b) {
+  switch (code) {
+    case Code::kAdd: return a + " + " + b;
+    case Code::kSub: return a + " - " + b;
+    case Code::kMul: return a + " * " + b;
+    case Code::kDiv: return a + " / " + b;
+    case Code::kPow: return "powf(" + a + ", " + b + ")";
+    case Code::kMax: return "(isnan(" + a + ") || isnan(" + b + ") ? __int_as_float(0x7fc00000) : fmaxf(" + a + ", " + b + "))";
+    case Code::kMin: return "(isnan(" + a + ") || isnan(" + b + ") ? __int_as_float(0x7fc00000) : fminf(" + a + ", " + b + "))";
+    case Code::kNeg: return "-" + a;
+    case Code::kAbs: return "fabsf(" + a + ")";
+    case Code::kRelu: return "(" + a + " < 0.0f ? 0.0f : " + a + ")";
+    case Code::kSigmoid: return "1.0f / (1.0f + expf(-" + a + "))";
+    case Code::kTanh: return "tanhf(" + a + ")";
+    case Code::kExp: return "expf(" + a + ")";
+    case Code::kLog: return "logf(" + a + ")";
+    case Code::kSqrt: return "sqrtf(" + a + ")";
+    case Code::kReciprocal: return "1.0f / " + a;
+    case Code::kErf: return "erff(" + a + ")";
+    case Code::kGelu: return "0.5f * " + a + " * (1.0f + erff(" + a + " * 0.70710678118654752f))";
+    case Code::kGeluTanh:
+      return "0.5f * " + a + " * (1.0f + tanhf(0.79788456080286536f * (" + a + " + 0.044715f * " + a + " * " + a +
+             " * " + a + ")))";
+  }
+  return "0.0f";
+}
+
+}  // namespace
+
+const char* code_name(Code code) { return info(code).name; }
+bool is_binary(Code code) { return info(code).binary; }
+
+bool code_from_name(const std::string& name, Code* code) {
+  for (const CodeInfo& c : kCodes) {
+    if (name == c.name) {
+      *code = c.code;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string Program::text() const {
+  std::string out;
+  for (std::size_t k = 0; k < code.size(); ++k) {
+    const Instruction& in = code[k];
+    out += (k ? "; " : "") + std::string(code_name(in.code)) + " " + operand_text(in.a);
+    if (is_binary(in.code)) out += " " + operand_text(in.b);
+  }
+  return out;
+}
+
+Program parse(const std::string& text, std::size_t num_inputs) {
+  Program p;
+  p.num_inputs = num_inputs;
+  std::vector<bool> read(num_inputs, false);
+  std::stringstream all(text);
+  std::string item;
+  auto fail = [&](const std::string& why) {
+    throw InvalidArgumentError(detail::str_cat("fused_elementwise program '", text, "': ", why));
+  };
+  while (std::getline(all, item, ';')) {
+    std::stringstream words(item);
+    std::string op;
+    std::vector<std::string> operands;
+    words >> op;
+    for (std::string w; words >> w;) operands.push_back(w);
+    if (op.empty()) fail("an empty instruction");
+    Instruction in;
+    if (!code_from_name(op, &in.code)) {
+      std::string known;
+      for (const CodeInfo& c : kCodes) known += (known.empty() ? "" : ", ") + std::string(c.name);
+      fail(detail::str_cat("unknown op '", op, "' (known: ", known, ")"));
+    }
+    const std::size_t arity = is_binary(in.code) ? 2 : 1;
+    if (operands.size() != arity) fail(detail::str_cat("'", op, "' takes ", arity, " operand(s), got ", operands.size()));
+    for (std::size_t k = 0; k < arity; ++k) {
+      const std::string& w = operands[k];
+      Operand o;
+      if (w.size() < 2 || (w[0] != 'x' && w[0] != 't') ||
+          w.find_first_not_of("0123456789", 1) != std::string::npos || w.size() > 10) {
+        fail(detail::str_cat("operand '", w, "' is neither x<input> nor t<instruction>"));
+      }
+      o.input = w[0] == 'x';
+      o.index = std::stoi(w.substr(1));
+      if (o.input && static_cast<std::size_t>(o.index) >= num_inputs) {
+        fail(detail::str_cat("operand '", w, "': the node has ", num_inputs, " inputs"));
+      }
+      if (!o.input && static_cast<std::size_t>(o.index) >= p.code.size()) {
+        fail(detail::str_cat("operand '", w, "' reads an instruction that is not computed yet"));
+      }
+      if (o.input) read[static_cast<std::size_t>(o.index)] = true;
+      (k == 0 ? in.a : in.b) = o;
+    }
+    p.code.push_back(in);
+  }
+  if (p.code.empty()) fail("no instruction");
+  for (std::size_t k = 0; k < num_inputs; ++k) {
+    if (!read[k]) fail(detail::str_cat("input x", k, " is never read"));
+  }
+  return p;
+}
+
+bool Layout::full(std::size_t input) const {
+  std::int64_t expected = 1;
+  for (std::size_t d = dims.size(); d-- > 0;) {
+    if (dims[d] != 1 && strides[input][d] != expected) return false;
+    expected *= dims[d];
+  }
+  return true;
+}
+
+bool Layout::scalar(std::size_t input) const {
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] != 1 && strides[input][d] != 0) return false;
+  }
+  return true;
+}
+
+Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const std::vector<std::int64_t>& output_shape) {
+  Layout out;
+  const std::size_t rank = output_shape.size();
+  std::vector<std::int64_t> dims = output_shape;
+  std::vector<std::vector<std::int64_t>> strides(input_shapes.size(), std::vector<std::int64_t>(rank, 0));
+  for (std::size_t k = 0; k < input_shapes.size(); ++k) {
+    const auto& shape = input_shapes[k];
+    XPURT_INTERNAL_ASSERT(shape.size() <= rank, "fused layout: an input of higher rank than the output");
+    std::int64_t stride = 1;
+    for (std::size_t j = shape.size(); j-- > 0;) {
+      const std::size_t d = rank - shape.size() + j;
+      strides[k][d] = shape[j] == 1 ? 0 : stride;
+      stride *= shape[j];
+    }
+  }
+  // Merge axis d into d + 1 where every input reads them as one axis; size-1 axes go.
+  std::vector<std::int64_t> merged_dims;
+  std::vector<std::vector<std::int64_t>> merged(input_shapes.size());
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (dims[d] == 1) continue;
+    bool joins = !merged_dims.empty();
+    for (std::size_t k = 0; k < input_shapes.size() && joins; ++k) {
+      joins = merged[k].back() == strides[k][d] * dims[d];
+    }
+    if (joins) {
+      merged_dims.back() *= dims[d];
+      for (std::size_t k = 0; k < input_shapes.size(); ++k) merged[k].back() = strides[k][d];
+    } else {
+      merged_dims.push_back(dims[d]);
+      for (std::size_t k = 0; k < input_shapes.size(); ++k) merged[k].push_back(strides[k][d]);
+    }
+  }
+  if (merged_dims.empty()) {
+    merged_dims.push_back(1);
+    for (auto& s : merged) s.push_back(0);
+  }
+  out.numel = 1;
+  for (std::int64_t d : output_shape) out.numel *= d;
+  out.dims = std::move(merged_dims);
+  out.strides = std::move(merged);
+  return out;
+}
+
+std::string cuda_source(const Program& program, const Layout& layout, DType dtype, const std::string& name) {
+  std::ostringstream s;
+  const bool wide = layout.numel > (std::int64_t{1} << 30);
+  const char* idx = wide ? "long long" : "int";
+  const char* storage = dtype == DType::kFloat32 ? "float" : "unsigned short";
+  s << "// Generated by xpuruntime (Note [Fused elementwise programs]): " << program.text() << "\n"
+    << "// dtype " << dtype_name(dtype) << ", output elements " << layout.numel << ", axes "
+    << detail::shape_str(layout.dims, ",") << "\n";
+  s << "typedef " << storage << " T;\n";
+  switch (dtype) {
+    case DType::kFloat16:
+      s << "__device__ __forceinline__ float ld(T v) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(v)); "
+           "return f; }\n"
+        << "__device__ __forceinline__ T st(float f) { T h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); "
+           "return h; }\n";
+      break;
+    case DType::kBFloat16:
+      s << "__device__ __forceinline__ float ld(T v) { return __uint_as_float(((unsigned)v) << 16); }\n"
+        << "__device__ __forceinline__ T st(float f) { T h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); "
+           "return h; }\n";
+      break;
+    default:
+      s << "__device__ __forceinline__ float ld(T v) { return v; }\n"
+        << "__device__ __forceinline__ T st(float f) { return f; }\n";
+  }
+  s << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "(";
+  for (std::size_t k = 0; k < program.num_inputs; ++k) s << "const T* __restrict__ x" << k << ", ";
+  s << "T* __restrict__ y) {\n";
+  const std::size_t rank = layout.dims.size();
+  bool strided = false;
+  for (std::size_t k = 0; k < program.num_inputs; ++k) {
+    if (layout.scalar(k)) s << "  const float a" << k << " = ld(x" << k << "[0]);\n";
+    strided = strided || (!layout.scalar(k) && !layout.full(k));
+  }
+  s << "  for (" << idx << " i = (" << idx << ")blockIdx.x * blockDim.x + threadIdx.x; i < (" << idx << ")"
+    << layout.numel << "; i += (" << idx << ")blockDim.x * gridDim.x) {\n";
+  if (strided) {
+    s << "    " << idx << " r = i;\n";
+    for (std::size_t d = rank; d-- > 0;) {
+      s << "    const " << idx << " c" << d << " = r % " << layout.dims[d] << "; r /= " << layout.dims[d] << ";\n";
+    }
+  }
+  for (std::size_t k = 0; k < program.num_inputs; ++k) {
+    if (layout.scalar(k)) continue;
+    if (layout.full(k)) {
+      s << "    const float a" << k << " = ld(x" << k << "[i]);\n";
+      continue;
+    }
+    s << "    const float a" << k << " = ld(x" << k << "[0";
+    for (std::size_t d = 0; d < rank; ++d) {
+      if (layout.strides[k][d] != 0) s << " + c" << d << " * (" << idx << ")" << layout.strides[k][d];
+    }
+    s << "]);\n";
+  }
+  for (std::size_t j = 0; j < program.code.size(); ++j) {
+    const Instruction& in = program.code[j];
+    auto text = [](const Operand& o) { return (o.input ? "a" : "t") + std::to_string(o.index); };
+    s << "    const float t" << j << " = "
+      << cuda_expression(in.code, text(in.a), is_binary(in.code) ? text(in.b) : std::string()) << ";\n";
+  }
+  s << "    y[i] = st(t" << program.code.size() - 1 << ");\n  }\n}\n";
+  return s.str();
+}
+
+std::string hash_hex(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace xpuruntime::fused

@@ -1,0 +1,111 @@
+// Fused elementwise programs: what the elementwise_fusion pass makes of a chain of pointwise ops, what the op
+// `fused_elementwise` runs, and the CUDA C that the codegen backend generates and compiles for it.
+//
+// Note [Fused elementwise programs]
+// A group of elementwise ops whose intermediate values nobody else reads (Add, Mul, Sigmoid, Erf, ... of one float
+// dtype, every one the shape of the group's output, inputs broadcasting to it) becomes one node with a program:
+// instructions separated by ';', each an op and one or two operands, `x<k>` for input k of the node and `t<k>` for
+// the result of instruction k; the last instruction is the output:
+//
+//     "neg x0; exp t0; add t1 x1; div x0 t2"      y = x0 / (exp(-x0) + x1)
+//
+// Every instruction computes in float32 (the inputs are widened once, the output rounded once), like the cuda_raw
+// kernels (Note [fp32 compute]); so a fused group may differ from the unfused ops in float16/bfloat16 by the
+// roundings of its intermediates, which it no longer makes. The cpu kernel interprets the program; the codegen
+// backend writes it as CUDA C (cuda_source), with the shapes, broadcast strides and dtype of the launch baked in,
+// and compiles it with NVRTC while the plan is built (backends/codegen).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/dtype.h"
+#include "xpuruntime/export.h"
+
+namespace xpuruntime::fused {
+
+enum class Code : std::uint8_t {
+  // binary
+  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin,
+  // unary
+  kNeg, kAbs, kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kReciprocal, kErf, kGelu, kGeluTanh,
+};
+
+struct Operand {
+  bool input = true;  // x<index> (an input of the node) or t<index> (an earlier instruction)
+  int index = 0;
+};
+
+struct Instruction {
+  Code code = Code::kAdd;
+  Operand a;
+  Operand b;  // binary ops only
+};
+
+struct XPURT_API Program {
+  std::vector<Instruction> code;
+  std::size_t num_inputs = 0;
+  std::string text() const;  // the canonical program text (parse(text()) gives the same program)
+};
+
+XPURT_API const char* code_name(Code code);  // "add", "sigmoid", ...
+XPURT_API bool is_binary(Code code);
+// The instruction's op by name; false when there is none.
+XPURT_API bool code_from_name(const std::string& name, Code* code);
+// Parses and validates a program over `num_inputs` inputs (InvalidArgumentError naming what is wrong: an unknown op,
+// an operand out of range or not yet computed, an input never read, an empty program).
+XPURT_API Program parse(const std::string& text, std::size_t num_inputs);
+
+// How one input is read for an output of `dims` (the output's shape with adjacent axes merged where every input
+// allows it): its stride per output axis, in elements (0 where it broadcasts).
+struct XPURT_API Layout {
+  std::vector<std::int64_t> dims;                  // merged output shape (at least one axis)
+  std::vector<std::vector<std::int64_t>> strides;  // per input, per axis of `dims`
+  std::int64_t numel = 0;
+  bool full(std::size_t input) const;    // reads element i for output element i (same shape as the output)
+  bool scalar(std::size_t input) const;  // reads one element for every output element
+};
+// The layout of inputs of `input_shapes` broadcast to `output_shape` (numpy broadcasting; the shapes are valid).
+XPURT_API Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes,
+                        const std::vector<std::int64_t>& output_shape);
+
+constexpr float kSqrtHalf = 0.70710678118654752f;
+constexpr float kSqrtTwoOverPi = 0.79788456080286536f;
+
+// One instruction in float32 (the cpu kernel's math; cuda_source writes the same).
+inline float apply(Code code, float a, float b) {
+  switch (code) {
+    case Code::kAdd: return a + b;
+    case Code::kSub: return a - b;
+    case Code::kMul: return a * b;
+    case Code::kDiv: return a / b;
+    case Code::kPow: return std::pow(a, b);
+    case Code::kMax: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case Code::kMin: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    case Code::kNeg: return -a;
+    case Code::kAbs: return std::fabs(a);
+    case Code::kRelu: return a < 0.0f ? 0.0f : a;
+    case Code::kSigmoid: return 1.0f / (1.0f + std::exp(-a));
+    case Code::kTanh: return std::tanh(a);
+    case Code::kExp: return std::exp(a);
+    case Code::kLog: return std::log(a);
+    case Code::kSqrt: return std::sqrt(a);
+    case Code::kReciprocal: return 1.0f / a;
+    case Code::kErf: return std::erf(a);
+    case Code::kGelu: return 0.5f * a * (1.0f + std::erf(a * kSqrtHalf));
+    case Code::kGeluTanh: return 0.5f * a * (1.0f + std::tanh(kSqrtTwoOverPi * (a + 0.044715f * a * a * a)));
+  }
+  return 0.0f;
+}
+
+
+// The CUDA C of a kernel `extern "C" __global__ void <name>(const T* x0, ..., T* y)` computing `program` for
+// `layout` and `dtype` with a grid-stride loop over blockDim.x * gridDim.x threads; no header needed (NVRTC).
+XPURT_API std::string cuda_source(const Program& program, const Layout& layout, DType dtype, const std::string& name);
+// FNV-1a 64 of `text`, as 16 hex digits: the generated kernels' names and cache keys.
+XPURT_API std::string hash_hex(const std::string& text);
+
+}  // namespace xpuruntime::fused

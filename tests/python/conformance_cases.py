@@ -121,12 +121,14 @@ def round_to(x: Array, dtype: str) -> Array:
     if dtype == "float16":
         return x.astype(np.float16).astype(np.float64)
     if dtype == "bfloat16":
+        shape = x.shape  # 0-d arrays become numpy scalars, whose uint64 shifts numpy refuses
+        x = x.reshape(-1)
         bits = x.view(np.uint32).astype(np.uint64)
         nan = np.isnan(x)
         rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
         out = (rounded & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
         out[nan] = np.nan
-        return out
+        return out.reshape(shape)
     if dtype == "float64":
         return x.astype(np.float64)
     raise ValueError(f"unknown dtype {dtype}")
@@ -1575,6 +1577,62 @@ def data_dependent_cases() -> List[Case]:
     return cases
 
 
+# ---- fused_elementwise (Note [Fused elementwise programs]): programs of the shapes the elementwise_fusion pass makes
+# from real exports (SiLU, GELU from erf, RMSNorm's and layer scale's tails, squeeze-excitation gates), broadcast
+# inputs (per channel, per row, scalars, both sides), odd sizes. The reference runs the program in float64. ----
+
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+_FUSED_MATH = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+    "pow": np.power, "max": np.maximum, "min": np.minimum, "neg": lambda a: -a, "abs": np.abs,
+    "relu": lambda a: np.maximum(a, 0.0), "sigmoid": lambda a: 1.0 / (1.0 + np.exp(-a)), "tanh": np.tanh,
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "reciprocal": lambda a: 1.0 / a, "erf": _ERF,
+    "gelu": lambda a: 0.5 * a * (1.0 + _ERF(a / math.sqrt(2.0))),
+    "gelu_tanh": lambda a: 0.5 * a * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a ** 3))),
+}
+
+
+def run_fused_program(program: str, inputs: List[np.ndarray]) -> np.ndarray:
+    """A fused_elementwise program evaluated in float64 with NumPy's broadcasting (the op's definition)."""
+    values = []
+    for instruction in program.split(";"):
+        op, *operands = instruction.split()
+        args = [inputs[int(o[1:])] if o[0] == "x" else values[int(o[1:])] for o in operands]
+        values.append(np.asarray(_FUSED_MATH[op](*args), dtype=np.float64))
+    shape = np.broadcast_shapes(*[np.shape(x) for x in inputs])
+    return np.broadcast_to(values[-1], shape)
+
+
+FUSED_PROGRAMS = [
+    # name, program, input shapes, (low, high) per input
+    ("silu", "sigmoid x0; mul x0 t0", [(7, 13)], None),
+    ("silu_4d", "sigmoid x0; mul x0 t0", [(2, 3, 5, 9)], None),
+    ("scale_shift_relu", "mul x0 x1; add t0 x2; relu t1", [(2, 3, 5, 7), (3, 1, 1), (1,)], None),
+    ("gelu_erf", "div x0 x1; erf t0; add t1 x2; mul x0 t2; mul t3 x3", [(3, 17, 33), (1,), (), (1,)],
+     [(-3, 3), (1.4, 1.42), (1, 1), (0.5, 0.5)]),
+    ("rms_tail", "mul x0 x1; mul t0 x2", [(4, 9, 16), (4, 9, 1), (16,)], [(-2, 2), (0.5, 2), (-1, 1)]),
+    ("layer_scale_residual", "mul x0 x1; add x2 t0", [(2, 7, 7, 24), (24,), (2, 7, 7, 24)], None),
+    ("se_gate", "sigmoid x1; mul x0 t0", [(2, 16, 5, 5), (2, 16, 1, 1)], None),
+    ("both_sides", "add x0 x1; gelu_tanh t0", [(5, 1, 7), (1, 4, 1)], None),
+    ("long_chain", "neg x0; exp t0; add t1 x1; reciprocal t2; tanh t3; sub t4 x0; abs t5; sqrt t6; log t7",
+     [(3, 31), (31,)], [(-2, 2), (0.5, 1.5)]),
+    ("pow_max_min", "abs x0; pow t0 x1; max t1 x2; min t2 x3; gelu t3", [(6, 11), (1,), (11,), (6, 1)],
+     [(-2, 2), (0.5, 2.5), (-1, 1), (0, 2)]),
+    ("rows", "sigmoid x0; mul t0 x1", [(1, 1000, 37), (37,)], None),
+    ("one_element", "mul x0 x1; add t0 x0", [(1,), ()], None),
+]
+
+
+def fused_elementwise_cases() -> List[Case]:
+    cases = []
+    for name, program, shapes, ranges in FUSED_PROGRAMS:
+        rng = _rng("fused" + name)
+        inputs = [uniform(rng, shape, *(ranges[k] if ranges else (-2.0, 2.0))) for k, shape in enumerate(shapes)]
+        cases.append(Case("fused_elementwise", name, inputs, {"program": program},
+                          lambda xs, attrs: run_fused_program(attrs["program"], xs), "reduction"))
+    return cases
+
+
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
     cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases()
@@ -1584,7 +1642,8 @@ def all_cases() -> List[Case]:
              + attention_cases() + transpose_cases() + concat_cases() + slice_cases() + gather_cases()
              + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases()
              + pointwise_cases() + logical_cases() + cum_sum_cases() + gather_elements_cases() + gather_nd_cases()
-             + pad_cases() + resize_cases() + integer_reduce_cases() + second_batch_cases())
+             + pad_cases() + resize_cases() + integer_reduce_cases() + second_batch_cases()
+             + fused_elementwise_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return cases

@@ -53,6 +53,9 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cuda_raw", elementwise, "cuda_raw", no_cuda);
   declare_absent(registry, "cuda_raw", {"attention"}, "flash_v2", no_cuda);
 #endif
+#if !XPURT_BACKEND_CODEGEN
+  declare_absent(registry, "codegen", {"fused_elementwise"}, "generated", no_cuda);
+#endif
 #if !XPURT_BACKEND_CUBLAS
   declare_absent(registry, "cublas", {"matmul", "linear"}, "cublas", no_cuda);
   declare_absent(registry, "cublas", {"attention"}, "unfused", no_cuda);
@@ -137,6 +140,9 @@ KernelRegistry& KernelRegistry::global() {
 #endif
 #if XPURT_BACKEND_CUBLAS
     register_cublas(registry);
+#endif
+#if XPURT_BACKEND_CODEGEN
+    register_codegen(registry);
 #endif
 #if XPURT_BACKEND_NCCL
     register_nccl(registry);

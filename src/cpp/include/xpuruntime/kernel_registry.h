@@ -218,6 +218,7 @@ void register_cublas(KernelRegistry& registry);
 void register_cublaslt(KernelRegistry& registry);
 void register_cudnn(KernelRegistry& registry);
 void register_nccl(KernelRegistry& registry);
+void register_codegen(KernelRegistry& registry);  // kernels generated while plans are built (NVRTC)
 // The cudnn backend's attention kernel, registered after cuda_raw so that it ranks after flash_v2.
 void register_cudnn_attention(KernelRegistry& registry);
 // PyTorch's own backends as external kernels (run by xpuruntime.pytorch; docs/pytorch.md).

@@ -1,0 +1,146 @@
+"""Generated fused kernels (Note [Fused elementwise programs], Note [Generated kernels]): the elementwise_fusion
+pass on the real-model suite's exports, what a policy does to it, bad programs, and on a GPU the generated CUDA
+kernels: the same answers as the unfused plan, explained, cached on disk and replayed from a lock file by a second
+process. The kernels themselves are checked against NumPy at odd shapes in test_conformance.py
+(fused_elementwise cases, every kernel)."""
+
+import collections
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import xpuruntime as xrt
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY = ROOT / "models" / "suite" / "tiny"
+HAS_GPU = xrt.get_device_count() > 0
+requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda:0", marks=requires_gpu)]
+
+
+def _session(name, device="cpu", **kwargs):
+    return xrt.InferenceSession(str(TINY / f"{name}.onnx"), engine="native", device=device, **kwargs)
+
+
+def _feeds(name):
+    data = np.load(TINY / f"{name.split('.')[0]}.npz")
+    session = _session(name)
+    feeds = {}
+    for i in session.get_inputs():
+        x = data[f"in.{i.name}"]
+        feeds[i.name] = x.astype(np.float16) if "float16" in name and x.dtype == np.float32 else x
+    return feeds
+
+
+def _fused(session):
+    return [n for n in session.explain().nodes if n["op_type"] == "xpuruntime:FusedElementwise"]
+
+
+# What the pass must find on the exports: SiLU and the squeeze-excitation gate (EfficientNet), SwiGLU and RMSNorm's
+# tail (Llama), layer scale + residual (ConvNeXt).
+@pytest.mark.parametrize("name,at_least,ops", [
+    ("efficientnet.dynamo.float32", 20, {"Sigmoid", "Mul"}),
+    ("llama.dynamo.float32", 8, {"Sigmoid", "Mul"}),
+    ("convnext.dynamo.float32", 3, {"Mul", "Add"}),
+])
+def test_elementwise_fusion_on_suite_exports(name, at_least, ops):
+    session = _session(name)
+    fused = _fused(session)
+    assert len(fused) >= at_least, collections.Counter(n["op_type"] for n in session.explain().nodes)
+    for n in fused:  # each group says what it computes
+        assert "program: " in n["reason"], n
+    notes = " ".join(o for o in session.explain().options if o.startswith("pass elementwise_fusion"))
+    assert all(f"{op} '" in notes for op in ops), notes
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["efficientnet.dynamo.float32", "llama.dynamo.float16", "convnext.dynamo.float16"])
+def test_fused_plan_matches_the_unfused_plan(name, device):
+    feeds = _feeds(name)
+    fused = _session(name, device)
+    plain = _session(name, device, disabled_passes=["elementwise_fusion"])
+    assert _fused(fused) and not _fused(plain)
+    for a, b in zip(fused.run(None, feeds), plain.run(None, feeds)):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        scale = max(1.0, float(np.abs(b).max()))
+        tol = 2e-2 if "float16" in name else 1e-4  # the fused group skips float16 roundings of its intermediates
+        assert float(np.abs(a - b).max()) <= tol * scale
+
+
+def test_a_policy_rule_keeps_its_ops_out_of_the_groups():
+    """A KernelPolicy rule for an op or its family means the user chose that node's kernel: it stays a node."""
+    fused = len(_fused(_session("efficientnet.dynamo.float32")))
+    kept = _session("efficientnet.dynamo.float32", kernel_policy=xrt.KernelPolicy({"sigmoid": "cpu"}))
+    assert len(_fused(kept)) < fused
+    assert any(n["op_type"] == "Sigmoid" for n in kept.explain().nodes)
+    family = _session("efficientnet.dynamo.float32", kernel_policy=xrt.KernelPolicy({"activation": "pin:cpu"}))
+    assert not any("sigmoid" in n["reason"].split("program: ")[-1] for n in _fused(family))
+
+
+def test_bad_programs_are_typed_errors():
+    x = np.ones((2, 3), np.float32)
+    for program, match in [("", "no instruction"), ("frob x0", "unknown op 'frob'"), ("add x0", "takes 2 operand"),
+                           ("neg x1", "the node has 1 inputs"), ("neg t0", "not computed yet"),
+                           ("neg x0; exp y2", "neither x<input> nor t<instruction>")]:
+        with pytest.raises(xrt.InvalidArgumentError, match=match):
+            xrt.ops.call("fused_elementwise", [x], {"program": program})
+    with pytest.raises(xrt.InvalidArgumentError, match="input x1 is never read"):
+        xrt.ops.call("fused_elementwise", [x, x], {"program": "neg x0"})
+    with pytest.raises(xrt.InvalidTypeError, match="share one dtype"):
+        xrt.ops.call("fused_elementwise", [x, x.astype(np.float16)], {"program": "add x0 x1"})
+    with pytest.raises(xrt.InvalidArgumentError, match="cannot be broadcast"):
+        xrt.ops.call("fused_elementwise", [x, np.ones((4,), np.float32)], {"program": "add x0 x1"})
+
+
+@requires_gpu
+def test_generated_kernels_are_explained_and_cached_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("XPURT_CODEGEN_CACHE", str(tmp_path))
+    session = _session("efficientnet.dynamo.float16", "cuda:0")
+    fused = _fused(session)
+    assert fused and all(n["kernel"] == "generated" and n["backend"] == "codegen" for n in fused), fused[:2]
+    assert all("source " in n["reason"] and "program: " in n["reason"] for n in fused)
+    cubins = sorted(tmp_path.glob("*.cubin"))
+    assert cubins and len(list(tmp_path.glob("*.cu"))) == len(cubins)
+    assert "__global__" in cubins[0].with_suffix(".cu").read_text()
+
+
+REPLAY = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import xpuruntime as xrt
+    cache = xrt.AutotuneCache(sys.argv[1])
+    d = xrt.Dispatcher(xrt.KernelPolicy(auto_strategy="BestPerformance"), xrt.ExecutionPolicy(), cache)
+    x = xrt.from_numpy(np.linspace(-3, 3, 4 * 37, dtype=np.float32).reshape(4, 37)).to("cuda:0")
+    w = xrt.from_numpy(np.linspace(0.5, 1.5, 37, dtype=np.float32)).to("cuda:0")
+    out, decision = d.run("fused_elementwise", [x, w], {"program": "sigmoid x0; mul x0 t0; mul t1 x1"})
+    print(json.dumps({"kernel": decision.kernel, "rule": decision.rule, "record": decision.plan_record,
+                      "sum": float(np.asarray(out[0].numpy(), np.float64).sum())}))
+""")
+
+
+@requires_gpu
+def test_a_lock_file_replays_the_same_generated_kernel_in_a_second_process(tmp_path):
+    lock = tmp_path / "policy.lock.json"
+    env = dict(os.environ, XPURT_CODEGEN_CACHE=str(tmp_path / "codegen"))
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", REPLAY, str(lock)], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["kernel"] == "generated" and first["rule"] == "autotuned"
+    assert second["kernel"] == "generated" and second["rule"] == "autotune-cache"
+    assert json.loads(second["record"])["source_hash"] == json.loads(first["record"])["source_hash"]
+    assert second["sum"] == first["sum"]
+    # A lock file naming code this version does not generate is refused, not silently replaced.
+    text = lock.read_text()
+    lock.write_text(text.replace(json.loads(first["record"])["source_hash"], "0123456789abcdef"))
+    out = subprocess.run([sys.executable, "-c", REPLAY, str(lock)], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "0123456789abcdef" in out.stderr, out.stderr[-2000:]

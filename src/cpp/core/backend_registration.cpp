@@ -52,6 +52,7 @@ class AbsentKernel final : public Kernel {
 #if !XPURT_BACKEND_CUDA_RAW
   declare_absent(registry, "cuda_raw", elementwise, "cuda_raw", no_cuda);
   declare_absent(registry, "cuda_raw", {"attention"}, "flash_v2", no_cuda);
+  declare_absent(registry, "cuda_raw", {"conv2d"}, "depthwise", no_cuda);
 #endif
 #if !XPURT_BACKEND_CODEGEN
   declare_absent(registry, "codegen", {"fused_elementwise"}, "generated", no_cuda);
@@ -128,6 +129,9 @@ KernelRegistry& KernelRegistry::global() {
     // CUDA descriptors, so the order among devices does not matter.
 #if XPURT_BACKEND_CUBLASLT
     register_cublaslt(registry);
+#endif
+#if XPURT_BACKEND_CUDA_RAW
+    register_cuda_raw_depthwise(registry);  // ranks before cuDNN for the depthwise convolutions it takes
 #endif
 #if XPURT_BACKEND_CUDNN
     register_cudnn(registry);

@@ -221,6 +221,20 @@ void is_nan_or_inf(const void* x, void* y, DType dtype, std::int64_t n, bool nan
 void cum_sum(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
              bool exclusive, bool reverse, void* stream);
 
+// ---- depthwise.cu ----
+
+struct DepthwiseGeometry {
+  int batch = 0, channels = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, dilation_h = 1,
+      dilation_w = 1;
+};
+// The shared memory one block of depthwise_conv2d takes (Note [Depthwise tiles]).
+std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g);
+// y[N, C, OH, OW] = act(depthwise conv(x[N, C, H, W], w[C, 1, kh, kw]) + bias[C]? + residual[N, C, OH, OW]?),
+// act relu or none; float32/float16/bfloat16, fp32 accumulation (Note [Depthwise tiles]).
+void depthwise_conv2d(const void* x, const void* w, const void* bias, const void* residual, void* y, DType dtype,
+                      const DepthwiseGeometry& g, bool relu, void* stream);
+
 // ---- pad.cu ----
 
 enum class PadMode : std::uint8_t { kConstant, kReflect, kEdge, kWrap };

@@ -936,6 +936,79 @@ void register_onnx_kernels_2(KernelRegistry& registry) {
 
 }  // namespace
 
+// conv2d's "depthwise" kernel (depthwise.cu, Note [Depthwise tiles]): registered before cudnn, so that it is the
+// first choice for the depthwise convolutions it takes; `auto:BestPerformance` times it against cuDNN.
+void register_cuda_raw_depthwise(KernelRegistry& registry) {
+  auto supports = [](const OpDescriptor& desc, const ExecutionPolicy& policy) -> Support {
+    try {
+      Support common = check_common(desc, policy, {"x", "weight", "bias", "residual"});
+      if (!common) return common;
+      if (desc.attrs.get_string("layout", "NCHW") != "NCHW") return Support::no("NCHW only");
+      const auto& x = desc.inputs[0].shape;
+      const auto& w = desc.inputs[1].shape;
+      const std::int64_t groups = desc.attrs.get_int("groups", 1);
+      if (x.size() != 4 || w.size() != 4 || groups != x[1] || w[0] != x[1] || w[1] != 1 || groups == 1) {
+        return Support::no("depthwise convolutions only (groups == channels == outputs, weight [C, 1, kh, kw])");
+      }
+      for (const TensorDesc& t : desc.inputs) {
+        if (t.present && t.dtype != desc.inputs[0].dtype) return Support::no("inputs of one dtype only");
+      }
+      const std::string activation = desc.attrs.get_string("activation", "none");
+      if (activation != "none" && activation != "relu") return Support::no("activation none or relu");
+      cuda_raw::DepthwiseGeometry g;
+      const auto strides = desc.attrs.get_ints("strides", {1, 1});
+      const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
+      g.kernel_h = static_cast<int>(w[2]);
+      g.kernel_w = static_cast<int>(w[3]);
+      g.stride_h = static_cast<int>(strides[0]);
+      g.stride_w = static_cast<int>(strides[1]);
+      g.dilation_h = static_cast<int>(dilations[0]);
+      g.dilation_w = static_cast<int>(dilations[1]);
+      g.out_w = static_cast<int>(desc.outputs.empty() ? 32 : desc.outputs[0].shape[3]);
+      if (cuda_raw::depthwise_shared_bytes(g) > 48 * 1024) return Support::no("the kernel's tile needs over 48 KiB");
+      return Support::yes();
+    } catch (const std::exception& e) {
+      return Support::no(e.what());
+    }
+  };
+  auto run = [](const KernelLaunch& launch) {
+    detail::CudaDeviceGuard guard(launch.desc->device.index);
+    const OpDescriptor& desc = *launch.desc;
+    const auto& x = launch.input(0).shape();
+    const auto& w = launch.input(1).shape();
+    const auto& y = launch.output(0).shape();
+    const auto strides = desc.attrs.get_ints("strides", {1, 1});
+    const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
+    const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
+    cuda_raw::DepthwiseGeometry g;
+    g.batch = static_cast<int>(x[0]);
+    g.channels = static_cast<int>(x[1]);
+    g.in_h = static_cast<int>(x[2]);
+    g.in_w = static_cast<int>(x[3]);
+    g.out_h = static_cast<int>(y[2]);
+    g.out_w = static_cast<int>(y[3]);
+    g.kernel_h = static_cast<int>(w[2]);
+    g.kernel_w = static_cast<int>(w[3]);
+    g.stride_h = static_cast<int>(strides[0]);
+    g.stride_w = static_cast<int>(strides[1]);
+    g.pad_top = static_cast<int>(pads[0]);
+    g.pad_left = static_cast<int>(pads[1]);
+    g.dilation_h = static_cast<int>(dilations[0]);
+    g.dilation_w = static_cast<int>(dilations[1]);
+    const Tensor* bias = launch.num_inputs > 2 && launch.input(2).defined() ? &launch.input(2) : nullptr;
+    const Tensor* residual = launch.num_inputs > 3 && launch.input(3).defined() ? &launch.input(3) : nullptr;
+    cuda_raw::depthwise_conv2d(launch.input(0).data_ptr(), launch.input(1).data_ptr(),
+                               bias ? bias->data_ptr() : nullptr, residual ? residual->data_ptr() : nullptr,
+                               launch.output(0).data_ptr(), launch.input(0).dtype(), g,
+                               desc.attrs.get_string("activation", "none") == "relu", launch.stream.handle);
+  };
+  registry.add_kernel(std::make_unique<FunctionKernel>(
+      KernelInfo{"conv2d", "depthwise", "cuda_raw", DeviceType::kCUDA, true,
+                 "depthwise NCHW convolution: input tile and weights staged in shared memory, one output per "
+                 "thread, fp32 accumulation, bias, residual and relu fused (Note [Depthwise tiles])"},
+      supports, run));
+}
+
 void register_cuda_raw(KernelRegistry& registry) {
   // ---- elementwise (math) ----
   add_unary(registry, "exp", UnaryOp::kExp, "exp(x)");

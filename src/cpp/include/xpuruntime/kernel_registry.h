@@ -214,6 +214,7 @@ class XPURT_API KernelRegistry {
 XPURT_API void register_ops(KernelRegistry& registry);
 void register_cpu(KernelRegistry& registry);
 void register_cuda_raw(KernelRegistry& registry);
+void register_cuda_raw_depthwise(KernelRegistry& registry);  // conv2d's "depthwise", before cudnn in priority
 void register_cublas(KernelRegistry& registry);
 void register_cublaslt(KernelRegistry& registry);
 void register_cudnn(KernelRegistry& registry);

@@ -1,0 +1,99 @@
+// Depthwise 2-D convolution (groups == channels == outputs), NCHW: the convolutions of ConvNeXt, EfficientNet and
+// MobileNet, which cuDNN runs with a slow grouped direct kernel in float16 NCHW (issue 19's profile: 1.3 of
+// ConvNeXt-T's 2.5 ms at batch 16).
+//
+// Note [Depthwise tiles]
+// A block computes one tile of one (n, c) plane: it stages the input rows and columns the tile reads (the halo
+// included, zeros outside the image) and the channel's kh x kw weights in shared memory as float, then each thread
+// computes one output from shared memory with fp32 accumulation, adds bias and residual and applies relu. The tile
+// is as wide as the output (up to 32) and 256 / width rows high, so small late-stage planes (7 x 7) do not leave
+// most threads idle. Any kernel size, stride, dilation and padding; each output is computed by one thread in a fixed
+// order, so the bits do not depend on the launch.
+#include <algorithm>
+
+#include "backends/cuda_raw/cuda_raw_common.cuh"
+#include "backends/cuda_raw/cuda_raw_kernels.h"
+
+namespace xpuruntime::cuda_raw {
+
+namespace {
+
+using namespace detail;  // NOLINT: the backend's own helpers
+
+template <typename T>
+__global__ void depthwise_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                                 const T* __restrict__ residual, T* __restrict__ y, DepthwiseGeometry g, int tile_w,
+                                 int tile_h, bool relu) {
+  extern __shared__ float staged[];
+  const int nc = blockIdx.z;
+  const int c = nc % g.channels;
+  const int oh0 = blockIdx.y * tile_h;
+  const int ow0 = blockIdx.x * tile_w;
+  const int ih0 = oh0 * g.stride_h - g.pad_top;
+  const int iw0 = ow0 * g.stride_w - g.pad_left;
+  const int rows = (tile_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
+  const int cols = (tile_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1;
+  float* tile = staged;
+  float* weights = staged + rows * cols;
+  const T* plane = x + static_cast<std::int64_t>(nc) * g.in_h * g.in_w;
+  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+    const int r = i / cols, col = i - r * cols;
+    const int ih = ih0 + r, iw = iw0 + col;
+    tile[i] = (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) ? to_float(plane[ih * g.in_w + iw]) : 0.0f;
+  }
+  const int taps = g.kernel_h * g.kernel_w;
+  for (int i = threadIdx.x; i < taps; i += blockDim.x) weights[i] = to_float(w[c * taps + i]);
+  __syncthreads();
+  const int tx = threadIdx.x % tile_w, ty = threadIdx.x / tile_w;
+  const int oh = oh0 + ty, ow = ow0 + tx;
+  if (ty >= tile_h || oh >= g.out_h || ow >= g.out_w) return;
+  float acc = 0.0f;
+  const float* base = tile + ty * g.stride_h * cols + tx * g.stride_w;
+  for (int kh = 0; kh < g.kernel_h; ++kh) {
+    const float* row = base + kh * g.dilation_h * cols;
+    const float* wrow = weights + kh * g.kernel_w;
+    for (int kw = 0; kw < g.kernel_w; ++kw) acc = fmaf(row[kw * g.dilation_w], wrow[kw], acc);
+  }
+  if (bias != nullptr) acc += to_float(bias[c]);
+  const std::int64_t o = (static_cast<std::int64_t>(nc) * g.out_h + oh) * g.out_w + ow;
+  if (residual != nullptr) acc += to_float(residual[o]);
+  if (relu) acc = acc < 0.0f ? 0.0f : acc;
+  y[o] = from_float<T>(acc);
+}
+
+template <typename T>
+void launch(const void* x, const void* w, const void* bias, const void* residual, void* y, const DepthwiseGeometry& g,
+            bool relu, void* stream) {
+  const int width = std::min(32, std::max(1, g.out_w));
+  const int tile_h = std::max(1, 256 / width);
+  const std::size_t shared = depthwise_shared_bytes(g);
+  const dim3 grid(static_cast<unsigned>((g.out_w + width - 1) / width),
+                  static_cast<unsigned>((g.out_h + tile_h - 1) / tile_h), static_cast<unsigned>(g.batch * g.channels));
+  depthwise_kernel<T><<<grid, width * tile_h, shared, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+      static_cast<const T*>(residual), static_cast<T*>(y), g, width, tile_h, relu);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g) {
+  const int width = std::min(32, std::max(1, g.out_w));
+  const int tile_h = std::max(1, 256 / width);
+  const int rows = (tile_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
+  const int cols = (width - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1;
+  return static_cast<std::size_t>(rows * cols + g.kernel_h * g.kernel_w) * sizeof(float);
+}
+
+void depthwise_conv2d(const void* x, const void* w, const void* bias, const void* residual, void* y, DType dtype,
+                      const DepthwiseGeometry& g, bool relu, void* stream) {
+  if (static_cast<std::int64_t>(g.batch) * g.channels * g.out_h * g.out_w == 0) return;
+  switch (dtype) {
+    case DType::kFloat32: launch<float>(x, w, bias, residual, y, g, relu, stream); break;
+    case DType::kFloat16: launch<__half>(x, w, bias, residual, y, g, relu, stream); break;
+    case DType::kBFloat16: launch<__nv_bfloat16>(x, w, bias, residual, y, g, relu, stream); break;
+    default: throw UnsupportedOperationError("depthwise_conv2d: float32, float16 or bfloat16 only");
+  }
+}
+
+}  // namespace xpuruntime::cuda_raw

@@ -227,6 +227,7 @@ struct DepthwiseGeometry {
   int batch = 0, channels = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
   int kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, dilation_h = 1,
       dilation_w = 1;
+  bool relu = false;  // set by depthwise_conv2d
 };
 // The shared memory one block of depthwise_conv2d takes (Note [Depthwise tiles]).
 std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g);

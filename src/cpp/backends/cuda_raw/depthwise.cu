@@ -61,9 +61,102 @@ __global__ void depthwise_kernel(const T* __restrict__ x, const T* __restrict__ 
   y[o] = from_float<T>(acc);
 }
 
+// The common shapes (square kernels of 3, 5 or 7, stride 1 or 2, no dilation): weights in registers, and each
+// thread computes kRows outputs down a column, so an input row staged in shared memory is read once for every
+// output row it feeds (about 0.4 shared loads per multiply-add for 7x7, against 2 in depthwise_kernel).
+constexpr int kRows = 4;
+
+template <typename T, int K, int S>
+__global__ void depthwise_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                                      const T* __restrict__ residual, T* __restrict__ y, DepthwiseGeometry g,
+                                      int tile_w, int tile_h) {
+  extern __shared__ float staged[];
+  const int nc = blockIdx.z;
+  const int c = nc % g.channels;
+  const int out_rows = tile_h * kRows;
+  const int oh0 = blockIdx.y * out_rows;
+  const int ow0 = blockIdx.x * tile_w;
+  const int ih0 = oh0 * S - g.pad_top;
+  const int iw0 = ow0 * S - g.pad_left;
+  const int rows = (out_rows - 1) * S + K;
+  const int cols = (tile_w - 1) * S + K;
+  const T* plane = x + static_cast<std::int64_t>(nc) * g.in_h * g.in_w;
+  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+    const int r = i / cols, col = i - r * cols;
+    const int ih = ih0 + r, iw = iw0 + col;
+    staged[i] = (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) ? to_float(plane[ih * g.in_w + iw]) : 0.0f;
+  }
+  float wr[K * K];
+#pragma unroll
+  for (int i = 0; i < K * K; ++i) wr[i] = to_float(w[c * K * K + i]);
+  __syncthreads();
+  const int tx = threadIdx.x % tile_w, ty = threadIdx.x / tile_w;
+  const int ow = ow0 + tx;
+  if (ty >= tile_h || ow >= g.out_w) return;
+  float acc[kRows];
+#pragma unroll
+  for (int p = 0; p < kRows; ++p) acc[p] = 0.0f;
+  const float* base = staged + (ty * kRows * S) * cols + tx * S;
+#pragma unroll
+  for (int r = 0; r < (kRows - 1) * S + K; ++r) {
+#pragma unroll
+    for (int kw = 0; kw < K; ++kw) {
+      const float v = base[r * cols + kw];
+#pragma unroll
+      for (int p = 0; p < kRows; ++p) {
+        const int kh = r - p * S;
+        if (kh >= 0 && kh < K) acc[p] = fmaf(v, wr[kh * K + kw], acc[p]);
+      }
+    }
+  }
+  const float b = bias != nullptr ? to_float(bias[c]) : 0.0f;
+#pragma unroll
+  for (int p = 0; p < kRows; ++p) {
+    const int oh = oh0 + ty * kRows + p;
+    if (oh >= g.out_h) break;
+    float out = acc[p] + b;
+    const std::int64_t o = (static_cast<std::int64_t>(nc) * g.out_h + oh) * g.out_w + ow;
+    if (residual != nullptr) out += to_float(residual[o]);
+    if (g.relu) out = out < 0.0f ? 0.0f : out;
+    y[o] = from_float<T>(out);
+  }
+}
+
+template <typename T, int K, int S>
+bool launch_rows(const void* x, const void* w, const void* bias, const void* residual, void* y,
+                 const DepthwiseGeometry& g, void* stream) {
+  if (g.kernel_h != K || g.kernel_w != K || g.stride_h != S || g.stride_w != S || g.dilation_h != 1 ||
+      g.dilation_w != 1) {
+    return false;
+  }
+  const int tile_w = std::min(32, std::max(1, g.out_w));
+  const int tile_h = std::max(1, std::min(256 / tile_w, (g.out_h + kRows - 1) / kRows));
+  const int rows = (tile_h * kRows - 1) * S + K;
+  const int cols = (tile_w - 1) * S + K;
+  const std::size_t shared = static_cast<std::size_t>(rows * cols) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>((g.out_w + tile_w - 1) / tile_w),
+                  static_cast<unsigned>((g.out_h + tile_h * kRows - 1) / (tile_h * kRows)),
+                  static_cast<unsigned>(g.batch * g.channels));
+  depthwise_rows_kernel<T, K, S><<<grid, tile_w * tile_h, shared, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+      static_cast<const T*>(residual), static_cast<T*>(y), g, tile_w, tile_h);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+  return true;
+}
+
 template <typename T>
 void launch(const void* x, const void* w, const void* bias, const void* residual, void* y, const DepthwiseGeometry& g,
             bool relu, void* stream) {
+  DepthwiseGeometry rg = g;
+  rg.relu = relu;
+  if (launch_rows<T, 3, 1>(x, w, bias, residual, y, rg, stream) ||
+      launch_rows<T, 3, 2>(x, w, bias, residual, y, rg, stream) ||
+      launch_rows<T, 5, 1>(x, w, bias, residual, y, rg, stream) ||
+      launch_rows<T, 5, 2>(x, w, bias, residual, y, rg, stream) ||
+      launch_rows<T, 7, 1>(x, w, bias, residual, y, rg, stream) ||
+      launch_rows<T, 7, 2>(x, w, bias, residual, y, rg, stream)) {
+    return;
+  }
   const int width = std::min(32, std::max(1, g.out_w));
   const int tile_h = std::max(1, 256 / width);
   const std::size_t shared = depthwise_shared_bytes(g);

@@ -1189,6 +1189,79 @@ TEST(NhwcLayout, ResNetRunsChannelsLastBetweenTheStemAndTheClassifier) {
   expect_close(expected, to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
 }
 
+// ---- elementwise_fusion (Note [Fused elementwise programs]) ----
+
+// x [2, 3, 4, 5] -> s = Sigmoid(x); m = Mul(x, s); y = Add(m, b [3, 1, 1]); z = Relu(s) when `s_read_twice`
+// (another reader of s outside the chain).
+Graph silu_bias_graph(bool s_read_twice) {
+  Builder b;
+  b.input("x", {2, 3, 4, 5});
+  b.constant("b", random({3, 1, 1}, 201));
+  b.add(node("Sigmoid", {"x"}, {"s"}, {}, "sig")).typed("s", {2, 3, 4, 5});
+  b.add(node("Mul", {"x", "s"}, {"m"}, {}, "mul")).typed("m", {2, 3, 4, 5});
+  b.add(node("Add", {"m", "b"}, {"y"}, {}, "add")).typed("y", {2, 3, 4, 5});
+  if (s_read_twice) b.add(node("Relu", {"s"}, {"z"}, {}, "relu")).typed("z", {2, 3, 4, 5});
+  return b.build(s_read_twice ? std::vector<std::string>{"y", "z"} : std::vector<std::string>{"y"});
+}
+
+TEST(ElementwiseFusion, AChainBecomesOneNodeWithItsProgram) {
+  int rewrites = 0;
+  Graph out = run_pass(silu_bias_graph(false), passes::elementwise_fusion, {{"x", random({2, 3, 4, 5}, 202)}},
+                       &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+  const Node& f = out.nodes[0];
+  EXPECT_EQ(f.domain, kXpurtDomain);
+  EXPECT_EQ(f.op_type, "FusedElementwise");
+  EXPECT_EQ(f.inputs, (std::vector<std::string>{"x", "b"}));
+  EXPECT_EQ(f.outputs, (std::vector<std::string>{"y"}));
+  EXPECT_EQ(f.attrs.get_string("program", ""), "sigmoid x0; mul x0 t0; add t1 x1");
+}
+
+TEST(ElementwiseFusion, AValueReadOutsideEndsTheGroup) {
+  int rewrites = 0;
+  Graph out = run_pass(silu_bias_graph(true), passes::elementwise_fusion, {{"x", random({2, 3, 4, 5}, 203)}},
+                       &rewrites);
+  // s is read by the Relu too: it stays a value (Sigmoid and Relu stay nodes), the Mul and Add become one node.
+  EXPECT_EQ(count(out, "FusedElementwise"), 1) << out.str();
+  EXPECT_EQ(count(out, "Sigmoid"), 1) << out.str();
+  EXPECT_EQ(count(out, "Relu"), 1) << out.str();
+  bool found = false;
+  for (const Node& n : out.nodes) {
+    if (n.op_type == "FusedElementwise" && n.outputs[0] == "y") {
+      found = true;
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"x", "s", "b"}));
+      EXPECT_EQ(n.attrs.get_string("program", ""), "mul x0 x1; add t0 x2");
+    }
+  }
+  EXPECT_TRUE(found) << out.str();
+}
+
+TEST(ElementwiseFusion, PoliciesAndDevicesKeepNodesOut) {
+  const Graph g = silu_bias_graph(false);
+  passes::PassContext keep;
+  keep.keep_unfused = [](const std::string& op) { return op == "sigmoid"; };
+  Graph kept = g;
+  passes::elementwise_fusion(kept, keep);
+  EXPECT_EQ(count(kept, "Sigmoid"), 1) << kept.str();
+  EXPECT_EQ(count(kept, "FusedElementwise"), 1) << kept.str();  // Mul + Add
+  passes::PassContext off;
+  off.fuse_elementwise = false;  // no fused_elementwise kernel on the device
+  Graph unchanged = g;
+  EXPECT_EQ(passes::elementwise_fusion(unchanged, off).rewrites, 0);
+  EXPECT_EQ(unchanged.nodes.size(), 3u);
+  // A broadcast that grows an input's rank past the group's output, a non-float dtype: not members.
+  Builder b;
+  b.input("x", {4});
+  b.constant("w", random({3, 4}, 204));
+  b.add(node("Mul", {"x", "w"}, {"m"}, {}, "grow")).typed("m", {3, 4});
+  b.add(node("Sigmoid", {"m"}, {"y"}, {}, "sig")).typed("y", {3, 4});
+  Graph grown = b.build({"y"});
+  int rewrites = 0;
+  run_pass(grown, passes::elementwise_fusion, {{"x", random({4}, 205)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1);  // Mul [4] x [3, 4] -> [3, 4] is fine: every member has the output's shape
+}
+
 TEST(NhwcLayout, OnlyForCudaPlansAndHalfFloatsAndCanBeDisabled) {
   const Graph g = small_resnet_fp16();
   Graph cpu = g;

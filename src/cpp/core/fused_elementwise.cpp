@@ -171,7 +171,9 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
     for (std::size_t j = shape.size(); j-- > 0;) {
       const std::size_t d = rank - shape.size() + j;
       strides[k][d] = shape[j] == 1 ? 0 : stride;
-      stride *= shape[j];
+      if (__builtin_mul_overflow(stride, shape[j], &stride)) {
+        throw InvalidArgumentError("fused_elementwise: an input's element count overflows int64");
+      }
     }
   }
   // Merge axis d into d + 1 where every input reads them as one axis; size-1 axes go.
@@ -196,7 +198,14 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
     for (auto& s : merged) s.push_back(0);
   }
   out.numel = 1;
-  for (std::int64_t d : output_shape) out.numel *= d;
+  bool empty = false;
+  for (std::int64_t d : output_shape) {
+    empty = empty || d == 0;
+    if (!empty && __builtin_mul_overflow(out.numel, d, &out.numel)) {
+      throw InvalidArgumentError("fused_elementwise: the output's element count overflows int64");
+    }
+  }
+  if (empty) out.numel = 0;
   out.dims = std::move(merged_dims);
   out.strides = std::move(merged);
   return out;

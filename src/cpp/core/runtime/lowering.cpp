@@ -80,9 +80,15 @@ std::optional<std::int64_t> outer_block_offset(const Ints& shape, DType dtype, s
     if (shape[d] != 1) return std::nullopt;
   }
   std::int64_t inner = 1;
-  for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
-  if ((static_cast<std::size_t>(start * inner) * dtype_size(dtype)) % 16 != 0) return std::nullopt;
-  return start * inner;
+  for (std::size_t d = axis + 1; d < shape.size(); ++d) {
+    if (shape[d] < 0 || __builtin_mul_overflow(inner, shape[d], &inner)) return std::nullopt;  // (fuzzed shapes)
+  }
+  std::int64_t offset = 0, bytes = 0;
+  if (__builtin_mul_overflow(start, inner, &offset) ||
+      __builtin_mul_overflow(offset, static_cast<std::int64_t>(dtype_size(dtype)), &bytes) || bytes % 16 != 0) {
+    return std::nullopt;
+  }
+  return offset;
 }
 
 bool read_const_ints(const Tensor* t, Ints* out) {

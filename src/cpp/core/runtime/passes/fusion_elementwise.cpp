@@ -78,8 +78,9 @@ std::optional<Candidate> candidate(const Graph& g, const PassContext& ctx, std::
   c.shape = out->sizes();
   c.dtype = out->dtype;
   std::int64_t numel = 1;
-  for (std::int64_t d : c.shape) numel *= d;
-  if (numel == 0) return std::nullopt;
+  for (std::int64_t d : c.shape) {
+    if (d <= 0 || __builtin_mul_overflow(numel, d, &numel)) return std::nullopt;  // empty, or past int64
+  }
   for (const std::string& x : n.inputs) {
     auto t = value_type(g, x);
     if (x.empty() || !t || !t->fully_known() || t->dtype != c.dtype || t->shape.size() > c.shape.size()) {

@@ -144,3 +144,14 @@ def test_a_lock_file_replays_the_same_generated_kernel_in_a_second_process(tmp_p
     lock.write_text(text.replace(json.loads(first["record"])["source_hash"], "0123456789abcdef"))
     out = subprocess.run([sys.executable, "-c", REPLAY, str(lock)], env=env, capture_output=True, text=True)
     assert out.returncode != 0 and "0123456789abcdef" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_and_scalar_shapes(device):
+    x = xrt.from_numpy(np.zeros((0, 5), np.float32)).to(device)
+    b = xrt.from_numpy(np.ones((5,), np.float32)).to(device)
+    (y,) = xrt.ops.call("fused_elementwise", [x, b], {"program": "add x0 x1; sigmoid t0"})
+    assert y.shape == [0, 5] or tuple(y.shape) == (0, 5)
+    s = xrt.from_numpy(np.array(2.0, np.float32)).to(device)
+    (z,) = xrt.ops.call("fused_elementwise", [s, s], {"program": "mul x0 x1; sqrt t0"})
+    np.testing.assert_allclose(z.numpy(), 2.0, rtol=1e-6)

@@ -161,6 +161,20 @@ bool Layout::scalar(std::size_t input) const {
 
 Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const std::vector<std::int64_t>& output_shape) {
   Layout out;
+  out.numel = 1;
+  bool empty = false;
+  for (std::int64_t d : output_shape) {
+    empty = empty || d == 0;
+    if (!empty && __builtin_mul_overflow(out.numel, d, &out.numel)) {
+      throw InvalidArgumentError("fused_elementwise: the output's element count overflows int64");
+    }
+  }
+  if (empty) {  // nothing to compute: no strides either (a zero-sized dim may sit beside huge ones)
+    out.numel = 0;
+    out.dims = {0};
+    out.strides.assign(input_shapes.size(), std::vector<std::int64_t>{0});
+    return out;
+  }
   const std::size_t rank = output_shape.size();
   std::vector<std::int64_t> dims = output_shape;
   std::vector<std::vector<std::int64_t>> strides(input_shapes.size(), std::vector<std::int64_t>(rank, 0));
@@ -197,15 +211,6 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
     merged_dims.push_back(1);
     for (auto& s : merged) s.push_back(0);
   }
-  out.numel = 1;
-  bool empty = false;
-  for (std::int64_t d : output_shape) {
-    empty = empty || d == 0;
-    if (!empty && __builtin_mul_overflow(out.numel, d, &out.numel)) {
-      throw InvalidArgumentError("fused_elementwise: the output's element count overflows int64");
-    }
-  }
-  if (empty) out.numel = 0;
   out.dims = std::move(merged_dims);
   out.strides = std::move(merged);
   return out;

@@ -155,3 +155,20 @@ def test_empty_and_scalar_shapes(device):
     s = xrt.from_numpy(np.array(2.0, np.float32)).to(device)
     (z,) = xrt.ops.call("fused_elementwise", [s, s], {"program": "mul x0 x1; sqrt t0"})
     np.testing.assert_allclose(z.numpy(), 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["efficientnet.dynamo.float32", "llama.dynamo.float32"])
+def test_a_tuned_policy_replays_the_same_groups(name):
+    """`xpuruntime tune` pins a kernel per registry op, fused_elementwise and the unfused add/mul nodes alike; a
+    session under that policy must fuse the same nodes (the rule for fused_elementwise says the policy was written for
+    a fused plan), and run each node on the kernel it names."""
+    from xpuruntime import cli
+
+    first = _session(name)
+    explained = first.explain()
+    policy, _, _ = cli.resolved_policy(explained)
+    assert any(f"\"{op}\"" in policy.to_json() for op in ("add", "mul"))  # ops also fused elsewhere
+    replay = _session(name, kernel_policy=policy)
+    assert [(n["node"], n["op_type"], n["kernel"]) for n in replay.explain().nodes] == \
+           [(n["node"], n["op_type"], n["kernel"]) for n in explained.nodes]
+    assert _fused(replay)

@@ -298,8 +298,16 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       runnable = runnable || k->supports(probe, options.dispatcher->exec_policy()).ok();
     }
     infer_options.fuse_elementwise = runnable;
+    // A rule of the policy for an op or its family keeps that op's nodes out of the groups: the user chose their
+    // kernel. Unless the policy rules fused_elementwise too: then it was written for a plan with fused groups (what
+    // `xpuruntime tune` writes: a rule per op, fused and unfused alike), and replaying it must group the same nodes;
+    // its per-op rules then apply to the nodes the pass leaves unfused.
     const KernelPolicy& policy = options.dispatcher->kernel_policy();
-    infer_options.keep_unfused = [&registry, policy](const std::string& op) {
+    const OpSchema* fused_schema = registry.find_schema("fused_elementwise");
+    const bool fusion_ruled = fused_schema != nullptr &&
+                              policy.resolve("fused_elementwise", fused_schema->family).mode != RuleMode::kAuto;
+    infer_options.keep_unfused = [&registry, policy, fusion_ruled](const std::string& op) {
+      if (fusion_ruled) return false;
       const OpSchema* schema = registry.find_schema(op);
       return schema != nullptr && policy.resolve(op, schema->family).mode != RuleMode::kAuto;
     };

@@ -236,3 +236,15 @@ def test_a_loop_reading_an_undefined_outer_name_is_not_segmented():
                   for i in sess.get_inputs()})
     except xrt.XpuRuntimeError:
         pass  # a typed error is what this input must give; anything else (a crash) fails the test run
+
+
+def test_a_concat_of_a_0d_tensor_is_a_typed_error():
+    # Found by fuzz_model's campaign (tests/fuzz/corpus/model/regression-concat-of-a-0d-input.onnx): a Concat whose
+    # input has no declared shape, fed a 0-d tensor, indexed that tensor's empty shape (UBSan: reference binding to
+    # null). The reference library now says Concat needs rank 1 or more.
+    regression = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "model",
+                              "regression-concat-of-a-0d-input.onnx")
+    sess = xrt.InferenceSession(regression, engine="native")
+    for _ in range(2):  # the same typed error each time: nothing left half-done
+        with pytest.raises(xrt.XpuRuntimeError, match="0-d; Concat takes tensors of rank 1 or more"):
+            sess.run({"data": np.zeros((), np.int16), "indices": np.zeros((3,), np.int64)})

@@ -251,6 +251,8 @@ void concat(OpContext& ctx) {
   const std::int64_t rank = first.dim();
   std::int64_t axis = ctx.attr_int("axis", ctx.opset() < 4 ? 1 : std::numeric_limits<std::int64_t>::min());
   XPURT_CHECK(axis != std::numeric_limits<std::int64_t>::min(), ctx.where(), ": attribute 'axis' is required");
+  // Found by fuzz_model: a 0-d input has no axis to concatenate along (its shape was indexed out of bounds).
+  XPURT_CHECK(rank >= 1, ctx.where(), ": input 0 is 0-d; Concat takes tensors of rank 1 or more");
   axis = normalize_axis(axis, rank, ctx.where());
   Shape shape = first.shape();
   shape[static_cast<std::size_t>(axis)] = 0;

@@ -129,7 +129,6 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     std::map<std::string, fused::Operand> operand_of;
     std::vector<std::string> inputs;
     fused::Program program;
-    bool fits = true;
     for (std::size_t m : ordered) {
       fused::Instruction in;
       in.code = cand[m]->code;
@@ -146,8 +145,7 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
       program.code.push_back(in);
     }
     program.num_inputs = inputs.size();
-    fits = inputs.size() <= kMaxInputs;
-    if (!fits) continue;
+    if (inputs.size() > kMaxInputs) continue;
     const Node& last = g.nodes[r];
     Node fused_node;
     fused_node.name = last.name + "_fused";

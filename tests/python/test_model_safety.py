@@ -248,3 +248,24 @@ def test_a_concat_of_a_0d_tensor_is_a_typed_error():
     for _ in range(2):  # the same typed error each time: nothing left half-done
         with pytest.raises(xrt.XpuRuntimeError, match="0-d; Concat takes tensors of rank 1 or more"):
             sess.run({"data": np.zeros((), np.int16), "indices": np.zeros((3,), np.int64)})
+
+
+def test_a_cast_whose_to_is_not_an_int_is_a_typed_error():
+    # Found by fuzz_model's campaign (tests/fuzz/corpus/model/regression-cast-to-a-graph-attribute.onnx): a Cast whose
+    # 'to' attribute is a graph passed the "is 'to' there" check (which looks in every attribute map) and then read the
+    # int map with map::at: an untyped std::out_of_range escaped the run.
+    regression = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "model",
+                              "regression-cast-to-a-graph-attribute.onnx")
+    sess = xrt.InferenceSession(regression, engine="native")
+    for _ in range(2):
+        with pytest.raises(xrt.InvalidTypeError, match="attribute 'to' must be an int"):
+            sess.run({"input": np.zeros((3, 68), np.float32)})
+    body = helper.make_graph([], "b", [], [])
+    for to in (helper.make_attribute("to", body), helper.make_attribute("to", helper.make_tensor("t", 1, [], [1.0]))):
+        node = helper.make_node("Cast", ["x"], ["y"], name="cast")
+        node.attribute.append(to)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        with pytest.raises(xrt.InvalidTypeError, match="Cast 'cast'.*attribute 'to' must be an int"):
+            xrt.InferenceSession(model.SerializeToString(), engine="native").run({"x": np.ones(2, np.float32)})

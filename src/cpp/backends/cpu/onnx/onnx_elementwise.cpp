@@ -351,6 +351,9 @@ DType onnx_dtype(const OpContext& ctx, std::int64_t code) {
 
 DType cast_target(const OpContext& ctx) {
   XPURT_CHECK(ctx.has_attr("to"), ctx.where(), ": attribute 'to' is required");
+  // A tensor, graph or type attribute named 'to' lives in another map.
+  XPURT_CHECK_TYPE(ctx.node().attrs.has("to"), ctx.where(),
+                   ": attribute 'to' must be an int (a TensorProto data type), not a tensor, graph or type");
   const AttrValue& value = ctx.node().attrs.values().at("to");
   if (const auto* name = std::get_if<std::string>(&value)) {  // opset 1: "FLOAT", "INT64", ...
     static const std::vector<std::pair<std::string, std::int64_t>> kNames = {

@@ -141,10 +141,7 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
   if (n.op_type == "Gelu") {
     return {ops::gelu(input(0), n.attrs.get_string("approximate", "none"))};
   }
-  if (n.op_type == "FusedElementwise") {
-    a.set("program", n.attrs.get_string("program", ""));
-    return ops::call("fused_elementwise", in, a);
-  }
+  if (n.op_type == "FusedElementwise") return ops::call("fused_elementwise", in, n.attrs);  // program, row_axes, ...
   if (n.op_type == "LayerNormalization") {
     a.set("axis", n.attrs.get_int("axis", -1)).set("epsilon", n.attrs.get_float("epsilon", 1e-5));
     return ops::call("layer_norm", {input(0), input(1), input(2), input(3)}, a);  // input 3: the residual
@@ -1260,6 +1257,47 @@ TEST(ElementwiseFusion, PoliciesAndDevicesKeepNodesOut) {
   int rewrites = 0;
   run_pass(grown, passes::elementwise_fusion, {{"x", random({4}, 205)}}, &rewrites);
   EXPECT_EQ(rewrites, 1);  // Mul [4] x [3, 4] -> [3, 4] is fine: every member has the output's shape
+}
+
+// x [2, 5, 8] -> RMSNorm as exporters write it: x * 1 / sqrt(mean(x^2 over `axis`) + eps) * w.
+Graph rms_norm_graph(std::int64_t axis) {
+  Builder b;
+  b.input("x", {2, 5, 8});
+  b.constant("two", scalar(2.0f));
+  b.constant("eps", make({1}, {1e-5f}));
+  b.constant("w", random({8}, 206));
+  std::vector<Dim> reduced = {2, 5, 8};
+  reduced[static_cast<std::size_t>(axis)] = 1;
+  Attributes mean;
+  mean.set("axes", std::vector<std::int64_t>{axis - 3});  // negative, as exporters write it
+  b.add(node("Pow", {"x", "two"}, {"sq"}, {}, "pow")).typed("sq", {2, 5, 8});
+  b.add(node("ReduceMean", {"sq"}, {"ms"}, mean, "mean")).typed("ms", reduced);
+  b.add(node("Add", {"ms", "eps"}, {"v"}, {}, "add")).typed("v", reduced);
+  b.add(node("Sqrt", {"v"}, {"s"}, {}, "sqrt")).typed("s", reduced);
+  b.add(node("Reciprocal", {"s"}, {"r"}, {}, "rsqrt")).typed("r", reduced);
+  b.add(node("Mul", {"x", "r"}, {"n"}, {}, "norm")).typed("n", {2, 5, 8});
+  b.add(node("Mul", {"n", "w"}, {"y"}, {}, "scale")).typed("y", {2, 5, 8});
+  return b.build({"y"});
+}
+
+TEST(ElementwiseFusion, ATrailingAxisReductionJoinsItsGroup) {
+  int rewrites = 0;
+  Graph out = run_pass(rms_norm_graph(2), passes::elementwise_fusion, {{"x", random({2, 5, 8}, 207)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+  const Node& f = out.nodes[0];
+  EXPECT_EQ(f.inputs, (std::vector<std::string>{"x", "eps", "w"}));
+  // x ** 2 is one multiply; the mean reads the row of its element (row_axes = 1: the last axis).
+  EXPECT_EQ(f.attrs.get_string("program", ""),
+            "mul x0 x0; reduce_mean t0; add t1 x1; sqrt t2; reciprocal t3; mul x0 t4; mul t5 x2");
+  EXPECT_EQ(f.attrs.get_int("row_axes", 0), 1);
+  EXPECT_EQ(out.initializers.count("two"), 0u);  // read by nobody now
+  // Over a middle axis the mean is not a row of the output: it stays a node, the chains around it fuse.
+  Graph middle = run_pass(rms_norm_graph(1), passes::elementwise_fusion, {{"x", random({2, 5, 8}, 208)}}, &rewrites);
+  EXPECT_EQ(count(middle, "ReduceMean"), 1) << middle.str();
+  for (const Node& n : middle.nodes) {
+    EXPECT_EQ(n.attrs.get_string("program", "").find("reduce"), std::string::npos) << n.str();
+  }
 }
 
 TEST(NhwcLayout, OnlyForCudaPlansAndHalfFloatsAndCanBeDisabled) {

@@ -1600,18 +1600,34 @@ _FUSED_MATH = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "reciprocal": lambda a: 1.0 / a, "erf": _ERF,
     "gelu": lambda a: 0.5 * a * (1.0 + _ERF(a / math.sqrt(2.0))),
     "gelu_tanh": lambda a: 0.5 * a * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a ** 3))),
+    "f32": lambda a: a, "f16": lambda a: a.astype(np.float16).astype(np.float64), "bf16": lambda a: _to_bf16(a),
 }
+_FUSED_REDUCTIONS = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}
 
 
-def run_fused_program(program: str, inputs: List[np.ndarray]) -> np.ndarray:
-    """A fused_elementwise program evaluated in float64 with NumPy's broadcasting (the op's definition)."""
+def _to_bf16(a: np.ndarray) -> np.ndarray:
+    """Rounds to bfloat16 (nearest even) and back, in float64."""
+    bits = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def run_fused_program(program: str, inputs: List[np.ndarray], row_axes: int = 0) -> np.ndarray:
+    """A fused_elementwise program evaluated in float64 (the op's definition): the inputs broadcast to the output,
+    every instruction at every element, a reduction over the last `row_axes` axes (keepdims, broadcast back)."""
+    shape = np.broadcast_shapes(*[np.shape(x) for x in inputs])
+    inputs = [np.broadcast_to(np.asarray(x, np.float64), shape) for x in inputs]
+    axes = tuple(range(len(shape) - row_axes, len(shape))) if row_axes else None
     values = []
     for instruction in program.split(";"):
         op, *operands = instruction.split()
         args = [inputs[int(o[1:])] if o[0] == "x" else values[int(o[1:])] for o in operands]
-        values.append(np.asarray(_FUSED_MATH[op](*args), dtype=np.float64))
-    shape = np.broadcast_shapes(*[np.shape(x) for x in inputs])
-    return np.broadcast_to(values[-1], shape)
+        if op in _FUSED_REDUCTIONS:
+            value = _FUSED_REDUCTIONS[op](args[0], axis=axes, keepdims=True)
+        else:
+            value = _FUSED_MATH[op](*args)
+        values.append(np.broadcast_to(np.asarray(value, dtype=np.float64), shape))
+    return values[-1]
 
 
 FUSED_PROGRAMS = [
@@ -1631,16 +1647,31 @@ FUSED_PROGRAMS = [
      [(-2, 2), (0.5, 2.5), (-1, 1), (0, 2)]),
     ("rows", "sigmoid x0; mul t0 x1", [(1, 1000, 37), (37,)], None),
     ("one_element", "mul x0 x1; add t0 x0", [(1,), ()], None),
+    # Casts and row reductions (what the exporters write for RMSNorm, LayerNorm, softmax, squeeze-excitation). A
+    # trailing number is row_axes; rows longer than 1024 run a block per row, shorter ones a warp per row.
+    ("casts", "f16 x0; mul t0 x1; bf16 t1; f32 t2; add t3 x0", [(5, 19), (19,)], None),
+    ("rmsnorm", "f32 x0; mul t0 t0; reduce_mean t1; add t2 x1; sqrt t3; reciprocal t4; mul t0 t5; f16 t6; mul t7 x2",
+     [(3, 5, 64), (1,), (64,)], [(-2, 2), (1e-3, 1e-3), (-1, 1)], 1),
+    ("layernorm", "reduce_mean x0; sub x0 t0; mul t1 t1; reduce_mean t2; add t3 x1; sqrt t4; div t1 t5; mul t6 x2; "
+     "add t7 x3", [(2, 7, 33), (1,), (33,), (33,)], [(-2, 2), (1e-5, 1e-5), (-1, 1), (-1, 1)], 1),
+    ("softmax_block_rows", "reduce_max x0; sub x0 t0; exp t1; reduce_sum t2; div t2 t3", [(4, 3, 1030)], None, 1),
+    ("softmax_long_rows", "reduce_max x0; sub x0 t0; exp t1; reduce_sum t2; div t2 t3", [(3, 5001)], None, 1),
+    ("se_mean_gate", "reduce_mean x0; sigmoid t0; mul x0 t1", [(2, 16, 7, 7)], None, 2),
+    ("broadcast_operand", "mul x0 x1; reduce_sum t0; add t1 x0", [(3, 1, 9), (4, 9)], None, 1),
+    ("one_row", "reduce_max x0; sub t0 x0; reduce_sum t1; add t1 t2", [(2, 3, 5)], None, 3),
 ]
 
 
 def fused_elementwise_cases() -> List[Case]:
     cases = []
-    for name, program, shapes, ranges in FUSED_PROGRAMS:
+    for name, program, shapes, ranges, *row_axes in FUSED_PROGRAMS:
         rng = _rng("fused" + name)
         inputs = [uniform(rng, shape, *(ranges[k] if ranges else (-2.0, 2.0))) for k, shape in enumerate(shapes)]
-        cases.append(Case("fused_elementwise", name, inputs, {"program": program},
-                          lambda xs, attrs: run_fused_program(attrs["program"], xs), "reduction"))
+        attrs = {"program": program}
+        if row_axes:
+            attrs["row_axes"] = row_axes[0]
+        cases.append(Case("fused_elementwise", name, inputs, attrs,
+                          lambda xs, a: run_fused_program(a["program"], xs, a.get("row_axes", 0)), "reduction"))
     return cases
 
 

@@ -28,6 +28,9 @@ constexpr CodeInfo kCodes[] = {
     {Code::kExp, "exp", false},      {Code::kLog, "log", false},        {Code::kSqrt, "sqrt", false},
     {Code::kReciprocal, "reciprocal", false}, {Code::kErf, "erf", false}, {Code::kGelu, "gelu", false},
     {Code::kGeluTanh, "gelu_tanh", false},
+    {Code::kToF32, "f32", false},    {Code::kToF16, "f16", false},      {Code::kToBF16, "bf16", false},
+    {Code::kReduceSum, "reduce_sum", false}, {Code::kReduceMean, "reduce_mean", false},
+    {Code::kReduceMax, "reduce_max", false},
 };
 
 const CodeInfo& info(Code code) {
@@ -63,14 +66,48 @@ std::string cuda_expression(Code code, const std::string& a, const std::string& 
     case Code::kGeluTanh:
       return "0.5f * " + a + " * (1.0f + tanhf(0.79788456080286536f * (" + a + " + 0.044715f * " + a + " * " + a +
              " * " + a + ")))";
+    case Code::kToF32: return a;
+    case Code::kToF16: return "ld_float16(st_float16(" + a + "))";
+    case Code::kToBF16: return "ld_bfloat16(st_bfloat16(" + a + "))";
+    case Code::kReduceSum:
+    case Code::kReduceMean:
+    case Code::kReduceMax: break;  // written by cuda_source's row loops
   }
   return "0.0f";
 }
+
+// The CUDA C helpers that load and store `dtype` as float ("ld_<dtype>", "st_<dtype>").
+std::string dtype_helpers(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return "__device__ __forceinline__ float ld_float16(unsigned short v) { float f; "
+             "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(v)); return f; }\n"
+             "__device__ __forceinline__ unsigned short st_float16(float f) { unsigned short h; "
+             "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n";
+    case DType::kBFloat16:
+      return "__device__ __forceinline__ float ld_bfloat16(unsigned short v) { return __uint_as_float(((unsigned)v) "
+             "<< 16); }\n"
+             "__device__ __forceinline__ unsigned short st_bfloat16(float f) { unsigned short h; "
+             "asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n";
+    default:
+      return "__device__ __forceinline__ float ld_float32(float v) { return v; }\n"
+             "__device__ __forceinline__ float st_float32(float f) { return f; }\n";
+  }
+}
+
+const char* storage_type(DType dtype) { return dtype == DType::kFloat32 ? "float" : "unsigned short"; }
 
 }  // namespace
 
 const char* code_name(Code code) { return info(code).name; }
 bool is_binary(Code code) { return info(code).binary; }
+bool is_reduction(Code code) {
+  return code == Code::kReduceSum || code == Code::kReduceMean || code == Code::kReduceMax;
+}
+
+bool Program::reduces() const {
+  return std::any_of(code.begin(), code.end(), [](const Instruction& in) { return is_reduction(in.code); });
+}
 
 bool code_from_name(const std::string& name, Code* code) {
   for (const CodeInfo& c : kCodes) {
@@ -159,14 +196,26 @@ bool Layout::scalar(std::size_t input) const {
   return true;
 }
 
-Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const std::vector<std::int64_t>& output_shape) {
+Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const std::vector<std::int64_t>& output_shape,
+              std::int64_t row_axes) {
   Layout out;
+  if (row_axes < 0 || static_cast<std::size_t>(row_axes) > output_shape.size()) {
+    throw InvalidArgumentError(detail::str_cat("fused_elementwise: row_axes = ", row_axes, " for an output of rank ",
+                                               output_shape.size()));
+  }
   out.numel = 1;
   bool empty = false;
   for (std::int64_t d : output_shape) {
     empty = empty || d == 0;
     if (!empty && __builtin_mul_overflow(out.numel, d, &out.numel)) {
       throw InvalidArgumentError("fused_elementwise: the output's element count overflows int64");
+    }
+  }
+  out.row = out.numel;
+  if (row_axes > 0) {
+    out.row = 1;
+    for (std::size_t d = output_shape.size() - static_cast<std::size_t>(row_axes); d < output_shape.size(); ++d) {
+      out.row *= output_shape[d];  // no overflow: a factor of numel (or 0)
     }
   }
   if (empty) {  // nothing to compute: no strides either (a zero-sized dim may sit beside huge ones)
@@ -216,67 +265,141 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
   return out;
 }
 
-std::string cuda_source(const Program& program, const Layout& layout, DType dtype, const std::string& name) {
+LaunchShape launch_shape(const Program& program, const Layout& layout) {
+  LaunchShape shape;
+  if (!program.reduces()) return shape;
+  if (layout.row <= 1024) {  // a warp per row
+    shape.row_threads = 32;
+    shape.rows_per_block = shape.threads / 32;
+  } else {  // a block per row
+    shape.threads = layout.row > 4096 ? 512 : 256;
+    shape.row_threads = shape.threads;
+  }
+  return shape;
+}
+
+// Note [Row programs]
+// A program without a reduction is a grid-stride loop over the output's elements. One with reductions loops over
+// rows (a warp or a block per row): for each reduction in program order, one pass over the row computes the
+// instructions before it (earlier reductions are the row's values by then) and accumulates its operand in float32,
+// then the warp (shuffles) or the block (shuffles and shared memory) combines the partial values; a last pass
+// computes every instruction and writes the row. Inputs are read once per pass: a row stays in L1/L2 between passes.
+std::string cuda_source(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
+                        DType output_dtype, const std::string& name) {
+  XPURT_INTERNAL_ASSERT(input_dtypes.size() == program.num_inputs, "fused cuda_source: one dtype per input");
   std::ostringstream s;
   const bool wide = layout.numel > (std::int64_t{1} << 30);
   const char* idx = wide ? "long long" : "int";
-  const char* storage = dtype == DType::kFloat32 ? "float" : "unsigned short";
+  const LaunchShape launch = launch_shape(program, layout);
   s << "// Generated by xpuruntime (Note [Fused elementwise programs]): " << program.text() << "\n"
-    << "// dtype " << dtype_name(dtype) << ", output elements " << layout.numel << ", axes "
-    << detail::shape_str(layout.dims, ",") << "\n";
-  s << "typedef " << storage << " T;\n";
-  switch (dtype) {
-    case DType::kFloat16:
-      s << "__device__ __forceinline__ float ld(T v) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(v)); "
-           "return f; }\n"
-        << "__device__ __forceinline__ T st(float f) { T h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); "
-           "return h; }\n";
-      break;
-    case DType::kBFloat16:
-      s << "__device__ __forceinline__ float ld(T v) { return __uint_as_float(((unsigned)v) << 16); }\n"
-        << "__device__ __forceinline__ T st(float f) { T h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); "
-           "return h; }\n";
-      break;
-    default:
-      s << "__device__ __forceinline__ float ld(T v) { return v; }\n"
-        << "__device__ __forceinline__ T st(float f) { return f; }\n";
+    << "// output " << dtype_name(output_dtype) << ", inputs";
+  for (DType d : input_dtypes) s << " " << dtype_name(d);
+  s << ", output elements " << layout.numel << ", axes " << detail::shape_str(layout.dims, ",");
+  if (launch.row_threads) s << ", rows of " << layout.row << ", " << launch.row_threads << " threads per row";
+  s << "\n";
+  std::vector<DType> used = input_dtypes;
+  used.push_back(output_dtype);
+  for (const Instruction& in : program.code) {
+    if (in.code == Code::kToF16) used.push_back(DType::kFloat16);
+    if (in.code == Code::kToBF16) used.push_back(DType::kBFloat16);
   }
-  s << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "(";
-  for (std::size_t k = 0; k < program.num_inputs; ++k) s << "const T* __restrict__ x" << k << ", ";
-  s << "T* __restrict__ y) {\n";
+  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    if (std::find(used.begin(), used.end(), d) != used.end()) s << dtype_helpers(d);
+  }
+  s << "extern \"C\" __global__ void __launch_bounds__(" << launch.threads << ") " << name << "(";
+  for (std::size_t k = 0; k < program.num_inputs; ++k) {
+    s << "const " << storage_type(input_dtypes[k]) << "* __restrict__ x" << k << ", ";
+  }
+  s << storage_type(output_dtype) << "* __restrict__ y) {\n";
   const std::size_t rank = layout.dims.size();
   bool strided = false;
   for (std::size_t k = 0; k < program.num_inputs; ++k) {
-    if (layout.scalar(k)) s << "  const float a" << k << " = ld(x" << k << "[0]);\n";
+    if (layout.scalar(k)) s << "  const float a" << k << " = ld_" << dtype_name(input_dtypes[k]) << "(x" << k << "[0]);\n";
     strided = strided || (!layout.scalar(k) && !layout.full(k));
   }
-  s << "  for (" << idx << " i = (" << idx << ")blockIdx.x * blockDim.x + threadIdx.x; i < (" << idx << ")"
-    << layout.numel << "; i += (" << idx << ")blockDim.x * gridDim.x) {\n";
-  if (strided) {
-    s << "    " << idx << " r = i;\n";
-    for (std::size_t d = rank; d-- > 0;) {
-      s << "    const " << idx << " c" << d << " = r % " << layout.dims[d] << "; r /= " << layout.dims[d] << ";\n";
+  // The loads and instructions [0, upto) at linear index i, indented by `pad`; reductions before `upto` read r<j>.
+  auto body = [&](std::size_t upto, const std::string& pad) {
+    if (strided) {
+      s << pad << idx << " r = i;\n";
+      for (std::size_t d = rank; d-- > 0;) {
+        s << pad << "const " << idx << " c" << d << " = r % " << layout.dims[d] << "; r /= " << layout.dims[d] << ";\n";
+      }
     }
+    for (std::size_t k = 0; k < program.num_inputs; ++k) {
+      if (layout.scalar(k)) continue;
+      s << pad << "const float a" << k << " = ld_" << dtype_name(input_dtypes[k]) << "(x" << k << "[";
+      if (layout.full(k)) {
+        s << "i";
+      } else {
+        s << "0";
+        for (std::size_t d = 0; d < rank; ++d) {
+          if (layout.strides[k][d] != 0) s << " + c" << d << " * (" << idx << ")" << layout.strides[k][d];
+        }
+      }
+      s << "]);\n";
+    }
+    for (std::size_t j = 0; j < upto; ++j) {
+      const Instruction& in = program.code[j];
+      auto text = [](const Operand& o) { return (o.input ? "a" : "t") + std::to_string(o.index); };
+      s << pad << "const float t" << j << " = ";
+      if (is_reduction(in.code)) {
+        s << "r" << j << ";\n";
+      } else {
+        s << cuda_expression(in.code, text(in.a), is_binary(in.code) ? text(in.b) : std::string()) << ";\n";
+      }
+    }
+  };
+  const std::string last = "t" + std::to_string(program.code.size() - 1);
+  const std::string store = detail::str_cat("st_", dtype_name(output_dtype));
+  if (!launch.row_threads) {
+    s << "  for (" << idx << " i = (" << idx << ")blockIdx.x * blockDim.x + threadIdx.x; i < (" << idx << ")"
+      << layout.numel << "; i += (" << idx << ")blockDim.x * gridDim.x) {\n";
+    body(program.code.size(), "    ");
+    s << "    y[i] = " << store << "(" << last << ");\n  }\n}\n";
+    return s.str();
   }
-  for (std::size_t k = 0; k < program.num_inputs; ++k) {
-    if (layout.scalar(k)) continue;
-    if (layout.full(k)) {
-      s << "    const float a" << k << " = ld(x" << k << "[i]);\n";
-      continue;
-    }
-    s << "    const float a" << k << " = ld(x" << k << "[0";
-    for (std::size_t d = 0; d < rank; ++d) {
-      if (layout.strides[k][d] != 0) s << " + c" << d << " * (" << idx << ")" << layout.strides[k][d];
-    }
-    s << "]);\n";
-  }
+  const std::int64_t rows = layout.row == 0 ? 0 : layout.numel / layout.row;
+  const bool block_rows = launch.row_threads != 32;
+  s << "  const float kNaN = __int_as_float(0x7fc00000);\n";
+  if (block_rows) s << "  __shared__ float partial[32];\n";
+  s << "  const int lane = threadIdx.x % " << launch.row_threads << ";\n"
+    << "  for (" << idx << " row = (" << idx << ")blockIdx.x * " << launch.rows_per_block << " + threadIdx.x / "
+    << launch.row_threads << "; row < (" << idx << ")" << rows << "; row += (" << idx << ")gridDim.x * "
+    << launch.rows_per_block << ") {\n";
   for (std::size_t j = 0; j < program.code.size(); ++j) {
     const Instruction& in = program.code[j];
-    auto text = [](const Operand& o) { return (o.input ? "a" : "t") + std::to_string(o.index); };
-    s << "    const float t" << j << " = "
-      << cuda_expression(in.code, text(in.a), is_binary(in.code) ? text(in.b) : std::string()) << ";\n";
+    if (!is_reduction(in.code)) continue;
+    const bool max = in.code == Code::kReduceMax;
+    auto combine = [&](const std::string& a, const std::string& b) {
+      return max ? detail::str_cat("(isnan(", a, ") || isnan(", b, ") ? kNaN : fmaxf(", a, ", ", b, "))")
+                 : detail::str_cat(a, " + ", b);
+    };
+    const std::string acc = "acc" + std::to_string(j);
+    s << "    float " << acc << " = " << (max ? "-__int_as_float(0x7f800000)" : "0.0f") << ";\n"
+      << "    for (" << idx << " c = lane; c < " << layout.row << "; c += " << launch.row_threads << ") {\n"
+      << "      const " << idx << " i = row * (" << idx << ")" << layout.row << " + c;\n";
+    body(j, "      ");
+    const std::string operand = (in.a.input ? "a" : "t") + std::to_string(in.a.index);
+    s << "      " << acc << " = " << combine(acc, operand) << ";\n    }\n"
+      << "    for (int o = 16; o > 0; o >>= 1) {\n"
+      << "      const float other = __shfl_xor_sync(0xffffffffu, " << acc << ", o);\n"
+      << "      " << acc << " = " << combine(acc, "other") << ";\n    }\n";
+    if (block_rows) {
+      s << "    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = " << acc << ";\n"
+        << "    __syncthreads();\n"
+        << "    " << acc << " = partial[0];\n"
+        << "    for (int w = 1; w < " << launch.threads / 32 << "; ++w) " << acc << " = "
+        << combine(acc, "partial[w]") << ";\n"
+        << "    __syncthreads();\n";
+    }
+    s << "    const float r" << j << " = " << acc;
+    if (in.code == Code::kReduceMean) s << " / " << layout.row << ".0f";
+    s << ";\n";
   }
-  s << "    y[i] = st(t" << program.code.size() - 1 << ");\n  }\n}\n";
+  s << "    for (" << idx << " c = lane; c < " << layout.row << "; c += " << launch.row_threads << ") {\n"
+    << "      const " << idx << " i = row * (" << idx << ")" << layout.row << " + c;\n";
+  body(program.code.size(), "      ");
+  s << "      y[i] = " << store << "(" << last << ");\n    }\n  }\n}\n";
   return s.str();
 }
 

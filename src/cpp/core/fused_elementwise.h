@@ -14,6 +14,20 @@
 // roundings of its intermediates, which it no longer makes. The cpu kernel interprets the program; the codegen
 // backend writes it as CUDA C (cuda_source), with the shapes, broadcast strides and dtype of the launch baked in,
 // and compiles it with NVRTC while the plan is built (backends/codegen).
+//
+// Casts and reductions. `f32`, `f16` and `bf16` are casts between the float dtypes: in float32 math a cast to
+// float32 is nothing and a cast to float16/bfloat16 rounds to it (what the unfused Cast does). The inputs may have
+// different float dtypes; the node's `output_dtype` attribute names the output's (default: input 0's). A program may
+// reduce: `reduce_sum`, `reduce_mean` and `reduce_max` take their operand over a row, the last `row_axes` axes of the
+// output (the node's attribute), and give one value per row that later instructions read at every element of the
+// row (a keepdims reduction, broadcast back):
+//
+//     "f32 x0; mul t0 t0; reduce_mean t1; add t2 x1; sqrt t3; div t0 t4; f16 t5; mul t6 x2"     RMSNorm
+//
+// Every instruction is defined at every element of the output (an operand smaller than the output is read
+// broadcast, which is what the ops did before fusion, as elementwise ops commute with broadcasting); a reduction
+// sums its operand over the row of the element. The kernels run one row per warp or block: one pass over the row per
+// reduction, then one that writes the row (Note [Row programs] in codegen_register.cpp).
 #pragma once
 
 #include <algorithm>
@@ -22,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/export.h"
 
@@ -32,6 +47,10 @@ enum class Code : std::uint8_t {
   kAdd, kSub, kMul, kDiv, kPow, kMax, kMin,
   // unary
   kNeg, kAbs, kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kReciprocal, kErf, kGelu, kGeluTanh,
+  // casts (unary)
+  kToF32, kToF16, kToBF16,
+  // reductions over the row (unary)
+  kReduceSum, kReduceMean, kReduceMax,
 };
 
 struct Operand {
@@ -49,10 +68,12 @@ struct XPURT_API Program {
   std::vector<Instruction> code;
   std::size_t num_inputs = 0;
   std::string text() const;  // the canonical program text (parse(text()) gives the same program)
+  bool reduces() const;       // whether an instruction is a reduction
 };
 
 XPURT_API const char* code_name(Code code);  // "add", "sigmoid", ...
 XPURT_API bool is_binary(Code code);
+XPURT_API bool is_reduction(Code code);
 // The instruction's op by name; false when there is none.
 XPURT_API bool code_from_name(const std::string& name, Code* code);
 // Parses and validates a program over `num_inputs` inputs (InvalidArgumentError naming what is wrong: an unknown op,
@@ -65,12 +86,14 @@ struct XPURT_API Layout {
   std::vector<std::int64_t> dims;                  // merged output shape (at least one axis)
   std::vector<std::vector<std::int64_t>> strides;  // per input, per axis of `dims`
   std::int64_t numel = 0;
+  std::int64_t row = 1;  // elements per row: the product of the output's last row_axes axes (numel when 0 axes)
   bool full(std::size_t input) const;    // reads element i for output element i (same shape as the output)
   bool scalar(std::size_t input) const;  // reads one element for every output element
 };
-// The layout of inputs of `input_shapes` broadcast to `output_shape` (numpy broadcasting; the shapes are valid).
+// The layout of inputs of `input_shapes` broadcast to `output_shape` (numpy broadcasting; the shapes are valid), rows
+// of the output's last `row_axes` axes (InvalidArgumentError past its rank).
 XPURT_API Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes,
-                        const std::vector<std::int64_t>& output_shape);
+                        const std::vector<std::int64_t>& output_shape, std::int64_t row_axes = 0);
 
 constexpr float kSqrtHalf = 0.70710678118654752f;
 constexpr float kSqrtTwoOverPi = 0.79788456080286536f;
@@ -97,14 +120,41 @@ inline float apply(Code code, float a, float b) {
     case Code::kErf: return std::erf(a);
     case Code::kGelu: return 0.5f * a * (1.0f + std::erf(a * kSqrtHalf));
     case Code::kGeluTanh: return 0.5f * a * (1.0f + std::tanh(kSqrtTwoOverPi * (a + 0.044715f * a * a * a)));
+    case Code::kToF32: return a;
+    case Code::kToF16: return detail::half_to_float(detail::float_to_half(a));
+    case Code::kToBF16: return detail::bfloat16_to_float(detail::float_to_bfloat16(a));
+    case Code::kReduceSum:
+    case Code::kReduceMean:
+    case Code::kReduceMax: break;  // over a row: reduce_init/reduce_step/reduce_finish
   }
   return 0.0f;
 }
 
+// A reduction's accumulator: its start, one step, and the row's value from the accumulator over `row` elements.
+inline float reduce_init(Code code) { return code == Code::kReduceMax ? -INFINITY : 0.0f; }
+inline float reduce_step(Code code, float acc, float v) {
+  if (code != Code::kReduceMax) return acc + v;
+  return std::isnan(acc) || std::isnan(v) ? NAN : std::max(acc, v);
+}
+inline float reduce_finish(Code code, float acc, std::int64_t row) {
+  return code == Code::kReduceMean ? acc / static_cast<float>(row) : acc;
+}
 
-// The CUDA C of a kernel `extern "C" __global__ void <name>(const T* x0, ..., T* y)` computing `program` for
-// `layout` and `dtype` with a grid-stride loop over blockDim.x * gridDim.x threads; no header needed (NVRTC).
-XPURT_API std::string cuda_source(const Program& program, const Layout& layout, DType dtype, const std::string& name);
+
+// How a generated kernel is launched: threads per block, and for a program that reduces, threads per row (32: a
+// warp per row, blockDim.x / 32 rows per block; else the block) and rows per block.
+struct XPURT_API LaunchShape {
+  int threads = 256;
+  int row_threads = 0;  // 0: no reduction (a grid-stride loop over elements)
+  std::int64_t rows_per_block = 1;
+};
+XPURT_API LaunchShape launch_shape(const Program& program, const Layout& layout);
+
+// The CUDA C of a kernel `extern "C" __global__ void <name>(const T0* x0, ..., Y* y)` computing `program` for
+// `layout`, inputs of `input_dtypes` and an output of `output_dtype`, launched as `launch_shape` says (a grid-stride
+// loop over elements, or over rows); no header needed (NVRTC).
+XPURT_API std::string cuda_source(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
+                                  DType output_dtype, const std::string& name);
 // FNV-1a 64 of `text`, as 16 hex digits: the generated kernels' names and cache keys.
 XPURT_API std::string hash_hex(const std::string& text);
 

@@ -388,7 +388,6 @@ std::vector<TensorDesc> infer_unary(const OpDescriptor& desc) {
 
 std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
   XPURT_CHECK(!desc.inputs.empty(), "op 'fused_elementwise' needs at least one input");
-  const DType dtype = desc.inputs[0].dtype;
   Shape out;
   for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
     const TensorDesc& x = desc.inputs[k];
@@ -396,14 +395,25 @@ std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
       throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': input ", k, " is ", dtype_name(x.dtype),
                                              "; the inputs are float32, float16 or bfloat16"));
     }
-    if (x.dtype != dtype) {
-      throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': input ", k, " is ", dtype_name(x.dtype),
-                                             " but input 0 is ", dtype_name(dtype), "; the inputs share one dtype"));
-    }
     out = k == 0 ? x.shape : broadcast_shapes(out, x.shape, desc.op, "input");
   }
   (void)fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());  // validates
-  return {output_like(desc.inputs[0], out)};
+  const std::int64_t row_axes = desc.attrs.get_int("row_axes", 0);
+  if (row_axes < 0 || static_cast<std::size_t>(row_axes) > out.size()) {
+    throw InvalidArgumentError(detail::str_cat("op 'fused_elementwise': row_axes = ", row_axes,
+                                               " for an output of rank ", out.size()));
+  }
+  DType dtype = desc.inputs[0].dtype;
+  if (desc.attrs.has("output_dtype")) {
+    dtype = dtype_from_name(desc.attrs.get_string("output_dtype", ""));
+    if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+      throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': output_dtype ", dtype_name(dtype),
+                                             "; the output is float32, float16 or bfloat16"));
+    }
+  }
+  TensorDesc y = output_like(desc.inputs[0], out);
+  y.dtype = dtype;
+  return {y};
 }
 
 std::vector<TensorDesc> infer_binary(const OpDescriptor& desc) {
@@ -529,8 +539,9 @@ void register_ops(KernelRegistry& registry) {
       infer_layer_norm);
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
   add("fused_elementwise", "fusion", {"x..."},
-      "a chain of elementwise ops as one kernel (Note [Fused elementwise programs]); program=\"mul x0 x1; sigmoid "
-      "t0\": float32 math, inputs of one float dtype broadcast to the output",
+      "a chain of elementwise ops, casts and row reductions as one kernel (Note [Fused elementwise programs]); "
+      "program=\"mul x0 x1; sigmoid t0\": float32 math, float inputs broadcast to the output; row_axes=0 (the "
+      "reductions' trailing axes); output_dtype=(input 0's)",
       infer_fused_elementwise);
   for (const char* op : {"relu", "sigmoid", "tanh", "silu"}) {
     add(op, "activation", {"x"}, std::string(op) + "(x)", infer_unary);

@@ -3,7 +3,7 @@
 // fused::cuda_source writes for the launch's program, shapes and dtype.
 //
 // Note [Generated kernels]
-// build() writes the source, names the kernel after its hash, and compiles it with NVRTC for the device's
+// build() names the kernel after a hash of what its source depends on, writes the source, and compiles it with NVRTC for the device's
 // architecture into a cubin, loaded through the driver API (cuModuleLoadData; entry points from the CUDA runtime,
 // so the library never links libcuda). Compiled kernels are cached in the process (by source, device and
 // architecture) and on disk: $XPURT_CODEGEN_CACHE, else $XDG_CACHE_HOME/xpuruntime/codegen, else
@@ -35,6 +35,7 @@
 
 #include "core/cuda_utils.h"
 #include "core/fused_elementwise.h"
+#include "core/shape_str.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
@@ -258,14 +259,15 @@ Compiled compiled(const std::string& source, const std::string& name, int device
 class GeneratedPlan final : public KernelPlan {
  public:
   GeneratedPlan(CUfunction function, std::string name, std::string source_hash, std::string program,
-                std::string how, std::int64_t numel, unsigned blocks)
+                std::string how, std::int64_t numel, unsigned blocks, unsigned threads)
       : function_(function),
         name_(std::move(name)),
         source_hash_(std::move(source_hash)),
         program_(std::move(program)),
         how_(std::move(how)),
         numel_(numel),
-        blocks_(blocks) {}
+        blocks_(blocks),
+        threads_(threads) {}
 
   void run(const KernelLaunch& launch) const override {
     if (numel_ == 0) return;
@@ -274,7 +276,7 @@ class GeneratedPlan final : public KernelPlan {
     for (std::size_t k = 0; k < launch.num_inputs; ++k) pointers[k] = launch.input(k).data_ptr();
     pointers[launch.num_inputs] = launch.output(0).data_ptr();
     for (std::size_t k = 0; k < pointers.size(); ++k) args[k] = &pointers[k];
-    check_driver(driver().LaunchKernel(function_, blocks_, 1, 1, 256, 1, 1, 0,
+    check_driver(driver().LaunchKernel(function_, blocks_, 1, 1, threads_, 1, 1, 0,
                                        reinterpret_cast<CUstream>(launch.stream.handle), args.data(), nullptr),
                  "cuLaunchKernel (generated kernel)");
   }
@@ -287,7 +289,7 @@ class GeneratedPlan final : public KernelPlan {
   CUfunction function_;
   std::string name_, source_hash_, program_, how_;
   std::int64_t numel_;
-  unsigned blocks_;
+  unsigned blocks_, threads_;
 };
 
 class GeneratedKernel final : public Kernel {
@@ -307,7 +309,9 @@ class GeneratedKernel final : public Kernel {
     for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
       if (!desc.inputs[k].is_contiguous()) return Support::no(detail::str_cat("input ", k, " is not contiguous"));
     }
-    if (desc.inputs[0].dtype == DType::kBFloat16 && arch(desc.device) < 80) {
+    bool bfloat16 = !desc.outputs.empty() && desc.outputs[0].dtype == DType::kBFloat16;
+    for (const TensorDesc& x : desc.inputs) bfloat16 = bfloat16 || x.dtype == DType::kBFloat16;
+    if (bfloat16 && arch(desc.device) < 80) {
       return Support::no("bfloat16 conversions need compute capability 8.0 or newer");
     }
     return Support::yes();
@@ -319,11 +323,21 @@ class GeneratedKernel final : public Kernel {
     if (!support) throw UnsupportedOperationError(support.reason());
     const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
     std::vector<std::vector<std::int64_t>> shapes;
-    for (const TensorDesc& x : desc.inputs) shapes.push_back(x.shape);
-    const fused::Layout layout = fused::layout(shapes, desc.outputs.at(0).shape);
-    const DType dtype = desc.inputs[0].dtype;
-    const std::string name = "xrt_fused_" + fused::hash_hex(fused::cuda_source(program, layout, dtype, "kernel"));
-    const std::string source = fused::cuda_source(program, layout, dtype, name);
+    std::vector<DType> dtypes;
+    for (const TensorDesc& x : desc.inputs) {
+      shapes.push_back(x.shape);
+      dtypes.push_back(x.dtype);
+    }
+    const TensorDesc& output = desc.outputs.at(0);
+    const fused::Layout layout = fused::layout(shapes, output.shape, desc.attrs.get_int("row_axes", 0));
+    // The kernel's name: a hash of everything the source depends on, so that the source is written once.
+    std::string what = detail::str_cat(program.text(), "|", dtype_name(output.dtype), "|", layout.numel, "|",
+                                       layout.row, "|", detail::shape_str(layout.dims, ","));
+    for (std::size_t k = 0; k < dtypes.size(); ++k) {
+      what += detail::str_cat("|", dtype_name(dtypes[k]), ":", detail::shape_str(layout.strides[k], ","));
+    }
+    const std::string name = "xrt_fused_" + fused::hash_hex(what);
+    const std::string source = fused::cuda_source(program, layout, dtypes, output.dtype, name);
     const std::string source_hash = fused::hash_hex(source);
     if (!record.empty()) {
       std::string recorded;
@@ -343,20 +357,25 @@ class GeneratedKernel final : public Kernel {
     const Compiled c = compiled(source, name, device, arch(desc.device));
     int sms = 0;
     XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const std::int64_t wanted = (layout.numel + 255) / 256;
-    const auto blocks = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, sms * 16LL)));
+    const fused::LaunchShape shape = fused::launch_shape(program, layout);
+    const std::int64_t rows = layout.row == 0 ? 0 : layout.numel / layout.row;
+    const std::int64_t wanted = shape.row_threads ? (rows + shape.rows_per_block - 1) / shape.rows_per_block
+                                                  : (layout.numel + shape.threads - 1) / shape.threads;
+    const std::int64_t resident = sms * std::max<std::int64_t>(1, 4096 / shape.threads);
+    const auto blocks = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, resident)));
     return std::make_unique<GeneratedPlan>(c.function, name, source_hash, program.text(), c.how, layout.numel,
-                                           blocks);
+                                           blocks, static_cast<unsigned>(shape.threads));
   }
 
  private:
   static int arch(Device device) {
-    cudaDeviceProp props{};
-    if (cudaGetDeviceProperties(&props, device.index) != cudaSuccess) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index) != cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
-    return props.major * 10 + props.minor;
+    return major * 10 + minor;
   }
 };
 

@@ -18,72 +18,118 @@ using fused::Layout;
 using fused::Operand;
 using fused::Program;
 
-// Runs `program` for `layout`: inputs of `dtype` (float32, float16, bfloat16), output contiguous.
-void evaluate(const Program& program, const Layout& layout, DType dtype, const std::vector<const void*>& inputs,
-              void* output, int threads) {
+float read(DType dtype, const void* base, std::int64_t offset) {
+  switch (dtype) {
+    case DType::kFloat16: return detail::half_to_float(static_cast<const std::uint16_t*>(base)[offset]);
+    case DType::kBFloat16: return detail::bfloat16_to_float(static_cast<const std::uint16_t*>(base)[offset]);
+    default: return static_cast<const float*>(base)[offset];
+  }
+}
+
+// Runs `program` for `layout`: inputs of `input_dtypes` (float32, float16, bfloat16), a contiguous output of
+// `output_dtype`. Without a reduction, over 256-element chunks of the output; with reductions, row by row (Note [Row
+// programs] in fused_elementwise.cpp): one pass over the row's chunks per reduction, then one that writes the row.
+void evaluate(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes, DType output_dtype,
+              const std::vector<const void*>& inputs, void* output, int threads) {
   constexpr std::int64_t kChunk = 256;
   const std::size_t num_inputs = inputs.size();
   const std::size_t rank = layout.dims.size();
-  auto read = [&](const void* base, std::int64_t offset) -> float {
-    switch (dtype) {
-      case DType::kFloat16: return detail::half_to_float(static_cast<const std::uint16_t*>(base)[offset]);
-      case DType::kBFloat16: return detail::bfloat16_to_float(static_cast<const std::uint16_t*>(base)[offset]);
-      default: return static_cast<const float*>(base)[offset];
-    }
-  };
   std::vector<char> full(num_inputs), scalar(num_inputs);
   for (std::size_t k = 0; k < num_inputs; ++k) {
     full[k] = layout.full(k);
     scalar[k] = layout.scalar(k);
   }
-  const std::int64_t chunks = (layout.numel + kChunk - 1) / kChunk;
-  parallel_for(chunks, threads, 16, [&](std::int64_t c0, std::int64_t c1) {
-    std::vector<float> regs((num_inputs + program.code.size()) * kChunk);
-    std::vector<std::int64_t> coord(rank);
-    for (std::int64_t c = c0; c < c1; ++c) {
-      const std::int64_t begin = c * kChunk;
-      const std::int64_t n = std::min(kChunk, layout.numel - begin);
-      for (std::size_t k = 0; k < num_inputs; ++k) {
-        float* r = regs.data() + k * kChunk;
-        if (scalar[k]) {
-          std::fill(r, r + n, read(inputs[k], 0));
-        } else if (full[k]) {
-          for (std::int64_t i = 0; i < n; ++i) r[i] = read(inputs[k], begin + i);
-        } else {
-          for (std::int64_t i = 0; i < n; ++i) {
-            std::int64_t rest = begin + i, offset = 0;
-            for (std::size_t d = rank; d-- > 0;) {
-              offset += (rest % layout.dims[d]) * layout.strides[k][d];
-              rest /= layout.dims[d];
-            }
-            r[i] = read(inputs[k], offset);
+  const std::size_t slots = num_inputs + program.code.size();
+  // Instructions [0, upto) over output elements [begin, begin + n) into regs; reductions read reduced[j].
+  auto compute = [&](std::vector<float>& regs, std::int64_t begin, std::int64_t n, std::size_t upto,
+                     const std::vector<float>& reduced) {
+    for (std::size_t k = 0; k < num_inputs; ++k) {
+      float* r = regs.data() + k * kChunk;
+      if (scalar[k]) {
+        std::fill(r, r + n, read(input_dtypes[k], inputs[k], 0));
+      } else if (full[k]) {
+        for (std::int64_t i = 0; i < n; ++i) r[i] = read(input_dtypes[k], inputs[k], begin + i);
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) {
+          std::int64_t rest = begin + i, offset = 0;
+          for (std::size_t d = rank; d-- > 0;) {
+            offset += (rest % layout.dims[d]) * layout.strides[k][d];
+            rest /= layout.dims[d];
           }
+          r[i] = read(input_dtypes[k], inputs[k], offset);
         }
       }
+    }
+    for (std::size_t j = 0; j < upto; ++j) {
+      const Instruction& in = program.code[j];
+      auto at = [&](const Operand& o) {
+        return regs.data() + (o.input ? static_cast<std::size_t>(o.index)
+                                      : num_inputs + static_cast<std::size_t>(o.index)) * kChunk;
+      };
+      float* out = regs.data() + (num_inputs + j) * kChunk;
+      if (fused::is_reduction(in.code)) {
+        std::fill(out, out + n, reduced[j]);
+        continue;
+      }
+      const float* a = at(in.a);
+      const float* b = fused::is_binary(in.code) ? at(in.b) : a;
+      for (std::int64_t i = 0; i < n; ++i) out[i] = fused::apply(in.code, a[i], b[i]);
+    }
+  };
+  auto store = [&](const std::vector<float>& regs, std::int64_t begin, std::int64_t n) {
+    const float* result = regs.data() + (slots - 1) * kChunk;
+    switch (output_dtype) {
+      case DType::kFloat16: {
+        auto* y = static_cast<std::uint16_t*>(output) + begin;
+        for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_half(result[i]);
+        break;
+      }
+      case DType::kBFloat16: {
+        auto* y = static_cast<std::uint16_t*>(output) + begin;
+        for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_bfloat16(result[i]);
+        break;
+      }
+      default: std::copy(result, result + n, static_cast<float*>(output) + begin);
+    }
+  };
+  if (!program.reduces()) {
+    const std::int64_t chunks = (layout.numel + kChunk - 1) / kChunk;
+    parallel_for(chunks, threads, 16, [&](std::int64_t c0, std::int64_t c1) {
+      std::vector<float> regs(slots * kChunk);
+      const std::vector<float> none;
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const std::int64_t begin = c * kChunk;
+        const std::int64_t n = std::min(kChunk, layout.numel - begin);
+        compute(regs, begin, n, program.code.size(), none);
+        store(regs, begin, n);
+      }
+    });
+    return;
+  }
+  if (layout.numel == 0) return;
+  const std::int64_t row = layout.row;
+  const std::int64_t rows = layout.numel / row;
+  parallel_for(rows, threads, std::max<std::int64_t>(1, 4096 / row), [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> regs(slots * kChunk);
+    std::vector<float> reduced(program.code.size(), 0.0f);
+    for (std::int64_t r = r0; r < r1; ++r) {
       for (std::size_t j = 0; j < program.code.size(); ++j) {
         const Instruction& in = program.code[j];
-        auto at = [&](const Operand& o) {
-          return regs.data() + (o.input ? static_cast<std::size_t>(o.index)
-                                        : num_inputs + static_cast<std::size_t>(o.index)) * kChunk;
-        };
-        float* out = regs.data() + (num_inputs + j) * kChunk;
-        const float* a = at(in.a);
-        const float* b = fused::is_binary(in.code) ? at(in.b) : a;
-        for (std::int64_t i = 0; i < n; ++i) out[i] = fused::apply(in.code, a[i], b[i]);
+        if (!fused::is_reduction(in.code)) continue;
+        float acc = fused::reduce_init(in.code);
+        for (std::int64_t begin = r * row; begin < (r + 1) * row; begin += kChunk) {
+          const std::int64_t n = std::min(kChunk, (r + 1) * row - begin);
+          compute(regs, begin, n, j, reduced);
+          const float* v = regs.data() + (in.a.input ? static_cast<std::size_t>(in.a.index)
+                                                     : num_inputs + static_cast<std::size_t>(in.a.index)) * kChunk;
+          for (std::int64_t i = 0; i < n; ++i) acc = fused::reduce_step(in.code, acc, v[i]);
+        }
+        reduced[j] = fused::reduce_finish(in.code, acc, row);
       }
-      const float* result = regs.data() + (num_inputs + program.code.size() - 1) * kChunk;
-      switch (dtype) {
-        case DType::kFloat16: {
-          auto* y = static_cast<std::uint16_t*>(output) + begin;
-          for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_half(result[i]);
-          break;
-        }
-        case DType::kBFloat16: {
-          auto* y = static_cast<std::uint16_t*>(output) + begin;
-          for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_bfloat16(result[i]);
-          break;
-        }
-        default: std::copy(result, result + n, static_cast<float*>(output) + begin);
+      for (std::int64_t begin = r * row; begin < (r + 1) * row; begin += kChunk) {
+        const std::int64_t n = std::min(kChunk, (r + 1) * row - begin);
+        compute(regs, begin, n, program.code.size(), reduced);
+        store(regs, begin, n);
       }
     }
   });
@@ -93,18 +139,22 @@ void evaluate(const Program& program, const Layout& layout, DType dtype, const s
 
 void register_fused_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "fused_elementwise",
-                 "the program interpreted over 256-element chunks of the output, float32 math, OpenMP over chunks",
+                 "the program interpreted over 256-element chunks of the output (rows, for a program that reduces), float32 "
+                 "math, OpenMP over chunks or rows",
                  [](const KernelLaunch& launch, const CpuContext& context) {
                    const OpDescriptor& desc = *launch.desc;
                    const Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
                    std::vector<std::vector<std::int64_t>> shapes;
                    std::vector<const void*> inputs;
+                   std::vector<DType> dtypes;
                    for (std::size_t k = 0; k < launch.num_inputs; ++k) {
                      shapes.push_back(launch.input(k).shape());
                      inputs.push_back(launch.input(k).data_ptr());
+                     dtypes.push_back(launch.input(k).dtype());
                    }
-                   const Layout layout = fused::layout(shapes, launch.output(0).shape());
-                   evaluate(program, layout, desc.inputs[0].dtype, inputs, launch.output(0).data_ptr(),
+                   const Layout layout =
+                       fused::layout(shapes, launch.output(0).shape(), desc.attrs.get_int("row_axes", 0));
+                   evaluate(program, layout, dtypes, launch.output(0).dtype(), inputs, launch.output(0).data_ptr(),
                             context.threads);
                  });
 }

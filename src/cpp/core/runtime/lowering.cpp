@@ -926,6 +926,8 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          // Made by the elementwise_fusion pass (Note [Fused elementwise programs]).
          Attributes a;
          a.set("program", c.node.attrs.get_string("program", ""));
+         if (c.node.attrs.has("row_axes")) a.set("row_axes", c.node.attrs.get_int("row_axes", 0));
+         if (c.node.attrs.has("output_dtype")) a.set("output_dtype", c.node.attrs.get_string("output_dtype", ""));
          std::vector<int> inputs;
          for (std::size_t i = 0; i < c.node.inputs.size(); ++i) inputs.push_back(static_cast<int>(i));
          return registry("fused_elementwise", inputs, a);

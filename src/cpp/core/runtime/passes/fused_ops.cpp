@@ -61,8 +61,11 @@ void register_fused_ops(onnx_ref::Library& lib) {
                     Attributes().set("layout", ctx.attr_string("layout", "NCHW")));
   });
   lib.add(kXpurtDomain, "FusedElementwise", [](onnx_ref::OpContext& ctx) {  // Note [Fused elementwise programs]
-    run_registry_op(ctx, "fused_elementwise", inputs_of(ctx, ctx.num_inputs()),
-                    Attributes().set("program", ctx.attr_string("program", "")));
+    Attributes attrs;
+    attrs.set("program", ctx.attr_string("program", ""));
+    if (ctx.node().attrs.has("row_axes")) attrs.set("row_axes", ctx.attr_int("row_axes", 0));
+    if (ctx.node().attrs.has("output_dtype")) attrs.set("output_dtype", ctx.attr_string("output_dtype", ""));
+    run_registry_op(ctx, "fused_elementwise", inputs_of(ctx, ctx.num_inputs()), attrs);
   });
   lib.add(kXpurtDomain, "Linear", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;

@@ -39,6 +39,17 @@ bool member_code(const Node& n, fused::Code* code, std::string* registry_op) {
       {"Sqrt", fused::Code::kSqrt, "sqrt", 1},    {"Reciprocal", fused::Code::kReciprocal, "reciprocal", 1},
       {"Erf", fused::Code::kErf, "erf", 1},
   };
+  if ((n.domain.empty() || n.domain == "ai.onnx") && n.op_type == "Cast" && n.inputs.size() == 1 &&
+      n.outputs.size() == 1) {
+    switch (n.attrs.has("to") ? n.attrs.get_int("to", 0) : 0) {
+      case 1: *code = fused::Code::kToF32; break;
+      case 10: *code = fused::Code::kToF16; break;
+      case 16: *code = fused::Code::kToBF16; break;
+      default: return false;
+    }
+    *registry_op = "cast";
+    return true;
+  }
   if (n.domain.empty() || n.domain == "ai.onnx") {
     for (const Entry& e : kOnnx) {
       if (n.op_type == e.op_type && n.inputs.size() == e.inputs && n.outputs.size() == 1) {
@@ -63,7 +74,61 @@ struct Candidate {
   fused::Code code;
   std::vector<std::int64_t> shape;  // the output's
   DType dtype;
+  std::int64_t row_axes = 0;        // a reduction's: how many trailing axes it reduces
 };
+
+// A keepdims ReduceSum/ReduceMean/ReduceMax over the trailing axes of its input, with the axes static: the program's
+// reduction and how many trailing axes it reduces, or false.
+bool reduction(const Graph& g, const Node& n, std::int64_t opset, fused::Code* code, std::int64_t* row_axes) {
+  if (!(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.size() != 1 || n.inputs.empty() ||
+      n.inputs.size() > 2) {
+    return false;
+  }
+  if (n.op_type == "ReduceSum") {
+    *code = fused::Code::kReduceSum;
+  } else if (n.op_type == "ReduceMean") {
+    *code = fused::Code::kReduceMean;
+  } else if (n.op_type == "ReduceMax") {
+    *code = fused::Code::kReduceMax;
+  } else {
+    return false;
+  }
+  if (n.attrs.get_int("keepdims", 1) != 1 || n.attrs.get_int("noop_with_empty_axes", 0) != 0) return false;
+  const bool axes_input = n.op_type == "ReduceSum" ? opset >= 13 : opset >= 18;
+  std::vector<std::int64_t> axes;
+  if (axes_input) {
+    if (n.inputs.size() < 2 || n.inputs[1].empty()) return false;  // every axis: not a row
+    const Tensor* t = constant(g, n.inputs[1]);
+    if (t == nullptr) return false;
+    for (double a : to_doubles(*t)) axes.push_back(static_cast<std::int64_t>(a));
+  } else {
+    if (n.inputs.size() != 1 || !n.attrs.has("axes")) return false;
+    axes = n.attrs.get_ints("axes", {});
+  }
+  auto x = value_type(g, n.inputs[0]);
+  if (!x || !x->fully_known() || axes.empty()) return false;
+  const auto rank = static_cast<std::int64_t>(x->shape.size());
+  std::set<std::int64_t> normalized;
+  for (std::int64_t a : axes) {
+    if (a < -rank || a >= rank) return false;
+    normalized.insert(a < 0 ? a + rank : a);
+  }
+  // The trailing axes, every one of them: {rank - k, ..., rank - 1}.
+  const auto k = static_cast<std::int64_t>(normalized.size());
+  if (*normalized.begin() != rank - k || *normalized.rbegin() != rank - 1) return false;
+  *row_axes = k;
+  return true;
+}
+
+// Whether `shape` broadcasts to `to` (numpy, one way).
+bool broadcasts_to(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& to) {
+  if (shape.size() > to.size()) return false;
+  for (std::size_t j = 0; j < shape.size(); ++j) {
+    const std::int64_t d = shape[shape.size() - 1 - j];
+    if (d != 1 && d != to[to.size() - 1 - j]) return false;
+  }
+  return true;
+}
 
 // Whether node `i` can be a member: an op the programs have, the policy does not keep it on its own kernel, every
 // input and the output of one float dtype with static shapes, inputs no bigger than the output.
@@ -71,7 +136,11 @@ std::optional<Candidate> candidate(const Graph& g, const PassContext& ctx, std::
   const Node& n = g.nodes[i];
   Candidate c;
   std::string registry_op;
-  if (!member_code(n, &c.code, &registry_op)) return std::nullopt;
+  if (reduction(g, n, g.opset(""), &c.code, &c.row_axes)) {
+    registry_op = n.op_type == "ReduceSum" ? "reduce_sum" : n.op_type == "ReduceMean" ? "reduce_mean" : "reduce_max";
+  } else if (!member_code(n, &c.code, &registry_op)) {
+    return std::nullopt;
+  }
   if (ctx.keep_unfused && ctx.keep_unfused(registry_op)) return std::nullopt;
   auto out = value_type(g, n.outputs[0]);
   if (!out || !out->fully_known() || !is_fusable_float(out->dtype)) return std::nullopt;
@@ -81,9 +150,15 @@ std::optional<Candidate> candidate(const Graph& g, const PassContext& ctx, std::
   for (std::int64_t d : c.shape) {
     if (d <= 0 || __builtin_mul_overflow(numel, d, &numel)) return std::nullopt;  // empty, or past int64
   }
-  for (const std::string& x : n.inputs) {
+  const std::size_t operands = fused::is_reduction(c.code) ? 1 : n.inputs.size();
+  for (std::size_t k = 0; k < operands; ++k) {
+    const std::string& x = n.inputs[k];
     auto t = value_type(g, x);
-    if (x.empty() || !t || !t->fully_known() || t->dtype != c.dtype || t->shape.size() > c.shape.size()) {
+    if (x.empty() || !t || !t->fully_known() || t->shape.size() > c.shape.size()) return std::nullopt;
+    // A cast reads any float dtype; every other op reads its output's.
+    if (c.code == fused::Code::kToF32 || c.code == fused::Code::kToF16 || c.code == fused::Code::kToBF16
+            ? !is_fusable_float(t->dtype)
+            : t->dtype != c.dtype) {
       return std::nullopt;
     }
   }
@@ -98,29 +173,41 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
   Rewriter rw(g);
   const Uses uses(g);
   std::vector<std::optional<Candidate>> cand(g.nodes.size());
+  std::set<std::string> axes;  // the fused reductions' axes inputs, removed when nothing else reads them
   for (std::size_t i = 0; i < g.nodes.size(); ++i) cand[i] = candidate(g, ctx, i);
   // Roots from the last node back: a root's group grows backwards through producers whose output only the group
-  // reads and that have the root's shape and dtype. A value read outside the group ends it there (the reader
-  // outside becomes a root of its own), so the group has one output and every value it reads from outside is
-  // produced before the root (where the fused node goes).
+  // reads and whose shape broadcasts to the root's (a reduction: over the root's trailing axes, the same ones for
+  // every reduction of the group, of an operand of the root's shape). A value read outside the group ends it there
+  // (the reader outside becomes a root of its own), so the group has one output and every value it reads from
+  // outside is produced before the root (where the fused node goes). A reduction is never a root: the kernels write
+  // one value per element of the output.
   for (std::size_t r = g.nodes.size(); r-- > 0;) {
-    if (!cand[r] || rw.taken(r)) continue;
+    if (!cand[r] || rw.taken(r) || fused::is_reduction(cand[r]->code)) continue;
     const Candidate& root = *cand[r];
     std::set<std::size_t> members = {r};
     std::vector<std::size_t> frontier = {r};
+    std::int64_t row_axes = 0;  // the group's reductions'
     while (!frontier.empty() && members.size() < kMaxInstructions) {
       const std::size_t m = frontier.back();
       frontier.pop_back();
-      for (const std::string& x : g.nodes[m].inputs) {
+      const std::size_t operands = fused::is_reduction(cand[m]->code) ? 1 : g.nodes[m].inputs.size();
+      for (std::size_t k = 0; k < operands; ++k) {
+        const std::string& x = g.nodes[m].inputs[k];
         auto p = uses.producer(x);
         if (!p || members.count(*p) || rw.taken(*p) || !cand[*p]) continue;
-        if (cand[*p]->shape != root.shape || cand[*p]->dtype != root.dtype) continue;
+        if (!broadcasts_to(cand[*p]->shape, root.shape)) continue;
+        if (fused::is_reduction(cand[*p]->code)) {
+          if (row_axes != 0 && cand[*p]->row_axes != row_axes) continue;
+          auto operand = static_shape(g, g.nodes[*p].inputs[0]);
+          if (!operand || *operand != root.shape) continue;
+        }
         if (uses.is_graph_output(x) || uses.read_by_subgraph(x)) continue;
         bool inside = true;
         for (std::size_t reader : uses.readers(x)) inside = inside && members.count(reader);
         if (!inside) continue;
         members.insert(*p);
         frontier.push_back(*p);
+        if (fused::is_reduction(cand[*p]->code)) row_axes = cand[*p]->row_axes;
       }
     }
     if (members.size() < 2) continue;
@@ -133,7 +220,23 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
       fused::Instruction in;
       in.code = cand[m]->code;
       const Node& n = g.nodes[m];
-      for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      const std::size_t operands = fused::is_reduction(in.code) ? 1 : n.inputs.size();
+      if (in.code == fused::Code::kPow) {  // x ** 2 (RMSNorm, variance): one multiply, not powf
+        const std::optional<double> exponent = scalar_constant(g, n.inputs[1]);
+        if (exponent && *exponent == 2.0) {
+          auto it = operand_of.find(n.inputs[0]);
+          if (it == operand_of.end()) {
+            it = operand_of.emplace(n.inputs[0], fused::Operand{true, static_cast<int>(inputs.size())}).first;
+            inputs.push_back(n.inputs[0]);
+          }
+          in.code = fused::Code::kMul;
+          in.a = in.b = it->second;
+          operand_of[n.outputs[0]] = fused::Operand{false, static_cast<int>(program.code.size())};
+          program.code.push_back(in);
+          continue;
+        }
+      }
+      for (std::size_t k = 0; k < operands; ++k) {
         auto it = operand_of.find(n.inputs[k]);
         if (it == operand_of.end()) {
           it = operand_of.emplace(n.inputs[k], fused::Operand{true, static_cast<int>(inputs.size())}).first;
@@ -154,14 +257,20 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     fused_node.inputs = inputs;
     fused_node.outputs = {last.outputs[0]};
     fused_node.attrs.set("program", program.text());
+    if (row_axes != 0) fused_node.attrs.set("row_axes", row_axes);
+    if (value_dtype(g, inputs[0]) != root.dtype) fused_node.attrs.set("output_dtype", std::string(dtype_name(root.dtype)));
     std::string note = "fused ";
     for (std::size_t k = 0; k < ordered.size(); ++k) note += (k ? " + " : "") + describe(g.nodes[ordered[k]]);
     note += " -> FusedElementwise '" + fused_node.name + "' (" + program.text() + ")";
+    for (std::size_t m : ordered) {
+      if (fused::is_reduction(cand[m]->code) && g.nodes[m].inputs.size() > 1) axes.insert(g.nodes[m].inputs[1]);
+    }
     std::vector<Node> replacement;
     replacement.push_back(std::move(fused_node));
     rw.replace(ordered, std::move(replacement), std::move(note));
   }
   rw.apply(result);
+  remove_unused_constants(g, axes);
   return result;
 }
 

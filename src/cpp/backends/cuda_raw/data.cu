@@ -563,6 +563,53 @@ void transpose(const void* x, void* y, std::size_t element_size, const std::vect
 
 // ---- concat ----
 
+namespace {
+
+// Note [Concat in one kernel]
+// Up to kConcatInputs inputs side by side in one launch: each thread copies V-sized words (16, 8, 4, 2 or 1 bytes:
+// the largest that divides every row and aligns every pointer) of the output, finding its input by column. One 2-D
+// memcpy per input (what larger concats do) copies rows of as little as 64 bytes, as the rotary embedding's
+// cat(-x2, x1) writes, at a small fraction of the copy bandwidth.
+constexpr int kConcatInputs = 8;
+
+struct ConcatArgs {
+  const void* inputs[kConcatInputs];
+  std::int64_t ends[kConcatInputs];  // in words: the column past input k
+  int count;
+};
+
+template <typename V>
+__global__ void concat_kernel(ConcatArgs args, V* __restrict__ y, std::int64_t row, std::int64_t n) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+    const std::int64_t r = i / row, c = i - r * row;
+    int k = 0;
+    while (k + 1 < args.count && c >= args.ends[k]) ++k;
+    const std::int64_t begin = k == 0 ? 0 : args.ends[k - 1];
+    const std::int64_t width = args.ends[k] - begin;
+    y[i] = static_cast<const V*>(args.inputs[k])[r * width + (c - begin)];
+  }
+}
+
+template <typename V>
+void launch_concat(const std::vector<const void*>& inputs, const std::vector<std::int64_t>& row_bytes, void* y,
+                   std::int64_t outer, std::int64_t out_row, cudaStream_t s) {
+  ConcatArgs args{};
+  std::int64_t end = 0;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    end += row_bytes[k] / static_cast<std::int64_t>(sizeof(V));
+    args.inputs[k] = inputs[k];
+    args.ends[k] = end;
+  }
+  args.count = static_cast<int>(inputs.size());
+  const std::int64_t row = out_row / static_cast<std::int64_t>(sizeof(V));
+  const std::int64_t n = outer * row;
+  concat_kernel<V><<<grid_for(n, kThreads), kThreads, 0, s>>>(args, static_cast<V*>(y), row, n);
+  XPURT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
 void concat(const std::vector<const void*>& inputs, const std::vector<std::int64_t>& row_bytes, void* y,
             std::int64_t outer, void* stream) {
   XPURT_CHECK(inputs.size() == row_bytes.size(), "cuda_raw::concat: ", inputs.size(), " inputs but ",
@@ -570,6 +617,34 @@ void concat(const std::vector<const void*>& inputs, const std::vector<std::int64
   std::int64_t out_row = 0;
   for (const std::int64_t bytes : row_bytes) out_row += bytes;
   if (outer == 0 || out_row == 0) return;
+  // Empty inputs take no columns: they stay out of the kernel's list.
+  std::vector<const void*> used;
+  std::vector<std::int64_t> used_bytes;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    if (row_bytes[k] > 0) {
+      used.push_back(inputs[k]);
+      used_bytes.push_back(row_bytes[k]);
+    }
+  }
+  if (used.size() <= static_cast<std::size_t>(kConcatInputs)) {  // Note [Concat in one kernel]
+    auto fits = [&](std::size_t w) {
+      if (out_row % static_cast<std::int64_t>(w) != 0 || !is_aligned(y, w)) return false;
+      for (std::size_t k = 0; k < used.size(); ++k) {
+        if (used_bytes[k] % static_cast<std::int64_t>(w) != 0 || !is_aligned(used[k], w)) return false;
+      }
+      return true;
+    };
+    std::size_t word = 16;
+    while (word > 1 && !fits(word)) word /= 2;
+    const cudaStream_t s = as_stream(stream);
+    switch (word) {
+      case 16: return launch_concat<uint4>(used, used_bytes, y, outer, out_row, s);
+      case 8: return launch_concat<std::uint64_t>(used, used_bytes, y, outer, out_row, s);
+      case 4: return launch_concat<std::uint32_t>(used, used_bytes, y, outer, out_row, s);
+      case 2: return launch_concat<std::uint16_t>(used, used_bytes, y, outer, out_row, s);
+      default: return launch_concat<std::uint8_t>(used, used_bytes, y, outer, out_row, s);
+    }
+  }
   std::int64_t column = 0;
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     if (row_bytes[k] > 0) {

@@ -116,7 +116,8 @@ def test_bad_programs_are_typed_errors():
     with pytest.raises(xrt.InvalidTypeError, match="output_dtype int64"):
         xrt.ops.call("fused_elementwise", [x], {"program": "neg x0", "output_dtype": "int64"})
     # Mixed float dtypes are fine (casts fuse); the output is input 0's dtype unless output_dtype says otherwise.
-    y = xrt.ops.call("fused_elementwise", [x.astype(np.float16), x], {"program": "add x0 x1", "output_dtype": "float32"})
+    y = xrt.ops.call("fused_elementwise", [x.astype(np.float16), x],
+                     {"program": "add x0 x1", "output_dtype": "float32"})
     assert np.asarray(y[0]).dtype == np.float32 and float(np.asarray(y[0]).max()) == 2.0
     with pytest.raises(xrt.InvalidArgumentError, match="cannot be broadcast"):
         xrt.ops.call("fused_elementwise", [x, np.ones((4,), np.float32)], {"program": "add x0 x1"})

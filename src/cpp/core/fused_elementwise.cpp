@@ -314,7 +314,9 @@ std::string cuda_source(const Program& program, const Layout& layout, const std:
   const std::size_t rank = layout.dims.size();
   bool strided = false;
   for (std::size_t k = 0; k < program.num_inputs; ++k) {
-    if (layout.scalar(k)) s << "  const float a" << k << " = ld_" << dtype_name(input_dtypes[k]) << "(x" << k << "[0]);\n";
+    if (layout.scalar(k)) {
+      s << "  const float a" << k << " = ld_" << dtype_name(input_dtypes[k]) << "(x" << k << "[0]);\n";
+    }
     strided = strided || (!layout.scalar(k) && !layout.full(k));
   }
   // The loads and instructions [0, upto) at linear index i, indented by `pad`; reductions before `upto` read r<j>.

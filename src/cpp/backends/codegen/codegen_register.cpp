@@ -3,9 +3,9 @@
 // fused::cuda_source writes for the launch's program, shapes and dtype.
 //
 // Note [Generated kernels]
-// build() names the kernel after a hash of what its source depends on, writes the source, and compiles it with NVRTC for the device's
-// architecture into a cubin, loaded through the driver API (cuModuleLoadData; entry points from the CUDA runtime,
-// so the library never links libcuda). Compiled kernels are cached in the process (by source, device and
+// build() names the kernel after a hash of what its source depends on, writes the source, and compiles it with NVRTC
+// for the device's architecture into a cubin, loaded through the driver API (cuModuleLoadData; entry points from the
+// CUDA runtime, so the library never links libcuda). Compiled kernels are cached in the process (by source, device and
 // architecture) and on disk: $XPURT_CODEGEN_CACHE, else $XDG_CACHE_HOME/xpuruntime/codegen, else
 // ~/.cache/xpuruntime/codegen, one <key>.cubin and its <key>.cu per kernel, the key a hash of the source, the
 // architecture and NVRTC's version; a second process that builds the same plan loads the cubin instead of compiling

@@ -139,7 +139,8 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
 
 void register_fused_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "fused_elementwise",
-                 "the program interpreted over 256-element chunks of the output (rows, for a program that reduces), float32 "
+                 "the program interpreted over 256-element chunks of the output (rows, for a program that reduces), "
+                 "float32 "
                  "math, OpenMP over chunks or rows",
                  [](const KernelLaunch& launch, const CpuContext& context) {
                    const OpDescriptor& desc = *launch.desc;

@@ -258,7 +258,9 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     fused_node.outputs = {last.outputs[0]};
     fused_node.attrs.set("program", program.text());
     if (row_axes != 0) fused_node.attrs.set("row_axes", row_axes);
-    if (value_dtype(g, inputs[0]) != root.dtype) fused_node.attrs.set("output_dtype", std::string(dtype_name(root.dtype)));
+    if (value_dtype(g, inputs[0]) != root.dtype) {
+      fused_node.attrs.set("output_dtype", std::string(dtype_name(root.dtype)));
+    }
     std::string note = "fused ";
     for (std::size_t k = 0; k < ordered.size(); ++k) note += (k ? " + " : "") + describe(g.nodes[ordered[k]]);
     note += " -> FusedElementwise '" + fused_node.name + "' (" + program.text() + ")";

@@ -51,3 +51,16 @@ def test_q_k_v_cut_from_the_packed_projection_are_views(name, key):
     cuts = [n for n in explained.nodes if n["op_type"] in ("Gather", "Slice") and "contiguous block" in n["reason"]]
     assert len(cuts) >= 3, [(n["node"], n["op_type"], n["kernel"]) for n in explained.nodes]
     assert all(n["kernel"] == "view" for n in cuts)
+
+
+@pytest.mark.parametrize("key", ["dynamo.float32", "dynamo.float16", "torchscript.float32"])
+def test_grouped_query_attention_reads_its_kv_heads(key):
+    """Note [Grouped-query attention reads its kv heads]: Llama's repeat_kv (Unsqueeze, Expand, Reshape of k and v)
+    goes; each Attention reads the kv heads themselves, and the answers still match PyTorch (test_model_suite.py)."""
+    model, explained = _explained("llama", key)
+    expands = sum(n.op_type == "Expand" for n in model.graph.node)
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    if ran["xpuruntime:Attention"] == 0:
+        pytest.skip(f"attention is not fused in llama.{key}")
+    assert expands >= 2 * ran["xpuruntime:Attention"]
+    assert ran["Expand"] == 0, dict(ran)

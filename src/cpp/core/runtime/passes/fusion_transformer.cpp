@@ -487,6 +487,67 @@ PassResult layer_norm_fusion(Graph& g, const PassContext& /*ctx*/) {
   return result;
 }
 
+namespace {
+
+// Note [Grouped-query attention reads its kv heads]
+// Grouped-query attention as transformers writes it (repeat_kv) gives each of the Hkv key and value heads to r query
+// heads by copying: Unsqueeze(kv [B, Hkv, S, D], 2) -> Expand to [B, Hkv, r, S, D] -> Reshape to [B, Hkv * r, S, D],
+// so that head h reads kv head h / r. The Attention op does that itself from kv [B, Hkv, S, D] (head h reads kv head
+// h / (H / Hkv)): an Attention whose k or v comes out of that chain, read by nothing else, reads the chain's input
+// instead, and the two copies per layer go. The shapes are what is checked (the plan's shapes are static): a size-1
+// axis inserted anywhere among the 1s, broadcast along axis 2 only, axes 1 and 2 merged.
+std::optional<std::string> repeated_kv_source(const Graph& g, const Uses& uses, std::size_t attention,
+                                              const std::string& value, std::vector<std::size_t>* chain) {
+  auto reshape = uses.producer(value);
+  if (!reshape || !is_onnx(g.nodes[*reshape], "Reshape") || !uses.only_reader(value, attention)) return std::nullopt;
+  const std::string& expanded = g.nodes[*reshape].inputs[0];
+  auto expand = uses.producer(expanded);
+  if (!expand || !is_onnx(g.nodes[*expand], "Expand") || !uses.only_reader(expanded, *reshape)) return std::nullopt;
+  const std::string& unsqueezed = g.nodes[*expand].inputs[0];
+  auto unsqueeze = uses.producer(unsqueezed);
+  if (!unsqueeze || !is_onnx(g.nodes[*unsqueeze], "Unsqueeze") || !uses.only_reader(unsqueezed, *expand)) {
+    return std::nullopt;
+  }
+  const std::string& source = g.nodes[*unsqueeze].inputs[0];
+  for (const std::string& v : {value, expanded, unsqueezed}) {
+    if (uses.is_graph_output(v) || uses.read_by_subgraph(v)) return std::nullopt;
+  }
+  auto kv = static_shape(g, source), u = static_shape(g, unsqueezed), e = static_shape(g, expanded),
+       r = static_shape(g, value);
+  if (!kv || !u || !e || !r || kv->size() != 4 || u->size() != 5 || e->size() != 5 || r->size() != 4) {
+    return std::nullopt;
+  }
+  const std::vector<std::int64_t> want_u = {(*kv)[0], (*kv)[1], 1, (*kv)[2], (*kv)[3]};
+  const std::vector<std::int64_t> want_e = {(*kv)[0], (*kv)[1], (*e)[2], (*kv)[2], (*kv)[3]};
+  const std::vector<std::int64_t> want_r = {(*kv)[0], (*kv)[1] * (*e)[2], (*kv)[2], (*kv)[3]};
+  if (*u != want_u || *e != want_e || *r != want_r) return std::nullopt;
+  chain->insert(chain->end(), {*unsqueeze, *expand, *reshape});
+  return source;
+}
+
+void fold_repeated_kv_heads(Graph& g, PassResult& result) {  // Note [Grouped-query attention reads its kv heads]
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3) continue;
+    std::vector<std::size_t> nodes;
+    auto k = repeated_kv_source(g, uses, i, a.inputs[1], &nodes);
+    auto v = k ? repeated_kv_source(g, uses, i, a.inputs[2], &nodes) : std::nullopt;
+    if (!k || !v || a.inputs[1] == a.inputs[2] || rw.any_taken(nodes)) continue;
+    Node folded = a;
+    folded.inputs[1] = *k;
+    folded.inputs[2] = *v;
+    nodes.push_back(i);
+    rw.replace(nodes, {std::move(folded)},
+               "grouped-query attention: Attention '" + a.name + "' reads kv heads " + *k + " and " + *v +
+                   " (the repeat_kv Unsqueeze/Expand/Reshape copies removed)");
+  }
+  rw.apply(result);
+}
+
+}  // namespace
+
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"attention_fusion", 0, {}};
   Rewriter rw(g);
@@ -644,6 +705,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     rw.replace(nodes, std::move(new_nodes), std::move(note));
   }
   rw.apply(result);
+  fold_repeated_kv_heads(g, result);
   return result;
 }
 

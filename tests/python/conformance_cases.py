@@ -1624,6 +1624,9 @@ def run_fused_program(program: str, inputs: List[np.ndarray], row_axes: int = 0)
         args = [inputs[int(o[1:])] if o[0] == "x" else values[int(o[1:])] for o in operands]
         if op in _FUSED_REDUCTIONS:
             value = _FUSED_REDUCTIONS[op](args[0], axis=axes, keepdims=True)
+        elif op == "rotate_half":
+            half = shape[-1] // 2
+            value = np.concatenate([-args[0][..., half:], args[0][..., :half]], axis=-1)
         else:
             value = _FUSED_MATH[op](*args)
         values.append(np.broadcast_to(np.asarray(value, dtype=np.float64), shape))
@@ -1659,6 +1662,12 @@ FUSED_PROGRAMS = [
     ("se_mean_gate", "reduce_mean x0; sigmoid t0; mul x0 t1", [(2, 16, 7, 7)], None, 2),
     ("broadcast_operand", "mul x0 x1; reduce_sum t0; add t1 x0", [(3, 1, 9), (4, 9)], None, 1),
     ("one_row", "reduce_max x0; sub t0 x0; reduce_sum t1; add t1 t2", [(2, 3, 5)], None, 3),
+    # The rotary embedding: q * cos + rotate_half(q) * sin, cos and sin broadcast over batch and heads; an input
+    # broadcast along the last axis; rotate_half inside a reducing program.
+    ("rotary", "mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2", [(2, 3, 7, 16), (7, 16), (7, 16)], None),
+    ("rotary_two_wide", "rotate_half x0; mul t0 x1", [(5, 2), (5, 1)], None),
+    ("rotate_half_broadcast", "rotate_half x1; add x0 t0", [(3, 6), (3, 1)], None),
+    ("rotate_half_rows", "rotate_half x0; mul t0 t0; reduce_sum t1; div t0 t2", [(4, 10)], [(0.5, 2)], 1),
 ]
 
 

@@ -75,6 +75,18 @@ def test_rms_norm_of_the_exporter_is_one_group():
     assert left["ReduceMean"] == 0 and left["Pow"] == 0, left
 
 
+@pytest.mark.parametrize("key", ["dynamo.float16", "dynamo.float32", "torchscript.float32"])
+def test_the_rotary_embedding_is_one_group(key):
+    """q * cos + rotate_half(q) * sin, with rotate_half written as Concat(Neg(Slice(q, D/2:)), Slice(q, :D/2)): one
+    group whose program reads q rotated (Note [Fused elementwise programs]); no Slice, Neg or Concat of it is left."""
+    session = _session(f"llama.{key}")
+    programs = [n["reason"].split("program: ")[-1] for n in _fused(session)]
+    rotary = [p for p in programs if "rotate_half" in p]
+    assert len(rotary) >= 4, programs  # q and k in each of the two layers
+    left = collections.Counter(n["op_type"] for n in session.explain().nodes)
+    assert left["Concat"] == 0 and left["Neg"] == 0, left
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["efficientnet.dynamo.float32", "llama.dynamo.float16", "convnext.dynamo.float16",
                                   "llama.dynamo.float32", "t5_encoder.dynamo.float16"])
@@ -115,6 +127,10 @@ def test_bad_programs_are_typed_errors():
         xrt.ops.call("fused_elementwise", [x], {"program": "reduce_sum x0", "row_axes": 3})
     with pytest.raises(xrt.InvalidTypeError, match="output_dtype int64"):
         xrt.ops.call("fused_elementwise", [x], {"program": "neg x0", "output_dtype": "int64"})
+    with pytest.raises(xrt.InvalidArgumentError, match="rotate_half reads an input"):
+        xrt.ops.call("fused_elementwise", [x], {"program": "neg x0; rotate_half t0"})
+    with pytest.raises(xrt.InvalidArgumentError, match="rotate_half needs an output whose last axis has an even size"):
+        xrt.ops.call("fused_elementwise", [x], {"program": "rotate_half x0"})  # the last axis is 3
     # Mixed float dtypes are fine (casts fuse); the output is input 0's dtype unless output_dtype says otherwise.
     y = xrt.ops.call("fused_elementwise", [x.astype(np.float16), x],
                      {"program": "add x0 x1", "output_dtype": "float32"})

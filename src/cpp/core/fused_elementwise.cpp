@@ -30,7 +30,7 @@ constexpr CodeInfo kCodes[] = {
     {Code::kGeluTanh, "gelu_tanh", false},
     {Code::kToF32, "f32", false},    {Code::kToF16, "f16", false},      {Code::kToBF16, "bf16", false},
     {Code::kReduceSum, "reduce_sum", false}, {Code::kReduceMean, "reduce_mean", false},
-    {Code::kReduceMax, "reduce_max", false},
+    {Code::kReduceMax, "reduce_max", false}, {Code::kRotateHalf, "rotate_half", false},
 };
 
 const CodeInfo& info(Code code) {
@@ -72,6 +72,7 @@ std::string cuda_expression(Code code, const std::string& a, const std::string& 
     case Code::kReduceSum:
     case Code::kReduceMean:
     case Code::kReduceMax: break;  // written by cuda_source's row loops
+    case Code::kRotateHalf: break;  // written by cuda_source's body (a load of its own)
   }
   return "0.0f";
 }
@@ -103,6 +104,17 @@ const char* code_name(Code code) { return info(code).name; }
 bool is_binary(Code code) { return info(code).binary; }
 bool is_reduction(Code code) {
   return code == Code::kReduceSum || code == Code::kReduceMean || code == Code::kReduceMax;
+}
+
+bool Program::rotates() const {
+  return std::any_of(code.begin(), code.end(), [](const Instruction& in) { return in.code == Code::kRotateHalf; });
+}
+
+void check_rotate_half(const Program& program, const Layout& layout) {
+  if (program.rotates() && (layout.last < 2 || layout.last % 2 != 0)) {
+    throw InvalidArgumentError(detail::str_cat("fused_elementwise: rotate_half needs an output whose last axis has an "
+                                               "even size of 2 or more, got ", layout.last));
+  }
 }
 
 bool Program::reduces() const {
@@ -169,6 +181,7 @@ Program parse(const std::string& text, std::size_t num_inputs) {
         fail(detail::str_cat("operand '", w, "' reads an instruction that is not computed yet"));
       }
       if (o.input) read[static_cast<std::size_t>(o.index)] = true;
+      if (in.code == Code::kRotateHalf && !o.input) fail("rotate_half reads an input (x<k>), not an instruction");
       (k == 0 ? in.a : in.b) = o;
     }
     p.code.push_back(in);
@@ -211,6 +224,7 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
       throw InvalidArgumentError("fused_elementwise: the output's element count overflows int64");
     }
   }
+  out.last = output_shape.empty() ? 1 : output_shape.back();
   out.row = out.numel;
   if (row_axes > 0) {
     out.row = 1;
@@ -287,6 +301,7 @@ LaunchShape launch_shape(const Program& program, const Layout& layout) {
 std::string cuda_source(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
                         DType output_dtype, const std::string& name) {
   XPURT_INTERNAL_ASSERT(input_dtypes.size() == program.num_inputs, "fused cuda_source: one dtype per input");
+  check_rotate_half(program, layout);
   std::ostringstream s;
   const bool wide = layout.numel > (std::int64_t{1} << 30);
   const char* idx = wide ? "long long" : "int";
@@ -319,6 +334,16 @@ std::string cuda_source(const Program& program, const Layout& layout, const std:
     }
     strided = strided || (!layout.scalar(k) && !layout.full(k));
   }
+  // Input k's offset at linear index i (the coordinates c<d> are decoded where an input is strided).
+  auto offset = [&](std::size_t k) {
+    if (layout.scalar(k)) return std::string("0");
+    if (layout.full(k)) return std::string("i");
+    std::string e = "(0";
+    for (std::size_t d = 0; d < rank; ++d) {
+      if (layout.strides[k][d] != 0) e += detail::str_cat(" + c", d, " * (", idx, ")", layout.strides[k][d]);
+    }
+    return e + ")";
+  };
   // The loads and instructions [0, upto) at linear index i, indented by `pad`; reductions before `upto` read r<j>.
   auto body = [&](std::size_t upto, const std::string& pad) {
     if (strided) {
@@ -343,6 +368,15 @@ std::string cuda_source(const Program& program, const Layout& layout, const std:
     for (std::size_t j = 0; j < upto; ++j) {
       const Instruction& in = program.code[j];
       auto text = [](const Operand& o) { return (o.input ? "a" : "t") + std::to_string(o.index); };
+      if (in.code == Code::kRotateHalf) {  // a load of its own, at +-D/2 along the last axis
+        const auto k = static_cast<std::size_t>(in.a.index);
+        const std::int64_t half = layout.last / 2, step = layout.strides[k].back();
+        s << pad << "const bool n" << j << " = i % " << layout.last << " < " << half << ";\n"
+          << pad << "const float t" << j << " = (n" << j << " ? -1.0f : 1.0f) * ld_" << dtype_name(input_dtypes[k])
+          << "(x" << k << "[" << offset(k) << " + (n" << j << " ? " << half * step << " : " << -half * step
+          << ")]);\n";
+        continue;
+      }
       s << pad << "const float t" << j << " = ";
       if (is_reduction(in.code)) {
         s << "r" << j << ";\n";

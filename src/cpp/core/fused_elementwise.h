@@ -27,7 +27,11 @@
 // Every instruction is defined at every element of the output (an operand smaller than the output is read
 // broadcast, which is what the ops did before fusion, as elementwise ops commute with broadcasting); a reduction
 // sums its operand over the row of the element. The kernels run one row per warp or block: one pass over the row per
-// reduction, then one that writes the row (Note [Row programs] in codegen_register.cpp).
+// reduction, then one that writes the row (Note [Row programs] in fused_elementwise.cpp).
+//
+// `rotate_half x<k>` is the rotary embedding's rotate_half, cat(-x[..., D/2:], x[..., :D/2]) over the output's last
+// axis of even size D: at last coordinate c it reads input k at c + D/2, negated, below D/2 and at c - D/2 above. Its
+// operand is an input (the pass makes it of the Slice/Neg/Concat the exporters write).
 #pragma once
 
 #include <algorithm>
@@ -51,6 +55,8 @@ enum class Code : std::uint8_t {
   kToF32, kToF16, kToBF16,
   // reductions over the row (unary)
   kReduceSum, kReduceMean, kReduceMax,
+  // rotate_half of an input over the output's last axis (unary, an input operand only)
+  kRotateHalf,
 };
 
 struct Operand {
@@ -69,11 +75,14 @@ struct XPURT_API Program {
   std::size_t num_inputs = 0;
   std::string text() const;  // the canonical program text (parse(text()) gives the same program)
   bool reduces() const;       // whether an instruction is a reduction
+  bool rotates() const;       // whether an instruction is a rotate_half
 };
 
 XPURT_API const char* code_name(Code code);  // "add", "sigmoid", ...
 XPURT_API bool is_binary(Code code);
 XPURT_API bool is_reduction(Code code);
+// The last coordinate at which rotate_half negates (below half) and the offset it reads at: +half or -half.
+inline bool rotate_half_negates(std::int64_t c, std::int64_t last) { return c < last / 2; }
 // The instruction's op by name; false when there is none.
 XPURT_API bool code_from_name(const std::string& name, Code* code);
 // Parses and validates a program over `num_inputs` inputs (InvalidArgumentError naming what is wrong: an unknown op,
@@ -87,6 +96,7 @@ struct XPURT_API Layout {
   std::vector<std::vector<std::int64_t>> strides;  // per input, per axis of `dims`
   std::int64_t numel = 0;
   std::int64_t row = 1;  // elements per row: the product of the output's last row_axes axes (numel when 0 axes)
+  std::int64_t last = 1;  // the output's last axis (rotate_half's D; 1 for a 0-d output)
   bool full(std::size_t input) const;    // reads element i for output element i (same shape as the output)
   bool scalar(std::size_t input) const;  // reads one element for every output element
 };
@@ -94,6 +104,8 @@ struct XPURT_API Layout {
 // of the output's last `row_axes` axes (InvalidArgumentError past its rank).
 XPURT_API Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes,
                         const std::vector<std::int64_t>& output_shape, std::int64_t row_axes = 0);
+// InvalidArgumentError when `program` has a rotate_half and the output's last axis is not of even size >= 2.
+XPURT_API void check_rotate_half(const Program& program, const Layout& layout);
 
 constexpr float kSqrtHalf = 0.70710678118654752f;
 constexpr float kSqrtTwoOverPi = 0.79788456080286536f;
@@ -126,6 +138,7 @@ inline float apply(Code code, float a, float b) {
     case Code::kReduceSum:
     case Code::kReduceMean:
     case Code::kReduceMax: break;  // over a row: reduce_init/reduce_step/reduce_finish
+    case Code::kRotateHalf: break;  // reads its input elsewhere: the kernels do it
   }
   return 0.0f;
 }

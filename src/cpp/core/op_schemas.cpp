@@ -397,7 +397,11 @@ std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
     }
     out = k == 0 ? x.shape : broadcast_shapes(out, x.shape, desc.op, "input");
   }
-  (void)fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());  // validates
+  const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
+  if (program.rotates() && (out.empty() || out.back() < 2 || out.back() % 2 != 0)) {
+    throw InvalidArgumentError(detail::str_cat("op 'fused_elementwise': rotate_half needs an output whose last axis "
+                                               "has an even size of 2 or more; the output is ", shape_str(out)));
+  }
   const std::int64_t row_axes = desc.attrs.get_int("row_axes", 0);
   if (row_axes < 0 || static_cast<std::size_t>(row_axes) > out.size()) {
     throw InvalidArgumentError(detail::str_cat("op 'fused_elementwise': row_axes = ", row_axes,

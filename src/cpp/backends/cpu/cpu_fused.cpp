@@ -40,6 +40,17 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
     scalar[k] = layout.scalar(k);
   }
   const std::size_t slots = num_inputs + program.code.size();
+  fused::check_rotate_half(program, layout);
+  auto offset_of = [&](std::size_t k, std::int64_t linear) {
+    if (scalar[k]) return std::int64_t{0};
+    if (full[k]) return linear;
+    std::int64_t rest = linear, offset = 0;
+    for (std::size_t d = rank; d-- > 0;) {
+      offset += (rest % layout.dims[d]) * layout.strides[k][d];
+      rest /= layout.dims[d];
+    }
+    return offset;
+  };
   // Instructions [0, upto) over output elements [begin, begin + n) into regs; reductions read reduced[j].
   auto compute = [&](std::vector<float>& regs, std::int64_t begin, std::int64_t n, std::size_t upto,
                      const std::vector<float>& reduced) {
@@ -50,14 +61,7 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       } else if (full[k]) {
         for (std::int64_t i = 0; i < n; ++i) r[i] = read(input_dtypes[k], inputs[k], begin + i);
       } else {
-        for (std::int64_t i = 0; i < n; ++i) {
-          std::int64_t rest = begin + i, offset = 0;
-          for (std::size_t d = rank; d-- > 0;) {
-            offset += (rest % layout.dims[d]) * layout.strides[k][d];
-            rest /= layout.dims[d];
-          }
-          r[i] = read(input_dtypes[k], inputs[k], offset);
-        }
+        for (std::int64_t i = 0; i < n; ++i) r[i] = read(input_dtypes[k], inputs[k], offset_of(k, begin + i));
       }
     }
     for (std::size_t j = 0; j < upto; ++j) {
@@ -69,6 +73,16 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       float* out = regs.data() + (num_inputs + j) * kChunk;
       if (fused::is_reduction(in.code)) {
         std::fill(out, out + n, reduced[j]);
+        continue;
+      }
+      if (in.code == fused::Code::kRotateHalf) {  // Note [Fused elementwise programs]: rotate_half
+        const auto k = static_cast<std::size_t>(in.a.index);
+        const std::int64_t half = layout.last / 2, step = layout.strides[k].back();
+        for (std::int64_t i = 0; i < n; ++i) {
+          const bool negates = fused::rotate_half_negates((begin + i) % layout.last, layout.last);
+          const float v = read(input_dtypes[k], inputs[k], offset_of(k, begin + i) + (negates ? half : -half) * step);
+          out[i] = negates ? -v : v;
+        }
         continue;
       }
       const float* a = at(in.a);

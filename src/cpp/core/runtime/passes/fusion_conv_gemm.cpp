@@ -16,10 +16,6 @@ using namespace internal;  // NOLINT(google-build-using-namespace): the passes' 
 
 namespace {
 
-bool is_onnx(const Node& n, const char* op_type) {
-  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type;
-}
-
 // The node reading `value` when it is the only reader and its op is `op_type` (ONNX domain).
 std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
                                        const char* op_type) {

@@ -1,6 +1,7 @@
 // elementwise_fusion -> com.xpuruntime:FusedElementwise (see passes.h, Note [Fused elementwise programs] in
 // core/fused_elementwise.h).
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -75,7 +76,74 @@ struct Candidate {
   std::vector<std::int64_t> shape;  // the output's
   DType dtype;
   std::int64_t row_axes = 0;        // a reduction's: how many trailing axes it reduces
+  std::string rotated;               // a rotate_half's input
+  std::vector<std::size_t> absorbed;  // a rotate_half's Slice and Neg nodes, replaced with the group
 };
+
+// The [start, end) a Slice (opset 10+, static) cuts from the last axis of its input of last size `last`, steps 1,
+// or false.
+bool last_axis_slice(const Graph& g, const Node& n, std::int64_t rank, std::int64_t last, std::int64_t* start,
+                     std::int64_t* end) {
+  if (!is_onnx(n, "Slice") || n.inputs.size() < 3 || g.opset("") < 10) return false;
+  auto ints = [&](std::size_t k) -> std::optional<std::vector<std::int64_t>> {
+    if (k >= n.inputs.size() || n.inputs[k].empty()) return std::nullopt;
+    const Tensor* t = constant(g, n.inputs[k]);
+    if (t == nullptr || t->numel() != 1) return std::nullopt;
+    std::vector<std::int64_t> out;
+    for (double v : to_doubles(*t)) out.push_back(v >= 9.2e18 ? std::numeric_limits<std::int64_t>::max()
+                                                 : v <= -9.2e18 ? std::numeric_limits<std::int64_t>::min()
+                                                                : static_cast<std::int64_t>(v));
+    return out;
+  };
+  auto starts = ints(1), ends = ints(2);
+  if (!starts || !ends) return false;
+  if (n.inputs.size() > 3 && !n.inputs[3].empty()) {
+    auto axes = ints(3);
+    if (!axes || ((*axes)[0] != -1 && (*axes)[0] != rank - 1)) return false;
+  } else if (rank != 1) {
+    return false;  // the default axes are 0..: the last only for a 1-d input
+  }
+  if (n.inputs.size() > 4 && !n.inputs[4].empty()) {
+    auto steps = ints(4);
+    if (!steps || (*steps)[0] != 1) return false;
+  }
+  auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + last : v, 0, last); };
+  *start = clamp((*starts)[0]);
+  *end = clamp((*ends)[0]);
+  return true;
+}
+
+// The rotary embedding's rotate_half as exporters write it: Concat(Neg(Slice(x, D/2:D)), Slice(x, 0:D/2)) on the
+// last axis of x [..., D], the slices and the negation read by nothing else. Fills c.rotated and c.absorbed.
+bool rotate_half(const Graph& g, const Uses& uses, const Node& n, Candidate* c) {
+  if (!is_onnx(n, "Concat") || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+  auto out = static_shape(g, n.outputs[0]);
+  if (!out || out->empty()) return false;
+  const auto rank = static_cast<std::int64_t>(out->size());
+  const std::int64_t axis = n.attrs.get_int("axis", 0);
+  if (axis != -1 && axis != rank - 1) return false;
+  const std::int64_t last = out->back();
+  if (last < 2 || last % 2 != 0) return false;
+  auto neg = uses.producer(n.inputs[0]), lo = uses.producer(n.inputs[1]);
+  if (!neg || !lo || !is_onnx(g.nodes[*neg], "Neg")) return false;
+  auto hi = uses.producer(g.nodes[*neg].inputs[0]);
+  if (!hi) return false;
+  const Node& slice_hi = g.nodes[*hi];
+  const Node& slice_lo = g.nodes[*lo];
+  const std::string& x = slice_hi.inputs.empty() ? std::string() : slice_hi.inputs[0];
+  if (x.empty() || slice_lo.inputs.empty() || slice_lo.inputs[0] != x || static_shape(g, x) != out) return false;
+  std::int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+  if (!last_axis_slice(g, slice_hi, rank, last, &a0, &a1) || !last_axis_slice(g, slice_lo, rank, last, &b0, &b1) ||
+      a0 != last / 2 || a1 != last || b0 != 0 || b1 != last / 2) {
+    return false;
+  }
+  for (const std::string& v : {n.inputs[0], n.inputs[1], g.nodes[*neg].inputs[0]}) {
+    if (uses.is_graph_output(v) || uses.read_by_subgraph(v) || uses.readers(v).size() != 1) return false;
+  }
+  c->rotated = x;
+  c->absorbed = {*hi, *neg, *lo};
+  return true;
+}
 
 // A keepdims ReduceSum/ReduceMean/ReduceMax over the trailing axes of its input, with the axes static: the program's
 // reduction and how many trailing axes it reduces, or false.
@@ -132,10 +200,21 @@ bool broadcasts_to(const std::vector<std::int64_t>& shape, const std::vector<std
 
 // Whether node `i` can be a member: an op the programs have, the policy does not keep it on its own kernel, every
 // input and the output of one float dtype with static shapes, inputs no bigger than the output.
-std::optional<Candidate> candidate(const Graph& g, const PassContext& ctx, std::size_t i) {
+std::optional<Candidate> candidate(const Graph& g, const Uses& uses, const PassContext& ctx, std::size_t i) {
   const Node& n = g.nodes[i];
   Candidate c;
   std::string registry_op;
+  if (rotate_half(g, uses, n, &c)) {
+    c.code = fused::Code::kRotateHalf;
+    if (ctx.keep_unfused && (ctx.keep_unfused("concat") || ctx.keep_unfused("slice") || ctx.keep_unfused("neg"))) {
+      return std::nullopt;
+    }
+    auto out = value_type(g, n.outputs[0]);
+    if (!out || !is_fusable_float(out->dtype)) return std::nullopt;
+    c.shape = out->sizes();
+    c.dtype = out->dtype;
+    return c;
+  }
   if (reduction(g, n, g.opset(""), &c.code, &c.row_axes)) {
     registry_op = n.op_type == "ReduceSum" ? "reduce_sum" : n.op_type == "ReduceMean" ? "reduce_mean" : "reduce_max";
   } else if (!member_code(n, &c.code, &registry_op)) {
@@ -174,7 +253,7 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
   const Uses uses(g);
   std::vector<std::optional<Candidate>> cand(g.nodes.size());
   std::set<std::string> axes;  // the fused reductions' axes inputs, removed when nothing else reads them
-  for (std::size_t i = 0; i < g.nodes.size(); ++i) cand[i] = candidate(g, ctx, i);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) cand[i] = candidate(g, uses, ctx, i);
   // Roots from the last node back: a root's group grows backwards through producers whose output only the group
   // reads and whose shape broadcasts to the root's (a reduction: over the root's trailing axes, the same ones for
   // every reduction of the group, of an operand of the root's shape). A value read outside the group ends it there
@@ -190,7 +269,10 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     while (!frontier.empty() && members.size() < kMaxInstructions) {
       const std::size_t m = frontier.back();
       frontier.pop_back();
-      const std::size_t operands = fused::is_reduction(cand[m]->code) ? 1 : g.nodes[m].inputs.size();
+      // A rotate_half reads an input of the group: the group does not grow through it.
+      const std::size_t operands = cand[m]->code == fused::Code::kRotateHalf ? 0
+                                   : fused::is_reduction(cand[m]->code)     ? 1
+                                                                            : g.nodes[m].inputs.size();
       for (std::size_t k = 0; k < operands; ++k) {
         const std::string& x = g.nodes[m].inputs[k];
         auto p = uses.producer(x);
@@ -216,10 +298,25 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     std::map<std::string, fused::Operand> operand_of;
     std::vector<std::string> inputs;
     fused::Program program;
+    bool ok = true;
+    std::vector<std::size_t> replaced = ordered;  // and the rotate_halfs' slices and negations
     for (std::size_t m : ordered) {
       fused::Instruction in;
       in.code = cand[m]->code;
       const Node& n = g.nodes[m];
+      if (in.code == fused::Code::kRotateHalf) {
+        auto it = operand_of.find(cand[m]->rotated);
+        if (it == operand_of.end()) {
+          it = operand_of.emplace(cand[m]->rotated, fused::Operand{true, static_cast<int>(inputs.size())}).first;
+          inputs.push_back(cand[m]->rotated);
+        }
+        ok = ok && it->second.input;  // rotate_half reads an input
+        in.a = it->second;
+        replaced.insert(replaced.end(), cand[m]->absorbed.begin(), cand[m]->absorbed.end());
+        operand_of[n.outputs[0]] = fused::Operand{false, static_cast<int>(program.code.size())};
+        program.code.push_back(in);
+        continue;
+      }
       const std::size_t operands = fused::is_reduction(in.code) ? 1 : n.inputs.size();
       if (in.code == fused::Code::kPow) {  // x ** 2 (RMSNorm, variance): one multiply, not powf
         const std::optional<double> exponent = scalar_constant(g, n.inputs[1]);
@@ -248,7 +345,7 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
       program.code.push_back(in);
     }
     program.num_inputs = inputs.size();
-    if (inputs.size() > kMaxInputs) continue;
+    if (!ok || inputs.size() > kMaxInputs || rw.any_taken(replaced)) continue;
     const Node& last = g.nodes[r];
     Node fused_node;
     fused_node.name = last.name + "_fused";
@@ -261,15 +358,16 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     if (value_dtype(g, inputs[0]) != root.dtype) {
       fused_node.attrs.set("output_dtype", std::string(dtype_name(root.dtype)));
     }
+    std::sort(replaced.begin(), replaced.end());
     std::string note = "fused ";
-    for (std::size_t k = 0; k < ordered.size(); ++k) note += (k ? " + " : "") + describe(g.nodes[ordered[k]]);
+    for (std::size_t k = 0; k < replaced.size(); ++k) note += (k ? " + " : "") + describe(g.nodes[replaced[k]]);
     note += " -> FusedElementwise '" + fused_node.name + "' (" + program.text() + ")";
     for (std::size_t m : ordered) {
       if (fused::is_reduction(cand[m]->code) && g.nodes[m].inputs.size() > 1) axes.insert(g.nodes[m].inputs[1]);
     }
     std::vector<Node> replacement;
     replacement.push_back(std::move(fused_node));
-    rw.replace(ordered, std::move(replacement), std::move(note));
+    rw.replace(replaced, std::move(replacement), std::move(note));
   }
   rw.apply(result);
   remove_unused_constants(g, axes);

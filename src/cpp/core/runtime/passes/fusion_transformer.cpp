@@ -16,10 +16,6 @@ using namespace internal;  // NOLINT(google-build-using-namespace): the passes' 
 
 namespace {
 
-bool is_onnx(const Node& n, const char* op_type) {
-  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type;
-}
-
 // A pattern being matched: its nodes (indices) and a note.
 struct Match {
   std::vector<std::size_t> nodes;

@@ -28,10 +28,6 @@ using namespace internal;  // NOLINT(google-build-using-namespace): the passes' 
 
 namespace {
 
-bool is_onnx(const Node& n, const char* op_type) {
-  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type;
-}
-
 bool is_half_float(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
 
 // The 4-D shape of `value` when it is known, static and of a 16-bit float type.

@@ -108,4 +108,9 @@ class Rewriter {
 // "Conv 'c1'"
 std::string describe(const Node& n);
 
+// Whether `n` is the ONNX op `op_type` (the default domain).
+inline bool is_onnx(const Node& n, const char* op_type) {
+  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type;
+}
+
 }  // namespace xpuruntime::passes::internal

@@ -73,8 +73,6 @@ struct Action {
   std::string note;
 };
 
-bool is_onnx(const Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
 int norm_axis(std::int64_t axis, std::size_t rank) {
   return static_cast<int>(axis < 0 ? axis + static_cast<std::int64_t>(rank) : axis);
 }

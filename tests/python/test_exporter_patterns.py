@@ -64,3 +64,14 @@ def test_grouped_query_attention_reads_its_kv_heads(key):
         pytest.skip(f"attention is not fused in llama.{key}")
     assert expands >= 2 * ran["xpuruntime:Attention"]
     assert ran["Expand"] == 0, dict(ran)
+
+
+@pytest.mark.parametrize("key", ["dynamo.float32", "dynamo.float16", "torchscript.float32"])
+def test_gpt2_gelu_goes_into_its_linear(key):
+    """GPT-2's Conv1D is a 2-D Gemm reshaped back to 3-D before gelu_new (tanh GELU): gemm_fusion moves the Reshape
+    after the Linear and gives the Linear the activation (cuBLASLt's GELU epilogue is this tanh GELU)."""
+    model, explained = _explained("gpt2", key)
+    gelus = sum(n.op_type in ("Tanh", "Gelu") for n in model.graph.node)
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert gelus > 0
+    assert ran["xpuruntime:Gelu"] == 0 and ran["Tanh"] == 0, dict(ran)

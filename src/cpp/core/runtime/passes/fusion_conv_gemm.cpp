@@ -252,10 +252,24 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
       }
     }
     std::string activation = "none";
+    std::optional<Node> reshape_after;  // Gemm -> Reshape -> activation: the Reshape moves after the Linear
     if (auto ri = activation_after(g, uses, rw, out, /*allow_gelu=*/true, activation)) {
       pattern.push_back(*ri);
       parts.push_back(describe(g.nodes[*ri]));
       out = g.nodes[*ri].outputs[0];
+    } else if (auto si = sole_reader(g, uses, rw, out, "Reshape")) {
+      // The exporters' 2-D Gemm of a 3-D activation is reshaped back before its GELU (GPT-2's Conv1D): an
+      // elementwise activation commutes with the reshape, so the Linear applies it and the Reshape reads its output.
+      const std::string& reshaped = g.nodes[*si].outputs[0];
+      if (auto ai = activation_after(g, uses, rw, reshaped, /*allow_gelu=*/true, activation)) {
+        pattern.push_back(*si);
+        pattern.push_back(*ai);
+        parts.push_back(describe(g.nodes[*si]));
+        parts.push_back(describe(g.nodes[*ai]));
+        Node moved = g.nodes[*si];
+        moved.outputs = {g.nodes[*ai].outputs[0]};
+        reshape_after = std::move(moved);
+      }
     }
     Node fused;
     fused.name = mm.name;
@@ -269,7 +283,13 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::string note = "fused ";
     for (std::size_t k = 0; k < parts.size(); ++k) note += (k ? " + " : "") + parts[k];
     note += " -> Linear '" + fused.name + "'";
-    rw.replace(pattern, {std::move(fused)}, std::move(note));
+    std::vector<Node> replacement;
+    replacement.push_back(std::move(fused));
+    if (reshape_after) {
+      note += " + " + describe(*reshape_after);
+      replacement.push_back(std::move(*reshape_after));
+    }
+    rw.replace(pattern, std::move(replacement), std::move(note));
   }
   rw.apply(result);
   return result;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -1298,6 +1299,30 @@ TEST(ElementwiseFusion, ATrailingAxisReductionJoinsItsGroup) {
   for (const Node& n : middle.nodes) {
     EXPECT_EQ(n.attrs.get_string("program", "").find("reduce"), std::string::npos) << n.str();
   }
+}
+
+// q [2, 3, 4, 8] -> q * cos + rotate_half(q) * sin, rotate_half as exporters write it: Concat(Neg(q[..., 4:]), q[..., :4]).
+TEST(ElementwiseFusion, TheRotaryEmbeddingIsOneGroup) {
+  Builder b;
+  b.input("q", {2, 3, 4, 8});
+  b.constant("cos", random({4, 8}, 209)).constant("sin", random({4, 8}, 210));
+  b.constant("half", make_i64({1}, {4})).constant("end", make_i64({1}, {std::numeric_limits<std::int64_t>::max()}));
+  b.constant("zero", make_i64({1}, {0})).constant("last", make_i64({1}, {-1}));
+  b.add(node("Slice", {"q", "half", "end", "last"}, {"hi"}, {}, "hi")).typed("hi", {2, 3, 4, 4});
+  b.add(node("Neg", {"hi"}, {"neg"}, {}, "neg")).typed("neg", {2, 3, 4, 4});
+  b.add(node("Slice", {"q", "zero", "half", "last"}, {"lo"}, {}, "lo")).typed("lo", {2, 3, 4, 4});
+  Attributes axis;
+  axis.set("axis", std::int64_t{-1});
+  b.add(node("Concat", {"neg", "lo"}, {"rot"}, axis, "cat")).typed("rot", {2, 3, 4, 8});
+  b.add(node("Mul", {"q", "cos"}, {"a"}, {}, "qcos")).typed("a", {2, 3, 4, 8});
+  b.add(node("Mul", {"rot", "sin"}, {"c"}, {}, "rsin")).typed("c", {2, 3, 4, 8});
+  b.add(node("Add", {"a", "c"}, {"y"}, {}, "add")).typed("y", {2, 3, 4, 8});
+  int rewrites = 0;
+  Graph out = run_pass(b.build({"y"}), passes::elementwise_fusion, {{"q", random({2, 3, 4, 8}, 211)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+  EXPECT_EQ(out.nodes[0].inputs, (std::vector<std::string>{"q", "cos", "sin"}));
+  EXPECT_EQ(out.nodes[0].attrs.get_string("program", ""), "rotate_half x0; mul x0 x1; mul t0 x2; add t1 t2");
 }
 
 TEST(NhwcLayout, OnlyForCudaPlansAndHalfFloatsAndCanBeDisabled) {

@@ -338,11 +338,11 @@ std::string cuda_source(const Program& program, const Layout& layout, const std:
   auto offset = [&](std::size_t k) {
     if (layout.scalar(k)) return std::string("0");
     if (layout.full(k)) return std::string("i");
-    std::string e = "(0";
+    std::string e = "0";
     for (std::size_t d = 0; d < rank; ++d) {
       if (layout.strides[k][d] != 0) e += detail::str_cat(" + c", d, " * (", idx, ")", layout.strides[k][d]);
     }
-    return e + ")";
+    return e;
   };
   // The loads and instructions [0, upto) at linear index i, indented by `pad`; reductions before `upto` read r<j>.
   auto body = [&](std::size_t upto, const std::string& pad) {
@@ -354,16 +354,8 @@ std::string cuda_source(const Program& program, const Layout& layout, const std:
     }
     for (std::size_t k = 0; k < program.num_inputs; ++k) {
       if (layout.scalar(k)) continue;
-      s << pad << "const float a" << k << " = ld_" << dtype_name(input_dtypes[k]) << "(x" << k << "[";
-      if (layout.full(k)) {
-        s << "i";
-      } else {
-        s << "0";
-        for (std::size_t d = 0; d < rank; ++d) {
-          if (layout.strides[k][d] != 0) s << " + c" << d << " * (" << idx << ")" << layout.strides[k][d];
-        }
-      }
-      s << "]);\n";
+      s << pad << "const float a" << k << " = ld_" << dtype_name(input_dtypes[k]) << "(x" << k << "[" << offset(k)
+        << "]);\n";
     }
     for (std::size_t j = 0; j < upto; ++j) {
       const Instruction& in = program.code[j];
@@ -394,7 +386,7 @@ std::string cuda_source(const Program& program, const Layout& layout, const std:
     s << "    y[i] = " << store << "(" << last << ");\n  }\n}\n";
     return s.str();
   }
-  const std::int64_t rows = layout.row == 0 ? 0 : layout.numel / layout.row;
+  const std::int64_t rows = layout.rows();
   const bool block_rows = launch.row_threads != 32;
   s << "  const float kNaN = __int_as_float(0x7fc00000);\n";
   if (block_rows) s << "  __shared__ float partial[32];\n";

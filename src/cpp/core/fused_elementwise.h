@@ -81,7 +81,7 @@ struct XPURT_API Program {
 XPURT_API const char* code_name(Code code);  // "add", "sigmoid", ...
 XPURT_API bool is_binary(Code code);
 XPURT_API bool is_reduction(Code code);
-// The last coordinate at which rotate_half negates (below half) and the offset it reads at: +half or -half.
+// Whether rotate_half negates at last coordinate c of `last` (below half, where it reads c + last / 2).
 inline bool rotate_half_negates(std::int64_t c, std::int64_t last) { return c < last / 2; }
 // The instruction's op by name; false when there is none.
 XPURT_API bool code_from_name(const std::string& name, Code* code);
@@ -97,6 +97,7 @@ struct XPURT_API Layout {
   std::int64_t numel = 0;
   std::int64_t row = 1;  // elements per row: the product of the output's last row_axes axes (numel when 0 axes)
   std::int64_t last = 1;  // the output's last axis (rotate_half's D; 1 for a 0-d output)
+  std::int64_t rows() const { return row == 0 ? 0 : numel / row; }
   bool full(std::size_t input) const;    // reads element i for output element i (same shape as the output)
   bool scalar(std::size_t input) const;  // reads one element for every output element
 };

@@ -389,24 +389,19 @@ std::vector<TensorDesc> infer_unary(const OpDescriptor& desc) {
 std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
   XPURT_CHECK(!desc.inputs.empty(), "op 'fused_elementwise' needs at least one input");
   Shape out;
+  std::vector<Shape> shapes;
   for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
     const TensorDesc& x = desc.inputs[k];
+    shapes.push_back(x.shape);
     if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat16 && x.dtype != DType::kBFloat16) {
       throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': input ", k, " is ", dtype_name(x.dtype),
                                              "; the inputs are float32, float16 or bfloat16"));
     }
     out = k == 0 ? x.shape : broadcast_shapes(out, x.shape, desc.op, "input");
   }
+  // The kernels' own checks, at plan time: the program, row_axes against the output's rank, rotate_half's last axis.
   const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
-  if (program.rotates() && (out.empty() || out.back() < 2 || out.back() % 2 != 0)) {
-    throw InvalidArgumentError(detail::str_cat("op 'fused_elementwise': rotate_half needs an output whose last axis "
-                                               "has an even size of 2 or more; the output is ", shape_str(out)));
-  }
-  const std::int64_t row_axes = desc.attrs.get_int("row_axes", 0);
-  if (row_axes < 0 || static_cast<std::size_t>(row_axes) > out.size()) {
-    throw InvalidArgumentError(detail::str_cat("op 'fused_elementwise': row_axes = ", row_axes,
-                                               " for an output of rank ", out.size()));
-  }
+  fused::check_rotate_half(program, fused::layout(shapes, out, desc.attrs.get_int("row_axes", 0)));
   DType dtype = desc.inputs[0].dtype;
   if (desc.attrs.has("output_dtype")) {
     dtype = dtype_from_name(desc.attrs.get_string("output_dtype", ""));

@@ -358,8 +358,7 @@ class GeneratedKernel final : public Kernel {
     int sms = 0;
     XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const fused::LaunchShape shape = fused::launch_shape(program, layout);
-    const std::int64_t rows = layout.row == 0 ? 0 : layout.numel / layout.row;
-    const std::int64_t wanted = shape.row_threads ? (rows + shape.rows_per_block - 1) / shape.rows_per_block
+    const std::int64_t wanted = shape.row_threads ? (layout.rows() + shape.rows_per_block - 1) / shape.rows_per_block
                                                   : (layout.numel + shape.threads - 1) / shape.threads;
     const std::int64_t resident = sms * std::max<std::int64_t>(1, 4096 / shape.threads);
     const auto blocks = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, resident)));

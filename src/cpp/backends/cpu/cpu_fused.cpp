@@ -40,6 +40,10 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
     scalar[k] = layout.scalar(k);
   }
   const std::size_t slots = num_inputs + program.code.size();
+  // Where operand o's values sit in a chunk's registers.
+  auto slot = [&](const Operand& o) {
+    return (o.input ? static_cast<std::size_t>(o.index) : num_inputs + static_cast<std::size_t>(o.index)) * kChunk;
+  };
   fused::check_rotate_half(program, layout);
   auto offset_of = [&](std::size_t k, std::int64_t linear) {
     if (scalar[k]) return std::int64_t{0};
@@ -66,10 +70,6 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
     }
     for (std::size_t j = 0; j < upto; ++j) {
       const Instruction& in = program.code[j];
-      auto at = [&](const Operand& o) {
-        return regs.data() + (o.input ? static_cast<std::size_t>(o.index)
-                                      : num_inputs + static_cast<std::size_t>(o.index)) * kChunk;
-      };
       float* out = regs.data() + (num_inputs + j) * kChunk;
       if (fused::is_reduction(in.code)) {
         std::fill(out, out + n, reduced[j]);
@@ -85,8 +85,8 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
         }
         continue;
       }
-      const float* a = at(in.a);
-      const float* b = fused::is_binary(in.code) ? at(in.b) : a;
+      const float* a = regs.data() + slot(in.a);
+      const float* b = fused::is_binary(in.code) ? regs.data() + slot(in.b) : a;
       for (std::int64_t i = 0; i < n; ++i) out[i] = fused::apply(in.code, a[i], b[i]);
     }
   };
@@ -122,8 +122,7 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
   }
   if (layout.numel == 0) return;
   const std::int64_t row = layout.row;
-  const std::int64_t rows = layout.numel / row;
-  parallel_for(rows, threads, std::max<std::int64_t>(1, 4096 / row), [&](std::int64_t r0, std::int64_t r1) {
+  parallel_for(layout.rows(), threads, std::max<std::int64_t>(1, 4096 / row), [&](std::int64_t r0, std::int64_t r1) {
     std::vector<float> regs(slots * kChunk);
     std::vector<float> reduced(program.code.size(), 0.0f);
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -134,8 +133,7 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
         for (std::int64_t begin = r * row; begin < (r + 1) * row; begin += kChunk) {
           const std::int64_t n = std::min(kChunk, (r + 1) * row - begin);
           compute(regs, begin, n, j, reduced);
-          const float* v = regs.data() + (in.a.input ? static_cast<std::size_t>(in.a.index)
-                                                     : num_inputs + static_cast<std::size_t>(in.a.index)) * kChunk;
+          const float* v = regs.data() + slot(in.a);
           for (std::int64_t i = 0; i < n; ++i) acc = fused::reduce_step(in.code, acc, v[i]);
         }
         reduced[j] = fused::reduce_finish(in.code, acc, row);
@@ -154,8 +152,7 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
 void register_fused_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "fused_elementwise",
                  "the program interpreted over 256-element chunks of the output (rows, for a program that reduces), "
-                 "float32 "
-                 "math, OpenMP over chunks or rows",
+                 "float32 math, OpenMP over chunks or rows",
                  [](const KernelLaunch& launch, const CpuContext& context) {
                    const OpDescriptor& desc = *launch.desc;
                    const Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());

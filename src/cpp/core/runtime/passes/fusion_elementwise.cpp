@@ -40,8 +40,7 @@ bool member_code(const Node& n, fused::Code* code, std::string* registry_op) {
       {"Sqrt", fused::Code::kSqrt, "sqrt", 1},    {"Reciprocal", fused::Code::kReciprocal, "reciprocal", 1},
       {"Erf", fused::Code::kErf, "erf", 1},
   };
-  if ((n.domain.empty() || n.domain == "ai.onnx") && n.op_type == "Cast" && n.inputs.size() == 1 &&
-      n.outputs.size() == 1) {
+  if (is_onnx(n, "Cast") && n.inputs.size() == 1 && n.outputs.size() == 1) {
     switch (n.attrs.has("to") ? n.attrs.get_int("to", 0) : 0) {
       case 1: *code = fused::Code::kToF32; break;
       case 10: *code = fused::Code::kToF16; break;
@@ -300,46 +299,31 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     fused::Program program;
     bool ok = true;
     std::vector<std::size_t> replaced = ordered;  // and the rotate_halfs' slices and negations
+    // The operand reading `value`: the instruction computing it, or an input of the node (numbered as first read).
+    auto operand = [&](const std::string& value) {
+      auto it = operand_of.find(value);
+      if (it == operand_of.end()) {
+        it = operand_of.emplace(value, fused::Operand{true, static_cast<int>(inputs.size())}).first;
+        inputs.push_back(value);
+      }
+      return it->second;
+    };
     for (std::size_t m : ordered) {
       fused::Instruction in;
       in.code = cand[m]->code;
       const Node& n = g.nodes[m];
+      const std::optional<double> exponent =
+          in.code == fused::Code::kPow ? scalar_constant(g, n.inputs[1]) : std::nullopt;
       if (in.code == fused::Code::kRotateHalf) {
-        auto it = operand_of.find(cand[m]->rotated);
-        if (it == operand_of.end()) {
-          it = operand_of.emplace(cand[m]->rotated, fused::Operand{true, static_cast<int>(inputs.size())}).first;
-          inputs.push_back(cand[m]->rotated);
-        }
-        ok = ok && it->second.input;  // rotate_half reads an input
-        in.a = it->second;
+        in.a = operand(cand[m]->rotated);
+        ok = ok && in.a.input;  // rotate_half reads an input
         replaced.insert(replaced.end(), cand[m]->absorbed.begin(), cand[m]->absorbed.end());
-        operand_of[n.outputs[0]] = fused::Operand{false, static_cast<int>(program.code.size())};
-        program.code.push_back(in);
-        continue;
-      }
-      const std::size_t operands = fused::is_reduction(in.code) ? 1 : n.inputs.size();
-      if (in.code == fused::Code::kPow) {  // x ** 2 (RMSNorm, variance): one multiply, not powf
-        const std::optional<double> exponent = scalar_constant(g, n.inputs[1]);
-        if (exponent && *exponent == 2.0) {
-          auto it = operand_of.find(n.inputs[0]);
-          if (it == operand_of.end()) {
-            it = operand_of.emplace(n.inputs[0], fused::Operand{true, static_cast<int>(inputs.size())}).first;
-            inputs.push_back(n.inputs[0]);
-          }
-          in.code = fused::Code::kMul;
-          in.a = in.b = it->second;
-          operand_of[n.outputs[0]] = fused::Operand{false, static_cast<int>(program.code.size())};
-          program.code.push_back(in);
-          continue;
-        }
-      }
-      for (std::size_t k = 0; k < operands; ++k) {
-        auto it = operand_of.find(n.inputs[k]);
-        if (it == operand_of.end()) {
-          it = operand_of.emplace(n.inputs[k], fused::Operand{true, static_cast<int>(inputs.size())}).first;
-          inputs.push_back(n.inputs[k]);
-        }
-        (k == 0 ? in.a : in.b) = it->second;
+      } else if (exponent && *exponent == 2.0) {  // x ** 2 (RMSNorm, variance): one multiply, not powf
+        in.code = fused::Code::kMul;
+        in.a = in.b = operand(n.inputs[0]);
+      } else {
+        const std::size_t operands = fused::is_reduction(in.code) ? 1 : n.inputs.size();
+        for (std::size_t k = 0; k < operands; ++k) (k == 0 ? in.a : in.b) = operand(n.inputs[k]);
       }
       operand_of[n.outputs[0]] = fused::Operand{false, static_cast<int>(program.code.size())};
       program.code.push_back(in);

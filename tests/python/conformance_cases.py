@@ -433,6 +433,9 @@ def conv2d_cases() -> List[Case]:
         ("depthwise_5x5_stride2", (2, 4, 23, 19), (4, 1, 5, 5), [2, 2], [2, 2, 2, 2], [1, 1], 4, True, True, "relu"),
         ("depthwise_3x3_tall", (1, 3, 67, 5), (3, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 3, True, False, "none"),
         ("depthwise_7x7_stride2", (1, 2, 30, 41), (2, 1, 7, 7), [2, 2], [3, 2, 3, 2], [1, 1], 2, False, False, "none"),
+        # one output column 2100 rows tall: the row tile shrinks to keep its staged input within 48 KiB
+        ("depthwise_7x7_stride2_one_column", (1, 2, 4200, 1), (2, 1, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 2, True,
+         False, "none"),
         ("1x1_relu", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, False, "relu"),
         ("asymmetric_pads", (1, 3, 6, 6), (4, 3, 3, 3), [1, 1], [0, 1, 2, 1], [1, 1], 1, True, False, "none"),
         ("1x1x1x1", (1, 1, 1, 1), (1, 1, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, False, False, "none"),

@@ -122,6 +122,37 @@ __global__ void depthwise_rows_kernel(const T* __restrict__ x, const T* __restri
   }
 }
 
+// A block's tile: tile_w x tile_h threads and the shared memory its staged input takes.
+struct Tile {
+  int tile_w = 1, tile_h = 1;
+  std::size_t shared = 0;
+};
+
+// depthwise_rows_kernel's tile: up to 32 x 8 threads of kRows outputs each, fewer rows where the staged input would
+// pass 48 KiB (a narrow, tall image: one column of 1024 outputs at stride 2 stages 2053 x 7 floats).
+Tile rows_tile(const DepthwiseGeometry& g, int k, int s) {
+  Tile t;
+  t.tile_w = std::min(32, std::max(1, g.out_w));
+  t.tile_h = std::max(1, std::min(256 / t.tile_w, (g.out_h + kRows - 1) / kRows));
+  const int cols = (t.tile_w - 1) * s + k;
+  for (;; --t.tile_h) {
+    const int rows = (t.tile_h * kRows - 1) * s + k;
+    t.shared = static_cast<std::size_t>(rows * cols) * sizeof(float);
+    if (t.shared <= 48 * 1024 || t.tile_h == 1) return t;
+  }
+}
+
+// depthwise_kernel's tile (Note [Depthwise tiles]): 32 columns (fewer for a narrower output) by 256 / width rows.
+Tile generic_tile(const DepthwiseGeometry& g) {
+  Tile t;
+  t.tile_w = std::min(32, std::max(1, g.out_w));
+  t.tile_h = std::max(1, 256 / t.tile_w);
+  const int rows = (t.tile_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
+  const int cols = (t.tile_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1;
+  t.shared = static_cast<std::size_t>(rows * cols + g.kernel_h * g.kernel_w) * sizeof(float);
+  return t;
+}
+
 template <typename T, int K, int S>
 bool launch_rows(const void* x, const void* w, const void* bias, const void* residual, void* y,
                  const DepthwiseGeometry& g, void* stream) {
@@ -129,11 +160,9 @@ bool launch_rows(const void* x, const void* w, const void* bias, const void* res
       g.dilation_w != 1) {
     return false;
   }
-  const int tile_w = std::min(32, std::max(1, g.out_w));
-  const int tile_h = std::max(1, std::min(256 / tile_w, (g.out_h + kRows - 1) / kRows));
-  const int rows = (tile_h * kRows - 1) * S + K;
-  const int cols = (tile_w - 1) * S + K;
-  const std::size_t shared = static_cast<std::size_t>(rows * cols) * sizeof(float);
+  const Tile t = rows_tile(g, K, S);
+  const int tile_w = t.tile_w, tile_h = t.tile_h;
+  const std::size_t shared = t.shared;
   const dim3 grid(static_cast<unsigned>((g.out_w + tile_w - 1) / tile_w),
                   static_cast<unsigned>((g.out_h + tile_h * kRows - 1) / (tile_h * kRows)),
                   static_cast<unsigned>(g.batch * g.channels));
@@ -157,9 +186,9 @@ void launch(const void* x, const void* w, const void* bias, const void* residual
       launch_rows<T, 7, 2>(x, w, bias, residual, y, rg, stream)) {
     return;
   }
-  const int width = std::min(32, std::max(1, g.out_w));
-  const int tile_h = std::max(1, 256 / width);
-  const std::size_t shared = depthwise_shared_bytes(g);
+  const Tile t = generic_tile(g);
+  const int width = t.tile_w, tile_h = t.tile_h;
+  const std::size_t shared = t.shared;
   const dim3 grid(static_cast<unsigned>((g.out_w + width - 1) / width),
                   static_cast<unsigned>((g.out_h + tile_h - 1) / tile_h), static_cast<unsigned>(g.batch * g.channels));
   depthwise_kernel<T><<<grid, width * tile_h, shared, static_cast<cudaStream_t>(stream)>>>(
@@ -170,13 +199,7 @@ void launch(const void* x, const void* w, const void* bias, const void* residual
 
 }  // namespace
 
-std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g) {
-  const int width = std::min(32, std::max(1, g.out_w));
-  const int tile_h = std::max(1, 256 / width);
-  const int rows = (tile_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
-  const int cols = (width - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1;
-  return static_cast<std::size_t>(rows * cols + g.kernel_h * g.kernel_w) * sizeof(float);
-}
+std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g) { return generic_tile(g).shared; }
 
 void depthwise_conv2d(const void* x, const void* w, const void* bias, const void* residual, void* y, DType dtype,
                       const DepthwiseGeometry& g, bool relu, void* stream) {

@@ -203,6 +203,44 @@ def test_memory_limit_caps_what_a_run_allocates():
                                4096.0 * (1 << 14))
 
 
+def _single_node_model(node, x_shape, y_shape, initializer=()) -> bytes:
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+                              initializer=list(initializer))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("kind", ["cpu kernel", "onnx reference"])
+def test_memory_limit_covers_the_scratch_kernels_take(kind):
+    """Scratch memory a kernel takes beyond its inputs and outputs is charged to ExecutionPolicy.memory_limit
+    (Note [Scratch memory under the budget]): the cpu kernel's im2col columns of a 3x3 Conv (9 MiB for 1 MiB in and
+    out) and the reference library's buffers for a DFT of 2^17 points. Under a limit the plan fits but the scratch
+    does not, the run is an OutOfMemoryError naming the node and keeps nothing; with room, the same answer as
+    without a limit."""
+    rng = np.random.default_rng(3)
+    if kind == "cpu kernel":
+        w = numpy_helper.from_array(rng.standard_normal((64, 64, 3, 3)).astype(np.float32), "w")
+        model = _single_node_model(helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+                                   [1, 64, 64, 64], [1, 64, 64, 64], [w])
+        x = rng.standard_normal((1, 64, 64, 64)).astype(np.float32)
+        tight, error = "6MiB", r"node 'conv' \(xpuruntime:FusedConv, kernel cpu\).*allocating 9\.00 MiB"
+    else:
+        model = _single_node_model(helper.make_node("DFT", ["x"], ["y"], name="dft"), [1, 1 << 17, 1],
+                                   [1, 1 << 17, 2])
+        x = rng.standard_normal((1, 1 << 17, 1)).astype(np.float32)
+        tight, error = "4MiB", r"node 'dft' \(DFT, kernel onnx reference\)"
+    expected = xrt.InferenceSession(model, engine="native").run(None, {"x": x})[0]
+    capped = xrt.InferenceSession(model, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit=tight))
+    with pytest.raises(xrt.OutOfMemoryError, match=error + r".*memory_limit = " + tight[:-3]):
+        capped.run(None, {"x": x})
+    before = xrt.runtime.memory_stats("cpu")["allocated_bytes.current"]
+    with pytest.raises(xrt.OutOfMemoryError):
+        capped.run(None, {"x": x})
+    assert xrt.runtime.memory_stats("cpu")["allocated_bytes.current"] <= before  # the refused run kept nothing
+    roomy = xrt.InferenceSession(model, engine="native", exec_policy=xrt.ExecutionPolicy(memory_limit="32MiB"))
+    np.testing.assert_array_equal(roomy.run(None, {"x": x})[0], expected)
+
+
 def test_memory_limit_caps_plans_of_data_dependent_shapes():
     """An Expand to a shape computed from float data ends the plan (Note [Segmented plans]); the next segment, planned
     for the shape the run found, is held to ExecutionPolicy.memory_limit like any plan."""

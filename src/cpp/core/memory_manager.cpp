@@ -208,11 +208,14 @@ void MemoryBudget::charge(std::size_t bytes, Device device) {
   do {
     if (bytes > limit_ || used > limit_ - bytes) {
       throw OutOfMemoryError(detail::str_cat("Out of memory: allocating ", format_bytes(bytes), " on ", device.str(),
-                                             " would take this run past its budget (", what_, "); ",
+                                             " would take this run past its budget (", what_(), "); ",
                                              format_bytes(used), " of it are in use. Raise the limit or give the "
                                              "model smaller inputs."));
     }
   } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  std::size_t peak = peak_.load(std::memory_order_relaxed);
+  while (used + bytes > peak && !peak_.compare_exchange_weak(peak, used + bytes, std::memory_order_relaxed)) {
+  }
 }
 
 MemoryBudgetScope::MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget) : previous_(std::move(current_budget)) {

@@ -32,7 +32,7 @@ namespace {
 
 // log(sum_j exp(scores[j])) over scores[0, count) in double, given their max and whether one is NaN (Note
 // [Attention log-sum-exp]). Reads `scores` before the softmax overwrites them.
-double log_sum_exp(const std::vector<double>& scores, std::int64_t count, double max_value, bool nan) {
+double log_sum_exp(const ScratchVector<double>& scores, std::int64_t count, double max_value, bool nan) {
   if (nan) return std::numeric_limits<double>::quiet_NaN();
   if (std::isinf(max_value)) return max_value;  // no finite score (-inf), or a +inf score (+inf)
   double sum = 0.0;
@@ -72,7 +72,7 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   std::vector<std::int64_t> mask_strides(4, 0);
   if (mask.data() != nullptr) mask_strides = broadcast_strides(mask_tensor.shape(), {batch, heads, seq_q, seq_k});
 
-  std::vector<T> scores(static_cast<std::size_t>(seq_q * seq_k));
+  ScratchVector<T> scores(static_cast<std::size_t>(seq_q * seq_k));
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t h = 0; h < heads; ++h) {
       const std::int64_t kv = b * kv_heads + h / group;
@@ -86,7 +86,7 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
       parallel_for(seq_q, loop_threads_around_gemm(context),  // Note [OpenMP and OpenBLAS threads]
                    std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(seq_k, 1)),
                    [&](std::int64_t begin, std::int64_t end) {
-                     std::vector<double> row(static_cast<std::size_t>(seq_k));
+                     ScratchVector<double> row(static_cast<std::size_t>(seq_k));
                      for (std::int64_t i = begin; i < end; ++i) {
                        T* s = scores.data() + i * seq_k;
                        const std::int64_t visible = causal ? std::min(seq_k, i + 1) : seq_k;

@@ -39,6 +39,7 @@
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/memory_manager.h"
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime::cpu {
@@ -253,7 +254,7 @@ class InputBuffer {
   T operator[](std::int64_t i) const { return data_[i]; }
 
  private:
-  std::vector<T> copy_;
+  ScratchVector<T> copy_;  // Note [Scratch memory under the budget]
   const T* data_ = nullptr;
   std::int64_t size_ = 0;
 };
@@ -282,7 +283,7 @@ class OutputBuffer {
 
  private:
   Tensor& tensor_;
-  std::vector<T> copy_;
+  ScratchVector<T> copy_;
   T* data_ = nullptr;
   std::int64_t size_ = 0;
 };
@@ -291,7 +292,9 @@ class OutputBuffer {
 
 // Runs f(begin, end) over [0, n) split into at most `threads` contiguous chunks of at least `grain` items
 // (one call on the calling thread when that gives one chunk). An exception thrown by `f` on a worker (e.g.
-// std::bad_alloc) is carried out of the parallel region and rethrown here; the other chunks still run.
+// std::bad_alloc) is carried out of the parallel region and rethrown here; the other chunks still run. The
+// workers run under the calling thread's memory budget, so the scratch they make is charged to the run
+// (Note [Scratch memory under the budget]).
 template <typename F>
 void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
   if (n <= 0) return;
@@ -302,11 +305,13 @@ void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
     return;
   }
   std::exception_ptr error;
+  const std::shared_ptr<MemoryBudget> budget = MemoryBudgetScope::current();  // a copy: the workers read it
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
 #endif
   for (std::int64_t c = 0; c < chunks; ++c) {
     try {
+      const MemoryBudgetScope scope(budget);
       f(n * c / chunks, n * (c + 1) / chunks);
     } catch (...) {
 #if defined(_OPENMP)

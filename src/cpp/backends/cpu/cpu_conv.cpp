@@ -44,7 +44,7 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
   const bool direct = kh == 1 && kw == 1 && strides[0] == 1 && strides[1] == 1 && pads[0] == 0 && pads[1] == 0 &&
                       pads[2] == 0 && pads[3] == 0;
   const int loop_threads = loop_threads_around_gemm(context);  // Note [OpenMP and OpenBLAS threads]
-  std::vector<T> col(direct ? 0 : static_cast<std::size_t>(depth * pixels));
+  ScratchVector<T> col(direct ? 0 : static_cast<std::size_t>(depth * pixels));
   for (std::int64_t n = 0; n < batch; ++n) {
     for (std::int64_t g = 0; g < groups; ++g) {
       const T* image = x.data() + (n * channels + g * cg) * height * width;

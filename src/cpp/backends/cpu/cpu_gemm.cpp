@@ -112,8 +112,8 @@ void fallback_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, st
   // Small products do not pay for waking threads.
   const int used_threads = m * n * k < (std::int64_t{1} << 18) ? 1 : threads;
   parallel_for(tiles_m * tiles_n, used_threads, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<T> panel_a(static_cast<std::size_t>(kBlockM * kBlockK));
-    std::vector<T> panel_b(static_cast<std::size_t>(kBlockK * kBlockN));
+    ScratchVector<T> panel_a(static_cast<std::size_t>(kBlockM * kBlockK));
+    ScratchVector<T> panel_b(static_cast<std::size_t>(kBlockK * kBlockN));
     for (std::int64_t tile = begin; tile < end; ++tile) {
       const std::int64_t i0 = (tile / tiles_n) * kBlockM;
       const std::int64_t j0 = (tile % tiles_n) * kBlockN;
@@ -265,7 +265,7 @@ void run_linear_grad_weight(const KernelLaunch& launch, const CpuContext& contex
   const std::int64_t m = product(x_tensor.shape(), 0, x_tensor.shape().size() - 1);
   InputBuffer<T> grad(grad_tensor);
   InputBuffer<T> x(x_tensor);
-  std::vector<T> grad_t(static_cast<std::size_t>(n * m));
+  ScratchVector<T> grad_t(static_cast<std::size_t>(n * m));
   for (std::int64_t i = 0; i < m; ++i) {
     for (std::int64_t j = 0; j < n; ++j) grad_t[static_cast<std::size_t>(j * m + i)] = grad[i * n + j];
   }

@@ -68,7 +68,7 @@ void run_softmax(const KernelLaunch& launch, const CpuContext& context) {
   T* out = y.data();
   parallel_for(outer * inner, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(length, 1)),
                [&](std::int64_t begin, std::int64_t end) {
-                 std::vector<double> e(static_cast<std::size_t>(length));
+                 ScratchVector<double> e(static_cast<std::size_t>(length));
                  for (std::int64_t line = begin; line < end; ++line) {
                    const std::int64_t base = (line / inner) * length * inner + line % inner;
                    double max_value = -std::numeric_limits<double>::infinity();
@@ -118,7 +118,7 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t row = begin; row < end; ++row) {
                    // x + residual in the compute type (float for 16-bit inputs, not rounded in between).
-                   std::vector<T> sum_row;
+                   ScratchVector<T> sum_row;
                    const T* src = in + row * size;
                    if (res != nullptr) {
                      sum_row.resize(static_cast<std::size_t>(size));

@@ -357,10 +357,10 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
   if (plan_->memory_limit() != 0) {
     const std::size_t limit = static_cast<std::size_t>(plan_->memory_limit());
     const std::size_t peak = plan_->memory().peak_bytes();
-    budget.emplace(std::make_shared<MemoryBudget>(
-        limit > peak ? limit - peak : 0,
-        detail::str_cat("ExecutionPolicy.memory_limit = ", format_bytes(limit), " less the plan's peak of ",
-                        format_bytes(peak))));
+    budget.emplace(std::make_shared<MemoryBudget>(limit > peak ? limit - peak : 0, std::function<std::string()>([=] {
+      return detail::str_cat("ExecutionPolicy.memory_limit = ", format_bytes(limit), " less the plan's peak of ",
+                             format_bytes(peak));
+    })));
   }
   for (std::size_t index = 0; index < steps.size(); ++index) {
     const PlanStep& step = steps[index];

@@ -11,9 +11,12 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
+#include <new>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "xpuruntime/caching_allocator.h"
@@ -32,22 +35,28 @@ namespace xpuruntime {
 // scope has closed (a run's outputs handed to the caller stay charged until they die). An allocation that would
 // take the budget past its limit raises OutOfMemoryError without allocating, and the run's error names the node
 // (Note [Errors name their node]); the session stays usable. Each run has a budget of its own (the limit less the
-// plan's peak), so outputs an earlier run returned do not count against the next. Allocations made by other
-// threads (OpenMP workers, concurrent runs) are not charged to it.
+// plan's peak), so outputs an earlier run returned do not count against the next. Kernels' scratch memory is
+// charged too (Note [Scratch memory under the budget]), also on the workers of their parallel loops; concurrent
+// runs have budgets of their own.
 class XPURT_API MemoryBudget {
  public:
   // `what` names the budget in errors ("ExecutionPolicy.memory_limit = 64 MiB less the plan's peak of 12 MiB").
-  MemoryBudget(std::size_t limit, std::string what) : limit_(limit), what_(std::move(what)) {}
+  MemoryBudget(std::size_t limit, std::string what)
+      : limit_(limit), what_([what = std::move(what)] { return what; }) {}
+  // The same, with the name written only when an error needs it (a run's budget is made on every run).
+  MemoryBudget(std::size_t limit, std::function<std::string()> what) : limit_(limit), what_(std::move(what)) {}
   // Reserves `bytes` for an allocation on `device`; OutOfMemoryError (nothing reserved) past the limit.
   void charge(std::size_t bytes, Device device);
   void release(std::size_t bytes) noexcept { used_.fetch_sub(bytes, std::memory_order_relaxed); }
   std::size_t used() const { return used_.load(std::memory_order_relaxed); }
+  std::size_t peak() const { return peak_.load(std::memory_order_relaxed); }  // the most in use at once
   std::size_t limit() const { return limit_; }
 
  private:
   const std::size_t limit_;
-  const std::string what_;
+  const std::function<std::string()> what_;
   std::atomic<std::size_t> used_{0};
+  std::atomic<std::size_t> peak_{0};
 };
 
 // Charges this thread's MemoryManager allocations to `budget` until destroyed (scopes nest; null: none).
@@ -62,6 +71,59 @@ class XPURT_API MemoryBudgetScope {
  private:
   std::shared_ptr<MemoryBudget> previous_;
 };
+
+// Note [Scratch memory under the budget]
+// Kernels that need host scratch memory of the size of their tensors (the reference library converts its inputs
+// to double, keeps whole intermediate results, builds im2col columns) hold it in ScratchVector rather than
+// std::vector. Its allocator takes the budget open on the thread that makes the vector (Note [Run memory
+// budgets]) and charges every allocation to it before making it, so ExecutionPolicy.memory_limit covers that
+// memory too: scratch past the limit raises OutOfMemoryError naming the node, before anything is allocated, and
+// the bytes are released when the vector frees them (the allocator travels with the memory on moves and swaps).
+// With no budget open it is std::allocator.
+template <typename T>
+class BudgetAllocator {
+ public:
+  using value_type = T;
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+
+  BudgetAllocator() noexcept : budget_(MemoryBudgetScope::current()) {}
+  template <typename U>
+  BudgetAllocator(const BudgetAllocator<U>& other) noexcept : budget_(other.budget()) {}  // NOLINT: rebinding
+
+  T* allocate(std::size_t n) {
+    if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
+    const std::size_t bytes = n * sizeof(T);
+    if (budget_) budget_->charge(bytes, Device::cpu());
+    try {
+      return static_cast<T*>(::operator new(bytes));
+    } catch (...) {
+      if (budget_) budget_->release(bytes);
+      throw;
+    }
+  }
+  void deallocate(T* ptr, std::size_t n) noexcept {
+    if (budget_) budget_->release(n * sizeof(T));
+    ::operator delete(ptr);
+  }
+  const std::shared_ptr<MemoryBudget>& budget() const noexcept { return budget_; }
+
+  template <typename U>
+  bool operator==(const BudgetAllocator<U>& other) const noexcept {
+    return budget_ == other.budget();
+  }
+  template <typename U>
+  bool operator!=(const BudgetAllocator<U>& other) const noexcept {
+    return budget_ != other.budget();
+  }
+
+ private:
+  std::shared_ptr<MemoryBudget> budget_;
+};
+
+template <typename T>
+using ScratchVector = std::vector<T, BudgetAllocator<T>>;
 
 // Owns one allocation; frees it (back to its allocator) when destroyed or reset.
 class XPURT_API DataPtr {

@@ -36,8 +36,11 @@ std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, const std::str
   return axis < 0 ? axis + rank : axis;
 }
 
-std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where) {
-  std::vector<std::int64_t> out(static_cast<std::size_t>(t.numel()));
+namespace {
+
+template <typename Ints>
+Ints read_ints_as(const Tensor& t, const std::string& where) {
+  Ints out(static_cast<std::size_t>(t.numel()));
   const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
   if (out.empty()) {
     // memcpy with an empty vector's null pointer is undefined even for 0 bytes (UBSan, scripts/sanitize.sh)
@@ -50,6 +53,16 @@ std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where) {
     throw InvalidTypeError(detail::str_cat(where, ": expected an int32 or int64 tensor, got ", dtype_name(c.dtype())));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where) {
+  return read_ints_as<std::vector<std::int64_t>>(t, where);
+}
+
+ScratchVector<std::int64_t> read_indices(const Tensor& t, const std::string& where) {
+  return read_ints_as<ScratchVector<std::int64_t>>(t, where);
 }
 
 double read_scalar(const Tensor& t, const std::string& where) {

@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "core/runtime/onnx_cpu_ops.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/memory_manager.h"  // ScratchVector (Note [Scratch memory under the budget])
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime::onnx_ref {
@@ -84,6 +85,8 @@ std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& sha
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, const std::string& where);
 // The values of an int32/int64 tensor (a shape, axes, pads...) as int64; InvalidTypeError for other dtypes.
 std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where);
+// read_ints for data-sized values (Gather/Scatter indices), held as scratch (Note [Scratch memory under the budget]).
+ScratchVector<std::int64_t> read_indices(const Tensor& t, const std::string& where);
 // A scalar (or one-element) tensor of any numeric dtype as double.
 double read_scalar(const Tensor& t, const std::string& where);
 std::int64_t numel_of(const std::vector<std::int64_t>& shape);

@@ -1071,10 +1071,10 @@ void softmax_blocks(const Tensor& x, Tensor& y, const SoftmaxLayout& l, SoftmaxK
   T* py = data<T>(y);
   const auto inner = static_cast<std::size_t>(l.inner);
   const auto n = static_cast<std::size_t>(l.n);
-  std::vector<C> block(n * inner);
-  std::vector<C> max_value(inner);
+  ScratchVector<C> block(n * inner);
+  ScratchVector<C> max_value(inner);
   std::vector<std::size_t> argmax(inner);
-  std::vector<double> sum(inner);
+  ScratchVector<double> sum(inner);
   for (std::int64_t o = 0; o < l.outer; ++o) {
     const T* src = px + static_cast<std::size_t>(o) * n * inner;
     T* dst = py + static_cast<std::size_t>(o) * n * inner;

@@ -17,8 +17,8 @@ DType dtype_from_onnx(std::int64_t onnx_type, const std::string& where, const st
                                          "float32, float64, int8, uint8, int16, int32, int64, bool)"));
 }
 
-std::vector<double> to_doubles(const Tensor& t) {
-  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+ScratchVector<double> to_doubles(const Tensor& t) {
+  ScratchVector<double> out(static_cast<std::size_t>(t.numel()));
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = data<T>(t);
@@ -27,7 +27,7 @@ std::vector<double> to_doubles(const Tensor& t) {
   return out;
 }
 
-void store_doubles(Tensor& t, const std::vector<double>& values) {
+void store_doubles(Tensor& t, const ScratchVector<double>& values) {
   XPURT_INTERNAL_ASSERT(static_cast<std::int64_t>(values.size()) == t.numel(), "store_doubles: ", values.size(),
                         " values for ", t.numel(), " elements");
   visit_dtype(t.dtype(), [&](auto tag) {

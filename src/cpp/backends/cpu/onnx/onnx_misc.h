@@ -25,10 +25,10 @@ namespace misc {
 DType dtype_from_onnx(std::int64_t onnx_type, const std::string& where, const std::string& attribute);
 
 // Every element of `t` (any dtype) as double, in row-major order.
-std::vector<double> to_doubles(const Tensor& t);
+ScratchVector<double> to_doubles(const Tensor& t);
 // Writes `values` (one per element, row-major) into `t`, converting to its dtype (integers: truncation toward
 // zero, as a C++ cast; bool: nonzero). Callers round and saturate first where ONNX says so.
-void store_doubles(Tensor& t, const std::vector<double>& values);
+void store_doubles(Tensor& t, const ScratchVector<double>& values);
 
 // "[2,3,4]": a shape for error messages.
 std::string shape_str(const std::vector<std::int64_t>& shape);

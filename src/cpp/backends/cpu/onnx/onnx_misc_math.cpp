@@ -25,7 +25,7 @@ void check_float(const OpContext& ctx, const Tensor& t, const char* name) {
 // The negative log-likelihood loss of `log_prob` ([N, C, d1, ...] as doubles) against `target` ([N, d1, ...]),
 // with optional class weights, ignore_index and reduction (ONNX's NegativeLogLikelihoodLoss, which
 // SoftmaxCrossEntropyLoss applies to log_softmax(scores)). Allocates output 0 with `dtype`.
-void nll_loss(OpContext& ctx, const std::vector<double>& log_prob, const Shape& input_shape, const Tensor& target,
+void nll_loss(OpContext& ctx, const ScratchVector<double>& log_prob, const Shape& input_shape, const Tensor& target,
               const Tensor* weight, DType dtype) {
   XPURT_CHECK(input_shape.size() >= 2, ctx.where(), ": the input must be [N, C] or [N, C, d1, ...], got rank ",
               input_shape.size());
@@ -35,7 +35,7 @@ void nll_loss(OpContext& ctx, const std::vector<double>& log_prob, const Shape& 
   XPURT_CHECK(target.shape() == expected_target, ctx.where(), ": the target must have shape [N, d1, ...] = ",
               shape_str(expected_target), " for the input's shape, got ", shape_str(target.shape()));
   const std::vector<std::int64_t> labels = read_ints(target, detail::str_cat(ctx.where(), " target"));
-  std::vector<double> weights;
+  ScratchVector<double> weights;
   if (weight != nullptr) {
     check_float(ctx, *weight, "weight");
     XPURT_CHECK(weight->dim() == 1 && weight->numel() == c, ctx.where(), ": 'weight' must be 1-D of size C = ", c,
@@ -48,7 +48,7 @@ void nll_loss(OpContext& ctx, const std::vector<double>& log_prob, const Shape& 
   XPURT_CHECK(reduction == "none" || reduction == "sum" || reduction == "mean", ctx.where(),
               ": reduction must be 'none', 'sum' or 'mean', got '", reduction, "'");
   const std::int64_t d = numel_of(Shape(input_shape.begin() + 2, input_shape.end()));
-  std::vector<double> loss(labels.size());
+  ScratchVector<double> loss(labels.size());
   double loss_sum = 0.0, weight_sum = 0.0;
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t j = 0; j < d; ++j) {
@@ -88,7 +88,7 @@ void softmax_cross_entropy_loss(OpContext& ctx) {
   XPURT_CHECK(scores.dim() >= 2, ctx.where(), ": 'scores' must be [N, C] or [N, C, d1, ...], got ", scores.str());
   const std::int64_t n = scores.shape()[0], c = scores.shape()[1];
   const std::int64_t d = numel_of(Shape(scores.shape().begin() + 2, scores.shape().end()));
-  std::vector<double> lp = to_doubles(scores);
+  ScratchVector<double> lp = to_doubles(scores);
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t j = 0; j < d; ++j) {
       double max_v = -std::numeric_limits<double>::infinity();
@@ -114,9 +114,9 @@ void det(OpContext& ctx) {
   const std::int64_t m = x.shape().back();
   const Shape out_shape(x.shape().begin(), x.shape().end() - 2);
   const std::int64_t count = numel_of(out_shape);
-  const std::vector<double> xs = to_doubles(x);
-  std::vector<double> out(static_cast<std::size_t>(count));
-  std::vector<double> a(static_cast<std::size_t>(m * m));
+  const ScratchVector<double> xs = to_doubles(x);
+  ScratchVector<double> out(static_cast<std::size_t>(count));
+  ScratchVector<double> a(static_cast<std::size_t>(m * m));
   for (std::int64_t b = 0; b < count; ++b) {
     std::copy(xs.begin() + b * m * m, xs.begin() + (b + 1) * m * m, a.begin());
     auto at = [&](std::int64_t r, std::int64_t c) -> double& { return a[static_cast<std::size_t>(r * m + c)]; };
@@ -199,10 +199,10 @@ void tfidf_vectorizer(OpContext& ctx) {
   const std::int64_t rows = x.dim() == 2 ? x.shape()[0] : 1;
   const std::int64_t cols = x.shape().back();
   const std::vector<std::int64_t> tokens = read_ints(x, ctx.where());
-  std::vector<double> out(static_cast<std::size_t>(rows * width), 0.0);
+  ScratchVector<double> out(static_cast<std::size_t>(rows * width), 0.0);
   std::vector<std::int64_t> gram;
   for (std::int64_t r = 0; r < rows; ++r) {
-    std::vector<double> counts_row(indexes.size(), 0.0);
+    ScratchVector<double> counts_row(indexes.size(), 0.0);
     const std::int64_t* row = tokens.data() + r * cols;
     for (std::int64_t start = 0; start < cols; ++start) {
       // Unigrams once; longer n-grams for every skip distance 1 .. max_skip_count + 1.
@@ -276,7 +276,7 @@ void adagrad(OpContext& ctx) {
     const Tensor& xt = ctx.input(2 + v);
     const auto x = to_doubles(xt), g = to_doubles(ctx.input(2 + in.variables + v));
     auto h = to_doubles(ctx.input(2 + 2 * in.variables + v));
-    std::vector<double> x_new(x.size());
+    ScratchVector<double> x_new(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double gr = norm * x[i] + g[i];
       h[i] += gr * gr;
@@ -302,7 +302,7 @@ void momentum(OpContext& ctx) {
     const Tensor& xt = ctx.input(2 + v);
     const auto x = to_doubles(xt), g = to_doubles(ctx.input(2 + in.variables + v));
     auto m = to_doubles(ctx.input(2 + 2 * in.variables + v));
-    std::vector<double> x_new(x.size());
+    ScratchVector<double> x_new(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double gr = norm * x[i] + g[i];
       m[i] = alpha * m[i] + beta_adjusted * gr;
@@ -328,7 +328,7 @@ void adam(OpContext& ctx) {
     const auto x = to_doubles(xt), g = to_doubles(ctx.input(2 + k + v));
     auto m1 = to_doubles(ctx.input(2 + 2 * k + v));
     auto m2 = to_doubles(ctx.input(2 + 3 * k + v));
-    std::vector<double> x_new(x.size());
+    ScratchVector<double> x_new(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double gr = norm * x[i] + g[i];
       m1[i] = alpha * m1[i] + (1.0 - alpha) * gr;

@@ -103,8 +103,8 @@ void check_same_shape(const OpContext& ctx, const Tensor& scale, const Tensor& z
               shape_str(zero_point.shape()), " but the scale has shape ", shape_str(scale.shape()));
 }
 
-std::vector<float> to_floats(const Tensor& t) {
-  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+ScratchVector<float> to_floats(const Tensor& t) {
+  ScratchVector<float> out(static_cast<std::size_t>(t.numel()));
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = data<T>(t);
@@ -127,7 +127,7 @@ void quantize_linear(OpContext& ctx) {
   DType out_dtype = DType::kUInt8;
   const std::int64_t output_dtype = ctx.opset() >= 21 ? ctx.attr_int("output_dtype", 0) : 0;
   if (output_dtype != 0) out_dtype = dtype_from_onnx(output_dtype, ctx.where(), "output_dtype");
-  std::vector<double> zero_points;
+  ScratchVector<double> zero_points;
   if (ctx.has_input(2)) {
     const Tensor& zp = ctx.input(2);
     XPURT_CHECK_TYPE(output_dtype == 0 || zp.dtype() == out_dtype, ctx.where(), ": output_dtype is ",
@@ -141,11 +141,11 @@ void quantize_linear(OpContext& ctx) {
                                                     " is not supported (uint8, int8 and int16 are)"));
   }
   const ParamIndexer ix = make_param_indexer(ctx, x.shape(), scale, "y_scale");
-  const std::vector<float> scales = to_floats(scale);
+  const ScratchVector<float> scales = to_floats(scale);
   double lo = 0, hi = 0;
   quant_range(out_dtype, lo, hi);
-  const std::vector<double> xs = to_doubles(x);
-  std::vector<double> ys(xs.size());
+  const ScratchVector<double> xs = to_doubles(x);
+  ScratchVector<double> ys(xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const auto p = static_cast<std::size_t>(ix(static_cast<std::int64_t>(i)));
     const float scaled = static_cast<float>(xs[i]) / scales[p];
@@ -160,7 +160,7 @@ void dequantize_linear(OpContext& ctx) {
   XPURT_CHECK_TYPE(is_quantized_int(x.dtype()) || x.dtype() == DType::kInt32, ctx.where(),
                    ": input 'x' must be int8, uint8, int16 or int32, got ", dtype_name(x.dtype()));
   check_scale_dtype(ctx, scale, "x_scale");
-  std::vector<double> zero_points;
+  ScratchVector<double> zero_points;
   if (ctx.has_input(2)) {
     const Tensor& zp = ctx.input(2);
     XPURT_CHECK_TYPE(zp.dtype() == x.dtype(), ctx.where(), ": 'x_zero_point' must have the dtype of 'x' (",
@@ -169,9 +169,9 @@ void dequantize_linear(OpContext& ctx) {
     zero_points = to_doubles(zp);
   }
   const ParamIndexer ix = make_param_indexer(ctx, x.shape(), scale, "x_scale");
-  const std::vector<float> scales = to_floats(scale);
-  const std::vector<double> xs = to_doubles(x);
-  std::vector<double> ys(xs.size());
+  const ScratchVector<float> scales = to_floats(scale);
+  const ScratchVector<double> xs = to_doubles(x);
+  ScratchVector<double> ys(xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const auto p = static_cast<std::size_t>(ix(static_cast<std::int64_t>(i)));
     const double centered = xs[i] - (zero_points.empty() ? 0.0 : zero_points[p]);
@@ -207,8 +207,8 @@ void dynamic_quantize_linear(OpContext& ctx) {
 // ---- integer matmul -------------------------------------------------------------------------------------
 
 // A quantized operand with its zero point subtracted, as int32.
-std::vector<std::int32_t> load_int32(const Tensor& t) {
-  std::vector<std::int32_t> out(static_cast<std::size_t>(t.numel()));
+ScratchVector<std::int32_t> load_int32(const Tensor& t) {
+  ScratchVector<std::int32_t> out(static_cast<std::size_t>(t.numel()));
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_integral_v<T>) {
@@ -235,14 +235,14 @@ Shape row_param_shape(const Tensor& param, const Shape& operand) {
 
 // Values of `param` (read with `param_shape`) broadcast to `target` (numpy rules; the broadcast must give
 // `target` itself). `what` names the parameter in errors.
-std::vector<double> broadcast_param(const OpContext& ctx, const Tensor& param, const Shape& param_shape,
+ScratchVector<double> broadcast_param(const OpContext& ctx, const Tensor& param, const Shape& param_shape,
                                     const Shape& target, const std::string& what) {
-  const std::vector<double> values = to_doubles(param);
-  if (values.size() == 1) return std::vector<double>(static_cast<std::size_t>(numel_of(target)), values[0]);
+  const ScratchVector<double> values = to_doubles(param);
+  if (values.size() == 1) return ScratchVector<double>(static_cast<std::size_t>(numel_of(target)), values[0]);
   const Shape b = broadcast_shapes(param_shape, target, ctx.where());
   XPURT_CHECK(b == target, ctx.where(), ": '", what, "' of shape ", shape_str(param.shape()),
               " does not broadcast to ", shape_str(target));
-  std::vector<double> out(static_cast<std::size_t>(numel_of(target)));
+  ScratchVector<double> out(static_cast<std::size_t>(numel_of(target)));
   const Shape strides = broadcast_strides(param_shape, target);
   for_each_index2(target, strides, strides, [&](std::int64_t o, std::int64_t, std::int64_t i) {
     out[static_cast<std::size_t>(i)] = values[static_cast<std::size_t>(o)];
@@ -250,13 +250,13 @@ std::vector<double> broadcast_param(const OpContext& ctx, const Tensor& param, c
   return out;
 }
 
-std::vector<std::int32_t> centered(const OpContext& ctx, const Tensor& x, const Tensor* zero_point,
+ScratchVector<std::int32_t> centered(const OpContext& ctx, const Tensor& x, const Tensor* zero_point,
                                    const Shape& zp_shape, const char* zp_name) {
-  std::vector<std::int32_t> v = load_int32(x);
+  ScratchVector<std::int32_t> v = load_int32(x);
   if (zero_point == nullptr) return v;
   XPURT_CHECK_TYPE(zero_point->dtype() == x.dtype(), ctx.where(), ": '", zp_name, "' must have dtype ",
                    dtype_name(x.dtype()), ", got ", dtype_name(zero_point->dtype()));
-  const std::vector<double> zp = broadcast_param(ctx, *zero_point, zp_shape, x.shape(), zp_name);
+  const ScratchVector<double> zp = broadcast_param(ctx, *zero_point, zp_shape, x.shape(), zp_name);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] -= static_cast<std::int32_t>(zp[i]);
   return v;
 }
@@ -265,7 +265,7 @@ std::vector<std::int32_t> centered(const OpContext& ctx, const Tensor& x, const 
 // int32 accumulator (done in uint32, where wrapping is defined). The inner loop runs along rows of b and c.
 void gemm_int32(const std::int32_t* a, const std::int32_t* b, std::int32_t* c, std::int64_t m, std::int64_t n,
                 std::int64_t k) {
-  std::vector<std::uint32_t> row(static_cast<std::size_t>(n));
+  ScratchVector<std::uint32_t> row(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < m; ++i) {
     std::fill(row.begin(), row.end(), 0u);
     for (std::int64_t l = 0; l < k; ++l) {
@@ -281,8 +281,8 @@ void gemm_int32(const std::int32_t* a, const std::int32_t* b, std::int32_t* c, s
 // numpy.matmul of two int32 arrays (1-D operands promoted, batch dimensions broadcast), accumulated in wrapping
 // int32. `out_shape` gets the result's shape; `full_shape` the shape with both promoted dims kept
 // ([..., M, N]).
-std::vector<std::int32_t> matmul_int(const OpContext& ctx, const std::vector<std::int32_t>& a, Shape as,
-                                     const std::vector<std::int32_t>& b, Shape bs, Shape& out_shape,
+ScratchVector<std::int32_t> matmul_int(const OpContext& ctx, const ScratchVector<std::int32_t>& a, Shape as,
+                                     const ScratchVector<std::int32_t>& b, Shape bs, Shape& out_shape,
                                      Shape& full_shape) {
   XPURT_CHECK(!as.empty() && !bs.empty(), ctx.where(), ": matmul operands must have rank >= 1");
   const bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
@@ -297,7 +297,7 @@ std::vector<std::int32_t> matmul_int(const OpContext& ctx, const std::vector<std
   full_shape = batch;
   full_shape.push_back(m);
   full_shape.push_back(n);
-  std::vector<std::int32_t> out(static_cast<std::size_t>(numel_of(full_shape)));
+  ScratchVector<std::int32_t> out(static_cast<std::size_t>(numel_of(full_shape)));
   auto body = [&](std::int64_t oa, std::int64_t ob, std::int64_t bi) {
     gemm_int32(a.data() + oa * m * k, b.data() + ob * k * n, out.data() + bi * m * n, m, n, k);
   };
@@ -328,7 +328,7 @@ void matmul_integer(OpContext& ctx) {
 }
 
 // Quantizes real = acc * scale_product[i] with a scalar y_scale and y_zero_point into output 0.
-void requantize(OpContext& ctx, const std::vector<double>& real, const Shape& shape, const Tensor& y_scale,
+void requantize(OpContext& ctx, const ScratchVector<double>& real, const Shape& shape, const Tensor& y_scale,
                 const Tensor& y_zero_point) {
   check_scale_dtype(ctx, y_scale, "y_scale");
   XPURT_CHECK(y_scale.numel() == 1 && y_zero_point.numel() == 1, ctx.where(),
@@ -341,7 +341,7 @@ void requantize(OpContext& ctx, const std::vector<double>& real, const Shape& sh
   const double yzp = read_scalar(y_zero_point, ctx.where());
   double lo = 0, hi = 0;
   quant_range(out_dtype, lo, hi);
-  std::vector<double> q(real.size());
+  ScratchVector<double> q(real.size());
   for (std::size_t i = 0; i < real.size(); ++i) q[i] = quantize_value(static_cast<float>(real[i]) / ys, yzp, lo, hi);
   store_doubles(ctx.allocate_output(0, shape, out_dtype), q);
 }
@@ -365,7 +365,7 @@ void qlinear_matmul(OpContext& ctx) {
   const Shape a_scale_shape = a.dim() >= 2 ? row_param_shape(a_scale, a.shape()) : a_scale.shape();
   const auto sa = broadcast_param(ctx, a_scale, a_scale_shape, full_shape, "a_scale");
   const auto sb = broadcast_param(ctx, b_scale, b_scale.shape(), full_shape, "b_scale");
-  std::vector<double> real(acc.size());
+  ScratchVector<double> real(acc.size());
   for (std::size_t i = 0; i < acc.size(); ++i) {
     real[i] = static_cast<double>(static_cast<float>(acc[i]) * static_cast<float>(sa[i]) * static_cast<float>(sb[i]));
   }
@@ -427,12 +427,12 @@ ConvGeometry conv_geometry(const OpContext& ctx, const Shape& x, const Shape& w)
 // N-D grouped convolution of centered int32 operands: per image and group, the receptive fields are gathered
 // into a [C/group * K, out positions] matrix (padding reads as 0, i.e. as the zero point), then one int32 GEMM
 // with the group's [M/group, C/group * K] weights.
-std::vector<std::int32_t> conv_int(const ConvGeometry& g, const std::vector<std::int32_t>& x,
-                                   const std::vector<std::int32_t>& w) {
+ScratchVector<std::int32_t> conv_int(const ConvGeometry& g, const ScratchVector<std::int32_t>& x,
+                                   const ScratchVector<std::int32_t>& w) {
   const std::size_t sd = g.in.size();
   const std::int64_t in_size = numel_of(g.in), out_size = numel_of(g.out), k_size = numel_of(g.kernel);
   const std::int64_t cpg = g.in_channels / g.group, mpg = g.out_channels / g.group;
-  std::vector<std::int32_t> y(static_cast<std::size_t>(g.batch * g.out_channels * out_size));
+  ScratchVector<std::int32_t> y(static_cast<std::size_t>(g.batch * g.out_channels * out_size));
   if (y.empty()) return y;
   // For each (kernel element, output position): the input offset within one channel, or -1 in the padding.
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(k_size * out_size));
@@ -456,7 +456,7 @@ std::vector<std::int32_t> conv_int(const ConvGeometry& g, const std::vector<std:
       offsets[static_cast<std::size_t>(k * out_size + o)] = off;
     }
   }
-  std::vector<std::int32_t> columns(static_cast<std::size_t>(cpg * k_size * out_size));
+  ScratchVector<std::int32_t> columns(static_cast<std::size_t>(cpg * k_size * out_size));
   for (std::int64_t n = 0; n < g.batch; ++n) {
     for (std::int64_t grp = 0; grp < g.group; ++grp) {
       for (std::int64_t c = 0; c < cpg; ++c) {
@@ -546,8 +546,8 @@ void qlinear_conv(OpContext& ctx) {
     }
   }
   const auto xs = static_cast<float>(read_scalar(x_scale, ctx.where()));
-  const std::vector<float> ws = to_floats(w_scale);
-  std::vector<double> real(acc.size());
+  const ScratchVector<float> ws = to_floats(w_scale);
+  ScratchVector<double> real(acc.size());
   for (std::size_t i = 0; i < acc.size(); ++i) {
     const auto m = static_cast<std::size_t>(static_cast<std::int64_t>(i) / out_size % g.out_channels);
     real[i] = static_cast<double>(static_cast<float>(acc[i]) * xs * ws[ws.size() == 1 ? 0 : m]);

@@ -67,7 +67,7 @@ void fill(OpContext& ctx, const std::vector<std::int64_t>& shape, DType dtype, b
   Generator gen(ctx);
   const double a = ctx.attr_float(normal ? "mean" : "low", 0.0);
   const double b = ctx.attr_float(normal ? "scale" : "high", 1.0);
-  std::vector<double> v(static_cast<std::size_t>(numel_of(shape)));
+  ScratchVector<double> v(static_cast<std::size_t>(numel_of(shape)));
   for (double& x : v) x = normal ? a + b * gen.normal() : a + (b - a) * gen.uniform();
   store_doubles(ctx.allocate_output(0, shape, dtype), v);
 }
@@ -95,9 +95,9 @@ void bernoulli(OpContext& ctx) {
                    dtype_name(input.dtype()));
   const DType dtype =
       ctx.has_attr("dtype") ? dtype_from_onnx(ctx.attr_int("dtype", 1), ctx.where(), "dtype") : input.dtype();
-  const std::vector<double> p = to_doubles(input);
+  const ScratchVector<double> p = to_doubles(input);
   Generator gen(ctx);
-  std::vector<double> y(p.size());
+  ScratchVector<double> y(p.size());
   for (std::size_t i = 0; i < p.size(); ++i) {
     XPURT_CHECK(p[i] >= 0.0 && p[i] <= 1.0, ctx.where(), ": probability ", p[i], " at index ", i,
                 " is outside [0, 1]");

@@ -30,7 +30,7 @@ class Fft {
   }
 
   // `in` has `length` values; fills the first out.size() (<= length) bins.
-  void run(std::vector<Complex>& in, std::vector<Complex>& out, bool inverse) {
+  void run(ScratchVector<Complex>& in, ScratchVector<Complex>& out, bool inverse) {
     // The inverse through the forward transform: ifft(x) = conj(fft(conj(x))) / n.
     if (inverse) {
       for (Complex& v : in) v = std::conj(v);
@@ -68,7 +68,7 @@ class Fft {
     }
     // p interleaved sub-sequences of length m, then X[k + q*m] = sum_r W_n^(r*(k + q*m)) * Y_r[k].
     for (std::size_t r = 0; r < p; ++r) transform(x + r * stride, stride * p, m, out + r * m, step * p);
-    std::vector<Complex> sub(out, out + n);
+    ScratchVector<Complex> sub(out, out + n);
     for (std::size_t k = 0; k < m; ++k) {
       for (std::size_t q = 0; q < p; ++q) {
         const std::size_t bin = k + q * m;
@@ -80,8 +80,8 @@ class Fft {
   }
 
   std::size_t n_;
-  std::vector<Complex> twiddles_;
-  std::vector<Complex> full_;
+  ScratchVector<Complex> twiddles_;
+  ScratchVector<Complex> full_;
 };
 
 void check_signal_dtype(const OpContext& ctx, const Tensor& t, const char* name) {
@@ -139,10 +139,10 @@ void dft(OpContext& ctx) {
   std::int64_t outer = 1, inner = 1;
   for (std::int64_t d = 0; d < axis; ++d) outer *= x.shape()[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank - 1; ++d) inner *= x.shape()[static_cast<std::size_t>(d)];
-  const std::vector<double> xs = to_doubles(x);
-  std::vector<double> ys(static_cast<std::size_t>(numel_of(out_shape)));
+  const ScratchVector<double> xs = to_doubles(x);
+  ScratchVector<double> ys(static_cast<std::size_t>(numel_of(out_shape)));
   Fft fft(length);
-  std::vector<Complex> in(static_cast<std::size_t>(length)), out(static_cast<std::size_t>(out_len));
+  ScratchVector<Complex> in(static_cast<std::size_t>(length)), out(static_cast<std::size_t>(out_len));
   const std::int64_t comps = complex_in ? 2 : 1;
   // Bins read from the input: all `length` of them (zero past the input's end), or for irfft the first
   // length / 2 + 1, the rest following from Hermitian symmetry.
@@ -183,7 +183,7 @@ void stft(OpContext& ctx) {
               ": 'signal' must be [batch, signal_length, 1 or 2], got rank ", signal.dim());
   const std::int64_t step = read_int_scalar(ctx, 1, "frame_step");
   XPURT_CHECK(step >= 1, ctx.where(), ": frame_step must be >= 1, got ", step);
-  std::vector<double> window;
+  ScratchVector<double> window;
   if (ctx.has_input(2)) {
     const Tensor& w = ctx.input(2);
     check_signal_dtype(ctx, w, "window");
@@ -208,11 +208,11 @@ void stft(OpContext& ctx) {
   const std::int64_t bins = onesided ? frame_length / 2 + 1 : frame_length;
   const bool complex_in = signal.shape()[2] == 2;
   const std::int64_t comps = complex_in ? 2 : 1;
-  const std::vector<double> xs = to_doubles(signal);
+  const ScratchVector<double> xs = to_doubles(signal);
   const Shape out_shape{batch, frames, bins, 2};
-  std::vector<double> ys(static_cast<std::size_t>(numel_of(out_shape)));
+  ScratchVector<double> ys(static_cast<std::size_t>(numel_of(out_shape)));
   Fft fft(frame_length);
-  std::vector<Complex> in(static_cast<std::size_t>(frame_length)), out(static_cast<std::size_t>(bins));
+  ScratchVector<Complex> in(static_cast<std::size_t>(frame_length)), out(static_cast<std::size_t>(bins));
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t f = 0; f < frames; ++f) {
       for (std::int64_t n = 0; n < frame_length; ++n) {
@@ -232,13 +232,13 @@ void stft(OpContext& ctx) {
 }
 
 // The generalized cosine windows: w[n] = sum_j (-1)^j a_j cos(2*pi*j*n / N), N = size (periodic) or size - 1.
-void cosine_window(OpContext& ctx, const std::vector<double>& coefficients) {
+void cosine_window(OpContext& ctx, const ScratchVector<double>& coefficients) {
   const std::int64_t size = read_int_scalar(ctx, 0, "size");
   XPURT_CHECK(size >= 0, ctx.where(), ": size must be >= 0, got ", size);
   const DType out_dtype = dtype_from_onnx(ctx.attr_int("output_datatype", 1), ctx.where(), "output_datatype");
   const bool periodic = ctx.attr_int("periodic", 1) != 0;
   const std::int64_t denominator = periodic ? size : size - 1;
-  std::vector<double> w(static_cast<std::size_t>(size));
+  ScratchVector<double> w(static_cast<std::size_t>(size));
   for (std::int64_t n = 0; n < size; ++n) {
     const double phase = denominator > 0 ? 2.0 * kPi * static_cast<double>(n) / static_cast<double>(denominator) : 0.0;
     double v = 0.0;
@@ -277,7 +277,7 @@ void mel_weight_matrix(OpContext& ctx) {
                 " maps past the last spectrogram bin (", spectrogram_bins, " bins for dft_length ", dft_length,
                 " at sample_rate ", sample_rate, ")");
   }
-  std::vector<double> out(static_cast<std::size_t>(spectrogram_bins * num_mel_bins), 0.0);
+  ScratchVector<double> out(static_cast<std::size_t>(spectrogram_bins * num_mel_bins), 0.0);
   auto at = [&](std::int64_t row, std::int64_t col) -> double& {
     return out[static_cast<std::size_t>(row * num_mel_bins + col)];
   };

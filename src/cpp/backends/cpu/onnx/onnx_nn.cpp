@@ -102,7 +102,7 @@ bool is_int_dtype(DType d) {
 
 // Batched row-major product of float/double buffers: for each of `batches` (offsets into a and b), [m,k]x[k,n].
 template <typename C>
-void batched_matmul(const std::vector<C>& a, const std::vector<C>& b, C* out, std::int64_t m, std::int64_t n,
+void batched_matmul(const ScratchVector<C>& a, const ScratchVector<C>& b, C* out, std::int64_t m, std::int64_t n,
                     std::int64_t k, const std::vector<std::int64_t>& a_off, const std::vector<std::int64_t>& b_off) {
   // A shared B (a weight) with A's batches contiguous: one GEMM over all of A's rows.
   bool shared_b = true;
@@ -156,13 +156,13 @@ void matmul(OpContext& ctx) {
   } else if (A.dtype() == DType::kFloat32) {
     batched_matmul<float>(load_values<float>(A), load_values<float>(B), data<float>(Y), m, n, k, a_off, b_off);
   } else if (is_float_dtype(A.dtype())) {
-    std::vector<float> y(static_cast<std::size_t>(Y.numel()));
+    ScratchVector<float> y(static_cast<std::size_t>(Y.numel()));
     batched_matmul<float>(load_values<float>(A), load_values<float>(B), y.data(), m, n, k, a_off, b_off);
     store_values(Y, y.data());
   } else {
     // Integers: exact products accumulated in int64, wrapped to the dtype as two's complement.
-    const std::vector<std::int64_t> a = load_values<std::int64_t>(A), b = load_values<std::int64_t>(B);
-    std::vector<std::int64_t> y(static_cast<std::size_t>(Y.numel()), 0);
+    const ScratchVector<std::int64_t> a = load_values<std::int64_t>(A), b = load_values<std::int64_t>(B);
+    ScratchVector<std::int64_t> y(static_cast<std::size_t>(Y.numel()), 0);
     for (std::size_t bi = 0; bi < a_off.size(); ++bi) {
       std::int64_t* yb = y.data() + static_cast<std::int64_t>(bi) * m * n;
       for (std::int64_t i = 0; i < m; ++i) {
@@ -191,22 +191,22 @@ void matmul(OpContext& ctx) {
 template <typename C>
 void gemm_float(OpContext& ctx, Tensor& Y, std::int64_t M, std::int64_t N, std::int64_t K, bool trans_a, bool trans_b,
                 double alpha, double beta) {
-  std::vector<C> a = load_values<C>(ctx.input(0));
-  const std::vector<C> b = load_values<C>(ctx.input(1));
+  ScratchVector<C> a = load_values<C>(ctx.input(0));
+  const ScratchVector<C> b = load_values<C>(ctx.input(1));
   if (trans_a) {
-    std::vector<C> t(a.size());
+    ScratchVector<C> t(a.size());
     for (std::int64_t i = 0; i < M; ++i) {
       for (std::int64_t p = 0; p < K; ++p)
         t[static_cast<std::size_t>(i * K + p)] = a[static_cast<std::size_t>(p * M + i)];
     }
     a.swap(t);
   }
-  std::vector<C> y(static_cast<std::size_t>(M * N), C(0));
+  ScratchVector<C> y(static_cast<std::size_t>(M * N), C(0));
   nn_gemm<C>(trans_b, M, N, K, a.data(), K, b.data(), trans_b ? K : N, y.data(), N);
   for (C& v : y) v = static_cast<C>(alpha * static_cast<double>(v));
   if (ctx.has_input(2) && beta != 0.0) {
     const Tensor& Ct = ctx.input(2);
-    const std::vector<C> c = load_values<C>(Ct);
+    const ScratchVector<C> c = load_values<C>(Ct);
     const auto sc = broadcast_strides(Ct.shape(), {M, N});
     for (std::int64_t i = 0; i < M; ++i) {
       for (std::int64_t j = 0; j < N; ++j) {
@@ -249,9 +249,9 @@ void gemm_op(OpContext& ctx) {
     if (is_int_dtype(A.dtype())) {
       // Integer Gemm: exact int64 accumulation, then alpha/beta scaling in double.
       const auto a = load_values<std::int64_t>(A), b = load_values<std::int64_t>(B);
-      std::vector<double> y(static_cast<std::size_t>(M * N), 0.0);
-      const std::vector<std::int64_t> c =
-          ctx.has_input(2) ? load_values<std::int64_t>(ctx.input(2)) : std::vector<std::int64_t>{};
+      ScratchVector<double> y(static_cast<std::size_t>(M * N), 0.0);
+      const ScratchVector<std::int64_t> c =
+          ctx.has_input(2) ? load_values<std::int64_t>(ctx.input(2)) : ScratchVector<std::int64_t>{};
       const auto sc =
           ctx.has_input(2) ? broadcast_strides(ctx.input(2).shape(), {M, N}) : std::vector<std::int64_t>{0, 0};
       for (std::int64_t i = 0; i < M; ++i) {

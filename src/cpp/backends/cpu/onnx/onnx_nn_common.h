@@ -25,8 +25,8 @@ void register_nn_rnn_ops(Library& lib);     // onnx_nn_rnn.cpp: RNN, GRU, LSTM
 
 // The values of a tensor of any numeric dtype, converted to C.
 template <typename C>
-std::vector<C> load_values(const Tensor& t) {
-  std::vector<C> out(static_cast<std::size_t>(t.numel()));
+ScratchVector<C> load_values(const Tensor& t) {
+  ScratchVector<C> out(static_cast<std::size_t>(t.numel()));
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = data<T>(t);

@@ -87,22 +87,22 @@ void conv_compute(OpContext& ctx, const Window& w, std::int64_t group, const std
   const std::int64_t N = X.shape()[0], Cin = X.shape()[1], M = W.shape()[0];
   const std::int64_t Cg = Cin / group, Mg = M / group;
   const std::int64_t in_size = product_of(in_sp), out_size = product_of(out_sp), ksize = product_of(w.kernel);
-  const std::vector<C> x = load_values<C>(X);
-  const std::vector<C> wt = load_values<C>(W);
-  std::vector<C> bias;
+  const ScratchVector<C> x = load_values<C>(X);
+  const ScratchVector<C> wt = load_values<C>(W);
+  ScratchVector<C> bias;
   if (ctx.has_input(2)) {
     bias = load_values<C>(ctx.input(2));
     XPURT_CHECK(static_cast<std::int64_t>(bias.size()) == M, ctx.where(), ": bias B must have ", M,
                 " values (one per output channel), got ", bias.size());
   }
-  std::vector<C> y(static_cast<std::size_t>(N * M * out_size));
+  ScratchVector<C> y(static_cast<std::size_t>(N * M * out_size));
   const Taps taps = make_taps(w, in_sp, out_sp);
   // A 1x1 kernel with unit strides and no pads reads the input as it is: no im2col copy.
   bool direct = true;
   for (std::size_t d = 0; d < w.rank(); ++d) {
     direct = direct && w.kernel[d] == 1 && w.strides[d] == 1 && w.pads_begin[d] == 0 && in_sp[d] == out_sp[d];
   }
-  std::vector<C> col(direct ? 0 : static_cast<std::size_t>(Cg * ksize * out_size));
+  ScratchVector<C> col(direct ? 0 : static_cast<std::size_t>(Cg * ksize * out_size));
   for (std::int64_t n = 0; n < N; ++n) {
     for (std::int64_t g = 0; g < group; ++g) {
       const C* xg = x.data() + (n * Cin + g * Cg) * in_size;
@@ -187,16 +187,16 @@ void conv_transpose_compute(OpContext& ctx, const Window& w, std::int64_t group,
   const std::int64_t N = X.shape()[0], Cin = X.shape()[1], Mg = W.shape()[1], M = Mg * group;
   const std::int64_t Cg = Cin / group;
   const std::int64_t in_size = product_of(in_sp), out_size = product_of(out_sp), ksize = product_of(w.kernel);
-  const std::vector<C> x = load_values<C>(X);
-  const std::vector<C> wt = load_values<C>(W);
-  std::vector<C> bias;
+  const ScratchVector<C> x = load_values<C>(X);
+  const ScratchVector<C> wt = load_values<C>(W);
+  ScratchVector<C> bias;
   if (ctx.has_input(2)) {
     bias = load_values<C>(ctx.input(2));
     XPURT_CHECK(static_cast<std::int64_t>(bias.size()) == M, ctx.where(), ": bias B must have ", M,
                 " values (one per output channel), got ", bias.size());
   }
   // W_g is [Cg, Mg * ksize]; the GEMM wants its transpose [Mg * ksize, Cg].
-  std::vector<C> wtt(wt.size());
+  ScratchVector<C> wtt(wt.size());
   for (std::int64_t g = 0; g < group; ++g) {
     const C* src = wt.data() + g * Cg * Mg * ksize;
     C* dst = wtt.data() + g * Cg * Mg * ksize;
@@ -204,8 +204,8 @@ void conv_transpose_compute(OpContext& ctx, const Window& w, std::int64_t group,
       for (std::int64_t r = 0; r < Mg * ksize; ++r) dst[r * Cg + c] = src[c * Mg * ksize + r];
     }
   }
-  std::vector<C> y(static_cast<std::size_t>(N * M * out_size), C(0));
-  std::vector<C> col(static_cast<std::size_t>(Mg * ksize * in_size));
+  ScratchVector<C> y(static_cast<std::size_t>(N * M * out_size), C(0));
+  ScratchVector<C> col(static_cast<std::size_t>(Mg * ksize * in_size));
   // The output position o of input position i and kernel offset k is o = i * s - pad_begin + k * r: the taps of
   // a convolution of the output (as "input") producing the input positions (as "output").
   const Taps taps = make_taps(w, out_sp, in_sp);
@@ -319,8 +319,8 @@ void col2im(OpContext& ctx) {
   std::vector<std::int64_t> out_shape{N, C};
   out_shape.insert(out_shape.end(), image.begin(), image.end());
   Tensor& Y = ctx.allocate_output(0, out_shape, X.dtype());
-  const std::vector<double> x = load_values<double>(X);
-  std::vector<double> y(static_cast<std::size_t>(N * C * image_size), 0.0);
+  const ScratchVector<double> x = load_values<double>(X);
+  ScratchVector<double> y(static_cast<std::size_t>(N * C * image_size), 0.0);
   const Taps taps = make_taps(w, image, blocks);
   for (std::int64_t nc = 0; nc < N * C; ++nc) {
     const double* col = x.data() + nc * ksize * L;
@@ -377,17 +377,17 @@ void deform_conv(OpContext& ctx) {
     XPURT_CHECK(ctx.input(4).shape() == mask_shape, ctx.where(), ": mask must be ", shape_str(mask_shape), ", got ",
                 shape_str(ctx.input(4).shape()));
   }
-  const std::vector<double> x = load_values<double>(X), wt = load_values<double>(Wt);
-  const std::vector<double> off = load_values<double>(offset_t);
-  const std::vector<double> mask = has_mask ? load_values<double>(ctx.input(4)) : std::vector<double>{};
-  std::vector<double> bias(static_cast<std::size_t>(M), 0.0);
+  const ScratchVector<double> x = load_values<double>(X), wt = load_values<double>(Wt);
+  const ScratchVector<double> off = load_values<double>(offset_t);
+  const ScratchVector<double> mask = has_mask ? load_values<double>(ctx.input(4)) : ScratchVector<double>{};
+  ScratchVector<double> bias(static_cast<std::size_t>(M), 0.0);
   if (ctx.has_input(3)) {
     bias = load_values<double>(ctx.input(3));
     XPURT_CHECK(static_cast<std::int64_t>(bias.size()) == M, ctx.where(), ": B must have ", M, " values");
   }
   const std::int64_t Cg = C / group, Mg = M / group, out_size = oh * ow, cpo = C / offset_group;
-  std::vector<double> col(static_cast<std::size_t>(C * K * out_size));
-  std::vector<double> y(static_cast<std::size_t>(N * M * out_size));
+  ScratchVector<double> col(static_cast<std::size_t>(C * K * out_size));
+  ScratchVector<double> y(static_cast<std::size_t>(N * M * out_size));
   for (std::int64_t n = 0; n < N; ++n) {
     // col[(c, i, j), (p, q)] = mask * X[c] sampled at the offset kernel position.
     for (std::int64_t c = 0; c < C; ++c) {

@@ -12,10 +12,10 @@ namespace {
 // each element its group, and per group the mean and the (population) variance.
 struct GroupStats {
   std::vector<std::int64_t> group;  // per element
-  std::vector<double> mean, var;    // per group, in row-major order of the kept dims
+  ScratchVector<double> mean, var;    // per group, in row-major order of the kept dims
 };
 
-GroupStats group_stats(const std::vector<double>& x, const std::vector<std::int64_t>& shape,
+GroupStats group_stats(const ScratchVector<double>& x, const std::vector<std::int64_t>& shape,
                        const std::vector<bool>& reduced) {
   const std::size_t rank = shape.size();
   std::vector<std::int64_t> kept_strides(rank, 0);
@@ -50,7 +50,7 @@ GroupStats group_stats(const std::vector<double>& x, const std::vector<std::int6
 // Per-channel parameter reader for BatchNormalization: a [C] tensor, or (opset < 9, spatial=0) a [C, spatial...]
 // one indexed by channel and spatial position.
 struct ChannelParam {
-  std::vector<double> v;
+  ScratchVector<double> v;
   bool per_position = false;
   double at(std::int64_t c, std::int64_t s, std::int64_t S) const {
     return v[static_cast<std::size_t>(per_position ? c * S + s : c)];
@@ -84,10 +84,10 @@ void batch_normalization(OpContext& ctx) {
   const bool training =
       ctx.opset() >= 14 ? ctx.attr_int("training_mode", 0) != 0
                         : (ctx.wants_output(1) || ctx.wants_output(2) || ctx.wants_output(3) || ctx.wants_output(4));
-  const std::vector<double> x = load_values<double>(X);
-  std::vector<double> y(x.size());
+  const ScratchVector<double> x = load_values<double>(X);
+  ScratchVector<double> y(x.size());
   ChannelParam use_mean = mean, use_var = var;
-  std::vector<double> batch_mean, batch_var;
+  ScratchVector<double> batch_mean, batch_var;
   if (training) {
     std::vector<bool> reduced(X.shape().size(), true);
     reduced[1] = false;
@@ -112,7 +112,7 @@ void batch_normalization(OpContext& ctx) {
   // batch mean and variance (outputs 3 and 4, "saved").
   const Tensor& mean_in = ctx.input(3);
   const Tensor& var_in = ctx.input(4);
-  std::vector<double> running_mean(static_cast<std::size_t>(C)), running_var(static_cast<std::size_t>(C));
+  ScratchVector<double> running_mean(static_cast<std::size_t>(C)), running_var(static_cast<std::size_t>(C));
   for (std::int64_t c = 0; c < C; ++c) {
     running_mean[static_cast<std::size_t>(c)] =
         mean.at(c, 0, S) * momentum + batch_mean[static_cast<std::size_t>(c)] * (1 - momentum);
@@ -131,12 +131,12 @@ void instance_normalization(OpContext& ctx) {
   XPURT_CHECK(X.dim() >= 3, ctx.where(), ": X must be [N, C, spatial...], got ", shape_str(X.shape()));
   const std::int64_t N = X.shape()[0], C = X.shape()[1], S = X.numel() / std::max<std::int64_t>(N * C, 1);
   const double epsilon = ctx.attr_float("epsilon", 1e-5);
-  const std::vector<double> scale = load_values<double>(ctx.input(1)), bias = load_values<double>(ctx.input(2));
+  const ScratchVector<double> scale = load_values<double>(ctx.input(1)), bias = load_values<double>(ctx.input(2));
   XPURT_CHECK(static_cast<std::int64_t>(scale.size()) == C && static_cast<std::int64_t>(bias.size()) == C, ctx.where(),
               ": scale and B must have ", C, " values (one per channel), got ", shape_str(ctx.input(1).shape()),
               " and ", shape_str(ctx.input(2).shape()));
-  const std::vector<double> x = load_values<double>(X);
-  std::vector<double> y(x.size());
+  const ScratchVector<double> x = load_values<double>(X);
+  ScratchVector<double> y(x.size());
   for (std::int64_t plane = 0; plane < N * C; ++plane) {
     const std::size_t c = static_cast<std::size_t>(plane % C);
     const double* xp = x.data() + plane * S;
@@ -171,14 +171,14 @@ DType stash_dtype(const OpContext& ctx) {
 }
 
 // A parameter (Scale, B) unidirectionally broadcast to X's shape: its value for each element of X.
-std::vector<double> broadcast_param(const OpContext& ctx, std::size_t i, const char* name,
+ScratchVector<double> broadcast_param(const OpContext& ctx, std::size_t i, const char* name,
                                     const std::vector<std::int64_t>& x_shape) {
   const Tensor& t = ctx.input(i);
   check_float(ctx, t, name);
   XPURT_CHECK(broadcast_shapes(t.shape(), x_shape, ctx.where()) == x_shape, ctx.where(), ": ", name, " ",
               shape_str(t.shape()), " cannot be broadcast to X ", shape_str(x_shape));
-  const std::vector<double> v = load_values<double>(t);
-  std::vector<double> out(static_cast<std::size_t>(numel_of(x_shape)));
+  const ScratchVector<double> v = load_values<double>(t);
+  ScratchVector<double> out(static_cast<std::size_t>(numel_of(x_shape)));
   const auto st = broadcast_strides(t.shape(), x_shape);
   for_each_index2(x_shape, st, st, [&](std::int64_t o, std::int64_t, std::int64_t lin) {
     out[static_cast<std::size_t>(lin)] = v[static_cast<std::size_t>(o)];
@@ -193,13 +193,13 @@ void layer_normalization(OpContext& ctx) {
   const std::int64_t axis = normalize_axis(ctx.attr_int("axis", -1), rank, ctx.where());
   const double epsilon = ctx.attr_float("epsilon", 1e-5);
   const DType stash = stash_dtype(ctx);
-  const std::vector<double> x = load_values<double>(X);
-  const std::vector<double> scale = broadcast_param(ctx, 1, "input 'Scale'", X.shape());
-  const std::vector<double> bias =
-      ctx.has_input(2) ? broadcast_param(ctx, 2, "input 'B'", X.shape()) : std::vector<double>(x.size(), 0.0);
+  const ScratchVector<double> x = load_values<double>(X);
+  const ScratchVector<double> scale = broadcast_param(ctx, 1, "input 'Scale'", X.shape());
+  const ScratchVector<double> bias =
+      ctx.has_input(2) ? broadcast_param(ctx, 2, "input 'B'", X.shape()) : ScratchVector<double>(x.size(), 0.0);
   std::int64_t rows = 1, cols = 1;
   for (std::int64_t d = 0; d < rank; ++d) (d < axis ? rows : cols) *= X.shape()[static_cast<std::size_t>(d)];
-  std::vector<double> y(x.size()), mean(static_cast<std::size_t>(rows)), inv_std(static_cast<std::size_t>(rows));
+  ScratchVector<double> y(x.size()), mean(static_cast<std::size_t>(rows)), inv_std(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) {
     const double* xr = x.data() + r * cols;
     double m = 0, v = 0;
@@ -231,7 +231,7 @@ void group_normalization(OpContext& ctx) {
   const std::int64_t N = X.shape()[0], C = X.shape()[1], S = X.numel() / std::max<std::int64_t>(N * C, 1);
   XPURT_CHECK(G > 0 && C % G == 0, ctx.where(), ": num_groups ", G, " must divide the channels ", C);
   const double epsilon = ctx.attr_float("epsilon", 1e-5);
-  const std::vector<double> scale = load_values<double>(ctx.input(1)), bias = load_values<double>(ctx.input(2));
+  const ScratchVector<double> scale = load_values<double>(ctx.input(1)), bias = load_values<double>(ctx.input(2));
   // Opset 18 takes one scale/bias per group, opset 21 one per channel.
   const auto per = static_cast<std::int64_t>(scale.size());
   XPURT_CHECK((per == C || per == G) && bias.size() == scale.size(), ctx.where(), ": scale and bias must have ",
@@ -239,8 +239,8 @@ void group_normalization(OpContext& ctx) {
               "), got ", shape_str(ctx.input(1).shape()), " and ", shape_str(ctx.input(2).shape()));
   const bool per_channel = ctx.opset() >= 21 ? per == C : per != G;
   const std::int64_t group_size = (C / G) * S;
-  const std::vector<double> x = load_values<double>(X);
-  std::vector<double> y(x.size());
+  const ScratchVector<double> x = load_values<double>(X);
+  ScratchVector<double> y(x.size());
   for (std::int64_t ng = 0; ng < N * G; ++ng) {
     const double* xg = x.data() + ng * group_size;
     double m = 0, v = 0;
@@ -270,8 +270,8 @@ void lrn(OpContext& ctx) {
   const double bias = ctx.attr_float("bias", 1.0);
   const std::int64_t N = X.shape()[0], C = X.shape()[1], S = X.numel() / std::max<std::int64_t>(N * C, 1);
   const std::int64_t before = (size - 1) / 2, after = size - 1 - before;
-  const std::vector<double> x = load_values<double>(X);
-  std::vector<double> y(x.size());
+  const ScratchVector<double> x = load_values<double>(X);
+  ScratchVector<double> y(x.size());
   for (std::int64_t n = 0; n < N; ++n) {
     for (std::int64_t c = 0; c < C; ++c) {
       const std::int64_t lo = std::max<std::int64_t>(0, c - before), hi = std::min(C - 1, c + after);
@@ -305,9 +305,9 @@ void mean_variance_normalization(OpContext& ctx) {
   }
   std::vector<bool> reduced(static_cast<std::size_t>(rank), false);
   for (std::int64_t a : axes) reduced[static_cast<std::size_t>(normalize_axis(a, rank, ctx.where()))] = true;
-  const std::vector<double> x = load_values<double>(X);
+  const ScratchVector<double> x = load_values<double>(X);
   const GroupStats st = group_stats(x, X.shape(), reduced);
-  std::vector<double> y(x.size());
+  ScratchVector<double> y(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     const auto g = static_cast<std::size_t>(st.group[i]);
     y[i] = x[i] - st.mean[g];
@@ -327,8 +327,8 @@ void lp_normalization(OpContext& ctx) {
   for (std::int64_t d = 0; d < axis; ++d) outer *= X.shape()[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank; ++d) inner *= X.shape()[static_cast<std::size_t>(d)];
   const std::int64_t len = rank == 0 ? 1 : X.shape()[static_cast<std::size_t>(axis)];
-  const std::vector<double> x = load_values<double>(X);
-  std::vector<double> y(x.size());
+  const ScratchVector<double> x = load_values<double>(X);
+  ScratchVector<double> y(x.size());
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t i = 0; i < inner; ++i) {
       double norm = 0;

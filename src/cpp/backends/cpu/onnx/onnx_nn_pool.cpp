@@ -56,8 +56,8 @@ void pool(OpContext& ctx, PoolKind kind) {
   const double p = kind == PoolKind::kLp ? ctx.attr_float("p", 2.0) : 2.0;
   if (Y.numel() == 0) return;
 
-  const std::vector<double> x = load_values<double>(X);
-  std::vector<double> y(static_cast<std::size_t>(Y.numel()));
+  const ScratchVector<double> x = load_values<double>(X);
+  ScratchVector<double> y(static_cast<std::size_t>(Y.numel()));
   std::int64_t* ind = I ? data<std::int64_t>(*I) : nullptr;
   const std::int64_t in_size = product_of(in_sp), out_size = product_of(out_sp);
   // Row-major and column-major strides of the spatial input dims (for Indices).
@@ -142,8 +142,8 @@ void global_pool(OpContext& ctx, PoolKind kind) {
   const std::int64_t in_size = product_of(std::vector<std::int64_t>(X.shape().begin() + 2, X.shape().end()));
   const double p = kind == PoolKind::kLp ? ctx.attr_float("p", 2.0) : 2.0;
   Tensor& Y = ctx.allocate_output(0, out_shape, X.dtype());
-  const std::vector<double> x = load_values<double>(X);
-  std::vector<double> y(static_cast<std::size_t>(N * Cn));
+  const ScratchVector<double> x = load_values<double>(X);
+  ScratchVector<double> y(static_cast<std::size_t>(N * Cn));
   for (std::int64_t plane = 0; plane < N * Cn; ++plane) {
     const double* xp = x.data() + plane * in_size;
     double acc = kind == PoolKind::kMax ? -std::numeric_limits<double>::infinity() : 0.0;

@@ -22,8 +22,8 @@ namespace {
 struct AxisMap {
   std::vector<std::int64_t> begin;  // out + 1 entries
   std::vector<std::int64_t> index;
-  std::vector<double> weight;
-  std::vector<char> extrapolate;  // per output position
+  ScratchVector<double> weight;
+  ScratchVector<char> extrapolate;  // per output position
   bool identity(std::int64_t in) const {
     const auto out = static_cast<std::int64_t>(extrapolate.size());
     if (out != in) return false;
@@ -132,7 +132,7 @@ AxisMap make_axis_map(const ResizeParams& p, const OpContext& ctx, std::int64_t 
         m.index.push_back(clamp(idx));
         m.weight.push_back(1.0);
       } else {
-        std::vector<double> coeffs;
+        ScratchVector<double> coeffs;
         std::int64_t start;
         const double s = p.antialias ? std::min(scale, 1.0) : 1.0;
         if (p.mode == "linear") {
@@ -173,14 +173,14 @@ AxisMap make_axis_map(const ResizeParams& p, const OpContext& ctx, std::int64_t 
 }
 
 // One pass along `axis` of a row-major tensor of shape `shape` (updated to the new length).
-std::vector<double> resample_axis(const std::vector<double>& x, std::vector<std::int64_t>& shape, std::size_t axis,
+ScratchVector<double> resample_axis(const ScratchVector<double>& x, std::vector<std::int64_t>& shape, std::size_t axis,
                                   const AxisMap& m, double extrapolation_value) {
   std::int64_t outer = 1, inner = 1;
   for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
   for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
   const std::int64_t in = shape[axis];
   const auto out = static_cast<std::int64_t>(m.extrapolate.size());
-  std::vector<double> y(static_cast<std::size_t>(outer * out * inner));
+  ScratchVector<double> y(static_cast<std::size_t>(outer * out * inner));
   for (std::int64_t a = 0; a < outer; ++a) {
     for (std::int64_t o = 0; o < out; ++o) {
       double* yr = y.data() + (a * out + o) * inner;
@@ -200,8 +200,8 @@ std::vector<double> resample_axis(const std::vector<double>& x, std::vector<std:
   return y;
 }
 
-void run_resize(OpContext& ctx, const ResizeParams& p, std::vector<double> scales, std::vector<std::int64_t> sizes,
-                std::vector<double> roi) {
+void run_resize(OpContext& ctx, const ResizeParams& p, ScratchVector<double> scales, std::vector<std::int64_t> sizes,
+                ScratchVector<double> roi) {
   const Tensor& X = ctx.input(0);
   XPURT_CHECK_TYPE(X.dtype() != DType::kBool, ctx.where(), ": input 'X' must be numeric, got bool");
   const std::size_t rank = X.shape().size();
@@ -233,7 +233,7 @@ void run_resize(OpContext& ctx, const ResizeParams& p, std::vector<double> scale
   Tensor& Y = ctx.allocate_output(0, out, X.dtype());
   if (Y.numel() == 0) return;
   XPURT_CHECK(X.numel() > 0, ctx.where(), ": cannot resize the empty tensor ", shape_str(in), " to ", shape_str(out));
-  std::vector<double> x = load_values<double>(X);
+  ScratchVector<double> x = load_values<double>(X);
   std::vector<std::int64_t> shape = in;
   // Last axis first, like the reference (the result is the same up to rounding).
   for (std::size_t d = rank; d-- > 0;) {
@@ -248,12 +248,12 @@ void run_resize(OpContext& ctx, const ResizeParams& p, std::vector<double> scale
   store_values(Y, x.data());
 }
 
-std::vector<double> read_floats(const Tensor& t) { return load_values<double>(t); }
+ScratchVector<double> read_floats(const Tensor& t) { return load_values<double>(t); }
 
 void resize(OpContext& ctx) {
   ResizeParams p;
   p.mode = ctx.attr_string("mode", "nearest");
-  std::vector<double> scales, roi;
+  ScratchVector<double> scales, roi;
   std::vector<std::int64_t> sizes;
   const std::size_t rank = static_cast<std::size_t>(ctx.input(0).dim());
   if (ctx.opset() < 11) {
@@ -286,7 +286,7 @@ void resize(OpContext& ctx) {
     XPURT_CHECK(scales.empty() || scales.size() == k, ctx.where(), ": scales must have one value per axis (", k, ")");
     XPURT_CHECK(sizes.empty() || sizes.size() == k, ctx.where(), ": sizes must have one value per axis (", k, ")");
     XPURT_CHECK(roi.empty() || roi.size() == 2 * k, ctx.where(), ": roi must have ", 2 * k, " values");
-    std::vector<double> full_scales(rank, 1.0), full_roi(2 * rank, 0.0);
+    ScratchVector<double> full_scales(rank, 1.0), full_roi(2 * rank, 0.0);
     std::vector<std::int64_t> full_sizes = ctx.input(0).shape();
     for (std::size_t d = 0; d < rank; ++d) full_roi[rank + d] = 1.0;
     for (std::size_t j = 0; j < k; ++j) {
@@ -304,7 +304,7 @@ void resize(OpContext& ctx) {
   } else {
     for (std::size_t d = 0; d < rank; ++d) axes.push_back(static_cast<std::int64_t>(d));
   }
-  std::vector<double> size_scales;
+  ScratchVector<double> size_scales;
   if (!sizes.empty()) {
     const std::vector<std::int64_t>& in = ctx.input(0).shape();
     const std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
@@ -336,11 +336,12 @@ void upsample(OpContext& ctx) {
               "' is not one of nearest, linear");
   p.coordinate_mode = "asymmetric";
   p.legacy_nearest = true;
-  std::vector<double> scales;
+  ScratchVector<double> scales;
   if (ctx.opset() >= 9) {
     scales = read_floats(ctx.input(1));
   } else if (ctx.has_attr("scales")) {
-    scales = ctx.attr_floats("scales", {});
+    const std::vector<double> attr = ctx.attr_floats("scales", {});
+    scales.assign(attr.begin(), attr.end());
   } else {
     // Upsample-1: height_scale / width_scale of an NCHW input.
     scales = {1.0, 1.0, ctx.attr_float("height_scale", 1.0), ctx.attr_float("width_scale", 1.0)};
@@ -397,16 +398,16 @@ void grid_sample(OpContext& ctx) {
   out_shape.insert(out_shape.end(), out_sp.begin(), out_sp.end());
   Tensor& Y = ctx.allocate_output(0, out_shape, X.dtype());
   if (Y.numel() == 0) return;
-  const std::vector<double> x = load_values<double>(X), grid = load_values<double>(G);
+  const ScratchVector<double> x = load_values<double>(X), grid = load_values<double>(G);
   std::int64_t in_size = 1, out_size = 1;
   for (std::int64_t v : in_sp) in_size *= v;
   for (std::int64_t v : out_sp) out_size *= v;
   std::vector<std::int64_t> in_strides(rank, 1);
   for (std::size_t d = rank; d-- > 1;) in_strides[d - 1] = in_strides[d] * in_sp[d];
-  std::vector<double> y(static_cast<std::size_t>(Y.numel()));
+  ScratchVector<double> y(static_cast<std::size_t>(Y.numel()));
   // Grid coordinates are ordered (x, y, z...): the last spatial dim first.
-  std::vector<double> coord(rank);
-  std::vector<double> lo(rank), hi(rank);
+  ScratchVector<double> coord(rank);
+  ScratchVector<double> lo(rank), hi(rank);
   for (std::size_t d = 0; d < rank; ++d) {
     const double len = static_cast<double>(in_sp[d]);
     lo[d] = align ? 0.0 : -0.5;
@@ -510,8 +511,8 @@ void roi_align(OpContext& ctx) {
                                           ctx.opset() >= 16 ? "half_pixel" : "output_half_pixel") == "half_pixel";
   const std::int64_t N = X.shape()[0], C = X.shape()[1], H = X.shape()[2], W = X.shape()[3];
   Tensor& Y = ctx.allocate_output(0, {num_rois, C, oh, ow}, X.dtype());
-  const std::vector<double> x = load_values<double>(X), rois = load_values<double>(R);
-  std::vector<double> y(static_cast<std::size_t>(Y.numel()));
+  const ScratchVector<double> x = load_values<double>(X), rois = load_values<double>(R);
+  ScratchVector<double> y(static_cast<std::size_t>(Y.numel()));
   const double offset = half_pixel ? 0.5 : 0.0;
   for (std::int64_t r = 0; r < num_rois; ++r) {
     const std::int64_t b = batch[static_cast<std::size_t>(r)];
@@ -612,9 +613,9 @@ void non_max_suppression(OpContext& ctx) {
   const std::int64_t center = ctx.attr_int("center_point_box", 0);
   XPURT_CHECK(center == 0 || center == 1, ctx.where(), ": center_point_box must be 0 or 1, got ", center);
   const std::int64_t B = boxes_t.shape()[0], S = boxes_t.shape()[1], C = scores_t.shape()[1];
-  const std::vector<double> boxes = load_values<double>(boxes_t), scores = load_values<double>(scores_t);
+  const ScratchVector<double> boxes = load_values<double>(boxes_t), scores = load_values<double>(scores_t);
   // Corners (y1, x1, y2, x2) with y1 <= y2, x1 <= x2, per box.
-  std::vector<double> corners(boxes.size());
+  ScratchVector<double> corners(boxes.size());
   for (std::int64_t i = 0; i < B * S; ++i) {
     const double* b = boxes.data() + i * 4;
     double* c = corners.data() + i * 4;
@@ -690,8 +691,8 @@ void max_roi_pool(OpContext& ctx) {
   const double scale = ctx.attr_float("spatial_scale", 1.0);
   const std::int64_t N = X.shape()[0], C = X.shape()[1], H = X.shape()[2], W = X.shape()[3];
   const std::int64_t num_rois = R.shape()[0], ph_n = pooled[0], pw_n = pooled[1];
-  const std::vector<double> x = load_values<double>(X), rois = load_values<double>(R);
-  std::vector<double> y(static_cast<std::size_t>(num_rois * C * ph_n * pw_n));
+  const ScratchVector<double> x = load_values<double>(X), rois = load_values<double>(R);
+  ScratchVector<double> y(static_cast<std::size_t>(num_rois * C * ph_n * pw_n));
   for (std::int64_t r = 0; r < num_rois; ++r) {
     const double* roi = rois.data() + r * 5;
     const auto b = static_cast<std::int64_t>(roi[0]);
@@ -745,7 +746,7 @@ void affine_grid(OpContext& ctx) {
   XPURT_CHECK(theta_t.shape() == theta_shape, ctx.where(), ": theta must be ", shape_str(theta_shape), " for size ",
               shape_str(size), ", got ", shape_str(theta_t.shape()));
   const bool align = ctx.attr_int("align_corners", 0) != 0;
-  const std::vector<double> theta = load_values<double>(theta_t);
+  const ScratchVector<double> theta = load_values<double>(theta_t);
   // Spatial dims in (D,) H, W order; the output's last axis holds (x, y[, z]) = (W, H[, D]) coordinates.
   const std::vector<std::int64_t> sp(size.begin() + 2, size.end());
   auto base = [&](std::int64_t i, std::int64_t len) {
@@ -756,12 +757,12 @@ void affine_grid(OpContext& ctx) {
   std::vector<std::int64_t> out_shape{N};
   out_shape.insert(out_shape.end(), sp.begin(), sp.end());
   out_shape.push_back(static_cast<std::int64_t>(rank));
-  std::vector<double> y(static_cast<std::size_t>(numel_of(out_shape)));
+  ScratchVector<double> y(static_cast<std::size_t>(numel_of(out_shape)));
   std::int64_t o = 0;
   for (std::int64_t n = 0; n < N; ++n) {
     const double* th = theta.data() + n * static_cast<std::int64_t>(rank * (rank + 1));
     for_each_multi_index(sp, [&](const std::vector<std::int64_t>& idx) {
-      std::vector<double> p(rank + 1, 1.0);
+      ScratchVector<double> p(rank + 1, 1.0);
       for (std::size_t k = 0; k < rank; ++k) p[k] = base(idx[rank - 1 - k], sp[rank - 1 - k]);
       for (std::size_t r = 0; r < rank; ++r) {
         double v = 0;

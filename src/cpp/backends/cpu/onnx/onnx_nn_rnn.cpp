@@ -104,8 +104,8 @@ void run_recurrent(OpContext& ctx, Cell cell) {
               I, "], got ", shape_str(W.shape()));
   XPURT_CHECK(R.shape() == (std::vector<std::int64_t>{D, G * H, H}), ctx.where(), ": R must be [", D, ",", G * H, ",",
               H, "], got ", shape_str(R.shape()));
-  const std::vector<double> x = load_values<double>(X), w = load_values<double>(W), r = load_values<double>(R);
-  std::vector<double> bias(static_cast<std::size_t>(D * 2 * G * H), 0.0);
+  const ScratchVector<double> x = load_values<double>(X), w = load_values<double>(W), r = load_values<double>(R);
+  ScratchVector<double> bias(static_cast<std::size_t>(D * 2 * G * H), 0.0);
   if (ctx.has_input(3)) {
     XPURT_CHECK(ctx.input(3).shape() == (std::vector<std::int64_t>{D, 2 * G * H}), ctx.where(), ": B must be [", D, ",",
                 2 * G * H, "], got ", shape_str(ctx.input(3).shape()));
@@ -122,14 +122,14 @@ void run_recurrent(OpContext& ctx, Cell cell) {
   }
   // State tensors [D, B, H] (layout 0) or [B, D, H] (layout 1) -> internal [D, B, H].
   auto read_state = [&](std::size_t i, const char* name) {
-    std::vector<double> s(static_cast<std::size_t>(D * Bn * H), 0.0);
+    ScratchVector<double> s(static_cast<std::size_t>(D * Bn * H), 0.0);
     if (!ctx.has_input(i)) return s;
     const Tensor& t = ctx.input(i);
     const std::vector<std::int64_t> expect =
         layout == 0 ? std::vector<std::int64_t>{D, Bn, H} : std::vector<std::int64_t>{Bn, D, H};
     XPURT_CHECK(t.shape() == expect, ctx.where(), ": ", name, " must be ", shape_str(expect), ", got ",
                 shape_str(t.shape()));
-    const std::vector<double> v = load_values<double>(t);
+    const ScratchVector<double> v = load_values<double>(t);
     for (std::int64_t d = 0; d < D; ++d) {
       for (std::int64_t b = 0; b < Bn; ++b) {
         const std::int64_t src = layout == 0 ? (d * Bn + b) * H : (b * D + d) * H;
@@ -138,9 +138,9 @@ void run_recurrent(OpContext& ctx, Cell cell) {
     }
     return s;
   };
-  std::vector<double> h_state = read_state(5, "initial_h");
-  std::vector<double> c_state = cell == Cell::kLstm ? read_state(6, "initial_c") : std::vector<double>{};
-  std::vector<double> peep(static_cast<std::size_t>(D * 3 * H), 0.0);
+  ScratchVector<double> h_state = read_state(5, "initial_h");
+  ScratchVector<double> c_state = cell == Cell::kLstm ? read_state(6, "initial_c") : ScratchVector<double>{};
+  ScratchVector<double> peep(static_cast<std::size_t>(D * 3 * H), 0.0);
   if (cell == Cell::kLstm && ctx.has_input(7)) {
     XPURT_CHECK(ctx.input(7).shape() == (std::vector<std::int64_t>{D, 3 * H}), ctx.where(), ": P must be [", D, ",",
                 3 * H, "], got ", shape_str(ctx.input(7).shape()));
@@ -159,13 +159,13 @@ void run_recurrent(OpContext& ctx, Cell cell) {
   // Y internal [T, D, B, H]. The input projections of all steps are one GEMM per direction; each step then
   // multiplies every batch row's hidden state by R at once (rows past their sequence length are computed but
   // not used).
-  std::vector<double> y(static_cast<std::size_t>(T * D * Bn * H), 0.0);
+  ScratchVector<double> y(static_cast<std::size_t>(T * D * Bn * H), 0.0);
   const std::int64_t GH = G * H;
-  std::vector<double> xw(static_cast<std::size_t>(T * Bn * GH)), hr(static_cast<std::size_t>(Bn * GH));
-  std::vector<double> rh(static_cast<std::size_t>(Bn * H)), rhr(static_cast<std::size_t>(Bn * H));
-  std::vector<double> z(static_cast<std::size_t>(H)), rg(static_cast<std::size_t>(Bn * H));
-  std::vector<double> hn(static_cast<std::size_t>(H));
-  auto at = [](std::vector<double>& v, std::int64_t i) -> double& { return v[static_cast<std::size_t>(i)]; };
+  ScratchVector<double> xw(static_cast<std::size_t>(T * Bn * GH)), hr(static_cast<std::size_t>(Bn * GH));
+  ScratchVector<double> rh(static_cast<std::size_t>(Bn * H)), rhr(static_cast<std::size_t>(Bn * H));
+  ScratchVector<double> z(static_cast<std::size_t>(H)), rg(static_cast<std::size_t>(Bn * H));
+  ScratchVector<double> hn(static_cast<std::size_t>(H));
+  auto at = [](ScratchVector<double>& v, std::int64_t i) -> double& { return v[static_cast<std::size_t>(i)]; };
   for (std::int64_t d = 0; d < D; ++d) {
     const bool reverse = direction == "reverse" || d == 1;
     const double* wd = w.data() + d * GH * I;
@@ -244,7 +244,7 @@ void run_recurrent(OpContext& ctx, Cell cell) {
     if (layout == 0) {
       store_values(Y, y.data());
     } else {
-      std::vector<double> yl(y.size());
+      ScratchVector<double> yl(y.size());
       for (std::int64_t t = 0; t < T; ++t) {
         for (std::int64_t d = 0; d < D; ++d) {
           for (std::int64_t b = 0; b < Bn; ++b) {
@@ -255,7 +255,7 @@ void run_recurrent(OpContext& ctx, Cell cell) {
       store_values(Y, yl.data());
     }
   }
-  auto write_state = [&](std::size_t i, const std::vector<double>& s) {
+  auto write_state = [&](std::size_t i, const ScratchVector<double>& s) {
     if (!ctx.wants_output(i)) return;
     Tensor& out = ctx.allocate_output(
         i, layout == 0 ? std::vector<std::int64_t>{D, Bn, H} : std::vector<std::int64_t>{Bn, D, H}, dt);
@@ -263,7 +263,7 @@ void run_recurrent(OpContext& ctx, Cell cell) {
       store_values(out, s.data());
       return;
     }
-    std::vector<double> sl(s.size());
+    ScratchVector<double> sl(s.size());
     for (std::int64_t d = 0; d < D; ++d) {
       for (std::int64_t b = 0; b < Bn; ++b) std::copy_n(s.begin() + (d * Bn + b) * H, H, sl.begin() + (b * D + d) * H);
     }

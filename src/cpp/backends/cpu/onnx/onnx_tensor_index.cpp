@@ -35,7 +35,7 @@ void gather(OpContext& ctx) {
   XPURT_CHECK(x.dim() >= 1, ctx.where(), ": 'data' must have rank >= 1");
   const std::int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.dim(), ctx.where());
   const Tensor& indices_t = ctx.input(1);
-  const Shape indices = read_ints(indices_t, ctx.where() + " input 'indices'");
+  const ScratchVector<std::int64_t> indices = read_indices(indices_t, ctx.where() + " input 'indices'");
   Shape shape(x.shape().begin(), x.shape().begin() + axis);
   shape.insert(shape.end(), indices_t.shape().begin(), indices_t.shape().end());
   shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
@@ -63,7 +63,7 @@ void gather_elements(OpContext& ctx) {
   XPURT_CHECK(x.dim() == indices_t.dim(), ctx.where(), ": 'data' (rank ", x.dim(), ") and 'indices' (rank ",
               indices_t.dim(), ") must have the same rank");
   const std::int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.dim(), ctx.where());
-  const Shape indices = read_ints(indices_t, ctx.where() + " input 'indices'");
+  const ScratchVector<std::int64_t> indices = read_indices(indices_t, ctx.where() + " input 'indices'");
   const Shape& shape = indices_t.shape();
   Tensor& out = ctx.allocate_output(0, shape, x.dtype());
   if (out.numel() == 0) return;
@@ -108,7 +108,7 @@ void gather_nd(OpContext& ctx) {
   Shape shape(indices_t.shape().begin(), indices_t.shape().end() - 1);
   shape.insert(shape.end(), x.shape().begin() + b + k, x.shape().end());
   Tensor& out = ctx.allocate_output(0, shape, x.dtype());
-  const Shape indices = read_ints(indices_t, ctx.where() + " input 'indices'");
+  const ScratchVector<std::int64_t> indices = read_indices(indices_t, ctx.where() + " input 'indices'");
   const Shape strides = contiguous_strides(x.shape());
   std::int64_t slice = 1;
   for (std::int64_t d = b + k; d < r; ++d) slice *= x.shape()[us(d)];
@@ -165,7 +165,7 @@ void scatter_elements(OpContext& ctx) {
                    ", 'data' is ", dtype_name(x.dtype()));
   const std::string reduction = scatter_reduction(ctx);
   const std::int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.dim(), ctx.where());
-  const Shape indices = read_ints(indices_t, ctx.where() + " input 'indices'");
+  const ScratchVector<std::int64_t> indices = read_indices(indices_t, ctx.where() + " input 'indices'");
   Tensor& out = ctx.allocate_output(0, x.shape(), x.dtype());
   if (x.nbytes() != 0) std::memcpy(out.data_ptr(), x.data_ptr(), x.nbytes());
   if (indices.empty()) return;
@@ -207,7 +207,7 @@ void scatter_nd(OpContext& ctx) {
   expected.insert(expected.end(), x.shape().begin() + k, x.shape().end());
   XPURT_CHECK(updates.shape() == expected, ctx.where(), ": 'updates' has shape ", updates.str(),
               ", expected indices.shape[:-1] + data.shape[k:] (", expected.size(), "-D)");
-  const Shape indices = read_ints(indices_t, ctx.where() + " input 'indices'");
+  const ScratchVector<std::int64_t> indices = read_indices(indices_t, ctx.where() + " input 'indices'");
   Tensor& out = ctx.allocate_output(0, x.shape(), x.dtype());
   if (x.nbytes() != 0) std::memcpy(out.data_ptr(), x.data_ptr(), x.nbytes());
   const Shape strides = contiguous_strides(x.shape());
@@ -231,8 +231,8 @@ void scatter_nd(OpContext& ctx) {
 }
 
 // The values of a numeric tensor as doubles (OneHot's indices and depth may be of any numeric type).
-std::vector<double> read_doubles(const Tensor& t) {
-  std::vector<double> out(us(t.numel()));
+ScratchVector<double> read_doubles(const Tensor& t) {
+  ScratchVector<double> out(us(t.numel()));
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = data<T>(t);
@@ -258,7 +258,7 @@ void one_hot(OpContext& ctx) {
   std::int64_t outer = 1;
   for (std::int64_t d = 0; d < axis; ++d) outer *= shape[us(d)];
   const std::int64_t inner = outer == 0 ? 0 : indices_t.numel() / outer;
-  const std::vector<double> indices = read_doubles(indices_t);
+  const ScratchVector<double> indices = read_doubles(indices_t);
   visit_bits(values.dtype(), [&](auto tag) {
     using U = decltype(tag);
     const U off = data<U>(values)[0], on = data<U>(values)[1];
@@ -278,7 +278,7 @@ void compress(OpContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& condition = ctx.input(1);
   XPURT_CHECK(condition.dim() == 1, ctx.where(), ": 'condition' must be 1-D, got rank ", condition.dim());
-  const std::vector<double> cond = read_doubles(condition);
+  const ScratchVector<double> cond = read_doubles(condition);
   const bool has_axis = ctx.node().attrs.has("axis");
   const std::int64_t axis = has_axis ? normalize_axis(ctx.attr_int("axis", 0), x.dim(), ctx.where()) : 0;
   const Shape in_shape = has_axis ? x.shape() : Shape{x.numel()};
@@ -310,7 +310,7 @@ void compress(OpContext& ctx) {
 
 void non_zero(OpContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const std::vector<double> values = read_doubles(x);
+  const ScratchVector<double> values = read_doubles(x);
   const Shape shape = x.dim() == 0 ? Shape{1} : x.shape();
   std::vector<std::int64_t> hits;
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -342,10 +342,10 @@ void unique(OpContext& ctx) {
   std::int64_t inner = 1;
   for (std::size_t d = us(axis) + 1; d < in_shape.size(); ++d) inner *= in_shape[d];
   // Item i is the slice x[..., i, ...] along the axis, compared element by element in (outer, inner) order.
-  std::vector<std::int64_t> order(us(n));
+  ScratchVector<std::int64_t> order(us(n));
   std::iota(order.begin(), order.end(), 0);
-  std::vector<std::int64_t> group_of(us(n));
-  std::vector<std::int64_t> firsts, counts;
+  ScratchVector<std::int64_t> group_of(us(n));
+  ScratchVector<std::int64_t> firsts, counts;
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* src = data<T>(x);
@@ -360,7 +360,12 @@ void unique(OpContext& ctx) {
       }
       return 0;
     };
-    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return compare(a, b) < 0; });
+    // Ties broken by position: a stable order without std::stable_sort's buffer, which is not scratch memory
+    // (Note [Scratch memory under the budget]).
+    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      const int c = compare(a, b);
+      return c != 0 ? c < 0 : a < b;
+    });
     for (std::size_t i = 0; i < order.size(); ++i) {
       if (i == 0 || compare(order[i - 1], order[i]) != 0) {
         firsts.push_back(order[i]);  // stable sort: the first of a group is its first occurrence
@@ -372,10 +377,10 @@ void unique(OpContext& ctx) {
   });
   const auto groups = static_cast<std::int64_t>(firsts.size());
   // rank[g]: the output position of group g (sorted order, or order of first occurrence).
-  std::vector<std::int64_t> position(us(groups));
+  ScratchVector<std::int64_t> position(us(groups));
   std::iota(position.begin(), position.end(), 0);
   if (!sorted) {
-    std::vector<std::int64_t> by_first(us(groups));
+    ScratchVector<std::int64_t> by_first(us(groups));
     std::iota(by_first.begin(), by_first.end(), 0);
     std::sort(by_first.begin(), by_first.end(),
               [&](std::int64_t a, std::int64_t b) { return firsts[us(a)] < firsts[us(b)]; });
@@ -384,7 +389,7 @@ void unique(OpContext& ctx) {
   Shape shape = in_shape;
   shape[us(axis)] = groups;
   Tensor& y = ctx.allocate_output(0, shape, x.dtype());
-  std::vector<std::int64_t> first_out(us(groups)), count_out(us(groups)), inverse(us(n));
+  ScratchVector<std::int64_t> first_out(us(groups)), count_out(us(groups)), inverse(us(n));
   for (std::int64_t g = 0; g < groups; ++g) {
     first_out[us(position[us(g)])] = firsts[us(g)];
     count_out[us(position[us(g)])] = counts[us(g)];
@@ -398,7 +403,7 @@ void unique(OpContext& ctx) {
       std::memcpy(dst + us(o * groups + g) * row, src + us(o * n + first_out[us(g)]) * row, row);
     }
   }
-  auto put = [&](std::size_t i, const std::vector<std::int64_t>& v) {
+  auto put = [&](std::size_t i, const ScratchVector<std::int64_t>& v) {
     if (!ctx.wants_output(i)) return;
     Tensor& t = ctx.allocate_output(i, {static_cast<std::int64_t>(v.size())}, DType::kInt64);
     if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(std::int64_t));

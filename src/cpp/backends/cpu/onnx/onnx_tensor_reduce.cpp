@@ -231,7 +231,7 @@ void top_k(OpContext& ctx) {
     using T = decltype(tag);
     const T* src = data<T>(x);
     T* dst = data<T>(values);
-    std::vector<std::int64_t> order(us(n));
+    ScratchVector<std::int64_t> order(us(n));
     for (std::int64_t o = 0; o < outer; ++o) {
       for (std::int64_t p = 0; p < inner; ++p) {
         auto at = [&](std::int64_t j) { return Compute<T>::load(src[(o * n + j) * inner + p]); };

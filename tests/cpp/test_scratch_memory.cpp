@@ -149,7 +149,8 @@ std::vector<Case> cases() {
     Attributes a;
     a.set("hidden_size", std::int64_t{64});
     out.push_back({"GRU", make_node("GRU", 3, 1, a), 14,
-                   {random_tensor({256, 64, 32}, DType::kFloat32, rng), random_tensor({1, 192, 32}, DType::kFloat32, rng),
+                   {random_tensor({256, 64, 32}, DType::kFloat32, rng),
+                    random_tensor({1, 192, 32}, DType::kFloat32, rng),
                     random_tensor({1, 192, 64}, DType::kFloat32, rng)}});
   }
   out.push_back({"MatMulInteger", make_node("MatMulInteger", 2, 1), 10,

@@ -336,6 +336,15 @@ def ref_reduce(op):
 
 def ref_attention(inputs, attrs):
     q, k, v, mask = inputs
+    # Note [Attention layouts]: tensors flagged in `bshd` are held as [B, S, H, D]; the reference computes on
+    # [B, H, S, D] views and returns the output in its layout.
+    bshd = list(attrs.get("bshd", [0, 0, 0, 0]))
+    q, k, v = [np.swapaxes(x, 1, 2) if flag else x for x, flag in zip((q, k, v), bshd)]
+    out = _attention_bhsd(q, k, v, mask, attrs)
+    return np.swapaxes(out, 1, 2) if bshd[3] else out
+
+
+def _attention_bhsd(q, k, v, mask, attrs):
     _, heads, seq_q, head_dim = q.shape
     group = heads // k.shape[1]
     seq_k = k.shape[2]
@@ -756,6 +765,24 @@ def attention_cases() -> List[Case]:
                 mask[..., -3:] = -np.inf  # padded keys; every row keeps 6 visible keys
             inputs[3] = mask
         cases.append(Case("attention", name, inputs, {"causal": causal, "scale": scale}, ref_attention, "gemm"))
+    # Layouts (Note [Attention layouts]): q, k, v and the output each [B, H, S, D] or [B, S, H, D] (`bshd` flags),
+    # as attention_fusion leaves them when it folds the exporters' head transposes.
+    layout_specs = [
+        ("bshd_all_d64", (2, 4, 33, 64), (4, 33), 64, 0, None, [1, 1, 1, 1]),
+        ("bshd_all_d128_causal", (1, 2, 129, 128), (2, 129), 128, 1, None, [1, 1, 1, 1]),
+        ("bshd_v_out_gqa_causal", (2, 8, 33, 64), (2, 33), 64, 1, None, [0, 0, 1, 1]),
+        ("bshd_q_k_mask", (2, 2, 13, 64), (2, 19), 64, 0, (2, 1, 1, 19), [1, 1, 0, 0]),
+        ("bshd_out_d80_sk_odd", (1, 3, 7, 80), (3, 11), 80, 0, None, [0, 0, 0, 1]),
+        ("bshd_all_s1", (2, 2, 1, 64), (2, 1), 64, 0, None, [1, 1, 1, 1]),
+    ]
+    for name, q_shape, (kv_heads, seq_k), dv, causal, mask_shape, bshd in layout_specs:
+        rng = _rng("attention" + name)
+        b, heads, seq_q, d = q_shape
+        logical = [q_shape, (b, kv_heads, seq_k, d), (b, kv_heads, seq_k, dv)]
+        inputs = [uniform(rng, (s[0], s[2], s[1], s[3]) if flag else s) for s, flag in zip(logical, bshd)]
+        inputs.append(None if mask_shape is None else uniform(rng, mask_shape, -2.0, 0.0))
+        cases.append(Case("attention", name, inputs, {"causal": causal, "scale": 0.0, "bshd": bshd}, ref_attention,
+                          "gemm"))
     return cases
 
 

@@ -15,6 +15,14 @@ TINY = pathlib.Path(__file__).resolve().parents[2] / "models" / "suite" / "tiny"
 MANIFEST = json.loads((TINY / "manifest.json").read_text())
 
 
+def _zeros(info):
+    import numpy as np
+    shape = [d if isinstance(d, int) and d > 0 else 2 for d in info.shape]
+    dtype = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32,
+             "bool": np.bool_}[info.type.removeprefix("tensor(").removesuffix(")")]
+    return np.zeros(shape, dtype)
+
+
 def _explained(name, key):
     if key not in MANIFEST["models"][name]["exports"]:
         pytest.skip(f"PyTorch's exporter could not write {name}.{key}")
@@ -75,3 +83,31 @@ def test_gpt2_gelu_goes_into_its_linear(key):
     ran = collections.Counter(n["op_type"] for n in explained.nodes)
     assert gelus > 0
     assert ran["xpuruntime:Gelu"] == 0 and ran["Tanh"] == 0, dict(ran)
+
+
+# Models whose every Transpose is a head transpose around attention (the rest of their graph has none).
+HEADS_ONLY = ["bert", "clip_text", "distilbert", "gpt2", "roberta", "t5_encoder"]
+
+
+@pytest.mark.parametrize("name", HEADS_ONLY)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_attention_reads_the_heads_where_the_projections_wrote_them(name, dtype, tmp_path):
+    """Note [Attention reads the heads where the projections wrote them]: the transposes that move q, k, v into
+    [B, H, S, D] and the output back to [B, S, H, D] go; each Attention reads and writes [B, S, H, D] (its `bshd`
+    flags, Note [Attention layouts]), and the answers still match PyTorch (test_model_suite.py)."""
+    model, explained = _explained(name, f"dynamo.{dtype}")
+    transposes = sum(n.op_type == "Transpose" for n in model.graph.node)
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert transposes >= 4 * ran["xpuruntime:Attention"] > 0, (transposes, dict(ran))
+    assert ran["Transpose"] == 0, dict(ran)
+    # The optimized graph (SessionOptions.optimized_model_path) shows every Attention's layouts.
+    optimized = tmp_path / "optimized.onnx"
+    session = xrt.InferenceSession(str(TINY / f"{name}.dynamo.{dtype}.onnx"), engine="native",
+                                   optimized_model_path=str(optimized))
+    inputs = {i.name: _zeros(i) for i in session.get_inputs()}
+    session.run(None, inputs)
+    attentions = [n for n in onnx.load(str(optimized)).graph.node if n.op_type == "Attention"]
+    assert len(attentions) == ran["xpuruntime:Attention"]
+    for node in attentions:
+        bshd = [onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "bshd"]
+        assert bshd == [[1, 1, 1, 1]], node

@@ -10,6 +10,7 @@
 #include "core/fused_elementwise.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
+#include "core/attention_layout.h"
 #include "core/conv_layout.h"
 #include "core/shape_str.h"
 
@@ -450,12 +451,15 @@ std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
 
 std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   check_float_inputs(desc, {"q", "k", "v", "mask?"});
-  const TensorDesc& q = desc.inputs[0];
-  const TensorDesc& k = desc.inputs[1];
-  const TensorDesc& v = desc.inputs[2];
-  check_rank(q, 4, "attention", "q", "[B, H, Sq, D]");
-  check_rank(k, 4, "attention", "k", "[B, Hkv, Sk, D]");
-  check_rank(v, 4, "attention", "v", "[B, Hkv, Sk, Dv]");
+  check_rank(desc.inputs[0], 4, "attention", "q", "[B, H, Sq, D]");
+  check_rank(desc.inputs[1], 4, "attention", "k", "[B, Hkv, Sk, D]");
+  check_rank(desc.inputs[2], 4, "attention", "v", "[B, Hkv, Sk, Dv]");
+  // The checks below read the [B, H, S, D] views of tensors held as [B, S, H, D] (Note [Attention layouts]).
+  const AttentionLayout layout = AttentionLayout::of(desc.attrs);
+  TensorDesc q = desc.inputs[0], k = desc.inputs[1], v = desc.inputs[2];
+  q.shape = layout.logical(AttentionLayout::kQ, q.shape);
+  k.shape = layout.logical(AttentionLayout::kK, k.shape);
+  v.shape = layout.logical(AttentionLayout::kV, v.shape);
   XPURT_CHECK(k.shape[0] == q.shape[0] && v.shape[0] == q.shape[0], "op 'attention': q, k, v must share the batch "
               "size; got q ", shape_str(q.shape), ", k ", shape_str(k.shape), ", v ", shape_str(v.shape));
   XPURT_CHECK(k.shape[1] == v.shape[1] && k.shape[1] >= 1 && q.shape[1] % k.shape[1] == 0,
@@ -476,7 +480,8 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   XPURT_CHECK(std::isfinite(scale) && scale >= 0, "op 'attention': scale must be >= 0 (0 = 1/sqrt(D)), got ", scale);
   const std::int64_t return_lse = desc.attrs.get_int("return_lse", 0);
   XPURT_CHECK(return_lse == 0 || return_lse == 1, "op 'attention': return_lse must be 0 or 1, got ", return_lse);
-  std::vector<TensorDesc> outputs = {output_like(q, {q.shape[0], q.shape[1], q.shape[2], v.shape[3]})};
+  std::vector<TensorDesc> outputs = {
+      output_like(q, layout.stored(AttentionLayout::kOut, {q.shape[0], q.shape[1], q.shape[2], v.shape[3]}))};
   if (return_lse == 1) {
     // lse [B, H, Sq] float32 whatever q's dtype: Note [Attention log-sum-exp] in cpu_attention.cpp.
     TensorDesc lse = output_like(q, {q.shape[0], q.shape[1], q.shape[2]});

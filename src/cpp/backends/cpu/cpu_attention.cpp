@@ -3,7 +3,8 @@
 //
 // Note [Attention semantics]
 //  * Shapes: q [B, H, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], y [B, H, Sq, Dv]; head h reads kv head
-//    h / (H / Hkv) (grouped-query attention; Hkv == H is multi-head, Hkv == 1 multi-query).
+//    h / (H / Hkv) (grouped-query attention; Hkv == H is multi-head, Hkv == 1 multi-query). Each of the four may
+//    be held as [B, S, H, D] instead (the `bshd` attribute, Note [Attention layouts] in core/attention_layout.h).
 //  * scale: the attribute, or 1/sqrt(D) when it is 0.
 //  * mask: additive, broadcast (NumPy rules, right-aligned) to [B, H, Sq, Sk], added after scaling.
 //  * causal: top-left aligned, query i sees keys j <= i (PyTorch's is_causal with Sq != Sk). Every row keeps
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "core/attention_layout.h"
 
 namespace xpuruntime::cpu {
 
@@ -47,10 +49,19 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   const Tensor& k_tensor = launch.input(1);
   const Tensor& v_tensor = launch.input(2);
   const Tensor mask_tensor = launch.num_inputs > 3 ? launch.input(3) : Tensor();
-  const std::int64_t batch = q_tensor.shape()[0], heads = q_tensor.shape()[1];
-  const std::int64_t seq_q = q_tensor.shape()[2], head_dim = q_tensor.shape()[3];
-  const std::int64_t kv_heads = k_tensor.shape()[1], seq_k = k_tensor.shape()[2];
-  const std::int64_t value_dim = v_tensor.shape()[3];
+  // [B, H, S, D] views of what may be held as [B, S, H, D] (Note [Attention layouts]).
+  const AttentionLayout layout = AttentionLayout::of(desc.attrs);
+  const std::vector<std::int64_t> q_dims = layout.logical(AttentionLayout::kQ, q_tensor.shape());
+  const std::vector<std::int64_t> k_dims = layout.logical(AttentionLayout::kK, k_tensor.shape());
+  const std::vector<std::int64_t> v_dims = layout.logical(AttentionLayout::kV, v_tensor.shape());
+  const std::int64_t batch = q_dims[0], heads = q_dims[1];
+  const std::int64_t seq_q = q_dims[2], head_dim = q_dims[3];
+  const std::int64_t kv_heads = k_dims[1], seq_k = k_dims[2];
+  const std::int64_t value_dim = v_dims[3];
+  const auto q_strides = layout.strides(AttentionLayout::kQ, q_dims);
+  const auto k_strides = layout.strides(AttentionLayout::kK, k_dims);
+  const auto v_strides = layout.strides(AttentionLayout::kV, v_dims);
+  const auto y_strides = layout.strides(AttentionLayout::kOut, {batch, heads, seq_q, value_dim});
   const std::int64_t group = heads / kv_heads;
   const bool causal = desc.attrs.get_int("causal", 0) != 0;
   double scale = desc.attrs.get_float("scale", 0.0);
@@ -75,13 +86,14 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   ScratchVector<T> scores(static_cast<std::size_t>(seq_q * seq_k));
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t h = 0; h < heads; ++h) {
-      const std::int64_t kv = b * kv_heads + h / group;
-      const T* q_head = q.data() + (b * heads + h) * seq_q * head_dim;
-      const T* k_head = k.data() + kv * seq_k * head_dim;
-      const T* v_head = v.data() + kv * seq_k * value_dim;
-      T* y_head = y.data() + (b * heads + h) * seq_q * value_dim;
+      const std::int64_t kv = h / group;
+      const T* q_head = q.data() + b * q_strides[0] + h * q_strides[1];
+      const T* k_head = k.data() + b * k_strides[0] + kv * k_strides[1];
+      const T* v_head = v.data() + b * v_strides[0] + kv * v_strides[1];
+      T* y_head = y.data() + b * y_strides[0] + h * y_strides[1];
       float* lse_head = lse != nullptr ? lse + (b * heads + h) * seq_q : nullptr;
-      gemm<T>(context, true, seq_q, seq_k, head_dim, q_head, head_dim, k_head, head_dim, scores.data(), seq_k);
+      gemm<T>(context, true, seq_q, seq_k, head_dim, q_head, q_strides[2], k_head, k_strides[2], scores.data(),
+              seq_k);
       const T* mask_head = mask.data() != nullptr ? mask.data() + b * mask_strides[0] + h * mask_strides[1] : nullptr;
       parallel_for(seq_q, loop_threads_around_gemm(context),  // Note [OpenMP and OpenBLAS threads]
                    std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(seq_k, 1)),
@@ -117,7 +129,8 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
                        for (std::int64_t j = visible; j < seq_k; ++j) s[j] = T(0);
                      }
                    });
-      gemm<T>(context, false, seq_q, value_dim, seq_k, scores.data(), seq_k, v_head, value_dim, y_head, value_dim);
+      gemm<T>(context, false, seq_q, value_dim, seq_k, scores.data(), seq_k, v_head, v_strides[2], y_head,
+              y_strides[2]);
     }
   }
   y.commit();

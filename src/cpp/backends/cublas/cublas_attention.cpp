@@ -16,6 +16,12 @@
 // in q[B, H, Sq, D]: together one contiguous [G * Sq, D] matrix. So S for those heads is one GEMM
 // [G * Sq, D] x K^T[D, Sk] -> [G * Sq, Sk], which is again contiguous in S[B, H, Sq, Sk], and all of them form
 // one strided batch of B * Hkv GEMMs. O = P V likewise. No per-head pointer arrays, no loop.
+//
+// Note [Unfused attention stages other layouts]
+// The strided batch needs [B, H, S, D] heads. q, k, v held as [B, S, H, D] (Note [Attention layouts]) are copied
+// into that layout in the workspace first (cuda_raw::strided_copy), and an output wanted as [B, S, H, D] is computed
+// there and copied out: the transposes the layout saves elsewhere, done here, so the kernel stays correct for every
+// layout (flash_v2 and cudnn read them in place).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -27,6 +33,7 @@
 
 #include "backends/cublas/cublas_utils.h"
 #include "backends/cuda_raw/cuda_raw_ops.h"
+#include "core/attention_layout.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
 
@@ -36,15 +43,27 @@ namespace {
 
 struct AttentionGeometry {
   std::int64_t batch = 0, heads = 0, kv_heads = 0, sq = 0, sk = 0, d = 0, dv = 0;
+  AttentionLayout layout;  // Note [Attention layouts]: tensors stored as [B, S, H, D] are staged (Note [Unfused
+                           // attention stages other layouts])
   std::int64_t group() const { return kv_heads > 0 ? heads / kv_heads : 0; }
   std::int64_t scores() const { return batch * heads * sq * sk; }
+  // The [B, H, S, D] dims of q, k, v and the output.
+  std::vector<std::int64_t> dims(std::size_t tensor) const {
+    switch (tensor) {
+      case AttentionLayout::kQ: return {batch, heads, sq, d};
+      case AttentionLayout::kK: return {batch, kv_heads, sk, d};
+      case AttentionLayout::kV: return {batch, kv_heads, sk, dv};
+      default: return {batch, heads, sq, dv};
+    }
+  }
 };
 
 AttentionGeometry geometry_of(const OpDescriptor& desc) {
-  const auto& q = desc.inputs[0].shape;
-  const auto& k = desc.inputs[1].shape;
-  const auto& v = desc.inputs[2].shape;
   AttentionGeometry g;
+  g.layout = AttentionLayout::of(desc.attrs);
+  const auto q = g.layout.logical(AttentionLayout::kQ, desc.inputs[0].shape);
+  const auto k = g.layout.logical(AttentionLayout::kK, desc.inputs[1].shape);
+  const auto v = g.layout.logical(AttentionLayout::kV, desc.inputs[2].shape);
   g.batch = q[0];
   g.heads = q[1];
   g.sq = q[2];
@@ -53,6 +72,18 @@ AttentionGeometry geometry_of(const OpDescriptor& desc) {
   g.sk = k[2];
   g.dv = v[3];
   return g;
+}
+
+// The workspace the staged tensors take (Note [Unfused attention stages other layouts]), 256-byte aligned each.
+std::size_t staged_bytes(const AttentionGeometry& g, DType dtype) {
+  std::size_t bytes = 0;
+  for (std::size_t t = 0; t < 4; ++t) {
+    if (!g.layout.bshd[t]) continue;
+    std::size_t numel = 1;
+    for (std::int64_t dim : g.dims(t)) numel *= static_cast<std::size_t>(dim);
+    bytes += round_up(numel * dtype_size(dtype), 256);
+  }
+  return bytes;
 }
 
 // S^T = K Q^T per (batch, kv head): cuBLAS's first operand is K (row-major [Sk, D], so op = T), its second Q.
@@ -114,7 +145,19 @@ class UnfusedAttentionPlan final : public KernelPlan {
         mask_strides_(std::move(mask_strides)),
         device_(device),
         scores_bytes_(round_up(static_cast<std::size_t>(geometry.scores()) * dtype_size(dtype), 256)),
-        cublas_workspace_(cublas_workspace) {}
+        cublas_workspace_(cublas_workspace) {
+    std::size_t offset = scores_bytes_;
+    for (std::size_t t = 0; t < 4; ++t) {
+      stage_offset_[t] = offset;
+      if (geometry_.layout.bshd[t]) {
+        AttentionGeometry one = geometry_;  // the bytes of tensor t alone
+        one.layout = AttentionLayout();
+        one.layout.bshd[t] = true;
+        offset += staged_bytes(one, dtype);
+      }
+    }
+    stage_offset_[4] = offset;
+  }
 
   void run(const KernelLaunch& launch) const override {
     const AttentionGeometry& g = geometry_;
@@ -125,29 +168,40 @@ class UnfusedAttentionPlan final : public KernelPlan {
                           launch.workspace_bytes);
     detail::CudaDeviceGuard guard(device_);
     const auto stream = static_cast<cudaStream_t>(launch.stream.handle);
-    // The scores first, cuBLAS's workspace after them (bind_workspace aligns it to 256 bytes itself).
-    void* scores = launch.workspace;
-    void* cublas_space = static_cast<char*>(launch.workspace) + scores_bytes_;
-    const std::size_t cublas_bytes = launch.workspace_bytes - scores_bytes_;
+    // The scores first, then the staged tensors, cuBLAS's workspace after them (bind_workspace aligns it to 256
+    // bytes itself).
+    char* workspace = static_cast<char*>(launch.workspace);
+    void* scores = workspace;
+    // Note [Unfused attention stages other layouts]: q, k, v and the output in [B, H, S, D].
+    void* data[4] = {launch.input(0).data_ptr(), launch.input(1).data_ptr(), launch.input(2).data_ptr(),
+                     out.data_ptr()};
+    for (std::size_t t = 0; t < 4; ++t) {
+      if (!g.layout.bshd[t]) continue;
+      void* staged = workspace + stage_offset_[t];
+      if (t < 3) copy_layout(data[t], staged, t, /*to_bhsd=*/true, launch.stream.handle);
+      data[t] = staged;
+    }
+    void* cublas_space = workspace + stage_offset_[4];
+    const std::size_t cublas_bytes = launch.workspace_bytes - stage_offset_[4];
 
     const cublasHandle_t handle = thread_cublas_handle(device_, stream);
     bind_workspace(handle, cublas_space, cublas_bytes);
     if (g.d == 0) {
       XPURT_CUDA_CHECK(cudaMemsetAsync(scores, 0, static_cast<std::size_t>(g.scores()) * dtype_size(dtype_), stream));
     } else {
-      gemm(handle, scores_shape(g), dtype_, compute_, launch.input(1).data_ptr(), launch.input(0).data_ptr(), scores,
-           scale_);
+      gemm(handle, scores_shape(g), dtype_, compute_, data[1], data[0], scores, scale_);
     }
     const void* mask = has_mask_ ? launch.input(3).data_ptr() : nullptr;
     cuda_raw::attention_softmax(scores, dtype_, g.batch * g.heads, g.heads, g.sq, g.sk, 1.0f, causal_, mask,
                                 mask_strides_, launch.stream.handle);
-    gemm(handle, output_shape(g), dtype_, compute_, launch.input(2).data_ptr(), scores, out.data_ptr());
+    gemm(handle, output_shape(g), dtype_, compute_, data[2], scores, data[3]);
+    if (g.layout.bshd[3]) copy_layout(data[3], out.data_ptr(), 3, /*to_bhsd=*/false, launch.stream.handle);
   }
 
   std::size_t workspace_bytes() const override {
     const AttentionGeometry& g = geometry_;
     if (g.batch == 0 || g.heads == 0 || g.sq == 0 || g.dv == 0) return 0;
-    return scores_bytes_ + cublas_workspace_;
+    return stage_offset_[4] + cublas_workspace_;
   }
 
   std::string describe() const override {
@@ -156,7 +210,7 @@ class UnfusedAttentionPlan final : public KernelPlan {
                            g.batch * g.kv_heads, " of [", g.group() * g.sq, "x", g.d, "]x[", g.d, "x", g.sk,
                            "]), cuda_raw attention_softmax", causal_ ? " causal" : "", has_mask_ ? " + mask" : "",
                            ", O = PV; scores ", dtype_name(dtype_), " [", g.batch, ",", g.heads, ",", g.sq, ",", g.sk,
-                           "] in the workspace; compute ", compute_type_name(compute_));
+                           "] in the workspace; compute ", compute_type_name(compute_), staged_note());
   }
 
  private:
@@ -170,6 +224,25 @@ class UnfusedAttentionPlan final : public KernelPlan {
   int device_;
   std::size_t scores_bytes_;
   std::size_t cublas_workspace_;
+  std::size_t stage_offset_[5] = {};  // workspace offsets of the staged q, k, v, output; [4]: cuBLAS's share
+
+  std::string staged_note() const {  // Note [Unfused attention stages other layouts]
+    std::string names;
+    for (std::size_t t = 0; t < 4; ++t) {
+      if (geometry_.layout.bshd[t]) names += (names.empty() ? "" : ", ") + std::string(AttentionLayout::name(t));
+    }
+    return names.empty() ? "" : "; " + names + " staged from/to [B, S, H, D] in the workspace";
+  }
+
+  // Copies tensor t between its stored layout and [B, H, S, D] (to_bhsd: stored -> staged; else back).
+  void copy_layout(const void* src, void* dst, std::size_t t, bool to_bhsd, void* stream) const {
+    const std::vector<std::int64_t> dims = geometry_.dims(t);
+    const auto stored = geometry_.layout.strides(t, dims);
+    const std::vector<std::int64_t> layout_strides = {stored[0], stored[1], stored[2], 1};
+    const std::vector<std::int64_t> bhsd = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+    cuda_raw::strided_copy(src, dst, dtype_, dims, to_bhsd ? layout_strides : bhsd, to_bhsd ? bhsd : layout_strides,
+                           stream);
+  }
 };
 
 class UnfusedAttentionKernel final : public Kernel {
@@ -199,14 +272,12 @@ class UnfusedAttentionKernel final : public Kernel {
     }
     if (Support fits = check_int32(scores_shape(g), "unfused attention"); !fits) return fits;
     if (Support fits = check_int32(output_shape(g), "unfused attention"); !fits) return fits;
-    const std::uint64_t scores_bytes = static_cast<std::uint64_t>(g.scores()) * dtype_size(desc.inputs[0].dtype);
+    const std::uint64_t scores_bytes = static_cast<std::uint64_t>(g.scores()) * dtype_size(desc.inputs[0].dtype) +
+                                       staged_bytes(g, desc.inputs[0].dtype);
     if (policy.workspace_limit > 0 && scores_bytes > policy.workspace_limit) {
       return Support::no(detail::str_cat("unfused attention keeps the B*H*Sq*Sk = ", g.scores(),
-                                         " scores in its "
-                                         "workspace (",
-                                         scores_bytes,
-                                         " bytes), above the policy's workspace_limit "
-                                         "of ",
+                                         " scores (and the tensors it stages in [B, H, S, D]) in its workspace (",
+                                         scores_bytes, " bytes), above the policy's workspace_limit of ",
                                          policy.workspace_limit, " bytes; raise the limit or use flash_v2"));
     }
     return Support::yes();
@@ -228,7 +299,8 @@ class UnfusedAttentionKernel final : public Kernel {
     std::vector<std::int64_t> mask_strides =
         has_mask ? mask_strides_of(desc.inputs[3]) : std::vector<std::int64_t>(4, 0);
     // cuBLAS's share of the workspace: its recommendation, within what the scores leave of the limit.
-    const std::uint64_t scores_bytes = round_up(static_cast<std::size_t>(g.scores()) * dtype_size(dtype), 256);
+    const std::uint64_t scores_bytes =
+        round_up(static_cast<std::size_t>(g.scores()) * dtype_size(dtype), 256) + staged_bytes(g, dtype);
     std::size_t cublas_workspace = default_cublas_workspace(desc.compute_capability, 0);
     if (policy.workspace_limit > 0) {
       cublas_workspace = policy.workspace_limit > scores_bytes

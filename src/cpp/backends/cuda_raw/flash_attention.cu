@@ -2,7 +2,8 @@
 // on tensor cores: the Sq x Sk scores never leave registers (Note [flash_v2 tiling] in flash_attention_kernel.cuh).
 //
 // What it runs (supports() says why not otherwise): CUDA devices of compute capability >= 8.0 that the build has
-// code for; q, k, v float16 or bfloat16, contiguous, 16-byte aligned; head dim D = Dv in {64, 128}; H % Hkv == 0;
+// code for; q, k, v float16 or bfloat16, contiguous, 16-byte aligned, each (and the output) [B, H, S, D] or
+// [B, S, H, D] (the `bshd` attribute, Note [Attention layouts]); head dim D = Dv in {64, 128}; H % Hkv == 0;
 // any Sq and Sk >= 1; `causal` and `scale` as docs/ops.md defines them; an optional additive mask in q's dtype,
 // broadcastable to [B, H, Sq, Sk] (any strides: dims of size 1 are read with stride 0). A query row whose every
 // score is -inf (only a mask can do that) gives NaN, like the cpu reference and PyTorch's SDPA. With return_lse=1
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "backends/cuda_raw/flash_attention_kernel.cuh"
+#include "core/attention_layout.h"
 #include "core/cuda_utils.h"
 #include "xpuruntime/exceptions.h"
 
@@ -71,17 +73,27 @@ struct FlashConfig {
 bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_lse", 0) != 0; }
 
 FlashConfig config_of(const OpDescriptor& desc) {
-  const TensorDesc& q = desc.inputs[0];
-  const TensorDesc& k = desc.inputs[1];
+  const AttentionLayout layout = AttentionLayout::of(desc.attrs);  // Note [Attention layouts]
+  const std::vector<std::int64_t> q = layout.logical(AttentionLayout::kQ, desc.inputs[0].shape);
+  const std::vector<std::int64_t> k = layout.logical(AttentionLayout::kK, desc.inputs[1].shape);
+  const std::vector<std::int64_t> v = layout.logical(AttentionLayout::kV, desc.inputs[2].shape);
   FlashConfig config;
-  config.dtype = q.dtype;
-  config.head_dim = static_cast<int>(q.shape[3]);
+  config.dtype = desc.inputs[0].dtype;
+  config.head_dim = static_cast<int>(q[3]);
   flash::Params& params = config.params;
-  params.batch = static_cast<int>(q.shape[0]);
-  params.heads = static_cast<int>(q.shape[1]);
-  params.seq_q = static_cast<int>(q.shape[2]);
-  params.kv_heads = static_cast<int>(k.shape[1]);
-  params.seq_k = static_cast<int>(k.shape[2]);
+  params.batch = static_cast<int>(q[0]);
+  params.heads = static_cast<int>(q[1]);
+  params.seq_q = static_cast<int>(q[2]);
+  params.kv_heads = static_cast<int>(k[1]);
+  params.seq_k = static_cast<int>(k[2]);
+  const auto set_strides = [&](std::int64_t* out, std::size_t tensor, const std::vector<std::int64_t>& dims) {
+    const auto strides = layout.strides(tensor, dims);
+    for (int i = 0; i < 3; ++i) out[i] = strides[static_cast<std::size_t>(i)];
+  };
+  set_strides(params.q_stride, AttentionLayout::kQ, q);
+  set_strides(params.k_stride, AttentionLayout::kK, k);
+  set_strides(params.v_stride, AttentionLayout::kV, v);
+  set_strides(params.o_stride, AttentionLayout::kOut, {q[0], q[1], q[2], v[3]});
   double scale = desc.attrs.get_float("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
   params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
@@ -121,7 +133,7 @@ Support check_flash(const OpDescriptor& desc) {
                                        "sm_", desc.compute_capability, "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=",
                                        desc.compute_capability));
   }
-  const TensorDesc& q = desc.inputs[0];
+  TensorDesc q = desc.inputs[0];
   if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
     return Support::no(detail::str_cat("flash_v2 supports float16 and bfloat16, got ", dtype_name(q.dtype),
                                        "; cast q, k, v (and the mask) or use the 'unfused' kernel"));
@@ -142,8 +154,12 @@ Support check_flash(const OpDescriptor& desc) {
                                          input.str()));
     }
   }
-  const TensorDesc& k = desc.inputs[1];
-  const TensorDesc& v = desc.inputs[2];
+  // The [B, H, S, D] views (Note [Attention layouts]); the stored tensors are what must be contiguous below.
+  const AttentionLayout layout = AttentionLayout::of(desc.attrs);
+  TensorDesc k = desc.inputs[1], v = desc.inputs[2];
+  q.shape = layout.logical(AttentionLayout::kQ, q.shape);
+  k.shape = layout.logical(AttentionLayout::kK, k.shape);
+  v.shape = layout.logical(AttentionLayout::kV, v.shape);
   const std::int64_t head_dim = q.shape[3];
   if (head_dim != 64 && head_dim != 128) {
     return Support::no(detail::str_cat("flash_v2 supports head dims 64 and 128, got ", head_dim,

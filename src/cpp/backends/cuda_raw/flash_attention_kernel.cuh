@@ -2,7 +2,9 @@
 // head dims 64 and 128, with a causal mask, an explicit additive mask, or none.
 //
 // Contract (checked by the flash_v2 kernel's supports() in flash_attention.cu, not here):
-//   q [B, H, Sq, D], k and v [B, Hkv, Sk, D], o [B, H, Sq, D], all contiguous and 16-byte aligned, one dtype T;
+//   q [B, H, Sq, D], k and v [B, Hkv, Sk, D], o [B, H, Sq, D], one dtype T, element (b, h, s, d) of each at
+//   b * stride_b + h * stride_h + s * stride_s + d (Params; [B, H, S, D] or [B, S, H, D] storage, Note [Attention
+//   layouts] in core/attention_layout.h), with 16-byte aligned base pointers and strides that are multiples of 8;
 //   H % Hkv == 0 (head h reads kv head h / (H / Hkv)); Sq >= 1, Sk >= 1; ceil(Sq / 128) * B * H < 2^31;
 //   the optional mask is read at mask[b * stride_b + h * stride_h + i * stride_q + j * stride_k] (strides in
 //   elements, 0 where the mask broadcasts), in the dtype T, and added to the scaled scores. A query row whose
@@ -91,6 +93,11 @@ struct Params {
   std::int64_t mask_stride_h = 0;
   std::int64_t mask_stride_q = 0;
   std::int64_t mask_stride_k = 0;
+  // Element strides {b, h, s} of q, k, v and o (d is contiguous); multiples of 8 (16-byte rows).
+  std::int64_t q_stride[3] = {};
+  std::int64_t k_stride[3] = {};
+  std::int64_t v_stride[3] = {};
+  std::int64_t o_stride[3] = {};
   int batch = 0;
   int heads = 0;
   int kv_heads = 0;
@@ -196,8 +203,8 @@ __device__ __forceinline__ float to_float(T x) {
 // [flash_v2 tiling]); rows at or past `rows_valid` become zeros. `fallback`: any valid global address (src-size 0
 // reads nothing from it).
 template <typename T, int kRows, int kHeadDim, int kThreads>
-__device__ __forceinline__ void load_tile(std::uint32_t smem, const T* tile, int rows_valid, const T* fallback,
-                                          int tid) {
+__device__ __forceinline__ void load_tile(std::uint32_t smem, const T* tile, std::int64_t row_stride, int rows_valid,
+                                          const T* fallback, int tid) {
   constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   constexpr int kRowsPerPass = kThreads / kChunks;
   static_assert(kThreads % kChunks == 0 && kRows % kRowsPerPass == 0 && kRowsPerPass % 8 == 0,
@@ -210,7 +217,7 @@ __device__ __forceinline__ void load_tile(std::uint32_t smem, const T* tile, int
   for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
     const int row = row0 + pass * kRowsPerPass;
     const bool valid = row < rows_valid;
-    const T* src = valid ? tile + static_cast<std::int64_t>(row) * kHeadDim + chunk * 8 : fallback;
+    const T* src = valid ? tile + row * row_stride + chunk * 8 : fallback;
     cp_async_16(dst0 + pass * kRowsPerPass * (kHeadDim * 2), src, valid ? 16 : 0);
   }
 }
@@ -256,11 +263,12 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
   const int seq_k = params.seq_k;
 
   const T* q_all = static_cast<const T*>(params.q);
-  const T* q = q_all + (static_cast<std::int64_t>(bh) * seq_q + m0) * kD;
-  const std::int64_t kv_offset = (static_cast<std::int64_t>(b) * params.kv_heads + kv_head) * seq_k * kD;
-  const T* k = static_cast<const T*>(params.k) + kv_offset;
-  const T* v = static_cast<const T*>(params.v) + kv_offset;
-  T* o = static_cast<T*>(params.o) + (static_cast<std::int64_t>(bh) * seq_q + m0) * kD;
+  const std::int64_t q_row = params.q_stride[2], k_row = params.k_stride[2], v_row = params.v_stride[2],
+                     o_row = params.o_stride[2];
+  const T* q = q_all + b * params.q_stride[0] + h * params.q_stride[1] + m0 * q_row;
+  const T* k = static_cast<const T*>(params.k) + b * params.k_stride[0] + kv_head * params.k_stride[1];
+  const T* v = static_cast<const T*>(params.v) + b * params.v_stride[0] + kv_head * params.v_stride[1];
+  T* o = static_cast<T*>(params.o) + b * params.o_stride[0] + h * params.o_stride[1] + m0 * o_row;
 
   const bool causal = kMode == MaskMode::kCausal || (kMode == MaskMode::kExplicit && params.causal);
   const int m_end = min(seq_q, m0 + kBlockM);                // one past the last query row of this block
@@ -309,9 +317,9 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
   // mask * log2e), so the softmax below runs with a unit scale; otherwise the scale folds into one FFMA.
   const float softmax_scale = kMode == MaskMode::kExplicit ? 1.f : params.scale_log2;
 
-  load_tile<T, kBlockM, kD, kThreads>(smem_q, q, m_end - m0, q_all, tid);
-  load_tile<T, kBlockN, kD, kThreads>(smem_k, k, min(kBlockN, seq_k), k, tid);
-  load_tile<T, kBlockN, kD, kThreads>(smem_v, v, min(kBlockN, seq_k), v, tid);
+  load_tile<T, kBlockM, kD, kThreads>(smem_q, q, q_row, m_end - m0, q_all, tid);
+  load_tile<T, kBlockN, kD, kThreads>(smem_k, k, k_row, min(kBlockN, seq_k), k, tid);
+  load_tile<T, kBlockN, kD, kThreads>(smem_v, v, v_row, min(kBlockN, seq_k), v, tid);
   cp_async_commit();
 
   for (int n_block = 0; n_block < num_n_blocks; ++n_block) {
@@ -322,10 +330,10 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
     if (n_block + 1 < num_n_blocks) {
       const int next = n0 + kBlockN;
       const std::uint32_t other = kTileBytes - stage;
-      load_tile<T, kBlockN, kD, kThreads>(smem_k + other, k + static_cast<std::int64_t>(next) * kD,
-                                          min(kBlockN, seq_k - next), k, tid);
-      load_tile<T, kBlockN, kD, kThreads>(smem_v + other, v + static_cast<std::int64_t>(next) * kD,
-                                          min(kBlockN, seq_k - next), v, tid);
+      load_tile<T, kBlockN, kD, kThreads>(smem_k + other, k + next * k_row, k_row, min(kBlockN, seq_k - next), k,
+                                          tid);
+      load_tile<T, kBlockN, kD, kThreads>(smem_v + other, v + next * v_row, v_row, min(kBlockN, seq_k - next), v,
+                                          tid);
     }
     cp_async_commit();
 
@@ -479,7 +487,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
                    : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
                    : "r"(address)
                    : "memory");
-      *reinterpret_cast<uint4*>(o + static_cast<std::int64_t>(row) * kD + chunk * 8) = value;
+      *reinterpret_cast<uint4*>(o + row * o_row + chunk * 8) = value;
     }
   }
 }

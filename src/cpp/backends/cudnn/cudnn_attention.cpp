@@ -4,7 +4,8 @@
 // runs it (on Hopper its FlashAttention-3-style kernels: the backend PyTorch's SDPA prefers there).
 //
 // What it runs (supports() says why not otherwise): CUDA devices of compute capability >= 8.0; q, k, v float16 or
-// bfloat16, contiguous, 16-byte aligned; head dim D = Dv, a multiple of 8, at most 128 (256 on sm90+); H % Hkv ==
+// bfloat16, contiguous, 16-byte aligned, [B, H, S, D] or [B, S, H, D] (Note [Attention layouts]); head dim D = Dv,
+// a multiple of 8, at most 128 (256 on sm90+); H % Hkv ==
 // 0; Sq, Sk >= 1; `causal` (top-left aligned, as the op defines it) and `scale`; an additive mask in q's dtype of
 // shape [B or 1, H or 1, Sq, Sk] (lower ranks count as leading 1s; masks broadcast along Sq or Sk are refused: use
 // flash_v2). With return_lse=1 it writes lse [B, H, Sq] float32 too (cuDNN's softmax "stats").
@@ -24,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/attention_layout.h"
 #include "cudnn_utils.h"
 #include "xpuruntime/exceptions.h"
 
@@ -112,21 +114,23 @@ struct AttentionShape {
   std::int64_t mask_batch = 1, mask_heads = 1;     // B or 1, H or 1
   bool stats = false;  // return_lse=1: output 1 is lse
   float scale = 0.f;   // the resolved scale (1/sqrt(D) for the attribute's 0)
+  AttentionLayout layout;  // how q, k, v and o are stored (Note [Attention layouts])
 };
 
 bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_lse", 0) != 0; }
 
 AttentionShape shape_of(const OpDescriptor& desc) {
-  const TensorDesc& q = desc.inputs[0];
-  const TensorDesc& k = desc.inputs[1];
   AttentionShape shape;
-  shape.dtype = q.dtype;
-  shape.batch = q.shape[0];
-  shape.heads = q.shape[1];
-  shape.seq_q = q.shape[2];
-  shape.head_dim = q.shape[3];
-  shape.kv_heads = k.shape[1];
-  shape.seq_k = k.shape[2];
+  shape.layout = AttentionLayout::of(desc.attrs);
+  const std::vector<std::int64_t> q = shape.layout.logical(AttentionLayout::kQ, desc.inputs[0].shape);
+  const std::vector<std::int64_t> k = shape.layout.logical(AttentionLayout::kK, desc.inputs[1].shape);
+  shape.dtype = desc.inputs[0].dtype;
+  shape.batch = q[0];
+  shape.heads = q[1];
+  shape.seq_q = q[2];
+  shape.head_dim = q[3];
+  shape.kv_heads = k[1];
+  shape.seq_k = k[2];
   shape.causal = desc.attrs.get_int("causal", 0) != 0;
   shape.mask = desc.inputs.size() > 3 && desc.inputs[3].present;
   if (shape.mask) {
@@ -159,9 +163,12 @@ Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy)
     return Support::no(detail::str_cat(kLabel, " needs compute capability 8.0 or newer (cuDNN's fused attention), "
                                        "this device is sm_", desc.compute_capability, "; use unfused"));
   }
-  const TensorDesc& q = desc.inputs[0];
-  const TensorDesc& k = desc.inputs[1];
-  const TensorDesc& v = desc.inputs[2];
+  // The [B, H, S, D] views of tensors that may be stored as [B, S, H, D] (Note [Attention layouts]).
+  const AttentionLayout layout = AttentionLayout::of(desc.attrs);
+  TensorDesc q = desc.inputs[0], k = desc.inputs[1], v = desc.inputs[2];
+  q.shape = layout.logical(AttentionLayout::kQ, q.shape);
+  k.shape = layout.logical(AttentionLayout::kK, k.shape);
+  v.shape = layout.logical(AttentionLayout::kV, v.shape);
   if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
     return Support::no(detail::str_cat(kLabel, " supports float16 and bfloat16, got ", dtype_name(q.dtype),
                                        "; cast q, k, v or use unfused"));
@@ -256,10 +263,16 @@ class GraphBuilder {
                        sk = shape_.seq_k, d = shape_.head_dim;
     const cudnnDataType_t io = cudnn::data_type(shape_.dtype);
 
-    const std::size_t q = tensor(kQ, io, {b, h, sq, d}, {h * sq * d, sq * d, d, 1});
-    const std::size_t kt = tensor(kK, io, {b, hk, d, sk}, {hk * sk * d, sk * d, 1, d});
-    const std::size_t v = tensor(kV, io, {b, hk, sk, d}, {hk * sk * d, sk * d, d, 1});
-    const std::size_t o = tensor(kO, io, {b, h, sq, d}, {h * sq * d, sq * d, d, 1});
+    // Strides from the layouts (Note [Attention layouts]); K^T is K's memory with its last two dims swapped.
+    const AttentionLayout& layout = shape_.layout;
+    const auto qs = layout.strides(AttentionLayout::kQ, {b, h, sq, d});
+    const auto ks = layout.strides(AttentionLayout::kK, {b, hk, sk, d});
+    const auto vs = layout.strides(AttentionLayout::kV, {b, hk, sk, d});
+    const auto os = layout.strides(AttentionLayout::kOut, {b, h, sq, d});
+    const std::size_t q = tensor(kQ, io, {b, h, sq, d}, {qs[0], qs[1], qs[2], 1});
+    const std::size_t kt = tensor(kK, io, {b, hk, d, sk}, {ks[0], ks[1], 1, ks[2]});
+    const std::size_t v = tensor(kV, io, {b, hk, sk, d}, {vs[0], vs[1], vs[2], 1});
+    const std::size_t o = tensor(kO, io, {b, h, sq, d}, {os[0], os[1], os[2], 1});
     const std::vector<std::int64_t> scores = {b, h, sq, sk}, scores_strides = {h * sq * sk, sq * sk, sk, 1};
     const std::vector<std::int64_t> rows = {b, h, sq, 1}, rows_strides = {h * sq, sq, 1, 1};
     const std::vector<std::int64_t> one = {1, 1, 1, 1};

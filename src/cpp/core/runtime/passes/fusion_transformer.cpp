@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attention_layout.h"
 #include "core/runtime/passes.h"
 #include "core/runtime/passes/pass_utils.h"
 #include "xpuruntime/exceptions.h"
@@ -542,6 +543,68 @@ void fold_repeated_kv_heads(Graph& g, PassResult& result) {  // Note [Grouped-qu
   rw.apply(result);
 }
 
+// Note [Attention reads the heads where the projections wrote them]
+// Exporters move heads in and out of attention with transposes: q, k and v are projections [B, S, H * D] reshaped
+// to [B, S, H, D] and transposed to [B, H, S, D] (k also through the K^T forms attention_fusion reads, which leave
+// the same Transpose), and the output [B, H, S, Dv] is transposed back to [B, S, H, Dv] before its reshape to
+// [B, S, H * Dv]: four strided copies of whole activations per layer. The attention kernels read and write either
+// layout (Note [Attention layouts] in core/attention_layout.h), so an Attention whose q, k or v is a
+// Transpose(perm 0, 2, 1, 3) that nothing else reads reads the transpose's input and sets that tensor's `bshd`
+// flag, and an Attention whose only reader is such a Transpose (and that has no log-sum-exp output) writes the
+// transpose's output with the output's flag set. The transposes go; the values the rest of the graph sees are
+// the same. A transpose that something else also reads stays (the copy is needed anyway).
+bool is_head_transpose(const Node& n) {
+  return is_onnx(n, "Transpose") && n.inputs.size() == 1 &&
+         n.attrs.get_ints("perm", {}) == std::vector<std::int64_t>{0, 2, 1, 3};
+}
+
+void fold_head_transposes(Graph& g, PassResult& result) {  // Note [Attention reads the heads where ...]
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3) continue;
+    std::vector<std::int64_t> flags = a.attrs.get_ints("bshd", {0, 0, 0, 0});
+    if (flags.size() != 4) continue;
+    Node folded = a;
+    std::vector<std::size_t> nodes;
+    std::vector<std::string> moved;
+    auto private_value = [&](const std::string& value) {
+      return !value.empty() && !uses.is_graph_output(value) && !uses.read_by_subgraph(value);
+    };
+    for (std::size_t t = 0; t < 3; ++t) {
+      const std::string& value = a.inputs[t];
+      auto p = uses.producer(value);
+      if (flags[t] != 0 || !p || !is_head_transpose(g.nodes[*p]) || !uses.only_reader(value, i) ||
+          !private_value(value)) {
+        continue;
+      }
+      folded.inputs[t] = g.nodes[*p].inputs[0];
+      flags[t] = 1;
+      if (std::find(nodes.begin(), nodes.end(), *p) == nodes.end()) nodes.push_back(*p);  // k and v may share it
+      moved.push_back(AttentionLayout::name(t));
+    }
+    const std::string& out = a.outputs[0];
+    const std::vector<std::size_t>& readers = uses.readers(out);
+    if (flags[3] == 0 && a.outputs.size() == 1 && readers.size() == 1 && is_head_transpose(g.nodes[readers[0]]) &&
+        uses.only_reader(out, readers[0]) && private_value(out)) {
+      folded.outputs[0] = g.nodes[readers[0]].outputs[0];
+      flags[3] = 1;
+      nodes.push_back(readers[0]);
+      moved.push_back("output");
+    }
+    if (nodes.empty() || rw.any_taken(nodes) || rw.taken(i)) continue;
+    folded.attrs.set("bshd", flags);
+    nodes.push_back(i);
+    std::string names;
+    for (const std::string& name : moved) names += (names.empty() ? "" : ", ") + name;
+    rw.replace(nodes, {std::move(folded)},
+               "Attention '" + a.name + "' reads and writes heads as [B, S, H, D] (" + names +
+                   "): the head transposes removed");
+  }
+  rw.apply(result);
+}
+
 }  // namespace
 
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
@@ -702,6 +765,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
   }
   rw.apply(result);
   fold_repeated_kv_heads(g, result);
+  fold_head_transposes(g, result);
   return result;
 }
 

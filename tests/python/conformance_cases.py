@@ -339,7 +339,10 @@ def ref_attention(inputs, attrs):
     # Note [Attention layouts]: tensors flagged in `bshd` are held as [B, S, H, D]; the reference computes on
     # [B, H, S, D] views and returns the output in its layout.
     bshd = list(attrs.get("bshd", [0, 0, 0, 0]))
-    q, k, v = [np.swapaxes(x, 1, 2) if flag else x for x, flag in zip((q, k, v), bshd)]
+    parts = list(attrs.get("qkv_parts", [-1, -1, -1]))
+    # A packed input is [B, S, P, H, D]; part p of it is [B, S, H, D].
+    q, k, v = [x[:, :, part] if part >= 0 else x for x, part in zip((q, k, v), parts)]
+    q, k, v = [np.swapaxes(x, 1, 2) if flag or part >= 0 else x for x, flag, part in zip((q, k, v), bshd, parts)]
     out = _attention_bhsd(q, k, v, mask, attrs)
     return np.swapaxes(out, 1, 2) if bshd[3] else out
 
@@ -783,6 +786,19 @@ def attention_cases() -> List[Case]:
         inputs.append(None if mask_shape is None else uniform(rng, mask_shape, -2.0, 0.0))
         cases.append(Case("attention", name, inputs, {"causal": causal, "scale": 0.0, "bshd": bshd}, ref_attention,
                           "gemm"))
+    # q, k and v as parts of one packed projection [B, S, P, H, D] (`qkv_parts`), as GPT-2's and timm's are.
+    packed_specs = [
+        ("packed_qkv_d64", (2, 33, 3, 4, 64), [0, 1, 2], [0, 0, 0, 1], 0, None),
+        ("packed_qkv_d128_causal", (1, 129, 3, 2, 128), [0, 1, 2], [0, 0, 0, 0], 1, None),
+        ("packed_kvq_order_mask", (2, 13, 3, 2, 64), [2, 0, 1], [0, 0, 0, 1], 0, (2, 1, 1, 13)),
+        ("packed_four_parts_d80", (1, 7, 4, 3, 80), [3, 1, 0], [0, 0, 0, 1], 0, None),
+    ]
+    for name, shape, parts, bshd, causal, mask_shape in packed_specs:
+        rng = _rng("attention" + name)
+        packed = uniform(rng, shape)
+        mask = None if mask_shape is None else uniform(rng, mask_shape, -2.0, 0.0)
+        cases.append(Case("attention", name, [packed, packed, packed, mask],
+                          {"causal": causal, "scale": 0.0, "bshd": bshd, "qkv_parts": parts}, ref_attention, "gemm"))
     return cases
 
 

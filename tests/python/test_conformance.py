@@ -43,6 +43,11 @@ class Exclusion:
     reason: str
 
 
+def _head_dim(case: Case, k: int) -> int:
+    """D of attention input k (0: q, 2: v): the last dim, of [B, H, S, D], [B, S, H, D] or packed [B, S, P, H, D]."""
+    return case.inputs[k].shape[-1]
+
+
 def _asymmetric_pads(case: Case, dtype: str) -> bool:
     pads = case.attrs.get("pads", [0, 0, 0, 0])
     return pads[0] != pads[2] or pads[1] != pads[3]
@@ -99,16 +104,16 @@ EXCLUSIONS: List[Exclusion] = [
               "others run on cudnn"),
     Exclusion("flash_v2", "attention", lambda c, dt: dt == "float32",
               "flash_v2 is a float16/bfloat16 kernel (tensor-core mma); float32 attention runs on 'unfused'"),
-    Exclusion("flash_v2", "attention", lambda c, dt: c.inputs[0].shape[3] not in (64, 128),
+    Exclusion("flash_v2", "attention", lambda c, dt: _head_dim(c, 0) not in (64, 128),
               "flash_v2 is instantiated for head dims 64 and 128 only"),
-    Exclusion("flash_v2", "attention", lambda c, dt: c.inputs[2].shape[3] != c.inputs[0].shape[3],
+    Exclusion("flash_v2", "attention", lambda c, dt: _head_dim(c, 2) != _head_dim(c, 0),
               "flash_v2 needs v's head dim equal to q's (Dv == D)"),
     Exclusion("cudnn", "attention", lambda c, dt: dt == "float32",
               "cuDNN's fused attention takes float16/bfloat16; float32 attention runs on 'unfused'"),
     Exclusion("cudnn", "attention", lambda c, dt: c.inputs[3] is not None
               and tuple(c.inputs[3].shape[-2:]) != (c.inputs[0].shape[2], c.inputs[1].shape[2]),
               "cuDNN's attention bias is [B or 1, H or 1, Sq, Sk]; masks broadcast along Sq or Sk run on flash_v2"),
-    Exclusion("cudnn", "attention", lambda c, dt: c.inputs[2].shape[3] != c.inputs[0].shape[3],
+    Exclusion("cudnn", "attention", lambda c, dt: _head_dim(c, 2) != _head_dim(c, 0),
               "the cudnn attention kernel needs v's head dim equal to q's (Dv == D)"),
     Exclusion("cudnn", "conv_transpose3d", _asymmetric_pads_3d,
               "cuDNN's N-d convolution descriptor takes one pad per axis (begin == end)"),

@@ -49,9 +49,7 @@ def test_attention_fusion_takes_every_softmax_of_dynamo_exports(name, dtype):
     assert ran["Softmax"] == 0 and ran["IsNaN"] == 0, dict(ran)
 
 
-@pytest.mark.parametrize("name,key", [("vit", "dynamo.float16"), ("vit", "torchscript.float16"),
-                                      ("gpt2", "dynamo.float32"),
-                                      ("swin", "torchscript.float32")])
+@pytest.mark.parametrize("name,key", [("swin", "torchscript.float32")])
 def test_q_k_v_cut_from_the_packed_projection_are_views(name, key):
     """Note [Views at an offset]: the exporters' select/unbind/split of q, k and v on the outer axis of the packed
     [3, B, H, S, D] projection costs no kernel."""
@@ -85,6 +83,38 @@ def test_gpt2_gelu_goes_into_its_linear(key):
     assert ran["xpuruntime:Gelu"] == 0 and ran["Tanh"] == 0, dict(ran)
 
 
+def _optimized_attentions(name, key, tmp_path):
+    optimized = tmp_path / "optimized.onnx"
+    session = xrt.InferenceSession(str(TINY / f"{name}.{key}.onnx"), engine="native",
+                                   optimized_model_path=str(optimized))
+    session.run(None, {i.name: _zeros(i) for i in session.get_inputs()})
+    attrs = []
+    for node in onnx.load(str(optimized)).graph.node:
+        if node.op_type == "Attention":
+            attrs.append({a.name: onnx.helper.get_attribute_value(a) for a in node.attribute})
+    return attrs
+
+
+@pytest.mark.parametrize("name,key", [("vit", "dynamo.float16"), ("vit", "torchscript.float16"),
+                                      ("vit", "dynamo.float32"), ("gpt2", "dynamo.float32"),
+                                      ("gpt2", "dynamo.float16")])
+def test_attention_reads_q_k_v_from_their_packed_projection(name, key, tmp_path):
+    """Note [Attention reads q, k and v from their packed projection]: GPT-2's c_attn and timm's qkv Linear are cut
+    into q, k and v by Slices (GPT-2: strided copies) or by a Transpose of the whole projection and outer-axis Slices
+    (timm); the Attention reads the projection [B, S, 3, H, D] itself instead, and the cuts go."""
+    model, explained = _explained(name, key)
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert ran["xpuruntime:Attention"] > 0
+    assert ran["Slice"] == 0 and ran["Squeeze"] == 0, dict(ran)
+    five_d = [n for n in model.graph.node if n.op_type == "Transpose"
+              and any(a.name == "perm" and list(a.ints) == [2, 0, 3, 1, 4] for a in n.attribute)]
+    assert ran["Transpose"] <= sum(n.op_type == "Transpose" for n in model.graph.node) - len(five_d)
+    attentions = _optimized_attentions(name, key, tmp_path)
+    assert len(attentions) == ran["xpuruntime:Attention"]
+    for attrs in attentions:
+        assert list(attrs["qkv_parts"]) == [0, 1, 2], attrs
+
+
 # Models whose every Transpose is a head transpose around attention (the rest of their graph has none).
 HEADS_ONLY = ["bert", "clip_text", "distilbert", "gpt2", "roberta", "t5_encoder"]
 
@@ -100,14 +130,10 @@ def test_attention_reads_the_heads_where_the_projections_wrote_them(name, dtype,
     ran = collections.Counter(n["op_type"] for n in explained.nodes)
     assert transposes >= 4 * ran["xpuruntime:Attention"] > 0, (transposes, dict(ran))
     assert ran["Transpose"] == 0, dict(ran)
-    # The optimized graph (SessionOptions.optimized_model_path) shows every Attention's layouts.
-    optimized = tmp_path / "optimized.onnx"
-    session = xrt.InferenceSession(str(TINY / f"{name}.dynamo.{dtype}.onnx"), engine="native",
-                                   optimized_model_path=str(optimized))
-    inputs = {i.name: _zeros(i) for i in session.get_inputs()}
-    session.run(None, inputs)
-    attentions = [n for n in onnx.load(str(optimized)).graph.node if n.op_type == "Attention"]
+    # The optimized graph (SessionOptions.optimized_model_path) shows every Attention's layouts; GPT-2's q, k, v are
+    # parts of its packed projection (test_attention_reads_q_k_v_from_their_packed_projection).
+    attentions = _optimized_attentions(name, f"dynamo.{dtype}", tmp_path)
     assert len(attentions) == ran["xpuruntime:Attention"]
-    for node in attentions:
-        bshd = [onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "bshd"]
-        assert bshd == [[1, 1, 1, 1]], node
+    for attrs in attentions:
+        expected = [0, 0, 0, 1] if name == "gpt2" else [1, 1, 1, 1]
+        assert list(attrs["bshd"]) == expected, attrs

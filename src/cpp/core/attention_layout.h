@@ -14,27 +14,48 @@ namespace xpuruntime {
 
 // Note [Attention layouts]
 // The attention op computes on [B, H, S, D] views of q, k, v and its output; by default each is held so ([B, H, S, D]
-// row-major). The `bshd` attribute, four 0/1 ints for q, k, v and the output, marks the ones held as [B, S, H, D]
-// instead: the layout a projection [B, S, H * D] already has before the exporters' `transpose(1, 2)` to heads, and
-// the one `transpose(1, 2).reshape(B, S, H * D)` wants back. attention_fusion's head-transpose fold
-// (Note [Attention reads the heads where the projections wrote them] in fusion_transformer.cpp) sets it, so the
-// four strided copies per layer of every transformer go. Each kernel reads and writes element (b, h, s, d) at
-// b * stride_b + h * stride_h + s * stride_s + d (strides() below); the mask and the log-sum-exp output keep their
-// [B, H, Sq, Sk] and [B, H, Sq] meaning.
+// row-major). Two attributes say otherwise:
+//  * `bshd`, four 0/1 ints for q, k, v and the output, marks the ones held as [B, S, H, D]: the layout a projection
+//    [B, S, H * D] already has before the exporters' `transpose(1, 2)` to heads, and the one
+//    `transpose(1, 2).reshape(B, S, H * D)` wants back.
+//  * `qkv_parts`, three ints for q, k and v (-1: not packed), marks inputs that are part p of a packed projection
+//    [B, S, P, H, D] (GPT-2's c_attn and timm's qkv Linear: [B, S, 3 * H * D] viewed so); q, k and v then name the
+//    same tensor and read it at offset p * H * D, rows P * H * D apart. A packed input's `bshd` flag must be 0.
+// attention_fusion's head-transpose fold (Note [Attention reads the heads where the projections wrote them] in
+// fusion_transformer.cpp) sets them, so the strided copies around attention go. Each kernel reads and writes
+// element (b, h, s, d) at offset + b * stride_b + h * stride_h + s * stride_s + d (view() below); the mask and the
+// log-sum-exp output keep their [B, H, Sq, Sk] and [B, H, Sq] meaning.
 struct AttentionLayout {
   enum Tensor : std::size_t { kQ = 0, kK = 1, kV = 2, kOut = 3 };
-  std::array<bool, 4> bshd{};  // q, k, v, output
+  std::array<bool, 4> bshd{};              // q, k, v, output
+  std::array<std::int64_t, 3> part{-1, -1, -1};  // q, k, v: the part of a packed [B, S, P, H, D] input, or -1
 
-  // The layout `attrs` declare; InvalidArgumentError for a `bshd` that is not four 0/1 values.
+  // Where element (b, h, s, d) of a tensor is: offset + b * stride_b + h * stride_h + s * stride_s + d.
+  struct View {
+    std::int64_t stride_b = 0, stride_h = 0, stride_s = 0, offset = 0;
+  };
+
+  // The layout `attrs` declare; InvalidArgumentError for a `bshd` that is not four 0/1 values or `qkv_parts` that
+  // is not three values >= -1 (a packed input with its bshd flag set included).
   static AttentionLayout of(const Attributes& attrs) {
     AttentionLayout layout;
     const std::vector<std::int64_t> flags = attrs.get_ints("bshd", {});
-    if (flags.empty()) return layout;
-    XPURT_CHECK(flags.size() == 4, "op 'attention': bshd must hold 4 values (q, k, v, output), got ", flags.size());
-    for (std::size_t i = 0; i < 4; ++i) {
+    XPURT_CHECK(flags.empty() || flags.size() == 4, "op 'attention': bshd must hold 4 values (q, k, v, output), got ",
+                flags.size());
+    for (std::size_t i = 0; i < flags.size(); ++i) {
       XPURT_CHECK(flags[i] == 0 || flags[i] == 1, "op 'attention': bshd values must be 0 ([B, H, S, D]) or 1 ([B, S, "
                   "H, D]), got ", flags[i], " for ", name(i));
       layout.bshd[i] = flags[i] == 1;
+    }
+    const std::vector<std::int64_t> parts = attrs.get_ints("qkv_parts", {});
+    XPURT_CHECK(parts.empty() || parts.size() == 3, "op 'attention': qkv_parts must hold 3 values (q, k, v), got ",
+                parts.size());
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      XPURT_CHECK(parts[i] >= -1, "op 'attention': qkv_parts values must be -1 (not packed) or a part index, got ",
+                  parts[i], " for ", name(i));
+      XPURT_CHECK(parts[i] < 0 || !layout.bshd[i], "op 'attention': ", name(i), " is part ", parts[i],
+                  " of a packed [B, S, P, H, D] input; its bshd flag must be 0");
+      layout.part[i] = parts[i];
     }
     return layout;
   }
@@ -42,22 +63,35 @@ struct AttentionLayout {
     static const char* const names[] = {"q", "k", "v", "output"};
     return names[i];
   }
-  bool any() const { return bshd[0] || bshd[1] || bshd[2] || bshd[3]; }
+  bool packed(std::size_t i) const { return i < 3 && part[i] >= 0; }
 
-  // The [B, H, S, D] dims of tensor i from its stored shape (a rank-4 shape; others are returned unchanged).
+  // The [B, H, S, D] dims of tensor i from its stored shape (rank 5 for a packed input, else rank 4; other ranks are
+  // returned unchanged for the caller's rank check to report). InvalidArgumentError for a part past P.
   std::vector<std::int64_t> logical(std::size_t i, const std::vector<std::int64_t>& stored) const {
+    if (packed(i)) {
+      XPURT_CHECK(stored.size() == 5, "op 'attention': ", name(i), " is part ", part[i], " of a packed input, which "
+                  "must be [B, S, P, H, D]; got rank ", stored.size());
+      XPURT_CHECK(part[i] < stored[2], "op 'attention': ", name(i), " is part ", part[i], " of a packed input of only ",
+                  stored[2], " parts");
+      return {stored[0], stored[3], stored[1], stored[4]};
+    }
     if (!bshd[i] || stored.size() != 4) return stored;
     return {stored[0], stored[2], stored[1], stored[3]};
   }
-  // The stored shape of tensor i whose [B, H, S, D] dims are `dims` (the same swap: it is its own inverse).
-  std::vector<std::int64_t> stored(std::size_t i, const std::vector<std::int64_t>& dims) const {
-    return logical(i, dims);
+  // The stored shape of the output whose [B, H, S, D] dims are `dims`.
+  std::vector<std::int64_t> stored_output(const std::vector<std::int64_t>& dims) const {
+    if (!bshd[kOut]) return dims;
+    return {dims[0], dims[2], dims[1], dims[3]};
   }
-  // Element strides {b, h, s} of tensor i held contiguously in its layout, from its [B, H, S, D] dims (d: 1).
-  std::array<std::int64_t, 3> strides(std::size_t i, const std::vector<std::int64_t>& dims) const {
-    const std::int64_t heads = dims[1], seq = dims[2], d = dims[3];
-    if (bshd[i]) return {seq * heads * d, d, heads * d};
-    return {heads * seq * d, seq * d, d};
+  // Where tensor i's elements are, from its stored shape (the output's: stored_output()).
+  View view(std::size_t i, const std::vector<std::int64_t>& stored) const {
+    if (packed(i)) {  // [B, S, P, H, D]
+      const std::int64_t seq = stored[1], parts = stored[2], heads = stored[3], d = stored[4];
+      return {seq * parts * heads * d, d, parts * heads * d, part[i] * heads * d};
+    }
+    const std::int64_t d = stored[3];
+    if (bshd[i]) return {stored[1] * stored[2] * d, d, stored[2] * d, 0};  // [B, S, H, D]
+    return {stored[1] * stored[2] * d, stored[2] * d, d, 0};               // [B, H, S, D]
   }
 };
 

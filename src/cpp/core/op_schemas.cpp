@@ -451,15 +451,16 @@ std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
 
 std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   check_float_inputs(desc, {"q", "k", "v", "mask?"});
-  check_rank(desc.inputs[0], 4, "attention", "q", "[B, H, Sq, D]");
-  check_rank(desc.inputs[1], 4, "attention", "k", "[B, Hkv, Sk, D]");
-  check_rank(desc.inputs[2], 4, "attention", "v", "[B, Hkv, Sk, Dv]");
-  // The checks below read the [B, H, S, D] views of tensors held as [B, S, H, D] (Note [Attention layouts]).
+  // The checks below read the [B, H, S, D] views of tensors held as [B, S, H, D] or packed (Note [Attention
+  // layouts]).
   const AttentionLayout layout = AttentionLayout::of(desc.attrs);
   TensorDesc q = desc.inputs[0], k = desc.inputs[1], v = desc.inputs[2];
   q.shape = layout.logical(AttentionLayout::kQ, q.shape);
   k.shape = layout.logical(AttentionLayout::kK, k.shape);
   v.shape = layout.logical(AttentionLayout::kV, v.shape);
+  check_rank(q, 4, "attention", "q", "[B, H, Sq, D]");
+  check_rank(k, 4, "attention", "k", "[B, Hkv, Sk, D]");
+  check_rank(v, 4, "attention", "v", "[B, Hkv, Sk, Dv]");
   XPURT_CHECK(k.shape[0] == q.shape[0] && v.shape[0] == q.shape[0], "op 'attention': q, k, v must share the batch "
               "size; got q ", shape_str(q.shape), ", k ", shape_str(k.shape), ", v ", shape_str(v.shape));
   XPURT_CHECK(k.shape[1] == v.shape[1] && k.shape[1] >= 1 && q.shape[1] % k.shape[1] == 0,
@@ -481,7 +482,7 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   const std::int64_t return_lse = desc.attrs.get_int("return_lse", 0);
   XPURT_CHECK(return_lse == 0 || return_lse == 1, "op 'attention': return_lse must be 0 or 1, got ", return_lse);
   std::vector<TensorDesc> outputs = {
-      output_like(q, layout.stored(AttentionLayout::kOut, {q.shape[0], q.shape[1], q.shape[2], v.shape[3]}))};
+      output_like(q, layout.stored_output({q.shape[0], q.shape[1], q.shape[2], v.shape[3]}))};
   if (return_lse == 1) {
     // lse [B, H, Sq] float32 whatever q's dtype: Note [Attention log-sum-exp] in cpu_attention.cpp.
     TensorDesc lse = output_like(q, {q.shape[0], q.shape[1], q.shape[2]});

@@ -4,7 +4,8 @@
 // Note [Attention semantics]
 //  * Shapes: q [B, H, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], y [B, H, Sq, Dv]; head h reads kv head
 //    h / (H / Hkv) (grouped-query attention; Hkv == H is multi-head, Hkv == 1 multi-query). Each of the four may
-//    be held as [B, S, H, D] instead (the `bshd` attribute, Note [Attention layouts] in core/attention_layout.h).
+//    be held as [B, S, H, D] instead, and q, k, v as parts of a packed [B, S, P, H, D] projection (the `bshd` and
+//    `qkv_parts` attributes, Note [Attention layouts] in core/attention_layout.h).
 //  * scale: the attribute, or 1/sqrt(D) when it is 0.
 //  * mask: additive, broadcast (NumPy rules, right-aligned) to [B, H, Sq, Sk], added after scaling.
 //  * causal: top-left aligned, query i sees keys j <= i (PyTorch's is_causal with Sq != Sk). Every row keeps
@@ -58,10 +59,11 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   const std::int64_t seq_q = q_dims[2], head_dim = q_dims[3];
   const std::int64_t kv_heads = k_dims[1], seq_k = k_dims[2];
   const std::int64_t value_dim = v_dims[3];
-  const auto q_strides = layout.strides(AttentionLayout::kQ, q_dims);
-  const auto k_strides = layout.strides(AttentionLayout::kK, k_dims);
-  const auto v_strides = layout.strides(AttentionLayout::kV, v_dims);
-  const auto y_strides = layout.strides(AttentionLayout::kOut, {batch, heads, seq_q, value_dim});
+  using View = AttentionLayout::View;
+  const View qv = layout.view(AttentionLayout::kQ, q_tensor.shape());
+  const View kv_view = layout.view(AttentionLayout::kK, k_tensor.shape());
+  const View vv = layout.view(AttentionLayout::kV, v_tensor.shape());
+  const View yv = layout.view(AttentionLayout::kOut, layout.stored_output({batch, heads, seq_q, value_dim}));
   const std::int64_t group = heads / kv_heads;
   const bool causal = desc.attrs.get_int("causal", 0) != 0;
   double scale = desc.attrs.get_float("scale", 0.0);
@@ -87,12 +89,12 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t h = 0; h < heads; ++h) {
       const std::int64_t kv = h / group;
-      const T* q_head = q.data() + b * q_strides[0] + h * q_strides[1];
-      const T* k_head = k.data() + b * k_strides[0] + kv * k_strides[1];
-      const T* v_head = v.data() + b * v_strides[0] + kv * v_strides[1];
-      T* y_head = y.data() + b * y_strides[0] + h * y_strides[1];
+      const T* q_head = q.data() + qv.offset + b * qv.stride_b + h * qv.stride_h;
+      const T* k_head = k.data() + kv_view.offset + b * kv_view.stride_b + kv * kv_view.stride_h;
+      const T* v_head = v.data() + vv.offset + b * vv.stride_b + kv * vv.stride_h;
+      T* y_head = y.data() + yv.offset + b * yv.stride_b + h * yv.stride_h;
       float* lse_head = lse != nullptr ? lse + (b * heads + h) * seq_q : nullptr;
-      gemm<T>(context, true, seq_q, seq_k, head_dim, q_head, q_strides[2], k_head, k_strides[2], scores.data(),
+      gemm<T>(context, true, seq_q, seq_k, head_dim, q_head, qv.stride_s, k_head, kv_view.stride_s, scores.data(),
               seq_k);
       const T* mask_head = mask.data() != nullptr ? mask.data() + b * mask_strides[0] + h * mask_strides[1] : nullptr;
       parallel_for(seq_q, loop_threads_around_gemm(context),  // Note [OpenMP and OpenBLAS threads]
@@ -129,8 +131,8 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
                        for (std::int64_t j = visible; j < seq_k; ++j) s[j] = T(0);
                      }
                    });
-      gemm<T>(context, false, seq_q, value_dim, seq_k, scores.data(), seq_k, v_head, v_strides[2], y_head,
-              y_strides[2]);
+      gemm<T>(context, false, seq_q, value_dim, seq_k, scores.data(), seq_k, v_head, vv.stride_s, y_head,
+              yv.stride_s);
     }
   }
   y.commit();

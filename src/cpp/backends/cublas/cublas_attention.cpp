@@ -43,8 +43,10 @@ namespace {
 
 struct AttentionGeometry {
   std::int64_t batch = 0, heads = 0, kv_heads = 0, sq = 0, sk = 0, d = 0, dv = 0;
-  AttentionLayout layout;  // Note [Attention layouts]: tensors stored as [B, S, H, D] are staged (Note [Unfused
-                           // attention stages other layouts])
+  AttentionLayout layout;          // Note [Attention layouts]
+  AttentionLayout::View views[4];  // where q, k, v and the output's elements are
+  // Whether tensor t is staged (Note [Unfused attention stages other layouts]): not [B, H, S, D] itself.
+  bool staged(std::size_t t) const { return layout.bshd[t] || layout.packed(t); }
   std::int64_t group() const { return kv_heads > 0 ? heads / kv_heads : 0; }
   std::int64_t scores() const { return batch * heads * sq * sk; }
   // The [B, H, S, D] dims of q, k, v and the output.
@@ -71,18 +73,22 @@ AttentionGeometry geometry_of(const OpDescriptor& desc) {
   g.kv_heads = k[1];
   g.sk = k[2];
   g.dv = v[3];
+  for (std::size_t t = 0; t < 3; ++t) g.views[t] = g.layout.view(t, desc.inputs[t].shape);
+  g.views[3] = g.layout.view(AttentionLayout::kOut, g.layout.stored_output(g.dims(AttentionLayout::kOut)));
   return g;
 }
 
-// The workspace the staged tensors take (Note [Unfused attention stages other layouts]), 256-byte aligned each.
+// The workspace staged tensor t takes (Note [Unfused attention stages other layouts]), 256-byte aligned; 0 when
+// it is not staged.
+std::size_t staged_bytes(const AttentionGeometry& g, std::size_t t, DType dtype) {
+  if (!g.staged(t)) return 0;
+  std::size_t numel = 1;
+  for (std::int64_t dim : g.dims(t)) numel *= static_cast<std::size_t>(dim);
+  return round_up(numel * dtype_size(dtype), 256);
+}
 std::size_t staged_bytes(const AttentionGeometry& g, DType dtype) {
   std::size_t bytes = 0;
-  for (std::size_t t = 0; t < 4; ++t) {
-    if (!g.layout.bshd[t]) continue;
-    std::size_t numel = 1;
-    for (std::int64_t dim : g.dims(t)) numel *= static_cast<std::size_t>(dim);
-    bytes += round_up(numel * dtype_size(dtype), 256);
-  }
+  for (std::size_t t = 0; t < 4; ++t) bytes += staged_bytes(g, t, dtype);
   return bytes;
 }
 
@@ -149,12 +155,7 @@ class UnfusedAttentionPlan final : public KernelPlan {
     std::size_t offset = scores_bytes_;
     for (std::size_t t = 0; t < 4; ++t) {
       stage_offset_[t] = offset;
-      if (geometry_.layout.bshd[t]) {
-        AttentionGeometry one = geometry_;  // the bytes of tensor t alone
-        one.layout = AttentionLayout();
-        one.layout.bshd[t] = true;
-        offset += staged_bytes(one, dtype);
-      }
+      offset += staged_bytes(geometry_, t, dtype);
     }
     stage_offset_[4] = offset;
   }
@@ -176,7 +177,7 @@ class UnfusedAttentionPlan final : public KernelPlan {
     void* data[4] = {launch.input(0).data_ptr(), launch.input(1).data_ptr(), launch.input(2).data_ptr(),
                      out.data_ptr()};
     for (std::size_t t = 0; t < 4; ++t) {
-      if (!g.layout.bshd[t]) continue;
+      if (!g.staged(t)) continue;
       void* staged = workspace + stage_offset_[t];
       if (t < 3) copy_layout(data[t], staged, t, /*to_bhsd=*/true, launch.stream.handle);
       data[t] = staged;
@@ -195,7 +196,7 @@ class UnfusedAttentionPlan final : public KernelPlan {
     cuda_raw::attention_softmax(scores, dtype_, g.batch * g.heads, g.heads, g.sq, g.sk, 1.0f, causal_, mask,
                                 mask_strides_, launch.stream.handle);
     gemm(handle, output_shape(g), dtype_, compute_, data[2], scores, data[3]);
-    if (g.layout.bshd[3]) copy_layout(data[3], out.data_ptr(), 3, /*to_bhsd=*/false, launch.stream.handle);
+    if (g.staged(3)) copy_layout(data[3], out.data_ptr(), 3, /*to_bhsd=*/false, launch.stream.handle);
   }
 
   std::size_t workspace_bytes() const override {
@@ -229,19 +230,24 @@ class UnfusedAttentionPlan final : public KernelPlan {
   std::string staged_note() const {  // Note [Unfused attention stages other layouts]
     std::string names;
     for (std::size_t t = 0; t < 4; ++t) {
-      if (geometry_.layout.bshd[t]) names += (names.empty() ? "" : ", ") + std::string(AttentionLayout::name(t));
+      if (geometry_.staged(t)) names += (names.empty() ? "" : ", ") + std::string(AttentionLayout::name(t));
     }
-    return names.empty() ? "" : "; " + names + " staged from/to [B, S, H, D] in the workspace";
+    return names.empty() ? "" : "; " + names + " staged from/to their layouts in the workspace";
   }
 
-  // Copies tensor t between its stored layout and [B, H, S, D] (to_bhsd: stored -> staged; else back).
+  // Copies tensor t between where its view says its elements are and [B, H, S, D] (to_bhsd: stored -> staged,
+  // `src` its stored tensor's start; else staged -> stored, `dst` the stored tensor's start).
   void copy_layout(const void* src, void* dst, std::size_t t, bool to_bhsd, void* stream) const {
     const std::vector<std::int64_t> dims = geometry_.dims(t);
-    const auto stored = geometry_.layout.strides(t, dims);
-    const std::vector<std::int64_t> layout_strides = {stored[0], stored[1], stored[2], 1};
+    const AttentionLayout::View& view = geometry_.views[t];
+    const std::vector<std::int64_t> stored = {view.stride_b, view.stride_h, view.stride_s, 1};
     const std::vector<std::int64_t> bhsd = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
-    cuda_raw::strided_copy(src, dst, dtype_, dims, to_bhsd ? layout_strides : bhsd, to_bhsd ? bhsd : layout_strides,
-                           stream);
+    const std::size_t offset = static_cast<std::size_t>(view.offset) * dtype_size(dtype_);
+    if (to_bhsd) {
+      cuda_raw::strided_copy(static_cast<const char*>(src) + offset, dst, dtype_, dims, stored, bhsd, stream);
+    } else {
+      cuda_raw::strided_copy(src, static_cast<char*>(dst) + offset, dtype_, dims, bhsd, stored, stream);
+    }
   }
 };
 

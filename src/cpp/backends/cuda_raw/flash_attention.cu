@@ -68,6 +68,7 @@ struct FlashConfig {
   MaskMode mode = MaskMode::kNone;
   bool return_lse = false;  // output 1 is lse [B, H, Sq] float32
   flash::Params params;     // everything but the pointers
+  std::int64_t offsets[4] = {};  // elements from each of q, k, v, o's start to its first (Note [Attention layouts])
 };
 
 bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_lse", 0) != 0; }
@@ -86,14 +87,17 @@ FlashConfig config_of(const OpDescriptor& desc) {
   params.seq_q = static_cast<int>(q[2]);
   params.kv_heads = static_cast<int>(k[1]);
   params.seq_k = static_cast<int>(k[2]);
-  const auto set_strides = [&](std::int64_t* out, std::size_t tensor, const std::vector<std::int64_t>& dims) {
-    const auto strides = layout.strides(tensor, dims);
-    for (int i = 0; i < 3; ++i) out[i] = strides[static_cast<std::size_t>(i)];
+  const auto set_view = [&](std::int64_t* strides, std::size_t tensor, const std::vector<std::int64_t>& stored) {
+    const AttentionLayout::View view = layout.view(tensor, stored);
+    strides[0] = view.stride_b;
+    strides[1] = view.stride_h;
+    strides[2] = view.stride_s;
+    config.offsets[tensor] = view.offset;
   };
-  set_strides(params.q_stride, AttentionLayout::kQ, q);
-  set_strides(params.k_stride, AttentionLayout::kK, k);
-  set_strides(params.v_stride, AttentionLayout::kV, v);
-  set_strides(params.o_stride, AttentionLayout::kOut, {q[0], q[1], q[2], v[3]});
+  set_view(params.q_stride, AttentionLayout::kQ, desc.inputs[0].shape);
+  set_view(params.k_stride, AttentionLayout::kK, desc.inputs[1].shape);
+  set_view(params.v_stride, AttentionLayout::kV, desc.inputs[2].shape);
+  set_view(params.o_stride, AttentionLayout::kOut, layout.stored_output({q[0], q[1], q[2], v[3]}));
   double scale = desc.attrs.get_float("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
   params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
@@ -270,9 +274,13 @@ class FlashAttentionPlan final : public KernelPlan {
     const flash::Params& shape = config_.params;
     if (static_cast<std::int64_t>(shape.batch) * shape.heads * shape.seq_q == 0) return;  // empty output
     flash::Params params = shape;
-    params.q = launch.input(0).data_ptr();
-    params.k = launch.input(1).data_ptr();
-    params.v = launch.input(2).data_ptr();
+    // 16-bit elements; packed inputs start at their part (Note [Attention layouts]).
+    const auto at = [&](const void* base, int tensor) {
+      return static_cast<const void*>(static_cast<const std::uint16_t*>(base) + config_.offsets[tensor]);
+    };
+    params.q = at(launch.input(0).data_ptr(), 0);
+    params.k = at(launch.input(1).data_ptr(), 1);
+    params.v = at(launch.input(2).data_ptr(), 2);
     params.o = launch.output(0).data_ptr();
     if (config_.mode == MaskMode::kExplicit) params.mask = launch.input(3).data_ptr();
     if (config_.return_lse) {

@@ -4,7 +4,8 @@
 // Contract (checked by the flash_v2 kernel's supports() in flash_attention.cu, not here):
 //   q [B, H, Sq, D], k and v [B, Hkv, Sk, D], o [B, H, Sq, D], one dtype T, element (b, h, s, d) of each at
 //   b * stride_b + h * stride_h + s * stride_s + d (Params; [B, H, S, D] or [B, S, H, D] storage, Note [Attention
-//   layouts] in core/attention_layout.h), with 16-byte aligned base pointers and strides that are multiples of 8;
+//   layouts] in core/attention_layout.h: the launcher points q, k, v at the first element of packed parts), with
+//   16-byte aligned pointers and strides that are multiples of 8;
 //   H % Hkv == 0 (head h reads kv head h / (H / Hkv)); Sq >= 1, Sk >= 1; ceil(Sq / 128) * B * H < 2^31;
 //   the optional mask is read at mask[b * stride_b + h * stride_h + i * stride_q + j * stride_k] (strides in
 //   elements, 0 where the mask broadcasts), in the dtype T, and added to the scaled scores. A query row whose

@@ -89,8 +89,33 @@ __device__ __forceinline__ Index offset_of(const OffsetCalculator<1, Index>& cal
   return offset[0];
 }
 
-// Row kernel: one group of kGroup threads per (output, split) task, task = output * splits + split.
-template <typename T, ReduceOp kOp, int kGroup, int kBlock, typename Index>
+// Combines p[0, n) into `acc`, lane `lane` of a group of kGroup threads taking every kGroup-th piece: elements up to
+// the first 16-byte boundary one at a time, then 16-byte vectors, then the tail one at a time. The order depends on
+// n and p's alignment only (fixed for a plan), so results are reproducible.
+template <int kGroup, typename T, typename Index, typename Combine>
+__device__ __forceinline__ float reduce_contiguous(const T* p, Index n, int lane, Combine combine, float acc) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  static_assert(kVec >= 1 && 16 % sizeof(T) == 0, "element sizes divide 16 bytes");
+  const auto misalignment = static_cast<Index>((reinterpret_cast<std::uintptr_t>(p) % 16) / sizeof(T));
+  const Index head = misalignment == 0 ? Index{0} : min(n, static_cast<Index>(kVec) - misalignment);
+  for (Index i = lane; i < head; i += kGroup) acc = combine(acc, to_float(p[i]));
+  const auto* vectors = reinterpret_cast<const uint4*>(p + head);
+  const Index num_vectors = (n - head) / kVec;
+  for (Index v = lane; v < num_vectors; v += kGroup) {
+    const uint4 raw = vectors[v];
+    T values[kVec];
+    memcpy(values, &raw, sizeof(raw));
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc = combine(acc, to_float(values[j]));
+  }
+  for (Index i = head + num_vectors * kVec + lane; i < n; i += kGroup) acc = combine(acc, to_float(p[i]));
+  return acc;
+}
+
+// Row kernel: one group of kGroup threads per (output, split) task, task = output * splits + split. kContiguous:
+// the reduced elements of a result are one contiguous run (one reduced dimension of stride 1), read in 16-byte
+// vectors without per-element offset arithmetic.
+template <typename T, ReduceOp kOp, int kGroup, int kBlock, bool kContiguous, typename Index>
 __global__ void __launch_bounds__(kBlock) reduce_row_kernel(const T* x, T* y, float* partial,
                                                             ReduceArgs<Index> args) {
   constexpr int kGroupsPerBlock = kBlock / kGroup;
@@ -106,7 +131,13 @@ __global__ void __launch_bounds__(kBlock) reduce_row_kernel(const T* x, T* y, fl
     const Index end = args.count - begin > args.chunk ? begin + args.chunk : args.count;
     const T* base = x + offset_of(args.kept, output);
     float acc = Reducer<kOp>::identity();
-    for (Index r = begin + lane; r < end; r += kGroup) acc = combine(acc, to_float(base[offset_of(args.reduced, r)]));
+    if constexpr (kContiguous) {
+      acc = reduce_contiguous<kGroup>(base + begin, end - begin, lane, combine, acc);
+    } else {
+      for (Index r = begin + lane; r < end; r += kGroup) {
+        acc = combine(acc, to_float(base[offset_of(args.reduced, r)]));
+      }
+    }
     acc = group_reduce<kGroup>(acc, combine, smem);
     if (lane == 0) {
       if (args.splits == 1) {
@@ -169,13 +200,22 @@ void launch_reduce_kernel(const ReduceGeometry& geometry, const T* x, T* y, floa
   args.splits = static_cast<Index>(geometry.splits);
   args.chunk = static_cast<Index>(geometry.chunk);
   const std::int64_t tasks = geometry.outputs * geometry.splits;
+  const bool contiguous = geometry.reduced_sizes.size() == 1 && geometry.reduced_strides[0] == 1;
   if (!geometry.inner_reduced) {
     reduce_column_kernel<T, kOp, Index><<<grid_for(tasks, kThreads), kThreads, 0, stream>>>(x, y, partial, args);
   } else if (geometry.chunk >= kRowBlockMinChunk) {
-    reduce_row_kernel<T, kOp, kRowBlockGroup, kRowBlockGroup, Index>
-        <<<grid_for(tasks, 1), kRowBlockGroup, 0, stream>>>(x, y, partial, args);
+    if (contiguous) {
+      reduce_row_kernel<T, kOp, kRowBlockGroup, kRowBlockGroup, true, Index>
+          <<<grid_for(tasks, 1), kRowBlockGroup, 0, stream>>>(x, y, partial, args);
+    } else {
+      reduce_row_kernel<T, kOp, kRowBlockGroup, kRowBlockGroup, false, Index>
+          <<<grid_for(tasks, 1), kRowBlockGroup, 0, stream>>>(x, y, partial, args);
+    }
+  } else if (contiguous) {
+    reduce_row_kernel<T, kOp, 32, kThreads, true, Index>
+        <<<grid_for(tasks, kThreads / 32), kThreads, 0, stream>>>(x, y, partial, args);
   } else {
-    reduce_row_kernel<T, kOp, 32, kThreads, Index>
+    reduce_row_kernel<T, kOp, 32, kThreads, false, Index>
         <<<grid_for(tasks, kThreads / 32), kThreads, 0, stream>>>(x, y, partial, args);
   }
   XPURT_CUDA_RAW_LAUNCH_CHECK();

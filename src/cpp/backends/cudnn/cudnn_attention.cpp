@@ -115,6 +115,7 @@ struct AttentionShape {
   bool stats = false;  // return_lse=1: output 1 is lse
   float scale = 0.f;   // the resolved scale (1/sqrt(D) for the attribute's 0)
   AttentionLayout layout;  // how q, k, v and o are stored (Note [Attention layouts])
+  AttentionLayout::View views[4];  // where q, k, v and o's elements are
 };
 
 bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_lse", 0) != 0; }
@@ -131,6 +132,9 @@ AttentionShape shape_of(const OpDescriptor& desc) {
   shape.head_dim = q[3];
   shape.kv_heads = k[1];
   shape.seq_k = k[2];
+  for (std::size_t t = 0; t < 3; ++t) shape.views[t] = shape.layout.view(t, desc.inputs[t].shape);
+  shape.views[3] = shape.layout.view(AttentionLayout::kOut,
+                                     shape.layout.stored_output({q[0], q[1], q[2], desc.inputs[2].shape.back()}));
   shape.causal = desc.attrs.get_int("causal", 0) != 0;
   shape.mask = desc.inputs.size() > 3 && desc.inputs[3].present;
   if (shape.mask) {
@@ -264,15 +268,16 @@ class GraphBuilder {
     const cudnnDataType_t io = cudnn::data_type(shape_.dtype);
 
     // Strides from the layouts (Note [Attention layouts]); K^T is K's memory with its last two dims swapped.
-    const AttentionLayout& layout = shape_.layout;
-    const auto qs = layout.strides(AttentionLayout::kQ, {b, h, sq, d});
-    const auto ks = layout.strides(AttentionLayout::kK, {b, hk, sk, d});
-    const auto vs = layout.strides(AttentionLayout::kV, {b, hk, sk, d});
-    const auto os = layout.strides(AttentionLayout::kOut, {b, h, sq, d});
-    const std::size_t q = tensor(kQ, io, {b, h, sq, d}, {qs[0], qs[1], qs[2], 1});
-    const std::size_t kt = tensor(kK, io, {b, hk, d, sk}, {ks[0], ks[1], 1, ks[2]});
-    const std::size_t v = tensor(kV, io, {b, hk, sk, d}, {vs[0], vs[1], vs[2], 1});
-    const std::size_t o = tensor(kO, io, {b, h, sq, d}, {os[0], os[1], os[2], 1});
+    const AttentionLayout::View* views = shape_.views;
+    const auto strides = [&](std::size_t t, bool transposed) {
+      const AttentionLayout::View& w = views[t];
+      return transposed ? std::vector<std::int64_t>{w.stride_b, w.stride_h, 1, w.stride_s}
+                        : std::vector<std::int64_t>{w.stride_b, w.stride_h, w.stride_s, 1};
+    };
+    const std::size_t q = tensor(kQ, io, {b, h, sq, d}, strides(0, false));
+    const std::size_t kt = tensor(kK, io, {b, hk, d, sk}, strides(1, true));
+    const std::size_t v = tensor(kV, io, {b, hk, sk, d}, strides(2, false));
+    const std::size_t o = tensor(kO, io, {b, h, sq, d}, strides(3, false));
     const std::vector<std::int64_t> scores = {b, h, sq, sk}, scores_strides = {h * sq * sk, sq * sk, sk, 1};
     const std::vector<std::int64_t> rows = {b, h, sq, 1}, rows_strides = {h * sq, sq, 1, 1};
     const std::vector<std::int64_t> one = {1, 1, 1, 1};
@@ -530,8 +535,12 @@ class AttentionPlan final : public KernelPlan {
 
   void run(const KernelLaunch& launch) const override {
     if (shape_.batch * shape_.heads * shape_.seq_q == 0) return;  // empty output
-    const void* pointers[] = {launch.input(0).data_ptr(), launch.input(1).data_ptr(), launch.input(2).data_ptr(),
-                              launch.output(0).data_ptr()};
+    // 16-bit elements; packed inputs start at their part (Note [Attention layouts]).
+    const auto at = [&](const void* base, std::size_t t) {
+      return static_cast<const void*>(static_cast<const std::uint16_t*>(base) + shape_.views[t].offset);
+    };
+    const void* pointers[] = {at(launch.input(0).data_ptr(), 0), at(launch.input(1).data_ptr(), 1),
+                              at(launch.input(2).data_ptr(), 2), launch.output(0).data_ptr()};
     const char* names[] = {"q", "k", "v", "the output"};
     for (int i = 0; i < 4; ++i) {
       XPURT_CHECK(reinterpret_cast<std::uintptr_t>(pointers[i]) % 16 == 0, kLabel, " needs 16-byte aligned q, k, v "

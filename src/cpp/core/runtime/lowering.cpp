@@ -959,7 +959,9 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          Attributes a;
          a.set("scale", c.node.attrs.get_float("scale", 0.0));
          a.set("causal", c.node.attrs.get_int("causal", 0));
-         if (c.node.attrs.has("bshd")) a.set("bshd", c.node.attrs.get_ints("bshd", {}));  // Note [Attention layouts]
+         for (const char* layout : {"bshd", "qkv_parts"}) {  // Note [Attention layouts]
+           if (c.node.attrs.has(layout)) a.set(layout, c.node.attrs.get_ints(layout, {}));
+         }
          return registry("attention", {0, 1, 2, c.has(3) ? 3 : -1}, a);
        }},
   };

@@ -85,7 +85,9 @@ void register_fused_ops(onnx_ref::Library& lib) {
   lib.add(kXpurtDomain, "Attention", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;
     attrs.set("scale", ctx.attr_float("scale", 0.0)).set("causal", ctx.attr_int("causal", 0));
-    if (ctx.node().attrs.has("bshd")) attrs.set("bshd", ctx.attr_ints("bshd", {}));  // Note [Attention layouts]
+    for (const char* layout : {"bshd", "qkv_parts"}) {  // Note [Attention layouts]
+      if (ctx.node().attrs.has(layout)) attrs.set(layout, ctx.attr_ints(layout, {}));
+    }
     run_registry_op(ctx, "attention", inputs_of(ctx, 4), attrs);
   });
 }

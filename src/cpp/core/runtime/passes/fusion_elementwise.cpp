@@ -79,36 +79,14 @@ struct Candidate {
   std::vector<std::size_t> absorbed;  // a rotate_half's Slice and Neg nodes, replaced with the group
 };
 
-// The [start, end) a Slice (opset 10+, static) cuts from the last axis of its input of last size `last`, steps 1,
-// or false.
+// The [start, end) a Slice cuts from the last axis of its input of rank `rank` and last size `last`, steps 1, or
+// false.
 bool last_axis_slice(const Graph& g, const Node& n, std::int64_t rank, std::int64_t last, std::int64_t* start,
                      std::int64_t* end) {
-  if (!is_onnx(n, "Slice") || n.inputs.size() < 3 || g.opset("") < 10) return false;
-  auto ints = [&](std::size_t k) -> std::optional<std::vector<std::int64_t>> {
-    if (k >= n.inputs.size() || n.inputs[k].empty()) return std::nullopt;
-    const Tensor* t = constant(g, n.inputs[k]);
-    if (t == nullptr || t->numel() != 1) return std::nullopt;
-    std::vector<std::int64_t> out;
-    for (double v : to_doubles(*t)) out.push_back(v >= 9.2e18 ? std::numeric_limits<std::int64_t>::max()
-                                                 : v <= -9.2e18 ? std::numeric_limits<std::int64_t>::min()
-                                                                : static_cast<std::int64_t>(v));
-    return out;
-  };
-  auto starts = ints(1), ends = ints(2);
-  if (!starts || !ends) return false;
-  if (n.inputs.size() > 3 && !n.inputs[3].empty()) {
-    auto axes = ints(3);
-    if (!axes || ((*axes)[0] != -1 && (*axes)[0] != rank - 1)) return false;
-  } else if (rank != 1) {
-    return false;  // the default axes are 0..: the last only for a 1-d input
-  }
-  if (n.inputs.size() > 4 && !n.inputs[4].empty()) {
-    auto steps = ints(4);
-    if (!steps || (*steps)[0] != 1) return false;
-  }
-  auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + last : v, 0, last); };
-  *start = clamp((*starts)[0]);
-  *end = clamp((*ends)[0]);
+  auto range = single_axis_slice(g, n, rank);
+  if (!range || range->axis != rank - 1) return false;
+  *start = std::clamp<std::int64_t>(range->start < 0 ? range->start + last : range->start, 0, last);
+  *end = std::clamp<std::int64_t>(range->end < 0 ? range->end + last : range->end, 0, last);
   return true;
 }
 

@@ -2,6 +2,7 @@
 // attention_fusion -> com.xpuruntime:Attention (see passes.h, docs/native_engine.md).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -605,6 +606,160 @@ void fold_head_transposes(Graph& g, PassResult& result) {  // Note [Attention re
   rw.apply(result);
 }
 
+// Note [Attention reads q, k and v from their packed projection]
+// GPT-2 (c_attn) and timm's ViT (qkv) compute q, k and v with one Linear [B, S, P * H * D] (P = 3) and cut it:
+//  * GPT-2: three Slices of the last axis (op_decomposition's form of the exporter's Split), each Reshaped to
+//    [B, S, H, D] (which the attention then reads as bshd, Note [Attention reads the heads where the projections
+//    wrote them]); each Slice is a strided copy;
+//  * timm: a Reshape to [B, S, P, H, D], a Transpose(2, 0, 3, 1, 4) to [P, B, H, S, D] (a copy of the whole
+//    projection), and an outer-axis Slice + Squeeze per part (views).
+// An Attention whose q, k and v are parts of one projection this way, the cuts read by nothing else, reads the
+// projection itself as [B, S, P, H, D] with `qkv_parts` (Note [Attention layouts]): the copies go (GPT-2's Reshape to
+// five dims is a view). The Transpose goes too when the three cuts were all it fed.
+struct PackedPart {
+  std::string packed;              // the [B, S, P, H, D] value (empty: `projection` must be reshaped to it)
+  std::string projection;          // GPT-2's [B, S, P * H * D]
+  std::vector<std::int64_t> shape;  // [B, S, P, H, D]
+  std::int64_t part = 0;
+  std::vector<std::size_t> nodes;  // the cut's nodes
+  std::optional<std::size_t> transpose;  // timm's Transpose
+};
+
+std::optional<std::int64_t> squeezed_axis(const Graph& g, const Node& n) {
+  if (!is_onnx(n, "Squeeze") || n.inputs.empty()) return std::nullopt;
+  std::vector<std::int64_t> axes;
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    const Tensor* t = constant(g, n.inputs[1]);
+    if (t == nullptr) return std::nullopt;
+    for (double a : to_doubles(*t)) axes.push_back(static_cast<std::int64_t>(a));
+  } else {
+    axes = n.attrs.get_ints("axes", {});
+  }
+  if (axes.size() != 1) return std::nullopt;
+  return axes[0];
+}
+
+std::optional<PackedPart> packed_part(const Graph& g, const Uses& uses, std::size_t attention, std::size_t t,
+                                      bool bshd) {
+  const std::string& value = g.nodes[attention].inputs[t];
+  if (!uses.only_reader(value, attention) || uses.is_graph_output(value) || uses.read_by_subgraph(value)) {
+    return std::nullopt;
+  }
+  auto cut = uses.producer(value);
+  if (!cut) return std::nullopt;
+  const Node& first = g.nodes[*cut];
+  PackedPart out;
+  if (bshd && is_onnx(first, "Reshape")) {  // GPT-2: Reshape(Slice(X, last axis)) to [B, S, H, D]
+    auto heads = static_shape(g, value);
+    auto slice = uses.producer(first.inputs[0]);
+    if (!heads || heads->size() != 4 || !slice || !uses.only_reader(first.inputs[0], *cut)) return std::nullopt;
+    const Node& sl = g.nodes[*slice];
+    auto x = static_shape(g, sl.inputs.empty() ? std::string() : sl.inputs[0]);
+    if (!x || x->size() != 3) return std::nullopt;
+    auto range = single_axis_slice(g, sl, 3);
+    const std::int64_t width = (*heads)[2] * (*heads)[3];
+    if (!range || range->axis != 2 || width <= 0 || (*x)[2] % width != 0 || (*x)[0] != (*heads)[0] ||
+        (*x)[1] != (*heads)[1] || range->start < 0 || range->start % width != 0 || range->end != range->start + width ||
+        range->end > (*x)[2]) {
+      return std::nullopt;
+    }
+    out.projection = sl.inputs[0];
+    out.shape = {(*x)[0], (*x)[1], (*x)[2] / width, (*heads)[2], (*heads)[3]};
+    out.part = range->start / width;
+    out.nodes = {*cut, *slice};
+    return out;
+  }
+  if (!bshd && squeezed_axis(g, first) == 0) {  // timm: Squeeze(Slice(Transpose(R, 2 0 3 1 4), axis 0, [p, p+1]), 0)
+    auto slice = uses.producer(first.inputs[0]);
+    if (!slice || !uses.only_reader(first.inputs[0], *cut)) return std::nullopt;
+    const Node& sl = g.nodes[*slice];
+    auto range = single_axis_slice(g, sl, 5);
+    auto transpose = uses.producer(sl.inputs[0]);
+    if (!range || range->axis != 0 || range->start < 0 || range->end != range->start + 1 || !transpose) {
+      return std::nullopt;
+    }
+    const Node& tp = g.nodes[*transpose];
+    if (!is_onnx(tp, "Transpose") || tp.attrs.get_ints("perm", {}) != std::vector<std::int64_t>{2, 0, 3, 1, 4}) {
+      return std::nullopt;
+    }
+    auto packed = static_shape(g, tp.inputs[0]);
+    if (!packed || packed->size() != 5 || range->start >= (*packed)[2]) return std::nullopt;
+    out.packed = tp.inputs[0];
+    out.shape = *packed;
+    out.part = range->start;
+    out.nodes = {*cut, *slice};
+    out.transpose = transpose;
+    return out;
+  }
+  return std::nullopt;
+}
+
+void fold_packed_qkv(Graph& g, PassResult& result) {  // Note [Attention reads q, k and v from their packed ...]
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3 || a.attrs.has("qkv_parts")) {
+      continue;
+    }
+    std::vector<std::int64_t> flags = a.attrs.get_ints("bshd", {0, 0, 0, 0});
+    if (flags.size() != 4) continue;
+    std::vector<PackedPart> parts;
+    for (std::size_t t = 0; t < 3; ++t) {
+      auto part = packed_part(g, uses, i, t, flags[t] == 1);
+      if (!part) break;
+      parts.push_back(std::move(*part));
+    }
+    if (parts.size() != 3) continue;
+    const PackedPart& q = parts[0];
+    bool same = true;
+    for (const PackedPart& p : parts) {
+      same = same && p.packed == q.packed && p.projection == q.projection && p.shape == q.shape;
+    }
+    if (!same) continue;
+    std::vector<std::size_t> nodes = {i};
+    for (const PackedPart& p : parts) nodes.insert(nodes.end(), p.nodes.begin(), p.nodes.end());
+    if (q.transpose) {  // timm's Transpose goes when the three cuts are all it feeds
+      const std::string& permuted = g.nodes[*q.transpose].outputs[0];
+      bool all = !uses.is_graph_output(permuted) && !uses.read_by_subgraph(permuted);
+      for (std::size_t reader : uses.readers(permuted)) {
+        all = all && std::find(nodes.begin(), nodes.end(), reader) != nodes.end();
+      }
+      if (all) nodes.push_back(*q.transpose);
+    }
+    std::sort(nodes.begin(), nodes.end());
+    if (std::adjacent_find(nodes.begin(), nodes.end()) != nodes.end() || rw.any_taken(nodes)) continue;
+    std::vector<Node> new_nodes;
+    std::string packed = q.packed;
+    if (packed.empty()) {  // GPT-2: the projection viewed as [B, S, P, H, D]
+      packed = g.unique_name(q.projection + "_packed");
+      ValueType type = *value_type(g, q.projection);
+      type.shape.clear();
+      for (std::int64_t d : q.shape) type.shape.push_back(Dim(d));
+      g.types[packed] = type;
+      Tensor shape = Tensor::empty({5}, DType::kInt64);
+      for (std::size_t d = 0; d < 5; ++d) static_cast<std::int64_t*>(shape.data_ptr())[d] = q.shape[d];
+      Node reshape = make_node(a.name + "_packed_qkv", "Reshape",
+                               {q.projection, add_constant(g, packed + "_shape", shape)}, {packed});
+      reshape.domain = "";
+      new_nodes.push_back(std::move(reshape));
+    }
+    Node folded = a;
+    for (std::size_t t = 0; t < 3; ++t) {
+      folded.inputs[t] = packed;
+      flags[t] = 0;
+    }
+    folded.attrs.set("bshd", flags);
+    folded.attrs.set("qkv_parts", std::vector<std::int64_t>{parts[0].part, parts[1].part, parts[2].part});
+    new_nodes.push_back(std::move(folded));
+    rw.replace(nodes, std::move(new_nodes),
+               "Attention '" + a.name + "' reads q, k, v from their packed projection " + packed + " (parts " +
+                   std::to_string(parts[0].part) + ", " + std::to_string(parts[1].part) + ", " +
+                   std::to_string(parts[2].part) + "): the cuts removed");
+  }
+  rw.apply(result);
+}
+
 }  // namespace
 
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
@@ -766,6 +921,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
   rw.apply(result);
   fold_repeated_kv_heads(g, result);
   fold_head_transposes(g, result);
+  fold_packed_qkv(g, result);
   return result;
 }
 

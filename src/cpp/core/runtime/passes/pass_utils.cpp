@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/half.h"
 #include "xpuruntime/exceptions.h"
@@ -87,6 +88,34 @@ std::optional<ValueType> value_type(const Graph& g, const std::string& value) {
   if (const Tensor* t = constant(g, value)) return type_of(*t);
   if (const ValueType* vt = g.type(value)) return *vt;
   return std::nullopt;
+}
+
+std::optional<SliceRange> single_axis_slice(const Graph& g, const Node& n, std::int64_t rank) {
+  if (!is_onnx(n, "Slice") || n.inputs.size() < 3 || g.opset("") < 10) return std::nullopt;
+  auto one = [&](std::size_t k) -> std::optional<std::int64_t> {
+    if (k >= n.inputs.size() || n.inputs[k].empty()) return std::nullopt;
+    const Tensor* t = constant(g, n.inputs[k]);
+    if (t == nullptr || t->numel() != 1) return std::nullopt;
+    const double v = to_doubles(*t)[0];
+    return v >= 9.2e18    ? std::numeric_limits<std::int64_t>::max()
+           : v <= -9.2e18 ? std::numeric_limits<std::int64_t>::min()
+                          : static_cast<std::int64_t>(v);
+  };
+  auto start = one(1), end = one(2);
+  if (!start || !end) return std::nullopt;
+  SliceRange range{0, *start, *end};
+  if (n.inputs.size() > 3 && !n.inputs[3].empty()) {
+    auto axis = one(3);
+    if (!axis || *axis < -rank || *axis >= rank) return std::nullopt;
+    range.axis = *axis < 0 ? *axis + rank : *axis;
+  } else if (rank != 1) {
+    return std::nullopt;  // the default axes are 0..rank-1: one axis only for a 1-d input
+  }
+  if (n.inputs.size() > 4 && !n.inputs[4].empty()) {
+    auto step = one(4);
+    if (!step || *step != 1) return std::nullopt;
+  }
+  return range;
 }
 
 std::optional<std::vector<std::int64_t>> static_shape(const Graph& g, const std::string& value) {

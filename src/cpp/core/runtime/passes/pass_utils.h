@@ -70,6 +70,12 @@ std::optional<DType> dtype_from_onnx(std::int64_t code);
 // Elements of a numeric CPU tensor as double (16-bit floats converted); and a new tensor from doubles (rounded to
 // `dtype`, integers truncated).
 std::vector<double> to_doubles(const Tensor& t);
+// A Slice (opset 10+) of one axis with step 1 and constant starts/ends/axes/steps, on an input of rank `rank`: the
+// axis (in [0, rank)) and the start and end as written (negative ones count from the end; the caller clamps them).
+struct SliceRange {
+  std::int64_t axis = 0, start = 0, end = 0;
+};
+std::optional<SliceRange> single_axis_slice(const Graph& g, const Node& n, std::int64_t rank);
 Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values);
 
 // A 1-D int64 CPU tensor holding `values` (shapes, axes, sizes of the nodes the passes make).

@@ -262,7 +262,9 @@ class UnfusedAttentionKernel final : public Kernel {
     if (desc.attrs.get_int("return_lse", 0) != 0) {
       return Support::no("unfused attention does not output the log-sum-exp (return_lse=1); use flash_v2 or cpu");
     }
-    if (desc.inputs.size() < 3 || desc.inputs[0].dim() != 4 || desc.inputs[1].dim() != 4 || desc.inputs[2].dim() != 4) {
+    const AttentionLayout layout = AttentionLayout::of(desc.attrs);
+    const auto rank_ok = [&](std::size_t t) { return desc.inputs[t].dim() == (layout.packed(t) ? 5 : 4); };
+    if (desc.inputs.size() < 3 || !rank_ok(0) || !rank_ok(1) || !rank_ok(2)) {
       return Support::no("unfused attention needs q[B, H, Sq, D], k[B, Hkv, Sk, D], v[B, Hkv, Sk, Dv]");
     }
     const AttentionGeometry g = geometry_of(desc);

@@ -153,9 +153,9 @@ Support check_flash(const OpDescriptor& desc) {
       return Support::no(detail::str_cat("flash_v2 needs one dtype for all inputs; '", kInputNames[i], "' is ",
                                          dtype_name(input.dtype), ", q is ", dtype_name(q.dtype)));
     }
-    if (i < 3 && input.dim() != 4) {
-      return Support::no(detail::str_cat("flash_v2 needs 4-d q, k, v ([B, H, S, D]); '", kInputNames[i], "' is ",
-                                         input.str()));
+    if (i < 3 && input.dim() != (AttentionLayout::of(desc.attrs).packed(i) ? 5 : 4)) {
+      return Support::no(detail::str_cat("flash_v2 needs 4-d q, k, v ([B, H, S, D] or [B, S, H, D]; 5-d [B, S, P, H, "
+                                         "D] when packed); '", kInputNames[i], "' is ", input.str()));
     }
   }
   // The [B, H, S, D] views (Note [Attention layouts]); the stored tensors are what must be contiguous below.

@@ -182,12 +182,14 @@ Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy)
       return Support::no(detail::str_cat(kLabel, " needs one dtype for q, k and v; '", kInputNames[i], "' is ",
                                          dtype_name(desc.inputs[i].dtype), ", q is ", dtype_name(q.dtype)));
     }
-    if (desc.inputs[i].dim() != 4) {
+    if (desc.inputs[i].dim() != (layout.packed(i) ? 5 : 4)) {
       return Support::no(detail::str_cat(kLabel, " needs 4-d q, k, v ([B, H, S, D]); '", kInputNames[i], "' is ",
                                          desc.inputs[i].str()));
     }
   }
-  if (q.dim() != 4) return Support::no(detail::str_cat(kLabel, " needs 4-d q ([B, H, Sq, D]), got ", q.str()));
+  if (desc.inputs[0].dim() != (layout.packed(0) ? 5 : 4)) {
+    return Support::no(detail::str_cat(kLabel, " needs 4-d q ([B, H, Sq, D]), got ", desc.inputs[0].str()));
+  }
   const std::int64_t head_dim = q.shape[3];
   const std::int64_t max_head_dim = desc.compute_capability >= 90 ? 256 : 128;
   if (head_dim % 8 != 0 || head_dim > max_head_dim || head_dim < 8) {

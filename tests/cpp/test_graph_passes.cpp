@@ -261,7 +261,8 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
-                                             "gemm_fusion", "conv_fusion", "nhwc_layout", "elementwise_fusion"}));
+                                             "gemm_fusion", "qkv_fusion", "conv_fusion", "nhwc_layout",
+                                             "elementwise_fusion"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "
@@ -1069,14 +1070,16 @@ TEST(GraphPasses, PipelineOnATransformerBlock) {
   for (const auto& r : passes::run_passes(out, {})) notes.insert(notes.end(), r.notes.begin(), r.notes.end());
   EXPECT_EQ(count(out, "LayerNormalization"), 2) << out.str();
   EXPECT_EQ(count(out, "Attention"), 1) << out.str();
-  EXPECT_EQ(count(out, "Linear"), 6) << out.str();
+  EXPECT_EQ(count(out, "Linear"), 4) << out.str();  // q, k and v one Linear (Note [One GEMM for q, k and v])
   EXPECT_EQ(count(out, "Gelu"), 0) << out.str();  // folded into the first MLP Linear
   EXPECT_EQ(count(out, "MatMul"), 0) << out.str();
   EXPECT_EQ(count(out, "Softmax"), 0) << out.str();
-  // Q, K, V and the context stay [B, S, H, D]: the attention reads and writes them so (Note [Attention reads the
-  // heads where the projections wrote them]).
+  // Q, K, V and the context stay [B, S, H, D]: the attention reads them from the one projection and writes the
+  // context so (Note [Attention reads the heads where the projections wrote them], Note [One GEMM for q, k and v]).
   EXPECT_EQ(count(out, "Transpose"), 0) << out.str();
-  EXPECT_EQ(find(out, "Attention")->attrs.get_ints("bshd", {}), (std::vector<std::int64_t>{1, 1, 1, 1})) << out.str();
+  EXPECT_EQ(find(out, "Attention")->attrs.get_ints("bshd", {}), (std::vector<std::int64_t>{0, 0, 0, 1})) << out.str();
+  EXPECT_EQ(find(out, "Attention")->attrs.get_ints("qkv_parts", {}), (std::vector<std::int64_t>{0, 1, 2}))
+      << out.str();
   for (const Node& n : out.nodes) {
     if (n.op_type == "LayerNormalization") {
       EXPECT_EQ(n.domain, kXpurtDomain);

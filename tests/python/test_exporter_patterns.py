@@ -130,10 +130,31 @@ def test_attention_reads_the_heads_where_the_projections_wrote_them(name, dtype,
     ran = collections.Counter(n["op_type"] for n in explained.nodes)
     assert transposes >= 4 * ran["xpuruntime:Attention"] > 0, (transposes, dict(ran))
     assert ran["Transpose"] == 0, dict(ran)
-    # The optimized graph (SessionOptions.optimized_model_path) shows every Attention's layouts; GPT-2's q, k, v are
-    # parts of its packed projection (test_attention_reads_q_k_v_from_their_packed_projection).
+    # The optimized graph (SessionOptions.optimized_model_path) shows every Attention's layouts.
     attentions = _optimized_attentions(name, f"dynamo.{dtype}", tmp_path)
     assert len(attentions) == ran["xpuruntime:Attention"]
     for attrs in attentions:
-        expected = [0, 0, 0, 1] if name == "gpt2" else [1, 1, 1, 1]
-        assert list(attrs["bshd"]) == expected, attrs
+        # q, k and v of one packed projection (GPT-2's c_attn, or the Linear qkv_fusion makes of the others),
+        # read in place; the output written as [B, S, H, D].
+        assert list(attrs["bshd"]) == [0, 0, 0, 1], attrs
+        assert list(attrs["qkv_parts"]) == [0, 1, 2], attrs
+
+
+# Transformers whose q, k and v come from three Linears of one input (Whisper scales its queries after q_proj).
+SEPARATE_QKV = ["beit", "bert", "clip_text", "clip_vision", "deit", "distilbert", "roberta", "t5_encoder",
+                "whisper_encoder"]
+
+
+@pytest.mark.parametrize("name", SEPARATE_QKV)
+def test_one_gemm_projects_q_k_and_v(name, tmp_path):
+    """Note [One GEMM for q, k and v]: the three projections become one Linear with the weights concatenated, whose
+    [B, S, 3 * H * D] output each Attention reads as its packed projection; the answers still match PyTorch
+    (test_model_suite.py)."""
+    model, explained = _explained(name, "dynamo.float16")
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    attentions = ran["xpuruntime:Attention"]
+    assert attentions > 0
+    notes = [o for o in explained.options if o.startswith("pass qkv_fusion:")]
+    assert notes and notes[0].startswith(f"pass qkv_fusion: {attentions} rewrite(s)"), explained.options
+    for attrs in _optimized_attentions(name, "dynamo.float16", tmp_path):
+        assert list(attrs["qkv_parts"]) == [0, 1, 2], attrs

@@ -91,6 +91,9 @@ XPURT_API PassResult layer_norm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult residual_layer_norm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult attention_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
+// Three Linears of one input projecting an Attention's q, k and v -> one Linear whose output the Attention reads as
+// its packed projection (Note [One GEMM for q, k and v] in passes/fusion_transformer.cpp).
+XPURT_API PassResult qkv_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult op_decomposition(Graph& g, const PassContext& ctx);
 XPURT_API PassResult tensor_parallel(Graph& g, const PassContext& ctx);

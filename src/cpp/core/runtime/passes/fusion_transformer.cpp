@@ -2,6 +2,7 @@
 // attention_fusion -> com.xpuruntime:Attention (see passes.h, docs/native_engine.md).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <string>
@@ -760,7 +761,198 @@ void fold_packed_qkv(Graph& g, PassResult& result) {  // Note [Attention reads q
   rw.apply(result);
 }
 
+// Note [One GEMM for q, k and v]
+// BERT, Whisper, CLIP and most transformers project q, k and v with three Linears of one input. At small batches
+// each GEMM is too small to fill the GPU, so three cost about what one three times wider does. qkv_fusion makes them
+// one Linear with the weights (and biases) concatenated, [B, S, 3 * H * D], viewed as [B, S, 3, H, D] (a Reshape,
+// no copy), which the Attention reads as its packed projection (Note [Attention layouts]: qkv_parts 0, 1, 2). It
+// takes an Attention whose q, k and v are each Reshape(Linear(x)) to [B, S, H, D], read as bshd, read by nothing
+// else, with one x, one weight layout and dtype, no activation, and the same H and D (so not grouped-query
+// attention, whose k and v have fewer heads).
+struct HeadProjection {
+  std::size_t reshape = 0, linear = 0;
+  std::optional<std::size_t> mul;   // Whisper's q_proj(x) * scaling: folded into the part's weights and bias
+  double scale = 1.0;
+  std::vector<std::int64_t> heads;  // the Reshape's [B, S, H, D]
+};
+
+std::optional<HeadProjection> head_projection(const Graph& g, const Uses& uses, std::size_t attention,
+                                              const std::string& value) {
+  auto private_to = [&](const std::string& v, std::size_t reader) {
+    return uses.only_reader(v, reader) && !uses.is_graph_output(v) && !uses.read_by_subgraph(v);
+  };
+  auto reshape = uses.producer(value);
+  if (!reshape || !is_onnx(g.nodes[*reshape], "Reshape") || !private_to(value, attention)) return std::nullopt;
+  std::string projected = g.nodes[*reshape].inputs[0];
+  auto linear = uses.producer(projected);
+  if (!linear || !private_to(projected, *reshape)) return std::nullopt;
+  std::optional<std::size_t> mul;
+  double scale = 1.0;
+  if (is_onnx(g.nodes[*linear], "Mul")) {  // a scale by a one-element constant (Whisper's queries)
+    auto factor = scale_operand(g, g.nodes[*linear]);
+    if (!factor) return std::nullopt;
+    mul = linear;
+    scale = factor->second;
+    const std::string& scaled = g.nodes[*mul].inputs[factor->first];
+    linear = uses.producer(scaled);
+    if (!linear || !private_to(scaled, *mul)) return std::nullopt;
+    projected = scaled;
+  }
+  const Node& l = g.nodes[*linear];
+  if (l.domain != kXpurtDomain || l.op_type != "Linear" || l.attrs.get_string("activation", "none") != "none" ||
+      l.inputs.size() < 2 || constant(g, l.inputs[1]) == nullptr ||
+      (l.inputs.size() > 2 && !l.inputs[2].empty() && constant(g, l.inputs[2]) == nullptr)) {
+    return std::nullopt;
+  }
+  auto heads = static_shape(g, value), flat = static_shape(g, projected);
+  if (!heads || !flat || heads->size() != 4 || flat->size() != 3 || (*flat)[0] != (*heads)[0] ||
+      (*flat)[1] != (*heads)[1] || (*flat)[2] != (*heads)[2] * (*heads)[3]) {
+    return std::nullopt;
+  }
+  return HeadProjection{*reshape, *linear, mul, scale, *heads};
+}
+
+// The weights of `linears` (one layout, one dtype), each times its scale, side by side along N: [K, sum N] for "kn",
+// [sum N, K] for "nk".
+Tensor concatenated_weights(const Graph& g, const std::vector<const Node*>& linears, const std::vector<double>& scales,
+                            bool kn) {
+  std::vector<Tensor> parts;
+  for (std::size_t t = 0; t < linears.size(); ++t) {
+    const Tensor* w = constant(g, linears[t]->inputs[1]);
+    if (scales[t] == 1.0) {
+      parts.push_back(w->contiguous());
+    } else {
+      std::vector<double> values = to_doubles(*w);
+      for (double& v : values) v *= scales[t];
+      parts.push_back(from_doubles(w->shape(), w->dtype(), values));
+    }
+  }
+  const std::size_t es = dtype_size(parts[0].dtype());
+  if (!kn) {  // [N, K] stacked
+    std::int64_t rows = 0;
+    for (const Tensor& t : parts) rows += t.shape()[0];
+    Tensor out = Tensor::empty({rows, parts[0].shape()[1]}, parts[0].dtype());
+    auto* dst = static_cast<unsigned char*>(out.data_ptr());
+    for (const Tensor& t : parts) {
+      std::memcpy(dst, t.data_ptr(), t.nbytes());
+      dst += t.nbytes();
+    }
+    return out;
+  }
+  const std::int64_t k = parts[0].shape()[0];
+  std::int64_t cols = 0;
+  for (const Tensor& t : parts) cols += t.shape()[1];
+  Tensor out = Tensor::empty({k, cols}, parts[0].dtype());
+  auto* dst = static_cast<unsigned char*>(out.data_ptr());
+  for (std::int64_t row = 0; row < k; ++row) {
+    for (const Tensor& t : parts) {
+      const std::size_t bytes = static_cast<std::size_t>(t.shape()[1]) * es;
+      std::memcpy(dst, static_cast<const unsigned char*>(t.data_ptr()) + static_cast<std::size_t>(row) * bytes, bytes);
+      dst += bytes;
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+PassResult qkv_fusion(Graph& g, const PassContext& /*ctx*/) {  // Note [One GEMM for q, k and v]
+  PassResult result{"qkv_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3 || a.attrs.has("qkv_parts")) {
+      continue;
+    }
+    std::vector<std::int64_t> flags = a.attrs.get_ints("bshd", {0, 0, 0, 0});
+    if (flags.size() != 4 || flags[0] != 1 || flags[1] != 1 || flags[2] != 1) continue;
+    if (a.inputs[0] == a.inputs[1] || a.inputs[1] == a.inputs[2] || a.inputs[0] == a.inputs[2]) continue;
+    std::vector<HeadProjection> projections;
+    for (std::size_t t = 0; t < 3; ++t) {
+      auto p = head_projection(g, uses, i, a.inputs[t]);
+      if (!p) break;
+      projections.push_back(*p);
+    }
+    if (projections.size() != 3) continue;
+    std::vector<const Node*> linears;
+    for (const HeadProjection& p : projections) linears.push_back(&g.nodes[p.linear]);
+    const Node& first = *linears[0];
+    const std::string layout = first.attrs.get_string("weight_layout", "nk");
+    const Tensor* w0 = constant(g, first.inputs[1]);
+    bool same = layout == "kn" || layout == "nk";
+    for (std::size_t t = 0; t < 3 && same; ++t) {
+      const Node& l = *linears[t];
+      const Tensor* w = constant(g, l.inputs[1]);
+      same = l.inputs[0] == first.inputs[0] && l.attrs.get_string("weight_layout", "nk") == layout &&
+             w->dtype() == w0->dtype() && w->dim() == 2 && w->shape() == w0->shape() &&
+             projections[t].heads == projections[0].heads;
+    }
+    if (!same) continue;
+    std::vector<std::size_t> nodes = {i};
+    std::vector<double> scales;
+    for (const HeadProjection& p : projections) {
+      nodes.insert(nodes.end(), {p.reshape, p.linear});
+      if (p.mul) nodes.push_back(*p.mul);
+      scales.push_back(p.scale);
+    }
+    if (rw.any_taken(nodes)) continue;
+    const std::vector<std::int64_t>& heads = projections[0].heads;  // [B, S, H, D]
+    const std::int64_t width = heads[2] * heads[3];
+    const bool kn = layout == "kn";
+    Node linear = first;
+    linear.name = first.name + "_qkv";
+    linear.inputs = {first.inputs[0],
+                     add_constant(g, first.inputs[1] + "_qkv", concatenated_weights(g, linears, scales, kn))};
+    const bool biased = std::any_of(linears.begin(), linears.end(), [](const Node* l) {
+      return l->inputs.size() > 2 && !l->inputs[2].empty();
+    });
+    if (biased) {
+      std::vector<double> bias;
+      for (std::size_t t = 0; t < 3; ++t) {
+        const Node* l = linears[t];
+        const bool has = l->inputs.size() > 2 && !l->inputs[2].empty();
+        const std::vector<double> part = has ? to_doubles(*constant(g, l->inputs[2])) : std::vector<double>();
+        for (std::int64_t n = 0; n < width; ++n) {
+          bias.push_back(!has ? 0.0 : scales[t] * (part.size() == 1 ? part[0] : part[static_cast<std::size_t>(n)]));
+        }
+      }
+      linear.inputs.push_back(add_constant(g, first.name + "_qkv_bias", from_doubles({3 * width}, w0->dtype(), bias)));
+    }
+    const std::string projected = g.unique_name(first.outputs[0] + "_qkv");
+    ValueType flat = *value_type(g, first.outputs[0]);
+    flat.shape = {Dim(heads[0]), Dim(heads[1]), Dim(3 * width)};
+    g.types[projected] = flat;
+    linear.outputs = {projected};
+    const std::string packed = g.unique_name(projected + "_packed");
+    ValueType five = flat;
+    five.shape = {Dim(heads[0]), Dim(heads[1]), Dim(3), Dim(heads[2]), Dim(heads[3])};
+    g.types[packed] = five;
+    Tensor shape = Tensor::empty({5}, DType::kInt64);
+    const std::int64_t dims[5] = {heads[0], heads[1], 3, heads[2], heads[3]};
+    std::memcpy(shape.data_ptr(), dims, sizeof(dims));
+    Node reshape = make_node(linear.name + "_packed", "Reshape", {projected, add_constant(g, packed + "_shape", shape)},
+                             {packed});
+    reshape.domain = "";
+    Node folded = a;
+    for (std::size_t t = 0; t < 3; ++t) {
+      folded.inputs[t] = packed;
+      flags[t] = 0;
+    }
+    folded.attrs.set("bshd", flags);
+    folded.attrs.set("qkv_parts", std::vector<std::int64_t>{0, 1, 2});
+    std::vector<Node> replacement;
+    replacement.push_back(std::move(linear));
+    replacement.push_back(std::move(reshape));
+    replacement.push_back(std::move(folded));
+    rw.replace(nodes, std::move(replacement),
+               "Linear '" + linears[0]->name + "' + '" + linears[1]->name + "' + '" + linears[2]->name +
+                   "' -> one Linear '" + first.name + "_qkv' whose output Attention '" + a.name +
+                   "' reads as its packed projection");
+  }
+  rw.apply(result);
+  return result;
+}
 
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"attention_fusion", 0, {}};

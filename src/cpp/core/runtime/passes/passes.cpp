@@ -41,6 +41,10 @@ const std::vector<PassInfo>& all_passes() {
       {"attention_fusion", "MatMul(Q, K^T) [scale] [+ mask] Softmax MatMul(., V) -> com.xpuruntime:Attention",
        attention_fusion},
       {"gemm_fusion", "MatMul/Gemm with constant weights [+ bias] [+ Relu/Gelu] -> com.xpuruntime:Linear", gemm_fusion},
+      {"qkv_fusion",
+       "three Linears of one input projecting an Attention's q, k and v -> one Linear, read by the Attention as its "
+       "packed projection (qkv_parts)",
+       qkv_fusion},
       {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu] -> com.xpuruntime:FusedConv", conv_fusion},
       {"nhwc_layout",
        "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group) and the pools after it run "

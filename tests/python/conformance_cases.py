@@ -448,6 +448,14 @@ def conv2d_cases() -> List[Case]:
         # one output column 2100 rows tall: the row tile shrinks to keep its staged input within 48 KiB
         ("depthwise_7x7_stride2_one_column", (1, 2, 4200, 1), (2, 1, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 2, True,
          False, "none"),
+        # several small planes per block (Note [Depthwise planes per block]): ConvNeXt's last stage (7x7 planes),
+        # EfficientNet's 14x14 at stride 2, a plane count the block does not divide, residual + relu
+        ("depthwise_7x7_planes_per_block", (2, 37, 7, 7), (37, 1, 7, 7), [1, 1], [3, 3, 3, 3], [1, 1], 37, True, True,
+         "relu"),
+        ("depthwise_3x3_stride2_planes", (3, 19, 14, 14), (19, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 19, True,
+         False, "none"),
+        ("depthwise_5x5_planes_13x11", (1, 45, 13, 11), (45, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 45, False, False,
+         "none"),
         ("1x1_relu", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, False, "relu"),
         ("asymmetric_pads", (1, 3, 6, 6), (4, 3, 3, 3), [1, 1], [0, 1, 2, 1], [1, 1], 1, True, False, "none"),
         ("1x1x1x1", (1, 1, 1, 1), (1, 1, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, False, False, "none"),

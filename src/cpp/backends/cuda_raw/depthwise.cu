@@ -66,12 +66,18 @@ __global__ void depthwise_kernel(const T* __restrict__ x, const T* __restrict__ 
 // output row it feeds (about 0.4 shared loads per multiply-add for 7x7, against 2 in depthwise_kernel).
 constexpr int kRows = 4;
 
+// Note [Depthwise planes per block]: where one tile covers a whole plane (the 14 x 14 and 7 x 7 planes of late
+// stages), a block takes `planes` of them, one tile of threads each, so that blocks keep about 256 threads instead of
+// 14 or 56 (7 x 7 outputs of 4 rows each is 14 threads).
 template <typename T, int K, int S>
 __global__ void depthwise_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                                       const T* __restrict__ residual, T* __restrict__ y, DepthwiseGeometry g,
-                                      int tile_w, int tile_h) {
-  extern __shared__ float staged[];
-  const int nc = blockIdx.z;
+                                      int tile_w, int tile_h, int planes) {
+  extern __shared__ float shared_tiles[];
+  const int tile_threads = tile_w * tile_h;
+  const int local = static_cast<int>(threadIdx.x) % tile_threads;
+  const int nc = static_cast<int>(blockIdx.z) * planes + static_cast<int>(threadIdx.x) / tile_threads;
+  const bool active = nc < g.batch * g.channels;  // the last block's spare planes only join the barrier
   const int c = nc % g.channels;
   const int out_rows = tile_h * kRows;
   const int oh0 = blockIdx.y * out_rows;
@@ -80,19 +86,20 @@ __global__ void depthwise_rows_kernel(const T* __restrict__ x, const T* __restri
   const int iw0 = ow0 * S - g.pad_left;
   const int rows = (out_rows - 1) * S + K;
   const int cols = (tile_w - 1) * S + K;
+  float* staged = shared_tiles + (static_cast<int>(threadIdx.x) / tile_threads) * rows * cols;
   const T* plane = x + static_cast<std::int64_t>(nc) * g.in_h * g.in_w;
-  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+  for (int i = local; active && i < rows * cols; i += tile_threads) {
     const int r = i / cols, col = i - r * cols;
     const int ih = ih0 + r, iw = iw0 + col;
     staged[i] = (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) ? to_float(plane[ih * g.in_w + iw]) : 0.0f;
   }
   float wr[K * K];
 #pragma unroll
-  for (int i = 0; i < K * K; ++i) wr[i] = to_float(w[c * K * K + i]);
+  for (int i = 0; i < K * K; ++i) wr[i] = active ? to_float(w[c * K * K + i]) : 0.0f;
   __syncthreads();
-  const int tx = threadIdx.x % tile_w, ty = threadIdx.x / tile_w;
+  const int tx = local % tile_w, ty = local / tile_w;
   const int ow = ow0 + tx;
-  if (ty >= tile_h || ow >= g.out_w) return;
+  if (!active || ty >= tile_h || ow >= g.out_w) return;
   float acc[kRows];
 #pragma unroll
   for (int p = 0; p < kRows; ++p) acc[p] = 0.0f;
@@ -122,10 +129,12 @@ __global__ void depthwise_rows_kernel(const T* __restrict__ x, const T* __restri
   }
 }
 
-// A block's tile: tile_w x tile_h threads and the shared memory its staged input takes.
+// A block's tile: tile_w x tile_h threads and the shared memory its staged input takes; `planes` tiles per block
+// (Note [Depthwise planes per block]; depthwise_rows_kernel only).
 struct Tile {
   int tile_w = 1, tile_h = 1;
   std::size_t shared = 0;
+  int planes = 1;
 };
 
 // depthwise_rows_kernel's tile: up to 32 x 8 threads of kRows outputs each, fewer rows where the staged input would
@@ -138,8 +147,17 @@ Tile rows_tile(const DepthwiseGeometry& g, int k, int s) {
   for (;; --t.tile_h) {
     const int rows = (t.tile_h * kRows - 1) * s + k;
     t.shared = static_cast<std::size_t>(rows * cols) * sizeof(float);
-    if (t.shared <= 48 * 1024 || t.tile_h == 1) return t;
+    if (t.shared <= 48 * 1024 || t.tile_h == 1) break;
   }
+  // One tile covers the plane: as many planes as keep the block near 256 threads and its tiles within 48 KiB.
+  if (t.tile_w >= g.out_w && t.tile_h * kRows >= g.out_h) {
+    const std::int64_t total = static_cast<std::int64_t>(g.batch) * g.channels;
+    const int by_threads = std::max(1, 256 / (t.tile_w * t.tile_h));
+    const int by_memory = static_cast<int>(std::max<std::size_t>(1, 48 * 1024 / t.shared));
+    t.planes = static_cast<int>(std::min<std::int64_t>({by_threads, by_memory, std::max<std::int64_t>(1, total)}));
+    t.shared *= static_cast<std::size_t>(t.planes);
+  }
+  return t;
 }
 
 // depthwise_kernel's tile (Note [Depthwise tiles]): 32 columns (fewer for a narrower output) by 256 / width rows.
@@ -163,12 +181,13 @@ bool launch_rows(const void* x, const void* w, const void* bias, const void* res
   const Tile t = rows_tile(g, K, S);
   const int tile_w = t.tile_w, tile_h = t.tile_h;
   const std::size_t shared = t.shared;
+  const std::int64_t planes = static_cast<std::int64_t>(g.batch) * g.channels;
   const dim3 grid(static_cast<unsigned>((g.out_w + tile_w - 1) / tile_w),
                   static_cast<unsigned>((g.out_h + tile_h * kRows - 1) / (tile_h * kRows)),
-                  static_cast<unsigned>(g.batch * g.channels));
-  depthwise_rows_kernel<T, K, S><<<grid, tile_w * tile_h, shared, static_cast<cudaStream_t>(stream)>>>(
+                  static_cast<unsigned>((planes + t.planes - 1) / t.planes));
+  depthwise_rows_kernel<T, K, S><<<grid, tile_w * tile_h * t.planes, shared, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-      static_cast<const T*>(residual), static_cast<T*>(y), g, tile_w, tile_h);
+      static_cast<const T*>(residual), static_cast<T*>(y), g, tile_w, tile_h, t.planes);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
   return true;
 }

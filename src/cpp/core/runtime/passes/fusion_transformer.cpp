@@ -695,19 +695,56 @@ std::optional<PackedPart> packed_part(const Graph& g, const Uses& uses, std::siz
   return std::nullopt;
 }
 
+// The layout flags of an Attention the packed-projection rewrites may take: a com.xpuruntime Attention with q, k, v
+// and no qkv_parts yet; nullopt for anything else.
+std::optional<std::vector<std::int64_t>> unpacked_attention_flags(const Node& a) {
+  if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3 || a.attrs.has("qkv_parts")) {
+    return std::nullopt;
+  }
+  std::vector<std::int64_t> flags = a.attrs.get_ints("bshd", {0, 0, 0, 0});
+  if (flags.size() != 4) return std::nullopt;
+  return flags;
+}
+
+// Appends a Reshape (a view) of `source` to a new value of static `shape` [B, S, P, H, D] to `nodes`; its name.
+std::string packed_view(Graph& g, const std::string& source, const std::vector<std::int64_t>& shape,
+                        const std::string& node_name, std::vector<Node>* nodes) {
+  const std::string packed = g.unique_name(source + "_packed");
+  ValueType type = *value_type(g, source);
+  type.shape.clear();
+  for (std::int64_t d : shape) type.shape.push_back(Dim(d));
+  g.types[packed] = type;
+  Tensor dims = Tensor::empty({static_cast<std::int64_t>(shape.size())}, DType::kInt64);
+  std::memcpy(dims.data_ptr(), shape.data(), shape.size() * sizeof(std::int64_t));
+  Node reshape = make_node(node_name, "Reshape", {source, add_constant(g, packed + "_shape", dims)}, {packed});
+  reshape.domain = "";
+  nodes->push_back(std::move(reshape));
+  return packed;
+}
+
+// Attention `a` reading q, k and v as parts `parts` of `packed` (Note [Attention layouts]): q, k, v's bshd flags 0.
+Node packed_attention(const Node& a, const std::string& packed, std::vector<std::int64_t> flags,
+                      const std::vector<std::int64_t>& parts) {
+  Node folded = a;
+  for (std::size_t t = 0; t < 3; ++t) {
+    folded.inputs[t] = packed;
+    flags[t] = 0;
+  }
+  folded.attrs.set("bshd", flags);
+  folded.attrs.set("qkv_parts", parts);
+  return folded;
+}
+
 void fold_packed_qkv(Graph& g, PassResult& result) {  // Note [Attention reads q, k and v from their packed ...]
   Rewriter rw(g);
   const Uses uses(g);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& a = g.nodes[i];
-    if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3 || a.attrs.has("qkv_parts")) {
-      continue;
-    }
-    std::vector<std::int64_t> flags = a.attrs.get_ints("bshd", {0, 0, 0, 0});
-    if (flags.size() != 4) continue;
+    const auto flags = unpacked_attention_flags(a);
+    if (!flags) continue;
     std::vector<PackedPart> parts;
     for (std::size_t t = 0; t < 3; ++t) {
-      auto part = packed_part(g, uses, i, t, flags[t] == 1);
+      auto part = packed_part(g, uses, i, t, (*flags)[t] == 1);
       if (!part) break;
       parts.push_back(std::move(*part));
     }
@@ -731,28 +768,10 @@ void fold_packed_qkv(Graph& g, PassResult& result) {  // Note [Attention reads q
     std::sort(nodes.begin(), nodes.end());
     if (std::adjacent_find(nodes.begin(), nodes.end()) != nodes.end() || rw.any_taken(nodes)) continue;
     std::vector<Node> new_nodes;
-    std::string packed = q.packed;
-    if (packed.empty()) {  // GPT-2: the projection viewed as [B, S, P, H, D]
-      packed = g.unique_name(q.projection + "_packed");
-      ValueType type = *value_type(g, q.projection);
-      type.shape.clear();
-      for (std::int64_t d : q.shape) type.shape.push_back(Dim(d));
-      g.types[packed] = type;
-      Tensor shape = Tensor::empty({5}, DType::kInt64);
-      for (std::size_t d = 0; d < 5; ++d) static_cast<std::int64_t*>(shape.data_ptr())[d] = q.shape[d];
-      Node reshape = make_node(a.name + "_packed_qkv", "Reshape",
-                               {q.projection, add_constant(g, packed + "_shape", shape)}, {packed});
-      reshape.domain = "";
-      new_nodes.push_back(std::move(reshape));
-    }
-    Node folded = a;
-    for (std::size_t t = 0; t < 3; ++t) {
-      folded.inputs[t] = packed;
-      flags[t] = 0;
-    }
-    folded.attrs.set("bshd", flags);
-    folded.attrs.set("qkv_parts", std::vector<std::int64_t>{parts[0].part, parts[1].part, parts[2].part});
-    new_nodes.push_back(std::move(folded));
+    // GPT-2: the projection viewed as [B, S, P, H, D]; timm's is that already.
+    const std::string packed =
+        q.packed.empty() ? packed_view(g, q.projection, q.shape, a.name + "_packed_qkv", &new_nodes) : q.packed;
+    new_nodes.push_back(packed_attention(a, packed, *flags, {parts[0].part, parts[1].part, parts[2].part}));
     rw.replace(nodes, std::move(new_nodes),
                "Attention '" + a.name + "' reads q, k, v from their packed projection " + packed + " (parts " +
                    std::to_string(parts[0].part) + ", " + std::to_string(parts[1].part) + ", " +
@@ -862,11 +881,8 @@ PassResult qkv_fusion(Graph& g, const PassContext& /*ctx*/) {  // Note [One GEMM
   const Uses uses(g);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& a = g.nodes[i];
-    if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3 || a.attrs.has("qkv_parts")) {
-      continue;
-    }
-    std::vector<std::int64_t> flags = a.attrs.get_ints("bshd", {0, 0, 0, 0});
-    if (flags.size() != 4 || flags[0] != 1 || flags[1] != 1 || flags[2] != 1) continue;
+    const auto flags = unpacked_attention_flags(a);
+    if (!flags || (*flags)[0] != 1 || (*flags)[1] != 1 || (*flags)[2] != 1) continue;
     if (a.inputs[0] == a.inputs[1] || a.inputs[1] == a.inputs[2] || a.inputs[0] == a.inputs[2]) continue;
     std::vector<HeadProjection> projections;
     for (std::size_t t = 0; t < 3; ++t) {
@@ -924,27 +940,11 @@ PassResult qkv_fusion(Graph& g, const PassContext& /*ctx*/) {  // Note [One GEMM
     flat.shape = {Dim(heads[0]), Dim(heads[1]), Dim(3 * width)};
     g.types[projected] = flat;
     linear.outputs = {projected};
-    const std::string packed = g.unique_name(projected + "_packed");
-    ValueType five = flat;
-    five.shape = {Dim(heads[0]), Dim(heads[1]), Dim(3), Dim(heads[2]), Dim(heads[3])};
-    g.types[packed] = five;
-    Tensor shape = Tensor::empty({5}, DType::kInt64);
-    const std::int64_t dims[5] = {heads[0], heads[1], 3, heads[2], heads[3]};
-    std::memcpy(shape.data_ptr(), dims, sizeof(dims));
-    Node reshape = make_node(linear.name + "_packed", "Reshape", {projected, add_constant(g, packed + "_shape", shape)},
-                             {packed});
-    reshape.domain = "";
-    Node folded = a;
-    for (std::size_t t = 0; t < 3; ++t) {
-      folded.inputs[t] = packed;
-      flags[t] = 0;
-    }
-    folded.attrs.set("bshd", flags);
-    folded.attrs.set("qkv_parts", std::vector<std::int64_t>{0, 1, 2});
     std::vector<Node> replacement;
     replacement.push_back(std::move(linear));
-    replacement.push_back(std::move(reshape));
-    replacement.push_back(std::move(folded));
+    const std::vector<std::int64_t> five = {heads[0], heads[1], 3, heads[2], heads[3]};
+    const std::string packed = packed_view(g, projected, five, first.name + "_qkv_packed", &replacement);
+    replacement.push_back(packed_attention(a, packed, *flags, {0, 1, 2}));
     rw.replace(nodes, std::move(replacement),
                "Linear '" + linears[0]->name + "' + '" + linears[1]->name + "' + '" + linears[2]->name +
                    "' -> one Linear '" + first.name + "_qkv' whose output Attention '" + a.name +

@@ -925,6 +925,31 @@ TEST(AttentionFusion, BshdKeysWithScaleAndMask) {
   EXPECT_EQ(a->attrs.get_int("causal", 1), 0);
 }
 
+// Note [Attention reads the heads where the projections wrote them]: q and the context transposes go when only the
+// attention reads them; v's Transpose stays when something else reads it too (its copy is needed anyway).
+TEST(AttentionFusion, HeadTransposesFoldOnlyWhereTheAttentionAloneReadsThem) {
+  const std::int64_t B = 2, H = 3, S = 5, D = 4;
+  const auto perm = Attributes().set("perm", std::vector<std::int64_t>{0, 2, 1, 3});
+  Builder b;
+  b.input("q_bshd", {B, S, H, D}).input("k", {B, H, S, D}).input("v_bshd", {B, S, H, D});
+  b.add(node("Transpose", {"q_bshd"}, {"q"}, perm)).add(node("Transpose", {"v_bshd"}, {"v"}, perm));
+  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  b.add(node("MatMul", {"q", "kt"}, {"s"})).add(node("Softmax", {"s"}, {"p"}));
+  b.add(node("MatMul", {"p", "v"}, {"o"})).add(node("Transpose", {"o"}, {"context"}, perm));
+  b.add(node("Relu", {"v"}, {"v_relu"}));  // a second reader of v
+  b.typed("q", {B, H, S, D}).typed("v", {B, H, S, D});
+  const Feeds feeds = {{"q_bshd", random({B, S, H, D}, 51)}, {"k", random({B, H, S, D}, 52)},
+                       {"v_bshd", random({B, S, H, D}, 53)}};
+  Graph out = run_pass(b.build({"context", "v_relu"}), passes::attention_fusion, feeds);
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr) << out.str();
+  EXPECT_EQ(a->attrs.get_ints("bshd", {}), (std::vector<std::int64_t>{1, 0, 0, 1})) << out.str();
+  EXPECT_EQ(a->inputs[0], "q_bshd");
+  EXPECT_EQ(a->inputs[2], "v");  // read through the Transpose the Relu also reads
+  EXPECT_EQ(a->outputs[0], "context");
+  EXPECT_EQ(count(out, "Transpose"), 1) << out.str();
+}
+
 TEST(AttentionFusion, BhsdKeysWithMulScaleNoMaskAndNotOnAnotherAxis) {
   int rewrites = 0;
   Graph out = run_pass(attention_graph(false, false), passes::attention_fusion, attention_feeds(false), &rewrites);

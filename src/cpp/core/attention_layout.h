@@ -93,6 +93,27 @@ struct AttentionLayout {
     if (bshd[i]) return {stored[1] * stored[2] * d, d, stored[2] * d, 0};  // [B, S, H, D]
     return {stored[1] * stored[2] * d, stored[2] * d, d, 0};               // [B, H, S, D]
   }
+
+  // The [B, H, S, D] dims of q, k, v and the output ([B, H, Sq, Dv]), from q, k and v's stored shapes.
+  std::array<std::vector<std::int64_t>, 4> dims(const std::vector<std::int64_t>& q, const std::vector<std::int64_t>& k,
+                                                const std::vector<std::int64_t>& v) const {
+    std::array<std::vector<std::int64_t>, 4> out = {logical(kQ, q), logical(kK, k), logical(kV, v), {}};
+    if (out[0].size() == 4 && out[2].size() == 4) out[3] = {out[0][0], out[0][1], out[0][2], out[2][3]};
+    return out;
+  }
+  // Where q, k, v and the output's elements are, from q, k and v's stored shapes (valid ones: the op's schema
+  // checked them).
+  std::array<View, 4> views(const std::vector<std::int64_t>& q, const std::vector<std::int64_t>& k,
+                            const std::vector<std::int64_t>& v) const {
+    return {view(kQ, q), view(kK, k), view(kV, v), view(kOut, stored_output(dims(q, k, v)[3]))};
+  }
+
+  // Copies the layout attributes of a graph node to the attributes of the op it becomes.
+  static void forward(const Attributes& node, Attributes* op) {
+    for (const char* name : {"bshd", "qkv_parts"}) {
+      if (node.has(name)) op->set(name, node.get_ints(name, {}));
+    }
+  }
 };
 
 }  // namespace xpuruntime

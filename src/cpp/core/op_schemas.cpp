@@ -454,10 +454,11 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   // The checks below read the [B, H, S, D] views of tensors held as [B, S, H, D] or packed (Note [Attention
   // layouts]).
   const AttentionLayout layout = AttentionLayout::of(desc.attrs);
+  const auto dims = layout.dims(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
   TensorDesc q = desc.inputs[0], k = desc.inputs[1], v = desc.inputs[2];
-  q.shape = layout.logical(AttentionLayout::kQ, q.shape);
-  k.shape = layout.logical(AttentionLayout::kK, k.shape);
-  v.shape = layout.logical(AttentionLayout::kV, v.shape);
+  q.shape = dims[0];
+  k.shape = dims[1];
+  v.shape = dims[2];
   check_rank(q, 4, "attention", "q", "[B, H, Sq, D]");
   check_rank(k, 4, "attention", "k", "[B, Hkv, Sk, D]");
   check_rank(v, 4, "attention", "v", "[B, Hkv, Sk, Dv]");
@@ -482,7 +483,8 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   const std::int64_t return_lse = desc.attrs.get_int("return_lse", 0);
   XPURT_CHECK(return_lse == 0 || return_lse == 1, "op 'attention': return_lse must be 0 or 1, got ", return_lse);
   std::vector<TensorDesc> outputs = {
-      output_like(q, layout.stored_output({q.shape[0], q.shape[1], q.shape[2], v.shape[3]}))};
+      output_like(q, layout.stored_output(layout.dims(desc.inputs[0].shape, desc.inputs[1].shape,
+                                                      desc.inputs[2].shape)[3]))};
   if (return_lse == 1) {
     // lse [B, H, Sq] float32 whatever q's dtype: Note [Attention log-sum-exp] in cpu_attention.cpp.
     TensorDesc lse = output_like(q, {q.shape[0], q.shape[1], q.shape[2]});

@@ -52,18 +52,12 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   const Tensor mask_tensor = launch.num_inputs > 3 ? launch.input(3) : Tensor();
   // [B, H, S, D] views of what may be held as [B, S, H, D] (Note [Attention layouts]).
   const AttentionLayout layout = AttentionLayout::of(desc.attrs);
-  const std::vector<std::int64_t> q_dims = layout.logical(AttentionLayout::kQ, q_tensor.shape());
-  const std::vector<std::int64_t> k_dims = layout.logical(AttentionLayout::kK, k_tensor.shape());
-  const std::vector<std::int64_t> v_dims = layout.logical(AttentionLayout::kV, v_tensor.shape());
-  const std::int64_t batch = q_dims[0], heads = q_dims[1];
-  const std::int64_t seq_q = q_dims[2], head_dim = q_dims[3];
-  const std::int64_t kv_heads = k_dims[1], seq_k = k_dims[2];
-  const std::int64_t value_dim = v_dims[3];
-  using View = AttentionLayout::View;
-  const View qv = layout.view(AttentionLayout::kQ, q_tensor.shape());
-  const View kv_view = layout.view(AttentionLayout::kK, k_tensor.shape());
-  const View vv = layout.view(AttentionLayout::kV, v_tensor.shape());
-  const View yv = layout.view(AttentionLayout::kOut, layout.stored_output({batch, heads, seq_q, value_dim}));
+  const auto dims = layout.dims(q_tensor.shape(), k_tensor.shape(), v_tensor.shape());
+  const std::int64_t batch = dims[0][0], heads = dims[0][1];
+  const std::int64_t seq_q = dims[0][2], head_dim = dims[0][3];
+  const std::int64_t kv_heads = dims[1][1], seq_k = dims[1][2];
+  const std::int64_t value_dim = dims[2][3];
+  const auto [qv, kv_view, vv, yv] = layout.views(q_tensor.shape(), k_tensor.shape(), v_tensor.shape());
   const std::int64_t group = heads / kv_heads;
   const bool causal = desc.attrs.get_int("causal", 0) != 0;
   double scale = desc.attrs.get_float("scale", 0.0);

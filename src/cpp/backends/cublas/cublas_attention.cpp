@@ -44,7 +44,7 @@ namespace {
 struct AttentionGeometry {
   std::int64_t batch = 0, heads = 0, kv_heads = 0, sq = 0, sk = 0, d = 0, dv = 0;
   AttentionLayout layout;          // Note [Attention layouts]
-  AttentionLayout::View views[4];  // where q, k, v and the output's elements are
+  std::array<AttentionLayout::View, 4> views;  // where q, k, v and the output's elements are
   // Whether tensor t is staged (Note [Unfused attention stages other layouts]): not [B, H, S, D] itself.
   bool staged(std::size_t t) const { return layout.bshd[t] || layout.packed(t); }
   std::int64_t group() const { return kv_heads > 0 ? heads / kv_heads : 0; }
@@ -63,9 +63,10 @@ struct AttentionGeometry {
 AttentionGeometry geometry_of(const OpDescriptor& desc) {
   AttentionGeometry g;
   g.layout = AttentionLayout::of(desc.attrs);
-  const auto q = g.layout.logical(AttentionLayout::kQ, desc.inputs[0].shape);
-  const auto k = g.layout.logical(AttentionLayout::kK, desc.inputs[1].shape);
-  const auto v = g.layout.logical(AttentionLayout::kV, desc.inputs[2].shape);
+  const auto dims = g.layout.dims(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
+  const std::vector<std::int64_t>& q = dims[0];
+  const std::vector<std::int64_t>& k = dims[1];
+  const std::vector<std::int64_t>& v = dims[2];
   g.batch = q[0];
   g.heads = q[1];
   g.sq = q[2];
@@ -73,8 +74,7 @@ AttentionGeometry geometry_of(const OpDescriptor& desc) {
   g.kv_heads = k[1];
   g.sk = k[2];
   g.dv = v[3];
-  for (std::size_t t = 0; t < 3; ++t) g.views[t] = g.layout.view(t, desc.inputs[t].shape);
-  g.views[3] = g.layout.view(AttentionLayout::kOut, g.layout.stored_output(g.dims(AttentionLayout::kOut)));
+  g.views = g.layout.views(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
   return g;
 }
 

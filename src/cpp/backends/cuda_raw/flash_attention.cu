@@ -75,9 +75,9 @@ bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_l
 
 FlashConfig config_of(const OpDescriptor& desc) {
   const AttentionLayout layout = AttentionLayout::of(desc.attrs);  // Note [Attention layouts]
-  const std::vector<std::int64_t> q = layout.logical(AttentionLayout::kQ, desc.inputs[0].shape);
-  const std::vector<std::int64_t> k = layout.logical(AttentionLayout::kK, desc.inputs[1].shape);
-  const std::vector<std::int64_t> v = layout.logical(AttentionLayout::kV, desc.inputs[2].shape);
+  const auto dims = layout.dims(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
+  const std::vector<std::int64_t>& q = dims[0];
+  const std::vector<std::int64_t>& k = dims[1];
   FlashConfig config;
   config.dtype = desc.inputs[0].dtype;
   config.head_dim = static_cast<int>(q[3]);
@@ -87,17 +87,14 @@ FlashConfig config_of(const OpDescriptor& desc) {
   params.seq_q = static_cast<int>(q[2]);
   params.kv_heads = static_cast<int>(k[1]);
   params.seq_k = static_cast<int>(k[2]);
-  const auto set_view = [&](std::int64_t* strides, std::size_t tensor, const std::vector<std::int64_t>& stored) {
-    const AttentionLayout::View view = layout.view(tensor, stored);
-    strides[0] = view.stride_b;
-    strides[1] = view.stride_h;
-    strides[2] = view.stride_s;
-    config.offsets[tensor] = view.offset;
-  };
-  set_view(params.q_stride, AttentionLayout::kQ, desc.inputs[0].shape);
-  set_view(params.k_stride, AttentionLayout::kK, desc.inputs[1].shape);
-  set_view(params.v_stride, AttentionLayout::kV, desc.inputs[2].shape);
-  set_view(params.o_stride, AttentionLayout::kOut, layout.stored_output({q[0], q[1], q[2], v[3]}));
+  const auto views = layout.views(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
+  std::int64_t* strides[4] = {params.q_stride, params.k_stride, params.v_stride, params.o_stride};
+  for (std::size_t t = 0; t < 4; ++t) {
+    strides[t][0] = views[t].stride_b;
+    strides[t][1] = views[t].stride_h;
+    strides[t][2] = views[t].stride_s;
+    config.offsets[t] = views[t].offset;
+  }
   double scale = desc.attrs.get_float("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
   params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
@@ -142,6 +139,8 @@ Support check_flash(const OpDescriptor& desc) {
     return Support::no(detail::str_cat("flash_v2 supports float16 and bfloat16, got ", dtype_name(q.dtype),
                                        "; cast q, k, v (and the mask) or use the 'unfused' kernel"));
   }
+  // The [B, H, S, D] views (Note [Attention layouts]); the stored tensors are what must be contiguous below.
+  const AttentionLayout layout = AttentionLayout::of(desc.attrs);
   for (std::size_t i = 0; i < desc.inputs.size() && i < 4; ++i) {
     const TensorDesc& input = desc.inputs[i];
     if (!input.present) continue;
@@ -153,17 +152,16 @@ Support check_flash(const OpDescriptor& desc) {
       return Support::no(detail::str_cat("flash_v2 needs one dtype for all inputs; '", kInputNames[i], "' is ",
                                          dtype_name(input.dtype), ", q is ", dtype_name(q.dtype)));
     }
-    if (i < 3 && input.dim() != (AttentionLayout::of(desc.attrs).packed(i) ? 5 : 4)) {
+    if (i < 3 && input.dim() != (layout.packed(i) ? 5 : 4)) {
       return Support::no(detail::str_cat("flash_v2 needs 4-d q, k, v ([B, H, S, D] or [B, S, H, D]; 5-d [B, S, P, H, "
                                          "D] when packed); '", kInputNames[i], "' is ", input.str()));
     }
   }
-  // The [B, H, S, D] views (Note [Attention layouts]); the stored tensors are what must be contiguous below.
-  const AttentionLayout layout = AttentionLayout::of(desc.attrs);
+  const auto dims = layout.dims(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
   TensorDesc k = desc.inputs[1], v = desc.inputs[2];
-  q.shape = layout.logical(AttentionLayout::kQ, q.shape);
-  k.shape = layout.logical(AttentionLayout::kK, k.shape);
-  v.shape = layout.logical(AttentionLayout::kV, v.shape);
+  q.shape = dims[0];
+  k.shape = dims[1];
+  v.shape = dims[2];
   const std::int64_t head_dim = q.shape[3];
   if (head_dim != 64 && head_dim != 128) {
     return Support::no(detail::str_cat("flash_v2 supports head dims 64 and 128, got ", head_dim,

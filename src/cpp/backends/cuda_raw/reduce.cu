@@ -188,6 +188,18 @@ __global__ void reduce_finalize_kernel(const float* partial, T* y, std::int64_t 
   }
 }
 
+// The row kernel with groups of kGroup threads, kBlock per block, over `tasks` tasks.
+template <typename T, ReduceOp kOp, int kGroup, int kBlock, typename Index>
+void launch_rows(bool contiguous, std::int64_t tasks, const T* x, T* y, float* partial, const ReduceArgs<Index>& args,
+                 cudaStream_t stream) {
+  const auto grid = grid_for(tasks, kBlock / kGroup);
+  if (contiguous) {
+    reduce_row_kernel<T, kOp, kGroup, kBlock, true, Index><<<grid, kBlock, 0, stream>>>(x, y, partial, args);
+  } else {
+    reduce_row_kernel<T, kOp, kGroup, kBlock, false, Index><<<grid, kBlock, 0, stream>>>(x, y, partial, args);
+  }
+}
+
 template <typename T, ReduceOp kOp, typename Index>
 void launch_reduce_kernel(const ReduceGeometry& geometry, const T* x, T* y, float* partial, cudaStream_t stream) {
   const std::vector<std::int64_t>* const kept_strides[1] = {&geometry.kept_strides};
@@ -204,19 +216,9 @@ void launch_reduce_kernel(const ReduceGeometry& geometry, const T* x, T* y, floa
   if (!geometry.inner_reduced) {
     reduce_column_kernel<T, kOp, Index><<<grid_for(tasks, kThreads), kThreads, 0, stream>>>(x, y, partial, args);
   } else if (geometry.chunk >= kRowBlockMinChunk) {
-    if (contiguous) {
-      reduce_row_kernel<T, kOp, kRowBlockGroup, kRowBlockGroup, true, Index>
-          <<<grid_for(tasks, 1), kRowBlockGroup, 0, stream>>>(x, y, partial, args);
-    } else {
-      reduce_row_kernel<T, kOp, kRowBlockGroup, kRowBlockGroup, false, Index>
-          <<<grid_for(tasks, 1), kRowBlockGroup, 0, stream>>>(x, y, partial, args);
-    }
-  } else if (contiguous) {
-    reduce_row_kernel<T, kOp, 32, kThreads, true, Index>
-        <<<grid_for(tasks, kThreads / 32), kThreads, 0, stream>>>(x, y, partial, args);
+    launch_rows<T, kOp, kRowBlockGroup, kRowBlockGroup>(contiguous, tasks, x, y, partial, args, stream);
   } else {
-    reduce_row_kernel<T, kOp, 32, kThreads, false, Index>
-        <<<grid_for(tasks, kThreads / 32), kThreads, 0, stream>>>(x, y, partial, args);
+    launch_rows<T, kOp, 32, kThreads>(contiguous, tasks, x, y, partial, args, stream);
   }
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }

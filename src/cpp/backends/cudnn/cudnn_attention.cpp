@@ -115,7 +115,7 @@ struct AttentionShape {
   bool stats = false;  // return_lse=1: output 1 is lse
   float scale = 0.f;   // the resolved scale (1/sqrt(D) for the attribute's 0)
   AttentionLayout layout;  // how q, k, v and o are stored (Note [Attention layouts])
-  AttentionLayout::View views[4];  // where q, k, v and o's elements are
+  std::array<AttentionLayout::View, 4> views;  // where q, k, v and o's elements are
 };
 
 bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_lse", 0) != 0; }
@@ -123,8 +123,9 @@ bool returns_lse(const OpDescriptor& desc) { return desc.attrs.get_int("return_l
 AttentionShape shape_of(const OpDescriptor& desc) {
   AttentionShape shape;
   shape.layout = AttentionLayout::of(desc.attrs);
-  const std::vector<std::int64_t> q = shape.layout.logical(AttentionLayout::kQ, desc.inputs[0].shape);
-  const std::vector<std::int64_t> k = shape.layout.logical(AttentionLayout::kK, desc.inputs[1].shape);
+  const auto dims = shape.layout.dims(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
+  const std::vector<std::int64_t>& q = dims[0];
+  const std::vector<std::int64_t>& k = dims[1];
   shape.dtype = desc.inputs[0].dtype;
   shape.batch = q[0];
   shape.heads = q[1];
@@ -132,9 +133,7 @@ AttentionShape shape_of(const OpDescriptor& desc) {
   shape.head_dim = q[3];
   shape.kv_heads = k[1];
   shape.seq_k = k[2];
-  for (std::size_t t = 0; t < 3; ++t) shape.views[t] = shape.layout.view(t, desc.inputs[t].shape);
-  shape.views[3] = shape.layout.view(AttentionLayout::kOut,
-                                     shape.layout.stored_output({q[0], q[1], q[2], desc.inputs[2].shape.back()}));
+  shape.views = shape.layout.views(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
   shape.causal = desc.attrs.get_int("causal", 0) != 0;
   shape.mask = desc.inputs.size() > 3 && desc.inputs[3].present;
   if (shape.mask) {
@@ -169,10 +168,11 @@ Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy)
   }
   // The [B, H, S, D] views of tensors that may be stored as [B, S, H, D] (Note [Attention layouts]).
   const AttentionLayout layout = AttentionLayout::of(desc.attrs);
+  const auto dims = layout.dims(desc.inputs[0].shape, desc.inputs[1].shape, desc.inputs[2].shape);
   TensorDesc q = desc.inputs[0], k = desc.inputs[1], v = desc.inputs[2];
-  q.shape = layout.logical(AttentionLayout::kQ, q.shape);
-  k.shape = layout.logical(AttentionLayout::kK, k.shape);
-  v.shape = layout.logical(AttentionLayout::kV, v.shape);
+  q.shape = dims[0];
+  k.shape = dims[1];
+  v.shape = dims[2];
   if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
     return Support::no(detail::str_cat(kLabel, " supports float16 and bfloat16, got ", dtype_name(q.dtype),
                                        "; cast q, k, v or use unfused"));
@@ -270,9 +270,8 @@ class GraphBuilder {
     const cudnnDataType_t io = cudnn::data_type(shape_.dtype);
 
     // Strides from the layouts (Note [Attention layouts]); K^T is K's memory with its last two dims swapped.
-    const AttentionLayout::View* views = shape_.views;
     const auto strides = [&](std::size_t t, bool transposed) {
-      const AttentionLayout::View& w = views[t];
+      const AttentionLayout::View& w = shape_.views[t];
       return transposed ? std::vector<std::int64_t>{w.stride_b, w.stride_h, 1, w.stride_s}
                         : std::vector<std::int64_t>{w.stride_b, w.stride_h, w.stride_s, 1};
     };

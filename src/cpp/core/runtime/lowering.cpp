@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "core/attention_layout.h"
 #include "core/runtime/passes/pass_utils.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
@@ -959,9 +960,7 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          Attributes a;
          a.set("scale", c.node.attrs.get_float("scale", 0.0));
          a.set("causal", c.node.attrs.get_int("causal", 0));
-         for (const char* layout : {"bshd", "qkv_parts"}) {  // Note [Attention layouts]
-           if (c.node.attrs.has(layout)) a.set(layout, c.node.attrs.get_ints(layout, {}));
-         }
+         AttentionLayout::forward(c.node.attrs, &a);  // Note [Attention layouts]
          return registry("attention", {0, 1, 2, c.has(3) ? 3 : -1}, a);
        }},
   };

@@ -12,9 +12,9 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
-#include <new>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>

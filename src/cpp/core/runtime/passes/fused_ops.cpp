@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attention_layout.h"
 #include "core/runtime/onnx_cpu_ops.h"
 #include "core/runtime/passes.h"
 #include "xpuruntime/ops.h"
@@ -85,9 +86,7 @@ void register_fused_ops(onnx_ref::Library& lib) {
   lib.add(kXpurtDomain, "Attention", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;
     attrs.set("scale", ctx.attr_float("scale", 0.0)).set("causal", ctx.attr_int("causal", 0));
-    for (const char* layout : {"bshd", "qkv_parts"}) {  // Note [Attention layouts]
-      if (ctx.node().attrs.has(layout)) attrs.set(layout, ctx.attr_ints(layout, {}));
-    }
+    AttentionLayout::forward(ctx.node().attrs, &attrs);  // Note [Attention layouts]
     run_registry_op(ctx, "attention", inputs_of(ctx, 4), attrs);
   });
 }

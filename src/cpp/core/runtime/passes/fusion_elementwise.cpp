@@ -139,22 +139,14 @@ bool reduction(const Graph& g, const Node& n, std::int64_t opset, fused::Code* c
     return false;
   }
   if (n.attrs.get_int("keepdims", 1) != 1 || n.attrs.get_int("noop_with_empty_axes", 0) != 0) return false;
-  const bool axes_input = n.op_type == "ReduceSum" ? opset >= 13 : opset >= 18;
-  std::vector<std::int64_t> axes;
-  if (axes_input) {
-    if (n.inputs.size() < 2 || n.inputs[1].empty()) return false;  // every axis: not a row
-    const Tensor* t = constant(g, n.inputs[1]);
-    if (t == nullptr) return false;
-    for (double a : to_doubles(*t)) axes.push_back(static_cast<std::int64_t>(a));
-  } else {
-    if (n.inputs.size() != 1 || !n.attrs.has("axes")) return false;
-    axes = n.attrs.get_ints("axes", {});
-  }
+  const std::int64_t input_since = n.op_type == "ReduceSum" ? 13 : 18;
+  if (opset < input_since && n.inputs.size() != 1) return false;
+  auto axes = constant_axes(g, n, input_since);  // absent: every axis, not a row
   auto x = value_type(g, n.inputs[0]);
-  if (!x || !x->fully_known() || axes.empty()) return false;
+  if (!axes || !x || !x->fully_known() || axes->empty()) return false;
   const auto rank = static_cast<std::int64_t>(x->shape.size());
   std::set<std::int64_t> normalized;
-  for (std::int64_t a : axes) {
+  for (std::int64_t a : *axes) {
     if (a < -rank || a >= rank) return false;
     normalized.insert(a < 0 ? a + rank : a);
   }

@@ -2,7 +2,6 @@
 // attention_fusion -> com.xpuruntime:Attention (see passes.h, docs/native_engine.md).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,6 +11,7 @@
 #include "core/runtime/passes.h"
 #include "core/runtime/passes/pass_utils.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/ops.h"
 
 namespace xpuruntime::passes {
 
@@ -200,18 +200,9 @@ bool keeps_shape(const Graph& g, const std::string& x, const std::string& out) {
 
 // ---- LayerNorm ----
 
-// The axes of a ReduceMean (attribute before opset 18, input from 18); nullopt when not constant.
-std::optional<std::vector<std::int64_t>> reduce_axes(const Graph& g, const Node& n) {
-  if (g.opset(n.domain) >= 18 && n.has_input(1)) {
-    const Tensor* t = constant(g, n.inputs[1]);
-    if (t == nullptr) return std::nullopt;
-    std::vector<std::int64_t> axes;
-    for (double v : to_doubles(*t)) axes.push_back(static_cast<std::int64_t>(v));
-    return axes;
-  }
-  if (!n.attrs.has("axes")) return std::nullopt;  // all axes (or none with noop_with_empty_axes)
-  return n.attrs.get_ints("axes", {});
-}
+// The axes of a ReduceMean (attribute before opset 18, input from 18); nullopt when absent (all axes, or none with
+// noop_with_empty_axes) or not constant.
+std::optional<std::vector<std::int64_t>> reduce_axes(const Graph& g, const Node& n) { return constant_axes(g, n, 18); }
 
 // ReduceMean over the last axis only, keepdims=1.
 bool reduces_last_axis(const Graph& g, const Node& n, std::int64_t rank) {
@@ -508,9 +499,6 @@ std::optional<std::string> repeated_kv_source(const Graph& g, const Uses& uses, 
     return std::nullopt;
   }
   const std::string& source = g.nodes[*unsqueeze].inputs[0];
-  for (const std::string& v : {value, expanded, unsqueezed}) {
-    if (uses.is_graph_output(v) || uses.read_by_subgraph(v)) return std::nullopt;
-  }
   auto kv = static_shape(g, source), u = static_shape(g, unsqueezed), e = static_shape(g, expanded),
        r = static_shape(g, value);
   if (!kv || !u || !e || !r || kv->size() != 4 || u->size() != 5 || e->size() != 5 || r->size() != 4) {
@@ -571,16 +559,10 @@ void fold_head_transposes(Graph& g, PassResult& result) {  // Note [Attention re
     Node folded = a;
     std::vector<std::size_t> nodes;
     std::vector<std::string> moved;
-    auto private_value = [&](const std::string& value) {
-      return !value.empty() && !uses.is_graph_output(value) && !uses.read_by_subgraph(value);
-    };
     for (std::size_t t = 0; t < 3; ++t) {
       const std::string& value = a.inputs[t];
       auto p = uses.producer(value);
-      if (flags[t] != 0 || !p || !is_head_transpose(g.nodes[*p]) || !uses.only_reader(value, i) ||
-          !private_value(value)) {
-        continue;
-      }
+      if (flags[t] != 0 || !p || !is_head_transpose(g.nodes[*p]) || !uses.only_reader(value, i)) continue;
       folded.inputs[t] = g.nodes[*p].inputs[0];
       flags[t] = 1;
       if (std::find(nodes.begin(), nodes.end(), *p) == nodes.end()) nodes.push_back(*p);  // k and v may share it
@@ -589,7 +571,7 @@ void fold_head_transposes(Graph& g, PassResult& result) {  // Note [Attention re
     const std::string& out = a.outputs[0];
     const std::vector<std::size_t>& readers = uses.readers(out);
     if (flags[3] == 0 && a.outputs.size() == 1 && readers.size() == 1 && is_head_transpose(g.nodes[readers[0]]) &&
-        uses.only_reader(out, readers[0]) && private_value(out)) {
+        uses.only_reader(out, readers[0])) {
       folded.outputs[0] = g.nodes[readers[0]].outputs[0];
       flags[3] = 1;
       nodes.push_back(readers[0]);
@@ -626,26 +608,18 @@ struct PackedPart {
   std::optional<std::size_t> transpose;  // timm's Transpose
 };
 
+// The one axis a Squeeze removes (its attribute before opset 13, its input from 13), or nullopt.
 std::optional<std::int64_t> squeezed_axis(const Graph& g, const Node& n) {
   if (!is_onnx(n, "Squeeze") || n.inputs.empty()) return std::nullopt;
-  std::vector<std::int64_t> axes;
-  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
-    const Tensor* t = constant(g, n.inputs[1]);
-    if (t == nullptr) return std::nullopt;
-    for (double a : to_doubles(*t)) axes.push_back(static_cast<std::int64_t>(a));
-  } else {
-    axes = n.attrs.get_ints("axes", {});
-  }
-  if (axes.size() != 1) return std::nullopt;
-  return axes[0];
+  auto axes = constant_axes(g, n, 13);
+  if (!axes || axes->size() != 1) return std::nullopt;
+  return (*axes)[0];
 }
 
 std::optional<PackedPart> packed_part(const Graph& g, const Uses& uses, std::size_t attention, std::size_t t,
                                       bool bshd) {
   const std::string& value = g.nodes[attention].inputs[t];
-  if (!uses.only_reader(value, attention) || uses.is_graph_output(value) || uses.read_by_subgraph(value)) {
-    return std::nullopt;
-  }
+  if (!uses.only_reader(value, attention)) return std::nullopt;
   auto cut = uses.producer(value);
   if (!cut) return std::nullopt;
   const Node& first = g.nodes[*cut];
@@ -714,9 +688,8 @@ std::string packed_view(Graph& g, const std::string& source, const std::vector<s
   type.shape.clear();
   for (std::int64_t d : shape) type.shape.push_back(Dim(d));
   g.types[packed] = type;
-  Tensor dims = Tensor::empty({static_cast<std::int64_t>(shape.size())}, DType::kInt64);
-  std::memcpy(dims.data_ptr(), shape.data(), shape.size() * sizeof(std::int64_t));
-  Node reshape = make_node(node_name, "Reshape", {source, add_constant(g, packed + "_shape", dims)}, {packed});
+  Node reshape =
+      make_node(node_name, "Reshape", {source, add_constant(g, packed + "_shape", int64_tensor(shape))}, {packed});
   reshape.domain = "";
   nodes->push_back(std::move(reshape));
   return packed;
@@ -797,14 +770,11 @@ struct HeadProjection {
 
 std::optional<HeadProjection> head_projection(const Graph& g, const Uses& uses, std::size_t attention,
                                               const std::string& value) {
-  auto private_to = [&](const std::string& v, std::size_t reader) {
-    return uses.only_reader(v, reader) && !uses.is_graph_output(v) && !uses.read_by_subgraph(v);
-  };
   auto reshape = uses.producer(value);
-  if (!reshape || !is_onnx(g.nodes[*reshape], "Reshape") || !private_to(value, attention)) return std::nullopt;
+  if (!reshape || !is_onnx(g.nodes[*reshape], "Reshape") || !uses.only_reader(value, attention)) return std::nullopt;
   std::string projected = g.nodes[*reshape].inputs[0];
   auto linear = uses.producer(projected);
-  if (!linear || !private_to(projected, *reshape)) return std::nullopt;
+  if (!linear || !uses.only_reader(projected, *reshape)) return std::nullopt;
   std::optional<std::size_t> mul;
   double scale = 1.0;
   if (is_onnx(g.nodes[*linear], "Mul")) {  // a scale by a one-element constant (Whisper's queries)
@@ -814,7 +784,7 @@ std::optional<HeadProjection> head_projection(const Graph& g, const Uses& uses, 
     scale = factor->second;
     const std::string& scaled = g.nodes[*mul].inputs[factor->first];
     linear = uses.producer(scaled);
-    if (!linear || !private_to(scaled, *mul)) return std::nullopt;
+    if (!linear || !uses.only_reader(scaled, *mul)) return std::nullopt;
     projected = scaled;
   }
   const Node& l = g.nodes[*linear];
@@ -832,45 +802,21 @@ std::optional<HeadProjection> head_projection(const Graph& g, const Uses& uses, 
 }
 
 // The weights of `linears` (one layout, one dtype), each times its scale, side by side along N: [K, sum N] for "kn",
-// [sum N, K] for "nk".
+// [sum N, K] for "nk" (the registry's concat, on the CPU constants).
 Tensor concatenated_weights(const Graph& g, const std::vector<const Node*>& linears, const std::vector<double>& scales,
                             bool kn) {
   std::vector<Tensor> parts;
   for (std::size_t t = 0; t < linears.size(); ++t) {
     const Tensor* w = constant(g, linears[t]->inputs[1]);
     if (scales[t] == 1.0) {
-      parts.push_back(w->contiguous());
+      parts.push_back(*w);
     } else {
       std::vector<double> values = to_doubles(*w);
       for (double& v : values) v *= scales[t];
       parts.push_back(from_doubles(w->shape(), w->dtype(), values));
     }
   }
-  const std::size_t es = dtype_size(parts[0].dtype());
-  if (!kn) {  // [N, K] stacked
-    std::int64_t rows = 0;
-    for (const Tensor& t : parts) rows += t.shape()[0];
-    Tensor out = Tensor::empty({rows, parts[0].shape()[1]}, parts[0].dtype());
-    auto* dst = static_cast<unsigned char*>(out.data_ptr());
-    for (const Tensor& t : parts) {
-      std::memcpy(dst, t.data_ptr(), t.nbytes());
-      dst += t.nbytes();
-    }
-    return out;
-  }
-  const std::int64_t k = parts[0].shape()[0];
-  std::int64_t cols = 0;
-  for (const Tensor& t : parts) cols += t.shape()[1];
-  Tensor out = Tensor::empty({k, cols}, parts[0].dtype());
-  auto* dst = static_cast<unsigned char*>(out.data_ptr());
-  for (std::int64_t row = 0; row < k; ++row) {
-    for (const Tensor& t : parts) {
-      const std::size_t bytes = static_cast<std::size_t>(t.shape()[1]) * es;
-      std::memcpy(dst, static_cast<const unsigned char*>(t.data_ptr()) + static_cast<std::size_t>(row) * bytes, bytes);
-      dst += bytes;
-    }
-  }
-  return out;
+  return ops::call("concat", parts, Attributes().set("axis", std::int64_t{kn ? 1 : 0}))[0];
 }
 
 }  // namespace

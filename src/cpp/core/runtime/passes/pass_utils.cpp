@@ -118,6 +118,19 @@ std::optional<SliceRange> single_axis_slice(const Graph& g, const Node& n, std::
   return range;
 }
 
+std::optional<std::vector<std::int64_t>> constant_axes(const Graph& g, const Node& n, std::int64_t input_since) {
+  if (g.opset(n.domain) >= input_since) {
+    if (!n.has_input(1)) return std::nullopt;
+    const Tensor* t = constant(g, n.inputs[1]);
+    if (t == nullptr) return std::nullopt;
+    std::vector<std::int64_t> axes;
+    for (double v : to_doubles(*t)) axes.push_back(static_cast<std::int64_t>(v));
+    return axes;
+  }
+  if (!n.attrs.has("axes")) return std::nullopt;
+  return n.attrs.get_ints("axes", {});
+}
+
 std::optional<std::vector<std::int64_t>> static_shape(const Graph& g, const std::string& value) {
   auto vt = value_type(g, value);
   if (!vt || !vt->fully_known()) return std::nullopt;

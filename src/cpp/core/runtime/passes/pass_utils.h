@@ -76,6 +76,9 @@ struct SliceRange {
   std::int64_t axis = 0, start = 0, end = 0;
 };
 std::optional<SliceRange> single_axis_slice(const Graph& g, const Node& n, std::int64_t rank);
+// The constant axes of a Reduce*/Squeeze/Unsqueeze node: its input 1 from opset `input_since` of its domain on, its
+// `axes` attribute before that; nullopt when absent (the op's every-axis default) or not constant.
+std::optional<std::vector<std::int64_t>> constant_axes(const Graph& g, const Node& n, std::int64_t input_since);
 Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values);
 
 // A 1-D int64 CPU tensor holding `values` (shapes, axes, sizes of the nodes the passes make).

@@ -21,6 +21,7 @@
 
 #include "../../src/cpp/core/runtime/onnx_cpu_ops.h"
 #include "../../src/cpp/core/runtime/passes.h"
+#include "../../src/cpp/core/runtime/shape_inference.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"
@@ -1378,6 +1379,40 @@ TEST(NhwcLayout, OnlyForCudaPlansAndHalfFloatsAndCanBeDisabled) {
   Graph f32 = b.build({"y"});
   passes::run_passes(f32, cuda);
   EXPECT_EQ(count(f32, "Transpose"), 0) << f32.str();
+}
+
+// The real-model suite's float16 dynamo exports of the depthwise-block CNNs (models/suite/tiny), optimized for a
+// CUDA plan: the channels-last values propagate through the depthwise convolutions, activations, squeeze-excitation
+// and the exporters' own permutes (Note [Layouts propagate]), so that only the stem's way in and the classifier's
+// way out are Transposes; the rewritten graph computes what the export does.
+TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
+  const std::filesystem::path tiny = std::filesystem::path(__FILE__).parent_path() / "../../models/suite/tiny";
+  // model -> the Transposes left (the exports had 15, 28 and 18 with only the convolutions channels-last)
+  const std::vector<std::pair<std::string, int>> models = {{"efficientnet", 2}, {"mobilenet_v3", 1}, {"convnext", 3}};
+  for (const auto& [name, transposes] : models) {
+    SCOPED_TRACE(name);
+    Graph g = import_onnx_file((tiny / (name + ".dynamo.float16.onnx")).string());
+    ASSERT_EQ(g.inputs.size(), 1u);
+    std::vector<std::int64_t> shape;
+    for (Dim& d : g.types[g.inputs[0]].shape) {
+      if (!d.known()) d = Dim(2);
+      shape.push_back(d.value);
+    }
+    runtime::InferOptions cuda;
+    cuda.device = Device::cuda(0);
+    Graph out = g;
+    runtime::optimize(out, cuda, {});
+    int nhwc_depthwise = 0;
+    for (const Node& n : out.nodes) {
+      nhwc_depthwise += n.op_type == "FusedConv" && n.attrs.get_string("layout", "") == "NHWC" &&
+                        n.attrs.get_int("group", 1) > 1;
+    }
+    EXPECT_GT(nhwc_depthwise, 0) << out.str();
+    EXPECT_LE(count(out, "Transpose"), transposes) << out.str();
+    const Feeds feeds = {{g.inputs[0], ops::cast(random(shape, 103), DType::kFloat16)}};
+    expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
+                 2e-2, 2e-2);
+  }
 }
 
 // ---- every ONNX backend test model ----

@@ -456,6 +456,20 @@ def conv2d_cases() -> List[Case]:
          False, "none"),
         ("depthwise_5x5_planes_13x11", (1, 45, 13, 11), (45, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 45, False, False,
          "none"),
+        # channel counts of whole 16-byte vectors (Note [Channels-last depthwise], NHWC twins in nhwc_cases):
+        # ConvNeXt's 7x7 with residual, EfficientNet's strided 3x3 and 5x5, 33 vectors (two blocks of channels, the
+        # second part-full), a one-column image, rows not a multiple of the outputs per thread
+        ("depthwise_c96_7x7_residual", (2, 96, 11, 11), (96, 1, 7, 7), [1, 1], [3, 3, 3, 3], [1, 1], 96, True, True,
+         "none"),
+        ("depthwise_c24_3x3_stride2", (2, 24, 17, 13), (24, 1, 3, 3), [2, 2], [0, 1, 1, 0], [1, 1], 24, True, False,
+         "relu"),
+        ("depthwise_c40_5x5", (1, 40, 9, 11), (40, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 40, False, False, "none"),
+        ("depthwise_c16_5x5_stride2", (3, 16, 15, 14), (16, 1, 5, 5), [2, 2], [2, 2, 2, 2], [1, 1], 16, True, True,
+         "relu"),
+        ("depthwise_c264_3x3", (1, 264, 6, 7), (264, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 264, True, False,
+         "none"),
+        ("depthwise_c8_7x7_stride2_one_column", (1, 8, 37, 1), (8, 1, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 8, True,
+         False, "none"),
         ("1x1_relu", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, False, "relu"),
         ("asymmetric_pads", (1, 3, 6, 6), (4, 3, 3, 3), [1, 1], [0, 1, 2, 1], [1, 1], 1, True, False, "none"),
         ("1x1x1x1", (1, 1, 1, 1), (1, 1, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, False, False, "none"),
@@ -548,8 +562,8 @@ def nhwc_case(case: Case) -> Case:
 
 
 def nhwc_cases() -> List[Case]:
-    """layout=NHWC: the cuDNN kernels run channels-last natively (the native engine's nhwc_layout pass), the cpu
-    kernels through NCHW copies."""
+    """layout=NHWC: the cuDNN kernels and cuda_raw's depthwise run channels-last natively (the native engine's
+    nhwc_layout pass), the cpu kernels through NCHW copies."""
     conv = {c.name: c for c in conv2d_cases()}
     pools = {c.id: c for c in pool_cases()}
     rng = _rng("conv2d_nhwc_c64")
@@ -560,6 +574,9 @@ def nhwc_cases() -> List[Case]:
                         "activation": "relu"}, ref_conv2d, "gemm")
     picked = [conv[n] for n in ("3x3_pad1", "groups_residual_relu", "1x1_relu", "asymmetric_pads",
                                 "rect_kernel_strided", "wide_channels")] + [resnet_like]
+    # every depthwise case: cuda_raw's channels-last kernels (Note [Channels-last depthwise]), the vector ones where
+    # the channels fill 16-byte vectors, the plain one elsewhere (dilation, odd channel counts)
+    picked += [c for n, c in conv.items() if n.startswith("depthwise")]
     picked += [pools[i] for i in ("max_pool2d-k3s2p1", "max_pool2d-rect", "avg_pool2d-k3s2p1_include_pad",
                                   "avg_pool2d-asymmetric_pads", "global_avg_pool-2x3x7x5")]
     return [nhwc_case(c) for c in picked]
@@ -733,6 +750,12 @@ def reduce_cases() -> List[Case]:
         ("long_columns", (1025, 3), [0], 0),
         ("size1_axis", (3, 1, 4), [1], 1),
         ("non_adjacent", (2, 3, 4, 5), [1, 3], 0),
+        # the middle kernel (Note [Middle-axis reductions]): channels-last H x W means, one block of channels and
+        # several (264 channels: 33 vectors), rows split across blocks, a kept outer axis of 1, inner 8
+        ("nhwc_hw", (2, 9, 7, 24), [1, 2], 1),
+        ("nhwc_hw_264_channels", (3, 5, 6, 264), [1, 2], 0),
+        ("middle_split_rows", (1, 3001, 16), [1], 1),
+        ("first_axis_inner_8", (517, 8), [0], 0),
     ]
     cases = []
     for op in REDUCE:
@@ -1655,6 +1678,8 @@ _FUSED_MATH = {
     "gelu": lambda a: 0.5 * a * (1.0 + _ERF(a / math.sqrt(2.0))),
     "gelu_tanh": lambda a: 0.5 * a * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a ** 3))),
     "f32": lambda a: a, "f16": lambda a: a.astype(np.float16).astype(np.float64), "bf16": lambda a: _to_bf16(a),
+    "hard_sigmoid": lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0),
+    "hard_swish": lambda a: a * np.clip(a / 6.0 + 0.5, 0.0, 1.0),
 }
 _FUSED_REDUCTIONS = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}
 
@@ -1703,6 +1728,9 @@ FUSED_PROGRAMS = [
     ("pow_max_min", "abs x0; pow t0 x1; max t1 x2; min t2 x3; gelu t3", [(6, 11), (1,), (11,), (6, 1)],
      [(-2, 2), (0.5, 2.5), (-1, 1), (0, 2)]),
     ("rows", "sigmoid x0; mul t0 x1", [(1, 1000, 37), (37,)], None),
+    # MobileNetV3's activations and squeeze-excitation gate, channels-last; inputs across both kinks (-3 and 3).
+    ("hard_swish", "hard_swish x0", [(2, 5, 7, 24)], [(-5, 5)]),
+    ("hard_sigmoid_gate", "hard_sigmoid x1; mul x0 t0", [(2, 7, 7, 40), (2, 1, 1, 40)], [(-2, 2), (-5, 5)]),
     ("one_element", "mul x0 x1; add t0 x0", [(1,), ()], None),
     # Casts and row reductions (what the exporters write for RMSNorm, LayerNorm, softmax, squeeze-excitation). A
     # trailing number is row_axes; rows longer than 1024 run a block per row, shorter ones a warp per row.

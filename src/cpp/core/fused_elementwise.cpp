@@ -27,7 +27,8 @@ constexpr CodeInfo kCodes[] = {
     {Code::kRelu, "relu", false},    {Code::kSigmoid, "sigmoid", false}, {Code::kTanh, "tanh", false},
     {Code::kExp, "exp", false},      {Code::kLog, "log", false},        {Code::kSqrt, "sqrt", false},
     {Code::kReciprocal, "reciprocal", false}, {Code::kErf, "erf", false}, {Code::kGelu, "gelu", false},
-    {Code::kGeluTanh, "gelu_tanh", false},
+    {Code::kGeluTanh, "gelu_tanh", false}, {Code::kHardSigmoid, "hard_sigmoid", false},
+    {Code::kHardSwish, "hard_swish", false},
     {Code::kToF32, "f32", false},    {Code::kToF16, "f16", false},      {Code::kToBF16, "bf16", false},
     {Code::kReduceSum, "reduce_sum", false}, {Code::kReduceMean, "reduce_mean", false},
     {Code::kReduceMax, "reduce_max", false}, {Code::kRotateHalf, "rotate_half", false},
@@ -66,6 +67,9 @@ std::string cuda_expression(Code code, const std::string& a, const std::string& 
     case Code::kGeluTanh:
       return "0.5f * " + a + " * (1.0f + tanhf(0.79788456080286536f * (" + a + " + 0.044715f * " + a + " * " + a +
              " * " + a + ")))";
+    case Code::kHardSigmoid:
+      return "(isnan(" + a + ") ? " + a + " : fminf(1.0f, fmaxf(0.0f, " + a + " * (1.0f / 6.0f) + 0.5f)))";
+    case Code::kHardSwish: return a + " * fminf(1.0f, fmaxf(0.0f, " + a + " * (1.0f / 6.0f) + 0.5f))";
     case Code::kToF32: return a;
     case Code::kToF16: return "ld_float16(st_float16(" + a + "))";
     case Code::kToBF16: return "ld_bfloat16(st_bfloat16(" + a + "))";

@@ -51,6 +51,8 @@ enum class Code : std::uint8_t {
   kAdd, kSub, kMul, kDiv, kPow, kMax, kMin,
   // unary
   kNeg, kAbs, kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kReciprocal, kErf, kGelu, kGeluTanh,
+  kHardSigmoid,  // PyTorch's: min(1, max(0, a / 6 + 1 / 2)) (ONNX HardSigmoid with alpha 1/6, beta 1/2)
+  kHardSwish,    // a * hard_sigmoid(a) (ONNX HardSwish)
   // casts (unary)
   kToF32, kToF16, kToBF16,
   // reductions over the row (unary)
@@ -133,6 +135,9 @@ inline float apply(Code code, float a, float b) {
     case Code::kErf: return std::erf(a);
     case Code::kGelu: return 0.5f * a * (1.0f + std::erf(a * kSqrtHalf));
     case Code::kGeluTanh: return 0.5f * a * (1.0f + std::tanh(kSqrtTwoOverPi * (a + 0.044715f * a * a * a)));
+    // NaN in, NaN out (fmin/fmax would drop it).
+    case Code::kHardSigmoid: return std::isnan(a) ? a : std::fmin(1.0f, std::fmax(0.0f, a * (1.0f / 6.0f) + 0.5f));
+    case Code::kHardSwish: return a * std::fmin(1.0f, std::fmax(0.0f, a * (1.0f / 6.0f) + 0.5f));
     case Code::kToF32: return a;
     case Code::kToF16: return detail::half_to_float(detail::float_to_half(a));
     case Code::kToBF16: return detail::bfloat16_to_float(detail::float_to_bfloat16(a));

@@ -159,6 +159,11 @@ struct ReduceGeometry {
   // "row" kernel). Otherwise one thread per result walks the reduced dimensions while neighbouring threads
   // read neighbouring elements (the "column" kernel).
   bool inner_reduced = false;
+  // The input is [outer, count, inner] reduced over the middle, inner a multiple of 8 (a channels-last mean over H
+  // and W): a block of threads reads 16-byte vectors of neighbouring results and combines its rows in shared memory
+  // (Note [Middle-axis reductions]).
+  bool middle = false;
+  std::int64_t inner = 0;
   // Partial results per output; with more than one, a second kernel combines them from the workspace. Chosen
   // from the shape alone, so a plan gives the same bits every run.
   std::int64_t splits = 1;
@@ -233,9 +238,10 @@ struct DepthwiseGeometry {
 // The shared memory one block of depthwise_conv2d takes (Note [Depthwise tiles]).
 std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g);
 // y[N, C, OH, OW] = act(depthwise conv(x[N, C, H, W], w[C, 1, kh, kw]) + bias[C]? + residual[N, C, OH, OW]?),
-// act relu or none; float32/float16/bfloat16, fp32 accumulation (Note [Depthwise tiles]).
+// act relu or none; float32/float16/bfloat16, fp32 accumulation (Note [Depthwise tiles]). `nhwc`: x [N, H, W, C],
+// y and residual [N, OH, OW, C], w [C, kh, kw, 1] (the same memory; Note [Channels-last depthwise]).
 void depthwise_conv2d(const void* x, const void* w, const void* bias, const void* residual, void* y, DType dtype,
-                      const DepthwiseGeometry& g, bool relu, void* stream);
+                      const DepthwiseGeometry& g, bool relu, bool nhwc, void* stream);
 
 // ---- pad.cu ----
 

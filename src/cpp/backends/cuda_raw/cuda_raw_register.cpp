@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "backends/cuda_raw/cuda_raw_kernels.h"
-#include "core/shape_str.h"
 #include "backends/cuda_raw/flash_attention.h"
+#include "core/conv_layout.h"
 #include "core/cuda_utils.h"
 #include "core/data_ops.h"
 #include "core/runtime/passes/pass_utils.h"
+#include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
@@ -936,47 +937,15 @@ void register_onnx_kernels_2(KernelRegistry& registry) {
 
 }  // namespace
 
-// conv2d's "depthwise" kernel (depthwise.cu, Note [Depthwise tiles]): registered before cudnn, so that it is the
-// first choice for the depthwise convolutions it takes; `auto:BestPerformance` times it against cuDNN.
+// conv2d's "depthwise" kernel (depthwise.cu, Notes [Depthwise tiles] and [Channels-last depthwise]): registered
+// before cudnn, so that it is the first choice for the depthwise convolutions it takes; `auto:BestPerformance` times
+// it against cuDNN.
 void register_cuda_raw_depthwise(KernelRegistry& registry) {
-  auto supports = [](const OpDescriptor& desc, const ExecutionPolicy& policy) -> Support {
-    try {
-      Support common = check_common(desc, policy, {"x", "weight", "bias", "residual"});
-      if (!common) return common;
-      if (desc.attrs.get_string("layout", "NCHW") != "NCHW") return Support::no("NCHW only");
-      const auto& x = desc.inputs[0].shape;
-      const auto& w = desc.inputs[1].shape;
-      const std::int64_t groups = desc.attrs.get_int("groups", 1);
-      if (x.size() != 4 || w.size() != 4 || groups != x[1] || w[0] != x[1] || w[1] != 1 || groups == 1) {
-        return Support::no("depthwise convolutions only (groups == channels == outputs, weight [C, 1, kh, kw])");
-      }
-      for (const TensorDesc& t : desc.inputs) {
-        if (t.present && t.dtype != desc.inputs[0].dtype) return Support::no("inputs of one dtype only");
-      }
-      const std::string activation = desc.attrs.get_string("activation", "none");
-      if (activation != "none" && activation != "relu") return Support::no("activation none or relu");
-      cuda_raw::DepthwiseGeometry g;
-      const auto strides = desc.attrs.get_ints("strides", {1, 1});
-      const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
-      g.kernel_h = static_cast<int>(w[2]);
-      g.kernel_w = static_cast<int>(w[3]);
-      g.stride_h = static_cast<int>(strides[0]);
-      g.stride_w = static_cast<int>(strides[1]);
-      g.dilation_h = static_cast<int>(dilations[0]);
-      g.dilation_w = static_cast<int>(dilations[1]);
-      g.out_w = static_cast<int>(desc.outputs.empty() ? 32 : desc.outputs[0].shape[3]);
-      if (cuda_raw::depthwise_shared_bytes(g) > 48 * 1024) return Support::no("the kernel's tile needs over 48 KiB");
-      return Support::yes();
-    } catch (const std::exception& e) {
-      return Support::no(e.what());
-    }
-  };
-  auto run = [](const KernelLaunch& launch) {
-    detail::CudaDeviceGuard guard(launch.desc->device.index);
-    const OpDescriptor& desc = *launch.desc;
-    const auto& x = launch.input(0).shape();
-    const auto& w = launch.input(1).shape();
-    const auto& y = launch.output(0).shape();
+  // The geometry of a conv2d descriptor, whatever its layout (sizes read as NCHW, Note [Channels last]).
+  auto geometry = [](const OpDescriptor& desc) {
+    const bool nhwc = detail::is_nhwc(desc.attrs, desc.op);
+    const auto x = detail::as_nchw(desc.inputs[0].shape, nhwc);
+    const auto w = detail::as_nchw(desc.inputs[1].shape, nhwc);
     const auto strides = desc.attrs.get_ints("strides", {1, 1});
     const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
     const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
@@ -985,8 +954,13 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
     g.channels = static_cast<int>(x[1]);
     g.in_h = static_cast<int>(x[2]);
     g.in_w = static_cast<int>(x[3]);
-    g.out_h = static_cast<int>(y[2]);
-    g.out_w = static_cast<int>(y[3]);
+    if (!desc.outputs.empty()) {
+      const auto y = detail::as_nchw(desc.outputs[0].shape, nhwc);
+      g.out_h = static_cast<int>(y[2]);
+      g.out_w = static_cast<int>(y[3]);
+    } else {
+      g.out_w = 32;
+    }
     g.kernel_h = static_cast<int>(w[2]);
     g.kernel_w = static_cast<int>(w[3]);
     g.stride_h = static_cast<int>(strides[0]);
@@ -995,17 +969,54 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
     g.pad_left = static_cast<int>(pads[1]);
     g.dilation_h = static_cast<int>(dilations[0]);
     g.dilation_w = static_cast<int>(dilations[1]);
+    return g;
+  };
+  auto supports = [geometry](const OpDescriptor& desc, const ExecutionPolicy& policy) -> Support {
+    try {
+      Support common = check_common(desc, policy, {"x", "weight", "bias", "residual"});
+      if (!common) return common;
+      const bool nhwc = detail::is_nhwc(desc.attrs, desc.op);
+      if (desc.inputs[0].shape.size() != 4 || desc.inputs[1].shape.size() != 4) {
+        return Support::no("x and weight of rank 4 only");
+      }
+      const auto x = detail::as_nchw(desc.inputs[0].shape, nhwc);
+      const auto w = detail::as_nchw(desc.inputs[1].shape, nhwc);
+      const std::int64_t groups = desc.attrs.get_int("groups", 1);
+      if (groups != x[1] || w[0] != x[1] || w[1] != 1 || groups == 1) {
+        return Support::no("depthwise convolutions only (groups == channels == outputs, weight [C, 1, kh, kw], "
+                           "NHWC [C, kh, kw, 1])");
+      }
+      for (const TensorDesc& t : desc.inputs) {
+        if (t.present && t.dtype != desc.inputs[0].dtype) return Support::no("inputs of one dtype only");
+      }
+      const std::string activation = desc.attrs.get_string("activation", "none");
+      if (activation != "none" && activation != "relu") return Support::no("activation none or relu");
+      // The NCHW kernels stage a tile of the input; the channels-last ones read it directly.
+      if (!nhwc && cuda_raw::depthwise_shared_bytes(geometry(desc)) > 48 * 1024) {
+        return Support::no("the kernel's tile needs over 48 KiB");
+      }
+      return Support::yes();
+    } catch (const std::exception& e) {
+      return Support::no(e.what());
+    }
+  };
+  auto run = [geometry](const KernelLaunch& launch) {
+    detail::CudaDeviceGuard guard(launch.desc->device.index);
+    const OpDescriptor& desc = *launch.desc;
+    const cuda_raw::DepthwiseGeometry g = geometry(desc);
     const Tensor* bias = launch.num_inputs > 2 && launch.input(2).defined() ? &launch.input(2) : nullptr;
     const Tensor* residual = launch.num_inputs > 3 && launch.input(3).defined() ? &launch.input(3) : nullptr;
     cuda_raw::depthwise_conv2d(launch.input(0).data_ptr(), launch.input(1).data_ptr(),
                                bias ? bias->data_ptr() : nullptr, residual ? residual->data_ptr() : nullptr,
                                launch.output(0).data_ptr(), launch.input(0).dtype(), g,
-                               desc.attrs.get_string("activation", "none") == "relu", launch.stream.handle);
+                               desc.attrs.get_string("activation", "none") == "relu",
+                               detail::is_nhwc(desc.attrs, desc.op), launch.stream.handle);
   };
   registry.add_kernel(std::make_unique<FunctionKernel>(
       KernelInfo{"conv2d", "depthwise", "cuda_raw", DeviceType::kCUDA, true,
-                 "depthwise NCHW convolution: input tile and weights staged in shared memory, one output per "
-                 "thread, fp32 accumulation, bias, residual and relu fused (Note [Depthwise tiles])"},
+                 "depthwise convolution, NCHW (input tile and weights staged in shared memory, one output per "
+                 "thread) or NHWC (16-byte channel vectors, a row of outputs per thread); fp32 accumulation, bias, "
+                 "residual and relu fused (Notes [Depthwise tiles], [Channels-last depthwise])"},
       supports, run));
 }
 

@@ -9,6 +9,17 @@
 // is as wide as the output (up to 32) and 256 / width rows high, so small late-stage planes (7 x 7) do not leave
 // most threads idle. Any kernel size, stride, dilation and padding; each output is computed by one thread in a fixed
 // order, so the bits do not depend on the launch.
+//
+// Note [Channels-last depthwise]
+// Channels-last (NHWC) depthwise convolutions are what lets EfficientNet, MobileNet and ConvNeXt run channels-last
+// end to end (nhwc_layout, Note [Layouts propagate]). A block takes a tile of output columns for a group of channels
+// (a multiple of 8: 16-byte loads), stages the input it reads in shared memory as float, and each thread computes
+// kColumnOutputs outputs down one column of one channel, the channel's weights in registers. The tile's channels
+// grow where the output is narrow (7 x 7 planes: 8 columns by 32 channels), so late stages still fill 256 threads.
+// Each staged element is converted from 16 bits once: a first version converted every input per use (16-byte
+// vectors of channels in registers) and ran ConvNeXt's 7x7 layers 1.7x slower than the NCHW kernel, bound by
+// the conversions. Other shapes (dilation, other kernel sizes, channel counts not a multiple of 8, an unaligned
+// input) take a plain kernel with one thread per output. Both accumulate in fp32 in a fixed order.
 #include <algorithm>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
@@ -216,17 +227,204 @@ void launch(const void* x, const void* w, const void* bias, const void* residual
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
+
+// ---- channels-last (Note [Channels-last depthwise]) ----
+
+// Outputs per thread down a column: 8 at stride 1, 4 at stride 2 (whose staged rows are twice as many).
+template <int S>
+constexpr int kColumnOutputs = S == 1 ? 8 : 4;
+
+// A block's channels-last tile: `channels` channels (a multiple of 8) by `tile_w` output columns, one thread per
+// (channel, column) computing kColumnOutputs<S> outputs down the column.
+struct NhwcTile {
+  int channels = 8, tile_w = 32;
+  std::size_t shared = 0;
+};
+
+template <int K, int S>
+NhwcTile nhwc_tile(const DepthwiseGeometry& g) {
+  NhwcTile t;
+  // Columns: the output width up to 256 / 16; channels: the rest of 256 threads (16 at least, for full 32-byte
+  // sectors, where the channel count allows), so 7x7 planes still fill a block.
+  t.tile_w = std::min(g.out_w, g.channels % 16 == 0 ? 16 : 32);
+  t.channels = 8;
+  while (t.channels * 2 * t.tile_w <= 256 && g.channels % (t.channels * 2) == 0) t.channels *= 2;
+  for (;;) {
+    const int rows = (kColumnOutputs<S> - 1) * S + K;
+    const int cols = (t.tile_w - 1) * S + K;
+    t.shared = static_cast<std::size_t>(rows * cols * t.channels) * sizeof(float);
+    if (t.shared <= 48 * 1024 || t.tile_w == 1) break;
+    t.tile_w = std::max(1, t.tile_w / 2);
+  }
+  return t;
+}
+
+// Note [Channels-last depthwise]: the block stages its input tile [rows][cols][channels] as float (each element
+// converted once: converting per use made the 7x7 layers conversion-bound), then each thread multiplies down its
+// column from shared memory with its channel's K x K weights in registers. Consecutive threads are consecutive
+// channels, so staged reads are conflict-free at stride 1.
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(256) depthwise_nhwc_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                             const T* __restrict__ bias,
+                                                             const T* __restrict__ residual, T* __restrict__ y,
+                                                             DepthwiseGeometry g, int channels, int tile_w) {
+  constexpr int R = kColumnOutputs<S>;
+  constexpr int V = 8;  // channels per staged load: 16 bytes of float16, two loads of float32
+  constexpr int kLoad = kVec16<T>;
+  extern __shared__ __align__(16) float staged_nhwc[];
+  const int rows = (R - 1) * S + K;
+  const int cols = (tile_w - 1) * S + K;
+  const int groups = g.channels / channels;
+  const std::int64_t n = blockIdx.z / groups;
+  const int c0 = static_cast<int>(blockIdx.z % groups) * channels;
+  const int oh0 = static_cast<int>(blockIdx.y) * R, ow0 = static_cast<int>(blockIdx.x) * tile_w;
+  const int ih0 = oh0 * S - g.pad_top, iw0 = ow0 * S - g.pad_left;
+  const int vectors = channels / V;
+  for (int i = threadIdx.x; i < rows * cols * vectors; i += blockDim.x) {
+    const int v = i % vectors, pixel = i / vectors;
+    const int r = pixel / cols, col = pixel - r * cols;
+    const int ih = ih0 + r, iw = iw0 + col;
+    float* to = staged_nhwc + pixel * channels + v * V;
+    if (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) {
+      const T* from = x + ((n * g.in_h + ih) * g.in_w + iw) * g.channels + c0 + v * V;
+#pragma unroll
+      for (int part = 0; part < V / kLoad; ++part) {
+        const Vec<T, kLoad> loaded = *reinterpret_cast<const Vec<T, kLoad>*>(from + part * kLoad);
+#pragma unroll
+        for (int e = 0; e < kLoad; ++e) to[part * kLoad + e] = to_float(loaded.v[e]);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) to[e] = 0.0f;
+    }
+  }
+  const int lane_c = static_cast<int>(threadIdx.x) % channels, tx = static_cast<int>(threadIdx.x) / channels;
+  const int c = c0 + lane_c;
+  float wr[K * K];
+#pragma unroll
+  for (int i = 0; i < K * K; ++i) wr[i] = to_float(w[static_cast<std::int64_t>(c) * K * K + i]);
+  __syncthreads();
+  const int ow = ow0 + tx;
+  if (tx >= tile_w || ow >= g.out_w) return;
+  float acc[R];
+#pragma unroll
+  for (int p = 0; p < R; ++p) acc[p] = 0.0f;
+  const float* base = staged_nhwc + (tx * S) * channels + lane_c;
+#pragma unroll
+  for (int r = 0; r < rows; ++r) {
+#pragma unroll
+    for (int kw = 0; kw < K; ++kw) {
+      const float v = base[(r * cols + kw) * channels];
+#pragma unroll
+      for (int p = 0; p < R; ++p) {
+        const int kh = r - p * S;
+        if (kh >= 0 && kh < K) acc[p] = fmaf(v, wr[kh * K + kw], acc[p]);
+      }
+    }
+  }
+  const float b = bias != nullptr ? to_float(bias[c]) : 0.0f;
+#pragma unroll
+  for (int p = 0; p < R; ++p) {
+    const int oh = oh0 + p;
+    if (oh >= g.out_h) break;
+    const std::int64_t o = ((n * g.out_h + oh) * g.out_w + ow) * g.channels + c;
+    float out = acc[p] + b;
+    if (residual != nullptr) out += to_float(residual[o]);
+    if (g.relu) out = out < 0.0f ? 0.0f : out;
+    y[o] = from_float<T>(out);
+  }
+}
+
+// Any geometry: one thread per output, channels fastest.
+template <typename T>
+__global__ void depthwise_nhwc_generic_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                              const T* __restrict__ bias, const T* __restrict__ residual,
+                                              T* __restrict__ y, DepthwiseGeometry g) {
+  const std::int64_t total = static_cast<std::int64_t>(g.batch) * g.out_h * g.out_w * g.channels;
+  const int taps = g.kernel_h * g.kernel_w;
+  for (std::int64_t o = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; o < total;
+       o += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(o % g.channels);
+    std::int64_t p = o / g.channels;
+    const int ow = static_cast<int>(p % g.out_w);
+    p /= g.out_w;
+    const int oh = static_cast<int>(p % g.out_h);
+    const std::int64_t n = p / g.out_h;
+    float acc = 0.0f;
+    for (int kh = 0; kh < g.kernel_h; ++kh) {
+      const int ih = oh * g.stride_h - g.pad_top + kh * g.dilation_h;
+      if (ih < 0 || ih >= g.in_h) continue;
+      for (int kw = 0; kw < g.kernel_w; ++kw) {
+        const int iw = ow * g.stride_w - g.pad_left + kw * g.dilation_w;
+        if (iw < 0 || iw >= g.in_w) continue;
+        acc = fmaf(to_float(x[((n * g.in_h + ih) * g.in_w + iw) * g.channels + c]),
+                   to_float(w[static_cast<std::int64_t>(c) * taps + kh * g.kernel_w + kw]), acc);
+      }
+    }
+    if (bias != nullptr) acc += to_float(bias[c]);
+    if (residual != nullptr) acc += to_float(residual[o]);
+    if (g.relu) acc = acc < 0.0f ? 0.0f : acc;
+    y[o] = from_float<T>(acc);
+  }
+}
+
+template <typename T, int K, int S>
+bool launch_nhwc(const void* x, const void* w, const void* bias, const void* residual, void* y,
+                 const DepthwiseGeometry& g, void* stream) {
+  if (g.kernel_h != K || g.kernel_w != K || g.stride_h != S || g.stride_w != S || g.dilation_h != 1 ||
+      g.dilation_w != 1 || g.channels % 8 != 0 || !is_aligned(x, 16)) {
+    return false;
+  }
+  const NhwcTile t = nhwc_tile<K, S>(g);
+  const std::int64_t planes = static_cast<std::int64_t>(g.batch) * (g.channels / t.channels);
+  if (t.shared > 48 * 1024 || planes > 65535) return false;  // gridDim.z's limit
+  const dim3 grid(static_cast<unsigned>((g.out_w + t.tile_w - 1) / t.tile_w),
+                  static_cast<unsigned>((g.out_h + kColumnOutputs<S> - 1) / kColumnOutputs<S>),
+                  static_cast<unsigned>(planes));
+  depthwise_nhwc_kernel<T, K, S><<<grid, t.channels * t.tile_w, t.shared, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+      static_cast<const T*>(residual), static_cast<T*>(y), g, t.channels, t.tile_w);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+  return true;
+}
+
+template <typename T>
+void launch_channels_last(const void* x, const void* w, const void* bias, const void* residual, void* y,
+                          const DepthwiseGeometry& g, bool relu, void* stream) {
+  DepthwiseGeometry rg = g;
+  rg.relu = relu;
+  if (launch_nhwc<T, 3, 1>(x, w, bias, residual, y, rg, stream) ||
+      launch_nhwc<T, 3, 2>(x, w, bias, residual, y, rg, stream) ||
+      launch_nhwc<T, 5, 1>(x, w, bias, residual, y, rg, stream) ||
+      launch_nhwc<T, 5, 2>(x, w, bias, residual, y, rg, stream) ||
+      launch_nhwc<T, 7, 1>(x, w, bias, residual, y, rg, stream) ||
+      launch_nhwc<T, 7, 2>(x, w, bias, residual, y, rg, stream)) {
+    return;
+  }
+  const std::int64_t total = static_cast<std::int64_t>(g.batch) * g.out_h * g.out_w * g.channels;
+  depthwise_nhwc_generic_kernel<T><<<grid_for(total, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+      static_cast<const T*>(residual), static_cast<T*>(y), rg);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
+}
+
 }  // namespace
 
 std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g) { return generic_tile(g).shared; }
 
 void depthwise_conv2d(const void* x, const void* w, const void* bias, const void* residual, void* y, DType dtype,
-                      const DepthwiseGeometry& g, bool relu, void* stream) {
+                      const DepthwiseGeometry& g, bool relu, bool nhwc, void* stream) {
   if (static_cast<std::int64_t>(g.batch) * g.channels * g.out_h * g.out_w == 0) return;
   switch (dtype) {
-    case DType::kFloat32: launch<float>(x, w, bias, residual, y, g, relu, stream); break;
-    case DType::kFloat16: launch<__half>(x, w, bias, residual, y, g, relu, stream); break;
-    case DType::kBFloat16: launch<__nv_bfloat16>(x, w, bias, residual, y, g, relu, stream); break;
+    case DType::kFloat32:
+      (nhwc ? launch_channels_last<float> : launch<float>)(x, w, bias, residual, y, g, relu, stream);
+      break;
+    case DType::kFloat16:
+      (nhwc ? launch_channels_last<__half> : launch<__half>)(x, w, bias, residual, y, g, relu, stream);
+      break;
+    case DType::kBFloat16:
+      (nhwc ? launch_channels_last<__nv_bfloat16> : launch<__nv_bfloat16>)(x, w, bias, residual, y, g, relu, stream);
+      break;
     default: throw UnsupportedOperationError("depthwise_conv2d: float32, float16 or bfloat16 only");
   }
 }

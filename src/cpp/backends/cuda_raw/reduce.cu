@@ -13,6 +13,14 @@
 // and a second kernel combines the partials in order. The split depends on the shape only, never on timing,
 // so results are bitwise reproducible: no atomics anywhere.
 //
+// Note [Middle-axis reductions]
+// A channels-last mean over H and W (squeeze-excitation, global pooling, nhwc_layout's ReduceMean) reduces the middle
+// axis of [N, H * W, C]: a column reduction whose results are the C neighbouring channels. One thread per result
+// walking H * W rows two bytes at a time was latency-bound (36 us for EfficientNet's first squeeze at batch 1, 2.4 MB).
+// The middle kernel gives a block up to 32 threads across the channels, each reading 8 channels as 16-byte vectors,
+// and 256 / that many rows of threads, each taking every so-many row of the block's range; the rows' partial
+// results combine in shared memory in row order. Splits of the row range fill the GPU as above.
+//
 // Semantics: sums and means accumulate in fp32; the mean of an empty axis is NaN (0/0) and its sum 0, like
 // NumPy; max and min propagate NaN (NumPy's max/min, PyTorch's amax/amin).
 #include <algorithm>
@@ -173,6 +181,65 @@ __global__ void reduce_column_kernel(const T* x, T* y, float* partial, ReduceArg
   }
 }
 
+// Middle kernel (Note [Middle-axis reductions]): block (inner chunk, split, outer); thread (tx, ty) reduces 8 results
+// at inner offset c over rows begin + ty, begin + ty + rows, ... of its split's range.
+constexpr int kMiddleElements = 8;
+constexpr int kMiddleMaxVectors = 32;
+constexpr std::int64_t kMiddleTargetBlocks = 264;  // two per SM of an H100/H200
+constexpr std::int64_t kMiddleMinRows = 4;          // rows per thread at the least, before splitting further
+
+template <typename T, ReduceOp kOp>
+__global__ void __launch_bounds__(kThreads) reduce_middle_kernel(const T* x, T* y, float* partial, std::int64_t inner,
+                                                                  std::int64_t count, std::int64_t chunk,
+                                                                  std::int64_t splits, int vectors) {
+  constexpr int V = kMiddleElements;
+  constexpr int kLoad = kVec16<T>;
+  __shared__ float rows_acc[kThreads * V];
+  const Reducer<kOp> combine{};
+  const int tx = static_cast<int>(threadIdx.x) % vectors, ty = static_cast<int>(threadIdx.x) / vectors;
+  const int rows = static_cast<int>(blockDim.x) / vectors;
+  const std::int64_t c = (static_cast<std::int64_t>(blockIdx.x) * vectors + tx) * V;
+  const std::int64_t split = blockIdx.y, o = blockIdx.z;
+  const std::int64_t begin = split * chunk;
+  const std::int64_t end = count - begin > chunk ? begin + chunk : count;
+  float acc[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) acc[i] = Reducer<kOp>::identity();
+  if (ty < rows && c < inner) {
+    for (std::int64_t r = begin + ty; r < end; r += rows) {
+      const T* p = x + (o * count + r) * inner + c;
+#pragma unroll
+      for (int part = 0; part < V / kLoad; ++part) {
+        const Vec<T, kLoad> v = *reinterpret_cast<const Vec<T, kLoad>*>(p + part * kLoad);
+#pragma unroll
+        for (int i = 0; i < kLoad; ++i) acc[part * kLoad + i] = combine(acc[part * kLoad + i], to_float(v.v[i]));
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) rows_acc[threadIdx.x * V + i] = acc[i];
+  __syncthreads();
+  if (ty != 0 || c >= inner) return;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    float value = rows_acc[tx * V + i];
+    for (int t = 1; t < rows; ++t) value = combine(value, rows_acc[(t * vectors + tx) * V + i]);
+    const std::int64_t out = o * inner + c + i;
+    if (splits == 1) {
+      y[out] = from_float<T>(Reducer<kOp>::finalize(value, count));
+    } else {
+      partial[out * splits + split] = value;
+    }
+  }
+}
+
+// The middle kernel's threads across the inner axis (in vectors of 8 results) and blocks along it.
+int middle_vectors(std::int64_t inner) {
+  const std::int64_t vectors = inner / kMiddleElements;
+  const std::int64_t chunks = ceil_div(vectors, kMiddleMaxVectors);
+  return static_cast<int>(ceil_div(vectors, chunks));
+}
+
 // Second pass: combines each output's partials in split order.
 template <typename T, ReduceOp kOp>
 __global__ void reduce_finalize_kernel(const float* partial, T* y, std::int64_t outputs, std::int64_t splits,
@@ -213,7 +280,14 @@ void launch_reduce_kernel(const ReduceGeometry& geometry, const T* x, T* y, floa
   args.chunk = static_cast<Index>(geometry.chunk);
   const std::int64_t tasks = geometry.outputs * geometry.splits;
   const bool contiguous = geometry.reduced_sizes.size() == 1 && geometry.reduced_strides[0] == 1;
-  if (!geometry.inner_reduced) {
+  if (geometry.middle && is_aligned(x, 16)) {
+    const int vectors = middle_vectors(geometry.inner);
+    const dim3 grid(static_cast<unsigned>(ceil_div(geometry.inner / kMiddleElements, vectors)),
+                    static_cast<unsigned>(geometry.splits),
+                    static_cast<unsigned>(geometry.outputs / geometry.inner));
+    reduce_middle_kernel<T, kOp><<<grid, vectors * (kThreads / vectors), 0, stream>>>(
+        x, y, partial, geometry.inner, geometry.count, geometry.chunk, geometry.splits, vectors);
+  } else if (!geometry.inner_reduced) {
     reduce_column_kernel<T, kOp, Index><<<grid_for(tasks, kThreads), kThreads, 0, stream>>>(x, y, partial, args);
   } else if (geometry.chunk >= kRowBlockMinChunk) {
     launch_rows<T, kOp, kRowBlockGroup, kRowBlockGroup>(contiguous, tasks, x, y, partial, args, stream);
@@ -247,7 +321,7 @@ std::size_t ReduceGeometry::workspace_bytes() const {
 
 std::string ReduceGeometry::str() const {
   return ::xpuruntime::detail::str_cat(outputs, " outputs x ", count, " elements, ",
-                                       inner_reduced ? "row" : "column", " kernel, ", splits,
+                                       inner_reduced ? "row" : (middle ? "middle" : "column"), " kernel, ", splits,
                                        splits == 1 ? " split" : " splits");
 }
 
@@ -295,7 +369,19 @@ bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<b
         g.reduced_sizes.size(), "; reduce in two steps or use the cpu kernel");
     return false;
   }
-  if (g.inner_reduced && g.outputs < kRowTargetGroups && g.count >= 2 * kRowMinChunk) {
+  // [outer, count, inner]: one reduced dimension right outside the innermost kept one (Note [Middle-axis
+  // reductions]).
+  g.middle = !g.inner_reduced && g.reduced_sizes.size() == 1 && g.kept_sizes.size() <= 2 &&
+             g.reduced_strides[0] == g.kept_sizes.back() && g.kept_sizes.back() % kMiddleElements == 0 &&
+             (g.kept_sizes.size() == 1 || g.kept_strides[0] == g.count * g.kept_sizes.back());
+  if (g.middle) {
+    g.inner = g.kept_sizes.back();
+    const int vectors = middle_vectors(g.inner);
+    const std::int64_t rows = kThreads / vectors;
+    const std::int64_t blocks = ceil_div(g.inner / kMiddleElements, vectors) * (g.outputs / g.inner);
+    g.splits = std::max<std::int64_t>(
+        1, std::min(ceil_div(kMiddleTargetBlocks, blocks), g.count / (rows * kMiddleMinRows)));
+  } else if (g.inner_reduced && g.outputs < kRowTargetGroups && g.count >= 2 * kRowMinChunk) {
     g.splits = std::min(ceil_div(g.count, kRowMinChunk), ceil_div(kRowTargetGroups, g.outputs));
   } else if (!g.inner_reduced && g.outputs < kColumnTargetThreads && g.count >= 2 * kColumnMinChunk) {
     g.splits = std::min(ceil_div(g.count, kColumnMinChunk), ceil_div(kColumnTargetThreads, g.outputs));

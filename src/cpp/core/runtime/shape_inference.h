@@ -32,11 +32,12 @@ struct InferOptions {
 };
 
 // Returns the number of nodes folded.
-int infer_types(Graph& g, const InferOptions& options);
+XPURT_API int infer_types(Graph& g, const InferOptions& options);
 // Removes nodes whose outputs nobody reads; returns how many.
 int eliminate_dead_nodes(Graph& g);
-// The whole pipeline: infer/fold, the graph passes (passes not in `disabled`), dead-node elimination. Returns one
+// Exported for the C++ pass tests on real exports. The whole pipeline: infer/fold, the graph passes (passes not in `disabled`), dead-node elimination. Returns one
 // note per pass that changed something ("constant_folding: 12 nodes folded", ...).
-std::vector<std::string> optimize(Graph& g, const InferOptions& options, const std::set<std::string>& disabled);
+XPURT_API std::vector<std::string> optimize(Graph& g, const InferOptions& options,
+                                             const std::set<std::string>& disabled);
 
 }  // namespace xpuruntime::runtime

@@ -38,8 +38,15 @@ bool member_code(const Node& n, fused::Code* code, std::string* registry_op) {
       {"Sigmoid", fused::Code::kSigmoid, "sigmoid", 1}, {"Tanh", fused::Code::kTanh, "tanh", 1},
       {"Exp", fused::Code::kExp, "exp", 1},       {"Log", fused::Code::kLog, "log", 1},
       {"Sqrt", fused::Code::kSqrt, "sqrt", 1},    {"Reciprocal", fused::Code::kReciprocal, "reciprocal", 1},
-      {"Erf", fused::Code::kErf, "erf", 1},
+      {"Erf", fused::Code::kErf, "erf", 1},       {"HardSwish", fused::Code::kHardSwish, "hard_swish", 1},
   };
+  // PyTorch's hardsigmoid: ONNX HardSigmoid with alpha 1/6 and beta 1/2 (the program op has no other constants).
+  if (is_onnx(n, "HardSigmoid") && n.inputs.size() == 1 && n.outputs.size() == 1) {
+    if (!near(n.attrs.get_float("alpha", 0.2), 1.0 / 6.0, 1e-6) || n.attrs.get_float("beta", 0.5) != 0.5) return false;
+    *code = fused::Code::kHardSigmoid;
+    *registry_op = "hard_sigmoid";
+    return true;
+  }
   if (is_onnx(n, "Cast") && n.inputs.size() == 1 && n.outputs.size() == 1) {
     switch (n.attrs.has("to") ? n.attrs.get_int("to", 0) : 0) {
       case 1: *code = fused::Code::kToF32; break;

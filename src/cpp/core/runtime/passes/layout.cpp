@@ -12,12 +12,31 @@
 // so a ResNet runs channels-last from its first converted conv to the global pool, whose [N, 1, 1, C] output is
 // NCHW [N, C, 1, 1] by a Reshape (a view). Runs only for CUDA plans (on the CPU the cpu kernels would permute
 // through NCHW, which costs).
+//
+// Note [Layouts propagate]
+// Converting the tensor-core convolutions alone leaves the models built of depthwise blocks (EfficientNet,
+// MobileNet, ConvNeXt) crossing layouts twice per block: their 1x1 convolutions ran channels-last, their depthwise
+// convolutions, activations and squeeze-excitation NCHW, and 15% of their GPU time went to the Transposes between.
+// So the channels-last values propagate forward through every node that can read them as they are:
+//  - a depthwise FusedConv (group == channels == outputs, channels a multiple of 8) whose input is channels-last
+//    (cuda_raw's kernel, Note [Channels-last depthwise]; its weight [C, 1, kh, kw] is [C, kh, kw, 1] already);
+//  - elementwise ops (activations, Add/Mul/...) whose 4-D operands are channels-last, [N, C, 1, 1] (read as
+//    [N, 1, 1, C], a view: squeeze-excitation's scale), constants of shape [C, 1, 1] (permuted once) or
+//    one-element; their output is channels-last;
+//  - ReduceMean over H and W (the squeeze), which reduces axes 1 and 2 instead;
+//  - the exporters' own Transposes: perm [0, 2, 3, 1] of a value with a channels-last twin is that twin (ConvNeXt's
+//    permute before its LayerNorm over channels), and perm [0, 3, 1, 2] makes an NCHW value whose twin is its input
+//    (the permute back), so a residual Add after it stays channels-last.
+// An op whose other operands are NCHW stays NCHW (a Transpose either way), so propagation adds no Transpose: the
+// ways back are made only where an NCHW reader is left.
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/conv_layout.h"
 #include "core/runtime/passes.h"
 #include "core/runtime/passes/pass_utils.h"
 #include "xpuruntime/exceptions.h"
@@ -107,6 +126,42 @@ bool nhwc_pool(const Node& n, const std::string& x, const std::string& y, Node* 
   return true;
 }
 
+// The depthwise FusedConv `n` (weight [C, 1, kh, kw], C == outputs == group, a multiple of 8) in a 16-bit float,
+// which runs channels-last where its input already is (Note [Layouts propagate]).
+bool depthwise_conv(const Graph& g, const Node& n) {
+  if (n.domain != kXpurtDomain || n.op_type != "FusedConv" || n.outputs.size() != 1) return false;
+  if (n.attrs.get_string("layout", "NCHW") != "NCHW") return false;
+  const Tensor* w = n.inputs.size() > 1 ? constant(g, n.inputs[1]) : nullptr;
+  auto x = half_4d_shape(g, n.inputs[0]);
+  if (w == nullptr || w->dim() != 4 || !x || w->dtype() != *value_dtype(g, n.inputs[0])) return false;
+  const std::int64_t c = (*x)[1];
+  return c % 8 == 0 && n.attrs.get_int("group", 1) == c && w->shape()[0] == c && w->shape()[1] == 1;
+}
+
+// The elementwise ops whose output keeps its operands' layout (Note [Layouts propagate]); Clip's bounds and
+// PRelu's slope are operands like the others.
+bool layout_free(const Node& n) {
+  static const std::set<std::string> kOnnx = {
+      "Add",  "Sub", "Mul",     "Div", "Pow",     "Max",        "Min",         "Relu",      "Sigmoid",
+      "Tanh", "Erf", "Exp",     "Log", "Sqrt",    "Reciprocal", "Neg",         "Abs",       "HardSigmoid",
+      "HardSwish",   "Clip",    "LeakyRelu",      "Elu",        "Softplus",    "PRelu",     "Cast"};
+  if (n.outputs.size() != 1 || n.inputs.empty()) return false;
+  if (n.domain == kXpurtDomain) return n.op_type == "Gelu";
+  return (n.domain.empty() || n.domain == "ai.onnx") && kOnnx.count(n.op_type) != 0;
+}
+
+// A constant [C, 1, 1] or [1, C, 1, 1] as [1, 1, C] or [1, 1, 1, C] (the same elements in the same order).
+Tensor channels_last_constant(const Tensor& t) {
+  std::vector<std::int64_t> shape = t.shape();
+  const std::size_t c = shape.size() - 3;
+  std::rotate(shape.begin() + static_cast<std::ptrdiff_t>(c), shape.begin() + static_cast<std::ptrdiff_t>(c) + 1,
+              shape.end());
+  const Tensor src = t.contiguous();
+  Tensor out = Tensor::empty(shape, t.dtype());
+  std::memcpy(out.data_ptr(), src.data_ptr(), src.nbytes());
+  return out;
+}
+
 Node transpose_node(const std::string& name, const std::string& in, const std::string& out,
                     const std::vector<std::int64_t>& perm) {
   Node t;
@@ -136,12 +191,29 @@ PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
   };
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size() * 2);
-  // The channels-last twin of `value`, made by a Transpose into NHWC when it has none yet.
+  // A [N, C, 1, 1] value and its [N, 1, 1, C] twin have one memory order: a Reshape (a view) between them.
+  const auto reshape_node = [&](const std::string& value, const std::string& to,
+                                const std::vector<std::int64_t>& shape) {
+    Node reshape;
+    reshape.name = fresh(value + (shape[3] == 1 ? "_to_nchw" : "_to_nhwc"));
+    reshape.op_type = "Reshape";
+    reshape.inputs = {value, add_constant(g, to + "_shape", int64_tensor(shape))};
+    shape_constants.insert(reshape.inputs[1]);
+    reshape.outputs = {to};
+    nodes.push_back(std::move(reshape));
+  };
+  // The channels-last twin of `value`, made by a Transpose into NHWC (a Reshape for [N, C, 1, 1]) when it has none
+  // yet.
   const auto to_nhwc = [&](const std::string& value) {
     auto it = nhwc_of.find(value);
     if (it != nhwc_of.end()) return it->second;
     const std::string twin = fresh(value + "_nhwc");
-    nodes.push_back(transpose_node(fresh(value + "_to_nhwc"), value, twin, {0, 2, 3, 1}));
+    auto shape = static_shape(g, value);
+    if (shape && shape->size() == 4 && (*shape)[2] == 1 && (*shape)[3] == 1) {
+      reshape_node(value, twin, detail::nchw_to_nhwc(*shape));
+    } else {
+      nodes.push_back(transpose_node(fresh(value + "_to_nhwc"), value, twin, {0, 2, 3, 1}));
+    }
     nhwc_of[value] = twin;
     return twin;
   };
@@ -149,26 +221,66 @@ PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
   const auto back_to_nchw = [&](const std::string& value, const std::string& twin,
                                 const std::vector<std::int64_t>& nchw_shape) {
     if (nchw_shape[2] == 1 && nchw_shape[3] == 1) {
-      // [N, 1, 1, C] and [N, C, 1, 1] have the same memory order: a Reshape (a view).
-      Tensor shape = Tensor::empty({4}, DType::kInt64);
-      std::memcpy(shape.data_ptr(), nchw_shape.data(), 4 * sizeof(std::int64_t));
-      Node reshape;
-      reshape.name = fresh(value + "_to_nchw");
-      reshape.op_type = "Reshape";
-      reshape.inputs = {twin, add_constant(g, value + "_nchw_shape", shape)};
-      shape_constants.insert(reshape.inputs[1]);
-      reshape.outputs = {value};
-      nodes.push_back(std::move(reshape));
+      reshape_node(twin, value, nchw_shape);
     } else {
       nodes.push_back(transpose_node(fresh(value + "_to_nchw"), twin, value, {0, 3, 1, 2}));
     }
     nhwc_of[value] = twin;
     back_values.insert(value);
   };
+  // How a converted elementwise node with output [N, C, H, W] `out` reads operand `value` (`typed`: its name in the
+  // original graph, which has its type): "twin" (channels-last already), "same" (one element: broadcasts alike),
+  // "constant" ([C, 1, 1] or [1, C, 1, 1]: permuted once), "view" ([N, C, 1, 1]: a Reshape), or "" (only through a
+  // Transpose: the node stays NCHW). Note [Layouts propagate].
+  const auto operand_kind = [&](const std::string& value, const std::string& typed,
+                                const std::vector<std::int64_t>& out) -> std::string {
+    if (nhwc_of.count(value) != 0) return "twin";
+    auto shape = static_shape(g, typed);
+    if (!shape) return "";
+    std::int64_t numel = 1;
+    for (std::int64_t d : *shape) numel *= d;
+    if (numel == 1) return "same";
+    const std::size_t rank = shape->size();
+    if (rank < 3 || rank > 4 || (*shape)[rank - 1] != 1 || (*shape)[rank - 2] != 1 || (*shape)[rank - 3] != out[1]) {
+      return "";
+    }
+    if (rank == 4 && (*shape)[0] != 1 && (*shape)[0] != out[0]) return "";
+    if (constant(g, value) != nullptr) return "constant";
+    return rank == 4 ? "view" : "";
+  };
+  // Uses of the original graph: an exporter's Transpose folds only where its output is not a graph output or read
+  // by a subgraph (its name must stay).
+  const Uses original_uses(g);
+  std::unordered_map<std::string, std::string> renamed;  // a folded Transpose's output -> the twin it equals
+  std::unordered_map<std::string, std::string> constant_twins;  // [C, 1, 1] constants -> [1, 1, C]
+
+  // Whether the [N, C, 1, 1] output of elementwise node `p` is read only by elementwise nodes that will convert (one
+  // of their other operands is channels-last already): then `p` converts too, its inputs read through views, so that
+  // it stays in one fused kernel with its reader (squeeze-excitation's Sigmoid before the scaling Mul).
+  const auto readers_convert = [&](const Node& p) {
+    const auto y = static_shape(g, p.outputs[0]);
+    if (!y || y->size() != 4 || (*y)[2] != 1 || (*y)[3] != 1) return false;
+    const std::string& value = p.outputs[0];
+    if (original_uses.is_graph_output(value) || original_uses.read_by_subgraph(value)) return false;
+    const auto& readers = original_uses.readers(value);
+    return !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](std::size_t r) {
+      const Node& reader = g.nodes[r];
+      if (!layout_free(reader)) return false;
+      return std::any_of(reader.inputs.begin(), reader.inputs.end(), [&](const std::string& in) {
+        auto it = renamed.find(in);
+        return in != value && nhwc_of.count(it == renamed.end() ? in : it->second) != 0;
+      });
+    });
+  };
 
   // Copies, not moves: fresh() asks the graph for unused names, so every node must stay in g.nodes until the end.
-  for (const Node& n : g.nodes) {
-    if (convertible_conv(g, n)) {
+  for (const Node& original : g.nodes) {
+    Node n = original;
+    for (std::string& in : n.inputs) {
+      auto it = renamed.find(in);
+      if (it != renamed.end()) in = it->second;
+    }
+    if (convertible_conv(g, original) || (depthwise_conv(g, original) && nhwc_of.count(n.inputs[0]) != 0)) {
       const auto y_shape = half_4d_shape(g, n.outputs[0]);
       if (!y_shape) {
         nodes.push_back(n);
@@ -188,14 +300,97 @@ PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
       ++result.rewrites;
       continue;
     }
+    const bool nhwc_input = !n.inputs.empty() && nhwc_of.count(n.inputs[0]) != 0;
     // A pool whose input is already channels-last follows it.
-    if (!n.inputs.empty() && nhwc_of.count(n.inputs[0]) != 0 && !n.outputs.empty()) {
+    if (nhwc_input && !n.outputs.empty()) {
       const auto y_shape = half_4d_shape(g, n.outputs[0]);
       Node pool;
       const std::string twin = y_shape ? fresh(n.outputs[0] + "_nhwc") : std::string();
       if (y_shape && nhwc_pool(n, nhwc_of[n.inputs[0]], twin, &pool)) {
         result.notes.push_back(detail::str_cat(describe(n), " -> NHWC"));
         nodes.push_back(std::move(pool));
+        back_to_nchw(n.outputs[0], twin, *y_shape);
+        ++result.rewrites;
+        continue;
+      }
+    }
+    // The exporters' permutes (Note [Layouts propagate]).
+    if (is_onnx(n, "Transpose") && n.outputs.size() == 1 && half_4d_shape(g, original.inputs[0])) {
+      const auto perm = n.attrs.get_ints("perm", {});
+      const std::string& y = n.outputs[0];
+      if (perm == std::vector<std::int64_t>{0, 2, 3, 1} && nhwc_input && !original_uses.is_graph_output(y) &&
+          !original_uses.read_by_subgraph(y)) {
+        renamed[y] = nhwc_of[n.inputs[0]];
+        result.notes.push_back(detail::str_cat(describe(n), " -> its input's channels-last twin"));
+        ++result.rewrites;
+        continue;
+      }
+      if (perm == std::vector<std::int64_t>{0, 3, 1, 2} && nhwc_of.count(y) == 0) {
+        nodes.push_back(n);
+        nhwc_of[y] = n.inputs[0];
+        back_values.insert(y);
+        continue;
+      }
+    }
+    // The squeeze of a squeeze-excitation: the mean over H and W.
+    if (is_onnx(n, "ReduceMean") && nhwc_input && n.outputs.size() == 1) {
+      auto axes = constant_axes(g, n, 18);
+      const auto x_shape = half_4d_shape(g, original.inputs[0]);
+      if (axes && x_shape) {
+        std::set<std::int64_t> normalized;
+        for (std::int64_t a : *axes) normalized.insert(a < 0 ? a + 4 : a);
+        const bool keep = n.attrs.get_int("keepdims", 1) != 0;
+        const auto y_shape = static_shape(g, n.outputs[0]);
+        if (normalized == std::set<std::int64_t>{2, 3} && y_shape) {
+          Node mean = n;
+          mean.inputs = {nhwc_of[n.inputs[0]]};
+          if (g.opset(n.domain) >= 18) {
+            mean.inputs.push_back(add_constant(g, n.name + "_hw_axes", int64_tensor({1, 2})));
+          } else {
+            mean.attrs.set("axes", std::vector<std::int64_t>{1, 2});
+          }
+          // keepdims=0: [N, C] either way.
+          const std::string twin = keep ? fresh(n.outputs[0] + "_nhwc") : n.outputs[0];
+          mean.outputs = {twin};
+          result.notes.push_back(detail::str_cat(describe(n), " -> over axes 1, 2 of NHWC"));
+          nodes.push_back(std::move(mean));
+          if (keep) back_to_nchw(n.outputs[0], twin, *y_shape);
+          ++result.rewrites;
+          continue;
+        }
+      }
+    }
+    // Elementwise ops with a channels-last operand and none that would need a Transpose.
+    if (layout_free(n)) {
+      const auto y_shape = half_4d_shape(g, n.outputs[0]);
+      bool any_twin = false, feasible = y_shape.has_value();
+      for (std::size_t i = 0; feasible && i < n.inputs.size(); ++i) {
+        if (n.inputs[i].empty()) continue;
+        const std::string kind = operand_kind(n.inputs[i], original.inputs[i], *y_shape);
+        any_twin = any_twin || kind == "twin";
+        feasible = !kind.empty();
+      }
+      if (feasible && (any_twin || (y_shape && readers_convert(original)))) {
+        Node converted = n;
+        for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+          const std::string& in = n.inputs[i];
+          if (in.empty()) continue;
+          const std::string kind = operand_kind(in, original.inputs[i], *y_shape);
+          if (kind == "twin" || kind == "view") {
+            converted.inputs[i] = to_nhwc(in);
+          } else if (kind == "constant") {
+            auto it = constant_twins.find(in);
+            if (it == constant_twins.end()) {
+              it = constant_twins.emplace(in, add_constant(g, in + "_nhwc", channels_last_constant(*constant(g, in))))
+                       .first;
+            }
+            converted.inputs[i] = it->second;
+          }
+        }
+        const std::string twin = fresh(n.outputs[0] + "_nhwc");
+        converted.outputs = {twin};
+        result.notes.push_back(detail::str_cat(describe(n), " -> NHWC"));
+        nodes.push_back(std::move(converted));
         back_to_nchw(n.outputs[0], twin, *y_shape);
         ++result.rewrites;
         continue;

@@ -1403,11 +1403,18 @@ TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
     Graph out = g;
     runtime::optimize(out, cuda, {});
     int nhwc_depthwise = 0;
+    std::set<std::string> activations;  // of the depthwise convolutions (conv_fusion takes SiLU and HardSwish)
     for (const Node& n : out.nodes) {
-      nhwc_depthwise += n.op_type == "FusedConv" && n.attrs.get_string("layout", "") == "NHWC" &&
-                        n.attrs.get_int("group", 1) > 1;
+      if (n.op_type != "FusedConv" || n.attrs.get_int("group", 1) == 1) continue;
+      nhwc_depthwise += n.attrs.get_string("layout", "") == "NHWC";
+      activations.insert(n.attrs.get_string("activation", "none"));
     }
     EXPECT_GT(nhwc_depthwise, 0) << out.str();
+    if (name == "efficientnet") {
+      EXPECT_EQ(activations, std::set<std::string>{"silu"});
+    } else if (name == "mobilenet_v3") {
+      EXPECT_EQ(activations, (std::set<std::string>{"hard_swish", "relu"}));
+    }
     EXPECT_LE(count(out, "Transpose"), transposes) << out.str();
     const Feeds feeds = {{g.inputs[0], ops::cast(random(shape, 103), DType::kFloat16)}};
     expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),

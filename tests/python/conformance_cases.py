@@ -215,8 +215,13 @@ def ref_conv2d(inputs, attrs):
         y += bias[None, :, None, None]
     if residual is not None:
         y += residual
-    if attrs.get("activation", "none") == "relu":
+    activation = attrs.get("activation", "none")
+    if activation == "relu":
         y = np.maximum(y, 0.0)
+    elif activation == "silu":
+        y = y / (1.0 + np.exp(-y))
+    elif activation == "hard_swish":
+        y = y * np.clip(y / 6.0 + 0.5, 0.0, 1.0)
     return y
 
 
@@ -470,6 +475,14 @@ def conv2d_cases() -> List[Case]:
          "none"),
         ("depthwise_c8_7x7_stride2_one_column", (1, 8, 37, 1), (8, 1, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 8, True,
          False, "none"),
+        # the activations conv_fusion folds into depthwise convolutions (EfficientNet's SiLU, MobileNetV3's
+        # HardSwish): the channels-last kernel, the NCHW rows kernel and the plain one (dilation, odd channels)
+        ("depthwise_c32_3x3_silu", (2, 32, 9, 10), (32, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 32, True, False,
+         "silu"),
+        ("depthwise_c24_5x5_stride2_hard_swish", (1, 24, 13, 12), (24, 1, 5, 5), [2, 2], [2, 2, 2, 2], [1, 1], 24,
+         True, True, "hard_swish"),
+        ("depthwise_3x3_dilated_silu", (1, 5, 11, 9), (5, 1, 3, 3), [1, 1], [2, 2, 2, 2], [2, 2], 5, True, False,
+         "silu"),
         ("1x1_relu", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, False, "relu"),
         ("asymmetric_pads", (1, 3, 6, 6), (4, 3, 3, 3), [1, 1], [0, 1, 2, 1], [1, 1], 1, True, False, "none"),
         ("1x1x1x1", (1, 1, 1, 1), (1, 1, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, False, False, "none"),

@@ -376,7 +376,7 @@ inline T sigmoid(T x) {
 }
 
 // Activation of GEMM and conv epilogues ("none", "relu", "gelu", "gelu_tanh").
-enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kGeluTanh };
+enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kGeluTanh, kSilu, kHardSwish };
 Activation activation_from_name(const std::string& name);  // validated by the op schemas already
 
 template <typename T>
@@ -388,6 +388,10 @@ inline T apply_activation(Activation activation, T x) {
       return gelu_erf(x);
     case Activation::kGeluTanh:
       return gelu_tanh(x);
+    case Activation::kSilu:
+      return x / (T(1) + std::exp(-x));
+    case Activation::kHardSwish:  // x * min(1, max(0, x / 6 + 1 / 2)); NaN stays NaN
+      return x * std::min(T(1), std::max(T(0), x / T(6) + T(0.5)));
     case Activation::kNone:
       break;
   }

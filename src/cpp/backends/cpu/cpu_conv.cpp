@@ -24,7 +24,7 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
   const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
   const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
   const std::int64_t groups = desc.attrs.get_int("groups", 1);
-  const bool relu = desc.attrs.get_string("activation", "none") == "relu";
+  const Activation activation = activation_from_name(desc.attrs.get_string("activation", "none"));
 
   const std::int64_t batch = x_tensor.shape()[0], channels = x_tensor.shape()[1];
   const std::int64_t height = x_tensor.shape()[2], width = x_tensor.shape()[3];
@@ -80,7 +80,7 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
     }
   }
 
-  if (bias.data() != nullptr || residual.data() != nullptr || relu) {
+  if (bias.data() != nullptr || residual.data() != nullptr || activation != Activation::kNone) {
     T* out = y.data();
     const T* b = bias.data();
     const T* r = residual.data();
@@ -94,7 +94,7 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
                      for (std::int64_t p = 0; p < pixels; ++p) {
                        T value = row[p] + bias_value;
                        if (res != nullptr) value += res[p];
-                       row[p] = relu ? apply_activation(Activation::kRelu, value) : value;
+                       row[p] = apply_activation(activation, value);
                      }
                    }
                  });

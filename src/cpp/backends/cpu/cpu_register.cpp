@@ -74,7 +74,9 @@ Activation activation_from_name(const std::string& name) {
   if (name == "relu") return Activation::kRelu;
   if (name == "gelu") return Activation::kGelu;
   if (name == "gelu_tanh") return Activation::kGeluTanh;
-  XPURT_CHECK(name == "none", "unknown activation '", name, "'; valid: none, relu, gelu, gelu_tanh");
+  if (name == "silu") return Activation::kSilu;
+  if (name == "hard_swish") return Activation::kHardSwish;
+  XPURT_CHECK(name == "none", "unknown activation '", name, "'; valid: none, relu, gelu, gelu_tanh, silu, hard_swish");
   return Activation::kNone;
 }
 

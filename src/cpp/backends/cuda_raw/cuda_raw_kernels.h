@@ -229,19 +229,21 @@ void cum_sum(const void* x, void* y, DType dtype, std::int64_t outer, std::int64
 
 // ---- depthwise.cu ----
 
+// The activation a depthwise convolution applies after bias and residual (conv2d's `activation`).
+enum class DepthwiseActivation : std::uint8_t { kNone, kRelu, kSilu, kHardSwish };
 struct DepthwiseGeometry {
   int batch = 0, channels = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
   int kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, dilation_h = 1,
       dilation_w = 1;
-  bool relu = false;  // set by depthwise_conv2d
+  DepthwiseActivation activation = DepthwiseActivation::kNone;  // set by depthwise_conv2d
 };
 // The shared memory one block of depthwise_conv2d takes (Note [Depthwise tiles]).
 std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g);
 // y[N, C, OH, OW] = act(depthwise conv(x[N, C, H, W], w[C, 1, kh, kw]) + bias[C]? + residual[N, C, OH, OW]?),
-// act relu or none; float32/float16/bfloat16, fp32 accumulation (Note [Depthwise tiles]). `nhwc`: x [N, H, W, C],
+// act none, relu, silu or hard_swish; float32/float16/bfloat16, fp32 accumulation (Note [Depthwise tiles]). `nhwc`: x [N, H, W, C],
 // y and residual [N, OH, OW, C], w [C, kh, kw, 1] (the same memory; Note [Channels-last depthwise]).
 void depthwise_conv2d(const void* x, const void* w, const void* bias, const void* residual, void* y, DType dtype,
-                      const DepthwiseGeometry& g, bool relu, bool nhwc, void* stream);
+                      const DepthwiseGeometry& g, DepthwiseActivation activation, bool nhwc, void* stream);
 
 // ---- pad.cu ----
 

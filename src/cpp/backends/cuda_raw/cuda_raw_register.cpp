@@ -941,6 +941,12 @@ void register_onnx_kernels_2(KernelRegistry& registry) {
 // before cudnn, so that it is the first choice for the depthwise convolutions it takes; `auto:BestPerformance` times
 // it against cuDNN.
 void register_cuda_raw_depthwise(KernelRegistry& registry) {
+  auto depthwise_activation = [](const std::string& name) {
+    if (name == "relu") return cuda_raw::DepthwiseActivation::kRelu;
+    if (name == "silu") return cuda_raw::DepthwiseActivation::kSilu;
+    if (name == "hard_swish") return cuda_raw::DepthwiseActivation::kHardSwish;
+    return cuda_raw::DepthwiseActivation::kNone;
+  };
   // The geometry of a conv2d descriptor, whatever its layout (sizes read as NCHW, Note [Channels last]).
   auto geometry = [](const OpDescriptor& desc) {
     const bool nhwc = detail::is_nhwc(desc.attrs, desc.op);
@@ -990,7 +996,9 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
         if (t.present && t.dtype != desc.inputs[0].dtype) return Support::no("inputs of one dtype only");
       }
       const std::string activation = desc.attrs.get_string("activation", "none");
-      if (activation != "none" && activation != "relu") return Support::no("activation none or relu");
+      if (activation != "none" && activation != "relu" && activation != "silu" && activation != "hard_swish") {
+        return Support::no("activation none, relu, silu or hard_swish");
+      }
       // The NCHW kernels stage a tile of the input; the channels-last ones read it directly.
       if (!nhwc && cuda_raw::depthwise_shared_bytes(geometry(desc)) > 48 * 1024) {
         return Support::no("the kernel's tile needs over 48 KiB");
@@ -1000,7 +1008,7 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
       return Support::no(e.what());
     }
   };
-  auto run = [geometry](const KernelLaunch& launch) {
+  auto run = [geometry, depthwise_activation](const KernelLaunch& launch) {
     detail::CudaDeviceGuard guard(launch.desc->device.index);
     const OpDescriptor& desc = *launch.desc;
     const cuda_raw::DepthwiseGeometry g = geometry(desc);
@@ -1009,14 +1017,14 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
     cuda_raw::depthwise_conv2d(launch.input(0).data_ptr(), launch.input(1).data_ptr(),
                                bias ? bias->data_ptr() : nullptr, residual ? residual->data_ptr() : nullptr,
                                launch.output(0).data_ptr(), launch.input(0).dtype(), g,
-                               desc.attrs.get_string("activation", "none") == "relu",
+                               depthwise_activation(desc.attrs.get_string("activation", "none")),
                                detail::is_nhwc(desc.attrs, desc.op), launch.stream.handle);
   };
   registry.add_kernel(std::make_unique<FunctionKernel>(
       KernelInfo{"conv2d", "depthwise", "cuda_raw", DeviceType::kCUDA, true,
                  "depthwise convolution, NCHW (input tile and weights staged in shared memory, one output per "
                  "thread) or NHWC (16-byte channel vectors, a row of outputs per thread); fp32 accumulation, bias, "
-                 "residual and relu fused (Notes [Depthwise tiles], [Channels-last depthwise])"},
+                 "residual and relu/silu/hard_swish fused (Notes [Depthwise tiles], [Channels-last depthwise])"},
       supports, run));
 }
 

@@ -31,10 +31,21 @@ namespace {
 
 using namespace detail;  // NOLINT: the backend's own helpers
 
+// The fused activation (after bias and residual); NaN stays NaN.
+__device__ __forceinline__ float activate(float v, DepthwiseActivation a) {
+  switch (a) {
+    case DepthwiseActivation::kRelu: return v < 0.0f ? 0.0f : v;
+    case DepthwiseActivation::kSilu: return v / (1.0f + expf(-v));
+    case DepthwiseActivation::kHardSwish: return v * fminf(1.0f, fmaxf(0.0f, v * (1.0f / 6.0f) + 0.5f));
+    case DepthwiseActivation::kNone: break;
+  }
+  return v;
+}
+
 template <typename T>
 __global__ void depthwise_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                                  const T* __restrict__ residual, T* __restrict__ y, DepthwiseGeometry g, int tile_w,
-                                 int tile_h, bool relu) {
+                                 int tile_h) {
   extern __shared__ float staged[];
   const int nc = blockIdx.z;
   const int c = nc % g.channels;
@@ -68,7 +79,7 @@ __global__ void depthwise_kernel(const T* __restrict__ x, const T* __restrict__ 
   if (bias != nullptr) acc += to_float(bias[c]);
   const std::int64_t o = (static_cast<std::int64_t>(nc) * g.out_h + oh) * g.out_w + ow;
   if (residual != nullptr) acc += to_float(residual[o]);
-  if (relu) acc = acc < 0.0f ? 0.0f : acc;
+  acc = activate(acc, g.activation);
   y[o] = from_float<T>(acc);
 }
 
@@ -135,7 +146,7 @@ __global__ void depthwise_rows_kernel(const T* __restrict__ x, const T* __restri
     float out = acc[p] + b;
     const std::int64_t o = (static_cast<std::int64_t>(nc) * g.out_h + oh) * g.out_w + ow;
     if (residual != nullptr) out += to_float(residual[o]);
-    if (g.relu) out = out < 0.0f ? 0.0f : out;
+    out = activate(out, g.activation);
     y[o] = from_float<T>(out);
   }
 }
@@ -205,9 +216,9 @@ bool launch_rows(const void* x, const void* w, const void* bias, const void* res
 
 template <typename T>
 void launch(const void* x, const void* w, const void* bias, const void* residual, void* y, const DepthwiseGeometry& g,
-            bool relu, void* stream) {
+            DepthwiseActivation activation, void* stream) {
   DepthwiseGeometry rg = g;
-  rg.relu = relu;
+  rg.activation = activation;
   if (launch_rows<T, 3, 1>(x, w, bias, residual, y, rg, stream) ||
       launch_rows<T, 3, 2>(x, w, bias, residual, y, rg, stream) ||
       launch_rows<T, 5, 1>(x, w, bias, residual, y, rg, stream) ||
@@ -223,7 +234,7 @@ void launch(const void* x, const void* w, const void* bias, const void* residual
                   static_cast<unsigned>((g.out_h + tile_h - 1) / tile_h), static_cast<unsigned>(g.batch * g.channels));
   depthwise_kernel<T><<<grid, width * tile_h, shared, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-      static_cast<const T*>(residual), static_cast<T*>(y), g, width, tile_h, relu);
+      static_cast<const T*>(residual), static_cast<T*>(y), rg, width, tile_h);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
@@ -330,7 +341,7 @@ __global__ void __launch_bounds__(256) depthwise_nhwc_kernel(const T* __restrict
     const std::int64_t o = ((n * g.out_h + oh) * g.out_w + ow) * g.channels + c;
     float out = acc[p] + b;
     if (residual != nullptr) out += to_float(residual[o]);
-    if (g.relu) out = out < 0.0f ? 0.0f : out;
+    out = activate(out, g.activation);
     y[o] = from_float<T>(out);
   }
 }
@@ -363,7 +374,7 @@ __global__ void depthwise_nhwc_generic_kernel(const T* __restrict__ x, const T* 
     }
     if (bias != nullptr) acc += to_float(bias[c]);
     if (residual != nullptr) acc += to_float(residual[o]);
-    if (g.relu) acc = acc < 0.0f ? 0.0f : acc;
+    acc = activate(acc, g.activation);
     y[o] = from_float<T>(acc);
   }
 }
@@ -390,9 +401,9 @@ bool launch_nhwc(const void* x, const void* w, const void* bias, const void* res
 
 template <typename T>
 void launch_channels_last(const void* x, const void* w, const void* bias, const void* residual, void* y,
-                          const DepthwiseGeometry& g, bool relu, void* stream) {
+                          const DepthwiseGeometry& g, DepthwiseActivation activation, void* stream) {
   DepthwiseGeometry rg = g;
-  rg.relu = relu;
+  rg.activation = activation;
   if (launch_nhwc<T, 3, 1>(x, w, bias, residual, y, rg, stream) ||
       launch_nhwc<T, 3, 2>(x, w, bias, residual, y, rg, stream) ||
       launch_nhwc<T, 5, 1>(x, w, bias, residual, y, rg, stream) ||
@@ -413,17 +424,17 @@ void launch_channels_last(const void* x, const void* w, const void* bias, const 
 std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g) { return generic_tile(g).shared; }
 
 void depthwise_conv2d(const void* x, const void* w, const void* bias, const void* residual, void* y, DType dtype,
-                      const DepthwiseGeometry& g, bool relu, bool nhwc, void* stream) {
+                      const DepthwiseGeometry& g, DepthwiseActivation activation, bool nhwc, void* stream) {
   if (static_cast<std::int64_t>(g.batch) * g.channels * g.out_h * g.out_w == 0) return;
   switch (dtype) {
     case DType::kFloat32:
-      (nhwc ? launch_channels_last<float> : launch<float>)(x, w, bias, residual, y, g, relu, stream);
+      (nhwc ? launch_channels_last<float> : launch<float>)(x, w, bias, residual, y, g, activation, stream);
       break;
     case DType::kFloat16:
-      (nhwc ? launch_channels_last<__half> : launch<__half>)(x, w, bias, residual, y, g, relu, stream);
+      (nhwc ? launch_channels_last<__half> : launch<__half>)(x, w, bias, residual, y, g, activation, stream);
       break;
     case DType::kBFloat16:
-      (nhwc ? launch_channels_last<__nv_bfloat16> : launch<__nv_bfloat16>)(x, w, bias, residual, y, g, relu, stream);
+      (nhwc ? launch_channels_last<__nv_bfloat16> : launch<__nv_bfloat16>)(x, w, bias, residual, y, g, activation, stream);
       break;
     default: throw UnsupportedOperationError("depthwise_conv2d: float32, float16 or bfloat16 only");
   }

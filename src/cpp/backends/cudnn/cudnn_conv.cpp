@@ -550,6 +550,10 @@ class ConvPlan final : public KernelPlan {
 
 Support conv_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
   try {
+    const std::string activation = desc.attrs.get_string("activation", "none");
+    if (activation != "none" && activation != "relu") {
+      return Support::no(detail::str_cat(kLabel, " fuses relu only, not ", activation));
+    }
     Support common = cudnn::check_common(desc, policy, kLabel, cudnn::kConvAlignment);  // Note [cuDNN data alignment]
     if (!common) return common;
     if (desc.inputs.size() < 2 || desc.outputs.size() != 1 || desc.inputs[0].dim() != 4 ||

@@ -97,6 +97,33 @@ std::optional<std::size_t> activation_after(const Graph& g, const Uses& uses, co
   return std::nullopt;
 }
 
+// A depthwise convolution's SiLU (Mul(y, Sigmoid(y)), how exporters write it) or HardSwish after `value`, read by
+// nothing else; sets `activation` and returns the nodes. cuda_raw's depthwise kernels and the cpu kernel apply them
+// (cuDNN fuses relu only, so other convolutions keep them as nodes): EfficientNet's and MobileNetV3's activation
+// after every depthwise convolution was a kernel of its own.
+std::vector<std::size_t> depthwise_activation_after(const Graph& g, const Uses& uses, const Rewriter& rw,
+                                                    const std::string& value, std::string& activation) {
+  if (auto hi = sole_reader(g, uses, rw, value, "HardSwish")) {
+    activation = "hard_swish";
+    return {*hi};
+  }
+  const auto& readers = uses.readers(value);
+  if (readers.size() != 2 || uses.is_graph_output(value) || uses.read_by_subgraph(value)) return {};
+  for (int first = 0; first < 2; ++first) {
+    const std::size_t si = readers[first], mi = readers[1 - first];
+    const Node& sigmoid = g.nodes[si];
+    const Node& mul = g.nodes[mi];
+    if (rw.taken(si) || rw.taken(mi) || !is_onnx(sigmoid, "Sigmoid") || !is_onnx(mul, "Mul")) continue;
+    if (mul.inputs.size() != 2 || other_input(mul, value) != sigmoid.outputs[0] ||
+        !uses.only_reader(sigmoid.outputs[0], mi)) {
+      continue;
+    }
+    activation = "silu";
+    return {si, mi};
+  }
+  return {};
+}
+
 }  // namespace
 
 PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
@@ -158,10 +185,19 @@ PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
       }
     }
     std::string activation = "none";
+    const std::int64_t group = conv.attrs.get_int("group", 1);
+    const bool depthwise = group > 1 && group == out_channels && w->shape()[1] == 1;
     if (auto ri = activation_after(g, uses, rw, out, /*allow_gelu=*/false, activation)) {
       pattern.push_back(*ri);
       parts.push_back(describe(g.nodes[*ri]));
       out = g.nodes[*ri].outputs[0];
+    } else if (depthwise) {
+      const auto nodes = depthwise_activation_after(g, uses, rw, out, activation);
+      for (std::size_t k : nodes) {
+        pattern.push_back(k);
+        parts.push_back(describe(g.nodes[k]));
+      }
+      if (!nodes.empty()) out = g.nodes[nodes.back()].outputs[0];
     }
 
     Node fused;

@@ -165,11 +165,13 @@ def ref_matmul(inputs, attrs):
 
 
 def ref_linear(inputs, attrs):
-    x, w, bias = inputs
+    x, w, bias, *residual = inputs
     w_kn = w.T if attrs.get("weight_layout", "nk") == "nk" else w
     y = x @ w_kn
     if bias is not None:
         y = y + bias
+    if residual and residual[0] is not None:
+        y = y + residual[0]
     return ACTIVATIONS[attrs.get("activation", "none")](y)
 
 
@@ -405,14 +407,21 @@ def linear_cases() -> List[Case]:
         ("gelu_tanh", (5, 65), 9, "nk", True, "gelu_tanh"),
         ("kn_3d", (4, 2, 8), 16, "kn", False, "none"),
         ("wide", (3, 129), 130, "nk", True, "relu"),
+        # the residual stream of pre-LN transformers (Note [Residual in the GEMM]): cuBLASLt's C, with and without
+        # a bias, before an activation, a row count that is not a multiple of any tile
+        ("residual_bias", (2, 9, 32), 48, "nk", True, "none", True),
+        ("residual_kn", (37, 24), 40, "kn", False, "none", True),
+        ("residual_relu", (5, 16), 24, "nk", True, "relu", True),
     ]
     cases = []
-    for name, x_shape, n, layout, has_bias, activation in specs:
+    for name, x_shape, n, layout, has_bias, activation, *has_residual in specs:
         rng = _rng("linear" + name)
         k = x_shape[-1]
         w_shape = (n, k) if layout == "nk" else (k, n)
         inputs = [uniform(rng, x_shape), uniform(rng, w_shape) / np.float32(math.sqrt(k)),
                   uniform(rng, (n,)) if has_bias else None]
+        if has_residual:
+            inputs.append(uniform(rng, x_shape[:-1] + (n,)))
         cases.append(Case("linear", name, inputs, {"weight_layout": layout, "activation": activation}, ref_linear,
                           "gemm"))
     return cases

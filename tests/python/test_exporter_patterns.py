@@ -158,3 +158,19 @@ def test_one_gemm_projects_q_k_and_v(name, tmp_path):
     assert notes and notes[0].startswith(f"pass qkv_fusion: {attentions} rewrite(s)"), explained.options
     for attrs in _optimized_attentions(name, "dynamo.float16", tmp_path):
         assert list(attrs["qkv_parts"]) == [0, 1, 2], attrs
+
+
+# Pre-LN transformers add each attention and MLP projection to the residual stream; the Linear takes that Add as its
+# residual input (cuBLASLt's C, Note [Residual in the GEMM]), also behind GPT-2's 2-D Gemm and Reshape (TorchScript).
+# What stays an Add: the embeddings' sum (and GPT-2's TorchScript attention mask of a layer attention_fusion leaves).
+PRE_LN = [("gpt2", "dynamo", 1), ("gpt2", "torchscript", 2), ("vit", "dynamo", 1), ("vit", "torchscript", 1),
+          ("llama", "dynamo", 0), ("whisper_encoder", "dynamo", 1), ("deit", "dynamo", 1), ("clip_text", "dynamo", 1)]
+
+
+@pytest.mark.parametrize("name,exporter,left", PRE_LN)
+def test_residual_adds_ride_in_the_projection_gemm(name, exporter, left):
+    model, explained = _explained(name, f"{exporter}.float16")
+    exported = sum(n.op_type == "Add" for n in model.graph.node)
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert exported >= 4, exported
+    assert ran["Add"] <= left, dict(ran)

@@ -141,7 +141,7 @@ void check_activation(const OpDescriptor& desc, const std::vector<std::string>& 
 }
 
 std::vector<TensorDesc> infer_linear(const OpDescriptor& desc) {
-  check_float_inputs(desc, {"x", "weight", "bias?"});
+  check_float_inputs(desc, {"x", "weight", "bias?", "residual?"});
   const TensorDesc& x = desc.inputs[0];
   const TensorDesc& w = desc.inputs[1];
   const std::string layout = desc.attrs.get_string("weight_layout", "nk");
@@ -161,6 +161,10 @@ std::vector<TensorDesc> infer_linear(const OpDescriptor& desc) {
   }
   Shape out = x.shape;
   out.back() = n;
+  if (desc.inputs.size() > 3 && desc.inputs[3].present) {
+    XPURT_CHECK(desc.inputs[3].shape == out, "op 'linear': residual must have the output shape ", shape_str(out),
+                ", got ", shape_str(desc.inputs[3].shape));
+  }
   return {output_like(x, out)};
 }
 
@@ -510,8 +514,8 @@ void register_ops(KernelRegistry& registry) {
     registry.add_schema(std::move(schema));
   };
   add("matmul", "matmul", {"a", "b"}, "a[..., M, K] @ b[..., K, N], batch dims broadcast", infer_matmul);
-  add("linear", "matmul", {"x", "weight", "bias?"},
-      "act(x @ W^T + bias); activation=none|relu|gelu|gelu_tanh, weight_layout=nk|kn", infer_linear);
+  add("linear", "matmul", {"x", "weight", "bias?", "residual?"},
+      "act(x @ W^T + bias + residual); activation=none|relu|gelu|gelu_tanh, weight_layout=nk|kn", infer_linear);
   add("linear_grad_weight", "matmul", {"grad", "x"},
       "linear's weight gradient grad[..., N]^T @ x[..., K] -> [N, K]; bias=1 also returns the bias gradient "
       "(grad summed over its leading dims) -> [N]",

@@ -235,17 +235,22 @@ void run_linear(const KernelLaunch& launch, const CpuContext& context) {
   InputBuffer<T> x(x_tensor);
   InputBuffer<T> w(w_tensor);
   InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
+  InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
   OutputBuffer<T> y(launch.output(0));
   gemm<T>(context, nk, m, n, k, x.data(), k, w.data(), nk ? k : n, y.data(), n);
-  if (bias.data() != nullptr || activation != Activation::kNone) {
+  if (bias.data() != nullptr || residual.data() != nullptr || activation != Activation::kNone) {
     T* out = y.data();
     const T* b = bias.data();
+    const T* r = residual.data();
     parallel_for(m, loop_threads_around_gemm(context), std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t i = begin; i < end; ++i) {
                      T* row = out + i * n;
+                     const T* res = r != nullptr ? r + i * n : nullptr;
                      for (std::int64_t j = 0; j < n; ++j) {
-                       row[j] = apply_activation(activation, b != nullptr ? row[j] + b[j] : row[j]);
+                       T value = b != nullptr ? row[j] + b[j] : row[j];
+                       if (res != nullptr) value += res[j];
+                       row[j] = apply_activation(activation, value);
                      }
                    }
                  });
@@ -293,7 +298,8 @@ void register_gemm_kernels(KernelRegistry& registry) {
                    dispatch_compute_type(launch.desc->inputs[0].dtype,
                                          [&](auto zero) { run_matmul<decltype(zero)>(launch, context); });
                  });
-  add_cpu_kernel(registry, "linear", "reference linear through " + engine + ", then bias and activation in one pass",
+  add_cpu_kernel(registry, "linear",
+                 "reference linear through " + engine + ", then bias, residual and activation in one pass",
                  [](const KernelLaunch& launch, const CpuContext& context) {
                    dispatch_compute_type(launch.desc->inputs[0].dtype,
                                          [&](auto zero) { run_linear<decltype(zero)>(launch, context); });

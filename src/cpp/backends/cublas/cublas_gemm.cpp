@@ -49,6 +49,10 @@ class GemmPlan final : public KernelPlan {
       bind_workspace(handle, launch.workspace, launch.workspace_bytes);
       gemm(handle, shape_, dtype_, compute_, lhs.data_ptr(), rhs.data_ptr(), out.data_ptr());
     }
+    if (linear_ && launch.num_inputs > 3 && launch.input(3).defined()) {
+      // The residual, before the bias and the activation: act(x W + bias + residual).
+      cuda_raw::add_into(out.data_ptr(), launch.input(3).data_ptr(), dtype_, out.numel(), launch.stream.handle);
+    }
     if (linear_ && (has_bias_ || activation_ != "none")) {
       const void* bias = has_bias_ ? launch.input(2).data_ptr() : nullptr;
       cuda_raw::bias_activation(out.data_ptr(), bias, dtype_, shape_.n, shape_.m, activation_, launch.stream.handle);
@@ -84,7 +88,8 @@ class GemmKernel final : public Kernel {
  public:
   explicit GemmKernel(const std::string& op)
       : Kernel(KernelInfo{op, "cublas", "cublas", DeviceType::kCUDA, true,
-                          op == "linear" ? "cuBLAS GEMM (cublasGemmEx), bias and activation by a cuda_raw kernel"
+                          op == "linear" ? "cuBLAS GEMM (cublasGemmEx), residual, bias and activation by cuda_raw "
+                                           "kernels"
                                          : "cuBLAS GEMM (cublasGemmEx / cublasGemmStridedBatchedEx, broadcast "
                                            "batch dims)"}) {}
 

@@ -205,7 +205,7 @@ std::string shape_str(const std::vector<std::int64_t>& shape) { return detail::s
 
 const char* input_name(const std::string& op, std::size_t index) {
   static const std::unordered_map<std::string, std::vector<const char*>> names = {
-      {"matmul", {"a", "b"}}, {"linear", {"x", "weight", "bias"}}, {"attention", {"q", "k", "v", "mask"}},
+      {"matmul", {"a", "b"}}, {"linear", {"x", "weight", "bias", "residual"}}, {"attention", {"q", "k", "v", "mask"}},
       {"linear_grad_weight", {"grad", "x"}}};
   const auto it = names.find(op);
   if (it == names.end() || index >= it->second.size()) return "input";

@@ -252,6 +252,7 @@ struct Problem {
   DType dtype = DType::kFloat32;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   bool has_bias = false;
+  bool has_residual = false;  // linear's residual: cuBLASLt's C, added with beta = 1 before the epilogue
   std::string activation = "none";
   bool deterministic = false;
   std::uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
@@ -317,6 +318,7 @@ Problem make_problem(const OpDescriptor& desc, const ExecutionPolicy& policy) {
   problem.compute = cublas::compute_type(problem.dtype, desc.precision);
   problem.has_bias = problem.grad_weight() ? desc.attrs.get_int("bias", 0) == 1
                                            : linear && desc.inputs.size() > 2 && desc.inputs[2].present;
+  problem.has_residual = linear && desc.inputs.size() > 3 && desc.inputs[3].present;
   problem.activation = linear ? desc.attrs.get_string("activation", "none") : "none";
   problem.deterministic = desc.deterministic || policy.deterministic;
   problem.reduction_mask = reduction_mask(problem.dtype, problem.deterministic);
@@ -442,9 +444,14 @@ class LtPlan final : public KernelPlan {
       return;
     }
     const void* bias = problem_.has_bias ? launch.input(2).data_ptr() : nullptr;
+    const void* residual = problem_.has_residual ? launch.input(3).data_ptr() : nullptr;
     if (!has_algo_) {
-      // K = 0: the product is all zeros; the bias and the activation still apply.
-      XPURT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
+      // K = 0: the product is all zeros (the residual, if any); the bias and the activation still apply.
+      if (residual != nullptr) {
+        XPURT_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), residual, out.nbytes(), cudaMemcpyDeviceToDevice, stream));
+      } else {
+        XPURT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
+      }
       if (problem_.has_bias || problem_.activation != "none") {
         cuda_raw::bias_activation(out.data_ptr(), bias, problem_.dtype, s.n, s.m, problem_.activation,
                                   launch.stream.handle);
@@ -457,7 +464,8 @@ class LtPlan final : public KernelPlan {
     check_alignment(rhs, 0);
     check_alignment(out.data_ptr(), -1);
     if (epilogue_.fused_bias()) check_alignment(bias, 2);
-    matmul(launch, lhs, rhs, out.data_ptr(), bias, stream);
+    if (residual != nullptr) check_alignment(residual, 3);
+    matmul(launch, lhs, rhs, out.data_ptr(), bias, stream, residual);
     if (epilogue_.has_post()) {
       cuda_raw::bias_activation(out.data_ptr(), epilogue_.post_bias ? bias : nullptr, problem_.dtype, s.n, s.m,
                                 epilogue_.post_activation, launch.stream.handle);
@@ -496,9 +504,10 @@ class LtPlan final : public KernelPlan {
     matmul(launch, lhs, rhs, out.data_ptr(), bias, stream);
   }
 
-  // One cublasLtMatmul of this plan's algorithm: out = lhs-op-rhs with `bias` the epilogue's bias pointer.
+  // One cublasLtMatmul of this plan's algorithm: out = lhs-op-rhs (+ `residual`, cuBLASLt's C with beta = 1, laid
+  // out as the output) with `bias` the epilogue's bias pointer.
   void matmul(const KernelLaunch& launch, const void* lhs, const void* rhs, void* out, const void* bias,
-              cudaStream_t stream) const {
+              cudaStream_t stream, const void* residual = nullptr) const {
     void* workspace = nullptr;
     if (algo_workspace_ > 0) {
       XPURT_INTERNAL_ASSERT(launch.workspace != nullptr && launch.workspace_bytes >= workspace_bytes(),
@@ -509,9 +518,10 @@ class LtPlan final : public KernelPlan {
     const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(problem_.device);
     const Descriptors& descriptors = thread_descriptors(bias);  // Note [cuBLASLt descriptors per thread]
     const float alpha = 1.0f;
-    const float beta = 0.0f;
+    const float beta = residual != nullptr ? 1.0f : 0.0f;
     XPURT_CUBLASLT_CHECK(cublasLtMatmul(handle, descriptors.operation.get(), &alpha, lhs, descriptors.a.get(), rhs,
-                                        descriptors.b.get(), &beta, out, descriptors.d.get(), out, descriptors.d.get(),
+                                        descriptors.b.get(), &beta, residual != nullptr ? residual : out,
+                                        descriptors.d.get(), out, descriptors.d.get(),
                                         &algo_, workspace, algo_workspace_, stream));
   }
 

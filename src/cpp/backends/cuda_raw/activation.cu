@@ -108,6 +108,15 @@ void activation(UnaryOp op, const void* x, void* y, DType dtype, std::int64_t n,
   });
 }
 
+void add_into(void* y, const void* x, DType dtype, std::int64_t n, void* stream) {
+  if (n == 0) return;
+  BroadcastGeometry flat;
+  flat.shape = {n};
+  flat.a_strides = {1};
+  flat.b_strides = {1};
+  binary(BinaryOp::kAdd, y, x, y, dtype, flat, stream);
+}
+
 void bias_activation(void* y, const void* bias, DType dtype, std::int64_t rows, std::int64_t cols,
                      const std::string& activation, void* stream) {
   Epilogue act = Epilogue::kNone;

@@ -33,6 +33,9 @@ XPURT_API void bias_activation(void* y, const void* bias, DType dtype, std::int6
 
 // Softmax over the last axis of a contiguous [rows, cols] tensor. `x == y` (in place) is allowed; otherwise the
 // two must not overlap. A row whose entries are all -inf yields NaN (as PyTorch does).
+// y[i] += x[i] for n elements (linear's residual when the GEMM cannot add it: the cublas kernel).
+XPURT_API void add_into(void* y, const void* x, DType dtype, std::int64_t n, void* stream);
+
 XPURT_API void softmax_lastdim(const void* x, void* y, DType dtype, std::int64_t rows, std::int64_t cols,
                                void* stream);
 

@@ -907,7 +907,7 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          Attributes a;
          a.set("weight_layout", c.node.attrs.get_string("weight_layout", "nk"));
          a.set("activation", c.node.attrs.get_string("activation", "none"));
-         return registry("linear", {0, 1, c.has(2) ? 2 : -1}, a);
+         return registry("linear", {0, 1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1}, a);
        }},
       {"Gelu",
        [](const Ctx& c) {

@@ -72,7 +72,7 @@ void register_fused_ops(onnx_ref::Library& lib) {
     Attributes attrs;
     attrs.set("weight_layout", ctx.attr_string("weight_layout", "nk"))
         .set("activation", ctx.attr_string("activation", "none"));
-    run_registry_op(ctx, "linear", inputs_of(ctx, 3), attrs);
+    run_registry_op(ctx, "linear", inputs_of(ctx, 4), attrs);
   });
   lib.add(kXpurtDomain, "Gelu", [](onnx_ref::OpContext& ctx) {
     run_registry_op(ctx, "gelu", inputs_of(ctx, 1),

@@ -229,6 +229,13 @@ PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
   return result;
 }
 
+// Note [Residual in the GEMM]
+// Pre-LN transformers (GPT-2, ViT, Llama, Whisper) add every attention and MLP output to the residual stream:
+// Add(x, Linear(h)), whose sum the next norm and the next Add both read, so no norm can take it. Each was a kernel of
+// its own, 24 per GPT-2 forward, as long as a small GEMM at batch 1. The Linear takes the residual instead:
+// cuBLASLt adds it as its C operand (beta = 1) in the same GEMM, before the bias and the activation epilogue (the
+// registry op is act(x W + bias + residual)); the cublas kernel adds it after its GEMM. Only where no activation
+// was fused, since the model adds after the activation.
 PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"gemm_fusion", 0, {}};
   Rewriter rw(g);
@@ -307,12 +314,61 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
         reshape_after = std::move(moved);
       }
     }
+    // [+ residual] (Note [Residual in the GEMM]), where no activation was fused.
+    std::string residual;
+    std::optional<Node> residual_view;  // the residual as the Linear's 2-D output, behind a Gemm's Reshape
+    if (activation == "none" && !reshape_after) {
+      const auto residual_of = [&](std::size_t add_index, const std::string& value) {
+        const Node& add = g.nodes[add_index];
+        const std::string z = other_input(add, value);
+        auto z_type = z.empty() ? std::nullopt : value_type(g, z);
+        auto value_t = value_type(g, value);
+        auto add_type = value_type(g, add.outputs[0]);
+        const bool fits = z_type && value_t && z_type->dtype == dtype && same_shape(*z_type, *value_t) &&
+                          (!add_type || same_shape(*add_type, *value_t));
+        return fits ? z : std::string();
+      };
+      if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
+        residual = residual_of(*ai, out);
+        if (!residual.empty()) {
+          pattern.push_back(*ai);
+          parts.push_back(describe(g.nodes[*ai]) + " (residual)");
+          out = g.nodes[*ai].outputs[0];
+        }
+      } else if (auto si = sole_reader(g, uses, rw, out, "Reshape")) {
+        // GPT-2's Conv1D: a 2-D Gemm, reshaped back to [B, S, N], then the residual Add. The residual is read as
+        // [B * S, N] (a view) and the Reshape moves after the Linear.
+        const std::string& reshaped = g.nodes[*si].outputs[0];
+        if (auto reshaped_add = sole_reader(g, uses, rw, reshaped, "Add")) {
+          const std::string z = residual_of(*reshaped_add, reshaped);
+          if (!z.empty()) {
+            residual_view = Node();
+            residual_view->name = g.unique_name(mm.name + "_residual_2d");
+            residual_view->op_type = "Reshape";
+            residual_view->inputs = {z, add_constant(g, mm.name + "_residual_shape", int64_tensor({-1, n_features}))};
+            residual = g.unique_name(z + "_2d");
+            residual_view->outputs = {residual};
+            pattern.push_back(*si);
+            pattern.push_back(*reshaped_add);
+            parts.push_back(describe(g.nodes[*si]));
+            parts.push_back(describe(g.nodes[*reshaped_add]) + " (residual)");
+            Node moved = g.nodes[*si];
+            moved.outputs = {g.nodes[*reshaped_add].outputs[0]};
+            reshape_after = std::move(moved);
+          }
+        }
+      }
+    }
     Node fused;
     fused.name = mm.name;
     fused.domain = kXpurtDomain;
     fused.op_type = "Linear";
     fused.inputs = {mm.inputs[0], weight};
     if (bias) fused.inputs.push_back(add_constant(g, mm.name + "_bias", from_doubles({n_features}, dtype, *bias)));
+    if (!residual.empty()) {
+      if (!bias) fused.inputs.push_back("");
+      fused.inputs.push_back(residual);
+    }
     fused.outputs = {out};
     fused.attrs.set("weight_layout", layout);
     fused.attrs.set("activation", activation);
@@ -320,6 +376,7 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
     for (std::size_t k = 0; k < parts.size(); ++k) note += (k ? " + " : "") + parts[k];
     note += " -> Linear '" + fused.name + "'";
     std::vector<Node> replacement;
+    if (residual_view) replacement.push_back(std::move(*residual_view));
     replacement.push_back(std::move(fused));
     if (reshape_after) {
       note += " + " + describe(*reshape_after);

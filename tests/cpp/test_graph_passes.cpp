@@ -140,7 +140,7 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
   if (n.op_type == "Linear") {
     a.set("weight_layout", n.attrs.get_string("weight_layout", "nk"))
         .set("activation", n.attrs.get_string("activation", "none"));
-    return ops::call("linear", {input(0), input(1), input(2)}, a);
+    return ops::call("linear", {input(0), input(1), input(2), input(3)}, a);  // input 3: the residual
   }
   if (n.op_type == "Gelu") {
     return {ops::gelu(input(0), n.attrs.get_string("approximate", "none"))};

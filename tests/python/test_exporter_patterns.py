@@ -174,3 +174,14 @@ def test_residual_adds_ride_in_the_projection_gemm(name, exporter, left):
     ran = collections.Counter(n["op_type"] for n in explained.nodes)
     assert exported >= 4, exported
     assert ran["Add"] <= left, dict(ran)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_rotary_reads_the_heads_where_the_projection_wrote_them(dtype):
+    """Note [Rotary reads the heads where the projection wrote them]: Llama's q and k head transposes before the
+    rotary go; the rotary group reads [B, S, H, D] and the attention reads its output with the bshd flags."""
+    model, explained = _explained("llama", f"dynamo.{dtype}")
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert sum(n.op_type == "Transpose" for n in model.graph.node) >= 4
+    assert ran["Transpose"] == 0, dict(ran)
+    assert ran["xpuruntime:Attention"] == 2, dict(ran)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/fused_elementwise.h"
+#include "xpuruntime/exceptions.h"
 #include "core/runtime/passes.h"
 #include "core/runtime/passes/pass_utils.h"
 #include "xpuruntime/onnx_import.h"
@@ -220,6 +221,110 @@ std::optional<Candidate> candidate(const Graph& g, const Uses& uses, const PassC
   return c;
 }
 
+// Note [Rotary reads the heads where the projection wrote them]
+// Llama-style models rotate q and k between their head transpose and the attention: Reshape to [B, S, H, D],
+// Transpose (0, 2, 1, 3), the rotary group (a FusedElementwise with rotate_half), Attention. Since the rotary is
+// elementwise over batch, heads and positions, it reads [B, S, H, D] as the projection wrote it, its cos and sin
+// (broadcast over batch and heads) read as [.., S, 1, D] views, and the attention reads its output with the bshd flag
+// (Note [Attention layouts]): the transpose, a copy of q and of k in every layer, goes. Only where the transpose and
+// the group's output have no other reader, and every other input of the group broadcasts along H or S (so that
+// swapping the two is a view).
+int fold_rotary_head_transposes(Graph& g, std::vector<std::string>& notes) {
+  const Uses uses(g);
+  int folded = 0;
+  std::map<std::size_t, std::vector<Node>> views_before;  // node index -> Reshapes to insert before it
+  std::map<std::string, std::string> view_of;             // an input -> its [.., S, H, ..]-swapped view
+  std::set<std::size_t> dropped;                          // folded Transposes
+  for (std::size_t f = 0; f < g.nodes.size(); ++f) {
+    Node& fused_node = g.nodes[f];
+    if (fused_node.domain != kXpurtDomain || fused_node.op_type != "FusedElementwise" ||
+        fused_node.outputs.size() != 1 || fused_node.attrs.has("row_axes")) {
+      continue;
+    }
+    const fused::Program program = fused::parse(fused_node.attrs.get_string("program", ""), fused_node.inputs.size());
+    int rotated = -1;
+    for (const fused::Instruction& in : program.code) {
+      if (in.code == fused::Code::kRotateHalf) rotated = rotated == -1 || rotated == in.a.index ? in.a.index : -2;
+    }
+    if (rotated < 0) continue;
+    const std::string& out = fused_node.outputs[0];
+    const auto& readers = uses.readers(out);
+    if (readers.size() != 1 || !uses.only_reader(out, readers[0])) continue;
+    Node& attention = g.nodes[readers[0]];
+    if (attention.domain != kXpurtDomain || attention.op_type != "Attention" || attention.attrs.has("qkv_parts")) {
+      continue;
+    }
+    std::vector<std::int64_t> bshd = attention.attrs.get_ints("bshd", {0, 0, 0, 0});
+    const int slot = !attention.inputs.empty() && attention.inputs[0] == out   ? 0
+                     : attention.inputs.size() > 1 && attention.inputs[1] == out ? 1
+                                                                                  : -1;
+    if (slot < 0 || bshd.size() != 4 || bshd[slot] != 0 ||
+        (attention.inputs.size() > 2 && attention.inputs[2] == out)) {
+      continue;
+    }
+    const std::string& x = fused_node.inputs[rotated];
+    auto transpose = uses.producer(x);
+    if (!transpose || !is_onnx(g.nodes[*transpose], "Transpose") ||
+        g.nodes[*transpose].attrs.get_ints("perm", {}) != std::vector<std::int64_t>{0, 2, 1, 3} ||
+        !uses.only_reader(x, f)) {
+      continue;
+    }
+    auto out_shape = static_shape(g, out);
+    if (!out_shape || out_shape->size() != 4) continue;
+    // Every other input as [a, b, c, d] (rank 4 from the left) with b or c 1: its swap is a view.
+    bool ok = true;
+    std::vector<std::pair<std::size_t, std::vector<std::int64_t>>> swapped;
+    for (std::size_t i = 0; i < fused_node.inputs.size() && ok; ++i) {
+      if (static_cast<int>(i) == rotated) continue;
+      auto shape = static_shape(g, fused_node.inputs[i]);
+      if (!shape || shape->size() > 4) {
+        ok = false;
+        break;
+      }
+      std::vector<std::int64_t> padded(4 - shape->size(), 1);
+      padded.insert(padded.end(), shape->begin(), shape->end());
+      if (padded[1] != 1 && padded[2] != 1) ok = false;
+      if (padded[1] != padded[2]) swapped.emplace_back(i, std::vector<std::int64_t>{padded[0], padded[2], padded[1],
+                                                                                    padded[3]});
+    }
+    if (!ok) continue;
+    for (const auto& [i, shape] : swapped) {
+      const std::string& value = fused_node.inputs[i];
+      auto it = view_of.find(value);
+      if (it == view_of.end()) {
+        Node view;
+        view.name = g.unique_name(value + "_bshd");
+        view.op_type = "Reshape";
+        view.inputs = {value, add_constant(g, value + "_bshd_shape", int64_tensor(shape))};
+        view.outputs = {g.unique_name(value + "_bshd")};
+        it = view_of.emplace(value, view.outputs[0]).first;
+        views_before[f].push_back(std::move(view));
+      }
+      fused_node.inputs[i] = it->second;
+    }
+    fused_node.inputs[rotated] = g.nodes[*transpose].inputs[0];
+    bshd[slot] = 1;
+    attention.attrs.set("bshd", bshd);
+    g.types.erase(out);  // [B, S, H, D] now: inferred again
+    dropped.insert(*transpose);
+    notes.push_back(detail::str_cat(describe(g.nodes[*transpose]), " folded into ", describe(fused_node), " and ",
+                                    describe(attention), " (bshd)"));
+    ++folded;
+  }
+  if (folded == 0) return 0;
+  std::vector<Node> nodes;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (dropped.count(i)) continue;
+    auto views = views_before.find(i);
+    if (views != views_before.end()) {
+      for (Node& v : views->second) nodes.push_back(std::move(v));
+    }
+    nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  return folded;
+}
+
 }  // namespace
 
 PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
@@ -332,6 +437,7 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
   }
   rw.apply(result);
   remove_unused_constants(g, axes);
+  result.rewrites += fold_rotary_head_transposes(g, result.notes);
   return result;
 }
 

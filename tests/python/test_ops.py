@@ -15,7 +15,8 @@ def test_kernels_and_schemas_are_listed():
     assert {"cpu", "flash_v2", "unfused"} <= {k.name for k in xrt.kernels("attention")}
     assert xrt.kernels("matmul")[-1].name == "cpu"  # the reference comes last in priority order
     schemas = {s["name"]: s for s in xrt.op_schemas()}
-    assert schemas["linear"]["family"] == "matmul" and schemas["linear"]["inputs"] == ["x", "weight", "bias?"]
+    assert schemas["linear"]["family"] == "matmul"
+    assert schemas["linear"]["inputs"] == ["x", "weight", "bias?", "residual?"]
     with pytest.raises(xrt.InvalidArgumentError, match="unknown op 'matmull'; valid ops: "):
         xrt.kernels("matmull")
 

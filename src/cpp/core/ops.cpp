@@ -159,7 +159,12 @@ PreparedCall::PreparedCall(const std::string& op, const std::vector<Tensor>& inp
 const Decision& PreparedCall::decision() const { return dispatch_->decision; }
 
 bool PreparedCall::accepts(const void* const* inputs, std::size_t num_inputs) const {
-  if (num_inputs != desc_.inputs.size()) return false;
+  // Trailing optional inputs the call was prepared without may be left out (linear's residual for the callers that
+  // pass x, weight and bias).
+  if (num_inputs > desc_.inputs.size()) return false;
+  for (std::size_t k = num_inputs; k < desc_.inputs.size(); ++k) {
+    if (desc_.inputs[k].present) return false;
+  }
   for (std::size_t k = 0; k < num_inputs; ++k) {
     const TensorDesc& want = desc_.inputs[k];
     if ((inputs[k] != nullptr) != want.present) return false;
@@ -174,15 +179,16 @@ bool PreparedCall::accepts(const void* const* inputs, std::size_t num_inputs) co
 void PreparedCall::launch(const void* const* inputs, std::size_t num_inputs, void* const* outputs,
                           std::size_t num_outputs, void* workspace, std::size_t workspace_bytes,
                           const StreamView& stream) const {
-  XPURT_CHECK(num_inputs == desc_.inputs.size() && num_outputs == desc_.outputs.size(), "op '", desc_.op,
-              "': the prepared call takes ", desc_.inputs.size(), " input(s) and ", desc_.outputs.size(),
-              " output(s), but got ", num_inputs, " and ", num_outputs);
+  bool counts_fit = num_inputs <= desc_.inputs.size() && num_outputs == desc_.outputs.size();
+  for (std::size_t k = num_inputs; counts_fit && k < desc_.inputs.size(); ++k) counts_fit = !desc_.inputs[k].present;
+  XPURT_CHECK(counts_fit, "op '", desc_.op, "': the prepared call takes ", desc_.inputs.size(), " input(s) and ",
+              desc_.outputs.size(), " output(s), but got ", num_inputs, " and ", num_outputs);
   XPURT_CHECK(accepts(inputs, num_inputs), "op '", desc_.op, "': the inputs' addresses do not match the prepared "
               "call (an input that was absent is given or the reverse, or one is less aligned than when prepared)");
   XPURT_CHECK(workspace_bytes >= workspace_bytes_ && (workspace_bytes_ == 0 || workspace != nullptr), "op '",
               desc_.op, "': the prepared call needs a workspace of ", workspace_bytes_, " bytes, but got ",
               workspace_bytes);
-  std::vector<Tensor> in(num_inputs);
+  std::vector<Tensor> in(desc_.inputs.size());  // the left-out trailing inputs stay absent
   for (std::size_t k = 0; k < num_inputs; ++k) {
     const TensorDesc& d = desc_.inputs[k];
     if (d.present) {

@@ -72,10 +72,11 @@ class XPURT_API PreparedCall {
 
   // Whether memory at these input addresses (schema order, null for an absent optional input) can run the plan:
   // each present input as aligned as the input it was prepared for (up to 16 bytes: no kernel asks for more), and
-  // absent exactly where it was absent.
+  // absent exactly where it was absent. Trailing inputs it was prepared without may be left out (num_inputs less
+  // than the op's).
   bool accepts(const void* const* inputs, std::size_t num_inputs) const;
   // Runs the plan. InvalidArgumentError (nothing launched) when `accepts` is false, the counts differ from the
-  // op's inputs and outputs, an output is null, or the workspace is smaller than `workspace_bytes()`.
+  // op's inputs (past what `accepts` allows) and outputs, an output is null, or the workspace is smaller than `workspace_bytes()`.
   void launch(const void* const* inputs, std::size_t num_inputs, void* const* outputs, std::size_t num_outputs,
               void* workspace, std::size_t workspace_bytes, const StreamView& stream) const;
 

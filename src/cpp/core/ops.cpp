@@ -158,13 +158,21 @@ PreparedCall::PreparedCall(const std::string& op, const std::vector<Tensor>& inp
 
 const Decision& PreparedCall::decision() const { return dispatch_->decision; }
 
-bool PreparedCall::accepts(const void* const* inputs, std::size_t num_inputs) const {
-  // Trailing optional inputs the call was prepared without may be left out (linear's residual for the callers that
-  // pass x, weight and bias).
-  if (num_inputs > desc_.inputs.size()) return false;
-  for (std::size_t k = num_inputs; k < desc_.inputs.size(); ++k) {
-    if (desc_.inputs[k].present) return false;
+namespace {
+// Whether a prepared call of `desc` may be given `num_inputs` inputs: all of them, or fewer where the ones left out
+// are trailing optional inputs it was prepared without (linear's residual for the callers that pass x, weight and
+// bias).
+bool input_count_fits(const OpDescriptor& desc, std::size_t num_inputs) {
+  if (num_inputs > desc.inputs.size()) return false;
+  for (std::size_t k = num_inputs; k < desc.inputs.size(); ++k) {
+    if (desc.inputs[k].present) return false;
   }
+  return true;
+}
+}  // namespace
+
+bool PreparedCall::accepts(const void* const* inputs, std::size_t num_inputs) const {
+  if (!input_count_fits(desc_, num_inputs)) return false;
   for (std::size_t k = 0; k < num_inputs; ++k) {
     const TensorDesc& want = desc_.inputs[k];
     if ((inputs[k] != nullptr) != want.present) return false;
@@ -179,9 +187,7 @@ bool PreparedCall::accepts(const void* const* inputs, std::size_t num_inputs) co
 void PreparedCall::launch(const void* const* inputs, std::size_t num_inputs, void* const* outputs,
                           std::size_t num_outputs, void* workspace, std::size_t workspace_bytes,
                           const StreamView& stream) const {
-  bool counts_fit = num_inputs <= desc_.inputs.size() && num_outputs == desc_.outputs.size();
-  for (std::size_t k = num_inputs; counts_fit && k < desc_.inputs.size(); ++k) counts_fit = !desc_.inputs[k].present;
-  XPURT_CHECK(counts_fit, "op '", desc_.op, "': the prepared call takes ", desc_.inputs.size(), " input(s) and ",
+  XPURT_CHECK(input_count_fits(desc_, num_inputs) && num_outputs == desc_.outputs.size(), "op '", desc_.op, "': the prepared call takes ", desc_.inputs.size(), " input(s) and ",
               desc_.outputs.size(), " output(s), but got ", num_inputs, " and ", num_outputs);
   XPURT_CHECK(accepts(inputs, num_inputs), "op '", desc_.op, "': the inputs' addresses do not match the prepared "
               "call (an input that was absent is given or the reverse, or one is less aligned than when prepared)");

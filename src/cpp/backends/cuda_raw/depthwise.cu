@@ -238,7 +238,6 @@ void launch(const void* x, const void* w, const void* bias, const void* residual
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
-
 // ---- channels-last (Note [Channels-last depthwise]) ----
 
 // Outputs per thread down a column: 8 at stride 1, 4 at stride 2 (whose staged rows are twice as many).

@@ -25,6 +25,18 @@ std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const R
   return readers[0];
 }
 
+// The other input of `add` (which reads `value`) when it is a residual: of `value`'s shape and of `dtype`, and the
+// sum of the same shape (no broadcast); "" otherwise.
+std::string residual_operand(const Graph& g, const Node& add, const std::string& value, DType dtype) {
+  const std::string z = other_input(add, value);
+  auto z_type = z.empty() ? std::nullopt : value_type(g, z);
+  auto own_type = value_type(g, value);
+  auto add_type = value_type(g, add.outputs[0]);
+  const bool fits = z_type && own_type && z_type->dtype == dtype && same_shape(*z_type, *own_type) &&
+                    (!add_type || same_shape(*add_type, *own_type));
+  return fits ? z : std::string();
+}
+
 // The values of a constant that adds one value per channel/feature: `count` values along the axis at
 // `axis_from_end` (0 = last) of an output of rank `out_rank` (unknown: -1), or one value for all. Nullopt when
 // the constant is not of that form (or would broadcast the output to a bigger shape).
@@ -172,13 +184,8 @@ PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::string residual;
     if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
       const Node& add = g.nodes[*ai];
-      const std::string z = other_input(add, out);
-      auto z_type = z.empty() ? std::nullopt : value_type(g, z);
-      auto out_type = value_type(g, out);
-      auto add_type = value_type(g, add.outputs[0]);
-      if (z_type && out_type && z_type->dtype == dtype && same_shape(*z_type, *out_type) &&
-          (!add_type || same_shape(*add_type, *out_type))) {
-        residual = z;
+      residual = residual_operand(g, add, out, dtype);
+      if (!residual.empty()) {
         pattern.push_back(*ai);
         parts.push_back(describe(add) + " (residual)");
         out = add.outputs[0];
@@ -296,6 +303,16 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
     }
     std::string activation = "none";
     std::optional<Node> reshape_after;  // Gemm -> Reshape -> activation: the Reshape moves after the Linear
+    // The Linear takes the Reshape `si` and the node `reader` after it; the Reshape then writes `reader`'s output.
+    const auto move_reshape_after = [&](std::size_t si, std::size_t reader, const std::string& role) {
+      pattern.push_back(si);
+      pattern.push_back(reader);
+      parts.push_back(describe(g.nodes[si]));
+      parts.push_back(describe(g.nodes[reader]) + role);
+      Node moved = g.nodes[si];
+      moved.outputs = {g.nodes[reader].outputs[0]};
+      reshape_after = std::move(moved);
+    };
     if (auto ri = activation_after(g, uses, rw, out, /*allow_gelu=*/true, activation)) {
       pattern.push_back(*ri);
       parts.push_back(describe(g.nodes[*ri]));
@@ -305,31 +322,15 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
       // elementwise activation commutes with the reshape, so the Linear applies it and the Reshape reads its output.
       const std::string& reshaped = g.nodes[*si].outputs[0];
       if (auto ai = activation_after(g, uses, rw, reshaped, /*allow_gelu=*/true, activation)) {
-        pattern.push_back(*si);
-        pattern.push_back(*ai);
-        parts.push_back(describe(g.nodes[*si]));
-        parts.push_back(describe(g.nodes[*ai]));
-        Node moved = g.nodes[*si];
-        moved.outputs = {g.nodes[*ai].outputs[0]};
-        reshape_after = std::move(moved);
+        move_reshape_after(*si, *ai, "");
       }
     }
     // [+ residual] (Note [Residual in the GEMM]), where no activation was fused.
     std::string residual;
     std::optional<Node> residual_view;  // the residual as the Linear's 2-D output, behind a Gemm's Reshape
     if (activation == "none" && !reshape_after) {
-      const auto residual_of = [&](std::size_t add_index, const std::string& value) {
-        const Node& add = g.nodes[add_index];
-        const std::string z = other_input(add, value);
-        auto z_type = z.empty() ? std::nullopt : value_type(g, z);
-        auto value_t = value_type(g, value);
-        auto add_type = value_type(g, add.outputs[0]);
-        const bool fits = z_type && value_t && z_type->dtype == dtype && same_shape(*z_type, *value_t) &&
-                          (!add_type || same_shape(*add_type, *value_t));
-        return fits ? z : std::string();
-      };
       if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
-        residual = residual_of(*ai, out);
+        residual = residual_operand(g, g.nodes[*ai], out, dtype);
         if (!residual.empty()) {
           pattern.push_back(*ai);
           parts.push_back(describe(g.nodes[*ai]) + " (residual)");
@@ -340,7 +341,7 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
         // [B * S, N] (a view) and the Reshape moves after the Linear.
         const std::string& reshaped = g.nodes[*si].outputs[0];
         if (auto reshaped_add = sole_reader(g, uses, rw, reshaped, "Add")) {
-          const std::string z = residual_of(*reshaped_add, reshaped);
+          const std::string z = residual_operand(g, g.nodes[*reshaped_add], reshaped, dtype);
           if (!z.empty()) {
             residual_view = Node();
             residual_view->name = g.unique_name(mm.name + "_residual_2d");
@@ -348,13 +349,7 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
             residual_view->inputs = {z, add_constant(g, mm.name + "_residual_shape", int64_tensor({-1, n_features}))};
             residual = g.unique_name(z + "_2d");
             residual_view->outputs = {residual};
-            pattern.push_back(*si);
-            pattern.push_back(*reshaped_add);
-            parts.push_back(describe(g.nodes[*si]));
-            parts.push_back(describe(g.nodes[*reshaped_add]) + " (residual)");
-            Node moved = g.nodes[*si];
-            moved.outputs = {g.nodes[*reshaped_add].outputs[0]};
-            reshape_after = std::move(moved);
+            move_reshape_after(*si, *reshaped_add, " (residual)");
           }
         }
       }

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/fused_elementwise.h"
-#include "xpuruntime/exceptions.h"
 #include "core/runtime/passes.h"
 #include "core/runtime/passes/pass_utils.h"
+#include "xpuruntime/exceptions.h"
 #include "xpuruntime/onnx_import.h"
 
 namespace xpuruntime::passes {

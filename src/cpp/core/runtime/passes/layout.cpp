@@ -30,7 +30,9 @@
 // An op whose other operands are NCHW stays NCHW (a Transpose either way), so propagation adds no Transpose: the
 // ways back are made only where an NCHW reader is left.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -81,14 +83,24 @@ Tensor ohwi_from_oihw(const Tensor& w) {
   return dst;
 }
 
-// Whether FusedConv `n` is worth running channels-last (Note [Channels last]).
-bool convertible_conv(const Graph& g, const Node& n) {
-  if (n.domain != kXpurtDomain || n.op_type != "FusedConv" || n.outputs.size() != 1) return false;
-  if (n.attrs.get_string("layout", "NCHW") != "NCHW" || n.attrs.get_int("group", 1) != 1) return false;
+// An NCHW FusedConv with a constant 4-D weight of its 16-bit float input's type: the input's shape and the weight.
+struct HalfConv {
+  std::vector<std::int64_t> x;
+  const Tensor* w = nullptr;
+};
+std::optional<HalfConv> half_nchw_conv(const Graph& g, const Node& n) {
+  if (n.domain != kXpurtDomain || n.op_type != "FusedConv" || n.outputs.size() != 1) return std::nullopt;
+  if (n.attrs.get_string("layout", "NCHW") != "NCHW") return std::nullopt;
   const Tensor* w = n.inputs.size() > 1 ? constant(g, n.inputs[1]) : nullptr;
   auto x = half_4d_shape(g, n.inputs[0]);
-  if (w == nullptr || w->dim() != 4 || !x || w->dtype() != *value_dtype(g, n.inputs[0])) return false;
-  return (*x)[1] % 8 == 0 && w->shape()[0] % 8 == 0;
+  if (w == nullptr || w->dim() != 4 || !x || w->dtype() != *value_dtype(g, n.inputs[0])) return std::nullopt;
+  return HalfConv{*x, w};
+}
+
+// Whether FusedConv `n` is worth running channels-last (Note [Channels last]).
+bool convertible_conv(const Graph& g, const Node& n) {
+  auto conv = half_nchw_conv(g, n);
+  return conv && n.attrs.get_int("group", 1) == 1 && conv->x[1] % 8 == 0 && conv->w->shape()[0] % 8 == 0;
 }
 
 // The ONNX pool `n` as a channels-last com.xpuruntime node reading `x` (NHWC) into `y`; false when its
@@ -129,13 +141,10 @@ bool nhwc_pool(const Node& n, const std::string& x, const std::string& y, Node* 
 // The depthwise FusedConv `n` (weight [C, 1, kh, kw], C == outputs == group, a multiple of 8) in a 16-bit float,
 // which runs channels-last where its input already is (Note [Layouts propagate]).
 bool depthwise_conv(const Graph& g, const Node& n) {
-  if (n.domain != kXpurtDomain || n.op_type != "FusedConv" || n.outputs.size() != 1) return false;
-  if (n.attrs.get_string("layout", "NCHW") != "NCHW") return false;
-  const Tensor* w = n.inputs.size() > 1 ? constant(g, n.inputs[1]) : nullptr;
-  auto x = half_4d_shape(g, n.inputs[0]);
-  if (w == nullptr || w->dim() != 4 || !x || w->dtype() != *value_dtype(g, n.inputs[0])) return false;
-  const std::int64_t c = (*x)[1];
-  return c % 8 == 0 && n.attrs.get_int("group", 1) == c && w->shape()[0] == c && w->shape()[1] == 1;
+  auto conv = half_nchw_conv(g, n);
+  if (!conv) return false;
+  const std::int64_t c = conv->x[1];
+  return c % 8 == 0 && n.attrs.get_int("group", 1) == c && conv->w->shape()[0] == c && conv->w->shape()[1] == 1;
 }
 
 // The elementwise ops whose output keeps its operands' layout (Note [Layouts propagate]); Clip's bounds and
@@ -161,6 +170,15 @@ Tensor channels_last_constant(const Tensor& t) {
   std::memcpy(out.data_ptr(), src.data_ptr(), src.nbytes());
   return out;
 }
+
+// How a channels-last elementwise node reads one operand (Note [Layouts propagate]).
+enum class Operand : std::uint8_t {
+  kTransposed,  // only through a Transpose: the node stays NCHW
+  kTwin,        // channels-last already
+  kSame,        // one element: broadcasts alike in either layout
+  kConstant,    // [C, 1, 1] or [1, C, 1, 1]: permuted once
+  kView,        // [N, C, 1, 1]: read as [N, 1, 1, C] through a Reshape
+};
 
 Node transpose_node(const std::string& name, const std::string& in, const std::string& out,
                     const std::vector<std::int64_t>& perm) {
@@ -229,29 +247,31 @@ PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
     back_values.insert(value);
   };
   // How a converted elementwise node with output [N, C, H, W] `out` reads operand `value` (`typed`: its name in the
-  // original graph, which has its type): "twin" (channels-last already), "same" (one element: broadcasts alike),
-  // "constant" ([C, 1, 1] or [1, C, 1, 1]: permuted once), "view" ([N, C, 1, 1]: a Reshape), or "" (only through a
-  // Transpose: the node stays NCHW). Note [Layouts propagate].
+  // original graph, which has its type).
   const auto operand_kind = [&](const std::string& value, const std::string& typed,
-                                const std::vector<std::int64_t>& out) -> std::string {
-    if (nhwc_of.count(value) != 0) return "twin";
+                                const std::vector<std::int64_t>& out) {
+    if (nhwc_of.count(value) != 0) return Operand::kTwin;
     auto shape = static_shape(g, typed);
-    if (!shape) return "";
+    if (!shape) return Operand::kTransposed;
     std::int64_t numel = 1;
     for (std::int64_t d : *shape) numel *= d;
-    if (numel == 1) return "same";
+    if (numel == 1) return Operand::kSame;
     const std::size_t rank = shape->size();
     if (rank < 3 || rank > 4 || (*shape)[rank - 1] != 1 || (*shape)[rank - 2] != 1 || (*shape)[rank - 3] != out[1]) {
-      return "";
+      return Operand::kTransposed;
     }
-    if (rank == 4 && (*shape)[0] != 1 && (*shape)[0] != out[0]) return "";
-    if (constant(g, value) != nullptr) return "constant";
-    return rank == 4 ? "view" : "";
+    if (rank == 4 && (*shape)[0] != 1 && (*shape)[0] != out[0]) return Operand::kTransposed;
+    if (constant(g, value) != nullptr) return Operand::kConstant;
+    return rank == 4 ? Operand::kView : Operand::kTransposed;
   };
   // Uses of the original graph: an exporter's Transpose folds only where its output is not a graph output or read
   // by a subgraph (its name must stay).
   const Uses original_uses(g);
   std::unordered_map<std::string, std::string> renamed;  // a folded Transpose's output -> the twin it equals
+  const auto current = [&](const std::string& value) -> const std::string& {
+    auto it = renamed.find(value);
+    return it == renamed.end() ? value : it->second;
+  };
   std::unordered_map<std::string, std::string> constant_twins;  // [C, 1, 1] constants -> [1, 1, C]
 
   // Whether the [N, C, 1, 1] output of elementwise node `p` is read only by elementwise nodes that will convert (one
@@ -267,8 +287,7 @@ PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
       const Node& reader = g.nodes[r];
       if (!layout_free(reader)) return false;
       return std::any_of(reader.inputs.begin(), reader.inputs.end(), [&](const std::string& in) {
-        auto it = renamed.find(in);
-        return in != value && nhwc_of.count(it == renamed.end() ? in : it->second) != 0;
+        return in != value && nhwc_of.count(current(in)) != 0;
       });
     });
   };
@@ -276,10 +295,7 @@ PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
   // Copies, not moves: fresh() asks the graph for unused names, so every node must stay in g.nodes until the end.
   for (const Node& original : g.nodes) {
     Node n = original;
-    for (std::string& in : n.inputs) {
-      auto it = renamed.find(in);
-      if (it != renamed.end()) in = it->second;
-    }
+    for (std::string& in : n.inputs) in = current(in);
     if (convertible_conv(g, original) || (depthwise_conv(g, original) && nhwc_of.count(n.inputs[0]) != 0)) {
       const auto y_shape = half_4d_shape(g, n.outputs[0]);
       if (!y_shape) {
@@ -364,21 +380,20 @@ PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
     if (layout_free(n)) {
       const auto y_shape = half_4d_shape(g, n.outputs[0]);
       bool any_twin = false, feasible = y_shape.has_value();
+      std::vector<Operand> kinds(n.inputs.size(), Operand::kSame);  // an absent optional input stays absent
       for (std::size_t i = 0; feasible && i < n.inputs.size(); ++i) {
         if (n.inputs[i].empty()) continue;
-        const std::string kind = operand_kind(n.inputs[i], original.inputs[i], *y_shape);
-        any_twin = any_twin || kind == "twin";
-        feasible = !kind.empty();
+        kinds[i] = operand_kind(n.inputs[i], original.inputs[i], *y_shape);
+        any_twin = any_twin || kinds[i] == Operand::kTwin;
+        feasible = kinds[i] != Operand::kTransposed;
       }
-      if (feasible && (any_twin || (y_shape && readers_convert(original)))) {
+      if (feasible && (any_twin || readers_convert(original))) {
         Node converted = n;
         for (std::size_t i = 0; i < n.inputs.size(); ++i) {
           const std::string& in = n.inputs[i];
-          if (in.empty()) continue;
-          const std::string kind = operand_kind(in, original.inputs[i], *y_shape);
-          if (kind == "twin" || kind == "view") {
+          if (kinds[i] == Operand::kTwin || kinds[i] == Operand::kView) {
             converted.inputs[i] = to_nhwc(in);
-          } else if (kind == "constant") {
+          } else if (kinds[i] == Operand::kConstant) {
             auto it = constant_twins.find(in);
             if (it == constant_twins.end()) {
               it = constant_twins.emplace(in, add_constant(g, in + "_nhwc", channels_last_constant(*constant(g, in))))

@@ -674,6 +674,11 @@ def layer_norm_cases() -> List[Case]:
         ("300x768_affine", (300, 768), -1, True, True),
         ("5x8192_offset", (5, 8192), -1, True, False),
         ("3x16000_affine", (3, 16000), -1, True, True),
+        # Short rows take groups of 4 to 16 lanes (ConvNeXt's 96 channels), several rows to a warp, and a last
+        # block whose later groups have no row; few rows take blocks of one warp.
+        ("3001x96_affine", (3001, 96), -1, True, True),
+        ("37x16_affine", (37, 16), -1, True, True),
+        ("5x9x40_scale_only", (5, 9, 40), -1, True, False),
     ]
     cases = []
     for name, shape, axis, has_scale, has_bias in specs:
@@ -687,7 +692,7 @@ def layer_norm_cases() -> List[Case]:
                           {"axis": axis, "epsilon": 1e-5}, ref_layer_norm, "reduction"))
     # With the residual input (the post-LN transformer's Add + LayerNorm as one kernel).
     for name, shape in (("residual_7x13", (7, 13)), ("residual_2x3x1030", (2, 3, 1030)),
-                        ("residual_2x128x768", (2, 128, 768))):
+                        ("residual_2x128x768", (2, 128, 768)), ("residual_999x24", (999, 24))):
         rng = _rng("layer_norm" + name)
         cases.append(Case("layer_norm", name, [uniform(rng, shape), uniform(rng, shape[-1:], 0.5, 1.5),
                                               uniform(rng, shape[-1:]), uniform(rng, shape)],
@@ -1768,7 +1773,17 @@ FUSED_PROGRAMS = [
     ("one_row", "reduce_max x0; sub t0 x0; reduce_sum t1; add t1 t2", [(2, 3, 5)], None, 3),
     # The rotary embedding: q * cos + rotate_half(q) * sin, cos and sin broadcast over batch and heads; an input
     # broadcast along the last axis; rotate_half inside a reducing program.
+    # Vector loops (Note [Vectorised programs]): SwiGLU, a per-row scale and a bias row along the vector, RMSNorm over
+    # rows of 1024 (a warp per row), LayerNorm over short rows (groups of 4 lanes, a last block with rows to spare).
+    ("swiglu", "sigmoid x0; mul x0 t0; mul t1 x1", [(5, 2, 88), (5, 2, 88)], None),
+    ("row_scale_bias", "mul x0 x1; add t0 x2", [(33, 64), (33, 1), (64,)], None),
+    ("rmsnorm_rows_1024", "mul x0 x0; reduce_mean t0; add t1 x1; sqrt t2; reciprocal t3; mul x0 t4; mul t5 x2",
+     [(300, 1024), (1,), (1024,)], [(-2, 2), (1e-5, 1e-5), (-1, 1)], 1),
+    ("layernorm_short_rows", "reduce_mean x0; sub x0 t0; mul t1 t1; reduce_mean t2; add t3 x1; sqrt t4; div t1 t5; "
+     "mul t6 x2; add t7 x3", [(1001, 24), (1,), (24,), (24,)], [(-2, 2), (1e-5, 1e-5), (-1, 1), (-1, 1)], 1),
     ("rotary", "mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2", [(2, 3, 7, 16), (7, 16), (7, 16)], None),
+    ("rotary_heads_64", "mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2", [(2, 5, 3, 64), (5, 1, 64), (5, 1, 64)],
+     None),
     ("rotary_two_wide", "rotate_half x0; mul t0 x1", [(5, 2), (5, 1)], None),
     ("rotate_half_broadcast", "rotate_half x1; add x0 t0", [(3, 6), (3, 1)], None),
     ("rotate_half_rows", "rotate_half x0; mul t0 t0; reduce_sum t1; div t0 t2", [(4, 10)], [(0.5, 2)], 1),

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/distributed_ops.h"
+#include "core/fused_elementwise.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
 
@@ -157,5 +158,16 @@ KernelRegistry& KernelRegistry::global() {
   });
   return registry;
 }
+
+#if !XPURT_BACKEND_CODEGEN
+namespace fused {
+
+std::string compile_cubin(const std::string&, const std::string&, int) {
+  throw UnsupportedOperationError("this xpuruntime was built without the codegen backend (no CUDA toolkit found); "
+                                  "install the CUDA toolkit and rebuild");
+}
+
+}  // namespace fused
+#endif
 
 }  // namespace xpuruntime

@@ -160,20 +160,30 @@ inline float reduce_finish(Code code, float acc, std::int64_t row) {
 }
 
 
-// How a generated kernel is launched: threads per block, and for a program that reduces, threads per row (32: a
-// warp per row, blockDim.x / 32 rows per block; else the block) and rows per block.
+// How a generated kernel is launched: threads per block; elements per thread step (`vec`, Note [Vectorised programs]
+// in fused_elementwise.cpp); for a program that reduces, threads per row (4 to 32: a group of lanes per row,
+// blockDim.x / row_threads rows per block; else the block) and rows per block.
 struct XPURT_API LaunchShape {
   int threads = 256;
+  int vec = 1;
   int row_threads = 0;  // 0: no reduction (a grid-stride loop over elements)
   std::int64_t rows_per_block = 1;
 };
-XPURT_API LaunchShape launch_shape(const Program& program, const Layout& layout);
+// The elements per thread step of `program`'s kernel for `layout` and these dtypes (1: element by element).
+XPURT_API int vector_width(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
+                           DType output_dtype);
+XPURT_API LaunchShape launch_shape(const Program& program, const Layout& layout,
+                                   const std::vector<DType>& input_dtypes, DType output_dtype);
 
 // The CUDA C of a kernel `extern "C" __global__ void <name>(const T0* x0, ..., Y* y)` computing `program` for
 // `layout`, inputs of `input_dtypes` and an output of `output_dtype`, launched as `launch_shape` says (a grid-stride
 // loop over elements, or over rows); no header needed (NVRTC).
 XPURT_API std::string cuda_source(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
                                   DType output_dtype, const std::string& name);
+// Compiles a generated kernel's source with NVRTC for sm_<arch> into a cubin: the codegen backend's compiler
+// (backends/codegen; no GPU needed). UnsupportedOperationError with NVRTC's log when the source does not compile, or
+// saying what to install when NVRTC cannot be loaded or the library was built without the codegen backend.
+XPURT_API std::string compile_cubin(const std::string& source, const std::string& name, int arch);
 // FNV-1a 64 of `text`, as 16 hex digits: the generated kernels' names and cache keys.
 XPURT_API std::string hash_hex(const std::string& text);
 

@@ -357,9 +357,10 @@ class GeneratedKernel final : public Kernel {
     const Compiled c = compiled(source, name, device, arch(desc.device));
     int sms = 0;
     XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const fused::LaunchShape shape = fused::launch_shape(program, layout);
+    const fused::LaunchShape shape = fused::launch_shape(program, layout, dtypes, output.dtype);
+    const std::int64_t steps = layout.numel / shape.vec;  // vector steps (vec divides numel)
     const std::int64_t wanted = shape.row_threads ? (layout.rows() + shape.rows_per_block - 1) / shape.rows_per_block
-                                                  : (layout.numel + shape.threads - 1) / shape.threads;
+                                                  : (steps + shape.threads - 1) / shape.threads;
     const std::int64_t resident = sms * std::max<std::int64_t>(1, 4096 / shape.threads);
     const auto blocks = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, resident)));
     return std::make_unique<GeneratedPlan>(c.function, name, source_hash, program.text(), c.how, layout.numel,
@@ -379,6 +380,15 @@ class GeneratedKernel final : public Kernel {
 };
 
 }  // namespace
+
+namespace fused {
+
+std::string compile_cubin(const std::string& source, const std::string& name, int arch) {
+  if (!nvrtc().error.empty()) throw UnsupportedOperationError(nvrtc().error);
+  return xpuruntime::compile_to_cubin(source, name, arch);
+}
+
+}  // namespace fused
 
 void register_codegen(KernelRegistry& registry) { registry.add_kernel(std::make_unique<GeneratedKernel>()); }
 

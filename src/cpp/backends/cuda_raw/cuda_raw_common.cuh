@@ -111,16 +111,19 @@ __device__ __forceinline__ float min_nan(float a, float b) { return (isnan(a) ||
 
 // ---- reductions ----
 
-// The combination of `v` over the kGroup threads of a group: a warp (kGroup == 32) or the whole block
-// (kGroup == blockDim.x, a multiple of 32). Every thread of the group gets the same bits: the butterfly pairs
+// The combination of `v` over the kGroup threads of a group: an aligned part of a warp (kGroup 2 to 16, every
+// lane of the warp calling), a warp (kGroup == 32) or the whole block (kGroup == blockDim.x, a multiple of 32). Every thread of the group gets the same bits: the butterfly pairs
 // each lane with its partner in a commutative operation, and the per-warp results are combined in one fixed
 // order. `smem` holds kGroup / 32 floats; it may be reused after the call (the call ends with a barrier).
 // Block groups: every thread of the block must call it.
 template <int kGroup, typename Combine>
 __device__ __forceinline__ float group_reduce(float v, Combine combine, float* smem) {
-  static_assert(kGroup % 32 == 0, "groups are whole warps");
+  static_assert(kGroup % 32 == 0 || 32 % kGroup == 0, "groups are whole warps or aligned parts of one");
+  // Every lane of the warp takes part (a sub-warp group's warp runs its groups in step).
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = kGroup < 32 ? kGroup / 2 : 16; offset > 0; offset >>= 1) {
+    v = combine(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
   if constexpr (kGroup > 32) {
     constexpr int kWarps = kGroup / 32;
     if ((threadIdx.x & 31) == 0) smem[threadIdx.x / 32] = v;

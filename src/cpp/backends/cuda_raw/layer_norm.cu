@@ -8,8 +8,9 @@
 // A transformer's LayerNorm rows are short (768 to 8192 elements) and there are few of them at batch 1 (one per
 // token), so the kernel is latency-bound: what counts is how many dependent trips to memory a row takes. Reading
 // the row once into registers with 16-byte loads makes it one trip (plus one for the residual, issued together)
-// instead of three passes of 2-byte loads; the group size grows with the row (a warp up to 4 vectors per lane,
-// then 128 or 512 threads) so that no thread holds more than kMaxCachedVectors vectors.
+// instead of three passes of 2-byte loads; the group size grows with the row (4 to 32 lanes for about two vectors
+// per lane, a warp up to 4 vectors per lane, then 128 or 512 threads) so that no thread holds more than
+// kMaxCachedVectors vectors, and short rows (ConvNeXt's 96 channels) do not leave most of a warp idle.
 //
 // Note [Two-pass statistics]
 // The mean is computed first, then the variance as the mean of (x - mean)^2, both accumulated in fp32 and
@@ -71,30 +72,40 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
 constexpr int kMaxCachedVectors = 4;
 
 // Group of kGroup threads per row (kBlock / kGroup rows per block), each thread caching up to kMaxCachedVectors
-// 16-byte vectors of the row: vector v of the row is held by lane v % kGroup. `vectors` = cols / kVec16<T>.
+// 16-byte vectors of the row: vector v of the row is held by lane v % kGroup. `vectors` = cols / kVec16<T>. The
+// scale and bias vectors are loaded with the row, before the statistics, so that a row takes one trip to memory.
+// Every thread of a block runs the same number of row iterations (a group past the last row loads nothing), so that
+// sub-warp groups (kGroup < 32) shuffle in whole warps.
 template <typename T, int kGroup, int kBlock>
 __global__ void __launch_bounds__(kBlock) layer_norm_cached_kernel(const T* x, const T* residual, const T* scale,
                                                                    const T* bias, T* y, std::int64_t rows,
                                                                    int vectors, float epsilon) {
-  static_assert(kBlock % kGroup == 0, "whole groups per block");
+  static_assert(kBlock % kGroup == 0 && kBlock % 32 == 0, "whole groups and warps per block");
   constexpr int kVec = kVec16<T>;
   using V = Vec<T, kVec>;
   constexpr int kGroupsPerBlock = kBlock / kGroup;
-  __shared__ float smem[kGroup / 32];
+  __shared__ float smem[kGroup >= 32 ? kGroup / 32 : 1];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const float n = static_cast<float>(vectors) * kVec;
   const std::int64_t group_stride = static_cast<std::int64_t>(gridDim.x) * kGroupsPerBlock;
-  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kGroupsPerBlock + threadIdx.x / kGroup; r < rows;
-       r += group_stride) {
-    const V* in = reinterpret_cast<const V*>(x) + r * vectors;
-    const V* res = residual != nullptr ? reinterpret_cast<const V*>(residual) + r * vectors : nullptr;
+  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * kGroupsPerBlock; base < rows;
+       base += group_stride) {
+    const std::int64_t r = base + threadIdx.x / kGroup;
+    const int count = r < rows ? vectors : 0;  // the row's vectors; none past the last row
+    const std::int64_t row = r < rows ? r : 0;
+    const V* in = reinterpret_cast<const V*>(x) + row * vectors;
+    const V* res = residual != nullptr ? reinterpret_cast<const V*>(residual) + row * vectors : nullptr;
     float values[kMaxCachedVectors][kVec];
+    V scales[kMaxCachedVectors];
+    V biases[kMaxCachedVectors];
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxCachedVectors; ++i) {
       const int v = lane + i * kGroup;
-      if (v < vectors) {
+      if (v < count) {
         const V a = in[v];
+        if (scale != nullptr) scales[i] = reinterpret_cast<const V*>(scale)[v];
+        if (bias != nullptr) biases[i] = reinterpret_cast<const V*>(bias)[v];
         if (res != nullptr) {
           const V b = res[v];
 #pragma unroll
@@ -111,7 +122,7 @@ __global__ void __launch_bounds__(kBlock) layer_norm_cached_kernel(const T* x, c
     float squares = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxCachedVectors; ++i) {
-      if (lane + i * kGroup < vectors) {
+      if (lane + i * kGroup < count) {
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           const float d = values[i][k] - mean;
@@ -121,26 +132,37 @@ __global__ void __launch_bounds__(kBlock) layer_norm_cached_kernel(const T* x, c
     }
     const float variance = group_reduce<kGroup>(squares, SumOp{}, smem) / n;
     const float rstd = 1.0f / sqrtf(variance + epsilon);
-    V* out = reinterpret_cast<V*>(y) + r * vectors;
+    V* out = reinterpret_cast<V*>(y) + row * vectors;
 #pragma unroll
     for (int i = 0; i < kMaxCachedVectors; ++i) {
       const int v = lane + i * kGroup;
-      if (v < vectors) {
-        V s{};
-        V b{};
-        if (scale != nullptr) s = reinterpret_cast<const V*>(scale)[v];
-        if (bias != nullptr) b = reinterpret_cast<const V*>(bias)[v];
+      if (v < count) {
         V o;
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           float w = (values[i][k] - mean) * rstd;
-          if (scale != nullptr) w *= to_float(s.v[k]);
-          if (bias != nullptr) w += to_float(b.v[k]);
+          if (scale != nullptr) w *= to_float(scales[i].v[k]);
+          if (bias != nullptr) w += to_float(biases[i].v[k]);
           o.v[k] = from_float<T>(w);
         }
         out[v] = o;
       }
     }
+  }
+}
+
+// Sub-warp and warp groups: kGroup lanes per row, blocks of one warp while rows are few (spreading them over the
+// SMs: GPT-2 at batch 1 has 128 rows) and of four warps otherwise.
+template <typename T, int kGroup>
+void launch_group_rows(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
+                       int vectors, float epsilon, cudaStream_t stream) {
+  constexpr int kRowsPerWarp = 32 / kGroup;
+  if (rows <= std::int64_t{1024} * kRowsPerWarp) {
+    layer_norm_cached_kernel<T, kGroup, 32><<<grid_for(rows, kRowsPerWarp), 32, 0, stream>>>(
+        x, residual, scale, bias, y, rows, vectors, epsilon);
+  } else {
+    layer_norm_cached_kernel<T, kGroup, 128><<<grid_for(rows, 4 * kRowsPerWarp), 128, 0, stream>>>(
+        x, residual, scale, bias, y, rows, vectors, epsilon);
   }
 }
 
@@ -156,16 +178,23 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
     if (p != nullptr && !is_aligned(p, 16)) return false;
   }
   const std::int64_t vectors = cols / kVec;
-  if (vectors <= 32 * kMaxCachedVectors) {
-    constexpr int kBlock = 128;
-    layer_norm_cached_kernel<T, 32, kBlock><<<grid_for(rows, kBlock / 32), kBlock, 0, stream>>>(
-        x, residual, scale, bias, y, rows, static_cast<int>(vectors), epsilon);
+  const int v = static_cast<int>(vectors);
+  // About two vectors per lane: ConvNeXt's rows of 96 channels (12 vectors) take 8 lanes, not a warp of which 20
+  // lanes would idle.
+  if (vectors <= 8) {
+    launch_group_rows<T, 4>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+  } else if (vectors <= 16) {
+    launch_group_rows<T, 8>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+  } else if (vectors <= 32) {
+    launch_group_rows<T, 16>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+  } else if (vectors <= 32 * kMaxCachedVectors) {
+    launch_group_rows<T, 32>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else if (vectors <= 128 * kMaxCachedVectors) {
     layer_norm_cached_kernel<T, 128, 128><<<grid_for(rows, 1), 128, 0, stream>>>(
-        x, residual, scale, bias, y, rows, static_cast<int>(vectors), epsilon);
+        x, residual, scale, bias, y, rows, v, epsilon);
   } else if (vectors <= 512 * kMaxCachedVectors) {
     layer_norm_cached_kernel<T, 512, 512><<<grid_for(rows, 1), 512, 0, stream>>>(
-        x, residual, scale, bias, y, rows, static_cast<int>(vectors), epsilon);
+        x, residual, scale, bias, y, rows, v, epsilon);
   } else {
     return false;
   }

@@ -1,0 +1,109 @@
+// The CUDA C that the codegen backend writes for fused elementwise programs (Note [Fused elementwise programs]): which
+// launches take the vector loops (Note [Vectorised programs]), the row groups' shapes (Note [Row programs]), and that
+// NVRTC compiles every variant (no GPU needed; skipped without NVRTC). The kernels' results are checked against the
+// cpu kernel on a GPU by tests/python/test_conformance.py.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/fused_elementwise.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+namespace {
+
+struct Case {
+  std::string program;
+  std::vector<std::vector<std::int64_t>> inputs;
+  std::vector<std::int64_t> output;
+  std::int64_t row_axes;
+  std::vector<DType> dtypes;
+  DType out;
+  int vec;  // the expected vector width
+};
+
+std::vector<Case> cases() {
+  const DType h = DType::kFloat16, f = DType::kFloat32, b = DType::kBFloat16;
+  return {
+      // SwiGLU of two [tokens, 2816] projections: 16-bit vectors of 8.
+      {"sigmoid x0; mul x0 t0; mul t1 x1", {{128, 2816}, {128, 2816}}, {128, 2816}, 0, {h, h}, h, 8},
+      // a bias row broadcast over rows (stride 1 along the vector), a per-row scale (stride 0), a scalar.
+      {"mul x0 x1; add t0 x2; mul t1 x3", {{64, 96}, {96}, {64, 1}, {}}, {64, 96}, 0, {h, h, h, h}, h, 8},
+      // float32 data: vectors of 4.
+      {"add x0 x1; relu t0", {{5, 12}, {5, 12}}, {5, 12}, 0, {f, f}, f, 4},
+      // an odd innermost axis: element by element.
+      {"add x0 x1", {{7, 13}, {13}}, {7, 13}, 0, {h, h}, h, 1},
+      // a column broadcast on an innermost axis of 6: vectors of 2.
+      {"mul x0 x1", {{3, 6}, {3, 6}}, {3, 6}, 0, {b, b}, b, 2},
+      // a transposed read (innermost stride not 1 or 0): element by element.
+      {"add x0 x1", {{4, 8, 1}, {4, 1, 8}}, {4, 8, 8}, 0, {h, h}, h, 8},
+      // RMSNorm over rows of 1024 (Llama), float32 accumulation, float16 weight.
+      {"f32 x0; mul t0 t0; reduce_mean t1; add t2 x1; sqrt t3; reciprocal t4; mul t0 t5; f16 t6; mul x2 t7",
+       {{128, 1024}, {}, {1024}}, {128, 1024}, 1, {h, h, h}, h, 8},
+      // softmax over rows of 96 (a sub-warp group), and over rows of 5 (element by element).
+      {"reduce_max x0; sub x0 t0; exp t1; reduce_sum t2; div t2 t3", {{300, 96}}, {300, 96}, 1, {h}, h, 8},
+      {"reduce_max x0; sub x0 t0; exp t1; reduce_sum t2; div t2 t3", {{300, 5}}, {300, 5}, 1, {f}, f, 1},
+      // long rows: a block per row.
+      {"reduce_sum x0; div x0 t0", {{4, 40000}}, {4, 40000}, 1, {h}, f, 4},
+      // rotary: rotate_half over heads of 64 (vectors stay on one side of D / 2), and of 4 (they would not).
+      {"mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2", {{2, 16, 64}, {16, 64}, {16, 64}}, {2, 16, 64}, 0,
+       {h, h, h}, h, 8},
+      {"mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2", {{2, 16, 4}, {16, 4}, {16, 4}}, {2, 16, 4}, 0, {h, h, h},
+       h, 2},
+  };
+}
+
+TEST(Codegen, VectorWidthFollowsTheLayout) {
+  for (const Case& c : cases()) {
+    const fused::Program program = fused::parse(c.program, c.inputs.size());
+    const fused::Layout layout = fused::layout(c.inputs, c.output, c.row_axes);
+    EXPECT_EQ(fused::vector_width(program, layout, c.dtypes, c.out), c.vec) << c.program;
+    const std::string source = fused::cuda_source(program, layout, c.dtypes, c.out, "k");
+    EXPECT_EQ(source.find("vectors of") != std::string::npos, c.vec > 1) << source;
+  }
+}
+
+TEST(Codegen, RowGroupsFitTheRows) {
+  const DType h = DType::kFloat16;
+  const fused::Program rms = fused::parse("mul x0 x0; reduce_mean t0; add t1 x1; sqrt t2; div x0 t3", 2);
+  // Llama at batch 1: 128 rows of 1024, 128 vector steps each: a warp per row, one row per block (128 blocks).
+  fused::LaunchShape shape = fused::launch_shape(rms, fused::layout({{128, 1024}, {}}, {128, 1024}, 1), {h, h}, h);
+  EXPECT_EQ(shape.vec, 8);
+  EXPECT_EQ(shape.row_threads, 32);
+  EXPECT_EQ(shape.rows_per_block, 1);
+  EXPECT_EQ(shape.threads, 32);
+  // Many short rows (12 vector steps): 8 lanes a row, 32 rows a block.
+  shape = fused::launch_shape(rms, fused::layout({{50176, 96}, {}}, {50176, 96}, 1), {h, h}, h);
+  EXPECT_EQ(shape.row_threads, 8);
+  EXPECT_EQ(shape.rows_per_block, 32);
+  EXPECT_EQ(shape.threads, 256);
+  // Few short rows: still whole warps.
+  shape = fused::launch_shape(rms, fused::layout({{3, 16}, {}}, {3, 16}, 1), {h, h}, h);
+  EXPECT_EQ(shape.row_threads, 4);
+  EXPECT_EQ(shape.threads, 32);
+  // Rows of 40000 float16: a block per row.
+  shape = fused::launch_shape(rms, fused::layout({{4, 40000}, {}}, {4, 40000}, 1), {h, h}, h);
+  EXPECT_EQ(shape.row_threads, shape.threads);
+  EXPECT_GE(shape.threads, 256);
+}
+
+TEST(Codegen, NvrtcCompilesEveryVariant) {
+  for (const Case& c : cases()) {
+    const fused::Program program = fused::parse(c.program, c.inputs.size());
+    const fused::Layout layout = fused::layout(c.inputs, c.output, c.row_axes);
+    const std::string source = fused::cuda_source(program, layout, c.dtypes, c.out, "xrt_fused_test");
+    try {
+      EXPECT_FALSE(fused::compile_cubin(source, "xrt_fused_test", 90).empty());
+    } catch (const UnsupportedOperationError& e) {
+      const std::string what = e.what();
+      if (what.find("could not be loaded") != std::string::npos || what.find("without the codegen") != std::string::npos) {
+        GTEST_SKIP() << what;
+      }
+      ADD_FAILURE() << c.program << ": " << what << "\n" << source;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xpuruntime

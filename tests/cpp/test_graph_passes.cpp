@@ -262,7 +262,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
-                                             "gemm_fusion", "qkv_fusion", "conv_fusion", "nhwc_layout",
+                                             "gemm_fusion", "qkv_fusion", "conv_fusion", "nhwc_layout", "linear_epilogue_fusion",
                                              "elementwise_fusion"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
@@ -879,6 +879,51 @@ TEST(ResidualLayerNormFusion, AddReadOnlyByTheLayerNormBecomesItsResidual) {
   }
 }
 
+// ---- linear_epilogue_fusion (Note [Layer scale in the GEMM]) ----
+
+TEST(LinearEpilogueFusion, LayerScaleGoesIntoTheWeightsAndTheResidualIntoTheGemm) {
+  auto linear = [](const std::string& weight, const std::string& out) {
+    Node n = node("Linear", {"x", weight, "bias"}, {out}, Attributes().set("weight_layout", std::string("kn")));
+    n.domain = kXpurtDomain;
+    return n;
+  };
+  Builder b;
+  b.input("x", {2, 3, 6}).input("r", {2, 3, 8});
+  b.constant("w", random({6, 8}, 60)).constant("bias", random({8}, 61)).constant("gamma", random({1, 1, 8}, 62, 0.1f, 0.5f));
+  b.constant("w2", random({6, 8}, 63)).constant("gamma2", random({3, 8}, 64));
+  b.add(linear("w", "h")).typed("h", {2, 3, 8});
+  b.add(node("Mul", {"gamma", "h"}, {"s"})).typed("s", {2, 3, 8});
+  b.add(node("Add", {"r", "s"}, {"y"})).typed("y", {2, 3, 8});
+  // Not folded: a scale that varies along another axis than the features.
+  b.add(linear("w2", "h2")).typed("h2", {2, 3, 8});
+  b.add(node("Mul", {"h2", "gamma2"}, {"y2"})).typed("y2", {2, 3, 8});
+  Graph g = b.build({"y", "y2"});
+  int rewrites = 0;
+  const Feeds feeds = {{"x", random({2, 3, 6}, 65)}, {"r", random({2, 3, 8}, 66)}};
+  Graph out = run_pass(g, passes::linear_epilogue_fusion, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  EXPECT_EQ(count(out, "Mul"), 1);
+  EXPECT_EQ(count(out, "Add"), 0);
+  for (const Node& n : out.nodes) {
+    if (n.outputs[0] == "y") {
+      ASSERT_EQ(n.inputs.size(), 4u);
+      EXPECT_EQ(n.inputs[3], "r");
+    }
+  }
+  // float16: ConvNeXt's untrained layer scale (1e-6) would push the weights into subnormals: the Mul stays.
+  Builder h;
+  h.input("x", {4, 6});
+  h.constant("w", ops::cast(random({6, 8}, 67), DType::kFloat16));
+  h.constant("bias", ops::cast(random({8}, 68), DType::kFloat16));
+  h.constant("gamma", ops::cast(random({8}, 69, 1e-6f, 2e-6f), DType::kFloat16));
+  h.add(linear("w", "h")).typed("h", {4, 8});
+  h.add(node("Mul", {"h", "gamma"}, {"y"})).typed("y", {4, 8});
+  Graph tiny_scale = h.build({"y"});
+  for (const char* v : {"x", "h", "y"}) tiny_scale.types[v].dtype = DType::kFloat16;
+  passes::linear_epilogue_fusion(tiny_scale, {});
+  EXPECT_EQ(count(tiny_scale, "Mul"), 1);
+}
+
 // ---- attention_fusion ----
 
 Graph attention_graph(bool bshd, bool with_mask, std::int64_t softmax_axis = -1) {
@@ -1416,6 +1461,9 @@ TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
       EXPECT_EQ(activations, (std::set<std::string>{"hard_swish", "relu"}));
     }
     EXPECT_LE(count(out, "Transpose"), transposes) << out.str();
+    if (name == "convnext") {  // layer scale and the residual ride in the second MLP Linear of each block
+      EXPECT_EQ(count(out, "FusedElementwise"), 0) << out.str();
+    }
     const Feeds feeds = {{g.inputs[0], ops::cast(random(shape, 103), DType::kFloat16)}};
     expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
                  2e-2, 2e-2);

@@ -98,6 +98,9 @@ XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult op_decomposition(Graph& g, const PassContext& ctx);
 XPURT_API PassResult tensor_parallel(Graph& g, const PassContext& ctx);
 XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
+// Linear + Mul(per-feature constant) [+ Add(residual)] -> the Linear with scaled weights and the residual input
+// (Note [Layer scale in the GEMM] in passes/fusion_conv_gemm.cpp); after nhwc_layout, which drops the permutes between.
+XPURT_API PassResult linear_epilogue_fusion(Graph& g, const PassContext& ctx);
 // Chains of elementwise ops (Add, Mul, Sigmoid, Erf, Gelu, ...) of one shape and float dtype whose intermediates
 // nobody else reads -> com.xpuruntime:FusedElementwise with their program (Note [Fused elementwise programs]).
 XPURT_API PassResult elementwise_fusion(Graph& g, const PassContext& ctx);

@@ -50,6 +50,10 @@ const std::vector<PassInfo>& all_passes() {
        "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group) and the pools after it run "
        "channels-last (NHWC), weights permuted once, Transposes only where NCHW readers remain",
        nhwc_layout},
+      {"linear_epilogue_fusion",
+       "Linear + Mul(per-feature constant: layer scale) [+ Add(residual)] -> the Linear with its weights and bias "
+       "scaled at build time and the residual as its C operand",
+       linear_epilogue_fusion},
       {"elementwise_fusion",
        "chains of elementwise ops of one shape and float dtype (intermediates read by nobody else) -> "
        "com.xpuruntime:FusedElementwise, one generated kernel (Note [Fused elementwise programs]); a KernelPolicy "

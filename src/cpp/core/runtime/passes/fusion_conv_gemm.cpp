@@ -2,7 +2,6 @@
 // com.xpuruntime:Linear (see passes.h, docs/native_engine.md).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,20 +23,6 @@ std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const R
   if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
   if (!is_onnx(g.nodes[readers[0]], op_type)) return std::nullopt;
   return readers[0];
-}
-
-// A copy of the 2-D constant `w` [K, N] as [N, K].
-Tensor transposed_2d(const Tensor& w) {
-  const std::int64_t rows = w.shape()[0], cols = w.shape()[1];
-  const Tensor src = w.contiguous();
-  Tensor dst = Tensor::empty({cols, rows}, w.dtype());
-  const std::size_t es = dtype_size(w.dtype());
-  const auto* from = static_cast<const unsigned char*>(src.data_ptr());
-  auto* to = static_cast<unsigned char*>(dst.data_ptr());
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) std::memcpy(to + (c * rows + r) * es, from + (r * cols + c) * es, es);
-  }
-  return dst;
 }
 
 // The other input of `add` (which reads `value`) when it is a residual: of `value`'s shape and of `dtype`, and the
@@ -258,13 +243,7 @@ PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
 // cuBLASLt adds it as its C operand (beta = 1) in the same GEMM, before the bias and the activation epilogue (the
 // registry op is act(x W + bias + residual)); the cublas kernel adds it after its GEMM. Only where no activation
 // was fused, since the model adds after the activation.
-//
-// Note [K-major weights]
-// PyTorch's dynamo exporter writes a Linear as MatMul(x, W^T) with W^T a [K, N] constant ("kn"). For CUDA plans the
-// Linear takes the weight as [N, K] ("nk", transposed once here), the layout PyTorch itself runs: on an H100 the
-// cuBLASLt kernel of ViT-B/16's output projections and second MLP layers (the same 128x144 tile either way) took
-// 20.5 us per call at batch 16 with [K, N] weights and 14.9 us in PyTorch's GEMMs with [N, K] ones.
-PassResult gemm_fusion(Graph& g, const PassContext& ctx) {
+PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"gemm_fusion", 0, {}};
   Rewriter rw(g);
   const Uses uses(g);
@@ -374,10 +353,6 @@ PassResult gemm_fusion(Graph& g, const PassContext& ctx) {
           }
         }
       }
-    }
-    if (layout == "kn" && ctx.device.is_cuda()) {  // Note [K-major weights]
-      weight = add_constant(g, weight + "_nk", transposed_2d(*constant(g, weight)));
-      layout = "nk";
     }
     Node fused;
     fused.name = mm.name;

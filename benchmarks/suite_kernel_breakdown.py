@@ -1,0 +1,102 @@
+"""Where the GPU time goes on the real-model suite's full-size float16 exports: the native engine's session run and
+`torch.compile` (default mode) replayed from a CUDA graph, side by side, per kernel name (torch.profiler's CUPTI
+records, which include replayed graphs' kernels).
+
+    python3 benchmarks/suite_kernel_breakdown.py --specs convnext:16,gpt2:1 [--top 24] [--runs 5] [--dir models/suite/full]
+
+Per (model, batch) and side it prints the kernels per run, the GPU busy time per run (the sum of kernel durations:
+compare this, the wall time under the profiler includes its own per-call overhead) and the top kernels by time.
+Needs a GPU, torch, and the suite's builders (scripts/model_suite.py); exports a model first when its file is
+missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def profile_runs(tag, fn, sync, runs, top):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(5):
+        fn()
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(runs):
+            fn()
+        sync()
+        wall = (time.perf_counter() - start) / runs
+    totals = collections.defaultdict(lambda: [0, 0.0])
+    busy = 0.0
+    count = 0
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        duration = event.device_time if hasattr(event, "device_time") else event.cuda_time
+        totals[event.name][0] += 1
+        totals[event.name][1] += duration
+        busy += duration
+        count += 1
+    print(f"\n== {tag}: {count / runs:.0f} kernels/run, busy {busy / runs / 1000:.3f} ms/run, "
+          f"wall {wall * 1000:.3f} ms/run (under the profiler)")
+    for name, (n, total) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"  {total / runs:8.1f} us  x{n / runs:5.1f}  {name[:140]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--specs", default="convnext:16", help="model:batch,... (names of scripts/model_suite.py)")
+    parser.add_argument("--top", type=int, default=24)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--dir", default=str(ROOT / "models" / "suite" / "full"))
+    args = parser.parse_args()
+    import torch
+    import model_suite as suite
+    import model_suite_bench as msb
+    from timing import torch_graph
+    import xpuruntime as xrt
+    directory = pathlib.Path(args.dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    for spec in args.specs.split(","):
+        name, batch = spec.split(":")
+        batch = int(batch)
+        path = directory / f"{name}.dynamo.float16.onnx"
+        if not path.exists():
+            suite.export(directory, False, [name], ["dynamo"], ["float16"])
+        arch = next(a for a in suite.ARCHS if a.name == name)
+        torch.manual_seed(0)
+        built = arch.build(False)
+        suite.realistic_weights(built.module, built.inputs)
+        module = built.module.cuda().half().eval()
+        feeds = msb.feeds_for(built, batch, args.seq)
+        session = xrt.InferenceSession(str(path), device="cuda:0", engine="native",
+                                       exec_policy=xrt.ExecutionPolicy(fallback="error"))
+        device_feeds = {k: xrt.from_dlpack(v.cuda()) for k, v in feeds.items()}
+        profile_runs(f"{name} batch {batch} native", lambda: session.run(device_feeds),
+                     lambda: xrt.synchronize("cuda:0"), args.runs, args.top)
+        inputs = [v.cuda() for v in feeds.values()]
+        with torch.inference_mode():
+            compiled = torch.compile(module)
+            for _ in range(3):
+                compiled(*inputs)
+            torch.cuda.synchronize()
+            graph = torch_graph(lambda: compiled(*inputs))
+            profile_runs(f"{name} batch {batch} torch.compile + CUDA graph", graph.replay, torch.cuda.synchronize,
+                         args.runs, args.top)
+        del session
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -113,22 +113,14 @@ def torch_all_reduce(sizes: List[int], iters: int, warmup: int) -> Dict[int, flo
 
 
 def tp_latency(models: List[str], batches: List[int], seq: int, iterations: int, warmup: int) -> List[Dict]:
-    import torch
-
-    import model_suite as suite
     import xpuruntime as xrt
-    from model_suite_bench import feeds_for
+    from model_suite_bench import feeds_for, full_model
     from session_bench import latency
     n = xrt.get_device_count()
     directory = ROOT / "models" / "suite" / "full"
     rows = []
     for name in models:
-        path = directory / f"{name}.dynamo.float16.onnx"
-        if not path.exists():
-            suite.export(directory, False, [name], ["dynamo"], ["float16"])
-        arch = next(a for a in suite.ARCHS if a.name == name)
-        torch.manual_seed(0)
-        built = arch.build(False)
+        path, built = full_model(name, directory)
         for batch in batches:
             feeds = feeds_for(built, batch, seq)
             device_feeds = {k: xrt.from_dlpack(v.cuda()) for k, v in feeds.items()}

@@ -24,22 +24,20 @@ import session_bench as sb  # noqa: E402
 import xpuruntime as xrt  # noqa: E402
 
 
-def breakdown(path, engine, graphs, batch, runs, top):
+def profile_runs(tag, fn, sync, runs, top):
+    """Runs `fn` 5 times, then `runs` times under torch.profiler; prints the kernels per run, the GPU busy time per
+    run (the sum of kernel durations), the wall time per run and the `top` kernels by total time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    policy = xrt.ExecutionPolicy(cuda_graphs=bool(graphs))
-    session = xrt.InferenceSession(str(path), device="cuda", engine=engine, exec_policy=policy)
-    feeds_np = sb.make_inputs(session, batch)
-    feeds = {k: xrt.from_numpy(v).to("cuda") for k, v in feeds_np.items()}
     for _ in range(5):
-        session.run(feeds)
-    xrt.synchronize("cuda")
+        fn()
+    sync()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         for _ in range(runs):
-            session.run(feeds)
-        xrt.synchronize("cuda")
+            fn()
+        sync()
         wall = (time.perf_counter() - start) / runs
     totals = collections.defaultdict(lambda: [0, 0.0])
     count = 0
@@ -52,10 +50,19 @@ def breakdown(path, engine, graphs, batch, runs, top):
         totals[event.name][1] += dur
         count += 1
         busy += dur
-    print(f"\n== {path.name} batch {batch} engine {engine} graphs {graphs}: {count / runs:.0f} device records/run, "
-          f"busy {busy / runs / 1000:.3f} ms/run, wall {wall * 1000:.3f} ms/run")
+    print(f"\n== {tag}: {count / runs:.0f} device records/run, busy {busy / runs / 1000:.3f} ms/run, "
+          f"wall {wall * 1000:.3f} ms/run")
     for name, (n, total) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
         print(f"  {total / runs:9.1f} us  x{n / runs:5.1f}  {name[:150]}")
+
+
+def breakdown(path, engine, graphs, batch, runs, top):
+    policy = xrt.ExecutionPolicy(cuda_graphs=bool(graphs))
+    session = xrt.InferenceSession(str(path), device="cuda", engine=engine, exec_policy=policy)
+    feeds_np = sb.make_inputs(session, batch)
+    feeds = {k: xrt.from_numpy(v).to("cuda") for k, v in feeds_np.items()}
+    profile_runs(f"{path.name} batch {batch} engine {engine} graphs {graphs}", lambda: session.run(feeds),
+                 lambda: xrt.synchronize("cuda"), runs, top)
 
 
 def main():

@@ -122,8 +122,9 @@ def run_torch(module, feeds, mode: str, iterations: int, warmup: int):
         return stats, None
 
 
-def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, iterations: int, warmup: int,
-                binary, skip: List[str]) -> List[Dict]:
+def full_model(name: str, directory: pathlib.Path):
+    """The full-size float16 export of suite model `name` in `directory` (exported when missing; the TorchScript
+    export where the dynamo exporter cannot write it) and the PyTorch module it came from, built with seed 0."""
     import torch
     arch = next(a for a in suite.ARCHS if a.name == name)
     path = directory / f"{name}.dynamo.float16.onnx"
@@ -134,7 +135,13 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
         if not path.exists():
             suite.export(directory, False, [name], ["torchscript"], ["float16"])
     torch.manual_seed(0)
-    built = arch.build(False)
+    return path, arch.build(False)
+
+
+def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, iterations: int, warmup: int,
+                binary, skip: List[str]) -> List[Dict]:
+    import torch
+    path, built = full_model(name, directory)
     suite.realistic_weights(built.module, built.inputs)
     module = built.module.cuda().half().eval()
     rows = []

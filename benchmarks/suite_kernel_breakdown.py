@@ -13,43 +13,12 @@ missing.
 from __future__ import annotations
 
 import argparse
-import collections
 import pathlib
 import sys
-import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-
-
-def profile_runs(tag, fn, sync, runs, top):
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    for _ in range(5):
-        fn()
-    sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
-        for _ in range(runs):
-            fn()
-        sync()
-        wall = (time.perf_counter() - start) / runs
-    totals = collections.defaultdict(lambda: [0, 0.0])
-    busy = 0.0
-    count = 0
-    for event in prof.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        duration = event.device_time if hasattr(event, "device_time") else event.cuda_time
-        totals[event.name][0] += 1
-        totals[event.name][1] += duration
-        busy += duration
-        count += 1
-    print(f"\n== {tag}: {count / runs:.0f} kernels/run, busy {busy / runs / 1000:.3f} ms/run, "
-          f"wall {wall * 1000:.3f} ms/run (under the profiler)")
-    for name, (n, total) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
-        print(f"  {total / runs:8.1f} us  x{n / runs:5.1f}  {name[:140]}")
 
 
 def main() -> int:
@@ -63,6 +32,7 @@ def main() -> int:
     import torch
     import model_suite as suite
     import model_suite_bench as msb
+    from kernel_breakdown import profile_runs
     from timing import torch_graph
     import xpuruntime as xrt
     directory = pathlib.Path(args.dir)
@@ -70,12 +40,7 @@ def main() -> int:
     for spec in args.specs.split(","):
         name, batch = spec.split(":")
         batch = int(batch)
-        path = directory / f"{name}.dynamo.float16.onnx"
-        if not path.exists():
-            suite.export(directory, False, [name], ["dynamo"], ["float16"])
-        arch = next(a for a in suite.ARCHS if a.name == name)
-        torch.manual_seed(0)
-        built = arch.build(False)
+        path, built = msb.full_model(name, directory)
         suite.realistic_weights(built.module, built.inputs)
         module = built.module.cuda().half().eval()
         feeds = msb.feeds_for(built, batch, args.seq)
@@ -93,7 +58,7 @@ def main() -> int:
             graph = torch_graph(lambda: compiled(*inputs))
             profile_runs(f"{name} batch {batch} torch.compile + CUDA graph", graph.replay, torch.cuda.synchronize,
                          args.runs, args.top)
-        del session
+        session = None  # its memory goes back before the next model
         torch.cuda.empty_cache()
     return 0
 

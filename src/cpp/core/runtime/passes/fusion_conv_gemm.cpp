@@ -37,6 +37,21 @@ std::string residual_operand(const Graph& g, const Node& add, const std::string&
   return fits ? z : std::string();
 }
 
+// [+ residual]: when the only reader of `out` is an Add of a residual (residual_operand), the Add joins `pattern` and
+// `parts`, `out` becomes the sum, and the residual is returned; "" otherwise.
+std::string take_residual_add(const Graph& g, const Uses& uses, const Rewriter& rw, DType dtype, std::string& out,
+                              std::vector<std::size_t>& pattern, std::vector<std::string>& parts) {
+  auto ai = sole_reader(g, uses, rw, out, "Add");
+  if (!ai) return {};
+  const Node& add = g.nodes[*ai];
+  std::string residual = residual_operand(g, add, out, dtype);
+  if (residual.empty()) return {};
+  pattern.push_back(*ai);
+  parts.push_back(describe(add) + " (residual)");
+  out = add.outputs[0];
+  return residual;
+}
+
 // The values of a constant that adds one value per channel/feature: `count` values along the axis at
 // `axis_from_end` (0 = last) of an output of rank `out_rank` (unknown: -1), or one value for all. Nullopt when
 // the constant is not of that form (or would broadcast the output to a bigger shape).
@@ -181,16 +196,7 @@ PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
       }
     }
     // [+ residual of the output's shape]
-    std::string residual;
-    if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
-      const Node& add = g.nodes[*ai];
-      residual = residual_operand(g, add, out, dtype);
-      if (!residual.empty()) {
-        pattern.push_back(*ai);
-        parts.push_back(describe(add) + " (residual)");
-        out = add.outputs[0];
-      }
-    }
+    const std::string residual = take_residual_add(g, uses, rw, dtype, out, pattern, parts);
     std::string activation = "none";
     const std::int64_t group = conv.attrs.get_int("group", 1);
     const bool depthwise = group > 1 && group == out_channels && w->shape()[1] == 1;
@@ -329,14 +335,9 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::string residual;
     std::optional<Node> residual_view;  // the residual as the Linear's 2-D output, behind a Gemm's Reshape
     if (activation == "none" && !reshape_after) {
-      if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
-        residual = residual_operand(g, g.nodes[*ai], out, dtype);
-        if (!residual.empty()) {
-          pattern.push_back(*ai);
-          parts.push_back(describe(g.nodes[*ai]) + " (residual)");
-          out = g.nodes[*ai].outputs[0];
-        }
-      } else if (auto si = sole_reader(g, uses, rw, out, "Reshape")) {
+      residual = take_residual_add(g, uses, rw, dtype, out, pattern, parts);
+      const auto si = residual.empty() ? sole_reader(g, uses, rw, out, "Reshape") : std::nullopt;
+      if (si) {
         // GPT-2's Conv1D: a 2-D Gemm, reshaped back to [B, S, N], then the residual Add. The residual is read as
         // [B * S, N] (a view) and the Reshape moves after the Linear.
         const std::string& reshaped = g.nodes[*si].outputs[0];
@@ -423,13 +424,14 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
       auto mul_type = value_type(g, mul.outputs[0]);
       auto gamma = c ? per_channel_values(*c, n_features, 0, static_cast<std::int64_t>(out_type->shape.size()))
                      : std::nullopt;
-      std::vector<double> scaled = to_doubles(*w);
       const double limit = dtype == DType::kFloat16 ? 65504.0 : dtype == DType::kBFloat16 ? 3.38e38 : 3.40e38;
-      bool fits = gamma.has_value() && mul_type && same_shape(*mul_type, *out_type) && mul_type->dtype == dtype;
+      bool fits = gamma.has_value() && mul_type && same_shape(*mul_type, *out_type) && mul_type->dtype == dtype &&
+                  (b == nullptr || b->numel() == n_features);
       for (std::size_t n = 0; fits && n < gamma->size(); ++n) {
         const double a = std::fabs((*gamma)[n]);
         fits = std::isfinite(a) && (dtype != DType::kFloat16 || (a >= 0x1p-8 && a <= 0x1p8));
       }
+      std::vector<double> scaled = fits ? to_doubles(*w) : std::vector<double>();
       for (std::int64_t i = 0; fits && i < w->numel(); ++i) {
         const std::int64_t n = kn ? i % n_features : i / k_features;
         scaled[static_cast<std::size_t>(i)] *= (*gamma)[static_cast<std::size_t>(n)];
@@ -439,7 +441,7 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
         weight = add_constant(g, linear.inputs[1] + "_scaled", from_doubles(w->shape(), dtype, scaled));
         if (b != nullptr) {
           std::vector<double> bias_values = to_doubles(*b);
-          for (std::size_t n = 0; n < bias_values.size(); ++n) bias_values[n] *= (*gamma)[n % gamma->size()];
+          for (std::size_t n = 0; n < bias_values.size(); ++n) bias_values[n] *= (*gamma)[n];
           bias = add_constant(g, linear.inputs[2] + "_scaled", from_doubles(b->shape(), b->dtype(), bias_values));
         }
         pattern.push_back(*mi);
@@ -447,15 +449,7 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
         out = mul.outputs[0];
       }
     }
-    std::string residual;
-    if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
-      residual = residual_operand(g, g.nodes[*ai], out, dtype);
-      if (!residual.empty()) {
-        pattern.push_back(*ai);
-        parts.push_back(describe(g.nodes[*ai]) + " (residual)");
-        out = g.nodes[*ai].outputs[0];
-      }
-    }
+    const std::string residual = take_residual_add(g, uses, rw, dtype, out, pattern, parts);
     if (pattern.size() == 1) continue;
     Node fused = linear;
     fused.inputs = {linear.inputs[0], weight};

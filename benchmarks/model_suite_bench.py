@@ -6,6 +6,8 @@ exporter in float16; exported here when missing) and each batch size (sequence 1
 and outputs on the device:
 
   native              xrt.InferenceSession(engine="native"), default policy (CUDA graphs on), fallback="error"
+  native_policy       the same with --native-kernels' KernelPolicy (only when given; an A/B of one kernel choice
+                      in the same run, e.g. --native-kernels attention=cudnn)
   ort                 ONNX Runtime's C++ API directly, CUDA EP, IoBinding on the device (benchmarks/ort_direct_bench)
   ort_graphs          the same with enable_cuda_graph=1 (a subprocess: a capture that fails cannot harm this one)
   torch_eager         the PyTorch module (float16, torch.inference_mode)
@@ -43,7 +45,7 @@ import model_suite as suite  # noqa: E402
 from session_bench import Skip, find_bench, latency  # noqa: E402
 from timing import torch_graph  # noqa: E402
 
-VARIANTS = ["native", "ort", "ort_graphs", "torch_eager", "torch_graph", "compile_graph"]
+VARIANTS = ["native", "native_policy", "ort", "ort_graphs", "torch_eager", "torch_graph", "compile_graph"]
 
 
 def feeds_for(built, batch: int, seq: int):
@@ -64,11 +66,12 @@ def feeds_for(built, batch: int, seq: int):
     return out
 
 
-def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int):
+def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels: Optional[Dict[str, str]] = None):
     import xpuruntime as xrt
     t0 = time.perf_counter()
     session = xrt.InferenceSession(str(path), device="cuda:0", engine="native",
-                                   exec_policy=xrt.ExecutionPolicy(fallback="error"))
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error"),
+                                   kernel_policy=xrt.KernelPolicy(**kernels) if kernels else None)
     create_ms = (time.perf_counter() - t0) * 1e3
     device_feeds = {k: xrt.from_dlpack(v.cuda()) for k, v in feeds.items()}
     t0 = time.perf_counter()
@@ -139,7 +142,7 @@ def full_model(name: str, directory: pathlib.Path):
 
 
 def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, iterations: int, warmup: int,
-                binary, skip: List[str]) -> List[Dict]:
+                binary, skip: List[str], kernels: Optional[Dict[str, str]] = None) -> List[Dict]:
     import torch
     path, built = full_model(name, directory)
     suite.realistic_weights(built.module, built.inputs)
@@ -150,11 +153,14 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
         row: Dict = {"model": name, "batch": batch, "notes": []}
         reference = None
         for variant in VARIANTS:
-            if variant in skip:
+            if variant in skip or (variant == "native_policy" and not kernels):
                 continue
             try:
                 if variant == "native":
                     row[variant], native_out = run_native(path, feeds, iterations, warmup)
+                elif variant == "native_policy":
+                    row[variant], _ = run_native(path, feeds, iterations, warmup, kernels)
+                    row[variant]["kernels"] = kernels
                 elif variant in ("ort", "ort_graphs"):
                     row[variant] = run_ort(binary, path, batch, seq, variant == "ort_graphs", iterations, warmup)
                 elif variant == "torch_eager":
@@ -179,10 +185,14 @@ def fmt(row: Dict, variant: str) -> str:
 
 
 def table(rows: List[Dict]) -> str:
-    head = ("| model | batch | native | ORT | ORT + graphs | torch eager | torch graph | compile + graph | "
+    columns = [v for v in VARIANTS if v != "native_policy" or any(v in r for r in rows)]
+    names = {"native": "native", "native_policy": "native (--native-kernels)", "ort": "ORT",
+             "ort_graphs": "ORT + graphs", "torch_eager": "torch eager", "torch_graph": "torch graph",
+             "compile_graph": "compile + graph"}
+    head = ("| model | batch | " + " | ".join(names[v] for v in columns) + " | "
             "native / best ORT | native / compile | create native / ORT (ms) | first run native / ORT (ms) | "
             "native vs torch |")
-    lines = [head, "| " + " | ".join(["---"] * 2 + ["---:"] * 11) + " |"]
+    lines = [head, "| " + " | ".join(["---"] * 2 + ["---:"] * (len(columns) + 5)) + " |"]
     for r in rows:
         ort = [r[v]["median_ms"] for v in ("ort", "ort_graphs") if v in r]
         native = r["native"]["median_ms"] if "native" in r else None
@@ -193,7 +203,7 @@ def table(rows: List[Dict]) -> str:
         first = (f"{r['native']['first_run_ms']:.0f} / {r['ort']['first_run_ms']:.0f}" if "native" in r and "ort" in r
                  else "-")
         err = f"{r['native_rel_err']:.1e}" if "native_rel_err" in r else "-"
-        lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(fmt(r, v) for v in VARIANTS) +
+        lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(fmt(r, v) for v in columns) +
                      f" | {ratio_ort} | {ratio_compile} | {create} | {first} | {err} |")
     return "\n".join(lines)
 
@@ -208,6 +218,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--skip", default="", help="comma-separated variants to leave out")
     ap.add_argument("--ort-direct", default=None, help="path of ort_direct_bench (default: found under build*/)")
+    ap.add_argument("--native-kernels", default="",
+                    help="key=rule,... : also time the native engine under this KernelPolicy (variant native_policy)")
     ap.add_argument("--json", type=pathlib.Path, default=None)
     ap.add_argument("--markdown", type=pathlib.Path, default=None)
     args = ap.parse_args(argv)
@@ -216,10 +228,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("model_suite_bench: needs a CUDA device", file=sys.stderr)
         return 2
     binary = find_bench(args.ort_direct)
+    kernels = dict(item.split("=", 1) for item in args.native_kernels.split(",") if item)
     rows = []
     for name in [m for m in args.models.split(",") if m]:
         rows += bench_model(name, args.dir, [int(b) for b in args.batches.split(",")], args.seq, args.iterations,
-                            args.warmup, binary, [s for s in args.skip.split(",") if s])
+                            args.warmup, binary, [s for s in args.skip.split(",") if s], kernels)
     device = torch.cuda.get_device_name(0)
     header = (f"{datetime.date.today()} on {device}, torch {torch.__version__}, float16, sequence {args.seq}, "
               f"median ms of {args.iterations} calls")

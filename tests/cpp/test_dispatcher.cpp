@@ -151,6 +151,69 @@ TEST(Dispatcher, PreferredFallsBackAndSaysWhy) {
   EXPECT_NE(decision.reason.find("no preferred kernel could run it (flaky: no float16 here)"), std::string::npos);
 }
 
+// A kernel registered last that claims the front for inputs of at least 12 elements (Note [Shape-dependent
+// priority]); float16 it cannot run.
+class LargeInputsKernel final : public Kernel {
+ public:
+  explicit LargeInputsKernel(Counters* counters)
+      : Kernel(KernelInfo{"relu", "large", "test", DeviceType::kCPU, true, "test kernel"}), counters_(counters) {}
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    if (desc.inputs[0].dtype == DType::kFloat16) return Support::no("no float16 here");
+    return Support::yes();
+  }
+  std::string ranks_first(const OpDescriptor& desc) const override {
+    return desc.inputs[0].numel() >= 12 ? "large ranks first from 12 elements" : "";
+  }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&, const std::string&) const override {
+    return std::make_unique<Plan>(counters_);
+  }
+
+ private:
+  class Plan final : public KernelPlan {
+   public:
+    explicit Plan(Counters* counters) : counters_(counters) {}
+    void run(const KernelLaunch& launch) const override { run_relu(launch, counters_, 0); }
+
+   private:
+    Counters* counters_;
+  };
+  Counters* counters_;
+};
+
+TEST(Dispatcher, AKernelMayRankFirstForSomeShapesAndSaysWhy) {
+  Fixture f;
+  Counters large;
+  f.registry.add_kernel(std::make_unique<LargeInputsKernel>(&large));
+  Dispatcher d = f.dispatcher(KernelPolicy());
+  Decision decision;
+  d.run("relu", {input()}, {}, nullptr, &decision);  // 6 elements: registry order
+  EXPECT_EQ(decision.kernel, "slow");
+  EXPECT_EQ(decision.reason, "first supported kernel in priority order");
+
+  Tensor big = Tensor::empty({4, 3}, DType::kFloat32, Device::cpu());
+  for (int i = 0; i < 12; ++i) static_cast<float*>(big.data_ptr())[i] = static_cast<float>(i) - 6.f;
+  auto out = d.run("relu", {big}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "large");
+  EXPECT_EQ(decision.rule, "first-supported");
+  EXPECT_EQ(decision.reason, "first supported kernel in priority order (large ranks first from 12 elements)");
+  EXPECT_EQ(large.runs.load(), 1);
+  EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[11], 5.0f);
+  EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[0], 0.0f);
+
+  // A claim never overrides the policy's own choice, and an unsupported kernel's claim does not count.
+  Dispatcher pinned = f.dispatcher(policy_with("relu", KernelRule::pinned("slow"), f.registry));
+  pinned.run("relu", {big}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "slow");
+  Dispatcher preferred = f.dispatcher(policy_with("relu", KernelRule::preferred({"fast"}), f.registry));
+  preferred.run("relu", {big}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "fast");
+  Tensor big_half = Tensor::empty({4, 3}, DType::kFloat16, Device::cpu());
+  big_half.zero_();
+  d.run("relu", {big_half}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "slow");
+  EXPECT_EQ(decision.reason, "first supported kernel in priority order");
+}
+
 // A kernel whose supports() says yes but whose build finds no algorithm (Note [Build failures]).
 class NoAlgorithmKernel final : public Kernel {
  public:

@@ -101,3 +101,33 @@ def test_flash_v2_lse_matches_cpu():
         lse = outputs[1].cpu().numpy()
         _, want = xrt._core.ops_call("attention", [q, k, v, None], attrs)
         np.testing.assert_allclose(lse, np.from_dlpack(want), rtol=1e-4, atol=1e-3)
+
+
+@requires_gpu
+def test_cudnn_ranks_first_on_large_attention_on_hopper():
+    """Note [cuDNN attention ranks first on large problems]: on sm_90+, from 2^22 scores (B * H * Sq * Sk) the
+    first-supported pick is cudnn and its reason says so; below it flash_v2; a policy naming flash_v2 still gets it."""
+    info = xrt.runtime.get_device_info("cuda:0")
+    major, minor = info.compute_capability_major, info.compute_capability_minor
+    rng = np.random.default_rng(5)
+
+    def run(shape, policy=None):
+        q, k, v = (rng.uniform(-1, 1, shape).astype(np.float16) for _ in range(3))
+        gpu = [xrt.from_numpy(a).to("cuda:0") for a in (q, k, v)]
+        outputs, decision = xrt.ops.call("attention", gpu + [None], {}, policy=policy, return_decision=True)
+        want, _ = reference(q, k, v)
+        np.testing.assert_allclose(outputs[0].cpu().numpy().astype(np.float32), want, atol=2e-3)
+        return decision
+
+    small = run((1, 4, 128, 64))  # 65536 scores
+    assert small.kernel == "flash_v2", small.reason
+    large = run((2, 8, 1024, 64))  # 16.8M scores
+    cudnn = next(c for c in large.candidates if c["kernel"] == "cudnn")
+    if not cudnn["supported"] or major * 10 + minor < 90:
+        assert large.kernel == "flash_v2", large.reason
+        pytest.skip(f"cudnn attention cannot run here or this is not sm_90+: {cudnn['reason']}")
+    assert large.kernel == "cudnn"
+    assert large.rule == "first-supported"
+    assert "cudnn ranks first on sm_" in large.reason and "B*H*Sq*Sk = 16777216" in large.reason, large.reason
+    pinned = run((2, 8, 1024, 64), xrt.KernelPolicy(attention="flash_v2"))
+    assert pinned.kernel == "flash_v2"

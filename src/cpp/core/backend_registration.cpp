@@ -141,7 +141,7 @@ KernelRegistry& KernelRegistry::global() {
     register_cuda_raw(registry);
 #endif
 #if XPURT_BACKEND_CUDNN
-    register_cudnn_attention(registry);  // after flash_v2: cuDNN's attention is chosen by policy or by timing
+    register_cudnn_attention(registry);  // after flash_v2; ranks first on large problems (ranks_first)
 #endif
 #if XPURT_BACKEND_CUBLAS
     register_cublas(registry);

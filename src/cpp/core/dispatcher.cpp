@@ -363,11 +363,29 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
     }
     return nullptr;
   };
+  // Note [Shape-dependent priority]
+  // Registration order is the priority among an op's kernels, except that a supported kernel may claim the front
+  // for one descriptor (Kernel::ranks_first): cuDNN's fused attention on sm_90+ from 2^22 scores on, where it beats
+  // flash_v2 (docs/benchmarks.md). The claim is a pure function of the descriptor, so the pick stays reproducible,
+  // and its reason goes into the decision.
+  std::string ranked_first_why;
   const auto first_supported = [&]() -> const Kernel* {
+    ranked_first_why.clear();
+    for (const Kernel* k : kernels) {
+      if (!is_supported(decision.candidates, k->name())) continue;
+      std::string why = k->ranks_first(desc);
+      if (!why.empty()) {
+        ranked_first_why = std::move(why);
+        return k;
+      }
+    }
     for (const Kernel* k : kernels) {
       if (is_supported(decision.candidates, k->name())) return k;
     }
     return nullptr;
+  };
+  const auto priority_reason = [&](const std::string& base) {
+    return ranked_first_why.empty() ? base : detail::str_cat(base, " (", ranked_first_why, ")");
   };
   const auto none_supported = [&](const std::string& what) {
     return UnsupportedOperationError(detail::str_cat(what, " no kernel can run ", decision.signature, ": ",
@@ -447,7 +465,8 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
           winner = first_supported();
           if (winner == nullptr) throw none_supported("preferred kernels cannot run it (" + skipped + ") and");
           decision.rule = "fallback";
-          decision.reason = "no preferred kernel could run it (" + skipped + "); fell back to the first supported";
+          decision.reason =
+              priority_reason("no preferred kernel could run it (" + skipped + "); fell back to the first supported");
         }
         break;
       }
@@ -465,7 +484,7 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
           winner = first_supported();
           if (winner == nullptr) throw none_supported("");
           decision.rule = "first-supported";
-          decision.reason = "first supported kernel in priority order";
+          decision.reason = priority_reason("first supported kernel in priority order");
           break;
         }
         // BestPerformance: build and time every supported candidate, and each one's tactics (Note [Tactics]).

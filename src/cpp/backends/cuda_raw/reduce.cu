@@ -18,8 +18,10 @@
 // axis of [N, H * W, C]: a column reduction whose results are the C neighbouring channels. One thread per result
 // walking H * W rows two bytes at a time was latency-bound (36 us for EfficientNet's first squeeze at batch 1, 2.4 MB).
 // The middle kernel gives a block up to 32 threads across the channels, each reading 8 channels as 16-byte vectors,
-// and 256 / that many rows of threads, each taking every so-many row of the block's range; the rows' partial
-// results combine in shared memory in row order. Splits of the row range fill the GPU as above.
+// and 256 / that many rows of threads, each taking every so-many row of the block's range (four rows' loads in flight
+// at a time: a thread has few rows, and one load after another was latency-bound, 4.7 us a mean for EfficientNet's
+// at batch 1); the rows' partial results combine in shared memory in row order, one thread per result. Splits of the
+// row range fill the GPU as above.
 //
 // Semantics: sums and means accumulate in fp32; the mean of an empty axis is NaN (0/0) and its sum 0, like
 // NumPy; max and min propagate NaN (NumPy's max/min, PyTorch's amax/amin).
@@ -187,6 +189,7 @@ constexpr int kMiddleElements = 8;
 constexpr int kMiddleMaxVectors = 32;
 constexpr std::int64_t kMiddleTargetBlocks = 264;  // two per SM of an H100/H200
 constexpr std::int64_t kMiddleMinRows = 4;          // rows per thread at the least, before splitting further
+constexpr int kMiddleUnroll = 4;                    // rows a thread loads before combining them
 
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads) reduce_middle_kernel(const T* x, T* y, float* partial, std::int64_t inner,
@@ -206,8 +209,32 @@ __global__ void __launch_bounds__(kThreads) reduce_middle_kernel(const T* x, T* 
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = Reducer<kOp>::identity();
   if (ty < rows && c < inner) {
-    for (std::int64_t r = begin + ty; r < end; r += rows) {
-      const T* p = x + (o * count + r) * inner + c;
+    const T* base = x + o * count * inner + c;
+    std::int64_t r = begin + ty;
+    // kMiddleUnroll rows' loads in flight before any is combined (a thread's rows are few: latency, not bandwidth,
+    // bounds it); the rows still combine in ascending order, so the result does not depend on the unrolling.
+    for (; r + (kMiddleUnroll - 1) * rows < end; r += kMiddleUnroll * rows) {
+      Vec<T, kLoad> v[kMiddleUnroll][V / kLoad];
+#pragma unroll
+      for (int u = 0; u < kMiddleUnroll; ++u) {
+#pragma unroll
+        for (int part = 0; part < V / kLoad; ++part) {
+          v[u][part] = *reinterpret_cast<const Vec<T, kLoad>*>(base + (r + u * rows) * inner + part * kLoad);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kMiddleUnroll; ++u) {
+#pragma unroll
+        for (int part = 0; part < V / kLoad; ++part) {
+#pragma unroll
+          for (int i = 0; i < kLoad; ++i) {
+            acc[part * kLoad + i] = combine(acc[part * kLoad + i], to_float(v[u][part].v[i]));
+          }
+        }
+      }
+    }
+    for (; r < end; r += rows) {
+      const T* p = base + r * inner;
 #pragma unroll
       for (int part = 0; part < V / kLoad; ++part) {
         const Vec<T, kLoad> v = *reinterpret_cast<const Vec<T, kLoad>*>(p + part * kLoad);
@@ -219,12 +246,17 @@ __global__ void __launch_bounds__(kThreads) reduce_middle_kernel(const T* x, T* 
 #pragma unroll
   for (int i = 0; i < V; ++i) rows_acc[threadIdx.x * V + i] = acc[i];
   __syncthreads();
-  if (ty != 0 || c >= inner) return;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    float value = rows_acc[tx * V + i];
-    for (int t = 1; t < rows; ++t) value = combine(value, rows_acc[(t * vectors + tx) * V + i]);
-    const std::int64_t out = o * inner + c + i;
+  // One thread per result of the block (vectors * 8 of them) combines the rows' partials in row order: thread j's
+  // are rows_acc[t * vectors * 8 + j]. (Eight chains of `rows` steps in each of `vectors` threads had made this
+  // combine the kernel's longest part.)
+  const int results = vectors * V;
+  for (int j = static_cast<int>(threadIdx.x); j < results; j += static_cast<int>(blockDim.x)) {
+    const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) * vectors + j / V) * V;
+    if (first >= inner) continue;
+    float value = rows_acc[j];
+#pragma unroll 8
+    for (int t = 1; t < rows; ++t) value = combine(value, rows_acc[t * results + j]);
+    const std::int64_t out = o * inner + first + j % V;
     if (splits == 1) {
       y[out] = from_float<T>(Reducer<kOp>::finalize(value, count));
     } else {

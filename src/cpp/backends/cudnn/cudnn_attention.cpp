@@ -58,6 +58,9 @@ enum Uid : std::int64_t {
 };
 
 constexpr const char* kLabel = "cudnn attention";
+// B * H * Sq * Sk from which the kernel ranks before flash_v2 on sm_90+ (Note [cuDNN attention ranks first on large
+// problems]).
+constexpr double kRanksFirstScores = 4194304.0;  // 2^22
 constexpr const char* kInputNames[] = {"q", "k", "v", "mask"};
 
 // cuDNN 9.0's fused flash attention is the oldest this kernel describes; the graph below is what it matches.
@@ -640,6 +643,23 @@ class CudnnAttentionKernel final : public Kernel {
 
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     return check_attention(desc, policy);
+  }
+
+  // Note [cuDNN attention ranks first on large problems]
+  // Registered after flash_v2, cuDNN's attention claims the front on Hopper (sm_90+) once B * H * Sq * Sk reaches
+  // 2^22 scores. Measured on an H200 in the suite's exports (docs/benchmarks.md, 2026-11-26): Whisper's encoder
+  // (8 heads, Sq = Sk = 1500) 8-9% faster end to end at batch 1 and 16, ViT-B/16 at batch 16 (7.4M scores) 5%;
+  // below, flash_v2 wins by 1-2% (ViT at batch 1, GPT-2 and Llama at sequence 128), where cuDNN's fixed cost per
+  // call shows.
+  std::string ranks_first(const OpDescriptor& desc) const override {
+    if (desc.compute_capability < 90) return {};
+    const AttentionShape shape = shape_of(desc);
+    const double scores = static_cast<double>(shape.batch) * static_cast<double>(shape.heads) *
+                          static_cast<double>(shape.seq_q) * static_cast<double>(shape.seq_k);
+    if (scores < kRanksFirstScores) return {};
+    return detail::str_cat("cudnn ranks first on sm_", desc.compute_capability, " from ",
+                           static_cast<std::int64_t>(kRanksFirstScores), " scores (B*H*Sq*Sk = ",
+                           static_cast<std::int64_t>(scores), ")");
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,

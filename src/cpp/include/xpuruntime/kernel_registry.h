@@ -108,6 +108,13 @@ class XPURT_API Kernel {
   // exactly (empty: choose afresh). Throws UnsupportedOperationError when the record cannot be honoured.
   virtual std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
                                             const std::string& record) const = 0;
+  // Why this kernel should rank before the kernels registered ahead of it for `desc`, or empty when registry order
+  // holds (Note [Shape-dependent priority] in dispatcher.cpp). Only asked of kernels that support `desc`; it orders
+  // the first-supported pick (auto rules and a preferred rule's fallback), never a pinned or preferred kernel.
+  virtual std::string ranks_first(const OpDescriptor& desc) const {
+    (void)desc;
+    return {};
+  }
   // Tactics: the records of other plans this kernel can run `desc` with (cuBLASLt: its heuristic's other
   // algorithms), each accepted by build(desc, policy, record). Autotuning (auto:BestPerformance) times them
   // besides the default plan and keeps the fastest (Note [Tactics] in dispatcher.cpp). None by default.

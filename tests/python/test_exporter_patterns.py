@@ -185,3 +185,71 @@ def test_rotary_reads_the_heads_where_the_projection_wrote_them(dtype):
     assert sum(n.op_type == "Transpose" for n in model.graph.node) >= 4
     assert ran["Transpose"] == 0, dict(ran)
     assert ran["xpuruntime:Attention"] == 2, dict(ran)
+
+
+# Vision transformers' patch embedding: Conv with kernel = stride (16 x 16 at full size, the tiny exports' 8 x 8), then
+# flatten(2).transpose(1, 2) to tokens. Swin's and ConvNeXt's 4 x 4 stems stay convolutions.
+PATCH_EMBEDDINGS = ["vit", "deit", "beit", "clip_vision"]
+
+
+@pytest.mark.parametrize("name", PATCH_EMBEDDINGS)
+@pytest.mark.parametrize("key", ["dynamo.float32", "torchscript.float32", "dynamo.float16"])
+def test_patch_embedding_is_one_transpose_and_a_gemm(name, key):
+    """Note [Patch embedding as a GEMM]: the Conv, its flatten and the transpose to tokens become one Transpose of the
+    image's patches and a Linear that writes the tokens; the outputs equal the unrewritten model's."""
+    import numpy as np
+    model, explained = _explained(name, key)
+    assert sum(n.op_type == "Conv" for n in model.graph.node) == 1
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert ran["Conv"] == 0 and ran["xpuruntime:FusedConv"] == 0, dict(ran)
+    notes = [o for o in explained.options if o.startswith("pass patch_embedding_gemm:")]
+    assert notes and notes[0].startswith("pass patch_embedding_gemm: 1 rewrite(s)"), explained.options
+    assert "writing the tokens" in notes[0], notes[0]
+    path = str(TINY / f"{name}.{key}.onnx")
+    rewritten = xrt.InferenceSession(path, engine="native")
+    plain = xrt.InferenceSession(path, engine="native", disabled_passes=["patch_embedding_gemm"])
+    data = np.load(TINY / f"{name}.npz")
+    feeds = {i.name: data[f"in.{i.name}"].astype(np.float16 if "float16" in key else np.float32)
+             for i in rewritten.get_inputs()}
+    got, want = rewritten.run(None, feeds)[0], plain.run(None, feeds)[0]
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=pytest.mark.skipif(
+    xrt.get_device_count() == 0, reason="needs a CUDA device"))])
+@pytest.mark.parametrize("dtype,batch,channels,out_channels,patch,height,width,bias,symbolic", [
+    ("float32", 2, 3, 5, (8, 8), 16, 24, True, False),     # odd channel counts, 2 x 3 patches
+    ("float32", 3, 4, 7, (8, 16), 24, 32, False, True),    # rectangular patches, no bias, symbolic batch
+    ("float16", 1, 3, 16, (16, 16), 32, 48, True, True),
+])
+def test_patch_convolution_alone_keeps_its_nchw_output(device, dtype, batch, channels, out_channels, patch, height,
+                                                       width, bias, symbolic):
+    """A patch Conv whose output is not flattened to tokens: the Linear's output goes back to [N, O, H/p, W/q]
+    through a Reshape and a Transpose; checked against NumPy's convolution on random inputs."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(sum(patch) + channels)
+    np_dtype = np.float16 if dtype == "float16" else np.float32
+    elem = TensorProto.FLOAT16 if dtype == "float16" else TensorProto.FLOAT
+    p, q = patch
+    w = (rng.standard_normal((out_channels, channels, p, q)) / np.sqrt(channels * p * q)).astype(np_dtype)
+    b = rng.standard_normal(out_channels).astype(np_dtype)
+    x = rng.standard_normal((batch, channels, height, width)).astype(np_dtype)
+    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if bias else [])
+    conv = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], kernel_shape=[p, q], strides=[p, q])
+    n = "batch" if symbolic else batch
+    graph = helper.make_graph([conv], "patch", [helper.make_tensor_value_info("x", elem, [n, channels, height, width])],
+                              [helper.make_tensor_value_info("y", elem, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    session = xrt.InferenceSession(model.SerializeToString(), engine="native", device=device)
+    ran = collections.Counter(n["op_type"] for n in session.explain().nodes)
+    assert ran["Conv"] == 0 and ran["xpuruntime:FusedConv"] == 0 and ran["xpuruntime:Linear"] == 1, dict(ran)
+    got = session.run(None, {"x": xrt.from_numpy(x).to(device) if device != "cpu" else x})[0]
+    got = np.asarray(got.cpu().numpy() if hasattr(got, "cpu") else got, np.float32)
+    patches = x.astype(np.float64).reshape(batch, channels, height // p, p, width // q, q)
+    want = np.einsum("nchpwq,ocpq->nohw", patches, w.astype(np.float64))
+    if bias:
+        want += b.astype(np.float64)[None, :, None, None]
+    assert got.shape == want.shape
+    tol = 2e-2 if dtype == "float16" else 1e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

@@ -90,6 +90,9 @@ XPURT_API PassResult gelu_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult layer_norm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult residual_layer_norm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult attention_fusion(Graph& g, const PassContext& ctx);
+// Conv with a kernel as large as its stride (8 x 8 or more, no padding: ViT's patch embedding) -> patch Transpose +
+// Linear (Note [Patch embedding as a GEMM] in passes/patch_embedding.cpp).
+XPURT_API PassResult patch_embedding_gemm(Graph& g, const PassContext& ctx);
 XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
 // Three Linears of one input projecting an Attention's q, k and v -> one Linear whose output the Attention reads as
 // its packed projection (Note [One GEMM for q, k and v] in passes/fusion_transformer.cpp).

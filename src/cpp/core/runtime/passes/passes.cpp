@@ -40,6 +40,10 @@ const std::vector<PassInfo>& all_passes() {
        residual_layer_norm_fusion},
       {"attention_fusion", "MatMul(Q, K^T) [scale] [+ mask] Softmax MatMul(., V) -> com.xpuruntime:Attention",
        attention_fusion},
+      {"patch_embedding_gemm",
+       "Conv whose kernel equals its stride (at least 8 x 8, no padding: ViT's patch embedding) -> one Transpose of the "
+       "image's patches + Linear; with the models' flatten + transpose after it, the Linear writes the tokens",
+       patch_embedding_gemm},
       {"gemm_fusion", "MatMul/Gemm with constant weights [+ bias] [+ Relu/Gelu] -> com.xpuruntime:Linear", gemm_fusion},
       {"qkv_fusion",
        "three Linears of one input projecting an Attention's q, k and v -> one Linear, read by the Attention as its "

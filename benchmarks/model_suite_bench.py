@@ -6,8 +6,9 @@ exporter in float16; exported here when missing) and each batch size (sequence 1
 and outputs on the device:
 
   native              xrt.InferenceSession(engine="native"), default policy (CUDA graphs on), fallback="error"
-  native_policy       the same with --native-kernels' KernelPolicy (only when given; an A/B of one kernel choice
-                      in the same run, e.g. --native-kernels attention=cudnn)
+  native_policy       the same with --native-kernels' KernelPolicy and without --native-disabled-passes' graph
+                      passes (only when either is given: an A/B in the same run, e.g. --native-kernels
+                      attention=cudnn or --native-disabled-passes patch_embedding_gemm)
   ort                 ONNX Runtime's C++ API directly, CUDA EP, IoBinding on the device (benchmarks/ort_direct_bench)
   ort_graphs          the same with enable_cuda_graph=1 (a subprocess: a capture that fails cannot harm this one)
   torch_eager         the PyTorch module (float16, torch.inference_mode)
@@ -66,12 +67,14 @@ def feeds_for(built, batch: int, seq: int):
     return out
 
 
-def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels: Optional[Dict[str, str]] = None):
+def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels: Optional[Dict[str, str]] = None,
+               disabled: Optional[List[str]] = None):
     import xpuruntime as xrt
     t0 = time.perf_counter()
     session = xrt.InferenceSession(str(path), device="cuda:0", engine="native",
                                    exec_policy=xrt.ExecutionPolicy(fallback="error"),
-                                   kernel_policy=xrt.KernelPolicy(**kernels) if kernels else None)
+                                   kernel_policy=xrt.KernelPolicy(**kernels) if kernels else None,
+                                   disabled_passes=disabled or None)
     create_ms = (time.perf_counter() - t0) * 1e3
     device_feeds = {k: xrt.from_dlpack(v.cuda()) for k, v in feeds.items()}
     t0 = time.perf_counter()
@@ -142,7 +145,8 @@ def full_model(name: str, directory: pathlib.Path):
 
 
 def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, iterations: int, warmup: int,
-                binary, skip: List[str], kernels: Optional[Dict[str, str]] = None) -> List[Dict]:
+                binary, skip: List[str], kernels: Optional[Dict[str, str]] = None,
+                disabled: Optional[List[str]] = None) -> List[Dict]:
     import torch
     path, built = full_model(name, directory)
     suite.realistic_weights(built.module, built.inputs)
@@ -153,14 +157,14 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
         row: Dict = {"model": name, "batch": batch, "notes": []}
         reference = None
         for variant in VARIANTS:
-            if variant in skip or (variant == "native_policy" and not kernels):
+            if variant in skip or (variant == "native_policy" and not kernels and not disabled):
                 continue
             try:
                 if variant == "native":
                     row[variant], native_out = run_native(path, feeds, iterations, warmup)
                 elif variant == "native_policy":
-                    row[variant], _ = run_native(path, feeds, iterations, warmup, kernels)
-                    row[variant]["kernels"] = kernels
+                    row[variant], _ = run_native(path, feeds, iterations, warmup, kernels, disabled)
+                    row[variant].update(kernels=kernels, disabled_passes=disabled)
                 elif variant in ("ort", "ort_graphs"):
                     row[variant] = run_ort(binary, path, batch, seq, variant == "ort_graphs", iterations, warmup)
                 elif variant == "torch_eager":
@@ -186,7 +190,7 @@ def fmt(row: Dict, variant: str) -> str:
 
 def table(rows: List[Dict]) -> str:
     columns = [v for v in VARIANTS if v != "native_policy" or any(v in r for r in rows)]
-    names = {"native": "native", "native_policy": "native (--native-kernels)", "ort": "ORT",
+    names = {"native": "native", "native_policy": "native (A/B policy)", "ort": "ORT",
              "ort_graphs": "ORT + graphs", "torch_eager": "torch eager", "torch_graph": "torch graph",
              "compile_graph": "compile + graph"}
     head = ("| model | batch | " + " | ".join(names[v] for v in columns) + " | "
@@ -220,6 +224,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--ort-direct", default=None, help="path of ort_direct_bench (default: found under build*/)")
     ap.add_argument("--native-kernels", default="",
                     help="key=rule,... : also time the native engine under this KernelPolicy (variant native_policy)")
+    ap.add_argument("--native-disabled-passes", default="",
+                    help="pass,... : also time the native engine without these graph passes (variant native_policy)")
     ap.add_argument("--json", type=pathlib.Path, default=None)
     ap.add_argument("--markdown", type=pathlib.Path, default=None)
     args = ap.parse_args(argv)
@@ -232,7 +238,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = []
     for name in [m for m in args.models.split(",") if m]:
         rows += bench_model(name, args.dir, [int(b) for b in args.batches.split(",")], args.seq, args.iterations,
-                            args.warmup, binary, [s for s in args.skip.split(",") if s], kernels)
+                            args.warmup, binary, [s for s in args.skip.split(",") if s], kernels,
+                            [p for p in args.native_disabled_passes.split(",") if p])
     device = torch.cuda.get_device_name(0)
     header = (f"{datetime.date.today()} on {device}, torch {torch.__version__}, float16, sequence {args.seq}, "
               f"median ms of {args.iterations} calls")

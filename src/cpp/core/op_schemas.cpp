@@ -378,13 +378,6 @@ std::vector<TensorDesc> infer_layer_norm(const OpDescriptor& desc) {
                 "' must have shape ", shape_str(normalized), " (x.shape[axis:]), got ",
                 shape_str(desc.inputs[k].shape));
   }
-  const std::int64_t return_sum = desc.attrs.get_int("return_sum", 0);
-  XPURT_CHECK(return_sum == 0 || return_sum == 1, "op 'layer_norm': return_sum must be 0 or 1, got ", return_sum);
-  if (return_sum == 1) {
-    XPURT_CHECK(desc.inputs.size() > 3 && desc.inputs[3].present,
-                "op 'layer_norm': return_sum=1 writes x + residual, but no residual was given");
-    return {output_like(x, x.shape), output_like(x, x.shape)};
-  }
   return {output_like(x, x.shape)};
 }
 
@@ -552,18 +545,9 @@ void register_ops(KernelRegistry& registry) {
   add("batch_norm", "batch_norm", {"x", "scale", "bias", "mean", "var"},
       "inference batch norm over axis 1; epsilon=1e-5", infer_batch_norm);
   add("softmax", "softmax", {"x"}, "softmax along axis (default -1)", infer_softmax);
-  {
-    // Two outputs with return_sum=1: y, and x + residual (the pre-LN transformer's residual stream).
-    OpSchema layer_norm;
-    layer_norm.name = "layer_norm";
-    layer_norm.family = "layer_norm";
-    layer_norm.inputs = {"x", "scale?", "bias?", "residual?"};
-    layer_norm.outputs = {"y", "sum?"};
-    layer_norm.doc = "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5; return_sum=0 (1: second "
-                     "output x + residual, which needs the residual)";
-    layer_norm.infer = infer_layer_norm;
-    registry.add_schema(std::move(layer_norm));
-  }
+  add("layer_norm", "layer_norm", {"x", "scale?", "bias?", "residual?"},
+      "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5",
+      infer_layer_norm);
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
   add("fused_elementwise", "fusion", {"x..."},
       "a chain of elementwise ops, casts and row reductions as one kernel (Note [Fused elementwise programs]); "

@@ -2,7 +2,6 @@
 // Statistics accumulate in double (Note [The cpu backend as the oracle], cpu_common.h).
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,10 +110,6 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
   const T* res = residual.data();
   OutputBuffer<T> y(launch.output(0));
-  // return_sum=1: output 1 is x + residual (the residual stream of a pre-LN transformer).
-  std::optional<OutputBuffer<T>> sum_output;
-  if (launch.num_outputs > 1) sum_output.emplace(launch.output(1));
-  T* sums = sum_output ? sum_output->data() : nullptr;
   const T* in = x.data();
   const T* gamma = scale.data();
   const T* beta = bias.data();
@@ -126,15 +121,11 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                    ScratchVector<T> sum_row;
                    const T* src = in + row * size;
                    if (res != nullptr) {
-                     T* row_sum = sums != nullptr ? sums + row * size : nullptr;
-                     if (row_sum == nullptr) {
-                       sum_row.resize(static_cast<std::size_t>(size));
-                       row_sum = sum_row.data();
-                     }
+                     sum_row.resize(static_cast<std::size_t>(size));
                      for (std::int64_t i = 0; i < size; ++i) {
-                       row_sum[i] = static_cast<T>(static_cast<double>(src[i]) + static_cast<double>(res[row * size + i]));
+                       sum_row[i] = static_cast<T>(static_cast<double>(src[i]) + static_cast<double>(res[row * size + i]));
                      }
-                     src = row_sum;
+                     src = sum_row.data();
                    }
                    T* dst = out + row * size;
                    double sum = 0.0;
@@ -155,7 +146,6 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                  }
                });
   y.commit();
-  if (sum_output) sum_output->commit();
 }
 
 template <typename T>

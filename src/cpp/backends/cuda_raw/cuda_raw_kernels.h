@@ -142,10 +142,8 @@ void log_softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::i
 
 // y[r, :] = (v[r, :] - mean) / sqrt(var + epsilon) * scale + bias for v = x (+ residual, summed in fp32)
 // viewed as [rows, cols]; `residual` ([rows, cols]), `scale` and `bias` ([cols]) may be null. Biased variance, like PyTorch and ONNX.
-// `sum` ([rows, cols], null unless `residual` is given) receives x + residual rounded to the dtype (the pre-LN
-// transformer's residual stream); the statistics use the fp32 sum either way.
-void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, void* sum,
-                DType dtype, std::int64_t rows, std::int64_t cols, float epsilon, void* stream);
+void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
+                std::int64_t rows, std::int64_t cols, float epsilon, void* stream);
 
 // How a reduction runs; made once per descriptor (a plan) by `reduce_geometry`.
 struct ReduceGeometry {

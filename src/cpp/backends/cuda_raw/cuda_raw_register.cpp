@@ -1107,8 +1107,7 @@ void register_cuda_raw(KernelRegistry& registry) {
   // ---- layer_norm ----
   add_kernel(registry, "layer_norm", "layer norm over dims axis..end: rows of aligned 16-byte vectors cached in "
              "registers (a warp or a 128/512-thread block per row, one read of the row), other rows a warp (<= 1024 "
-             "elements) or a block per row; two-pass mean/variance in fp32; an optional residual is added on the fly "
-             "(return_sum=1 also writes the sum)",
+             "elements) or a block per row; two-pass mean/variance in fp32; an optional residual is added on the fly",
              {"x", "scale", "bias", "residual"}, nullptr, [](const KernelLaunch& launch) {
                const Tensor& x = launch.input(0);
                const Tensor residual = launch.num_inputs > 3 ? launch.input(3) : Tensor();
@@ -1119,8 +1118,7 @@ void register_cuda_raw(KernelRegistry& registry) {
                const auto epsilon = static_cast<float>(launch.desc->attrs.get_float("epsilon", 1e-5));
                cuda_raw::layer_norm(x.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr,
                                     scale.defined() ? scale.data_ptr() : nullptr,
-                                    bias.defined() ? bias.data_ptr() : nullptr, launch.output(0).data_ptr(),
-                                    launch.num_outputs > 1 ? launch.output(1).data_ptr() : nullptr, x.dtype(),
+                                    bias.defined() ? bias.data_ptr() : nullptr, launch.output(0).data_ptr(), x.dtype(),
                                     product(x.shape(), 0, axis), product(x.shape(), axis, x.shape().size()), epsilon,
                                     launch.stream.handle);
              });

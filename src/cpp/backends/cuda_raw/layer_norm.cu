@@ -35,8 +35,8 @@ constexpr int kBlockGroup = 512;
 // the whole block for block groups).
 template <typename T, int kGroup, int kBlock>
 __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T* residual, const T* scale,
-                                                            const T* bias, T* y, T* sum_out, std::int64_t rows,
-                                                            std::int64_t cols, float epsilon) {
+                                                            const T* bias, T* y, std::int64_t rows, std::int64_t cols,
+                                                            float epsilon) {
   static_assert(kBlock % kGroup == 0, "whole groups per block");
   constexpr int kGroupsPerBlock = kBlock / kGroup;
   __shared__ float smem[kGroup / 32];
@@ -60,9 +60,7 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
     const float variance = group_reduce<kGroup>(squares, SumOp{}, smem) / n;
     const float rstd = 1.0f / sqrtf(variance + epsilon);
     T* out = y + r * cols;
-    T* sums = sum_out != nullptr ? sum_out + r * cols : nullptr;
     for (std::int64_t c = lane; c < cols; c += kGroup) {
-      if (sums != nullptr) sums[c] = from_float<T>(value(c));
       float v = (value(c) - mean) * rstd;
       if (scale != nullptr) v *= to_float(scale[c]);
       if (bias != nullptr) v += to_float(bias[c]);
@@ -80,7 +78,7 @@ constexpr int kMaxCachedVectors = 4;
 // sub-warp groups (kGroup < 32) shuffle in whole warps.
 template <typename T, int kGroup, int kBlock>
 __global__ void __launch_bounds__(kBlock) layer_norm_cached_kernel(const T* x, const T* residual, const T* scale,
-                                                                   const T* bias, T* y, T* sum_out, std::int64_t rows,
+                                                                   const T* bias, T* y, std::int64_t rows,
                                                                    int vectors, float epsilon) {
   static_assert(kBlock % kGroup == 0 && kBlock % 32 == 0, "whole groups and warps per block");
   constexpr int kVec = kVec16<T>;
@@ -112,12 +110,6 @@ __global__ void __launch_bounds__(kBlock) layer_norm_cached_kernel(const T* x, c
           const V b = res[v];
 #pragma unroll
           for (int k = 0; k < kVec; ++k) values[i][k] = to_float(a.v[k]) + to_float(b.v[k]);
-          if (sum_out != nullptr) {  // the residual stream: x + residual rounded once to T
-            V s;
-#pragma unroll
-            for (int k = 0; k < kVec; ++k) s.v[k] = from_float<T>(values[i][k]);
-            reinterpret_cast<V*>(sum_out)[row * vectors + v] = s;
-          }
         } else {
 #pragma unroll
           for (int k = 0; k < kVec; ++k) values[i][k] = to_float(a.v[k]);
@@ -162,27 +154,27 @@ __global__ void __launch_bounds__(kBlock) layer_norm_cached_kernel(const T* x, c
 // Sub-warp and warp groups: kGroup lanes per row, blocks of one warp while rows are few (spreading them over the
 // SMs: GPT-2 at batch 1 has 128 rows) and of four warps otherwise.
 template <typename T, int kGroup>
-void launch_group_rows(const T* x, const T* residual, const T* scale, const T* bias, T* y, T* sum_out,
-                       std::int64_t rows, int vectors, float epsilon, cudaStream_t stream) {
+void launch_group_rows(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
+                       int vectors, float epsilon, cudaStream_t stream) {
   constexpr int kRowsPerWarp = 32 / kGroup;
   if (rows <= std::int64_t{1024} * kRowsPerWarp) {
     layer_norm_cached_kernel<T, kGroup, 32><<<grid_for(rows, kRowsPerWarp), 32, 0, stream>>>(
-        x, residual, scale, bias, y, sum_out, rows, vectors, epsilon);
+        x, residual, scale, bias, y, rows, vectors, epsilon);
   } else {
     layer_norm_cached_kernel<T, kGroup, 128><<<grid_for(rows, 4 * kRowsPerWarp), 128, 0, stream>>>(
-        x, residual, scale, bias, y, sum_out, rows, vectors, epsilon);
+        x, residual, scale, bias, y, rows, vectors, epsilon);
   }
 }
 
 // Launches the register-cached kernel when the row fits it (Note [Register-cached rows]); false otherwise.
 template <typename T>
-bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias, T* y, T* sum_out,
-                   std::int64_t rows, std::int64_t cols, float epsilon, cudaStream_t stream) {
+bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
+                   std::int64_t cols, float epsilon, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
   if (cols % kVec != 0) return false;
   for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(residual),
                         static_cast<const void*>(scale), static_cast<const void*>(bias),
-                        static_cast<const void*>(y), static_cast<const void*>(sum_out)}) {
+                        static_cast<const void*>(y)}) {
     if (p != nullptr && !is_aligned(p, 16)) return false;
   }
   const std::int64_t vectors = cols / kVec;
@@ -190,19 +182,19 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
   // About two vectors per lane: ConvNeXt's rows of 96 channels (12 vectors) take 8 lanes, not a warp of which 20
   // lanes would idle.
   if (vectors <= 8) {
-    launch_group_rows<T, 4>(x, residual, scale, bias, y, sum_out, rows, v, epsilon, stream);
+    launch_group_rows<T, 4>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else if (vectors <= 16) {
-    launch_group_rows<T, 8>(x, residual, scale, bias, y, sum_out, rows, v, epsilon, stream);
+    launch_group_rows<T, 8>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else if (vectors <= 32) {
-    launch_group_rows<T, 16>(x, residual, scale, bias, y, sum_out, rows, v, epsilon, stream);
+    launch_group_rows<T, 16>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else if (vectors <= 32 * kMaxCachedVectors) {
-    launch_group_rows<T, 32>(x, residual, scale, bias, y, sum_out, rows, v, epsilon, stream);
+    launch_group_rows<T, 32>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else if (vectors <= 128 * kMaxCachedVectors) {
     layer_norm_cached_kernel<T, 128, 128><<<grid_for(rows, 1), 128, 0, stream>>>(
-        x, residual, scale, bias, y, sum_out, rows, v, epsilon);
+        x, residual, scale, bias, y, rows, v, epsilon);
   } else if (vectors <= 512 * kMaxCachedVectors) {
     layer_norm_cached_kernel<T, 512, 512><<<grid_for(rows, 1), 512, 0, stream>>>(
-        x, residual, scale, bias, y, sum_out, rows, v, epsilon);
+        x, residual, scale, bias, y, rows, v, epsilon);
   } else {
     return false;
   }
@@ -211,8 +203,8 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
 
 }  // namespace
 
-void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, void* sum,
-                DType dtype, std::int64_t rows, std::int64_t cols, float epsilon, void* stream) {
+void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
+                std::int64_t rows, std::int64_t cols, float epsilon, void* stream) {
   if (rows <= 0 || cols <= 0) return;
   dispatch_float(dtype, "layer_norm", [&](auto tag) {
     using T = decltype(tag);
@@ -221,15 +213,14 @@ void layer_norm(const void* x, const void* residual, const void* scale, const vo
     const auto* scales = static_cast<const T*>(scale);
     const auto* biases = static_cast<const T*>(bias);
     auto* ys = static_cast<T*>(y);
-    auto* sums = static_cast<T*>(sum);
-    if (launch_cached(xs, residuals, scales, biases, ys, sums, rows, cols, epsilon, as_stream(stream))) {
+    if (launch_cached(xs, residuals, scales, biases, ys, rows, cols, epsilon, as_stream(stream))) {
       // register-cached rows
     } else if (cols <= kWarpRowMaxCols) {
       layer_norm_kernel<T, 32, kThreads><<<grid_for(rows, kThreads / 32), kThreads, 0, as_stream(stream)>>>(
-          xs, residuals, scales, biases, ys, sums, rows, cols, epsilon);
+          xs, residuals, scales, biases, ys, rows, cols, epsilon);
     } else {
       layer_norm_kernel<T, kBlockGroup, kBlockGroup><<<grid_for(rows, 1), kBlockGroup, 0, as_stream(stream)>>>(
-          xs, residuals, scales, biases, ys, sums, rows, cols, epsilon);
+          xs, residuals, scales, biases, ys, rows, cols, epsilon);
     }
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   });

@@ -920,7 +920,6 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          Attributes a;
          a.set("axis", c.node.attrs.get_int("axis", -1));
          a.set("epsilon", c.node.attrs.get_float("epsilon", 1e-5));
-         if (!c.single_output()) a.set("return_sum", std::int64_t{1});  // output 1: x + residual
          return registry("layer_norm", {0, c.has(1) ? 1 : -1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1}, a);
        }},
       {"FusedElementwise",

@@ -19,11 +19,10 @@ std::vector<Tensor> inputs_of(const onnx_ref::OpContext& ctx, std::size_t count)
 }
 
 void run_registry_op(onnx_ref::OpContext& ctx, const std::string& op, std::vector<Tensor> inputs,
-                     const Attributes& attrs, std::size_t outputs = 1) {
+                     const Attributes& attrs) {
   std::vector<Tensor> out = ops::call(op, inputs, attrs);
-  XPURT_INTERNAL_ASSERT(out.size() == outputs, ctx.where(), ": registry op ", op, " returned ", out.size(),
-                        " outputs");
-  for (std::size_t i = 0; i < outputs; ++i) ctx.set_output(i, std::move(out[i]));
+  XPURT_INTERNAL_ASSERT(out.size() == 1, ctx.where(), ": registry op ", op, " returned ", out.size(), " outputs");
+  ctx.set_output(0, std::move(out[0]));
 }
 
 }  // namespace
@@ -82,9 +81,7 @@ void register_fused_ops(onnx_ref::Library& lib) {
   lib.add(kXpurtDomain, "LayerNormalization", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;
     attrs.set("axis", ctx.attr_int("axis", -1)).set("epsilon", ctx.attr_float("epsilon", 1e-5));
-    const bool sum = ctx.node().outputs.size() > 1 && !ctx.node().outputs[1].empty();  // output 1: x + residual
-    if (sum) attrs.set("return_sum", std::int64_t{1});
-    run_registry_op(ctx, "layer_norm", inputs_of(ctx, 4), attrs, sum ? 2 : 1);
+    run_registry_op(ctx, "layer_norm", inputs_of(ctx, 4), attrs);
   });
   lib.add(kXpurtDomain, "Attention", [](onnx_ref::OpContext& ctx) {
     Attributes attrs;

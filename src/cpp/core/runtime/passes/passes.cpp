@@ -38,10 +38,6 @@ const std::vector<PassInfo>& all_passes() {
       {"residual_layer_norm_fusion",
        "Add(a, b) read only by a fused LayerNormalization -> its residual input (one kernel: layer_norm(a + b))",
        residual_layer_norm_fusion},
-      {"pre_ln_residual_fusion",
-       "Add(a, b) read by a fused LayerNormalization and by later nodes (a pre-LN residual stream) -> the "
-       "LayerNormalization with the residual input, writing the sum as its second output",
-       pre_ln_residual_fusion},
       {"attention_fusion", "MatMul(Q, K^T) [scale] [+ mask] Softmax MatMul(., V) -> com.xpuruntime:Attention",
        attention_fusion},
       {"patch_embedding_gemm",

@@ -428,7 +428,11 @@ std::vector<std::string> strings_arg(const ProfileEvent& e, const std::string& k
                                                                               : std::vector<std::string>{};
 }
 
-bool has_ort_engine() { return EngineRegistry::global().find("onnxruntime") != nullptr; }
+// A build without ONNX Runtime still names the engine (a DeclaredEngine that says what to install).
+bool has_ort_engine() {
+  const Engine* ort = EngineRegistry::global().find("onnxruntime");
+  return ort != nullptr && ort->available(SessionOptions{});
+}
 
 std::string linear_relu_model() {
   return {reinterpret_cast<const char*>(test_models::kLinearReluModel), test_models::kLinearReluModelSize};

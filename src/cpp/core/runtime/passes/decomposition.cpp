@@ -44,17 +44,6 @@ Node with_axes(Graph& g, const std::string& op_type, const std::string& name, co
   return n;
 }
 
-Node make_node(Graph& g, const std::string& op_type, const std::string& name, std::vector<std::string> inputs,
-               std::vector<std::string> outputs, Attributes attrs = {}) {
-  Node n;
-  n.op_type = op_type;
-  n.name = g.unique_name(name);
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  n.attrs = std::move(attrs);
-  return n;
-}
-
 // A new value named after `hint`, of `dtype` and `shape` (recorded in g.types for the passes after this one).
 std::string new_value(Graph& g, const std::string& hint, DType dtype, const Ints& shape) {
   const std::string name = g.unique_name(hint);
@@ -70,12 +59,6 @@ std::int64_t product_of(const Ints& shape, std::size_t begin, std::size_t end) {
   std::int64_t n = 1;
   for (std::size_t k = begin; k < end; ++k) n *= shape[k];
   return n;
-}
-
-// `from` -> Reshape(shape) -> a new value (or `to` when given).
-Node reshape_node(Graph& g, const std::string& name, const std::string& from, const Ints& shape,
-                  const std::string& to) {
-  return make_node(g, "Reshape", name, {from, add_constant(g, name + "_shape", int64_tensor(shape))}, {to});
 }
 
 // Note [Normalizations onto layer_norm]: InstanceNormalization and GroupNormalization normalize each (sample,

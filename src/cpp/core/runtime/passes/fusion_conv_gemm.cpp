@@ -16,15 +16,6 @@ using namespace internal;  // NOLINT(google-build-using-namespace): the passes' 
 
 namespace {
 
-// The node reading `value` when it is the only reader and its op is `op_type` (ONNX domain).
-std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
-                                       const char* op_type) {
-  const auto& readers = uses.readers(value);
-  if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
-  if (!is_onnx(g.nodes[readers[0]], op_type)) return std::nullopt;
-  return readers[0];
-}
-
 // The other input of `add` (which reads `value`) when it is a residual: of `value`'s shape and of `dtype`, and the
 // sum of the same shape (no broadcast); "" otherwise.
 std::string residual_operand(const Graph& g, const Node& add, const std::string& value, DType dtype) {

@@ -40,10 +40,7 @@ class Matcher {
 
   // The only reader of `value` if it is an ONNX `op_type` node not taken yet.
   std::optional<std::size_t> sole_reader(const std::string& value, const char* op_type) const {
-    const auto& readers = uses_.readers(value);
-    if (readers.size() != 1 || !uses_.only_reader(value, readers[0]) || rw_.taken(readers[0])) return std::nullopt;
-    if (!is_onnx(g_.nodes[readers[0]], op_type)) return std::nullopt;
-    return readers[0];
+    return internal::sole_reader(g_, uses_, rw_, value, op_type);
   }
   // The producer of `value` when it is an ONNX `op_type` node whose output only `reader` reads.
   std::optional<std::size_t> sole_producer(const std::string& value, std::size_t reader, const char* op_type) const {

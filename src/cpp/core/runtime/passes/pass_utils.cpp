@@ -395,4 +395,28 @@ std::vector<std::int64_t> split_sizes(const Graph& g, const Node& n, std::int64_
   return sizes;
 }
 
+std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
+                                       const char* op_type) {
+  const auto& readers = uses.readers(value);
+  if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
+  if (!is_onnx(g.nodes[readers[0]], op_type)) return std::nullopt;
+  return readers[0];
+}
+
+Node make_node(Graph& g, const std::string& op_type, const std::string& name, std::vector<std::string> inputs,
+               std::vector<std::string> outputs, Attributes attrs) {
+  Node n;
+  n.op_type = op_type;
+  n.name = g.unique_name(name);
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+Node reshape_node(Graph& g, const std::string& name, const std::string& from, const std::vector<std::int64_t>& shape,
+                  const std::string& to) {
+  return make_node(g, "Reshape", name, {from, add_constant(g, name + "_shape", int64_tensor(shape))}, {to});
+}
+
 }  // namespace xpuruntime::passes::internal

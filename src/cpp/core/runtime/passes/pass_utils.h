@@ -114,6 +114,18 @@ class Rewriter {
   std::vector<std::string> notes_;
 };
 
+// The node reading `value` when it is the only reader (no other node, subgraph or graph output reads it), is the ONNX
+// op `op_type` and is not taken by `rw` yet.
+std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
+                                       const char* op_type);
+
+// A default-domain node of `op_type`, named after `name` (made unique in g).
+Node make_node(Graph& g, const std::string& op_type, const std::string& name, std::vector<std::string> inputs,
+               std::vector<std::string> outputs, Attributes attrs = {});
+// `from` -> Reshape(a new int64 constant `shape`) -> `to`.
+Node reshape_node(Graph& g, const std::string& name, const std::string& from, const std::vector<std::int64_t>& shape,
+                  const std::string& to);
+
 // "Conv 'c1'"
 std::string describe(const Node& n);
 

@@ -34,35 +34,6 @@ ValueType with_shape(const ValueType& t, const std::vector<Dim>& dims) {
   return out;
 }
 
-Node make(Graph& g, const std::string& op_type, const std::string& name, std::vector<std::string> inputs,
-          std::string output) {
-  Node n;
-  n.op_type = op_type;
-  n.name = g.unique_name(name);
-  n.inputs = std::move(inputs);
-  n.outputs = {std::move(output)};
-  return n;
-}
-
-Node reshape(Graph& g, const std::string& name, const std::string& from, const Ints& shape, const std::string& to) {
-  return make(g, "Reshape", name, {from, add_constant(g, name + "_shape", int64_tensor(shape))}, to);
-}
-
-Node transpose(Graph& g, const std::string& name, const std::string& from, const Ints& perm, const std::string& to) {
-  Node n = make(g, "Transpose", name, {from}, to);
-  n.attrs.set("perm", perm);
-  return n;
-}
-
-// The node reading `value` when it is the only reader, of ONNX op `op_type` and not taken yet.
-std::optional<std::size_t> sole_onnx_reader(const Graph& g, const Uses& uses, const Rewriter& rw,
-                                            const std::string& value, const char* op_type) {
-  const auto& readers = uses.readers(value);
-  if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
-  if (!is_onnx(g.nodes[readers[0]], op_type)) return std::nullopt;
-  return readers[0];
-}
-
 }  // namespace
 
 PassResult patch_embedding_gemm(Graph& g, const PassContext& /*ctx*/) {
@@ -94,11 +65,11 @@ PassResult patch_embedding_gemm(Graph& g, const PassContext& /*ctx*/) {
     // Look ahead: Reshape to [N, O, L] then Transpose [0, 2, 1] (flatten(2).transpose(1, 2)) -> the tokens.
     std::vector<std::size_t> pattern = {i};
     std::string tokens;
-    if (const auto r = sole_onnx_reader(g, uses, rw, conv.outputs[0], "Reshape")) {
+    if (const auto r = sole_reader(g, uses, rw, conv.outputs[0], "Reshape")) {
       const auto flat = value_type(g, g.nodes[*r].outputs[0]);
       if (flat && flat->has_shape && flat->shape.size() == 3 && same_dim(flat->shape[0], batch) &&
           flat->shape[1] == Dim(out_channels) && flat->shape[2] == Dim(patches)) {
-        if (const auto t = sole_onnx_reader(g, uses, rw, g.nodes[*r].outputs[0], "Transpose")) {
+        if (const auto t = sole_reader(g, uses, rw, g.nodes[*r].outputs[0], "Transpose")) {
           if (g.nodes[*t].attrs.get_ints("perm", {}) == Ints{0, 2, 1}) {
             pattern = {i, *r, *t};
             tokens = g.nodes[*t].outputs[0];
@@ -111,13 +82,14 @@ PassResult patch_embedding_gemm(Graph& g, const PassContext& /*ctx*/) {
     const std::string base = conv.name.empty() ? conv.outputs[0] : conv.name;
     const std::string split = g.unique_name(conv.inputs[0] + "_patches_6d");
     g.types[split] = with_shape(*x, {batch, Dim(channels), Dim(hp), Dim(p), Dim(wq), Dim(q)});
-    nodes.push_back(reshape(g, base + "_patch_view", conv.inputs[0], {0, channels, hp, p, wq, q}, split));
+    nodes.push_back(reshape_node(g, base + "_patch_view", conv.inputs[0], {0, channels, hp, p, wq, q}, split));
     const std::string moved = g.unique_name(conv.inputs[0] + "_patches_moved");
     g.types[moved] = with_shape(*x, {batch, Dim(hp), Dim(wq), Dim(channels), Dim(p), Dim(q)});
-    nodes.push_back(transpose(g, base + "_patch_gather", split, {0, 2, 4, 1, 3, 5}, moved));
+    nodes.push_back(make_node(g, "Transpose", base + "_patch_gather", {split}, {moved},
+                              Attributes().set("perm", Ints{0, 2, 4, 1, 3, 5})));
     const std::string rows = g.unique_name(conv.inputs[0] + "_patches");
     g.types[rows] = with_shape(*x, {batch, Dim(patches), Dim(k)});
-    nodes.push_back(reshape(g, base + "_patch_rows", moved, {0, patches, k}, rows));
+    nodes.push_back(reshape_node(g, base + "_patch_rows", moved, {0, patches, k}, rows));
 
     Tensor weight = w->contiguous();  // [O, C, p, q] is [O, C*p*q] row-major: weight_layout "nk"
     Tensor weight_2d = Tensor::empty({out_channels, k}, weight.dtype());
@@ -142,8 +114,9 @@ PassResult patch_embedding_gemm(Graph& g, const PassContext& /*ctx*/) {
       nodes.push_back(std::move(linear));
       const std::string grid = g.unique_name(conv.outputs[0] + "_nhwc");
       g.types[grid] = with_shape(*x, {batch, Dim(hp), Dim(wq), Dim(out_channels)});
-      nodes.push_back(reshape(g, base + "_grid", flat, {0, hp, wq, out_channels}, grid));
-      nodes.push_back(transpose(g, base + "_nchw", grid, {0, 3, 1, 2}, conv.outputs[0]));
+      nodes.push_back(reshape_node(g, base + "_grid", flat, {0, hp, wq, out_channels}, grid));
+      nodes.push_back(make_node(g, "Transpose", base + "_nchw", {grid}, {conv.outputs[0]},
+                                Attributes().set("perm", Ints{0, 3, 1, 2})));
       note += "patch Transpose + Linear + Transpose to NCHW";
     }
     rw.replace(pattern, std::move(nodes), note);

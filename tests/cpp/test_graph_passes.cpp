@@ -279,6 +279,82 @@ Tensor int64s(const std::vector<std::int64_t>& v) {
   return t;
 }
 
+// Note [Shapes without stand-ins]: Conv (1-, 2- and 3-D, pads, strides, dilations, auto_pad) and Split (sizes as an
+// input, as an attribute, equal parts, opset 18's uneven last part) get their output shapes from ONNX's formulas in
+// type inference; each must be the shape the reference library's run gives.
+TEST(GraphPasses, ConvAndSplitShapesFollowTheirFormulas) {
+  struct Case {
+    std::string op;
+    std::int64_t opset;
+    Shape x;
+    Shape w;  // Conv: the weight; Split: the sizes input (empty: none)
+    Attributes attrs;
+    int outputs = 1;
+  };
+  const auto attrs = [](std::vector<std::pair<std::string, std::vector<std::int64_t>>> ints, std::string auto_pad = "") {
+    Attributes a;
+    for (auto& [name, v] : ints) a.set(name, v);
+    if (!auto_pad.empty()) a.set("auto_pad", auto_pad);
+    return a;
+  };
+  Attributes split_attr;
+  split_attr.set("split", std::vector<std::int64_t>{2, 5});
+  split_attr.set("axis", std::int64_t{1});
+  Attributes last_axis;
+  last_axis.set("axis", std::int64_t{-1});
+  Attributes axis1;
+  axis1.set("axis", std::int64_t{1});
+  Attributes depthwise = attrs({{"strides", {2, 3}}}, "SAME_UPPER");
+  depthwise.set("group", std::int64_t{2});
+  const std::vector<Case> cases = {
+      {"Conv", 17, {2, 3, 31}, {5, 3, 3}, attrs({{"pads", {1, 1}}})},
+      {"Conv", 17, {1, 4, 30}, {6, 4, 4}, attrs({{"strides", {3}}, {"dilations", {2}}})},
+      {"Conv", 17, {3, 2, 11, 7}, {4, 2, 3, 2}, attrs({{"strides", {2, 1}}, {"pads", {0, 1, 2, 0}}})},
+      {"Conv", 17, {1, 2, 9, 10}, {4, 1, 3, 3}, depthwise},
+      {"Conv", 17, {1, 2, 9, 10}, {3, 2, 4, 2}, attrs({{"dilations", {2, 3}}}, "VALID")},
+      {"Conv", 17, {2, 2, 5, 6, 7}, {2, 2, 2, 3, 1}, attrs({{"strides", {1, 2, 3}}, {"pads", {1, 0, 0, 0, 1, 2}}})},
+      {"Split", 13, {2, 9, 4}, {4, 5}, axis1, 2},
+      {"Split", 11, {3, 7}, {}, split_attr, 2},
+      {"Split", 13, {6, 5}, {}, {}, 3},
+      {"Split", 18, {2, 3, 10}, {}, last_axis, 4},
+  };
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
+    SCOPED_TRACE(detail::str_cat(c.op, " case ", k));
+    Builder b;
+    b.g.opsets[""] = c.opset;
+    b.input("x", std::vector<Dim>(c.x.begin(), c.x.end()));
+    std::vector<std::string> outs;
+    for (int o = 0; o < c.outputs; ++o) outs.push_back("y" + std::to_string(o));
+    std::vector<Tensor> inputs = {random(c.x, 300 + static_cast<unsigned>(k))};
+    Node n = node(c.op, {"x"}, outs, c.attrs);
+    if (c.op == "Conv") {
+      b.constant("w", random(c.w, 400));
+      n.inputs.push_back("w");
+      inputs.push_back(random(c.w, 400));
+    } else if (!c.w.empty()) {
+      b.constant("sizes", int64s(c.w));
+      n.inputs.push_back("sizes");
+      inputs.push_back(int64s(c.w));
+    }
+    if (c.op == "Split" && c.opset >= 18) n.attrs.set("num_outputs", std::int64_t{c.outputs});
+    b.add(n);
+    Graph g = b.build(outs);
+    runtime::InferOptions options;
+    options.fold_constants = false;
+    runtime::infer_types(g, options);
+    const std::vector<Tensor> expected = onnx_ref::run_node(n, c.opset, inputs);
+    ASSERT_EQ(expected.size(), outs.size());
+    for (std::size_t o = 0; o < outs.size(); ++o) {
+      const ValueType* vt = g.type(outs[o]);
+      ASSERT_NE(vt, nullptr) << outs[o];
+      ASSERT_TRUE(vt->fully_known()) << outs[o];
+      EXPECT_EQ(vt->sizes(), expected[o].shape()) << outs[o];
+      EXPECT_EQ(vt->dtype, expected[o].dtype()) << outs[o];
+    }
+  }
+}
+
 TEST(GraphPasses, OpDecompositionSplitsIntoSlices) {
   for (const std::int64_t opset : {13, 18}) {
     Builder b;

@@ -78,6 +78,18 @@ void bind_session(py::module_& m) {
       .def_readonly("memory", &Explanation::memory)
       .def_readonly("segments", &Explanation::segments,
                     "The plan segments of the last run, one line each (segmented plans: docs/native_engine.md)")
+      .def_property_readonly("build", [](const Explanation& e) {
+        py::list out;
+        for (const auto& b : e.build) {
+          py::dict d;
+          d["phase"] = b.phase;
+          d["ms"] = b.ms;
+          out.append(d);
+        }
+        return out;
+      }, "Where session creation and each plan build went: dicts with phase and ms, in order (the native engine: "
+         "the ONNX import, then per plan its passes, kernel selection per backend, constants to the device, ...; "
+         "empty for other engines).")
       .def_property_readonly("memory_plan", [](const Explanation& e) -> py::object {
         if (e.memory_json.empty()) return py::none();
         return py::module_::import("json").attr("loads")(e.memory_json);

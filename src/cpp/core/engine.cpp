@@ -7,6 +7,7 @@
 #include "xpuruntime/inference_session.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "policy_serialization.h"
 #include "shape_str.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/onnx_import.h"
 #include "xpuruntime/profiler.h"
 
 namespace xpuruntime {
@@ -83,6 +85,9 @@ std::string Explanation::to_json() const {
   }
   tree["transfers"] = copies;
   tree["segments"] = segments;
+  nlohmann::json phases = nlohmann::json::array();
+  for (const auto& b : build) phases.push_back({{"phase", b.phase}, {"ms", b.ms}});
+  tree["build"] = phases;
   tree["memory_plan"] = memory_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(memory_json);
   return tree.dump();
 }
@@ -93,6 +98,13 @@ std::string Explanation::str() const {
   for (const auto& note : policy_notes) out += "policy: " + note + "\n";
   if (!memory.empty()) out += "memory: " + memory + "\n";
   for (const auto& segment : segments) out += segment + "\n";
+  // Phases under a millisecond are in build (and to_json), not in the text.
+  for (const auto& b : build) {
+    if (b.ms < 1.0) continue;
+    char ms[32];
+    std::snprintf(ms, sizeof(ms), "%.1f", b.ms);
+    out += "build: " + b.phase + " " + ms + " ms\n";
+  }
   for (const auto& t : transfers) {
     out += t.kind == "sync" ? "sync: " + t.reason + "\n"
                             : detail::str_cat("copy: ", t.value, " ", t.direction, " ", t.bytes, " B (", t.reason, ")\n");
@@ -164,9 +176,7 @@ std::vector<std::string> EngineRegistry::names() const {
 // ---- InferenceSession ----
 
 InferenceSession::InferenceSession(const std::string& model_path, SessionOptions options) : options_(std::move(options)) {
-  std::ifstream file(model_path, std::ios::binary);
-  if (!file) throw InvalidArgumentError(detail::str_cat("cannot open the model file '", model_path, "'"));
-  const std::string model((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string model = read_model_file(model_path);
   if (options_.model_dir.empty()) {
     const auto slash = model_path.find_last_of('/');
     options_.model_dir = slash == std::string::npos ? "." : slash == 0 ? "/" : model_path.substr(0, slash);

@@ -12,6 +12,7 @@
 // the same plan without searching again (Note [cuDNN conv plan record]).
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -238,18 +239,21 @@ std::vector<AlgoPerf> heuristic_ranking(cudnnHandle_t handle, const ConvDescript
 // Replaces each runnable entry's `memory` by the larger of it and what cudnnGetConvolutionForwardWorkspaceSize
 // says for that algorithm and math type (the heuristic's figure is an estimate), and marks an entry whose size
 // cuDNN cannot give as not supported. Leaves the descriptor's math type at `restore`.
+// One entry of refine_workspace; leaves the descriptor's math type at the entry's.
+void refine_entry(cudnnHandle_t handle, const ConvDescriptors& d, AlgoPerf& perf) {
+  if (perf.status != CUDNN_STATUS_SUCCESS) return;
+  XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), perf.mathType));
+  std::size_t bytes = 0;
+  if (d.workspace_size(handle, perf.algo, &bytes)) {
+    perf.memory = std::max(perf.memory, bytes);
+  } else {
+    perf.status = CUDNN_STATUS_NOT_SUPPORTED;
+  }
+}
+
 void refine_workspace(cudnnHandle_t handle, const ConvDescriptors& d, std::vector<AlgoPerf>& ranking,
                       cudnnMathType_t restore) {
-  for (AlgoPerf& perf : ranking) {
-    if (perf.status != CUDNN_STATUS_SUCCESS) continue;
-    XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), perf.mathType));
-    std::size_t bytes = 0;
-    if (d.workspace_size(handle, perf.algo, &bytes)) {
-      perf.memory = std::max(perf.memory, bytes);
-    } else {
-      perf.status = CUDNN_STATUS_NOT_SUPPORTED;
-    }
-  }
+  for (AlgoPerf& perf : ranking) refine_entry(handle, d, perf);
   XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), restore));
 }
 
@@ -323,13 +327,20 @@ std::string unusable_reason(const AlgoPerf& perf, const ConvShape& s, const Exec
   return {};
 }
 
-ConvChoice choose(const std::vector<AlgoPerf>& ranking, const ConvShape& s, const ExecutionPolicy& policy,
-                  std::size_t limit, bool search) {
+// `refine`, when given, is applied to each entry before it is judged (refine_workspace for one entry). A heuristic
+// choice (not `search`) stops judging once its pick is certain: the first usable entry, and with a bias but no ReLU
+// also the first usable IMPLICIT_PRECOMP_GEMM. Each workspace query builds a cuDNN plan, so refining every entry
+// had cost about a millisecond per convolution at session creation (Note [Build phases]).
+ConvChoice choose(std::vector<AlgoPerf>& ranking, const ConvShape& s, const ExecutionPolicy& policy,
+                  std::size_t limit, bool search, const std::function<void(AlgoPerf&)>& refine = {}) {
   const AlgoPerf* first = nullptr;
   const AlgoPerf* precomp = nullptr;
   int usable = 0;
   std::string rejected;
-  for (const AlgoPerf& perf : ranking) {
+  const bool wants_precomp = s.has_bias && !s.relu;
+  for (AlgoPerf& perf : ranking) {
+    if (!search && first != nullptr && (precomp != nullptr || !wants_precomp)) break;
+    if (refine && perf.status == CUDNN_STATUS_SUCCESS) refine(perf);
     const std::string why = unusable_reason(perf, s, policy, limit);
     if (!why.empty()) {
       rejected += detail::str_cat(rejected.empty() ? "" : "; ", algo_name(perf.algo), ": ", why);
@@ -610,10 +621,13 @@ class CudnnConvKernel final : public Kernel {
       choice = choice_from_record(record, handle, *descriptors, s, policy);
     } else {
       const std::size_t limit = cudnn::workspace_limit(policy);
+      const cudnnMathType_t requested = requested_math(s.dtype, policy.precision);
       std::vector<AlgoPerf> ranking = search_ ? timed_ranking(handle, *descriptors, s, desc.device, stream, limit)
                                               : heuristic_ranking(handle, *descriptors);
-      refine_workspace(handle, *descriptors, ranking, requested_math(s.dtype, policy.precision));
-      choice = choose(ranking, s, policy, limit, search_);
+      choice = choose(ranking, s, policy, limit, search_, [&](AlgoPerf& perf) {
+        refine_entry(handle, *descriptors, perf);
+        XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors->conv.get(), requested));
+      });
       XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors->conv.get(), choice.math));
     }
     return std::make_unique<ConvPlan>(s, std::move(descriptors), std::move(choice), device);

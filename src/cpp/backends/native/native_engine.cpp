@@ -80,8 +80,10 @@ struct TensorParallelRank {
 
 class NativeSession final : public EngineSession {
  public:
-  NativeSession(Graph graph, const SessionOptions& options, TensorParallelRank tp = {})
+  // `import_ms`: how long the ONNX import took (the first of explain().build's phases; Note [Build phases]).
+  NativeSession(Graph graph, const SessionOptions& options, TensorParallelRank tp = {}, double import_ms = 0)
       : graph_(std::move(graph)), options_(options) {
+    if (import_ms > 0) build_.push_back({"import", import_ms});
     for (const auto& in : graph_.inputs) inputs_.push_back(value_info(graph_, in));
     for (const auto& out : graph_.outputs) outputs_.push_back(value_info(graph_, out));
     for (const auto* infos : {&inputs_, &outputs_}) {
@@ -285,6 +287,10 @@ class NativeSession final : public EngineSession {
       }
     }
     e.options.push_back(detail::str_cat("precision=", precision_name(options_.exec_policy.precision)));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      e.build = build_;
+    }
     if (!plan) {
       e.options.push_back("no plan built yet (the first run builds one)");
       return e;
@@ -556,8 +562,12 @@ class NativeSession final : public EngineSession {
       auto it = plans_.find(key);
       if (it != plans_.end()) return it->second;
     }
+    const auto start = std::chrono::steady_clock::now();
     std::shared_ptr<const CapturePlan> plan = CapturePlan::build(graph_, shapes, plan_options_);
+    const double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::lock_guard<std::mutex> lock(mutex_);
+    for (const BuildPhase& phase : plan->build_phases()) build_.push_back({"plan " + key + ": " + phase.phase, phase.ms});
+    build_.push_back({"plan " + key + ": total", total});
     plans_[key] = plan;
     last_plan_ = plan;
     return plan;
@@ -606,6 +616,7 @@ class NativeSession final : public EngineSession {
   std::map<std::string, std::shared_ptr<const CapturePlan>> plans_;
   std::map<std::string, std::vector<std::unique_ptr<GraphExec>>> pools_;
   std::shared_ptr<const CapturePlan> last_plan_;
+  std::vector<BuildPhase> build_;  // the import and every plan build's phases, in order (under mutex_)
   std::string static_key_;  // static_shape: the input shapes of the first run
   std::vector<bool> last_feeds_on_device_;  // per input: the last run's feed was on the session's device
   bool optimized_model_written_ = false;  // under build_mutex_
@@ -885,9 +896,11 @@ class NativeEngine final : public Engine {
   std::unique_ptr<EngineSession> create(const std::string& model, const SessionOptions& options) const override {
     OnnxImportOptions import_options;
     import_options.model_dir = options.model_dir;
+    const auto start = std::chrono::steady_clock::now();
     Graph graph = import_onnx(model, import_options);
+    const double import_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (options.exec_policy.tensor_parallel > 1) return std::make_unique<TensorParallelSession>(graph, options);
-    return std::make_unique<NativeSession>(std::move(graph), options);
+    return std::make_unique<NativeSession>(std::move(graph), options, TensorParallelRank{}, import_ms);
   }
 };
 

@@ -1,9 +1,21 @@
 // CapturePlan::build: specialise, optimize, lower, dispatch and plan memory (see capture_plan.h).
+//
+// Note [Build phases]
+// Session creation is part of what a user waits for (a server's cold start, a notebook's first cell), so a plan
+// records where its build went: "prepare" (the graph copied and specialised), type inference and constant folding,
+// each graph pass (with its re-inference), the segment split, kernel selection per backend of the chosen kernels
+// (cuDNN's and cuBLASLt's heuristics, NVRTC compiling or loading generated kernels: Note [Generated kernels]),
+// the rest of lowering, lifetimes and memory plan, and the constants' copy to the device. The native session adds
+// the ONNX import and lists every plan's phases in explain().build, so the cost of a policy, a pass or a cold
+// codegen cache shows up where it is paid.
 #include "xpuruntime/capture_plan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -240,11 +252,33 @@ std::string CapturePlan::str() const {
   return os.str();
 }
 
+namespace {
+
+// The build phase a kernel selection of `backend` counts in: the first one in this process also pays the library's
+// loading and handle creation (Note [Build phases]), so it is a phase of its own.
+std::string first_use(const std::string& backend) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mutex);
+  return seen.insert(backend).second ? backend + ", first in this process" : backend;
+}
+
+}  // namespace
+
 std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
                                                       const std::vector<std::vector<std::int64_t>>& input_shapes,
                                                       const PlanOptions& options) {
   XPURT_CHECK(options.dispatcher != nullptr, "CapturePlan::build needs a dispatcher");
   std::shared_ptr<CapturePlan> plan(new CapturePlan());
+  // Note [Build phases]
+  auto t0 = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto mark = [&](const std::string& phase) {
+    plan->build_phases_.push_back({phase, since(t0)});
+    t0 = std::chrono::steady_clock::now();
+  };
   plan->device_ = options.device;
   plan->compute_float_ = options.compute_float;
   plan->memory_limit_ = options.memory_limit;
@@ -312,8 +346,11 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       return schema != nullptr && policy.resolve(op, schema->family).mode != RuleMode::kAuto;
     };
   }
-  plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes);
+  mark("prepare");
+  plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes, &plan->build_phases_);
+  t0 = std::chrono::steady_clock::now();
   plan->boundary_ = runtime::split_segments(g, options);  // Note [Segmented plans]
+  mark("segments");
 
   // ---- values ----
   std::unordered_map<std::string, int> id_of;
@@ -350,6 +387,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
   }
   std::vector<std::string> unsupported;
+  std::map<std::string, double> selection_ms;  // kernel selection time by the chosen kernel's backend
   std::unordered_set<std::string> defined(g.inputs.begin(), g.inputs.end());
   for (const auto& [name, t] : g.initializers) defined.insert(name);
   for (const Node& node : g.nodes) defined.insert(node.outputs.begin(), node.outputs.end());
@@ -439,8 +477,10 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
         for (int id : reg_inputs) {
           desc.inputs.push_back(id < 0 ? TensorDesc{} : desc_of(plan->values_[id].type, device));
         }
+        const auto selection_start = std::chrono::steady_clock::now();
         try {
           step.dispatch = options.dispatcher->select(desc);
+          selection_ms[first_use(step.dispatch->decision.backend)] += since(selection_start);
           step.desc = desc;
           for (std::size_t o = 0; o < step.outputs.size() && o < desc.outputs.size(); ++o) {
             if (step.outputs[o] < 0) continue;
@@ -451,6 +491,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
             for (auto d : desc.outputs[o].shape) out.type.shape.emplace_back(d);
           }
         } catch (const XpuRuntimeError& e) {
+          selection_ms["(none)"] += since(selection_start);
           if (device.is_cuda()) {
             fall_back(detail::str_cat("no kernel for ", desc.op, " here: ", e.what()));
           } else {
@@ -462,6 +503,15 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       fall_back(lowered.reason);
     }
     plan->steps_.push_back(std::move(step));
+  }
+  {
+    double selecting = 0;
+    for (const auto& [backend, ms] : selection_ms) {
+      plan->build_phases_.push_back({"kernel selection (" + backend + ")", ms});
+      selecting += ms;
+    }
+    mark("lowering");
+    plan->build_phases_.back().ms -= selecting;
   }
   if (!unsupported.empty()) {
     std::string list;
@@ -566,11 +616,14 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
                                            mib(static_cast<std::size_t>(options.memory_limit))));
   }
 
+  mark("lifetimes and memory plan");
+
   // ---- constants on the device ----
   if (device.is_cuda()) {
     for (PlanValue& v : plan->values_) {
       if (v.kind == PlanValue::Kind::kConstant) v.constant = v.constant.to(device);
     }
+    mark("constants to the device");
   }
   return plan;
 }

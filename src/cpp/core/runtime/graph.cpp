@@ -1,6 +1,7 @@
 // Graph IR: validation, topological sort and helpers (see graph.h).
 #include "xpuruntime/graph.h"
 
+#include <algorithm>
 #include <functional>
 #include <queue>
 #include <set>
@@ -209,15 +210,20 @@ std::unordered_map<std::string, std::size_t> Graph::producers() const {
 }
 
 std::string Graph::unique_name(const std::string& hint) const {
-  std::set<std::string> used(inputs.begin(), inputs.end());
-  for (const auto& [name, t] : initializers) used.insert(name);
-  for (const auto& [name, t] : types) used.insert(name);
-  for (const Node& n : nodes) {
-    used.insert(n.outputs.begin(), n.outputs.end());
-    used.insert(n.inputs.begin(), n.inputs.end());
-  }
+  // A scan per candidate, not a set of every name: the passes ask for names one rewrite at a time, and building
+  // that set each time made name-hungry passes quadratic (nhwc_layout took 100-150 ms on ResNet-50, Note [Build
+  // phases]). Usually the hint itself is free and one scan answers.
+  const auto used = [this](const std::string& name) {
+    if (initializers.count(name) != 0 || types.count(name) != 0) return true;
+    if (std::find(inputs.begin(), inputs.end(), name) != inputs.end()) return true;
+    for (const Node& n : nodes) {
+      if (std::find(n.outputs.begin(), n.outputs.end(), name) != n.outputs.end()) return true;
+      if (std::find(n.inputs.begin(), n.inputs.end(), name) != n.inputs.end()) return true;
+    }
+    return false;
+  };
   std::string candidate = hint;
-  for (int k = 1; used.count(candidate); ++k) candidate = hint + "_" + std::to_string(k);
+  for (int k = 1; used(candidate); ++k) candidate = hint + "_" + std::to_string(k);
   return candidate;
 }
 

@@ -60,6 +60,7 @@ struct XPURT_API PassResult {
   std::string pass;
   int rewrites = 0;
   std::vector<std::string> notes;
+  double ms = 0;  // wall time of the pass and of the type inference after it (run_passes)
 };
 
 struct XPURT_API PassInfo {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "xpuruntime/engine.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/kernel_registry.h"
 
@@ -35,9 +36,11 @@ struct InferOptions {
 XPURT_API int infer_types(Graph& g, const InferOptions& options);
 // Removes nodes whose outputs nobody reads; returns how many.
 int eliminate_dead_nodes(Graph& g);
-// Exported for the C++ pass tests on real exports. The whole pipeline: infer/fold, the graph passes (passes not in `disabled`), dead-node elimination. Returns one
-// note per pass that changed something ("constant_folding: 12 nodes folded", ...).
+// Exported for the C++ pass tests on real exports. The whole pipeline: infer/fold, the graph passes (passes not in
+// `disabled`), dead-node elimination. Returns one note per pass that changed something ("constant_folding: 12 nodes
+// folded", ...). `phases`, when given, gets each step's wall time (Note [Build phases] in capture_plan.cpp).
 XPURT_API std::vector<std::string> optimize(Graph& g, const InferOptions& options,
-                                             const std::set<std::string>& disabled);
+                                             const std::set<std::string>& disabled,
+                                             std::vector<BuildPhase>* phases = nullptr);
 
 }  // namespace xpuruntime::runtime

@@ -49,6 +49,7 @@
 
 #include "xpuruntime/device.h"
 #include "xpuruntime/dispatcher.h"
+#include "xpuruntime/engine.h"
 #include "xpuruntime/export.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/tensor.h"
@@ -198,6 +199,8 @@ class XPURT_API CapturePlan {
   // else why not.
   bool capturable(std::string* why = nullptr) const;
   const std::vector<std::string>& pass_notes() const { return pass_notes_; }
+  // Where the build went, phase by phase (Note [Build phases] in core/runtime/capture_plan.cpp).
+  const std::vector<BuildPhase>& build_phases() const { return build_phases_; }
   // The dispatcher that chose the kernels (dynamic steps dispatch through it when they run).
   const std::shared_ptr<Dispatcher>& dispatcher() const { return dispatcher_; }
   std::string str() const;  // the steps, one per line, with kernels and slots
@@ -217,6 +220,7 @@ class XPURT_API CapturePlan {
   DType compute_float_ = DType::kFloat32;
   std::uint64_t memory_limit_ = 0;
   std::vector<std::string> pass_notes_;
+  std::vector<BuildPhase> build_phases_;
   std::shared_ptr<Dispatcher> dispatcher_;
   std::shared_ptr<const SegmentBoundary> boundary_;
 };

@@ -87,6 +87,14 @@ struct XPURT_API TransferExplanation {
   std::string reason;     // why the engine makes it
 };
 
+// One phase of creating a session or of building one of its plans, with its wall time (Note [Build phases] in
+// core/runtime/capture_plan.cpp). The native engine names them "import" (ONNX -> graph) and "plan <shapes>:
+// <phase>" (passes, kernel selection per backend, constants to the device, ...).
+struct XPURT_API BuildPhase {
+  std::string phase;
+  double ms = 0;
+};
+
 struct XPURT_API Explanation {
   std::string engine;               // the engine that runs the session
   std::string engine_reason;        // why this engine
@@ -102,6 +110,8 @@ struct XPURT_API Explanation {
   // The native engine's plan segments, one line each, when the last run's plan was segmented at data-dependent
   // nodes (Note [Segmented plans]): steps, CUDA graph, memory, and where and why each segment ends.
   std::vector<std::string> segments;
+  // Where session creation and the plan builds since went, in order (engines that report it; else empty).
+  std::vector<BuildPhase> build;
   std::string to_json() const;       // one JSON object
   std::string str() const;           // a text report with a table of nodes
 };

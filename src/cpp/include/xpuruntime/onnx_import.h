@@ -30,6 +30,9 @@ struct XPURT_API OnnxImportOptions {
 XPURT_API Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});
 // Reads the file, then import_onnx with model_dir = the file's folder.
 XPURT_API Graph import_onnx_file(const std::string& path);
+// The bytes of the file at `path`, in one sized read. InvalidArgumentError "cannot open the model file ..." when it
+// cannot be opened or read.
+XPURT_API std::string read_model_file(const std::string& path);
 // Serializes `graph` as an ONNX ModelProto (initializers inline; com.xpuruntime nodes keep their domain).
 XPURT_API std::string export_onnx(const Graph& graph);
 // A serialized TensorProto -> CPU tensor (the ONNX test data's input_*.pb / output_*.pb).

@@ -1,6 +1,7 @@
 // The pass list and run_passes (see passes.h).
 #include "core/runtime/passes.h"
 
+#include <chrono>
 #include <string>
 
 #include "xpuruntime/exceptions.h"
@@ -83,9 +84,11 @@ std::vector<PassResult> run_passes(Graph& g, const PassContext& ctx, const std::
   std::vector<PassResult> results;
   for (const PassInfo& p : all_passes()) {
     if (disabled.count(p.name)) continue;
+    const auto t0 = std::chrono::steady_clock::now();
     PassResult r = p.run(g, ctx);
     r.pass = p.name;
     if (r.rewrites > 0 && ctx.infer_types) ctx.infer_types(g);
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     results.push_back(std::move(r));
   }
   g.validate();

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/cpp/core/half.h"
 #include "../../src/cpp/core/runtime/onnx_cpu_ops.h"
 #include "../../src/cpp/core/runtime/passes.h"
 #include "../../src/cpp/core/runtime/shape_inference.h"
@@ -999,6 +1000,53 @@ TEST(LinearEpilogueFusion, LayerScaleGoesIntoTheWeightsAndTheResidualIntoTheGemm
   for (const char* v : {"x", "h", "y"}) tiny_scale.types[v].dtype = DType::kFloat16;
   passes::linear_epilogue_fusion(tiny_scale, {});
   EXPECT_EQ(count(tiny_scale, "Mul"), 1);
+}
+
+// The scaled float16 weights are float_to_half(half_to_float(w) * gamma) for every element, in both weight layouts
+// and at sizes that are not multiples of the 8 halves the F16C path converts at once; a scale that would overflow
+// float16 leaves the Mul.
+TEST(LinearEpilogueFusion, ScaledHalfWeightsRoundOnceInBothLayoutsAtOddSizes) {
+  for (const bool kn : {false, true}) {
+    for (const auto& [k, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{13, 21}, {8, 16}, {5, 3}}) {
+      SCOPED_TRACE(detail::str_cat(kn ? "kn " : "nk ", k, "x", n));
+      const Tensor w = ops::cast(random(kn ? Shape{k, n} : Shape{n, k}, 70), DType::kFloat16);
+      const Tensor gamma = ops::cast(random({n}, 71, 0.25f, 3.0f), DType::kFloat16);
+      Builder h;
+      h.input("x", {2, k});
+      h.constant("w", w).constant("gamma", gamma);
+      Node linear = node("Linear", {"x", "w"}, {"h"}, Attributes().set("weight_layout", std::string(kn ? "kn" : "nk")));
+      linear.domain = kXpurtDomain;
+      h.add(linear).typed("h", {2, n});
+      h.add(node("Mul", {"h", "gamma"}, {"y"})).typed("y", {2, n});
+      Graph g = h.build({"y"});
+      for (const char* v : {"x", "h", "y"}) g.types[v].dtype = DType::kFloat16;
+      EXPECT_EQ(passes::linear_epilogue_fusion(g, {}).rewrites, 1);
+      ASSERT_EQ(count(g, "Mul"), 0);
+      const Tensor& scaled = g.initializers.at(g.nodes.at(0).inputs.at(1));
+      ASSERT_EQ(scaled.shape(), w.shape());
+      const auto* wb = static_cast<const std::uint16_t*>(w.data_ptr());
+      const auto* gb = static_cast<const std::uint16_t*>(gamma.data_ptr());
+      const auto* sb = static_cast<const std::uint16_t*>(scaled.data_ptr());
+      for (std::int64_t i = 0; i < w.numel(); ++i) {
+        const std::int64_t feature = kn ? i % n : i / k;
+        const float expected = detail::half_to_float(wb[i]) * detail::half_to_float(gb[feature]);
+        ASSERT_EQ(sb[i], detail::float_to_half(expected)) << "element " << i;
+      }
+    }
+  }
+  // 60000 * 2 overflows float16: no rewrite.
+  Builder h;
+  h.input("x", {2, 9});
+  Tensor big = ops::cast(random({11, 9}, 72, 59000.0f, 60000.0f), DType::kFloat16);
+  h.constant("w", big).constant("gamma", ops::cast(random({11}, 73, 1.9f, 2.0f), DType::kFloat16));
+  Node linear = node("Linear", {"x", "w"}, {"h"});
+  linear.domain = kXpurtDomain;
+  h.add(linear).typed("h", {2, 11});
+  h.add(node("Mul", {"h", "gamma"}, {"y"})).typed("y", {2, 11});
+  Graph g = h.build({"y"});
+  for (const char* v : {"x", "h", "y"}) g.types[v].dtype = DType::kFloat16;
+  EXPECT_EQ(passes::linear_epilogue_fusion(g, {}).rewrites, 0);
+  EXPECT_EQ(count(g, "Mul"), 1);
 }
 
 // ---- attention_fusion ----

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -559,4 +560,84 @@ TEST(Dispatcher, BestPerformanceTimesEachKernelsTacticsAndReplaysTheWinner) {
   EXPECT_EQ(decision.plan_record, "{\"tactic\":0}");
   EXPECT_EQ(counters.runs.load(), 1);
   std::remove(path.c_str());
+}
+
+// A kernel whose plan build takes 30 ms and records how many builds ran at once; it refuses to build for inputs
+// with 5 rows (a library finding no algorithm, Note [Build failures]).
+class SlowBuildKernel final : public Kernel {
+ public:
+  SlowBuildKernel() : Kernel(KernelInfo{"relu", "slow_build", "test", DeviceType::kCPU, true, "test kernel"}) {}
+  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,
+                                    const std::string&) const override {
+    const int now = ++building;
+    int seen = most.load();
+    while (now > seen && !most.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    --building;
+    ++builds;
+    if (desc.inputs[0].shape[0] == 5) throw UnsupportedOperationError("no algorithm for 5 rows");
+    return std::make_unique<Plan>();
+  }
+  mutable std::atomic<int> building{0}, most{0}, builds{0};
+
+ private:
+  class Plan final : public KernelPlan {
+   public:
+    void run(const KernelLaunch&) const override {}
+    std::string describe() const override { return "slow build plan"; }
+  };
+};
+
+// Note [Parallel kernel selection]: threads deciding different signatures build at once; a thread asking for a
+// signature another thread is deciding waits and gets the same dispatch (one build per signature); a failed
+// decision reaches every waiting thread and is not cached; decisions() lists them in the order first asked for.
+TEST(Dispatcher, ThreadsDecideDistinctSignaturesAtOnceAndShareTheirDecisions) {
+  KernelRegistry registry;
+  register_ops(registry);
+  auto owned = std::make_unique<SlowBuildKernel>();
+  const SlowBuildKernel* kernel = owned.get();
+  registry.add_kernel(std::move(owned));
+  Dispatcher d(KernelPolicy(), ExecutionPolicy(), nullptr, &registry, Dispatcher::Options{});
+  const std::vector<std::int64_t> rows = {1, 2, 3, 4, 5};
+  std::vector<std::shared_ptr<const Dispatch>> got(rows.size() * 2);
+  std::vector<std::string> errors(rows.size() * 2);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < got.size(); ++t) {
+    threads.emplace_back([&, t] {
+      OpDescriptor desc;
+      desc.op = "relu";
+      desc.device = Device::cpu();
+      desc.inputs.push_back(TensorDesc::contiguous({rows[t % rows.size()], 3}, DType::kFloat32, Device::cpu()));
+      try {
+        got[t] = d.select(desc);
+      } catch (const UnsupportedOperationError& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_GE(kernel->most.load(), 2);  // builds overlapped
+  EXPECT_LE(kernel->builds.load(), 6);  // 4 good signatures once each; the failing one once or twice
+  for (std::size_t t = 0; t < got.size(); ++t) {
+    if (rows[t % rows.size()] == 5) {
+      EXPECT_EQ(got[t], nullptr);
+      EXPECT_NE(errors[t].find("no algorithm for 5 rows"), std::string::npos) << errors[t];
+      continue;
+    }
+    ASSERT_NE(got[t], nullptr) << errors[t];
+    EXPECT_EQ(got[t], got[t % rows.size() == t ? t + rows.size() : t - rows.size()]);  // one dispatch per signature
+  }
+  std::set<std::string> listed;
+  for (const Decision& decision : d.decisions()) listed.insert(decision.signature);
+  EXPECT_EQ(listed.size(), 4u);
+  // The failure was not cached: asking again builds again.
+  const int before = kernel->builds.load();
+  OpDescriptor desc;
+  desc.op = "relu";
+  desc.device = Device::cpu();
+  desc.inputs.push_back(TensorDesc::contiguous({5, 3}, DType::kFloat32, Device::cpu()));
+  XPURT_EXPECT_THROW_WITH(d.select(desc), UnsupportedOperationError, "no algorithm for 5 rows");
+  EXPECT_EQ(kernel->builds.load(), before + 1);
 }

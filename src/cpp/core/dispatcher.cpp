@@ -20,7 +20,9 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
+#include <mutex>
 #include <random>
 
 #include "half.h"
@@ -289,18 +291,54 @@ Dispatcher::Dispatcher(KernelPolicy kernel_policy, ExecutionPolicy exec_policy, 
               "Dispatcher options: autotune_iterations must be >= 1 and autotune_warmup >= 0");
 }
 
-std::shared_ptr<const Dispatch> Dispatcher::select(OpDescriptor& desc) {
+void Dispatcher::prepare(OpDescriptor& desc) const {
   desc.precision = exec_policy_.precision;
   desc.deterministic = exec_policy_.deterministic;
   registry_->infer(desc);
+}
+
+std::shared_ptr<const Dispatch> Dispatcher::select(OpDescriptor& desc) {
+  prepare(desc);
   const std::string signature = desc.signature();
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = dispatches_.find(signature);
-  if (it != dispatches_.end()) return it->second;
-  std::shared_ptr<const Dispatch> dispatch = decide(desc);
-  dispatches_.emplace(signature, dispatch);
-  order_.push_back(signature);
+  std::promise<std::shared_ptr<const Dispatch>> promise;
+  std::shared_future<std::shared_ptr<const Dispatch>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = dispatches_.find(signature);
+    if (it != dispatches_.end()) return it->second;
+    const auto flight = in_flight_.find(signature);
+    if (flight != in_flight_.end()) {
+      pending = flight->second;
+    } else {
+      in_flight_.emplace(signature, promise.get_future().share());
+      order_.push_back(signature);
+    }
+  }
+  if (pending.valid()) return pending.get();  // another thread decides it (its error is rethrown here)
+  std::shared_ptr<const Dispatch> dispatch;
+  try {
+    dispatch = decide(desc);
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      in_flight_.erase(signature);
+      order_.erase(std::find(order_.begin(), order_.end(), signature));
+    }
+    promise.set_exception(std::current_exception());
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dispatches_.emplace(signature, dispatch);
+    in_flight_.erase(signature);
+  }
+  promise.set_value(dispatch);
   return dispatch;
+}
+
+std::mutex& gpu_timing_mutex() {
+  static auto* mutex = new std::mutex();  // never destroyed: usable from static destructors
+  return *mutex;
 }
 
 std::vector<CandidateReport> Dispatcher::evaluate(const OpDescriptor& desc) const {
@@ -603,6 +641,7 @@ double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& de
   const StreamView stream = desc.device.is_cuda() ? StreamManager::instance().current_stream(desc.device) : StreamView();
   std::vector<Tensor> outputs;
   for (const auto& output : desc.outputs) outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device, &stream));
+  std::lock_guard<std::mutex> timing(gpu_timing_mutex());
   for (int i = 0; i < options_.autotune_warmup; ++i) plan.execute(desc, inputs, outputs, stream);
   std::vector<double> times;
   if (desc.device.is_cuda()) {
@@ -672,7 +711,10 @@ void Dispatcher::run_into(const std::string& op, const std::vector<Tensor>& inpu
 std::vector<Decision> Dispatcher::decisions() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Decision> out;
-  for (const auto& signature : order_) out.push_back(dispatches_.at(signature)->decision);
+  for (const auto& signature : order_) {
+    const auto it = dispatches_.find(signature);
+    if (it != dispatches_.end()) out.push_back(it->second->decision);  // else still being decided
+  }
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 
 #include "core/conv_layout.h"
 #include "cudnn_utils.h"
+#include "xpuruntime/dispatcher.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/memory_manager.h"
 #include "xpuruntime/stream_manager.h"
@@ -289,6 +291,7 @@ std::vector<AlgoPerf> timed_ranking(cudnnHandle_t handle, const ConvDescriptors&
   XPURT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
   std::vector<AlgoPerf> perfs(static_cast<std::size_t>(std::max(max_count, 1)));
   int returned = 0;
+  std::lock_guard<std::mutex> timing(gpu_timing_mutex());  // Note [Parallel kernel selection]
   XPURT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
       handle, d.x.get(), x.get(), d.w.get(), w.get(), d.conv.get(), d.y.get(), y.get(),
       static_cast<int>(perfs.size()), &returned, perfs.data(), workspace.get(), offered));

@@ -11,12 +11,15 @@
 #include "xpuruntime/capture_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -386,12 +389,54 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     const DeviceInfo info = DeviceManager::instance().get_device_info(device);
     compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
   }
-  std::vector<std::string> unsupported;
-  std::map<std::string, double> selection_ms;  // kernel selection time by the chosen kernel's backend
+  std::vector<std::pair<std::size_t, std::string>> unsupported;  // (step, why), listed in step order
   std::unordered_set<std::string> defined(g.inputs.begin(), g.inputs.end());
   for (const auto& [name, t] : g.initializers) defined.insert(name);
   for (const Node& node : g.nodes) defined.insert(node.outputs.begin(), node.outputs.end());
-  for (const Node& node : g.nodes) {
+  // Step `index` (node `node`) runs in the reference library instead, or the plan is refused on CUDA.
+  const auto fall_back = [&](std::size_t index, PlanStep& step, const Node& node, std::int64_t opset,
+                             const std::string& reason) {
+    step.kind = PlanStep::Kind::kReference;
+    step.reason = reason;
+    step.dispatch.reset();
+    step.reference_node = std::make_shared<const Node>(node);
+    step.opset = opset;
+    for (const auto& [attr, sub] : node.graph_attrs) {
+      if (!sub) continue;
+      for (const std::string& name : onnx_ref::outer_names(*sub)) {
+        const bool listed = std::find(step.implicit_inputs.begin(), step.implicit_inputs.end(), name) !=
+                            step.implicit_inputs.end();
+        if (!defined.count(name) || listed) continue;
+        step.implicit_inputs.push_back(name);
+        step.inputs.push_back(value_id(name));
+      }
+    }
+    if (device.is_cuda() && !options.cpu_fallback) {
+      unsupported.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
+      return;
+    }
+    // On CUDA (Note [Mixed execution]) the node runs on the host between copies; the plan is then not capturable.
+    step.on_host = device.is_cuda();
+    if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
+      unsupported.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
+                                                      ", and the reference library has no ", node.op_type));
+    }
+  };
+  const auto no_kernel = [&](const OpDescriptor& desc, const std::string& what) {
+    return device.is_cuda() ? detail::str_cat("no kernel for ", desc.op, " here: ", what)
+                            : detail::str_cat("registry op ", desc.op, " cannot take it: ", what);
+  };
+  struct Selection {
+    std::size_t step;
+    std::int64_t opset;
+    OpDescriptor desc;
+    std::shared_ptr<const Dispatch> dispatch;
+    std::exception_ptr error;
+    double ms = 0;
+  };
+  std::vector<Selection> selections;
+  for (std::size_t index = 0; index < g.nodes.size(); ++index) {
+    const Node& node = g.nodes[index];
     PlanStep step;
     step.node = node.name;
     step.op_type = node.domain == kXpurtDomain ? "xpuruntime:" + node.op_type
@@ -408,33 +453,6 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     runtime::Lowered lowered = runtime::lower_node(node, opset, types, constants);
     for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
     for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
-
-    auto fall_back = [&](const std::string& reason) {
-      step.kind = PlanStep::Kind::kReference;
-      step.reason = reason;
-      step.reference_node = std::make_shared<const Node>(node);
-      step.opset = opset;
-      for (const auto& [attr, sub] : node.graph_attrs) {
-        if (!sub) continue;
-        for (const std::string& name : onnx_ref::outer_names(*sub)) {
-          const bool listed = std::find(step.implicit_inputs.begin(), step.implicit_inputs.end(), name) !=
-                              step.implicit_inputs.end();
-          if (!defined.count(name) || listed) continue;
-          step.implicit_inputs.push_back(name);
-          step.inputs.push_back(value_id(name));
-        }
-      }
-      if (device.is_cuda() && !options.cpu_fallback) {
-        unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
-        return;
-      }
-      // On CUDA (Note [Mixed execution]) the node runs on the host between copies; the plan is then not capturable.
-      step.on_host = device.is_cuda();
-      if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
-        unsupported.push_back(detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
-                                              ", and the reference library has no ", node.op_type));
-      }
-    };
 
     if (lowered.kind == runtime::Lowered::Kind::kView) {
       step.kind = PlanStep::Kind::kView;
@@ -460,7 +478,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       }
       if (!all_known) {
         if (device.is_cuda()) {
-          fall_back("input shapes are known only at run time");
+          fall_back(index, step, node, opset, "input shapes are known only at run time");
         } else {
           step.dynamic = true;
           // The reference library runs it when the registry op refuses what the run gives (graph_exec.cpp).
@@ -477,11 +495,9 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
         for (int id : reg_inputs) {
           desc.inputs.push_back(id < 0 ? TensorDesc{} : desc_of(plan->values_[id].type, device));
         }
-        const auto selection_start = std::chrono::steady_clock::now();
+        // The outputs' types now (later steps read them); the kernel below (Note [Parallel kernel selection]).
         try {
-          step.dispatch = options.dispatcher->select(desc);
-          selection_ms[first_use(step.dispatch->decision.backend)] += since(selection_start);
-          step.desc = desc;
+          options.dispatcher->prepare(desc);
           for (std::size_t o = 0; o < step.outputs.size() && o < desc.outputs.size(); ++o) {
             if (step.outputs[o] < 0) continue;
             PlanValue& out = plan->values_[step.outputs[o]];
@@ -490,32 +506,83 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
             out.type.shape.clear();
             for (auto d : desc.outputs[o].shape) out.type.shape.emplace_back(d);
           }
+          selections.push_back({index, opset, std::move(desc), nullptr, nullptr, 0});
         } catch (const XpuRuntimeError& e) {
-          selection_ms["(none)"] += since(selection_start);
-          if (device.is_cuda()) {
-            fall_back(detail::str_cat("no kernel for ", desc.op, " here: ", e.what()));
-          } else {
-            fall_back(detail::str_cat("registry op ", desc.op, " cannot take it: ", e.what()));
-          }
+          fall_back(index, step, node, opset, no_kernel(desc, e.what()));
         }
       }
     } else {
-      fall_back(lowered.reason);
+      fall_back(index, step, node, opset, lowered.reason);
     }
     plan->steps_.push_back(std::move(step));
   }
+  mark("lowering");
+
+  // Note [Parallel kernel selection]
+  // Choosing a kernel is mostly the libraries' host work: cuDNN's heuristic ranking and workspace queries, cuBLASLt's
+  // algorithm heuristic, NVRTC loading or compiling a generated kernel. It took 60-90% of the plan builds of the
+  // suite's CNNs (Note [Build phases]), one node after another. The nodes' descriptors are known once the loop above
+  // has inferred every output, so the kernels are chosen on up to 8 threads (a CUDA plan; a CPU plan's choices are
+  // cheap and stay on this thread): the Dispatcher decides distinct signatures at once (a thread asking for one
+  // that another decides waits for it), the libraries' handles are per thread (Note [Per-thread handle pools]),
+  // and whatever times kernels on the GPU holds gpu_timing_mutex(), so timings never overlap. The choices do not
+  // depend on the order: each is a function of its descriptor, the policies and the autotune cache.
   {
-    double selecting = 0;
-    for (const auto& [backend, ms] : selection_ms) {
-      plan->build_phases_.push_back({"kernel selection (" + backend + ")", ms});
-      selecting += ms;
+    const auto work = [&](std::atomic<std::size_t>& next) {
+      for (std::size_t i = next++; i < selections.size(); i = next++) {
+        Selection& sel = selections[i];
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          sel.dispatch = options.dispatcher->select(sel.desc);
+        } catch (...) {
+          sel.error = std::current_exception();
+        }
+        sel.ms = since(start);
+      }
+    };
+    const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+    const std::size_t threads =
+        device.is_cuda() ? std::min<std::size_t>({std::size_t{8}, std::size_t{hardware}, selections.size()}) : 1;
+    std::atomic<std::size_t> next{0};
+    if (threads <= 1) {
+      work(next);
+    } else {
+      std::vector<std::thread> pool;
+      for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work, std::ref(next));
+      for (std::thread& t : pool) t.join();
     }
-    mark("lowering");
-    plan->build_phases_.back().ms -= selecting;
+    mark(threads > 1 ? detail::str_cat("kernel selection (", threads, " threads)") : std::string("kernel selection"));
+    std::map<std::string, double> selection_ms;  // per backend of the chosen kernels, summed over the threads
+    for (Selection& sel : selections) {
+      PlanStep& step = plan->steps_[sel.step];
+      if (sel.error) {
+        selection_ms["(none)"] += sel.ms;
+        try {
+          std::rethrow_exception(sel.error);
+        } catch (const XpuRuntimeError& e) {
+          fall_back(sel.step, step, g.nodes[sel.step], sel.opset, no_kernel(sel.desc, e.what()));
+        }
+        continue;
+      }
+      selection_ms[first_use(sel.dispatch->decision.backend)] += sel.ms;
+      step.dispatch = std::move(sel.dispatch);
+      step.desc = std::move(sel.desc);
+    }
+    if (threads > 1) {
+      for (const auto& [backend, ms] : selection_ms) {
+        plan->build_phases_.push_back({"kernel selection (" + backend + "), thread time", ms});
+      }
+    } else {
+      plan->build_phases_.pop_back();  // on one thread the per-backend split says it all
+      for (const auto& [backend, ms] : selection_ms) {
+        plan->build_phases_.push_back({"kernel selection (" + backend + ")", ms});
+      }
+    }
   }
+  std::sort(unsupported.begin(), unsupported.end());
   if (!unsupported.empty()) {
     std::string list;
-    for (const auto& u : unsupported) list += "\n  " + u;
+    for (const auto& [index, why] : unsupported) list += "\n  " + why;
     throw UnsupportedOperationError(detail::str_cat(
         "the native engine cannot run ", unsupported.size(), " node(s) of this model on ", device.str(), ":", list,
         device.is_cuda() && !options.cpu_fallback

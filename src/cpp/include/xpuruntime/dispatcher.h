@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -102,8 +103,12 @@ class XPURT_API Dispatcher {
 
   // Fills the policy bits of `desc`, validates it, infers the outputs, and returns the (cached) dispatch for
   // its signature. Throws UnsupportedOperationError (pinned kernel cannot run it, or no kernel can) with
-  // every candidate's reason.
+  // every candidate's reason. Thread-safe: threads deciding different signatures build their plans at once (Note
+  // [Parallel kernel selection] in core/runtime/capture_plan.cpp); a thread asking for a signature another is
+  // deciding waits for that decision.
   std::shared_ptr<const Dispatch> select(OpDescriptor& desc);
+  // The first half of select: the policy bits, validation and the outputs' inference, without deciding.
+  void prepare(OpDescriptor& desc) const;
 
   // select + allocate outputs (on `stream`) and workspace + run. `decision` (optional) receives a copy.
   std::vector<Tensor> run(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
@@ -140,8 +145,14 @@ class XPURT_API Dispatcher {
   Options options_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const Dispatch>> dispatches_;
-  std::vector<std::string> order_;
+  // Signatures being decided, by the thread that decides them (select's other callers wait on the future).
+  std::map<std::string, std::shared_future<std::shared_ptr<const Dispatch>>> in_flight_;
+  std::vector<std::string> order_;  // signatures in the order they were first asked for
 };
+
+// Held while anything times kernels on a GPU (autotuning, cuDNN's algorithm search), so that plans built at once
+// on several threads (Note [Parallel kernel selection]) never time against each other.
+XPURT_API std::mutex& gpu_timing_mutex();
 
 // Fills `desc.device`, compute capability, precision and determinism from the inputs and `policy`.
 XPURT_API OpDescriptor make_op_descriptor(const std::string& op, const std::vector<Tensor>& inputs,

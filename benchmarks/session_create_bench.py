@@ -1,6 +1,6 @@
 """Build cost of the real-model suite (issue 19, "Build cost"): session creation and the first run, each in a fresh
-process, for xpuruntime's native engine (first process with an empty codegen cache, then a second process with the
-cache the first one filled) and ONNX Runtime's CUDA EP (benchmarks/ort_direct_bench), on the suite's full-size
+process, for xpuruntime's native engine (first process with an empty build cache, then a second process with the
+cache the first one filled: generated kernels and kernel decisions, XPURT_CODEGEN_CACHE) and ONNX Runtime's CUDA EP (benchmarks/ort_direct_bench), on the suite's full-size
 float16 dynamo exports (exported when missing, as benchmarks/model_suite_bench.py does).
 
 Each native process initialises CUDA before its clock starts (ONNX Runtime's figure likewise starts after its

@@ -641,3 +641,90 @@ TEST(Dispatcher, ThreadsDecideDistinctSignaturesAtOnceAndShareTheirDecisions) {
   XPURT_EXPECT_THROW_WITH(d.select(desc), UnsupportedOperationError, "no algorithm for 5 rows");
   EXPECT_EQ(kernel->builds.load(), before + 1);
 }
+
+// A kernel whose plans keep the record they were built from and that refuses records saying "stale" (a library
+// that no longer has the recorded algorithm).
+class RecordKernel final : public Kernel {
+ public:
+  RecordKernel() : Kernel(KernelInfo{"relu", "recorded", "test", DeviceType::kCPU, true, "test kernel"}) {}
+  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&,
+                                    const std::string& record) const override {
+    records.push_back(record);
+    if (record.find("stale") != std::string::npos) throw UnsupportedOperationError("no such algorithm here");
+    return std::make_unique<Plan>(record.empty() ? std::string("{\"algo\":\"fresh\"}") : record);
+  }
+  mutable std::vector<std::string> records;
+
+ private:
+  class Plan final : public KernelPlan {
+   public:
+    explicit Plan(std::string record) : record_(std::move(record)) {}
+    void run(const KernelLaunch&) const override {}
+    std::string record() const override { return record_; }
+    std::string describe() const override { return "recorded plan " + record_; }
+
+   private:
+    std::string record_;
+  };
+};
+
+// Note [Build cache]: with Options::build_cache the autotune cache re-creates the plan of the kernel the rule picks
+// from its record, a first-supported rule still picks by priority (and says so), a record the kernel refuses is
+// built afresh, and new decisions are stored.
+TEST(Dispatcher, ABuildCacheReplaysPlansButNotChoicesAndSurvivesStaleRecords) {
+  KernelRegistry registry;
+  register_ops(registry);
+  auto owned = std::make_unique<RecordKernel>();
+  const RecordKernel* kernel = owned.get();
+  registry.add_kernel(std::move(owned));
+  Counters other;
+  registry.add_kernel(std::make_unique<TestKernel>("other", 0, true, true, &other));
+  const auto descriptor = [](std::int64_t rows) {
+    OpDescriptor desc;
+    desc.op = "relu";
+    desc.device = Device::cpu();
+    desc.inputs.push_back(TensorDesc::contiguous({rows, 3}, DType::kFloat32, Device::cpu()));
+    desc.precision = Precision::kFP32;
+    return desc;
+  };
+  auto cache = std::make_shared<AutotuneCache>();
+  cache->store(AutotuneCache::key(descriptor(1)), {"recorded", "{\"algo\":\"cached\"}", {}});
+  cache->store(AutotuneCache::key(descriptor(2)), {"recorded", "{\"algo\":\"stale\"}", {}});
+  cache->store(AutotuneCache::key(descriptor(3)), {"other", "{\"algo\":7}", {}});
+  Dispatcher::Options options;
+  options.build_cache = true;
+  Dispatcher d(KernelPolicy(), ExecutionPolicy(), cache, &registry, options);
+
+  OpDescriptor one = descriptor(1);
+  auto replayed = d.select(one);
+  EXPECT_EQ(replayed->decision.kernel, "recorded");
+  EXPECT_EQ(replayed->decision.rule, "first-supported");
+  EXPECT_EQ(replayed->decision.plan_record, "{\"algo\":\"cached\"}");
+
+  OpDescriptor two = descriptor(2);
+  auto rebuilt = d.select(two);  // the stale record is refused, then built afresh: no error
+  EXPECT_EQ(rebuilt->decision.plan_record, "{\"algo\":\"fresh\"}");
+  ASSERT_GE(kernel->records.size(), 3u);
+  EXPECT_EQ(kernel->records[kernel->records.size() - 2], "{\"algo\":\"stale\"}");
+  EXPECT_EQ(kernel->records.back(), "");
+
+  OpDescriptor three = descriptor(3);  // the cache names another kernel: priority still picks "recorded"
+  auto by_priority = d.select(three);
+  EXPECT_EQ(by_priority->decision.kernel, "recorded");
+  EXPECT_EQ(by_priority->decision.rule, "first-supported");
+  EXPECT_EQ(other.builds.load(), 0);
+
+  OpDescriptor four = descriptor(4);  // a new decision goes into the cache
+  d.select(four);
+  AutotuneCache::Entry stored;
+  ASSERT_TRUE(cache->lookup(AutotuneCache::key(descriptor(4)), &stored));
+  EXPECT_EQ(stored.kernel, "recorded");
+  EXPECT_EQ(stored.plan_record, "{\"algo\":\"fresh\"}");
+
+  // Without build_cache the same stale record is an error naming the cache (a lock file must replay exactly).
+  Dispatcher strict(KernelPolicy(), ExecutionPolicy(), cache, &registry, Dispatcher::Options{});
+  OpDescriptor again = descriptor(2);
+  cache->store(AutotuneCache::key(descriptor(2)), {"recorded", "{\"algo\":\"stale\"}", {}});
+  XPURT_EXPECT_THROW_WITH(strict.select(again), UnsupportedOperationError, "cannot be re-created");
+}

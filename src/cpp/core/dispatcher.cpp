@@ -509,7 +509,9 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
         break;
       }
       case RuleMode::kAuto: {
-        if (have_cached && kernel_named(cached.kernel) != nullptr && is_supported(decision.candidates, cached.kernel)) {
+        const bool replay_choice = !options_.build_cache || rule.strategy != AutoSelectStrategy::kFirstSupported;
+        if (have_cached && replay_choice && kernel_named(cached.kernel) != nullptr &&
+            is_supported(decision.candidates, cached.kernel)) {
           winner = kernel_named(cached.kernel);
           decision.rule = "autotune-cache";
           decision.reason = "replayed from the autotune cache";
@@ -595,7 +597,13 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
       std::string record;
       if (have_cached && cached.kernel == winner->name()) record = cached.plan_record;
       try {
-        dispatch->plan = winner->build(desc, exec_policy_, record);
+        try {
+          dispatch->plan = winner->build(desc, exec_policy_, record);
+        } catch (const UnsupportedOperationError&) {
+          if (record.empty() || !options_.build_cache) throw;
+          record.clear();  // a stale build-cache entry: build afresh
+          dispatch->plan = winner->build(desc, exec_policy_, record);
+        }
       } catch (const UnsupportedOperationError& e) {
         if (record.empty() && rule.mode != RuleMode::kPinned) {
           mark_build_failed(winner->name(), e);

@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cache_dir.h"
 #include "core/cuda_utils.h"
 #include "core/fused_elementwise.h"
 #include "core/shape_str.h"
@@ -160,16 +161,7 @@ void check_driver(CUresult status, const char* call) {
 
 // ---- compiling, with the process and disk caches ----
 
-std::filesystem::path cache_dir() {
-  if (const char* dir = std::getenv("XPURT_CODEGEN_CACHE"); dir != nullptr && *dir != '\0') return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return std::filesystem::path(xdg) / "xpuruntime" / "codegen";
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    return std::filesystem::path(home) / ".cache" / "xpuruntime" / "codegen";
-  }
-  return {};
-}
+std::filesystem::path cache_dir() { return detail::build_cache_dir(); }
 
 struct Compiled {
   CUfunction function = nullptr;

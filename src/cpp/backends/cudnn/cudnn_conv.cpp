@@ -443,7 +443,13 @@ ConvChoice choice_from_record(const std::string& record, cudnnHandle_t handle, c
     throw cannot(detail::str_cat(algo, " needs ", cudnn::format_bytes(workspace), " of workspace, over the limit of ",
                                  cudnn::format_bytes(limit)));
   }
-  // Determinism as cuDNN reports it for this algorithm (and math type, when listed) here.
+  // A record that says whether its algorithm is deterministic is believed unless the policy asks for determinism
+  // (the heuristic query below is most of a replay's cost: Note [Build cache]); then determinism is as cuDNN reports
+  // it for this algorithm (and math type, when listed) here.
+  if (!policy.deterministic && json.contains("deterministic") && json["deterministic"].is_boolean()) {
+    choice.deterministic = json["deterministic"].get<bool>();
+    return choice;
+  }
   XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), requested_math(s.dtype, policy.precision)));
   const AlgoPerf* match = nullptr;
   for (const AlgoPerf& perf : heuristic_ranking(handle, d)) {

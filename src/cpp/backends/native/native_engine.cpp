@@ -12,13 +12,17 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
-#include <thread>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
+#include <unistd.h>
+
+#include "core/cache_dir.h"
 #include "core/distributed_ops.h"
 #include "core/policy_serialization.h"
 #include "core/runtime/passes.h"
@@ -89,7 +93,11 @@ class NativeSession final : public EngineSession {
     for (const auto* infos : {&inputs_, &outputs_}) {
       for (const ValueInfo& info : *infos) has_value_io_ |= info.kind != ValueKind::kTensor;
     }
-    dispatcher_ = std::make_shared<Dispatcher>(options_.kernel_policy, options_.exec_policy);
+    open_build_cache();
+    Dispatcher::Options dispatcher_options;
+    dispatcher_options.build_cache = build_cache_ != nullptr;
+    dispatcher_ = std::make_shared<Dispatcher>(options_.kernel_policy, options_.exec_policy, build_cache_, nullptr,
+                                               dispatcher_options);
     plan_options_.device = options_.device;
     plan_options_.dispatcher = dispatcher_;
     plan_options_.compute_float = compute_float_of(options_.exec_policy);
@@ -287,6 +295,10 @@ class NativeSession final : public EngineSession {
       }
     }
     e.options.push_back(detail::str_cat("precision=", precision_name(options_.exec_policy.precision)));
+    if (build_cache_) {
+      e.options.push_back(detail::str_cat("build cache (Note [Build cache]): ", build_cache_path_.string(), ", ",
+                                          build_cache_->size(), " kernel decision(s)"));
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       e.build = build_;
@@ -565,12 +577,59 @@ class NativeSession final : public EngineSession {
     const auto start = std::chrono::steady_clock::now();
     std::shared_ptr<const CapturePlan> plan = CapturePlan::build(graph_, shapes, plan_options_);
     const double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    save_build_cache();
     std::lock_guard<std::mutex> lock(mutex_);
     for (const BuildPhase& phase : plan->build_phases()) build_.push_back({"plan " + key + ": " + phase.phase, phase.ms});
     build_.push_back({"plan " + key + ": total", total});
     plans_[key] = plan;
     last_plan_ = plan;
     return plan;
+  }
+
+  // Note [Build cache]
+  // Most of a CUDA plan's build is the libraries choosing algorithms (cuDNN's heuristic ranking and workspace
+  // queries, cuBLASLt's heuristic; Note [Build phases]), and a second process would choose the same again. So a
+  // native session on CUDA keeps its Dispatcher's decisions in an AutotuneCache on disk, next to the generated
+  // kernels (core/cache_dir.h: <cache>/decisions/<policies' hash>.json; the entries' keys hold the signature, the
+  // device and the library versions): the next session with these policies re-creates each kernel's plan from its
+  // record (cuDNN: one workspace query instead of the heuristic; cuBLASLt: one algorithm check) as a lock file
+  // replays one, except that a first-supported rule still picks its kernel by priority and a record the libraries
+  // refuse is rebuilt afresh (Dispatcher::Options::build_cache). The file is read once, written after each plan
+  // build that added decisions (a temporary file renamed over it, so that processes sharing it never read half of
+  // one), and ignored when it cannot be read or written. XPURT_BUILD_CACHE=0 turns it off.
+  void open_build_cache() {
+    if (!options_.device.is_cuda()) return;
+    if (const char* off = std::getenv("XPURT_BUILD_CACHE"); off != nullptr && std::string(off) == "0") return;
+    const std::filesystem::path dir = detail::build_cache_dir();
+    if (dir.empty()) return;
+    build_cache_path_ = dir / "decisions" /
+                        (detail::fnv1a_hex(options_.kernel_policy.to_json() + options_.exec_policy.to_json()) + ".json");
+    std::error_code ec;
+    try {
+      build_cache_ = std::filesystem::exists(build_cache_path_, ec)
+                         ? std::make_shared<AutotuneCache>(build_cache_path_.string(), /*autosave=*/false)
+                         : std::make_shared<AutotuneCache>();
+    } catch (const XpuRuntimeError&) {
+      build_cache_ = std::make_shared<AutotuneCache>();  // unreadable (another version's, half-written): start over
+    }
+    build_cache_saved_ = build_cache_->size();
+  }
+
+  void save_build_cache() {
+    if (!build_cache_) return;
+    std::lock_guard<std::mutex> lock(build_cache_mutex_);
+    if (build_cache_->size() == build_cache_saved_) return;
+    std::error_code ec;
+    std::filesystem::create_directories(build_cache_path_.parent_path(), ec);
+    const std::filesystem::path tmp = build_cache_path_.string() + ".tmp" + std::to_string(::getpid());
+    try {
+      build_cache_->save(tmp.string());
+      std::filesystem::rename(tmp, build_cache_path_, ec);
+      if (ec) std::filesystem::remove(tmp, ec);
+    } catch (const XpuRuntimeError&) {
+      std::filesystem::remove(tmp, ec);  // a read-only cache folder: no cache, nothing lost
+    }
+    build_cache_saved_ = build_cache_->size();
   }
 
   // SessionOptions::optimized_model_path: the graph of the first run's plan (specialised to its input shapes).
@@ -617,6 +676,10 @@ class NativeSession final : public EngineSession {
   std::map<std::string, std::vector<std::unique_ptr<GraphExec>>> pools_;
   std::shared_ptr<const CapturePlan> last_plan_;
   std::vector<BuildPhase> build_;  // the import and every plan build's phases, in order (under mutex_)
+  std::shared_ptr<AutotuneCache> build_cache_;  // Note [Build cache]; null when off
+  std::filesystem::path build_cache_path_;
+  std::size_t build_cache_saved_ = 0;  // entries the file holds (under build_cache_mutex_)
+  std::mutex build_cache_mutex_;
   std::string static_key_;  // static_shape: the input shapes of the first run
   std::vector<bool> last_feeds_on_device_;  // per input: the last run's feed was on the session's device
   bool optimized_model_written_ = false;  // under build_mutex_

@@ -95,6 +95,11 @@ class XPURT_API Dispatcher {
   struct Options {
     int autotune_warmup = 2;       // untimed runs per candidate
     int autotune_iterations = 10;  // timed runs per candidate (the median is kept)
+    // The autotune cache serves as a build cache (Note [Build cache] in backends/native/native_engine.cpp): an
+    // entry re-creates the plan of the kernel the rule picks, but a first-supported rule still picks by priority
+    // (the decision reads as without the cache), and a record that cannot be re-created is built afresh instead
+    // of being an error.
+    bool build_cache = false;
   };
   Dispatcher(KernelPolicy kernel_policy, ExecutionPolicy exec_policy,
              std::shared_ptr<AutotuneCache> cache = nullptr, const KernelRegistry* registry = nullptr);

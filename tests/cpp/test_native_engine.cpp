@@ -263,8 +263,18 @@ TEST(NativeEngine, ExplainListsCandidatesTransfersAndTheMemoryPlan) {
   EXPECT_EQ(e.transfers[0].direction, "host->host");
   EXPECT_EQ(e.transfers[0].bytes, 3u * 6u * sizeof(float));
   EXPECT_NE(e.memory_json.find("\"peak_bytes\""), std::string::npos);
+  // Note [Build phases]: the import, then the probe plan's (batch 1) and the first run's (batch 3) phases.
+  ASSERT_FALSE(e.build.empty());
+  EXPECT_EQ(e.build.front().phase, "import");
+  int totals = 0;
+  for (const BuildPhase& phase : e.build) {
+    EXPECT_GE(phase.ms, 0.0) << phase.phase;
+    totals += phase.phase.size() > 7 && phase.phase.compare(phase.phase.size() - 7, 7, ": total") == 0;
+  }
+  EXPECT_EQ(totals, 2) << e.to_json();
   const std::string json = e.to_json();
-  for (const char* key : {"\"candidates\"", "\"transfers\"", "\"memory_plan\"", "\"rule\"", "\"policy_rule\""}) {
+  for (const char* key : {"\"candidates\"", "\"transfers\"", "\"memory_plan\"", "\"rule\"", "\"policy_rule\"",
+                          "\"build\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
 }

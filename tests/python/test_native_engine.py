@@ -9,6 +9,7 @@ dozen ops)."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import sys
 import threading
@@ -96,6 +97,29 @@ def test_explain_names_a_kernel_for_every_node_and_the_memory_plan(models, name)
     for op in ("Gemm", "Conv", "MatMul"):
         if op in kernels:
             assert kernels[op] == "cpu", kernels
+
+
+def test_explain_says_where_session_creation_and_each_plan_build_went(models):
+    # Note [Build phases]: the import, then per plan (the probe at batch 1 at creation, batch 3 at the first run) its
+    # phases: the passes by name, kernel selection per backend, memory plan, and a total at least their sum.
+    path = model_path(models, "resnet50", "fp32")
+    session = xrt.InferenceSession(path, engine="native")
+    created = session.explain().build
+    assert created[0]["phase"] == "import" and created[0]["ms"] > 0
+    (info,) = session.get_inputs()
+    session.run({info.name: make_input("resnet50", 3, "fp32")})
+    e = session.explain()
+    phases = [b["phase"] for b in e.build]
+    assert phases[: len(created)] == [b["phase"] for b in created]  # creation's phases come first, unchanged
+    plans = sorted({p.split(":")[0] for p in phases if p.startswith("plan ")})
+    assert len(plans) == 2 and plans[1].startswith("plan [3,"), plans
+    for plan in plans:
+        mine = {p[len(plan) + 2:]: b["ms"] for p, b in zip(phases, e.build) if p.startswith(plan + ":")}
+        assert {"prepare", "pass conv_fusion", "kernel selection (cpu)", "lifetimes and memory plan",
+                "total"} <= set(mine), mine
+        assert all(ms >= 0 for ms in mine.values())
+        assert mine["total"] >= sum(ms for name, ms in mine.items() if name != "total") * 0.99
+    assert json.loads(e.to_json())["build"] == e.build
 
 
 def test_fp16_option_runs_a_float32_model_in_float16(models):

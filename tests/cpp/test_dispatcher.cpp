@@ -562,6 +562,23 @@ TEST(Dispatcher, BestPerformanceTimesEachKernelsTacticsAndReplaysTheWinner) {
   std::remove(path.c_str());
 }
 
+// A "relu" descriptor of a [rows, 3] float32 input on the CPU.
+OpDescriptor relu_of_rows(std::int64_t rows) {
+  OpDescriptor desc;
+  desc.op = "relu";
+  desc.device = Device::cpu();
+  desc.inputs.push_back(TensorDesc::contiguous({rows, 3}, DType::kFloat32, Device::cpu()));
+  return desc;
+}
+
+// `kernel`, added to `registry` (which keeps it).
+template <typename K>
+const K* add_kernel(KernelRegistry& registry, std::unique_ptr<K> kernel) {
+  const K* added = kernel.get();
+  registry.add_kernel(std::move(kernel));
+  return added;
+}
+
 // A kernel whose plan build takes 30 ms and records how many builds ran at once; it refuses to build for inputs
 // with 5 rows (a library finding no algorithm, Note [Build failures]).
 class SlowBuildKernel final : public Kernel {
@@ -596,9 +613,7 @@ class SlowBuildKernel final : public Kernel {
 TEST(Dispatcher, ThreadsDecideDistinctSignaturesAtOnceAndShareTheirDecisions) {
   KernelRegistry registry;
   register_ops(registry);
-  auto owned = std::make_unique<SlowBuildKernel>();
-  const SlowBuildKernel* kernel = owned.get();
-  registry.add_kernel(std::move(owned));
+  const SlowBuildKernel* kernel = add_kernel(registry, std::make_unique<SlowBuildKernel>());
   Dispatcher d(KernelPolicy(), ExecutionPolicy(), nullptr, &registry, Dispatcher::Options{});
   const std::vector<std::int64_t> rows = {1, 2, 3, 4, 5};
   std::vector<std::shared_ptr<const Dispatch>> got(rows.size() * 2);
@@ -606,10 +621,7 @@ TEST(Dispatcher, ThreadsDecideDistinctSignaturesAtOnceAndShareTheirDecisions) {
   std::vector<std::thread> threads;
   for (std::size_t t = 0; t < got.size(); ++t) {
     threads.emplace_back([&, t] {
-      OpDescriptor desc;
-      desc.op = "relu";
-      desc.device = Device::cpu();
-      desc.inputs.push_back(TensorDesc::contiguous({rows[t % rows.size()], 3}, DType::kFloat32, Device::cpu()));
+      OpDescriptor desc = relu_of_rows(rows[t % rows.size()]);
       try {
         got[t] = d.select(desc);
       } catch (const UnsupportedOperationError& e) {
@@ -634,10 +646,7 @@ TEST(Dispatcher, ThreadsDecideDistinctSignaturesAtOnceAndShareTheirDecisions) {
   EXPECT_EQ(listed.size(), 4u);
   // The failure was not cached: asking again builds again.
   const int before = kernel->builds.load();
-  OpDescriptor desc;
-  desc.op = "relu";
-  desc.device = Device::cpu();
-  desc.inputs.push_back(TensorDesc::contiguous({5, 3}, DType::kFloat32, Device::cpu()));
+  OpDescriptor desc = relu_of_rows(5);
   XPURT_EXPECT_THROW_WITH(d.select(desc), UnsupportedOperationError, "no algorithm for 5 rows");
   EXPECT_EQ(kernel->builds.load(), before + 1);
 }
@@ -675,16 +684,11 @@ class RecordKernel final : public Kernel {
 TEST(Dispatcher, ABuildCacheReplaysPlansButNotChoicesAndSurvivesStaleRecords) {
   KernelRegistry registry;
   register_ops(registry);
-  auto owned = std::make_unique<RecordKernel>();
-  const RecordKernel* kernel = owned.get();
-  registry.add_kernel(std::move(owned));
+  const RecordKernel* kernel = add_kernel(registry, std::make_unique<RecordKernel>());
   Counters other;
   registry.add_kernel(std::make_unique<TestKernel>("other", 0, true, true, &other));
   const auto descriptor = [](std::int64_t rows) {
-    OpDescriptor desc;
-    desc.op = "relu";
-    desc.device = Device::cpu();
-    desc.inputs.push_back(TensorDesc::contiguous({rows, 3}, DType::kFloat32, Device::cpu()));
+    OpDescriptor desc = relu_of_rows(rows);
     desc.precision = Precision::kFP32;
     return desc;
   };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -88,6 +89,16 @@ bool scale_rows(const T* from, T* to, std::int64_t rows, std::int64_t cols, bool
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// AVX with the OS saving its registers (__builtin_cpu_supports checks both) and F16C (CPUID leaf 1, ECX bit 29:
+// clang's __builtin_cpu_supports does not know "f16c").
+bool cpu_has_f16c() {
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+  }();
+  return has;
+}
+
 __attribute__((target("avx,f16c"))) bool scale_half_rows_f16c(const std::uint16_t* from, std::uint16_t* to,
                                                                std::int64_t rows, std::int64_t cols, bool per_column,
                                                                const std::vector<float>& gamma, float limit) {
@@ -135,7 +146,7 @@ std::optional<Tensor> scale_features(const Tensor& w, bool kn, const std::vector
       const auto* from = static_cast<const std::uint16_t*>(src.data_ptr());
       auto* to = static_cast<std::uint16_t*>(out.data_ptr());
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-      if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+      if (cpu_has_f16c()) {
         ok = scale_half_rows_f16c(from, to, rows, cols, kn, gamma32, limit32);
         break;
       }

@@ -161,8 +161,6 @@ void check_driver(CUresult status, const char* call) {
 
 // ---- compiling, with the process and disk caches ----
 
-std::filesystem::path cache_dir() { return detail::build_cache_dir(); }
-
 struct Compiled {
   CUfunction function = nullptr;
   std::string how;  // "compiled in 41 ms" / "from the disk cache" / "cached in this process"
@@ -204,7 +202,7 @@ Compiled compiled(const std::string& source, const std::string& name, int device
   std::lock_guard<std::mutex> lock(mutex);
   const std::string process_key = detail::str_cat(key, "@", device);
   if (auto it = loaded.find(process_key); it != loaded.end()) return {it->second, "cached in this process"};
-  const std::filesystem::path dir = cache_dir();
+  const std::filesystem::path dir = detail::build_cache_dir();
   std::string cubin;
   std::string how;
   if (!dir.empty()) {

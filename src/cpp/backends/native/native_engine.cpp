@@ -22,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "core/build_clock.h"
 #include "core/cache_dir.h"
 #include "core/distributed_ops.h"
 #include "core/policy_serialization.h"
@@ -576,7 +577,7 @@ class NativeSession final : public EngineSession {
     }
     const auto start = std::chrono::steady_clock::now();
     std::shared_ptr<const CapturePlan> plan = CapturePlan::build(graph_, shapes, plan_options_);
-    const double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double total = detail::ms_since(start);
     save_build_cache();
     std::lock_guard<std::mutex> lock(mutex_);
     for (const BuildPhase& phase : plan->build_phases()) build_.push_back({"plan " + key + ": " + phase.phase, phase.ms});
@@ -604,11 +605,8 @@ class NativeSession final : public EngineSession {
     if (dir.empty()) return;
     build_cache_path_ = dir / "decisions" /
                         (detail::fnv1a_hex(options_.kernel_policy.to_json() + options_.exec_policy.to_json()) + ".json");
-    std::error_code ec;
     try {
-      build_cache_ = std::filesystem::exists(build_cache_path_, ec)
-                         ? std::make_shared<AutotuneCache>(build_cache_path_.string(), /*autosave=*/false)
-                         : std::make_shared<AutotuneCache>();
+      build_cache_ = std::make_shared<AutotuneCache>(build_cache_path_.string(), /*autosave=*/false);  // loaded when it exists
     } catch (const XpuRuntimeError&) {
       build_cache_ = std::make_shared<AutotuneCache>();  // unreadable (another version's, half-written): start over
     }
@@ -961,7 +959,7 @@ class NativeEngine final : public Engine {
     import_options.model_dir = options.model_dir;
     const auto start = std::chrono::steady_clock::now();
     Graph graph = import_onnx(model, import_options);
-    const double import_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double import_ms = detail::ms_since(start);
     if (options.exec_policy.tensor_parallel > 1) return std::make_unique<TensorParallelSession>(graph, options);
     return std::make_unique<NativeSession>(std::move(graph), options, TensorParallelRank{}, import_ms);
   }

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/build_clock.h"
 #include "core/half.h"
 #include "core/runtime/lowering.h"
 #include "core/runtime/onnx_cpu_ops.h"
@@ -273,15 +274,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
                                                       const PlanOptions& options) {
   XPURT_CHECK(options.dispatcher != nullptr, "CapturePlan::build needs a dispatcher");
   std::shared_ptr<CapturePlan> plan(new CapturePlan());
-  // Note [Build phases]
-  auto t0 = std::chrono::steady_clock::now();
-  auto since = [](std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  };
-  auto mark = [&](const std::string& phase) {
-    plan->build_phases_.push_back({phase, since(t0)});
-    t0 = std::chrono::steady_clock::now();
-  };
+  detail::PhaseClock clock(&plan->build_phases_);  // Note [Build phases]
   plan->device_ = options.device;
   plan->compute_float_ = options.compute_float;
   plan->memory_limit_ = options.memory_limit;
@@ -349,11 +342,11 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       return schema != nullptr && policy.resolve(op, schema->family).mode != RuleMode::kAuto;
     };
   }
-  mark("prepare");
+  clock.mark("prepare");
   plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes, &plan->build_phases_);
-  t0 = std::chrono::steady_clock::now();
+  clock.restart();
   plan->boundary_ = runtime::split_segments(g, options);  // Note [Segmented plans]
-  mark("segments");
+  clock.mark("segments");
 
   // ---- values ----
   std::unordered_map<std::string, int> id_of;
@@ -516,7 +509,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     }
     plan->steps_.push_back(std::move(step));
   }
-  mark("lowering");
+  clock.mark("lowering");
 
   // Note [Parallel kernel selection]
   // Choosing a kernel is mostly the libraries' host work: cuDNN's heuristic ranking and workspace queries, cuBLASLt's
@@ -537,7 +530,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
         } catch (...) {
           sel.error = std::current_exception();
         }
-        sel.ms = since(start);
+        sel.ms = detail::ms_since(start);
       }
     };
     const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
@@ -551,7 +544,12 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work, std::ref(next));
       for (std::thread& t : pool) t.join();
     }
-    mark(threads > 1 ? detail::str_cat("kernel selection (", threads, " threads)") : std::string("kernel selection"));
+    // Several threads: the wall time, then each backend's thread time; one thread: each backend's time says it all.
+    if (threads > 1) {
+      clock.mark(detail::str_cat("kernel selection (", threads, " threads)"));
+    } else {
+      clock.restart();
+    }
     std::map<std::string, double> selection_ms;  // per backend of the chosen kernels, summed over the threads
     for (Selection& sel : selections) {
       PlanStep& step = plan->steps_[sel.step];
@@ -568,15 +566,8 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       step.dispatch = std::move(sel.dispatch);
       step.desc = std::move(sel.desc);
     }
-    if (threads > 1) {
-      for (const auto& [backend, ms] : selection_ms) {
-        plan->build_phases_.push_back({"kernel selection (" + backend + "), thread time", ms});
-      }
-    } else {
-      plan->build_phases_.pop_back();  // on one thread the per-backend split says it all
-      for (const auto& [backend, ms] : selection_ms) {
-        plan->build_phases_.push_back({"kernel selection (" + backend + ")", ms});
-      }
+    for (const auto& [backend, ms] : selection_ms) {
+      plan->build_phases_.push_back({"kernel selection (" + backend + (threads > 1 ? "), thread time" : ")"), ms});
     }
   }
   std::sort(unsupported.begin(), unsupported.end());
@@ -683,14 +674,14 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
                                            mib(static_cast<std::size_t>(options.memory_limit))));
   }
 
-  mark("lifetimes and memory plan");
+  clock.mark("lifetimes and memory plan");
 
   // ---- constants on the device ----
   if (device.is_cuda()) {
     for (PlanValue& v : plan->values_) {
       if (v.kind == PlanValue::Kind::kConstant) v.constant = v.constant.to(device);
     }
-    mark("constants to the device");
+    clock.mark("constants to the device");
   }
   return plan;
 }

@@ -2,11 +2,11 @@
 #include "core/runtime/shape_inference.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
 
+#include "core/build_clock.h"
 #include "core/runtime/lowering.h"
 #include "core/runtime/onnx_cpu_ops.h"
 #include "core/runtime/passes.h"
@@ -449,18 +449,13 @@ int eliminate_dead_nodes(Graph& g) {
 
 std::vector<std::string> optimize(Graph& g, const InferOptions& options, const std::set<std::string>& disabled,
                                   std::vector<BuildPhase>* phases) {
-  auto t0 = std::chrono::steady_clock::now();
-  auto mark = [&](const std::string& phase) {
-    const auto now = std::chrono::steady_clock::now();
-    if (phases) phases->push_back({phase, std::chrono::duration<double, std::milli>(now - t0).count()});
-    t0 = now;
-  };
+  detail::PhaseClock clock(phases);
   std::vector<std::string> notes;
   InferOptions infer = options;
   if (disabled.count("constant_folding")) infer.fold_constants = false;
   const int folded = infer_types(g, infer);
   if (folded) notes.push_back(detail::str_cat("constant_folding: ", folded, " node(s) folded"));
-  mark("type inference and constant folding");
+  clock.mark("type inference and constant folding");
   passes::PassContext ctx;
   ctx.max_folded_bytes = options.max_folded_bytes;
   ctx.device = options.device;
@@ -483,13 +478,13 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
     if (!r.notes.empty()) line += " (" + r.notes.front() + (r.notes.size() > 1 ? ", ..." : "") + ")";
     notes.push_back(line);
   }
-  t0 = std::chrono::steady_clock::now();
+  clock.restart();
   infer_types(g, infer);
   if (!disabled.count("dead_node_elimination")) {
     const int removed = eliminate_dead_nodes(g);
     if (removed) notes.push_back(detail::str_cat("dead_node_elimination: ", removed, " node(s) removed"));
   }
-  mark("final type inference and dead nodes");
+  clock.mark("final type inference and dead nodes");
   return notes;
 }
 

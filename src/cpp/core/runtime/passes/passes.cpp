@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 
+#include "core/build_clock.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::passes {
@@ -88,7 +89,7 @@ std::vector<PassResult> run_passes(Graph& g, const PassContext& ctx, const std::
     PassResult r = p.run(g, ctx);
     r.pass = p.name;
     if (r.rewrites > 0 && ctx.infer_types) ctx.infer_types(g);
-    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r.ms = detail::ms_since(t0);
     results.push_back(std::move(r));
   }
   g.validate();

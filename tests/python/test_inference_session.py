@@ -72,6 +72,47 @@ def test_runs_the_example_model_like_onnxruntime():
     assert "onnxruntime" in str(explanation) and explanation.to_json().startswith("{")
 
 
+@pytest.mark.parametrize("engine", ["native", pytest.param("onnxruntime", marks=requires_ort)])
+def test_run_takes_every_feed_form_and_returns_outputs_as_asked(engine):
+    # Note [Python run path]: the feeds and outputs are converted in C++; every form run() documents is checked.
+    import collections
+    import types
+
+    session = xrt.InferenceSession(MODEL, engine=engine)
+    rng = np.random.default_rng(7)
+    wide = rng.standard_normal((3, 16)).astype(np.float32)
+    x = wide[:, ::2]  # not C-contiguous: made contiguous, not read with the wrong strides
+    assert not x.flags.c_contiguous
+    expected = reference(np.ascontiguousarray(x))
+    for feeds in ({"x": x}, collections.OrderedDict(x=x), types.MappingProxyType({"x": x}),
+                  {"x": xrt.from_numpy(np.ascontiguousarray(x))}):
+        out = session.run(feeds)
+        assert list(out) == ["probs"] and isinstance(out["probs"], np.ndarray)
+        np.testing.assert_allclose(out["probs"], expected, rtol=1e-5, atol=1e-6)
+    (probs,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
+    (probs,) = session.run(["probs"], {"x": x})
+    np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
+    out = session.run(output_names=None, feeds={"x": x})
+    assert list(out) == ["probs"]
+    (probs,) = session.run(feeds={"x": x}, output_names=["probs"])
+    np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
+
+    class Holder:  # anything numpy.asarray takes
+        def __array__(self, dtype=None, copy=None):
+            return np.ascontiguousarray(x)
+
+    np.testing.assert_allclose(session.run({"x": Holder()})["probs"], expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(xrt.InvalidTypeError, match="feeds must be a dict"):
+        session.run([("x", x)])
+    with pytest.raises(xrt.InvalidTypeError, match="'x'"):
+        session.run({"x": [x]})  # a list is a sequence, and 'x' is a tensor input
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        session.run(feeds={"x": x}, bogus=1)
+    with pytest.raises(TypeError, match="takes feeds"):
+        session.run()
+
+
 @requires_ort
 def test_bad_feeds_and_corrupted_models_raise_typed_errors():
     session = xrt.InferenceSession(MODEL)

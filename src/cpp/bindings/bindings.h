@@ -1,6 +1,7 @@
 // Shared declarations of the _core binding files.
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include "xpuruntime/device.h"
@@ -30,5 +31,7 @@ StreamView to_stream(const py::handle& obj, Device device);
 
 // An xpuruntime Tensor viewing `obj` zero-copy: a Tensor, a numpy array, or any object with __dlpack__.
 Tensor to_tensor(const py::handle& obj);
+// `t` as a numpy array viewing its memory (a device tensor is copied to the host first); bfloat16 raises.
+py::array to_numpy(const Tensor& t);
 
 }  // namespace xpuruntime::bindings

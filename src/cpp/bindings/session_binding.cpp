@@ -20,14 +20,34 @@ SessionOptions make_options(const py::handle& device, const std::string& engine,
   return options;
 }
 
+// Note [Python run path]
+// xpuruntime.InferenceSession.run parses its argument forms in Python and hands the feeds dict to _run_values, which
+// does the rest in one call: each feed converted (feed_tensor, to_value), the run with the GIL released, each output
+// converted (from_value) into the dict or list run returns. Done in Python, the same conversions cost about 8 us per
+// call on this project's CPU machines (an isinstance, a hasattr and a property read per feed and output, the output
+// names read again per call), the same order as a whole replayed CUDA graph's launch: a batch-1 model's latency
+// against torch.compile's graph replay moved by it (docs/benchmarks.md).
+
+// A feed as a tensor, as xpuruntime.InferenceSession.run takes them: an xpuruntime Tensor, a numpy array (made
+// C-contiguous), any object with __dlpack__ (torch, cupy), or anything numpy.asarray takes.
+Tensor feed_tensor(const py::handle& obj) {
+  if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
+  if (py::isinstance<py::array>(obj)) {
+    if ((py::reinterpret_borrow<py::array>(obj).flags() & py::array::c_style) != 0) return to_tensor(obj);
+    return to_tensor(py::module_::import("numpy").attr("ascontiguousarray")(obj));
+  }
+  if (py::hasattr(obj, "__dlpack__")) return to_tensor(obj);
+  return to_tensor(py::module_::import("numpy").attr("asarray")(obj));
+}
+
 // A Python feed for input `name` as a Value (as ONNX Runtime's Python API takes them): None -> an empty optional, a
 // list or tuple -> a sequence of its items (an empty one gets the element type `name` declares), anything else ->
-// a tensor (numpy, DLPack, xpuruntime Tensor).
+// a tensor (feed_tensor).
 Value to_value(const InferenceSession& session, const std::string& name, const py::handle& obj) {
   if (obj.is_none()) return Value::none();
-  if (!py::isinstance<py::list>(obj) && !py::isinstance<py::tuple>(obj)) return to_tensor(obj);
+  if (!py::isinstance<py::list>(obj) && !py::isinstance<py::tuple>(obj)) return feed_tensor(obj);
   std::vector<Tensor> elements;
-  for (const py::handle& item : obj) elements.push_back(to_tensor(item));
+  for (const py::handle& item : obj) elements.push_back(feed_tensor(item));
   DType dtype = DType::kFloat32;
   for (const ValueInfo& info : session.get_inputs()) {
     if (info.name == name) dtype = info.dtype;
@@ -36,14 +56,19 @@ Value to_value(const InferenceSession& session, const std::string& name, const p
   return Value::sequence(std::move(elements), dtype);
 }
 
-// A Value as Python: a Tensor, a list of Tensors (a sequence), None (an empty optional), or what an optional
-// holds (as ONNX Runtime's Python API returns optionals).
+// A Value as xpuruntime.InferenceSession.run returns it (as ONNX Runtime's Python API does): a tensor on the CPU as
+// a numpy array; a device tensor, or a bfloat16 one (numpy has none), as an xpuruntime Tensor; a sequence as a list;
+// an empty optional as None, one holding a value as that value.
 py::object from_value(const Value& value) {
   if (!value.defined()) return py::none();
-  if (value.is_tensor()) return py::cast(value.tensor());
+  if (value.is_tensor()) {
+    const Tensor& t = value.tensor();
+    if (t.device().is_cpu() && t.dtype() != DType::kBFloat16) return to_numpy(t);
+    return py::cast(t);
+  }
   if (value.is_sequence()) {
     py::list out;
-    for (const Tensor& t : value.elements()) out.append(py::cast(t));
+    for (const Tensor& t : value.elements()) out.append(from_value(Value(t)));
     return out;
   }
   return value.has_element() ? from_value(value.element()) : py::none();
@@ -191,21 +216,39 @@ void bind_session(py::module_& m) {
            },
            py::arg("feeds"), py::arg("output_names"))
       .def("_run_values",
-           [](const InferenceSession& s, const std::vector<std::pair<std::string, py::object>>& feeds,
-              const std::vector<std::string>& output_names) {
+           [](const InferenceSession& s, const py::dict& feeds, const py::object& output_names) -> py::object {
+             // Note [Python run path]: the whole of xpuruntime.InferenceSession.run past its argument forms.
              std::vector<std::pair<std::string, Value>> values;
-             for (const auto& [name, value] : feeds) values.emplace_back(name, to_value(s, name, value));
+             values.reserve(feeds.size());
+             for (const auto& [key, value] : feeds) {
+               std::string name = py::str(key).cast<std::string>();
+               Value v = to_value(s, name, value);
+               values.emplace_back(std::move(name), std::move(v));
+             }
+             const bool as_dict = output_names.is_none();
+             const std::vector<std::string> names =
+                 as_dict ? std::vector<std::string>{} : output_names.cast<std::vector<std::string>>();
              std::vector<Value> outputs;
              {
                py::gil_scoped_release release;
-               outputs = s.run_values(values, output_names);
+               outputs = s.run_values(values, names);
+             }
+             if (as_dict) {
+               py::dict out;
+               const std::vector<ValueInfo>& infos = s.get_outputs();
+               for (std::size_t k = 0; k < outputs.size() && k < infos.size(); ++k) {
+                 out[py::str(infos[k].name)] = from_value(outputs[k]);
+               }
+               return out;
              }
              py::list out;
              for (const Value& v : outputs) out.append(from_value(v));
              return out;
            },
            py::arg("feeds"), py::arg("output_names"),
-           "Runs with tensors, sequences (lists) and optionals (None); returns Tensors, lists of Tensors and None.")
+           "Runs with feeds {name: tensor, list (a sequence) or None (an empty optional)}; output_names None returns "
+           "{name: output} of every output, a list returns those outputs as a list (numpy arrays on the CPU, Tensors "
+           "on a device or bfloat16, lists for sequences, None for empty optionals).")
       .def("io_binding", &InferenceSession::io_binding)
       .def("_run_with_binding", &InferenceSession::run_with_binding, py::arg("binding"),
            py::call_guard<py::gil_scoped_release>())

@@ -193,24 +193,6 @@ py::object export_capsule(const Tensor& t, const py::object& stream, const py::o
   return py::reinterpret_steal<py::object>(PyCapsule_New(to_dlpack(out), kLegacyName, capsule_destructor));
 }
 
-py::array to_numpy(const Tensor& t) {
-  XPURT_CHECK_TYPE(t.dtype() != DType::kBFloat16,
-                   "to_numpy: numpy has no bfloat16; t.view(\"uint16\").numpy() gives the bit patterns, "
-                   "torch.from_dlpack(t) a torch tensor, and a cast to float32 the values");
-  Tensor host = t;
-  if (t.device().is_cuda()) {
-    py::gil_scoped_release release;
-    host = t.to(Device::cpu());
-  }
-  std::vector<py::ssize_t> shape(host.shape().begin(), host.shape().end());
-  std::vector<py::ssize_t> strides;
-  for (std::int64_t s : host.strides()) strides.push_back(static_cast<py::ssize_t>(s * host.element_size()));
-  // The array views the tensor's memory; the capsule keeps the storage alive.
-  auto* keep = new Tensor(host);
-  py::capsule base(keep, [](void* p) { delete static_cast<Tensor*>(p); });
-  return py::array(py::dtype(std::string(dtype_name(host.dtype()))), shape, strides, host.data_ptr(), base);
-}
-
 }  // namespace
 
 void bind_tensors(py::module_& m) {
@@ -333,5 +315,23 @@ void bind_tensors(py::module_& m) {
 }
 
 Tensor to_tensor(const py::handle& obj) { return import_object(py::reinterpret_borrow<py::object>(obj)); }
+
+py::array to_numpy(const Tensor& t) {
+  XPURT_CHECK_TYPE(t.dtype() != DType::kBFloat16,
+                   "to_numpy: numpy has no bfloat16; t.view(\"uint16\").numpy() gives the bit patterns, "
+                   "torch.from_dlpack(t) a torch tensor, and a cast to float32 the values");
+  Tensor host = t;
+  if (t.device().is_cuda()) {
+    py::gil_scoped_release release;
+    host = t.to(Device::cpu());
+  }
+  std::vector<py::ssize_t> shape(host.shape().begin(), host.shape().end());
+  std::vector<py::ssize_t> strides;
+  for (std::int64_t s : host.strides()) strides.push_back(static_cast<py::ssize_t>(s * host.element_size()));
+  // The array views the tensor's memory; the capsule keeps the storage alive.
+  auto* keep = new Tensor(host);
+  py::capsule base(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+  return py::array(py::dtype(std::string(dtype_name(host.dtype()))), shape, strides, host.data_ptr(), base);
+}
 
 }  // namespace xpuruntime::bindings

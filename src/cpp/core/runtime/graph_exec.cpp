@@ -804,15 +804,28 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
   if (tracked && graph_ && !graph_labelled_) graph_.reset();
   if (graph_ && graph_->is_instantiated() && !eager_only) {
     // Replay: every value lives in its arena slot (or is a constant), so only the inputs are bound and only the
-    // outputs read back; the per-value table of the eager path is not needed.
-    std::vector<Tensor> values(plan_->values().size());
-    bind_inputs(inputs, values);
-    graph_->replay(stream);
-    ++replays_;
-    for (int id : plan_->outputs()) {
-      if (!values[id].defined() && slots_[id].defined()) values[id] = slots_[id];
+    // outputs read back, through a table kept from run to run whose input and output entries are reset after each
+    // (Note [Python run path] in bindings/session_binding.cpp: a replay's host work is on every batch-1 latency).
+    std::vector<Tensor>& values = replay_values_;
+    if (values.size() != plan_->values().size()) values.resize(plan_->values().size());
+    auto reset = [&] {
+      for (int id : plan_->inputs()) values[id] = Tensor();
+      for (int id : plan_->outputs()) values[id] = Tensor();
+    };
+    std::vector<Tensor> outputs;
+    try {
+      bind_inputs(inputs, values);
+      graph_->replay(stream);
+      ++replays_;
+      for (int id : plan_->outputs()) {
+        if (!values[id].defined() && slots_[id].defined()) values[id] = slots_[id];
+      }
+      outputs = collect_outputs(values, stream, into);
+    } catch (...) {
+      reset();
+      throw;
     }
-    std::vector<Tensor> outputs = collect_outputs(values, stream, into);
+    reset();
     finish_run(stream, *plan_, true);
     ++runs_;
     return outputs;

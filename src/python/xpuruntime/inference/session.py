@@ -107,25 +107,25 @@ class InferenceSession:
         :class:`~xpuruntime.InvalidTypeError`), an empty optional is ``None``, an optional holding a value is that
         value (an array, or a list for a sequence). The native engine runs them on the CPU.
         """
-        if len(args) == 1 and not kwargs and isinstance(args[0], Mapping):
-            feeds, names, as_dict = args[0], [], True
+        if len(args) == 1 and not kwargs:
+            feeds, names = args[0], None
         elif len(args) == 2 and not kwargs:
-            names, feeds, as_dict = list(args[0] or []), args[1], False
+            names, feeds = list(args[0] or []) or None, args[1]
+            if names is None:  # ONNX Runtime's run(None, feeds): every output, as a list
+                names = [o.name for o in self._session.get_outputs()]
         elif not args and "feeds" in kwargs:
-            feeds, names = kwargs.pop("feeds"), list(kwargs.pop("output_names", None) or [])
-            as_dict = not names
+            feeds, names = kwargs.pop("feeds"), list(kwargs.pop("output_names", None) or []) or None
             if kwargs:
                 raise TypeError(f"run() got unexpected keyword arguments {sorted(kwargs)}")
         else:
             raise TypeError("run() takes feeds (a dict) or (output_names, feeds)")
-        if not isinstance(feeds, Mapping):
-            raise _core.InvalidTypeError(f"feeds must be a dict of input name -> tensor, got {type(feeds).__name__}")
-        outputs = self._session._run_values([(str(k), _as_feed(v)) for k, v in feeds.items()], names)
-        values = [_to_user(t) for t in outputs]
-        if as_dict:
-            names = names or [o.name for o in self.get_outputs()]
-            return dict(zip(names, values))
-        return values
+        if type(feeds) is not dict:
+            if not isinstance(feeds, Mapping):
+                raise _core.InvalidTypeError(f"feeds must be a dict of input name -> tensor, got "
+                                             f"{type(feeds).__name__}")
+            feeds = dict(feeds)
+        # Note [Python run path] (session_binding.cpp): feeds and outputs are converted in C++.
+        return self._session._run_values(feeds, names)
 
     def io_binding(self) -> "IOBinding":
         """A new I/O binding for :meth:`run_with_iobinding` (ONNX Runtime's ``io_binding``)."""
@@ -218,25 +218,3 @@ def _as_tensor(value: Any):
             value = np.ascontiguousarray(value)
         return value
     return np.asarray(value)
-
-
-def _as_feed(value: Any):
-    """A feed for ``_run_values``: None (an empty optional) as is, a list or tuple (a sequence) element by element,
-    anything else as :func:`_as_tensor`."""
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)):
-        return [_as_tensor(v) for v in value]
-    return _as_tensor(value)
-
-
-def _to_user(value: Any):
-    """CPU outputs as numpy arrays; device outputs and bfloat16 ones (numpy has no bfloat16) as Tensors; a sequence
-    (a list) element by element; None (an empty optional) as is."""
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return [_to_user(t) for t in value]
-    if value.device.type != "cpu" or value.dtype == "bfloat16":
-        return value
-    return value.numpy()

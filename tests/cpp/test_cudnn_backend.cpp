@@ -782,6 +782,41 @@ TEST(CudnnBackend, Conv2dRecordErrors) {
   expect_close(manual.output, reference("conv2d", fp32.cpu_inputs, fp32.attrs), atol, rtol, "IMPLICIT_GEMM record");
 }
 
+// Note [cuDNN conv plan record]: the recorded workspace is taken as is from a record of the same cuDNN on a device of
+// the same compute capability (the query it saves is most of a replayed plan's cost), recomputed from any other.
+TEST(CudnnBackend, Conv2dRecordWorkspaceIsTrustedOnlyFromTheSameLibraryAndDevice) {
+  SKIP_WITHOUT_CUDNN();
+  XPURT_SKIP_WITHOUT_GPU();
+  Stream stream = Stream::create(Device::cuda(0));
+  const Kernel& kernel = kernel_of("conv2d", "cudnn");
+  ExecutionPolicy policy;
+  const ConvProblem p = conv_problem(conv_cases()[0], {true, false, true}, DType::kFloat16, 21);
+  const GpuRun first = run_on_gpu(kernel, "conv2d", p.cpu_inputs, p.attrs, policy, stream);
+  const std::string record = first.plan->record();
+  const std::size_t needed = first.plan->workspace_bytes();
+  EXPECT_EQ(record_field(record, "sm"), std::to_string(device_compute_capability(Device::cuda(0)))) << record;
+  // The same record with a larger workspace (still enough to run): taken as recorded.
+  const std::string larger = std::to_string(needed + 4096);
+  // `json` with the value of `key` replaced by `value`.
+  auto with = [](std::string json, const std::string& key, const std::string& value) {
+    const std::string tag = "\"" + key + "\":";
+    const auto at = json.find(tag) + tag.size();
+    json.replace(at, json.find_first_of(",}", at) - at, value);
+    return json;
+  };
+  const std::string larger_record = with(record, "workspace", larger);
+  const GpuRun trusted = run_on_gpu(kernel, "conv2d", p.cpu_inputs, p.attrs, policy, stream, larger_record);
+  EXPECT_EQ(trusted.plan->workspace_bytes(), needed + 4096);
+  EXPECT_EQ(std::memcmp(trusted.output.data(), first.output.data(), first.output.size() * sizeof(float)), 0);
+  // Another device or another cuDNN: queried again.
+  for (const char* key : {"sm", "cudnn_version"}) {
+    SCOPED_TRACE(key);
+    const std::string changed = with(larger_record, key, "1");
+    const GpuRun queried = run_on_gpu(kernel, "conv2d", p.cpu_inputs, p.attrs, policy, stream, changed);
+    EXPECT_EQ(queried.plan->workspace_bytes(), needed) << changed;
+  }
+}
+
 TEST(CudnnBackend, Conv2dHonoursDeterminismAndWorkspaceLimit) {
   SKIP_WITHOUT_CUDNN();
   XPURT_SKIP_WITHOUT_GPU();

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph_exec.h"
 #include "xpuruntime/inference_session.h"
+#include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/onnx_import.h"
 
 using namespace xpuruntime;
@@ -277,6 +279,45 @@ TEST(NativeEngine, ExplainListsCandidatesTransfersAndTheMemoryPlan) {
                           "\"build\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
+}
+
+// Note [Libraries warmed while the model is read]: each Kernel::warm_up problem is a valid problem of the kernel's own
+// op (its shapes infer everywhere); on a GPU the kernel takes and builds it, and a CUDA session's explain().build
+// lists the helper's time once it is done.
+TEST(NativeEngine, LibraryWarmUpProblemsAreValidAndTheirTimeIsExplained) {
+  const KernelRegistry& registry = KernelRegistry::global();
+  int warmed = 0;
+  for (const std::string& op : registry.ops()) {
+    for (const Kernel* kernel : registry.kernels(op)) {
+      std::optional<OpDescriptor> desc = kernel->warm_up(Device::cuda(0));
+      if (!desc) continue;
+      SCOPED_TRACE(kernel->info().backend + " " + kernel->name() + " " + op);
+      ++warmed;
+      EXPECT_EQ(desc->op, op);
+      EXPECT_TRUE(desc->device.is_cuda());
+      registry.infer(*desc);
+      ASSERT_FALSE(desc->outputs.empty());
+      if (!(DeviceManager::instance().get_device_count() > 0)) continue;
+      const ExecutionPolicy policy;
+      const Support support = kernel->supports(*desc, policy);
+      ASSERT_TRUE(support) << support.reason();
+      EXPECT_NE(kernel->build(*desc, policy, ""), nullptr);
+    }
+  }
+  if (DeviceManager::instance().get_device_count() == 0) return;
+  EXPECT_GE(warmed, 2);  // cuBLASLt and cuDNN: every GPU build has them
+  SessionOptions options;
+  options.engine = "native";
+  options.device = Device::cuda(0);
+  InferenceSession session =
+      InferenceSession::from_bytes(export_onnx(small_graph(random_floats({4, 6}, 1), random_floats({6}, 2))), options);
+  session.run({{"x", random_floats({3, 4}, 3).to(Device::cuda(0))}});
+  bool listed = false;
+  for (int attempt = 0; attempt < 200 && !listed; ++attempt) {  // the helper may still run right after creation
+    for (const BuildPhase& phase : session.explain().build) listed |= phase.phase.rfind("libraries warmed", 0) == 0;
+    if (!listed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(listed) << session.explain().to_json();
 }
 
 // Note [Segmented plans]: x -> NonZero(x > 0) -> Transpose -> GatherND(x, .) -> TopK(k = min(count, 3)): the plan

@@ -772,6 +772,17 @@ class LtGemmKernel final : public Kernel {
       : Kernel(KernelInfo{op, "cublasLt", "cublasLt", DeviceType::kCUDA, true,
                           summary_of(op)}) {}
 
+  // The library's first use (its handle, kernel modules and heuristic: about 100 ms on an H200) through one
+  // float16 matmul; the other GEMM ops of this backend then find it loaded.
+  std::optional<OpDescriptor> warm_up(Device device) const override {
+    if (op() != "matmul") return std::nullopt;
+    OpDescriptor desc;
+    desc.op = "matmul";
+    desc.device = device;
+    for (int k = 0; k < 2; ++k) desc.inputs.push_back(TensorDesc::contiguous({64, 64}, DType::kFloat16, device));
+    return desc;
+  }
+
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     if (Support common = cublas::check_common(desc, policy, "cublasLt"); !common) return common;
     if (desc.outputs.empty()) return Support::no("cublasLt needs the op's outputs inferred first");

@@ -63,11 +63,13 @@ using cudnn::kZero;
 // Note [cuDNN conv plan record]
 // The record is a JSON object:
 //   {"algo": "IMPLICIT_PRECOMP_GEMM", "math": "TENSOR_OP_MATH", "fused": true, "workspace": 1258291,
-//    "deterministic": true, "chosen_by": "search", "time_ms": 0.0123, "cudnn_version": 91400}
-// "algo", "math" and "fused" are required and define the plan; "workspace" is recomputed (the cuDNN at hand may
-// need a different amount) and must fit the policy's limit; "deterministic" is re-checked against cuDNN when the
-// policy asks for determinism; "chosen_by" ("heuristic" or "search"), "time_ms" (search only) and
-// "cudnn_version" (of the library that chose) are informational. A record that names an unknown algorithm or
+//    "deterministic": true, "chosen_by": "search", "time_ms": 0.0123, "cudnn_version": 91400, "sm": 90}
+// "algo", "math" and "fused" are required and define the plan; "workspace" is taken as recorded when the record was
+// made by the same cuDNN ("cudnn_version") on a device of the same compute capability ("sm"), and recomputed
+// otherwise (another cuDNN or GPU may need a different amount: the query costs about as much as the rest of the
+// plan, Note [Build cache]); it must fit the policy's limit; "deterministic" is re-checked against cuDNN when the
+// policy asks for determinism; "chosen_by" ("heuristic" or "search") and "time_ms" (search only) are
+// informational. A record that names an unknown algorithm or
 // math type is an InvalidArgumentError; one that cannot be honoured here (cuDNN does not support that algorithm
 // for this convolution, its workspace is over the limit, it is not deterministic under a deterministic policy,
 // its math type breaks the precision, or it fuses an identity epilogue without IMPLICIT_PRECOMP_GEMM) is an
@@ -312,6 +314,7 @@ struct ConvChoice {
   double time_ms = -1;                  // search only
   int usable = 0;                       // usable candidates the choice was made among (0 when from a record)
   bool from_record = false;
+  int compute_capability = 0;  // of the device it was made for (major * 10 + minor)
 };
 
 // Why `perf` cannot be used under `policy`, or empty when it can.
@@ -380,7 +383,7 @@ ConvChoice choose(std::vector<AlgoPerf>& ranking, const ConvShape& s, const Exec
 }
 
 ConvChoice choice_from_record(const std::string& record, cudnnHandle_t handle, const ConvDescriptors& d,
-                              const ConvShape& s, const ExecutionPolicy& policy) {
+                              const ConvShape& s, const ExecutionPolicy& policy, int compute_capability) {
   const auto invalid = [&](const std::string& what) {
     return InvalidArgumentError(detail::str_cat(kLabel, ": invalid plan record (", what, "): ", record));
   };
@@ -419,6 +422,7 @@ ConvChoice choice_from_record(const std::string& record, cudnnHandle_t handle, c
   }
   if (json.contains("time_ms") && json["time_ms"].is_number()) choice.time_ms = json["time_ms"].get<double>();
   choice.from_record = true;
+  choice.compute_capability = compute_capability;
 
   const auto cannot = [&](const std::string& why) {
     return UnsupportedOperationError(
@@ -434,7 +438,15 @@ ConvChoice choice_from_record(const std::string& record, cudnnHandle_t handle, c
   }
   XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
   std::size_t workspace = 0;
-  if (!d.workspace_size(handle, choice.algo, &workspace)) {
+  const auto same_int = [&](const char* key, std::int64_t value) {
+    return json.contains(key) && json[key].is_number_integer() && json[key].get<std::int64_t>() == value;
+  };
+  const bool same_library_and_device = same_int("cudnn_version", static_cast<std::int64_t>(cudnn::runtime_version())) &&
+                                       same_int("sm", compute_capability) && json.contains("workspace") &&
+                                       json["workspace"].is_number_unsigned();
+  if (same_library_and_device) {
+    workspace = json["workspace"].get<std::size_t>();
+  } else if (!d.workspace_size(handle, choice.algo, &workspace)) {
     throw cannot(detail::str_cat("cuDNN ", cudnn::runtime_version(), " cannot run ", algo, " for this convolution"));
   }
   choice.workspace = workspace;
@@ -538,6 +550,7 @@ class ConvPlan final : public KernelPlan {
     json["chosen_by"] = choice_.chosen_by;
     if (choice_.time_ms >= 0) json["time_ms"] = choice_.time_ms;
     json["cudnn_version"] = cudnn::runtime_version();
+    json["sm"] = choice_.compute_capability;
     return json.dump();
   }
 
@@ -611,6 +624,18 @@ class CudnnConvKernel final : public Kernel {
  public:
   CudnnConvKernel(KernelInfo info, bool search) : Kernel(std::move(info)), search_(search) {}
 
+  // cuDNN's first use (its handle and the engines of its heuristic) through one small float16 convolution.
+  std::optional<OpDescriptor> warm_up(Device device) const override {
+    if (search_) return std::nullopt;
+    OpDescriptor desc;
+    desc.op = "conv2d";
+    desc.device = device;
+    desc.inputs.push_back(TensorDesc::contiguous({1, 32, 16, 16}, DType::kFloat16, device));
+    desc.inputs.push_back(TensorDesc::contiguous({32, 32, 3, 3}, DType::kFloat16, device));
+    desc.attrs.set("pads", std::vector<std::int64_t>{1, 1, 1, 1});
+    return desc;
+  }
+
   Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     return conv_supports(desc, policy);
   }
@@ -627,7 +652,7 @@ class CudnnConvKernel final : public Kernel {
 
     ConvChoice choice;
     if (!record.empty()) {
-      choice = choice_from_record(record, handle, *descriptors, s, policy);
+      choice = choice_from_record(record, handle, *descriptors, s, policy, desc.compute_capability);
     } else {
       const std::size_t limit = cudnn::workspace_limit(policy);
       const cudnnMathType_t requested = requested_math(s.dtype, policy.precision);
@@ -638,6 +663,7 @@ class CudnnConvKernel final : public Kernel {
         XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors->conv.get(), requested));
       });
       XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors->conv.get(), choice.math));
+      choice.compute_capability = desc.compute_capability;
     }
     return std::make_unique<ConvPlan>(s, std::move(descriptors), std::move(choice), device);
   }

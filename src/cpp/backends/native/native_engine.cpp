@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -33,6 +34,7 @@
 #include "xpuruntime/engine.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph_exec.h"
+#include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/onnx_import.h"
 #include "xpuruntime/value.h"
 
@@ -74,6 +76,43 @@ std::size_t value_bytes(const PlanValue& v) {
   std::size_t bytes = dtype_size(v.type.dtype);
   for (std::int64_t d : v.type.sizes()) bytes *= static_cast<std::size_t>(d);
   return bytes;
+}
+
+// Note [Libraries warmed while the model is read]
+// A vendor library's first use in a process costs more than most plans' kernel selection: cuBLASLt's (its handle,
+// kernel modules and heuristic) about 100 ms on an H200, cuDNN's 20-60 ms. With the build cache replaying the
+// decisions (Note [Build cache]), that first use was the longest part of a CNN's kernel selection
+// (benchmarks/session_create_bench.py). So creating a CUDA session starts a helper thread before the ONNX import
+// that builds, for each kernel that has one, the small plan of Kernel::warm_up and throws it away: the libraries
+// load while the model is read and the graph passes run. The handles it created go back to the per-thread pools
+// when it ends (Note [Per-thread handle pools]) for the selection threads to take. Creation does not wait for it (a
+// small model's plan may be built before the libraries are loaded): the session keeps its future, its destruction
+// waits for it, and explain().build lists its time once it is done. Its failures are ignored: a kernel that cannot
+// run is reported by the plan that needs it.
+double warm_libraries(Device device, const ExecutionPolicy& policy) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    DeviceManager::instance().check_device(device);
+    const DeviceInfo info = DeviceManager::instance().get_device_info(device);
+    const KernelRegistry& registry = KernelRegistry::global();
+    for (const std::string& op : registry.ops()) {
+      for (const Kernel* kernel : registry.kernels(op)) {
+        std::optional<OpDescriptor> desc = kernel->warm_up(device);
+        if (!desc) continue;
+        try {
+          desc->compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
+          desc->precision = policy.precision;
+          registry.infer(*desc);
+          if (kernel->supports(*desc, policy)) (void)kernel->build(*desc, policy, "");
+        } catch (const std::exception&) {
+          // Ignored (see the Note); the next kernel is warmed all the same.
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    // No usable device: the session's creation reports it.
+  }
+  return detail::ms_since(start);
 }
 
 // One rank of a tensor-parallel session (Note [Tensor-parallel sessions]): the plans shard the model.
@@ -118,6 +157,10 @@ class NativeSession final : public EngineSession {
 
   const std::vector<ValueInfo>& inputs() const override { return inputs_; }
   const std::vector<ValueInfo>& outputs() const override { return outputs_; }
+
+  // Note [Libraries warmed while the model is read]: the helper may still run after creation (a small model's plan
+  // is built before the libraries are loaded); this session's destruction waits for it.
+  void keep_warm_up(std::shared_future<double> warm_up) { warm_up_ = std::move(warm_up); }
 
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                           const std::vector<std::string>& output_names) override {
@@ -303,6 +346,10 @@ class NativeSession final : public EngineSession {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       e.build = build_;
+      if (warm_up_.valid() && warm_up_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        e.build.insert(e.build.begin() + (e.build.empty() ? 0 : 1),
+                       {"libraries warmed (helper thread, during the import and passes)", warm_up_.get()});
+      }
     }
     if (!plan) {
       e.options.push_back("no plan built yet (the first run builds one)");
@@ -681,6 +728,7 @@ class NativeSession final : public EngineSession {
   std::string static_key_;  // static_shape: the input shapes of the first run
   std::vector<bool> last_feeds_on_device_;  // per input: the last run's feed was on the session's device
   bool optimized_model_written_ = false;  // under build_mutex_
+  std::shared_future<double> warm_up_;    // Note [Libraries warmed while the model is read]; waited for last
 };
 
 // Note [Tensor-parallel sessions]
@@ -957,11 +1005,19 @@ class NativeEngine final : public Engine {
   std::unique_ptr<EngineSession> create(const std::string& model, const SessionOptions& options) const override {
     OnnxImportOptions import_options;
     import_options.model_dir = options.model_dir;
+    // Note [Libraries warmed while the model is read]: the session keeps the helper's future (its destruction waits
+    // for the helper); on the other paths this future's destructor does.
+    std::future<double> warming;
+    if (options.device.is_cuda()) {
+      warming = std::async(std::launch::async, warm_libraries, options.device, options.exec_policy);
+    }
     const auto start = std::chrono::steady_clock::now();
     Graph graph = import_onnx(model, import_options);
     const double import_ms = detail::ms_since(start);
     if (options.exec_policy.tensor_parallel > 1) return std::make_unique<TensorParallelSession>(graph, options);
-    return std::make_unique<NativeSession>(std::move(graph), options, TensorParallelRank{}, import_ms);
+    auto session = std::make_unique<NativeSession>(std::move(graph), options, TensorParallelRank{}, import_ms);
+    if (warming.valid()) session->keep_warm_up(warming.share());
+    return session;
   }
 };
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,15 @@ class XPURT_API Kernel {
     (void)desc;
     (void)policy;
     return {};
+  }
+  // A small problem of this kernel's op (op, inputs and attributes; outputs left to KernelRegistry::infer) whose plan
+  // makes the kernel's library do on `device` what it does on its first use in a process: load its kernel modules
+  // and heuristics, create the calling thread's handle. nullopt (the default) when that first use costs nothing
+  // worth hiding. A native session builds it on a helper thread while it reads its model (Note [Libraries warmed
+  // while the model is read] in native_engine.cpp).
+  virtual std::optional<OpDescriptor> warm_up(Device device) const {
+    (void)device;
+    return std::nullopt;
   }
 
  private:

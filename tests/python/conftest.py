@@ -1,3 +1,5 @@
+import pathlib
+
 import pytest
 
 import xpuruntime as xrt
@@ -29,3 +31,16 @@ def _has_yaml() -> bool:
 
 
 requires_yaml = pytest.mark.skipif(not _has_yaml(), reason="this build has no yaml-cpp (YAML policy files)")
+
+
+def has_onnxruntime_engine() -> bool:
+    """Whether this build has the onnxruntime engine (ONNX Runtime found at configure time)."""
+    model = pathlib.Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny_classifier.onnx"
+    try:
+        xrt.InferenceSession(model, engine="onnxruntime")
+    except xrt.UnsupportedOperationError:
+        return False
+    return True
+
+
+requires_ort = pytest.mark.skipif(not has_onnxruntime_engine(), reason="this build has no ONNX Runtime engine")

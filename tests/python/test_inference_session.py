@@ -14,17 +14,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL = ROOT / "examples" / "models" / "tiny_classifier.onnx"
 sys.path.insert(0, str(ROOT / "examples"))
 import onnx_weights  # noqa: E402
+from conftest import requires_ort  # noqa: E402
 
 
-def _ort_available() -> bool:
-    try:
-        xrt.InferenceSession(MODEL, engine="onnxruntime")
-    except xrt.UnsupportedOperationError:
-        return False
-    return True
-
-
-requires_ort = pytest.mark.skipif(not _ort_available(), reason="this build has no ONNX Runtime engine")
 
 
 def reference(x: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import xpuruntime as xrt
 import xpuruntime.onnxruntime as ort
-from conftest import requires_gpu
+from conftest import has_onnxruntime_engine, requires_gpu
 
 MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models", "tiny_classifier.onnx")
 
@@ -246,19 +246,11 @@ def test_ortvalue():
     assert isinstance(out[0], ort.OrtValue) and out[0].shape() == [2, 4]
 
 
-def _ort_built() -> bool:
-    try:
-        xrt.InferenceSession(MODEL, engine="onnxruntime")
-    except xrt.UnsupportedOperationError:
-        return False
-    return True
-
-
 def test_set_providers_and_fallback_switches():
     sess = ort.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
     # CPUExecutionProvider is ONNX Runtime's own engine where this build has it, the native engine otherwise (a GPU
     # machine's build without .deps/onnxruntime).
-    assert sess.engine == ("onnxruntime" if _ort_built() else "native")
+    assert sess.engine == ("onnxruntime" if has_onnxruntime_engine() else "native")
     sess.set_providers(["native"])
     assert sess.engine == "native"
     sess.disable_fallback()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import xpuruntime as xrt
-from conftest import requires_gpu
+from conftest import requires_gpu, requires_ort
 from xpuruntime.runtime.profiler import merge_ort_profile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -344,15 +344,6 @@ ORT_PROFILE = [
 ]
 
 
-def _has_ort() -> bool:
-    try:
-        xrt.InferenceSession(MODEL, engine="onnxruntime")
-    except xrt.UnsupportedOperationError:
-        return False
-    return True
-
-
-requires_ort = pytest.mark.skipif(not _has_ort(), reason="this build has no ONNX Runtime engine")
 
 
 @pytest.fixture()

@@ -72,8 +72,7 @@ const Kernel& cuda_raw_kernel(const std::string& op) {
 
 int device_compute_capability(Device device) {
   if (!device.is_cuda()) return 0;
-  const DeviceInfo info = DeviceManager::instance().get_device_info(device);
-  return info.compute_capability_major * 10 + info.compute_capability_minor;
+  return DeviceManager::instance().get_device_info(device).compute_capability();
 }
 
 // Runs `op` with the kernel named `name` on `inputs` (one device; an undefined tensor is an absent optional

@@ -138,8 +138,7 @@ std::vector<float> values_of(const Tensor& cpu) {
 
 int device_compute_capability(Device device) {
   if (!device.is_cuda()) return 0;
-  const DeviceInfo info = DeviceManager::instance().get_device_info(device);
-  return info.compute_capability_major * 10 + info.compute_capability_minor;
+  return DeviceManager::instance().get_device_info(device).compute_capability();
 }
 
 OpDescriptor make_desc(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,

@@ -234,7 +234,7 @@ std::vector<Tensor> run_kernel(const Kernel& kernel, std::vector<Tensor> inputs,
   desc.device = inputs[0].device();
   if (desc.device.is_cuda()) {
     const DeviceInfo info = DeviceManager::instance().get_device_info(desc.device);
-    desc.compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
+    desc.compute_capability = info.compute_capability();
   }
   KernelRegistry::global().infer(desc);
   const ExecutionPolicy policy;

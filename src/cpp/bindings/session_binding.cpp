@@ -28,7 +28,7 @@ SessionOptions make_options(const py::handle& device, const std::string& engine,
 // names read again per call), the same order as a whole replayed CUDA graph's launch: a batch-1 model's latency
 // against torch.compile's graph replay moved by it (docs/benchmarks.md).
 
-// A feed as a tensor, as xpuruntime.InferenceSession.run takes them: an xpuruntime Tensor, a numpy array (made
+// A feed as a tensor, as xpuruntime.InferenceSession.run and IOBinding take them: an xpuruntime Tensor, a numpy array (made
 // C-contiguous), any object with __dlpack__ (torch, cupy), or anything numpy.asarray takes.
 Tensor feed_tensor(const py::handle& obj) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
@@ -169,10 +169,10 @@ void bind_session(py::module_& m) {
 
   py::class_<IoBinding>(m, "IoBinding", "Inputs and outputs bound once for InferenceSession.run_with_binding.")
       .def("bind_input", [](IoBinding& b, const std::string& name, const py::object& value) {
-        b.bind_input(name, to_tensor(value));
+        b.bind_input(name, feed_tensor(value));
       }, py::arg("name"), py::arg("value"))
       .def("bind_output_tensor", [](IoBinding& b, const std::string& name, const py::object& value) {
-        b.bind_output(name, to_tensor(value));
+        b.bind_output(name, feed_tensor(value));
       }, py::arg("name"), py::arg("value"), "Binds the output to this tensor: each run writes it in place.")
       .def("bind_output_device", [](IoBinding& b, const std::string& name, const py::object& device) {
         b.bind_output(name, to_device(device));

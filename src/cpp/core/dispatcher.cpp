@@ -47,8 +47,7 @@ int compute_capability_of(Device device) {
   std::lock_guard<std::mutex> lock(mutex);
   const auto it = cached.find(device.index);
   if (it != cached.end()) return it->second;
-  const DeviceInfo info = DeviceManager::instance().get_device_info(device);
-  const int cc = info.compute_capability_major * 10 + info.compute_capability_minor;
+  const int cc = DeviceManager::instance().get_device_info(device).compute_capability();
   cached[device.index] = cc;
   return cc;
 }

@@ -93,14 +93,14 @@ double warm_libraries(Device device, const ExecutionPolicy& policy) {
   const auto start = std::chrono::steady_clock::now();
   try {
     DeviceManager::instance().check_device(device);
-    const DeviceInfo info = DeviceManager::instance().get_device_info(device);
+    const int compute_capability = DeviceManager::instance().get_device_info(device).compute_capability();
     const KernelRegistry& registry = KernelRegistry::global();
     for (const std::string& op : registry.ops()) {
       for (const Kernel* kernel : registry.kernels(op)) {
         std::optional<OpDescriptor> desc = kernel->warm_up(device);
         if (!desc) continue;
         try {
-          desc->compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
+          desc->compute_capability = compute_capability;
           desc->precision = policy.precision;
           registry.infer(*desc);
           if (kernel->supports(*desc, policy)) (void)kernel->build(*desc, policy, "");

@@ -379,8 +379,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   const Device device = options.device;
   int compute_capability = 0;
   if (device.is_cuda()) {
-    const DeviceInfo info = DeviceManager::instance().get_device_info(device);
-    compute_capability = info.compute_capability_major * 10 + info.compute_capability_minor;
+    compute_capability = DeviceManager::instance().get_device_info(device).compute_capability();
   }
   std::vector<std::pair<std::size_t, std::string>> unsupported;  // (step, why), listed in step order
   std::unordered_set<std::string> defined(g.inputs.begin(), g.inputs.end());

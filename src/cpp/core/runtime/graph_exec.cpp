@@ -270,6 +270,7 @@ GraphExec::GraphExec(std::shared_ptr<const CapturePlan> plan, GraphExecOptions o
   }
   const auto& values = plan_->values();
   slots_.resize(values.size());
+  replay_values_.resize(values.size());
   for (std::size_t id = 0; id < values.size(); ++id) {
     const PlanValue& v = values[id];
     if (!v.planned) continue;
@@ -807,7 +808,6 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
     // outputs read back, through a table kept from run to run whose input and output entries are reset after each
     // (Note [Python run path] in bindings/session_binding.cpp: a replay's host work is on every batch-1 latency).
     std::vector<Tensor>& values = replay_values_;
-    if (values.size() != plan_->values().size()) values.resize(plan_->values().size());
     auto reset = [&] {
       for (int id : plan_->inputs()) values[id] = Tensor();
       for (int id : plan_->outputs()) values[id] = Tensor();

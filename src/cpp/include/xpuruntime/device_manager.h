@@ -36,6 +36,8 @@ struct XPURT_API DeviceInfo {
   std::string pci_bus_id;            // "0000:17:00.0" for CUDA devices, empty for the CPU
 
   std::string str() const;           // one-line summary
+  // major * 10 + minor (90 for an H100 or H200): what OpDescriptor::compute_capability and kernel records hold.
+  int compute_capability() const { return compute_capability_major * 10 + compute_capability_minor; }
 };
 
 class XPURT_API DeviceManager {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, List, Mapping, Optional, Union
 
 import numpy as np
 
@@ -170,11 +170,11 @@ class IOBinding:
 
     def bind_input(self, name: str, value: Any) -> None:
         """Binds input ``name`` to ``value`` (numpy array or DLPack tensor, taken zero-copy where possible)."""
-        self._binding.bind_input(str(name), _as_tensor(value))
+        self._binding.bind_input(str(name), value)
 
     def bind_cpu_input(self, name: str, value: Any) -> None:
         """Binds input ``name`` to a numpy array (ONNX Runtime's name for it)."""
-        self._binding.bind_input(str(name), _as_tensor(np.asarray(value)))
+        self._binding.bind_input(str(name), np.asarray(value))
 
     def bind_output(self, name: str, device_type: Any = None, device_id: int = 0) -> None:
         """Binds output ``name``: to a tensor (``bind_output("y", y)``, written in place), or to a device
@@ -187,7 +187,7 @@ class IOBinding:
                 device = f"{device_type}:{int(device_id)}"
             self._binding.bind_output_device(str(name), device)
         else:
-            self._binding.bind_output_tensor(str(name), _as_tensor(device_type))
+            self._binding.bind_output_tensor(str(name), device_type)
 
     def get_outputs(self) -> List[_core.Tensor]:
         """The outputs of the last run, in binding order (xpuruntime Tensors; DLPack to hand them on)."""
@@ -210,11 +210,3 @@ class IOBinding:
     def synchronize_outputs(self) -> None:
         """Waits for the work of the session's device (outputs are then complete for any reader)."""
         _core.synchronize(self._session._device)
-
-
-def _as_tensor(value: Any):
-    if isinstance(value, (_core.Tensor, np.ndarray)) or hasattr(value, "__dlpack__"):
-        if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
-            value = np.ascontiguousarray(value)
-        return value
-    return np.asarray(value)

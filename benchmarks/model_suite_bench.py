@@ -43,7 +43,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import model_suite as suite  # noqa: E402
-from session_bench import Skip, find_bench, latency  # noqa: E402
+from session_bench import Skip, failure, find_bench, latency  # noqa: E402
 from timing import torch_graph  # noqa: E402
 
 VARIANTS = ["native", "native_policy", "ort", "ort_graphs", "torch_eager", "torch_graph", "compile_graph"]
@@ -95,8 +95,7 @@ def run_ort(binary, path: pathlib.Path, batch: int, seq: int, graphs: bool, iter
                "--dim", f"batch={batch}", "--dim", f"sequence={seq}"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        lines = (done.stderr or done.stdout or "failed").strip().splitlines()
-        raise Skip(f"ort{'_graphs' if graphs else ''}: {lines[-1][:200] if lines else 'failed'}")
+        raise Skip(f"ort{'_graphs' if graphs else ''}: {failure(done)}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

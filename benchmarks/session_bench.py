@@ -172,6 +172,24 @@ def find_bench(explicit: Optional[str], binary: str = "ort_direct_bench") -> Opt
     return None
 
 
+def failure(done: subprocess.CompletedProcess) -> str:
+    """Why a benchmark subprocess failed: the signal that killed it, or its exit code, and its last line of output
+    that is not a warning (ANSI colours removed)."""
+    import signal
+    if done.returncode < 0:
+        try:
+            how = f"killed by {signal.Signals(-done.returncode).name}"
+        except ValueError:
+            how = f"killed by signal {-done.returncode}"
+    else:
+        how = f"exit code {done.returncode}"
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+             for line in (done.stderr or "").splitlines() + (done.stdout or "").splitlines()]
+    lines = [line for line in lines if line]
+    last = next((line for line in reversed(lines) if "[W:" not in line), lines[-1] if lines else "")
+    return f"{how}: {last[:200]}" if last else how
+
+
 def run_session_direct(binary, path, device, engine, batch, graphs, iterations, warmup, io_binding=False):
     if binary is None or not binary.exists():
         raise Skip("native_cpp/ort_graphs_cpp: no session_direct_bench binary (build the benchmarks)")
@@ -180,7 +198,7 @@ def run_session_direct(binary, path, device, engine, batch, graphs, iterations, 
                "--io-binding", "1" if io_binding else "0"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise Skip(f"{engine} from C++: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'}")
+        raise Skip(f"{engine} from C++: {failure(done)}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -192,7 +210,7 @@ def run_ort_direct(binary, path, device, batch, graphs, iterations, warmup):
                "cuda", "--graphs", "1" if graphs else "0", "--iterations", str(iterations), "--warmup", str(warmup)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise Skip(f"ort_direct: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'}")
+        raise Skip(f"ort_direct: {failure(done)}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -74,8 +74,8 @@ def run_child(model: pathlib.Path, batch: int, seq: int, device: str, cache: str
     done = subprocess.run([sys.executable, __file__, "--child", str(model), "--batches", str(batch), "--seq", str(seq),
                            "--device", device], capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        lines = (done.stderr or done.stdout or "failed").strip().splitlines()
-        return {"error": lines[-1][:200] if lines else "failed"}
+        from session_bench import failure
+        return {"error": failure(done)}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -344,7 +344,9 @@ def _xpuruntime_candidates(op: str, capsules: list, attrs: dict, exec_policy: Ex
 # them.) A PyTorch backend runs the call only when it is faster by more than _ENGINE_MARGIN (closer timings are
 # run-to-run noise); among PyTorch's backends its own default dispatch (`torch`, which the native path calls with no
 # backend switch) is taken when it is within the margin of the fastest. PyTorch's backend, when it wins, also runs
-# the gradients (its own autograd). The log records every time. The choice is made once per call signature.
+# the gradients (its own autograd). The log records every time: the winner's is the figure timed here, through the
+# same Python call as PyTorch's; the other xpuruntime candidates keep the C++ autotuner's kernel-only times, which
+# are not comparable with these. The choice is made once per call signature.
 _TIMING_WARMUP, _TIMING_RUNS = 3, 10
 _ENGINE_MARGIN = 0.05
 

@@ -588,6 +588,80 @@ TEST(CudaRawGpu, StridedCopyHandlesPermutationsNegativeStridesAndHighRanks) {
   cuda_raw::strided_copy(nullptr, nullptr, DType::kFloat32, {3, 0}, {1, 1}, {1, 1}, stream_handle());
 }
 
+// A contiguous view of `shape` starting `offset` elements into a copy of `t` (host) or into `t` moved to the GPU:
+// one element in leaves a 16-bit or float32 tensor off 16-byte alignment.
+std::pair<Tensor, Tensor> host_and_device_views(const Tensor& t, const Shape& shape, std::int64_t offset) {
+  const Tensor device = t.to(Device::cuda(0));
+  const auto bytes = offset * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  const Tensor host_view = Tensor::from_blob(static_cast<char*>(t.data_ptr()) + bytes, shape, {}, t.dtype(),
+                                             Device::cpu(), t.storage());
+  const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + bytes, shape, {}, t.dtype(),
+                                               Device::cuda(0), device.storage());
+  return {host_view, device_view};
+}
+
+// The vectorized broadcast path (Note [Vectorized broadcast] in elementwise.cu) and its fallbacks: innermost sizes
+// that are and are not multiples of the 16-byte vector (8 halves, 4 floats), operands broadcast along the inner
+// dimension, along outer ones, or both, and operands one element off 16-byte alignment.
+TEST(CudaRawGpu, BinaryOpsVectorizedBroadcastMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  const std::vector<BinaryCase> shapes = {
+      {{37, 64}, {64}},              // bias over rows: both operands vectors
+      {{37, 64}, {37, 1}},           // b broadcast along the inner dimension
+      {{2, 3, 8, 8}, {2, 3, 1, 1}},  // per-channel gate, merged to [6, 64]
+      {{33, 1}, {1, 64}},            // both operands broadcast, each along one dimension
+      {{1}, {4096}},                 // a scalar
+      {{5, 12}, {12}},               // a multiple of 4 (vectors for float32) but not of 8 (scalar for 16-bit)
+      {{5, 4}, {4}},
+      {{7, 3, 40}, {3, 1}},
+      {{3, 4, 16}, {3, 1, 16}},      // broadcast along an outer dimension
+      {{9, 1, 24}, {1, 5, 24}},
+      {{2, 2, 2, 2, 2, 2, 2, 8}, {2, 1, 2, 1, 2, 1, 2, 8}},
+      {{17, 65}, {65}},              // odd inner sizes: the general kernel
+      {{9, 1, 33}, {1, 5, 33}},
+      {{3, 50001}, {3, 1}},
+      {{300, 4096}, {4096}},         // several blocks of vectors, a partial last tile
+      {{1031, 1032}, {1031, 1}}};
+  for (const std::string op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}) {
+    const bool positive = op == "div" || op == "pow";
+    for (const DType dtype : kFloatTypes) {
+      for (const auto& c : shapes) {
+        for (const bool swap : {false, true}) {
+          const Shape& shape_a = swap ? c.b : c.a;
+          const Shape& shape_b = swap ? c.a : c.b;
+          const Tensor a = random_tensor(shape_a, dtype, rng, positive ? 0.5f : -4.0f, positive ? 2.0f : 4.0f);
+          const Tensor b = random_tensor(shape_b, dtype, rng, positive ? (op == "pow" ? -2.0f : 0.5f) : -4.0f,
+                                         positive ? 2.0f : 4.0f);
+          compare_with_cpu(op, {a, b}, {}, tolerance_for(dtype),
+                           label(op, shape_a, dtype, "with " + shape_str(shape_b)));
+        }
+      }
+    }
+  }
+  // Operands one element off alignment take the general kernel (or load only the aligned operand as vectors);
+  // eight elements off keeps 16-byte alignment.
+  const std::vector<BinaryCase> misaligned = {{{37, 64}, {64}}, {{37, 64}, {37, 1}}, {{33, 1}, {1, 64}}};
+  for (const DType dtype : kFloatTypes) {
+    for (const auto& c : misaligned) {
+      for (const std::int64_t offset_a : {0, 1, 8}) {
+        for (const std::int64_t offset_b : {0, 1}) {
+          const Tensor a = random_tensor({numel_of(c.a) + offset_a}, dtype, rng);
+          const Tensor b = random_tensor({numel_of(c.b) + offset_b}, dtype, rng);
+          const auto [a_host, a_device] = host_and_device_views(a, c.a, offset_a);
+          const auto [b_host, b_device] = host_and_device_views(b, c.b, offset_b);
+          const Tensor expected = run_kernel("mul", "cpu", {a_host, b_host})[0];
+          const Tensor actual = run_kernel("mul", "cuda_raw", {a_device, b_device})[0];
+          expect_close(actual, expected, tolerance_for(dtype),
+                       label("mul", c.a, dtype,
+                             "with " + shape_str(c.b) + " offsets " + std::to_string(offset_a) + ", " +
+                                 std::to_string(offset_b)));
+        }
+      }
+    }
+  }
+}
+
 #endif  // XPURT_WITH_CUDA
 
 // ---- CPU-runnable: the kernels, their supports() reasons and the reduction plans ----
@@ -737,6 +811,176 @@ TEST(CudaRawKernels, ABuildWithoutCudaSaysSo) {
 }
 
 #endif  // XPURT_WITH_CUDA
+
+// The contiguous-row kernel's groups (parts of a warp, a warp, a block) and the middle kernel at their edges (Note
+// [Contiguous row reductions] and Note [Middle-axis reductions] in reduce.cu) against the cpu kernel: rows from 1 to
+// 40001 elements, many and few of them, split ones; middle reductions of 1 to 256 rows over inner sizes 1 to 4096;
+// NaNs for max and min; inputs off 16-byte alignment; and the same bits on a second run.
+TEST(CudaRawGpu, RowAndMiddleReductionsMatchTheCpuKernelAtTheirEdges) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(14);
+  struct Case {
+    Shape shape;
+    Shape axes;
+    std::int64_t offset;  // elements the input starts into its buffer (1 and 3: off 16-byte alignment)
+  };
+  std::vector<Case> cases;
+  for (const std::int64_t length : {1, 7, 32, 33, 1000, 4096, 4097}) {
+    for (const std::int64_t rows : {1, 3, 2000}) cases.push_back({{rows, length}, {1}, 0});
+    cases.push_back({{37, length}, {1}, 1});
+  }
+  for (const std::int64_t inner : {1, 3, 8, 64, 4096}) {
+    for (const std::int64_t reduced : {1, 5, 256}) cases.push_back({{2, reduced, inner}, {1}, 0});
+  }
+  const std::vector<Case> more = {
+      {{20000, 64}, {1}, 0},       // parts of warps, many tasks
+      {{1000, 100}, {1}, 0},       // groups of 4 to 16 threads
+      {{1000, 200}, {1}, 0},
+      {{1000, 400}, {1}, 0},
+      {{1, 400}, {1}, 1},
+      {{4096, 1000}, {1}, 0},      // a warp per row filling the GPU
+      {{5, 4097}, {1}, 3},         // odd rows at odd alignments
+      {{3, 40001}, {1}, 0},        // split rows: chunks start off alignment
+      {{3, 40001}, {1}, 1},
+      {{2, 256, 64}, {1}, 1},      // a misaligned middle reduction (the column kernel)
+      {{4, 64, 12, 12}, {1}, 0},   // NCHW channels: the middle kernel
+      {{4, 64, 12, 12}, {2, 3}, 0},
+      {{70000, 2, 8}, {1}, 0}};    // more outer blocks than a grid's z dimension holds
+  cases.insert(cases.end(), more.begin(), more.end());
+  for (const std::string op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"}) {
+    const bool extremum = op == "reduce_max" || op == "reduce_min";
+    for (const DType dtype : kFloatTypes) {
+      for (const auto& c : cases) {
+        for (const bool with_nan : {false, true}) {
+          if (with_nan && !extremum) continue;
+          // Multiples of 1/8 (exact sums), a few NaNs for max and min, `offset` elements into the buffer.
+          const Tensor values = random_tensor({numel_of(c.shape) + c.offset}, DType::kFloat32, rng, 0, 0, true);
+          if (with_nan) {
+            auto* p = static_cast<float*>(values.data_ptr());
+            for (std::int64_t i = c.offset; i < values.numel(); i += 997) {
+              p[i] = std::numeric_limits<float>::quiet_NaN();
+            }
+          }
+          const Tensor buffer =
+              dtype == DType::kFloat32 ? values : run_kernel("cast", "cpu", {values}, cast_to(dtype))[0];
+          const Tensor device = buffer.to(Device::cuda(0));
+          const auto bytes = c.offset * static_cast<std::int64_t>(dtype_size(dtype));
+          const Tensor host_view = Tensor::from_blob(static_cast<char*>(buffer.data_ptr()) + bytes, c.shape, {},
+                                                     dtype, Device::cpu(), buffer.storage());
+          const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + bytes, c.shape, {},
+                                                       dtype, Device::cuda(0), device.storage());
+          const Attributes attrs = Attributes().set("axes", c.axes).set("keepdims", std::int64_t{0});
+          const std::string what = label(op, c.shape, dtype,
+                                         "axes " + shape_str(c.axes) + " offset " + std::to_string(c.offset) +
+                                             (with_nan ? " with NaNs" : ""));
+          const Tensor expected = run_kernel(op, "cpu", {host_view}, attrs)[0];
+          const Tensor actual = run_kernel(op, "cuda_raw", {device_view}, attrs)[0].to(Device::cpu());
+          // Sums of eighths are exact in fp32; only the mean's division may round differently.
+          const Tolerance tol = dtype == DType::kFloat32 ? Tolerance{0.0, 1e-6} : tolerance_for(dtype);
+          expect_close(actual, expected, tol, what);
+          const Tensor again = run_kernel(op, "cuda_raw", {device_view}, attrs)[0].to(Device::cpu());
+          ASSERT_EQ(std::memcmp(actual.data_ptr(), again.data_ptr(), actual.nbytes()), 0) << what;
+        }
+      }
+    }
+  }
+  // A warp per row of 4096 (the bandwidth-bound case the kernel was written for) and a middle reduction of NCHW
+  // channels at full width, sums only (the others take the same paths above).
+  const std::vector<std::pair<Shape, Shape>> wide = {{{4096, 4096}, {1}}, {{4, 256, 4096}, {1}}};
+  for (const DType dtype : kFloatTypes) {
+    for (const auto& [shape, axes] : wide) {
+      const Tensor x = random_tensor(shape, dtype, rng, 0, 0, /*eighths=*/true);
+      const Tolerance tol = dtype == DType::kFloat32 ? Tolerance{0.0, 1e-6} : tolerance_for(dtype);
+      compare_with_cpu("reduce_sum", {x}, Attributes().set("axes", axes), tol,
+                       label("reduce_sum", shape, dtype, "axes " + shape_str(axes)));
+    }
+  }
+}
+
+// The last-axis softmax and log_softmax at the row lengths around each path of softmax.cu (Note [Register-cached
+// softmax]): a thread to 512 threads per row holding 16-byte vectors or elements, and the online kernel past the
+// cached limit (16384 halves or 8192 floats of vectors: 16392; 8192 elements: 8193). Many rows (blocks of four
+// warps, the grid-stride loop) and few (one-warp blocks, larger groups), -inf entries and a fully -inf row (NaN),
+// and an input one element off 16-byte alignment (element loads).
+TEST(CudaRawGpu, SoftmaxRowsMatchTheCpuKernelOnEveryPath) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(13);
+  const std::vector<std::int64_t> lengths = {1,    7,    8,    31,   32,   33,   128,  1000,
+                                             1024, 2048, 4096, 4097, 8192, 8193, 16384, 16392};
+  for (const DType dtype : kFloatTypes) {
+    Tolerance tol = tolerance_for(dtype);
+    tol.atol = dtype == DType::kFloat32 ? 1e-7 : 1e-6;
+    const Tolerance log_tol = tolerance_for(dtype, 1e-5);
+    for (const std::int64_t cols : lengths) {
+      // Many rows: more than 1024 warps' worth for every sub-warp group.
+      const std::int64_t many = std::clamp<std::int64_t>((std::int64_t{1} << 21) / cols, 300, 40000);
+      const Shape many_shape = {many, cols};
+      compare_with_cpu("softmax", {random_tensor(many_shape, dtype, rng, -8, 8)}, {}, tol,
+                       label("softmax", many_shape, dtype));
+      // Few rows, with -inf entries: every fifth of row 0, all of row 1 (NaN, as on the cpu).
+      const Shape few_shape = {3, cols};
+      Tensor x32 = random_tensor(few_shape, DType::kFloat32, rng, -8, 8);
+      auto* p = static_cast<float*>(x32.data_ptr());
+      for (std::int64_t j = 0; j < cols; j += 5) p[j] = -INFINITY;
+      for (std::int64_t j = 0; j < cols; ++j) p[cols + j] = -INFINITY;
+      const Tensor few = dtype == DType::kFloat32 ? x32 : run_kernel("cast", "cpu", {x32}, cast_to(dtype))[0];
+      compare_with_cpu("softmax", {few}, {}, tol, label("softmax", few_shape, dtype, "with -inf"));
+      compare_with_cpu("log_softmax", {few}, {}, log_tol, label("log_softmax", few_shape, dtype, "with -inf"));
+      // One element off 16-byte alignment: element loads (the output is aligned).
+      const Shape view_shape = {5, cols};
+      const Tensor host = random_tensor({5 * cols + 1}, dtype, rng, -8, 8);
+      const Tensor device = host.to(Device::cuda(0));
+      const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+      const Tensor host_view = Tensor::from_blob(static_cast<char*>(host.data_ptr()) + es, view_shape, {}, dtype,
+                                                 Device::cpu(), host.storage());
+      const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + es, view_shape, {}, dtype,
+                                                   Device::cuda(0), device.storage());
+      for (const std::string op : {"softmax", "log_softmax"}) {
+        const Tensor expected = run_kernel(op, "cpu", {host_view})[0];
+        const Tensor actual = run_kernel(op, "cuda_raw", {device_view})[0];
+        expect_close(actual, expected, op == "softmax" ? tol : log_tol, label(op, view_shape, dtype, "misaligned"));
+      }
+    }
+  }
+}
+
+// layer_norm's register-cached kernel (Note [Register-cached rows] in layer_norm.cu) from one vector a row to
+// 2048 (16384 halves; 16392 takes the scalar kernel), for few rows (scale and bias loaded with the row) and many
+// (loaded at the output), with and without the residual; rows of 4097 and a misaligned input take the scalar
+// kernel.
+TEST(CudaRawGpu, LayerNormCachedRowsMatchTheCpuKernelForManyAndFewRows) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(14);
+  const Attributes attrs = Attributes().set("axis", std::int64_t{-1}).set("epsilon", 1e-5);
+  for (const DType dtype : kFloatTypes) {
+    const Tolerance tol = tolerance_for(dtype, 1e-4);
+    for (const std::int64_t cols : {8, 16, 96, 768, 1000, 1024, 4096, 4097, 8192, 16384, 16392}) {
+      const Tensor scale = random_tensor({cols}, dtype, rng, -2, 2);
+      const Tensor bias = random_tensor({cols}, dtype, rng, -2, 2);
+      const std::int64_t many = std::clamp<std::int64_t>((std::int64_t{1} << 21) / cols, 300, 40000);
+      for (const std::int64_t rows : {std::int64_t{3}, many}) {
+        const Shape shape = {rows, cols};
+        const Tensor x = random_tensor(shape, dtype, rng, 2.0f, 6.0f);
+        compare_with_cpu("layer_norm", {x, scale, bias}, attrs, tol, label("layer_norm", shape, dtype));
+        compare_with_cpu("layer_norm", {x, Tensor(), Tensor(), random_tensor(shape, dtype, rng, -2, 2)}, attrs, tol,
+                         label("layer_norm", shape, dtype, "residual, no scale or bias"));
+      }
+      const Shape view_shape = {5, cols};
+      const Tensor host = random_tensor({5 * cols + 1}, dtype, rng, 2.0f, 6.0f);
+      const Tensor device = host.to(Device::cuda(0));
+      const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+      const Tensor host_view = Tensor::from_blob(static_cast<char*>(host.data_ptr()) + es, view_shape, {}, dtype,
+                                                 Device::cpu(), host.storage());
+      const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + es, view_shape, {}, dtype,
+                                                   Device::cuda(0), device.storage());
+      const Tensor expected = run_kernel("layer_norm", "cpu", {host_view, scale, bias}, attrs)[0];
+      const Tensor actual =
+          run_kernel("layer_norm", "cuda_raw", {device_view, scale.to(Device::cuda(0)), bias.to(Device::cuda(0))},
+                     attrs)[0];
+      expect_close(actual, expected, tol, label("layer_norm", view_shape, dtype, "misaligned"));
+    }
+  }
+}
 
 }  // namespace
 }  // namespace xpuruntime

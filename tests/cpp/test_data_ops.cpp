@@ -681,6 +681,92 @@ TEST_P(DataOps, LogicalOpsAndIsNan) {
             (std::vector<std::uint8_t>{0, 0, 1, 0}));
 }
 
+// Shapes past the cuda_raw kernels' fast-path thresholds (Notes [Gather in row tiles] and [Tile in wide words], the
+// same-shape where in backends/cuda_raw; several transpose tiles and partial ones; wide concat rows).
+TEST_P(DataOps, LargeShapesTakeTheTiledPathsAndMatchIndexMapping) {
+  unsigned seed = 900;
+  for (const DType dtype : kElementSizes) {
+    const std::size_t es = dtype_size(dtype);
+    for (const auto& [shape, perm] : std::vector<std::pair<Shape, Shape>>{
+             {{130, 67}, {1, 0}}, {{3, 129, 65}, {0, 2, 1}}, {{2, 5, 70, 66}, {0, 2, 3, 1}}}) {
+      const Bytes in = random_bytes(shape, dtype, seed++);
+      const Tensor y = call("transpose", {from_bytes(shape, dtype, in)}, Attributes().set("perm", perm));
+      Shape out_shape;
+      for (const auto p : perm) out_shape.push_back(shape[static_cast<std::size_t>(p)]);
+      EXPECT_EQ(bytes_of(y), map_elements(in, es, out_shape, [&](const Shape& index) {
+                  Shape source(shape.size());
+                  for (std::size_t i = 0; i < index.size(); ++i) source[static_cast<std::size_t>(perm[i])] = index[i];
+                  return ravel(source, shape);
+                })) << "transpose " << dtype_name(dtype) << " rank " << shape.size();
+    }
+    // gather: a scalar index selecting one huge row, embedding rows of several sizes
+    for (const Shape& shape : {Shape{3, 40, 1000}, Shape{50, 300}, Shape{9, 1001}}) {
+      const Bytes in = random_bytes(shape, dtype, seed++);
+      const Tensor x = from_bytes(shape, dtype, in);
+      const std::int64_t inner = numel_of(shape) / shape[0];
+      const Tensor scalar = from_values<std::int64_t>({}, DType::kInt64, {-2});
+      const Tensor z = call("gather", {x, scalar});
+      EXPECT_EQ(bytes_of(z), map_elements(in, es, z.shape(), [&](const Shape& i) {
+                  return (shape[0] - 2) * inner + ravel(i, Shape(shape.begin() + 1, shape.end()));
+                })) << "gather scalar " << dtype_name(dtype);
+      const std::vector<std::int64_t> rows = {1, -1, 0, 2, 2};
+      const Tensor indices = from_values<std::int64_t>({5}, DType::kInt64, rows);
+      const Tensor g = call("gather", {x, indices});
+      EXPECT_EQ(bytes_of(g), map_elements(in, es, g.shape(), [&](const Shape& i) {
+                  const std::int64_t row = rows[static_cast<std::size_t>(i[0])];
+                  return (row < 0 ? row + shape[0] : row) * inner + ravel(Shape(i.begin() + 1, i.end()),
+                                                                           Shape(shape.begin() + 1, shape.end()));
+                })) << "gather rows " << dtype_name(dtype);
+    }
+    // concat of wide rows, along the last axis and along the first
+    for (const std::int64_t axis : {0, 1}) {
+      const std::vector<Shape> shapes = axis == 1 ? std::vector<Shape>{{3, 1100}, {3, 1500}, {3, 2048}}
+                                                  : std::vector<Shape>{{700, 9}, {300, 9}, {1, 9}};
+      std::vector<Bytes> ins;
+      std::vector<Tensor> tensors;
+      for (const auto& s : shapes) {
+        ins.push_back(random_bytes(s, dtype, seed++));
+        tensors.push_back(from_bytes(s, dtype, ins.back()));
+      }
+      const Tensor y = call("concat", tensors, Attributes().set("axis", axis));
+      Bytes expected(static_cast<std::size_t>(y.numel()) * es);
+      for (std::int64_t i = 0; i < y.numel(); ++i) {
+        Shape index = unravel(i, y.shape());
+        std::size_t k = 0;
+        while (index[static_cast<std::size_t>(axis)] >= shapes[k][static_cast<std::size_t>(axis)]) {
+          index[static_cast<std::size_t>(axis)] -= shapes[k][static_cast<std::size_t>(axis)];
+          ++k;
+        }
+        std::memcpy(expected.data() + i * es, ins[k].data() + ravel(index, shapes[k]) * es, es);
+      }
+      EXPECT_EQ(bytes_of(y), expected) << "concat " << dtype_name(dtype) << " axis " << axis;
+    }
+    // tile: a repeated innermost dim (wide words when its run allows), unrepeated inner dims merged
+    for (const auto& [shape, repeats] : std::vector<std::pair<Shape, Shape>>{
+             {{3, 40}, {2, 3}}, {{2, 3, 8}, {2, 1, 1}}, {{5, 7}, {1, 3}}, {{4, 16}, {3, 1}}}) {
+      const Bytes in = random_bytes(shape, dtype, seed++);
+      const Tensor y = call("tile", {from_bytes(shape, dtype, in)}, Attributes().set("repeats", repeats));
+      EXPECT_EQ(bytes_of(y), map_elements(in, es, y.shape(), [&](const Shape& index) {
+                  Shape source(index.size());
+                  for (std::size_t d = 0; d < index.size(); ++d) source[d] = index[d] % shape[d];
+                  return ravel(source, shape);
+                })) << "tile " << dtype_name(dtype) << " " << shape.size();
+    }
+    // where with every operand of the output's shape (the vectorized path), odd sizes for the scalar tail
+    for (const Shape& shape : {Shape{1003}, Shape{8, 257}, Shape{64}}) {
+      const Bytes c = random_bytes(shape, DType::kBool, seed++), a = random_bytes(shape, dtype, seed++),
+                  b = random_bytes(shape, dtype, seed++);
+      const Tensor y = call("where", {from_bytes(shape, DType::kBool, c), from_bytes(shape, dtype, a),
+                                      from_bytes(shape, dtype, b)});
+      Bytes expected(a.size());
+      for (std::int64_t i = 0; i < numel_of(shape); ++i) {
+        std::memcpy(expected.data() + i * es, (c[static_cast<std::size_t>(i)] ? a : b).data() + i * es, es);
+      }
+      EXPECT_EQ(bytes_of(y), expected) << "where " << dtype_name(dtype) << " " << numel_of(shape);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DataOps, ::testing::Values(std::string("cpu"), std::string("cuda_raw")),
                          [](const ::testing::TestParamInfo<std::string>& backend) { return backend.param; });
 

@@ -158,7 +158,8 @@ void add_binary(KernelRegistry& registry, const std::string& op, BinaryOp kind) 
       kind == BinaryOp::kAdd || kind == BinaryOp::kSub || kind == BinaryOp::kMul || kind == BinaryOp::kDiv;
   add_kernel(
       registry, op,
-      op + "(a, b) with NumPy broadcasting (stride tables, up to 8 merged dims); vectorized for equal shapes" +
+      op + "(a, b) with NumPy broadcasting (stride tables, up to 8 merged dims); 16-byte vectors for equal shapes "
+               "and along a contiguous or broadcast innermost dim" +
           (takes_int ? "; int32/int64 wrap, division truncates (by zero: 0)" : ""),
       {"a", "b"},
       [](const OpDescriptor& desc) {
@@ -468,7 +469,8 @@ void register_data_kernels(KernelRegistry& registry) {
       DTypes::kAll);
   add_kernel(
       registry, "gather",
-      "ONNX Gather: a block per row, 16-byte vectors (the embedding lookup), a thread per element for short rows; "
+      "ONNX Gather: tiles of long rows in 16-byte vectors (embedding lookups, outer-axis selects), a thread per "
+      "element for short rows; "
       "an out-of-range index writes zeros and sets a device flag (XPURT_CUDA_RAW_CHECK_INDICES=1 raises)",
       {"data", "indices"}, nullptr,
       [](const KernelLaunch& launch) {
@@ -490,7 +492,8 @@ void register_data_kernels(KernelRegistry& registry) {
       },
       DTypes::kAll);
   add_kernel(
-      registry, "where", "cond ? a : b with NumPy broadcasting (stride tables, up to 8 merged dims)",
+      registry, "where",
+      "cond ? a : b with NumPy broadcasting (stride tables, up to 8 merged dims); 16-byte vectors for equal shapes",
       {"cond", "a", "b"},
       [](const OpDescriptor& desc) {
         if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
@@ -742,7 +745,9 @@ void register_onnx_kernels(KernelRegistry& registry) {
       },
       DTypes::kAll);
   add_kernel(
-      registry, "pad", "ONNX Pad (constant, reflect, edge, wrap; negative pads crop): a thread per output element",
+      registry, "pad",
+      "ONNX Pad (constant, reflect, edge, wrap; negative pads crop): 16-byte chunks of merged output rows with "
+      "32-bit index math (Note [Pad rows]), else a thread per element",
       {"x"},
       [](const OpDescriptor& desc) {
         if (desc.inputs[0].dim() > cuda_raw::kMaxDims) {
@@ -846,7 +851,10 @@ void register_onnx_kernels_2(KernelRegistry& registry) {
       },
       DTypes::kAll);
   add_kernel(
-      registry, "tile", "ONNX Tile: a thread per output element, the input read modulo its shape", {"x"},
+      registry, "tile",
+      "ONNX Tile: a thread per output word (up to 16 bytes, unrepeated inner dims merged), the input read modulo "
+      "its shape",
+      {"x"},
       [](const OpDescriptor& desc) {
         if (desc.inputs[0].dim() > cuda_raw::kMaxDims) {
           return Support::no(detail::str_cat("cuda_raw tile takes ranks up to ", cuda_raw::kMaxDims));
@@ -1094,8 +1102,9 @@ void register_cuda_raw(KernelRegistry& registry) {
       },
       DTypes::kAll);
   // ---- softmax ----
-  add_kernel(registry, "softmax", "softmax along any axis: a warp (<= 1024 columns) or a block per row for the "
-             "last axis, a thread per column for inner axes; online max/sum in fp32", {"x"}, nullptr,
+  add_kernel(registry, "softmax", "softmax along any axis: last-axis rows of up to 16384 halves / 8192 floats read "
+             "once into registers (a group of 1-512 threads per row, Note [Register-cached softmax]), longer rows "
+             "an online max/sum, a thread per column for inner axes; fp32 math", {"x"}, nullptr,
              [](const KernelLaunch& launch) {
                const Tensor& x = launch.input(0);
                const auto& shape = x.shape();

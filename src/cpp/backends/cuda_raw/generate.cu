@@ -173,22 +173,53 @@ void tile(const void* x, void* y, std::size_t element_size, const std::vector<st
   std::int64_t n = 1;
   for (const std::int64_t d : out_shape) n *= d;
   if (n == 0) return;
+  // Note [Tile in wide words]
+  // Innermost dims that are not repeated merge into the next one out (their elements stay one contiguous run of
+  // the input and of each output copy), and the innermost dim then moves in the widest word (up to 16 bytes) that
+  // divides its input run and aligns both pointers: a repeat wraps at a multiple of the run, so never inside a
+  // word. A thread per 2-byte element, with a 64-bit division and modulo per dim, copied a tile at 12% of an
+  // H200's copy bandwidth.
+  std::vector<std::int64_t> ins(in_shape.rbegin(), in_shape.rend()), outs(out_shape.rbegin(), out_shape.rend());
+  while (ins.size() > 1 && ins[0] == outs[0]) {
+    ins[1] *= ins[0];
+    outs[1] *= outs[0];
+    ins.erase(ins.begin());
+    outs.erase(outs.begin());
+  }
+  std::size_t word = element_size;
+  if (!ins.empty()) {
+    const std::int64_t run = ins[0] * static_cast<std::int64_t>(element_size);
+    for (std::size_t w = 16; w > element_size; w /= 2) {
+      if (run % static_cast<std::int64_t>(w) == 0 && is_aligned(x, w) && is_aligned(y, w)) {
+        word = w;
+        break;
+      }
+    }
+    const std::int64_t per_word = static_cast<std::int64_t>(word / element_size);
+    ins[0] /= per_word;
+    outs[0] /= per_word;
+    n /= per_word;
+  }
   TileGeometry g;
-  g.rank = static_cast<int>(in_shape.size());
+  g.rank = static_cast<int>(ins.size());
   std::int64_t stride = 1;
   for (int d = 0; d < g.rank; ++d) {
-    const std::size_t from = in_shape.size() - 1 - static_cast<std::size_t>(d);
-    g.out_size[d] = out_shape[from];
-    g.in_size[d] = in_shape[from];
+    g.out_size[d] = outs[static_cast<std::size_t>(d)];
+    g.in_size[d] = ins[static_cast<std::size_t>(d)];
     g.in_stride[d] = stride;
-    stride *= in_shape[from];
+    stride *= ins[static_cast<std::size_t>(d)];
   }
-  dispatch_element_size(element_size, "tile", [&](auto tag) {
+  const auto launch = [&](auto tag) {
     using E = decltype(tag);
     tile_kernel<E><<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(static_cast<const E*>(x),
                                                                               static_cast<E*>(y), n, g);
     XPURT_CUDA_RAW_LAUNCH_CHECK();
-  });
+  };
+  if (word == 16) {
+    launch(uint4{});
+  } else {
+    dispatch_element_size(word, "tile", launch);
+  }
 }
 
 void scatter_nd(const void* data, const void* indices, DType index_dtype, const void* updates, void* y,

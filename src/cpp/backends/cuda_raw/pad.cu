@@ -1,5 +1,9 @@
-// ONNX Pad (constant, reflect, edge, wrap; negative pads crop): one thread per output element maps each of its
-// coordinates back to the input, so any element size and any rank up to kMaxDims take one kernel.
+// ONNX Pad (constant, reflect, edge, wrap; negative pads crop) for any element size and any rank up to kMaxDims:
+// a row-aware kernel with 32-bit index math where the sizes fit (Note [Pad rows]), else one thread per output
+// element that maps each of its coordinates back to the input with 64-bit math.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,21 +26,23 @@ struct PadGeometry {
 };
 
 // The input coordinate that output coordinate `o` reads along one dimension, or -1 for the constant.
-__device__ __forceinline__ std::int64_t source_coordinate(std::int64_t o, std::int64_t begin, std::int64_t size,
-                                                          PadMode mode) {
-  std::int64_t i = o - begin;
+template <typename Index>
+__device__ __forceinline__ Index source_coordinate(Index o, Index begin, Index size, PadMode mode) {
+  const Index i = o - begin;
   if (i >= 0 && i < size) return i;
   switch (mode) {
     case PadMode::kConstant: return -1;
     case PadMode::kEdge: return i < 0 ? 0 : size - 1;
     case PadMode::kWrap: {
-      const std::int64_t r = i % size;
+      const Index r = i % size;
       return r < 0 ? r + size : r;
     }
     case PadMode::kReflect: {
-      // Reflection without repeating the edge: period 2 * (size - 1) (size > 1, checked by the caller).
-      const std::int64_t period = 2 * (size - 1);
-      std::int64_t r = i % period;
+      // Reflection without repeating the edge: period 2 * (size - 1). The caller checks size > 1 where a pad
+      // reaches here; a lone element (a shifted, unpadded dimension) reflects onto itself rather than dividing by 0.
+      if (size == 1) return 0;
+      const Index period = 2 * (size - 1);
+      Index r = i % period;
       if (r < 0) r += period;
       return r < size ? r : period - r;
     }
@@ -62,6 +68,181 @@ __global__ void pad_kernel(const E* x, E* y, std::int64_t n, PadGeometry g, PadM
     }
     y[i] = inside ? x[offset] : value;
   }
+}
+
+// Note [Fast division]
+// n / d for a divisor d fixed at launch, as a multiply-high, an add and a shift instead of the ~20 instructions
+// of a 32-bit division (Granlund and Montgomery, "Division by invariant integers using multiplication", 1994; the
+// same scheme as PyTorch's IntDivider): with s the smallest shift where 2^s >= d and
+// m = floor(2^32 * (2^s - d) / d) + 1 (< 2^32), n / d == (umulhi(n, m) + n) >> s for 1 <= d <= INT32_MAX and
+// 0 <= n <= INT32_MAX (the sum cannot overflow 32 bits there). resize.cu holds the same helper.
+struct FastDivider {
+  std::uint32_t divisor = 1;
+  std::uint32_t magic = 1;
+  std::uint32_t shift = 0;
+
+  FastDivider() = default;
+  explicit FastDivider(std::int64_t d) : divisor(static_cast<std::uint32_t>(d)) {
+    XPURT_INTERNAL_ASSERT(d >= 1 && d <= std::numeric_limits<std::int32_t>::max(), "FastDivider: divisor ", d);
+    while ((std::uint64_t{1} << shift) < divisor) ++shift;
+    magic = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) * ((std::uint64_t{1} << shift) - divisor)) /
+                                       divisor + 1);
+  }
+  __device__ __forceinline__ std::int32_t div(std::int32_t n) const {
+    const auto u = static_cast<std::uint32_t>(n);
+    return static_cast<std::int32_t>((__umulhi(u, magic) + u) >> shift);
+  }
+  __device__ __forceinline__ std::int32_t value() const { return static_cast<std::int32_t>(divisor); }
+};
+
+// Note [Pad rows]
+// The general kernel spends most of its time on one 64-bit division per dimension and element. When every offset
+// fits in int32 (the usual case), pad_rows_kernel runs instead:
+// - The host first simplifies the geometry without changing which element any output reads: it drops the
+//   unpadded dimensions of size 1 and merges neighbouring unpadded dimensions (begin 0, same size in and out), whose
+//   coordinates map to themselves. x[64, 256, 64, 64] padded along H and W becomes [16384, 64, 64] to [16384, 66, 66].
+// - The output is then rows of the innermost (simplified) dimension. Each thread writes kVec consecutive output
+//   elements (16 bytes, one vector store; kVec 1 when y is not 16-byte aligned), which may span rows. It locates the
+//   first with one fast division by the row width (Note [Fast division]) and decodes the row's input offset once
+//   (one fast division per outer dimension, or -1 when the row lies in the constant padding); along the row only
+//   the column's source coordinate is computed, in 32-bit arithmetic, and the decode is repeated only where the
+//   chunk wraps to the next row. Reads are scalar gathers (any pad shifts them off vector alignment).
+// - A thread handles kPadChunksPerThread chunks a step, blockDim.x chunks apart (coalesced), all loads before the
+//   stores, so that enough reads are in flight to cover the memory latency; thread 0 of block 0 writes the last
+//   n % kVec elements.
+// The coordinate mapping is the general kernel's source_coordinate, so both kernels give identical results.
+constexpr int kPadChunksPerThread = 4;
+
+struct PadRows {
+  FastDivider width;          // output size of the innermost dimension
+  std::int32_t in_width = 0;  // its input size
+  std::int32_t begin = 0;     // its leading pad
+  int outer = 0;              // the dimensions above it, innermost first:
+  FastDivider out_size[kMaxDims - 1];
+  std::int32_t in_size[kMaxDims - 1] = {};
+  std::int32_t in_stride[kMaxDims - 1] = {};
+  std::int32_t outer_begin[kMaxDims - 1] = {};
+};
+
+// The input offset of the first element of output row `row`, or -1 when the row lies in the constant padding.
+__device__ __forceinline__ std::int32_t pad_row_offset(const PadRows& g, std::int32_t row, PadMode mode) {
+  std::int32_t offset = 0;
+  bool inside = true;
+#pragma unroll
+  for (int d = 0; d < kMaxDims - 1; ++d) {
+    if (d == g.outer) break;
+    std::int32_t o = row;  // the outermost dimension takes the rest
+    if (d + 1 < g.outer) {
+      row = g.out_size[d].div(o);
+      o -= row * g.out_size[d].value();
+    }
+    const std::int32_t source = source_coordinate(o, g.outer_begin[d], g.in_size[d], mode);
+    inside = inside && source >= 0;
+    offset += source * g.in_stride[d];
+  }
+  return inside ? offset : -1;
+}
+
+// Output elements [first, first + kVec) (only the first `count` when !kFull) into `out`.
+template <bool kFull, typename E, int kVec>
+__device__ __forceinline__ void pad_chunk(const E* x, const PadRows& g, PadMode mode, E value, std::int32_t first,
+                                          int count, Vec<E, kVec>& out) {
+  std::int32_t row = g.width.div(first);
+  std::int32_t column = first - row * g.width.value();
+  std::int32_t row_offset = pad_row_offset(g, row, mode);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    if (kFull || k < count) {
+      if (column == g.width.value()) {  // the next row (any number of times when rows are shorter than kVec)
+        column = 0;
+        row_offset = pad_row_offset(g, ++row, mode);
+      }
+      const std::int32_t source = source_coordinate(column, g.begin, g.in_width, mode);
+      out.v[k] = row_offset >= 0 && source >= 0 ? x[row_offset + source] : value;
+      ++column;
+    }
+  }
+}
+
+template <typename E, int kVec>
+__global__ void __launch_bounds__(kThreads) pad_rows_kernel(const E* x, E* y, std::int32_t n, PadRows g,
+                                                            PadMode mode, E value) {
+  using V = Vec<E, kVec>;
+  const std::int32_t chunks = n / kVec;  // whole ones; the tail below
+  const auto block_chunks = static_cast<std::int32_t>(blockDim.x) * kPadChunksPerThread;
+  const auto step = static_cast<std::int32_t>(gridDim.x) * block_chunks;
+  for (auto chunk = static_cast<std::int32_t>(blockIdx.x * block_chunks + threadIdx.x); chunk < chunks;
+       chunk += step) {
+    V out[kPadChunksPerThread];
+#pragma unroll
+    for (int u = 0; u < kPadChunksPerThread; ++u) {  // every load before the first store
+      const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
+      if (c < chunks) pad_chunk<true>(x, g, mode, value, c * kVec, kVec, out[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kPadChunksPerThread; ++u) {
+      const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
+      if (c < chunks) *reinterpret_cast<V*>(y + c * kVec) = out[u];
+    }
+  }
+  const std::int32_t tail = chunks * kVec;
+  if (tail < n && blockIdx.x == 0 && threadIdx.x == 0) {
+    V out;
+    pad_chunk<false>(x, g, mode, value, tail, n - tail, out);
+    for (int k = 0; k < n - tail; ++k) y[tail + k] = out.v[k];
+  }
+}
+
+// Fills `rows` (Note [Pad rows]) and returns true when the int32 kernel covers the pad; false leaves it to the
+// general kernel. Shapes innermost first, as in PadGeometry.
+bool make_pad_rows(const PadGeometry& g, std::int64_t n, std::int64_t in_numel, PadRows* rows) {
+  constexpr std::int64_t kInt32 = std::numeric_limits<std::int32_t>::max();
+  // Headroom for the grid-stride steps (at most kMaxBlocks * kThreads * kPadChunksPerThread chunks); sizes and pads
+  // below 2^30 keep o - begin and the reflect period 2 * (size - 1) in int32.
+  constexpr std::int64_t kDimLimit = std::int64_t{1} << 30;
+  if (g.rank == 0 || in_numel == 0 || n > kInt32 - 2 * kMaxBlocks * kThreads * kPadChunksPerThread ||
+      in_numel > kInt32) {
+    return false;
+  }
+  struct Dim {
+    std::int64_t out, in, begin, stride;
+  };
+  std::vector<Dim> dims;
+  for (int d = 0; d < g.rank; ++d) {
+    const bool unpadded = g.begin[d] == 0 && g.in_size[d] == g.out_size[d];
+    if (unpadded && g.in_size[d] == 1) continue;
+    if (unpadded && !dims.empty() && dims.back().begin == 0 && dims.back().in == dims.back().out) {
+      // Contiguous: the dropped dimensions between the two have size 1.
+      dims.back().out *= g.out_size[d];
+      dims.back().in *= g.in_size[d];
+      continue;
+    }
+    dims.push_back({g.out_size[d], g.in_size[d], g.begin[d], g.in_stride[d]});
+  }
+  if (dims.empty()) dims.push_back({1, 1, 0, 1});
+  for (const Dim& d : dims) {
+    if (d.out >= kDimLimit || d.in >= kDimLimit || d.begin >= kDimLimit || d.begin <= -kDimLimit) return false;
+  }
+  rows->width = FastDivider(dims[0].out);
+  rows->in_width = static_cast<std::int32_t>(dims[0].in);
+  rows->begin = static_cast<std::int32_t>(dims[0].begin);
+  rows->outer = static_cast<int>(dims.size()) - 1;
+  for (int d = 0; d < rows->outer; ++d) {
+    const Dim& dim = dims[static_cast<std::size_t>(d) + 1];
+    rows->out_size[d] = FastDivider(dim.out);
+    rows->in_size[d] = static_cast<std::int32_t>(dim.in);
+    rows->in_stride[d] = static_cast<std::int32_t>(dim.stride);
+    rows->outer_begin[d] = static_cast<std::int32_t>(dim.begin);
+  }
+  return true;
+}
+
+template <typename E, int kVec>
+void launch_pad_rows(const void* x, void* y, std::int64_t n, const PadRows& rows, PadMode mode, E value,
+                     cudaStream_t stream) {
+  pad_rows_kernel<E, kVec><<<grid_for(n / kVec, kThreads * kPadChunksPerThread), kThreads, 0, stream>>>(
+      static_cast<const E*>(x), static_cast<E*>(y), static_cast<std::int32_t>(n), rows, mode, value);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -95,11 +276,20 @@ void pad(const void* x, void* y, std::size_t element_size, const std::vector<std
     stride *= in_shape[from];
   }
   const cudaStream_t s = as_stream(stream);
+  PadRows rows;
+  const bool fast = make_pad_rows(g, n, in_numel, &rows);
   dispatch_element_size(element_size, "pad", [&](auto tag) {
     using E = decltype(tag);
-    pad_kernel<E><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const E*>(x), static_cast<E*>(y), n, g,
-                                                             mode, element_of<E>(value_bits));
-    XPURT_CUDA_RAW_LAUNCH_CHECK();
+    const E value = element_of<E>(value_bits);
+    if (!fast) {
+      pad_kernel<E><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const E*>(x), static_cast<E*>(y), n, g,
+                                                               mode, value);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    } else if (is_aligned(y, 16)) {
+      launch_pad_rows<E, kVec16<E>>(x, y, n, rows, mode, value, s);
+    } else {
+      launch_pad_rows<E, 1>(x, y, n, rows, mode, value, s);
+    }
   });
 }
 

@@ -3,25 +3,56 @@
 // Note [Reduction layout]
 // The input's dimensions are classified as kept or reduced; size-1 ones are dropped and neighbours of the
 // same kind merged (ReduceGeometry). Each result then reads `count` elements at kept_offset(o) +
-// reduced_offset(r). Two kernels cover every layout with coalesced reads:
-//  - row: the innermost dimension is reduced, so one result's elements are contiguous at the inner end; a
-//    warp (short runs) or a block (long runs) reads them together and combines with a fixed-order tree.
+// reduced_offset(r). Three kernels cover every layout with coalesced reads:
+//  - row: the innermost dimension is reduced, so one result's elements are contiguous at the inner end; a group
+//    of threads reads them together and combines with a fixed-order tree. When they are one contiguous run (a
+//    single reduced dimension, the innermost) the contiguous-row kernel reads it in 16-byte vectors (Note
+//    [Contiguous row reductions]); otherwise a warp (short runs) or a block (long runs) computes offsets.
 //  - column: the innermost dimension is kept, so neighbouring results read neighbouring elements; one thread
 //    per result walks the reduced dimensions.
+//  - middle: a column reduction over one dimension right outside the inner one (Note [Middle-axis reductions]).
 // When there are too few results to fill the GPU (e.g. a full reduction of a long vector, or a column sum of a
 // tall matrix), each result's range is split into `splits` chunks reduced independently into a float workspace,
-// and a second kernel combines the partials in order. The split depends on the shape only, never on timing,
-// so results are bitwise reproducible: no atomics anywhere.
+// and a second kernel combines the partials in a fixed order (reduce_finalize_kernel). The split depends on the
+// shape only, never on timing, so results are bitwise reproducible: no atomics anywhere.
+//
+// Note [Contiguous row reductions]
+// Streaming a tensor at copy speed needs many bytes in flight per SM and no idle threads. The first row kernel
+// gave each row of 4096 a block of 256 threads: two 16-byte loads a thread, then two barriers to combine, a new
+// block per row (65% of copy bandwidth for [16384, 4096] float16 on an H200). The contiguous-row kernel gives
+// each task (a row, or a chunk of one when split) a group of threads sized to its work and to the task count
+// (contiguous_row_group):
+//  - each thread issues kRowVectorsInFlight 16-byte loads (vectors lane, lane + group, ...) before combining
+//    any (eight: with four, float16 sums of rows of 4096 stayed at 45 us), the last round's guarded, and keeps
+//    one accumulator per element of a vector (independent chains);
+//  - short runs take part of a warp (2 to 16 threads: rows of 64 halves no longer leave 24 lanes of 32 idle);
+//    runs up to a few thousand elements a warp, combined by shuffles alone; a warp or fewer per task whenever
+//    tasks * group reaches kRowFillThreads (enough loads in flight for an H100/H200);
+//  - few long tasks widen the group to 64-256 threads (the whole block, combined through shared memory) until
+//    the GPU is full or each thread has one round of loads.
+// On an H200 (float16, one run each): [16384, 4096] over its rows 46.8 -> 33.7 us (the copy of as many bytes
+// read and written takes 66 us), max 53.2 -> 35.1 us, [65536, 1000] 40.0 -> 33.2 us, [1048576, 64] 231 -> 45 us;
+// a full reduction of 64M elements (1024 splits) 63.5 -> 37.6 us, most of it the second pass now a warp per output.
+// Rows of 4096 float32 stay near read bandwidth but ran 4% slower (62.5 -> 65.3 us): a warp per row has four
+// rounds of loads there, so the last wave of warps drags.
+// Elements before the run's first 16-byte boundary and after its last one (any alignment, any length) are read
+// with guarded scalar loads, all issued at once (combine_edge). The combination order depends on the run's length,
+// alignment and group only, so a plan gives the same bits every run. The loop over tasks is uniform across the
+// block (a group past the last task reduces nothing) so that every lane reaches the shuffles and barriers.
 //
 // Note [Middle-axis reductions]
 // A channels-last mean over H and W (squeeze-excitation, global pooling, nhwc_layout's ReduceMean) reduces the middle
-// axis of [N, H * W, C]: a column reduction whose results are the C neighbouring channels. One thread per result
-// walking H * W rows two bytes at a time was latency-bound (36 us for EfficientNet's first squeeze at batch 1, 2.4 MB).
-// The middle kernel gives a block up to 32 threads across the channels, each reading 8 channels as 16-byte vectors,
-// and 256 / that many rows of threads, each taking every so-many row of the block's range (four rows' loads in flight
-// at a time: a thread has few rows, and one load after another was latency-bound, 4.7 us a mean for EfficientNet's
-// at batch 1); the rows' partial results combine in shared memory in row order, one thread per result. Splits of the
-// row range fill the GPU as above.
+// axis of [N, H * W, C]: a column reduction whose results are the C neighbouring channels; so is a channel reduction
+// of NCHW ([N, C, H * W] over C). One thread per result walking the rows two bytes at a time was latency-bound (36 us
+// for EfficientNet's first squeeze at batch 1, 2.4 MB). The middle kernel gives a block up to kMiddleMaxVectors
+// threads across the inner axis, each reading 8 results as 16-byte vectors, and 256 / that many rows of threads, each
+// taking every so-many row of the block's range with kMiddleLoadsInFlight 16-byte loads in flight (a thread has few
+// rows, and one load after another was latency-bound, 4.7 us a mean for EfficientNet's at batch 1); the rows'
+// partial results combine in shared memory in row order, one thread per result. Splits of the row range fill the GPU
+// as above. Rounds of loads end with guarded loads rather than a remainder loop one row at a time, and each thread
+// steps its rows by a pointer stride: the NCHW channel mean of [64, 256, 64, 64] float16 went 42.4 -> 35.3 us on
+// an H200 with four loads in flight (bfloat16 42.6 -> 35.1 us). Eight were no faster for float16 and slower for
+// bfloat16, but eight is the configuration whose results were checked on the GPU, so eight it is until four is.
 //
 // Semantics: sums and means accumulate in fp32; the mean of an empty axis is NaN (0/0) and its sum 0, like
 // NumPy; max and min propagate NaN (NumPy's max/min, PyTorch's amax/amin).
@@ -45,9 +76,13 @@ constexpr std::int64_t kRowTargetGroups = 1024;
 constexpr std::int64_t kRowMinChunk = 8192;
 constexpr std::int64_t kColumnTargetThreads = 65536;
 constexpr std::int64_t kColumnMinChunk = 256;
-// Row chunks at least this long take a block of kRowBlockGroup threads; shorter ones a warp.
+// Strided rows: chunks at least this long take a block of kRowBlockGroup threads; shorter ones a warp.
 constexpr std::int64_t kRowBlockMinChunk = 4096;
 constexpr int kRowBlockGroup = 256;
+// Contiguous rows (Note [Contiguous row reductions]): 16-byte loads a thread issues before combining any, and the
+// threads whose loads in flight keep an H100/H200 streaming (half of 132 SMs x 2048).
+constexpr int kRowVectorsInFlight = 8;
+constexpr std::int64_t kRowFillThreads = 131072;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -99,33 +134,9 @@ __device__ __forceinline__ Index offset_of(const OffsetCalculator<1, Index>& cal
   return offset[0];
 }
 
-// Combines p[0, n) into `acc`, lane `lane` of a group of kGroup threads taking every kGroup-th piece: elements up to
-// the first 16-byte boundary one at a time, then 16-byte vectors, then the tail one at a time. The order depends on
-// n and p's alignment only (fixed for a plan), so results are reproducible.
-template <int kGroup, typename T, typename Index, typename Combine>
-__device__ __forceinline__ float reduce_contiguous(const T* p, Index n, int lane, Combine combine, float acc) {
-  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  static_assert(kVec >= 1 && 16 % sizeof(T) == 0, "element sizes divide 16 bytes");
-  const auto misalignment = static_cast<Index>((reinterpret_cast<std::uintptr_t>(p) % 16) / sizeof(T));
-  const Index head = misalignment == 0 ? Index{0} : min(n, static_cast<Index>(kVec) - misalignment);
-  for (Index i = lane; i < head; i += kGroup) acc = combine(acc, to_float(p[i]));
-  const auto* vectors = reinterpret_cast<const uint4*>(p + head);
-  const Index num_vectors = (n - head) / kVec;
-  for (Index v = lane; v < num_vectors; v += kGroup) {
-    const uint4 raw = vectors[v];
-    T values[kVec];
-    memcpy(values, &raw, sizeof(raw));
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) acc = combine(acc, to_float(values[j]));
-  }
-  for (Index i = head + num_vectors * kVec + lane; i < n; i += kGroup) acc = combine(acc, to_float(p[i]));
-  return acc;
-}
-
-// Row kernel: one group of kGroup threads per (output, split) task, task = output * splits + split. kContiguous:
-// the reduced elements of a result are one contiguous run (one reduced dimension of stride 1), read in 16-byte
-// vectors without per-element offset arithmetic.
-template <typename T, ReduceOp kOp, int kGroup, int kBlock, bool kContiguous, typename Index>
+// Row kernel for reduced elements that are not one contiguous run: one group of kGroup threads (a warp, or the
+// block) per (output, split) task, task = output * splits + split, each element's offset computed.
+template <typename T, ReduceOp kOp, int kGroup, int kBlock, typename Index>
 __global__ void __launch_bounds__(kBlock) reduce_row_kernel(const T* x, T* y, float* partial,
                                                             ReduceArgs<Index> args) {
   constexpr int kGroupsPerBlock = kBlock / kGroup;
@@ -141,13 +152,7 @@ __global__ void __launch_bounds__(kBlock) reduce_row_kernel(const T* x, T* y, fl
     const Index end = args.count - begin > args.chunk ? begin + args.chunk : args.count;
     const T* base = x + offset_of(args.kept, output);
     float acc = Reducer<kOp>::identity();
-    if constexpr (kContiguous) {
-      acc = reduce_contiguous<kGroup>(base + begin, end - begin, lane, combine, acc);
-    } else {
-      for (Index r = begin + lane; r < end; r += kGroup) {
-        acc = combine(acc, to_float(base[offset_of(args.reduced, r)]));
-      }
-    }
+    for (Index r = begin + lane; r < end; r += kGroup) acc = combine(acc, to_float(base[offset_of(args.reduced, r)]));
     acc = group_reduce<kGroup>(acc, combine, smem);
     if (lane == 0) {
       if (args.splits == 1) {
@@ -157,6 +162,109 @@ __global__ void __launch_bounds__(kBlock) reduce_row_kernel(const T* x, T* y, fl
       }
     }
   }
+}
+
+// Combines the elements of p[0, n), n < 16 bytes' worth, that lane `lane` of kGroup threads takes into `acc`: a fixed
+// number of guarded loads, all issued before any is combined (not a loop of unknown length).
+template <ReduceOp kOp, int kGroup, typename T, typename Index>
+__device__ __forceinline__ void combine_edge(const T* p, int lane, Index n, float& acc) {
+  constexpr int kLoads = (kVec16<T> + kGroup - 1) / kGroup;
+  const Reducer<kOp> combine{};
+  float values[kLoads];
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    if (lane + k * kGroup < n) values[k] = to_float(p[lane + k * kGroup]);
+  }
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    if (lane + k * kGroup < n) acc = combine(acc, values[k]);
+  }
+}
+
+// Combines p[0, n), lane `lane` of a group of kGroup threads taking its share (Note [Contiguous row reductions]):
+// the elements before the first 16-byte boundary, the 16-byte vectors lane, lane + kGroup, ... in rounds of
+// kRowVectorsInFlight loads with one accumulator per element of a vector, and the elements after the last vector.
+template <ReduceOp kOp, int kGroup, typename T, typename Index>
+__device__ __forceinline__ float reduce_contiguous(const T* p, Index n, int lane) {
+  constexpr int kVec = kVec16<T>;
+  constexpr int kRound = kRowVectorsInFlight;
+  const Reducer<kOp> combine{};
+  float acc[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) acc[j] = Reducer<kOp>::identity();
+  const auto misalignment = static_cast<Index>((reinterpret_cast<std::uintptr_t>(p) % 16) / sizeof(T));
+  const Index head = misalignment == 0 ? Index{0} : min(n, static_cast<Index>(kVec) - misalignment);
+  combine_edge<kOp, kGroup>(p, lane, head, acc[0]);
+  const auto* vectors = reinterpret_cast<const Vec<T, kVec>*>(p + head);
+  const Index num_vectors = (n - head) / kVec;
+  for (Index v = lane; v < num_vectors; v += kRound * kGroup) {
+    Vec<T, kVec> loaded[kRound];
+#pragma unroll
+    for (int u = 0; u < kRound; ++u) {
+      if (v + u * kGroup < num_vectors) loaded[u] = vectors[v + u * kGroup];
+    }
+#pragma unroll
+    for (int u = 0; u < kRound; ++u) {
+      if (v + u * kGroup < num_vectors) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) acc[j] = combine(acc[j], to_float(loaded[u].v[j]));
+      }
+    }
+  }
+  const Index tail = head + num_vectors * kVec;
+  combine_edge<kOp, kGroup>(p + tail, lane, n - tail, acc[1 % kVec]);
+  float result = acc[0];
+#pragma unroll
+  for (int j = 1; j < kVec; ++j) result = combine(result, acc[j]);
+  return result;
+}
+
+// Contiguous-row kernel (Note [Contiguous row reductions]): groups of kGroup threads, one per (output, split) task
+// (task = output * splits + split). kGroup <= 32: aligned parts of a warp, kBlock / kGroup groups a block; kGroup >
+// 32: the whole block.
+template <typename T, ReduceOp kOp, int kGroup, int kBlock, typename Index>
+__global__ void __launch_bounds__(kBlock) reduce_contiguous_rows_kernel(const T* x, T* y, float* partial,
+                                                                        ReduceArgs<Index> args) {
+  static_assert(kGroup <= 32 ? kBlock % 32 == 0 : kGroup == kBlock, "groups are parts of warps or the block");
+  constexpr int kGroupsPerBlock = kBlock / kGroup;
+  __shared__ float smem[kGroup > 32 ? kGroup / 32 : 1];
+  const Reducer<kOp> combine{};
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const Index group = static_cast<Index>(threadIdx.x) / kGroup;
+  const Index tasks = args.outputs * args.splits;
+  const Index stride = static_cast<Index>(gridDim.x) * kGroupsPerBlock;
+  // `first` is the same in every thread of the block: all of them reach group_reduce's shuffles and barriers.
+  for (Index first = static_cast<Index>(blockIdx.x) * kGroupsPerBlock; first < tasks; first += stride) {
+    const Index task = first + group;
+    Index output = 0;
+    float acc = Reducer<kOp>::identity();
+    if (task < tasks) {
+      output = task / args.splits;
+      const Index begin = (task - output * args.splits) * args.chunk;
+      const Index end = args.count - begin > args.chunk ? begin + args.chunk : args.count;
+      acc = reduce_contiguous<kOp, kGroup>(x + offset_of(args.kept, output) + begin, end - begin, lane);
+    }
+    acc = group_reduce<kGroup>(acc, combine, smem);
+    if (task < tasks && lane == 0) {
+      if (args.splits == 1) {
+        y[output] = from_float<T>(Reducer<kOp>::finalize(acc, args.count));
+      } else {
+        partial[task] = acc;
+      }
+    }
+  }
+}
+
+// Threads per task of the contiguous-row kernel (Note [Contiguous row reductions]): enough that one round of
+// loads covers the run, at most a warp while the tasks fill the GPU, at most 256 otherwise.
+int contiguous_row_group(std::int64_t tasks, std::int64_t chunk, int vector_elements) {
+  const std::int64_t vectors = ceil_div(chunk, vector_elements);
+  int group = 2;
+  while (group < 32 && group * kRowVectorsInFlight < vectors) group *= 2;
+  while (group < kRowBlockGroup && tasks * group < kRowFillThreads && group * kRowVectorsInFlight < vectors) {
+    group *= 2;
+  }
+  return group;
 }
 
 // Column kernel: one thread per (output, split) task; outputs vary fastest across threads so that
@@ -189,7 +297,8 @@ constexpr int kMiddleElements = 8;
 constexpr int kMiddleMaxVectors = 32;
 constexpr std::int64_t kMiddleTargetBlocks = 264;  // two per SM of an H100/H200
 constexpr std::int64_t kMiddleMinRows = 4;          // rows per thread at the least, before splitting further
-constexpr int kMiddleUnroll = 4;                    // rows a thread loads before combining them
+constexpr int kMiddleLoadsInFlight = 8;             // 16-byte loads a thread issues before combining any
+constexpr std::int64_t kMiddleMaxOuter = 65535;     // blocks along a grid's z dimension
 
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads) reduce_middle_kernel(const T* x, T* y, float* partial, std::int64_t inner,
@@ -197,6 +306,8 @@ __global__ void __launch_bounds__(kThreads) reduce_middle_kernel(const T* x, T* 
                                                                   std::int64_t splits, int vectors) {
   constexpr int V = kMiddleElements;
   constexpr int kLoad = kVec16<T>;
+  constexpr int kParts = V / kLoad;                          // 16-byte loads per row
+  constexpr int kRound = kMiddleLoadsInFlight / kParts;     // rows per round of loads
   __shared__ float rows_acc[kThreads * V];
   const Reducer<kOp> combine{};
   const int tx = static_cast<int>(threadIdx.x) % vectors, ty = static_cast<int>(threadIdx.x) / vectors;
@@ -208,38 +319,34 @@ __global__ void __launch_bounds__(kThreads) reduce_middle_kernel(const T* x, T* 
   float acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = Reducer<kOp>::identity();
-  if (ty < rows && c < inner) {
+  if (c < inner) {
     const T* base = x + o * count * inner + c;
-    std::int64_t r = begin + ty;
-    // kMiddleUnroll rows' loads in flight before any is combined (a thread's rows are few: latency, not bandwidth,
-    // bounds it); the rows still combine in ascending order, so the result does not depend on the unrolling.
-    for (; r + (kMiddleUnroll - 1) * rows < end; r += kMiddleUnroll * rows) {
-      Vec<T, kLoad> v[kMiddleUnroll][V / kLoad];
+    const std::int64_t row_step = static_cast<std::int64_t>(rows) * inner;
+    // kRound rows' loads in flight before any is combined (a thread's rows are few: latency, not bandwidth, bounds
+    // it); the rows still combine in ascending order, so the result does not depend on the rounds.
+    for (std::int64_t r = begin + ty; r < end; r += kRound * rows) {
+      const T* p = base + r * inner;
+      Vec<T, kLoad> v[kRound][kParts];
 #pragma unroll
-      for (int u = 0; u < kMiddleUnroll; ++u) {
+      for (int u = 0; u < kRound; ++u) {
+        if (r + u * rows < end) {
 #pragma unroll
-        for (int part = 0; part < V / kLoad; ++part) {
-          v[u][part] = *reinterpret_cast<const Vec<T, kLoad>*>(base + (r + u * rows) * inner + part * kLoad);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kMiddleUnroll; ++u) {
-#pragma unroll
-        for (int part = 0; part < V / kLoad; ++part) {
-#pragma unroll
-          for (int i = 0; i < kLoad; ++i) {
-            acc[part * kLoad + i] = combine(acc[part * kLoad + i], to_float(v[u][part].v[i]));
+          for (int part = 0; part < kParts; ++part) {
+            v[u][part] = *reinterpret_cast<const Vec<T, kLoad>*>(p + u * row_step + part * kLoad);
           }
         }
       }
-    }
-    for (; r < end; r += rows) {
-      const T* p = base + r * inner;
 #pragma unroll
-      for (int part = 0; part < V / kLoad; ++part) {
-        const Vec<T, kLoad> v = *reinterpret_cast<const Vec<T, kLoad>*>(p + part * kLoad);
+      for (int u = 0; u < kRound; ++u) {
+        if (r + u * rows < end) {
 #pragma unroll
-        for (int i = 0; i < kLoad; ++i) acc[part * kLoad + i] = combine(acc[part * kLoad + i], to_float(v.v[i]));
+          for (int part = 0; part < kParts; ++part) {
+#pragma unroll
+            for (int i = 0; i < kLoad; ++i) {
+              acc[part * kLoad + i] = combine(acc[part * kLoad + i], to_float(v[u][part].v[i]));
+            }
+          }
+        }
       }
     }
   }
@@ -272,30 +379,64 @@ int middle_vectors(std::int64_t inner) {
   return static_cast<int>(ceil_div(vectors, chunks));
 }
 
-// Second pass: combines each output's partials in split order.
-template <typename T, ReduceOp kOp>
-__global__ void reduce_finalize_kernel(const float* partial, T* y, std::int64_t outputs, std::int64_t splits,
-                                       std::int64_t count) {
+// Second pass: combines each output's partials in a fixed order. kGroup 1: a thread per output, in split order;
+// kGroup 32 (kFinalizeWarpSplits or more partials): a warp per output, lane l taking partials l, l + 32, ... and
+// a shuffle tree the rest (one thread walking a thousand partials had been most of a full reduction's time).
+constexpr std::int64_t kFinalizeWarpSplits = 32;
+
+template <typename T, ReduceOp kOp, int kGroup>
+__global__ void __launch_bounds__(kThreads) reduce_finalize_kernel(const float* partial, T* y, std::int64_t outputs,
+                                                                    std::int64_t splits, std::int64_t count) {
+  constexpr int kGroupsPerBlock = kThreads / kGroup;
   const Reducer<kOp> combine{};
-  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-  for (std::int64_t output = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; output < outputs;
-       output += stride) {
-    const float* p = partial + output * splits;
-    float acc = p[0];
-    for (std::int64_t s = 1; s < splits; ++s) acc = combine(acc, p[s]);
-    y[output] = from_float<T>(Reducer<kOp>::finalize(acc, count));
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const std::int64_t group = static_cast<std::int64_t>(threadIdx.x) / kGroup;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kGroupsPerBlock;
+  // `first` is the same in every thread of a warp: all of its lanes reach the shuffles.
+  for (std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kGroupsPerBlock; first < outputs;
+       first += stride) {
+    const std::int64_t output = first + group;
+    float acc = Reducer<kOp>::identity();
+    if (output < outputs) {
+      const float* p = partial + output * splits;
+      for (std::int64_t s = lane; s < splits; s += kGroup) acc = combine(acc, p[s]);
+    }
+    acc = group_reduce<kGroup>(acc, combine, nullptr);  // a warp or less: no shared memory
+    if (output < outputs && lane == 0) y[output] = from_float<T>(Reducer<kOp>::finalize(acc, count));
   }
 }
 
-// The row kernel with groups of kGroup threads, kBlock per block, over `tasks` tasks.
+// The strided row kernel with groups of kGroup threads, kBlock per block, over `tasks` tasks.
 template <typename T, ReduceOp kOp, int kGroup, int kBlock, typename Index>
-void launch_rows(bool contiguous, std::int64_t tasks, const T* x, T* y, float* partial, const ReduceArgs<Index>& args,
+void launch_rows(std::int64_t tasks, const T* x, T* y, float* partial, const ReduceArgs<Index>& args,
                  cudaStream_t stream) {
-  const auto grid = grid_for(tasks, kBlock / kGroup);
-  if (contiguous) {
-    reduce_row_kernel<T, kOp, kGroup, kBlock, true, Index><<<grid, kBlock, 0, stream>>>(x, y, partial, args);
-  } else {
-    reduce_row_kernel<T, kOp, kGroup, kBlock, false, Index><<<grid, kBlock, 0, stream>>>(x, y, partial, args);
+  reduce_row_kernel<T, kOp, kGroup, kBlock, Index><<<grid_for(tasks, kBlock / kGroup), kBlock, 0, stream>>>(
+      x, y, partial, args);
+}
+
+// The contiguous-row kernel with groups of kGroup threads (a block of kThreads for warps and parts of warps).
+template <typename T, ReduceOp kOp, int kGroup, typename Index>
+void launch_contiguous_rows(std::int64_t tasks, const T* x, T* y, float* partial, const ReduceArgs<Index>& args,
+                            cudaStream_t stream) {
+  constexpr int kBlock = kGroup <= 32 ? kThreads : kGroup;
+  reduce_contiguous_rows_kernel<T, kOp, kGroup, kBlock, Index>
+      <<<grid_for(tasks, kBlock / kGroup), kBlock, 0, stream>>>(x, y, partial, args);
+}
+
+template <typename T, ReduceOp kOp, typename Index>
+void launch_contiguous_rows(int group, std::int64_t tasks, const T* x, T* y, float* partial,
+                            const ReduceArgs<Index>& args, cudaStream_t stream) {
+  switch (group) {
+    case 2: return launch_contiguous_rows<T, kOp, 2>(tasks, x, y, partial, args, stream);
+    case 4: return launch_contiguous_rows<T, kOp, 4>(tasks, x, y, partial, args, stream);
+    case 8: return launch_contiguous_rows<T, kOp, 8>(tasks, x, y, partial, args, stream);
+    case 16: return launch_contiguous_rows<T, kOp, 16>(tasks, x, y, partial, args, stream);
+    case 32: return launch_contiguous_rows<T, kOp, 32>(tasks, x, y, partial, args, stream);
+    case 64: return launch_contiguous_rows<T, kOp, 64>(tasks, x, y, partial, args, stream);
+    case 128: return launch_contiguous_rows<T, kOp, 128>(tasks, x, y, partial, args, stream);
+    default:
+      XPURT_INTERNAL_ASSERT(group == kRowBlockGroup, "contiguous row group ", group);
+      return launch_contiguous_rows<T, kOp, kRowBlockGroup>(tasks, x, y, partial, args, stream);
   }
 }
 
@@ -321,10 +462,13 @@ void launch_reduce_kernel(const ReduceGeometry& geometry, const T* x, T* y, floa
         x, y, partial, geometry.inner, geometry.count, geometry.chunk, geometry.splits, vectors);
   } else if (!geometry.inner_reduced) {
     reduce_column_kernel<T, kOp, Index><<<grid_for(tasks, kThreads), kThreads, 0, stream>>>(x, y, partial, args);
+  } else if (contiguous) {
+    const int group = contiguous_row_group(tasks, geometry.chunk, kVec16<T>);
+    launch_contiguous_rows<T, kOp, Index>(group, tasks, x, y, partial, args, stream);
   } else if (geometry.chunk >= kRowBlockMinChunk) {
-    launch_rows<T, kOp, kRowBlockGroup, kRowBlockGroup>(contiguous, tasks, x, y, partial, args, stream);
+    launch_rows<T, kOp, kRowBlockGroup, kRowBlockGroup>(tasks, x, y, partial, args, stream);
   } else {
-    launch_rows<T, kOp, 32, kThreads>(contiguous, tasks, x, y, partial, args, stream);
+    launch_rows<T, kOp, 32, kThreads>(tasks, x, y, partial, args, stream);
   }
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
@@ -338,8 +482,12 @@ void launch_reduce(const ReduceGeometry& geometry, const T* x, T* y, float* part
   } else {
     launch_reduce_kernel<T, kOp, std::int64_t>(geometry, x, y, partial, stream);
   }
-  if (geometry.splits > 1) {
-    reduce_finalize_kernel<T, kOp><<<grid_for(geometry.outputs, kThreads), kThreads, 0, stream>>>(
+  if (geometry.splits >= kFinalizeWarpSplits) {
+    reduce_finalize_kernel<T, kOp, 32><<<grid_for(geometry.outputs, kThreads / 32), kThreads, 0, stream>>>(
+        partial, y, geometry.outputs, geometry.splits, geometry.count);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  } else if (geometry.splits > 1) {
+    reduce_finalize_kernel<T, kOp, 1><<<grid_for(geometry.outputs, kThreads), kThreads, 0, stream>>>(
         partial, y, geometry.outputs, geometry.splits, geometry.count);
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   }
@@ -402,10 +550,11 @@ bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<b
     return false;
   }
   // [outer, count, inner]: one reduced dimension right outside the innermost kept one (Note [Middle-axis
-  // reductions]).
+  // reductions]); outer is the grid's z dimension, at most 65535.
   g.middle = !g.inner_reduced && g.reduced_sizes.size() == 1 && g.kept_sizes.size() <= 2 &&
              g.reduced_strides[0] == g.kept_sizes.back() && g.kept_sizes.back() % kMiddleElements == 0 &&
-             (g.kept_sizes.size() == 1 || g.kept_strides[0] == g.count * g.kept_sizes.back());
+             (g.kept_sizes.size() == 1 || g.kept_strides[0] == g.count * g.kept_sizes.back()) &&
+             g.outputs / g.kept_sizes.back() <= kMiddleMaxOuter;
   if (g.middle) {
     g.inner = g.kept_sizes.back();
     const int vectors = middle_vectors(g.inner);

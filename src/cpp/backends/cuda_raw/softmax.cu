@@ -1,5 +1,29 @@
-// Softmax kernels: along the last axis (a warp or a block per row), along an inner axis (a thread per column,
-// strided), and the scaled/masked softmax of the unfused attention.
+// Softmax kernels: along the last axis (rows cached in registers by a group of 1 to 512 threads, or a block per
+// row reading it twice for rows too long to cache), along an inner axis (a thread per column, strided), and the
+// scaled/masked softmax of the unfused attention.
+//
+// Note [Register-cached softmax]
+// A last-axis softmax is memory-bound: at best it reads each element once and writes it once. The cached kernel
+// loads a row once into registers (16-byte vectors when the plain softmax's row is made of whole aligned vectors,
+// element by element otherwise and for the attention softmax, whose mask may be strided), takes the row's maximum
+// and then the sum of exp(x - max) from registers with shuffle reductions (plus shared memory for block groups),
+// and writes exp(x - max) / sum: one read, one write and one exp per element. The group of threads that owns a
+// row grows with the row so that no thread holds more than kVectorSlots vectors (Source::kScalarSlots elements):
+// one thread per row for the shortest rows, then 2 to 32 lanes (a row of 128 halves is 16 vectors: 4 lanes, 8
+// rows a warp), then blocks of 64 to 512 threads (a row of 4096 halves: 128 threads of 4 vectors). Short rows
+// thus leave no lane idle, a thread's slots are mostly filled (registers, hence bytes in flight per SM, are not
+// spent on empty slots), and a thread issues all its loads (up to 64 bytes) before its first reduction: this is
+// what keeps enough bytes in flight to stream at close to the copy bandwidth. When rows are few, groups grow
+// further (cached_group) to shorten each thread's serial work. Rows too long to cache (over 16384 halves or 8192
+// floats with vectors, 8192 elements otherwise, 4096 for the attention softmax) take the online kernel
+// (Note [Online softmax]), which reads the row twice, the second time mostly from L2.
+//
+// Special values in the cached kernel, as the cpu kernel and torch.softmax: the maximum skips NaN (fmaxf), so a
+// NaN entry's exp is NaN, the sum is NaN, and so is the whole row. A +inf entry makes the maximum +inf and its own
+// exp(inf - inf) NaN: the row is NaN. -inf entries (masked keys) give exp(-inf) = 0, exactly; a row that is -inf
+// everywhere has max = -inf and exp(-inf - -inf) = NaN: NaN, as PyTorch gives. The slots of a thread beyond the
+// row's end hold -inf, which adds 0 to a row with a finite maximum and cannot change a row that is NaN anyway.
+// In place (y == x) is safe: every element is read and later written by the same thread, and by no other.
 //
 // Note [Online softmax]
 // Each thread keeps a running maximum m and a running sum s of exp(x - m) over the entries it reads (when a
@@ -10,6 +34,7 @@
 // for the second time and written by the same thread, after the group's merge, which follows every first read.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
@@ -22,9 +47,17 @@ namespace {
 
 using namespace detail;  // NOLINT: the backend's own helpers
 
-// Rows of at most this many columns take a warp each; longer ones a block of kBlockGroup threads.
-constexpr std::int64_t kWarpRowMaxCols = 1024;
+// Rows too long for the cached kernel take a block of kBlockGroup threads (Note [Online softmax]).
 constexpr int kBlockGroup = 512;
+// Register slots per thread in the cached kernel (Note [Register-cached softmax]): 16-byte vectors; elements are
+// Source::kScalarSlots.
+constexpr int kVectorSlots = 4;
+// The largest group the cached kernel takes (a block), and the threads per SM that its register use must allow
+// (at most 64 registers a thread: the attention source's strided mask addresses would otherwise take twice that).
+constexpr int kMaxCachedGroup = 512;
+constexpr int kCachedMinThreads = 1024;
+// Launches with fewer threads than this are latency-bound: they take larger groups (see cached_group).
+constexpr std::int64_t kFewThreads = 16384;
 
 __device__ __forceinline__ void online_add(float& m, float& s, float x) {
   if (x > m) {
@@ -67,15 +100,33 @@ __device__ __forceinline__ void group_online_merge(float& m, float& s, float* sm
   }
 }
 
-// Row sources: what the softmax of row r reads at column c. `row(r)` does the per-row index math once.
+// NaN-skipping maximum (fmaxf): see Note [Register-cached softmax] for why NaN still reaches the output.
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Row sources: what the softmax of row r reads at column c. `row(r)` does the per-row index math once;
+// `load<kPack>(j, out)` reads columns [j * kPack, (j + 1) * kPack) for the cached kernel.
 template <typename T>
 struct PlainSource {
+  static constexpr int kScalarSlots = 16;
   const T* x;
   std::int64_t cols;
 
   struct Row {
     const T* x;
     __device__ __forceinline__ float operator()(std::int64_t c) const { return to_float(x[c]); }
+    // kPack > 1: one 16-byte vector load (the row start is then 16-byte aligned).
+    template <int kPack>
+    __device__ __forceinline__ void load(int j, float (&out)[kPack]) const {
+      if constexpr (kPack == 1) {
+        out[0] = to_float(x[j]);
+      } else {
+        const Vec<T, kPack> v = reinterpret_cast<const Vec<T, kPack>*>(x)[j];
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) out[k] = to_float(v.v[k]);
+      }
+    }
   };
   __device__ __forceinline__ Row row(std::int64_t r) const { return Row{x + r * cols}; }
 };
@@ -83,6 +134,8 @@ struct PlainSource {
 // scores * scale + mask, -inf beyond the causal diagonal; see attention_softmax in cuda_raw_ops.h.
 template <typename T>
 struct AttentionSource {
+  // Half the plain source's: each element also holds a mask address (a register pair) until its load.
+  static constexpr int kScalarSlots = 8;
   const T* scores;
   const T* mask;  // null: no mask
   std::int64_t sq;
@@ -104,6 +157,11 @@ struct AttentionSource {
       if (mask != nullptr) v += to_float(mask[c * mask_key_stride]);
       return v;
     }
+    template <int kPack>
+    __device__ __forceinline__ void load(int j, float (&out)[kPack]) const {
+      static_assert(kPack == 1, "the attention softmax reads element by element (the mask may be strided)");
+      out[0] = (*this)(j);
+    }
   };
   __device__ __forceinline__ Row row(std::int64_t r) const {
     const std::int64_t query = r % sq;
@@ -116,18 +174,157 @@ struct AttentionSource {
   }
 };
 
-// One group of kGroup threads per row (grid-stride over rows; the loop bounds are uniform per group, and per
-// block for block groups, so every thread reaches the barriers). Note [Online softmax].
-template <typename T, typename Source, int kGroup, int kBlock>
-__global__ void __launch_bounds__(kBlock) softmax_rows_kernel(Source source, T* y, std::int64_t rows,
-                                                              std::int64_t cols, bool log_output) {
-  static_assert(kBlock % kGroup == 0, "whole groups per block");
-  constexpr int kGroupsPerBlock = kBlock / kGroup;
-  __shared__ float smem[2 * (kGroup / 32)];
+// Writes columns [j * kPack, (j + 1) * kPack) of a row from `values` (one 16-byte store when kPack > 1).
+template <typename T, int kPack>
+__device__ __forceinline__ void store_pack(T* row, int j, const float (&values)[kPack]) {
+  if constexpr (kPack == 1) {
+    row[j] = from_float<T>(values[0]);
+  } else {
+    Vec<T, kPack> v;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) v.v[k] = from_float<T>(values[k]);
+    reinterpret_cast<Vec<T, kPack>*>(row)[j] = v;
+  }
+}
+
+// Note [Register-cached softmax]. A group of kGroup threads per row, kBlock / kGroup rows per block; pack j of
+// the row (columns [j * kPack, (j + 1) * kPack), cols / kPack packs, cols a multiple of kPack) is held by lane
+// j % kGroup in slot j / kGroup. Every thread of a block runs the same row iterations (a group past the last row
+// loads and stores nothing), so sub-warp groups shuffle in whole warps and block groups reach every barrier.
+template <typename T, typename Source, int kPack, int kSlots, int kGroup, int kBlock>
+__global__ void __launch_bounds__(kBlock, kCachedMinThreads / kBlock)
+    softmax_cached_kernel(Source source, T* y, std::int64_t rows, int cols, bool log_output) {
+  static_assert(kBlock % kGroup == 0 && kBlock % 32 == 0, "whole groups and warps per block");
+  constexpr int kRowsPerBlock = kBlock / kGroup;
+  __shared__ float smem[kGroup >= 32 ? kGroup / 32 : 1];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
-  const std::int64_t group_stride = static_cast<std::int64_t>(gridDim.x) * kGroupsPerBlock;
-  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kGroupsPerBlock + threadIdx.x / kGroup; r < rows;
-       r += group_stride) {
+  const int packs = cols / kPack;
+  const std::int64_t row_stride = static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock;
+  for (std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock; first < rows;
+       first += row_stride) {
+    const std::int64_t r = first + static_cast<std::int64_t>(threadIdx.x) / kGroup;
+    const std::int64_t row = r < rows ? r : 0;
+    const int count = r < rows ? packs : 0;          // the row's packs; none past the last row
+    const int used = (count + kGroup - 1) / kGroup;  // slots that some lane of the group fills
+    const auto in = source.row(row);
+    float values[kSlots][kPack];
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const int j = lane + i * kGroup;
+      if (j < count) {
+        in.template load<kPack>(j, values[i]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) values[i][k] = -INFINITY;
+      }
+    }
+    // Slots at or past `used` are -inf in every lane: skipping them changes nothing but the work.
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      if (i < used) {
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) m = fmaxf(m, values[i][k]);
+      }
+    }
+    m = group_reduce<kGroup>(m, MaxOp{}, smem);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      if (i < used) {
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) {
+          const float e = expf(values[i][k] - m);
+          if (!log_output) values[i][k] = e;
+          s += e;
+        }
+      }
+    }
+    s = group_reduce<kGroup>(s, SumOp{}, smem);
+    // log_softmax: x - (m + log(s)); softmax: exp(x - m) * (1 / s).
+    const float shift = log_output ? m + logf(s) : 0.0f;
+    const float factor = log_output ? 1.0f : 1.0f / s;
+    T* out = y + row * static_cast<std::int64_t>(cols);
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const int j = lane + i * kGroup;
+      if (j < count) {
+        float w[kPack];
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) w[k] = (values[i][k] - shift) * factor;
+        store_pack<T, kPack>(out, j, w);
+      }
+    }
+  }
+}
+
+// The group for rows of `packs` packs held in at most `slots` slots a thread (packs <= kMaxCachedGroup * slots):
+// the smallest that holds the row; with 16-byte vectors at least two lanes (so that each load instruction of a
+// group covers whole 32-byte sectors); and, while the launch has fewer than kFewThreads threads (few rows: the
+// kernel is latency-bound), larger groups with fewer packs per thread, as long as every lane gets a pack.
+inline int cached_group(std::int64_t packs, std::int64_t rows, std::int64_t slots, bool vectors) {
+  constexpr int kGroups[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, kMaxCachedGroup};
+  constexpr int kLast = static_cast<int>(sizeof(kGroups) / sizeof(kGroups[0])) - 1;
+  int k = 0;
+  while (k < kLast && packs > kGroups[k] * slots) ++k;
+  if (vectors && packs >= 2 && k == 0) k = 1;
+  while (k < kLast && rows * kGroups[k] < kFewThreads && kGroups[k + 1] <= packs) ++k;
+  return kGroups[k];
+}
+
+// Sub-warp and warp groups take blocks of one warp while rows are few (spreading them over the SMs), of four
+// warps otherwise; block groups take one row per block.
+template <typename T, typename Source, int kPack, int kGroup>
+void launch_cached_group(const Source& source, T* y, std::int64_t rows, int cols, bool log_output,
+                         cudaStream_t stream) {
+  constexpr int kSlots = kPack == 1 ? Source::kScalarSlots : kVectorSlots;
+  if constexpr (kGroup > 32) {
+    softmax_cached_kernel<T, Source, kPack, kSlots, kGroup, kGroup>
+        <<<grid_for(rows, 1), kGroup, 0, stream>>>(source, y, rows, cols, log_output);
+  } else {
+    constexpr int kRowsPerWarp = 32 / kGroup;
+    if (rows <= std::int64_t{1024} * kRowsPerWarp) {
+      softmax_cached_kernel<T, Source, kPack, kSlots, kGroup, 32>
+          <<<grid_for(rows, kRowsPerWarp), 32, 0, stream>>>(source, y, rows, cols, log_output);
+    } else {
+      softmax_cached_kernel<T, Source, kPack, kSlots, kGroup, 128>
+          <<<grid_for(rows, 4 * kRowsPerWarp), 128, 0, stream>>>(source, y, rows, cols, log_output);
+    }
+  }
+}
+
+// Launches the cached kernel with packs of kPack columns (cols a multiple of kPack; 16-byte aligned rows when
+// kPack > 1); false when the row is too long to cache.
+template <typename T, int kPack, typename Source>
+bool launch_cached(const Source& source, T* y, std::int64_t rows, std::int64_t cols, bool log_output,
+                   cudaStream_t stream) {
+  constexpr std::int64_t kSlots = kPack == 1 ? Source::kScalarSlots : kVectorSlots;
+  const std::int64_t packs = cols / kPack;
+  if (packs > kMaxCachedGroup * kSlots) return false;
+  const int c = static_cast<int>(cols);
+  switch (cached_group(packs, rows, kSlots, kPack > 1)) {
+    case 1: launch_cached_group<T, Source, kPack, 1>(source, y, rows, c, log_output, stream); break;
+    case 2: launch_cached_group<T, Source, kPack, 2>(source, y, rows, c, log_output, stream); break;
+    case 4: launch_cached_group<T, Source, kPack, 4>(source, y, rows, c, log_output, stream); break;
+    case 8: launch_cached_group<T, Source, kPack, 8>(source, y, rows, c, log_output, stream); break;
+    case 16: launch_cached_group<T, Source, kPack, 16>(source, y, rows, c, log_output, stream); break;
+    case 32: launch_cached_group<T, Source, kPack, 32>(source, y, rows, c, log_output, stream); break;
+    case 64: launch_cached_group<T, Source, kPack, 64>(source, y, rows, c, log_output, stream); break;
+    case 128: launch_cached_group<T, Source, kPack, 128>(source, y, rows, c, log_output, stream); break;
+    case 256: launch_cached_group<T, Source, kPack, 256>(source, y, rows, c, log_output, stream); break;
+    default: launch_cached_group<T, Source, kPack, kMaxCachedGroup>(source, y, rows, c, log_output, stream); break;
+  }
+  return true;
+}
+
+// The online kernel for rows too long to cache: a block of kGroup threads per row, grid-stride over rows (the
+// loop bounds are uniform per block, so every thread reaches the barriers). Note [Online softmax].
+template <typename T, typename Source, int kGroup>
+__global__ void __launch_bounds__(kGroup) softmax_rows_kernel(Source source, T* y, std::int64_t rows,
+                                                              std::int64_t cols, bool log_output) {
+  __shared__ float smem[2 * (kGroup / 32)];
+  const int lane = static_cast<int>(threadIdx.x);
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const auto row = source.row(r);
     float m = -INFINITY;
     float s = 0.0f;
@@ -143,16 +340,22 @@ __global__ void __launch_bounds__(kBlock) softmax_rows_kernel(Source source, T* 
   }
 }
 
+// The softmax of every row of [rows, cols]: the cached kernel (16-byte vectors for plain rows of whole aligned
+// vectors, elements otherwise), else the online kernel.
 template <typename T, typename Source>
 void launch_softmax_rows(const Source& source, T* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream,
                          bool log_output = false) {
   if (rows <= 0 || cols <= 0) return;
-  if (cols <= kWarpRowMaxCols) {
-    constexpr int kBlock = kThreads;
-    softmax_rows_kernel<T, Source, 32, kBlock>
-        <<<grid_for(rows, kBlock / 32), kBlock, 0, stream>>>(source, y, rows, cols, log_output);
-  } else {
-    softmax_rows_kernel<T, Source, kBlockGroup, kBlockGroup>
+  bool cached = false;
+  if constexpr (std::is_same_v<Source, PlainSource<T>>) {
+    constexpr int kVec = kVec16<T>;
+    if (cols % kVec == 0 && is_aligned(source.x, 16) && is_aligned(y, 16)) {
+      cached = launch_cached<T, kVec>(source, y, rows, cols, log_output, stream);
+    }
+  }
+  if (!cached) cached = launch_cached<T, 1>(source, y, rows, cols, log_output, stream);
+  if (!cached) {
+    softmax_rows_kernel<T, Source, kBlockGroup>
         <<<grid_for(rows, 1), kBlockGroup, 0, stream>>>(source, y, rows, cols, log_output);
   }
   XPURT_CUDA_RAW_LAUNCH_CHECK();

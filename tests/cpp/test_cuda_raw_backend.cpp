@@ -902,6 +902,19 @@ TEST(CudaRawGpu, RowAndMiddleReductionsMatchTheCpuKernelAtTheirEdges) {
 // cached limit (16384 halves or 8192 floats of vectors: 16392; 8192 elements: 8193). Many rows (blocks of four
 // warps, the grid-stride loop) and few (one-warp blocks, larger groups), -inf entries and a fully -inf row (NaN),
 // and an input one element off 16-byte alignment (element loads).
+// A [rows, cols] view one element past the start of a random buffer in [lo, hi), on the host and (the same
+// values) on the GPU: kernels cannot take it with 16-byte loads.
+std::pair<Tensor, Tensor> misaligned_rows(std::int64_t rows, std::int64_t cols, DType dtype, std::mt19937& rng,
+                                          float lo, float hi) {
+  const Tensor host = random_tensor({rows * cols + 1}, dtype, rng, lo, hi);
+  const Tensor device = host.to(Device::cuda(0));
+  const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+  const Shape shape = {rows, cols};
+  return {Tensor::from_blob(static_cast<char*>(host.data_ptr()) + es, shape, {}, dtype, Device::cpu(), host.storage()),
+          Tensor::from_blob(static_cast<char*>(device.data_ptr()) + es, shape, {}, dtype, Device::cuda(0),
+                            device.storage())};
+}
+
 TEST(CudaRawGpu, SoftmaxRowsMatchTheCpuKernelOnEveryPath) {
   XPURT_SKIP_WITHOUT_GPU();
   std::mt19937 rng(13);
@@ -927,18 +940,11 @@ TEST(CudaRawGpu, SoftmaxRowsMatchTheCpuKernelOnEveryPath) {
       compare_with_cpu("softmax", {few}, {}, tol, label("softmax", few_shape, dtype, "with -inf"));
       compare_with_cpu("log_softmax", {few}, {}, log_tol, label("log_softmax", few_shape, dtype, "with -inf"));
       // One element off 16-byte alignment: element loads (the output is aligned).
-      const Shape view_shape = {5, cols};
-      const Tensor host = random_tensor({5 * cols + 1}, dtype, rng, -8, 8);
-      const Tensor device = host.to(Device::cuda(0));
-      const auto es = static_cast<std::int64_t>(dtype_size(dtype));
-      const Tensor host_view = Tensor::from_blob(static_cast<char*>(host.data_ptr()) + es, view_shape, {}, dtype,
-                                                 Device::cpu(), host.storage());
-      const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + es, view_shape, {}, dtype,
-                                                   Device::cuda(0), device.storage());
+      const auto [host_view, device_view] = misaligned_rows(5, cols, dtype, rng, -8, 8);
       for (const std::string op : {"softmax", "log_softmax"}) {
         const Tensor expected = run_kernel(op, "cpu", {host_view})[0];
         const Tensor actual = run_kernel(op, "cuda_raw", {device_view})[0];
-        expect_close(actual, expected, op == "softmax" ? tol : log_tol, label(op, view_shape, dtype, "misaligned"));
+        expect_close(actual, expected, op == "softmax" ? tol : log_tol, label(op, Shape{5, cols}, dtype, "misaligned"));
       }
     }
   }
@@ -965,19 +971,12 @@ TEST(CudaRawGpu, LayerNormCachedRowsMatchTheCpuKernelForManyAndFewRows) {
         compare_with_cpu("layer_norm", {x, Tensor(), Tensor(), random_tensor(shape, dtype, rng, -2, 2)}, attrs, tol,
                          label("layer_norm", shape, dtype, "residual, no scale or bias"));
       }
-      const Shape view_shape = {5, cols};
-      const Tensor host = random_tensor({5 * cols + 1}, dtype, rng, 2.0f, 6.0f);
-      const Tensor device = host.to(Device::cuda(0));
-      const auto es = static_cast<std::int64_t>(dtype_size(dtype));
-      const Tensor host_view = Tensor::from_blob(static_cast<char*>(host.data_ptr()) + es, view_shape, {}, dtype,
-                                                 Device::cpu(), host.storage());
-      const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + es, view_shape, {}, dtype,
-                                                   Device::cuda(0), device.storage());
+      const auto [host_view, device_view] = misaligned_rows(5, cols, dtype, rng, 2.0f, 6.0f);
       const Tensor expected = run_kernel("layer_norm", "cpu", {host_view, scale, bias}, attrs)[0];
       const Tensor actual =
           run_kernel("layer_norm", "cuda_raw", {device_view, scale.to(Device::cuda(0)), bias.to(Device::cuda(0))},
                      attrs)[0];
-      expect_close(actual, expected, tol, label("layer_norm", view_shape, dtype, "misaligned"));
+      expect_close(actual, expected, tol, label("layer_norm", Shape{5, cols}, dtype, "misaligned"));
     }
   }
 }

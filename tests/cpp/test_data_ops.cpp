@@ -105,6 +105,20 @@ Bytes map_elements(const Bytes& source, std::size_t element_size, const Shape& o
 
 const DType kElementSizes[] = {DType::kUInt8, DType::kBool, DType::kFloat16, DType::kInt32, DType::kFloat64};
 
+// The bytes of the concatenation of `ins` (of `shapes`, elements of `es` bytes) along `axis`, element by element.
+Bytes concat_by_index(const std::vector<Bytes>& ins, const std::vector<Shape>& shapes, const Shape& out,
+                      std::int64_t axis, std::size_t es) {
+  const auto a = static_cast<std::size_t>(axis);
+  Bytes expected(static_cast<std::size_t>(numel_of(out)) * es);
+  for (std::int64_t i = 0; i < numel_of(out); ++i) {
+    Shape index = unravel(i, out);
+    std::size_t k = 0;
+    while (index[a] >= shapes[k][a]) index[a] -= shapes[k++][a];
+    std::memcpy(expected.data() + i * es, ins[k].data() + ravel(index, shapes[k]) * es, es);
+  }
+  return expected;
+}
+
 // ---- the backend under test ----
 
 class DataOps : public ::testing::TestWithParam<std::string> {
@@ -131,6 +145,21 @@ class DataOps : public ::testing::TestWithParam<std::string> {
   }
   Tensor call(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs = {}) {
     return call_all(op, inputs, attrs).at(0);
+  }
+  // Concatenates random inputs of `shapes` along `axis` and checks every element against the index mapping.
+  void expect_concat(const std::vector<Shape>& shapes, std::int64_t axis, DType dtype, unsigned seed) {
+    std::vector<Bytes> ins;
+    std::vector<Tensor> tensors;
+    for (const auto& s : shapes) {
+      ins.push_back(random_bytes(s, dtype, seed++));
+      tensors.push_back(from_bytes(s, dtype, ins.back()));
+    }
+    const Tensor y = call("concat", tensors, Attributes().set("axis", axis));
+    Shape out = shapes[0];
+    for (std::size_t k = 1; k < shapes.size(); ++k) out[static_cast<std::size_t>(axis)] += shapes[k][axis];
+    ASSERT_EQ(y.shape(), out);
+    EXPECT_EQ(bytes_of(y), concat_by_index(ins, shapes, out, axis, dtype_size(dtype)))
+        << dtype_name(dtype) << " axis " << axis << " rank " << out.size();
   }
 };
 
@@ -250,28 +279,8 @@ TEST_P(DataOps, ConcatMatchesIndexMappingForEveryElementSize) {
       std::vector<Shape> shapes = {{3, 5, 7}, {3, 5, 7}, {3, 5, 7}};
       shapes[1][static_cast<std::size_t>(axis)] = 2;
       shapes[2][static_cast<std::size_t>(axis)] = 9;
-      std::vector<Bytes> ins;
-      std::vector<Tensor> tensors;
-      for (const auto& s : shapes) {
-        ins.push_back(random_bytes(s, dtype, seed++));
-        tensors.push_back(from_bytes(s, dtype, ins.back()));
-      }
-      const Tensor y = call("concat", tensors, Attributes().set("axis", axis));
-      Shape out = shapes[0];
-      out[static_cast<std::size_t>(axis)] = shapes[0][static_cast<std::size_t>(axis)] + 2 + 9;
-      ASSERT_EQ(y.shape(), out);
-      const std::size_t es = dtype_size(dtype);
-      Bytes expected(static_cast<std::size_t>(numel_of(out)) * es);
-      for (std::int64_t i = 0; i < numel_of(out); ++i) {
-        Shape index = unravel(i, out);
-        std::size_t k = 0;
-        while (index[static_cast<std::size_t>(axis)] >= shapes[k][static_cast<std::size_t>(axis)]) {
-          index[static_cast<std::size_t>(axis)] -= shapes[k][static_cast<std::size_t>(axis)];
-          ++k;
-        }
-        std::memcpy(expected.data() + i * es, ins[k].data() + ravel(index, shapes[k]) * es, es);
-      }
-      EXPECT_EQ(bytes_of(y), expected) << dtype_name(dtype) << " axis " << axis;
+      expect_concat(shapes, axis, dtype, seed);
+      seed += 3;
     }
   }
 }
@@ -719,28 +728,9 @@ TEST_P(DataOps, LargeShapesTakeTheTiledPathsAndMatchIndexMapping) {
                 })) << "gather rows " << dtype_name(dtype);
     }
     // concat of wide rows, along the last axis and along the first
-    for (const std::int64_t axis : {0, 1}) {
-      const std::vector<Shape> shapes = axis == 1 ? std::vector<Shape>{{3, 1100}, {3, 1500}, {3, 2048}}
-                                                  : std::vector<Shape>{{700, 9}, {300, 9}, {1, 9}};
-      std::vector<Bytes> ins;
-      std::vector<Tensor> tensors;
-      for (const auto& s : shapes) {
-        ins.push_back(random_bytes(s, dtype, seed++));
-        tensors.push_back(from_bytes(s, dtype, ins.back()));
-      }
-      const Tensor y = call("concat", tensors, Attributes().set("axis", axis));
-      Bytes expected(static_cast<std::size_t>(y.numel()) * es);
-      for (std::int64_t i = 0; i < y.numel(); ++i) {
-        Shape index = unravel(i, y.shape());
-        std::size_t k = 0;
-        while (index[static_cast<std::size_t>(axis)] >= shapes[k][static_cast<std::size_t>(axis)]) {
-          index[static_cast<std::size_t>(axis)] -= shapes[k][static_cast<std::size_t>(axis)];
-          ++k;
-        }
-        std::memcpy(expected.data() + i * es, ins[k].data() + ravel(index, shapes[k]) * es, es);
-      }
-      EXPECT_EQ(bytes_of(y), expected) << "concat " << dtype_name(dtype) << " axis " << axis;
-    }
+    expect_concat({{3, 1100}, {3, 1500}, {3, 2048}}, 1, dtype, seed);
+    expect_concat({{700, 9}, {300, 9}, {1, 9}}, 0, dtype, seed + 3);
+    seed += 6;
     // tile: a repeated innermost dim (wide words when its run allows), unrepeated inner dims merged
     for (const auto& [shape, repeats] : std::vector<std::pair<Shape, Shape>>{
              {{3, 40}, {2, 3}}, {{2, 3, 8}, {2, 1, 1}}, {{5, 7}, {1, 3}}, {{4, 16}, {3, 1}}}) {

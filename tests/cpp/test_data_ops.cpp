@@ -696,8 +696,10 @@ TEST_P(DataOps, LargeShapesTakeTheTiledPathsAndMatchIndexMapping) {
   unsigned seed = 900;
   for (const DType dtype : kElementSizes) {
     const std::size_t es = dtype_size(dtype);
-    for (const auto& [shape, perm] : std::vector<std::pair<Shape, Shape>>{
+    for (const auto& c : std::vector<std::pair<Shape, Shape>>{
              {{130, 67}, {1, 0}}, {{3, 129, 65}, {0, 2, 1}}, {{2, 5, 70, 66}, {0, 2, 3, 1}}}) {
+      const Shape& shape = c.first;
+      const Shape& perm = c.second;
       const Bytes in = random_bytes(shape, dtype, seed++);
       const Tensor y = call("transpose", {from_bytes(shape, dtype, in)}, Attributes().set("perm", perm));
       Shape out_shape;
@@ -732,8 +734,10 @@ TEST_P(DataOps, LargeShapesTakeTheTiledPathsAndMatchIndexMapping) {
     expect_concat({{700, 9}, {300, 9}, {1, 9}}, 0, dtype, seed + 3);
     seed += 6;
     // tile: a repeated innermost dim (wide words when its run allows), unrepeated inner dims merged
-    for (const auto& [shape, repeats] : std::vector<std::pair<Shape, Shape>>{
+    for (const auto& c : std::vector<std::pair<Shape, Shape>>{
              {{3, 40}, {2, 3}}, {{2, 3, 8}, {2, 1, 1}}, {{5, 7}, {1, 3}}, {{4, 16}, {3, 1}}}) {
+      const Shape& shape = c.first;
+      const Shape& repeats = c.second;
       const Bytes in = random_bytes(shape, dtype, seed++);
       const Tensor y = call("tile", {from_bytes(shape, dtype, in)}, Attributes().set("repeats", repeats));
       EXPECT_EQ(bytes_of(y), map_elements(in, es, y.shape(), [&](const Shape& index) {

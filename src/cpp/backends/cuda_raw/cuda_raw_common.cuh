@@ -142,6 +142,32 @@ struct SumOp {
 
 // ---- strided indexing (Note [Coalesced geometry] in elementwise.cu) ----
 
+// Note [Fast division]
+// n / d for a divisor d fixed at launch, as a multiply-high, an add and a shift instead of the ~20 instructions
+// of a 32-bit division (Granlund and Montgomery, "Division by invariant integers using multiplication", 1994; the
+// same scheme as PyTorch's IntDivider): with s the smallest shift where 2^s >= d and
+// m = floor(2^32 * (2^s - d) / d) + 1 (< 2^32), n / d == (umulhi(n, m) + n) >> s for 1 <= d <= INT32_MAX and
+// 0 <= n <= INT32_MAX (the sum cannot overflow 32 bits there).
+struct FastDivider {
+  std::uint32_t divisor = 1;
+  std::uint32_t magic = 1;
+  std::uint32_t shift = 0;
+
+  FastDivider() = default;
+  explicit FastDivider(std::int64_t d) : divisor(static_cast<std::uint32_t>(d)) {
+    XPURT_INTERNAL_ASSERT(d >= 1 && d <= std::numeric_limits<std::int32_t>::max(), "FastDivider: divisor ", d);
+    while ((std::uint64_t{1} << shift) < divisor) ++shift;
+    magic = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) * ((std::uint64_t{1} << shift) - divisor)) /
+                                       divisor + 1);
+  }
+  __device__ __forceinline__ std::int32_t div(std::int32_t n) const {
+    const auto u = static_cast<std::uint32_t>(n);
+    return static_cast<std::int32_t>((__umulhi(u, magic) + u) >> shift);
+  }
+  __device__ __forceinline__ std::int32_t value() const { return static_cast<std::int32_t>(divisor); }
+};
+
+
 // Maps a linear index over `sizes` (row-major) to an element offset per operand. Dimensions are stored
 // innermost first so that the unrolled loop indexes the arrays statically (they stay in registers/param space).
 template <int kArgs, typename Index>

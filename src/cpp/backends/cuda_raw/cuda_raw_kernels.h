@@ -106,6 +106,8 @@ struct WhereGeometry {
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> strides[3];  // cond, a, b
   std::int64_t numel() const;
+  // Every operand has the output's shape: the vectorized same-shape kernel applies.
+  bool same_shape() const;
 };
 bool where_geometry(const std::vector<std::int64_t>& cond, const std::vector<std::int64_t>& a,
                     const std::vector<std::int64_t>& b, const std::vector<std::int64_t>& out, WhereGeometry* geometry,

@@ -306,23 +306,11 @@ __global__ void where_same_shape_kernel(const std::uint8_t* cond, const E* a, co
   for (std::int64_t i = vectors * kVec + first; i < n; i += stride) y[i] = cond[i] != 0 ? a[i] : b[i];
 }
 
-// Whether every operand of `g` is contiguous in the output's shape (size-1 dims' strides do not matter).
-bool where_same_shape(const WhereGeometry& g) {
-  for (const auto& strides : g.strides) {
-    std::int64_t contiguous = 1;
-    for (std::size_t d = g.shape.size(); d-- > 0;) {
-      if (g.shape[d] != 1 && strides[d] != contiguous) return false;
-      contiguous *= g.shape[d];
-    }
-  }
-  return true;
-}
-
 template <typename E>
 void launch_where(const void* cond, const void* a, const void* b, void* y, const WhereGeometry& g,
                   cudaStream_t stream) {
   const std::int64_t n = g.numel();
-  if (where_same_shape(g) && is_aligned(cond, kVec16<E>) && is_aligned(a, 16) && is_aligned(b, 16) &&
+  if (g.same_shape() && is_aligned(cond, kVec16<E>) && is_aligned(a, 16) && is_aligned(b, 16) &&
       is_aligned(y, 16)) {
     const std::int64_t work = std::max<std::int64_t>(n / kVec16<E>, n % kVec16<E>);
     where_same_shape_kernel<E><<<grid_for(work, kThreads), kThreads, 0, stream>>>(
@@ -944,6 +932,10 @@ std::int64_t WhereGeometry::numel() const {
   std::int64_t n = 1;
   for (const std::int64_t d : shape) n *= d;
   return n;
+}
+
+bool WhereGeometry::same_shape() const {  // merged like BroadcastGeometry::same_shape
+  return shape.empty() || (shape.size() == 1 && strides[0][0] == 1 && strides[1][0] == 1 && strides[2][0] == 1);
 }
 
 bool where_geometry(const std::vector<std::int64_t>& cond, const std::vector<std::int64_t>& a,

@@ -70,31 +70,6 @@ __global__ void pad_kernel(const E* x, E* y, std::int64_t n, PadGeometry g, PadM
   }
 }
 
-// Note [Fast division]
-// n / d for a divisor d fixed at launch, as a multiply-high, an add and a shift instead of the ~20 instructions
-// of a 32-bit division (Granlund and Montgomery, "Division by invariant integers using multiplication", 1994; the
-// same scheme as PyTorch's IntDivider): with s the smallest shift where 2^s >= d and
-// m = floor(2^32 * (2^s - d) / d) + 1 (< 2^32), n / d == (umulhi(n, m) + n) >> s for 1 <= d <= INT32_MAX and
-// 0 <= n <= INT32_MAX (the sum cannot overflow 32 bits there). resize.cu holds the same helper.
-struct FastDivider {
-  std::uint32_t divisor = 1;
-  std::uint32_t magic = 1;
-  std::uint32_t shift = 0;
-
-  FastDivider() = default;
-  explicit FastDivider(std::int64_t d) : divisor(static_cast<std::uint32_t>(d)) {
-    XPURT_INTERNAL_ASSERT(d >= 1 && d <= std::numeric_limits<std::int32_t>::max(), "FastDivider: divisor ", d);
-    while ((std::uint64_t{1} << shift) < divisor) ++shift;
-    magic = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) * ((std::uint64_t{1} << shift) - divisor)) /
-                                       divisor + 1);
-  }
-  __device__ __forceinline__ std::int32_t div(std::int32_t n) const {
-    const auto u = static_cast<std::uint32_t>(n);
-    return static_cast<std::int32_t>((__umulhi(u, magic) + u) >> shift);
-  }
-  __device__ __forceinline__ std::int32_t value() const { return static_cast<std::int32_t>(divisor); }
-};
-
 // Note [Pad rows]
 // The general kernel spends most of its time on one 64-bit division per dimension and element. When every offset
 // fits in int32 (the usual case), pad_rows_kernel runs instead:

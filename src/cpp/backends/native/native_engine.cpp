@@ -86,12 +86,12 @@ std::size_t value_bytes(const PlanValue& v) {
 // that builds, for each kernel that has one, the small plan of Kernel::warm_up and throws it away: the libraries
 // load while the model is read and the graph passes run. Each backend's kernels warm on a thread of their own, so
 // the libraries load side by side (one after the other, cuDNN's and cuBLASLt's took 150-230 ms, longer than a CNN's
-// import and passes; side by side the warm creation of ResNet-50 went from 297 to 200 ms and EfficientNet-B0's from
-// 221 to 140 ms on an H200). The handles a thread created go back to the per-thread pools when it ends (Note
-// [Per-thread handle pools]) for the selection threads to take. Creation does not wait for it (a
-// small model's plan may be built before the libraries are loaded): the session keeps its future, its destruction
-// waits for it, and explain().build lists its time once it is done. Its failures are ignored: a kernel that cannot
-// run is reported by the plan that needs it.
+// import and passes; side by side the warm creation of ResNet-50 went from 297 to 184 ms and EfficientNet-B0's from
+// 221 to 151 ms on an H200, docs/benchmarks.md). The handles a thread created go back to the per-thread pools when
+// it ends (Note [Per-thread handle pools]) for the selection threads to take. Creation does not wait for it (a small
+// model's plan may be built before the libraries are loaded): the session keeps its future, its destruction waits
+// for it, and explain().build lists its time once it is done. Its failures are ignored: a kernel that cannot run is
+// reported by the plan that needs it.
 double warm_libraries(Device device, const ExecutionPolicy& policy) {
   const auto start = std::chrono::steady_clock::now();
   try {

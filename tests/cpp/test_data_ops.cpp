@@ -691,13 +691,16 @@ TEST_P(DataOps, LogicalOpsAndIsNan) {
 }
 
 // Shapes past the cuda_raw kernels' fast-path thresholds (Notes [Gather in row tiles] and [Tile in wide words], the
-// same-shape where in backends/cuda_raw; several transpose tiles and partial ones; wide concat rows).
+// same-shape where in backends/cuda_raw; several transpose tiles and partial ones, odd and even; wide concat rows).
 TEST_P(DataOps, LargeShapesTakeTheTiledPathsAndMatchIndexMapping) {
   unsigned seed = 900;
   for (const DType dtype : kElementSizes) {
     const std::size_t es = dtype_size(dtype);
     for (const auto& c : std::vector<std::pair<Shape, Shape>>{
-             {{130, 67}, {1, 0}}, {{3, 129, 65}, {0, 2, 1}}, {{2, 5, 70, 66}, {0, 2, 3, 1}}}) {
+             {{130, 67}, {1, 0}}, {{3, 129, 65}, {0, 2, 1}}, {{2, 5, 70, 66}, {0, 2, 3, 1}},
+             // even dims and strides: 2-byte elements take word pairs (Note [Transpose in word pairs])
+             {{130, 66}, {1, 0}}, {{3, 66, 130}, {0, 2, 1}}, {{2, 6, 70, 66}, {0, 2, 3, 1}}, {{2, 2}, {1, 0}},
+             {{4, 2, 6}, {2, 1, 0}}}) {
       const Shape& shape = c.first;
       const Shape& perm = c.second;
       const Bytes in = random_bytes(shape, dtype, seed++);
@@ -735,7 +738,8 @@ TEST_P(DataOps, LargeShapesTakeTheTiledPathsAndMatchIndexMapping) {
     seed += 6;
     // tile: a repeated innermost dim (wide words when its run allows), unrepeated inner dims merged
     for (const auto& c : std::vector<std::pair<Shape, Shape>>{
-             {{3, 40}, {2, 3}}, {{2, 3, 8}, {2, 1, 1}}, {{5, 7}, {1, 3}}, {{4, 16}, {3, 1}}}) {
+             {{3, 40}, {2, 3}}, {{2, 3, 8}, {2, 1, 1}}, {{5, 7}, {1, 3}}, {{4, 16}, {3, 1}},
+             {{37, 3, 136}, {2, 3, 2}}, {{513, 9}, {3, 5}}}) {  // several words per thread, odd runs
       const Shape& shape = c.first;
       const Shape& repeats = c.second;
       const Bytes in = random_bytes(shape, dtype, seed++);

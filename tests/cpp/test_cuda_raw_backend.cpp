@@ -209,6 +209,21 @@ TEST(CudaRawGpu, UnaryOpsMatchTheCpuKernel) {
   }
 }
 
+// Past kUnaryUnrollFrom vectors a thread loads several before it stores (Note [Unary loads in flight]); an odd
+// length leaves a partial group of vectors and a scalar tail.
+TEST(CudaRawGpu, LargeUnaryOpsMatchTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(3);
+  for (const DType dtype : kFloatTypes) {
+    const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(dtype));
+    const Shape shape = {(std::int64_t{1} << 21) * vector + 5 * 256 * vector + 3};
+    for (const std::string op : {"gelu", "sigmoid"}) {
+      compare_with_cpu(op, {random_tensor(shape, dtype, rng, -6, 6)}, Attributes(), tolerance_for(dtype),
+                       label(op, shape, dtype, "unrolled"));
+    }
+  }
+}
+
 TEST(CudaRawGpu, UnaryOpsOnMisalignedInputsTakeTheScalarPath) {
   XPURT_SKIP_WITHOUT_GPU();
   std::mt19937 rng(2);
@@ -950,10 +965,36 @@ TEST(CudaRawGpu, SoftmaxRowsMatchTheCpuKernelOnEveryPath) {
   }
 }
 
+// layer_norm's cached kernel runs a persistent grid (Note [Streaming rows] in layer_norm.cu): with more rows than
+// a GPU holds groups at once (under 20000 sub-warp groups of 8 lanes, 3200 warps, 800, 300 and 150 blocks of 128,
+// 256 and 512 threads on today's largest GPUs), each group takes several rows, prefetching the next while it
+// writes one. Every group size, row counts that leave part of the last rows' block idle, with and without the
+// residual.
+TEST(CudaRawGpu, LayerNormCachedRowsLoopOverSeveralRowsPerGroup) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(15);
+  const Attributes attrs = Attributes().set("axis", std::int64_t{-1}).set("epsilon", 1e-5);
+  // {rows, cols}: float16 and bfloat16 groups of 8 lanes, a warp, 128, 256 and 512 threads (float32: 16 lanes,
+  // 128, 256 and 512 threads, then the scalar kernel).
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
+      {60001, 96}, {8001, 1024}, {2001, 4096}, {1001, 8192}, {401, 16384}};
+  for (const DType dtype : kFloatTypes) {
+    const Tolerance tol = tolerance_for(dtype, 1e-4);
+    for (const auto& rows_cols : shapes) {
+      const Shape shape = {rows_cols.first, rows_cols.second};
+      const Tensor x = random_tensor(shape, dtype, rng, 2.0f, 6.0f);
+      const Tensor scale = random_tensor({rows_cols.second}, dtype, rng, -2, 2);
+      const Tensor bias = random_tensor({rows_cols.second}, dtype, rng, -2, 2);
+      compare_with_cpu("layer_norm", {x, scale, bias}, attrs, tol, label("layer_norm", shape, dtype));
+      compare_with_cpu("layer_norm", {x, Tensor(), Tensor(), random_tensor(shape, dtype, rng, -2, 2)}, attrs, tol,
+                       label("layer_norm", shape, dtype, "residual, no scale or bias"));
+    }
+  }
+}
+
 // layer_norm's register-cached kernel (Note [Register-cached rows] in layer_norm.cu) from one vector a row to
-// 2048 (16384 halves; 16392 takes the scalar kernel), for few rows (scale and bias loaded with the row) and many
-// (loaded at the output), with and without the residual; rows of 4097 and a misaligned input take the scalar
-// kernel.
+// 2048 (16384 halves; 16392 takes the scalar kernel), for few rows and many, with and without the residual; rows
+// of 4097 and a misaligned input take the scalar kernel.
 TEST(CudaRawGpu, LayerNormCachedRowsMatchTheCpuKernelForManyAndFewRows) {
   XPURT_SKIP_WITHOUT_GPU();
   std::mt19937 rng(14);
@@ -977,6 +1018,160 @@ TEST(CudaRawGpu, LayerNormCachedRowsMatchTheCpuKernelForManyAndFewRows) {
           run_kernel("layer_norm", "cuda_raw", {device_view, scale.to(Device::cuda(0)), bias.to(Device::cuda(0))},
                      attrs)[0];
       expect_close(actual, expected, tol, label("layer_norm", Shape{5, cols}, dtype, "misaligned"));
+    }
+  }
+}
+
+// ---- pad and resize: the row kernels (Note [Pad rows] in pad.cu, Note [Resize rows] in resize.cu) ----
+
+// `actual` and `expected` (any devices) hold the same bytes: for kernels that copy elements.
+void expect_same_bytes(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  ASSERT_EQ(actual.dtype(), expected.dtype()) << what;
+  const Tensor a = actual.device().is_cpu() ? actual : actual.to(Device::cpu());
+  const Tensor e = expected.device().is_cpu() ? expected : expected.to(Device::cpu());
+  EXPECT_EQ(std::memcmp(a.data_ptr(), e.data_ptr(), a.nbytes()), 0) << what;
+}
+
+// A host tensor of `shape` and `dtype` with random bytes (any dtype; floats may hold NaNs, which pad copies).
+Tensor random_bytes(const Shape& shape, DType dtype, std::mt19937& rng) {
+  Tensor t = Tensor::empty(shape, dtype);
+  auto* bytes = static_cast<unsigned char*>(t.data_ptr());
+  for (std::size_t i = 0; i < t.nbytes(); ++i) bytes[i] = static_cast<unsigned char>(rng());
+  return t;
+}
+
+// Pad copies elements, so the cuda_raw kernel must give the cpu kernel's bytes in every mode and dtype: odd and even
+// shapes, rows shorter than a 16-byte vector, widths of 1, asymmetric pads, crops, a dimension cropped on one side and
+// padded on the other, padded channels, more outer dimensions than the row kernel takes (the general kernel), rank
+// 8, and tensors large enough for several chunks per thread and many blocks; 1-, 2-, 4- and 8-byte elements; and
+// inputs one element off 16-byte alignment (the interior runs read whole words from before x's start).
+TEST(CudaRawGpu, PadRowKernelMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(15);
+  struct Case {
+    Shape shape;
+    Shape pads;  // all begins, then all ends
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 7, 7}, {0, 0, 1, 1, 0, 0, 1, 1}},
+      {{2, 3, 7, 7}, {0, 0, 2, 0, 0, 0, 0, 3}},
+      {{2, 3, 7, 7}, {0, 0, -1, -2, 0, 0, -1, 0}},
+      {{2, 3, 7, 7}, {0, 0, -1, 2, 0, 0, 1, -3}},
+      {{2, 3, 7, 7}, {0, 1, 0, 0, 0, 2, 0, 0}},
+      {{2, 3, 3, 65}, {1, 0, 1, 3, 0, 1, 1, 2}},
+      {{2, 3, 65, 1}, {0, 0, 1, 0, 0, 0, 2, 0}},
+      {{1, 3, 1, 3}, {0, 0, 0, 1, 0, 0, 0, 1}},
+      {{2, 3, 8, 8}, {0, 0, 0, 0, 0, 0, 0, 0}},
+      {{7}, {3, 5}},
+      {{3, 5, 33, 17}, {0, 1, 2, 3, 1, 0, 3, 2}},
+      {{2, 4, 9, 40}, {0, 0, 0, 5, 0, 0, 0, -3}},
+      {{2, 3, 5, 6, 7, 9}, {1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 2}},
+      {{2, 1, 2, 3, 1, 2, 2, 3}, {0, 0, 1, 0, 0, 1, 0, 1, 1, 0, 0, 2, 0, 0, 1, 0}},
+      {{4, 16, 64, 64}, {0, 0, 1, 1, 0, 0, 1, 1}},
+      {{2, 8, 64, 67}, {0, 0, 2, 1, 0, 0, 1, 3}}};
+  for (const Case& c : cases) {
+    const std::size_t rank = c.shape.size();
+    bool reflectable = true;  // reflect needs 2 or more elements along every padded dimension
+    for (std::size_t d = 0; d < rank; ++d) {
+      if ((c.pads[d] > 0 || c.pads[d + rank] > 0) && c.shape[d] < 2) reflectable = false;
+    }
+    for (const std::string mode : {"constant", "reflect", "edge", "wrap"}) {
+      if (mode == "reflect" && !reflectable) continue;
+      const Attributes attrs = Attributes().set("pads", c.pads).set("mode", mode).set("value", 3.0);
+      for (const DType dtype : {DType::kFloat16, DType::kFloat32, DType::kUInt8, DType::kInt64}) {
+        const Tensor x = random_bytes(c.shape, dtype, rng);
+        const Tensor expected = run_kernel("pad", "cpu", {x}, attrs)[0];
+        const Tensor actual = run_kernel("pad", "cuda_raw", {x.to(Device::cuda(0))}, attrs)[0];
+        const std::string what = label("pad", c.shape, dtype, mode + " pads " + shape_str(c.pads));
+        expect_same_bytes(actual, expected, what);
+        if (dtype == DType::kUInt8) continue;  // one element off leaves 1-byte tensors aligned to their size
+        const Tensor buffer = random_bytes({numel_of(c.shape) + 1}, dtype, rng);
+        const auto views = host_and_device_views(buffer, c.shape, 1);
+        expect_same_bytes(run_kernel("pad", "cuda_raw", {views.second}, attrs)[0],
+                          run_kernel("pad", "cpu", {views.first}, attrs)[0], what + " misaligned");
+      }
+    }
+  }
+}
+
+// Nearest with scales 2, 3, a non-integer scale and downsampling under every coordinate transformation mode, and
+// linear under every mode; H or W of 1, rows shorter than a vector, one resized dimension, three, channels last
+// (linear takes the general kernel there), the innermost dimension kept or doubled at full vector width (whole-word
+// rows, each thread checking its columns), and enough rows for several per thread and many blocks; inputs one
+// element off 16-byte alignment (element gathers). Sizes are the floor of size * scale, as the lowering makes them.
+// Nearest copies, so it must give the cpu kernel's bytes. Left out: at the non-integer scales, the nearest pairs
+// whose coordinates land on a rounding boundary (the cpu kernel computes them in float64, the cuda_raw kernels in
+// float32, so they may round apart); and tf_half_pixel_for_nn where it moves the dimensions that keep their size
+// (x = o + 0.5 there: ceil, round_prefer_ceil and linear), which the cuda_raw kernels copy instead.
+TEST(CudaRawGpu, ResizeRowKernelsMatchTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(16);
+  struct Case {
+    Shape in;
+    Shape out;
+    std::vector<double> scales;
+    bool integer;  // every scale a whole number
+    bool every_mode;  // every transform and rounding (else a few, for the large cases)
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 7, 7}, {2, 3, 14, 14}, {1, 1, 2, 2}, true, true},
+      {{2, 3, 7, 7}, {2, 3, 21, 21}, {1, 1, 3, 3}, true, true},
+      {{2, 3, 5, 5}, {2, 3, 8, 8}, {1, 1, 1.6, 1.6}, false, true},
+      {{2, 3, 65, 65}, {2, 3, 32, 32}, {1, 1, 0.5, 0.5}, false, true},
+      {{1, 3, 1, 7}, {1, 3, 3, 14}, {1, 1, 3, 2}, true, true},
+      {{1, 3, 7, 1}, {1, 3, 14, 3}, {1, 1, 2, 3}, true, true},
+      {{2, 3, 7, 7}, {2, 3, 7, 14}, {1, 1, 1, 2}, true, true},
+      {{2, 3, 7, 7}, {2, 3, 14, 7}, {1, 1, 2, 1}, true, true},
+      {{1, 4, 4, 3}, {1, 8, 8, 3}, {1, 2, 2, 1}, true, true},
+      {{2, 3, 4, 5}, {2, 6, 8, 10}, {1, 2, 2, 2}, true, true},
+      {{7}, {14}, {2}, true, true},
+      {{2, 3, 4, 12}, {2, 3, 8, 24}, {1, 1, 2, 2}, true, true},
+      {{2, 4, 12, 16}, {2, 4, 24, 16}, {1, 1, 2, 1}, true, true},
+      {{1, 6, 6, 8}, {1, 12, 12, 8}, {1, 2, 2, 1}, true, true},
+      {{2, 8, 32, 32}, {2, 8, 64, 64}, {1, 1, 2, 2}, true, true},
+      {{4, 16, 32, 32}, {4, 16, 64, 64}, {1, 1, 2, 2}, true, false},
+      {{4, 16, 64, 64}, {4, 16, 128, 64}, {1, 1, 2, 1}, true, false}};
+  const std::vector<std::string> transforms = {"half_pixel",    "half_pixel_symmetric", "pytorch_half_pixel",
+                                               "align_corners", "asymmetric",           "tf_half_pixel_for_nn"};
+  const std::vector<std::string> roundings = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  for (const Case& c : cases) {
+    for (const DType dtype : kFloatTypes) {
+      const Tensor x = random_tensor(c.in, dtype, rng);
+      const Tensor buffer = random_tensor({numel_of(c.in) + 1}, dtype, rng);
+      const auto views = host_and_device_views(buffer, c.in, 1);
+      // Linear weights come from float32 coordinates (the cpu kernel's are float64), rounded to 2^-18 near 64.
+      const auto run = [&](const Attributes& mode_attrs, bool nearest, const std::string& what) {
+        const Attributes attrs = Attributes(mode_attrs).set("sizes", c.out).set("scales", c.scales);
+        const std::string name = label("resize", c.in, dtype, what);
+        if (nearest) {
+          expect_same_bytes(run_kernel("resize", "cuda_raw", {x.to(Device::cuda(0))}, attrs)[0],
+                            run_kernel("resize", "cpu", {x}, attrs)[0], name);
+          expect_same_bytes(run_kernel("resize", "cuda_raw", {views.second}, attrs)[0],
+                            run_kernel("resize", "cpu", {views.first}, attrs)[0], name + " misaligned");
+        } else {
+          compare_with_cpu("resize", {x}, attrs, tolerance_for(dtype, 1e-4), name);
+        }
+      };
+      for (const std::string& transform : transforms) {
+        if (!c.every_mode && transform != "half_pixel" && transform != "asymmetric") continue;
+        for (const std::string& rounding : roundings) {
+          const bool to_nearest = rounding.rfind("round", 0) == 0;
+          if ((!c.integer && (transform == "half_pixel_symmetric" || (transform == "asymmetric" && to_nearest) ||
+                              (transform == "align_corners" && !to_nearest))) ||
+              (transform == "tf_half_pixel_for_nn" && (rounding == "ceil" || rounding == "round_prefer_ceil"))) {
+            continue;
+          }
+          run(Attributes()
+                  .set("mode", std::string("nearest"))
+                  .set("coordinate_transformation_mode", transform)
+                  .set("nearest_mode", rounding),
+              true, "nearest " + transform + " " + rounding + " to " + shape_str(c.out));
+        }
+        if (transform == "tf_half_pixel_for_nn") continue;
+        run(Attributes().set("mode", std::string("linear")).set("coordinate_transformation_mode", transform), false,
+            "linear " + transform + " to " + shape_str(c.out));
+      }
     }
   }
 }

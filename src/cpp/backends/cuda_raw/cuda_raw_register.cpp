@@ -747,7 +747,7 @@ void register_onnx_kernels(KernelRegistry& registry) {
   add_kernel(
       registry, "pad",
       "ONNX Pad (constant, reflect, edge, wrap; negative pads crop): 16-byte chunks of merged output rows with "
-      "32-bit index math (Note [Pad rows]), else a thread per element",
+      "32-bit index math, interior runs read as whole 16-byte words (Note [Pad rows]), else a thread per element",
       {"x"},
       [](const OpDescriptor& desc) {
         if (desc.inputs[0].dim() > cuda_raw::kMaxDims) {
@@ -768,7 +768,9 @@ void register_onnx_kernels(KernelRegistry& registry) {
       DTypes::kAll);
   add_kernel(
       registry, "resize",
-      "ONNX Resize (nearest, linear, cubic; up to 3 resized dims): a thread per output element, fp32 weights",
+      "ONNX Resize (nearest, linear, cubic; up to 3 resized dims): nearest and linear by output rows with 32-bit "
+      "index math, nearest rows kept or doubled in whole words (Note [Resize rows]), else a thread per output "
+      "element; fp32 weights",
       {"x"},
       [](const OpDescriptor& desc) {
         if (desc.attrs.get_int("antialias", 0) != 0) {

@@ -1,23 +1,48 @@
 // Layer normalization over the trailing dimensions (x viewed as [rows, cols]). Rows of whole 16-byte vectors
-// (every pointer 16-byte aligned, cols a multiple of the vector width, at most kMaxCachedVectors vectors per
-// thread) take the register-cached kernel: each thread loads its vectors once, and the statistics and the output
-// come from registers (Note [Register-cached rows]). Other rows take the scalar kernel: a warp per row for short
-// rows, a block per row for long ones.
+// (every pointer 16-byte aligned, cols a multiple of the vector width, at most 512 * kMaxCachedVectors vectors)
+// take the register-cached kernel: each thread loads its vectors once, and the statistics and the output come
+// from registers (Note [Register-cached rows], Note [Streaming rows]). Other rows take the scalar kernel: a warp
+// per row for short rows, a block per row for long ones.
 //
 // Note [Register-cached rows]
 // A transformer's LayerNorm rows are short (768 to 8192 elements) and there are few of them at batch 1 (one per
 // token), so the kernel is latency-bound: what counts is how many dependent trips to memory a row takes. Reading
-// the row once into registers with 16-byte loads makes it one trip (plus one for the residual, issued together)
-// instead of three passes of 2-byte loads; the group size grows with the row (4 to 32 lanes for about two vectors
-// per lane, a warp up to 4 vectors per lane, then 128 or 512 threads) so that no thread holds more than
-// kMaxCachedVectors vectors, and short rows (ConvNeXt's 96 channels) do not leave most of a warp idle.
+// the row once into registers with 16-byte loads makes it one trip (the residual's, scale's and bias's loads are
+// issued with it) instead of three passes of 2-byte loads; the group size grows with the row (4 to 16 lanes for
+// at most two vectors per lane, a warp up to 4 vectors per lane, then 128, 256 or 512 threads) so that no thread
+// holds more than kMaxCachedVectors vectors, and short rows (ConvNeXt's 96 channels) do not leave most of a warp
+// idle. Groups of up to a warp run in blocks of one warp, which spreads few rows over many SMs.
+//
+// Note [Streaming rows]
+// With many rows the kernel is bound by memory bandwidth instead (a [65536, 4096] float16 x is 512 MiB read and
+// written), and what counts is how many bytes each SM keeps in flight. So:
+// - The grid is persistent: at most as many blocks as the device holds at once (SMs x resident blocks per SM,
+//   queried once per device and instantiation), each group looping over rows a grid's worth of groups apart.
+// - A lane's columns are the same in every row, so it loads its vectors of scale and bias once, into registers,
+//   rather than 2 x cols more elements per row from L1/L2. They stay packed as loaded and are converted where
+//   used (opaque() keeps the compiler from hoisting the conversions out of the row loop into twice the registers).
+// - A group issues its next row's loads (into a second register set, packed) as soon as it has converted the
+//   current row to fp32, so that row is in flight during the current row's reductions and stores: a thread has a
+//   row's loads outstanding nearly all the time, not only until its row's first reduction.
+// - Each reduction takes one barrier: shuffles within warps, then one exchange of the warps' partial sums through
+//   shared memory; the mean's and the variance's use separate buffers, so a buffer is rewritten only after the
+//   other one's barrier, which every thread reaches after reading it.
+// Registers bound the bytes in flight: a thread of a 4096-column float16 row holds 32 floats of its row, 16 words
+// of the next and 32 of scale and bias; the launch bounds keep that within 96 registers, 5 blocks of 128 threads
+// an SM with 64 bytes a thread in flight (128 registers and 512 threads with the residual). A missing scale or
+// bias is held as 1 or -0, which leave every value's bits unchanged, so the output takes no branch on either.
 //
 // Note [Two-pass statistics]
 // The mean is computed first, then the variance as the mean of (x - mean)^2, both accumulated in fp32 and
 // combined by a fixed-order group reduction. Unlike E[x^2] - E[x]^2 this does not cancel catastrophically when
-// |mean| >> std, and unlike Welford it needs no division per element; the price is one more read of the row,
-// which the L1/L2 caches mostly serve (rows here are at most a few hundred KiB).
+// |mean| >> std, and unlike Welford it needs no division per element; the price is one more pass over the row:
+// over registers in the cached kernel, one more read of the row in the scalar kernel, which the L1/L2 caches
+// mostly serve (rows there are at most a few hundred KiB).
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_kernels.h"
@@ -69,100 +94,236 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
   }
 }
 
+// Vector slots per thread in the cached kernel (Note [Register-cached rows]): sub-warp groups take rows of at most
+// two vectors a lane, warps and blocks rows of up to four.
+constexpr int kSubWarpVectors = 2;
 constexpr int kMaxCachedVectors = 4;
+// Devices whose resident-grid size is cached (Note [Streaming rows]); others query it at every launch.
+constexpr int kCachedDevices = 64;
 
-// Group of kGroup threads per row (kBlock / kGroup rows per block), each thread caching up to kMaxCachedVectors
-// 16-byte vectors of the row: vector v of the row is held by lane v % kGroup. `vectors` = cols / kVec16<T>. The
-// scale and bias vectors are loaded with the row, before the statistics, so that a row takes one trip to memory.
-// Every thread of a block runs the same number of row iterations (a group past the last row loads nothing), so that
-// sub-warp groups (kGroup < 32) shuffle in whole warps.
-template <typename T, int kGroup, int kBlock>
-__global__ void __launch_bounds__(kBlock) layer_norm_cached_kernel(const T* x, const T* residual, const T* scale,
-                                                                   const T* bias, T* y, std::int64_t rows,
-                                                                   int vectors, float epsilon) {
-  static_assert(kBlock % kGroup == 0 && kBlock % 32 == 0, "whole groups and warps per block");
+// 16 bytes of a row, as the cached kernel holds them in registers: four 32-bit words.
+struct alignas(16) Words {
+  std::uint32_t w[4];
+};
+
+// The kVec16<T> elements of `v` as floats (exact). The 16-bit types go a pair (a word) at a time.
+template <typename T>
+__device__ __forceinline__ void unpack(const Words& v, float (&out)[kVec16<T>]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (std::is_same_v<T, float>) {
+      out[j] = __uint_as_float(v.w[j]);
+    } else if constexpr (std::is_same_v<T, __half>) {
+      __half2 pair;
+      std::memcpy(&pair, &v.w[j], sizeof(pair));
+      const float2 f = __half22float2(pair);
+      out[2 * j] = f.x;
+      out[2 * j + 1] = f.y;
+    } else {
+      static_assert(std::is_same_v<T, __nv_bfloat16>, "cuda_raw stores float, __half or __nv_bfloat16");
+      out[2 * j] = __uint_as_float(v.w[j] << 16);  // the low half holds the first element
+      out[2 * j + 1] = __uint_as_float(v.w[j] & 0xffff0000u);
+    }
+  }
+}
+
+// `in` rounded to nearest into 16 bytes of T: one conversion instruction per pair for the 16-bit types (the same
+// rounding as from_float).
+template <typename T>
+__device__ __forceinline__ Words pack(const float (&in)[kVec16<T>]) {
+  Words v;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (std::is_same_v<T, float>) {
+      v.w[j] = __float_as_uint(in[j]);
+    } else if constexpr (std::is_same_v<T, __half>) {
+      const __half2 pair = __floats2half2_rn(in[2 * j], in[2 * j + 1]);
+      std::memcpy(&v.w[j], &pair, sizeof(pair));
+    } else {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(in[2 * j], in[2 * j + 1]);
+      std::memcpy(&v.w[j], &pair, sizeof(pair));
+    }
+  }
+  return v;
+}
+
+// Every element of 16 bytes of T set to `value` (exactly representable in T).
+template <typename T>
+__device__ __forceinline__ Words splat(float value) {
+  float values[kVec16<T>];
+#pragma unroll
+  for (int k = 0; k < kVec16<T>; ++k) values[k] = value;
+  return pack<T>(values);
+}
+
+// Makes the compiler treat `v` as changed here (no instruction is emitted), so that conversions of v in a loop
+// stay in the loop: the cached kernel's scale and bias words would otherwise be converted once, before the row
+// loop, into twice as many float registers, which spill (Note [Streaming rows]).
+__device__ __forceinline__ void opaque(Words& v) {
+  asm volatile("" : "+r"(v.w[0]), "+r"(v.w[1]), "+r"(v.w[2]), "+r"(v.w[3]));
+}
+
+// Sum over a group of kGroup threads, as group_reduce (cuda_raw_common.cuh) but with one barrier for block groups:
+// the warps' partial sums go through `partials` (kGroup / 32 floats), and the caller alternates between two such
+// buffers so that no second barrier has to guard a buffer's reuse (Note [Streaming rows]). Every thread of the
+// group gets the same bits (pairwise exchanges, then the partials added in one fixed order).
+template <int kGroup>
+__device__ __forceinline__ float group_sum(float v, float* partials) {
+  static_assert(kGroup % 32 == 0 || 32 % kGroup == 0, "groups are whole warps or aligned parts of one");
+#pragma unroll
+  for (int offset = kGroup < 32 ? kGroup / 2 : 16; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  if constexpr (kGroup > 32) {
+    if ((threadIdx.x & 31) == 0) partials[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = partials[0];
+#pragma unroll
+    for (int w = 1; w < kGroup / 32; ++w) v += partials[w];
+  }
+  return v;
+}
+
+// The cached kernel's block: one warp for groups of up to a warp (a warp group's row index is then the block's,
+// which takes fewer registers than four warps' rows a block), the group itself for larger ones.
+template <int kGroup>
+constexpr int kCachedBlock = kGroup < 32 ? 32 : kGroup;
+
+// Blocks per SM that the cached kernel's launch bounds guarantee (Note [Streaming rows]): 640 threads of at most 96
+// registers for blocks of 32 and 128 threads (512 threads of 128 registers with the residual's vectors in flight
+// too); blocks of 256 and 512 threads get 128 registers.
+template <int kGroup, bool kResidual>
+constexpr int kCachedMinBlocks = std::max(1, (kResidual ? 512 : 640) / kCachedBlock<kGroup>);
+
+// Groups of kGroup threads per row (32 / kGroup rows per block for sub-warp groups), each thread caching up to
+// kSubWarpVectors or kMaxCachedVectors 16-byte vectors of the row: vector v of the row is held by lane v % kGroup.
+// `vectors` = cols / kVec16<T>. Each group loops over rows gridDim.x * (rows per block) apart, with its lanes'
+// scale and bias in registers and the next row's loads issued before the current row's reductions (Note
+// [Streaming rows]). Every thread of a block runs the same row iterations (a group past the last row loads and
+// stores nothing), so that sub-warp groups shuffle in whole warps and block groups reach every barrier.
+template <typename T, int kGroup, bool kResidual>
+__global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup, kResidual>))
+    layer_norm_cached_kernel(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
+                             int vectors, float epsilon) {
   constexpr int kVec = kVec16<T>;
-  using V = Vec<T, kVec>;
-  constexpr int kGroupsPerBlock = kBlock / kGroup;
-  __shared__ float smem[kGroup >= 32 ? kGroup / 32 : 1];
+  constexpr int kSlots = kGroup < 32 ? kSubWarpVectors : kMaxCachedVectors;
+  constexpr int kGroupsPerBlock = kCachedBlock<kGroup> / kGroup;
+  __shared__ float partials[2][kGroup > 32 ? kGroup / 32 : 1];  // [0]: the sums, [1]: the squares
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int group = static_cast<int>(threadIdx.x) / kGroup;
   const float n = static_cast<float>(vectors) * kVec;
-  const std::int64_t group_stride = static_cast<std::int64_t>(gridDim.x) * kGroupsPerBlock;
-  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * kGroupsPerBlock; base < rows;
-       base += group_stride) {
-    const std::int64_t r = base + threadIdx.x / kGroup;
-    const int count = r < rows ? vectors : 0;  // the row's vectors; none past the last row
-    const std::int64_t row = r < rows ? r : 0;
-    const V* in = reinterpret_cast<const V*>(x) + row * vectors;
-    const V* res = residual != nullptr ? reinterpret_cast<const V*>(residual) + row * vectors : nullptr;
-    float values[kMaxCachedVectors][kVec];
-    V scales[kMaxCachedVectors];
-    V biases[kMaxCachedVectors];
+  const std::int64_t row_stride = static_cast<std::int64_t>(gridDim.x) * kGroupsPerBlock;
+  // A missing scale is 1 and a missing bias -0: x * 1 and x + -0 are x, signed zeros included.
+  Words scales[kSlots];
+  Words biases[kSlots];
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const int v = lane + i * kGroup;
+    scales[i] = scale != nullptr && v < vectors ? reinterpret_cast<const Words*>(scale)[v] : splat<T>(1.0f);
+    biases[i] = bias != nullptr && v < vectors ? reinterpret_cast<const Words*>(bias)[v] : splat<T>(-0.0f);
+  }
+  // The group's next row, as loaded: x and, with kResidual, the residual.
+  Words next[kSlots];
+  Words next_residual[kResidual ? kSlots : 1];
+  auto load_row = [&](std::int64_t r) {
+    if (r >= rows) return;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const std::int64_t v = lane + i * kGroup;
+      if (v < vectors) {
+        next[i] = reinterpret_cast<const Words*>(x)[r * vectors + v];
+        if constexpr (kResidual) next_residual[i] = reinterpret_cast<const Words*>(residual)[r * vectors + v];
+      }
+    }
+  };
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kGroupsPerBlock;  // the block's first row
+  load_row(first + group);
+  for (std::int64_t base = first; base < rows; base += row_stride) {
+    const std::int64_t r = base + group;
+    const bool valid = r < rows;  // false for a group past the last row
+    float values[kSlots][kVec];
     float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxCachedVectors; ++i) {
-      const int v = lane + i * kGroup;
-      if (v < count) {
-        const V a = in[v];
-        if (scale != nullptr) scales[i] = reinterpret_cast<const V*>(scale)[v];
-        if (bias != nullptr) biases[i] = reinterpret_cast<const V*>(bias)[v];
-        if (res != nullptr) {
-          const V b = res[v];
+    for (int i = 0; i < kSlots; ++i) {
+      opaque(scales[i]);
+      opaque(biases[i]);
+      if (valid && lane + i * kGroup < vectors) {
+        unpack<T>(next[i], values[i]);
+        if constexpr (kResidual) {
+          // x + residual summed in fp32 (not rounded to T in between, as a separate Add would).
+          float added[kVec];
+          unpack<T>(next_residual[i], added);
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) values[i][k] = to_float(a.v[k]) + to_float(b.v[k]);
-        } else {
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) values[i][k] = to_float(a.v[k]);
+          for (int k = 0; k < kVec; ++k) values[i][k] += added[k];
         }
 #pragma unroll
         for (int k = 0; k < kVec; ++k) sum += values[i][k];
       }
     }
-    const float mean = group_reduce<kGroup>(sum, SumOp{}, smem) / n;
+    load_row(r + row_stride);  // in flight during this row's reductions and stores
+    const float mean = group_sum<kGroup>(sum, partials[0]) / n;
     float squares = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxCachedVectors; ++i) {
-      if (lane + i * kGroup < count) {
+    for (int i = 0; i < kSlots; ++i) {
+      if (valid && lane + i * kGroup < vectors) {
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
-          const float d = values[i][k] - mean;
-          squares += d * d;
+          values[i][k] -= mean;
+          squares += values[i][k] * values[i][k];
         }
       }
     }
-    const float variance = group_reduce<kGroup>(squares, SumOp{}, smem) / n;
-    const float rstd = 1.0f / sqrtf(variance + epsilon);
-    V* out = reinterpret_cast<V*>(y) + row * vectors;
+    const float variance = group_sum<kGroup>(squares, partials[1]) / n;
+    const float rstd = rsqrtf(variance + epsilon);
+    Words* out = reinterpret_cast<Words*>(y) + (valid ? r : 0) * vectors;
 #pragma unroll
-    for (int i = 0; i < kMaxCachedVectors; ++i) {
+    for (int i = 0; i < kSlots; ++i) {
       const int v = lane + i * kGroup;
-      if (v < count) {
-        V o;
+      if (valid && v < vectors) {
+        float gains[kVec];
+        float shifts[kVec];
+        unpack<T>(scales[i], gains);
+        unpack<T>(biases[i], shifts);
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          float w = (values[i][k] - mean) * rstd;
-          if (scale != nullptr) w *= to_float(scales[i].v[k]);
-          if (bias != nullptr) w += to_float(biases[i].v[k]);
-          o.v[k] = from_float<T>(w);
-        }
-        out[v] = o;
+        for (int k = 0; k < kVec; ++k) values[i][k] = values[i][k] * rstd * gains[k] + shifts[k];
+        out[v] = pack<T>(values[i]);
       }
     }
   }
 }
 
-// Sub-warp and warp groups: kGroup lanes per row, blocks of one warp while rows are few (spreading them over the
-// SMs: GPT-2 at batch 1 has 128 rows) and of four warps otherwise.
+// Launches the cached kernel with a persistent grid: a block per 32 / kGroup rows (one for block groups), at most
+// as many blocks as the current device holds at once (SMs x resident blocks per SM, queried once per device; Note
+// [Streaming rows]).
+template <typename T, int kGroup, bool kResidual>
+void launch_cached_kernel(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
+                          int vectors, float epsilon, cudaStream_t stream) {
+  constexpr int kBlock = kCachedBlock<kGroup>;
+  auto* kernel = &layer_norm_cached_kernel<T, kGroup, kResidual>;
+  static std::atomic<std::int64_t> resident_blocks[kCachedDevices];  // 0: not queried yet
+  int device = 0;
+  XPURT_CUDA_CHECK(cudaGetDevice(&device));
+  std::int64_t resident = device < kCachedDevices ? resident_blocks[device].load(std::memory_order_relaxed) : 0;
+  if (resident == 0) {
+    int sms = 0;
+    int per_sm = 0;
+    XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+    resident = std::max<std::int64_t>(1, std::int64_t{sms} * per_sm);
+    if (device < kCachedDevices) resident_blocks[device].store(resident, std::memory_order_relaxed);
+  }
+  kernel<<<grid_for(rows, kBlock / kGroup, resident), kBlock, 0, stream>>>(x, residual, scale, bias, y, rows, vectors,
+                                                                           epsilon);
+}
+
+// The residual's instantiation only when there is one: its next-row vectors take registers (Note [Streaming rows]).
 template <typename T, int kGroup>
-void launch_group_rows(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                       int vectors, float epsilon, cudaStream_t stream) {
-  constexpr int kRowsPerWarp = 32 / kGroup;
-  if (rows <= std::int64_t{1024} * kRowsPerWarp) {
-    layer_norm_cached_kernel<T, kGroup, 32><<<grid_for(rows, kRowsPerWarp), 32, 0, stream>>>(
-        x, residual, scale, bias, y, rows, vectors, epsilon);
+void launch_cached_rows(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
+                        int vectors, float epsilon, cudaStream_t stream) {
+  if (residual != nullptr) {
+    launch_cached_kernel<T, kGroup, true>(x, residual, scale, bias, y, rows, vectors, epsilon, stream);
   } else {
-    layer_norm_cached_kernel<T, kGroup, 128><<<grid_for(rows, 4 * kRowsPerWarp), 128, 0, stream>>>(
-        x, residual, scale, bias, y, rows, vectors, epsilon);
+    launch_cached_kernel<T, kGroup, false>(x, residual, scale, bias, y, rows, vectors, epsilon, stream);
   }
 }
 
@@ -181,20 +342,20 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
   const int v = static_cast<int>(vectors);
   // About two vectors per lane: ConvNeXt's rows of 96 channels (12 vectors) take 8 lanes, not a warp of which 20
   // lanes would idle.
-  if (vectors <= 8) {
-    launch_group_rows<T, 4>(x, residual, scale, bias, y, rows, v, epsilon, stream);
-  } else if (vectors <= 16) {
-    launch_group_rows<T, 8>(x, residual, scale, bias, y, rows, v, epsilon, stream);
-  } else if (vectors <= 32) {
-    launch_group_rows<T, 16>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+  if (vectors <= 4 * kSubWarpVectors) {
+    launch_cached_rows<T, 4>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+  } else if (vectors <= 8 * kSubWarpVectors) {
+    launch_cached_rows<T, 8>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+  } else if (vectors <= 16 * kSubWarpVectors) {
+    launch_cached_rows<T, 16>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else if (vectors <= 32 * kMaxCachedVectors) {
-    launch_group_rows<T, 32>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+    launch_cached_rows<T, 32>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else if (vectors <= 128 * kMaxCachedVectors) {
-    layer_norm_cached_kernel<T, 128, 128><<<grid_for(rows, 1), 128, 0, stream>>>(
-        x, residual, scale, bias, y, rows, v, epsilon);
+    launch_cached_rows<T, 128>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+  } else if (vectors <= 256 * kMaxCachedVectors) {
+    launch_cached_rows<T, 256>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else if (vectors <= 512 * kMaxCachedVectors) {
-    layer_norm_cached_kernel<T, 512, 512><<<grid_for(rows, 1), 512, 0, stream>>>(
-        x, residual, scale, bias, y, rows, v, epsilon);
+    launch_cached_rows<T, 512>(x, residual, scale, bias, y, rows, v, epsilon, stream);
   } else {
     return false;
   }

@@ -1,10 +1,9 @@
 // ONNX Pad (constant, reflect, edge, wrap; negative pads crop) for any element size and any rank up to kMaxDims:
-// a row-aware kernel with 32-bit index math where the sizes fit (Note [Pad rows]), else one thread per output
-// element that maps each of its coordinates back to the input with 64-bit math.
-#include <algorithm>
+// a row kernel with 32-bit index math where the sizes fit (Note [Pad rows]), else one thread per output element
+// that maps each of its coordinates back to the input with 64-bit math.
 #include <cstdint>
 #include <limits>
-#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
@@ -25,13 +24,10 @@ struct PadGeometry {
   std::int64_t begin[kMaxDims] = {};
 };
 
-// The input coordinate that output coordinate `o` reads along one dimension, or -1 for the constant.
+// Where coordinate i, outside [0, size), reads in the edge, wrap and reflect modes.
 template <typename Index>
-__device__ __forceinline__ Index source_coordinate(Index o, Index begin, Index size, PadMode mode) {
-  const Index i = o - begin;
-  if (i >= 0 && i < size) return i;
+__device__ __forceinline__ Index outside_coordinate(Index i, Index size, PadMode mode) {
   switch (mode) {
-    case PadMode::kConstant: return -1;
     case PadMode::kEdge: return i < 0 ? 0 : size - 1;
     case PadMode::kWrap: {
       const Index r = i % size;
@@ -46,8 +42,26 @@ __device__ __forceinline__ Index source_coordinate(Index o, Index begin, Index s
       if (r < 0) r += period;
       return r < size ? r : period - r;
     }
+    default: return -1;
   }
-  return -1;
+}
+
+// Out of line for the row kernel, whose unrolled chunks would otherwise hold a copy per element (Note [Pad rows]).
+__device__ __noinline__ std::int32_t outside_coordinate_call(std::int32_t i, std::int32_t size, PadMode mode) {
+  return outside_coordinate(i, size, mode);
+}
+
+// The input coordinate that output coordinate `o` reads along one dimension, or -1 for the constant.
+template <typename Index>
+__device__ __forceinline__ Index source_coordinate(Index o, Index begin, Index size, PadMode mode) {
+  const Index i = o - begin;
+  if (i >= 0 && i < size) return i;
+  if (mode == PadMode::kConstant) return -1;
+  if constexpr (std::is_same_v<Index, std::int32_t>) {
+    return outside_coordinate_call(i, size, mode);
+  } else {
+    return outside_coordinate(i, size, mode);
+  }
 }
 
 template <typename E>
@@ -76,27 +90,40 @@ __global__ void pad_kernel(const E* x, E* y, std::int64_t n, PadGeometry g, PadM
 // - The host first simplifies the geometry without changing which element any output reads: it drops the
 //   unpadded dimensions of size 1 and merges neighbouring unpadded dimensions (begin 0, same size in and out), whose
 //   coordinates map to themselves. x[64, 256, 64, 64] padded along H and W becomes [16384, 64, 64] to [16384, 66, 66].
-// - The output is then rows of the innermost (simplified) dimension. Each thread writes kVec consecutive output
-//   elements (16 bytes, one vector store; kVec 1 when y is not 16-byte aligned), which may span rows. It locates the
-//   first with one fast division by the row width (Note [Fast division]) and decodes the row's input offset once
-//   (one fast division per outer dimension, or -1 when the row lies in the constant padding); along the row only
-//   the column's source coordinate is computed, in 32-bit arithmetic, and the decode is repeated only where the
-//   chunk wraps to the next row. Reads are scalar gathers (any pad shifts them off vector alignment).
-// - A thread handles kPadChunksPerThread chunks a step, blockDim.x chunks apart (coalesced), all loads before the
-//   stores, so that enough reads are in flight to cover the memory latency; thread 0 of block 0 writes the last
+//   Geometries left with more than kMaxPadOuter dimensions above the innermost take the general kernel (the row
+//   kernel's per-dimension code is unrolled, and its size costs instruction fetches).
+// - The output is then rows of the innermost (simplified) dimension, written in chunks of kVec consecutive elements
+//   (16 bytes, one vector store) that may span two rows: kVec is 1 when y is not 16-byte aligned or the rows are
+//   shorter than 16 bytes. A chunk finds its row with one fast division by the row width (Note [Fast division] in
+//   cuda_raw_common.cuh) and that row's input offset with one per outer dimension (-1: the row lies in the
+//   constant padding).
+// - A thread handles kPadChunksPerThread chunks a step, blockDim.x chunks apart (coalesced). A chunk whose elements
+//   all read the interior of one input row (the bulk of a pad's output: about 7 of the 8.25 chunks of each
+//   66-wide row above) is a contiguous run of x: the thread loads the one or two 16-byte words that hold it
+//   (aligned in memory, whatever x's own alignment: in_phase), for every such chunk before the first store, and
+//   shifts each run into place in registers (shift_window). A run whose words would reach outside x gathers.
+// - The other chunks (those that cross a row end or touch the padding) then gather element by element, one chunk
+//   at a time, which keeps one copy of that code (their inputs are mostly in L1: the neighbouring chunks' words
+//   brought them): only the column's source coordinate is computed along the row, in 32-bit arithmetic, and the
+//   edge, wrap and reflect mappings of out-of-range coordinates are out of line (outside_coordinate_call). At
+//   kVec 1 every chunk gathers, all loads of a step before its stores. Thread 0 of block 0 writes the last
 //   n % kVec elements.
-// The coordinate mapping is the general kernel's source_coordinate, so both kernels give identical results.
+// Both paths and the general kernel read the same element for every output (source_coordinate), so they give the
+// same bytes.
 constexpr int kPadChunksPerThread = 4;
+constexpr int kMaxPadOuter = 4;  // outer dimensions of a simplified geometry; more take the general kernel
 
 struct PadRows {
   FastDivider width;          // output size of the innermost dimension
   std::int32_t in_width = 0;  // its input size
   std::int32_t begin = 0;     // its leading pad
+  std::int32_t in_numel = 0;  // elements of x
+  std::int32_t in_phase = 0;  // elements of x's 16-byte word before x (x's address % 16 / its element size)
   int outer = 0;              // the dimensions above it, innermost first:
-  FastDivider out_size[kMaxDims - 1];
-  std::int32_t in_size[kMaxDims - 1] = {};
-  std::int32_t in_stride[kMaxDims - 1] = {};
-  std::int32_t outer_begin[kMaxDims - 1] = {};
+  FastDivider out_size[kMaxPadOuter];
+  std::int32_t in_size[kMaxPadOuter] = {};
+  std::int32_t in_stride[kMaxPadOuter] = {};
+  std::int32_t outer_begin[kMaxPadOuter] = {};
 };
 
 // The input offset of the first element of output row `row`, or -1 when the row lies in the constant padding.
@@ -104,7 +131,7 @@ __device__ __forceinline__ std::int32_t pad_row_offset(const PadRows& g, std::in
   std::int32_t offset = 0;
   bool inside = true;
 #pragma unroll
-  for (int d = 0; d < kMaxDims - 1; ++d) {
+  for (int d = 0; d < kMaxPadOuter; ++d) {
     if (d == g.outer) break;
     std::int32_t o = row;  // the outermost dimension takes the rest
     if (d + 1 < g.outer) {
@@ -118,53 +145,127 @@ __device__ __forceinline__ std::int32_t pad_row_offset(const PadRows& g, std::in
   return inside ? offset : -1;
 }
 
-// Output elements [first, first + kVec) (only the first `count` when !kFull) into `out`.
+// Output elements [first, first + kVec) (only the first `count` when !kFull), the first at `column` of output row
+// `row` whose input offset is `row_offset`, element by element into `out`; they span at most two rows.
 template <bool kFull, typename E, int kVec>
-__device__ __forceinline__ void pad_chunk(const E* x, const PadRows& g, PadMode mode, E value, std::int32_t first,
-                                          int count, Vec<E, kVec>& out) {
-  std::int32_t row = g.width.div(first);
-  std::int32_t column = first - row * g.width.value();
-  std::int32_t row_offset = pad_row_offset(g, row, mode);
+__device__ __forceinline__ void gather_chunk(const E* x, const PadRows& g, PadMode mode, E value, std::int32_t row,
+                                             std::int32_t column, std::int32_t row_offset, int count,
+                                             Vec<E, kVec>& out) {
+  const std::int32_t width = g.width.value();
+  // The next row exists whenever an element of the chunk lies in it (the element is < n).
+  const std::int32_t next_offset = column + (kFull ? kVec : count) > width ? pad_row_offset(g, row + 1, mode) : -1;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
     if (kFull || k < count) {
-      if (column == g.width.value()) {  // the next row (any number of times when rows are shorter than kVec)
-        column = 0;
-        row_offset = pad_row_offset(g, ++row, mode);
-      }
-      const std::int32_t source = source_coordinate(column, g.begin, g.in_width, mode);
-      out.v[k] = row_offset >= 0 && source >= 0 ? x[row_offset + source] : value;
-      ++column;
+      const bool next = column + k >= width;
+      const std::int32_t offset = next ? next_offset : row_offset;
+      const std::int32_t source = source_coordinate(next ? column + k - width : column + k, g.begin, g.in_width, mode);
+      out.v[k] = offset >= 0 && source >= 0 ? x[offset + source] : value;
     }
   }
+}
+
+// The 16 bytes at byte `shift` (0 to 15) of the 32 bytes lo, hi (little-endian, as in memory): a word select in two
+// steps of 8 and 4 bytes, then a funnel shift for the rest, all on registers.
+__device__ __forceinline__ uint4 shift_window(uint4 lo, uint4 hi, int shift) {
+  const std::uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  std::uint32_t u[6];
+#pragma unroll
+  for (int i = 0; i < 6; ++i) u[i] = (shift & 8) != 0 ? w[i + 2] : w[i];
+  std::uint32_t v[5];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) v[i] = (shift & 4) != 0 ? u[i + 1] : u[i];
+  const auto bits = static_cast<std::uint32_t>(shift & 3) * 8;
+  return {__funnelshift_r(v[0], v[1], bits), __funnelshift_r(v[1], v[2], bits), __funnelshift_r(v[2], v[3], bits),
+          __funnelshift_r(v[3], v[4], bits)};
+}
+
+// Where a chunk starts: its output row, its column in that row and the row's input offset (pad_row_offset).
+struct ChunkStart {
+  std::int32_t row, column, offset;
+};
+
+__device__ __forceinline__ ChunkStart chunk_start(const PadRows& g, std::int32_t first, PadMode mode) {
+  const std::int32_t row = g.width.div(first);
+  return {row, first - row * g.width.value(), pad_row_offset(g, row, mode)};
 }
 
 template <typename E, int kVec>
 __global__ void __launch_bounds__(kThreads) pad_rows_kernel(const E* x, E* y, std::int32_t n, PadRows g,
                                                             PadMode mode, E value) {
   using V = Vec<E, kVec>;
+  constexpr bool kWindows = kVec * sizeof(E) == 16;  // runs of kVec elements are 16-byte words
+  const std::int32_t width = g.width.value();
   const std::int32_t chunks = n / kVec;  // whole ones; the tail below
   const auto block_chunks = static_cast<std::int32_t>(blockDim.x) * kPadChunksPerThread;
   const auto step = static_cast<std::int32_t>(gridDim.x) * block_chunks;
   for (auto chunk = static_cast<std::int32_t>(blockIdx.x * block_chunks + threadIdx.x); chunk < chunks;
        chunk += step) {
-    V out[kPadChunksPerThread];
+    if constexpr (kWindows) {
+      uint4 lo[kPadChunksPerThread], hi[kPadChunksPerThread];
+      int shift[kPadChunksPerThread];  // >= 0: the chunk's run starts at this byte of lo
+      unsigned gathered = 0;           // bit u: chunk u gathers
 #pragma unroll
-    for (int u = 0; u < kPadChunksPerThread; ++u) {  // every load before the first store
-      const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
-      if (c < chunks) pad_chunk<true>(x, g, mode, value, c * kVec, kVec, out[u]);
-    }
+      for (int u = 0; u < kPadChunksPerThread; ++u) {  // every load before the first store
+        const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
+        shift[u] = -1;
+        if (c >= chunks) continue;
+        const ChunkStart at = chunk_start(g, c * kVec, mode);
+        const std::int32_t in_column = at.column - g.begin;
+        if (at.offset >= 0 && at.column + kVec <= width && in_column >= 0 && in_column + kVec <= g.in_width) {
+          const std::int32_t start = g.in_phase + at.offset + in_column;  // counted from x's first word
+          const std::int32_t word = (start & ~(kVec - 1)) - g.in_phase;   // the run's first word, from x
+          const std::int32_t skip = start & (kVec - 1);                   // elements of it before the run
+          if (word >= 0 && word <= g.in_numel - (skip == 0 ? kVec : 2 * kVec)) {  // the words lie within x
+            const auto* words = reinterpret_cast<const uint4*>(x + word);
+            lo[u] = words[0];
+            hi[u] = skip == 0 ? lo[u] : words[1];
+            shift[u] = skip * static_cast<int>(sizeof(E));
+            continue;
+          }
+        }
+        gathered |= 1u << u;
+      }
 #pragma unroll
-    for (int u = 0; u < kPadChunksPerThread; ++u) {
-      const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
-      if (c < chunks) *reinterpret_cast<V*>(y + c * kVec) = out[u];
+      for (int u = 0; u < kPadChunksPerThread; ++u) {
+        const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
+        if (shift[u] >= 0) *reinterpret_cast<uint4*>(y + c * kVec) = shift_window(lo[u], hi[u], shift[u]);
+      }
+      // The other chunks one at a time (Note [Pad rows]).
+#pragma unroll 1
+      for (int u = 0; gathered != 0; ++u, gathered >>= 1) {
+        if ((gathered & 1) == 0) continue;
+        const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
+        const ChunkStart at = chunk_start(g, c * kVec, mode);
+        V out;
+        gather_chunk<true>(x, g, mode, value, at.row, at.column, at.offset, kVec, out);
+        *reinterpret_cast<V*>(y + c * kVec) = out;
+      }
+    } else {
+      V out[kPadChunksPerThread];
+#pragma unroll
+      for (int u = 0; u < kPadChunksPerThread; ++u) {  // every load before the first store
+        const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
+        if (c >= chunks) continue;
+        const ChunkStart at = chunk_start(g, c * kVec, mode);
+        gather_chunk<true>(x, g, mode, value, at.row, at.column, at.offset, kVec, out[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kPadChunksPerThread; ++u) {
+        const std::int32_t c = chunk + u * static_cast<std::int32_t>(blockDim.x);
+        if (c < chunks) *reinterpret_cast<V*>(y + c * kVec) = out[u];
+      }
     }
   }
   const std::int32_t tail = chunks * kVec;
   if (tail < n && blockIdx.x == 0 && threadIdx.x == 0) {
+    const ChunkStart at = chunk_start(g, tail, mode);
     V out;
-    pad_chunk<false>(x, g, mode, value, tail, n - tail, out);
-    for (int k = 0; k < n - tail; ++k) y[tail + k] = out.v[k];
+    gather_chunk<false>(x, g, mode, value, at.row, at.column, at.offset, n - tail, out);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      if (k < n - tail) y[tail + k] = out.v[k];
+    }
   }
 }
 
@@ -176,7 +277,7 @@ bool make_pad_rows(const PadGeometry& g, std::int64_t n, std::int64_t in_numel, 
   // below 2^30 keep o - begin and the reflect period 2 * (size - 1) in int32.
   constexpr std::int64_t kDimLimit = std::int64_t{1} << 30;
   if (g.rank == 0 || in_numel == 0 || n > kInt32 - 2 * kMaxBlocks * kThreads * kPadChunksPerThread ||
-      in_numel > kInt32) {
+      in_numel > kInt32 - 64) {
     return false;
   }
   struct Dim {
@@ -195,12 +296,14 @@ bool make_pad_rows(const PadGeometry& g, std::int64_t n, std::int64_t in_numel, 
     dims.push_back({g.out_size[d], g.in_size[d], g.begin[d], g.in_stride[d]});
   }
   if (dims.empty()) dims.push_back({1, 1, 0, 1});
+  if (dims.size() > static_cast<std::size_t>(kMaxPadOuter) + 1) return false;
   for (const Dim& d : dims) {
     if (d.out >= kDimLimit || d.in >= kDimLimit || d.begin >= kDimLimit || d.begin <= -kDimLimit) return false;
   }
   rows->width = FastDivider(dims[0].out);
   rows->in_width = static_cast<std::int32_t>(dims[0].in);
   rows->begin = static_cast<std::int32_t>(dims[0].begin);
+  rows->in_numel = static_cast<std::int32_t>(in_numel);
   rows->outer = static_cast<int>(dims.size()) - 1;
   for (int d = 0; d < rows->outer; ++d) {
     const Dim& dim = dims[static_cast<std::size_t>(d) + 1];
@@ -260,8 +363,9 @@ void pad(const void* x, void* y, std::size_t element_size, const std::vector<std
       pad_kernel<E><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const E*>(x), static_cast<E*>(y), n, g,
                                                                mode, value);
       XPURT_CUDA_RAW_LAUNCH_CHECK();
-    } else if (is_aligned(y, 16)) {
-      launch_pad_rows<E, kVec16<E>>(x, y, n, rows, mode, value, s);
+    } else if (is_aligned(y, 16) && rows.width.divisor >= static_cast<std::uint32_t>(kVec16<E>)) {
+      rows.in_phase = static_cast<std::int32_t>(reinterpret_cast<std::uintptr_t>(x) % 16 / sizeof(E));
+      launch_pad_rows<E, kVec16<E>>(x, y, n, rows, mode, value, s);  // a chunk spans at most two rows
     } else {
       launch_pad_rows<E, 1>(x, y, n, rows, mode, value, s);
     }

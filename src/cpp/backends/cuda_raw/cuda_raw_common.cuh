@@ -283,7 +283,8 @@ void launch_unary(const void* x, void* y, std::int64_t n, Fn fn, void* stream) {
   auto* ys = static_cast<T*>(y);
   if (vectorized && vectors >= kUnaryUnrollFrom) {  // Note [Unary loads in flight]
     const std::int64_t work = (vectors + kUnaryUnroll - 1) / kUnaryUnroll;
-    unary_kernel<T, Fn, kUnaryUnroll><<<grid_for(work, kThreads), kThreads, 0, as_stream(stream)>>>(xs, ys, n, true, fn);
+    unary_kernel<T, Fn, kUnaryUnroll>
+        <<<grid_for(work, kThreads), kThreads, 0, as_stream(stream)>>>(xs, ys, n, true, fn);
   } else {
     const std::int64_t work = vectorized ? std::max<std::int64_t>(vectors, n % kVec16<T>) : n;
     unary_kernel<T, Fn, 1><<<grid_for(work, kThreads), kThreads, 0, as_stream(stream)>>>(xs, ys, n, vectorized, fn);

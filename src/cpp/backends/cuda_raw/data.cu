@@ -102,6 +102,22 @@ void merge_dims(const std::vector<std::int64_t>& shape, const std::vector<std::i
 constexpr int kTile = 32;
 constexpr int kTileRows = 8;
 
+// Calls body(offsets, a0, b0) for each (batch, kSide x kSide tile) that this block owns: batches along the grid's
+// y, tiles along its x. The body's barriers are reached by the whole block (the walk is uniform per block).
+template <int kSide, typename Index, typename Body>
+__device__ __forceinline__ void for_each_tile(Index size_a, Index size_b, Index batches,
+                                              const OffsetCalculator<2, Index>& batch, Body&& body) {
+  const Index tiles_a = (size_a + kSide - 1) / kSide;
+  const Index tiles = tiles_a * ((size_b + kSide - 1) / kSide);
+  for (Index n = static_cast<Index>(blockIdx.y); n < batches; n += static_cast<Index>(gridDim.y)) {
+    Index offsets[2];
+    batch.offsets(n, offsets);
+    for (Index t = static_cast<Index>(blockIdx.x); t < tiles; t += static_cast<Index>(gridDim.x)) {
+      body(offsets, (t % tiles_a) * kSide, (t / tiles_a) * kSide);
+    }
+  }
+}
+
 // For each batch (the dims other than A and B, through `batch`), the tile (a0.., b0..) is read along B (x's
 // contiguous dim) and written along A (y's contiguous dim). y[out + b * out_stride_b + a] = x[in + a * in_stride_a
 // + b].
@@ -109,26 +125,18 @@ template <typename E, typename Index>
 __global__ void transpose_tiled_kernel(const E* x, E* y, Index size_a, Index size_b, Index in_stride_a,
                                        Index out_stride_b, Index batches, OffsetCalculator<2, Index> batch) {
   __shared__ E tile[kTile][kTile + 1];
-  const Index tiles_a = (size_a + kTile - 1) / kTile;
-  const Index tiles = tiles_a * ((size_b + kTile - 1) / kTile);
-  for (Index n = static_cast<Index>(blockIdx.y); n < batches; n += static_cast<Index>(gridDim.y)) {
-    Index offsets[2];
-    batch.offsets(n, offsets);
-    for (Index t = static_cast<Index>(blockIdx.x); t < tiles; t += static_cast<Index>(gridDim.x)) {
-      const Index a0 = (t % tiles_a) * kTile;
-      const Index b0 = (t / tiles_a) * kTile;
-      for (int k = static_cast<int>(threadIdx.y); k < kTile; k += kTileRows) {
-        const Index a = a0 + k, b = b0 + static_cast<Index>(threadIdx.x);
-        if (a < size_a && b < size_b) tile[k][threadIdx.x] = x[offsets[0] + a * in_stride_a + b];
-      }
-      __syncthreads();
-      for (int k = static_cast<int>(threadIdx.y); k < kTile; k += kTileRows) {
-        const Index b = b0 + k, a = a0 + static_cast<Index>(threadIdx.x);
-        if (a < size_a && b < size_b) y[offsets[1] + b * out_stride_b + a] = tile[threadIdx.x][k];
-      }
-      __syncthreads();
+  for_each_tile<kTile>(size_a, size_b, batches, batch, [&](const Index (&offsets)[2], Index a0, Index b0) {
+    for (int k = static_cast<int>(threadIdx.y); k < kTile; k += kTileRows) {
+      const Index a = a0 + k, b = b0 + static_cast<Index>(threadIdx.x);
+      if (a < size_a && b < size_b) tile[k][threadIdx.x] = x[offsets[0] + a * in_stride_a + b];
     }
-  }
+    __syncthreads();
+    for (int k = static_cast<int>(threadIdx.y); k < kTile; k += kTileRows) {
+      const Index b = b0 + k, a = a0 + static_cast<Index>(threadIdx.x);
+      if (a < size_a && b < size_b) y[offsets[1] + b * out_stride_b + a] = tile[threadIdx.x][k];
+    }
+    __syncthreads();
+  });
 }
 
 // Note [Transpose in word pairs]
@@ -151,45 +159,37 @@ __global__ void __launch_bounds__(kTile * kTileRows) transpose_pairs_kernel(
   constexpr int kColumnsPerThread = kPairTile / kTileRows;   // 8
   __shared__ std::uint32_t tile[kPairTile][kPairs];          // [column b][row pair], swizzled
   const int lane = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
-  const Index tiles_a = (size_a + kPairTile - 1) / kPairTile;
-  const Index tiles = tiles_a * ((size_b + kPairTile - 1) / kPairTile);
-  for (Index n = static_cast<Index>(blockIdx.y); n < batches; n += static_cast<Index>(gridDim.y)) {
-    Index offsets[2];
-    batch.offsets(n, offsets);
-    for (Index t = static_cast<Index>(blockIdx.x); t < tiles; t += static_cast<Index>(gridDim.x)) {
-      const Index a0 = (t % tiles_a) * kPairTile;
-      const Index b0 = (t / tiles_a) * kPairTile;
-      const Index b = b0 + 2 * lane;
-      std::uint32_t upper[kRowPairsPerThread], lower[kRowPairsPerThread];
+  for_each_tile<kPairTile>(size_a, size_b, batches, batch, [&](const Index (&offsets)[2], Index a0, Index b0) {
+    const Index b = b0 + 2 * lane;
+    std::uint32_t upper[kRowPairsPerThread], lower[kRowPairsPerThread];
 #pragma unroll
-      for (int k = 0; k < kRowPairsPerThread; ++k) {
-        const Index a = a0 + 2 * (ty + k * kTileRows);
-        upper[k] = lower[k] = 0;
-        if (a < size_a && b < size_b) {  // a + 1 and b + 1 too: both sizes are even
-          const std::uint16_t* p = x + offsets[0] + a * in_stride_a + b;
-          upper[k] = *reinterpret_cast<const std::uint32_t*>(p);
-          lower[k] = *reinterpret_cast<const std::uint32_t*>(p + in_stride_a);
-        }
+    for (int k = 0; k < kRowPairsPerThread; ++k) {
+      const Index a = a0 + 2 * (ty + k * kTileRows);
+      upper[k] = lower[k] = 0;
+      if (a < size_a && b < size_b) {  // a + 1 and b + 1 too: both sizes are even
+        const std::uint16_t* p = x + offsets[0] + a * in_stride_a + b;
+        upper[k] = *reinterpret_cast<const std::uint32_t*>(p);
+        lower[k] = *reinterpret_cast<const std::uint32_t*>(p + in_stride_a);
       }
-#pragma unroll
-      for (int k = 0; k < kRowPairsPerThread; ++k) {
-        const int pair = ty + k * kTileRows;
-        tile[2 * lane][pair ^ lane] = __byte_perm(upper[k], lower[k], 0x5410);      // column b: x[a][b], x[a+1][b]
-        tile[2 * lane + 1][pair ^ lane] = __byte_perm(upper[k], lower[k], 0x7632);  // column b + 1
-      }
-      __syncthreads();
-      const Index a = a0 + 2 * lane;
-#pragma unroll
-      for (int k = 0; k < kColumnsPerThread; ++k) {
-        const int column = ty + k * kTileRows;
-        const Index bb = b0 + column;
-        if (a < size_a && bb < size_b) {
-          *reinterpret_cast<std::uint32_t*>(y + offsets[1] + bb * out_stride_b + a) = tile[column][lane ^ (column / 2)];
-        }
-      }
-      __syncthreads();
     }
-  }
+#pragma unroll
+    for (int k = 0; k < kRowPairsPerThread; ++k) {
+      const int pair = ty + k * kTileRows;
+      tile[2 * lane][pair ^ lane] = __byte_perm(upper[k], lower[k], 0x5410);      // column b: x[a][b], x[a+1][b]
+      tile[2 * lane + 1][pair ^ lane] = __byte_perm(upper[k], lower[k], 0x7632);  // column b + 1
+    }
+    __syncthreads();
+    const Index a = a0 + 2 * lane;
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int column = ty + k * kTileRows;
+      const Index bb = b0 + column;
+      if (a < size_a && bb < size_b) {
+        *reinterpret_cast<std::uint32_t*>(y + offsets[1] + bb * out_stride_b + a) = tile[column][lane ^ (column / 2)];
+      }
+    }
+    __syncthreads();
+  });
 }
 
 template <typename E>

@@ -399,6 +399,18 @@ TEST(CudaRawGpu, KernelsGiveTheSameBitsEveryRun) {
   }
 }
 
+// A contiguous view of `shape` starting `offset` elements into a copy of `t` (host) or into `t` moved to the GPU:
+// one element in leaves a 16-bit or float32 tensor off 16-byte alignment.
+std::pair<Tensor, Tensor> host_and_device_views(const Tensor& t, const Shape& shape, std::int64_t offset) {
+  const Tensor device = t.to(Device::cuda(0));
+  const auto bytes = offset * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  const Tensor host_view = Tensor::from_blob(static_cast<char*>(t.data_ptr()) + bytes, shape, {}, t.dtype(),
+                                             Device::cpu(), t.storage());
+  const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + bytes, shape, {}, t.dtype(),
+                                               Device::cuda(0), device.storage());
+  return {host_view, device_view};
+}
+
 #if XPURT_WITH_CUDA
 
 // ---- GPU: the launchers of cuda_raw_ops.h ----
@@ -601,18 +613,6 @@ TEST(CudaRawGpu, StridedCopyHandlesPermutationsNegativeStridesAndHighRanks) {
   check_strided_copy(shape, src_strides, 0, dst_strides, 0, 1024);
   // Nothing to copy.
   cuda_raw::strided_copy(nullptr, nullptr, DType::kFloat32, {3, 0}, {1, 1}, {1, 1}, stream_handle());
-}
-
-// A contiguous view of `shape` starting `offset` elements into a copy of `t` (host) or into `t` moved to the GPU:
-// one element in leaves a 16-bit or float32 tensor off 16-byte alignment.
-std::pair<Tensor, Tensor> host_and_device_views(const Tensor& t, const Shape& shape, std::int64_t offset) {
-  const Tensor device = t.to(Device::cuda(0));
-  const auto bytes = offset * static_cast<std::int64_t>(dtype_size(t.dtype()));
-  const Tensor host_view = Tensor::from_blob(static_cast<char*>(t.data_ptr()) + bytes, shape, {}, t.dtype(),
-                                             Device::cpu(), t.storage());
-  const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + bytes, shape, {}, t.dtype(),
-                                               Device::cuda(0), device.storage());
-  return {host_view, device_view};
 }
 
 // The vectorized broadcast path (Note [Vectorized broadcast] in elementwise.cu) and its fallbacks: innermost sizes

@@ -112,11 +112,13 @@ __device__ __forceinline__ float min_nan(float a, float b) { return (isnan(a) ||
 // ---- reductions ----
 
 // The combination of `v` over the kGroup threads of a group: an aligned part of a warp (kGroup 2 to 16, every
-// lane of the warp calling), a warp (kGroup == 32) or the whole block (kGroup == blockDim.x, a multiple of 32). Every thread of the group gets the same bits: the butterfly pairs
-// each lane with its partner in a commutative operation, and the per-warp results are combined in one fixed
-// order. `smem` holds kGroup / 32 floats; it may be reused after the call (the call ends with a barrier).
-// Block groups: every thread of the block must call it.
-template <int kGroup, typename Combine>
+// lane of the warp calling), a warp (kGroup == 32) or the whole block (kGroup == blockDim.x, a multiple of 32).
+// Every thread of the group gets the same bits: the butterfly pairs each lane with its partner in a commutative
+// operation, and the per-warp results are combined in one fixed order. `smem` holds kGroup / 32 floats; it may be
+// reused after the call (the call ends with a barrier), unless kReusable is false: a caller that alternates between
+// two buffers needs no barrier to guard a buffer's reuse (layer_norm's Note [Streaming rows]). Block groups: every
+// thread of the block must call it.
+template <int kGroup, bool kReusable = true, typename Combine>
 __device__ __forceinline__ float group_reduce(float v, Combine combine, float* smem) {
   static_assert(kGroup % 32 == 0 || 32 % kGroup == 0, "groups are whole warps or aligned parts of one");
   // Every lane of the warp takes part (a sub-warp group's warp runs its groups in step).
@@ -131,7 +133,7 @@ __device__ __forceinline__ float group_reduce(float v, Combine combine, float* s
     v = smem[0];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) v = combine(v, smem[w]);
-    __syncthreads();
+    if constexpr (kReusable) __syncthreads();
   }
   return v;
 }

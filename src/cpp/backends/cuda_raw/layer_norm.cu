@@ -163,27 +163,6 @@ __device__ __forceinline__ void opaque(Words& v) {
   asm volatile("" : "+r"(v.w[0]), "+r"(v.w[1]), "+r"(v.w[2]), "+r"(v.w[3]));
 }
 
-// Sum over a group of kGroup threads, as group_reduce (cuda_raw_common.cuh) but with one barrier for block groups:
-// the warps' partial sums go through `partials` (kGroup / 32 floats), and the caller alternates between two such
-// buffers so that no second barrier has to guard a buffer's reuse (Note [Streaming rows]). Every thread of the
-// group gets the same bits (pairwise exchanges, then the partials added in one fixed order).
-template <int kGroup>
-__device__ __forceinline__ float group_sum(float v, float* partials) {
-  static_assert(kGroup % 32 == 0 || 32 % kGroup == 0, "groups are whole warps or aligned parts of one");
-#pragma unroll
-  for (int offset = kGroup < 32 ? kGroup / 2 : 16; offset > 0; offset >>= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  if constexpr (kGroup > 32) {
-    if ((threadIdx.x & 31) == 0) partials[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = partials[0];
-#pragma unroll
-    for (int w = 1; w < kGroup / 32; ++w) v += partials[w];
-  }
-  return v;
-}
-
 // The cached kernel's block: one warp for groups of up to a warp (a warp group's row index is then the block's,
 // which takes fewer registers than four warps' rows a block), the group itself for larger ones.
 template <int kGroup>
@@ -261,7 +240,7 @@ __global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup
       }
     }
     load_row(r + row_stride);  // in flight during this row's reductions and stores
-    const float mean = group_sum<kGroup>(sum, partials[0]) / n;
+    const float mean = group_reduce<kGroup, false>(sum, SumOp{}, partials[0]) / n;
     float squares = 0.0f;
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
@@ -273,7 +252,7 @@ __global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup
         }
       }
     }
-    const float variance = group_sum<kGroup>(squares, partials[1]) / n;
+    const float variance = group_reduce<kGroup, false>(squares, SumOp{}, partials[1]) / n;
     const float rstd = rsqrtf(variance + epsilon);
     Words* out = reinterpret_cast<Words*>(y) + (valid ? r : 0) * vectors;
 #pragma unroll

@@ -208,6 +208,7 @@ void launch_transpose_tiled(const void* x, void* y, std::int64_t size_a, std::in
   all_sizes.insert(all_sizes.end(), {size_a, size_b});
   all_in.insert(all_in.end(), {in_stride_a, 1});
   all_out.insert(all_out.end(), {1, out_stride_b});
+  const bool narrow = fits_int32(numel, all_sizes, {&all_in, &all_out});
   const auto even = [](std::int64_t d) { return d % 2 == 0; };
   const bool pairs = sizeof(E) == 2 && is_aligned(x, 4) && is_aligned(y, 4) &&  // Note [Transpose in word pairs]
                      even(size_a) && even(size_b) && even(in_stride_a) && even(out_stride_b) &&
@@ -218,7 +219,7 @@ void launch_transpose_tiled(const void* x, void* y, std::int64_t size_a, std::in
     const dim3 pair_grid(grid_for(pair_tiles, 1), grid.y);
     const auto* xs = static_cast<const std::uint16_t*>(x);
     auto* ys = static_cast<std::uint16_t*>(y);
-    if (fits_int32(numel, all_sizes, {&all_in, &all_out})) {
+    if (narrow) {
       transpose_pairs_kernel<std::int32_t><<<pair_grid, block, 0, stream>>>(
           xs, ys, static_cast<std::int32_t>(size_a), static_cast<std::int32_t>(size_b),
           static_cast<std::int32_t>(in_stride_a), static_cast<std::int32_t>(out_stride_b),
@@ -228,7 +229,7 @@ void launch_transpose_tiled(const void* x, void* y, std::int64_t size_a, std::in
           xs, ys, size_a, size_b, in_stride_a, out_stride_b, batches,
           make_offset_calculator<2, std::int64_t>(batch_sizes, table));
     }
-  } else if (fits_int32(numel, all_sizes, {&all_in, &all_out})) {
+  } else if (narrow) {
     transpose_tiled_kernel<E, std::int32_t><<<grid, block, 0, stream>>>(
         static_cast<const E*>(x), static_cast<E*>(y), static_cast<std::int32_t>(size_a),
         static_cast<std::int32_t>(size_b), static_cast<std::int32_t>(in_stride_a),

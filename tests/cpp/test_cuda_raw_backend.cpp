@@ -179,6 +179,18 @@ std::string label(const std::string& op, const Shape& shape, DType dtype, const 
   return op + " " + std::string(dtype_name(dtype)) + shape_str(shape) + (extra.empty() ? "" : " " + extra);
 }
 
+// Contiguous views of `shape` starting `offset` elements into host tensor `t` and into its copy on the GPU: one
+// element in leaves a 16-bit or float32 tensor off 16-byte alignment.
+std::pair<Tensor, Tensor> host_and_device_views(const Tensor& t, const Shape& shape, std::int64_t offset) {
+  const Tensor device = t.to(Device::cuda(0));
+  const auto bytes = offset * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  const Tensor host_view = Tensor::from_blob(static_cast<char*>(t.data_ptr()) + bytes, shape, {}, t.dtype(),
+                                             Device::cpu(), t.storage());
+  const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + bytes, shape, {}, t.dtype(),
+                                               Device::cuda(0), device.storage());
+  return {host_view, device_view};
+}
+
 // ---- GPU: every kernel against the cpu reference ----
 
 struct UnaryCase {
@@ -229,15 +241,9 @@ TEST(CudaRawGpu, UnaryOpsOnMisalignedInputsTakeTheScalarPath) {
   std::mt19937 rng(2);
   for (const DType dtype : kFloatTypes) {
     // A view starting one element into a device buffer: not 16-byte aligned, so no vector loads.
-    const Tensor host = random_tensor({1025}, dtype, rng);
-    const Tensor device = host.to(Device::cuda(0));
-    const auto es = static_cast<std::int64_t>(dtype_size(dtype));
-    const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + es, {1024}, {}, dtype,
-                                                 Device::cuda(0), device.storage());
-    const Tensor host_view = Tensor::from_blob(static_cast<char*>(host.data_ptr()) + es, {1024}, {}, dtype,
-                                               Device::cpu(), host.storage());
-    const Tensor expected = run_kernel("tanh", "cpu", {host_view})[0];
-    const Tensor actual = run_kernel("tanh", "cuda_raw", {device_view})[0];
+    const auto views = host_and_device_views(random_tensor({1025}, dtype, rng), {1024}, 1);
+    const Tensor expected = run_kernel("tanh", "cpu", {views.first})[0];
+    const Tensor actual = run_kernel("tanh", "cuda_raw", {views.second})[0];
     expect_close(actual, expected, tolerance_for(dtype), label("tanh (misaligned)", {1024}, dtype));
   }
 }
@@ -397,18 +403,6 @@ TEST(CudaRawGpu, KernelsGiveTheSameBitsEveryRun) {
       ASSERT_EQ(std::memcmp(first.data_ptr(), again.data_ptr(), first.nbytes()), 0) << c.op << shape_str(c.shape);
     }
   }
-}
-
-// A contiguous view of `shape` starting `offset` elements into a copy of `t` (host) or into `t` moved to the GPU:
-// one element in leaves a 16-bit or float32 tensor off 16-byte alignment.
-std::pair<Tensor, Tensor> host_and_device_views(const Tensor& t, const Shape& shape, std::int64_t offset) {
-  const Tensor device = t.to(Device::cuda(0));
-  const auto bytes = offset * static_cast<std::int64_t>(dtype_size(t.dtype()));
-  const Tensor host_view = Tensor::from_blob(static_cast<char*>(t.data_ptr()) + bytes, shape, {}, t.dtype(),
-                                             Device::cpu(), t.storage());
-  const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + bytes, shape, {}, t.dtype(),
-                                               Device::cuda(0), device.storage());
-  return {host_view, device_view};
 }
 
 #if XPURT_WITH_CUDA
@@ -878,22 +872,17 @@ TEST(CudaRawGpu, RowAndMiddleReductionsMatchTheCpuKernelAtTheirEdges) {
           }
           const Tensor buffer =
               dtype == DType::kFloat32 ? values : run_kernel("cast", "cpu", {values}, cast_to(dtype))[0];
-          const Tensor device = buffer.to(Device::cuda(0));
-          const auto bytes = c.offset * static_cast<std::int64_t>(dtype_size(dtype));
-          const Tensor host_view = Tensor::from_blob(static_cast<char*>(buffer.data_ptr()) + bytes, c.shape, {},
-                                                     dtype, Device::cpu(), buffer.storage());
-          const Tensor device_view = Tensor::from_blob(static_cast<char*>(device.data_ptr()) + bytes, c.shape, {},
-                                                       dtype, Device::cuda(0), device.storage());
+          const auto views = host_and_device_views(buffer, c.shape, c.offset);
           const Attributes attrs = Attributes().set("axes", c.axes).set("keepdims", std::int64_t{0});
           const std::string what = label(op, c.shape, dtype,
                                          "axes " + shape_str(c.axes) + " offset " + std::to_string(c.offset) +
                                              (with_nan ? " with NaNs" : ""));
-          const Tensor expected = run_kernel(op, "cpu", {host_view}, attrs)[0];
-          const Tensor actual = run_kernel(op, "cuda_raw", {device_view}, attrs)[0].to(Device::cpu());
+          const Tensor expected = run_kernel(op, "cpu", {views.first}, attrs)[0];
+          const Tensor actual = run_kernel(op, "cuda_raw", {views.second}, attrs)[0].to(Device::cpu());
           // Sums of eighths are exact in fp32; only the mean's division may round differently.
           const Tolerance tol = dtype == DType::kFloat32 ? Tolerance{0.0, 1e-6} : tolerance_for(dtype);
           expect_close(actual, expected, tol, what);
-          const Tensor again = run_kernel(op, "cuda_raw", {device_view}, attrs)[0].to(Device::cpu());
+          const Tensor again = run_kernel(op, "cuda_raw", {views.second}, attrs)[0].to(Device::cpu());
           ASSERT_EQ(std::memcmp(actual.data_ptr(), again.data_ptr(), actual.nbytes()), 0) << what;
         }
       }
@@ -912,24 +901,18 @@ TEST(CudaRawGpu, RowAndMiddleReductionsMatchTheCpuKernelAtTheirEdges) {
   }
 }
 
+// A [rows, cols] view one element past the start of a random buffer in [lo, hi), on the host and (the same
+// values) on the GPU: kernels cannot take it with 16-byte loads.
+std::pair<Tensor, Tensor> misaligned_rows(std::int64_t rows, std::int64_t cols, DType dtype, std::mt19937& rng,
+                                          float lo, float hi) {
+  return host_and_device_views(random_tensor({rows * cols + 1}, dtype, rng, lo, hi), {rows, cols}, 1);
+}
+
 // The last-axis softmax and log_softmax at the row lengths around each path of softmax.cu (Note [Register-cached
 // softmax]): a thread to 512 threads per row holding 16-byte vectors or elements, and the online kernel past the
 // cached limit (16384 halves or 8192 floats of vectors: 16392; 8192 elements: 8193). Many rows (blocks of four
 // warps, the grid-stride loop) and few (one-warp blocks, larger groups), -inf entries and a fully -inf row (NaN),
 // and an input one element off 16-byte alignment (element loads).
-// A [rows, cols] view one element past the start of a random buffer in [lo, hi), on the host and (the same
-// values) on the GPU: kernels cannot take it with 16-byte loads.
-std::pair<Tensor, Tensor> misaligned_rows(std::int64_t rows, std::int64_t cols, DType dtype, std::mt19937& rng,
-                                          float lo, float hi) {
-  const Tensor host = random_tensor({rows * cols + 1}, dtype, rng, lo, hi);
-  const Tensor device = host.to(Device::cuda(0));
-  const auto es = static_cast<std::int64_t>(dtype_size(dtype));
-  const Shape shape = {rows, cols};
-  return {Tensor::from_blob(static_cast<char*>(host.data_ptr()) + es, shape, {}, dtype, Device::cpu(), host.storage()),
-          Tensor::from_blob(static_cast<char*>(device.data_ptr()) + es, shape, {}, dtype, Device::cuda(0),
-                            device.storage())};
-}
-
 TEST(CudaRawGpu, SoftmaxRowsMatchTheCpuKernelOnEveryPath) {
   XPURT_SKIP_WITHOUT_GPU();
   std::mt19937 rng(13);

@@ -1,10 +1,13 @@
 // ONNX Pad (constant, reflect, edge, wrap; negative pads crop) for any element size and any rank up to kMaxDims:
-// a row kernel with 32-bit index math where the sizes fit (Note [Pad rows]), else one thread per output element
-// that maps each of its coordinates back to the input with 64-bit math.
+// a row kernel with 32-bit index math where the sizes fit (Note [Pad rows]; constant pads without crops stage their
+// input in shared memory, Note [Constant pad staging]), else one thread per output element that maps each of its
+// coordinates back to the input with 64-bit math.
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <vector>
+
+#include <cuda_pipeline.h>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_kernels.h"
@@ -269,6 +272,184 @@ __global__ void __launch_bounds__(kThreads) pad_rows_kernel(const E* x, E* y, st
   }
 }
 
+// Note [Constant pad staging]
+// A constant pad whose pads are all >= 0 (nothing cropped) reads every element of x exactly once, in order: the
+// output's interior elements, in output order, are x[0], x[1], ... So the number of interior elements before output
+// element e (pad_position's `before`) is also the index in x of the first interior element at or after e, and a
+// block's tile of output [e0, e1) reads exactly x[before(e0), before(e1)): one contiguous span, whatever the pads.
+// pad_constant_staged_kernel, used for such pads of rows at least 16 bytes wide into a 16-byte aligned y:
+// - A block owns one tile of kThreads * kStagedChunks chunks of 16 bytes of output. Its threads copy the tile's span
+//   of x into shared memory as aligned 16-byte words with asynchronous copies (cp.async: no registers held while
+//   they fly; only words that reach past either end of x go element by element). While the copies fly, they tabulate
+//   in shared memory where each row the tile touches starts (its `before` and whether it lies inside along every
+//   outer dimension) and the lane masks of every run of lanes [a, b) of a 16-byte chunk.
+// - A chunk then needs one fast division (its row and column) and two table reads. Its interior lanes are at most two
+//   runs, the end of its row's interior and the start of the next row's (rows are >= 16 bytes), and each run is
+//   consecutive staged elements: the chunk reads two 16-byte windows of the staged span shifted into place in
+//   registers (shift_window), and takes each lane from the first window, the second or the constant by the two runs'
+//   lane masks. Every chunk runs the same instructions: no thread diverges on the pattern of pads.
+// On an H200 this moved a 1-pixel pad of x[256, 256, 64, 64] (float16, rows of 132 bytes) from 37% of the copy
+// bandwidth (the row kernel, whose chunks at row ends gathered element by element) to 85%; the asynchronous copies
+// alone took it from 56% to 85% (loads in registers held occupancy at 3 blocks per SM, and a block waited for them
+// before it computed anything). Every output element gets the element source_coordinate picks, so the bytes equal
+// the other kernels'.
+constexpr int kStagedChunks = 4;     // 16-byte chunks of output a thread writes
+constexpr int kStagedMinBlocks = 6;  // resident blocks per SM the register budget must allow
+
+// Where output element `e` lies (row, column, whether its row is inside along every outer dimension) and how many
+// interior elements precede it (Note [Constant pad staging]); for a constant pad without cropping.
+struct PadPosition {
+  std::int32_t row, column, before;
+  bool row_inside;
+};
+
+__device__ __forceinline__ PadPosition pad_position(const PadRows& g, std::int32_t e) {
+  PadPosition p;
+  p.row = g.width.div(e);
+  p.column = e - p.row * g.width.value();
+  std::int32_t o[kMaxPadOuter];  // the row's outer coordinates, innermost first
+  std::int32_t rest = p.row;
+#pragma unroll
+  for (int d = 0; d < kMaxPadOuter; ++d) {
+    if (d == g.outer) break;
+    o[d] = rest;  // the outermost dimension takes the rest
+    if (d + 1 < g.outer) {
+      rest = g.out_size[d].div(o[d]);
+      o[d] -= rest * g.out_size[d].value();
+    }
+  }
+  // From the outermost dimension in: whole input slices before the coordinate, then, while inside, the next one.
+  p.before = 0;
+  p.row_inside = true;
+#pragma unroll
+  for (int d = kMaxPadOuter - 1; d >= 0; --d) {
+    if (d >= g.outer || !p.row_inside) continue;
+    const std::int32_t i = o[d] - g.outer_begin[d];
+    p.before += min(max(i, 0), g.in_size[d]) * g.in_stride[d];
+    p.row_inside = i >= 0 && i < g.in_size[d];
+  }
+  if (p.row_inside) p.before += min(max(p.column - g.begin, 0), g.in_width);
+  return p;
+}
+
+// A row of the output (Note [Constant pad staging]).
+struct RowStart {
+  std::int32_t before;  // interior elements before the row's first element
+  std::int32_t inside;  // the row lies inside along every outer dimension
+};
+
+// The kVec staged elements from element `start` (>= 0) on, as one vector: the two words that hold them, shifted into
+// place.
+template <typename E>
+__device__ __forceinline__ uint4 staged_window(const Vec<E, kVec16<E>>* words, std::int32_t start) {
+  constexpr int kVec = kVec16<E>;
+  const std::int32_t w0 = start / kVec;  // start >= 0
+  return shift_window(*reinterpret_cast<const uint4*>(&words[w0]), *reinterpret_cast<const uint4*>(&words[w0 + 1]),
+                      (start - w0 * kVec) * static_cast<int>(sizeof(E)));
+}
+
+template <typename E>
+__global__ void __launch_bounds__(kThreads, kStagedMinBlocks)
+    pad_constant_staged_kernel(const E* x, E* y, std::int32_t n, PadRows g, E value) {
+  constexpr int kVec = kVec16<E>;
+  constexpr int kTile = kThreads * kStagedChunks * kVec;  // output elements of a block
+  // The span (at most kTile elements), its partial words at both ends, a word of slack before it and two after it
+  // (windows of unused lanes reach there).
+  constexpr int kWords = kThreads * kStagedChunks + 5;
+  constexpr int kTileRows = kTile / kVec + 2;  // rows a tile touches (width >= kVec), and the next
+  constexpr int kMasks = (kVec + 1) * (kVec + 1);
+  using V = Vec<E, kVec>;
+  __shared__ V staged[kWords];
+  __shared__ RowStart row_start[kTileRows];
+  __shared__ uint4 lane_mask[kMasks];  // [a * (kVec + 1) + b]: lanes a .. b - 1 set
+  const auto e0 = static_cast<std::int32_t>(blockIdx.x) * kTile;
+  const std::int32_t e1 = min(e0 + kTile, n);
+  const std::int32_t i0 = pad_position(g, e0).before;
+  const std::int32_t i1 = e1 == n ? g.in_numel : pad_position(g, e1).before;
+  const std::int32_t first_word = (g.in_phase + i0) / kVec;
+  const std::int32_t words = (g.in_phase + i1 + kVec - 1) / kVec - first_word;
+  const std::int32_t skew = first_word * kVec - g.in_phase - kVec;  // the element of x at staged element 0
+  // The span into shared memory, asynchronously (no registers held while the loads fly).
+  for (auto w = static_cast<std::int32_t>(threadIdx.x); w < words; w += kThreads) {
+    const std::int32_t start = skew + (w + 1) * kVec;
+    if (start >= 0 && start <= g.in_numel - kVec) {
+      __pipeline_memcpy_async(&staged[w + 1], x + start, sizeof(V));
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        staged[w + 1].v[k] = start + k >= 0 && start + k < g.in_numel ? x[start + k] : value;
+      }
+    }
+  }
+  __pipeline_commit();
+  const std::int32_t width = g.width.value();
+  const std::int32_t row0 = g.width.div(e0);
+  const std::int32_t rows = g.width.div(e1 - 1) + 2 - row0;
+  for (auto r = static_cast<std::int32_t>(threadIdx.x); r < rows; r += kThreads) {
+    const std::int64_t at = static_cast<std::int64_t>(row0 + r) * width;
+    if (at >= n) {
+      row_start[r] = {g.in_numel, 0};
+    } else {
+      const PadPosition p = pad_position(g, static_cast<std::int32_t>(at));
+      row_start[r] = {p.before, p.row_inside ? 1 : 0};
+    }
+  }
+  for (auto m = static_cast<std::int32_t>(threadIdx.x); m < kMasks; m += kThreads) {
+    V mask;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) mask.v[k] = k >= m / (kVec + 1) && k < m % (kVec + 1) ? static_cast<E>(~E{0}) : E{0};
+    lane_mask[m] = *reinterpret_cast<const uint4*>(&mask);
+  }
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  V fill;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) fill.v[k] = value;
+  const uint4 value_words = *reinterpret_cast<const uint4*>(&fill);
+#pragma unroll
+  for (int u = 0; u < kStagedChunks; ++u) {
+    const std::int32_t first = e0 + (u * kThreads + static_cast<std::int32_t>(threadIdx.x)) * kVec;
+    if (first >= e1) break;
+    const std::int32_t row = g.width.div(first);
+    const std::int32_t column = first - row * width;
+    const RowStart here = row_start[row - row0];
+    const RowStart below = row_start[row - row0 + 1];
+    // Interior lanes: [a1, b1) in this row, [a2, b2) in the next (width >= kVec: no further).
+    const std::int32_t in_column = column - g.begin;
+    std::int32_t a1 = 0, b1 = 0;
+    if (here.inside != 0) {
+      a1 = min(max(-in_column, 0), kVec);
+      b1 = max(min(g.in_width - in_column, kVec), a1);
+    }
+    const std::int32_t k2 = width - column;  // the next row's first lane (>= kVec: none)
+    std::int32_t a2 = kVec, b2 = kVec;
+    if (below.inside != 0 && k2 < kVec) {
+      a2 = min(k2 + g.begin, kVec);
+      b2 = max(min(k2 + g.begin + g.in_width, kVec), a2);
+    }
+    // Staged index of lane a1's element (when a1 < b1), then of lane a2's.
+    const std::int32_t s1 = here.before + (here.inside != 0 ? min(max(in_column, 0), g.in_width) : 0) - skew;
+    const uint4 va = staged_window<E>(staged, s1 - a1);
+    const uint4 vb = staged_window<E>(staged, s1 + (b1 - a1) - a2);
+    const uint4 ma = lane_mask[a1 * (kVec + 1) + b1];
+    const uint4 mb = lane_mask[a2 * (kVec + 1) + b2];
+    uint4 o;
+    o.x = (va.x & ma.x) | (vb.x & mb.x) | (value_words.x & ~(ma.x | mb.x));
+    o.y = (va.y & ma.y) | (vb.y & mb.y) | (value_words.y & ~(ma.y | mb.y));
+    o.z = (va.z & ma.z) | (vb.z & mb.z) | (value_words.z & ~(ma.z | mb.z));
+    o.w = (va.w & ma.w) | (vb.w & mb.w) | (value_words.w & ~(ma.w | mb.w));
+    const V out = *reinterpret_cast<const V*>(&o);
+    if (first + kVec <= n) {
+      *reinterpret_cast<V*>(y + first) = out;
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if (first + k < n) y[first + k] = out.v[k];
+      }
+    }
+  }
+}
+
 // Fills `rows` (Note [Pad rows]) and returns true when the int32 kernel covers the pad; false leaves it to the
 // general kernel. Shapes innermost first, as in PadGeometry.
 bool make_pad_rows(const PadGeometry& g, std::int64_t n, std::int64_t in_numel, PadRows* rows) {
@@ -356,6 +537,8 @@ void pad(const void* x, void* y, std::size_t element_size, const std::vector<std
   const cudaStream_t s = as_stream(stream);
   PadRows rows;
   const bool fast = make_pad_rows(g, n, in_numel, &rows);
+  bool staged = mode == PadMode::kConstant;  // and nothing cropped (Note [Constant pad staging])
+  for (int d = 0; d < g.rank; ++d) staged = staged && g.begin[d] >= 0 && g.out_size[d] >= g.begin[d] + g.in_size[d];
   dispatch_element_size(element_size, "pad", [&](auto tag) {
     using E = decltype(tag);
     const E value = element_of<E>(value_bits);
@@ -365,6 +548,13 @@ void pad(const void* x, void* y, std::size_t element_size, const std::vector<std
       XPURT_CUDA_RAW_LAUNCH_CHECK();
     } else if (is_aligned(y, 16) && rows.width.divisor >= static_cast<std::uint32_t>(kVec16<E>)) {
       rows.in_phase = static_cast<std::int32_t>(reinterpret_cast<std::uintptr_t>(x) % 16 / sizeof(E));
+      if (staged) {  // Note [Constant pad staging]
+        constexpr std::int64_t kTile = std::int64_t{kThreads} * kStagedChunks * kVec16<E>;
+        pad_constant_staged_kernel<E><<<static_cast<unsigned>((n + kTile - 1) / kTile), kThreads, 0, s>>>(
+            static_cast<const E*>(x), static_cast<E*>(y), static_cast<std::int32_t>(n), rows, value);
+        XPURT_CUDA_RAW_LAUNCH_CHECK();
+        return;
+      }
       launch_pad_rows<E, kVec16<E>>(x, y, n, rows, mode, value, s);  // a chunk spans at most two rows
     } else {
       launch_pad_rows<E, 1>(x, y, n, rows, mode, value, s);

@@ -212,7 +212,10 @@ __global__ void resize_kernel(const T* x, T* y, std::int64_t n, ResizeGeometry g
 //   two taps) once per row, with a fast division per outer dimension (Note [Fast division] in
 //   cuda_raw_common.cuh). The coordinate transforms of the row kernels are out of line (row_nearest_index,
 //   row_linear_taps), which keeps the unrolled kernels small.
-// - Nearest handles kNearestRowsPerStep rows per step, all loads before the stores. At full vector width, with x
+// - Nearest handles kNearestRowsPerStep rows per step, all loads before the stores. When the innermost outer
+//   dimension is resized to at most kRowTable rows (H in an NCHW upsampling), each block first tabulates its input
+//   offsets in shared memory (one coordinate transform per output coordinate and block, not one per row and thread),
+//   and a row looks its offset up there. At full vector width, with x
 //   16-byte aligned and the innermost dimension keeping its size (kFactor 1) or doubling (kFactor 2), a thread whose
 //   columns read kVec / kFactor consecutive inputs from an aligned one, each kFactor times in a row, loads them as
 //   one 16- or 8-byte word per row and repeats them in registers (repeat_elements). Each thread checks its own
@@ -230,6 +233,7 @@ __global__ void resize_kernel(const T* x, T* y, std::int64_t n, ResizeGeometry g
 constexpr std::int64_t kRowsPerThread = 16;
 constexpr std::int64_t kMinRowBlocks = 4096;
 constexpr int kNearestRowsPerStep = 4;
+constexpr int kRowTable = 1024;  // the most output rows of the innermost outer dimension nearest tabulates
 // Rows and columns stay below INT32_MAX - kIndexHeadroom, so that stepping past the last row cannot overflow.
 constexpr std::int64_t kIndexHeadroom = std::int64_t{1} << 26;
 
@@ -241,6 +245,7 @@ struct ResizeRows {
   float width_scale = 1.0f;
   ResizeCoordinates coordinates = ResizeCoordinates::kHalfPixel;
   ResizeNearest nearest = ResizeNearest::kRoundPreferFloor;
+  bool row_table = false;  // nearest: the innermost outer dimension's offsets come from a table (Note [Resize rows])
   int outer = 0;  // the dimensions above it, innermost first:
   FastDivider out_size[kMaxDims - 1];
   std::int32_t in_size[kMaxDims - 1] = {};
@@ -269,8 +274,10 @@ __device__ __noinline__ LinearTaps row_linear_taps(ResizeCoordinates coordinates
   return taps;
 }
 
-// Nearest mode: the input offset of the element that the first column of output row `row` reads.
-__device__ __forceinline__ std::int32_t nearest_row_offset(const ResizeRows& r, std::int32_t row) {
+// Nearest mode: the input offset of the element that the first column of output row `row` reads; `table` holds the
+// innermost outer dimension's offsets when r.row_table.
+__device__ __forceinline__ std::int32_t nearest_row_offset(const ResizeRows& r, const std::int32_t* table,
+                                                          std::int32_t row) {
   std::int32_t offset = 0;
 #pragma unroll
   for (int d = 0; d < kMaxDims - 1; ++d) {
@@ -279,6 +286,10 @@ __device__ __forceinline__ std::int32_t nearest_row_offset(const ResizeRows& r, 
     if (d + 1 < r.outer) {
       row = r.out_size[d].div(o);
       o -= row * r.out_size[d].value();
+    }
+    if (d == 0 && r.row_table) {
+      offset += table[o];
+      continue;
     }
     if (r.resized[d]) {
       o = row_nearest_index(r.coordinates, r.nearest, o, r.in_size[d], r.out_size[d].value(), r.scale[d]);
@@ -310,6 +321,15 @@ __device__ __forceinline__ Vec<std::uint32_t, 4> repeat_elements(const Vec<std::
 template <typename E, int kVec, int kFactor>
 __global__ void __launch_bounds__(kThreads) resize_nearest_rows_kernel(const E* x, E* y, ResizeRows r) {
   static_assert(kFactor == 0 || kVec * sizeof(E) == 16, "whole words at full vector width only");
+  __shared__ std::int32_t table[kRowTable];
+  if (r.row_table) {
+    const auto threads = static_cast<std::int32_t>(blockDim.x * blockDim.y);
+    const std::int32_t out = r.out_size[0].value();
+    for (auto o = static_cast<std::int32_t>(threadIdx.y * blockDim.x + threadIdx.x); o < out; o += threads) {
+      table[o] = row_nearest_index(r.coordinates, r.nearest, o, r.in_size[0], out, r.scale[0]) * r.in_stride[0];
+    }
+    __syncthreads();
+  }
   const auto first_column = static_cast<std::int32_t>((blockIdx.x * blockDim.x + threadIdx.x) * kVec);
   if (first_column >= r.width) return;
   std::int32_t column[kVec];  // the input column each output column reads (kFactor 1: itself)
@@ -332,7 +352,7 @@ __global__ void __launch_bounds__(kThreads) resize_nearest_rows_kernel(const E* 
     std::int32_t offset[kNearestRowsPerStep];  // -1: past the last row
 #pragma unroll
     for (int u = 0; u < kNearestRowsPerStep; ++u) {
-      offset[u] = row + u * stride < r.rows ? nearest_row_offset(r, row + u * stride) : -1;
+      offset[u] = row + u * stride < r.rows ? nearest_row_offset(r, table, row + u * stride) : -1;
     }
     if constexpr (kFactor > 0) {
       if (packed) {
@@ -486,6 +506,8 @@ bool make_resize_rows(const ResizeGeometry& g, std::int64_t n, ResizeRows* rows)
     row_count *= dim.out;
   }
   rows->rows = static_cast<std::int32_t>(row_count);
+  rows->row_table = g.mode == ResizeMode::kNearest && rows->outer > 0 && rows->resized[0] &&
+                    rows->out_size[0].divisor <= static_cast<std::uint32_t>(kRowTable);
   return true;
 }
 

@@ -113,6 +113,8 @@ __global__ void pad_kernel(const E* x, E* y, std::int64_t n, PadGeometry g, PadM
 //   n % kVec elements.
 // Both paths and the general kernel read the same element for every output (source_coordinate), so they give the
 // same bytes.
+// Constant pads without crops, whose rows are at least 16 bytes wide into a 16-byte aligned y, take
+// pad_constant_staged_kernel instead (Note [Constant pad staging]): edge, reflect and wrap pads and crops stay here.
 constexpr int kPadChunksPerThread = 4;
 constexpr int kMaxPadOuter = 4;  // outer dimensions of a simplified geometry; more take the general kernel
 

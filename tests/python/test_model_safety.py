@@ -3,12 +3,19 @@ allocated, and external data never leaves the model's folder (Note [External dat
 Note [Sizes checked before allocation] in src/cpp/core/onnx/onnx_import.cpp). Each gives a typed error."""
 
 import os
+import stat
+import threading
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import xpuruntime as xrt
+from conftest import requires_ort
+
+# The external-data checks hold for both engines: the onnxruntime engine runs the native engine's checks before
+# ONNX Runtime reads a file (Note [External data through ORT] in src/cpp/backends/onnxruntime/ort_engine.cpp).
+ENGINES = ("native", pytest.param("onnxruntime", marks=requires_ort))
 
 
 def _model(initializer: TensorProto) -> bytes:
@@ -54,35 +61,134 @@ def test_external_data_inside_the_folder_loads(tmp_path):
     np.testing.assert_array_equal(out["y"], [1.0, 2.0])
 
 
+@requires_ort
+def test_external_data_on_the_onnxruntime_engine(tmp_path, monkeypatch):
+    """The onnxruntime engine reads external data from the model's folder (it got the bytes without the folder and
+    looked in the working directory): by path, by a relative path from the model's folder, and as bytes with
+    external_data_dir=; the outputs equal the native engine's."""
+    weights = np.array([1.5, -2.0], np.float32)
+    _write(tmp_path, "w.bin", weights.tobytes())
+    path = _write(tmp_path, "m.onnx", _model(_external("w", "w.bin")))
+    model = open(path, "rb").read()
+    x = np.array([0.25, 4.0], np.float32)
+    expected = xrt.InferenceSession(path, engine="native").run({"x": x})["y"]
+    np.testing.assert_array_equal(expected, x + weights)
+    runs = {"by path": lambda: xrt.InferenceSession(path, engine="onnxruntime"),
+            "bytes + external_data_dir": lambda: xrt.InferenceSession(model, engine="onnxruntime",
+                                                                       external_data_dir=tmp_path)}
+    for way, make in runs.items():
+        np.testing.assert_array_equal(make().run({"x": x})["y"], expected, err_msg=way)
+    monkeypatch.chdir(tmp_path)  # a relative path: its folder is "."
+    np.testing.assert_array_equal(xrt.InferenceSession("m.onnx", engine="onnxruntime").run({"x": x})["y"], expected)
+    # ORT does not look in the working directory for a model given as bytes: refused as the native engine refuses it.
+    with pytest.raises(xrt.InvalidArgumentError, match="given as bytes with no folder"):
+        xrt.InferenceSession(model, engine="onnxruntime")
+    # xpuruntime.onnxruntime's session config entry names the folder too.
+    import xpuruntime.onnxruntime as ort
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(tmp_path))
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], expected)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("location,match", [
     ("/etc/passwd", "absolute path"),
     ("../outside.bin", r"leaves the model's folder \('..'\)"),
     ("sub/../../outside.bin", r"leaves the model's folder"),
     ("link.bin", "outside the model's folder"),
+    ("zero", r"resolves to '/dev/zero', outside the model's folder"),
 ])
-def test_external_data_that_leaves_the_folder_is_refused(tmp_path, location, match):
+def test_external_data_that_leaves_the_folder_is_refused(tmp_path, location, match, engine):
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "sub").mkdir()
     outside = _write(tmp_path, "outside.bin", np.ones(2, np.float32).tobytes())
     os.symlink(outside, folder / "link.bin")
+    os.symlink("/dev/zero", folder / "zero")  # a character device through a link: outside the folder
     path = _write(folder, "m.onnx", _model(_external("w", location)))
     with pytest.raises(xrt.InvalidArgumentError, match=match):
-        xrt.InferenceSession(path, engine="native")
+        xrt.InferenceSession(path, engine=engine)
 
 
+def _create_within(seconds, make, fifo=None):
+    """make() in a thread, joined for `seconds`: its result or exception. A make() still blocked then (opening a FIFO
+    waits for a writer) fails the test instead of hanging the suite; opening the FIFO for writing releases it."""
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = make()
+        except BaseException as error:  # noqa: B036 - handed to the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        if fifo is not None:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the blocked reader is there: this opens, and releases it
+            os.close(fd)
+            thread.join(seconds)
+        pytest.fail(f"session creation still blocked after {seconds} s")
+    return outcome
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("kind", ["fifo", "directory", "fifo via an in-folder link"])
+def test_external_data_must_be_a_regular_file(tmp_path, kind, engine):
+    """Only regular files are read (Note [External data files are opened, not followed]): a FIFO named as external
+    data blocked session creation forever (an open for reading waits for a writer); now it, a directory, and a
+    link inside the folder to a FIFO are typed errors naming the tensor, the file and what it is, at once."""
+    target = tmp_path / ("w.dir" if kind == "directory" else "w.fifo")
+    if kind == "directory":
+        target.mkdir()
+    else:
+        os.mkfifo(target)
+    location = target.name
+    if kind == "fifo via an in-folder link":
+        os.symlink(target.name, tmp_path / "w.bin")
+        location = "w.bin"
+    path = _write(tmp_path, "m.onnx", _model(_external("w", location)))
+    outcome = _create_within(10, lambda: xrt.InferenceSession(path, engine=engine),
+                             fifo=None if kind == "directory" else target)
+    error = outcome.get("error")
+    assert isinstance(error, xrt.InvalidArgumentError), outcome
+    what = "a directory" if kind == "directory" else "a FIFO"
+    assert f"tensor 'w': external data file '{target}' is {what}, not a regular file" in str(error)
+    assert stat.S_ISDIR(os.stat(target).st_mode) if kind == "directory" else stat.S_ISFIFO(os.stat(target).st_mode)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_external_data_through_a_link_inside_the_folder(tmp_path, engine):
+    """A symbolic link inside the folder to a regular file inside it is resolved and read (as ONNX Runtime does);
+    what is opened is the resolved file, with no link followed on the way (Note [External data files are opened, not
+    followed])."""
+    (tmp_path / "weights").mkdir()
+    _write(tmp_path / "weights", "w.bin", np.array([3.0, 4.0], np.float32).tobytes())
+    os.symlink("weights/w.bin", tmp_path / "w.bin")
+    os.symlink("weights", tmp_path / "data")
+    for location in ("w.bin", "data/w.bin"):
+        path = _write(tmp_path, "m.onnx", _model(_external("w", location)))
+        out = xrt.InferenceSession(path, engine=engine).run({"x": np.ones(2, np.float32)})["y"]
+        np.testing.assert_array_equal(out, [4.0, 5.0])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("offset,length,match", [
     (0, 16, "length 16 does not match the tensor's 8 bytes"),
     (4, 8, r"outside the file"),
     (2 ** 62, 8, r"outside the file"),
+    (0, None, r"external data of 8 bytes at offset 0 is outside the file '.*w.bin' \(6 bytes\)"),  # a short file
     ("-1", 8, "offset '-1' is not a non-negative integer"),
     (0, "8x", "length '8x' is not a non-negative integer"),
 ])
-def test_external_offsets_and_lengths_are_checked(tmp_path, offset, length, match):
-    _write(tmp_path, "w.bin", np.ones(2, np.float32).tobytes())
+def test_external_offsets_and_lengths_are_checked(tmp_path, offset, length, match, engine):
+    data = np.ones(2, np.float32).tobytes()
+    _write(tmp_path, "w.bin", data[:6] if length is None else data)
     path = _write(tmp_path, "m.onnx", _model(_external("w", "w.bin", offset, length)))
     with pytest.raises(xrt.InvalidArgumentError, match=match):
-        xrt.InferenceSession(path, engine="native")
+        xrt.InferenceSession(path, engine=engine)
 
 
 def test_huge_declared_initializers_are_refused_before_allocation(tmp_path):

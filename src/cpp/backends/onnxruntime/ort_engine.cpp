@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <onnxruntime_run_options_config_keys.h>
+#include <onnxruntime_session_options_config_keys.h>
 #include <optional>
 #include <set>
 #include <string>
@@ -40,6 +41,7 @@
 #include "backends/onnxruntime/ort_utils.h"
 #include "xpuruntime/engine.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/onnx_import.h"
 #include "xpuruntime/profiler.h"
 #include "xpuruntime/stream_manager.h"
 
@@ -347,6 +349,15 @@ class OrtSession final : public EngineSession {
       XPURT_ORT_CHECK(device_memory_ = ep_device_.GetMemoryInfo(OrtDeviceMemoryType_DEFAULT));
       XPURT_INTERNAL_ASSERT(device_memory_ != nullptr, "the CUDA execution provider reports no device memory");
     }
+    // Note [External data through ORT]: ORT is handed the model as bytes, so it learns the folder of the model's
+    // external-data files from the session config entry kOrtSessionOptionsModelExternalInitializersFileFolderPath
+    // (SessionOptions::model_dir: the model file's folder, or the caller's external_data_dir=); without it ORT
+    // looked in the working directory. Before ORT reads anything, every external-data file passes the native
+    // engine's checks (check_external_data: inside that folder, no link out of it, a regular file -- a FIFO would
+    // block ORT's read forever --, the span inside the file), and a model given as bytes without a folder is
+    // refused, as the native engine refuses it. ORT then opens the files itself: a file swapped between the check
+    // and ORT's read is outside what these checks cover.
+    check_external_data(model, options.model_dir);
     const bool want_graphs = device_.is_cuda() && options.exec_policy.cuda_graphs;
     try {
       build(model, want_graphs);
@@ -363,6 +374,10 @@ class OrtSession final : public EngineSession {
     inputs_ = value_infos(*session_, /*inputs=*/true);
     outputs_ = value_infos(*session_, /*inputs=*/false);
     for (const ValueInfo& info : inputs_) input_names_.push_back(info.name.c_str());
+    for (const ValueInfo& info : outputs_) {  // Note [Outputs that are graph inputs]
+      auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const ValueInfo& v) { return v.name == info.name; });
+      feed_of_output_.push_back(it == inputs_.end() ? -1 : static_cast<int>(it - inputs_.begin()));
+    }
     XPURT_ORT_CHECK(plain_run_options_ = Ort::RunOptions());
     if (graphs_enabled_) {
       XPURT_ORT_CHECK(plain_run_options_.AddConfigEntry(kOrtRunOptionsConfigCudaGraphAnnotation,
@@ -394,6 +409,7 @@ class OrtSession final : public EngineSession {
                           const std::vector<std::string>& output_names) override {
     const std::vector<Tensor> by_input = check_feeds(feeds);
     const std::vector<size_t> wanted = check_outputs(output_names);
+    if (passes_feeds(wanted)) return run_passing_feeds(feeds, by_input, wanted, nullptr);
     const SignatureKey key = signature_of(by_input);
     const std::unique_ptr<ort::ProfiledRun> profiled = profile_this_run();  // null unless ORT profiles this run
     std::vector<Tensor> result;
@@ -417,6 +433,10 @@ class OrtSession final : public EngineSession {
     const std::vector<size_t> wanted = check_outputs(output_names);
     XPURT_INTERNAL_ASSERT(outputs.size() == wanted.size(), "run_into: ", outputs.size(), " outputs for ",
                           wanted.size(), " names");
+    if (passes_feeds(wanted)) {
+      outputs = run_passing_feeds(feeds, by_input, wanted, &outputs);
+      return;
+    }
     std::vector<Tensor> preset(outputs_.size());  // by model output index
     for (size_t k = 0; k < wanted.size(); ++k) {
       if (!outputs[k].defined()) continue;
@@ -506,6 +526,13 @@ class OrtSession final : public EngineSession {
     } else {
       config.options.push_back("execution_provider=CPUExecutionProvider");
     }
+    if (!options_.model_dir.empty()) {
+      // Note [External data through ORT]
+      XPURT_ORT_CHECK(session_options.AddConfigEntry(kOrtSessionOptionsModelExternalInitializersFileFolderPath,
+                                                     options_.model_dir.c_str()));
+      config.options.push_back(detail::str_cat(kOrtSessionOptionsModelExternalInitializersFileFolderPath, "=",
+                                               options_.model_dir));
+    }
     try {
       XPURT_ORT_CHECK(session_ = std::make_shared<Ort::Session>(ort::env(), model.data(), model.size(),
                                                                 session_options));
@@ -569,6 +596,56 @@ class OrtSession final : public EngineSession {
       wanted.push_back(static_cast<size_t>(it - outputs_.begin()));
     }
     return wanted;
+  }
+
+  // Note [Outputs that are graph inputs]: ORT runs nothing for a graph output that names a graph input. Given a
+  // pre-allocated buffer for it, Run leaves the buffer as it was (a fresh tensor's uninitialised memory came back,
+  // values like 2.7e16); left to allocate, Run returns the feed's own OrtValue, which views memory bound for that
+  // run only (a contiguous copy made for it, or the caller's array). So ORT is not asked for such outputs: each is
+  // a copy of its feed on the session's device (as the native engine returns it), written into the caller's tensor
+  // when run_into binds one; the other outputs run as usual.
+  bool passes_feeds(const std::vector<size_t>& wanted) const {
+    return std::any_of(wanted.begin(), wanted.end(), [&](size_t o) { return feed_of_output_[o] >= 0; });
+  }
+
+  // run() (`bound` null) or run_into() (`bound`: its tensors, as many as `wanted`) when some wanted outputs are
+  // graph inputs (Note [Outputs that are graph inputs]): the wanted outputs, in order.
+  std::vector<Tensor> run_passing_feeds(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                        const std::vector<Tensor>& by_input, const std::vector<size_t>& wanted,
+                                        const std::vector<Tensor>* bound) {
+    std::vector<std::string> names;  // the outputs ORT computes
+    std::vector<size_t> positions;   // their positions in `wanted`
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      if (feed_of_output_[wanted[k]] >= 0) continue;
+      names.push_back(outputs_[wanted[k]].name);
+      positions.push_back(k);
+    }
+    std::vector<Tensor> result(wanted.size());
+    if (!names.empty()) {
+      std::vector<Tensor> computed;
+      if (bound == nullptr) {
+        computed = run(feeds, names);
+      } else {
+        for (size_t position : positions) computed.push_back((*bound)[position]);
+        run_into(feeds, names, computed);
+      }
+      for (size_t i = 0; i < positions.size(); ++i) result[positions[i]] = std::move(computed[i]);
+    }
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      const int input = feed_of_output_[wanted[k]];
+      if (input < 0) continue;
+      const Tensor& feed = by_input[static_cast<size_t>(input)];
+      if (bound != nullptr && (*bound)[k].defined()) {
+        result[k] = (*bound)[k];
+        XPURT_CHECK(result[k].shape() == feed.shape() && result[k].dtype() == feed.dtype(), "output '",
+                    outputs_[wanted[k]].name, "' is bound to a tensor of shape ", shape_text(result[k].shape()), " (",
+                    dtype_name(result[k].dtype()), ") but it is the graph input, fed ", describe(feed));
+      } else {
+        result[k] = Tensor::empty(feed.shape(), feed.dtype(), device_);
+      }
+      result[k].copy_from(feed);
+    }
+    return result;
   }
 
   // An OrtValue over `tensor`'s memory (contiguous), labelled with the memory info of its device.
@@ -1044,6 +1121,7 @@ class OrtSession final : public EngineSession {
   std::vector<ValueInfo> inputs_;
   std::vector<ValueInfo> outputs_;
   std::vector<const char*> input_names_;  // point into inputs_
+  std::vector<int> feed_of_output_;       // per output: the input it names, or -1 (Note [Outputs that are graph inputs])
   Ort::RunOptions plain_run_options_{nullptr};  // runs without a CUDA graph (shared: Run only reads it)
   std::vector<std::optional<Shape>> static_output_shapes_;  // per output: its shape when every dim is static
   std::vector<std::string> options_list_;

@@ -13,6 +13,7 @@
 // Ownership: returns values. Thread-safety: free functions, no shared state.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "xpuruntime/export.h"
@@ -38,6 +39,12 @@ XPURT_API std::string export_onnx(const Graph& graph);
 // A serialized TensorProto -> CPU tensor (the ONNX test data's input_*.pb / output_*.pb).
 XPURT_API Tensor tensor_from_onnx(const std::string& tensor_proto_bytes, const std::string& model_dir = "");
 XPURT_API std::string tensor_to_onnx(const Tensor& tensor, const std::string& name = "");
+// The external-data checks of import_onnx (Note [External data stays inside the model's folder]) on every tensor of
+// the model that has external data (initializers, sparse ones, attribute tensors, subgraphs, functions), without
+// reading the data: each file must open as a regular file inside `model_dir` and hold its span. For engines whose
+// library reads the files itself (onnxruntime). Returns how many tensors have external data (0 as well for bytes
+// that are not a model: the engine's parser reports those). InvalidArgumentError as import_onnx.
+XPURT_API std::size_t check_external_data(const std::string& model_bytes, const std::string& model_dir);
 // ONNX's TensorProto.DataType code -> the xpuruntime dtype; false when xpuruntime tensors have none (strings,
 // unsigned 16/32/64-bit, complex, float8, 4-bit). `name` (optional) receives ONNX's name of the type ("uint16").
 XPURT_API bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name = nullptr);

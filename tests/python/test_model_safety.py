@@ -160,6 +160,27 @@ def test_external_data_must_be_a_regular_file(tmp_path, kind, engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_external_data_of_an_attribute_tensor_in_a_subgraph_is_checked(tmp_path, engine):
+    """Every tensor with external data is checked, not only top-level initializers: here a Constant's value inside an
+    If branch names a FIFO (the onnxruntime engine's check walks attributes and subgraphs: check_external_data)."""
+    os.mkfifo(tmp_path / "c.fifo")
+    value = _external("c", "c.fifo")
+    branch = helper.make_graph([helper.make_node("Constant", [], ["c"], value=value)], "then", [],
+                               [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "s"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = _write(tmp_path, "m.onnx", model.SerializeToString())
+    outcome = _create_within(10, lambda: xrt.InferenceSession(path, engine=engine), fifo=tmp_path / "c.fifo")
+    assert isinstance(outcome.get("error"), xrt.InvalidArgumentError), outcome
+    assert "tensor 'c': external data file" in str(outcome["error"]) and "is a FIFO" in str(outcome["error"])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_external_data_through_a_link_inside_the_folder(tmp_path, engine):
     """A symbolic link inside the folder to a regular file inside it is resolved and read (as ONNX Runtime does);
     what is opened is the resolved file, with no link followed on the way (Note [External data files are opened, not

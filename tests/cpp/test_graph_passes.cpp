@@ -272,6 +272,30 @@ TEST(GraphPasses, ListAndUnknownNames) {
                           "shape_folding");
 }
 
+// Note [Patterns check arity]: a graph built without the importer's schema check (here by hand) may hold a MatMul with
+// one input feeding a Softmax; attention_fusion read the MatMul's second input (a crash). Every pass leaves such a
+// node alone, and the nodes of a well-formed attention still fuse.
+TEST(GraphPasses, PatternsSkipNodesThatBreakTheirArity) {
+  EXPECT_FALSE(passes::has_onnx_arity(node("MatMul", {"x"}, {"m"})));
+  EXPECT_TRUE(passes::has_onnx_arity(node("MatMul", {"x", "y"}, {"m"})));
+  Node no_output;
+  no_output.op_type = "Softmax";
+  no_output.inputs = {"x"};
+  EXPECT_FALSE(passes::has_onnx_arity(no_output));
+  EXPECT_TRUE(passes::has_onnx_arity(node("Concat", {"a", "b", "c", "d"}, {"y"})));
+  for (const char* op : {"MatMul", "Add", "Mul", "Div", "Transpose", "Reshape", "Gemm", "Conv"}) {
+    Graph g = Builder()
+                  .input("x", {1, 2, 4, 4})
+                  .add(node(op, {"x"}, {"m"}))
+                  .add(node("Softmax", {"m"}, {"s"}))
+                  .add(node(op, {"s"}, {"y"}))
+                  .build({"y"});
+    const std::size_t before = g.nodes.size();
+    EXPECT_NO_THROW(passes::run_passes(g, {})) << op;
+    EXPECT_EQ(g.nodes.size(), before) << op;
+  }
+}
+
 // ---- op_decomposition ----
 
 Tensor int64s(const std::vector<std::int64_t>& v) {

@@ -115,6 +115,28 @@ void for_each(const Shape& shape, Fn&& fn) {
 
 // ---- constants and shapes ----
 
+// Note [Scalars read from tensors]: Range's start, limit and delta must hold one element each. An empty limit read
+// past its allocation (a garbage tensor of 120,064 elements at run time, a crash when folded); now it is a typed error
+// naming the input, and one-element tensors of rank 0 or 1 still work, exactly for int64 values past 2^53.
+TEST(OnnxRefTensor, RangeReadsEachScalarOnlyFromOneElement) {
+  const NodeBuilder range("Range", 3);
+  const Tensor zero = makei({}, {0}), one = makei({}, {1});
+  XPURT_EXPECT_THROW_WITH(run1(range, 11, {zero, makei({0}, {}), one}), InvalidArgumentError,
+                          "input 'limit': expected a scalar (one element), got a tensor of 0 elements");
+  XPURT_EXPECT_THROW_WITH(run1(range, 11, {makei({2}, {0, 1}), makei({}, {3}), one}), InvalidArgumentError,
+                          "input 'start': expected a scalar (one element), got a tensor of 2 elements");
+  XPURT_EXPECT_THROW_WITH(run1(range, 11, {zero, makei({}, {3}), makef({0}, {})}), InvalidTypeError, "input 2");
+  const Tensor r = run1(range, 11, {makei({1}, {2}), makei({}, {7}), makei({}, {2})});
+  ASSERT_EQ(r.shape(), Shape({3}));
+  EXPECT_EQ(std::vector<std::int64_t>(static_cast<const std::int64_t*>(r.data_ptr()),
+                                      static_cast<const std::int64_t*>(r.data_ptr()) + 3),
+            I({2, 4, 6}));
+  const std::int64_t big = (std::int64_t{1} << 60) + 1;  // not a double
+  const Tensor b = run1(range, 11, {makei({}, {big}), makei({}, {big + 2}), one});
+  ASSERT_EQ(b.numel(), 2);
+  EXPECT_EQ(static_cast<const std::int64_t*>(b.data_ptr())[1], big + 1);
+}
+
 TEST(OnnxRefTensor, ConstantForms) {
   NodeBuilder floats("Constant", 0);
   floats.attr("value_floats", std::vector<double>{1.5, -2.0});

@@ -112,6 +112,7 @@ void bind_policies(py::module_& m) {
                       XPURT_CHECK(v >= 1 && v <= 64, "ExecutionPolicy 'tensor_parallel' must be from 1 to 64, got ", v);
                       p.tensor_parallel = v;
                     })
+      .def_readwrite("allow_newer_opsets", &ExecutionPolicy::allow_newer_opsets)
       .def("assign", [](ExecutionPolicy& p, const ExecutionPolicy& other) { p = other; }, py::arg("other"))
       .def("to_json", &ExecutionPolicy::to_json)
       .def("to_yaml", &ExecutionPolicy::to_yaml)

@@ -12,7 +12,8 @@ namespace xpuruntime {
 namespace {
 
 constexpr const char* kSchema = "xpuruntime.execution_policy/1";
-const std::vector<std::string> kKeys = {"cuda_graphs", "deterministic", "fallback",     "intra_op_threads",
+const std::vector<std::string> kKeys = {"allow_newer_opsets", "cuda_graphs", "deterministic", "fallback",
+                                        "intra_op_threads",
                                         "memory_limit", "precision",    "schema",       "static_shape",
                                         "tensor_parallel", "workspace_limit"};
 
@@ -61,6 +62,7 @@ nlohmann::json to_tree(const ExecutionPolicy& p) {
   tree["intra_op_threads"] = p.intra_op_threads;
   tree["fallback"] = p.fallback;
   tree["tensor_parallel"] = p.tensor_parallel;
+  if (p.allow_newer_opsets) tree["allow_newer_opsets"] = true;
   return tree;
 }
 
@@ -87,6 +89,9 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
   if (tree.contains("workspace_limit")) p.workspace_limit = read_size(tree["workspace_limit"], "workspace_limit");
   if (tree.contains("memory_limit")) p.memory_limit = read_size(tree["memory_limit"], "memory_limit");
   if (tree.contains("fallback")) p.fallback = checked_fallback(tree["fallback"]);
+  if (tree.contains("allow_newer_opsets")) {
+    p.allow_newer_opsets = read_bool(tree["allow_newer_opsets"], "allow_newer_opsets");
+  }
   if (tree.contains("intra_op_threads")) {
     const auto& value = tree["intra_op_threads"];
     if (!value.is_number_integer() || value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > 4096) {
@@ -183,7 +188,8 @@ std::string ExecutionPolicy::str() const {
                          ", cuda_graphs=", cuda_graphs ? "true" : "false",
                          ", static_shape=", static_shape ? "true" : "false", ", workspace_limit=", workspace_limit,
                          ", memory_limit=", memory_limit, ", intra_op_threads=", intra_op_threads,
-                         ", fallback=", fallback, ", tensor_parallel=", tensor_parallel, ")");
+                         ", fallback=", fallback, ", tensor_parallel=", tensor_parallel,
+                         allow_newer_opsets ? ", allow_newer_opsets=true" : "", ")");
 }
 
 }  // namespace xpuruntime

@@ -1019,6 +1019,7 @@ class NativeEngine final : public Engine {
   std::unique_ptr<EngineSession> create(const std::string& model, const SessionOptions& options) const override {
     OnnxImportOptions import_options;
     import_options.model_dir = options.model_dir;
+    import_options.allow_newer_opsets = options.exec_policy.allow_newer_opsets;
     // Note [Libraries warmed while the model is read]: the session keeps the helper's future (its destruction waits
     // for the helper); on the other paths this future's destructor does.
     std::future<double> warming;

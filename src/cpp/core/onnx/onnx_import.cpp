@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/onnx/onnx_validate.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 
@@ -633,6 +634,7 @@ Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& optio
     opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
   }
   XPURT_CHECK(model.opset_import_size() > 0, "invalid model: no opset_import");
+  detail::validate_onnx_model(model, {options.allow_newer_opsets});
   // Model-local functions are not inlined yet: refuse only when a node uses one.
   std::set<std::pair<std::string, std::string>> functions;
   for (const auto& f : model.functions()) functions.insert({f.domain(), f.name()});

@@ -10,6 +10,7 @@
 
 #include "core/attention_layout.h"
 #include "core/runtime/passes/pass_utils.h"
+#include "core/scalar.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/onnx_import.h"
@@ -559,7 +560,7 @@ Lowered lower_expand(const Ctx& c) {
 // The value of a one-element constant as a double (any dtype). False otherwise.
 bool read_const_scalar(const Tensor* t, double* out) {
   if (t == nullptr || t->numel() != 1) return false;
-  *out = passes::internal::to_doubles(*t)[0];
+  *out = detail::scalar_as_double(*t, "a constant scalar");  // Note [Scalars read from tensors]
   return true;
 }
 

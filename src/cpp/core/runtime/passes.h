@@ -114,6 +114,11 @@ XPURT_API PassResult elementwise_fusion(Graph& g, const PassContext& ctx);
 // (so that an interpreter running every node through onnx_ref::run_node runs fused graphs too).
 XPURT_API void register_fused_ops(onnx_ref::Library& lib);
 
+// Whether a default-domain node has as many inputs and outputs as some version of its ONNX operator takes (true for
+// other domains and for operators ONNX's schemas do not list). Every pattern a pass matches checks it first (Note
+// [Patterns check arity] in passes/pass_utils.h).
+XPURT_API bool has_onnx_arity(const Node& n);
+
 // The bytes folding `n` would allocate, predicted from the graph's types (and, for ConstantOfShape, Expand, Tile
 // and Range, from their constant inputs) before running it; nullopt when unknown.
 std::optional<std::size_t> predicted_fold_bytes(const Graph& g, const Node& n);

@@ -37,10 +37,17 @@ enum class ErrorCode {
   kDistributed,
 };
 
+namespace detail {
+// Note [Printable messages]: an error's message as every error keeps it: bytes that are not UTF-8 (an op type or a
+// value name from a hostile model) written as \xNN, so that Python can make a str of it; never empty ("(no
+// message)" instead).
+XPURT_API std::string printable_message(const std::string& message);
+}  // namespace detail
+
 class XPURT_API XpuRuntimeError : public std::runtime_error {
  public:
   explicit XpuRuntimeError(const std::string& message, ErrorCode code = ErrorCode::kInternal)
-      : std::runtime_error(message), code_(code) {}
+      : std::runtime_error(detail::printable_message(message)), code_(code) {}
   ErrorCode code() const noexcept { return code_; }
 
  private:

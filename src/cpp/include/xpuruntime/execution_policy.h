@@ -45,6 +45,11 @@ struct XPURT_API ExecutionPolicy {
   // plan and one CUDA graph per rank). On cuda:d the ranks are cuda:d .. cuda:d+N-1 (NCCL); on the CPU, N ranks of
   // the host communicator. 1 to 64. Default 1 (docs/distributed.md).
   int tensor_parallel = 1;
+  // Run a model whose IR version or ONNX opset is newer than the ONNX schemas xpuruntime knows (docs/reliability.md),
+  // each operator with the newest semantics xpuruntime knows of it. Default false: such a model is refused with
+  // UnsupportedOperationError naming the opset and a node. Serialized only when true, so that policies written
+  // before this key keep their bytes and fingerprints.
+  bool allow_newer_opsets = false;
 
   std::string to_json() const;  // canonical, 2-space indented, ends with a newline
   std::string to_yaml() const;  // canonical

@@ -7,8 +7,10 @@
 // external-data initializers (files relative to `model_dir`), value_info shapes (symbolic dims kept as names),
 // subgraphs (If/Loop/Scan bodies) and the value types tensor, sequence of tensors and optional (value.h; a graph
 // input or output of another kind - map, sparse tensor - is UnsupportedOperationError). Malformed or truncated
-// bytes, unknown element types, missing external files and graphs that are not DAGs raise InvalidArgumentError
-// saying what and where.
+// bytes, unknown element types, missing external files, graphs that are not DAGs and nodes that break their
+// operator's ONNX schema (arity, attributes and their types, an operator the imported opset lacks: Note [Models
+// checked against ONNX's schemas]) raise InvalidArgumentError saying what and where; an IR version or opset newer
+// than xpuruntime knows raises UnsupportedOperationError unless allow_newer_opsets.
 //
 // Ownership: returns values. Thread-safety: free functions, no shared state.
 #pragma once
@@ -26,6 +28,9 @@ struct XPURT_API OnnxImportOptions {
   // Folder of external-data files, which must stay inside it (Note [External data stays inside the model's
   // folder]); "": none, and a model with external data is refused.
   std::string model_dir;
+  // Accept an IR version or an ONNX opset newer than xpuruntime's schema table knows, running each operator with
+  // the newest semantics it knows (ExecutionPolicy::allow_newer_opsets). Default false: UnsupportedOperationError.
+  bool allow_newer_opsets = false;
 };
 
 XPURT_API Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});

@@ -6,7 +6,7 @@ from .. import _core
 from ._serializable import SerializablePolicy
 
 _FIELDS = ("precision", "deterministic", "cuda_graphs", "static_shape", "workspace_limit", "memory_limit",
-           "intra_op_threads", "fallback", "tensor_parallel")
+           "intra_op_threads", "fallback", "tensor_parallel", "allow_newer_opsets")
 
 
 class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
@@ -36,6 +36,10 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
         ``cuda:d`` .. ``cuda:d+N-1`` through NCCL, on the CPU N ranks of the host communicator. Transformer blocks'
         GEMMs become column/row-parallel with an all-reduce after each row-parallel GEMM; ``explain()`` lists the
         sharding (docs/distributed.md).
+    allow_newer_opsets : bool
+        Run a model whose IR version or ONNX opset is newer than the ONNX schemas xpuruntime knows, each operator
+        with the newest semantics xpuruntime knows of it. Default False: such a model raises
+        ``UnsupportedOperationError`` naming the opset and a node (docs/reliability.md).
     """
 
     _core_class = _core.ExecutionPolicy
@@ -46,7 +50,8 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
             if key not in _FIELDS:
                 raise _core.InvalidArgumentError(
                     f"unknown ExecutionPolicy field '{key}'; valid fields: {', '.join(sorted(_FIELDS))}")
-            if key in ("deterministic", "cuda_graphs", "static_shape") and not isinstance(value, bool):
+            if key in ("deterministic", "cuda_graphs", "static_shape", "allow_newer_opsets") and \
+                    not isinstance(value, bool):
                 raise _core.InvalidArgumentError(f"ExecutionPolicy '{key}' must be True or False, got {value!r}")
             setattr(self, key, value)
 

@@ -2,6 +2,7 @@
 #include "backends/cpu/onnx/onnx_common.h"
 
 #include "core/data_ops.h"
+#include "core/scalar.h"
 
 namespace xpuruntime::onnx_ref {
 
@@ -66,7 +67,7 @@ ScratchVector<std::int64_t> read_indices(const Tensor& t, const std::string& whe
 }
 
 double read_scalar(const Tensor& t, const std::string& where) {
-  XPURT_CHECK(t.numel() == 1, where, ": expected a scalar, got a tensor of ", t.numel(), " elements");
+  detail::check_one_element(t, where);  // Note [Scalars read from tensors]
   const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
   return visit_dtype(c.dtype(), [&](auto tag) -> double {
     using T = decltype(tag);

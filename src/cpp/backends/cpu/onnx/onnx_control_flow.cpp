@@ -183,6 +183,9 @@ void run_scan(OpContext& ctx) {
   const std::size_t first = batched ? 1 : 0;
   XPURT_CHECK(ctx.num_inputs() >= first + m, ctx.where(), ": expected at least ", first + m, " inputs");
   const std::size_t n = ctx.num_inputs() - first - m;
+  // Before k: a body with fewer outputs than state variables made k wrap around (a vector of 2^64 axes).
+  XPURT_CHECK(body.outputs.size() >= n, ctx.where(), ": the body has ", body.outputs.size(),
+              " outputs, expected at least ", n, " (one per state variable)");
   const std::size_t k = body.outputs.size() - n;
   auto ints = [&](const char* name, std::size_t count) {
     Shape v = ctx.attr_ints(name, Shape(count, 0));

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "backends/cpu/onnx/onnx_nn_common.h"
+#include "core/scalar.h"
 
 namespace xpuruntime::onnx_ref::nn {
 namespace {
@@ -604,7 +605,9 @@ void non_max_suppression(OpContext& ctx) {
       shape_str(boxes_t.shape()), ", got ", shape_str(scores_t.shape()));
   std::int64_t max_per_class = 0;
   if (ctx.has_input(2) && ctx.input(2).numel() > 0) {
-    max_per_class = read_ints(ctx.input(2), ctx.where() + " input 'max_output_boxes_per_class'")[0];
+    const std::string what = ctx.where() + " input 'max_output_boxes_per_class'";
+    detail::check_one_element(ctx.input(2), what);
+    max_per_class = read_ints(ctx.input(2), what)[0];
   }
   const double iou_threshold =
       ctx.has_input(3) && ctx.input(3).numel() > 0 ? read_scalar(ctx.input(3), ctx.where()) : 0.0;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backends/cpu/onnx/onnx_tensor_internal.h"
+#include "core/scalar.h"
 #include "xpuruntime/onnx_import.h"
 
 namespace xpuruntime::onnx_ref {
@@ -533,13 +534,32 @@ void range(OpContext& ctx) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int16_t> ||
                   std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>) {
-      const T start = *data<T>(ctx.input(0));
-      const T limit = *data<T>(ctx.input(1));
-      const T delta = *data<T>(ctx.input(2));
+      // Note [Scalars read from tensors]: an empty `limit` (Squeeze(Shape(x)[2:1])) read past its allocation.
+      const T start = detail::scalar_element<T>(ctx.input(0), ctx.where() + " input 'start'");
+      const T limit = detail::scalar_element<T>(ctx.input(1), ctx.where() + " input 'limit'");
+      const T delta = detail::scalar_element<T>(ctx.input(2), ctx.where() + " input 'delta'");
       XPURT_CHECK(delta != T(0), ctx.where(), ": delta is 0");
-      const double n =
-          std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta));
-      const auto count = static_cast<std::int64_t>(std::max(n, 0.0));
+      std::int64_t count = 0;
+      if constexpr (std::is_integral_v<T>) {
+        // Exact for every int64 (doubles round values past 2^53: Range(2^60 + 1, 2^60 + 3) had no elements).
+        // The distance in unsigned arithmetic, which cannot overflow once its sign is known.
+        const bool up = delta > T(0);
+        if (up ? limit > start : limit < start) {
+          const auto wide = [](T v) { return static_cast<std::uint64_t>(static_cast<std::int64_t>(v)); };
+          const std::uint64_t span = up ? wide(limit) - wide(start) : wide(start) - wide(limit);
+          const std::uint64_t step = up ? wide(delta) : std::uint64_t{0} - wide(delta);
+          const std::uint64_t n = span / step + (span % step != 0 ? 1 : 0);
+          XPURT_CHECK(n <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), ctx.where(), ": ",
+                      n, " elements are more than a tensor can hold");
+          count = static_cast<std::int64_t>(n);
+        }
+      } else {
+        const double n =
+            std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta));
+        XPURT_CHECK(!std::isnan(n), ctx.where(), ": start, limit and delta give no element count (NaN)");
+        XPURT_CHECK(n < 9.2e18, ctx.where(), ": ", n, " elements are more than a tensor can hold");
+        count = static_cast<std::int64_t>(std::max(n, 0.0));
+      }
       Tensor& out = ctx.allocate_output(0, {count}, dtype);
       T* dst = data<T>(out);
       for (std::int64_t i = 0; i < count; ++i) dst[i] = static_cast<T>(start + static_cast<T>(i) * delta);

@@ -353,7 +353,7 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
   Rewriter rewriter(g);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node n = g.nodes[i];
-    if (!n.domain.empty() || rewriter.taken(i)) continue;
+    if (!n.domain.empty() || rewriter.taken(i) || !has_onnx_arity(n)) continue;
     if (n.op_type == "Split" && !n.inputs.empty()) {
       const auto shape = static_shape(g, n.inputs[0]);
       if (!shape) continue;

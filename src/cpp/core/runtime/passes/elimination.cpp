@@ -50,7 +50,9 @@ std::optional<std::vector<std::int64_t>> reshape_result(const std::vector<std::i
 
 // Whether node `n` only forwards its first input to its first output (for the values it is given).
 bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
-  if (!(n.domain.empty() || n.domain == "ai.onnx") || n.inputs.empty() || n.outputs.empty()) return false;
+  if (!(n.domain.empty() || n.domain == "ai.onnx") || !has_onnx_arity(n) || n.inputs.empty() || n.outputs.empty()) {
+    return false;
+  }
   if (n.inputs[0].empty() || n.outputs[0].empty()) return false;
   const std::int64_t opset = g.opset(n.domain);
   if (n.op_type == "Identity") return n.outputs.size() == 1;

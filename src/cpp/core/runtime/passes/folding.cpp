@@ -329,7 +329,7 @@ PassResult conv_bn_folding(Graph& g, const PassContext& /*ctx*/) {
   const Uses uses(g);
   for (std::size_t bi = 0; bi < g.nodes.size(); ++bi) {
     const Node& bn = g.nodes[bi];
-    if (!is_onnx_domain(bn.domain) || bn.op_type != "BatchNormalization" || bn.inputs.size() < 5) continue;
+    if (!is_onnx(bn, "BatchNormalization") || bn.inputs.size() < 5) continue;
     const std::int64_t opset = g.opset(bn.domain);
     if (bn.attrs.get_int("training_mode", 0) != 0) continue;         // opset 14+: batch statistics
     if (opset < 7 && bn.attrs.get_int("is_test", 0) == 0) continue;  // opset 1-6: training unless is_test
@@ -342,7 +342,7 @@ PassResult conv_bn_folding(Graph& g, const PassContext& /*ctx*/) {
     auto ci = uses.producer(bn.inputs[0]);
     if (!ci || rewriter.taken(*ci) || rewriter.taken(bi)) continue;
     const Node& conv = g.nodes[*ci];
-    if (!is_onnx_domain(conv.domain) || conv.op_type != "Conv" || !uses.only_reader(bn.inputs[0], bi)) continue;
+    if (!is_onnx(conv, "Conv") || !uses.only_reader(bn.inputs[0], bi)) continue;
     const Tensor* w = constant(g, conv.inputs.size() > 1 ? conv.inputs[1] : "");
     const Tensor* b = conv.has_input(2) ? constant(g, conv.inputs[2]) : nullptr;
     if (w == nullptr || w->dim() < 3 || (conv.has_input(2) && b == nullptr)) continue;

@@ -18,7 +18,7 @@ PassResult residual_layer_norm_fusion(Graph& g, const PassContext&) {
     const auto p = uses.producer(x);
     if (!p || rewriter.taken(*p) || rewriter.taken(i) || !uses.only_reader(x, i)) continue;
     const Node& add = g.nodes[*p];
-    if (!add.domain.empty() || add.op_type != "Add" || add.inputs.size() != 2) continue;
+    if (!is_onnx(add, "Add") || add.inputs.size() != 2) continue;
     // Both operands of x's exact shape and type (no broadcasting), float types the fused op takes.
     const auto tx = value_type(g, x);
     const auto ta = value_type(g, add.inputs[0]);

@@ -1,5 +1,8 @@
 // Helpers shared by the graph passes (see pass_utils.h).
 #include "core/runtime/passes/pass_utils.h"
+
+#include "core/onnx/onnx_schemas.h"
+#include "core/scalar.h"
 #include "xpuruntime/onnx_import.h"
 
 #include <algorithm>
@@ -9,6 +12,21 @@
 
 #include "core/half.h"
 #include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+bool has_onnx_arity(const Node& n) {
+  if (!(n.domain.empty() || n.domain == "ai.onnx")) return true;
+  const auto arity = onnx_schema::arity_of_any_version(n.op_type);
+  if (!arity) return true;
+  const auto fits = [](std::size_t count, int min, int max) {
+    return count >= static_cast<std::size_t>(min) && (max < 0 || count <= static_cast<std::size_t>(max));
+  };
+  return fits(n.inputs.size(), arity->min_inputs, arity->max_inputs) &&
+         fits(n.outputs.size(), arity->min_outputs, arity->max_outputs);
+}
+
+}  // namespace xpuruntime::passes
 
 namespace xpuruntime::passes::internal {
 
@@ -67,9 +85,7 @@ const Tensor* constant(const Graph& g, const std::string& value) {
 }
 
 std::optional<double> scalar_constant(const Graph& g, const std::string& value) {
-  const Tensor* t = constant(g, value);
-  if (t == nullptr || t->numel() != 1 || t->dtype() == DType::kBool) return std::nullopt;
-  return to_doubles(*t)[0];
+  return detail::one_element_value(constant(g, value));  // Note [Scalars read from tensors]
 }
 
 bool near(double value, double expected, double rel) {
@@ -94,9 +110,9 @@ std::optional<SliceRange> single_axis_slice(const Graph& g, const Node& n, std::
   if (!is_onnx(n, "Slice") || n.inputs.size() < 3 || g.opset("") < 10) return std::nullopt;
   auto one = [&](std::size_t k) -> std::optional<std::int64_t> {
     if (k >= n.inputs.size() || n.inputs[k].empty()) return std::nullopt;
-    const Tensor* t = constant(g, n.inputs[k]);
-    if (t == nullptr || t->numel() != 1) return std::nullopt;
-    const double v = to_doubles(*t)[0];
+    const auto scalar = detail::one_element_value(constant(g, n.inputs[k]));
+    if (!scalar) return std::nullopt;
+    const double v = *scalar;
     return v >= 9.2e18    ? std::numeric_limits<std::int64_t>::max()
            : v <= -9.2e18 ? std::numeric_limits<std::int64_t>::min()
                           : static_cast<std::int64_t>(v);
@@ -161,7 +177,7 @@ bool same_shape(const ValueType& a, const ValueType& b) {
 }
 
 int scalar_operand(const Graph& g, const Node& n, const std::string& op_type, double expected) {
-  if (!(n.domain.empty() || n.domain == "ai.onnx") || n.op_type != op_type || n.inputs.size() != 2) return -1;
+  if (!is_onnx(n, op_type.c_str()) || n.inputs.size() != 2) return -1;
   for (int k = 0; k < 2; ++k) {
     const Tensor* c = constant(g, n.inputs[static_cast<std::size_t>(k)]);
     if (c == nullptr || c->numel() != 1 || c->dim() > 1) continue;

@@ -129,9 +129,18 @@ Node reshape_node(Graph& g, const std::string& name, const std::string& from, co
 // "Conv 'c1'"
 std::string describe(const Node& n);
 
-// Whether `n` is the ONNX op `op_type` (the default domain).
+// Note [Patterns check arity]
+// A pattern reads the inputs and outputs its operator's schema promises (a MatMul's two inputs, a Softmax's output).
+// The importer refuses nodes that break their schema (Note [Models checked against ONNX's schemas]), and the passes
+// do not rely on it alone: every match of an ONNX node goes through is_onnx(), which also checks the node's arity
+// against what every version of the operator takes, and the passes that dispatch on op_type skip nodes for which
+// has_onnx_arity() is false. A node that fails is left alone for the lowering, which reports it.
+
+using passes::has_onnx_arity;  // passes.h
+
+// Whether `n` is the ONNX op `op_type` (the default domain) with an arity its schema allows.
 inline bool is_onnx(const Node& n, const char* op_type) {
-  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type;
+  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type && has_onnx_arity(n);
 }
 
 }  // namespace xpuruntime::passes::internal

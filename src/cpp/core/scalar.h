@@ -1,0 +1,42 @@
+// Scalars read from tensors: the one accessor (Note [Scalars read from tensors]). Internal header of src/cpp.
+//
+// Note [Scalars read from tensors]
+// ONNX passes many scalars as tensors (Range's start/limit/delta, Clip's bounds, a Loop's trip count, TopK's k, a
+// sequence position, ...), and a hostile or mutated model can give any of them zero elements or many. Reading
+// "element 0" of an empty tensor read past its allocation (Range folded while a session was built crashed; fed at
+// run time it returned garbage). Every place that reads a scalar from a tensor - the reference library, constant
+// folding, the passes and the lowering, host reads of device values - goes through these functions, which check
+// the element count first and name what they read.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime::detail {
+
+// InvalidArgumentError "<what>: expected a scalar (one element), got a tensor of N elements [shape]" unless `t` has
+// exactly one element.
+void check_one_element(const Tensor& t, const std::string& what);
+
+// The one element of `t` as T, which must be its element type (T: the C++ type of t.dtype(); 16-bit floats are
+// read as std::uint16_t bits). The tensor may live on a device: it is copied to the host first.
+template <typename T>
+T scalar_element(const Tensor& t, const std::string& what) {
+  check_one_element(t, what);
+  XPURT_INTERNAL_ASSERT(t.element_size() == sizeof(T), what, ": reading a ", dtype_name(t.dtype()), " scalar as a ",
+                        sizeof(T), "-byte type");
+  const Tensor host = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
+  return *static_cast<const T*>(host.data_ptr());
+}
+
+// The one element of a numeric tensor as double (any dtype; 16-bit floats converted). Checked like scalar_element.
+double scalar_as_double(const Tensor& t, const std::string& what);
+
+// The one element of a numeric tensor as double, or nullopt when `t` is null, a bool, or has other than one element
+// (the passes' "is this a scalar constant?", which must not throw).
+std::optional<double> one_element_value(const Tensor* t);
+
+}  // namespace xpuruntime::detail

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/onnxruntime/ort_model_fixes.h"
 #include "backends/onnxruntime/ort_profiling.h"
 #include "backends/onnxruntime/ort_utils.h"
 #include "xpuruntime/engine.h"
@@ -358,13 +359,15 @@ class OrtSession final : public EngineSession {
     // refused, as the native engine refuses it. ORT then opens the files itself: a file swapped between the check
     // and ORT's read is outside what these checks cover.
     check_external_data(model, options.model_dir);
+    std::string trimmed;  // Note [Trailing empty inputs] (ort_model_fixes.cpp)
+    const std::string& for_ort = ort::without_trailing_empty_inputs(model, &trimmed) ? trimmed : model;
     const bool want_graphs = device_.is_cuda() && options.exec_policy.cuda_graphs;
     try {
-      build(model, want_graphs);
+      build(for_ort, want_graphs);
       graphs_enabled_ = want_graphs;
     } catch (const XpuRuntimeError& error) {
       if (!want_graphs || !is_graph_capture_refusal(error.what())) throw;
-      build(model, /*cuda_graphs=*/false);
+      build(for_ort, /*cuda_graphs=*/false);
       policy_notes_.push_back(detail::str_cat(
           "cuda_graphs=true: not honoured by onnxruntime, which refuses graph capture for this model (every node "
           "must run on the CUDA execution provider, without control flow); the session runs without CUDA graphs. "

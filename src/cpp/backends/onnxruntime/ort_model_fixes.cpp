@@ -1,0 +1,113 @@
+// Note [Trailing empty inputs]
+// ONNX writes an optional input that is left out as an empty name, and an empty name at the end of a node's inputs
+// means the same as no input there at all. ONNX Runtime 1.29 does not treat them alike everywhere: a
+// LayerNormalization(X, scale, "") -- the bias left out, a valid model -- crashes session creation with a
+// segmentation fault in the SkipLayerNormFusion optimizer (graph optimization level 2 and up), which reads the
+// third input's type although it has none; LayerNormalization(X, scale) loads. The structural fuzzer found it
+// (docs/reliability.md, Fuzzing). The onnxruntime engine therefore hands ORT every node without its trailing empty
+// inputs; the model means the same, and ORT's optimizers still run. Finding such a node walks the protobuf's
+// wire format through the graph's structure only (initializers and tensor attributes are skipped, not read), so
+// models without one cost a pass over their node list and are handed over unchanged.
+#include "backends/onnxruntime/ort_model_fixes.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <cstdint>
+#include <limits>
+
+#if XPURT_ONNX_PROTO_GENERATED
+#include "onnx/onnx-ml.pb.h"
+#else
+#include <onnx/onnx_pb.h>
+#endif
+
+namespace xpuruntime::ort {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+
+enum class Message { kModel, kGraph, kFunction, kNode, kAttribute };
+
+// The message a length-delimited field of `parent` holds, when it can hold nodes (onnx.proto's field numbers).
+bool child_of(Message parent, int field, Message* child) {
+  switch (parent) {
+    case Message::kModel:  // ModelProto.graph = 7, ModelProto.functions = 25
+      if (field == 7) *child = Message::kGraph;
+      else if (field == 25) *child = Message::kFunction;
+      else return false;
+      return true;
+    case Message::kGraph:  // GraphProto.node = 1
+    case Message::kFunction:  // FunctionProto.node = 7
+      if (field != (parent == Message::kGraph ? 1 : 7)) return false;
+      *child = Message::kNode;
+      return true;
+    case Message::kNode:  // NodeProto.attribute = 5
+      if (field != 5) return false;
+      *child = Message::kAttribute;
+      return true;
+    case Message::kAttribute:  // AttributeProto.g = 6, AttributeProto.graphs = 11
+      if (field != 6 && field != 11) return false;
+      *child = Message::kGraph;
+      return true;
+  }
+  return false;
+}
+
+// True when a node in the message `in` is positioned on (of kind `kind`) ends its inputs with an empty name. A
+// malformed message answers false: ORT's own parse reports it.
+bool has_trailing_empty_input(CodedInputStream* in, Message kind, int depth) {
+  bool last_input_empty = false;
+  for (;;) {
+    const std::uint32_t tag = in->ReadTag();
+    if (tag == 0) break;
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const bool delimited = WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+    Message child;
+    if (delimited && kind == Message::kNode && field == 1) {  // NodeProto.input = 1
+      std::uint32_t length = 0;
+      if (!in->ReadVarint32(&length) || !in->Skip(static_cast<int>(length))) return false;
+      last_input_empty = length == 0;
+    } else if (delimited && depth < 64 && child_of(kind, field, &child)) {
+      std::uint32_t length = 0;
+      if (!in->ReadVarint32(&length)) return false;
+      const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
+      if (has_trailing_empty_input(in, child, depth + 1)) return true;
+      if (!in->ConsumedEntireMessage()) return false;
+      in->PopLimit(limit);
+    } else if (!WireFormatLite::SkipField(in, tag)) {
+      return false;
+    }
+  }
+  return kind == Message::kNode && last_input_empty;
+}
+
+void trim_graph(onnx::GraphProto* graph);
+
+void trim_nodes(google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes) {
+  for (onnx::NodeProto& node : *nodes) {
+    while (node.input_size() > 0 && node.input(node.input_size() - 1).empty()) node.mutable_input()->RemoveLast();
+    for (onnx::AttributeProto& attr : *node.mutable_attribute()) {
+      if (attr.has_g()) trim_graph(attr.mutable_g());
+      for (onnx::GraphProto& g : *attr.mutable_graphs()) trim_graph(&g);
+    }
+  }
+}
+
+void trim_graph(onnx::GraphProto* graph) { trim_nodes(graph->mutable_node()); }
+
+}  // namespace
+
+bool without_trailing_empty_inputs(const std::string& model, std::string* trimmed) {
+  if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max())) return false;
+  CodedInputStream in(reinterpret_cast<const std::uint8_t*>(model.data()), static_cast<int>(model.size()));
+  if (!has_trailing_empty_input(&in, Message::kModel, 0)) return false;
+  onnx::ModelProto proto;
+  if (!proto.ParseFromString(model)) return false;
+  trim_graph(proto.mutable_graph());
+  for (onnx::FunctionProto& f : *proto.mutable_functions()) trim_nodes(f.mutable_node());
+  return proto.SerializeToString(trimmed);
+}
+
+}  // namespace xpuruntime::ort

@@ -1,0 +1,16 @@
+// Rewrites of a model before ONNX Runtime sees it, for models that are valid ONNX but crash ONNX Runtime
+// (Note [Trailing empty inputs] in ort_model_fixes.cpp). Internal header of the onnxruntime engine.
+#pragma once
+
+#include <string>
+
+namespace xpuruntime::ort {
+
+// When a node of `model` (in the main graph, a subgraph or a model-local function) ends its inputs with empty names
+// (optional inputs left out), writes to `trimmed` the model without those trailing empty inputs and returns true;
+// ONNX defines both forms to mean the same. Returns false, leaving `trimmed` alone, when there are none or `model`
+// does not parse (ONNX Runtime then reports the bad model itself). Cost: a walk over the graph's structure that
+// skips tensor data; the model is parsed and serialized only when it has such a node.
+bool without_trailing_empty_inputs(const std::string& model, std::string* trimmed);
+
+}  // namespace xpuruntime::ort

@@ -180,3 +180,31 @@ def test_error_messages_escape_bytes_that_are_not_utf8():
     with pytest.raises(xrt.XpuRuntimeError) as info:
         _session(model)
     assert str(info.value)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_model_path_that_is_a_fifo_or_a_directory_is_a_typed_error(tmp_path, engine):
+    # Opening a FIFO for reading blocks until a writer comes: session creation hung forever.
+    import os
+    import threading
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    errors = []
+
+    def create():
+        try:
+            _session(str(fifo), engine)
+        except xrt.XpuRuntimeError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=create, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # release the blocked open so that the suite goes on, then fail
+        with open(fifo, "wb"):
+            pass
+        thread.join(10)
+        pytest.fail("session creation blocked on a FIFO named as the model")
+    assert len(errors) == 1 and "is a FIFO, not a regular file" in str(errors[0])
+    with pytest.raises(xrt.InvalidArgumentError, match="is a directory, not a regular file"):
+        _session(str(tmp_path), engine)

@@ -192,8 +192,10 @@ def test_run_options_terminate_and_config():
     assert ro.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
     assert sess.run(None, {"x": np.ones((1, 8), np.float32)}, ro)[0].shape == (1, 4)
     ro.terminate = True
-    with pytest.raises(xrt.XpuRuntimeError, match="req-7 terminated"):
+    with pytest.raises(xrt.RunTerminatedError, match="run 'req-7' stopped before it started"):
         sess.run(None, {"x": np.ones((1, 8), np.float32)}, ro)
+    ro.terminate = False
+    assert sess.run(None, {"x": np.ones((1, 8), np.float32)}, ro)[0].shape == (1, 4)
 
 
 def _model_with_metadata() -> bytes:

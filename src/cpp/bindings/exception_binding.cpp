@@ -24,6 +24,8 @@ PyObject* g_invalid_argument = nullptr;
 PyObject* g_invalid_type = nullptr;
 PyObject* g_distributed = nullptr;
 PyObject* g_distributed_timeout = nullptr;
+PyObject* g_terminated = nullptr;
+PyObject* g_run_timeout = nullptr;
 
 }  // namespace
 
@@ -57,6 +59,16 @@ void bind_exceptions(py::module_& m) {
       "TimeoutError); the communicator was aborted.",
       timeout_bases.ptr());
 
+  g_terminated = make_exception(m, "RunTerminatedError",
+                                "A run stopped before its end: its RunOptions' terminate was set, or it was "
+                                "interrupted; the message says where. The session can run again.",
+                                base_only.ptr());
+  py::tuple run_timeout_bases = py::make_tuple(py::handle(g_terminated), py::handle(PyExc_TimeoutError));
+  g_run_timeout = make_exception(m, "RunTimeoutError",
+                                 "A run took longer than its RunOptions' timeout and stopped (also a "
+                                 "RunTerminatedError and a TimeoutError); the message says where.",
+                                 run_timeout_bases.ptr());
+
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -72,6 +84,8 @@ void bind_exceptions(py::module_& m) {
       PyErr_SetString(g_invalid_type, e.what());
     } catch (const DistributedError& e) {
       PyErr_SetString(e.timed_out() ? g_distributed_timeout : g_distributed, e.what());
+    } catch (const RunTerminatedError& e) {
+      PyErr_SetString(e.timed_out() ? g_run_timeout : g_terminated, e.what());
     } catch (const XpuRuntimeError& e) {
       PyErr_SetString(g_base, e.what());
     }

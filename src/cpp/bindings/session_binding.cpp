@@ -1,13 +1,122 @@
-// InferenceSession, ValueInfo and Explanation. The Python class xpuruntime.InferenceSession wraps these.
+// InferenceSession, ValueInfo, Explanation and RunOptions. The Python class xpuruntime.InferenceSession wraps these.
 #include <pybind11/stl.h>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <signal.h>
+#define XPURT_SIGINT_DURING_RUNS 1
+#endif
+
+#include <atomic>
+#include <cmath>
 
 #include "bindings.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/inference_session.h"
+#include "xpuruntime/run_options.h"
 
 namespace xpuruntime::bindings {
 
 namespace {
+
+// Note [Ctrl-C during a run]
+// Python runs its signal handlers on the main thread between bytecodes, so Ctrl-C would wait for a run in C++ to
+// return (an endless Loop: forever). A run the main thread makes therefore installs, for its duration, a SIGINT
+// handler of its own (two sigaction calls per run) that interrupts the run's token (RunStop::interrupt, one atomic
+// store: async-signal-safe) and calls the handler it replaced, Python's, which marks the signal for the interpreter.
+// The run stops at its next check (Note [Stopping a run] in run_options.h) and unwinds; with the GIL back,
+// PyErr_CheckSignals runs the Python-level handler, and the KeyboardInterrupt it raises is what run() raises (a
+// handler that raises nothing leaves the RunTerminatedError). Runs on other threads are not interrupted (Python
+// delivers signals to the main thread only), nor runs where SIGINT is ignored or default. Measured on a CPU run of
+// an endless Loop (tests/python/test_run_stop.py): KeyboardInterrupt a few milliseconds after the signal
+// (docs/reliability.md gives the figure).
+unsigned long g_main_thread = 0;  // PyThread_get_thread_ident() of the main thread (bind_session)
+
+#if XPURT_SIGINT_DURING_RUNS
+std::atomic<RunStop*> g_interruptible{nullptr};  // the main thread's run in flight, if any
+struct sigaction g_python_sigint {};             // the handler ours replaced, called after ours
+
+void on_sigint(int signal_number, siginfo_t* info, void* context) {
+  if (RunStop* stop = g_interruptible.load(std::memory_order_relaxed)) stop->interrupt();
+  if ((g_python_sigint.sa_flags & SA_SIGINFO) != 0) {
+    if (g_python_sigint.sa_sigaction != nullptr) g_python_sigint.sa_sigaction(signal_number, info, context);
+  } else if (g_python_sigint.sa_handler != SIG_DFL && g_python_sigint.sa_handler != SIG_IGN) {
+    g_python_sigint.sa_handler(signal_number);
+  }
+}
+#endif
+
+// A run that Ctrl-C stops (Note [Ctrl-C during a run]): `stop()` is the token to make current for it (null when this
+// run cannot be interrupted).
+class InterruptibleRun {
+ public:
+  InterruptibleRun() {
+#if XPURT_SIGINT_DURING_RUNS
+    if (PyThread_get_thread_ident() != g_main_thread || g_interruptible.load() != nullptr) return;
+    struct sigaction previous {};
+    if (sigaction(SIGINT, nullptr, &previous) != 0) return;
+    const bool python_handles = (previous.sa_flags & SA_SIGINFO) != 0 ||
+                                (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN);
+    if (!python_handles || previous.sa_sigaction == on_sigint) return;
+    g_python_sigint = previous;
+    struct sigaction ours = previous;
+    ours.sa_flags |= SA_SIGINFO;
+    ours.sa_sigaction = on_sigint;
+    g_interruptible.store(&stop_);
+    installed_ = sigaction(SIGINT, &ours, nullptr) == 0;
+    if (!installed_) g_interruptible.store(nullptr);
+#endif
+  }
+  ~InterruptibleRun() {
+#if XPURT_SIGINT_DURING_RUNS
+    if (!installed_) return;
+    sigaction(SIGINT, &g_python_sigint, nullptr);
+    g_interruptible.store(nullptr);
+#endif
+  }
+  InterruptibleRun(const InterruptibleRun&) = delete;
+  InterruptibleRun& operator=(const InterruptibleRun&) = delete;
+
+  const RunStop* stop() const { return installed_ ? &stop_ : nullptr; }
+  // After a run stopped by Ctrl-C (GIL held): Python's handler runs; its KeyboardInterrupt, if any, is raised.
+  void raise_pending_signal() const {
+    if (installed_ && stop_.interrupted() && PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+
+ private:
+  RunStop stop_;
+  bool installed_ = false;
+};
+
+// Runs `run` with the GIL released, interruptible by Ctrl-C when on the main thread (Note [Ctrl-C during a run]).
+template <typename F>
+auto run_interruptible(F&& run) -> decltype(run()) {
+  InterruptibleRun interruptible;
+  try {
+    py::gil_scoped_release release;
+    const RunStopScope scope(interruptible.stop());
+    return run();
+  } catch (const RunTerminatedError&) {
+    interruptible.raise_pending_signal();
+    throw;
+  }
+}
+
+// Python's RunOptions timeout, in seconds (None or 0: none), as RunOptions::timeout.
+std::chrono::milliseconds timeout_from_seconds(const py::object& seconds) {
+  if (seconds.is_none()) return std::chrono::milliseconds(0);
+  const double value = seconds.cast<double>();
+  XPURT_CHECK(std::isfinite(value) && value >= 0, "RunOptions timeout must be a number of seconds >= 0 (0 or None: "
+              "no timeout), got ", value);
+  const auto ms = static_cast<std::int64_t>(std::ceil(value * 1000.0));
+  return std::chrono::milliseconds(value > 0 && ms == 0 ? 1 : ms);
+}
+
+const RunOptions& options_or_default(const py::object& run_options, const RunOptions& fallback) {
+  if (run_options.is_none()) return fallback;
+  XPURT_CHECK_TYPE(py::isinstance<RunOptions>(run_options), "run_options must be an xpuruntime.RunOptions, got ",
+                   py::str(py::type::of(run_options).attr("__name__")).cast<std::string>());
+  return *run_options.cast<const RunOptions*>();
+}
 
 SessionOptions make_options(const py::handle& device, const std::string& engine, const py::handle& kernel_policy,
                             const py::handle& exec_policy, bool fp16) {
@@ -182,6 +291,48 @@ void bind_session(py::module_& m) {
       .def("output_names", &IoBinding::output_names)
       .def("outputs", &IoBinding::outputs);
 
+  g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  py::class_<RunOptions>(m, "RunOptions", R"doc(Options of one run (ONNX Runtime's RunOptions).
+
+Parameters
+----------
+timeout : float, optional
+    Seconds the run may take; past them it stops with :class:`~xpuruntime.RunTimeoutError`. None or 0 (default): no
+    limit.
+tag : str
+    Names the run in its errors (ONNX Runtime's ``logid``). Default: none.
+
+``terminate = True`` (from any thread, while the run is in flight) stops it with
+:class:`~xpuruntime.RunTerminatedError` at its next check (between nodes, Loop iterations, plan segments and in the
+CPU kernels' loops; docs/reliability.md); every later run given these options stops before it starts until
+``terminate = False``. The session runs normally after a stopped run.)doc")
+      .def(py::init([](const py::object& timeout, const std::string& tag, bool terminate) {
+             auto options = std::make_unique<RunOptions>();
+             options->timeout = timeout_from_seconds(timeout);
+             options->tag = tag;
+             if (terminate) options->set_terminate();
+             return options;
+           }),
+           py::arg("timeout") = py::none(), py::arg("tag") = "", py::arg("terminate") = false)
+      .def_property("terminate", &RunOptions::terminate,
+                    [](RunOptions& o, bool value) { value ? o.set_terminate() : o.unset_terminate(); },
+                    "Set to stop the runs given these options (safe from any thread); default False.")
+      .def_property("timeout",
+                    [](const RunOptions& o) -> py::object {
+                      if (o.timeout.count() == 0) return py::none();
+                      return py::float_(static_cast<double>(o.timeout.count()) / 1000.0);
+                    },
+                    [](RunOptions& o, const py::object& seconds) { o.timeout = timeout_from_seconds(seconds); },
+                    "Seconds a run may take (millisecond resolution); None (default): no limit.")
+      .def_readwrite("tag", &RunOptions::tag, "Names the run in its errors; default ''.")
+      .def("__repr__", [](const RunOptions& o) {
+        std::string out = "<RunOptions";
+        if (o.timeout.count() != 0) out += " timeout=" + std::to_string(o.timeout.count()) + "ms";
+        if (!o.tag.empty()) out += " tag='" + o.tag + "'";
+        if (o.terminate()) out += " terminate";
+        return out + ">";
+      });
+
   py::class_<InferenceSession>(m, "InferenceSession")
       .def(py::init([](const py::object& model, const py::object& device, const std::string& engine,
                        const py::object& kernel_policy, const py::object& exec_policy, bool fp16,
@@ -208,15 +359,17 @@ void bind_session(py::module_& m) {
       .def("get_outputs", &InferenceSession::get_outputs)
       .def("_run",
            [](const InferenceSession& s, const std::vector<std::pair<std::string, py::object>>& feeds,
-              const std::vector<std::string>& output_names) {
+              const std::vector<std::string>& output_names, const py::object& run_options) {
              std::vector<std::pair<std::string, Tensor>> tensors;
              for (const auto& [name, value] : feeds) tensors.emplace_back(name, to_tensor(value));
-             py::gil_scoped_release release;
-             return s.run(tensors, output_names);
+             const RunOptions none;
+             const RunOptions& options = options_or_default(run_options, none);
+             return run_interruptible([&] { return s.run(tensors, output_names, options); });
            },
-           py::arg("feeds"), py::arg("output_names"))
+           py::arg("feeds"), py::arg("output_names"), py::arg("run_options") = py::none())
       .def("_run_values",
-           [](const InferenceSession& s, const py::dict& feeds, const py::object& output_names) -> py::object {
+           [](const InferenceSession& s, const py::dict& feeds, const py::object& output_names,
+              const py::object& run_options) -> py::object {
              // Note [Python run path]: the whole of xpuruntime.InferenceSession.run past its argument forms.
              std::vector<std::pair<std::string, Value>> values;
              values.reserve(feeds.size());
@@ -228,11 +381,9 @@ void bind_session(py::module_& m) {
              const bool as_dict = output_names.is_none();
              const std::vector<std::string> names =
                  as_dict ? std::vector<std::string>{} : output_names.cast<std::vector<std::string>>();
-             std::vector<Value> outputs;
-             {
-               py::gil_scoped_release release;
-               outputs = s.run_values(values, names);
-             }
+             const RunOptions none;
+             const RunOptions& options = options_or_default(run_options, none);
+             std::vector<Value> outputs = run_interruptible([&] { return s.run_values(values, names, options); });
              if (as_dict) {
                py::dict out;
                const std::vector<ValueInfo>& infos = s.get_outputs();
@@ -245,13 +396,18 @@ void bind_session(py::module_& m) {
              for (const Value& v : outputs) out.append(from_value(v));
              return out;
            },
-           py::arg("feeds"), py::arg("output_names"),
+           py::arg("feeds"), py::arg("output_names"), py::arg("run_options") = py::none(),
            "Runs with feeds {name: tensor, list (a sequence) or None (an empty optional)}; output_names None returns "
            "{name: output} of every output, a list returns those outputs as a list (numpy arrays on the CPU, Tensors "
            "on a device or bfloat16, lists for sequences, None for empty optionals).")
       .def("io_binding", &InferenceSession::io_binding)
-      .def("_run_with_binding", &InferenceSession::run_with_binding, py::arg("binding"),
-           py::call_guard<py::gil_scoped_release>())
+      .def("_run_with_binding",
+           [](const InferenceSession& s, IoBinding& binding, const py::object& run_options) {
+             const RunOptions none;
+             const RunOptions& options = options_or_default(run_options, none);
+             run_interruptible([&] { s.run_with_binding(binding, options); });
+           },
+           py::arg("binding"), py::arg("run_options") = py::none())
       .def("explain", &InferenceSession::explain, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("engine", &InferenceSession::engine);
 

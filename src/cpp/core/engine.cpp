@@ -264,7 +264,11 @@ const std::vector<ValueInfo>& InferenceSession::get_inputs() const { return sess
 const std::vector<ValueInfo>& InferenceSession::get_outputs() const { return session_->outputs(); }
 
 std::vector<Tensor> InferenceSession::run(const std::vector<std::pair<std::string, Tensor>>& feeds,
-                                          const std::vector<std::string>& output_names) const {
+                                          const std::vector<std::string>& output_names,
+                                          const RunOptions& run_options) const {
+  const RunStop stop(run_options, RunStop::current());  // Note [Stopping a run] (run_options.h)
+  const RunStopScope stop_scope(&stop);
+  stop.check("before it started");
   // Note [Profiler off cost] (profiler.h): one relaxed load when no profiler records.
   if (!profiler::active()) return session_->run(feeds, output_names);
   std::vector<Tensor> outputs;
@@ -273,7 +277,11 @@ std::vector<Tensor> InferenceSession::run(const std::vector<std::pair<std::strin
 }
 
 std::vector<Value> InferenceSession::run_values(const std::vector<std::pair<std::string, Value>>& feeds,
-                                                const std::vector<std::string>& output_names) const {
+                                                const std::vector<std::string>& output_names,
+                                                const RunOptions& run_options) const {
+  const RunStop stop(run_options, RunStop::current());  // Note [Stopping a run] (run_options.h)
+  const RunStopScope stop_scope(&stop);
+  stop.check("before it started");
   if (!profiler::active()) return session_->run_values(feeds, output_names);
   std::vector<std::pair<std::string, Tensor>> tensors;  // what the profiler records of the feeds
   for (const auto& [name, value] : feeds) {
@@ -387,9 +395,12 @@ IoBinding InferenceSession::io_binding() const {
   return IoBinding(session_->inputs(), session_->outputs(), options_.device);
 }
 
-void InferenceSession::run_with_binding(IoBinding& binding) const {
+void InferenceSession::run_with_binding(IoBinding& binding, const RunOptions& run_options) const {
   XPURT_CHECK(!binding.outputs_.empty(), "run_with_binding: no output is bound; bind at least one (to a tensor or "
               "to a device)");
+  const RunStop stop(run_options, RunStop::current());  // Note [Stopping a run] (run_options.h)
+  const RunStopScope stop_scope(&stop);
+  stop.check("before it started");
   std::vector<std::string> names = binding.output_names();
   std::vector<Tensor> outputs;
   outputs.reserve(binding.outputs_.size());

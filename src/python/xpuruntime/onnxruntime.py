@@ -226,19 +226,45 @@ def _check_dim(value: Any) -> None:
 
 
 class RunOptions(_ConfigEntries):
-    """ONNX Runtime's RunOptions: ``logid`` / ``log_severity_level`` / ``log_verbosity_level`` (kept),
-    ``terminate`` (a run whose options say terminate raises instead of running), ``only_execute_path_to_fetches``
-    (accepted: the native engine computes what the graph's outputs need), run config entries (kept)."""
+    """ONNX Runtime's RunOptions: ``logid`` (names the run in its errors), ``log_severity_level`` /
+    ``log_verbosity_level`` (kept), ``terminate`` (set from any thread: the run in flight stops at its next check, a
+    later run before it starts, with :class:`xpuruntime.RunTerminatedError`; both engines),
+    ``only_execute_path_to_fetches`` (accepted: the native engine computes what the graph's outputs need), run config
+    entries (kept). xpuruntime adds ``timeout`` (seconds; None: no limit), which stops the run with
+    :class:`xpuruntime.RunTimeoutError`."""
 
     _what = "RunOptions"
 
     def __init__(self) -> None:
         super().__init__()
-        self.logid = ""
+        self._options = _core.RunOptions()
         self.log_severity_level = 2
         self.log_verbosity_level = 0
-        self.terminate = False
         self.only_execute_path_to_fetches = False
+
+    @property
+    def terminate(self) -> bool:
+        return self._options.terminate
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        self._options.terminate = bool(value)
+
+    @property
+    def logid(self) -> str:
+        return self._options.tag
+
+    @logid.setter
+    def logid(self, value: str) -> None:
+        self._options.tag = str(value)
+
+    @property
+    def timeout(self) -> Optional[float]:
+        return self._options.timeout
+
+    @timeout.setter
+    def timeout(self, seconds: Optional[float]) -> None:
+        self._options.timeout = seconds
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._set_entry(key, value)
@@ -250,6 +276,15 @@ class RunOptions(_ConfigEntries):
 # ---------------------------------------------------------------------------------------------------------------
 # Values and metadata
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def _core_run_options(run_options: Optional[RunOptions]) -> Optional[_core.RunOptions]:
+    """The xpuruntime RunOptions behind ONNX Runtime's (an xpuruntime.RunOptions is taken as well)."""
+    if run_options is None or isinstance(run_options, _core.RunOptions):
+        return run_options
+    if not isinstance(run_options, RunOptions):
+        raise _core.InvalidTypeError(f"run_options must be a RunOptions, got {type(run_options).__name__}")
+    return run_options._options
 
 
 def _device_string(device_type: str, device_id: int) -> str:
@@ -671,23 +706,18 @@ class InferenceSession(_XrtSession):
     def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
             run_options: Optional[RunOptions] = None) -> List[Any]:
         """``run(output_names or None, {name: array or OrtValue}, run_options)`` -> list of numpy arrays."""
-        if run_options is not None:
-            if not isinstance(run_options, RunOptions):
-                raise _core.InvalidTypeError(f"run_options must be a RunOptions, got {type(run_options).__name__}")
-            if run_options.terminate:
-                raise _core.XpuRuntimeError(f"run{' ' + run_options.logid if run_options.logid else ''} "
-                                            "terminated: RunOptions.terminate is set")
+        options = _core_run_options(run_options)
         if not isinstance(input_feed, Mapping):
             raise _core.InvalidTypeError(f"input_feed must be a dict, got {type(input_feed).__name__}")
         feeds = {k: (v.tensor() if isinstance(v, OrtValue) else v) for k, v in input_feed.items()}
-        outputs = super().run(list(output_names or []), feeds)
+        outputs = super().run(list(output_names or []), feeds, run_options=options)
         return [o.to("cpu").numpy() if isinstance(o, _core.Tensor) and o.dtype != "bfloat16" else o
                 for o in outputs]
 
     def run_with_ort_values(self, output_names: Optional[Sequence[str]], input_dict_ort_values: Mapping[str, Any],
                             run_options: Optional[RunOptions] = None) -> List[OrtValue]:
         feeds = {k: (v.tensor() if isinstance(v, OrtValue) else v) for k, v in input_dict_ort_values.items()}
-        outputs = _XrtSession.run(self, list(output_names or []), feeds)
+        outputs = _XrtSession.run(self, list(output_names or []), feeds, run_options=_core_run_options(run_options))
         from .runtime.tensor import from_numpy
         return [OrtValue(o if isinstance(o, _core.Tensor) else from_numpy(np.ascontiguousarray(o)))
                 for o in outputs]
@@ -702,9 +732,7 @@ class InferenceSession(_XrtSession):
         return OrtIOBinding(self)
 
     def run_with_iobinding(self, iobinding: IOBinding, run_options: Optional[RunOptions] = None) -> None:
-        if run_options is not None and run_options.terminate:
-            raise _core.XpuRuntimeError("run terminated: RunOptions.terminate is set")
-        super().run_with_iobinding(iobinding)
+        super().run_with_iobinding(iobinding, _core_run_options(run_options))
 
     def get_overridable_initializers(self) -> List[NodeArg]:
         return []

@@ -40,6 +40,7 @@
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/memory_manager.h"
+#include "xpuruntime/run_options.h"
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime::cpu {
@@ -290,18 +291,39 @@ class OutputBuffer {
 
 // ---- threads ----
 
+// While a run can stop, a thread's share of a parallel loop is cut into up to this many slices, with a check of the
+// run's token before each (Note [Stopping a run] in run_options.h).
+inline constexpr std::int64_t kRunStopSlices = 16;
+
+// f(begin, end), in slices of at least `grain` items with a stop check before each when `stop` is set.
+template <typename F>
+void run_slices(std::int64_t begin, std::int64_t end, std::int64_t grain, const RunStop* stop, F& f) {
+  if (stop == nullptr) {
+    f(begin, end);
+    return;
+  }
+  const std::int64_t n = end - begin;
+  const std::int64_t slices = std::clamp<std::int64_t>(n / grain, 1, kRunStopSlices);
+  for (std::int64_t s = 0; s < slices; ++s) {
+    stop->check("in a CPU kernel's parallel loop");
+    f(begin + n * s / slices, begin + n * (s + 1) / slices);
+  }
+}
+
 // Runs f(begin, end) over [0, n) split into at most `threads` contiguous chunks of at least `grain` items
 // (one call on the calling thread when that gives one chunk). An exception thrown by `f` on a worker (e.g.
 // std::bad_alloc) is carried out of the parallel region and rethrown here; the other chunks still run. The
 // workers run under the calling thread's memory budget, so the scratch they make is charged to the run
-// (Note [Scratch memory under the budget]).
+// (Note [Scratch memory under the budget]), and under its stop token: within a run that can stop, each chunk runs
+// in slices of at least `grain` items (run_slices), so `f` must take any such range.
 template <typename F>
 void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
   const std::int64_t chunks = std::min<std::int64_t>(threads, (n + grain - 1) / grain);
+  const RunStop* stop = RunStop::current();
   if (chunks <= 1) {
-    f(std::int64_t{0}, n);
+    run_slices(std::int64_t{0}, n, grain, stop, f);
     return;
   }
   std::exception_ptr error;
@@ -312,7 +334,8 @@ void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
   for (std::int64_t c = 0; c < chunks; ++c) {
     try {
       const MemoryBudgetScope scope(budget);
-      f(n * c / chunks, n * (c + 1) / chunks);
+      const RunStopScope stop_scope(stop);
+      run_slices(n * c / chunks, n * (c + 1) / chunks, grain, stop, f);
     } catch (...) {
 #if defined(_OPENMP)
 #pragma omp critical(xpurt_cpu_parallel_for_error)

@@ -39,6 +39,7 @@
 
 #include "backends/onnxruntime/ort_model_fixes.h"
 #include "backends/onnxruntime/ort_profiling.h"
+#include "backends/onnxruntime/ort_stop.h"
 #include "backends/onnxruntime/ort_utils.h"
 #include "xpuruntime/engine.h"
 #include "xpuruntime/exceptions.h"
@@ -747,11 +748,15 @@ class OrtSession final : public EngineSession {
           XPURT_ORT_CHECK(binding.BindOutput(output_names[j], device_memory_));
         }
       }
-      XPURT_ORT_CHECK(session_->Run(call_options(), binding));
+      const Ort::RunOptions& options = call_options();
+      ort::run_watched(options, [&] { XPURT_ORT_CHECK(session_->Run(options, binding)); });  // Note [Stopping ORT runs]
       XPURT_ORT_CHECK(values = binding.GetOutputValues());
     } else {
-      XPURT_ORT_CHECK(session_->Run(call_options(), input_names_.data(), input_values.data(), input_values.size(),
-                                    output_names.data(), values.data(), values.size()));
+      const Ort::RunOptions& options = call_options();
+      ort::run_watched(options, [&] {  // Note [Stopping ORT runs]
+        XPURT_ORT_CHECK(session_->Run(options, input_names_.data(), input_values.data(), input_values.size(),
+                                      output_names.data(), values.data(), values.size()));
+      });
     }
     XPURT_INTERNAL_ASSERT(values.size() == bound.size(), "ORT returned ", values.size(), " outputs, expected ",
                           bound.size());
@@ -1054,11 +1059,12 @@ class OrtSession final : public EngineSession {
                                               for_explain ? &explain_profile_pending_ : nullptr);
   }
 
-  // The RunOptions of the Run call about to be made: its own, profiling, in a profiled run; else the shared ones.
+  // The RunOptions of the Run call about to be made: its own, profiling, in a profiled run; the thread's own in a run
+  // that can stop (Note [Stopping ORT runs]); else the shared ones.
   const Ort::RunOptions& call_options() {
     ort::ProfiledRun* profiled = ort::ProfiledRun::active(this);
     const Ort::RunOptions* options = profiled != nullptr ? profiled->call_options() : nullptr;
-    return options != nullptr ? *options : plain_run_options_;
+    return options != nullptr ? *options : ort::run_options_for_call(plain_run_options_, graphs_enabled_);
   }
 
   // While a Profiler records, sessions with CUDA graphs run without them: a replay runs no node one by one, so ORT

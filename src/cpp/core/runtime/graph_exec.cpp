@@ -15,6 +15,7 @@
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/memory_manager.h"
 #include "xpuruntime/profiler.h"
+#include "xpuruntime/run_options.h"
 
 namespace xpuruntime {
 namespace {
@@ -194,6 +195,8 @@ void return_stream(std::unique_ptr<Stream> stream) {
     throw CudaError(with(e), e.cuda_status());
   } catch (const DistributedError& e) {
     throw DistributedError(with(e), e.timed_out());
+  } catch (const RunTerminatedError& e) {
+    throw RunTerminatedError(with(e), e.timed_out());
   } catch (const UnsupportedOperationError& e) {
     throw UnsupportedOperationError(with(e));
   } catch (const InvalidArgumentError& e) {
@@ -363,8 +366,12 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
                              format_bytes(peak));
     })));
   }
+  const RunStop* stop = RunStop::current();  // Note [Stopping a run] (run_options.h)
   for (std::size_t index = 0; index < steps.size(); ++index) {
     const PlanStep& step = steps[index];
+    if (stop != nullptr) {
+      stop->check("before node '", step.node, "' (", step.op_type, ", step ", index + 1, " of ", steps.size(), ")");
+    }
     std::optional<StepScope> scope;
     if (profiling) scope.emplace(profiling, step);
     std::optional<profiler::GraphLabelScope> label;
@@ -643,6 +650,7 @@ std::vector<Tensor> GraphExec::run_segmented(const std::vector<Tensor>& inputs, 
       }
     }
   }
+  check_run_stop("between plan segments (Note [Segmented plans])");  // Note [Stopping a run]
   std::shared_ptr<const CapturePlan> next = boundary.next(tensors, host);
   const std::vector<Tensor> second = next_exec(next).run(tensors, nullptr);
   std::vector<Tensor> outputs;

@@ -2,6 +2,7 @@
 #include "core/runtime/onnx_cpu_ops.h"
 
 #include "core/runtime/passes.h"
+#include "xpuruntime/run_options.h"
 
 #include <algorithm>
 #include <set>
@@ -196,7 +197,10 @@ std::vector<Value> run_graph(const Graph& body, const std::vector<Value>& inputs
     if (it != scope.end()) return it->second;
     return outer ? outer(name) : Value();
   };
-  for (const Node& node : body.nodes) {
+  for (std::size_t index = 0; index < body.nodes.size(); ++index) {
+    const Node& node = body.nodes[index];
+    check_run_stop("in subgraph '", body.name, "' before its node ", index + 1, " of ", body.nodes.size(), " ('",
+                   node.name, "', ", node.op_type, ")");  // Note [Stopping a run] (run_options.h)
     std::vector<Value> node_inputs;
     node_inputs.reserve(node.inputs.size());
     for (const auto& in : node.inputs) {

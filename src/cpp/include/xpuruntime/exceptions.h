@@ -12,6 +12,8 @@
 //   +-- InvalidTypeError             a caller passed a value of the wrong dtype/kind (Python: TypeError)
 //   +-- DistributedError             a collective or communicator failed: a rank timed out, died or aborted
 //                                    (Python: also TimeoutError when the message starts with "timeout")
+//   +-- RunTerminatedError           a run stopped before its end: RunOptions terminate, its timeout, an interrupt
+//                                    (run_options.h; Python: RunTimeoutError, also a TimeoutError, for the timeout)
 //
 // Use XPURT_CHECK for caller errors ("Expected ..., but got ...") and XPURT_INTERNAL_ASSERT for our own bugs.
 #pragma once
@@ -35,6 +37,7 @@ enum class ErrorCode {
   kInvalidArgument,
   kInvalidType,
   kDistributed,
+  kTerminated,
 };
 
 namespace detail {
@@ -91,6 +94,17 @@ class XPURT_API DistributedError : public XpuRuntimeError {
  public:
   explicit DistributedError(const std::string& message, bool timed_out = false)
       : XpuRuntimeError(message, ErrorCode::kDistributed), timed_out_(timed_out) {}
+  bool timed_out() const noexcept { return timed_out_; }
+
+ private:
+  bool timed_out_;
+};
+
+class XPURT_API RunTerminatedError : public XpuRuntimeError {
+ public:
+  // `timed_out`: the run's RunOptions timeout stopped it (rather than terminate or an interrupt).
+  explicit RunTerminatedError(const std::string& message, bool timed_out = false)
+      : XpuRuntimeError(message, ErrorCode::kTerminated), timed_out_(timed_out) {}
   bool timed_out() const noexcept { return timed_out_; }
 
  private:

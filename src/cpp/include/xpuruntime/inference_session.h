@@ -22,6 +22,7 @@
 
 #include "xpuruntime/engine.h"
 #include "xpuruntime/export.h"
+#include "xpuruntime/run_options.h"
 
 namespace xpuruntime {
 
@@ -84,8 +85,11 @@ class XPURT_API InferenceSession {
   const std::vector<ValueInfo>& get_outputs() const;
   // Runs the model; `output_names` empty means every output, in model order. Tensors only: a model with
   // sequence or optional inputs or outputs runs through run_values (InvalidTypeError here naming the value).
+  // `run_options` (run_options.h; default: none) may stop the run: RunTerminatedError saying where and why
+  // (Note [Stopping a run]); every run method takes them.
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
-                          const std::vector<std::string>& output_names = {}) const;
+                          const std::vector<std::string>& output_names = {},
+                          const RunOptions& run_options = RunOptions()) const;
   // Runs the model with values of any kind (value.h), as ONNX Runtime's Run with Ort::Values: a tensor, a sequence
   // (Value::sequence) or an optional per input, as get_inputs() declares it (ValueInfo::type); an optional input
   // also takes its element itself (a tensor or a sequence), wrapped as ONNX Runtime does, and Value::none() for
@@ -97,12 +101,13 @@ class XPURT_API InferenceSession {
   //   auto out = session.run_values({{"seq", Value::sequence({a, b}, DType::kFloat32)}, {"opt", Value::none()}});
   //   for (const Tensor& t : out[0].elements()) ...
   std::vector<Value> run_values(const std::vector<std::pair<std::string, Value>>& feeds,
-                                const std::vector<std::string>& output_names = {}) const;
+                                const std::vector<std::string>& output_names = {},
+                                const RunOptions& run_options = RunOptions()) const;
   // A new, empty I/O binding for this session.
   IoBinding io_binding() const;
   // Runs with `binding`'s inputs and outputs (at least one output bound); the outputs are then in
   // binding.outputs().
-  void run_with_binding(IoBinding& binding) const;
+  void run_with_binding(IoBinding& binding, const RunOptions& run_options = RunOptions()) const;
   Explanation explain() const;
   const std::string& engine() const { return engine_; }
   const SessionOptions& options() const { return options_; }

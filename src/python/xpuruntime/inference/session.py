@@ -106,7 +106,16 @@ class InferenceSession:
         (a list or tuple fed is always a sequence: feeding one to a tensor input raises
         :class:`~xpuruntime.InvalidTypeError`), an empty optional is ``None``, an optional holding a value is that
         value (an array, or a list for a sequence). The native engine runs them on the CPU.
+
+        ``run_options`` (a :class:`~xpuruntime.RunOptions`, keyword or ONNX Runtime's third argument) may stop the
+        run: ``terminate`` set from another thread, or its ``timeout``, raise
+        :class:`~xpuruntime.RunTerminatedError` / :class:`~xpuruntime.RunTimeoutError` naming where the run stopped.
+        Ctrl-C during a run on the main thread raises ``KeyboardInterrupt`` within milliseconds on the CPU
+        (docs/reliability.md). The session runs normally afterwards.
         """
+        run_options = kwargs.pop("run_options", None)
+        if len(args) == 3 and run_options is None:
+            args, run_options = args[:2], args[2]
         if len(args) == 1 and not kwargs:
             feeds, names = args[0], None
         elif len(args) == 2 and not kwargs:
@@ -125,20 +134,18 @@ class InferenceSession:
                                              f"{type(feeds).__name__}")
             feeds = dict(feeds)
         # Note [Python run path] (session_binding.cpp): feeds and outputs are converted in C++.
-        return self._session._run_values(feeds, names)
+        return self._session._run_values(feeds, names, run_options)
 
     def io_binding(self) -> "IOBinding":
         """A new I/O binding for :meth:`run_with_iobinding` (ONNX Runtime's ``io_binding``)."""
         return IOBinding(self)
 
-    def run_with_iobinding(self, iobinding: "IOBinding", run_options: Any = None) -> None:
+    def run_with_iobinding(self, iobinding: "IOBinding", run_options: Optional[_core.RunOptions] = None) -> None:
         """Runs with the inputs and outputs bound in ``iobinding``; the outputs are then in
-        ``iobinding.get_outputs()``. ``run_options`` is accepted for ONNX Runtime compatibility and must be None."""
-        if run_options is not None:
-            raise _core.InvalidArgumentError("run_with_iobinding: run_options are not supported (pass None)")
+        ``iobinding.get_outputs()``. ``run_options``: a :class:`~xpuruntime.RunOptions`, as in :meth:`run`."""
         if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
             raise _core.InvalidTypeError("run_with_iobinding takes an IOBinding made by this session's io_binding()")
-        self._session._run_with_binding(iobinding._binding)
+        self._session._run_with_binding(iobinding._binding, run_options)
 
     def explain(self) -> _core.Explanation:
         """The engine and why, each node's kernel (execution provider), options set and policy notes.

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backends/cpu/onnx/onnx_common.h"
+#include "xpuruntime/run_options.h"
 
 namespace xpuruntime::onnx_ref {
 namespace {
@@ -118,6 +119,7 @@ void run_loop(OpContext& ctx) {
   const std::size_t k = body.outputs.size() - 1 - n;
   std::vector<std::vector<Tensor>> scans(k);
   for (std::int64_t i = 0; i < max_trips && cond; ++i) {
+    check_run_stop("in ", ctx.where(), " at iteration ", i);  // Note [Stopping a run] (run_options.h)
     std::vector<Value> in = {scalar_tensor_i64(i), scalar_tensor_bool(cond)};
     in.insert(in.end(), carried.begin(), carried.end());
     std::vector<Value> outs = run_graph(body, in, ctx.outer());
@@ -155,6 +157,7 @@ std::vector<Tensor> scan_once(const OpContext& ctx, const Graph& body, std::vect
   if (length < 0) length = 0;
   std::vector<std::vector<Tensor>> outs_per_step(k);
   for (std::int64_t t = 0; t < length; ++t) {
+    check_run_stop("in ", ctx.where(), " at iteration ", t);  // Note [Stopping a run] (run_options.h)
     std::vector<Value> in(states.begin(), states.end());
     for (std::size_t j = 0; j < m; ++j) {
       const std::int64_t axis = normalize_axis(in_axes[j], scan_inputs[j].dim(), ctx.where());

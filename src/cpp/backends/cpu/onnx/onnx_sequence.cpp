@@ -13,6 +13,7 @@
 #include "backends/cpu/onnx/onnx_common.h"
 #include "core/shape_str.h"
 #include "xpuruntime/onnx_import.h"
+#include "xpuruntime/run_options.h"
 
 namespace xpuruntime::onnx_ref {
 namespace {
@@ -243,6 +244,7 @@ void sequence_map(OpContext& ctx) {
   }
   std::vector<std::vector<Tensor>> results(body.outputs.size());
   for (std::int64_t p = 0; p < length; ++p) {
+    check_run_stop("in ", ctx.where(), " at element ", p);  // Note [Stopping a run] (run_options.h)
     std::vector<Value> in;
     for (std::size_t i = 0; i < m; ++i) {
       const Value& v = ctx.value(i);

@@ -39,6 +39,7 @@
 
 #include "backends/onnxruntime/ort_model_fixes.h"
 #include "backends/onnxruntime/ort_profiling.h"
+#include "backends/onnxruntime/ort_memory_budget.h"
 #include "backends/onnxruntime/ort_stop.h"
 #include "backends/onnxruntime/ort_utils.h"
 #include "xpuruntime/engine.h"
@@ -196,7 +197,8 @@ OrtConfig map_policies(const SessionOptions& options, bool cuda_graphs) {
       config.cuda_options["gpu_mem_limit"] = std::to_string(policy.memory_limit);
       config.policy_notes.push_back(detail::str_cat("memory_limit -> gpu_mem_limit=", policy.memory_limit));
     } else {
-      config.policy_notes.push_back("memory_limit: not honoured by onnxruntime on cpu");
+      config.policy_notes.push_back(detail::str_cat("memory_limit -> each run's CPU allocations charged to a budget of ",
+                                                    policy.memory_limit, " bytes (Note [memory_limit through ORT])"));
     }
   }
   return config;
@@ -529,6 +531,10 @@ class OrtSession final : public EngineSession {
       }
     } else {
       config.options.push_back("execution_provider=CPUExecutionProvider");
+      if (options_.exec_policy.memory_limit != 0) {  // Note [memory_limit through ORT]
+        ort::use_budgeted_cpu_allocator(session_options);
+        config.options.push_back("session.use_env_allocators=1 (xpuruntime's budgeted CPU allocator)");
+      }
     }
     if (!options_.model_dir.empty()) {
       // Note [External data through ORT]
@@ -749,11 +755,13 @@ class OrtSession final : public EngineSession {
         }
       }
       const Ort::RunOptions& options = call_options();
-      ort::run_watched(options, [&] { XPURT_ORT_CHECK(session_->Run(options, binding)); });  // Note [Stopping ORT runs]
+      ort::run_watched(options, run_memory_limit(), [&] {  // Note [Stopping ORT runs]
+        XPURT_ORT_CHECK(session_->Run(options, binding));
+      });
       XPURT_ORT_CHECK(values = binding.GetOutputValues());
     } else {
       const Ort::RunOptions& options = call_options();
-      ort::run_watched(options, [&] {  // Note [Stopping ORT runs]
+      ort::run_watched(options, run_memory_limit(), [&] {  // Note [Stopping ORT runs]
         XPURT_ORT_CHECK(session_->Run(options, input_names_.data(), input_values.data(), input_values.size(),
                                       output_names.data(), values.data(), values.size()));
       });
@@ -1058,6 +1066,9 @@ class OrtSession final : public EngineSession {
     return std::make_unique<ort::ProfiledRun>(this, profile_folder_, std::move(config), recording,
                                               for_explain ? &explain_profile_pending_ : nullptr);
   }
+
+  // Note [memory_limit through ORT]: the budget of a CPU session's Run calls (0: none).
+  std::uint64_t run_memory_limit() const { return device_.is_cpu() ? options_.exec_policy.memory_limit : 0; }
 
   // The RunOptions of the Run call about to be made: its own, profiling, in a profiled run; the thread's own in a run
   // that can stop (Note [Stopping ORT runs]); else the shared ones.

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
+#include "backends/onnxruntime/ort_memory_budget.h"
 #include "backends/onnxruntime/ort_utils.h"
 #include "xpuruntime/run_options.h"
 
@@ -38,21 +40,29 @@ class WatchedCall {
   bool fired = false;  // the watcher set terminate (guarded by the watcher's mutex)
 };
 
-// Runs `call` (one Run with `options`, from run_options_for_call) stoppable by this thread's run token: a failure
-// after the token fired is its RunTerminatedError.
+// Runs `call` (one Run with `options`, from run_options_for_call) stoppable by this thread's run token, under a
+// memory budget of `memory_limit` bytes (0: none; Note [memory_limit through ORT]): a failure after the token fired
+// is its RunTerminatedError, one the budget caused an OutOfMemoryError.
 template <typename Call>
-void run_watched(const Ort::RunOptions& options, Call&& call) {
+void run_watched(const Ort::RunOptions& options, std::uint64_t memory_limit, Call&& call) {
+  const RunBudget budget(memory_limit);
   const RunStop* stop = RunStop::current();
   if (stop == nullptr) {
-    call();
+    try {
+      call();
+    } catch (const XpuRuntimeError& error) {
+      budget.rethrow_if_refused(error);
+      throw;
+    }
     return;
   }
   stop->check("before ONNX Runtime's run");
   const WatchedCall watched(stop, options);
   try {
     call();
-  } catch (const XpuRuntimeError&) {
+  } catch (const XpuRuntimeError& error) {
     stop->check("in ONNX Runtime's run");
+    budget.rethrow_if_refused(error);
     throw;
   }
 }

@@ -6,6 +6,8 @@
 #
 #   scripts/sanitize.sh            # build, tests, fuzzers (CI runs this)
 #   FUZZ_SECONDS=3600 scripts/sanitize.sh --fuzz-only   # a long campaign
+#   XPURT_FUZZ_ENGINE=onnxruntime build-asan/tests/fuzz/fuzz_model_structure DIR tests/fuzz/corpus/model
+#                                                       # structure-aware, one engine (the script runs both)
 #   XPURT_SANITIZE=thread scripts/sanitize.sh --tests-only   # ThreadSanitizer over the C++ tests (build-tsan) and
 #                                                            # the Python tests that run from several threads
 set -euo pipefail
@@ -16,6 +18,13 @@ if [ "$SANITIZE" = "thread" ]; then BUILD=${XPURT_SANITIZE_BUILD_DIR:-build-tsan
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 # FUZZ_RUNS=N: N inputs per harness from seed 1 instead of FUZZ_SECONDS (the same inputs on every machine: CI).
 FUZZ_RUNS=${FUZZ_RUNS:-}
+# The structure-aware model harness (fuzz_model_structure) runs once per engine; its inputs are whole models run
+# under ASan, so it gets its own, smaller count with FUZZ_RUNS (FUZZ_STRUCTURE_RUNS, default 1500 per engine).
+FUZZ_STRUCTURE_RUNS=${FUZZ_STRUCTURE_RUNS:-1500}
+# Real exports it starts from besides tests/fuzz/corpus/model: the smallest of models/suite/tiny (a CNN, a ViT
+# block, BERT-like and GPT-2-like encoders), small enough that a run under ASan stays well under a second.
+STRUCTURE_SEEDS="regnet.torchscript.float16 densenet.torchscript.float16 whisper_encoder.torchscript.float16
+  vit.torchscript.float16 clip_vision.torchscript.float16 t5_encoder.torchscript.float16 gpt2.torchscript.float16"
 OUT=${XPURT_FUZZ_OUT:-$BUILD/fuzz-findings}
 for p in clang libclang-rt-14-dev libtsan2; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || MISSING="${MISSING:-} $p"
@@ -83,26 +92,49 @@ if [ "$MODE" != "--fuzz-only" ] && [ "$SANITIZE" = "thread" ]; then
 fi
 if [ "$MODE" != "--tests-only" ] && [ "$FUZZERS" = ON ]; then
   mkdir -p "$OUT"
-  for h in model policy autotune; do
-    corpus="$BUILD/fuzz-corpus/$h"
+  # The real exports the structural harness starts from, linked rather than copied (models/suite/tiny is committed).
+  seeds="$BUILD/fuzz-seeds/model_structure"
+  rm -rf "$seeds" && mkdir -p "$seeds"
+  for m in $STRUCTURE_SEEDS; do
+    [ -f "models/suite/tiny/$m.onnx" ] && ln -s "$PWD/models/suite/tiny/$m.onnx" "$seeds/$m.onnx"
+  done
+  # fuzz_model_structure twice: the native engine, then the onnxruntime engine (when this build has it: its
+  # sessions are typed UnsupportedOperationErrors otherwise, and the run is skipped).
+  ort_engine=0; [ -f .deps/onnxruntime/include/onnxruntime_cxx_api.h ] && ort_engine=1
+  for h in model policy autotune model_structure:native model_structure:onnxruntime; do
+    engine=${h#*:}; h=${h%%:*}; name=$h
+    [ "$engine" != "$h" ] && name="${h}_$engine" || engine=native
+    if [ "$name" = model_structure_onnxruntime ] && [ $ort_engine = 0 ]; then
+      echo "[sanitize] fuzz_model_structure on onnxruntime: skipped (no .deps/onnxruntime: scripts/setup.sh)"
+      continue
+    fi
+    corpus="$BUILD/fuzz-corpus/$name"
     mkdir -p "$corpus"
     dict=""; [ "$h" = model ] && dict="-dict=tests/fuzz/onnx.dict"
+    seed_dirs=("tests/fuzz/corpus/$h")
+    # Structural mutants start from whole models: the model corpus and the real exports.
+    [ "$h" = model_structure ] && seed_dirs=("tests/fuzz/corpus/model" "$seeds")
+    runs=$FUZZ_RUNS; [ "$h" = model_structure ] && runs=$FUZZ_STRUCTURE_RUNS
     if [ -n "$FUZZ_RUNS" ]; then
-      budget=(-runs="$FUZZ_RUNS" -seed=1)
+      budget=(-runs="$runs" -seed=1)
       rm -rf "$corpus" && mkdir -p "$corpus"  # the same start on every machine
-      echo "[sanitize] fuzz_$h: $FUZZ_RUNS inputs from seed 1"
+      echo "[sanitize] fuzz_$name: $runs inputs from seed 1"
     else
       budget=(-max_total_time="$FUZZ_SECONDS")
-      echo "[sanitize] fuzz_$h for ${FUZZ_SECONDS} s"
+      echo "[sanitize] fuzz_$name for ${FUZZ_SECONDS} s"
     fi
-    # The corpus in the build folder grows across runs; the committed seeds stay as they are.
-    if ! "$BUILD/tests/fuzz/fuzz_$h" "${budget[@]}" -timeout=25 -rss_limit_mb=2560 \
-        -print_final_stats=1 -artifact_prefix="$OUT/${h}-" $dict "$corpus" "tests/fuzz/corpus/$h" \
-        > "$BUILD/fuzz_$h.log" 2>&1; then
+    # The corpus in the build folder grows across runs; the committed seeds stay as they are. A structural input
+    # is a whole model: -max_len lets mutants grow past the largest seed, -timeout bounds one model's run.
+    extra=(); [ "$h" = model_structure ] && extra=(-max_len=400000)
+    start=$SECONDS
+    if ! XPURT_FUZZ_ENGINE=$engine "$BUILD/tests/fuzz/fuzz_$h" "${budget[@]}" -timeout=25 -rss_limit_mb=2560 \
+        -print_final_stats=1 -artifact_prefix="$OUT/${name}-" "${extra[@]}" $dict "$corpus" "${seed_dirs[@]}" \
+        > "$BUILD/fuzz_$name.log" 2>&1; then
       status=1
-      grep -E "ERROR|SUMMARY|Test unit written|==[0-9]+==" "$BUILD/fuzz_$h.log" | head -20
+      grep -E "ERROR|SUMMARY|Test unit written|==[0-9]+==" "$BUILD/fuzz_$name.log" | head -20
     fi
-    grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+.*DONE" "$BUILD/fuzz_$h.log" | tail -3
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+.*DONE" "$BUILD/fuzz_$name.log" | tail -3
+    echo "[sanitize] fuzz_$name: $((SECONDS - start)) s"
   done
 fi
 [ $status -eq 0 ] && echo "[sanitize] ok" || echo "[sanitize] FINDINGS (logs in $BUILD.*.log, inputs in $OUT)"

@@ -362,6 +362,7 @@ class OrtSession final : public EngineSession {
     // refused, as the native engine refuses it. ORT then opens the files itself: a file swapped between the check
     // and ORT's read is outside what these checks cover.
     check_external_data(model, options.model_dir);
+    ort::check_loadable_by_ort(model);  // Note [Models ORT crashes on] (ort_model_fixes.cpp)
     std::string trimmed;  // Note [Trailing empty inputs] (ort_model_fixes.cpp)
     const std::string& for_ort = ort::without_trailing_empty_inputs(model, &trimmed) ? trimmed : model;
     const bool want_graphs = device_.is_cuda() && options.exec_policy.cuda_graphs;

@@ -8,19 +8,32 @@
 // inputs; the model means the same, and ORT's optimizers still run. Finding such a node walks the protobuf's
 // wire format through the graph's structure only (initializers and tensor attributes are skipped, not read), so
 // models without one cost a pass over their node list and are handed over unchanged.
+//
+// Note [Models ORT crashes on]
+// Some malformed models crash ONNX Runtime 1.29 while it loads them, before any of its own checks can answer: a
+// SplitToSequence whose 'split' is a constant scalar 0 divides by it in ONNX's shape inference (SIGFPE, at every
+// graph optimization level; the native engine refuses it when the node runs). check_loadable_by_ort refuses such
+// a model with a typed error first. Found by the structural fuzzer; each has a regression model in
+// tests/fuzz/corpus/model.
 #include "backends/onnxruntime/ort_model_fixes.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <map>
+#include <optional>
+#include <string>
 
 #if XPURT_ONNX_PROTO_GENERATED
 #include "onnx/onnx-ml.pb.h"
 #else
 #include <onnx/onnx_pb.h>
 #endif
+
+#include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::ort {
 namespace {
@@ -97,7 +110,70 @@ void trim_nodes(google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes) {
 
 void trim_graph(onnx::GraphProto* graph) { trim_nodes(graph->mutable_node()); }
 
+// The value of a 0-d int32/int64 tensor, if it is one.
+std::optional<std::int64_t> int_scalar(const onnx::TensorProto& t) {
+  if (t.dims_size() != 0) return std::nullopt;
+  if (t.data_type() == onnx::TensorProto::INT64) {
+    if (t.int64_data_size() == 1) return t.int64_data(0);
+    if (t.raw_data().size() == 8) {
+      std::int64_t v;
+      std::memcpy(&v, t.raw_data().data(), 8);  // little-endian, as ONNX stores raw data
+      return v;
+    }
+  } else if (t.data_type() == onnx::TensorProto::INT32) {
+    if (t.int32_data_size() == 1) return t.int32_data(0);
+    if (t.raw_data().size() == 4) {
+      std::int32_t v;
+      std::memcpy(&v, t.raw_data().data(), 4);
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+void check_graph_for_ort(const onnx::GraphProto& graph, int depth) {
+  std::map<std::string, std::int64_t> scalars;  // constant int scalars by name: initializers and Constant nodes
+  for (const onnx::TensorProto& t : graph.initializer()) {
+    if (auto v = int_scalar(t)) scalars[t.name()] = *v;
+  }
+  for (const onnx::NodeProto& node : graph.node()) {
+    if (node.op_type() != "Constant" || node.output_size() != 1) continue;
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      if (a.name() == "value" && a.has_t()) {
+        if (auto v = int_scalar(a.t())) scalars[node.output(0)] = *v;
+      }
+    }
+  }
+  for (const onnx::NodeProto& node : graph.node()) {
+    if (node.op_type() == "SplitToSequence" && (node.domain().empty() || node.domain() == "ai.onnx") &&
+        node.input_size() >= 2) {
+      auto it = scalars.find(node.input(1));
+      if (it != scalars.end() && it->second <= 0) {
+        throw InvalidArgumentError(
+            "onnxruntime: node '" + node.name() + "' (SplitToSequence) splits into parts of " +
+            std::to_string(it->second) + " elements ('" + node.input(1) + "'); a scalar 'split' must be positive "
+            "(ONNX Runtime 1.29 would crash loading this model: Note [Models ORT crashes on])");
+      }
+    }
+    if (depth >= 64) continue;
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      if (a.has_g()) check_graph_for_ort(a.g(), depth + 1);
+      for (const onnx::GraphProto& g : a.graphs()) check_graph_for_ort(g, depth + 1);
+    }
+  }
+}
+
 }  // namespace
+
+void check_loadable_by_ort(const std::string& model) {
+  if (model.find("SplitToSequence") == std::string::npos) return;
+  onnx::ModelProto proto;
+  if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
+      !proto.ParseFromArray(model.data(), static_cast<int>(model.size()))) {
+    return;  // ORT reports it
+  }
+  check_graph_for_ort(proto.graph(), 0);
+}
 
 bool without_trailing_empty_inputs(const std::string& model, std::string* trimmed) {
   if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max())) return false;

@@ -1,5 +1,5 @@
-// Rewrites of a model before ONNX Runtime sees it, for models that are valid ONNX but crash ONNX Runtime
-// (Note [Trailing empty inputs] in ort_model_fixes.cpp). Internal header of the onnxruntime engine.
+// Rewrites and checks of a model before ONNX Runtime sees it, for models that crash ONNX Runtime (Note [Trailing
+// empty inputs], Note [Models ORT crashes on] in ort_model_fixes.cpp). Internal header of the onnxruntime engine.
 #pragma once
 
 #include <string>
@@ -12,5 +12,10 @@ namespace xpuruntime::ort {
 // does not parse (ONNX Runtime then reports the bad model itself). Cost: a walk over the graph's structure that
 // skips tensor data; the model is parsed and serialized only when it has such a node.
 bool without_trailing_empty_inputs(const std::string& model, std::string* trimmed);
+
+// Throws InvalidArgumentError naming the node when `model` has a node ONNX Runtime crashes on while loading it
+// (Note [Models ORT crashes on] in ort_model_fixes.cpp): a SplitToSequence whose 'split' is a constant scalar <= 0.
+// Cost: a substring search; the model is parsed only when it has a SplitToSequence.
+void check_loadable_by_ort(const std::string& model);
 
 }  // namespace xpuruntime::ort

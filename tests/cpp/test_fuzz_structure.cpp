@@ -143,3 +143,14 @@ TEST(FuzzRegressions, ASplitToSequenceByAScalar0IsATypedErrorOnOnnxRuntime) {
   EXPECT_EQ(r.code, ErrorCode::kInvalidArgument);
   EXPECT_NE(r.message.find("a scalar 'split' must be positive"), std::string::npos) << r.message;
 }
+
+TEST(FuzzHarness, ALoopWithoutEndStopsAtTheRunTimeoutOnBothEngines) {
+  // Valid ONNX that never ends: the harness runs control flow under a RunOptions timeout, so the fuzzers count it as
+  // a typed RunTimeoutError, not a hang.
+  const std::string bytes = read_file(kCorpus / "loop-without-end.onnx");
+  for (const std::string& engine : engines()) {
+    const auto r = fuzz::run_model_bytes(bytes, engine, true, std::chrono::milliseconds(200));
+    ASSERT_EQ(r.outcome, fuzz::ModelOutcome::kTypedError) << engine;
+    EXPECT_EQ(r.code, ErrorCode::kTerminated) << engine << ": " << r.message;
+  }
+}

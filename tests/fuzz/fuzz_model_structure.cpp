@@ -28,6 +28,9 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
-  xpuruntime::fuzz::run_model_bytes(bytes, xpuruntime::fuzz::fuzz_engine(), /*run_control_flow=*/false);
+  // Control flow runs too, under a deadline well inside libFuzzer's -timeout (model_harness.h): a Loop without
+  // an end is a typed RunTimeoutError after a second.
+  xpuruntime::fuzz::run_model_bytes(bytes, xpuruntime::fuzz::fuzz_engine(), /*run_control_flow=*/true,
+                                    std::chrono::seconds(1));
   return 0;
 }

@@ -3,12 +3,14 @@
 // starts it again when a model kills it (the model it was running is the finding), so a campaign of tens of
 // thousands of mutants does not pay a process start per mutant.
 //
-//   fuzz_worker --engine native|onnxruntime
+//   fuzz_worker --engine native|onnxruntime [--run-timeout-ms 5000]
 //   stdin:  /path/to/model.onnx
 //   stdout: ran | built | typed\t<ErrorCode>\t<message> | untyped\t<what>
 //
-// Models with Loop, Scan or SequenceMap are run too: the driver's per-model deadline tells an endless loop.
+// Models with Loop, Scan or SequenceMap are run too, each run under a RunOptions timeout (a valid endless Loop ends
+// as a typed RunTimeoutError); the driver's per-model deadline catches what does not stop.
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -29,6 +31,7 @@ std::string code_name(xpuruntime::ErrorCode code) {
     case ErrorCode::kInvalidArgument: return "InvalidArgument";
     case ErrorCode::kInvalidType: return "InvalidType";
     case ErrorCode::kDistributed: return "Distributed";
+    case ErrorCode::kTerminated: return "Terminated";
     default: return "code " + std::to_string(static_cast<int>(code));  // codes added later
   }
 }
@@ -44,8 +47,10 @@ std::string one_line(std::string s) {
 
 int main(int argc, char** argv) {
   std::string engine = "native";
+  long run_timeout_ms = 5000;  // well inside the driver's per-model deadline
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--engine") engine = argv[++i];
+    else if (std::string(argv[i]) == "--run-timeout-ms") run_timeout_ms = std::stol(argv[++i]);
   }
   std::string path;
   while (std::getline(std::cin, path)) {
@@ -53,7 +58,8 @@ int main(int argc, char** argv) {
     const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     std::string answer;
     try {
-      const xpuruntime::fuzz::ModelResult r = xpuruntime::fuzz::run_model_bytes(bytes, engine, true);
+      const xpuruntime::fuzz::ModelResult r =
+          xpuruntime::fuzz::run_model_bytes(bytes, engine, true, std::chrono::milliseconds(run_timeout_ms));
       switch (r.outcome) {
         case xpuruntime::fuzz::ModelOutcome::kRan: answer = "ran"; break;
         case xpuruntime::fuzz::ModelOutcome::kBuiltOnly: answer = "built"; break;

@@ -4,6 +4,7 @@
 // the fuzzer's memory limit, a hang) is a finding (docs/reliability.md, Fuzzing).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/inference_session.h"
+#include "xpuruntime/run_options.h"
 
 namespace xpuruntime::fuzz {
 
@@ -36,11 +38,12 @@ inline const std::string& fuzz_engine() {
   return engine;
 }
 
-// Creates a session from `bytes` and runs it once on zero inputs (symbolic dims are 1). Bodies of control flow
-// may run for as long as their trip counts say: unless `run_control_flow`, a model with Loop, Scan or SequenceMap
-// is built, not run (the libFuzzer harnesses, which have no per-run deadline; the campaign driver has one).
-// Exceptions other than XpuRuntimeError propagate: they are findings.
-inline ModelResult run_model_bytes(const std::string& bytes, const std::string& engine, bool run_control_flow) {
+// Creates a session from `bytes` and runs it once on zero inputs (symbolic dims are 1), for at most `run_timeout`
+// (RunOptions::timeout; 0: no limit): a Loop whose trip count and condition let it run for ever -- valid ONNX --
+// stops with a typed RunTimeoutError. Unless `run_control_flow`, a model with Loop, Scan or SequenceMap is built,
+// not run. Exceptions other than XpuRuntimeError propagate: they are findings.
+inline ModelResult run_model_bytes(const std::string& bytes, const std::string& engine, bool run_control_flow,
+                                   std::chrono::milliseconds run_timeout = std::chrono::milliseconds(0)) {
   SessionOptions options;
   options.engine = engine;
   options.exec_policy.memory_limit = 256u << 20;  // plans past it are typed OutOfMemoryErrors
@@ -78,7 +81,9 @@ inline ModelResult run_model_bytes(const std::string& bytes, const std::string& 
       }
       feeds.emplace_back(in.name, Tensor::zeros(shape, in.dtype));
     }
-    session.run(feeds, {});
+    RunOptions run_options;
+    run_options.timeout = run_timeout;
+    session.run(feeds, {}, run_options);
   } catch (const XpuRuntimeError& e) {
     result.outcome = ModelOutcome::kTypedError;
     result.code = e.code();

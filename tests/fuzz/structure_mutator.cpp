@@ -1,7 +1,11 @@
 // Structure-aware mutation of ONNX models (structure_mutator.h).
 #include "structure_mutator.h"
 
+#if XPURT_ONNX_PROTO_GENERATED
+#include "onnx/onnx-ml.pb.h"
+#else
 #include <onnx/onnx_pb.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>

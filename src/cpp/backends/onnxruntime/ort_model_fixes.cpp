@@ -12,8 +12,11 @@
 // Note [Models ORT crashes on]
 // Some malformed models crash ONNX Runtime 1.29 while it loads them, before any of its own checks can answer: a
 // SplitToSequence whose 'split' is a constant scalar 0 divides by it in ONNX's shape inference (SIGFPE, at every
-// graph optimization level; the native engine refuses it when the node runs). check_loadable_by_ort refuses such
-// a model with a typed error first. Found by the structural fuzzer; each has a regression model in
+// graph optimization level; the native engine refuses it when the node runs); an empty name before a named input
+// where the operator takes no optional input (Min(x, "", y), Sum, Mean: variadic inputs have no optional slots)
+// crashes its Run (SIGSEGV; the native engine's reference library refuses it). check_loadable_by_ort refuses such a
+// model with a typed error first; finding an empty name walks the wire format as above, and the model is parsed
+// only when it has one before a named input, or a SplitToSequence. Found by the structural fuzzer; each has a regression model in
 // tests/fuzz/corpus/model.
 #include "backends/onnxruntime/ort_model_fixes.h"
 
@@ -33,6 +36,7 @@
 #include <onnx/onnx_pb.h>
 #endif
 
+#include "core/onnx/onnx_schemas.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::ort {
@@ -68,10 +72,15 @@ bool child_of(Message parent, int field, Message* child) {
   return false;
 }
 
-// True when a node in the message `in` is positioned on (of kind `kind`) ends its inputs with an empty name. A
-// malformed message answers false: ORT's own parse reports it.
-bool has_trailing_empty_input(CodedInputStream* in, Message kind, int depth) {
-  bool last_input_empty = false;
+enum : unsigned { kTrailingEmpty = 1, kInteriorEmpty = 2 };
+
+// Which empty input names the nodes in the message `in` is positioned on (of kind `kind`) have: kTrailingEmpty when a
+// node ends its inputs with one, kInteriorEmpty when one comes before a named input. A malformed message answers
+// what was seen before the damage: ORT's own parse reports it.
+unsigned empty_inputs(CodedInputStream* in, Message kind, int depth) {
+  unsigned found = 0;
+  bool last_empty = false;
+  bool seen_empty = false;
   for (;;) {
     const std::uint32_t tag = in->ReadTag();
     if (tag == 0) break;
@@ -80,20 +89,29 @@ bool has_trailing_empty_input(CodedInputStream* in, Message kind, int depth) {
     Message child;
     if (delimited && kind == Message::kNode && field == 1) {  // NodeProto.input = 1
       std::uint32_t length = 0;
-      if (!in->ReadVarint32(&length) || !in->Skip(static_cast<int>(length))) return false;
-      last_input_empty = length == 0;
+      if (!in->ReadVarint32(&length) || !in->Skip(static_cast<int>(length))) return found;
+      if (length != 0 && seen_empty) found |= kInteriorEmpty;
+      seen_empty = seen_empty || length == 0;
+      last_empty = length == 0;
     } else if (delimited && depth < 64 && child_of(kind, field, &child)) {
       std::uint32_t length = 0;
-      if (!in->ReadVarint32(&length)) return false;
+      if (!in->ReadVarint32(&length)) return found;
       const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
-      if (has_trailing_empty_input(in, child, depth + 1)) return true;
-      if (!in->ConsumedEntireMessage()) return false;
+      found |= empty_inputs(in, child, depth + 1);
+      if (!in->ConsumedEntireMessage()) return found;
       in->PopLimit(limit);
     } else if (!WireFormatLite::SkipField(in, tag)) {
-      return false;
+      return found;
     }
   }
-  return kind == Message::kNode && last_input_empty;
+  if (kind == Message::kNode && last_empty) found |= kTrailingEmpty;
+  return found;
+}
+
+unsigned empty_inputs(const std::string& model) {
+  if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max())) return 0;
+  CodedInputStream in(reinterpret_cast<const std::uint8_t*>(model.data()), static_cast<int>(model.size()));
+  return empty_inputs(&in, Message::kModel, 0);
 }
 
 void trim_graph(onnx::GraphProto* graph);
@@ -109,6 +127,11 @@ void trim_nodes(google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes) {
 }
 
 void trim_graph(onnx::GraphProto* graph) { trim_nodes(graph->mutable_node()); }
+
+// "node 'name' (Op)", or "a Op node" for a node without a name.
+std::string describe(const onnx::NodeProto& node) {
+  return node.name().empty() ? "a " + node.op_type() + " node" : "node '" + node.name() + "' (" + node.op_type() + ")";
+}
 
 // The value of a 0-d int32/int64 tensor, if it is one.
 std::optional<std::int64_t> int_scalar(const onnx::TensorProto& t) {
@@ -131,7 +154,33 @@ std::optional<std::int64_t> int_scalar(const onnx::TensorProto& t) {
   return std::nullopt;
 }
 
-void check_graph_for_ort(const onnx::GraphProto& graph, int depth) {
+// An empty name before a named input where the operator's schema has no optional input (Min(x, "", y)).
+void check_interior_empty_inputs(const onnx::NodeProto& node, const std::map<std::string, std::int64_t>& opsets) {
+  const std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
+  const auto opset = opsets.find(domain);
+  if (opset == opsets.end()) return;
+  const onnx_schema::Schema* schema = onnx_schema::find(domain, node.op_type(), opset->second);
+  if (schema == nullptr || schema->inputs.empty()) return;
+  int last_named = -1;
+  for (int k = 0; k < node.input_size(); ++k) {
+    if (!node.input(k).empty()) last_named = k;
+  }
+  for (int k = 0; k < last_named; ++k) {
+    if (!node.input(k).empty()) continue;
+    const auto& formal = static_cast<std::size_t>(k) < schema->inputs.size() ? schema->inputs[static_cast<std::size_t>(k)]
+                                                                          : schema->inputs.back();
+    if (formal.kind == onnx_schema::Formal::Kind::kOptional) continue;
+    throw InvalidArgumentError(
+        "onnxruntime: " + describe(node) + ": input " + std::to_string(k) +
+        " has no name, but " + node.op_type() + "'s input '" + std::string(formal.name) + "' is " +
+        (formal.kind == onnx_schema::Formal::Kind::kVariadic ? "variadic" : "required") +
+        ", not optional; name a value there (ONNX Runtime 1.29 would crash running this model: Note [Models ORT "
+        "crashes on])");
+  }
+}
+
+void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::string, std::int64_t>& opsets,
+                         int depth) {
   std::map<std::string, std::int64_t> scalars;  // constant int scalars by name: initializers and Constant nodes
   for (const onnx::TensorProto& t : graph.initializer()) {
     if (auto v = int_scalar(t)) scalars[t.name()] = *v;
@@ -145,20 +194,21 @@ void check_graph_for_ort(const onnx::GraphProto& graph, int depth) {
     }
   }
   for (const onnx::NodeProto& node : graph.node()) {
+    check_interior_empty_inputs(node, opsets);
     if (node.op_type() == "SplitToSequence" && (node.domain().empty() || node.domain() == "ai.onnx") &&
         node.input_size() >= 2) {
       auto it = scalars.find(node.input(1));
       if (it != scalars.end() && it->second <= 0) {
         throw InvalidArgumentError(
-            "onnxruntime: node '" + node.name() + "' (SplitToSequence) splits into parts of " +
+            "onnxruntime: " + describe(node) + " splits into parts of " +
             std::to_string(it->second) + " elements ('" + node.input(1) + "'); a scalar 'split' must be positive "
             "(ONNX Runtime 1.29 would crash loading this model: Note [Models ORT crashes on])");
       }
     }
     if (depth >= 64) continue;
     for (const onnx::AttributeProto& a : node.attribute()) {
-      if (a.has_g()) check_graph_for_ort(a.g(), depth + 1);
-      for (const onnx::GraphProto& g : a.graphs()) check_graph_for_ort(g, depth + 1);
+      if (a.has_g()) check_graph_for_ort(a.g(), opsets, depth + 1);
+      for (const onnx::GraphProto& g : a.graphs()) check_graph_for_ort(g, opsets, depth + 1);
     }
   }
 }
@@ -166,19 +216,21 @@ void check_graph_for_ort(const onnx::GraphProto& graph, int depth) {
 }  // namespace
 
 void check_loadable_by_ort(const std::string& model) {
-  if (model.find("SplitToSequence") == std::string::npos) return;
+  if (model.find("SplitToSequence") == std::string::npos && !(empty_inputs(model) & kInteriorEmpty)) return;
   onnx::ModelProto proto;
   if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
       !proto.ParseFromArray(model.data(), static_cast<int>(model.size()))) {
     return;  // ORT reports it
   }
-  check_graph_for_ort(proto.graph(), 0);
+  std::map<std::string, std::int64_t> opsets;
+  for (const onnx::OperatorSetIdProto& o : proto.opset_import()) {
+    opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
+  }
+  check_graph_for_ort(proto.graph(), opsets, 0);
 }
 
 bool without_trailing_empty_inputs(const std::string& model, std::string* trimmed) {
-  if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max())) return false;
-  CodedInputStream in(reinterpret_cast<const std::uint8_t*>(model.data()), static_cast<int>(model.size()));
-  if (!has_trailing_empty_input(&in, Message::kModel, 0)) return false;
+  if (!(empty_inputs(model) & kTrailingEmpty)) return false;
   onnx::ModelProto proto;
   if (!proto.ParseFromString(model)) return false;
   trim_graph(proto.mutable_graph());

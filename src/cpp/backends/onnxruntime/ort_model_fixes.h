@@ -14,8 +14,9 @@ namespace xpuruntime::ort {
 bool without_trailing_empty_inputs(const std::string& model, std::string* trimmed);
 
 // Throws InvalidArgumentError naming the node when `model` has a node ONNX Runtime crashes on while loading it
-// (Note [Models ORT crashes on] in ort_model_fixes.cpp): a SplitToSequence whose 'split' is a constant scalar <= 0.
-// Cost: a substring search; the model is parsed only when it has a SplitToSequence.
+// (Note [Models ORT crashes on] in ort_model_fixes.cpp): a SplitToSequence whose 'split' is a constant scalar <= 0,
+// a node with an empty input name before a named one where its operator takes no optional input. Cost: a walk over
+// the graph's structure; the model is parsed only when it has a SplitToSequence or such an empty name.
 void check_loadable_by_ort(const std::string& model);
 
 }  // namespace xpuruntime::ort

@@ -2,7 +2,11 @@
 // tests/fuzz/corpus/model/regression-*.onnx runs through the fuzzers' harness (tests/fuzz/model_harness.h) on both
 // engines and must end as a typed error or a run, never a crash (docs/reliability.md, Fuzzing).
 #include <gtest/gtest.h>
+#if XPURT_ONNX_PROTO_GENERATED
+#include "onnx/onnx-ml.pb.h"
+#else
 #include <onnx/onnx_pb.h>
+#endif
 
 #include <algorithm>
 #include <filesystem>

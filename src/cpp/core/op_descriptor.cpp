@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/tensor.h"
 
@@ -95,8 +96,17 @@ TensorDesc TensorDesc::contiguous(const std::vector<std::int64_t>& shape, DType 
 }
 
 std::int64_t TensorDesc::numel() const {
+  // A declared shape may be anything a model says ([7, 2^63 - 1], found by the structural fuzzer): the product is
+  // checked, and a shape with a 0 has no elements whatever its other dims.
+  for (const auto d : shape) {
+    if (d == 0) return 0;
+  }
   std::int64_t n = 1;
-  for (const auto d : shape) n *= d;
+  for (const auto d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) {
+      throw InvalidArgumentError("a tensor of shape " + detail::shape_str(shape) + " has more than 2^63 - 1 elements");
+    }
+  }
   return n;
 }
 

@@ -50,6 +50,15 @@ def _np(t):
     return np.from_dlpack(t.to("cpu"))
 
 
+def _reap(proc, wait=60):
+    """Joins a test's child process, killing it past `wait` seconds: a child left waiting (for a rank that failed)
+    kept the pytest process from exiting until its own timeout ran out (multiprocessing joins children at exit)."""
+    proc.join(wait)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(10)
+
+
 # ---- the host communicator (CPU) ----
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -73,6 +82,17 @@ def test_host_collectives_match_numpy(n, dtype):
         np.testing.assert_array_equal(gathered, np.concatenate(xs))
         np.testing.assert_array_equal(bcast, xs[n - 1])
         np.testing.assert_array_equal(scattered, np.min(np.stack(xs), axis=0))
+
+
+def test_creation_has_its_own_timeout():
+    # Note [Cold starts are not collectives]: creation waits the larger of the collectives' timeout and 120 s unless
+    # told otherwise.
+    comms = dist.init_all(["cpu", "cpu"], timeout=5)
+    assert [c.timeout for c in comms] == [5, 5] and [c.init_timeout for c in comms] == [120, 120]
+    assert dist.init_all(["cpu"], timeout=300)[0].init_timeout == 300
+    assert dist.init_all(["cpu"], timeout=5, init_timeout=7.5)[0].init_timeout == 7.5
+    with pytest.raises(xrt.InvalidArgumentError, match="init_timeout must be a positive"):
+        dist.init_all(["cpu"], init_timeout=-1)
 
 
 def test_host_send_recv_and_avg():
@@ -371,9 +391,11 @@ def test_one_process_per_gpu_through_a_file_store(tmp_path):
     procs = [ctx.Process(target=_rank_process, args=(str(tmp_path), r, 2, queue)) for r in range(2)]
     for p in procs:
         p.start()
-    results = dict(queue.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(60)
+    try:
+        results = dict(queue.get(timeout=120) for _ in procs)
+    finally:
+        for p in procs:
+            _reap(p)
     assert results == {0: 3.0, 1: 3.0}, results
 
 
@@ -396,14 +418,20 @@ def test_a_rank_that_dies_makes_the_other_fail_with_a_timeout(tmp_path):
     queue = ctx.Queue()
     proc = ctx.Process(target=_dying_rank, args=(str(tmp_path), queue))
     proc.start()
-    comm = dist.init_rank(2, 0, "cuda:0", dist.FileStore(str(tmp_path)), timeout=5)
-    assert queue.get(timeout=60) == "joined"
-    proc.join(60)
-    x = xrt.from_numpy(np.ones(1 << 16, np.float32)).to("cuda:0")
-    with pytest.raises(xrt.DistributedError):
-        dist.all_reduce(x, comm)
-        comm.wait()
-    assert comm.aborted
+    try:
+        # The peer is a new process: it joins after its imports and CUDA's start (about 6 s on an H200 machine),
+        # which the collectives' 5 s timeout does not cover (Note [Cold starts are not collectives]).
+        comm = dist.init_rank(2, 0, "cuda:0", dist.FileStore(str(tmp_path)), timeout=5)
+        assert comm.init_timeout == 120 and comm.timeout == 5
+        assert queue.get(timeout=60) == "joined"
+        proc.join(60)
+        x = xrt.from_numpy(np.ones(1 << 16, np.float32)).to("cuda:0")
+        with pytest.raises(xrt.DistributedError):
+            dist.all_reduce(x, comm)
+            comm.wait()
+        assert comm.aborted
+    finally:
+        _reap(proc)
 
 
 @requires_gpu
@@ -411,7 +439,7 @@ def test_a_rank_that_dies_makes_the_other_fail_with_a_timeout(tmp_path):
 def test_one_process_rank_waits_for_its_peer_and_times_out(tmp_path):
     # Rank 1 of 2 whose rank 0 never comes: the rendezvous times out with a typed error.
     with pytest.raises(xrt.DistributedTimeoutError, match="did not appear"):
-        dist.init_rank(2, 1, "cuda:0", dist.FileStore(str(tmp_path)), timeout=0.5)
+        dist.init_rank(2, 1, "cuda:0", dist.FileStore(str(tmp_path)), timeout=60, init_timeout=0.5)
 
 
 @requires_2_gpus

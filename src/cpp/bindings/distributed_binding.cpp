@@ -10,11 +10,16 @@ namespace xpuruntime::bindings {
 
 namespace {
 
-distributed::CommOptions comm_options(double timeout, const std::string& algo, const std::string& proto) {
+distributed::CommOptions comm_options(double timeout, const std::string& algo, const std::string& proto,
+                                      double init_timeout = 0.0) {
   XPURT_CHECK(timeout > 0, "timeout must be a positive number of seconds, got ", timeout);
+  XPURT_CHECK(init_timeout >= 0, "init_timeout must be a positive number of seconds (or 0: the default), got ",
+              init_timeout);
   distributed::CommOptions options;
   options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000.0));
   if (options.timeout.count() == 0) options.timeout = std::chrono::milliseconds(1);
+  options.init_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(init_timeout * 1000.0));
+  if (init_timeout > 0 && options.init_timeout.count() == 0) options.init_timeout = std::chrono::milliseconds(1);
   options.nccl_algo = algo;
   options.nccl_proto = proto;
   return options;
@@ -48,23 +53,27 @@ void bind_distributed(py::module_& parent) {
       .def_static(
           "init_all",
           [](const std::vector<py::object>& devices, double timeout, const std::string& algo,
-             const std::string& proto) {
+             const std::string& proto, double init_timeout) {
             std::vector<Device> ds;
             for (const auto& d : devices) ds.push_back(to_device(d));
+            const distributed::CommOptions options = comm_options(timeout, algo, proto, init_timeout);
             py::gil_scoped_release release;
-            return Communicator::init_all(ds, comm_options(timeout, algo, proto));
+            return Communicator::init_all(ds, options);
           },
-          py::arg("devices"), py::arg("timeout") = 300.0, py::arg("nccl_algo") = "", py::arg("nccl_proto") = "")
+          py::arg("devices"), py::arg("timeout") = 300.0, py::arg("nccl_algo") = "", py::arg("nccl_proto") = "",
+          py::arg("init_timeout") = 0.0)
       .def_static(
           "init_rank",
           [](int world_size, int rank, const py::object& device, distributed::Store& store, double timeout,
-             const std::string& key, const std::string& algo, const std::string& proto) {
+             const std::string& key, const std::string& algo, const std::string& proto, double init_timeout) {
             const Device d = to_device(device);
+            const distributed::CommOptions options = comm_options(timeout, algo, proto, init_timeout);
             py::gil_scoped_release release;
-            return Communicator::init_rank(world_size, rank, d, store, comm_options(timeout, algo, proto), key);
+            return Communicator::init_rank(world_size, rank, d, store, options, key);
           },
           py::arg("world_size"), py::arg("rank"), py::arg("device"), py::arg("store"), py::arg("timeout") = 300.0,
-          py::arg("key") = "xpuruntime_comm", py::arg("nccl_algo") = "", py::arg("nccl_proto") = "")
+          py::arg("key") = "xpuruntime_comm", py::arg("nccl_algo") = "", py::arg("nccl_proto") = "",
+          py::arg("init_timeout") = 0.0)
       .def_static("find", &Communicator::find, py::arg("handle"))
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
@@ -73,6 +82,10 @@ void bind_distributed(py::module_& parent) {
       .def_property_readonly("backend", &Communicator::backend)
       .def_property_readonly(
           "timeout", [](const Communicator& c) { return static_cast<double>(c.options().timeout.count()) / 1000.0; })
+      .def_property_readonly("init_timeout",
+                             [](const Communicator& c) {
+                               return static_cast<double>(c.options().creation_timeout().count()) / 1000.0;
+                             })
       .def_property_readonly("aborted", &Communicator::aborted)
       .def_property_readonly("abort_reason", &Communicator::abort_reason)
       .def("abort", &Communicator::abort, py::arg("reason") = "aborted by the caller",

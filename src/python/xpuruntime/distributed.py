@@ -41,18 +41,24 @@ __all__ = ["Communicator", "FileStore", "DistributedError", "DistributedTimeoutE
 
 
 def init_all(devices: Sequence[Any], *, timeout: float = 300.0, nccl_algo: str = "",
-             nccl_proto: str = "") -> List[Communicator]:
+             nccl_proto: str = "", init_timeout: Optional[float] = None) -> List[Communicator]:
     """One communicator per device of this process (rank i on ``devices[i]``): NCCL for CUDA devices, the host
     backend for CPU ranks (``["cpu"] * n``). ``timeout`` (seconds) bounds every collective's wait;
-    ``nccl_algo``/``nccl_proto`` set NCCL_ALGO/NCCL_PROTO for the communicators' creation."""
-    return Communicator.init_all(list(devices), timeout, nccl_algo, nccl_proto)
+    ``init_timeout`` (seconds; default: the larger of ``timeout`` and 120) bounds the creation, NCCL's set-up and
+    its connections between the ranks included; ``nccl_algo``/``nccl_proto`` set NCCL_ALGO/NCCL_PROTO for the
+    communicators' creation."""
+    return Communicator.init_all(list(devices), timeout, nccl_algo, nccl_proto, init_timeout or 0.0)
 
 
 def init_rank(world_size: int, rank: int, device: Any, store: FileStore, *, timeout: float = 300.0,
-              key: str = "xpuruntime_comm", nccl_algo: str = "", nccl_proto: str = "") -> Communicator:
+              key: str = "xpuruntime_comm", nccl_algo: str = "", nccl_proto: str = "",
+              init_timeout: Optional[float] = None) -> Communicator:
     """This process's rank of ``world_size`` on ``device`` (CUDA), meeting the other processes through ``store``
-    (rank 0 publishes NCCL's unique id under ``key``). Waits at most ``timeout`` seconds for every rank."""
-    return Communicator.init_rank(world_size, rank, device, store, timeout, key, nccl_algo, nccl_proto)
+    (rank 0 publishes NCCL's unique id under ``key``). Creation waits at most ``init_timeout`` seconds for every
+    rank to join (default: the larger of ``timeout`` and 120: a process that has just started spends seconds on
+    imports and CUDA's initialisation); each collective then waits at most ``timeout`` seconds."""
+    return Communicator.init_rank(world_size, rank, device, store, timeout, key, nccl_algo, nccl_proto,
+                                  init_timeout or 0.0)
 
 
 @contextlib.contextmanager

@@ -170,6 +170,11 @@ class TuningEnv {
   explicit TuningEnv(const distributed::CommOptions& options) : lock_(mutex()) {
     set("NCCL_ALGO", options.nccl_algo, saved_algo_);
     set("NCCL_PROTO", options.nccl_proto, saved_proto_);
+    // Note [Cold starts are not collectives] (distributed.h): NCCL 2.22+ connects the ranks at their first
+    // collective by default, which then waits for every peer's connection set-up under the collective's timeout.
+    // Connecting at creation puts that set-up under the creation timeout instead. NCCL reads the variable once per
+    // process, at its first communicator; a value the user set is kept.
+    if (std::getenv("NCCL_RUNTIME_CONNECT") == nullptr) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   }
   ~TuningEnv() {
     restore("NCCL_ALGO", saved_algo_);
@@ -279,8 +284,10 @@ class NcclCommunicator final : public distributed::Communicator {
         throw DistributedError(failure);
       }
     }
-    const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    for (auto& c : comms) c->poll(deadline, "creating the communicator (waiting for every rank to join)");
+    const auto deadline = std::chrono::steady_clock::now() + options.creation_timeout();
+    for (auto& c : comms) {
+      c->poll(deadline, "creating the communicator (waiting for every rank to join)", options.creation_timeout());
+    }
     std::vector<std::shared_ptr<distributed::Communicator>> out;
     for (auto& c : comms) {
       c->register_handle(c);
@@ -404,7 +411,10 @@ class NcclCommunicator final : public distributed::Communicator {
 
  public:
   // Polls ncclCommGetAsyncError until the communicator is no longer in progress; aborts past `deadline`.
-  void poll(std::chrono::steady_clock::time_point deadline, const char* what) {
+  // `allowed`: the wait the deadline stands for, for the message (default: the collectives' timeout).
+  void poll(std::chrono::steady_clock::time_point deadline, const char* what,
+            std::chrono::milliseconds allowed = std::chrono::milliseconds(0)) {
+    if (allowed.count() == 0) allowed = options().timeout;
     Backoff backoff;
     while (true) {
       ncclComm_t comm;
@@ -424,7 +434,7 @@ class NcclCommunicator final : public distributed::Communicator {
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         const std::string reason = detail::str_cat("timeout: ", what, " on ", str(), " took longer than ",
-                                                   static_cast<double>(options().timeout.count()) / 1000.0, " s");
+                                                   static_cast<double>(allowed.count()) / 1000.0, " s");
         abort(reason);
         throw DistributedError(reason, /*timed_out=*/true);
       }
@@ -507,7 +517,7 @@ std::shared_ptr<distributed::Communicator> init_rank(int world_size, int rank, D
     if (r != ncclSuccess) throw DistributedError("ncclGetUniqueId failed: " + result_text(r));
     store.set(key, std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
   } else {
-    const std::string bytes = store.get(key, options.timeout);
+    const std::string bytes = store.get(key, options.creation_timeout());
     if (bytes.size() != sizeof(id)) {
       throw DistributedError(detail::str_cat("the store's value of '", key, "' has ", bytes.size(),
                                              " bytes, not an NCCL unique id (", sizeof(id), " bytes)"));

@@ -26,6 +26,7 @@
 // thread per rank at a time (NCCL's rule); handles, abort() and aborted() are safe from any thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -44,8 +45,17 @@ XPURT_API ReduceOp reduce_op_from_name(const std::string& name);  // "sum", "pro
 XPURT_API const char* reduce_op_name(ReduceOp op);
 
 struct XPURT_API CommOptions {
-  // How long a collective (and a rendezvous) may wait for the other ranks before the communicator is aborted.
+  // How long a collective may wait for the other ranks before the communicator is aborted.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // How long creating a communicator may wait for every rank to join and for NCCL to set up (a rendezvous through a
+  // store, NCCL's initialisation and its connections between the ranks). 0 (default): the larger of `timeout` and
+  // kDefaultInitTimeout. Note [Cold starts are not collectives]: a process that has just started spends seconds
+  // importing and initialising CUDA before it joins, which a collective's timeout must not count.
+  std::chrono::milliseconds init_timeout{0};
+  static constexpr std::chrono::milliseconds kDefaultInitTimeout{std::chrono::minutes(2)};
+  std::chrono::milliseconds creation_timeout() const {
+    return init_timeout.count() > 0 ? init_timeout : std::max(timeout, kDefaultInitTimeout);
+  }
   // NCCL's algorithm and protocol ("" = NCCL's own choice): NCCL_ALGO / NCCL_PROTO for this communicator's
   // creation, e.g. "Ring", "Tree"; "Simple", "LL", "LL128". NCCL reads them when a communicator is created.
   std::string nccl_algo;

@@ -101,7 +101,7 @@ TEST(FuzzRegressions, EveryRegressionInputIsATypedErrorOrARunOnBothEngines) {
       EXPECT_NO_THROW(fuzz::run_model_bytes(bytes, engine, /*run_control_flow=*/true)) << name << " on " << engine;
     }
   }
-  EXPECT_GE(seen, 11);
+  EXPECT_GE(seen, 13);
 }
 
 TEST(FuzzRegressions, AnAxisOfA0dInputIsATypedError) {
@@ -167,4 +167,13 @@ TEST(FuzzRegressions, AnEmptyVariadicInputBeforeANamedOneIsATypedErrorOnOnnxRunt
   ASSERT_EQ(r.outcome, fuzz::ModelOutcome::kTypedError);
   EXPECT_EQ(r.code, ErrorCode::kInvalidArgument);
   EXPECT_NE(r.message.find("node 'min' (Min): input 1 has no name"), std::string::npos) << r.message;
+}
+
+TEST(FuzzRegressions, ASequenceWhereAKernelTakesATensorIsATypedError) {
+  // value_info declares the SequenceConstruct's output a tensor, so Concat was planned as a kernel, which read an
+  // undefined tensor (SIGSEGV in memcpy).
+  const auto r = fuzz::run_model_bytes(read_file(kCorpus / "regression-concat-of-a-sequence.onnx"), "native", true);
+  ASSERT_EQ(r.outcome, fuzz::ModelOutcome::kTypedError);
+  EXPECT_EQ(r.code, ErrorCode::kInvalidType);
+  EXPECT_NE(r.message.find("but Concat takes tensors"), std::string::npos) << r.message;
 }

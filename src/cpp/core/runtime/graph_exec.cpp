@@ -399,7 +399,14 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
         case PlanStep::Kind::kKernel: {
           std::vector<Tensor> inputs;
           inputs.reserve(step.inputs.size());
-          for (int id : step.inputs) inputs.push_back(id < 0 ? Tensor() : values[id]);
+          for (int id : step.inputs) {
+            // A sequence or optional where a kernel takes a tensor (a SequenceConstruct feeding a Concat, made by
+            // the structural fuzzer): the kernel read an undefined tensor.
+            XPURT_CHECK_TYPE(!has_boxed_ || id < 0 || !boxed_[id].defined(), "node '", step.node, "' (",
+                             step.op_type, "): an input is ", boxed_[id < 0 ? 0 : id].str(), ", but ", step.op_type,
+                             " takes tensors");
+            inputs.push_back(id < 0 ? Tensor() : values[id]);
+          }
           if (!step.dynamic) {
             std::vector<Tensor> outputs(step.desc.outputs.size());
             for (std::size_t o = 0; o < outputs.size(); ++o) {

@@ -19,8 +19,11 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 # FUZZ_RUNS=N: N inputs per harness from seed 1 instead of FUZZ_SECONDS (the same inputs on every machine: CI).
 FUZZ_RUNS=${FUZZ_RUNS:-}
 # The structure-aware model harness (fuzz_model_structure) runs once per engine; its inputs are whole models run
-# under ASan, so it gets its own, smaller count with FUZZ_RUNS (FUZZ_STRUCTURE_RUNS, default 1500 per engine).
-FUZZ_STRUCTURE_RUNS=${FUZZ_STRUCTURE_RUNS:-1500}
+# under ASan, so it gets its own counts with FUZZ_RUNS: FUZZ_STRUCTURE_RUNS for the native engine (default 10000,
+# about 30 s on 2 cores) and FUZZ_STRUCTURE_ORT_RUNS for the onnxruntime engine (default 400: ONNX Runtime creates
+# a session in about 0.2 s under ASan's interceptors; scripts/fuzz_structure.py fuzzes it at volume in scripts/test.sh).
+FUZZ_STRUCTURE_RUNS=${FUZZ_STRUCTURE_RUNS:-10000}
+FUZZ_STRUCTURE_ORT_RUNS=${FUZZ_STRUCTURE_ORT_RUNS:-400}
 # Real exports it starts from besides tests/fuzz/corpus/model: the smallest of models/suite/tiny (a CNN, a ViT
 # block, BERT-like and GPT-2-like encoders), small enough that a run under ASan stays well under a second.
 STRUCTURE_SEEDS="regnet.torchscript.float16 densenet.torchscript.float16 whisper_encoder.torchscript.float16
@@ -114,7 +117,8 @@ if [ "$MODE" != "--tests-only" ] && [ "$FUZZERS" = ON ]; then
     seed_dirs=("tests/fuzz/corpus/$h")
     # Structural mutants start from whole models: the model corpus and the real exports.
     [ "$h" = model_structure ] && seed_dirs=("tests/fuzz/corpus/model" "$seeds")
-    runs=$FUZZ_RUNS; [ "$h" = model_structure ] && runs=$FUZZ_STRUCTURE_RUNS
+    runs=$FUZZ_RUNS; [ "$name" = model_structure_native ] && runs=$FUZZ_STRUCTURE_RUNS
+    [ "$name" = model_structure_onnxruntime ] && runs=$FUZZ_STRUCTURE_ORT_RUNS
     if [ -n "$FUZZ_RUNS" ]; then
       budget=(-runs="$runs" -seed=1)
       rm -rf "$corpus" && mkdir -p "$corpus"  # the same start on every machine

@@ -105,8 +105,15 @@ bool shape_input(const Node& n, std::size_t index, DType dtype) {
 bool host_readable(const Graph& g, const std::string& name) {
   const ValueType* vt = g.type(name);
   if (vt == nullptr || !vt->is_tensor() || !vt->fully_known()) return false;
+  // Only small values are read on the host: past 64 elements the count stops growing, so declared dims of any size
+  // ([7, 2^63 - 1] overflowed int64 here: UBSan, the structural fuzzer) cannot overflow it.
   std::int64_t numel = 1;
-  for (std::int64_t d : vt->sizes()) numel *= d;
+  bool empty = false;
+  for (std::int64_t dim : vt->sizes()) {
+    empty = empty || dim == 0;
+    numel = dim < 0 || dim > 64 || numel > 64 ? 65 : numel * dim;
+  }
+  if (empty) numel = 0;
   const DType d = vt->dtype;
   const bool numeric = d == DType::kInt64 || d == DType::kInt32 || d == DType::kBool || d == DType::kFloat32 ||
                        d == DType::kFloat16 || d == DType::kFloat64;

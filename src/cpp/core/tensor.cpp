@@ -121,30 +121,7 @@ StreamView copy_stream(const Tensor& dst, const Tensor& src, const StreamView* s
   return StreamManager::instance().current_stream(cuda);
 }
 
-#if XPURT_WITH_CUDA
-// Whether `p` is host memory CUDA knows nothing of (malloc'd, a NumPy array's buffer): pageable memory.
-bool is_pageable_host(const void* p) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // older drivers report unregistered memory as an error
-    return true;
-  }
-  return attributes.type == cudaMemoryTypeUnregistered;
-}
-#endif
-
 // Raw byte copy between host/device memory on `stream` (or synchronously on the CPU).
-//
-// Note [Pageable copies stage through pinned memory]
-// cudaMemcpyAsync between a device and pageable host memory is synchronous: from pageable memory the driver first
-// waits for the stream's earlier work, into it the call returns when the copy is done, and it waits inside the
-// driver, holding the lock that other threads' cudaMalloc and pageable copies take. With one thread per GPU in one
-// process, a rank whose stream holds NCCL collectives (kernels that wait for the other ranks) then blocks every
-// other rank at its next allocation or copy, before it can launch its part of those collectives: a deadlock, which
-// the collectives' timeout ended (test_nccl_collectives_over_every_gpu on 2 H200s: one run in two on a machine that
-// had just started, where the ranks' first allocations are slow). So pageable memory is staged through a pinned
-// buffer (the pinned caching allocator's, reusable once the copy has run): the copy itself is asynchronous, and the
-// wait, when the caller wants one, is an ordinary stream synchronization outside the driver's lock.
 void copy_bytes(void* dst, const void* src, std::size_t bytes, const StreamView& stream, bool host_only) {
   if (bytes == 0) return;
   if (host_only) {
@@ -153,29 +130,7 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes, const StreamView&
   }
 #if XPURT_WITH_CUDA
   detail::CudaDeviceGuard guard(stream.device.index);
-  auto* cuda_stream = static_cast<cudaStream_t>(stream.handle);
-  const bool from_pageable = is_pageable_host(src);
-  const bool to_pageable = is_pageable_host(dst);
-  DataPtr staging;
-  if (from_pageable != to_pageable) {
-    try {
-      staging = MemoryManager::instance().allocate_pinned(bytes, stream);
-    } catch (const OutOfMemoryError&) {
-      // No pinned memory to spare: the driver's own (synchronous) staging below.
-    }
-  }
-  if (!staging) {
-    XPURT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream));
-    return;
-  }
-  if (from_pageable) {
-    std::memcpy(staging.get(), src, bytes);
-    XPURT_CUDA_CHECK(cudaMemcpyAsync(dst, staging.get(), bytes, cudaMemcpyHostToDevice, cuda_stream));
-    return;  // `staging` is reused only after the copy queued on `stream` has run
-  }
-  XPURT_CUDA_CHECK(cudaMemcpyAsync(staging.get(), src, bytes, cudaMemcpyDeviceToHost, cuda_stream));
-  stream.synchronize();  // a copy into pageable memory was synchronous before; it stays so
-  std::memcpy(dst, staging.get(), bytes);
+  XPURT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream.handle)));
 #else
   (void)stream;
   XPURT_THROW_NO_CUDA_BUILD("A device copy");

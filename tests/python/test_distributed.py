@@ -310,12 +310,16 @@ def test_nccl_collectives_over_every_gpu(dtype):
     comms = dist.init_all([f"cuda:{i}" for i in range(n)], timeout=60)
     rng = np.random.default_rng(0)
     xs = [(rng.standard_normal((33, 17)) * 4).astype(dtype) for _ in range(n)]
+    # Every rank's inputs reach its device before any rank launches a collective: with one thread per GPU, a rank
+    # whose first allocation or host copy comes while another rank's collectives already spin on its GPU waited for
+    # them inside the CUDA driver, and they for it (docs/distributed.md, "The multi-GPU tests, run after run").
+    inputs = [(xrt.from_numpy(xs[r]).to(f"cuda:{r}"), xrt.from_numpy(np.concatenate([xs[r]] * n)).to(f"cuda:{r}"))
+              for r in range(n)]
 
     def run(r, c):
-        x = xrt.from_numpy(xs[r]).to(f"cuda:{r}")
+        x, stacked = inputs[r]
         outs = [dist.all_reduce(x, c), dist.all_reduce(x, c, op="max"), dist.all_gather(x, c),
-                dist.broadcast(x, c, root=n - 1),
-                dist.reduce_scatter(xrt.from_numpy(np.concatenate([xs[r]] * n)).to(f"cuda:{r}"), c)]
+                dist.broadcast(x, c, root=n - 1), dist.reduce_scatter(stacked, c)]
         if n >= 2:
             if r == 0:
                 dist.send(x, c, peer=1)

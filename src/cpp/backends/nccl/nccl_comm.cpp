@@ -170,11 +170,6 @@ class TuningEnv {
   explicit TuningEnv(const distributed::CommOptions& options) : lock_(mutex()) {
     set("NCCL_ALGO", options.nccl_algo, saved_algo_);
     set("NCCL_PROTO", options.nccl_proto, saved_proto_);
-    // Note [Cold starts are not collectives] (distributed.h): NCCL 2.22+ connects the ranks at their first
-    // collective by default, which then waits for every peer's connection set-up under the collective's timeout.
-    // Connecting at creation puts that set-up under the creation timeout instead. NCCL reads the variable once per
-    // process, at its first communicator; a value the user set is kept.
-    if (std::getenv("NCCL_RUNTIME_CONNECT") == nullptr) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   }
   ~TuningEnv() {
     restore("NCCL_ALGO", saved_algo_);

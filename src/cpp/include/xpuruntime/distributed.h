@@ -47,10 +47,13 @@ XPURT_API const char* reduce_op_name(ReduceOp op);
 struct XPURT_API CommOptions {
   // How long a collective may wait for the other ranks before the communicator is aborted.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // How long creating a communicator may wait for every rank to join and for NCCL to set up (a rendezvous through a
-  // store, NCCL's initialisation and its connections between the ranks). 0 (default): the larger of `timeout` and
-  // kDefaultInitTimeout. Note [Cold starts are not collectives]: a process that has just started spends seconds
-  // importing and initialising CUDA before it joins, which a collective's timeout must not count.
+  // How long creating a communicator may wait for every rank to join and for NCCL to initialise (the rendezvous
+  // through a store, ncclCommInitRankConfig). 0 (default): the larger of `timeout` and kDefaultInitTimeout.
+  // Note [Cold starts are not collectives]: a process that has just started spends seconds importing and
+  // initialising CUDA before it joins (6.6 s on an H200 machine), which a collective's timeout must not count. NCCL
+  // 2.22+ still connects the ranks at their first collective, under that collective's timeout: forcing the
+  // connections at creation (NCCL_RUNTIME_CONNECT=0) let a rank's spinning kernels block another rank's first
+  // allocation with no deadline left to end it (docs/distributed.md, "The multi-GPU tests, run after run").
   std::chrono::milliseconds init_timeout{0};
   static constexpr std::chrono::milliseconds kDefaultInitTimeout{std::chrono::minutes(2)};
   std::chrono::milliseconds creation_timeout() const {

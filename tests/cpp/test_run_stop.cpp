@@ -74,18 +74,23 @@ TEST(RunStop, TimeoutStopsBetweenNodes) {
   RunOptions options;
   options.timeout = std::chrono::milliseconds(2);
   options.tag = "chain";
-  try {
-    const RunStop stop(options, nullptr);
-    const RunStopScope scope(&stop);
-    exec.run({x});
-    ADD_FAILURE() << "the run was not stopped";
-  } catch (const RunTerminatedError& e) {
-    const std::string what = e.what();
-    EXPECT_TRUE(e.timed_out());
-    EXPECT_NE(what.find("run 'chain' stopped "), std::string::npos) << what;
-    EXPECT_NE(what.find("timeout of 2 ms passed"), std::string::npos) << what;
-    EXPECT_EQ(what.find("step 1 of 400"), std::string::npos) << what;  // not before the run: between its nodes
+  // On a loaded machine the 2 ms may pass before the first step's check; some attempt stops between nodes.
+  bool between_nodes = false;
+  for (int attempt = 0; attempt < 20 && !between_nodes; ++attempt) {
+    try {
+      const RunStop stop(options, nullptr);
+      const RunStopScope scope(&stop);
+      exec.run({x});
+      ADD_FAILURE() << "the run was not stopped";
+    } catch (const RunTerminatedError& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(e.timed_out());
+      EXPECT_NE(what.find("run 'chain' stopped "), std::string::npos) << what;
+      EXPECT_NE(what.find("timeout of 2 ms passed"), std::string::npos) << what;
+      between_nodes = what.find("step 1 of 400") == std::string::npos;  // not before the run: between its nodes
+    }
   }
+  EXPECT_TRUE(between_nodes) << "20 runs stopped before their first node, none between nodes";
   const auto out = exec.run({x});
   EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[5], 2.0f);
 }

@@ -361,6 +361,12 @@ class OrtSession final : public EngineSession {
     // block ORT's read forever --, the span inside the file), and a model given as bytes without a folder is
     // refused, as the native engine refuses it. ORT then opens the files itself: a file swapped between the check
     // and ORT's read is outside what these checks cover.
+    // Note [Models checked against ONNX's schemas] (core/onnx/onnx_validate.cpp): the checks the native engine makes
+    // when it reads a model run before ORT sees it (ORT 1.29 aborted the process on a Tanh with an INTS attribute
+    // it does not take, tests/fuzz/corpus/model/regression-ort-tanh-with-an-attribute-it-does-not-take.onnx).
+    OnnxImportOptions checks;
+    checks.allow_newer_opsets = options.exec_policy.allow_newer_opsets;
+    validate_onnx(model, checks);
     check_external_data(model, options.model_dir);
     ort::check_loadable_by_ort(model);  // Note [Models ORT crashes on] (ort_model_fixes.cpp)
     std::string trimmed;  // Note [Trailing empty inputs] (ort_model_fixes.cpp)

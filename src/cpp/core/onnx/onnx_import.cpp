@@ -618,9 +618,12 @@ void graph_to_proto(const Graph& g, onnx::GraphProto* proto) {
 
 }  // namespace
 
-Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
+namespace {
+
+// The bytes as a ModelProto that passes the checks every engine makes before anything else reads it (Note [Models
+// checked against ONNX's schemas]).
+void parse_checked(const std::string& model_bytes, const OnnxImportOptions& options, onnx::ModelProto& model) {
   XPURT_CHECK(!model_bytes.empty(), "invalid model: the model is empty (0 bytes)");
-  onnx::ModelProto model;
   XPURT_CHECK(model_bytes.size() < static_cast<std::size_t>(std::numeric_limits<int>::max()),
               "invalid model: ", model_bytes.size(), " bytes exceed protobuf's 2 GB limit (use external data)");
   XPURT_CHECK(model.ParseFromArray(model_bytes.data(), static_cast<int>(model_bytes.size())),
@@ -629,12 +632,24 @@ Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& optio
   XPURT_CHECK(model.has_graph(), "invalid model: the ModelProto has no graph");
   XPURT_CHECK(model.ir_version() >= 3, "invalid model: IR version ", model.ir_version(),
               " is not supported (3 or newer)");
+  XPURT_CHECK(model.opset_import_size() > 0, "invalid model: no opset_import");
+  detail::validate_onnx_model(model, {options.allow_newer_opsets});
+}
+
+}  // namespace
+
+void validate_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
+  onnx::ModelProto model;
+  parse_checked(model_bytes, options, model);
+}
+
+Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
+  onnx::ModelProto model;
+  parse_checked(model_bytes, options, model);
   std::map<std::string, std::int64_t> opsets;
   for (const auto& op : model.opset_import()) {
     opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
   }
-  XPURT_CHECK(model.opset_import_size() > 0, "invalid model: no opset_import");
-  detail::validate_onnx_model(model, {options.allow_newer_opsets});
   // Model-local functions are not inlined yet: refuse only when a node uses one.
   std::set<std::pair<std::string, std::string>> functions;
   for (const auto& f : model.functions()) functions.insert({f.domain(), f.name()});

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/onnx/onnx_schema_table.inc"
+#include "core/onnx/onnx_schema_types.inc"
 
 namespace xpuruntime::onnx_schema {
 
@@ -25,29 +26,65 @@ struct Row {
 
 constexpr Row kRows[] = {XPURT_ONNX_SCHEMA_ROWS};
 
-std::vector<std::string_view> split(std::string_view text) {
+struct TypeRow {
+  const char* domain;
+  const char* op_type;
+  int since_version;
+  const char* inputs;       // "X:T,?B:T,&rest:V"
+  const char* outputs;
+  const char* constraints;  // "T=tensor(float)|tensor(double);I=tensor(int64)"
+};
+
+constexpr TypeRow kTypeRows[] = {XPURT_ONNX_TYPE_ROWS};
+
+std::vector<std::string_view> split(std::string_view text, char separator = ',') {
   std::vector<std::string_view> parts;
   while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    parts.push_back(text.substr(0, comma));
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
+    const std::size_t at = text.find(separator);
+    parts.push_back(text.substr(0, at));
+    if (at == std::string_view::npos) break;
+    text.remove_prefix(at + 1);
   }
   return parts;
 }
 
+// "?name:type" and its kin (onnx_schema_table.inc's form has no ":type").
 std::vector<Formal> formals(std::string_view text) {
   std::vector<Formal> out;
   for (std::string_view part : split(text)) {
     Formal f;
-    if (!part.empty() && (part.front() == '?' || part.front() == '*')) {
+    if (!part.empty() && (part.front() == '?' || part.front() == '*' || part.front() == '&')) {
       f.kind = part.front() == '?' ? Formal::Kind::kOptional : Formal::Kind::kVariadic;
+      f.heterogeneous = part.front() == '&';
       part.remove_prefix(1);
     }
-    f.name = part;
+    const std::size_t colon = part.find(':');
+    f.name = part.substr(0, colon);
+    if (colon != std::string_view::npos) f.type = part.substr(colon + 1);
     out.push_back(f);
   }
   return out;
+}
+
+// Fills the formals' types and the constraints from the type table's row for the same version, when there is one
+// with the same formals.
+void add_types(Schema& s, const TypeRow& row) {
+  const std::vector<Formal> inputs = formals(row.inputs), outputs = formals(row.outputs);
+  if (inputs.size() != s.inputs.size() || outputs.size() != s.outputs.size()) return;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].name != s.inputs[k].name) return;
+  }
+  s.inputs = inputs;
+  s.outputs = outputs;
+  for (std::string_view part : split(row.constraints, ';')) {
+    const std::size_t eq = part.find('=');
+    if (eq == std::string_view::npos) continue;
+    TypeConstraint c;
+    c.name = part.substr(0, eq);
+    c.allowed = split(part.substr(eq + 1), '|');
+    s.constraints.push_back(std::move(c));
+  }
+  s.typed = true;
 }
 
 Schema schema_of(const Row& row) {
@@ -86,8 +123,15 @@ std::string key(std::string_view domain, std::string_view op_type) {
 // Every version of every operator, oldest first, by domain and operator.
 const std::unordered_map<std::string, std::vector<Schema>>& table() {
   static const auto* const index = [] {
+    std::map<std::pair<std::string, int>, const TypeRow*> types;
+    for (const TypeRow& row : kTypeRows) types[{key(row.domain, row.op_type), row.since_version}] = &row;
     auto* m = new std::unordered_map<std::string, std::vector<Schema>>();
-    for (const Row& row : kRows) (*m)[key(row.domain, row.op_type)].push_back(schema_of(row));
+    for (const Row& row : kRows) {
+      Schema s = schema_of(row);
+      const auto typed = types.find({key(row.domain, row.op_type), row.since_version});
+      if (typed != types.end()) add_types(s, *typed->second);
+      (*m)[key(row.domain, row.op_type)].push_back(std::move(s));
+    }
     for (auto& [k, versions] : *m) {
       std::sort(versions.begin(), versions.end(),
                 [](const Schema& a, const Schema& b) { return a.since_version < b.since_version; });
@@ -98,6 +142,13 @@ const std::unordered_map<std::string, std::vector<Schema>>& table() {
 }
 
 }  // namespace
+
+const TypeConstraint* Schema::constraint(std::string_view name) const {
+  for (const TypeConstraint& c : constraints) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
 
 const AttributeDecl* Schema::attribute(std::string_view name) const {
   for (const AttributeDecl& a : attributes) {
@@ -131,6 +182,8 @@ std::int64_t newest_opset(std::string_view domain) {
 std::int64_t newest_ir_version() { return XPURT_ONNX_MAX_IR_VERSION; }
 
 const char* source() { return XPURT_ONNX_SCHEMA_SOURCE; }
+
+const char* types_source() { return XPURT_ONNX_TYPES_SOURCE; }
 
 std::optional<Arity> arity_of_any_version(std::string_view op_type) {
   static const auto* const arities = [] {

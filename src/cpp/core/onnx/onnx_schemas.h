@@ -14,11 +14,21 @@
 
 namespace xpuruntime::onnx_schema {
 
-// One formal input or output: its name and whether it is required, optional or variadic.
+// One formal input or output: its name, whether it is required, optional or variadic, and (for schemas with type
+// information, Schema::typed) its type: a type variable of the schema's constraints ("T") or a type
+// ("tensor(int64)"); a variadic one is `heterogeneous` when its values need not share one type (Loop's states).
 struct Formal {
   enum class Kind { kRequired, kOptional, kVariadic };
   std::string_view name;
   Kind kind = Kind::kRequired;
+  std::string_view type;
+  bool heterogeneous = false;
+};
+
+// A type variable and the types it allows ("T" -> {"tensor(float)", "tensor(float16)", ...}).
+struct TypeConstraint {
+  std::string_view name;
+  std::vector<std::string_view> allowed;
 };
 
 // One attribute a schema declares. `type` is ONNX's short code: "f", "i", "s", "t", "g", "tp", "st", and the list
@@ -39,8 +49,13 @@ struct Schema {
   bool deprecated = false;
   std::vector<Formal> inputs, outputs;
   std::vector<AttributeDecl> attributes;
+  // Whether the formals carry types and `constraints` is filled: the schema versions of the type table
+  // (onnx_schema_types.inc, from an older onnx than the arity table: versions up to its newest opset).
+  bool typed = false;
+  std::vector<TypeConstraint> constraints;
 
   const AttributeDecl* attribute(std::string_view name) const;
+  const TypeConstraint* constraint(std::string_view name) const;
 };
 
 // The schema of `op_type` in `domain` ("" or "ai.onnx" for the default domain) that a model importing `opset` of
@@ -54,8 +69,9 @@ bool is_onnx_domain(std::string_view domain);
 std::int64_t newest_opset(std::string_view domain);
 // The newest IR version the table's source (the onnx package) knows.
 std::int64_t newest_ir_version();
-// "onnx 1.23.1": where the table came from.
+// "onnx 1.23.1": where the table came from; types_source(): where the type table came from.
 const char* source();
+const char* types_source();
 
 // The arity every version of `op_type` (default domain) shares: the fewest inputs any version requires and the most
 // any version takes (-1: variadic). Nullopt for an operator the table does not list. For graph passes, which match

@@ -71,6 +71,32 @@ std::string attribute_type(const onnx::AttributeProto& a) {
   return "";
 }
 
+// ONNX's name of a tensor element type ("float16"), empty for codes this table does not name.
+const char* element_name(int code) {
+  static const char* const names[] = {"",         "float",     "uint8",          "int8",       "uint16",
+                                      "int16",    "int32",     "int64",          "string",     "bool",
+                                      "float16",  "double",    "uint32",         "uint64",     "complex64",
+                                      "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+                                      "float8e5m2fnuz", "uint4", "int4",        "float4e2m1"};
+  return code > 0 && code < static_cast<int>(std::size(names)) ? names[code] : "";
+}
+
+// A value's type as ONNX's schemas write it ("tensor(float)", "seq(tensor(int64))"); empty when unknown.
+std::string type_string(const onnx::TypeProto& t) {
+  const auto wrap = [](const char* kind, const std::string& inner) {
+    return inner.empty() ? std::string() : str_cat(kind, "(", inner, ")");
+  };
+  switch (t.value_case()) {
+    case onnx::TypeProto::kTensorType: {
+      const std::string element = element_name(t.tensor_type().elem_type());
+      return element.empty() ? std::string() : "tensor(" + element + ")";
+    }
+    case onnx::TypeProto::kSequenceType: return wrap("seq", type_string(t.sequence_type().elem_type()));
+    case onnx::TypeProto::kOptionalType: return wrap("optional", type_string(t.optional_type().elem_type()));
+    default: return {};
+  }
+}
+
 const char* type_words(const std::string& code) {
   static const std::map<std::string, const char*> words = {
       {"f", "a float"},        {"i", "an int"},           {"s", "a string"},          {"t", "a tensor"},
@@ -87,9 +113,23 @@ class Validator {
 
   void graph(const onnx::GraphProto& g) {
     const onnx::GraphProto* outer = graph_;
+    const std::map<std::string, std::string> outer_types = types_;  // a subgraph sees the enclosing graphs' values
     graph_ = &g;
+    const auto declare = [&](const std::string& name, std::string type) {
+      if (!name.empty() && !type.empty()) types_[name] = std::move(type);
+    };
+    for (const auto& init : g.initializer()) {
+      const std::string element = element_name(init.data_type());
+      declare(init.name(), element.empty() ? std::string() : "tensor(" + element + ")");
+    }
+    for (const auto* list : {&g.input(), &g.value_info(), &g.output()}) {
+      for (const onnx::ValueInfoProto& v : *list) {
+        if (v.has_type()) declare(v.name(), type_string(v.type()));
+      }
+    }
     for (const onnx::NodeProto& n : g.node()) node(n, g.name());
     graph_ = outer;
+    types_ = outer_types;
   }
 
  private:
@@ -176,10 +216,42 @@ class Validator {
     arity(n, *s, n.input(), s->min_inputs, s->max_inputs, s->inputs, "input");
     arity(n, *s, n.output(), s->min_outputs, s->max_outputs, s->outputs, "output");
     attributes(n, *s);
+    if (s->typed) input_types(n, *s);
+  }
+
+  // The inputs whose types the model states (graph inputs, initializers, value_info, enclosing graphs' values) against
+  // the schema's type constraints: each in its variable's allowed types, the inputs of one variable of one type.
+  void input_types(const onnx::NodeProto& n, const Schema& s) const {
+    std::map<std::string_view, std::pair<std::string, int>> bound;  // type variable -> (its type, the input giving it)
+    for (int k = 0; k < n.input_size() && !s.inputs.empty(); ++k) {
+      const auto known = types_.find(n.input(k));
+      if (n.input(k).empty() || known == types_.end()) continue;
+      const std::string& actual = known->second;
+      const Formal& f = s.inputs[std::min<std::size_t>(static_cast<std::size_t>(k), s.inputs.size() - 1)];
+      const onnx_schema::TypeConstraint* c = s.constraint(f.type);
+      if (c == nullptr) {
+        XPURT_CHECK_TYPE(f.type.empty() || f.type == actual, "invalid model: input ", k, " ('", f.name, "') of ",
+                         describe(n, &s), " is '", n.input(k), "' of type ", actual, "; it must be ", f.type);
+        continue;
+      }
+      if (std::find(c->allowed.begin(), c->allowed.end(), actual) == c->allowed.end()) {
+        std::string allowed;
+        for (std::string_view a : c->allowed) allowed += str_cat(allowed.empty() ? "" : ", ", a);
+        throw InvalidTypeError(str_cat("invalid model: input ", k, " ('", f.name, "') of ", describe(n, &s), " is '",
+                                       n.input(k), "' of type ", actual, "; ", n.op_type(), "'s ", c->name,
+                                       " takes ", allowed));
+      }
+      if (f.heterogeneous) continue;
+      const auto [first, inserted] = bound.emplace(c->name, std::make_pair(actual, k));
+      XPURT_CHECK_TYPE(inserted || first->second.first == actual, "invalid model: input ", k, " ('", f.name, "') of ",
+                       describe(n, &s), " is ", actual, " but input ", first->second.second, " is ",
+                       first->second.first, "; both are ", n.op_type(), "'s ", c->name, ", one type");
+    }
   }
 
   const std::map<std::string, std::int64_t>& opsets_;
   const onnx::GraphProto* graph_ = nullptr;  // the graph whose nodes are being checked
+  std::map<std::string, std::string> types_;  // value -> its stated type ("tensor(float)"), this graph's and outer
 };
 
 // The first node (depth first, subgraphs included) of `domain`, for naming one in an error; null when none.

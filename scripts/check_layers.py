@@ -397,7 +397,8 @@ def scan_python(root: pathlib.Path) -> Tuple[List[Finding], Dict[str, object]]:
 ALLOWLIST_HEADER = """\
 # Today's layering findings (scripts/check_layers.py; docs/architecture.md, "Layering rules"). The check fails on a
 # finding not listed here; it prints listed ones that no longer occur. Each line is removed as issue 40's moves fix it:
-# never add one by hand to let a new include or import through. Regenerate: .venv/bin/python scripts/check_layers.py --update
+# never add one by hand to let a new include or import through.
+# Regenerate: .venv/bin/python scripts/check_layers.py --update
 """
 
 

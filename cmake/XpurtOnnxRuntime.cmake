@@ -1,4 +1,4 @@
-# ONNX Runtime for the onnxruntime engine (src/cpp/backends/onnxruntime). Included by the top-level
+# ONNX Runtime for the onnxruntime engine (src/cpp/engines/onnxruntime). Included by the top-level
 # CMakeLists.txt after XpurtOptions.
 #
 #   XPURT_WITH_ONNXRUNTIME  AUTO (use it when found) / ON (fail when missing) / OFF

@@ -11,10 +11,10 @@ cublaslt_enum_names.inc) is not checked; `--report` counts them.
   ------------------  ------------------------------------------------------------------------------------------------
   bindings            bindings/**
   engine:<name>       engines/<name>/**                  (the target layout of issue 40: none there yet)
-  engine:native       backends/native/**, core/runtime/**, core/onnx/**, and the native engine's public headers
+  engine:native       engines/native/**, engines/native/**, engines/native/import/**, and the native engine's public headers
                       include/xpuruntime/{graph,onnx_import,capture_plan,graph_exec}.h (its IR, ONNX import, plan and
-                      exec: implemented in core/runtime/ and core/onnx/, they are no part of core's contract)
-  engine:onnxruntime  backends/onnxruntime/**
+                      exec: implemented in engines/native/ and engines/native/import/, they are no part of core's contract)
+  engine:onnxruntime  engines/onnxruntime/**
   backend:<name>      backends/<name>/**                 (cpu, cuda_raw, cublas, cublaslt, cudnn, codegen, nccl)
   core                core/** (what the rows above leave), include/** (the other public headers)
 

@@ -1,4 +1,4 @@
-// The native engine's graph passes (src/cpp/core/runtime/passes.h) on hand-built graphs: each pass rewrites what it
+// The native engine's graph passes (src/cpp/engines/native/passes/passes.h) on hand-built graphs: each pass rewrites what it
 // should, leaves alone what it should not (non-constant weights, a reader outside the pattern, a wrong axis...),
 // and preserves the numerics: every graph is evaluated before and after with a small reference interpreter (ONNX
 // nodes through onnx_ref::run_node, the com.xpuruntime nodes through their registry ops on the CPU).
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "../../src/cpp/core/half.h"
-#include "../../src/cpp/core/runtime/onnx_cpu_ops.h"
-#include "../../src/cpp/core/runtime/passes.h"
-#include "../../src/cpp/core/runtime/shape_inference.h"
+#include "../../src/cpp/engines/native/reference/onnx_cpu_ops.h"
+#include "../../src/cpp/engines/native/passes/passes.h"
+#include "../../src/cpp/engines/native/inference/shape_inference.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"

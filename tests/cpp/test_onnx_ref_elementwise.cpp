@@ -19,7 +19,7 @@
 
 // The library's headers are internal (src/cpp, not on the tests' include path); its entry points are exported.
 #include "../../src/cpp/core/half.h"
-#include "../../src/cpp/core/runtime/onnx_cpu_ops.h"
+#include "../../src/cpp/engines/native/reference/onnx_cpu_ops.h"
 
 namespace xpuruntime {
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cpp/core/runtime/onnx_cpu_ops.h"
+#include "../../src/cpp/engines/native/reference/onnx_cpu_ops.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"

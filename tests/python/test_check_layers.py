@@ -30,18 +30,18 @@ def _fake_tree(root: pathlib.Path) -> pathlib.Path:
     # core -> a backend (through a path relative to the including file, as core/tensor.cpp does today)
     _write(root, cpp + "core/tensor.cpp",
            '#include "xpuruntime/tensor.h"\n\n#include "../backends/cuda_raw/cuda_raw_ops.h"\n')
-    _write(root, cpp + "core/runtime/passes/pass_utils.h", '#pragma once\n#include "xpuruntime/graph.h"\n')
+    _write(root, cpp + "engines/native/passes/pass_utils.h", '#pragma once\n#include "xpuruntime/graph.h"\n')
     # allowed: a backend including core and itself, an engine including core and itself, bindings anything
     _write(root, cpp + "backends/cuda_raw/cuda_raw_ops.h", '#pragma once\n#include "xpuruntime/tensor.h"\n')
     _write(root, cpp + "backends/cuda_raw/elementwise.cu",
            '#include "backends/cuda_raw/cuda_raw_ops.h"\n#include "onnx/generated.pb.h"\n')
     # a backend -> the native engine (a graph-pass helper)
     _write(root, cpp + "backends/cuda_raw/cuda_raw_register.cpp",
-           '#include "cuda_raw_ops.h"\n#include "core/runtime/passes/pass_utils.h"\n')
-    _write(root, cpp + "backends/native/native_engine.cpp",
-           '#include "xpuruntime/graph.h"\n#include "core/runtime/passes/pass_utils.h"\n')
+           '#include "cuda_raw_ops.h"\n#include "engines/native/passes/pass_utils.h"\n')
+    _write(root, cpp + "engines/native/native_engine.cpp",
+           '#include "xpuruntime/graph.h"\n#include "engines/native/passes/pass_utils.h"\n')
     _write(root, cpp + "bindings/module.cpp",
-           '#include "backends/cuda_raw/cuda_raw_ops.h"\n#include "core/runtime/passes/pass_utils.h"\n')
+           '#include "backends/cuda_raw/cuda_raw_ops.h"\n#include "engines/native/passes/pass_utils.h"\n')
     # Python: a and b import each other, b only inside a function; c imports a at module level (no circle); the
     # package imports its compiled extension _core (no .py file), which is no edge to the package.
     _write(root, "src/python/pkg/__init__.py", "from . import _core\nfrom . import a\n")
@@ -62,7 +62,7 @@ def test_finds_each_violation_and_the_circle(tmp_path):
     out = result.stdout
     assert "src/cpp/core/tensor.cpp:3: core includes backends/cuda_raw/cuda_raw_ops.h (backend:cuda_raw)" in out
     assert ("src/cpp/backends/cuda_raw/cuda_raw_register.cpp:2: backend:cuda_raw includes "
-            "core/runtime/passes/pass_utils.h (engine:native)") in out
+            "engines/native/passes/pass_utils.h (engine:native)") in out
     # The native engine's public header (include/xpuruntime/graph.h) belongs to the engine, not to core.
     assert "passes/pass_utils.h:2:" not in out
     assert "core-upward: core includes a backend or an engine: 1 file -> file pairs" in out
@@ -89,7 +89,7 @@ def test_allowlist_is_honoured_and_stale_entries_are_printed(tmp_path):
     entries = [l for l in _lines(allowlist.read_text()) if not l.startswith("#")]
     assert sorted(entries) == sorted([
         "core/tensor.cpp -> backends/cuda_raw/cuda_raw_ops.h",
-        "backends/cuda_raw/cuda_raw_register.cpp -> core/runtime/passes/pass_utils.h",
+        "backends/cuda_raw/cuda_raw_register.cpp -> engines/native/passes/pass_utils.h",
         "py: pkg.a -> pkg.b",
         "py: pkg.b -> pkg.a",
     ])

@@ -143,7 +143,7 @@ def _pass_through_model(rows) -> bytes:
 def test_an_output_that_is_a_graph_input_is_a_copy_of_the_feed(engine, rows):
     """A graph output naming a graph input came back from the onnxruntime engine as uninitialised memory (values
     like 2.7e16) when its shape was static, and as a view of the run's temporary feed when it was not (Note [Outputs
-    that are graph inputs] in src/cpp/backends/onnxruntime/ort_engine.cpp). Both engines return a copy of the feed,
+    that are graph inputs] in src/cpp/engines/onnxruntime/ort_engine.cpp). Both engines return a copy of the feed,
     through run() and through I/O binding, run after run."""
     session = make_session(_pass_through_model(rows), engine)
     rng = np.random.default_rng(0)

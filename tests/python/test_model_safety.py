@@ -1,6 +1,6 @@
 """Bad and hostile model files (issue: reliability): declared sizes are checked against the file before anything is
 allocated, and external data never leaves the model's folder (Note [External data stays inside the model's folder],
-Note [Sizes checked before allocation] in src/cpp/core/onnx/onnx_import.cpp). Each gives a typed error."""
+Note [Sizes checked before allocation] in src/cpp/engines/native/import/onnx_import.cpp). Each gives a typed error."""
 
 import os
 import stat
@@ -14,7 +14,7 @@ import xpuruntime as xrt
 from conftest import requires_ort
 
 # The external-data checks hold for both engines: the onnxruntime engine runs the native engine's checks before
-# ONNX Runtime reads a file (Note [External data through ORT] in src/cpp/backends/onnxruntime/ort_engine.cpp).
+# ONNX Runtime reads a file (Note [External data through ORT] in src/cpp/engines/onnxruntime/ort_engine.cpp).
 ENGINES = ("native", pytest.param("onnxruntime", marks=requires_ort))
 
 

@@ -1,4 +1,4 @@
-// Timing of build phases (Note [Build phases] in core/runtime/capture_plan.cpp). Internal header.
+// Timing of build phases (Note [Build phases] in engines/native/plan/capture_plan.cpp). Internal header.
 #pragma once
 
 #include <chrono>

@@ -203,7 +203,7 @@ void InferenceSession::build(const std::string& model) {
   std::string name = options_.engine;
   if (name == "auto") {
     // The native engine is preferred on CUDA when it can run every node (its create() checks, Note [Support
-    // check at session creation] in backends/native/native_engine.cpp); ONNX Runtime serves everything else.
+    // check at session creation] in engines/native/native_engine.cpp); ONNX Runtime serves everything else.
     const Engine* native = registry.find("native");
     const Support native_support = native ? native->available(options_) : Support::no("not registered");
     if (native_support.ok() && options_.device.is_cuda()) {
@@ -331,7 +331,7 @@ void InferenceSession::run_profiled(const std::vector<std::pair<std::string, Ten
 // implementation runs and copies into it); an output bound to a device is undefined there and the engine allocates
 // it, then it is copied to that device if it is not the session's. The point of binding for speed: with CUDA graphs
 // the onnxruntime engine replays its graph directly over bound tensors whose addresses stay the same from run to run
-// (Note [CUDA graphs through ORT] in backends/onnxruntime/ort_engine.cpp), so nothing is staged.
+// (Note [CUDA graphs through ORT] in engines/onnxruntime/ort_engine.cpp), so nothing is staged.
 
 namespace {
 

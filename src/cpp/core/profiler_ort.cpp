@@ -7,7 +7,7 @@
 // 1.25, single runs (RunOptions::EnableProfiling: each Run writes "<prefix>_<date>.json" as it ends; ORT ignores the
 // run option while the session's own profiling is on). Either way "ts" counts microseconds since ORT's profiler
 // started -- ORT's clock, not ours -- and each run is a "model_run" session event enclosing the "<node>_kernel_time"
-// node events of the nodes it ran. The onnxruntime engine (backends/onnxruntime/ort_profiling.h) profiles only the
+// node events of the nodes it ran. The onnxruntime engine (engines/onnxruntime/ort_profiling.h) profiles only the
 // runs that need it: while a Profiler records, and the first run of a session, for explain(). Each ORT Run call then
 // gets RunOptions of its own with profiling into a file of its own; the host time (profiler::now_ns) is taken just
 // before the call, and after the run the file is read (parse_ort_profile), its model_run placed at that time

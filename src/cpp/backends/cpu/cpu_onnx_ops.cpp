@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
-#include "core/runtime/onnx_cpu_ops.h"
-#include "core/runtime/passes/pass_utils.h"
+#include "engines/native/reference/onnx_cpu_ops.h"
+#include "engines/native/passes/pass_utils.h"
 #include "xpuruntime/graph.h"
 
 namespace xpuruntime::cpu {

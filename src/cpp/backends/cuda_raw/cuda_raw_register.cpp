@@ -17,7 +17,7 @@
 #include "core/conv_layout.h"
 #include "core/cuda_utils.h"
 #include "core/data_ops.h"
-#include "core/runtime/passes/pass_utils.h"
+#include "engines/native/passes/pass_utils.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"

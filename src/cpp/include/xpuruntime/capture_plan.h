@@ -199,7 +199,7 @@ class XPURT_API CapturePlan {
   // else why not.
   bool capturable(std::string* why = nullptr) const;
   const std::vector<std::string>& pass_notes() const { return pass_notes_; }
-  // Where the build went, phase by phase (Note [Build phases] in core/runtime/capture_plan.cpp).
+  // Where the build went, phase by phase (Note [Build phases] in engines/native/plan/capture_plan.cpp).
   const std::vector<BuildPhase>& build_phases() const { return build_phases_; }
   // The dispatcher that chose the kernels (dynamic steps dispatch through it when they run).
   const std::shared_ptr<Dispatcher>& dispatcher() const { return dispatcher_; }

@@ -95,7 +95,7 @@ class XPURT_API Dispatcher {
   struct Options {
     int autotune_warmup = 2;       // untimed runs per candidate
     int autotune_iterations = 10;  // timed runs per candidate (the median is kept)
-    // The autotune cache serves as a build cache (Note [Build cache] in backends/native/native_engine.cpp): an
+    // The autotune cache serves as a build cache (Note [Build cache] in engines/native/native_engine.cpp): an
     // entry re-creates the plan of the kernel the rule picks, but a first-supported rule still picks by priority
     // (the decision reads as without the cache), and a record that cannot be re-created is built afresh instead
     // of being an error.
@@ -109,7 +109,7 @@ class XPURT_API Dispatcher {
   // Fills the policy bits of `desc`, validates it, infers the outputs, and returns the (cached) dispatch for
   // its signature. Throws UnsupportedOperationError (pinned kernel cannot run it, or no kernel can) with
   // every candidate's reason. Thread-safe: threads deciding different signatures build their plans at once (Note
-  // [Parallel kernel selection] in core/runtime/capture_plan.cpp); a thread asking for a signature another is
+  // [Parallel kernel selection] in engines/native/plan/capture_plan.cpp); a thread asking for a signature another is
   // deciding waits for that decision.
   std::shared_ptr<const Dispatch> select(OpDescriptor& desc);
   // The first half of select: the policy bits, validation and the outputs' inference, without deciding.

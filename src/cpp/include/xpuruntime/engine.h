@@ -88,7 +88,7 @@ struct XPURT_API TransferExplanation {
 };
 
 // One phase of creating a session or of building one of its plans, with its wall time (Note [Build phases] in
-// core/runtime/capture_plan.cpp). The native engine names them "import" (ONNX -> graph) and "plan <shapes>:
+// engines/native/plan/capture_plan.cpp). The native engine names them "import" (ONNX -> graph) and "plan <shapes>:
 // <phase>" (passes, kernel selection per backend, constants to the device, ...).
 struct XPURT_API BuildPhase {
   std::string phase;

@@ -1,6 +1,6 @@
 // ONNX reference ops (elementwise group): arithmetic, math functions, activations, comparisons, logic, bitwise
 // ops, Where, Cast/CastLike, Identity, Dropout (inference), Softmax/LogSoftmax/Hardmax. See
-// src/cpp/core/runtime/onnx_cpu_ops.h for the contract.
+// src/cpp/engines/native/reference/onnx_cpu_ops.h for the contract.
 //
 // Note [Elementwise loops]
 // Every op with several inputs runs through one broadcasting loop (plan_broadcast + for_each_row): the output
@@ -23,7 +23,7 @@
 
 #include "backends/cpu/onnx/onnx_common.h"
 #include "xpuruntime/onnx_import.h"
-#include "core/runtime/onnx_cpu_ops.h"
+#include "engines/native/reference/onnx_cpu_ops.h"
 
 namespace xpuruntime::onnx_ref {
 namespace {

@@ -1,4 +1,4 @@
-// ONNX reference ops (misc group): see src/cpp/core/runtime/onnx_cpu_ops.h. This file registers the group's
+// ONNX reference ops (misc group): see src/cpp/engines/native/reference/onnx_cpu_ops.h. This file registers the group's
 // files (onnx_misc.h) and holds their shared helpers.
 #include "backends/cpu/onnx/onnx_misc.h"
 #include "core/shape_str.h"

@@ -1,5 +1,5 @@
 // ONNX reference ops: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, Det, TfIdfVectorizer and the
-// ai.onnx.preview.training optimizers (Adagrad, Momentum, Adam). See src/cpp/core/runtime/onnx_cpu_ops.h.
+// ai.onnx.preview.training optimizers (Adagrad, Momentum, Adam). See src/cpp/engines/native/reference/onnx_cpu_ops.h.
 // Everything computes in double and rounds once to the output dtype.
 #include <algorithm>
 #include <cmath>

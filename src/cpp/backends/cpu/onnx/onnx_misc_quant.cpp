@@ -1,5 +1,5 @@
 // ONNX reference ops, quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
-// ConvInteger, QLinearMatMul, QLinearConv. See src/cpp/core/runtime/onnx_cpu_ops.h.
+// ConvInteger, QLinearMatMul, QLinearConv. See src/cpp/engines/native/reference/onnx_cpu_ops.h.
 //
 // Note [Quantized arithmetic]
 // Quantizing follows ONNX: y = saturate(round_half_even(x / scale) + zero_point), with x / scale computed in

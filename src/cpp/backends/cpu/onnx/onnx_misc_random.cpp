@@ -1,5 +1,5 @@
 // ONNX reference ops, random generators: RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike,
-// Bernoulli. See src/cpp/core/runtime/onnx_cpu_ops.h.
+// Bernoulli. See src/cpp/engines/native/reference/onnx_cpu_ops.h.
 //
 // Note [Random values]
 // Each run draws from its own std::mt19937_64: seeded from the `seed` attribute when the node has one (the same

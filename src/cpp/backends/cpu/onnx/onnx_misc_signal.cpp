@@ -1,5 +1,5 @@
 // ONNX reference ops, signal processing: DFT, STFT, HannWindow, HammingWindow, BlackmanWindow,
-// MelWeightMatrix. See src/cpp/core/runtime/onnx_cpu_ops.h.
+// MelWeightMatrix. See src/cpp/engines/native/reference/onnx_cpu_ops.h.
 //
 // Complex values use ONNX's layout: a trailing dimension of 2 (real, imaginary); real inputs have a trailing
 // dimension of 1. Transforms run in double as a mixed-radix Cooley-Tukey FFT over the length's prime factors

@@ -1,4 +1,4 @@
-// ONNX reference ops (nn group): see src/cpp/core/runtime/onnx_cpu_ops.h. This file holds the helpers of
+// ONNX reference ops (nn group): see src/cpp/engines/native/reference/onnx_cpu_ops.h. This file holds the helpers of
 // onnx_nn_common.h, MatMul and Gemm, and register_nn_ops, which registers the other onnx_nn_*.cpp files.
 #include <algorithm>
 #include <sstream>

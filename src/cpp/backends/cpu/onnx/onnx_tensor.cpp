@@ -1,4 +1,4 @@
-// ONNX reference ops (tensor group): see src/cpp/core/runtime/onnx_cpu_ops.h. This file: constants, shapes and
+// ONNX reference ops (tensor group): see src/cpp/engines/native/reference/onnx_cpu_ops.h. This file: constants, shapes and
 // data movement (Reshape, Transpose, Concat, Split, Slice, Expand, Tile, Pad, ...); index ops are in
 // onnx_tensor_index.cpp, reductions and Einsum in onnx_tensor_reduce.cpp.
 #include <cmath>

@@ -1,5 +1,5 @@
 // ONNX reference ops (tensor group, index ops): Gather, GatherElements, GatherND, Scatter, ScatterElements,
-// ScatterND, OneHot, Compress, NonZero, Unique, ReverseSequence. See src/cpp/core/runtime/onnx_cpu_ops.h.
+// ScatterND, OneHot, Compress, NonZero, Unique, ReverseSequence. See src/cpp/engines/native/reference/onnx_cpu_ops.h.
 #include <algorithm>
 #include <cstring>
 #include <numeric>

@@ -1,5 +1,5 @@
 // ONNX reference ops (tensor group, reductions): Reduce*, ArgMax, ArgMin, TopK, CumSum, Einsum. See
-// src/cpp/core/runtime/onnx_cpu_ops.h. Floating-point values accumulate in double (16-bit floats included),
+// src/cpp/engines/native/reference/onnx_cpu_ops.h. Floating-point values accumulate in double (16-bit floats included),
 // integers in int64.
 #include <algorithm>
 #include <cctype>

@@ -1,0 +1,826 @@
+// ONNX import/export through the protobuf classes of ONNX (Debian's libonnx-dev, or generated ones; see
+// cmake/XpurtOnnxProto.cmake). See onnx_import.h for the contract.
+#include "xpuruntime/onnx_import.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "engines/native/import/onnx_validate.h"
+#include "core/shape_str.h"
+#include "xpuruntime/exceptions.h"
+
+#if XPURT_ONNX_PROTO_GENERATED
+#include "onnx/onnx-ml.pb.h"
+#else
+#include <onnx/onnx_pb.h>
+#endif
+
+namespace xpuruntime {
+namespace {
+
+// ---- element types ----
+
+DType dtype_from_onnx(int elem_type, const std::string& where) {
+  DType dtype;
+  std::string name;
+  if (dtype_from_onnx_type(elem_type, &dtype, &name)) return dtype;
+  throw UnsupportedOperationError(detail::str_cat(where, ": element type ", name, " (ONNX type ", elem_type,
+                                                  ") is not supported by xpuruntime tensors"));
+}
+
+int dtype_to_onnx(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return onnx::TensorProto::FLOAT;
+    case DType::kUInt8: return onnx::TensorProto::UINT8;
+    case DType::kInt8: return onnx::TensorProto::INT8;
+    case DType::kInt16: return onnx::TensorProto::INT16;
+    case DType::kInt32: return onnx::TensorProto::INT32;
+    case DType::kInt64: return onnx::TensorProto::INT64;
+    case DType::kBool: return onnx::TensorProto::BOOL;
+    case DType::kFloat16: return onnx::TensorProto::FLOAT16;
+    case DType::kFloat64: return onnx::TensorProto::DOUBLE;
+    case DType::kBFloat16: return onnx::TensorProto::BFLOAT16;
+    case DType::kUInt16: return onnx::TensorProto::UINT16;
+    case DType::kUInt32: return onnx::TensorProto::UINT32;
+    case DType::kUInt64: return onnx::TensorProto::UINT64;
+  }
+  return onnx::TensorProto::UNDEFINED;
+}
+
+// ---- tensors ----
+
+template <typename Src, typename Dst>
+void copy_field(const google::protobuf::RepeatedField<Src>& field, Dst* out, std::int64_t n, const std::string& where) {
+  XPURT_CHECK(field.size() == n, where, ": holds ", field.size(), " values but its shape needs ", n);
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Dst>(field.Get(static_cast<int>(i)));
+}
+
+// A non-negative decimal integer of an external_data entry.
+std::int64_t external_int(const std::string& text, const char* key, const std::string& where) {
+  std::int64_t value = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  XPURT_CHECK(error == std::errc() && end == text.data() + text.size() && value >= 0, where, ": external data ",
+              key, " '", text, "' is not a non-negative integer");
+  return value;
+}
+
+// Note [External data stays inside the model's folder]
+// As ONNX Runtime does, an external-data location must name a file inside the model's folder: absolute paths, ".."
+// components and symbolic links that resolve outside it are refused, and offset and length are checked against the
+// file before anything is allocated or read. A model given as bytes has no folder: it reads no file unless the
+// caller names one (SessionOptions::model_dir, Python's external_data_dir=). The onnxruntime engine runs the same
+// checks (check_external_data) before ONNX Runtime reads anything.
+//
+// Note [External data files are opened, not followed]
+// The location is resolved first (symbolic links inside the folder that stay inside it are allowed, as ONNX Runtime
+// allows them), then the resolved path is opened one component at a time from the folder with openat and
+// O_NOFOLLOW: a link that appears between the check and the open (a swapped component) fails the open instead of
+// leading outside. The file is opened O_NONBLOCK, so a FIFO does not block session creation waiting for a writer
+// (with std::ifstream it did, forever), and the opened descriptor must be a regular file (fstat, not stat of the
+// path: what is checked is what is read): FIFOs, devices, sockets and directories are InvalidArgumentErrors saying
+// which. Offset and length are checked against fstat's size, and exactly `length` bytes are read with pread in a
+// loop (short reads continue; a file that ends early is an error, never uninitialised bytes), straight into the
+// tensor.
+
+// A file descriptor, closed on destruction.
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd = -1) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = other.release();
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+// What a file that is not a regular file is, for messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// openat, retried when a signal interrupts it.
+int open_at(int dir, const char* name, int flags) {
+  int fd = -1;
+  do {
+    fd = ::openat(dir, name, flags);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+// Opens `base / inside` (`inside`: resolved, relative, no "." or "..") component by component without following
+// any symbolic link (Note [External data files are opened, not followed]).
+UniqueFd open_inside(const std::filesystem::path& base, const std::filesystem::path& inside, const std::string& shown,
+                     const std::string& where) {
+  UniqueFd dir(open_at(AT_FDCWD, base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  XPURT_CHECK(dir.get() >= 0, where, ": the model's folder '", base.string(), "' cannot be opened: ",
+              std::strerror(errno));
+  std::vector<std::filesystem::path> parts(inside.begin(), inside.end());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    const int flags = last ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC
+                           : O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC;
+    UniqueFd next(open_at(dir.get(), parts[i].c_str(), flags));
+    if (next.get() < 0) {
+      const int error = errno;
+      XPURT_CHECK(error != ELOOP && !(error == ENOTDIR && !last), where, ": external data file '", shown,
+                  "': '", parts[i].string(), "' became a symbolic link or stopped being a folder while it was opened; "
+                  "it is not followed (Note [External data files are opened, not followed])");
+      XPURT_CHECK(false, where, ": cannot open external data file '", shown, "': ", std::strerror(error));
+    }
+    dir = std::move(next);
+  }
+  return dir;
+}
+
+// An external-data span, checked and open: `length` bytes at `offset` of the regular file `file`.
+struct ExternalSpan {
+  UniqueFd file;
+  std::string path;  // for messages
+  std::int64_t offset = 0;
+  std::int64_t length = 0;
+};
+
+// Resolves, opens and checks a tensor's external data (Note [External data stays inside the model's folder]).
+// `nbytes`: the tensor's byte size, which the length must match; unset to check only that the span is in the file
+// (the onnxruntime engine's check, for element types xpuruntime tensors do not hold).
+ExternalSpan open_external(const onnx::TensorProto& proto, const std::string& model_dir,
+                           std::optional<std::size_t> nbytes, const std::string& where) {
+  std::string location;
+  std::int64_t offset = 0;
+  std::int64_t length = -1;
+  for (const auto& entry : proto.external_data()) {
+    if (entry.key() == "location") location = entry.value();
+    if (entry.key() == "offset") offset = external_int(entry.value(), "offset", where);
+    if (entry.key() == "length") length = external_int(entry.value(), "length", where);
+  }
+  XPURT_CHECK(!location.empty(), where, ": external data without a location");
+  XPURT_CHECK(!model_dir.empty(), where, ": external data in '", location,
+              "', but the model was given as bytes with no folder to read it from (pass the model's path, or name "
+              "the folder: SessionOptions::model_dir, external_data_dir= in Python)");
+  const std::filesystem::path rel(location);
+  XPURT_CHECK(!rel.is_absolute() && !rel.has_root_name() && !rel.has_root_directory(), where,
+              ": external data location '", location, "' is an absolute path; it must be relative to the model's "
+              "folder");
+  for (const auto& part : rel.lexically_normal()) {
+    XPURT_CHECK(part != "..", where, ": external data location '", location, "' leaves the model's folder ('..')");
+  }
+  std::error_code ec;
+  const std::filesystem::path base = std::filesystem::weakly_canonical(model_dir, ec);
+  XPURT_CHECK(!ec, where, ": the model's folder '", model_dir, "' cannot be resolved: ", ec.message());
+  const std::filesystem::path path = std::filesystem::weakly_canonical(base / rel, ec);
+  XPURT_CHECK(!ec, where, ": external data location '", location, "' cannot be resolved: ", ec.message());
+  const auto inside = std::mismatch(base.begin(), base.end(), path.begin(), path.end());
+  XPURT_CHECK(inside.first == base.end(), where, ": external data location '", location, "' resolves to '",
+              path.string(), "', outside the model's folder '", base.string(), "' (a symbolic link?)");
+  std::filesystem::path rest;
+  for (auto it = inside.second; it != path.end(); ++it) {
+    if (!it->empty()) rest /= *it;  // a trailing separator is an empty component
+  }
+  ExternalSpan span;
+  span.path = path.string();
+  span.file = open_inside(base, rest, span.path, where);
+  struct stat info {};
+  XPURT_CHECK(::fstat(span.file.get(), &info) == 0, where, ": cannot stat external data file '", span.path, "': ",
+              std::strerror(errno));
+  XPURT_CHECK(S_ISREG(info.st_mode), where, ": external data file '", span.path, "' is ", file_kind(info.st_mode),
+              ", not a regular file (external data is read from regular files only)");
+  const std::int64_t size = info.st_size;
+  XPURT_CHECK(offset <= size, where, ": external data offset ", offset, " is outside the file '", span.path, "' (",
+              size, " bytes)");
+  if (length < 0) length = nbytes ? static_cast<std::int64_t>(*nbytes) : size - offset;
+  XPURT_CHECK(!nbytes || length == static_cast<std::int64_t>(*nbytes), where, ": external data length ", length,
+              " does not match the tensor's ", nbytes.value_or(0), " bytes");
+  XPURT_CHECK(length <= size - offset, where, ": external data of ", length, " bytes at offset ", offset,
+              " is outside the file '", span.path, "' (", size, " bytes)");
+  span.offset = offset;
+  span.length = length;
+  return span;
+}
+
+// Reads exactly span.length bytes into `dst` (Note [External data files are opened, not followed]).
+void read_external(const ExternalSpan& span, void* dst, const std::string& where) {
+  auto* out = static_cast<char*>(dst);
+  std::int64_t done = 0;
+  while (done < span.length) {
+    const auto chunk = static_cast<std::size_t>(std::min<std::int64_t>(span.length - done, std::int64_t{1} << 30));
+    const ssize_t got = ::pread(span.file.get(), out + done, chunk, static_cast<off_t>(span.offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    XPURT_CHECK(got >= 0, where, ": reading external data from '", span.path, "' failed: ", std::strerror(errno));
+    XPURT_CHECK(got > 0, where, ": external data file '", span.path, "' ended after ", done, " of the ", span.length,
+                " bytes at offset ", span.offset, " (did it shrink while being read?)");
+    done += got;
+  }
+}
+
+// The values an initializer's data fields hold (for a tensor without raw or external data), to compare with the
+// count its shape declares before anything is allocated.
+std::int64_t field_count(const onnx::TensorProto& proto, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return proto.float_data_size();
+    case DType::kFloat64: return proto.double_data_size();
+    case DType::kInt64: return proto.int64_data_size();
+    case DType::kUInt32:
+    case DType::kUInt64: return proto.uint64_data_size();
+    default: return proto.int32_data_size();
+  }
+}
+
+// Note [Adopted initializer bytes]
+// A model's weights arrive twice in memory: protobuf's parse copies each raw_data field into a string, and the
+// tensor was a second copy of it (for ViT-B/16 in float16, 173 MB copied and page-faulted once more: a third of its
+// import, Note [Build phases]). So the top-level initializers of a model parsed here take the string itself when
+// it is large and suitably aligned: the tensor views the buffer and owns it through a shared string; the ModelProto
+// is dropped after the import. Smaller ones, subgraphs' and the other storage forms are copied as before.
+constexpr std::size_t kAdoptBytes = 64 * 1024;
+
+// `adopt`: the proto's own raw_data, which the tensor may take over (empty after), or null.
+Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& model_dir, std::string* adopt = nullptr) {
+  const std::string where = detail::str_cat("tensor '", proto.name(), "'");
+  XPURT_CHECK(proto.has_data_type(), where, ": no data type");
+  const DType dtype = dtype_from_onnx(proto.data_type(), where);
+  std::vector<std::int64_t> shape(proto.dims().begin(), proto.dims().end());
+  std::int64_t n = 1;
+  const auto element = static_cast<std::int64_t>(dtype_size(dtype));
+  for (std::int64_t d : shape) {
+    XPURT_CHECK(d >= 0, where, ": negative dimension ", d);
+    XPURT_CHECK(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / element / d, where,
+                ": its shape's byte size overflows int64 (", detail::shape_str(shape, ","), ")");
+    n *= d;
+  }
+  // Note [Sizes checked before allocation]: the data the file holds must match the shape before the tensor is
+  // allocated, so a tensor that declares 10^12 elements with 10 bytes of data is an error, not an allocation.
+  const auto nbytes = static_cast<std::size_t>(n * element);
+  const bool external = proto.data_location() == onnx::TensorProto::EXTERNAL;
+  if (!external && proto.has_raw_data()) {
+    XPURT_CHECK(proto.raw_data().size() == nbytes, where, ": raw_data has ", proto.raw_data().size(),
+                " bytes but its shape and type need ", nbytes, " (truncated or malformed model?)");
+  } else if (!external) {
+    XPURT_CHECK(field_count(proto, dtype) == n, where, ": holds ", field_count(proto, dtype),
+                " values but its shape needs ", n);
+  }
+  if (adopt != nullptr && !external && proto.has_raw_data() && nbytes >= kAdoptBytes &&
+      reinterpret_cast<std::uintptr_t>(adopt->data()) % 16 == 0) {
+    // Note [Adopted initializer bytes]
+    auto bytes = std::make_shared<std::string>(std::move(*adopt));
+    void* data = bytes->data();
+    return Tensor::from_blob(data, shape, {}, dtype, Device::cpu(), std::shared_ptr<void>(bytes, data), nbytes);
+  }
+  std::optional<ExternalSpan> span;  // checked before the tensor is allocated
+  if (external) span = open_external(proto, model_dir, nbytes, where);
+  Tensor t = Tensor::empty(shape, dtype, Device::cpu());
+  void* dst = t.data_ptr();
+  if (external) {
+    read_external(*span, dst, where);
+    return t;
+  }
+  if (proto.has_raw_data()) {
+    if (nbytes) std::memcpy(dst, proto.raw_data().data(), nbytes);
+    return t;
+  }
+  switch (dtype) {
+    case DType::kFloat32: copy_field(proto.float_data(), static_cast<float*>(dst), n, where); break;
+    case DType::kFloat64: copy_field(proto.double_data(), static_cast<double*>(dst), n, where); break;
+    case DType::kInt64: copy_field(proto.int64_data(), static_cast<std::int64_t*>(dst), n, where); break;
+    case DType::kInt32: copy_field(proto.int32_data(), static_cast<std::int32_t*>(dst), n, where); break;
+    case DType::kInt16: copy_field(proto.int32_data(), static_cast<std::int16_t*>(dst), n, where); break;
+    case DType::kInt8: copy_field(proto.int32_data(), static_cast<std::int8_t*>(dst), n, where); break;
+    case DType::kUInt8: copy_field(proto.int32_data(), static_cast<std::uint8_t*>(dst), n, where); break;
+    case DType::kBool: copy_field(proto.int32_data(), static_cast<bool*>(dst), n, where); break;
+    case DType::kUInt16: copy_field(proto.int32_data(), static_cast<std::uint16_t*>(dst), n, where); break;
+    // uint32 and uint64 values live in uint64_data.
+    case DType::kUInt32: copy_field(proto.uint64_data(), static_cast<std::uint32_t*>(dst), n, where); break;
+    case DType::kUInt64: copy_field(proto.uint64_data(), static_cast<std::uint64_t*>(dst), n, where); break;
+    // 16-bit floats are stored as their bit patterns in int32_data.
+    case DType::kFloat16:
+    case DType::kBFloat16: copy_field(proto.int32_data(), static_cast<std::uint16_t*>(dst), n, where); break;
+  }
+  return t;
+}
+
+void tensor_to_proto(const Tensor& tensor, const std::string& name, onnx::TensorProto* proto) {
+  const Tensor t = tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(Device::cpu()).contiguous();
+  proto->set_name(name);
+  proto->set_data_type(dtype_to_onnx(t.dtype()));
+  for (std::int64_t d : t.shape()) proto->add_dims(d);
+  proto->set_raw_data(static_cast<const char*>(t.data_ptr()), t.nbytes());
+}
+
+// ---- types ----
+
+ValueType tensor_type_from_proto(const onnx::TypeProto::Tensor& tensor, const std::string& where) {
+  ValueType vt;
+  vt.dtype = dtype_from_onnx(tensor.elem_type(), where);
+  if (tensor.has_shape()) {
+    vt.has_shape = true;
+    for (const auto& dim : tensor.shape().dim()) {
+      if (dim.has_dim_value()) {
+        vt.shape.emplace_back(dim.dim_value());
+      } else if (dim.has_dim_param()) {
+        vt.shape.emplace_back(dim.dim_param());
+      } else {
+        vt.shape.emplace_back();
+      }
+    }
+  }
+  return vt;
+}
+
+const char* type_case_name(const onnx::TypeProto& type) {
+  switch (type.value_case()) {
+    case onnx::TypeProto::kTensorType: return "tensor";
+    case onnx::TypeProto::kSequenceType: return "sequence";
+    case onnx::TypeProto::kMapType: return "map";
+    case onnx::TypeProto::kOptionalType: return "optional";
+    case onnx::TypeProto::kSparseTensorType: return "sparse tensor";
+    default: return "non-tensor";
+  }
+}
+
+// Tensors, sequences of tensors and optionals of those (value.h); maps, sparse tensors and deeper nestings are
+// UnsupportedOperationError.
+ValueType type_from_proto(const onnx::TypeProto& type, const std::string& where) {
+  XPURT_CHECK(type.value_case() != onnx::TypeProto::VALUE_NOT_SET, where, ": the value has no type");
+  auto unsupported = [&](const std::string& what) {
+    return UnsupportedOperationError(detail::str_cat(
+        where, ": ", what, " values are not supported (xpuruntime runs tensors, sequences of tensors and optionals "
+        "of those)"));
+  };
+  switch (type.value_case()) {
+    case onnx::TypeProto::kTensorType: return tensor_type_from_proto(type.tensor_type(), where);
+    case onnx::TypeProto::kSequenceType: {
+      XPURT_CHECK(type.sequence_type().has_elem_type(), where, ": a sequence type without an element type");
+      const onnx::TypeProto& elem = type.sequence_type().elem_type();
+      if (elem.value_case() != onnx::TypeProto::kTensorType) {
+        throw unsupported(detail::str_cat("sequence-of-", type_case_name(elem)));
+      }
+      return ValueType::sequence_of(tensor_type_from_proto(elem.tensor_type(), where));
+    }
+    case onnx::TypeProto::kOptionalType: {
+      XPURT_CHECK(type.optional_type().has_elem_type(), where, ": an optional type without an element type");
+      const onnx::TypeProto& elem = type.optional_type().elem_type();
+      if (elem.value_case() != onnx::TypeProto::kTensorType && elem.value_case() != onnx::TypeProto::kSequenceType) {
+        throw unsupported(detail::str_cat("optional-of-", type_case_name(elem)));
+      }
+      return ValueType::optional_of(type_from_proto(elem, where));
+    }
+    default: throw unsupported(type_case_name(type));
+  }
+}
+
+void tensor_type_to_proto(const ValueType& vt, onnx::TypeProto* type) {
+  auto* tensor = type->mutable_tensor_type();
+  tensor->set_elem_type(dtype_to_onnx(vt.dtype));
+  if (!vt.has_shape) return;
+  auto* shape = tensor->mutable_shape();
+  for (const Dim& d : vt.shape) {
+    auto* dim = shape->add_dim();
+    if (d.known()) {
+      dim->set_dim_value(d.value);
+    } else if (!d.symbol.empty()) {
+      dim->set_dim_param(d.symbol);
+    }
+  }
+}
+
+void type_to_proto(const ValueType& vt, onnx::TypeProto* type) {
+  switch (vt.kind) {
+    case ValueKind::kTensor: tensor_type_to_proto(vt, type); break;
+    case ValueKind::kSequence:
+      tensor_type_to_proto(vt.element(), type->mutable_sequence_type()->mutable_elem_type());
+      break;
+    case ValueKind::kOptional:
+      type_to_proto(vt.element(), type->mutable_optional_type()->mutable_elem_type());
+      break;
+  }
+}
+
+// ---- graphs ----
+
+// `adopt`: the same graph, mutable, whose initializers' bytes the tensors may take (Note [Adopted initializer
+// bytes]), or null.
+Graph graph_from_proto(const onnx::GraphProto& proto, const std::map<std::string, std::int64_t>& opsets,
+                       const std::string& model_dir, bool top_level, onnx::GraphProto* adopt = nullptr);
+
+void attribute_from_proto(const onnx::AttributeProto& attr, Node& node,
+                          const std::map<std::string, std::int64_t>& opsets, const std::string& model_dir) {
+  const std::string where = detail::str_cat("attribute '", attr.name(), "' of node '", node.name, "' (",
+                                            node.op_type, ")");
+  XPURT_CHECK(!attr.name().empty(), "node '", node.name, "' (", node.op_type, ") has an attribute without a name");
+  switch (attr.type()) {
+    case onnx::AttributeProto::FLOAT: node.attrs.set(attr.name(), static_cast<double>(attr.f())); break;
+    case onnx::AttributeProto::INT: node.attrs.set(attr.name(), static_cast<std::int64_t>(attr.i())); break;
+    case onnx::AttributeProto::STRING: node.attrs.set(attr.name(), attr.s()); break;
+    case onnx::AttributeProto::FLOATS:
+      node.attrs.set(attr.name(), std::vector<double>(attr.floats().begin(), attr.floats().end()));
+      break;
+    case onnx::AttributeProto::INTS:
+      node.attrs.set(attr.name(), std::vector<std::int64_t>(attr.ints().begin(), attr.ints().end()));
+      break;
+    case onnx::AttributeProto::STRINGS:
+      node.string_list_attrs[attr.name()] = std::vector<std::string>(attr.strings().begin(), attr.strings().end());
+      break;
+    case onnx::AttributeProto::TENSOR: node.tensor_attrs[attr.name()] = tensor_from_proto(attr.t(), model_dir); break;
+    case onnx::AttributeProto::GRAPH:
+      node.graph_attrs[attr.name()] =
+          std::make_shared<Graph>(graph_from_proto(attr.g(), opsets, model_dir, /*top_level=*/false));
+      break;
+    case onnx::AttributeProto::TYPE_PROTO: node.type_attrs[attr.name()] = type_from_proto(attr.tp(), where); break;
+    case onnx::AttributeProto::UNDEFINED: {
+      // Old models (IR < 2) leave the type out; infer it from the field that is set.
+      if (attr.has_f()) node.attrs.set(attr.name(), static_cast<double>(attr.f()));
+      else if (attr.has_i()) node.attrs.set(attr.name(), static_cast<std::int64_t>(attr.i()));
+      else if (attr.has_s()) node.attrs.set(attr.name(), attr.s());
+      else if (attr.has_t()) node.tensor_attrs[attr.name()] = tensor_from_proto(attr.t(), model_dir);
+      else if (attr.floats_size()) node.attrs.set(attr.name(), std::vector<double>(attr.floats().begin(), attr.floats().end()));
+      else if (attr.ints_size()) node.attrs.set(attr.name(), std::vector<std::int64_t>(attr.ints().begin(), attr.ints().end()));
+      else throw InvalidArgumentError(where + ": has no type and no value");
+      break;
+    }
+    default:
+      throw UnsupportedOperationError(detail::str_cat(where, ": attribute type ",
+                                                      onnx::AttributeProto::AttributeType_Name(attr.type()),
+                                                      " is not supported"));
+  }
+}
+
+Graph graph_from_proto(const onnx::GraphProto& proto, const std::map<std::string, std::int64_t>& opsets,
+                       const std::string& model_dir, bool top_level, onnx::GraphProto* adopt) {
+  Graph g;
+  g.name = proto.name();
+  g.opsets = opsets;
+  XPURT_CHECK(proto.sparse_initializer_size() == 0, "graph '", proto.name(),
+              "': sparse initializers are not supported");
+  for (int i = 0; i < proto.initializer_size(); ++i) {
+    const onnx::TensorProto& init = proto.initializer(i);
+    XPURT_CHECK(!init.name().empty(), "graph '", proto.name(), "' has an initializer without a name");
+    std::string* bytes = adopt != nullptr && init.has_raw_data() ? adopt->mutable_initializer(i)->mutable_raw_data()
+                                                                  : nullptr;
+    Tensor t = tensor_from_proto(init, model_dir, bytes);
+    ValueType vt;
+    vt.dtype = t.dtype();
+    vt.has_shape = true;
+    for (std::int64_t d : t.shape()) vt.shape.emplace_back(d);
+    g.types[init.name()] = vt;
+    g.initializers[init.name()] = std::move(t);
+  }
+  for (const auto& in : proto.input()) {
+    XPURT_CHECK(!in.name().empty(), "graph '", proto.name(), "' has an input without a name");
+    const bool is_init = g.initializers.count(in.name()) != 0;
+    if (in.has_type()) {
+      ValueType vt = type_from_proto(in.type(), detail::str_cat("graph input '", in.name(), "'"));
+      if (!is_init) g.types[in.name()] = vt;
+    }
+    // IR < 4 lists initializers among the inputs too; they are constants here (ONNX Runtime treats them as
+    // overridable defaults; xpuruntime keeps them constant so they can be folded).
+    if (!is_init || !top_level) g.inputs.push_back(in.name());
+  }
+  for (const auto& out : proto.output()) {
+    XPURT_CHECK(!out.name().empty(), "graph '", proto.name(), "' has an output without a name");
+    g.outputs.push_back(out.name());
+    if (out.has_type() && g.types.count(out.name()) == 0) {
+      g.types[out.name()] = type_from_proto(out.type(), detail::str_cat("graph output '", out.name(), "'"));
+    }
+  }
+  for (const auto& vi : proto.value_info()) {
+    if (!vi.has_type() || g.types.count(vi.name())) continue;
+    try {
+      g.types[vi.name()] = type_from_proto(vi.type(), detail::str_cat("value '", vi.name(), "'"));
+    } catch (const UnsupportedOperationError&) {
+      // A map or another value kind xpuruntime does not run: the node that makes it reports the problem.
+    }
+  }
+  g.nodes.reserve(static_cast<std::size_t>(proto.node_size()));
+  for (const auto& np : proto.node()) {
+    Node node;
+    node.name = np.name();
+    node.op_type = np.op_type();
+    node.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    XPURT_CHECK(!node.op_type.empty(), "graph '", proto.name(), "': node '", np.name(), "' has no op_type");
+    node.inputs.assign(np.input().begin(), np.input().end());
+    node.outputs.assign(np.output().begin(), np.output().end());
+    for (const auto& attr : np.attribute()) attribute_from_proto(attr, node, opsets, model_dir);
+    g.nodes.push_back(std::move(node));
+  }
+  if (top_level) g.validate();
+  return g;
+}
+
+void graph_to_proto(const Graph& g, onnx::GraphProto* proto);
+
+void node_to_proto(const Node& node, onnx::NodeProto* np) {
+  np->set_name(node.name);
+  np->set_op_type(node.op_type);
+  if (!node.domain.empty()) np->set_domain(node.domain);
+  for (const auto& in : node.inputs) np->add_input(in);
+  for (const auto& out : node.outputs) np->add_output(out);
+  for (const auto& [name, value] : node.attrs.values()) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    if (const auto* i = std::get_if<std::int64_t>(&value)) {
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(*i);
+    } else if (const auto* f = std::get_if<double>(&value)) {
+      a->set_type(onnx::AttributeProto::FLOAT);
+      a->set_f(static_cast<float>(*f));
+    } else if (const auto* s = std::get_if<std::string>(&value)) {
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(*s);
+    } else if (const auto* is = std::get_if<std::vector<std::int64_t>>(&value)) {
+      a->set_type(onnx::AttributeProto::INTS);
+      for (auto v : *is) a->add_ints(v);
+    } else if (const auto* fs = std::get_if<std::vector<double>>(&value)) {
+      a->set_type(onnx::AttributeProto::FLOATS);
+      for (auto v : *fs) a->add_floats(static_cast<float>(v));
+    }
+  }
+  for (const auto& [name, t] : node.tensor_attrs) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::TENSOR);
+    tensor_to_proto(t, "", a->mutable_t());
+  }
+  for (const auto& [name, list] : node.string_list_attrs) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (const auto& s : list) a->add_strings(s);
+  }
+  for (const auto& [name, sub] : node.graph_attrs) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    graph_to_proto(*sub, a->mutable_g());
+  }
+  for (const auto& [name, vt] : node.type_attrs) {
+    auto* a = np->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::TYPE_PROTO);
+    type_to_proto(vt, a->mutable_tp());
+  }
+}
+
+void graph_to_proto(const Graph& g, onnx::GraphProto* proto) {
+  proto->set_name(g.name.empty() ? "graph" : g.name);
+  for (const auto& [name, t] : g.initializers) tensor_to_proto(t, name, proto->add_initializer());
+  auto add_value_info = [&](const std::string& name, onnx::ValueInfoProto* vi) {
+    vi->set_name(name);
+    if (const ValueType* vt = g.type(name)) type_to_proto(*vt, vi->mutable_type());
+  };
+  for (const auto& in : g.inputs) add_value_info(in, proto->add_input());
+  for (const auto& out : g.outputs) add_value_info(out, proto->add_output());
+  std::set<std::string> listed(g.inputs.begin(), g.inputs.end());
+  listed.insert(g.outputs.begin(), g.outputs.end());
+  for (const Node& n : g.nodes) {
+    node_to_proto(n, proto->add_node());
+    for (const auto& out : n.outputs) {
+      if (!out.empty() && !listed.count(out) && g.type(out)) add_value_info(out, proto->add_value_info());
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The bytes as a ModelProto that passes the checks every engine makes before anything else reads it (Note [Models
+// checked against ONNX's schemas]).
+void parse_checked(const std::string& model_bytes, const OnnxImportOptions& options, onnx::ModelProto& model) {
+  XPURT_CHECK(!model_bytes.empty(), "invalid model: the model is empty (0 bytes)");
+  XPURT_CHECK(model_bytes.size() < static_cast<std::size_t>(std::numeric_limits<int>::max()),
+              "invalid model: ", model_bytes.size(), " bytes exceed protobuf's 2 GB limit (use external data)");
+  XPURT_CHECK(model.ParseFromArray(model_bytes.data(), static_cast<int>(model_bytes.size())),
+              "invalid model: the bytes are not a valid ONNX ModelProto (", model_bytes.size(),
+              " bytes; truncated or not an ONNX file?)");
+  XPURT_CHECK(model.has_graph(), "invalid model: the ModelProto has no graph");
+  XPURT_CHECK(model.ir_version() >= 3, "invalid model: IR version ", model.ir_version(),
+              " is not supported (3 or newer)");
+  XPURT_CHECK(model.opset_import_size() > 0, "invalid model: no opset_import");
+  detail::validate_onnx_model(model, {options.allow_newer_opsets});
+}
+
+}  // namespace
+
+void validate_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
+  onnx::ModelProto model;
+  parse_checked(model_bytes, options, model);
+}
+
+Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
+  onnx::ModelProto model;
+  parse_checked(model_bytes, options, model);
+  std::map<std::string, std::int64_t> opsets;
+  for (const auto& op : model.opset_import()) {
+    opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
+  }
+  // Model-local functions are not inlined yet: refuse only when a node uses one.
+  std::set<std::pair<std::string, std::string>> functions;
+  for (const auto& f : model.functions()) functions.insert({f.domain(), f.name()});
+  for (const auto& n : model.graph().node()) {
+    if (functions.count({n.domain(), n.op_type()})) {
+      throw UnsupportedOperationError(detail::str_cat("node '", n.name(), "' calls the model-local function ",
+                                                      n.op_type(), ", which xpuruntime does not inline yet"));
+    }
+  }
+  Graph g = graph_from_proto(model.graph(), opsets, options.model_dir, /*top_level=*/true, model.mutable_graph());
+  g.ir_version = model.ir_version();
+  g.producer = model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
+  return g;
+}
+
+std::string read_model_file(const std::string& path) {
+  // Opened without blocking and checked on the descriptor: a FIFO or a device named as the model blocked session
+  // creation forever (as external data did: Note [External data files are opened, not followed]).
+  UniqueFd file(open_at(AT_FDCWD, path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  XPURT_CHECK(file.get() >= 0, "cannot open the model file '", path, "': ", std::strerror(errno));
+  struct stat info {};
+  XPURT_CHECK(::fstat(file.get(), &info) == 0, "cannot read the model file '", path, "': ", std::strerror(errno));
+  XPURT_CHECK(S_ISREG(info.st_mode), "the model file '", path, "' is ", file_kind(info.st_mode),
+              ", not a regular file");
+  // One sized read: a character-by-character one (istreambuf_iterator) took 460 ms of ViT-B/16's 760 ms session
+  // creation on an H200 machine (Note [Build phases]).
+  const auto size = static_cast<std::size_t>(info.st_size);
+  std::string bytes(size, '\0');
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(file.get(), bytes.data() + done, std::min<std::size_t>(size - done, std::size_t{1} << 30),
+                                static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    XPURT_CHECK(got >= 0, "cannot read the model file '", path, "': ", std::strerror(errno));
+    XPURT_CHECK(got > 0, "the model file '", path, "' ended after ", done, " of its ", size,
+                " bytes (did it shrink while being read?)");
+    done += static_cast<std::size_t>(got);
+  }
+  return bytes;
+}
+
+Graph import_onnx_file(const std::string& path) {
+  const std::string bytes = read_model_file(path);
+  OnnxImportOptions options;
+  options.model_dir = std::filesystem::path(path).parent_path().string();
+  if (options.model_dir.empty()) options.model_dir = ".";
+  return import_onnx(bytes, options);
+}
+
+std::string export_onnx(const Graph& graph) {
+  onnx::ModelProto model;
+  model.set_ir_version(graph.ir_version);
+  model.set_producer_name("xpuruntime");
+  for (const auto& [domain, version] : graph.opsets) {
+    auto* op = model.add_opset_import();
+    op->set_domain(domain);
+    op->set_version(version);
+  }
+  bool has_xpurt = false;
+  for (const Node& n : graph.nodes) has_xpurt |= n.domain == kXpurtDomain;
+  if (has_xpurt && graph.opsets.count(kXpurtDomain) == 0) {
+    auto* op = model.add_opset_import();
+    op->set_domain(kXpurtDomain);
+    op->set_version(1);
+  }
+  graph_to_proto(graph, model.mutable_graph());
+  std::string out;
+  XPURT_CHECK(model.SerializeToString(&out), "export_onnx: the graph does not serialize (over 2 GB?)");
+  return out;
+}
+
+bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name) {
+  static const std::map<std::int64_t, std::pair<const char*, int>> types = {
+      {1, {"float", static_cast<int>(DType::kFloat32)}},     {2, {"uint8", static_cast<int>(DType::kUInt8)}},
+      {3, {"int8", static_cast<int>(DType::kInt8)}},         {4, {"uint16", static_cast<int>(DType::kUInt16)}},
+      {5, {"int16", static_cast<int>(DType::kInt16)}},       {6, {"int32", static_cast<int>(DType::kInt32)}},
+      {7, {"int64", static_cast<int>(DType::kInt64)}},       {8, {"string", -1}},
+      {9, {"bool", static_cast<int>(DType::kBool)}},         {10, {"float16", static_cast<int>(DType::kFloat16)}},
+      {11, {"double", static_cast<int>(DType::kFloat64)}},   {12, {"uint32", static_cast<int>(DType::kUInt32)}},
+      {13, {"uint64", static_cast<int>(DType::kUInt64)}},    {14, {"complex64", -1}},
+      {15, {"complex128", -1}},                              {16, {"bfloat16", static_cast<int>(DType::kBFloat16)}},
+      {17, {"float8e4m3fn", -1}},                            {18, {"float8e4m3fnuz", -1}},
+      {19, {"float8e5m2", -1}},                              {20, {"float8e5m2fnuz", -1}},
+      {21, {"uint4", -1}},                                   {22, {"int4", -1}}};
+  auto it = types.find(code);
+  if (name != nullptr) *name = it == types.end() ? "unknown" : it->second.first;
+  if (it == types.end() || it->second.second < 0) return false;
+  if (dtype != nullptr) *dtype = static_cast<DType>(it->second.second);
+  return true;
+}
+
+Tensor tensor_from_onnx(const std::string& tensor_proto_bytes, const std::string& model_dir) {
+  onnx::TensorProto proto;
+  XPURT_CHECK(proto.ParseFromArray(tensor_proto_bytes.data(), static_cast<int>(tensor_proto_bytes.size())),
+              "not a valid ONNX TensorProto (", tensor_proto_bytes.size(), " bytes)");
+  return tensor_from_proto(proto, model_dir);
+}
+
+namespace {
+
+// Checks the external data of every tensor below `graph` (and of the attributes of `nodes`); returns how many.
+std::size_t check_external_nodes(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes,
+                                 const std::string& model_dir);
+
+// The byte size a tensor's type and shape declare; unset for element types xpuruntime tensors do not hold (the
+// engine's library checks those) and for shapes tensor_from_proto refuses (negative, overflowing).
+std::optional<std::size_t> declared_bytes(const onnx::TensorProto& proto) {
+  DType dtype;
+  if (!proto.has_data_type() || !dtype_from_onnx_type(proto.data_type(), &dtype)) return std::nullopt;
+  std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype));
+  for (std::int64_t d : proto.dims()) {
+    if (d < 0 || (d != 0 && bytes > std::numeric_limits<std::int64_t>::max() / d)) return std::nullopt;
+    bytes *= d;
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
+std::size_t check_external_tensor(const onnx::TensorProto& proto, const std::string& model_dir) {
+  if (proto.data_location() != onnx::TensorProto::EXTERNAL) return 0;
+  open_external(proto, model_dir, declared_bytes(proto), detail::str_cat("tensor '", proto.name(), "'"));
+  return 1;
+}
+
+std::size_t check_external_graph(const onnx::GraphProto& graph, const std::string& model_dir) {
+  std::size_t count = 0;
+  for (const auto& t : graph.initializer()) count += check_external_tensor(t, model_dir);
+  for (const auto& s : graph.sparse_initializer()) {
+    count += check_external_tensor(s.values(), model_dir) + check_external_tensor(s.indices(), model_dir);
+  }
+  return count + check_external_nodes(graph.node(), model_dir);
+}
+
+std::size_t check_external_nodes(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes,
+                                 const std::string& model_dir) {
+  std::size_t count = 0;
+  for (const auto& node : nodes) {
+    for (const auto& attr : node.attribute()) {
+      if (attr.has_t()) count += check_external_tensor(attr.t(), model_dir);
+      for (const auto& t : attr.tensors()) count += check_external_tensor(t, model_dir);
+      if (attr.has_sparse_tensor()) {
+        count += check_external_tensor(attr.sparse_tensor().values(), model_dir) +
+                 check_external_tensor(attr.sparse_tensor().indices(), model_dir);
+      }
+      if (attr.has_g()) count += check_external_graph(attr.g(), model_dir);
+      for (const auto& g : attr.graphs()) count += check_external_graph(g, model_dir);
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+std::size_t check_external_data(const std::string& model_bytes, const std::string& model_dir) {
+  // Every external-data entry carries the key "location": without those bytes there is nothing to parse for.
+  if (model_bytes.find("location") == std::string::npos) return 0;
+  onnx::ModelProto model;
+  if (model_bytes.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
+      !model.ParseFromArray(model_bytes.data(), static_cast<int>(model_bytes.size()))) {
+    return 0;  // not a model: the engine's own parser says why
+  }
+  std::size_t count = check_external_graph(model.graph(), model_dir);
+  for (const auto& function : model.functions()) count += check_external_nodes(function.node(), model_dir);
+  return count;
+}
+
+std::string tensor_to_onnx(const Tensor& tensor, const std::string& name) {
+  onnx::TensorProto proto;
+  tensor_to_proto(tensor, name, &proto);
+  std::string out;
+  proto.SerializeToString(&out);
+  return out;
+}
+
+}  // namespace xpuruntime

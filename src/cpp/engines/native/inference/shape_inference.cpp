@@ -1,0 +1,491 @@
+// Shape inference, constant folding and the optimization pipeline (see shape_inference.h).
+#include "engines/native/inference/shape_inference.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <unordered_set>
+
+#include "core/build_clock.h"
+#include "engines/native/lowering/lowering.h"
+#include "engines/native/reference/onnx_cpu_ops.h"
+#include "engines/native/passes/passes.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/onnx_import.h"
+
+namespace xpuruntime::runtime {
+namespace {
+
+bool is_random(const Node& n) {
+  static const std::unordered_set<std::string> random = {"RandomUniform", "RandomNormal", "RandomUniformLike",
+                                                         "RandomNormalLike", "Bernoulli", "Multinomial"};
+  return random.count(n.op_type) != 0;
+}
+
+ValueType type_of_tensor(const Tensor& t) {
+  ValueType vt;
+  vt.dtype = t.dtype();
+  vt.has_shape = true;
+  for (auto d : t.shape()) vt.shape.emplace_back(d);
+  return vt;
+}
+
+Tensor int64_vector(const std::vector<std::int64_t>& values, bool scalar) {
+  Tensor t = Tensor::empty(scalar ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{
+                                                                      static_cast<std::int64_t>(values.size())},
+                           DType::kInt64);
+  if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
+  return t;
+}
+
+ValueType scalar_type(DType dtype) {
+  ValueType vt;
+  vt.dtype = dtype;
+  vt.has_shape = true;
+  return vt;
+}
+
+ValueType unshaped(ValueType vt) {
+  vt.has_shape = false;
+  vt.shape.clear();
+  return vt;
+}
+
+// The types of the outputs of a node that makes or reads sequences and optionals (value.h), from its inputs'
+// types and its attributes; empty entries where nothing is known. ONNX's own inference rules, minus the shapes
+// that only a run knows.
+std::vector<std::optional<ValueType>> sequence_output_types(const Node& node,
+                                                            const std::vector<const ValueType*>& types) {
+  std::vector<std::optional<ValueType>> out(node.outputs.size());
+  if (!node.domain.empty() || out.empty()) return out;
+  const ValueType* in0 = types.empty() ? nullptr : types[0];
+  const std::string& op = node.op_type;
+  if (op == "SequenceEmpty") {
+    DType dtype = DType::kFloat32;
+    if (dtype_from_onnx_type(node.attrs.get_int("dtype", 1), &dtype)) {
+      out[0] = ValueType::sequence_of(unshaped(scalar_type(dtype)));
+    }
+  } else if (op == "SequenceConstruct" || op == "SplitToSequence") {
+    if (in0 && in0->is_tensor()) out[0] = ValueType::sequence_of(unshaped(*in0));
+  } else if (op == "SequenceInsert" || op == "SequenceErase") {
+    if (in0 && in0->kind == ValueKind::kSequence) out[0] = unshaped(*in0);
+  } else if (op == "SequenceAt" || op == "ConcatFromSequence") {
+    if (in0 && in0->kind == ValueKind::kSequence) out[0] = unshaped(in0->element());
+  } else if (op == "SequenceLength") {
+    out[0] = scalar_type(DType::kInt64);
+  } else if (op == "OptionalHasElement") {
+    out[0] = scalar_type(DType::kBool);
+  } else if (op == "Optional") {
+    auto type = node.type_attrs.find("type");
+    if (in0 && in0->kind != ValueKind::kOptional) {
+      out[0] = ValueType::optional_of(*in0);
+    } else if (type != node.type_attrs.end() && type->second.kind != ValueKind::kOptional) {
+      out[0] = ValueType::optional_of(type->second);
+    }
+  } else if (op == "OptionalGetElement") {
+    if (in0) out[0] = in0->kind == ValueKind::kOptional ? in0->element() : *in0;
+  } else if (op == "Identity") {
+    if (in0 && !in0->is_tensor()) out[0] = *in0;
+  } else if (op == "SequenceMap" || op == "If" || op == "Loop") {
+    // Sequence and optional outputs as the body declares them (If: the then branch; Loop: after the condition).
+    const char* attr = op == "If" ? "then_branch" : "body";
+    auto it = node.graph_attrs.find(attr);
+    if (it == node.graph_attrs.end() || !it->second) return out;
+    const Graph& body = *it->second;
+    const std::size_t skip = op == "Loop" ? 1 : 0;
+    for (std::size_t i = 0; i < out.size() && i + skip < body.outputs.size(); ++i) {
+      const ValueType* vt = body.type(body.outputs[i + skip]);
+      if (op == "SequenceMap") {
+        if (vt && vt->is_tensor()) out[i] = ValueType::sequence_of(*vt);
+      } else if (vt && !vt->is_tensor()) {
+        out[i] = *vt;
+      }
+    }
+  }
+  return out;
+}
+
+// Note [Shapes without stand-ins]
+// Running a node on stand-ins (Note [Shapes through the reference library]) costs what the node costs: at batch 16
+// Whisper's first 1-D Conv (before op_decomposition makes it 2-D) ran 700 ms on the CPU, and GPT-2's twelve
+// qkv Splits 120 ms, in every plan build (Note [Build phases]). The ops that exporters leave for the passes to
+// rewrite get their output shapes from ONNX's formulas instead; the stand-in remains for the rest.
+std::optional<std::vector<ValueType>> formula_output_types(const Node& node, std::int64_t opset,
+                                                          const std::vector<const ValueType*>& types,
+                                                          const std::vector<const Tensor*>& constants) {
+  if (!node.domain.empty() || types.empty() || types[0] == nullptr) return std::nullopt;
+  const std::vector<std::int64_t> x = types[0]->sizes();
+  const auto rank = static_cast<std::int64_t>(x.size());
+  const auto typed = [&](std::vector<std::int64_t> shape) {
+    ValueType vt;
+    vt.dtype = types[0]->dtype;
+    vt.has_shape = true;
+    for (std::int64_t d : shape) vt.shape.emplace_back(d);
+    return vt;
+  };
+  if (node.op_type == "Conv") {
+    if (types.size() < 2 || types[1] == nullptr || rank < 3) return std::nullopt;
+    const std::vector<std::int64_t> w = types[1]->sizes();
+    const std::size_t spatial = x.size() - 2;
+    if (w.size() != x.size()) return std::nullopt;
+    const auto kernel = node.attrs.get_ints("kernel_shape", std::vector<std::int64_t>(w.begin() + 2, w.end()));
+    const auto strides = node.attrs.get_ints("strides", std::vector<std::int64_t>(spatial, 1));
+    const auto dilations = node.attrs.get_ints("dilations", std::vector<std::int64_t>(spatial, 1));
+    const auto pads = node.attrs.get_ints("pads", std::vector<std::int64_t>(2 * spatial, 0));
+    const std::string auto_pad = node.attrs.get_string("auto_pad", "NOTSET");
+    if (kernel.size() != spatial || strides.size() != spatial || dilations.size() != spatial ||
+        pads.size() != 2 * spatial) {
+      return std::nullopt;
+    }
+    std::vector<std::int64_t> y = {x[0], w[0]};
+    for (std::size_t i = 0; i < spatial; ++i) {
+      const std::int64_t in = x[2 + i], s = strides[i], extent = dilations[i] * (kernel[i] - 1) + 1;
+      if (s <= 0 || extent <= 0) return std::nullopt;
+      std::int64_t out = 0;
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        out = (in + s - 1) / s;
+      } else if (auto_pad == "VALID") {
+        out = in >= extent ? (in - extent) / s + 1 : 0;
+      } else if (auto_pad == "NOTSET") {
+        const std::int64_t padded = in + pads[i] + pads[i + spatial];
+        out = padded >= extent ? (padded - extent) / s + 1 : 0;
+      } else {
+        return std::nullopt;
+      }
+      if (out <= 0) return std::nullopt;  // the library says what is wrong
+      y.push_back(out);
+    }
+    return std::vector<ValueType>{typed(y)};
+  }
+  if (node.op_type == "Split") {
+    std::int64_t axis = node.attrs.get_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank || node.outputs.empty()) return std::nullopt;
+    std::vector<std::int64_t> sizes;
+    if (opset >= 13 && node.has_input(1)) {
+      if (constants.size() < 2 || constants[1] == nullptr || constants[1]->dtype() != DType::kInt64) return std::nullopt;
+      const Tensor split = constants[1]->contiguous();
+      const auto* v = static_cast<const std::int64_t*>(split.data_ptr());
+      sizes.assign(v, v + split.numel());
+    } else if (opset < 13 && node.attrs.has("split")) {
+      sizes = node.attrs.get_ints("split", {});
+    } else {
+      const auto parts = static_cast<std::int64_t>(node.outputs.size());
+      const std::int64_t chunk = opset >= 18 ? (x[axis] + parts - 1) / parts : x[axis] / parts;
+      if (opset < 18 && x[axis] % parts != 0) return std::nullopt;
+      for (std::int64_t k = 0, left = x[axis]; k < parts; ++k, left -= chunk) sizes.push_back(std::min(chunk, left));
+    }
+    std::int64_t total = 0;
+    for (std::int64_t d : sizes) total += d;
+    if (sizes.size() != node.outputs.size() || total != x[axis] ||
+        std::any_of(sizes.begin(), sizes.end(), [](std::int64_t d) { return d < 0; })) {
+      return std::nullopt;
+    }
+    std::vector<ValueType> out;
+    for (std::int64_t d : sizes) {
+      std::vector<std::int64_t> shape = x;
+      shape[static_cast<std::size_t>(axis)] = d;
+      out.push_back(typed(shape));
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+// Note [Shapes through the reference library]
+// A plan is specialised to its inputs' shapes, so every value's shape is known while the plan is built unless a
+// node's output shape depends on run-time values. Ops the registry has no schema for (GatherND, And, IsNaN,
+// Trilu, ... in the attention-mask code every transformers export carries) would otherwise end the known shapes
+// there, and everything downstream would be dispatched at run time (or refused on CUDA). For such a node whose
+// output shape follows from its inputs' shapes and constants alone, the reference library runs it once on
+// zero-filled stand-ins for its non-constant inputs and its outputs' shapes and types are taken. Excluded:
+// data-dependent ops (NonZero, NonMaxSuppression, Unique, Compress, control flow, random), sequences, and any
+// non-constant input of rank <= 1 with few elements unless the op only reads data from it (such an input may be
+// a shape, sizes, pads, axes, repeats or k, whose values the output shape depends on).
+bool shape_follows_from_shapes(const Node& node, const std::vector<const ValueType*>& types,
+                               const std::vector<const Tensor*>& constants) {
+  static const std::unordered_set<std::string> data_dependent = {
+      "NonZero", "NonMaxSuppression", "Unique", "Compress", "If", "Loop", "Scan", "StringNormalizer",
+      "TfIdfVectorizer", "SequenceMap"};
+  // Ops whose every input is data (its values never change the output shape).
+  static const std::unordered_set<std::string> pure_data = {
+      "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+      "BitwiseNot", "GatherND", "GatherElements", "ScatterND", "ScatterElements", "Where", "Equal", "Less",
+      "Greater", "LessOrEqual", "GreaterOrEqual", "Sum", "Mean", "Min", "Max", "Add", "Sub", "Mul", "Div", "Pow",
+      "PRelu", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Trilu", "CumSum", "Einsum", "HardSwish",
+      "HardSigmoid", "Clip", "LeakyRelu", "Elu", "Softplus", "LogSoftmax", "ArgMax", "ArgMin", "OneHot"};
+  if (!node.domain.empty() || !node.graph_attrs.empty() || is_random(node) || data_dependent.count(node.op_type)) {
+    return false;
+  }
+  // OneHot's depth (input 1) sets the output's size.
+  const bool pure = pure_data.count(node.op_type) != 0 && node.op_type != "OneHot";
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    if (!node.has_input(i)) continue;
+    const ValueType* vt = types[i];
+    if (vt == nullptr || !vt->is_tensor() || !vt->fully_known()) return false;
+    std::int64_t n = 1;
+    for (auto d : vt->sizes()) n *= d;
+    if (constants[i] != nullptr) continue;
+    const bool shape_like = vt->shape.size() <= 1 && n <= 64;
+    if (shape_like && !(pure || (node.op_type == "OneHot" && i != 1))) return false;
+    bytes += static_cast<std::size_t>(n) * dtype_size(vt->dtype);
+  }
+  return bytes <= (std::size_t{256} << 20);  // stand-ins of at most 256 MiB
+}
+
+// The outputs' types of `node` from one reference run on zero-filled stand-ins (Note [Shapes through the
+// reference library]); empty when the library cannot run it.
+std::vector<std::optional<ValueType>> reference_output_types(const Node& node, std::int64_t opset,
+                                                             const std::vector<const ValueType*>& types,
+                                                             const std::vector<const Tensor*>& constants) {
+  std::vector<std::optional<ValueType>> out(node.outputs.size());
+  try {
+    std::vector<Tensor> inputs;
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      if (!node.has_input(i)) {
+        inputs.emplace_back();
+      } else if (constants[i] != nullptr) {
+        inputs.push_back(*constants[i]);
+      } else {
+        inputs.push_back(Tensor::zeros(types[i]->sizes(), types[i]->dtype));
+      }
+    }
+    std::vector<Tensor> outs = onnx_ref::run_node(node, opset, inputs);
+    for (std::size_t o = 0; o < out.size() && o < outs.size(); ++o) {
+      if (outs[o].defined()) out[o] = type_of_tensor(outs[o]);
+    }
+  } catch (const XpuRuntimeError&) {
+    // The library rejects the stand-ins (or lacks the op): the node's output types stay as declared.
+  }
+  return out;
+}
+
+}  // namespace
+
+int infer_types(Graph& g, const InferOptions& options) {
+  const KernelRegistry& registry = options.registry ? *options.registry : KernelRegistry::global();
+  int folded = 0;
+  // Constants carry their own type (a hand-built graph may not list them in `types`).
+  for (const auto& [name, t] : g.initializers) {
+    if (g.types.count(name) == 0) g.types[name] = type_of_tensor(t);
+  }
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (Node& node : g.nodes) {
+    std::vector<const ValueType*> types;
+    std::vector<const Tensor*> constants;
+    bool all_constant = node.graph_attrs.empty() && !is_random(node);
+    for (const auto& in : node.inputs) {
+      types.push_back(in.empty() ? nullptr : g.type(in));
+      auto c = g.initializers.find(in);
+      const Tensor* value = in.empty() || c == g.initializers.end() ? nullptr : &c->second;
+      constants.push_back(value);
+      if (!in.empty() && value == nullptr) all_constant = false;
+    }
+    const std::int64_t opset = g.opset(node.domain);
+    bool is_graph_output = false;
+    for (const auto& out : node.outputs) {
+      for (const auto& go : g.outputs) is_graph_output |= !out.empty() && out == go;
+    }
+    // Folding.
+    const std::optional<std::size_t> predicted =
+        options.fold_constants && all_constant ? passes::predicted_fold_bytes(g, node) : std::nullopt;
+    if (options.fold_constants && all_constant && (!predicted || *predicted <= options.max_folded_bytes)) {
+      try {
+        std::vector<Tensor> inputs;
+        for (const Tensor* t : constants) inputs.push_back(t ? *t : Tensor());
+        std::vector<Tensor> outs = onnx_ref::run_node(node, opset, inputs);
+        std::size_t bytes = 0;
+        bool complete = true;
+        for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+          if (node.outputs[i].empty()) continue;
+          if (i >= outs.size() || !outs[i].defined()) complete = false;
+          else bytes += outs[i].nbytes();
+        }
+        if (complete && bytes <= options.max_folded_bytes) {
+          for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+            if (node.outputs[i].empty()) continue;
+            g.types[node.outputs[i]] = type_of_tensor(outs[i]);
+            g.initializers[node.outputs[i]] = outs[i];
+          }
+          ++folded;
+          continue;
+        }
+      } catch (const XpuRuntimeError&) {
+        // Not foldable here (op missing from the reference library, or it rejects the inputs): the node stays
+        // and reports its error when it runs.
+      }
+    }
+    if (options.fold_constants && (node.domain.empty()) && (node.op_type == "Shape" || node.op_type == "Size") &&
+        types.size() == 1 && types[0] && types[0]->fully_known() && !node.outputs.empty()) {
+      std::vector<std::int64_t> sizes = types[0]->sizes();
+      Tensor t;
+      if (node.op_type == "Size") {
+        std::int64_t n = 1;
+        for (auto d : sizes) n *= d;
+        t = int64_vector({n}, /*scalar=*/true);
+      } else {
+        const auto rank = static_cast<std::int64_t>(sizes.size());
+        std::int64_t start = node.attrs.get_int("start", 0);
+        std::int64_t end = node.attrs.get_int("end", rank);
+        if (start < 0) start += rank;
+        if (end < 0) end += rank;
+        start = std::clamp<std::int64_t>(start, 0, rank);
+        end = std::clamp<std::int64_t>(end, 0, rank);
+        std::vector<std::int64_t> dims;
+        for (std::int64_t i = start; i < end; ++i) dims.push_back(sizes[i]);
+        t = int64_vector(dims, false);
+      }
+      g.types[node.outputs[0]] = type_of_tensor(t);
+      g.initializers[node.outputs[0]] = t;
+      ++folded;
+      continue;
+    }
+    (void)is_graph_output;
+    // Sequences and optionals: kinds and element types (declared types win).
+    const std::vector<std::optional<ValueType>> kinds = sequence_output_types(node, types);
+    for (std::size_t o = 0; o < kinds.size(); ++o) {
+      if (kinds[o] && !node.outputs[o].empty() && g.types.count(node.outputs[o]) == 0) {
+        g.types[node.outputs[o]] = *kinds[o];
+      }
+    }
+    // Types through the lowering.
+    const Lowered lowered = lower_node(node, opset, types, constants);
+    if (lowered.kind == Lowered::Kind::kView && types[0] && !node.outputs.empty()) {
+      ValueType vt;
+      vt.dtype = types[0]->dtype;
+      vt.has_shape = true;
+      for (auto d : lowered.view_shape) vt.shape.emplace_back(d);
+      g.types[node.outputs[0]] = vt;
+    } else if (lowered.kind == Lowered::Kind::kRegistry && registry.find_schema(lowered.op) != nullptr) {
+      OpDescriptor desc;
+      desc.op = lowered.op;
+      desc.attrs = lowered.attrs;
+      bool known = true;
+      for (int idx : lowered.inputs) {
+        if (idx < 0) {
+          desc.inputs.emplace_back();
+          continue;
+        }
+        const ValueType* vt = types[idx];
+        if (!vt || !vt->fully_known()) {
+          known = false;
+          break;
+        }
+        desc.inputs.push_back(TensorDesc::contiguous(vt->sizes(), vt->dtype, Device::cpu()));
+      }
+      if (known) {
+        try {
+          registry.infer(desc);
+          for (std::size_t o = 0; o < desc.outputs.size() && o < node.outputs.size(); ++o) {
+            if (node.outputs[o].empty()) continue;
+            ValueType vt;
+            vt.dtype = desc.outputs[o].dtype;
+            vt.has_shape = true;
+            for (auto d : desc.outputs[o].shape) vt.shape.emplace_back(d);
+            g.types[node.outputs[o]] = vt;
+          }
+        } catch (const XpuRuntimeError&) {
+          // The registry op does not take these inputs: the node runs in the reference library (the plan says
+          // why); its output types come from the reference library below.
+        }
+      }
+    }
+    bool outputs_known = true;
+    for (const auto& out : node.outputs) {
+      if (out.empty()) continue;
+      const ValueType* vt = g.type(out);
+      outputs_known = outputs_known && vt != nullptr && (!vt->is_tensor() || vt->fully_known());
+    }
+    if (!outputs_known && lowered.kind != Lowered::Kind::kView && shape_follows_from_shapes(node, types, constants)) {
+      if (auto formula = formula_output_types(node, opset, types, constants)) {  // Note [Shapes without stand-ins]
+        for (std::size_t o = 0; o < formula->size() && o < node.outputs.size(); ++o) {
+          if (!node.outputs[o].empty()) g.types[node.outputs[o]] = (*formula)[o];
+        }
+      } else {
+        const std::vector<std::optional<ValueType>> inferred = reference_output_types(node, opset, types, constants);
+        for (std::size_t o = 0; o < inferred.size(); ++o) {
+          if (inferred[o] && !node.outputs[o].empty()) g.types[node.outputs[o]] = *inferred[o];
+        }
+      }
+    }
+    kept.push_back(std::move(node));
+  }
+  g.nodes = std::move(kept);
+  return folded;
+}
+
+int eliminate_dead_nodes(Graph& g) {
+  std::unordered_set<std::string> live(g.outputs.begin(), g.outputs.end());
+  std::vector<bool> keep(g.nodes.size(), false);
+  for (std::size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    for (const auto& out : n.outputs) keep[i] = keep[i] || (!out.empty() && live.count(out));
+    if (!keep[i]) continue;
+    for (const auto& in : n.inputs) live.insert(in);
+    std::function<void(const Graph&)> scan = [&](const Graph& sub) {
+      for (const Node& sn : sub.nodes) {
+        for (const auto& in : sn.inputs) live.insert(in);
+        for (const auto& [name, s2] : sn.graph_attrs) scan(*s2);
+      }
+      for (const auto& out : sub.outputs) live.insert(out);
+    };
+    for (const auto& [name, sub] : n.graph_attrs) scan(*sub);
+  }
+  std::vector<Node> kept;
+  int removed = 0;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (keep[i]) kept.push_back(std::move(g.nodes[i]));
+    else ++removed;
+  }
+  g.nodes = std::move(kept);
+  for (auto it = g.initializers.begin(); it != g.initializers.end();) {
+    if (!live.count(it->first)) it = g.initializers.erase(it);
+    else ++it;
+  }
+  return removed;
+}
+
+std::vector<std::string> optimize(Graph& g, const InferOptions& options, const std::set<std::string>& disabled,
+                                  std::vector<BuildPhase>* phases) {
+  detail::PhaseClock clock(phases);
+  std::vector<std::string> notes;
+  InferOptions infer = options;
+  if (disabled.count("constant_folding")) infer.fold_constants = false;
+  const int folded = infer_types(g, infer);
+  if (folded) notes.push_back(detail::str_cat("constant_folding: ", folded, " node(s) folded"));
+  clock.mark("type inference and constant folding");
+  passes::PassContext ctx;
+  ctx.max_folded_bytes = options.max_folded_bytes;
+  ctx.device = options.device;
+  ctx.fuse_elementwise = options.fuse_elementwise;
+  ctx.keep_unfused = options.keep_unfused;
+  ctx.tp_size = options.tp_size;
+  ctx.tp_rank = options.tp_rank;
+  ctx.tp_comm = options.tp_comm;
+  ctx.infer_types = [infer](Graph& graph) { infer_types(graph, infer); };
+  for (const passes::PassResult& r : passes::run_passes(g, ctx, disabled)) {
+    if (phases) phases->push_back({"pass " + r.pass, r.ms});
+    if (r.rewrites == 0 && r.notes.empty()) continue;
+    if (r.pass == "tensor_parallel") {
+      // Every sharding decision is part of the explanation (Note [Sharding by propagation]).
+      for (const std::string& note : r.notes) notes.push_back("tensor_parallel: " + note);
+      continue;
+    }
+    if (r.rewrites == 0) continue;
+    std::string line = detail::str_cat(r.pass, ": ", r.rewrites, " rewrite(s)");
+    if (!r.notes.empty()) line += " (" + r.notes.front() + (r.notes.size() > 1 ? ", ..." : "") + ")";
+    notes.push_back(line);
+  }
+  clock.restart();
+  infer_types(g, infer);
+  if (!disabled.count("dead_node_elimination")) {
+    const int removed = eliminate_dead_nodes(g);
+    if (removed) notes.push_back(detail::str_cat("dead_node_elimination: ", removed, " node(s) removed"));
+  }
+  clock.mark("final type inference and dead nodes");
+  return notes;
+}
+
+}  // namespace xpuruntime::runtime

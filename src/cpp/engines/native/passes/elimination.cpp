@@ -1,0 +1,196 @@
+// Elimination passes: identity_elimination, dead_node_elimination (see passes.h, docs/native_engine.md).
+#include <algorithm>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engines/native/passes/passes.h"
+#include "engines/native/passes/pass_utils.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): the passes' own helpers
+
+namespace {
+
+// The shape Reshape produces from `input` and the `target` shape, or nullopt when it cannot be resolved.
+std::optional<std::vector<std::int64_t>> reshape_result(const std::vector<std::int64_t>& input,
+                                                        const std::vector<std::int64_t>& target, bool allowzero) {
+  std::vector<std::int64_t> out(target.size());
+  std::int64_t known = 1;
+  std::optional<std::size_t> inferred;
+  for (std::size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == -1) {
+      if (inferred) return std::nullopt;
+      inferred = i;
+      continue;
+    }
+    if (target[i] == 0 && !allowzero) {
+      if (i >= input.size()) return std::nullopt;
+      out[i] = input[i];
+    } else if (target[i] < 0) {
+      return std::nullopt;
+    } else {
+      out[i] = target[i];
+    }
+    known *= out[i];
+  }
+  std::int64_t total = 1;
+  for (std::int64_t d : input) total *= d;
+  if (inferred) {
+    if (known == 0 || total % known != 0) return std::nullopt;
+    out[*inferred] = total / known;
+  } else if (known != total) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// Whether node `n` only forwards its first input to its first output (for the values it is given).
+bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
+  if (!(n.domain.empty() || n.domain == "ai.onnx") || !has_onnx_arity(n) || n.inputs.empty() || n.outputs.empty()) {
+    return false;
+  }
+  if (n.inputs[0].empty() || n.outputs[0].empty()) return false;
+  const std::int64_t opset = g.opset(n.domain);
+  if (n.op_type == "Identity") return n.outputs.size() == 1;
+  if (n.op_type == "Dropout") {
+    if (n.outputs.size() > 1 && !n.outputs[1].empty() && !uses.unused(n.outputs[1])) return false;  // mask read
+    if (opset < 7) return n.attrs.get_int("is_test", 0) != 0;
+    if (opset >= 12 && n.has_input(2)) {  // training_mode (a bool scalar)
+      const Tensor* training = constant(g, n.inputs[2]);
+      return training != nullptr && training->numel() == 1 && to_doubles(*training)[0] == 0.0;
+    }
+    return true;
+  }
+  if (n.op_type == "Cast") {
+    auto to = dtype_from_onnx(n.attrs.get_int("to", 0));
+    auto from = value_dtype(g, n.inputs[0]);
+    return to && from && *to == *from;
+  }
+  if (n.op_type == "Reshape") {
+    auto input = static_shape(g, n.inputs[0]);
+    if (!input) return false;
+    std::vector<std::int64_t> target;
+    if (opset < 5) {
+      if (!n.attrs.has("shape")) return false;
+      target = n.attrs.get_ints("shape", {});
+    } else {
+      const Tensor* t = n.inputs.size() > 1 ? constant(g, n.inputs[1]) : nullptr;
+      if (t == nullptr || !(t->dtype() == DType::kInt64 || t->dtype() == DType::kInt32)) return false;
+      for (double v : to_doubles(*t)) target.push_back(static_cast<std::int64_t>(v));
+    }
+    auto out = reshape_result(*input, target, n.attrs.get_int("allowzero", 0) != 0);
+    return out && *out == *input;
+  }
+  return false;
+}
+
+void rename_everywhere(Graph& g, const std::string& from, const std::string& to) {
+  for (Node& n : g.nodes) {
+    std::replace(n.inputs.begin(), n.inputs.end(), from, to);
+    std::replace(n.outputs.begin(), n.outputs.end(), from, to);
+  }
+}
+
+}  // namespace
+
+PassResult identity_elimination(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"identity_elimination", 0, {}};
+  // Phase 1: a no-op whose output is not a graph output: its readers read its input instead.
+  {
+    const Uses uses(g);
+    std::unordered_map<std::string, std::string> alias;  // removed output -> the value it forwarded
+    std::vector<Node> kept;
+    kept.reserve(g.nodes.size());
+    for (Node& n : g.nodes) {
+      for (auto& in : n.inputs) {
+        auto it = alias.find(in);
+        if (it != alias.end()) in = it->second;
+      }
+      const bool removable =
+          is_noop(g, uses, n) && !uses.is_graph_output(n.outputs[0]) && !uses.read_by_subgraph(n.outputs[0]);
+      if (!removable) {
+        kept.push_back(std::move(n));
+        continue;
+      }
+      alias[n.outputs[0]] = n.inputs[0];
+      result.notes.push_back(detail::str_cat("removed ", describe(n), ": ", n.outputs[0], " -> ", n.inputs[0]));
+      ++result.rewrites;
+    }
+    g.nodes = std::move(kept);
+  }
+  // Phase 2: a no-op producing a graph output from a value another node produces: that node produces the graph
+  // output directly (the graph keeps its output names). Not when the input is a graph input or a constant.
+  for (bool changed = true; changed;) {
+    changed = false;
+    const Uses uses(g);
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (!is_noop(g, uses, n) || !uses.is_graph_output(n.outputs[0])) continue;
+      const std::string in = n.inputs[0];
+      const std::string out = n.outputs[0];
+      if (!uses.producer(in) || uses.is_graph_output(in) || uses.read_by_subgraph(in) || uses.read_by_subgraph(out)) {
+        continue;
+      }
+      result.notes.push_back(detail::str_cat("removed ", describe(n), ": ", in, " renamed ", out));
+      ++result.rewrites;
+      g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(i));
+      rename_everywhere(g, in, out);
+      changed = true;
+      break;
+    }
+  }
+  g.validate();
+  return result;
+}
+
+PassResult dead_node_elimination(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"dead_node_elimination", 0, {}};
+  // Backwards over a topological order: a node is live when a live node, a subgraph of one, or the graph
+  // outputs read one of its outputs.
+  std::set<std::string> needed(g.outputs.begin(), g.outputs.end());
+  std::vector<bool> live(g.nodes.size(), false);
+  for (std::size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    live[i] = std::any_of(n.outputs.begin(), n.outputs.end(),
+                          [&](const std::string& out) { return !out.empty() && needed.count(out); });
+    if (!live[i]) continue;
+    for (const auto& in : n.inputs) {
+      if (!in.empty()) needed.insert(in);
+    }
+    for (const auto& [attr, sub] : n.graph_attrs) {
+      (void)attr;
+      if (sub) collect_subgraph_reads(*sub, needed);
+    }
+  }
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (live[i]) {
+      kept.push_back(std::move(g.nodes[i]));
+      continue;
+    }
+    result.notes.push_back(detail::str_cat("removed ", describe(g.nodes[i]), ": no reader"));
+    ++result.rewrites;
+    for (const auto& out : g.nodes[i].outputs) g.types.erase(out);
+  }
+  g.nodes = std::move(kept);
+  for (auto it = g.initializers.begin(); it != g.initializers.end();) {
+    const bool is_input = std::find(g.inputs.begin(), g.inputs.end(), it->first) != g.inputs.end();
+    if (is_input || needed.count(it->first)) {
+      ++it;
+      continue;
+    }
+    result.notes.push_back(detail::str_cat("removed constant ", it->first, ": no reader"));
+    ++result.rewrites;
+    g.types.erase(it->first);
+    it = g.initializers.erase(it);
+  }
+  g.validate();
+  return result;
+}
+
+}  // namespace xpuruntime::passes

@@ -1,0 +1,94 @@
+// CPU implementations of the com.xpuruntime nodes made by the graph passes, for the ONNX reference library: each
+// node is one registry op (docs/native_engine.md, "Graph passes", gives the mapping) called on the CPU.
+#include <string>
+#include <vector>
+
+#include "core/attention_layout.h"
+#include "engines/native/reference/onnx_cpu_ops.h"
+#include "engines/native/passes/passes.h"
+#include "xpuruntime/ops.h"
+
+namespace xpuruntime::passes {
+
+namespace {
+
+std::vector<Tensor> inputs_of(const onnx_ref::OpContext& ctx, std::size_t count) {
+  std::vector<Tensor> inputs;
+  for (std::size_t i = 0; i < count; ++i) inputs.push_back(ctx.has_input(i) ? ctx.input(i) : Tensor());
+  return inputs;
+}
+
+void run_registry_op(onnx_ref::OpContext& ctx, const std::string& op, std::vector<Tensor> inputs,
+                     const Attributes& attrs) {
+  std::vector<Tensor> out = ops::call(op, inputs, attrs);
+  XPURT_INTERNAL_ASSERT(out.size() == 1, ctx.where(), ": registry op ", op, " returned ", out.size(), " outputs");
+  ctx.set_output(0, std::move(out[0]));
+}
+
+}  // namespace
+
+void register_fused_ops(onnx_ref::Library& lib) {
+  lib.add(kXpurtDomain, "FusedConv", [](onnx_ref::OpContext& ctx) {
+    Attributes attrs;
+    attrs.set("strides", ctx.attr_ints("strides", {1, 1}))
+        .set("pads", ctx.attr_ints("pads", {0, 0, 0, 0}))
+        .set("dilations", ctx.attr_ints("dilations", {1, 1}))
+        .set("groups", ctx.attr_int("group", 1))
+        .set("activation", ctx.attr_string("activation", "none"))
+        .set("layout", ctx.attr_string("layout", "NCHW"));
+    run_registry_op(ctx, "conv2d", inputs_of(ctx, 4), attrs);
+  });
+  // The channels-last pools of the nhwc_layout pass (explicit pads, no auto_pad).
+  for (const char* op_type : {"MaxPool", "AveragePool"}) {
+    const bool max = std::string(op_type) == "MaxPool";
+    lib.add(kXpurtDomain, op_type, [max](onnx_ref::OpContext& ctx) {
+      Attributes attrs;
+      const auto kernel = ctx.attr_ints("kernel_shape", {});
+      attrs.set("kernel_shape", kernel)
+          .set("strides", ctx.attr_ints("strides", {1, 1}))
+          .set("pads", ctx.attr_ints("pads", {0, 0, 0, 0}))
+          .set("ceil_mode", ctx.attr_int("ceil_mode", 0))
+          .set("layout", ctx.attr_string("layout", "NCHW"));
+      if (max) {
+        attrs.set("dilations", ctx.attr_ints("dilations", {1, 1}));
+      } else {
+        attrs.set("count_include_pad", ctx.attr_int("count_include_pad", 0));
+      }
+      run_registry_op(ctx, max ? "max_pool2d" : "avg_pool2d", inputs_of(ctx, 1), attrs);
+    });
+  }
+  lib.add(kXpurtDomain, "GlobalAveragePool", [](onnx_ref::OpContext& ctx) {
+    run_registry_op(ctx, "global_avg_pool", inputs_of(ctx, 1),
+                    Attributes().set("layout", ctx.attr_string("layout", "NCHW")));
+  });
+  lib.add(kXpurtDomain, "FusedElementwise", [](onnx_ref::OpContext& ctx) {  // Note [Fused elementwise programs]
+    Attributes attrs;
+    attrs.set("program", ctx.attr_string("program", ""));
+    if (ctx.node().attrs.has("row_axes")) attrs.set("row_axes", ctx.attr_int("row_axes", 0));
+    if (ctx.node().attrs.has("output_dtype")) attrs.set("output_dtype", ctx.attr_string("output_dtype", ""));
+    run_registry_op(ctx, "fused_elementwise", inputs_of(ctx, ctx.num_inputs()), attrs);
+  });
+  lib.add(kXpurtDomain, "Linear", [](onnx_ref::OpContext& ctx) {
+    Attributes attrs;
+    attrs.set("weight_layout", ctx.attr_string("weight_layout", "nk"))
+        .set("activation", ctx.attr_string("activation", "none"));
+    run_registry_op(ctx, "linear", inputs_of(ctx, 4), attrs);
+  });
+  lib.add(kXpurtDomain, "Gelu", [](onnx_ref::OpContext& ctx) {
+    run_registry_op(ctx, "gelu", inputs_of(ctx, 1),
+                    Attributes().set("approximate", ctx.attr_string("approximate", "none")));
+  });
+  lib.add(kXpurtDomain, "LayerNormalization", [](onnx_ref::OpContext& ctx) {
+    Attributes attrs;
+    attrs.set("axis", ctx.attr_int("axis", -1)).set("epsilon", ctx.attr_float("epsilon", 1e-5));
+    run_registry_op(ctx, "layer_norm", inputs_of(ctx, 4), attrs);
+  });
+  lib.add(kXpurtDomain, "Attention", [](onnx_ref::OpContext& ctx) {
+    Attributes attrs;
+    attrs.set("scale", ctx.attr_float("scale", 0.0)).set("causal", ctx.attr_int("causal", 0));
+    AttentionLayout::forward(ctx.node().attrs, &attrs);  // Note [Attention layouts]
+    run_registry_op(ctx, "attention", inputs_of(ctx, 4), attrs);
+  });
+}
+
+}  // namespace xpuruntime::passes

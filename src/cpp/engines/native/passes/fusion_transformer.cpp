@@ -1,0 +1,1087 @@
+// Transformer fusions: gelu_fusion -> com.xpuruntime:Gelu, layer_norm_fusion -> com.xpuruntime:LayerNormalization,
+// attention_fusion -> com.xpuruntime:Attention (see passes.h, docs/native_engine.md).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/attention_layout.h"
+#include "engines/native/passes/passes.h"
+#include "engines/native/passes/pass_utils.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): the passes' own helpers
+
+namespace {
+
+// A pattern being matched: its nodes (indices) and a note.
+struct Match {
+  std::vector<std::size_t> nodes;
+  std::vector<std::string> parts;
+  void add(const Graph& g, std::size_t i) {
+    nodes.push_back(i);
+    parts.push_back(describe(g.nodes[i]));
+  }
+  std::string note(const std::string& fused) const {
+    std::string s = "fused ";
+    for (std::size_t k = 0; k < parts.size(); ++k) s += (k ? " + " : "") + parts[k];
+    return s + " -> " + fused;
+  }
+};
+
+class Matcher {
+ public:
+  Matcher(const Graph& g, const Uses& uses, const Rewriter& rw) : g_(g), uses_(uses), rw_(rw) {}
+
+  // The only reader of `value` if it is an ONNX `op_type` node not taken yet.
+  std::optional<std::size_t> sole_reader(const std::string& value, const char* op_type) const {
+    return internal::sole_reader(g_, uses_, rw_, value, op_type);
+  }
+  // The producer of `value` when it is an ONNX `op_type` node whose output only `reader` reads.
+  std::optional<std::size_t> sole_producer(const std::string& value, std::size_t reader, const char* op_type) const {
+    auto p = uses_.producer(value);
+    if (!p || rw_.taken(*p) || !is_onnx(g_.nodes[*p], op_type) || !uses_.only_reader(value, reader)) {
+      return std::nullopt;
+    }
+    return p;
+  }
+  const Node& node(std::size_t i) const { return g_.nodes[i]; }
+
+ private:
+  const Graph& g_;
+  const Uses& uses_;
+  const Rewriter& rw_;
+};
+
+// ---- GELU ----
+
+// The end of a GELU formula after t = 1 + erf(..) (or 1 + tanh(..)) is computed: t * x * 0.5 in the operand
+// orders exporters produce: (x * t) * 0.5, (x * 0.5) * t, (t * 0.5) * x (and their commuted forms). Returns the
+// pattern's output value.
+std::optional<std::string> match_gelu_tail(const Graph& g, const Matcher& m, const std::string& t, const std::string& x,
+                                           Match& match) {
+  auto m1 = m.sole_reader(t, "Mul");
+  if (!m1) return std::nullopt;
+  const Node& mul1 = m.node(*m1);
+  const std::string other = other_input(mul1, t);
+  if (other.empty()) return std::nullopt;
+  if (other == x || scalar_operand(g, mul1, "Mul", 0.5) >= 0) {
+    // (x * t) * 0.5 or (t * 0.5) * x
+    const bool with_x = other == x;
+    auto m2 = with_x ? std::nullopt : m.sole_reader(mul1.outputs[0], "Mul");
+    if (with_x) {
+      auto r = m.sole_reader(mul1.outputs[0], "Mul");
+      if (!r || scalar_operand(g, m.node(*r), "Mul", 0.5) < 0) return std::nullopt;
+      m2 = r;
+    } else if (!m2 || other_input(m.node(*m2), mul1.outputs[0]) != x) {
+      return std::nullopt;
+    }
+    match.add(g, *m1);
+    match.add(g, *m2);
+    return m.node(*m2).outputs[0];
+  }
+  // (x * 0.5) * t
+  auto h = m.sole_producer(other, *m1, "Mul");
+  if (!h) return std::nullopt;
+  const Node& half = m.node(*h);
+  const int xi = scalar_operand(g, half, "Mul", 0.5);
+  if (xi < 0 || half.inputs[static_cast<std::size_t>(xi)] != x) return std::nullopt;
+  match.add(g, *h);
+  match.add(g, *m1);
+  return mul1.outputs[0];
+}
+
+// x / sqrt(2) (Div) or x * (1 / sqrt(2)) (Mul) feeding Erf `ei`: returns x.
+std::optional<std::string> match_erf_input(const Graph& g, const Matcher& m, std::size_t ei, Match& match) {
+  const std::string in = m.node(ei).inputs[0];
+  if (auto d = m.sole_producer(in, ei, "Div")) {
+    const Node& div = m.node(*d);
+    const auto c = div.inputs.size() == 2 ? scalar_constant(g, div.inputs[1]) : std::nullopt;
+    if (c && near(*c, std::sqrt(2.0)) && !is_constant(g, div.inputs[0])) {
+      match.add(g, *d);
+      return div.inputs[0];
+    }
+  }
+  if (auto mi = m.sole_producer(in, ei, "Mul")) {
+    const int xi = scalar_operand(g, m.node(*mi), "Mul", 1.0 / std::sqrt(2.0));
+    if (xi >= 0) {
+      match.add(g, *mi);
+      return m.node(*mi).inputs[static_cast<std::size_t>(xi)];
+    }
+  }
+  return std::nullopt;
+}
+
+// x^3 as Pow(x, 3), x * (x * x) or (x * x) * x producing `value` (read only by `reader`).
+bool match_cube(const Graph& g, const Matcher& m, const std::string& value, std::size_t reader, const std::string& x,
+                Match& match) {
+  if (auto p = m.sole_producer(value, reader, "Pow")) {
+    const Node& pow = m.node(*p);
+    auto e = pow.inputs.size() == 2 ? scalar_constant(g, pow.inputs[1]) : std::nullopt;
+    if (pow.inputs[0] == x && e && *e == 3.0) {
+      match.add(g, *p);
+      return true;
+    }
+    return false;
+  }
+  auto outer = m.sole_producer(value, reader, "Mul");
+  if (!outer) return false;
+  const Node& mul = m.node(*outer);
+  const std::string square = other_input(mul, x);
+  auto inner = square.empty() ? std::nullopt : m.sole_producer(square, *outer, "Mul");
+  if (!inner || m.node(*inner).inputs != std::vector<std::string>{x, x}) return false;
+  match.add(g, *inner);
+  match.add(g, *outer);
+  return true;
+}
+
+// sqrt(2/pi) * (x + 0.044715 * x^3) feeding Tanh `ti`: returns x.
+std::optional<std::string> match_tanh_input(const Graph& g, const Matcher& m, std::size_t ti, Match& match) {
+  const std::string in = m.node(ti).inputs[0];
+  auto s = m.sole_producer(in, ti, "Mul");
+  if (!s) return std::nullopt;
+  const int ui = scalar_operand(g, m.node(*s), "Mul", std::sqrt(2.0 / M_PI));
+  if (ui < 0) return std::nullopt;
+  const std::string u = m.node(*s).inputs[static_cast<std::size_t>(ui)];
+  auto a = m.sole_producer(u, *s, "Add");
+  if (!a) return std::nullopt;
+  const Node& add = m.node(*a);
+  if (add.inputs.size() != 2) return std::nullopt;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const std::string x = add.inputs[k];
+    const std::string v = add.inputs[1 - k];
+    auto c = m.sole_producer(v, *a, "Mul");
+    if (!c) continue;
+    const int pi = scalar_operand(g, m.node(*c), "Mul", 0.044715);
+    if (pi < 0) continue;
+    Match cube;
+    if (!match_cube(g, m, m.node(*c).inputs[static_cast<std::size_t>(pi)], *c, x, cube)) continue;
+    match.nodes.insert(match.nodes.end(), cube.nodes.begin(), cube.nodes.end());
+    match.parts.insert(match.parts.end(), cube.parts.begin(), cube.parts.end());
+    match.add(g, *c);
+    match.add(g, *a);
+    match.add(g, *s);
+    return x;
+  }
+  return std::nullopt;
+}
+
+Node make_node(const std::string& name, const std::string& op_type, std::vector<std::string> inputs,
+               std::vector<std::string> outputs) {
+  Node n;
+  n.name = name;
+  n.domain = kXpurtDomain;
+  n.op_type = op_type;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  return n;
+}
+
+bool fusable_input(const Graph& g, const std::string& x) {
+  auto dtype = value_dtype(g, x);
+  return dtype && is_fusable_float(*dtype);
+}
+
+// The pattern's output keeps the input's type (no broadcast against a constant grew it), when both are known.
+bool keeps_shape(const Graph& g, const std::string& x, const std::string& out) {
+  auto tx = value_type(g, x);
+  auto to = value_type(g, out);
+  if (!tx || !to || !tx->has_shape || !to->has_shape) return true;
+  return tx->shape.size() == to->shape.size();
+}
+
+// ---- LayerNorm ----
+
+// The axes of a ReduceMean (attribute before opset 18, input from 18); nullopt when absent (all axes, or none with
+// noop_with_empty_axes) or not constant.
+std::optional<std::vector<std::int64_t>> reduce_axes(const Graph& g, const Node& n) { return constant_axes(g, n, 18); }
+
+// ReduceMean over the last axis only, keepdims=1.
+bool reduces_last_axis(const Graph& g, const Node& n, std::int64_t rank) {
+  if (n.attrs.get_int("keepdims", 1) != 1) return false;
+  auto axes = reduce_axes(g, n);
+  if (!axes || axes->size() != 1) return false;
+  return (*axes)[0] == -1 || (rank > 0 && (*axes)[0] == rank - 1);
+}
+
+// A scale or bias of a LayerNorm over the last axis of size `d`: a value of shape [d] (a constant may also have
+// leading 1s: reshaped to [d]). Returns the name to use, or nullopt.
+std::optional<std::string> norm_parameter(Graph& g, const std::string& value, std::int64_t d, DType dtype,
+                                          const std::string& hint) {
+  auto shape = static_shape(g, value);
+  auto vdtype = value_dtype(g, value);
+  if (!shape || !vdtype || *vdtype != dtype || shape->empty() || shape->back() != d) return std::nullopt;
+  for (std::size_t i = 0; i + 1 < shape->size(); ++i) {
+    if ((*shape)[i] != 1) return std::nullopt;
+  }
+  if (shape->size() == 1) return value;
+  const Tensor* c = constant(g, value);
+  if (c == nullptr) return std::nullopt;
+  return add_constant(g, hint, from_doubles({d}, dtype, to_doubles(*c)));
+}
+
+// ---- Attention ----
+
+// A Div or Mul by a positive finite one-element constant (a divisor only as Div's second input): the index of
+// the other input and the factor it multiplies by (1/c for Div).
+std::optional<std::pair<std::size_t, double>> scale_operand(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 2) return std::nullopt;
+  const bool div = n.op_type == "Div";
+  for (std::size_t k = div ? 1 : 0; k < 2; ++k) {
+    const Tensor* c = constant(g, n.inputs[k]);
+    if (c == nullptr || c->numel() != 1 || c->dim() > 1 || is_constant(g, n.inputs[1 - k])) continue;
+    auto v = scalar_constant(g, n.inputs[k]);
+    if (v && std::isfinite(*v) && *v > 0) return std::make_pair(1 - k, div ? 1.0 / *v : *v);
+  }
+  return std::nullopt;
+}
+
+bool same_dims(const std::vector<Dim>& a, const std::vector<std::size_t>& ai, const std::vector<Dim>& b,
+               const std::vector<std::size_t>& bi) {
+  for (std::size_t k = 0; k < ai.size(); ++k) {
+    if (!same_dim(a[ai[k]], b[bi[k]])) return false;
+  }
+  return true;
+}
+
+// Where(IsNaN(p), 0, p) reading the softmax output `p` (its only readers): the IsNaN and Where nodes.
+std::optional<std::pair<std::size_t, std::size_t>> nan_guard(const Graph& g, const Uses& uses, const Matcher& m,
+                                                             const std::string& p) {
+  const auto& readers = uses.readers(p);
+  if (readers.size() != 2) return std::nullopt;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const Node& isnan = g.nodes[readers[k]];
+    const Node& where = g.nodes[readers[1 - k]];
+    if (!is_onnx(isnan, "IsNaN") || !is_onnx(where, "Where") || where.inputs.size() != 3) continue;
+    if (where.inputs[0] != isnan.outputs[0] || where.inputs[2] != p || where.inputs[1] == p) continue;
+    auto zero = scalar_constant(g, where.inputs[1]);
+    if (!zero || *zero != 0.0 || !m.sole_reader(isnan.outputs[0], "Where")) continue;
+    return std::make_pair(readers[k], readers[1 - k]);
+  }
+  return std::nullopt;
+}
+
+// Whether an additive mask can hold no infinity: a finite constant, Where(c, a, b) of finite constants, or such a
+// value reshaped, expanded or unsqueezed (up to `depth` nodes back).
+bool finite_mask(const Graph& g, const Uses& uses, const std::string& mask, int depth) {
+  if (const Tensor* c = constant(g, mask)) {
+    for (double v : to_doubles(*c)) {
+      if (!std::isfinite(v)) return false;
+    }
+    return true;
+  }
+  auto p = uses.producer(mask);
+  if (!p || depth == 0) return false;
+  const Node& n = g.nodes[*p];
+  if (is_onnx(n, "Where") && n.inputs.size() == 3) {
+    return finite_mask(g, uses, n.inputs[1], 0) && finite_mask(g, uses, n.inputs[2], 0);
+  }
+  for (const char* op : {"Expand", "Reshape", "Unsqueeze", "Identity"}) {
+    if (is_onnx(n, op) && !n.inputs.empty()) return finite_mask(g, uses, n.inputs[0], depth - 1);
+  }
+  return false;
+}
+
+// K^T computed as Reshape(Transpose(Reshape(K, [B*H, S, D]), perm=[0, 2, 1]), [B, H, D, S]) from a 4-D K
+// [B, H, S, D]: returns K and the chain's nodes (the outer Reshape first); nullopt for anything else. Row-major
+// reshapes make the values those of K's last two axes swapped whenever the shapes are these.
+std::optional<std::pair<std::string, std::vector<std::size_t>>> merged_heads_transpose(const Graph& g,
+                                                                                       const Uses& uses,
+                                                                                       const std::string& kt) {
+  auto outer = uses.producer(kt);
+  if (!outer || !is_onnx(g.nodes[*outer], "Reshape")) return std::nullopt;
+  auto t = uses.producer(g.nodes[*outer].inputs[0]);
+  if (!t || !is_onnx(g.nodes[*t], "Transpose") ||
+      g.nodes[*t].attrs.get_ints("perm", {}) != std::vector<std::int64_t>{0, 2, 1}) {
+    return std::nullopt;
+  }
+  auto inner = uses.producer(g.nodes[*t].inputs[0]);
+  if (!inner || !is_onnx(g.nodes[*inner], "Reshape")) return std::nullopt;
+  const std::string& k = g.nodes[*inner].inputs[0];
+  auto tk = value_type(g, k), tm = value_type(g, g.nodes[*inner].outputs[0]), tkt = value_type(g, kt);
+  if (!tk || !tm || !tkt || !tk->has_shape || !tm->has_shape || !tkt->has_shape) return std::nullopt;
+  if (tk->shape.size() != 4 || tm->shape.size() != 3 || tkt->shape.size() != 4) return std::nullopt;
+  const auto& K = tk->shape;
+  const auto& M = tm->shape;
+  const auto& KT = tkt->shape;
+  // [B,H,S,D] -> [B*H,S,D]: the last two kept (then the first is B*H); -> [B,H,D,S].
+  if (!same_dim(M[1], K[2]) || !same_dim(M[2], K[3])) return std::nullopt;
+  if (!same_dim(KT[0], K[0]) || !same_dim(KT[1], K[1]) || !same_dim(KT[2], K[3]) || !same_dim(KT[3], K[2])) {
+    return std::nullopt;
+  }
+  return std::make_pair(k, std::vector<std::size_t>{*outer, *t, *inner});
+}
+
+}  // namespace
+
+PassResult gelu_fusion(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"gelu_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  const Matcher m(g, uses, rw);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (rw.taken(i)) continue;
+    if (is_onnx(n, "Gelu") && n.inputs.size() == 1 && n.outputs.size() == 1 && fusable_input(g, n.inputs[0])) {
+      const std::string approximate = n.attrs.get_string("approximate", "none");
+      if (approximate != "none" && approximate != "tanh") continue;
+      Node fused = make_node(n.name, "Gelu", n.inputs, n.outputs);
+      fused.attrs.set("approximate", approximate);
+      rw.replace({i}, {std::move(fused)}, "replaced " + describe(n) + " -> Gelu '" + n.name + "'");
+      continue;
+    }
+    const bool erf = is_onnx(n, "Erf");
+    if ((!erf && !is_onnx(n, "Tanh")) || n.inputs.size() != 1) continue;
+    Match match;
+    auto x = erf ? match_erf_input(g, m, i, match) : match_tanh_input(g, m, i, match);
+    if (!x || !fusable_input(g, *x)) continue;
+    match.add(g, i);
+    auto one = m.sole_reader(n.outputs[0], "Add");
+    if (!one || scalar_operand(g, m.node(*one), "Add", 1.0) < 0) continue;
+    match.add(g, *one);
+    auto out = match_gelu_tail(g, m, m.node(*one).outputs[0], *x, match);
+    if (!out || !keeps_shape(g, *x, *out) || rw.any_taken(match.nodes)) continue;
+    const std::string name = g.nodes[match.nodes.front()].name;
+    Node fused = make_node(name, "Gelu", {*x}, {*out});
+    fused.attrs.set("approximate", erf ? "none" : "tanh");
+    rw.replace(match.nodes, {std::move(fused)}, match.note("Gelu '" + name + "'"));
+  }
+  rw.apply(result);
+  return result;
+}
+
+PassResult layer_norm_fusion(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"layer_norm_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  const Matcher m(g, uses, rw);
+  std::set<std::string> reshaped;  // parameters made for patterns (dropped again when the pattern did not match)
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (rw.taken(i)) continue;
+    const Node& first = g.nodes[i];
+    if (is_onnx(first, "LayerNormalization") && first.inputs.size() >= 2 && !first.outputs.empty()) {
+      bool extra_used = false;
+      for (std::size_t k = 1; k < first.outputs.size(); ++k) {
+        extra_used = extra_used || (!first.outputs[k].empty() && !uses.unused(first.outputs[k]));
+      }
+      auto x_type = value_type(g, first.inputs[0]);
+      if (extra_used || !x_type || !x_type->has_shape || !is_fusable_float(x_type->dtype)) continue;
+      const auto rank = static_cast<std::int64_t>(x_type->shape.size());
+      std::int64_t axis = first.attrs.get_int("axis", -1);
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis >= rank) continue;
+      // The registry op takes scale/bias of exactly x.shape[axis:].
+      bool params_ok = true;
+      for (std::size_t k = 1; k < first.inputs.size() && k < 3; ++k) {
+        if (!first.has_input(k)) continue;
+        auto p = value_type(g, first.inputs[k]);
+        std::vector<Dim> tail(x_type->shape.begin() + axis, x_type->shape.end());
+        ValueType want = *x_type;
+        want.shape = tail;
+        params_ok = params_ok && p && p->dtype == x_type->dtype && same_shape(*p, want);
+      }
+      if (!params_ok) continue;
+      std::vector<std::string> inputs(first.inputs.begin(),
+                                      first.inputs.begin() + std::min<std::size_t>(3, first.inputs.size()));
+      Node fused = make_node(first.name, "LayerNormalization", inputs, {first.outputs[0]});
+      fused.attrs.set("axis", axis);
+      fused.attrs.set("epsilon", first.attrs.get_float("epsilon", 1e-5));
+      rw.replace({i}, {std::move(fused)},
+                 "replaced " + describe(first) + " -> LayerNormalization '" + first.name + "'");
+      continue;
+    }
+    // ReduceMean(x) -> Sub(x, mean) -> Pow(d, 2) | Mul(d, d) -> ReduceMean -> Add(eps) -> Sqrt -> Div(d, .)
+    if (!is_onnx(first, "ReduceMean") || first.inputs.empty() || first.outputs.size() != 1) continue;
+    const std::string x = first.inputs[0];
+    auto x_type = value_type(g, x);
+    if (!x_type || !x_type->has_shape || x_type->shape.empty() || !is_fusable_float(x_type->dtype)) continue;
+    const auto rank = static_cast<std::int64_t>(x_type->shape.size());
+    const Dim last = x_type->shape.back();
+    if (!reduces_last_axis(g, first, rank) || !last.known()) continue;
+    Match match;
+    match.add(g, i);
+    auto si = m.sole_reader(first.outputs[0], "Sub");
+    if (!si || m.node(*si).inputs != std::vector<std::string>{x, first.outputs[0]}) continue;
+    match.add(g, *si);
+    const std::string d = m.node(*si).outputs[0];
+    const auto& d_readers = uses.readers(d);
+    if (d_readers.size() != 2 || uses.is_graph_output(d) || uses.read_by_subgraph(d)) continue;
+    std::optional<std::size_t> square, divide;
+    for (std::size_t r : d_readers) {
+      const Node& rn = g.nodes[r];
+      if (rw.taken(r)) continue;
+      if (is_onnx(rn, "Div") && rn.inputs.size() == 2 && rn.inputs[0] == d && rn.inputs[1] != d) divide = r;
+      if (is_onnx(rn, "Mul") && rn.inputs == std::vector<std::string>{d, d}) square = r;
+      if (is_onnx(rn, "Pow") && rn.inputs.size() == 2 && rn.inputs[0] == d) {
+        auto e = scalar_constant(g, rn.inputs[1]);
+        if (e && *e == 2.0) square = r;
+      }
+    }
+    if (!square || !divide) continue;
+    match.add(g, *square);
+    auto r2 = m.sole_reader(m.node(*square).outputs[0], "ReduceMean");
+    if (!r2 || !reduces_last_axis(g, m.node(*r2), rank)) continue;
+    match.add(g, *r2);
+    auto ai = m.sole_reader(m.node(*r2).outputs[0], "Add");
+    if (!ai) continue;
+    const std::string eps_name = other_input(m.node(*ai), m.node(*r2).outputs[0]);
+    const Tensor* eps_tensor = constant(g, eps_name);
+    auto eps = scalar_constant(g, eps_name);
+    if (!eps || eps_tensor->dim() > 1 || *eps < 0) continue;
+    match.add(g, *ai);
+    auto sq = m.sole_reader(m.node(*ai).outputs[0], "Sqrt");
+    if (!sq || m.node(*divide).inputs[1] != m.node(*sq).outputs[0] ||
+        !uses.only_reader(m.node(*sq).outputs[0], *divide)) {
+      continue;
+    }
+    match.add(g, *sq);
+    match.add(g, *divide);
+    std::string out = m.node(*divide).outputs[0];
+    std::string scale, bias;
+    if (auto mi = m.sole_reader(out, "Mul")) {
+      auto name = norm_parameter(g, other_input(m.node(*mi), out), last.value, x_type->dtype, first.name + "_scale");
+      if (name) {
+        if (*name != other_input(m.node(*mi), out)) reshaped.insert(*name);
+        scale = *name;
+        match.add(g, *mi);
+        out = m.node(*mi).outputs[0];
+      }
+    }
+    if (auto bi = m.sole_reader(out, "Add")) {
+      auto name = norm_parameter(g, other_input(m.node(*bi), out), last.value, x_type->dtype, first.name + "_bias");
+      if (name) {
+        if (*name != other_input(m.node(*bi), out)) reshaped.insert(*name);
+        bias = *name;
+        match.add(g, *bi);
+        out = m.node(*bi).outputs[0];
+      }
+    }
+    if (rw.any_taken(match.nodes)) continue;
+    std::vector<std::string> inputs = {x, scale, bias};
+    while (inputs.back().empty()) inputs.pop_back();
+    Node fused = make_node(first.name, "LayerNormalization", inputs, {out});
+    fused.attrs.set("axis", static_cast<std::int64_t>(-1));
+    fused.attrs.set("epsilon", *eps);
+    rw.replace(match.nodes, {std::move(fused)}, match.note("LayerNormalization '" + first.name + "'"));
+  }
+  rw.apply(result);
+  remove_unused_constants(g, reshaped);
+  return result;
+}
+
+namespace {
+
+// Note [Grouped-query attention reads its kv heads]
+// Grouped-query attention as transformers writes it (repeat_kv) gives each of the Hkv key and value heads to r query
+// heads by copying: Unsqueeze(kv [B, Hkv, S, D], 2) -> Expand to [B, Hkv, r, S, D] -> Reshape to [B, Hkv * r, S, D],
+// so that head h reads kv head h / r. The Attention op does that itself from kv [B, Hkv, S, D] (head h reads kv head
+// h / (H / Hkv)): an Attention whose k or v comes out of that chain, read by nothing else, reads the chain's input
+// instead, and the two copies per layer go. The shapes are what is checked (the plan's shapes are static): a size-1
+// axis inserted anywhere among the 1s, broadcast along axis 2 only, axes 1 and 2 merged.
+std::optional<std::string> repeated_kv_source(const Graph& g, const Uses& uses, std::size_t attention,
+                                              const std::string& value, std::vector<std::size_t>* chain) {
+  auto reshape = uses.producer(value);
+  if (!reshape || !is_onnx(g.nodes[*reshape], "Reshape") || !uses.only_reader(value, attention)) return std::nullopt;
+  const std::string& expanded = g.nodes[*reshape].inputs[0];
+  auto expand = uses.producer(expanded);
+  if (!expand || !is_onnx(g.nodes[*expand], "Expand") || !uses.only_reader(expanded, *reshape)) return std::nullopt;
+  const std::string& unsqueezed = g.nodes[*expand].inputs[0];
+  auto unsqueeze = uses.producer(unsqueezed);
+  if (!unsqueeze || !is_onnx(g.nodes[*unsqueeze], "Unsqueeze") || !uses.only_reader(unsqueezed, *expand)) {
+    return std::nullopt;
+  }
+  const std::string& source = g.nodes[*unsqueeze].inputs[0];
+  auto kv = static_shape(g, source), u = static_shape(g, unsqueezed), e = static_shape(g, expanded),
+       r = static_shape(g, value);
+  if (!kv || !u || !e || !r || kv->size() != 4 || u->size() != 5 || e->size() != 5 || r->size() != 4) {
+    return std::nullopt;
+  }
+  const std::vector<std::int64_t> want_u = {(*kv)[0], (*kv)[1], 1, (*kv)[2], (*kv)[3]};
+  const std::vector<std::int64_t> want_e = {(*kv)[0], (*kv)[1], (*e)[2], (*kv)[2], (*kv)[3]};
+  const std::vector<std::int64_t> want_r = {(*kv)[0], (*kv)[1] * (*e)[2], (*kv)[2], (*kv)[3]};
+  if (*u != want_u || *e != want_e || *r != want_r) return std::nullopt;
+  chain->insert(chain->end(), {*unsqueeze, *expand, *reshape});
+  return source;
+}
+
+void fold_repeated_kv_heads(Graph& g, PassResult& result) {  // Note [Grouped-query attention reads its kv heads]
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3) continue;
+    std::vector<std::size_t> nodes;
+    auto k = repeated_kv_source(g, uses, i, a.inputs[1], &nodes);
+    auto v = k ? repeated_kv_source(g, uses, i, a.inputs[2], &nodes) : std::nullopt;
+    if (!k || !v || a.inputs[1] == a.inputs[2] || rw.any_taken(nodes)) continue;
+    Node folded = a;
+    folded.inputs[1] = *k;
+    folded.inputs[2] = *v;
+    nodes.push_back(i);
+    rw.replace(nodes, {std::move(folded)},
+               "grouped-query attention: Attention '" + a.name + "' reads kv heads " + *k + " and " + *v +
+                   " (the repeat_kv Unsqueeze/Expand/Reshape copies removed)");
+  }
+  rw.apply(result);
+}
+
+// Note [Attention reads the heads where the projections wrote them]
+// Exporters move heads in and out of attention with transposes: q, k and v are projections [B, S, H * D] reshaped
+// to [B, S, H, D] and transposed to [B, H, S, D] (k also through the K^T forms attention_fusion reads, which leave
+// the same Transpose), and the output [B, H, S, Dv] is transposed back to [B, S, H, Dv] before its reshape to
+// [B, S, H * Dv]: four strided copies of whole activations per layer. The attention kernels read and write either
+// layout (Note [Attention layouts] in core/attention_layout.h), so an Attention whose q, k or v is a
+// Transpose(perm 0, 2, 1, 3) that nothing else reads reads the transpose's input and sets that tensor's `bshd`
+// flag, and an Attention whose only reader is such a Transpose (and that has no log-sum-exp output) writes the
+// transpose's output with the output's flag set. The transposes go; the values the rest of the graph sees are
+// the same. A transpose that something else also reads stays (the copy is needed anyway).
+bool is_head_transpose(const Node& n) {
+  return is_onnx(n, "Transpose") && n.inputs.size() == 1 &&
+         n.attrs.get_ints("perm", {}) == std::vector<std::int64_t>{0, 2, 1, 3};
+}
+
+void fold_head_transposes(Graph& g, PassResult& result) {  // Note [Attention reads the heads where ...]
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3) continue;
+    std::vector<std::int64_t> flags = a.attrs.get_ints("bshd", {0, 0, 0, 0});
+    if (flags.size() != 4) continue;
+    Node folded = a;
+    std::vector<std::size_t> nodes;
+    std::vector<std::string> moved;
+    for (std::size_t t = 0; t < 3; ++t) {
+      const std::string& value = a.inputs[t];
+      auto p = uses.producer(value);
+      if (flags[t] != 0 || !p || !is_head_transpose(g.nodes[*p]) || !uses.only_reader(value, i)) continue;
+      folded.inputs[t] = g.nodes[*p].inputs[0];
+      flags[t] = 1;
+      if (std::find(nodes.begin(), nodes.end(), *p) == nodes.end()) nodes.push_back(*p);  // k and v may share it
+      moved.push_back(AttentionLayout::name(t));
+    }
+    const std::string& out = a.outputs[0];
+    const std::vector<std::size_t>& readers = uses.readers(out);
+    if (flags[3] == 0 && a.outputs.size() == 1 && readers.size() == 1 && is_head_transpose(g.nodes[readers[0]]) &&
+        uses.only_reader(out, readers[0])) {
+      folded.outputs[0] = g.nodes[readers[0]].outputs[0];
+      flags[3] = 1;
+      nodes.push_back(readers[0]);
+      moved.push_back("output");
+    }
+    if (nodes.empty() || rw.any_taken(nodes) || rw.taken(i)) continue;
+    folded.attrs.set("bshd", flags);
+    nodes.push_back(i);
+    std::string names;
+    for (const std::string& name : moved) names += (names.empty() ? "" : ", ") + name;
+    rw.replace(nodes, {std::move(folded)},
+               "Attention '" + a.name + "' reads and writes heads as [B, S, H, D] (" + names +
+                   "): the head transposes removed");
+  }
+  rw.apply(result);
+}
+
+// Note [Attention reads q, k and v from their packed projection]
+// GPT-2 (c_attn) and timm's ViT (qkv) compute q, k and v with one Linear [B, S, P * H * D] (P = 3) and cut it:
+//  * GPT-2: three Slices of the last axis (op_decomposition's form of the exporter's Split), each Reshaped to
+//    [B, S, H, D] (which the attention then reads as bshd, Note [Attention reads the heads where the projections
+//    wrote them]); each Slice is a strided copy;
+//  * timm: a Reshape to [B, S, P, H, D], a Transpose(2, 0, 3, 1, 4) to [P, B, H, S, D] (a copy of the whole
+//    projection), and an outer-axis Slice + Squeeze per part (views).
+// An Attention whose q, k and v are parts of one projection this way, the cuts read by nothing else, reads the
+// projection itself as [B, S, P, H, D] with `qkv_parts` (Note [Attention layouts]): the copies go (GPT-2's Reshape to
+// five dims is a view). The Transpose goes too when the three cuts were all it fed.
+struct PackedPart {
+  std::string packed;              // the [B, S, P, H, D] value (empty: `projection` must be reshaped to it)
+  std::string projection;          // GPT-2's [B, S, P * H * D]
+  std::vector<std::int64_t> shape;  // [B, S, P, H, D]
+  std::int64_t part = 0;
+  std::vector<std::size_t> nodes;  // the cut's nodes
+  std::optional<std::size_t> transpose;  // timm's Transpose
+};
+
+// The one axis a Squeeze removes (its attribute before opset 13, its input from 13), or nullopt.
+std::optional<std::int64_t> squeezed_axis(const Graph& g, const Node& n) {
+  if (!is_onnx(n, "Squeeze") || n.inputs.empty()) return std::nullopt;
+  auto axes = constant_axes(g, n, 13);
+  if (!axes || axes->size() != 1) return std::nullopt;
+  return (*axes)[0];
+}
+
+std::optional<PackedPart> packed_part(const Graph& g, const Uses& uses, std::size_t attention, std::size_t t,
+                                      bool bshd) {
+  const std::string& value = g.nodes[attention].inputs[t];
+  if (!uses.only_reader(value, attention)) return std::nullopt;
+  auto cut = uses.producer(value);
+  if (!cut) return std::nullopt;
+  const Node& first = g.nodes[*cut];
+  PackedPart out;
+  if (bshd && is_onnx(first, "Reshape")) {  // GPT-2: Reshape(Slice(X, last axis)) to [B, S, H, D]
+    auto heads = static_shape(g, value);
+    auto slice = uses.producer(first.inputs[0]);
+    if (!heads || heads->size() != 4 || !slice || !uses.only_reader(first.inputs[0], *cut)) return std::nullopt;
+    const Node& sl = g.nodes[*slice];
+    auto x = static_shape(g, sl.inputs.empty() ? std::string() : sl.inputs[0]);
+    if (!x || x->size() != 3) return std::nullopt;
+    auto range = single_axis_slice(g, sl, 3);
+    const std::int64_t width = (*heads)[2] * (*heads)[3];
+    if (!range || range->axis != 2 || width <= 0 || (*x)[2] % width != 0 || (*x)[0] != (*heads)[0] ||
+        (*x)[1] != (*heads)[1] || range->start < 0 || range->start % width != 0 || range->end != range->start + width ||
+        range->end > (*x)[2]) {
+      return std::nullopt;
+    }
+    out.projection = sl.inputs[0];
+    out.shape = {(*x)[0], (*x)[1], (*x)[2] / width, (*heads)[2], (*heads)[3]};
+    out.part = range->start / width;
+    out.nodes = {*cut, *slice};
+    return out;
+  }
+  if (!bshd && squeezed_axis(g, first) == 0) {  // timm: Squeeze(Slice(Transpose(R, 2 0 3 1 4), axis 0, [p, p+1]), 0)
+    auto slice = uses.producer(first.inputs[0]);
+    if (!slice || !uses.only_reader(first.inputs[0], *cut)) return std::nullopt;
+    const Node& sl = g.nodes[*slice];
+    auto range = single_axis_slice(g, sl, 5);
+    auto transpose = uses.producer(sl.inputs[0]);
+    if (!range || range->axis != 0 || range->start < 0 || range->end != range->start + 1 || !transpose) {
+      return std::nullopt;
+    }
+    const Node& tp = g.nodes[*transpose];
+    if (!is_onnx(tp, "Transpose") || tp.attrs.get_ints("perm", {}) != std::vector<std::int64_t>{2, 0, 3, 1, 4}) {
+      return std::nullopt;
+    }
+    auto packed = static_shape(g, tp.inputs[0]);
+    if (!packed || packed->size() != 5 || range->start >= (*packed)[2]) return std::nullopt;
+    out.packed = tp.inputs[0];
+    out.shape = *packed;
+    out.part = range->start;
+    out.nodes = {*cut, *slice};
+    out.transpose = transpose;
+    return out;
+  }
+  return std::nullopt;
+}
+
+// The layout flags of an Attention the packed-projection rewrites may take: a com.xpuruntime Attention with q, k, v
+// and no qkv_parts yet; nullopt for anything else.
+std::optional<std::vector<std::int64_t>> unpacked_attention_flags(const Node& a) {
+  if (a.domain != kXpurtDomain || a.op_type != "Attention" || a.inputs.size() < 3 || a.attrs.has("qkv_parts")) {
+    return std::nullopt;
+  }
+  std::vector<std::int64_t> flags = a.attrs.get_ints("bshd", {0, 0, 0, 0});
+  if (flags.size() != 4) return std::nullopt;
+  return flags;
+}
+
+// Appends a Reshape (a view) of `source` to a new value of static `shape` [B, S, P, H, D] to `nodes`; its name.
+std::string packed_view(Graph& g, const std::string& source, const std::vector<std::int64_t>& shape,
+                        const std::string& node_name, std::vector<Node>* nodes) {
+  const std::string packed = g.unique_name(source + "_packed");
+  ValueType type = *value_type(g, source);
+  type.shape.clear();
+  for (std::int64_t d : shape) type.shape.push_back(Dim(d));
+  g.types[packed] = type;
+  Node reshape =
+      make_node(node_name, "Reshape", {source, add_constant(g, packed + "_shape", int64_tensor(shape))}, {packed});
+  reshape.domain = "";
+  nodes->push_back(std::move(reshape));
+  return packed;
+}
+
+// Attention `a` reading q, k and v as parts `parts` of `packed` (Note [Attention layouts]): q, k, v's bshd flags 0.
+Node packed_attention(const Node& a, const std::string& packed, std::vector<std::int64_t> flags,
+                      const std::vector<std::int64_t>& parts) {
+  Node folded = a;
+  for (std::size_t t = 0; t < 3; ++t) {
+    folded.inputs[t] = packed;
+    flags[t] = 0;
+  }
+  folded.attrs.set("bshd", flags);
+  folded.attrs.set("qkv_parts", parts);
+  return folded;
+}
+
+void fold_packed_qkv(Graph& g, PassResult& result) {  // Note [Attention reads q, k and v from their packed ...]
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    const auto flags = unpacked_attention_flags(a);
+    if (!flags) continue;
+    std::vector<PackedPart> parts;
+    for (std::size_t t = 0; t < 3; ++t) {
+      auto part = packed_part(g, uses, i, t, (*flags)[t] == 1);
+      if (!part) break;
+      parts.push_back(std::move(*part));
+    }
+    if (parts.size() != 3) continue;
+    const PackedPart& q = parts[0];
+    bool same = true;
+    for (const PackedPart& p : parts) {
+      same = same && p.packed == q.packed && p.projection == q.projection && p.shape == q.shape;
+    }
+    if (!same) continue;
+    std::vector<std::size_t> nodes = {i};
+    for (const PackedPart& p : parts) nodes.insert(nodes.end(), p.nodes.begin(), p.nodes.end());
+    if (q.transpose) {  // timm's Transpose goes when the three cuts are all it feeds
+      const std::string& permuted = g.nodes[*q.transpose].outputs[0];
+      bool all = !uses.is_graph_output(permuted) && !uses.read_by_subgraph(permuted);
+      for (std::size_t reader : uses.readers(permuted)) {
+        all = all && std::find(nodes.begin(), nodes.end(), reader) != nodes.end();
+      }
+      if (all) nodes.push_back(*q.transpose);
+    }
+    std::sort(nodes.begin(), nodes.end());
+    if (std::adjacent_find(nodes.begin(), nodes.end()) != nodes.end() || rw.any_taken(nodes)) continue;
+    std::vector<Node> new_nodes;
+    // GPT-2: the projection viewed as [B, S, P, H, D]; timm's is that already.
+    const std::string packed =
+        q.packed.empty() ? packed_view(g, q.projection, q.shape, a.name + "_packed_qkv", &new_nodes) : q.packed;
+    new_nodes.push_back(packed_attention(a, packed, *flags, {parts[0].part, parts[1].part, parts[2].part}));
+    rw.replace(nodes, std::move(new_nodes),
+               "Attention '" + a.name + "' reads q, k, v from their packed projection " + packed + " (parts " +
+                   std::to_string(parts[0].part) + ", " + std::to_string(parts[1].part) + ", " +
+                   std::to_string(parts[2].part) + "): the cuts removed");
+  }
+  rw.apply(result);
+}
+
+// Note [One GEMM for q, k and v]
+// BERT, Whisper, CLIP and most transformers project q, k and v with three Linears of one input. At small batches
+// each GEMM is too small to fill the GPU, so three cost about what one three times wider does. qkv_fusion makes them
+// one Linear with the weights (and biases) concatenated, [B, S, 3 * H * D], viewed as [B, S, 3, H, D] (a Reshape,
+// no copy), which the Attention reads as its packed projection (Note [Attention layouts]: qkv_parts 0, 1, 2). It
+// takes an Attention whose q, k and v are each Reshape(Linear(x)) to [B, S, H, D], read as bshd, read by nothing
+// else, with one x, one weight layout and dtype, no activation, and the same H and D (so not grouped-query
+// attention, whose k and v have fewer heads).
+struct HeadProjection {
+  std::size_t reshape = 0, linear = 0;
+  std::optional<std::size_t> mul;   // Whisper's q_proj(x) * scaling: folded into the part's weights and bias
+  double scale = 1.0;
+  std::vector<std::int64_t> heads;  // the Reshape's [B, S, H, D]
+};
+
+std::optional<HeadProjection> head_projection(const Graph& g, const Uses& uses, std::size_t attention,
+                                              const std::string& value) {
+  auto reshape = uses.producer(value);
+  if (!reshape || !is_onnx(g.nodes[*reshape], "Reshape") || !uses.only_reader(value, attention)) return std::nullopt;
+  std::string projected = g.nodes[*reshape].inputs[0];
+  auto linear = uses.producer(projected);
+  if (!linear || !uses.only_reader(projected, *reshape)) return std::nullopt;
+  std::optional<std::size_t> mul;
+  double scale = 1.0;
+  if (is_onnx(g.nodes[*linear], "Mul")) {  // a scale by a one-element constant (Whisper's queries)
+    auto factor = scale_operand(g, g.nodes[*linear]);
+    if (!factor) return std::nullopt;
+    mul = linear;
+    scale = factor->second;
+    const std::string& scaled = g.nodes[*mul].inputs[factor->first];
+    linear = uses.producer(scaled);
+    if (!linear || !uses.only_reader(scaled, *mul)) return std::nullopt;
+    projected = scaled;
+  }
+  const Node& l = g.nodes[*linear];
+  if (l.domain != kXpurtDomain || l.op_type != "Linear" || l.attrs.get_string("activation", "none") != "none" ||
+      l.inputs.size() < 2 || constant(g, l.inputs[1]) == nullptr ||
+      (l.inputs.size() > 2 && !l.inputs[2].empty() && constant(g, l.inputs[2]) == nullptr)) {
+    return std::nullopt;
+  }
+  auto heads = static_shape(g, value), flat = static_shape(g, projected);
+  if (!heads || !flat || heads->size() != 4 || flat->size() != 3 || (*flat)[0] != (*heads)[0] ||
+      (*flat)[1] != (*heads)[1] || (*flat)[2] != (*heads)[2] * (*heads)[3]) {
+    return std::nullopt;
+  }
+  return HeadProjection{*reshape, *linear, mul, scale, *heads};
+}
+
+// The weights of `linears` (one layout, one dtype), each times its scale, side by side along N: [K, sum N] for "kn",
+// [sum N, K] for "nk". Copied row by row on this thread: the registry's CPU concat splits the rows over OpenMP
+// threads, and a region waits for every thread, so one thread whose core is busy (a build beside it, the library
+// warm-up of Note [Libraries warmed while the model is read]) stalls it: 208-262 ms against 27-29 ms for BERT-base's
+// twelve [768, 3 x 768] float16 weights on a loaded 2-core machine (about the same, 14-31 ms, on an idle one).
+Tensor concatenated_weights(const Graph& g, const std::vector<const Node*>& linears, const std::vector<double>& scales,
+                            bool kn) {
+  std::vector<Tensor> parts;
+  std::int64_t total = 0;  // sum N
+  for (std::size_t t = 0; t < linears.size(); ++t) {
+    const Tensor* w = constant(g, linears[t]->inputs[1]);
+    if (scales[t] == 1.0) {
+      parts.push_back(w->contiguous());
+    } else {
+      std::vector<double> values = to_doubles(*w);
+      for (double& v : values) v *= scales[t];
+      parts.push_back(from_doubles(w->shape(), w->dtype(), values));
+    }
+    total += parts.back().shape()[kn ? 1 : 0];
+  }
+  const std::vector<std::int64_t>& first = parts[0].shape();
+  const std::vector<std::int64_t> shape = kn ? std::vector<std::int64_t>{first[0], total}
+                                             : std::vector<std::int64_t>{total, first[1]};
+  Tensor out = Tensor::empty(shape, parts[0].dtype());
+  auto* to = static_cast<char*>(out.data_ptr());
+  if (!kn) {
+    for (const Tensor& part : parts) {
+      std::memcpy(to, part.data_ptr(), static_cast<std::size_t>(part.nbytes()));
+      to += part.nbytes();
+    }
+    return out;
+  }
+  for (std::int64_t row = 0; row < first[0]; ++row) {
+    for (const Tensor& part : parts) {
+      const auto bytes = static_cast<std::int64_t>(part.shape()[1] * static_cast<std::int64_t>(part.element_size()));
+      std::memcpy(to, static_cast<const char*>(part.data_ptr()) + row * bytes, static_cast<std::size_t>(bytes));
+      to += bytes;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PassResult qkv_fusion(Graph& g, const PassContext& /*ctx*/) {  // Note [One GEMM for q, k and v]
+  PassResult result{"qkv_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    const auto flags = unpacked_attention_flags(a);
+    if (!flags || (*flags)[0] != 1 || (*flags)[1] != 1 || (*flags)[2] != 1) continue;
+    if (a.inputs[0] == a.inputs[1] || a.inputs[1] == a.inputs[2] || a.inputs[0] == a.inputs[2]) continue;
+    std::vector<HeadProjection> projections;
+    for (std::size_t t = 0; t < 3; ++t) {
+      auto p = head_projection(g, uses, i, a.inputs[t]);
+      if (!p) break;
+      projections.push_back(*p);
+    }
+    if (projections.size() != 3) continue;
+    std::vector<const Node*> linears;
+    for (const HeadProjection& p : projections) linears.push_back(&g.nodes[p.linear]);
+    const Node& first = *linears[0];
+    const std::string layout = first.attrs.get_string("weight_layout", "nk");
+    const Tensor* w0 = constant(g, first.inputs[1]);
+    bool same = layout == "kn" || layout == "nk";
+    for (std::size_t t = 0; t < 3 && same; ++t) {
+      const Node& l = *linears[t];
+      const Tensor* w = constant(g, l.inputs[1]);
+      same = l.inputs[0] == first.inputs[0] && l.attrs.get_string("weight_layout", "nk") == layout &&
+             w->dtype() == w0->dtype() && w->dim() == 2 && w->shape() == w0->shape() &&
+             projections[t].heads == projections[0].heads;
+    }
+    if (!same) continue;
+    std::vector<std::size_t> nodes = {i};
+    std::vector<double> scales;
+    for (const HeadProjection& p : projections) {
+      nodes.insert(nodes.end(), {p.reshape, p.linear});
+      if (p.mul) nodes.push_back(*p.mul);
+      scales.push_back(p.scale);
+    }
+    if (rw.any_taken(nodes)) continue;
+    const std::vector<std::int64_t>& heads = projections[0].heads;  // [B, S, H, D]
+    const std::int64_t width = heads[2] * heads[3];
+    const bool kn = layout == "kn";
+    Node linear = first;
+    linear.name = first.name + "_qkv";
+    linear.inputs = {first.inputs[0],
+                     add_constant(g, first.inputs[1] + "_qkv", concatenated_weights(g, linears, scales, kn))};
+    const bool biased = std::any_of(linears.begin(), linears.end(), [](const Node* l) {
+      return l->inputs.size() > 2 && !l->inputs[2].empty();
+    });
+    if (biased) {
+      std::vector<double> bias;
+      for (std::size_t t = 0; t < 3; ++t) {
+        const Node* l = linears[t];
+        const bool has = l->inputs.size() > 2 && !l->inputs[2].empty();
+        const std::vector<double> part = has ? to_doubles(*constant(g, l->inputs[2])) : std::vector<double>();
+        for (std::int64_t n = 0; n < width; ++n) {
+          bias.push_back(!has ? 0.0 : scales[t] * (part.size() == 1 ? part[0] : part[static_cast<std::size_t>(n)]));
+        }
+      }
+      linear.inputs.push_back(add_constant(g, first.name + "_qkv_bias", from_doubles({3 * width}, w0->dtype(), bias)));
+    }
+    const std::string projected = g.unique_name(first.outputs[0] + "_qkv");
+    ValueType flat = *value_type(g, first.outputs[0]);
+    flat.shape = {Dim(heads[0]), Dim(heads[1]), Dim(3 * width)};
+    g.types[projected] = flat;
+    linear.outputs = {projected};
+    std::vector<Node> replacement;
+    replacement.push_back(std::move(linear));
+    const std::vector<std::int64_t> five = {heads[0], heads[1], 3, heads[2], heads[3]};
+    const std::string packed = packed_view(g, projected, five, first.name + "_qkv_packed", &replacement);
+    replacement.push_back(packed_attention(a, packed, *flags, {0, 1, 2}));
+    rw.replace(nodes, std::move(replacement),
+               "Linear '" + linears[0]->name + "' + '" + linears[1]->name + "' + '" + linears[2]->name +
+                   "' -> one Linear '" + first.name + "_qkv' whose output Attention '" + a.name +
+                   "' reads as its packed projection");
+  }
+  rw.apply(result);
+  return result;
+}
+
+PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
+  PassResult result{"attention_fusion", 0, {}};
+  Rewriter rw(g);
+  const Uses uses(g);
+  const Matcher m(g, uses, rw);
+  for (std::size_t si = 0; si < g.nodes.size(); ++si) {
+    const Node& softmax = g.nodes[si];
+    if (rw.taken(si) || !is_onnx(softmax, "Softmax") || softmax.inputs.size() != 1) continue;
+    const std::int64_t opset = g.opset(softmax.domain);
+    const std::int64_t axis = softmax.attrs.get_int("axis", opset >= 13 ? -1 : 1);
+    if (axis != -1 && axis != 3) continue;  // opset < 13 flattens at axis: axis 3 of a 4-D tensor is the last
+    // Backwards from the softmax: [Add mask] <- [Div|Mul scale] <- MatMul(Q, K^T).
+    std::vector<std::size_t> nodes = {si};
+    std::string scores = softmax.inputs[0];
+    std::size_t reader = si;
+    std::string mask;
+    double scale = 1.0;
+    if (auto ai = m.sole_producer(scores, reader, "Add")) {
+      const Node& add = m.node(*ai);
+      if (add.inputs.size() != 2) continue;
+      // The scores side is the one computed by MatMul, possibly scaled (the mask may be computed too).
+      auto from_matmul = [&](const std::string& value) {
+        auto p = uses.producer(value);
+        if (p && (is_onnx(g.nodes[*p], "Div") || is_onnx(g.nodes[*p], "Mul"))) {
+          auto factor = scale_operand(g, g.nodes[*p]);
+          p = factor ? uses.producer(g.nodes[*p].inputs[factor->first]) : std::nullopt;
+        }
+        return p && is_onnx(g.nodes[*p], "MatMul");
+      };
+      std::optional<std::size_t> side;
+      for (std::size_t k = 0; k < 2 && !side; ++k) {
+        if (from_matmul(add.inputs[k])) side = k;
+      }
+      if (!side) continue;
+      mask = add.inputs[1 - *side];
+      scores = add.inputs[*side];
+      reader = *ai;
+      nodes.push_back(*ai);
+    }
+    // Strips a Div or Mul by a scale from `value` (read only by node `value_reader`): multiplies `scale` by it.
+    auto strip_scale = [&](std::string& value, std::size_t value_reader) {
+      for (const char* op : {"Div", "Mul"}) {
+        auto p = m.sole_producer(value, value_reader, op);
+        if (!p) continue;
+        auto factor = scale_operand(g, m.node(*p));
+        if (!factor) return std::optional<std::size_t>();
+        scale *= factor->second;
+        value = m.node(*p).inputs[factor->first];
+        nodes.push_back(*p);
+        return p;
+      }
+      return std::optional<std::size_t>();
+    };
+    if (auto p = strip_scale(scores, reader)) reader = *p;
+    auto qk = m.sole_producer(scores, reader, "MatMul");
+    if (!qk) continue;
+    nodes.push_back(*qk);
+    const Node& qk_node = m.node(*qk);
+    // PyTorch's scaled_dot_product_attention export scales Q and K^T by sqrt(scale) each before the MatMul.
+    std::string q = qk_node.inputs[0];
+    std::string kt = qk_node.inputs[1];
+    if (q == kt) continue;
+    strip_scale(q, *qk);
+    const auto kt_scale = strip_scale(kt, *qk);
+    const std::size_t kt_reader = kt_scale ? *kt_scale : *qk;
+    // K^T as PyTorch's decomposition of scaled_dot_product_attention writes it: the batch and head axes merged by a
+    // Reshape, a 3-D Transpose of the last two, and a Reshape back ([B,H,S,D] -> [B*H,S,D] -> [B*H,D,S] ->
+    // [B,H,D,S]): the same values as a Transpose(0,1,3,2) of K.
+    std::vector<std::size_t> merged;  // the chain's nodes, outermost first
+    std::string k;
+    bool from_bshd = false;
+    std::optional<std::size_t> tp;
+    if (auto chain = merged_heads_transpose(g, uses, kt)) {
+      k = chain->first;
+      merged = chain->second;
+    } else {
+      tp = uses.producer(kt);
+      if (!tp || !is_onnx(g.nodes[*tp], "Transpose")) continue;
+      const auto perm = g.nodes[*tp].attrs.get_ints("perm", {});
+      from_bshd = perm == std::vector<std::int64_t>{0, 2, 3, 1};
+      if (!from_bshd && perm != std::vector<std::int64_t>{0, 1, 3, 2}) continue;
+      k = g.nodes[*tp].inputs[0];
+    }
+    // Forwards: MatMul(probabilities, V), where the probabilities may pass through Where(IsNaN(p), 0, p), PyTorch's
+    // guard for rows masked entirely by -inf. With no mask, or a mask that cannot hold -inf, no row is, and the
+    // guard changes nothing (NaN inputs aside, which no attention kernel keeps).
+    std::string probabilities = softmax.outputs[0];
+    if (auto guard = nan_guard(g, uses, m, softmax.outputs[0])) {
+      if (!mask.empty() && !finite_mask(g, uses, mask, 4)) continue;
+      probabilities = g.nodes[guard->second].outputs[0];
+      nodes.push_back(guard->first);
+      nodes.push_back(guard->second);
+    }
+    auto pv = m.sole_reader(probabilities, "MatMul");
+    if (!pv || m.node(*pv).inputs[0] != probabilities || m.node(*pv).inputs.size() != 2) continue;
+    nodes.push_back(*pv);
+    const std::string v = m.node(*pv).inputs[1];
+    // Types: Q [B,H,Sq,D], K [B,S,H,D] or [B,H,S,D], V [B,H,S,Dv], all of one fusable float type.
+    auto tq = value_type(g, q), tk = value_type(g, k), tv = value_type(g, v);
+    if (!tq || !tk || !tv || !tq->has_shape || !tk->has_shape || !tv->has_shape) continue;
+    if (tq->shape.size() != 4 || tk->shape.size() != 4 || tv->shape.size() != 4) continue;
+    if (!is_fusable_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != tq->dtype) continue;
+    std::vector<Dim> k_bhsd = tk->shape;
+    if (from_bshd) k_bhsd = {tk->shape[0], tk->shape[2], tk->shape[1], tk->shape[3]};
+    if (!same_dims(tq->shape, {0, 1, 3}, k_bhsd, {0, 1, 3}) || !same_dims(tv->shape, {0, 1, 2}, k_bhsd, {0, 1, 2})) {
+      continue;
+    }
+    if (!mask.empty()) {
+      auto tm = value_type(g, mask);
+      if (!tm || !tm->has_shape || tm->shape.size() > 4 || tm->dtype != tq->dtype) continue;
+      const std::vector<Dim> scores_shape = {tq->shape[0], tq->shape[1], tq->shape[2], k_bhsd[2]};
+      bool broadcasts = true;
+      const std::size_t offset = 4 - tm->shape.size();
+      for (std::size_t d = 0; d < tm->shape.size(); ++d) {
+        const Dim& md = tm->shape[d];
+        broadcasts = broadcasts && ((md.known() && md.value == 1) || same_dim(md, scores_shape[offset + d]));
+      }
+      if (!broadcasts) continue;
+    }
+    if (rw.any_taken(nodes)) continue;
+    if (tp) {
+      if (uses.only_reader(kt, kt_reader) && !rw.taken(*tp)) nodes.push_back(*tp);
+    } else {
+      // The chain goes with the attention where nothing else reads its values.
+      bool chain_private = uses.only_reader(kt, kt_reader);
+      for (std::size_t c = 0; c + 1 < merged.size() && chain_private; ++c) {
+        chain_private = uses.only_reader(g.nodes[merged[c + 1]].outputs[0], merged[c]);
+      }
+      for (std::size_t c : merged) chain_private = chain_private && !rw.taken(c);
+      if (chain_private) nodes.insert(nodes.end(), merged.begin(), merged.end());
+    }
+    std::vector<Node> new_nodes;
+    std::string k_input = k;
+    if (from_bshd) {
+      k_input = g.unique_name(k + "_bhsd");
+      ValueType kt_type = *tk;
+      kt_type.shape = k_bhsd;
+      g.types[k_input] = kt_type;
+      Node t = make_node(qk_node.name + "_k_bhsd", "Transpose", {k}, {k_input});
+      t.domain = "";
+      t.attrs.set("perm", std::vector<std::int64_t>{0, 2, 1, 3});
+      new_nodes.push_back(std::move(t));
+    }
+    std::vector<std::string> inputs = {q, k_input, v};
+    if (!mask.empty()) inputs.push_back(mask);
+    Node fused = make_node(qk_node.name, "Attention", inputs, {m.node(*pv).outputs[0]});
+    fused.attrs.set("scale", scale);
+    fused.attrs.set("causal", static_cast<std::int64_t>(0));
+    new_nodes.push_back(std::move(fused));
+    std::string note = "fused ";
+    std::vector<std::size_t> ordered = nodes;
+    std::sort(ordered.begin(), ordered.end());
+    for (std::size_t idx = 0; idx < ordered.size(); ++idx) note += (idx ? " + " : "") + describe(g.nodes[ordered[idx]]);
+    note += " -> Attention '" + qk_node.name + "'";
+    rw.replace(nodes, std::move(new_nodes), std::move(note));
+  }
+  rw.apply(result);
+  fold_repeated_kv_heads(g, result);
+  fold_head_transposes(g, result);
+  fold_packed_qkv(g, result);
+  return result;
+}
+
+}  // namespace xpuruntime::passes

@@ -1,0 +1,448 @@
+// nhwc_layout: channels-last convolutions and pools on CUDA (see passes.h, docs/native_engine.md).
+//
+// Note [Channels last]
+// cuDNN's tensor-core convolutions work on NHWC data. Given NCHW float16/bfloat16 tensors it converts x and the
+// filter to NHWC and y back, on every call: for ResNet-50 at batch 1 on an H100 those conversions were 160 of the
+// run's 218 kernels and 40% of its GPU time. This pass makes the convolutions channels-last instead: every
+// FusedConv whose channel counts suit tensor cores (multiples of 8, one group) gets layout=NHWC and a weight
+// permuted to [O, kh, kw, C] once, here; a pool reading a channels-last value becomes its com.xpuruntime twin
+// with layout=NHWC. Values cross between the layouts through Transpose nodes: one into NHWC where a converted node
+// reads a value produced in NCHW (the model's input, say), one back to NCHW after each converted node. The way
+// back is only kept where something in NCHW reads it: a chain of converted nodes passes its NHWC values directly,
+// so a ResNet runs channels-last from its first converted conv to the global pool, whose [N, 1, 1, C] output is
+// NCHW [N, C, 1, 1] by a Reshape (a view). Runs only for CUDA plans (on the CPU the cpu kernels would permute
+// through NCHW, which costs).
+//
+// Note [Layouts propagate]
+// Converting the tensor-core convolutions alone leaves the models built of depthwise blocks (EfficientNet,
+// MobileNet, ConvNeXt) crossing layouts twice per block: their 1x1 convolutions ran channels-last, their depthwise
+// convolutions, activations and squeeze-excitation NCHW, and 15% of their GPU time went to the Transposes between.
+// So the channels-last values propagate forward through every node that can read them as they are:
+//  - a depthwise FusedConv (group == channels == outputs, channels a multiple of 8) whose input is channels-last
+//    (cuda_raw's kernel, Note [Channels-last depthwise]; its weight [C, 1, kh, kw] is [C, kh, kw, 1] already);
+//  - elementwise ops (activations, Add/Mul/...) whose 4-D operands are channels-last, [N, C, 1, 1] (read as
+//    [N, 1, 1, C], a view: squeeze-excitation's scale), constants of shape [C, 1, 1] (permuted once) or
+//    one-element; their output is channels-last;
+//  - ReduceMean over H and W (the squeeze), which reduces axes 1 and 2 instead;
+//  - the exporters' own Transposes: perm [0, 2, 3, 1] of a value with a channels-last twin is that twin (ConvNeXt's
+//    permute before its LayerNorm over channels), and perm [0, 3, 1, 2] makes an NCHW value whose twin is its input
+//    (the permute back), so a residual Add after it stays channels-last.
+// An op whose other operands are NCHW stays NCHW (a Transpose either way), so propagation adds no Transpose: the
+// ways back are made only where an NCHW reader is left.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/conv_layout.h"
+#include "engines/native/passes/passes.h"
+#include "engines/native/passes/pass_utils.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): the passes' own helpers
+
+namespace {
+
+bool is_half_float(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
+
+// The 4-D shape of `value` when it is known, static and of a 16-bit float type.
+std::optional<std::vector<std::int64_t>> half_4d_shape(const Graph& g, const std::string& value) {
+  auto type = value_type(g, value);
+  if (!type || !is_half_float(type->dtype)) return std::nullopt;
+  auto shape = static_shape(g, value);
+  if (!shape || shape->size() != 4) return std::nullopt;
+  return shape;
+}
+
+// [O, I, kh, kw] elements of type T at `from` -> [O, kh, kw, I] at `to`, written in order.
+template <typename T>
+void permute_oihw_to_ohwi(const T* from, T* to, std::int64_t o, std::int64_t in, std::int64_t kh, std::int64_t kw) {
+  const std::int64_t taps = kh * kw;
+  for (std::int64_t a = 0; a < o; ++a) {
+    const T* filter = from + a * in * taps;
+    for (std::int64_t t = 0; t < taps; ++t) {
+      for (std::int64_t c = 0; c < in; ++c) *to++ = filter[c * taps + t];
+    }
+  }
+}
+
+// A copy of the 4-D constant `w` [O, I, kh, kw] as [O, kh, kw, I]. Typed by element size: an element-wise memcpy
+// made this 100-200 ms of ResNet-50's plan build (Note [Build phases]).
+Tensor ohwi_from_oihw(const Tensor& w) {
+  const auto& s = w.shape();
+  const std::int64_t o = s[0], in = s[1], kh = s[2], kw = s[3];
+  const Tensor src = w.contiguous();
+  Tensor dst = Tensor::empty({o, kh, kw, in}, w.dtype());
+  switch (dtype_size(w.dtype())) {
+    case 1:
+      permute_oihw_to_ohwi(static_cast<const std::uint8_t*>(src.data_ptr()), static_cast<std::uint8_t*>(dst.data_ptr()),
+                           o, in, kh, kw);
+      break;
+    case 2:
+      permute_oihw_to_ohwi(static_cast<const std::uint16_t*>(src.data_ptr()),
+                           static_cast<std::uint16_t*>(dst.data_ptr()), o, in, kh, kw);
+      break;
+    case 4:
+      permute_oihw_to_ohwi(static_cast<const std::uint32_t*>(src.data_ptr()),
+                           static_cast<std::uint32_t*>(dst.data_ptr()), o, in, kh, kw);
+      break;
+    default:
+      permute_oihw_to_ohwi(static_cast<const std::uint64_t*>(src.data_ptr()),
+                           static_cast<std::uint64_t*>(dst.data_ptr()), o, in, kh, kw);
+      break;
+  }
+  return dst;
+}
+
+// An NCHW FusedConv with a constant 4-D weight of its 16-bit float input's type: the input's shape and the weight.
+struct HalfConv {
+  std::vector<std::int64_t> x;
+  const Tensor* w = nullptr;
+};
+std::optional<HalfConv> half_nchw_conv(const Graph& g, const Node& n) {
+  if (n.domain != kXpurtDomain || n.op_type != "FusedConv" || n.outputs.size() != 1) return std::nullopt;
+  if (n.attrs.get_string("layout", "NCHW") != "NCHW") return std::nullopt;
+  const Tensor* w = n.inputs.size() > 1 ? constant(g, n.inputs[1]) : nullptr;
+  auto x = half_4d_shape(g, n.inputs[0]);
+  if (w == nullptr || w->dim() != 4 || !x || w->dtype() != *value_dtype(g, n.inputs[0])) return std::nullopt;
+  return HalfConv{*x, w};
+}
+
+// Whether FusedConv `n` is worth running channels-last (Note [Channels last]).
+bool convertible_conv(const Graph& g, const Node& n) {
+  auto conv = half_nchw_conv(g, n);
+  return conv && n.attrs.get_int("group", 1) == 1 && conv->x[1] % 8 == 0 && conv->w->shape()[0] % 8 == 0;
+}
+
+// The ONNX pool `n` as a channels-last com.xpuruntime node reading `x` (NHWC) into `y`; false when its
+// attributes are outside what the registry pools take (auto_pad SAME_*, storage order, the Indices output).
+bool nhwc_pool(const Node& n, const std::string& x, const std::string& y, Node* out) {
+  const bool global = is_onnx(n, "GlobalAveragePool");
+  const bool max = is_onnx(n, "MaxPool");
+  if (!global && !max && !is_onnx(n, "AveragePool")) return false;
+  if (n.outputs.size() > 1 && !n.outputs[1].empty()) return false;
+  out->name = n.name;
+  out->domain = kXpurtDomain;
+  out->op_type = n.op_type;
+  out->inputs = {x};
+  out->outputs = {y};
+  out->attrs.set("layout", std::string("NHWC"));
+  if (global) return true;
+  const std::string auto_pad = n.attrs.get_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") return false;
+  if (n.attrs.get_int("storage_order", 0) != 0) return false;
+  const auto kernel = n.attrs.get_ints("kernel_shape", {});
+  if (kernel.size() != 2) return false;
+  const auto pads = auto_pad == "VALID" ? std::vector<std::int64_t>{0, 0, 0, 0}
+                                        : n.attrs.get_ints("pads", {0, 0, 0, 0});
+  if (pads.size() != 4) return false;
+  out->attrs.set("kernel_shape", kernel);
+  out->attrs.set("strides", n.attrs.get_ints("strides", {1, 1}));
+  out->attrs.set("pads", pads);
+  out->attrs.set("ceil_mode", n.attrs.get_int("ceil_mode", 0));
+  if (max) {
+    out->attrs.set("dilations", n.attrs.get_ints("dilations", {1, 1}));
+  } else {
+    if (n.attrs.get_ints("dilations", {1, 1}) != std::vector<std::int64_t>{1, 1}) return false;
+    out->attrs.set("count_include_pad", n.attrs.get_int("count_include_pad", 0));
+  }
+  return true;
+}
+
+// The depthwise FusedConv `n` (weight [C, 1, kh, kw], C == outputs == group, a multiple of 8) in a 16-bit float,
+// which runs channels-last where its input already is (Note [Layouts propagate]).
+bool depthwise_conv(const Graph& g, const Node& n) {
+  auto conv = half_nchw_conv(g, n);
+  if (!conv) return false;
+  const std::int64_t c = conv->x[1];
+  return c % 8 == 0 && n.attrs.get_int("group", 1) == c && conv->w->shape()[0] == c && conv->w->shape()[1] == 1;
+}
+
+// The elementwise ops whose output keeps its operands' layout (Note [Layouts propagate]); Clip's bounds and
+// PRelu's slope are operands like the others.
+bool layout_free(const Node& n) {
+  static const std::set<std::string> kOnnx = {
+      "Add",  "Sub", "Mul",     "Div", "Pow",     "Max",        "Min",         "Relu",      "Sigmoid",
+      "Tanh", "Erf", "Exp",     "Log", "Sqrt",    "Reciprocal", "Neg",         "Abs",       "HardSigmoid",
+      "HardSwish",   "Clip",    "LeakyRelu",      "Elu",        "Softplus",    "PRelu",     "Cast"};
+  if (n.outputs.size() != 1 || n.inputs.empty()) return false;
+  if (n.domain == kXpurtDomain) return n.op_type == "Gelu";
+  return (n.domain.empty() || n.domain == "ai.onnx") && kOnnx.count(n.op_type) != 0;
+}
+
+// A constant [C, 1, 1] or [1, C, 1, 1] as [1, 1, C] or [1, 1, 1, C] (the same elements in the same order).
+Tensor channels_last_constant(const Tensor& t) {
+  std::vector<std::int64_t> shape = t.shape();
+  const std::size_t c = shape.size() - 3;
+  std::rotate(shape.begin() + static_cast<std::ptrdiff_t>(c), shape.begin() + static_cast<std::ptrdiff_t>(c) + 1,
+              shape.end());
+  const Tensor src = t.contiguous();
+  Tensor out = Tensor::empty(shape, t.dtype());
+  std::memcpy(out.data_ptr(), src.data_ptr(), src.nbytes());
+  return out;
+}
+
+// How a channels-last elementwise node reads one operand (Note [Layouts propagate]).
+enum class Operand : std::uint8_t {
+  kTransposed,  // only through a Transpose: the node stays NCHW
+  kTwin,        // channels-last already
+  kSame,        // one element: broadcasts alike in either layout
+  kConstant,    // [C, 1, 1] or [1, C, 1, 1]: permuted once
+  kView,        // [N, C, 1, 1]: read as [N, 1, 1, C] through a Reshape
+};
+
+Node transpose_node(const std::string& name, const std::string& in, const std::string& out,
+                    const std::vector<std::int64_t>& perm) {
+  Node t;
+  t.name = name;
+  t.op_type = "Transpose";
+  t.inputs = {in};
+  t.outputs = {out};
+  t.attrs.set("perm", perm);
+  return t;
+}
+
+}  // namespace
+
+PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
+  PassResult result{"nhwc_layout", 0, {}};
+  if (!ctx.device.is_cuda()) return result;
+  std::unordered_map<std::string, std::string> nhwc_of;  // an NCHW value -> its channels-last twin
+  std::set<std::string> back_values;                     // outputs of the Transposes back to NCHW made here
+  std::set<std::string> replaced_weights;
+  std::set<std::string> shape_constants;  // of the Reshapes back to NCHW
+  std::set<std::string> taken_names;                     // names made here (not in g until the end)
+  const auto fresh = [&](const std::string& hint) {
+    std::string name = g.unique_name(hint);
+    for (int k = 2; taken_names.count(name) != 0; ++k) name = g.unique_name(detail::str_cat(hint, "_", k));
+    taken_names.insert(name);
+    return name;
+  };
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size() * 2);
+  // A [N, C, 1, 1] value and its [N, 1, 1, C] twin have one memory order: a Reshape (a view) between them.
+  const auto reshape_node = [&](const std::string& value, const std::string& to,
+                                const std::vector<std::int64_t>& shape) {
+    Node reshape;
+    reshape.name = fresh(value + (shape[3] == 1 ? "_to_nchw" : "_to_nhwc"));
+    reshape.op_type = "Reshape";
+    reshape.inputs = {value, add_constant(g, to + "_shape", int64_tensor(shape))};
+    shape_constants.insert(reshape.inputs[1]);
+    reshape.outputs = {to};
+    nodes.push_back(std::move(reshape));
+  };
+  // The channels-last twin of `value`, made by a Transpose into NHWC (a Reshape for [N, C, 1, 1]) when it has none
+  // yet.
+  const auto to_nhwc = [&](const std::string& value) {
+    auto it = nhwc_of.find(value);
+    if (it != nhwc_of.end()) return it->second;
+    const std::string twin = fresh(value + "_nhwc");
+    auto shape = static_shape(g, value);
+    if (shape && shape->size() == 4 && (*shape)[2] == 1 && (*shape)[3] == 1) {
+      reshape_node(value, twin, detail::nchw_to_nhwc(*shape));
+    } else {
+      nodes.push_back(transpose_node(fresh(value + "_to_nhwc"), value, twin, {0, 2, 3, 1}));
+    }
+    nhwc_of[value] = twin;
+    return twin;
+  };
+  // After a converted node wrote `twin`: the NCHW `value` back, for the readers that stay NCHW.
+  const auto back_to_nchw = [&](const std::string& value, const std::string& twin,
+                                const std::vector<std::int64_t>& nchw_shape) {
+    if (nchw_shape[2] == 1 && nchw_shape[3] == 1) {
+      reshape_node(twin, value, nchw_shape);
+    } else {
+      nodes.push_back(transpose_node(fresh(value + "_to_nchw"), twin, value, {0, 3, 1, 2}));
+    }
+    nhwc_of[value] = twin;
+    back_values.insert(value);
+  };
+  // How a converted elementwise node with output [N, C, H, W] `out` reads operand `value` (`typed`: its name in the
+  // original graph, which has its type).
+  const auto operand_kind = [&](const std::string& value, const std::string& typed,
+                                const std::vector<std::int64_t>& out) {
+    if (nhwc_of.count(value) != 0) return Operand::kTwin;
+    auto shape = static_shape(g, typed);
+    if (!shape) return Operand::kTransposed;
+    std::int64_t numel = 1;
+    for (std::int64_t d : *shape) numel *= d;
+    if (numel == 1) return Operand::kSame;
+    const std::size_t rank = shape->size();
+    if (rank < 3 || rank > 4 || (*shape)[rank - 1] != 1 || (*shape)[rank - 2] != 1 || (*shape)[rank - 3] != out[1]) {
+      return Operand::kTransposed;
+    }
+    if (rank == 4 && (*shape)[0] != 1 && (*shape)[0] != out[0]) return Operand::kTransposed;
+    if (constant(g, value) != nullptr) return Operand::kConstant;
+    return rank == 4 ? Operand::kView : Operand::kTransposed;
+  };
+  // Uses of the original graph: an exporter's Transpose folds only where its output is not a graph output or read
+  // by a subgraph (its name must stay).
+  const Uses original_uses(g);
+  std::unordered_map<std::string, std::string> renamed;  // a folded Transpose's output -> the twin it equals
+  const auto current = [&](const std::string& value) -> const std::string& {
+    auto it = renamed.find(value);
+    return it == renamed.end() ? value : it->second;
+  };
+  std::unordered_map<std::string, std::string> constant_twins;  // [C, 1, 1] constants -> [1, 1, C]
+
+  // Whether the [N, C, 1, 1] output of elementwise node `p` is read only by elementwise nodes that will convert (one
+  // of their other operands is channels-last already): then `p` converts too, its inputs read through views, so that
+  // it stays in one fused kernel with its reader (squeeze-excitation's Sigmoid before the scaling Mul).
+  const auto readers_convert = [&](const Node& p) {
+    const auto y = static_shape(g, p.outputs[0]);
+    if (!y || y->size() != 4 || (*y)[2] != 1 || (*y)[3] != 1) return false;
+    const std::string& value = p.outputs[0];
+    if (original_uses.is_graph_output(value) || original_uses.read_by_subgraph(value)) return false;
+    const auto& readers = original_uses.readers(value);
+    return !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](std::size_t r) {
+      const Node& reader = g.nodes[r];
+      if (!layout_free(reader)) return false;
+      return std::any_of(reader.inputs.begin(), reader.inputs.end(), [&](const std::string& in) {
+        return in != value && nhwc_of.count(current(in)) != 0;
+      });
+    });
+  };
+
+  // Copies, not moves: fresh() asks the graph for unused names, so every node must stay in g.nodes until the end.
+  for (const Node& original : g.nodes) {
+    Node n = original;
+    for (std::string& in : n.inputs) in = current(in);
+    if (convertible_conv(g, original) || (depthwise_conv(g, original) && nhwc_of.count(n.inputs[0]) != 0)) {
+      const auto y_shape = half_4d_shape(g, n.outputs[0]);
+      if (!y_shape) {
+        nodes.push_back(n);
+        continue;
+      }
+      Node conv = n;
+      conv.inputs[0] = to_nhwc(n.inputs[0]);
+      replaced_weights.insert(n.inputs[1]);
+      conv.inputs[1] = add_constant(g, n.inputs[1] + "_ohwi", ohwi_from_oihw(*constant(g, n.inputs[1])));
+      if (n.inputs.size() > 3 && !n.inputs[3].empty()) conv.inputs[3] = to_nhwc(n.inputs[3]);
+      const std::string twin = fresh(n.outputs[0] + "_nhwc");
+      conv.outputs = {twin};
+      conv.attrs.set("layout", std::string("NHWC"));
+      result.notes.push_back(detail::str_cat(describe(n), " -> NHWC"));
+      nodes.push_back(std::move(conv));
+      back_to_nchw(n.outputs[0], twin, *y_shape);
+      ++result.rewrites;
+      continue;
+    }
+    const bool nhwc_input = !n.inputs.empty() && nhwc_of.count(n.inputs[0]) != 0;
+    // A pool whose input is already channels-last follows it.
+    if (nhwc_input && !n.outputs.empty()) {
+      const auto y_shape = half_4d_shape(g, n.outputs[0]);
+      Node pool;
+      const std::string twin = y_shape ? fresh(n.outputs[0] + "_nhwc") : std::string();
+      if (y_shape && nhwc_pool(n, nhwc_of[n.inputs[0]], twin, &pool)) {
+        result.notes.push_back(detail::str_cat(describe(n), " -> NHWC"));
+        nodes.push_back(std::move(pool));
+        back_to_nchw(n.outputs[0], twin, *y_shape);
+        ++result.rewrites;
+        continue;
+      }
+    }
+    // The exporters' permutes (Note [Layouts propagate]).
+    if (is_onnx(n, "Transpose") && n.outputs.size() == 1 && half_4d_shape(g, original.inputs[0])) {
+      const auto perm = n.attrs.get_ints("perm", {});
+      const std::string& y = n.outputs[0];
+      if (perm == std::vector<std::int64_t>{0, 2, 3, 1} && nhwc_input && !original_uses.is_graph_output(y) &&
+          !original_uses.read_by_subgraph(y)) {
+        renamed[y] = nhwc_of[n.inputs[0]];
+        result.notes.push_back(detail::str_cat(describe(n), " -> its input's channels-last twin"));
+        ++result.rewrites;
+        continue;
+      }
+      if (perm == std::vector<std::int64_t>{0, 3, 1, 2} && nhwc_of.count(y) == 0) {
+        nodes.push_back(n);
+        nhwc_of[y] = n.inputs[0];
+        back_values.insert(y);
+        continue;
+      }
+    }
+    // The squeeze of a squeeze-excitation: the mean over H and W.
+    if (is_onnx(n, "ReduceMean") && nhwc_input && n.outputs.size() == 1) {
+      auto axes = constant_axes(g, n, 18);
+      const auto x_shape = half_4d_shape(g, original.inputs[0]);
+      if (axes && x_shape) {
+        std::set<std::int64_t> normalized;
+        for (std::int64_t a : *axes) normalized.insert(a < 0 ? a + 4 : a);
+        const bool keep = n.attrs.get_int("keepdims", 1) != 0;
+        const auto y_shape = static_shape(g, n.outputs[0]);
+        if (normalized == std::set<std::int64_t>{2, 3} && y_shape) {
+          Node mean = n;
+          mean.inputs = {nhwc_of[n.inputs[0]]};
+          if (g.opset(n.domain) >= 18) {
+            mean.inputs.push_back(add_constant(g, n.name + "_hw_axes", int64_tensor({1, 2})));
+          } else {
+            mean.attrs.set("axes", std::vector<std::int64_t>{1, 2});
+          }
+          // keepdims=0: [N, C] either way.
+          const std::string twin = keep ? fresh(n.outputs[0] + "_nhwc") : n.outputs[0];
+          mean.outputs = {twin};
+          result.notes.push_back(detail::str_cat(describe(n), " -> over axes 1, 2 of NHWC"));
+          nodes.push_back(std::move(mean));
+          if (keep) back_to_nchw(n.outputs[0], twin, *y_shape);
+          ++result.rewrites;
+          continue;
+        }
+      }
+    }
+    // Elementwise ops with a channels-last operand and none that would need a Transpose.
+    if (layout_free(n)) {
+      const auto y_shape = half_4d_shape(g, n.outputs[0]);
+      bool any_twin = false, feasible = y_shape.has_value();
+      std::vector<Operand> kinds(n.inputs.size(), Operand::kSame);  // an absent optional input stays absent
+      for (std::size_t i = 0; feasible && i < n.inputs.size(); ++i) {
+        if (n.inputs[i].empty()) continue;
+        kinds[i] = operand_kind(n.inputs[i], original.inputs[i], *y_shape);
+        any_twin = any_twin || kinds[i] == Operand::kTwin;
+        feasible = kinds[i] != Operand::kTransposed;
+      }
+      if (feasible && (any_twin || readers_convert(original))) {
+        Node converted = n;
+        for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+          const std::string& in = n.inputs[i];
+          if (kinds[i] == Operand::kTwin || kinds[i] == Operand::kView) {
+            converted.inputs[i] = to_nhwc(in);
+          } else if (kinds[i] == Operand::kConstant) {
+            auto it = constant_twins.find(in);
+            if (it == constant_twins.end()) {
+              it = constant_twins.emplace(in, add_constant(g, in + "_nhwc", channels_last_constant(*constant(g, in))))
+                       .first;
+            }
+            converted.inputs[i] = it->second;
+          }
+        }
+        const std::string twin = fresh(n.outputs[0] + "_nhwc");
+        converted.outputs = {twin};
+        result.notes.push_back(detail::str_cat(describe(n), " -> NHWC"));
+        nodes.push_back(std::move(converted));
+        back_to_nchw(n.outputs[0], twin, *y_shape);
+        ++result.rewrites;
+        continue;
+      }
+    }
+    nodes.push_back(n);
+  }
+  g.nodes = std::move(nodes);
+  if (result.rewrites == 0) return result;
+  // Drop the ways back to NCHW that nothing reads (Note [Channels last]).
+  const Uses uses(g);
+  std::vector<Node> kept;
+  for (Node& n : g.nodes) {
+    if (n.outputs.size() == 1 && back_values.count(n.outputs[0]) != 0 && uses.unused(n.outputs[0])) continue;
+    kept.push_back(std::move(n));
+  }
+  g.nodes = std::move(kept);
+  replaced_weights.insert(shape_constants.begin(), shape_constants.end());
+  remove_unused_constants(g, replaced_weights);
+  return result;
+}
+
+}  // namespace xpuruntime::passes

@@ -1,0 +1,146 @@
+// What the graph passes share: questions about values (constant? read by whom? of which type?), constant
+// tensors as doubles and back, and a Rewriter that collects pattern replacements during one scan of the nodes and
+// applies them together. Internal header of src/cpp/engines/native/passes/.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engines/native/passes/passes.h"
+#include "xpuruntime/graph.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime::passes::internal {
+
+// Who reads each value of a graph: nodes (by index), the graph outputs, and subgraphs (If/Loop/Scan bodies
+// read values of the outer graph by name, invisible in Node::inputs).
+class Uses {
+ public:
+  explicit Uses(const Graph& g);
+  const std::vector<std::size_t>& readers(const std::string& value) const;  // node indices, each once
+  bool is_graph_output(const std::string& value) const { return outputs_.count(value) != 0; }
+  bool read_by_subgraph(const std::string& value) const { return subgraph_reads_.count(value) != 0; }
+  // Read by nothing at all (no node, no subgraph, not a graph output).
+  bool unused(const std::string& value) const;
+  // Read by node `reader` only (not by another node, a subgraph or as a graph output).
+  bool only_reader(const std::string& value, std::size_t reader) const;
+  // The node producing `value`, or nullopt (graph input, initializer, absent).
+  std::optional<std::size_t> producer(const std::string& value) const;
+
+ private:
+  std::unordered_map<std::string, std::vector<std::size_t>> readers_;
+  std::unordered_map<std::string, std::size_t> producers_;
+  std::set<std::string> outputs_;
+  std::set<std::string> subgraph_reads_;
+};
+
+// Every value name a subgraph (recursively) reads.
+void collect_subgraph_reads(const Graph& sub, std::set<std::string>& out);
+
+// A constant: an initializer that is not also a graph input (an initializer named like a graph input is only
+// the input's default value, which a caller may override).
+bool is_constant(const Graph& g, const std::string& value);
+const Tensor* constant(const Graph& g, const std::string& value);  // null unless is_constant
+// A one-element numeric constant as double.
+std::optional<double> scalar_constant(const Graph& g, const std::string& value);
+bool near(double value, double expected, double rel = 1e-3);  // 1e-3: float16 constants round by up to 4.9e-4
+
+// The type of a value: graph.types, else the constant's own type. Null when neither knows it.
+std::optional<ValueType> value_type(const Graph& g, const std::string& value);
+std::optional<std::vector<std::int64_t>> static_shape(const Graph& g, const std::string& value);
+std::optional<DType> value_dtype(const Graph& g, const std::string& value);
+ValueType type_of(const Tensor& t);
+// float32, float16, bfloat16: what the registry ops behind the fused nodes take.
+bool is_fusable_float(DType dtype);
+// Dims that are certainly equal: both known and equal, or the same (non-empty) symbol.
+bool same_dim(const Dim& a, const Dim& b);
+// Both shapes known (rank and every dim in the sense of same_dim) and equal.
+bool same_shape(const ValueType& a, const ValueType& b);
+// The input of a two-input node `n` (of ONNX op `op_type`) that is a one-element constant close to `expected`;
+// returns the index of the other input, or -1.
+int scalar_operand(const Graph& g, const Node& n, const std::string& op_type, double expected);
+// The DType of an ONNX TensorProto element type code, nullopt for types our Tensor lacks.
+std::optional<DType> dtype_from_onnx(std::int64_t code);
+
+// Elements of a numeric CPU tensor as double (16-bit floats converted); and a new tensor from doubles (rounded to
+// `dtype`, integers truncated).
+std::vector<double> to_doubles(const Tensor& t);
+// A Slice (opset 10+) of one axis with step 1 and constant starts/ends/axes/steps, on an input of rank `rank`: the
+// axis (in [0, rank)) and the start and end as written (negative ones count from the end; the caller clamps them).
+struct SliceRange {
+  std::int64_t axis = 0, start = 0, end = 0;
+};
+std::optional<SliceRange> single_axis_slice(const Graph& g, const Node& n, std::int64_t rank);
+// The constant axes of a Reduce*/Squeeze/Unsqueeze node: its input 1 from opset `input_since` of its domain on, its
+// `axes` attribute before that; nullopt when absent (the op's every-axis default) or not constant.
+std::optional<std::vector<std::int64_t>> constant_axes(const Graph& g, const Node& n, std::int64_t input_since);
+Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values);
+
+// A 1-D int64 CPU tensor holding `values` (shapes, axes, sizes of the nodes the passes make).
+Tensor int64_tensor(const std::vector<std::int64_t>& values);
+// The sizes a Split node (of the given opset) cuts `dim` into: its split input or attribute, else equal parts
+// (num_outputs from opset 18, a smaller last part allowed); empty when they are not known while the plan is built.
+std::vector<std::int64_t> split_sizes(const Graph& g, const Node& n, std::int64_t opset, std::int64_t dim);
+// Adds a constant under a new name derived from `hint` (and its type to graph.types); returns the name.
+std::string add_constant(Graph& g, const std::string& hint, const Tensor& t);
+// Removes initializers in `candidates` that no node (or subgraph) reads and that are not graph outputs.
+void remove_unused_constants(Graph& g, const std::set<std::string>& candidates);
+
+// The input of a binary node that is not `value` ("" when both or neither are). Node must have two inputs.
+std::string other_input(const Node& n, const std::string& value);
+
+// Collects replacements found during one scan over g.nodes and applies them at the end: the nodes of a pattern
+// are removed and the new nodes are placed where the last node of the pattern was (every input of the pattern is
+// produced before that point, so the order stays topological). A node belongs to at most one pattern per scan.
+class Rewriter {
+ public:
+  explicit Rewriter(Graph& g) : g_(g), taken_(g.nodes.size(), false) {}
+  bool taken(std::size_t i) const { return taken_[i]; }
+  bool any_taken(const std::vector<std::size_t>& nodes) const;
+  void replace(const std::vector<std::size_t>& pattern, std::vector<Node> new_nodes, std::string note);
+  // Rebuilds g.nodes (then validates the graph), removes the constants only the replaced nodes read, and returns
+  // the number of replacements.
+  int apply(PassResult& result);
+
+ private:
+  Graph& g_;
+  std::vector<bool> taken_;
+  std::map<std::size_t, std::vector<Node>> inserted_;  // position (last node of a pattern) -> new nodes
+  std::vector<std::string> notes_;
+};
+
+// The node reading `value` when it is the only reader (no other node, subgraph or graph output reads it), is the ONNX
+// op `op_type` and is not taken by `rw` yet.
+std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
+                                       const char* op_type);
+
+// A default-domain node of `op_type`, named after `name` (made unique in g).
+Node make_node(Graph& g, const std::string& op_type, const std::string& name, std::vector<std::string> inputs,
+               std::vector<std::string> outputs, Attributes attrs = {});
+// `from` -> Reshape(a new int64 constant `shape`) -> `to`.
+Node reshape_node(Graph& g, const std::string& name, const std::string& from, const std::vector<std::int64_t>& shape,
+                  const std::string& to);
+
+// "Conv 'c1'"
+std::string describe(const Node& n);
+
+// Note [Patterns check arity]
+// A pattern reads the inputs and outputs its operator's schema promises (a MatMul's two inputs, a Softmax's output).
+// The importer refuses nodes that break their schema (Note [Models checked against ONNX's schemas]), and the passes
+// do not rely on it alone: every match of an ONNX node goes through is_onnx(), which also checks the node's arity
+// against what every version of the operator takes, and the passes that dispatch on op_type skip nodes for which
+// has_onnx_arity() is false. A node that fails is left alone for the lowering, which reports it.
+
+using passes::has_onnx_arity;  // passes.h
+
+// Whether `n` is the ONNX op `op_type` (the default domain) with an arity its schema allows.
+inline bool is_onnx(const Node& n, const char* op_type) {
+  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op_type && has_onnx_arity(n);
+}
+
+}  // namespace xpuruntime::passes::internal

@@ -1,0 +1,99 @@
+// The pass list and run_passes (see passes.h).
+#include "engines/native/passes/passes.h"
+
+#include <chrono>
+#include <string>
+
+#include "core/build_clock.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+const std::vector<PassInfo>& all_passes() {
+  // The order matters: folding first (fusions look for constant weights), then the clean-up that lets patterns
+  // match (an Identity or a dead reader between two nodes hides a pattern), then conv_bn_folding before
+  // conv_fusion, and gelu_fusion before gemm_fusion (Linear takes the fused Gelu as its activation).
+  static const std::vector<PassInfo> passes = {
+      {"constant_folding", "nodes whose inputs are all constants become constants (not Random*/Bernoulli)",
+       constant_folding},
+      {"shape_folding", "Shape/Size of values with known shapes become constants; folds what follows, to a fixed point",
+       shape_folding},
+      {"identity_elimination", "removes Identity, inference Dropout, Cast to the same type, Reshape to the same shape",
+       identity_elimination},
+      {"dead_node_elimination", "removes nodes whose outputs nobody reads, and unused constants",
+       dead_node_elimination},
+      {"tensor_parallel",
+       "ExecutionPolicy.tensor_parallel > 1: this rank's shard (column/row-parallel GEMMs, attention heads split, an "
+       "all_reduce after each row-parallel GEMM; docs/distributed.md)",
+       tensor_parallel},
+      {"op_decomposition",
+       "Split -> Slices, 1-D Conv -> 2-D Conv between views, LayerNormalization's constants in X's float type: "
+       "ops every device runs",
+       op_decomposition},
+      {"conv_bn_folding", "Conv + BatchNormalization (inference, constant parameters) -> Conv with folded weights",
+       conv_bn_folding},
+      {"gelu_fusion", "the erf and tanh GELU formulas and ONNX Gelu -> com.xpuruntime:Gelu", gelu_fusion},
+      {"layer_norm_fusion",
+       "the LayerNorm formula over the last axis and ONNX LayerNormalization -> "
+       "com.xpuruntime:LayerNormalization",
+       layer_norm_fusion},
+      {"residual_layer_norm_fusion",
+       "Add(a, b) read only by a fused LayerNormalization -> its residual input (one kernel: layer_norm(a + b))",
+       residual_layer_norm_fusion},
+      {"attention_fusion", "MatMul(Q, K^T) [scale] [+ mask] Softmax MatMul(., V) -> com.xpuruntime:Attention",
+       attention_fusion},
+      {"patch_embedding_gemm",
+       "Conv whose kernel equals its stride (at least 8 x 8, no padding: ViT's patch embedding) -> one Transpose of the "
+       "image's patches + Linear; with the models' flatten + transpose after it, the Linear writes the tokens",
+       patch_embedding_gemm},
+      {"gemm_fusion", "MatMul/Gemm with constant weights [+ bias] [+ Relu/Gelu] -> com.xpuruntime:Linear", gemm_fusion},
+      {"qkv_fusion",
+       "three Linears of one input projecting an Attention's q, k and v -> one Linear, read by the Attention as its "
+       "packed projection (qkv_parts)",
+       qkv_fusion},
+      {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu] -> com.xpuruntime:FusedConv", conv_fusion},
+      {"nhwc_layout",
+       "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group) and the pools after it run "
+       "channels-last (NHWC), weights permuted once, Transposes only where NCHW readers remain",
+       nhwc_layout},
+      {"linear_epilogue_fusion",
+       "Linear + Mul(per-feature constant: layer scale) [+ Add(residual)] -> the Linear with its weights and bias "
+       "scaled at build time and the residual as its C operand",
+       linear_epilogue_fusion},
+      {"elementwise_fusion",
+       "chains of elementwise ops of one shape and float dtype (intermediates read by nobody else) -> "
+       "com.xpuruntime:FusedElementwise, one generated kernel (Note [Fused elementwise programs]); a KernelPolicy "
+       "rule for an op or its family keeps its nodes out",
+       elementwise_fusion},
+  };
+  return passes;
+}
+
+std::string pass_names() {
+  std::string names;
+  for (const PassInfo& p : all_passes()) names += (names.empty() ? "" : ", ") + p.name;
+  return names;
+}
+
+std::vector<PassResult> run_passes(Graph& g, const PassContext& ctx, const std::set<std::string>& disabled) {
+  for (const std::string& name : disabled) {
+    bool known = false;
+    for (const PassInfo& p : all_passes()) known = known || p.name == name;
+    XPURT_CHECK(known, "unknown graph pass '", name, "' in the disabled passes; valid names: ", pass_names());
+  }
+  g.validate();
+  std::vector<PassResult> results;
+  for (const PassInfo& p : all_passes()) {
+    if (disabled.count(p.name)) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    PassResult r = p.run(g, ctx);
+    r.pass = p.name;
+    if (r.rewrites > 0 && ctx.infer_types) ctx.infer_types(g);
+    r.ms = detail::ms_since(t0);
+    results.push_back(std::move(r));
+  }
+  g.validate();
+  return results;
+}
+
+}  // namespace xpuruntime::passes

@@ -1,0 +1,688 @@
+// CapturePlan::build: specialise, optimize, lower, dispatch and plan memory (see capture_plan.h).
+//
+// Note [Build phases]
+// Session creation is part of what a user waits for (a server's cold start, a notebook's first cell), so a plan
+// records where its build went: "prepare" (the graph copied and specialised), type inference and constant folding,
+// each graph pass (with its re-inference), the segment split, kernel selection per backend of the chosen kernels
+// (cuDNN's and cuBLASLt's heuristics, NVRTC compiling or loading generated kernels: Note [Generated kernels]),
+// the rest of lowering, lifetimes and memory plan, and the constants' copy to the device. The native session adds
+// the ONNX import and lists every plan's phases in explain().build, so the cost of a policy, a pass or a cold
+// codegen cache shows up where it is paid.
+#include "xpuruntime/capture_plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/build_clock.h"
+#include "core/half.h"
+#include "engines/native/lowering/lowering.h"
+#include "engines/native/reference/onnx_cpu_ops.h"
+#include "engines/native/plan/segments.h"
+#include "engines/native/inference/shape_inference.h"
+#include "xpuruntime/device_manager.h"
+#include "core/shape_str.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+namespace {
+
+constexpr std::size_t kAlignment = 256;
+
+std::size_t align_up(std::size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+// "512 B", "12.5 KiB", "3.25 MiB", "208 MiB".
+std::string mib(std::size_t bytes) {
+  std::ostringstream os;
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) {
+    os << bytes << " B";
+  } else if (bytes < (1u << 20)) {
+    os.precision(1);
+    os << std::fixed << b / 1024.0 << " KiB";
+  } else {
+    os.precision(bytes >= (100u << 20) ? 0 : 2);
+    os << std::fixed << b / (1024.0 * 1024.0) << " MiB";
+  }
+  return os.str();
+}
+
+// Fits each declared input type to the concrete shape given for it.
+void specialise_inputs(Graph& g, const std::vector<std::vector<std::int64_t>>& shapes) {
+  XPURT_CHECK(shapes.size() == g.inputs.size(), "the model has ", g.inputs.size(), " inputs, got shapes for ",
+              shapes.size());
+  std::map<std::string, std::int64_t> symbols;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const std::string& name = g.inputs[i];
+    ValueType& vt = g.types[name];
+    if (!vt.is_tensor()) {
+      // A sequence or an optional: its tensors' shapes are known only when it runs (the reference library's).
+      XPURT_INTERNAL_ASSERT(shapes[i].empty(), "input '", name, "' is ", vt.type_str(), ": it takes no plan shape");
+      continue;
+    }
+    if (vt.has_shape) {
+      XPURT_CHECK(vt.shape.size() == shapes[i].size(), "input '", name, "' expects rank ", vt.shape.size(), " (",
+                  vt.str(), "), got shape ", detail::shape_str(shapes[i], ","));
+      for (std::size_t d = 0; d < shapes[i].size(); ++d) {
+        const Dim& dim = vt.shape[d];
+        if (dim.known()) {
+          XPURT_CHECK(dim.value == shapes[i][d], "input '", name, "' expects ", vt.str(), ", got shape ",
+                      detail::shape_str(shapes[i], ","), " (dimension ", d, " must be ", dim.value, ")");
+        } else if (!dim.symbol.empty()) {
+          auto [it, inserted] = symbols.emplace(dim.symbol, shapes[i][d]);
+          XPURT_CHECK(inserted || it->second == shapes[i][d], "input '", name, "': dimension '", dim.symbol,
+                      "' is ", shapes[i][d], " here but ", it->second, " in another input");
+        }
+      }
+    }
+    vt.has_shape = true;
+    vt.shape.clear();
+    for (auto d : shapes[i]) vt.shape.emplace_back(d);
+  }
+}
+
+// Runs a float32 model in `to` (float16/bfloat16): float32 initializers are converted, float32 inputs and outputs
+// are cast at the boundary, Casts to float32 become casts to `to`.
+void convert_precision(Graph& g, DType to) {
+  const std::int64_t onnx_to = to == DType::kFloat16 ? 10 : 16;
+  // A float32 constant in `to`, rounded to nearest even.
+  auto convert = [to](const Tensor& t) {
+    Tensor c = Tensor::empty(t.shape(), to);
+    const auto* src = static_cast<const float*>(t.contiguous().data_ptr());
+    auto* dst = static_cast<std::uint16_t*>(c.data_ptr());
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      dst[i] = to == DType::kFloat16 ? detail::float_to_half(src[i]) : detail::float_to_bfloat16(src[i]);
+    }
+    return c;
+  };
+  for (auto& [name, t] : g.initializers) {
+    if (t.dtype() != DType::kFloat32) continue;
+    t = convert(t);
+    g.types[name].dtype = to;
+  }
+  for (Node& n : g.nodes) {
+    if (n.domain.empty() && (n.op_type == "Cast") && n.attrs.get_int("to", 0) == 1) n.attrs.set("to", onnx_to);
+    if (n.op_type != "ConstantOfShape" && n.op_type != "Constant") continue;
+    for (auto& [name, t] : n.tensor_attrs) {
+      if (t.dtype() == DType::kFloat32) t = convert(t);
+    }
+  }
+  std::vector<Node> prologue;
+  for (auto& in : g.inputs) {
+    ValueType& vt = g.types[in];
+    if (vt.dtype != DType::kFloat32) continue;
+    const std::string internal = g.unique_name(in + "_" + std::string(dtype_name(to)));
+    for (Node& n : g.nodes) {
+      for (auto& x : n.inputs) {
+        if (x == in) x = internal;
+      }
+    }
+    for (auto& out : g.outputs) {
+      if (out == in) out = internal;  // an input that is also an output: handled by the output cast below
+    }
+    Node cast;
+    cast.name = g.unique_name("cast_" + in);
+    cast.op_type = "Cast";
+    cast.inputs = {in};
+    cast.outputs = {internal};
+    cast.attrs.set("to", onnx_to);
+    ValueType it = vt;
+    it.dtype = to;
+    g.types[internal] = it;
+    prologue.push_back(std::move(cast));
+  }
+  g.nodes.insert(g.nodes.begin(), prologue.begin(), prologue.end());
+  for (auto& out : g.outputs) {
+    auto t = g.types.find(out);
+    if (t == g.types.end() || t->second.dtype != DType::kFloat32) continue;
+    // The node producing `out` now makes `to`; rename its output and cast back under the model's name.
+    const std::string internal = g.unique_name(out + "_" + std::string(dtype_name(to)));
+    bool renamed = false;
+    for (Node& n : g.nodes) {
+      for (auto& o : n.outputs) {
+        if (o == out) {
+          o = internal;
+          renamed = true;
+        }
+      }
+      for (auto& x : n.inputs) {
+        if (x == out) x = internal;
+      }
+    }
+    if (!renamed) continue;  // an input or initializer passed through
+    Node cast;
+    cast.name = g.unique_name("cast_" + out);
+    cast.op_type = "Cast";
+    cast.inputs = {internal};
+    cast.outputs = {out};
+    cast.attrs.set("to", std::int64_t{1});
+    g.nodes.push_back(std::move(cast));
+  }
+  g.validate();
+}
+
+TensorDesc desc_of(const ValueType& vt, Device device) {
+  return TensorDesc::contiguous(vt.sizes(), vt.dtype, device, static_cast<std::uint32_t>(kAlignment));
+}
+
+// Greedy best-fit offset assignment by decreasing size (TFLite's "greedy by size"): each value takes the lowest
+// aligned offset where it does not overlap any already placed value that is alive at the same time.
+std::size_t assign_offsets(std::vector<PlanValue>& values, const std::vector<int>& ids) {
+  std::vector<int> order = ids;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return values[a].bytes > values[b].bytes; });
+  std::vector<int> placed;
+  std::size_t arena = 0;
+  for (int id : order) {
+    PlanValue& v = values[id];
+    std::vector<std::pair<std::size_t, std::size_t>> busy;  // [offset, end) of overlapping lifetimes
+    for (int p : placed) {
+      const PlanValue& o = values[p];
+      if (o.first_step <= v.last_step && v.first_step <= o.last_step) busy.emplace_back(o.offset, o.offset + o.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    std::size_t offset = 0;
+    for (const auto& [begin, end] : busy) {
+      if (offset + v.bytes <= begin) break;
+      offset = std::max(offset, align_up(end));
+    }
+    v.offset = offset;
+    arena = std::max(arena, align_up(offset + v.bytes));
+    placed.push_back(id);
+  }
+  return arena;
+}
+
+}  // namespace
+
+std::string MemoryPlan::str() const {
+  std::ostringstream os;
+  os << "peak " << mib(peak_bytes()) << " = arena " << mib(arena_bytes);
+  if (unshared_bytes > 0) {
+    os << " (" << planned_values << " values; without reuse " << mib(unshared_bytes) << ")";
+  }
+  os << " + workspace " << mib(workspace_bytes) << " + constants " << mib(constant_bytes);
+  if (dynamic_values) os << "; " << dynamic_values << " values allocated at run time";
+  return os.str();
+}
+
+std::string MemoryPlan::to_json() const {
+  std::ostringstream os;
+  os << "{\"peak_bytes\":" << peak_bytes() << ",\"arena_bytes\":" << arena_bytes
+     << ",\"unshared_bytes\":" << unshared_bytes << ",\"workspace_bytes\":" << workspace_bytes
+     << ",\"constant_bytes\":" << constant_bytes << ",\"planned_values\":" << planned_values
+     << ",\"dynamic_values\":" << dynamic_values << "}";
+  return os.str();
+}
+
+bool CapturePlan::capturable(std::string* why) const {
+  auto no = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
+  if (!device_.is_cuda()) return no("the plan runs on the CPU");
+  for (const PlanStep& s : steps_) {
+    if (s.kind == PlanStep::Kind::kReference) return no("node '" + s.node + "' runs in the reference library");
+    if (s.dynamic) return no("node '" + s.node + "' has shapes known only at run time");
+  }
+  return true;
+}
+
+std::string CapturePlan::str() const {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    const PlanStep& s = steps_[i];
+    os << i << ": " << s.node << " (" << s.op_type << ") ";
+    switch (s.kind) {
+      case PlanStep::Kind::kKernel:
+        os << s.op;
+        if (s.dispatch) os << " -> " << s.dispatch->decision.kernel;
+        if (s.dynamic) os << " [dynamic]";
+        break;
+      case PlanStep::Kind::kView: os << "view"; break;
+      case PlanStep::Kind::kReference: os << "reference (" << s.reason << ")"; break;
+    }
+    os << "\n";
+  }
+  os << memory_.str() << "\n";
+  return os.str();
+}
+
+namespace {
+
+// The build phase a kernel selection of `backend` counts in: the first one in this process also pays the library's
+// loading and handle creation (Note [Build phases]), so it is a phase of its own.
+std::string first_use(const std::string& backend) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mutex);
+  return seen.insert(backend).second ? backend + ", first in this process" : backend;
+}
+
+}  // namespace
+
+std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
+                                                      const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                                      const PlanOptions& options) {
+  XPURT_CHECK(options.dispatcher != nullptr, "CapturePlan::build needs a dispatcher");
+  std::shared_ptr<CapturePlan> plan(new CapturePlan());
+  detail::PhaseClock clock(&plan->build_phases_);  // Note [Build phases]
+  plan->device_ = options.device;
+  plan->compute_float_ = options.compute_float;
+  plan->memory_limit_ = options.memory_limit;
+  plan->dispatcher_ = options.dispatcher;
+  Graph& g = plan->graph_;
+  g = graph;
+  if (options.device.is_cuda()) {
+    // Note [Sequence and optional values] (value.h): they live on the CPU, in the reference library.
+    std::string values;
+    for (const auto* names : {&g.inputs, &g.outputs}) {
+      for (const std::string& name : *names) {
+        const ValueType* vt = g.type(name);
+        if (vt == nullptr || vt->is_tensor()) continue;
+        values += detail::str_cat(values.empty() ? "" : ", ", "'", name, "' (", vt->type_str(), ")");
+      }
+    }
+    if (!values.empty()) {
+      throw UnsupportedOperationError(detail::str_cat(
+          "the native engine runs sequence and optional values on the CPU only: this model's ", values,
+          " cannot run on ", options.device.str(), " (use device cpu, or engine onnxruntime)"));
+    }
+  }
+  specialise_inputs(g, input_shapes);
+  if (options.compute_float != DType::kFloat32) convert_precision(g, options.compute_float);
+
+  runtime::InferOptions infer_options;
+  infer_options.fold_constants = options.fold_constants;
+  infer_options.registry = &options.dispatcher->registry();
+  infer_options.device = options.device;
+  infer_options.tp_size = options.tp_size;
+  infer_options.tp_rank = options.tp_rank;
+  infer_options.tp_comm = options.tp_comm;
+  // ExecutionPolicy.memory_limit caps folding too: no folded constant may exceed it (each is counted in the plan's
+  // constants, which the limit checks below).
+  if (options.memory_limit != 0) {
+    infer_options.max_folded_bytes =
+        std::min<std::size_t>(infer_options.max_folded_bytes, static_cast<std::size_t>(options.memory_limit));
+  }
+  // elementwise_fusion (Note [Fused elementwise programs]): where a fused_elementwise kernel runs on the device, and
+  // not for ops the KernelPolicy gives a rule of their own.
+  {
+    const KernelRegistry& registry = options.dispatcher->registry();
+    OpDescriptor probe;
+    probe.op = "fused_elementwise";
+    probe.device = options.device;
+    probe.inputs.push_back(TensorDesc::contiguous({1}, DType::kFloat32, options.device));
+    probe.attrs.set("program", std::string("neg x0"));
+    registry.infer(probe);
+    bool runnable = false;
+    for (const Kernel* k : registry.kernels("fused_elementwise")) {
+      runnable = runnable || k->supports(probe, options.dispatcher->exec_policy()).ok();
+    }
+    infer_options.fuse_elementwise = runnable;
+    // A rule of the policy for an op or its family keeps that op's nodes out of the groups: the user chose their
+    // kernel. Unless the policy rules fused_elementwise too: then it was written for a plan with fused groups (what
+    // `xpuruntime tune` writes: a rule per op, fused and unfused alike), and replaying it must group the same nodes;
+    // its per-op rules then apply to the nodes the pass leaves unfused.
+    const KernelPolicy& policy = options.dispatcher->kernel_policy();
+    const OpSchema* fused_schema = registry.find_schema("fused_elementwise");
+    const bool fusion_ruled = fused_schema != nullptr &&
+                              policy.resolve("fused_elementwise", fused_schema->family).mode != RuleMode::kAuto;
+    infer_options.keep_unfused = [&registry, policy, fusion_ruled](const std::string& op) {
+      if (fusion_ruled) return false;
+      const OpSchema* schema = registry.find_schema(op);
+      return schema != nullptr && policy.resolve(op, schema->family).mode != RuleMode::kAuto;
+    };
+  }
+  clock.mark("prepare");
+  plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes, &plan->build_phases_);
+  clock.restart();
+  plan->boundary_ = runtime::split_segments(g, options);  // Note [Segmented plans]
+  clock.mark("segments");
+
+  // ---- values ----
+  std::unordered_map<std::string, int> id_of;
+  auto value_id = [&](const std::string& name) -> int {
+    auto it = id_of.find(name);
+    if (it != id_of.end()) return it->second;
+    PlanValue v;
+    v.name = name;
+    if (const ValueType* vt = g.type(name)) v.type = *vt;
+    if (g.is_constant(name)) {
+      v.kind = PlanValue::Kind::kConstant;
+      v.constant = g.initializers.at(name);
+      v.type.dtype = v.constant.dtype();
+      v.type.has_shape = true;
+      v.type.shape.clear();
+      for (auto d : v.constant.shape()) v.type.shape.emplace_back(d);
+    }
+    plan->values_.push_back(std::move(v));
+    const int id = static_cast<int>(plan->values_.size() - 1);
+    id_of[name] = id;
+    return id;
+  };
+  for (const auto& in : g.inputs) {
+    const int id = value_id(in);
+    plan->values_[id].kind = PlanValue::Kind::kInput;
+    plan->inputs_.push_back(id);
+  }
+
+  // ---- steps ----
+  const Device device = options.device;
+  int compute_capability = 0;
+  if (device.is_cuda()) {
+    compute_capability = DeviceManager::instance().get_device_info(device).compute_capability();
+  }
+  std::vector<std::pair<std::size_t, std::string>> unsupported;  // (step, why), listed in step order
+  std::unordered_set<std::string> defined(g.inputs.begin(), g.inputs.end());
+  for (const auto& [name, t] : g.initializers) defined.insert(name);
+  for (const Node& node : g.nodes) defined.insert(node.outputs.begin(), node.outputs.end());
+  // Step `index` (node `node`) runs in the reference library instead, or the plan is refused on CUDA.
+  const auto fall_back = [&](std::size_t index, PlanStep& step, const Node& node, std::int64_t opset,
+                             const std::string& reason) {
+    step.kind = PlanStep::Kind::kReference;
+    step.reason = reason;
+    step.dispatch.reset();
+    step.reference_node = std::make_shared<const Node>(node);
+    step.opset = opset;
+    for (const auto& [attr, sub] : node.graph_attrs) {
+      if (!sub) continue;
+      for (const std::string& name : onnx_ref::outer_names(*sub)) {
+        const bool listed = std::find(step.implicit_inputs.begin(), step.implicit_inputs.end(), name) !=
+                            step.implicit_inputs.end();
+        if (!defined.count(name) || listed) continue;
+        step.implicit_inputs.push_back(name);
+        step.inputs.push_back(value_id(name));
+      }
+    }
+    if (device.is_cuda() && !options.cpu_fallback) {
+      unsupported.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
+      return;
+    }
+    // On CUDA (Note [Mixed execution]) the node runs on the host between copies; the plan is then not capturable.
+    step.on_host = device.is_cuda();
+    if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
+      unsupported.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
+                                                      ", and the reference library has no ", node.op_type));
+    }
+  };
+  const auto no_kernel = [&](const OpDescriptor& desc, const std::string& what) {
+    return device.is_cuda() ? detail::str_cat("no kernel for ", desc.op, " here: ", what)
+                            : detail::str_cat("registry op ", desc.op, " cannot take it: ", what);
+  };
+  struct Selection {
+    std::size_t step;
+    std::int64_t opset;
+    OpDescriptor desc;
+    std::shared_ptr<const Dispatch> dispatch;
+    std::exception_ptr error;
+    double ms = 0;
+  };
+  std::vector<Selection> selections;
+  for (std::size_t index = 0; index < g.nodes.size(); ++index) {
+    const Node& node = g.nodes[index];
+    PlanStep step;
+    step.node = node.name;
+    step.op_type = node.domain == kXpurtDomain ? "xpuruntime:" + node.op_type
+                   : node.domain.empty()      ? node.op_type
+                                              : node.domain + ":" + node.op_type;
+    std::vector<const ValueType*> types;
+    std::vector<const Tensor*> constants;
+    for (const auto& in : node.inputs) {
+      types.push_back(in.empty() ? nullptr : g.type(in));
+      auto c = g.initializers.find(in);
+      constants.push_back(in.empty() || c == g.initializers.end() ? nullptr : &c->second);
+    }
+    const std::int64_t opset = g.opset(node.domain);
+    runtime::Lowered lowered = runtime::lower_node(node, opset, types, constants);
+    for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
+    for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
+
+    if (lowered.kind == runtime::Lowered::Kind::kView) {
+      step.kind = PlanStep::Kind::kView;
+      PlanValue& out = plan->values_[step.outputs[0]];
+      out.view_of = step.inputs[0];
+      out.view_offset =
+          static_cast<std::size_t>(lowered.view_offset) * dtype_size(plan->values_[step.inputs[0]].type.dtype);
+      out.type.dtype = plan->values_[step.inputs[0]].type.dtype;
+      out.type.has_shape = true;
+      out.type.shape.clear();
+      for (auto d : lowered.view_shape) out.type.shape.emplace_back(d);
+    } else if (lowered.kind == runtime::Lowered::Kind::kRegistry) {
+      step.kind = PlanStep::Kind::kKernel;
+      step.op = lowered.op;
+      step.attrs = lowered.attrs;
+      // Registry inputs in schema order.
+      std::vector<int> reg_inputs;
+      for (int idx : lowered.inputs) reg_inputs.push_back(idx < 0 ? -1 : step.inputs[idx]);
+      step.inputs = reg_inputs;
+      bool all_known = true;
+      for (int id : reg_inputs) {
+        if (id >= 0 && !plan->values_[id].type.fully_known()) all_known = false;
+      }
+      if (!all_known) {
+        if (device.is_cuda()) {
+          fall_back(index, step, node, opset, "input shapes are known only at run time");
+        } else {
+          step.dynamic = true;
+          // The reference library runs it when the registry op refuses what the run gives (graph_exec.cpp).
+          step.reference_node = std::make_shared<const Node>(node);
+          step.opset = opset;
+          for (const auto& in : node.inputs) step.reference_inputs.push_back(in.empty() ? -1 : value_id(in));
+        }
+      } else {
+        OpDescriptor desc;
+        desc.op = lowered.op;
+        desc.attrs = lowered.attrs;
+        desc.device = device;
+        desc.compute_capability = compute_capability;
+        for (int id : reg_inputs) {
+          desc.inputs.push_back(id < 0 ? TensorDesc{} : desc_of(plan->values_[id].type, device));
+        }
+        // The outputs' types now (later steps read them); the kernel below (Note [Parallel kernel selection]).
+        try {
+          options.dispatcher->prepare(desc);
+          for (std::size_t o = 0; o < step.outputs.size() && o < desc.outputs.size(); ++o) {
+            if (step.outputs[o] < 0) continue;
+            PlanValue& out = plan->values_[step.outputs[o]];
+            out.type.dtype = desc.outputs[o].dtype;
+            out.type.has_shape = true;
+            out.type.shape.clear();
+            for (auto d : desc.outputs[o].shape) out.type.shape.emplace_back(d);
+          }
+          selections.push_back({index, opset, std::move(desc), nullptr, nullptr, 0});
+        } catch (const XpuRuntimeError& e) {
+          fall_back(index, step, node, opset, no_kernel(desc, e.what()));
+        }
+      }
+    } else {
+      fall_back(index, step, node, opset, lowered.reason);
+    }
+    plan->steps_.push_back(std::move(step));
+  }
+  clock.mark("lowering");
+
+  // Note [Parallel kernel selection]
+  // Choosing a kernel is mostly the libraries' host work: cuDNN's heuristic ranking and workspace queries, cuBLASLt's
+  // algorithm heuristic, NVRTC loading or compiling a generated kernel. It took 60-90% of the plan builds of the
+  // suite's CNNs (Note [Build phases]), one node after another. The nodes' descriptors are known once the loop above
+  // has inferred every output, so the kernels are chosen on up to 8 threads (a CUDA plan; a CPU plan's choices are
+  // cheap and stay on this thread): the Dispatcher decides distinct signatures at once (a thread asking for one
+  // that another decides waits for it), the libraries' handles are per thread (Note [Per-thread handle pools]),
+  // and whatever times kernels on the GPU holds gpu_timing_mutex(), so timings never overlap. The choices do not
+  // depend on the order: each is a function of its descriptor, the policies and the autotune cache.
+  {
+    const auto work = [&](std::atomic<std::size_t>& next) {
+      for (std::size_t i = next++; i < selections.size(); i = next++) {
+        Selection& sel = selections[i];
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          sel.dispatch = options.dispatcher->select(sel.desc);
+        } catch (...) {
+          sel.error = std::current_exception();
+        }
+        sel.ms = detail::ms_since(start);
+      }
+    };
+    const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+    const std::size_t threads =
+        device.is_cuda() ? std::min<std::size_t>({std::size_t{8}, std::size_t{hardware}, selections.size()}) : 1;
+    std::atomic<std::size_t> next{0};
+    if (threads <= 1) {
+      work(next);
+    } else {
+      std::vector<std::thread> pool;
+      for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work, std::ref(next));
+      for (std::thread& t : pool) t.join();
+    }
+    // Several threads: the wall time, then each backend's thread time; one thread: each backend's time says it all.
+    if (threads > 1) {
+      clock.mark(detail::str_cat("kernel selection (", threads, " threads)"));
+    } else {
+      clock.restart();
+    }
+    std::map<std::string, double> selection_ms;  // per backend of the chosen kernels, summed over the threads
+    for (Selection& sel : selections) {
+      PlanStep& step = plan->steps_[sel.step];
+      if (sel.error) {
+        selection_ms["(none)"] += sel.ms;
+        try {
+          std::rethrow_exception(sel.error);
+        } catch (const XpuRuntimeError& e) {
+          fall_back(sel.step, step, g.nodes[sel.step], sel.opset, no_kernel(sel.desc, e.what()));
+        }
+        continue;
+      }
+      selection_ms[first_use(sel.dispatch->decision.backend)] += sel.ms;
+      step.dispatch = std::move(sel.dispatch);
+      step.desc = std::move(sel.desc);
+    }
+    for (const auto& [backend, ms] : selection_ms) {
+      plan->build_phases_.push_back({"kernel selection (" + backend + (threads > 1 ? "), thread time" : ")"), ms});
+    }
+  }
+  std::sort(unsupported.begin(), unsupported.end());
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto& [index, why] : unsupported) list += "\n  " + why;
+    throw UnsupportedOperationError(detail::str_cat(
+        "the native engine cannot run ", unsupported.size(), " node(s) of this model on ", device.str(), ":", list,
+        device.is_cuda() && !options.cpu_fallback
+            ? "\n(ExecutionPolicy(fallback=\"cpu\") runs such nodes on the CPU, with copies; engine=\"onnxruntime\" "
+              "runs the model through ONNX Runtime)"
+            : ""));
+  }
+  for (const auto& out : g.outputs) {
+    const int id = value_id(out);
+    plan->values_[id].is_output = true;
+    plan->outputs_.push_back(id);
+  }
+
+  // ---- lifetimes ----
+  const int num_steps = static_cast<int>(plan->steps_.size());
+  auto root = [&](int id) {
+    while (plan->values_[id].view_of >= 0) id = plan->values_[id].view_of;
+    return id;
+  };
+  for (int s = 0; s < num_steps; ++s) {
+    const PlanStep& step = plan->steps_[s];
+    for (int id : step.outputs) {
+      if (id >= 0) plan->values_[id].first_step = s;
+    }
+    std::vector<int> reads = step.inputs;
+    reads.insert(reads.end(), step.reference_inputs.begin(), step.reference_inputs.end());
+    for (int id : reads) {
+      if (id < 0) continue;
+      const int r = root(id);
+      plan->values_[r].last_step = std::max(plan->values_[r].last_step, s);
+      plan->values_[id].last_step = std::max(plan->values_[id].last_step, s);
+    }
+  }
+  for (int id : plan->outputs_) {
+    plan->values_[root(id)].last_step = num_steps;
+    plan->values_[id].last_step = num_steps;
+  }
+  for (int id : plan->inputs_) plan->values_[id].first_step = -1;
+
+  // ---- memory plan ----
+  // Planned: inputs and values produced by static kernel steps (views share their root's slot). Reference and
+  // dynamic steps allocate at run time.
+  MemoryPlan& mem = plan->memory_;
+  std::vector<int> planned;
+  for (std::size_t id = 0; id < plan->values_.size(); ++id) {
+    PlanValue& v = plan->values_[id];
+    if (v.kind == PlanValue::Kind::kConstant) {
+      mem.constant_bytes += v.constant.nbytes();
+      continue;
+    }
+    if (v.view_of >= 0) continue;
+    bool produced_static = v.kind == PlanValue::Kind::kInput;
+    if (v.first_step >= 0) {
+      const PlanStep& producer = plan->steps_[v.first_step];
+      produced_static = producer.kind == PlanStep::Kind::kKernel && !producer.dynamic;
+    }
+    if (!produced_static || !v.type.fully_known()) {
+      ++mem.dynamic_values;
+      continue;
+    }
+    v.planned = true;
+    v.bytes = static_cast<std::size_t>(TensorDesc::contiguous(v.type.sizes(), v.type.dtype, device).numel()) *
+              dtype_size(v.type.dtype);
+    if (v.last_step < 0) v.last_step = v.first_step;  // produced but never read (an unused output of a kernel)
+    mem.unshared_bytes += align_up(v.bytes);
+    planned.push_back(static_cast<int>(id));
+  }
+  mem.planned_values = planned.size();
+  mem.arena_bytes = assign_offsets(plan->values_, planned);
+  for (const PlanStep& s : plan->steps_) {
+    if (s.dispatch && s.dispatch->plan) mem.workspace_bytes = std::max(mem.workspace_bytes, s.dispatch->plan->workspace_bytes());
+  }
+  mem.workspace_bytes = align_up(mem.workspace_bytes);
+  // Views of planned values share the slot, from their offset in it (Note [Views at an offset]).
+  for (PlanValue& v : plan->values_) {
+    if (v.view_of < 0) continue;
+    std::size_t offset = 0;
+    int r = static_cast<int>(&v - plan->values_.data());
+    for (; plan->values_[r].view_of >= 0; r = plan->values_[r].view_of) offset += plan->values_[r].view_offset;
+    const PlanValue& root_value = plan->values_[r];
+    v.planned = root_value.planned;
+    v.offset = root_value.offset + offset;
+    if (offset == 0) {
+      v.bytes = root_value.bytes;
+    } else {
+      std::size_t elements = 1;
+      for (std::int64_t d : v.type.sizes()) elements *= static_cast<std::size_t>(d);
+      v.bytes = elements * dtype_size(v.type.dtype);
+    }
+  }
+
+  if (options.memory_limit != 0 && mem.peak_bytes() > options.memory_limit) {
+    throw OutOfMemoryError(detail::str_cat("the plan for input shapes ", [&] {
+      std::string s;
+      for (const auto& shape : input_shapes) s += detail::shape_str(shape, ",");
+      return s;
+    }(), " needs ", mib(mem.peak_bytes()), " (", mem.str(), "), more than ExecutionPolicy.memory_limit = ",
+                                           mib(static_cast<std::size_t>(options.memory_limit))));
+  }
+
+  clock.mark("lifetimes and memory plan");
+
+  // ---- constants on the device ----
+  if (device.is_cuda()) {
+    for (PlanValue& v : plan->values_) {
+      if (v.kind == PlanValue::Kind::kConstant) v.constant = v.constant.to(device);
+    }
+    clock.mark("constants to the device");
+  }
+  return plan;
+}
+
+}  // namespace xpuruntime

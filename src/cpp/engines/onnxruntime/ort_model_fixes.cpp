@@ -14,10 +14,11 @@
 // SplitToSequence whose 'split' is a constant scalar 0 divides by it in ONNX's shape inference (SIGFPE, at every
 // graph optimization level; the native engine refuses it when the node runs); an empty name before a named input
 // where the operator takes no optional input (Min(x, "", y), Sum, Mean: variadic inputs have no optional slots)
-// crashes its Run (SIGSEGV; the native engine's reference library refuses it). check_loadable_by_ort refuses such a
+// crashes its Run (SIGSEGV; the native engine's reference library refuses it); a Split whose constant sizes name
+// another number of parts than it has outputs aborts its Run (an assertion). check_loadable_by_ort refuses such a
 // model with a typed error first; finding an empty name walks the wire format as above, and the model is parsed
-// only when it has one before a named input, or a SplitToSequence. Found by the structural fuzzer; each has a regression model in
-// tests/fuzz/corpus/model.
+// only when it has one before a named input, or a Split or SplitToSequence. Found by the structural fuzzer; each has
+// a regression model in tests/fuzz/corpus/model.
 #include "engines/onnxruntime/ort_model_fixes.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -179,22 +180,59 @@ void check_interior_empty_inputs(const onnx::NodeProto& node, const std::map<std
   }
 }
 
+// A Split whose sizes (its 'split' input or attribute, or num_outputs) name another number of parts than it has
+// outputs: ORT 1.29 indexes its sizes by output and aborts the process (an assertion in std::vector; found by the
+// structural campaign of 2026-11-28, a GPT-2 export with an output added to a Split,
+// tests/fuzz/corpus/model/regression-ort-split-with-more-outputs-than-sizes.onnx).
+void check_split_outputs(const onnx::NodeProto& node, const std::map<std::string, std::int64_t>& opsets,
+                         const std::map<std::string, std::int64_t>& lengths) {
+  if (node.op_type() != "Split" || !(node.domain().empty() || node.domain() == "ai.onnx")) return;
+  const auto opset = opsets.find("");
+  const std::int64_t version = opset == opsets.end() ? 0 : opset->second;
+  std::int64_t parts = -1;
+  std::string from;
+  if (version >= 13 && node.input_size() >= 2 && !node.input(1).empty()) {
+    const auto it = lengths.find(node.input(1));
+    if (it != lengths.end()) {
+      parts = it->second;
+      from = "its 'split' input '" + node.input(1) + "' has " + std::to_string(parts) + " sizes";
+    }
+  }
+  for (const onnx::AttributeProto& a : node.attribute()) {
+    if (a.name() == "split" && version < 13 && a.ints_size() > 0) {
+      parts = a.ints_size();
+      from = "its 'split' attribute has " + std::to_string(parts) + " sizes";
+    }
+    if (a.name() == "num_outputs" && a.type() == onnx::AttributeProto::INT) {
+      parts = a.i();
+      from = "its num_outputs is " + std::to_string(parts);
+    }
+  }
+  if (parts >= 0 && parts != node.output_size()) {
+    throw InvalidArgumentError("onnxruntime: " + describe(node) + " has " + std::to_string(node.output_size()) +
+                               " outputs but " + from + " (ONNX Runtime 1.29 would abort the process running it: "
+                               "Note [Models ORT crashes on])");
+  }
+}
+
 void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::string, std::int64_t>& opsets,
                          int depth) {
   std::map<std::string, std::int64_t> scalars;  // constant int scalars by name: initializers and Constant nodes
-  for (const onnx::TensorProto& t : graph.initializer()) {
-    if (auto v = int_scalar(t)) scalars[t.name()] = *v;
-  }
+  std::map<std::string, std::int64_t> lengths;  // the element counts of constant 1-D tensors, likewise
+  const auto note_constant = [&](const std::string& name, const onnx::TensorProto& t) {
+    if (auto v = int_scalar(t)) scalars[name] = *v;
+    if (t.dims_size() == 1) lengths[name] = t.dims(0);
+  };
+  for (const onnx::TensorProto& t : graph.initializer()) note_constant(t.name(), t);
   for (const onnx::NodeProto& node : graph.node()) {
     if (node.op_type() != "Constant" || node.output_size() != 1) continue;
     for (const onnx::AttributeProto& a : node.attribute()) {
-      if (a.name() == "value" && a.has_t()) {
-        if (auto v = int_scalar(a.t())) scalars[node.output(0)] = *v;
-      }
+      if (a.name() == "value" && a.has_t()) note_constant(node.output(0), a.t());
     }
   }
   for (const onnx::NodeProto& node : graph.node()) {
     check_interior_empty_inputs(node, opsets);
+    check_split_outputs(node, opsets, lengths);
     if (node.op_type() == "SplitToSequence" && (node.domain().empty() || node.domain() == "ai.onnx") &&
         node.input_size() >= 2) {
       auto it = scalars.find(node.input(1));
@@ -216,7 +254,7 @@ void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::stri
 }  // namespace
 
 void check_loadable_by_ort(const std::string& model) {
-  if (model.find("SplitToSequence") == std::string::npos && !(empty_inputs(model) & kInteriorEmpty)) return;
+  if (model.find("Split") == std::string::npos && !(empty_inputs(model) & kInteriorEmpty)) return;
   onnx::ModelProto proto;
   if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
       !proto.ParseFromArray(model.data(), static_cast<int>(model.size()))) {

@@ -256,3 +256,33 @@ def test_the_onnxruntime_engine_checks_the_schemas_before_onnx_runtime_reads_the
         with pytest.raises(xrt.InvalidArgumentError, match="'node_tanh_1' \\(Tanh, ai.onnx opset 13\\) has an "
                                                            "attribute 'group', which Tanh does not take"):
             _session(path, engine)
+
+
+def test_a_loop_trip_count_of_int64_max_is_read_exactly():
+    # Note [Scalars read from tensors]: M went through a double, and INT64_MAX rounded to 2^63, whose conversion back
+    # to int64 is undefined (UBSan, found by CI's structural fuzzing; on x86 it gave INT64_MIN, and the Loop ran no
+    # iteration at all). The body counts to 3 and then ends the loop through its condition.
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+    acc = helper.make_tensor_value_info("acc", TensorProto.FLOAT, [1])
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "one"], ["acc_out"]),
+         helper.make_node("Less", ["i", "two"], ["cond_out"])],
+        "body", [i, cond, acc],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1])],
+        initializer=[helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0]),
+                     helper.make_tensor("two", TensorProto.INT64, [], [2])])
+    loop = helper.make_node("Loop", ["m", "c", "start"], ["y"], body=body)
+    model = _model([loop], inputs=[], outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+                   initializers=[helper.make_tensor("m", TensorProto.INT64, [], [(1 << 63) - 1]),
+                                 helper.make_tensor("c", TensorProto.BOOL, [], [True]),
+                                 helper.make_tensor("start", TensorProto.FLOAT, [1], [0.0])])
+    np.testing.assert_array_equal(_session(model).run({})["y"], [3.0])
+    # A trip count of another type is refused when the model is read (Loop's M is tensor(int64)).
+    model = _model([loop], inputs=[], outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+                   initializers=[helper.make_tensor("m", TensorProto.FLOAT, [], [1e30]),
+                                 helper.make_tensor("c", TensorProto.BOOL, [], [True]),
+                                 helper.make_tensor("start", TensorProto.FLOAT, [1], [0.0])])
+    with pytest.raises(xrt.InvalidTypeError, match="input 0 \\('M'\\) of .*Loop.* is 'm' of type tensor\\(float\\)"):
+        _session(model)

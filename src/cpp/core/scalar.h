@@ -35,6 +35,11 @@ T scalar_element(const Tensor& t, const std::string& what) {
 // The one element of a numeric tensor as double (any dtype; 16-bit floats converted). Checked like scalar_element.
 double scalar_as_double(const Tensor& t, const std::string& what);
 
+// The one element of a numeric tensor as an int64: integers exactly, floating-point values truncated; a value outside
+// int64 (a uint64 past 2^63 - 1, an infinity, NaN, 1e30) is an InvalidArgumentError naming `what` (a double cast to
+// int64 out of range is undefined behaviour: a Loop's trip count of INT64_MAX read through a double was one).
+std::int64_t scalar_as_int64(const Tensor& t, const std::string& what);
+
 // The one element of a numeric tensor as double, or nullopt when `t` is null, a bool, or has other than one element
 // (the passes' "is this a scalar constant?", which must not throw).
 std::optional<double> one_element_value(const Tensor* t);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backends/cpu/onnx/onnx_common.h"
+#include "core/scalar.h"
 #include "xpuruntime/run_options.h"
 
 namespace xpuruntime::onnx_ref {
@@ -106,7 +107,7 @@ void run_if(OpContext& ctx) {
 
 void run_loop(OpContext& ctx) {
   const Graph& body = body_of(ctx, "body");
-  const std::int64_t max_trips = ctx.has_input(0) ? static_cast<std::int64_t>(read_scalar(ctx.input(0), ctx.where()))
+  const std::int64_t max_trips = ctx.has_input(0) ? detail::scalar_as_int64(ctx.input(0), ctx.where() + " input 'M'")
                                                   : std::numeric_limits<std::int64_t>::max();
   bool cond = ctx.has_input(1) ? read_bool(ctx.input(1), ctx.where()) : true;
   std::vector<Value> carried;

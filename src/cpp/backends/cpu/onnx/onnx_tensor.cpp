@@ -401,9 +401,9 @@ void tile(OpContext& ctx) {
   Shape repeats;
   if (ctx.opset() < 6) {
     // Tile-1: inputs (input, tiles, axis): `tiles` copies along `axis`.
-    const auto tiles = static_cast<std::int64_t>(read_scalar(ctx.input(1), ctx.where() + " input 'tiles'"));
+    const auto tiles = detail::scalar_as_int64(ctx.input(1), ctx.where() + " input 'tiles'");
     const std::int64_t axis = normalize_axis(
-        static_cast<std::int64_t>(read_scalar(ctx.input(2), ctx.where() + " input 'axis'")), x.dim(), ctx.where());
+        detail::scalar_as_int64(ctx.input(2), ctx.where() + " input 'axis'"), x.dim(), ctx.where());
     repeats.assign(x.shape().size(), 1);
     repeats[static_cast<std::size_t>(axis)] = tiles;
   } else {
@@ -570,7 +570,7 @@ void range(OpContext& ctx) {
 void trilu(OpContext& ctx) {
   const Tensor& x = ctx.input(0);
   XPURT_CHECK(x.dim() >= 2, ctx.where(), ": expected a tensor of rank >= 2, got rank ", x.dim());
-  const std::int64_t k = ctx.has_input(1) ? static_cast<std::int64_t>(read_scalar(ctx.input(1), ctx.where())) : 0;
+  const std::int64_t k = ctx.has_input(1) ? detail::scalar_as_int64(ctx.input(1), ctx.where() + " input 'k'") : 0;
   const bool upper = ctx.attr_int("upper", 1) != 0;
   const std::int64_t rows = x.shape()[x.shape().size() - 2];
   const std::int64_t cols = x.shape().back();

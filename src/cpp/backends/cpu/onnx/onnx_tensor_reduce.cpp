@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "backends/cpu/onnx/onnx_tensor_internal.h"
+#include "core/scalar.h"
 
 namespace xpuruntime::onnx_ref {
 namespace {
@@ -214,7 +215,7 @@ void top_k(OpContext& ctx) {
   const Tensor& x = ctx.input(0);
   const std::int64_t axis = normalize_axis(ctx.attr_int("axis", -1), x.dim(), ctx.where());
   const std::int64_t k = ctx.opset() < 10 ? ctx.attr_int("k", -1)
-                                          : static_cast<std::int64_t>(read_scalar(ctx.input(1), ctx.where() + " K"));
+                                          : detail::scalar_as_int64(ctx.input(1), ctx.where() + " K");
   const std::int64_t n = x.shape()[us(axis)];
   XPURT_CHECK(k >= 0 && k <= n, ctx.where(), ": k = ", k, " is not in [0, ", n, "] (axis ", axis, ")");
   const bool largest = ctx.attr_int("largest", 1) != 0;
@@ -256,7 +257,7 @@ void top_k(OpContext& ctx) {
 void cum_sum(OpContext& ctx) {
   const Tensor& x = ctx.input(0);
   const std::int64_t axis =
-      normalize_axis(static_cast<std::int64_t>(read_scalar(ctx.input(1), ctx.where() + " input 'axis'")), x.dim(),
+      normalize_axis(detail::scalar_as_int64(ctx.input(1), ctx.where() + " input 'axis'"), x.dim(),
                      ctx.where());
   const bool exclusive = ctx.attr_int("exclusive", 0) != 0;
   const bool reverse = ctx.attr_int("reverse", 0) != 0;

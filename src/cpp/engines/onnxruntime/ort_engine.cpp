@@ -366,8 +366,8 @@ class OrtSession final : public EngineSession {
     // it does not take, tests/fuzz/corpus/model/regression-ort-tanh-with-an-attribute-it-does-not-take.onnx).
     OnnxImportOptions checks;
     checks.allow_newer_opsets = options.exec_policy.allow_newer_opsets;
-    validate_onnx(model, checks);
-    check_external_data(model, options.model_dir);
+    checks.model_dir = options.model_dir;
+    validate_onnx(model, checks);  // the external-data checks too, on the same parse
     ort::check_loadable_by_ort(model);  // Note [Models ORT crashes on] (ort_model_fixes.cpp)
     std::string trimmed;  // Note [Trailing empty inputs] (ort_model_fixes.cpp)
     const std::string& for_ort = ort::without_trailing_empty_inputs(model, &trimmed) ? trimmed : model;

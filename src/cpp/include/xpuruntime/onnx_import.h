@@ -34,9 +34,10 @@ struct XPURT_API OnnxImportOptions {
 };
 
 XPURT_API Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});
-// The checks of import_onnx on the model's structure alone (malformed bytes, the IR version and opsets, every node
-// against ONNX's schemas: Note [Models checked against ONNX's schemas]), without converting anything: for engines
-// whose library reads the model itself (onnxruntime). The same errors as import_onnx.
+// The checks of import_onnx without converting anything (malformed bytes, the IR version and opsets, every node
+// against ONNX's schemas: Note [Models checked against ONNX's schemas]; and check_external_data's checks against
+// options.model_dir), on one parse of the bytes: for engines whose library reads the model itself (onnxruntime).
+// The same errors as import_onnx.
 XPURT_API void validate_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});
 // Reads the file, then import_onnx with model_dir = the file's folder.
 XPURT_API Graph import_onnx_file(const std::string& path);

@@ -69,12 +69,7 @@ ScratchVector<std::int64_t> read_indices(const Tensor& t, const std::string& whe
 }
 
 double read_scalar(const Tensor& t, const std::string& where) {
-  detail::check_one_element(t, where);  // Note [Scalars read from tensors]
-  const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
-  return visit_dtype(c.dtype(), [&](auto tag) -> double {
-    using T = decltype(tag);
-    return static_cast<double>(Compute<T>::load(*static_cast<const T*>(c.data_ptr())));
-  });
+  return detail::scalar_as_double(t, where);  // Note [Scalars read from tensors]
 }
 
 }  // namespace xpuruntime::onnx_ref

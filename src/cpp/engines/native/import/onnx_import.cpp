@@ -235,19 +235,28 @@ ExternalSpan open_external(const onnx::TensorProto& proto, const std::string& mo
   return span;
 }
 
-// Reads exactly span.length bytes into `dst` (Note [External data files are opened, not followed]).
-void read_external(const ExternalSpan& span, void* dst, const std::string& where) {
-  auto* out = static_cast<char*>(dst);
+// Reads `length` bytes at `offset` of `fd` into `out` with pread, going on after short reads and signals. Returns
+// how many it read: fewer than `length` only when the file ends first. A failed read is an InvalidArgumentError
+// "<what> failed: <reason>".
+std::int64_t pread_fully(int fd, char* out, std::int64_t length, std::int64_t offset, const std::string& what) {
   std::int64_t done = 0;
-  while (done < span.length) {
-    const auto chunk = static_cast<std::size_t>(std::min<std::int64_t>(span.length - done, std::int64_t{1} << 30));
-    const ssize_t got = ::pread(span.file.get(), out + done, chunk, static_cast<off_t>(span.offset + done));
+  while (done < length) {
+    const auto chunk = static_cast<std::size_t>(std::min<std::int64_t>(length - done, std::int64_t{1} << 30));
+    const ssize_t got = ::pread(fd, out + done, chunk, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
-    XPURT_CHECK(got >= 0, where, ": reading external data from '", span.path, "' failed: ", std::strerror(errno));
-    XPURT_CHECK(got > 0, where, ": external data file '", span.path, "' ended after ", done, " of the ", span.length,
-                " bytes at offset ", span.offset, " (did it shrink while being read?)");
+    XPURT_CHECK(got >= 0, what, " failed: ", std::strerror(errno));
+    if (got == 0) break;
     done += got;
   }
+  return done;
+}
+
+// Reads exactly span.length bytes into `dst` (Note [External data files are opened, not followed]).
+void read_external(const ExternalSpan& span, void* dst, const std::string& where) {
+  const std::int64_t done = pread_fully(span.file.get(), static_cast<char*>(dst), span.length, span.offset,
+                                        where + ": reading external data from '" + span.path + "'");
+  XPURT_CHECK(done == span.length, where, ": external data file '", span.path, "' ended after ", done, " of the ",
+              span.length, " bytes at offset ", span.offset, " (did it shrink while being read?)");
 }
 
 // The values an initializer's data fields hold (for a tensor without raw or external data), to compare with the
@@ -638,11 +647,6 @@ void parse_checked(const std::string& model_bytes, const OnnxImportOptions& opti
 
 }  // namespace
 
-void validate_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
-  onnx::ModelProto model;
-  parse_checked(model_bytes, options, model);
-}
-
 Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
   onnx::ModelProto model;
   parse_checked(model_bytes, options, model);
@@ -676,18 +680,11 @@ std::string read_model_file(const std::string& path) {
               ", not a regular file");
   // One sized read: a character-by-character one (istreambuf_iterator) took 460 ms of ViT-B/16's 760 ms session
   // creation on an H200 machine (Note [Build phases]).
-  const auto size = static_cast<std::size_t>(info.st_size);
-  std::string bytes(size, '\0');
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::pread(file.get(), bytes.data() + done, std::min<std::size_t>(size - done, std::size_t{1} << 30),
-                                static_cast<off_t>(done));
-    if (got < 0 && errno == EINTR) continue;
-    XPURT_CHECK(got >= 0, "cannot read the model file '", path, "': ", std::strerror(errno));
-    XPURT_CHECK(got > 0, "the model file '", path, "' ended after ", done, " of its ", size,
-                " bytes (did it shrink while being read?)");
-    done += static_cast<std::size_t>(got);
-  }
+  const std::int64_t size = info.st_size;
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  const std::int64_t done = pread_fully(file.get(), bytes.data(), size, 0, "reading the model file '" + path + "'");
+  XPURT_CHECK(done == size, "the model file '", path, "' ended after ", done, " of its ", size,
+              " bytes (did it shrink while being read?)");
   return bytes;
 }
 
@@ -733,7 +730,8 @@ bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name) {
       {15, {"complex128", -1}},                              {16, {"bfloat16", static_cast<int>(DType::kBFloat16)}},
       {17, {"float8e4m3fn", -1}},                            {18, {"float8e4m3fnuz", -1}},
       {19, {"float8e5m2", -1}},                              {20, {"float8e5m2fnuz", -1}},
-      {21, {"uint4", -1}},                                   {22, {"int4", -1}}};
+      {21, {"uint4", -1}},                                   {22, {"int4", -1}},
+      {23, {"float4e2m1", -1}}};
   auto it = types.find(code);
   if (name != nullptr) *name = it == types.end() ? "unknown" : it->second.first;
   if (it == types.end() || it->second.second < 0) return false;
@@ -800,6 +798,13 @@ std::size_t check_external_nodes(const google::protobuf::RepeatedPtrField<onnx::
   return count;
 }
 
+
+std::size_t check_external_model(const onnx::ModelProto& model, const std::string& model_dir) {
+  std::size_t count = check_external_graph(model.graph(), model_dir);
+  for (const auto& function : model.functions()) count += check_external_nodes(function.node(), model_dir);
+  return count;
+}
+
 }  // namespace
 
 std::size_t check_external_data(const std::string& model_bytes, const std::string& model_dir) {
@@ -810,9 +815,13 @@ std::size_t check_external_data(const std::string& model_bytes, const std::strin
       !model.ParseFromArray(model_bytes.data(), static_cast<int>(model_bytes.size()))) {
     return 0;  // not a model: the engine's own parser says why
   }
-  std::size_t count = check_external_graph(model.graph(), model_dir);
-  for (const auto& function : model.functions()) count += check_external_nodes(function.node(), model_dir);
-  return count;
+  return check_external_model(model, model_dir);
+}
+
+void validate_onnx(const std::string& model_bytes, const OnnxImportOptions& options) {
+  onnx::ModelProto model;
+  parse_checked(model_bytes, options, model);
+  check_external_model(model, options.model_dir);  // on the same parse
 }
 
 std::string tensor_to_onnx(const Tensor& tensor, const std::string& name) {

@@ -26,6 +26,7 @@
 
 #include "engines/native/import/onnx_schemas.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/onnx_import.h"
 
 namespace xpuruntime::detail {
 
@@ -71,14 +72,11 @@ std::string attribute_type(const onnx::AttributeProto& a) {
   return "";
 }
 
-// ONNX's name of a tensor element type ("float16"), empty for codes this table does not name.
-const char* element_name(int code) {
-  static const char* const names[] = {"",         "float",     "uint8",          "int8",       "uint16",
-                                      "int16",    "int32",     "int64",          "string",     "bool",
-                                      "float16",  "double",    "uint32",         "uint64",     "complex64",
-                                      "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
-                                      "float8e5m2fnuz", "uint4", "int4",        "float4e2m1"};
-  return code > 0 && code < static_cast<int>(std::size(names)) ? names[code] : "";
+// ONNX's name of a tensor element type ("float16", dtype_from_onnx_type's table), empty for codes it does not name.
+std::string element_name(int code) {
+  std::string name;
+  dtype_from_onnx_type(code, nullptr, &name);
+  return name == "unknown" ? std::string() : name;
 }
 
 // A value's type as ONNX's schemas write it ("tensor(float)", "seq(tensor(int64))"); empty when unknown.

@@ -35,7 +35,29 @@ from typing import Any, Mapping, Optional, Union
 
 from .. import _core
 from ..policies import ExecutionPolicy, KernelPolicy
-from . import _mode, _native, _routing
+
+# Note [The layers of xpuruntime.pytorch]
+# The modules of this package import one another in one direction, top to bottom (scripts/check_layers.py fails on
+# an import circle, an import inside a function included):
+#
+#   entry points   __init__ (the public API), _autocast, _graph
+#                  _mode      the routing mode, PolicyScope, activate(); hands the mode down to _extension
+#                  _native    registers the fast path's sites with the native path's extension
+#                  _fast      the eager fast path: one cached Site per call signature, its autograd Functions
+#   kernels/ops    _ops       the custom ops torch.ops.xpuruntime.* (autograd and fake implementations)
+#                  _kernels   what a routed call runs: xpuruntime's kernels, PyTorch's backends, backward formulas
+#   state and      _routing   PolicyState, the decision per signature (Route, Launcher), suspending routing
+#   routing        _log       DecisionLog
+#                  _extension building and loading the native path's extension, switching it, its shared state
+#                  _state     STATE: the scope in force and autocast's precision override
+#                  _compat    what differs between PyTorch versions
+#
+# A module may import any module below it, never one above. Where a lower module needs something of a higher one,
+# the higher one hands it down: _mode registers the mode object with _extension (register_mode); the custom op
+# matmul is passed to _kernels.linear_backward; the caller of _fast.run_site registers the site with _native.
+# Lazy imports are kept for optional or slow parts of torch only (torch.utils.cpp_extension, torch._dynamo), each
+# with its reason.
+from . import _extension, _mode, _routing, _state
 from ._autocast import autocast
 from ._graph import CapturedGraph, GraphCapture, capture_graph
 from ._log import DecisionLog
@@ -128,7 +150,7 @@ def set_kernel_policy(policy: PolicyLike = None, /, *, exec_policy: Any = None,
         Rules set on top of ``policy``.
     """
     global _last_scope
-    previous = _routing.STATE.scope
+    previous = _state.STATE.scope
     if policy is None and not rules and exec_policy is None:
         _mode.activate(None)
         return _RoutingOff(previous)
@@ -141,24 +163,24 @@ def set_kernel_policy(policy: PolicyLike = None, /, *, exec_policy: Any = None,
 
 def current_scope() -> Optional[PolicyScope]:
     """The scope in force, or None when routing is off."""
-    return _routing.STATE.scope
+    return _state.STATE.scope
 
 
 def get_kernel_policy() -> Optional[KernelPolicy]:
     """A copy of the KernelPolicy in force, or None when routing is off."""
-    scope = _routing.STATE.current
+    scope = _state.STATE.current
     return scope.policy.copy() if scope is not None else None
 
 
 def get_exec_policy() -> Optional[ExecutionPolicy]:
     """A copy of the ExecutionPolicy in force, or None when routing is off."""
-    scope = _routing.STATE.current
+    scope = _state.STATE.current
     return scope.exec_policy.copy() if scope is not None else None
 
 
 def decision_log(scope: Optional[PolicyScope] = None) -> DecisionLog:
     """The decision log of ``scope`` (default: the scope in force, else the last one set)."""
-    scope = scope or _routing.STATE.scope or _last_scope
+    scope = scope or _state.STATE.scope or _last_scope
     if scope is None:
         raise _core.XpuRuntimeError("no kernel policy has been set: call xpuruntime.pytorch.set_kernel_policy first")
     return scope.log
@@ -186,14 +208,14 @@ def native_status() -> dict:
     PyTorch the first time routing is turned on; docs/pytorch.md, "The native path"):
     ``{"enabled", "loaded", "active", "cuda", "reason", "path"}``. Without it routing runs on the Python path:
     the same decisions and results, more host time per call."""
-    return _native.status()
+    return _extension.status()
 
 
 def set_native(enabled: bool) -> dict:
     """Route on the native path (building it where needed) or, with False, on the Python path; returns
     :func:`native_status`. The environment variable ``XPURUNTIME_TORCH_NATIVE=0`` starts with it off."""
-    _native.set_enabled(enabled)
-    return _native.status()
+    _extension.set_enabled(enabled)
+    return _extension.status()
 
 
 def to_torch(tensor: "_core.Tensor") -> "torch.Tensor":

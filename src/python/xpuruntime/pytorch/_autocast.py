@@ -9,7 +9,8 @@ import torch
 
 from .. import _core
 from ..policies import ExecutionPolicy
-from . import _native, _routing
+from . import _extension
+from ._state import STATE
 
 _PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -64,7 +65,7 @@ class autocast:  # noqa: N801 - named like torch.autocast, which it wraps
             raise _core.InvalidArgumentError(f"autocast: precision='{precision}' contradicts {named}=True")
         precision = precision or named
         if precision is None:
-            scope = _routing.STATE.current
+            scope = STATE.current
             precision = scope.exec_policy.precision if scope is not None else "fp32"
         if precision not in _PRECISIONS:
             raise _core.InvalidArgumentError(
@@ -83,20 +84,20 @@ class autocast:  # noqa: N801 - named like torch.autocast, which it wraps
     def __enter__(self) -> "autocast":
         if not self.enabled:
             return self
-        self._saved = (_routing.STATE.precision_override, torch.backends.cuda.matmul.allow_tf32,
+        self._saved = (STATE.precision_override, torch.backends.cuda.matmul.allow_tf32,
                        torch.backends.cudnn.allow_tf32)
         if self.precision in _DTYPES:
             self._torch_autocast = torch.autocast(self.device_type, dtype=_DTYPES[self.precision],
                                                   cache_enabled=self.cache_enabled)
-            _routing.STATE.precision_override = None
+            STATE.precision_override = None
         else:
             self._torch_autocast = torch.autocast(self.device_type, enabled=False)
             tf32 = self.precision == "tf32"
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
-            _routing.STATE.precision_override = self.precision
+            STATE.precision_override = self.precision
         self._torch_autocast.__enter__()
-        _native.sync_state()
+        _extension.sync_state()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -105,8 +106,8 @@ class autocast:  # noqa: N801 - named like torch.autocast, which it wraps
         self._torch_autocast.__exit__(*exc)
         self._torch_autocast = None
         override, matmul_tf32, cudnn_tf32 = self._saved  # type: ignore[misc]
-        _routing.STATE.precision_override = override
-        _native.sync_state()
+        STATE.precision_override = override
+        _extension.sync_state()
         torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
         torch.backends.cudnn.allow_tf32 = cudnn_tf32
 

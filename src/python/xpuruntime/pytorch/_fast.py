@@ -20,6 +20,10 @@ custom ops' formulas instead.
 Attention: when the forward kernel is ``flash_v2`` and PyTorch's FlashAttention backward will run the gradient,
 the forward also returns the softmax log-sum-exp (``return_lse``), which the backward hands to
 ``aten._scaled_dot_product_flash_attention_backward``: no recomputation of the forward.
+
+The top layer, with the routing mode (Note [The layers of xpuruntime.pytorch] in __init__.py): it imports the
+router, the kernels and the custom ops; the mode (``_mode``) calls it, and registers its sites with the native path
+(``_native``).
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from .. import _core
-from . import _compat, _kernels, _native, _routing
+from . import _compat, _extension, _kernels, _routing
 from ._routing import Launcher, PolicyState, Route
+from ._state import STATE
 
 _Parameter = torch.nn.Parameter
 _strided = torch.strided
@@ -66,7 +71,7 @@ def _autocast_state() -> Tuple[Optional[torch.dtype], Optional[torch.dtype]]:
 def call_key(func: Any, scope: PolicyState, args: tuple, kwargs: dict) -> Optional[tuple]:
     """The key of a call's site (Note [Call sites]), or None when the call must take the full way."""
     try:
-        parts = [func, scope.id, _routing.STATE.precision_override, torch.is_grad_enabled(), _autocast_state()]
+        parts = [func, scope.id, STATE.precision_override, torch.is_grad_enabled(), _autocast_state()]
         for a in args:
             parts.append(_meta(a))
         if kwargs:
@@ -83,9 +88,10 @@ _sites_lock = threading.Lock()
 
 
 def clear() -> None:
+    """Forget every call site (the Python path's and the native path's)."""
     with _sites_lock:
         SITES.clear()
-    _native.clear()
+    _extension.clear()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -97,7 +103,7 @@ def _probe_disable() -> Callable[[], Any]:
     routing mode's own suspension (slower: the mode still sees each call)."""
     disable = getattr(torch._C, "DisableTorchFunction", None)
     if disable is None:
-        return _kernels.suspended
+        return _routing.suspended
     seen = []
 
     class _Probe(torch.overrides.TorchFunctionMode):
@@ -110,8 +116,8 @@ def _probe_disable() -> Callable[[], Any]:
             with disable():
                 torch.zeros(1).add(1)
     except Exception:  # noqa: BLE001 - any failure: use the slower, safe way
-        return _kernels.suspended
-    return disable if not seen else _kernels.suspended
+        return _routing.suspended
+    return disable if not seen else _routing.suspended
 
 
 no_torch_function = _probe_disable()
@@ -244,11 +250,11 @@ def make_site(op: str, name: str, scope: PolicyState, route: Route, attrs: Optio
 
 
 def run_site(key: tuple, site: Site, func: Any, args: tuple, kwargs: dict) -> Any:
+    """Keep ``site`` for later calls of ``key`` and run this call on it (the caller then registers it with the
+    native path: after the call, since a grad site's native node needs its first backward)."""
     with _sites_lock:
         SITES.setdefault(key, site)
-    result = site(func, args, kwargs)
-    _native.register(site, func, args, kwargs)  # after the call: a grad site's node needs its first backward
-    return result
+    return site(func, args, kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------

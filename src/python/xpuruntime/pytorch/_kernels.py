@@ -24,43 +24,22 @@ Gradients run on xpuruntime's kernels where it has them, else on PyTorch, on the
   runs: cuDNN's first after a cuDNN forward, then FlashAttention's, the memory-efficient backend's, and an
   explicit fp32 math backward. A rule that lists PyTorch backends (``["flash_v2", "torch_flash"]``) puts them
   first. The decision log records each backward kernel and why.
+
+The middle layer (Note [The layers of xpuruntime.pytorch] in __init__.py): it imports ``_compat`` and ``_routing``
+of the package; the custom ops (``_ops``), the fast path and the mode call it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from .. import _core
-from . import _compat, _native, _routing
-from ._routing import PolicyState, Route
-
-# ---------------------------------------------------------------------------------------------------------------
-# Suspending the routing mode (backward formulas and kernels call torch functions that must not be re-routed)
-# ---------------------------------------------------------------------------------------------------------------
-
-_local = threading.local()
-
-
-def routing_suspended() -> bool:
-    return getattr(_local, "suspended", 0) > 0
-
-
-@contextlib.contextmanager
-def suspended() -> Iterator[None]:
-    _local.suspended = getattr(_local, "suspended", 0) + 1
-    native = _native.suspend(1)  # the native path's own count (Note [The native path])
-    try:
-        yield
-    finally:
-        _local.suspended -= 1
-        if native is not None:
-            native.suspend(-1)
-
+from . import _compat, _routing
+from ._routing import PolicyState, Route, suspended
 
 # ---------------------------------------------------------------------------------------------------------------
 # Support answers of PyTorch's kernels
@@ -111,20 +90,10 @@ def _record(scope: PolicyState, route: Route, op_type: str, inputs: Sequence[Opt
         scope.log.record(route, op_type)
 
 
-def _torch_context(kernel: str, op: str) -> contextlib.AbstractContextManager:
-    if op in ("matmul", "linear") and kernel in ("torch_cublas", "torch_cublaslt"):
-        return _compat.blas_library(kernel)
-    if op == "conv2d" and kernel == "torch_cudnn":
-        return _compat.cudnn_enabled(True)
-    if op == "attention" and kernel != "torch":
-        return _compat.sdpa_backend(kernel)
-    return contextlib.nullcontext()
-
-
 def torch_context(route: Route) -> contextlib.AbstractContextManager:
     """The context that makes PyTorch run ``route.kernel``: a BLAS library, cuDNN, an SDPA backend. (TF32 follows
     PyTorch's own flags, which xpuruntime.pytorch.autocast sets.)"""
-    return _torch_context(route.kernel, route.op)
+    return _routing.torch_backend_context(route.kernel, route.op)
 
 
 def run_forward(scope_id: int, route_id: int, tensors: Tuple[Optional[torch.Tensor], ...],
@@ -203,7 +172,7 @@ def matmul_backward(scope_id: int, route_id: int, grad: torch.Tensor, a: torch.T
     forward = _routing.route_by_id(route_id) if route_id >= 0 else None
     kernel = _backward_gemm_kernel(forward)
     grad_a = grad_b = None
-    with suspended(), _torch_context(kernel, "matmul"):
+    with suspended(), _routing.torch_backend_context(kernel, "matmul"):
         if need_a:
             bt = b.transpose(-1, -2)
             _log_backward_gemm(scope, forward, "matmul", "backward: grad a", (grad, bt), kernel)
@@ -281,7 +250,7 @@ def linear_backward(scope_id: int, route_id: int, grad: torch.Tensor, x: torch.T
         if needs[1] or needs[2]:
             grad2 = grad.reshape(-1, n)
             if needs[1]:
-                with _torch_context(kernel, "linear"):
+                with _routing.torch_backend_context(kernel, "linear"):
                     gt = grad2.t()
                     _log_backward_gemm(scope, forward, "linear", "backward: grad weight", (gt, x.reshape(-1, k)),
                                        kernel)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, List, Optional
 
+from .. import __version__
 from .. import report as _report
+from . import _extension
 
 
 class DecisionLog:
@@ -50,9 +52,7 @@ class DecisionLog:
 
     def native_counter(self, route: Any, op_type: str) -> Any:
         """A counter of xpuruntime.pytorch's native path whose calls count for ``route`` when the log is read."""
-        from . import _native
-
-        counter = _native.MODULE.Counter()
+        counter = _extension.MODULE.Counter()
         with self._lock:
             self._counters.append((counter, route, op_type))
         return counter
@@ -131,8 +131,6 @@ class DecisionLog:
 
     def to_report(self) -> dict:
         """The log in the explain report format of :mod:`xpuruntime.report` (engine ``"pytorch"``)."""
-        from .. import __version__
-
         records = self.records
         devices = sorted({r["device"] for r in records})
         notes = []

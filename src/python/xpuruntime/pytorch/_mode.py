@@ -15,6 +15,9 @@ no autocast rule), and then:
   anything but PyTorch's default become the custom op with route -1, which decides at run time on real tensors
   (and logs there); the mode reads no mutable state here besides the current scope, so Dynamo's guards stay
   valid. Calls the policy leaves to PyTorch stay torch calls that Inductor compiles as usual.
+
+The top layer (Note [The layers of xpuruntime.pytorch] in __init__.py): it imports every module below it, and hands
+the mode object down to the native path's extension (``_extension.register_mode``) instead of being imported by it.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode, _push_mode
 
-from . import _compat, _fast, _kernels, _native, _ops, _routing
-from ._routing import STATE, PolicyScope, PolicyState
+from . import _compat, _extension, _fast, _kernels, _native, _ops, _routing
+from ._routing import PolicyScope, PolicyState
+from ._state import STATE
 
 _DEVICE_TYPES = ("cpu", "cuda")
 _ROUTABLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -119,10 +123,6 @@ def _bind_linear(args, kwargs):
     return _cast((x, weight, bias), x.device.type), None, None
 
 
-def _conv2d_args(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
-    return input, weight, bias, stride, padding, dilation, groups
-
-
 def _pair(value) -> Optional[Tuple[int, int]]:
     if isinstance(value, int):
         return (value, value)
@@ -130,6 +130,10 @@ def _pair(value) -> Optional[Tuple[int, int]]:
     if len(value) == 1:
         return (value[0], value[0])
     return (value[0], value[1]) if len(value) == 2 else None
+
+
+def _conv2d_args(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    return input, weight, bias, stride, padding, dilation, groups
 
 
 def _bind_conv2d(args, kwargs):
@@ -264,12 +268,12 @@ class RoutingMode(TorchFunctionMode):
             if tensors is None:
                 return func(*args, **kwargs)
             return _run_op(op, tensors, attrs, scope.id, -1)
-        if _kernels.routing_suspended():
+        if _routing.routing_suspended():
             return func(*args, **kwargs)
         return self._eager(scope, op, name, binder, func, args, kwargs)
 
     # What PyTorch and Dynamo call. In eager mode the native path replaces it on the mode object itself
-    # (Note [The native path] in routing_native.cpp; _native.attach).
+    # (Note [The native path] in routing_native.cpp; _extension._attach).
     __torch_function__ = _torch_function_py
 
     def _eager(self, scope: PolicyState, op: str, name: str, binder, func, args, kwargs):
@@ -278,7 +282,7 @@ class RoutingMode(TorchFunctionMode):
             site = _fast.SITES.get(key)
             if site is not None:
                 result = site(func, args, kwargs)
-                if not site.native_tried and _native.DISPATCH is not None:
+                if not site.native_tried and _extension.DISPATCH is not None:
                     _native.register(site, func, args, kwargs)
                 return result
         if scope.rule_for(op) is None:
@@ -292,11 +296,13 @@ class RoutingMode(TorchFunctionMode):
         if key is not None:
             site = _fast.make_site(op, name, scope, route, attrs, args, kwargs, tensors)
             if site is not None:
-                return _fast.run_site(key, site, func, args, kwargs)
+                result = _fast.run_site(key, site, func, args, kwargs)
+                _native.register(site, func, args, kwargs)  # after the call: a grad site needs its first backward
+                return result
         scope.log.record(route, name)
         if route.on_xpuruntime:
             return _run_op(op, tensors, attrs, scope.id, route.id)
-        with _kernels.suspended(), _kernels.torch_context(route):
+        with _routing.suspended(), _kernels.torch_context(route):
             return func(*args, **kwargs)
 
     @staticmethod
@@ -328,6 +334,7 @@ class RoutingMode(TorchFunctionMode):
 
 
 _MODE = RoutingMode()
+_extension.register_mode(_MODE, list(_HANDLERS), _MODE._torch_function_py)
 
 
 def activate(scope: Optional[PolicyScope]) -> None:
@@ -335,8 +342,8 @@ def activate(scope: Optional[PolicyScope]) -> None:
     STATE.scope = scope
     STATE.current = scope.state if scope is not None else None
     if scope is not None:
-        _native.ensure_loaded()
-    _native.sync_state()
+        _extension.ensure_loaded()
+    _extension.sync_state()
     stack = _get_current_function_mode_stack()
     if scope is not None and not any(m is _MODE for m in stack):
         _push_mode(_MODE)

@@ -1,4 +1,7 @@
-"""The router: policy scopes, and the decision for each routed call signature.
+"""The router: policy states, the decision for each routed call signature, and suspending routing.
+
+Part of the bottom layer (Note [The layers of xpuruntime.pytorch] in __init__.py): it imports ``_compat``,
+``_state``, ``_extension`` and ``_log`` of the package, nothing above them.
 
 Note [How a routed call is decided]
 A call (op, phase, input shapes/dtypes/device, attributes) is decided once per policy scope and cached as a
@@ -26,17 +29,19 @@ own dispatch, inference to the next xpuruntime kernel in priority order (docs/py
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from .. import _core
 from ..policies import ExecutionPolicy, KernelPolicy
-from . import _compat
+from . import _compat, _extension
 from ._log import DecisionLog
+from ._state import STATE
 
 #: The ops xpuruntime.pytorch routes, and PyTorch's kernels for each (the registry's external kernels).
 ROUTED_OPS = ("matmul", "linear", "conv2d", "attention")
@@ -83,6 +88,44 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Suspending the routing mode (backward formulas and kernels call torch functions that must not be re-routed)
+# ---------------------------------------------------------------------------------------------------------------
+
+_local = threading.local()
+
+
+def routing_suspended() -> bool:
+    """Whether routing is suspended on this thread (the mode then passes every call to PyTorch)."""
+    return getattr(_local, "suspended", 0) > 0
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Suspend routing on this thread while the block runs (nested blocks count)."""
+    _local.suspended = getattr(_local, "suspended", 0) + 1
+    native = _extension.suspend(1)  # the native path's own count (Note [The native path])
+    try:
+        yield
+    finally:
+        _local.suspended -= 1
+        if native is not None:
+            native.suspend(-1)
+
+
+def torch_backend_context(kernel: str, op: str) -> contextlib.AbstractContextManager:
+    """The context that makes PyTorch run ``op`` on its backend ``kernel`` (a name of :data:`TORCH_KERNELS`): a BLAS
+    library, cuDNN, an SDPA backend; no context for ``torch``. (TF32 follows PyTorch's own flags, which
+    xpuruntime.pytorch.autocast sets.)"""
+    if op in ("matmul", "linear") and kernel in ("torch_cublas", "torch_cublaslt"):
+        return _compat.blas_library(kernel)
+    if op == "conv2d" and kernel == "torch_cudnn":
+        return _compat.cudnn_enabled(True)
+    if op == "attention" and kernel != "torch":
+        return _compat.sdpa_backend(kernel)
+    return contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Scopes
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -90,15 +133,6 @@ _state_ids = itertools.count(1)
 _STATES: Dict[int, "PolicyState"] = {}
 _STATES_BY_POLICY: Dict[Tuple[str, str], "PolicyState"] = {}
 _state_lock = threading.Lock()
-
-
-class _State:
-    scope: Optional["PolicyScope"] = None    # what set_kernel_policy returned last (None: routing off)
-    current: Optional["PolicyState"] = None  # its PolicyState: what the mode and the custom ops read
-    precision_override: Optional[str] = None  # "tf32" / "fp32" from xpuruntime.pytorch.autocast
-
-
-STATE = _State()
 
 
 @dataclass
@@ -370,16 +404,14 @@ def _time_engines(op: str, tensors: Sequence[Optional[torch.Tensor]], launcher: 
                   torch_call: Callable[..., torch.Tensor], candidates: List[dict]) -> Tuple[float, Dict[str, float]]:
     """Microseconds per call of xpuruntime's ``launcher`` and of each supported PyTorch candidate, which also gets
     its time (or, when PyTorch refuses the call, its reason) in ``candidates``."""
-    from . import _kernels
-
     times: Dict[str, float] = {}
-    with _kernels.suspended(), torch.no_grad():
+    with suspended(), torch.no_grad():
         own = _time_call(lambda: launcher(list(tensors)))
         for c in candidates:
             if c["backend"] != "pytorch" or not c["supported"]:
                 continue
             try:
-                with _kernels._torch_context(c["kernel"], op):  # entered once: its own cost is not the call's
+                with torch_backend_context(c["kernel"], op):  # entered once: its own cost is not the call's
                     c["time_us"] = times[c["kernel"]] = _time_call(lambda: torch_call(*tensors))
             except RuntimeError as error:  # e.g. an SDPA backend that cannot run these inputs after all
                 c["supported"] = False

@@ -267,39 +267,29 @@ std::string first_use(const std::string& backend) {
   return seen.insert(backend).second ? backend + ", first in this process" : backend;
 }
 
-}  // namespace
+// ---- Phase "specialise shapes" (with specialise_inputs and convert_precision above) ----
 
-std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
-                                                      const std::vector<std::vector<std::int64_t>>& input_shapes,
-                                                      const PlanOptions& options) {
-  XPURT_CHECK(options.dispatcher != nullptr, "CapturePlan::build needs a dispatcher");
-  std::shared_ptr<CapturePlan> plan(new CapturePlan());
-  detail::PhaseClock clock(&plan->build_phases_);  // Note [Build phases]
-  plan->device_ = options.device;
-  plan->compute_float_ = options.compute_float;
-  plan->memory_limit_ = options.memory_limit;
-  plan->dispatcher_ = options.dispatcher;
-  Graph& g = plan->graph_;
-  g = graph;
-  if (options.device.is_cuda()) {
-    // Note [Sequence and optional values] (value.h): they live on the CPU, in the reference library.
-    std::string values;
-    for (const auto* names : {&g.inputs, &g.outputs}) {
-      for (const std::string& name : *names) {
-        const ValueType* vt = g.type(name);
-        if (vt == nullptr || vt->is_tensor()) continue;
-        values += detail::str_cat(values.empty() ? "" : ", ", "'", name, "' (", vt->type_str(), ")");
-      }
-    }
-    if (!values.empty()) {
-      throw UnsupportedOperationError(detail::str_cat(
-          "the native engine runs sequence and optional values on the CPU only: this model's ", values,
-          " cannot run on ", options.device.str(), " (use device cpu, or engine onnxruntime)"));
+// Note [Sequence and optional values] (value.h): they live on the CPU, in the reference library; a CUDA plan
+// with such inputs or outputs is refused (UnsupportedOperationError naming them).
+void refuse_host_values(const Graph& g, Device device) {
+  if (!device.is_cuda()) return;
+  std::string values;
+  for (const auto* names : {&g.inputs, &g.outputs}) {
+    for (const std::string& name : *names) {
+      const ValueType* vt = g.type(name);
+      if (vt == nullptr || vt->is_tensor()) continue;
+      values += detail::str_cat(values.empty() ? "" : ", ", "'", name, "' (", vt->type_str(), ")");
     }
   }
-  specialise_inputs(g, input_shapes);
-  if (options.compute_float != DType::kFloat32) convert_precision(g, options.compute_float);
+  if (!values.empty()) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "the native engine runs sequence and optional values on the CPU only: this model's ", values,
+        " cannot run on ", device.str(), " (use device cpu, or engine onnxruntime)"));
+  }
+}
 
+// What type inference, folding and the graph passes of a plan of `options` take.
+runtime::InferOptions inference_options(const PlanOptions& options) {
   runtime::InferOptions infer_options;
   infer_options.fold_constants = options.fold_constants;
   infer_options.registry = &options.dispatcher->registry();
@@ -315,79 +305,235 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
   }
   // elementwise_fusion (Note [Fused elementwise programs]): where a fused_elementwise kernel runs on the device, and
   // not for ops the KernelPolicy gives a rule of their own.
-  {
-    const KernelRegistry& registry = options.dispatcher->registry();
-    OpDescriptor probe;
-    probe.op = "fused_elementwise";
-    probe.device = options.device;
-    probe.inputs.push_back(TensorDesc::contiguous({1}, DType::kFloat32, options.device));
-    probe.attrs.set("program", std::string("neg x0"));
-    registry.infer(probe);
-    bool runnable = false;
-    for (const Kernel* k : registry.kernels("fused_elementwise")) {
-      runnable = runnable || k->supports(probe, options.dispatcher->exec_policy()).ok();
-    }
-    infer_options.fuse_elementwise = runnable;
-    // A rule of the policy for an op or its family keeps that op's nodes out of the groups: the user chose their
-    // kernel. Unless the policy rules fused_elementwise too: then it was written for a plan with fused groups (what
-    // `xpuruntime tune` writes: a rule per op, fused and unfused alike), and replaying it must group the same nodes;
-    // its per-op rules then apply to the nodes the pass leaves unfused.
-    const KernelPolicy& policy = options.dispatcher->kernel_policy();
-    const OpSchema* fused_schema = registry.find_schema("fused_elementwise");
-    const bool fusion_ruled = fused_schema != nullptr &&
-                              policy.resolve("fused_elementwise", fused_schema->family).mode != RuleMode::kAuto;
-    infer_options.keep_unfused = [&registry, policy, fusion_ruled](const std::string& op) {
-      if (fusion_ruled) return false;
-      const OpSchema* schema = registry.find_schema(op);
-      return schema != nullptr && policy.resolve(op, schema->family).mode != RuleMode::kAuto;
-    };
+  const KernelRegistry* registry = &options.dispatcher->registry();
+  OpDescriptor probe;
+  probe.op = "fused_elementwise";
+  probe.device = options.device;
+  probe.inputs.push_back(TensorDesc::contiguous({1}, DType::kFloat32, options.device));
+  probe.attrs.set("program", std::string("neg x0"));
+  registry->infer(probe);
+  bool runnable = false;
+  for (const Kernel* k : registry->kernels("fused_elementwise")) {
+    runnable = runnable || k->supports(probe, options.dispatcher->exec_policy()).ok();
   }
-  clock.mark("prepare");
-  plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes, &plan->build_phases_);
-  clock.restart();
-  plan->boundary_ = runtime::split_segments(g, options);  // Note [Segmented plans]
-  clock.mark("segments");
+  infer_options.fuse_elementwise = runnable;
+  // A rule of the policy for an op or its family keeps that op's nodes out of the groups: the user chose their
+  // kernel. Unless the policy rules fused_elementwise too: then it was written for a plan with fused groups (what
+  // `xpuruntime tune` writes: a rule per op, fused and unfused alike), and replaying it must group the same nodes;
+  // its per-op rules then apply to the nodes the pass leaves unfused.
+  const KernelPolicy& policy = options.dispatcher->kernel_policy();
+  const OpSchema* fused_schema = registry->find_schema("fused_elementwise");
+  const bool fusion_ruled = fused_schema != nullptr &&
+                            policy.resolve("fused_elementwise", fused_schema->family).mode != RuleMode::kAuto;
+  infer_options.keep_unfused = [registry, policy, fusion_ruled](const std::string& op) {
+    if (fusion_ruled) return false;
+    const OpSchema* schema = registry->find_schema(op);
+    return schema != nullptr && policy.resolve(op, schema->family).mode != RuleMode::kAuto;
+  };
+  return infer_options;
+}
 
-  // ---- values ----
-  std::unordered_map<std::string, int> id_of;
-  auto value_id = [&](const std::string& name) -> int {
-    auto it = id_of.find(name);
-    if (it != id_of.end()) return it->second;
+// ---- Phases "lower" and "select kernels" ----
+
+// A static kernel step whose descriptor is known, waiting for its kernel (Note [Parallel kernel selection]).
+struct Selection {
+  std::size_t step;
+  std::int64_t opset;
+  OpDescriptor desc;
+  std::shared_ptr<const Dispatch> dispatch;
+  std::exception_ptr error;
+  double ms = 0;
+};
+
+// Lowers the nodes of an optimised graph into a plan's steps and values: the value table (one id per name), each
+// node as a kernel, view or reference step, and the list of nodes that cannot run (refused at the end, all at once).
+class StepLowering {
+ public:
+  StepLowering(const Graph& g, const PlanOptions& options, std::vector<PlanValue>& values,
+               std::vector<PlanStep>& steps)
+      : g_(g), options_(options), device_(options.device), values_(values), steps_(steps) {
+    if (device_.is_cuda()) {
+      compute_capability_ = DeviceManager::instance().get_device_info(device_).compute_capability();
+    }
+    defined_.insert(g.inputs.begin(), g.inputs.end());
+    for (const auto& [name, t] : g.initializers) defined_.insert(name);
+    for (const Node& node : g.nodes) defined_.insert(node.outputs.begin(), node.outputs.end());
+  }
+
+  // The graph inputs' values, in order (their ids appended to `inputs`).
+  void add_inputs(std::vector<int>& inputs) {
+    for (const auto& in : g_.inputs) {
+      const int id = value_id(in);
+      values_[id].kind = PlanValue::Kind::kInput;
+      inputs.push_back(id);
+    }
+  }
+
+  // One step per node, in order. The kernel steps whose descriptors are known are returned for kernel selection;
+  // their outputs' types are inferred already (later steps read them).
+  std::vector<Selection> lower_nodes() {
+    std::vector<Selection> selections;
+    for (std::size_t index = 0; index < g_.nodes.size(); ++index) {
+      const Node& node = g_.nodes[index];
+      PlanStep step;
+      step.node = node.name;
+      step.op_type = node.domain == kXpurtDomain ? "xpuruntime:" + node.op_type
+                     : node.domain.empty()      ? node.op_type
+                                                : node.domain + ":" + node.op_type;
+      std::vector<const ValueType*> types;
+      std::vector<const Tensor*> constants;
+      for (const auto& in : node.inputs) {
+        types.push_back(in.empty() ? nullptr : g_.type(in));
+        auto c = g_.initializers.find(in);
+        constants.push_back(in.empty() || c == g_.initializers.end() ? nullptr : &c->second);
+      }
+      const std::int64_t opset = g_.opset(node.domain);
+      runtime::Lowered lowered = runtime::lower_node(node, opset, types, constants);
+      for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
+      for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
+      if (lowered.kind == runtime::Lowered::Kind::kView) {
+        lower_view(step, lowered);
+      } else if (lowered.kind == runtime::Lowered::Kind::kRegistry) {
+        lower_registry_op(index, step, node, opset, lowered, selections);
+      } else {
+        fall_back(index, step, node, opset, lowered.reason);
+      }
+      steps_.push_back(std::move(step));
+    }
+    return selections;
+  }
+
+  // The chosen kernels into their steps (a step whose selection failed falls back); returns the selection time per
+  // backend of the chosen kernels, summed over the threads (Note [Build phases]).
+  std::map<std::string, double> take_selections(std::vector<Selection>& selections) {
+    std::map<std::string, double> selection_ms;
+    for (Selection& sel : selections) {
+      PlanStep& step = steps_[sel.step];
+      if (sel.error) {
+        selection_ms["(none)"] += sel.ms;
+        try {
+          std::rethrow_exception(sel.error);
+        } catch (const XpuRuntimeError& e) {
+          fall_back(sel.step, step, g_.nodes[sel.step], sel.opset, no_kernel(sel.desc, e.what()));
+        }
+        continue;
+      }
+      selection_ms[first_use(sel.dispatch->decision.backend)] += sel.ms;
+      step.dispatch = std::move(sel.dispatch);
+      step.desc = std::move(sel.desc);
+    }
+    return selection_ms;
+  }
+
+  // UnsupportedOperationError listing every node that cannot run, in step order; nothing when all can.
+  void refuse_unsupported() {
+    std::sort(unsupported_.begin(), unsupported_.end());
+    if (unsupported_.empty()) return;
+    std::string list;
+    for (const auto& [index, why] : unsupported_) list += "\n  " + why;
+    throw UnsupportedOperationError(detail::str_cat(
+        "the native engine cannot run ", unsupported_.size(), " node(s) of this model on ", device_.str(), ":", list,
+        device_.is_cuda() && !options_.cpu_fallback
+            ? "\n(ExecutionPolicy(fallback=\"cpu\") runs such nodes on the CPU, with copies; engine=\"onnxruntime\" "
+              "runs the model through ONNX Runtime)"
+            : ""));
+  }
+
+  // The graph outputs' values, in order (their ids appended to `outputs`).
+  void add_outputs(std::vector<int>& outputs) {
+    for (const auto& out : g_.outputs) {
+      const int id = value_id(out);
+      values_[id].is_output = true;
+      outputs.push_back(id);
+    }
+  }
+
+ private:
+  // The id of value `name`, added on first use (a constant with its tensor and exact type).
+  int value_id(const std::string& name) {
+    auto it = id_of_.find(name);
+    if (it != id_of_.end()) return it->second;
     PlanValue v;
     v.name = name;
-    if (const ValueType* vt = g.type(name)) v.type = *vt;
-    if (g.is_constant(name)) {
+    if (const ValueType* vt = g_.type(name)) v.type = *vt;
+    if (g_.is_constant(name)) {
       v.kind = PlanValue::Kind::kConstant;
-      v.constant = g.initializers.at(name);
+      v.constant = g_.initializers.at(name);
       v.type.dtype = v.constant.dtype();
       v.type.has_shape = true;
       v.type.shape.clear();
       for (auto d : v.constant.shape()) v.type.shape.emplace_back(d);
     }
-    plan->values_.push_back(std::move(v));
-    const int id = static_cast<int>(plan->values_.size() - 1);
-    id_of[name] = id;
+    values_.push_back(std::move(v));
+    const int id = static_cast<int>(values_.size() - 1);
+    id_of_[name] = id;
     return id;
-  };
-  for (const auto& in : g.inputs) {
-    const int id = value_id(in);
-    plan->values_[id].kind = PlanValue::Kind::kInput;
-    plan->inputs_.push_back(id);
   }
 
-  // ---- steps ----
-  const Device device = options.device;
-  int compute_capability = 0;
-  if (device.is_cuda()) {
-    compute_capability = DeviceManager::instance().get_device_info(device).compute_capability();
+  // A view step: the output shares input 0's bytes, from the lowered offset.
+  void lower_view(PlanStep& step, const runtime::Lowered& lowered) {
+    step.kind = PlanStep::Kind::kView;
+    PlanValue& out = values_[step.outputs[0]];
+    out.view_of = step.inputs[0];
+    out.view_offset = static_cast<std::size_t>(lowered.view_offset) * dtype_size(values_[step.inputs[0]].type.dtype);
+    out.type.dtype = values_[step.inputs[0]].type.dtype;
+    out.type.has_shape = true;
+    out.type.shape.clear();
+    for (auto d : lowered.view_shape) out.type.shape.emplace_back(d);
   }
-  std::vector<std::pair<std::size_t, std::string>> unsupported;  // (step, why), listed in step order
-  std::unordered_set<std::string> defined(g.inputs.begin(), g.inputs.end());
-  for (const auto& [name, t] : g.initializers) defined.insert(name);
-  for (const Node& node : g.nodes) defined.insert(node.outputs.begin(), node.outputs.end());
+
+  // A kernel step: static (its descriptor prepared, queued in `selections`), dynamic on the CPU (Note [Static and
+  // dynamic steps]), or a fallback when its shapes are known only at run time on CUDA or no kernel takes it.
+  void lower_registry_op(std::size_t index, PlanStep& step, const Node& node, std::int64_t opset,
+                         const runtime::Lowered& lowered, std::vector<Selection>& selections) {
+    step.kind = PlanStep::Kind::kKernel;
+    step.op = lowered.op;
+    step.attrs = lowered.attrs;
+    // Registry inputs in schema order.
+    std::vector<int> reg_inputs;
+    for (int idx : lowered.inputs) reg_inputs.push_back(idx < 0 ? -1 : step.inputs[idx]);
+    step.inputs = reg_inputs;
+    bool all_known = true;
+    for (int id : reg_inputs) {
+      if (id >= 0 && !values_[id].type.fully_known()) all_known = false;
+    }
+    if (!all_known) {
+      if (device_.is_cuda()) {
+        fall_back(index, step, node, opset, "input shapes are known only at run time");
+      } else {
+        step.dynamic = true;
+        // The reference library runs it when the registry op refuses what the run gives (graph_exec.cpp).
+        step.reference_node = std::make_shared<const Node>(node);
+        step.opset = opset;
+        for (const auto& in : node.inputs) step.reference_inputs.push_back(in.empty() ? -1 : value_id(in));
+      }
+      return;
+    }
+    OpDescriptor desc;
+    desc.op = lowered.op;
+    desc.attrs = lowered.attrs;
+    desc.device = device_;
+    desc.compute_capability = compute_capability_;
+    for (int id : reg_inputs) desc.inputs.push_back(id < 0 ? TensorDesc{} : desc_of(values_[id].type, device_));
+    // The outputs' types now (later steps read them); the kernel later (Note [Parallel kernel selection]).
+    try {
+      options_.dispatcher->prepare(desc);
+      for (std::size_t o = 0; o < step.outputs.size() && o < desc.outputs.size(); ++o) {
+        if (step.outputs[o] < 0) continue;
+        PlanValue& out = values_[step.outputs[o]];
+        out.type.dtype = desc.outputs[o].dtype;
+        out.type.has_shape = true;
+        out.type.shape.clear();
+        for (auto d : desc.outputs[o].shape) out.type.shape.emplace_back(d);
+      }
+      selections.push_back({index, opset, std::move(desc), nullptr, nullptr, 0});
+    } catch (const XpuRuntimeError& e) {
+      fall_back(index, step, node, opset, no_kernel(desc, e.what()));
+    }
+  }
+
   // Step `index` (node `node`) runs in the reference library instead, or the plan is refused on CUDA.
-  const auto fall_back = [&](std::size_t index, PlanStep& step, const Node& node, std::int64_t opset,
-                             const std::string& reason) {
+  void fall_back(std::size_t index, PlanStep& step, const Node& node, std::int64_t opset, const std::string& reason) {
     step.kind = PlanStep::Kind::kReference;
     step.reason = reason;
     step.dispatch.reset();
@@ -398,227 +544,136 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
       for (const std::string& name : onnx_ref::outer_names(*sub)) {
         const bool listed = std::find(step.implicit_inputs.begin(), step.implicit_inputs.end(), name) !=
                             step.implicit_inputs.end();
-        if (!defined.count(name) || listed) continue;
+        if (!defined_.count(name) || listed) continue;
         step.implicit_inputs.push_back(name);
         step.inputs.push_back(value_id(name));
       }
     }
-    if (device.is_cuda() && !options.cpu_fallback) {
-      unsupported.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
+    if (device_.is_cuda() && !options_.cpu_fallback) {
+      unsupported_.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason));
       return;
     }
     // On CUDA (Note [Mixed execution]) the node runs on the host between copies; the plan is then not capturable.
-    step.on_host = device.is_cuda();
+    step.on_host = device_.is_cuda();
     if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
-      unsupported.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
-                                                      ", and the reference library has no ", node.op_type));
+      unsupported_.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
+                                                       ", and the reference library has no ", node.op_type));
     }
-  };
-  const auto no_kernel = [&](const OpDescriptor& desc, const std::string& what) {
-    return device.is_cuda() ? detail::str_cat("no kernel for ", desc.op, " here: ", what)
-                            : detail::str_cat("registry op ", desc.op, " cannot take it: ", what);
-  };
-  struct Selection {
-    std::size_t step;
-    std::int64_t opset;
-    OpDescriptor desc;
-    std::shared_ptr<const Dispatch> dispatch;
-    std::exception_ptr error;
-    double ms = 0;
-  };
-  std::vector<Selection> selections;
-  for (std::size_t index = 0; index < g.nodes.size(); ++index) {
-    const Node& node = g.nodes[index];
-    PlanStep step;
-    step.node = node.name;
-    step.op_type = node.domain == kXpurtDomain ? "xpuruntime:" + node.op_type
-                   : node.domain.empty()      ? node.op_type
-                                              : node.domain + ":" + node.op_type;
-    std::vector<const ValueType*> types;
-    std::vector<const Tensor*> constants;
-    for (const auto& in : node.inputs) {
-      types.push_back(in.empty() ? nullptr : g.type(in));
-      auto c = g.initializers.find(in);
-      constants.push_back(in.empty() || c == g.initializers.end() ? nullptr : &c->second);
-    }
-    const std::int64_t opset = g.opset(node.domain);
-    runtime::Lowered lowered = runtime::lower_node(node, opset, types, constants);
-    for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
-    for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
-
-    if (lowered.kind == runtime::Lowered::Kind::kView) {
-      step.kind = PlanStep::Kind::kView;
-      PlanValue& out = plan->values_[step.outputs[0]];
-      out.view_of = step.inputs[0];
-      out.view_offset =
-          static_cast<std::size_t>(lowered.view_offset) * dtype_size(plan->values_[step.inputs[0]].type.dtype);
-      out.type.dtype = plan->values_[step.inputs[0]].type.dtype;
-      out.type.has_shape = true;
-      out.type.shape.clear();
-      for (auto d : lowered.view_shape) out.type.shape.emplace_back(d);
-    } else if (lowered.kind == runtime::Lowered::Kind::kRegistry) {
-      step.kind = PlanStep::Kind::kKernel;
-      step.op = lowered.op;
-      step.attrs = lowered.attrs;
-      // Registry inputs in schema order.
-      std::vector<int> reg_inputs;
-      for (int idx : lowered.inputs) reg_inputs.push_back(idx < 0 ? -1 : step.inputs[idx]);
-      step.inputs = reg_inputs;
-      bool all_known = true;
-      for (int id : reg_inputs) {
-        if (id >= 0 && !plan->values_[id].type.fully_known()) all_known = false;
-      }
-      if (!all_known) {
-        if (device.is_cuda()) {
-          fall_back(index, step, node, opset, "input shapes are known only at run time");
-        } else {
-          step.dynamic = true;
-          // The reference library runs it when the registry op refuses what the run gives (graph_exec.cpp).
-          step.reference_node = std::make_shared<const Node>(node);
-          step.opset = opset;
-          for (const auto& in : node.inputs) step.reference_inputs.push_back(in.empty() ? -1 : value_id(in));
-        }
-      } else {
-        OpDescriptor desc;
-        desc.op = lowered.op;
-        desc.attrs = lowered.attrs;
-        desc.device = device;
-        desc.compute_capability = compute_capability;
-        for (int id : reg_inputs) {
-          desc.inputs.push_back(id < 0 ? TensorDesc{} : desc_of(plan->values_[id].type, device));
-        }
-        // The outputs' types now (later steps read them); the kernel below (Note [Parallel kernel selection]).
-        try {
-          options.dispatcher->prepare(desc);
-          for (std::size_t o = 0; o < step.outputs.size() && o < desc.outputs.size(); ++o) {
-            if (step.outputs[o] < 0) continue;
-            PlanValue& out = plan->values_[step.outputs[o]];
-            out.type.dtype = desc.outputs[o].dtype;
-            out.type.has_shape = true;
-            out.type.shape.clear();
-            for (auto d : desc.outputs[o].shape) out.type.shape.emplace_back(d);
-          }
-          selections.push_back({index, opset, std::move(desc), nullptr, nullptr, 0});
-        } catch (const XpuRuntimeError& e) {
-          fall_back(index, step, node, opset, no_kernel(desc, e.what()));
-        }
-      }
-    } else {
-      fall_back(index, step, node, opset, lowered.reason);
-    }
-    plan->steps_.push_back(std::move(step));
-  }
-  clock.mark("lowering");
-
-  // Note [Parallel kernel selection]
-  // Choosing a kernel is mostly the libraries' host work: cuDNN's heuristic ranking and workspace queries, cuBLASLt's
-  // algorithm heuristic, NVRTC loading or compiling a generated kernel. It took 60-90% of the plan builds of the
-  // suite's CNNs (Note [Build phases]), one node after another. The nodes' descriptors are known once the loop above
-  // has inferred every output, so the kernels are chosen on up to 8 threads (a CUDA plan; a CPU plan's choices are
-  // cheap and stay on this thread): the Dispatcher decides distinct signatures at once (a thread asking for one
-  // that another decides waits for it), the libraries' handles are per thread (Note [Per-thread handle pools]),
-  // and whatever times kernels on the GPU holds gpu_timing_mutex(), so timings never overlap. The choices do not
-  // depend on the order: each is a function of its descriptor, the policies and the autotune cache.
-  {
-    const auto work = [&](std::atomic<std::size_t>& next) {
-      for (std::size_t i = next++; i < selections.size(); i = next++) {
-        Selection& sel = selections[i];
-        const auto start = std::chrono::steady_clock::now();
-        try {
-          sel.dispatch = options.dispatcher->select(sel.desc);
-        } catch (...) {
-          sel.error = std::current_exception();
-        }
-        sel.ms = detail::ms_since(start);
-      }
-    };
-    const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-    const std::size_t threads =
-        device.is_cuda() ? std::min<std::size_t>({std::size_t{8}, std::size_t{hardware}, selections.size()}) : 1;
-    std::atomic<std::size_t> next{0};
-    if (threads <= 1) {
-      work(next);
-    } else {
-      std::vector<std::thread> pool;
-      for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work, std::ref(next));
-      for (std::thread& t : pool) t.join();
-    }
-    // Several threads: the wall time, then each backend's thread time; one thread: each backend's time says it all.
-    if (threads > 1) {
-      clock.mark(detail::str_cat("kernel selection (", threads, " threads)"));
-    } else {
-      clock.restart();
-    }
-    std::map<std::string, double> selection_ms;  // per backend of the chosen kernels, summed over the threads
-    for (Selection& sel : selections) {
-      PlanStep& step = plan->steps_[sel.step];
-      if (sel.error) {
-        selection_ms["(none)"] += sel.ms;
-        try {
-          std::rethrow_exception(sel.error);
-        } catch (const XpuRuntimeError& e) {
-          fall_back(sel.step, step, g.nodes[sel.step], sel.opset, no_kernel(sel.desc, e.what()));
-        }
-        continue;
-      }
-      selection_ms[first_use(sel.dispatch->decision.backend)] += sel.ms;
-      step.dispatch = std::move(sel.dispatch);
-      step.desc = std::move(sel.desc);
-    }
-    for (const auto& [backend, ms] : selection_ms) {
-      plan->build_phases_.push_back({"kernel selection (" + backend + (threads > 1 ? "), thread time" : ")"), ms});
-    }
-  }
-  std::sort(unsupported.begin(), unsupported.end());
-  if (!unsupported.empty()) {
-    std::string list;
-    for (const auto& [index, why] : unsupported) list += "\n  " + why;
-    throw UnsupportedOperationError(detail::str_cat(
-        "the native engine cannot run ", unsupported.size(), " node(s) of this model on ", device.str(), ":", list,
-        device.is_cuda() && !options.cpu_fallback
-            ? "\n(ExecutionPolicy(fallback=\"cpu\") runs such nodes on the CPU, with copies; engine=\"onnxruntime\" "
-              "runs the model through ONNX Runtime)"
-            : ""));
-  }
-  for (const auto& out : g.outputs) {
-    const int id = value_id(out);
-    plan->values_[id].is_output = true;
-    plan->outputs_.push_back(id);
   }
 
-  // ---- lifetimes ----
-  const int num_steps = static_cast<int>(plan->steps_.size());
+  std::string no_kernel(const OpDescriptor& desc, const std::string& what) const {
+    return device_.is_cuda() ? detail::str_cat("no kernel for ", desc.op, " here: ", what)
+                             : detail::str_cat("registry op ", desc.op, " cannot take it: ", what);
+  }
+
+  const Graph& g_;
+  const PlanOptions& options_;
+  const Device device_;
+  int compute_capability_ = 0;
+  std::vector<PlanValue>& values_;
+  std::vector<PlanStep>& steps_;
+  std::unordered_map<std::string, int> id_of_;
+  std::unordered_set<std::string> defined_;  // every name the graph defines (subgraphs' outer names resolve here)
+  std::vector<std::pair<std::size_t, std::string>> unsupported_;  // (step, why), listed in step order
+};
+
+// Note [Parallel kernel selection]
+// Choosing a kernel is mostly the libraries' host work: cuDNN's heuristic ranking and workspace queries, cuBLASLt's
+// algorithm heuristic, NVRTC loading or compiling a generated kernel. It took 60-90% of the plan builds of the
+// suite's CNNs (Note [Build phases]), one node after another. The nodes' descriptors are known once lowering has
+// inferred every output, so the kernels are chosen on up to 8 threads (a CUDA plan; a CPU plan's choices are
+// cheap and stay on this thread): the Dispatcher decides distinct signatures at once (a thread asking for one
+// that another decides waits for it), the libraries' handles are per thread (Note [Per-thread handle pools]),
+// and whatever times kernels on the GPU holds gpu_timing_mutex(), so timings never overlap. The choices do not
+// depend on the order: each is a function of its descriptor, the policies and the autotune cache.
+//
+// Fills each selection's dispatch (or error) and time; returns the number of threads it used.
+std::size_t select_kernels(std::vector<Selection>& selections, Dispatcher& dispatcher, Device device) {
+  const auto work = [&](std::atomic<std::size_t>& next) {
+    for (std::size_t i = next++; i < selections.size(); i = next++) {
+      Selection& sel = selections[i];
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        sel.dispatch = dispatcher.select(sel.desc);
+      } catch (...) {
+        sel.error = std::current_exception();
+      }
+      sel.ms = detail::ms_since(start);
+    }
+  };
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t threads =
+      device.is_cuda() ? std::min<std::size_t>({std::size_t{8}, std::size_t{hardware}, selections.size()}) : 1;
+  std::atomic<std::size_t> next{0};
+  if (threads <= 1) {
+    work(next);
+  } else {
+    std::vector<std::thread> pool;
+    for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work, std::ref(next));
+    for (std::thread& t : pool) t.join();
+  }
+  return threads;
+}
+
+// ---- Phase "plan memory" ----
+
+// Each value's first_step (its producer; -1 for inputs) and last_step (its last reader; outputs: the number of
+// steps). A view keeps its root alive as long as itself.
+void compute_lifetimes(std::vector<PlanValue>& values, const std::vector<PlanStep>& steps,
+                       const std::vector<int>& inputs, const std::vector<int>& outputs) {
+  const int num_steps = static_cast<int>(steps.size());
   auto root = [&](int id) {
-    while (plan->values_[id].view_of >= 0) id = plan->values_[id].view_of;
+    while (values[id].view_of >= 0) id = values[id].view_of;
     return id;
   };
   for (int s = 0; s < num_steps; ++s) {
-    const PlanStep& step = plan->steps_[s];
+    const PlanStep& step = steps[s];
     for (int id : step.outputs) {
-      if (id >= 0) plan->values_[id].first_step = s;
+      if (id >= 0) values[id].first_step = s;
     }
     std::vector<int> reads = step.inputs;
     reads.insert(reads.end(), step.reference_inputs.begin(), step.reference_inputs.end());
     for (int id : reads) {
       if (id < 0) continue;
       const int r = root(id);
-      plan->values_[r].last_step = std::max(plan->values_[r].last_step, s);
-      plan->values_[id].last_step = std::max(plan->values_[id].last_step, s);
+      values[r].last_step = std::max(values[r].last_step, s);
+      values[id].last_step = std::max(values[id].last_step, s);
     }
   }
-  for (int id : plan->outputs_) {
-    plan->values_[root(id)].last_step = num_steps;
-    plan->values_[id].last_step = num_steps;
+  for (int id : outputs) {
+    values[root(id)].last_step = num_steps;
+    values[id].last_step = num_steps;
   }
-  for (int id : plan->inputs_) plan->values_[id].first_step = -1;
+  for (int id : inputs) values[id].first_step = -1;
+}
 
-  // ---- memory plan ----
-  // Planned: inputs and values produced by static kernel steps (views share their root's slot). Reference and
-  // dynamic steps allocate at run time.
-  MemoryPlan& mem = plan->memory_;
+// Views of planned values share the slot, from their offset in it (Note [Views at an offset]).
+void place_views(std::vector<PlanValue>& values) {
+  for (PlanValue& v : values) {
+    if (v.view_of < 0) continue;
+    std::size_t offset = 0;
+    int r = static_cast<int>(&v - values.data());
+    for (; values[r].view_of >= 0; r = values[r].view_of) offset += values[r].view_offset;
+    const PlanValue& root_value = values[r];
+    v.planned = root_value.planned;
+    v.offset = root_value.offset + offset;
+    if (offset == 0) {
+      v.bytes = root_value.bytes;
+    } else {
+      std::size_t elements = 1;
+      for (std::int64_t d : v.type.sizes()) elements *= static_cast<std::size_t>(d);
+      v.bytes = elements * dtype_size(v.type.dtype);
+    }
+  }
+}
+
+// The memory plan. Planned: inputs and values produced by static kernel steps (views share their root's slot), at
+// offsets of one arena; reference and dynamic steps allocate at run time.
+MemoryPlan plan_memory(std::vector<PlanValue>& values, const std::vector<PlanStep>& steps, Device device) {
+  MemoryPlan mem;
   std::vector<int> planned;
-  for (std::size_t id = 0; id < plan->values_.size(); ++id) {
-    PlanValue& v = plan->values_[id];
+  for (std::size_t id = 0; id < values.size(); ++id) {
+    PlanValue& v = values[id];
     if (v.kind == PlanValue::Kind::kConstant) {
       mem.constant_bytes += v.constant.nbytes();
       continue;
@@ -626,7 +681,7 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     if (v.view_of >= 0) continue;
     bool produced_static = v.kind == PlanValue::Kind::kInput;
     if (v.first_step >= 0) {
-      const PlanStep& producer = plan->steps_[v.first_step];
+      const PlanStep& producer = steps[v.first_step];
       produced_static = producer.kind == PlanStep::Kind::kKernel && !producer.dynamic;
     }
     if (!produced_static || !v.type.fully_known()) {
@@ -641,41 +696,86 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
     planned.push_back(static_cast<int>(id));
   }
   mem.planned_values = planned.size();
-  mem.arena_bytes = assign_offsets(plan->values_, planned);
-  for (const PlanStep& s : plan->steps_) {
-    if (s.dispatch && s.dispatch->plan) mem.workspace_bytes = std::max(mem.workspace_bytes, s.dispatch->plan->workspace_bytes());
-  }
-  mem.workspace_bytes = align_up(mem.workspace_bytes);
-  // Views of planned values share the slot, from their offset in it (Note [Views at an offset]).
-  for (PlanValue& v : plan->values_) {
-    if (v.view_of < 0) continue;
-    std::size_t offset = 0;
-    int r = static_cast<int>(&v - plan->values_.data());
-    for (; plan->values_[r].view_of >= 0; r = plan->values_[r].view_of) offset += plan->values_[r].view_offset;
-    const PlanValue& root_value = plan->values_[r];
-    v.planned = root_value.planned;
-    v.offset = root_value.offset + offset;
-    if (offset == 0) {
-      v.bytes = root_value.bytes;
-    } else {
-      std::size_t elements = 1;
-      for (std::int64_t d : v.type.sizes()) elements *= static_cast<std::size_t>(d);
-      v.bytes = elements * dtype_size(v.type.dtype);
+  mem.arena_bytes = assign_offsets(values, planned);
+  for (const PlanStep& s : steps) {
+    if (s.dispatch && s.dispatch->plan) {
+      mem.workspace_bytes = std::max(mem.workspace_bytes, s.dispatch->plan->workspace_bytes());
     }
   }
+  mem.workspace_bytes = align_up(mem.workspace_bytes);
+  place_views(values);
+  return mem;
+}
 
-  if (options.memory_limit != 0 && mem.peak_bytes() > options.memory_limit) {
-    throw OutOfMemoryError(detail::str_cat("the plan for input shapes ", [&] {
-      std::string s;
-      for (const auto& shape : input_shapes) s += detail::shape_str(shape, ",");
-      return s;
-    }(), " needs ", mib(mem.peak_bytes()), " (", mem.str(), "), more than ExecutionPolicy.memory_limit = ",
-                                           mib(static_cast<std::size_t>(options.memory_limit))));
+// OutOfMemoryError when the plan needs more than ExecutionPolicy.memory_limit (PlanOptions::memory_limit).
+void check_memory_limit(const MemoryPlan& mem, const PlanOptions& options,
+                        const std::vector<std::vector<std::int64_t>>& input_shapes) {
+  if (options.memory_limit == 0 || mem.peak_bytes() <= options.memory_limit) return;
+  std::string shapes;
+  for (const auto& shape : input_shapes) shapes += detail::shape_str(shape, ",");
+  throw OutOfMemoryError(detail::str_cat("the plan for input shapes ", shapes, " needs ", mib(mem.peak_bytes()), " (",
+                                         mem.str(), "), more than ExecutionPolicy.memory_limit = ",
+                                         mib(static_cast<std::size_t>(options.memory_limit))));
+}
+
+}  // namespace
+
+// The pipeline, one phase after another; each phase's time goes to build_phases_ (Note [Build phases]).
+std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
+                                                      const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                                      const PlanOptions& options) {
+  XPURT_CHECK(options.dispatcher != nullptr, "CapturePlan::build needs a dispatcher");
+  std::shared_ptr<CapturePlan> plan(new CapturePlan());
+  detail::PhaseClock clock(&plan->build_phases_);
+  plan->device_ = options.device;
+  plan->compute_float_ = options.compute_float;
+  plan->memory_limit_ = options.memory_limit;
+  plan->dispatcher_ = options.dispatcher;
+  const Device device = options.device;
+  Graph& g = plan->graph_;
+  g = graph;
+
+  // 1. Specialise shapes: the graph copied, its inputs fitted to `input_shapes`, its floats in the compute type.
+  refuse_host_values(g, device);
+  specialise_inputs(g, input_shapes);
+  if (options.compute_float != DType::kFloat32) convert_precision(g, options.compute_float);
+  const runtime::InferOptions infer_options = inference_options(options);
+  clock.mark("prepare");
+
+  // 2. Optimise: type inference, constant folding and the graph passes (each a phase of its own), then where the
+  //    plan ends (Note [Segmented plans]).
+  plan->pass_notes_ = runtime::optimize(g, infer_options, options.disabled_passes, &plan->build_phases_);
+  clock.restart();
+  plan->boundary_ = runtime::split_segments(g, options);
+  clock.mark("segments");
+
+  // 3. Lower: every node to a kernel, view or reference step; the kernel steps' outputs inferred.
+  StepLowering lowering(g, options, plan->values_, plan->steps_);
+  lowering.add_inputs(plan->inputs_);
+  std::vector<Selection> selections = lowering.lower_nodes();
+  clock.mark("lowering");
+
+  // 4. Select kernels (Note [Parallel kernel selection]). Several threads: the wall time, then each backend's
+  //    thread time; one thread: each backend's time says it all.
+  const std::size_t threads = select_kernels(selections, *options.dispatcher, device);
+  if (threads > 1) {
+    clock.mark(detail::str_cat("kernel selection (", threads, " threads)"));
+  } else {
+    clock.restart();
   }
+  for (const auto& [backend, ms] : lowering.take_selections(selections)) {
+    plan->build_phases_.push_back({"kernel selection (" + backend + (threads > 1 ? "), thread time" : ")"), ms});
+  }
+  lowering.refuse_unsupported();
+  lowering.add_outputs(plan->outputs_);
 
+  // 5. Plan memory: lifetimes, then one arena with offsets reused across lifetimes that do not overlap.
+  compute_lifetimes(plan->values_, plan->steps_, plan->inputs_, plan->outputs_);
+  plan->memory_ = plan_memory(plan->values_, plan->steps_, device);
+  check_memory_limit(plan->memory_, options, input_shapes);
   clock.mark("lifetimes and memory plan");
 
-  // ---- constants on the device ----
+  // 6. Constants on the device (capture itself is GraphExec's, on a plan's first runs: graph_exec.h).
   if (device.is_cuda()) {
     for (PlanValue& v : plan->values_) {
       if (v.kind == PlanValue::Kind::kConstant) v.constant = v.constant.to(device);

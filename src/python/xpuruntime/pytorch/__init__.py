@@ -61,7 +61,8 @@ from . import _extension, _mode, _routing, _state
 from ._autocast import autocast
 from ._graph import CapturedGraph, GraphCapture, capture_graph
 from ._log import DecisionLog
-from ._routing import ROUTED_OPS, TORCH_KERNELS, PolicyScope
+from ._mode import PolicyScope
+from ._routing import ROUTED_OPS, TORCH_KERNELS
 
 __all__ = [
     "set_kernel_policy", "get_kernel_policy", "get_exec_policy", "current_scope", "decision_log", "explain",

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from .. import _core
-from . import _compat, _extension, _kernels, _routing
+from . import _compat, _extension, _kernels, _ops, _routing
 from ._routing import Launcher, PolicyState, Route
 from ._state import STATE
 
@@ -94,6 +94,12 @@ def clear() -> None:
     _extension.clear()
 
 
+def clear_routes() -> None:
+    """Forget every cached decision and call site (the C++ dispatchers keep their plans)."""
+    _routing.clear_decisions()
+    clear()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Disabling torch function handling (the routing mode) inside backward formulas
 # ---------------------------------------------------------------------------------------------------------------
@@ -127,6 +133,21 @@ no_torch_function = _probe_disable()
 # Sites
 # ---------------------------------------------------------------------------------------------------------------
 
+# The signatures of the routed torch functions, bound by calling these with a call's arguments (the mode's binders
+# use them too): each returns the arguments in order, with PyTorch's defaults.
+
+def linear_args(input, weight, bias=None):  # noqa: A002 - PyTorch's argument names
+    return input, weight, bias
+
+
+def conv2d_args(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    return input, weight, bias, stride, padding, dilation, groups
+
+
+def sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+
+
 def _extract_matmul(args, kwargs):
     return args[0], args[1]
 
@@ -134,18 +155,15 @@ def _extract_matmul(args, kwargs):
 def _extract_linear(args, kwargs):
     if not kwargs:
         return (args[0], args[1], args[2] if len(args) > 2 else None)
-    from ._mode import _linear_args
-    return _linear_args(*args, **kwargs)
+    return linear_args(*args, **kwargs)
 
 
 def _extract_conv2d(args, kwargs):
-    from ._mode import _conv2d_args
-    return _conv2d_args(*args, **kwargs)[:3]
+    return conv2d_args(*args, **kwargs)[:3]
 
 
 def _extract_attention(args, kwargs):
-    from ._mode import _sdpa_args
-    return _sdpa_args(*args, **kwargs)[:3]
+    return sdpa_args(*args, **kwargs)[:3]
 
 
 _EXTRACT = {"matmul": _extract_matmul, "linear": _extract_linear, "conv2d": _extract_conv2d,
@@ -274,7 +292,7 @@ def _backward_route(site: Site, name: str, make: Callable[[], Route]) -> Route:
 def _linear_backward(site: Site, ctx: Any, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
     scope, route = site.scope, site.route
     if torch.is_grad_enabled():  # create_graph: the custom ops' differentiable formulas
-        return _kernels.linear_backward(scope.id, route.id, grad, x, weight, ctx.needs_input_grad[1:4])
+        return _kernels.linear_backward(scope.id, route.id, grad, x, weight, ctx.needs_input_grad[1:4], _ops.matmul)
     needs = ctx.needs_input_grad
     log = scope.log
     grad_x = grad_w = grad_b = None

@@ -234,10 +234,11 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
 
 
 def linear_backward(scope_id: int, route_id: int, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                    needs: Sequence[bool]) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor],
-                                                    Optional[torch.Tensor]]:
-    from . import _ops
-
+                    needs: Sequence[bool], matmul: Callable[..., torch.Tensor]) -> Tuple[
+                        Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """The differentiable gradients of a routed linear (grad x, grad weight, grad bias; None where ``needs`` says
+    no). ``matmul`` is the custom op ``_ops.matmul``, which the caller passes (this layer does not import the custom
+    ops above it): grad x = grad @ W runs through it, decided again under the linear rule (phase 1)."""
     scope = _routing.scope_by_id(scope_id)
     forward = _routing.route_by_id(route_id) if route_id >= 0 else None
     kernel = _backward_gemm_kernel(forward)
@@ -246,7 +247,7 @@ def linear_backward(scope_id: int, route_id: int, grad: torch.Tensor, x: torch.T
     with suspended():
         if needs[0]:
             # grad @ W: [.., N] x [N, K], both contiguous as they are: the linear rule decides again.
-            grad_x = _ops.matmul(grad.contiguous(), weight, scope_id, -1, 1)
+            grad_x = matmul(grad.contiguous(), weight, scope_id, -1, 1)
         if needs[1] or needs[2]:
             grad2 = grad.reshape(-1, n)
             if needs[1]:

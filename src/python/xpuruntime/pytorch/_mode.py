@@ -29,8 +29,11 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode, _push_mode
 
+from ..policies import ExecutionPolicy, KernelPolicy
 from . import _compat, _extension, _fast, _kernels, _native, _ops, _routing
-from ._routing import PolicyScope, PolicyState
+from ._fast import conv2d_args, linear_args, sdpa_args
+from ._log import DecisionLog
+from ._routing import PolicyState
 from ._state import STATE
 
 _DEVICE_TYPES = ("cpu", "cuda")
@@ -107,12 +110,8 @@ def _bind_matmul(kind: str):
     return bind
 
 
-def _linear_args(input, weight, bias=None):  # noqa: A002 - PyTorch's argument names
-    return input, weight, bias
-
-
 def _bind_linear(args, kwargs):
-    x, weight, bias = _linear_args(*args, **kwargs)
+    x, weight, bias = linear_args(*args, **kwargs)
     why = _why_not_plain((x, weight, bias))
     if why:
         return None, None, why
@@ -132,12 +131,8 @@ def _pair(value) -> Optional[Tuple[int, int]]:
     return (value[0], value[1]) if len(value) == 2 else None
 
 
-def _conv2d_args(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
-    return input, weight, bias, stride, padding, dilation, groups
-
-
 def _bind_conv2d(args, kwargs):
-    x, weight, bias, stride, padding, dilation, groups = _conv2d_args(*args, **kwargs)
+    x, weight, bias, stride, padding, dilation, groups = conv2d_args(*args, **kwargs)
     why = _why_not_plain((x, weight, bias))
     if why:
         return None, None, why
@@ -167,12 +162,8 @@ def _bind_conv2d(args, kwargs):
     return tensors, (list(stride), list(padding), list(dilation), int(groups)), None
 
 
-def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
-
-
 def _bind_attention(args, kwargs):
-    q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_args(*args, **kwargs)
+    q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = sdpa_args(*args, **kwargs)
     why = _why_not_plain((q, k, v))
     if why:
         return None, None, why
@@ -335,6 +326,47 @@ class RoutingMode(TorchFunctionMode):
 
 _MODE = RoutingMode()
 _extension.register_mode(_MODE, list(_HANDLERS), _MODE._torch_function_py)
+
+
+class PolicyScope:
+    """A kernel policy put in force by :func:`~xpuruntime.pytorch.set_kernel_policy`, with the decision log of the
+    calls routed since. Used as a context manager, leaving it restores the policy that was in force before.
+
+    Attributes
+    ----------
+    policy : KernelPolicy
+    exec_policy : ExecutionPolicy
+    log : DecisionLog
+        One record per call site routed under this scope (the backward passes of its forward calls included).
+    """
+
+    def __init__(self, state: PolicyState, previous: Optional["PolicyScope"]) -> None:
+        self.state = state
+        self._previous = previous
+        self.log = DecisionLog(repr(state.policy), repr(state.exec_policy))
+        state.log.hand_over(self.log)
+        state.log = self.log  # the state's routes record here from now on
+
+    @property
+    def policy(self) -> KernelPolicy:
+        return self.state.policy
+
+    @property
+    def exec_policy(self) -> ExecutionPolicy:
+        return self.state.exec_policy
+
+    def decision_log(self) -> DecisionLog:
+        """The decisions logged under this scope (also ``self.log``)."""
+        return self.log
+
+    def __enter__(self) -> "PolicyScope":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        activate(self._previous)
+
+    def __repr__(self) -> str:
+        return f"<PolicyScope {self.policy!r} {self.exec_policy!r}, {len(self.log)} call sites>"
 
 
 def activate(scope: Optional[PolicyScope]) -> None:

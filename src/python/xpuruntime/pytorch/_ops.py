@@ -7,6 +7,9 @@ PyTorch the same implementations run through ``torch.autograd.Function``.
 The non-tensor arguments: ``scope`` (the policy scope's id), ``route`` (the id of the route decided in eager mode,
 or -1: decide at run time, which is what compiled graphs pass) and, for matmul, ``phase`` (0: a forward call, 1: the
 grad-input GEMM of a linear backward, decided under the linear rule).
+
+The middle layer, above ``_kernels`` (Note [The layers of xpuruntime.pytorch] in __init__.py): the custom ops call
+the kernels; a kernel formula that needs a custom op (linear's differentiable grad input) is passed it.
 """
 
 # No `from __future__ import annotations`: custom_op reads the type hints as objects.
@@ -110,7 +113,7 @@ def _linear_setup(ctx, inputs, output):
 
 def _linear_backward(ctx, grad):
     x, weight = ctx.saved_tensors
-    grads = _kernels.linear_backward(ctx.scope, ctx.route, grad, x, weight, ctx.needs_input_grad[:3])
+    grads = _kernels.linear_backward(ctx.scope, ctx.route, grad, x, weight, ctx.needs_input_grad[:3], matmul)
     return grads + (None, None)
 
 

@@ -126,7 +126,7 @@ def torch_backend_context(kernel: str, op: str) -> contextlib.AbstractContextMan
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Scopes
+# Policy states (a PolicyScope, in _mode, puts one in force)
 # ---------------------------------------------------------------------------------------------------------------
 
 _state_ids = itertools.count(1)
@@ -204,49 +204,6 @@ def policy_state(policy: KernelPolicy, exec_policy: ExecutionPolicy) -> PolicySt
         return state
 
 
-class PolicyScope:
-    """A kernel policy put in force by :func:`~xpuruntime.pytorch.set_kernel_policy`, with the decision log of the
-    calls routed since. Used as a context manager, leaving it restores the policy that was in force before.
-
-    Attributes
-    ----------
-    policy : KernelPolicy
-    exec_policy : ExecutionPolicy
-    log : DecisionLog
-        One record per call site routed under this scope (the backward passes of its forward calls included).
-    """
-
-    def __init__(self, state: PolicyState, previous: Optional["PolicyScope"]) -> None:
-        self.state = state
-        self._previous = previous
-        self.log = DecisionLog(repr(state.policy), repr(state.exec_policy))
-        state.log.hand_over(self.log)
-        state.log = self.log  # the state's routes record here from now on
-
-    @property
-    def policy(self) -> KernelPolicy:
-        return self.state.policy
-
-    @property
-    def exec_policy(self) -> ExecutionPolicy:
-        return self.state.exec_policy
-
-    def decision_log(self) -> DecisionLog:
-        """The decisions logged under this scope (also ``self.log``)."""
-        return self.log
-
-    def __enter__(self) -> "PolicyScope":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        from . import _mode
-
-        _mode.activate(self._previous)
-
-    def __repr__(self) -> str:
-        return f"<PolicyScope {self.policy!r} {self.exec_policy!r}, {len(self.log)} call sites>"
-
-
 def scope_by_id(scope_id: int) -> PolicyState:
     scope = _STATES.get(scope_id)
     if scope is None:
@@ -292,6 +249,13 @@ class Route:
 _ROUTES: List[Route] = []
 _CACHE: Dict[tuple, Route] = {}
 _route_lock = threading.Lock()
+
+
+def clear_decisions() -> None:
+    """Forget every cached decision (the routes stay valid for the ids that hold them). ``_fast.clear_routes``
+    forgets the call sites that hold them as well."""
+    with _route_lock:
+        _CACHE.clear()
 
 
 def route_by_id(route_id: int) -> Route:
@@ -613,12 +577,3 @@ def _workspace(device: torch.device, nbytes: int, stream: int) -> torch.Tensor:
         _RETIRED_WORKSPACES.append(buffer)
     _WORKSPACES[key] = fresh
     return fresh
-
-
-def clear_routes() -> None:
-    """Forget every cached decision and call site (the C++ dispatchers keep their plans)."""
-    from . import _fast
-
-    with _route_lock:
-        _CACHE.clear()
-    _fast.clear()

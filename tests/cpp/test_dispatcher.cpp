@@ -43,7 +43,7 @@ class TestKernel final : public Kernel {
         supports_fp16_(supports_fp16),
         counters_(counters) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
     if (desc.inputs[0].dtype == DType::kFloat16 && !supports_fp16_) return Support::no("no float16 here");
     return Support::yes();
   }
@@ -158,7 +158,7 @@ class LargeInputsKernel final : public Kernel {
  public:
   explicit LargeInputsKernel(Counters* counters)
       : Kernel(KernelInfo{"relu", "large", "test", DeviceType::kCPU, true, "test kernel"}), counters_(counters) {}
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
     if (desc.inputs[0].dtype == DType::kFloat16) return Support::no("no float16 here");
     return Support::yes();
   }
@@ -219,7 +219,7 @@ TEST(Dispatcher, AKernelMayRankFirstForSomeShapesAndSaysWhy) {
 class NoAlgorithmKernel final : public Kernel {
  public:
   NoAlgorithmKernel() : Kernel(KernelInfo{"relu", "no_algo", "test", DeviceType::kCPU, true, "test kernel"}) {}
-  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
+  Support accepts(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
   std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&, const std::string&) const override {
     throw UnsupportedOperationError("the library has no algorithm for this shape");
   }
@@ -488,7 +488,7 @@ class TacticKernel final : public Kernel {
   explicit TacticKernel(Counters* counters)
       : Kernel(KernelInfo{"relu", "tuned", "test", DeviceType::kCPU, true, "test kernel with tactics"}),
         counters_(counters) {}
-  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
+  Support accepts(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
   std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&,
                                     const std::string& record) const override {
     ++counters_->builds;
@@ -584,7 +584,7 @@ const K* add_kernel(KernelRegistry& registry, std::unique_ptr<K> kernel) {
 class SlowBuildKernel final : public Kernel {
  public:
   SlowBuildKernel() : Kernel(KernelInfo{"relu", "slow_build", "test", DeviceType::kCPU, true, "test kernel"}) {}
-  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
+  Support accepts(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,
                                     const std::string&) const override {
     const int now = ++building;
@@ -656,7 +656,7 @@ TEST(Dispatcher, ThreadsDecideDistinctSignaturesAtOnceAndShareTheirDecisions) {
 class RecordKernel final : public Kernel {
  public:
   RecordKernel() : Kernel(KernelInfo{"relu", "recorded", "test", DeviceType::kCPU, true, "test kernel"}) {}
-  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
+  Support accepts(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::yes(); }
   std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&,
                                     const std::string& record) const override {
     records.push_back(record);
@@ -731,4 +731,195 @@ TEST(Dispatcher, ABuildCacheReplaysPlansButNotChoicesAndSurvivesStaleRecords) {
   OpDescriptor again = descriptor(2);
   cache->store(AutotuneCache::key(descriptor(2)), {"recorded", "{\"algo\":\"stale\"}", {}});
   XPURT_EXPECT_THROW_WITH(strict.select(again), UnsupportedOperationError, "cannot be re-created");
+}
+
+// ---- kernel declarations (Note [Kernel declarations] in kernel_registry.cpp) ----
+
+namespace {
+
+// A CPU relu that declares `decl`, counting how often its accepts() is asked (only when the declaration holds).
+class DeclaredKernel final : public Kernel {
+ public:
+  DeclaredKernel(KernelDecl decl, std::atomic<int>* asked)
+      : Kernel(KernelInfo{"relu", "declared", "test", DeviceType::kCPU, true, "declared test kernel", std::move(decl)}),
+        asked_(asked) {}
+  Support accepts(const OpDescriptor&, const ExecutionPolicy&) const override {
+    ++*asked_;
+    return Support::yes();
+  }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&, const std::string&) const override {
+    return std::make_unique<ReluPlan>();
+  }
+
+ private:
+  class ReluPlan final : public KernelPlan {
+   public:
+    void run(const KernelLaunch& launch) const override {
+      Counters counters;
+      run_relu(launch, &counters, 0);
+    }
+  };
+  std::atomic<int>* asked_;
+};
+
+// A registry with the declared relu first and an undeclared one ("plain") after it.
+struct DeclFixture {
+  KernelRegistry registry;
+  std::atomic<int> asked{0};
+  Counters plain;
+  explicit DeclFixture(KernelDecl decl) {
+    register_ops(registry);
+    decl.subject = "declared relu";
+    decl.input_names = {"x"};
+    registry.add_kernel(std::make_unique<DeclaredKernel>(std::move(decl), &asked));
+    registry.add_kernel(std::make_unique<TestKernel>("plain", 0, true, true, &plain));
+  }
+  // The declared kernel's candidate report for relu of `x` (compute capability `cc`: a CPU descriptor has none).
+  CandidateReport report(const TensorDesc& x, int cc = 0) {
+    Dispatcher d(KernelPolicy(), ExecutionPolicy(), nullptr, &registry);
+    OpDescriptor desc;
+    desc.op = "relu";
+    desc.device = Device::cpu();
+    desc.inputs = {x};
+    desc.compute_capability = cc;
+    for (const CandidateReport& r : d.candidates(desc)) {
+      if (r.kernel == "declared") return r;
+    }
+    ADD_FAILURE() << "no candidate 'declared'";
+    return {};
+  }
+};
+
+TensorDesc cpu_tensor(const std::vector<std::int64_t>& shape, DType dtype = DType::kFloat32) {
+  return TensorDesc::contiguous(shape, dtype, Device::cpu());
+}
+
+}  // namespace
+
+TEST(KernelDeclaration, ADtypeOutsideTheDeclaredSetIsTheReasonAndAcceptsIsNotAsked) {
+  KernelDecl decl;
+  decl.dtypes = {{DType::kFloat32}, ""};
+  DeclFixture f(decl);
+  const CandidateReport r = f.report(cpu_tensor({2, 3}, DType::kFloat16));
+  EXPECT_FALSE(r.supported);
+  EXPECT_EQ(r.reason, "declared relu takes float32, got float16 for input 'x'");
+  EXPECT_EQ(f.asked.load(), 0);
+  // The dispatcher falls through to the next kernel, as for any refusal.
+  Dispatcher d(KernelPolicy(), ExecutionPolicy(), nullptr, &f.registry);
+  Decision decision;
+  d.run("relu", {input(DType::kFloat16)}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "plain");
+  // A set's text is what reasons name it by.
+  decl.dtypes = {{DType::kFloat32, DType::kBFloat16}, "float32 and bfloat16 (the kernel's own words)"};
+  DeclFixture worded(decl);
+  EXPECT_EQ(worded.report(cpu_tensor({2}, DType::kFloat16)).reason,
+            "declared relu takes float32 and bfloat16 (the kernel's own words), got float16 for input 'x'");
+}
+
+TEST(KernelDeclaration, RankLayoutAndAlignmentAreNamed) {
+  KernelDecl ranks;
+  ranks.input_ranks = {{3, 4}};
+  EXPECT_EQ(DeclFixture(ranks).report(cpu_tensor({2, 3})).reason,
+            "declared relu takes input 'x' of rank 3 to 4, got float32[2,3]");
+  ranks.input_ranks = {{0, 1}};
+  EXPECT_EQ(DeclFixture(ranks).report(cpu_tensor({2, 3})).reason,
+            "declared relu takes input 'x' of rank up to 1, got float32[2,3]");
+
+  KernelDecl contiguous;
+  contiguous.layout = Layout::kContiguous;
+  TensorDesc transposed = cpu_tensor({3, 2});
+  transposed.strides = {1, 3};
+  EXPECT_NE(DeclFixture(contiguous).report(transposed).reason.find("declared relu needs contiguous input 'x'"),
+            std::string::npos);
+  KernelDecl channels_last;
+  channels_last.layout = Layout::kChannelsLast;
+  TensorDesc nhwc = cpu_tensor({2, 3, 4, 5});
+  EXPECT_NE(DeclFixture(channels_last).report(nhwc).reason.find("needs channels-last input 'x'"), std::string::npos);
+  nhwc.strides = {60, 1, 15, 3};
+  EXPECT_TRUE(DeclFixture(channels_last).report(nhwc).supported);
+
+  KernelDecl aligned;
+  aligned.alignment = 64;
+  TensorDesc offset = cpu_tensor({2, 3});
+  offset.alignment = 16;
+  EXPECT_EQ(DeclFixture(aligned).report(offset).reason,
+            "declared relu needs 64-byte aligned data; input 'x' is 16-byte aligned (a view at an offset?): copy it "
+            "to a fresh tensor");
+  KernelDecl element;
+  element.element_aligned = true;
+  offset.alignment = 2;
+  EXPECT_NE(DeclFixture(element).report(offset).reason.find("needs 4-byte aligned data; input 'x' is 2-byte aligned"),
+            std::string::npos);
+  KernelDecl rows;
+  rows.inner_alignment = 16;
+  EXPECT_EQ(DeclFixture(rows).report(cpu_tensor({2, 3})).reason,
+            "declared relu needs the innermost dim of input 'x' in multiples of 16 bytes, got 12 bytes (float32[2,3])");
+  EXPECT_TRUE(DeclFixture(rows).report(cpu_tensor({2, 4})).supported);
+}
+
+TEST(KernelDeclaration, AComputeCapabilityBelowTheDeclaredOneIsNamedWhenKnown) {
+  KernelDecl decl;
+  decl.min_compute_capability = 80;
+  EXPECT_EQ(DeclFixture(decl).report(cpu_tensor({2}), 75).reason,
+            "declared relu needs compute capability 8.0 or newer, this device has 7.5");
+  EXPECT_TRUE(DeclFixture(decl).report(cpu_tensor({2}), 0).supported);  // unknown: not refused
+  EXPECT_TRUE(DeclFixture(decl).report(cpu_tensor({2}), 90).supported);
+  decl.built_for_architectures = true;
+  EXPECT_EQ(DeclFixture(decl).report(cpu_tensor({2}), 75).reason,
+            "declared relu was built for sm_80 and newer, this device is sm_75; rebuild with "
+            "-DCMAKE_CUDA_ARCHITECTURES=75");
+}
+
+TEST(KernelDeclaration, ADeclarationThatHoldsReachesAccepts) {
+  KernelDecl decl;
+  decl.dtypes = {{DType::kFloat32, DType::kFloat16}, ""};
+  decl.input_ranks = {{1, 4}};
+  decl.layout = Layout::kContiguous;
+  decl.alignment = 16;
+  decl.min_compute_capability = 80;
+  decl.no_int8 = true;
+  DeclFixture f(decl);
+  const CandidateReport r = f.report(cpu_tensor({2, 3}), 90);
+  EXPECT_TRUE(r.supported) << r.reason;
+  EXPECT_EQ(f.asked.load(), 1);
+  Dispatcher d(KernelPolicy(), ExecutionPolicy(), nullptr, &f.registry);
+  Decision decision;
+  const auto out = d.run("relu", {input()}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "declared");
+  EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[5], 2.5f);
+}
+
+TEST(KernelDeclaration, DeviceInt8AndDtypeRulesAcrossInputs) {
+  KernelDecl decl;
+  decl.subject = "k";
+  decl.input_names = {"a", "b"};
+  decl.on_device = true;
+  decl.no_int8 = true;
+  OpDescriptor desc;
+  desc.op = "add";
+  desc.device = Device::cpu();
+  desc.inputs = {cpu_tensor({2}), cpu_tensor({2}, DType::kInt32)};
+  const ExecutionPolicy policy;
+  EXPECT_EQ(check_declaration(decl, DeviceType::kCUDA, desc, policy).reason(),
+            "k runs on CUDA devices; the input is on cpu");
+  ExecutionPolicy int8;
+  int8.precision = Precision::kInt8;
+  EXPECT_EQ(check_declaration(decl, DeviceType::kCPU, desc, int8).reason(),
+            "k has no int8 kernel; use precision fp32, tf32, fp16 or bf16");
+  desc.device = Device::cuda(0);
+  desc.inputs[0].device = Device::cuda(0);
+  EXPECT_EQ(check_declaration(decl, DeviceType::kCUDA, desc, policy).reason(),
+            "k runs on CUDA devices; input 'b' is on cpu");
+  desc.inputs[1].device = Device::cuda(0);
+  EXPECT_TRUE(check_declaration(decl, DeviceType::kCUDA, desc, policy));
+  decl.one_dtype = true;
+  EXPECT_EQ(check_declaration(decl, DeviceType::kCUDA, desc, policy).reason(),
+            "k takes inputs of one dtype; input 'b' is int32, input 'a' is float32");
+  decl.one_dtype = false;
+  decl.input_dtypes = {{}, {{DType::kInt64}, ""}};
+  EXPECT_EQ(check_declaration(decl, DeviceType::kCUDA, desc, policy).reason(),
+            "k takes int64 for input 'b', got int32");
+  // An absent input is not checked.
+  desc.inputs[1] = TensorDesc();
+  EXPECT_TRUE(check_declaration(decl, DeviceType::kCUDA, desc, policy));
 }

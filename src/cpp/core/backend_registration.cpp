@@ -19,7 +19,7 @@ namespace {
 class AbsentKernel final : public Kernel {
  public:
   AbsentKernel(KernelInfo info, std::string reason) : Kernel(std::move(info)), reason_(std::move(reason)) {}
-  Support supports(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::no(reason_); }
+  Support accepts(const OpDescriptor&, const ExecutionPolicy&) const override { return Support::no(reason_); }
   std::unique_ptr<KernelPlan> build(const OpDescriptor&, const ExecutionPolicy&, const std::string&) const override {
     throw UnsupportedOperationError(reason_);
   }

@@ -3,7 +3,8 @@
 // Note [How the dispatcher decides]
 // For one OpDescriptor (its signature) the dispatcher decides once and caches the result:
 //  1. Every kernel of the op is asked `supports(desc, policy)`; the generic checks come first (device type,
-//     determinism) so their reasons read the same for every backend.
+//     determinism, then the kernel's declaration: Note [Kernel declarations] in kernel_registry.cpp) so their
+//     reasons read the same for every backend.
 //  2. The rule the KernelPolicy gives the op (its own, else its family's, else auto) picks the winner:
 //     pinned -> that kernel or an UnsupportedOperationError; preferred -> the first listed kernel that supports
 //     it, else the first supported in registry order ("fallback"); auto/FirstSupported -> the first supported in
@@ -12,7 +13,9 @@
 //  3. The winner's plan is built. When an AutotuneCache holds an entry for this key, an auto rule takes the
 //     cached kernel (no timing) and any rule that lands on the cached kernel re-creates the cached plan record
 //     (e.g. the same cuBLASLt algorithm): a lock file replays exactly.
-// Decisions keep every candidate with its reason, so `explain` can show why the others lost.
+// Decisions keep every candidate with its reason, so `explain` can show why the others lost. `decide` runs these as
+// phases: list_candidates (1), pick_pinned / pick_preferred / pick_auto and autotune (2), build_plan and
+// record_decision (3).
 #include "xpuruntime/dispatcher.h"
 
 #include <algorithm>
@@ -373,43 +376,43 @@ std::vector<CandidateReport> Dispatcher::candidates(OpDescriptor& desc) const {
   return evaluate(desc);
 }
 
-std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
-  const OpSchema& schema = registry_->schema(desc.op);
-  const KernelRule rule = kernel_policy_.resolve(desc.op, schema.family);
-  const std::vector<const Kernel*> kernels = registry_->kernels(desc.op);
+// ---- Dispatcher::decide, phase by phase (Note [How the dispatcher decides]) ----
 
-  auto dispatch = std::make_shared<Dispatch>();
-  Decision& decision = dispatch->decision;
-  decision.op = desc.op;
-  decision.family = schema.family;
-  decision.signature = desc.signature();
-  decision.policy_rule = rule.str();
-  decision.candidates = evaluate(desc);
-  // External kernels the rule names (Note [External kernels]) are candidates that this dispatcher cannot run.
-  for (const auto& name : rule.kernels) {
-    const ExternalKernelInfo* external = registry_->find_external_kernel(desc.op, name);
-    if (external != nullptr && report_of(decision.candidates, name) == nullptr) {
-      decision.candidates.push_back({name, external->runner, false, external_reason(*external), -1});
-    }
-  }
-  XPURT_INTERNAL_ASSERT(!kernels.empty(), "op '", desc.op, "' has no kernels");
+// One decision while its phases run: the descriptor, the rule the policy gives it, the op's kernels in priority
+// order, the dispatch being filled (its decision lists every candidate) and the autotune cache's entry, if any.
+struct Dispatcher::Selection {
+  Selection(const OpDescriptor& d, KernelRule r, std::vector<const Kernel*> k)
+      : desc(d), rule(std::move(r)), kernels(std::move(k)), dispatch(std::make_shared<Dispatch>()) {}
 
-  const auto kernel_named = [&](const std::string& name) -> const Kernel* {
+  const OpDescriptor& desc;
+  const KernelRule rule;
+  const std::vector<const Kernel*> kernels;
+  std::shared_ptr<Dispatch> dispatch;
+  AutotuneCache::Entry cached;
+  std::string cache_key;
+  bool have_cached = false;
+  std::string ranked_first_why;  // the claim of the kernel first_supported() returned (Note [Shape-dependent priority])
+
+  Decision& decision() { return dispatch->decision; }
+  std::vector<CandidateReport>& candidates() { return dispatch->decision.candidates; }
+  bool supported(const std::string& name) const { return is_supported(dispatch->decision.candidates, name); }
+
+  const Kernel* kernel_named(const std::string& name) const {
     for (const Kernel* k : kernels) {
       if (k->name() == name) return k;
     }
     return nullptr;
-  };
+  }
+
   // Note [Shape-dependent priority]
   // Registration order is the priority among an op's kernels, except that a supported kernel may claim the front
   // for one descriptor (Kernel::ranks_first): cuDNN's fused attention on sm_90+ from 2^22 scores on, where it beats
   // flash_v2 (docs/benchmarks.md). The claim is a pure function of the descriptor, so the pick stays reproducible,
   // and its reason goes into the decision.
-  std::string ranked_first_why;
-  const auto first_supported = [&]() -> const Kernel* {
+  const Kernel* first_supported() {
     ranked_first_why.clear();
     for (const Kernel* k : kernels) {
-      if (!is_supported(decision.candidates, k->name())) continue;
+      if (!supported(k->name())) continue;
       std::string why = k->ranks_first(desc);
       if (!why.empty()) {
         ranked_first_why = std::move(why);
@@ -417,28 +420,30 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
       }
     }
     for (const Kernel* k : kernels) {
-      if (is_supported(decision.candidates, k->name())) return k;
+      if (supported(k->name())) return k;
     }
     return nullptr;
-  };
-  const auto priority_reason = [&](const std::string& base) {
+  }
+  std::string priority_reason(const std::string& base) const {
     return ranked_first_why.empty() ? base : detail::str_cat(base, " (", ranked_first_why, ")");
-  };
-  const auto none_supported = [&](const std::string& what) {
-    return UnsupportedOperationError(detail::str_cat(what, " no kernel can run ", decision.signature, ": ",
-                                                     reasons_text(decision.candidates)));
-  };
-
+  }
+  UnsupportedOperationError none_supported(const std::string& what) const {
+    return UnsupportedOperationError(detail::str_cat(what, " no kernel can run ", dispatch->decision.signature, ": ",
+                                                     reasons_text(dispatch->decision.candidates)));
+  }
   // A kernel whose plan build failed counts as unsupported, with the build's error as its reason.
-  const auto mark_build_failed = [&](const std::string& name, const UnsupportedOperationError& e) {
-    CandidateReport* r = report_of(decision.candidates, name);
+  void mark_build_failed(const std::string& name, const UnsupportedOperationError& e) {
+    CandidateReport* r = report_of(candidates(), name);
     r->supported = false;
     r->reason = std::string("plan build failed: ") + e.what();
-  };
+  }
+};
 
-  AutotuneCache::Entry cached;
-  const std::string cache_key = cache_ ? AutotuneCache::key(desc) : std::string();
-  const bool have_cached = cache_ && cache_->lookup(cache_key, &cached);
+std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
+  // Policy lookup: the op's rule (its own, else its family's, else auto).
+  const OpSchema& schema = registry_->schema(desc.op);
+  Selection s(desc, kernel_policy_.resolve(desc.op, schema.family), registry_->kernels(desc.op));
+  list_candidates(s, schema);
 
   // Note [Build failures]
   // supports() answers from the descriptor alone; a library can still find no algorithm when the plan is built
@@ -447,189 +452,242 @@ std::shared_ptr<Dispatch> Dispatcher::decide(const OpDescriptor& desc) {
   // the next kernel as it would for a supports() refusal. A pinned kernel, or a plan re-created from the autotune
   // cache, still fails with the error.
   for (;;) {
-    for (auto& r : decision.candidates) {
+    for (auto& r : s.candidates()) {
       if (r.supported) r.reason.clear();  // reasons set by the previous pick
     }
     const Kernel* winner = nullptr;
-    switch (rule.mode) {
-      case RuleMode::kPinned: {
-        const std::string& name = rule.kernels.at(0);
-        winner = kernel_named(name);
-        if (const ExternalKernelInfo* external = registry_->find_external_kernel(desc.op, name);
-            winner == nullptr && external != nullptr) {
-          throw UnsupportedOperationError(detail::str_cat(
-              "the KernelPolicy pins '", name, "' for '", desc.op, "': ", external_reason(*external),
-              ". Kernels that could run ", decision.signature, " here: ", supported_list(decision.candidates),
-              " (pin one of them, or list \"", name, "\" with a fallback: [\"", name, "\", ...])"));
-        }
-        if (winner == nullptr) {
-          std::vector<std::string> names;
-          for (const Kernel* k : kernels) names.push_back(k->name());
-          throw UnsupportedOperationError(detail::str_cat(
-              "the KernelPolicy pins '", name, "' for '", desc.op, "', but that kernel does not implement op '",
-              desc.op, "'; kernels of ", desc.op, ": ", detail::join_names(names)));
-        }
-        if (!is_supported(decision.candidates, name)) {
-          throw UnsupportedOperationError(detail::str_cat(
-              "pinned kernel '", name, "' cannot run ", decision.signature, ": ",
-              report_of(decision.candidates, name)->reason,
-              ". Kernels that could: ", supported_list(decision.candidates),
-              " (unpin it, or use \"", name, "\" as a preferred kernel to allow a fallback)"));
-        }
-        decision.rule = "pinned";
-        decision.reason = "pinned by the KernelPolicy";
-        break;
-      }
-      case RuleMode::kPreferred: {
-        std::string skipped;
-        for (const auto& name : rule.kernels) {
-          const Kernel* k = kernel_named(name);
-          if (k != nullptr && is_supported(decision.candidates, name)) {
-            winner = k;
-            break;
-          }
-          const CandidateReport* report = report_of(decision.candidates, name);
-          skipped += (skipped.empty() ? "" : "; ") + name + ": " +
-                     (report != nullptr ? report->reason : "does not implement " + desc.op);
-        }
-        if (winner != nullptr && skipped.empty()) {
-          decision.rule = "preferred";
-          decision.reason = "preferred by the KernelPolicy";
-        } else if (winner != nullptr) {
-          decision.rule = "preferred";
-          decision.reason = "preferred by the KernelPolicy (earlier preferences skipped: " + skipped + ")";
-        } else {
-          winner = first_supported();
-          if (winner == nullptr) throw none_supported("preferred kernels cannot run it (" + skipped + ") and");
-          decision.rule = "fallback";
-          decision.reason =
-              priority_reason("no preferred kernel could run it (" + skipped + "); fell back to the first supported");
-        }
-        break;
-      }
-      case RuleMode::kAuto: {
-        const bool replay_choice = !options_.build_cache || rule.strategy != AutoSelectStrategy::kFirstSupported;
-        if (have_cached && replay_choice && kernel_named(cached.kernel) != nullptr &&
-            is_supported(decision.candidates, cached.kernel)) {
-          winner = kernel_named(cached.kernel);
-          decision.rule = "autotune-cache";
-          decision.reason = "replayed from the autotune cache";
-          for (const auto& [name, time] : cached.times_us) {
-            if (CandidateReport* r = report_of(decision.candidates, name)) r->time_us = time;
-          }
-          break;
-        }
-        if (rule.strategy == AutoSelectStrategy::kFirstSupported) {
-          winner = first_supported();
-          if (winner == nullptr) throw none_supported("");
-          decision.rule = "first-supported";
-          decision.reason = priority_reason("first supported kernel in priority order");
-          break;
-        }
-        // BestPerformance: build and time every supported candidate, and each one's tactics (Note [Tactics]).
-        std::vector<std::pair<const Kernel*, std::shared_ptr<const KernelPlan>>> built;
-        std::vector<std::vector<std::string>> tactics;
-        std::size_t plans = 0;
-        for (const Kernel* k : kernels) {
-          if (!is_supported(decision.candidates, k->name())) continue;
-          try {
-            built.emplace_back(k, k->build(desc, exec_policy_, {}));
-          } catch (const UnsupportedOperationError& e) {
-            mark_build_failed(k->name(), e);
-            continue;
-          }
-          tactics.push_back(k->tactics(desc, exec_policy_));
-          plans += 1 + tactics.back().size();
-        }
-        if (built.empty()) throw none_supported("");
-        double best = 0;
-        std::string tuned;  // what the winner's tactics came to, for the reason
-        for (std::size_t j = 0; j < built.size(); ++j) {
-          const Kernel* k = built[j].first;
-          std::shared_ptr<const KernelPlan> plan = built[j].second;
-          double time = plans == 1 ? -1 : time_candidate(*plan, desc);
-          std::size_t timed = 1;
-          for (const std::string& record : tactics[j]) {
-            if (record == plan->record()) continue;
-            std::shared_ptr<const KernelPlan> other;
-            try {
-              other = k->build(desc, exec_policy_, record);
-            } catch (const UnsupportedOperationError&) {
-              continue;  // a tactic this build cannot re-create: not a candidate
-            }
-            const double other_time = time_candidate(*other, desc);
-            ++timed;
-            if (other_time < time) {
-              time = other_time;
-              plan = std::move(other);
-            }
-          }
-          report_of(decision.candidates, k->name())->time_us = time;
-          if (winner == nullptr || time < best) {
-            winner = k;
-            best = time;
-            dispatch->plan = plan;
-            tuned = timed > 1 ? detail::str_cat("; ", k->name(), ": the fastest of ", timed, " tactics") : "";
-          }
-        }
-        decision.rule = "autotuned";
-        decision.reason = plans == 1 ? "autotuned: the only supported kernel"
-                                     : detail::str_cat("autotuned: fastest of ", built.size(), " (",
-                                                       static_cast<std::int64_t>(best * 1000) / 1000.0, " us)", tuned);
-        for (auto& r : decision.candidates) {
-          if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
-            r.reason = detail::str_cat("slower (", static_cast<std::int64_t>(r.time_us * 1000) / 1000.0, " us)");
-          }
-        }
-        break;
-      }
+    switch (s.rule.mode) {
+      case RuleMode::kPinned: winner = pick_pinned(s); break;
+      case RuleMode::kPreferred: winner = pick_preferred(s); break;
+      case RuleMode::kAuto: winner = pick_auto(s); break;
     }
-    for (auto& r : decision.candidates) {
+    for (auto& r : s.candidates()) {
       if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
-        r.reason = "not chosen (" + decision.rule + ")";
+        r.reason = "not chosen (" + s.decision().rule + ")";
       }
     }
+    if (!build_plan(s, *winner)) continue;  // the build failed: the rule picks again
+    record_decision(s, *winner);
+    return s.dispatch;
+  }
+}
 
-    // The plan: re-created from the cache's record when the cache chose the same kernel (a lock file replays the
-    // same algorithm), else built afresh (unless autotuning already built it).
-    if (!dispatch->plan || (have_cached && cached.kernel == winner->name())) {
-      std::string record;
-      if (have_cached && cached.kernel == winner->name()) record = cached.plan_record;
+// Candidate listing: every kernel's answer (evaluate: device type, determinism, then Kernel::supports, which checks
+// the kernel's declaration before its accepts()), the external kernels the rule names, and the autotune cache's entry.
+void Dispatcher::list_candidates(Selection& s, const OpSchema& schema) const {
+  const OpDescriptor& desc = s.desc;
+  Decision& decision = s.decision();
+  decision.op = desc.op;
+  decision.family = schema.family;
+  decision.signature = desc.signature();
+  decision.policy_rule = s.rule.str();
+  decision.candidates = evaluate(desc);
+  // External kernels the rule names (Note [External kernels]) are candidates that this dispatcher cannot run.
+  for (const auto& name : s.rule.kernels) {
+    const ExternalKernelInfo* external = registry_->find_external_kernel(desc.op, name);
+    if (external != nullptr && report_of(decision.candidates, name) == nullptr) {
+      decision.candidates.push_back({name, external->runner, false, external_reason(*external), -1});
+    }
+  }
+  XPURT_INTERNAL_ASSERT(!s.kernels.empty(), "op '", desc.op, "' has no kernels");
+  s.cache_key = cache_ ? AutotuneCache::key(desc) : std::string();
+  s.have_cached = cache_ && cache_->lookup(s.cache_key, &s.cached);
+}
+
+// pinned: that kernel, or an UnsupportedOperationError saying why it cannot run and which kernels could.
+const Kernel* Dispatcher::pick_pinned(Selection& s) const {
+  const OpDescriptor& desc = s.desc;
+  Decision& decision = s.decision();
+  const std::string& name = s.rule.kernels.at(0);
+  const Kernel* winner = s.kernel_named(name);
+  if (const ExternalKernelInfo* external = registry_->find_external_kernel(desc.op, name);
+      winner == nullptr && external != nullptr) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "the KernelPolicy pins '", name, "' for '", desc.op, "': ", external_reason(*external),
+        ". Kernels that could run ", decision.signature, " here: ", supported_list(decision.candidates),
+        " (pin one of them, or list \"", name, "\" with a fallback: [\"", name, "\", ...])"));
+  }
+  if (winner == nullptr) {
+    std::vector<std::string> names;
+    for (const Kernel* k : s.kernels) names.push_back(k->name());
+    throw UnsupportedOperationError(detail::str_cat(
+        "the KernelPolicy pins '", name, "' for '", desc.op, "', but that kernel does not implement op '",
+        desc.op, "'; kernels of ", desc.op, ": ", detail::join_names(names)));
+  }
+  if (!s.supported(name)) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "pinned kernel '", name, "' cannot run ", decision.signature, ": ",
+        report_of(decision.candidates, name)->reason, ". Kernels that could: ", supported_list(decision.candidates),
+        " (unpin it, or use \"", name,
+        "\" as a preferred kernel to allow a fallback)"));
+  }
+  decision.rule = "pinned";
+  decision.reason = "pinned by the KernelPolicy";
+  return winner;
+}
+
+// preferred: the first listed kernel that supports the op, else the first supported in priority order ("fallback").
+const Kernel* Dispatcher::pick_preferred(Selection& s) const {
+  Decision& decision = s.decision();
+  const Kernel* winner = nullptr;
+  std::string skipped;
+  for (const auto& name : s.rule.kernels) {
+    const Kernel* k = s.kernel_named(name);
+    if (k != nullptr && s.supported(name)) {
+      winner = k;
+      break;
+    }
+    const CandidateReport* report = report_of(decision.candidates, name);
+    skipped += (skipped.empty() ? "" : "; ") + name + ": " +
+               (report != nullptr ? report->reason : "does not implement " + s.desc.op);
+  }
+  if (winner != nullptr && skipped.empty()) {
+    decision.rule = "preferred";
+    decision.reason = "preferred by the KernelPolicy";
+  } else if (winner != nullptr) {
+    decision.rule = "preferred";
+    decision.reason = "preferred by the KernelPolicy (earlier preferences skipped: " + skipped + ")";
+  } else {
+    winner = s.first_supported();
+    if (winner == nullptr) throw s.none_supported("preferred kernels cannot run it (" + skipped + ") and");
+    decision.rule = "fallback";
+    decision.reason =
+        s.priority_reason("no preferred kernel could run it (" + skipped + "); fell back to the first supported");
+  }
+  return winner;
+}
+
+// auto: the autotune cache's kernel when it may replay it, else the first supported (FirstSupported) or the fastest
+// (BestPerformance, autotune()).
+const Kernel* Dispatcher::pick_auto(Selection& s) {
+  Decision& decision = s.decision();
+  const bool replay_choice = !options_.build_cache || s.rule.strategy != AutoSelectStrategy::kFirstSupported;
+  if (s.have_cached && replay_choice && s.kernel_named(s.cached.kernel) != nullptr && s.supported(s.cached.kernel)) {
+    decision.rule = "autotune-cache";
+    decision.reason = "replayed from the autotune cache";
+    for (const auto& [name, time] : s.cached.times_us) {
+      if (CandidateReport* r = report_of(decision.candidates, name)) r->time_us = time;
+    }
+    return s.kernel_named(s.cached.kernel);
+  }
+  if (s.rule.strategy == AutoSelectStrategy::kFirstSupported) {
+    const Kernel* winner = s.first_supported();
+    if (winner == nullptr) throw s.none_supported("");
+    decision.rule = "first-supported";
+    decision.reason = s.priority_reason("first supported kernel in priority order");
+    return winner;
+  }
+  return autotune(s);
+}
+
+// BestPerformance: build and time every supported candidate, and each one's tactics (Note [Tactics]); the fastest
+// plan goes into the dispatch.
+const Kernel* Dispatcher::autotune(Selection& s) {
+  const OpDescriptor& desc = s.desc;
+  Decision& decision = s.decision();
+  std::vector<std::pair<const Kernel*, std::shared_ptr<const KernelPlan>>> built;
+  std::vector<std::vector<std::string>> tactics;
+  std::size_t plans = 0;
+  for (const Kernel* k : s.kernels) {
+    if (!s.supported(k->name())) continue;
+    try {
+      built.emplace_back(k, k->build(desc, exec_policy_, {}));
+    } catch (const UnsupportedOperationError& e) {
+      s.mark_build_failed(k->name(), e);
+      continue;
+    }
+    tactics.push_back(k->tactics(desc, exec_policy_));
+    plans += 1 + tactics.back().size();
+  }
+  if (built.empty()) throw s.none_supported("");
+  const Kernel* winner = nullptr;
+  double best = 0;
+  std::string tuned;  // what the winner's tactics came to, for the reason
+  for (std::size_t j = 0; j < built.size(); ++j) {
+    const Kernel* k = built[j].first;
+    std::shared_ptr<const KernelPlan> plan = built[j].second;
+    double time = plans == 1 ? -1 : time_candidate(*plan, desc);
+    std::size_t timed = 1;
+    for (const std::string& record : tactics[j]) {
+      if (record == plan->record()) continue;
+      std::shared_ptr<const KernelPlan> other;
       try {
-        try {
-          dispatch->plan = winner->build(desc, exec_policy_, record);
-        } catch (const UnsupportedOperationError&) {
-          if (record.empty() || !options_.build_cache) throw;
-          record.clear();  // a stale build-cache entry: build afresh
-          dispatch->plan = winner->build(desc, exec_policy_, record);
-        }
-      } catch (const UnsupportedOperationError& e) {
-        if (record.empty() && rule.mode != RuleMode::kPinned) {
-          mark_build_failed(winner->name(), e);
-          continue;
-        }
-        if (record.empty()) throw;
-        throw UnsupportedOperationError(detail::str_cat("the autotune cache's plan for ", winner->name(), " on ",
-                                                        decision.signature, " cannot be re-created: ", e.what(),
-                                                        " (delete the entry or the cache file to re-tune)"));
+        other = k->build(desc, exec_policy_, record);
+      } catch (const UnsupportedOperationError&) {
+        continue;  // a tactic this build cannot re-create: not a candidate
+      }
+      const double other_time = time_candidate(*other, desc);
+      ++timed;
+      if (other_time < time) {
+        time = other_time;
+        plan = std::move(other);
       }
     }
-    dispatch->kernel = winner;
-    decision.kernel = winner->name();
-    decision.backend = winner->info().backend;
-    decision.plan_record = dispatch->plan->record();
-    decision.plan_summary = dispatch->plan->describe();
+    report_of(decision.candidates, k->name())->time_us = time;
+    if (winner == nullptr || time < best) {
+      winner = k;
+      best = time;
+      s.dispatch->plan = plan;
+      tuned = timed > 1 ? detail::str_cat("; ", k->name(), ": the fastest of ", timed, " tactics") : "";
+    }
+  }
+  decision.rule = "autotuned";
+  decision.reason = plans == 1 ? "autotuned: the only supported kernel"
+                               : detail::str_cat("autotuned: fastest of ", built.size(), " (",
+                                                 static_cast<std::int64_t>(best * 1000) / 1000.0, " us)", tuned);
+  for (auto& r : decision.candidates) {
+    if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
+      r.reason = detail::str_cat("slower (", static_cast<std::int64_t>(r.time_us * 1000) / 1000.0, " us)");
+    }
+  }
+  return winner;
+}
 
-    if (cache_ && (decision.rule == "autotuned" || !have_cached)) {
-      AutotuneCache::Entry entry;
-      entry.kernel = decision.kernel;
-      entry.plan_record = decision.plan_record;
-      for (const auto& r : decision.candidates) {
-        if (r.time_us >= 0) entry.times_us[r.kernel] = r.time_us;
-      }
-      cache_->store(cache_key, std::move(entry));
+// The winner's plan: re-created from the cache's record when the cache chose the same kernel (a lock file replays the
+// same algorithm), else built afresh (unless autotuning already built it). False when the build failed in a way that
+// makes the rule pick again (Note [Build failures]); throws when it cannot.
+bool Dispatcher::build_plan(Selection& s, const Kernel& winner) {
+  const bool cached_winner = s.have_cached && s.cached.kernel == winner.name();
+  if (s.dispatch->plan && !cached_winner) return true;
+  std::string record = cached_winner ? s.cached.plan_record : std::string();
+  try {
+    try {
+      s.dispatch->plan = winner.build(s.desc, exec_policy_, record);
+    } catch (const UnsupportedOperationError&) {
+      if (record.empty() || !options_.build_cache) throw;
+      record.clear();  // a stale build-cache entry: build afresh
+      s.dispatch->plan = winner.build(s.desc, exec_policy_, record);
     }
-    return dispatch;
+  } catch (const UnsupportedOperationError& e) {
+    if (record.empty() && s.rule.mode != RuleMode::kPinned) {
+      s.mark_build_failed(winner.name(), e);
+      return false;
+    }
+    if (record.empty()) throw;
+    throw UnsupportedOperationError(detail::str_cat("the autotune cache's plan for ", winner.name(), " on ",
+                                                    s.decision().signature, " cannot be re-created: ", e.what(),
+                                                    " (delete the entry or the cache file to re-tune)"));
+  }
+  return true;
+}
+
+// Recording: the winner and its plan into the decision, and the decision into the autotune cache (a new entry, or
+// a re-tuned one).
+void Dispatcher::record_decision(Selection& s, const Kernel& winner) const {
+  Decision& decision = s.decision();
+  s.dispatch->kernel = &winner;
+  decision.kernel = winner.name();
+  decision.backend = winner.info().backend;
+  decision.plan_record = s.dispatch->plan->record();
+  decision.plan_summary = s.dispatch->plan->describe();
+  if (cache_ && (decision.rule == "autotuned" || !s.have_cached)) {
+    AutotuneCache::Entry entry;
+    entry.kernel = decision.kernel;
+    entry.plan_record = decision.plan_record;
+    for (const auto& r : decision.candidates) {
+      if (r.time_us >= 0) entry.times_us[r.kernel] = r.time_us;
+    }
+    cache_->store(s.cache_key, std::move(entry));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/execution_policy.h"
 #include "xpuruntime/memory_manager.h"
 
 namespace xpuruntime {
@@ -59,11 +60,156 @@ void KernelPlan::execute(const OpDescriptor& desc, const std::vector<Tensor>& in
   run(launch);
 }
 
-FunctionKernel::FunctionKernel(KernelInfo info, SupportsFn supports, RunFn run)
-    : Kernel(std::move(info)), supports_(std::move(supports)), run_(std::move(run)) {}
+// ---- kernel declarations ----
 
-Support FunctionKernel::supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
-  return supports_(desc, policy);
+// Note [Kernel declarations]
+// Most kernels began their supports() with the same checks, written again in each backend (cudnn's, cublas's and
+// cuda_raw's check_common): the op on the kernel's device, no int8 precision, a dtype set, contiguous and aligned
+// inputs, the device's compute capability. A KernelDecl states them as data beside the kernel's registration, and
+// Kernel::supports checks it before the kernel's own accepts(), which keeps what a declaration cannot say (attributes,
+// shapes against each other, a library present, plan limits). accepts() is only asked when the declaration holds, so
+// it may index the inputs whose ranks the declaration fixed.
+//
+// The checks run in one order (the op's device, int8 precision, compute capability, then input by input: device,
+// dtype, one dtype, rank, layout, alignment, innermost-dim alignment) and the first that fails is the reason, worded
+// the same for every kernel: "<subject> takes <dtypes>, got <dtype> for input '<name>'". A dtype set may carry the
+// text reasons name it by ("every dtype except uint16, uint32 and uint64"), so that a backend keeps the words its
+// users know. The answer is the conjunction of the declaration and accepts(): a check moved from supports() into a
+// declaration changes at most which reason a descriptor failing two checks gets, never whether a kernel runs it.
+
+bool DTypeSet::contains(DType dtype) const {
+  return dtypes.empty() || std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+}
+
+std::string DTypeSet::str() const {
+  if (!text.empty()) return text;
+  std::string out;
+  for (std::size_t k = 0; k < dtypes.size(); ++k) {
+    out += k == 0 ? "" : (k + 1 == dtypes.size() ? " or " : ", ");
+    out += dtype_name(dtypes[k]);
+  }
+  return out;
+}
+
+namespace {
+
+const char* devices_text(DeviceType type) { return type == DeviceType::kCUDA ? "CUDA devices" : "the CPU"; }
+
+std::string cc_text(int cc) { return detail::str_cat(cc / 10, ".", cc % 10); }
+
+std::string rank_text(const RankRange& range) {
+  if (range.max < 0) return detail::str_cat(range.min, " or more");
+  if (range.min == range.max) return std::to_string(range.min);
+  if (range.min <= 0) return detail::str_cat("up to ", range.max);
+  return detail::str_cat(range.min, " to ", range.max);
+}
+
+// A rank-4 tensor whose strides are NHWC's for its NCHW shape (size-1 dims take any stride).
+bool is_channels_last(const TensorDesc& t) {
+  if (t.dim() != 4) return t.is_contiguous();
+  if (t.numel() == 0) return true;
+  const std::int64_t c = t.shape[1], h = t.shape[2], w = t.shape[3];
+  // No strides: row-major NCHW.
+  const std::vector<std::int64_t> strides = t.strides.empty() ? std::vector<std::int64_t>{c * h * w, h * w, w, 1}
+                                                               : t.strides;
+  const std::int64_t expected[4] = {c * h * w, 1, w * c, c};
+  for (std::size_t k = 0; k < 4; ++k) {
+    if (t.shape[k] != 1 && strides[k] != expected[k]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Support check_declaration(const KernelDecl& decl, DeviceType device_type, const OpDescriptor& desc,
+                          const ExecutionPolicy& policy) {
+  const std::string who = decl.subject.empty() ? std::string() : decl.subject + " ";
+  // How reasons name input k: 'x' (the last name repeats for a variadic input), else its index.
+  const auto input = [&](std::size_t k) {
+    if (decl.input_names.empty()) return std::to_string(k);
+    return "'" + (k < decl.input_names.size() ? decl.input_names[k] : decl.input_names.back()) + "'";
+  };
+  if (decl.on_device && desc.device.type != device_type) {
+    return Support::no(detail::str_cat(who, "runs on ", devices_text(device_type), "; the input is on ",
+                                       desc.device.str()));
+  }
+  if (decl.no_int8 && (policy.precision == Precision::kInt8 || desc.precision == Precision::kInt8)) {
+    return Support::no(who + "has no int8 kernel; use precision fp32, tf32, fp16 or bf16");
+  }
+  const int cc = desc.compute_capability;
+  if (decl.min_compute_capability > 0 && cc > 0 && cc < decl.min_compute_capability) {
+    if (decl.built_for_architectures) {
+      return Support::no(detail::str_cat(who, "was built for sm_", decl.min_compute_capability,
+                                         " and newer, this device is sm_", cc,
+                                         "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=", cc));
+    }
+    return Support::no(detail::str_cat(who, "needs compute capability ", cc_text(decl.min_compute_capability),
+                                       " or newer, this device has ", cc_text(cc)));
+  }
+  for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
+    const TensorDesc& t = desc.inputs[k];
+    if (!t.present) continue;
+    if (decl.on_device && t.device.type != device_type) {
+      return Support::no(detail::str_cat(who, "runs on ", devices_text(device_type), "; input ", input(k), " is on ",
+                                         t.device.str()));
+    }
+    if (!decl.dtypes.contains(t.dtype)) {
+      return Support::no(detail::str_cat(who, "takes ", decl.dtypes.str(), ", got ", dtype_name(t.dtype),
+                                         " for input ", input(k)));
+    }
+    if (k < decl.input_dtypes.size() && !decl.input_dtypes[k].contains(t.dtype)) {
+      return Support::no(detail::str_cat(who, "takes ", decl.input_dtypes[k].str(), " for input ", input(k),
+                                         ", got ", dtype_name(t.dtype)));
+    }
+    if (decl.one_dtype && t.dtype != desc.inputs[0].dtype) {
+      return Support::no(detail::str_cat(who, "takes inputs of one dtype; input ", input(k), " is ",
+                                         dtype_name(t.dtype), ", input ", input(0), " is ",
+                                         dtype_name(desc.inputs[0].dtype)));
+    }
+    if (k < decl.input_ranks.size()) {
+      const RankRange& range = decl.input_ranks[k];
+      if (t.dim() < range.min || (range.max >= 0 && t.dim() > range.max)) {
+        return Support::no(detail::str_cat(who, "takes input ", input(k), " of rank ", rank_text(range), ", got ",
+                                           t.str()));
+      }
+    }
+    if (decl.layout == Layout::kContiguous && !t.is_contiguous()) {
+      return Support::no(detail::str_cat(who, "needs contiguous input ", input(k), " (", t.str(),
+                                         "); call contiguous() first"));
+    }
+    if (decl.layout == Layout::kChannelsLast && !is_channels_last(t)) {
+      return Support::no(detail::str_cat(who, "needs channels-last input ", input(k), " (NHWC strides), got ",
+                                         t.str()));
+    }
+    const std::uint32_t alignment = std::max<std::uint32_t>(
+        decl.alignment, decl.element_aligned ? static_cast<std::uint32_t>(dtype_size(t.dtype)) : 0);
+    if (alignment != 0 && t.alignment < alignment) {
+      return Support::no(detail::str_cat(who, "needs ", alignment, "-byte aligned data; input ", input(k), " is ",
+                                         t.alignment,
+                                         "-byte aligned (a view at an offset?): copy it to a fresh tensor"));
+    }
+    if (decl.inner_alignment != 0 && !t.shape.empty()) {
+      const auto row_bytes = static_cast<std::uint64_t>(t.shape.back()) * dtype_size(t.dtype);
+      if (row_bytes % decl.inner_alignment != 0) {
+        return Support::no(detail::str_cat(who, "needs the innermost dim of input ", input(k), " in multiples of ",
+                                           decl.inner_alignment, " bytes, got ", row_bytes, " bytes (", t.str(), ")"));
+      }
+    }
+  }
+  return Support::yes();
+}
+
+Support Kernel::supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
+  Support declared = check_declaration(info_.decl, info_.device_type, desc, policy);
+  if (!declared) return declared;
+  return accepts(desc, policy);
+}
+
+FunctionKernel::FunctionKernel(KernelInfo info, SupportsFn accepts, RunFn run)
+    : Kernel(std::move(info)), accepts_(std::move(accepts)), run_(std::move(run)) {}
+
+Support FunctionKernel::accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
+  return accepts_(desc, policy);
 }
 
 std::unique_ptr<KernelPlan> FunctionKernel::build(const OpDescriptor&, const ExecutionPolicy&,

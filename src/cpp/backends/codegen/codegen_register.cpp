@@ -289,7 +289,7 @@ class GeneratedKernel final : public Kernel {
                           "CUDA C written for the program, shapes and dtype (Note [Fused elementwise programs]), "
                           "compiled by NVRTC while the plan is built, cached in the process and on disk"}) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     (void)policy;
     if (!desc.device.is_cuda()) {
       return Support::no(detail::str_cat("runs on CUDA devices; the input is on ", desc.device.str()));

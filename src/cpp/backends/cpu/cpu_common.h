@@ -90,7 +90,7 @@ Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy,
 class CpuKernel final : public Kernel {
  public:
   CpuKernel(const std::string& op, std::string summary, CpuRunFn run, DTypeSet dtypes = DTypeSet::kFloat);
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override;
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override;
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
                                     const std::string& record) const override;
 

@@ -187,7 +187,7 @@ CpuKernel::CpuKernel(const std::string& op, std::string summary, CpuRunFn run, D
       run_(std::move(run)),
       dtypes_(dtypes) {}
 
-Support CpuKernel::supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
+Support CpuKernel::accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
   return common_supports(desc, policy, dtypes_);
 }
 

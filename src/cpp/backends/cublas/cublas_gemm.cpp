@@ -93,7 +93,7 @@ class GemmKernel final : public Kernel {
                                          : "cuBLAS GEMM (cublasGemmEx / cublasGemmStridedBatchedEx, broadcast "
                                            "batch dims)"}) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     if (Support common = check_common(desc, policy, "cublas"); !common) return common;
     if (desc.outputs.empty()) return Support::no("cublas needs the op's outputs inferred first");
     if (op() == "matmul") {

@@ -783,7 +783,7 @@ class LtGemmKernel final : public Kernel {
     return desc;
   }
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     if (Support common = cublas::check_common(desc, policy, "cublasLt"); !common) return common;
     if (desc.outputs.empty()) return Support::no("cublasLt needs the op's outputs inferred first");
     if (op() == "matmul") {

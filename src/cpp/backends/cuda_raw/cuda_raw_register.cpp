@@ -242,7 +242,7 @@ class ReduceKernel final : public Kernel {
                                "per output, sums wrap)"}),
         kind_(kind) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     try {
       Support common =
           check_common(desc, policy, {"x"}, kind_ == ReduceOp::kMean ? DTypes::kFloat : DTypes::kFloatAndInt);
@@ -310,7 +310,7 @@ class ScratchKernel final : public Kernel {
         workspace_(std::move(workspace)),
         run_(std::move(run)) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     try {
       Support common = check_common(desc, policy, names_, dtypes_);
       if (!common) return common;

@@ -330,7 +330,7 @@ class FlashAttentionKernel final : public Kernel {
                           "fused FlashAttention-2 forward on tensor cores (fp16/bf16, head dim 64/128, causal, "
                           "mask, GQA, log-sum-exp output), no Sq x Sk scores in memory"}) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/) const override {
     return check_flash(desc);
   }
 

@@ -641,7 +641,7 @@ class CudnnAttentionKernel final : public Kernel {
                           "cuDNN's fused flash attention through its graph API (fp16/bf16, head dim multiple of 8, "
                           "causal, GQA, log-sum-exp output), no Sq x Sk scores in memory"}) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     return check_attention(desc, policy);
   }
 

@@ -114,7 +114,7 @@ class CudnnBatchNormKernel final : public Kernel {
  public:
   explicit CudnnBatchNormKernel(KernelInfo info) : Kernel(std::move(info)) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     return batch_norm_supports(desc, policy);
   }
 

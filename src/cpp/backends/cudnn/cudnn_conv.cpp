@@ -636,7 +636,7 @@ class CudnnConvKernel final : public Kernel {
     return desc;
   }
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     return conv_supports(desc, policy);
   }
 

@@ -181,7 +181,7 @@ class CudnnConv3dKernel final : public Kernel {
                                          : "cuDNN's N-d convolution data gradient (NCDHW, symmetric pads)"}),
         op_(op) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     const std::string label = "cudnn " + op_;
     const Support common = cudnn::check_common(desc, policy, label.c_str(), cudnn::kConvAlignment);
     if (!common) return common;

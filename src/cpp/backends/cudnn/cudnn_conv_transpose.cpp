@@ -168,7 +168,7 @@ class CudnnConvTransposeKernel final : public Kernel {
             KernelInfo{"conv_transpose2d", "cudnn", "cudnn", DeviceType::kCUDA, false,
                        "cuDNN's convolution data gradient (Note [ConvTranspose as backward data])"}) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     const Support common = cudnn::check_common(desc, policy, "cudnn conv_transpose2d", cudnn::kConvAlignment);
     if (!common) return common;
     if (policy.deterministic) {

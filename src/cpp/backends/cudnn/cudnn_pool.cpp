@@ -180,7 +180,7 @@ class CudnnPoolKernel final : public Kernel {
  public:
   explicit CudnnPoolKernel(KernelInfo info) : Kernel(std::move(info)) {}
 
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     return pool_supports(desc, policy);
   }
 

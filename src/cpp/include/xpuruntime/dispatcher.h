@@ -139,7 +139,15 @@ class XPURT_API Dispatcher {
   const KernelRegistry& registry() const { return *registry_; }
 
  private:
+  struct Selection;  // one decision while its phases run (dispatcher.cpp)
   std::shared_ptr<Dispatch> decide(const OpDescriptor& desc);
+  void list_candidates(Selection& s, const OpSchema& schema) const;
+  const Kernel* pick_pinned(Selection& s) const;
+  const Kernel* pick_preferred(Selection& s) const;
+  const Kernel* pick_auto(Selection& s);
+  const Kernel* autotune(Selection& s);
+  bool build_plan(Selection& s, const Kernel& winner);
+  void record_decision(Selection& s, const Kernel& winner) const;
   std::vector<CandidateReport> evaluate(const OpDescriptor& desc) const;
   double time_candidate(const KernelPlan& plan, const OpDescriptor& desc);
 

@@ -2,10 +2,11 @@
 //
 // An op is defined once by an OpSchema (its inputs, its policy family, and shape inference that also validates
 // the inputs). Kernels are added by backends, each through one registration function
-// (`register_<backend>(KernelRegistry&)`, see backends/). A kernel answers `supports(desc, policy)` with yes or
-// the reason why not, and `build(...)` makes a KernelPlan for one descriptor: the validate -> build -> execute
-// lifecycle of cudnn-frontend. A plan may carry a `record` (e.g. the cuBLASLt algorithm it picked) from which
-// `build` re-creates exactly the same plan: that is what the autotune cache and lock files store.
+// (`register_<backend>(KernelRegistry&)`, see backends/). A kernel declares what it takes (KernelDecl: dtypes,
+// ranks, layout, alignment, compute capability), answers `supports(desc, policy)` with yes or the reason why not (the
+// declaration first, then its own `accepts`), and `build(...)` makes a KernelPlan for one descriptor: the validate ->
+// build -> execute lifecycle of cudnn-frontend. A plan may carry a `record` (e.g. the cuBLASLt algorithm it picked)
+// from which `build` re-creates exactly the same plan: that is what the autotune cache and lock files store.
 //
 // Ownership: the registry owns its schemas and kernels for the life of the process; the pointers it hands out
 // stay valid. Thread-safety: `global()` is fully populated on first use; lookups are safe from any thread;
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -82,6 +84,59 @@ class XPURT_API KernelPlan {
   virtual std::string describe() const { return {}; }
 };
 
+// What a kernel takes, declared beside it: the constraints every backend used to check by hand at the top of its
+// supports(). Kernel::supports checks them (check_declaration) before the kernel's own accepts(), in one order and in
+// one wording for every kernel (Note [Kernel declarations] in kernel_registry.cpp). The default declares nothing.
+struct XPURT_API DTypeSet {
+  std::vector<DType> dtypes;  // empty: any dtype
+  // How reasons name the set ("float32, float16 or bfloat16"); empty: the dtypes, joined with ", " and " or ".
+  std::string text;
+  bool contains(DType dtype) const;
+  std::string str() const;  // `text`, or the joined dtypes
+};
+
+struct XPURT_API RankRange {
+  int min = 0;   // the least rank
+  int max = -1;  // the greatest rank; -1: no limit
+};
+
+enum class Layout : std::uint8_t {
+  kAny,
+  kContiguous,    // row-major (TensorDesc::is_contiguous; an empty tensor always is)
+  kChannelsLast,  // a rank-4 tensor stored NHWC (strides C*W, 1, W*C, C of its NCHW shape), or contiguous below rank 4
+};
+
+struct XPURT_API KernelDecl {
+  // Who the reasons name ("cudnn conv2d"); empty: they start with the constraint.
+  std::string subject;
+  // The inputs' names for the reasons ("x", "weight"); the last one repeats for a variadic input. Empty: "input k".
+  std::vector<std::string> input_names;
+  // The op's device and every present input's device are of KernelInfo::device_type.
+  bool on_device = false;
+  // Refuses precision int8 (the policy's or the descriptor's).
+  bool no_int8 = false;
+  // The device's compute capability (major * 10 + minor) is at least this one when known (> 0). 0: any.
+  int min_compute_capability = 0;
+  // min_compute_capability is the oldest architecture the kernels were compiled for (CMAKE_CUDA_ARCHITECTURES): the
+  // reason then says how to rebuild rather than what the hardware lacks.
+  bool built_for_architectures = false;
+  // Every present input's dtype is in `dtypes`; input k's also in input_dtypes[k] when listed.
+  DTypeSet dtypes;
+  std::vector<DTypeSet> input_dtypes;
+  bool one_dtype = false;  // every present input has input 0's dtype
+  // Input k's rank is within input_ranks[k] (inputs beyond the list: any rank).
+  std::vector<RankRange> input_ranks;
+  Layout layout = Layout::kAny;  // of every present input
+  // Every present input's data pointer is aligned to this many bytes (TensorDesc::alignment); 0: any.
+  std::uint32_t alignment = 0;
+  bool element_aligned = false;  // ... and to its element size
+  // The bytes of every present input's innermost dim (shape.back() * element size) are a multiple of this; 0: any.
+  std::uint32_t inner_alignment = 0;
+  // The plan may write output 0 over input 0 (the same memory). Checked by nothing at decision time (a decision
+  // has no memory yet): what a memory planner may rely on.
+  bool in_place = false;
+};
+
 struct XPURT_API KernelInfo {
   std::string op;       // the op it implements
   std::string name;     // the name policies use: "cublasLt", "flash_v2", "cpu", ...
@@ -89,7 +144,14 @@ struct XPURT_API KernelInfo {
   DeviceType device_type = DeviceType::kCPU;
   bool deterministic = true;  // same inputs -> same bits, run after run
   std::string summary;        // one line: what it is
+  KernelDecl decl;            // what it takes (nothing declared by default)
 };
+
+// Whether `desc` under `policy` meets `decl` for a kernel of `device_type`: yes, or the first failing constraint
+// named the same way for every kernel ("cudnn conv2d takes float32, float16 or bfloat16, got float64 for input 0").
+// Never throws.
+XPURT_API Support check_declaration(const KernelDecl& decl, DeviceType device_type, const OpDescriptor& desc,
+                                    const ExecutionPolicy& policy);
 
 class XPURT_API Kernel {
  public:
@@ -102,9 +164,12 @@ class XPURT_API Kernel {
   const std::string& name() const { return info_.name; }
   const std::string& op() const { return info_.op; }
 
-  // Whether this kernel can run `desc` under `policy` (dtype, shape, layout, alignment, compute capability,
-  // library present, determinism). Never throws for an unsupported descriptor.
-  virtual Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const = 0;
+  // Whether this kernel can run `desc` under `policy`: its declaration (`info().decl`, check_declaration) and then
+  // accepts(). Never throws for an unsupported descriptor.
+  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const;
+  // What the declaration cannot say (attributes, shapes against each other, library present, plan limits), asked
+  // only when the declaration holds. Never throws for an unsupported descriptor.
+  virtual Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const = 0;
   // A plan for `desc` (only called when `supports` said yes). `record`: a previous plan's record to re-create
   // exactly (empty: choose afresh). Throws UnsupportedOperationError when the record cannot be honoured.
   virtual std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
@@ -143,13 +208,14 @@ class XPURT_API FunctionKernel final : public Kernel {
  public:
   using SupportsFn = std::function<Support(const OpDescriptor&, const ExecutionPolicy&)>;
   using RunFn = std::function<void(const KernelLaunch&)>;
-  FunctionKernel(KernelInfo info, SupportsFn supports, RunFn run);
-  Support supports(const OpDescriptor& desc, const ExecutionPolicy& policy) const override;
+  // `accepts`: what the declaration in `info` cannot say (Kernel::accepts).
+  FunctionKernel(KernelInfo info, SupportsFn accepts, RunFn run);
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override;
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
                                     const std::string& record) const override;
 
  private:
-  SupportsFn supports_;
+  SupportsFn accepts_;
   RunFn run_;
 };
 

@@ -345,6 +345,270 @@ std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int6
   return nodes;
 }
 
+// Split (static input shape, constant split sizes or num_outputs) -> one Slice per output.
+void decompose_split(Graph& g, const Node& n, std::size_t i, std::int64_t opset, Rewriter& rewriter) {
+  const auto shape = static_shape(g, n.inputs[0]);
+  if (!shape) return;
+  const auto rank = static_cast<std::int64_t>(shape->size());
+  std::int64_t axis = n.attrs.get_int("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return;
+  const Ints sizes = split_sizes(g, n, opset, (*shape)[axis]);
+  if (sizes.empty()) return;
+  std::vector<Node> slices;
+  std::int64_t start = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    if (n.outputs[k].empty()) {
+      start += sizes[k];
+      continue;
+    }
+    Node s;
+    s.op_type = "Slice";
+    s.name = g.unique_name(n.name + "_part" + std::to_string(k));
+    s.outputs = {n.outputs[k]};
+    s.inputs = {n.inputs[0]};
+    if (opset < 10) {
+      s.attrs.set("starts", Ints{start});
+      s.attrs.set("ends", Ints{start + sizes[k]});
+      s.attrs.set("axes", Ints{axis});
+    } else {
+      s.inputs.push_back(add_constant(g, s.name + "_starts", int64_tensor({start})));
+      s.inputs.push_back(add_constant(g, s.name + "_ends", int64_tensor({start + sizes[k]})));
+      s.inputs.push_back(add_constant(g, s.name + "_axes", int64_tensor({axis})));
+    }
+    start += sizes[k];
+    slices.push_back(std::move(s));
+  }
+  rewriter.replace({i}, std::move(slices),
+                   describe(n) + " -> " + std::to_string(sizes.size()) + " Slice(s) along axis " +
+                       std::to_string(axis));
+}
+
+// 1-D Conv and ConvTranspose (constant weight) -> Unsqueeze + the 2-D op (kernel height 1) + Squeeze.
+void decompose_conv_1d(Graph& g, const Node& n, std::size_t i, std::int64_t opset, Rewriter& rewriter) {
+  const Tensor* w = constant(g, n.inputs[1]);
+  const auto x = value_type(g, n.inputs[0]);
+  if (w == nullptr || w->dim() != 3 || !x || !x->has_shape || x->shape.size() != 3) return;
+  if (n.has_input(2) && !is_constant(g, n.inputs[2])) return;
+  const std::string auto_pad = n.attrs.get_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") return;
+  const Ints pads = n.attrs.get_ints("pads", {0, 0});
+  if (pads.size() != 2) return;
+  Node conv = n;
+  conv.name = n.name;
+  const std::string x4 = g.unique_name(n.inputs[0] + "_2d");
+  const std::string y4 = g.unique_name(n.outputs[0] + "_2d");
+  Node unsqueeze = with_axes(g, "Unsqueeze", n.name + "_unsqueeze", n.inputs[0], x4, {2}, opset, 13);
+  const Tensor wc = w->contiguous();
+  Tensor w4 = Tensor::empty({wc.shape()[0], wc.shape()[1], 1, wc.shape()[2]}, wc.dtype());
+  std::memcpy(w4.data_ptr(), wc.data_ptr(), static_cast<std::size_t>(wc.nbytes()));
+  conv.inputs[0] = x4;
+  conv.inputs[1] = add_constant(g, n.name + "_weight_2d", w4);
+  conv.outputs = {y4};
+  conv.attrs.set("kernel_shape", Ints{1, w->shape()[2]});
+  conv.attrs.set("strides", Ints{1, n.attrs.get_ints("strides", {1})[0]});
+  conv.attrs.set("dilations", Ints{1, n.attrs.get_ints("dilations", {1})[0]});
+  conv.attrs.set("pads", Ints{0, pads[0], 0, pads[1]});
+  if (auto_pad != "NOTSET") conv.attrs.set("auto_pad", auto_pad);
+  // ConvTranspose's: the new height axis has no output padding and an output height of 1.
+  if (n.attrs.has("output_padding")) {
+    conv.attrs.set("output_padding", Ints{0, n.attrs.get_ints("output_padding", {0})[0]});
+  }
+  if (n.attrs.has("output_shape")) conv.attrs.set("output_shape", Ints{1, n.attrs.get_ints("output_shape", {1})[0]});
+  Node squeeze = with_axes(g, "Squeeze", n.name + "_squeeze", y4, n.outputs[0], {2}, opset, 13);
+  ValueType t4 = *x;
+  t4.shape.insert(t4.shape.begin() + 2, Dim(std::int64_t{1}));
+  g.types[x4] = t4;
+  rewriter.replace({i}, {unsqueeze, conv, squeeze},
+                   describe(n) + " (1-D) -> Unsqueeze + 2-D " + n.op_type + " + Squeeze");
+}
+
+// Clip with run-time bounds -> Max then Min.
+void decompose_clip(Graph& g, const Node& n, std::size_t i, std::int64_t /*opset*/, Rewriter& rewriter) {
+  // Bounds computed at run time (T5's fp16 clamp to finfo.max, or finfo.max - 1000 after an overflow):
+  // Max(x, min) then Min(., max), the same values (NaN kept; min > max gives max, like np.clip).
+  std::vector<Node> parts;
+  std::string current = n.inputs[0];
+  for (std::size_t k = 1; k < 3; ++k) {
+    if (!n.has_input(k)) continue;
+    const bool last = k == 2 || !n.has_input(2);
+    Node bound;
+    bound.op_type = k == 1 ? "Max" : "Min";
+    bound.name = g.unique_name(n.name + (k == 1 ? "_min" : "_max"));
+    bound.inputs = {current, n.inputs[k]};
+    bound.outputs = {last ? n.outputs[0] : g.unique_name(n.outputs[0] + "_lower")};
+    if (!last) {
+      if (const ValueType* t = g.type(n.inputs[0])) g.types[bound.outputs[0]] = *t;
+    }
+    current = bound.outputs[0];
+    parts.push_back(std::move(bound));
+  }
+  rewriter.replace({i}, std::move(parts), describe(n) + " with run-time bounds -> Max/Min");
+}
+
+// Variadic Sum / Max / Min and Mean -> chains of two-input nodes (Mean: then a Div by the count).
+void decompose_variadic(Graph& g, const Node& n, std::size_t i, std::int64_t /*opset*/, Rewriter& rewriter) {
+  // Variadic forms -> a chain of two-input nodes (Mean: the Sum chain, then a Div by the count).
+  const auto dtype = value_dtype(g, n.inputs[0]);
+  const auto out_shape = static_shape(g, n.outputs[0]);
+  if (!dtype || !out_shape || (n.op_type == "Mean" && !is_fusable_float(*dtype))) return;
+  const std::string pairwise = n.op_type == "Mean" ? "Sum" : n.op_type;
+  std::vector<Node> parts;
+  std::string current = n.inputs[0];
+  for (std::size_t k = 1; k < n.inputs.size(); ++k) {
+    const bool last = k + 1 == n.inputs.size() && n.op_type != "Mean";
+    const std::string out = last ? n.outputs[0] : new_value(g, n.outputs[0] + "_partial", *dtype, *out_shape);
+    parts.push_back(make_node(g, pairwise, n.name + "_part" + std::to_string(k), {current, n.inputs[k]}, {out}));
+    current = out;
+  }
+  if (n.op_type == "Mean") {
+    const std::string count = add_constant(
+        g, n.name + "_count", from_doubles({}, *dtype, {static_cast<double>(n.inputs.size())}));
+    parts.push_back(make_node(g, "Div", n.name + "_mean", {current, count}, {n.outputs[0]}));
+  } else if (n.inputs.size() == 1) {
+    parts.push_back(make_node(g, "Identity", n.name + "_single", {current}, {n.outputs[0]}));
+  }
+  const std::string what = describe(n) + " -> " + std::to_string(n.inputs.size()) + "-input chain of " + pairwise +
+                           (n.op_type == "Mean" ? " + Div" : "");
+  rewriter.replace({i}, std::move(parts), what);
+}
+
+// DepthToSpace (DCR, CRD) and SpaceToDepth (static shapes) -> Reshape + Transpose + Reshape.
+void decompose_depth_space(Graph& g, const Node& n, std::size_t i, std::int64_t /*opset*/, Rewriter& rewriter) {
+  const auto x = static_shape(g, n.inputs[0]);
+  const auto dtype = value_dtype(g, n.inputs[0]);
+  const std::int64_t b = n.attrs.get_int("blocksize", 0);
+  if (!x || !dtype || x->size() != 4 || b <= 0) return;
+  const std::int64_t N = (*x)[0], C = (*x)[1], H = (*x)[2], W = (*x)[3];
+  Ints split, perm, out;
+  if (n.op_type == "DepthToSpace") {
+    if (C % (b * b) != 0) return;
+    const bool crd = n.attrs.get_string("mode", "DCR") == "CRD";
+    split = crd ? Ints{N, C / (b * b), b, b, H, W} : Ints{N, b, b, C / (b * b), H, W};
+    perm = crd ? Ints{0, 1, 4, 2, 5, 3} : Ints{0, 3, 4, 1, 5, 2};
+    out = {N, C / (b * b), H * b, W * b};
+  } else {
+    if (H % b != 0 || W % b != 0) return;
+    split = {N, C, H / b, b, W / b, b};
+    perm = {0, 3, 5, 1, 2, 4};
+    out = {N, C * b * b, H / b, W / b};
+  }
+  Ints permuted;
+  for (const std::int64_t p : perm) permuted.push_back(split[static_cast<std::size_t>(p)]);
+  const std::string six = new_value(g, n.outputs[0] + "_blocks", *dtype, split);
+  const std::string moved = new_value(g, n.outputs[0] + "_moved", *dtype, permuted);
+  Attributes t;
+  t.set("perm", perm);
+  rewriter.replace({i},
+                   {reshape_node(g, n.name + "_split", n.inputs[0], split, six),
+                    make_node(g, "Transpose", n.name + "_move", {six}, {moved}, t),
+                    reshape_node(g, n.name + "_merge", moved, out, n.outputs[0])},
+                   describe(n) + " -> Reshape + Transpose + Reshape");
+}
+
+// InstanceNormalization and GroupNormalization (constant scale and bias) -> layer_norm.
+void decompose_normalization(Graph& g, const Node& n, std::size_t i, std::int64_t /*opset*/, Rewriter& rewriter) {
+  // Note [Normalizations onto layer_norm]
+  const auto x = static_shape(g, n.inputs[0]);
+  const auto dtype = value_dtype(g, n.inputs[0]);
+  const Tensor* scale = constant(g, n.inputs[1]);
+  const Tensor* bias = constant(g, n.inputs[2]);
+  if (!x || !dtype || x->size() < 3 || !is_fusable_float(*dtype) || scale == nullptr || bias == nullptr) return;
+  const std::int64_t channels = (*x)[1];
+  const std::int64_t groups = n.op_type == "InstanceNormalization" ? channels : n.attrs.get_int("num_groups", 0);
+  if (groups <= 0 || channels % groups != 0) return;
+  if ((scale->numel() != channels && scale->numel() != groups) || bias->numel() != scale->numel()) return;
+  const double epsilon = n.attrs.get_float("epsilon", 1e-5);
+  rewriter.replace({i}, normalization_onto_layer_norm(g, n, *x, *dtype, groups, *scale, *bias, epsilon),
+                   describe(n) + " -> Reshape + LayerNormalization + Reshape + Mul + Add");
+}
+
+// ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp (float) -> Abs / Mul / Exp ... and ReduceSum (ReduceMax).
+void decompose_reduction(Graph& g, const Node& n, std::size_t i, std::int64_t opset, Rewriter& rewriter) {
+  const auto x = static_shape(g, n.inputs[0]);
+  const auto dtype = value_dtype(g, n.inputs[0]);
+  const auto y = static_shape(g, n.outputs[0]);
+  if (!x || !dtype || !y || !is_fusable_float(*dtype)) return;
+  Ints axes;
+  bool axes_given = false;
+  if (opset < 18) {
+    axes_given = n.attrs.has("axes");
+    axes = n.attrs.get_ints("axes", {});
+  } else if (n.has_input(1)) {
+    const Tensor* t = constant(g, n.inputs[1]);
+    if (t == nullptr || t->dtype() != DType::kInt64) return;
+    const auto* p = static_cast<const std::int64_t*>(t->data_ptr());
+    axes.assign(p, p + t->numel());
+    axes_given = true;
+  }
+  if (axes_given && axes.empty() && n.attrs.get_int("noop_with_empty_axes", 0) != 0) return;
+  const std::int64_t keepdims = n.attrs.get_int("keepdims", 1);
+  Ints kept_shape = *x;  // the reduced shape with keepdims=1
+  for (std::size_t d = 0; d < kept_shape.size(); ++d) {
+    bool reduced = !axes_given || axes.empty();
+    for (const std::int64_t a : axes) reduced = reduced || (a < 0 ? a + static_cast<std::int64_t>(x->size()) : a) ==
+                                                               static_cast<std::int64_t>(d);
+    if (reduced) kept_shape[d] = 1;
+  }
+  std::vector<Node> parts;
+  const std::string in = n.inputs[0];
+  if (n.op_type == "ReduceLogSumExp") {
+    // log(sum(exp(x - m))) + m with m = max(x) over the axes: no overflow for large x.
+    const std::string m = new_value(g, n.outputs[0] + "_max", *dtype, kept_shape);
+    parts.push_back(reduce_node(g, "ReduceMax", n.name + "_max", in, m, axes, axes_given, 1, opset));
+    const std::string shifted = new_value(g, n.outputs[0] + "_shifted", *dtype, *x);
+    parts.push_back(make_node(g, "Sub", n.name + "_shift", {in, m}, {shifted}));
+    const std::string e = new_value(g, n.outputs[0] + "_exp", *dtype, *x);
+    parts.push_back(make_node(g, "Exp", n.name + "_exp", {shifted}, {e}));
+    const std::string sum = new_value(g, n.outputs[0] + "_sum", *dtype, kept_shape);
+    parts.push_back(reduce_node(g, "ReduceSum", n.name + "_sum", e, sum, axes, axes_given, 1, opset));
+    const std::string log = new_value(g, n.outputs[0] + "_log", *dtype, kept_shape);
+    parts.push_back(make_node(g, "Log", n.name + "_log", {sum}, {log}));
+    const std::string total = keepdims ? n.outputs[0] : new_value(g, n.outputs[0] + "_kept", *dtype, kept_shape);
+    parts.push_back(make_node(g, "Add", n.name + "_add", {log, m}, {total}));
+    if (!keepdims) parts.push_back(reshape_node(g, n.name + "_squeeze", total, *y, n.outputs[0]));
+  } else {
+    const std::string term = new_value(g, n.outputs[0] + "_term", *dtype, *x);
+    if (n.op_type == "ReduceL1") {
+      parts.push_back(make_node(g, "Abs", n.name + "_abs", {in}, {term}));
+    } else {
+      parts.push_back(make_node(g, "Mul", n.name + "_square", {in, in}, {term}));
+    }
+    const bool root = n.op_type == "ReduceL2";
+    const std::string sum = root ? new_value(g, n.outputs[0] + "_sum", *dtype, *y) : n.outputs[0];
+    parts.push_back(reduce_node(g, "ReduceSum", n.name + "_sum", term, sum, axes, axes_given, keepdims, opset));
+    if (root) parts.push_back(make_node(g, "Sqrt", n.name + "_sqrt", {sum}, {n.outputs[0]}));
+  }
+  rewriter.replace({i}, std::move(parts), describe(n) + " -> elementwise ops and ReduceSum/ReduceMax");
+}
+
+// Einsum of one or two operands -> Transpose/Reshape around a MatMul (Note [Einsum onto MatMul]).
+void decompose_einsum(Graph& g, const Node& n, std::size_t i, std::int64_t opset, Rewriter& rewriter) {
+  // Note [Einsum onto MatMul]
+  auto nodes = einsum_nodes(g, n, opset);
+  if (!nodes) return;
+  rewriter.replace({i}, std::move(*nodes), describe(n) + " -> Transpose/Reshape + MatMul (+ ReduceSum)");
+}
+
+// LayerNormalization whose constant scale or bias has another float type than X -> the same node with the
+// constants in X's type.
+void convert_layer_norm_constants(Graph& g, const Node& n, std::size_t i, std::int64_t /*opset*/, Rewriter& rewriter) {
+  const auto x = value_dtype(g, n.inputs[0]);
+  if (!x || !is_fusable_float(*x)) return;
+  Node fixed = n;
+  bool changed = false;
+  for (std::size_t k = 1; k < n.inputs.size() && k < 3; ++k) {
+    const Tensor* c = n.has_input(k) ? constant(g, n.inputs[k]) : nullptr;
+    if (c == nullptr || c->dtype() == *x || !is_fusable_float(c->dtype())) continue;
+    fixed.inputs[k] = add_constant(g, n.inputs[k] + "_" + std::string(dtype_name(*x)),
+                                   from_doubles(c->shape(), *x, to_doubles(*c)));
+    changed = true;
+  }
+  if (changed) {
+    rewriter.replace({i}, {fixed}, describe(n) + ": scale/bias converted to " + std::string(dtype_name(*x)));
+  }
+}
+
 }  // namespace
 
 PassResult op_decomposition(Graph& g, const PassContext&) {
@@ -355,245 +619,27 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
     const Node n = g.nodes[i];
     if (!n.domain.empty() || rewriter.taken(i) || !has_onnx_arity(n)) continue;
     if (n.op_type == "Split" && !n.inputs.empty()) {
-      const auto shape = static_shape(g, n.inputs[0]);
-      if (!shape) continue;
-      const auto rank = static_cast<std::int64_t>(shape->size());
-      std::int64_t axis = n.attrs.get_int("axis", 0);
-      if (axis < 0) axis += rank;
-      if (axis < 0 || axis >= rank) continue;
-      const Ints sizes = split_sizes(g, n, opset, (*shape)[axis]);
-      if (sizes.empty()) continue;
-      std::vector<Node> slices;
-      std::int64_t start = 0;
-      for (std::size_t k = 0; k < sizes.size(); ++k) {
-        if (n.outputs[k].empty()) {
-          start += sizes[k];
-          continue;
-        }
-        Node s;
-        s.op_type = "Slice";
-        s.name = g.unique_name(n.name + "_part" + std::to_string(k));
-        s.outputs = {n.outputs[k]};
-        s.inputs = {n.inputs[0]};
-        if (opset < 10) {
-          s.attrs.set("starts", Ints{start});
-          s.attrs.set("ends", Ints{start + sizes[k]});
-          s.attrs.set("axes", Ints{axis});
-        } else {
-          s.inputs.push_back(add_constant(g, s.name + "_starts", int64_tensor({start})));
-          s.inputs.push_back(add_constant(g, s.name + "_ends", int64_tensor({start + sizes[k]})));
-          s.inputs.push_back(add_constant(g, s.name + "_axes", int64_tensor({axis})));
-        }
-        start += sizes[k];
-        slices.push_back(std::move(s));
-      }
-      rewriter.replace({i}, std::move(slices),
-                       describe(n) + " -> " + std::to_string(sizes.size()) + " Slice(s) along axis " +
-                           std::to_string(axis));
+      decompose_split(g, n, i, opset, rewriter);
     } else if ((n.op_type == "Conv" || n.op_type == "ConvTranspose") && n.inputs.size() >= 2) {
-      const Tensor* w = constant(g, n.inputs[1]);
-      const auto x = value_type(g, n.inputs[0]);
-      if (w == nullptr || w->dim() != 3 || !x || !x->has_shape || x->shape.size() != 3) continue;
-      if (n.has_input(2) && !is_constant(g, n.inputs[2])) continue;
-      const std::string auto_pad = n.attrs.get_string("auto_pad", "NOTSET");
-      if (auto_pad != "NOTSET" && auto_pad != "VALID") continue;
-      const Ints pads = n.attrs.get_ints("pads", {0, 0});
-      if (pads.size() != 2) continue;
-      Node conv = n;
-      conv.name = n.name;
-      const std::string x4 = g.unique_name(n.inputs[0] + "_2d");
-      const std::string y4 = g.unique_name(n.outputs[0] + "_2d");
-      Node unsqueeze = with_axes(g, "Unsqueeze", n.name + "_unsqueeze", n.inputs[0], x4, {2}, opset, 13);
-      const Tensor wc = w->contiguous();
-      Tensor w4 = Tensor::empty({wc.shape()[0], wc.shape()[1], 1, wc.shape()[2]}, wc.dtype());
-      std::memcpy(w4.data_ptr(), wc.data_ptr(), static_cast<std::size_t>(wc.nbytes()));
-      conv.inputs[0] = x4;
-      conv.inputs[1] = add_constant(g, n.name + "_weight_2d", w4);
-      conv.outputs = {y4};
-      conv.attrs.set("kernel_shape", Ints{1, w->shape()[2]});
-      conv.attrs.set("strides", Ints{1, n.attrs.get_ints("strides", {1})[0]});
-      conv.attrs.set("dilations", Ints{1, n.attrs.get_ints("dilations", {1})[0]});
-      conv.attrs.set("pads", Ints{0, pads[0], 0, pads[1]});
-      if (auto_pad != "NOTSET") conv.attrs.set("auto_pad", auto_pad);
-      // ConvTranspose's: the new height axis has no output padding and an output height of 1.
-      if (n.attrs.has("output_padding")) {
-        conv.attrs.set("output_padding", Ints{0, n.attrs.get_ints("output_padding", {0})[0]});
-      }
-      if (n.attrs.has("output_shape")) conv.attrs.set("output_shape", Ints{1, n.attrs.get_ints("output_shape", {1})[0]});
-      Node squeeze = with_axes(g, "Squeeze", n.name + "_squeeze", y4, n.outputs[0], {2}, opset, 13);
-      ValueType t4 = *x;
-      t4.shape.insert(t4.shape.begin() + 2, Dim(std::int64_t{1}));
-      g.types[x4] = t4;
-      rewriter.replace({i}, {unsqueeze, conv, squeeze},
-                       describe(n) + " (1-D) -> Unsqueeze + 2-D " + n.op_type + " + Squeeze");
+      decompose_conv_1d(g, n, i, opset, rewriter);
     } else if (n.op_type == "Clip" && opset >= 11 && ((n.has_input(1) && !is_constant(g, n.inputs[1])) ||
                                                         (n.has_input(2) && !is_constant(g, n.inputs[2])))) {
-      // Bounds computed at run time (T5's fp16 clamp to finfo.max, or finfo.max - 1000 after an overflow):
-      // Max(x, min) then Min(., max), the same values (NaN kept; min > max gives max, like np.clip).
-      std::vector<Node> parts;
-      std::string current = n.inputs[0];
-      for (std::size_t k = 1; k < 3; ++k) {
-        if (!n.has_input(k)) continue;
-        const bool last = k == 2 || !n.has_input(2);
-        Node bound;
-        bound.op_type = k == 1 ? "Max" : "Min";
-        bound.name = g.unique_name(n.name + (k == 1 ? "_min" : "_max"));
-        bound.inputs = {current, n.inputs[k]};
-        bound.outputs = {last ? n.outputs[0] : g.unique_name(n.outputs[0] + "_lower")};
-        if (!last) {
-          if (const ValueType* t = g.type(n.inputs[0])) g.types[bound.outputs[0]] = *t;
-        }
-        current = bound.outputs[0];
-        parts.push_back(std::move(bound));
-      }
-      rewriter.replace({i}, std::move(parts), describe(n) + " with run-time bounds -> Max/Min");
+      decompose_clip(g, n, i, opset, rewriter);
     } else if ((n.op_type == "Sum" || n.op_type == "Max" || n.op_type == "Min" || n.op_type == "Mean") &&
                !n.inputs.empty() && (n.inputs.size() != 2 || n.op_type == "Mean") && opset >= 8) {
-      // Variadic forms -> a chain of two-input nodes (Mean: the Sum chain, then a Div by the count).
-      const auto dtype = value_dtype(g, n.inputs[0]);
-      const auto out_shape = static_shape(g, n.outputs[0]);
-      if (!dtype || !out_shape || (n.op_type == "Mean" && !is_fusable_float(*dtype))) continue;
-      const std::string pairwise = n.op_type == "Mean" ? "Sum" : n.op_type;
-      std::vector<Node> parts;
-      std::string current = n.inputs[0];
-      for (std::size_t k = 1; k < n.inputs.size(); ++k) {
-        const bool last = k + 1 == n.inputs.size() && n.op_type != "Mean";
-        const std::string out = last ? n.outputs[0] : new_value(g, n.outputs[0] + "_partial", *dtype, *out_shape);
-        parts.push_back(make_node(g, pairwise, n.name + "_part" + std::to_string(k), {current, n.inputs[k]}, {out}));
-        current = out;
-      }
-      if (n.op_type == "Mean") {
-        const std::string count = add_constant(
-            g, n.name + "_count", from_doubles({}, *dtype, {static_cast<double>(n.inputs.size())}));
-        parts.push_back(make_node(g, "Div", n.name + "_mean", {current, count}, {n.outputs[0]}));
-      } else if (n.inputs.size() == 1) {
-        parts.push_back(make_node(g, "Identity", n.name + "_single", {current}, {n.outputs[0]}));
-      }
-      const std::string what = describe(n) + " -> " + std::to_string(n.inputs.size()) + "-input chain of " + pairwise +
-                               (n.op_type == "Mean" ? " + Div" : "");
-      rewriter.replace({i}, std::move(parts), what);
+      decompose_variadic(g, n, i, opset, rewriter);
     } else if ((n.op_type == "DepthToSpace" || n.op_type == "SpaceToDepth") && !n.inputs.empty() && opset >= 5) {
-      const auto x = static_shape(g, n.inputs[0]);
-      const auto dtype = value_dtype(g, n.inputs[0]);
-      const std::int64_t b = n.attrs.get_int("blocksize", 0);
-      if (!x || !dtype || x->size() != 4 || b <= 0) continue;
-      const std::int64_t N = (*x)[0], C = (*x)[1], H = (*x)[2], W = (*x)[3];
-      Ints split, perm, out;
-      if (n.op_type == "DepthToSpace") {
-        if (C % (b * b) != 0) continue;
-        const bool crd = n.attrs.get_string("mode", "DCR") == "CRD";
-        split = crd ? Ints{N, C / (b * b), b, b, H, W} : Ints{N, b, b, C / (b * b), H, W};
-        perm = crd ? Ints{0, 1, 4, 2, 5, 3} : Ints{0, 3, 4, 1, 5, 2};
-        out = {N, C / (b * b), H * b, W * b};
-      } else {
-        if (H % b != 0 || W % b != 0) continue;
-        split = {N, C, H / b, b, W / b, b};
-        perm = {0, 3, 5, 1, 2, 4};
-        out = {N, C * b * b, H / b, W / b};
-      }
-      Ints permuted;
-      for (const std::int64_t p : perm) permuted.push_back(split[static_cast<std::size_t>(p)]);
-      const std::string six = new_value(g, n.outputs[0] + "_blocks", *dtype, split);
-      const std::string moved = new_value(g, n.outputs[0] + "_moved", *dtype, permuted);
-      Attributes t;
-      t.set("perm", perm);
-      rewriter.replace({i},
-                       {reshape_node(g, n.name + "_split", n.inputs[0], split, six),
-                        make_node(g, "Transpose", n.name + "_move", {six}, {moved}, t),
-                        reshape_node(g, n.name + "_merge", moved, out, n.outputs[0])},
-                       describe(n) + " -> Reshape + Transpose + Reshape");
+      decompose_depth_space(g, n, i, opset, rewriter);
     } else if ((n.op_type == "InstanceNormalization" || n.op_type == "GroupNormalization") && n.inputs.size() >= 3 &&
                opset >= 7) {  // the Mul and Add broadcast (opset 7+), the Reshapes take shape inputs (5+)
-      // Note [Normalizations onto layer_norm]
-      const auto x = static_shape(g, n.inputs[0]);
-      const auto dtype = value_dtype(g, n.inputs[0]);
-      const Tensor* scale = constant(g, n.inputs[1]);
-      const Tensor* bias = constant(g, n.inputs[2]);
-      if (!x || !dtype || x->size() < 3 || !is_fusable_float(*dtype) || scale == nullptr || bias == nullptr) continue;
-      const std::int64_t channels = (*x)[1];
-      const std::int64_t groups = n.op_type == "InstanceNormalization" ? channels : n.attrs.get_int("num_groups", 0);
-      if (groups <= 0 || channels % groups != 0) continue;
-      if ((scale->numel() != channels && scale->numel() != groups) || bias->numel() != scale->numel()) continue;
-      const double epsilon = n.attrs.get_float("epsilon", 1e-5);
-      rewriter.replace({i}, normalization_onto_layer_norm(g, n, *x, *dtype, groups, *scale, *bias, epsilon),
-                       describe(n) + " -> Reshape + LayerNormalization + Reshape + Mul + Add");
+      decompose_normalization(g, n, i, opset, rewriter);
     } else if ((n.op_type == "ReduceL1" || n.op_type == "ReduceL2" || n.op_type == "ReduceSumSquare" ||
                 n.op_type == "ReduceLogSumExp") && !n.inputs.empty() && opset >= 7) {
-      const auto x = static_shape(g, n.inputs[0]);
-      const auto dtype = value_dtype(g, n.inputs[0]);
-      const auto y = static_shape(g, n.outputs[0]);
-      if (!x || !dtype || !y || !is_fusable_float(*dtype)) continue;
-      Ints axes;
-      bool axes_given = false;
-      if (opset < 18) {
-        axes_given = n.attrs.has("axes");
-        axes = n.attrs.get_ints("axes", {});
-      } else if (n.has_input(1)) {
-        const Tensor* t = constant(g, n.inputs[1]);
-        if (t == nullptr || t->dtype() != DType::kInt64) continue;
-        const auto* p = static_cast<const std::int64_t*>(t->data_ptr());
-        axes.assign(p, p + t->numel());
-        axes_given = true;
-      }
-      if (axes_given && axes.empty() && n.attrs.get_int("noop_with_empty_axes", 0) != 0) continue;
-      const std::int64_t keepdims = n.attrs.get_int("keepdims", 1);
-      Ints kept_shape = *x;  // the reduced shape with keepdims=1
-      for (std::size_t d = 0; d < kept_shape.size(); ++d) {
-        bool reduced = !axes_given || axes.empty();
-        for (const std::int64_t a : axes) reduced = reduced || (a < 0 ? a + static_cast<std::int64_t>(x->size()) : a) ==
-                                                                   static_cast<std::int64_t>(d);
-        if (reduced) kept_shape[d] = 1;
-      }
-      std::vector<Node> parts;
-      const std::string in = n.inputs[0];
-      if (n.op_type == "ReduceLogSumExp") {
-        // log(sum(exp(x - m))) + m with m = max(x) over the axes: no overflow for large x.
-        const std::string m = new_value(g, n.outputs[0] + "_max", *dtype, kept_shape);
-        parts.push_back(reduce_node(g, "ReduceMax", n.name + "_max", in, m, axes, axes_given, 1, opset));
-        const std::string shifted = new_value(g, n.outputs[0] + "_shifted", *dtype, *x);
-        parts.push_back(make_node(g, "Sub", n.name + "_shift", {in, m}, {shifted}));
-        const std::string e = new_value(g, n.outputs[0] + "_exp", *dtype, *x);
-        parts.push_back(make_node(g, "Exp", n.name + "_exp", {shifted}, {e}));
-        const std::string sum = new_value(g, n.outputs[0] + "_sum", *dtype, kept_shape);
-        parts.push_back(reduce_node(g, "ReduceSum", n.name + "_sum", e, sum, axes, axes_given, 1, opset));
-        const std::string log = new_value(g, n.outputs[0] + "_log", *dtype, kept_shape);
-        parts.push_back(make_node(g, "Log", n.name + "_log", {sum}, {log}));
-        const std::string total = keepdims ? n.outputs[0] : new_value(g, n.outputs[0] + "_kept", *dtype, kept_shape);
-        parts.push_back(make_node(g, "Add", n.name + "_add", {log, m}, {total}));
-        if (!keepdims) parts.push_back(reshape_node(g, n.name + "_squeeze", total, *y, n.outputs[0]));
-      } else {
-        const std::string term = new_value(g, n.outputs[0] + "_term", *dtype, *x);
-        if (n.op_type == "ReduceL1") {
-          parts.push_back(make_node(g, "Abs", n.name + "_abs", {in}, {term}));
-        } else {
-          parts.push_back(make_node(g, "Mul", n.name + "_square", {in, in}, {term}));
-        }
-        const bool root = n.op_type == "ReduceL2";
-        const std::string sum = root ? new_value(g, n.outputs[0] + "_sum", *dtype, *y) : n.outputs[0];
-        parts.push_back(reduce_node(g, "ReduceSum", n.name + "_sum", term, sum, axes, axes_given, keepdims, opset));
-        if (root) parts.push_back(make_node(g, "Sqrt", n.name + "_sqrt", {sum}, {n.outputs[0]}));
-      }
-      rewriter.replace({i}, std::move(parts), describe(n) + " -> elementwise ops and ReduceSum/ReduceMax");
+      decompose_reduction(g, n, i, opset, rewriter);
     } else if (n.op_type == "Einsum") {
-      // Note [Einsum onto MatMul]
-      auto nodes = einsum_nodes(g, n, opset);
-      if (!nodes) continue;
-      rewriter.replace({i}, std::move(*nodes), describe(n) + " -> Transpose/Reshape + MatMul (+ ReduceSum)");
+      decompose_einsum(g, n, i, opset, rewriter);
     } else if (n.op_type == "LayerNormalization" && n.inputs.size() >= 2) {
-      const auto x = value_dtype(g, n.inputs[0]);
-      if (!x || !is_fusable_float(*x)) continue;
-      Node fixed = n;
-      bool changed = false;
-      for (std::size_t k = 1; k < n.inputs.size() && k < 3; ++k) {
-        const Tensor* c = n.has_input(k) ? constant(g, n.inputs[k]) : nullptr;
-        if (c == nullptr || c->dtype() == *x || !is_fusable_float(c->dtype())) continue;
-        fixed.inputs[k] = add_constant(g, n.inputs[k] + "_" + std::string(dtype_name(*x)),
-                                       from_doubles(c->shape(), *x, to_doubles(*c)));
-        changed = true;
-      }
-      if (changed) {
-        rewriter.replace({i}, {fixed}, describe(n) + ": scale/bias converted to " + std::string(dtype_name(*x)));
-      }
+      convert_layer_norm_constants(g, n, i, opset, rewriter);
     }
   }
   rewriter.apply(result);

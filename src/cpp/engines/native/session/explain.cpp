@@ -1,0 +1,223 @@
+// What a native session says of itself (see explain.h).
+#include "engines/native/session/explain.h"
+
+#include <cstddef>
+
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::runtime {
+namespace {
+
+std::size_t value_bytes(const PlanValue& v) {
+  if (v.bytes > 0 || !v.type.fully_known()) return v.bytes;
+  std::size_t bytes = dtype_size(v.type.dtype);
+  for (std::int64_t d : v.type.sizes()) bytes *= static_cast<std::size_t>(d);
+  return bytes;
+}
+
+}  // namespace
+
+NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
+  NodeExplanation n;
+  n.node = s.node;
+  n.op_type = s.op_type;
+  switch (s.kind) {
+    case PlanStep::Kind::kKernel:
+      if (s.dispatch) {
+        const Decision& d = s.dispatch->decision;
+        n.kernel = d.kernel;
+        n.backend = d.backend;
+        n.precision = precision_name(s.desc.precision);
+        n.reason = s.op + ": " + d.reason;
+        if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
+        if (s.op == "fused_elementwise") {  // Note [Fused elementwise programs]: the group's program
+          n.reason += "; program: " + s.attrs.get_string("program", "");
+        }
+        n.op = s.op;
+        n.rule = d.rule;
+        n.policy_rule = d.policy_rule;
+        n.candidates = d.candidates;
+      } else {
+        n.kernel = "(dispatched at run time)";
+        n.backend = "cpu";
+        n.reason = s.op + ": input shapes known only at run time";
+        n.op = s.op;
+      }
+      break;
+    case PlanStep::Kind::kView:
+      n.kernel = "view";
+      n.backend = "-";
+      n.reason = plan.values()[s.outputs[0]].view_offset == 0 && s.op_type != "Slice" && s.op_type != "Gather"
+                     ? "a reshape of its input's bytes: no kernel, no copy"
+                     : detail::str_cat("a contiguous block of its input's bytes from byte ",
+                                       plan.values()[s.outputs[0]].view_offset, ": no kernel, no copy");
+      break;
+    case PlanStep::Kind::kReference:
+      n.kernel = "onnx_ref";
+      n.backend = "cpu";
+      n.reason = "ONNX reference implementation: " + s.reason;
+      break;
+  }
+  return n;
+}
+
+std::vector<TransferExplanation> transfers_of(const CapturePlan& plan, const std::vector<bool>& feeds_on_device,
+                                              Device device, bool cuda_graphs) {
+  std::vector<TransferExplanation> out;
+  const bool cuda = device.is_cuda();
+  const bool fixed_addresses = cuda && cuda_graphs && plan.capturable();
+  const auto& values = plan.values();
+  for (std::size_t i = 0; i < plan.inputs().size(); ++i) {
+    const PlanValue& v = values[plan.inputs()[i]];
+    const bool on_device = i < feeds_on_device.size() ? feeds_on_device[i] : !cuda;
+    TransferExplanation t;
+    t.kind = "copy";
+    t.value = v.name;
+    t.bytes = value_bytes(v);
+    if (!on_device) {
+      t.direction = "host->device";
+      t.reason = "input fed from host memory, copied to " + device.str();
+    } else if (fixed_addresses) {
+      t.direction = "device->device";
+      t.reason = "input copied into its arena slot: a CUDA graph replays fixed addresses";
+    } else {
+      continue;  // bound in place (zero-copy)
+    }
+    out.push_back(std::move(t));
+  }
+  for (int id : plan.outputs()) {
+    const PlanValue& v = values[id];
+    const bool owned_by_run = !v.planned && v.kind == PlanValue::Kind::kIntermediate &&
+                              (v.view_of < 0 || !values[v.view_of].planned);
+    if (owned_by_run) continue;  // returned as allocated by its step
+    TransferExplanation t;
+    t.kind = "copy";
+    t.value = v.name;
+    t.bytes = value_bytes(v);
+    t.direction = cuda ? "device->device" : "host->host";
+    t.reason = v.kind == PlanValue::Kind::kIntermediate
+                   ? "output copied out of the arena (the next run reuses it); it stays on " + device.str()
+                   : "output is an input or constant passed through; copied so that the caller owns it";
+    out.push_back(std::move(t));
+  }
+  // Note [Mixed execution] (ExecutionPolicy fallback "cpu"): host steps of a CUDA plan.
+  for (const PlanStep& step : plan.steps()) {
+    if (!step.on_host) continue;
+    TransferExplanation sync;
+    sync.kind = "sync";
+    sync.reason = "node '" + step.node + "' (" + step.op_type + ") runs on the CPU (fallback \"cpu\"): the stream is "
+                  "synchronized before its inputs are copied to the host";
+    out.push_back(std::move(sync));
+    for (std::size_t k = 0; k < step.inputs.size(); ++k) {
+      if (step.inputs[k] < 0 || values[step.inputs[k]].kind == PlanValue::Kind::kConstant) continue;
+      TransferExplanation t;
+      t.kind = "copy";
+      t.value = values[step.inputs[k]].name;
+      t.bytes = value_bytes(values[step.inputs[k]]);
+      t.direction = "device->host";
+      t.reason = "input of node '" + step.node + "', which runs on the CPU (no CUDA kernel: " + step.reason + ")";
+      out.push_back(std::move(t));
+    }
+    for (int id : step.outputs) {
+      if (id < 0) continue;
+      TransferExplanation t;
+      t.kind = "copy";
+      t.value = values[id].name;
+      t.bytes = value_bytes(values[id]);
+      t.direction = "host->device";
+      t.reason = "output of node '" + step.node + "', which runs on the CPU, copied back to " + device.str();
+      out.push_back(std::move(t));
+    }
+  }
+  if (cuda) {
+    TransferExplanation t;
+    t.kind = "sync";
+    t.reason = "one stream synchronization per run, after the outputs are copied (run() returns ready outputs)";
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+namespace {
+
+// Note [Segmented plans]: the segments the last run went through (from `plan`, each boundary's last next plan),
+// with their transfers, syncs and nodes.
+void explain_segments(const std::shared_ptr<const CapturePlan>& plan, const SessionOptions& options, Explanation& e) {
+  std::vector<std::shared_ptr<const CapturePlan>> chain = {plan};
+  while (chain.back()->boundary()) {
+    std::shared_ptr<const CapturePlan> next = chain.back()->boundary()->last();
+    if (!next) break;
+    chain.push_back(std::move(next));
+  }
+  for (std::size_t k = 0; k < chain.size() && chain.size() > 1; ++k) {
+    const CapturePlan& segment = *chain[k];
+    std::string graph;
+    if (options.device.is_cuda()) {
+      std::string not_capturable;
+      graph = !options.exec_policy.cuda_graphs     ? "; cuda_graphs off"
+              : segment.capturable(&not_capturable) ? "; captured into a CUDA graph from its second run"
+                                                    : "; not capturable: " + not_capturable;
+    }
+    e.segments.push_back(detail::str_cat("segment ", k, ": ", segment.steps().size(), " steps", graph, "; ",
+                                         segment.memory().str(),
+                                         segment.boundary() ? "; " + segment.boundary()->str() : std::string()));
+    if (k == 0) continue;
+    std::vector<TransferExplanation> more =
+        transfers_of(segment, std::vector<bool>(segment.inputs().size(), true), options.device,
+                     options.exec_policy.cuda_graphs);
+    for (auto& t : more) t.reason = detail::str_cat("segment ", k, ": ", t.reason);
+    e.transfers.insert(e.transfers.end(), more.begin(), more.end());
+  }
+  if (chain.size() == 1 && plan->boundary()) {
+    e.segments.push_back(detail::str_cat("segment 0: ", plan->steps().size(), " steps; ", plan->boundary()->str(),
+                                         " (not run yet)"));
+  }
+  for (std::size_t k = 0; k + 1 < chain.size(); ++k) {
+    TransferExplanation sync;
+    sync.kind = "sync";
+    sync.reason = detail::str_cat("segment ", k, " ", chain[k]->boundary()->str());
+    e.transfers.push_back(std::move(sync));
+  }
+  for (std::size_t k = 0; k < chain.size(); ++k) {
+    for (const PlanStep& s : chain[k]->steps()) {
+      NodeExplanation n = node_explanation(*chain[k], s);
+      n.segment = static_cast<int>(k);
+      e.nodes.push_back(std::move(n));
+    }
+  }
+}
+
+}  // namespace
+
+Explanation explain_session(const SessionOptions& options, const SessionState& state) {
+  Explanation e;
+  e.engine = "native";
+  e.device = options.device.str();
+  e.options.push_back(detail::str_cat("plans built: ", state.plans, " (one per input-shape signature)"));
+  if (!state.capture_failure.empty()) {
+    e.options.push_back("a CUDA graph capture failed (Note [Failed captures]); that executor runs eagerly: " +
+                        state.capture_failure);
+  }
+  if (options.device.is_cuda()) {
+    e.options.push_back(detail::str_cat("cuda_graphs=", options.exec_policy.cuda_graphs ? "true" : "false",
+                                        state.captured ? " (captured and replayed)" : ""));
+  }
+  e.options.push_back(detail::str_cat("precision=", precision_name(options.exec_policy.precision)));
+  if (!state.build_cache.empty()) e.options.push_back("build cache (Note [Build cache]): " + state.build_cache);
+  e.build = state.build;
+  const std::shared_ptr<const CapturePlan>& plan = state.last_plan;
+  if (!plan) {
+    e.options.push_back("no plan built yet (the first run builds one)");
+    return e;
+  }
+  std::string why;
+  if (options.device.is_cuda() && !plan->capturable(&why)) e.options.push_back("not capturable: " + why);
+  for (const auto& note : plan->pass_notes()) e.options.push_back("pass " + note);
+  e.memory = plan->memory().str();
+  e.memory_json = plan->memory().to_json();
+  e.transfers = transfers_of(*plan, state.feeds_on_device, options.device, options.exec_policy.cuda_graphs);
+  explain_segments(plan, options, e);
+  return e;
+}
+
+}  // namespace xpuruntime::runtime

@@ -1,0 +1,101 @@
+// A native session's plans and executor pools (see plan_cache.h).
+#include "engines/native/session/plan_cache.h"
+
+#include <chrono>
+#include <fstream>
+
+#include "core/build_clock.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/onnx_import.h"
+
+namespace xpuruntime::runtime {
+
+PlanCache::PlanCache(const Graph& graph, PlanOptions options, BuildCache* build_cache, double import_ms)
+    : graph_(graph), options_(std::move(options)), build_cache_(build_cache) {
+  if (import_ms > 0) phases_.push_back({"import", import_ms});
+}
+
+std::shared_ptr<const CapturePlan> PlanCache::plan_for(const Shapes& shapes, const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) {
+      last_ = it->second;
+      return it->second;
+    }
+  }
+  std::lock_guard<std::mutex> build_lock(build_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<const CapturePlan> plan = CapturePlan::build(graph_, shapes, options_);
+  const double total = detail::ms_since(start);
+  if (build_cache_ != nullptr) build_cache_->save();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const BuildPhase& phase : plan->build_phases()) phases_.push_back({"plan " + key + ": " + phase.phase, phase.ms});
+  phases_.push_back({"plan " + key + ": total", total});
+  plans_[key] = plan;
+  last_ = plan;
+  return plan;
+}
+
+std::shared_ptr<const CapturePlan> PlanCache::last() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_;
+}
+
+std::size_t PlanCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return plans_.size();
+}
+
+std::vector<BuildPhase> PlanCache::build_phases() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return phases_;
+}
+
+void PlanCache::save_optimized(const CapturePlan& plan, const std::string& path) {
+  std::lock_guard<std::mutex> lock(build_mutex_);
+  if (optimized_model_written_) return;
+  std::ofstream file(path, std::ios::binary);
+  XPURT_CHECK(file.good(), "cannot write the optimized model to '", path, "'");
+  file << export_onnx(plan.graph());
+  XPURT_CHECK(file.good(), "writing the optimized model to '", path, "' failed");
+  optimized_model_written_ = true;
+}
+
+bool ExecutorPools::captured(std::string* failure) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool captured = false;
+  for (const auto& [key, pool] : pools_) {
+    for (const auto& exec : pool) {
+      captured |= exec->graph_captured();
+      if (failure->empty()) *failure = exec->capture_failure();
+    }
+  }
+  return captured;
+}
+
+std::unique_ptr<GraphExec> ExecutorPools::checkout(const std::shared_ptr<const CapturePlan>& plan,
+                                                   const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& pool = pools_[key];
+    if (!pool.empty()) {
+      std::unique_ptr<GraphExec> exec = std::move(pool.back());
+      pool.pop_back();
+      return exec;
+    }
+  }
+  return std::make_unique<GraphExec>(plan, options_);
+}
+
+void ExecutorPools::checkin(std::unique_ptr<GraphExec> exec, const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pools_[key].push_back(std::move(exec));
+}
+
+}  // namespace xpuruntime::runtime

@@ -1,4 +1,6 @@
-// The one place that registers every backend of this build (STYLE.md habit 1), and the global registry.
+// The one place that registers every backend of this build (STYLE.md habit 1): the global KernelRegistry, and the
+// tables through which core reaches what backends provide outside it (Note [Device kernels table] in
+// core/device_kernels.h, Note [Device communicator table] in core/device_communicators.h).
 //
 // Note [Declared kernels of absent backends]
 // A policy file names kernels ("cublasLt", "flash_v2") and must stay valid on a build or machine that lacks
@@ -7,6 +9,8 @@
 // reports that reason (pinned: as an error; preferred: as the reason of the fallback).
 #include <mutex>
 
+#include "core/device_communicators.h"
+#include "core/device_kernels.h"
 #include "core/distributed_ops.h"
 #include "core/fused_elementwise.h"
 #include "xpuruntime/exceptions.h"
@@ -158,6 +162,32 @@ KernelRegistry& KernelRegistry::global() {
   });
   return registry;
 }
+
+const DeviceKernels& device_kernels() {
+  static const DeviceKernels table = [] {
+    DeviceKernels filled;
+#if XPURT_BACKEND_CUDA_RAW
+    register_cuda_raw_device_kernels(filled);
+#endif
+    return filled;
+  }();
+  return table;
+}
+
+namespace distributed {
+
+const DeviceCommunicators& device_communicators() {
+  static const DeviceCommunicators table = [] {
+    DeviceCommunicators filled;
+#if XPURT_BACKEND_NCCL
+    register_nccl_communicators(filled);
+#endif
+    return filled;
+  }();
+  return table;
+}
+
+}  // namespace distributed
 
 #if !XPURT_BACKEND_CODEGEN
 namespace fused {

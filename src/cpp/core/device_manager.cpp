@@ -7,9 +7,7 @@
 #include <thread>
 
 #include "cuda_utils.h"
-#if XPURT_BACKEND_CUDA_RAW
-#include "backends/cuda_raw/cuda_raw_kernels.h"
-#endif
+#include "device_kernels.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime {
@@ -118,12 +116,13 @@ std::string DeviceManager::fault(int index) const {
 void DeviceManager::inject_fault_for_testing(Device device) {
   check_device(device);
   XPURT_CHECK(device.is_cuda(), "inject_fault_for_testing needs a CUDA device, got ", device.str());
-#if XPURT_WITH_CUDA && XPURT_BACKEND_CUDA_RAW
+  // Note [Device kernels table] (core/device_kernels.h): the cuda_raw backend's kernel, null in a CPU build.
+  const auto inject_fault = device_kernels().inject_fault;
+  if (inject_fault == nullptr) throw UnsupportedOperationError("inject_fault_for_testing needs the cuda_raw backend");
+#if XPURT_WITH_CUDA  // a CPU build has no inject_fault: it threw above
   detail::CudaDeviceGuard guard(device.index);
-  cuda_raw::inject_fault(nullptr);
-#else
-  throw UnsupportedOperationError("inject_fault_for_testing needs the cuda_raw backend");
 #endif
+  inject_fault(nullptr);
 }
 
 void DeviceManager::check_device(Device device) const {

@@ -1,5 +1,6 @@
 // Communicators: the handle table, the FileStore, the in-process "host" backend, and the dispatch to the NCCL
-// backend (backends/nccl). See xpuruntime/distributed.h.
+// backend (backends/nccl) through the device communicator table (core/device_communicators.h). See
+// xpuruntime/distributed.h.
 #include "xpuruntime/distributed.h"
 
 #include <algorithm>
@@ -15,12 +16,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/device_communicators.h"
 #include "core/half.h"
 #include "xpuruntime/exceptions.h"
-
-#if XPURT_BACKEND_NCCL
-#include "backends/nccl/nccl_comm.h"
-#endif
 
 namespace xpuruntime::distributed {
 
@@ -492,13 +490,14 @@ std::vector<std::shared_ptr<Communicator>> Communicator::init_all(const std::vec
                   " is listed twice (NCCL takes one rank per GPU in a process)");
     }
   }
-#if XPURT_BACKEND_NCCL
-  return nccl::init_all(devices, options);
-#else
-  throw UnsupportedOperationError(
-      "NCCL communicators need a CUDA build of xpuruntime (cmake -DXPURT_WITH_CUDA=ON) "
-      "with NCCL's header (nccl.h) found at build time");
-#endif
+  // Note [Device communicator table] (core/device_communicators.h): the nccl backend's, null without it.
+  const auto init_all = device_communicators().init_all;
+  if (init_all == nullptr) {
+    throw UnsupportedOperationError(
+        "NCCL communicators need a CUDA build of xpuruntime (cmake -DXPURT_WITH_CUDA=ON) "
+        "with NCCL's header (nccl.h) found at build time");
+  }
+  return init_all(devices, options);
 }
 
 std::shared_ptr<Communicator> Communicator::init_rank(int world_size, int rank, Device device, Store& store,
@@ -512,15 +511,13 @@ std::shared_ptr<Communicator> Communicator::init_rank(int world_size, int rank, 
         "Communicator.init_rank connects processes through NCCL on CUDA devices, got ", device.str(),
         "; the host backend connects the ranks of one process (Communicator.init_all with CPU devices)"));
   }
-#if XPURT_BACKEND_NCCL
-  return nccl::init_rank(world_size, rank, device, store, options, key);
-#else
-  (void)store;
-  (void)key;
-  throw UnsupportedOperationError(
-      "NCCL communicators need a CUDA build of xpuruntime (cmake -DXPURT_WITH_CUDA=ON) "
-      "with NCCL's header (nccl.h) found at build time");
-#endif
+  const auto init_rank = device_communicators().init_rank;
+  if (init_rank == nullptr) {
+    throw UnsupportedOperationError(
+        "NCCL communicators need a CUDA build of xpuruntime (cmake -DXPURT_WITH_CUDA=ON) "
+        "with NCCL's header (nccl.h) found at build time");
+  }
+  return init_rank(world_size, rank, device, store, options, key);
 }
 
 GroupGuard::GroupGuard() { group_start(); }
@@ -537,34 +534,27 @@ GroupGuard::~GroupGuard() noexcept(false) {
 }
 
 void group_start() {
-#if XPURT_BACKEND_NCCL
+  const DeviceCommunicators& nccl = device_communicators();
   std::string why;
-  if (nccl::available(&why)) nccl::group_start();
-#endif
+  if (nccl.available != nullptr && nccl.available(&why)) nccl.group_start();
 }
 
 void group_end() {
-#if XPURT_BACKEND_NCCL
+  const DeviceCommunicators& nccl = device_communicators();
   std::string why;
-  if (nccl::available(&why)) nccl::group_end();
-#endif
+  if (nccl.available != nullptr && nccl.available(&why)) nccl.group_end();
 }
 
 bool nccl_available(std::string* why_not) {
-#if XPURT_BACKEND_NCCL
-  return nccl::available(why_not);
-#else
+  const DeviceCommunicators& nccl = device_communicators();
+  if (nccl.available != nullptr) return nccl.available(why_not);
   if (why_not) *why_not = "this xpuruntime was built without NCCL (a CUDA build with nccl.h found at build time)";
   return false;
-#endif
 }
 
 std::string nccl_version() {
-#if XPURT_BACKEND_NCCL
-  return nccl::version();
-#else
-  return {};
-#endif
+  const DeviceCommunicators& nccl = device_communicators();
+  return nccl.version != nullptr ? nccl.version() : std::string();
 }
 
 }  // namespace xpuruntime::distributed

@@ -15,7 +15,7 @@
 #include "policy_serialization.h"
 #include "shape_str.h"
 #include "xpuruntime/exceptions.h"
-#include "xpuruntime/onnx_import.h"
+#include "xpuruntime/model_file.h"
 #include "xpuruntime/profiler.h"
 
 namespace xpuruntime {

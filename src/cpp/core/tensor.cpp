@@ -6,9 +6,7 @@
 #include <numeric>
 
 #include "cuda_utils.h"
-#if XPURT_BACKEND_CUDA_RAW
-#include "../backends/cuda_raw/cuda_raw_ops.h"
-#endif
+#include "device_kernels.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/memory_manager.h"
@@ -347,8 +345,16 @@ void Tensor::copy_from(const Tensor& src, const StreamView* stream, bool non_blo
     s.synchronize();  // the staging buffer dies here
     return;
   }
-#if XPURT_BACKEND_CUDA_RAW
-  // Different layouts on a CUDA destination: the cuda_raw gather kernel rearranges the elements on this device.
+  // Different layouts on a CUDA destination: the cuda_raw gather kernel rearranges the elements on this device
+  // (through the device kernels table: Note [Device kernels table] in core/device_kernels.h).
+  const auto strided_copy = device_kernels().strided_copy;
+  if (strided_copy == nullptr) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "copy_from: a strided copy into ", device().str(), " from ", src.device().str(), " with a different layout (",
+        shape_str(strides_), " vs ", shape_str(src.strides_),
+        " strides) needs the cuda_raw backend's device kernel, which this build lacks (it needs CUDA); copy through "
+        "the host or make both tensors contiguous"));
+  }
   // A source elsewhere (the host, another GPU) first comes here contiguously; a source sharing this tensor's
   // storage is first copied out, since the kernel's reads and writes must not overlap.
   Tensor source = src;
@@ -359,17 +365,12 @@ void Tensor::copy_from(const Tensor& src, const StreamView* stream, bool non_blo
     source.copy_from(src, &s, true);
   }
   {
+#if XPURT_WITH_CUDA  // a CPU build has no strided_copy: it threw above
     detail::CudaDeviceGuard guard(device().index);
-    cuda_raw::strided_copy(source.data_ptr(), data_ptr(), dtype_, shape_, source.strides_, strides_, s.handle);
+#endif
+    strided_copy(source.data_ptr(), data_ptr(), dtype_, shape_, source.strides_, strides_, s.handle);
   }
   finish();
-#else
-  throw UnsupportedOperationError(detail::str_cat(
-      "copy_from: a strided copy into ", device().str(), " from ", src.device().str(), " with a different layout (",
-      shape_str(strides_), " vs ", shape_str(src.strides_),
-      " strides) needs the cuda_raw backend's device kernel, which this build lacks (it needs CUDA); copy through "
-      "the host or make both tensors contiguous"));
-#endif
 }
 
 void Tensor::zero_(const StreamView* stream) {

@@ -31,9 +31,10 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cublas/cublas_utils.h"
-#include "backends/cuda_raw/cuda_raw_ops.h"
+#include "backends/cublas/cublas_kernels.h"
 #include "core/attention_layout.h"
+#include "core/cublas_utils.h"
+#include "core/device_kernels.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
 
@@ -193,8 +194,10 @@ class UnfusedAttentionPlan final : public KernelPlan {
       gemm(handle, scores_shape(g), dtype_, compute_, data[1], data[0], scores, scale_);
     }
     const void* mask = has_mask_ ? launch.input(3).data_ptr() : nullptr;
-    cuda_raw::attention_softmax(scores, dtype_, g.batch * g.heads, g.heads, g.sq, g.sk, 1.0f, causal_, mask,
-                                mask_strides_, launch.stream.handle);
+    const auto attention_softmax =
+        required_device_kernel(device_kernels().attention_softmax, "attention_softmax", "the unfused attention");
+    attention_softmax(scores, dtype_, g.batch * g.heads, g.heads, g.sq, g.sk, 1.0f, causal_, mask, mask_strides_,
+                      launch.stream.handle);
     gemm(handle, output_shape(g), dtype_, compute_, data[2], scores, data[3]);
     if (g.staged(3)) copy_layout(data[3], out.data_ptr(), 3, /*to_bhsd=*/false, launch.stream.handle);
   }
@@ -243,10 +246,12 @@ class UnfusedAttentionPlan final : public KernelPlan {
     const std::vector<std::int64_t> stored = {view.stride_b, view.stride_h, view.stride_s, 1};
     const std::vector<std::int64_t> bhsd = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
     const std::size_t offset = static_cast<std::size_t>(view.offset) * dtype_size(dtype_);
+    const auto strided_copy =
+        required_device_kernel(device_kernels().strided_copy, "strided_copy", "the unfused attention");
     if (to_bhsd) {
-      cuda_raw::strided_copy(static_cast<const char*>(src) + offset, dst, dtype_, dims, stored, bhsd, stream);
+      strided_copy(static_cast<const char*>(src) + offset, dst, dtype_, dims, stored, bhsd, stream);
     } else {
-      cuda_raw::strided_copy(src, static_cast<char*>(dst) + offset, dtype_, dims, bhsd, stored, stream);
+      strided_copy(src, static_cast<char*>(dst) + offset, dtype_, dims, bhsd, stored, stream);
     }
   }
 };

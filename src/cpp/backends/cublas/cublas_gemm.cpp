@@ -7,8 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "backends/cublas/cublas_utils.h"
-#include "backends/cuda_raw/cuda_raw_ops.h"
+#include "backends/cublas/cublas_kernels.h"
+#include "core/cublas_utils.h"
+#include "core/device_kernels.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
 
@@ -51,11 +52,14 @@ class GemmPlan final : public KernelPlan {
     }
     if (linear_ && launch.num_inputs > 3 && launch.input(3).defined()) {
       // The residual, before the bias and the activation: act(x W + bias + residual).
-      cuda_raw::add_into(out.data_ptr(), launch.input(3).data_ptr(), dtype_, out.numel(), launch.stream.handle);
+      const auto add_into = required_device_kernel(device_kernels().add_into, "add_into", "cublas linear");
+      add_into(out.data_ptr(), launch.input(3).data_ptr(), dtype_, out.numel(), launch.stream.handle);
     }
     if (linear_ && (has_bias_ || activation_ != "none")) {
       const void* bias = has_bias_ ? launch.input(2).data_ptr() : nullptr;
-      cuda_raw::bias_activation(out.data_ptr(), bias, dtype_, shape_.n, shape_.m, activation_, launch.stream.handle);
+      const auto bias_activation =
+          required_device_kernel(device_kernels().bias_activation, "bias_activation", "cublas linear");
+      bias_activation(out.data_ptr(), bias, dtype_, shape_.n, shape_.m, activation_, launch.stream.handle);
     }
   }
 

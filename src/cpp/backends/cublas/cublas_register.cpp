@@ -1,5 +1,5 @@
 // Registration of the cublas backend: matmul and linear ("cublas"), attention ("unfused").
-#include "backends/cublas/cublas_utils.h"
+#include "backends/cublas/cublas_kernels.h"
 #include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime {

@@ -63,8 +63,8 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cublas/cublas_utils.h"
-#include "backends/cuda_raw/cuda_raw_ops.h"
+#include "core/cublas_utils.h"
+#include "core/device_kernels.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
 
@@ -453,8 +453,8 @@ class LtPlan final : public KernelPlan {
         XPURT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
       }
       if (problem_.has_bias || problem_.activation != "none") {
-        cuda_raw::bias_activation(out.data_ptr(), bias, problem_.dtype, s.n, s.m, problem_.activation,
-                                  launch.stream.handle);
+        required_device_kernel(device_kernels().bias_activation, "bias_activation", "cublasLt linear")(
+            out.data_ptr(), bias, problem_.dtype, s.n, s.m, problem_.activation, launch.stream.handle);
       }
       return;
     }
@@ -467,8 +467,9 @@ class LtPlan final : public KernelPlan {
     if (residual != nullptr) check_alignment(residual, 3);
     matmul(launch, lhs, rhs, out.data_ptr(), bias, stream, residual);
     if (epilogue_.has_post()) {
-      cuda_raw::bias_activation(out.data_ptr(), epilogue_.post_bias ? bias : nullptr, problem_.dtype, s.n, s.m,
-                                epilogue_.post_activation, launch.stream.handle);
+      required_device_kernel(device_kernels().bias_activation, "bias_activation", "cublasLt linear")(
+          out.data_ptr(), epilogue_.post_bias ? bias : nullptr, problem_.dtype, s.n, s.m, epilogue_.post_activation,
+          launch.stream.handle);
     }
   }
 

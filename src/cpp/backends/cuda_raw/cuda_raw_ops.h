@@ -1,6 +1,7 @@
-// Launchers of the cuda_raw backend that other parts of xpuruntime call directly: the cublas backend (linear's
-// bias + activation epilogue, the softmax of the unfused attention) and the core (strided copies between CUDA
-// tensors of different layouts, Tensor::copy_from).
+// Launchers of the cuda_raw backend that other parts of xpuruntime call directly, through the device kernels table
+// (core/device_kernels.h, filled by cuda_raw_device_kernels.cpp): the cublas and cublasLt backends (linear's bias +
+// activation epilogue, the softmax of the unfused attention) and the core (strided copies between CUDA tensors of
+// different layouts, Tensor::copy_from).
 //
 // Contract, for every function here:
 //  - Pointers are device pointers of the CUDA device that is current on the calling thread (the caller makes it

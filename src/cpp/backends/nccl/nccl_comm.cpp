@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/cuda_utils.h"
+#include "core/device_communicators.h"
 #include "core/distributed_ops.h"
 #include "xpuruntime/exceptions.h"
 
@@ -549,6 +550,15 @@ void group_end() {
 }  // namespace xpuruntime::nccl
 
 namespace xpuruntime {
+
+void register_nccl_communicators(distributed::DeviceCommunicators& table) {
+  table.available = &nccl::available;
+  table.version = &nccl::version;
+  table.init_all = &nccl::init_all;
+  table.init_rank = &nccl::init_rank;
+  table.group_start = &nccl::group_start;
+  table.group_end = &nccl::group_end;
+}
 
 void register_nccl(KernelRegistry& registry) {
   for (const std::string& op : distributed::collective_ops()) {

@@ -1,5 +1,7 @@
 // The NCCL backend of distributed::Communicator (CUDA builds). libnccl.so.2 is opened with dlopen on first use
-// (Note [NCCL loaded at run time] in nccl_comm.cpp), so it is never a link dependency. Internal header.
+// (Note [NCCL loaded at run time] in nccl_comm.cpp), so it is never a link dependency. Core calls these functions
+// through the device communicator table (core/device_communicators.h, filled by register_nccl_communicators).
+// Internal header.
 #pragma once
 
 #include <memory>

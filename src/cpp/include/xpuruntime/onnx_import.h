@@ -20,6 +20,7 @@
 
 #include "xpuruntime/export.h"
 #include "xpuruntime/graph.h"
+#include "xpuruntime/model_file.h"
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime {
@@ -39,11 +40,8 @@ XPURT_API Graph import_onnx(const std::string& model_bytes, const OnnxImportOpti
 // options.model_dir), on one parse of the bytes: for engines whose library reads the model itself (onnxruntime).
 // The same errors as import_onnx.
 XPURT_API void validate_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});
-// Reads the file, then import_onnx with model_dir = the file's folder.
+// Reads the file (read_model_file, xpuruntime/model_file.h), then import_onnx with model_dir = the file's folder.
 XPURT_API Graph import_onnx_file(const std::string& path);
-// The bytes of the file at `path`, in one sized read. InvalidArgumentError "cannot open the model file ..." when it
-// cannot be opened or read.
-XPURT_API std::string read_model_file(const std::string& path);
 // Serializes `graph` as an ONNX ModelProto (initializers inline; com.xpuruntime nodes keep their domain).
 XPURT_API std::string export_onnx(const Graph& graph);
 // A serialized TensorProto -> CPU tensor (the ONNX test data's input_*.pb / output_*.pb).

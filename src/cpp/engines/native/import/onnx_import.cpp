@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engines/native/import/onnx_validate.h"
+#include "core/file_io.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 
@@ -99,51 +100,10 @@ std::int64_t external_int(const std::string& text, const char* key, const std::s
 // loop (short reads continue; a file that ends early is an error, never uninitialised bytes), straight into the
 // tensor.
 
-// A file descriptor, closed on destruction.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = other.release();
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
-
-// What a file that is not a regular file is, for messages.
-const char* file_kind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  return "not a regular file";
-}
-
-// openat, retried when a signal interrupts it.
-int open_at(int dir, const char* name, int flags) {
-  int fd = -1;
-  do {
-    fd = ::openat(dir, name, flags);
-  } while (fd < 0 && errno == EINTR);
-  return fd;
-}
+using detail::file_kind;
+using detail::open_at;
+using detail::pread_fully;
+using detail::UniqueFd;
 
 // Opens `base / inside` (`inside`: resolved, relative, no "." or "..") component by component without following
 // any symbolic link (Note [External data files are opened, not followed]).
@@ -233,22 +193,6 @@ ExternalSpan open_external(const onnx::TensorProto& proto, const std::string& mo
   span.offset = offset;
   span.length = length;
   return span;
-}
-
-// Reads `length` bytes at `offset` of `fd` into `out` with pread, going on after short reads and signals. Returns
-// how many it read: fewer than `length` only when the file ends first. A failed read is an InvalidArgumentError
-// "<what> failed: <reason>".
-std::int64_t pread_fully(int fd, char* out, std::int64_t length, std::int64_t offset, const std::string& what) {
-  std::int64_t done = 0;
-  while (done < length) {
-    const auto chunk = static_cast<std::size_t>(std::min<std::int64_t>(length - done, std::int64_t{1} << 30));
-    const ssize_t got = ::pread(fd, out + done, chunk, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    XPURT_CHECK(got >= 0, what, " failed: ", std::strerror(errno));
-    if (got == 0) break;
-    done += got;
-  }
-  return done;
 }
 
 // Reads exactly span.length bytes into `dst` (Note [External data files are opened, not followed]).
@@ -667,25 +611,6 @@ Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& optio
   g.ir_version = model.ir_version();
   g.producer = model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
   return g;
-}
-
-std::string read_model_file(const std::string& path) {
-  // Opened without blocking and checked on the descriptor: a FIFO or a device named as the model blocked session
-  // creation forever (as external data did: Note [External data files are opened, not followed]).
-  UniqueFd file(open_at(AT_FDCWD, path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
-  XPURT_CHECK(file.get() >= 0, "cannot open the model file '", path, "': ", std::strerror(errno));
-  struct stat info {};
-  XPURT_CHECK(::fstat(file.get(), &info) == 0, "cannot read the model file '", path, "': ", std::strerror(errno));
-  XPURT_CHECK(S_ISREG(info.st_mode), "the model file '", path, "' is ", file_kind(info.st_mode),
-              ", not a regular file");
-  // One sized read: a character-by-character one (istreambuf_iterator) took 460 ms of ViT-B/16's 760 ms session
-  // creation on an H200 machine (Note [Build phases]).
-  const std::int64_t size = info.st_size;
-  std::string bytes(static_cast<std::size_t>(size), '\0');
-  const std::int64_t done = pread_fully(file.get(), bytes.data(), size, 0, "reading the model file '" + path + "'");
-  XPURT_CHECK(done == size, "the model file '", path, "' ended after ", done, " of its ", size,
-              " bytes (did it shrink while being read?)");
-  return bytes;
 }
 
 Graph import_onnx_file(const std::string& path) {

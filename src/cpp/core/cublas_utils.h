@@ -1,5 +1,7 @@
 // cuBLAS / cuBLASLt plumbing shared by the cublas and cublasLt backends: the check macros, the RAII handle
-// owners, the per-(thread, device) handle pool, and the row-major GEMM helpers both backends use.
+// owners, the per-(thread, device) handle pool, and the row-major GEMM helpers both backends use. It lives in core,
+// like cuda_utils.h (the CUDA runtime's plumbing), because a backend includes only core and itself
+// (docs/architecture.md, "Layering rules"); compiled into the core in CUDA builds (src/cpp/CMakeLists.txt).
 //
 // Ownership: CublasHandle / CublasLtHandle own one library handle each (move-only). The handles returned by
 // `thread_cublas_handle` / `thread_cublaslt_handle` belong to the pool: valid for the calling thread until it
@@ -161,14 +163,6 @@ std::string shape_str(const std::vector<std::int64_t>& shape);
 // The schema name of input `index` of `op` ("a", "weight", "mask", ...) for messages.
 const char* input_name(const std::string& op, std::size_t index);
 bool is_aligned(const void* pointer, std::size_t alignment);
-
-// ---- the kernels of the cublas backend (registered by register_cublas) ----
-
-// "cublas" for op "matmul" or "linear": cublasGemmEx / cublasGemmStridedBatchedEx, linear's bias and
-// activation by the cuda_raw bias_activation kernel.
-std::unique_ptr<Kernel> make_gemm_kernel(const std::string& op);
-// "unfused" for op "attention": S = scale Q K^T, softmax (cuda_raw), O = P V; S lives in the workspace.
-std::unique_ptr<Kernel> make_unfused_attention_kernel();
 
 }  // namespace xpuruntime::cublas
 

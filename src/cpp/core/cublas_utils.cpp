@@ -1,4 +1,4 @@
-#include "backends/cublas/cublas_utils.h"
+#include "core/cublas_utils.h"
 #include "core/shape_str.h"
 
 #include <algorithm>

@@ -1,0 +1,70 @@
+// The device kernels that code outside the KernelRegistry calls directly: a table of function pointers that a kernel
+// backend fills and core and the other backends read (Note [Device kernels table]). Internal header of src/cpp.
+//
+// Note [Device kernels table]
+// A few CUDA kernels are called by code that is no kernel of the registry: Tensor::copy_from rearranges the
+// elements of two layouts on a device (strided_copy), DeviceManager::inject_fault_for_testing makes a device fault
+// (inject_fault), and the cublas and cublasLt backends add linear's bias, activation and residual after a GEMM and
+// take the softmax of the unfused attention. Core includes no backend and a backend no other backend
+// (docs/architecture.md, "Layering rules"), so these calls go through this table: the cuda_raw backend fills it
+// (register_cuda_raw_device_kernels, backends/cuda_raw/cuda_raw_device_kernels.cpp) when device_kernels() is first
+// called. device_kernels() is defined in core/backend_registration.cpp, the one place that names the backends of
+// this build, and is filled on its own first use (not by KernelRegistry::global()), so a tensor copy made before
+// any kernel lookup finds it filled. An entry left null means no backend of this build has the kernel (a CPU build):
+// callers raise UnsupportedOperationError saying what is missing (`required_device_kernel`).
+//
+// Every entry keeps the contract of the cuda_raw launcher it points to (backends/cuda_raw/cuda_raw_ops.h): device
+// pointers of the CUDA device current on the calling thread, `stream` a cudaStream_t passed as void* (nullptr: the
+// legacy default stream), the work enqueued without synchronizing, typed errors raised before anything is enqueued.
+//
+// Ownership: the table is static, filled once (thread-safe) and never changed afterwards; the entries are plain
+// functions. Thread-safety: read it from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/dtype.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime {
+
+struct DeviceKernels {
+  // dst[i...] = src[i...] for every index of `shape`, strides in elements (cuda_raw::strided_copy).
+  void (*strided_copy)(const void* src, void* dst, DType dtype, const std::vector<std::int64_t>& shape,
+                       const std::vector<std::int64_t>& src_strides, const std::vector<std::int64_t>& dst_strides,
+                       void* stream) = nullptr;
+  // A kernel that stores to an unmapped address: a sticky cudaErrorIllegalAddress, for tests only
+  // (cuda_raw::inject_fault).
+  void (*inject_fault)(void* stream) = nullptr;
+  // y[rows, cols] = act(y + bias[cols]) in place (cuda_raw::bias_activation).
+  void (*bias_activation)(void* y, const void* bias, DType dtype, std::int64_t rows, std::int64_t cols,
+                          const std::string& activation, void* stream) = nullptr;
+  // y[i] += x[i] for n elements (cuda_raw::add_into).
+  void (*add_into)(void* y, const void* x, DType dtype, std::int64_t n, void* stream) = nullptr;
+  // The softmax of an unfused attention, in place on the scores (cuda_raw::attention_softmax).
+  void (*attention_softmax)(void* scores, DType dtype, std::int64_t batch_heads, std::int64_t heads, std::int64_t sq,
+                            std::int64_t sk, float scale, bool causal, const void* mask,
+                            const std::vector<std::int64_t>& mask_strides, void* stream) = nullptr;
+};
+
+// The table of this build, filled on the first call (core/backend_registration.cpp).
+const DeviceKernels& device_kernels();
+
+// `kernel` when it is not null; else UnsupportedOperationError "<user> needs the <name> device kernel of the
+// cuda_raw backend, which this build lacks (it needs CUDA)".
+template <typename Fn>
+Fn required_device_kernel(Fn kernel, const char* name, const char* user) {
+  if (kernel == nullptr) {
+    throw UnsupportedOperationError(detail::str_cat(user, " needs the ", name, " device kernel of the cuda_raw backend, "
+                                                    "which this build lacks (it needs CUDA)"));
+  }
+  return kernel;
+}
+
+// Fills `table` with the cuda_raw backend's launchers (backends/cuda_raw/cuda_raw_device_kernels.cpp); called only by
+// device_kernels(), in builds with that backend.
+void register_cuda_raw_device_kernels(DeviceKernels& table);
+
+}  // namespace xpuruntime

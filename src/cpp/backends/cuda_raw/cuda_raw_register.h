@@ -1,0 +1,73 @@
+// The cuda_raw backend's registration, shared by its family files (<family>_register.cpp beside the .cu sources):
+// the declaration every cuda_raw kernel makes, the FunctionKernel helper, small shape helpers, and the family
+// registration functions that register_cuda_raw (cuda_raw_register.cpp) calls in order. Internal to the backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_raw/cuda_raw_kernels.h"
+#include "xpuruntime/kernel_registry.h"
+
+namespace xpuruntime::cuda_raw {
+
+// The input dtypes a cuda_raw kernel takes (the op schema has validated the exact combination already).
+enum class DTypes : std::uint8_t {
+  kFloat,        // float32, float16, bfloat16: the float math
+  kFloatAndInt,  // those and int32, int64: add, sub, mul, div, neg
+  kAll,          // every dtype but uint16/uint32/uint64: data movement, where, comparisons, logical_not, cast
+};
+
+bool is_kernel_float(DType dtype);  // float32, float16, bfloat16
+// The dtypes data.cu instantiates its kernels for: every dtype of Tensor except the unsigned 16/32/64-bit integers,
+// which run on the cpu backend.
+bool is_cuda_raw_dtype(DType dtype);
+
+// What every cuda_raw kernel declares (Note [Kernel declarations] in core/kernel_registry.cpp): the op and its
+// inputs on a CUDA device it was built for (CMAKE_CUDA_ARCHITECTURES), no int8 precision, and contiguous inputs of
+// `dtypes`. `names`: the schema's input names, for the reasons (the last one repeats for variadic inputs).
+KernelDecl declaration(const std::string& op, std::vector<std::string> names, DTypes dtypes = DTypes::kFloat);
+
+using Extra = std::function<Support(const OpDescriptor&)>;
+// Adds the "cuda_raw" kernel of `op`: declaration(op, names, dtypes), then `extra` (null: none) for what the
+// declaration cannot say, then `run` on the launch's device and stream. Its accepts() never throws: a malformed
+// attribute becomes the reason.
+void add_kernel(KernelRegistry& registry, const std::string& op, const std::string& summary,
+                std::vector<std::string> names, Extra extra, FunctionKernel::RunFn run,
+                DTypes dtypes = DTypes::kFloat);
+
+std::int64_t normalized_axis(std::int64_t axis, int rank);
+// The product of shape[begin, end).
+std::int64_t product(const std::vector<std::int64_t>& shape, std::size_t begin, std::size_t end);
+// The last dims of `shape` after `axis`, multiplied.
+std::int64_t inner_of(const std::vector<std::int64_t>& shape, std::size_t axis);
+// The normalized value of an int attribute that names an axis of a tensor of rank `rank` (validated by the schema).
+std::size_t axis_of(const OpDescriptor& desc, int rank);
+// Whether inputs 0 and 1 broadcast to output 0 within the stride tables (the reason why not).
+Support two_operand_geometry(const OpDescriptor& desc);
+BroadcastGeometry geometry_of(const Tensor& a, const Tensor& b, const Tensor& y);
+// The bits of `value` converted to `dtype` (pad's constant, one_hot's on/off values), in the low bytes.
+std::uint64_t value_bits(double value, DType dtype);
+
+// ---- the families, in the order register_cuda_raw calls them (the order is each op's priority among its kernels) --
+
+void register_elementwise(KernelRegistry& registry);    // elementwise_register.cpp
+void register_softmax(KernelRegistry& registry);        // normalization_register.cpp
+void register_layer_norm(KernelRegistry& registry);     // normalization_register.cpp
+void register_reductions(KernelRegistry& registry);     // reduce_register.cpp
+void register_data(KernelRegistry& registry);           // data_register.cpp
+void register_data_dependent(KernelRegistry& registry); // data_register.cpp
+void register_pointwise(KernelRegistry& registry);      // elementwise_register.cpp
+void register_scan(KernelRegistry& registry);           // reduce_register.cpp
+void register_index(KernelRegistry& registry);          // data_register.cpp
+void register_pad(KernelRegistry& registry);            // data_register.cpp
+void register_resize(KernelRegistry& registry);         // data_register.cpp
+void register_log_softmax(KernelRegistry& registry);    // normalization_register.cpp
+void register_binary_ext(KernelRegistry& registry);     // elementwise_register.cpp
+void register_generate(KernelRegistry& registry);       // data_register.cpp
+void register_select(KernelRegistry& registry);         // reduce_register.cpp
+
+}  // namespace xpuruntime::cuda_raw

@@ -1,0 +1,184 @@
+// The cuda_raw reductions and their registration: reduce_sum ... reduce_prod (reduce.cu, a Kernel with a plan: the
+// geometry and its workspace), cum_sum (scan.cu), arg_max / arg_min and top_k (select.cu).
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_raw/cuda_raw_register.h"
+#include "core/cuda_utils.h"
+#include "core/data_ops.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/execution_policy.h"
+
+namespace xpuruntime::cuda_raw {
+
+namespace {
+
+// ---- reductions: a Kernel with a plan (the geometry and its workspace) ----
+
+std::vector<bool> reduced_flags(const OpDescriptor& desc) {
+  const int rank = desc.inputs[0].dim();
+  const auto axes = desc.attrs.get_ints("axes", {});
+  std::vector<bool> reduced(static_cast<std::size_t>(rank), axes.empty());
+  for (const std::int64_t axis : axes) {
+    const std::int64_t a = normalized_axis(axis, rank);
+    XPURT_CHECK(a >= 0 && a < rank, "op '", desc.op, "': axis ", axis, " is out of range for rank ", rank);
+    reduced[static_cast<std::size_t>(a)] = true;
+  }
+  return reduced;
+}
+
+class ReducePlan final : public KernelPlan {
+ public:
+  ReducePlan(std::string op, ReduceOp kind, cuda_raw::ReduceGeometry geometry)
+      : op_(std::move(op)), kind_(kind), geometry_(std::move(geometry)) {}
+
+  void run(const KernelLaunch& launch) const override {
+    XPURT_CHECK(launch.workspace_bytes >= geometry_.workspace_bytes(), "cuda_raw ", op_, ": the plan needs ",
+                geometry_.workspace_bytes(), " bytes of workspace (workspace_bytes()), the launch gives ",
+                launch.workspace_bytes);
+    detail::CudaDeviceGuard guard(launch.desc->device.index);
+    const Tensor& x = launch.input(0);
+    if (data_ops::is_arithmetic_int_dtype(x.dtype())) {
+      cuda_raw::integer_reduce(kind_, geometry_, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(),
+                               launch.stream.handle);
+      return;
+    }
+    cuda_raw::reduce(kind_, geometry_, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), launch.workspace,
+                     launch.stream.handle);
+  }
+  std::size_t workspace_bytes() const override { return geometry_.workspace_bytes(); }
+  std::string describe() const override { return "cuda_raw " + op_ + ": " + geometry_.str(); }
+
+ private:
+  std::string op_;
+  ReduceOp kind_;
+  cuda_raw::ReduceGeometry geometry_;
+};
+
+class ReduceKernel final : public Kernel {
+ public:
+  ReduceKernel(const std::string& op, ReduceOp kind)
+      : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true,
+                          op + " over any axes: a warp/block per row or a thread per column, split into two "
+                               "deterministic passes when outputs are few; fp32 accumulation (int32/int64: a block "
+                               "per output, sums wrap)",
+                          declaration(op, {"x"}, kind == ReduceOp::kMean ? DTypes::kFloat : DTypes::kFloatAndInt)}),
+        kind_(kind) {}
+
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    try {
+      cuda_raw::ReduceGeometry geometry;
+      std::string why_not;
+      if (!cuda_raw::reduce_geometry(desc.inputs[0].shape, reduced_flags(desc), policy.workspace_limit, &geometry,
+                                     &why_not)) {
+        return Support::no(why_not);
+      }
+      return Support::yes();
+    } catch (const std::exception& e) {
+      return Support::no(e.what());
+    }
+  }
+
+  // The geometry follows from the descriptor and the workspace limit alone, so nothing is recorded; a record is
+  // accepted and ignored, as FunctionKernel does.
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                    const std::string&) const override {
+    cuda_raw::ReduceGeometry geometry;
+    std::string why_not;
+    if (!cuda_raw::reduce_geometry(desc.inputs[0].shape, reduced_flags(desc), policy.workspace_limit, &geometry,
+                                   &why_not)) {
+      throw UnsupportedOperationError(why_not);
+    }
+    return std::make_unique<ReducePlan>(desc.op, kind_, std::move(geometry));
+  }
+
+ private:
+  ReduceOp kind_;
+};
+
+}  // namespace
+
+// reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod.
+void register_reductions(KernelRegistry& registry) {
+  registry.add_kernel(std::make_unique<ReduceKernel>("reduce_sum", ReduceOp::kSum));
+  registry.add_kernel(std::make_unique<ReduceKernel>("reduce_mean", ReduceOp::kMean));
+  registry.add_kernel(std::make_unique<ReduceKernel>("reduce_max", ReduceOp::kMax));
+  registry.add_kernel(std::make_unique<ReduceKernel>("reduce_min", ReduceOp::kMin));
+  registry.add_kernel(std::make_unique<ReduceKernel>("reduce_prod", ReduceOp::kProd));
+}
+
+// cum_sum.
+void register_scan(KernelRegistry& registry) {
+  add_kernel(
+      registry, "cum_sum", "inclusive/exclusive, forward/reverse scan: a thread per line, in order (deterministic)",
+      {"x"},
+      [](const OpDescriptor& desc) {
+        const DType t = desc.inputs[0].dtype;
+        if (t == DType::kFloat64 || is_kernel_float(t) || data_ops::is_arithmetic_int_dtype(t)) return Support::yes();
+        return Support::no(detail::str_cat("cuda_raw cum_sum takes float and int32/int64 tensors, got ",
+                                           dtype_name(t)));
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        const Attributes& attrs = launch.desc->attrs;
+        const std::size_t axis = axis_of(*launch.desc, x.dim());
+        cuda_raw::cum_sum(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), product(x.shape(), 0, axis),
+                          x.shape()[axis], product(x.shape(), axis + 1, x.shape().size()),
+                          attrs.get_int("exclusive", 0) != 0, attrs.get_int("reverse", 0) != 0, launch.stream.handle);
+      },
+      DTypes::kAll);
+}
+
+// arg_max, arg_min and top_k.
+void register_select(KernelRegistry& registry) {
+  for (const char* op : {"arg_max", "arg_min"}) {
+    add_kernel(
+        registry, op, std::string(op) + ": a thread per output walks the axis in order (ties: the first, or the last)",
+        {"x"},
+        [](const OpDescriptor& desc) {
+          const DType t = desc.inputs[0].dtype;
+          if (t == DType::kFloat64 || is_kernel_float(t)) return Support::yes();
+          return Support::no(detail::str_cat("cuda_raw arg_max/arg_min take float tensors, got ", dtype_name(t)));
+        },
+        [max = std::string(op) == "arg_max"](const KernelLaunch& launch) {
+          const Tensor& x = launch.input(0);
+          const auto axis = static_cast<std::size_t>(
+              normalized_axis(launch.desc->attrs.get_int("axis", 0), x.dim()));
+          cuda_raw::arg_reduce(max, launch.desc->attrs.get_int("select_last_index", 0) != 0, x.data_ptr(), x.dtype(),
+                               launch.output(0).data_ptr(), product(x.shape(), 0, axis), x.shape()[axis],
+                               inner_of(x.shape(), axis), launch.stream.handle);
+        },
+        DTypes::kAll);
+  }
+  add_kernel(
+      registry, "top_k",
+      "ONNX TopK along the last axis: a block per row, bitonic sort in shared memory (rows up to 4096 elements; ties: "
+      "the smaller index first)",
+      {"x"},
+      [](const OpDescriptor& desc) {
+        const TensorDesc& x = desc.inputs[0];
+        if (normalized_axis(desc.attrs.get_int("axis", -1), x.dim()) != x.dim() - 1) {
+          return Support::no("cuda_raw top_k runs along the last axis; transpose first or use the cpu kernel");
+        }
+        if (x.shape.back() > cuda_raw::kTopKMaxCols) {
+          return Support::no(detail::str_cat("cuda_raw top_k sorts rows of up to ", cuda_raw::kTopKMaxCols,
+                                             " elements, got ", x.shape.back()));
+        }
+        return Support::yes();
+      },
+      [](const KernelLaunch& launch) {
+        const Tensor& x = launch.input(0);
+        const std::int64_t cols = x.shape().empty() ? 1 : x.shape().back();
+        cuda_raw::top_k(x.data_ptr(), x.dtype(), launch.output(0).data_ptr(), launch.output(1).data_ptr(),
+                        cols == 0 ? 0 : x.numel() / cols, cols, launch.desc->attrs.get_int("k", 0),
+                        launch.desc->attrs.get_int("largest", 1) != 0, launch.stream.handle);
+      });
+}
+
+}  // namespace xpuruntime::cuda_raw

@@ -261,6 +261,98 @@ std::vector<std::optional<ValueType>> reference_output_types(const Node& node, s
   return out;
 }
 
+// Folds `node` (every input constant) by running it in the reference library: its outputs become constants unless
+// they exceed options.max_folded_bytes or the library cannot run it. Returns whether it was folded.
+bool fold_node(Graph& g, const Node& node, std::int64_t opset, const std::vector<const Tensor*>& constants,
+               const InferOptions& options) {
+  const std::optional<std::size_t> predicted = passes::predicted_fold_bytes(g, node);
+  if (predicted && *predicted > options.max_folded_bytes) return false;
+  try {
+    std::vector<Tensor> inputs;
+    for (const Tensor* t : constants) inputs.push_back(t ? *t : Tensor());
+    std::vector<Tensor> outs = onnx_ref::run_node(node, opset, inputs);
+    std::size_t bytes = 0;
+    bool complete = true;
+    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+      if (node.outputs[i].empty()) continue;
+      if (i >= outs.size() || !outs[i].defined()) complete = false;
+      else bytes += outs[i].nbytes();
+    }
+    if (!complete || bytes > options.max_folded_bytes) return false;
+    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+      if (node.outputs[i].empty()) continue;
+      g.types[node.outputs[i]] = type_of_tensor(outs[i]);
+      g.initializers[node.outputs[i]] = outs[i];
+    }
+    return true;
+  } catch (const XpuRuntimeError&) {
+    // Not foldable here (op missing from the reference library, or it rejects the inputs): the node stays
+    // and reports its error when it runs.
+    return false;
+  }
+}
+
+// Folds a Shape or Size node whose input's shape is fully known into a constant. Returns whether it was folded.
+bool fold_shape_or_size(Graph& g, const Node& node, const std::vector<const ValueType*>& types) {
+  if (!node.domain.empty() || (node.op_type != "Shape" && node.op_type != "Size") || types.size() != 1 ||
+      !types[0] || !types[0]->fully_known() || node.outputs.empty()) {
+    return false;
+  }
+  std::vector<std::int64_t> sizes = types[0]->sizes();
+  Tensor t;
+  if (node.op_type == "Size") {
+    std::int64_t n = 1;
+    for (auto d : sizes) n *= d;
+    t = int64_vector({n}, /*scalar=*/true);
+  } else {
+    const auto rank = static_cast<std::int64_t>(sizes.size());
+    std::int64_t start = node.attrs.get_int("start", 0);
+    std::int64_t end = node.attrs.get_int("end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<std::int64_t>(start, 0, rank);
+    end = std::clamp<std::int64_t>(end, 0, rank);
+    std::vector<std::int64_t> dims;
+    for (std::int64_t i = start; i < end; ++i) dims.push_back(sizes[i]);
+    t = int64_vector(dims, false);
+  }
+  g.types[node.outputs[0]] = type_of_tensor(t);
+  g.initializers[node.outputs[0]] = t;
+  return true;
+}
+
+// The output types of a node lowered onto registry op `lowered.op`, from the op's shape inference, when every
+// input's shape is known and the op takes them (else they stay: the reference library's types come later).
+void infer_registry_types(Graph& g, const Node& node, const Lowered& lowered,
+                          const std::vector<const ValueType*>& types, const KernelRegistry& registry) {
+  OpDescriptor desc;
+  desc.op = lowered.op;
+  desc.attrs = lowered.attrs;
+  for (int idx : lowered.inputs) {
+    if (idx < 0) {
+      desc.inputs.emplace_back();
+      continue;
+    }
+    const ValueType* vt = types[idx];
+    if (!vt || !vt->fully_known()) return;
+    desc.inputs.push_back(TensorDesc::contiguous(vt->sizes(), vt->dtype, Device::cpu()));
+  }
+  try {
+    registry.infer(desc);
+    for (std::size_t o = 0; o < desc.outputs.size() && o < node.outputs.size(); ++o) {
+      if (node.outputs[o].empty()) continue;
+      ValueType vt;
+      vt.dtype = desc.outputs[o].dtype;
+      vt.has_shape = true;
+      for (auto d : desc.outputs[o].shape) vt.shape.emplace_back(d);
+      g.types[node.outputs[o]] = vt;
+    }
+  } catch (const XpuRuntimeError&) {
+    // The registry op does not take these inputs: the node runs in the reference library (the plan says
+    // why); its output types come from the reference library below.
+  }
+}
+
 }  // namespace
 
 int infer_types(Graph& g, const InferOptions& options) {
@@ -284,65 +376,15 @@ int infer_types(Graph& g, const InferOptions& options) {
       if (!in.empty() && value == nullptr) all_constant = false;
     }
     const std::int64_t opset = g.opset(node.domain);
-    bool is_graph_output = false;
-    for (const auto& out : node.outputs) {
-      for (const auto& go : g.outputs) is_graph_output |= !out.empty() && out == go;
-    }
     // Folding.
-    const std::optional<std::size_t> predicted =
-        options.fold_constants && all_constant ? passes::predicted_fold_bytes(g, node) : std::nullopt;
-    if (options.fold_constants && all_constant && (!predicted || *predicted <= options.max_folded_bytes)) {
-      try {
-        std::vector<Tensor> inputs;
-        for (const Tensor* t : constants) inputs.push_back(t ? *t : Tensor());
-        std::vector<Tensor> outs = onnx_ref::run_node(node, opset, inputs);
-        std::size_t bytes = 0;
-        bool complete = true;
-        for (std::size_t i = 0; i < node.outputs.size(); ++i) {
-          if (node.outputs[i].empty()) continue;
-          if (i >= outs.size() || !outs[i].defined()) complete = false;
-          else bytes += outs[i].nbytes();
-        }
-        if (complete && bytes <= options.max_folded_bytes) {
-          for (std::size_t i = 0; i < node.outputs.size(); ++i) {
-            if (node.outputs[i].empty()) continue;
-            g.types[node.outputs[i]] = type_of_tensor(outs[i]);
-            g.initializers[node.outputs[i]] = outs[i];
-          }
-          ++folded;
-          continue;
-        }
-      } catch (const XpuRuntimeError&) {
-        // Not foldable here (op missing from the reference library, or it rejects the inputs): the node stays
-        // and reports its error when it runs.
-      }
-    }
-    if (options.fold_constants && (node.domain.empty()) && (node.op_type == "Shape" || node.op_type == "Size") &&
-        types.size() == 1 && types[0] && types[0]->fully_known() && !node.outputs.empty()) {
-      std::vector<std::int64_t> sizes = types[0]->sizes();
-      Tensor t;
-      if (node.op_type == "Size") {
-        std::int64_t n = 1;
-        for (auto d : sizes) n *= d;
-        t = int64_vector({n}, /*scalar=*/true);
-      } else {
-        const auto rank = static_cast<std::int64_t>(sizes.size());
-        std::int64_t start = node.attrs.get_int("start", 0);
-        std::int64_t end = node.attrs.get_int("end", rank);
-        if (start < 0) start += rank;
-        if (end < 0) end += rank;
-        start = std::clamp<std::int64_t>(start, 0, rank);
-        end = std::clamp<std::int64_t>(end, 0, rank);
-        std::vector<std::int64_t> dims;
-        for (std::int64_t i = start; i < end; ++i) dims.push_back(sizes[i]);
-        t = int64_vector(dims, false);
-      }
-      g.types[node.outputs[0]] = type_of_tensor(t);
-      g.initializers[node.outputs[0]] = t;
+    if (options.fold_constants && all_constant && fold_node(g, node, opset, constants, options)) {
       ++folded;
       continue;
     }
-    (void)is_graph_output;
+    if (options.fold_constants && fold_shape_or_size(g, node, types)) {
+      ++folded;
+      continue;
+    }
     // Sequences and optionals: kinds and element types (declared types win).
     const std::vector<std::optional<ValueType>> kinds = sequence_output_types(node, types);
     for (std::size_t o = 0; o < kinds.size(); ++o) {
@@ -359,38 +401,7 @@ int infer_types(Graph& g, const InferOptions& options) {
       for (auto d : lowered.view_shape) vt.shape.emplace_back(d);
       g.types[node.outputs[0]] = vt;
     } else if (lowered.kind == Lowered::Kind::kRegistry && registry.find_schema(lowered.op) != nullptr) {
-      OpDescriptor desc;
-      desc.op = lowered.op;
-      desc.attrs = lowered.attrs;
-      bool known = true;
-      for (int idx : lowered.inputs) {
-        if (idx < 0) {
-          desc.inputs.emplace_back();
-          continue;
-        }
-        const ValueType* vt = types[idx];
-        if (!vt || !vt->fully_known()) {
-          known = false;
-          break;
-        }
-        desc.inputs.push_back(TensorDesc::contiguous(vt->sizes(), vt->dtype, Device::cpu()));
-      }
-      if (known) {
-        try {
-          registry.infer(desc);
-          for (std::size_t o = 0; o < desc.outputs.size() && o < node.outputs.size(); ++o) {
-            if (node.outputs[o].empty()) continue;
-            ValueType vt;
-            vt.dtype = desc.outputs[o].dtype;
-            vt.has_shape = true;
-            for (auto d : desc.outputs[o].shape) vt.shape.emplace_back(d);
-            g.types[node.outputs[o]] = vt;
-          }
-        } catch (const XpuRuntimeError&) {
-          // The registry op does not take these inputs: the node runs in the reference library (the plan says
-          // why); its output types come from the reference library below.
-        }
-      }
+      infer_registry_types(g, node, lowered, types, registry);
     }
     bool outputs_known = true;
     for (const auto& out : node.outputs) {

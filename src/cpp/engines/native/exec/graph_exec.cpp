@@ -350,6 +350,9 @@ void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tenso
   }
 }
 
+// Long function: the interpreter loop of every run, one switch over the three step kinds with the per-step
+// state (stop check, profiling scope, labels, Note [Errors name their node]) around it; its cases read the
+// executor's private slots, workspace and boxed values (splitting them means new members in graph_exec.h).
 void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& stream, std::uint32_t profiling,
                               bool labelled) {
   const auto& plan_values = plan_->values();

@@ -921,6 +921,8 @@ PassResult qkv_fusion(Graph& g, const PassContext& /*ctx*/) {  // Note [One GEMM
   return result;
 }
 
+// Long function: one pattern, matched backwards and forwards from each Softmax through the variants exporters
+// write (scales on Q and K^T, PyTorch's K^T reshapes, the NaN guard); the matched names feed the one rewrite.
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"attention_fusion", 0, {}};
   Rewriter rw(g);

@@ -210,6 +210,8 @@ Node transpose_node(const std::string& name, const std::string& in, const std::s
 
 }  // namespace
 
+// Long function: one walk over the nodes sharing the NCHW -> channels-last map (nhwc_of) and the transposes
+// made so far; each op family's case reads and extends them (a candidate to split into a class with that state).
 PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
   PassResult result{"nhwc_layout", 0, {}};
   if (!ctx.device.is_cuda()) return result;

@@ -355,6 +355,8 @@ class Analysis {
     return true;
   }
 
+  // Long function: the table of sharding rules, one case per op family (Note [Sharding by propagation]); the
+  // cases share the node's input shards and the result they set.
   bool propagate(std::size_t index, const std::vector<const Shard*>& in, const std::set<std::size_t>& sources,
                  std::string* why) {
     const Node& n = g_.nodes[index];

@@ -122,6 +122,8 @@ bool host_readable(const Graph& g, const std::string& name) {
 
 }  // namespace
 
+// Long function: its phases (the static part, the frontier, the segments' nodes and bounded forms, what crosses
+// the boundary) are marked "// ---- ... ----" and share the per-node tables; a candidate to split into a class.
 std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& options) {
   if (options.tp_size > 1) return nullptr;
   for (const auto& [name, vt] : g.types) {

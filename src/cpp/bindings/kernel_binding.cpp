@@ -126,9 +126,8 @@ ops::CallOptions policy_options(const KernelPolicy* kernel_policy, const Executi
   return options;
 }
 
-}  // namespace
-
-void bind_kernels(py::module_& m) {
+// KernelInfo and the registry's listings: kernels, op_schemas, policy_keys, kernel_names, library_versions.
+void bind_kernel_registry(py::module_& m) {
   py::class_<KernelInfo>(m, "KernelInfo", "A kernel of the registry: its op, name, backend and device type.")
       .def_readonly("op", &KernelInfo::op)
       .def_readonly("name", &KernelInfo::name)
@@ -172,7 +171,9 @@ void bind_kernels(py::module_& m) {
   m.def("kernel_names", [](const std::string& key) { return KernelRegistry::global().kernel_names(key); },
         py::arg("key"));
   m.def("library_versions", [] { return KernelRegistry::global().library_versions(); });
+}
 
+void bind_decision(py::module_& m) {
   py::class_<Decision>(m, "Decision", "Which kernel the dispatcher chose for one op signature, and why.")
       .def_readonly("op", &Decision::op)
       .def_readonly("family", &Decision::family)
@@ -188,7 +189,9 @@ void bind_kernels(py::module_& m) {
       .def("to_json", &Decision::to_json)
       .def("__str__", &Decision::str)
       .def("__repr__", [](const Decision& d) { return "<Decision " + d.str() + ">"; });
+}
 
+void bind_autotune_cache(py::module_& m) {
   py::class_<AutotuneCache, std::shared_ptr<AutotuneCache>>(
       m, "AutotuneCache",
       "Autotuned and replayable kernel decisions, keyed by op signature, device, driver and library versions. "
@@ -204,7 +207,9 @@ void bind_kernels(py::module_& m) {
       .def("__repr__", [](const AutotuneCache& c) {
         return "<AutotuneCache " + std::to_string(c.size()) + " entries" + (c.path().empty() ? "" : " at " + c.path()) + ">";
       });
+}
 
+void bind_dispatcher(py::module_& m) {
   py::class_<Dispatcher, std::shared_ptr<Dispatcher>>(
       m, "Dispatcher", "Picks and runs kernels under a KernelPolicy and an ExecutionPolicy, recording decisions.")
       .def(py::init([](const KernelPolicy& kp, const ExecutionPolicy& ep, std::shared_ptr<AutotuneCache> cache,
@@ -240,7 +245,10 @@ void bind_kernels(py::module_& m) {
       .def_property_readonly("kernel_policy", &Dispatcher::kernel_policy)
       .def_property_readonly("exec_policy", &Dispatcher::exec_policy)
       .def_property_readonly("autotune_cache", &Dispatcher::autotune_cache);
+}
 
+// The functional ops' entry points that run or plan one call: ops_call, ops_plan.
+void bind_ops_call(py::module_& m) {
   m.def("ops_call",
         [](const std::string& op, const py::handle& inputs, const py::handle& attrs, const KernelPolicy* kernel_policy,
            const ExecutionPolicy* exec_policy, const py::handle& stream, bool with_decision, const py::handle& outputs,
@@ -272,6 +280,9 @@ void bind_kernels(py::module_& m) {
         py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(), py::arg("kernel_policy") = nullptr,
         py::arg("exec_policy") = nullptr,
         "What ops_call would run, without running it: (decision, [(shape, dtype)] of the outputs, workspace_bytes).");
+}
+
+void bind_prepared_call(py::module_& m) {
   py::class_<ops::PreparedCall, std::shared_ptr<ops::PreparedCall>>(
       m, "PreparedCall",
       "A call planned once (like ops_call: the same decision and plan) and launched many times on raw memory of the "
@@ -329,6 +340,11 @@ void bind_kernels(py::module_& m) {
       .def("__repr__", [](const ops::PreparedCall& c) {
         return "<PreparedCall " + c.descriptor().signature() + " -> " + c.decision().kernel + ">";
       });
+}
+
+// What the functional ops could run (ops_candidates, external_kernels) and their process-wide defaults (policies,
+// dispatcher, autotune cache).
+void bind_ops_defaults(py::module_& m) {
   m.def("ops_candidates",
         [](const std::string& op, const py::handle& inputs, const py::handle& attrs, const KernelPolicy* kernel_policy,
            const ExecutionPolicy* exec_policy) {
@@ -367,6 +383,19 @@ void bind_kernels(py::module_& m) {
   m.def("ops_default_exec_policy", &ops::default_exec_policy);
   m.def("ops_set_autotune_cache", &ops::set_autotune_cache, py::arg("cache"));
   m.def("ops_autotune_cache", &ops::autotune_cache);
+}
+
+}  // namespace
+
+// In the order of the classes' definitions (a signature names the classes bound before it).
+void bind_kernels(py::module_& m) {
+  bind_kernel_registry(m);
+  bind_decision(m);
+  bind_autotune_cache(m);
+  bind_dispatcher(m);
+  bind_ops_call(m);
+  bind_prepared_call(m);
+  bind_ops_defaults(m);
 }
 
 }  // namespace xpuruntime::bindings

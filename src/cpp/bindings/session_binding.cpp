@@ -183,9 +183,7 @@ py::object from_value(const Value& value) {
   return value.has_element() ? from_value(value.element()) : py::none();
 }
 
-}  // namespace
-
-void bind_session(py::module_& m) {
+void bind_value_info(py::module_& m) {
   py::class_<ValueInfo>(m, "ValueInfo", "A model input or output: name, dtype, shape (symbolic dims as names).")
       .def_readonly("name", &ValueInfo::name)
       .def_property_readonly("dtype", [](const ValueInfo& v) { return std::string(dtype_name(v.dtype)); })
@@ -202,7 +200,9 @@ void bind_session(py::module_& m) {
         return shape;
       })
       .def("__repr__", [](const ValueInfo& v) { return "<ValueInfo " + v.str() + ">"; });
+}
 
+void bind_explanation(py::module_& m) {
   py::class_<Explanation>(m, "Explanation", "What an InferenceSession ran: engine, nodes, kernels, policy notes.")
       .def_readonly("engine", &Explanation::engine)
       .def_readwrite("engine_reason", &Explanation::engine_reason)
@@ -275,7 +275,9 @@ void bind_session(py::module_& m) {
       .def("__repr__", [](const Explanation& e) {
         return "<Explanation engine=" + e.engine + " nodes=" + std::to_string(e.nodes.size()) + ">";
       });
+}
 
+void bind_io_binding(py::module_& m) {
   py::class_<IoBinding>(m, "IoBinding", "Inputs and outputs bound once for InferenceSession.run_with_binding.")
       .def("bind_input", [](IoBinding& b, const std::string& name, const py::object& value) {
         b.bind_input(name, feed_tensor(value));
@@ -290,8 +292,9 @@ void bind_session(py::module_& m) {
       .def("clear_outputs", &IoBinding::clear_outputs)
       .def("output_names", &IoBinding::output_names)
       .def("outputs", &IoBinding::outputs);
+}
 
-  g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+void bind_run_options(py::module_& m) {
   py::class_<RunOptions>(m, "RunOptions", R"doc(Options of one run (ONNX Runtime's RunOptions).
 
 Parameters
@@ -332,7 +335,10 @@ CPU kernels' loops; docs/reliability.md); every later run given these options st
         if (o.terminate()) out += " terminate";
         return out + ">";
       });
+}
 
+// InferenceSession and known_engines.
+void bind_inference_session(py::module_& m) {
   py::class_<InferenceSession>(m, "InferenceSession")
       .def(py::init([](const py::object& model, const py::object& device, const std::string& engine,
                        const py::object& kernel_policy, const py::object& exec_policy, bool fp16,
@@ -412,6 +418,18 @@ CPU kernels' loops; docs/reliability.md); every later run given these options st
       .def_property_readonly("engine", &InferenceSession::engine);
 
   m.def("known_engines", &known_engines);
+}
+
+}  // namespace
+
+// In the order of the classes' definitions (a signature names the classes bound before it).
+void bind_session(py::module_& m) {
+  bind_value_info(m);
+  bind_explanation(m);
+  bind_io_binding(m);
+  g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  bind_run_options(m);
+  bind_inference_session(m);
 }
 
 }  // namespace xpuruntime::bindings

@@ -46,7 +46,9 @@ StreamView to_stream(const py::handle& obj, Device device) {
                                          py::str(py::type::of(obj)).cast<std::string>()));
 }
 
-void bind_streams(py::module_& m) {
+namespace {
+
+void bind_stream(py::module_& m) {
   py::class_<PyStream, std::shared_ptr<PyStream>>(
       m, "Stream",
       "A CUDA stream. Stream(device, priority=0) creates one (lower priority numbers run first); "
@@ -116,7 +118,10 @@ void bind_streams(py::module_& m) {
                       static_cast<std::size_t>(s.view.id()), s.view.is_default() ? " (default)" : "");
         return std::string(buffer);
       });
+}
 
+// The streams of a device: default_stream, current_stream, set_current_stream, stream_priority_range.
+void bind_current_streams(py::module_& m) {
   m.def("default_stream",
         [](const py::object& device) {
           auto s = std::make_shared<PyStream>();
@@ -141,7 +146,9 @@ void bind_streams(py::module_& m) {
           return py::make_tuple(least, greatest);
         },
         py::arg("device") = py::none(), "(least, greatest) priority numbers; lower numbers run first.");
+}
 
+void bind_event(py::module_& m) {
   py::class_<Event>(m, "Event", "A CUDA event for ordering streams or timing (enable_timing=True).")
       .def(py::init([](const py::object& device, bool enable_timing, bool blocking) {
              return Event(to_device(device), enable_timing, blocking);
@@ -160,7 +167,10 @@ void bind_streams(py::module_& m) {
       .def("__repr__", [](const Event& e) {
         return "<Event " + e.device().str() + (e.timing() ? " timing" : "") + (e.recorded() ? " recorded" : "") + ">";
       });
+}
 
+// CaptureMode and CudaGraph.
+void bind_cuda_graph(py::module_& m) {
   py::enum_<CaptureMode>(m, "CaptureMode")
       .value("GLOBAL", CaptureMode::kGlobal)
       .value("THREAD_LOCAL", CaptureMode::kThreadLocal)
@@ -196,6 +206,16 @@ void bind_streams(py::module_& m) {
         return detail::str_cat("<CudaGraph ", g.is_instantiated() ? "instantiated" : (g.is_capturing() ? "capturing" : "empty"),
                                " pool=", g.pool(), ">");
       });
+}
+
+}  // namespace
+
+// In the order of the classes' definitions (a signature names the classes bound before it).
+void bind_streams(py::module_& m) {
+  bind_stream(m);
+  bind_current_streams(m);
+  bind_event(m);
+  bind_cuda_graph(m);
 }
 
 }  // namespace xpuruntime::bindings

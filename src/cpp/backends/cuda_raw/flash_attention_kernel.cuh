@@ -223,6 +223,13 @@ __device__ __forceinline__ void load_tile(std::uint32_t smem, const T* tile, std
   }
 }
 
+// One block of kBlockM query rows of one head (Note [flash_v2 tiling]): the prologue (shared-memory carve-up,
+// ldmatrix bases, Q and the first K/V tile in flight), the loop over key tiles (the next tile's copies, S = Q K^T,
+// masking, online softmax, O += P V) and the epilogue (O / l and the log-sum-exp out).
+// Long function: a CUDA kernel whose stages share the accumulators and fragments held in registers (O, S, P, the
+// row max and sum, the ldmatrix addresses); splitting them into __device__ functions is possible but passing those
+// arrays by reference risks the compiler spilling them to local memory or reordering the cp.async pipeline, which
+// only a GPU benchmark would show.
 template <typename T, int kHeadDim, MaskMode kMode>
 __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
     flash_forward_kernel(const Params params) {

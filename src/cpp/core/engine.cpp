@@ -1,9 +1,6 @@
-// EngineRegistry, the declared engines of this build, and InferenceSession.
-//
-// Note [Declared engines]
-// Like kernels (Note [Declared kernels of absent backends]), every engine name xpuruntime knows is registered in
-// every build: an engine this build or machine lacks ("tensorrt" here) is an engine whose `available` says what
-// to install, so `InferenceSession(engine="tensorrt")` fails with that sentence instead of "unknown engine".
+// EngineRegistry (EngineRegistry::global() is the one place that calls every engine's register_<name>) and
+// InferenceSession. Every engine name xpuruntime knows is registered in every build (Note [Declared engines] in
+// core/declared_engine.h).
 #include "xpuruntime/inference_session.h"
 
 #include <algorithm>
@@ -12,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "declared_engine.h"
 #include "policy_serialization.h"
 #include "shape_str.h"
 #include "xpuruntime/exceptions.h"
@@ -21,18 +19,6 @@
 namespace xpuruntime {
 
 namespace {
-
-class DeclaredEngine final : public Engine {
- public:
-  DeclaredEngine(std::string name, std::string reason) : Engine(std::move(name)), reason_(std::move(reason)) {}
-  Support available(const SessionOptions&) const override { return Support::no(reason_); }
-  std::unique_ptr<EngineSession> create(const std::string&, const SessionOptions&) const override {
-    throw UnsupportedOperationError(reason_);
-  }
-
- private:
-  std::string reason_;
-};
 
 std::string pad(const std::string& text, std::size_t width) {
   return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
@@ -135,17 +121,10 @@ EngineRegistry& EngineRegistry::global() {
         "onnxruntime", "this xpuruntime was built without ONNX Runtime; run scripts/fetch_onnxruntime.sh (or set "
                        "ONNXRUNTIME_ROOT to an ONNX Runtime 1.2x install) and rebuild"));
 #endif
-    registry.add(std::make_unique<DeclaredEngine>(
-        "tensorrt", "the tensorrt engine needs NVIDIA TensorRT 10, which this build does not have; install TensorRT "
-                    "(pip install xpuruntime[tensorrt] / the TensorRT SDK) and rebuild with it"));
-    // The NPU runtimes of the design (npu.md): named engines that say what to install.
-    registry.add(std::make_unique<DeclaredEngine>(
-        "openvino", "the openvino engine (Intel NPUs, and Intel CPUs/GPUs) needs the OpenVINO runtime 2024+, which "
-                    "this build does not have; install OpenVINO (apt install openvino / the OpenVINO archive from "
-                    "Intel) and rebuild with it"));
-    registry.add(std::make_unique<DeclaredEngine>(
-        "qnn", "the qnn engine (Qualcomm Hexagon NPUs) needs the Qualcomm AI Engine Direct SDK (QNN), which this "
-               "build does not have; install the QNN SDK from Qualcomm and rebuild with it"));
+    register_tensorrt(registry);
+    // The NPU runtimes of the design (npu.md).
+    register_openvino(registry);
+    register_qnn(registry);
     register_native(registry);
   });
   return registry;

@@ -78,4 +78,119 @@ std::optional<double> one_element_value(const Tensor* t) {
   return load_as_double(t->contiguous());
 }
 
+namespace {
+template <typename T, typename Load>
+void load_all(const Tensor& t, std::vector<double>& out, Load load) {
+  const T* p = static_cast<const T*>(t.data_ptr());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = load(p[i]);
+}
+template <typename T, typename Store>
+void store_all(Tensor& t, const std::vector<double>& in, Store store) {
+  T* p = static_cast<T*>(t.data_ptr());
+  for (std::size_t i = 0; i < in.size(); ++i) p[i] = store(in[i]);
+}
+}  // namespace
+
+std::vector<double> to_doubles(const Tensor& tensor) {
+  const Tensor t = tensor.contiguous();
+  XPURT_INTERNAL_ASSERT(t.device().is_cpu(), "graph constants live on the CPU");
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  if (out.empty()) return out;
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      load_all<float>(t, out, [](float v) { return static_cast<double>(v); });
+      break;
+    case DType::kFloat64:
+      load_all<double>(t, out, [](double v) { return v; });
+      break;
+    case DType::kFloat16:
+      load_all<std::uint16_t>(
+          t, out, [](std::uint16_t v) { return static_cast<double>(half_to_float(v)); });
+      break;
+    case DType::kBFloat16:
+      load_all<std::uint16_t>(
+          t, out, [](std::uint16_t v) { return static_cast<double>(bfloat16_to_float(v)); });
+      break;
+    case DType::kInt8:
+      load_all<std::int8_t>(t, out, [](std::int8_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kUInt8:
+      load_all<std::uint8_t>(t, out, [](std::uint8_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kInt16:
+      load_all<std::int16_t>(t, out, [](std::int16_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kInt32:
+      load_all<std::int32_t>(t, out, [](std::int32_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kInt64:
+      load_all<std::int64_t>(t, out, [](std::int64_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kBool:
+      load_all<bool>(t, out, [](bool v) { return v ? 1.0 : 0.0; });
+      break;
+    case DType::kUInt16:
+      load_all<std::uint16_t>(t, out, [](std::uint16_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kUInt32:
+      load_all<std::uint32_t>(t, out, [](std::uint32_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kUInt64:
+      load_all<std::uint64_t>(t, out, [](std::uint64_t v) { return static_cast<double>(v); });
+      break;
+  }
+  return out;
+}
+
+Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values) {
+  Tensor t = Tensor::empty(shape, dtype, Device::cpu());
+  XPURT_INTERNAL_ASSERT(static_cast<std::size_t>(t.numel()) == values.size(), "from_doubles: ", values.size(),
+                        " values for a tensor of ", t.numel(), " elements");
+  if (values.empty()) return t;
+  switch (dtype) {
+    case DType::kFloat32:
+      store_all<float>(t, values, [](double v) { return static_cast<float>(v); });
+      break;
+    case DType::kFloat64:
+      store_all<double>(t, values, [](double v) { return v; });
+      break;
+    case DType::kFloat16:
+      store_all<std::uint16_t>(t, values,
+                               [](double v) { return float_to_half(static_cast<float>(v)); });
+      break;
+    case DType::kBFloat16:
+      store_all<std::uint16_t>(t, values,
+                               [](double v) { return float_to_bfloat16(static_cast<float>(v)); });
+      break;
+    case DType::kInt8:
+      store_all<std::int8_t>(t, values, [](double v) { return static_cast<std::int8_t>(v); });
+      break;
+    case DType::kUInt8:
+      store_all<std::uint8_t>(t, values, [](double v) { return static_cast<std::uint8_t>(v); });
+      break;
+    case DType::kInt16:
+      store_all<std::int16_t>(t, values, [](double v) { return static_cast<std::int16_t>(v); });
+      break;
+    case DType::kInt32:
+      store_all<std::int32_t>(t, values, [](double v) { return static_cast<std::int32_t>(v); });
+      break;
+    case DType::kInt64:
+      store_all<std::int64_t>(t, values, [](double v) { return static_cast<std::int64_t>(v); });
+      break;
+    case DType::kBool:
+      store_all<bool>(t, values, [](double v) { return v != 0.0; });
+      break;
+    case DType::kUInt16:
+      store_all<std::uint16_t>(t, values, [](double v) { return static_cast<std::uint16_t>(v); });
+      break;
+    case DType::kUInt32:
+      store_all<std::uint32_t>(t, values, [](double v) { return static_cast<std::uint32_t>(v); });
+      break;
+    case DType::kUInt64:
+      store_all<std::uint64_t>(t, values, [](double v) { return static_cast<std::uint64_t>(v); });
+      break;
+  }
+  return t;
+}
+
 }  // namespace xpuruntime::detail

@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/tensor.h"
@@ -43,5 +44,13 @@ std::int64_t scalar_as_int64(const Tensor& t, const std::string& what);
 // The one element of a numeric tensor as double, or nullopt when `t` is null, a bool, or has other than one element
 // (the passes' "is this a scalar constant?", which must not throw).
 std::optional<double> one_element_value(const Tensor* t);
+
+// Every element of a numeric CPU tensor as double (16-bit floats converted), in row-major order: the graph passes'
+// arithmetic on constants. A tensor elsewhere than on the CPU is an internal error.
+std::vector<double> to_doubles(const Tensor& t);
+// A new CPU tensor of `shape` and `dtype` holding `values` (rounded to `dtype`, integers truncated, as a C++ cast
+// does); values.size() must be the shape's element count (internal error otherwise). The graph passes' constants and
+// the cuda_raw kernels' scalar attributes as `dtype` bits.
+Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values);
 
 }  // namespace xpuruntime::detail

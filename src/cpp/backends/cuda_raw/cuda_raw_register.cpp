@@ -20,7 +20,7 @@
 #include "core/conv_layout.h"
 #include "core/cuda_utils.h"
 #include "core/data_ops.h"
-#include "engines/native/passes/pass_utils.h"
+#include "core/scalar.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
@@ -112,9 +112,9 @@ BroadcastGeometry geometry_of(const Tensor& a, const Tensor& b, const Tensor& y)
   return geometry;
 }
 
-// The conversion is the graph passes' (from_doubles).
+// The conversion is the graph passes' (detail::from_doubles, core/scalar.h).
 std::uint64_t value_bits(double value, DType dtype) {
-  const Tensor element = passes::internal::from_doubles({}, dtype, {value});
+  const Tensor element = detail::from_doubles({}, dtype, {value});
   std::uint64_t bits = 0;
   std::memcpy(&bits, element.data_ptr(), element.element_size());
   return bits;

@@ -171,7 +171,11 @@ class XPURT_API EngineRegistry {
   std::vector<std::unique_ptr<Engine>> engines_;
 };
 
+// Registration functions, one per engine (src/cpp/engines/<name>/), called by EngineRegistry::global().
 void register_onnxruntime(EngineRegistry& registry);
 void register_native(EngineRegistry& registry);
+void register_tensorrt(EngineRegistry& registry);  // today a named refusal: what to install (core/declared_engine.h)
+void register_openvino(EngineRegistry& registry);  // likewise
+void register_qnn(EngineRegistry& registry);       // likewise
 
 }  // namespace xpuruntime

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/scalar.h"
 #include "engines/native/passes/passes.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/tensor.h"
@@ -68,8 +69,8 @@ int scalar_operand(const Graph& g, const Node& n, const std::string& op_type, do
 std::optional<DType> dtype_from_onnx(std::int64_t code);
 
 // Elements of a numeric CPU tensor as double (16-bit floats converted); and a new tensor from doubles (rounded to
-// `dtype`, integers truncated).
-std::vector<double> to_doubles(const Tensor& t);
+// `dtype`, integers truncated): core's (core/scalar.h), which kernels use too.
+using detail::to_doubles;
 // A Slice (opset 10+) of one axis with step 1 and constant starts/ends/axes/steps, on an input of rank `rank`: the
 // axis (in [0, rank)) and the start and end as written (negative ones count from the end; the caller clamps them).
 struct SliceRange {
@@ -79,7 +80,7 @@ std::optional<SliceRange> single_axis_slice(const Graph& g, const Node& n, std::
 // The constant axes of a Reduce*/Squeeze/Unsqueeze node: its input 1 from opset `input_since` of its domain on, its
 // `axes` attribute before that; nullopt when absent (the op's every-axis default) or not constant.
 std::optional<std::vector<std::int64_t>> constant_axes(const Graph& g, const Node& n, std::int64_t input_since);
-Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const std::vector<double>& values);
+using detail::from_doubles;
 
 // A 1-D int64 CPU tensor holding `values` (shapes, axes, sizes of the nodes the passes make).
 Tensor int64_tensor(const std::vector<std::int64_t>& values);

@@ -20,8 +20,9 @@ PACKAGES=(
 # explain report (tests/python/test_report_html.py); Debian's PyTorch (CPU) and its headers, for the
 # xpuruntime.pytorch tests and its native routing path, which is compiled against the PyTorch in use.
 # pip builds the wheel (scripts/test_wheel.sh); clang and its sanitizer runtimes build the checking build and the
-# libFuzzer harnesses (scripts/sanitize.sh).
-TEST_PACKAGES=(chromium python3-torch libtorch-dev python3-pip clang libclang-rt-14-dev)
+# libFuzzer harnesses (scripts/sanitize.sh). scikit-learn ships the digits data set the quantization accuracy tests
+# train on (tests/python/test_quantization.py).
+TEST_PACKAGES=(chromium python3-torch libtorch-dev python3-pip clang libclang-rt-14-dev python3-sklearn)
 if [ "${XPURT_TEST_DEPS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 missing=()
 for p in "${PACKAGES[@]}"; do

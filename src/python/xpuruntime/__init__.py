@@ -43,6 +43,8 @@ from . import ops
 from . import distributed
 from .inference import InferenceSession, IOBinding
 from .runtime.profiler import Profiler, profile
+from . import quantization
+from .quantization import quantize
 
 __version__: str = _core.get_version()
 
@@ -130,5 +132,7 @@ __all__ = [
     "IOBinding",
     "Profiler",
     "profile",
+    "quantization",
+    "quantize",
     "runtime",
 ]

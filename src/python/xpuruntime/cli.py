@@ -1,4 +1,4 @@
-"""The ``xpuruntime`` command line: devices, run, bench, explain, profile, tune and compare.
+"""The ``xpuruntime`` command line: devices, run, bench, explain, profile, tune, compare and quantize.
 
 Run ``xpuruntime --help`` (or ``python -m xpuruntime --help``); docs/cli.md has every command with an example.
 
@@ -113,8 +113,8 @@ def _add_input_args(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``xpuruntime`` argument parser (one subcommand per command)."""
-    parser = _Parser(prog=PROG, description="xpuruntime: run, benchmark, explain, profile, tune and compare "
-                                             "ONNX models. Every command: xpuruntime COMMAND --help.")
+    parser = _Parser(prog=PROG, description="xpuruntime: run, benchmark, explain, profile, tune, compare and "
+                                             "quantize ONNX models. Every command: xpuruntime COMMAND --help.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--traceback", action="store_true", help="show Python tracebacks of errors (debugging)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -171,6 +171,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also compare every intermediate value and report the first diverging node")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--verbose", "-v", action="store_true", help="list every intermediate value")
+
+    p = commands.add_parser("quantize", help="post-training quantization: write a QDQ model (int8, fp8 or int4 "
+                                             "weights) and its decisions")
+    p.add_argument("model", help="the float ONNX model file")
+    p.add_argument("--calibration", metavar="FILE.npz",
+                   help="calibration data: arrays by input name (.npz; .npy for a one-input model), samples along "
+                        "the first axis (needed for int8 and fp8 unless --decisions replays)")
+    p.add_argument("--precision", default="int8", choices=("int8", "fp8", "int4-weights"),
+                   help="int8 (default), fp8 (float8e4m3fn) or int4-weights (weight-only)")
+    p.add_argument("--method", choices=("minmax", "percentile", "entropy"),
+                   help="activation ranges (default: entropy for int8, minmax for fp8)")
+    p.add_argument("--percentile", type=_non_negative_float, default=99.99,
+                   help="the percentile kept by --method percentile (default 99.99)")
+    p.add_argument("--output", "--out", "-o", metavar="FILE.onnx", required=True, help="the QDQ model to write")
+    p.add_argument("--exclude", nargs="+", default=[], metavar="NODE_OR_OP",
+                   help="node names or op types to keep in float")
+    p.add_argument("--op-types", nargs="+", metavar="OP", help="op types to quantize (default Conv Gemm MatMul)")
+    p.add_argument("--activation-type", choices=("int8", "uint8"), default="int8",
+                   help="int8: symmetric activations (default); uint8: asymmetric")
+    p.add_argument("--per-tensor", action="store_true", help="one scale per weight instead of per output channel")
+    p.add_argument("--quantize-bias", action="store_true", help="int8: int32 biases (default: biases stay float)")
+    p.add_argument("--block-size", type=_positive_int, default=32, help="int4 block size (default 32)")
+    p.add_argument("--batch-size", type=_positive_int, default=32,
+                   help="calibration samples per run where the model's batch dimension is symbolic (default 32)")
+    p.add_argument("--device", default="cpu", help="where the calibration runs: cpu (default), cuda or cuda:N")
+    p.add_argument("--engine", default="auto", choices=_engines(), help="the engine of the calibration runs")
+    p.add_argument("--decisions", metavar="FILE.json", help="replay these decisions instead of calibrating")
+    p.add_argument("--decisions-out", metavar="FILE.json",
+                   help="write the decisions (default: the output's name with .json)")
+    p.add_argument("--report", action="store_true",
+                   help="also measure each quantized node's cost (sensitivity, worst first) on --eval data")
+    p.add_argument("--eval", metavar="FILE.npz", help="evaluation data of --report (default: the calibration data)")
     return parser
 
 
@@ -780,8 +812,90 @@ def _print_comparison(result: dict, verbose: bool) -> None:
     print("PASSED" if result["passed"] else "FAILED")
 
 
+def _sample_feeds(model_path: Path, path: str, option: str, batch_size: int) -> List[Dict[str, np.ndarray]]:
+    """Feeds cut from an .npz (arrays by input name) or .npy (one-input model) of samples along the first axis:
+    ``batch_size`` samples each, or the model's fixed batch dimension when it has one."""
+    import onnx
+
+    file = _existing_file(path, f"{option} file")
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    inputs = [vi for vi in graph.input if vi.name not in initializers]
+    names = [vi.name for vi in inputs]
+    try:
+        if file.suffix.lower() == ".npy":
+            if len(names) != 1:
+                raise UsageError(f"{option} '{path}' is one array (.npy) but the model has {len(names)} inputs "
+                                 f"({', '.join(names)}); use an .npz with one array per input name")
+            arrays = {names[0]: np.load(file, allow_pickle=False)}
+        else:
+            with np.load(file, allow_pickle=False) as npz:
+                if not hasattr(npz, "files"):
+                    raise UsageError(f"{option} '{path}' is not an .npz archive")
+                arrays = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, EOFError) as error:
+        raise UsageError(f"cannot read {option} '{path}': {error}") from None
+    unknown = sorted(set(arrays) - set(names))
+    if unknown:
+        raise UsageError(f"{option} '{path}' has unknown input(s) {', '.join(unknown)}; the model's inputs are: "
+                         f"{', '.join(names)}")
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise UsageError(f"{option} '{path}' lacks input(s) {', '.join(missing)}; the model's inputs are: "
+                         f"{', '.join(names)}")
+    samples = {len(a) if np.ndim(a) else 0 for a in arrays.values()}
+    if len(samples) != 1 or 0 in samples:
+        raise UsageError(f"{option} '{path}': every array needs the same number of samples along its first axis")
+    total = samples.pop()
+    batch = batch_size
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
+    if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+        batch = int(dims[0].dim_value)
+    return [{k: a[start:start + batch] for k, a in arrays.items()} for start in range(0, total - batch + 1, batch)] \
+        or [dict(arrays)]
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    import xpuruntime as xrt
+    from .quantization import sensitivity
+
+    model_path = _existing_file(args.model, "model file")
+    _check_writable(args.output, "--output")
+    decisions_out = args.decisions_out or str(Path(args.output).with_suffix(".json"))
+    _check_writable(decisions_out, "--decisions-out")
+    if args.decisions and args.calibration:
+        raise UsageError("--calibration and --decisions: give one of them (--decisions replays a calibration)")
+    if not args.decisions and not args.calibration and args.precision != "int4-weights":
+        raise UsageError(f"--precision {args.precision} needs --calibration data (or --decisions to replay)")
+    feeds = _sample_feeds(model_path, args.calibration, "--calibration", args.batch_size) if args.calibration else None
+    xrt.Device(args.device)  # a malformed --device is reported as such
+    if args.decisions:
+        decisions = _existing_file(args.decisions, "decisions file")
+        result = xrt.quantize(model_path, decisions=decisions, output_path=args.output)
+    else:
+        result = xrt.quantize(model_path, feeds, precision=args.precision, method=args.method,
+                              percentile=args.percentile, activation_type=args.activation_type,
+                              per_channel=False if args.per_tensor else None, quantize_bias=args.quantize_bias,
+                              exclude=args.exclude, op_types=args.op_types, block_size=args.block_size,
+                              device=args.device, engine=args.engine, output_path=args.output)
+    try:
+        result.save_decisions(decisions_out)
+    except OSError as error:
+        raise UsageError(f"cannot write '{decisions_out}': {error.strerror or error}") from None
+    print(f"{args.model}: {result.summary()}")
+    print(f"wrote {args.output} and {decisions_out} (replay: xpuruntime quantize {args.model} --decisions "
+          f"{decisions_out} -o ...)")
+    if args.report:
+        eval_feeds = _sample_feeds(model_path, args.eval, "--eval", args.batch_size) if args.eval else feeds
+        if eval_feeds is None:
+            raise UsageError("--report needs --eval data (or --calibration data to evaluate on)")
+        print(sensitivity(model_path, eval_feeds=eval_feeds, decisions=result.decisions, device=args.device,
+                          engine=args.engine))
+    return 0
+
+
 COMMANDS = {"devices": cmd_devices, "run": cmd_run, "bench": cmd_bench, "explain": cmd_explain,
-            "profile": cmd_profile, "tune": cmd_tune, "compare": cmd_compare}
+            "profile": cmd_profile, "tune": cmd_tune, "compare": cmd_compare, "quantize": cmd_quantize}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

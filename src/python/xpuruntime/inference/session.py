@@ -39,6 +39,12 @@ class InferenceSession:
         Native engine: the first run writes its plan's optimized graph there as ONNX, specialised to that run's
         input shapes (fused nodes in the ``com.xpuruntime`` domain; the native engine loads it back).
 
+    Attributes
+    ----------
+    quantization : QuantizationResult or None
+        With ``ExecutionPolicy(precision="int8", calibration=...)``: the QDQ model the session runs and its
+        decisions (docs/quantization.md); None otherwise.
+
     Examples
     --------
     >>> sess = xrt.InferenceSession("model.onnx")
@@ -71,6 +77,12 @@ class InferenceSession:
             model = bytes(model)
         if not isinstance(model, (str, Path, bytes)):
             raise _core.InvalidTypeError(f"model must be a path or bytes, got {type(model).__name__}")
+        self.quantization = None
+        if getattr(exec_policy, "calibration", None) is not None or getattr(exec_policy, "quantization", None):
+            # ExecutionPolicy(precision="int8", calibration=...): the engine runs the QDQ model (docs/quantization.md).
+            from ..quantization.session import prepare_session_model
+
+            model, self.quantization = prepare_session_model(model, exec_policy, device, engine)
         self._session = _core.InferenceSession(model if isinstance(model, bytes) else str(model), device, engine,
                                                kernel_policy, exec_policy, fp16, list(disabled_passes or []),
                                                str(optimized_model_path) if optimized_model_path else "",

@@ -40,20 +40,43 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
         Run a model whose IR version or ONNX opset is newer than the ONNX schemas xpuruntime knows, each operator
         with the newest semantics xpuruntime knows of it. Default False: such a model raises
         ``UnsupportedOperationError`` naming the opset and a node (docs/reliability.md).
+    calibration : feeds, optional
+        With ``precision="int8"``: an :class:`~xpuruntime.InferenceSession` made under this policy runs the int8 QDQ
+        model :func:`xpuruntime.quantize` makes from these calibration feeds (any form ``quantize`` takes), cached
+        on disk by model, options and data (docs/quantization.md). Held by the Python object only: policy files
+        do not carry it.
+    quantization : dict, optional
+        More :func:`xpuruntime.quantize` options for that (``method``, ``exclude``, ``activation_type``, ...), or
+        ``{"decisions": result.decisions}`` to replay earlier decisions without calibration feeds. Python-only, as
+        ``calibration``.
     """
 
     _core_class = _core.ExecutionPolicy
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__()
+        self.calibration = kwargs.pop("calibration", None)
+        quantization = kwargs.pop("quantization", None)
+        if quantization is not None and not isinstance(quantization, dict):
+            raise _core.InvalidArgumentError(f"ExecutionPolicy 'quantization' must be a dict of quantize() options, "
+                                             f"got {type(quantization).__name__}")
+        self.quantization = quantization
         for key, value in kwargs.items():
             if key not in _FIELDS:
                 raise _core.InvalidArgumentError(
-                    f"unknown ExecutionPolicy field '{key}'; valid fields: {', '.join(sorted(_FIELDS))}")
+                    f"unknown ExecutionPolicy field '{key}'; valid fields: "
+                    f"{', '.join(sorted(_FIELDS + ('calibration', 'quantization')))}")
             if key in ("deterministic", "cuda_graphs", "static_shape", "allow_newer_opsets") and \
                     not isinstance(value, bool):
                 raise _core.InvalidArgumentError(f"ExecutionPolicy '{key}' must be True or False, got {value!r}")
             setattr(self, key, value)
+
+    def copy(self) -> "ExecutionPolicy":
+        """An independent copy (the Python-only ``calibration`` and ``quantization`` included)."""
+        out = super().copy()
+        out.calibration = getattr(self, "calibration", None)
+        out.quantization = dict(self.quantization) if getattr(self, "quantization", None) else None
+        return out
 
     def to_dict(self) -> dict:
         return {field: getattr(self, field) for field in _FIELDS}

@@ -284,10 +284,12 @@ def _accuracy_reference(model, digits) -> float:
 def _accuracy_any(result, digits, engine: str):
     """Accuracy through ``engine``, or None when the engine cannot run the form (the reason printed)."""
     try:
-        return _accuracy_engine(result.to_bytes(), digits, engine)
+        accuracy = _accuracy_engine(result.to_bytes(), digits, engine)
     except (xrt.UnsupportedOperationError, xrt.InvalidArgumentError) as error:
-        print(f"{engine}: {type(error).__name__}: {str(error)[:200]}")
+        print(f"  {engine}: {type(error).__name__}: {str(error)[:200]}")
         return None
+    print(f"  {engine}: {accuracy:.4f}")
+    return accuracy
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -490,6 +492,16 @@ def test_decisions_replay_is_byte_identical(mlp, digits, tmp_path, precision, op
     assert xrt.quantize(str(path), decisions=text, output_path=tmp_path / "q.onnx").to_bytes() == result.to_bytes()
     assert (tmp_path / "q.onnx").read_bytes() == result.to_bytes()
     assert "nodes quantized" in result.summary() and "QuantizationResult" in repr(result)
+
+
+def test_optional_op_types(mlp, digits):
+    reference = _accuracy_engine(mlp.SerializeToString(), digits, "native")
+    result = xrt.quantize(mlp, _calibration(digits), op_types=["Gemm", "MatMul", "Add"], method="minmax")
+    assert result.quantized_nodes == ["fc1", "fc2", "bias2", "fc3"]
+    assert result.decisions["weights"]["b2"]["axis"] is None, "a constant input of Add: one scale"
+    assert "m2" in result.decisions["activations"]
+    for engine in ["native"] + (["onnxruntime"] if HAS_ORT else []):
+        assert abs(_accuracy_engine(result.to_bytes(), digits, engine) - reference) <= 0.005 + 1e-9
 
 
 def test_exclude_by_name_and_op_type(mlp, digits):

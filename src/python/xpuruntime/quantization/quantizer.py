@@ -206,7 +206,7 @@ def _resolve_exclude(model, exclude: Iterable[str]) -> Tuple[set, set]:
         else:
             raise _core.InvalidArgumentError(
                 f"exclude: '{entry}' is neither a node name nor an op type of the model (unnamed nodes are "
-                f"'<op_type>_<index>'); its quantizable nodes: {', '.join(sorted(keys)[:20])}")
+                f"'<op_type>_<index>'); its nodes: {', '.join(sorted(keys)[:20])}")
     return by_key, by_op
 
 

@@ -333,6 +333,9 @@ def test_fp8_accuracy(request, digits, net):
     accuracy = _accuracy_reference(result.model, digits)
     print(f"{net} fp8 (reference evaluator): {accuracy:.4f} vs float32 {reference:.4f}")
     assert abs(accuracy - reference) <= 0.02
+    per_channel = xrt.quantize(model, _calibration(digits), precision="fp8", per_channel=True)
+    assert all(w["axis"] is not None for w in per_channel.decisions["weights"].values())
+    assert abs(_accuracy_reference(per_channel.model, digits) - reference) <= 0.02
     for engine in ["native"] + (["onnxruntime"] if HAS_ORT else []):
         measured = _accuracy_any(result, digits, engine)
         if measured is not None:
@@ -514,6 +517,12 @@ def test_exclude_by_name_and_op_type(mlp, digits):
     assert "w2" in {t.name for t in result.model.graph.initializer}
     by_op = xrt.quantize(mlp, _calibration(digits, batches=2), exclude=["Gemm"], method="minmax")
     assert by_op.quantized_nodes == ["fc2"] and set(by_op.excluded) == {"fc1", "fc3"}
+    unnamed = onnx.ModelProto()
+    unnamed.CopyFrom(mlp)
+    for node in unnamed.graph.node:
+        node.name = ""
+    result = xrt.quantize(unnamed, _calibration(digits, batches=2), exclude=["MatMul_2"], method="minmax")
+    assert result.quantized_nodes == ["Gemm_0", "Gemm_5"] and result.excluded == {"MatMul_2": "exclude list"}
 
 
 def test_errors_are_typed_and_name_the_argument(mlp, digits):
@@ -526,7 +535,8 @@ def test_errors_are_typed_and_name_the_argument(mlp, digits):
         xrt.quantize(mlp, calibration, exclude=["fc9"])
     with pytest.raises(xrt.InvalidArgumentError, match="unknown input.*'?y'?.*inputs are: x"):
         xrt.quantize(mlp, [{"y": calibration[0]["x"]}])
-    with pytest.raises(xrt.InvalidArgumentError, match="calibration feed 0: input .x. expects shape \\[N, 64\\], got \\[64, 8, 8\\]"):
+    shape_error = "calibration feed 0: input .x. expects shape \\[N, 64\\], got \\[64, 8, 8\\]"
+    with pytest.raises(xrt.InvalidArgumentError, match=shape_error):
         xrt.quantize(mlp, [{"x": calibration[0]["x"].reshape(64, 8, 8)}])
     with pytest.raises(xrt.InvalidArgumentError, match="method"):
         xrt.quantize(mlp, calibration, method="kl")
@@ -588,6 +598,34 @@ def test_opset_upgrade_when_safe_else_error(mlp, digits):
         xrt.quantize(blocked, _calibration(digits, batches=1))
     # fp8 from opset 13: Gemm, MatMul, Add, Relu mean the same at 19.
     assert _model.default_opset(xrt.quantize(mlp, _calibration(digits, batches=1), precision="fp8").model) == 19
+
+
+def test_opset_upgrade_rewrites_reduce_axes_and_split():
+    """Reduce*-18 takes its axes as an input and Split-18 states num_outputs: the upgrade rewrites such nodes and the
+    model computes the same."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], name="mean", axes=[1], keepdims=1),
+             helper.make_node("Sub", ["x", "mean"], ["centred"], name="centre"),
+             helper.make_node("Split", ["centred"], ["left", "right"], name="split", axis=1),
+             helper.make_node("Concat", ["right", "left"], ["swapped"], name="concat", axis=1),
+             helper.make_node("MatMul", ["swapped", "w"], ["y"], name="mm")]
+    w = np.random.default_rng(5).standard_normal((8, 4)).astype(np.float32)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.random.default_rng(6).standard_normal((3, 8)).astype(np.float32)
+    want = xrt.InferenceSession(model.SerializeToString(), engine="native").run({"x": x})["y"]
+    upgraded = _model.load_model(model)
+    assert _model.ensure_opset(upgraded, 19, "test") == 19 and upgraded.ir_version == 9
+    by_name = {n.name: n for n in upgraded.graph.node}
+    assert len(by_name["mean"].input) == 2 and not [a for a in by_name["mean"].attribute if a.name == "axes"]
+    assert [a.i for a in by_name["split"].attribute if a.name == "num_outputs"] == [2]
+    for engine in ["native"] + (["onnxruntime"] if HAS_ORT else []):
+        got = xrt.InferenceSession(_model.serialize(upgraded), engine=engine).run({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    result = xrt.quantize(model, precision="int4-weights", block_size=16)
+    assert _model.default_opset(result.model) == 21 and result.quantized_nodes == ["mm"]
 
 
 def test_float8_encoding_rounds_to_nearest_even_and_saturates():

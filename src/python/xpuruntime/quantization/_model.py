@@ -100,9 +100,11 @@ def default_opset(model) -> int:
 # default-domain import is older gets the newer import only when every default-domain op of its graph means the same
 # under both: _SEMANTIC_CHANGES lists, per op, the opset versions in which a model's existing node would start to
 # behave differently (an attribute becoming an input, new broadcasting, a different axis meaning). Versions that
-# only add types, or add attributes and inputs whose defaults keep the old behaviour, are absent. An op missing from
+# only add types, or add attributes, inputs and attribute values whose defaults keep the old behaviour (Resize-18's
+# antialias and axes, Resize-19's half_pixel_symmetric, ScatterND-16's reduction), are absent. An op missing from
 # the table, or with a change inside (old, new], blocks the upgrade: re-exporting the model at the newer opset is
-# the way out, and the error says so.
+# the way out, and the error says so. A few such changes are mechanical and _ADAPTERS rewrites the node instead
+# (Reduce*-18 takes its axes as an input, Split-18 states num_outputs).
 _SEMANTIC_CHANGES: Dict[str, Tuple[int, ...]] = {
     **{op: (6, 7) for op in ("Add", "Sub", "Mul", "Div", "Gemm")},
     **{op: (6,) for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Floor", "Ceil",
@@ -111,12 +113,17 @@ _SEMANTIC_CHANGES: Dict[str, Tuple[int, ...]] = {
     **{op: () for op in ("MatMul", "Transpose", "Identity", "Flatten", "Gather", "Shape", "Constant", "Where",
                          "Expand", "ConstantOfShape", "Range", "GlobalAveragePool", "GlobalMaxPool", "AveragePool",
                          "MaxPool", "Erf", "Softplus", "HardSwish", "LayerNormalization", "Einsum", "Not",
-                         "QuantizeLinear", "DequantizeLinear", "MatMulInteger", "Gelu")},
-    "Conv": (11,), "Concat": (4,), "Reshape": (5,), "Softmax": (13,), "LogSoftmax": (13,), "Dropout": (7, 10, 12),
+                         "QuantizeLinear", "DequantizeLinear", "MatMulInteger", "Gelu", "GreaterOrEqual",
+                         "LessOrEqual", "IsNaN", "IsInf", "GatherElements", "GatherND", "ScatterND",
+                         "ScatterElements", "CumSum", "Sin", "Cos", "Mod", "NonZero", "Sign", "Round", "CastLike",
+                         "Size", "Trilu", "OneHot", "DepthToSpace", "SpaceToDepth", "Celu", "Mish", "If", "Loop",
+                         "LpNormalization")},
+    "Conv": (11,), "ConvTranspose": (11,), "Concat": (4,), "Reshape": (5,), "Softmax": (13,), "LogSoftmax": (13,),
+    "Dropout": (7, 10, 12), "InstanceNormalization": (6,), "GroupNormalization": (21,), "Scan": (8, 9),
     "BatchNormalization": (6, 7, 9), "Clip": (6, 11), "Squeeze": (11, 13), "Unsqueeze": (11, 13),
     "ReduceSum": (11, 13), "Pad": (2, 11), "Slice": (10,), "Split": (2, 11, 13, 18), "PRelu": (6, 7, 9),
     "Max": (6, 8), "Min": (6, 8), "Sum": (6, 8), "Mean": (6, 8), "Tile": (6,), "TopK": (10, 11),
-    "ArgMax": (11,), "ArgMin": (11,), "Resize": (11, 13, 18, 19),
+    "ArgMax": (11,), "ArgMin": (11,), "Resize": (11, 13), "NonMaxSuppression": (10, 11),
     **{op: (11, 18) for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                                "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }
@@ -132,6 +139,46 @@ def _ops_in(graph) -> Iterable:
                 yield from _ops_in(g)
 
 
+def _graph_nodes(graph) -> Iterable[Tuple[object, object]]:
+    """``(graph, node)`` for every node, subgraphs included."""
+    for node in graph.node:
+        yield graph, node
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.g.node else []) + list(attr.graphs):
+                yield from _graph_nodes(g)
+
+
+def _axes_to_input(graph, node, names: "NameScope") -> None:
+    """Reduce*-18: the ``axes`` attribute becomes the second input (an int64 initializer); without it the node
+    reduces every axis in both versions."""
+    for i, attr in enumerate(node.attribute):
+        if attr.name == "axes":
+            axes = np.asarray(list(attr.ints), dtype=np.int64)
+            del node.attribute[i]
+            name = names.fresh(f"{node.name or node.op_type}_axes")
+            onnx_module()
+            from onnx import numpy_helper
+
+            graph.initializer.append(numpy_helper.from_array(axes, name))
+            node.input.append(name)
+            return
+
+
+def _split_num_outputs(graph, node, names: "NameScope") -> None:
+    """Split-18: without a ``split`` input, ``num_outputs`` must say the number of equal parts (Split-13 took it
+    from the number of outputs)."""
+    if len(node.input) < 2 or not node.input[1]:
+        node.attribute.append(onnx_module().helper.make_attribute("num_outputs", len(node.output)))
+
+
+# Opset bumps that need the node rewritten, not just read under the newer version: (op, version) -> adapter.
+_ADAPTERS = {
+    **{(op, 18): _axes_to_input for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+    ("Split", 18): _split_num_outputs,
+}
+
+
 def ensure_opset(model, needed: int, why: str) -> int:
     """Makes the model's default-domain import at least ``needed`` (Note [Opset upgrades the quantizer makes]) and
     its IR version what that opset requires; returns the import's version afterwards. InvalidArgumentError naming
@@ -142,17 +189,28 @@ def ensure_opset(model, needed: int, why: str) -> int:
     if current == 0:
         raise _core.InvalidArgumentError("model: it imports no default ONNX domain (opset_import lacks '')")
     blocking = set()
-    for node in _ops_in(model.graph):
+    adapt = []
+    for graph, node in _graph_nodes(model.graph):
         if node.domain not in ("", "ai.onnx"):
             continue
         changes = _SEMANTIC_CHANGES.get(node.op_type)
-        if changes is None or any(current < v <= needed for v in changes):
+        if changes is None:
             blocking.add(node.op_type)
+            continue
+        for version in (v for v in changes if current < v <= needed):
+            adapter = _ADAPTERS.get((node.op_type, version))
+            if adapter is None:
+                blocking.add(node.op_type)
+            else:
+                adapt.append((adapter, graph, node))
     if blocking:
         raise _core.InvalidArgumentError(
             f"model: {why} needs ONNX opset {needed}, the model imports opset {current}, and the meaning of "
             f"{', '.join(sorted(blocking))} may differ between those opsets (or is not known to the quantizer); "
             f"re-export the model at opset {needed} or newer")
+    names = NameScope(model.graph)
+    for adapter, graph, node in adapt:
+        adapter(graph, node, names)
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
             imp.version = needed

@@ -359,12 +359,13 @@ def _weight_decision(w: np.ndarray, precision: str, per_channel: bool, channel_a
         return {"dtype": "int4", "axis": reduction_axis, "block_size": block_size, "scale_shape": list(scale.shape),
                 "scale": _floats(scale)}
     if precision == "fp8":
-        scale = _f32(fp8_scale(float(np.abs(_f32(w)).max()) if w.size else 0.0))
+        magnitude = np.abs(_f32(w))
         if per_channel and w.ndim >= 2:
             reduce = tuple(d for d in range(w.ndim) if d != channel_axis)
-            scale = _positive(np.abs(_f32(w)).max(axis=reduce) / np.float32(_model.E4M3_MAX))
+            scale = _positive(magnitude.max(axis=reduce) / np.float32(_model.E4M3_MAX))
             return {"dtype": "float8e4m3fn", "axis": channel_axis, "scale": _floats(scale)}
-        return {"dtype": "float8e4m3fn", "axis": None, "scale": _floats(scale)}
+        return {"dtype": "float8e4m3fn", "axis": None,
+                "scale": _floats(fp8_scale(float(magnitude.max()) if w.size else 0.0))}
     if per_channel and w.ndim >= 2:
         return {"dtype": "int8", "axis": channel_axis, "scale": _floats(int8_weight_scales(w, channel_axis))}
     return {"dtype": "int8", "axis": None, "scale": _floats(int8_weight_scales(w, None))}

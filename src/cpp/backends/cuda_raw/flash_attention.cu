@@ -328,7 +328,8 @@ class FlashAttentionKernel final : public Kernel {
   FlashAttentionKernel()
       : Kernel(KernelInfo{"attention", "flash_v2", "cuda_raw", DeviceType::kCUDA, true,
                           "fused FlashAttention-2 forward on tensor cores (fp16/bf16, head dim 64/128, causal, "
-                          "mask, GQA, log-sum-exp output), no Sq x Sk scores in memory"}) {}
+                          "mask, GQA, log-sum-exp output), no Sq x Sk scores in memory",
+                          KernelDecl{}}) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/) const override {
     return check_flash(desc);

@@ -151,12 +151,13 @@ AttentionShape shape_of(const OpDescriptor& desc) {
   return shape;
 }
 
+// What the kernel's declaration (cudnn::declaration, 16-byte aligned) cannot say.
 Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy) {
   if (desc.inputs.size() < 3 || !desc.inputs[0].present || !desc.inputs[1].present || !desc.inputs[2].present) {
     return Support::no(detail::str_cat(kLabel, " needs the inputs q, k and v"));
   }
-  Support common = cudnn::check_common(desc, policy, kLabel, 16);
-  if (!common) return common;
+  Support limits = cudnn::check_limits(desc, kLabel);
+  if (!limits) return limits;
   if (policy.deterministic) {
     return Support::no(detail::str_cat(kLabel, " is not deterministic (cuDNN does not promise a fixed reduction "
                                        "order); the policy asks for determinism: use flash_v2"));
@@ -639,7 +640,8 @@ class CudnnAttentionKernel final : public Kernel {
   CudnnAttentionKernel()
       : Kernel(KernelInfo{"attention", "cudnn", "cudnn", DeviceType::kCUDA, false,
                           "cuDNN's fused flash attention through its graph API (fp16/bf16, head dim multiple of 8, "
-                          "causal, GQA, log-sum-exp output), no Sq x Sk scores in memory"}) {}
+                          "causal, GQA, log-sum-exp output), no Sq x Sk scores in memory",
+                          cudnn::declaration(kLabel, 16)}) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     return check_attention(desc, policy);
@@ -669,7 +671,7 @@ class CudnnAttentionKernel final : public Kernel {
           kLabel, " keeps cuDNN's heuristic choice and has no plan record, but was given one: '", record,
           "' (a record of another kernel?)"));
     }
-    const Support support = check_attention(desc, policy);
+    const Support support = supports(desc, policy);  // the declaration, then check_attention
     if (!support) {
       throw UnsupportedOperationError(detail::str_cat(kLabel, " cannot run ", desc.signature(), ": ",
                                                       support.reason()));

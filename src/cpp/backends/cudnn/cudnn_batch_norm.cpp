@@ -47,10 +47,11 @@ std::size_t param_stride(std::int64_t channels) {
   return (static_cast<std::size_t>(channels) + kFloatsPer256Bytes - 1) / kFloatsPer256Bytes * kFloatsPer256Bytes;
 }
 
-Support batch_norm_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+// What batch_norm's declaration (cudnn::declaration, element-size aligned) cannot say.
+Support batch_norm_supports(const OpDescriptor& desc) {
   try {
-    Support common = cudnn::check_common(desc, policy, kLabel);
-    if (!common) return common;
+    Support limits = cudnn::check_limits(desc, kLabel);
+    if (!limits) return limits;
     if (desc.inputs.size() != 5 || desc.inputs[0].dim() < 2 || desc.outputs.size() != 1) {
       return Support::no(detail::str_cat(kLabel, " needs x [N, C, ...] and scale, bias, mean, var [C] with the "
                                          "output inferred (call KernelRegistry::infer first)"));
@@ -114,8 +115,8 @@ class CudnnBatchNormKernel final : public Kernel {
  public:
   explicit CudnnBatchNormKernel(KernelInfo info) : Kernel(std::move(info)) {}
 
-  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
-    return batch_norm_supports(desc, policy);
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    return batch_norm_supports(desc);
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,
@@ -131,7 +132,8 @@ void register_cudnn_batch_norm(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<CudnnBatchNormKernel>(
       KernelInfo{"batch_norm", "cudnn", "cudnn", DeviceType::kCUDA, true,
                  "cuDNN inference batch norm (spatial mode, any rank >= 2); 16-bit parameters converted to float32 "
-                 "in a small workspace"}));
+                 "in a small workspace",
+                 cudnn::declaration(kLabel)}));
 }
 
 }  // namespace xpuruntime

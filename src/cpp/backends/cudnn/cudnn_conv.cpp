@@ -581,14 +581,15 @@ class ConvPlan final : public KernelPlan {
 
 // ---- the kernels ----
 
-Support conv_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+// What conv2d's declaration (cudnn::declaration, 16-byte aligned: Note [cuDNN data alignment]) cannot say.
+Support conv_supports(const OpDescriptor& desc) {
   try {
     const std::string activation = desc.attrs.get_string("activation", "none");
     if (activation != "none" && activation != "relu") {
       return Support::no(detail::str_cat(kLabel, " fuses relu only, not ", activation));
     }
-    Support common = cudnn::check_common(desc, policy, kLabel, cudnn::kConvAlignment);  // Note [cuDNN data alignment]
-    if (!common) return common;
+    Support limits = cudnn::check_limits(desc, kLabel);
+    if (!limits) return limits;
     if (desc.inputs.size() < 2 || desc.outputs.size() != 1 || desc.inputs[0].dim() != 4 ||
         desc.inputs[1].dim() != 4 || desc.outputs[0].dim() != 4) {
       return Support::no(detail::str_cat(kLabel, " needs x [N, C, H, W] and weight [O, C/groups, kh, kw] (NHWC: "
@@ -636,8 +637,8 @@ class CudnnConvKernel final : public Kernel {
     return desc;
   }
 
-  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
-    return conv_supports(desc, policy);
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    return conv_supports(desc);
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
@@ -678,12 +679,14 @@ void register_cudnn_conv(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<CudnnConvKernel>(
       KernelInfo{"conv2d", "cudnn", "cudnn", DeviceType::kCUDA, true,
                  "cuDNN convolution (NCHW or NHWC), algorithm from cuDNN's heuristic; bias/residual/ReLU fused by "
-                 "cudnnConvolutionBiasActivationForward; deterministic algorithms only under a deterministic policy"},
+                 "cudnnConvolutionBiasActivationForward; deterministic algorithms only under a deterministic policy",
+                 cudnn::declaration(kLabel, cudnn::kConvAlignment)},
       /*search=*/false));
   registry.add_kernel(std::make_unique<CudnnConvKernel>(
       KernelInfo{"conv2d", "cudnn_search", "cudnn", DeviceType::kCUDA, true,
                  "cuDNN convolution (NCHW or NHWC), every algorithm timed at build time, fastest usable kept; "
-                 "deterministic algorithms only under a deterministic policy"},
+                 "deterministic algorithms only under a deterministic policy",
+                 cudnn::declaration(kLabel, cudnn::kConvAlignment)},
       /*search=*/true));
 }
 

@@ -178,13 +178,14 @@ class CudnnConv3dKernel final : public Kernel {
   explicit CudnnConv3dKernel(const std::string& op)
       : Kernel(KernelInfo{op, "cudnn", "cudnn", DeviceType::kCUDA, false,
                           op == "conv3d" ? "cuDNN's N-d convolution forward (NCDHW, symmetric pads)"
-                                         : "cuDNN's N-d convolution data gradient (NCDHW, symmetric pads)"}),
+                                         : "cuDNN's N-d convolution data gradient (NCDHW, symmetric pads)",
+                          cudnn::declaration("cudnn " + op, cudnn::kConvAlignment)}),
         op_(op) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     const std::string label = "cudnn " + op_;
-    const Support common = cudnn::check_common(desc, policy, label.c_str(), cudnn::kConvAlignment);
-    if (!common) return common;
+    const Support limits = cudnn::check_limits(desc, label.c_str());
+    if (!limits) return limits;
     const Ints pads = desc.attrs.get_ints("pads", Ints(6, 0));
     if (pads.size() != 6 || pads[0] != pads[3] || pads[1] != pads[4] || pads[2] != pads[5]) {
       return Support::no(label + " takes symmetric pads only (begin == end per axis), got " + cudnn::format_ints(pads));

@@ -166,11 +166,12 @@ class CudnnConvTransposeKernel final : public Kernel {
   CudnnConvTransposeKernel()
       : Kernel(
             KernelInfo{"conv_transpose2d", "cudnn", "cudnn", DeviceType::kCUDA, false,
-                       "cuDNN's convolution data gradient (Note [ConvTranspose as backward data])"}) {}
+                       "cuDNN's convolution data gradient (Note [ConvTranspose as backward data])",
+                       cudnn::declaration("cudnn conv_transpose2d", cudnn::kConvAlignment)}) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
-    const Support common = cudnn::check_common(desc, policy, "cudnn conv_transpose2d", cudnn::kConvAlignment);
-    if (!common) return common;
+    const Support limits = cudnn::check_limits(desc, "cudnn conv_transpose2d");
+    if (!limits) return limits;
     if (policy.deterministic) {
       return Support::no(
           "cudnn conv_transpose2d: cuDNN's data-gradient algorithms may accumulate with atomics "

@@ -78,11 +78,12 @@ std::int64_t floor_size(std::int64_t in, std::int64_t window, std::int64_t strid
 
 std::string label_of(const std::string& op) { return "cudnn " + op; }
 
-Support pool_supports(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+// What a pooling kernel's declaration (cudnn::declaration, element-size aligned) cannot say.
+Support pool_supports(const OpDescriptor& desc) {
   const std::string label = label_of(desc.op);
   try {
-    Support common = cudnn::check_common(desc, policy, label.c_str());
-    if (!common) return common;
+    Support limits = cudnn::check_limits(desc, label.c_str());
+    if (!limits) return limits;
     if (desc.inputs.empty() || desc.inputs[0].dim() != 4 || desc.outputs.size() != 1 || desc.outputs[0].dim() != 4) {
       return Support::no(label + " needs a 4-D x with the output inferred (call KernelRegistry::infer first)");
     }
@@ -180,8 +181,8 @@ class CudnnPoolKernel final : public Kernel {
  public:
   explicit CudnnPoolKernel(KernelInfo info) : Kernel(std::move(info)) {}
 
-  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
-    return pool_supports(desc, policy);
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    return pool_supports(desc);
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,
@@ -196,13 +197,16 @@ class CudnnPoolKernel final : public Kernel {
 void register_cudnn_pool(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<CudnnPoolKernel>(
       KernelInfo{"max_pool2d", "cudnn", "cudnn", DeviceType::kCUDA, true,
-                 "cuDNN max pooling (NCHW or NHWC; symmetric pads, no dilation, floor output sizes)"}));
+                 "cuDNN max pooling (NCHW or NHWC; symmetric pads, no dilation, floor output sizes)",
+                 cudnn::declaration(label_of("max_pool2d"))}));
   registry.add_kernel(std::make_unique<CudnnPoolKernel>(
       KernelInfo{"avg_pool2d", "cudnn", "cudnn", DeviceType::kCUDA, true,
-                 "cuDNN average pooling (NCHW or NHWC; symmetric pads, floor output sizes, count_include_pad either way)"}));
+                 "cuDNN average pooling (NCHW or NHWC; symmetric pads, floor output sizes, count_include_pad either way)",
+                 cudnn::declaration(label_of("avg_pool2d"))}));
   registry.add_kernel(std::make_unique<CudnnPoolKernel>(
       KernelInfo{"global_avg_pool", "cudnn", "cudnn", DeviceType::kCUDA, true,
-                 "cuDNN average pooling with an H x W window (NCHW or NHWC)"}));
+                 "cuDNN average pooling with an H x W window (NCHW or NHWC)",
+                 cudnn::declaration(label_of("global_avg_pool"))}));
 }
 
 }  // namespace xpuruntime

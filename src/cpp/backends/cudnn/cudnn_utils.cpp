@@ -129,15 +129,11 @@ void set_4d(const TensorDescriptor& descriptor, DType dtype, bool nhwc, std::int
                                                static_cast<int>(w)));
 }
 
-// ---- shared supports checks ----
+// ---- what every cudnn kernel takes ----
 
 namespace {
 
 constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
-
-bool is_cudnn_float(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
-}
 
 // Checks one tensor's dimensions and element count against cuDNN's 32-bit indexing.
 Support check_int32(const TensorDesc& tensor, const char* what, std::size_t index, const char* op_label) {
@@ -158,38 +154,25 @@ Support check_int32(const TensorDesc& tensor, const char* what, std::size_t inde
 
 }  // namespace
 
-Support check_common(const OpDescriptor& desc, const ExecutionPolicy& policy, const char* op_label,
-                     std::uint32_t min_alignment) {
-  if (!desc.device.is_cuda()) {
-    return Support::no(detail::str_cat(op_label, " runs on CUDA devices; the input is on ", desc.device.str()));
-  }
-  if (policy.precision == Precision::kInt8 || desc.precision == Precision::kInt8) {
-    return Support::no(detail::str_cat(op_label, " has no int8 kernel; use precision fp32, tf32, fp16 or bf16"));
-  }
+KernelDecl declaration(const std::string& subject, std::uint32_t alignment) {
+  KernelDecl decl;
+  decl.subject = subject;
+  decl.on_device = true;
+  decl.no_int8 = true;
+  decl.dtypes.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};  // "float32, float16 or bfloat16"
+  decl.layout = Layout::kContiguous;
+  decl.alignment = alignment;
+  decl.element_aligned = alignment == 0;
+  return decl;
+}
+
+Support check_limits(const OpDescriptor& desc, const char* op_label) {
   for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
     const TensorDesc& input = desc.inputs[k];
     if (!input.present) continue;
-    if (!input.device.is_cuda()) {
-      return Support::no(detail::str_cat(op_label, " runs on CUDA devices; input ", k, " is on ", input.device.str()));
-    }
-    if (!is_cudnn_float(input.dtype)) {
-      return Support::no(detail::str_cat(op_label, " takes float32, float16 or bfloat16, got ",
-                                         dtype_name(input.dtype), " (input ", k, ")"));
-    }
     if (input.dtype == DType::kBFloat16 && desc.compute_capability < 80) {
       return Support::no(detail::str_cat(op_label, " needs compute capability 8.0+ for bfloat16, the device has ",
                                          desc.compute_capability / 10, ".", desc.compute_capability % 10));
-    }
-    if (!input.is_contiguous()) {
-      return Support::no(detail::str_cat(op_label, " needs contiguous input; input ", k, " is ", input.str(),
-                                         " (call .contiguous() first)"));
-    }
-    const std::uint32_t alignment =
-        min_alignment != 0 ? min_alignment : static_cast<std::uint32_t>(dtype_size(input.dtype));
-    if (input.alignment < alignment) {
-      return Support::no(detail::str_cat(op_label, " needs ", alignment, "-byte aligned data; input ", k, " is ",
-                                         input.alignment, "-byte aligned (a view at an offset?): copy it to a fresh "
-                                         "tensor"));
     }
     Support fits = check_int32(input, "input", k, op_label);
     if (!fits) return fits;

@@ -153,14 +153,18 @@ void set_nchw(const TensorDescriptor& descriptor, DType dtype, std::int64_t n, s
 void set_4d(const TensorDescriptor& descriptor, DType dtype, bool nhwc, std::int64_t n, std::int64_t c, std::int64_t h,
             std::int64_t w);
 
-// ---- shared `supports` checks ----
+// ---- what every cudnn kernel takes ----
 
-// The checks every cudnn kernel makes: the op runs on a CUDA device, every present input is a contiguous
-// float32/float16/bfloat16 CUDA tensor aligned to `min_alignment` bytes (0: its element size; see Note [cuDNN
-// data alignment]), bfloat16 only on sm80+, the precision is not int8, and every tensor (inputs and outputs)
-// fits cuDNN's 32-bit indexing. `op_label` names the kernel in reasons ("cudnn conv2d").
-Support check_common(const OpDescriptor& desc, const ExecutionPolicy& policy, const char* op_label,
-                     std::uint32_t min_alignment = 0);
+// What every cudnn kernel declares (Note [Kernel declarations] in core/kernel_registry.cpp): the op and every
+// present input on a CUDA device, no int8 precision, and contiguous float32/float16/bfloat16 inputs aligned to
+// `alignment` bytes (0: to their element size; see Note [cuDNN data alignment]). `subject` names the kernel in
+// reasons ("cudnn conv2d"); inputs are named by index ("input 1").
+KernelDecl declaration(const std::string& subject, std::uint32_t alignment = 0);
+
+// What the declaration cannot say, which every cudnn kernel's accepts() asks first: bfloat16 inputs only on sm80+
+// (an unknown compute capability refuses them too), and every tensor (inputs and outputs) within cuDNN's 32-bit
+// indexing. `op_label` names the kernel as its declaration's subject does.
+Support check_limits(const OpDescriptor& desc, const char* op_label);
 
 // Note [cuDNN data alignment]
 // cuDNN picks a convolution kernel from the descriptors alone, never from the data pointers, and its tensor-core

@@ -212,26 +212,19 @@ const char* input_name(const std::string& op, std::size_t index) {
   return it->second[index];
 }
 
-Support check_common(const OpDescriptor& desc, const ExecutionPolicy& policy, const char* what) {
+KernelDecl gemm_declaration(const std::string& op, const std::string& what) {
+  KernelDecl decl;
+  decl.subject = what;
+  for (std::size_t k = 0; std::string(input_name(op, k)) != "input"; ++k) decl.input_names.push_back(input_name(op, k));
+  decl.no_int8 = true;
+  decl.dtypes = {{DType::kFloat32, DType::kFloat16, DType::kBFloat16}, "float32, float16 and bfloat16"};
+  decl.layout = Layout::kContiguous;
+  return decl;
+}
+
+Support check_gemm_device(const OpDescriptor& desc, const char* what) {
   if (!desc.device.is_cuda()) {
     return Support::no(detail::str_cat(what, " runs on CUDA devices; the input is on ", desc.device.str()));
-  }
-  for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
-    const TensorDesc& input = desc.inputs[k];
-    if (!input.present) continue;
-    if (input.dtype != DType::kFloat32 && input.dtype != DType::kFloat16 && input.dtype != DType::kBFloat16) {
-      return Support::no(detail::str_cat(what, " supports float32, float16 and bfloat16, got ", dtype_name(input.dtype),
-                                         " for '", input_name(desc.op, k), "'"));
-    }
-    if (input.numel() > 0 && !input.is_contiguous()) {  // an empty tensor's strides do not matter
-      return Support::no(detail::str_cat(what, " needs contiguous inputs; '", input_name(desc.op, k), "' ", input.str(),
-                                         " is strided (make it contiguous first)"));
-    }
-  }
-  if (desc.precision == Precision::kInt8 || policy.precision == Precision::kInt8) {
-    return Support::no(detail::str_cat(what,
-                                       " has no int8 GEMM; the policy asks for precision int8 (use fp32, "
-                                       "tf32, fp16 or bf16)"));
   }
   if (!desc.inputs.empty() && desc.inputs[0].dtype == DType::kBFloat16 && desc.compute_capability > 0 &&
       desc.compute_capability < 80) {

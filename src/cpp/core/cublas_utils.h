@@ -105,9 +105,15 @@ cudaDataType_t cuda_data_type(DType dtype);
 cublasComputeType_t compute_type(DType dtype, Precision precision);
 const char* compute_type_name(cublasComputeType_t type);  // "32F", "32F_FAST_TF32"
 
-// Checks shared by every GEMM-based kernel of these backends; yes, or the reason why not. `what` names the
-// kernel in reasons ("cublas", "cublasLt", "unfused attention").
-Support check_common(const OpDescriptor& desc, const ExecutionPolicy& policy, const char* what);
+// What every GEMM-based kernel of these backends declares (Note [Kernel declarations] in core/kernel_registry.cpp):
+// no int8 precision, and contiguous float32/float16/bfloat16 inputs, named in reasons as `op` names them
+// (input_name). `what` names the kernel in reasons ("cublas", "cublasLt", "unfused attention").
+KernelDecl gemm_declaration(const std::string& op, const std::string& what);
+
+// What that declaration cannot say, which every such kernel's accepts() asks first: the op runs on a CUDA device
+// (its inputs' devices are not asked), and a bfloat16 input 0 needs compute capability 8.0 or newer (an unknown
+// capability passes). Yes, or the reason why not, naming the kernel as `what`.
+Support check_gemm_device(const OpDescriptor& desc, const char* what);
 
 // One row-major GEMM problem C[batch][M, N] = op(A)[batch][M, K] @ op(B)[batch][K, N], described in the
 // column-major terms cuBLAS takes. See Note [Row-major GEMM through column-major cuBLAS].

@@ -260,10 +260,11 @@ class UnfusedAttentionKernel final : public Kernel {
  public:
   UnfusedAttentionKernel()
       : Kernel(KernelInfo{"attention", "unfused", "cublas", DeviceType::kCUDA, true,
-                          "cuBLAS GEMM + cuda_raw softmax + cuBLAS GEMM, the Sq x Sk scores in the workspace"}) {}
+                          "cuBLAS GEMM + cuda_raw softmax + cuBLAS GEMM, the Sq x Sk scores in the workspace",
+                          gemm_declaration("attention", "unfused attention")}) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
-    if (Support common = check_common(desc, policy, "unfused attention"); !common) return common;
+    if (Support device = check_gemm_device(desc, "unfused attention"); !device) return device;
     if (desc.attrs.get_int("return_lse", 0) != 0) {
       return Support::no("unfused attention does not output the log-sum-exp (return_lse=1); use flash_v2 or cpu");
     }

@@ -95,10 +95,11 @@ class GemmKernel final : public Kernel {
                           op == "linear" ? "cuBLAS GEMM (cublasGemmEx), residual, bias and activation by cuda_raw "
                                            "kernels"
                                          : "cuBLAS GEMM (cublasGemmEx / cublasGemmStridedBatchedEx, broadcast "
-                                           "batch dims)"}) {}
+                                           "batch dims)",
+                          gemm_declaration(op, "cublas")}) {}
 
-  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
-    if (Support common = check_common(desc, policy, "cublas"); !common) return common;
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    if (Support device = check_gemm_device(desc, "cublas"); !device) return device;
     if (desc.outputs.empty()) return Support::no("cublas needs the op's outputs inferred first");
     if (op() == "matmul") {
       if (desc.inputs.size() < 2 || desc.inputs[0].dim() < 2 || desc.inputs[1].dim() < 2) {

@@ -771,7 +771,7 @@ class LtGemmKernel final : public Kernel {
  public:
   explicit LtGemmKernel(const std::string& op)
       : Kernel(KernelInfo{op, "cublasLt", "cublasLt", DeviceType::kCUDA, true,
-                          summary_of(op)}) {}
+                          summary_of(op), cublas::gemm_declaration(op, "cublasLt")}) {}
 
   // The library's first use (its handle, kernel modules and heuristic: about 100 ms on an H200) through one
   // float16 matmul; the other GEMM ops of this backend then find it loaded.
@@ -784,8 +784,8 @@ class LtGemmKernel final : public Kernel {
     return desc;
   }
 
-  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
-    if (Support common = cublas::check_common(desc, policy, "cublasLt"); !common) return common;
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    if (Support device = cublas::check_gemm_device(desc, "cublasLt"); !device) return device;
     if (desc.outputs.empty()) return Support::no("cublasLt needs the op's outputs inferred first");
     if (op() == "matmul") {
       if (desc.inputs.size() < 2 || desc.inputs[0].dim() < 2 || desc.inputs[1].dim() < 2) {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "../../src/cpp/core/half.h"
-#include "../../src/cpp/engines/native/reference/onnx_cpu_ops.h"
+#include "../../src/cpp/core/node_kernels.h"
 #include "../../src/cpp/engines/native/passes/passes.h"
 #include "../../src/cpp/engines/native/inference/shape_inference.h"
 #include "test_utils.h"
@@ -161,27 +161,18 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
   return {};
 }
 
-// The com.xpuruntime nodes as the ONNX reference library runs them (passes::register_fused_ops).
+// The com.xpuruntime nodes as their cpu node kernels run them (backends/cpu/onnx/onnx_fused.cpp, registered in the
+// KernelRegistry by register_cpu).
 std::vector<Tensor> run_fused_in_library(const Node& n, const std::vector<Tensor>& in) {
-  static const onnx_ref::Library* lib = [] {
-    auto* l = new onnx_ref::Library();
-    passes::register_fused_ops(*l);
-    return l;
-  }();
-  const onnx_ref::OpFn* fn = lib->find(n.domain, n.op_type);
-  if (fn == nullptr) {
-    ADD_FAILURE() << "register_fused_ops has no " << n.op_type;
+  if (KernelRegistry::global().find_node_kernel(n.domain, n.op_type) == nullptr) {
+    ADD_FAILURE() << "no node kernel of " << n.domain << ":" << n.op_type;
     return {};
   }
-  onnx_ref::OpContext ctx(n, 1, std::vector<Value>(in.begin(), in.end()));
-  (*fn)(ctx);
-  std::vector<Tensor> out;
-  for (const Value& v : ctx.take_outputs()) out.push_back(v.defined() ? v.tensor() : Tensor());
-  return out;
+  return onnx_ref::run_node(n, 1, in);
 }
 
 // The reference interpreter: every node in order. `types` (optional) receives the type of every value computed;
-// `library_fused`: the com.xpuruntime nodes run through register_fused_ops instead of the test's own mapping.
+// `library_fused`: the com.xpuruntime nodes run through their node kernels instead of the test's own mapping.
 std::vector<Tensor> run_graph(const Graph& g, const Feeds& feeds, std::map<std::string, ValueType>* types = nullptr,
                               bool library_fused = false) {
   std::map<std::string, Tensor> env = g.initializers;

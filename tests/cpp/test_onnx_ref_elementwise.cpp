@@ -19,7 +19,7 @@
 
 // The library's headers are internal (src/cpp, not on the tests' include path); its entry points are exported.
 #include "../../src/cpp/core/half.h"
-#include "../../src/cpp/engines/native/reference/onnx_cpu_ops.h"
+#include "../../src/cpp/core/node_kernels.h"
 
 namespace xpuruntime {
 namespace {
@@ -217,8 +217,8 @@ TEST(OnnxRefElementwise, EveryOpOfTheGroupIsRegistered) {
                        "Softmax",
                        "LogSoftmax",
                        "Hardmax"};
-  for (const char* op : ops) EXPECT_NE(onnx_ref::Library::global().find("", op), nullptr) << op;
-  EXPECT_NE(onnx_ref::Library::global().find("ai.onnx", "Add"), nullptr);
+  for (const char* op : ops) EXPECT_NE(KernelRegistry::global().find_node_kernel("", op), nullptr) << op;
+  EXPECT_NE(KernelRegistry::global().find_node_kernel("ai.onnx", "Add"), nullptr);
 }
 
 TEST(OnnxRefElementwise, BinaryBroadcastingMatchesNaiveReference) {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cpp/engines/native/reference/onnx_cpu_ops.h"
+#include "../../src/cpp/core/node_kernels.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"

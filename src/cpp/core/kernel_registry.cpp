@@ -417,4 +417,49 @@ std::string KernelRegistry::library_versions() const {
   return out;
 }
 
+// Note [Node kernels]
+// One op vocabulary: everything that computes is a kernel of the registry. Most are kernels of registry ops (an
+// OpDescriptor, shapes known when the plan is built, the Dispatcher picks one under the KernelPolicy). A node kernel
+// runs a whole ONNX node instead, keyed by its (domain, op_type): ONNX's full semantics across opsets (attribute vs
+// input forms, every dtype, sequences and optionals, subgraphs), output shapes known only when it runs. The cpu
+// backend registers one per ONNX operator it implements (register_cpu -> register_onnx_node_kernels,
+// backends/cpu/onnx/), including the com.xpuruntime nodes of the graph passes. The native engine runs through them
+// the nodes that have no registry lowering, constant folding and shape inference's evaluation of small constant
+// subgraphs, always through core/node_kernels.h (run_node, run_node_values, run_graph), which looks them up here.
+// There is one node kernel per (domain, op_type); there is no policy choice among them.
+
+std::string NodeKernelInfo::key() const { return domain.empty() ? op_type : domain + ":" + op_type; }
+
+namespace {
+
+std::string node_domain(const std::string& domain) { return domain == "ai.onnx" ? std::string() : domain; }
+
+}  // namespace
+
+void KernelRegistry::add_node_kernel(NodeKernelInfo info) {
+  info.domain = node_domain(info.domain);
+  XPURT_INTERNAL_ASSERT(static_cast<bool>(info.run), "node kernel ", info.key(), " has no function");
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto key = std::make_pair(info.domain, info.op_type);
+  XPURT_INTERNAL_ASSERT(node_kernels_.count(key) == 0, "ONNX op registered twice: ", info.key());
+  node_kernels_[std::move(key)] = std::make_unique<NodeKernelInfo>(std::move(info));
+}
+
+const NodeKernelInfo* KernelRegistry::find_node_kernel(const std::string& domain, const std::string& op_type) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = node_kernels_.find({node_domain(domain), op_type});
+  return it == node_kernels_.end() ? nullptr : it->second.get();
+}
+
+std::vector<const NodeKernelInfo*> KernelRegistry::node_kernels() const {
+  std::vector<const NodeKernelInfo*> out;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [key, info] : node_kernels_) out.push_back(info.get());
+  }
+  std::sort(out.begin(), out.end(),
+            [](const NodeKernelInfo* a, const NodeKernelInfo* b) { return a->key() < b->key(); });
+  return out;
+}
+
 }  // namespace xpuruntime

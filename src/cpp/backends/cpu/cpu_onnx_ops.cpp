@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
-#include "engines/native/reference/onnx_cpu_ops.h"
+#include "core/node_kernels.h"
 #include "engines/native/passes/pass_utils.h"
 #include "xpuruntime/graph.h"
 

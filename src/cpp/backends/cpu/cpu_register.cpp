@@ -5,6 +5,7 @@
 
 #include "core/distributed_ops.h"
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/onnx/onnx_kernels.h"
 #include "core/conv_layout.h"
 #include "xpuruntime/exceptions.h"
 
@@ -214,6 +215,8 @@ void register_cpu(KernelRegistry& registry) {
   cpu::register_data_kernels(registry);
   cpu::register_onnx_kernels(registry);
   cpu::register_fused_kernels(registry);
+  // The ONNX reference implementations as node kernels (Note [Node kernels] in core/kernel_registry.cpp).
+  onnx_ref::register_onnx_node_kernels(registry);
   // The host communicators' collectives (core/distributed.cpp): ranks of one process on the CPU.
   for (const std::string& op : distributed::collective_ops()) {
     registry.add_kernel(distributed::make_collective_kernel(

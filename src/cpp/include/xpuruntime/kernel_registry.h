@@ -7,6 +7,8 @@
 // declaration first, then its own `accepts`), and `build(...)` makes a KernelPlan for one descriptor: the validate ->
 // build -> execute lifecycle of cudnn-frontend. A plan may carry a `record` (e.g. the cuBLASLt algorithm it picked)
 // from which `build` re-creates exactly the same plan: that is what the autotune cache and lock files store.
+// Beside the ops, node kernels (NodeKernelInfo) run whole ONNX nodes keyed by (domain, op_type): the cpu backend's ONNX
+// reference implementations, which the native engine reaches through find_node_kernel (core/node_kernels.h).
 //
 // Ownership: the registry owns its schemas and kernels for the life of the process; the pointers it hands out
 // stay valid. Thread-safety: `global()` is fully populated on first use; lookups are safe from any thread;
@@ -28,10 +30,12 @@
 #include "xpuruntime/op_descriptor.h"
 #include "xpuruntime/stream_manager.h"
 #include "xpuruntime/tensor.h"
+#include "xpuruntime/value.h"
 
 namespace xpuruntime {
 
 struct ExecutionPolicy;
+struct Node;
 
 // The answer to "can this kernel run this op?": yes, or no with a reason a user can act on.
 class XPURT_API Support {
@@ -229,6 +233,30 @@ struct XPURT_API ExternalKernelInfo {
   std::string summary;  // one line: what it is
 };
 
+// ---- Node kernels: ONNX operators run on whole nodes (Note [Node kernels] in kernel_registry.cpp) ----
+
+// Resolves a value of an enclosing graph by name (the outer scope of an If/Loop/Scan/SequenceMap body); an
+// undefined value when the name is unknown there.
+using ValueLookup = std::function<Value(const std::string&)>;
+
+// Runs `node` (its op_type and attributes; `opset`: the version of its domain the model imports) on CPU values, one
+// per node input (undefined for absent optional inputs), and returns one value per node output (undefined for
+// unused optional outputs it skipped). Names of enclosing graphs resolve through `outer` (may be empty).
+using NodeKernelFn = std::function<std::vector<Value>(const Node& node, std::int64_t opset,
+                                                      const std::vector<Value>& inputs, const ValueLookup& outer)>;
+
+// A kernel of an ONNX operator, keyed by (domain, op_type) rather than by a registry op: ONNX's full semantics on
+// whole nodes, output shapes known only when it runs. The cpu backend registers one per operator of ai.onnx,
+// ai.onnx.ml, ai.onnx.preview.training and com.xpuruntime (its ONNX reference implementations, backends/cpu/onnx/).
+struct XPURT_API NodeKernelInfo {
+  std::string domain;               // "" for ai.onnx (an "ai.onnx" given to add/find means "" too)
+  std::string op_type;              // "Add", "LabelEncoder", "FusedConv"
+  std::string name = "onnx_ref";    // the kernel name explain() shows for nodes it runs
+  std::string backend = "cpu";      // the backend folder it comes from
+  NodeKernelFn run;                 // handles every opset of the operator (reading `opset` where they differ)
+  std::string key() const;          // "Add", "ai.onnx.ml:LabelEncoder"
+};
+
 // Defines an op: its inputs and attributes (documentation and validation), the policy family it belongs to,
 // and shape inference.
 struct XPURT_API OpSchema {
@@ -285,12 +313,18 @@ class XPURT_API KernelRegistry {
   void add_library_version(const std::string& library, const std::string& version);
   std::string library_versions() const;  // "cublasLt=130200,cudnn=91400" (sorted)
 
+  // Node kernels (NodeKernelInfo). (domain, op_type) must be new (InternalError otherwise).
+  void add_node_kernel(NodeKernelInfo info);
+  const NodeKernelInfo* find_node_kernel(const std::string& domain, const std::string& op_type) const;  // or null
+  std::vector<const NodeKernelInfo*> node_kernels() const;  // sorted by key()
+
  private:
   mutable std::mutex mutex_;
   std::map<std::string, std::string> library_versions_;
   std::vector<OpSchema> schemas_;
   std::vector<std::unique_ptr<Kernel>> kernels_;
   std::vector<std::unique_ptr<ExternalKernelInfo>> external_kernels_;  // stable addresses
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<NodeKernelInfo>> node_kernels_;  // stable addresses
 };
 
 // Registration functions, one per backend (src/cpp/backends/<name>/). `register_ops` adds the op schemas.

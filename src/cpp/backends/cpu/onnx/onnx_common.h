@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/half.h"
-#include "engines/native/reference/onnx_cpu_ops.h"
+#include "backends/cpu/onnx/onnx_kernels.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/memory_manager.h"  // ScratchVector (Note [Scratch memory under the budget])
 #include "xpuruntime/tensor.h"

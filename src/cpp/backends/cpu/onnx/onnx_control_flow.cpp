@@ -231,10 +231,10 @@ void run_scan(OpContext& ctx) {
 
 }  // namespace
 
-void register_control_flow_ops(Library& lib) {
-  lib.add("", "If", run_if);
-  lib.add("", "Loop", run_loop);
-  lib.add("", "Scan", run_scan);
+void register_control_flow_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "If", run_if);
+  kernels.add("", "Loop", run_loop);
+  kernels.add("", "Scan", run_scan);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -1,6 +1,6 @@
 // ONNX reference ops (elementwise group): arithmetic, math functions, activations, comparisons, logic, bitwise
 // ops, Where, Cast/CastLike, Identity, Dropout (inference), Softmax/LogSoftmax/Hardmax. See
-// src/cpp/engines/native/reference/onnx_cpu_ops.h for the contract.
+// backends/cpu/onnx/onnx_kernels.h for the contract.
 //
 // Note [Elementwise loops]
 // Every op with several inputs runs through one broadcasting loop (plan_broadcast + for_each_row): the output
@@ -23,7 +23,7 @@
 
 #include "backends/cpu/onnx/onnx_common.h"
 #include "xpuruntime/onnx_import.h"
-#include "engines/native/reference/onnx_cpu_ops.h"
+#include "backends/cpu/onnx/onnx_kernels.h"
 
 namespace xpuruntime::onnx_ref {
 namespace {
@@ -509,8 +509,8 @@ C nan_max(C a, C b) {
 
 // ---- registration helpers per family ----
 
-void register_arithmetic(Library& lib) {
-  lib.add("", "Add", [](OpContext& ctx) {
+void register_arithmetic(NodeKernelRegistrar& kernels) {
+  kernels.add("", "Add", [](OpContext& ctx) {
     arithmetic_op(ctx, [](auto x, auto y) {
       if constexpr (std::is_integral_v<decltype(x)>)
         return wrap_add(x, y);
@@ -518,7 +518,7 @@ void register_arithmetic(Library& lib) {
         return x + y;
     });
   });
-  lib.add("", "Sub", [](OpContext& ctx) {
+  kernels.add("", "Sub", [](OpContext& ctx) {
     arithmetic_op(ctx, [](auto x, auto y) {
       if constexpr (std::is_integral_v<decltype(x)>)
         return wrap_sub(x, y);
@@ -526,7 +526,7 @@ void register_arithmetic(Library& lib) {
         return x - y;
     });
   });
-  lib.add("", "Mul", [](OpContext& ctx) {
+  kernels.add("", "Mul", [](OpContext& ctx) {
     arithmetic_op(ctx, [](auto x, auto y) {
       if constexpr (std::is_integral_v<decltype(x)>)
         return wrap_mul(x, y);
@@ -534,7 +534,7 @@ void register_arithmetic(Library& lib) {
         return x * y;
     });
   });
-  lib.add("", "Div", [](OpContext& ctx) {
+  kernels.add("", "Div", [](OpContext& ctx) {
     const std::string where = ctx.where();
     arithmetic_op(ctx, [&where](auto x, auto y) {
       using C = decltype(x);
@@ -549,7 +549,7 @@ void register_arithmetic(Library& lib) {
       }
     });
   });
-  lib.add("", "Mod", [](OpContext& ctx) {
+  kernels.add("", "Mod", [](OpContext& ctx) {
     const std::string where = ctx.where();
     const bool fmod = ctx.attr_int("fmod", 0) != 0;
     arithmetic_op(ctx, [&where, fmod](auto x, auto y) {
@@ -571,7 +571,7 @@ void register_arithmetic(Library& lib) {
       }
     });
   });
-  lib.add("", "Pow", [](OpContext& ctx) {
+  kernels.add("", "Pow", [](OpContext& ctx) {
     const Tensor& a = ctx.input(0);
     Tensor b = ctx.input(1);
     check_dtype(ctx, "input 0 (X)", a.dtype(), kNumericTypes);
@@ -600,7 +600,7 @@ void register_arithmetic(Library& lib) {
       });
     });
   });
-  lib.add("", "Neg", [](OpContext& ctx) {
+  kernels.add("", "Neg", [](OpContext& ctx) {
     numeric_unary(ctx, kFloatTypes | kSignedIntTypes, [](auto v) {
       if constexpr (std::is_integral_v<decltype(v)>)
         return wrap_sub(decltype(v){0}, v);
@@ -608,7 +608,7 @@ void register_arithmetic(Library& lib) {
         return -v;
     });
   });
-  lib.add("", "Abs", [](OpContext& ctx) {
+  kernels.add("", "Abs", [](OpContext& ctx) {
     numeric_unary(ctx, kNumericTypes, [](auto v) {
       using C = decltype(v);
       if constexpr (std::is_unsigned_v<C>)
@@ -619,7 +619,7 @@ void register_arithmetic(Library& lib) {
         return std::fabs(v);
     });
   });
-  lib.add("", "Sign", [](OpContext& ctx) {
+  kernels.add("", "Sign", [](OpContext& ctx) {
     numeric_unary(ctx, kNumericTypes, [](auto v) {
       using C = decltype(v);
       if constexpr (std::is_floating_point_v<C>) {
@@ -632,15 +632,15 @@ void register_arithmetic(Library& lib) {
       }
     });
   });
-  lib.add("", "Min", [](OpContext& ctx) {
+  kernels.add("", "Min", [](OpContext& ctx) {
     variadic_op(
         ctx, [](auto x, auto y) { return nan_min(x, y); }, false);
   });
-  lib.add("", "Max", [](OpContext& ctx) {
+  kernels.add("", "Max", [](OpContext& ctx) {
     variadic_op(
         ctx, [](auto x, auto y) { return nan_max(x, y); }, false);
   });
-  lib.add("", "Sum", [](OpContext& ctx) {
+  kernels.add("", "Sum", [](OpContext& ctx) {
     variadic_op(
         ctx,
         [](auto x, auto y) {
@@ -651,35 +651,35 @@ void register_arithmetic(Library& lib) {
         },
         false);
   });
-  lib.add("", "Mean", [](OpContext& ctx) {
+  kernels.add("", "Mean", [](OpContext& ctx) {
     variadic_op(
         ctx, [](auto x, auto y) { return x + y; }, true);
   });
 }
 
-void register_math(Library& lib) {
-  lib.add("", "Sqrt", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::sqrt(v); }); });
-  lib.add("", "Exp", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::exp(v); }); });
-  lib.add("", "Log", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::log(v); }); });
-  lib.add("", "Reciprocal", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return decltype(v){1} / v; }); });
-  lib.add("", "Ceil", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::ceil(v); }); });
-  lib.add("", "Floor", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::floor(v); }); });
+void register_math(NodeKernelRegistrar& kernels) {
+  kernels.add("", "Sqrt", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::sqrt(v); }); });
+  kernels.add("", "Exp", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::exp(v); }); });
+  kernels.add("", "Log", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::log(v); }); });
+  kernels.add("", "Reciprocal", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return decltype(v){1} / v; }); });
+  kernels.add("", "Ceil", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::ceil(v); }); });
+  kernels.add("", "Floor", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::floor(v); }); });
   // Round half to even (the default floating-point rounding mode), as ONNX and NumPy do.
-  lib.add("", "Round", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::nearbyint(v); }); });
-  lib.add("", "Sin", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::sin(v); }); });
-  lib.add("", "Cos", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::cos(v); }); });
-  lib.add("", "Tan", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::tan(v); }); });
-  lib.add("", "Asin", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::asin(v); }); });
-  lib.add("", "Acos", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::acos(v); }); });
-  lib.add("", "Atan", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::atan(v); }); });
-  lib.add("", "Sinh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::sinh(v); }); });
-  lib.add("", "Cosh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::cosh(v); }); });
-  lib.add("", "Asinh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::asinh(v); }); });
-  lib.add("", "Acosh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::acosh(v); }); });
-  lib.add("", "Atanh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::atanh(v); }); });
-  lib.add("", "Tanh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::tanh(v); }); });
+  kernels.add("", "Round", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::nearbyint(v); }); });
+  kernels.add("", "Sin", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::sin(v); }); });
+  kernels.add("", "Cos", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::cos(v); }); });
+  kernels.add("", "Tan", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::tan(v); }); });
+  kernels.add("", "Asin", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::asin(v); }); });
+  kernels.add("", "Acos", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::acos(v); }); });
+  kernels.add("", "Atan", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::atan(v); }); });
+  kernels.add("", "Sinh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::sinh(v); }); });
+  kernels.add("", "Cosh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::cosh(v); }); });
+  kernels.add("", "Asinh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::asinh(v); }); });
+  kernels.add("", "Acosh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::acosh(v); }); });
+  kernels.add("", "Atanh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::atanh(v); }); });
+  kernels.add("", "Tanh", [](OpContext& ctx) { float_unary(ctx, [](auto v) { return std::tanh(v); }); });
   // Erf-9 also takes integer tensors: erf computed in double, truncated back.
-  lib.add("", "Erf", [](OpContext& ctx) {
+  kernels.add("", "Erf", [](OpContext& ctx) {
     numeric_unary(ctx, kNumericTypes, [](auto v) {
       using C = decltype(v);
       if constexpr (std::is_floating_point_v<C>)
@@ -688,7 +688,7 @@ void register_math(Library& lib) {
         return convert_value<C>(std::erf(static_cast<double>(v)));
     });
   });
-  lib.add("", "IsNaN", [](OpContext& ctx) {
+  kernels.add("", "IsNaN", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     check_dtype(ctx, "input 0", x.dtype(), kFloatTypes);
     Tensor& y = ctx.allocate_output(0, x.shape(), DType::kBool);
@@ -697,7 +697,7 @@ void register_math(Library& lib) {
       apply_unary<T, bool>(x, y, [](auto v) { return std::isnan(v); });
     });
   });
-  lib.add("", "IsInf", [](OpContext& ctx) {
+  kernels.add("", "IsInf", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     check_dtype(ctx, "input 0", x.dtype(), kFloatTypes);
     const bool negative = ctx.attr_int("detect_negative", 1) != 0;
@@ -712,25 +712,25 @@ void register_math(Library& lib) {
 }
 
 // Activations: alpha/beta/gamma attributes are read in double and applied in the compute type.
-void register_activations(Library& lib) {
-  lib.add("", "Relu", [](OpContext& ctx) {
+void register_activations(NodeKernelRegistrar& kernels) {
+  kernels.add("", "Relu", [](OpContext& ctx) {
     numeric_unary(ctx, kFloatTypes | kSignedIntTypes, [](auto v) { return v > decltype(v){0} ? v : decltype(v){0}; });
   });
-  lib.add("", "LeakyRelu", [](OpContext& ctx) {
+  kernels.add("", "LeakyRelu", [](OpContext& ctx) {
     const double alpha = ctx.attr_float("alpha", 0.01);
     float_unary(ctx, [alpha](auto v) {
       using C = decltype(v);
       return v >= C{0} ? v : static_cast<C>(alpha) * v;
     });
   });
-  lib.add("", "Elu", [](OpContext& ctx) {
+  kernels.add("", "Elu", [](OpContext& ctx) {
     const double alpha = ctx.attr_float("alpha", 1.0);
     float_unary(ctx, [alpha](auto v) {
       using C = decltype(v);
       return v >= C{0} ? v : static_cast<C>(alpha) * std::expm1(v);
     });
   });
-  lib.add("", "Selu", [](OpContext& ctx) {
+  kernels.add("", "Selu", [](OpContext& ctx) {
     const double alpha = ctx.attr_float("alpha", 1.67326319217681884765625);
     const double gamma = ctx.attr_float("gamma", 1.05070102214813232421875);
     float_unary(ctx, [alpha, gamma](auto v) {
@@ -738,7 +738,7 @@ void register_activations(Library& lib) {
       return v > C{0} ? static_cast<C>(gamma) * v : static_cast<C>(gamma * alpha) * std::expm1(v);
     });
   });
-  lib.add("", "Celu", [](OpContext& ctx) {
+  kernels.add("", "Celu", [](OpContext& ctx) {
     const double alpha = ctx.attr_float("alpha", 1.0);
     XPURT_CHECK(alpha != 0.0, ctx.where(), ": attribute alpha must be nonzero");
     float_unary(ctx, [alpha](auto v) {
@@ -747,7 +747,7 @@ void register_activations(Library& lib) {
       return v > C{0} ? v : a * std::expm1(v / a);
     });
   });
-  lib.add("", "Sigmoid", [](OpContext& ctx) {
+  kernels.add("", "Sigmoid", [](OpContext& ctx) {
     float_unary(ctx, [](auto v) {
       using C = decltype(v);
       // Two forms so that exp never overflows.
@@ -756,7 +756,7 @@ void register_activations(Library& lib) {
       return e / (C{1} + e);
     });
   });
-  lib.add("", "HardSigmoid", [](OpContext& ctx) {
+  kernels.add("", "HardSigmoid", [](OpContext& ctx) {
     const double alpha = ctx.attr_float("alpha", 0.2);
     const double beta = ctx.attr_float("beta", 0.5);
     float_unary(ctx, [alpha, beta](auto v) {
@@ -764,28 +764,28 @@ void register_activations(Library& lib) {
       return std::max(C{0}, std::min(C{1}, static_cast<C>(alpha) * v + static_cast<C>(beta)));
     });
   });
-  lib.add("", "HardSwish", [](OpContext& ctx) {
+  kernels.add("", "HardSwish", [](OpContext& ctx) {
     float_unary(ctx, [](auto v) {
       using C = decltype(v);
       return v * std::max(C{0}, std::min(C{1}, v / C{6} + C{0.5}));
     });
   });
-  lib.add("", "Softplus", [](OpContext& ctx) {
+  kernels.add("", "Softplus", [](OpContext& ctx) {
     float_unary(ctx, [](auto v) {
       using C = decltype(v);
       return v > C{0} ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));  // log(1 + e^v), overflow-free
     });
   });
-  lib.add("", "Softsign",
+  kernels.add("", "Softsign",
           [](OpContext& ctx) { float_unary(ctx, [](auto v) { return v / (decltype(v){1} + std::fabs(v)); }); });
-  lib.add("", "ThresholdedRelu", [](OpContext& ctx) {
+  kernels.add("", "ThresholdedRelu", [](OpContext& ctx) {
     const double alpha = ctx.attr_float("alpha", 1.0);
     float_unary(ctx, [alpha](auto v) {
       using C = decltype(v);
       return v > static_cast<C>(alpha) ? v : C{0};
     });
   });
-  lib.add("", "Shrink", [](OpContext& ctx) {
+  kernels.add("", "Shrink", [](OpContext& ctx) {
     const double bias = ctx.attr_float("bias", 0.0);
     const double lambd = ctx.attr_float("lambd", 0.5);
     numeric_unary(ctx, kNumericTypes, [bias, lambd](auto v) {
@@ -798,14 +798,14 @@ void register_activations(Library& lib) {
         return convert_value<C>(y);
     });
   });
-  lib.add("", "Mish", [](OpContext& ctx) {
+  kernels.add("", "Mish", [](OpContext& ctx) {
     float_unary(ctx, [](auto v) {
       using C = decltype(v);
       const C softplus = v > C{0} ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
       return v * std::tanh(softplus);
     });
   });
-  lib.add("", "Gelu", [](OpContext& ctx) {
+  kernels.add("", "Gelu", [](OpContext& ctx) {
     const std::string approximate = ctx.attr_string("approximate", "none");
     if (approximate == "tanh") {
       float_unary(ctx, [](auto v) {
@@ -822,7 +822,7 @@ void register_activations(Library& lib) {
       });
     }
   });
-  lib.add("", "PRelu", [](OpContext& ctx) {
+  kernels.add("", "PRelu", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     Tensor slope = ctx.input(1);
     check_dtype(ctx, "input 0 (X)", x.dtype(), kNumericTypes);
@@ -849,7 +849,7 @@ void register_activations(Library& lib) {
       });
     });
   });
-  lib.add("", "Clip", [](OpContext& ctx) {
+  kernels.add("", "Clip", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     check_dtype(ctx, "input 0", x.dtype(), ctx.opset() < 12 ? kFloatTypes : kNumericTypes);
     Tensor& y = ctx.allocate_output(0, x.shape(), x.dtype());
@@ -887,7 +887,7 @@ void register_activations(Library& lib) {
   });
 }
 
-void register_logic(Library& lib) {
+void register_logic(NodeKernelRegistrar& kernels) {
   const auto comparison = [](const char* name, auto cmp) {
     return [name, cmp](OpContext& ctx) {
       // Equal also takes bool; the others only numbers.
@@ -895,33 +895,33 @@ void register_logic(Library& lib) {
       binary_op<true>(ctx, set, VisitAll{}, [&](auto x, auto y) -> bool { return cmp(x, y); });
     };
   };
-  lib.add("", "Equal", comparison("Equal", [](auto x, auto y) { return x == y; }));
-  lib.add("", "Greater", comparison("Greater", [](auto x, auto y) { return x > y; }));
-  lib.add("", "GreaterOrEqual", comparison("GreaterOrEqual", [](auto x, auto y) { return x >= y; }));
-  lib.add("", "Less", comparison("Less", [](auto x, auto y) { return x < y; }));
-  lib.add("", "LessOrEqual", comparison("LessOrEqual", [](auto x, auto y) { return x <= y; }));
-  lib.add("", "And",
+  kernels.add("", "Equal", comparison("Equal", [](auto x, auto y) { return x == y; }));
+  kernels.add("", "Greater", comparison("Greater", [](auto x, auto y) { return x > y; }));
+  kernels.add("", "GreaterOrEqual", comparison("GreaterOrEqual", [](auto x, auto y) { return x >= y; }));
+  kernels.add("", "Less", comparison("Less", [](auto x, auto y) { return x < y; }));
+  kernels.add("", "LessOrEqual", comparison("LessOrEqual", [](auto x, auto y) { return x <= y; }));
+  kernels.add("", "And",
           [](OpContext& ctx) { binary_op<true>(ctx, kBoolTypes, VisitBool{}, [](bool x, bool y) { return x && y; }); });
-  lib.add("", "Or",
+  kernels.add("", "Or",
           [](OpContext& ctx) { binary_op<true>(ctx, kBoolTypes, VisitBool{}, [](bool x, bool y) { return x || y; }); });
-  lib.add("", "Xor",
+  kernels.add("", "Xor",
           [](OpContext& ctx) { binary_op<true>(ctx, kBoolTypes, VisitBool{}, [](bool x, bool y) { return x != y; }); });
-  lib.add("", "Not", [](OpContext& ctx) {
+  kernels.add("", "Not", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     check_dtype(ctx, "input 0", x.dtype(), kBoolTypes);
     Tensor& y = ctx.allocate_output(0, x.shape(), DType::kBool);
     apply_unary<bool, bool>(x, y, [](bool v) { return !v; });
   });
-  lib.add("", "BitwiseAnd", [](OpContext& ctx) {
+  kernels.add("", "BitwiseAnd", [](OpContext& ctx) {
     binary_op<false>(ctx, kIntTypes, VisitInt{}, [](auto x, auto y) { return static_cast<decltype(x)>(x & y); });
   });
-  lib.add("", "BitwiseOr", [](OpContext& ctx) {
+  kernels.add("", "BitwiseOr", [](OpContext& ctx) {
     binary_op<false>(ctx, kIntTypes, VisitInt{}, [](auto x, auto y) { return static_cast<decltype(x)>(x | y); });
   });
-  lib.add("", "BitwiseXor", [](OpContext& ctx) {
+  kernels.add("", "BitwiseXor", [](OpContext& ctx) {
     binary_op<false>(ctx, kIntTypes, VisitInt{}, [](auto x, auto y) { return static_cast<decltype(x)>(x ^ y); });
   });
-  lib.add("", "BitwiseNot", [](OpContext& ctx) {
+  kernels.add("", "BitwiseNot", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     check_dtype(ctx, "input 0", x.dtype(), kIntTypes);
     Tensor& y = ctx.allocate_output(0, x.shape(), x.dtype());
@@ -930,7 +930,7 @@ void register_logic(Library& lib) {
       apply_unary<T, T>(x, y, [](T v) { return static_cast<T>(~v); });
     });
   });
-  lib.add("", "BitShift", [](OpContext& ctx) {
+  kernels.add("", "BitShift", [](OpContext& ctx) {
     const std::string direction = ctx.attr_string("direction", "");
     XPURT_CHECK(direction == "LEFT" || direction == "RIGHT", ctx.where(),
                 ": attribute direction must be 'LEFT' or 'RIGHT', got '", direction, "'");
@@ -945,7 +945,7 @@ void register_logic(Library& lib) {
       return static_cast<C>(left ? static_cast<U>(ux << shift) : static_cast<U>(ux >> shift));
     });
   });
-  lib.add("", "Where", [](OpContext& ctx) {
+  kernels.add("", "Where", [](OpContext& ctx) {
     const Tensor& cond = ctx.input(0);
     const Tensor& a = ctx.input(1);
     const Tensor& b = ctx.input(2);
@@ -978,21 +978,21 @@ void register_logic(Library& lib) {
   });
 }
 
-void register_casts(Library& lib) {
-  lib.add("", "Cast", [](OpContext& ctx) {
+void register_casts(NodeKernelRegistrar& kernels) {
+  kernels.add("", "Cast", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     const DType to = cast_target(ctx);
     Tensor& y = ctx.allocate_output(0, x.shape(), to);
     cast_into(x, y);
   });
-  lib.add("", "CastLike", [](OpContext& ctx) {
+  kernels.add("", "CastLike", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.allocate_output(0, x.shape(), ctx.input(1).dtype());
     cast_into(x, y);
   });
   // Any value kind: tensors, sequences and optionals (opset 16).
-  lib.add("", "Identity", [](OpContext& ctx) { ctx.set_output(0, ctx.value(0)); });
-  lib.add("", "Dropout", [](OpContext& ctx) {
+  kernels.add("", "Identity", [](OpContext& ctx) { ctx.set_output(0, ctx.value(0)); });
+  kernels.add("", "Dropout", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     check_dtype(ctx, "input 0", x.dtype(), kFloatTypes);
     double ratio = 0.5;
@@ -1120,7 +1120,7 @@ void softmax_blocks(const Tensor& x, Tensor& y, const SoftmaxLayout& l, SoftmaxK
   }
 }
 
-void register_softmax(Library& lib) {
+void register_softmax(NodeKernelRegistrar& kernels) {
   const auto make = [](SoftmaxKind kind) {
     return [kind](OpContext& ctx) {
       const Tensor& x = ctx.input(0);
@@ -1130,20 +1130,20 @@ void register_softmax(Library& lib) {
       visit_float(x.dtype(), [&](auto tag) { softmax_blocks<decltype(tag)>(x, y, layout, kind); });
     };
   };
-  lib.add("", "Softmax", make(SoftmaxKind::kSoftmax));
-  lib.add("", "LogSoftmax", make(SoftmaxKind::kLogSoftmax));
-  lib.add("", "Hardmax", make(SoftmaxKind::kHardmax));
+  kernels.add("", "Softmax", make(SoftmaxKind::kSoftmax));
+  kernels.add("", "LogSoftmax", make(SoftmaxKind::kLogSoftmax));
+  kernels.add("", "Hardmax", make(SoftmaxKind::kHardmax));
 }
 
 }  // namespace
 
-void register_elementwise_ops(Library& lib) {
-  register_arithmetic(lib);
-  register_math(lib);
-  register_activations(lib);
-  register_logic(lib);
-  register_casts(lib);
-  register_softmax(lib);
+void register_elementwise_ops(NodeKernelRegistrar& kernels) {
+  register_arithmetic(kernels);
+  register_math(kernels);
+  register_activations(kernels);
+  register_logic(kernels);
+  register_casts(kernels);
+  register_softmax(kernels);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -1,4 +1,4 @@
-// ONNX reference ops (misc group): see src/cpp/engines/native/reference/onnx_cpu_ops.h. This file registers the group's
+// ONNX reference ops (misc group): see backends/cpu/onnx/onnx_kernels.h. This file registers the group's
 // files (onnx_misc.h) and holds their shared helpers.
 #include "backends/cpu/onnx/onnx_misc.h"
 #include "core/shape_str.h"
@@ -50,11 +50,11 @@ double round_half_even(double v) { return std::nearbyint(v); }  // the default F
 
 }  // namespace misc
 
-void register_misc_ops(Library& lib) {
-  register_misc_quantization_ops(lib);
-  register_misc_signal_ops(lib);
-  register_misc_math_ops(lib);
-  register_misc_random_ops(lib);
+void register_misc_ops(NodeKernelRegistrar& kernels) {
+  register_misc_quantization_ops(kernels);
+  register_misc_signal_ops(kernels);
+  register_misc_math_ops(kernels);
+  register_misc_random_ops(kernels);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -12,10 +12,14 @@
 namespace xpuruntime::onnx_ref {
 
 // One per source file, all called by register_misc_ops (onnx_misc.cpp).
-void register_misc_quantization_ops(Library& lib);  // onnx_misc_quant.cpp: (De)QuantizeLinear, *Integer, QLinear*
-void register_misc_signal_ops(Library& lib);        // onnx_misc_signal.cpp: DFT, STFT, windows, MelWeightMatrix
-void register_misc_math_ops(Library& lib);          // onnx_misc_math.cpp: losses, Det, TfIdfVectorizer, training
-void register_misc_random_ops(Library& lib);        // onnx_misc_random.cpp: Random*, Bernoulli
+// onnx_misc_quant.cpp: (De)QuantizeLinear, *Integer, QLinear*
+void register_misc_quantization_ops(NodeKernelRegistrar& kernels);
+// onnx_misc_signal.cpp: DFT, STFT, windows, MelWeightMatrix
+void register_misc_signal_ops(NodeKernelRegistrar& kernels);
+// onnx_misc_math.cpp: losses, Det, TfIdfVectorizer, training
+void register_misc_math_ops(NodeKernelRegistrar& kernels);
+// onnx_misc_random.cpp: Random*, Bernoulli
+void register_misc_random_ops(NodeKernelRegistrar& kernels);
 
 // The helpers live in their own namespace: other groups' files define helpers of the same names in onnx_ref.
 namespace misc {

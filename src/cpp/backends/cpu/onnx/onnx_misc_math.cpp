@@ -1,5 +1,5 @@
 // ONNX reference ops: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, Det, TfIdfVectorizer and the
-// ai.onnx.preview.training optimizers (Adagrad, Momentum, Adam). See src/cpp/engines/native/reference/onnx_cpu_ops.h.
+// ai.onnx.preview.training optimizers (Adagrad, Momentum, Adam). See backends/cpu/onnx/onnx_kernels.h.
 // Everything computes in double and rounds once to the output dtype.
 #include <algorithm>
 #include <cmath>
@@ -343,15 +343,15 @@ void adam(OpContext& ctx) {
 
 }  // namespace
 
-void register_misc_math_ops(Library& lib) {
-  lib.add("", "NegativeLogLikelihoodLoss", negative_log_likelihood_loss);
-  lib.add("", "SoftmaxCrossEntropyLoss", softmax_cross_entropy_loss);
-  lib.add("", "Det", det);
-  lib.add("", "TfIdfVectorizer", tfidf_vectorizer);
+void register_misc_math_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "NegativeLogLikelihoodLoss", negative_log_likelihood_loss);
+  kernels.add("", "SoftmaxCrossEntropyLoss", softmax_cross_entropy_loss);
+  kernels.add("", "Det", det);
+  kernels.add("", "TfIdfVectorizer", tfidf_vectorizer);
   constexpr const char* kTraining = "ai.onnx.preview.training";
-  lib.add(kTraining, "Adagrad", adagrad);
-  lib.add(kTraining, "Momentum", momentum);
-  lib.add(kTraining, "Adam", adam);
+  kernels.add(kTraining, "Adagrad", adagrad);
+  kernels.add(kTraining, "Momentum", momentum);
+  kernels.add(kTraining, "Adam", adam);
 }
 
 }  // namespace xpuruntime::onnx_ref

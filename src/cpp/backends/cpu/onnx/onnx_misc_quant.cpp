@@ -1,5 +1,5 @@
 // ONNX reference ops, quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
-// ConvInteger, QLinearMatMul, QLinearConv. See src/cpp/engines/native/reference/onnx_cpu_ops.h.
+// ConvInteger, QLinearMatMul, QLinearConv. See backends/cpu/onnx/onnx_kernels.h.
 //
 // Note [Quantized arithmetic]
 // Quantizing follows ONNX: y = saturate(round_half_even(x / scale) + zero_point), with x / scale computed in
@@ -557,14 +557,14 @@ void qlinear_conv(OpContext& ctx) {
 
 }  // namespace
 
-void register_misc_quantization_ops(Library& lib) {
-  lib.add("", "QuantizeLinear", quantize_linear);
-  lib.add("", "DequantizeLinear", dequantize_linear);
-  lib.add("", "DynamicQuantizeLinear", dynamic_quantize_linear);
-  lib.add("", "MatMulInteger", matmul_integer);
-  lib.add("", "QLinearMatMul", qlinear_matmul);
-  lib.add("", "ConvInteger", conv_integer);
-  lib.add("", "QLinearConv", qlinear_conv);
+void register_misc_quantization_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "QuantizeLinear", quantize_linear);
+  kernels.add("", "DequantizeLinear", dequantize_linear);
+  kernels.add("", "DynamicQuantizeLinear", dynamic_quantize_linear);
+  kernels.add("", "MatMulInteger", matmul_integer);
+  kernels.add("", "QLinearMatMul", qlinear_matmul);
+  kernels.add("", "ConvInteger", conv_integer);
+  kernels.add("", "QLinearConv", qlinear_conv);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -1,5 +1,5 @@
 // ONNX reference ops, random generators: RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike,
-// Bernoulli. See src/cpp/engines/native/reference/onnx_cpu_ops.h.
+// Bernoulli. See backends/cpu/onnx/onnx_kernels.h.
 //
 // Note [Random values]
 // Each run draws from its own std::mt19937_64: seeded from the `seed` attribute when the node has one (the same
@@ -108,12 +108,12 @@ void bernoulli(OpContext& ctx) {
 
 }  // namespace
 
-void register_misc_random_ops(Library& lib) {
-  lib.add("", "RandomUniform", [](OpContext& ctx) { random_op(ctx, false); });
-  lib.add("", "RandomNormal", [](OpContext& ctx) { random_op(ctx, true); });
-  lib.add("", "RandomUniformLike", [](OpContext& ctx) { random_like_op(ctx, false); });
-  lib.add("", "RandomNormalLike", [](OpContext& ctx) { random_like_op(ctx, true); });
-  lib.add("", "Bernoulli", bernoulli);
+void register_misc_random_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "RandomUniform", [](OpContext& ctx) { random_op(ctx, false); });
+  kernels.add("", "RandomNormal", [](OpContext& ctx) { random_op(ctx, true); });
+  kernels.add("", "RandomUniformLike", [](OpContext& ctx) { random_like_op(ctx, false); });
+  kernels.add("", "RandomNormalLike", [](OpContext& ctx) { random_like_op(ctx, true); });
+  kernels.add("", "Bernoulli", bernoulli);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -1,5 +1,5 @@
 // ONNX reference ops, signal processing: DFT, STFT, HannWindow, HammingWindow, BlackmanWindow,
-// MelWeightMatrix. See src/cpp/engines/native/reference/onnx_cpu_ops.h.
+// MelWeightMatrix. See backends/cpu/onnx/onnx_kernels.h.
 //
 // Complex values use ONNX's layout: a trailing dimension of 2 (real, imaginary); real inputs have a trailing
 // dimension of 1. Transforms run in double as a mixed-radix Cooley-Tukey FFT over the length's prime factors
@@ -300,13 +300,13 @@ void mel_weight_matrix(OpContext& ctx) {
 
 }  // namespace
 
-void register_misc_signal_ops(Library& lib) {
-  lib.add("", "DFT", dft);
-  lib.add("", "STFT", stft);
-  lib.add("", "HannWindow", [](OpContext& ctx) { cosine_window(ctx, {0.5, 0.5}); });
-  lib.add("", "HammingWindow", [](OpContext& ctx) { cosine_window(ctx, {25.0 / 46.0, 21.0 / 46.0}); });
-  lib.add("", "BlackmanWindow", [](OpContext& ctx) { cosine_window(ctx, {0.42, 0.5, 0.08}); });
-  lib.add("", "MelWeightMatrix", mel_weight_matrix);
+void register_misc_signal_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "DFT", dft);
+  kernels.add("", "STFT", stft);
+  kernels.add("", "HannWindow", [](OpContext& ctx) { cosine_window(ctx, {0.5, 0.5}); });
+  kernels.add("", "HammingWindow", [](OpContext& ctx) { cosine_window(ctx, {25.0 / 46.0, 21.0 / 46.0}); });
+  kernels.add("", "BlackmanWindow", [](OpContext& ctx) { cosine_window(ctx, {0.42, 0.5, 0.08}); });
+  kernels.add("", "MelWeightMatrix", mel_weight_matrix);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -1,4 +1,4 @@
-// ONNX reference ops (nn group): see src/cpp/engines/native/reference/onnx_cpu_ops.h. This file holds the helpers of
+// ONNX reference ops (nn group): see backends/cpu/onnx/onnx_kernels.h. This file holds the helpers of
 // onnx_nn_common.h, MatMul and Gemm, and register_nn_ops, which registers the other onnx_nn_*.cpp files.
 #include <algorithm>
 #include <sstream>
@@ -280,20 +280,20 @@ void gemm_op(OpContext& ctx) {
 
 }  // namespace
 
-void register_nn_matmul_ops(Library& lib) {
-  lib.add("", "MatMul", matmul);
-  lib.add("", "Gemm", gemm_op);
+void register_nn_matmul_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "MatMul", matmul);
+  kernels.add("", "Gemm", gemm_op);
 }
 
 }  // namespace nn
 
-void register_nn_ops(Library& lib) {
-  nn::register_nn_matmul_ops(lib);
-  nn::register_nn_conv_ops(lib);
-  nn::register_nn_pool_ops(lib);
-  nn::register_nn_norm_ops(lib);
-  nn::register_nn_resize_ops(lib);
-  nn::register_nn_rnn_ops(lib);
+void register_nn_ops(NodeKernelRegistrar& kernels) {
+  nn::register_nn_matmul_ops(kernels);
+  nn::register_nn_conv_ops(kernels);
+  nn::register_nn_pool_ops(kernels);
+  nn::register_nn_norm_ops(kernels);
+  nn::register_nn_resize_ops(kernels);
+  nn::register_nn_rnn_ops(kernels);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -15,13 +15,18 @@ namespace xpuruntime::onnx_ref::nn {
 // The nn group's helpers live in onnx_ref::nn (the other groups have helpers of the same names).
 
 // Registration of the nn group's files (called by register_nn_ops in onnx_nn.cpp).
-void register_nn_matmul_ops(Library& lib);  // onnx_nn.cpp: MatMul, Gemm
-void register_nn_conv_ops(Library& lib);    // onnx_nn_conv.cpp: Conv, ConvTranspose, Col2Im, DeformConv
-void register_nn_pool_ops(Library& lib);    // onnx_nn_pool.cpp: MaxPool, AveragePool, LpPool, globals, MaxUnpool
-void register_nn_norm_ops(Library& lib);    // onnx_nn_norm.cpp: BatchNorm, InstanceNorm, LayerNorm, LRN, ...
-void register_nn_resize_ops(Library& lib);  // onnx_nn_resize.cpp: Resize, Upsample, GridSample, AffineGrid,
-                                            // RoiAlign, MaxRoiPool, NonMaxSuppression
-void register_nn_rnn_ops(Library& lib);     // onnx_nn_rnn.cpp: RNN, GRU, LSTM
+// onnx_nn.cpp: MatMul, Gemm
+void register_nn_matmul_ops(NodeKernelRegistrar& kernels);
+// onnx_nn_conv.cpp: Conv, ConvTranspose, Col2Im, DeformConv
+void register_nn_conv_ops(NodeKernelRegistrar& kernels);
+// onnx_nn_pool.cpp: MaxPool, AveragePool, LpPool, globals, MaxUnpool
+void register_nn_pool_ops(NodeKernelRegistrar& kernels);
+// onnx_nn_norm.cpp: BatchNorm, InstanceNorm, LayerNorm, LRN, ...
+void register_nn_norm_ops(NodeKernelRegistrar& kernels);
+// onnx_nn_resize.cpp: Resize, Upsample, GridSample, AffineGrid, RoiAlign, MaxRoiPool, NonMaxSuppression
+void register_nn_resize_ops(NodeKernelRegistrar& kernels);
+// onnx_nn_rnn.cpp: RNN, GRU, LSTM
+void register_nn_rnn_ops(NodeKernelRegistrar& kernels);
 
 // The values of a tensor of any numeric dtype, converted to C.
 template <typename C>

@@ -423,11 +423,11 @@ void deform_conv(OpContext& ctx) {
 
 }  // namespace
 
-void register_nn_conv_ops(Library& lib) {
-  lib.add("", "Conv", conv);
-  lib.add("", "ConvTranspose", conv_transpose);
-  lib.add("", "Col2Im", col2im);
-  lib.add("", "DeformConv", deform_conv);
+void register_nn_conv_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "Conv", conv);
+  kernels.add("", "ConvTranspose", conv_transpose);
+  kernels.add("", "Col2Im", col2im);
+  kernels.add("", "DeformConv", deform_conv);
 }
 
 }  // namespace xpuruntime::onnx_ref::nn

@@ -348,14 +348,14 @@ void lp_normalization(OpContext& ctx) {
 
 }  // namespace
 
-void register_nn_norm_ops(Library& lib) {
-  lib.add("", "BatchNormalization", batch_normalization);
-  lib.add("", "InstanceNormalization", instance_normalization);
-  lib.add("", "LayerNormalization", layer_normalization);
-  lib.add("", "GroupNormalization", group_normalization);
-  lib.add("", "LRN", lrn);
-  lib.add("", "MeanVarianceNormalization", mean_variance_normalization);
-  lib.add("", "LpNormalization", lp_normalization);
+void register_nn_norm_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "BatchNormalization", batch_normalization);
+  kernels.add("", "InstanceNormalization", instance_normalization);
+  kernels.add("", "LayerNormalization", layer_normalization);
+  kernels.add("", "GroupNormalization", group_normalization);
+  kernels.add("", "LRN", lrn);
+  kernels.add("", "MeanVarianceNormalization", mean_variance_normalization);
+  kernels.add("", "LpNormalization", lp_normalization);
 }
 
 }  // namespace xpuruntime::onnx_ref::nn

@@ -226,14 +226,14 @@ void max_unpool(OpContext& ctx) {
 
 }  // namespace
 
-void register_nn_pool_ops(Library& lib) {
-  lib.add("", "MaxPool", [](OpContext& ctx) { pool(ctx, PoolKind::kMax); });
-  lib.add("", "AveragePool", [](OpContext& ctx) { pool(ctx, PoolKind::kAverage); });
-  lib.add("", "LpPool", [](OpContext& ctx) { pool(ctx, PoolKind::kLp); });
-  lib.add("", "GlobalMaxPool", [](OpContext& ctx) { global_pool(ctx, PoolKind::kMax); });
-  lib.add("", "GlobalAveragePool", [](OpContext& ctx) { global_pool(ctx, PoolKind::kAverage); });
-  lib.add("", "GlobalLpPool", [](OpContext& ctx) { global_pool(ctx, PoolKind::kLp); });
-  lib.add("", "MaxUnpool", max_unpool);
+void register_nn_pool_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "MaxPool", [](OpContext& ctx) { pool(ctx, PoolKind::kMax); });
+  kernels.add("", "AveragePool", [](OpContext& ctx) { pool(ctx, PoolKind::kAverage); });
+  kernels.add("", "LpPool", [](OpContext& ctx) { pool(ctx, PoolKind::kLp); });
+  kernels.add("", "GlobalMaxPool", [](OpContext& ctx) { global_pool(ctx, PoolKind::kMax); });
+  kernels.add("", "GlobalAveragePool", [](OpContext& ctx) { global_pool(ctx, PoolKind::kAverage); });
+  kernels.add("", "GlobalLpPool", [](OpContext& ctx) { global_pool(ctx, PoolKind::kLp); });
+  kernels.add("", "MaxUnpool", max_unpool);
 }
 
 }  // namespace xpuruntime::onnx_ref::nn

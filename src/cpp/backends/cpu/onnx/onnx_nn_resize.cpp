@@ -779,14 +779,14 @@ void affine_grid(OpContext& ctx) {
 
 }  // namespace
 
-void register_nn_resize_ops(Library& lib) {
-  lib.add("", "Resize", resize);
-  lib.add("", "Upsample", upsample);
-  lib.add("", "GridSample", grid_sample);
-  lib.add("", "AffineGrid", affine_grid);
-  lib.add("", "RoiAlign", roi_align);
-  lib.add("", "MaxRoiPool", max_roi_pool);
-  lib.add("", "NonMaxSuppression", non_max_suppression);
+void register_nn_resize_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "Resize", resize);
+  kernels.add("", "Upsample", upsample);
+  kernels.add("", "GridSample", grid_sample);
+  kernels.add("", "AffineGrid", affine_grid);
+  kernels.add("", "RoiAlign", roi_align);
+  kernels.add("", "MaxRoiPool", max_roi_pool);
+  kernels.add("", "NonMaxSuppression", non_max_suppression);
 }
 
 }  // namespace xpuruntime::onnx_ref::nn

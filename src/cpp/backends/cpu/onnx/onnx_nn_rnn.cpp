@@ -275,10 +275,10 @@ void run_recurrent(OpContext& ctx, Cell cell) {
 
 }  // namespace
 
-void register_nn_rnn_ops(Library& lib) {
-  lib.add("", "RNN", [](OpContext& ctx) { run_recurrent(ctx, Cell::kRnn); });
-  lib.add("", "GRU", [](OpContext& ctx) { run_recurrent(ctx, Cell::kGru); });
-  lib.add("", "LSTM", [](OpContext& ctx) { run_recurrent(ctx, Cell::kLstm); });
+void register_nn_rnn_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "RNN", [](OpContext& ctx) { run_recurrent(ctx, Cell::kRnn); });
+  kernels.add("", "GRU", [](OpContext& ctx) { run_recurrent(ctx, Cell::kGru); });
+  kernels.add("", "LSTM", [](OpContext& ctx) { run_recurrent(ctx, Cell::kLstm); });
 }
 
 }  // namespace xpuruntime::onnx_ref::nn

@@ -318,19 +318,19 @@ void optional_get_element(OpContext& ctx) {
 
 }  // namespace
 
-void register_sequence_ops(Library& lib) {
-  lib.add("", "SequenceEmpty", sequence_empty);
-  lib.add("", "SequenceConstruct", sequence_construct);
-  lib.add("", "SequenceInsert", sequence_insert);
-  lib.add("", "SequenceAt", sequence_at);
-  lib.add("", "SequenceErase", sequence_erase);
-  lib.add("", "SequenceLength", sequence_length);
-  lib.add("", "SplitToSequence", split_to_sequence);
-  lib.add("", "ConcatFromSequence", concat_from_sequence);
-  lib.add("", "SequenceMap", sequence_map);
-  lib.add("", "Optional", optional);
-  lib.add("", "OptionalHasElement", optional_has_element);
-  lib.add("", "OptionalGetElement", optional_get_element);
+void register_sequence_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "SequenceEmpty", sequence_empty);
+  kernels.add("", "SequenceConstruct", sequence_construct);
+  kernels.add("", "SequenceInsert", sequence_insert);
+  kernels.add("", "SequenceAt", sequence_at);
+  kernels.add("", "SequenceErase", sequence_erase);
+  kernels.add("", "SequenceLength", sequence_length);
+  kernels.add("", "SplitToSequence", split_to_sequence);
+  kernels.add("", "ConcatFromSequence", concat_from_sequence);
+  kernels.add("", "SequenceMap", sequence_map);
+  kernels.add("", "Optional", optional);
+  kernels.add("", "OptionalHasElement", optional_has_element);
+  kernels.add("", "OptionalGetElement", optional_get_element);
 }
 
 }  // namespace xpuruntime::onnx_ref

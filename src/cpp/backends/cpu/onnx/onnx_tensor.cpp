@@ -1,4 +1,4 @@
-// ONNX reference ops (tensor group): see src/cpp/engines/native/reference/onnx_cpu_ops.h. This file: constants, shapes and
+// ONNX reference ops (tensor group): see backends/cpu/onnx/onnx_kernels.h. This file: constants, shapes and
 // data movement (Reshape, Transpose, Concat, Split, Slice, Expand, Tile, Pad, ...); index ops are in
 // onnx_tensor_index.cpp, reductions and Einsum in onnx_tensor_reduce.cpp.
 #include <cmath>
@@ -651,29 +651,29 @@ void depth_to_space(OpContext& ctx, bool to_space) {
 
 }  // namespace
 
-void register_tensor_ops(Library& lib) {
-  lib.add("", "Constant", constant);
-  lib.add("", "ConstantOfShape", constant_of_shape);
-  lib.add("", "Shape", shape_op);
-  lib.add("", "Size", [](OpContext& ctx) { ctx.set_output(0, int64_tensor({}, {ctx.input(0).numel()})); });
-  lib.add("", "Reshape", reshape);
-  lib.add("", "Flatten", flatten);
-  lib.add("", "Squeeze", squeeze);
-  lib.add("", "Unsqueeze", unsqueeze);
-  lib.add("", "Transpose", transpose);
-  lib.add("", "Concat", concat);
-  lib.add("", "Split", split);
-  lib.add("", "Slice", slice);
-  lib.add("", "Expand", expand);
-  lib.add("", "Tile", tile);
-  lib.add("", "Pad", pad);
-  lib.add("", "Range", range);
-  lib.add("", "Trilu", trilu);
-  lib.add("", "EyeLike", eye_like);
-  lib.add("", "DepthToSpace", [](OpContext& ctx) { depth_to_space(ctx, true); });
-  lib.add("", "SpaceToDepth", [](OpContext& ctx) { depth_to_space(ctx, false); });
-  register_tensor_index_ops(lib);
-  register_tensor_reduce_ops(lib);
+void register_tensor_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "Constant", constant);
+  kernels.add("", "ConstantOfShape", constant_of_shape);
+  kernels.add("", "Shape", shape_op);
+  kernels.add("", "Size", [](OpContext& ctx) { ctx.set_output(0, int64_tensor({}, {ctx.input(0).numel()})); });
+  kernels.add("", "Reshape", reshape);
+  kernels.add("", "Flatten", flatten);
+  kernels.add("", "Squeeze", squeeze);
+  kernels.add("", "Unsqueeze", unsqueeze);
+  kernels.add("", "Transpose", transpose);
+  kernels.add("", "Concat", concat);
+  kernels.add("", "Split", split);
+  kernels.add("", "Slice", slice);
+  kernels.add("", "Expand", expand);
+  kernels.add("", "Tile", tile);
+  kernels.add("", "Pad", pad);
+  kernels.add("", "Range", range);
+  kernels.add("", "Trilu", trilu);
+  kernels.add("", "EyeLike", eye_like);
+  kernels.add("", "DepthToSpace", [](OpContext& ctx) { depth_to_space(ctx, true); });
+  kernels.add("", "SpaceToDepth", [](OpContext& ctx) { depth_to_space(ctx, false); });
+  register_tensor_index_ops(kernels);
+  register_tensor_reduce_ops(kernels);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -1,5 +1,5 @@
 // ONNX reference ops (tensor group, index ops): Gather, GatherElements, GatherND, Scatter, ScatterElements,
-// ScatterND, OneHot, Compress, NonZero, Unique, ReverseSequence. See src/cpp/engines/native/reference/onnx_cpu_ops.h.
+// ScatterND, OneHot, Compress, NonZero, Unique, ReverseSequence. See backends/cpu/onnx/onnx_kernels.h.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -445,18 +445,18 @@ void reverse_sequence(OpContext& ctx) {
 
 }  // namespace
 
-void register_tensor_index_ops(Library& lib) {
-  lib.add("", "Gather", gather);
-  lib.add("", "GatherElements", gather_elements);
-  lib.add("", "GatherND", gather_nd);
-  lib.add("", "Scatter", scatter_elements);
-  lib.add("", "ScatterElements", scatter_elements);
-  lib.add("", "ScatterND", scatter_nd);
-  lib.add("", "OneHot", one_hot);
-  lib.add("", "Compress", compress);
-  lib.add("", "NonZero", non_zero);
-  lib.add("", "Unique", unique);
-  lib.add("", "ReverseSequence", reverse_sequence);
+void register_tensor_index_ops(NodeKernelRegistrar& kernels) {
+  kernels.add("", "Gather", gather);
+  kernels.add("", "GatherElements", gather_elements);
+  kernels.add("", "GatherND", gather_nd);
+  kernels.add("", "Scatter", scatter_elements);
+  kernels.add("", "ScatterElements", scatter_elements);
+  kernels.add("", "ScatterND", scatter_nd);
+  kernels.add("", "OneHot", one_hot);
+  kernels.add("", "Compress", compress);
+  kernels.add("", "NonZero", non_zero);
+  kernels.add("", "Unique", unique);
+  kernels.add("", "ReverseSequence", reverse_sequence);
 }
 
 }  // namespace xpuruntime::onnx_ref

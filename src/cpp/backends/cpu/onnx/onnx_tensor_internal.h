@@ -46,7 +46,9 @@ std::vector<std::int64_t> normalize_axes(const std::vector<std::int64_t>& axes, 
 DType dtype_from_onnx_code(std::int64_t code, const std::string& where);
 
 // Registration of the other tensor-group files (called by register_tensor_ops).
-void register_tensor_index_ops(Library& lib);   // onnx_tensor_index.cpp: Gather*, Scatter*, NonZero, Unique, ...
-void register_tensor_reduce_ops(Library& lib);  // onnx_tensor_reduce.cpp: Reduce*, ArgMax, TopK, CumSum, Einsum
+// onnx_tensor_index.cpp: Gather*, Scatter*, NonZero, Unique, ...
+void register_tensor_index_ops(NodeKernelRegistrar& kernels);
+// onnx_tensor_reduce.cpp: Reduce*, ArgMax, TopK, CumSum, Einsum
+void register_tensor_reduce_ops(NodeKernelRegistrar& kernels);
 
 }  // namespace xpuruntime::onnx_ref

@@ -1,5 +1,5 @@
 // ONNX reference ops (tensor group, reductions): Reduce*, ArgMax, ArgMin, TopK, CumSum, Einsum. See
-// src/cpp/engines/native/reference/onnx_cpu_ops.h. Floating-point values accumulate in double (16-bit floats included),
+// backends/cpu/onnx/onnx_kernels.h. Floating-point values accumulate in double (16-bit floats included),
 // integers in int64.
 #include <algorithm>
 #include <cctype>
@@ -446,7 +446,7 @@ void einsum(OpContext& ctx) {
 
 }  // namespace
 
-void register_tensor_reduce_ops(Library& lib) {
+void register_tensor_reduce_ops(NodeKernelRegistrar& kernels) {
   struct Entry {
     const char* name;
     ReduceKind kind;
@@ -460,13 +460,13 @@ void register_tensor_reduce_ops(Library& lib) {
     // ReduceSum's axes became an input at opset 13, the others' at 18.
     const std::int64_t since = e.kind == ReduceKind::kSum ? 13 : 18;
     const ReduceKind kind = e.kind;
-    lib.add("", e.name, [kind, since](OpContext& ctx) { reduce(ctx, kind, since); });
+    kernels.add("", e.name, [kind, since](OpContext& ctx) { reduce(ctx, kind, since); });
   }
-  lib.add("", "ArgMax", [](OpContext& ctx) { arg_extreme(ctx, true); });
-  lib.add("", "ArgMin", [](OpContext& ctx) { arg_extreme(ctx, false); });
-  lib.add("", "TopK", top_k);
-  lib.add("", "CumSum", cum_sum);
-  lib.add("", "Einsum", einsum);
+  kernels.add("", "ArgMax", [](OpContext& ctx) { arg_extreme(ctx, true); });
+  kernels.add("", "ArgMin", [](OpContext& ctx) { arg_extreme(ctx, false); });
+  kernels.add("", "TopK", top_k);
+  kernels.add("", "CumSum", cum_sum);
+  kernels.add("", "Einsum", einsum);
 }
 
 }  // namespace xpuruntime::onnx_ref

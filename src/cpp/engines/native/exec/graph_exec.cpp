@@ -9,7 +9,7 @@
 #include <optional>
 #include <set>
 
-#include "engines/native/reference/onnx_cpu_ops.h"
+#include "core/node_kernels.h"
 #include "core/shape_str.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"

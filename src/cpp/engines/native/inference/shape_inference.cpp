@@ -7,8 +7,8 @@
 #include <unordered_set>
 
 #include "core/build_clock.h"
+#include "core/node_kernels.h"
 #include "engines/native/lowering/lowering.h"
-#include "engines/native/reference/onnx_cpu_ops.h"
 #include "engines/native/passes/passes.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/onnx_import.h"

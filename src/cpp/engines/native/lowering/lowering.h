@@ -1,5 +1,5 @@
-// Lowering: an ONNX node (or a com.xpuruntime fused node) -> one KernelRegistry op, a view, or the ONNX reference
-// op library (Note [Two ways a node runs] in onnx_cpu_ops.h). Internal header of the native engine.
+// Lowering: an ONNX node (or a com.xpuruntime fused node) -> one KernelRegistry op, a view, or the node's node kernel
+// (Note [Two ways a node runs] in core/node_kernels.h). Internal header of the native engine.
 //
 // The lowering is a pure function of the node, its inputs' types and the values of its constant inputs: shapes
 // given as inputs (Reshape's shape, Slice's starts, ReduceSum's axes, ...) must be constants to lower onto a

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engines/native/reference/onnx_cpu_ops.h"
+#include "core/node_kernels.h"
 #include "engines/native/passes/passes.h"
 #include "engines/native/passes/pass_utils.h"
 #include "xpuruntime/exceptions.h"

@@ -29,10 +29,6 @@
 #include "xpuruntime/export.h"
 #include "xpuruntime/graph.h"
 
-namespace xpuruntime::onnx_ref {
-class Library;
-}
-
 namespace xpuruntime::passes {
 
 struct XPURT_API PassContext {
@@ -108,11 +104,6 @@ XPURT_API PassResult linear_epilogue_fusion(Graph& g, const PassContext& ctx);
 // Chains of elementwise ops (Add, Mul, Sigmoid, Erf, Gelu, ...) of one shape and float dtype whose intermediates
 // nobody else reads -> com.xpuruntime:FusedElementwise with their program (Note [Fused elementwise programs]).
 XPURT_API PassResult elementwise_fusion(Graph& g, const PassContext& ctx);
-
-// CPU implementations of the com.xpuruntime nodes the passes make (FusedConv, Linear, Gelu, LayerNormalization,
-// Attention), each through its registry op on the CPU (xpuruntime::ops::call), for the ONNX reference library
-// (so that an interpreter running every node through onnx_ref::run_node runs fused graphs too).
-XPURT_API void register_fused_ops(onnx_ref::Library& lib);
 
 // Whether a default-domain node has as many inputs and outputs as some version of its ONNX operator takes (true for
 // other domains and for operators ONNX's schemas do not list). Every pattern a pass matches checks it first (Note

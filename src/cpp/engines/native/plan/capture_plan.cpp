@@ -25,8 +25,8 @@
 
 #include "core/build_clock.h"
 #include "core/half.h"
+#include "core/node_kernels.h"
 #include "engines/native/lowering/lowering.h"
-#include "engines/native/reference/onnx_cpu_ops.h"
 #include "engines/native/plan/segments.h"
 #include "engines/native/inference/shape_inference.h"
 #include "xpuruntime/device_manager.h"
@@ -555,7 +555,7 @@ class StepLowering {
     }
     // On CUDA (Note [Mixed execution]) the node runs on the host between copies; the plan is then not capturable.
     step.on_host = device_.is_cuda();
-    if (onnx_ref::Library::global().find(node.domain, node.op_type) == nullptr) {
+    if (!onnx_ref::has_node_kernel(node.domain, node.op_type)) {
       unsupported_.emplace_back(index, detail::str_cat("node '", node.name, "' (", step.op_type, "): ", reason,
                                                        ", and the reference library has no ", node.op_type));
     }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engines/native/reference/onnx_cpu_ops.h"
+#include "core/node_kernels.h"
 #include "engines/native/passes/pass_utils.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"

@@ -1,24 +1,24 @@
-// CPU implementations of the com.xpuruntime nodes made by the graph passes, for the ONNX reference library: each
-// node is one registry op (docs/native_engine.md, "Graph passes", gives the mapping) called on the CPU.
+// The cpu node kernels of the com.xpuruntime nodes made by the native engine's graph passes: each node is one
+// registry op (docs/native_engine.md, "Graph passes", gives the mapping) called on the CPU.
 #include <string>
 #include <vector>
 
+#include "backends/cpu/onnx/onnx_kernels.h"
 #include "core/attention_layout.h"
-#include "engines/native/reference/onnx_cpu_ops.h"
-#include "engines/native/passes/passes.h"
+#include "xpuruntime/graph.h"
 #include "xpuruntime/ops.h"
 
-namespace xpuruntime::passes {
+namespace xpuruntime::onnx_ref {
 
 namespace {
 
-std::vector<Tensor> inputs_of(const onnx_ref::OpContext& ctx, std::size_t count) {
+std::vector<Tensor> inputs_of(const OpContext& ctx, std::size_t count) {
   std::vector<Tensor> inputs;
   for (std::size_t i = 0; i < count; ++i) inputs.push_back(ctx.has_input(i) ? ctx.input(i) : Tensor());
   return inputs;
 }
 
-void run_registry_op(onnx_ref::OpContext& ctx, const std::string& op, std::vector<Tensor> inputs,
+void run_registry_op(OpContext& ctx, const std::string& op, std::vector<Tensor> inputs,
                      const Attributes& attrs) {
   std::vector<Tensor> out = ops::call(op, inputs, attrs);
   XPURT_INTERNAL_ASSERT(out.size() == 1, ctx.where(), ": registry op ", op, " returned ", out.size(), " outputs");
@@ -27,8 +27,8 @@ void run_registry_op(onnx_ref::OpContext& ctx, const std::string& op, std::vecto
 
 }  // namespace
 
-void register_fused_ops(onnx_ref::Library& lib) {
-  lib.add(kXpurtDomain, "FusedConv", [](onnx_ref::OpContext& ctx) {
+void register_fused_ops(NodeKernelRegistrar& kernels) {
+  kernels.add(kXpurtDomain, "FusedConv", [](OpContext& ctx) {
     Attributes attrs;
     attrs.set("strides", ctx.attr_ints("strides", {1, 1}))
         .set("pads", ctx.attr_ints("pads", {0, 0, 0, 0}))
@@ -41,7 +41,7 @@ void register_fused_ops(onnx_ref::Library& lib) {
   // The channels-last pools of the nhwc_layout pass (explicit pads, no auto_pad).
   for (const char* op_type : {"MaxPool", "AveragePool"}) {
     const bool max = std::string(op_type) == "MaxPool";
-    lib.add(kXpurtDomain, op_type, [max](onnx_ref::OpContext& ctx) {
+    kernels.add(kXpurtDomain, op_type, [max](OpContext& ctx) {
       Attributes attrs;
       const auto kernel = ctx.attr_ints("kernel_shape", {});
       attrs.set("kernel_shape", kernel)
@@ -57,33 +57,33 @@ void register_fused_ops(onnx_ref::Library& lib) {
       run_registry_op(ctx, max ? "max_pool2d" : "avg_pool2d", inputs_of(ctx, 1), attrs);
     });
   }
-  lib.add(kXpurtDomain, "GlobalAveragePool", [](onnx_ref::OpContext& ctx) {
+  kernels.add(kXpurtDomain, "GlobalAveragePool", [](OpContext& ctx) {
     run_registry_op(ctx, "global_avg_pool", inputs_of(ctx, 1),
                     Attributes().set("layout", ctx.attr_string("layout", "NCHW")));
   });
-  lib.add(kXpurtDomain, "FusedElementwise", [](onnx_ref::OpContext& ctx) {  // Note [Fused elementwise programs]
+  kernels.add(kXpurtDomain, "FusedElementwise", [](OpContext& ctx) {  // Note [Fused elementwise programs]
     Attributes attrs;
     attrs.set("program", ctx.attr_string("program", ""));
     if (ctx.node().attrs.has("row_axes")) attrs.set("row_axes", ctx.attr_int("row_axes", 0));
     if (ctx.node().attrs.has("output_dtype")) attrs.set("output_dtype", ctx.attr_string("output_dtype", ""));
     run_registry_op(ctx, "fused_elementwise", inputs_of(ctx, ctx.num_inputs()), attrs);
   });
-  lib.add(kXpurtDomain, "Linear", [](onnx_ref::OpContext& ctx) {
+  kernels.add(kXpurtDomain, "Linear", [](OpContext& ctx) {
     Attributes attrs;
     attrs.set("weight_layout", ctx.attr_string("weight_layout", "nk"))
         .set("activation", ctx.attr_string("activation", "none"));
     run_registry_op(ctx, "linear", inputs_of(ctx, 4), attrs);
   });
-  lib.add(kXpurtDomain, "Gelu", [](onnx_ref::OpContext& ctx) {
+  kernels.add(kXpurtDomain, "Gelu", [](OpContext& ctx) {
     run_registry_op(ctx, "gelu", inputs_of(ctx, 1),
                     Attributes().set("approximate", ctx.attr_string("approximate", "none")));
   });
-  lib.add(kXpurtDomain, "LayerNormalization", [](onnx_ref::OpContext& ctx) {
+  kernels.add(kXpurtDomain, "LayerNormalization", [](OpContext& ctx) {
     Attributes attrs;
     attrs.set("axis", ctx.attr_int("axis", -1)).set("epsilon", ctx.attr_float("epsilon", 1e-5));
     run_registry_op(ctx, "layer_norm", inputs_of(ctx, 4), attrs);
   });
-  lib.add(kXpurtDomain, "Attention", [](onnx_ref::OpContext& ctx) {
+  kernels.add(kXpurtDomain, "Attention", [](OpContext& ctx) {
     Attributes attrs;
     attrs.set("scale", ctx.attr_float("scale", 0.0)).set("causal", ctx.attr_int("causal", 0));
     AttentionLayout::forward(ctx.node().attrs, &attrs);  // Note [Attention layouts]
@@ -91,4 +91,4 @@ void register_fused_ops(onnx_ref::Library& lib) {
   });
 }
 
-}  // namespace xpuruntime::passes
+}  // namespace xpuruntime::onnx_ref

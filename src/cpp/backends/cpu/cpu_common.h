@@ -81,12 +81,17 @@ enum class DTypeSet : std::uint8_t {
   kAll,          // every dtype of Tensor: data movement, where, comparisons, logical_not, cast
 };
 
-// The checks every cpu kernel makes: the op runs on the CPU, every present input and output is contiguous and
-// of a dtype of `dtypes`, and the policy does not ask for int8.
-Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy, DTypeSet dtypes = DTypeSet::kFloat);
+// What every cpu kernel declares (Note [Kernel declarations] in core/kernel_registry.cpp): contiguous inputs of a
+// dtype of `dtypes`. Reasons name the kernel "the cpu kernel of '<op>'" and the inputs by index.
+KernelDecl declaration(const std::string& op, DTypeSet dtypes);
 
-// A cpu kernel: KernelInfo{op, "cpu", "cpu", kCPU, deterministic}, the common checks (every cpu kernel takes
-// any shape the op schema accepts), and plans that call `run` with the context fixed at build.
+// What that declaration cannot say, which every cpu kernel's accepts() asks: the op and every present input on
+// the CPU ("runs on CPU tensors"), a policy that does not ask for int8 (the descriptor's precision is not asked),
+// and every present output contiguous, on the CPU and of a dtype of `dtypes`.
+Support check_placement(const OpDescriptor& desc, const ExecutionPolicy& policy, DTypeSet dtypes);
+
+// A cpu kernel: KernelInfo{op, "cpu", "cpu", kCPU, deterministic, declaration(op, dtypes)}, check_placement (every
+// cpu kernel takes any shape the op schema accepts), and plans that call `run` with the context fixed at build.
 class CpuKernel final : public Kernel {
  public:
   CpuKernel(const std::string& op, std::string summary, CpuRunFn run, DTypeSet dtypes = DTypeSet::kFloat);

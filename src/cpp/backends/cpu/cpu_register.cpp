@@ -148,7 +148,21 @@ CpuRunFn nhwc_through_nchw(CpuRunFn nchw) {
   };
 }
 
-Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy, DTypeSet dtypes) {
+KernelDecl declaration(const std::string& op, DTypeSet dtypes) {
+  KernelDecl decl;
+  decl.subject = "the cpu kernel of '" + op + "'";
+  // Every DType (kUInt64 is the last) in `dtypes`; kAll declares no dtype set, which takes any.
+  if (dtypes != DTypeSet::kAll) {
+    for (int k = 0; k <= static_cast<int>(DType::kUInt64); ++k) {
+      if (in_set(static_cast<DType>(k), dtypes)) decl.dtypes.dtypes.push_back(static_cast<DType>(k));
+    }
+  }
+  decl.dtypes.text = set_text(dtypes);
+  decl.layout = Layout::kContiguous;
+  return decl;
+}
+
+Support check_placement(const OpDescriptor& desc, const ExecutionPolicy& policy, DTypeSet dtypes) {
   if (desc.device.type != DeviceType::kCPU) {
     return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' runs on CPU tensors; the inputs are on ",
                                        desc.device.str(), " (copy them with .to('cpu') or use a CUDA kernel)"));
@@ -156,12 +170,14 @@ Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy,
   if (policy.precision == Precision::kInt8) {
     return Support::no("the cpu kernels have no int8 path; use precision fp32, tf32, fp16 or bf16");
   }
+  auto on_cpu = [&](const TensorDesc& tensor, const char* role, std::size_t index) -> Support {
+    if (!tensor.present || tensor.device.type == DeviceType::kCPU) return Support::yes();
+    return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' runs on CPU tensors; ", role, " ", index,
+                                       " is on ", tensor.device.str()));
+  };
   auto check = [&](const TensorDesc& tensor, const char* role, std::size_t index) -> Support {
     if (!tensor.present) return Support::yes();
-    if (tensor.device.type != DeviceType::kCPU) {
-      return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' runs on CPU tensors; ", role, " ", index,
-                                         " is on ", tensor.device.str()));
-    }
+    if (Support placed = on_cpu(tensor, role, index); !placed) return placed;
     if (!in_set(tensor.dtype, dtypes)) {
       return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' supports ", set_text(dtypes), "; ", role,
                                          " ", index, " is ", dtype_name(tensor.dtype)));
@@ -172,8 +188,8 @@ Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy,
     }
     return Support::yes();
   };
-  for (std::size_t i = 0; i < desc.inputs.size(); ++i) {
-    Support s = check(desc.inputs[i], "input", i);
+  for (std::size_t i = 0; i < desc.inputs.size(); ++i) {  // their dtype and layout: the declaration's
+    Support s = on_cpu(desc.inputs[i], "input", i);
     if (!s) return s;
   }
   for (std::size_t i = 0; i < desc.outputs.size(); ++i) {
@@ -184,12 +200,12 @@ Support common_supports(const OpDescriptor& desc, const ExecutionPolicy& policy,
 }
 
 CpuKernel::CpuKernel(const std::string& op, std::string summary, CpuRunFn run, DTypeSet dtypes)
-    : Kernel(KernelInfo{op, "cpu", "cpu", DeviceType::kCPU, true, std::move(summary)}),
+    : Kernel(KernelInfo{op, "cpu", "cpu", DeviceType::kCPU, true, std::move(summary), declaration(op, dtypes)}),
       run_(std::move(run)),
       dtypes_(dtypes) {}
 
 Support CpuKernel::accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
-  return common_supports(desc, policy, dtypes_);
+  return check_placement(desc, policy, dtypes_);
 }
 
 std::unique_ptr<KernelPlan> CpuKernel::build(const OpDescriptor& desc, const ExecutionPolicy& policy,

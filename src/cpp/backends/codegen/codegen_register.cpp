@@ -282,12 +282,21 @@ class GeneratedPlan final : public KernelPlan {
   unsigned blocks_, threads_;
 };
 
+// What the generated kernel declares (Note [Kernel declarations] in core/kernel_registry.cpp): contiguous inputs.
+// The op's device is asked by accepts() (the inputs' devices are not), bfloat16 against the device's architecture.
+KernelDecl declaration() {
+  KernelDecl decl;
+  decl.layout = Layout::kContiguous;
+  return decl;
+}
+
 class GeneratedKernel final : public Kernel {
  public:
   GeneratedKernel()
       : Kernel(KernelInfo{"fused_elementwise", "generated", "codegen", DeviceType::kCUDA, true,
                           "CUDA C written for the program, shapes and dtype (Note [Fused elementwise programs]), "
-                          "compiled by NVRTC while the plan is built, cached in the process and on disk"}) {}
+                          "compiled by NVRTC while the plan is built, cached in the process and on disk",
+                          declaration()}) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     (void)policy;
@@ -296,9 +305,6 @@ class GeneratedKernel final : public Kernel {
     }
     if (!nvrtc().error.empty()) return Support::no(nvrtc().error);
     if (!driver().error.empty()) return Support::no(driver().error);
-    for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
-      if (!desc.inputs[k].is_contiguous()) return Support::no(detail::str_cat("input ", k, " is not contiguous"));
-    }
     bool bfloat16 = !desc.outputs.empty() && desc.outputs[0].dtype == DType::kBFloat16;
     for (const TensorDesc& x : desc.inputs) bfloat16 = bfloat16 || x.dtype == DType::kBFloat16;
     if (bfloat16 && arch(desc.device) < 80) {

@@ -1,5 +1,5 @@
 // Internal helpers of the cudnn backend: the cuDNN check macro, RAII owners of cuDNN handles and descriptors, the
-// per-(thread, device) handle pool, and the checks every cudnn kernel's `supports` shares.
+// per-(thread, device) handle pool, the declaration every cudnn kernel makes and the checks its accepts() shares.
 //
 // Ownership: each owner below holds exactly one cuDNN object, destroys it in its destructor, and is movable but
 // not copyable. Handles come from `thread_handle` and are never destroyed by callers (see Note [cuDNN handle

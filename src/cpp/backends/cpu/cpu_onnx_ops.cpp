@@ -1,14 +1,15 @@
 // The cpu kernels of the ONNX ops beyond the core set (clip, hard_sigmoid, hard_swish, leaky_relu, elu, softplus,
 // sin, cos, floor, ceil, round, sign, is_nan, is_inf, logical_and/or/xor, cum_sum, gather_elements, gather_nd,
 // pad, resize, log_softmax, prelu, mod, one_hot, trilu, tile, scatter_nd, arg_max, arg_min, top_k, reduce_prod) and
-// of the int32/int64 reductions: each runs the ONNX reference library's own op
-// (src/cpp/backends/cpu/onnx/, checked against ONNX's backend test data) on the launch's tensors.
+// of the int32/int64 reductions: each runs the cpu backend's node kernel of the ONNX operator (its ONNX reference
+// implementation, src/cpp/backends/cpu/onnx/, checked against ONNX's backend test data) on the launch's tensors,
+// through onnx_ref::run_node (core/node_kernels.h).
 //
 // Note [Registry ops through the ONNX reference library]
 // A registry op's attributes keep ONNX's names; what ONNX takes as inputs (Clip's min/max, Pad's pads and value,
 // CumSum's axis, Resize's scales or sizes) the registry op takes as attributes, fixed when the plan is built, and
-// the adapter turns them back into constant inputs. So the cpu kernel is the reference library itself, and the
-// conformance suite checks both it and the GPU kernels against NumPy.
+// the adapter turns them back into constant inputs. So the cpu kernel is the ONNX operator's node kernel itself,
+// and the conformance suite checks both it and the GPU kernels against NumPy.
 #include <cstring>
 #include <string>
 #include <utility>
@@ -16,7 +17,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "core/node_kernels.h"
-#include "engines/native/passes/pass_utils.h"
+#include "core/scalar.h"
 #include "xpuruntime/graph.h"
 
 namespace xpuruntime::cpu {
@@ -27,7 +28,7 @@ namespace {
 constexpr std::int64_t kOpset = 21;
 
 // A 0-d constant input of `dtype` holding `value` (converted as the graph passes convert constants).
-Tensor scalar_of(double value, DType dtype) { return passes::internal::from_doubles({}, dtype, {value}); }
+Tensor scalar_of(double value, DType dtype) { return detail::from_doubles({}, dtype, {value}); }
 
 Tensor int64_vector(const std::vector<std::int64_t>& values) {
   Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kInt64);
@@ -119,7 +120,7 @@ void run_resize(const KernelLaunch& launch) {
   Attributes resize_attrs = attrs_without(attrs, {"sizes", "scales"});
   if (scales_give_sizes) {
     const Tensor scale_input =
-        passes::internal::from_doubles({static_cast<std::int64_t>(scales.size())}, DType::kFloat32, scales);
+        detail::from_doubles({static_cast<std::int64_t>(scales.size())}, DType::kFloat32, scales);
     run_reference(launch, "Resize", resize_attrs, {x, Tensor(), scale_input});
   } else {
     run_reference(launch, "Resize", resize_attrs, {x, Tensor(), Tensor(), int64_vector(sizes)});
@@ -189,7 +190,7 @@ void register_onnx_kernels(KernelRegistry& registry) {
       registry, "one_hot", "the ONNX reference library's OneHot (depth and values as constant inputs)",
       [](const KernelLaunch& launch, const CpuContext&) {
         const Attributes& attrs = launch.desc->attrs;
-        const Tensor values = passes::internal::from_doubles(
+        const Tensor values = detail::from_doubles(
             {2}, launch.desc->outputs[0].dtype, {attrs.get_float("off", 0.0), attrs.get_float("on", 1.0)});
         Attributes one_hot_attrs;
         one_hot_attrs.set("axis", attrs.get_int("axis", -1));

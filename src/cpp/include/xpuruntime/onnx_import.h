@@ -21,6 +21,7 @@
 #include "xpuruntime/export.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/model_file.h"
+#include "xpuruntime/onnx_dtype.h"  // dtype_from_onnx_type
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime {
@@ -53,8 +54,5 @@ XPURT_API std::string tensor_to_onnx(const Tensor& tensor, const std::string& na
 // library reads the files itself (onnxruntime). Returns how many tensors have external data (0 as well for bytes
 // that are not a model: the engine's parser reports those). InvalidArgumentError as import_onnx.
 XPURT_API std::size_t check_external_data(const std::string& model_bytes, const std::string& model_dir);
-// ONNX's TensorProto.DataType code -> the xpuruntime dtype; false when xpuruntime tensors have none (strings,
-// unsigned 16/32/64-bit, complex, float8, 4-bit). `name` (optional) receives ONNX's name of the type ("uint16").
-XPURT_API bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name = nullptr);
 
 }  // namespace xpuruntime

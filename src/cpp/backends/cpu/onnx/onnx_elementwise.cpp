@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "backends/cpu/onnx/onnx_common.h"
-#include "xpuruntime/onnx_import.h"
 #include "backends/cpu/onnx/onnx_kernels.h"
+#include "xpuruntime/onnx_dtype.h"
 
 namespace xpuruntime::onnx_ref {
 namespace {

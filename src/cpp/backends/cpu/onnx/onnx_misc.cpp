@@ -2,7 +2,7 @@
 // files (onnx_misc.h) and holds their shared helpers.
 #include "backends/cpu/onnx/onnx_misc.h"
 #include "core/shape_str.h"
-#include "xpuruntime/onnx_import.h"
+#include "xpuruntime/onnx_dtype.h"
 
 #include <cmath>
 

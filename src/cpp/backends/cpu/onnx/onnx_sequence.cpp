@@ -12,7 +12,7 @@
 
 #include "backends/cpu/onnx/onnx_common.h"
 #include "core/shape_str.h"
-#include "xpuruntime/onnx_import.h"
+#include "xpuruntime/onnx_dtype.h"
 #include "xpuruntime/run_options.h"
 
 namespace xpuruntime::onnx_ref {

@@ -7,7 +7,7 @@
 
 #include "backends/cpu/onnx/onnx_tensor_internal.h"
 #include "core/scalar.h"
-#include "xpuruntime/onnx_import.h"
+#include "xpuruntime/onnx_dtype.h"
 
 namespace xpuruntime::onnx_ref {
 

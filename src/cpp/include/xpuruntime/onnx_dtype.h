@@ -1,0 +1,20 @@
+// ONNX's tensor element types (TensorProto.DataType codes) as xpuruntime dtypes: what the ONNX import, the native
+// engine's passes and the cpu backend's ONNX node kernels (Cast's `to`, ConstantOfShape's value, ...) share. Core
+// header: no ONNX library needed.
+//
+// Thread-safety: free functions, no shared state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "xpuruntime/dtype.h"
+#include "xpuruntime/export.h"
+
+namespace xpuruntime {
+
+// ONNX's TensorProto.DataType code -> the xpuruntime dtype; false when xpuruntime tensors have none (strings,
+// unsigned 16/32/64-bit, complex, float8, 4-bit). `name` (optional) receives ONNX's name of the type ("uint16").
+XPURT_API bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name = nullptr);
+
+}  // namespace xpuruntime

@@ -221,6 +221,50 @@ TEST(OnnxRefElementwise, EveryOpOfTheGroupIsRegistered) {
   EXPECT_NE(KernelRegistry::global().find_node_kernel("ai.onnx", "Add"), nullptr);
 }
 
+// Note [Node kernels]: the reference implementations are kernels of the cpu backend in the one KernelRegistry, keyed
+// by (domain, op_type), listed sorted, one per key; run_node finds them there and names an op that has none.
+TEST(OnnxRefElementwise, ReferenceOpsAreNodeKernelsOfTheCpuBackend) {
+  const std::vector<const NodeKernelInfo*> all = KernelRegistry::global().node_kernels();
+  ASSERT_GT(all.size(), 150u);
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    EXPECT_EQ(all[k]->name, "onnx_ref") << all[k]->key();
+    EXPECT_EQ(all[k]->backend, "cpu") << all[k]->key();
+    EXPECT_TRUE(static_cast<bool>(all[k]->run)) << all[k]->key();
+    if (k > 0) {
+      EXPECT_LT(all[k - 1]->key(), all[k]->key());
+    }
+  }
+  const NodeKernelInfo* add = KernelRegistry::global().find_node_kernel("", "Add");
+  ASSERT_NE(add, nullptr);
+  EXPECT_EQ(add->key(), "Add");
+  EXPECT_EQ(KernelRegistry::global().find_node_kernel("ai.onnx", "Add"), add);
+  const NodeKernelInfo* adam = KernelRegistry::global().find_node_kernel("ai.onnx.preview.training", "Adam");
+  ASSERT_NE(adam, nullptr);
+  EXPECT_EQ(adam->key(), "ai.onnx.preview.training:Adam");
+  EXPECT_EQ(KernelRegistry::global().find_node_kernel("", "Adam"), nullptr);
+  EXPECT_NE(KernelRegistry::global().find_node_kernel(kXpurtDomain, "FusedConv"), nullptr);  // the passes' nodes
+  EXPECT_TRUE(onnx_ref::has_node_kernel("ai.onnx", "Relu"));
+  EXPECT_FALSE(onnx_ref::has_node_kernel("", "NoSuchOp"));
+
+  Node node;
+  node.op_type = "NoSuchOp";
+  node.name = "n";
+  node.outputs = {"y"};
+  XPURT_EXPECT_THROW_WITH(onnx_ref::run_node(node, 17, {}), UnsupportedOperationError,
+                          "no CPU implementation of the ONNX op NoSuchOp (node 'n')");
+
+  // A registry of its own: what is added is found under its normalised domain; a second kernel of a key is refused.
+  KernelRegistry registry;
+  NodeKernelInfo info;
+  info.domain = "ai.onnx";
+  info.op_type = "Twice";
+  info.run = [](const Node&, std::int64_t, const std::vector<Value>& inputs, const ValueLookup&) { return inputs; };
+  registry.add_node_kernel(info);
+  ASSERT_NE(registry.find_node_kernel("", "Twice"), nullptr);
+  EXPECT_EQ(registry.find_node_kernel("", "Twice")->domain, "");
+  XPURT_EXPECT_THROW_WITH(registry.add_node_kernel(info), XpuRuntimeError, "ONNX op registered twice: Twice");
+}
+
 TEST(OnnxRefElementwise, BinaryBroadcastingMatchesNaiveReference) {
   const std::vector<std::pair<Shape, Shape>> cases = {
       {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 3, 4}, {3, 1}},          {{2, 1, 4}, {3, 1}},

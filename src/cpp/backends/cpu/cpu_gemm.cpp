@@ -3,7 +3,7 @@
 //
 // Note [Fallback GEMM]
 // Builds without OpenBLAS (the GPU machines) use this GEMM, so it is tested on its own against a naive loop
-// (tests/cpp/test_cpu_backend.cpp, XPURT_CPU_GEMM=fallback). It is the GotoBLAS blocking: C is cut into
+// (tests/cpp/backends/cpu/test_cpu_backend.cpp, XPURT_CPU_GEMM=fallback). It is the GotoBLAS blocking: C is cut into
 // kBlockM x kBlockN tiles, spread over the threads (independent outputs, so the result does not depend on the
 // thread count). For each tile, K is walked in kBlockK slices in increasing order; each slice of A is packed
 // into micro-panels of kMicroM rows stored column by column, and each slice of op(B) into micro-panels of

@@ -15,7 +15,7 @@
 //  - The caller owns all memory; nothing is retained after the call. Safe to call from several threads.
 //
 // The functions are exported from libxpuruntime_core (XPURT_API) only so that the backend's own tests
-// (tests/cpp/test_cuda_raw_backend.cpp) can call them; this header is internal and not installed.
+// (tests/cpp/backends/cuda_raw/test_cuda_raw_backend.cpp) can call them; this header is internal and not installed.
 #pragma once
 
 #include <cstdint>

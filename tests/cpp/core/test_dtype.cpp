@@ -22,7 +22,7 @@
 #include "xpuruntime/tensor.h"
 
 // The ONNX reference library's entry points are exported; its header is internal (src/cpp).
-#include "../../src/cpp/core/node_kernels.h"
+#include "core/node_kernels.h"
 
 namespace xpuruntime {
 namespace {

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../src/cpp/core/half.h"
+#include "core/half.h"
 #include "test_utils.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/exceptions.h"

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cpp/core/half.h"
-#include "../../src/cpp/core/node_kernels.h"
+#include "core/half.h"
+#include "core/node_kernels.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"

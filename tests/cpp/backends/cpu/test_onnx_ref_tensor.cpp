@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cpp/core/node_kernels.h"
+#include "core/node_kernels.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cpp/core/half.h"
-#include "../../src/cpp/core/node_kernels.h"
-#include "../../src/cpp/engines/native/passes/passes.h"
-#include "../../src/cpp/engines/native/inference/shape_inference.h"
+#include "core/half.h"
+#include "core/node_kernels.h"
+#include "engines/native/passes/passes.h"
+#include "engines/native/inference/shape_inference.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"

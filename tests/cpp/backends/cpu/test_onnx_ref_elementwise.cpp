@@ -18,8 +18,8 @@
 #include "xpuruntime/tensor.h"
 
 // The library's headers are internal (src/cpp, not on the tests' include path); its entry points are exported.
-#include "../../src/cpp/core/half.h"
-#include "../../src/cpp/core/node_kernels.h"
+#include "core/half.h"
+#include "core/node_kernels.h"
 
 namespace xpuruntime {
 namespace {

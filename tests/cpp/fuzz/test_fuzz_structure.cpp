@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "../fuzz/model_harness.h"
-#include "../fuzz/structure_mutator.h"
+#include "fuzz/model_harness.h"
+#include "fuzz/structure_mutator.h"
 #include "xpuruntime/engine.h"
 
 namespace fs = std::filesystem;

@@ -22,7 +22,7 @@
 #include "xpuruntime/stream_manager.h"
 #include "xpuruntime/tensor.h"
 #if XPURT_WITH_CUDA
-#include "../../src/cpp/backends/cuda_raw/cuda_raw_ops.h"
+#include "backends/cuda_raw/cuda_raw_ops.h"
 #endif
 
 namespace xpuruntime {

@@ -429,7 +429,7 @@ def linear_cases() -> List[Case]:
 
 def linear_grad_weight_cases() -> List[Case]:
     """The weight gradient (output 0). The bias gradient (bias=1, a second output) is checked against a float64
-    reference in tests/cpp/test_gemm_backends.cpp (LinearGradWeightMatchesReference, cpu and cublasLt)."""
+    reference in tests/cpp/backends/cublas/test_gemm_backends.cpp (LinearGradWeightMatchesReference, cpu and cublasLt)."""
     specs = [("1x1", (1, 1), 1), ("7x13x5", (7, 13), 5), ("batched", (2, 3, 33), 17), ("tall", (257, 40), 24),
              ("wide", (3, 129), 130)]
     cases = []

@@ -1,5 +1,5 @@
 // xpuruntime.pytorch's native path: the routing mode's torch-function handler and the routed linear/matmul calls
-// with their autograd node, in C++. Built by xpuruntime.pytorch._native against the user's PyTorch
+// with their autograd node, in C++. Built by xpuruntime.pytorch._extension against the user's PyTorch
 // (torch.utils.cpp_extension, once per PyTorch version and source), not by CMake: PyTorch's headers and ABI are
 // the user's. It never links libxpuruntime: a plan runs through the C function xpurt_prepared_call_launch, whose
 // address the Python module hands over with the plan's (PreparedCall.native_entry).

@@ -127,22 +127,94 @@ void run_resize(const KernelLaunch& launch) {
   }
 }
 
-}  // namespace
-
-void run_reference_reduce(const KernelLaunch& launch) {
-  const std::string& op = launch.desc->op;
-  const std::string op_type = op == "reduce_sum"    ? "ReduceSum"
-                              : op == "reduce_max"  ? "ReduceMax"
-                              : op == "reduce_min"  ? "ReduceMin"
-                              : op == "reduce_prod" ? "ReduceProd"
-                                                    : "ReduceMean";
-  const std::vector<std::int64_t> axes = launch.desc->attrs.get_ints("axes", {});
-  Attributes attrs;
-  attrs.set("keepdims", launch.desc->attrs.get_int("keepdims", 1));
-  run_reference(launch, op_type, attrs, {launch.input(0), axes.empty() ? Tensor() : int64_vector(axes)});
+void run_one_hot(const KernelLaunch& launch) {
+  const Attributes& attrs = launch.desc->attrs;
+  const Tensor values = detail::from_doubles({2}, launch.desc->outputs[0].dtype,
+                                             {attrs.get_float("off", 0.0), attrs.get_float("on", 1.0)});
+  Attributes one_hot_attrs;
+  one_hot_attrs.set("axis", attrs.get_int("axis", -1));
+  run_reference(launch, "OneHot", one_hot_attrs,
+                {launch.input(0), scalar_of(static_cast<double>(attrs.get_int("depth", 1)), DType::kInt64), values});
 }
 
-void register_onnx_kernels(KernelRegistry& registry) {
+void run_conv_transpose2d(const KernelLaunch& launch) {
+  const Attributes& a = launch.desc->attrs;
+  Attributes attrs;
+  attrs.set("strides", a.get_ints("strides", {1, 1}))
+      .set("pads", a.get_ints("pads", {0, 0, 0, 0}))
+      .set("dilations", a.get_ints("dilations", {1, 1}))
+      .set("group", a.get_int("groups", 1))
+      .set("output_padding", a.get_ints("output_padding", {0, 0}));
+  run_reference(launch, "ConvTranspose", attrs, launch_inputs(launch));
+}
+
+// 3-D Conv (or ConvTranspose when `transpose`): the reference library's, which takes any number of spatial axes.
+void run_conv3d(const KernelLaunch& launch, bool transpose) {
+  const Attributes& a = launch.desc->attrs;
+  Attributes attrs;
+  attrs.set("strides", a.get_ints("strides", {1, 1, 1}))
+      .set("pads", a.get_ints("pads", {0, 0, 0, 0, 0, 0}))
+      .set("dilations", a.get_ints("dilations", {1, 1, 1}))
+      .set("group", a.get_int("groups", 1));
+  if (transpose) attrs.set("output_padding", a.get_ints("output_padding", {0, 0, 0}));
+  run_reference(launch, transpose ? "ConvTranspose" : "Conv", attrs, launch_inputs(launch));
+}
+
+void run_trilu(const KernelLaunch& launch) {
+  Attributes attrs;
+  attrs.set("upper", launch.desc->attrs.get_int("upper", 1));
+  run_reference(launch, "Trilu", attrs,
+                {launch.input(0), scalar_of(static_cast<double>(launch.desc->attrs.get_int("k", 0)), DType::kInt64)});
+}
+
+// Note [Segmented plans] (capture_plan.h): the bounded forms of NonZero and NonMaxSuppression; the result fills the
+// first `count` columns (rows), the rest of the output is zero.
+void run_non_zero(const KernelLaunch& launch) {
+  Node node;
+  node.op_type = "NonZero";
+  node.name = "non_zero";
+  node.inputs = {"x"};
+  node.outputs = {"y"};
+  const Tensor y = onnx_ref::run_node(node, kOpset, {launch.input(0)})[0].contiguous();
+  Tensor& out = launch.output(0);
+  if (out.nbytes() > 0) std::memset(out.data_ptr(), 0, out.nbytes());  // empty tensors may have no data
+  const std::int64_t rank = y.shape()[0], found = y.shape()[1], bound = out.shape()[1];
+  for (std::int64_t d = 0; d < rank && found > 0; ++d) {
+    std::memcpy(static_cast<std::int64_t*>(out.data_ptr()) + d * bound,
+                static_cast<const std::int64_t*>(y.data_ptr()) + d * found,
+                static_cast<std::size_t>(found) * sizeof(std::int64_t));
+  }
+  *static_cast<std::int64_t*>(launch.output(1).data_ptr()) = found;
+}
+
+void run_non_max_suppression(const KernelLaunch& launch) {
+  const Attributes& a = launch.desc->attrs;
+  const Tensor y = [&] {
+    Node node;
+    node.op_type = "NonMaxSuppression";
+    node.name = "non_max_suppression";
+    node.inputs = {"boxes", "scores", "max", "iou"};
+    node.outputs = {"y"};
+    node.attrs.set("center_point_box", a.get_int("center_point_box", 0));
+    std::vector<Tensor> inputs = {launch.input(0), launch.input(1),
+                                  int64_vector({a.get_int("max_output_boxes_per_class", 0)}),
+                                  scalar_of(a.get_float("iou_threshold", 0.0), DType::kFloat32)};
+    if (a.has("score_threshold")) {
+      node.inputs.push_back("score");
+      inputs.push_back(scalar_of(a.get_float("score_threshold", 0.0), DType::kFloat32));
+    }
+    return onnx_ref::run_node(node, kOpset, inputs)[0].contiguous();
+  }();
+  Tensor& out = launch.output(0);
+  XPURT_INTERNAL_ASSERT(y.numel() <= out.numel(), "non_max_suppression: ", y.shape()[0],
+                        " boxes kept, more than the bound ", out.shape()[0]);
+  if (out.nbytes() > 0) std::memset(out.data_ptr(), 0, out.nbytes());  // may have no data
+  if (y.nbytes() > 0) std::memcpy(out.data_ptr(), y.data_ptr(), y.nbytes());
+  *static_cast<std::int64_t*>(launch.output(1).data_ptr()) = y.shape()[0];
+}
+
+// The ops whose registry form is the ONNX operator's as it is: the same attributes, the same inputs.
+void register_mapped_kernels(KernelRegistry& registry) {
   struct Mapped {
     const char* op;
     const char* op_type;
@@ -177,6 +249,11 @@ void register_onnx_kernels(KernelRegistry& registry) {
         },
         m.dtypes);
   }
+}
+
+// Note [Registry ops through the ONNX reference library]: the ops whose constant inputs the registry op takes as
+// attributes (Clip's min/max, CumSum's axis, Pad's pads and value, ReduceProd's axes, OneHot's depth and values).
+void register_constant_input_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "clip", "the ONNX reference library's Clip (min/max as constant inputs)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_clip(launch); });
   add_cpu_kernel(registry, "cum_sum", "the ONNX reference library's CumSum (axis as a constant input)",
@@ -186,59 +263,28 @@ void register_onnx_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "reduce_prod", "the ONNX reference library's ReduceProd (axes as a constant input)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_reference_reduce(launch); },
                  DTypeSet::kFloatAndInt);
-  add_cpu_kernel(
-      registry, "one_hot", "the ONNX reference library's OneHot (depth and values as constant inputs)",
-      [](const KernelLaunch& launch, const CpuContext&) {
-        const Attributes& attrs = launch.desc->attrs;
-        const Tensor values = detail::from_doubles(
-            {2}, launch.desc->outputs[0].dtype, {attrs.get_float("off", 0.0), attrs.get_float("on", 1.0)});
-        Attributes one_hot_attrs;
-        one_hot_attrs.set("axis", attrs.get_int("axis", -1));
-        run_reference(launch, "OneHot", one_hot_attrs,
-                      {launch.input(0), scalar_of(static_cast<double>(attrs.get_int("depth", 1)), DType::kInt64),
-                       values});
-      },
-      DTypeSet::kAll);
-  add_cpu_kernel(
-      registry, "conv_transpose2d", "the ONNX reference library's ConvTranspose",
-      [](const KernelLaunch& launch, const CpuContext&) {
-        const Attributes& a = launch.desc->attrs;
-        Attributes attrs;
-        attrs.set("strides", a.get_ints("strides", {1, 1}))
-            .set("pads", a.get_ints("pads", {0, 0, 0, 0}))
-            .set("dilations", a.get_ints("dilations", {1, 1}))
-            .set("group", a.get_int("groups", 1))
-            .set("output_padding", a.get_ints("output_padding", {0, 0}));
-        run_reference(launch, "ConvTranspose", attrs, launch_inputs(launch));
-      },
-      DTypeSet::kFloat);
-  // 3-D Conv and ConvTranspose: the reference library's, which takes any number of spatial axes.
+  add_cpu_kernel(registry, "one_hot", "the ONNX reference library's OneHot (depth and values as constant inputs)",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_one_hot(launch); }, DTypeSet::kAll);
+}
+
+// ConvTranspose (2-D) and the 3-D Conv and ConvTranspose.
+void register_reference_conv_kernels(KernelRegistry& registry) {
+  add_cpu_kernel(registry, "conv_transpose2d", "the ONNX reference library's ConvTranspose",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_conv_transpose2d(launch); },
+                 DTypeSet::kFloat);
   for (const char* op : {"conv3d", "conv_transpose3d"}) {
     const bool transpose = std::string(op) == "conv_transpose3d";
     add_cpu_kernel(
         registry, op, transpose ? "the ONNX reference library's ConvTranspose" : "the ONNX reference library's Conv",
-        [transpose](const KernelLaunch& launch, const CpuContext&) {
-          const Attributes& a = launch.desc->attrs;
-          Attributes attrs;
-          attrs.set("strides", a.get_ints("strides", {1, 1, 1}))
-              .set("pads", a.get_ints("pads", {0, 0, 0, 0, 0, 0}))
-              .set("dilations", a.get_ints("dilations", {1, 1, 1}))
-              .set("group", a.get_int("groups", 1));
-          if (transpose) attrs.set("output_padding", a.get_ints("output_padding", {0, 0, 0}));
-          run_reference(launch, transpose ? "ConvTranspose" : "Conv", attrs, launch_inputs(launch));
-        },
+        [transpose](const KernelLaunch& launch, const CpuContext&) { run_conv3d(launch, transpose); },
         DTypeSet::kFloat);
   }
-  add_cpu_kernel(
-      registry, "trilu", "the ONNX reference library's Trilu (k as a constant input)",
-      [](const KernelLaunch& launch, const CpuContext&) {
-        Attributes attrs;
-        attrs.set("upper", launch.desc->attrs.get_int("upper", 1));
-        run_reference(launch, "Trilu", attrs,
-                      {launch.input(0), scalar_of(static_cast<double>(launch.desc->attrs.get_int("k", 0)),
-                                                  DType::kInt64)});
-      },
-      DTypeSet::kAll);
+}
+
+// Trilu, Tile and TopK, whose k (repeats) the registry op takes as an attribute.
+void register_index_kernels(KernelRegistry& registry) {
+  add_cpu_kernel(registry, "trilu", "the ONNX reference library's Trilu (k as a constant input)",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_trilu(launch); }, DTypeSet::kAll);
   add_cpu_kernel(
       registry, "tile", "the ONNX reference library's Tile (repeats as a constant input)",
       [](const KernelLaunch& launch, const CpuContext&) {
@@ -251,57 +297,40 @@ void register_onnx_kernels(KernelRegistry& registry) {
                                  {launch.input(0), int64_vector({launch.desc->attrs.get_int("k", 0)})});
                  },
                  DTypeSet::kAll);
-  // Note [Segmented plans] (capture_plan.h): the bounded forms; the result fills the first `count` columns (rows),
-  // the rest of the output is zero.
-  add_cpu_kernel(
-      registry, "non_zero", "the ONNX reference library's NonZero, into the bounded output",
-      [](const KernelLaunch& launch, const CpuContext&) {
-        Node node;
-        node.op_type = "NonZero";
-        node.name = "non_zero";
-        node.inputs = {"x"};
-        node.outputs = {"y"};
-        const Tensor y = onnx_ref::run_node(node, kOpset, {launch.input(0)})[0].contiguous();
-        Tensor& out = launch.output(0);
-        if (out.nbytes() > 0) std::memset(out.data_ptr(), 0, out.nbytes());  // empty tensors may have no data
-        const std::int64_t rank = y.shape()[0], found = y.shape()[1], bound = out.shape()[1];
-        for (std::int64_t d = 0; d < rank && found > 0; ++d) {
-          std::memcpy(static_cast<std::int64_t*>(out.data_ptr()) + d * bound,
-                      static_cast<const std::int64_t*>(y.data_ptr()) + d * found,
-                      static_cast<std::size_t>(found) * sizeof(std::int64_t));
-        }
-        *static_cast<std::int64_t*>(launch.output(1).data_ptr()) = found;
-      },
-      DTypeSet::kAll);
-  add_cpu_kernel(registry, "non_max_suppression", "the ONNX reference library's NonMaxSuppression, into the bounded "
-                 "output",
-                 [](const KernelLaunch& launch, const CpuContext&) {
-                   const Attributes& a = launch.desc->attrs;
-                   const Tensor y = [&] {
-                     Node node;
-                     node.op_type = "NonMaxSuppression";
-                     node.name = "non_max_suppression";
-                     node.inputs = {"boxes", "scores", "max", "iou"};
-                     node.outputs = {"y"};
-                     node.attrs.set("center_point_box", a.get_int("center_point_box", 0));
-                     std::vector<Tensor> inputs = {
-                         launch.input(0), launch.input(1),
-                         int64_vector({a.get_int("max_output_boxes_per_class", 0)}),
-                         scalar_of(a.get_float("iou_threshold", 0.0), DType::kFloat32)};
-                     if (a.has("score_threshold")) {
-                       node.inputs.push_back("score");
-                       inputs.push_back(scalar_of(a.get_float("score_threshold", 0.0), DType::kFloat32));
-                     }
-                     return onnx_ref::run_node(node, kOpset, inputs)[0].contiguous();
-                   }();
-                   Tensor& out = launch.output(0);
-                   XPURT_INTERNAL_ASSERT(y.numel() <= out.numel(), "non_max_suppression: ", y.shape()[0],
-                                         " boxes kept, more than the bound ", out.shape()[0]);
-                   if (out.nbytes() > 0) std::memset(out.data_ptr(), 0, out.nbytes());  // may have no data
-                   if (y.nbytes() > 0) std::memcpy(out.data_ptr(), y.data_ptr(), y.nbytes());
-                   *static_cast<std::int64_t*>(launch.output(1).data_ptr()) = y.shape()[0];
-                 },
+}
+
+// NonZero and NonMaxSuppression into their bounded outputs (run_non_zero).
+void register_bounded_kernels(KernelRegistry& registry) {
+  add_cpu_kernel(registry, "non_zero", "the ONNX reference library's NonZero, into the bounded output",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_non_zero(launch); }, DTypeSet::kAll);
+  add_cpu_kernel(registry, "non_max_suppression",
+                 "the ONNX reference library's NonMaxSuppression, into the bounded output",
+                 [](const KernelLaunch& launch, const CpuContext&) { run_non_max_suppression(launch); },
                  DTypeSet::kAll);  // the schema takes float boxes and scores; the outputs are int64
+}
+
+}  // namespace
+
+void run_reference_reduce(const KernelLaunch& launch) {
+  const std::string& op = launch.desc->op;
+  const std::string op_type = op == "reduce_sum"    ? "ReduceSum"
+                              : op == "reduce_max"  ? "ReduceMax"
+                              : op == "reduce_min"  ? "ReduceMin"
+                              : op == "reduce_prod" ? "ReduceProd"
+                                                    : "ReduceMean";
+  const std::vector<std::int64_t> axes = launch.desc->attrs.get_ints("axes", {});
+  Attributes attrs;
+  attrs.set("keepdims", launch.desc->attrs.get_int("keepdims", 1));
+  run_reference(launch, op_type, attrs, {launch.input(0), axes.empty() ? Tensor() : int64_vector(axes)});
+}
+
+// In the order of before the split: the registry keeps its kernels in the order they were added.
+void register_onnx_kernels(KernelRegistry& registry) {
+  register_mapped_kernels(registry);
+  register_constant_input_kernels(registry);
+  register_reference_conv_kernels(registry);
+  register_index_kernels(registry);
+  register_bounded_kernels(registry);
   add_cpu_kernel(registry, "resize", "the ONNX reference library's Resize (scales or sizes as constant inputs)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_resize(launch); });
 }

@@ -712,7 +712,9 @@ void register_math(NodeKernelRegistrar& kernels) {
 }
 
 // Activations: alpha/beta/gamma attributes are read in double and applied in the compute type.
-void register_activations(NodeKernelRegistrar& kernels) {
+
+// Relu and its exponential-linear relatives: LeakyRelu, Elu, Selu, Celu.
+void register_relu_activations(NodeKernelRegistrar& kernels) {
   kernels.add("", "Relu", [](OpContext& ctx) {
     numeric_unary(ctx, kFloatTypes | kSignedIntTypes, [](auto v) { return v > decltype(v){0} ? v : decltype(v){0}; });
   });
@@ -747,6 +749,10 @@ void register_activations(NodeKernelRegistrar& kernels) {
       return v > C{0} ? v : a * std::expm1(v / a);
     });
   });
+}
+
+// Sigmoid, HardSigmoid, HardSwish, Softplus, Softsign, ThresholdedRelu, Shrink, Mish, Gelu.
+void register_curve_activations(NodeKernelRegistrar& kernels) {
   kernels.add("", "Sigmoid", [](OpContext& ctx) {
     float_unary(ctx, [](auto v) {
       using C = decltype(v);
@@ -822,6 +828,10 @@ void register_activations(NodeKernelRegistrar& kernels) {
       });
     }
   });
+}
+
+// PRelu and Clip: the activations that take their parameters (slope; min and max) as inputs.
+void register_input_parameter_activations(NodeKernelRegistrar& kernels) {
   kernels.add("", "PRelu", [](OpContext& ctx) {
     const Tensor& x = ctx.input(0);
     Tensor slope = ctx.input(1);
@@ -885,6 +895,13 @@ void register_activations(NodeKernelRegistrar& kernels) {
       });
     });
   });
+}
+
+// In the order of before the split: the registry keeps its kernels in the order they were added.
+void register_activations(NodeKernelRegistrar& kernels) {
+  register_relu_activations(kernels);
+  register_curve_activations(kernels);
+  register_input_parameter_activations(kernels);
 }
 
 void register_logic(NodeKernelRegistrar& kernels) {

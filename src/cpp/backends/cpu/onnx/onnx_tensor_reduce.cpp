@@ -290,60 +290,119 @@ void cum_sum(OpContext& ctx) {
 
 // Einsum: a loop over every label of the equation (output labels outside, summed labels inside). Labels are
 // the equation's letters, plus one label per broadcast dimension of the ellipsis (ids 256 + i).
-void einsum(OpContext& ctx) {
-  std::string equation;
-  for (char ch : ctx.attr_string("equation", "")) {
-    if (ch != ' ') equation += ch;
-  }
-  XPURT_CHECK(!equation.empty(), ctx.where(), ": attribute 'equation' is required");
-  const std::size_t arrow = equation.find("->");
-  const std::string lhs = equation.substr(0, arrow);
+
+// The equation without spaces, and its input terms (the text before "->", split at commas).
+struct EinsumEquation {
+  std::string text;
+  std::size_t arrow = std::string::npos;  // where "->" is
   std::vector<std::string> terms;
+};
+
+EinsumEquation read_einsum_equation(const OpContext& ctx) {
+  EinsumEquation eq;
+  for (char ch : ctx.attr_string("equation", "")) {
+    if (ch != ' ') eq.text += ch;
+  }
+  XPURT_CHECK(!eq.text.empty(), ctx.where(), ": attribute 'equation' is required");
+  eq.arrow = eq.text.find("->");
+  const std::string lhs = eq.text.substr(0, eq.arrow);
   for (std::size_t start = 0;;) {
     const std::size_t comma = lhs.find(',', start);
-    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    eq.terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  return eq;
+}
+
+// A term's labels given the rank of its tensor (-1: the output, whose ellipsis width is known): the ellipsis
+// stands for the last `width` of the `ellipsis_width` broadcast labels.
+std::vector<int> einsum_term_labels(const OpContext& ctx, const EinsumEquation& eq, const std::string& term,
+                                    std::int64_t rank, std::int64_t ellipsis_width) {
+  std::vector<int> letters_before, letters_after;
+  bool seen = false;
+  for (std::size_t i = 0; i < term.size(); ++i) {
+    if (term.compare(i, 3, "...") == 0) {
+      XPURT_CHECK(!seen, ctx.where(), ": more than one ellipsis in term '", term, "'");
+      seen = true;
+      i += 2;
+      continue;
+    }
+    const char ch = term[i];
+    XPURT_CHECK(std::isalpha(static_cast<unsigned char>(ch)), ctx.where(), ": invalid character '", ch,
+                "' in equation '", eq.text, "'");
+    (seen ? letters_after : letters_before).push_back(static_cast<unsigned char>(ch));
+  }
+  const auto letters = static_cast<std::int64_t>(letters_before.size() + letters_after.size());
+  const std::int64_t width = rank < 0 ? ellipsis_width : rank - letters;
+  XPURT_CHECK(rank < 0 || width == 0 || (seen && width > 0), ctx.where(), ": term '", term, "' has ", letters,
+              " labels for a tensor of rank ", rank);
+  std::vector<int> labels = letters_before;
+  if (seen) {
+    for (std::int64_t i = 0; i < width; ++i) labels.push_back(static_cast<int>(256 + (ellipsis_width - width) + i));
+  }
+  labels.insert(labels.end(), letters_after.begin(), letters_after.end());
+  return labels;
+}
+
+// What the contraction loops over (plan_einsum): the output labels and the summed ones, their sizes, and each
+// input's strides along them (summed over repeated labels: diagonals; 0 where broadcast).
+struct EinsumPlan {
+  Shape out_shape, sum_shape;
+  std::vector<Shape> out_strides, sum_strides;  // [input][label]
+};
+
+// Each input's strides along `labels`, given the inputs' labels.
+std::vector<Shape> einsum_strides(const OpContext& ctx, const std::vector<std::vector<int>>& input_labels,
+                                  const std::vector<int>& labels) {
+  const std::size_t num = input_labels.size();
+  std::vector<Shape> strides(num, Shape(labels.size(), 0));
+  for (std::size_t t = 0; t < num; ++t) {
+    const Shape in_strides = contiguous_strides(ctx.input(t).shape());
+    for (std::size_t d = 0; d < input_labels[t].size(); ++d) {
+      const auto pos = std::find(labels.begin(), labels.end(), input_labels[t][d]) - labels.begin();
+      if (pos == static_cast<std::ptrdiff_t>(labels.size())) continue;
+      if (ctx.input(t).shape()[d] != 1) strides[t][us(pos)] += in_strides[d];
+    }
+  }
+  return strides;
+}
+
+// The output's labels: the equation's right-hand side, or without one the broadcast labels then the letters that
+// appear once, in alphabetical order.
+std::vector<int> einsum_output_labels(const OpContext& ctx, const EinsumEquation& eq, std::int64_t ellipsis_width,
+                                      const std::map<int, std::int64_t>& size,
+                                      const std::map<int, int>& occurrences) {
+  std::vector<int> out_labels;
+  if (eq.arrow != std::string::npos) {
+    out_labels = einsum_term_labels(ctx, eq, eq.text.substr(eq.arrow + 2), -1, ellipsis_width);
+    for (int label : out_labels) {
+      XPURT_CHECK(size.count(label) != 0, ctx.where(), ": output label '", static_cast<char>(label),
+                  "' does not appear in the inputs");
+      XPURT_CHECK(std::count(out_labels.begin(), out_labels.end(), label) == 1, ctx.where(), ": output label '",
+                  static_cast<char>(label), "' is repeated");
+    }
+  } else {
+    for (std::int64_t i = 0; i < ellipsis_width; ++i) out_labels.push_back(static_cast<int>(256 + i));
+    for (const auto& [label, count] : occurrences) {
+      if (label < 256 && count == 1) out_labels.push_back(label);  // std::map: alphabetical (ASCII) order
+    }
+  }
+  return out_labels;
+}
+
+EinsumPlan plan_einsum(const OpContext& ctx, const EinsumEquation& eq) {
   const std::size_t num = ctx.num_inputs();
-  XPURT_CHECK(terms.size() == num, ctx.where(), ": equation '", equation, "' has ", terms.size(),
+  XPURT_CHECK(eq.terms.size() == num, ctx.where(), ": equation '", eq.text, "' has ", eq.terms.size(),
               " input terms, the node has ", num, " inputs");
   const DType dtype = ctx.input(0).dtype();
-  // Parse a term into labels given the rank of its tensor (-1: the output, whose ellipsis width is known).
   std::int64_t ellipsis_width = 0;
-  auto parse = [&](const std::string& term, std::int64_t rank, bool* has_ellipsis) {
-    std::vector<int> letters_before, letters_after;
-    bool seen = false;
-    for (std::size_t i = 0; i < term.size(); ++i) {
-      if (term.compare(i, 3, "...") == 0) {
-        XPURT_CHECK(!seen, ctx.where(), ": more than one ellipsis in term '", term, "'");
-        seen = true;
-        i += 2;
-        continue;
-      }
-      const char ch = term[i];
-      XPURT_CHECK(std::isalpha(static_cast<unsigned char>(ch)), ctx.where(), ": invalid character '", ch,
-                  "' in equation '", equation, "'");
-      (seen ? letters_after : letters_before).push_back(static_cast<unsigned char>(ch));
-    }
-    *has_ellipsis = seen;
-    const auto letters = static_cast<std::int64_t>(letters_before.size() + letters_after.size());
-    const std::int64_t width = rank < 0 ? ellipsis_width : rank - letters;
-    XPURT_CHECK(rank < 0 || width == 0 || (seen && width > 0), ctx.where(), ": term '", term, "' has ", letters,
-                " labels for a tensor of rank ", rank);
-    std::vector<int> labels = letters_before;
-    if (seen) {
-      for (std::int64_t i = 0; i < width; ++i) labels.push_back(static_cast<int>(256 + (ellipsis_width - width) + i));
-    }
-    labels.insert(labels.end(), letters_after.begin(), letters_after.end());
-    return labels;
-  };
   for (std::size_t t = 0; t < num; ++t) {
     XPURT_CHECK_TYPE(ctx.input(t).dtype() == dtype, ctx.where(), ": input ", t, " is ",
                      dtype_name(ctx.input(t).dtype()), ", input 0 is ", dtype_name(dtype));
     std::int64_t letters = 0;
-    for (char ch : terms[t]) letters += std::isalpha(static_cast<unsigned char>(ch)) ? 1 : 0;
-    if (terms[t].find("...") != std::string::npos) {
+    for (char ch : eq.terms[t]) letters += std::isalpha(static_cast<unsigned char>(ch)) ? 1 : 0;
+    if (eq.terms[t].find("...") != std::string::npos) {
       ellipsis_width = std::max(ellipsis_width, ctx.input(t).dim() - letters);
     }
   }
@@ -351,9 +410,8 @@ void einsum(OpContext& ctx) {
   std::map<int, std::int64_t> size;   // label -> size
   std::map<int, int> occurrences;      // label -> how many times it appears in the inputs
   for (std::size_t t = 0; t < num; ++t) {
-    bool has_ellipsis = false;
     const Tensor& in = ctx.input(t);
-    input_labels.push_back(parse(terms[t], in.dim(), &has_ellipsis));
+    input_labels.push_back(einsum_term_labels(ctx, eq, eq.terms[t], in.dim(), ellipsis_width));
     for (std::size_t d = 0; d < input_labels[t].size(); ++d) {
       const int label = input_labels[t][d];
       ++occurrences[label];
@@ -368,80 +426,63 @@ void einsum(OpContext& ctx) {
       }
     }
   }
-  std::vector<int> out_labels;
-  if (arrow != std::string::npos) {
-    bool has_ellipsis = false;
-    out_labels = parse(equation.substr(arrow + 2), -1, &has_ellipsis);
-    for (int label : out_labels) {
-      XPURT_CHECK(size.count(label) != 0, ctx.where(), ": output label '", static_cast<char>(label),
-                  "' does not appear in the inputs");
-      XPURT_CHECK(std::count(out_labels.begin(), out_labels.end(), label) == 1, ctx.where(), ": output label '",
-                  static_cast<char>(label), "' is repeated");
-    }
-  } else {
-    for (std::int64_t i = 0; i < ellipsis_width; ++i) out_labels.push_back(static_cast<int>(256 + i));
-    for (const auto& [label, count] : occurrences) {
-      if (label < 256 && count == 1) out_labels.push_back(label);  // std::map: alphabetical (ASCII) order
-    }
-  }
+  const std::vector<int> out_labels = einsum_output_labels(ctx, eq, ellipsis_width, size, occurrences);
   std::vector<int> sum_labels;
   for (const auto& [label, s] : size) {
     if (std::find(out_labels.begin(), out_labels.end(), label) == out_labels.end()) sum_labels.push_back(label);
   }
-  // Strides of each input per label (summed over repeated labels: diagonals; 0 where broadcast).
-  auto strides_for = [&](const std::vector<int>& labels) {
-    std::vector<Shape> strides(num, Shape(labels.size(), 0));
-    for (std::size_t t = 0; t < num; ++t) {
-      const Shape in_strides = contiguous_strides(ctx.input(t).shape());
-      for (std::size_t d = 0; d < input_labels[t].size(); ++d) {
-        const auto pos = std::find(labels.begin(), labels.end(), input_labels[t][d]) - labels.begin();
-        if (pos == static_cast<std::ptrdiff_t>(labels.size())) continue;
-        if (ctx.input(t).shape()[d] != 1) strides[t][us(pos)] += in_strides[d];
+  EinsumPlan plan;
+  for (int label : out_labels) plan.out_shape.push_back(size[label]);
+  for (int label : sum_labels) plan.sum_shape.push_back(size[label]);
+  plan.out_strides = einsum_strides(ctx, input_labels, out_labels);
+  plan.sum_strides = einsum_strides(ctx, input_labels, sum_labels);
+  return plan;
+}
+
+// Every output element: the sum over the summed labels of the inputs' product, accumulated in Acc<C>.
+template <typename T>
+void contract_einsum(const OpContext& ctx, const EinsumPlan& plan, Tensor& out) {
+  using C = typename Compute<T>::type;
+  const std::size_t num = ctx.num_inputs();
+  const std::int64_t sum_count = numel_of(plan.sum_shape);
+  std::vector<const T*> srcs;
+  for (std::size_t t = 0; t < num; ++t) srcs.push_back(data<T>(ctx.input(t)));
+  T* dst = data<T>(out);
+  const std::int64_t total = out.numel();
+  // Odometers over the output and the summed labels that move each input's offset by its strides.
+  Shape out_idx(plan.out_shape.size(), 0), sum_idx(plan.sum_shape.size(), 0);
+  std::vector<std::int64_t> base(num, 0), offset(num, 0);
+  auto advance = [&](Shape& idx, const Shape& shape, const std::vector<Shape>& strides,
+                     std::vector<std::int64_t>& offsets) {
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) {
+        for (std::size_t t = 0; t < num; ++t) offsets[t] += strides[t][d];
+        return;
       }
+      for (std::size_t t = 0; t < num; ++t) offsets[t] -= strides[t][d] * (shape[d] - 1);
+      idx[d] = 0;
     }
-    return strides;
   };
-  Shape out_shape, sum_shape;
-  for (int label : out_labels) out_shape.push_back(size[label]);
-  for (int label : sum_labels) sum_shape.push_back(size[label]);
-  const std::vector<Shape> out_strides = strides_for(out_labels);
-  const std::vector<Shape> sum_strides = strides_for(sum_labels);
-  Tensor& out = ctx.allocate_output(0, out_shape, dtype);
-  const std::int64_t sum_count = numel_of(sum_shape);
-  visit_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    using C = typename Compute<T>::type;
-    std::vector<const T*> srcs;
-    for (std::size_t t = 0; t < num; ++t) srcs.push_back(data<T>(ctx.input(t)));
-    T* dst = data<T>(out);
-    const std::int64_t total = out.numel();
-    // Odometers over the output and the summed labels that move each input's offset by its strides.
-    Shape out_idx(out_shape.size(), 0), sum_idx(sum_shape.size(), 0);
-    std::vector<std::int64_t> base(num, 0), offset(num, 0);
-    auto advance = [&](Shape& idx, const Shape& shape, const std::vector<Shape>& strides,
-                       std::vector<std::int64_t>& offsets) {
-      for (std::size_t d = shape.size(); d-- > 0;) {
-        if (++idx[d] < shape[d]) {
-          for (std::size_t t = 0; t < num; ++t) offsets[t] += strides[t][d];
-          return;
-        }
-        for (std::size_t t = 0; t < num; ++t) offsets[t] -= strides[t][d] * (shape[d] - 1);
-        idx[d] = 0;
-      }
-    };
-    for (std::int64_t linear = 0; linear < total; ++linear) {
-      Acc<C> acc = 0;
-      offset = base;
-      for (std::int64_t s = 0; s < sum_count; ++s) {
-        Acc<C> product = 1;
-        for (std::size_t t = 0; t < num; ++t) product *= static_cast<Acc<C>>(Compute<T>::load(srcs[t][offset[t]]));
-        acc += product;
-        advance(sum_idx, sum_shape, sum_strides, offset);
-      }
-      dst[linear] = Compute<T>::store(static_cast<C>(acc));
-      advance(out_idx, out_shape, out_strides, base);
+  for (std::int64_t linear = 0; linear < total; ++linear) {
+    Acc<C> acc = 0;
+    offset = base;
+    for (std::int64_t s = 0; s < sum_count; ++s) {
+      Acc<C> product = 1;
+      for (std::size_t t = 0; t < num; ++t) product *= static_cast<Acc<C>>(Compute<T>::load(srcs[t][offset[t]]));
+      acc += product;
+      advance(sum_idx, plan.sum_shape, plan.sum_strides, offset);
     }
-  });
+    dst[linear] = Compute<T>::store(static_cast<C>(acc));
+    advance(out_idx, plan.out_shape, plan.out_strides, base);
+  }
+}
+
+void einsum(OpContext& ctx) {
+  const EinsumEquation eq = read_einsum_equation(ctx);
+  const EinsumPlan plan = plan_einsum(ctx, eq);
+  const DType dtype = ctx.input(0).dtype();
+  Tensor& out = ctx.allocate_output(0, plan.out_shape, dtype);
+  visit_dtype(dtype, [&](auto tag) { contract_einsum<decltype(tag)>(ctx, plan, out); });
 }
 
 }  // namespace

@@ -208,69 +208,104 @@ Node transpose_node(const std::string& name, const std::string& in, const std::s
   return t;
 }
 
-}  // namespace
+// One walk of nhwc_layout over g's nodes (Note [Channels last], Note [Layouts propagate]): the NCHW -> channels-last
+// map and what the walk made so far. rewrite() takes the nodes in order; each of its cases (convert_conv,
+// follow_pool, fold_transpose, convert_reduce_mean, convert_elementwise) either handles the node and returns true,
+// or returns false having added no node. finish() puts the new nodes into g.
+class NhwcRewriter {
+ public:
+  NhwcRewriter(Graph& g, PassResult& result) : g_(g), result_(result), original_uses_(g) {
+    nodes_.reserve(g.nodes.size() * 2);
+  }
 
-// Long function: one walk over the nodes sharing the NCHW -> channels-last map (nhwc_of) and the transposes
-// made so far; each op family's case reads and extends them (a candidate to split into a class with that state).
-PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
-  PassResult result{"nhwc_layout", 0, {}};
-  if (!ctx.device.is_cuda()) return result;
-  std::unordered_map<std::string, std::string> nhwc_of;  // an NCHW value -> its channels-last twin
-  std::set<std::string> back_values;                     // outputs of the Transposes back to NCHW made here
-  std::set<std::string> replaced_weights;
-  std::set<std::string> shape_constants;  // of the Reshapes back to NCHW
-  std::set<std::string> taken_names;                     // names made here (not in g until the end)
-  const auto fresh = [&](const std::string& hint) {
-    std::string name = g.unique_name(hint);
-    for (int k = 2; taken_names.count(name) != 0; ++k) name = g.unique_name(detail::str_cat(hint, "_", k));
-    taken_names.insert(name);
+  void rewrite(const Node& original) {
+    Node n = original;
+    for (std::string& in : n.inputs) in = current(in);
+    if (convert_conv(original, n)) return;
+    const bool nhwc_input = !n.inputs.empty() && nhwc_of_.count(n.inputs[0]) != 0;
+    if (follow_pool(n, nhwc_input) || fold_transpose(original, n, nhwc_input) ||
+        convert_reduce_mean(original, n, nhwc_input) || convert_elementwise(original, n)) {
+      return;
+    }
+    nodes_.push_back(n);
+  }
+
+  // g's nodes become the rewritten ones, without the ways back to NCHW that nothing reads (Note [Channels last]).
+  void finish() {
+    g_.nodes = std::move(nodes_);
+    if (result_.rewrites == 0) return;
+    const Uses uses(g_);
+    std::vector<Node> kept;
+    for (Node& n : g_.nodes) {
+      if (n.outputs.size() == 1 && back_values_.count(n.outputs[0]) != 0 && uses.unused(n.outputs[0])) continue;
+      kept.push_back(std::move(n));
+    }
+    g_.nodes = std::move(kept);
+    replaced_weights_.insert(shape_constants_.begin(), shape_constants_.end());
+    remove_unused_constants(g_, replaced_weights_);
+  }
+
+ private:
+  // A name unused in g and not made here yet.
+  std::string fresh(const std::string& hint) {
+    std::string name = g_.unique_name(hint);
+    for (int k = 2; taken_names_.count(name) != 0; ++k) name = g_.unique_name(detail::str_cat(hint, "_", k));
+    taken_names_.insert(name);
     return name;
-  };
-  std::vector<Node> nodes;
-  nodes.reserve(g.nodes.size() * 2);
+  }
+
   // A [N, C, 1, 1] value and its [N, 1, 1, C] twin have one memory order: a Reshape (a view) between them.
-  const auto reshape_node = [&](const std::string& value, const std::string& to,
-                                const std::vector<std::int64_t>& shape) {
+  void reshape_node(const std::string& value, const std::string& to, const std::vector<std::int64_t>& shape) {
     Node reshape;
     reshape.name = fresh(value + (shape[3] == 1 ? "_to_nchw" : "_to_nhwc"));
     reshape.op_type = "Reshape";
-    reshape.inputs = {value, add_constant(g, to + "_shape", int64_tensor(shape))};
-    shape_constants.insert(reshape.inputs[1]);
+    reshape.inputs = {value, add_constant(g_, to + "_shape", int64_tensor(shape))};
+    shape_constants_.insert(reshape.inputs[1]);
     reshape.outputs = {to};
-    nodes.push_back(std::move(reshape));
-  };
+    nodes_.push_back(std::move(reshape));
+  }
+
   // The channels-last twin of `value`, made by a Transpose into NHWC (a Reshape for [N, C, 1, 1]) when it has none
   // yet.
-  const auto to_nhwc = [&](const std::string& value) {
-    auto it = nhwc_of.find(value);
-    if (it != nhwc_of.end()) return it->second;
+  std::string to_nhwc(const std::string& value) {
+    auto it = nhwc_of_.find(value);
+    if (it != nhwc_of_.end()) return it->second;
     const std::string twin = fresh(value + "_nhwc");
-    auto shape = static_shape(g, value);
+    auto shape = static_shape(g_, value);
     if (shape && shape->size() == 4 && (*shape)[2] == 1 && (*shape)[3] == 1) {
       reshape_node(value, twin, detail::nchw_to_nhwc(*shape));
     } else {
-      nodes.push_back(transpose_node(fresh(value + "_to_nhwc"), value, twin, {0, 2, 3, 1}));
+      nodes_.push_back(transpose_node(fresh(value + "_to_nhwc"), value, twin, {0, 2, 3, 1}));
     }
-    nhwc_of[value] = twin;
+    nhwc_of_[value] = twin;
     return twin;
-  };
+  }
+
   // After a converted node wrote `twin`: the NCHW `value` back, for the readers that stay NCHW.
-  const auto back_to_nchw = [&](const std::string& value, const std::string& twin,
-                                const std::vector<std::int64_t>& nchw_shape) {
+  void back_to_nchw(const std::string& value, const std::string& twin, const std::vector<std::int64_t>& nchw_shape) {
     if (nchw_shape[2] == 1 && nchw_shape[3] == 1) {
       reshape_node(twin, value, nchw_shape);
     } else {
-      nodes.push_back(transpose_node(fresh(value + "_to_nchw"), twin, value, {0, 3, 1, 2}));
+      nodes_.push_back(transpose_node(fresh(value + "_to_nchw"), twin, value, {0, 3, 1, 2}));
     }
-    nhwc_of[value] = twin;
-    back_values.insert(value);
-  };
+    nhwc_of_[value] = twin;
+    back_values_.insert(value);
+  }
+
+  // The converted node `converted` writing `twin` in place of n's NCHW output of shape `y_shape`.
+  void add_converted(const Node& n, Node converted, const std::string& twin, const std::vector<std::int64_t>& y_shape,
+                     const char* how) {
+    result_.notes.push_back(detail::str_cat(describe(n), how));
+    nodes_.push_back(std::move(converted));
+    back_to_nchw(n.outputs[0], twin, y_shape);
+    ++result_.rewrites;
+  }
+
   // How a converted elementwise node with output [N, C, H, W] `out` reads operand `value` (`typed`: its name in the
   // original graph, which has its type).
-  const auto operand_kind = [&](const std::string& value, const std::string& typed,
-                                const std::vector<std::int64_t>& out) {
-    if (nhwc_of.count(value) != 0) return Operand::kTwin;
-    auto shape = static_shape(g, typed);
+  Operand operand_kind(const std::string& value, const std::string& typed, const std::vector<std::int64_t>& out) const {
+    if (nhwc_of_.count(value) != 0) return Operand::kTwin;
+    auto shape = static_shape(g_, typed);
     if (!shape) return Operand::kTransposed;
     std::int64_t numel = 1;
     for (std::int64_t d : *shape) numel *= d;
@@ -280,170 +315,174 @@ PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
       return Operand::kTransposed;
     }
     if (rank == 4 && (*shape)[0] != 1 && (*shape)[0] != out[0]) return Operand::kTransposed;
-    if (constant(g, value) != nullptr) return Operand::kConstant;
+    if (constant(g_, value) != nullptr) return Operand::kConstant;
     return rank == 4 ? Operand::kView : Operand::kTransposed;
-  };
-  // Uses of the original graph: an exporter's Transpose folds only where its output is not a graph output or read
-  // by a subgraph (its name must stay).
-  const Uses original_uses(g);
-  std::unordered_map<std::string, std::string> renamed;  // a folded Transpose's output -> the twin it equals
-  const auto current = [&](const std::string& value) -> const std::string& {
-    auto it = renamed.find(value);
-    return it == renamed.end() ? value : it->second;
-  };
-  std::unordered_map<std::string, std::string> constant_twins;  // [C, 1, 1] constants -> [1, 1, C]
+  }
+
+  // `value`, or the twin a folded Transpose's output `value` equals.
+  const std::string& current(const std::string& value) const {
+    auto it = renamed_.find(value);
+    return it == renamed_.end() ? value : it->second;
+  }
 
   // Whether the [N, C, 1, 1] output of elementwise node `p` is read only by elementwise nodes that will convert (one
   // of their other operands is channels-last already): then `p` converts too, its inputs read through views, so that
   // it stays in one fused kernel with its reader (squeeze-excitation's Sigmoid before the scaling Mul).
-  const auto readers_convert = [&](const Node& p) {
-    const auto y = static_shape(g, p.outputs[0]);
+  bool readers_convert(const Node& p) const {
+    const auto y = static_shape(g_, p.outputs[0]);
     if (!y || y->size() != 4 || (*y)[2] != 1 || (*y)[3] != 1) return false;
     const std::string& value = p.outputs[0];
-    if (original_uses.is_graph_output(value) || original_uses.read_by_subgraph(value)) return false;
-    const auto& readers = original_uses.readers(value);
+    if (original_uses_.is_graph_output(value) || original_uses_.read_by_subgraph(value)) return false;
+    const auto& readers = original_uses_.readers(value);
     return !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](std::size_t r) {
-      const Node& reader = g.nodes[r];
+      const Node& reader = g_.nodes[r];
       if (!layout_free(reader)) return false;
       return std::any_of(reader.inputs.begin(), reader.inputs.end(), [&](const std::string& in) {
-        return in != value && nhwc_of.count(current(in)) != 0;
+        return in != value && nhwc_of_.count(current(in)) != 0;
       });
     });
-  };
+  }
 
+  // A tensor-core FusedConv, or a depthwise one whose input is channels-last: layout=NHWC with an OHWI weight. One
+  // whose output shape is not known stays as it is (and no other case looks at it).
+  bool convert_conv(const Node& original, const Node& n) {
+    if (!convertible_conv(g_, original) && !(depthwise_conv(g_, original) && nhwc_of_.count(n.inputs[0]) != 0)) {
+      return false;
+    }
+    const auto y_shape = half_4d_shape(g_, n.outputs[0]);
+    if (!y_shape) {
+      nodes_.push_back(n);
+      return true;
+    }
+    Node conv = n;
+    conv.inputs[0] = to_nhwc(n.inputs[0]);
+    replaced_weights_.insert(n.inputs[1]);
+    conv.inputs[1] = add_constant(g_, n.inputs[1] + "_ohwi", ohwi_from_oihw(*constant(g_, n.inputs[1])));
+    if (n.inputs.size() > 3 && !n.inputs[3].empty()) conv.inputs[3] = to_nhwc(n.inputs[3]);
+    const std::string twin = fresh(n.outputs[0] + "_nhwc");
+    conv.outputs = {twin};
+    conv.attrs.set("layout", std::string("NHWC"));
+    add_converted(n, std::move(conv), twin, *y_shape, " -> NHWC");
+    return true;
+  }
+
+  // A pool whose input is already channels-last follows it.
+  bool follow_pool(const Node& n, bool nhwc_input) {
+    if (!nhwc_input || n.outputs.empty()) return false;
+    const auto y_shape = half_4d_shape(g_, n.outputs[0]);
+    Node pool;
+    const std::string twin = y_shape ? fresh(n.outputs[0] + "_nhwc") : std::string();
+    if (!y_shape || !nhwc_pool(n, nhwc_of_[n.inputs[0]], twin, &pool)) return false;
+    add_converted(n, std::move(pool), twin, *y_shape, " -> NHWC");
+    return true;
+  }
+
+  // The exporters' permutes (Note [Layouts propagate]).
+  bool fold_transpose(const Node& original, const Node& n, bool nhwc_input) {
+    if (!is_onnx(n, "Transpose") || n.outputs.size() != 1 || !half_4d_shape(g_, original.inputs[0])) return false;
+    const auto perm = n.attrs.get_ints("perm", {});
+    const std::string& y = n.outputs[0];
+    if (perm == std::vector<std::int64_t>{0, 2, 3, 1} && nhwc_input && !original_uses_.is_graph_output(y) &&
+        !original_uses_.read_by_subgraph(y)) {
+      renamed_[y] = nhwc_of_[n.inputs[0]];
+      result_.notes.push_back(detail::str_cat(describe(n), " -> its input's channels-last twin"));
+      ++result_.rewrites;
+      return true;
+    }
+    if (perm == std::vector<std::int64_t>{0, 3, 1, 2} && nhwc_of_.count(y) == 0) {
+      nodes_.push_back(n);
+      nhwc_of_[y] = n.inputs[0];
+      back_values_.insert(y);
+      return true;
+    }
+    return false;
+  }
+
+  // The squeeze of a squeeze-excitation: the mean over H and W.
+  bool convert_reduce_mean(const Node& original, const Node& n, bool nhwc_input) {
+    if (!is_onnx(n, "ReduceMean") || !nhwc_input || n.outputs.size() != 1) return false;
+    auto axes = constant_axes(g_, n, 18);
+    const auto x_shape = half_4d_shape(g_, original.inputs[0]);
+    if (!axes || !x_shape) return false;
+    std::set<std::int64_t> normalized;
+    for (std::int64_t a : *axes) normalized.insert(a < 0 ? a + 4 : a);
+    const bool keep = n.attrs.get_int("keepdims", 1) != 0;
+    const auto y_shape = static_shape(g_, n.outputs[0]);
+    if (normalized != std::set<std::int64_t>{2, 3} || !y_shape) return false;
+    Node mean = n;
+    mean.inputs = {nhwc_of_[n.inputs[0]]};
+    if (g_.opset(n.domain) >= 18) {
+      mean.inputs.push_back(add_constant(g_, n.name + "_hw_axes", int64_tensor({1, 2})));
+    } else {
+      mean.attrs.set("axes", std::vector<std::int64_t>{1, 2});
+    }
+    // keepdims=0: [N, C] either way.
+    const std::string twin = keep ? fresh(n.outputs[0] + "_nhwc") : n.outputs[0];
+    mean.outputs = {twin};
+    result_.notes.push_back(detail::str_cat(describe(n), " -> over axes 1, 2 of NHWC"));
+    nodes_.push_back(std::move(mean));
+    if (keep) back_to_nchw(n.outputs[0], twin, *y_shape);
+    ++result_.rewrites;
+    return true;
+  }
+
+  // Elementwise ops with a channels-last operand and none that would need a Transpose.
+  bool convert_elementwise(const Node& original, const Node& n) {
+    if (!layout_free(n)) return false;
+    const auto y_shape = half_4d_shape(g_, n.outputs[0]);
+    bool any_twin = false, feasible = y_shape.has_value();
+    std::vector<Operand> kinds(n.inputs.size(), Operand::kSame);  // an absent optional input stays absent
+    for (std::size_t i = 0; feasible && i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      kinds[i] = operand_kind(n.inputs[i], original.inputs[i], *y_shape);
+      any_twin = any_twin || kinds[i] == Operand::kTwin;
+      feasible = kinds[i] != Operand::kTransposed;
+    }
+    if (!feasible || !(any_twin || readers_convert(original))) return false;
+    Node converted = n;
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const std::string& in = n.inputs[i];
+      if (kinds[i] == Operand::kTwin || kinds[i] == Operand::kView) {
+        converted.inputs[i] = to_nhwc(in);
+      } else if (kinds[i] == Operand::kConstant) {
+        auto it = constant_twins_.find(in);
+        if (it == constant_twins_.end()) {
+          it = constant_twins_.emplace(in, add_constant(g_, in + "_nhwc", channels_last_constant(*constant(g_, in))))
+                   .first;
+        }
+        converted.inputs[i] = it->second;
+      }
+    }
+    const std::string twin = fresh(n.outputs[0] + "_nhwc");
+    converted.outputs = {twin};
+    add_converted(n, std::move(converted), twin, *y_shape, " -> NHWC");
+    return true;
+  }
+
+  Graph& g_;
+  PassResult& result_;
+  // Uses of the original graph: an exporter's Transpose folds only where its output is not a graph output or read
+  // by a subgraph (its name must stay).
+  const Uses original_uses_;
+  std::vector<Node> nodes_;                                 // the rewritten nodes, in order
+  std::unordered_map<std::string, std::string> nhwc_of_;   // an NCHW value -> its channels-last twin
+  std::set<std::string> back_values_;                       // outputs of the Transposes back to NCHW made here
+  std::set<std::string> replaced_weights_;
+  std::set<std::string> shape_constants_;                   // of the Reshapes back to NCHW
+  std::set<std::string> taken_names_;                       // names made here (not in g until the end)
+  std::unordered_map<std::string, std::string> renamed_;   // a folded Transpose's output -> the twin it equals
+  std::unordered_map<std::string, std::string> constant_twins_;  // [C, 1, 1] constants -> [1, 1, C]
+};
+
+}  // namespace
+
+PassResult nhwc_layout(Graph& g, const PassContext& ctx) {
+  PassResult result{"nhwc_layout", 0, {}};
+  if (!ctx.device.is_cuda()) return result;
+  NhwcRewriter rewriter(g, result);
   // Copies, not moves: fresh() asks the graph for unused names, so every node must stay in g.nodes until the end.
-  for (const Node& original : g.nodes) {
-    Node n = original;
-    for (std::string& in : n.inputs) in = current(in);
-    if (convertible_conv(g, original) || (depthwise_conv(g, original) && nhwc_of.count(n.inputs[0]) != 0)) {
-      const auto y_shape = half_4d_shape(g, n.outputs[0]);
-      if (!y_shape) {
-        nodes.push_back(n);
-        continue;
-      }
-      Node conv = n;
-      conv.inputs[0] = to_nhwc(n.inputs[0]);
-      replaced_weights.insert(n.inputs[1]);
-      conv.inputs[1] = add_constant(g, n.inputs[1] + "_ohwi", ohwi_from_oihw(*constant(g, n.inputs[1])));
-      if (n.inputs.size() > 3 && !n.inputs[3].empty()) conv.inputs[3] = to_nhwc(n.inputs[3]);
-      const std::string twin = fresh(n.outputs[0] + "_nhwc");
-      conv.outputs = {twin};
-      conv.attrs.set("layout", std::string("NHWC"));
-      result.notes.push_back(detail::str_cat(describe(n), " -> NHWC"));
-      nodes.push_back(std::move(conv));
-      back_to_nchw(n.outputs[0], twin, *y_shape);
-      ++result.rewrites;
-      continue;
-    }
-    const bool nhwc_input = !n.inputs.empty() && nhwc_of.count(n.inputs[0]) != 0;
-    // A pool whose input is already channels-last follows it.
-    if (nhwc_input && !n.outputs.empty()) {
-      const auto y_shape = half_4d_shape(g, n.outputs[0]);
-      Node pool;
-      const std::string twin = y_shape ? fresh(n.outputs[0] + "_nhwc") : std::string();
-      if (y_shape && nhwc_pool(n, nhwc_of[n.inputs[0]], twin, &pool)) {
-        result.notes.push_back(detail::str_cat(describe(n), " -> NHWC"));
-        nodes.push_back(std::move(pool));
-        back_to_nchw(n.outputs[0], twin, *y_shape);
-        ++result.rewrites;
-        continue;
-      }
-    }
-    // The exporters' permutes (Note [Layouts propagate]).
-    if (is_onnx(n, "Transpose") && n.outputs.size() == 1 && half_4d_shape(g, original.inputs[0])) {
-      const auto perm = n.attrs.get_ints("perm", {});
-      const std::string& y = n.outputs[0];
-      if (perm == std::vector<std::int64_t>{0, 2, 3, 1} && nhwc_input && !original_uses.is_graph_output(y) &&
-          !original_uses.read_by_subgraph(y)) {
-        renamed[y] = nhwc_of[n.inputs[0]];
-        result.notes.push_back(detail::str_cat(describe(n), " -> its input's channels-last twin"));
-        ++result.rewrites;
-        continue;
-      }
-      if (perm == std::vector<std::int64_t>{0, 3, 1, 2} && nhwc_of.count(y) == 0) {
-        nodes.push_back(n);
-        nhwc_of[y] = n.inputs[0];
-        back_values.insert(y);
-        continue;
-      }
-    }
-    // The squeeze of a squeeze-excitation: the mean over H and W.
-    if (is_onnx(n, "ReduceMean") && nhwc_input && n.outputs.size() == 1) {
-      auto axes = constant_axes(g, n, 18);
-      const auto x_shape = half_4d_shape(g, original.inputs[0]);
-      if (axes && x_shape) {
-        std::set<std::int64_t> normalized;
-        for (std::int64_t a : *axes) normalized.insert(a < 0 ? a + 4 : a);
-        const bool keep = n.attrs.get_int("keepdims", 1) != 0;
-        const auto y_shape = static_shape(g, n.outputs[0]);
-        if (normalized == std::set<std::int64_t>{2, 3} && y_shape) {
-          Node mean = n;
-          mean.inputs = {nhwc_of[n.inputs[0]]};
-          if (g.opset(n.domain) >= 18) {
-            mean.inputs.push_back(add_constant(g, n.name + "_hw_axes", int64_tensor({1, 2})));
-          } else {
-            mean.attrs.set("axes", std::vector<std::int64_t>{1, 2});
-          }
-          // keepdims=0: [N, C] either way.
-          const std::string twin = keep ? fresh(n.outputs[0] + "_nhwc") : n.outputs[0];
-          mean.outputs = {twin};
-          result.notes.push_back(detail::str_cat(describe(n), " -> over axes 1, 2 of NHWC"));
-          nodes.push_back(std::move(mean));
-          if (keep) back_to_nchw(n.outputs[0], twin, *y_shape);
-          ++result.rewrites;
-          continue;
-        }
-      }
-    }
-    // Elementwise ops with a channels-last operand and none that would need a Transpose.
-    if (layout_free(n)) {
-      const auto y_shape = half_4d_shape(g, n.outputs[0]);
-      bool any_twin = false, feasible = y_shape.has_value();
-      std::vector<Operand> kinds(n.inputs.size(), Operand::kSame);  // an absent optional input stays absent
-      for (std::size_t i = 0; feasible && i < n.inputs.size(); ++i) {
-        if (n.inputs[i].empty()) continue;
-        kinds[i] = operand_kind(n.inputs[i], original.inputs[i], *y_shape);
-        any_twin = any_twin || kinds[i] == Operand::kTwin;
-        feasible = kinds[i] != Operand::kTransposed;
-      }
-      if (feasible && (any_twin || readers_convert(original))) {
-        Node converted = n;
-        for (std::size_t i = 0; i < n.inputs.size(); ++i) {
-          const std::string& in = n.inputs[i];
-          if (kinds[i] == Operand::kTwin || kinds[i] == Operand::kView) {
-            converted.inputs[i] = to_nhwc(in);
-          } else if (kinds[i] == Operand::kConstant) {
-            auto it = constant_twins.find(in);
-            if (it == constant_twins.end()) {
-              it = constant_twins.emplace(in, add_constant(g, in + "_nhwc", channels_last_constant(*constant(g, in))))
-                       .first;
-            }
-            converted.inputs[i] = it->second;
-          }
-        }
-        const std::string twin = fresh(n.outputs[0] + "_nhwc");
-        converted.outputs = {twin};
-        result.notes.push_back(detail::str_cat(describe(n), " -> NHWC"));
-        nodes.push_back(std::move(converted));
-        back_to_nchw(n.outputs[0], twin, *y_shape);
-        ++result.rewrites;
-        continue;
-      }
-    }
-    nodes.push_back(n);
-  }
-  g.nodes = std::move(nodes);
-  if (result.rewrites == 0) return result;
-  // Drop the ways back to NCHW that nothing reads (Note [Channels last]).
-  const Uses uses(g);
-  std::vector<Node> kept;
-  for (Node& n : g.nodes) {
-    if (n.outputs.size() == 1 && back_values.count(n.outputs[0]) != 0 && uses.unused(n.outputs[0])) continue;
-    kept.push_back(std::move(n));
-  }
-  g.nodes = std::move(kept);
-  replaced_weights.insert(shape_constants.begin(), shape_constants.end());
-  remove_unused_constants(g, replaced_weights);
+  for (const Node& original : g.nodes) rewriter.rewrite(original);
+  rewriter.finish();
   return result;
 }
 

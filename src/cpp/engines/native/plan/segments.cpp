@@ -120,62 +120,83 @@ bool host_readable(const Graph& g, const std::string& name) {
   return numeric && numel <= 64;
 }
 
-}  // namespace
+// A NonZero's or NonMaxSuppression's bounded form in the first segment.
+struct Bounded {
+  std::string value;  // the bounded output
+  int count = 0;      // its count's position among the counts
+  SegmentBoundary::Carried::Kind kind;
+};
 
-// Long function: its phases (the static part, the frontier, the segments' nodes and bounded forms, what crosses
-// the boundary) are marked "// ---- ... ----" and share the per-node tables; a candidate to split into a class.
-std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& options) {
-  if (options.tp_size > 1) return nullptr;
-  for (const auto& [name, vt] : g.types) {
-    if (!vt.is_tensor()) return nullptr;  // sequences and optionals run in the reference library
-  }
-  // ---- the static part ----
-  std::set<std::string> static_values(g.inputs.begin(), g.inputs.end());
-  for (const auto& [name, t] : g.initializers) static_values.insert(name);
+// The per-node tables the phases of split_segments share, filled phase by phase.
+struct SegmentSplit {
+  // find_static_part: the values known before the run (inputs, initializers, static nodes' outputs), and per node
+  // whether it is static.
+  std::set<std::string> static_values;
+  std::vector<bool> is_static;
+  // find_frontier: per node how it ends the segment (kNone: not a frontier node), a kRows node's attributes, and
+  // the values read to the host.
+  std::vector<Frontier> kind;
+  std::vector<Attributes> nms_attrs;
+  std::set<std::string> host_values;
+  // split_nodes: the two segments' nodes, the values the rest makes, the bounded forms by the original output's
+  // name, and their counts' names.
+  std::vector<Node> first_nodes, rest_nodes;
+  std::set<std::string> rest_produced;
+  std::map<std::string, Bounded> bounded;
+  std::vector<std::string> counts;
+};
+
+// The static part: the nodes whose reads are all static and whose outputs' types are known. False when the graph
+// cannot be segmented (an input of unknown shape) or need not be (every node is static).
+bool find_static_part(const Graph& g, SegmentSplit& s) {
+  s.static_values.insert(g.inputs.begin(), g.inputs.end());
+  for (const auto& [name, t] : g.initializers) s.static_values.insert(name);
   for (const auto& in : g.inputs) {
-    if (!known(g, in)) return nullptr;
+    if (!known(g, in)) return false;
   }
   const std::size_t count = g.nodes.size();
-  std::vector<bool> is_static(count, false);
+  s.is_static.assign(count, false);
   bool all_static = true;
   for (std::size_t i = 0; i < count; ++i) {
     const Node& n = g.nodes[i];
     bool ok = true;
-    for (const auto& r : reads_of(n)) ok = ok && static_values.count(r) != 0;
+    for (const auto& r : reads_of(n)) ok = ok && s.static_values.count(r) != 0;
     for (const auto& out : n.outputs) ok = ok && (out.empty() || known(g, out));
     // An If on a condition computed from data ends a segment even when both branches give the same shapes: the
     // next segment inlines the branch taken (Note [Branches of constant If nodes]), so it runs on registry kernels.
     if (is_onnx(n) && n.op_type == "If" && n.has_input(0) && !g.is_constant(n.inputs[0])) ok = false;
-    is_static[i] = ok;
+    s.is_static[i] = ok;
     if (ok) {
       for (const auto& out : n.outputs) {
-        if (!out.empty()) static_values.insert(out);
+        if (!out.empty()) s.static_values.insert(out);
       }
     }
     all_static = all_static && ok;
   }
-  if (all_static) return nullptr;
+  return !all_static;
+}
 
-  // ---- the frontier: nodes not static whose reads all are ----
-  std::vector<Frontier> kind(count, Frontier::kNone);
-  std::vector<Attributes> nms_attrs(count);
-  std::set<std::string> host_values;  // read to the host
+// The frontier: nodes not static whose reads all are. False when one of them cannot end a segment, or none is.
+bool find_frontier(const Graph& g, SegmentSplit& s) {
+  const std::size_t count = g.nodes.size();
+  s.kind.assign(count, Frontier::kNone);
+  s.nms_attrs.assign(count, Attributes());
   for (std::size_t i = 0; i < count; ++i) {
-    if (is_static[i]) continue;
+    if (s.is_static[i]) continue;
     const Node& n = g.nodes[i];
     bool frontier = true;
-    for (const auto& r : reads_of(n)) frontier = frontier && static_values.count(r) != 0;
+    for (const auto& r : reads_of(n)) frontier = frontier && s.static_values.count(r) != 0;
     if (!frontier) continue;
     if (is_onnx(n) && n.op_type == "NonZero" && n.has_input(0) && n.outputs.size() == 1) {
       const ValueType* vt = g.type(n.inputs[0]);
       if (vt->sizes().size() >= 1) {
-        kind[i] = Frontier::kColumns;
+        s.kind[i] = Frontier::kColumns;
         continue;
       }
     }
     if (is_onnx(n) && n.op_type == "NonMaxSuppression" && n.outputs.size() == 1 && n.has_input(1) &&
-        nms_attributes(g, n, &nms_attrs[i])) {
-      kind[i] = Frontier::kRows;
+        nms_attributes(g, n, &s.nms_attrs[i])) {
+      s.kind[i] = Frontier::kRows;
       continue;
     }
     const bool subgraphs_ok = n.graph_attrs.empty() || (is_onnx(n) && n.op_type == "If");
@@ -185,40 +206,25 @@ std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& opt
       if (in.empty() || g.is_constant(in) || !host_readable(g, in)) continue;
       if (shape_input(n, k, g.type(in)->dtype)) hosts.push_back(in);
     }
-    if (!subgraphs_ok || hosts.empty()) return nullptr;  // this node cannot end a segment
-    kind[i] = Frontier::kHost;
-    host_values.insert(hosts.begin(), hosts.end());
+    if (!subgraphs_ok || hosts.empty()) return false;  // this node cannot end a segment
+    s.kind[i] = Frontier::kHost;
+    s.host_values.insert(hosts.begin(), hosts.end());
   }
   // No node can start the next segment (one reads a name nothing defines: a malformed model, found by fuzz_model):
   // the plan is not segmented, and the build reports those nodes.
-  if (std::none_of(kind.begin(), kind.end(), [](Frontier f) { return f != Frontier::kNone; })) return nullptr;
+  return std::any_of(s.kind.begin(), s.kind.end(), [](Frontier f) { return f != Frontier::kNone; });
+}
 
-  auto boundary = std::make_shared<SegmentBoundary>();
-  boundary->options = options;
-  boundary->options.compute_float = DType::kFloat32;  // the graph is in its compute precision already
-  Graph& rest = boundary->rest;
-  rest.name = g.name + "/segment";
-  rest.opsets = g.opsets;
-  rest.ir_version = g.ir_version;
-  rest.producer = g.producer;
-
-  // ---- the first segment's nodes; the bounded forms; the rest's nodes ----
-  std::vector<Node> first_nodes, rest_nodes;
-  std::set<std::string> rest_produced;
-  struct Bounded {
-    std::string value;  // the bounded output
-    int count = 0;      // its count's position among the counts
-    SegmentBoundary::Carried::Kind kind;
-  };
-  std::map<std::string, Bounded> bounded;  // by the original output's name
-  std::vector<std::string> counts;
-  for (std::size_t i = 0; i < count; ++i) {
+// The first segment's nodes (the static ones and the bounded forms of the kColumns and kRows frontier nodes) and
+// the rest's; names the frontier nodes in boundary.nodes.
+void split_nodes(Graph& g, SegmentSplit& s, SegmentBoundary& boundary) {
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];  // copied, not moved: unique_name reads the graph's nodes
-    if (is_static[i]) {
-      first_nodes.push_back(n);
+    if (s.is_static[i]) {
+      s.first_nodes.push_back(n);
       continue;
     }
-    if (kind[i] == Frontier::kColumns || kind[i] == Frontier::kRows) {
+    if (s.kind[i] == Frontier::kColumns || s.kind[i] == Frontier::kRows) {
       const std::string out = n.outputs[0];
       Node b;
       b.name = n.name;
@@ -228,52 +234,61 @@ std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& opt
       g.types[bounded_name] = ValueType();  // reserves the name; the plan's dispatch gives the type
       const std::string count_name = g.unique_name(out + "/count");
       g.types[count_name] = int64_type({1});
-      if (kind[i] == Frontier::kColumns) {
+      if (s.kind[i] == Frontier::kColumns) {
         b.inputs = {n.inputs[0]};
       } else {
         b.inputs = {n.inputs[0], n.inputs[1]};
-        b.attrs = nms_attrs[i];
+        b.attrs = s.nms_attrs[i];
       }
       b.outputs = {bounded_name, count_name};
       g.types.erase(bounded_name);
-      bounded[out] = {bounded_name, static_cast<int>(counts.size()),
-                      kind[i] == Frontier::kColumns ? SegmentBoundary::Carried::Kind::kColumns
-                                                    : SegmentBoundary::Carried::Kind::kRows};
-      counts.push_back(count_name);
-      boundary->nodes.push_back(detail::str_cat(n.op_type, " '", n.name, "'"));
-      first_nodes.push_back(b);
+      s.bounded[out] = {bounded_name, static_cast<int>(s.counts.size()),
+                        s.kind[i] == Frontier::kColumns ? SegmentBoundary::Carried::Kind::kColumns
+                                                        : SegmentBoundary::Carried::Kind::kRows};
+      s.counts.push_back(count_name);
+      boundary.nodes.push_back(detail::str_cat(n.op_type, " '", n.name, "'"));
+      s.first_nodes.push_back(b);
       continue;
     }
-    if (kind[i] == Frontier::kHost) boundary->nodes.push_back(detail::str_cat(n.op_type, " '", n.name, "'"));
+    if (s.kind[i] == Frontier::kHost) boundary.nodes.push_back(detail::str_cat(n.op_type, " '", n.name, "'"));
     for (const auto& out : n.outputs) {
-      if (!out.empty()) rest_produced.insert(out);
+      if (!out.empty()) s.rest_produced.insert(out);
     }
-    rest_nodes.push_back(n);
+    s.rest_nodes.push_back(n);
   }
+}
 
-  // ---- what crosses the boundary ----
-  std::vector<std::string> first_outputs;
-  std::map<std::string, int> first_index;
-  auto first_output = [&](const std::string& name) {
-    auto it = first_index.find(name);
-    if (it != first_index.end()) return it->second;
-    first_outputs.push_back(name);
-    return first_index[name] = static_cast<int>(first_outputs.size() - 1);
-  };
+// The first segment's outputs, each once, in the order they were first asked for.
+struct FirstOutputs {
+  std::vector<std::string> names;
+  std::map<std::string, int> index;
+
+  int add(const std::string& name) {
+    auto it = index.find(name);
+    if (it != index.end()) return it->second;
+    names.push_back(name);
+    return index[name] = static_cast<int>(names.size() - 1);
+  }
+};
+
+// What crosses the boundary: the graph's outputs the first segment makes (first, in order), then every value the
+// rest reads that it does not make (boundary.carried, the rest's inputs and initializers), then the bounded outputs
+// that are graph outputs.
+void carry_across(const Graph& g, const SegmentSplit& s, FirstOutputs& first, SegmentBoundary& boundary) {
+  Graph& rest = boundary.rest;
   auto source_of = [&](const std::string& name) {
     auto in = std::find(g.inputs.begin(), g.inputs.end(), name);
     if (in != g.inputs.end()) return -1 - static_cast<int>(in - g.inputs.begin());
-    return first_output(name);
+    return first.add(name);
   };
-  // The graph's outputs the first segment makes come first, in order.
   for (const auto& out : g.outputs) {
-    if (!rest_produced.count(out) && !bounded.count(out)) first_output(out);
+    if (!s.rest_produced.count(out) && !s.bounded.count(out)) first.add(out);
   }
   std::set<std::string> carried_names;
   auto carry = [&](const std::string& name) {
-    if (rest_produced.count(name) || carried_names.count(name)) return;
+    if (s.rest_produced.count(name) || carried_names.count(name)) return;
     // A name nothing defines (a malformed model, found by fuzz_model): the next segment's build reports it.
-    if (!g.is_constant(name) && !static_values.count(name) && !bounded.count(name)) return;
+    if (!g.is_constant(name) && !s.static_values.count(name) && !s.bounded.count(name)) return;
     if (g.is_constant(name)) {
       rest.initializers[name] = g.initializers.at(name);
       rest.types[name] = type_of(g.initializers.at(name));
@@ -282,14 +297,14 @@ std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& opt
     carried_names.insert(name);
     SegmentBoundary::Carried c;
     c.name = name;
-    auto b = bounded.find(name);
-    if (b != bounded.end()) {
+    auto b = s.bounded.find(name);
+    if (b != s.bounded.end()) {
       c.kind = b->second.kind;
-      c.source = first_output(b->second.value);
+      c.source = first.add(b->second.value);
       c.count = b->second.count;
     } else {
-      c.kind =
-          host_values.count(name) ? SegmentBoundary::Carried::Kind::kHost : SegmentBoundary::Carried::Kind::kTensor;
+      c.kind = s.host_values.count(name) ? SegmentBoundary::Carried::Kind::kHost
+                                         : SegmentBoundary::Carried::Kind::kTensor;
       c.source = source_of(name);
     }
     if (c.kind == SegmentBoundary::Carried::Kind::kHost) {
@@ -300,44 +315,78 @@ std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& opt
       vt.dtype = c.kind == SegmentBoundary::Carried::Kind::kTensor ? g.type(name)->dtype : DType::kInt64;
       rest.types[name] = vt;  // no shape: the run gives it (CapturePlan::build specialises it)
     }
-    boundary->carried.push_back(std::move(c));
+    boundary.carried.push_back(std::move(c));
   };
-  for (const Node& n : rest_nodes) {
+  for (const Node& n : s.rest_nodes) {
     for (const auto& r : reads_of(n)) carry(r);
   }
   for (const auto& out : g.outputs) {
-    if (bounded.count(out)) carry(out);  // a NonZero straight to the output: passed through the next segment
+    if (s.bounded.count(out)) carry(out);  // a NonZero straight to the output: passed through the next segment
   }
-  // The counts, concatenated into one int64 vector: one copy reads them all.
-  if (!counts.empty()) {
-    Node concat;
-    concat.name = g.unique_name("segment/counts");
-    concat.op_type = "Concat";
-    concat.attrs.set("axis", std::int64_t{0});
-    concat.outputs = {concat.name};
-    for (const auto& c : counts) concat.inputs.push_back(c);
-    g.types[concat.name] = int64_type({static_cast<std::int64_t>(counts.size())});
-    first_nodes.push_back(concat);
-    boundary->counts_output = first_output(concat.name);
-  }
-  // ---- the graph's outputs ----
+}
+
+// The counts, concatenated into one int64 vector at the end of the first segment: one copy reads them all.
+void concat_counts(Graph& g, SegmentSplit& s, FirstOutputs& first, SegmentBoundary& boundary) {
+  if (s.counts.empty()) return;
+  Node concat;
+  concat.name = g.unique_name("segment/counts");
+  concat.op_type = "Concat";
+  concat.attrs.set("axis", std::int64_t{0});
+  concat.outputs = {concat.name};
+  for (const auto& c : s.counts) concat.inputs.push_back(c);
+  g.types[concat.name] = int64_type({static_cast<std::int64_t>(s.counts.size())});
+  s.first_nodes.push_back(concat);
+  boundary.counts_output = first.add(concat.name);
+}
+
+// Where each of the graph's outputs comes from (boundary.outputs): the first segment's, or the next segment's
+// (a bounded output passes through it as an input of the same name).
+void route_graph_outputs(const Graph& g, const SegmentSplit& s, const FirstOutputs& first,
+                         SegmentBoundary& boundary) {
+  Graph& rest = boundary.rest;
   for (const auto& out : g.outputs) {
-    if (!rest_produced.count(out) && !bounded.count(out)) {
-      boundary->outputs.push_back(first_index.at(out));
+    if (!s.rest_produced.count(out) && !s.bounded.count(out)) {
+      boundary.outputs.push_back(first.index.at(out));
       continue;
     }
-    // Made by the next segment (a bounded output passes through it as an input of the same name).
     auto it = std::find(rest.outputs.begin(), rest.outputs.end(), out);
     if (it == rest.outputs.end()) {
       rest.outputs.push_back(out);
       it = rest.outputs.end() - 1;
     }
-    boundary->outputs.push_back(-1 - static_cast<int>(it - rest.outputs.begin()));
-    if (const ValueType* vt = g.type(out); vt != nullptr && rest_produced.count(out)) rest.types[out] = *vt;
+    boundary.outputs.push_back(-1 - static_cast<int>(it - rest.outputs.begin()));
+    if (const ValueType* vt = g.type(out); vt != nullptr && s.rest_produced.count(out)) rest.types[out] = *vt;
   }
-  rest.nodes = std::move(rest_nodes);
-  g.nodes = std::move(first_nodes);
-  g.outputs = first_outputs;
+}
+
+}  // namespace
+
+// The phases: find_static_part, find_frontier, split_nodes, carry_across, concat_counts, route_graph_outputs.
+std::shared_ptr<SegmentBoundary> split_segments(Graph& g, const PlanOptions& options) {
+  if (options.tp_size > 1) return nullptr;
+  for (const auto& [name, vt] : g.types) {
+    if (!vt.is_tensor()) return nullptr;  // sequences and optionals run in the reference library
+  }
+  SegmentSplit s;
+  if (!find_static_part(g, s) || !find_frontier(g, s)) return nullptr;
+
+  auto boundary = std::make_shared<SegmentBoundary>();
+  boundary->options = options;
+  boundary->options.compute_float = DType::kFloat32;  // the graph is in its compute precision already
+  Graph& rest = boundary->rest;
+  rest.name = g.name + "/segment";
+  rest.opsets = g.opsets;
+  rest.ir_version = g.ir_version;
+  rest.producer = g.producer;
+
+  split_nodes(g, s, *boundary);
+  FirstOutputs first;
+  carry_across(g, s, first, *boundary);
+  concat_counts(g, s, first, *boundary);
+  route_graph_outputs(g, s, first, *boundary);
+  rest.nodes = std::move(s.rest_nodes);
+  g.nodes = std::move(s.first_nodes);
+  g.outputs = first.names;
   g.validate();  // `rest` is checked when a next segment is built (its host values are constants by then)
   return boundary;
 }

@@ -23,8 +23,7 @@ tests/python/test_long_functions.py show what it finds.
   .venv/bin/python scripts/long_functions.py --report [PATH...]  # every long function, with or without a reason;
                                                                  # exit 0
 
-scripts/test.sh runs the check over the folders issue 40 has finished (all of src/cpp but backends/cpu and
-backends/cudnn); --report lists the rest.
+scripts/test.sh runs the check over all of src/cpp; --report lists every long function, the explained ones too.
 Standard library only. --root TREE scans TREE/src/cpp instead of this repository's (the tests' fake trees).
 """
 

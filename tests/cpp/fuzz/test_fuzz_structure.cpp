@@ -25,7 +25,7 @@ using namespace xpuruntime;
 
 namespace {
 
-const fs::path kCorpus = fs::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / "model";
+const fs::path kCorpus = fs::path(XPURT_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / "model";
 
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

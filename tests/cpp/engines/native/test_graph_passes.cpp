@@ -1571,7 +1571,7 @@ TEST(NhwcLayout, OnlyForCudaPlansAndHalfFloatsAndCanBeDisabled) {
 // and the exporters' own permutes (Note [Layouts propagate]), so that only the stem's way in and the classifier's
 // way out are Transposes; the rewritten graph computes what the export does.
 TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
-  const std::filesystem::path tiny = std::filesystem::path(__FILE__).parent_path() / "../../models/suite/tiny";
+  const std::filesystem::path tiny = std::filesystem::path(XPURT_SOURCE_DIR) / "models" / "suite" / "tiny";
   // model -> the Transposes left (the exports had 15, 28 and 18 with only the convolutions channels-last)
   const std::vector<std::pair<std::string, int>> models = {{"efficientnet", 2}, {"mobilenet_v3", 1}, {"convnext", 3}};
   for (const auto& [name, transposes] : models) {

@@ -16,15 +16,20 @@ cublaslt_enum_names.inc) is not checked; `--report` counts them.
                       implemented in engines/native/, they are no part of core's contract; the graph IR,
                       include/xpuruntime/graph.h with core/graph.cpp, is core, like ONNX Runtime's core/graph)
   engine:onnxruntime  engines/onnxruntime/**
+  frontend:<name>     frontends/<name>/**                (onnx: ONNX's schemas, the model check and external data,
+                                                          which both engines share)
   backend:<name>      backends/<name>/**                 (cpu, cuda_raw, cublas, cublaslt, cudnn, codegen, nccl)
   core                core/** (what the rows above leave), include/** (the other public headers)
 
   Rule                 An include is a violation when
   -------------------  -----------------------------------------------------------------------------------------------
-  core-upward          a core file includes a file of any other layer (a backend or an engine)
-  backend-sideways     a backend:<x> file includes anything but core and backend:<x> (another backend, an engine)
-  engine-sideways      an engine:<x> file includes anything but core and engine:<x> (a backend: kernels are reached
-                       through the KernelRegistry; another engine)
+  core-upward          a core file includes a file of any other layer (a backend, a frontend or an engine)
+  backend-sideways     a backend:<x> file includes anything but core and backend:<x> (another backend, a frontend, an
+                       engine)
+  frontend-sideways    a frontend:<x> file includes anything but core and frontend:<x> (a backend, an engine, another
+                       frontend)
+  engine-sideways      an engine:<x> file includes anything but core, frontends and engine:<x> (a backend: kernels are
+                       reached through the KernelRegistry; another engine)
   (bindings may include anything.)
 
 Python: the import graph of every package under src/python (today: xpuruntime). `import` and `from ... import`
@@ -69,6 +74,7 @@ ENGINES_UNDER_BACKENDS = frozenset({"native", "onnxruntime"})
 RULES = {
     "core-upward": "core includes a backend or an engine",
     "backend-sideways": "a backend includes more than core and itself",
+    "frontend-sideways": "a frontend includes more than core and itself",
     "engine-sideways": "an engine includes more than core and itself (kernels go through the registry)",
     "python-cycle": "Python modules import each other in a circle",
 }
@@ -92,6 +98,8 @@ def cpp_layer(rel: str) -> Optional[str]:
         return "bindings"
     if top == "engines" and len(parts) > 2:
         return f"engine:{parts[1]}"
+    if top == "frontends" and len(parts) > 2:
+        return f"frontend:{parts[1]}"
     if top == "backends" and len(parts) > 2:
         name = parts[1]
         return f"engine:{name}" if name in ENGINES_UNDER_BACKENDS else f"backend:{name}"
@@ -112,8 +120,10 @@ def include_rule(src_layer: str, dst_layer: str) -> Optional[str]:
         return "core-upward"
     if src_layer.startswith("backend:"):
         return "backend-sideways"
+    if src_layer.startswith("frontend:"):
+        return "frontend-sideways"
     if src_layer.startswith("engine:"):
-        return "engine-sideways"
+        return None if dst_layer.startswith("frontend:") else "engine-sideways"
     return None
 
 

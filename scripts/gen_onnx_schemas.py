@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Writes src/cpp/engines/native/import/onnx_schema_table.inc: every ONNX operator schema version that the installed `onnx`
+"""Writes src/cpp/frontends/onnx/onnx_schema_table.inc: every ONNX operator schema version that the installed `onnx`
 package knows (ai.onnx, ai.onnx.ml, ai.onnx.preview.training), as the importer's validation reads it (Note [Models
 checked against ONNX's schemas] in onnx_validate.cpp): arity of inputs and outputs, attribute names and types, which
 attributes are required.
 
 The committed table was made with onnx 1.23 (the device image's; Debian's 1.12 stops at opset 17):
-    python3 scripts/gen_onnx_schemas.py > src/cpp/engines/native/import/onnx_schema_table.inc
+    python3 scripts/gen_onnx_schemas.py > src/cpp/frontends/onnx/onnx_schema_table.inc
 and the type constraints of the schemas (onnx_schema_types.inc) with Debian's onnx 1.12, here:
-    /usr/bin/python3 scripts/gen_onnx_schemas.py --types > src/cpp/engines/native/import/onnx_schema_types.inc
+    /usr/bin/python3 scripts/gen_onnx_schemas.py --types > src/cpp/frontends/onnx/onnx_schema_types.inc
 """
 import sys
 

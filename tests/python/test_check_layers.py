@@ -1,5 +1,5 @@
 """The layering check (scripts/check_layers.py, issue 40 item 2): on a small fake tree it finds a core file including a
-backend, a backend including an engine, a Python import circle (closed by an import inside a function), honours the
+backend, a backend including an engine, a frontend including more than core and itself, a Python import circle (closed by an import inside a function), honours the
 allowlist and fails on a new violation naming its file:line; on this repository it passes (the allowlist is current)."""
 
 from __future__ import annotations
@@ -140,6 +140,50 @@ def test_a_new_violation_fails_naming_its_line(tmp_path):
     assert "5 new finding(s)" in out
     # The old, allowlisted findings are not reported as new.
     assert "core/tensor.cpp" not in out
+
+
+def test_frontends_include_core_and_themselves_and_only_engines_include_them(tmp_path):
+    """A frontend (frontends/<name>/**, the ONNX model check both engines share) includes only core and itself; engines
+    and bindings may include it, core and backends may not."""
+    root = _fake_tree(tmp_path)
+    cpp = "src/cpp/"
+    _write(root, cpp + "frontends/onnx/onnx_schemas.h", '#pragma once\n#include "xpuruntime/tensor.h"\n')
+    _write(root, cpp + "frontends/onnx/onnx_check.h",
+           '#pragma once\n#include "xpuruntime/graph.h"\n#include "onnx_schemas.h"\n')
+    # a frontend reaching the native engine's public header, an engine and a backend: three findings
+    _write(root, cpp + "frontends/onnx/onnx_validate.cpp",
+           '#include "frontends/onnx/onnx_check.h"\n#include "xpuruntime/onnx_import.h"\n'
+           '#include "engines/native/passes/pass_utils.h"\n#include "backends/cuda_raw/cuda_raw_ops.h"\n')
+    # and another frontend
+    _write(root, cpp + "frontends/tflite/tflite_check.cpp", '#include "frontends/onnx/onnx_check.h"\n')
+    # engines and bindings may include a frontend
+    _write(root, cpp + "engines/onnxruntime/ort_model_fixes.cpp",
+           '#include "frontends/onnx/onnx_check.h"\n#include "frontends/onnx/onnx_schemas.h"\n')
+    _write(root, cpp + "engines/native/import/onnx_import.cpp", '#include "frontends/onnx/onnx_check.h"\n')
+    _write(root, cpp + "bindings/onnx.cpp", '#include "frontends/onnx/onnx_check.h"\n')
+    # core and a backend may not
+    _write(root, cpp + "core/engine.cpp", '#include "frontends/onnx/onnx_check.h"\n')
+    _write(root, cpp + "backends/cpu/cpu_onnx_ops.cpp", '#include "frontends/onnx/onnx_schemas.h"\n')
+    result = _run("--root", str(root), "--report")
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    assert ("src/cpp/frontends/onnx/onnx_validate.cpp:2: frontend:onnx includes include/xpuruntime/onnx_import.h "
+            "(engine:native)  [new: frontend-sideways") in out
+    assert ("src/cpp/frontends/onnx/onnx_validate.cpp:3: frontend:onnx includes engines/native/passes/pass_utils.h "
+            "(engine:native)  [new: frontend-sideways") in out
+    assert ("src/cpp/frontends/onnx/onnx_validate.cpp:4: frontend:onnx includes backends/cuda_raw/cuda_raw_ops.h "
+            "(backend:cuda_raw)  [new: frontend-sideways") in out
+    assert ("src/cpp/frontends/tflite/tflite_check.cpp:1: frontend:tflite includes frontends/onnx/onnx_check.h "
+            "(frontend:onnx)  [new: frontend-sideways") in out
+    assert "frontend-sideways: a frontend includes more than core and itself: 4 file -> file pairs" in out
+    assert ("src/cpp/core/engine.cpp:1: core includes frontends/onnx/onnx_check.h (frontend:onnx)  "
+            "[new: core-upward") in out
+    assert ("src/cpp/backends/cpu/cpu_onnx_ops.cpp:1: backend:cpu includes frontends/onnx/onnx_schemas.h "
+            "(frontend:onnx)  [new: backend-sideways") in out
+    # a frontend including core and itself, engines and bindings including it: no finding
+    assert "onnx_check.h:" not in out and "onnx_validate.cpp:1:" not in out
+    assert "ort_model_fixes.cpp" not in out and "onnx_import.cpp" not in out and "bindings/onnx.cpp" not in out
+    assert "engine-sideways: an engine includes more than core and itself (kernels go through the registry): 0" in out
 
 
 def test_this_repository_passes_with_its_allowlist():

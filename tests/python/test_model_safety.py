@@ -1,6 +1,7 @@
 """Bad and hostile model files (issue: reliability): declared sizes are checked against the file before anything is
-allocated, and external data never leaves the model's folder (Note [External data stays inside the model's folder],
-Note [Sizes checked before allocation] in src/cpp/engines/native/import/onnx_import.cpp). Each gives a typed error."""
+allocated, and external data never leaves the model's folder (Note [External data stays inside the model's folder]
+in src/cpp/frontends/onnx/onnx_check.cpp, Note [Sizes checked before allocation] in
+src/cpp/engines/native/import/onnx_import.cpp). Each gives a typed error."""
 
 import os
 import stat

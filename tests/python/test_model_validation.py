@@ -1,5 +1,5 @@
 """Models checked against the ONNX standard before anything runs on them (Note [Models checked against ONNX's schemas]
-in src/cpp/engines/native/import/onnx_validate.cpp), the arity every graph pass checks (Note [Patterns check arity]) and scalars
+in src/cpp/frontends/onnx/onnx_validate.cpp), the arity every graph pass checks (Note [Patterns check arity]) and scalars
 read from tensors (Note [Scalars read from tensors]): the crash roots and silent wrong answers of issue 39, each
 reproduced with a model of two or three nodes."""
 

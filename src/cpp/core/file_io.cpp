@@ -58,7 +58,7 @@ std::string read_model_file(const std::string& path) {
   using detail::UniqueFd;
   // Opened without blocking and checked on the descriptor: a FIFO or a device named as the model blocked session
   // creation forever (as external data did: Note [External data files are opened, not followed] in
-  // engines/native/import/onnx_import.cpp).
+  // frontends/onnx/onnx_check.cpp).
   UniqueFd file(detail::open_at(AT_FDCWD, path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   XPURT_CHECK(file.get() >= 0, "cannot open the model file '", path, "': ", std::strerror(errno));
   struct stat info {};

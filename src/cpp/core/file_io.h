@@ -1,5 +1,5 @@
 // POSIX file helpers for reading model files and their external data without blocking or following what must not be
-// followed (Note [External data files are opened, not followed] in engines/native/import/onnx_import.cpp): a file
+// followed (Note [External data files are opened, not followed] in frontends/onnx/onnx_check.cpp): a file
 // descriptor owner, openat retried on EINTR, pread of an exact span, and a message word for a file that is not a
 // regular file. Internal header of src/cpp.
 //

@@ -44,7 +44,6 @@
 #include "engines/onnxruntime/ort_utils.h"
 #include "xpuruntime/engine.h"
 #include "xpuruntime/exceptions.h"
-#include "xpuruntime/onnx_import.h"
 #include "xpuruntime/profiler.h"
 #include "xpuruntime/stream_manager.h"
 
@@ -356,21 +355,20 @@ class OrtSession final : public EngineSession {
     // Note [External data through ORT]: ORT is handed the model as bytes, so it learns the folder of the model's
     // external-data files from the session config entry kOrtSessionOptionsModelExternalInitializersFileFolderPath
     // (SessionOptions::model_dir: the model file's folder, or the caller's external_data_dir=); without it ORT
-    // looked in the working directory. Before ORT reads anything, every external-data file passes the native
-    // engine's checks (check_external_data: inside that folder, no link out of it, a regular file -- a FIFO would
-    // block ORT's read forever --, the span inside the file), and a model given as bytes without a folder is
-    // refused, as the native engine refuses it. ORT then opens the files itself: a file swapped between the check
-    // and ORT's read is outside what these checks cover.
-    // Note [Models checked against ONNX's schemas] (engines/native/import/onnx_validate.cpp): the checks the native engine makes
-    // when it reads a model run before ORT sees it (ORT 1.29 aborted the process on a Tanh with an INTS attribute
-    // it does not take, tests/fuzz/corpus/model/regression-ort-tanh-with-an-attribute-it-does-not-take.onnx).
-    OnnxImportOptions checks;
+    // looked in the working directory. Before ORT reads anything, every external-data file passes the ONNX
+    // frontend's checks, as in the native engine (onnx_frontend::check_external_data: inside that folder, no link out
+    // of it, a regular file -- a FIFO would block ORT's read forever --, the span inside the file), and a model given
+    // as bytes without a folder is refused, as the native engine refuses it. ORT then opens the files itself: a file
+    // swapped between the check and ORT's read is outside what these checks cover.
+    // Note [Models checked against ONNX's schemas] (frontends/onnx/onnx_validate.cpp): the checks the native engine
+    // makes when it reads a model run before ORT sees it (ORT 1.29 aborted the process on a Tanh with an INTS
+    // attribute it does not take, tests/fuzz/corpus/model/regression-ort-tanh-with-an-attribute-it-does-not-take.onnx).
+    // check_for_ort makes them, and this engine's own (ort_model_fixes.h), on one parse of the model.
+    onnx_frontend::CheckOptions checks;
     checks.allow_newer_opsets = options.exec_policy.allow_newer_opsets;
     checks.model_dir = options.model_dir;
-    validate_onnx(model, checks);  // the external-data checks too, on the same parse
-    ort::check_loadable_by_ort(model);  // Note [Models ORT crashes on] (ort_model_fixes.cpp)
-    std::string trimmed;  // Note [Trailing empty inputs] (ort_model_fixes.cpp)
-    const std::string& for_ort = ort::without_trailing_empty_inputs(model, &trimmed) ? trimmed : model;
+    const ort::ModelForOrt checked = ort::check_for_ort(model, checks);
+    const std::string& for_ort = checked.rewritten.empty() ? model : checked.rewritten;
     const bool want_graphs = device_.is_cuda() && options.exec_policy.cuda_graphs;
     try {
       build(for_ort, want_graphs);

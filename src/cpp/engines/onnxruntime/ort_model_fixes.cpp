@@ -5,9 +5,8 @@
 // segmentation fault in the SkipLayerNormFusion optimizer (graph optimization level 2 and up), which reads the
 // third input's type although it has none; LayerNormalization(X, scale) loads. The structural fuzzer found it
 // (docs/reliability.md, Fuzzing). The onnxruntime engine therefore hands ORT every node without its trailing empty
-// inputs; the model means the same, and ORT's optimizers still run. Finding such a node walks the protobuf's
-// wire format through the graph's structure only (initializers and tensor attributes are skipped, not read), so
-// models without one cost a pass over their node list and are handed over unchanged.
+// inputs; the model means the same, and ORT's optimizers still run. They are found on the parse the ONNX frontend's
+// check made (check_for_ort), so a model without one is handed over unchanged and one with one is serialized once.
 //
 // Note [Models ORT crashes on]
 // Some malformed models crash ONNX Runtime 1.29 while it loads them, before any of its own checks can answer: a
@@ -15,18 +14,13 @@
 // graph optimization level; the native engine refuses it when the node runs); an empty name before a named input
 // where the operator takes no optional input (Min(x, "", y), Sum, Mean: variadic inputs have no optional slots)
 // crashes its Run (SIGSEGV; the native engine's reference library refuses it); a Split whose constant sizes name
-// another number of parts than it has outputs aborts its Run (an assertion). check_loadable_by_ort refuses such a
-// model with a typed error first; finding an empty name walks the wire format as above, and the model is parsed
-// only when it has one before a named input, or a Split or SplitToSequence. Found by the structural fuzzer; each has
-// a regression model in tests/fuzz/corpus/model.
+// another number of parts than it has outputs aborts its Run (an assertion). check_for_ort refuses such a model with
+// a typed error first, walking the main graph and its subgraphs on the one parse of the model. Found by the
+// structural fuzzer; each has a regression model in tests/fuzz/corpus/model.
 #include "engines/onnxruntime/ort_model_fixes.h"
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/wire_format_lite.h>
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,97 +31,32 @@
 #include <onnx/onnx_pb.h>
 #endif
 
-#include "engines/native/import/onnx_schemas.h"
+#include "frontends/onnx/onnx_schemas.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::ort {
 namespace {
 
-using google::protobuf::internal::WireFormatLite;
-using google::protobuf::io::CodedInputStream;
+bool trim_graph(onnx::GraphProto* graph);
 
-enum class Message { kModel, kGraph, kFunction, kNode, kAttribute };
-
-// The message a length-delimited field of `parent` holds, when it can hold nodes (onnx.proto's field numbers).
-bool child_of(Message parent, int field, Message* child) {
-  switch (parent) {
-    case Message::kModel:  // ModelProto.graph = 7, ModelProto.functions = 25
-      if (field == 7) *child = Message::kGraph;
-      else if (field == 25) *child = Message::kFunction;
-      else return false;
-      return true;
-    case Message::kGraph:  // GraphProto.node = 1
-    case Message::kFunction:  // FunctionProto.node = 7
-      if (field != (parent == Message::kGraph ? 1 : 7)) return false;
-      *child = Message::kNode;
-      return true;
-    case Message::kNode:  // NodeProto.attribute = 5
-      if (field != 5) return false;
-      *child = Message::kAttribute;
-      return true;
-    case Message::kAttribute:  // AttributeProto.g = 6, AttributeProto.graphs = 11
-      if (field != 6 && field != 11) return false;
-      *child = Message::kGraph;
-      return true;
-  }
-  return false;
-}
-
-enum : unsigned { kTrailingEmpty = 1, kInteriorEmpty = 2 };
-
-// Which empty input names the nodes in the message `in` is positioned on (of kind `kind`) have: kTrailingEmpty when a
-// node ends its inputs with one, kInteriorEmpty when one comes before a named input. A malformed message answers
-// what was seen before the damage: ORT's own parse reports it.
-unsigned empty_inputs(CodedInputStream* in, Message kind, int depth) {
-  unsigned found = 0;
-  bool last_empty = false;
-  bool seen_empty = false;
-  for (;;) {
-    const std::uint32_t tag = in->ReadTag();
-    if (tag == 0) break;
-    const int field = WireFormatLite::GetTagFieldNumber(tag);
-    const bool delimited = WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
-    Message child;
-    if (delimited && kind == Message::kNode && field == 1) {  // NodeProto.input = 1
-      std::uint32_t length = 0;
-      if (!in->ReadVarint32(&length) || !in->Skip(static_cast<int>(length))) return found;
-      if (length != 0 && seen_empty) found |= kInteriorEmpty;
-      seen_empty = seen_empty || length == 0;
-      last_empty = length == 0;
-    } else if (delimited && depth < 64 && child_of(kind, field, &child)) {
-      std::uint32_t length = 0;
-      if (!in->ReadVarint32(&length)) return found;
-      const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
-      found |= empty_inputs(in, child, depth + 1);
-      if (!in->ConsumedEntireMessage()) return found;
-      in->PopLimit(limit);
-    } else if (!WireFormatLite::SkipField(in, tag)) {
-      return found;
-    }
-  }
-  if (kind == Message::kNode && last_empty) found |= kTrailingEmpty;
-  return found;
-}
-
-unsigned empty_inputs(const std::string& model) {
-  if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max())) return 0;
-  CodedInputStream in(reinterpret_cast<const std::uint8_t*>(model.data()), static_cast<int>(model.size()));
-  return empty_inputs(&in, Message::kModel, 0);
-}
-
-void trim_graph(onnx::GraphProto* graph);
-
-void trim_nodes(google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes) {
+// Drops the trailing empty inputs of `nodes` and of their subgraphs (Note [Trailing empty inputs]); whether there
+// were any.
+bool trim_nodes(google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes) {
+  bool trimmed = false;
   for (onnx::NodeProto& node : *nodes) {
-    while (node.input_size() > 0 && node.input(node.input_size() - 1).empty()) node.mutable_input()->RemoveLast();
+    while (node.input_size() > 0 && node.input(node.input_size() - 1).empty()) {
+      node.mutable_input()->RemoveLast();
+      trimmed = true;
+    }
     for (onnx::AttributeProto& attr : *node.mutable_attribute()) {
-      if (attr.has_g()) trim_graph(attr.mutable_g());
-      for (onnx::GraphProto& g : *attr.mutable_graphs()) trim_graph(&g);
+      if (attr.has_g()) trimmed |= trim_graph(attr.mutable_g());
+      for (onnx::GraphProto& g : *attr.mutable_graphs()) trimmed |= trim_graph(&g);
     }
   }
+  return trimmed;
 }
 
-void trim_graph(onnx::GraphProto* graph) { trim_nodes(graph->mutable_node()); }
+bool trim_graph(onnx::GraphProto* graph) { return trim_nodes(graph->mutable_node()); }
 
 // "node 'name' (Op)", or "a Op node" for a node without a name.
 std::string describe(const onnx::NodeProto& node) {
@@ -253,27 +182,19 @@ void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::stri
 
 }  // namespace
 
-void check_loadable_by_ort(const std::string& model) {
-  if (model.find("Split") == std::string::npos && !(empty_inputs(model) & kInteriorEmpty)) return;
+ModelForOrt check_for_ort(const std::string& model, const onnx_frontend::CheckOptions& checks) {
   onnx::ModelProto proto;
-  if (model.size() >= static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
-      !proto.ParseFromArray(model.data(), static_cast<int>(model.size()))) {
-    return;  // ORT reports it
-  }
+  onnx_frontend::validate_onnx(model, checks, &proto);  // Note [Models checked against ONNX's schemas]
   std::map<std::string, std::int64_t> opsets;
   for (const onnx::OperatorSetIdProto& o : proto.opset_import()) {
     opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
   }
-  check_graph_for_ort(proto.graph(), opsets, 0);
-}
-
-bool without_trailing_empty_inputs(const std::string& model, std::string* trimmed) {
-  if (!(empty_inputs(model) & kTrailingEmpty)) return false;
-  onnx::ModelProto proto;
-  if (!proto.ParseFromString(model)) return false;
-  trim_graph(proto.mutable_graph());
-  for (onnx::FunctionProto& f : *proto.mutable_functions()) trim_nodes(f.mutable_node());
-  return proto.SerializeToString(trimmed);
+  check_graph_for_ort(proto.graph(), opsets, 0);  // Note [Models ORT crashes on]
+  ModelForOrt result;
+  bool trimmed = trim_graph(proto.mutable_graph());  // Note [Trailing empty inputs]
+  for (onnx::FunctionProto& f : *proto.mutable_functions()) trimmed |= trim_nodes(f.mutable_node());
+  if (trimmed && !proto.SerializeToString(&result.rewritten)) result.rewritten.clear();
+  return result;
 }
 
 }  // namespace xpuruntime::ort

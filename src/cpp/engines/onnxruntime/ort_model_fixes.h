@@ -1,22 +1,32 @@
-// Rewrites and checks of a model before ONNX Runtime sees it, for models that crash ONNX Runtime (Note [Trailing
-// empty inputs], Note [Models ORT crashes on] in ort_model_fixes.cpp). Internal header of the onnxruntime engine.
+// The checks and rewrites of a model before ONNX Runtime sees it, on one parse of its bytes: the ONNX frontend's
+// check (frontends/onnx/onnx_check.h), the models ORT crashes on (Note [Models ORT crashes on]) and trailing empty
+// inputs (Note [Trailing empty inputs]); the Notes are in ort_model_fixes.cpp. Internal header of the onnxruntime
+// engine.
 #pragma once
 
 #include <string>
 
+#include "frontends/onnx/onnx_check.h"
+
 namespace xpuruntime::ort {
 
-// When a node of `model` (in the main graph, a subgraph or a model-local function) ends its inputs with empty names
-// (optional inputs left out), writes to `trimmed` the model without those trailing empty inputs and returns true;
-// ONNX defines both forms to mean the same. Returns false, leaving `trimmed` alone, when there are none or `model`
-// does not parse (ONNX Runtime then reports the bad model itself). Cost: a walk over the graph's structure that
-// skips tensor data; the model is parsed and serialized only when it has such a node.
-bool without_trailing_empty_inputs(const std::string& model, std::string* trimmed);
+// What check_for_ort found in a model.
+struct ModelForOrt {
+  // The model ORT is handed when it had to be rewritten (without trailing empty inputs); empty: the bytes as given.
+  std::string rewritten;
+};
 
-// Throws InvalidArgumentError naming the node when `model` has a node ONNX Runtime crashes on while loading it
-// (Note [Models ORT crashes on] in ort_model_fixes.cpp): a SplitToSequence whose 'split' is a constant scalar <= 0,
-// a node with an empty input name before a named one where its operator takes no optional input. Cost: a walk over
-// the graph's structure; the model is parsed only when it has a SplitToSequence or such an empty name.
-void check_loadable_by_ort(const std::string& model);
+// Parses `model` once and runs on that parse, in order:
+//  * onnx_frontend::validate_onnx with `checks` (the schemas and the external data, as the native engine checks
+//    them), with its errors;
+//  * the models ORT crashes on while loading them (Note [Models ORT crashes on]): InvalidArgumentError naming the
+//    node for a SplitToSequence whose 'split' is a constant scalar <= 0, a node with an empty input name before a
+//    named one where its operator takes no optional input, a Split whose constant sizes name another number of parts
+//    than it has outputs;
+//  * trailing empty input names (optional inputs left out, which ONNX defines to mean the same as no input there):
+//    when a node in the main graph, a subgraph or a model-local function has them, `rewritten` is the model without
+//    them (Note [Trailing empty inputs]).
+// The parsed model is dropped before returning: ORT parses the bytes itself.
+ModelForOrt check_for_ort(const std::string& model, const onnx_frontend::CheckOptions& checks);
 
 }  // namespace xpuruntime::ort

@@ -15,7 +15,6 @@
 // Ownership: returns values. Thread-safety: free functions, no shared state.
 #pragma once
 
-#include <cstddef>
 #include <string>
 
 #include "xpuruntime/export.h"
@@ -28,7 +27,7 @@ namespace xpuruntime {
 
 struct XPURT_API OnnxImportOptions {
   // Folder of external-data files, which must stay inside it (Note [External data stays inside the model's
-  // folder]); "": none, and a model with external data is refused.
+  // folder] in frontends/onnx/onnx_check.cpp); "": none, and a model with external data is refused.
   std::string model_dir;
   // Accept an IR version or an ONNX opset newer than xpuruntime's schema table knows, running each operator with
   // the newest semantics it knows (ExecutionPolicy::allow_newer_opsets). Default false: UnsupportedOperationError.
@@ -36,11 +35,6 @@ struct XPURT_API OnnxImportOptions {
 };
 
 XPURT_API Graph import_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});
-// The checks of import_onnx without converting anything (malformed bytes, the IR version and opsets, every node
-// against ONNX's schemas: Note [Models checked against ONNX's schemas]; and check_external_data's checks against
-// options.model_dir), on one parse of the bytes: for engines whose library reads the model itself (onnxruntime).
-// The same errors as import_onnx.
-XPURT_API void validate_onnx(const std::string& model_bytes, const OnnxImportOptions& options = {});
 // Reads the file (read_model_file, xpuruntime/model_file.h), then import_onnx with model_dir = the file's folder.
 XPURT_API Graph import_onnx_file(const std::string& path);
 // Serializes `graph` as an ONNX ModelProto (initializers inline; com.xpuruntime nodes keep their domain).
@@ -48,11 +42,5 @@ XPURT_API std::string export_onnx(const Graph& graph);
 // A serialized TensorProto -> CPU tensor (the ONNX test data's input_*.pb / output_*.pb).
 XPURT_API Tensor tensor_from_onnx(const std::string& tensor_proto_bytes, const std::string& model_dir = "");
 XPURT_API std::string tensor_to_onnx(const Tensor& tensor, const std::string& name = "");
-// The external-data checks of import_onnx (Note [External data stays inside the model's folder]) on every tensor of
-// the model that has external data (initializers, sparse ones, attribute tensors, subgraphs, functions), without
-// reading the data: each file must open as a regular file inside `model_dir` and hold its span. For engines whose
-// library reads the files itself (onnxruntime). Returns how many tensors have external data (0 as well for bytes
-// that are not a model: the engine's parser reports those). InvalidArgumentError as import_onnx.
-XPURT_API std::size_t check_external_data(const std::string& model_bytes, const std::string& model_dir);
 
 }  // namespace xpuruntime

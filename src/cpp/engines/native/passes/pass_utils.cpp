@@ -1,7 +1,7 @@
 // Helpers shared by the graph passes (see pass_utils.h).
 #include "engines/native/passes/pass_utils.h"
 
-#include "engines/native/import/onnx_schemas.h"
+#include "frontends/onnx/onnx_schemas.h"
 #include "core/scalar.h"
 #include "xpuruntime/onnx_import.h"
 

@@ -1,7 +1,8 @@
 // ONNX's operator schemas, as the importer validates models against them (Note [Models checked against ONNX's
 // schemas] in onnx_validate.cpp): per domain, operator and version, the arity of inputs and outputs, the formal
 // parameters (required, optional, variadic) and the attributes with their types. The table is generated from the
-// `onnx` Python package (scripts/gen_onnx_schemas.py -> onnx_schema_table.inc). Internal header of src/cpp/core.
+// `onnx` Python package (scripts/gen_onnx_schemas.py -> onnx_schema_table.inc). Internal header of the ONNX frontend
+// (src/cpp/frontends/onnx): the validator, both engines and the native graph passes read it.
 //
 // Ownership: the table is static and immutable. Thread-safety: every function may be called concurrently.
 #pragma once

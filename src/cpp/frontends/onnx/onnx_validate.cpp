@@ -16,7 +16,7 @@
 // engine, which refuses what it cannot run. The schema table (onnx_schema_table.inc) is generated from the onnx
 // package by scripts/gen_onnx_schemas.py. Graph::validate checks the rest: values produced once, inputs defined,
 // the graph acyclic (nodes out of topological order are sorted, as ONNX Runtime does).
-#include "engines/native/import/onnx_validate.h"
+#include "frontends/onnx/onnx_validate.h"
 
 #include <algorithm>
 #include <iterator>
@@ -24,9 +24,9 @@
 #include <set>
 #include <string>
 
-#include "engines/native/import/onnx_schemas.h"
+#include "frontends/onnx/onnx_schemas.h"
 #include "xpuruntime/exceptions.h"
-#include "xpuruntime/onnx_import.h"
+#include "xpuruntime/onnx_dtype.h"
 
 namespace xpuruntime::detail {
 

@@ -1,13 +1,13 @@
 // ONNX's operator schemas: the generated table (onnx_schema_table.inc) and lookups over it.
-#include "engines/native/import/onnx_schemas.h"
+#include "frontends/onnx/onnx_schemas.h"
 
 #include <algorithm>
 #include <map>
 #include <string>
 #include <unordered_map>
 
-#include "engines/native/import/onnx_schema_table.inc"
-#include "engines/native/import/onnx_schema_types.inc"
+#include "frontends/onnx/onnx_schema_table.inc"
+#include "frontends/onnx/onnx_schema_types.inc"
 
 namespace xpuruntime::onnx_schema {
 

@@ -1,5 +1,6 @@
 // The importer's check of a model against the ONNX standard, before anything is built from it (Note [Models
-// checked against ONNX's schemas] in onnx_validate.cpp). Internal header of src/cpp/engines/native/import.
+// checked against ONNX's schemas] in onnx_validate.cpp). Internal header of the ONNX frontend (src/cpp/frontends/onnx),
+// which both engines share (the native import and the onnxruntime engine: onnx_check.h).
 #pragma once
 
 #if XPURT_ONNX_PROTO_GENERATED

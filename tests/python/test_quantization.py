@@ -3,9 +3,9 @@
 Accuracy on real data: an MLP and a small convolutional network are trained here with numpy on scikit-learn's
 digits (a fixed split and seed, a few seconds), exported with onnx.helper, quantized by the SDK and evaluated on the
 held-out split: through the native engine and the onnxruntime engine for int8, and through the reference QDQ
-evaluator below (numpy) where an engine cannot run a form (float8 and int4 tensors on the native engine; float8
-QDQ on ONNX Runtime's CPU, whose QDQ fusion turns DQ(float8) -> Gemm/MatMul into QGemm/MatMulIntegerToFloat,
-which take no float8). Plus unit tests of the scales, the thresholds, the replay, the exclude list, the errors, the
+evaluator below (numpy) where an engine cannot run a form (float8 and int4 tensors on the native engine); float8
+QDQ runs on ONNX Runtime's CPU with its QDQ fusion off (Note [Float8 QDQ through ORT's CPU]) and agrees with the
+evaluator. Plus unit tests of the scales, the thresholds, the replay, the exclude list, the errors, the
 sensitivity report, the CLI and ExecutionPolicy(precision="int8", calibration=...).
 """
 
@@ -263,6 +263,8 @@ def reference_run(model, x: np.ndarray) -> np.ndarray:
             out = i[0] + i[1]
         elif op == "Relu":
             out = np.maximum(i[0], 0)
+        elif op == "Clip":
+            out = np.clip(i[0], i[1], i[2])
         elif op == "Reshape":
             out = i[0].reshape(tuple(int(d) for d in i[1]))
         elif op == "Flatten":
@@ -340,6 +342,48 @@ def test_fp8_accuracy(request, digits, net):
         measured = _accuracy_any(result, digits, engine)
         if measured is not None:
             assert abs(measured - accuracy) <= 0.005 + 1e-9
+
+
+@pytest.mark.skipif(not HAS_ORT, reason="this build has no ONNX Runtime engine")
+def test_fp8_qdq_runs_on_onnxruntime_cpu_as_the_reference_evaluates_it(tmp_path):
+    """ONNX Runtime 1.29's CPU optimizer misreads float8 QDQ: its QDQ fusion made QGemm/MatMulIntegerToFloat of
+    DequantizeLinear -> Gemm/MatMul (ORT_INVALID_GRAPH), a Relu before a float8 QuantizeLinear was dropped and a Clip
+    before one refused. The onnxruntime engine turns those off for a model with float8 QDQ (Note [Float8 QDQ through
+    ORT's CPU], ort_model_fixes.cpp) and says so in the explanation; the model then computes what numpy computes."""
+    rng = np.random.default_rng(3)
+    inits = {"w1": _he(rng, (16, 32), 16), "b1": rng.standard_normal(32).astype(np.float32),
+             "w2": _he(rng, (32, 24), 32), "b2": rng.standard_normal(24).astype(np.float32),
+             "lo": np.array(-0.5, np.float32), "hi": np.array(1.0, np.float32),
+             "w3t": _he(rng, (10, 24), 24), "b3": np.zeros(10, np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], name="fc1"),
+             helper.make_node("Relu", ["h1"], ["a1"], name="relu"),
+             helper.make_node("MatMul", ["a1", "w2"], ["m2"], name="fc2"),
+             helper.make_node("Add", ["m2", "b2"], ["h2"], name="bias2"),
+             helper.make_node("Clip", ["h2", "lo", "hi"], ["a2"], name="clip"),
+             helper.make_node("Gemm", ["a2", "w3t", "b3"], ["logits"], name="fc3", transB=1)]
+    model = _model_proto(nodes, inits, ["N", 16])
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+    result = xrt.quantize(model, [{"x": x[:16]}, {"x": x[16:]}], precision="fp8")
+    fp8 = {t.name for t in result.model.graph.initializer if t.data_type == _model.FLOAT8E4M3FN}
+    assert any(n.op_type == "QuantizeLinear" and n.input[2] in fp8 for n in result.model.graph.node)
+    assert [n.op_type for n in result.model.graph.node].count("DequantizeLinear") >= 6  # weights and activations
+    path = tmp_path / "fp8.onnx"
+    result.save(path)
+    session = xrt.InferenceSession(str(path), device="cpu", engine="onnxruntime")
+    got = session.run({"x": x})["logits"]
+    expected = reference_run(result.model, x)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    # The float model's answer is near but not equal: the float8 rounding is what ORT computed.
+    assert not np.allclose(reference_run(model, x), expected, rtol=1e-4, atol=1e-4)
+    explanation = session.explain()
+    assert "session.disable_quant_qdq=1" in explanation.options
+    assert "optimization.disable_specified_optimizers=ReluQuantRewrite;ClipQuantRewrite" in explanation.options
+    assert any(n.startswith("float8 QuantizeLinear/DequantizeLinear in the model -> session.disable_quant_qdq=1")
+               and "MatMulIntegerToFloat" in n for n in explanation.policy_notes)
+    # An int8 model keeps ORT's QDQ fusion.
+    int8 = xrt.InferenceSession(xrt.quantize(model, [{"x": x}], method="minmax").to_bytes(), device="cpu",
+                                engine="onnxruntime")
+    assert not any("disable_quant_qdq" in o for o in int8.explain().options)
 
 
 @pytest.mark.parametrize("net", ["mlp", "cnn"])

@@ -203,6 +203,26 @@ OrtConfig map_policies(const SessionOptions& options, bool cuda_graphs) {
   return config;
 }
 
+// The rules of ONNX Runtime 1.29's graph optimizer that misread float8 QuantizeLinear (Note [Float8 QDQ through ORT's
+// CPU] in ort_model_fixes.cpp): Relu -> Q drops the Relu, Clip -> Q throws on the float8 zero point. Separated by ';':
+// ORT 1.29 splits the entry at ';' (its header says commas; "A,B" disables neither).
+constexpr const char* kFloat8UnsafeRules = "ReluQuantRewrite;ClipQuantRewrite";
+
+// Turns off ORT's QDQ fusion and the rules above for a model with float8 QuantizeLinear/DequantizeLinear, listing
+// the entries in `config` (Note [Float8 QDQ through ORT's CPU] in ort_model_fixes.cpp).
+void without_qdq_fusion(Ort::SessionOptions& session_options, OrtConfig& config) {
+  XPURT_ORT_CHECK(session_options.AddConfigEntry(kOrtSessionOptionsDisableQuantQDQ, "1"));
+  XPURT_ORT_CHECK(session_options.AddConfigEntry(kOrtSessionOptionsDisableSpecifiedOptimizers, kFloat8UnsafeRules));
+  config.options.push_back(detail::str_cat(kOrtSessionOptionsDisableQuantQDQ, "=1"));
+  config.options.push_back(detail::str_cat(kOrtSessionOptionsDisableSpecifiedOptimizers, "=", kFloat8UnsafeRules));
+  config.policy_notes.push_back(detail::str_cat(
+      "float8 QuantizeLinear/DequantizeLinear in the model -> ", kOrtSessionOptionsDisableQuantQDQ, "=1 and ",
+      kOrtSessionOptionsDisableSpecifiedOptimizers, "=", kFloat8UnsafeRules, ": ONNX Runtime ", Ort::GetVersionString(),
+      "'s CPU optimizer would turn DequantizeLinear -> Gemm/MatMul into QGemm/MatMulIntegerToFloat, which take no "
+      "float8, drop a Relu before a float8 QuantizeLinear and refuse a Clip before one; the quantize and dequantize "
+      "nodes run as written (Note [Float8 QDQ through ORT's CPU])"));
+}
+
 // ---- model inputs and outputs ----
 
 std::vector<ValueInfo> value_infos(const Ort::Session& session, bool inputs) {
@@ -368,6 +388,7 @@ class OrtSession final : public EngineSession {
     checks.allow_newer_opsets = options.exec_policy.allow_newer_opsets;
     checks.model_dir = options.model_dir;
     const ort::ModelForOrt checked = ort::check_for_ort(model, checks);
+    float8_qdq_ = checked.float8_qdq;  // Note [Float8 QDQ through ORT's CPU] (ort_model_fixes.cpp)
     const std::string& for_ort = checked.rewritten.empty() ? model : checked.rewritten;
     const bool want_graphs = device_.is_cuda() && options.exec_policy.cuda_graphs;
     try {
@@ -541,6 +562,7 @@ class OrtSession final : public EngineSession {
         config.options.push_back("session.use_env_allocators=1 (xpuruntime's budgeted CPU allocator)");
       }
     }
+    if (float8_qdq_) without_qdq_fusion(session_options, config);  // Note [Float8 QDQ through ORT's CPU]
     if (!options_.model_dir.empty()) {
       // Note [External data through ORT]
       XPURT_ORT_CHECK(session_options.AddConfigEntry(kOrtSessionOptionsModelExternalInitializersFileFolderPath,
@@ -1143,6 +1165,7 @@ class OrtSession final : public EngineSession {
   Ort::MemoryInfo cpu_memory_;
   std::shared_ptr<Ort::Session> session_;  // shared with outputs that wrap ORT's buffers
   bool graphs_enabled_ = false;
+  bool float8_qdq_ = false;  // the model has float8 QDQ: ORT's QDQ fusion off (Note [Float8 QDQ through ORT's CPU])
   std::vector<ValueInfo> inputs_;
   std::vector<ValueInfo> outputs_;
   std::vector<const char*> input_names_;  // point into inputs_

@@ -17,13 +17,30 @@
 // another number of parts than it has outputs aborts its Run (an assertion). check_for_ort refuses such a model with
 // a typed error first, walking the main graph and its subgraphs on the one parse of the model. Found by the
 // structural fuzzer; each has a regression model in tests/fuzz/corpus/model.
+//
+// Note [Float8 QDQ through ORT's CPU]
+// ONNX Runtime 1.29's CPU graph optimizer misreads float8 QuantizeLinear/DequantizeLinear (xrt.quantize(precision=
+// "fp8") writes float8e4m3fn weights and activations at opset 19): its QDQ fusion turns DequantizeLinear -> Gemm into
+// QGemm and DequantizeLinear -> MatMul into MatMulIntegerToFloat, which take no float8 (session creation failed with
+// ORT_INVALID_GRAPH); its rule ReluQuantRewrite removes a Relu before a QuantizeLinear whose zero point is not int8 or
+// uint8, float8 included (a wrong answer: the negative values pass); its rule ClipQuantRewrite throws on a float8 zero
+// point. So when a QuantizeLinear or DequantizeLinear of the model has a float8 input or output (element types
+// 17-20: a float8 initializer, graph input or output, value_info or Constant, or a QuantizeLinear whose output_dtype
+// is float8), the session sets "session.disable_quant_qdq" = "1" and names the two rules in
+// "optimization.disable_specified_optimizers": ORT runs QuantizeLinear and DequantizeLinear as the nodes they are (it
+// has float8 kernels for both) and the float operators between them, which computes what the model says; its other
+// optimizations still run. The explanation lists both entries with a policy note. Models without float8 QDQ keep ORT's
+// QDQ fusion (int8 models run its quantized kernels).
 #include "engines/onnxruntime/ort_model_fixes.h"
 
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #if XPURT_ONNX_PROTO_GENERATED
 #include "onnx/onnx-ml.pb.h"
@@ -31,6 +48,7 @@
 #include <onnx/onnx_pb.h>
 #endif
 
+#include "engines/onnxruntime/ort_utils.h"
 #include "frontends/onnx/onnx_schemas.h"
 #include "xpuruntime/exceptions.h"
 
@@ -180,6 +198,73 @@ void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::stri
   }
 }
 
+bool is_float8(int element_type) {
+  return element_type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN ||
+         element_type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ ||
+         element_type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2 ||
+         element_type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ;
+}
+
+// Adds to `names` the float8 tensors `graph` declares: initializers, inputs, outputs, value_info.
+void note_float8_values(const onnx::GraphProto& graph, std::set<std::string>* names) {
+  for (const onnx::TensorProto& t : graph.initializer()) {
+    if (is_float8(t.data_type())) names->insert(t.name());
+  }
+  for (const auto* infos : {&graph.input(), &graph.output(), &graph.value_info()}) {
+    for (const onnx::ValueInfoProto& v : *infos) {
+      if (v.type().has_tensor_type() && is_float8(v.type().tensor_type().elem_type())) names->insert(v.name());
+    }
+  }
+}
+
+// Whether a QuantizeLinear or DequantizeLinear of `nodes` or of their subgraphs has a float8 input or output (Note
+// [Float8 QDQ through ORT's CPU]). `names`: the float8 values in scope (a subgraph sees its enclosing graphs').
+bool has_float8_qdq(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes, std::set<std::string> names,
+                    int depth) {
+  for (const onnx::NodeProto& node : nodes) {
+    if (node.op_type() != "Constant" || node.output_size() != 1) continue;
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      if (a.name() == "value" && a.has_t() && is_float8(a.t().data_type())) names.insert(node.output(0));
+    }
+  }
+  for (const onnx::NodeProto& node : nodes) {
+    const bool qdq = (node.op_type() == "QuantizeLinear" || node.op_type() == "DequantizeLinear") &&
+                     (node.domain().empty() || node.domain() == "ai.onnx");
+    if (qdq) {
+      for (const auto* values : {&node.input(), &node.output()}) {
+        for (const std::string& name : *values) {
+          if (names.count(name)) return true;
+        }
+      }
+      for (const onnx::AttributeProto& a : node.attribute()) {
+        if (a.name() == "output_dtype" && is_float8(static_cast<int>(a.i()))) return true;
+      }
+    }
+    if (depth >= 64) continue;
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      std::vector<const onnx::GraphProto*> subgraphs;
+      if (a.has_g()) subgraphs.push_back(&a.g());
+      for (const onnx::GraphProto& g : a.graphs()) subgraphs.push_back(&g);
+      for (const onnx::GraphProto* g : subgraphs) {
+        std::set<std::string> inner = names;
+        note_float8_values(*g, &inner);
+        if (has_float8_qdq(g->node(), std::move(inner), depth + 1)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool has_float8_qdq(const onnx::ModelProto& model) {
+  std::set<std::string> names;
+  note_float8_values(model.graph(), &names);
+  if (has_float8_qdq(model.graph().node(), names, 0)) return true;
+  for (const onnx::FunctionProto& f : model.functions()) {
+    if (has_float8_qdq(f.node(), {}, 0)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 ModelForOrt check_for_ort(const std::string& model, const onnx_frontend::CheckOptions& checks) {
@@ -191,6 +276,7 @@ ModelForOrt check_for_ort(const std::string& model, const onnx_frontend::CheckOp
   }
   check_graph_for_ort(proto.graph(), opsets, 0);  // Note [Models ORT crashes on]
   ModelForOrt result;
+  result.float8_qdq = has_float8_qdq(proto);  // Note [Float8 QDQ through ORT's CPU]
   bool trimmed = trim_graph(proto.mutable_graph());  // Note [Trailing empty inputs]
   for (onnx::FunctionProto& f : *proto.mutable_functions()) trimmed |= trim_nodes(f.mutable_node());
   if (trimmed && !proto.SerializeToString(&result.rewritten)) result.rewritten.clear();

@@ -1,7 +1,7 @@
 // The checks and rewrites of a model before ONNX Runtime sees it, on one parse of its bytes: the ONNX frontend's
-// check (frontends/onnx/onnx_check.h), the models ORT crashes on (Note [Models ORT crashes on]) and trailing empty
-// inputs (Note [Trailing empty inputs]); the Notes are in ort_model_fixes.cpp. Internal header of the onnxruntime
-// engine.
+// check (frontends/onnx/onnx_check.h), the models ORT crashes on (Note [Models ORT crashes on]), trailing empty
+// inputs (Note [Trailing empty inputs]) and what the session's options depend on (Note [Float8 QDQ through ORT's
+// CPU]); the Notes are in ort_model_fixes.cpp. Internal header of the onnxruntime engine.
 #pragma once
 
 #include <string>
@@ -14,6 +14,8 @@ namespace xpuruntime::ort {
 struct ModelForOrt {
   // The model ORT is handed when it had to be rewritten (without trailing empty inputs); empty: the bytes as given.
   std::string rewritten;
+  // A QuantizeLinear or DequantizeLinear with a float8 input or output: ORT's QDQ fusion must be off.
+  bool float8_qdq = false;
 };
 
 // Parses `model` once and runs on that parse, in order:
@@ -25,7 +27,8 @@ struct ModelForOrt {
 //    than it has outputs;
 //  * trailing empty input names (optional inputs left out, which ONNX defines to mean the same as no input there):
 //    when a node in the main graph, a subgraph or a model-local function has them, `rewritten` is the model without
-//    them (Note [Trailing empty inputs]).
+//    them (Note [Trailing empty inputs]);
+//  * float8 QuantizeLinear/DequantizeLinear (Note [Float8 QDQ through ORT's CPU]).
 // The parsed model is dropped before returning: ORT parses the bytes itself.
 ModelForOrt check_for_ort(const std::string& model, const onnx_frontend::CheckOptions& checks);
 

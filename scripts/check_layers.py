@@ -10,7 +10,7 @@ cublaslt_enum_names.inc) is not checked; `--report` counts them.
   Layer               Paths under src/cpp (the first row that matches decides)
   ------------------  ------------------------------------------------------------------------------------------------
   bindings            bindings/**
-  engine:<name>       engines/<name>/**                  (the target layout of issue 40: none there yet)
+  engine:<name>       engines/<name>/**                  (native, onnxruntime, tensorrt, openvino, qnn)
   engine:native       engines/native/**, and the native engine's public headers
                       include/xpuruntime/{onnx_import,capture_plan,graph_exec}.h (its ONNX import, plan and exec:
                       implemented in engines/native/, they are no part of core's contract; the graph IR,

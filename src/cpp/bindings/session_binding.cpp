@@ -166,7 +166,8 @@ Value to_value(const InferenceSession& session, const std::string& name, const p
 }
 
 // A Value as xpuruntime.InferenceSession.run returns it (as ONNX Runtime's Python API does): a tensor on the CPU as
-// a numpy array; a device tensor, or a bfloat16 one (numpy has none), as an xpuruntime Tensor; a sequence as a list;
+// a numpy array (float8 as float32 values, int4/uint4 as int8/uint8: Note [Float8 and int4 in numpy] in
+// tensor_binding.cpp); a device tensor, or a bfloat16 one (numpy has none), as an xpuruntime Tensor; a sequence as a list;
 // an empty optional as None, one holding a value as that value.
 py::object from_value(const Value& value) {
   if (!value.defined()) return py::none();

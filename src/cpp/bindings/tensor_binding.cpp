@@ -8,6 +8,7 @@
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/dlpack.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/low_bit.h"
 
 namespace xpuruntime::bindings {
 
@@ -33,6 +34,20 @@ std::vector<std::int64_t> to_shape(const py::handle& obj) {
   } catch (const py::cast_error&) {
     throw InvalidTypeError(detail::str_cat("Expected a shape (an int or a sequence of ints), got ",
                                            py::str(obj).cast<std::string>()));
+  }
+}
+
+// int4/uint4 tensors hold one value per byte (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h): every byte
+// in range.
+void check_int4_range(const Tensor& t) {
+  const Tensor host = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
+  std::size_t bad = 0;
+  const auto* bytes = static_cast<const std::uint8_t*>(host.data_ptr());
+  if (!detail::int4_in_range(bytes, static_cast<std::size_t>(host.numel()), t.dtype(), &bad)) {
+    const int value = t.dtype() == DType::kInt4 ? static_cast<std::int8_t>(bytes[bad]) : bytes[bad];
+    throw InvalidArgumentError(detail::str_cat("view(\"", dtype_name(t.dtype()), "\"): element ", bad, " is ", value,
+                                               ", outside ", dtype_name(t.dtype()), "'s range [",
+                                               detail::int4_min(t.dtype()), ", ", detail::int4_max(t.dtype()), "]"));
   }
 }
 
@@ -247,12 +262,17 @@ void bind_tensors(py::module_& m) {
       .def("view",
            [](const Tensor& t, const py::object& dtype) {
              XPURT_CHECK_TYPE(!dtype.is_none(), "view(): dtype is required (e.g. \"uint16\" or \"bfloat16\")");
-             return t.view(to_dtype(dtype));
+             const DType to = to_dtype(dtype);
+             Tensor out = t.view(to);
+             if (is_int4_dtype(to) && to != t.dtype()) check_int4_range(out);
+             return out;
            },
            py::arg("dtype"),
            "The same memory read as `dtype` (a name such as \"bfloat16\", or a numpy/torch dtype) of the same "
            "element size: the bits are reinterpreted, not converted, and the storage is shared (like torch's "
-           "Tensor.view(dtype)). Raises InvalidTypeError for a dtype of another element size.")
+           "Tensor.view(dtype)). Raises InvalidTypeError for a dtype of another element size. int8/uint8 bytes "
+           "viewed as int4/uint4 must lie in [-8, 7] / [0, 15] (InvalidArgumentError otherwise); a uint8 tensor of "
+           "bit patterns viewed as a float8 dtype makes a float8 tensor.")
       .def("contiguous", [](const Tensor& t) {
              py::gil_scoped_release release;
              return t.contiguous();
@@ -316,6 +336,12 @@ void bind_tensors(py::module_& m) {
 
 Tensor to_tensor(const py::handle& obj) { return import_object(py::reinterpret_borrow<py::object>(obj)); }
 
+// Note [Float8 and int4 in numpy]
+// numpy has no float8 and no 4-bit integers. A float8 tensor's numpy() is a float32 array of its values (a copy,
+// exact: every float8 value is a float32), so an InferenceSession output of a float8 type comes back as numbers;
+// t.view("uint8").numpy() gives the bit patterns instead (a view). int4/uint4, held one value per byte, come back
+// as int8/uint8 arrays of the values (views). To make such tensors: from_numpy(uint8 bit patterns).view(
+// "float8e4m3fn"), from_numpy(int8 values).view("int4") (range checked).
 py::array to_numpy(const Tensor& t) {
   XPURT_CHECK_TYPE(t.dtype() != DType::kBFloat16,
                    "to_numpy: numpy has no bfloat16; t.view(\"uint16\").numpy() gives the bit patterns, "
@@ -325,6 +351,17 @@ py::array to_numpy(const Tensor& t) {
     py::gil_scoped_release release;
     host = t.to(Device::cpu());
   }
+  if (is_float8_dtype(host.dtype())) {  // Note [Float8 and int4 in numpy]: the values, as float32
+    const Tensor bits = host.contiguous();
+    std::vector<py::ssize_t> dims(bits.shape().begin(), bits.shape().end());
+    py::array_t<float> values(dims);
+    const auto* in = static_cast<const std::uint8_t*>(bits.data_ptr());
+    float* out = values.mutable_data();
+    for (std::int64_t i = 0; i < bits.numel(); ++i) out[i] = detail::float8_to_float(in[i], bits.dtype());
+    return values;
+  }
+  if (host.dtype() == DType::kInt4) host = host.view(DType::kInt8);
+  if (host.dtype() == DType::kUInt4) host = host.view(DType::kUInt8);
   std::vector<py::ssize_t> shape(host.shape().begin(), host.shape().end());
   std::vector<py::ssize_t> strides;
   for (std::int64_t s : host.strides()) strides.push_back(static_cast<py::ssize_t>(s * host.element_size()));

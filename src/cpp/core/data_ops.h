@@ -13,7 +13,8 @@
 
 namespace xpuruntime::data_ops {
 
-// Every dtype a Tensor has: the data-movement ops, where, the comparisons and cast take them all.
+// Every dtype a Tensor has but the storage-only ones: the data-movement ops, where, the comparisons and cast
+// take them all.
 inline bool is_any_supported_dtype(DType dtype) {
   switch (dtype) {
     case DType::kFloat16:
@@ -30,6 +31,15 @@ inline bool is_any_supported_dtype(DType dtype) {
     case DType::kUInt32:
     case DType::kUInt64:
       return true;
+    // The storage-only dtypes (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h): cast and the comparisons would
+    // read their bytes as integers, so the registry's every-dtype ops refuse them; the ONNX node kernels move them.
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kInt4:
+    case DType::kUInt4:
+      return false;
   }
   return false;
 }

@@ -38,6 +38,15 @@ DLDataType to_dl_dtype(DType dtype) {
     case DType::kBool:
       t.code = kDLPackBoolCode;
       break;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kInt4:
+    case DType::kUInt4:
+      throw InvalidTypeError(detail::str_cat("DLPack: ", dtype_name(dtype), " tensors are not exported (the "
+                                             "DLPack version here has no code for them); t.view(\"uint8\") "
+                                             "gives their bytes (Note [Float8 and 4-bit dtypes])"));
   }
   return t;
 }

@@ -16,9 +16,12 @@ bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name) {
       {11, {"double", static_cast<int>(DType::kFloat64)}},   {12, {"uint32", static_cast<int>(DType::kUInt32)}},
       {13, {"uint64", static_cast<int>(DType::kUInt64)}},    {14, {"complex64", -1}},
       {15, {"complex128", -1}},                              {16, {"bfloat16", static_cast<int>(DType::kBFloat16)}},
-      {17, {"float8e4m3fn", -1}},                            {18, {"float8e4m3fnuz", -1}},
-      {19, {"float8e5m2", -1}},                              {20, {"float8e5m2fnuz", -1}},
-      {21, {"uint4", -1}},                                   {22, {"int4", -1}},
+      {17, {"float8e4m3fn", static_cast<int>(DType::kFloat8E4M3FN)}},
+      {18, {"float8e4m3fnuz", static_cast<int>(DType::kFloat8E4M3FNUZ)}},
+      {19, {"float8e5m2", static_cast<int>(DType::kFloat8E5M2)}},
+      {20, {"float8e5m2fnuz", static_cast<int>(DType::kFloat8E5M2FNUZ)}},
+      {21, {"uint4", static_cast<int>(DType::kUInt4)}},
+      {22, {"int4", static_cast<int>(DType::kInt4)}},
       {23, {"float4e2m1", -1}}};
   auto it = types.find(code);
   if (name != nullptr) *name = it == types.end() ? "unknown" : it->second.first;

@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "core/shape_str.h"
+#include "xpuruntime/low_bit.h"
 
 namespace xpuruntime::detail {
 
@@ -28,6 +29,12 @@ double load_as_double(const Tensor& host) {
     case DType::kUInt16: return *static_cast<const std::uint16_t*>(p);
     case DType::kUInt32: return *static_cast<const std::uint32_t*>(p);
     case DType::kUInt64: return static_cast<double>(*static_cast<const std::uint64_t*>(p));
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ: return float8_to_float(*static_cast<const std::uint8_t*>(p), host.dtype());
+    case DType::kInt4: return *static_cast<const std::int8_t*>(p);  // unpacked (Note [Float8 and 4-bit dtypes])
+    case DType::kUInt4: return *static_cast<const std::uint8_t*>(p);
   }
   throw InvalidTypeError(str_cat("a scalar of dtype ", dtype_name(host.dtype()), " has no numeric value"));
 }
@@ -138,6 +145,21 @@ std::vector<double> to_doubles(const Tensor& tensor) {
     case DType::kUInt64:
       load_all<std::uint64_t>(t, out, [](std::uint64_t v) { return static_cast<double>(v); });
       break;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ: {
+      const DType dtype = t.dtype();
+      load_all<std::uint8_t>(t, out,
+                             [dtype](std::uint8_t v) { return static_cast<double>(float8_to_float(v, dtype)); });
+      break;
+    }
+    case DType::kInt4:
+      load_all<std::int8_t>(t, out, [](std::int8_t v) { return static_cast<double>(v); });
+      break;
+    case DType::kUInt4:
+      load_all<std::uint8_t>(t, out, [](std::uint8_t v) { return static_cast<double>(v); });
+      break;
   }
   return out;
 }
@@ -188,6 +210,17 @@ Tensor from_doubles(const std::vector<std::int64_t>& shape, DType dtype, const s
       break;
     case DType::kUInt64:
       store_all<std::uint64_t>(t, values, [](double v) { return static_cast<std::uint64_t>(v); });
+      break;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+      store_all<std::uint8_t>(t, values, [dtype](double v) { return float8_from_double(v, dtype); });
+      break;
+    case DType::kInt4:
+    case DType::kUInt4:  // saturated and rounded to nearest even (Note [Float8 and 4-bit dtypes])
+      store_all<std::uint8_t>(t, values,
+                              [dtype](double v) { return static_cast<std::uint8_t>(int4_from_double(v, dtype)); });
       break;
   }
   return t;

@@ -307,8 +307,15 @@ void dispatch_value(DType dtype, F&& f) {
     case DType::kUInt16: return f(PlainValue<std::uint16_t>{});
     case DType::kUInt32: return f(PlainValue<std::uint32_t>{});
     case DType::kUInt64: return f(PlainValue<std::uint64_t>{});
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kInt4:
+    case DType::kUInt4:
+      break;  // storage-only: the op schemas refuse them (data_ops::is_any_supported_dtype)
   }
-  XPURT_INTERNAL_ASSERT(false, "unknown dtype ", static_cast<int>(dtype));
+  XPURT_INTERNAL_ASSERT(false, "the cpu data kernels do not take ", dtype_name(dtype));
 }
 
 enum class Compare : std::uint8_t { kEqual, kLess, kGreater };
@@ -499,7 +506,15 @@ void store_converted(void* out, DType to, std::int64_t i, Source v) {
     case DType::kUInt16: static_cast<std::uint16_t*>(out)[i] = convert(std::uint16_t{}); return;
     case DType::kUInt32: static_cast<std::uint32_t*>(out)[i] = convert(std::uint32_t{}); return;
     case DType::kUInt64: static_cast<std::uint64_t*>(out)[i] = convert(std::uint64_t{}); return;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kInt4:
+    case DType::kUInt4:
+      break;  // storage-only: cast's schema refuses them (data_ops::is_any_supported_dtype)
   }
+  XPURT_INTERNAL_ASSERT(false, "the cpu cast does not write ", dtype_name(to));
 }
 
 }  // namespace

@@ -584,6 +584,12 @@ void dispatch_any(DType dtype, Body&& body) {
     case DType::kUInt16:
     case DType::kUInt32:
     case DType::kUInt64:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kInt4:
+    case DType::kUInt4:
       break;  // refused by the kernels' supports() (is_cuda_raw_dtype in cuda_raw_register.cpp)
   }
   throw UnsupportedOperationError(

@@ -89,7 +89,11 @@ bool dtype_from_onnx(ONNXTensorElementDataType type, DType* out) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: *out = DType::kUInt16; return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: *out = DType::kUInt32; return true;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: *out = DType::kUInt64; return true;
-    default: return false;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN: *out = DType::kFloat8E4M3FN; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ: *out = DType::kFloat8E4M3FNUZ; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2: *out = DType::kFloat8E5M2; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ: *out = DType::kFloat8E5M2FNUZ; return true;
+    default: return false;  // int4/uint4 too: ORT holds them packed, xpuruntime unpacked
   }
 }
 
@@ -108,6 +112,14 @@ ONNXTensorElementDataType onnx_from_dtype(DType dtype) {
     case DType::kUInt16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16;
     case DType::kUInt32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32;
     case DType::kUInt64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64;
+    case DType::kFloat8E4M3FN: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN;
+    case DType::kFloat8E4M3FNUZ: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ;
+    case DType::kFloat8E5M2: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2;
+    case DType::kFloat8E5M2FNUZ: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ;
+    // ORT holds int4/uint4 packed two per byte, xpuruntime one per byte (Note [Float8 and 4-bit dtypes],
+    // xpuruntime/low_bit.h): not fed as they are.
+    case DType::kInt4:
+    case DType::kUInt4: break;
   }
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }

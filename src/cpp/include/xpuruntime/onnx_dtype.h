@@ -14,7 +14,8 @@
 namespace xpuruntime {
 
 // ONNX's TensorProto.DataType code -> the xpuruntime dtype; false when xpuruntime tensors have none (strings,
-// unsigned 16/32/64-bit, complex, float8, 4-bit). `name` (optional) receives ONNX's name of the type ("uint16").
+// complex, float4e2m1). float8 (17-20) and int4/uint4 (22/21) map to their storage-only dtypes (Note [Float8 and
+// 4-bit dtypes], xpuruntime/low_bit.h). `name` (optional) receives ONNX's name of the type ("uint16").
 XPURT_API bool dtype_from_onnx_type(std::int64_t code, DType* dtype, std::string* name = nullptr);
 
 }  // namespace xpuruntime

@@ -45,7 +45,8 @@ struct Compute<BFloat16> {
   static BFloat16 store(float v) { return BFloat16{detail::float_to_bfloat16(v)}; }
 };
 
-// Calls fn(T{}) with T the storage type of `dtype` (bool is `bool`, float16 `Half`, bfloat16 `BFloat16`).
+// Calls fn(T{}) with T the storage type of `dtype` (bool is `bool`, float16 `Half`, bfloat16 `BFloat16`);
+// InvalidTypeError for float8, int4 and uint4, which the few ops taking them read themselves.
 template <typename Fn>
 decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -62,6 +63,17 @@ decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
     case DType::kUInt16: return fn(std::uint16_t{});
     case DType::kUInt32: return fn(std::uint32_t{});
     case DType::kUInt64: return fn(std::uint64_t{});
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kInt4:
+    case DType::kUInt4:
+      // Storage-only (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h): the ops that take them read them
+      // themselves.
+      throw InvalidTypeError(detail::str_cat(
+          dtype_name(dtype), " is a storage type: only QuantizeLinear, DequantizeLinear, Cast, CastLike, "
+          "MatMulNBits and the data-movement ops take it (dequantize or cast it to a float type first)"));
   }
   throw InvalidTypeError(detail::str_cat("unsupported dtype ", dtype_name(dtype)));
 }

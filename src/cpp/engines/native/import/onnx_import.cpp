@@ -20,6 +20,7 @@
 #include "core/shape_str.h"
 #include "frontends/onnx/onnx_check.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/low_bit.h"
 
 #if XPURT_ONNX_PROTO_GENERATED
 #include "onnx/onnx-ml.pb.h"
@@ -55,6 +56,13 @@ int dtype_to_onnx(DType dtype) {
     case DType::kUInt16: return onnx::TensorProto::UINT16;
     case DType::kUInt32: return onnx::TensorProto::UINT32;
     case DType::kUInt64: return onnx::TensorProto::UINT64;
+    // Codes by number: Debian's ONNX protobuf (1.12) predates these types.
+    case DType::kFloat8E4M3FN: return 17;
+    case DType::kFloat8E4M3FNUZ: return 18;
+    case DType::kFloat8E5M2: return 19;
+    case DType::kFloat8E5M2FNUZ: return 20;
+    case DType::kUInt4: return 21;
+    case DType::kInt4: return 22;
   }
   return onnx::TensorProto::UNDEFINED;
 }
@@ -104,14 +112,32 @@ Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& mode
   }
   // Note [Sizes checked before allocation]: the data the file holds must match the shape before the tensor is
   // allocated, so a tensor that declares 10^12 elements with 10 bytes of data is an error, not an allocation.
-  const auto nbytes = static_cast<std::size_t>(n * element);
+  // int4/uint4 are stored two per byte (and two per int32_data entry), and unpacked here (Note [Float8 and 4-bit
+  // dtypes], xpuruntime/low_bit.h).
+  const bool packed = is_int4_dtype(dtype);
+  const auto count = static_cast<std::size_t>(n);
+  const std::size_t nbytes = packed ? detail::int4_packed_bytes(count) : static_cast<std::size_t>(n * element);
+  const auto stored_values = packed ? static_cast<std::int64_t>(nbytes) : n;
   const bool external = proto.data_location() == onnx::TensorProto::EXTERNAL;
   if (!external && proto.has_raw_data()) {
     XPURT_CHECK(proto.raw_data().size() == nbytes, where, ": raw_data has ", proto.raw_data().size(),
                 " bytes but its shape and type need ", nbytes, " (truncated or malformed model?)");
   } else if (!external) {
-    XPURT_CHECK(field_count(proto, dtype) == n, where, ": holds ", field_count(proto, dtype),
-                " values but its shape needs ", n);
+    XPURT_CHECK(field_count(proto, dtype) == stored_values, where, ": holds ", field_count(proto, dtype),
+                " values but its shape needs ", stored_values);
+  }
+  if (packed) {
+    std::vector<std::uint8_t> bytes(nbytes);
+    if (external) {
+      onnx_frontend::read_external(onnx_frontend::open_external(proto, model_dir, nbytes, where), bytes.data(), where);
+    } else if (proto.has_raw_data()) {
+      if (nbytes) std::memcpy(bytes.data(), proto.raw_data().data(), nbytes);
+    } else {
+      copy_field(proto.int32_data(), bytes.data(), stored_values, where);
+    }
+    Tensor t = Tensor::empty(shape, dtype, Device::cpu());
+    detail::unpack_int4(bytes.data(), count, dtype, static_cast<std::uint8_t*>(t.data_ptr()));
+    return t;
   }
   if (adopt != nullptr && !external && proto.has_raw_data() && nbytes >= kAdoptBytes &&
       reinterpret_cast<std::uintptr_t>(adopt->data()) % 16 == 0) {
@@ -148,6 +174,13 @@ Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& mode
     // 16-bit floats are stored as their bit patterns in int32_data.
     case DType::kFloat16:
     case DType::kBFloat16: copy_field(proto.int32_data(), static_cast<std::uint16_t*>(dst), n, where); break;
+    // Float8 bit patterns, one per int32_data entry.
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ: copy_field(proto.int32_data(), static_cast<std::uint8_t*>(dst), n, where); break;
+    case DType::kInt4:
+    case DType::kUInt4: XPURT_INTERNAL_ASSERT(false, "int4 is unpacked above");
   }
   return t;
 }
@@ -157,6 +190,13 @@ void tensor_to_proto(const Tensor& tensor, const std::string& name, onnx::Tensor
   proto->set_name(name);
   proto->set_data_type(dtype_to_onnx(t.dtype()));
   for (std::int64_t d : t.shape()) proto->add_dims(d);
+  if (is_int4_dtype(t.dtype())) {  // two per byte, the first in the low nibble (Note [Float8 and 4-bit dtypes])
+    std::string packed(detail::int4_packed_bytes(static_cast<std::size_t>(t.numel())), '\0');
+    detail::pack_int4(static_cast<const std::uint8_t*>(t.data_ptr()), static_cast<std::size_t>(t.numel()),
+                      reinterpret_cast<std::uint8_t*>(packed.data()));
+    proto->set_raw_data(std::move(packed));
+    return;
+  }
   proto->set_raw_data(static_cast<const char*>(t.data_ptr()), t.nbytes());
 }
 

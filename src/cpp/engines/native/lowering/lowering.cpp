@@ -327,6 +327,11 @@ Lowered lower_cast(const Ctx& c) {
   if (to == nullptr || !std::holds_alternative<std::int64_t>(*to)) return reference("'to' is not a type code");
   DType dtype;
   if (!dtype_from_onnx_type(std::get<std::int64_t>(*to), &dtype)) return reference("cast to an unsupported type");
+  // float8 and int4 (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h): the registry's cast takes neither; the node
+  // kernel rounds with the node's `saturate`.
+  if (is_low_bit_dtype(dtype) || (c.type(0) != nullptr && is_low_bit_dtype(c.type(0)->dtype))) {
+    return reference("a cast from or to float8/int4 runs in the node kernel");
+  }
   Attributes a;
   a.set("to", std::string(dtype_name(dtype)));
   return registry("cast", {0}, a);
@@ -991,6 +996,12 @@ Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const
   for (int idx : lowered.inputs) {
     if (idx >= 0 && !node.has_input(static_cast<std::size_t>(idx))) {
       return reference(detail::str_cat("input ", idx, " of ", node.op_type, " is missing"));
+    }
+    // float8 and int4 (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h): no registry op takes them (their schemas
+    // refuse them); the node kernels move them (Transpose, Concat, Slice, Gather, ...) or say why not.
+    const ValueType* vt = idx >= 0 ? c.type(static_cast<std::size_t>(idx)) : nullptr;
+    if (lowered.kind == Lowered::Kind::kRegistry && vt != nullptr && is_low_bit_dtype(vt->dtype)) {
+      return reference(detail::str_cat("input ", idx, " is ", dtype_name(vt->dtype), ", which no registry op takes"));
     }
   }
   return lowered;

@@ -23,6 +23,7 @@
 
 #include "backends/cpu/onnx/onnx_common.h"
 #include "backends/cpu/onnx/onnx_kernels.h"
+#include "backends/cpu/onnx/onnx_misc.h"  // to_doubles, store_doubles: float8 and int4 casts
 #include "xpuruntime/onnx_dtype.h"
 
 namespace xpuruntime::onnx_ref {
@@ -995,18 +996,24 @@ void register_logic(NodeKernelRegistrar& kernels) {
   });
 }
 
+// Cast and CastLike: float8 and int4/uint4 on either side go through double (exact for every source but int64
+// beyond 2^53), rounding once to the target with `saturate` (opset 19+; Note [Float8 and 4-bit dtypes],
+// xpuruntime/low_bit.h); the other dtypes as cast_into.
+void cast_node(OpContext& ctx, DType to) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.allocate_output(0, x.shape(), to);
+  if (!is_low_bit_dtype(x.dtype()) && !is_low_bit_dtype(to)) return cast_into(x, y);
+  if (x.dtype() == to) {
+    std::memcpy(y.data_ptr(), x.data_ptr(), x.nbytes());
+    return;
+  }
+  const bool saturate = ctx.opset() < 19 || ctx.attr_int("saturate", 1) != 0;
+  misc::store_doubles(y, misc::to_doubles(x), saturate);
+}
+
 void register_casts(NodeKernelRegistrar& kernels) {
-  kernels.add("", "Cast", [](OpContext& ctx) {
-    const Tensor& x = ctx.input(0);
-    const DType to = cast_target(ctx);
-    Tensor& y = ctx.allocate_output(0, x.shape(), to);
-    cast_into(x, y);
-  });
-  kernels.add("", "CastLike", [](OpContext& ctx) {
-    const Tensor& x = ctx.input(0);
-    Tensor& y = ctx.allocate_output(0, x.shape(), ctx.input(1).dtype());
-    cast_into(x, y);
-  });
+  kernels.add("", "Cast", [](OpContext& ctx) { cast_node(ctx, cast_target(ctx)); });
+  kernels.add("", "CastLike", [](OpContext& ctx) { cast_node(ctx, ctx.input(1).dtype()); });
   // Any value kind: tensors, sequences and optionals (opset 16).
   kernels.add("", "Identity", [](OpContext& ctx) { ctx.set_output(0, ctx.value(0)); });
   kernels.add("", "Dropout", [](OpContext& ctx) {

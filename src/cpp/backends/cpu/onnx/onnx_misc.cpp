@@ -2,6 +2,7 @@
 // files (onnx_misc.h) and holds their shared helpers.
 #include "backends/cpu/onnx/onnx_misc.h"
 #include "core/shape_str.h"
+#include "xpuruntime/low_bit.h"
 #include "xpuruntime/onnx_dtype.h"
 
 #include <cmath>
@@ -19,6 +20,17 @@ DType dtype_from_onnx(std::int64_t onnx_type, const std::string& where, const st
 
 ScratchVector<double> to_doubles(const Tensor& t) {
   ScratchVector<double> out(static_cast<std::size_t>(t.numel()));
+  if (is_low_bit_dtype(t.dtype())) {  // one byte each (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h)
+    const auto* p = data<std::uint8_t>(t);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (is_float8_dtype(t.dtype())) {
+        out[i] = static_cast<double>(detail::float8_to_float(p[i], t.dtype()));
+      } else {
+        out[i] = t.dtype() == DType::kInt4 ? static_cast<std::int8_t>(p[i]) : p[i];
+      }
+    }
+    return out;
+  }
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = data<T>(t);
@@ -27,9 +39,17 @@ ScratchVector<double> to_doubles(const Tensor& t) {
   return out;
 }
 
-void store_doubles(Tensor& t, const ScratchVector<double>& values) {
+void store_doubles(Tensor& t, const ScratchVector<double>& values, bool saturate) {
   XPURT_INTERNAL_ASSERT(static_cast<std::int64_t>(values.size()) == t.numel(), "store_doubles: ", values.size(),
                         " values for ", t.numel(), " elements");
+  if (is_low_bit_dtype(t.dtype())) {  // Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h
+    auto* p = data<std::uint8_t>(t);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      p[i] = is_float8_dtype(t.dtype()) ? detail::float8_from_double(values[i], t.dtype(), saturate)
+                                        : static_cast<std::uint8_t>(detail::int4_from_double(values[i], t.dtype()));
+    }
+    return;
+  }
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using C = typename Compute<T>::type;

@@ -28,11 +28,13 @@ namespace misc {
 // InvalidTypeError naming `where` and the attribute for types our Tensor cannot hold (strings, uint16, ...).
 DType dtype_from_onnx(std::int64_t onnx_type, const std::string& where, const std::string& attribute);
 
-// Every element of `t` (any dtype) as double, in row-major order.
+// Every element of `t` (any dtype, float8 and int4/uint4 included) as double, in row-major order.
 ScratchVector<double> to_doubles(const Tensor& t);
 // Writes `values` (one per element, row-major) into `t`, converting to its dtype (integers: truncation toward
-// zero, as a C++ cast; bool: nonzero). Callers round and saturate first where ONNX says so.
-void store_doubles(Tensor& t, const ScratchVector<double>& values);
+// zero, as a C++ cast; bool: nonzero). Callers round and saturate first where ONNX says so. float8 rounds to
+// nearest even with ONNX's Cast rules for `saturate`; int4/uint4 saturate and round to nearest even (Note [Float8
+// and 4-bit dtypes], xpuruntime/low_bit.h).
+void store_doubles(Tensor& t, const ScratchVector<double>& values, bool saturate = true);
 
 // "[2,3,4]": a shape for error messages.
 std::string shape_str(const std::vector<std::int64_t>& shape);

@@ -1,5 +1,6 @@
-// ONNX reference ops, quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
-// ConvInteger, QLinearMatMul, QLinearConv. See backends/cpu/onnx/onnx_kernels.h.
+// ONNX reference ops, quantization: QuantizeLinear, DequantizeLinear (int8/uint8/int16/uint16, float8, int4/uint4;
+// per tensor, per axis, blocked), DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv, and
+// ONNX Runtime's com.microsoft QLinearAdd, QLinearMul, QGemm and MatMulNBits. See backends/cpu/onnx/onnx_kernels.h.
 //
 // Note [Quantized arithmetic]
 // Quantizing follows ONNX: y = saturate(round_half_even(x / scale) + zero_point), with x / scale computed in
@@ -22,12 +23,23 @@ using Shape = std::vector<std::int64_t>;
 
 bool is_quantized_int(DType d) { return d == DType::kInt8 || d == DType::kUInt8 || d == DType::kInt16; }
 
-// The saturation range of a quantized type.
+// The quantized types of QuantizeLinear's output and DequantizeLinear's input at `opset`: 8-bit and int16 (int16
+// and uint16 from opset 21, accepted earlier as before), float8 from 19, int4/uint4 from 21.
+bool is_quantized_type(DType d, std::int64_t opset) {
+  if (is_quantized_int(d) || d == DType::kUInt16) return true;
+  if (is_float8_dtype(d)) return opset >= 19;
+  return is_int4_dtype(d) && opset >= 21;
+}
+
+// The saturation range of a quantized integer type.
 void quant_range(DType d, double& lo, double& hi) {
   switch (d) {
     case DType::kInt8: lo = -128; hi = 127; return;
     case DType::kUInt8: lo = 0; hi = 255; return;
     case DType::kInt16: lo = -32768; hi = 32767; return;
+    case DType::kUInt16: lo = 0; hi = 65535; return;
+    case DType::kInt4: lo = -8; hi = 7; return;
+    case DType::kUInt4: lo = 0; hi = 15; return;
     case DType::kInt32:
       lo = std::numeric_limits<std::int32_t>::min();
       hi = std::numeric_limits<std::int32_t>::max();
@@ -118,6 +130,9 @@ void check_scale_dtype(const OpContext& ctx, const Tensor& scale, const char* na
                    "' must be a floating-point tensor, got ", dtype_name(scale.dtype()));
 }
 
+// QuantizeLinear (Note [Quantized arithmetic]): the output type is the zero point's, else output_dtype (opset 21),
+// else uint8. Integer types: saturate(round_half_even(x / scale) + zero_point); float8: x / scale + zero_point
+// rounded to nearest even with `saturate` (opset 19; Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h).
 void quantize_linear(OpContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
@@ -136,29 +151,37 @@ void quantize_linear(OpContext& ctx) {
     check_same_shape(ctx, scale, zp, "y_zero_point");
     zero_points = to_doubles(zp);
   }
-  if (!is_quantized_int(out_dtype)) {
-    throw UnsupportedOperationError(detail::str_cat(ctx.where(), ": quantizing to ", dtype_name(out_dtype),
-                                                    " is not supported (uint8, int8 and int16 are)"));
+  if (!is_quantized_type(out_dtype, ctx.opset())) {
+    throw UnsupportedOperationError(detail::str_cat(
+        ctx.where(), ": quantizing to ", dtype_name(out_dtype), " is not supported at opset ", ctx.opset(),
+        " (uint8, int8, int16 and uint16; float8 from opset 19; int4 and uint4 from opset 21)"));
   }
+  const bool to_float8 = is_float8_dtype(out_dtype);
+  const bool saturate = ctx.attr_int("saturate", 1) != 0;
   const ParamIndexer ix = make_param_indexer(ctx, x.shape(), scale, "y_scale");
   const ScratchVector<float> scales = to_floats(scale);
   double lo = 0, hi = 0;
-  quant_range(out_dtype, lo, hi);
+  if (!to_float8) quant_range(out_dtype, lo, hi);
   const ScratchVector<double> xs = to_doubles(x);
   ScratchVector<double> ys(xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const auto p = static_cast<std::size_t>(ix(static_cast<std::int64_t>(i)));
     const float scaled = static_cast<float>(xs[i]) / scales[p];
-    ys[i] = quantize_value(scaled, zero_points.empty() ? 0.0 : zero_points[p], lo, hi);
+    const double zero_point = zero_points.empty() ? 0.0 : zero_points[p];
+    // float8: the sum rounds once, in store_doubles (a zero point is 0 in practice, which keeps it exact).
+    ys[i] = to_float8 ? static_cast<double>(scaled) + zero_point : quantize_value(scaled, zero_point, lo, hi);
   }
-  store_doubles(ctx.allocate_output(0, x.shape(), out_dtype), ys);
+  store_doubles(ctx.allocate_output(0, x.shape(), out_dtype), ys, saturate);
 }
 
+// DequantizeLinear: (x - zero_point) * scale in float32, for every quantized type of the opset (float8 values
+// exactly as floats).
 void dequantize_linear(OpContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
-  XPURT_CHECK_TYPE(is_quantized_int(x.dtype()) || x.dtype() == DType::kInt32, ctx.where(),
-                   ": input 'x' must be int8, uint8, int16 or int32, got ", dtype_name(x.dtype()));
+  XPURT_CHECK_TYPE(is_quantized_type(x.dtype(), ctx.opset()) || x.dtype() == DType::kInt32, ctx.where(),
+                   ": input 'x' must be int8, uint8, int16, uint16 or int32 (float8 from opset 19, int4 and uint4 "
+                   "from opset 21), got ", dtype_name(x.dtype()), " at opset ", ctx.opset());
   check_scale_dtype(ctx, scale, "x_scale");
   ScratchVector<double> zero_points;
   if (ctx.has_input(2)) {
@@ -555,6 +578,245 @@ void qlinear_conv(OpContext& ctx) {
   requantize(ctx, real, out_shape, ctx.input(6), ctx.input(7));
 }
 
+// ---- com.microsoft contrib ops (ONNX Runtime's, which quantized exports carry) ----------------------------
+
+// The int8/uint8 scalar zero point `t` (absent: 0) and a scalar scale, as QLinearAdd/QLinearMul/QGemm read them.
+double optional_zero_point(const OpContext& ctx, std::size_t index, DType operand, const char* name) {
+  if (!ctx.has_input(index)) return 0.0;
+  const Tensor& zp = ctx.input(index);
+  XPURT_CHECK_TYPE(zp.dtype() == operand, ctx.where(), ": '", name, "' must have dtype ", dtype_name(operand),
+                   ", got ", dtype_name(zp.dtype()));
+  check_scalar_param(ctx, zp, name);
+  return read_scalar(zp, ctx.where());
+}
+
+float scalar_scale(const OpContext& ctx, std::size_t index, const char* name) {
+  const Tensor& scale = ctx.input(index);
+  check_scale_dtype(ctx, scale, name);
+  check_scalar_param(ctx, scale, name);
+  return static_cast<float>(read_scalar(scale, ctx.where()));
+}
+
+// com.microsoft QLinearAdd / QLinearMul: C = quantize(dequantize(A) op dequantize(B)) with NumPy broadcasting,
+// per-tensor scales and zero points (absent zero points are 0), int8 or uint8, C of A's type. The dequantized
+// operands and the result are float32, as ONNX Runtime computes them.
+void qlinear_binary(OpContext& ctx, bool multiply) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(3);
+  check_quantized_operand(ctx, a, "A");
+  XPURT_CHECK_TYPE(b.dtype() == a.dtype(), ctx.where(), ": input 'B' must have the dtype of 'A' (",
+                   dtype_name(a.dtype()), "), got ", dtype_name(b.dtype()));
+  const float as = scalar_scale(ctx, 1, "A_scale"), bs = scalar_scale(ctx, 4, "B_scale");
+  const float cs = scalar_scale(ctx, 6, "C_scale");
+  const double azp = optional_zero_point(ctx, 2, a.dtype(), "A_zero_point");
+  const double bzp = optional_zero_point(ctx, 5, a.dtype(), "B_zero_point");
+  const double czp = optional_zero_point(ctx, 7, a.dtype(), "C_zero_point");
+  const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), ctx.where());
+  const ScratchVector<double> av = to_doubles(a), bv = to_doubles(b);
+  double lo = 0, hi = 0;
+  quant_range(a.dtype(), lo, hi);
+  ScratchVector<double> q(static_cast<std::size_t>(numel_of(out_shape)));
+  for_each_index2(out_shape, broadcast_strides(a.shape(), out_shape), broadcast_strides(b.shape(), out_shape),
+                  [&](std::int64_t oa, std::int64_t ob, std::int64_t i) {
+                    const float x = static_cast<float>(av[static_cast<std::size_t>(oa)] - azp) * as;
+                    const float y = static_cast<float>(bv[static_cast<std::size_t>(ob)] - bzp) * bs;
+                    q[static_cast<std::size_t>(i)] = quantize_value((multiply ? x * y : x + y) / cs, czp, lo, hi);
+                  });
+  store_doubles(ctx.allocate_output(0, out_shape, a.dtype()), q);
+}
+
+// com.microsoft QGemm: Y = alpha * a_scale * b_scale * ((A' - a_zero_point)(B' - b_zero_point) + C), A' and B'
+// transposed by transA/transB, the int32 bias C broadcast to [M, N], b_scale and b_zero_point (as many values as
+// b_scale, as ONNX Runtime checks) per tensor or per column [N]. Quantized with y_scale and y_zero_point when y_scale is given (y_zero_point's type, else uint8),
+// float32 otherwise.
+void qgemm(OpContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(3);
+  check_quantized_operand(ctx, a, "A");
+  check_quantized_operand(ctx, b, "B");
+  XPURT_CHECK(a.dim() == 2 && b.dim() == 2, ctx.where(), ": 'A' and 'B' must be 2-D, got ", shape_str(a.shape()),
+              " and ", shape_str(b.shape()));
+  const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
+  const std::int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
+  const std::int64_t n = tb ? b.shape()[0] : b.shape()[1], kb = tb ? b.shape()[1] : b.shape()[0];
+  XPURT_CHECK(k == kb, ctx.where(), ": inner dimensions differ: A ", shape_str(a.shape()), " (transA ", ta,
+              ") and B ", shape_str(b.shape()), " (transB ", tb, ")");
+  const float a_scale = scalar_scale(ctx, 1, "a_scale");
+  const double a_zp = optional_zero_point(ctx, 2, a.dtype(), "a_zero_point");
+  const Tensor& b_scale = ctx.input(4);
+  check_scale_dtype(ctx, b_scale, "b_scale");
+  XPURT_CHECK(b_scale.numel() == 1 || b_scale.numel() == n, ctx.where(), ": 'b_scale' must be a scalar or hold ",
+              n, " values (one per column), got shape ", shape_str(b_scale.shape()));
+  const ScratchVector<float> bsc = to_floats(b_scale);
+  ScratchVector<double> b_zp(1, 0.0);
+  if (ctx.has_input(5)) {
+    const Tensor& zp = ctx.input(5);
+    XPURT_CHECK_TYPE(zp.dtype() == b.dtype(), ctx.where(), ": 'b_zero_point' must have dtype ", dtype_name(b.dtype()),
+                     ", got ", dtype_name(zp.dtype()));
+    XPURT_CHECK(zp.numel() == b_scale.numel(), ctx.where(), ": 'b_zero_point' must have as many values as "
+                "'b_scale' (", b_scale.numel(), "), got shape ", shape_str(zp.shape()));
+    b_zp = to_doubles(zp);
+  }
+  const ScratchVector<double> av = to_doubles(a), bv = to_doubles(b);
+  // Centered [M, K] and [K, N] operands, then one int32 GEMM (wrapping, Note [Quantized arithmetic]).
+  ScratchVector<std::int32_t> ac(static_cast<std::size_t>(m * k)), bc(static_cast<std::size_t>(k * n));
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t l = 0; l < k; ++l) {
+      ac[static_cast<std::size_t>(i * k + l)] =
+          static_cast<std::int32_t>(av[static_cast<std::size_t>(ta ? l * m + i : i * k + l)] - a_zp);
+    }
+  }
+  for (std::int64_t l = 0; l < k; ++l) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double zp = b_zp[b_zp.size() == 1 ? 0 : static_cast<std::size_t>(j)];
+      bc[static_cast<std::size_t>(l * n + j)] =
+          static_cast<std::int32_t>(bv[static_cast<std::size_t>(tb ? j * k + l : l * n + j)] - zp);
+    }
+  }
+  ScratchVector<std::int32_t> acc(static_cast<std::size_t>(m * n));
+  gemm_int32(ac.data(), bc.data(), acc.data(), m, n, k);
+  if (ctx.has_input(6)) {
+    const Tensor& c = ctx.input(6);
+    XPURT_CHECK_TYPE(c.dtype() == DType::kInt32, ctx.where(), ": 'C' must be int32, got ", dtype_name(c.dtype()));
+    const auto cv = broadcast_param(ctx, c, c.shape(), Shape{m, n}, "C");
+    for (std::size_t i = 0; i < acc.size(); ++i) {
+      acc[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(acc[i]) +
+                                         static_cast<std::uint32_t>(static_cast<std::int32_t>(cv[i])));
+    }
+  }
+  const auto alpha = static_cast<float>(ctx.attr_float("alpha", 1.0));
+  ScratchVector<double> real(acc.size());
+  for (std::size_t i = 0; i < acc.size(); ++i) {
+    const float multiplier = alpha * a_scale * bsc[bsc.size() == 1 ? 0 : i % static_cast<std::size_t>(n)];
+    real[i] = static_cast<double>(static_cast<float>(acc[i]) * multiplier);
+  }
+  if (!ctx.has_input(7)) {
+    store_doubles(ctx.allocate_output(0, {m, n}, DType::kFloat32), real);
+    return;
+  }
+  const float y_scale = scalar_scale(ctx, 7, "y_scale");
+  const DType out_dtype = ctx.has_input(8) ? ctx.input(8).dtype() : DType::kUInt8;
+  XPURT_CHECK_TYPE(out_dtype == DType::kInt8 || out_dtype == DType::kUInt8, ctx.where(),
+                   ": 'y_zero_point' must be int8 or uint8, got ", dtype_name(out_dtype));
+  const double y_zp = optional_zero_point(ctx, 8, out_dtype, "y_zero_point");
+  double lo = 0, hi = 0;
+  quant_range(out_dtype, lo, hi);
+  ScratchVector<double> q(real.size());
+  for (std::size_t i = 0; i < real.size(); ++i) {
+    q[i] = quantize_value(static_cast<float>(real[i]) / y_scale, y_zp, lo, hi);
+  }
+  store_doubles(ctx.allocate_output(0, {m, n}, out_dtype), q);
+}
+
+// com.microsoft MatMulNBits (ONNX Runtime's contrib op; ORT's MatMul4BitsQuantizer writes it): Y = A @ W^T (+ bias)
+// with W [N, K] dequantized from `bits`-bit codes in blocks of block_size along K:
+//   B           uint8 [N, ceil(K / block_size), block_size * bits / 8], codes packed low bits first along K;
+//   scales      [N * n_blocks] (or [N, n_blocks]), A's float type;
+//   zero_points optional: uint8 packed like B, ceil(n_blocks * bits / 8) bytes per row of N, or A's float type
+//               unpacked [N * n_blocks]; absent: 2^(bits - 1);
+//   g_idx       optional int32 [K]: the block of each k (absent: k / block_size);
+//   bias        optional [N].
+// W[n, k] = (code - zero_point) * scale in float32; the products are summed in double and rounded once to float
+// (accuracy_level, which lets ONNX Runtime quantize A to int8, is not followed: the reference is exact).
+void matmul_nbits(OpContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  const Tensor& scales = ctx.input(2);
+  XPURT_CHECK_TYPE(is_float_dtype(a.dtype()), ctx.where(), ": input 'A' must be a float tensor, got ",
+                   dtype_name(a.dtype()));
+  check_scale_dtype(ctx, scales, "scales");
+  XPURT_CHECK(ctx.has_attr("K") && ctx.has_attr("N") && ctx.has_attr("block_size"), ctx.where(),
+              ": attributes K, N and block_size are required");
+  const std::int64_t k = ctx.attr_int("K", 0), n = ctx.attr_int("N", 0);
+  const std::int64_t bits = ctx.attr_int("bits", 4), block = ctx.attr_int("block_size", 0);
+  XPURT_CHECK(bits == 2 || bits == 4 || bits == 8, ctx.where(), ": bits must be 2, 4 or 8, got ", bits);
+  XPURT_CHECK(block >= 16 && (block & (block - 1)) == 0, ctx.where(),
+              ": block_size must be a power of two >= 16, got ", block);
+  XPURT_CHECK(k > 0 && n > 0, ctx.where(), ": K and N must be positive, got ", k, " and ", n);
+  XPURT_CHECK(a.dim() >= 1 && a.shape().back() == k, ctx.where(), ": input 'A' ", shape_str(a.shape()),
+              " must end in K = ", k);
+  const std::int64_t blocks = (k + block - 1) / block, blob = block * bits / 8;
+  XPURT_CHECK_TYPE(b.dtype() == DType::kUInt8, ctx.where(), ": input 'B' must be uint8, got ", dtype_name(b.dtype()));
+  XPURT_CHECK(b.numel() == n * blocks * blob, ctx.where(), ": input 'B' ", shape_str(b.shape()), " must be [", n,
+              ", ", blocks, ", ", blob, "] for K ", k, ", N ", n, ", bits ", bits, ", block_size ", block);
+  XPURT_CHECK(scales.numel() == n * blocks, ctx.where(), ": 'scales' must hold N * n_blocks = ", n * blocks,
+              " values, got shape ", shape_str(scales.shape()));
+  const ScratchVector<float> sc = to_floats(scales);
+  const auto mask = static_cast<unsigned>((1 << bits) - 1);
+  // zero point of (row j, block blk)
+  const std::int64_t zp_row_bytes = (blocks * bits + 7) / 8;
+  ScratchVector<float> zps(static_cast<std::size_t>(n * blocks), static_cast<float>(1 << (bits - 1)));
+  if (ctx.has_input(3)) {
+    const Tensor& zp = ctx.input(3);
+    if (zp.dtype() == DType::kUInt8) {
+      XPURT_CHECK(zp.numel() == n * zp_row_bytes, ctx.where(), ": packed uint8 'zero_points' must hold ",
+                  n * zp_row_bytes, " bytes (", zp_row_bytes, " per row), got shape ", shape_str(zp.shape()));
+      const auto* pz = data<std::uint8_t>(zp);
+      for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t blk = 0; blk < blocks; ++blk) {
+          const std::int64_t bit = blk * bits;
+          const unsigned byte = pz[j * zp_row_bytes + bit / 8];
+          zps[static_cast<std::size_t>(j * blocks + blk)] = static_cast<float>((byte >> (bit % 8)) & mask);
+        }
+      }
+    } else {
+      XPURT_CHECK_TYPE(zp.dtype() == scales.dtype(), ctx.where(), ": 'zero_points' must be uint8 (packed) or ",
+                       dtype_name(scales.dtype()), " (the scales' type), got ", dtype_name(zp.dtype()));
+      XPURT_CHECK(zp.numel() == n * blocks, ctx.where(), ": 'zero_points' of ", dtype_name(zp.dtype()),
+                  " must hold ", n * blocks, " values, got shape ", shape_str(zp.shape()));
+      zps = to_floats(zp);
+    }
+  }
+  ScratchVector<std::int64_t> block_of(static_cast<std::size_t>(k));
+  for (std::int64_t l = 0; l < k; ++l) block_of[static_cast<std::size_t>(l)] = l / block;
+  if (ctx.has_input(4)) {
+    const ScratchVector<std::int64_t> g = read_indices(ctx.input(4), ctx.where() + " input 'g_idx'");
+    XPURT_CHECK(static_cast<std::int64_t>(g.size()) == k, ctx.where(), ": 'g_idx' must hold K = ", k, " values");
+    for (std::int64_t l = 0; l < k; ++l) {
+      const std::int64_t blk = g[static_cast<std::size_t>(l)];
+      XPURT_CHECK(blk >= 0 && blk < blocks, ctx.where(), ": g_idx[", l, "] = ", blk, " is not a block in [0, ",
+                  blocks, ")");
+      block_of[static_cast<std::size_t>(l)] = blk;
+    }
+  }
+  // W [N, K] dequantized.
+  const auto* pb = data<std::uint8_t>(b);
+  ScratchVector<float> w(static_cast<std::size_t>(n * k));
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (std::int64_t l = 0; l < k; ++l) {
+      const std::int64_t bit = (l % block) * bits;
+      const unsigned byte = pb[(j * blocks + l / block) * blob + bit / 8];
+      const auto code = static_cast<float>((byte >> (bit % 8)) & mask);
+      const auto p = static_cast<std::size_t>(j * blocks + block_of[static_cast<std::size_t>(l)]);
+      w[static_cast<std::size_t>(j * k + l)] = (code - zps[p]) * sc[p];
+    }
+  }
+  ScratchVector<float> bias;
+  if (ctx.has_input(5)) {
+    const Tensor& bt = ctx.input(5);
+    XPURT_CHECK(bt.numel() == n, ctx.where(), ": 'bias' must hold N = ", n, " values, got shape ",
+                shape_str(bt.shape()));
+    bias = to_floats(bt);
+  }
+  const ScratchVector<float> av = to_floats(a);
+  const std::int64_t rows = a.numel() / k;
+  ScratchVector<double> y(static_cast<std::size_t>(rows * n));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* x = av.data() + r * k;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float* wj = w.data() + j * k;
+      double sum = 0.0;
+      for (std::int64_t l = 0; l < k; ++l) sum += static_cast<double>(x[l]) * static_cast<double>(wj[l]);
+      const auto value = static_cast<float>(sum);
+      y[static_cast<std::size_t>(r * n + j)] =
+          static_cast<double>(bias.empty() ? value : value + bias[static_cast<std::size_t>(j)]);
+    }
+  }
+  Shape out_shape = a.shape();
+  out_shape.back() = n;
+  store_doubles(ctx.allocate_output(0, out_shape, a.dtype()), y);
+}
+
 }  // namespace
 
 void register_misc_quantization_ops(NodeKernelRegistrar& kernels) {
@@ -565,6 +827,10 @@ void register_misc_quantization_ops(NodeKernelRegistrar& kernels) {
   kernels.add("", "QLinearMatMul", qlinear_matmul);
   kernels.add("", "ConvInteger", conv_integer);
   kernels.add("", "QLinearConv", qlinear_conv);
+  kernels.add("com.microsoft", "QLinearAdd", [](OpContext& ctx) { qlinear_binary(ctx, false); });
+  kernels.add("com.microsoft", "QLinearMul", [](OpContext& ctx) { qlinear_binary(ctx, true); });
+  kernels.add("com.microsoft", "QGemm", qgemm);
+  kernels.add("com.microsoft", "MatMulNBits", matmul_nbits);
 }
 
 }  // namespace xpuruntime::onnx_ref

@@ -52,7 +52,7 @@ def test_validation_lists_valid_choices():
     with pytest.raises(ValueError):  # InvalidArgumentError is also a ValueError
         xrt.KernelPolicy.from_json('{"rulez": {}}')
     with pytest.raises(xrt.InvalidArgumentError, match="valid precisions: fp32, tf32, fp16, bf16, int8"):
-        xrt.ExecutionPolicy(precision="fp8")
+        xrt.ExecutionPolicy(precision="fp4")
     with pytest.raises(xrt.InvalidArgumentError, match="unknown ExecutionPolicy field 'precison'"):
         xrt.ExecutionPolicy(precison="fp16")
     with pytest.raises(xrt.InvalidArgumentError, match="must be True or False"):

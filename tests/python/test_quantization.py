@@ -728,6 +728,47 @@ def test_execution_policy_quantizes_at_session_creation(mlp, digits, tmp_path, m
     assert xrt.InferenceSession(path, engine="native").quantization is None
 
 
+def test_policy_file_with_decisions_replays_the_quantized_model(mlp, digits, tmp_path, monkeypatch):
+    monkeypatch.setenv("XPURT_QUANTIZATION_CACHE", "off")
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp, str(path))
+    _, _, xte, _ = digits
+    policy = xrt.ExecutionPolicy(precision="int8", calibration=_calibration(digits, batches=2),
+                                 quantization={"method": "minmax", "exclude": ["fc3"]})
+    session = xrt.InferenceSession(path, engine="native", exec_policy=policy)
+    want = session.run({"x": xte})["logits"]
+    saved = xrt.ExecutionPolicy(precision="int8", quantization={"decisions": session.quantization.decisions})
+    assert saved.fingerprint != xrt.ExecutionPolicy(precision="int8").fingerprint
+    files = [tmp_path / "policy.json"] + ([tmp_path / "policy.yaml"] if _has_yaml() else [])
+    for file in files:
+        saved.save(file)
+        loaded = xrt.ExecutionPolicy.load(file)
+        assert loaded == saved and loaded.fingerprint == saved.fingerprint
+        assert loaded.calibration is None and loaded.quantization["decisions"] == session.quantization.decisions
+        replay = xrt.InferenceSession(path, engine="native", exec_policy=loaded)
+        np.testing.assert_array_equal(replay.run({"x": xte})["logits"], want)
+        assert replay.quantization.to_bytes() == session.quantization.to_bytes()
+        assert "quantization: 2 nodes quantized (int8), 1 excluded" in str(replay.explain())
+    # The C++ session alone (no Python planning) applies the decisions from the policy.
+    core = xrt._core.InferenceSession(str(path), "cpu", "native", None, xrt.ExecutionPolicy.load(files[0]), False,
+                                      [], "", "")
+    np.testing.assert_array_equal(core._run_values({"x": xte}, ["logits"], None)[0], want)
+    text = json.loads(saved.to_json())
+    text["quantization"]["bogus"] = 1
+    with pytest.raises(xrt.InvalidArgumentError, match="unknown key 'bogus'"):
+        xrt.ExecutionPolicy.from_json(json.dumps(text))
+    with pytest.raises(xrt.InvalidArgumentError, match="no quantization decisions"):
+        xrt.InferenceSession(path, engine="native", exec_policy=xrt.ExecutionPolicy(precision="int8"))
+
+
+def _has_yaml() -> bool:
+    try:
+        xrt.ExecutionPolicy().to_yaml()
+    except xrt.UnsupportedOperationError:
+        return False
+    return True
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The command line
 # ---------------------------------------------------------------------------------------------------------------

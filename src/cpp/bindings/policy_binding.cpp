@@ -5,6 +5,7 @@
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_policy.h"
+#include "xpuruntime/quantization.h"
 
 namespace xpuruntime::bindings {
 
@@ -19,6 +20,36 @@ py::dict rule_dict(const KernelRule& rule) {
     d["kernels"] = rule.kernels;
   }
   return d;
+}
+
+// The QDQ writer (include/xpuruntime/quantization.h), which xpuruntime.quantization calls.
+void bind_quantization(py::module_& m) {
+  m.def("apply_quantization",
+        [](const py::bytes& model, const std::string& decisions_json, const std::vector<std::string>& skip_nodes,
+           const std::string& model_dir) {
+          const QuantizationDecisions decisions = QuantizationDecisions::from_json(decisions_json, "decisions");
+          ApplyQuantizationOptions options;
+          options.skip_nodes = skip_nodes;
+          options.model_dir = model_dir;
+          std::string bytes = model;
+          std::string out;
+          {
+            py::gil_scoped_release release;
+            out = apply_quantization(bytes, decisions, options);
+          }
+          return py::bytes(out);
+        },
+        py::arg("model"), py::arg("decisions_json"), py::arg("skip_nodes") = std::vector<std::string>{},
+        py::arg("model_dir") = "",
+        "The QDQ model (bytes) of a serialized float ONNX model under quantization decisions (JSON text).");
+  m.def("upgrade_opset",
+        [](const py::bytes& model, int needed, const std::string& why) {
+          int version = 0;
+          const std::string out = upgrade_opset(std::string(model), needed, why, &version);
+          return py::make_tuple(py::bytes(out), version);
+        },
+        py::arg("model"), py::arg("needed"), py::arg("why"),
+        "(model bytes with the default-domain opset raised to at least `needed`, the opset afterwards).");
 }
 
 }  // namespace
@@ -113,6 +144,13 @@ void bind_policies(py::module_& m) {
                       p.tensor_parallel = v;
                     })
       .def_readwrite("allow_newer_opsets", &ExecutionPolicy::allow_newer_opsets)
+      // The decisions as canonical JSON ("" for none); xpuruntime.ExecutionPolicy's `quantization` maps onto it.
+      .def_property("_quantization_json", [](const ExecutionPolicy& p) { return p.quantization; },
+                    [](ExecutionPolicy& p, const std::string& text) {
+                      p.quantization = text.empty() ? std::string()
+                                                    : QuantizationDecisions::canonical_json(
+                                                          text, "ExecutionPolicy 'quantization'");
+                    })
       .def("assign", [](ExecutionPolicy& p, const ExecutionPolicy& other) { p = other; }, py::arg("other"))
       .def("to_json", &ExecutionPolicy::to_json)
       .def("to_yaml", &ExecutionPolicy::to_yaml)
@@ -125,6 +163,7 @@ void bind_policies(py::module_& m) {
       .def("__repr__", &ExecutionPolicy::str);
 
   m.def("parse_byte_size", &parse_byte_size, py::arg("text"), "'256MiB' -> 268435456");
+  bind_quantization(m);
 }
 
 }  // namespace xpuruntime::bindings

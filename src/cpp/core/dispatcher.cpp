@@ -272,7 +272,7 @@ OpDescriptor make_op_descriptor(const std::string& op, const std::vector<Tensor>
     }
   }
   desc.compute_capability = compute_capability_of(desc.device);
-  desc.precision = policy.precision;
+  desc.precision = kernel_precision(policy.precision);
   desc.deterministic = policy.deterministic;
   return desc;
 }
@@ -294,7 +294,7 @@ Dispatcher::Dispatcher(KernelPolicy kernel_policy, ExecutionPolicy exec_policy, 
 }
 
 void Dispatcher::prepare(OpDescriptor& desc) const {
-  desc.precision = exec_policy_.precision;
+  desc.precision = kernel_precision(exec_policy_.precision);
   desc.deterministic = exec_policy_.deterministic;
   registry_->infer(desc);
 }
@@ -370,7 +370,7 @@ std::vector<CandidateReport> Dispatcher::evaluate(const OpDescriptor& desc) cons
 }
 
 std::vector<CandidateReport> Dispatcher::candidates(OpDescriptor& desc) const {
-  desc.precision = exec_policy_.precision;
+  desc.precision = kernel_precision(exec_policy_.precision);
   desc.deterministic = exec_policy_.deterministic;
   registry_->infer(desc);
   return evaluate(desc);

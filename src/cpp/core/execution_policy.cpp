@@ -6,6 +6,7 @@
 
 #include "policy_serialization.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/quantization.h"
 
 namespace xpuruntime {
 
@@ -14,7 +15,8 @@ namespace {
 constexpr const char* kSchema = "xpuruntime.execution_policy/1";
 const std::vector<std::string> kKeys = {"allow_newer_opsets", "cuda_graphs", "deterministic", "fallback",
                                         "intra_op_threads",
-                                        "memory_limit", "precision",    "schema",       "static_shape",
+                                        "memory_limit", "precision",    "quantization", "schema",
+                                        "static_shape",
                                         "tensor_parallel", "workspace_limit"};
 
 std::string checked_fallback(const nlohmann::json& value) {
@@ -63,6 +65,10 @@ nlohmann::json to_tree(const ExecutionPolicy& p) {
   tree["fallback"] = p.fallback;
   tree["tensor_parallel"] = p.tensor_parallel;
   if (p.allow_newer_opsets) tree["allow_newer_opsets"] = true;
+  if (!p.quantization.empty()) {
+    const std::string what = "ExecutionPolicy 'quantization'";
+    tree["quantization"] = detail::parse_json_text(QuantizationDecisions::canonical_json(p.quantization, what), what);
+  }
   return tree;
 }
 
@@ -92,6 +98,9 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
   if (tree.contains("allow_newer_opsets")) {
     p.allow_newer_opsets = read_bool(tree["allow_newer_opsets"], "allow_newer_opsets");
   }
+  if (tree.contains("quantization") && !tree["quantization"].is_null()) {
+    p.quantization = QuantizationDecisions::canonical_json(tree["quantization"].dump(), "ExecutionPolicy 'quantization'");
+  }
   if (tree.contains("intra_op_threads")) {
     const auto& value = tree["intra_op_threads"];
     if (!value.is_number_integer() || value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > 4096) {
@@ -114,11 +123,12 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
 }  // namespace
 
 Precision precision_from_name(const std::string& name) {
-  for (const Precision p : {Precision::kFP32, Precision::kTF32, Precision::kFP16, Precision::kBF16, Precision::kInt8}) {
+  for (const Precision p : {Precision::kFP32, Precision::kTF32, Precision::kFP16, Precision::kBF16, Precision::kInt8,
+                            Precision::kFP8, Precision::kInt4Weights}) {
     if (name == precision_name(p)) return p;
   }
-  throw InvalidArgumentError(
-      detail::str_cat("unknown precision '", name, "'; valid precisions: fp32, tf32, fp16, bf16, int8"));
+  throw InvalidArgumentError(detail::str_cat("unknown precision '", name,
+                                             "'; valid precisions: fp32, tf32, fp16, bf16, int8, fp8, int4-weights"));
 }
 
 std::uint64_t parse_byte_size(const std::string& text) {
@@ -189,7 +199,8 @@ std::string ExecutionPolicy::str() const {
                          ", static_shape=", static_shape ? "true" : "false", ", workspace_limit=", workspace_limit,
                          ", memory_limit=", memory_limit, ", intra_op_threads=", intra_op_threads,
                          ", fallback=", fallback, ", tensor_parallel=", tensor_parallel,
-                         allow_newer_opsets ? ", allow_newer_opsets=true" : "", ")");
+                         allow_newer_opsets ? ", allow_newer_opsets=true" : "",
+                         quantization.empty() ? "" : ", quantization=<decisions>", ")");
 }
 
 }  // namespace xpuruntime

@@ -185,6 +185,8 @@ const char* precision_name(Precision precision) {
     case Precision::kFP16: return "fp16";
     case Precision::kBF16: return "bf16";
     case Precision::kInt8: return "int8";
+    case Precision::kFP8: return "fp8";
+    case Precision::kInt4Weights: return "int4-weights";
   }
   return "fp32";
 }

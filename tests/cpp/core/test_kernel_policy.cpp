@@ -130,7 +130,7 @@ TEST(ExecutionPolicy, Validates) {
   EXPECT_EQ(ExecutionPolicy::from_json(R"({"workspace_limit": "256MiB", "memory_limit": "1.5GB"})").workspace_limit,
             256ull << 20);
   EXPECT_EQ(ExecutionPolicy::from_json(R"({"memory_limit": "1.5GB"})").memory_limit, 1500000000ull);
-  XPURT_EXPECT_THROW_WITH(ExecutionPolicy::from_json(R"({"precision": "fp8"})"), InvalidArgumentError,
+  XPURT_EXPECT_THROW_WITH(ExecutionPolicy::from_json(R"({"precision": "fp4"})"), InvalidArgumentError,
                           "valid precisions: fp32, tf32, fp16, bf16, int8");
   XPURT_EXPECT_THROW_WITH(ExecutionPolicy::from_json(R"({"precison": "fp16"})"), InvalidArgumentError,
                           "unknown key 'precison' in ExecutionPolicy; valid keys: ");

@@ -174,12 +174,12 @@ std::string valid_algo_names() {
 
 cudnnMathType_t requested_math(DType dtype, Precision precision) {
   if (dtype != DType::kFloat32) return CUDNN_TENSOR_OP_MATH;
-  return precision == Precision::kFP32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  return kernel_precision(precision) == Precision::kFP32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
 }
 
 bool math_allowed(DType dtype, Precision precision, cudnnMathType_t math) {
   if (dtype != DType::kFloat32) return true;
-  if (precision == Precision::kFP32) return math == CUDNN_FMA_MATH;
+  if (kernel_precision(precision) == Precision::kFP32) return math == CUDNN_FMA_MATH;
   return math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 

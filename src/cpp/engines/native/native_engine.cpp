@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/build_clock.h"
+#include "frontends/onnx/onnx_quantize.h"
 #include "engines/native/session/native_session.h"
 #include "engines/native/session/tensor_parallel_session.h"
 #include "engines/native/session/warm_up.h"
@@ -57,7 +58,9 @@ class NativeEngine final : public Engine {
       warming = std::async(std::launch::async, runtime::warm_libraries, options.device, options.exec_policy);
     }
     const auto start = std::chrono::steady_clock::now();
-    Graph graph = import_onnx(model, import_options);
+    // A policy's quantization decisions make the QDQ model first (frontends/onnx/onnx_quantize.h).
+    std::string quantized;
+    Graph graph = import_onnx(onnx_frontend::model_for_policy(model, options, quantized), import_options);
     const double import_ms = detail::ms_since(start);
     if (options.exec_policy.tensor_parallel > 1) return runtime::make_tensor_parallel_session(graph, options);
     auto session = std::make_unique<NativeSession>(std::move(graph), options, TensorParallelRank{}, import_ms);

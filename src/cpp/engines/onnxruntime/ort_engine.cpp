@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "engines/onnxruntime/ort_model_fixes.h"
+#include "frontends/onnx/onnx_quantize.h"
 #include "engines/onnxruntime/ort_profiling.h"
 #include "engines/onnxruntime/ort_memory_budget.h"
 #include "engines/onnxruntime/ort_stop.h"
@@ -184,7 +185,10 @@ OrtConfig map_policies(const SessionOptions& options, bool cuda_graphs) {
       config.policy_notes.push_back("cuda_graphs=false -> enable_cuda_graph=0");
     }
   }
-  if (precision == Precision::kFP16 || precision == Precision::kBF16 || precision == Precision::kInt8) {
+  if (std::string note = onnx_frontend::quantization_note(policy); !note.empty()) {
+    config.policy_notes.push_back(detail::str_cat("precision=", precision_name(precision), " -> ", note,
+                                                  " (the policy's decisions, applied to the model ORT loads)"));
+  } else if (precision != Precision::kFP32 && precision != Precision::kTF32) {
     config.policy_notes.push_back(detail::str_cat("precision=", precision_name(precision),
                                                   ": not honoured by onnxruntime (the model runs in its own dtypes)"));
   }
@@ -1223,7 +1227,9 @@ class OrtEngine final : public Engine {
       throw UnsupportedOperationError(detail::str_cat("the onnxruntime engine cannot run on ", options.device.str(),
                                                       ": ", support.reason()));
     }
-    return std::make_unique<OrtSession>(model, options);
+    // A policy's quantization decisions make the QDQ model first (frontends/onnx/onnx_quantize.h).
+    std::string quantized;
+    return std::make_unique<OrtSession>(onnx_frontend::model_for_policy(model, options, quantized), options);
   }
 };
 

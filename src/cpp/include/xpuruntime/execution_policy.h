@@ -20,7 +20,8 @@ struct XPURT_API ExecutionPolicy {
   // Math precision. fp32: exact fp32 GEMM/conv. tf32: fp32 tensors may use TF32 tensor cores. fp16 / bf16:
   // a session converts weights and activations to that type at build time (the functional ops compute in the
   // dtype of their tensors, accumulating in fp32). int8: only where a kernel supports it (none yet: every
-  // kernel then reports why not). Default fp32.
+  // kernel then reports why not). int8, fp8, int4-weights with `quantization` set: a session builds the QDQ model
+  // those decisions make of the float model (see `quantization`). Default fp32.
   Precision precision = Precision::kFP32;
   // Only kernels that give the same bits run after run (kernels declare it; cuDNN algorithms and cuBLASLt
   // split-K reductions that use atomics are excluded). Default false.
@@ -50,6 +51,13 @@ struct XPURT_API ExecutionPolicy {
   // UnsupportedOperationError naming the opset and a node. Serialized only when true, so that policies written
   // before this key keep their bytes and fingerprints.
   bool allow_newer_opsets = false;
+  // Quantization decisions (include/xpuruntime/quantization.h: scales, zero points, the nodes quantized and those
+  // left float) as canonical JSON; "" for none. With precision int8, fp8 or int4-weights (the decisions' own), a
+  // session applies them to the float model before its engine builds it (apply_quantization), so a policy file
+  // replays the quantized model exactly; the Python SDK's calibration makes them (xrt.quantize,
+  // ExecutionPolicy(calibration=...)). Validated on load (QuantizationDecisions::from_json: unknown keys refused).
+  // Serialized only when set, as allow_newer_opsets.
+  std::string quantization;
 
   std::string to_json() const;  // canonical, 2-space indented, ends with a newline
   std::string to_yaml() const;  // canonical

@@ -64,8 +64,16 @@ class XPURT_API Attributes {
 };
 
 // The precision and determinism the ExecutionPolicy asks of kernels (copied into every descriptor).
-enum class Precision : std::uint8_t { kFP32, kTF32, kFP16, kBF16, kInt8 };
-XPURT_API const char* precision_name(Precision precision);  // "fp32", "tf32", "fp16", "bf16", "int8"
+// kFP8 and kInt4Weights (and kInt8 for a float model) name what a session's quantization decisions make of the
+// model (ExecutionPolicy::quantization): its QDQ nodes carry the precision, the other ops compute as under fp32.
+enum class Precision : std::uint8_t { kFP32, kTF32, kFP16, kBF16, kInt8, kFP8, kInt4Weights };
+// "fp32", "tf32", "fp16", "bf16", "int8", "fp8", "int4-weights"
+XPURT_API const char* precision_name(Precision precision);
+// The precision kernels see (OpDescriptor::precision) under a policy's: fp8 and int4-weights are carried by the
+// model's QDQ nodes (their types and scales), so every other op computes as under fp32.
+inline Precision kernel_precision(Precision precision) {
+  return precision == Precision::kFP8 || precision == Precision::kInt4Weights ? Precision::kFP32 : precision;
+}
 
 struct XPURT_API OpDescriptor {
   std::string op;                   // fine-grained op name: "matmul", "linear", "conv2d", "softmax", ...

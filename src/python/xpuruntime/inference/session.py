@@ -79,10 +79,11 @@ class InferenceSession:
             raise _core.InvalidTypeError(f"model must be a path or bytes, got {type(model).__name__}")
         self.quantization = None
         if getattr(exec_policy, "calibration", None) is not None or getattr(exec_policy, "quantization", None):
-            # ExecutionPolicy(precision="int8", calibration=...): the engine runs the QDQ model (docs/quantization.md).
+            # ExecutionPolicy(precision="int8", calibration=...): the decisions go to the C++ session in the policy,
+            # which applies them to the model (docs/quantization.md).
             from ..quantization.session import prepare_session_model
 
-            model, self.quantization = prepare_session_model(model, exec_policy, device, engine)
+            self.quantization, exec_policy = prepare_session_model(model, exec_policy, device, engine)
         self._session = _core.InferenceSession(model if isinstance(model, bytes) else str(model), device, engine,
                                                kernel_policy, exec_policy, fp16, list(disabled_passes or []),
                                                str(optimized_model_path) if optimized_model_path else "",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from .. import _core
 from ._serializable import SerializablePolicy
 
@@ -14,9 +16,12 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
 
     Parameters
     ----------
-    precision : {"fp32", "tf32", "fp16", "bf16", "int8"}
+    precision : {"fp32", "tf32", "fp16", "bf16", "int8", "fp8", "int4-weights"}
         Default ``"fp32"``. ``tf32`` lets fp32 GEMMs and convolutions use TF32 tensor cores; ``fp16``/``bf16``
-        make a session convert weights and activations at build time; ``int8`` only where a kernel supports it.
+        make a session convert weights and activations at build time. ``int8``, ``fp8`` and ``int4-weights``: the
+        session runs the QDQ model the policy's quantization decisions make of a float model (``calibration`` or
+        ``quantization={"decisions": ...}``; a float model without them is refused), or an already quantized model
+        as it is; ``int8`` also keeps float ops off kernels without an int8 path.
     deterministic : bool
         Only kernels that give the same bits run after run. Default False.
     cuda_graphs : bool
@@ -41,14 +46,18 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
         with the newest semantics xpuruntime knows of it. Default False: such a model raises
         ``UnsupportedOperationError`` naming the opset and a node (docs/reliability.md).
     calibration : feeds, optional
-        With ``precision="int8"``: an :class:`~xpuruntime.InferenceSession` made under this policy runs the int8 QDQ
-        model :func:`xpuruntime.quantize` makes from these calibration feeds (any form ``quantize`` takes), cached
-        on disk by model, options and data (docs/quantization.md). Held by the Python object only: policy files
-        do not carry it.
+        With ``precision="int8"`` (or ``"fp8"``): an :class:`~xpuruntime.InferenceSession` made under this policy
+        calibrates on these feeds (any form :func:`xpuruntime.quantize` takes), cached on disk by model, options and
+        data (docs/quantization.md), and runs the model under the decisions that makes. Held by the Python object
+        only (it is data): policy files do not carry it.
     quantization : dict, optional
-        More :func:`xpuruntime.quantize` options for that (``method``, ``exclude``, ``activation_type``, ...), or
-        ``{"decisions": result.decisions}`` to replay earlier decisions without calibration feeds. Python-only, as
-        ``calibration``.
+        :func:`xpuruntime.quantize` options for that (``method``, ``exclude``, ``activation_type``, ...), and/or
+        ``{"decisions": result.decisions}`` (a dict, a QuantizationResult, JSON text or a file): the decisions
+        themselves (scales, zero points, nodes quantized and left float). The decisions belong to the policy: the C++
+        ``ExecutionPolicy.quantization`` holds them, policy files (``save``/``load``) carry them and the fingerprint
+        covers them, and a session made from the policy, in Python or C++, applies them to the float model (the
+        same QDQ model as ``xrt.quantize(model, decisions=...)``). The other options are Python-only, as
+        ``calibration``. A loaded policy's ``quantization`` is ``{"decisions": {...}}``.
     """
 
     _core_class = _core.ExecutionPolicy
@@ -70,6 +79,28 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
                     not isinstance(value, bool):
                 raise _core.InvalidArgumentError(f"ExecutionPolicy '{key}' must be True or False, got {value!r}")
             setattr(self, key, value)
+
+    @property
+    def quantization(self):
+        """The quantize() options and/or ``{"decisions": ...}`` (see the class); None when there are none."""
+        options = self.__dict__.get("_quantization_options")
+        if options is None and self._quantization_json:
+            return {"decisions": json.loads(self._quantization_json)}
+        return options
+
+    @quantization.setter
+    def quantization(self, value) -> None:
+        if value is not None and not isinstance(value, dict):
+            raise _core.InvalidArgumentError(f"ExecutionPolicy 'quantization' must be a dict of quantize() options, "
+                                             f"got {type(value).__name__}")
+        decisions = (value or {}).get("decisions")
+        if decisions is None:
+            self._quantization_json = ""
+        else:
+            from ..quantization.quantizer import load_decisions
+
+            self._quantization_json = json.dumps(load_decisions(decisions), sort_keys=True)
+        self.__dict__["_quantization_options"] = dict(value) if value is not None else None
 
     def copy(self) -> "ExecutionPolicy":
         """An independent copy (the Python-only ``calibration`` and ``quantization`` included)."""

@@ -1,7 +1,8 @@
-"""ONNX model plumbing for quantization: loading, hashing, node keys, opset upgrades, quantized initializers, and
-the runner of calibration and evaluation runs.
+"""ONNX model plumbing for quantization: loading, hashing, node keys, the opset upgrade (through the C++ one),
+float8/int4 value conversions, and the runner of calibration and evaluation runs.
 
-Everything here edits an ``onnx.ModelProto`` with the ``onnx`` Python package. The package installed may be older
+Everything here reads an ``onnx.ModelProto`` with the ``onnx`` Python package; the QDQ model itself is written by
+the C++ ``apply_quantization`` (src/cpp/frontends/onnx/onnx_quantize.cpp). The package installed may be older
 than the opsets the quantized models use (Debian 12 ships onnx 1.12, which knows opset 17 and neither float8 nor
 4-bit types), so nothing here relies on ``onnx.checker``, on shape inference of the output, or on
 ``TensorProto``'s newer enum names: element types are written as their integer codes (Note [Element type codes]).
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -95,154 +96,19 @@ def default_opset(model) -> int:
     return 0
 
 
-# Note [Opset upgrades the quantizer makes]
-# QDQ needs QuantizeLinear-13 (per-axis scales) for int8, -19 for float8 and -21 for int4 blocks. A model whose
-# default-domain import is older gets the newer import only when every default-domain op of its graph means the same
-# under both: _SEMANTIC_CHANGES lists, per op, the opset versions in which a model's existing node would start to
-# behave differently (an attribute becoming an input, new broadcasting, a different axis meaning). Versions that
-# only add types, or add attributes, inputs and attribute values whose defaults keep the old behaviour (Resize-18's
-# antialias and axes, Resize-19's half_pixel_symmetric, ScatterND-16's reduction), are absent. An op missing from
-# the table, or with a change inside (old, new], blocks the upgrade: re-exporting the model at the newer opset is
-# the way out, and the error says so. A few such changes are mechanical and _ADAPTERS rewrites the node instead
-# (Reduce*-18 takes its axes as an input, Split-18 states num_outputs).
-_SEMANTIC_CHANGES: Dict[str, Tuple[int, ...]] = {
-    **{op: (6, 7) for op in ("Add", "Sub", "Mul", "Div", "Gemm")},
-    **{op: (6,) for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Floor", "Ceil",
-                           "Reciprocal", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Cast")},
-    **{op: (7,) for op in ("Pow", "Equal", "Less", "Greater", "And", "Or", "Xor")},
-    **{op: () for op in ("MatMul", "Transpose", "Identity", "Flatten", "Gather", "Shape", "Constant", "Where",
-                         "Expand", "ConstantOfShape", "Range", "GlobalAveragePool", "GlobalMaxPool", "AveragePool",
-                         "MaxPool", "Erf", "Softplus", "HardSwish", "LayerNormalization", "Einsum", "Not",
-                         "QuantizeLinear", "DequantizeLinear", "MatMulInteger", "Gelu", "GreaterOrEqual",
-                         "LessOrEqual", "IsNaN", "IsInf", "GatherElements", "GatherND", "ScatterND",
-                         "ScatterElements", "CumSum", "Sin", "Cos", "Mod", "NonZero", "Sign", "Round", "CastLike",
-                         "Size", "Trilu", "OneHot", "DepthToSpace", "SpaceToDepth", "Celu", "Mish", "If", "Loop",
-                         "LpNormalization")},
-    "Conv": (11,), "ConvTranspose": (11,), "Concat": (4,), "Reshape": (5,), "Softmax": (13,), "LogSoftmax": (13,),
-    "Dropout": (7, 10, 12), "InstanceNormalization": (6,), "GroupNormalization": (21,), "Scan": (8, 9),
-    "BatchNormalization": (6, 7, 9), "Clip": (6, 11), "Squeeze": (11, 13), "Unsqueeze": (11, 13),
-    "ReduceSum": (11, 13), "Pad": (2, 11), "Slice": (10,), "Split": (2, 11, 13, 18), "PRelu": (6, 7, 9),
-    "Max": (6, 8), "Min": (6, 8), "Sum": (6, 8), "Mean": (6, 8), "Tile": (6,), "TopK": (10, 11),
-    "ArgMax": (11,), "ArgMin": (11,), "Resize": (11, 13), "NonMaxSuppression": (10, 11),
-    **{op: (11, 18) for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
-}
-
-
-def _ops_in(graph) -> Iterable:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.g.node:
-                yield from _ops_in(attr.g)
-            for g in attr.graphs:
-                yield from _ops_in(g)
-
-
-def _graph_nodes(graph) -> Iterable[Tuple[object, object]]:
-    """``(graph, node)`` for every node, subgraphs included."""
-    for node in graph.node:
-        yield graph, node
-        for attr in node.attribute:
-            for g in ([attr.g] if attr.g.node else []) + list(attr.graphs):
-                yield from _graph_nodes(g)
-
-
-def _axes_to_input(graph, node, names: "NameScope") -> None:
-    """Reduce*-18: the ``axes`` attribute becomes the second input (an int64 initializer); without it the node
-    reduces every axis in both versions."""
-    for i, attr in enumerate(node.attribute):
-        if attr.name == "axes":
-            axes = np.asarray(list(attr.ints), dtype=np.int64)
-            del node.attribute[i]
-            name = names.fresh(f"{node.name or node.op_type}_axes")
-            onnx_module()
-            from onnx import numpy_helper
-
-            graph.initializer.append(numpy_helper.from_array(axes, name))
-            node.input.append(name)
-            return
-
-
-def _split_num_outputs(graph, node, names: "NameScope") -> None:
-    """Split-18: without a ``split`` input, ``num_outputs`` must say the number of equal parts (Split-13 took it
-    from the number of outputs)."""
-    if len(node.input) < 2 or not node.input[1]:
-        node.attribute.append(onnx_module().helper.make_attribute("num_outputs", len(node.output)))
-
-
-# Opset bumps that need the node rewritten, not just read under the newer version: (op, version) -> adapter.
-_ADAPTERS = {
-    **{(op, 18): _axes_to_input for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-                                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
-    ("Split", 18): _split_num_outputs,
-}
-
-
 def ensure_opset(model, needed: int, why: str) -> int:
-    """Makes the model's default-domain import at least ``needed`` (Note [Opset upgrades the quantizer makes]) and
-    its IR version what that opset requires; returns the import's version afterwards. InvalidArgumentError naming
-    the blocking ops when the upgrade could change the model's meaning."""
-    current = default_opset(model)
-    if current >= needed:
-        return current
-    if current == 0:
-        raise _core.InvalidArgumentError("model: it imports no default ONNX domain (opset_import lacks '')")
-    blocking = set()
-    adapt = []
-    for graph, node in _graph_nodes(model.graph):
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        changes = _SEMANTIC_CHANGES.get(node.op_type)
-        if changes is None:
-            blocking.add(node.op_type)
-            continue
-        for version in (v for v in changes if current < v <= needed):
-            adapter = _ADAPTERS.get((node.op_type, version))
-            if adapter is None:
-                blocking.add(node.op_type)
-            else:
-                adapt.append((adapter, graph, node))
-    if blocking:
-        raise _core.InvalidArgumentError(
-            f"model: {why} needs ONNX opset {needed}, the model imports opset {current}, and the meaning of "
-            f"{', '.join(sorted(blocking))} may differ between those opsets (or is not known to the quantizer); "
-            f"re-export the model at opset {needed} or newer")
-    names = NameScope(model.graph)
-    for adapter, graph, node in adapt:
-        adapter(graph, node, names)
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            imp.version = needed
-    for opset, ir in _IR_FOR_OPSET:
-        if needed >= opset:
-            model.ir_version = max(int(model.ir_version), ir)
-            break
-    return needed
+    """Makes the model's default-domain import at least ``needed`` and its IR version what that opset requires, in
+    place; returns the import's version afterwards. The C++ ``upgrade_opset`` does it (Note [Opset upgrades the
+    quantizer makes] in src/cpp/frontends/onnx/onnx_quantize.cpp), the one implementation the QDQ writer uses too.
+    InvalidArgumentError naming the blocking ops when the upgrade could change the model's meaning."""
+    if default_opset(model) >= needed:
+        return default_opset(model)
+    data, version = _core.upgrade_opset(serialize(model), needed, why)
+    model.ParseFromString(data)
+    return int(version)
 
 
-# ---- quantized initializers ----------------------------------------------------------------------------------
-
-
-def make_tensor(name: str, code: int, array: np.ndarray):
-    """A TensorProto of element type ``code`` holding ``array`` (already in its storage form: int8/uint8/int32
-    values, float8 bytes as uint8, int4 values as int8 which are packed two per byte here), raw little-endian."""
-    onnx = onnx_module()
-    t = onnx.TensorProto()
-    t.name = name
-    t.data_type = code
-    t.dims.extend(int(d) for d in array.shape)
-    if code == FLOAT:
-        t.raw_data = np.ascontiguousarray(array, dtype="<f4").tobytes()
-    elif code == INT32:
-        t.raw_data = np.ascontiguousarray(array, dtype="<i4").tobytes()
-    elif code in (INT8, UINT8, FLOAT8E4M3FN):
-        t.raw_data = np.ascontiguousarray(array).astype(np.uint8 if code != INT8 else np.int8).tobytes()
-    elif code == INT4:
-        t.raw_data = pack_int4(array)
-    else:
-        raise _core.InvalidArgumentError(f"internal: no storage for element type {code}")
-    return t
+# ---- quantized values ----------------------------------------------------------------------------------------
 
 
 def pack_int4(values: np.ndarray) -> bytes:
@@ -314,28 +180,6 @@ def to_array(initializer) -> np.ndarray:
     return numpy_helper.to_array(initializer)
 
 
-class NameScope:
-    """Fresh value and node names that collide with nothing in the graph (nor with each other)."""
-
-    def __init__(self, graph) -> None:
-        self.used = set()
-        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
-            self.used.add(vi.name)
-        for init in graph.initializer:
-            self.used.add(init.name)
-        for node in _ops_in(graph):
-            self.used.add(node.name)
-            self.used.update(node.input)
-            self.used.update(node.output)
-
-    def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.used:
-            name, i = f"{base}_{i}", i + 1
-        self.used.add(name)
-        return name
-
-
 def graph_input_names(graph) -> List[str]:
     """The model's real inputs: graph inputs that no initializer backs."""
     inits = {i.name for i in graph.initializer}
@@ -352,27 +196,6 @@ def declared_shape(value_info) -> Optional[List[object]]:
 
 def elem_type(value_info) -> int:
     return int(value_info.type.tensor_type.elem_type)
-
-
-def consumers(graph) -> Dict[str, List[Tuple[int, int]]]:
-    """value name -> [(node index, input slot)] over the graph's top-level nodes."""
-    out: Dict[str, List[Tuple[int, int]]] = {}
-    for i, node in enumerate(graph.node):
-        for slot, name in enumerate(node.input):
-            if name:
-                out.setdefault(name, []).append((i, slot))
-    return out
-
-
-def subgraph_inputs(graph) -> set:
-    """Names that subgraphs (If/Loop/Scan bodies) of top-level nodes read from the outer scope."""
-    names = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            for g in ([attr.g] if attr.g.node else []) + list(attr.graphs):
-                for inner in _ops_in(g):
-                    names.update(inner.input)
-    return names
 
 
 def ordered_unique(items: Sequence[str]) -> List[str]:

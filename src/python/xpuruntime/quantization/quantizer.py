@@ -5,7 +5,9 @@
 1. :func:`plan` chooses what to quantize and how: the nodes (by op type, minus the exclude list), the activations'
    scales from calibration, the weights' scales from their values; all of it in one JSON-serializable dict, the
    *decisions*.
-2. :func:`apply_decisions` writes the QDQ model from the float model and the decisions alone.
+2. :func:`apply_decisions` writes the QDQ model from the float model and the decisions alone, through the C++
+   ``apply_quantization`` (include/xpuruntime/quantization.h), which a C++ session with the decisions in its
+   ExecutionPolicy runs too.
 
 Quantizing with calibration data and replaying the decisions later run the same second step, so they give the same
 bytes.
@@ -116,34 +118,6 @@ def int4_block_scales(weight: np.ndarray, axis: int, block_size: int) -> np.ndar
     shape = list(w.shape)
     shape[axis:axis + 1] = [blocks, block_size]
     return _positive(w.reshape(shape).max(axis=axis + 1) / np.float32(INT4_WEIGHT_MAX))
-
-
-def _broadcast(scale: np.ndarray, axis: Optional[int], rank: int) -> np.ndarray:
-    if axis is None or scale.ndim == 0:
-        return scale
-    shape = [1] * rank
-    shape[axis] = scale.size
-    return scale.reshape(shape)
-
-
-def _expand_blocks(scale: np.ndarray, axis: int, block_size: int, dim: int) -> np.ndarray:
-    return np.repeat(scale, block_size, axis=axis).take(np.arange(dim), axis=axis)
-
-
-def quantize_weight(weight: np.ndarray, entry: Mapping[str, Any]) -> Tuple[int, np.ndarray]:
-    """The stored form of ``weight`` under a weight decision: ``(element type code, values)`` (int8 values, float8
-    codes as uint8, int4 values as int8), computed as QuantizeLinear would (float32 division, round half to even,
-    saturation)."""
-    w = _f32(weight)
-    scale = _f32(entry["scale"]).reshape(entry.get("scale_shape", np.shape(entry["scale"])))
-    dtype = entry["dtype"]
-    if dtype == "int4":
-        s = _expand_blocks(scale, entry["axis"], entry["block_size"], w.shape[entry["axis"]])
-        return _model.INT4, np.clip(np.rint(w / s), -8, 7).astype(np.int8)
-    s = _broadcast(scale, entry.get("axis"), w.ndim)
-    if dtype == "float8e4m3fn":
-        return _model.FLOAT8E4M3FN, _model.float_to_e4m3(w / s)
-    return _model.INT8, np.clip(np.rint(w / s), -128, 127).astype(np.int8)
 
 
 def activation_decision(value_range, precision: str, activation_type: str) -> Dict[str, Any]:
@@ -374,117 +348,16 @@ def _weight_decision(w: np.ndarray, precision: str, per_channel: bool, channel_a
 # ---- writing the QDQ model -----------------------------------------------------------------------------------
 
 
-# Note [Decisions, then the model]
-# apply_decisions reads only the float model and the decisions: node keys, value names, dtypes, axes and scales
-# (float32 values held exactly by JSON numbers). The values it writes are computed from those with numpy's float32
-# arithmetic, names come from NameScope over the input graph, and the model is serialized deterministically, so
-# replaying a decisions file written by quantize() gives the same bytes as the run that wrote it.
+# The QDQ model is written by the C++ apply_quantization (Note [Decisions, then the model] in
+# src/cpp/frontends/onnx/onnx_quantize.cpp), the one writer: a C++ InferenceSession whose ExecutionPolicy carries the
+# decisions builds the same model.
 def apply_decisions(model, decisions: Mapping[str, Any], *, skip_nodes: Iterable[str] = ()) -> Any:
     """The QDQ model of ``model`` (a ModelProto, not modified) under ``decisions``; nodes in ``skip_nodes`` stay
     float (the sensitivity analysis uses that)."""
     _check_decisions(decisions)
-    onnx = _model.onnx_module()
-    helper = onnx.helper
-    out = _model.load_model(model)
-    precision = decisions["precision"]
-    graph = out.graph
-    node_keys = {_model.node_key(n, i): i for i, n in enumerate(graph.node)}
-    missing = [k for k in decisions["nodes"] if k not in node_keys]
-    if missing:
-        raise _core.InvalidArgumentError(f"decisions: node(s) {', '.join(missing[:10])} are not in the model")
-    skip = set(skip_nodes)
-    selected = [node_keys[k] for k in decisions["nodes"] if k not in skip]
-    _model.ensure_opset(out, OPSET_NEEDED[precision], f"{precision} QDQ")
-    inits = _model.initializer_map(graph)
-    names = _model.NameScope(graph)
-    before: Dict[int, List[Any]] = {}   # node index -> Q/DQ nodes to emit before it
-    new_inits: List[Any] = []
-    rewired: Dict[str, str] = {}        # float value -> its dequantized replacement
-
-    def emit(index: int, nodes: Sequence[Any]) -> None:
-        before.setdefault(index, []).extend(nodes)
-
-    def activation(name: str, index: int) -> str:
-        if name in rewired:
-            return rewired[name]
-        entry = decisions["activations"].get(name)
-        if entry is None:
-            raise _core.InvalidArgumentError(f"decisions: no scale for activation '{name}'")
-        code = {"int8": _model.INT8, "uint8": _model.UINT8, "float8e4m3fn": _model.FLOAT8E4M3FN}[entry["dtype"]]
-        scale = names.fresh(f"{name}_scale")
-        zero = names.fresh(f"{name}_zero_point")
-        new_inits.append(_model.make_tensor(scale, _model.FLOAT, _f32(entry["scale"])))
-        zp = np.asarray(entry["zero_point"])
-        new_inits.append(_model.make_tensor(zero, code, np.uint8(0) if code == _model.FLOAT8E4M3FN else zp))
-        quantized, dequantized = names.fresh(f"{name}_quantized"), names.fresh(f"{name}_dequantized")
-        emit(index, [helper.make_node("QuantizeLinear", [name, scale, zero], [quantized],
-                                      name=names.fresh(f"{name}_QuantizeLinear")),
-                     helper.make_node("DequantizeLinear", [quantized, scale, zero], [dequantized],
-                                      name=names.fresh(f"{name}_DequantizeLinear"))])
-        rewired[name] = dequantized
-        return dequantized
-
-    def constant(name: str, index: int, entry: Mapping[str, Any], bias_of: Optional[str] = None) -> str:
-        if name in rewired:
-            return rewired[name]
-        w = _model.to_array(inits[name])
-        if bias_of is None:
-            code, values = quantize_weight(w, entry)
-        else:  # int32 bias, zero point 0, scale x_scale * w_scale
-            scale_b = _broadcast(_f32(entry["scale"]), entry.get("axis"), w.ndim)
-            code, values = _model.INT32, np.clip(np.rint(_f32(w) / scale_b), -2**31, 2**31 - 1).astype(np.int32)
-        scale_shape = entry.get("scale_shape", np.shape(entry["scale"]))
-        scale_array = _f32(entry["scale"]).reshape(scale_shape)
-        q, scale, zero = (names.fresh(f"{name}_quantized"), names.fresh(f"{name}_scale"),
-                          names.fresh(f"{name}_zero_point"))
-        new_inits.append(_model.make_tensor(q, code, values))
-        new_inits.append(_model.make_tensor(scale, _model.FLOAT, scale_array))
-        new_inits.append(_model.make_tensor(zero, code, np.zeros(scale_array.shape, np.int8 if code != _model.INT32
-                                                                 else np.int32)))
-        attrs: Dict[str, int] = {}
-        if entry.get("axis") is not None:
-            attrs["axis"] = int(entry["axis"])
-        if entry.get("block_size"):
-            attrs["block_size"] = int(entry["block_size"])
-        dequantized = names.fresh(f"{name}_dequantized")
-        emit(index, [helper.make_node("DequantizeLinear", [q, scale, zero], [dequantized],
-                                      name=names.fresh(f"{name}_DequantizeLinear"), **attrs)])
-        rewired[name] = dequantized
-        return dequantized
-
-    for index in sorted(selected):
-        node = graph.node[index]
-        for slot, role in _input_roles(node):
-            name = node.input[slot]
-            if role == "bias":
-                entry = decisions["biases"].get(name)
-                if entry is not None and name in inits:
-                    node.input[slot] = constant(name, index, entry, bias_of=name)
-            elif name in decisions["weights"] and name in inits:
-                node.input[slot] = constant(name, index, decisions["weights"][name])
-            elif precision != "int4-weights":
-                node.input[slot] = activation(name, index)
-
-    nodes = list(graph.node)
-    del graph.node[:]
-    for index, node in enumerate(nodes):
-        graph.node.extend(before.get(index, []))
-        graph.node.append(node)
-    graph.initializer.extend(new_inits)
-    _drop_unused_initializers(graph)
-    return out
-
-
-def _drop_unused_initializers(graph) -> None:
-    used = set(_model.consumers(graph)) | _model.subgraph_inputs(graph) | {o.name for o in graph.output}
-    keep = [init for init in graph.initializer if init.name in used]
-    if len(keep) != len(graph.initializer):
-        dropped = {init.name for init in graph.initializer} - {init.name for init in keep}
-        del graph.initializer[:]
-        graph.initializer.extend(keep)
-        inputs = [vi for vi in graph.input if vi.name not in dropped]
-        del graph.input[:]
-        graph.input.extend(inputs)
+    text = json.dumps(decisions, default=lambda v: v.item() if isinstance(v, np.generic) else str(v))
+    data = _core.apply_quantization(_model.serialize(_model.load_model(model)), text, [str(k) for k in skip_nodes])
+    return _model.load_model(data)
 
 
 def _check_decisions(decisions: Any) -> None:

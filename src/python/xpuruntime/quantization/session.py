@@ -2,8 +2,9 @@
 
 :class:`~xpuruntime.InferenceSession` calls :func:`prepare_session_model` before it hands the model to the engine.
 When the policy carries ``calibration`` (feeds) or ``quantization`` (options for :func:`~xpuruntime.quantize`, or
-``{"decisions": ...}`` to replay), the session runs the QDQ model that :func:`~xpuruntime.quantize` makes of it
-(Note [Quantized-model cache]).
+``{"decisions": ...}`` to replay), the decisions are made here (calibration, cached: Note [Quantized-model cache])
+and handed to the C++ session in its ExecutionPolicy, which applies them to the float model (the same QDQ model
+:func:`~xpuruntime.quantize` writes, by the same C++ writer).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from .. import _core
 from . import _model
 from .calibration import iterate_feeds
-from .quantizer import QuantizationResult, load_decisions, quantize
+from .quantizer import PRECISIONS, QuantizationResult, load_decisions, quantize
 
 # quantize() options a policy may carry (device and engine are the session's own).
 _OPTIONS = ("method", "percentile", "num_bins", "activation_type", "per_channel", "quantize_bias", "exclude",
@@ -70,20 +71,34 @@ def check_options(options: Mapping[str, Any]) -> None:
 # decisions) from the cache instead of calibrating; anything that changes the result changes the key. Files are
 # written to a temporary name and renamed, so a concurrent reader sees a whole file or none.
 def prepare_session_model(model: Union[str, Path, bytes], exec_policy: Any, device: Any,
-                          engine: str) -> Tuple[Union[str, Path, bytes], Optional[QuantizationResult]]:
-    """The model the session should run: ``model`` itself, or its QDQ form and the QuantizationResult."""
+                          engine: str) -> Tuple[Optional[QuantizationResult], Any]:
+    """``(result, policy)``: the QuantizationResult the session runs (None when the policy asks for no
+    quantization) and the ExecutionPolicy to give the C++ session, which carries the result's decisions."""
     calibration, options = policy_quantization(exec_policy)
     if calibration is None and not options:
-        return model, None
+        return None, exec_policy
     check_options(options)
     precision = str(getattr(exec_policy, "precision", ""))
-    if precision != "int8":
-        raise _core.InvalidArgumentError(f"ExecutionPolicy: calibration/quantization quantize the model to int8, so "
-                                         f"precision must be 'int8', got {precision!r}")
+    if precision not in PRECISIONS:
+        raise _core.InvalidArgumentError(f"ExecutionPolicy: calibration/quantization quantize the model, so precision "
+                                         f"must be 'int8', 'fp8' or 'int4-weights', got {precision!r}")
+    result = _decide(model, calibration, options, precision, device, engine)
+    core_policy = _core.ExecutionPolicy()
+    core_policy.assign(exec_policy)
+    core_policy._quantization_json = json.dumps(result.decisions, sort_keys=True)
+    return result, core_policy
+
+
+def _decide(model: Union[str, Path, bytes], calibration: Any, options: Dict[str, Any], precision: str, device: Any,
+            engine: str) -> QuantizationResult:
+    """The decisions (and the QDQ model they make) of the policy's calibration or replay, from the cache when it
+    holds them."""
     float_model = _model.load_model(model)
     feeds: Optional[List[Mapping[str, Any]]] = None
     h = hashlib.sha256()
     h.update(_model.model_sha256(float_model).encode())
+    if precision != "int8":  # int8 keys stay those of the caches written before other precisions were taken
+        h.update(precision.encode())
     h.update(json.dumps({k: v for k, v in options.items() if k != "decisions"}, sort_keys=True, default=str).encode())
     if "decisions" in options:
         options["decisions"] = load_decisions(options["decisions"])
@@ -97,10 +112,9 @@ def prepare_session_model(model: Union[str, Path, bytes], exec_policy: Any, devi
         model_file, decisions_file = folder / f"{key}.onnx", folder / f"{key}.json"
         if model_file.is_file() and decisions_file.is_file():
             data = model_file.read_bytes()
-            result = QuantizationResult(_model.load_model(data), json.loads(decisions_file.read_text("utf-8")),
-                                        str(model_file))
-            return data, result
-    result = quantize(float_model, feeds, precision="int8", device=device, engine=engine, **options)
+            return QuantizationResult(_model.load_model(data), json.loads(decisions_file.read_text("utf-8")),
+                                      str(model_file))
+    result = quantize(float_model, feeds, precision=precision, device=device, engine=engine, **options)
     data = result.to_bytes()
     if folder is not None:
         try:
@@ -113,4 +127,4 @@ def prepare_session_model(model: Union[str, Path, bytes], exec_policy: Any, devi
             result.path = str(model_file)
         except OSError:
             pass  # a read-only or full cache folder costs the next session a calibration, nothing more
-    return data, result
+    return result

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include "frontends/onnx/onnx_quantize.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::runtime {
@@ -203,6 +204,9 @@ Explanation explain_session(const SessionOptions& options, const SessionState& s
                                         state.captured ? " (captured and replayed)" : ""));
   }
   e.options.push_back(detail::str_cat("precision=", precision_name(options.exec_policy.precision)));
+  if (std::string note = onnx_frontend::quantization_note(options.exec_policy); !note.empty()) {
+    e.options.push_back(note + " (the policy's decisions, applied to the model before it was imported)");
+  }
   if (!state.build_cache.empty()) e.options.push_back("build cache (Note [Build cache]): " + state.build_cache);
   e.build = state.build;
   const std::shared_ptr<const CapturePlan>& plan = state.last_plan;

@@ -43,7 +43,7 @@ double warm_libraries(Device device, const ExecutionPolicy& policy) {
         std::optional<OpDescriptor> desc = kernel->warm_up(device);
         if (!desc) continue;
         desc->compute_capability = compute_capability;
-        desc->precision = policy.precision;
+        desc->precision = kernel_precision(policy.precision);
         by_backend[kernel->info().backend].emplace_back(kernel, std::move(*desc));
       }
     }

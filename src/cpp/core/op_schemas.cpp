@@ -219,6 +219,122 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
   return {output_like(desc.inputs[0], out)};
 }
 
+// Note [Quantized registry ops]
+// qlinear and qconv2d are the int8 GEMM and convolution a quantized model's DequantizeLinear -> MatMul/Gemm/Conv ->
+// [bias] [Relu] [QuantizeLinear] chain (and ONNX's QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger) becomes
+// (the quantized_fusion pass, the lowering). With x int8 or uint8, weight int8 (symmetric: no weight zero point):
+//   acc[m, n] = sum_k (x[m, k] - x_zero_point) * w[k, n]         int32, wrapping as ONNX's int32 accumulator
+//   acc      += bias[n]                                          when bias is int32 (units of x_scale * w_scale[n])
+//   real      = float32(acc) * alpha[n] (+ bias[n] when float32)  alpha[n] = float32(x_scale * w_scale[n])
+//   real      = max(real, 0) when activation=relu
+//   y         = real (float32, or rounded to float16), or saturate(round_half_even(real / y_scale) + y_zero_point)
+//               for int8/uint8 (real / y_scale in float32, as ONNX's QuantizeLinear); output_dtype=int32: acc itself
+// The per-tensor parameters are attributes (constants in every model the pass fuses; a CUDA plan passes them to its
+// epilogue as host scalars), the per-output-channel weight scale an input [N] (or [1]): cuBLASLt's alpha vector
+// (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) is alpha[n], a float bias its BIAS epilogue, and a nonzero
+// x_zero_point a per-column correction x_zero_point * sum_k w[k, n] that a plan folds into the bias once (the
+// weights are constants).
+bool is_int8_or_uint8(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
+
+DType quantized_output_dtype(const OpDescriptor& desc) {
+  const std::string out = desc.attrs.get_string("output_dtype", "float32");
+  if (out == "int8") return DType::kInt8;
+  if (out == "uint8") return DType::kUInt8;
+  if (out == "float16") return DType::kFloat16;
+  if (out == "int32") return DType::kInt32;
+  XPURT_CHECK(out == "float32", "op '", desc.op,
+              "': output_dtype must be int8, uint8, float32, float16 or int32, got '", out, "'");
+  return DType::kFloat32;
+}
+
+// The dtypes, the weight scale's and the bias's shapes ([n_out] or, for the scale, [1]) and the attributes of a
+// qlinear/qconv2d; returns the output dtype.
+DType check_quantized_op(const OpDescriptor& desc, std::int64_t n_out) {
+  const TensorDesc& x = desc.inputs[0];
+  const TensorDesc& w = desc.inputs[1];
+  XPURT_CHECK_TYPE(is_int8_or_uint8(x.dtype), "op '", desc.op, "': input 'x' must be int8 or uint8, got ",
+                   dtype_name(x.dtype));
+  XPURT_CHECK_TYPE(w.dtype == DType::kInt8, "op '", desc.op, "': input 'weight' must be int8 (symmetric), got ",
+                   dtype_name(w.dtype));
+  const DType out = quantized_output_dtype(desc);
+  const bool raw = out == DType::kInt32;
+  const TensorDesc& w_scale = desc.inputs[2];
+  const TensorDesc& bias = desc.inputs[3];
+  if (w_scale.present) {
+    XPURT_CHECK_TYPE(w_scale.dtype == DType::kFloat32, "op '", desc.op, "': input 'w_scale' must be float32, got ",
+                     dtype_name(w_scale.dtype));
+    XPURT_CHECK(!raw, "op '", desc.op, "': output_dtype int32 (the accumulator) takes no 'w_scale'");
+    XPURT_CHECK(w_scale.shape == Shape{n_out} || w_scale.numel() == 1, "op '", desc.op, "': w_scale must have shape [",
+                n_out, "] (per output channel) or one element, got ", shape_str(w_scale.shape));
+  }
+  if (bias.present) {
+    XPURT_CHECK_TYPE(bias.dtype == DType::kInt32 || (bias.dtype == DType::kFloat32 && !raw), "op '", desc.op,
+                     "': input 'bias' must be int32", raw ? "" : " or float32", ", got ", dtype_name(bias.dtype));
+    XPURT_CHECK(bias.shape == Shape{n_out}, "op '", desc.op, "': bias must have shape [", n_out, "], got ",
+                shape_str(bias.shape));
+  }
+  for (const TensorDesc* t : {&x, &w, &w_scale, &bias}) {
+    XPURT_CHECK(!t->present || t->device == x.device, "op '", desc.op, "': every input must be on ", x.device.str(),
+                "; one is on ", t->device.str());
+  }
+  check_activation(desc, {"none", "relu"});
+  XPURT_CHECK(!raw || desc.attrs.get_string("activation", "none") == "none", "op '", desc.op,
+              "': output_dtype int32 (the accumulator) takes no activation");
+  const std::int64_t x_zp = desc.attrs.get_int("x_zero_point", 0);
+  const bool x_signed = x.dtype == DType::kInt8;
+  XPURT_CHECK(x_signed ? x_zp >= -128 && x_zp <= 127 : x_zp >= 0 && x_zp <= 255, "op '", desc.op, "': x_zero_point ",
+              x_zp, " is out of range for ", dtype_name(x.dtype));
+  if (!raw) {
+    const double x_scale = desc.attrs.get_float("x_scale", 0.0);
+    XPURT_CHECK(std::isfinite(x_scale) && x_scale > 0, "op '", desc.op, "': x_scale must be > 0, got ", x_scale);
+  }
+  if (out == DType::kInt8 || out == DType::kUInt8) {
+    const double y_scale = desc.attrs.get_float("y_scale", 0.0);
+    XPURT_CHECK(std::isfinite(y_scale) && y_scale > 0, "op '", desc.op, "': y_scale must be > 0 for output ",
+                dtype_name(out), ", got ", y_scale);
+    const std::int64_t y_zp = desc.attrs.get_int("y_zero_point", 0);
+    XPURT_CHECK(out == DType::kInt8 ? y_zp >= -128 && y_zp <= 127 : y_zp >= 0 && y_zp <= 255, "op '", desc.op,
+                "': y_zero_point ", y_zp, " is out of range for ", dtype_name(out));
+  }
+  return out;
+}
+
+std::vector<TensorDesc> infer_qlinear(const OpDescriptor& desc) {
+  const TensorDesc& x = desc.inputs[0];
+  const TensorDesc& w = desc.inputs[1];
+  const std::string layout = desc.attrs.get_string("weight_layout", "kn");
+  XPURT_CHECK(layout == "nk" || layout == "kn", "op 'qlinear': weight_layout must be 'kn' ([K, N]) or 'nk' ([N, K]), "
+              "got '", layout, "'");
+  XPURT_CHECK(x.dim() >= 1, "op 'qlinear': input 'x' must have rank >= 1");
+  check_rank(w, 2, "qlinear", "weight", layout == "nk" ? "[N, K]" : "[K, N]");
+  const std::int64_t k = x.shape.back();
+  const std::int64_t wk = layout == "nk" ? w.shape[1] : w.shape[0];
+  const std::int64_t n = layout == "nk" ? w.shape[0] : w.shape[1];
+  XPURT_CHECK(k == wk, "op 'qlinear': x ", shape_str(x.shape), " has ", k, " features but weight ",
+              shape_str(w.shape), " (layout ", layout, ") expects ", wk);
+  TensorDesc out = output_like(x, x.shape);
+  out.shape.back() = n;
+  out.dtype = check_quantized_op(desc, n);
+  return {out};
+}
+
+// conv2d's geometry (a float32 copy of x and the weight, no bias), then the quantized operands.
+std::vector<TensorDesc> infer_qconv2d(const OpDescriptor& desc) {
+  XPURT_CHECK(desc.attrs.get_string("layout", "NCHW") == "NCHW", "op 'qconv2d': only layout NCHW is supported");
+  check_rank(desc.inputs[0], 4, "qconv2d", "x", "[N, C, H, W]");
+  check_rank(desc.inputs[1], 4, "qconv2d", "weight", "[O, C/groups, kh, kw]");
+  OpDescriptor geometry;
+  geometry.op = "qconv2d";
+  geometry.attrs = desc.attrs;
+  geometry.attrs.set("activation", std::string("none"));
+  geometry.inputs = {desc.inputs[0], desc.inputs[1], TensorDesc(), TensorDesc()};
+  geometry.inputs[0].dtype = geometry.inputs[1].dtype = DType::kFloat32;
+  geometry.inputs[1].device = geometry.inputs[0].device;
+  TensorDesc out = infer_conv2d(geometry).at(0);
+  out.dtype = check_quantized_op(desc, desc.inputs[1].shape[0]);
+  return {out};
+}
+
 // ONNX ConvTranspose in 2-D: y[N, O, oh, ow] with O = weight[1] * groups and
 // oh = strides * (H - 1) + output_padding + dilations * (kh - 1) + 1 - pad_top - pad_bottom (likewise ow).
 std::vector<TensorDesc> infer_conv_transpose2d(const OpDescriptor& desc) {
@@ -525,6 +641,16 @@ void register_ops(KernelRegistry& registry) {
       "act(conv(x, w) + bias + residual); layout=NCHW (default) or NHWC (x [N,H,W,C], weight [O,kh,kw,C/groups]); "
       "strides, pads (t,l,b,r), dilations, groups, activation=none|relu",
       infer_conv2d);
+  add("qlinear", "qmatmul", {"x", "weight", "w_scale?", "bias?"},
+      "int8 GEMM (Note [Quantized registry ops]): x int8/uint8 [..., K], weight int8 [K, N] (weight_layout=kn) or "
+      "[N, K] (nk), w_scale float32 [N] or one element, bias int32 or float32 [N]; x_scale, x_zero_point, y_scale, "
+      "y_zero_point, activation=none|relu, output_dtype=int8|uint8|float32|float16|int32 (the accumulator)",
+      infer_qlinear);
+  add("qconv2d", "qconv", {"x", "weight", "w_scale?", "bias?"},
+      "int8 NCHW convolution (Note [Quantized registry ops]): x int8/uint8, weight int8 [O, C/groups, kh, kw], "
+      "w_scale float32 [O] or one element, bias int32 or float32 [O]; conv2d's strides, pads, dilations, groups; "
+      "qlinear's scales, zero points, activation and output_dtype",
+      infer_qconv2d);
   add("conv_transpose2d", "conv", {"x", "weight", "bias?"},
       "ONNX ConvTranspose in 2-D: x[N,C,H,W], weight [C, O/groups, kh, kw]; strides, pads (t,l,b,r), dilations, "
       "groups, output_padding (h,w)",

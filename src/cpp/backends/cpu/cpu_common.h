@@ -79,6 +79,7 @@ enum class DTypeSet : std::uint8_t {
   kFloat,        // float32, float16, bfloat16, float64: the float ops
   kFloatAndInt,  // the floats and int32, int64: add, sub, mul, div, neg
   kAll,          // every dtype of Tensor: data movement, where, comparisons, logical_not, cast
+  kQuantized,    // int8, uint8, int32, float32, float16: qlinear, qconv2d (which also run under precision int8)
 };
 
 // What every cpu kernel declares (Note [Kernel declarations] in core/kernel_registry.cpp): contiguous inputs of a
@@ -86,7 +87,8 @@ enum class DTypeSet : std::uint8_t {
 KernelDecl declaration(const std::string& op, DTypeSet dtypes);
 
 // What that declaration cannot say, which every cpu kernel's accepts() asks: the op and every present input on
-// the CPU ("runs on CPU tensors"), a policy that does not ask for int8 (the descriptor's precision is not asked),
+// the CPU ("runs on CPU tensors"), a policy that does not ask for int8 unless the kernel is one of the int8 ops
+// (DTypeSet::kQuantized; the descriptor's precision is not asked),
 // and every present output contiguous, on the CPU and of a dtype of `dtypes`.
 Support check_placement(const OpDescriptor& desc, const ExecutionPolicy& policy, DTypeSet dtypes);
 
@@ -119,6 +121,7 @@ void register_reduce_kernels(KernelRegistry& registry);       // reduce_sum/mean
 void register_attention_kernels(KernelRegistry& registry);    // attention
 void register_onnx_kernels(KernelRegistry& registry);  // the ONNX ops beyond the core set (cpu_onnx_ops.cpp)
 void register_fused_kernels(KernelRegistry& registry);  // fused_elementwise (cpu_fused.cpp)
+void register_quantized_kernels(KernelRegistry& registry);  // qlinear, qconv2d (cpu_quant.cpp)
 // reduce_sum/max/min of int32/int64 through the ONNX reference library (cpu_onnx_ops.cpp).
 void run_reference_reduce(const KernelLaunch& launch);
 void register_data_kernels(KernelRegistry& registry);  // transpose, concat, slice, gather, expand, where, comparisons,

@@ -86,6 +86,9 @@ bool in_set(DType dtype, DTypeSet dtypes) {
     case DTypeSet::kFloat: return is_cpu_float(dtype);
     case DTypeSet::kFloatAndInt: return is_cpu_float(dtype) || dtype == DType::kInt32 || dtype == DType::kInt64;
     case DTypeSet::kAll: return true;
+    case DTypeSet::kQuantized:
+      return dtype == DType::kInt8 || dtype == DType::kUInt8 || dtype == DType::kInt32 || dtype == DType::kFloat32 ||
+             dtype == DType::kFloat16;
   }
   return false;
 }
@@ -95,6 +98,7 @@ const char* set_text(DTypeSet dtypes) {
     case DTypeSet::kFloat: return "float32, float16, bfloat16 and float64";
     case DTypeSet::kFloatAndInt: return "float32, float16, bfloat16, float64, int32 and int64";
     case DTypeSet::kAll: return "every dtype";
+    case DTypeSet::kQuantized: return "int8, uint8, int32, float32 and float16";
   }
   return "";
 }
@@ -167,7 +171,7 @@ Support check_placement(const OpDescriptor& desc, const ExecutionPolicy& policy,
     return Support::no(detail::str_cat("the cpu kernel of '", desc.op, "' runs on CPU tensors; the inputs are on ",
                                        desc.device.str(), " (copy them with .to('cpu') or use a CUDA kernel)"));
   }
-  if (policy.precision == Precision::kInt8) {
+  if (policy.precision == Precision::kInt8 && dtypes != DTypeSet::kQuantized) {
     return Support::no("the cpu kernels have no int8 path; use precision fp32, tf32, fp16 or bf16");
   }
   auto on_cpu = [&](const TensorDesc& tensor, const char* role, std::size_t index) -> Support {
@@ -231,6 +235,7 @@ void register_cpu(KernelRegistry& registry) {
   cpu::register_data_kernels(registry);
   cpu::register_onnx_kernels(registry);
   cpu::register_fused_kernels(registry);
+  cpu::register_quantized_kernels(registry);
   // The ONNX reference implementations as node kernels (Note [Node kernels] in core/kernel_registry.cpp).
   onnx_ref::register_onnx_node_kernels(registry);
   // The host communicators' collectives (core/distributed.cpp): ranks of one process on the CPU.

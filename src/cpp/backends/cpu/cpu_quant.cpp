@@ -1,0 +1,210 @@
+// The cpu kernels of the int8 ops qlinear and qconv2d (Note [Quantized registry ops] in core/op_schemas.cpp): exact
+// integer accumulation (int32 that wraps, as ONNX's accumulator), then the epilogue of the note: alpha, bias,
+// activation and the requantization of ONNX's QuantizeLinear (round half to even, saturation).
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_common.h"
+#include "core/half.h"
+
+namespace xpuruntime::cpu {
+namespace {
+
+const Tensor* optional_input(const KernelLaunch& launch, std::size_t i) {
+  return i < launch.num_inputs && launch.input(i).defined() ? &launch.input(i) : nullptr;
+}
+
+// The values of an int8 or uint8 tensor minus `zero_point`, as int32.
+std::vector<std::int32_t> centered(const Tensor& t, std::int32_t zero_point) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(t.numel()));
+  if (t.dtype() == DType::kInt8) {
+    const auto* p = static_cast<const std::int8_t*>(t.data_ptr());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::int32_t>(p[i]) - zero_point;
+  } else {
+    const auto* p = static_cast<const std::uint8_t*>(t.data_ptr());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::int32_t>(p[i]) - zero_point;
+  }
+  return out;
+}
+
+// What follows the accumulation, for output channel c: fixed when the plan runs (the attributes and the small
+// inputs w_scale and bias).
+class Epilogue {
+ public:
+  Epilogue(const KernelLaunch& launch, std::int64_t channels) : out_(launch.output(0)) {
+    const Attributes& attrs = launch.desc->attrs;
+    relu_ = attrs.get_string("activation", "none") == "relu";
+    const auto x_scale = static_cast<float>(attrs.get_float("x_scale", 1.0));
+    y_scale_ = static_cast<float>(attrs.get_float("y_scale", 1.0));
+    y_zero_point_ = static_cast<double>(attrs.get_int("y_zero_point", 0));
+    const Tensor* w_scale = optional_input(launch, 2);
+    const Tensor* bias = optional_input(launch, 3);
+    alpha_.assign(static_cast<std::size_t>(channels), x_scale);
+    if (w_scale != nullptr) {
+      const auto* s = static_cast<const float*>(w_scale->data_ptr());
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const float sc = s[w_scale->numel() == 1 ? 0 : c];
+        alpha_[static_cast<std::size_t>(c)] = static_cast<float>(static_cast<double>(x_scale) * sc);
+      }
+    }
+    int_bias_.assign(static_cast<std::size_t>(channels), 0);
+    float_bias_.assign(static_cast<std::size_t>(channels), 0.0f);
+    if (bias != nullptr && bias->dtype() == DType::kInt32) {
+      const auto* b = static_cast<const std::int32_t*>(bias->data_ptr());
+      int_bias_.assign(b, b + channels);
+    } else if (bias != nullptr) {
+      const auto* b = static_cast<const float*>(bias->data_ptr());
+      float_bias_.assign(b, b + channels);
+    }
+    if (out_.dtype() == DType::kInt8) {
+      lo_ = -128;
+      hi_ = 127;
+    } else if (out_.dtype() == DType::kUInt8) {
+      lo_ = 0;
+      hi_ = 255;
+    }
+  }
+
+  // Writes element i of the output from the accumulator of output channel c.
+  void store(std::int64_t i, std::int64_t c, std::uint32_t wrapped_acc) const {
+    const auto k = static_cast<std::size_t>(c);
+    const auto acc = static_cast<std::int32_t>(wrapped_acc + static_cast<std::uint32_t>(int_bias_[k]));
+    switch (out_.dtype()) {
+      case DType::kInt32:
+        static_cast<std::int32_t*>(out_.data_ptr())[i] = acc;
+        return;
+      case DType::kFloat32:
+        static_cast<float*>(out_.data_ptr())[i] = real(acc, k);
+        return;
+      case DType::kFloat16:
+        static_cast<std::uint16_t*>(out_.data_ptr())[i] = detail::float_to_half(real(acc, k));
+        return;
+      case DType::kInt8:
+        static_cast<std::int8_t*>(out_.data_ptr())[i] = static_cast<std::int8_t>(quantize(real(acc, k)));
+        return;
+      case DType::kUInt8:
+        static_cast<std::uint8_t*>(out_.data_ptr())[i] = static_cast<std::uint8_t>(quantize(real(acc, k)));
+        return;
+      default:
+        XPURT_INTERNAL_ASSERT(false, "qlinear/qconv2d output of dtype ", dtype_name(out_.dtype()));
+    }
+  }
+
+ private:
+  float real(std::int32_t acc, std::size_t c) const {
+    const float v = static_cast<float>(acc) * alpha_[c] + float_bias_[c];
+    return relu_ && !(v > 0.0f) && !std::isnan(v) ? 0.0f : v;
+  }
+  // ONNX's QuantizeLinear: saturate(round_half_even(real / y_scale) + y_zero_point), the division in float32.
+  double quantize(float real) const {
+    const float scaled = real / y_scale_;
+    if (std::isnan(scaled)) return std::min(hi_, std::max(lo_, y_zero_point_));
+    return std::min(hi_, std::max(lo_, std::nearbyint(static_cast<double>(scaled)) + y_zero_point_));
+  }
+
+  Tensor& out_;
+  bool relu_ = false;
+  float y_scale_ = 1.0f;
+  double y_zero_point_ = 0, lo_ = 0, hi_ = 0;
+  std::vector<float> alpha_, float_bias_;
+  std::vector<std::int32_t> int_bias_;
+};
+
+void run_qlinear(const KernelLaunch& launch, const CpuContext& context) {
+  const OpDescriptor& desc = *launch.desc;
+  const Tensor& x = launch.input(0);
+  const Tensor& w = launch.input(1);
+  const bool nk = desc.attrs.get_string("weight_layout", "kn") == "nk";
+  const std::int64_t k = x.shape().back();
+  const std::int64_t n = nk ? w.shape()[0] : w.shape()[1];
+  const std::int64_t m = k > 0 ? x.numel() / k : launch.output(0).numel() / std::max<std::int64_t>(n, 1);
+  const std::vector<std::int32_t> xc = centered(x, static_cast<std::int32_t>(desc.attrs.get_int("x_zero_point", 0)));
+  std::vector<std::int32_t> wc = centered(w, 0);
+  if (nk) {  // to [K, N], so that the inner loop runs along rows of the weight and of the output
+    std::vector<std::int32_t> kn(wc.size());
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t l = 0; l < k; ++l) {
+        kn[static_cast<std::size_t>(l * n + r)] = wc[static_cast<std::size_t>(r * k + l)];
+      }
+    }
+    wc.swap(kn);
+  }
+  const Epilogue epilogue(launch, n);
+  parallel_for(m, context.threads, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(n * k, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 std::vector<std::uint32_t> row(static_cast<std::size_t>(n));
+                 for (std::int64_t i = begin; i < end; ++i) {
+                   std::fill(row.begin(), row.end(), 0u);
+                   for (std::int64_t l = 0; l < k; ++l) {
+                     const auto a = static_cast<std::uint32_t>(xc[static_cast<std::size_t>(i * k + l)]);
+                     if (a == 0) continue;
+                     const std::int32_t* b = wc.data() + l * n;
+                     for (std::int64_t j = 0; j < n; ++j) {
+                       row[static_cast<std::size_t>(j)] += a * static_cast<std::uint32_t>(b[j]);
+                     }
+                   }
+                   for (std::int64_t j = 0; j < n; ++j) epilogue.store(i * n + j, j, row[static_cast<std::size_t>(j)]);
+                 }
+               });
+}
+
+// Direct convolution: padded positions hold x_zero_point, 0 once centered (as ONNX's QLinearConv pads).
+void run_qconv2d(const KernelLaunch& launch, const CpuContext& context) {
+  const OpDescriptor& desc = *launch.desc;
+  const Tensor& x = launch.input(0);
+  const Tensor& w = launch.input(1);
+  const Tensor& y = launch.output(0);
+  const auto strides = desc.attrs.get_ints("strides", {1, 1});
+  const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
+  const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
+  const std::int64_t groups = desc.attrs.get_int("groups", 1);
+  const std::int64_t batch = x.shape()[0], channels = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+  const std::int64_t out_channels = w.shape()[0], cg = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3];
+  const std::int64_t oh = y.shape()[2], ow = y.shape()[3];
+  const std::int64_t og = out_channels / groups;
+  const std::vector<std::int32_t> xc = centered(x, static_cast<std::int32_t>(desc.attrs.get_int("x_zero_point", 0)));
+  const std::vector<std::int32_t> wc = centered(w, 0);
+  const Epilogue epilogue(launch, out_channels);
+  // One task per (image, output channel) plane.
+  parallel_for(batch * out_channels, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t plane = begin; plane < end; ++plane) {
+      const std::int64_t b = plane / out_channels, o = plane % out_channels, g = o / og;
+      const std::int32_t* wo = wc.data() + o * cg * kh * kw;
+      for (std::int64_t p = 0; p < oh; ++p) {
+        for (std::int64_t q = 0; q < ow; ++q) {
+          std::uint32_t acc = 0;
+          for (std::int64_t c = 0; c < cg; ++c) {
+            const std::int32_t* xp = xc.data() + (b * channels + g * cg + c) * h * wd;
+            const std::int32_t* wp = wo + c * kh * kw;
+            for (std::int64_t r = 0; r < kh; ++r) {
+              const std::int64_t yy = p * strides[0] - pads[0] + r * dilations[0];
+              if (yy < 0 || yy >= h) continue;
+              for (std::int64_t s = 0; s < kw; ++s) {
+                const std::int64_t xx = q * strides[1] - pads[1] + s * dilations[1];
+                if (xx < 0 || xx >= wd) continue;
+                acc += static_cast<std::uint32_t>(xp[yy * wd + xx]) * static_cast<std::uint32_t>(wp[r * kw + s]);
+              }
+            }
+          }
+          epilogue.store(plane * oh * ow + p * ow + q, o, acc);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_quantized_kernels(KernelRegistry& registry) {
+  add_cpu_kernel(registry, "qlinear",
+                 "reference int8 GEMM: int32 accumulation, then alpha, bias, relu and ONNX's requantization",
+                 run_qlinear, DTypeSet::kQuantized);
+  add_cpu_kernel(registry, "qconv2d",
+                 "reference int8 direct convolution: int32 accumulation, then alpha, bias, relu and ONNX's "
+                 "requantization",
+                 run_qconv2d, DTypeSet::kQuantized);
+}
+
+}  // namespace xpuruntime::cpu

@@ -147,6 +147,7 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
     return {ops::gelu(input(0), n.attrs.get_string("approximate", "none"))};
   }
   if (n.op_type == "FusedElementwise") return ops::call("fused_elementwise", in, n.attrs);  // program, row_axes, ...
+  if (n.op_type == "QLinear" || n.op_type == "QConv") return run_fused_in_library(n, in);  // quantized_fusion
   if (n.op_type == "LayerNormalization") {
     a.set("axis", n.attrs.get_int("axis", -1)).set("epsilon", n.attrs.get_float("epsilon", 1e-5));
     return ops::call("layer_norm", {input(0), input(1), input(2), input(3)}, a);  // input 3: the residual
@@ -251,7 +252,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
                                              "dead_node_elimination", "tensor_parallel", "op_decomposition",
-                                             "conv_bn_folding",
+                                             "quantized_fusion", "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion", "conv_fusion",
@@ -788,6 +789,165 @@ TEST(GemmFusion, NotWithoutConstantWeightsOrWithAFullMatrixC) {
   b.add(node("Gemm", {"x", "gw"}, {"t"}, Attributes().set("transA", I(1))));
   Graph g = b.build({"m", "g", "t"});
   EXPECT_EQ(passes::gemm_fusion(g, {}).rewrites, 0);
+}
+
+// ---- quantized_fusion ----
+
+Tensor quantized(const Shape& shape, DType dtype, unsigned seed, int low, int high) {
+  Tensor t = Tensor::empty(shape, dtype);
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> dist(low, high);
+  auto* p = static_cast<std::int8_t*>(t.data_ptr());  // int8, uint8, int4 (unpacked): one byte each
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<std::int8_t>(dist(gen));
+  return t;
+}
+
+Tensor int8_scalar(std::int64_t v, DType dtype = DType::kInt8) {
+  Tensor t = Tensor::empty({}, dtype);
+  *static_cast<std::int8_t*>(t.data_ptr()) = static_cast<std::int8_t>(v);
+  return t;
+}
+
+// Types of every value through the engine's inference (no folding: the weights' DequantizeLinear nodes stay).
+Graph with_types(Graph g) {
+  runtime::InferOptions options;
+  options.fold_constants = false;
+  runtime::infer_types(g, options);
+  return g;
+}
+
+// xrt.quantize's int8 form of Q(x) -> DQ -> MatMul(DQ(w) per column) + bias -> Relu -> Q, a Gemm with transB=1 and
+// alpha/beta and a float output, and Q -> DQ -> Conv(DQ(w) per output channel, bias, groups 2, stride 2) -> Q, at odd
+// sizes.
+Graph qdq_graph(bool gemm_scale_is_input = false) {
+  Builder b;
+  b.input("x", {3, 5}).input("img", {2, 4, 7, 5});
+  if (gemm_scale_is_input) b.input("gw_scale", {4});
+  b.constant("sx", scalar(0.02f)).constant("zx", int8_scalar(3)).constant("sy", scalar(0.05f));
+  b.constant("zy", int8_scalar(-2)).constant("w", quantized({5, 6}, DType::kInt8, 60, -127, 127));
+  b.constant("w_scale", random({6}, 61, 0.001f, 0.01f)).constant("bias", random({6}, 62));
+  b.add(node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"})).add(node("DequantizeLinear", {"xq", "sx", "zx"}, {"xf"}));
+  b.add(node("DequantizeLinear", {"w", "w_scale"}, {"wf"}, Attributes().set("axis", I(1))));
+  b.add(node("MatMul", {"xf", "wf"}, {"m"})).add(node("Add", {"m", "bias"}, {"mb"}));
+  b.add(node("Relu", {"mb"}, {"r"})).add(node("QuantizeLinear", {"r", "sy", "zy"}, {"yq"}));
+  // Gemm, transB=1 ([N, K] weights, per-row scales), reading the same DQ(x) as the MatMul.
+  b.constant("gw", quantized({4, 5}, DType::kInt8, 63, -127, 127)).constant("gc", random({4}, 64));
+  if (!gemm_scale_is_input) b.constant("gw_scale", random({4}, 65, 0.001f, 0.01f));
+  b.add(node("DequantizeLinear", {"gw", "gw_scale"}, {"gwf"}, Attributes().set("axis", I(0))));
+  b.add(node("Gemm", {"xf", "gwf", "gc"}, {"g"}, Attributes().set("transB", I(1)).set("alpha", 0.5).set("beta", 2.0)));
+  // Conv: uint8 activations.
+  b.constant("si", scalar(0.03f)).constant("zi", int8_scalar(128, DType::kUInt8));
+  b.constant("cw", quantized({6, 2, 3, 3}, DType::kInt8, 66, -127, 127)).constant("cb", random({6}, 67));
+  b.constant("cw_scale", random({6}, 68, 0.001f, 0.01f)).constant("so", scalar(0.04f));
+  b.constant("zo", int8_scalar(0));
+  b.add(node("QuantizeLinear", {"img", "si", "zi"}, {"iq"})).add(node("DequantizeLinear", {"iq", "si", "zi"}, {"if"}));
+  b.add(node("DequantizeLinear", {"cw", "cw_scale"}, {"cwf"}, Attributes().set("axis", I(0))));
+  b.add(node("Conv", {"if", "cwf", "cb"}, {"c"},
+             Attributes().set("group", I(2)).set("strides", std::vector<std::int64_t>{2, 2})
+                 .set("pads", std::vector<std::int64_t>{1, 0, 1, 2})));
+  b.add(node("QuantizeLinear", {"c", "so", "zo"}, {"cq"}));
+  return with_types(b.build({"yq", "g", "cq"}));
+}
+
+// Requantized outputs within one quantization step, float ones within `rtol` of their range.
+void expect_within_a_step(const std::vector<Tensor>& expected, const std::vector<Tensor>& actual, double rtol = 1e-5) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(expected[i].shape(), actual[i].shape()) << "output " << i;
+    ASSERT_EQ(expected[i].dtype(), actual[i].dtype()) << "output " << i;
+    const Values e = values(ops::cast(expected[i], DType::kFloat32));
+    const Values a = values(ops::cast(actual[i], DType::kFloat32));
+    const bool quantized_output = expected[i].dtype() != DType::kFloat32;
+    double range = 0;
+    for (float v : e) range = std::max(range, static_cast<double>(std::fabs(v)));
+    int differing = 0;
+    for (std::size_t k = 0; k < e.size(); ++k) {
+      ASSERT_NEAR(a[k], e[k], quantized_output ? 1.0 : rtol * range + 1e-6) << "output " << i << " element " << k;
+      differing += a[k] != e[k] ? 1 : 0;
+    }
+    if (quantized_output) {
+      EXPECT_LE(differing * 20, static_cast<int>(e.size())) << "output " << i;
+    }
+  }
+}
+
+TEST(QuantizedFusion, DequantizeGemmConvChainsBecomeInt8Ops) {
+  const Graph g = qdq_graph();
+  Graph out = g;
+  passes::PassContext ctx;
+  ctx.keep_quantized_weights = true;
+  const passes::PassResult r = passes::quantized_fusion(out, ctx);
+  EXPECT_GE(r.rewrites, 3);
+  ASSERT_EQ(count(out, "QLinear"), 2) << out.str();
+  ASSERT_EQ(count(out, "QConv"), 1) << out.str();
+  // The two Qs of the inputs stay; every DequantizeLinear went (the shared DQ(x) once both readers were fused).
+  EXPECT_EQ(count(out, "DequantizeLinear"), 0) << out.str();
+  EXPECT_EQ(count(out, "QuantizeLinear"), 2) << out.str();
+  for (const Node& n : out.nodes) {
+    if (n.op_type == "QLinear" && n.outputs[0] == "yq") {
+      EXPECT_EQ(n.attrs.get_string("output_dtype", ""), "int8");
+      EXPECT_EQ(n.attrs.get_string("activation", ""), "relu");
+      EXPECT_EQ(n.attrs.get_string("weight_layout", ""), "kn");
+      EXPECT_EQ(n.attrs.get_int("x_zero_point", 0), 3);
+      EXPECT_EQ(n.attrs.get_int("y_zero_point", 0), -2);
+      EXPECT_EQ(n.inputs.size(), 4u);
+    } else if (n.op_type == "QLinear") {
+      EXPECT_EQ(n.outputs[0], "g");
+      EXPECT_EQ(n.attrs.get_string("output_dtype", ""), "float32");
+      EXPECT_EQ(n.attrs.get_string("weight_layout", ""), "nk");
+    } else if (n.op_type == "QConv") {
+      EXPECT_EQ(n.attrs.get_string("output_dtype", ""), "int8");
+      EXPECT_EQ(n.attrs.get_int("groups", 0), 2);
+      EXPECT_EQ(n.attrs.get_int("x_zero_point", 0), 128);
+    }
+  }
+  const Feeds feeds = {{"x", random({3, 5}, 69, -2.0f, 2.0f)}, {"img", random({2, 4, 7, 5}, 70, -3.0f, 3.0f)}};
+  expect_within_a_step(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true));
+  // The whole list with the folding keeping the weights' DQs for the pass, as runtime::optimize runs it.
+  Graph piped = g;
+  passes::run_passes(piped, ctx);
+  EXPECT_EQ(count(piped, "QLinear") + count(piped, "QConv"), 3) << piped.str();
+  // Switched off: nothing fused, the weights' DQs folded as before.
+  Graph off = g;
+  passes::run_passes(off, {}, {"quantized_fusion"});
+  EXPECT_EQ(count(off, "QLinear") + count(off, "QConv"), 0);
+  EXPECT_EQ(count(off, "DequantizeLinear"), 2) << off.str();  // the activations' only
+}
+
+TEST(QuantizedFusion, NearMissesAreLeftAlone) {
+  passes::PassContext ctx;
+  // A weight scale that is not constant: the Gemm stays, the MatMul and the Conv fuse; the shared DQ(x) stays for it.
+  {
+    Graph g = qdq_graph(/*gemm_scale_is_input=*/true);
+    EXPECT_EQ(passes::quantized_fusion(g, ctx).rewrites, 2);
+    EXPECT_EQ(count(g, "Gemm"), 1);
+    EXPECT_EQ(count(g, "QLinear"), 1);
+    EXPECT_EQ(count(g, "DequantizeLinear"), 2) << g.str();  // x's (read by the Gemm) and the Gemm weight's
+  }
+  // A per-channel activation scale, and an int4 weight (opset 21): left to the node kernels.
+  Builder b;
+  b.g.opsets[""] = 21;
+  b.input("x", {3, 4});
+  b.constant("sx", random({4}, 71, 0.01f, 0.02f)).constant("zx", quantized({4}, DType::kInt8, 72, 0, 0));
+  b.constant("w", quantized({4, 2}, DType::kInt8, 73, -127, 127)).constant("ws", scalar(0.01f));
+  b.constant("w4", quantized({4, 2}, DType::kInt4, 74, -8, 7)).constant("s", scalar(0.02f));
+  b.add(node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"}, Attributes().set("axis", I(1))));
+  b.add(node("DequantizeLinear", {"xq", "sx", "zx"}, {"xf"}, Attributes().set("axis", I(1))));
+  b.add(node("DequantizeLinear", {"w", "ws"}, {"wf"})).add(node("MatMul", {"xf", "wf"}, {"y"}));
+  b.add(node("QuantizeLinear", {"x", "s"}, {"xq2"}, Attributes().set("output_dtype", I(3))));
+  b.add(node("DequantizeLinear", {"xq2", "s"}, {"xf2"}));
+  b.add(node("DequantizeLinear", {"w4", "s"}, {"w4f"})).add(node("MatMul", {"xf2", "w4f"}, {"y4"}));
+  Graph g = with_types(b.build({"y", "y4"}));
+  Graph out = g;
+  ctx.keep_quantized_weights = true;
+  const passes::PassResult r = passes::quantized_fusion(out, ctx);
+  EXPECT_EQ(count(out, "QLinear"), 0) << out.str();
+  EXPECT_EQ(count(out, "MatMul"), 2);
+  // ... and with keep_quantized_weights the pass folded the weights' DQs it left (the int8 and the int4 one).
+  EXPECT_EQ(count(out, "DequantizeLinear"), 2) << out.str();
+  EXPECT_GE(r.rewrites, 2);
+  const Feeds feeds = {{"x", random({3, 4}, 75)}};
+  expect_close(run_graph(g, feeds), run_graph(out, feeds));
 }
 
 // ---- gelu_fusion ----

@@ -74,6 +74,13 @@ void register_fused_ops(NodeKernelRegistrar& kernels) {
         .set("activation", ctx.attr_string("activation", "none"));
     run_registry_op(ctx, "linear", inputs_of(ctx, 4), attrs);
   });
+  // The quantized_fusion pass's int8 nodes: their attributes are the registry op's (Note [Quantized registry ops]).
+  kernels.add(kXpurtDomain, "QLinear", [](OpContext& ctx) {
+    run_registry_op(ctx, "qlinear", inputs_of(ctx, 4), ctx.node().attrs);
+  });
+  kernels.add(kXpurtDomain, "QConv", [](OpContext& ctx) {
+    run_registry_op(ctx, "qconv2d", inputs_of(ctx, 4), ctx.node().attrs);
+  });
   kernels.add(kXpurtDomain, "Gelu", [](OpContext& ctx) {
     run_registry_op(ctx, "gelu", inputs_of(ctx, 1),
                     Attributes().set("approximate", ctx.attr_string("approximate", "none")));

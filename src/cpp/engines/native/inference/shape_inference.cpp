@@ -265,6 +265,7 @@ std::vector<std::optional<ValueType>> reference_output_types(const Node& node, s
 // they exceed options.max_folded_bytes or the library cannot run it. Returns whether it was folded.
 bool fold_node(Graph& g, const Node& node, std::int64_t opset, const std::vector<const Tensor*>& constants,
                const InferOptions& options) {
+  if (options.keep_quantized_weights && passes::is_quantized_weight_dequantize(g, node)) return false;
   const std::optional<std::size_t> predicted = passes::predicted_fold_bytes(g, node);
   if (predicted && *predicted > options.max_folded_bytes) return false;
   try {
@@ -464,6 +465,8 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   std::vector<std::string> notes;
   InferOptions infer = options;
   if (disabled.count("constant_folding")) infer.fold_constants = false;
+  // Note [Quantized fusion]: the weights' DequantizeLinear nodes stay for quantized_fusion, which folds what it leaves.
+  infer.keep_quantized_weights = options.fuse_quantized && disabled.count("quantized_fusion") == 0;
   const int folded = infer_types(g, infer);
   if (folded) notes.push_back(detail::str_cat("constant_folding: ", folded, " node(s) folded"));
   clock.mark("type inference and constant folding");
@@ -472,6 +475,8 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   ctx.device = options.device;
   ctx.fuse_elementwise = options.fuse_elementwise;
   ctx.keep_unfused = options.keep_unfused;
+  ctx.fuse_quantized = options.fuse_quantized;
+  ctx.keep_quantized_weights = infer.keep_quantized_weights;
   ctx.tp_size = options.tp_size;
   ctx.tp_rank = options.tp_rank;
   ctx.tp_comm = options.tp_comm;

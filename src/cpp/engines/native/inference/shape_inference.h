@@ -30,6 +30,10 @@ struct InferOptions {
   std::int64_t tp_comm = -1;
   bool fuse_elementwise = true;                                    // PassContext::fuse_elementwise
   std::function<bool(const std::string&)> keep_unfused;            // PassContext::keep_unfused
+  bool fuse_quantized = true;                                      // PassContext::fuse_quantized
+  // Folding keeps each DequantizeLinear of an int8/uint8 constant (PassContext::keep_quantized_weights); optimize()
+  // sets it when quantized_fusion will run.
+  bool keep_quantized_weights = false;
 };
 
 // Returns the number of nodes folded.

@@ -753,6 +753,122 @@ Lowered lower_arg_reduce(const Ctx& c, const std::string& op) {
   return registry(op, {0}, a);
 }
 
+// ---- int8 GEMM and convolution: qlinear, qconv2d (Note [Quantized registry ops] in core/op_schemas.cpp) ----
+
+bool is_8bit(const ValueType* t) { return t != nullptr && (t->dtype == DType::kInt8 || t->dtype == DType::kUInt8); }
+
+// The attributes `<prefix>_scale` and `<prefix>_zero_point` from the node's inputs `scale` and `zp` (absent or -1:
+// none; an absent zero point is 0): each a one-element constant, the scale float32. The reason when not.
+std::string per_tensor_params(const Ctx& c, int scale, int zp, const std::string& prefix, Attributes& a) {
+  double value = 0;
+  if (scale >= 0) {
+    const Tensor* t = c.constant(static_cast<std::size_t>(scale));
+    if (t == nullptr || t->dtype() != DType::kFloat32 || !read_const_scalar(t, &value)) {
+      return prefix + "_scale is not a one-element float32 constant";
+    }
+    a.set(prefix + "_scale", value);
+  }
+  if (zp >= 0 && c.has(static_cast<std::size_t>(zp))) {
+    if (!read_const_scalar(c.constant(static_cast<std::size_t>(zp)), &value)) {
+      return prefix + "_zero_point is not a one-element constant";
+    }
+    a.set(prefix + "_zero_point", static_cast<std::int64_t>(value));
+  }
+  return {};
+}
+
+// Why the weight (input `w`, its zero point `zp`) is not what qlinear/qconv2d take: int8 of rank `rank`, the zero
+// point absent or constant zeros. Empty when it is.
+std::string int8_weight_problem(const Ctx& c, int w, int zp, std::int64_t rank) {
+  const ValueType* t = c.type(static_cast<std::size_t>(w));
+  if (t == nullptr || t->dtype != DType::kInt8) return "the weight is not int8 (the int8 ops take symmetric int8)";
+  if (c.rank(static_cast<std::size_t>(w)) != rank) return detail::str_cat("the weight is not of rank ", rank);
+  if (zp >= 0 && c.has(static_cast<std::size_t>(zp))) {
+    const Tensor* z = c.constant(static_cast<std::size_t>(zp));
+    if (z == nullptr) return "the weight's zero point is not constant";
+    for (double v : passes::internal::to_doubles(*z)) {
+      if (v != 0) return "the weight's zero point is not 0 (the int8 ops take symmetric weights)";
+    }
+  }
+  return {};
+}
+
+// A per-tensor or per-output-channel float32 weight scale (input `scale`) of `channels` channels, 0-D or 1-D.
+bool channel_scale(const Ctx& c, int scale, std::int64_t channels) {
+  const ValueType* t = c.type(static_cast<std::size_t>(scale));
+  if (t == nullptr || t->dtype != DType::kFloat32 || !t->fully_known() || t->shape.size() > 1) return false;
+  const Ints sizes = t->sizes();
+  return sizes.empty() || sizes[0] == 1 || sizes[0] == channels;
+}
+
+// The output dtype named by a y_zero_point input (`zp`) of type int8 or uint8.
+std::string output_dtype_of(const Ctx& c, int zp) {
+  const ValueType* t = c.type(static_cast<std::size_t>(zp));
+  return t != nullptr && t->dtype == DType::kInt8 ? "int8" : "uint8";
+}
+
+// ONNX QLinearMatMul (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point) and MatMulInteger
+// (A, B, a_zero_point, b_zero_point) -> qlinear: per-tensor constant parameters of a and y, b a 2-D int8 weight with
+// zero points 0 and a per-tensor or per-column scale.
+Lowered lower_quantized_matmul(const Ctx& c, bool integer) {
+  const int w = integer ? 1 : 3;
+  if (!is_8bit(c.type(0)) || c.rank(0) < 1) return reference("a is not int8 or uint8");
+  std::string problem = int8_weight_problem(c, w, integer ? 3 : 5, 2);
+  if (!problem.empty()) return reference(problem);
+  Attributes a;
+  a.set("weight_layout", std::string("kn"));
+  problem = per_tensor_params(c, integer ? -1 : 1, 2, "x", a);
+  if (problem.empty() && !integer) problem = per_tensor_params(c, 6, 7, "y", a);
+  if (!problem.empty()) return reference(problem);
+  if (integer) {
+    a.set("output_dtype", std::string("int32"));
+    return registry("qlinear", {0, 1, -1, -1}, a);
+  }
+  if (!c.known(3) || !channel_scale(c, 4, c.shape(3)[1])) return reference("b_scale is not per tensor or per column");
+  a.set("output_dtype", output_dtype_of(c, 7));
+  return registry("qlinear", {0, 3, 4, -1}, a);
+}
+
+// ONNX QLinearConv (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B) and ConvInteger
+// (x, w, x_zero_point, w_zero_point) in 2-D -> qconv2d, on the conditions of lower_quantized_matmul.
+Lowered lower_quantized_conv(const Ctx& c, bool integer) {
+  const int w = integer ? 1 : 3;
+  if (!is_8bit(c.type(0)) || c.rank(0) != 4) return reference("x is not a 4-D int8 or uint8 tensor");
+  std::string problem = int8_weight_problem(c, w, integer ? 3 : 5, 4);
+  if (!problem.empty()) return reference(problem);
+  if (!c.known(static_cast<std::size_t>(w))) return reference("weight shape unknown");
+  const Ints ws = c.shape(static_cast<std::size_t>(w));
+  const Ints kernel = {ws[2], ws[3]};
+  if (c.node.attrs.has("kernel_shape") && c.node.attrs.get_ints("kernel_shape", {}) != kernel) {
+    return reference("kernel_shape differs from the weight's");
+  }
+  const Ints strides = c.node.attrs.get_ints("strides", {1, 1});
+  const Ints dilations = c.node.attrs.get_ints("dilations", {1, 1});
+  Ints pads;
+  if (!resolve_pads(c, kernel, strides, dilations, &pads)) return reference("auto_pad with unknown input shape");
+  Attributes a;
+  a.set("strides", strides);
+  a.set("pads", pads);
+  a.set("dilations", dilations);
+  a.set("groups", c.node.attrs.get_int("group", 1));
+  problem = per_tensor_params(c, integer ? -1 : 1, 2, "x", a);
+  if (problem.empty() && !integer) problem = per_tensor_params(c, 6, 7, "y", a);
+  if (!problem.empty()) return reference(problem);
+  if (integer) {
+    a.set("output_dtype", std::string("int32"));
+    return registry("qconv2d", {0, 1, -1, -1}, a);
+  }
+  if (!channel_scale(c, 4, ws[0])) return reference("w_scale is not per tensor or per output channel");
+  if (c.has(8) && (c.type(8) == nullptr || c.type(8)->dtype != DType::kInt32)) return reference("B is not int32");
+  a.set("output_dtype", output_dtype_of(c, 7));
+  return registry("qconv2d", {0, 3, 4, c.has(8) ? 8 : -1}, a);
+}
+
+// com.xpuruntime QLinear / QConv (the quantized_fusion pass): their attributes are the registry op's.
+Lowered lower_fused_quantized(const Ctx& c, const std::string& op) {
+  return registry(op, {0, 1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1}, c.node.attrs);
+}
+
 const std::map<std::string, LowerFn>& onnx_table() {
   static const auto* table = new std::map<std::string, LowerFn>{
       {"Relu", [](const Ctx& c) { return lower_unary(c, "relu"); }},
@@ -900,6 +1016,8 @@ const std::map<std::string, LowerFn>& onnx_table() {
 const std::map<std::string, LowerFn>& xpurt_table() {
   static const auto* table = new std::map<std::string, LowerFn>{
       {"FusedConv", [](const Ctx& c) { return lower_conv(c, true); }},
+      {"QLinear", [](const Ctx& c) { return lower_fused_quantized(c, "qlinear"); }},
+      {"QConv", [](const Ctx& c) { return lower_fused_quantized(c, "qconv2d"); }},
       {"MaxPool", [](const Ctx& c) { return lower_pool(c, "max_pool2d"); }},
       {"AveragePool", [](const Ctx& c) { return lower_pool(c, "avg_pool2d"); }},
       {"GlobalAveragePool",
@@ -974,6 +1092,17 @@ const std::map<std::string, LowerFn>& xpurt_table() {
 }
 
 }  // namespace
+
+Lowered lower_quantized_onnx(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
+                             const std::vector<const Tensor*>& constants) {
+  const Ctx c{node, opset, types, constants};
+  if (!node.domain.empty() && node.domain != "ai.onnx") return reference("not an ONNX operator");
+  if (node.op_type == "QLinearMatMul") return lower_quantized_matmul(c, false);
+  if (node.op_type == "MatMulInteger") return lower_quantized_matmul(c, true);
+  if (node.op_type == "QLinearConv") return lower_quantized_conv(c, false);
+  if (node.op_type == "ConvInteger") return lower_quantized_conv(c, true);
+  return reference("not a quantized ONNX operator");
+}
 
 Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
                    const std::vector<const Tensor*>& constants) {

@@ -37,4 +37,12 @@ struct Lowered {
 Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
                    const std::vector<const Tensor*>& constants);
 
+// ONNX's QLinearMatMul, MatMulInteger, QLinearConv and ConvInteger -> qlinear / qconv2d (Note [Quantized registry ops]
+// in core/op_schemas.cpp) when their parameters are what those ops take (per-tensor constant scales and zero points
+// of x and y; a symmetric int8 weight, per tensor or per output channel), else kReference with the reason. Not in
+// lower_node's table: the quantized_fusion pass makes com.xpuruntime QLinear/QConv nodes of them, so that turning the
+// pass off leaves them to their node kernels.
+Lowered lower_quantized_onnx(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
+                             const std::vector<const Tensor*>& constants);
+
 }  // namespace xpuruntime::runtime

@@ -25,9 +25,10 @@ bool nondeterministic(const Node& n) {
   return is_onnx_domain(n.domain) && kRandom.count(n.op_type) != 0;
 }
 
-bool foldable(const Graph& g, const Node& n) {
+bool foldable(const Graph& g, const Node& n, const PassContext& ctx) {
   if (!(is_onnx_domain(n.domain) || n.domain == "ai.onnx.ml")) return false;
   if (nondeterministic(n) || !n.graph_attrs.empty()) return false;
+  if (ctx.keep_quantized_weights && is_quantized_weight_dequantize(g, n)) return false;  // Note [Quantized fusion]
   for (const auto& in : n.inputs) {
     if (!in.empty() && !is_constant(g, in)) return false;
   }
@@ -100,16 +101,14 @@ std::optional<std::size_t> predicted_bytes(const Graph& g, const Node& n) {
 
 std::optional<std::size_t> predicted_fold_bytes(const Graph& g, const Node& n) { return predicted_bytes(g, n); }
 
-namespace {
-
 // One sweep in topological order: a folded node's outputs are constants for the nodes after it, so a chain of
 // constant nodes folds in one sweep.
-int fold_constants(Graph& g, const PassContext& ctx, PassResult& result) {
+int internal::fold_constants(Graph& g, const PassContext& ctx, PassResult& result) {
   int folded = 0;
   std::vector<Node> kept;
   kept.reserve(g.nodes.size());
   for (Node& n : g.nodes) {
-    if (!foldable(g, n)) {
+    if (!foldable(g, n, ctx)) {
       kept.push_back(std::move(n));
       continue;
     }
@@ -155,6 +154,8 @@ int fold_constants(Graph& g, const PassContext& ctx, PassResult& result) {
   g.nodes = std::move(kept);
   return folded;
 }
+
+namespace {
 
 // The output of Shape/Size on a value whose (relevant) dims are known; nullopt otherwise.
 std::optional<Tensor> fold_shape_node(const Graph& g, const Node& n) {

@@ -92,6 +92,11 @@ std::string add_constant(Graph& g, const std::string& hint, const Tensor& t);
 // Removes initializers in `candidates` that no node (or subgraph) reads and that are not graph outputs.
 void remove_unused_constants(Graph& g, const std::set<std::string>& candidates);
 
+// Folds every node whose inputs are all constants (ONNX domains; not Random*/Bernoulli, not a weight's
+// DequantizeLinear while ctx.keep_quantized_weights) into constants, in one sweep; returns how many. What the
+// constant_folding pass runs (folding.cpp).
+int fold_constants(Graph& g, const PassContext& ctx, PassResult& result);
+
 // The input of a binary node that is not `value` ("" when both or neither are). Node must have two inputs.
 std::string other_input(const Node& n, const std::string& value);
 

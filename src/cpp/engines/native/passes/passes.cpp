@@ -30,6 +30,11 @@ const std::vector<PassInfo>& all_passes() {
        "Split -> Slices, 1-D Conv -> 2-D Conv between views, LayerNormalization's constants in X's float type: "
        "ops every device runs",
        op_decomposition},
+      {"quantized_fusion",
+       "DequantizeLinear(int8) x and constant weight -> MatMul/Gemm/Conv [+ bias] [+ Relu] [+ QuantizeLinear] -> "
+       "com.xpuruntime:QLinear / QConv (int8 registry ops qlinear / qconv2d; per-tensor activations, symmetric "
+       "per-channel int8 weights); QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger -> the same",
+       quantized_fusion},
       {"conv_bn_folding", "Conv + BatchNormalization (inference, constant parameters) -> Conv with folded weights",
        conv_bn_folding},
       {"gelu_fusion", "the erf and tanh GELU formulas and ONNX Gelu -> com.xpuruntime:Gelu", gelu_fusion},

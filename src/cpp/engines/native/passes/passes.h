@@ -49,6 +49,12 @@ struct XPURT_API PassContext {
   // its family): those nodes are not fused. Empty: none.
   bool fuse_elementwise = true;
   std::function<bool(const std::string& registry_op)> keep_unfused;
+  // quantized_fusion (Note [Quantized fusion] in passes/fusion_quantized.cpp): whether the plan's device has kernels
+  // of the int8 ops qlinear and qconv2d (and the plan computes in float32 on one rank). keep_quantized_weights: the
+  // pass will run (runtime::optimize sets it), so the folding keeps each DequantizeLinear of an int8/uint8 constant as
+  // a node for it; the pass folds the ones it does not fuse.
+  bool fuse_quantized = true;
+  bool keep_quantized_weights = false;
 };
 
 // What one pass did. `notes`: one line per rewrite, e.g. "fused Conv 'c1' + Relu 'r1' -> FusedConv 'c1'".
@@ -104,6 +110,14 @@ XPURT_API PassResult linear_epilogue_fusion(Graph& g, const PassContext& ctx);
 // Chains of elementwise ops (Add, Mul, Sigmoid, Erf, Gelu, ...) of one shape and float dtype whose intermediates
 // nobody else reads -> com.xpuruntime:FusedElementwise with their program (Note [Fused elementwise programs]).
 XPURT_API PassResult elementwise_fusion(Graph& g, const PassContext& ctx);
+
+// DequantizeLinear(int8 or uint8 constant) -> MatMul/Gemm/Conv (per-tensor activations, per-tensor or per-output-
+// channel symmetric int8 weights) [+ bias] [+ Relu] [+ QuantizeLinear] -> com.xpuruntime:QLinear / QConv (the registry
+// ops qlinear / qconv2d), and ONNX's QLinearMatMul/QLinearConv/MatMulInteger/ConvInteger -> the same nodes
+// (runtime::lower_quantized_onnx's conditions; Note [Quantized fusion] in passes/fusion_quantized.cpp).
+XPURT_API PassResult quantized_fusion(Graph& g, const PassContext& ctx);
+// A DequantizeLinear of an int8/uint8 constant: what the folding keeps while PassContext::keep_quantized_weights.
+XPURT_API bool is_quantized_weight_dequantize(const Graph& g, const Node& n);
 
 // Whether a default-domain node has as many inputs and outputs as some version of its ONNX operator takes (true for
 // other domains and for operators ONNX's schemas do not list). Every pattern a pass matches checks it first (Note

@@ -303,6 +303,17 @@ runtime::InferOptions inference_options(const PlanOptions& options) {
     infer_options.max_folded_bytes =
         std::min<std::size_t>(infer_options.max_folded_bytes, static_cast<std::size_t>(options.memory_limit));
   }
+  // quantized_fusion (Note [Quantized fusion]): where the device has kernels of the int8 ops, for float32 plans on one
+  // rank.
+  const KernelRegistry* kernels = &options.dispatcher->registry();
+  const auto on_device = [&](const char* op) {
+    for (const Kernel* k : kernels->kernels(op)) {
+      if (k->info().device_type == options.device.type) return true;
+    }
+    return false;
+  };
+  infer_options.fuse_quantized = options.compute_float == DType::kFloat32 && options.tp_size == 1 &&
+                                 on_device("qlinear") && on_device("qconv2d");
   // elementwise_fusion (Note [Fused elementwise programs]): where a fused_elementwise kernel runs on the device, and
   // not for ops the KernelPolicy gives a rule of their own.
   const KernelRegistry* registry = &options.dispatcher->registry();

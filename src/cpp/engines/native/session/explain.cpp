@@ -16,6 +16,29 @@ std::size_t value_bytes(const PlanValue& v) {
   return bytes;
 }
 
+// "; int8 x (scale 0.02, zero point 3), int8 weights (8 scales, per channel), output int8 (scale 0.05, zero point
+// -2)": what explain() says of a qlinear/qconv2d step.
+std::string quantized_summary(const PlanStep& s) {
+  const Attributes& a = s.attrs;
+  const std::string out = a.get_string("output_dtype", "float32");
+  std::string text = detail::str_cat("; ", dtype_name(s.desc.inputs[0].dtype), " x");
+  if (out != "int32") {
+    text += detail::str_cat(" (scale ", a.get_float("x_scale", 0.0), ", zero point ", a.get_int("x_zero_point", 0),
+                            ")");
+  }
+  text += ", int8 weights";
+  if (s.desc.inputs.size() > 2 && s.desc.inputs[2].present) {
+    const std::int64_t scales = s.desc.inputs[2].numel();
+    text += scales == 1 ? " (one scale)" : detail::str_cat(" (", scales, " scales, per channel)");
+  }
+  text += ", output " + out;
+  if (out == "int8" || out == "uint8") {
+    text += detail::str_cat(" (scale ", a.get_float("y_scale", 0.0), ", zero point ", a.get_int("y_zero_point", 0),
+                            ")");
+  }
+  return text;
+}
+
 }  // namespace
 
 NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
@@ -33,6 +56,10 @@ NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
         if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
         if (s.op == "fused_elementwise") {  // Note [Fused elementwise programs]: the group's program
           n.reason += "; program: " + s.attrs.get_string("program", "");
+        }
+        if (s.op == "qlinear" || s.op == "qconv2d") {  // Note [Quantized registry ops]: int8 whatever the policy's
+          n.precision = "int8";
+          n.reason += quantized_summary(s);
         }
         n.op = s.op;
         n.rule = d.rule;

@@ -1,0 +1,392 @@
+// quantized_fusion: a quantized model's DequantizeLinear -> MatMul/Gemm/Conv -> [bias] [Relu] [QuantizeLinear] chains
+// -> com.xpuruntime:QLinear / QConv, lowered onto the int8 registry ops qlinear / qconv2d (see passes.h,
+// docs/native_engine.md, Note [Quantized registry ops] in core/op_schemas.cpp).
+//
+// Note [Quantized fusion]
+// A QDQ model (xrt.quantize, ONNX Runtime's quantize_static, PyTorch's PT2E export) writes each quantized node as
+// DQ(x_q) and DQ(w_q) feeding a float MatMul/Gemm/Conv, often followed by the bias Add, a Relu and the QuantizeLinear
+// of the next node's input. Run as written, the activations go int8 -> float32 -> int8 through memory at every node
+// and the GEMM runs in float. The pass rewrites the chain into one int8 op with int32 accumulation whose epilogue
+// applies the scales, the bias, the Relu and the requantization; the unfused chain computes the same real numbers in
+// float32, so the two agree to within one quantization step on the requantized outputs (ties and float32 rounding of
+// the sums).
+//
+// It fires only on exact patterns: x's DQ per tensor (one-element constant float32 scale, constant zero point) of an
+// int8/uint8 value; the weight's DQ of a constant int8 tensor, per tensor or per output channel (MatMul axis 1, Gemm
+// axis 1 or with transB=1 axis 0, Conv axis 0), zero points absent or 0 (symmetric); the QuantizeLinear per tensor to
+// int8/uint8. float8 and int4 (and uint8 weights, blocked scales) stay on the node kernels. Constant folding would
+// turn the weight's DQ into a float constant before any pass runs, so while this pass is on the folding keeps those
+// DQs (PassContext::keep_quantized_weights) and this pass folds the ones it leaves. ONNX's own quantized operators
+// (QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger) become the same nodes here rather than in the lowering's
+// table, so that disabled_passes=["quantized_fusion"] runs every quantized model as written, on the node kernels.
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engines/native/lowering/lowering.h"
+#include "engines/native/passes/passes.h"
+#include "engines/native/passes/pass_utils.h"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::passes {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): the passes' own helpers
+
+namespace {
+
+bool is_8bit(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
+
+// A one-element constant of `dtype` (any dtype when nullopt).
+std::optional<double> one_element(const Graph& g, const std::string& value, std::optional<DType> dtype) {
+  const Tensor* t = value.empty() ? nullptr : constant(g, value);
+  if (t == nullptr || t->numel() != 1 || (dtype && t->dtype() != *dtype)) return std::nullopt;
+  return to_doubles(*t)[0];
+}
+
+bool blocked(const Node& dq) { return dq.attrs.get_int("block_size", 0) != 0; }
+
+// The DequantizeLinear producing `value`, not taken yet.
+std::optional<std::size_t> dequantize_of(const Graph& g, const Uses& uses, const Rewriter& rw,
+                                         const std::string& value) {
+  auto p = uses.producer(value);
+  if (!p || rw.taken(*p) || !is_onnx(g.nodes[*p], "DequantizeLinear") || g.nodes[*p].inputs.size() < 2 ||
+      blocked(g.nodes[*p])) {
+    return std::nullopt;
+  }
+  return p;
+}
+
+// x's DequantizeLinear: per tensor, of an int8/uint8 value.
+struct ActivationDq {
+  std::size_t node = 0;
+  std::string q;
+  double scale = 0;
+  std::int64_t zero_point = 0;
+};
+
+std::optional<ActivationDq> activation_dq(const Graph& g, const Uses& uses, const Rewriter& rw,
+                                          const std::string& value) {
+  auto p = dequantize_of(g, uses, rw, value);
+  if (!p) return std::nullopt;
+  const Node& dq = g.nodes[*p];
+  auto dtype = value_dtype(g, dq.inputs[0]);
+  if (!dtype || !is_8bit(*dtype)) return std::nullopt;
+  auto scale = one_element(g, dq.inputs[1], DType::kFloat32);
+  auto zp = dq.has_input(2) ? one_element(g, dq.inputs[2], *dtype) : std::optional<double>(0.0);
+  if (!scale || !zp || !(*scale > 0)) return std::nullopt;
+  return ActivationDq{*p, dq.inputs[0], *scale, static_cast<std::int64_t>(*zp)};
+}
+
+// The weight's DequantizeLinear: a constant int8 tensor of `rank`, one scale or one per index of `channel_axis`
+// (`channels` of them), zero points absent or 0.
+struct WeightDq {
+  std::size_t node = 0;
+  std::string q;
+  std::vector<double> scales;  // one, or `channels`
+};
+
+std::optional<WeightDq> weight_dq(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
+                                  int rank, int channel_axis) {
+  auto p = dequantize_of(g, uses, rw, value);
+  if (!p) return std::nullopt;
+  const Node& dq = g.nodes[*p];
+  const Tensor* w = constant(g, dq.inputs[0]);
+  const Tensor* scale = constant(g, dq.inputs[1]);
+  if (w == nullptr || w->dtype() != DType::kInt8 || w->dim() != rank || scale == nullptr ||
+      scale->dtype() != DType::kFloat32) {
+    return std::nullopt;
+  }
+  const std::int64_t channels = w->shape()[static_cast<std::size_t>(channel_axis)];
+  if (scale->numel() != 1) {
+    std::int64_t axis = dq.attrs.get_int("axis", 1);
+    if (axis < 0) axis += rank;
+    if (scale->dim() != 1 || scale->numel() != channels || axis != channel_axis) return std::nullopt;
+  }
+  if (dq.has_input(2)) {
+    const Tensor* zp = constant(g, dq.inputs[2]);
+    if (zp == nullptr || zp->dtype() != DType::kInt8) return std::nullopt;
+    for (double v : to_doubles(*zp)) {
+      if (v != 0) return std::nullopt;
+    }
+  }
+  WeightDq out{*p, dq.inputs[0], to_doubles(*scale)};
+  for (double s : out.scales) {
+    if (!(s > 0)) return std::nullopt;
+  }
+  return out;
+}
+
+// A constant adding one float32 value per output channel to an output whose channel axis is `axis_from_end` from the
+// last: its values (`channels` of them), or nullopt.
+std::optional<std::vector<double>> channel_bias(const Graph& g, const std::string& value, std::int64_t channels,
+                                                std::size_t axis_from_end) {
+  const Tensor* c = value.empty() ? nullptr : constant(g, value);
+  if (c == nullptr || c->dtype() != DType::kFloat32) return std::nullopt;
+  std::vector<double> values = to_doubles(*c);
+  if (values.size() == 1 && c->dim() <= 1) return std::vector<double>(static_cast<std::size_t>(channels), values[0]);
+  if (static_cast<std::int64_t>(values.size()) != channels || c->dim() < static_cast<int>(axis_from_end) + 1) {
+    return std::nullopt;
+  }
+  for (int i = 0; i < c->dim(); ++i) {
+    const auto from_end = static_cast<std::size_t>(c->dim() - 1 - i);
+    if (from_end != axis_from_end && c->shape()[static_cast<std::size_t>(i)] != 1) return std::nullopt;
+  }
+  return values;
+}
+
+// What the matched chain became: the fused node's inputs and attributes are filled in as the chain is read.
+struct Chain {
+  std::vector<std::size_t> pattern;
+  std::vector<std::string> parts;
+  std::string out;
+  std::optional<std::vector<double>> bias;
+  std::string activation = "none";
+  std::string output_dtype = "float32";
+  double y_scale = 0;
+  std::int64_t y_zero_point = 0;
+};
+
+// [Add(per-channel constant)] [Relu] [QuantizeLinear per tensor to int8/uint8] after chain.out.
+void read_epilogue(const Graph& g, const Uses& uses, const Rewriter& rw, std::int64_t channels,
+                   std::size_t axis_from_end, Chain& chain) {
+  if (!chain.bias) {
+    if (auto ai = sole_reader(g, uses, rw, chain.out, "Add")) {
+      const Node& add = g.nodes[*ai];
+      auto values = add.inputs.size() == 2 ? channel_bias(g, other_input(add, chain.out), channels, axis_from_end)
+                                           : std::nullopt;
+      auto add_type = value_type(g, add.outputs[0]);
+      auto own_type = value_type(g, chain.out);
+      if (values && add_type && own_type && same_shape(*add_type, *own_type)) {
+        chain.bias = values;
+        chain.pattern.push_back(*ai);
+        chain.parts.push_back(describe(add) + " (bias)");
+        chain.out = add.outputs[0];
+      }
+    }
+  }
+  if (auto ri = sole_reader(g, uses, rw, chain.out, "Relu")) {
+    chain.activation = "relu";
+    chain.pattern.push_back(*ri);
+    chain.parts.push_back(describe(g.nodes[*ri]));
+    chain.out = g.nodes[*ri].outputs[0];
+  }
+  if (auto qi = sole_reader(g, uses, rw, chain.out, "QuantizeLinear")) {
+    const Node& q = g.nodes[*qi];
+    if (q.inputs.size() < 2 || blocked(q)) return;
+    auto scale = one_element(g, q.inputs[1], DType::kFloat32);
+    std::optional<double> zp = 0.0;
+    DType dtype = DType::kUInt8;  // ONNX's default without a zero point
+    if (q.has_input(2)) {
+      const Tensor* z = constant(g, q.inputs[2]);
+      zp = z != nullptr && is_8bit(z->dtype()) ? one_element(g, q.inputs[2], std::nullopt) : std::nullopt;
+      if (z != nullptr) dtype = z->dtype();
+    } else if (q.attrs.has("output_dtype")) {
+      return;  // opset 21's output_dtype without a zero point: int4, float8, 16-bit, ... left to the node kernel
+    }
+    if (!scale || !(*scale > 0) || !zp) return;
+    chain.output_dtype = dtype == DType::kInt8 ? "int8" : "uint8";
+    chain.y_scale = *scale;
+    chain.y_zero_point = static_cast<std::int64_t>(*zp);
+    chain.pattern.push_back(*qi);
+    chain.parts.push_back(describe(q));
+    chain.out = q.outputs[0];
+  }
+}
+
+// The fused node of a matched chain.
+Node fused_node(Graph& g, const Node& op, const std::string& op_type, const ActivationDq& x, const WeightDq& w,
+                std::int64_t channels, const Chain& chain) {
+  Node fused;
+  fused.name = op.name;
+  fused.domain = kXpurtDomain;
+  fused.op_type = op_type;
+  const std::int64_t scales = static_cast<std::int64_t>(w.scales.size());
+  fused.inputs = {x.q, w.q, add_constant(g, op.name + "_w_scale", from_doubles({scales}, DType::kFloat32, w.scales))};
+  if (chain.bias) fused.inputs.push_back(add_constant(g, op.name + "_bias", from_doubles({channels}, DType::kFloat32,
+                                                                                          *chain.bias)));
+  fused.outputs = {chain.out};
+  fused.attrs.set("x_scale", x.scale);
+  fused.attrs.set("x_zero_point", x.zero_point);
+  if (chain.output_dtype != "float32") {
+    fused.attrs.set("y_scale", chain.y_scale);
+    fused.attrs.set("y_zero_point", chain.y_zero_point);
+  }
+  fused.attrs.set("activation", chain.activation);
+  fused.attrs.set("output_dtype", chain.output_dtype);
+  return fused;
+}
+
+// A MatMul or Gemm node at `mi` whose operands are dequantized: the QLinear node, or nothing.
+bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi) {
+  const Node& mm = g.nodes[mi];
+  const bool gemm = is_onnx(mm, "Gemm");
+  if (!gemm && !is_onnx(mm, "MatMul")) return false;
+  if (mm.inputs.size() < 2 || mm.outputs.size() != 1 || value_dtype(g, mm.outputs[0]) != DType::kFloat32) return false;
+  auto x_type = value_type(g, mm.inputs[0]);
+  if (!x_type || !x_type->has_shape || x_type->shape.empty() || (gemm && x_type->shape.size() != 2)) return false;
+  const bool nk = gemm && mm.attrs.get_int("transB", 0) != 0;
+  if (gemm && (mm.attrs.get_int("transA", 0) != 0 || g.opset(mm.domain) < 7)) return false;
+  auto x = activation_dq(g, uses, rw, mm.inputs[0]);
+  auto w = x ? weight_dq(g, uses, rw, mm.inputs[1], 2, nk ? 0 : 1) : std::nullopt;
+  if (!w) return false;
+  const std::int64_t channels = constant(g, w->q)->shape()[nk ? 0 : 1];
+  Chain chain;
+  chain.pattern = {mi};
+  chain.parts = {describe(mm)};
+  chain.out = mm.outputs[0];
+  if (gemm) {
+    const double alpha = mm.attrs.get_float("alpha", 1.0);
+    for (double& s : w->scales) s *= alpha;
+    if (mm.has_input(2)) {
+      chain.bias = channel_bias(g, mm.inputs[2], channels, 0);
+      if (!chain.bias) return false;  // a C of shape [M, N] (or not constant) is not a bias
+      for (double& v : *chain.bias) v *= mm.attrs.get_float("beta", 1.0);
+    }
+  }
+  read_epilogue(g, uses, rw, channels, 0, chain);
+  Node fused = fused_node(g, mm, "QLinear", *x, *w, channels, chain);
+  fused.attrs.set("weight_layout", std::string(nk ? "nk" : "kn"));
+  std::vector<std::size_t> pattern = chain.pattern;
+  if (uses.only_reader(mm.inputs[0], mi)) pattern.push_back(x->node);
+  if (uses.only_reader(mm.inputs[1], mi)) pattern.push_back(w->node);
+  std::string note = "fused " + describe(g.nodes[x->node]) + " + " + describe(g.nodes[w->node]);
+  for (const std::string& part : chain.parts) note += " + " + part;
+  rw.replace(pattern, {std::move(fused)}, note + " -> QLinear '" + mm.name + "' (qlinear, int8)");
+  return true;
+}
+
+// A 2-D Conv at `ci` whose operands are dequantized (explicit or VALID padding): the QConv node, or nothing.
+bool fuse_conv(Graph& g, const Uses& uses, Rewriter& rw, std::size_t ci) {
+  const Node& conv = g.nodes[ci];
+  if (!is_onnx(conv, "Conv") || conv.inputs.size() < 2 || conv.outputs.size() != 1 ||
+      value_dtype(g, conv.outputs[0]) != DType::kFloat32) {
+    return false;
+  }
+  auto x_type = value_type(g, conv.inputs[0]);
+  if (!x_type || !x_type->has_shape || x_type->shape.size() != 4) return false;
+  auto x = activation_dq(g, uses, rw, conv.inputs[0]);
+  auto w = x ? weight_dq(g, uses, rw, conv.inputs[1], 4, 0) : std::nullopt;
+  if (!w) return false;
+  const std::vector<std::int64_t>& ws = constant(g, w->q)->shape();
+  const std::vector<std::int64_t> kernel = {ws[2], ws[3]};
+  if (conv.attrs.has("kernel_shape") && conv.attrs.get_ints("kernel_shape", {}) != kernel) return false;
+  const auto strides = conv.attrs.get_ints("strides", {1, 1});
+  const auto dilations = conv.attrs.get_ints("dilations", {1, 1});
+  const std::string auto_pad = conv.attrs.get_string("auto_pad", "NOTSET");
+  auto pads = auto_pad == "VALID" ? std::vector<std::int64_t>{0, 0, 0, 0} : conv.attrs.get_ints("pads", {0, 0, 0, 0});
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4 ||
+      (auto_pad != "NOTSET" && auto_pad != "VALID")) {
+    return false;
+  }
+  Chain chain;
+  chain.pattern = {ci};
+  chain.parts = {describe(conv)};
+  chain.out = conv.outputs[0];
+  if (conv.has_input(2)) {
+    chain.bias = channel_bias(g, conv.inputs[2], ws[0], 0);
+    if (!chain.bias) return false;
+  }
+  read_epilogue(g, uses, rw, ws[0], 2, chain);
+  Node fused = fused_node(g, conv, "QConv", *x, *w, ws[0], chain);
+  fused.attrs.set("strides", strides);
+  fused.attrs.set("pads", pads);
+  fused.attrs.set("dilations", dilations);
+  fused.attrs.set("groups", conv.attrs.get_int("group", 1));
+  std::vector<std::size_t> pattern = chain.pattern;
+  if (uses.only_reader(conv.inputs[0], ci)) pattern.push_back(x->node);
+  if (uses.only_reader(conv.inputs[1], ci)) pattern.push_back(w->node);
+  std::string note = "fused " + describe(g.nodes[x->node]) + " + " + describe(g.nodes[w->node]);
+  for (const std::string& part : chain.parts) note += " + " + part;
+  rw.replace(pattern, {std::move(fused)}, note + " -> QConv '" + conv.name + "' (qconv2d, int8)");
+  return true;
+}
+
+// ONNX's QLinearMatMul, MatMulInteger, QLinearConv or ConvInteger at `i` -> QLinear / QConv, on the conditions of
+// runtime::lower_quantized_onnx; otherwise its reason goes into the notes and the node stays for its node kernel.
+bool convert_quantized_onnx(Graph& g, Rewriter& rw, std::size_t i, PassResult& result) {
+  const Node& n = g.nodes[i];
+  static const std::set<std::string> kOps = {"QLinearMatMul", "MatMulInteger", "QLinearConv", "ConvInteger"};
+  if (!kOps.count(n.op_type) || !is_onnx(n, n.op_type.c_str()) || n.outputs.size() != 1) return false;
+  std::vector<std::optional<ValueType>> stored;
+  stored.reserve(n.inputs.size());
+  std::vector<const ValueType*> types;
+  std::vector<const Tensor*> constants;
+  for (const std::string& in : n.inputs) {
+    stored.push_back(in.empty() ? std::nullopt : value_type(g, in));
+    types.push_back(stored.back() ? &*stored.back() : nullptr);
+    constants.push_back(in.empty() ? nullptr : constant(g, in));
+  }
+  const runtime::Lowered lowered = runtime::lower_quantized_onnx(n, g.opset(n.domain), types, constants);
+  if (lowered.kind != runtime::Lowered::Kind::kRegistry) {
+    result.notes.push_back("kept " + describe(n) + " for its node kernel: " + lowered.reason);
+    return false;
+  }
+  Node fused;
+  fused.name = n.name;
+  fused.domain = kXpurtDomain;
+  fused.op_type = lowered.op == "qlinear" ? "QLinear" : "QConv";
+  for (int k : lowered.inputs) fused.inputs.push_back(k >= 0 ? n.inputs[static_cast<std::size_t>(k)] : std::string());
+  while (!fused.inputs.empty() && fused.inputs.back().empty()) fused.inputs.pop_back();
+  fused.outputs = n.outputs;
+  fused.attrs = lowered.attrs;
+  rw.replace({i}, {std::move(fused)}, describe(n) + " -> " + (lowered.op == "qlinear" ? "QLinear '" : "QConv '") +
+                                          n.name + "' (" + lowered.op + ", int8)");
+  return true;
+}
+
+// Removes the DequantizeLinear nodes in `candidates` (by output name) that nothing reads any more.
+void remove_unread_dequantize(Graph& g, const std::set<std::string>& candidates) {
+  if (candidates.empty()) return;
+  const Uses uses(g);
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (Node& n : g.nodes) {
+    const bool drop = is_onnx(n, "DequantizeLinear") && n.outputs.size() == 1 && candidates.count(n.outputs[0]) &&
+                      uses.unused(n.outputs[0]);
+    if (!drop) kept.push_back(std::move(n));
+  }
+  g.nodes = std::move(kept);
+}
+
+}  // namespace
+
+bool is_quantized_weight_dequantize(const Graph& g, const Node& n) {
+  if (!is_onnx(n, "DequantizeLinear") || n.inputs.empty()) return false;
+  const Tensor* q = constant(g, n.inputs[0]);
+  return q != nullptr && is_8bit(q->dtype());
+}
+
+PassResult quantized_fusion(Graph& g, const PassContext& ctx) {
+  PassResult result{"quantized_fusion", 0, {}};
+  if (ctx.fuse_quantized) {
+    Rewriter rw(g);
+    const Uses uses(g);
+    std::set<std::string> dequantized;  // the DQ outputs the fused nodes read past
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (rw.taken(i) || n.inputs.size() < 2) continue;
+      const std::string x = n.inputs[0], w = n.inputs[1];
+      if (fuse_gemm(g, uses, rw, i) || fuse_conv(g, uses, rw, i)) {
+        dequantized.insert(x);
+        dequantized.insert(w);
+      } else {
+        convert_quantized_onnx(g, rw, i, result);
+      }
+    }
+    rw.apply(result);
+    remove_unread_dequantize(g, dequantized);
+  }
+  if (ctx.keep_quantized_weights) {
+    // The weights' DequantizeLinear nodes the folding kept for this pass and it did not fuse: folded now.
+    PassContext fold = ctx;
+    fold.keep_quantized_weights = false;
+    PassResult folded;
+    result.rewrites += fold_constants(g, fold, folded);
+  }
+  g.validate();
+  return result;
+}
+
+}  // namespace xpuruntime::passes

@@ -28,6 +28,8 @@ from xpuruntime.quantization.calibration import RangeCollector, entropy_threshol
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+import qdq_reference  # noqa: E402  (tests/python/qdq_reference.py)
+
 sklearn_datasets = pytest.importorskip("sklearn.datasets", reason="needs scikit-learn (Debian: python3-sklearn)")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -75,21 +77,6 @@ def _softmax_grad(z: np.ndarray, t: np.ndarray) -> np.ndarray:
     p /= p.sum(1, keepdims=True)
     p[np.arange(len(t)), t] -= 1
     return p / len(t)
-
-
-def _windows(x: np.ndarray, kernel: Tuple[int, int], stride: int, pad: int) -> np.ndarray:
-    """[N, C, H, W] -> [N, Ho, Wo, C, kh, kw] windows of a convolution."""
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    w = np.lib.stride_tricks.sliding_window_view(xp, kernel, axis=(2, 3))[:, :, ::stride, ::stride]
-    return w.transpose(0, 2, 3, 1, 4, 5)
-
-
-def _conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int, pad: int) -> Tuple[np.ndarray, np.ndarray]:
-    cols = _windows(x, weight.shape[-2:], stride, pad)
-    n, ho, wo = cols.shape[:3]
-    cols = cols.reshape(n * ho * wo, -1)
-    out = cols @ weight.reshape(weight.shape[0], -1).T + bias
-    return out.reshape(n, ho, wo, -1).transpose(0, 3, 1, 2), cols
 
 
 def _col2im(dcols: np.ndarray, shape: Tuple[int, ...], k: int, stride: int, pad: int) -> np.ndarray:
@@ -169,9 +156,9 @@ def cnn(digits):
         order = rng.permutation(len(images))
         for s in range(0, len(order), 64):
             x, t = images[order[s:s + 64]], ytr[order[s:s + 64]]
-            z1, cols1 = _conv(x, c1, b1, 1, 1)
+            z1, cols1 = qdq_reference.conv(x, c1, b1, 1, 1)
             a1 = np.maximum(z1, 0)
-            z2, cols2 = _conv(a1, c2, b2, 2, 1)
+            z2, cols2 = qdq_reference.conv(a1, c2, b2, 2, 1)
             a2 = np.maximum(z2, 0)
             flat = a2.reshape(len(x), -1)
             g = _softmax_grad(flat @ fc + bf, t)
@@ -203,79 +190,11 @@ def _accuracy_engine(model_bytes: bytes, digits, engine: str) -> float:
     return float((session.run({"x": xte})["logits"].argmax(1) == yte).mean())
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# A reference QDQ evaluator (numpy): the ops of the models above plus QuantizeLinear/DequantizeLinear in every form
-# the quantizer writes (int8, uint8, int32, float8e4m3fn, int4 blocks).
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _initializer(t) -> np.ndarray:
-    if t.data_type == _model.FLOAT8E4M3FN:
-        return _model.e4m3_to_float(np.frombuffer(t.raw_data, np.uint8)).reshape(tuple(t.dims))
-    if t.data_type == _model.INT4:
-        count = int(np.prod(t.dims)) if t.dims else 1
-        return _model.unpack_int4(t.raw_data, count).reshape(tuple(t.dims))
-    return numpy_helper.to_array(t)
-
-
-def _attrs(node) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
-def _param(value: np.ndarray, x: np.ndarray, axis: int, block: int) -> np.ndarray:
-    if value.ndim == 0 or value.size == 1 and not block:
-        return value.reshape(())
-    axis = axis % x.ndim
-    if block:
-        return np.repeat(value, block, axis=axis).take(np.arange(x.shape[axis]), axis=axis)
-    shape = [1] * x.ndim
-    shape[axis] = value.size
-    return value.reshape(shape)
+# The reference QDQ evaluator (numpy) is tests/python/qdq_reference.py, shared with test_quantized_models.py.
 
 
 def reference_run(model, x: np.ndarray) -> np.ndarray:
-    values = {t.name: _initializer(t) for t in model.graph.initializer}
-    kinds = {t.name: t.data_type for t in model.graph.initializer}
-    values["x"] = x
-    for node in model.graph.node:
-        a = _attrs(node)
-        i = [values[n] if n else None for n in node.input]
-        op = node.op_type
-        if op in ("QuantizeLinear", "DequantizeLinear"):
-            axis, block = a.get("axis", 1), a.get("block_size", 0)
-            scale = _param(i[1].astype(np.float32), i[0], axis, block)
-            zp = _param(i[2].astype(np.float32), i[0], axis, block) if len(i) > 2 else np.float32(0)
-            code = kinds[node.input[2]] if len(i) > 2 else _model.UINT8
-            if op == "DequantizeLinear":
-                out = (i[0].astype(np.float32) - zp) * scale
-            elif code == _model.FLOAT8E4M3FN:
-                out = _model.e4m3_to_float(_model.float_to_e4m3(i[0] / scale))
-            else:
-                low, high = {_model.INT8: (-128, 127), _model.UINT8: (0, 255)}[code]
-                out = np.clip(np.rint(i[0] / scale) + zp, low, high)
-        elif op == "Gemm":
-            A = i[0].T if a.get("transA", 0) else i[0]
-            B = i[1].T if a.get("transB", 0) else i[1]
-            out = A @ B + (i[2] if len(i) > 2 else 0)
-        elif op == "MatMul":
-            out = i[0] @ i[1]
-        elif op == "Add":
-            out = i[0] + i[1]
-        elif op == "Relu":
-            out = np.maximum(i[0], 0)
-        elif op == "Clip":
-            out = np.clip(i[0], i[1], i[2])
-        elif op == "Reshape":
-            out = i[0].reshape(tuple(int(d) for d in i[1]))
-        elif op == "Flatten":
-            out = i[0].reshape(len(i[0]), -1)
-        elif op == "Conv":
-            pad, stride = a.get("pads", [0] * 4)[0], a.get("strides", [1, 1])[0]
-            out, _ = _conv(i[0], i[1], i[2] if len(i) > 2 else 0, stride, pad)
-        else:
-            raise NotImplementedError(op)
-        values[node.output[0]] = np.asarray(out, np.float32)
-    return values["logits"]
+    return qdq_reference.evaluate(model, {"x": x})["logits"]
 
 
 def _accuracy_reference(model, digits) -> float:
@@ -393,7 +312,7 @@ def test_int4_weights_accuracy(request, digits, net):
     result = xrt.quantize(model, precision="int4-weights")
     assert _model.default_opset(result.model) == 21
     dq = [n for n in result.model.graph.node if n.op_type == "DequantizeLinear"]
-    assert dq and all(_attrs(n)["block_size"] == 32 for n in dq)
+    assert dq and all(helper.get_attribute_value(a) == 32 for n in dq for a in n.attribute if a.name == "block_size")
     assert not any(n.op_type == "QuantizeLinear" for n in result.model.graph.node), "activations stay float"
     accuracy = _accuracy_reference(result.model, digits)
     print(f"{net} int4-weights (reference evaluator): {accuracy:.4f} vs float32 {reference:.4f}")
@@ -463,27 +382,7 @@ def test_per_channel_scales_match_numpy(op, shape, attrs, axis):
 
 
 def reference_run_single(model, x):
-    values = {t.name: _initializer(t) for t in model.graph.initializer}
-    kinds = {t.name: t.data_type for t in model.graph.initializer}
-    values["x"] = x
-    for node in model.graph.node:
-        a, i = _attrs(node), [values[n] for n in node.input]
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            scale = _param(i[1], i[0], a.get("axis", 1), 0)
-            zero_point = _param(i[2].astype(np.float32), i[0], a.get("axis", 1), 0)
-            if node.op_type == "QuantizeLinear":
-                low, high = (-128, 127) if kinds[node.input[2]] == _model.INT8 else (0, 255)
-                out = np.clip(np.rint(i[0] / scale) + zero_point, low, high)
-            else:
-                out = (i[0].astype(np.float32) - zero_point) * scale
-        elif node.op_type == "Conv":
-            out, _ = _conv(i[0], i[1], 0, 1, 0)
-        elif node.op_type == "Gemm":
-            out = i[0] @ (i[1].T if a.get("transB", 0) else i[1])
-        else:
-            out = i[0] @ i[1]
-        values[node.output[0]] = np.asarray(out, np.float32)
-    return values["y"]
+    return qdq_reference.evaluate(model, {"x": x})["y"]
 
 
 def test_entropy_and_percentile_thresholds_lie_in_range():

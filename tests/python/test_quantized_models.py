@@ -10,7 +10,7 @@ int4 counts), float8 graph outputs, and a MatMulNBits model laid out as ORT's Ma
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict
 
 import numpy as np
 import pytest
@@ -21,6 +21,8 @@ from xpuruntime.quantization import _model
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import qdq_reference  # noqa: E402  (tests/python/qdq_reference.py)
 
 HAS_ORT = has_onnxruntime_engine()
 requires_ort = pytest.mark.skipif(not HAS_ORT, reason="this build has no ONNX Runtime engine")
@@ -58,65 +60,9 @@ def _mlp(rng):
     return _model_proto(nodes, inits, ["N", 16], 13)
 
 
-# ---- a numpy QDQ evaluator (the forms the quantizer writes: int8, float8e4m3fn, int4 blocks) ------------------
-
-
-def _initializer(t) -> np.ndarray:
-    count = int(np.prod(t.dims)) if t.dims else 1
-    if t.data_type == FLOAT8E4M3FN:
-        raw = t.raw_data if t.raw_data else np.asarray(t.int32_data, np.uint8).tobytes()
-        return _model.e4m3_to_float(np.frombuffer(raw, np.uint8)).reshape(tuple(t.dims))
-    if t.data_type == INT4:
-        raw = t.raw_data if t.raw_data else np.asarray(t.int32_data, np.uint8).tobytes()
-        return _model.unpack_int4(raw, count).reshape(tuple(t.dims))
-    return numpy_helper.to_array(t)
-
-
-def _param(value: np.ndarray, x: np.ndarray, axis: int, block: int) -> np.ndarray:
-    if value.ndim == 0 or value.size == 1 and not block:
-        return value.reshape(())
-    axis = axis % x.ndim
-    if block:
-        return np.repeat(value, block, axis=axis).take(np.arange(x.shape[axis]), axis=axis)
-    shape = [1] * x.ndim
-    shape[axis] = value.size
-    return value.reshape(shape)
-
-
-def evaluate(model, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    values = {t.name: _initializer(t) for t in model.graph.initializer}
-    kinds = {t.name: t.data_type for t in model.graph.initializer}
-    values.update(feeds)
-    for node in model.graph.node:
-        a = {at.name: helper.get_attribute_value(at) for at in node.attribute}
-        i = [values[n] if n else None for n in node.input]
-        op = node.op_type
-        if op in ("QuantizeLinear", "DequantizeLinear"):
-            axis, block = a.get("axis", 1), a.get("block_size", 0)
-            scale = _param(i[1].astype(np.float32), i[0], axis, block)
-            zp = _param(i[2].astype(np.float32), i[0], axis, block) if len(i) > 2 else np.float32(0)
-            code = kinds.get(node.input[2], 2) if len(i) > 2 else 2
-            if op == "DequantizeLinear":
-                out = (i[0].astype(np.float32) - zp) * scale
-            elif code == FLOAT8E4M3FN:
-                out = _model.e4m3_to_float(_model.float_to_e4m3(i[0] / scale))
-            else:
-                low, high = {3: (-128, 127), 2: (0, 255), INT4: (-8, 7)}[code]
-                out = np.clip(np.rint(i[0] / scale) + zp, low, high)
-        elif op == "Gemm":
-            A = i[0].T if a.get("transA", 0) else i[0]
-            B = i[1].T if a.get("transB", 0) else i[1]
-            out = A @ B + (i[2] if len(i) > 2 else 0)
-        elif op == "MatMul":
-            out = i[0] @ i[1]
-        elif op == "Add":
-            out = i[0] + i[1]
-        elif op == "Relu":
-            out = np.maximum(i[0], 0)
-        else:
-            raise NotImplementedError(op)
-        values[node.output[0]] = np.asarray(out, np.float32)
-    return values
+# The numpy QDQ evaluator (the forms the quantizer writes: int8, float8e4m3fn, int4 blocks) is shared with
+# test_quantization.py: tests/python/qdq_reference.py.
+evaluate = qdq_reference.evaluate
 
 
 # ---- the quantizer's models ------------------------------------------------------------------------------------

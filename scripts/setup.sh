@@ -14,7 +14,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   python3 python3-dev python3-venv python3-numpy python3-pytest python3-setuptools python3-wheel
   pybind11-dev libdlpack-dev libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libopenblas-dev
-  python3-yaml python3-onnx libonnx-testdata libonnx-dev libprotobuf-dev protobuf-compiler
+  python3-yaml python3-onnx libonnx-testdata libonnx-dev libprotobuf-dev protobuf-compiler libssl-dev
 )
 # Packages only the tests need (scripts/test.sh sets XPURT_TEST_DEPS=1): a headless browser that opens the HTML
 # explain report (tests/python/test_report_html.py); Debian's PyTorch (CPU) and its headers, for the

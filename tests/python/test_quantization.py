@@ -658,6 +658,18 @@ def test_policy_file_with_decisions_replays_the_quantized_model(mlp, digits, tmp
         xrt.ExecutionPolicy.from_json(json.dumps(text))
     with pytest.raises(xrt.InvalidArgumentError, match="no quantization decisions"):
         xrt.InferenceSession(path, engine="native", exec_policy=xrt.ExecutionPolicy(precision="int8"))
+    # Decisions made for this model are refused on another one (the same graph, one weight changed: a retrained
+    # model), by the C++ session path too (Note [Decisions name the model they were made for]).
+    other = onnx.ModelProto()
+    other.CopyFrom(mlp)
+    weight = numpy_helper.to_array(other.graph.initializer[0]).copy()
+    weight.flat[0] += 1.0
+    other.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight, other.graph.initializer[0].name))
+    other_path = tmp_path / "other.onnx"
+    onnx.save(other, str(other_path))
+    for engine in ["native"] + (["onnxruntime"] if HAS_ORT else []):
+        with pytest.raises(xrt.InvalidArgumentError, match="made for another model"):
+            xrt._core.InferenceSession(str(other_path), "cpu", engine, None, saved, False, [], "", "")
 
 
 def _has_yaml() -> bool:

@@ -26,10 +26,11 @@ std::string float_mlp() {
 
 // int8 decisions for the MLP's MatMul, as the Python planner writes them: X per tensor (scale 0.05), W per output
 // channel (axis 1: amax / 127 of each column of W).
-std::string mlp_decisions(const std::string& extra = "") {
+// `model_sha256` empty: decisions that name no model are applied unchecked (a test of the check is below).
+std::string mlp_decisions(const std::string& extra = "", const std::string& model_sha256 = "") {
   return R"({"format": "xpuruntime.quantization/1", "precision": "int8", "method": "minmax", "percentile": null,
     "num_bins": null, "activation_type": "int8", "per_channel": true, "block_size": null, "quantize_bias": false,
-    "op_types": ["Conv", "Gemm", "MatMul"], "opset": 17, "model_sha256": "0", "nodes": ["matmul"],
+    "op_types": ["Conv", "Gemm", "MatMul"], "opset": 17, "model_sha256": ")" + model_sha256 + R"(", "nodes": ["matmul"],
     "excluded": {"add": "exclude list"},
     "activations": {"X": {"dtype": "int8", "scale": 0.05, "zero_point": 0, "min": -1.0, "max": 2.0, "amax": 2.0,
                           "threshold": 2.0)" + extra + R"(}},
@@ -158,6 +159,22 @@ TEST(QuantizationPolicy, SessionAppliesTheDecisions) {
   plain.exec_policy.precision = Precision::kInt8;  // an already quantized model needs no decisions
   InferenceSession replay = InferenceSession::from_bytes(qdq, plain);
   EXPECT_EQ(run_mlp(replay, x), got);
+}
+
+// Note [Decisions name the model they were made for] (frontends/onnx/onnx_quantize.cpp): decisions whose model hash
+// is another model's are refused at session creation, on both engines' path.
+TEST(QuantizationPolicy, DecisionsForAnotherModelAreRefused) {
+#if __has_include(<openssl/evp.h>)
+  SessionOptions options;
+  options.engine = "native";
+  options.exec_policy.precision = Precision::kInt8;
+  options.exec_policy.quantization = QuantizationDecisions::canonical_json(
+      mlp_decisions("", "5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9"));
+  XPURT_EXPECT_THROW_WITH(InferenceSession::from_bytes(float_mlp(), options), InvalidArgumentError,
+                          "they were made for another model (sha256 5feceb66ffc8..., this one is ");
+#else
+  GTEST_SKIP() << "built without OpenSSL's libcrypto: decisions are applied unchecked";
+#endif
 }
 
 TEST(QuantizationPolicy, FloatModelWithoutDecisionsIsRefused) {

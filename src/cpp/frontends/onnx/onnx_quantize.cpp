@@ -22,6 +22,10 @@
 #include <utility>
 #include <vector>
 
+#if XPURT_HAVE_OPENSSL
+#include <openssl/evp.h>
+#endif
+
 #include "frontends/onnx/onnx_check.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/exceptions.h"
@@ -604,6 +608,62 @@ std::string apply_quantization(const std::string& model_bytes, const Quantizatio
   return serialize(model);
 }
 
+namespace {
+
+// Note [Decisions name the model they were made for]
+// The quantizer records the SHA-256 of the float model's serialization (Python: SerializeToString(deterministic=True)
+// of the model with its external data loaded; ONNX's protos have no map fields, so C++'s serialization of the same
+// message is the same bytes). Scales made for one model applied to another (retrained weights, another export) give
+// a model that runs and answers wrongly, so a session refuses decisions whose hash differs, as xrt.quantize does
+// (its check_model=False is the way to apply them anyway). The hash needs OpenSSL's libcrypto (libssl-dev); a build
+// without it, or a model whose tensors live in external files (their bytes are not in `model`), applies the
+// decisions unchecked.
+bool model_hash_checkable(const onnx::ModelProto& model) {
+  for (const auto& t : model.graph().initializer()) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) return false;
+  }
+  return XPURT_HAVE_OPENSSL != 0;
+}
+
+#if XPURT_HAVE_OPENSSL
+std::string sha256_hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1) {
+    throw XpuRuntimeError("decisions: OpenSSL's SHA-256 of the model failed");
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int k = 0; k < length; ++k) {
+    out += kHex[digest[k] >> 4];
+    out += kHex[digest[k] & 15];
+  }
+  return out;
+}
+#endif
+
+// Refuses decisions made for another model (Note [Decisions name the model they were made for]); true when the
+// hash was compared.
+bool check_decisions_model(const std::string& model_bytes, const QuantizationDecisions& decisions) {
+  if (decisions.model_sha256.empty()) return false;
+  const onnx::ModelProto model = parse_model(model_bytes);
+  if (!model_hash_checkable(model)) return false;
+#if XPURT_HAVE_OPENSSL
+  const std::string actual = sha256_hex(serialize(model));
+  if (actual != decisions.model_sha256) {
+    throw InvalidArgumentError(detail::str_cat(
+        "decisions: they were made for another model (sha256 ", decisions.model_sha256.substr(0, 12),
+        "..., this one is ", actual.substr(0, 12), "...); make decisions for this model (xrt.quantize), or apply "
+        "them to it with xrt.quantize(model, decisions=..., check_model=False) and run the result"));
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 namespace onnx_frontend {
 
 std::string quantization_note(const ExecutionPolicy& policy) {
@@ -634,6 +694,7 @@ const std::string& model_for_policy(const std::string& model, const SessionOptio
   XPURT_CHECK(decisions.precision == precision_name(precision), "ExecutionPolicy: the quantization decisions are for ",
               decisions.precision, " but the policy's precision is ", precision_name(precision),
               "; set precision=\"", decisions.precision, "\"");
+  check_decisions_model(model, decisions);
   ApplyQuantizationOptions apply_options;
   apply_options.model_dir = options.model_dir;
   storage = apply_quantization(model, decisions, apply_options);

@@ -286,33 +286,39 @@ def random_inputs(session: Any, batch: int = 1, seed: int = 0, int_range: Tuple[
     return feeds
 
 
-def load_inputs(session: Any, path: str) -> Dict[str, np.ndarray]:
-    """Feeds from an .npz (arrays by input name) or .npy (a one-input model) file, checked against the model's
-    inputs: every input present, no unknown names, ranks and fixed dimensions equal, dtypes castable."""
-    file = _existing_file(path, "inputs file")
-    infos = session.get_inputs()
-    names = [i.name for i in infos]
+def _read_named_arrays(file: Path, path: str, option: str, names: List[str]) -> Dict[str, np.ndarray]:
+    """The arrays of an .npz (by input name) or .npy (a one-input model) file given as ``option``, one per name in
+    ``names``: no unknown name, none missing (UsageError naming ``option`` and ``path`` otherwise)."""
     try:
         if file.suffix.lower() == ".npy":
-            if len(infos) != 1:
-                raise UsageError(f"--inputs '{path}' is one array (.npy) but the model has {len(infos)} inputs "
+            if len(names) != 1:
+                raise UsageError(f"{option} '{path}' is one array (.npy) but the model has {len(names)} inputs "
                                  f"({', '.join(names)}); use an .npz with one array per input name")
             arrays = {names[0]: np.load(file, allow_pickle=False)}
         else:
             with np.load(file, allow_pickle=False) as npz:
                 if not hasattr(npz, "files"):
-                    raise UsageError(f"--inputs '{path}' is not an .npz archive")
+                    raise UsageError(f"{option} '{path}' is not an .npz archive")
                 arrays = {k: npz[k] for k in npz.files}
     except (ValueError, OSError, EOFError) as error:
-        raise UsageError(f"cannot read --inputs '{path}': {error}") from None
+        raise UsageError(f"cannot read {option} '{path}': {error}") from None
     unknown = sorted(set(arrays) - set(names))
     if unknown:
-        raise UsageError(f"--inputs '{path}' has unknown input(s) {', '.join(unknown)}; the model's inputs are: "
+        raise UsageError(f"{option} '{path}' has unknown input(s) {', '.join(unknown)}; the model's inputs are: "
                          f"{', '.join(names)}")
     missing = [n for n in names if n not in arrays]
     if missing:
-        raise UsageError(f"--inputs '{path}' lacks input(s) {', '.join(missing)}; the model's inputs are: "
+        raise UsageError(f"{option} '{path}' lacks input(s) {', '.join(missing)}; the model's inputs are: "
                          f"{', '.join(names)}")
+    return arrays
+
+
+def load_inputs(session: Any, path: str) -> Dict[str, np.ndarray]:
+    """Feeds from an .npz (arrays by input name) or .npy (a one-input model) file, checked against the model's
+    inputs: every input present, no unknown names, ranks and fixed dimensions equal, dtypes castable."""
+    file = _existing_file(path, "inputs file")
+    infos = session.get_inputs()
+    arrays = _read_named_arrays(file, path, "--inputs", [i.name for i in infos])
     feeds = {}
     for info in infos:
         value = np.asarray(arrays[info.name])
@@ -821,28 +827,7 @@ def _sample_feeds(model_path: Path, path: str, option: str, batch_size: int) -> 
     graph = onnx.load(str(model_path), load_external_data=False).graph
     initializers = {i.name for i in graph.initializer}
     inputs = [vi for vi in graph.input if vi.name not in initializers]
-    names = [vi.name for vi in inputs]
-    try:
-        if file.suffix.lower() == ".npy":
-            if len(names) != 1:
-                raise UsageError(f"{option} '{path}' is one array (.npy) but the model has {len(names)} inputs "
-                                 f"({', '.join(names)}); use an .npz with one array per input name")
-            arrays = {names[0]: np.load(file, allow_pickle=False)}
-        else:
-            with np.load(file, allow_pickle=False) as npz:
-                if not hasattr(npz, "files"):
-                    raise UsageError(f"{option} '{path}' is not an .npz archive")
-                arrays = {k: npz[k] for k in npz.files}
-    except (ValueError, OSError, EOFError) as error:
-        raise UsageError(f"cannot read {option} '{path}': {error}") from None
-    unknown = sorted(set(arrays) - set(names))
-    if unknown:
-        raise UsageError(f"{option} '{path}' has unknown input(s) {', '.join(unknown)}; the model's inputs are: "
-                         f"{', '.join(names)}")
-    missing = [n for n in names if n not in arrays]
-    if missing:
-        raise UsageError(f"{option} '{path}' lacks input(s) {', '.join(missing)}; the model's inputs are: "
-                         f"{', '.join(names)}")
+    arrays = _read_named_arrays(file, path, option, [vi.name for vi in inputs])
     samples = {len(a) if np.ndim(a) else 0 for a in arrays.values()}
     if len(samples) != 1 or 0 in samples:
         raise UsageError(f"{option} '{path}': every array needs the same number of samples along its first axis")

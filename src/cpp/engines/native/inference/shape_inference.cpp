@@ -225,7 +225,11 @@ bool shape_follows_from_shapes(const Node& node, const std::vector<const ValueTy
     const ValueType* vt = types[i];
     if (vt == nullptr || !vt->is_tensor() || !vt->fully_known()) return false;
     std::int64_t n = 1;
-    for (auto d : vt->sizes()) n *= d;
+    for (auto d : vt->sizes()) {
+      // A declared size whose element count overflows int64 is no stand-in (it was undefined behaviour: UBSan in
+      // the structural fuzzing of the native engine).
+      if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
+    }
     if (constants[i] != nullptr) continue;
     const bool shape_like = vt->shape.size() <= 1 && n <= 64;
     if (shape_like && !(pure || (node.op_type == "OneHot" && i != 1))) return false;

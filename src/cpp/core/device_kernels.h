@@ -30,6 +30,31 @@
 
 namespace xpuruntime {
 
+// What follows the int32 accumulation of the int8 ops qlinear and qconv2d (Note [Quantized registry ops] in
+// core/op_schemas.cpp), for a GPU kernel's epilogue: every pointer is device memory of the launch's device, made
+// once when the plan is built (the weights, their scales and the bias are constants). For output channel c of an
+// accumulator acc:
+//   acc += int_bias[c]                                  when int_bias (int32 bias, and the folded x_zero_point
+//                                                        correction -x_zero_point * sum_k w[k, c])
+//   acc -= *x_zero_point * w_col_sums[c]                 when x_zero_point (a zero point known only at run time,
+//                                                        MatMulInteger after DynamicQuantizeLinear), int32 wrapping
+//   real = float32(acc) * alpha[alpha_per_channel ? c : 0] (+ float_bias[c] when float_bias)
+//   real = max(real, 0) when relu (NaN stays NaN)
+//   out  = acc (int32) | real (float32, float16 rounded to nearest) |
+//          saturate(round_half_even(real / y_scale) + y_zero_point) (int8, uint8; NaN -> y_zero_point)
+struct QuantEpilogueParams {
+  const float* alpha = nullptr;  // x_scale * w_scale[c], as float32 of the double product (as the cpu kernel)
+  bool alpha_per_channel = false;
+  const std::int32_t* int_bias = nullptr;
+  const float* float_bias = nullptr;
+  const std::int32_t* w_col_sums = nullptr;
+  const std::uint8_t* x_zero_point = nullptr;  // one uint8 (DynamicQuantizeLinear's zero point), or null
+  bool relu = false;
+  float y_scale = 1.0f;
+  float y_zero_point = 0.0f;
+  DType out_dtype = DType::kInt32;  // int32, float32, float16, int8 or uint8
+};
+
 struct DeviceKernels {
   // dst[i...] = src[i...] for every index of `shape`, strides in elements (cuda_raw::strided_copy).
   void (*strided_copy)(const void* src, void* dst, DType dtype, const std::vector<std::int64_t>& shape,
@@ -47,6 +72,11 @@ struct DeviceKernels {
   void (*attention_softmax)(void* scores, DType dtype, std::int64_t batch_heads, std::int64_t heads, std::int64_t sq,
                             std::int64_t sk, float scale, bool causal, const void* mask,
                             const std::vector<std::int64_t>& mask_strides, void* stream) = nullptr;
+  // out[i] from the int32 accumulator acc[i] by `params` (QuantEpilogueParams), for `count` elements whose output
+  // channel is (i / inner) % channels: a GEMM's [rows, channels] has inner = 1, an NCHW convolution's output inner =
+  // H * W (cuda_raw::quantized_epilogue). acc and out may not alias unless out is int32 or float32.
+  void (*quantized_epilogue)(const std::int32_t* acc, void* out, std::int64_t count, std::int64_t channels,
+                             std::int64_t inner, const QuantEpilogueParams& params, void* stream) = nullptr;
 };
 
 // The table of this build, filled on the first call (core/backend_registration.cpp).

@@ -214,6 +214,29 @@ def test_xrt_quantize_models_run_fused(request, digits, net, fused_ops):
     assert abs(float((got.argmax(1) == yte).mean()) - float((want.argmax(1) == yte).mean())) <= 0.005 + 1e-9
 
 
+@pytest.mark.parametrize("net, fused_ops", [("mlp", {"qlinear": 3}), ("cnn", {"qconv2d": 2, "qlinear": 1})])
+def test_float16_plans_fuse_too(request, digits, net, fused_ops):
+    """Note [Quantized fusion in float16 plans]: precision=fp16 converts the scales to float16 first; the chains fuse
+    all the same, the float outputs in float16, and the predictions are the float32 plan's."""
+    model = request.getfixturevalue(net)
+    result = xrt.quantize(model, calibration=_calibration(digits), precision="int8", method="minmax")
+    half = xrt.InferenceSession(result.to_bytes(), engine="native", device="cpu",
+                                exec_policy=xrt.ExecutionPolicy(precision="fp16"))
+    counts = {}
+    for n in _fused_nodes(half):
+        counts[n["op"]] = counts.get(n["op"], 0) + 1
+        assert n["precision"] == "int8", n
+    assert counts == fused_ops, [(n["node"], n["op"]) for n in half.explain().nodes]
+    assert any("float16" in n["reason"] for n in _fused_nodes(half) if n["op"] == "qlinear")
+    fused, _ = _sessions(result.to_bytes())
+    xte = digits[2]
+    got, want = half.run({"x": xte})["logits"], fused.run({"x": xte})["logits"]
+    assert got.dtype == np.float32  # the model's output type, cast back at the plan's end
+    spread = float(np.abs(want).max())
+    assert float(np.abs(got - want).max()) <= 0.03 * spread, float(np.abs(got - want).max())
+    assert float((got.argmax(1) == want.argmax(1)).mean()) >= 0.99
+
+
 def test_requantized_outputs_within_one_step_and_policy_off(mlp, digits):
     """A QDQ model whose output is the requantized int8 of a fused chain."""
     result = xrt.quantize(mlp, calibration=_calibration(digits), precision="int8", method="minmax")

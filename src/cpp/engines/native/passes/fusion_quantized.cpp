@@ -19,6 +19,13 @@
 // DQs (PassContext::keep_quantized_weights) and this pass folds the ones it leaves. ONNX's own quantized operators
 // (QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger) become the same nodes here rather than in the lowering's
 // table, so that disabled_passes=["quantized_fusion"] runs every quantized model as written, on the node kernels.
+//
+// Note [Quantized fusion in float16 plans]
+// A float16 plan (ExecutionPolicy precision=float16) converts the model's float32 constants, the Q/DQ scales among
+// them, to float16 before the passes run (CapturePlan::build's convert_precision), so its chains compute in float16:
+// the pass then takes float16 scales and biases (their float16 values, widened exactly) and gives the fused node
+// output_dtype=float16 where the chain ended in a float. The int8 arithmetic is the same; only the scales carry the
+// float16 rounding the user's precision asked for. bfloat16 plans keep the chains on the node kernels.
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -38,11 +45,22 @@ namespace {
 
 bool is_8bit(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
 
+// The float types a fused chain may compute in: float32, or float16 in a float16 plan (Note [Quantized fusion in
+// float16 plans]).
+bool is_chain_float(std::optional<DType> d) { return d == DType::kFloat32 || d == DType::kFloat16; }
+
 // A one-element constant of `dtype` (any dtype when nullopt).
 std::optional<double> one_element(const Graph& g, const std::string& value, std::optional<DType> dtype) {
   const Tensor* t = value.empty() ? nullptr : constant(g, value);
   if (t == nullptr || t->numel() != 1 || (dtype && t->dtype() != *dtype)) return std::nullopt;
   return to_doubles(*t)[0];
+}
+
+// A one-element constant scale: float32, or float16 where a float16 plan converted the model's float32 scales.
+std::optional<double> scale_scalar(const Graph& g, const std::string& value) {
+  const Tensor* t = value.empty() ? nullptr : constant(g, value);
+  if (t == nullptr || !is_chain_float(t->dtype())) return std::nullopt;
+  return one_element(g, value, t->dtype());
 }
 
 bool blocked(const Node& dq) { return dq.attrs.get_int("block_size", 0) != 0; }
@@ -73,7 +91,7 @@ std::optional<ActivationDq> activation_dq(const Graph& g, const Uses& uses, cons
   const Node& dq = g.nodes[*p];
   auto dtype = value_dtype(g, dq.inputs[0]);
   if (!dtype || !is_8bit(*dtype)) return std::nullopt;
-  auto scale = one_element(g, dq.inputs[1], DType::kFloat32);
+  auto scale = scale_scalar(g, dq.inputs[1]);
   auto zp = dq.has_input(2) ? one_element(g, dq.inputs[2], *dtype) : std::optional<double>(0.0);
   if (!scale || !zp || !(*scale > 0)) return std::nullopt;
   return ActivationDq{*p, dq.inputs[0], *scale, static_cast<std::int64_t>(*zp)};
@@ -95,7 +113,7 @@ std::optional<WeightDq> weight_dq(const Graph& g, const Uses& uses, const Rewrit
   const Tensor* w = constant(g, dq.inputs[0]);
   const Tensor* scale = constant(g, dq.inputs[1]);
   if (w == nullptr || w->dtype() != DType::kInt8 || w->dim() != rank || scale == nullptr ||
-      scale->dtype() != DType::kFloat32) {
+      !is_chain_float(scale->dtype())) {
     return std::nullopt;
   }
   const std::int64_t channels = w->shape()[static_cast<std::size_t>(channel_axis)];
@@ -123,7 +141,7 @@ std::optional<WeightDq> weight_dq(const Graph& g, const Uses& uses, const Rewrit
 std::optional<std::vector<double>> channel_bias(const Graph& g, const std::string& value, std::int64_t channels,
                                                 std::size_t axis_from_end) {
   const Tensor* c = value.empty() ? nullptr : constant(g, value);
-  if (c == nullptr || c->dtype() != DType::kFloat32) return std::nullopt;
+  if (c == nullptr || !is_chain_float(c->dtype())) return std::nullopt;
   std::vector<double> values = to_doubles(*c);
   if (values.size() == 1 && c->dim() <= 1) return std::vector<double>(static_cast<std::size_t>(channels), values[0]);
   if (static_cast<std::int64_t>(values.size()) != channels || c->dim() < static_cast<int>(axis_from_end) + 1) {
@@ -175,7 +193,7 @@ void read_epilogue(const Graph& g, const Uses& uses, const Rewriter& rw, std::in
   if (auto qi = sole_reader(g, uses, rw, chain.out, "QuantizeLinear")) {
     const Node& q = g.nodes[*qi];
     if (q.inputs.size() < 2 || blocked(q)) return;
-    auto scale = one_element(g, q.inputs[1], DType::kFloat32);
+    auto scale = scale_scalar(g, q.inputs[1]);
     std::optional<double> zp = 0.0;
     DType dtype = DType::kUInt8;  // ONNX's default without a zero point
     if (q.has_input(2)) {
@@ -209,7 +227,7 @@ Node fused_node(Graph& g, const Node& op, const std::string& op_type, const Acti
   fused.outputs = {chain.out};
   fused.attrs.set("x_scale", x.scale);
   fused.attrs.set("x_zero_point", x.zero_point);
-  if (chain.output_dtype != "float32") {
+  if (chain.output_dtype != "float32" && chain.output_dtype != "float16") {
     fused.attrs.set("y_scale", chain.y_scale);
     fused.attrs.set("y_zero_point", chain.y_zero_point);
   }
@@ -223,7 +241,7 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi) {
   const Node& mm = g.nodes[mi];
   const bool gemm = is_onnx(mm, "Gemm");
   if (!gemm && !is_onnx(mm, "MatMul")) return false;
-  if (mm.inputs.size() < 2 || mm.outputs.size() != 1 || value_dtype(g, mm.outputs[0]) != DType::kFloat32) return false;
+  if (mm.inputs.size() < 2 || mm.outputs.size() != 1 || !is_chain_float(value_dtype(g, mm.outputs[0]))) return false;
   auto x_type = value_type(g, mm.inputs[0]);
   if (!x_type || !x_type->has_shape || x_type->shape.empty() || (gemm && x_type->shape.size() != 2)) return false;
   const bool nk = gemm && mm.attrs.get_int("transB", 0) != 0;
@@ -236,6 +254,7 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi) {
   chain.pattern = {mi};
   chain.parts = {describe(mm)};
   chain.out = mm.outputs[0];
+  if (value_dtype(g, chain.out) == DType::kFloat16) chain.output_dtype = "float16";
   if (gemm) {
     const double alpha = mm.attrs.get_float("alpha", 1.0);
     for (double& s : w->scales) s *= alpha;
@@ -261,7 +280,7 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi) {
 bool fuse_conv(Graph& g, const Uses& uses, Rewriter& rw, std::size_t ci) {
   const Node& conv = g.nodes[ci];
   if (!is_onnx(conv, "Conv") || conv.inputs.size() < 2 || conv.outputs.size() != 1 ||
-      value_dtype(g, conv.outputs[0]) != DType::kFloat32) {
+      !is_chain_float(value_dtype(g, conv.outputs[0]))) {
     return false;
   }
   auto x_type = value_type(g, conv.inputs[0]);
@@ -284,6 +303,7 @@ bool fuse_conv(Graph& g, const Uses& uses, Rewriter& rw, std::size_t ci) {
   chain.pattern = {ci};
   chain.parts = {describe(conv)};
   chain.out = conv.outputs[0];
+  if (value_dtype(g, chain.out) == DType::kFloat16) chain.output_dtype = "float16";
   if (conv.has_input(2)) {
     chain.bias = channel_bias(g, conv.inputs[2], ws[0], 0);
     if (!chain.bias) return false;

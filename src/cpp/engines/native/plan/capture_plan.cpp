@@ -92,6 +92,25 @@ void specialise_inputs(Graph& g, const std::vector<std::vector<std::int64_t>>& s
 
 // Runs a float32 model in `to` (float16/bfloat16): float32 initializers are converted, float32 inputs and outputs
 // are cast at the boundary, Casts to float32 become casts to `to`.
+// The float32 initializers that only ops with integer inputs and outputs read (QLinearConv's scales, ...): their
+// float32 is the model's arithmetic, not its compute precision, and ONNX types them float32 whatever the plan.
+std::set<std::string> read_only_by_integer_ops(const Graph& g) {
+  static const std::set<std::string> kIntegerOps = {
+      "QLinearMatMul",    "QLinearConv",        "QLinearAdd",           "QLinearMul",
+      "QLinearConcat",    "QLinearSigmoid",     "QLinearLeakyRelu",     "QLinearAveragePool",
+      "QLinearGlobalAveragePool", "QGemm"};
+  std::set<std::string> integer, other;
+  for (const Node& n : g.nodes) {
+    const bool integer_op = kIntegerOps.count(n.op_type) != 0 && (n.domain.empty() || n.domain == "com.microsoft");
+    for (const std::string& in : n.inputs) (integer_op ? integer : other).insert(in);
+  }
+  std::set<std::string> only;
+  for (const std::string& name : integer) {
+    if (!other.count(name)) only.insert(name);
+  }
+  return only;
+}
+
 void convert_precision(Graph& g, DType to) {
   const std::int64_t onnx_to = to == DType::kFloat16 ? 10 : 16;
   // A float32 constant in `to`, rounded to nearest even.
@@ -104,8 +123,9 @@ void convert_precision(Graph& g, DType to) {
     }
     return c;
   };
+  const std::set<std::string> integer_only = read_only_by_integer_ops(g);
   for (auto& [name, t] : g.initializers) {
-    if (t.dtype() != DType::kFloat32) continue;
+    if (t.dtype() != DType::kFloat32 || integer_only.count(name)) continue;
     t = convert(t);
     g.types[name].dtype = to;
   }
@@ -303,8 +323,8 @@ runtime::InferOptions inference_options(const PlanOptions& options) {
     infer_options.max_folded_bytes =
         std::min<std::size_t>(infer_options.max_folded_bytes, static_cast<std::size_t>(options.memory_limit));
   }
-  // quantized_fusion (Note [Quantized fusion]): where the device has kernels of the int8 ops, for float32 plans on one
-  // rank.
+  // quantized_fusion (Note [Quantized fusion]): where the device has kernels of the int8 ops, for float32 and float16
+  // plans (Note [Quantized fusion in float16 plans]) on one rank.
   const KernelRegistry* kernels = &options.dispatcher->registry();
   const auto on_device = [&](const char* op) {
     for (const Kernel* k : kernels->kernels(op)) {
@@ -312,8 +332,8 @@ runtime::InferOptions inference_options(const PlanOptions& options) {
     }
     return false;
   };
-  infer_options.fuse_quantized = options.compute_float == DType::kFloat32 && options.tp_size == 1 &&
-                                 on_device("qlinear") && on_device("qconv2d");
+  const bool float_plan = options.compute_float == DType::kFloat32 || options.compute_float == DType::kFloat16;
+  infer_options.fuse_quantized = float_plan && options.tp_size == 1 && on_device("qlinear") && on_device("qconv2d");
   // elementwise_fusion (Note [Fused elementwise programs]): where a fused_elementwise kernel runs on the device, and
   // not for ops the KernelPolicy gives a rule of their own.
   const KernelRegistry* registry = &options.dispatcher->registry();

@@ -237,6 +237,23 @@ def test_float16_plans_fuse_too(request, digits, net, fused_ops):
     assert float((got.argmax(1) == want.argmax(1)).mean()) >= 0.99
 
 
+def test_a_policy_rule_for_the_float_op_keeps_its_chains_float(cnn, digits):
+    """Note [Float pinned by the KernelPolicy]: a rule for conv2d's family (and none for qconv2d) keeps the convolutions
+    float, the GEMM still int8; a rule for qconv2d too puts them back on the int8 op."""
+    result = xrt.quantize(cnn, calibration=_calibration(digits), precision="int8", method="minmax")
+    model = result.to_bytes()
+    kept = xrt.InferenceSession(model, engine="native", device="cpu", kernel_policy=xrt.KernelPolicy({"conv": "cpu"}))
+    ops = [n["op"] for n in _fused_nodes(kept)]
+    assert ops == ["qlinear"], ops
+    assert sum(n["op_type"] == "Conv" for n in kept.explain().nodes) == 2
+    both = xrt.InferenceSession(model, engine="native", device="cpu",
+                                kernel_policy=xrt.KernelPolicy({"conv": "cpu", "qconv2d": "cpu"}))
+    assert sorted(n["op"] for n in _fused_nodes(both)) == ["qconv2d", "qconv2d", "qlinear"]
+    _, plain = _sessions(model)
+    xte = digits[2]
+    np.testing.assert_allclose(kept.run({"x": xte})["logits"], plain.run({"x": xte})["logits"], rtol=0, atol=0.05)
+
+
 def test_requantized_outputs_within_one_step_and_policy_off(mlp, digits):
     """A QDQ model whose output is the requantized int8 of a fused chain."""
     result = xrt.quantize(mlp, calibration=_calibration(digits), precision="int8", method="minmax")

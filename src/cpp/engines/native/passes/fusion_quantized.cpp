@@ -20,6 +20,15 @@
 // (QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger) become the same nodes here rather than in the lowering's
 // table, so that disabled_passes=["quantized_fusion"] runs every quantized model as written, on the node kernels.
 //
+// Note [Float pinned by the KernelPolicy]
+// A KernelPolicy rule for the float op a chain would otherwise leave (linear/matmul or their family for MatMul/Gemm,
+// conv2d or its family for Conv), with no rule for the int8 op (qlinear, qconv2d), keeps those chains in float: the
+// user chose the float op's kernel, so its nodes run as written (DequantizeLinear, then the float op in the plan's
+// precision), and the pass's notes say which rule kept them. This is how a policy pins an op family of a quantized
+// model to float16 (ExecutionPolicy precision=fp16 with such a rule); xrt.quantize's `exclude` does the same per node
+// when the model is made. A policy that rules fused_elementwise too (what `xpuruntime tune` writes) rules every op
+// of the plan it was tuned on and keeps the fusion as tuned (PassContext::keep_unfused).
+//
 // Note [Quantized fusion in float16 plans]
 // A float16 plan (ExecutionPolicy precision=float16) converts the model's float32 constants, the Q/DQ scales among
 // them, to float16 before the passes run (CapturePlan::build's convert_precision), so its chains compute in float16:
@@ -356,6 +365,28 @@ bool convert_quantized_onnx(Graph& g, Rewriter& rw, std::size_t i, PassResult& r
   return true;
 }
 
+// Whether the KernelPolicy keeps the MatMul/Gemm/Conv at `i` in float (Note [Float pinned by the KernelPolicy]): its
+// note, or nullopt. Only a node that reads a dequantized weight gets a note.
+std::optional<std::string> kept_float(const Graph& g, const Uses& uses, const PassContext& ctx, std::size_t i) {
+  const Node& n = g.nodes[i];
+  const bool conv = is_onnx(n, "Conv");
+  if (!ctx.keep_unfused || (!conv && !is_onnx(n, "MatMul") && !is_onnx(n, "Gemm")) || n.inputs.size() < 2) {
+    return std::nullopt;
+  }
+  auto p = uses.producer(n.inputs[1]);
+  if (!p || !is_onnx(g.nodes[*p], "DequantizeLinear")) return std::nullopt;
+  const std::vector<std::string> float_ops = conv ? std::vector<std::string>{"conv2d"}
+                                                  : std::vector<std::string>{"linear", "matmul"};
+  if (ctx.keep_unfused(conv ? "qconv2d" : "qlinear")) return std::nullopt;  // the int8 op is ruled too
+  for (const std::string& op : float_ops) {
+    if (ctx.keep_unfused(op)) {
+      return "kept " + describe(n) + " in float: the KernelPolicy has a rule for '" + op + "' (or its family) and none "
+             "for '" + (conv ? "qconv2d" : "qlinear") + "'";
+    }
+  }
+  return std::nullopt;
+}
+
 // Removes the DequantizeLinear nodes in `candidates` (by output name) that nothing reads any more.
 void remove_unread_dequantize(Graph& g, const std::set<std::string>& candidates) {
   if (candidates.empty()) return;
@@ -388,6 +419,10 @@ PassResult quantized_fusion(Graph& g, const PassContext& ctx) {
       const Node& n = g.nodes[i];
       if (rw.taken(i) || n.inputs.size() < 2) continue;
       const std::string x = n.inputs[0], w = n.inputs[1];
+      if (auto note = kept_float(g, uses, ctx, i)) {
+        result.notes.push_back(*note);
+        continue;
+      }
       if (fuse_gemm(g, uses, rw, i) || fuse_conv(g, uses, rw, i)) {
         dequantized.insert(x);
         dequantized.insert(w);

@@ -50,7 +50,8 @@ struct XPURT_API PassContext {
   bool fuse_elementwise = true;
   std::function<bool(const std::string& registry_op)> keep_unfused;
   // quantized_fusion (Note [Quantized fusion] in passes/fusion_quantized.cpp): whether the plan's device has kernels
-  // of the int8 ops qlinear and qconv2d (and the plan computes in float32 on one rank). keep_quantized_weights: the
+  // of the int8 ops qlinear and qconv2d (and the plan computes in float32 or float16 on one rank; keep_unfused rules
+  // float ops: Note [Float pinned by the KernelPolicy]). keep_quantized_weights: the
   // pass will run (runtime::optimize sets it), so the folding keeps each DequantizeLinear of an int8/uint8 constant as
   // a node for it; the pass folds the ones it does not fuse.
   bool fuse_quantized = true;

@@ -55,6 +55,34 @@ struct QuantEpilogueParams {
   DType out_dtype = DType::kInt32;  // int32, float32, float16, int8 or uint8
 };
 
+// The per-run operands of an int8 GEMM's epilogue, made on the device from the op's inputs (the qlinear kernels of the
+// cublasLt and cuda_raw backends): a plan sees no data when it is built, so they are made at each run, in one launch.
+// For output channel c of `channels`, with colsum[c] = sum_k weight[k, c] (int32, wrapping):
+//   alpha[c]     = float32(double(x_scale) * double(w_scale[c]))   (x_scale without w_scale; only alpha[0] when
+//                                                                    !alpha_per_channel; nothing when alpha is null)
+//   int_bias[c]  = bias[c] (0 without bias) + zero_point_correction * colsum[c] - (*x_zero_point) * colsum[c]
+//                  in int32 that wraps (x_zero_point: one int8 or uint8 on the device, nullable); nothing when
+//                  int_bias is null
+//   x_signed[i]  = x[i] ^ 0x80 (a uint8 x - 128, as int8) for x_count bytes, when x_signed is not null
+// The column sums are read from the weight only when zero_point_correction != 0 or x_zero_point is given.
+struct QuantPrologueParams {
+  float x_scale = 1.0f;
+  const float* w_scale = nullptr;  // [channels] when alpha_per_channel, else one element; null: 1
+  bool alpha_per_channel = false;
+  const std::int32_t* bias = nullptr;  // int32 [channels], nullable
+  const std::int8_t* weight = nullptr;
+  bool weight_nk = true;  // [channels, k] (else [k, channels]), contiguous
+  std::int64_t k = 0;
+  std::int32_t zero_point_correction = 0;
+  const void* x_zero_point = nullptr;
+  bool x_zero_point_signed = false;  // *x_zero_point is int8 (else uint8)
+  float* alpha = nullptr;            // out: [channels] or [1]
+  std::int32_t* int_bias = nullptr;  // out: [channels]
+  const std::uint8_t* x = nullptr;
+  std::int8_t* x_signed = nullptr;  // out: [x_count]
+  std::int64_t x_count = 0;
+};
+
 struct DeviceKernels {
   // dst[i...] = src[i...] for every index of `shape`, strides in elements (cuda_raw::strided_copy).
   void (*strided_copy)(const void* src, void* dst, DType dtype, const std::vector<std::int64_t>& shape,
@@ -77,6 +105,9 @@ struct DeviceKernels {
   // H * W (cuda_raw::quantized_epilogue). acc and out may not alias unless out is int32 or float32.
   void (*quantized_epilogue)(const std::int32_t* acc, void* out, std::int64_t count, std::int64_t channels,
                              std::int64_t inner, const QuantEpilogueParams& params, void* stream) = nullptr;
+  // The per-run operands of an int8 GEMM of `channels` output channels (QuantPrologueParams,
+  // cuda_raw::quantized_prologue).
+  void (*quantized_prologue)(const QuantPrologueParams& params, std::int64_t channels, void* stream) = nullptr;
 };
 
 // The table of this build, filled on the first call (core/backend_registration.cpp).

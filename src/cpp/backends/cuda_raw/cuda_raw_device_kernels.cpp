@@ -13,6 +13,8 @@ void register_cuda_raw_device_kernels(DeviceKernels& table) {
   table.bias_activation = &cuda_raw::bias_activation;
   table.add_into = &cuda_raw::add_into;
   table.attention_softmax = &cuda_raw::attention_softmax;
+  table.quantized_epilogue = &cuda_raw::quantized_epilogue;
+  table.quantized_prologue = &cuda_raw::quantized_prologue;
 }
 
 }  // namespace xpuruntime

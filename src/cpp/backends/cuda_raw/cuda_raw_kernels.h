@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_kernels.h"
 #include "xpuruntime/dtype.h"
 
 namespace xpuruntime::cuda_raw {
@@ -367,5 +368,20 @@ struct NmsGeometry {
 std::size_t nms_workspace_bytes(const NmsGeometry& geometry);
 void non_max_suppression(const void* boxes, const void* scores, DType dtype, const NmsGeometry& geometry,
                          void* selected, void* count, void* workspace, void* stream);
+
+// qlinear by __dp4a with its epilogue fused (quant_gemm.cu, Note [The dp4a kernel of qlinear]): out[m, n] =
+// epilogue(sum_k x'[m, k] * w[k, n]) with x' = x - 128 for a uint8 x (x itself for int8): the zero points are
+// folded into epilogue.int_bias by quantized_prologue beforehand (Note [Signed operands of the int8 GEMMs] in
+// core/quantized_gemm.h). Any M, N, K and alignment; N up to 65535 * 64.
+struct QLinearDp4a {
+  const void* x = nullptr;  // [m, k] int8 or uint8
+  bool x_unsigned = false;
+  const std::int8_t* weight = nullptr;  // [n, k] when weight_nk, else [k, n]
+  bool weight_nk = true;
+  void* out = nullptr;  // [m, n] of epilogue.out_dtype
+  std::int64_t m = 0, n = 0, k = 0;
+  QuantEpilogueParams epilogue;
+};
+void qlinear_dp4a(const QLinearDp4a& args, void* stream);
 
 }  // namespace xpuruntime::cuda_raw

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_kernels.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/export.h"
 
@@ -58,5 +59,18 @@ XPURT_API void attention_softmax(void* scores, DType dtype, std::int64_t batch_h
 XPURT_API void strided_copy(const void* src, void* dst, DType dtype, const std::vector<std::int64_t>& shape,
                             const std::vector<std::int64_t>& src_strides,
                             const std::vector<std::int64_t>& dst_strides, void* stream);
+
+// The per-run operands of an int8 GEMM's epilogue (QuantPrologueParams, core/device_kernels.h) in one launch
+// (quant_gemm.cu): alpha, the int32 bias with the zero points folded in (the weight's column sums read only when there
+// is one to fold), and a uint8 x as int8 (x ^ 0x80). InvalidArgumentError for inconsistent params.
+XPURT_API void quantized_prologue(const QuantPrologueParams& params, std::int64_t channels, void* stream);
+
+// The epilogue of the int8 ops qlinear and qconv2d (quant_gemm.cu): out[i] from the int32 accumulator acc[i] by
+// `params` (QuantEpilogueParams, core/device_kernels.h; rounded as the cpu kernel, quant_epilogue.cuh) for `count`
+// elements whose output channel is (i / inner) % channels. acc and out may alias only when out is int32 or float32.
+// UnsupportedOperationError for another output dtype, InvalidArgumentError for params that break the contract
+// (alpha missing for a non-int32 output, x_zero_point without w_col_sums, y_scale <= 0, channels or inner < 1).
+XPURT_API void quantized_epilogue(const std::int32_t* acc, void* out, std::int64_t count, std::int64_t channels,
+                                  std::int64_t inner, const QuantEpilogueParams& params, void* stream);
 
 }  // namespace xpuruntime::cuda_raw

@@ -58,6 +58,7 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cuda_raw", elementwise, "cuda_raw", no_cuda);
   declare_absent(registry, "cuda_raw", {"attention"}, "flash_v2", no_cuda);
   declare_absent(registry, "cuda_raw", {"conv2d"}, "depthwise", no_cuda);
+  declare_absent(registry, "cuda_raw", {"qlinear"}, "dp4a", no_cuda);
 #endif
 #if !XPURT_BACKEND_CODEGEN
   declare_absent(registry, "codegen", {"fused_elementwise"}, "generated", no_cuda);
@@ -67,7 +68,7 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cublas", {"attention"}, "unfused", no_cuda);
 #endif
 #if !XPURT_BACKEND_CUBLASLT
-  declare_absent(registry, "cublasLt", {"matmul", "linear", "linear_grad_weight"}, "cublasLt", no_cuda);
+  declare_absent(registry, "cublasLt", {"matmul", "linear", "linear_grad_weight", "qlinear"}, "cublasLt", no_cuda);
 #endif
 #if !XPURT_BACKEND_NCCL
   {

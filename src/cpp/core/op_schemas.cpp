@@ -232,8 +232,11 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
 // The per-tensor parameters are attributes (constants in every model the pass fuses; a CUDA plan passes them to its
 // epilogue as host scalars), the per-output-channel weight scale an input [N] (or [1]): cuBLASLt's alpha vector
 // (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) is alpha[n], a float bias its BIAS epilogue, and a nonzero
-// x_zero_point a per-column correction x_zero_point * sum_k w[k, n] that a plan folds into the bias once (the
-// weights are constants).
+// x_zero_point a per-column correction x_zero_point * sum_k w[k, n] that the GPU kernels fold into the int32 bias
+// (Note [Signed operands of the int8 GEMMs] in core/quantized_gemm.h). qlinear also takes the zero point as an input
+// (x_zero_point, one element of x's dtype) when it is known only at run time: ONNX Runtime's quantize_dynamic writes
+// DynamicQuantizeLinear -> MatMulInteger(x_q, W, x_zp), which the quantized_fusion pass makes a qlinear of output
+// int32 with that input.
 bool is_int8_or_uint8(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
 
 DType quantized_output_dtype(const OpDescriptor& desc) {
@@ -315,6 +318,19 @@ std::vector<TensorDesc> infer_qlinear(const OpDescriptor& desc) {
   TensorDesc out = output_like(x, x.shape);
   out.shape.back() = n;
   out.dtype = check_quantized_op(desc, n);
+  // A zero point known only when the op runs (MatMulInteger after DynamicQuantizeLinear): one element of x's dtype,
+  // in place of the attribute.
+  if (desc.inputs.size() > 4 && desc.inputs[4].present) {
+    const TensorDesc& zp = desc.inputs[4];
+    XPURT_CHECK_TYPE(zp.dtype == x.dtype, "op 'qlinear': input 'x_zero_point' must have x's dtype ",
+                     dtype_name(x.dtype), ", got ", dtype_name(zp.dtype));
+    XPURT_CHECK(zp.numel() == 1 && zp.dim() <= 1, "op 'qlinear': input 'x_zero_point' must have one element (shape "
+                "[] or [1]), got ", shape_str(zp.shape));
+    XPURT_CHECK(zp.device == x.device, "op 'qlinear': every input must be on ", x.device.str(),
+                "; x_zero_point is on ", zp.device.str());
+    XPURT_CHECK(desc.attrs.get_int("x_zero_point", 0) == 0, "op 'qlinear': x_zero_point is given both as an input "
+                "and as a nonzero attribute");
+  }
   return {out};
 }
 
@@ -641,10 +657,11 @@ void register_ops(KernelRegistry& registry) {
       "act(conv(x, w) + bias + residual); layout=NCHW (default) or NHWC (x [N,H,W,C], weight [O,kh,kw,C/groups]); "
       "strides, pads (t,l,b,r), dilations, groups, activation=none|relu",
       infer_conv2d);
-  add("qlinear", "qmatmul", {"x", "weight", "w_scale?", "bias?"},
+  add("qlinear", "qmatmul", {"x", "weight", "w_scale?", "bias?", "x_zero_point?"},
       "int8 GEMM (Note [Quantized registry ops]): x int8/uint8 [..., K], weight int8 [K, N] (weight_layout=kn) or "
-      "[N, K] (nk), w_scale float32 [N] or one element, bias int32 or float32 [N]; x_scale, x_zero_point, y_scale, "
-      "y_zero_point, activation=none|relu, output_dtype=int8|uint8|float32|float16|int32 (the accumulator)",
+      "[N, K] (nk), w_scale float32 [N] or one element, bias int32 or float32 [N], x_zero_point one element of x's "
+      "dtype (a run-time zero point, in place of the attribute); x_scale, x_zero_point, y_scale, y_zero_point, "
+      "activation=none|relu, output_dtype=int8|uint8|float32|float16|int32 (the accumulator)",
       infer_qlinear);
   add("qconv2d", "qconv", {"x", "weight", "w_scale?", "bias?"},
       "int8 NCHW convolution (Note [Quantized registry ops]): x int8/uint8, weight int8 [O, C/groups, kh, kw], "

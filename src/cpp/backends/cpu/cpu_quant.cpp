@@ -16,6 +16,15 @@ const Tensor* optional_input(const KernelLaunch& launch, std::size_t i) {
   return i < launch.num_inputs && launch.input(i).defined() ? &launch.input(i) : nullptr;
 }
 
+// x's zero point: qlinear's input x_zero_point (one element, known only at run time) when given, else the attribute.
+std::int32_t x_zero_point(const KernelLaunch& launch) {
+  if (const Tensor* zp = optional_input(launch, 4)) {
+    return zp->dtype() == DType::kInt8 ? *static_cast<const std::int8_t*>(zp->data_ptr())
+                                       : *static_cast<const std::uint8_t*>(zp->data_ptr());
+  }
+  return static_cast<std::int32_t>(launch.desc->attrs.get_int("x_zero_point", 0));
+}
+
 // The values of an int8 or uint8 tensor minus `zero_point`, as int32.
 std::vector<std::int32_t> centered(const Tensor& t, std::int32_t zero_point) {
   std::vector<std::int32_t> out(static_cast<std::size_t>(t.numel()));
@@ -120,7 +129,7 @@ void run_qlinear(const KernelLaunch& launch, const CpuContext& context) {
   const std::int64_t k = x.shape().back();
   const std::int64_t n = nk ? w.shape()[0] : w.shape()[1];
   const std::int64_t m = k > 0 ? x.numel() / k : launch.output(0).numel() / std::max<std::int64_t>(n, 1);
-  const std::vector<std::int32_t> xc = centered(x, static_cast<std::int32_t>(desc.attrs.get_int("x_zero_point", 0)));
+  const std::vector<std::int32_t> xc = centered(x, x_zero_point(launch));
   std::vector<std::int32_t> wc = centered(w, 0);
   if (nk) {  // to [K, N], so that the inner loop runs along rows of the weight and of the output
     std::vector<std::int32_t> kn(wc.size());

@@ -159,6 +159,7 @@ void register_cuda_raw(KernelRegistry& registry) {
   cuda_raw::register_binary_ext(registry);      // prelu, mod
   cuda_raw::register_generate(registry);        // one_hot, trilu, tile, scatter_nd
   cuda_raw::register_select(registry);          // arg_max, arg_min, top_k
+  cuda_raw::register_qlinear(registry);         // qlinear's "dp4a" (after cuBLASLt's IMMA kernel)
   // ---- attention: flash_v2 (flash_attention.cu) ----
   register_flash_attention(registry);
 }

@@ -69,5 +69,6 @@ void register_log_softmax(KernelRegistry& registry);    // normalization_registe
 void register_binary_ext(KernelRegistry& registry);     // elementwise_register.cpp
 void register_generate(KernelRegistry& registry);       // data_register.cpp
 void register_select(KernelRegistry& registry);         // reduce_register.cpp
+void register_qlinear(KernelRegistry& registry);        // qlinear_register.cpp: qlinear's "dp4a"
 
 }  // namespace xpuruntime::cuda_raw

@@ -324,10 +324,13 @@ void quantized_prologue(const QuantPrologueParams& params, std::int64_t channels
   XPURT_CHECK((params.x == nullptr) == (params.x_signed == nullptr),
               "cuda_raw::quantized_prologue: x and x_signed are given together");
   const bool warp_columns = sums && params.weight_nk && params.k > 0;
+  // Without a bias to make, a per-tensor alpha is the one column's work.
+  const std::int64_t columns_made =
+      params.int_bias == nullptr && !params.alpha_per_channel ? std::min<std::int64_t>(channels, 1) : channels;
   unsigned column_blocks = 0;
-  if (columns && channels > 0) {
+  if (columns && columns_made > 0) {
     const std::int64_t per_block = warp_columns ? kColumnsPerWarpBlock : kThreads;
-    const std::int64_t blocks = (channels + per_block - 1) / per_block;
+    const std::int64_t blocks = (columns_made + per_block - 1) / per_block;
     XPURT_CHECK(blocks < (std::int64_t{1} << 30), "cuda_raw::quantized_prologue: ", channels, " channels are too many");
     column_blocks = static_cast<unsigned>(blocks);
   }
@@ -337,7 +340,7 @@ void quantized_prologue(const QuantPrologueParams& params, std::int64_t channels
   if (column_blocks + flip_blocks == 0) return;
   const bool weight_words = warp_columns && params.k % 4 == 0 && is_aligned(params.weight, 4);
   quantized_prologue_kernel<<<column_blocks + flip_blocks, kThreads, 0, as_stream(stream)>>>(
-      params, channels, sums, warp_columns, weight_words, column_blocks, x_vectors);
+      params, columns_made, sums, warp_columns, weight_words, column_blocks, x_vectors);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 

@@ -887,7 +887,19 @@ TEST(QuantizedFusion, DequantizeGemmConvChainsBecomeInt8Ops) {
     if (n.op_type == "QLinear" && n.outputs[0] == "yq") {
       EXPECT_EQ(n.attrs.get_string("output_dtype", ""), "int8");
       EXPECT_EQ(n.attrs.get_string("activation", ""), "relu");
-      EXPECT_EQ(n.attrs.get_string("weight_layout", ""), "kn");
+      // The MatMul's [K, N] weight, transposed into a new [N, K] constant (the old one is gone).
+      EXPECT_EQ(n.attrs.get_string("weight_layout", ""), "nk");
+      ASSERT_TRUE(out.is_constant(n.inputs[1]));
+      const Tensor& w = out.initializers.at(n.inputs[1]);
+      EXPECT_EQ(w.shape(), (std::vector<std::int64_t>{6, 5}));
+      const Tensor& original = g.initializers.at("w");
+      for (std::int64_t k = 0; k < 5; ++k) {
+        for (std::int64_t c = 0; c < 6; ++c) {
+          EXPECT_EQ(static_cast<const std::int8_t*>(w.data_ptr())[c * 5 + k],
+                    static_cast<const std::int8_t*>(original.data_ptr())[k * 6 + c]);
+        }
+      }
+      EXPECT_FALSE(out.is_constant("w"));
       EXPECT_EQ(n.attrs.get_int("x_zero_point", 0), 3);
       EXPECT_EQ(n.attrs.get_int("y_zero_point", 0), -2);
       EXPECT_EQ(n.inputs.size(), 4u);
@@ -948,6 +960,59 @@ TEST(QuantizedFusion, NearMissesAreLeftAlone) {
   EXPECT_GE(r.rewrites, 2);
   const Feeds feeds = {{"x", random({3, 4}, 75)}};
   expect_close(run_graph(g, feeds), run_graph(out, feeds));
+}
+
+// ONNX Runtime's quantize_dynamic: DynamicQuantizeLinear -> MatMulInteger(x_q, W, x_zp) -> Cast -> Mul. The
+// MatMulInteger becomes a QLinear of output int32 whose fifth input is the run-time zero point, its [K, N] weight
+// transposed to [N, K]; the int32 sums are exact, so the outputs equal the unfused graph's bit for bit. An int8 x with
+// an int8 run-time zero point (a graph input) too.
+TEST(QuantizedFusion, RunTimeZeroPointOfMatMulInteger) {
+  Builder b;
+  b.input("x", {5, 12}).input("a8", {4, 12}).input("z8", {});
+  b.g.types["a8"] = type({4, 12}, DType::kInt8);
+  b.g.types["z8"] = type({}, DType::kInt8);
+  b.constant("w", quantized({12, 7}, DType::kInt8, 80, -127, 127)).constant("w_scale", scalar(0.02f));
+  b.add(node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xzp"}));
+  b.add(node("MatMulInteger", {"xq", "w", "xzp"}, {"acc"}));
+  b.add(node("Cast", {"acc"}, {"accf"}, Attributes().set("to", I(1))));
+  b.add(node("Mul", {"xs", "w_scale"}, {"s"})).add(node("Mul", {"accf", "s"}, {"y"}));
+  b.add(node("MatMulInteger", {"a8", "w", "z8"}, {"acc8"}));
+  Graph g = with_types(b.build({"y", "acc8"}));
+  Graph out = g;
+  passes::PassContext ctx;
+  passes::quantized_fusion(out, ctx);
+  ASSERT_EQ(count(out, "QLinear"), 2) << out.str();
+  EXPECT_EQ(count(out, "MatMulInteger"), 0);
+  for (const Node& n : out.nodes) {
+    if (n.op_type != "QLinear") continue;
+    ASSERT_EQ(n.inputs.size(), 5u) << out.str();
+    EXPECT_EQ(n.inputs[4], n.outputs[0] == "acc" ? "xzp" : "z8");
+    EXPECT_TRUE(n.inputs[2].empty() && n.inputs[3].empty());
+    EXPECT_EQ(n.attrs.get_string("output_dtype", ""), "int32");
+    EXPECT_EQ(n.attrs.get_string("weight_layout", ""), "nk");
+    EXPECT_EQ(out.initializers.at(n.inputs[1]).shape(), (std::vector<std::int64_t>{7, 12}));
+  }
+  EXPECT_FALSE(out.is_constant("w"));  // both readers take the one [N, K] copy
+  Tensor z8 = int8_scalar(-3);
+  const Feeds feeds = {{"x", random({5, 12}, 81, -3.0f, 5.0f)}, {"a8", quantized({4, 12}, DType::kInt8, 82, -128, 127)},
+                       {"z8", z8}};
+  const std::vector<Tensor> want = run_graph(g, feeds), got = run_graph(out, feeds, nullptr, /*library_fused=*/true);
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].dtype(), got[i].dtype());
+    ASSERT_EQ(want[i].nbytes(), got[i].nbytes());
+    EXPECT_EQ(std::memcmp(want[i].data_ptr(), got[i].data_ptr(), want[i].nbytes()), 0) << "output " << i;
+  }
+  // A zero point of two elements (per row) is not one value: the node stays.
+  Builder rows;
+  rows.input("a", {2, 4}).input("z", {2});
+  rows.g.types["a"] = type({2, 4}, DType::kUInt8);
+  rows.g.types["z"] = type({2}, DType::kUInt8);
+  rows.constant("w", quantized({4, 3}, DType::kInt8, 83, -127, 127));
+  rows.add(node("MatMulInteger", {"a", "w", "z"}, {"acc"}));
+  Graph per_row = with_types(rows.build({"acc"}));
+  passes::quantized_fusion(per_row, ctx);
+  EXPECT_EQ(count(per_row, "QLinear"), 0) << per_row.str();
 }
 
 // ---- gelu_fusion ----

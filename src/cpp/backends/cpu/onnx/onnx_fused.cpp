@@ -76,7 +76,7 @@ void register_fused_ops(NodeKernelRegistrar& kernels) {
   });
   // The quantized_fusion pass's int8 nodes: their attributes are the registry op's (Note [Quantized registry ops]).
   kernels.add(kXpurtDomain, "QLinear", [](OpContext& ctx) {
-    run_registry_op(ctx, "qlinear", inputs_of(ctx, 4), ctx.node().attrs);
+    run_registry_op(ctx, "qlinear", inputs_of(ctx, 5), ctx.node().attrs);
   });
   kernels.add(kXpurtDomain, "QConv", [](OpContext& ctx) {
     run_registry_op(ctx, "qconv2d", inputs_of(ctx, 4), ctx.node().attrs);

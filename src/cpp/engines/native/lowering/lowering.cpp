@@ -807,9 +807,18 @@ std::string output_dtype_of(const Ctx& c, int zp) {
   return t != nullptr && t->dtype == DType::kInt8 ? "int8" : "uint8";
 }
 
+// Whether MatMulInteger's a_zero_point (input 2) is one value known only at run time (DynamicQuantizeLinear's zero
+// point): qlinear's input x_zero_point.
+bool run_time_zero_point(const Ctx& c) {
+  if (!c.has(2) || c.constant(2) != nullptr || !c.known(2) || c.type(2)->dtype != c.type(0)->dtype) return false;
+  const Ints sizes = c.shape(2);
+  return sizes.size() <= 1 && (sizes.empty() || sizes[0] == 1);
+}
+
 // ONNX QLinearMatMul (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point) and MatMulInteger
-// (A, B, a_zero_point, b_zero_point) -> qlinear: per-tensor constant parameters of a and y, b a 2-D int8 weight with
-// zero points 0 and a per-tensor or per-column scale.
+// (A, B, a_zero_point, b_zero_point) -> qlinear: per-tensor constant parameters of a and y (MatMulInteger's
+// a_zero_point also one value known only at run time), b a 2-D int8 weight with zero points 0 and a per-tensor or
+// per-column scale.
 Lowered lower_quantized_matmul(const Ctx& c, bool integer) {
   const int w = integer ? 1 : 3;
   if (!is_8bit(c.type(0)) || c.rank(0) < 1) return reference("a is not int8 or uint8");
@@ -817,6 +826,10 @@ Lowered lower_quantized_matmul(const Ctx& c, bool integer) {
   if (!problem.empty()) return reference(problem);
   Attributes a;
   a.set("weight_layout", std::string("kn"));
+  if (integer && run_time_zero_point(c)) {
+    a.set("output_dtype", std::string("int32"));
+    return registry("qlinear", {0, 1, -1, -1, 2}, a);
+  }
   problem = per_tensor_params(c, integer ? -1 : 1, 2, "x", a);
   if (problem.empty() && !integer) problem = per_tensor_params(c, 6, 7, "y", a);
   if (!problem.empty()) return reference(problem);
@@ -866,7 +879,9 @@ Lowered lower_quantized_conv(const Ctx& c, bool integer) {
 
 // com.xpuruntime QLinear / QConv (the quantized_fusion pass): their attributes are the registry op's.
 Lowered lower_fused_quantized(const Ctx& c, const std::string& op) {
-  return registry(op, {0, 1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1}, c.node.attrs);
+  std::vector<int> inputs = {0, 1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1};
+  if (op == "qlinear") inputs.push_back(c.has(4) ? 4 : -1);  // the run-time x_zero_point
+  return registry(op, inputs, c.node.attrs);
 }
 
 const std::map<std::string, LowerFn>& onnx_table() {

@@ -18,7 +18,13 @@
 // turn the weight's DQ into a float constant before any pass runs, so while this pass is on the folding keeps those
 // DQs (PassContext::keep_quantized_weights) and this pass folds the ones it leaves. ONNX's own quantized operators
 // (QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger) become the same nodes here rather than in the lowering's
-// table, so that disabled_passes=["quantized_fusion"] runs every quantized model as written, on the node kernels.
+// table, so that disabled_passes=["quantized_fusion"] runs every quantized model as written, on the node kernels;
+// MatMulInteger's a_zero_point may be one value known only at run time (DynamicQuantizeLinear's, as ONNX Runtime's
+// quantize_dynamic writes it): qlinear's input x_zero_point. Every QLinear whose weight is a constant reads it as
+// [N, K] (weight_layout=nk): a [K, N] weight (MatMul, Gemm without transB, QLinearMatMul, MatMulInteger) is
+// transposed here once into a new constant, because cuBLASLt's int8 GEMM takes only K-contiguous operands (Note
+// [cuBLASLt int8 GEMMs] in backends/cublaslt/cublaslt_qlinear.cpp); a weight known only at run time stays [K, N] for
+// the kernels that take it (cuda_raw's dp4a, the cpu kernel).
 //
 // Note [Float pinned by the KernelPolicy]
 // A KernelPolicy rule for the float op a chain would otherwise leave (linear/matmul or their family for MatMul/Gemm,
@@ -36,6 +42,7 @@
 // output_dtype=float16 where the chain ended in a float. The int8 arithmetic is the same; only the scales carry the
 // float16 rounding the user's precision asked for. bfloat16 plans keep the chains on the node kernels.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -245,8 +252,37 @@ Node fused_node(Graph& g, const Node& op, const std::string& op_type, const Acti
   return fused;
 }
 
+// The constant weights of QLinear nodes laid out [N, K] (Note [Quantized fusion]): each [K, N] constant transposed
+// once into a new constant, whatever number of nodes read it.
+class NkWeights {
+ public:
+  // The name of the [N, K] copy of the constant int8 [K, N] tensor `kn`.
+  std::string of(Graph& g, const std::string& kn) {
+    const auto found = names_.find(kn);
+    if (found != names_.end()) return found->second;
+    const Tensor w = constant(g, kn)->contiguous();
+    const std::int64_t k = w.shape()[0], n = w.shape()[1];
+    Tensor t = Tensor::empty({n, k}, DType::kInt8, Device::cpu());
+    const auto* src = static_cast<const std::int8_t*>(w.data_ptr());
+    auto* dst = static_cast<std::int8_t*>(t.data_ptr());
+    for (std::int64_t r = 0; r < k; ++r) {
+      for (std::int64_t c = 0; c < n; ++c) dst[c * k + r] = src[r * n + c];
+    }
+    return names_.emplace(kn, add_constant(g, kn + "_nk", t)).first->second;
+  }
+  // The [K, N] constants transposed: removed once no node reads them.
+  std::set<std::string> originals() const {
+    std::set<std::string> out;
+    for (const auto& entry : names_) out.insert(entry.first);
+    return out;
+  }
+
+ private:
+  std::map<std::string, std::string> names_;
+};
+
 // A MatMul or Gemm node at `mi` whose operands are dequantized: the QLinear node, or nothing.
-bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi) {
+bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi, NkWeights& nk_weights) {
   const Node& mm = g.nodes[mi];
   const bool gemm = is_onnx(mm, "Gemm");
   if (!gemm && !is_onnx(mm, "MatMul")) return false;
@@ -275,7 +311,8 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi) {
   }
   read_epilogue(g, uses, rw, channels, 0, chain);
   Node fused = fused_node(g, mm, "QLinear", *x, *w, channels, chain);
-  fused.attrs.set("weight_layout", std::string(nk ? "nk" : "kn"));
+  if (!nk) fused.inputs[1] = nk_weights.of(g, w->q);
+  fused.attrs.set("weight_layout", std::string("nk"));
   std::vector<std::size_t> pattern = chain.pattern;
   if (uses.only_reader(mm.inputs[0], mi)) pattern.push_back(x->node);
   if (uses.only_reader(mm.inputs[1], mi)) pattern.push_back(w->node);
@@ -334,7 +371,7 @@ bool fuse_conv(Graph& g, const Uses& uses, Rewriter& rw, std::size_t ci) {
 
 // ONNX's QLinearMatMul, MatMulInteger, QLinearConv or ConvInteger at `i` -> QLinear / QConv, on the conditions of
 // runtime::lower_quantized_onnx; otherwise its reason goes into the notes and the node stays for its node kernel.
-bool convert_quantized_onnx(Graph& g, Rewriter& rw, std::size_t i, PassResult& result) {
+bool convert_quantized_onnx(Graph& g, Rewriter& rw, std::size_t i, PassResult& result, NkWeights& nk_weights) {
   const Node& n = g.nodes[i];
   static const std::set<std::string> kOps = {"QLinearMatMul", "MatMulInteger", "QLinearConv", "ConvInteger"};
   if (!kOps.count(n.op_type) || !is_onnx(n, n.op_type.c_str()) || n.outputs.size() != 1) return false;
@@ -360,6 +397,11 @@ bool convert_quantized_onnx(Graph& g, Rewriter& rw, std::size_t i, PassResult& r
   while (!fused.inputs.empty() && fused.inputs.back().empty()) fused.inputs.pop_back();
   fused.outputs = n.outputs;
   fused.attrs = lowered.attrs;
+  if (lowered.op == "qlinear" && fused.attrs.get_string("weight_layout", "kn") == "kn" &&
+      constant(g, fused.inputs[1]) != nullptr) {
+    fused.inputs[1] = nk_weights.of(g, fused.inputs[1]);
+    fused.attrs.set("weight_layout", std::string("nk"));
+  }
   rw.replace({i}, {std::move(fused)}, describe(n) + " -> " + (lowered.op == "qlinear" ? "QLinear '" : "QConv '") +
                                           n.name + "' (" + lowered.op + ", int8)");
   return true;
@@ -415,6 +457,7 @@ PassResult quantized_fusion(Graph& g, const PassContext& ctx) {
     Rewriter rw(g);
     const Uses uses(g);
     std::set<std::string> dequantized;  // the DQ outputs the fused nodes read past
+    NkWeights nk_weights;
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];
       if (rw.taken(i) || n.inputs.size() < 2) continue;
@@ -423,15 +466,16 @@ PassResult quantized_fusion(Graph& g, const PassContext& ctx) {
         result.notes.push_back(*note);
         continue;
       }
-      if (fuse_gemm(g, uses, rw, i) || fuse_conv(g, uses, rw, i)) {
+      if (fuse_gemm(g, uses, rw, i, nk_weights) || fuse_conv(g, uses, rw, i)) {
         dequantized.insert(x);
         dequantized.insert(w);
       } else {
-        convert_quantized_onnx(g, rw, i, result);
+        convert_quantized_onnx(g, rw, i, result, nk_weights);
       }
     }
     rw.apply(result);
     remove_unread_dequantize(g, dequantized);
+    remove_unused_constants(g, nk_weights.originals());
   }
   if (ctx.keep_quantized_weights) {
     // The weights' DequantizeLinear nodes the folding kept for this pass and it did not fuse: folded now.

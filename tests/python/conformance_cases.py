@@ -1803,6 +1803,76 @@ def fused_elementwise_cases() -> List[Case]:
     return cases
 
 
+def _wrap_int32(v: np.ndarray) -> np.ndarray:
+    return ((v.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int64)
+
+
+def qlinear_cases() -> List[Case]:
+    """The int8 GEMM (Note [Quantized registry ops]): the reference is the note's arithmetic in NumPy (exact integer
+    sums wrapped to int32, then the epilogue in float32 operations: alpha = float32(x_scale * w_scale), the float
+    bias added, relu, ONNX's QuantizeLinear with round half to even), so every kernel must match it exactly."""
+    specs = [  # name, x dtype, (M, K, N), layout, output, bias (None | "int32" | "float32"), per-channel, relu, zp
+        ("1x4x4_int8_out", "int8", (1, 4, 4), "nk", "int8", "int32", True, True, -3),
+        ("3x30x7_kn_uint8", "uint8", (3, 30, 7), "kn", "uint8", "float32", False, False, 131),
+        ("17x64x100_float32", "int8", (17, 64, 100), "nk", "float32", None, True, False, 0),
+        ("9x48x20_float16_relu", "uint8", (9, 48, 20), "nk", "float16", "float32", True, True, 128),
+        ("5x12x8_int32", "int8", (5, 12, 8), "kn", "int32", "int32", False, False, 7),
+        ("33x96x64_run_time_zero_point", "uint8", (33, 96, 64), "nk", "int32", None, False, False, None),
+    ]
+    cases = []
+    for name, x_dtype, (m, k, n), layout, output, bias, per_channel, relu, zero_point in specs:
+        rng = _rng("qlinear" + name)
+        low, high = (-128, 127) if x_dtype == "int8" else (0, 255)
+        x = rng.integers(low, high + 1, size=(m, k)).astype(np.float32)
+        w = rng.integers(-127, 128, size=(n, k) if layout == "nk" else (k, n)).astype(np.float32)
+        attrs = {"weight_layout": layout, "output_dtype": output, "activation": "relu" if relu else "none"}
+        w_scale = None
+        if output != "int32":
+            attrs["x_scale"] = 0.031
+            w_scale = rng.uniform(0.002, 0.02, size=n if per_channel else 1).astype(np.float32)
+        if output in ("int8", "uint8"):
+            attrs.update(y_scale=0.031 * 0.01 * 64.0 * 64.0 * math.sqrt(k) / 60.0,
+                         y_zero_point=-4 if output == "int8" else 120)
+        b = None
+        if bias == "int32":
+            b = rng.integers(-20000, 20000, size=n).astype(np.float32)
+        elif bias == "float32":
+            b = uniform(rng, (n,), -10.0, 10.0)
+        inputs = [x, w, w_scale, b]
+        input_dtypes = [None, "int8", "float32", bias]
+        if zero_point is None:  # a run-time zero point (input 4)
+            inputs.append(np.array(201, dtype=np.float32))
+            input_dtypes.append(x_dtype)
+        else:
+            attrs["x_zero_point"] = zero_point
+
+        def reference(ins, a, bias=bias, layout=layout):
+            xi, wi, si, bi = ins[:4]
+            zp = int(ins[4]) if len(ins) > 4 and ins[4] is not None else int(a.get("x_zero_point", 0))
+            wk = wi.T if layout == "nk" else wi
+            acc = _wrap_int32((xi.astype(np.int64) - zp) @ wk.astype(np.int64))
+            if bias == "int32":
+                acc = _wrap_int32(acc + bi.astype(np.int64))
+            out = a["output_dtype"]
+            if out == "int32":
+                return acc.astype(np.float64)
+            alpha = (np.float64(np.float32(a["x_scale"])) * si.astype(np.float64)).astype(np.float32)
+            real = acc.astype(np.float32) * alpha + (bi.astype(np.float32) if bias == "float32" else np.float32(0))
+            if a["activation"] == "relu":
+                real = np.maximum(real, np.float32(0))
+            if out == "float32":
+                return real.astype(np.float64)
+            if out == "float16":
+                return real.astype(np.float16).astype(np.float64)
+            lo, hi = (-128, 127) if out == "int8" else (0, 255)
+            q = np.rint(real / np.float32(a["y_scale"])).astype(np.float64) + a["y_zero_point"]
+            return np.clip(q, lo, hi)
+
+        cases.append(Case("qlinear", name, inputs, attrs, reference, "exact", dtypes=(x_dtype,),
+                          input_dtypes=input_dtypes, out_dtype=output))
+    return cases
+
+
 def all_cases() -> List[Case]:
     """Every case of every op, in a stable order."""
     cases = (matmul_cases() + linear_cases() + linear_grad_weight_cases() + conv2d_cases()
@@ -1813,7 +1883,7 @@ def all_cases() -> List[Case]:
              + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases()
              + pointwise_cases() + logical_cases() + cum_sum_cases() + gather_elements_cases() + gather_nd_cases()
              + pad_cases() + resize_cases() + integer_reduce_cases() + second_batch_cases()
-             + fused_elementwise_cases())
+             + fused_elementwise_cases() + qlinear_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return cases

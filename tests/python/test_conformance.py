@@ -35,6 +35,11 @@ CASE_INDEX = {case.id: index for index, case in enumerate(CASES)}
 
 # ---- exclusions: what a kernel is allowed to decline, and why ----
 
+def _not_cublaslt_int8_form(case: Case, dtype: str) -> bool:
+    k, n = case.inputs[0].shape[-1], case.inputs[1].shape[0 if case.attrs.get("weight_layout") == "nk" else 1]
+    return case.attrs.get("weight_layout") != "nk" or k % 4 != 0 or n % 4 != 0
+
+
 @dataclass(frozen=True)
 class Exclusion:
     kernel: str
@@ -137,6 +142,9 @@ EXCLUSIONS: List[Exclusion] = [
               "cuDNN computes floor output sizes; ceil_mode is supported only where it gives the same size"),
     Exclusion("cublasLt", "matmul", _matmul_needs_several_batches,
               "cuBLASLt runs one strided batch; batch dims broadcasting in different dims need the cublas kernel"),
+    Exclusion("cublasLt", "qlinear", _not_cublaslt_int8_form,
+              "cuBLASLt's int8 GEMM takes a [N, K] weight with K and N multiples of 4 (Note [cuBLASLt int8 GEMMs]); "
+              "the dp4a kernel takes the rest"),
 ]
 
 

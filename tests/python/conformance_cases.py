@@ -1803,6 +1803,90 @@ def fused_elementwise_cases() -> List[Case]:
     return cases
 
 
+# ---- quantize_linear, dequantize_linear, dynamic_quantize_linear (Note [Quantize registry ops]) ----
+
+_QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+def _per_axis(param: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+    """A scale or zero point of one element (per tensor) or of x.shape[axis] elements, shaped to broadcast to x."""
+    if param.size == 1:
+        return param.reshape(())
+    shape = [1] * x.ndim
+    shape[axis % x.ndim] = param.size
+    return param.reshape(shape)
+
+
+def ref_quantize_linear(inputs, attrs):
+    """x / scale in float32, rounded half to even, plus the zero point, saturated; float8e4m3fn rounds the quotient
+    once, saturating (ONNX's QuantizeLinear)."""
+    x, scale, zero_point = inputs
+    axis = attrs.get("axis", 1)
+    scaled = np.float32(x) / _per_axis(np.float32(scale), x, axis)
+    out = attrs["output_dtype"]
+    if out == "float8e4m3fn":
+        from xpuruntime.quantization import _model
+        return _model.e4m3_to_float(_model.float_to_e4m3(scaled)).astype(np.float64)
+    zp = 0.0 if zero_point is None else _per_axis(zero_point, x, axis)
+    low, high = _QUANT_RANGES[out]
+    return np.clip(np.rint(scaled.astype(np.float64)) + zp, low, high)
+
+
+def ref_dequantize_linear(inputs, attrs):
+    x, scale, zero_point = inputs
+    axis = attrs.get("axis", 1)
+    zp = 0.0 if zero_point is None else _per_axis(zero_point, x, axis)
+    return (x - zp) * _per_axis(scale, x, axis)
+
+
+def ref_dynamic_quantize_linear(inputs, attrs):
+    x = np.float32(inputs[0])
+    x_min, x_max = min(np.float32(0), x.min()), max(np.float32(0), x.max())
+    scale = np.float32(x_max - x_min) / np.float32(255)
+    zp = np.clip(np.rint(np.float32(-x_min) / scale), 0, 255)
+    y = np.clip(np.rint(x / scale) + zp, 0, 255)
+    return y.astype(np.float64), np.float64(scale), np.float64(zp)
+
+
+def quantize_cases() -> List[Case]:
+    cases = []
+    rng = _rng("quantize_linear")
+    x = uniform(rng, (5, 41), -4.0, 4.0)
+    x[0, :8] = np.array([-0.5, 0.5, 1.5, 2.5, -1.5, -2.5, 100.0, -100.0]) * 0.03125  # ties, saturation
+    cases.append(Case("quantize_linear", "per_tensor_int8", [x, np.array([0.03125], np.float32),
+                                                             np.array([-3.0], np.float32)],
+                      {"output_dtype": "int8"}, ref_quantize_linear, "exact", input_dtypes=(None, None, "int8"),
+                      out_dtype="int8"))
+    x = uniform(rng, (3, 7, 5), -2.0, 2.0)
+    cases.append(Case("quantize_linear", "per_axis_uint8", [x, uniform(rng, (7,), 0.01, 0.05),
+                                                            integers(rng, (7,), 0, 20)],
+                      {"axis": 1, "output_dtype": "uint8"}, ref_quantize_linear, "exact",
+                      input_dtypes=(None, None, "uint8"), out_dtype="uint8"))
+    x = uniform(rng, (4, 2, 33), -3.0, 3.0)
+    cases.append(Case("quantize_linear", "last_axis_int8_no_zero_point", [x, uniform(rng, (33,), 0.01, 0.05), None],
+                      {"axis": -1, "output_dtype": "int8"}, ref_quantize_linear, "exact", out_dtype="int8"))
+    x = uniform(rng, (3, 37), -600.0, 600.0)
+    cases.append(Case("quantize_linear", "float8e4m3fn", [x, np.array([1.0], np.float32), None],
+                      {"output_dtype": "float8e4m3fn"}, ref_quantize_linear, "exact", out_dtype="float8e4m3fn"))
+    cases.append(Case("dequantize_linear", "per_tensor_int8", [integers(rng, (3, 37), -128, 128),
+                                                               np.array([0.02], np.float32),
+                                                               np.array([5.0], np.float32)],
+                      {}, ref_dequantize_linear, "elementwise", input_dtypes=("int8", None, "int8")))
+    cases.append(Case("dequantize_linear", "per_axis_uint8", [integers(rng, (2, 6, 5), 0, 256),
+                                                              uniform(rng, (6,), 0.01, 0.05),
+                                                              integers(rng, (6,), 0, 256)],
+                      {"axis": 1}, ref_dequantize_linear, "elementwise", input_dtypes=("uint8", None, "uint8")))
+    cases.append(Case("dequantize_linear", "last_axis_int32", [integers(rng, (3, 8), -100000, 100000),
+                                                               uniform(rng, (8,), 0.001, 0.002), None],
+                      {"axis": -1}, ref_dequantize_linear, "elementwise", input_dtypes=("int32",)))
+    for name, shape, low, high in [("mixed_7x13", (7, 13), -2.0, 5.0), ("positive_1029", (1029,), 0.5, 3.0),
+                                   ("negative_3x5x7", (3, 5, 7), -6.0, -0.1)]:
+        cases.append(Case("dynamic_quantize_linear", name, [uniform(_rng("dynamic" + name), shape, low, high)], {},
+                          ref_dynamic_quantize_linear, "exact", ("float32",), out_dtype="uint8",
+                          more_out_dtypes=["float32", "uint8"]))
+    return cases
+
+
 def _wrap_int32(v: np.ndarray) -> np.ndarray:
     return ((v.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int64)
 
@@ -1883,7 +1967,7 @@ def all_cases() -> List[Case]:
              + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases()
              + pointwise_cases() + logical_cases() + cum_sum_cases() + gather_elements_cases() + gather_nd_cases()
              + pad_cases() + resize_cases() + integer_reduce_cases() + second_batch_cases()
-             + fused_elementwise_cases() + qlinear_cases())
+             + fused_elementwise_cases() + quantize_cases() + qlinear_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return cases

@@ -49,7 +49,8 @@ class AbsentKernel final : public Kernel {
       "softplus", "sin", "cos", "floor", "ceil", "round", "sign", "is_nan", "is_inf", "logical_and", "logical_or",
       "logical_xor", "cum_sum", "gather_elements", "gather_nd", "pad", "resize", "tan", "asin", "acos", "atan",
       "sinh", "cosh", "asinh", "acosh", "atanh", "softsign", "selu", "celu", "thresholded_relu", "mish", "log_softmax",
-      "prelu", "mod", "one_hot", "trilu", "tile", "scatter_nd", "arg_max", "arg_min", "top_k", "reduce_prod", "non_zero", "non_max_suppression"};
+      "prelu", "mod", "one_hot", "trilu", "tile", "scatter_nd", "arg_max", "arg_min", "top_k", "reduce_prod", "non_zero", "non_max_suppression",
+      "quantize_linear", "dequantize_linear", "dynamic_quantize_linear"};
   const char* no_cuda = "this xpuruntime was built without CUDA; rebuild with the CUDA toolkit installed "
                         "(cmake -DXPURT_WITH_CUDA=ON)";
   const char* no_cudnn = "this xpuruntime was built without cuDNN; install cuDNN 9 and rebuild "

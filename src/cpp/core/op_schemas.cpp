@@ -634,6 +634,7 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
 }  // namespace
 
 void register_data_ops(KernelRegistry& registry);  // op_schemas_data.cpp: data movement, every-dtype ops
+void register_quantize_ops(KernelRegistry& registry);  // op_schemas_quantize.cpp: (de)quantize_linear
 
 void register_ops(KernelRegistry& registry) {
   auto add = [&](std::string name, std::string family, std::vector<std::string> inputs, std::string doc,
@@ -725,6 +726,7 @@ void register_ops(KernelRegistry& registry) {
     registry.add_schema(std::move(attention));
   }
   register_data_ops(registry);
+  register_quantize_ops(registry);
   distributed::register_collective_schemas(registry);
 }
 

@@ -70,5 +70,6 @@ void register_binary_ext(KernelRegistry& registry);     // elementwise_register.
 void register_generate(KernelRegistry& registry);       // data_register.cpp
 void register_select(KernelRegistry& registry);         // reduce_register.cpp
 void register_qlinear(KernelRegistry& registry);        // qlinear_register.cpp: qlinear's "dp4a"
+void register_quantize(KernelRegistry& registry);       // quantize_register.cpp
 
 }  // namespace xpuruntime::cuda_raw

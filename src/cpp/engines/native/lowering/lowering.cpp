@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/attention_layout.h"
+#include "core/quantize_ops.h"
 #include "engines/native/passes/pass_utils.h"
 #include "core/scalar.h"
 #include "core/shape_str.h"
@@ -884,6 +885,92 @@ Lowered lower_fused_quantized(const Ctx& c, const std::string& op) {
   return registry(op, inputs, c.node.attrs);
 }
 
+// ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear (Note [Quantize registry ops] in core/quantize_ops.h) --
+
+// Why the node's scale (input 1) is not a registry form: blocked (block_size), not a float, or of unknown shape.
+// Empty when it is one (per tensor or per axis; the schema checks the shape against x).
+std::string quantize_scale_problem(const Ctx& c) {
+  if (c.opset >= 21 && c.node.attrs.get_int("block_size", 0) != 0) {
+    return "blocked scales (block_size) run on the node kernel";
+  }
+  const ValueType* scale = c.type(1);
+  if (scale == nullptr || !quantize_ops::is_real_dtype(scale->dtype)) {
+    return "the scale is not float32, float16 or bfloat16";
+  }
+  if (!c.known(1)) return "the scale's shape is unknown";
+  const Ints shape = c.shape(1);
+  const bool per_tensor = shape.size() <= 1 && (shape.empty() || shape[0] == 1);
+  if (!per_tensor && c.opset < 13) return "a per-axis scale before opset 13 (the node kernel says why not)";
+  return {};
+}
+
+// Whether the quantized dtype `d` exists at the node's opset (the node kernel names the opset that brings it).
+bool quantized_dtype_in_opset(DType d, std::int64_t opset) {
+  if (is_float8_dtype(d)) return opset >= 19;
+  if (is_int4_dtype(d)) return opset >= 21;
+  return true;
+}
+
+// The zero point input (2), or -1 when absent or when it is a float8 constant of zeros: the arithmetic adds or
+// subtracts 0 either way, and without it the GPU converts through cuda_fp8.h (Note [Float8 on the GPU] in
+// backends/cuda_raw/quantize.cu).
+int quantize_zero_point(const Ctx& c) {
+  if (!c.has(2)) return -1;
+  const Tensor* zp = c.constant(2);
+  if (zp == nullptr || !is_float8_dtype(zp->dtype())) return 2;
+  for (const double v : detail::to_doubles(*zp)) {
+    if (v != 0.0) return 2;
+  }
+  return -1;
+}
+
+// ONNX QuantizeLinear -> quantize_linear: float x, a per-tensor or per-axis scale, an output of int8, uint8, int4,
+// uint4 or a float8 (the zero point's type, else output_dtype, else uint8).
+Lowered lower_quantize_linear(const Ctx& c) {
+  const ValueType* x = c.type(0);
+  if (x == nullptr || !quantize_ops::is_real_dtype(x->dtype)) {
+    return reference("x is not float32, float16 or bfloat16 (int32 x runs on the node kernel)");
+  }
+  std::string problem = quantize_scale_problem(c);
+  if (!problem.empty()) return reference(problem);
+  DType out = DType::kUInt8;
+  const std::int64_t output_dtype = c.opset >= 21 ? c.node.attrs.get_int("output_dtype", 0) : 0;
+  if (output_dtype != 0 && !dtype_from_onnx_type(output_dtype, &out)) return reference("output_dtype is unsupported");
+  if (c.has(2)) {
+    if (c.type(2) == nullptr || (output_dtype != 0 && c.type(2)->dtype != out)) {
+      return reference("the zero point's type is unknown or differs from output_dtype");
+    }
+    out = c.type(2)->dtype;
+  }
+  if (!quantize_ops::is_quantized_dtype(out) || !quantized_dtype_in_opset(out, c.opset)) {
+    return reference(detail::str_cat("quantizing to ", dtype_name(out), " at opset ", c.opset,
+                                     " runs on the node kernel"));
+  }
+  Attributes a;
+  a.set("axis", c.node.attrs.get_int("axis", 1));
+  a.set("saturate", c.opset >= 19 ? c.node.attrs.get_int("saturate", 1) : std::int64_t{1});
+  a.set("output_dtype", std::string(dtype_name(out)));
+  return registry("quantize_linear", {0, 1, quantize_zero_point(c)}, a);
+}
+
+// ONNX DequantizeLinear -> dequantize_linear: x int8, uint8, int32, int4, uint4 or a float8, a per-tensor or per-axis
+// float scale (the output's dtype).
+Lowered lower_dequantize_linear(const Ctx& c) {
+  const ValueType* x = c.type(0);
+  if (x == nullptr || !quantize_ops::is_dequantizable_dtype(x->dtype) || !quantized_dtype_in_opset(x->dtype, c.opset)) {
+    const std::string what = x == nullptr ? std::string("an unknown type") : std::string(dtype_name(x->dtype));
+    return reference(detail::str_cat("dequantizing ", what, " at opset ", c.opset, " runs on the node kernel"));
+  }
+  std::string problem = quantize_scale_problem(c);
+  if (!problem.empty()) return reference(problem);
+  if (c.has(2) && (c.type(2) == nullptr || c.type(2)->dtype != x->dtype)) {
+    return reference("the zero point's type is unknown or differs from x's");
+  }
+  Attributes a;
+  a.set("axis", c.node.attrs.get_int("axis", 1));
+  return registry("dequantize_linear", {0, 1, quantize_zero_point(c)}, a);
+}
+
 const std::map<std::string, LowerFn>& onnx_table() {
   static const auto* table = new std::map<std::string, LowerFn>{
       {"Relu", [](const Ctx& c) { return lower_unary(c, "relu"); }},
@@ -1024,6 +1111,13 @@ const std::map<std::string, LowerFn>& onnx_table() {
       {"ArgMin", [](const Ctx& c) { return lower_arg_reduce(c, "arg_min"); }},
       {"TopK", lower_top_k},
       {"ReduceProd", [](const Ctx& c) { return lower_reduce(c, "reduce_prod", 18); }},
+      {"QuantizeLinear", lower_quantize_linear},
+      {"DequantizeLinear", lower_dequantize_linear},
+      {"DynamicQuantizeLinear",
+       [](const Ctx& c) {
+         if (c.type(0) == nullptr || c.type(0)->dtype != DType::kFloat32) return reference("x is not float32");
+         return registry("dynamic_quantize_linear", {0});
+       }},
   };
   return *table;
 }
@@ -1141,10 +1235,12 @@ Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const
     if (idx >= 0 && !node.has_input(static_cast<std::size_t>(idx))) {
       return reference(detail::str_cat("input ", idx, " of ", node.op_type, " is missing"));
     }
-    // float8 and int4 (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h): no registry op takes them (their schemas
-    // refuse them); the node kernels move them (Transpose, Concat, Slice, Gather, ...) or say why not.
+    // float8 and int4 (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h): no registry op but quantize_linear and
+    // dequantize_linear (Note [Quantize registry ops] in core/quantize_ops.h) takes them (the others' schemas refuse
+    // them); the node kernels move them (Transpose, Concat, Slice, Gather, ...) or say why not.
     const ValueType* vt = idx >= 0 ? c.type(static_cast<std::size_t>(idx)) : nullptr;
-    if (lowered.kind == Lowered::Kind::kRegistry && vt != nullptr && is_low_bit_dtype(vt->dtype)) {
+    const bool takes_low_bit = lowered.op == "quantize_linear" || lowered.op == "dequantize_linear";
+    if (lowered.kind == Lowered::Kind::kRegistry && !takes_low_bit && vt != nullptr && is_low_bit_dtype(vt->dtype)) {
       return reference(detail::str_cat("input ", idx, " is ", dtype_name(vt->dtype), ", which no registry op takes"));
     }
   }

@@ -59,7 +59,10 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cuda_raw", elementwise, "cuda_raw", no_cuda);
   declare_absent(registry, "cuda_raw", {"attention"}, "flash_v2", no_cuda);
   declare_absent(registry, "cuda_raw", {"conv2d"}, "depthwise", no_cuda);
+  declare_absent(registry, "cuda_raw", {"qconv2d"}, "int8_mma", no_cuda);
+  declare_absent(registry, "cuda_raw", {"qconv2d"}, "cuda_raw", no_cuda);
   declare_absent(registry, "cuda_raw", {"qlinear"}, "dp4a", no_cuda);
+  declare_absent(registry, "cuda_raw", {"matmul_nbits"}, "cuda_raw", no_cuda);
 #endif
 #if !XPURT_BACKEND_CODEGEN
   declare_absent(registry, "codegen", {"fused_elementwise"}, "generated", no_cuda);

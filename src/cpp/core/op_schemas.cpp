@@ -229,6 +229,8 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
 //   real      = max(real, 0) when activation=relu
 //   y         = real (float32, or rounded to float16), or saturate(round_half_even(real / y_scale) + y_zero_point)
 //               for int8/uint8 (real / y_scale in float32, as ONNX's QuantizeLinear); output_dtype=int32: acc itself
+// qconv2d takes conv2d's layout attribute: NHWC (x [N, H, W, C], weight [O, kh, kw, C/groups]) is what the nhwc_layout
+// pass makes for the tensor-core kernel (Note [Channels-last int8 convolutions] in engines/native/passes/layout.cpp).
 // The per-tensor parameters are attributes (constants in every model the pass fuses; a CUDA plan passes them to its
 // epilogue as host scalars), the per-output-channel weight scale an input [N] (or [1]): cuBLASLt's alpha vector
 // (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) is alpha[n], a float bias its BIAS epilogue, and a nonzero
@@ -334,11 +336,12 @@ std::vector<TensorDesc> infer_qlinear(const OpDescriptor& desc) {
   return {out};
 }
 
-// conv2d's geometry (a float32 copy of x and the weight, no bias), then the quantized operands.
+// conv2d's geometry (a float32 copy of x and the weight, no bias; layout NCHW or NHWC as conv2d's), then the
+// quantized operands.
 std::vector<TensorDesc> infer_qconv2d(const OpDescriptor& desc) {
-  XPURT_CHECK(desc.attrs.get_string("layout", "NCHW") == "NCHW", "op 'qconv2d': only layout NCHW is supported");
-  check_rank(desc.inputs[0], 4, "qconv2d", "x", "[N, C, H, W]");
-  check_rank(desc.inputs[1], 4, "qconv2d", "weight", "[O, C/groups, kh, kw]");
+  const bool nhwc = detail::is_nhwc(desc.attrs, "qconv2d");
+  check_rank(desc.inputs[0], 4, "qconv2d", "x", nhwc ? "[N, H, W, C]" : "[N, C, H, W]");
+  check_rank(desc.inputs[1], 4, "qconv2d", "weight", nhwc ? "[O, kh, kw, C/groups]" : "[O, C/groups, kh, kw]");
   OpDescriptor geometry;
   geometry.op = "qconv2d";
   geometry.attrs = desc.attrs;
@@ -634,6 +637,7 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
 }  // namespace
 
 void register_data_ops(KernelRegistry& registry);  // op_schemas_data.cpp: data movement, every-dtype ops
+void register_int4_ops(KernelRegistry& registry);  // op_schemas_int4.cpp: matmul_nbits
 void register_quantize_ops(KernelRegistry& registry);  // op_schemas_quantize.cpp: (de)quantize_linear
 
 void register_ops(KernelRegistry& registry) {
@@ -665,9 +669,10 @@ void register_ops(KernelRegistry& registry) {
       "activation=none|relu, output_dtype=int8|uint8|float32|float16|int32 (the accumulator)",
       infer_qlinear);
   add("qconv2d", "qconv", {"x", "weight", "w_scale?", "bias?"},
-      "int8 NCHW convolution (Note [Quantized registry ops]): x int8/uint8, weight int8 [O, C/groups, kh, kw], "
-      "w_scale float32 [O] or one element, bias int32 or float32 [O]; conv2d's strides, pads, dilations, groups; "
-      "qlinear's scales, zero points, activation and output_dtype",
+      "int8 convolution (Note [Quantized registry ops]): x int8/uint8, weight int8 [O, C/groups, kh, kw], "
+      "w_scale float32 [O] or one element, bias int32 or float32 [O]; conv2d's strides, pads, dilations, groups and "
+      "layout=NCHW (default) or NHWC (x [N,H,W,C], weight [O,kh,kw,C/groups], y [N,OH,OW,O]); qlinear's scales, "
+      "zero points, activation and output_dtype",
       infer_qconv2d);
   add("conv_transpose2d", "conv", {"x", "weight", "bias?"},
       "ONNX ConvTranspose in 2-D: x[N,C,H,W], weight [C, O/groups, kh, kw]; strides, pads (t,l,b,r), dilations, "
@@ -726,6 +731,7 @@ void register_ops(KernelRegistry& registry) {
     registry.add_schema(std::move(attention));
   }
   register_data_ops(registry);
+  register_int4_ops(registry);
   register_quantize_ops(registry);
   distributed::register_collective_schemas(registry);
 }

@@ -122,6 +122,7 @@ void register_attention_kernels(KernelRegistry& registry);    // attention
 void register_onnx_kernels(KernelRegistry& registry);  // the ONNX ops beyond the core set (cpu_onnx_ops.cpp)
 void register_fused_kernels(KernelRegistry& registry);  // fused_elementwise (cpu_fused.cpp)
 void register_quantized_kernels(KernelRegistry& registry);  // qlinear, qconv2d (cpu_quant.cpp)
+void register_int4_kernels(KernelRegistry& registry);       // matmul_nbits (cpu_int4.cpp)
 // quantize_linear, dequantize_linear, dynamic_quantize_linear (cpu_quantize.cpp)
 void register_quantize_kernels(KernelRegistry& registry);
 // reduce_sum/max/min of int32/int64 through the ONNX reference library (cpu_onnx_ops.cpp).

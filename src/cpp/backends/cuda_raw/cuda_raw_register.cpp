@@ -159,8 +159,10 @@ void register_cuda_raw(KernelRegistry& registry) {
   cuda_raw::register_binary_ext(registry);      // prelu, mod
   cuda_raw::register_generate(registry);        // one_hot, trilu, tile, scatter_nd
   cuda_raw::register_select(registry);          // arg_max, arg_min, top_k
+  cuda_raw::register_quantized_conv(registry);  // qconv2d: int8_mma (tensor cores), then cuda_raw
   cuda_raw::register_qlinear(registry);         // qlinear's "dp4a" (after cuBLASLt's IMMA kernel)
   cuda_raw::register_quantize(registry);        // quantize_linear, dequantize_linear, dynamic_quantize_linear
+  cuda_raw::register_int4_gemm(registry);       // matmul_nbits (int4_gemm_register.cpp)
   // ---- attention: flash_v2 (flash_attention.cu) ----
   register_flash_attention(registry);
 }

@@ -252,7 +252,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
                                              "dead_node_elimination", "tensor_parallel", "op_decomposition",
-                                             "quantized_fusion", "conv_bn_folding",
+                                             "int4_weight_fusion", "quantized_fusion", "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion", "conv_fusion",
@@ -1833,6 +1833,71 @@ TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
     expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
                  2e-2, 2e-2);
   }
+}
+
+// A quantized CNN's int8 convolutions in a CUDA plan (Note [Channels-last int8 convolutions]): after quantized_fusion,
+// the QConvs whose input channels are a multiple of 16 (one group) run channels-last with OHWI int8 weights and pass
+// their int8 values to each other directly; the 3-channel stem and the grouped convolution stay NCHW; the graph
+// computes the same bits as the CPU plan's (the cpu kernel's NHWC equals its NCHW).
+TEST(NhwcLayout, Int8ConvolutionsRunChannelsLastForTheTensorCores) {
+  Builder b;
+  b.input("x", {2, 3, 12, 12});
+  b.constant("sx", scalar(0.04f)).constant("zx", int8_scalar(128, DType::kUInt8));
+  b.constant("s", scalar(0.05f)).constant("z", int8_scalar(-128)).constant("z3", int8_scalar(3));
+  const auto pads1 = Attributes().set("pads", std::vector<std::int64_t>{1, 1, 1, 1});
+  b.add(node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"})).add(node("DequantizeLinear", {"xq", "sx", "zx"}, {"xf"}));
+  // conv(in, out, weight shape, attrs) -> out: DQ(per-channel int8 weight) -> Conv -> [bias] -> Relu -> Q -> DQ.
+  const auto conv = [&](const std::string& in, const std::string& out, const Shape& w_shape, Attributes attrs,
+                        unsigned seed, bool quantize_out) {
+    b.constant(out + "_w", quantized(w_shape, DType::kInt8, seed, -127, 127));
+    b.constant(out + "_ws", random({w_shape[0]}, seed + 1, 0.002f, 0.01f));
+    b.constant(out + "_b", random({w_shape[0]}, seed + 2));
+    b.add(node("DequantizeLinear", {out + "_w", out + "_ws"}, {out + "_wf"}, Attributes().set("axis", I(0))));
+    b.add(node("Conv", {in, out + "_wf", out + "_b"}, {out + "_c"}, std::move(attrs)));
+    if (!quantize_out) {
+      b.add(node("Relu", {out + "_c"}, {out}));
+      return;
+    }
+    b.add(node("Relu", {out + "_c"}, {out + "_r"}));
+    b.add(node("QuantizeLinear", {out + "_r", "s", "z"}, {out + "_q"}));
+    b.add(node("DequantizeLinear", {out + "_q", "s", "z"}, {out}));
+  };
+  conv("xf", "c1", {16, 3, 3, 3}, pads1, 300, true);                      // the stem: 3 channels, NCHW
+  conv("c1", "c2", {32, 16, 3, 3}, Attributes(pads1).set("strides", std::vector<std::int64_t>{2, 2}), 310, true);
+  conv("c2", "c3", {32, 32, 1, 1}, Attributes(), 320, true);             // reads c2's channels-last int8 directly
+  conv("c3", "c4", {16, 16, 3, 3}, Attributes(pads1).set("group", I(2)), 330, false);  // grouped: NCHW
+  const Graph g = with_types(b.build({"c4"}));
+  passes::PassContext ctx;
+  ctx.keep_quantized_weights = true;
+  Graph cpu = g;
+  passes::run_passes(cpu, ctx);
+  ctx.device = Device::cuda(0);
+  Graph cuda = g;
+  passes::run_passes(cuda, ctx);
+  ASSERT_EQ(count(cpu, "QConv"), 4) << cpu.str();
+  ASSERT_EQ(count(cuda, "QConv"), 4) << cuda.str();
+  std::vector<std::string> channels_last;
+  for (const Node& n : cuda.nodes) {
+    if (n.op_type != "QConv" || n.attrs.get_string("layout", "NCHW") != "NHWC") continue;
+    channels_last.push_back(n.name);
+    const Tensor& w = cuda.initializers.at(n.inputs[1]);
+    EXPECT_EQ(w.dtype(), DType::kInt8);
+    EXPECT_EQ(w.shape()[3], w.shape()[0] == 32 && w.shape()[1] == 1 ? 32 : 16) << "weight [O, kh, kw, C]";
+  }
+  EXPECT_EQ(channels_last.size(), 2u) << cuda.str();
+  // One Transpose into NHWC (the stem's int8 output) and one back (the grouped convolution's input).
+  EXPECT_EQ(count(cuda, "Transpose"), 2) << cuda.str();
+  EXPECT_EQ(count(cpu, "Transpose"), 0) << cpu.str();
+  const Feeds feeds = {{"x", random({2, 3, 12, 12}, 340, -2.0f, 2.0f)}};
+  const std::vector<Tensor> expected = run_graph(cpu, feeds, nullptr, /*library_fused=*/true);
+  const std::vector<Tensor> actual = run_graph(cuda, feeds, nullptr, /*library_fused=*/true);
+  ASSERT_EQ(actual.size(), 1u);
+  ASSERT_EQ(actual[0].shape(), expected[0].shape());
+  EXPECT_EQ(std::memcmp(actual[0].data_ptr(), expected[0].data_ptr(), expected[0].nbytes()), 0);
+  // Off with the pass: NCHW throughout.
+  Graph disabled = g;
+  passes::run_passes(disabled, ctx, {"nhwc_layout"});
+  EXPECT_EQ(count(disabled, "Transpose"), 0) << disabled.str();
 }
 
 // ---- every ONNX backend test model ----

@@ -123,6 +123,14 @@ std::optional<std::vector<ValueType>> formula_output_types(const Node& node, std
     for (std::int64_t d : shape) vt.shape.emplace_back(d);
     return vt;
   };
+  if (node.op_type == "DequantizeLinear") {
+    // x's shape in the scale's type: the weights' DequantizeLinear the folding keeps for quantized_fusion and
+    // int4_weight_fusion would otherwise be run whole at every type inference until those passes run.
+    if (types.size() < 2 || types[1] == nullptr) return std::nullopt;
+    ValueType vt = typed(x);
+    vt.dtype = types[1]->dtype;
+    return std::vector<ValueType>{vt};
+  }
   if (node.op_type == "Conv") {
     if (types.size() < 2 || types[1] == nullptr || rank < 3) return std::nullopt;
     const std::vector<std::int64_t> w = types[1]->sizes();
@@ -270,6 +278,7 @@ std::vector<std::optional<ValueType>> reference_output_types(const Node& node, s
 bool fold_node(Graph& g, const Node& node, std::int64_t opset, const std::vector<const Tensor*>& constants,
                const InferOptions& options) {
   if (options.keep_quantized_weights && passes::is_quantized_weight_dequantize(g, node)) return false;
+  if (options.keep_int4_weights && passes::is_int4_weight_dequantize(g, node)) return false;
   const std::optional<std::size_t> predicted = passes::predicted_fold_bytes(g, node);
   if (predicted && *predicted > options.max_folded_bytes) return false;
   try {
@@ -471,6 +480,8 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   if (disabled.count("constant_folding")) infer.fold_constants = false;
   // Note [Quantized fusion]: the weights' DequantizeLinear nodes stay for quantized_fusion, which folds what it leaves.
   infer.keep_quantized_weights = options.fuse_quantized && disabled.count("quantized_fusion") == 0;
+  // Note [Int4 weight fusion]: likewise the int4 weights' DequantizeLinear nodes for int4_weight_fusion.
+  infer.keep_int4_weights = options.fuse_int4_weights && disabled.count("int4_weight_fusion") == 0;
   const int folded = infer_types(g, infer);
   if (folded) notes.push_back(detail::str_cat("constant_folding: ", folded, " node(s) folded"));
   clock.mark("type inference and constant folding");
@@ -481,6 +492,8 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   ctx.keep_unfused = options.keep_unfused;
   ctx.fuse_quantized = options.fuse_quantized;
   ctx.keep_quantized_weights = infer.keep_quantized_weights;
+  ctx.fuse_int4_weights = options.fuse_int4_weights;
+  ctx.keep_int4_weights = infer.keep_int4_weights;
   ctx.tp_size = options.tp_size;
   ctx.tp_rank = options.tp_rank;
   ctx.tp_comm = options.tp_comm;

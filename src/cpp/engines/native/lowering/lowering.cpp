@@ -971,6 +971,61 @@ Lowered lower_dequantize_linear(const Ctx& c) {
   return registry("dequantize_linear", {0, 1, quantize_zero_point(c)}, a);
 }
 
+// ---- int4 weight-only GEMM: matmul_nbits (Note [Int4 weight-only GEMM] in core/op_schemas_int4.cpp) ----
+
+bool is_matmul_float(const ValueType* t) {
+  return t != nullptr && (t->dtype == DType::kFloat32 || t->dtype == DType::kFloat16 || t->dtype == DType::kBFloat16);
+}
+
+// com.microsoft MatMulNBits (A, B, scales, zero_points, g_idx, bias) -> matmul_nbits, or the reason why not.
+Lowered lower_ms_matmul_nbits(const Ctx& c) {
+  const Attributes& attrs = c.node.attrs;
+  const std::int64_t bits = attrs.get_int("bits", 4), block = attrs.get_int("block_size", 0);
+  const std::int64_t k = attrs.get_int("K", 0), n = attrs.get_int("N", 0);
+  if (bits != 4) return reference(detail::str_cat("bits=", bits, " (matmul_nbits takes 4-bit codes)"));
+  if (block < 16 || (block & (block - 1)) != 0 || k <= 0 || n <= 0) return reference("K, N or block_size invalid");
+  if (!c.single_output() || c.node.inputs.size() < 3) return reference("not a MatMulNBits of one output");
+  if (c.has(4)) return reference("g_idx reorders K into the blocks (act-order); the node kernel runs it");
+  if (!is_matmul_float(c.type(0))) return reference("A is not float32, float16 or bfloat16");
+  if (c.rank(0) >= 1) {
+    const Dim& last = c.type(0)->shape.back();
+    if (last.known() && last.value != k) return reference("A's last dim is not K");
+  }
+  const std::int64_t blocks = (k + block - 1) / block;
+  if (!c.known(1) || c.type(1)->dtype != DType::kUInt8 || c.shape(1) != Ints{n, blocks, block / 2}) {
+    return reference(detail::str_cat("B is not uint8 [", n, ", ", blocks, ", ", block / 2, "]"));
+  }
+  const ValueType* scales = c.type(2);
+  if (!c.known(2) || (scales->dtype != DType::kFloat32 && scales->dtype != c.type(0)->dtype) ||
+      (c.shape(2) != Ints{n * blocks} && c.shape(2) != Ints{n, blocks})) {
+    return reference("scales are not [N * n_blocks] of A's float type");
+  }
+  if (c.has(3)) {
+    if (!c.known(3) || c.type(3)->dtype != DType::kUInt8) {
+      return reference("zero points are not packed uint8 (float zero points run on the node kernel)");
+    }
+    const std::int64_t bytes = n * ((blocks + 1) / 2);
+    if (c.shape(3) != Ints{bytes} && c.shape(3) != Ints{n, (blocks + 1) / 2}) {
+      return reference(detail::str_cat("zero points are not ", bytes, " packed bytes"));
+    }
+  }
+  if (c.has(5) && (!c.known(5) || !is_matmul_float(c.type(5)) || c.shape(5) != Ints{n})) {
+    return reference("bias is not a float [N]");
+  }
+  Attributes a;
+  a.set("block_size", block);
+  a.set("bits", std::int64_t{4});
+  return registry("matmul_nbits", {0, 1, 2, c.has(3) ? 3 : -1, c.has(5) ? 5 : -1}, a);
+}
+
+// com.xpuruntime MatMulNBits (the int4_weight_fusion pass): inputs and attributes are the registry op's.
+Lowered lower_fused_matmul_nbits(const Ctx& c) {
+  Attributes a;
+  a.set("block_size", c.node.attrs.get_int("block_size", 0));
+  a.set("bits", c.node.attrs.get_int("bits", 4));
+  return registry("matmul_nbits", {0, 1, 2, c.has(3) ? 3 : -1, c.has(4) ? 4 : -1}, a);
+}
+
 const std::map<std::string, LowerFn>& onnx_table() {
   static const auto* table = new std::map<std::string, LowerFn>{
       {"Relu", [](const Ctx& c) { return lower_unary(c, "relu"); }},
@@ -1127,6 +1182,7 @@ const std::map<std::string, LowerFn>& xpurt_table() {
       {"FusedConv", [](const Ctx& c) { return lower_conv(c, true); }},
       {"QLinear", [](const Ctx& c) { return lower_fused_quantized(c, "qlinear"); }},
       {"QConv", [](const Ctx& c) { return lower_fused_quantized(c, "qconv2d"); }},
+      {"MatMulNBits", lower_fused_matmul_nbits},
       {"MaxPool", [](const Ctx& c) { return lower_pool(c, "max_pool2d"); }},
       {"AveragePool", [](const Ctx& c) { return lower_pool(c, "avg_pool2d"); }},
       {"GlobalAveragePool",
@@ -1213,9 +1269,23 @@ Lowered lower_quantized_onnx(const Node& node, std::int64_t opset, const std::ve
   return reference("not a quantized ONNX operator");
 }
 
+Lowered lower_matmul_nbits(const Node& node, const std::vector<const ValueType*>& types) {
+  const std::vector<const Tensor*> constants;
+  const Ctx c{node, 1, types, constants};
+  if (node.domain != "com.microsoft" || node.op_type != "MatMulNBits") return reference("not a MatMulNBits");
+  return lower_ms_matmul_nbits(c);
+}
+
 Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
                    const std::vector<const Tensor*>& constants) {
   const Ctx c{node, opset, types, constants};
+  if (node.domain == "com.microsoft" && node.op_type == "MatMulNBits") {
+    // The int4_weight_fusion pass turns the ones matmul_nbits takes into com.xpuruntime nodes; this one it left.
+    const Lowered lowered = lower_ms_matmul_nbits(c);
+    return reference(lowered.kind == Lowered::Kind::kReference
+                         ? lowered.reason
+                         : "int4_weight_fusion did not run (disabled, or no matmul_nbits kernel on the device)");
+  }
   for (const ValueType* vt : types) {
     if (vt != nullptr && !vt->is_tensor()) {
       return reference(std::string("it reads a ") + value_kind_name(vt->kind) +

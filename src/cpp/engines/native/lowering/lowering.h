@@ -45,4 +45,11 @@ Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const
 Lowered lower_quantized_onnx(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
                              const std::vector<const Tensor*>& constants);
 
+// ONNX Runtime's com.microsoft MatMulNBits (A, B, scales, zero_points, g_idx, bias) -> matmul_nbits (Note [Int4
+// weight-only GEMM] in core/op_schemas_int4.cpp) when it is what that op takes: bits=4, no g_idx, packed uint8 zero
+// points (or none), A float32/float16/bfloat16, B and the scales of the shapes K, N and block_size give; else
+// kReference with the reason. The int4_weight_fusion pass calls it (so that disabling the pass leaves MatMulNBits to
+// its node kernel); lower_node gives its reason for a MatMulNBits the pass left.
+Lowered lower_matmul_nbits(const Node& node, const std::vector<const ValueType*>& types);
+
 }  // namespace xpuruntime::runtime

@@ -29,6 +29,7 @@ bool foldable(const Graph& g, const Node& n, const PassContext& ctx) {
   if (!(is_onnx_domain(n.domain) || n.domain == "ai.onnx.ml")) return false;
   if (nondeterministic(n) || !n.graph_attrs.empty()) return false;
   if (ctx.keep_quantized_weights && is_quantized_weight_dequantize(g, n)) return false;  // Note [Quantized fusion]
+  if (ctx.keep_int4_weights && is_int4_weight_dequantize(g, n)) return false;  // Note [Int4 weight fusion]
   for (const auto& in : n.inputs) {
     if (!in.empty() && !is_constant(g, in)) return false;
   }

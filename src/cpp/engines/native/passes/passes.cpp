@@ -30,6 +30,11 @@ const std::vector<PassInfo>& all_passes() {
        "Split -> Slices, 1-D Conv -> 2-D Conv between views, LayerNormalization's constants in X's float type: "
        "ops every device runs",
        op_decomposition},
+      {"int4_weight_fusion",
+       "DequantizeLinear(constant int4/uint4 weight, blocks along K) -> MatMul/Gemm [+ bias], and com.microsoft "
+       "MatMulNBits (bits 4, no g_idx) -> com.xpuruntime:MatMulNBits (registry op matmul_nbits: the packed codes "
+       "dequantized in registers)",
+       int4_weight_fusion},
       {"quantized_fusion",
        "DequantizeLinear(int8) x and constant weight -> MatMul/Gemm/Conv [+ bias] [+ Relu] [+ QuantizeLinear] -> "
        "com.xpuruntime:QLinear / QConv (int8 registry ops qlinear / qconv2d; per-tensor activations, symmetric "
@@ -59,7 +64,8 @@ const std::vector<PassInfo>& all_passes() {
       {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu] -> com.xpuruntime:FusedConv", conv_fusion},
       {"nhwc_layout",
        "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group) and the pools after it run "
-       "channels-last (NHWC), weights permuted once, Transposes only where NCHW readers remain",
+       "channels-last (NHWC), weights permuted once, Transposes only where NCHW readers remain; the int8 QConv "
+       "(input channels multiple of 16, one group) too, for the tensor cores",
        nhwc_layout},
       {"linear_epilogue_fusion",
        "Linear + Mul(per-feature constant: layer scale) [+ Add(residual)] -> the Linear with its weights and bias "

@@ -56,6 +56,12 @@ struct XPURT_API PassContext {
   // a node for it; the pass folds the ones it does not fuse.
   bool fuse_quantized = true;
   bool keep_quantized_weights = false;
+  // int4_weight_fusion (Note [Int4 weight fusion] in passes/fusion_int4.cpp): whether the plan's device has a kernel of
+  // matmul_nbits (and the plan runs on one rank). keep_int4_weights: the pass will run (runtime::optimize sets it), so
+  // the folding keeps each DequantizeLinear of an int4/uint4 constant as a node for it; the pass folds the ones it
+  // does not fuse.
+  bool fuse_int4_weights = true;
+  bool keep_int4_weights = false;
 };
 
 // What one pass did. `notes`: one line per rewrite, e.g. "fused Conv 'c1' + Relu 'r1' -> FusedConv 'c1'".
@@ -119,6 +125,12 @@ XPURT_API PassResult elementwise_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult quantized_fusion(Graph& g, const PassContext& ctx);
 // A DequantizeLinear of an int8/uint8 constant: what the folding keeps while PassContext::keep_quantized_weights.
 XPURT_API bool is_quantized_weight_dequantize(const Graph& g, const Node& n);
+// DequantizeLinear(constant int4/uint4 weight, blocked along K or per tensor/channel) -> MatMul/Gemm [+ bias], and
+// com.microsoft MatMulNBits with 4-bit codes and no g_idx -> com.xpuruntime:MatMulNBits (the registry op
+// matmul_nbits; Note [Int4 weight fusion] in passes/fusion_int4.cpp).
+XPURT_API PassResult int4_weight_fusion(Graph& g, const PassContext& ctx);
+// A DequantizeLinear of an int4/uint4 constant: what the folding keeps while PassContext::keep_int4_weights.
+XPURT_API bool is_int4_weight_dequantize(const Graph& g, const Node& n);
 
 // Whether a default-domain node has as many inputs and outputs as some version of its ONNX operator takes (true for
 // other domains and for operators ONNX's schemas do not list). Every pattern a pass matches checks it first (Note

@@ -334,6 +334,8 @@ runtime::InferOptions inference_options(const PlanOptions& options) {
   };
   const bool float_plan = options.compute_float == DType::kFloat32 || options.compute_float == DType::kFloat16;
   infer_options.fuse_quantized = float_plan && options.tp_size == 1 && on_device("qlinear") && on_device("qconv2d");
+  // int4_weight_fusion (Note [Int4 weight fusion]): where the device has a matmul_nbits kernel, on one rank.
+  infer_options.fuse_int4_weights = options.tp_size == 1 && on_device("matmul_nbits");
   // elementwise_fusion (Note [Fused elementwise programs]): where a fused_elementwise kernel runs on the device, and
   // not for ops the KernelPolicy gives a rule of their own.
   const KernelRegistry* registry = &options.dispatcher->registry();

@@ -39,6 +39,16 @@ std::string quantized_summary(const PlanStep& s) {
   return text;
 }
 
+// "; int4 weights [4096, 11008] in blocks of 32 (float16 scales, zero points 8)": what explain() says of a matmul_nbits
+// step (Note [Int4 weight-only GEMM]).
+std::string int4_summary(const PlanStep& s) {
+  const std::vector<TensorDesc>& in = s.desc.inputs;
+  const bool zero_points = in.size() > 3 && in[3].present;
+  return detail::str_cat("; int4 weights [", in[1].shape[0], ", ", in[0].shape.back(), "] in blocks of ",
+                         s.attrs.get_int("block_size", 0), " (", dtype_name(in[2].dtype), " scales, zero points ",
+                         zero_points ? "packed" : "8", ")");
+}
+
 }  // namespace
 
 NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
@@ -57,6 +67,7 @@ NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
         if (s.op == "fused_elementwise") {  // Note [Fused elementwise programs]: the group's program
           n.reason += "; program: " + s.attrs.get_string("program", "");
         }
+        if (s.op == "matmul_nbits") n.reason += int4_summary(s);  // Note [Int4 weight-only GEMM]
         if (s.op == "qlinear" || s.op == "qconv2d") {  // Note [Quantized registry ops]: int8 whatever the policy's
           n.precision = "int8";
           n.reason += quantized_summary(s);

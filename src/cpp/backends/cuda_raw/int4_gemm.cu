@@ -1,0 +1,472 @@
+// matmul_nbits on the GPU (Note [Int4 weight-only GEMM] in core/op_schemas_int4.cpp): a tensor-core kernel that
+// streams the packed int4 weight once and dequantizes it in registers, for the small m of decoding; and the two
+// helpers of the large-m path (int4_gemm_register.cpp), which dequantizes the weight into a workspace and runs
+// cuBLAS's GEMM on it.
+//
+// Note [Int4 GEMM on the GPU]
+// With m <= 16 rows of x, a GEMM against an int4 weight is bound by the weight's bytes: each code is used m times.
+// CUDA-core FMAs cannot keep up at m = 16 on an H200 (16 fp32 FMAs per code take ~3x the time the code's half byte
+// takes to arrive), so the kernel multiplies on tensor cores, mma.sync m16n8k16 with float32 accumulation, the m rows
+// as the MMA's 16 (rows past m are zeros), 8 weight rows (output columns) as its n:
+//  * Lane (g, t) of a warp (g = lane / 4, t = lane % 4) loads 16 bytes (32 codes) of weight row n0 + g with one
+//    128-bit load (ld.global.nc, no L1 allocation: the weight is read once), at code offset 128 c + 32 t of the row:
+//    the 4 lanes of a row read 64 contiguous bytes per chunk c, and the warp a whole [8 rows x 128 codes] tile.
+//  * The codes become float16 (bfloat16) pairs in registers: (w >> s) & 0x000F000F | 0x64006400 is the pair
+//    {1024 + q[i], 1024 + q[i + 4]} (0x4300: 128 + q for bfloat16), exact; subtracting {1024 + z, 1024 + z} is exact
+//    too, and one multiply by the block's scale rounds once: W in float16 (bfloat16).
+//  * The order of k within an MMA does not matter to its sum, only that A and B agree: the pairs a lane hands to the
+//    MMA as its B fragment (logical k 2t, 2t+1 and 2t+8, 2t+9 of column g) are codes (i, i + 4) and (i + 1, i + 5) of
+//    its own 8-code word; x's A fragment takes the same k of rows g and g + 8 (two __byte_perm of the 16-byte loads
+//    of x, which every one of the block's 8 weight rows x 4 tiles reuses). Eight MMAs consume one 16-byte load.
+//  * A block is 8 warps on 4 such tiles (32 output columns) and one 16-row slice of x; its warps take the K chunks
+//    in turn (warp w: chunks w, w + 8, ...), each loading its next chunk's weights before it multiplies the current
+//    ones, and their float32 sums meet in shared memory in a fixed order. When the (column, row) blocks would not
+//    fill the GPU's resident blocks, K is also cut into `splits` parts (grid z): each part's sums go to a float32
+//    workspace and a second kernel adds them in order, with the bias. Results do not depend on the run.
+// Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
+// weight once per call into a float16 workspace and running cuBLAS on it costs little more than the GEMM itself.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "backends/cuda_raw/cuda_raw_common.cuh"
+#include "backends/cuda_raw/int4_gemm.h"
+
+namespace xpuruntime::cuda_raw {
+
+namespace {
+
+using namespace detail;  // NOLINT: the backend's own helpers
+
+constexpr int kChunk = 128;  // codes of a weight row one warp takes per step: 4 lanes x 32
+constexpr int kTiles = 4;    // tiles of 8 output columns per block
+constexpr int kWarps = 8;
+constexpr int kBlockThreads = kWarps * 32;
+constexpr int kBlockColumns = 8 * kTiles;
+constexpr int kMaxSplits = 8;
+constexpr int kCachedDevices = 64;
+
+template <typename V>
+__device__ __forceinline__ V bits_as(std::uint32_t u) {
+  V v;
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
+template <typename V>
+__device__ __forceinline__ std::uint32_t as_bits(V v) {
+  std::uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// The float16 / bfloat16 specifics: the magic number whose low mantissa bits take a 4-bit code, pairs, the MMA.
+template <typename T>
+struct Half;
+
+template <>
+struct Half<__half> {
+  using Pair = __half2;
+  static constexpr std::uint32_t kMagic = 0x64006400u;  // 1024.0 in each half; + q in the low 10 mantissa bits
+  static constexpr float kMagicValue = 1024.0f;
+  __device__ static Pair pair(float v) { return __float2half2_rn(v); }
+  __device__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+template <>
+struct Half<__nv_bfloat16> {
+  using Pair = __nv_bfloat162;
+  static constexpr std::uint32_t kMagic = 0x43004300u;  // 128.0 in each bfloat16; + q in the low 7 mantissa bits
+  static constexpr float kMagicValue = 128.0f;
+  __device__ static Pair pair(float v) { return __float2bfloat162_rn(v); }
+  __device__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();  // refused by int4_gemm_mma_refusal below compute capability 8.0
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+  }
+};
+
+// Codes (i, i + 4) of a word shifted right by 4 i, as the pair (code - zero) * scale: exact until the multiply.
+template <typename T>
+__device__ __forceinline__ std::uint32_t dequantize_pair(std::uint32_t shifted, typename Half<T>::Pair zero_magic,
+                                                         typename Half<T>::Pair scale) {
+  using Pair = typename Half<T>::Pair;
+  const Pair biased = bits_as<Pair>((shifted & 0x000F000Fu) | Half<T>::kMagic);
+  return as_bits(__hmul2(__hsub2(biased, zero_magic), scale));
+}
+
+// 16 bytes of the weight, read once: no L1 allocation (x's fragments stay cached there).
+__device__ __forceinline__ uint4 load_streaming(const std::uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Codes [k0, k0 + 8) of one row of x as 4 pairs (zeros past k, and for a row past m: `row` null).
+template <typename T, bool kVectorX>
+__device__ __forceinline__ uint4 load_x8(const T* row, int k0, int k) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (row == nullptr) return v;
+  if (kVectorX && k0 + 8 <= k) return __ldg(reinterpret_cast<const uint4*>(row + k0));
+  T e[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = k0 + i < k ? row[k0 + i] : from_float<T>(0.0f);
+  std::memcpy(&v, e, sizeof(v));
+  return v;
+}
+
+template <typename S>
+__device__ __forceinline__ float scale_at(const S* scales, std::int64_t i) {
+  return to_float(scales[i]);
+}
+
+struct MmaParams {
+  int m = 0, n = 0, k = 0;
+  int blocks = 0;           // of the packed rows
+  int block_shift = 0;      // log2(block_size)
+  int row_bytes = 0;        // blocks * block_size / 2
+  int row_codes = 0;        // blocks * block_size
+  int chunks = 0;           // ceil(row_codes / kChunk)
+  int chunks_per_split = 0;
+  int zero_row = 0;         // ceil(blocks / 2)
+  bool bias_float = false;  // bias is float32 (else T)
+};
+
+// One chunk of one warp: the scales and zero points of the lane's rows, then per 8-code word x's A fragments (rows
+// g and g + 8) and 2 MMAs per tile. Every lane runs the MMAs (they are warp-wide): a lane past the packed row (K not a
+// multiple of the chunk) multiplies zeros.
+template <typename T, typename S, bool kBlock16, bool kVectorX>
+__device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const uint4 (&w)[kTiles], const T* x0,
+                                               const T* x1, const S* __restrict__ scales,
+                                               const std::uint8_t* __restrict__ zero_points, int n_first,
+                                               float (&acc)[kTiles][4]) {
+  using Pair = typename Half<T>::Pair;
+  const int kc = c * kChunk + (threadIdx.x & 3) * 32;  // this lane's first code
+  const bool live = kc < p.row_codes;                  // else its weights are zeros (load_chunk), and x too
+  constexpr int kScales = kBlock16 ? 2 : 1;
+  Pair scale[kTiles][kScales], zero[kTiles][kScales];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int n = min(n_first + 8 * j, p.n - 1);  // a row past n computes a column nobody stores
+#pragma unroll
+    for (int h = 0; h < kScales; ++h) {
+      const int b = (kc >> p.block_shift) + h;
+      scale[j][h] = Half<T>::pair(live ? scale_at(scales, static_cast<std::int64_t>(n) * p.blocks + b) : 0.0f);
+      int z = 8;
+      if (zero_points != nullptr && live) {
+        const unsigned byte = zero_points[static_cast<std::int64_t>(n) * p.zero_row + (b >> 1)];
+        z = static_cast<int>((byte >> (4 * (b & 1))) & 0xFu);
+      }
+      zero[j][h] = Half<T>::pair(Half<T>::kMagicValue + static_cast<float>(z));
+    }
+  }
+#pragma unroll
+  for (int word = 0; word < 4; ++word) {
+    // A fragments (Note [Int4 GEMM on the GPU]): steps 2 word (codes 0/4, 1/5 of the word) and 2 word + 1 (2/6, 3/7).
+    const uint4 xa = load_x8<T, kVectorX>(x0, kc + 8 * word, p.k);
+    const uint4 xb = load_x8<T, kVectorX>(x1, kc + 8 * word, p.k);
+    const std::uint32_t a0[4] = {__byte_perm(xa.x, xa.z, 0x5410), __byte_perm(xb.x, xb.z, 0x5410),
+                                 __byte_perm(xa.x, xa.z, 0x7632), __byte_perm(xb.x, xb.z, 0x7632)};
+    const std::uint32_t a1[4] = {__byte_perm(xa.y, xa.w, 0x5410), __byte_perm(xb.y, xb.w, 0x5410),
+                                 __byte_perm(xa.y, xa.w, 0x7632), __byte_perm(xb.y, xb.w, 0x7632)};
+    const int h = kBlock16 ? word >> 1 : 0;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const std::uint32_t codes = word_of(w[j], word);
+      const std::uint32_t b0 = dequantize_pair<T>(codes, zero[j][h], scale[j][h]);
+      const std::uint32_t b1 = dequantize_pair<T>(codes >> 4, zero[j][h], scale[j][h]);
+      const std::uint32_t b2 = dequantize_pair<T>(codes >> 8, zero[j][h], scale[j][h]);
+      const std::uint32_t b3 = dequantize_pair<T>(codes >> 12, zero[j][h], scale[j][h]);
+      Half<T>::mma(acc[j], a0, b0, b1);
+      Half<T>::mma(acc[j], a1, b2, b3);
+    }
+  }
+}
+
+// The weights of chunk c for the lane's rows n_first + 8 j (zeros past n or past the packed row).
+__device__ __forceinline__ void load_chunk(const MmaParams& p, const std::uint8_t* __restrict__ weight, int c,
+                                           int n_first, uint4 (&w)[kTiles]) {
+  const int kc = c * kChunk + (threadIdx.x & 3) * 32;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int n = n_first + 8 * j;
+    w[j] = make_uint4(0u, 0u, 0u, 0u);
+    if (n < p.n && kc < p.row_codes) {
+      w[j] = load_streaming(weight + static_cast<std::int64_t>(n) * p.row_bytes + kc / 2);
+    }
+  }
+}
+
+template <typename T, typename S, bool kBlock16, bool kVectorX>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    int4_mma_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
+                    const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
+                    float* __restrict__ partial, MmaParams p) {
+  __shared__ float sums[kWarps][kTiles][32][4];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
+  const int n_block = blockIdx.x * kBlockColumns, m_block = blockIdx.y * 16;
+  const int n_first = n_block + g;
+  const int r0 = m_block + g, r1 = m_block + g + 8;
+  const T* x0 = r0 < p.m ? x + static_cast<std::int64_t>(r0) * p.k : nullptr;
+  const T* x1 = r1 < p.m ? x + static_cast<std::int64_t>(r1) * p.k : nullptr;
+  const int c_begin = blockIdx.z * p.chunks_per_split;
+  const int c_end = min(p.chunks, c_begin + p.chunks_per_split);
+  float acc[kTiles][4] = {};
+  uint4 current[kTiles], next[kTiles];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) next[j] = make_uint4(0u, 0u, 0u, 0u);
+  int c = c_begin + warp;
+  if (c < c_end) load_chunk(p, weight, c, n_first, current);
+  for (; c < c_end; c += kWarps) {
+    if (c + kWarps < c_end) load_chunk(p, weight, c + kWarps, n_first, next);  // in flight while this one multiplies
+    multiply_chunk<T, S, kBlock16, kVectorX>(p, c, current, x0, x1, scales, zero_points, n_first, acc);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) current[j] = next[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sums[warp][j][lane][i] = acc[j][i];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kTiles * 32 * 4; e += kBlockThreads) {
+    const int j = e / 128, l = (e / 4) % 32, i = e % 4;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += sums[w][j][l][i];
+    // The accumulator layout of m16n8k16: rows l / 4 and l / 4 + 8, columns 2 (l % 4) and 2 (l % 4) + 1.
+    const int row = m_block + (l >> 2) + 8 * (i >> 1);
+    const int col = n_block + 8 * j + 2 * (l & 3) + (i & 1);
+    if (row >= p.m || col >= p.n) continue;
+    const std::int64_t at = static_cast<std::int64_t>(row) * p.n + col;
+    if (partial != nullptr) {
+      partial[static_cast<std::int64_t>(blockIdx.z) * p.m * p.n + at] = sum;
+    } else {
+      if (bias != nullptr) {
+        sum += p.bias_float ? static_cast<const float*>(bias)[col] : to_float(static_cast<const T*>(bias)[col]);
+      }
+      y[at] = from_float<T>(sum);
+    }
+  }
+}
+
+// y = the sum of the splits' partial sums, in split order, + bias.
+template <typename T>
+__global__ void int4_sum_splits_kernel(const float* __restrict__ partial, const void* __restrict__ bias,
+                                       bool bias_float, T* __restrict__ y, std::int64_t mn, int n, int splits) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < mn;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (int s = 0; s < splits; ++s) sum += partial[s * mn + i];
+    if (bias != nullptr) {
+      const auto col = static_cast<int>(i % n);
+      sum += bias_float ? static_cast<const float*>(bias)[col] : to_float(static_cast<const T*>(bias)[col]);
+    }
+    y[i] = from_float<T>(sum);
+  }
+}
+
+MmaParams mma_params(const Int4GemmArgs& a, int splits) {
+  MmaParams p;
+  p.m = static_cast<int>(a.m);
+  p.n = static_cast<int>(a.n);
+  p.k = static_cast<int>(a.k);
+  p.blocks = static_cast<int>(a.blocks());
+  while ((std::int64_t{1} << p.block_shift) < a.block) ++p.block_shift;
+  p.row_codes = static_cast<int>(a.blocks() * a.block);
+  p.row_bytes = p.row_codes / 2;
+  p.chunks = (p.row_codes + kChunk - 1) / kChunk;
+  p.chunks_per_split = (p.chunks + splits - 1) / splits;
+  p.zero_row = (p.blocks + 1) / 2;
+  p.bias_float = a.bias_dtype == DType::kFloat32;
+  return p;
+}
+
+// Calls body(T{}, S{}) for x's dtype T (float16, bfloat16) and the scales' S (T or float).
+template <typename Body>
+void dispatch_int4(const Int4GemmArgs& a, Body&& body) {
+  const bool float_scales = a.scale_dtype == DType::kFloat32;
+  if (a.x_dtype == DType::kFloat16) {
+    float_scales ? body(__half{}, float{}) : body(__half{}, __half{});
+  } else {
+    XPURT_INTERNAL_ASSERT(a.x_dtype == DType::kBFloat16, "int4 mma kernel of x ", dtype_name(a.x_dtype));
+    float_scales ? body(__nv_bfloat16{}, float{}) : body(__nv_bfloat16{}, __nv_bfloat16{});
+  }
+}
+
+// Resident blocks of the mma kernel on the current device (SMs x blocks per SM), queried once per device.
+std::int64_t resident_blocks() {
+  static std::atomic<std::int64_t> cached[kCachedDevices];
+  int device = 0;
+  XPURT_CUDA_CHECK(cudaGetDevice(&device));
+  std::int64_t resident = device < kCachedDevices ? cached[device].load(std::memory_order_relaxed) : 0;
+  if (resident == 0) {
+    int sms = 0, per_sm = 0;
+    XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, int4_mma_kernel<__half, __half, false, true>, kBlockThreads, 0));
+    resident = std::max<std::int64_t>(1, std::int64_t{sms} * per_sm);
+    if (device < kCachedDevices) cached[device].store(resident, std::memory_order_relaxed);
+  }
+  return resident;
+}
+
+}  // namespace
+
+const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability) {
+  if (a.x_dtype != DType::kFloat16 && a.x_dtype != DType::kBFloat16) {
+    return "the tensor-core kernel takes float16 or bfloat16 x (float32 x runs the dequantize + cuBLAS path)";
+  }
+  if (compute_capability > 0 && compute_capability < 80) return "the tensor-core kernel needs compute capability 8.0";
+  if ((a.blocks() * a.block) % 32 != 0) return "packed rows not a multiple of 16 bytes (an odd number of 16-blocks)";
+  const std::int64_t limit = std::numeric_limits<std::int32_t>::max();
+  if (a.m > limit || a.n > limit || a.k > limit || a.n * (a.blocks() * a.block / 2) > limit) {
+    return "sizes beyond int32";
+  }
+  if (!is_aligned(a.weight, 16)) return "the weight is not 16-byte aligned";
+  return nullptr;
+}
+
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a) {
+  Int4MmaConfig config;
+  const MmaParams p = mma_params(a, 1);
+  const std::int64_t tiles = ((a.n + kBlockColumns - 1) / kBlockColumns) * ((a.m + 15) / 16);
+  const std::int64_t resident = resident_blocks();
+  // The split whose blocks fill the resident ones best (the last wave least empty), each split keeping at least two
+  // chunks per warp; the smallest split of the best fill.
+  double best = 0.0;
+  for (int s = 1; s <= kMaxSplits && (s == 1 || p.chunks / s >= 2 * kWarps); ++s) {
+    const std::int64_t blocks = tiles * s;
+    const std::int64_t waves = (blocks + resident - 1) / resident;
+    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * resident);
+    if (fill > best + 0.02) {
+      best = fill;
+      config.splits = s;
+    }
+  }
+  config.workspace_bytes =
+      config.splits > 1 ? static_cast<std::size_t>(config.splits) * static_cast<std::size_t>(a.m * a.n) * 4 : 0;
+  return config;
+}
+
+void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* workspace, void* stream) {
+  if (a.m == 0 || a.n == 0) return;
+  const MmaParams p = mma_params(a, config.splits);
+  const dim3 grid(static_cast<unsigned>((a.n + kBlockColumns - 1) / kBlockColumns),
+                  static_cast<unsigned>((a.m + 15) / 16), static_cast<unsigned>(config.splits));
+  auto* partial = config.splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  XPURT_INTERNAL_ASSERT(config.splits == 1 || workspace != nullptr, "int4 mma kernel: no workspace for its splits");
+  const bool block16 = a.block == 16;
+  const bool vector_x = a.k % 8 == 0 && is_aligned(a.x, 16);
+  dispatch_int4(a, [&](auto t, auto s) {
+    using T = decltype(t);
+    using S = decltype(s);
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kBlockThreads, 0, as_stream(stream)>>>(
+          static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
+          static_cast<T*>(a.y), partial, p);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    };
+    if (block16) {
+      vector_x ? launch(int4_mma_kernel<T, S, true, true>) : launch(int4_mma_kernel<T, S, true, false>);
+    } else {
+      vector_x ? launch(int4_mma_kernel<T, S, false, true>) : launch(int4_mma_kernel<T, S, false, false>);
+    }
+    if (partial != nullptr) {
+      const std::int64_t mn = a.m * a.n;
+      int4_sum_splits_kernel<T><<<grid_for(mn, kThreads), kThreads, 0, as_stream(stream)>>>(
+          partial, a.bias, p.bias_float, static_cast<T*>(a.y), mn, p.n, config.splits);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    }
+  });
+}
+
+// ---- the large-m path's helpers ----
+
+namespace {
+
+template <typename T, typename S>
+__global__ void int4_dequantize_kernel(const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
+                                       const std::uint8_t* __restrict__ zero_points, T* __restrict__ out,
+                                       std::int64_t n0, std::int64_t k, std::int64_t blocks, std::int64_t block) {
+  const std::int64_t row = n0 + blockIdx.y;
+  const std::int64_t row_bytes = blocks * block / 2, zero_row = (blocks + 1) / 2;
+  const std::uint8_t* codes = weight + row * row_bytes;
+  T* dst = out + static_cast<std::int64_t>(blockIdx.y) * k;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < k;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t b = i / block;
+    const unsigned byte = codes[i / 2];
+    const auto code = static_cast<float>((byte >> (4 * (i & 1))) & 0xFu);
+    float zero = 8.0f;
+    if (zero_points != nullptr) {
+      zero = static_cast<float>((zero_points[row * zero_row + b / 2] >> (4 * (b & 1))) & 0xFu);
+    }
+    dst[i] = from_float<T>((code - zero) * to_float(scales[row * blocks + b]));
+  }
+}
+
+template <typename T>
+__global__ void int4_add_bias_kernel(T* __restrict__ y, const void* __restrict__ bias, bool bias_float,
+                                     std::int64_t mn, std::int64_t n) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < mn;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t col = i % n;
+    const float b = bias_float ? static_cast<const float*>(bias)[col] : to_float(static_cast<const T*>(bias)[col]);
+    y[i] = from_float<T>(to_float(y[i]) + b);
+  }
+}
+
+}  // namespace
+
+void int4_dequantize_rows(const Int4GemmArgs& a, std::int64_t n0, std::int64_t rows, void* out, DType out_dtype,
+                          void* stream) {
+  if (rows == 0 || a.k == 0) return;
+  XPURT_INTERNAL_ASSERT(rows <= 65535 && n0 + rows <= a.n, "int4_dequantize_rows: rows ", n0, " + ", rows);
+  const dim3 grid(grid_for(a.k, kThreads, 64), static_cast<unsigned>(rows));
+  dispatch_float(out_dtype, "int4 dequantize", [&](auto t) {
+    using T = decltype(t);
+    dispatch_float(a.scale_dtype, "int4 dequantize scales", [&](auto s) {
+      using S = decltype(s);
+      int4_dequantize_kernel<T, S><<<grid, kThreads, 0, as_stream(stream)>>>(
+          a.weight, static_cast<const S*>(a.scales), a.zero_points, static_cast<T*>(out), n0, a.k, a.blocks(),
+          a.block);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    });
+  });
+}
+
+void int4_add_bias(const Int4GemmArgs& a, void* stream) {
+  const std::int64_t mn = a.m * a.n;
+  if (mn == 0 || a.bias == nullptr) return;
+  dispatch_float(a.x_dtype, "int4 bias", [&](auto t) {
+    using T = decltype(t);
+    int4_add_bias_kernel<T><<<grid_for(mn, kThreads), kThreads, 0, as_stream(stream)>>>(
+        static_cast<T*>(a.y), a.bias, a.bias_dtype == DType::kFloat32, mn, a.n);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace xpuruntime::cuda_raw

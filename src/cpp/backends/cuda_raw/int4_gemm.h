@@ -1,0 +1,57 @@
+// The launchers of matmul_nbits' cuda_raw kernel (int4_gemm.cu; Note [Int4 weight-only GEMM] in
+// core/op_schemas_int4.cpp, Note [Int4 GEMM on the GPU] in int4_gemm.cu). The contract of cuda_raw_ops.h holds:
+// the current device is the operands' device, the stream is a cudaStream_t as void*, nothing synchronizes, zero-sized
+// work enqueues nothing, errors are typed. Internal to the backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "xpuruntime/dtype.h"
+
+namespace xpuruntime::cuda_raw {
+
+// One matmul_nbits problem: y[m, n] = x[m, k] @ W^T (+ bias), W from the packed codes (all pointers on the device,
+// contiguous, in the op's layout).
+struct Int4GemmArgs {
+  const void* x = nullptr;                     // [m, k] of x_dtype
+  const std::uint8_t* weight = nullptr;        // [n, blocks, block / 2]
+  const void* scales = nullptr;                // [n, blocks] of scale_dtype
+  const std::uint8_t* zero_points = nullptr;   // [n, ceil(blocks / 2)], or null (8)
+  const void* bias = nullptr;                  // [n] of bias_dtype, or null
+  void* y = nullptr;                           // [m, n] of x_dtype
+  DType x_dtype = DType::kFloat16;
+  DType scale_dtype = DType::kFloat16;
+  DType bias_dtype = DType::kFloat16;
+  std::int64_t m = 0;
+  std::int64_t k = 0;
+  std::int64_t n = 0;
+  std::int64_t block = 32;                     // a power of two >= 16
+  std::int64_t blocks() const { return (k + block - 1) / block; }
+};
+
+// How the tensor-core kernel splits one problem (int4_gemm_mma_config): K cut into `splits` parts, each block's
+// float32 partial sums in the workspace when splits > 1, summed by a second kernel in a fixed order.
+struct Int4MmaConfig {
+  int splits = 1;
+  std::size_t workspace_bytes = 0;
+};
+
+// Whether the tensor-core kernel takes `args` (null: it does; else the reason): x float16 or bfloat16, compute
+// capability 8.0 or newer, rows of the packed weight a multiple of 16 bytes (block_size >= 32, or an even number of
+// 16-blocks) and every operand 16-byte aligned, sizes within int32.
+const char* int4_gemm_mma_refusal(const Int4GemmArgs& args, int compute_capability);
+// The split for `args` on the current device (its SM count and the kernel's occupancy, queried once per device).
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args);
+// The tensor-core kernel (Note [Int4 GEMM on the GPU]): any m, meant for small ones; `workspace` holds
+// config.workspace_bytes.
+void int4_gemm_mma(const Int4GemmArgs& args, const Int4MmaConfig& config, void* workspace, void* stream);
+
+// Rows [n0, n0 + rows) of W dequantized in float32 and rounded once to `out_dtype` (float32, float16, bfloat16) into
+// `out` [rows, k]: what the library GEMM of large m multiplies by. rows <= 65535.
+void int4_dequantize_rows(const Int4GemmArgs& args, std::int64_t n0, std::int64_t rows, void* out, DType out_dtype,
+                          void* stream);
+// y[m, n] += bias[n] in float32, rounded once to x_dtype (after the library GEMM).
+void int4_add_bias(const Int4GemmArgs& args, void* stream);
+
+}  // namespace xpuruntime::cuda_raw

@@ -1,0 +1,220 @@
+// matmul_nbits' cuda_raw kernel (Note [Int4 GEMM on the GPU] in backends/cuda_raw/int4_gemm.cu) against its cpu
+// kernel on random inputs (GPU; skipped without a CUDA device): both plans (the tensor-core kernel for m <= 64 and
+// float16/bfloat16 x, the dequantize + cuBLAS path otherwise), its K splits, block sizes 16 to 256, K not a multiple
+// of the block or of 8, zero points and bias of both float types, unaligned x; and which plan a descriptor gets
+// (CPU-runnable: no device touched).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_utils.h"
+#include "xpuruntime/device_manager.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/kernel_policy.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/ops.h"
+#include "xpuruntime/stream_manager.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+Tensor random_float(const Shape& shape, DType dtype, float lo, float hi, std::mt19937& gen) {
+  Tensor t = Tensor::empty(shape, DType::kFloat32);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  auto* p = static_cast<float*>(t.data_ptr());
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+  return dtype == DType::kFloat32 ? t : ops::cast(t, dtype);
+}
+
+Tensor random_bytes(const Shape& shape, std::mt19937& gen) {
+  Tensor t = Tensor::empty(shape, DType::kUInt8);
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto* p = static_cast<std::uint8_t*>(t.data_ptr());
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<std::uint8_t>(byte(gen));
+  return t;
+}
+
+std::vector<float> floats_of(const Tensor& t) {
+  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+  const Tensor f = host.dtype() == DType::kFloat32 ? host : ops::cast(host, DType::kFloat32);
+  const auto* p = static_cast<const float*>(f.data_ptr());
+  return std::vector<float>(p, p + f.numel());
+}
+
+// sum_k |x[m, k] * W[n, k]| from the host inputs: the scale of each output's rounding errors.
+std::vector<double> magnitudes(const Tensor& x, const Tensor& w, const Tensor& scales, const Tensor& zp,
+                               std::int64_t block) {
+  const std::vector<float> xs = floats_of(x), ss = floats_of(scales);
+  const std::int64_t k = x.shape().back(), m = x.numel() / k, n = w.shape()[0], blocks = w.shape()[1];
+  const auto* codes = static_cast<const std::uint8_t*>(w.data_ptr());
+  const auto* zero = zp.defined() ? static_cast<const std::uint8_t*>(zp.data_ptr()) : nullptr;
+  std::vector<double> out(static_cast<std::size_t>(m * n), 0.0);
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (std::int64_t l = 0; l < k; ++l) {
+      const std::int64_t b = l / block;
+      const int code = (codes[j * blocks * (block / 2) + l / 2] >> (4 * (l % 2))) & 0xF;
+      const int z = zero ? (zero[j * ((blocks + 1) / 2) + b / 2] >> (4 * (b % 2))) & 0xF : 8;
+      const double wv = std::fabs((code - z) * static_cast<double>(ss[static_cast<std::size_t>(j * blocks + b)]));
+      for (std::int64_t r = 0; r < m; ++r) {
+        out[static_cast<std::size_t>(r * n + j)] += wv * std::fabs(xs[static_cast<std::size_t>(r * k + l)]);
+      }
+    }
+  }
+  return out;
+}
+
+// Relative error of the GPU's weights and products: float16's and bfloat16's dequantized weights round once (2^-11,
+// 2^-8), then float32 sums; float32 runs cuBLAS in float32.
+double relative_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return 2e-3;
+    case DType::kBFloat16: return 1.6e-2;
+    default: return 1e-5;
+  }
+}
+
+struct Case {
+  std::int64_t m, k, n, block;
+  bool zero_points;
+  int bias;  // 0 none, 1 x's dtype, 2 float32
+  bool float_scales;
+};
+
+std::string label(const Case& c, DType dtype) {
+  return std::string(dtype_name(dtype)) + " m " + std::to_string(c.m) + " k " + std::to_string(c.k) + " n " +
+         std::to_string(c.n) + " block " + std::to_string(c.block) + (c.zero_points ? " zp" : "") +
+         (c.bias == 1 ? " bias" : c.bias == 2 ? " float32 bias" : "") + (c.float_scales ? " float32 scales" : "");
+}
+
+// Runs the case on the cpu kernel and on cuda_raw (pinned), and compares within the tolerance of each output's
+// magnitude. `x_offset`: elements x starts into its device buffer (1 leaves it off 16-byte alignment).
+void check(const Case& c, DType dtype, std::mt19937& gen, std::int64_t x_offset = 0) {
+  const std::string what = label(c, dtype) + (x_offset ? " unaligned x" : "");
+  const std::int64_t blocks = (c.k + c.block - 1) / c.block;
+  const Tensor x = random_float({c.m, c.k}, dtype, -1.0f, 1.0f, gen);
+  const Tensor w = random_bytes({c.n, blocks, c.block / 2}, gen);
+  const Tensor scales = random_float({c.n, blocks}, c.float_scales ? DType::kFloat32 : dtype, 0.002f, 0.05f, gen);
+  const Tensor zp = c.zero_points ? random_bytes({c.n, (blocks + 1) / 2}, gen) : Tensor();
+  const Tensor bias =
+      c.bias ? random_float({c.n}, c.bias == 2 ? DType::kFloat32 : dtype, -1.0f, 1.0f, gen) : Tensor();
+  const Attributes attrs = Attributes().set("block_size", c.block);
+  const Tensor want = ops::call("matmul_nbits", {x, w, scales, zp, bias}, attrs)[0];
+  const Device gpu = Device::cuda(0);
+  Tensor x_gpu = x.to(gpu);
+  if (x_offset != 0) {
+    Tensor padded = Tensor::zeros({c.m * c.k + x_offset}, dtype, gpu);
+    const std::size_t bytes = static_cast<std::size_t>(x_offset) * dtype_size(dtype);
+    x_gpu = Tensor::from_blob(static_cast<char*>(padded.data_ptr()) + bytes, {c.m, c.k}, {}, dtype, gpu,
+                              padded.storage());
+    x_gpu.copy_from(x);
+  }
+  KernelPolicy pinned;
+  pinned.set("matmul_nbits", "pin:cuda_raw");
+  ops::CallOptions options;
+  options.kernel_policy = &pinned;
+  const Tensor got = ops::call("matmul_nbits",
+                               {x_gpu, w.to(gpu), scales.to(gpu), zp.defined() ? zp.to(gpu) : Tensor(),
+                                bias.defined() ? bias.to(gpu) : Tensor()},
+                               attrs, options)[0];
+  StreamManager::instance().current_stream(gpu).synchronize();
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const std::vector<float> a = floats_of(got), e = floats_of(want);
+  const std::vector<double> mag = magnitudes(x, w, scales, zp, c.block);
+  const double rel = relative_tolerance(dtype);
+  const double out_ulp = dtype == DType::kFloat16 ? 1e-3 : dtype == DType::kBFloat16 ? 8e-3 : 1e-6;
+  std::int64_t bad = 0;
+  std::string first;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double tol = rel * mag[i] + out_ulp * std::fabs(e[i]) + 1e-6;
+    if (!(std::fabs(static_cast<double>(a[i]) - e[i]) <= tol) && bad++ == 0) {
+      first = "element " + std::to_string(i) + ": cuda_raw " + std::to_string(a[i]) + ", cpu " + std::to_string(e[i]) +
+              ", tolerance " + std::to_string(tol);
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.size() << " differ; first " << first;
+}
+
+TEST(Int4GemmCuda, TensorCoreKernelMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(21);
+  const Case cases[] = {
+      {1, 4096, 256, 32, false, 0, false},  {1, 4096, 4096, 128, true, 1, false}, {2, 1000, 77, 16, true, 0, false},
+      {3, 4104, 33, 64, false, 2, true},    {8, 512, 1000, 256, true, 1, false},  {9, 96, 40, 32, true, 0, true},
+      {16, 2048, 512, 128, false, 2, false}, {17, 300, 129, 32, true, 1, false},  {33, 1024, 64, 64, false, 0, true},
+      {64, 256, 96, 16, true, 1, false},    {5, 8192, 64, 128, true, 0, false},   // few columns, long K: splits
+      {1, 11008, 24, 32, false, 1, false},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) check(c, dtype, gen);
+  }
+  // K not a multiple of 8 and x off 16-byte alignment: x read element by element.
+  check({4, 1001, 50, 32, true, 1, false}, DType::kFloat16, gen);
+  check({3, 512, 70, 64, false, 0, false}, DType::kBFloat16, gen, /*x_offset=*/1);
+}
+
+TEST(Int4GemmCuda, DequantizeAndCublasPathMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(22);
+  const Case cases[] = {
+      {65, 512, 300, 32, true, 1, false},  // m past the tensor-core kernel
+      {200, 1024, 1000, 128, false, 2, true},
+      {3, 40, 17, 16, true, 1, false},     // an odd number of 16-blocks: rows not 16-byte multiples
+      {1, 48, 5, 16, false, 0, false},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) check(c, dtype, gen);
+  }
+  // float32 x always takes this path (the cuBLAS GEMM in float32 under the default precision).
+  check({1, 4096, 128, 128, true, 2, true}, DType::kFloat32, gen);
+  check({16, 1001, 33, 32, false, 1, false}, DType::kFloat32, gen);
+}
+
+TEST(Int4GemmCuda, PlansByShape) {
+  const Kernel* kernel = KernelRegistry::global().find_kernel("matmul_nbits", "cuda_raw");
+  ASSERT_NE(kernel, nullptr);
+  const auto describe = [&](std::int64_t m, std::int64_t k, DType dtype, std::int64_t block) {
+    OpDescriptor desc;
+    desc.op = "matmul_nbits";
+    desc.device = Device::cuda(0);
+    desc.compute_capability = 90;
+    const std::int64_t blocks = (k + block - 1) / block;
+    desc.inputs = {TensorDesc::contiguous({m, k}, dtype, desc.device),
+                   TensorDesc::contiguous({64, blocks, block / 2}, DType::kUInt8, desc.device),
+                   TensorDesc::contiguous({64, blocks}, dtype, desc.device)};
+    desc.attrs.set("block_size", block);
+    KernelRegistry::global().infer(desc);
+    return kernel->supports(desc, ExecutionPolicy());
+  };
+  EXPECT_TRUE(describe(1, 4096, DType::kFloat16, 32).ok());
+  EXPECT_TRUE(describe(1000, 4096, DType::kBFloat16, 128).ok());
+  EXPECT_TRUE(describe(7, 40, DType::kFloat32, 16).ok());
+  if (DeviceManager::instance().get_device_count() == 0) return;
+  // Building a plan asks the device (its SM count): which plan each shape gets.
+  const auto plan_text = [&](std::int64_t m, std::int64_t k, DType dtype, std::int64_t block) {
+    const std::int64_t blocks = (k + block - 1) / block;
+    Tensor x = Tensor::zeros({m, k}, dtype, Device::cuda(0));
+    Tensor w = Tensor::zeros({64, blocks, block / 2}, DType::kUInt8, Device::cuda(0));
+    Tensor s = Tensor::zeros({64, blocks}, dtype, Device::cuda(0));
+    KernelPolicy pinned;
+    pinned.set("matmul_nbits", "pin:cuda_raw");
+    ops::CallOptions options;
+    options.kernel_policy = &pinned;
+    return ops::plan("matmul_nbits", {x, w, s}, Attributes().set("block_size", block), options).decision.plan_summary;
+  };
+  EXPECT_NE(plan_text(16, 4096, DType::kFloat16, 32).find("tensor-core"), std::string::npos);
+  EXPECT_NE(plan_text(65, 4096, DType::kFloat16, 32).find("cuBLAS"), std::string::npos);
+  EXPECT_NE(plan_text(1, 4096, DType::kFloat32, 32).find("cuBLAS"), std::string::npos);
+  EXPECT_NE(plan_text(1, 48, DType::kFloat16, 16).find("cuBLAS"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xpuruntime

@@ -434,7 +434,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   lo = detail::group_reduce<kThreads>(lo, MinOp{}, smem);
   hi = detail::group_reduce<kThreads>(hi, MaxOp{}, smem);
-  const float scale = __fdiv_rn(__fsub_rn(hi, lo), 255.0f);
+  // + 0: a range of zeros of both signs gives +0, as the cpu kernel (whose min and max keep the first of equal values).
+  const float scale = __fadd_rn(__fdiv_rn(__fsub_rn(hi, lo), 255.0f), 0.0f);
   const bool positive = scale > 0.0f;  // false for a NaN scale
   // fmaxf returns 0 for a NaN quotient (an infinite range): the zero point is then 0.
   const float zero_point = positive ? fminf(255.0f, fmaxf(0.0f, rintf(__fdiv_rn(-lo, scale)))) : 0.0f;

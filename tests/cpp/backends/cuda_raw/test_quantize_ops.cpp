@@ -369,12 +369,13 @@ TEST_P(QuantizeOps, DynamicQuantizeMatchesTheNodeKernel) {
       for (std::size_t k = 0; k < 3; ++k) expect_same(got[k], expected[k], what + " output " + std::to_string(k));
     }
   }
-  // All zeros: scale 0, zero point 0, y 0.
-  const Tensor zeros = reals({5}, DType::kFloat32, std::vector<float>(5, 0.0f));
+  // Zeros of both signs: scale +0, zero point 0, y 0 (over many blocks on the GPU).
+  std::vector<float> zero_values(100000, 0.0f);
+  for (std::size_t i = 0; i < zero_values.size(); i += 3) zero_values[i] = -0.0f;
+  const Tensor zeros = reals({100000}, DType::kFloat32, zero_values);
   const std::vector<Tensor> got = call("dynamic_quantize_linear", {zeros}, {});
-  EXPECT_EQ(*static_cast<const float*>(got[1].data_ptr()), 0.0f);
-  EXPECT_EQ(bytes_of(got[0]), Bytes(5, 0));
-  EXPECT_EQ(bytes_of(got[2]), Bytes(1, 0));
+  const std::vector<Tensor> expected = onnx_ref::run_node(make_node("DynamicQuantizeLinear", 1, 3), 11, {zeros});
+  for (std::size_t k = 0; k < 3; ++k) expect_same(got[k], expected[k], "signed zeros, output " + std::to_string(k));
 }
 
 // The node kernel raises on a non-finite x, and so does the cpu kernel; the cuda_raw kernel cannot without a host

@@ -427,6 +427,41 @@ def linear_cases() -> List[Case]:
     return cases
 
 
+def ref_matmul_nbits(inputs, attrs):
+    """Note [Int4 weight-only GEMM]: W[n, k] = (code - zero point) * scale of k's block, codes low nibble first."""
+    x, w, scales, zp, bias = inputs
+    block = attrs["block_size"]
+    n, blocks, _ = w.shape
+    k = x.shape[-1]
+    wb = w.astype(np.int64)
+    codes = np.stack([wb & 0xF, wb >> 4], axis=-1).reshape(n, blocks * block)
+    zero = np.full((n, blocks), 8, np.int64)
+    if zp is not None:
+        zb = zp.astype(np.int64).reshape(n, -1)
+        zero = np.stack([zb & 0xF, zb >> 4], axis=-1).reshape(n, -1)[:, :blocks]
+    weight = (codes - np.repeat(zero, block, axis=1)) * np.repeat(scales.reshape(n, blocks), block, axis=1)
+    y = x @ weight[:, :k].T
+    return y if bias is None else y + bias
+
+
+def matmul_nbits_cases() -> List[Case]:
+    """The int4 weight-only GEMM: packed codes and zero points as uint8 inputs, scales and bias in the run's dtype."""
+    specs = [("gemv_b32", (1, 64), 24, 32, False, True), ("odd_k_b16_zp", (3, 40), 17, 16, True, False),
+             ("batched_b64_zp", (2, 3, 96), 9, 64, True, True), ("m17_b128", (17, 200), 33, 128, False, True)]
+    cases = []
+    for name, x_shape, n, block, zero_points, bias in specs:
+        rng = _rng("matmul_nbits" + name)
+        k = x_shape[-1]
+        blocks = -(-k // block)
+        inputs = [uniform(rng, x_shape), np.floor(uniform(rng, (n, blocks, block // 2), 0.0, 256.0)),
+                  uniform(rng, (n, blocks), 0.5, 1.5) / np.float32(4 * math.sqrt(k)),
+                  np.floor(uniform(rng, (n, -(-blocks // 2)), 0.0, 256.0)) if zero_points else None,
+                  uniform(rng, (n,)) if bias else None]
+        cases.append(Case("matmul_nbits", name, inputs, {"block_size": block}, ref_matmul_nbits, "gemm",
+                          input_dtypes=[None, "uint8", None, "uint8", None]))
+    return cases
+
+
 def linear_grad_weight_cases() -> List[Case]:
     """The weight gradient (output 0). The bias gradient (bias=1, a second output) is checked against a float64
     reference in tests/cpp/backends/cublas/test_gemm_backends.cpp (LinearGradWeightMatchesReference, cpu and cublasLt)."""
@@ -1967,7 +2002,7 @@ def all_cases() -> List[Case]:
              + expand_cases() + where_cases() + compare_cases() + cast_any_cases() + integer_arithmetic_cases()
              + pointwise_cases() + logical_cases() + cum_sum_cases() + gather_elements_cases() + gather_nd_cases()
              + pad_cases() + resize_cases() + integer_reduce_cases() + second_batch_cases()
-             + fused_elementwise_cases() + quantize_cases() + qlinear_cases())
+             + fused_elementwise_cases() + quantize_cases() + qlinear_cases() + matmul_nbits_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return cases

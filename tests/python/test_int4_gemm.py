@@ -60,7 +60,8 @@ def matmul_nbits_model(k, n, block, zero_points, bias, dtype=np.float32, seed=0)
     onnx_type = ONNX_TYPES[dtype]
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx_type, ["M", k])],
                               [helper.make_tensor_value_info("y", onnx_type, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 9
     return model.SerializeToString(), w, b_values.astype(np.float64)
 
@@ -92,15 +93,17 @@ def test_matmul_nbits_runs_on_the_op_with_the_node_kernels_bits(dtype, block, k,
         got, want = fused.run({"x": x})["y"], plain.run({"x": x})["y"]
         assert got.dtype == dtype and got.shape == (m, 7)
         np.testing.assert_array_equal(got, want)  # the node kernel's arithmetic, bit for bit
-        np.testing.assert_allclose(got.astype(np.float64), x.astype(np.float64) @ w + bias, rtol=2e-3 if dtype == np.float16
-                                   else 1e-5, atol=2e-3 if dtype == np.float16 else 1e-5)
+        tol = 2e-3 if dtype == np.float16 else 1e-5
+        np.testing.assert_allclose(got.astype(np.float64), x.astype(np.float64) @ w + bias, rtol=tol, atol=tol)
 
 
 def mlp_model(seed: int = 3) -> onnx.ModelProto:
     """x [N, 96] -> Gemm(W [96, 80], b) -> Relu -> MatMul(W [80, 64]) + b -> Relu -> Gemm(W^T [10, 64], transB=1)."""
     rng = np.random.default_rng(seed)
-    inits = {"w1": (rng.standard_normal((96, 80)) / 10).astype(np.float32), "b1": rng.standard_normal(80).astype(np.float32),
-             "w2": (rng.standard_normal((80, 64)) / 9).astype(np.float32), "b2": rng.standard_normal(64).astype(np.float32),
+    inits = {"w1": (rng.standard_normal((96, 80)) / 10).astype(np.float32),
+             "b1": rng.standard_normal(80).astype(np.float32),
+             "w2": (rng.standard_normal((80, 64)) / 9).astype(np.float32),
+             "b2": rng.standard_normal(64).astype(np.float32),
              "w3t": (rng.standard_normal((10, 64)) / 8).astype(np.float32)}
     nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], name="fc1"),
              helper.make_node("Relu", ["h1"], ["a1"], name="relu1"),

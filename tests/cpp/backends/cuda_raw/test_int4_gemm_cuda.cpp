@@ -77,7 +77,7 @@ double relative_tolerance(DType dtype) {
   switch (dtype) {
     case DType::kFloat16: return 2e-3;
     case DType::kBFloat16: return 1.6e-2;
-    default: return 1e-5;
+    default: return 3e-5;  // cuBLAS's float32 sums against the cpu kernel's double ones
   }
 }
 

@@ -159,7 +159,8 @@ void run_qlinear(const KernelLaunch& launch, const CpuContext& context) {
                });
 }
 
-// Direct convolution: padded positions hold x_zero_point, 0 once centered (as ONNX's QLinearConv pads).
+// Direct NCHW convolution: padded positions hold x_zero_point, 0 once centered (as ONNX's QLinearConv pads). Layout
+// NHWC runs through NCHW copies (nhwc_through_nchw, cpu_common.h).
 void run_qconv2d(const KernelLaunch& launch, const CpuContext& context) {
   const OpDescriptor& desc = *launch.desc;
   const Tensor& x = launch.input(0);
@@ -212,8 +213,8 @@ void register_quantized_kernels(KernelRegistry& registry) {
                  run_qlinear, DTypeSet::kQuantized);
   add_cpu_kernel(registry, "qconv2d",
                  "reference int8 direct convolution: int32 accumulation, then alpha, bias, relu and ONNX's "
-                 "requantization",
-                 run_qconv2d, DTypeSet::kQuantized);
+                 "requantization (layout NHWC through NCHW copies)",
+                 nhwc_through_nchw(run_qconv2d), DTypeSet::kQuantized);
 }
 
 }  // namespace xpuruntime::cpu

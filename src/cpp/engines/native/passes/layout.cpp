@@ -29,6 +29,15 @@
 //    (the permute back), so a residual Add after it stays channels-last.
 // An op whose other operands are NCHW stays NCHW (a Transpose either way), so propagation adds no Transpose: the
 // ways back are made only where an NCHW reader is left.
+//
+// Note [Channels-last int8 convolutions]
+// The int8 convolutions of a quantized model (QConv, the quantized_fusion pass's nodes: qconv2d) run on tensor cores
+// channels-last only (cuda_raw's "int8_mma", Note [Int8 convolution on the GPU] in backends/cuda_raw/quant_conv.cu:
+// x [N, H, W, C] with C a multiple of 16, one group). So a QConv whose input channels suit becomes layout=NHWC with its
+// int8 weight permuted to [O, kh, kw, C] once, in plans of any float type, and its int8 (or float) values cross
+// between the layouts through the same Transposes; a chain of QConvs (Conv -> Relu -> Q -> DQ -> Conv fused) passes its
+// channels-last int8 values directly. The other QConvs (the 3-channel stem, depthwise and grouped ones) stay NCHW
+// for cuda_raw's generic kernel.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -118,6 +127,17 @@ std::optional<HalfConv> half_nchw_conv(const Graph& g, const Node& n) {
 bool convertible_conv(const Graph& g, const Node& n) {
   auto conv = half_nchw_conv(g, n);
   return conv && n.attrs.get_int("group", 1) == 1 && conv->x[1] % 8 == 0 && conv->w->shape()[0] % 8 == 0;
+}
+
+// A QConv (the int8 convolution, Note [Channels-last int8 convolutions]) worth running channels-last: NCHW, one group,
+// a constant int8 weight [O, C, kh, kw] and a 4-D input of known shape whose channels are a multiple of 16.
+bool convertible_qconv(const Graph& g, const Node& n) {
+  if (n.domain != kXpurtDomain || n.op_type != "QConv" || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+  if (n.attrs.get_string("layout", "NCHW") != "NCHW" || n.attrs.get_int("groups", 1) != 1) return false;
+  const Tensor* w = constant(g, n.inputs[1]);
+  const auto x = static_shape(g, n.inputs[0]);
+  return w != nullptr && w->dtype() == DType::kInt8 && w->dim() == 4 && x && x->size() == 4 && (*x)[1] > 0 &&
+         (*x)[1] % 16 == 0 && (*x)[1] == w->shape()[1];
 }
 
 // The ONNX pool `n` as a channels-last com.xpuruntime node reading `x` (NHWC) into `y`; false when its
@@ -210,8 +230,8 @@ Node transpose_node(const std::string& name, const std::string& in, const std::s
 
 // One walk of nhwc_layout over g's nodes (Note [Channels last], Note [Layouts propagate]): the NCHW -> channels-last
 // map and what the walk made so far. rewrite() takes the nodes in order; each of its cases (convert_conv,
-// follow_pool, fold_transpose, convert_reduce_mean, convert_elementwise) either handles the node and returns true,
-// or returns false having added no node. finish() puts the new nodes into g.
+// convert_qconv, follow_pool, fold_transpose, convert_reduce_mean, convert_elementwise) either handles the node and
+// returns true, or returns false having added no node. finish() puts the new nodes into g.
 class NhwcRewriter {
  public:
   NhwcRewriter(Graph& g, PassResult& result) : g_(g), result_(result), original_uses_(g) {
@@ -221,7 +241,7 @@ class NhwcRewriter {
   void rewrite(const Node& original) {
     Node n = original;
     for (std::string& in : n.inputs) in = current(in);
-    if (convert_conv(original, n)) return;
+    if (convert_conv(original, n) || convert_qconv(original, n)) return;
     const bool nhwc_input = !n.inputs.empty() && nhwc_of_.count(n.inputs[0]) != 0;
     if (follow_pool(n, nhwc_input) || fold_transpose(original, n, nhwc_input) ||
         convert_reduce_mean(original, n, nhwc_input) || convert_elementwise(original, n)) {
@@ -363,6 +383,26 @@ class NhwcRewriter {
     conv.outputs = {twin};
     conv.attrs.set("layout", std::string("NHWC"));
     add_converted(n, std::move(conv), twin, *y_shape, " -> NHWC");
+    return true;
+  }
+
+  // An int8 convolution for the tensor cores (Note [Channels-last int8 convolutions]): layout=NHWC with an OHWI
+  // weight. One whose output shape is not known stays as it is.
+  bool convert_qconv(const Node& original, const Node& n) {
+    if (!convertible_qconv(g_, original)) return false;
+    const auto y_shape = static_shape(g_, n.outputs[0]);
+    if (!y_shape || y_shape->size() != 4) {
+      nodes_.push_back(n);
+      return true;
+    }
+    Node conv = n;
+    conv.inputs[0] = to_nhwc(n.inputs[0]);
+    replaced_weights_.insert(n.inputs[1]);
+    conv.inputs[1] = add_constant(g_, n.inputs[1] + "_ohwi", ohwi_from_oihw(*constant(g_, n.inputs[1])));
+    const std::string twin = fresh(n.outputs[0] + "_nhwc");
+    conv.outputs = {twin};
+    conv.attrs.set("layout", std::string("NHWC"));
+    add_converted(n, std::move(conv), twin, *y_shape, " -> NHWC (int8, tensor cores)");
     return true;
   }
 

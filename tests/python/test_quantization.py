@@ -613,6 +613,11 @@ def test_execution_policy_quantizes_at_session_creation(mlp, digits, tmp_path, m
     _, _, xte, _ = digits
     want = xrt.InferenceSession(expected.to_bytes(), engine="native").run({"x": xte})["logits"]
     np.testing.assert_array_equal(session.run({"x": xte})["logits"], want)
+    # The model carries the precision: the int8 ops run on their kernels and the float ops on the registry's float
+    # kernels, as in a float32 session of the same QDQ model (none refused with "no int8 kernel").
+    nodes = session.explain().nodes
+    assert sorted(n["op"] for n in nodes if n["precision"] == "int8") == ["qlinear"] * 3, nodes
+    assert [(n["op"], n["kernel"]) for n in nodes if n["op"] != "qlinear"] == [("quantize_linear", "cpu")], nodes
     cached = sorted(p.suffix for p in (tmp_path / "cache").iterdir())
     assert cached == [".json", ".onnx"]
     again = xrt.InferenceSession(path, engine="native", exec_policy=policy.copy())   # from the cache

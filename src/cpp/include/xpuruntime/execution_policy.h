@@ -19,9 +19,10 @@ namespace xpuruntime {
 struct XPURT_API ExecutionPolicy {
   // Math precision. fp32: exact fp32 GEMM/conv. tf32: fp32 tensors may use TF32 tensor cores. fp16 / bf16:
   // a session converts weights and activations to that type at build time (the functional ops compute in the
-  // dtype of their tensors, accumulating in fp32). int8: only where a kernel supports it (none yet: every
-  // kernel then reports why not). int8, fp8, int4-weights with `quantization` set: a session builds the QDQ model
-  // those decisions make of the float model (see `quantization`). Default fp32.
+  // dtype of their tensors, accumulating in fp32). int8, fp8, int4-weights: a session runs a quantized model, the
+  // one the decisions in `quantization` make of the float model, or the model as its producer quantized it (a float
+  // model without decisions is refused); its QDQ nodes carry the precision (the int8 ops, int4 weight-only GEMMs)
+  // and every other op computes as under fp32 (docs/quantization.md). Default fp32.
   Precision precision = Precision::kFP32;
   // Only kernels that give the same bits run after run (kernels declare it; cuDNN algorithms and cuBLASLt
   // split-K reductions that use atomics are excluded). Default false.

@@ -18,6 +18,19 @@ DType compute_float_of(const ExecutionPolicy& policy) {
   return DType::kFloat32;
 }
 
+// The policy the session's kernels are chosen under. int8, fp8 and int4-weights are carried by the session's model
+// (its QDQ nodes: made by the policy's decisions, or by its producer; onnx_frontend::model_for_policy refuses a float
+// model without decisions), so its kernels are chosen as under fp32: the int8 ops and the int4 weight-only GEMM by
+// their operands' types, every float op as under fp32. Left int8, every float kernel would refuse the plan's float
+// ops ("no int8 kernel") and they would all go to the node kernels on the CPU.
+ExecutionPolicy kernel_exec_policy(ExecutionPolicy policy) {
+  if (policy.precision == Precision::kInt8 || policy.precision == Precision::kFP8 ||
+      policy.precision == Precision::kInt4Weights) {
+    policy.precision = Precision::kFP32;
+  }
+  return policy;
+}
+
 GraphExecOptions exec_options(const SessionOptions& options) {
   GraphExecOptions exec_options;
   exec_options.use_cuda_graph = options.exec_policy.cuda_graphs;
@@ -45,7 +58,7 @@ NativeSession::NativeSession(Graph graph, const SessionOptions& options, TensorP
   build_cache_ = BuildCache::open(options_);
   Dispatcher::Options dispatcher_options;
   dispatcher_options.build_cache = build_cache_ != nullptr;
-  dispatcher_ = std::make_shared<Dispatcher>(options_.kernel_policy, options_.exec_policy,
+  dispatcher_ = std::make_shared<Dispatcher>(options_.kernel_policy, kernel_exec_policy(options_.exec_policy),
                                              build_cache_ ? build_cache_->cache() : nullptr, nullptr,
                                              dispatcher_options);
   plans_ = std::make_unique<PlanCache>(graph_, plan_options(tp), build_cache_.get(), import_ms);

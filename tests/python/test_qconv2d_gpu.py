@@ -37,7 +37,7 @@ def _qdq_cnn() -> bytes:
         k = shape[1] * shape[2] * shape[3]
         w = rng.integers(-127, 128, shape).astype(np.int8)
         const(f"{name}_w", w)
-        const(f"{name}_ws", rng.uniform(0.5, 1.5, shape[0]).astype(np.float32) * (1.7 / (127 * np.sqrt(k))))
+        const(f"{name}_ws", (rng.uniform(0.5, 1.5, shape[0]) * (1.7 / (127 * np.sqrt(k)))).astype(np.float32))
         const(f"{name}_b", rng.uniform(-0.3, 0.3, shape[0]).astype(np.float32))
         nodes.append(helper.make_node("DequantizeLinear", [f"{name}_w", f"{name}_ws"], [f"{name}_wf"], axis=0))
         nodes.append(helper.make_node("Conv", [inp, f"{name}_wf", f"{name}_b"], [f"{name}_c"], name=name, **attrs))

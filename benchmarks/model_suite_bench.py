@@ -68,11 +68,11 @@ def feeds_for(built, batch: int, seq: int):
 
 
 def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels: Optional[Dict[str, str]] = None,
-               disabled: Optional[List[str]] = None):
+               disabled: Optional[List[str]] = None, precision: str = "fp32"):
     import xpuruntime as xrt
     t0 = time.perf_counter()
     session = xrt.InferenceSession(str(path), device="cuda:0", engine="native",
-                                   exec_policy=xrt.ExecutionPolicy(fallback="error"),
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error", precision=precision),
                                    kernel_policy=xrt.KernelPolicy(**kernels) if kernels else None,
                                    disabled_passes=disabled or None)
     create_ms = (time.perf_counter() - t0) * 1e3

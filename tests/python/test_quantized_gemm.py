@@ -109,6 +109,38 @@ def test_dynamic_quantization_runs_fused_on_the_cpu():
     np.testing.assert_array_equal(got["acc"], _reference_acc(x, w))
 
 
+def test_chained_dynamic_layers_fuse_every_matmul_integer():
+    """Two dynamically quantized layers (ONNX Runtime's quantize_dynamic of an MLP): the second MatMulInteger's input
+    comes after the first's, so its shapes must be known while the plan is built (shape inference's MatMulInteger
+    formula; the zero point, a run-time scalar, kept the stand-ins from running it), or it stays on the node kernel
+    and everything after it is known only at run time (refused on CUDA)."""
+    rng = np.random.default_rng(8)
+    w1 = rng.integers(-127, 128, size=(48, 40)).astype(np.int8)
+    w2 = rng.integers(-127, 128, size=(40, 24)).astype(np.int8)
+    inits = {"w1": w1, "w2": w2, "ws": np.float32(0.013), "wzp": np.array(0, np.int8)}
+
+    def layer(i, src):
+        return [helper.make_node("DynamicQuantizeLinear", [src], [f"q{i}", f"s{i}", f"z{i}"], name=f"dql{i}"),
+                helper.make_node("MatMulInteger", [f"q{i}", f"w{i}", f"z{i}", "wzp"], [f"acc{i}"], name=f"mmi{i}"),
+                helper.make_node("Cast", [f"acc{i}"], [f"f{i}"], to=TensorProto.FLOAT),
+                helper.make_node("Mul", [f"s{i}", "ws"], [f"k{i}"]),
+                helper.make_node("Mul", [f"f{i}", f"k{i}"], [f"m{i}"])]
+
+    nodes = layer(1, "x") + [helper.make_node("Relu", ["m1"], ["h"])] + layer(2, "h")
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 48])],
+                              [helper.make_tensor_value_info("m2", TensorProto.FLOAT, ["batch", 24])],
+                              [numpy_helper.from_array(np.asarray(v), name) for name, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    fused = xrt.InferenceSession(model.SerializeToString(), engine="native", device="cpu")
+    ops = {n["node"]: n["op"] for n in fused.explain().nodes}
+    assert ops["mmi1"] == "qlinear" and ops["mmi2"] == "qlinear", ops
+    plain = xrt.InferenceSession(model.SerializeToString(), engine="native", device="cpu", disabled_passes=[PASS])
+    x = rng.uniform(-2, 3, size=(5, 48)).astype(np.float32)
+    np.testing.assert_array_equal(fused.run({"x": x})["m2"], plain.run({"x": x})["m2"])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # On a GPU
 # ---------------------------------------------------------------------------------------------------------------

@@ -131,6 +131,35 @@ std::optional<std::vector<ValueType>> formula_output_types(const Node& node, std
     vt.dtype = types[1]->dtype;
     return std::vector<ValueType>{vt};
   }
+  if (node.op_type == "MatMulInteger") {
+    // numpy's matmul of the shapes, int32: a run-time zero point (DynamicQuantizeLinear's, a scalar) would make the
+    // stand-ins refuse the node, and the shapes of everything after ONNX Runtime's dynamically quantized MatMuls
+    // would be known only at run time (so refused on CUDA), the int8 fusion of the next MatMulInteger included.
+    if (types.size() < 2 || types[1] == nullptr || rank < 1) return std::nullopt;
+    const std::vector<std::int64_t> b = types[1]->sizes();
+    if (b.empty()) return std::nullopt;
+    std::vector<std::int64_t> y;
+    if (b.size() == 1) {
+      y.assign(x.begin(), x.end() - 1);
+    } else if (x.size() == 1) {
+      y.assign(b.begin(), b.end() - 2);
+      y.push_back(b.back());
+    } else {
+      const std::vector<std::int64_t> xb(x.begin(), x.end() - 2), bb(b.begin(), b.end() - 2);
+      const std::size_t batch = std::max(xb.size(), bb.size());
+      for (std::size_t i = 0; i < batch; ++i) {
+        const std::int64_t dx = i + xb.size() >= batch ? xb[i + xb.size() - batch] : 1;
+        const std::int64_t db = i + bb.size() >= batch ? bb[i + bb.size() - batch] : 1;
+        if (dx != db && dx != 1 && db != 1) return std::nullopt;  // the library says what is wrong
+        y.push_back(dx == 1 ? db : dx);
+      }
+      y.push_back(x[x.size() - 2]);
+      y.push_back(b.back());
+    }
+    ValueType vt = typed(y);
+    vt.dtype = DType::kInt32;
+    return std::vector<ValueType>{vt};
+  }
   if (node.op_type == "Conv") {
     if (types.size() < 2 || types[1] == nullptr || rank < 3) return std::nullopt;
     const std::vector<std::int64_t> w = types[1]->sizes();
@@ -423,16 +452,22 @@ int infer_types(Graph& g, const InferOptions& options) {
       const ValueType* vt = g.type(out);
       outputs_known = outputs_known && vt != nullptr && (!vt->is_tensor() || vt->fully_known());
     }
-    if (!outputs_known && lowered.kind != Lowered::Kind::kView && shape_follows_from_shapes(node, types, constants)) {
-      if (auto formula = formula_output_types(node, opset, types, constants)) {  // Note [Shapes without stand-ins]
-        for (std::size_t o = 0; o < formula->size() && o < node.outputs.size(); ++o) {
-          if (!node.outputs[o].empty()) g.types[node.outputs[o]] = (*formula)[o];
-        }
-      } else {
-        const std::vector<std::optional<ValueType>> inferred = reference_output_types(node, opset, types, constants);
-        for (std::size_t o = 0; o < inferred.size(); ++o) {
-          if (inferred[o] && !node.outputs[o].empty()) g.types[node.outputs[o]] = *inferred[o];
-        }
+    const bool inputs_known = std::all_of(types.begin(), types.end(), [](const ValueType* vt) {
+      return vt == nullptr || !vt->is_tensor() || vt->fully_known();
+    });
+    std::optional<std::vector<ValueType>> formula;
+    if (!outputs_known && lowered.kind != Lowered::Kind::kView && inputs_known) {
+      formula = formula_output_types(node, opset, types, constants);  // Note [Shapes without stand-ins]
+    }
+    if (formula) {
+      for (std::size_t o = 0; o < formula->size() && o < node.outputs.size(); ++o) {
+        if (!node.outputs[o].empty()) g.types[node.outputs[o]] = (*formula)[o];
+      }
+    } else if (!outputs_known && lowered.kind != Lowered::Kind::kView &&
+               shape_follows_from_shapes(node, types, constants)) {
+      const std::vector<std::optional<ValueType>> inferred = reference_output_types(node, opset, types, constants);
+      for (std::size_t o = 0; o < inferred.size(); ++o) {
+        if (inferred[o] && !node.outputs[o].empty()) g.types[node.outputs[o]] = *inferred[o];
       }
     }
     kept.push_back(std::move(node));

@@ -19,38 +19,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-import statistics
 import sys
 
 import numpy as np
 
 import xpuruntime as xrt
+from timing import graph_ms  # noqa: E402 (benchmarks/ is the script's folder)
 
 SHAPES = [(4096, 4096), (4096, 11008), (11008, 4096), (8192, 8192)]
-
-
-def graph_ms(calls, iters: int) -> float:
-    """Per-call milliseconds of `calls` (callables) captured in order into one CUDA graph, median of `iters`."""
-    for fn in calls[:2]:
-        fn()  # plans, handles and allocator blocks exist before the capture
-    device = xrt.Device("cuda:0")
-    stream = xrt.runtime.Stream(device)
-    graph = xrt.runtime.CudaGraph()
-    with xrt.runtime.graph(graph, stream=stream):
-        for fn in calls:
-            fn()
-    graph.replay(stream)
-    stream.synchronize()
-    times = []
-    for _ in range(iters):
-        begin = xrt.runtime.Event(device, enable_timing=True)
-        done = xrt.runtime.Event(device, enable_timing=True)
-        begin.record(stream)
-        graph.replay(stream)
-        done.record(stream)
-        done.synchronize()
-        times.append(begin.elapsed_time(done) / len(calls))
-    return statistics.median(times)
 
 
 def int4_weights(rng, k: int, n: int, block: int):

@@ -452,9 +452,12 @@ int infer_types(Graph& g, const InferOptions& options) {
       const ValueType* vt = g.type(out);
       outputs_known = outputs_known && vt != nullptr && (!vt->is_tensor() || vt->fully_known());
     }
-    const bool inputs_known = std::all_of(types.begin(), types.end(), [](const ValueType* vt) {
-      return vt == nullptr || !vt->is_tensor() || vt->fully_known();
-    });
+    bool inputs_known = true;  // every present input a tensor of known shape (the formulas read sizes())
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      if (!node.has_input(i)) continue;
+      const ValueType* vt = types[i];
+      inputs_known = inputs_known && vt != nullptr && vt->is_tensor() && vt->fully_known();
+    }
     std::optional<std::vector<ValueType>> formula;
     if (!outputs_known && lowered.kind != Lowered::Kind::kView && inputs_known) {
       formula = formula_output_types(node, opset, types, constants);  // Note [Shapes without stand-ins]

@@ -9,6 +9,7 @@
 #include "core/data_ops.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
+#include "core/schema_outputs.h"
 #include "core/shape_str.h"
 
 namespace xpuruntime {
@@ -18,15 +19,6 @@ namespace {
 using Shape = std::vector<std::int64_t>;
 
 using detail::shape_str;
-
-TensorDesc output_of(const TensorDesc& like, Shape shape, DType dtype) {
-  TensorDesc out;
-  out.present = true;
-  out.dtype = dtype;
-  out.shape = std::move(shape);
-  out.device = like.device;
-  return out;
-}
 
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, const std::string& op, const char* attr) {
   XPURT_CHECK(axis >= -rank && axis < rank, "op '", op, "': ", attr, "=", axis,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/quantize_ops.h"
+#include "core/schema_outputs.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/kernel_registry.h"
@@ -16,15 +17,6 @@ namespace {
 using Shape = std::vector<std::int64_t>;
 
 using detail::shape_str;
-
-TensorDesc output_of(const TensorDesc& like, Shape shape, DType dtype) {
-  TensorDesc out;
-  out.present = true;
-  out.dtype = dtype;
-  out.shape = std::move(shape);
-  out.device = like.device;
-  return out;
-}
 
 void check_device(const OpDescriptor& desc, std::size_t index, const char* name) {
   const TensorDesc& x = desc.inputs[0];

@@ -22,6 +22,8 @@
 namespace xpuruntime {
 namespace {
 
+#if XPURT_WITH_CUDA
+
 template <typename T>
 Tensor host_tensor(const std::vector<T>& values, DType dtype) {
   Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, dtype, Device::cpu());
@@ -272,6 +274,17 @@ TEST(QuantEpilogueChecks, BadParamsAreTypedErrors) {
   q.k = 4;
   XPURT_EXPECT_THROW_WITH(cuda_raw::quantized_prologue(q, 2, nullptr), InvalidArgumentError, "weight");
 }
+
+#else  // !XPURT_WITH_CUDA
+
+// A build without CUDA has no cuda_raw launchers: the device kernels table leaves both entries empty, and the
+// quantized kernels that reach them through it refuse CUDA descriptors instead.
+TEST(QuantEpilogueChecks, ABuildWithoutCudaHasNoLaunchers) {
+  EXPECT_EQ(device_kernels().quantized_epilogue, nullptr);
+  EXPECT_EQ(device_kernels().quantized_prologue, nullptr);
+}
+
+#endif  // XPURT_WITH_CUDA
 
 }  // namespace
 }  // namespace xpuruntime

@@ -68,7 +68,10 @@ def feeds_for(built, batch: int, seq: int):
 
 
 def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels: Optional[Dict[str, str]] = None,
-               disabled: Optional[List[str]] = None, precision: str = "fp32"):
+               disabled: Optional[List[str]] = None, precision: str = "fp32", profile: int = 0,
+               profile_tag: str = ""):
+    """Times `path` on the native engine; with `profile` > 0 it then prints where the GPU time of `profile` runs went,
+    per kernel (kernel_breakdown.profile_runs, CUPTI through torch.profiler)."""
     import xpuruntime as xrt
     t0 = time.perf_counter()
     session = xrt.InferenceSession(str(path), device="cuda:0", engine="native",
@@ -83,6 +86,10 @@ def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels:
     first_run_ms = (time.perf_counter() - t0) * 1e3
     stats = latency(lambda: session.run(device_feeds), iterations, warmup, lambda: xrt.synchronize("cuda:0"))
     stats.update(create_ms=create_ms, first_run_ms=first_run_ms)
+    if profile > 0:
+        from kernel_breakdown import profile_runs
+        profile_runs(profile_tag or path.name, lambda: session.run(device_feeds), lambda: xrt.synchronize("cuda:0"),
+                     profile, 30)
     output = first[session.get_outputs()[0].name]
     return stats, np.asarray(output.cpu().numpy() if hasattr(output, "cpu") else output, dtype=np.float32)
 

@@ -137,7 +137,8 @@ def bench_batch(name: str, batch: int, files: Dict[str, pathlib.Path], built, bi
         device_feeds = {k: (v.half() if variant == "fp16" and v.is_floating_point() else v) for k, v in inputs.items()}
         try:
             row[variant], outputs[variant] = run_native(files[file_key], device_feeds, args.iterations, args.warmup,
-                                                        precision="fp16" if variant == "int8_fp16" else "fp32")
+                                                        precision="fp16" if variant == "int8_fp16" else "fp32",
+                                                        profile=args.profile, profile_tag=f"{name} b{batch} {variant}")
         except Exception as error:  # noqa: BLE001: reported in the table
             row["notes"].append(f"{variant}: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
         torch.cuda.synchronize()
@@ -227,6 +228,8 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--calibration-batch", type=int, default=4)
     ap.add_argument("--calibration-device", default="cuda:0", help="where xrt.quantize runs the float model")
     ap.add_argument("--method", default=None, help="calibration method (default: xrt.quantize's per precision)")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="after timing each native variant, print its top kernels over this many runs (CUPTI)")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="write the results as JSON here")
     ap.add_argument("--markdown", type=pathlib.Path, default=None)
     args = ap.parse_args(argv)

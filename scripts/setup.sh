@@ -21,8 +21,10 @@ PACKAGES=(
 # xpuruntime.pytorch tests and its native routing path, which is compiled against the PyTorch in use.
 # pip builds the wheel (scripts/test_wheel.sh); clang and its sanitizer runtimes build the checking build and the
 # libFuzzer harnesses (scripts/sanitize.sh). scikit-learn ships the digits data set the quantization accuracy tests
-# train on (tests/python/test_quantization.py).
-TEST_PACKAGES=(chromium python3-torch libtorch-dev python3-pip clang libclang-rt-14-dev python3-sklearn)
+# train on (tests/python/test_quantization.py). Dask and Dask Distributed run xpuruntime.dask's tests on a local
+# cluster of worker processes (tests/python/test_dask.py).
+TEST_PACKAGES=(chromium python3-torch libtorch-dev python3-pip clang libclang-rt-14-dev python3-sklearn
+  python3-dask python3-distributed)
 if [ "${XPURT_TEST_DEPS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 missing=()
 for p in "${PACKAGES[@]}"; do

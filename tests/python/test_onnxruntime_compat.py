@@ -112,7 +112,7 @@ def test_engine_providers_and_npu_runtimes_say_what_to_install():
         ort.InferenceSession(MODEL, providers=["OpenVINOExecutionProvider"])
     with pytest.raises(xrt.UnsupportedOperationError, match="QNN"):
         ort.InferenceSession(MODEL, providers=["QNNExecutionProvider"])
-    with pytest.raises(xrt.InvalidArgumentError, match="unknown provider 'CUDAProvider'"):
+    with pytest.raises(xrt.InvalidArgumentError, match="Unknown Provider Type: CUDAProvider"):
         ort.InferenceSession(MODEL, providers=["CUDAProvider"])
     with pytest.raises(xrt.InvalidArgumentError, match="provider_options has 1 entries for 2 providers"):
         ort.InferenceSession(MODEL, providers=["CPUExecutionProvider", "native"], provider_options=[{}])
@@ -125,9 +125,9 @@ def test_the_seeds_npu_spelling():
     with pytest.raises(xrt.UnsupportedOperationError, match="OpenVINO.*QNN"):
         xrt.InferenceSession(MODEL, device="npu", backend="openvino",
                              exec_policy=xrt.ExecutionPolicy(precision="int8", static_shape=True))
-    with pytest.raises(xrt.UnsupportedOperationError, match="the openvino engine .* needs the OpenVINO runtime"):
+    with pytest.raises(xrt.UnsupportedOperationError, match="the openvino engine .* is not implemented in this version"):
         xrt.InferenceSession(MODEL, backend="openvino")
-    with pytest.raises(xrt.UnsupportedOperationError, match="QNN SDK"):
+    with pytest.raises(xrt.UnsupportedOperationError, match="installing the QNN SDK does not add it"):
         xrt.InferenceSession(MODEL, engine="qnn")
     with pytest.raises(xrt.InvalidArgumentError, match="disagree"):
         xrt.InferenceSession(MODEL, engine="native", backend="onnxruntime")
@@ -168,8 +168,9 @@ def test_session_options_kept_and_refused():
         assert text in options
     with pytest.raises(xrt.UnsupportedOperationError, match="custom-op libraries"):
         so.register_custom_ops_library("libcustom.so")
-    with pytest.raises(xrt.UnsupportedOperationError):
-        so.add_initializer("w", np.ones(3, np.float32))
+    so.add_initializer("no_such_initializer", np.ones(3, np.float32))  # applied when a session is made
+    with pytest.raises(xrt.InvalidArgumentError, match="no initializer 'no_such_initializer'"):
+        ort.InferenceSession(MODEL, so, providers=["native"])
     with pytest.raises(xrt.InvalidArgumentError):
         so.add_free_dimension_override_by_name("batch", -1)
 
@@ -258,7 +259,7 @@ def test_set_providers_and_fallback_switches():
     sess.disable_fallback()
     sess.set_providers(["native", "CPUExecutionProvider"])
     assert sess.run(None, {"x": np.ones((1, 8), np.float32)})[0].shape == (1, 4)
-    with pytest.raises(xrt.UnsupportedOperationError, match="run_async"):
+    with pytest.raises(xrt.InvalidArgumentError, match="run_async: callback must be callable"):
         sess.run_async(None, {}, None, None)
     with pytest.raises(xrt.UnsupportedOperationError, match="raw buffer pointer"):
         sess.io_binding().bind_input("x", "cpu", 0, np.float32, [1, 8], 1234)
@@ -274,7 +275,7 @@ def test_remaining_supported_names():
     assert sess.get_overridable_initializers() == []
     v = ort.OrtValue.ortvalue_from_numpy(np.zeros((2, 8), np.float32))
     v.update_inplace(np.full((2, 8), 2.0, np.float32))
-    assert v.element_type() is np.float32 and not v.is_sparse_tensor() and not v.is_tensor_sequence()
+    assert v.element_type() == 1 and not v.is_sparse_tensor() and not v.is_tensor_sequence()
     with pytest.raises(xrt.InvalidArgumentError, match="update_inplace"):
         v.update_inplace(np.zeros(3, np.float32))
     w = ort.OrtValue.from_dlpack(v)

@@ -344,11 +344,13 @@ void bind_inference_session(py::module_& m) {
       .def(py::init([](const py::object& model, const py::object& device, const std::string& engine,
                        const py::object& kernel_policy, const py::object& exec_policy, bool fp16,
                        const std::vector<std::string>& disabled_passes, const std::string& optimized_model_path,
-                       const std::string& model_dir) {
+                       const std::string& model_dir,
+                       const std::vector<std::pair<std::string, std::string>>& session_config) {
              SessionOptions options = make_options(device, engine, kernel_policy, exec_policy, fp16);
              options.disabled_passes = disabled_passes;
              options.optimized_model_path = optimized_model_path;
              options.model_dir = model_dir;
+             options.session_config = session_config;
              if (py::isinstance<py::bytes>(model)) {
                const std::string bytes = model.cast<std::string>();
                py::gil_scoped_release release;
@@ -361,7 +363,8 @@ void bind_inference_session(py::module_& m) {
            py::arg("model"), py::arg("device") = py::none(), py::arg("engine") = "auto",
            py::arg("kernel_policy") = py::none(), py::arg("exec_policy") = py::none(), py::arg("fp16") = false,
            py::arg("disabled_passes") = std::vector<std::string>{}, py::arg("optimized_model_path") = "",
-           py::arg("model_dir") = "")
+           py::arg("model_dir") = "",
+           py::arg("session_config") = std::vector<std::pair<std::string, std::string>>{})
       .def("get_inputs", &InferenceSession::get_inputs)
       .def("get_outputs", &InferenceSession::get_outputs)
       .def("_run",

@@ -224,9 +224,11 @@ void InferenceSession::build(const std::string& model) {
   }
   const Engine* engine = registry.find(name);
   XPURT_INTERNAL_ASSERT(engine != nullptr, "engine '", name, "' is not registered");
-  XPURT_CHECK(name == "native" || (options_.disabled_passes.empty() && options_.optimized_model_path.empty()),
-              "disabled_passes and optimized_model_path are options of the native engine; engine '", name,
-              "' does not take them");
+  XPURT_CHECK(name == "native" || options_.disabled_passes.empty(),
+              "disabled_passes is an option of the native engine; engine '", name, "' does not take it");
+  XPURT_CHECK(name == "native" || name == "onnxruntime" || options_.optimized_model_path.empty(),
+              "optimized_model_path is an option of the native and onnxruntime engines; engine '", name,
+              "' does not take it");
   XPURT_CHECK(name == "native" || options_.exec_policy.tensor_parallel == 1, "ExecutionPolicy tensor_parallel=",
               options_.exec_policy.tensor_parallel, " is an option of the native engine; engine '", name,
               "' does not shard models (docs/distributed.md)");

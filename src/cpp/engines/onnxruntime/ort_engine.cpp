@@ -574,6 +574,14 @@ class OrtSession final : public EngineSession {
       config.options.push_back(detail::str_cat(kOrtSessionOptionsModelExternalInitializersFileFolderPath, "=",
                                                options_.model_dir));
     }
+    if (!options_.optimized_model_path.empty()) {
+      XPURT_ORT_CHECK(session_options.SetOptimizedModelFilePath(options_.optimized_model_path.c_str()));
+      config.options.push_back("optimized_model_filepath=" + options_.optimized_model_path);
+    }
+    for (const auto& [key, value] : options_.session_config) {  // xpuruntime.onnxruntime's config entries
+      XPURT_ORT_CHECK(session_options.AddConfigEntry(key.c_str(), value.c_str()));
+      config.options.push_back(detail::str_cat(key, "=", value));
+    }
     try {
       XPURT_ORT_CHECK(session_ = std::make_shared<Ort::Session>(ort::env(), model.data(), model.size(),
                                                                 session_options));

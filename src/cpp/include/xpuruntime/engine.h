@@ -57,8 +57,14 @@ struct XPURT_API SessionOptions {
   // InvalidArgumentError listing the valid ones), and a file the first run writes its plan's optimized graph to as
   // ONNX, specialised to that run's input shapes (empty: none; like ONNX Runtime's optimized_model_filepath).
   // Other engines refuse a non-empty value.
+  // The onnxruntime engine takes optimized_model_path too: ONNX Runtime writes its optimized model there when the
+  // session is created (SessionOptions::SetOptimizedModelFilePath).
   std::vector<std::string> disabled_passes;
   std::string optimized_model_path;
+  // onnxruntime engine: ONNX Runtime session config entries (key, value), added as they are after xpuruntime's own
+  // (xpuruntime.onnxruntime passes SessionOptions.add_session_config_entry's here). Other engines do not read them
+  // (xpuruntime.onnxruntime reports them in explain() as kept without effect).
+  std::vector<std::pair<std::string, std::string>> session_config;
 };
 
 // What ran for one node of the model.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -37,7 +37,11 @@ class InferenceSession:
         ``..``, no symbolic links out of it).
     optimized_model_path : str or Path, optional
         Native engine: the first run writes its plan's optimized graph there as ONNX, specialised to that run's
-        input shapes (fused nodes in the ``com.xpuruntime`` domain; the native engine loads it back).
+        input shapes (fused nodes in the ``com.xpuruntime`` domain; the native engine loads it back). onnxruntime
+        engine: ONNX Runtime writes its optimized model there when the session is created.
+    session_config : list of (str, str), optional
+        onnxruntime engine: ONNX Runtime session config entries, passed as they are (other engines do not read
+        them). ``xpuruntime.onnxruntime`` passes ``SessionOptions.add_session_config_entry``'s here.
 
     Attributes
     ----------
@@ -59,6 +63,7 @@ class InferenceSession:
                  disabled_passes: Optional[List[str]] = None,
                  optimized_model_path: Optional[Union[str, Path]] = None, backend: Optional[str] = None,
                  external_data_dir: Optional[Union[str, Path]] = None,
+                 session_config: Optional[List[Tuple[str, str]]] = None,
                  **onnxruntime_arguments: Any) -> None:
         if onnxruntime_arguments:
             ort_names = {"sess_options", "providers", "provider_options"}
@@ -87,7 +92,8 @@ class InferenceSession:
         self._session = _core.InferenceSession(model if isinstance(model, bytes) else str(model), device, engine,
                                                kernel_policy, exec_policy, fp16, list(disabled_passes or []),
                                                str(optimized_model_path) if optimized_model_path else "",
-                                               str(external_data_dir) if external_data_dir else "")
+                                               str(external_data_dir) if external_data_dir else "",
+                                               list(session_config or []))
         self._device = str(device)
 
     @property

@@ -20,6 +20,7 @@ void bind_tensors(py::module_& m);
 void bind_policies(py::module_& m);
 void bind_kernels(py::module_& m);
 void bind_session(py::module_& m);
+void bind_generation(py::module_& m);  // after bind_session: a Generator takes an InferenceSession
 void bind_profiler(py::module_& m);
 void bind_distributed(py::module_& m);
 

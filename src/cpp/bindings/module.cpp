@@ -15,6 +15,7 @@ PYBIND11_MODULE(_core, m) {
   bindings::bind_policies(m);
   bindings::bind_kernels(m);
   bindings::bind_session(m);
+  bindings::bind_generation(m);
   bindings::bind_profiler(m);
   bindings::bind_distributed(m);
 

@@ -1,0 +1,229 @@
+// Generator and Generation: the generation loop (include/xpuruntime/generation.h, docs/generation.md).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/half.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/generation.h"
+
+namespace xpuruntime::generation {
+
+// Note [The generation loop]
+// A Generation left-pads its rows to the longest prompt (pad_token_id, attention_mask 0) and runs:
+//   prefill   the whole padded prompt, past empty: [batch, prompt] tokens in, the cache filled to `prompt`;
+//   decode    one token per row: input_ids [batch, 1], attention_mask [batch, length + 1] (the padding still 0),
+//             position_ids [batch, 1], the past bound from the cache (Note [Contiguous KV cache]).
+// In the recompute form (no cache, or CacheMode::kNone) every step feeds the whole sequence so far. Positions count
+// the row's real tokens (transformers' cumsum(mask) - 1, padding at 1), so a left-padded row sees the positions it
+// would alone. Only the last position's logits are read back to the host, where the Sampler picks each row's token
+// (the logits output itself is still the model's [batch, seq, vocab]: on a device session the whole output is copied
+// back, which for decode steps is [batch, 1, vocab]). A row ends at a stop token or when the step limit is reached;
+// it is fed pad_token_id afterwards (its outputs are ignored) so that the batch keeps its shape, and the
+// Generation is done when every row has ended.
+
+namespace {
+
+Tensor host_matrix(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t from, DType dtype) {
+  const auto batch = static_cast<std::int64_t>(rows.size());
+  const std::int64_t width = static_cast<std::int64_t>(rows.front().size()) - from;
+  Tensor t = Tensor::empty({batch, width}, dtype);
+  for (std::int64_t r = 0; r < batch; ++r) {
+    for (std::int64_t j = 0; j < width; ++j) {
+      const std::int64_t v = rows[static_cast<std::size_t>(r)][static_cast<std::size_t>(from + j)];
+      if (dtype == DType::kInt64) {
+        static_cast<std::int64_t*>(t.data_ptr())[r * width + j] = v;
+      } else {
+        static_cast<std::int32_t*>(t.data_ptr())[r * width + j] = static_cast<std::int32_t>(v);
+      }
+    }
+  }
+  return t;
+}
+
+// transformers' position_ids: cumsum(mask) - 1, with padding at 1.
+std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vector<std::int64_t>>& mask) {
+  std::vector<std::vector<std::int64_t>> out(mask.size());
+  for (std::size_t r = 0; r < mask.size(); ++r) {
+    std::int64_t seen = 0;
+    for (std::int64_t m : mask[r]) {
+      seen += m;
+      out[r].push_back(m != 0 ? seen - 1 : 1);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Generator::Generator(const InferenceSession& session, GenerationConfig config)
+    : session_(&session), config_(std::move(config)) {
+  config_.validate();
+  signature_ = DecoderSignature::recognise(session.get_inputs(), session.get_outputs());
+  if (config_.cache == CacheMode::kRequired && signature_.cache.empty()) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "GenerationConfig.cache is 'required' but the model has no cache inputs (", signature_.str(),
+        "); expected past inputs named like 'past_key_values.0.key' with present outputs like 'present.0.key'"));
+  }
+}
+
+bool Generator::uses_cache() const { return !signature_.cache.empty() && config_.cache != CacheMode::kNone; }
+
+Generation Generator::start(const std::vector<std::vector<std::int64_t>>& prompts) const {
+  return Generation(*session_, signature_, config_, prompts);
+}
+
+std::vector<std::vector<std::int64_t>> Generator::generate(const std::vector<std::vector<std::int64_t>>& prompts) const {
+  Generation generation = start(prompts);
+  while (!generation.done()) generation.step();
+  return generation.tokens();
+}
+
+Generation::Generation(const InferenceSession& session, const DecoderSignature& signature,
+                       const GenerationConfig& config, const std::vector<std::vector<std::int64_t>>& prompts)
+    : session_(&session), signature_(signature), config_(config), sampler_(config) {
+  XPURT_CHECK(!prompts.empty(), "generate: the batch holds no prompt");
+  batch_ = static_cast<std::int64_t>(prompts.size());
+  for (std::size_t r = 0; r < prompts.size(); ++r) {
+    XPURT_CHECK(!prompts[r].empty(), "generate: prompt ", r, " is empty (give at least one token, e.g. BOS)");
+    for (std::int64_t t : prompts[r]) XPURT_CHECK(t >= 0, "generate: prompt ", r, " holds a negative token id ", t);
+    prompt_length_ = std::max(prompt_length_, static_cast<std::int64_t>(prompts[r].size()));
+  }
+  const bool ragged = std::any_of(prompts.begin(), prompts.end(),
+                                  [&](const auto& p) { return static_cast<std::int64_t>(p.size()) != prompt_length_; });
+  XPURT_CHECK(!ragged || !signature_.attention_mask.empty(), "generate: prompts of different lengths are ",
+              "left-padded, which needs an attention_mask input; the model has none (run them one at a time)");
+  limit_new_ = config_.max_new_tokens;
+  if (config_.max_length > 0) {
+    XPURT_CHECK(prompt_length_ < config_.max_length, "generate: the longest prompt has ", prompt_length_,
+                " tokens, which already reaches max_length ", config_.max_length);
+    limit_new_ = std::min(limit_new_, config_.max_length - prompt_length_);
+  }
+  for (std::int64_t r = 0; r < batch_; ++r) {
+    const auto& prompt = prompts[static_cast<std::size_t>(r)];
+    const std::size_t pad = static_cast<std::size_t>(prompt_length_) - prompt.size();
+    std::vector<std::int64_t> row(pad, config_.pad_token_id);
+    row.insert(row.end(), prompt.begin(), prompt.end());
+    std::vector<std::int64_t> mask(pad, 0);
+    mask.resize(row.size(), 1);
+    sequence_.push_back(std::move(row));
+    mask_.push_back(std::move(mask));
+    seen_.push_back(prompt);
+    rngs_.push_back(Sampler::row_stream(config_.seed, r));
+  }
+  generated_.resize(static_cast<std::size_t>(batch_));
+  ended_.assign(static_cast<std::size_t>(batch_), false);
+  if (!signature_.cache.empty() && config_.cache != CacheMode::kNone) {
+    cache_ = std::make_unique<ContiguousKvCache>(signature_.cache, batch_, prompt_length_ + limit_new_,
+                                                 session.options().device);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Generation::feeds(bool prefill) const {
+  // The cached decode step feeds only the last position; the prefill and the recompute form feed everything.
+  const std::int64_t length = static_cast<std::int64_t>(sequence_.front().size());
+  const std::int64_t from = cache_ && !prefill ? length - 1 : 0;
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back(signature_.input_ids, host_matrix(sequence_, from, signature_.ids_dtype));
+  if (!signature_.attention_mask.empty()) {
+    out.emplace_back(signature_.attention_mask, host_matrix(mask_, 0, signature_.mask_dtype));
+  }
+  if (!signature_.position_ids.empty()) {
+    out.emplace_back(signature_.position_ids, host_matrix(positions_of(mask_), from, signature_.positions_dtype));
+  }
+  if (!signature_.use_cache_branch.empty()) {
+    Tensor branch = Tensor::empty({1}, DType::kBool);
+    *static_cast<bool*>(branch.data_ptr()) = cache_ != nullptr && !prefill;
+    out.emplace_back(signature_.use_cache_branch, branch);
+  }
+  if (!cache_) {
+    // The recompute form of a model with a cache: its past fed empty, its present ignored.
+    for (const CacheSlot& slot : signature_.cache) {
+      out.emplace_back(slot.past_input,
+                       Tensor::empty({batch_, slot.heads, 0, slot.head_dim}, slot.dtype, session_->options().device));
+    }
+  }
+  return out;
+}
+
+Tensor Generation::run(const std::vector<std::pair<std::string, Tensor>>& feeds, std::int64_t new_tokens) {
+  IoBinding binding = session_->io_binding();
+  for (const auto& [name, value] : feeds) binding.bind_input(name, value);
+  binding.bind_output(signature_.logits, Device::cpu());
+  if (cache_) cache_->bind(binding, new_tokens);
+  session_->run_with_binding(binding);
+  if (cache_) cache_->commit(new_tokens);
+  const std::vector<std::string> names = binding.output_names();
+  const auto it = std::find(names.begin(), names.end(), signature_.logits);
+  XPURT_INTERNAL_ASSERT(it != names.end(), "the logits output was not bound");
+  return binding.outputs()[static_cast<std::size_t>(it - names.begin())];
+}
+
+std::vector<float> Generation::last_logits(const Tensor& logits, std::int64_t row) const {
+  XPURT_CHECK_TYPE(logits.dim() == 3 && logits.shape()[0] == batch_, "logits output '", signature_.logits,
+                   "' should be [batch, seq, vocab] with batch ", batch_, ", got ", logits.str());
+  const Tensor host = logits.device().is_cpu() ? logits.contiguous() : logits.to(Device::cpu()).contiguous();
+  const std::int64_t seq = host.shape()[1];
+  const std::int64_t vocab = host.shape()[2];
+  const std::int64_t at = (row * seq + seq - 1) * vocab;
+  std::vector<float> out(static_cast<std::size_t>(vocab));
+  switch (host.dtype()) {
+    case DType::kFloat32:
+      std::memcpy(out.data(), static_cast<const float*>(host.data_ptr()) + at, out.size() * sizeof(float));
+      break;
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      const auto* bits = static_cast<const std::uint16_t*>(host.data_ptr()) + at;
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        out[i] = host.dtype() == DType::kFloat16 ? detail::half_to_float(bits[i]) : detail::bfloat16_to_float(bits[i]);
+      }
+      break;
+    }
+    default:
+      throw InvalidTypeError(detail::str_cat("logits output '", signature_.logits, "' is ",
+                                             dtype_name(host.dtype()), "; expected float32, float16 or bfloat16"));
+  }
+  return out;
+}
+
+std::vector<std::optional<std::int64_t>> Generation::step() {
+  XPURT_CHECK(!done_, "Generation::step: the generation is done (", steps_, " steps)");
+  const bool prefill = steps_ == 0;
+  const std::int64_t new_tokens = prefill ? prompt_length_ : 1;
+  const Tensor logits = run(feeds(prefill), new_tokens);
+  std::vector<std::optional<std::int64_t>> chosen(static_cast<std::size_t>(batch_));
+  for (std::int64_t r = 0; r < batch_; ++r) {
+    if (ended_[static_cast<std::size_t>(r)]) continue;
+    std::vector<float> row = last_logits(logits, r);
+    chosen[static_cast<std::size_t>(r)] = sampler_.next(row.data(), static_cast<std::int64_t>(row.size()),
+                                                        seen_[static_cast<std::size_t>(r)],
+                                                        rngs_[static_cast<std::size_t>(r)]);
+  }
+  finish_step(chosen);
+  return chosen;
+}
+
+void Generation::finish_step(const std::vector<std::optional<std::int64_t>>& chosen) {
+  ++steps_;
+  bool all_ended = true;
+  for (std::size_t r = 0; r < chosen.size(); ++r) {
+    const std::int64_t token = chosen[r].value_or(config_.pad_token_id);
+    sequence_[r].push_back(token);
+    mask_[r].push_back(1);
+    if (chosen[r]) {
+      generated_[r].push_back(token);
+      seen_[r].push_back(token);
+      const auto& stops = config_.stop_tokens;
+      if (std::find(stops.begin(), stops.end(), token) != stops.end()) ended_[r] = true;
+    }
+    if (steps_ >= limit_new_) ended_[r] = true;
+    all_ended = all_ended && ended_[r];
+  }
+  done_ = all_ended;
+}
+
+}  // namespace xpuruntime::generation

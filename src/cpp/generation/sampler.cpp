@@ -1,0 +1,128 @@
+// GenerationConfig's checks and the Sampler (include/xpuruntime/generation.h).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/generation.h"
+
+namespace xpuruntime::generation {
+
+void GenerationConfig::validate() const {
+  XPURT_CHECK(max_new_tokens > 0, "GenerationConfig.max_new_tokens must be positive, got ", max_new_tokens);
+  XPURT_CHECK(max_length >= 0, "GenerationConfig.max_length must be 0 (no limit) or positive, got ", max_length);
+  XPURT_CHECK(std::isfinite(temperature) && temperature > 0, "GenerationConfig.temperature must be positive ",
+              "(use do_sample=false for greedy decoding), got ", temperature);
+  XPURT_CHECK(top_k >= 0, "GenerationConfig.top_k must be 0 (off) or positive, got ", top_k);
+  XPURT_CHECK(top_p > 0 && top_p <= 1, "GenerationConfig.top_p must be in (0, 1], got ", top_p);
+  XPURT_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0,
+              "GenerationConfig.repetition_penalty must be positive (1: off), got ", repetition_penalty);
+  for (std::int64_t t : stop_tokens) XPURT_CHECK(t >= 0, "GenerationConfig.stop_tokens holds a negative id ", t);
+  XPURT_CHECK(pad_token_id >= 0, "GenerationConfig.pad_token_id must be a token id (>= 0), got ", pad_token_id);
+}
+
+std::string GenerationConfig::str() const {
+  std::string stops;
+  for (std::int64_t t : stop_tokens) stops += (stops.empty() ? "" : ",") + std::to_string(t);
+  const char* cache_mode = cache == CacheMode::kAuto ? "auto" : cache == CacheMode::kRequired ? "required" : "none";
+  return detail::str_cat("GenerationConfig(max_new_tokens=", max_new_tokens, ", max_length=", max_length,
+                         ", do_sample=", do_sample ? "true" : "false", ", temperature=", temperature,
+                         ", top_k=", top_k, ", top_p=", top_p, ", repetition_penalty=", repetition_penalty,
+                         ", seed=", seed, ", stop_tokens=[", stops, "], pad_token_id=", pad_token_id,
+                         ", cache=", cache_mode, ")");
+}
+
+// Note [Sampling]
+// The order is transformers' (its LogitsProcessor list for generate()): the repetition penalty (CTRL: a seen token's
+// logit is divided by the penalty when positive, multiplied when negative), then greedy argmax, or temperature,
+// top-k, top-p and a draw from what is left. Ties go to the lowest token id everywhere (argmax, and the sort that
+// top-k and top-p read), so top_k=1 picks exactly the greedy token. Top-p keeps the most likely tokens until their
+// probability reaches top_p, always at least one. The draw is one uniform double from the row's own mt19937_64
+// (whose output sequence the C++ standard fixes, unlike its distributions'), mapped to 53 bits by hand: the same
+// seed gives the same tokens on every platform and build. Host code on float32 logits, computed in double.
+
+Sampler::Sampler(const GenerationConfig& config) : config_(config) { config_.validate(); }
+
+std::mt19937_64 Sampler::row_stream(std::uint64_t seed, std::int64_t row) {
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(row + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return std::mt19937_64(z ^ (z >> 31));
+}
+
+namespace {
+
+void apply_repetition_penalty(float* logits, std::int64_t vocab, const std::vector<std::int64_t>& seen,
+                              double penalty) {
+  if (penalty == 1.0) return;
+  std::vector<bool> done(static_cast<std::size_t>(vocab), false);
+  for (std::int64_t t : seen) {
+    if (t < 0 || t >= vocab || done[static_cast<std::size_t>(t)]) continue;
+    done[static_cast<std::size_t>(t)] = true;
+    float& l = logits[t];
+    l = l > 0 ? static_cast<float>(l / penalty) : static_cast<float>(l * penalty);
+  }
+}
+
+std::int64_t argmax(const float* logits, std::int64_t vocab) {
+  std::int64_t best = 0;
+  for (std::int64_t i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+}  // namespace
+
+std::int64_t Sampler::next(float* logits, std::int64_t vocab, const std::vector<std::int64_t>& seen,
+                           std::mt19937_64& rng) const {
+  XPURT_CHECK(vocab > 0, "Sampler: empty logits");
+  apply_repetition_penalty(logits, vocab, seen, config_.repetition_penalty);
+  if (!config_.do_sample) return argmax(logits, vocab);
+  // Candidates by logit, highest first, ties by id; only the first k need ordering when top-k is on.
+  std::vector<std::int64_t> order(static_cast<std::size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const auto before = [&](std::int64_t a, std::int64_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  };
+  std::size_t keep = order.size();
+  if (config_.top_k > 0 && static_cast<std::size_t>(config_.top_k) < keep) {
+    keep = static_cast<std::size_t>(config_.top_k);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), before);
+  } else {
+    std::sort(order.begin(), order.end(), before);
+  }
+  order.resize(keep);
+  // Softmax of logits / temperature over the candidates, in double.
+  const double top = logits[order.front()] / config_.temperature;
+  std::vector<double> probs(keep);
+  double total = 0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp(logits[order[i]] / config_.temperature - top);
+    total += probs[i];
+  }
+  if (config_.top_p < 1.0) {
+    double cumulative = 0;
+    std::size_t cut = 0;
+    while (cut < keep) {
+      cumulative += probs[cut] / total;
+      ++cut;
+      if (cumulative >= config_.top_p) break;
+    }
+    keep = cut;
+    total = std::accumulate(probs.begin(), probs.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+  }
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+  double cumulative = 0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    cumulative += probs[i];
+    if (u < cumulative) return order[i];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace xpuruntime::generation

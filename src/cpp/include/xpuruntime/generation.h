@@ -1,0 +1,208 @@
+// Text generation: a decoder-only model driven token by token (docs/generation.md).
+//
+//   xpuruntime::InferenceSession session("decoder.onnx");
+//   xpuruntime::generation::GenerationConfig config;
+//   config.max_new_tokens = 16;
+//   xpuruntime::generation::Generator generator(session, config);
+//   std::vector<std::vector<std::int64_t>> tokens = generator.generate({{1, 2, 3}, {4, 5}});
+//
+// The model is an ONNX decoder as exporters write it (Note [Decoder signatures] in generation/decoder_signature.cpp):
+// `input_ids` [batch, seq] and optionally `attention_mask` [batch, past + seq], `position_ids` [batch, seq]; a
+// logits output [batch, seq, vocab]; and, for the cached form, one past input and one present output per layer
+// and per key/value (`past_key_values.{i}.key` -> `present.{i}.key`, [batch, heads, seq, head_dim]). A model
+// without cache inputs runs in the recompute form: the whole sequence every step.
+//
+// Ownership: a Generator refers to its session, which must outlive it and every Generation it starts; a
+// Generation owns its cache buffers (on the session's device). Thread-safety: a Generator may start Generations
+// from several threads (the session's run is thread-safe); one Generation is used from one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/export.h"
+#include "xpuruntime/inference_session.h"
+
+namespace xpuruntime::generation {
+
+// Whether the generator uses the model's cache inputs.
+enum class CacheMode {
+  kAuto,      // the cache when the model has one, else recompute the whole sequence every step
+  kRequired,  // the cache; a model without a recognisable cache is an UnsupportedOperationError
+  kNone,      // recompute every step even when the model has a cache (its past inputs fed empty)
+};
+
+// How tokens are chosen and when generation stops. Valid when default-constructed: greedy, 32 new tokens.
+// validate() raises InvalidArgumentError naming the first bad field.
+struct XPURT_API GenerationConfig {
+  std::int64_t max_new_tokens = 32;   // > 0
+  std::int64_t max_length = 0;        // prompt + new tokens of the longest row, at most; 0: no limit beyond the above
+  bool do_sample = false;             // false: greedy (argmax after the repetition penalty)
+  double temperature = 1.0;           // > 0 when sampling; logits are divided by it
+  std::int64_t top_k = 0;             // >= 0; 0: off. Keeps the k most likely tokens
+  double top_p = 1.0;                 // in (0, 1]; 1: off. Keeps the smallest set whose probability reaches top_p
+  double repetition_penalty = 1.0;    // > 0; 1: off. Tokens seen (prompt included) lose likelihood (CTRL's rule)
+  std::uint64_t seed = 0;             // the sampling stream of row r is seeded from (seed, r): same seed, same tokens
+  std::vector<std::int64_t> stop_tokens;  // a row ends after producing one of these (it is included in the output)
+  std::int64_t pad_token_id = 0;      // fed for left padding and for rows that have ended
+  CacheMode cache = CacheMode::kAuto;
+  void validate() const;
+  std::string str() const;
+};
+
+// One past input of the model and the present output that continues it.
+struct XPURT_API CacheSlot {
+  int layer = 0;
+  bool is_key = true;            // key or value
+  std::string past_input;        // "past_key_values.0.key"
+  std::string present_output;    // "present.0.key"
+  std::int64_t heads = 0;        // static dimension 1 of [batch, heads, seq, head_dim]
+  std::int64_t head_dim = 0;     // static dimension 3
+  DType dtype = DType::kFloat32;
+};
+
+// What the generator feeds and reads, recognised from a session's inputs and outputs by name and shape.
+struct XPURT_API DecoderSignature {
+  std::string input_ids;         // int64 or int32 [batch, seq]
+  std::string attention_mask;    // empty: the model has none
+  std::string position_ids;      // empty: the model has none
+  std::string use_cache_branch;  // optimum's merged decoders: bool [1]; empty when absent
+  std::string logits;            // [batch, seq, vocab]
+  DType ids_dtype = DType::kInt64;
+  DType mask_dtype = DType::kInt64;
+  DType positions_dtype = DType::kInt64;
+  std::vector<CacheSlot> cache;  // empty: no cache (recompute form), sorted by (layer, key before value)
+  // Recognises the signature; UnsupportedOperationError naming what is missing or malformed (no input_ids, a past
+  // input without its present output, a cache input that is not [batch, heads, seq, head_dim] with static heads
+  // and head_dim, ...).
+  static DecoderSignature recognise(const std::vector<ValueInfo>& inputs, const std::vector<ValueInfo>& outputs);
+  std::string str() const;
+};
+
+// Note [KV cache]
+// The cache of one Generation, resident on the session's device: for every CacheSlot the past fed to the next step
+// and a buffer the step's present is written into. bind() binds both for a step that adds `new_tokens` to the
+// `length()` already cached; commit() makes the written present the next past. This is the seam a paged block
+// pool (continuous batching: blocks per request, a block table) implements later; today's implementation is
+// ContiguousKvCache.
+class XPURT_API KvCache {
+ public:
+  virtual ~KvCache() = default;
+  virtual void bind(IoBinding& binding, std::int64_t new_tokens) = 0;
+  virtual void commit(std::int64_t new_tokens) = 0;
+  virtual std::int64_t length() const = 0;    // positions cached (the longest row's, padding included)
+  virtual std::int64_t capacity() const = 0;  // positions that fit
+  virtual std::size_t bytes() const = 0;      // device memory held
+};
+
+// Two preallocated buffers of `capacity` positions per slot, used in turn (Note [Contiguous KV cache] in
+// generation/kv_cache.cpp): step t reads its past from one as a contiguous [batch, heads, length, head_dim] view
+// and the engine writes its present into the other, bound as an output, so nothing is allocated and the cache
+// never leaves the device. Exceeding `capacity` is an InvalidArgumentError.
+class XPURT_API ContiguousKvCache final : public KvCache {
+ public:
+  ContiguousKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity, Device device);
+  void bind(IoBinding& binding, std::int64_t new_tokens) override;
+  void commit(std::int64_t new_tokens) override;
+  std::int64_t length() const override { return length_; }
+  std::int64_t capacity() const override { return capacity_; }
+  std::size_t bytes() const override;
+
+ private:
+  struct Buffers {
+    const CacheSlot* slot;
+    Tensor buffer[2];
+  };
+  Tensor view(const Buffers& b, int which, std::int64_t positions) const;
+  std::vector<Buffers> buffers_;
+  std::int64_t batch_;
+  std::int64_t capacity_;
+  std::int64_t length_ = 0;
+  int current_ = 0;  // the buffer that holds the past
+};
+
+// Chooses the next token of one row from its logits (Note [Sampling] in generation/sampler.cpp). Host code on
+// float32 logits; a device sampling kernel is not written yet (docs/generation.md).
+class XPURT_API Sampler {
+ public:
+  explicit Sampler(const GenerationConfig& config);
+  // `logits`: `vocab` float32 values, modified in place. `seen`: the tokens of the row so far (prompt included,
+  // padding excluded), for the repetition penalty. `rng`: the row's stream.
+  std::int64_t next(float* logits, std::int64_t vocab, const std::vector<std::int64_t>& seen,
+                    std::mt19937_64& rng) const;
+  // The stream of row `row` under `seed` (splitmix64 of both: independent streams per row).
+  static std::mt19937_64 row_stream(std::uint64_t seed, std::int64_t row);
+
+ private:
+  GenerationConfig config_;
+};
+
+class Generator;
+
+// One batch being generated: prefill on the first step(), one decode step per later call.
+class XPURT_API Generation {
+ public:
+  // One token per row for this step; std::nullopt for a row that had already ended. Raises InvalidArgumentError
+  // when called after done().
+  std::vector<std::optional<std::int64_t>> step();
+  bool done() const { return done_; }
+  // The new tokens of each row so far (the prompt left out; a stop token that ended a row included).
+  const std::vector<std::vector<std::int64_t>>& tokens() const { return generated_; }
+  std::int64_t steps() const { return steps_; }
+  bool uses_cache() const { return cache_ != nullptr; }
+  const KvCache* cache() const { return cache_.get(); }
+
+ private:
+  friend class Generator;
+  Generation(const InferenceSession& session, const DecoderSignature& signature, const GenerationConfig& config,
+             const std::vector<std::vector<std::int64_t>>& prompts);
+  std::vector<std::pair<std::string, Tensor>> feeds(bool prefill) const;
+  Tensor run(const std::vector<std::pair<std::string, Tensor>>& feeds, std::int64_t new_tokens);
+  std::vector<float> last_logits(const Tensor& logits, std::int64_t row) const;
+  void finish_step(const std::vector<std::optional<std::int64_t>>& chosen);
+
+  const InferenceSession* session_;
+  DecoderSignature signature_;
+  GenerationConfig config_;
+  Sampler sampler_;
+  std::int64_t batch_ = 0;
+  std::int64_t prompt_length_ = 0;   // the longest prompt (rows are left-padded to it)
+  std::int64_t limit_new_ = 0;       // new tokens at most (max_new_tokens, cut by max_length)
+  std::vector<std::vector<std::int64_t>> sequence_;  // per row: padding + prompt + generated (what is fed)
+  std::vector<std::vector<std::int64_t>> mask_;      // per row: 0 for padding, 1 otherwise
+  std::vector<std::vector<std::int64_t>> seen_;      // per row: prompt + generated (the repetition penalty's)
+  std::vector<std::vector<std::int64_t>> generated_;
+  std::vector<std::mt19937_64> rngs_;
+  std::vector<bool> ended_;
+  std::unique_ptr<KvCache> cache_;  // null in the recompute form
+  std::int64_t steps_ = 0;
+  bool done_ = false;
+};
+
+class XPURT_API Generator {
+ public:
+  // Validates `config` and recognises the model's signature (both raise as their functions say). `session` must
+  // outlive the generator and its generations.
+  Generator(const InferenceSession& session, GenerationConfig config);
+  // Starts a batch: one prompt per row (each non-empty; rows of different lengths are left-padded, which needs an
+  // attention_mask input). InvalidArgumentError for an empty batch or prompt.
+  Generation start(const std::vector<std::vector<std::int64_t>>& prompts) const;
+  // Runs a batch to the end; the new tokens of each row.
+  std::vector<std::vector<std::int64_t>> generate(const std::vector<std::vector<std::int64_t>>& prompts) const;
+  const DecoderSignature& signature() const { return signature_; }
+  const GenerationConfig& config() const { return config_; }
+  // Whether generations use the model's cache (the signature has one and the config does not say kNone).
+  bool uses_cache() const;
+
+ private:
+  const InferenceSession* session_;
+  GenerationConfig config_;
+  DecoderSignature signature_;
+};
+
+}  // namespace xpuruntime::generation

@@ -1,0 +1,146 @@
+"""Text generation with decoder-only models (docs/generation.md).
+
+A :class:`Generator` drives an ONNX decoder token by token: prefill over the prompt, then one decode step per new
+token with the model's key/value cache kept on the session's device (``past_key_values.{i}.key`` ->
+``present.{i}.key``, as transformers' and optimum's exports name it). A model without a cache runs in the recompute
+form (the whole sequence every step). The loop, the cache and the sampling are C++ (``src/cpp/generation/``).
+
+Examples
+--------
+>>> from xpuruntime.generation import Generator, GenerationConfig
+>>> gen = Generator("decoder.onnx", GenerationConfig(max_new_tokens=8))
+>>> gen.generate([1, 2, 3])                    # one prompt -> its new tokens
+>>> gen.generate([[1, 2, 3], [4, 5]])          # a batch (left-padded) -> one list per row
+>>> for token in gen.stream([1, 2, 3]):        # tokens as they come
+...     print(token)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _core
+from .inference import InferenceSession
+
+GenerationConfig = _core.GenerationConfig
+GenerationConfig.__doc__ = """How tokens are chosen and when generation stops (keyword arguments only).
+
+Parameters
+----------
+max_new_tokens : int
+    New tokens per row at most (default 32).
+max_length : int
+    Prompt plus new tokens of the longest row at most; 0 (default): no limit beyond ``max_new_tokens``.
+do_sample : bool
+    False (default): greedy. True: draw from the distribution left by temperature, top_k and top_p.
+temperature : float
+    Positive (default 1.0); the logits are divided by it when sampling.
+top_k : int
+    Keep the k most likely tokens; 0 (default): off.
+top_p : float
+    In (0, 1]; keep the most likely tokens until their probability reaches top_p; 1.0 (default): off.
+repetition_penalty : float
+    Positive; 1.0 (default): off. Seen tokens (prompt included) lose likelihood.
+seed : int
+    Sampling seed; the same seed gives the same tokens (default 0).
+stop_tokens : list of int
+    A row ends after producing one of these (it is included in the output).
+pad_token_id : int
+    Fed for left padding and for rows that have ended (default 0).
+cache : {"auto", "required", "none"}
+    Use the model's cache when it has one (default), insist on it, or recompute every step.
+
+Bad values raise :class:`~xpuruntime.InvalidArgumentError` naming the field.
+"""
+
+Prompts = Union[Sequence[int], Sequence[Sequence[int]], np.ndarray]
+
+
+def _as_batch(input_ids: Prompts) -> "tuple[List[List[int]], bool]":
+    """The prompts as a list of rows, and whether a single prompt was given (1-D)."""
+    if isinstance(input_ids, np.ndarray):
+        if input_ids.ndim not in (1, 2) or input_ids.dtype.kind not in "iu":
+            raise _core.InvalidTypeError(f"input_ids must be a 1-D or 2-D integer array, got {input_ids.dtype}"
+                                         f"{list(input_ids.shape)}")
+        single = input_ids.ndim == 1
+        rows = [input_ids.tolist()] if single else input_ids.tolist()
+        return rows, single
+    items = list(input_ids)
+    if not items:
+        raise _core.InvalidArgumentError("input_ids is empty: give one prompt (a list of ids) or a list of prompts")
+    if all(isinstance(t, (int, np.integer)) for t in items):
+        return [[int(t) for t in items]], True
+    if all(not isinstance(r, (str, bytes)) and hasattr(r, "__iter__") for r in items):
+        return [[int(t) for t in row] for row in items], False
+    raise _core.InvalidTypeError("input_ids must be a list of token ids or a list of such lists")
+
+
+class Generator:
+    """Generates tokens with a decoder model.
+
+    Parameters
+    ----------
+    model : str, Path, bytes or InferenceSession
+        The decoder (see docs/generation.md for the forms accepted), or a session already made of it.
+    config : GenerationConfig, optional
+        Default: greedy, 32 new tokens.
+    device, engine, **session_options
+        For a model given as a path or bytes: the :class:`~xpuruntime.InferenceSession` made of it.
+
+    Raises
+    ------
+    UnsupportedOperationError
+        The model is not a decoder the generator recognises (no ``input_ids``, a cache input without its present
+        output, hidden states instead of logits, ...), or ``config.cache == "required"`` and it has no cache.
+    """
+
+    def __init__(self, model: Union[str, Path, bytes, InferenceSession], config: Optional[GenerationConfig] = None,
+                 *, device: Any = "cpu", engine: str = "auto", **session_options: Any) -> None:
+        if isinstance(model, InferenceSession):
+            self.session = model
+        else:
+            self.session = InferenceSession(model, device=device, engine=engine, **session_options)
+        self.config = config if config is not None else GenerationConfig()
+        self._generator = _core.Generator(self.session._session, self.config)
+
+    @property
+    def uses_cache(self) -> bool:
+        """Whether generations feed the model's cache (it has one and ``config.cache`` is not ``"none"``)."""
+        return self._generator.uses_cache
+
+    @property
+    def signature(self) -> str:
+        """What the generator recognised: the inputs it feeds, the logits, the cache's layers and shapes."""
+        return self._generator.signature
+
+    def generate(self, input_ids: Prompts) -> Union[List[int], List[List[int]]]:
+        """The new tokens: a list for one prompt (1-D ``input_ids``), a list per row for a batch."""
+        rows, single = _as_batch(input_ids)
+        tokens = self._generator.generate(rows)
+        return tokens[0] if single else tokens
+
+    def stream(self, input_ids: Prompts) -> Iterator[Union[int, List[Optional[int]]]]:
+        """Yields tokens as each step makes them: an int per step for one prompt; for a batch, a list with one
+        entry per row (None for a row that has ended)."""
+        rows, single = _as_batch(input_ids)
+        generation = self._generator.start(rows)
+        while not generation.done:
+            step = generation.step()
+            if single:
+                yield step[0]
+            else:
+                yield step
+
+    def start(self, input_ids: Prompts) -> _core.Generation:
+        """A generation to step by hand: ``step()`` until ``done``; ``tokens``, ``steps``, ``cache_bytes``."""
+        rows, _ = _as_batch(input_ids)
+        return self._generator.start(rows)
+
+    def __repr__(self) -> str:
+        return f"Generator({self.signature}, {self.config!r}, engine={self.session.engine!r})"
+
+
+__all__ = ["GenerationConfig", "Generator"]

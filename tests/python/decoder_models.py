@@ -1,0 +1,160 @@
+"""Tiny decoder-only transformers built with onnx.helper, for the generation tests (test_generation.py).
+
+`tiny_decoder(with_cache=True)` is a GPT-style model as transformers exports it with a cache: inputs input_ids
+[batch, seq], attention_mask [batch, past + seq], position_ids [batch, seq] and past_key_values.{i}.key/value
+[batch, heads, past, head_dim]; outputs logits [batch, seq, vocab] and present.{i}.key/value = Concat(past, new K/V).
+`with_cache=False` is the same model, same weights, without the cache (past length 0): the reference that
+recomputes the whole sequence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+VOCAB = 37
+EMBED = 16
+HEADS = 2
+HEAD_DIM = 8
+LAYERS = 2
+MAX_POSITIONS = 64
+
+
+def _weights(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    w = {"wte": rng.normal(0, 1.0, (VOCAB, EMBED)), "wpe": rng.normal(0, 0.5, (MAX_POSITIONS, EMBED)),
+         "lm_head": rng.normal(0, 0.5, (EMBED, VOCAB)), "ln_f.g": 1 + rng.normal(0, 0.1, EMBED),
+         "ln_f.b": rng.normal(0, 0.1, EMBED), "neg": np.array(-1e9)}
+    for layer in range(LAYERS):
+        for name in ("wq", "wk", "wv", "wo"):
+            w[f"l{layer}.{name}"] = rng.normal(0, 0.4, (EMBED, EMBED))
+        w[f"l{layer}.w1"] = rng.normal(0, 0.4, (EMBED, 4 * EMBED))
+        w[f"l{layer}.b1"] = rng.normal(0, 0.1, 4 * EMBED)
+        w[f"l{layer}.w2"] = rng.normal(0, 0.4, (4 * EMBED, EMBED))
+        for ln in ("ln1", "ln2"):
+            w[f"l{layer}.{ln}.g"] = 1 + rng.normal(0, 0.1, EMBED)
+            w[f"l{layer}.{ln}.b"] = rng.normal(0, 0.1, EMBED)
+    return {k: v.astype(np.float32) for k, v in w.items()}
+
+
+def _i64(name: str, values) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(values, dtype=np.int64), name)
+
+
+def _mask_nodes() -> list:
+    """allowed [batch, 1, seq, total]: key j visible to query i (at absolute position past + i) when j <= past + i
+    and attention_mask[b, j] is 1."""
+    n = helper.make_node
+    return [
+        n("Shape", ["input_ids"], ["n1"], start=1, end=2),
+        n("Shape", ["attention_mask"], ["t1"], start=1, end=2),
+        n("Squeeze", ["n1", "axis0"], ["n"]),
+        n("Squeeze", ["t1", "axis0"], ["t"]),
+        n("Sub", ["t", "n"], ["past_len"]),
+        n("Range", ["zero", "t", "one"], ["kidx"]),
+        n("Range", ["past_len", "t", "one"], ["qidx"]),
+        n("Unsqueeze", ["kidx", "axis0"], ["kidx2"]),
+        n("Unsqueeze", ["qidx", "axis1"], ["qidx2"]),
+        n("LessOrEqual", ["kidx2", "qidx2"], ["causal"]),
+        n("Cast", ["attention_mask"], ["mask_b"], to=TensorProto.BOOL),
+        n("Unsqueeze", ["mask_b", "axes12"], ["mask4"]),
+        n("And", ["causal", "mask4"], ["allowed"]),
+    ]
+
+
+def _layer(layer: int, x: str, with_cache: bool) -> "tuple[list, str]":
+    n = helper.make_node
+    p = f"l{layer}"
+    nodes = [n("LayerNormalization", [x, f"{p}.ln1.g", f"{p}.ln1.b"], [f"{p}.h"], axis=-1, epsilon=1e-5)]
+    for name in ("q", "k", "v"):
+        nodes += [n("MatMul", [f"{p}.h", f"{p}.w{name}"], [f"{p}.{name}0"]),
+                  n("Reshape", [f"{p}.{name}0", "split_heads"], [f"{p}.{name}1"]),
+                  n("Transpose", [f"{p}.{name}1"], [f"{p}.{name}"], perm=[0, 2, 1, 3])]
+    if with_cache:
+        nodes += [n("Concat", [f"past_key_values.{layer}.key", f"{p}.k"], [f"present.{layer}.key"], axis=2),
+                  n("Concat", [f"past_key_values.{layer}.value", f"{p}.v"], [f"present.{layer}.value"], axis=2)]
+        keys, values = f"present.{layer}.key", f"present.{layer}.value"
+    else:
+        keys, values = f"{p}.k", f"{p}.v"
+    nodes += [
+        n("Transpose", [keys], [f"{p}.kt"], perm=[0, 1, 3, 2]),
+        n("MatMul", [f"{p}.q", f"{p}.kt"], [f"{p}.s0"]),
+        n("Mul", [f"{p}.s0", "scale"], [f"{p}.s1"]),
+        n("Where", ["allowed", f"{p}.s1", "neg"], [f"{p}.s2"]),
+        n("Softmax", [f"{p}.s2"], [f"{p}.p"], axis=-1),
+        n("MatMul", [f"{p}.p", values], [f"{p}.o0"]),
+        n("Transpose", [f"{p}.o0"], [f"{p}.o1"], perm=[0, 2, 1, 3]),
+        n("Reshape", [f"{p}.o1", "merge_heads"], [f"{p}.o2"]),
+        n("MatMul", [f"{p}.o2", f"{p}.wo"], [f"{p}.o"]),
+        n("Add", [x, f"{p}.o"], [f"{p}.x1"]),
+        n("LayerNormalization", [f"{p}.x1", f"{p}.ln2.g", f"{p}.ln2.b"], [f"{p}.h2"], axis=-1, epsilon=1e-5),
+        n("MatMul", [f"{p}.h2", f"{p}.w1"], [f"{p}.m0"]),
+        n("Add", [f"{p}.m0", f"{p}.b1"], [f"{p}.m1"]),
+        n("Relu", [f"{p}.m1"], [f"{p}.m2"]),
+        n("MatMul", [f"{p}.m2", f"{p}.w2"], [f"{p}.m3"]),
+        n("Add", [f"{p}.x1", f"{p}.m3"], [f"{p}.x2"]),
+    ]
+    return nodes, f"{p}.x2"
+
+
+def tiny_decoder(with_cache: bool = True, seed: int = 0, position_ids: bool = True) -> bytes:
+    """The serialized model (see the module docstring); the same `seed` gives the same weights either way."""
+    n = helper.make_node
+    w = _weights(seed)
+    inits = [numpy_helper.from_array(v, k) for k, v in w.items()]
+    inits += [_i64("zero", 0), _i64("one", 1), _i64("axis0", [0]), _i64("axis1", [1]), _i64("axes12", [1, 2]),
+              _i64("split_heads", [0, 0, HEADS, HEAD_DIM]), _i64("merge_heads", [0, 0, EMBED]),
+              numpy_helper.from_array(np.array(HEAD_DIM ** -0.5, np.float32), "scale")]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"])]
+    nodes = [n("Gather", ["wte", "input_ids"], ["tok"])]
+    if position_ids:
+        inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"]))
+        nodes += [n("Gather", ["wpe", "position_ids"], ["pos"]), n("Add", ["tok", "pos"], ["x0"])]
+    else:
+        nodes += [n("Identity", ["tok"], ["x0"])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", VOCAB])]
+    nodes += _mask_nodes()
+    x = "x0"
+    for layer in range(LAYERS):
+        if with_cache:
+            for kind in ("key", "value"):
+                inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", TensorProto.FLOAT,
+                                                            ["batch", HEADS, "past", HEAD_DIM]))
+                outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", TensorProto.FLOAT,
+                                                             ["batch", HEADS, "total", HEAD_DIM]))
+        layer_nodes, x = _layer(layer, x, with_cache)
+        nodes += layer_nodes
+    nodes += [n("LayerNormalization", [x, "ln_f.g", "ln_f.b"], ["xf"], axis=-1, epsilon=1e-5),
+              n("MatMul", ["xf", "lm_head"], ["logits"])]
+    graph = helper.make_graph(nodes, "tiny_decoder" + ("_with_past" if with_cache else ""), inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def reference_greedy(model: bytes, prompts: list, steps: int, engine: str = "native") -> list:
+    """Greedy tokens by running the no-cache model over the whole left-padded sequence at every step, in Python:
+    the reference the Generator's cached loop must reproduce."""
+    import xpuruntime as xrt
+
+    sess = xrt.InferenceSession(model, engine=engine)
+    names = {i.name for i in sess.get_inputs()}
+    width = max(len(p) for p in prompts)
+    ids = np.array([[0] * (width - len(p)) + list(p) for p in prompts], np.int64)
+    mask = np.array([[0] * (width - len(p)) + [1] * len(p) for p in prompts], np.int64)
+    out = [[] for _ in prompts]
+    for _ in range(steps):
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "position_ids" in names:
+            positions = np.cumsum(mask, axis=1) - 1
+            feeds["position_ids"] = np.where(mask == 0, 1, positions).astype(np.int64)
+        logits = np.asarray(sess.run(["logits"], feeds)[0])
+        nxt = logits[:, -1, :].argmax(axis=-1)
+        for r, t in enumerate(nxt):
+            out[r].append(int(t))
+        ids = np.concatenate([ids, nxt[:, None].astype(np.int64)], axis=1)
+        mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
+    return out

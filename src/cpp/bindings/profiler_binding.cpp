@@ -68,6 +68,33 @@ py::dict merge_result_dict(const OrtProfileMergeResult& r) {
   return d;
 }
 
+py::dict summary_dict(const NodeSummary& s) {
+  py::dict d;
+  d["node"] = s.node;
+  d["op_type"] = s.op_type;
+  d["op"] = s.op;
+  d["kernel"] = s.kernel;
+  d["backend"] = s.backend;
+  d["precision"] = s.precision;
+  d["reason"] = s.reason;
+  d["device"] = s.device;
+  d["device_kernels"] = s.device_kernels;
+  d["calls"] = s.calls;
+  d["total_us"] = static_cast<double>(s.total_ns) / 1000.0;
+  d["mean_us"] = s.mean_ns() / 1000.0;
+  d["share"] = s.share;
+  d["bytes"] = s.bytes;
+  d["flops"] = s.flops;
+  d["floor_bytes"] = s.floor_bytes;
+  d["ceiling"] = s.ceiling;
+  d["floor_us"] = static_cast<double>(s.floor_ns) / 1000.0;
+  d["bound"] = s.bound;
+  d["efficiency"] = s.efficiency;
+  d["lost_share"] = s.lost_share();
+  d["flagged"] = s.flagged();
+  return d;
+}
+
 }  // namespace
 
 void bind_profiler(py::module_& m) {
@@ -104,23 +131,30 @@ void bind_profiler(py::module_& m) {
       })
       .def("summary", [](const Profiler& p) {
         py::list out;
-        for (const auto& s : p.summary()) {
-          py::dict d;
-          d["node"] = s.node;
-          d["op_type"] = s.op_type;
-          d["kernel"] = s.kernel;
-          d["backend"] = s.backend;
-          d["precision"] = s.precision;
-          d["device_kernels"] = s.device_kernels;
-          d["calls"] = s.calls;
-          d["total_us"] = static_cast<double>(s.total_ns) / 1000.0;
-          d["mean_us"] = s.mean_ns() / 1000.0;
-          d["share"] = s.share;
-          d["bytes"] = s.bytes;
-          out.append(d);
-        }
+        for (const auto& s : p.summary()) out.append(summary_dict(s));
         return out;
       })
+      .def(
+          "audit",
+          [](const Profiler& p, std::size_t top) {
+            py::list out;
+            for (const auto& s : p.audit(top)) out.append(summary_dict(s));
+            return out;
+          },
+          py::arg("top") = 0)
+      .def("set_ceilings", &Profiler::set_ceilings, py::arg("device"), py::arg("figures"))
+      .def(
+          "ceilings",
+          [](const Profiler& p, const std::string& device) {
+            const roofline::DeviceCeilings c = p.ceilings(device);
+            py::dict d;
+            d["device"] = c.device;
+            d["bandwidth"] = c.bandwidth;
+            d["peaks"] = c.peaks;
+            d["source"] = c.source;
+            return d;
+          },
+          py::arg("device"))
       .def("summary_table", &Profiler::summary_table, py::arg("max_rows") = 0)
       .def("memory", [](const Profiler& p) {
         const MemoryEventsSummary mem = p.memory();

@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <mutex>
 #include <set>
@@ -36,6 +37,7 @@
 #include "core/profiler_cupti.h"
 #include "xpuruntime/caching_allocator.h"
 #include "xpuruntime/device_manager.h"
+#include "xpuruntime/device.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/version.h"
 
@@ -126,6 +128,78 @@ std::int64_t arg_int(const ProfileEvent& e, const std::string& key) {
 
 bool is_device_work(const ProfileEvent& e) {
   return e.device && (e.category == "kernel" || e.category == "memcpy" || e.category == "memset");
+}
+
+double arg_double(const ProfileEvent& e, const std::string& key) {
+  const ProfileArg* a = e.arg(key);
+  if (a == nullptr) return 0.0;
+  if (const auto* d = std::get_if<double>(a)) return *d;
+  if (const auto* i = std::get_if<std::int64_t>(a)) return static_cast<double>(*i);
+  return 0.0;
+}
+
+std::vector<std::string> arg_strings(const ProfileEvent& e, const std::string& key) {
+  const ProfileArg* a = e.arg(key);
+  if (a == nullptr) return {};
+  if (const auto* v = std::get_if<std::vector<std::string>>(a)) return *v;
+  return {};
+}
+
+// A node event's roofline work (Note [Roofline work] in core/roofline.cpp): what the engine recorded (native
+// steps: flops, floor_bytes, ceiling), else from its op type and shapes (ONNX Runtime's nodes). Views have none.
+roofline::NodeWork event_work(const ProfileEvent& e) {
+  roofline::NodeWork w;
+  if (e.arg("ceiling") != nullptr) {
+    w.flops = arg_double(e, "flops");
+    w.bytes = arg_double(e, "floor_bytes");
+    w.ceiling = arg_string(e, "ceiling");
+    return w;
+  }
+  if (arg_string(e, "kind") == "view" || e.arg("device") != nullptr || e.arg("input_shapes") == nullptr) return w;
+  return roofline::onnx_node_work(arg_string(e, "op_type"), arg_strings(e, "input_shapes"),
+                                  arg_strings(e, "output_shapes"));
+}
+
+// Whose ceilings hold for a node event: its "device" arg, else its execution provider's device (ORT's nodes).
+std::string event_device(const ProfileEvent& e) {
+  std::string device = arg_string(e, "device");
+  if (!device.empty()) return device;
+  return arg_string(e, "backend").find("CUDA") != std::string::npos ? "cuda:0" : "cpu";
+}
+
+// Fills the roofline fields of `rows` (their floors summed over calls, `work` the calls' work and row) on the
+// ceilings of each row's device.
+void fill_rooflines(std::vector<NodeSummary>& rows,
+                    const std::vector<std::pair<std::size_t, roofline::NodeWork>>& work,
+                    const std::function<roofline::DeviceCeilings(const std::string&, const std::vector<std::string>&)>&
+                        ceilings_of) {
+  std::map<std::string, std::set<std::string>> keys;  // device -> the ceilings its nodes need
+  for (const auto& [row, w] : work) {
+    if (w.known()) keys[rows[row].device].insert(w.ceiling);
+  }
+  std::map<std::string, roofline::DeviceCeilings> ceilings;
+  for (const auto& [device, needed] : keys) {
+    ceilings[device] = ceilings_of(device, std::vector<std::string>(needed.begin(), needed.end()));
+  }
+  std::vector<double> floor_ns(rows.size(), 0.0);
+  std::vector<double> compute_ns(rows.size(), 0.0);
+  for (const auto& [row, w] : work) {
+    if (!w.known()) continue;
+    NodeSummary& s = rows[row];
+    s.flops += w.flops;
+    s.floor_bytes += w.bytes;
+    s.ceiling = w.ceiling;
+    const roofline::DeviceCeilings& c = ceilings[s.device];
+    const roofline::Floor f = roofline::floor_of(w, c);
+    floor_ns[row] += f.ns;
+    if (f.bound == "compute") compute_ns[row] += f.ns;
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    NodeSummary& s = rows[i];
+    s.floor_ns = static_cast<std::int64_t>(floor_ns[i] + 0.5);
+    s.efficiency = roofline::efficiency(floor_ns[i], static_cast<double>(s.total_ns));
+    if (floor_ns[i] > 0) s.bound = compute_ns[i] * 2 > floor_ns[i] ? "compute" : "memory";
+  }
 }
 
 }  // namespace
@@ -487,6 +561,7 @@ std::vector<NodeSummary> Profiler::summary() const {
   }
   std::vector<NodeSummary> rows;
   std::unordered_map<std::string, std::size_t> row_of;
+  std::vector<std::pair<std::size_t, roofline::NodeWork>> work;  // per node event: its row and its work
   for (const auto& e : all) {
     if (e.category != "node") continue;
     auto [it, inserted] = row_of.emplace(e.name, rows.size());
@@ -497,8 +572,12 @@ std::vector<NodeSummary> Profiler::summary() const {
       s.kernel = arg_string(e, "kernel");
       s.backend = arg_string(e, "backend");
       s.precision = arg_string(e, "precision");
+      s.op = arg_string(e, "op");
+      s.reason = arg_string(e, "reason");
+      s.device = event_device(e);
       rows.push_back(std::move(s));
     }
+    work.emplace_back(it->second, event_work(e));
     NodeSummary& s = rows[it->second];
     s.calls += 1;
     auto d = device_ns.find(e.id);
@@ -515,9 +594,56 @@ std::vector<NodeSummary> Profiler::summary() const {
   std::int64_t sum = 0;
   for (const auto& s : rows) sum += s.total_ns;
   for (auto& s : rows) s.share = sum > 0 ? static_cast<double>(s.total_ns) / static_cast<double>(sum) : 0.0;
+  fill_rooflines(rows, work, [this](const std::string& device, const std::vector<std::string>& keys) {
+    return ceilings_with(device, keys);
+  });
   std::stable_sort(rows.begin(), rows.end(),
                    [](const NodeSummary& a, const NodeSummary& b) { return a.total_ns > b.total_ns; });
   return rows;
+}
+
+std::vector<NodeSummary> Profiler::audit(std::size_t top) const {
+  std::vector<NodeSummary> rows;
+  for (auto& s : summary()) {
+    if (s.floor_ns > 0) rows.push_back(std::move(s));
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const NodeSummary& a, const NodeSummary& b) { return a.lost_share() > b.lost_share(); });
+  if (top != 0 && rows.size() > top) rows.resize(top);
+  return rows;
+}
+
+void Profiler::set_ceilings(const std::string& device_type, const std::map<std::string, double>& figures) {
+  const Device device = Device::parse(device_type);  // "cpu", "cuda", "cuda:1"; InvalidArgumentError otherwise
+  std::string text;
+  for (const auto& [key, value] : figures) {
+    std::ostringstream entry;
+    entry << std::setprecision(17) << key << "=" << value;
+    text += (text.empty() ? "" : ",") + entry.str();
+  }
+  const std::map<std::string, double> checked = roofline::parse_overrides(text);
+  const bool one_device = device_type.find(':') != std::string::npos;
+  auto& slot = ceiling_overrides_[one_device ? device.str() : std::string(device.is_cuda() ? "cuda" : "cpu")];
+  for (const auto& [key, value] : checked) slot[key] = value;
+}
+
+roofline::DeviceCeilings Profiler::ceilings(const std::string& device) const {
+  std::vector<std::string> keys;
+  for (const auto& k : roofline::ceiling_keys()) {
+    if (k != "bandwidth") keys.push_back(k);
+  }
+  return ceilings_with(device, keys);
+}
+
+roofline::DeviceCeilings Profiler::ceilings_with(const std::string& device, const std::vector<std::string>& keys) const {
+  const Device d = Device::parse(device);
+  std::map<std::string, double> overrides;
+  for (const std::string& scope : {std::string(d.is_cuda() ? "cuda" : "cpu"), d.str()}) {
+    auto it = ceiling_overrides_.find(scope);
+    if (it == ceiling_overrides_.end()) continue;
+    for (const auto& [k, v] : it->second) overrides[k] = v;
+  }
+  return roofline::ceilings(d.str(), keys, overrides);
 }
 
 std::string Profiler::summary_table(std::size_t max_rows) const {
@@ -525,16 +651,19 @@ std::string Profiler::summary_table(std::size_t max_rows) const {
   const std::size_t shown = max_rows == 0 ? rows.size() : std::min(rows.size(), max_rows);
   std::vector<std::vector<std::string>> cells;
   cells.push_back({"node", "op_type", "kernel", "backend", "precision", "calls", "total_us", "mean_us", "share",
-                   "bytes"});
+                   "bytes", "floor_us", "efficiency"});
   std::int64_t total = 0;
   for (const auto& s : rows) total += s.total_ns;
   for (std::size_t i = 0; i < shown; ++i) {
     const NodeSummary& s = rows[i];
     std::ostringstream share;
     share << std::fixed << std::setprecision(1) << 100.0 * s.share << "%";
+    std::ostringstream efficiency;
+    if (s.floor_ns > 0) efficiency << std::fixed << std::setprecision(0) << 100.0 * s.efficiency << "%";
     cells.push_back({s.node, s.op_type, s.kernel, s.backend, s.precision, std::to_string(s.calls),
                      us_text(s.total_ns), us_text(static_cast<std::int64_t>(s.mean_ns())), share.str(),
-                     format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(s.bytes, 0)))});
+                     format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(s.bytes, 0))),
+                     s.floor_ns > 0 ? us_text(s.floor_ns) : "-", s.floor_ns > 0 ? efficiency.str() : "-"});
   }
   std::vector<std::size_t> width(cells[0].size(), 0);
   for (const auto& row : cells) {

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -152,6 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="TRACE.json", required=True, help="the Chrome trace file to write")
     p.add_argument("--iterations", "-n", type=_positive_int, default=10, help="profiled runs (default: 10)")
     p.add_argument("--warmup", type=_non_negative_int, default=1, help="unprofiled runs first (default: 1)")
+
+    p = commands.add_parser("audit", help="the roofline audit: each node's time against its floor (bytes over the "
+                                          "copy bandwidth, FLOPs over the peak), the furthest first")
+    _add_model_args(p)
+    _add_input_args(p)
+    p.add_argument("--iterations", "-n", type=_positive_int, default=5, help="profiled runs (default: 5)")
+    p.add_argument("--warmup", type=_non_negative_int, default=2, help="unprofiled runs first (default: 2)")
+    p.add_argument("--top", type=_non_negative_int, default=15, help="nodes shown (default: 15; 0: all)")
+    p.add_argument("--ceiling", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a ceiling of the device: bandwidth=BYTES_PER_S or a peak in FLOP/s (fp32, tf32, "
+                        "fp16, bf16, fp8, int8, fp64, vector); repeatable or comma-separated")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     p = commands.add_parser("tune", help="autotune every node's kernel and write a KernelPolicy that pins them")
     _add_model_args(p, engine_default="native")
@@ -571,6 +583,89 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_ceilings(entries: Sequence[str]) -> Dict[str, float]:
+    """--ceiling KEY=VALUE entries (each may hold several, comma-separated) as a dict; UsageError when malformed."""
+    figures: Dict[str, float] = {}
+    for entry in entries:
+        for item in filter(None, (part.strip() for part in entry.split(","))):
+            key, sep, value = item.partition("=")
+            try:
+                number = float(value)
+            except ValueError:
+                number = -1.0
+            if not sep or number <= 0:
+                raise UsageError(f"--ceiling '{item}': expected KEY=VALUE with a positive number (e.g. "
+                                 "bandwidth=4.23e12 or fp16=727e12)")
+            figures[key.strip()] = number
+    return figures
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def audit_report(rows: Sequence[Mapping[str, Any]], ceilings: Mapping[str, Mapping[str, Any]], top: int) -> str:
+    """The audit as text: the ceilings, then one line per node (lost share first) with its reason below, flagged
+    nodes marked."""
+    lines = []
+    for device, c in ceilings.items():
+        peaks = ", ".join(f"{k} {_si(v, 'FLOP/s')}" for k, v in sorted(c["peaks"].items()))
+        lines.append(f"ceilings of {device}: copy bandwidth {_si(c['bandwidth'], 'B/s')} "
+                     f"({c['source'].get('bandwidth', '')}); peaks {peaks}")
+        sources = sorted({v for k, v in c["source"].items() if k != "bandwidth"})
+        lines.append(f"  peaks from: {'; '.join(sources)}")
+    header = ["", "node", "op", "kernel", "time", "share", "floor", "bound", "eff", "lost"]
+    table = []
+    for r in rows:
+        table.append(["!" if r["flagged"] else "", r["node"], r["op"] or r["op_type"], f"{r['kernel']} ({r['backend']})",
+                      f"{r['mean_us']:.1f} us", f"{100 * r['share']:.1f}%", f"{r['floor_us'] / max(r['calls'], 1):.1f} us",
+                      r["bound"], f"{100 * r['efficiency']:.0f}%", f"{100 * r['lost_share']:.1f}%"])
+    widths = [max(len(str(row[k])) for row in [header] + table) for k in range(len(header))]
+    lines.append("")
+    for row in [header] + table:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    flagged = [r for r in rows if r["flagged"]]
+    lines.append("")
+    lines.append("why each kernel was chosen:")
+    for r in rows:
+        lines.append(f"  {r['node']}: {r['reason'] or '-'}")
+    lines.append("")
+    lines.append(f"time = mean per run; floor = max(bytes / bandwidth, FLOPs / peak); eff = floor / time; lost = share "
+                 f"x (1 - eff). {len(flagged)} node(s) marked '!' cost more than 2% of the run at under 50% of "
+                 f"their floor" + (f" (top {top} shown)" if top else ""))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    profile = _profiler_factory()
+    if profile is None:
+        raise CommandFailed("this xpuruntime has no profiler (xpuruntime.profile); build one with it to use "
+                            "'xpuruntime audit'")
+    figures = _parse_ceilings(args.ceiling)
+    session = make_session(args)
+    feeds = make_feeds(args, session)
+    for _ in range(args.warmup):
+        session.run(feeds)
+    with profile(record_shapes=True) as profiler:
+        for _ in range(args.iterations):
+            session.run(feeds)
+    devices = sorted({r["device"] for r in profiler.summary() if r["ceiling"]})
+    for device in devices if figures else []:
+        profiler.set_ceilings(device, **figures)
+    rows = profiler.audit(args.top)
+    ceilings = {d: profiler.ceilings(d) for d in devices}
+    if args.json:
+        print(json.dumps({"model": args.model, "device": args.device, "iterations": args.iterations,
+                          "ceilings": ceilings, "nodes": rows}, indent=1))
+    else:
+        print(f"model {args.model} on {args.device}, {args.iterations} profiled runs")
+        print(audit_report(rows, ceilings, args.top), end="")
+    return 0
+
+
 def resolved_policy(explanation: Any, base: Any = None):
     """A KernelPolicy pinning, per registry op, the kernel each node of ``explanation`` runs.
 
@@ -880,7 +975,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"devices": cmd_devices, "run": cmd_run, "bench": cmd_bench, "explain": cmd_explain,
-            "profile": cmd_profile, "tune": cmd_tune, "compare": cmd_compare, "quantize": cmd_quantize}
+            "profile": cmd_profile, "audit": cmd_audit, "tune": cmd_tune, "compare": cmd_compare, "quantize": cmd_quantize}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

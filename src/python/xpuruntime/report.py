@@ -109,6 +109,10 @@ def build_report(session: Any, *, model: Optional[Union[str, Path]] = None, even
             row["share"] = timing.get("share")
             if timing.get("bytes") is not None:
                 row["bytes"] = timing.get("bytes")
+            if timing.get("ceiling"):  # the roofline audit (docs/profiling.md): floor and efficiency
+                for key in ("flops", "floor_bytes", "ceiling", "floor_us", "bound", "efficiency", "lost_share",
+                            "flagged"):
+                    row[key] = timing.get(key)
         nodes.append(row)
     transfers = list(getattr(e, "transfers", []))
     events = list(events or [])
@@ -191,16 +195,25 @@ def render_text(report: Mapping[str, Any], *, candidates: bool = True) -> str:
     else:
         lines.append("per run: copies and syncs are not reported by this engine (see its options)")
     timed = any("time_us" in n for n in report["nodes"])
+    audited = any(n.get("floor_us") for n in report["nodes"])
     header = ["node", "op_type", "kernel", "backend", "precision", "rule"] + (["time", "share"] if timed else [])
+    header += ["floor", "eff"] if audited else []
     rows = []
     for n in report["nodes"]:
         row = [n["node"], n["op_type"], n["kernel"], n["backend"] or "-", n["precision"] or "-", n["rule"] or "-"]
         if timed:
             row += [f"{n['time_us']:.1f} us" if n.get("time_us") is not None else "-",
                     f"{100 * n['share']:.1f}%" if n.get("share") is not None else "-"]
+        if audited:
+            row += [f"{n['floor_us']:.1f} us" if n.get("floor_us") else "-",
+                    (f"{100 * n['efficiency']:.0f}%" + (" !" if n.get("flagged") else "")) if n.get("floor_us")
+                    else "-"]
         rows.append(row)
     lines.append("")
     lines += _table(header, rows)
+    if audited:
+        lines.append("floor = max(bytes / copy bandwidth, FLOPs / peak) over the timed runs; eff = floor / time; '!': "
+                     "over 2% of the run at under 50% of its floor (xpuruntime audit ranks them)")
     lines.append("")
     lines.append("why:")
     for n in report["nodes"]:

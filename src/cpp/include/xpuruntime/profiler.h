@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "xpuruntime/export.h"
+#include "xpuruntime/roofline.h"
 
 namespace xpuruntime {
 
@@ -72,6 +73,22 @@ struct XPURT_API NodeSummary {
   double share = 0;       // of the summed total_ns of all nodes
   std::int64_t bytes = 0; // bytes its inputs and outputs hold, summed over calls
   double mean_ns() const { return calls ? static_cast<double>(total_ns) / static_cast<double>(calls) : 0.0; }
+
+  // The roofline audit (docs/profiling.md, "Roofline audit"; xpuruntime/roofline.h), summed over calls.
+  std::string op;          // the registry op ("conv2d"), empty for views and nodes of other engines
+  std::string reason;      // why the dispatcher chose the kernel (first call's)
+  std::string device;      // whose ceilings hold: "cpu", "cuda:0"
+  double flops = 0;        // arithmetic operations it must do (Note [Roofline work] in core/roofline.cpp)
+  double floor_bytes = 0;  // bytes it must move
+  std::string ceiling;     // the peak its flops run against ("fp16", ..., "vector"); empty: no floor (views)
+  std::int64_t floor_ns = 0;  // max(floor_bytes / bandwidth, flops / peak); 0 when unknown
+  std::string bound;       // "memory" or "compute": which side sets the floor
+  double efficiency = 0;   // floor_ns / total_ns (1 = at the floor; above 1: faster than the copy ceiling, e.g.
+                           // data that stayed in cache); 0 when there is no floor
+  // A node that costs more than 2% of the run at under 50% of its floor (issue 42's bar for a bug).
+  bool flagged() const { return share > 0.02 && !ceiling.empty() && floor_ns > 0 && efficiency < 0.5; }
+  // The share of the run it loses to its floor: share * (1 - efficiency), 0 when at or past the floor.
+  double lost_share() const { return floor_ns > 0 && efficiency < 1.0 ? share * (1.0 - efficiency) : 0.0; }
 };
 
 // Allocator activity while profiling.
@@ -166,9 +183,19 @@ class XPURT_API Profiler {
 
   // The events collected, sorted by start time. While recording: what was recorded so far (no CUPTI records yet).
   std::vector<ProfileEvent> events() const;
-  // One row per node, by total time (descending).
+  // One row per node, by total time (descending), with its roofline (floor and efficiency) on the ceilings of its
+  // device (roofline::ceilings: measured on first use, then the environment's and set_ceilings' overrides).
   std::vector<NodeSummary> summary() const;
   std::string summary_table(std::size_t max_rows = 0) const;  // text table; 0 = every row
+  // The roofline audit: summary() rows with a floor, by lost_share() (descending: the run time furthest from the
+  // floor first); `top` 0 = every row.
+  std::vector<NodeSummary> audit(std::size_t top = 0) const;
+  // Overrides the ceilings of `device_type` ("cpu" or "cuda", or one device "cuda:1") for this profiler's
+  // summaries: KEY -> value as roofline::parse_overrides reads them ("bandwidth" in bytes/s, peaks in FLOP/s).
+  // InvalidArgumentError for an unknown key or a value that is not positive.
+  void set_ceilings(const std::string& device_type, const std::map<std::string, double>& figures);
+  // The ceilings summary() uses for `device` ("cpu", "cuda:0"), every peak included (measured on first use).
+  roofline::DeviceCeilings ceilings(const std::string& device) const;
   MemoryEventsSummary memory() const;
   // Facts about the profile: "cuda_activity", "cuda_graphs" (how CUDA graph replays were profiled), "dropped", ...
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -197,12 +224,15 @@ class XPURT_API Profiler {
                                                          OrtProfileMergeResult* result = nullptr);
 
  private:
+  roofline::DeviceCeilings ceilings_with(const std::string& device, const std::vector<std::string>& keys) const;
+
   ProfilerOptions options_;
   bool recording_ = false;
   bool cuda_activity_ = false;
   std::string cuda_reason_;
   std::vector<ProfileEvent> events_;  // after stop()
   std::map<std::string, std::string> metadata_;
+  std::map<std::string, std::map<std::string, double>> ceiling_overrides_;  // by device type or device
 };
 
 namespace profiler {

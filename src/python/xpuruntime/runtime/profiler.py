@@ -114,11 +114,45 @@ class Profiler:
         return self._profiler.events()
 
     def summary(self) -> List[Dict[str, Any]]:
-        """One dict per node, by total time (descending): ``node``, ``op_type``, ``kernel``, ``backend``,
-        ``precision``, ``device_kernels`` (CUDA kernel names), ``calls``, ``total_us``, ``mean_us``, ``share`` (of
-        all nodes' time, 0..1) and ``bytes`` (what its inputs and outputs hold, over all calls). Times are device
-        times where CUPTI saw the node's kernels, else host times."""
+        """One dict per node, by total time (descending): ``node``, ``op_type``, ``op`` (the registry op),
+        ``kernel``, ``backend``, ``precision``, ``reason`` (why the kernel was chosen), ``device``,
+        ``device_kernels`` (CUDA kernel names), ``calls``, ``total_us``, ``mean_us``, ``share`` (of all nodes' time,
+        0..1) and ``bytes`` (what its inputs and outputs hold, over all calls). Times are device times where CUPTI
+        saw the node's kernels, else host times.
+
+        The roofline of each node (docs/profiling.md, "Roofline audit"), over all calls: ``flops``,
+        ``floor_bytes``, ``ceiling`` (the peak its FLOPs run against: ``"fp16"``, ..., ``"vector"``; ``""`` for
+        views), ``floor_us`` (max(bytes / bandwidth, FLOPs / peak) on :meth:`ceilings`), ``bound`` (``"memory"``
+        or ``"compute"``), ``efficiency`` (floor / time), ``lost_share`` (share * (1 - efficiency)) and
+        ``flagged`` (over 2% of the run at under 50% of its floor)."""
         return self._profiler.summary()
+
+    def audit(self, top: int = 0) -> List[Dict[str, Any]]:
+        """The roofline audit: :meth:`summary` rows that have a floor, the run time furthest from it first (by
+        ``lost_share``); ``top`` 0: every row."""
+        if not isinstance(top, int) or isinstance(top, bool) or top < 0:
+            raise _core.InvalidArgumentError(f"top must be an int >= 0, got {top!r}")
+        return self._profiler.audit(top)
+
+    def set_ceilings(self, device: str = "cpu", **figures: float) -> "Profiler":
+        """Override the roofline's ceilings of ``device`` (``"cpu"``, ``"cuda"`` or one ``"cuda:N"``) for this
+        profiler's summaries: ``bandwidth`` (copy bandwidth, read + write bytes per second) and peaks in FLOP/s
+        (``fp32``, ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``, ``fp64``, ``vector``). Figures not given stay
+        measured (or as the ``XPURT_ROOFLINE_CPU`` / ``XPURT_ROOFLINE_CUDA`` environment variables set them).
+
+        >>> p.set_ceilings("cuda", bandwidth=4.23e12, fp16=727e12)
+        """
+        for key, value in figures.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise _core.InvalidTypeError(f"ceiling {key} must be a number, got {type(value).__name__}")
+        self._profiler.set_ceilings(str(device), {k: float(v) for k, v in figures.items()})
+        return self
+
+    def ceilings(self, device: str = "cpu") -> Dict[str, Any]:
+        """The ceilings the roofline uses for ``device``: ``bandwidth`` (bytes/s), ``peaks`` (FLOP/s by key) and
+        ``source`` (how each figure was had: measured, the architecture table, or an override). Measured once
+        per process on first use."""
+        return self._profiler.ceilings(str(device))
 
     def summary_table(self, max_rows: int = 0) -> str:
         """:meth:`summary` as a text table (``max_rows`` 0: every node)."""

@@ -15,6 +15,7 @@
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/memory_manager.h"
 #include "xpuruntime/profiler.h"
+#include "xpuruntime/roofline.h"
 #include "xpuruntime/run_options.h"
 
 namespace xpuruntime {
@@ -65,6 +66,17 @@ std::vector<std::pair<std::string, ProfileArg>> step_args(const PlanStep& step, 
   return args;
 }
 
+// What a node event says of the step's roofline work (Note [Roofline work] in core/roofline.cpp): flops,
+// floor_bytes and ceiling, and the device the ceilings are of. A view has none.
+void add_work_args(std::vector<std::pair<std::string, ProfileArg>>& args, const roofline::NodeWork& work,
+                   const Device& device) {
+  args.emplace_back("device", device.str());
+  if (!work.known()) return;
+  args.emplace_back("flops", work.flops);
+  args.emplace_back("floor_bytes", work.bytes);
+  args.emplace_back("ceiling", work.ceiling);
+}
+
 // One step under the profiler: an NVTX range, and while recording a "node" event whose id is the CUPTI external
 // correlation id of the step's launches (Note [Kernel to node correlation] in core/profiler.cpp). Built only when
 // profiling; the event is recorded by finish() once the step has run (a failed step leaves none).
@@ -89,9 +101,10 @@ class StepScope {
   void ran(const Dispatch& dispatch, const OpDescriptor& desc) {
     dynamic_dispatch_ = &dispatch;
     dynamic_precision_ = precision_name(desc.precision);
+    if (recording_) dynamic_work_ = roofline::node_work(desc);
   }
 
-  void finish(const PlanStep& step, std::size_t index, const std::vector<Tensor>& values) {
+  void finish(const PlanStep& step, std::size_t index, const std::vector<Tensor>& values, const Device& device) {
     if (!recording_) return;
     ProfileEvent e;
     e.id = id_;
@@ -123,15 +136,35 @@ class StepScope {
       e.args.emplace_back("input_shapes", std::move(in_shapes));
       e.args.emplace_back("output_shapes", std::move(out_shapes));
     }
+    add_work_args(e.args, work(step, declared, values), step.on_host ? Device::cpu() : device);
     profiler::record(std::move(e));
   }
 
  private:
+  // The step's roofline work: a kernel's from its descriptor, a reference node's from its op type and values.
+  roofline::NodeWork work(const PlanStep& step, std::size_t declared, const std::vector<Tensor>& values) const {
+    switch (step.kind) {
+      case PlanStep::Kind::kKernel: return step.dynamic ? dynamic_work_ : roofline::node_work(step.desc);
+      case PlanStep::Kind::kView: return {};
+      case PlanStep::Kind::kReference: break;
+    }
+    auto descs = [&](const std::vector<int>& ids, std::size_t count) {
+      std::vector<TensorDesc> out;
+      for (std::size_t i = 0; i < count && i < ids.size(); ++i) {
+        out.push_back(ids[i] >= 0 && values[ids[i]].defined() ? TensorDesc::of(values[ids[i]]) : TensorDesc{});
+      }
+      return out;
+    };
+    return roofline::onnx_node_work(step.op_type, descs(step.inputs, declared),
+                                    descs(step.outputs, step.outputs.size()));
+  }
+
   bool recording_;
   std::uint64_t id_ = 0;
   std::int64_t start_ns_ = 0;
   const Dispatch* dynamic_dispatch_ = nullptr;
   std::string dynamic_precision_;
+  roofline::NodeWork dynamic_work_;
 };
 
 // Note [Pooled streams]
@@ -521,7 +554,7 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
     } catch (const XpuRuntimeError&) {
       rethrow_at(step);
     }
-    if (scope) scope->finish(step, index, values);
+    if (scope) scope->finish(step, index, values, device);
   }
 }
 
@@ -551,6 +584,9 @@ void GraphExec::register_graph_labels() {
     proto.args.emplace_back("bytes", bytes);
     proto.args.emplace_back("input_shapes", std::move(in_shapes));
     proto.args.emplace_back("output_shapes", std::move(out_shapes));
+    // Replayed steps are the captured ones: static kernels (a graph holds no dynamic or reference step).
+    const bool static_kernel = step.kind == PlanStep::Kind::kKernel && !step.dynamic;
+    add_work_args(proto.args, static_kernel ? roofline::node_work(step.desc) : roofline::NodeWork{}, plan_->device());
     graph_labels_.push_back(profiler::register_graph_label(std::move(proto)));
   }
 }

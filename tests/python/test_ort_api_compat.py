@@ -220,7 +220,7 @@ def test_external_initializers_from_values_and_from_memory(tmp_path):
         so.add_external_initializers_from_files_in_memory(["absent.bin"], [data], [len(data) + 1])
 
 
-def test_load_config_from_model(monkeypatch):
+def test_load_config_from_model(monkeypatch, tmp_path):
     graph = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"])], "relu",
                               [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
@@ -232,6 +232,15 @@ def test_load_config_from_model(monkeypatch):
     monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", "1")
     so = ort.InferenceSession(data).get_session_options()
     assert (so.inter_op_num_threads, so.intra_op_num_threads) == (3, 1)
+    # the engine gets the model without ort_config: ONNX Runtime inside it does not apply it again (its own
+    # profiler would write a second trace)
+    helper.set_model_props(model, {"ort_config": '{"session_options": {"enable_profiling": 1}}'})
+    monkeypatch.chdir(tmp_path)
+    sess = ort.InferenceSession(model.SerializeToString())
+    assert sess.get_session_options().enable_profiling
+    sess.run(None, {"X": np.ones(2, np.float32)})
+    trace = sess.end_profiling()
+    assert os.listdir(tmp_path) == [trace]
     helper.set_model_props(model, {"ort_config": '{"session_options": {"no_such_option": 1}}'})
     with pytest.raises(ort.InvalidGraph, match="no_such_option"):
         ort.InferenceSession(model.SerializeToString())

@@ -800,6 +800,8 @@ def _map_session_options(m: _Mapping, so: SessionOptions) -> None:
 
 # Session config entries xpuruntime itself sets on the onnxruntime engine (the caller's are not passed twice).
 _ENGINE_OWNED_CONFIG = {"session.model_external_initializers_file_folder_path", "session.disable_cpu_ep_fallback"}
+# How the onnxruntime engine refuses a model with a sequence, map or optional input or output (ort_engine.cpp).
+_NOT_A_TENSOR = "is not a tensor (a sequence, map or optional)"
 
 
 class InferenceSession(_XrtSession):
@@ -847,10 +849,16 @@ class InferenceSession(_XrtSession):
         from . import _model
         so = self._sess_options
         model = self._model_source()
+        if isinstance(model, str) and not os.path.isfile(model):
+            raise NoSuchFile(f"Load model from {model} failed: File doesn't exist")
         self._meta_source = model
-        config_notes = []
+        config_notes, config_folder = [], None
         if os.environ.get("ORT_LOAD_CONFIG_FROM_MODEL") == "1":
-            config_notes = _model.apply_config_from_model(_model.load_proto(model), so)
+            proto = _model.load_proto(model)
+            config_notes = _model.apply_config_from_model(proto, so)
+            if config_notes:  # applied here: the engine gets the model without it (Note [Options from the model])
+                config_folder = os.path.dirname(os.path.abspath(model)) if isinstance(model, str) else None
+                model = _model.without_ort_config(proto)
         m = _Mapping()
         m.notes.extend(config_notes)
         _map_providers(m, providers, self._fallback_enabled)
@@ -858,25 +866,23 @@ class InferenceSession(_XrtSession):
         if "exec_policy" in self._extra and self._extra["exec_policy"] is not None:
             m.exec_policy = self._extra["exec_policy"]
         model, model_folder = _model.prepare_model(model, so)
+        model_folder = model_folder or config_folder
         self._start_profiler(m)
         folder = so._config.get("session.model_external_initializers_file_folder_path") or model_folder
         if so._config.get("session.model_external_initializers_file_folder_path"):
             m.notes.append(f"session config entry session.model_external_initializers_file_folder_path -> "
                            f"external_data_dir={folder}")
         engine = self._extra.get("engine", m.engine)
-        if engine == "auto" and m.device == "cpu" and _model.has_non_tensor_io(_model.load_proto(self._meta_source)):
-            engine = "native"  # Note [Sequences through the compatibility layer]
+        config = [(k, v) for k, v in sorted(so._config.items()) if k not in _ENGINE_OWNED_CONFIG]
+        try:
+            self._build(model, m, engine, folder, config)
+        except _core.UnsupportedOperationError as error:
+            if engine != "auto" or m.device != "cpu" or _NOT_A_TENSOR not in str(error):
+                raise
+            # Note [Sequences through the compatibility layer] (_model.py)
             m.notes.append("inputs or outputs that are sequences, maps or optionals -> the native engine (the "
                            "onnxruntime engine exchanges tensors only)")
-        native_only = engine == "native" or (engine == "auto" and m.device != "cpu")
-        declared_only = engine in ("tensorrt", "openvino", "qnn")
-        config = [(k, v) for k, v in sorted(so._config.items()) if k not in _ENGINE_OWNED_CONFIG]
-        super().__init__(model, device=self._extra.get("device", m.device), engine=engine,
-                         kernel_policy=self._extra.get("kernel_policy", m.kernel_policy), exec_policy=m.exec_policy,
-                         fp16=self._extra.get("fp16", False),
-                         disabled_passes=m.disabled_passes if native_only else None,
-                         optimized_model_path=None if declared_only else (m.optimized_model_path or None),
-                         external_data_dir=folder or None, session_config=config)
+            self._build(model, m, "native", folder, config)
         where = "ONNX Runtime's session config" if self.engine == "onnxruntime" else "kept, no effect"
         m.notes.extend(f"session config entry {k}={v}: {where}" for k, v in config)
         if self.engine != "native" and m.disabled_passes:
@@ -888,6 +894,17 @@ class InferenceSession(_XrtSession):
             _log(1, logid, note)
         _log(0, logid, f"session created: engine {self.engine}, device {self._device}, providers "
                        f"{m.providers}")
+
+    def _build(self, model: Union[str, bytes], m: "_Mapping", engine: str, folder: Optional[str],
+               config: List[Tuple[str, str]]) -> None:
+        native_only = engine == "native" or (engine == "auto" and m.device != "cpu")
+        declared_only = engine in ("tensorrt", "openvino", "qnn")
+        super().__init__(model, device=self._extra.get("device", m.device), engine=engine,
+                         kernel_policy=self._extra.get("kernel_policy", m.kernel_policy), exec_policy=m.exec_policy,
+                         fp16=self._extra.get("fp16", False),
+                         disabled_passes=m.disabled_passes if native_only else None,
+                         optimized_model_path=None if declared_only else (m.optimized_model_path or None),
+                         external_data_dir=folder or None, session_config=config)
 
     def _start_profiler(self, m: "_Mapping") -> None:
         so = self._sess_options

@@ -125,7 +125,7 @@ class _Writer:
         for i in range(len(fields)):
             self.put("H", 4 + 4 * i)
         self.pad(4)
-        table = self.put("i", len(self.buf) - vtable)
+        self.put("i", len(self.buf) - vtable)  # the table: its soffset to the vtable, then the fields
         return [self.put("i" if kind == "i" else "I", value or 0) for kind, value in fields]
 
     def vector(self, field_pos: int, payload: bytes, count: int, alignment: int) -> None:

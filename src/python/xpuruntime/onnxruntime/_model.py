@@ -12,12 +12,22 @@ is still read from the model file's folder (``external_data_dir``). A name the m
 ``InvalidArgument`` naming the initializers it does have, as in ONNX Runtime. Values are copied when the session is
 created, so the caller may drop them afterwards (ONNX Runtime asks the caller to keep them alive).
 
+Note [Options from the model]
+----------------------------
+With ``ORT_LOAD_CONFIG_FROM_MODEL=1`` ONNX Runtime sets a session's options from the model's ``ort_config``
+metadata. This module does that on its own ``SessionOptions`` (so ``get_session_options()`` shows them and each is
+mapped as if the caller had set it), then hands the engine the model without that metadata: the ONNX Runtime library
+inside the onnxruntime engine reads the same variable and would apply them a second time (its own profiler writing
+its own trace file, for one).
+
 Note [Sequences through the compatibility layer]
 ------------------------------------------------
 ONNX Runtime's ``run`` takes and returns sequences (lists of arrays), maps and optionals (``None`` when empty).
 xpuruntime's onnxruntime engine exchanges tensors only, and the native engine runs sequences and optionals on the
-CPU. So a session given no engine (``"auto"``) on the CPU whose model has an input or output of such a type is built
-on the native engine; ``explain()`` says so. An engine named explicitly is kept (and refuses such a model).
+CPU. So a session given no engine (``"auto"``) on the CPU whose model the onnxruntime engine refuses for an input or
+output of such a type is built again on the native engine (the refusal comes before ONNX Runtime runs anything, and
+the model is not parsed in Python to find out first); ``explain()`` says so. An engine named explicitly is kept
+(and refuses such a model).
 """
 
 from __future__ import annotations
@@ -72,6 +82,14 @@ def apply_config_from_model(proto: Any, so: Any) -> List[str]:
         setattr(so, key, _CONFIG_FIELDS[key](value))
         notes.append(f"ORT_LOAD_CONFIG_FROM_MODEL: {key}={value} from the model's ort_config")
     return notes
+
+
+def without_ort_config(proto: Any) -> bytes:
+    """The model without its ``ort_config`` metadata (Note [Options from the model])."""
+    kept = [p for p in proto.metadata_props if p.key != "ort_config"]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    return proto.SerializeToString()
 
 
 def _fix_free_dims(proto: Any, so: Any) -> bool:
@@ -131,10 +149,3 @@ def prepare_model(model: Union[str, bytes], so: Any) -> Tuple[Union[str, bytes],
     folder = os.path.dirname(os.path.abspath(model)) if isinstance(model, str) else None
     return proto.SerializeToString(), folder
 
-
-def has_non_tensor_io(proto: Any) -> bool:
-    """Whether a graph input or output is a sequence, map or optional (Note [Sequences through the compatibility
-    layer]: ``engine="auto"`` on the CPU then picks the native engine, which runs them; the onnxruntime engine
-    exchanges tensors only)."""
-    return any(v.type.WhichOneof("value") not in ("tensor_type", None)
-               for v in itertools.chain(proto.graph.input, proto.graph.output))

@@ -12,7 +12,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _core
 from ._devices import OrtDevice
 from ._errors import InvalidArgument
 from ._errors import NotImplemented as OrtNotImplemented

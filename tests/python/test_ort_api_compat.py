@@ -191,6 +191,21 @@ def test_session_config_entries_reach_onnx_runtime(tmp_path):
     assert any("ONNX Runtime's session config" in o for o in sess.explain().options)
 
 
+@requires_ort_engine
+def test_core_session_takes_optimized_model_path_and_config_on_the_onnxruntime_engine(tmp_path):
+    # the C++ contract under the options above (SessionOptions::optimized_model_path, ::session_config)
+    path = tmp_path / "core_opt.onnx"
+    sess = xrt.InferenceSession(mul_model(), engine="onnxruntime", optimized_model_path=str(path),
+                                session_config=[("session.optimized_model_external_initializers_file_name",
+                                                 "core_opt.bin"),
+                                                ("session.optimized_model_external_initializers_min_size_in_bytes",
+                                                 "1")])
+    assert path.exists() and (tmp_path / "core_opt.bin").exists()
+    assert any(o.startswith("optimized_model_filepath=") for o in sess.explain().options)
+    with pytest.raises(xrt.InvalidArgumentError, match="disabled_passes is an option of the native engine"):
+        xrt.InferenceSession(mul_model(), engine="onnxruntime", disabled_passes=["gemm_fusion"])
+
+
 def test_add_initializer_replaces_the_models_value():
     so = ort.SessionOptions()
     w = np.full((3, 2), 2.0, np.float32)

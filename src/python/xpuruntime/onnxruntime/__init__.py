@@ -564,11 +564,17 @@ class NodeArg:
     @classmethod
     def from_value_info(cls, value_info: Any) -> "NodeArg":
         """A NodeArg of an ONNX ValueInfoProto (a tensor's; used for the overridable initializers)."""
-        from onnx import mapping
+        from onnx import helper
         arg = cls.__new__(cls)
         arg.name = value_info.name
         tensor = value_info.type.tensor_type
-        dtype = np.dtype(mapping.TENSOR_TYPE_TO_NP_TYPE[tensor.elem_type]).name if tensor.elem_type else "undefined"
+        if not tensor.elem_type:
+            dtype = "undefined"
+        elif hasattr(helper, "tensor_dtype_to_np_dtype"):  # onnx >= 1.13
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)).name
+        else:
+            from onnx import mapping
+            dtype = np.dtype(mapping.TENSOR_TYPE_TO_NP_TYPE[tensor.elem_type]).name
         arg.type = f"tensor({_ONNX_TYPES.get(dtype, dtype)})"
         arg.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
         return arg

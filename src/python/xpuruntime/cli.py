@@ -1,4 +1,4 @@
-"""The ``xpuruntime`` command line: devices, run, bench, explain, profile, tune, compare and quantize.
+"""The ``xpuruntime`` command line: devices, run, bench, explain, profile, tune, compare, quantize and generate.
 
 Run ``xpuruntime --help`` (or ``python -m xpuruntime --help``); docs/cli.md has every command with an example.
 
@@ -215,6 +215,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="also measure each quantized node's cost (sensitivity, worst first) on --eval data")
     p.add_argument("--eval", metavar="FILE.npz", help="evaluation data of --report (default: the calibration data)")
+
+    p = commands.add_parser("generate", help="generate tokens with a decoder model (docs/generation.md)")
+    _add_model_args(p)
+    p.add_argument("--prompt-ids", action="append", required=True, metavar="ID,ID,...",
+                   help="a prompt's token ids; repeat for a batch (rows of different lengths are left-padded)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=32, help="new tokens per row at most (default 32)")
+    p.add_argument("--max-length", type=_non_negative_int, default=0,
+                   help="prompt + new tokens at most (default 0: no limit beyond --max-new-tokens)")
+    sampling = p.add_mutually_exclusive_group()
+    sampling.add_argument("--greedy", action="store_true", help="argmax decoding (the default)")
+    sampling.add_argument("--temperature", type=float, metavar="T", help="sample at temperature T (> 0)")
+    p.add_argument("--top-k", type=_non_negative_int, default=0, help="sample from the k most likely (0: off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold in (0, 1] (1: off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="> 0; 1: off (default)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--stop-ids", default="", metavar="ID,ID,...", help="token ids that end a row")
+    p.add_argument("--pad-id", type=_non_negative_int, default=0, help="the padding token id (default 0)")
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every step")
+    p.add_argument("--stream", action="store_true", help="print tokens as they are made (one prompt)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -974,8 +994,60 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token_ids(text: str, option: str) -> List[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated token ids, got '{text}'") from None
+    if any(t < 0 for t in ids):
+        raise UsageError(f"{option} takes token ids >= 0, got '{text}'")
+    return ids
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .generation import GenerationConfig, Generator
+
+    prompts = [_token_ids(text, "--prompt-ids") for text in args.prompt_ids]
+    if any(not p for p in prompts):
+        raise UsageError("--prompt-ids: a prompt needs at least one token id")
+    if args.stream and len(prompts) != 1:
+        raise UsageError("--stream prints one prompt's tokens; give one --prompt-ids")
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, max_length=args.max_length,
+                              do_sample=args.temperature is not None,
+                              temperature=args.temperature if args.temperature is not None else 1.0,
+                              top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
+                              seed=args.seed, stop_tokens=_token_ids(args.stop_ids, "--stop-ids"),
+                              pad_token_id=args.pad_id, cache="none" if args.no_cache else "auto")
+    generator = Generator(make_session(args), config)
+    start = time.perf_counter()
+    if args.stream:
+        tokens = [[]]
+        for token in generator.stream(prompts[0]):
+            tokens[0].append(token)
+            if not args.json:
+                print(token, end=" ", flush=True)
+        if not args.json:
+            print()
+    else:
+        tokens = generator.generate(prompts)
+    seconds = time.perf_counter() - start
+    made = sum(len(row) for row in tokens)
+    if args.json:
+        print(json.dumps({"prompts": prompts, "tokens": tokens, "uses_cache": generator.uses_cache,
+                          "engine": generator.session.engine, "seconds": seconds,
+                          "tokens_per_s": made / seconds if seconds > 0 else None}, indent=2))
+        return 0
+    if not args.stream:
+        for row in tokens:
+            print(",".join(str(t) for t in row))
+    print(f"{made} tokens in {seconds * 1e3:.1f} ms ({'with the cache' if generator.uses_cache else 'recomputed'}, "
+          f"{generator.session.engine} engine)", file=sys.stderr)
+    return 0
+
+
 COMMANDS = {"devices": cmd_devices, "run": cmd_run, "bench": cmd_bench, "explain": cmd_explain,
-            "profile": cmd_profile, "audit": cmd_audit, "tune": cmd_tune, "compare": cmd_compare, "quantize": cmd_quantize}
+            "profile": cmd_profile, "audit": cmd_audit, "tune": cmd_tune, "compare": cmd_compare, "quantize": cmd_quantize,
+            "generate": cmd_generate}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -99,6 +99,16 @@ def test_wrong_dtype_from_the_engine_is_caught_by_both_names():
             sess.run(None, {"X": np.ones((3, 2), np.int32)})
 
 
+def test_values_and_options_raise_the_ort_classes_too():
+    with pytest.raises(InvalidArgument) as raised:
+        ort.OrtValue.ortvalue_from_numpy(np.array(["a", "b"]))  # the core's InvalidTypeError
+    assert isinstance(raised.value, xrt.InvalidTypeError)
+    with pytest.raises(InvalidArgument):
+        ort.SessionOptions().add_free_dimension_override_by_name("batch", -1)
+    with pytest.raises(InvalidArgument):
+        ort.OrtValue.ortvalue_from_numpy(np.zeros(2, np.float32)).update_inplace(np.zeros(3, np.float32))
+
+
 def test_missing_inputs_use_onnxruntime_text():
     sess = ort.InferenceSession(two_input_model())
     with pytest.raises(ValueError, match=r"Required inputs \(\['B'\]\) are missing from input feed \(\['A'\]\)"):

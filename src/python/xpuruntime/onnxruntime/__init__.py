@@ -44,7 +44,7 @@ from ._devices import (OrtAllocatorType, OrtArenaCfg, OrtDevice, OrtDeviceMemory
                        OrtMemoryInfo, OrtMemoryInfoDeviceType, OrtMemType, create_and_register_allocator,
                        create_and_register_allocator_v2)
 from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoaded,
-                      NoModel, NoSuchFile, NotImplemented, RuntimeException, ort_errors)
+                      NoModel, NoSuchFile, NotImplemented, RuntimeException, ort_errors, ort_errors_class)
 from ._errors import NotImplemented as OrtNotImplemented  # the module-internal name: no clash with the builtin
 from ._sparse import OrtSparseFormat, SparseTensor
 
@@ -213,6 +213,7 @@ class _ConfigEntries:
         return self._config[key]
 
 
+@ort_errors_class
 class SessionOptions(_ConfigEntries):
     """ONNX Runtime's SessionOptions. Mapped: ``graph_optimization_level`` (-> native passes),
     ``intra_op_num_threads`` (-> ``ExecutionPolicy.intra_op_threads``), ``optimized_model_filepath``,
@@ -311,6 +312,7 @@ def _check_dim(value: Any) -> None:
         raise _core.InvalidArgumentError(f"a free dimension override must be an integer >= 0, got {value!r}")
 
 
+@ort_errors_class
 class RunOptions(_ConfigEntries):
     """ONNX Runtime's RunOptions: ``logid`` (names the run in its errors), ``log_severity_level`` /
     ``log_verbosity_level`` (kept), ``terminate`` (set from any thread: the run in flight stops at its next check, a
@@ -400,6 +402,7 @@ _ONNX_ELEMENT_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16"
 _DTYPE_OF_ELEMENT_TYPE = {v: k for k, v in _ONNX_ELEMENT_TYPES.items()}
 
 
+@ort_errors_class
 class OrtValue:
     """A value on a device (ONNX Runtime's OrtValue): an xpuruntime Tensor, or a sparse tensor on the host
     (``ort_value_from_sparse_tensor``). There is no separate C-level object: ``_ortvalue`` and
@@ -599,6 +602,7 @@ class ModelMetadata:
         self.custom_metadata_map = dict(custom_metadata_map or {})
 
 
+@ort_errors_class
 class OrtIOBinding(IOBinding):
     """ONNX Runtime's IOBinding: OrtValues in and out (``bind_ortvalue_input``/``_output``, ``get_outputs`` gives
     OrtValues), ``bind_input(name, value)``, ``bind_cpu_input``, ``bind_output(name, device_type, device_id)``.

@@ -129,3 +129,15 @@ def ort_errors(function: F) -> F:
             raise translated from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def ort_errors_class(cls: type) -> type:
+    """Applies :func:`ort_errors` to every public method (static ones included) of ``cls``."""
+    for name, attr in list(vars(cls).items()):
+        if name.startswith("_") and name not in ("__init__", "__array__"):
+            continue
+        if isinstance(attr, staticmethod):
+            setattr(cls, name, staticmethod(ort_errors(attr.__func__)))
+        elif callable(attr) and not isinstance(attr, type):
+            setattr(cls, name, ort_errors(attr))
+    return cls

@@ -8,21 +8,88 @@ Ninja and the C++ dependencies that scripts/setup.sh installs). The wheel holds 
 
 Environment:
   XPURT_BUILD_DIR   an already configured build folder to reuse (e.g. `build` from scripts/setup.sh): only built,
-                    not reconfigured; default: a folder `build-pip` configured for a release build without tests
+                    not reconfigured; default: a temporary folder configured for a release build without tests
   XPURT_CMAKE_ARGS  extra CMake arguments for the default folder
+
+Note [The wheel build leaves the source tree as it was]: everything the build writes (the CMake folder, setuptools'
+build folder, the .egg-info metadata) goes into one temporary folder outside the tree, removed when the build ends;
+only an XPURT_BUILD_DIR the caller names is kept. ccache (XPURT_USE_CCACHE) keeps a rebuild short.
+
+Note [A wheel without ONNX Runtime]: the onnxruntime engine is built only when CMake finds ONNX Runtime
+(scripts/fetch_onnxruntime.sh puts it in .deps/onnxruntime, or -DONNXRUNTIME_ROOT=... in XPURT_CMAKE_ARGS). A wheel
+built without it runs every model on the native engine, and its `onnxruntime` engine refuses with what to install;
+the build says so in a warning banner after configuring and again at its end (pip shows build output with -v).
 """
 
+import atexit
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Extension, setup
+from setuptools.command.build import build
 from setuptools.command.build_ext import build_ext
+from setuptools.command.egg_info import egg_info
 
 ROOT = pathlib.Path(__file__).resolve().parent
+_SCRATCH = []
+
+
+def scratch() -> pathlib.Path:
+    """This build's temporary folder (Note [The wheel build leaves the source tree as it was])."""
+    if not _SCRATCH:
+        _SCRATCH.append(pathlib.Path(tempfile.mkdtemp(prefix="xpuruntime-build-")))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    return _SCRATCH[0]
+
+
+def onnxruntime_library(build_dir: pathlib.Path, core: pathlib.Path):
+    """The libonnxruntime the core library of `build_dir` links, or None when the build has no ONNX Runtime."""
+    try:
+        needed = subprocess.run(["readelf", "-d", str(core)], capture_output=True, text=True, check=True).stdout
+        linked = "libonnxruntime" in needed
+    except (OSError, subprocess.CalledProcessError):
+        linked = (build_dir / "src" / "cpp" / "engines" / "onnxruntime").is_dir()
+    if not linked:
+        return None
+    cache = (build_dir / "CMakeCache.txt").read_text(errors="replace")
+    match = re.search(r"^ONNXRUNTIME_ROOT:PATH=(.*)$", cache, re.MULTILINE)
+    root = pathlib.Path(match.group(1)) if match else ROOT / ".deps" / "onnxruntime"
+    for candidate in (root / "lib" / "libonnxruntime.so", root / "lib64" / "libonnxruntime.so"):
+        if candidate.exists():
+            return candidate.resolve()
+    return None
+
+
+def warn_without_onnxruntime(when: str) -> None:
+    """Note [A wheel without ONNX Runtime]: a banner on stderr that no reader of the build log can miss."""
+    line = "!" * 100
+    print(f"\n{line}\n[xpuruntime] WARNING ({when}): this wheel does NOT carry ONNX Runtime: the onnxruntime engine "
+          f"is not built,\n[xpuruntime] `auto` runs every model on the native engine, and engine=\"onnxruntime\" "
+          f"refuses with what to install.\n[xpuruntime] To include it: run scripts/fetch_onnxruntime.sh "
+          f"(or pass XPURT_CMAKE_ARGS=-DONNXRUNTIME_ROOT=<ONNX Runtime "
+          f"1.29+>) and build again (docs/install.md).\n{line}\n", file=sys.stderr, flush=True)
+
+
+class ScratchBuild(build):
+    """setuptools' build folder in the scratch folder, not `build/` of the source tree."""
+
+    def finalize_options(self) -> None:
+        self.build_base = str(scratch() / "setuptools")
+        super().finalize_options()
+
+
+class ScratchEggInfo(egg_info):
+    """The .egg-info metadata in the scratch folder unless pip names a folder (--egg-base), not in src/python."""
+
+    def initialize_options(self) -> None:
+        super().initialize_options()
+        self.egg_base = str(scratch())
 
 
 class CMakeExtension(Extension):
@@ -37,7 +104,7 @@ class CMakeBuild(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         reuse = os.environ.get("XPURT_BUILD_DIR")
-        build_dir = pathlib.Path(reuse).resolve() if reuse else ROOT / "build-pip"
+        build_dir = pathlib.Path(reuse).resolve() if reuse else scratch() / "cmake"
         if not reuse or not (build_dir / "CMakeCache.txt").exists():
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             self.run_command_logged(["cmake", "-S", ROOT, "-B", build_dir, *generator,
@@ -46,6 +113,8 @@ class CMakeBuild(build_ext):
                                      f"-DXPURT_PYTHON_PACKAGE_DIR={build_dir / 'python' / 'xpuruntime'}",
                                      "-DXPURT_BUILD_TESTS=OFF", "-DXPURT_BUILD_BENCHMARKS=OFF",
                                      *shlex.split(os.environ.get("XPURT_CMAKE_ARGS", ""))])
+        if not (build_dir / "src" / "cpp" / "engines" / "onnxruntime").is_dir():  # configured without ONNX Runtime
+            warn_without_onnxruntime("after configuring")
         self.run_command_logged(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)])
         stage = pathlib.Path(self.build_temp).resolve() / "stage"
         shutil.rmtree(stage, ignore_errors=True)
@@ -71,12 +140,17 @@ class CMakeBuild(build_ext):
         # xpuruntime.pytorch compiles its native routing path against the user's PyTorch on first use.
         shutil.copy2(ROOT / "src" / "cpp" / "bindings" / "torch" / "routing_native.cpp",
                      package / "pytorch" / "routing_native.cpp")
-        ort = ROOT / ".deps" / "onnxruntime" / "lib" / "libonnxruntime.so"
-        if ort.exists():
-            shutil.copy2(ort, package / "lib" / "libonnxruntime.so.1")
-            shared = ort.parent / "libonnxruntime_providers_shared.so"
-            if shared.exists():
-                shutil.copy2(shared, package / "lib" / shared.name)
+        ort = onnxruntime_library(build_dir, real)
+        if ort is None:
+            warn_without_onnxruntime("at the end of the build")
+            return
+        print(f"[xpuruntime] the wheel carries ONNX Runtime: {ort}", flush=True)
+        shutil.copy2(ort, package / "lib" / "libonnxruntime.so.1")
+        shared = ort.parent / "libonnxruntime_providers_shared.so"
+        if shared.exists():
+            shutil.copy2(shared, package / "lib" / shared.name)
 
 
-setup(ext_modules=[CMakeExtension("xpuruntime._core")], cmdclass={"build_ext": CMakeBuild})
+if __name__ == "__main__":  # pip's backend runs this file as __main__; tests import its helpers
+    setup(ext_modules=[CMakeExtension("xpuruntime._core")],
+          cmdclass={"build_ext": CMakeBuild, "build": ScratchBuild, "egg_info": ScratchEggInfo})

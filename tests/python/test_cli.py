@@ -9,6 +9,7 @@ import io
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 from typing import List, Tuple
@@ -115,9 +116,16 @@ def test_devices_lists_the_cpu_and_the_build():
     code, out, err = run_cli("devices")
     assert code == 0, err
     assert out.startswith(f"xpuruntime {xrt.__version__}")
-    assert "cpu" in out and "engines: native, onnxruntime, tensorrt" in out
+    assert "cpu" in out and f"engines on cpu: {', '.join(xrt.available_engines())}\n" in out
+    # engines this build or no version has are listed as not available, each with what to do
+    for name, reason in xrt.unavailable_engines().items():
+        assert f"  not available: {name}: {reason}\n" in out
+    assert "not available: tensorrt: the tensorrt engine (NVIDIA TensorRT 10) is not implemented" in out
+    assert "pip install xpuruntime[tensorrt]" not in out
     code, out, err = run_cli("devices", "--json")
     data = json.loads(out)
+    assert data["available_engines"]["cpu"] == xrt.available_engines()
+    assert data["unavailable_engines"]["cpu"] == xrt.unavailable_engines()
     assert data["devices"][0]["type"] == "cpu"
     assert len(data["devices"]) == 1 + xrt.get_device_count()
     assert data["build"]["version"] == xrt.__version__
@@ -144,6 +152,59 @@ def test_run_reads_inputs_from_npz_and_npy(tmp_path):
         code, out, err = run_cli("run", TINY, "--engine", "native", "--inputs", tmp_path / name, "-o", tmp_path / "o.npz")
         assert code == 0, err
         np.testing.assert_allclose(np.load(tmp_path / "o.npz")["probs"], expected, rtol=1e-6)
+
+
+def test_engine_help_says_which_engines_are_available(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    assert f"available here on the CPU: {', '.join(xrt.available_engines())}" in text
+    assert f"not available: {', '.join(xrt.unavailable_engines())}" in text and "tensorrt" in text
+
+
+def _gather_model(path: pathlib.Path) -> pathlib.Path:
+    """y = x[i] (Gather, axis 0): a float32 input and an int64 one."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"])], "gather",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_inputs_keep_their_dtypes_and_convert_only_without_changing_kind(tmp_path):
+    model = _gather_model(tmp_path / "gather.onnx")
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for indices in (np.array([3, 1], np.int64), np.array([3, 1], np.int32)):  # kept; int32 -> int64 is exact
+        np.savez(tmp_path / "in.npz", x=x, i=indices)
+        code, out, err = run_cli("run", model, "--engine", "native", "--inputs", tmp_path / "in.npz",
+                                 "-o", tmp_path / "o.npz")
+        assert code == 0, err
+        assert "i: int64[2]" in out
+        np.testing.assert_array_equal(np.load(tmp_path / "o.npz")["y"], x[[3, 1]])
+    feeds = cli.load_inputs(xrt.InferenceSession(str(model), engine="native"), str(tmp_path / "in.npz"))
+    assert feeds["i"].dtype == np.int64 and feeds["x"].dtype == np.float32
+    # int64 data for the float32 input: refused, not silently cast to float32
+    np.savez(tmp_path / "ints.npz", x=np.arange(12, dtype=np.int64).reshape(4, 3), i=np.array([0, 1]))
+    code, out, err = run_cli("run", model, "--engine", "native", "--inputs", tmp_path / "ints.npz")
+    assert_usage_error(code, err, "input 'x' expects float32, got int64 (converting would change its values' kind")
+    # floats for the int64 indices: refused as well
+    np.savez(tmp_path / "floats.npz", x=x, i=np.array([0.0, 1.0]))
+    code, out, err = run_cli("run", model, "--engine", "native", "--inputs", tmp_path / "floats.npz")
+    assert_usage_error(code, err, "input 'i' expects int64, got float64")
+
+
+def test_a_device_that_does_not_exist_is_refused_before_running():
+    count = xrt.get_device_count()
+    code, out, err = run_cli("run", TINY, "--device", f"cuda:{count}")
+    assert code == 1 and out == ""
+    assert err.startswith("xpuruntime run: CudaError: ") and len(err.strip().splitlines()) == 1
+    assert ("the only device here is cpu" if count == 0 else f"only {count} CUDA device") in err
 
 
 def test_run_zoo_models_with_random_inputs(zoo):
@@ -313,6 +374,22 @@ def test_profile_without_a_profiler_is_a_clean_error(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------------------------
 # tune
 # ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["--batch", "3"]])
+def test_tunes_follow_up_command_works_as_printed(tmp_path, monkeypatch, extra):
+    # The printed follow-up once said `--policy policy.lock.json` alone, which the default engine (auto ->
+    # onnxruntime on the CPU) refuses: it cannot honour pinned kernels.
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("tune", TINY, "-o", "policy.lock.json", *extra)
+    assert code == 0, err
+    printed = [line.strip() for line in out.splitlines() if line.strip().startswith("xpuruntime run ")]
+    assert len(printed) == 1, out
+    argv = shlex.split(printed[0])[1:]
+    assert argv[:2] == ["run", str(TINY)] and "--policy" in argv and "--engine" in argv
+    result = run_process(*argv)  # as a user would paste it: a new process, in the folder tune wrote to
+    assert result.returncode == 0, result.stderr
+    assert "engine native on cpu" in result.stdout
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

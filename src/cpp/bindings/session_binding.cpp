@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <tuple>
 
 #include "bindings.h"
 #include "xpuruntime/exceptions.h"
@@ -422,6 +423,14 @@ void bind_inference_session(py::module_& m) {
       .def_property_readonly("engine", &InferenceSession::engine);
 
   m.def("known_engines", &known_engines);
+  m.def(
+      "engine_availability",
+      [](const Device& device) {
+        std::vector<std::tuple<std::string, bool, std::string>> out;
+        for (const EngineAvailability& e : engine_availability(device)) out.emplace_back(e.name, e.available, e.reason);
+        return out;
+      },
+      py::arg("device") = Device::cpu());
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// An engine this build or machine lacks, registered under its name so that asking for it says what to install
-// (Note [Declared engines]). Internal header of src/cpp, for the engines' registration functions
+// An engine this build or machine lacks, registered under its name so that asking for it says what to install, or
+// that no version of xpuruntime has it yet and what to use instead (Note [Declared engines]). Internal header of src/cpp, for the engines' registration functions
 // (engines/<name>/) and core/engine.cpp.
 //
 // Note [Declared engines]
@@ -24,7 +24,8 @@ namespace xpuruntime {
 
 class DeclaredEngine final : public Engine {
  public:
-  // `reason`: what is missing and how to install it, the whole of every refusal.
+  // `reason`: what is missing and how to install it (naming only packages, scripts and build options that exist),
+  // the whole of every refusal.
   DeclaredEngine(std::string name, std::string reason) : Engine(std::move(name)), reason_(std::move(reason)) {}
   Support available(const SessionOptions&) const override { return Support::no(reason_); }
   std::unique_ptr<EngineSession> create(const std::string&, const SessionOptions&) const override {

@@ -18,12 +18,12 @@ Device Device::parse(std::string_view text) {
   } else if (kind == "cuda" || kind == "gpu") {
     type = DeviceType::kCUDA;
   } else if (kind == "npu") {
-    // The design's NPU spelling (npu.md): NPUs are reached through their vendors' runtimes, none of which this
-    // build has.
+    // The design's NPU spelling (npu.md): NPUs are to be reached through their vendors' runtimes, whose engines no
+    // version implements yet (Note [Declared engines] in core/declared_engine.h).
     throw UnsupportedOperationError(detail::str_cat(
-        "device \"", text, "\": this build has no NPU runtime; NPUs run through the openvino engine (Intel: install "
-        "the OpenVINO runtime) or the qnn engine (Qualcomm: install the QNN SDK), and xpuruntime must be rebuilt "
-        "with one; devices here: \"cpu\", \"cuda:N\""));
+        "device \"", text, "\": xpuruntime does not run on NPUs yet: their engines, openvino (Intel, OpenVINO) and qnn "
+        "(Qualcomm, QNN), are named but not implemented in this version, and installing those runtimes does not add "
+        "them; devices: \"cpu\", \"cuda:N\""));
   } else {
     throw InvalidArgumentError(detail::str_cat("Expected a device like \"cpu\", \"cuda\" or \"cuda:0\", but got \"",
                                                text, "\""));

@@ -140,8 +140,8 @@ void DeviceManager::check_device(Device device) const {
     return;
   }
   if (cuda_count_ == 0) {
-    throw CudaError(detail::str_cat(device.str(), " was requested but no CUDA device is available: ",
-                                    unavailable_reason_));
+    throw CudaError(detail::str_cat(device.str(), " was requested but no CUDA device is available (the only device "
+                                    "here is cpu): ", unavailable_reason_));
   }
   throw CudaError(detail::str_cat(device.str(), " was requested but only ", cuda_count_, " CUDA device",
                                   cuda_count_ == 1 ? "" : "s", " (cuda:0..cuda:", cuda_count_ - 1, ") exist"));

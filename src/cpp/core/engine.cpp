@@ -12,6 +12,7 @@
 #include "declared_engine.h"
 #include "policy_serialization.h"
 #include "shape_str.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/model_file.h"
 #include "xpuruntime/profiler.h"
@@ -27,6 +28,30 @@ std::string pad(const std::string& text, std::size_t width) {
 }  // namespace
 
 std::vector<std::string> known_engines() { return {"auto", "native", "onnxruntime", "tensorrt", "openvino", "qnn"}; }
+
+std::vector<EngineAvailability> engine_availability(Device device) {
+  std::string missing_device;
+  try {
+    DeviceManager::instance().check_device(device);
+  } catch (const XpuRuntimeError& e) {
+    missing_device = e.what();
+  }
+  SessionOptions options;
+  options.device = device;
+  std::vector<EngineAvailability> out;
+  for (const std::string& name : known_engines()) {
+    if (name == "auto") continue;
+    EngineAvailability entry{name, false, missing_device};
+    if (missing_device.empty()) {
+      const Engine* engine = EngineRegistry::global().find(name);
+      const Support support = engine ? engine->available(options) : Support::no("not registered");
+      entry.available = support.ok();
+      entry.reason = support.ok() ? "" : support.reason();
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
 
 std::string ValueInfo::type() const {
   const std::string tensor = "tensor(" + std::string(dtype_name(dtype)) + ")";
@@ -118,8 +143,9 @@ EngineRegistry& EngineRegistry::global() {
     register_onnxruntime(registry);
 #else
     registry.add(std::make_unique<DeclaredEngine>(
-        "onnxruntime", "this xpuruntime was built without ONNX Runtime; run scripts/fetch_onnxruntime.sh (or set "
-                       "ONNXRUNTIME_ROOT to an ONNX Runtime 1.2x install) and rebuild"));
+        "onnxruntime", "this xpuruntime was built without ONNX Runtime: in its source tree run "
+                       "scripts/fetch_onnxruntime.sh (ONNX Runtime 1.29.0), or configure with "
+                       "-DONNXRUNTIME_ROOT=<a folder with ONNX Runtime 1.29+>, and rebuild (docs/install.md)"));
 #endif
     register_tensorrt(registry);
     // The NPU runtimes of the design (npu.md).
@@ -175,6 +201,10 @@ void InferenceSession::build(const std::string& model) {
   const auto known = known_engines();
   XPURT_CHECK(std::find(known.begin(), known.end(), options_.engine) != known.end(), "unknown engine '",
               options_.engine, "'; valid engines: ", detail::join_names(known));
+  // Note [A device that does not exist]: a session on a device this machine lacks ("cuda:0" without a GPU,
+  // "cuda:1" with one) is refused here, with CudaError naming the devices that exist, rather than created and
+  // explained as running there, to fail at its first run.
+  DeviceManager::instance().check_device(options_.device);
   if (options_.fp16) options_.exec_policy.precision = Precision::kFP16;
   options_.kernel_policy.validate(KernelRegistry::global());
   const EngineRegistry& registry = EngineRegistry::global();

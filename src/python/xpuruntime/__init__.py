@@ -65,6 +65,29 @@ def op_schemas() -> list:
     return _core.op_schemas()
 
 
+def _engine_availability(device: "str | Device") -> list:
+    """(name, available, reason) per engine; a device that does not exist makes every engine unavailable."""
+    if not isinstance(device, Device):
+        try:
+            device = Device(device)
+        except CudaError as error:  # Device("cuda") resolves the current CUDA device, which may not exist
+            return [(name, False, str(error)) for name in _core.known_engines() if name != "auto"]
+    return _core.engine_availability(device)
+
+
+def available_engines(device: "str | Device" = "cpu") -> list:
+    """The engines (``engine=`` of :class:`InferenceSession`) that can run on ``device`` in this build and on this
+    machine, in the order of ``"native"``, ``"onnxruntime"``, ``"tensorrt"``, ... (``"auto"`` picks among them).
+    :func:`unavailable_engines` says why each other one cannot."""
+    return [name for name, ok, _ in _engine_availability(device) if ok]
+
+
+def unavailable_engines(device: "str | Device" = "cpu") -> dict:
+    """The engines that cannot run on ``device`` here, each with why and what to install or use instead (an engine
+    this build lacks, one no version of xpuruntime implements yet, or a device that does not exist)."""
+    return {name: reason for name, ok, reason in _engine_availability(device) if not ok}
+
+
 def cmake_prefix_path() -> str | None:
     """The folder to give CMake (``-DCMAKE_PREFIX_PATH=...``) for ``find_package(xpuruntime)`` against an installed
     wheel (its ``lib/cmake/xpuruntime``); None when running from the source tree (use the build's install)."""
@@ -92,6 +115,8 @@ __all__ = [
     "__version__",
     "get_version",
     "build_info",
+    "available_engines",
+    "unavailable_engines",
     "XpuRuntimeError",
     "CudaError",
     "DistributedError",

@@ -90,10 +90,21 @@ def _engines() -> List[str]:
     return list(_core.known_engines())
 
 
+def _engine_help(engine_default: str) -> str:
+    """--engine's help: which engines run on the CPU here and which do not (every known name stays a choice, so that
+    asking for one this build lacks says what to install)."""
+    from . import _core
+
+    availability = _core.engine_availability()
+    here = ", ".join(name for name, ok, _ in availability if ok)
+    missing = ", ".join(name for name, ok, _ in availability if not ok)
+    return (f"the engine (default: {engine_default}); available here on the CPU: {here}"
+            + (f"; not available: {missing} (`xpuruntime devices` says why)" if missing else ""))
+
+
 def _add_model_args(parser: argparse.ArgumentParser, engine_default: str = "auto") -> None:
     parser.add_argument("model", help="the ONNX model file")
-    parser.add_argument("--engine", default=engine_default, choices=_engines(),
-                        help=f"the engine (default: {engine_default})")
+    parser.add_argument("--engine", default=engine_default, choices=_engines(), help=_engine_help(engine_default))
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     parser.add_argument("--policy", metavar="FILE", help="a KernelPolicy file (.json, .yaml, .yml)")
     parser.add_argument("--exec-policy", metavar="FILE", help="an ExecutionPolicy file (.json, .yaml, .yml)")
@@ -347,7 +358,10 @@ def _read_named_arrays(file: Path, path: str, option: str, names: List[str]) -> 
 
 def load_inputs(session: Any, path: str) -> Dict[str, np.ndarray]:
     """Feeds from an .npz (arrays by input name) or .npy (a one-input model) file, checked against the model's
-    inputs: every input present, no unknown names, ranks and fixed dimensions equal, dtypes castable."""
+    inputs: every input present, no unknown names, ranks and fixed dimensions equal. An array keeps its dtype when
+    it is the input's; otherwise it is converted only when that keeps every value (numpy's safe casting: int32 ->
+    int64) or its kind (float64 -> float32), and refused (UsageError) when it would change integers into floats or
+    back (int64 -> float32)."""
     file = _existing_file(path, "inputs file")
     infos = session.get_inputs()
     arrays = _read_named_arrays(file, path, "--inputs", [i.name for i in infos])
@@ -361,9 +375,10 @@ def load_inputs(session: Any, path: str) -> Dict[str, np.ndarray]:
                              f"got {_shape_str(value.shape)}")
         dtype = _numpy_dtype(info.dtype, info.name)
         if value.dtype != dtype:
-            if not np.can_cast(value.dtype, dtype, casting="same_kind"):
-                raise UsageError(f"--inputs: input '{info.name}' expects {info.dtype}, got {value.dtype} "
-                                 f"(not castable without changing its kind)")
+            same_kind = value.dtype.kind == dtype.kind and np.can_cast(value.dtype, dtype, casting="same_kind")
+            if not same_kind and not np.can_cast(value.dtype, dtype, casting="safe"):
+                raise UsageError(f"--inputs: input '{info.name}' expects {info.dtype}, got {value.dtype} (converting "
+                                 f"would change its values' kind; save it as {info.dtype})")
             value = value.astype(dtype)
         feeds[info.name] = np.ascontiguousarray(value)
     return feeds
@@ -411,9 +426,14 @@ def cmd_devices(args: argparse.Namespace) -> int:
         devices.append(entry)
     info = dict(xrt.build_info())
     cuda_reason = "" if xrt.cuda_available() else xrt.runtime.cuda_unavailable_reason()
+    # Which engines run on each kind of device here (the first GPU stands for the others), and why the rest do not.
+    targets = ["cpu"] + (["cuda:0"] if xrt.get_device_count() else [])
+    available = {t: xrt.available_engines(t) for t in targets}
+    unavailable = {t: xrt.unavailable_engines(t) for t in targets}
     if args.json:
         print(json.dumps({"devices": devices, "build": info, "cuda_unavailable_reason": cuda_reason or None,
-                          "engines": _engines()}, indent=2, default=str))
+                          "engines": _engines(), "available_engines": available,
+                          "unavailable_engines": unavailable}, indent=2, default=str))
         return 0
     print(f"xpuruntime {info.get('version')} ({info.get('build_type')}, {info.get('compiler')}; "
           f"CUDA {'on' if info.get('with_cuda') else 'off'}, NVTX {'on' if info.get('with_nvtx') else 'off'})")
@@ -424,7 +444,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(line)
     if cuda_reason:
         print(f"no CUDA device: {cuda_reason}")
-    print(f"engines: {', '.join(e for e in _engines() if e != 'auto')}")
+    for target in targets:
+        print(f"engines on {target}: {', '.join(available[target]) or 'none'}")
+        for name, reason in unavailable[target].items():
+            print(f"  not available: {name}: {reason}")
     return 0
 
 
@@ -751,8 +774,28 @@ def cmd_tune(args: argparse.Namespace) -> int:
     for op in conflicts:
         print(f"note: the nodes of '{op}' chose different kernels ({', '.join(decisions[op][0])}); one rule per op "
               f"cannot pin both, so '{op}' gets a preferred rule in that order", file=sys.stderr)
-    print(f"wrote {args.output} (load it with --policy {args.output} or xrt.KernelPolicy.load)")
+    print(f"wrote {args.output}; run the model under it with (or load it with xrt.KernelPolicy.load):")
+    print("  " + tune_follow_up(args, session.engine))
     return 0
+
+
+def tune_follow_up(args: argparse.Namespace, engine: str) -> str:
+    """The ``xpuruntime run`` command that runs the tuned model under the written policy, as tune prints it: the
+    engine that was tuned (a policy of pinned kernels needs the native engine; ``auto`` would pick onnxruntime on
+    the CPU, which cannot honour pins), the same device, execution policy, precision and inputs."""
+    import shlex
+
+    command = ["xpuruntime", "run", str(args.model), "--engine", engine, "--device", args.device,
+               "--policy", str(args.output)]
+    if args.exec_policy:
+        command += ["--exec-policy", str(args.exec_policy)]
+    if args.fp16:
+        command.append("--fp16")
+    if args.inputs:
+        command += ["--inputs", str(args.inputs)]
+    elif args.batch != 1:
+        command += ["--batch", str(args.batch)]
+    return shlex.join(command)
 
 
 def error_stats(actual: np.ndarray, reference: np.ndarray, rtol: float, atol: float) -> dict:

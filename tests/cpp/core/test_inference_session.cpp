@@ -7,6 +7,7 @@
 
 #include "onnx_models.h"
 #include "test_utils.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/inference_session.h"
 
@@ -35,7 +36,7 @@ TEST(InferenceSession, EveryKnownEngineIsDeclaredAndUnknownOnesAreRejected) {
                           "unknown engine 'trt'; valid engines: auto, native, onnxruntime, tensorrt");
   options.engine = "tensorrt";
   XPURT_EXPECT_THROW_WITH(InferenceSession::from_bytes(model_bytes(), options), UnsupportedOperationError,
-                          "needs NVIDIA TensorRT");
+                          "the tensorrt engine (NVIDIA TensorRT 10) is not implemented");
   options.engine = "native";
   EXPECT_EQ(InferenceSession::from_bytes(model_bytes(), options).engine(), "native");
   const std::string truncated = model_bytes().substr(0, model_bytes().size() / 2);
@@ -43,6 +44,40 @@ TEST(InferenceSession, EveryKnownEngineIsDeclaredAndUnknownOnesAreRejected) {
   XPURT_EXPECT_THROW_WITH(InferenceSession("/nonexistent/model.onnx"), InvalidArgumentError,
                           "cannot open the model file '/nonexistent/model.onnx'");
   XPURT_EXPECT_THROW_WITH(InferenceSession::from_bytes(""), InvalidArgumentError, "the model is empty");
+}
+
+// Note [A device that does not exist] (core/engine.cpp): refused at creation, before any engine is asked.
+TEST(InferenceSession, ADeviceThatDoesNotExistFailsAtCreationWithCudaError) {
+  const int count = DeviceManager::instance().get_device_count();
+  for (const char* engine : {"auto", "native", "onnxruntime", "tensorrt"}) {
+    SessionOptions options;
+    options.engine = engine;
+    options.device = Device::cuda(count);  // cuda:0 without a GPU, one past the last GPU with some
+    XPURT_EXPECT_THROW_WITH(InferenceSession::from_bytes(model_bytes(), options), CudaError,
+                            count == 0 ? "no CUDA device is available (the only device here is cpu)"
+                                       : " CUDA device");
+  }
+}
+
+TEST(InferenceSession, EngineAvailabilitySaysWhatIsMissingAndNamesOnlyWhatExists) {
+  const auto engines = engine_availability();
+  ASSERT_EQ(engines.size(), known_engines().size() - 1);  // all but "auto"
+  for (const EngineAvailability& e : engines) {
+    EXPECT_EQ(e.available, e.reason.empty()) << e.name;
+    if (e.name == "native") {
+      EXPECT_TRUE(e.available) << e.reason;
+    }
+    if (e.name == "tensorrt" || e.name == "openvino" || e.name == "qnn") {
+      EXPECT_FALSE(e.available);
+      EXPECT_NE(e.reason.find("is not implemented in this version of xpuruntime"), std::string::npos) << e.reason;
+      EXPECT_EQ(e.reason.find("pip install"), std::string::npos) << e.reason;
+    }
+  }
+  const int count = DeviceManager::instance().get_device_count();
+  for (const EngineAvailability& e : engine_availability(Device::cuda(count))) {
+    EXPECT_FALSE(e.available) << e.name;
+    EXPECT_NE(e.reason.find("CUDA device"), std::string::npos) << e.reason;
+  }
 }
 
 TEST(InferenceSession, AutoPicksOnnxRuntimeOnTheCpuAndSaysWhy) {

@@ -1,6 +1,8 @@
 #include "engines/onnxruntime/ort_utils.h"
 
+#include <cctype>
 #include <mutex>
+#include <string>
 
 #include "core/cuda_utils.h"
 
@@ -55,23 +57,142 @@ const char* ort_error_name(OrtErrorCode code) {
   }
 }
 
-void throw_ort_error(OrtErrorCode code, const std::string& ort_message, const char* call, const char* file,
-                     int line) {
-  std::string message =
-      detail::format_library_error("ONNX Runtime", ort_error_name(code), static_cast<int>(code), call, -1, file,
-                                   line, ort_message);
+// Note [ORT's messages]
+// ONNX Runtime's messages are written for its own developers: an ORT_ENFORCE failure reads
+// "/onnxruntime_src/onnxruntime/core/providers/cpu/tensor/reshape_helper.h:84 onnxruntime::ReshapeHelper::
+// ReshapeHelper(const onnxruntime::TensorShape&, ...) size != 0 && (input_shape_size % size) == 0 was false. The
+// input tensor cannot be reshaped ...", a CUDA failure ends "; file=/onnxruntime_src/...; line=123;
+// expr=cudaMalloc(...);", and a build with stack traces appends "Stacktrace:". clean_ort_message keeps what a user
+// can act on: the source location (ORT's build machine's path and line), the C++ function signature after it, the
+// failed C++ condition before "was false.", the file/line/expr fields and the stack trace are dropped; ORT's own
+// words stay. The typed error is chosen from ORT's status code and, for ORT_FAIL (which ORT uses for most
+// failures), from what its message says: an operator ORT has no schema or kernel for is an unsupported operation,
+// a model that fails ORT's type or shape inference while loading is a bad model (InvalidArgumentError, as the model
+// check's refusals are). Neither xpuruntime's call expression nor its source path goes into the message.
+
+namespace {
+
+bool source_suffix(const std::string& text, std::size_t colon) {
+  for (const char* ext : {".cc", ".h", ".cpp", ".cu", ".cuh", ".hpp", ".inc"}) {
+    const std::size_t n = std::char_traits<char>::length(ext);
+    if (colon >= n && text.compare(colon - n, n, ext) == 0) return true;
+  }
+  return false;
+}
+
+// The end of a balanced (...) or [...] group that starts at `open`, or npos.
+std::size_t group_end(const std::string& text, std::size_t open) {
+  const char first = text[open];
+  const char last = first == '(' ? ')' : ']';
+  int depth = 0;
+  for (std::size_t k = open; k < text.size(); ++k) {
+    if (text[k] == first) ++depth;
+    if (text[k] == last && --depth == 0) return k + 1;
+  }
+  return std::string::npos;
+}
+
+// At `pos` a "path/file.cc:123 " location: its length through the signature after it ("ns::f(args) const [with T =
+// float] "), or 0 when there is no location at `pos`.
+std::size_t location_length(const std::string& text, std::size_t pos) {
+  std::size_t colon = pos;
+  while (colon < text.size() && text[colon] != ':' && text[colon] != ' ' && text[colon] != '\n') ++colon;
+  if (colon == text.size() || text[colon] != ':' || !source_suffix(text, colon)) return 0;
+  std::size_t k = colon + 1;
+  while (k < text.size() && std::isdigit(static_cast<unsigned char>(text[k]))) ++k;
+  if (k == colon + 1) return 0;
+  if (k < text.size() && text[k] == ' ') ++k;
+  // The signature, when one follows: a name up to its parameter list, which has no space before '(' except in the
+  // return type ("onnxruntime::common::Status onnxruntime::Foo(...)").
+  const std::size_t paren = text.find('(', k);
+  const std::size_t stop = text.find_first_of(".\n", k);
+  if (paren == std::string::npos || (stop != std::string::npos && stop < paren && text[stop] == '\n')) return k - pos;
+  const std::string head = text.substr(k, paren - k);
+  if (head.find("::") == std::string::npos && head.find(' ') != std::string::npos) return k - pos;  // prose
+  std::size_t end = group_end(text, paren);
+  if (end == std::string::npos) return k - pos;
+  for (const char* suffix : {" const", " volatile", " &&", " &", " noexcept"}) {
+    const std::size_t n = std::char_traits<char>::length(suffix);
+    if (text.compare(end, n, suffix) == 0) end += n;
+  }
+  if (text.compare(end, 2, " [") == 0) {
+    const std::size_t bracket = group_end(text, end + 1);
+    if (bracket != std::string::npos) end = bracket;
+  }
+  while (end < text.size() && text[end] == ' ') ++end;
+  return end - pos;
+}
+
+std::string trim(std::string text) {
+  const std::size_t first = text.find_first_not_of(" \n\t;");
+  if (first == std::string::npos) return "";
+  const std::size_t last = text.find_last_not_of(" \n\t;");
+  return text.substr(first, last - first + 1);
+}
+
+bool contains(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
+
+}  // namespace
+
+std::string clean_ort_message(const std::string& message) {
+  std::string text = message.substr(0, message.find("Stacktrace:"));
+  // CUDA failures: "...; file=/path; line=12; expr=cudaMalloc(&p, n);" (the fields to the end).
+  const std::size_t fields = text.find("; file=");
+  if (fields != std::string::npos) text = text.substr(0, fields);
+  std::string out;
+  std::size_t k = 0;
+  while (k < text.size()) {
+    const bool word_start = k == 0 || text[k - 1] == ' ' || text[k - 1] == '\n' || text[k - 1] == ':';
+    const std::size_t length = word_start && text[k] != ' ' ? location_length(text, k) : 0;
+    if (length == 0) {
+      out += text[k++];
+      continue;
+    }
+    k += length;
+    // An ORT_ENFORCE: the C++ condition, then " was false. ", then the message (which may be empty).
+    const std::size_t was_false = text.find(" was false.", k);
+    const std::size_t line_end = text.find('\n', k);
+    if (was_false != std::string::npos && (line_end == std::string::npos || was_false < line_end)) {
+      k = was_false + 11;
+      while (k < text.size() && text[k] == ' ') ++k;
+    }
+  }
+  std::string cleaned = trim(out);
+  for (std::size_t at; (at = cleaned.find('\n')) != std::string::npos;) cleaned[at] = ' ';
+  return cleaned.empty() ? "(ONNX Runtime gave no message)" : cleaned;
+}
+
+void throw_ort_error(OrtErrorCode code, const std::string& ort_message) {
+  const std::string said = clean_ort_message(ort_message);
+  const std::string message = detail::str_cat("ONNX Runtime ", ort_error_name(code), ": ", said);
   switch (code) {
     case ORT_INVALID_ARGUMENT:
     case ORT_INVALID_PROTOBUF:
     case ORT_INVALID_GRAPH:
     case ORT_NO_MODEL:
     case ORT_NO_SUCHFILE:
+    case ORT_NOT_FOUND:
       throw InvalidArgumentError(message);
     case ORT_NOT_IMPLEMENTED:
       throw UnsupportedOperationError(message);
     default:
-      throw XpuRuntimeError(message);
+      break;
   }
+  if (contains(said, "is not a registered function/op") || contains(said, "Could not find an implementation for") ||
+      contains(said, "is not supported")) {
+    throw UnsupportedOperationError(message);
+  }
+  if (contains(said, "Failed to allocate memory") || contains(said, "out of memory")) throw OutOfMemoryError(message);
+  if (contains(said, "CUDA failure") || contains(said, "CUDA error") || contains(said, "CUBLAS failure") ||
+      contains(said, "CUDNN failure")) {
+    throw CudaError(message);
+  }
+  if (code == ORT_FAIL && !contains(said, "while running") &&
+      (contains(said, "[ShapeInferenceError]") || contains(said, "[TypeInferenceError]") ||
+       contains(said, "This is an invalid model"))) {
+    throw InvalidArgumentError(message);
+  }
+  throw XpuRuntimeError(message);
 }
 
 bool dtype_from_onnx(ONNXTensorElementDataType type, DType* out) {

@@ -25,11 +25,15 @@ const OrtApi& ort_api();
 // Ort::Env itself is thread-safe; registering execution-provider libraries on it is serialized by the caller.
 Ort::Env& env();
 
-// Throws the xpuruntime error for an ORT failure: ORT_INVALID_ARGUMENT, ORT_INVALID_PROTOBUF, ORT_INVALID_GRAPH,
-// ORT_NO_MODEL, ORT_NO_SUCHFILE -> InvalidArgumentError; ORT_NOT_IMPLEMENTED -> UnsupportedOperationError;
-// anything else -> XpuRuntimeError. The message names the call, file:line and ORT's own message.
-[[noreturn]] void throw_ort_error(OrtErrorCode code, const std::string& ort_message, const char* call,
-                                  const char* file, int line);
+// Throws the typed xpuruntime error for an ORT failure (Note [ORT's messages] in ort_utils.cpp), its message
+// "ONNX Runtime <code name>: <ORT's message, cleaned>": ORT_INVALID_ARGUMENT, ORT_INVALID_PROTOBUF, ORT_INVALID_GRAPH,
+// ORT_NO_MODEL, ORT_NO_SUCHFILE, ORT_NOT_FOUND, and a model that fails ORT's inference at load -> InvalidArgumentError;
+// ORT_NOT_IMPLEMENTED and an operator ORT has no schema or kernel for -> UnsupportedOperationError; an allocation
+// failure -> OutOfMemoryError; a CUDA, cuBLAS or cuDNN failure -> CudaError; anything else -> XpuRuntimeError.
+[[noreturn]] void throw_ort_error(OrtErrorCode code, const std::string& ort_message);
+// ORT's message without source locations, C++ signatures, failed C++ conditions, CUDA file/line/expr fields or
+// stack traces, on one line (Note [ORT's messages]).
+std::string clean_ort_message(const std::string& message);
 const char* ort_error_name(OrtErrorCode code);  // "ORT_INVALID_PROTOBUF"
 
 // ONNX element type <-> DType. `onnx_type_name` names every ONNX type ("string", "float8e4m3fn").
@@ -40,13 +44,13 @@ const char* onnx_type_name(ONNXTensorElementDataType type);
 }  // namespace xpuruntime::ort
 
 // Runs `statement` (a call or assignment through ORT's C++ API) and rethrows an Ort::Exception as the typed
-// xpuruntime error, e.g. XPURT_ORT_CHECK(session = Ort::Session(env, data, size, options));
+// xpuruntime error (throw_ort_error: ORT's words, not the statement or this file's path), e.g.
+// XPURT_ORT_CHECK(session = Ort::Session(env, data, size, options));
 #define XPURT_ORT_CHECK(statement)                                                                         \
   do {                                                                                                     \
     try {                                                                                                  \
       statement;                                                                                           \
     } catch (const Ort::Exception& ort_exception_) {                                                       \
-      ::xpuruntime::ort::throw_ort_error(ort_exception_.GetOrtErrorCode(), ort_exception_.what(), #statement, \
-                                         __FILE__, __LINE__);                                              \
+      ::xpuruntime::ort::throw_ort_error(ort_exception_.GetOrtErrorCode(), ort_exception_.what());         \
     }                                                                                                      \
   } while (0)

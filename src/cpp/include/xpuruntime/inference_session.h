@@ -127,4 +127,15 @@ class XPURT_API InferenceSession {
 // The engine names known to xpuruntime, whether or not this build has them.
 XPURT_API std::vector<std::string> known_engines();
 
+// Whether an engine can run on a device in this build and on this machine; when not, `reason` says what is missing
+// and what to install or use instead (the engine's Engine::available).
+struct EngineAvailability {
+  std::string name;
+  bool available = false;
+  std::string reason;  // empty when available
+};
+// Every known engine but "auto", in known_engines() order, asked about `device` (a device that does not exist
+// makes every engine unavailable, with DeviceManager's reason).
+XPURT_API std::vector<EngineAvailability> engine_availability(Device device = Device::cpu());
+
 }  // namespace xpuruntime

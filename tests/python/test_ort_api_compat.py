@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper, save_model
 
 import xpuruntime as xrt
 import xpuruntime.onnxruntime as ort
-from conftest import has_onnxruntime_engine
+from conftest import has_onnxruntime_engine, requires_gpu
 from xpuruntime.onnxruntime.capi import _pybind_state as C
 from xpuruntime.onnxruntime.capi.onnxruntime_inference_collection import check_and_normalize_provider_args
 from xpuruntime.onnxruntime.capi.onnxruntime_pybind11_state import (EPFail, Fail, InvalidArgument, NoSuchFile,
@@ -131,6 +131,37 @@ def test_check_and_normalize_provider_args():
                                ([("a", {})], [{}])):
         with pytest.raises(ValueError):
             check_and_normalize_provider_args(providers, options, [])
+
+
+def test_cuda_provider_options_are_checked_and_listed_with_defaults():
+    from xpuruntime.onnxruntime import _cuda_provider_options
+    options = _cuda_provider_options({"gpu_mem_limit": "1024", "user_compute_stream": "12345"})
+    assert options["gpu_mem_limit"] == "1024" and options["has_user_compute_stream"] == "1"
+    assert options["enable_cuda_graph"] == "1" and options["cudnn_conv_algo_search"] == "HEURISTIC"
+    assert _cuda_provider_options({"user_compute_stream": "0"})["has_user_compute_stream"] == "0"
+    for bad in ({"gpu_mem_limit": "-1024"}, {"gpu_mem_limit": "1024.1024"}, {"gpu_mem_limit": "wrong_value"},
+                {"arena_extend_strategy": "wrong_value"}, {"device_id": "-1"}, {"invalid_option": "123"}):
+        with pytest.raises(InvalidArgument):
+            _cuda_provider_options(bad)
+    # checked before a machine without CUDA falls back to the CPU
+    with pytest.raises(RuntimeError, match="unknown provider option"):
+        ort.InferenceSession(mul_model(), providers=[("CUDAExecutionProvider", {"invalid_option": 1})])
+
+
+@requires_gpu
+def test_cuda_provider_options_round_trip_on_the_gpu():
+    sess = ort.InferenceSession(mul_model(), providers=["CUDAExecutionProvider"])
+    options = sess.get_provider_options()["CUDAExecutionProvider"]
+    assert options["gpu_mem_limit"] == str(2**64 - 1) and options["device_id"] == "0"
+    options["gpu_mem_limit"] = str(1 << 30)
+    options["enable_cuda_graph"] = "0"
+    sess.set_providers(["CUDAExecutionProvider"], [options])
+    again = sess.get_provider_options()["CUDAExecutionProvider"]
+    assert (again["gpu_mem_limit"], again["enable_cuda_graph"]) == (str(1 << 30), "0")
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(sess.run(None, {"X": x})[0], x * W)
+    with pytest.raises(InvalidArgument, match="device_id"):
+        sess.set_providers(["CUDAExecutionProvider"], [{"device_id": xrt.get_device_count()}])
 
 
 # ---- module functions ----

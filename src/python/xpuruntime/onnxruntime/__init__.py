@@ -714,8 +714,12 @@ def _map_providers(m: _Mapping, providers: List[Tuple[str, Dict[str, str]]], fal
         return
     name, options = device_providers[0]
     if name == CUDA:
-        device_id = int(options.get("device_id", "0"))
-        if _core.get_device_count() <= device_id:
+        options = _cuda_provider_options(options)
+        device_id = int(options["device_id"])
+        if 0 < _core.get_device_count() <= device_id:
+            raise InvalidArgument(f"CUDAExecutionProvider device_id {device_id}: this machine has "
+                                  f"{_core.get_device_count()} CUDA device(s) (ids 0..{_core.get_device_count() - 1})")
+        if _core.get_device_count() == 0:
             warnings.warn(f"CUDAExecutionProvider (device_id {device_id}) is not available here "
                           f"({_core.get_device_count()} CUDA device(s)); falling back to CPUExecutionProvider",
                           RuntimeWarning, stacklevel=4)
@@ -726,9 +730,9 @@ def _map_providers(m: _Mapping, providers: List[Tuple[str, Dict[str, str]]], fal
             return
         m.device = f"cuda:{device_id}"
         m.providers = [CUDA, CPU]
-        m.provider_options[CUDA] = dict(options, device_id=str(device_id))
+        m.provider_options[CUDA] = options
         m.provider_options[CPU] = {}
-        _map_cuda_options(m, options)
+        _map_cuda_options(m, {k: v for k, v in options.items() if v != _CUDA_DEFAULTS.get(k)})
         if CPU in names and fallback_enabled:
             m.exec_policy.fallback = "cpu"
             m.notes.append("providers CUDAExecutionProvider, CPUExecutionProvider: device cuda:"
@@ -742,6 +746,41 @@ def _map_providers(m: _Mapping, providers: List[Tuple[str, Dict[str, str]]], fal
         m.device = "cpu"
         m.providers, m.provider_options[CPU] = [CPU], options
         m.notes.append("provider CPUExecutionProvider: device cpu")
+
+
+# ONNX Runtime's CUDA provider options, with the values that say what xpuruntime does when they are not given
+# (get_provider_options() lists them all, as ONNX Runtime does): no memory limit, CUDA graphs on, the cuDNN
+# heuristic, fp32 (no TF32), xpuruntime's own streams and allocator.
+_CUDA_DEFAULTS = {
+    "device_id": "0", "gpu_mem_limit": str(2**64 - 1), "arena_extend_strategy": "kNextPowerOfTwo",
+    "cudnn_conv_algo_search": "HEURISTIC", "do_copy_in_default_stream": "1", "enable_cuda_graph": "1",
+    "use_tf32": "0", "has_user_compute_stream": "0", "user_compute_stream": "0", "gpu_external_alloc": "0",
+    "gpu_external_free": "0", "gpu_external_empty_cache": "0", "cudnn_conv_use_max_workspace": "1",
+    "cudnn_conv1d_pad_to_nc1d": "0", "tunable_op_enable": "0", "tunable_op_tuning_enable": "0",
+    "tunable_op_max_tuning_duration_ms": "0", "enable_skip_layer_norm_strict_mode": "0", "prefer_nhwc": "0",
+    "use_ep_level_unified_stream": "0", "sdpa_kernel": "0", "fuse_conv_bias": "0"}
+_CUDA_CHOICES = {"arena_extend_strategy": ("kNextPowerOfTwo", "kSameAsRequested"),
+                 "cudnn_conv_algo_search": ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")}
+_CUDA_UNSIGNED = ("device_id", "gpu_mem_limit")
+
+
+def _cuda_provider_options(given: Dict[str, str]) -> Dict[str, str]:
+    """Every CUDA provider option: ``given`` checked (unknown names, choices, non-negative integers are
+    ``InvalidArgument``, as ONNX Runtime refuses them) over :data:`_CUDA_DEFAULTS`."""
+    unknown = sorted(set(given) - set(_CUDA_DEFAULTS))
+    if unknown:
+        raise InvalidArgument(f"CUDAExecutionProvider: unknown provider option(s) {unknown}; known: "
+                              f"{', '.join(sorted(_CUDA_DEFAULTS))}")
+    for key, value in given.items():
+        if key in _CUDA_CHOICES and value not in _CUDA_CHOICES[key]:
+            raise InvalidArgument(f"CUDAExecutionProvider option {key}={value!r}: expected one of "
+                                  f"{', '.join(_CUDA_CHOICES[key])}")
+        if key in _CUDA_UNSIGNED and not value.isdigit():
+            raise InvalidArgument(f"CUDAExecutionProvider option {key}={value!r}: expected an integer >= 0")
+    options = dict(_CUDA_DEFAULTS, **given)
+    if "user_compute_stream" in given:
+        options["has_user_compute_stream"] = "0" if given["user_compute_stream"] == "0" else "1"
+    return options
 
 
 def _map_cuda_options(m: _Mapping, options: Dict[str, str]) -> None:

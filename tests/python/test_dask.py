@@ -65,7 +65,10 @@ def test_array_bit_identical_and_one_session_per_worker(client, engine):
     np.testing.assert_array_equal(y.compute(), reference_by_blocks(RESNET, {"pixel_values": x}, 5, engine)["output"])
     sessions = client.run(lambda key: id(_worker._SESSIONS[key][0]) if key in _worker._SESSIONS else None,
                           model.key)
-    assert y.compute().shape == (23, 10)
+    with distributed.get_task_stream(client) as stream:   # what the dashboard and progress show: graph tasks
+        assert y.compute().shape == (23, 10)
+    # One run task per block (Dask fuses each with its input's rechunk): the tasks progress and the dashboard show.
+    assert sum("xpuruntime-run-" in str(t["key"]) for t in stream.data) == 5
     again = client.run(lambda key: id(_worker._SESSIONS[key][0]) if key in _worker._SESSIONS else None, model.key)
     assert sessions == again and all(v is not None for v in again.values())   # made once per worker, reused
 

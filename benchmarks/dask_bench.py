@@ -127,6 +127,9 @@ def bench(args) -> List[Dict]:
         single = one_process(path, args.device, args.engine, feeds, args.batch, args.repeats)
         rows.append({"model": name, "workers": 0, "seconds": single, "records_per_s": records / single})
         for n in [int(w) for w in args.workers.split(",")]:
+            if args.device == "cuda" and n > xrt.get_device_count():
+                print(f"{name}: {n} workers skipped: this machine has {xrt.get_device_count()} GPUs", flush=True)
+                continue
             t = cluster_run(path, args.device, args.engine, feeds, args.batch, n, args.repeats)
             rows.append({"model": name, "workers": n, "seconds": t, "records_per_s": records / t,
                          "speedup": single / t, "efficiency": single / t / n,

@@ -94,7 +94,9 @@ class ClusterSession:
         self.spec = ModelSpec(bytes(model), _policy_json(kernel_policy, KernelPolicy, "kernel_policy"),
                               _policy_json(exec_policy, ExecutionPolicy, "exec_policy"), str(engine), str(device),
                               tuple(disabled_passes or ()))
-        self.client.register_worker_plugin(SessionPlugin(self.spec), name=self.spec.plugin_name)
+        # register_plugin since Distributed 2023.9; register_worker_plugin before (Debian 12 has 2022.12).
+        register = getattr(self.client, "register_plugin", None) or self.client.register_worker_plugin
+        register(SessionPlugin(self.spec), name=self.spec.plugin_name)
         # The model's signature, from one worker (which makes its session: a model error shows here, not in a task).
         info = self.client.submit(_worker.describe, self.spec.key, pure=False).result()
         self.engine: str = info["engine"]
@@ -179,15 +181,21 @@ class ClusterSession:
         signature = [(name, tuple(tail), dtype) for name, (tail, dtype) in outputs.items()]
         token = tokenize(self.key, [arrays[n].name for n in names])
         run_name = "xpuruntime-run-" + token
+        single = len(signature) == 1   # the run's result is the output's block: no getitem task per block
+        suffix = (0,) * len(signature[0][1]) if single else ()
         layers: Dict[str, Any] = {}
         dependencies: Dict[str, Any] = {}
         for array in arrays.values():
             layers.update(array.dask.layers)
             dependencies.update(array.dask.dependencies)
-        layers[run_name] = {(run_name, i): (_worker.run_block, self.key, i, names, signature,
-                                            *[(arrays[n].name, i) + (0,) * (arrays[n].ndim - 1) for n in names])
-                            for i in range(len(batch))}
+        layers[run_name] = {(run_name, i) + suffix: (
+            _worker.run_block, self.key, i, names, signature, single,
+            *[(arrays[n].name, i) + (0,) * (arrays[n].ndim - 1) for n in names]) for i in range(len(batch))}
         dependencies[run_name] = {arrays[n].name for n in names}
+        if single:
+            name, tail, dtype = signature[0]
+            graph = HighLevelGraph(layers, dependencies)
+            return {name: da.Array(graph, run_name, chunks=(batch, *[(d,) for d in tail]), dtype=dtype)}
         results = {}
         for j, (name, tail, dtype) in enumerate(signature):
             out_name = f"xpuruntime-{name}-{token}"

@@ -194,15 +194,16 @@ def run_batch(session: InferenceSession, feeds: Dict[str, np.ndarray], partition
 
 
 def run_block(key: str, partition: int, input_names: Sequence[str], outputs: Sequence[Tuple[str, tuple, str]],
-              *blocks: np.ndarray) -> Tuple[np.ndarray, ...]:
-    """One block of arrays chunked along the batch: the outputs ``[(name, shape after the batch, dtype)]`` in order."""
-    session, _ = session_for(key)
+              single: bool, *blocks: np.ndarray) -> Any:
+    """One block of arrays chunked along the batch: the outputs ``[(name, shape after the batch, dtype)]`` in order
+    as a tuple, or with ``single`` the one output itself (no task to take it out of a tuple)."""
     feeds = {name: np.ascontiguousarray(block) for name, block in zip(input_names, blocks)}
-    n = _batch_size(feeds)
-    if n == 0:
-        return tuple(np.zeros((0, *tail), dtype) for _, tail, dtype in outputs)
-    results = run_batch(session, feeds, partition)
-    return tuple(results[name] for name, _, _ in outputs)
+    if _batch_size(feeds) == 0:
+        results = {name: np.zeros((0, *tail), dtype) for name, tail, dtype in outputs}
+    else:
+        results = run_batch(session_for(key)[0], feeds, partition)
+    values = tuple(results[name] for name, _, _ in outputs)
+    return values[0] if single else values
 
 
 def _record_feeds(session: InferenceSession, records: Sequence[Any], partition: int) -> Dict[str, np.ndarray]:

@@ -1,0 +1,188 @@
+// Text generation's host parts (include/xpuruntime/generation.h): the Sampler (greedy, ties, temperature, top-k,
+// top-p, repetition penalty, seeded streams), GenerationConfig's checks and DecoderSignature's recognition of the
+// exporters' names and shapes. The loop against a real model is tests/python/test_generation.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_utils.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/generation.h"
+
+namespace xpuruntime::generation {
+namespace {
+
+GenerationConfig sampling(double temperature = 1.0, std::int64_t top_k = 0, double top_p = 1.0) {
+  GenerationConfig c;
+  c.do_sample = true;
+  c.temperature = temperature;
+  c.top_k = top_k;
+  c.top_p = top_p;
+  return c;
+}
+
+std::map<std::int64_t, double> frequencies(const GenerationConfig& config, std::vector<float> logits, int draws) {
+  Sampler sampler(config);
+  std::mt19937_64 rng = Sampler::row_stream(17, 0);
+  std::map<std::int64_t, double> out;
+  for (int i = 0; i < draws; ++i) {
+    std::vector<float> copy = logits;
+    out[sampler.next(copy.data(), static_cast<std::int64_t>(copy.size()), {}, rng)] += 1.0 / draws;
+  }
+  return out;
+}
+
+TEST(Sampler, GreedyTakesTheFirstOfEqualMaxima) {
+  Sampler sampler{GenerationConfig{}};
+  std::mt19937_64 rng = Sampler::row_stream(0, 0);
+  std::vector<float> logits{0.5f, 2.0f, -1.0f, 2.0f};
+  EXPECT_EQ(sampler.next(logits.data(), 4, {}, rng), 1);
+}
+
+TEST(Sampler, TopK1IsGreedyAtAnyTemperature) {
+  std::vector<float> logits{0.1f, 3.0f, 3.0f, 2.9f, -4.0f};
+  const auto f = frequencies(sampling(5.0, 1), logits, 200);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f.begin()->first, 1);
+}
+
+TEST(Sampler, DrawsFollowTheSoftmaxUnderTemperatureTopKAndTopP) {
+  const std::vector<float> logits{2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 3.0f};
+  const auto softmax = [&](double t, const std::vector<int>& keep) {
+    std::map<std::int64_t, double> p;
+    double total = 0;
+    for (int i : keep) total += std::exp(logits[static_cast<std::size_t>(i)] / t);
+    for (int i : keep) p[i] = std::exp(logits[static_cast<std::size_t>(i)] / t) / total;
+    return p;
+  };
+  const auto expect_close = [](const std::map<std::int64_t, double>& got, const std::map<std::int64_t, double>& want) {
+    for (std::int64_t token = 0; token < 6; ++token) {
+      const double g = got.count(token) ? got.at(token) : 0.0;
+      const double w = want.count(token) ? want.at(token) : 0.0;
+      EXPECT_NEAR(g, w, 0.02) << "token " << token;
+    }
+  };
+  const int n = 20000;
+  expect_close(frequencies(sampling(1.0), logits, n), softmax(1.0, {0, 1, 2, 3, 4, 5}));
+  expect_close(frequencies(sampling(0.5), logits, n), softmax(0.5, {0, 1, 2, 3, 4, 5}));
+  expect_close(frequencies(sampling(1.0, 3), logits, n), softmax(1.0, {5, 0, 1}));
+  // p(5) = 0.605: top_p 0.6 keeps it alone, 0.7 adds token 0.
+  expect_close(frequencies(sampling(1.0, 0, 0.6), logits, n), softmax(1.0, {5}));
+  expect_close(frequencies(sampling(1.0, 0, 0.7), logits, n), softmax(1.0, {5, 0}));
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  GenerationConfig c;
+  c.repetition_penalty = 2.0;
+  Sampler sampler(c);
+  std::mt19937_64 rng = Sampler::row_stream(0, 0);
+  std::vector<float> logits{3.0f, 2.0f, -1.0f};
+  // 3 -> 1.5 (seen twice, penalised once), 2 stays, -1 -> -2: token 1 wins.
+  EXPECT_EQ(sampler.next(logits.data(), 3, {0, 2, 0}, rng), 1);
+  EXPECT_FLOAT_EQ(logits[0], 1.5f);
+  EXPECT_FLOAT_EQ(logits[1], 2.0f);
+  EXPECT_FLOAT_EQ(logits[2], -2.0f);
+}
+
+TEST(Sampler, StreamsAreFixedPerSeedAndRow) {
+  std::mt19937_64 a = Sampler::row_stream(42, 0);
+  std::mt19937_64 b = Sampler::row_stream(42, 0);
+  std::mt19937_64 c = Sampler::row_stream(42, 1);
+  std::mt19937_64 d = Sampler::row_stream(43, 0);
+  const std::uint64_t first = a();
+  EXPECT_EQ(first, b());
+  EXPECT_NE(first, c());
+  EXPECT_NE(first, d());
+}
+
+TEST(GenerationConfig, ChecksEveryField) {
+  EXPECT_NO_THROW(GenerationConfig{}.validate());
+  const auto bad = [](auto edit, const char* field) {
+    GenerationConfig c;
+    edit(c);
+    XPURT_EXPECT_THROW_WITH(c.validate(), InvalidArgumentError, field);
+  };
+  bad([](GenerationConfig& c) { c.top_p = 0; }, "top_p");
+  bad([](GenerationConfig& c) { c.top_p = 1.01; }, "top_p");
+  bad([](GenerationConfig& c) { c.temperature = -0.5; }, "temperature");
+  bad([](GenerationConfig& c) { c.temperature = NAN; }, "temperature");
+  bad([](GenerationConfig& c) { c.top_k = -1; }, "top_k");
+  bad([](GenerationConfig& c) { c.max_new_tokens = 0; }, "max_new_tokens");
+  bad([](GenerationConfig& c) { c.max_length = -3; }, "max_length");
+  bad([](GenerationConfig& c) { c.repetition_penalty = 0; }, "repetition_penalty");
+  bad([](GenerationConfig& c) { c.stop_tokens = {4, -1}; }, "stop_tokens");
+  bad([](GenerationConfig& c) { c.pad_token_id = -1; }, "pad_token_id");
+}
+
+ValueInfo info(const std::string& name, DType dtype, std::vector<std::string> shape) {
+  ValueInfo v;
+  v.name = name;
+  v.dtype = dtype;
+  v.shape = std::move(shape);
+  return v;
+}
+
+std::vector<ValueInfo> cache_values(const std::string& past, const std::string& present, bool inputs, int layers) {
+  std::vector<ValueInfo> out;
+  for (int l = 0; l < layers; ++l) {
+    for (const char* kind : {"value", "key"}) {  // out of order on purpose: slots are sorted
+      const std::string name = (inputs ? past : present) + std::to_string(l) + "." + kind;
+      out.push_back(info(name, DType::kFloat16, {"batch", "4", inputs ? "past" : "total", "16"}));
+    }
+  }
+  return out;
+}
+
+TEST(DecoderSignature, RecognisesTransformersExports) {
+  std::vector<ValueInfo> inputs{info("input_ids", DType::kInt64, {"batch", "seq"}),
+                                info("attention_mask", DType::kInt64, {"batch", "total"}),
+                                info("position_ids", DType::kInt32, {"batch", "seq"})};
+  for (const ValueInfo& v : cache_values("past_key_values.", "", true, 3)) inputs.push_back(v);
+  std::vector<ValueInfo> outputs{info("logits", DType::kFloat16, {"batch", "seq", "100"})};
+  for (const ValueInfo& v : cache_values("", "present.", false, 3)) outputs.push_back(v);
+  const DecoderSignature s = DecoderSignature::recognise(inputs, outputs);
+  EXPECT_EQ(s.logits, "logits");
+  EXPECT_EQ(s.positions_dtype, DType::kInt32);
+  ASSERT_EQ(s.cache.size(), 6u);
+  EXPECT_EQ(s.cache[0].past_input, "past_key_values.0.key");
+  EXPECT_EQ(s.cache[0].present_output, "present.0.key");
+  EXPECT_EQ(s.cache[1].past_input, "past_key_values.0.value");
+  EXPECT_EQ(s.cache[5].layer, 2);
+  EXPECT_EQ(s.cache[5].heads, 4);
+  EXPECT_EQ(s.cache[5].head_dim, 16);
+  EXPECT_EQ(s.cache[5].dtype, DType::kFloat16);
+  EXPECT_NE(s.str().find("3 layers"), std::string::npos) << s.str();
+}
+
+TEST(DecoderSignature, RefusesWhatItCannotFeed) {
+  const std::vector<ValueInfo> ids{info("input_ids", DType::kInt64, {"batch", "seq"})};
+  const std::vector<ValueInfo> logits{info("logits", DType::kFloat32, {"batch", "seq", "10"})};
+  EXPECT_TRUE(DecoderSignature::recognise(ids, logits).cache.empty());
+  XPURT_EXPECT_THROW_WITH(DecoderSignature::recognise({info("tokens", DType::kInt64, {"b", "s"})}, logits),
+                          UnsupportedOperationError, "input_ids");
+  std::vector<ValueInfo> with_past = ids;
+  with_past.push_back(info("past_key_values.0.key", DType::kFloat32, {"b", "2", "p", "8"}));
+  XPURT_EXPECT_THROW_WITH(DecoderSignature::recognise(with_past, logits), UnsupportedOperationError,
+                          "no present output");
+  std::vector<ValueInfo> outs = logits;
+  outs.push_back(info("present.0.key", DType::kFloat32, {"b", "heads", "t", "8"}));
+  XPURT_EXPECT_THROW_WITH(DecoderSignature::recognise(with_past, outs), UnsupportedOperationError,
+                          "static heads and head_dim");
+  std::vector<ValueInfo> extra = ids;
+  extra.push_back(info("past_0", DType::kFloat32, {"2", "b", "2", "p", "8"}));
+  XPURT_EXPECT_THROW_WITH(DecoderSignature::recognise(extra, logits), UnsupportedOperationError, "not supported yet");
+  XPURT_EXPECT_THROW_WITH(
+      DecoderSignature::recognise(ids, {info("last_hidden_state", DType::kFloat32, {"b", "s", "32"})}),
+      UnsupportedOperationError, "hidden states");
+  XPURT_EXPECT_THROW_WITH(DecoderSignature::recognise(ids, {info("a", DType::kFloat32, {"b", "s", "3"}),
+                                                           info("b", DType::kFloat32, {"b", "s", "3"})}),
+                          UnsupportedOperationError, "logits");
+}
+
+}  // namespace
+}  // namespace xpuruntime::generation

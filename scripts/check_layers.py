@@ -19,6 +19,8 @@ cublaslt_enum_names.inc) is not checked; `--report` counts them.
   frontend:<name>     frontends/<name>/**                (onnx: ONNX's schemas, the model check and external data,
                                                           which both engines share)
   backend:<name>      backends/<name>/**                 (cpu, cuda_raw, cublas, cublaslt, cudnn, codegen, nccl)
+  generation          generation/**                      (the text-generation loop over InferenceSession; its
+                                                          public header include/xpuruntime/generation.h is core's)
   core                core/** (what the rows above leave), include/** (the other public headers)
 
   Rule                 An include is a violation when
@@ -30,6 +32,8 @@ cublaslt_enum_names.inc) is not checked; `--report` counts them.
                        frontend)
   engine-sideways      an engine:<x> file includes anything but core, frontends and engine:<x> (a backend: kernels are
                        reached through the KernelRegistry; another engine)
+  generation-sideways  a generation file includes anything but core and generation (it drives sessions through
+                       InferenceSession's public API, never an engine, frontend or backend directly)
   (bindings may include anything.)
 
 Python: the import graph of every package under src/python (today: xpuruntime). `import` and `from ... import`
@@ -76,6 +80,7 @@ RULES = {
     "backend-sideways": "a backend includes more than core and itself",
     "frontend-sideways": "a frontend includes more than core and itself",
     "engine-sideways": "an engine includes more than core and itself (kernels go through the registry)",
+    "generation-sideways": "generation includes more than core and itself (sessions through InferenceSession)",
     "python-cycle": "Python modules import each other in a circle",
 }
 
@@ -98,6 +103,8 @@ def cpp_layer(rel: str) -> Optional[str]:
         return "bindings"
     if top == "engines" and len(parts) > 2:
         return f"engine:{parts[1]}"
+    if top == "generation" and len(parts) > 1:
+        return "generation"
     if top == "frontends" and len(parts) > 2:
         return f"frontend:{parts[1]}"
     if top == "backends" and len(parts) > 2:
@@ -122,6 +129,8 @@ def include_rule(src_layer: str, dst_layer: str) -> Optional[str]:
         return "backend-sideways"
     if src_layer.startswith("frontend:"):
         return "frontend-sideways"
+    if src_layer == "generation":
+        return "generation-sideways"
     if src_layer.startswith("engine:"):
         return None if dst_layer.startswith("frontend:") else "engine-sideways"
     return None

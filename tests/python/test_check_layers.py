@@ -186,6 +186,30 @@ def test_frontends_include_core_and_themselves_and_only_engines_include_them(tmp
     assert "engine-sideways: an engine includes more than core and itself (kernels go through the registry): 0" in out
 
 
+def test_generation_includes_core_and_itself_only(tmp_path):
+    """generation/** (the text-generation loop) drives sessions through InferenceSession's public API: it includes
+    core and itself; an engine or a backend from there is a finding, and core may not include it."""
+    root = _fake_tree(tmp_path)
+    cpp = "src/cpp/"
+    _write(root, cpp + "include/xpuruntime/generation.h", '#pragma once\n#include "xpuruntime/tensor.h"\n')
+    _write(root, cpp + "generation/kv_cache.h", '#pragma once\n#include "xpuruntime/generation.h"\n')
+    _write(root, cpp + "generation/generator.cpp",
+           '#include "generation/kv_cache.h"\n#include "engines/native/passes/pass_utils.h"\n'
+           '#include "backends/cuda_raw/cuda_raw_ops.h"\n')
+    _write(root, cpp + "bindings/generation_binding.cpp", '#include "generation/kv_cache.h"\n')
+    _write(root, cpp + "core/engine.cpp", '#include "generation/kv_cache.h"\n')
+    result = _run("--root", str(root), "--report")
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    assert ("src/cpp/generation/generator.cpp:2: generation includes engines/native/passes/pass_utils.h "
+            "(engine:native)  [new: generation-sideways") in out
+    assert ("src/cpp/generation/generator.cpp:3: generation includes backends/cuda_raw/cuda_raw_ops.h "
+            "(backend:cuda_raw)  [new: generation-sideways") in out
+    assert "generation-sideways: generation includes more than core and itself" in out
+    assert "src/cpp/core/engine.cpp:1: core includes generation/kv_cache.h (generation)  [new: core-upward" in out
+    assert "generator.cpp:1:" not in out and "kv_cache.h:" not in out and "generation_binding.cpp" not in out
+
+
 def test_this_repository_passes_with_its_allowlist():
     result = _run()
     assert result.returncode == 0, (

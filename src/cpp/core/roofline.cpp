@@ -8,7 +8,8 @@
 //    bytes of their data as they write (plus their indices), as kernel_roofline_bench.py's gather_outer and
 //    slice_last_half cases count them. A view moves nothing and has no floor.
 //  - FLOPs, a multiply-add counting 2 (bench_gemm.py's 2 n^3, bench_quant_gemm.py's 2 M N K):
-//      matmul, linear, qlinear, matmul_nbits (and ONNX MatMul, Gemm, MatMulInteger, QLinearMatMul, MatMulNBits):
+//      matmul, linear, qlinear, matmul_nbits (and ONNX MatMul, Gemm, FusedGemm, MatMulInteger, QLinearMatMul,
+//      MatMulNBits):
 //        2 * (output elements) * K, K the reduced dimension (input 0's last; Gemm: input 0's elements / M);
 //      linear_grad_weight: 2 * (elements of x) * N;
 //      conv2d, conv3d, qconv2d (ONNX Conv, ConvInteger, QLinearConv), any rank, groups, dilation, layout:
@@ -242,7 +243,7 @@ NodeWork onnx_node_work(const std::string& op_type, const std::vector<std::strin
 NodeWork onnx_node_work(const std::string& op_type, const std::vector<TensorDesc>& in,
                         const std::vector<TensorDesc>& out) {
   const std::string op = strip_domain(op_type);
-  if (op == "Gemm") {  // A [M, K] or [K, M]: K = A's elements / M, M = the output's rows
+  if (op == "Gemm" || op == "FusedGemm") {  // A [M, K] or [K, M]: K = A's elements / M, M = the output's rows
     const TensorDesc* a = at(in, 0);
     const TensorDesc* y = at(out, 0);
     NodeWork w;

@@ -1,4 +1,5 @@
-"""The ``xpuruntime`` command line: devices, run, bench, explain, profile, tune, compare, quantize and generate.
+"""The ``xpuruntime`` command line: devices, run, bench, explain, profile, audit, tune, compare, quantize
+and generate.
 
 Run ``xpuruntime --help`` (or ``python -m xpuruntime --help``); docs/cli.md has every command with an example.
 
@@ -655,7 +656,11 @@ def audit_report(rows: Sequence[Mapping[str, Any]], ceilings: Mapping[str, Mappi
     nodes marked."""
     lines = []
     for device, c in ceilings.items():
-        peaks = ", ".join(f"{k} {_si(v, 'FLOP/s')}" for k, v in sorted(c["peaks"].items()))
+        by_value: Dict[float, List[str]] = {}
+        for key, value in c["peaks"].items():
+            by_value.setdefault(value, []).append(key)
+        peaks = "; ".join(f"{'/'.join(sorted(keys))} {_si(value, 'FLOP/s')}"
+                          for value, keys in sorted(by_value.items(), reverse=True))
         lines.append(f"ceilings of {device}: copy bandwidth {_si(c['bandwidth'], 'B/s')} "
                      f"({c['source'].get('bandwidth', '')}); peaks {peaks}")
         sources = sorted({v for k, v in c["source"].items() if k != "bandwidth"})

@@ -164,6 +164,9 @@ TEST(Roofline, OnnxNodesFromShapeText) {
   const NodeWork gemm = roofline::onnx_node_work("Gemm", Shapes{"float32[6,4]", "float32[6,3]"}, Shapes{"float32[4,3]"});
   EXPECT_DOUBLE_EQ(gemm.flops, 2.0 * 12 * 6);
   EXPECT_EQ(gemm.ceiling, "fp32");
+  EXPECT_DOUBLE_EQ(roofline::onnx_node_work("FusedGemm", Shapes{"float32[4,6]", "float32[3,6]"}, Shapes{"float32[4,3]"})
+                       .flops,
+                   2.0 * 12 * 6);  // ONNX Runtime's Gemm + activation
   EXPECT_DOUBLE_EQ(
       roofline::onnx_node_work("MatMul", Shapes{"float16[2,3,5]", "float16[5,7]"}, Shapes{"float16[2,3,7]"}).flops,
       2.0 * 42 * 5);

@@ -158,3 +158,95 @@ def reference_greedy(model: bytes, prompts: list, steps: int, engine: str = "nat
         ids = np.concatenate([ids, nxt[:, None].astype(np.int64)], axis=1)
         mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
     return out
+
+
+def torch_decoder_export(path) -> "torch.nn.Module":
+    """A GPT-style torch decoder (2 layers, 4 heads of 8, vocabulary 41) exported by torch.onnx.export with its cache
+    as transformers names it (past_key_values.{i}.key/value -> present.{i}.key/value, Concat in the graph) to `path`;
+    returns the torch model, whose own greedy decode is the reference. Needs torch."""
+    import torch
+
+    torch.manual_seed(0)
+    model = _TorchDecoder().eval()
+    batch, past_len, seq = 2, 3, 4
+    past = [torch.randn(batch, 4, past_len, 8) for _ in range(4)]
+    ids = torch.randint(0, 41, (batch, seq))
+    mask = torch.ones(batch, past_len + seq, dtype=torch.long)
+    positions = torch.arange(past_len, past_len + seq).repeat(batch, 1)
+    pasts = [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    presents = [f"present.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+            "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    axes.update({name: {0: "batch", 2: "past"} for name in pasts})
+    axes.update({name: {0: "batch", 2: "total"} for name in presents})
+    torch.onnx.export(model, (ids, mask, positions, *past), str(path), opset_version=17, dynamic_axes=axes,
+                      input_names=["input_ids", "attention_mask", "position_ids"] + pasts,
+                      output_names=["logits"] + presents)
+    return model
+
+
+def torch_greedy(model, prompts: list, steps: int) -> list:
+    """`model`'s (torch_decoder_export) own greedy decode: the whole left-padded sequence every step, empty past."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    empty = [torch.zeros(len(prompts), 4, 0, 8) for _ in range(4)]
+    out = [[] for _ in prompts]
+    with torch.no_grad():
+        for _ in range(steps):
+            positions = (mask.cumsum(1) - 1).masked_fill(mask == 0, 1)
+            nxt = model(ids, mask, positions, *empty)[0][:, -1].argmax(-1)
+            for r in range(len(prompts)):
+                out[r].append(int(nxt[r]))
+            ids = torch.cat([ids, nxt[:, None]], 1)
+            mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=torch.long)], 1)
+    return out
+
+
+def _TorchDecoder():
+    """GPT-style: token + position embeddings, pre-norm blocks of causal attention (past keys/values concatenated in
+    front) and a GELU MLP, final norm, LM head. forward(input_ids, attention_mask, position_ids, *past) -> (logits,
+    *presents)."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self, embed: int, heads: int) -> None:
+            super().__init__()
+            self.heads, self.head_dim = heads, embed // heads
+            self.ln1, self.ln2 = torch.nn.LayerNorm(embed), torch.nn.LayerNorm(embed)
+            self.qkv, self.out = torch.nn.Linear(embed, 3 * embed), torch.nn.Linear(embed, embed)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(embed, 4 * embed), torch.nn.GELU(),
+                                           torch.nn.Linear(4 * embed, embed))
+
+        def forward(self, x, bias, past_key, past_value):
+            batch, seq, embed = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(embed, dim=-1)
+            q, k, v = [t.view(batch, seq, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)]
+            k, v = torch.cat([past_key, k], 2), torch.cat([past_value, v], 2)
+            attention = torch.softmax(q @ k.transpose(-1, -2) / self.head_dim ** 0.5 + bias, -1) @ v
+            x = x + self.out(attention.transpose(1, 2).reshape(batch, seq, embed))
+            return x + self.mlp(self.ln2(x)), k, v
+
+    class Decoder(torch.nn.Module):
+        def __init__(self, vocab: int = 41, embed: int = 32, heads: int = 4, layers: int = 2) -> None:
+            super().__init__()
+            self.wte, self.wpe = torch.nn.Embedding(vocab, embed), torch.nn.Embedding(64, embed)
+            self.blocks = torch.nn.ModuleList([Block(embed, heads) for _ in range(layers)])
+            self.ln, self.head = torch.nn.LayerNorm(embed), torch.nn.Linear(embed, vocab, bias=False)
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            seq, total = input_ids.shape[1], attention_mask.shape[1]
+            x = self.wte(input_ids) + self.wpe(position_ids)
+            queries = torch.arange(total - seq, total).unsqueeze(1)
+            keys = torch.arange(total).unsqueeze(0)
+            allowed = (keys <= queries)[None, None] & attention_mask.bool()[:, None, None, :]
+            bias = torch.where(allowed, torch.zeros(()), torch.full((), -1e9))
+            presents = []
+            for i, block in enumerate(self.blocks):
+                x, k, v = block(x, bias, past[2 * i], past[2 * i + 1])
+                presents += [k, v]
+            return (self.head(self.ln(x)), *presents)
+
+    return Decoder()

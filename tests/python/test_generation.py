@@ -18,7 +18,8 @@ from xpuruntime import cli
 from xpuruntime.generation import GenerationConfig, Generator
 
 from conftest import requires_gpu, requires_ort
-from decoder_models import HEAD_DIM, HEADS, LAYERS, reference_greedy, tiny_decoder
+from decoder_models import (HEAD_DIM, HEADS, LAYERS, reference_greedy, tiny_decoder, torch_decoder_export,
+                            torch_greedy)
 
 SUITE = pathlib.Path(__file__).resolve().parents[2] / "models" / "suite" / "tiny"
 ENGINES = ["native", pytest.param("onnxruntime", marks=requires_ort)]
@@ -324,6 +325,19 @@ def test_suite_exports_run_in_the_recompute_form_with_a_head(export):
     assert generator.generate(prompts) == reference_greedy(model, prompts, 6, engine=generator.session.engine)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_torch_export_with_past_generates_what_torch_does(engine, tmp_path):
+    """torch.onnx.export of a GPT-style module with its cache named as transformers does: the Generator's cached
+    greedy tokens equal the torch model's own greedy decode (float32, a left-padded batch)."""
+    pytest.importorskip("torch")
+    path = tmp_path / "torch_decoder.onnx"
+    model = torch_decoder_export(path)
+    prompts = [[1, 2, 3, 4, 5], [7, 8]]
+    generator = Generator(path, greedy(10), engine=engine)
+    assert generator.uses_cache and "2 layers" in generator.signature
+    assert generator.generate(prompts) == torch_greedy(model, prompts, 10)
+
+
 # ------------------------------------------------------------------------------------------------------ CLI
 
 def run_cli(*args) -> tuple:
@@ -372,14 +386,21 @@ def test_cli_generate_errors(cached, tmp_path):
 
 @requires_gpu
 @pytest.mark.parametrize("engine", ["native", pytest.param("onnxruntime", marks=requires_ort)])
-def test_gpu_cached_greedy_equals_the_cpu_reference(cached, uncached, engine):
-    """On CUDA: the cache lives on the device; greedy tokens equal the CPU recompute reference, batch 1-3."""
+def test_gpu_cached_greedy_equals_the_cpu_reference(cached, uncached, engine, tmp_path):
+    """On CUDA: the cache lives on the device; greedy tokens equal the CPU recompute reference (batch 1-3) and the
+    torch model's own greedy decode; sampled tokens equal the CPU session's for one seed."""
     for prompts in (PROMPTS[:1], PROMPTS[:2], PROMPTS):
         reference = reference_greedy(uncached, prompts, 12, engine="native")
         generator = Generator(cached, greedy(), device="cuda", engine=engine)
         assert generator.uses_cache
         assert generator.generate(prompts) == reference
         assert Generator(uncached, greedy(), device="cuda", engine=engine).generate(prompts) == reference
+    pytest.importorskip("torch")
+    path = tmp_path / "torch_decoder.onnx"
+    model = torch_decoder_export(path)
+    torch_prompts = [[1, 2, 3, 4, 5], [7, 8]]
+    assert Generator(path, greedy(10), device="cuda", engine=engine).generate(torch_prompts) == \
+        torch_greedy(model, torch_prompts, 10)
     sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9)
     assert Generator(cached, sampled, device="cuda", engine=engine).generate(PROMPTS) == \
         Generator(cached, sampled).generate(PROMPTS)

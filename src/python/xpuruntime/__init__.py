@@ -42,6 +42,7 @@ from ._core import AutotuneCache, Decision, Dispatcher, KernelInfo
 from . import ops
 from . import distributed
 from .inference import InferenceSession, IOBinding
+from . import generation
 from .runtime.profiler import Profiler, profile
 from . import quantization
 from .quantization import quantize

@@ -12,8 +12,8 @@ WORK=$(mktemp -d /tmp/xpurt-wheel.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 # What the build could leave in the tree: untracked or ignored paths outside the sources (other work in src/cpp, tests
 # and docs is not the build's).
-tree_outputs() { git -C "$ROOT" status --porcelain --ignored --untracked-files=normal | grep -Ev ' (src/cpp|tests|docs)/' \
-  | sort || true; }
+tree_outputs() { git -C "$ROOT" status --porcelain --ignored --untracked-files=normal | grep -E '^(\?\?|!!) ' \
+  | grep -Ev ' (src/cpp|tests|docs)/' | sort || true; }
 tree_outputs > "$WORK/tree.before"
 echo "[wheel] building the wheel"
 /usr/bin/python3 -m pip wheel "$ROOT" --no-build-isolation --no-deps -v -w "$WORK/dist" > "$WORK/wheel.log" 2>&1 \
@@ -21,8 +21,9 @@ echo "[wheel] building the wheel"
 WHEEL=$(ls "$WORK"/dist/xpuruntime-*.whl)
 echo "[wheel] $(basename "$WHEEL"): $(du -h "$WHEEL" | cut -f1)"
 tree_outputs > "$WORK/tree.after"
-if ! diff "$WORK/tree.before" "$WORK/tree.after" > "$WORK/tree.diff"; then
-  echo "[wheel] FAIL: the build left files in the source tree:"; grep '^>' "$WORK/tree.diff"; exit 1
+comm -13 "$WORK/tree.before" "$WORK/tree.after" > "$WORK/tree.new"
+if [ -s "$WORK/tree.new" ]; then
+  echo "[wheel] FAIL: the build left files in the source tree:"; cat "$WORK/tree.new"; exit 1
 fi
 if /usr/bin/python3 -c "import sys, zipfile; sys.exit(0 if 'xpuruntime/lib/libonnxruntime.so.1' in \
 zipfile.ZipFile(sys.argv[1]).namelist() else 1)" "$WHEEL"; then

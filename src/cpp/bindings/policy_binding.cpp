@@ -144,6 +144,7 @@ void bind_policies(py::module_& m) {
                       p.tensor_parallel = v;
                     })
       .def_readwrite("allow_newer_opsets", &ExecutionPolicy::allow_newer_opsets)
+      .def_readwrite("allow_spinning", &ExecutionPolicy::allow_spinning)
       // The decisions as canonical JSON ("" for none); xpuruntime.ExecutionPolicy's `quantization` maps onto it.
       .def_property("_quantization_json", [](const ExecutionPolicy& p) { return p.quantization; },
                     [](ExecutionPolicy& p, const std::string& text) {

@@ -13,8 +13,8 @@ namespace xpuruntime {
 namespace {
 
 constexpr const char* kSchema = "xpuruntime.execution_policy/1";
-const std::vector<std::string> kKeys = {"allow_newer_opsets", "cuda_graphs", "deterministic", "fallback",
-                                        "intra_op_threads",
+const std::vector<std::string> kKeys = {"allow_newer_opsets", "allow_spinning", "cuda_graphs", "deterministic",
+                                        "fallback", "intra_op_threads",
                                         "memory_limit", "precision",    "quantization", "schema",
                                         "static_shape",
                                         "tensor_parallel", "workspace_limit"};
@@ -65,6 +65,7 @@ nlohmann::json to_tree(const ExecutionPolicy& p) {
   tree["fallback"] = p.fallback;
   tree["tensor_parallel"] = p.tensor_parallel;
   if (p.allow_newer_opsets) tree["allow_newer_opsets"] = true;
+  if (!p.allow_spinning) tree["allow_spinning"] = false;
   if (!p.quantization.empty()) {
     const std::string what = "ExecutionPolicy 'quantization'";
     tree["quantization"] = detail::parse_json_text(QuantizationDecisions::canonical_json(p.quantization, what), what);
@@ -98,6 +99,7 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
   if (tree.contains("allow_newer_opsets")) {
     p.allow_newer_opsets = read_bool(tree["allow_newer_opsets"], "allow_newer_opsets");
   }
+  if (tree.contains("allow_spinning")) p.allow_spinning = read_bool(tree["allow_spinning"], "allow_spinning");
   if (tree.contains("quantization") && !tree["quantization"].is_null()) {
     p.quantization = QuantizationDecisions::canonical_json(tree["quantization"].dump(), "ExecutionPolicy 'quantization'");
   }
@@ -200,6 +202,7 @@ std::string ExecutionPolicy::str() const {
                          ", memory_limit=", memory_limit, ", intra_op_threads=", intra_op_threads,
                          ", fallback=", fallback, ", tensor_parallel=", tensor_parallel,
                          allow_newer_opsets ? ", allow_newer_opsets=true" : "",
+                         allow_spinning ? "" : ", allow_spinning=false",
                          quantization.empty() ? "" : ", quantization=<decisions>", ")");
 }
 

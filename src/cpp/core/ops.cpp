@@ -27,7 +27,7 @@ struct State {
 std::string dispatcher_key(const KernelPolicy& kernel_policy, const ExecutionPolicy& p) {
   return detail::str_cat(kernel_policy.str(), "|", precision_name(p.precision), p.deterministic ? "d" : "-",
                          p.cuda_graphs ? "g" : "-", p.static_shape ? "s" : "-", p.workspace_limit, ",",
-                         p.memory_limit, ",", p.intra_op_threads);
+                         p.memory_limit, ",", p.intra_op_threads, p.allow_spinning ? "" : "-");
 }
 
 State& state() {

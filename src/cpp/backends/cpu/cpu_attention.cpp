@@ -91,7 +91,7 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
       gemm<T>(context, true, seq_q, seq_k, head_dim, q_head, qv.stride_s, k_head, kv_view.stride_s, scores.data(),
               seq_k);
       const T* mask_head = mask.data() != nullptr ? mask.data() + b * mask_strides[0] + h * mask_strides[1] : nullptr;
-      parallel_for(seq_q, loop_threads_around_gemm(context),  // Note [OpenMP and OpenBLAS threads]
+      parallel_for(seq_q, context.threads,
                    std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(seq_k, 1)),
                    [&](std::int64_t begin, std::int64_t end) {
                      ScratchVector<double> row(static_cast<std::size_t>(seq_k));

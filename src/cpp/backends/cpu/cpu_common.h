@@ -11,8 +11,8 @@
 //  * Sums that are not GEMMs (softmax and attention denominators, layer_norm statistics, reductions, average
 //    pools) accumulate in double, so the reference adds no error of its own on long rows.
 //  * Every kernel is deterministic: each output element is computed by one thread in a fixed order.
-//    Threads split only independent outputs (rows, planes, tiles), so the loops and the fallback GEMM give
-//    the same bits whatever the thread count; OpenBLAS gives the same bits run after run.
+//    Threads split only independent outputs (rows, planes, tiles), so the loops and the GEMMs give the same
+//    bits whatever the thread count (Note [CPU worker threads], Note [Parallel GEMM blocks]).
 //  * GEMMs go through OpenBLAS when the build has it (XPURT_WITH_BLAS) and through the blocked GEMM of
 //    cpu_gemm.cpp otherwise; the environment variable XPURT_CPU_GEMM=fallback|blas picks one at plan build
 //    time (tests use it to exercise the fallback on a build that has OpenBLAS).
@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/cpu_threads.h"
 #include "core/data_ops.h"
 #include "core/half.h"
 #include "xpuruntime/exceptions.h"
@@ -55,11 +56,13 @@ const char* gemm_impl_name(GemmImpl impl);  // "openblas", "fallback"
 
 // What a plan fixes at build time.
 struct CpuContext {
-  int threads = 1;                      // OpenMP threads of this plan's loops (>= 1)
+  int threads = 1;                      // threads of this plan's loops and GEMMs, the caller included (>= 1)
+  bool allow_spinning = true;           // ExecutionPolicy::allow_spinning (Note [CPU worker threads])
   GemmImpl gemm = GemmImpl::kFallback;  // how GEMMs run
 };
 
-// The context for `policy`: threads = policy.intra_op_threads (0: all cores; 1 without OpenMP); GEMM from
+// The context for `policy`: threads = policy.intra_op_threads (0: default_threads(), the CPUs the process may use),
+// allow_spinning from the policy; GEMM from
 // XPURT_CPU_GEMM (unset or "auto": OpenBLAS when built with it). Throws InvalidArgumentError on an unknown
 // XPURT_CPU_GEMM value and UnsupportedOperationError for "blas" on a build without OpenBLAS.
 CpuContext make_context(const ExecutionPolicy& policy);
@@ -321,52 +324,33 @@ void run_slices(std::int64_t begin, std::int64_t end, std::int64_t grain, const 
   }
 }
 
-// Runs f(begin, end) over [0, n) split into at most `threads` contiguous chunks of at least `grain` items
-// (one call on the calling thread when that gives one chunk). An exception thrown by `f` on a worker (e.g.
-// std::bad_alloc) is carried out of the parallel region and rethrown here; the other chunks still run. The
-// workers run under the calling thread's memory budget, so the scratch they make is charged to the run
-// (Note [Scratch memory under the budget]), and under its stop token: within a run that can stop, each chunk runs
-// in slices of at least `grain` items (run_slices), so `f` must take any such range.
+// Chunks per thread of a parallel loop: more chunks than threads, so that the threads that run take the share of
+// one the OS has not scheduled (Note [CPU worker threads] in cpu_threads.cpp).
+inline constexpr std::int64_t kChunksPerThread = 4;
+
+// Runs f(begin, end) over [0, n) split into contiguous chunks of at least `grain` items (at most kChunksPerThread *
+// `threads` of them), on the calling thread and up to `threads - 1` workers of the cpu backend's pool (cpu_threads.h;
+// one call on the calling thread when that gives one chunk, or inside another loop's chunk). `f` must take any such
+// range and write only the outputs of its range: which thread runs a chunk is not fixed. An exception thrown by `f`
+// on a worker (e.g. std::bad_alloc) is carried back and rethrown here; the other chunks still run. The workers run
+// under the calling thread's memory budget, so the scratch they make is charged to the run (Note [Scratch memory
+// under the budget]), and under its stop token: within a run that can stop, each chunk runs in slices of at least
+// `grain` items (run_slices). Workers spin after the loop or park at once as SpinScope::current() says.
 template <typename F>
 void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
-  const std::int64_t chunks = std::min<std::int64_t>(threads, (n + grain - 1) / grain);
+  const std::int64_t most_chunks = (n + grain - 1) / grain;
   const RunStop* stop = RunStop::current();
-  if (chunks <= 1) {
+  if (threads <= 1 || most_chunks <= 1 || in_parallel_loop()) {
     run_slices(std::int64_t{0}, n, grain, stop, f);
     return;
   }
-  std::exception_ptr error;
-  const std::shared_ptr<MemoryBudget> budget = MemoryBudgetScope::current();  // a copy: the workers read it
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
-#endif
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    try {
-      const MemoryBudgetScope scope(budget);
-      const RunStopScope stop_scope(stop);
-      run_slices(n * c / chunks, n * (c + 1) / chunks, grain, stop, f);
-    } catch (...) {
-#if defined(_OPENMP)
-#pragma omp critical(xpurt_cpu_parallel_for_error)
-#endif
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-// Note [OpenMP and OpenBLAS threads]
-// OpenBLAS (the pthreads build Debian ships) has its own worker pool, and both it and libgomp spin-wait for
-// a while after each parallel region. An op that alternates OpenMP loops and OpenBLAS calls (im2col then a
-// GEMM, per image; a softmax then a GEMM, per attention head) makes the two pools fight for the cores: 5-10x
-// slower on a loaded machine. So the ops built on gemm() run their own loops on one thread when the GEMMs go
-// to OpenBLAS (those loops are O(output), the GEMMs O(output * K)), and with all the plan's threads when they
-// go to the fallback GEMM, which uses OpenMP itself. OpenBLAS's own thread count follows
-// OPENBLAS_NUM_THREADS; ExecutionPolicy::intra_op_threads governs the OpenMP loops and the fallback GEMM.
-inline int loop_threads_around_gemm(const CpuContext& context) {
-  return context.gemm == GemmImpl::kBlas ? 1 : context.threads;
+  const std::int64_t chunks = std::min<std::int64_t>(most_chunks, kChunksPerThread * threads);
+  auto chunk = [&](std::int64_t c) { run_slices(n * c / chunks, n * (c + 1) / chunks, grain, stop, f); };
+  using Chunk = decltype(chunk);
+  run_chunks(chunks, threads, SpinScope::current(),
+             ChunkBody{[](void* context, std::int64_t c) { (*static_cast<Chunk*>(context))(c); }, &chunk});
 }
 
 // ---- GEMM ----

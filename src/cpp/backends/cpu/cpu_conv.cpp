@@ -43,14 +43,13 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
 
   const bool direct = kh == 1 && kw == 1 && strides[0] == 1 && strides[1] == 1 && pads[0] == 0 && pads[1] == 0 &&
                       pads[2] == 0 && pads[3] == 0;
-  const int loop_threads = loop_threads_around_gemm(context);  // Note [OpenMP and OpenBLAS threads]
   ScratchVector<T> col(direct ? 0 : static_cast<std::size_t>(depth * pixels));
   for (std::int64_t n = 0; n < batch; ++n) {
     for (std::int64_t g = 0; g < groups; ++g) {
       const T* image = x.data() + (n * channels + g * cg) * height * width;
       const T* columns = image;
       if (!direct) {
-        parallel_for(depth, loop_threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(pixels, 1)),
+        parallel_for(depth, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(pixels, 1)),
                      [&](std::int64_t begin, std::int64_t end) {
                        for (std::int64_t row = begin; row < end; ++row) {
                          const std::int64_t c = row / (kh * kw);
@@ -84,7 +83,7 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
     T* out = y.data();
     const T* b = bias.data();
     const T* r = residual.data();
-    parallel_for(batch * out_channels, loop_threads,
+    parallel_for(batch * out_channels, context.threads,
                  std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(pixels, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t plane = begin; plane < end; ++plane) {

@@ -12,6 +12,17 @@
 // and one vector load of B per step, auto-vectorized), then adds it to C. Each element of C is therefore
 // the sum, in order, of its per-slice partial sums, each accumulated in order of k: fixed, whatever the
 // thread count.
+//
+// Note [Parallel GEMM blocks]
+// OpenBLAS runs on one thread (set once, the first time a GEMM goes to it): its own pool of pthreads spin-yields
+// after every call and, beside the backend's pool, oversubscribes the cores (Note [CPU worker threads] in
+// cpu_threads.cpp). A product of at least kBlasBlockWork * 2 multiply-adds is instead cut into blocks of whole
+// columns of C (or whole rows, when M > N), each one cblas call on the backend's pool. The blocks depend on the
+// shape only (about kBlasBlockWork multiply-adds or more each, edges on multiples of 16 columns or rows, at most
+// kBlasMaxBlocks), never on the thread count: one thread runs the same blocks one after the other, so the result
+// has the same bits with 1 thread or 64. (OpenBLAS does not give an element of C the same bits in every block
+// that contains it, so the blocks cannot follow the thread count; with its own threads the bits of earlier builds
+// changed with OPENBLAS_NUM_THREADS.)
 #include <climits>
 #include <cstring>
 #include <string>
@@ -137,6 +148,19 @@ void fallback_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, st
 #if XPURT_WITH_BLAS
 bool fits_blas_int(std::int64_t value) { return value <= static_cast<std::int64_t>(INT_MAX); }
 
+// Note [Parallel GEMM blocks].
+constexpr std::int64_t kBlasBlockWork = std::int64_t{1} << 21;
+constexpr std::int64_t kBlasMaxBlocks = 64;
+constexpr std::int64_t kBlasBlockAlign = 16;
+
+void use_one_blas_thread() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
 void blas_gemm(bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
@@ -150,6 +174,38 @@ void blas_gemm(bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, con
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a, static_cast<blasint>(lda), b,
               static_cast<blasint>(ldb), 0.0, c, static_cast<blasint>(ldc));
 }
+
+// C = A * op(B) through OpenBLAS, in blocks on the backend's pool when the product is large (Note [Parallel GEMM
+// blocks]).
+template <typename T>
+void blocked_blas_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+                       std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
+  use_one_blas_thread();
+  const bool by_columns = n >= m;
+  const std::int64_t extent = by_columns ? n : m;
+  const double work_blocks = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / kBlasBlockWork;
+  const std::int64_t by_work = work_blocks >= kBlasMaxBlocks ? kBlasMaxBlocks : static_cast<std::int64_t>(work_blocks);
+  const std::int64_t blocks = std::clamp<std::int64_t>(std::min(by_work, extent / kBlasBlockAlign), 1, kBlasMaxBlocks);
+  if (blocks <= 1) {
+    blas_gemm(trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+  // Block i covers [edge(i), edge(i + 1)) of the split dimension, edges on multiples of kBlasBlockAlign.
+  const auto edge = [&](std::int64_t i) {
+    return i == blocks ? extent : extent * i / blocks / kBlasBlockAlign * kBlasBlockAlign;
+  };
+  parallel_for(blocks, threads, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::int64_t first = edge(i), size = edge(i + 1) - first;
+      if (size <= 0) continue;
+      if (by_columns) {
+        blas_gemm(trans_b, m, size, k, a, lda, trans_b ? b + first * ldb : b + first, ldb, c + first, ldc);
+      } else {
+        blas_gemm(trans_b, size, n, k, a + first * lda, lda, b, ldb, c + first * ldc, ldc);
+      }
+    }
+  });
+}
 #endif
 
 }  // namespace
@@ -161,7 +217,7 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
 #if XPURT_WITH_BLAS
   if (context.gemm == GemmImpl::kBlas && k > 0 && fits_blas_int(m) && fits_blas_int(n) && fits_blas_int(k) &&
       fits_blas_int(lda) && fits_blas_int(ldb) && fits_blas_int(ldc)) {
-    blas_gemm(trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+    blocked_blas_gemm(context.threads, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
 #endif
@@ -242,7 +298,7 @@ void run_linear(const KernelLaunch& launch, const CpuContext& context) {
     T* out = y.data();
     const T* b = bias.data();
     const T* r = residual.data();
-    parallel_for(m, loop_threads_around_gemm(context), std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
+    parallel_for(m, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t i = begin; i < end; ++i) {
                      T* row = out + i * n;

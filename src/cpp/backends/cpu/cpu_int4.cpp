@@ -38,7 +38,8 @@ void run_matmul_nbits(const KernelLaunch& launch, const CpuContext& context) {
   const auto* zp = zero_points != nullptr ? static_cast<const std::uint8_t*>(zero_points->data_ptr()) : nullptr;
   ScratchVector<float> out(static_cast<std::size_t>(rows * n));
   // Threads split the output columns: each column is one thread's, summed in one order whatever the split.
-  parallel_for(n, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(n, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(rows * k, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> row(static_cast<std::size_t>(k));
     for (std::int64_t j = begin; j < end; ++j) {
       const std::uint8_t* packed = codes + j * blocks * (block / 2);

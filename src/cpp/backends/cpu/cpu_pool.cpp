@@ -49,6 +49,12 @@ PoolGeometry pool_geometry(const KernelLaunch& launch) {
   return g;
 }
 
+// Planes per chunk of a pooling loop: ~16K window reads each (small pools run on one thread, Note [CPU worker
+// threads] in cpu_threads.cpp).
+std::int64_t plane_grain(const PoolGeometry& g) {
+  return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.out_h * g.out_w * g.kernel[0] * g.kernel[1], 1));
+}
+
 template <typename T>
 void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   const PoolGeometry g = pool_geometry(launch);
@@ -56,7 +62,7 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   T* out = y.data();
-  parallel_for(g.planes, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t plane = begin; plane < end; ++plane) {
       const T* src = in + plane * g.height * g.width;
       T* dst = out + plane * g.out_h * g.out_w;
@@ -91,7 +97,7 @@ void run_avg_pool(const KernelLaunch& launch, const CpuContext& context) {
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   T* out = y.data();
-  parallel_for(g.planes, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t plane = begin; plane < end; ++plane) {
       const T* src = in + plane * g.height * g.width;
       T* dst = out + plane * g.out_h * g.out_w;

@@ -178,7 +178,9 @@ void run_qconv2d(const KernelLaunch& launch, const CpuContext& context) {
   const std::vector<std::int32_t> wc = centered(w, 0);
   const Epilogue epilogue(launch, out_channels);
   // One task per (image, output channel) plane.
-  parallel_for(batch * out_channels, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
+  const std::int64_t plane_work = std::max<std::int64_t>(oh * ow * cg * kh * kw, 1);
+  parallel_for(batch * out_channels, context.threads, std::max<std::int64_t>(1, 16384 / plane_work),
+               [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t plane = begin; plane < end; ++plane) {
       const std::int64_t b = plane / out_channels, o = plane % out_channels, g = o / og;
       const std::int32_t* wo = wc.data() + o * cg * kh * kw;

@@ -9,10 +9,6 @@
 #include "core/conv_layout.h"
 #include "xpuruntime/exceptions.h"
 
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
 namespace xpuruntime {
 
 namespace cpu {
@@ -27,9 +23,13 @@ class CpuPlan final : public KernelPlan {
  public:
   CpuPlan(const CpuRunFn* run, CpuContext context, bool uses_gemm)
       : run_(run), context_(context), uses_gemm_(uses_gemm) {}
-  void run(const KernelLaunch& launch) const override { (*run_)(launch, context_); }
+  void run(const KernelLaunch& launch) const override {
+    const SpinScope spin(context_.allow_spinning);  // the policy of this kernel's parallel loops
+    (*run_)(launch, context_);
+  }
   std::string describe() const override {
     return detail::str_cat("cpu reference, ", context_.threads, context_.threads == 1 ? " thread" : " threads",
+                           context_.allow_spinning || context_.threads == 1 ? "" : ", no spinning",
                            uses_gemm_ ? ", gemm " : "", uses_gemm_ ? gemm_impl_name(context_.gemm) : "");
   }
 
@@ -45,13 +45,8 @@ const char* gemm_impl_name(GemmImpl impl) { return impl == GemmImpl::kBlas ? "op
 
 CpuContext make_context(const ExecutionPolicy& policy) {
   CpuContext context;
-#if defined(_OPENMP)
-  context.threads = policy.intra_op_threads > 0 ? policy.intra_op_threads : omp_get_max_threads();
-#else
-  (void)policy;
-  context.threads = 1;
-#endif
-  context.threads = std::max(context.threads, 1);
+  context.threads = std::max(policy.intra_op_threads > 0 ? policy.intra_op_threads : default_threads(), 1);
+  context.allow_spinning = policy.allow_spinning;
   const char* env = std::getenv("XPURT_CPU_GEMM");
   const std::string choice = env != nullptr ? env : "auto";
   if (choice == "fallback") {

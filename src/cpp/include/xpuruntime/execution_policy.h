@@ -35,8 +35,16 @@ struct XPURT_API ExecutionPolicy {
   std::uint64_t workspace_limit = 0;
   // A cap on the bytes a session's device allocator may reserve; 0 means no cap. Default 0.
   std::uint64_t memory_limit = 0;
-  // CPU threads for intra-op parallelism; 0 means the number of cores. Default 0.
+  // CPU threads for intra-op parallelism, the calling thread included; 0 means the CPUs the process may use (its
+  // affinity mask and cgroup CPU quota, not the machine's core count). Default 0.
   int intra_op_threads = 0;
+  // Whether the cpu backend's idle worker threads spin briefly (50 us) after a parallel loop before they park, so that
+  // the next op's loop finds them awake (what ONNX Runtime's session.intra_op.allow_spinning does). false: they park
+  // at once and every loop wakes them, which leaves the cores to other processes at once (Note [CPU worker threads]
+  // in backends/cpu/cpu_threads.cpp). The native engine's cpu kernels only (ONNX Runtime keeps its own setting,
+  // session.intra_op.allow_spinning). Default true.
+  // Serialized only when false, so that policies written before this key keep their bytes and fingerprints.
+  bool allow_spinning = true;
   // What a session on a CUDA device does with a node no CUDA kernel can run. "error" (default): session creation
   // raises UnsupportedOperationError listing every such node. "cpu": the node runs on the CPU (the ONNX reference
   // library), its inputs copied to the host and its outputs back; explain() lists those copies and the plan is not

@@ -8,7 +8,7 @@ from .. import _core
 from ._serializable import SerializablePolicy
 
 _FIELDS = ("precision", "deterministic", "cuda_graphs", "static_shape", "workspace_limit", "memory_limit",
-           "intra_op_threads", "fallback", "tensor_parallel", "allow_newer_opsets")
+           "intra_op_threads", "allow_spinning", "fallback", "tensor_parallel", "allow_newer_opsets")
 
 
 class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
@@ -31,7 +31,14 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
     workspace_limit, memory_limit : int or str
         Bytes (``268435456`` or ``"256MiB"``); 0 = library default / no cap. Default 0.
     intra_op_threads : int
-        CPU threads; 0 = all cores. Default 0.
+        CPU threads of the native engine's cpu kernels (and ONNX Runtime's intra-op threads), the calling thread
+        included; 0 = the CPUs this process may use (its affinity mask, e.g. ``taskset``, and its cgroup's CPU
+        quota). Default 0.
+    allow_spinning : bool
+        Whether the native engine's idle CPU worker threads spin briefly (50 us) after a parallel loop before they
+        park, so that the next op finds them awake (like ONNX Runtime's ``session.intra_op.allow_spinning``).
+        False: they park at once, leaving the cores to other processes at once. Default True
+        (docs/native_engine.md, "CPU threads").
     fallback : {"error", "cpu"}
         A CUDA session's nodes that no CUDA kernel can run: ``"error"`` (default) refuses the model at session
         creation listing every such node; ``"cpu"`` runs them on the CPU with the copies listed in
@@ -75,7 +82,7 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
                 raise _core.InvalidArgumentError(
                     f"unknown ExecutionPolicy field '{key}'; valid fields: "
                     f"{', '.join(sorted(_FIELDS + ('calibration', 'quantization')))}")
-            if key in ("deterministic", "cuda_graphs", "static_shape", "allow_newer_opsets") and \
+            if key in ("deterministic", "cuda_graphs", "static_shape", "allow_newer_opsets", "allow_spinning") and \
                     not isinstance(value, bool):
                 raise _core.InvalidArgumentError(f"ExecutionPolicy '{key}' must be True or False, got {value!r}")
             setattr(self, key, value)

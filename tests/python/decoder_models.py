@@ -25,7 +25,7 @@ def _weights(seed: int) -> dict:
     rng = np.random.default_rng(seed)
     w = {"wte": rng.normal(0, 1.0, (VOCAB, EMBED)), "wpe": rng.normal(0, 0.5, (MAX_POSITIONS, EMBED)),
          "lm_head": rng.normal(0, 0.5, (EMBED, VOCAB)), "ln_f.g": 1 + rng.normal(0, 0.1, EMBED),
-         "ln_f.b": rng.normal(0, 0.1, EMBED), "neg": np.array(-1e9)}
+         "ln_f.b": rng.normal(0, 0.1, EMBED), "neg": np.array(-1e4)}
     for layer in range(LAYERS):
         for name in ("wq", "wk", "wv", "wo"):
             w[f"l{layer}.{name}"] = rng.normal(0, 0.4, (EMBED, EMBED))
@@ -98,14 +98,16 @@ def _layer(layer: int, x: str, with_cache: bool) -> "tuple[list, str]":
     return nodes, f"{p}.x2"
 
 
-def tiny_decoder(with_cache: bool = True, seed: int = 0, position_ids: bool = True) -> bytes:
-    """The serialized model (see the module docstring); the same `seed` gives the same weights either way."""
+def tiny_decoder(with_cache: bool = True, seed: int = 0, position_ids: bool = True, float16: bool = False) -> bytes:
+    """The serialized model (see the module docstring); the same `seed` gives the same weights either way.
+    `float16`: weights, cache and logits in float16."""
+    dtype, elem = (np.float16, TensorProto.FLOAT16) if float16 else (np.float32, TensorProto.FLOAT)
     n = helper.make_node
-    w = _weights(seed)
+    w = {k: v.astype(dtype) for k, v in _weights(seed).items()}
     inits = [numpy_helper.from_array(v, k) for k, v in w.items()]
     inits += [_i64("zero", 0), _i64("one", 1), _i64("axis0", [0]), _i64("axis1", [1]), _i64("axes12", [1, 2]),
               _i64("split_heads", [0, 0, HEADS, HEAD_DIM]), _i64("merge_heads", [0, 0, EMBED]),
-              numpy_helper.from_array(np.array(HEAD_DIM ** -0.5, np.float32), "scale")]
+              numpy_helper.from_array(np.array(HEAD_DIM ** -0.5, dtype), "scale")]
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"])]
     nodes = [n("Gather", ["wte", "input_ids"], ["tok"])]
@@ -114,15 +116,15 @@ def tiny_decoder(with_cache: bool = True, seed: int = 0, position_ids: bool = Tr
         nodes += [n("Gather", ["wpe", "position_ids"], ["pos"]), n("Add", ["tok", "pos"], ["x0"])]
     else:
         nodes += [n("Identity", ["tok"], ["x0"])]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", VOCAB])]
+    outputs = [helper.make_tensor_value_info("logits", elem, ["batch", "seq", VOCAB])]
     nodes += _mask_nodes()
     x = "x0"
     for layer in range(LAYERS):
         if with_cache:
             for kind in ("key", "value"):
-                inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", TensorProto.FLOAT,
+                inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", elem,
                                                             ["batch", HEADS, "past", HEAD_DIM]))
-                outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", TensorProto.FLOAT,
+                outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", elem,
                                                              ["batch", HEADS, "total", HEAD_DIM]))
         layer_nodes, x = _layer(layer, x, with_cache)
         nodes += layer_nodes

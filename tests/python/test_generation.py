@@ -57,6 +57,17 @@ def test_cached_greedy_equals_recomputing_every_step(cached, uncached, engine, p
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_a_float16_model_keeps_a_float16_cache(engine):
+    """Float16 weights, cache and logits: the cache buffers are float16 (half the bytes) and the cached tokens equal
+    the same model's recompute form on the same engine."""
+    cached16, uncached16 = tiny_decoder(True, float16=True), tiny_decoder(False, float16=True)
+    generator = Generator(cached16, greedy(), engine=engine)
+    assert "float16" in generator.signature
+    assert generator.start(PROMPTS).cache_bytes == 2 * 3 * LAYERS * 2 * HEADS * (5 + 12) * HEAD_DIM * 2
+    assert generator.generate(PROMPTS) == reference_greedy(uncached16, PROMPTS, 12, engine=engine)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_left_padding_gives_each_row_its_own_tokens(cached, engine):
     """A row in a left-padded batch generates what it generates alone."""
     generator = Generator(cached, greedy(), engine=engine)

@@ -36,7 +36,7 @@ ContiguousKvCache::ContiguousKvCache(const std::vector<CacheSlot>& slots, std::i
               " and ", capacity);
   buffers_.reserve(slots.size());
   for (const CacheSlot& slot : slots) {
-    Buffers b{&slot, {}};
+    Buffers b{slot, {}};
     for (Tensor& t : b.buffer) t = Tensor::zeros({batch, slot.heads, capacity, slot.head_dim}, slot.dtype, device);
     buffers_.push_back(std::move(b));
   }
@@ -44,7 +44,7 @@ ContiguousKvCache::ContiguousKvCache(const std::vector<CacheSlot>& slots, std::i
 
 Tensor ContiguousKvCache::view(const Buffers& b, int which, std::int64_t positions) const {
   const Tensor& buffer = b.buffer[which];
-  const std::vector<std::int64_t> shape{batch_, b.slot->heads, positions, b.slot->head_dim};
+  const std::vector<std::int64_t> shape{batch_, b.slot.heads, positions, b.slot.head_dim};
   return Tensor::from_blob(buffer.data_ptr(), shape, {}, buffer.dtype(), buffer.device(), buffer.storage(),
                            buffer.nbytes());
 }
@@ -54,8 +54,8 @@ void ContiguousKvCache::bind(IoBinding& binding, std::int64_t new_tokens) {
   XPURT_CHECK(length_ + new_tokens <= capacity_, "the cache holds ", capacity_, " positions; this step needs ",
               length_ + new_tokens, " (raise max_length or lower max_new_tokens)");
   for (const Buffers& b : buffers_) {
-    binding.bind_input(b.slot->past_input, view(b, current_, length_));
-    binding.bind_output(b.slot->present_output, view(b, 1 - current_, length_ + new_tokens));
+    binding.bind_input(b.slot.past_input, view(b, current_, length_));
+    binding.bind_output(b.slot.present_output, view(b, 1 - current_, length_ + new_tokens));
   }
 }
 

@@ -115,7 +115,7 @@ class XPURT_API ContiguousKvCache final : public KvCache {
 
  private:
   struct Buffers {
-    const CacheSlot* slot;
+    CacheSlot slot;
     Tensor buffer[2];
   };
   Tensor view(const Buffers& b, int which, std::int64_t positions) const;

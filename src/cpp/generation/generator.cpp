@@ -166,6 +166,7 @@ Tensor Generation::run(const std::vector<std::pair<std::string, Tensor>>& feeds,
 std::vector<float> Generation::last_logits(const Tensor& logits, std::int64_t row) const {
   XPURT_CHECK_TYPE(logits.dim() == 3 && logits.shape()[0] == batch_, "logits output '", signature_.logits,
                    "' should be [batch, seq, vocab] with batch ", batch_, ", got ", logits.str());
+  // The logits output is bound to the host (Generation::run), so this is no copy unless it is strided.
   const Tensor host = logits.device().is_cpu() ? logits.contiguous() : logits.to(Device::cpu()).contiguous();
   const std::int64_t seq = host.shape()[1];
   const std::int64_t vocab = host.shape()[2];

@@ -10,6 +10,7 @@
 
 #include "onnx_models.h"
 #include "test_utils.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/inference_session.h"
 #include "xpuruntime/profiler.h"
@@ -300,6 +301,14 @@ TEST(Roofline, ProfilerSummaryGivesEveryKernelNodeItsFloor) {
   // A slower ceiling makes a higher floor (the override is this profiler's).
   profiler.set_ceilings("cpu", {{"bandwidth", 1e6}, {"fp32", 1e6}, {"vector", 1e6}});
   EXPECT_GT(profiler.summary()[0].floor_ns, rows[0].floor_ns);
+}
+
+TEST(Roofline, AnUnmeasurableDeviceHasUnknownCeilingsNotAnError) {
+  if (DeviceManager::instance().get_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  const roofline::DeviceCeilings c = roofline::ceilings("cuda:0", {"fp16"}, {{"fp16", 1e12}});
+  EXPECT_DOUBLE_EQ(c.bandwidth, 0.0);
+  EXPECT_DOUBLE_EQ(c.peak("fp16"), 1e12);  // the override still holds
+  EXPECT_NE(c.source.at("error").find("not measured"), std::string::npos);
 }
 
 TEST(Roofline, CudaCeilingsComeFromTheCopyProbeAndTheTable) {

@@ -66,7 +66,8 @@ struct XPURT_API DeviceCeilings {
 // The ceilings of `device` ("cpu", "cuda", "cuda:N"): measured on first use and cached for the process, then the
 // environment's overrides (XPURT_ROOFLINE_CPU / XPURT_ROOFLINE_CUDA), then `overrides` applied. Only the figures
 // asked for are measured: `keys` lists the peak keys wanted (empty: bandwidth only). A figure in the overrides is
-// not measured. InvalidArgumentError for a malformed override.
+// not measured. A device that cannot be measured here (no such GPU) keeps its unmeasured figures at 0 and says why
+// in source["error"]. InvalidArgumentError for a malformed override.
 XPURT_API DeviceCeilings ceilings(const std::string& device, const std::vector<std::string>& keys,
                                   const std::map<std::string, double>& overrides = {});
 // "bandwidth=4.23e12,fp16=727e12" -> {bandwidth: 4.23e12, fp16: 7.27e14}; InvalidArgumentError naming the bad

@@ -64,13 +64,14 @@ def parse_load(text: str) -> int:
 
 
 def model_path(spec: str, zoo_dir: pathlib.Path) -> pathlib.Path:
-    """`zoo:<name>` (the tiny float32 zoo model, written when missing) or `suite:<name>` (models/suite/tiny's dynamo
-    float32 export) or a path to an .onnx file."""
+    """`zoo:<name>` (the tiny float32 zoo model, written when missing), `zoo-full:<name>` (its full-size one),
+    `suite:<name>` (models/suite/tiny's dynamo float32 export) or a path to an .onnx file."""
     kind, _, name = spec.partition(":")
-    if kind == "zoo":
-        path = zoo_dir / zoo.file_name(name, True, "fp32")
+    if kind in ("zoo", "zoo-full"):
+        tiny = kind == "zoo"
+        path = zoo_dir / zoo.file_name(name, tiny, "fp32")
         if not path.exists():
-            zoo.save(zoo.BUILDERS[name](tiny=True), path)
+            zoo.save(zoo.BUILDERS[name](tiny=tiny), path)
         return path
     if kind == "suite":
         return ROOT / "models" / "suite" / "tiny" / f"{name}.dynamo.float32.onnx"

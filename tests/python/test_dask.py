@@ -145,6 +145,21 @@ def test_bad_records_name_partition_and_record(client):
         model.run(dd.from_pandas(frame, npartitions=2)).compute()
 
 
+def test_arguments_checked_on_the_client(client, tmp_path):
+    model = xdask.ClusterSession(MLP.read_bytes(), client)        # bytes, as a path: the same spec key
+    assert model.key == xdask.ClusterSession(MLP, client).key
+    assert model.key != xdask.ClusterSession(MLP, client, kernel_policy=xrt.KernelPolicy(linear="cpu")).key
+    with pytest.raises(xrt.InvalidArgumentError, match=r"feeds \['z'\] do not match the model's inputs \['x'\]"):
+        model.run({"z": da.zeros((4, 64), chunks=2)})
+    with pytest.raises(xrt.InvalidTypeError, match="dask array, a dict of dask arrays"):
+        model.run(np.zeros((4, 64), np.float32))
+    with pytest.raises(xrt.InvalidArgumentError, match="no policy file"):
+        xdask.ClusterSession(MLP, client, kernel_policy=tmp_path / "missing.json")
+    calibrated = xrt.ExecutionPolicy(precision="int8", calibration=[{"x": np.ones((1, 64), np.float32)}])
+    with pytest.raises(xrt.InvalidArgumentError, match="calibration data is not part of the policy"):
+        xdask.ClusterSession(MLP, client, exec_policy=calibrated)
+
+
 def test_policy_mismatch_names_worker_and_node(client):
     x = np.ones((2, 64), np.float32)
     model = xdask.ClusterSession(MLP, client, engine="native")

@@ -57,6 +57,14 @@ TEST(InferenceSession, ADeviceThatDoesNotExistFailsAtCreationWithCudaError) {
                             count == 0 ? "no CUDA device is available (the only device here is cpu)"
                                        : " CUDA device");
   }
+  // The same when an engine is asked directly, without InferenceSession.
+  SessionOptions options;
+  options.device = Device::cuda(count);
+  for (const char* engine : {"native", "onnxruntime"}) {
+    const Engine* found = EngineRegistry::global().find(engine);
+    if (engine == std::string("onnxruntime") && !has_onnxruntime()) continue;  // a DeclaredEngine: says what to install
+    XPURT_EXPECT_THROW_WITH(found->create(model_bytes(), options), CudaError, " CUDA device");
+  }
 }
 
 TEST(InferenceSession, EngineAvailabilitySaysWhatIsMissingAndNamesOnlyWhatExists) {

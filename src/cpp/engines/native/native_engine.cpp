@@ -22,6 +22,7 @@
 #include "engines/native/session/native_session.h"
 #include "engines/native/session/tensor_parallel_session.h"
 #include "engines/native/session/warm_up.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/engine.h"
 #include "xpuruntime/onnx_import.h"
 
@@ -48,6 +49,7 @@ class NativeEngine final : public Engine {
   }
 
   std::unique_ptr<EngineSession> create(const std::string& model, const SessionOptions& options) const override {
+    DeviceManager::instance().check_device(options.device);  // Note [A device that does not exist] (core/engine.cpp)
     OnnxImportOptions import_options;
     import_options.model_dir = options.model_dir;
     import_options.allow_newer_opsets = options.exec_policy.allow_newer_opsets;

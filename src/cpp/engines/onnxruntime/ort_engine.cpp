@@ -43,6 +43,7 @@
 #include "engines/onnxruntime/ort_memory_budget.h"
 #include "engines/onnxruntime/ort_stop.h"
 #include "engines/onnxruntime/ort_utils.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/engine.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/profiler.h"
@@ -1230,6 +1231,7 @@ class OrtEngine final : public Engine {
   }
 
   std::unique_ptr<EngineSession> create(const std::string& model, const SessionOptions& options) const override {
+    DeviceManager::instance().check_device(options.device);  // Note [A device that does not exist] (core/engine.cpp)
     Support support = available(options);
     if (!support) {
       throw UnsupportedOperationError(detail::str_cat("the onnxruntime engine cannot run on ", options.device.str(),

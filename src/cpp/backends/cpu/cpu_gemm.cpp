@@ -16,13 +16,14 @@
 // Note [Parallel GEMM blocks]
 // OpenBLAS runs on one thread (set once, the first time a GEMM goes to it): its own pool of pthreads spin-yields
 // after every call and, beside the backend's pool, oversubscribes the cores (Note [CPU worker threads] in
-// cpu_threads.cpp). A product of at least kBlasBlockWork * 2 multiply-adds is instead cut into blocks of whole
-// columns of C (or whole rows, when M > N), each one cblas call on the backend's pool. The blocks depend on the
-// shape only (about kBlasBlockWork multiply-adds or more each, edges on multiples of 16 columns or rows, at most
-// kBlasMaxBlocks), never on the thread count: one thread runs the same blocks one after the other, so the result
-// has the same bits with 1 thread or 64. (OpenBLAS does not give an element of C the same bits in every block
-// that contains it, so the blocks cannot follow the thread count; with its own threads the bits of earlier builds
-// changed with OPENBLAS_NUM_THREADS.)
+// cpu_threads.cpp). A product of at least kBlasBlockWork * 2 multiply-adds is instead cut into a grid of blocks of
+// C, each one cblas call on the backend's pool: the longer side of the blocks is halved while each block keeps
+// kBlasBlockWork multiply-adds or more and sides of kBlasMinBlockSide (each call packs its own panels of A and B, so
+// a narrow block would pack A again for few columns), up to kBlasMaxBlocks blocks, edges on multiples of 16. The
+// blocks depend on the shape only, never on the thread count: one thread runs the same blocks one after the other,
+// so the result has the same bits with 1 thread or 64. (OpenBLAS does not give an element of C the same bits in
+// every block that contains it, so the blocks cannot follow the thread count; with its own threads the bits of
+// earlier builds changed with OPENBLAS_NUM_THREADS.)
 #include <climits>
 #include <cstring>
 #include <string>
@@ -151,6 +152,7 @@ bool fits_blas_int(std::int64_t value) { return value <= static_cast<std::int64_
 // Note [Parallel GEMM blocks].
 constexpr std::int64_t kBlasBlockWork = std::int64_t{1} << 21;
 constexpr std::int64_t kBlasMaxBlocks = 64;
+constexpr std::int64_t kBlasMinBlockSide = 128;
 constexpr std::int64_t kBlasBlockAlign = 16;
 
 void use_one_blas_thread() {
@@ -181,28 +183,37 @@ template <typename T>
 void blocked_blas_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
                        std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
   use_one_blas_thread();
-  const bool by_columns = n >= m;
-  const std::int64_t extent = by_columns ? n : m;
-  const double work_blocks = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / kBlasBlockWork;
-  const std::int64_t by_work = work_blocks >= kBlasMaxBlocks ? kBlasMaxBlocks : static_cast<std::int64_t>(work_blocks);
-  const std::int64_t blocks = std::clamp<std::int64_t>(std::min(by_work, extent / kBlasBlockAlign), 1, kBlasMaxBlocks);
-  if (blocks <= 1) {
+  // The grid: rows_split x cols_split blocks, halving the longer side of the blocks while there are at most
+  // kBlasMaxBlocks blocks of kBlasBlockWork multiply-adds or more and their sides stay kBlasMinBlockSide or longer.
+  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  std::int64_t rows_split = 1, cols_split = 1;
+  for (;;) {
+    const std::int64_t blocks = 2 * rows_split * cols_split;
+    if (blocks > kBlasMaxBlocks || work / static_cast<double>(blocks) < static_cast<double>(kBlasBlockWork)) break;
+    const bool split_rows = m / rows_split > n / cols_split;
+    if (split_rows ? m / (2 * rows_split) >= kBlasMinBlockSide : n / (2 * cols_split) >= kBlasMinBlockSide) {
+      (split_rows ? rows_split : cols_split) *= 2;
+    } else if (!split_rows ? m / (2 * rows_split) >= kBlasMinBlockSide : n / (2 * cols_split) >= kBlasMinBlockSide) {
+      (split_rows ? cols_split : rows_split) *= 2;
+    } else {
+      break;
+    }
+  }
+  if (rows_split * cols_split == 1) {
     blas_gemm(trans_b, m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
-  // Block i covers [edge(i), edge(i + 1)) of the split dimension, edges on multiples of kBlasBlockAlign.
-  const auto edge = [&](std::int64_t i) {
-    return i == blocks ? extent : extent * i / blocks / kBlasBlockAlign * kBlasBlockAlign;
+  // Edges of block i of `split` over `extent`, on multiples of kBlasBlockAlign.
+  const auto edge = [](std::int64_t extent, std::int64_t split, std::int64_t i) {
+    return i == split ? extent : extent * i / split / kBlasBlockAlign * kBlasBlockAlign;
   };
-  parallel_for(blocks, threads, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const std::int64_t first = edge(i), size = edge(i + 1) - first;
-      if (size <= 0) continue;
-      if (by_columns) {
-        blas_gemm(trans_b, m, size, k, a, lda, trans_b ? b + first * ldb : b + first, ldb, c + first, ldc);
-      } else {
-        blas_gemm(trans_b, size, n, k, a + first * lda, lda, b, ldb, c + first * ldc, ldc);
-      }
+  parallel_for(rows_split * cols_split, threads, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t block = begin; block < end; ++block) {
+      const std::int64_t r = block / cols_split, q = block % cols_split;
+      const std::int64_t row = edge(m, rows_split, r), rows = edge(m, rows_split, r + 1) - row;
+      const std::int64_t col = edge(n, cols_split, q), cols = edge(n, cols_split, q + 1) - col;
+      blas_gemm(trans_b, rows, cols, k, a + row * lda, lda, trans_b ? b + col * ldb : b + col, ldb, c + row * ldc + col,
+                ldc);
     }
   });
 }

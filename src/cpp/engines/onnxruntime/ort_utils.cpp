@@ -1,6 +1,7 @@
 #include "engines/onnxruntime/ort_utils.h"
 
 #include <cctype>
+#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -23,6 +24,24 @@ const OrtApi& ort_api() {
   return *api;
 }
 
+namespace {
+
+// Note [ORT's log]: ONNX Runtime logs a failing node at ERROR level before it returns the status that becomes the
+// run's typed error, with the same C++ that Note [ORT's messages] removes from it. ORT's log goes through here: that
+// duplicate is dropped (the exception carries it), every other message is printed cleaned, one line each.
+void log_to_stderr(void*, OrtLoggingLevel severity, const char*, const char*, const char*, const char* message) {
+  const std::string text = message ? message : "";
+  const bool run_failure = text.find("Non-zero status code returned while running") != std::string::npos;
+  if (severity >= ORT_LOGGING_LEVEL_ERROR && run_failure) return;
+  const char* level = severity >= ORT_LOGGING_LEVEL_FATAL   ? "fatal"
+                      : severity >= ORT_LOGGING_LEVEL_ERROR ? "error"
+                      : severity >= ORT_LOGGING_LEVEL_WARNING ? "warning"
+                                                              : "info";
+  std::fprintf(stderr, "onnxruntime %s: %s\n", level, clean_ort_message(text).c_str());
+}
+
+}  // namespace
+
 Ort::Env& env() {
   ort_api();
   // Note [One Ort::Env]: ORT allows one OrtEnv per process (a second one shares the first's logging and thread
@@ -30,7 +49,7 @@ Ort::Env& env() {
   // intentionally leaked: destroying it at exit could run after libonnxruntime's own static destructors.
   static Ort::Env* instance = [] {
     Ort::Env* created = nullptr;
-    XPURT_ORT_CHECK(created = new Ort::Env(ORT_LOGGING_LEVEL_WARNING, "xpuruntime"));
+    XPURT_ORT_CHECK(created = new Ort::Env(ORT_LOGGING_LEVEL_WARNING, "xpuruntime", log_to_stderr, nullptr));
     return created;
   }();
   return *instance;

@@ -16,14 +16,16 @@
 // Note [Parallel GEMM blocks]
 // OpenBLAS runs on one thread (set once, the first time a GEMM goes to it): its own pool of pthreads spin-yields
 // after every call and, beside the backend's pool, oversubscribes the cores (Note [CPU worker threads] in
-// cpu_threads.cpp). A product of at least kBlasBlockWork * 2 multiply-adds is instead cut into a grid of blocks of
-// C, each one cblas call on the backend's pool: the longer side of the blocks is halved while each block keeps
-// kBlasBlockWork multiply-adds or more and sides of kBlasMinBlockSide (each call packs its own panels of A and B, so
-// a narrow block would pack A again for few columns), up to kBlasMaxBlocks blocks, edges on multiples of 16. The
-// blocks depend on the shape only, never on the thread count: one thread runs the same blocks one after the other,
-// so the result has the same bits with 1 thread or 64. (OpenBLAS does not give an element of C the same bits in
-// every block that contains it, so the blocks cannot follow the thread count; with its own threads the bits of
-// earlier builds changed with OPENBLAS_NUM_THREADS.)
+// cpu_threads.cpp). With more than one thread, a product of at least kBlasBlockWork * 2 multiply-adds is instead
+// cut into a grid of blocks of C, each one cblas call on the backend's pool: a side of the blocks is halved while
+// there are at most kBlasBlocksPerThread blocks per thread (a worker that starts late still finds one) and each
+// keeps kBlasBlockWork multiply-adds or more, 128 rows and 512 columns (each call packs its own panels of A and B,
+// so many small blocks pack the same data again; and calls on fewer columns ran at 40% of the speed on this Zen
+// machine: a fresh process's 128-column calls to Debian's OpenBLAS 0.3.21 reach 14 GFLOP/s, 512-column ones
+// 28-32). On one thread a GEMM is one call. The blocks depend on the shape and the thread count only, so a GEMM
+// gives the same bits run after run for a given intra_op_threads (as it did with OpenBLAS's own threads, whose
+// partition followed OPENBLAS_NUM_THREADS), not across thread counts: OpenBLAS does not give an element of C the
+// same bits in every block that contains it. The fallback GEMM's bits never depend on the thread count.
 #include <climits>
 #include <cstring>
 #include <string>
@@ -152,7 +154,9 @@ bool fits_blas_int(std::int64_t value) { return value <= static_cast<std::int64_
 // Note [Parallel GEMM blocks].
 constexpr std::int64_t kBlasBlockWork = std::int64_t{1} << 21;
 constexpr std::int64_t kBlasMaxBlocks = 64;
-constexpr std::int64_t kBlasMinBlockSide = 128;
+constexpr std::int64_t kBlasBlocksPerThread = 2;
+constexpr std::int64_t kBlasMinBlockRows = 128;
+constexpr std::int64_t kBlasMinBlockCols = 512;
 constexpr std::int64_t kBlasBlockAlign = 16;
 
 void use_one_blas_thread() {
@@ -183,21 +187,23 @@ template <typename T>
 void blocked_blas_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
                        std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
   use_one_blas_thread();
-  // The grid: rows_split x cols_split blocks, halving the longer side of the blocks while there are at most
-  // kBlasMaxBlocks blocks of kBlasBlockWork multiply-adds or more and their sides stay kBlasMinBlockSide or longer.
+  // The grid: rows_split x cols_split blocks, halving a side of the blocks while there are at most
+  // kBlasBlocksPerThread per thread (kBlasMaxBlocks in all) of kBlasBlockWork multiply-adds or more and their sides
+  // stay kBlasMinBlockRows / kBlasMinBlockCols or longer. One thread: one call.
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const std::int64_t most_blocks = std::min<std::int64_t>(kBlasMaxBlocks, kBlasBlocksPerThread * threads);
   std::int64_t rows_split = 1, cols_split = 1;
   for (;;) {
     const std::int64_t blocks = 2 * rows_split * cols_split;
-    if (blocks > kBlasMaxBlocks || work / static_cast<double>(blocks) < static_cast<double>(kBlasBlockWork)) break;
-    const bool split_rows = m / rows_split > n / cols_split;
-    if (split_rows ? m / (2 * rows_split) >= kBlasMinBlockSide : n / (2 * cols_split) >= kBlasMinBlockSide) {
-      (split_rows ? rows_split : cols_split) *= 2;
-    } else if (!split_rows ? m / (2 * rows_split) >= kBlasMinBlockSide : n / (2 * cols_split) >= kBlasMinBlockSide) {
-      (split_rows ? cols_split : rows_split) *= 2;
-    } else {
-      break;
-    }
+    const bool small = work / static_cast<double>(blocks) < static_cast<double>(kBlasBlockWork);
+    if (threads <= 1 || blocks > most_blocks || small) break;
+    const bool rows_can = m / (2 * rows_split) >= kBlasMinBlockRows;
+    const bool cols_can = n / (2 * cols_split) >= kBlasMinBlockCols;
+    if (!rows_can && !cols_can) break;
+    // The longer side relative to its minimum first.
+    const bool split_rows =
+        rows_can && (!cols_can || m / rows_split * kBlasMinBlockCols > n / cols_split * kBlasMinBlockRows);
+    (split_rows ? rows_split : cols_split) *= 2;
   }
   if (rows_split * cols_split == 1) {
     blas_gemm(trans_b, m, n, k, a, lda, b, ldb, c, ldc);

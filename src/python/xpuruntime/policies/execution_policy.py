@@ -31,9 +31,9 @@ class ExecutionPolicy(SerializablePolicy, _core.ExecutionPolicy):
     workspace_limit, memory_limit : int or str
         Bytes (``268435456`` or ``"256MiB"``); 0 = library default / no cap. Default 0.
     intra_op_threads : int
-        CPU threads of the native engine's cpu kernels (and ONNX Runtime's intra-op threads), the calling thread
-        included; 0 = the CPUs this process may use (its affinity mask, e.g. ``taskset``, and its cgroup's CPU
-        quota). Default 0.
+        CPU threads of an op, the calling thread included (the native engine's cpu kernels; ONNX Runtime's
+        intra-op threads for the onnxruntime engine); 0 = for the native engine the CPUs this process may use (its
+        affinity mask, e.g. ``taskset``, and its cgroup's CPU quota), for ONNX Runtime its own default. Default 0.
     allow_spinning : bool
         Whether the native engine's idle CPU worker threads spin briefly (50 us) after a parallel loop before they
         park, so that the next op finds them awake (like ONNX Runtime's ``session.intra_op.allow_spinning``).

@@ -48,27 +48,6 @@ Tensor random_tensor(const Shape& shape, unsigned seed, float low = -1.0f, float
   return make(shape, random_values(n, seed, low, high));
 }
 
-// Sets an environment variable for the life of the object (restores the previous value).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = std::make_unique<std::string>(old);
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::unique_ptr<std::string> old_;
-};
 
 OpDescriptor describe(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs,
                       const ExecutionPolicy& policy = {}) {

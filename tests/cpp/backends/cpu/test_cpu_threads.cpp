@@ -51,27 +51,6 @@ ExecutionPolicy threads_policy(int threads, bool spin = true) {
   return policy;
 }
 
-// Sets an environment variable for the life of the object (restores the previous value).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = std::make_unique<std::string>(old);
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::unique_ptr<std::string> old_;
-};
 
 struct Case {
   std::string op;

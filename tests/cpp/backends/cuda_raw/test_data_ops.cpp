@@ -504,31 +504,6 @@ TEST(DataOpsCpu, IntegerDivisionByZeroIsAnError) {
 
 // ---- what only the GPU does differently (Note [Gather index errors] in backends/cuda_raw/data.cu) ----
 
-// Sets an environment variable for the life of the object (restores the previous state).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_old_ = true;
-      old_ = old;
-    }
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_old_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_old_ = false;
-  std::string old_;
-};
 
 std::vector<Tensor> call_on_gpu(const std::string& op, const std::vector<Tensor>& inputs) {
   KernelPolicy policy;

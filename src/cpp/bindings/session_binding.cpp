@@ -64,7 +64,19 @@ class InterruptibleRun {
     ours.sa_sigaction = on_sigint;
     g_interruptible.store(&stop_);
     installed_ = sigaction(SIGINT, &ours, nullptr) == 0;
-    if (!installed_) g_interruptible.store(nullptr);
+    if (!installed_) {
+      g_interruptible.store(nullptr);
+      return;
+    }
+    // A Ctrl-C that came before ours was installed (while the call's arguments were converted) only marked the
+    // signal for the interpreter: run Python's handler now, or the run would start without it (an endless Loop:
+    // forever). The GIL is still held here.
+    if (PyErr_CheckSignals() != 0) {
+      sigaction(SIGINT, &g_python_sigint, nullptr);
+      g_interruptible.store(nullptr);
+      installed_ = false;
+      throw py::error_already_set();
+    }
 #endif
   }
   ~InterruptibleRun() {

@@ -606,20 +606,36 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
-    _check_writable(args.output, "--output")
+def _require_profiler(command: str):
+    """xpuruntime.profile, or CommandFailed naming `command` when this build has no profiler."""
     profile = _profiler_factory()
     if profile is None:
         raise CommandFailed("this xpuruntime has no profiler (xpuruntime.profile); build one with it to use "
-                            "'xpuruntime profile'")
+                            f"'xpuruntime {command}'")
+    return profile
+
+
+def _profiled_runs(args: argparse.Namespace, command: str, ranges: bool = False):
+    """The model of `args` run --warmup times, then --iterations times under the profiler (each run in a range
+    'iteration i' when `ranges`); returns the profiler. `command` names the subcommand in the missing-profiler error."""
+    profile = _require_profiler(command)
     session = make_session(args)
     feeds = make_feeds(args, session)
     for _ in range(args.warmup):
         session.run(feeds)
     with profile(record_shapes=True) as profiler:
         for i in range(args.iterations):
-            with profiler.range(f"iteration {i}"):
+            if ranges:
+                with profiler.range(f"iteration {i}"):
+                    session.run(feeds)
+            else:
                 session.run(feeds)
+    return profiler
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    _check_writable(args.output, "--output")
+    profiler = _profiled_runs(args, "profile", ranges=True)
     profiler.export_chrome_trace(args.output)
     print(profiler.summary_table())
     print(f"wrote {args.output} ({len(profiler.events())} events, {args.iterations} runs; open it in "
@@ -688,18 +704,9 @@ def audit_report(rows: Sequence[Mapping[str, Any]], ceilings: Mapping[str, Mappi
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    profile = _profiler_factory()
-    if profile is None:
-        raise CommandFailed("this xpuruntime has no profiler (xpuruntime.profile); build one with it to use "
-                            "'xpuruntime audit'")
+    _require_profiler("audit")
     figures = _parse_ceilings(args.ceiling)
-    session = make_session(args)
-    feeds = make_feeds(args, session)
-    for _ in range(args.warmup):
-        session.run(feeds)
-    with profile(record_shapes=True) as profiler:
-        for _ in range(args.iterations):
-            session.run(feeds)
+    profiler = _profiled_runs(args, "audit")
     devices = sorted({r["device"] for r in profiler.summary() if r["ceiling"]})
     for device in devices if figures else []:
         profiler.set_ceilings(device, **figures)

@@ -13,7 +13,18 @@ the table shows the median of `--iters` samples after `--warmup` untimed calls, 
 FLOPs = 4 * B * H * Sq * Sk * D (halved when causal), the ratio to torch flash, and the largest absolute
 difference from a float32 reference (torch's math SDPA on the upcast inputs, one batch at a time).
 
+The bias cases (BIAS_CASES: relative-position tables, per-batch position biases, key biases, a bias with the causal
+rule; float16, odd lengths such as Swin's 49) pass an additive bias of a broadcast shape as the op's mask and time:
+  xpuruntime flash_v2 / cudnn / unfused   xrt.ops.attention(q, k, v, bias, ...) pinned to each kernel
+  torch sdpa attn_mask  F.scaled_dot_product_attention(q, k, v, attn_mask=bias) as torch dispatches it (the causal
+                        rule folded into the bias: SDPA takes attn_mask or is_causal, not both)
+  torch efficient / cudnn  the same under SDPBackend.EFFICIENT_ATTENTION / CUDNN_ATTENTION
+  torch eager chain     softmax(q @ k^T * scale + bias) @ v as eager PyTorch writes it (the unfused chain)
+  torch compile chain   that chain under torch.compile (skipped with --no-compile)
+with the ratio taken to "torch sdpa attn_mask".
+
     python3 benchmarks/bench_attention.py --out attention.md
+    python3 benchmarks/bench_attention.py --cases bias --out attention_bias.md
 """
 
 from __future__ import annotations
@@ -37,6 +48,22 @@ CASES = [  # (batch, heads, seq, head_dim, causal)
     (8, 16, 128, 128, False),
     (8, 16, 128, 128, True),
 ]
+
+
+# (label, batch, heads, seq, head_dim, bias shape with B/H/S as letters, causal): the models that add terms to the
+# scores (Note [Attention with additive terms] in fusion_transformer.cpp).
+BIAS_CASES = [
+    ("swin window, rel-pos table", 512, 4, 49, 32, "1HSS", False),   # Swin-T stage 1 at batch 8 (64 windows each)
+    ("window D64, rel-pos table", 512, 4, 49, 64, "1HSS", False),    # the same windows at a head dim flash_v2 runs
+    ("t5/deberta position bias", 16, 12, 512, 64, "BHSS", False),    # a computed [B, H, S, S] bias
+    ("key bias", 16, 12, 512, 64, "111S", False),
+    ("alibi causal", 4, 16, 2048, 128, "1HSS", True),
+    ("clip text 77, [S, S]", 64, 8, 77, 64, "SS", True),
+]
+
+
+def bias_shape(letters: str, batch: int, heads: int, seq: int) -> tuple:
+    return tuple({"B": batch, "H": heads, "S": seq, "1": 1}[c] for c in letters)
 
 
 def case_name(batch: int, heads: int, seq: int, dim: int, causal: bool) -> str:
@@ -71,6 +98,17 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     return out
 
 
+def reference_with_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """float32 math SDPA with an additive 4-d `bias` (its batch dim 1 or B), one batch element at a time."""
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    with sdpa_kernel(SDPBackend.MATH):
+        for b in range(q.shape[0]):
+            mask = bias[b : b + 1] if bias.shape[0] > 1 else bias
+            out[b : b + 1] = F.scaled_dot_product_attention(q[b : b + 1].float(), k[b : b + 1].float(),
+                                                            v[b : b + 1].float(), attn_mask=mask.float())
+    return out
+
+
 def torch_sdpa(q, k, v, causal: bool) -> Callable[[], torch.Tensor]:
     def run() -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -85,6 +123,21 @@ def xrt_attention(kernel: str, q, k, v, causal: bool) -> Callable[[], object]:
     def run():
         return xrt.ops.attention(qx, kx, vx, causal=causal, policy=policy, stream=stream)
     return run
+
+
+def xrt_attention_bias(kernel: str, q, k, v, bias, causal: bool) -> Callable[[], object]:
+    policy = xrt.KernelPolicy(attention=f"pin:{kernel}")
+    qx, kx, vx, bx = xrt.from_dlpack(q), xrt.from_dlpack(k), xrt.from_dlpack(v), xrt.from_dlpack(bias)
+    stream = torch.cuda.current_stream()
+
+    def run():
+        return xrt.ops.attention(qx, kx, vx, bx, causal=causal, policy=policy, stream=stream)
+    return run
+
+
+def eager_chain(q, k, v, bias) -> torch.Tensor:
+    scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5) + bias
+    return torch.softmax(scores, dim=-1) @ v
 
 
 def as_torch(out) -> torch.Tensor:
@@ -111,6 +164,54 @@ def measure(name: str, make: Callable[[], Callable[[], object]], ref: torch.Tens
     return row
 
 
+def run_bias_cases(args, device: torch.device, names: set) -> list:
+    """The BIAS_CASES rows: xpuruntime's kernels with the bias as the op's mask against torch's SDPA with attn_mask,
+    the eager chain and its torch.compile; ratio = torch sdpa attn_mask time / time."""
+    results = []
+    compiled = None if args.no_compile else torch.compile(eager_chain)
+    for label, batch, heads, seq, dim, letters, causal in BIAS_CASES:
+        shape = (batch, heads, seq, dim)
+        q = torch.randn(shape, dtype=torch.float16, device=device)
+        k = torch.randn(shape, dtype=torch.float16, device=device)
+        v = torch.randn(shape, dtype=torch.float16, device=device)
+        bias = torch.randn(bias_shape(letters, batch, heads, seq), dtype=torch.float16, device=device)
+        # What torch is given: the bias with the causal rule folded in (-inf after each query), broadcast to 4-d.
+        full = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+        if causal:
+            future = torch.ones(seq, seq, dtype=torch.bool, device=device).triu(1)
+            full = full.masked_fill(future, float("-inf"))
+        ref = reference_with_bias(q, k, v, full)
+        flops = 4.0 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
+        rows = []
+        for kernel in ("flash_v2", "cudnn", "unfused"):
+            row_label = f"xpuruntime {kernel}"
+            if kernel not in names:
+                rows.append({"impl": row_label, "ms": None, "tflops": None, "err": None,
+                             "note": f"no '{kernel}' kernel in this build"})
+                continue
+            rows.append(measure(row_label, lambda kernel=kernel: xrt_attention_bias(kernel, q, k, v, bias, causal),
+                                ref, flops, args))
+        rows.append(measure("torch sdpa attn_mask", lambda: lambda: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=full), ref, flops, args))
+        for row_label, backend in (("torch efficient", SDPBackend.EFFICIENT_ATTENTION),
+                                   ("torch cudnn", SDPBackend.CUDNN_ATTENTION)):
+            rows.append(measure(row_label, lambda: lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=full),
+                                ref, flops, args, context=lambda backend=backend: sdpa_kernel(backend)))
+        rows.append(measure("torch eager chain", lambda: lambda: eager_chain(q, k, v, full), ref, flops, args))
+        if compiled is not None:
+            rows.append(measure("torch compile chain", lambda: lambda: compiled(q, k, v, full), ref, flops, args))
+        baseline = next((r["ms"] for r in rows if r["impl"] == "torch sdpa attn_mask"), None)
+        for row in rows:
+            row["case"] = (f"{label}: B{batch} H{heads} S{seq} D{dim} fp16 bias{list(bias.shape)}"
+                           f"{' causal' if causal else ''}")
+            row["ratio"] = baseline / row["ms"] if baseline and row["ms"] else None
+            results.append(row)
+            print(row, flush=True)
+        del q, k, v, bias, full, ref
+        torch.cuda.empty_cache()
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="also write the markdown table to this file")
@@ -118,6 +219,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
     parser.add_argument("--repeat", type=int, default=0,
                         help="calls per timed sample (default: 1 for the long cases, 20 for the short ones)")
+    parser.add_argument("--cases", choices=("all", "plain", "bias"), default="all",
+                        help="the plain cases, the bias cases (BIAS_CASES), or both")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile row of the bias cases")
     args = parser.parse_args()
 
     if not torch.cuda.is_available() or xrt.get_device_count() == 0:
@@ -128,7 +232,7 @@ def main() -> int:
     names = {info.name for info in xrt.kernels("attention")}
 
     results = []
-    for batch, heads, seq, dim, causal in CASES:
+    for batch, heads, seq, dim, causal in CASES if args.cases in ("all", "plain") else []:
         shape = (batch, heads, seq, dim)
         q = torch.randn(shape, dtype=torch.bfloat16, device=device)
         k = torch.randn(shape, dtype=torch.bfloat16, device=device)
@@ -157,13 +261,16 @@ def main() -> int:
         del q, k, v, ref
         torch.cuda.empty_cache()
 
+    if args.cases in ("all", "bias"):
+        results.extend(run_bias_cases(args, device, names))
+
     def cell(value: Optional[float], fmt: str) -> str:
         return "n/a" if value is None else format(value, fmt)
 
     gpu = torch.cuda.get_device_name(device)
     lines = [f"Attention forward, {gpu}, torch {torch.__version__}, xpuruntime {xrt.__version__}, "
              f"{datetime.date.today().isoformat()}; median of {args.iters} samples; ratio = torch flash time / "
-             f"time (> 1 is faster); max err = max |out - fp32 reference|", "",
+             f"time (> 1 is faster; bias cases: torch sdpa attn_mask time / time); max err = max |out - fp32 reference|", "",
              "| case | impl | ms | TFLOP/s | vs torch flash | max abs err | note |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for r in results:

@@ -107,6 +107,21 @@ TEST(FlashAttention, AcceptsSupportedDescriptors) {
                                        deterministic));
 }
 
+// The bias shapes of MatchesCpuWithABiasOfAnyBroadcastShape, as descriptors (no GPU needed).
+TEST(FlashAttention, AcceptsABiasOfAnyBroadcastShape) {
+  SKIP_WITHOUT_FLASH();
+  const std::int64_t B = 2, H = 4, S = 49;
+  for (const Shape& bias : {Shape{1, H, S, S}, Shape{B, 1, S, S}, Shape{B, H, 1, S}, Shape{1, 1, 1, S}, Shape{S, S},
+                            Shape{S}, Shape{H, 1, 1}}) {
+    for (bool causal : {false, true}) {
+      const OpDescriptor desc = attention_desc({B, H, S, 64}, {B, 2, S, 64}, {B, 2, S, 64}, DType::kFloat16, causal,
+                                               Device::cuda(0), 90, bias);
+      const Support support = flash_supports(desc);
+      EXPECT_TRUE(support.ok()) << desc.signature() << ": " << support.reason();
+    }
+  }
+}
+
 TEST(FlashAttention, RefusesOtherHeadDims) {
   SKIP_WITHOUT_FLASH();
   expect_no(attention_desc({1, 2, 16, 80}, {1, 2, 16, 80}, {1, 2, 16, 80}), "head dims 64 and 128, got 80");
@@ -386,6 +401,28 @@ TEST(FlashAttentionGpu, MatchesCpuWithMasksAndScale) {
   }
 }
 
+// Additive biases of every broadcast shape the models write (Note [Attention with additive terms] in
+// fusion_transformer.cpp): a relative-position table [1, H, S, S], a per-batch term [B, 1, S, S], a per-query-row-free
+// term [B, H, 1, S], a key bias [1, 1, 1, S] and a 2-d [S, S] (ALiBi, Swin's windows); odd window lengths (Swin's
+// 7 x 7 = 49, CLIP's 77), grouped-query heads, causal or not. The bias is added in float32 to the scaled scores.
+TEST(FlashAttentionGpu, MatchesCpuWithABiasOfAnyBroadcastShape) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  unsigned seed = 260;
+  const std::int64_t B = 2, H = 4, Hkv = 2;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      for (std::int64_t s : {49, 77}) {
+        for (const Shape& bias : {Shape{1, H, s, s}, Shape{B, 1, s, s}, Shape{B, H, 1, s}, Shape{1, 1, 1, s},
+                                  Shape{s, s}}) {
+          for (bool causal : {false, true}) check_against_cpu({B, H, Hkv, s, s, d, causal, bias}, dtype, seed++);
+        }
+      }
+      check_against_cpu({B, H, Hkv, 49, 300, d, false, {1, H, 49, 300}}, dtype, seed++);  // Sq < Sk, several tiles
+    }
+  }
+}
+
 // A row whose every key is masked with -inf has no softmax: NaN, as in the cpu kernel (Note [Attention
 // semantics] in cpu_attention.cpp); the other rows are unaffected.
 TEST(FlashAttentionGpu, FullyMaskedRowIsNaN) {
@@ -661,6 +698,33 @@ TEST(CudnnAttentionGpu, MatchesCpuWithMasks) {
       }
     }
   }
+}
+
+// cuDNN's graph takes a bias [B or 1, H or 1, Sq, Sk] (Note [cuDNN attention graph]); the odd lengths and GQA of the
+// flash_v2 test. Biases broadcast along Sq or Sk it refuses, saying so (explain() shows that reason and flash_v2 runs).
+TEST(CudnnAttentionGpu, MatchesCpuWithABias) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  unsigned seed = 470;
+  const std::int64_t B = 2, H = 4, Hkv = 2;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::int64_t d : {32, 64}) {  // 32: Swin's head dim, which flash_v2 does not instantiate
+      for (std::int64_t s : {49, 77}) {
+        for (const Shape& bias : {Shape{1, H, s, s}, Shape{B, 1, s, s}, Shape{s, s}}) {
+          for (bool causal : {false, true}) {
+            check_against_cpu({B, H, Hkv, s, s, d, causal, bias}, dtype, seed++, cudnn_kernel());
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudnnAttention, RefusesABiasBroadcastAlongTheQueries) {
+  SKIP_WITHOUT_CUDNN_ATTENTION();
+  expect_cudnn_no(attention_desc({2, 4, 49, 64}, {2, 4, 49, 64}, {2, 4, 49, 64}, DType::kFloat16, false,
+                                 Device::cuda(0), 90, {2, 4, 1, 49}),
+                  "takes masks of shape [B or 1, H or 1, Sq, Sk]");
 }
 
 TEST(CudnnAttentionGpu, LogSumExpMatchesCpu) {

@@ -1418,6 +1418,159 @@ TEST(AttentionFusion, NotWithUnprovableShapesOrAMaskThatGrowsTheScores) {
   EXPECT_EQ(passes::attention_fusion(int_mask, {}).rewrites, 0);
 }
 
+// Note [Attention with additive terms]: Q K^T, scaled, plus one or two additive terms of any shape that broadcasts to
+// the scores [B, H, Sq, Sk], each a graph input (a computed term) or a constant; `swap` puts each Add's term first.
+struct AdditiveTerm {
+  Shape shape;
+  bool constant = false;
+};
+
+Graph biased_attention_graph(std::int64_t S, const std::vector<AdditiveTerm>& terms, bool swap = false) {
+  const std::int64_t B = 2, H = 3, D = 8;
+  Builder b;
+  b.input("q", {B, H, S, D}).input("k", {B, H, S, D}).input("v", {B, H, S, D}).constant("sqrt_d", scalar(2.8f));
+  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  b.add(node("MatMul", {"q", "kt"}, {"s"})).add(node("Div", {"s", "sqrt_d"}, {"scores0"}));
+  for (std::size_t t = 0; t < terms.size(); ++t) {
+    const std::string term = "term" + std::to_string(t), in = "scores" + std::to_string(t),
+                      out = "scores" + std::to_string(t + 1);
+    if (terms[t].constant) {
+      b.constant(term, random(terms[t].shape, 90 + static_cast<unsigned>(t), -3, 3));
+    } else {
+      b.input(term, std::vector<Dim>(terms[t].shape.begin(), terms[t].shape.end()));
+    }
+    b.add(swap ? node("Add", {term, in}, {out}) : node("Add", {in, term}, {out}));
+  }
+  b.add(node("Softmax", {"scores" + std::to_string(terms.size())}, {"p"}));
+  b.add(node("MatMul", {"p", "v"}, {"o"}));
+  return b.build({"o"});
+}
+
+Feeds biased_attention_feeds(std::int64_t S, const std::vector<AdditiveTerm>& terms) {
+  Feeds feeds = {{"q", random({2, 3, S, 8}, 81)}, {"k", random({2, 3, S, 8}, 82)}, {"v", random({2, 3, S, 8}, 83)}};
+  for (std::size_t t = 0; t < terms.size(); ++t) {
+    if (!terms[t].constant) {
+      feeds["term" + std::to_string(t)] = random(terms[t].shape, 84 + static_cast<unsigned>(t), -3, 3);
+    }
+  }
+  return feeds;
+}
+
+std::string shape_name(const Shape& shape) {
+  std::string out = "[";
+  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? "," : "") + std::to_string(shape[k]);
+  return out + "]";
+}
+
+TEST(AttentionFusion, TakesAnAdditiveBiasOfAnyBroadcastShape) {
+  const std::int64_t B = 2, H = 3;
+  for (std::int64_t S : {49, 77}) {
+    for (const Shape& shape : {Shape{1, H, S, S}, Shape{B, 1, S, S}, Shape{B, H, 1, S}, Shape{1, 1, 1, S}, Shape{S, S},
+                               Shape{B, H, S, S}, Shape{H, 1, S}}) {
+      for (bool constant : {false, true}) {
+        for (bool swap : {false, true}) {
+          SCOPED_TRACE("S " + std::to_string(S) + " bias " + shape_name(shape) + (constant ? " constant" : " input") +
+                       (swap ? " Add(bias, scores)" : " Add(scores, bias)"));
+          const std::vector<AdditiveTerm> terms = {{shape, constant}};
+          int rewrites = 0;
+          Graph out = run_pass(biased_attention_graph(S, terms, swap), passes::attention_fusion,
+                               biased_attention_feeds(S, terms), &rewrites);
+          EXPECT_EQ(rewrites, 1);
+          ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+          const Node& a = out.nodes[0];
+          EXPECT_EQ(a.op_type, "Attention");
+          EXPECT_EQ(a.inputs, (std::vector<std::string>{"q", "k", "v", "term0"}));
+          EXPECT_NEAR(a.attrs.get_float("scale", 0), 1.0 / 2.8, 1e-6);
+          EXPECT_EQ(a.attrs.get_int("causal", 1), 0);
+        }
+      }
+    }
+  }
+}
+
+// A bias plus a mask (Swin's relative position bias and window mask, T5's position bias and padding, a bias and the
+// exporter's causal triangle): one input, their sum, computed by an Add the plan folds when both are constants.
+TEST(AttentionFusion, TwoAdditiveTermsBecomeOneInput) {
+  const std::int64_t B = 2, H = 3;
+  struct Pair {
+    AdditiveTerm first, second;
+    Shape sum;
+  };
+  for (std::int64_t S : {49, 77}) {
+    const std::vector<Pair> pairs = {
+        {{{1, H, S, S}, true}, {{B, 1, 1, S}, false}, {B, H, S, S}},  // bias table + padding mask
+        {{{B, H, S, S}, false}, {{S, S}, true}, {B, H, S, S}},        // computed position bias + causal triangle
+        {{{1, H, S, S}, true}, {{S, S}, true}, {1, H, S, S}},         // two constants: folded by the plan
+        {{{1, 1, 1, S}, false}, {{B, H, 1, S}, false}, {B, H, 1, S}},
+    };
+    for (const Pair& pair : pairs) {
+      for (bool swap : {false, true}) {
+        SCOPED_TRACE("S " + std::to_string(S) + " terms " + shape_name(pair.first.shape) + " + " +
+                     shape_name(pair.second.shape) + (swap ? " swapped" : ""));
+        const std::vector<AdditiveTerm> terms = {pair.first, pair.second};
+        int rewrites = 0;
+        Graph out = run_pass(biased_attention_graph(S, terms, swap), passes::attention_fusion,
+                             biased_attention_feeds(S, terms), &rewrites);
+        EXPECT_EQ(rewrites, 1);
+        ASSERT_EQ(out.nodes.size(), 2u) << out.str();
+        const Node& sum = out.nodes[0];
+        const Node& a = out.nodes[1];
+        EXPECT_EQ(sum.op_type, "Add");
+        EXPECT_EQ(sum.domain, "");
+        EXPECT_EQ(sum.inputs, (std::vector<std::string>{"term0", "term1"}));
+        EXPECT_EQ(a.op_type, "Attention");
+        ASSERT_EQ(a.inputs.size(), 4u);
+        EXPECT_EQ(a.inputs[3], sum.outputs[0]);
+        const ValueType& type = out.types.at(sum.outputs[0]);
+        EXPECT_EQ(type.shape, std::vector<Dim>(pair.sum.begin(), pair.sum.end()));
+      }
+    }
+  }
+}
+
+// The exporter's causal attention with a bias: a -inf upper triangle (keys after the query) and an ALiBi-like
+// per-head bias; rows keep their first key, so no row is all -inf.
+TEST(AttentionFusion, CausalTriangleAndBias) {
+  const std::int64_t S = 49, H = 3;
+  Graph g = biased_attention_graph(S, {{{1, H, S, S}, true}, {{S, S}, true}});
+  Tensor triangle = Tensor::zeros({S, S}, DType::kFloat32);
+  float* t = static_cast<float*>(triangle.data_ptr());
+  for (std::int64_t i = 0; i < S; ++i) {
+    for (std::int64_t j = i + 1; j < S; ++j) t[i * S + j] = -std::numeric_limits<float>::infinity();
+  }
+  Tensor alibi = Tensor::zeros({1, H, S, S}, DType::kFloat32);
+  float* a = static_cast<float*>(alibi.data_ptr());
+  for (std::int64_t h = 0; h < H; ++h) {
+    for (std::int64_t i = 0; i < S; ++i) {
+      for (std::int64_t j = 0; j < S; ++j) a[(h * S + i) * S + j] = 
+            -std::ldexp(1.0f, -static_cast<int>(h + 1)) * static_cast<float>(i - j);
+    }
+  }
+  g.initializers["term0"] = alibi;
+  g.initializers["term1"] = triangle;
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::attention_fusion, biased_attention_feeds(S, {}), &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  EXPECT_EQ(count(out, "Attention"), 1) << out.str();
+  EXPECT_EQ(count(out, "Softmax"), 0) << out.str();
+}
+
+TEST(AttentionFusion, NotWithThreeTermsASharedPartialSumOrATermThatGrowsTheScores) {
+  const std::int64_t S = 49, H = 3;
+  const std::vector<AdditiveTerm> three = {{{1, H, S, S}, true}, {{S, S}, true}, {{1, 1, 1, S}, true}};
+  Graph three_terms = biased_attention_graph(S, three);
+  EXPECT_EQ(passes::attention_fusion(three_terms, {}).rewrites, 0);
+  // The partial sum scores + bias is read by something else too: the Adds stay.
+  Graph shared = biased_attention_graph(S, {{{1, H, S, S}, true}, {{S, S}, true}});
+  shared.nodes.push_back(node("Relu", {"scores1"}, {"r"}));
+  shared.outputs.push_back("r");
+  shared.validate();
+  EXPECT_EQ(passes::attention_fusion(shared, {}).rewrites, 0);
+  // A term whose dims are not 1 or the scores' own.
+  Graph wide = biased_attention_graph(S, {{{1, H, S, S}, true}, {{2, S}, false}});
+  EXPECT_EQ(passes::attention_fusion(wide, {}).rewrites, 0);
+}
+
 // ---- the whole pipeline ----
 
 TEST(GraphPasses, PipelineOnAConvNetAndAnMlp) {

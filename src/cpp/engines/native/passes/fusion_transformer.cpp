@@ -921,6 +921,117 @@ PassResult qkv_fusion(Graph& g, const PassContext& /*ctx*/) {  // Note [One GEMM
   return result;
 }
 
+namespace {
+
+// Note [Attention with additive terms]
+// Models add more than a padding mask to the scores before the softmax: Swin a relative position bias [1, H, N, N]
+// (a Gather of a learnt table, folded to a constant) and in shifted windows a window mask as well, T5 a position bias
+// [B or 1, H, S, S] computed once and shared by every layer, ALiBi a per-head slope times the distance, exporters of
+// causal attention a -inf upper triangle. All of these are one additive term of the op (`mask`, any shape that
+// broadcasts to the scores [B, H, Sq, Sk]), which the fused kernels read with stride 0 along broadcast dims
+// (flash_v2: Note [flash_v2 tiling] in flash_attention_kernel.cuh). attention_fusion takes up to two Adds between the
+// (scaled) Q K^T and the Softmax, in either order of operands: MatMul -> [Div|Mul scale] -> Add(t1) [-> Add(t2)]
+// -> Softmax. Two terms become one input computed by an Add(t1, t2) node beside the attention, of the broadcast shape
+// of the two (at most the scores' size, usually far less: [1, H, S, S] + [B, 1, 1, S] is [B, H, S, S] but
+// [1, H, S, S] + [S, S] stays [1, H, S, S]); when both are constants the plan's constant folding computes it once
+// (shape inference folds a node whose inputs are all constant), so a bias table plus a fixed mask costs nothing per
+// run. A computed sum is one elementwise pass over at most B * H * Sq * Sk elements, against the unfused chain's
+// scores written, re-read and re-written by each Add and the softmax. Floating-point sums associate differently
+// ((s + t1) + t2 against s + (t1 + t2)), a rounding of the terms' size; -inf stays -inf and NaN stays NaN.
+
+// Whether `value` is Q K^T computed by a MatMul, possibly scaled once by a Div or Mul by a constant.
+bool from_scaled_matmul(const Graph& g, const Uses& uses, const std::string& value) {
+  auto p = uses.producer(value);
+  if (p && (is_onnx(g.nodes[*p], "Div") || is_onnx(g.nodes[*p], "Mul"))) {
+    auto factor = scale_operand(g, g.nodes[*p]);
+    p = factor ? uses.producer(g.nodes[*p].inputs[factor->first]) : std::nullopt;
+  }
+  return p && is_onnx(g.nodes[*p], "MatMul");
+}
+
+// The additive terms between the (scaled) scores and the softmax (Note [Attention with additive terms]).
+struct AdditiveTerms {
+  std::string scores;              // the (scaled) Q K^T the first Add reads
+  std::size_t reader = 0;          // the node that reads `scores` (the first Add, or the softmax without terms)
+  std::vector<std::string> terms;  // 0, 1 or 2 additive terms, the one added first first
+  std::vector<std::size_t> adds;   // their Add nodes
+};
+
+// Walks back from the softmax's input through at most two Adds to the scores; nullopt when an Add is there but the
+// chain is not of that form (the softmax is then not attention's, or not one this pass can prove).
+std::optional<AdditiveTerms> additive_terms(const Graph& g, const Uses& uses, const Matcher& m, std::size_t softmax) {
+  AdditiveTerms out;
+  out.scores = g.nodes[softmax].inputs[0];
+  out.reader = softmax;
+  for (int depth = 0; depth < 2; ++depth) {
+    auto ai = m.sole_producer(out.scores, out.reader, "Add");
+    if (!ai) return depth == 0 ? std::optional<AdditiveTerms>(out) : std::nullopt;
+    const Node& add = m.node(*ai);
+    if (add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) return std::nullopt;
+    std::optional<std::size_t> side;
+    for (std::size_t k = 0; k < 2 && !side; ++k) {
+      if (from_scaled_matmul(g, uses, add.inputs[k])) side = k;
+    }
+    // Not yet at the scores: the side that is itself an Add read only here leads on (the first term's Add).
+    for (std::size_t k = 0; k < 2 && !side && depth == 0; ++k) {
+      auto inner = m.sole_producer(add.inputs[k], *ai, "Add");
+      if (inner && m.node(*inner).inputs.size() == 2 &&
+          (from_scaled_matmul(g, uses, m.node(*inner).inputs[0]) ||
+           from_scaled_matmul(g, uses, m.node(*inner).inputs[1]))) {
+        side = k;
+      }
+    }
+    if (!side) return std::nullopt;
+    out.terms.insert(out.terms.begin(), add.inputs[1 - *side]);
+    out.adds.push_back(*ai);
+    out.scores = add.inputs[*side];
+    out.reader = *ai;
+    if (from_scaled_matmul(g, uses, out.scores)) return out;
+  }
+  return std::nullopt;
+}
+
+// Whether additive term `term` (rank <= 4, q's dtype) broadcasts to the scores [B, H, Sq, Sk]; its shape, if so.
+std::optional<std::vector<Dim>> term_shape(const Graph& g, const std::string& term, DType dtype,
+                                           const std::vector<Dim>& scores) {
+  auto t = value_type(g, term);
+  if (!t || !t->has_shape || t->shape.size() > 4 || t->dtype != dtype) return std::nullopt;
+  const std::size_t offset = 4 - t->shape.size();
+  for (std::size_t d = 0; d < t->shape.size(); ++d) {
+    const Dim& td = t->shape[d];
+    if (!(td.known() && td.value == 1) && !same_dim(td, scores[offset + d])) return std::nullopt;
+  }
+  return t->shape;
+}
+
+// One additive input from the terms: the term itself, or a new Add(t1, t2) (appended to `new_nodes`, its output
+// typed with the broadcast shape of the two) (Note [Attention with additive terms]).
+std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
+                               const std::vector<std::vector<Dim>>& shapes, DType dtype, const std::string& hint,
+                               std::vector<Node>& new_nodes) {
+  if (terms.size() == 1) return terms[0];
+  const std::size_t rank = std::max(shapes[0].size(), shapes[1].size());
+  std::vector<Dim> sum(rank, Dim(1));
+  for (const auto& shape : shapes) {
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      Dim& out = sum[rank - shape.size() + d];
+      if (!(shape[d].known() && shape[d].value == 1)) out = shape[d];  // both broadcast to the scores: equal
+    }
+  }
+  const std::string bias = g.unique_name(hint + "_bias");
+  ValueType type;
+  type.dtype = dtype;
+  type.has_shape = true;
+  type.shape = sum;
+  g.types[bias] = type;
+  Node add = make_node(bias, "Add", terms, {bias});
+  add.domain = "";
+  new_nodes.push_back(std::move(add));
+  return bias;
+}
+
+}  // namespace
+
 // Long function: one pattern, matched backwards and forwards from each Softmax through the variants exporters
 // write (scales on Q and K^T, PyTorch's K^T reshapes, the NaN guard); the matched names feed the one rewrite.
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
@@ -934,34 +1045,15 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     const std::int64_t opset = g.opset(softmax.domain);
     const std::int64_t axis = softmax.attrs.get_int("axis", opset >= 13 ? -1 : 1);
     if (axis != -1 && axis != 3) continue;  // opset < 13 flattens at axis: axis 3 of a 4-D tensor is the last
-    // Backwards from the softmax: [Add mask] <- [Div|Mul scale] <- MatMul(Q, K^T).
+    // Backwards from the softmax: [Add t2] <- [Add t1] <- [Div|Mul scale] <- MatMul(Q, K^T) (Note [Attention with
+    // additive terms]).
+    auto additive = additive_terms(g, uses, m, si);
+    if (!additive) continue;
     std::vector<std::size_t> nodes = {si};
-    std::string scores = softmax.inputs[0];
-    std::size_t reader = si;
-    std::string mask;
+    nodes.insert(nodes.end(), additive->adds.begin(), additive->adds.end());
+    std::string scores = additive->scores;
+    std::size_t reader = additive->reader;
     double scale = 1.0;
-    if (auto ai = m.sole_producer(scores, reader, "Add")) {
-      const Node& add = m.node(*ai);
-      if (add.inputs.size() != 2) continue;
-      // The scores side is the one computed by MatMul, possibly scaled (the mask may be computed too).
-      auto from_matmul = [&](const std::string& value) {
-        auto p = uses.producer(value);
-        if (p && (is_onnx(g.nodes[*p], "Div") || is_onnx(g.nodes[*p], "Mul"))) {
-          auto factor = scale_operand(g, g.nodes[*p]);
-          p = factor ? uses.producer(g.nodes[*p].inputs[factor->first]) : std::nullopt;
-        }
-        return p && is_onnx(g.nodes[*p], "MatMul");
-      };
-      std::optional<std::size_t> side;
-      for (std::size_t k = 0; k < 2 && !side; ++k) {
-        if (from_matmul(add.inputs[k])) side = k;
-      }
-      if (!side) continue;
-      mask = add.inputs[1 - *side];
-      scores = add.inputs[*side];
-      reader = *ai;
-      nodes.push_back(*ai);
-    }
     // Strips a Div or Mul by a scale from `value` (read only by node `value_reader`): multiplies `scale` by it.
     auto strip_scale = [&](std::string& value, std::size_t value_reader) {
       for (const char* op : {"Div", "Mul"}) {
@@ -1011,7 +1103,9 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     // guard changes nothing (NaN inputs aside, which no attention kernel keeps).
     std::string probabilities = softmax.outputs[0];
     if (auto guard = nan_guard(g, uses, m, softmax.outputs[0])) {
-      if (!mask.empty() && !finite_mask(g, uses, mask, 4)) continue;
+      bool finite = true;
+      for (const std::string& term : additive->terms) finite = finite && finite_mask(g, uses, term, 4);
+      if (!finite) continue;
       probabilities = g.nodes[guard->second].outputs[0];
       nodes.push_back(guard->first);
       nodes.push_back(guard->second);
@@ -1030,18 +1124,12 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     if (!same_dims(tq->shape, {0, 1, 3}, k_bhsd, {0, 1, 3}) || !same_dims(tv->shape, {0, 1, 2}, k_bhsd, {0, 1, 2})) {
       continue;
     }
-    if (!mask.empty()) {
-      auto tm = value_type(g, mask);
-      if (!tm || !tm->has_shape || tm->shape.size() > 4 || tm->dtype != tq->dtype) continue;
-      const std::vector<Dim> scores_shape = {tq->shape[0], tq->shape[1], tq->shape[2], k_bhsd[2]};
-      bool broadcasts = true;
-      const std::size_t offset = 4 - tm->shape.size();
-      for (std::size_t d = 0; d < tm->shape.size(); ++d) {
-        const Dim& md = tm->shape[d];
-        broadcasts = broadcasts && ((md.known() && md.value == 1) || same_dim(md, scores_shape[offset + d]));
-      }
-      if (!broadcasts) continue;
+    const std::vector<Dim> scores_shape = {tq->shape[0], tq->shape[1], tq->shape[2], k_bhsd[2]};
+    std::vector<std::vector<Dim>> term_shapes;
+    for (const std::string& term : additive->terms) {
+      if (auto shape = term_shape(g, term, tq->dtype, scores_shape)) term_shapes.push_back(*shape);
     }
+    if (term_shapes.size() != additive->terms.size()) continue;
     if (rw.any_taken(nodes)) continue;
     if (tp) {
       if (uses.only_reader(kt, kt_reader) && !rw.taken(*tp)) nodes.push_back(*tp);
@@ -1067,7 +1155,9 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       new_nodes.push_back(std::move(t));
     }
     std::vector<std::string> inputs = {q, k_input, v};
-    if (!mask.empty()) inputs.push_back(mask);
+    if (!additive->terms.empty()) {
+      inputs.push_back(one_additive_input(g, additive->terms, term_shapes, tq->dtype, qk_node.name, new_nodes));
+    }
     Node fused = make_node(qk_node.name, "Attention", inputs, {m.node(*pv).outputs[0]});
     fused.attrs.set("scale", scale);
     fused.attrs.set("causal", static_cast<std::int64_t>(0));

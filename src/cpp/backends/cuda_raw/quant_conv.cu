@@ -46,7 +46,9 @@
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_ops.h"
+#include "backends/cuda_raw/ptx.cuh"
 #include "backends/cuda_raw/quant_conv.h"
+#include "backends/cuda_raw/quant_conv_mma.h"
 #include "backends/cuda_raw/quant_epilogue.cuh"
 
 namespace xpuruntime::cuda_raw {
@@ -305,31 +307,6 @@ __global__ void __launch_bounds__(kTileThreads)
 constexpr int kMmaK = 64;             // bytes of K per step
 constexpr int kMmaRow = kMmaK + 16;   // bytes per shared row (Note [Int8 convolution on the GPU]: no bank conflicts)
 
-// d += a (16 x 32, row-major) * b (32 x 8, column-major): int32, wrapping; a unsigned when kUnsigned.
-template <bool kUnsigned>
-__device__ __forceinline__ void mma_16x8x32(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                            std::uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (kUnsigned) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-#else
-  (void)d;
-  (void)a;
-  (void)b0;
-  (void)b1;
-  __trap();  // the launcher's declaration keeps older devices away (sm_80+)
-#endif
-}
-
 __device__ __forceinline__ std::uint32_t shared_word(const std::uint8_t* p) {
   return *reinterpret_cast<const std::uint32_t*>(p);
 }
@@ -465,7 +442,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mma_16x8x32<kUnsigned>(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+        for (int nt = 0; nt < kNT; ++nt) ptx::mma_s8_16x8x32<kUnsigned>(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
       }
     }
     if (kt + 1 < steps) store(buffer ^ 1);  // the other buffer: last read in step kt - 1, before the barrier
@@ -571,10 +548,7 @@ bool qconv2d_tensor_core_fits(const QConvGeometry& g) {
 
 QConvPath qconv2d_path(const QConvGeometry& g, bool tensor_core, int sms) {
   if (tensor_core && qconv2d_tensor_core_fits(g)) {
-    const std::int64_t pixels = static_cast<std::int64_t>(g.batch) * g.out_h * g.out_w;
-    const std::int64_t large_tiles = (pixels + 127) / 128 * ((g.out_channels + 127) / 128);
-    return large_tiles >= 2 * static_cast<std::int64_t>(std::max(sms, 1)) ? QConvPath::kTensorCore
-                                                                          : QConvPath::kTensorCore64;
+    return qconv2d_pipeline(g, false, sms).small_tiles ? QConvPath::kPipelined64 : QConvPath::kPipelined;
   }
   const int groups = std::max(g.groups, 1);
   const int per_group_out = g.out_channels / groups;
@@ -588,16 +562,39 @@ const char* qconv2d_path_name(QConvPath path) {
     case QConvPath::kTiled: return "dp4a implicit GEMM, 64x64 tiles";
     case QConvPath::kTensorCore: return "tensor-core implicit GEMM (mma.sync m16n8k32), 128x128 tiles";
     case QConvPath::kTensorCore64: return "tensor-core implicit GEMM (mma.sync m16n8k32), 64x64 tiles";
+    case QConvPath::kPipelined: return "pipelined tensor-core implicit GEMM (cp.async, ldmatrix, mma.sync), 128x128 tiles";
+    case QConvPath::kPipelined64: return "pipelined tensor-core implicit GEMM (cp.async, ldmatrix, mma.sync), 64x64 tiles";
   }
   return "";
 }
 
-std::size_t qconv2d_workspace_bytes(const QConvGeometry& g) {
+namespace {
+
+bool pipelined(QConvPath path) { return path == QConvPath::kPipelined || path == QConvPath::kPipelined64; }
+
+// The pipeline of a pipelined path with `splits` ranges (the plan's choice, qconv2d_splits).
+QConvPipeline pipeline_of(const QConvGeometry& g, QConvPath path, int splits) {
+  return qconv2d_pipeline(g, path == QConvPath::kPipelined64, 1, std::max(splits, 1));
+}
+
+std::size_t prologue_workspace_bytes(const QConvGeometry& g) {
   return 2 * aligned_bytes(static_cast<std::size_t>(std::max(g.out_channels, 0)) * sizeof(std::int32_t));
 }
 
+}  // namespace
+
+int qconv2d_splits(const QConvGeometry& g, QConvPath path, int sms) {
+  return pipelined(path) ? qconv2d_pipeline(g, path == QConvPath::kPipelined64, sms).splits : 1;
+}
+
+std::size_t qconv2d_workspace_bytes(const QConvGeometry& g, QConvPath path, int splits) {
+  const std::size_t split_bytes =
+      pipelined(path) && splits > 1 ? qconv2d_pipeline_workspace_bytes(g, pipeline_of(g, path, splits)) : 0;
+  return prologue_workspace_bytes(g) + split_bytes;
+}
+
 // The epilogue's parameters, the prologue, then the path's kernel.
-void qconv2d(const QConvGeometry& g, const QConvArgs& a, QConvPath path, void* workspace, void* stream) {
+void qconv2d(const QConvGeometry& g, const QConvArgs& a, QConvPath path, void* workspace, void* stream, int splits) {
   switch (a.out_dtype) {
     case DType::kInt8:
     case DType::kUInt8:
@@ -610,7 +607,7 @@ void qconv2d(const QConvGeometry& g, const QConvArgs& a, QConvPath path, void* w
           "cuda_raw qconv2d writes int8, uint8, float32, float16 or int32, got ", dtype_name(a.out_dtype)));
   }
   XPURT_CHECK(qconv2d_fits_int32(g), "cuda_raw qconv2d: the convolution's sizes exceed its 32-bit indexing");
-  const bool tensor_core = path == QConvPath::kTensorCore || path == QConvPath::kTensorCore64;
+  const bool tensor_core = path == QConvPath::kTensorCore || path == QConvPath::kTensorCore64 || pipelined(path);
   XPURT_CHECK(!tensor_core || qconv2d_tensor_core_fits(g),
               "cuda_raw qconv2d: the tensor-core path takes NHWC, one group and channels a multiple of 16");
   const Dims d = dims_of(g);
@@ -618,9 +615,12 @@ void qconv2d(const QConvGeometry& g, const QConvArgs& a, QConvPath path, void* w
   const cudaStream_t s = as_stream(stream);
 
   // The epilogue's per-channel operands (Note [Int8 convolution on the GPU]): quantized_prologue (quant_gemm.cu) on
-  // the weight as [O, k], which both layouts' weights are.
+  // the weight as [O, k], which both layouts' weights are. None when the plan's constants already hold them (Note
+  // [Quantized constants folded at build time] in engines/native/passes/quantized_constants.cpp): with x_scale 1,
+  // w_scale is alpha (float32(double(1) * s) == s); with zero_point_folded, the int32 bias holds the correction.
   const bool needs_alpha = a.out_dtype != DType::kInt32;
-  const bool folds = a.x_zero_point != 0;
+  const bool alpha_given = needs_alpha && a.x_scale == 1.0f && a.w_scale != nullptr;
+  const bool folds = a.x_zero_point != 0 && !a.zero_point_folded;
   const auto* int_bias = a.bias != nullptr && a.bias_int ? static_cast<const std::int32_t*>(a.bias) : nullptr;
   QuantPrologueParams prologue;
   prologue.x_scale = a.x_scale;
@@ -631,16 +631,16 @@ void qconv2d(const QConvGeometry& g, const QConvArgs& a, QConvPath path, void* w
   prologue.weight_nk = true;
   prologue.k = d.k;
   prologue.zero_point_correction = -a.x_zero_point;
-  if (needs_alpha || folds) {
+  if ((needs_alpha && !alpha_given) || folds) {
     XPURT_CHECK(workspace != nullptr, "cuda_raw qconv2d: needs qconv2d_workspace_bytes() of workspace");
-    prologue.alpha = needs_alpha ? static_cast<float*>(workspace) : nullptr;
+    prologue.alpha = needs_alpha && !alpha_given ? static_cast<float*>(workspace) : nullptr;
     prologue.int_bias = folds ? reinterpret_cast<std::int32_t*>(static_cast<char*>(workspace) +
-                                                                qconv2d_workspace_bytes(g) / 2)
+                                                                prologue_workspace_bytes(g) / 2)
                               : nullptr;
     quantized_prologue(prologue, d.o, stream);
   }
   QuantEpilogueParams p;
-  p.alpha = prologue.alpha;
+  p.alpha = alpha_given ? a.w_scale : prologue.alpha;
   p.alpha_per_channel = prologue.alpha_per_channel;
   p.int_bias = folds ? prologue.int_bias : int_bias;
   p.float_bias = a.bias != nullptr && !a.bias_int ? static_cast<const float*>(a.bias) : nullptr;
@@ -670,6 +670,12 @@ void qconv2d(const QConvGeometry& g, const QConvArgs& a, QConvPath path, void* w
     case QConvPath::kTensorCore64:
       launch_mma<64, 64, 2, 2>(d, a, p, s);
       break;
+    case QConvPath::kPipelined:
+    case QConvPath::kPipelined64:
+      qconv2d_pipelined(g, a.x, a.x_unsigned, a.x_zero_point, a.w, a.y, p, pipeline_of(g, path, splits),
+                        workspace != nullptr ? static_cast<char*>(workspace) + prologue_workspace_bytes(g) : nullptr,
+                        stream);
+      return;  // its launcher checks its launch
   }
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }

@@ -81,20 +81,38 @@ const char* path_key(QConvPath path) {
     case QConvPath::kTiled: return "tiled";
     case QConvPath::kTensorCore: return "tensor_core";
     case QConvPath::kTensorCore64: return "tensor_core_64";
+    case QConvPath::kPipelined: return "pipelined";
+    case QConvPath::kPipelined64: return "pipelined_64";
   }
   return "";
 }
 
-std::string record_of(QConvPath path) {
+// {"path": ..., "splits": n} (splits only where the path splits the reduction).
+std::string record_of(QConvPath path, int splits) {
   nlohmann::json json;
   json["path"] = path_key(path);
+  if (splits > 1) json["splits"] = splits;
   return json.dump();
 }
 
 // The paths a kernel runs: the tensor-core tiles for "int8_mma", direct and tiled for "cuda_raw".
 std::vector<QConvPath> paths_of(bool tensor_core) {
-  if (tensor_core) return {QConvPath::kTensorCore, QConvPath::kTensorCore64};
+  if (tensor_core) {
+    return {QConvPath::kPipelined, QConvPath::kPipelined64, QConvPath::kTensorCore, QConvPath::kTensorCore64};
+  }
   return {QConvPath::kDirect, QConvPath::kTiled};
+}
+
+// The split count a record names (1 when absent); InvalidArgumentError outside 1..32.
+int splits_from_record(const std::string& record, const std::string& who) {
+  const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("splits")) return 1;
+  const nlohmann::json& splits = json["splits"];
+  if (!splits.is_number_integer() || splits.get<std::int64_t>() < 1 || splits.get<std::int64_t>() > 32) {
+    throw InvalidArgumentError(
+        ::xpuruntime::detail::str_cat(who, ": invalid plan record ('splits' must be an integer 1..32): ", record));
+  }
+  return static_cast<int>(splits.get<std::int64_t>());
 }
 
 // The path a record names, among the kernel's; InvalidArgumentError for a malformed record, UnsupportedOperationError
@@ -122,7 +140,8 @@ QConvPath path_from_record(const std::string& record, bool tensor_core, const st
     }
   }
   throw InvalidArgumentError(::xpuruntime::detail::str_cat(who, ": invalid plan record (unknown path '", key,
-                                                           "'; valid: direct, tiled, tensor_core, tensor_core_64): ",
+                                                           "'; valid: direct, tiled, pipelined, pipelined_64, tensor_core, "
+                                                           "tensor_core_64): ",
                                                            record));
 }
 
@@ -145,6 +164,7 @@ QConvArgs qconv_args(const KernelLaunch& launch) {
   a.x = x.data_ptr();
   a.x_unsigned = x.dtype() == DType::kUInt8;
   a.x_zero_point = static_cast<int>(attrs.get_int("x_zero_point", 0));
+  a.zero_point_folded = attrs.get_int("zero_point_folded", 0) != 0;
   a.x_scale = static_cast<float>(attrs.get_float("x_scale", 1.0));  // as the cpu kernel: float32 first
   a.w = static_cast<const std::int8_t*>(launch.input(1).data_ptr());
   if (w_scale != nullptr) {
@@ -165,24 +185,28 @@ QConvArgs qconv_args(const KernelLaunch& launch) {
 
 class QConvPlan final : public KernelPlan {
  public:
-  QConvPlan(QConvGeometry geometry, QConvPath path, int device) : g_(geometry), path_(path), device_(device) {}
+  QConvPlan(QConvGeometry geometry, QConvPath path, int splits, int device)
+      : g_(geometry), path_(path), splits_(splits), device_(device) {}
 
   void run(const KernelLaunch& launch) const override {
     XPURT_CHECK(launch.workspace_bytes >= workspace_bytes(), "cuda_raw qconv2d: the plan needs ", workspace_bytes(),
                 " bytes of workspace, the launch gives ", launch.workspace_bytes);
     ::xpuruntime::detail::CudaDeviceGuard guard(device_);
-    qconv2d(g_, qconv_args(launch), path_, launch.workspace, launch.stream.handle);
+    qconv2d(g_, qconv_args(launch), path_, launch.workspace, launch.stream.handle, splits_);
   }
-  std::size_t workspace_bytes() const override { return qconv2d_workspace_bytes(g_); }
-  std::string record() const override { return record_of(path_); }
+  std::size_t workspace_bytes() const override { return qconv2d_workspace_bytes(g_, path_, splits_); }
+  std::string record() const override { return record_of(path_, splits_); }
   std::string describe() const override {
-    return ::xpuruntime::detail::str_cat("int8 ", qconv2d_path_name(path_), g_.nhwc ? ", NHWC" : ", NCHW",
-                                         ", int32 accumulation, epilogue fused");
+    return ::xpuruntime::detail::str_cat(
+        "int8 ", qconv2d_path_name(path_), g_.nhwc ? ", NHWC" : ", NCHW",
+        splits_ > 1 ? ::xpuruntime::detail::str_cat(", reduction split in ", splits_) : std::string(),
+        ", int32 accumulation, epilogue fused");
   }
 
  private:
   QConvGeometry g_;
   QConvPath path_;
+  int splits_;
   int device_;
 };
 
@@ -219,22 +243,27 @@ class QConvKernel final : public Kernel {
     if (!support) throw UnsupportedOperationError(support.reason());
     const QConvGeometry g = qconv_geometry(desc);
     QConvPath path;
+    int splits = 1;
     if (!record.empty()) {
       path = path_from_record(record, tensor_core_, label());
+      splits = splits_from_record(record, label());
     } else {
       path = qconv2d_path(g, tensor_core_, multiprocessors(desc));
+      splits = qconv2d_splits(g, path, multiprocessors(desc));
     }
-    return std::make_unique<QConvPlan>(g, path, desc.device.index);
+    return std::make_unique<QConvPlan>(g, path, splits, desc.device.index);
   }
 
-  // The kernel's other path, for autotuning.
+  // The kernel's other paths (each with its own split choice) and the chosen path unsplit, for autotuning.
   std::vector<std::string> tactics(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     if (!supports(desc, policy)) return {};
     const QConvGeometry g = qconv_geometry(desc);
-    const QConvPath chosen = qconv2d_path(g, tensor_core_, multiprocessors(desc));
+    const int sms = multiprocessors(desc);
+    const QConvPath chosen = qconv2d_path(g, tensor_core_, sms);
     std::vector<std::string> out;
+    if (qconv2d_splits(g, chosen, sms) > 1) out.push_back(record_of(chosen, 1));
     for (const QConvPath path : paths_of(tensor_core_)) {
-      if (path != chosen) out.push_back(record_of(path));
+      if (path != chosen) out.push_back(record_of(path, qconv2d_splits(g, path, sms)));
     }
     return out;
   }

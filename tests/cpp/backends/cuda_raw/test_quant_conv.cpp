@@ -268,6 +268,22 @@ std::vector<Case> nhwc_cases() {
   k.relu = true;
   k.output = "int8";
   cases.push_back(k);
+  k = Case{"deep stage at batch 1: 3x3, 256 -> 260 on 7x7 (split by default)", 1, 256, 7, 7, 260, 3, 3};
+  k.nhwc = true;
+  k.pads = {1, 1, 1, 1};
+  k.x_zero_point = -7;
+  k.bias = Case::kInt;
+  k.output = "int8";
+  cases.push_back(k);
+  k = Case{"1x1 stride 2 downsample, 144 -> 36, batch 5 (several 128-row tiles)", 5, 144, 15, 13, 36, 1, 1};
+  k.nhwc = true;
+  k.strides = {2, 2};
+  k.x_dtype = DType::kUInt8;
+  k.x_zero_point = 128;
+  k.bias = Case::kFloat;
+  k.relu = true;
+  k.output = "uint8";
+  cases.push_back(k);
   k = Case{"ConvInteger NHWC", 1, 16, 9, 9, 24, 3, 3};
   k.nhwc = true;
   k.pads = {1, 1, 1, 1};
@@ -302,7 +318,11 @@ void check_case(const Case& k, std::mt19937& rng) {
   for (const Tensor& t : p.inputs) device_inputs.push_back(t.defined() ? t.to(Device::cuda(0)) : Tensor());
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"cuda_raw", ""}, {"cuda_raw", R"({"path": "direct"})"}, {"cuda_raw", R"({"path": "tiled"})"},
-      {"int8_mma", ""}, {"int8_mma", R"({"path": "tensor_core"})"}, {"int8_mma", R"({"path": "tensor_core_64"})"}};
+      {"int8_mma", ""}, {"int8_mma", R"({"path": "tensor_core"})"}, {"int8_mma", R"({"path": "tensor_core_64"})"},
+      {"int8_mma", R"({"path": "pipelined"})"}, {"int8_mma", R"({"path": "pipelined_64"})"},
+      // split-K: partial sums added by several blocks, the epilogue by the last (Note [Pipelined int8 convolution])
+      {"int8_mma", R"({"path": "pipelined", "splits": 2})"}, {"int8_mma", R"({"path": "pipelined_64", "splits": 3})"},
+      {"int8_mma", R"({"path": "pipelined_64", "splits": 32})"}};
   const bool tensor_core = k.nhwc && k.groups == 1 && k.c % 16 == 0;
   for (const auto& [name, record] : runs) {
     const OpDescriptor desc = descriptor_of(device_inputs, p.attrs);
@@ -444,16 +464,32 @@ TEST(QConv2dKernels, PlansNameTheirPathAndReplayTheirRecords) {
   const ExecutionPolicy policy;
   const Kernel& mma = qconv_kernel("int8_mma");
   const Kernel& generic = qconv_kernel("cuda_raw");
-  // Few output tiles: the 64 x 64 tensor-core tiles; many: the 128 x 128 ones.
+  // Few output tiles: the 64 x 64 pipelined tiles, the reduction split (9 steps of 64 bytes: 2 ranges, each at least
+  // 4 steps); many: the 128 x 128 ones, unsplit.
   const OpDescriptor small = qconv_desc({1, 7, 7, 64}, {64, 3, 3, 64}, true);
   const auto small_plan = mma.build(small, policy, "");
-  EXPECT_NE(small_plan->describe().find("64x64 tiles"), std::string::npos) << small_plan->describe();
-  EXPECT_EQ(small_plan->record(), R"({"path":"tensor_core_64"})");
-  EXPECT_EQ(small_plan->workspace_bytes(), 512u);  // alpha and the folded bias: 64 * 4 bytes each, 256-aligned
+  EXPECT_NE(small_plan->describe().find("pipelined"), std::string::npos) << small_plan->describe();
+  EXPECT_NE(small_plan->describe().find("64x64 tiles, NHWC, reduction split in 2"), std::string::npos)
+      << small_plan->describe();
+  EXPECT_EQ(small_plan->record(), R"({"path":"pipelined_64","splits":2})");
+  // alpha and the folded bias (64 * 4 bytes each, 256-aligned), the split's int32 sums (49 x 64) and one counter
+  EXPECT_EQ(small_plan->workspace_bytes(), 512u + 12544u + 256u);
+  EXPECT_EQ(mma.tactics(small, policy),
+            (std::vector<std::string>{R"({"path":"pipelined_64"})", R"({"path":"pipelined","splits":2})",
+                                      R"({"path":"tensor_core"})", R"({"path":"tensor_core_64"})"}));
+  EXPECT_EQ(mma.build(small, policy, R"({"path": "pipelined_64"})")->workspace_bytes(), 512u);
   const OpDescriptor large = qconv_desc({32, 56, 56, 64}, {256, 1, 1, 64}, true);
   EXPECT_NE(mma.build(large, policy, "")->describe().find("128x128 tiles"), std::string::npos);
-  EXPECT_EQ(mma.tactics(large, policy), std::vector<std::string>{R"({"path":"tensor_core_64"})"});
+  EXPECT_EQ(mma.build(large, policy, "")->record(), R"({"path":"pipelined"})");
+  EXPECT_EQ(mma.tactics(large, policy),
+            (std::vector<std::string>{R"({"path":"pipelined_64"})", R"({"path":"tensor_core"})",
+                                      R"({"path":"tensor_core_64"})"}));
   EXPECT_NE(mma.build(large, policy, R"({"path": "tensor_core_64"})")->describe().find("64x64"), std::string::npos);
+  // A split count is an integer 1..32.
+  XPURT_EXPECT_THROW_WITH(mma.build(large, policy, R"({"path": "pipelined", "splits": 0})"), InvalidArgumentError,
+                          "'splits' must be an integer 1..32");
+  XPURT_EXPECT_THROW_WITH(mma.build(large, policy, R"({"path": "pipelined", "splits": "4"})"), InvalidArgumentError,
+                          "'splits' must be an integer 1..32");
   // The generic kernel: tiles for a plain convolution, one thread per output for a depthwise one.
   const OpDescriptor plain = qconv_desc({1, 32, 9, 9}, {48, 32, 3, 3}, false);
   EXPECT_EQ(generic.build(plain, policy, "")->record(), R"({"path":"tiled"})");

@@ -64,6 +64,23 @@
 // lse = that * ln(2). A row with every score -inf has m = -inf and l = 0: lse = -inf; a NaN score makes l NaN:
 // lse = NaN. Lane 0 of the quad writes it, for rows inside Sq only; with lse null the epilogue costs one
 // uniform branch.
+//
+// Note [flash_v2 additive mask]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// MaskMode::kExplicit adds one tensor to the scores: a padding mask, a relative-position bias table (Swin, T5,
+// DeBERTa's disentangled terms summed by the graph), ALiBi, or the sum of such terms that attention_fusion builds
+// (Note [Attention with additive terms] in fusion_transformer.cpp). Any shape that broadcasts to [B, H, Sq, Sk]
+// works without a copy: the launcher turns it into four element strides, 0 along each broadcast (or missing) dim, so
+// [1, H, S, S], [B, 1, S, S], [B, H, 1, S], [1, 1, 1, S] and [S, S] all read one element per (b, h, i, j) from
+// mask_row[i] + j * stride_k. Each thread reads the 2 x kBlockN / 4 elements of its accumulator rows straight from
+// global memory (no shared-memory stage: a bias table shared by every batch and head stays in L2, and the loads of
+// one tile are issued before the softmax needs them), converts them to float32, and forms s * scale * log2(e) +
+// bias * log2(e) in the S registers before the past-Sk and causal -inf and the online softmax; the softmax then
+// runs with a unit scale (Note [flash_v2 log-sum-exp]). Columns past Sk and rows past Sq are clamped into range for
+// the load (their scores become -inf or are never stored). The bias is in q's dtype (the schema's contract for this
+// kernel; attention_fusion fuses only terms of q's type). -inf entries mask keys; a row masked entirely gets NaN.
+// With D = 64 the key tile is 64 instead of 128 (Note [flash_v2 tiling]): the extra row pointers and bias values
+// need the registers.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,15 +1,31 @@
-// Registration of qlinear's "dp4a" kernel of the cuda_raw backend (quant_gemm.cu, Note [The dp4a kernel of qlinear]):
-// every shape, layout and alignment, ranked after cuBLASLt's IMMA kernel, which takes the aligned [N, K] GEMMs.
+// Registration of qlinear's kernels of the cuda_raw backend: "int8_mma", the pipelined tensor-core kernel of qconv2d
+// run as a 1x1 convolution (quant_conv_mma.cu, Note [Pipelined int8 convolution]; Note [qlinear as a 1x1
+// convolution] below), and "dp4a" (quant_gemm.cu, Note [The dp4a kernel of qlinear]): every shape, layout and
+// alignment, ranked after cuBLASLt's IMMA kernel, which takes the aligned [N, K] GEMMs.
+//
+// Note [qlinear as a 1x1 convolution]
+// x [M, K] is an NHWC image of one row of M pixels with K channels, the [N, K] weight a 1x1 OHWI filter: the pipelined
+// convolution computes the GEMM with its requantizing epilogue in registers, where cuBLASLt's IMMA kernel writes the
+// int32 accumulators to memory for a second pass (4 bytes an output written and read again, against 1 for an int8
+// output) and a split of the reduction has to be cuBLASLt's own. It takes weight_layout=nk, K a multiple of 16 and
+// 16-byte aligned operands; it ranks before cuBLASLt where it takes the GEMM (ranks_first says so in explain()). The
+// kernel multiplies a uint8 x as stored (mma.sync u8.s8), so the correction folded into the bias is -x_zero_point,
+// not QLinearProblem's 128 - x_zero_point of the kernels that take x - 128.
 #include <algorithm>
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "backends/cuda_raw/cuda_raw_kernels.h"
 #include "backends/cuda_raw/cuda_raw_ops.h"
 #include "backends/cuda_raw/cuda_raw_register.h"
+#include "backends/cuda_raw/quant_conv.h"
+#include "backends/cuda_raw/quant_conv_mma.h"
 #include "core/cuda_utils.h"
 #include "core/quantized_gemm.h"
 #include "xpuruntime/execution_policy.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/kernel_registry.h"
 
 namespace xpuruntime::cuda_raw {
@@ -103,8 +119,176 @@ class Dp4aKernel final : public Kernel {
   }
 };
 
+// ---- int8_mma (Note [qlinear as a 1x1 convolution]) ----
+
+constexpr int kMmaComputeCapability = 80;  // mma.sync m16n8k32 on integers, cp.async, ldmatrix
+
+QConvGeometry gemm_geometry(const QLinearProblem& q) {
+  QConvGeometry g;
+  g.batch = 1;
+  g.channels = static_cast<int>(q.k);
+  g.in_h = g.out_h = static_cast<int>(q.m);
+  g.in_w = g.out_w = 1;
+  g.out_channels = static_cast<int>(q.n);
+  g.kernel_h = g.kernel_w = 1;
+  g.nhwc = true;
+  return g;
+}
+
+// The problem as the kernel sees it: uint8 x multiplied as stored.
+QLinearProblem unsigned_view(QLinearProblem q) {
+  if (q.x_unsigned) q.zero_point_correction -= 128;
+  return q;
+}
+
+class MmaPlan final : public KernelPlan {
+ public:
+  MmaPlan(QLinearProblem q, QConvPipeline pipeline) : q_(unsigned_view(q)), g_(gemm_geometry(q)), pipeline_(pipeline) {}
+
+  void run(const KernelLaunch& launch) const override {
+    if (q_.m == 0 || q_.n == 0) return;
+    ::xpuruntime::detail::CudaDeviceGuard guard(launch.desc->device.index);
+    XPURT_INTERNAL_ASSERT(workspace_bytes() == 0 || (launch.workspace != nullptr &&
+                                                     launch.workspace_bytes >= workspace_bytes()),
+                          "the int8_mma qlinear plan needs ", workspace_bytes(), " bytes of workspace, got ",
+                          launch.workspace_bytes);
+    char* scratch = workspace_bytes() > 0 ? static_cast<char*>(align_up(launch.workspace, kScratchAlignment)) : nullptr;
+    void* prologue_scratch = nullptr;
+    if (q_.needs_prologue(false)) {
+      prologue_scratch = scratch;
+      quantized_prologue(q_.prologue(launch, scratch, nullptr), q_.n, launch.stream.handle);
+    }
+    void* split = pipeline_.splits > 1 ? scratch + prologue_bytes() : nullptr;
+    qconv2d_pipelined(g_, launch.input(0).data_ptr(), q_.x_unsigned, 0,
+                      static_cast<const std::int8_t*>(launch.input(1).data_ptr()), launch.output(0).data_ptr(),
+                      q_.epilogue(launch, prologue_scratch), pipeline_, split, launch.stream.handle);
+  }
+
+  std::size_t workspace_bytes() const override {
+    const std::size_t bytes = prologue_bytes() + qconv2d_pipeline_workspace_bytes(g_, pipeline_);
+    return bytes > 0 ? bytes + kScratchAlignment : 0;
+  }
+  std::string record() const override {
+    nlohmann::json json;
+    json["tiles"] = pipeline_.small_tiles ? 64 : 128;
+    json["splits"] = pipeline_.splits;
+    return json.dump();
+  }
+  std::string describe() const override {
+    return ::xpuruntime::detail::str_cat(
+        "cuda_raw pipelined tensor-core int8 GEMM (cp.async, ldmatrix, mma.sync m16n8k32), ",
+        pipeline_.small_tiles ? "64x64" : "128x128", " tiles", pipeline_.splits > 1 ?
+        ::xpuruntime::detail::str_cat(", reduction split in ", pipeline_.splits) : std::string(), ", m=", q_.m,
+        " n=", q_.n, " k=", q_.k, ", epilogue fused: ", q_.describe_epilogue());
+  }
+
+ private:
+  std::size_t prologue_bytes() const { return q_.needs_prologue(false) ? q_.prologue_bytes() : 0; }
+
+  QLinearProblem q_;
+  QConvGeometry g_;
+  QConvPipeline pipeline_;
+};
+
+// The multiprocessors of the descriptor's device, or an H100's 132 where it is absent (plans are built from the
+// descriptor alone).
+int sm_count(const OpDescriptor& desc) {
+  constexpr int kUnknownDevice = 132;
+  DeviceManager& devices = DeviceManager::instance();
+  if (desc.device.index < 0 || desc.device.index >= devices.get_device_count()) return kUnknownDevice;
+  return devices.get_device_info(desc.device).sm_count;
+}
+
+// {"tiles": 64|128, "splits": 1..32}; InvalidArgumentError otherwise.
+QConvPipeline pipeline_from_record(const QConvGeometry& g, const std::string& record) {
+  const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  const auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi) {
+    if (!json.is_object() || !json.contains(key) || !json[key].is_number_integer() ||
+        json[key].get<std::int64_t>() < lo || json[key].get<std::int64_t>() > hi) {
+      throw InvalidArgumentError(::xpuruntime::detail::str_cat(
+          "int8_mma qlinear: invalid plan record ('", key, "' must be an integer ", lo, "..", hi, "): ", record));
+    }
+    return static_cast<int>(json[key].get<std::int64_t>());
+  };
+  const int tiles = integer("tiles", 64, 128);
+  if (tiles != 64 && tiles != 128) {
+    throw InvalidArgumentError("int8_mma qlinear: invalid plan record ('tiles' must be 64 or 128): " + record);
+  }
+  return qconv2d_pipeline(g, tiles == 64, 1, integer("splits", 1, 32));
+}
+
+class MmaKernel final : public Kernel {
+ public:
+  MmaKernel() : Kernel(make_info()) {}
+
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
+    const QLinearProblem q = QLinearProblem::of(desc);
+    if (!q.weight_nk) return Support::no("int8_mma qlinear takes weight_layout=nk ([N, K])");
+    if (q.k <= 0 || q.k % 16 != 0) {
+      return Support::no(::xpuruntime::detail::str_cat("int8_mma qlinear takes K a multiple of 16, got ", q.k));
+    }
+    constexpr std::int64_t kMax = 1 << 30;
+    if (q.m > kMax || q.n > kMax || q.k > kMax || !qconv2d_fits_int32(gemm_geometry(q))) {
+      return Support::no("int8_mma qlinear indexes in 32 bits: the GEMM is too large");
+    }
+    return Support::yes();
+  }
+
+  std::string ranks_first(const OpDescriptor&) const override {
+    return "the requantizing epilogue runs in the GEMM's registers (cuBLASLt writes int32 accumulators for a second "
+           "pass)";
+  }
+
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,
+                                    const std::string& record) const override {
+    const QLinearProblem q = QLinearProblem::of(desc);
+    const QConvGeometry g = gemm_geometry(q);
+    return std::make_unique<MmaPlan>(q, record.empty() ? qconv2d_pipeline(g, false, sm_count(desc))
+                                                       : pipeline_from_record(g, record));
+  }
+
+  // The other tile size, and the default tiles unsplit where the default splits, for autotuning.
+  std::vector<std::string> tactics(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    if (!supports(desc, policy)) return {};
+    const QConvGeometry g = gemm_geometry(QLinearProblem::of(desc));
+    const QConvPipeline chosen = qconv2d_pipeline(g, false, sm_count(desc));
+    std::vector<std::string> out;
+    const auto record = [](int tiles, int splits) {
+      nlohmann::json json;
+      json["tiles"] = tiles;
+      json["splits"] = splits;
+      return json.dump();
+    };
+    if (chosen.splits > 1) out.push_back(record(chosen.small_tiles ? 64 : 128, 1));
+    if (!chosen.small_tiles) out.push_back(record(64, qconv2d_pipeline(g, true, sm_count(desc)).splits));
+    return out;
+  }
+
+ private:
+  static KernelInfo make_info() {
+    KernelDecl decl;
+    decl.subject = "int8_mma qlinear";
+    decl.input_names = {"x", "weight", "w_scale", "bias", "x_zero_point"};
+    decl.on_device = true;
+    decl.min_compute_capability = std::max(kMmaComputeCapability, XPURT_CUDA_RAW_MIN_ARCH);
+    decl.built_for_architectures = XPURT_CUDA_RAW_MIN_ARCH >= kMmaComputeCapability;
+    decl.dtypes = DTypeSet{{DType::kInt8, DType::kUInt8, DType::kInt32, DType::kFloat32}, {}};
+    decl.layout = Layout::kContiguous;
+    decl.alignment = 16;  // 16-byte cp.async copies of x and the weight
+    return KernelInfo{"qlinear", "int8_mma", "cuda_raw", DeviceType::kCUDA, true,
+                      "int8 GEMM on tensor cores: the pipelined int8 convolution as a 1x1 convolution (cp.async, "
+                      "ldmatrix, mma.sync m16n8k32), split-K where the tiles do not fill the GPU, the requantizing "
+                      "epilogue fused (weight [N, K], K a multiple of 16; Note [qlinear as a 1x1 convolution])",
+                      std::move(decl)};
+  }
+};
+
 }  // namespace
 
-void register_qlinear(KernelRegistry& registry) { registry.add_kernel(std::make_unique<Dp4aKernel>()); }
+void register_qlinear(KernelRegistry& registry) {
+  registry.add_kernel(std::make_unique<MmaKernel>());
+  registry.add_kernel(std::make_unique<Dp4aKernel>());
+}
 
 }  // namespace xpuruntime::cuda_raw

@@ -232,6 +232,8 @@ TEST(QLinearKernels, MatchTheCpuKernelBitForBitAtManyShapes) {
         ++variant;
         c.nk = true;
         EXPECT_TRUE(check_kernel("dp4a", c, seed)) << c.str();
+        // The pipelined tensor-core kernel takes [N, K] weights with K a multiple of 16.
+        EXPECT_EQ(check_kernel("int8_mma", c, seed), k % 16 == 0) << c.str();
         const bool took = check_kernel("cublasLt", c, seed);
         lt_runs += took ? 1 : 0;
         // cuBLASLt takes every aligned [N, K] GEMM with K and N multiples of 4 on sm_75+.
@@ -265,6 +267,8 @@ TEST(QLinearKernels, EveryEpilogueAtTwoShapes) {
           c.zero_point = mode % 3 == 0 ? (c.x_unsigned ? 128 : 0) : (c.x_unsigned ? 37 : -11);
           c.dynamic_zero_point = mode % 3 == 2;
           EXPECT_TRUE(check_kernel("dp4a", c, ++seed)) << c.str();
+          c.nk = true;
+          EXPECT_EQ(check_kernel("int8_mma", c, seed), c.k % 16 == 0) << c.str();
           c.zero_point = mode % 3 == 0 ? 0 : c.zero_point;  // uint8 with zero point 0 too
           EXPECT_TRUE(check_kernel("dp4a", c, ++seed)) << c.str();
           EXPECT_EQ(check_kernel("cublasLt", c, ++seed), c.k % 4 == 0) << c.str();
@@ -289,6 +293,8 @@ TEST(QLinearKernels, RequantizationTiesRoundToEven) {
       c.per_channel = false;
       EXPECT_TRUE(check_kernel("dp4a", c, 77)) << c.str();
       EXPECT_TRUE(check_kernel("cublasLt", c, 78)) << c.str();
+      c.k = 32;  // the tensor-core kernel's K is a multiple of 16
+      EXPECT_TRUE(check_kernel("int8_mma", c, 79)) << c.str();
     }
   }
 }
@@ -309,6 +315,7 @@ TEST(QLinearKernels, RunTimeZeroPointAtLargeSizes) {
       c.zero_point = zp;
       EXPECT_TRUE(check_kernel("cublasLt", c, 900 + static_cast<std::uint32_t>(zp))) << c.str();
       EXPECT_TRUE(check_kernel("dp4a", c, 900 + static_cast<std::uint32_t>(zp))) << c.str();
+      EXPECT_TRUE(check_kernel("int8_mma", c, 900 + static_cast<std::uint32_t>(zp))) << c.str();
     }
   }
 }
@@ -343,6 +350,19 @@ TEST(QLinearKernels, RecordRoundTripAndEveryTacticGiveTheSameBits) {
   }
   XPURT_EXPECT_THROW_WITH(run_kernel("cublasLt", p.inputs, p.attrs, Device::cuda(0), "{\"format\": \"other\"}"),
                           UnsupportedOperationError, "cannot re-create");
+  // The pipelined tensor-core kernel: its record replays, every tactic (tiles, splits) gives the same bits, and
+  // forced splits of the reduction too (int32 sums: the order of the blocks does not matter).
+  const Kernel* mma = KernelRegistry::global().find_kernel("qlinear", "int8_mma");
+  const KernelRun chosen = run_kernel("int8_mma", p.inputs, p.attrs, Device::cuda(0));
+  EXPECT_TRUE(same_bits(chosen.output, want.output)) << chosen.describe;
+  std::vector<std::string> records = mma->tactics(desc, ExecutionPolicy());
+  records.push_back(chosen.record);
+  records.push_back(R"({"tiles": 64, "splits": 5})");
+  records.push_back(R"({"tiles": 128, "splits": 12})");
+  for (const std::string& record : records) {
+    const KernelRun tactic = run_kernel("int8_mma", p.inputs, p.attrs, Device::cuda(0), record);
+    EXPECT_TRUE(same_bits(tactic.output, want.output)) << record << ": " << tactic.describe;
+  }
 }
 
 // x at an odd address (a view one byte into a buffer): cuBLASLt refuses it, dp4a reads it byte by byte.
@@ -378,11 +398,13 @@ TEST(QLinearKernels, MisalignedXGoesToDp4a) {
   EXPECT_TRUE(same_bits(outputs[0].to(Device::cpu()), want.output));
 }
 
-// The dispatcher's first choice: cuBLASLt for the aligned [N, K] GEMMs, dp4a for the rest.
-TEST(QLinearKernels, TheDispatcherPicksCublasLtThenDp4a) {
+// The dispatcher's first choice: the pipelined tensor-core kernel for [N, K] GEMMs with K a multiple of 16 (it ranks
+// first, Note [qlinear as a 1x1 convolution]), cuBLASLt for the other aligned [N, K] ones, dp4a for the rest.
+TEST(QLinearKernels, TheDispatcherPicksInt8MmaThenCublasLtThenDp4a) {
   XPURT_SKIP_WITHOUT_GPU();
   Dispatcher dispatcher{KernelPolicy(), ExecutionPolicy()};
-  for (const auto& [k, nk, expected] : {std::tuple<std::int64_t, bool, const char*>{64, true, "cublasLt"},
+  for (const auto& [k, nk, expected] : {std::tuple<std::int64_t, bool, const char*>{64, true, "int8_mma"},
+                                        {36, true, "cublasLt"},
                                         {64, false, "dp4a"},
                                         {30, true, "dp4a"}}) {
     Case c;
@@ -437,6 +459,31 @@ TEST(QLinearKernels, ReasonsOfTheKernelsThatRefuse) {
       EXPECT_TRUE(dp4a->supports(desc, policy)) << desc.signature() << ": " << dp4a->supports(desc, policy).reason();
     }
   }
+  // The pipelined tensor-core kernel: [N, K], K a multiple of 16, 16-byte aligned operands; its plans name their
+  // tiles and split, and records outside the range are refused.
+  const Kernel* mma = KernelRegistry::global().find_kernel("qlinear", "int8_mma");
+  ASSERT_NE(mma, nullptr);
+  auto mma_reason = [&](const OpDescriptor& desc) { return mma->supports(desc, policy).reason(); };
+  EXPECT_TRUE(mma->supports(cuda_descriptor(5, 64, 32, "nk"), policy)) << mma_reason(cuda_descriptor(5, 64, 32, "nk"));
+  EXPECT_NE(mma_reason(cuda_descriptor(5, 64, 32, "kn")).find("weight_layout=nk"), std::string::npos);
+  EXPECT_NE(mma_reason(cuda_descriptor(5, 40, 32, "nk")).find("multiple of 16"), std::string::npos);
+  EXPECT_NE(mma_reason(cuda_descriptor(5, 64, 32, "nk", 8)).find("aligned"), std::string::npos);
+  EXPECT_NE(mma->ranks_first(cuda_descriptor(5, 64, 32, "nk")).find("epilogue"), std::string::npos);
+  const OpDescriptor bert = cuda_descriptor(2048, 768, 3072, "nk");  // 16 x 24 tiles of 128: more than 132
+  const auto plan = mma->build(bert, policy, "");
+  EXPECT_EQ(plan->record(), R"({"splits":1,"tiles":128})");
+  EXPECT_NE(plan->describe().find("128x128 tiles"), std::string::npos) << plan->describe();
+  const OpDescriptor decode = cuda_descriptor(1, 768, 768, "nk");  // one row: 64 x 64 tiles, the reduction split
+  const auto split = mma->build(decode, policy, "");
+  EXPECT_EQ(split->record(), R"({"splits":3,"tiles":64})");  // 12 steps of 64 bytes, at least 4 a split
+  EXPECT_GT(split->workspace_bytes(), 768u * 4u);
+  EXPECT_EQ(mma->tactics(decode, policy), std::vector<std::string>{R"({"splits":1,"tiles":64})"});
+  EXPECT_EQ(mma->build(decode, policy, R"({"tiles": 128, "splits": 2})")->record(), R"({"splits":2,"tiles":128})");
+  XPURT_EXPECT_THROW_WITH(mma->build(decode, policy, R"({"tiles": 96, "splits": 2})"), InvalidArgumentError,
+                          "'tiles' must be 64 or 128");
+  XPURT_EXPECT_THROW_WITH(mma->build(decode, policy, R"({"tiles": 64, "splits": 33})"), InvalidArgumentError,
+                          "'splits' must be an integer 1..32");
+  XPURT_EXPECT_THROW_WITH(mma->build(decode, policy, "tiles=64"), InvalidArgumentError, "invalid plan record");
   // On the CPU neither is asked.
   OpDescriptor cpu = cuda_descriptor(5, 64, 32, "nk");
   cpu.device = Device::cpu();

@@ -7,11 +7,15 @@ For each M (default 2048 = 128 x 16 and 8192 = 128 x 64 tokens, and 1 2 4 8 16) 
   int8 cublasLt  qlinear(x int8 [M, K], W int8 [N, K], per-channel w_scale, float32 bias, x_zero_point --zero-point)
                  -> --output (default int8, requantized: the form of a quantized_fusion chain), pinned to "cublasLt"
   int8 dp4a      the same pinned to "dp4a" (--no-dp4a skips it)
+  fp8 cublasLt   qlinear_fp8(x float8e4m3fn [M, K], W float8e4m3fn [N, K], per-channel w_scale, float32 bias) -> the
+                 matching output (float8e4m3fn for int8/uint8, else --output's float; float32 for int32): cuBLASLt's
+                 float8 tensor cores (Note [cuBLASLt float8 GEMMs]) and its epilogue kernel (--no-fp8 skips it)
   float16        y = xrt.ops.linear(x16, W16[N, K], bias16) on the same shapes
 Each is timed as the per-call time of --inner calls captured into one xpuruntime CUDA graph and replayed (no host
 overhead), median of --iters replays; the calls cycle through copies of the weights whose total exceeds --rotate MiB
 (default 256, above the H200's 50 MiB L2), so that the small-M rows read their weights from HBM.
-TOPS = 2 M N K / time (int8 ops or float16 FLOPs); ratio = float16 time / int8 time (> 1: int8 is faster). Also
+TOPS = 2 M N K / time (int8 ops, float8 or float16 FLOPs); ratio = float16 time / int8 time (> 1: int8 is faster),
+fp16/fp8 = float16 time / float8 time. Also
 checks the cublasLt and dp4a outputs equal bit for bit and prints the plan each kernel took.
 
     python benchmarks/bench_quant_gemm.py [--m 2048 8192 1 16] [--output int8|float16|int32] [--out quant_gemm.md]
@@ -27,6 +31,7 @@ import sys
 import numpy as np
 
 import xpuruntime as xrt
+from xpuruntime.quantization import _model
 from timing import graph_ms  # noqa: E402 (benchmarks/ is the script's folder)
 
 SHAPES = [(768, 768), (768, 3072), (3072, 768), (768, 2304)]
@@ -52,7 +57,36 @@ def weights(rng, k: int, n: int, args):
     w16 = (w.astype(np.float32) * w_scale[:, None]).astype(np.float32)
     int8 = copies([w, w_scale, bias], w.nbytes, args.rotate << 20)
     half = copies([w16, bias], w16.nbytes // 2, args.rotate << 20, convert=lambda t: xrt.ops.cast(t, "float16"))
-    return int8, half
+    fp8 = []
+    if not args.no_fp8:  # the float8e4m3fn codes of values in [-4, 4] (the int8 values / 32), viewed as float8
+        codes = _model.float_to_e4m3(w.astype(np.float32) / 32)
+        fp8 = [(c.view("float8e4m3fn"), s, b) for c, s, b in copies([codes, w_scale, bias], codes.nbytes,
+                                                                       args.rotate << 20)]
+    return int8, half, fp8
+
+
+def fp8_attrs(args, k: int) -> dict:
+    """qlinear_fp8's attributes for --output: a float8e4m3fn output where the int8 GEMM requantizes."""
+    output = {"int8": "float8e4m3fn", "uint8": "float8e4m3fn", "int32": "float32"}.get(args.output, args.output)
+    attrs = {"weight_layout": "nk", "x_scale": 0.05, "output_dtype": output, "activation": "none"}
+    if output == "float8e4m3fn":
+        attrs["y_scale"] = 0.05 * 0.01 * 2 * 2 * math.sqrt(k) / 100
+    return attrs
+
+
+def time_fp8(m: int, k: int, fp8, inner: int, args, row: dict) -> None:
+    """The qlinear_fp8 GEMM on `fp8`'s weight copies into `row` (fp8_us, fp8_tflops, the plan)."""
+    rng = np.random.default_rng(m + k)
+    codes = _model.float_to_e4m3(rng.uniform(-4, 4, (m, k)).astype(np.float32))
+    x8 = xrt.from_numpy(codes).to(xrt.Device("cuda:0")).view("float8e4m3fn")
+    attrs = fp8_attrs(args, k)
+    (_,), decision = xrt.ops.call("qlinear_fp8", [x8, *fp8[0]], attrs, return_decision=True)
+    row["plans"]["fp8 cublasLt"] = f"{decision.kernel}: {decision.plan_summary}"
+    calls = [(lambda c=c: xrt.ops.call("qlinear_fp8", [x8, *c], attrs)) for c in (fp8[i % len(fp8)]
+                                                                                 for i in range(inner))]
+    t = graph_ms(calls, args.iters)
+    row["fp8_us"] = t * 1e3
+    row["fp8_tflops"] = 2.0 * m * row["n"] * k / (t * 1e-3) / 1e12
 
 
 def qlinear_attrs(args, k: int) -> dict:
@@ -71,7 +105,7 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     if (k, n) not in cache:
         cache.clear()
         cache[(k, n)] = weights(rng, k, n, args)
-    int8, half = cache[(k, n)]
+    int8, half, fp8 = cache[(k, n)]
     x_dtype = np.uint8 if args.uint8 else np.int8
     low, high = (0, 255) if args.uint8 else (-128, 127)
     x = xrt.from_numpy(rng.integers(low, high + 1, size=(m, k)).astype(x_dtype)).to(gpu)
@@ -83,7 +117,7 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
         w, s, b = c
         return [x, w, None if raw else s, None if raw else b]
 
-    inner = max(args.inner, len(int8), len(half))
+    inner = max(args.inner, len(int8), len(half), len(fp8))
     kernels = ["cublasLt"] + ([] if args.no_dp4a else ["dp4a"])
     row = {"m": m, "k": k, "n": n, "plans": {}}
     outputs = {}
@@ -105,27 +139,40 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     row["fp16_us"] = t16 * 1e3
     row["fp16_tops"] = ops / (t16 * 1e-3) / 1e12
     row["ratio"] = row["fp16_us"] / row["cublasLt_us"]
+    if fp8:
+        time_fp8(m, k, fp8, inner, args, row)
+        row["fp8_ratio"] = row["fp16_us"] / row["fp8_us"]
     row["same_bits"] = all(np.array_equal(outputs["cublasLt"], v) for v in outputs.values())
     return row
 
 
 def table(rows, args, device_name: str) -> str:
     dp4a = not args.no_dp4a
+    fp8 = not args.no_fp8
     lines = [f"int8 GEMM (qlinear, x {'uint8' if args.uint8 else 'int8'} zero point {args.zero_point}, per-channel "
              f"scales, float32 bias, output {args.output}) vs float16 linear (with bias), {device_name}, "
              f"{datetime.date.today().isoformat()}; per call in a CUDA graph of calls cycling through > {args.rotate} "
              f"MiB of weights, median of {args.iters} replays", "",
              "| M | K | N | int8 cublasLt us | TOPS |" + (" int8 dp4a us | TOPS |" if dp4a else "") +
-             " fp16 linear us | TFLOPS | fp16 / int8 | dp4a = cublasLt |",
-             "| ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if dp4a else "") + " ---: | ---: | ---: | --- |"]
+             (" fp8 cublasLt us | TFLOPS |" if fp8 else "") +
+             " fp16 linear us | TFLOPS | fp16 / int8 |" + (" fp16 / fp8 |" if fp8 else "") + " dp4a = cublasLt |",
+             "| ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if dp4a else "") +
+             (" ---: | ---: |" if fp8 else "") + " ---: | ---: | ---: |" + (" ---: |" if fp8 else "") + " --- |"]
     for r in rows:
         line = f"| {r['m']} | {r['k']} | {r['n']} | {r['cublasLt_us']:.2f} | {r['cublasLt_tops']:.1f} |"
         if dp4a:
             line += f" {r['dp4a_us']:.2f} | {r['dp4a_tops']:.1f} |"
-        line += f" {r['fp16_us']:.2f} | {r['fp16_tops']:.1f} | {r['ratio']:.2f} | {'yes' if r['same_bits'] else 'NO'} |"
+        if fp8:
+            line += f" {r['fp8_us']:.2f} | {r['fp8_tflops']:.1f} |"
+        line += f" {r['fp16_us']:.2f} | {r['fp16_tops']:.1f} | {r['ratio']:.2f} |"
+        if fp8:
+            line += f" {r['fp8_ratio']:.2f} |"
+        line += f" {'yes' if r['same_bits'] else 'NO'} |"
         lines.append(line)
     lines += ["", "fp16 / int8: the float16 time over the cublasLt int8 time (> 1: int8 is faster), the epilogue and "
-                  "any prologue (alpha, folded zero points) included.", "", "Plans:", ""]
+                  "any prologue (alpha, folded zero points) included." + (
+                      " fp16 / fp8: the float16 time over the float8 one (qlinear_fp8 on cuBLASLt, its epilogue "
+                      "kernel included)." if fp8 else ""), "", "Plans:", ""]
     seen = set()
     for r in rows:
         for name, plan in r["plans"].items():
@@ -143,6 +190,7 @@ def main() -> int:
     parser.add_argument("--uint8", action="store_true", help="uint8 x (ONNX Runtime's default activations)")
     parser.add_argument("--zero-point", type=int, default=0, help="x's zero point (a nonzero one folds column sums)")
     parser.add_argument("--no-dp4a", action="store_true", help="skip the dp4a kernel (slow at the large M)")
+    parser.add_argument("--no-fp8", action="store_true", help="skip the float8 GEMM (qlinear_fp8, sm_89+)")
     parser.add_argument("--iters", type=int, default=20, help="timed graph replays per measurement")
     parser.add_argument("--inner", type=int, default=20, help="calls per graph (at least one per weight copy)")
     parser.add_argument("--rotate", type=int, default=256, help="MiB of weight copies each measurement cycles through")
@@ -157,7 +205,8 @@ def main() -> int:
         for m in args.m:
             rows.append(run_shape(m, k, n, args, cache))
             r = rows[-1]
-            print(f"M={m} K={k} N={n}: int8 {r['cublasLt_us']:.2f} us ({r['cublasLt_tops']:.1f} TOPS), fp16 "
+            fp8_text = f", fp8 {r['fp8_us']:.2f} us ({r['fp8_tflops']:.1f} TFLOPS)" if "fp8_us" in r else ""
+            print(f"M={m} K={k} N={n}: int8 {r['cublasLt_us']:.2f} us ({r['cublasLt_tops']:.1f} TOPS){fp8_text}, fp16 "
                   f"{r['fp16_us']:.2f} us, ratio {r['ratio']:.2f}", file=sys.stderr, flush=True)
     info = xrt.runtime.get_device_info(xrt.Device("cuda:0"))
     text = table(rows, args, getattr(info, "name", "cuda:0"))

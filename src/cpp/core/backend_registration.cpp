@@ -72,7 +72,8 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cublas", {"attention"}, "unfused", no_cuda);
 #endif
 #if !XPURT_BACKEND_CUBLASLT
-  declare_absent(registry, "cublasLt", {"matmul", "linear", "linear_grad_weight", "qlinear"}, "cublasLt", no_cuda);
+  declare_absent(registry, "cublasLt", {"matmul", "linear", "linear_grad_weight", "qlinear", "qlinear_fp8"}, "cublasLt",
+                 no_cuda);
 #endif
 #if !XPURT_BACKEND_NCCL
   {

@@ -338,6 +338,69 @@ std::vector<TensorDesc> infer_qlinear(const OpDescriptor& desc) {
 
 // conv2d's geometry (a float32 copy of x and the weight, no bias; layout NCHW or NHWC as conv2d's), then the
 // quantized operands.
+// Note [Float8 quantized linear]
+// qlinear_fp8 is what a float8 QDQ chain DequantizeLinear(float8e4m3fn) -> MatMul/Gemm -> [bias] [Relu] ->
+// [QuantizeLinear(float8e4m3fn)] becomes (the quantized_fusion pass; xrt.quantize(precision="fp8") writes such
+// chains). With x and weight float8e4m3fn (no zero points: ONNX's float8 zero points are 0 in these models):
+//   acc[m, n] = sum_k float(x[m, k]) * float(w[k, n])            float32 accumulation (the products are exact)
+//   real      = acc * alpha[n] + bias[n]                         alpha[n] = float32(x_scale * w_scale[n])
+//   real      = max(real, 0) when activation=relu
+//   y         = real (float32, or rounded to float16), or float8e4m3fn(real / y_scale) for output_dtype=float8e4m3fn:
+//               the division in float32, then round to nearest even and saturate to +-448 (ONNX's QuantizeLinear
+//               with saturate=1; NaN stays NaN)
+// The unfused chain dequantizes first and sums x_scale * x * w_scale[n] * w; the two differ only by float32 rounding
+// (and the order of the sums), so kernels agree with the cpu kernel to a tolerance, not bit for bit.
+std::vector<TensorDesc> infer_qlinear_fp8(const OpDescriptor& desc) {
+  const TensorDesc& x = desc.inputs[0];
+  const TensorDesc& w = desc.inputs[1];
+  const std::string layout = desc.attrs.get_string("weight_layout", "kn");
+  XPURT_CHECK(layout == "nk" || layout == "kn", "op 'qlinear_fp8': weight_layout must be 'kn' ([K, N]) or 'nk' "
+              "([N, K]), got '", layout, "'");
+  XPURT_CHECK(x.dim() >= 1, "op 'qlinear_fp8': input 'x' must have rank >= 1");
+  check_rank(w, 2, "qlinear_fp8", "weight", layout == "nk" ? "[N, K]" : "[K, N]");
+  XPURT_CHECK_TYPE(x.dtype == DType::kFloat8E4M3FN && w.dtype == DType::kFloat8E4M3FN, "op 'qlinear_fp8': x and "
+                   "weight must be float8e4m3fn, got ", dtype_name(x.dtype), " and ", dtype_name(w.dtype));
+  const std::int64_t k = x.shape.back();
+  const std::int64_t wk = layout == "nk" ? w.shape[1] : w.shape[0];
+  const std::int64_t n = layout == "nk" ? w.shape[0] : w.shape[1];
+  XPURT_CHECK(k == wk, "op 'qlinear_fp8': x ", shape_str(x.shape), " has ", k, " features but weight ",
+              shape_str(w.shape), " (layout ", layout, ") expects ", wk);
+  const TensorDesc& w_scale = desc.inputs[2];
+  const TensorDesc& bias = desc.inputs[3];
+  XPURT_CHECK(w_scale.present, "op 'qlinear_fp8': input 'w_scale' is required");
+  XPURT_CHECK_TYPE(w_scale.dtype == DType::kFloat32, "op 'qlinear_fp8': input 'w_scale' must be float32, got ",
+                   dtype_name(w_scale.dtype));
+  XPURT_CHECK(w_scale.shape == Shape{n} || w_scale.numel() == 1, "op 'qlinear_fp8': w_scale must have shape [", n,
+              "] (per output channel) or one element, got ", shape_str(w_scale.shape));
+  if (bias.present) {
+    XPURT_CHECK_TYPE(bias.dtype == DType::kFloat32, "op 'qlinear_fp8': input 'bias' must be float32, got ",
+                     dtype_name(bias.dtype));
+    XPURT_CHECK(bias.shape == Shape{n}, "op 'qlinear_fp8': bias must have shape [", n, "], got ",
+                shape_str(bias.shape));
+  }
+  for (const TensorDesc* t : {&w, &w_scale, &bias}) {
+    XPURT_CHECK(!t->present || t->device == x.device, "op 'qlinear_fp8': every input must be on ", x.device.str(),
+                "; one is on ", t->device.str());
+  }
+  check_activation(desc, {"none", "relu"});
+  const double x_scale = desc.attrs.get_float("x_scale", 0.0);
+  XPURT_CHECK(std::isfinite(x_scale) && x_scale > 0, "op 'qlinear_fp8': x_scale must be > 0, got ", x_scale);
+  const std::string out_name = desc.attrs.get_string("output_dtype", "float32");
+  TensorDesc out = output_like(x, x.shape);
+  out.shape.back() = n;
+  if (out_name == "float8e4m3fn") {
+    out.dtype = DType::kFloat8E4M3FN;
+    const double y_scale = desc.attrs.get_float("y_scale", 0.0);
+    XPURT_CHECK(std::isfinite(y_scale) && y_scale > 0, "op 'qlinear_fp8': y_scale must be > 0 for output "
+                "float8e4m3fn, got ", y_scale);
+  } else {
+    XPURT_CHECK(out_name == "float32" || out_name == "float16", "op 'qlinear_fp8': output_dtype must be "
+                "float8e4m3fn, float32 or float16, got '", out_name, "'");
+    out.dtype = out_name == "float16" ? DType::kFloat16 : DType::kFloat32;
+  }
+  return {out};
+}
+
 std::vector<TensorDesc> infer_qconv2d(const OpDescriptor& desc) {
   const bool nhwc = detail::is_nhwc(desc.attrs, "qconv2d");
   check_rank(desc.inputs[0], 4, "qconv2d", "x", nhwc ? "[N, H, W, C]" : "[N, C, H, W]");
@@ -676,6 +739,11 @@ void register_ops(KernelRegistry& registry) {
       infer_qconv2d);
   add("conv_transpose2d", "conv", {"x", "weight", "bias?"},
       "ONNX ConvTranspose in 2-D: x[N,C,H,W], weight [C, O/groups, kh, kw]; strides, pads (t,l,b,r), dilations, "
+  add("qlinear_fp8", "qmatmul", {"x", "weight", "w_scale", "bias?"},
+      "float8 GEMM (Note [Float8 quantized linear]): x float8e4m3fn [..., K], weight float8e4m3fn [K, N] "
+      "(weight_layout=kn) or [N, K] (nk), w_scale float32 [N] or one element, bias float32 [N]; x_scale, "
+      "activation=none|relu, output_dtype=float8e4m3fn (with y_scale)|float32|float16",
+      infer_qlinear_fp8);
       "groups, output_padding (h,w)",
       infer_conv_transpose2d);
   add("conv3d", "conv", {"x", "weight", "bias?"},

@@ -1,6 +1,8 @@
-// The cpu kernels of the int8 ops qlinear and qconv2d (Note [Quantized registry ops] in core/op_schemas.cpp): exact
+// The cpu kernels of the int8 ops qlinear and qconv2d (Note [Quantized registry ops] in core/op_schemas.cpp), and of
+// the float8 qlinear_fp8 (run_qlinear_fp8 below). The int8 ones: exact
 // integer accumulation (int32 that wraps, as ONNX's accumulator), then the epilogue of the note: alpha, bias,
 // activation and the requantization of ONNX's QuantizeLinear (round half to even, saturation).
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "core/half.h"
+#include "xpuruntime/low_bit.h"
 
 namespace xpuruntime::cpu {
 namespace {
@@ -215,8 +218,75 @@ void register_quantized_kernels(KernelRegistry& registry) {
                  run_qlinear, DTypeSet::kQuantized);
   add_cpu_kernel(registry, "qconv2d",
                  "reference int8 direct convolution: int32 accumulation, then alpha, bias, relu and ONNX's "
+// qlinear_fp8 (Note [Float8 quantized linear] in core/op_schemas.cpp): float8e4m3fn decoded exactly (a table of the
+// 256 codes), float32 products and sums in k order, then alpha, bias, relu and ONNX's saturating float8 rounding.
+void run_qlinear_fp8(const KernelLaunch& launch, const CpuContext& context) {
+  const OpDescriptor& desc = *launch.desc;
+  const Tensor& x = launch.input(0);
+  const Tensor& w = launch.input(1);
+  const Tensor& w_scale = launch.input(2);
+  const Tensor* bias = optional_input(launch, 3);
+  Tensor& y = launch.output(0);
+  const bool nk = desc.attrs.get_string("weight_layout", "kn") == "nk";
+  const std::int64_t k = x.shape().back();
+  const std::int64_t n = nk ? w.shape()[0] : w.shape()[1];
+  const std::int64_t m = y.numel() / std::max<std::int64_t>(n, 1);
+  std::array<float, 256> decode{};
+  for (std::size_t c = 0; c < decode.size(); ++c) {
+    decode[c] = detail::float8_to_float(static_cast<std::uint8_t>(c), DType::kFloat8E4M3FN);
+  }
+  const auto* xq = static_cast<const std::uint8_t*>(x.data_ptr());
+  const auto* wq = static_cast<const std::uint8_t*>(w.data_ptr());
+  std::vector<float> wf(static_cast<std::size_t>(k * n));  // [K, N]
+  for (std::int64_t r = 0; r < k; ++r) {
+    for (std::int64_t c = 0; c < n; ++c) {
+      wf[static_cast<std::size_t>(r * n + c)] = decode[nk ? wq[c * k + r] : wq[r * n + c]];
+    }
+  }
+  const auto x_scale = desc.attrs.get_float("x_scale", 1.0);
+  const auto y_scale = static_cast<float>(desc.attrs.get_float("y_scale", 1.0));
+  const bool relu = desc.attrs.get_string("activation", "none") == "relu";
+  const auto* s = static_cast<const float*>(w_scale.data_ptr());
+  std::vector<float> alpha(static_cast<std::size_t>(n)), shift(static_cast<std::size_t>(n), 0.0f);
+  for (std::int64_t c = 0; c < n; ++c) {
+    alpha[static_cast<std::size_t>(c)] = static_cast<float>(x_scale * s[w_scale.numel() == 1 ? 0 : c]);
+    if (bias != nullptr) shift[static_cast<std::size_t>(c)] = static_cast<const float*>(bias->data_ptr())[c];
+  }
+  const DType out = y.dtype();
+  parallel_for(m, context.threads, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(n * k, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 std::vector<float> row(static_cast<std::size_t>(n));
+                 for (std::int64_t i = begin; i < end; ++i) {
+                   std::fill(row.begin(), row.end(), 0.0f);
+                   for (std::int64_t l = 0; l < k; ++l) {
+                     const float a = decode[xq[i * k + l]];
+                     const float* b = wf.data() + l * n;
+                     for (std::int64_t j = 0; j < n; ++j) row[static_cast<std::size_t>(j)] += a * b[j];
+                   }
+                   for (std::int64_t j = 0; j < n; ++j) {
+                     const auto c = static_cast<std::size_t>(j);
+                     float v = row[c] * alpha[c] + shift[c];
+                     if (relu && !(v > 0.0f) && !std::isnan(v)) v = 0.0f;
+                     const std::int64_t at = i * n + j;
+                     if (out == DType::kFloat32) {
+                       static_cast<float*>(y.data_ptr())[at] = v;
+                     } else if (out == DType::kFloat16) {
+                       static_cast<std::uint16_t*>(y.data_ptr())[at] = detail::float_to_half(v);
+                     } else {
+                       static_cast<std::uint8_t*>(y.data_ptr())[at] =
+                           detail::float8_from_double(static_cast<double>(v / y_scale), DType::kFloat8E4M3FN);
+                     }
+                   }
+                 }
+               });
+}
+
                  "requantization (layout NHWC through NCHW copies)",
                  nhwc_through_nchw(run_qconv2d), DTypeSet::kQuantized);
 }
 
 }  // namespace xpuruntime::cpu
+  add_cpu_kernel(registry, "qlinear_fp8",
+                 "reference float8 GEMM: float8e4m3fn decoded exactly, float32 sums, then alpha, bias, relu and "
+                 "ONNX's saturating float8 rounding",
+                 run_qlinear_fp8, DTypeSet::kAll);

@@ -81,6 +81,9 @@ void register_fused_ops(NodeKernelRegistrar& kernels) {
   kernels.add(kXpurtDomain, "QConv", [](OpContext& ctx) {
     run_registry_op(ctx, "qconv2d", inputs_of(ctx, 4), ctx.node().attrs);
   });
+  kernels.add(kXpurtDomain, "QLinearFp8", [](OpContext& ctx) {  // Note [Float8 quantized linear]
+    run_registry_op(ctx, "qlinear_fp8", inputs_of(ctx, 4), ctx.node().attrs);
+  });
   // The int4_weight_fusion pass's node: its attributes are the registry op's (Note [Int4 weight-only GEMM]).
   kernels.add(kXpurtDomain, "MatMulNBits", [](OpContext& ctx) {
     run_registry_op(ctx, "matmul_nbits", inputs_of(ctx, 5), ctx.node().attrs);

@@ -1182,6 +1182,8 @@ const std::map<std::string, LowerFn>& xpurt_table() {
       {"FusedConv", [](const Ctx& c) { return lower_conv(c, true); }},
       {"QLinear", [](const Ctx& c) { return lower_fused_quantized(c, "qlinear"); }},
       {"QConv", [](const Ctx& c) { return lower_fused_quantized(c, "qconv2d"); }},
+      {"QLinearFp8",  // Note [Float8 quantized linear]
+       [](const Ctx& c) { return registry("qlinear_fp8", {0, 1, 2, c.has(3) ? 3 : -1}, c.node.attrs); }},
       {"MatMulNBits", lower_fused_matmul_nbits},
       {"MaxPool", [](const Ctx& c) { return lower_pool(c, "max_pool2d"); }},
       {"AveragePool", [](const Ctx& c) { return lower_pool(c, "avg_pool2d"); }},
@@ -1306,10 +1308,12 @@ Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const
       return reference(detail::str_cat("input ", idx, " of ", node.op_type, " is missing"));
     }
     // float8 and int4 (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h): no registry op but quantize_linear and
-    // dequantize_linear (Note [Quantize registry ops] in core/quantize_ops.h) takes them (the others' schemas refuse
-    // them); the node kernels move them (Transpose, Concat, Slice, Gather, ...) or say why not.
+    // dequantize_linear (Note [Quantize registry ops] in core/quantize_ops.h) and qlinear_fp8 (Note [Float8 quantized
+    // linear]) take them (the others' schemas refuse them); the node kernels move them (Transpose, Concat, Slice,
+    // Gather, ...) or say why not.
     const ValueType* vt = idx >= 0 ? c.type(static_cast<std::size_t>(idx)) : nullptr;
-    const bool takes_low_bit = lowered.op == "quantize_linear" || lowered.op == "dequantize_linear";
+    const bool takes_low_bit =
+        lowered.op == "quantize_linear" || lowered.op == "dequantize_linear" || lowered.op == "qlinear_fp8";
     if (lowered.kind == Lowered::Kind::kRegistry && !takes_low_bit && vt != nullptr && is_low_bit_dtype(vt->dtype)) {
       return reference(detail::str_cat("input ", idx, " is ", dtype_name(vt->dtype), ", which no registry op takes"));
     }

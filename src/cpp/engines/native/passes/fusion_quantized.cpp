@@ -14,7 +14,8 @@
 // It fires only on exact patterns: x's DQ per tensor (one-element constant float32 scale, constant zero point) of an
 // int8/uint8 value; the weight's DQ of a constant int8 tensor, per tensor or per output channel (MatMul axis 1, Gemm
 // axis 1 or with transB=1 axis 0, Conv axis 0), zero points absent or 0 (symmetric); the QuantizeLinear per tensor to
-// int8/uint8. float8 and int4 (and uint8 weights, blocked scales) stay on the node kernels. Constant folding would
+// int8/uint8. float8 GEMM chains become QLinearFp8 (Note [Float8 quantized fusion]); float8 convolutions and int4
+// (and uint8 weights, blocked scales) stay on the node kernels. Constant folding would
 // turn the weight's DQ into a float constant before any pass runs, so while this pass is on the folding keeps those
 // DQs (PassContext::keep_quantized_weights) and this pass folds the ones it leaves. ONNX's own quantized operators
 // (QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger) become the same nodes here rather than in the lowering's
@@ -41,6 +42,17 @@
 // the pass then takes float16 scales and biases (their float16 values, widened exactly) and gives the fused node
 // output_dtype=float16 where the chain ended in a float. The int8 arithmetic is the same; only the scales carry the
 // float16 rounding the user's precision asked for. bfloat16 plans keep the chains on the node kernels.
+// Note [Float8 quantized fusion]
+// The float8 chains xrt.quantize(precision="fp8") writes, DQ(x float8e4m3fn, per tensor) and DQ(constant weight
+// float8e4m3fn, per tensor or per output channel), zero points absent or 0, -> MatMul/Gemm -> [bias] [Relu] ->
+// [QuantizeLinear per tensor to float8e4m3fn, saturate=1], become com.xpuruntime:QLinearFp8, lowered onto the
+// registry op qlinear_fp8 (Note [Float8 quantized linear] in core/op_schemas.cpp): on CUDA cuBLASLt's float8 tensor
+// cores, on the CPU the reference kernel. The matching is the int8 chains' (above), with the constant weight laid out
+// [N, K] the same way (cuBLASLt's float8 GEMM is "TN" only, as its int8 one). A CUDA plan fuses only chains whose
+// shape cuBLASLt takes (K a multiple of 16, N of 4; fp8_shape_problem): the others run as written, dequantized to
+// float and multiplied by the float GEMM, and the pass's notes (explain()) say why. Mixed chains (an int8 x with a
+// float8 weight, or the reverse), float8e5m2, and a QuantizeLinear to int8 after a float8 GEMM are not fused (the
+// chain then ends in float, and the QuantizeLinear runs as written).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -60,6 +72,28 @@ using namespace internal;  // NOLINT(google-build-using-namespace): the passes' 
 namespace {
 
 bool is_8bit(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
+
+// The float8 format of the chains that become QLinearFp8 (Note [Float8 quantized fusion]).
+constexpr DType kFp8 = DType::kFloat8E4M3FN;
+
+// cuBLASLt's float8 GEMM takes K and N only in multiples of 16 and 4 (Note [cuBLASLt float8 GEMMs] in
+// backends/cublaslt/cublaslt_qlinear_fp8.cpp): why a CUDA plan keeps a chain of this [K, N] unfused, or empty.
+std::string fp8_shape_problem(std::int64_t k, std::int64_t n) {
+  if (k % 16 == 0 && n % 4 == 0 && k > 0) return {};
+  return "cuBLASLt's float8 GEMM needs K a multiple of 16 and N a multiple of 4, got K = " + std::to_string(k) +
+         " and N = " + std::to_string(n);
+}
+
+// Whether the optional zero point input `i` of `n` is absent or a constant of `dtype` holding zeros only.
+bool zero_point_absent_or_zero(const Graph& g, const Node& n, std::size_t i, DType dtype) {
+  if (!n.has_input(i)) return true;
+  const Tensor* zp = constant(g, n.inputs[i]);
+  if (zp == nullptr || zp->dtype() != dtype) return false;
+  for (double v : to_doubles(*zp)) {
+    if (v != 0) return false;
+  }
+  return true;
+}
 
 // The float types a fused chain may compute in: float32, or float16 in a float16 plan (Note [Quantized fusion in
 // float16 plans]).
@@ -92,12 +126,13 @@ std::optional<std::size_t> dequantize_of(const Graph& g, const Uses& uses, const
   return p;
 }
 
-// x's DequantizeLinear: per tensor, of an int8/uint8 value.
+// x's DequantizeLinear: per tensor, of an int8/uint8 value, or of a float8e4m3fn one with its zero point 0 (`fp8`).
 struct ActivationDq {
   std::size_t node = 0;
   std::string q;
   double scale = 0;
   std::int64_t zero_point = 0;
+  bool fp8 = false;
 };
 
 std::optional<ActivationDq> activation_dq(const Graph& g, const Uses& uses, const Rewriter& rw,
@@ -106,6 +141,11 @@ std::optional<ActivationDq> activation_dq(const Graph& g, const Uses& uses, cons
   if (!p) return std::nullopt;
   const Node& dq = g.nodes[*p];
   auto dtype = value_dtype(g, dq.inputs[0]);
+  if (dtype == kFp8) {
+    auto scale = scale_scalar(g, dq.inputs[1]);
+    if (!scale || !(*scale > 0) || !zero_point_absent_or_zero(g, dq, 2, kFp8)) return std::nullopt;
+    return ActivationDq{*p, dq.inputs[0], *scale, 0, true};
+  }
   if (!dtype || !is_8bit(*dtype)) return std::nullopt;
   auto scale = scale_scalar(g, dq.inputs[1]);
   auto zp = dq.has_input(2) ? one_element(g, dq.inputs[2], *dtype) : std::optional<double>(0.0);
@@ -128,7 +168,7 @@ std::optional<WeightDq> weight_dq(const Graph& g, const Uses& uses, const Rewrit
   const Node& dq = g.nodes[*p];
   const Tensor* w = constant(g, dq.inputs[0]);
   const Tensor* scale = constant(g, dq.inputs[1]);
-  if (w == nullptr || w->dtype() != DType::kInt8 || w->dim() != rank || scale == nullptr ||
+  if (w == nullptr || (w->dtype() != DType::kInt8 && w->dtype() != kFp8) || w->dim() != rank || scale == nullptr ||
       !is_chain_float(scale->dtype())) {
     return std::nullopt;
   }
@@ -138,13 +178,7 @@ std::optional<WeightDq> weight_dq(const Graph& g, const Uses& uses, const Rewrit
     if (axis < 0) axis += rank;
     if (scale->dim() != 1 || scale->numel() != channels || axis != channel_axis) return std::nullopt;
   }
-  if (dq.has_input(2)) {
-    const Tensor* zp = constant(g, dq.inputs[2]);
-    if (zp == nullptr || zp->dtype() != DType::kInt8) return std::nullopt;
-    for (double v : to_doubles(*zp)) {
-      if (v != 0) return std::nullopt;
-    }
-  }
+  if (!zero_point_absent_or_zero(g, dq, 2, w->dtype())) return std::nullopt;
   WeightDq out{*p, dq.inputs[0], to_doubles(*scale)};
   for (double s : out.scales) {
     if (!(s > 0)) return std::nullopt;
@@ -180,7 +214,19 @@ struct Chain {
   std::string output_dtype = "float32";
   double y_scale = 0;
   std::int64_t y_zero_point = 0;
+  bool fp8 = false;  // a float8 chain: QLinearFp8, whose QuantizeLinear may only be to float8e4m3fn
 };
+
+// The QuantizeLinear `q` that ends a float8 chain: per tensor to float8e4m3fn (a zero point of zeros, or opset 21's
+// output_dtype without one), saturating (ONNX's default saturate=1); its scale, or nullopt.
+std::optional<double> fp8_output_scale(const Graph& g, const Node& q) {
+  const bool to_fp8 = q.has_input(2) ? zero_point_absent_or_zero(g, q, 2, kFp8) && constant(g, q.inputs[2])->numel() == 1
+                                     : q.attrs.get_int("output_dtype", 0) == 17;  // TensorProto.FLOAT8E4M3FN
+  if (!to_fp8 || q.attrs.get_int("saturate", 1) != 1) return std::nullopt;
+  auto scale = scale_scalar(g, q.inputs[1]);
+  if (!scale || !(*scale > 0)) return std::nullopt;
+  return scale;
+}
 
 // [Add(per-channel constant)] [Relu] [QuantizeLinear per tensor to int8/uint8] after chain.out.
 void read_epilogue(const Graph& g, const Uses& uses, const Rewriter& rw, std::int64_t channels,
@@ -209,6 +255,16 @@ void read_epilogue(const Graph& g, const Uses& uses, const Rewriter& rw, std::in
   if (auto qi = sole_reader(g, uses, rw, chain.out, "QuantizeLinear")) {
     const Node& q = g.nodes[*qi];
     if (q.inputs.size() < 2 || blocked(q)) return;
+    if (chain.fp8) {
+      const auto y_scale = fp8_output_scale(g, q);
+      if (!y_scale) return;
+      chain.output_dtype = "float8e4m3fn";
+      chain.y_scale = *y_scale;
+      chain.pattern.push_back(*qi);
+      chain.parts.push_back(describe(q));
+      chain.out = q.outputs[0];
+      return;
+    }
     auto scale = scale_scalar(g, q.inputs[1]);
     std::optional<double> zp = 0.0;
     DType dtype = DType::kUInt8;  // ONNX's default without a zero point
@@ -242,10 +298,10 @@ Node fused_node(Graph& g, const Node& op, const std::string& op_type, const Acti
                                                                                           *chain.bias)));
   fused.outputs = {chain.out};
   fused.attrs.set("x_scale", x.scale);
-  fused.attrs.set("x_zero_point", x.zero_point);
+  if (!chain.fp8) fused.attrs.set("x_zero_point", x.zero_point);
   if (chain.output_dtype != "float32" && chain.output_dtype != "float16") {
     fused.attrs.set("y_scale", chain.y_scale);
-    fused.attrs.set("y_zero_point", chain.y_zero_point);
+    if (!chain.fp8) fused.attrs.set("y_zero_point", chain.y_zero_point);
   }
   fused.attrs.set("activation", chain.activation);
   fused.attrs.set("output_dtype", chain.output_dtype);
@@ -256,13 +312,13 @@ Node fused_node(Graph& g, const Node& op, const std::string& op_type, const Acti
 // once into a new constant, whatever number of nodes read it.
 class NkWeights {
  public:
-  // The name of the [N, K] copy of the constant int8 [K, N] tensor `kn`.
+  // The name of the [N, K] copy of the constant int8 or float8 [K, N] tensor `kn` (one byte an element).
   std::string of(Graph& g, const std::string& kn) {
     const auto found = names_.find(kn);
     if (found != names_.end()) return found->second;
     const Tensor w = constant(g, kn)->contiguous();
     const std::int64_t k = w.shape()[0], n = w.shape()[1];
-    Tensor t = Tensor::empty({n, k}, DType::kInt8, Device::cpu());
+    Tensor t = Tensor::empty({n, k}, w.dtype(), Device::cpu());
     const auto* src = static_cast<const std::int8_t*>(w.data_ptr());
     auto* dst = static_cast<std::int8_t*>(t.data_ptr());
     for (std::int64_t r = 0; r < k; ++r) {
@@ -281,8 +337,10 @@ class NkWeights {
   std::map<std::string, std::string> names_;
 };
 
-// A MatMul or Gemm node at `mi` whose operands are dequantized: the QLinear node, or nothing.
-bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi, NkWeights& nk_weights) {
+// A MatMul or Gemm node at `mi` whose operands are dequantized: the QLinear node (QLinearFp8 for a float8 chain), or
+// nothing; a float8 chain that a CUDA plan keeps unfused says why in `result`'s notes.
+bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi, NkWeights& nk_weights,
+               const PassContext& ctx, PassResult& result) {
   const Node& mm = g.nodes[mi];
   const bool gemm = is_onnx(mm, "Gemm");
   if (!gemm && !is_onnx(mm, "MatMul")) return false;
@@ -294,8 +352,19 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi, NkWeigh
   auto x = activation_dq(g, uses, rw, mm.inputs[0]);
   auto w = x ? weight_dq(g, uses, rw, mm.inputs[1], 2, nk ? 0 : 1) : std::nullopt;
   if (!w) return false;
-  const std::int64_t channels = constant(g, w->q)->shape()[nk ? 0 : 1];
+  const Tensor& wq = *constant(g, w->q);
+  const bool fp8 = wq.dtype() == kFp8;
+  if (fp8 != x->fp8) return false;  // int8 with float8: no kernel multiplies them
+  const std::int64_t channels = wq.shape()[nk ? 0 : 1];
+  if (fp8 && ctx.device.is_cuda()) {
+    const std::string problem = fp8_shape_problem(wq.shape()[nk ? 1 : 0], channels);
+    if (!problem.empty()) {
+      result.notes.push_back("kept " + describe(mm) + " unfused (DequantizeLinear, then the float op): " + problem);
+      return false;
+    }
+  }
   Chain chain;
+  chain.fp8 = fp8;
   chain.pattern = {mi};
   chain.parts = {describe(mm)};
   chain.out = mm.outputs[0];
@@ -310,7 +379,7 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi, NkWeigh
     }
   }
   read_epilogue(g, uses, rw, channels, 0, chain);
-  Node fused = fused_node(g, mm, "QLinear", *x, *w, channels, chain);
+  Node fused = fused_node(g, mm, fp8 ? "QLinearFp8" : "QLinear", *x, *w, channels, chain);
   if (!nk) fused.inputs[1] = nk_weights.of(g, w->q);
   fused.attrs.set("weight_layout", std::string("nk"));
   std::vector<std::size_t> pattern = chain.pattern;
@@ -318,7 +387,8 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi, NkWeigh
   if (uses.only_reader(mm.inputs[1], mi)) pattern.push_back(w->node);
   std::string note = "fused " + describe(g.nodes[x->node]) + " + " + describe(g.nodes[w->node]);
   for (const std::string& part : chain.parts) note += " + " + part;
-  rw.replace(pattern, {std::move(fused)}, note + " -> QLinear '" + mm.name + "' (qlinear, int8)");
+  rw.replace(pattern, {std::move(fused)}, note + (fp8 ? " -> QLinearFp8 '" + mm.name + "' (qlinear_fp8, float8)"
+                                                      : " -> QLinear '" + mm.name + "' (qlinear, int8)"));
   return true;
 }
 
@@ -333,7 +403,7 @@ bool fuse_conv(Graph& g, const Uses& uses, Rewriter& rw, std::size_t ci) {
   if (!x_type || !x_type->has_shape || x_type->shape.size() != 4) return false;
   auto x = activation_dq(g, uses, rw, conv.inputs[0]);
   auto w = x ? weight_dq(g, uses, rw, conv.inputs[1], 4, 0) : std::nullopt;
-  if (!w) return false;
+  if (!w || x->fp8 || constant(g, w->q)->dtype() != DType::kInt8) return false;  // float8 convolutions stay unfused
   const std::vector<std::int64_t>& ws = constant(g, w->q)->shape();
   const std::vector<std::int64_t> kernel = {ws[2], ws[3]};
   if (conv.attrs.has("kernel_shape") && conv.attrs.get_ints("kernel_shape", {}) != kernel) return false;
@@ -448,7 +518,7 @@ void remove_unread_dequantize(Graph& g, const std::set<std::string>& candidates)
 bool is_quantized_weight_dequantize(const Graph& g, const Node& n) {
   if (!is_onnx(n, "DequantizeLinear") || n.inputs.empty()) return false;
   const Tensor* q = constant(g, n.inputs[0]);
-  return q != nullptr && is_8bit(q->dtype());
+  return q != nullptr && (is_8bit(q->dtype()) || q->dtype() == kFp8);
 }
 
 PassResult quantized_fusion(Graph& g, const PassContext& ctx) {
@@ -466,7 +536,7 @@ PassResult quantized_fusion(Graph& g, const PassContext& ctx) {
         result.notes.push_back(*note);
         continue;
       }
-      if (fuse_gemm(g, uses, rw, i, nk_weights) || fuse_conv(g, uses, rw, i)) {
+      if (fuse_gemm(g, uses, rw, i, nk_weights, ctx, result) || fuse_conv(g, uses, rw, i)) {
         dequantized.insert(x);
         dequantized.insert(w);
       } else {

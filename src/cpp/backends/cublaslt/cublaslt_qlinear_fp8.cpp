@@ -1,0 +1,418 @@
+// The "cublasLt" kernel of the float8 op qlinear_fp8 (Note [Float8 quantized linear] in core/op_schemas.cpp): x and
+// the [N, K] weight, both float8e4m3fn, multiplied on the float8 tensor cores (sm_89+) into a float32 accumulator,
+// then this backend's epilogue kernel (cublaslt_fp8_epilogue.cu) applies the scales, the bias, the relu and the
+// output's rounding.
+//
+// Note [cuBLASLt float8 GEMMs]
+// cuBLASLt runs float8 GEMMs (cublasLtMatmul(), "FP8" requirements) only as "TN" (A transposed, B not: both operands
+// K-contiguous), with the leading dimensions of the float8 operands multiples of 16 elements and every pointer
+// 16-byte aligned. Row-major y[M, N] = x[M, K] @ w^T read column-major is y^T = w (op T) @ x^T, so A = the weight
+// [N, K] (weight_layout=nk, as the quantized_fusion pass lays out every constant weight) with lda = K, B = x with
+// ldb = K, D = float32 [M, N] with ldd = N: K a multiple of 16 and N of 4 (16 bytes of float32); M is free. The
+// compute type is CUBLAS_COMPUTE_32F and fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM) stays off: Hopper's
+// float8 MMA accumulates with fewer bits than float32 inside an instruction, and without fast accumulation cuBLASLt
+// promotes the partial sums to float32 registers regularly, which keeps the error of a long K near float32's.
+// The A/B scale pointers are left unset (1.0): the per-output-channel weight scale cannot be a scalar scale, and
+// CUDA 13 declares CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F (vectors of M and N scales) but its documentation does
+// not promise it for float8 on sm_90 in every version, so the scales, the float32 bias and the rounding to
+// float16/float8 are applied by one pass over the accumulator whose arithmetic is the cpu kernel's (not cuBLASLt's
+// D-scale rounding, which the documentation does not specify). What differs from the cpu kernel is the order of the
+// sums: the products of two float8 values are exact in float32, their float32 sums are not, so the results agree to
+// a relative error of about K * 2^-24 of the sum of |products| (the tests' tolerance), and a float8 output to within
+// one float8 step where the float32 value lies that close to a rounding boundary.
+//
+// Workspace: cuBLASLt's, then the float32 accumulator (M * N * 4 bytes), each 256-byte aligned.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backends/cublaslt/cublaslt_common.h"
+#include "backends/cublaslt/cublaslt_fp8_epilogue.h"
+#include "core/cublas_utils.h"
+#include "core/cuda_utils.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/kernel_registry.h"
+
+namespace xpuruntime::cublaslt {
+
+namespace {
+
+constexpr const char* kRecordFormat = "xpuruntime.cublasLt.qlinear_fp8.v1";
+constexpr std::size_t kDefaultWorkspace = std::size_t{32} << 20;  // policy.workspace_limit == 0
+constexpr int kHeuristicCandidates = 8;
+constexpr std::uint32_t kAlignment = 16;
+constexpr std::size_t kScratchAlignment = 256;
+constexpr std::size_t kDescriptorCacheSize = 256;  // as Note [cuBLASLt descriptors per thread]
+constexpr int kMinComputeCapability = 89;          // float8 tensor cores: Ada and Hopper and newer
+
+// The GEMM of one descriptor (the schema has validated it).
+struct Fp8Problem {
+  std::int64_t m = 0, n = 0, k = 0;
+  bool weight_nk = false;
+  bool w_scale_per_channel = false;
+  bool has_bias = false;
+  bool relu = false;
+  float x_scale = 1.0f, y_scale = 1.0f;
+  Fp8Output output = Fp8Output::kFloat32;
+  bool deterministic = false;  // no split-K (Note [cuBLASLt determinism and split-K] in cublaslt_gemm.cpp)
+
+  static Fp8Problem of(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+    Fp8Problem q;
+    q.deterministic = desc.deterministic || policy.deterministic;
+    const TensorDesc& x = desc.inputs[0];
+    const TensorDesc& w = desc.inputs[1];
+    q.weight_nk = desc.attrs.get_string("weight_layout", "kn") == "nk";
+    q.k = x.shape.empty() ? 0 : x.shape.back();
+    q.n = q.weight_nk ? w.shape[0] : w.shape[1];
+    q.m = q.k > 0 ? x.numel() / q.k : 0;
+    q.w_scale_per_channel = desc.inputs[2].numel() > 1;
+    q.has_bias = desc.inputs.size() > 3 && desc.inputs[3].present;
+    q.relu = desc.attrs.get_string("activation", "none") == "relu";
+    q.x_scale = static_cast<float>(desc.attrs.get_float("x_scale", 1.0));
+    q.y_scale = static_cast<float>(desc.attrs.get_float("y_scale", 1.0));
+    const std::string out = desc.attrs.get_string("output_dtype", "float32");
+    q.output = out == "float8e4m3fn" ? Fp8Output::kFloat8E4M3FN
+                                     : (out == "float16" ? Fp8Output::kFloat16 : Fp8Output::kFloat32);
+    return q;
+  }
+
+  std::string describe_epilogue() const {
+    std::string text = detail::str_cat("x_scale ", x_scale, " * w_scale (",
+                                       w_scale_per_channel ? "per output channel" : "per tensor", ")");
+    if (has_bias) text += ", + bias";
+    if (relu) text += ", relu";
+    switch (output) {
+      case Fp8Output::kFloat8E4M3FN:
+        return text + detail::str_cat(", -> float8e4m3fn (y_scale ", y_scale, ", round to nearest even, saturate)");
+      case Fp8Output::kFloat16:
+        return text + ", -> float16";
+      case Fp8Output::kFloat32:
+        break;
+    }
+    return text + ", -> float32";
+  }
+};
+
+std::size_t aligned(std::size_t bytes) { return cublas::round_up(bytes, kScratchAlignment); }
+
+// The GEMM's descriptors (Note [cuBLASLt float8 GEMMs]): A = the weight [N, K] (op T), B = x [M, K], C = D = the
+// float32 accumulator [M, N]; alpha 1 and beta 0 in float32.
+struct Descriptors {
+  MatmulDesc operation;
+  MatrixLayout a;
+  MatrixLayout b;
+  MatrixLayout d;
+};
+
+Descriptors make_descriptors(const Fp8Problem& q) {
+  Descriptors descriptors{MatmulDesc(CUBLAS_COMPUTE_32F, CUDA_R_32F), MatrixLayout(CUDA_R_8F_E4M3, q.k, q.n, q.k),
+                          MatrixLayout(CUDA_R_8F_E4M3, q.k, q.m, q.k), MatrixLayout(CUDA_R_32F, q.n, q.m, q.n)};
+  descriptors.operation.set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(CUBLAS_OP_T));
+  descriptors.operation.set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(CUBLAS_OP_N));
+  descriptors.operation.set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<std::int8_t>(0));
+  return descriptors;
+}
+
+struct Candidate {
+  cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace = 0;
+};
+
+// The heuristic's candidates, in its order, within `limit` bytes of workspace that cublasLtMatmulAlgoCheck passes.
+std::vector<Candidate> algorithm_candidates(cublasLtHandle_t handle, const Fp8Problem& q, std::size_t limit) {
+  std::vector<Candidate> valid;
+  const Descriptors descriptors = make_descriptors(q);
+  Preference preference;
+  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(limit));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, kAlignment);
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, kAlignment);
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, kAlignment);
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, kAlignment);
+  const std::uint32_t reductions =
+      static_cast<std::uint32_t>(q.deterministic ? CUBLASLT_REDUCTION_SCHEME_NONE : CUBLASLT_REDUCTION_SCHEME_MASK);
+  preference.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
+  std::array<cublasLtMatmulHeuristicResult_t, kHeuristicCandidates> results{};
+  int returned = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(), descriptors.d.get(),
+      descriptors.d.get(), preference.get(), kHeuristicCandidates, results.data(), &returned);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return valid;
+  XPURT_CUBLASLT_CHECK(status);
+  for (int j = 0; j < returned; ++j) {
+    const cublasLtMatmulHeuristicResult_t& result = results[static_cast<std::size_t>(j)];
+    if (result.state != CUBLAS_STATUS_SUCCESS || result.workspaceSize > limit) continue;
+    if (!reduction_allowed(config_of(result.algo), reductions)) continue;
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(),
+                                descriptors.d.get(), descriptors.d.get(), &result.algo,
+                                &check) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    Candidate candidate{result.algo, std::max(result.workspaceSize, check.workspaceSize)};
+    if (candidate.workspace <= limit) valid.push_back(candidate);
+  }
+  return valid;
+}
+
+class Fp8Plan final : public KernelPlan {
+ public:
+  // An empty output: nothing to run.
+  Fp8Plan(Fp8Problem q, int device) : q_(q), device_(device) {}
+
+  Fp8Plan(Fp8Problem q, int device, int compute_capability, const cublasLtMatmulAlgo_t& algo,
+          std::size_t algo_workspace)
+      : q_(q), device_(device), algo_(algo), has_algo_(true), algo_workspace_(algo_workspace) {
+    accumulator_offset_ = aligned(algo_workspace_);
+    total_ = accumulator_offset_ + aligned(sizeof(float) * static_cast<std::size_t>(q_.m * q_.n));
+    const AlgoConfig config = config_of(algo_);
+    record_ = make_record(config, compute_capability);
+    describe_ = detail::str_cat("cublasLt float8 algo ", config.id, " tile ", enum_name(kTileNames, config.tile),
+                                " stages ", enum_name(kStagesNames, config.stages), " splitK ", config.splitk,
+                                ", m=", q_.m, " n=", q_.n, " k=", q_.k,
+                                " float8e4m3fn x float8e4m3fn -> float32, workspace ", algo_workspace_,
+                                " B; epilogue: ", q_.describe_epilogue());
+  }
+
+  void run(const KernelLaunch& launch) const override {
+    if (!has_algo_) return;
+    detail::CudaDeviceGuard guard(device_);
+    const auto stream = static_cast<cudaStream_t>(launch.stream.handle);
+    XPURT_INTERNAL_ASSERT(launch.workspace != nullptr && launch.workspace_bytes >= workspace_bytes(),
+                          "the cublasLt qlinear_fp8 plan needs ", workspace_bytes(), " bytes of workspace, got ",
+                          launch.workspace_bytes);
+    auto* base = static_cast<unsigned char*>(cublas::align_up(launch.workspace, kScratchAlignment));
+    auto* accumulator = reinterpret_cast<float*>(base + accumulator_offset_);
+    const void* x = launch.input(0).data_ptr();
+    const void* weight = launch.input(1).data_ptr();
+    check_alignment(x, "x");
+    check_alignment(weight, "weight");
+    const Descriptors& descriptors = thread_descriptors();
+    const float alpha = 1.0f;
+    const float beta = 0.0f;
+    void* workspace = algo_workspace_ > 0 ? base : nullptr;
+    XPURT_CUBLASLT_CHECK(cublasLtMatmul(cublas::thread_cublaslt_handle(device_), descriptors.operation.get(), &alpha,
+                                        weight, descriptors.a.get(), x, descriptors.b.get(), &beta, accumulator,
+                                        descriptors.d.get(), accumulator, descriptors.d.get(), &algo_, workspace,
+                                        algo_workspace_, stream));
+    Fp8EpilogueParams epilogue;
+    epilogue.accumulator = accumulator;
+    epilogue.out = launch.output(0).data_ptr();
+    epilogue.m = q_.m;
+    epilogue.n = q_.n;
+    epilogue.x_scale = q_.x_scale;
+    epilogue.w_scale = static_cast<const float*>(launch.input(2).data_ptr());
+    epilogue.w_scale_per_channel = q_.w_scale_per_channel;
+    epilogue.bias = q_.has_bias ? static_cast<const float*>(launch.input(3).data_ptr()) : nullptr;
+    epilogue.relu = q_.relu;
+    epilogue.y_scale = q_.y_scale;
+    epilogue.output = q_.output;
+    XPURT_CUDA_CHECK(launch_fp8_epilogue(epilogue, stream));
+  }
+
+  std::size_t workspace_bytes() const override { return has_algo_ ? total_ + kScratchAlignment : 0; }
+  std::string record() const override { return record_; }
+  std::string describe() const override { return has_algo_ ? describe_ : "cublasLt qlinear_fp8: empty output"; }
+
+ private:
+  void check_alignment(const void* pointer, const char* what) const {
+    if (cublas::is_aligned(pointer, kAlignment)) return;
+    throw InvalidArgumentError(detail::str_cat("the cublasLt qlinear_fp8 plan was built for ", kAlignment,
+                                               "-byte aligned operands (see supports()), but ", what,
+                                               " is not; pass aligned tensors"));
+  }
+
+  // This thread's descriptors of this plan (Note [cuBLASLt descriptors per thread] in cublaslt_gemm.cpp).
+  const Descriptors& thread_descriptors() const {
+    thread_local std::unordered_map<std::uint64_t, std::unique_ptr<Descriptors>> cache;
+    const auto found = cache.find(id_);
+    if (found != cache.end()) return *found->second;
+    if (cache.size() >= kDescriptorCacheSize) cache.clear();
+    return *cache.emplace(id_, std::make_unique<Descriptors>(make_descriptors(q_))).first->second;
+  }
+
+  std::string make_record(const AlgoConfig& config, int compute_capability) const {
+    nlohmann::json record;
+    nlohmann::json words = nlohmann::json::array();
+    for (const std::uint64_t word : algo_.data) {
+      char text[24];
+      std::snprintf(text, sizeof(text), "0x%016" PRIx64, word);
+      words.push_back(text);
+    }
+    record["format"] = kRecordFormat;
+    record["algo"] = words;
+    record["algo_id"] = config.id;
+    record["tile"] = enum_name(kTileNames, config.tile);
+    record["stages"] = enum_name(kStagesNames, config.stages);
+    record["splitk"] = config.splitk;
+    record["reduction_scheme"] = reduction_scheme_name(config.reduction_scheme);
+    record["compute_type"] = "32F";
+    record["workspace_bytes"] = algo_workspace_;
+    record["cublaslt_version"] = cublasLtGetVersion();
+    record["compute_capability"] = compute_capability;
+    return record.dump();
+  }
+
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
+  std::uint64_t id_ = next_id();
+  Fp8Problem q_;
+  int device_ = 0;
+  cublasLtMatmulAlgo_t algo_{};
+  bool has_algo_ = false;
+  std::size_t algo_workspace_ = 0;
+  std::size_t accumulator_offset_ = 0;
+  std::size_t total_ = 0;
+  std::string record_;
+  std::string describe_;
+};
+
+[[noreturn]] void throw_bad_record(const std::string& why) {
+  throw UnsupportedOperationError(
+      detail::str_cat("cannot re-create the cublasLt qlinear_fp8 plan from its record: ", why,
+                      ". Drop the record (e.g. clear the autotune cache entry) to let cuBLASLt choose afresh"));
+}
+
+// The algorithm of a record, checked against this GEMM here (cublasLtMatmulAlgoCheck); its workspace.
+Candidate candidate_from_record(cublasLtHandle_t handle, const Fp8Problem& q, std::size_t limit,
+                                const std::string& text) {
+  Candidate candidate;
+  try {
+    const nlohmann::json record = nlohmann::json::parse(text);
+    if (!record.is_object() || record.value("format", std::string()) != kRecordFormat) {
+      throw_bad_record(detail::str_cat("it is not a record of format ", kRecordFormat, ": ", text));
+    }
+    const auto& words = record.at("algo");
+    if (!words.is_array() || words.size() != 8) throw_bad_record("'algo' must hold 8 words");
+    for (std::size_t j = 0; j < 8; ++j) candidate.algo.data[j] = std::stoull(words[j].get<std::string>(), nullptr, 16);
+    candidate.workspace = record.at("workspace_bytes").get<std::size_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw_bad_record(detail::str_cat("it is not JSON with the fields of a record (", e.what(), ")"));
+  } catch (const std::logic_error& e) {  // std::stoull: not a hex number
+    throw_bad_record(detail::str_cat("an 'algo' word is not a hex number (", e.what(), ")"));
+  }
+  const Descriptors descriptors = make_descriptors(q);
+  cublasLtMatmulHeuristicResult_t check{};
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoCheck(handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(),
+                              descriptors.d.get(), descriptors.d.get(), &candidate.algo, &check);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw_bad_record(detail::str_cat("cublasLtMatmulAlgoCheck rejects its algorithm for this GEMM here: ",
+                                     cublas::status_name(status)));
+  }
+  candidate.workspace = std::max(candidate.workspace, check.workspaceSize);
+  if (q.deterministic && !reduction_allowed(config_of(candidate.algo), CUBLASLT_REDUCTION_SCHEME_NONE)) {
+    throw_bad_record("its algorithm splits K, and this plan is built for a deterministic policy");
+  }
+  if (candidate.workspace > limit) {
+    throw_bad_record(detail::str_cat("its algorithm needs ", candidate.workspace,
+                                     " bytes of workspace, above the policy's limit of ", limit, " bytes"));
+  }
+  return candidate;
+}
+
+std::size_t workspace_limit_of(const ExecutionPolicy& policy) {
+  return policy.workspace_limit == 0 ? kDefaultWorkspace : static_cast<std::size_t>(policy.workspace_limit);
+}
+
+KernelDecl qlinear_fp8_declaration() {
+  KernelDecl decl;
+  decl.subject = "cublasLt qlinear_fp8";
+  decl.input_names = {"x", "weight", "w_scale", "bias"};
+  decl.on_device = true;
+  decl.min_compute_capability = kMinComputeCapability;
+  decl.dtypes = DTypeSet{{DType::kFloat8E4M3FN, DType::kFloat32}, {}};
+  decl.layout = Layout::kContiguous;
+  return decl;
+}
+
+class QLinearFp8Kernel final : public Kernel {
+ public:
+  QLinearFp8Kernel()
+      : Kernel(KernelInfo{"qlinear_fp8", "cublasLt", "cublasLt", DeviceType::kCUDA, true,
+                          "cuBLASLt float8 GEMM on the float8 tensor cores (float32 accumulation, weight [N, K]); "
+                          "scales, bias, relu and the output's rounding in this backend's epilogue kernel, as the "
+                          "cpu kernel computes them; heuristic algorithm, recorded in the plan",
+                          qlinear_fp8_declaration()}) {}
+
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    if (!desc.device.is_cuda()) return Support::no("cublasLt qlinear_fp8 runs on CUDA devices");
+    if (desc.outputs.empty()) return Support::no("cublasLt needs the op's outputs inferred first");
+    const Fp8Problem q = Fp8Problem::of(desc, policy);
+    if (!q.weight_nk) {
+      return Support::no("cuBLASLt's float8 GEMM takes only K-contiguous operands (the 'TN' form, Note [cuBLASLt "
+                         "float8 GEMMs]), and this weight is [K, N] (weight_layout=kn); the quantized_fusion pass "
+                         "lays constant weights out [N, K]");
+    }
+    if (q.k == 0 || q.k % 16 != 0 || q.n % 4 != 0) {
+      return Support::no(detail::str_cat("cuBLASLt's float8 GEMM needs K a multiple of 16 (and > 0) and N a "
+                                         "multiple of 4, got K = ", q.k, " and N = ", q.n,
+                                         "; the quantized_fusion pass leaves such chains unfused on CUDA"));
+    }
+    for (std::size_t j = 0; j < 2; ++j) {
+      if (desc.inputs[j].alignment < kAlignment && desc.inputs[j].numel() > 0) {
+        return Support::no(detail::str_cat("cublasLt qlinear_fp8 plans are built for ", kAlignment, "-byte aligned "
+                                           "x and weight, but '", j == 0 ? "x" : "weight", "' is only ",
+                                           desc.inputs[j].alignment, "-byte aligned"));
+      }
+    }
+    return Support::yes();
+  }
+
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                    const std::string& record) const override {
+    const Fp8Problem q = Fp8Problem::of(desc, policy);
+    const int device = desc.device.index;
+    if (q.m == 0 || q.n == 0) {
+      if (!record.empty()) throw_bad_record("it names an algorithm, but this output is empty");
+      return std::make_unique<Fp8Plan>(q, device);
+    }
+    const std::size_t limit = workspace_limit_of(policy);
+    const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(device);
+    Candidate chosen;
+    if (!record.empty()) {
+      chosen = candidate_from_record(handle, q, limit, record);
+    } else {
+      const std::vector<Candidate> valid = algorithm_candidates(handle, q, limit);
+      if (valid.empty()) {
+        throw UnsupportedOperationError(detail::str_cat(
+            "cuBLASLt has no float8 algorithm for this GEMM (m=", q.m, " n=", q.n, " k=", q.k, ") within ", limit,
+            " bytes of workspace on sm", desc.compute_capability,
+            "; run the model with disabled_passes=['quantized_fusion'] to keep its float8 chains unfused"));
+      }
+      chosen = valid.front();
+    }
+    return std::make_unique<Fp8Plan>(q, device, desc.compute_capability, chosen.algo, chosen.workspace);
+  }
+
+  // The heuristic's other valid algorithms (Note [Tactics] in dispatcher.cpp).
+  std::vector<std::string> tactics(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    const Fp8Problem q = Fp8Problem::of(desc, policy);
+    if (q.m == 0 || q.n == 0) return {};
+    const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(desc.device.index);
+    std::vector<std::string> records;
+    for (const Candidate& c : algorithm_candidates(handle, q, workspace_limit_of(policy))) {
+      records.push_back(Fp8Plan(q, desc.device.index, desc.compute_capability, c.algo, c.workspace).record());
+    }
+    return records;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_qlinear_fp8_kernel() { return std::make_unique<QLinearFp8Kernel>(); }
+
+}  // namespace xpuruntime::cublaslt

@@ -238,7 +238,9 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
 // (Note [Signed operands of the int8 GEMMs] in core/quantized_gemm.h). qlinear also takes the zero point as an input
 // (x_zero_point, one element of x's dtype) when it is known only at run time: ONNX Runtime's quantize_dynamic writes
 // DynamicQuantizeLinear -> MatMulInteger(x_q, W, x_zp), which the quantized_fusion pass makes a qlinear of output
-// int32 with that input.
+// int32 with that input. Where the weight, w_scale and bias are constants, the quantized_constant_folding pass makes
+// alpha and the folded int32 bias constants of the plan (x_scale 1, w_scale = alpha; Note [Quantized constants folded
+// at build time] in engines/native/passes/quantized_constants.cpp), so the GPU kernels launch no prologue.
 bool is_int8_or_uint8(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
 
 DType quantized_output_dtype(const OpDescriptor& desc) {
@@ -336,8 +338,6 @@ std::vector<TensorDesc> infer_qlinear(const OpDescriptor& desc) {
   return {out};
 }
 
-// conv2d's geometry (a float32 copy of x and the weight, no bias; layout NCHW or NHWC as conv2d's), then the
-// quantized operands.
 // Note [Float8 quantized linear]
 // qlinear_fp8 is what a float8 QDQ chain DequantizeLinear(float8e4m3fn) -> MatMul/Gemm -> [bias] [Relu] ->
 // [QuantizeLinear(float8e4m3fn)] becomes (the quantized_fusion pass; xrt.quantize(precision="fp8") writes such
@@ -401,6 +401,8 @@ std::vector<TensorDesc> infer_qlinear_fp8(const OpDescriptor& desc) {
   return {out};
 }
 
+// conv2d's geometry (a float32 copy of x and the weight, no bias; layout NCHW or NHWC as conv2d's), then the
+// quantized operands.
 std::vector<TensorDesc> infer_qconv2d(const OpDescriptor& desc) {
   const bool nhwc = detail::is_nhwc(desc.attrs, "qconv2d");
   check_rank(desc.inputs[0], 4, "qconv2d", "x", nhwc ? "[N, H, W, C]" : "[N, C, H, W]");
@@ -414,6 +416,12 @@ std::vector<TensorDesc> infer_qconv2d(const OpDescriptor& desc) {
   geometry.inputs[1].device = geometry.inputs[0].device;
   TensorDesc out = infer_conv2d(geometry).at(0);
   out.dtype = check_quantized_op(desc, desc.inputs[1].shape[0]);
+  // zero_point_folded=1: the int32 bias holds the zero point's correction (Note [Quantized constants folded at build
+  // time] in engines/native/passes/quantized_constants.cpp).
+  const std::int64_t folded = desc.attrs.get_int("zero_point_folded", 0);
+  XPURT_CHECK(folded == 0 || folded == 1, "op 'qconv2d': zero_point_folded must be 0 or 1, got ", folded);
+  XPURT_CHECK(folded == 0 || (desc.inputs[3].present && desc.inputs[3].dtype == DType::kInt32), "op 'qconv2d': "
+              "zero_point_folded=1 needs the int32 bias that holds the zero point's correction");
   return {out};
 }
 
@@ -731,19 +739,20 @@ void register_ops(KernelRegistry& registry) {
       "dtype (a run-time zero point, in place of the attribute); x_scale, x_zero_point, y_scale, y_zero_point, "
       "activation=none|relu, output_dtype=int8|uint8|float32|float16|int32 (the accumulator)",
       infer_qlinear);
-  add("qconv2d", "qconv", {"x", "weight", "w_scale?", "bias?"},
-      "int8 convolution (Note [Quantized registry ops]): x int8/uint8, weight int8 [O, C/groups, kh, kw], "
-      "w_scale float32 [O] or one element, bias int32 or float32 [O]; conv2d's strides, pads, dilations, groups and "
-      "layout=NCHW (default) or NHWC (x [N,H,W,C], weight [O,kh,kw,C/groups], y [N,OH,OW,O]); qlinear's scales, "
-      "zero points, activation and output_dtype",
-      infer_qconv2d);
-  add("conv_transpose2d", "conv", {"x", "weight", "bias?"},
-      "ONNX ConvTranspose in 2-D: x[N,C,H,W], weight [C, O/groups, kh, kw]; strides, pads (t,l,b,r), dilations, "
   add("qlinear_fp8", "qmatmul", {"x", "weight", "w_scale", "bias?"},
       "float8 GEMM (Note [Float8 quantized linear]): x float8e4m3fn [..., K], weight float8e4m3fn [K, N] "
       "(weight_layout=kn) or [N, K] (nk), w_scale float32 [N] or one element, bias float32 [N]; x_scale, "
       "activation=none|relu, output_dtype=float8e4m3fn (with y_scale)|float32|float16",
       infer_qlinear_fp8);
+  add("qconv2d", "qconv", {"x", "weight", "w_scale?", "bias?"},
+      "int8 convolution (Note [Quantized registry ops]): x int8/uint8, weight int8 [O, C/groups, kh, kw], "
+      "w_scale float32 [O] or one element, bias int32 or float32 [O]; conv2d's strides, pads, dilations, groups and "
+      "layout=NCHW (default) or NHWC (x [N,H,W,C], weight [O,kh,kw,C/groups], y [N,OH,OW,O]); qlinear's scales, "
+      "zero points, activation and output_dtype; zero_point_folded=1: the int32 bias already holds "
+      "-x_zero_point * sum w[o] (x_zero_point then only fills the padding)",
+      infer_qconv2d);
+  add("conv_transpose2d", "conv", {"x", "weight", "bias?"},
+      "ONNX ConvTranspose in 2-D: x[N,C,H,W], weight [C, O/groups, kh, kw]; strides, pads (t,l,b,r), dilations, "
       "groups, output_padding (h,w)",
       infer_conv_transpose2d);
   add("conv3d", "conv", {"x", "weight", "bias?"},

@@ -68,7 +68,7 @@ QuantPrologueParams QLinearProblem::prologue(const KernelLaunch& launch, void* s
   p.x_scale = x_scale;
   if (const Tensor* w_scale = optional_input(launch, 2)) p.w_scale = static_cast<const float*>(w_scale->data_ptr());
   p.alpha_per_channel = w_scale_per_channel;
-  if (needs_alpha()) p.alpha = reinterpret_cast<float*>(bytes);
+  if (makes_alpha()) p.alpha = reinterpret_cast<float*>(bytes);
   if (folds_correction()) {
     p.int_bias = reinterpret_cast<std::int32_t*>(bytes + aligned(sizeof(float) * (w_scale_per_channel ? n : 1)));
     if (int_bias_input) p.bias = static_cast<const std::int32_t*>(launch.input(3).data_ptr());
@@ -92,7 +92,11 @@ QuantPrologueParams QLinearProblem::prologue(const KernelLaunch& launch, void* s
 QuantEpilogueParams QLinearProblem::epilogue(const KernelLaunch& launch, void* scratch) const {
   QuantEpilogueParams p;
   auto* bytes = static_cast<unsigned char*>(scratch);
-  if (needs_alpha()) p.alpha = reinterpret_cast<const float*>(bytes);
+  if (alpha_is_w_scale()) {
+    p.alpha = static_cast<const float*>(launch.input(2).data_ptr());
+  } else if (needs_alpha()) {
+    p.alpha = reinterpret_cast<const float*>(bytes);
+  }
   p.alpha_per_channel = w_scale_per_channel;
   if (folds_correction()) {
     p.int_bias = reinterpret_cast<const std::int32_t*>(bytes + aligned(sizeof(float) * (w_scale_per_channel ? n : 1)));
@@ -116,7 +120,10 @@ std::string QLinearProblem::describe_epilogue() const {
   } else if (int_bias_input) {
     text << "int32 bias, ";
   }
-  if (needs_alpha()) text << (w_scale_per_channel ? "per-channel" : "per-tensor") << " scales, ";
+  if (needs_alpha()) {
+    text << (w_scale_per_channel ? "per-channel" : "per-tensor") << (alpha_is_w_scale() ? " alpha (folded), "
+                                                                                         : " scales, ");
+  }
   if (float_bias_input) text << "float32 bias, ";
   if (relu) text << "relu, ";
   text << "-> " << dtype_name(out_dtype);

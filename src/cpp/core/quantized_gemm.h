@@ -10,7 +10,9 @@
 //   sum_k (x[m, k] - zp) * w[k, n] = sum_k x'[m, k] * w[k, n] + (s - zp) * colsum[n],   s = 128 for uint8 x, else 0
 // where x' = x - s is int8. So int_bias'[n] = bias[n] + (s - zp_attribute) * colsum[n] - zp_input * colsum[n],
 // made on the device at each run (QuantPrologueParams: a plan sees no data when it is built, and the weights,
-// scales and bias are inputs), in int32 that wraps: the exact sum mod 2^32, which is what the cpu kernel's wrapping
+// scales and bias are inputs) unless the quantized_constant_folding pass made it a constant with x_zero_point = s
+// (Note [Quantized constants folded at build time] in engines/native/passes/quantized_constants.cpp), in int32 that
+// wraps: the exact sum mod 2^32, which is what the cpu kernel's wrapping
 // accumulation computes. An IMMA accumulation itself never wraps: |x' * w| <= 2^14, so K <= 131071 keeps every sum
 // within int32 (the cublasLt kernel refuses larger K; __dp4a wraps as the cpu kernel does). The column sums are read
 // from the weight only when s - zp_attribute != 0 or the zero point is a run-time input: a symmetric int8 x (zero
@@ -45,11 +47,16 @@ struct QLinearProblem {
 
   static QLinearProblem of(const OpDescriptor& desc);
 
-  // Whether the epilogue needs alpha (every output but int32), a made int_bias (a correction to fold), and so any
-  // prologue launch before the GEMM (`flip`: x moved to int8 by the prologue, for the cublasLt kernel).
+  // Whether the epilogue needs alpha (every output but int32), whether w_scale is alpha itself (x_scale 1:
+  // float32(double(1) * s) == s, what the quantized_constant_folding pass makes; Note [Quantized constants folded at
+  // build time]), whether alpha is made by the prologue, whether an int_bias is made (a correction to fold), and so
+  // whether any prologue launch comes before the GEMM (`flip`: x moved to int8 by the prologue, for the cublasLt
+  // kernel).
   bool needs_alpha() const { return out_dtype != DType::kInt32; }
+  bool alpha_is_w_scale() const { return needs_alpha() && has_w_scale && x_scale == 1.0f; }
+  bool makes_alpha() const { return needs_alpha() && !alpha_is_w_scale(); }
   bool folds_correction() const { return zero_point_correction != 0 || dynamic_zero_point; }
-  bool needs_prologue(bool flip) const { return needs_alpha() || folds_correction() || (flip && x_unsigned); }
+  bool needs_prologue(bool flip) const { return makes_alpha() || folds_correction() || (flip && x_unsigned); }
   // Bytes of the prologue's outputs in the workspace: alpha and int_bias, each 256-byte aligned.
   std::size_t prologue_bytes() const;
 

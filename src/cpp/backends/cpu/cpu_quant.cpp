@@ -162,8 +162,10 @@ void run_qlinear(const KernelLaunch& launch, const CpuContext& context) {
                });
 }
 
-// Direct NCHW convolution: padded positions hold x_zero_point, 0 once centered (as ONNX's QLinearConv pads). Layout
-// NHWC runs through NCHW copies (nhwc_through_nchw, cpu_common.h).
+// Direct NCHW convolution: padded positions hold x_zero_point, 0 once centered (as ONNX's QLinearConv pads). With
+// zero_point_folded=1 the int32 bias already holds -x_zero_point * sum_k w[o, k] (Note [Quantized constants folded at
+// build time] in engines/native/passes/quantized_constants.cpp): x is summed as stored and the padded positions as
+// x_zero_point, as the GPU kernels sum. Layout NHWC runs through NCHW copies (nhwc_through_nchw, cpu_common.h).
 void run_qconv2d(const KernelLaunch& launch, const CpuContext& context) {
   const OpDescriptor& desc = *launch.desc;
   const Tensor& x = launch.input(0);
@@ -177,7 +179,10 @@ void run_qconv2d(const KernelLaunch& launch, const CpuContext& context) {
   const std::int64_t out_channels = w.shape()[0], cg = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3];
   const std::int64_t oh = y.shape()[2], ow = y.shape()[3];
   const std::int64_t og = out_channels / groups;
-  const std::vector<std::int32_t> xc = centered(x, static_cast<std::int32_t>(desc.attrs.get_int("x_zero_point", 0)));
+  const auto zero_point = static_cast<std::int32_t>(desc.attrs.get_int("x_zero_point", 0));
+  const bool folded = desc.attrs.get_int("zero_point_folded", 0) != 0;
+  const std::vector<std::int32_t> xc = centered(x, folded ? 0 : zero_point);
+  const auto padding = static_cast<std::uint32_t>(folded ? zero_point : 0);  // a padded position, centered
   const std::vector<std::int32_t> wc = centered(w, 0);
   const Epilogue epilogue(launch, out_channels);
   // One task per (image, output channel) plane.
@@ -195,11 +200,14 @@ void run_qconv2d(const KernelLaunch& launch, const CpuContext& context) {
             const std::int32_t* wp = wo + c * kh * kw;
             for (std::int64_t r = 0; r < kh; ++r) {
               const std::int64_t yy = p * strides[0] - pads[0] + r * dilations[0];
-              if (yy < 0 || yy >= h) continue;
+              const bool row = yy >= 0 && yy < h;
+              if (!row && padding == 0) continue;
               for (std::int64_t s = 0; s < kw; ++s) {
                 const std::int64_t xx = q * strides[1] - pads[1] + s * dilations[1];
-                if (xx < 0 || xx >= wd) continue;
-                acc += static_cast<std::uint32_t>(xp[yy * wd + xx]) * static_cast<std::uint32_t>(wp[r * kw + s]);
+                const bool inside = row && xx >= 0 && xx < wd;
+                if (!inside && padding == 0) continue;
+                const std::uint32_t v = inside ? static_cast<std::uint32_t>(xp[yy * wd + xx]) : padding;
+                acc += v * static_cast<std::uint32_t>(wp[r * kw + s]);
               }
             }
           }
@@ -210,14 +218,6 @@ void run_qconv2d(const KernelLaunch& launch, const CpuContext& context) {
   });
 }
 
-}  // namespace
-
-void register_quantized_kernels(KernelRegistry& registry) {
-  add_cpu_kernel(registry, "qlinear",
-                 "reference int8 GEMM: int32 accumulation, then alpha, bias, relu and ONNX's requantization",
-                 run_qlinear, DTypeSet::kQuantized);
-  add_cpu_kernel(registry, "qconv2d",
-                 "reference int8 direct convolution: int32 accumulation, then alpha, bias, relu and ONNX's "
 // qlinear_fp8 (Note [Float8 quantized linear] in core/op_schemas.cpp): float8e4m3fn decoded exactly (a table of the
 // 256 codes), float32 products and sums in k order, then alpha, bias, relu and ONNX's saturating float8 rounding.
 void run_qlinear_fp8(const KernelLaunch& launch, const CpuContext& context) {
@@ -281,12 +281,20 @@ void run_qlinear_fp8(const KernelLaunch& launch, const CpuContext& context) {
                });
 }
 
+}  // namespace
+
+void register_quantized_kernels(KernelRegistry& registry) {
+  add_cpu_kernel(registry, "qlinear",
+                 "reference int8 GEMM: int32 accumulation, then alpha, bias, relu and ONNX's requantization",
+                 run_qlinear, DTypeSet::kQuantized);
+  add_cpu_kernel(registry, "qconv2d",
+                 "reference int8 direct convolution: int32 accumulation, then alpha, bias, relu and ONNX's "
                  "requantization (layout NHWC through NCHW copies)",
                  nhwc_through_nchw(run_qconv2d), DTypeSet::kQuantized);
-}
-
-}  // namespace xpuruntime::cpu
   add_cpu_kernel(registry, "qlinear_fp8",
                  "reference float8 GEMM: float8e4m3fn decoded exactly, float32 sums, then alpha, bias, relu and "
                  "ONNX's saturating float8 rounding",
                  run_qlinear_fp8, DTypeSet::kAll);
+}
+
+}  // namespace xpuruntime::cpu

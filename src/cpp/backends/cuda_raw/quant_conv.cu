@@ -28,9 +28,12 @@
 // x_zero_point, 0 once centred, as ONNX's QLinearConv pads); the correction is one number per output channel, folded
 // into the int32 bias by the prologue (cuda_raw::quantized_prologue, QuantPrologueParams in core/device_kernels.h,
 // shared with qlinear's kernels). The prologue also makes alpha[o] = float32(double(x_scale) * w_scale[o]), the cpu
-// kernel's product. It runs on every launch, before the convolution, into the plan's workspace: w_scale and the bias
-// are inputs of the launch, not known when the plan is built (a KernelPlan sees descriptors, not data), and it costs
-// one small kernel over the weights (one warp per output channel).
+// kernel's product. A KernelPlan sees descriptors, not data, so the prologue would run on every launch, before the
+// convolution, into the plan's workspace (one small kernel over the weights, one warp per output channel); where the
+// weight, w_scale and bias are constants the native engine's quantized_constant_folding pass has made both once (Note
+// [Quantized constants folded at build time] in engines/native/passes/quantized_constants.cpp): x_scale is then 1 and
+// w_scale is alpha, and zero_point_folded=1 says that the int32 bias holds the correction, so qconv2d launches no
+// prologue.
 //
 // Note [Why not cuDNN's int8 convolution]
 // cuDNN's legacy cudnnConvolutionForward takes int8 NHWC x and w (INT8_CONFIG / INT8_EXT_CONFIG, uint8 x too) with

@@ -256,7 +256,8 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion", "conv_fusion",
-                                             "nhwc_layout", "linear_epilogue_fusion",
+                                             "nhwc_layout", "quantized_constant_folding",
+                                             "linear_epilogue_fusion",
                                              "elementwise_fusion"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,

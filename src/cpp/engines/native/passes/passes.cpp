@@ -67,6 +67,11 @@ const std::vector<PassInfo>& all_passes() {
        "channels-last (NHWC), weights permuted once, Transposes only where NCHW readers remain; the int8 QConv "
        "(input channels multiple of 16, one group) too, for the tensor cores",
        nhwc_layout},
+      {"quantized_constant_folding",
+       "QLinear / QConv with constant weight, w_scale and bias: alpha = x_scale * w_scale and the zero point's "
+       "correction (int32 bias) computed once as constants (Note [Quantized constants folded at build time]), not "
+       "by a prologue kernel at every GPU launch",
+       quantized_constant_folding},
       {"linear_epilogue_fusion",
        "Linear + Mul(per-feature constant: layer scale) [+ Add(residual)] -> the Linear with its weights and bias "
        "scaled at build time and the residual as its C operand",

@@ -131,6 +131,10 @@ XPURT_API bool is_quantized_weight_dequantize(const Graph& g, const Node& n);
 XPURT_API PassResult int4_weight_fusion(Graph& g, const PassContext& ctx);
 // A DequantizeLinear of an int4/uint4 constant: what the folding keeps while PassContext::keep_int4_weights.
 XPURT_API bool is_int4_weight_dequantize(const Graph& g, const Node& n);
+// QLinear / QConv whose weight, w_scale and bias are constants -> the same node reading alpha (x_scale 1) and an int32
+// bias holding the zero point's correction, made once here (Note [Quantized constants folded at build time] in
+// passes/quantized_constants.cpp).
+XPURT_API PassResult quantized_constant_folding(Graph& g, const PassContext& ctx);
 
 // Whether a default-domain node has as many inputs and outputs as some version of its ONNX operator takes (true for
 // other domains and for operators ONNX's schemas do not list). Every pattern a pass matches checks it first (Note

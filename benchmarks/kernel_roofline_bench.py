@@ -136,7 +136,43 @@ def cases(torch, device: str, scale: float, dtype: str = "float16") -> List[dict
     gamma, beta = rand(rows[1:]), rand(rows[1:])
     case("layer_norm", "layer_norm", [a, gamma, beta], {"axis": -1, "epsilon": 1e-5},
          lambda x, g, c: F.layer_norm(x, (x.shape[-1],), g, c, 1e-5), "rows of 4096, scale and bias")
+    awkward_cases(torch, case, rand, scale)
     return out
+
+
+def awkward_cases(torch, case, rand, scale: float) -> None:
+    """Awkward shapes (issue 42, "no kernel off a cliff"): one result from a whole tensor, a huge row, prime sizes,
+    integer inputs. ``torch.isinf(x).any()`` and ``(x > 0).all()`` export as a Cast to int64 and a ReduceMax /
+    ReduceMin; ``x.max()`` as a ReduceMax over every axis; ``x.argmax()`` as an ArgMax of the flattened tensor."""
+    flat = rand(_scaled([10485760], scale))  # 20 MiB of float16 (40 MiB of float32)
+    case("reduce_max_all", "reduce_max", [flat], {"keepdims": 0}, lambda x: x.amax(), "x.max(): one output")
+    prime = rand(_scaled([1000003], scale))
+    case("reduce_sum_all_prime", "reduce_sum", [prime], {"keepdims": 0}, lambda x: x.float().sum().to(x.dtype),
+         "sum of 1000003 elements")
+    flags = (flat.float().abs() > 3.0).to(torch.int64)  # isinf(x).any()'s Cast, mostly zeros
+    case("reduce_max_all_int64", "reduce_max", [flags], {"keepdims": 0}, lambda x: x.amax(),
+         "isinf(x).any(): ReduceMax of int64 flags")
+    positive = (flat.float() > -10.0).to(torch.int64)
+    case("reduce_min_all_int64", "reduce_min", [positive], {"keepdims": 0}, lambda x: x.amin(),
+         "(x > 0).all(): ReduceMin of int64 flags")
+    counts = (flat.float() > 0).to(torch.int32)
+    case("reduce_sum_all_int32", "reduce_sum", [counts], {"keepdims": 0}, lambda x: x.sum(dtype=torch.int32),
+         "int32 count of one tensor")
+    signs = torch.where(flat.float() > 0, 1.0, -1.0).to(flat.dtype)
+    case("reduce_prod_all", "reduce_prod", [signs], {"keepdims": 0}, lambda x: x.prod(), "product of +-1")
+    case("arg_max_all", "arg_max", [flat], {"axis": 0, "keepdims": 0}, lambda x: x.argmax(),
+         "x.argmax() of a flattened tensor")
+    vocab = rand(_scaled([64, 128000], scale))
+    case("arg_max_rows", "arg_max", [vocab], {"axis": -1, "keepdims": 0}, lambda x: x.argmax(-1),
+         "greedy decoding: argmax over a vocabulary of 128000")
+    tall = rand(_scaled([1000003, 3], scale))
+    case("arg_min_columns", "arg_min", [tall], {"axis": 0, "keepdims": 0}, lambda x: x.argmin(0),
+         "argmin down 3 columns of 1000003")
+    walk = torch.where(flat.float() > 0, 0.125, -0.125).to(flat.dtype)  # sums stay exact
+    case("cum_sum_long", "cum_sum", [walk], {"axis": 0}, lambda x: torch.cumsum(x.float(), 0).to(x.dtype),
+         "cumsum of one long vector")
+    case("cum_sum_long_int64", "cum_sum", [flags], {"axis": 0}, lambda x: torch.cumsum(x, 0),
+         "int64 cumsum of one long vector")
 
 
 def timer(torch, device: str):

@@ -171,16 +171,21 @@ struct ReduceGeometry {
   // from the shape alone, so a plan gives the same bits every run.
   std::int64_t splits = 1;
   std::int64_t chunk = 0;  // reduced elements per partial result (the last one may have fewer)
+  // The block kernel of integer reductions and reduce_prod (Note [Block reductions] in reduce.cu): a block per
+  // (result, split), 8-byte partials; `splits` and `chunk` are its own then.
+  bool block = false;
 
-  std::size_t workspace_bytes() const;
+  std::size_t workspace_bytes() const;  // outputs * splits partials of 4 bytes (8 for the block kernel) when split
   std::string str() const;  // "3 outputs x 1000 elements, row kernel, 1 split"
 };
 
 // Fills `geometry` for a contiguous input of `shape` reduced along the dimensions flagged in `reduced`, with a
 // workspace of at most `workspace_limit` bytes (0: no limit; fewer splits, down to none, when it is small).
+// `block`: for the block kernel (integer_reduce, float_prod), else for `reduce`.
 // Returns false with `why_not` set when the kept or the reduced dimensions do not merge into kMaxDims each.
 bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<bool>& reduced,
-                     std::uint64_t workspace_limit, ReduceGeometry* geometry, std::string* why_not);
+                     std::uint64_t workspace_limit, ReduceGeometry* geometry, std::string* why_not,
+                     bool block = false);
 // `workspace`: geometry.workspace_bytes() bytes of device memory (null when 0).
 void reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace,
             void* stream);
@@ -224,11 +229,28 @@ void is_nan_or_inf(const void* x, void* y, DType dtype, std::int64_t n, bool nan
 
 // ---- scan.cu ----
 
+// How cum_sum runs [outer, axis_size, inner] (Note [Split scans] in scan.cu): lines = outer * inner, each split into
+// `splits` chunks of `chunk` elements (three passes when more than one). Chosen from the shape and the workspace limit
+// alone.
+struct ScanGeometry {
+  std::int64_t lines = 0;
+  std::int64_t axis_size = 0;
+  std::int64_t inner = 1;
+  std::int64_t splits = 1;
+  std::int64_t chunk = 0;
+
+  std::size_t workspace_bytes() const;  // lines * splits sums of 8 bytes when split
+  std::string str() const;              // "1 lines x 1000003 elements, 7813 splits"
+};
+// `workspace_limit`: bytes at most (0: no limit; fewer splits, down to none, when it is small).
+ScanGeometry cum_sum_geometry(std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
+                              std::uint64_t workspace_limit);
 // ONNX CumSum of x viewed as [outer, axis_size, inner] along the middle axis (`exclusive`: each output excludes its
-// own element; `reverse`: sums run from the end). One thread per (outer, inner) line, in order, so the bits do not
-// depend on the launch. Floats accumulate in fp32 (float64 in double), int32/int64 wrap.
-void cum_sum(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
-             bool exclusive, bool reverse, void* stream);
+// own element; `reverse`: sums run from the end). A thread per (line, split) in a fixed order, so the bits do not
+// depend on the launch. Floats accumulate in fp32 (float64 in double), int32/int64 wrap. `workspace`: the
+// geometry's workspace_bytes() (null when 0).
+void cum_sum(const void* x, void* y, DType dtype, const ScanGeometry& geometry, bool exclusive, bool reverse,
+             void* workspace, void* stream);
 
 // ---- depthwise.cu ----
 
@@ -273,11 +295,13 @@ void gather_nd(const void* data, const std::vector<std::int64_t>& data_shape, co
 
 // ---- reduce.cu: integer reductions ----
 
-// reduce_sum (wrapping), reduce_max, reduce_min, reduce_prod (wrapping) of int32/int64 with one block per output;
-// `geometry` from reduce_geometry (its splits are ignored: integer results do not depend on the order).
-void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream);
-// reduce_prod of float32/float16/bfloat16: one block per output, fp32 products in a fixed tree (deterministic).
-void float_prod(const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream);
+// reduce_sum (wrapping), reduce_max, reduce_min, reduce_prod (wrapping) of int32/int64 with a block per (output,
+// block split) and a second pass over the splits (Note [Block reductions]); `geometry` from reduce_geometry,
+// `workspace` its workspace_bytes() (may be null when that is 0).
+void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace,
+                    void* stream);
+// reduce_prod of float32/float16/bfloat16: the same block kernel, fp32 products in a fixed tree (deterministic).
+void float_prod(const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace, void* stream);
 
 // ---- resize.cu ----
 
@@ -334,10 +358,27 @@ void scatter_nd(const void* data, const void* indices, DType index_dtype, const 
 
 // ---- select.cu: arg_max / arg_min, top_k ----
 
+// How arg_reduce runs [outer, axis_size, inner] (Note [Split arg reductions] in select.cu): a warp (inner == 1) or a
+// thread per (line, split) task, lines = outer * inner; with more than one split, a second pass over the candidates.
+// Chosen from the shape and the workspace limit alone.
+struct ArgReduceGeometry {
+  std::int64_t lines = 0;
+  std::int64_t axis_size = 0;
+  std::int64_t inner = 1;
+  std::int64_t splits = 1;
+  std::int64_t chunk = 0;  // axis elements per split (the last one may have fewer)
+
+  std::size_t workspace_bytes() const;  // lines * splits candidates of 16 bytes when split
+  std::string str() const;              // "1 lines x 1000003 elements, row kernel, 245 splits"
+};
+// `workspace_limit`: bytes at most (0: no limit; fewer splits, down to none, when it is small).
+ArgReduceGeometry arg_reduce_geometry(std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
+                                      std::uint64_t workspace_limit);
 // Index (int64) of the max / min along the middle axis of [outer, axis_size, inner]; ties: the first
-// (select_last_index: the last); NaN counts as the max (and as the min, like NumPy).
-void arg_reduce(bool max, bool select_last_index, const void* x, DType dtype, void* y, std::int64_t outer,
-                std::int64_t axis_size, std::int64_t inner, void* stream);
+// (select_last_index: the last); NaN counts as the max (and as the min, like NumPy). `workspace`: the geometry's
+// workspace_bytes() (null when 0).
+void arg_reduce(bool max, bool select_last_index, const void* x, DType dtype, void* y,
+                const ArgReduceGeometry& geometry, void* workspace, void* stream);
 // ONNX TopK along the last axis of [rows, cols] (the caller transposes other axes): values and int64 indices
 // [rows, k], largest or smallest first when sorted (ties: the smaller index first). One block per row, bitonic sort
 // in shared memory: cols <= kTopKMaxCols.

@@ -54,6 +54,19 @@
 // an H200 with four loads in flight (bfloat16 42.6 -> 35.1 us). Eight were no faster for float16 and slower for
 // bfloat16, but eight is the configuration whose results were checked on the GPU, so eight it is until four is.
 //
+// Note [Block reductions]
+// Integer reductions (int32/int64 sum, max, min, prod) and reduce_prod of floats run the block kernel: a block of 256
+// threads strides over a task's elements and combines them in a fixed tree (integers in their unsigned type, so sums
+// and products wrap; float products in fp32). It had one block per result, so a full reduction ran on one block of
+// the GPU: `torch.isinf(x).any()` and `(x > 0).all()` export as Cast(bool -> int64) and ReduceMax/ReduceMin, which
+// for a 40 MiB tensor took 1.08 ms on an H200 (37 GB/s). Like the float kernels, a result's range is now split when
+// the results are fewer than kBlockTargetBlocks blocks (block_reduce_splits: chunks of at least kBlockMinChunk
+// elements): one block per (result, split) writes its partial to the workspace (8 bytes a partial, the plan's
+// workspace_bytes()), and block_finalize_kernel combines each result's partials with the same strided loop and tree
+// (a full reduction of 10M elements: 1280 blocks of 8192, then one block over 1280 partials). The split follows from
+// the shape and the workspace limit only, so the bits do not change from run to run; integer results do not depend
+// on the order at all, float products round differently from the one-block order but the same way every run.
+//
 // Semantics: sums and means accumulate in fp32; the mean of an empty axis is NaN (0/0) and its sum 0, like
 // NumPy; max and min propagate NaN (NumPy's max/min, PyTorch's amax/amin).
 #include <algorithm>
@@ -84,7 +97,26 @@ constexpr int kRowBlockGroup = 256;
 constexpr int kRowVectorsInFlight = 8;
 constexpr std::int64_t kRowFillThreads = 131072;
 
+// Block reductions (integers, reduce_prod; Note [Block reductions]): split while the tasks are fewer than
+// kBlockTargetBlocks, into chunks of at least kBlockMinChunk elements (32 a thread of a 256-thread block).
+constexpr std::int64_t kBlockTargetBlocks = 2048;
+constexpr std::int64_t kBlockMinChunk = 8192;
+constexpr std::uint64_t kBlockPartialBytes = 8;  // the widest partial: the uint64 of an int64 reduction
+
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The splits of each result's range for the block kernel (Note [Block reductions]): one when the results fill the
+// GPU or are short, and no more than `workspace_limit` (0: none) holds partials for.
+std::int64_t block_reduce_splits(std::int64_t outputs, std::int64_t count, std::uint64_t workspace_limit) {
+  if (outputs <= 0 || outputs >= kBlockTargetBlocks || count < 2 * kBlockMinChunk) return 1;
+  std::int64_t splits = std::min(ceil_div(count, kBlockMinChunk), ceil_div(kBlockTargetBlocks, outputs));
+  if (workspace_limit > 0) {
+    const auto fit =
+        static_cast<std::int64_t>(workspace_limit / (kBlockPartialBytes * static_cast<std::uint64_t>(outputs)));
+    if (splits > fit) splits = fit < 2 ? 1 : fit;
+  }
+  return splits;
+}
 
 template <ReduceOp kOp>
 struct Reducer {
@@ -496,17 +528,17 @@ void launch_reduce(const ReduceGeometry& geometry, const T* x, T* y, float* part
 }  // namespace
 
 std::size_t ReduceGeometry::workspace_bytes() const {
-  return splits > 1 ? static_cast<std::size_t>(outputs * splits) * sizeof(float) : 0;
+  return splits > 1 ? static_cast<std::size_t>(outputs * splits) * (block ? kBlockPartialBytes : sizeof(float)) : 0;
 }
 
 std::string ReduceGeometry::str() const {
   return ::xpuruntime::detail::str_cat(outputs, " outputs x ", count, " elements, ",
-                                       inner_reduced ? "row" : (middle ? "middle" : "column"), " kernel, ", splits,
-                                       splits == 1 ? " split" : " splits");
+                                       block ? "block" : inner_reduced ? "row" : (middle ? "middle" : "column"),
+                                       " kernel, ", splits, splits == 1 ? " split" : " splits");
 }
 
 bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<bool>& reduced,
-                     std::uint64_t workspace_limit, ReduceGeometry* geometry, std::string* why_not) {
+                     std::uint64_t workspace_limit, ReduceGeometry* geometry, std::string* why_not, bool block) {
   XPURT_INTERNAL_ASSERT(shape.size() == reduced.size(), "shape and reduced flags disagree");
   *geometry = ReduceGeometry();
   ReduceGeometry& g = *geometry;
@@ -555,7 +587,11 @@ bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<b
              g.reduced_strides[0] == g.kept_sizes.back() && g.kept_sizes.back() % kMiddleElements == 0 &&
              (g.kept_sizes.size() == 1 || g.kept_strides[0] == g.count * g.kept_sizes.back()) &&
              g.outputs / g.kept_sizes.back() <= kMiddleMaxOuter;
-  if (g.middle) {
+  g.block = block;
+  if (block) {
+    g.middle = false;
+    g.splits = block_reduce_splits(g.outputs, g.count, workspace_limit);
+  } else if (g.middle) {
     g.inner = g.kept_sizes.back();
     const int vectors = middle_vectors(g.inner);
     const std::int64_t rows = kThreads / vectors;
@@ -567,7 +603,7 @@ bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<b
   } else if (!g.inner_reduced && g.outputs < kColumnTargetThreads && g.count >= 2 * kColumnMinChunk) {
     g.splits = std::min(ceil_div(g.count, kColumnMinChunk), ceil_div(kColumnTargetThreads, g.outputs));
   }
-  if (workspace_limit > 0 && g.splits > 1) {  // as many partials as the limit holds; none below two
+  if (!block && workspace_limit > 0 && g.splits > 1) {  // as many partials as the limit holds; none below two
     const std::uint64_t partial_bytes = sizeof(float) * static_cast<std::uint64_t>(g.outputs);
     const auto fit = static_cast<std::int64_t>(workspace_limit / partial_bytes);
     if (g.splits > fit) g.splits = fit < 2 ? 1 : fit;
@@ -593,7 +629,7 @@ void reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y,
       case ReduceOp::kMean: return launch_reduce<T, ReduceOp::kMean>(geometry, xs, ys, partial, s);
       case ReduceOp::kMax: return launch_reduce<T, ReduceOp::kMax>(geometry, xs, ys, partial, s);
       case ReduceOp::kMin: return launch_reduce<T, ReduceOp::kMin>(geometry, xs, ys, partial, s);
-      case ReduceOp::kProd: return float_prod(geometry, x, y, dtype, stream);
+      case ReduceOp::kProd: return float_prod(geometry, x, y, dtype, workspace, stream);
     }
   });
 }
@@ -639,73 +675,131 @@ __device__ __forceinline__ typename BlockAcc<T>::type block_combine(ReduceOp op,
   return tb < ta ? b : a;
 }
 
-// One block per result: the threads stride over its `count` elements, then combine in a fixed tree, so the bits
-// never depend on timing (sums and products of integers wrap).
 template <typename T>
-__global__ void block_reduce_kernel(ReduceOp op, const T* x, T* y, std::int64_t outputs, std::int64_t count,
-                                    OffsetCalculator<1, std::int64_t> kept,
-                                    OffsetCalculator<1, std::int64_t> reduced) {
+__device__ __forceinline__ typename BlockAcc<T>::type block_identity(ReduceOp op) {
+  using A = typename BlockAcc<T>::type;
+  if (op == ReduceOp::kSum) return A(0);
+  if (op == ReduceOp::kProd) return A(1);
+  return BlockAcc<T>::load(op == ReduceOp::kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
+}
+
+// Combines the block's kThreads values in a fixed tree; thread 0 gets the result. Ends with a barrier, so that the
+// block may reuse `partial`.
+template <typename T>
+__device__ __forceinline__ typename BlockAcc<T>::type block_tree(ReduceOp op, typename BlockAcc<T>::type acc,
+                                                                 typename BlockAcc<T>::type* partial) {
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half >>= 1) {
+    if (static_cast<int>(threadIdx.x) < half) {
+      partial[threadIdx.x] = block_combine<T>(op, partial[threadIdx.x], partial[threadIdx.x + half]);
+    }
+    __syncthreads();
+  }
+  const typename BlockAcc<T>::type result = partial[0];
+  __syncthreads();
+  return result;
+}
+
+// One block per (output, split) task, task = output * splits + split (Note [Block reductions]): the threads
+// stride over the split's chunk of the result's `count` elements, then combine in a fixed tree, so the bits never
+// depend on timing (sums and products of integers wrap). One split: the result itself; more: the partial, which
+// block_finalize_kernel combines.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) block_reduce_kernel(ReduceOp op, const T* x, T* y,
+                                                                typename BlockAcc<T>::type* partials,
+                                                                std::int64_t outputs, std::int64_t count,
+                                                                std::int64_t splits, std::int64_t chunk,
+                                                                OffsetCalculator<1, std::int64_t> kept,
+                                                                OffsetCalculator<1, std::int64_t> reduced) {
   using A = typename BlockAcc<T>::type;
   __shared__ A partial[kThreads];
-  A identity;
-  if (op == ReduceOp::kSum) {
-    identity = A(0);
-  } else if (op == ReduceOp::kProd) {
-    identity = A(1);
-  } else {
-    identity = BlockAcc<T>::load(op == ReduceOp::kMax ? std::numeric_limits<T>::lowest()
-                                                      : std::numeric_limits<T>::max());
-  }
-  for (std::int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+  const A identity = block_identity<T>(op);
+  for (std::int64_t task = blockIdx.x; task < outputs * splits; task += gridDim.x) {
+    const std::int64_t o = task / splits;
+    const std::int64_t begin = (task - o * splits) * chunk;
+    const std::int64_t end = count - begin > chunk ? begin + chunk : count;
     std::int64_t base[1];
     kept.offsets(o, base);
     A acc = identity;
-    for (std::int64_t r = threadIdx.x; r < count; r += blockDim.x) {
+#pragma unroll 4
+    for (std::int64_t r = begin + threadIdx.x; r < end; r += blockDim.x) {
       std::int64_t offset[1];
       reduced.offsets(r, offset);
       acc = block_combine<T>(op, acc, BlockAcc<T>::load(x[base[0] + offset[0]]));
     }
-    partial[threadIdx.x] = acc;
-    __syncthreads();
-    for (int half = kThreads / 2; half > 0; half >>= 1) {
-      if (static_cast<int>(threadIdx.x) < half) {
-        partial[threadIdx.x] = block_combine<T>(op, partial[threadIdx.x], partial[threadIdx.x + half]);
+    acc = block_tree<T>(op, acc, partial);
+    if (threadIdx.x == 0) {
+      if (splits == 1) {
+        y[o] = BlockAcc<T>::store(acc);
+      } else {
+        partials[task] = acc;
       }
-      __syncthreads();
     }
-    if (threadIdx.x == 0) y[o] = BlockAcc<T>::store(partial[0]);
-    __syncthreads();
+  }
+}
+
+// The second pass of a split block reduction: one block per output combines its `splits` partials (strided over
+// the threads, then the fixed tree), in an order that depends on `splits` only.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) block_finalize_kernel(ReduceOp op,
+                                                                  const typename BlockAcc<T>::type* partials, T* y,
+                                                                  std::int64_t outputs, std::int64_t splits) {
+  using A = typename BlockAcc<T>::type;
+  __shared__ A partial[kThreads];
+  for (std::int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+    A acc = block_identity<T>(op);
+    for (std::int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
+      acc = block_combine<T>(op, acc, partials[o * splits + s]);
+    }
+    acc = block_tree<T>(op, acc, partial);
+    if (threadIdx.x == 0) y[o] = BlockAcc<T>::store(acc);
   }
 }
 
 template <typename T>
-void launch_block_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, void* stream) {
+void launch_block_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, void* workspace,
+                         void* stream) {
+  using A = typename BlockAcc<T>::type;
   const std::vector<std::int64_t>* const kept_table[1] = {&geometry.kept_strides};
   const std::vector<std::int64_t>* const reduced_table[1] = {&geometry.reduced_strides};
   const auto kept = make_offset_calculator<1, std::int64_t>(geometry.kept_sizes, kept_table);
   const auto reduced = make_offset_calculator<1, std::int64_t>(geometry.reduced_sizes, reduced_table);
-  block_reduce_kernel<T><<<grid_for(geometry.outputs, 1), kThreads, 0, as_stream(stream)>>>(
-      op, static_cast<const T*>(x), static_cast<T*>(y), geometry.outputs, geometry.count, kept, reduced);
+  XPURT_INTERNAL_ASSERT(geometry.block, "cuda_raw block reduce: a geometry made for the float kernels");
+  const std::int64_t splits = geometry.splits;
+  XPURT_CHECK(splits == 1 || workspace != nullptr, "cuda_raw reduce: the plan needs ", geometry.workspace_bytes(),
+              " bytes of workspace, but none was given");
+  auto* partials = static_cast<A*>(workspace);
+  const cudaStream_t s = as_stream(stream);
+  block_reduce_kernel<T><<<grid_for(geometry.outputs * splits, 1), kThreads, 0, s>>>(
+      op, static_cast<const T*>(x), static_cast<T*>(y), partials, geometry.outputs, geometry.count, splits,
+      geometry.chunk, kept, reduced);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
+  if (splits > 1) {
+    block_finalize_kernel<T><<<grid_for(geometry.outputs, 1), kThreads, 0, s>>>(op, partials, static_cast<T*>(y),
+                                                                                geometry.outputs, splits);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace
 
-void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream) {
+void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace,
+                    void* stream) {
   XPURT_CHECK(op != ReduceOp::kMean, "cuda_raw::integer_reduce: mean has no integer kernel");
   if (geometry.outputs == 0) return;
   XPURT_CHECK(geometry.count > 0 || op == ReduceOp::kSum || op == ReduceOp::kProd,
               "cuda_raw::integer_reduce: max/min of an empty axis");
-  if (dtype == DType::kInt32) return launch_block_reduce<std::int32_t>(op, geometry, x, y, stream);
+  if (dtype == DType::kInt32) return launch_block_reduce<std::int32_t>(op, geometry, x, y, workspace, stream);
   XPURT_CHECK(dtype == DType::kInt64, "cuda_raw::integer_reduce: int32 or int64, got ", dtype_name(dtype));
-  launch_block_reduce<std::int64_t>(op, geometry, x, y, stream);
+  launch_block_reduce<std::int64_t>(op, geometry, x, y, workspace, stream);
 }
 
-void float_prod(const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* stream) {
+void float_prod(const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace, void* stream) {
   if (geometry.outputs == 0) return;
   dispatch_float(dtype, "reduce_prod", [&](auto tag) {
     using T = decltype(tag);
-    launch_block_reduce<T>(ReduceOp::kProd, geometry, x, y, stream);
+    launch_block_reduce<T>(ReduceOp::kProd, geometry, x, y, workspace, stream);
   });
 }
 

@@ -1,5 +1,5 @@
-// The cuda_raw reductions and their registration: reduce_sum ... reduce_prod (reduce.cu, a Kernel with a plan: the
-// geometry and its workspace), cum_sum (scan.cu), arg_max / arg_min and top_k (select.cu).
+// The cuda_raw reductions and their registration: reduce_sum ... reduce_prod (reduce.cu), cum_sum (scan.cu), arg_max /
+// arg_min (select.cu), each a Kernel with a plan (the split geometry and its workspace), and top_k (select.cu).
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -46,7 +46,7 @@ class ReducePlan final : public KernelPlan {
     const Tensor& x = launch.input(0);
     if (data_ops::is_arithmetic_int_dtype(x.dtype())) {
       cuda_raw::integer_reduce(kind_, geometry_, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(),
-                               launch.stream.handle);
+                               launch.workspace, launch.stream.handle);
       return;
     }
     cuda_raw::reduce(kind_, geometry_, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), launch.workspace,
@@ -66,8 +66,8 @@ class ReduceKernel final : public Kernel {
   ReduceKernel(const std::string& op, ReduceOp kind)
       : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true,
                           op + " over any axes: a warp/block per row or a thread per column, split into two "
-                               "deterministic passes when outputs are few; fp32 accumulation (int32/int64: a block "
-                               "per output, sums wrap)",
+                               "deterministic passes when outputs are few; fp32 accumulation (int32/int64 and "
+                               "products: a block per output or split of one, sums wrap)",
                           declaration(op, {"x"}, kind == ReduceOp::kMean ? DTypes::kFloat : DTypes::kFloatAndInt)}),
         kind_(kind) {}
 
@@ -76,7 +76,7 @@ class ReduceKernel final : public Kernel {
       cuda_raw::ReduceGeometry geometry;
       std::string why_not;
       if (!cuda_raw::reduce_geometry(desc.inputs[0].shape, reduced_flags(desc), policy.workspace_limit, &geometry,
-                                     &why_not)) {
+                                     &why_not, block_kernel(desc))) {
         return Support::no(why_not);
       }
       return Support::yes();
@@ -92,14 +92,72 @@ class ReduceKernel final : public Kernel {
     cuda_raw::ReduceGeometry geometry;
     std::string why_not;
     if (!cuda_raw::reduce_geometry(desc.inputs[0].shape, reduced_flags(desc), policy.workspace_limit, &geometry,
-                                   &why_not)) {
+                                   &why_not, block_kernel(desc))) {
       throw UnsupportedOperationError(why_not);
     }
     return std::make_unique<ReducePlan>(desc.op, kind_, std::move(geometry));
   }
 
  private:
+  // Integer reductions and products run the block kernel (Note [Block reductions] in reduce.cu).
+  bool block_kernel(const OpDescriptor& desc) const {
+    return kind_ == ReduceOp::kProd || data_ops::is_arithmetic_int_dtype(desc.inputs[0].dtype);
+  }
+
   ReduceOp kind_;
+};
+
+
+// ---- cum_sum, arg_max, arg_min: kernels whose plan has a split geometry and its workspace ----
+
+// A plan that runs `run` with the launch's workspace (at least `bytes`) on the launch's device.
+class SplitPlan final : public KernelPlan {
+ public:
+  using Run = std::function<void(const KernelLaunch&)>;
+  SplitPlan(std::size_t bytes, std::string description, Run run)
+      : bytes_(bytes), description_(std::move(description)), run_(std::move(run)) {}
+
+  void run(const KernelLaunch& launch) const override {
+    XPURT_CHECK(launch.workspace_bytes >= bytes_, description_, ": the plan needs ", bytes_,
+                " bytes of workspace (workspace_bytes()), the launch gives ", launch.workspace_bytes);
+    detail::CudaDeviceGuard guard(launch.desc->device.index);
+    run_(launch);
+  }
+  std::size_t workspace_bytes() const override { return bytes_; }
+  std::string describe() const override { return description_; }
+
+ private:
+  std::size_t bytes_;
+  std::string description_;
+  Run run_;
+};
+
+// A cuda_raw kernel whose plan `make_plan` builds from the descriptor and the policy (its workspace limit); `extra`
+// says what the declaration cannot. Nothing is recorded: the plan follows from the descriptor and the policy.
+class SplitKernel final : public Kernel {
+ public:
+  using MakePlan = std::function<std::unique_ptr<KernelPlan>(const OpDescriptor&, const ExecutionPolicy&)>;
+  SplitKernel(const std::string& op, const std::string& summary, Extra extra, MakePlan make_plan)
+      : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true, summary,
+                          declaration(op, {"x"}, DTypes::kAll)}),
+        extra_(std::move(extra)),
+        make_plan_(std::move(make_plan)) {}
+
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    try {
+      return extra_(desc);
+    } catch (const std::exception& e) {
+      return Support::no(e.what());
+    }
+  }
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
+                                    const std::string&) const override {
+    return make_plan_(desc, policy);
+  }
+
+ private:
+  Extra extra_;
+  MakePlan make_plan_;
 };
 
 }  // namespace
@@ -115,46 +173,61 @@ void register_reductions(KernelRegistry& registry) {
 
 // cum_sum.
 void register_scan(KernelRegistry& registry) {
-  add_kernel(
-      registry, "cum_sum", "inclusive/exclusive, forward/reverse scan: a thread per line, in order (deterministic)",
-      {"x"},
+  registry.add_kernel(std::make_unique<SplitKernel>(
+      "cum_sum",
+      "inclusive/exclusive, forward/reverse scan: a thread per line, or per chunk of one in three passes when the "
+      "lines are few (deterministic)",
       [](const OpDescriptor& desc) {
         const DType t = desc.inputs[0].dtype;
         if (t == DType::kFloat64 || is_kernel_float(t) || data_ops::is_arithmetic_int_dtype(t)) return Support::yes();
         return Support::no(detail::str_cat("cuda_raw cum_sum takes float and int32/int64 tensors, got ",
                                            dtype_name(t)));
       },
-      [](const KernelLaunch& launch) {
-        const Tensor& x = launch.input(0);
-        const Attributes& attrs = launch.desc->attrs;
-        const std::size_t axis = axis_of(*launch.desc, x.dim());
-        cuda_raw::cum_sum(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), product(x.shape(), 0, axis),
-                          x.shape()[axis], product(x.shape(), axis + 1, x.shape().size()),
-                          attrs.get_int("exclusive", 0) != 0, attrs.get_int("reverse", 0) != 0, launch.stream.handle);
-      },
-      DTypes::kAll);
+      [](const OpDescriptor& desc, const ExecutionPolicy& policy) -> std::unique_ptr<KernelPlan> {
+        const std::vector<std::int64_t>& shape = desc.inputs[0].shape;
+        const std::size_t axis = axis_of(desc, static_cast<int>(shape.size()));
+        const cuda_raw::ScanGeometry geometry = cuda_raw::cum_sum_geometry(
+            product(shape, 0, axis), shape[axis], product(shape, axis + 1, shape.size()), policy.workspace_limit);
+        const bool exclusive = desc.attrs.get_int("exclusive", 0) != 0;
+        const bool reverse = desc.attrs.get_int("reverse", 0) != 0;
+        return std::make_unique<SplitPlan>(
+            geometry.workspace_bytes(), "cuda_raw cum_sum: " + geometry.str(),
+            [geometry, exclusive, reverse](const KernelLaunch& launch) {
+              const Tensor& x = launch.input(0);
+              cuda_raw::cum_sum(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), geometry, exclusive, reverse,
+                                launch.workspace, launch.stream.handle);
+            });
+      }));
 }
 
 // arg_max, arg_min and top_k.
 void register_select(KernelRegistry& registry) {
   for (const char* op : {"arg_max", "arg_min"}) {
-    add_kernel(
-        registry, op, std::string(op) + ": a thread per output walks the axis in order (ties: the first, or the last)",
-        {"x"},
+    registry.add_kernel(std::make_unique<SplitKernel>(
+        op,
+        std::string(op) + ": a warp (contiguous axis) or a thread (strided axis) per output, or per chunk of one "
+                          "with a second pass when the outputs are few (ties: the first, or the last)",
         [](const OpDescriptor& desc) {
           const DType t = desc.inputs[0].dtype;
           if (t == DType::kFloat64 || is_kernel_float(t)) return Support::yes();
           return Support::no(detail::str_cat("cuda_raw arg_max/arg_min take float tensors, got ", dtype_name(t)));
         },
-        [max = std::string(op) == "arg_max"](const KernelLaunch& launch) {
-          const Tensor& x = launch.input(0);
+        [max = std::string(op) == "arg_max"](const OpDescriptor& desc,
+                                             const ExecutionPolicy& policy) -> std::unique_ptr<KernelPlan> {
+          const std::vector<std::int64_t>& shape = desc.inputs[0].shape;
           const auto axis = static_cast<std::size_t>(
-              normalized_axis(launch.desc->attrs.get_int("axis", 0), x.dim()));
-          cuda_raw::arg_reduce(max, launch.desc->attrs.get_int("select_last_index", 0) != 0, x.data_ptr(), x.dtype(),
-                               launch.output(0).data_ptr(), product(x.shape(), 0, axis), x.shape()[axis],
-                               inner_of(x.shape(), axis), launch.stream.handle);
-        },
-        DTypes::kAll);
+              normalized_axis(desc.attrs.get_int("axis", 0), static_cast<int>(shape.size())));
+          const cuda_raw::ArgReduceGeometry geometry = cuda_raw::arg_reduce_geometry(
+              product(shape, 0, axis), shape[axis], inner_of(shape, axis), policy.workspace_limit);
+          const bool last = desc.attrs.get_int("select_last_index", 0) != 0;
+          return std::make_unique<SplitPlan>(
+              geometry.workspace_bytes(), std::string("cuda_raw ") + (max ? "arg_max: " : "arg_min: ") + geometry.str(),
+              [geometry, max, last](const KernelLaunch& launch) {
+                const Tensor& x = launch.input(0);
+                cuda_raw::arg_reduce(max, last, x.data_ptr(), x.dtype(), launch.output(0).data_ptr(), geometry,
+                                     launch.workspace, launch.stream.handle);
+              });
+        }));
   }
   add_kernel(
       registry, "top_k",

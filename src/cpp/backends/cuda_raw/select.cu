@@ -1,6 +1,18 @@
-// Selection along an axis: arg_max / arg_min (a thread per output walks the axis in order) and top_k (a block per
-// row sorts the row in shared memory with a bitonic network; ties by the smaller index, so the result does not
-// depend on the launch).
+// Selection along an axis: arg_max / arg_min (Note [Split arg reductions]) and top_k (a block per row sorts the row
+// in shared memory with a bitonic network; ties by the smaller index, so the result does not depend on the launch).
+//
+// Note [Split arg reductions]
+// arg_max / arg_min had one thread per output walk the axis in order: an argmax over a whole flattened tensor (one
+// output) ran on one thread of the GPU, and one over the rows of [batch, vocab] read a row per thread, uncoalesced.
+// Now a contiguous axis (inner == 1) takes a warp per (line, split) task, its lanes striding over the split's
+// chunk, and a strided axis a thread per (line, split) task with neighbouring lines in neighbouring threads. When the
+// lines are too few to fill the GPU (fewer than kArgTargetWarps warps or kArgTargetThreads threads) the axis is split
+// into chunks (arg_reduce_geometry: at least kArgRowMinChunk / kArgColumnMinChunk elements), each chunk's candidate
+// (value as double, index) goes to the workspace, and arg_finalize_kernel combines a line's candidates with a warp.
+// Every combination uses `beats`, a strict order on (value, index) candidates (NaN first, the first NaN among NaNs;
+// then the value; ties by the first or, select_last_index, the last index), so the winner is the one the scan in
+// order finds, whatever the split or the tree: the same index every run, and the same as the cpu kernel.
+#include <algorithm>
 #include <string>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
@@ -18,26 +30,124 @@ __device__ __forceinline__ float as_double(T v) {
   return to_float(v);
 }
 
+// Whether candidate (va, ia) beats (vb, ib) (Note [Split arg reductions]): any NaN beats any number, the first NaN
+// the others; then the larger (max) or smaller value; equal values (-0 == +0), the first index or the last. A strict
+// order on the candidates, so any tree of combinations finds the winner the scan in order finds. An index < 0 is no
+// candidate (an empty range).
+template <typename V>
+__device__ __forceinline__ bool beats(V va, std::int64_t ia, V vb, std::int64_t ib, bool max, bool last) {
+  if (ib < 0) return ia >= 0;
+  if (ia < 0) return false;
+  const bool na = isnan(va), nb = isnan(vb);
+  if (na || nb) return na && (!nb || ia < ib);
+  if (va != vb) return max ? va > vb : va < vb;
+  return last ? ia > ib : ia < ib;
+}
+
+// Combines the candidates of a warp's lanes (shuffles in a fixed tree); every lane gets the winner.
+template <typename V>
+__device__ __forceinline__ void warp_best(V& value, std::int64_t& index, bool max, bool last) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const V v = __shfl_xor_sync(0xffffffffu, value, offset);
+    const std::int64_t i = __shfl_xor_sync(0xffffffffu, index, offset);
+    if (beats(v, i, value, index, max, last)) {
+      value = v;
+      index = i;
+    }
+  }
+}
+
+// Contiguous axis (inner == 1): a warp per (line, split) task, task = line * splits + split, lanes striding over the
+// split's chunk. One split: the index itself; more: the candidate, for arg_finalize_kernel.
 template <typename T>
-__global__ void arg_reduce_kernel(bool max, bool last, const T* x, std::int64_t* y, std::int64_t outer,
-                                  std::int64_t axis_size, std::int64_t inner) {
-  const std::int64_t lines = outer * inner;
-  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-  for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < lines; t += stride) {
-    const std::int64_t o = t / inner;
-    const std::int64_t base = o * axis_size * inner + (t - o * inner);
-    auto best = as_double(x[base]);
-    std::int64_t at = 0;
-    for (std::int64_t k = 1; k < axis_size; ++k) {
-      const auto v = as_double(x[base + k * inner]);
-      if (isnan(best)) break;  // the first NaN wins (NumPy)
-      const bool better = isnan(v) || (max ? (v > best || (last && v == best)) : (v < best || (last && v == best)));
-      if (better) {
+__global__ void __launch_bounds__(kThreads) arg_rows_kernel(bool max, bool last, const T* x, std::int64_t* y,
+                                                            double* values, std::int64_t* indices,
+                                                            ArgReduceGeometry g) {
+  using V = decltype(as_double(T{}));
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t tasks = g.lines * g.splits;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kThreads / 32);
+  // `task` is the same in every lane of a warp: all of them reach the shuffles.
+  for (std::int64_t task = static_cast<std::int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32; task < tasks;
+       task += warps) {
+    const std::int64_t line = task / g.splits;
+    const std::int64_t begin = (task - line * g.splits) * g.chunk;
+    const std::int64_t end = g.axis_size - begin > g.chunk ? begin + g.chunk : g.axis_size;
+    const T* row = x + line * g.axis_size;
+    V best = V(0);
+    std::int64_t at = -1;
+#pragma unroll 4
+    for (std::int64_t k = begin + lane; k < end; k += 32) {
+      const V v = as_double(row[k]);
+      if (beats(v, k, best, at, max, last)) {
         best = v;
         at = k;
       }
     }
-    y[t] = at;
+    warp_best(best, at, max, last);
+    if (lane == 0) {
+      if (g.splits == 1) {
+        y[line] = at;
+      } else {
+        values[task] = static_cast<double>(best);
+        indices[task] = at;
+      }
+    }
+  }
+}
+
+// Strided axis (inner > 1): a thread per (line, split) task, lines fastest (neighbouring threads read neighbouring
+// elements), walking its chunk in order; candidates at line * splits + split.
+template <typename T>
+__global__ void arg_columns_kernel(bool max, bool last, const T* x, std::int64_t* y, double* values,
+                                   std::int64_t* indices, ArgReduceGeometry g) {
+  using V = decltype(as_double(T{}));
+  const std::int64_t tasks = g.lines * g.splits;
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < tasks; t += stride) {
+    const std::int64_t split = t / g.lines;
+    const std::int64_t line = t - split * g.lines;
+    const std::int64_t o = line / g.inner;
+    const std::int64_t base = o * g.axis_size * g.inner + (line - o * g.inner);
+    const std::int64_t begin = split * g.chunk;
+    const std::int64_t end = g.axis_size - begin > g.chunk ? begin + g.chunk : g.axis_size;
+    V best = V(0);
+    std::int64_t at = -1;
+    for (std::int64_t k = begin; k < end; ++k) {
+      const V v = as_double(x[base + k * g.inner]);
+      if (beats(v, k, best, at, max, last)) {
+        best = v;
+        at = k;
+      }
+    }
+    if (g.splits == 1) {
+      y[line] = at;
+    } else {
+      values[line * g.splits + split] = static_cast<double>(best);
+      indices[line * g.splits + split] = at;
+    }
+  }
+}
+
+// The second pass: a warp per line combines its splits' candidates (lanes striding, then the shuffle tree).
+__global__ void __launch_bounds__(kThreads) arg_finalize_kernel(bool max, bool last, const double* values,
+                                                                const std::int64_t* indices, std::int64_t* y,
+                                                                std::int64_t lines, std::int64_t splits) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kThreads / 32);
+  for (std::int64_t line = static_cast<std::int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32; line < lines;
+       line += warps) {
+    double best = 0.0;
+    std::int64_t at = -1;
+    for (std::int64_t s = lane; s < splits; s += 32) {
+      if (beats(values[line * splits + s], indices[line * splits + s], best, at, max, last)) {
+        best = values[line * splits + s];
+        at = indices[line * splits + s];
+      }
+    }
+    warp_best(best, at, max, last);
+    if (lane == 0) y[line] = at;
   }
 }
 
@@ -89,21 +199,81 @@ __global__ void top_k_kernel(const T* x, T* values, std::int64_t* indices, std::
   }
 }
 
+// Split heuristics (Note [Split arg reductions]): warps (contiguous axis) or threads (strided axis) that fill an
+// H100/H200 several times over, and chunks long enough that the second pass is small.
+constexpr std::int64_t kArgTargetWarps = 2048;
+constexpr std::int64_t kArgRowMinChunk = 4096;
+constexpr std::int64_t kArgTargetThreads = 65536;
+constexpr std::int64_t kArgColumnMinChunk = 256;
+constexpr std::uint64_t kArgPartialBytes = sizeof(double) + sizeof(std::int64_t);
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
 }  // namespace
 
-void arg_reduce(bool max, bool select_last_index, const void* x, DType dtype, void* y, std::int64_t outer,
-                std::int64_t axis_size, std::int64_t inner, void* stream) {
-  const std::int64_t lines = outer * inner;
-  if (lines <= 0) return;
-  XPURT_CHECK(axis_size > 0, "cuda_raw::arg_reduce: the reduced axis is empty");
+std::size_t ArgReduceGeometry::workspace_bytes() const {
+  return splits > 1 ? static_cast<std::size_t>(lines * splits) * kArgPartialBytes : 0;
+}
+
+std::string ArgReduceGeometry::str() const {
+  return ::xpuruntime::detail::str_cat(lines, " lines x ", axis_size, " elements, ", inner == 1 ? "row" : "column",
+                                       " kernel, ", splits, splits == 1 ? " split" : " splits");
+}
+
+ArgReduceGeometry arg_reduce_geometry(std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
+                                      std::uint64_t workspace_limit) {
+  ArgReduceGeometry g;
+  g.lines = outer * inner;
+  g.axis_size = axis_size;
+  g.inner = inner;
+  if (g.lines > 0 && inner == 1 && g.lines < kArgTargetWarps && axis_size >= 2 * kArgRowMinChunk) {
+    g.splits = std::min(ceil_div(axis_size, kArgRowMinChunk), ceil_div(kArgTargetWarps, g.lines));
+  } else if (g.lines > 0 && inner > 1 && g.lines < kArgTargetThreads && axis_size >= 2 * kArgColumnMinChunk) {
+    g.splits = std::min(ceil_div(axis_size, kArgColumnMinChunk), ceil_div(kArgTargetThreads, g.lines));
+  }
+  if (workspace_limit > 0 && g.splits > 1) {  // as many candidates as the limit holds; none below two
+    const auto fit =
+        static_cast<std::int64_t>(workspace_limit / (kArgPartialBytes * static_cast<std::uint64_t>(g.lines)));
+    if (g.splits > fit) g.splits = fit < 2 ? 1 : fit;
+  }
+  g.chunk = ceil_div(std::max<std::int64_t>(axis_size, 1), g.splits);
+  g.splits = std::max<std::int64_t>(1, ceil_div(axis_size, g.chunk));  // no empty chunk
+  return g;
+}
+
+void arg_reduce(bool max, bool select_last_index, const void* x, DType dtype, void* y, const ArgReduceGeometry& g,
+                void* workspace, void* stream) {
+  if (g.lines <= 0) return;
+  XPURT_CHECK(g.axis_size > 0, "cuda_raw::arg_reduce: the reduced axis is empty");
+  XPURT_CHECK(g.splits == 1 || workspace != nullptr, "cuda_raw::arg_reduce: the plan needs ", g.workspace_bytes(),
+              " bytes of workspace, but none was given");
+  auto* values = static_cast<double*>(workspace);
+  auto* indices = values == nullptr ? nullptr : reinterpret_cast<std::int64_t*>(values + g.lines * g.splits);
+  auto* out = static_cast<std::int64_t*>(y);
+  const cudaStream_t s = as_stream(stream);
+  const std::int64_t tasks = g.lines * g.splits;
   const auto launch = [&](auto tag) {
     using T = decltype(tag);
-    arg_reduce_kernel<T><<<grid_for(lines, kThreads), kThreads, 0, as_stream(stream)>>>(
-        max, select_last_index, static_cast<const T*>(x), static_cast<std::int64_t*>(y), outer, axis_size, inner);
+    const auto* xs = static_cast<const T*>(x);
+    if (g.inner == 1) {
+      arg_rows_kernel<T><<<grid_for(tasks, kThreads / 32), kThreads, 0, s>>>(max, select_last_index, xs, out, values,
+                                                                              indices, g);
+    } else {
+      arg_columns_kernel<T><<<grid_for(tasks, kThreads), kThreads, 0, s>>>(max, select_last_index, xs, out, values,
+                                                                          indices, g);
+    }
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   };
-  if (dtype == DType::kFloat64) return launch(double{});
-  dispatch_float(dtype, "arg_max / arg_min", launch);
+  if (dtype == DType::kFloat64) {
+    launch(double{});
+  } else {
+    dispatch_float(dtype, "arg_max / arg_min", launch);
+  }
+  if (g.splits > 1) {
+    arg_finalize_kernel<<<grid_for(g.lines, kThreads / 32), kThreads, 0, s>>>(max, select_last_index, values, indices,
+                                                                             out, g.lines, g.splits);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  }
 }
 
 void top_k(const void* x, DType dtype, void* values, void* indices, std::int64_t rows, std::int64_t cols,

@@ -1,0 +1,380 @@
+// The cuda_raw kernels that reduce or scan a long axis into few results (issue 42, "no kernel off a cliff"): integer
+// reductions and reduce_prod (Note [Block reductions] in reduce.cu), arg_max / arg_min (Note [Split arg reductions]
+// in select.cu) and cum_sum (Note [Split scans] in scan.cu). Their plans split the axis when the results are few
+// (CPU-runnable: building a plan touches no device); on a GPU, every split against the cpu kernel at awkward shapes
+// (one result from 10M+ elements, prime sizes, one huge row, strided axes), all-false / all-true flags, NaNs and ties,
+// and the same bits on a second run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_utils.h"
+#include "xpuruntime/device_manager.h"
+#include "xpuruntime/execution_policy.h"
+#include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/stream_manager.h"
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+std::string shape_str(const Shape& shape) {
+  std::string out = "[";
+  for (std::size_t k = 0; k < shape.size(); ++k) out += (k ? "," : "") + std::to_string(shape[k]);
+  return out + "]";
+}
+
+#if XPURT_WITH_CUDA
+
+// ---- plans (CPU-runnable) ----
+
+const Kernel& cuda_raw_kernel(const std::string& op) {
+  const Kernel* kernel = KernelRegistry::global().find_kernel(op, "cuda_raw");
+  if (kernel == nullptr) throw std::runtime_error("no cuda_raw kernel for op '" + op + "'");
+  return *kernel;
+}
+
+// The plan cuda_raw builds for `op` on a CUDA tensor of `shape` and `dtype` (a descriptor only: nothing runs).
+std::unique_ptr<KernelPlan> plan_of(const std::string& op, const Shape& shape, DType dtype, const Attributes& attrs,
+                                    const ExecutionPolicy& policy = {}) {
+  OpDescriptor desc;
+  desc.op = op;
+  desc.inputs = {TensorDesc::contiguous(shape, dtype, Device::cuda(0))};
+  desc.attrs = attrs;
+  desc.device = Device::cuda(0);
+  desc.compute_capability = 90;
+  KernelRegistry::global().infer(desc);
+  const Support support = cuda_raw_kernel(op).supports(desc, policy);
+  EXPECT_TRUE(support) << op << shape_str(shape) << ": " << support.reason();
+  return cuda_raw_kernel(op).build(desc, policy, "");
+}
+
+void expect_plan(const KernelPlan& plan, const std::string& fragment, std::size_t workspace) {
+  EXPECT_NE(plan.describe().find(fragment), std::string::npos) << plan.describe() << " lacks '" << fragment << "'";
+  EXPECT_EQ(plan.workspace_bytes(), workspace) << plan.describe();
+}
+
+TEST(CudaRawSplitPlans, IntegerReductionsAndProductsSplitWhenResultsAreFew) {
+  // isinf(x).any() of 10M elements: a block per chunk of 8192, 1280 partials of 8 bytes.
+  expect_plan(*plan_of("reduce_max", {10485760}, DType::kInt64, Attributes().set("keepdims", std::int64_t{0})),
+              "1 outputs x 10485760 elements, block kernel, 1280 splits", 1280 * 8);
+  expect_plan(*plan_of("reduce_sum", {7, 50000}, DType::kInt32, Attributes().set("axes", Shape{1})),
+              "7 outputs x 50000 elements, block kernel, 7 splits", 7 * 7 * 8);
+  expect_plan(*plan_of("reduce_prod", {1000003}, DType::kFloat16, {}), "block kernel, 123 splits", 123 * 8);
+  // Enough results to fill the GPU, or short ones: one pass.
+  expect_plan(*plan_of("reduce_min", {4096, 4096}, DType::kInt32, Attributes().set("axes", Shape{1})),
+              "4096 outputs x 4096 elements, block kernel, 1 split", 0);
+  expect_plan(*plan_of("reduce_max", {16383}, DType::kInt64, {}), "block kernel, 1 split", 0);
+  // Float sums keep their own kernels and 4-byte partials.
+  expect_plan(*plan_of("reduce_sum", {1000003}, DType::kFloat32, {}), "row kernel, 123 splits", 123 * 4);
+  // The workspace limit caps the partials: 64 bytes hold 8, 15 bytes none.
+  for (const auto& [limit, splits] : std::vector<std::pair<std::uint64_t, std::size_t>>{{64, 8}, {15, 1}}) {
+    ExecutionPolicy limited;
+    limited.workspace_limit = limit;
+    expect_plan(*plan_of("reduce_max", {10485760}, DType::kInt64, {}, limited),
+                "block kernel, " + std::to_string(splits) + (splits == 1 ? " split" : " splits"),
+                splits == 1 ? 0 : splits * 8);
+  }
+}
+
+TEST(CudaRawSplitPlans, ArgReductionsSplitALongAxis) {
+  const auto axis = [](std::int64_t a) { return Attributes().set("axis", a).set("keepdims", std::int64_t{0}); };
+  expect_plan(*plan_of("arg_max", {1000003}, DType::kFloat32, axis(0)),
+              "1 lines x 1000003 elements, row kernel, 245 splits", 245 * 16);
+  expect_plan(*plan_of("arg_min", {100000, 3}, DType::kFloat16, axis(0)),
+              "3 lines x 100000 elements, column kernel, 391 splits", 3 * 391 * 16);
+  expect_plan(*plan_of("arg_max", {64, 32000}, DType::kBFloat16, axis(1)),
+              "64 lines x 32000 elements, row kernel, 8 splits", 64 * 8 * 16);
+  expect_plan(*plan_of("arg_max", {4096, 1000}, DType::kFloat32, axis(1)), "row kernel, 1 split", 0);
+  ExecutionPolicy limited;
+  limited.workspace_limit = 160;
+  expect_plan(*plan_of("arg_max", {1000003}, DType::kFloat32, axis(0), limited), "row kernel, 10 splits", 160);
+}
+
+TEST(CudaRawSplitPlans, CumSumSplitsALongAxis) {
+  const auto axis = [](std::int64_t a) { return Attributes().set("axis", a); };
+  expect_plan(*plan_of("cum_sum", {1000003}, DType::kFloat32, axis(0)), "1 lines x 1000003 elements, 7813 splits",
+              7813 * 8);
+  expect_plan(*plan_of("cum_sum", {4, 100000}, DType::kInt64, axis(1)), "4 lines x 100000 elements, 782 splits",
+              4 * 782 * 8);
+  expect_plan(*plan_of("cum_sum", {100000, 1000}, DType::kFloat16, axis(0)),
+              "1000 lines x 100000 elements, 66 splits", 1000 * 66 * 8);
+  expect_plan(*plan_of("cum_sum", {65536, 300}, DType::kFloat32, axis(1)), "65536 lines x 300 elements, 1 split", 0);
+  expect_plan(*plan_of("cum_sum", {255}, DType::kInt32, axis(0)), "1 split", 0);
+}
+
+#endif  // XPURT_WITH_CUDA
+
+// ---- GPU: against the cpu kernel ----
+
+int device_compute_capability(Device device) {
+  if (!device.is_cuda()) return 0;
+  return DeviceManager::instance().get_device_info(device).compute_capability();
+}
+
+// Runs `op` with kernel `name` on `inputs` (one device) and waits; the plan's workspace comes from the launch.
+Tensor run_kernel(const std::string& op, const std::string& name, const std::vector<Tensor>& inputs,
+                  const Attributes& attrs) {
+  KernelRegistry& registry = KernelRegistry::global();
+  const Kernel* kernel = registry.find_kernel(op, name);
+  if (kernel == nullptr) throw std::runtime_error("no kernel '" + name + "' for op '" + op + "'");
+  const Device device = inputs.at(0).device();
+  OpDescriptor desc;
+  desc.op = op;
+  for (const Tensor& t : inputs) desc.inputs.push_back(TensorDesc::of(t));
+  desc.attrs = attrs;
+  desc.device = device;
+  desc.compute_capability = device_compute_capability(device);
+  registry.infer(desc);
+  const ExecutionPolicy policy;
+  const Support support = kernel->supports(desc, policy);
+  if (!support) throw std::runtime_error(name + " does not support " + desc.signature() + ": " + support.reason());
+  const auto plan = kernel->build(desc, policy, "");
+  std::vector<Tensor> outputs;
+  for (const TensorDesc& out : desc.outputs) outputs.push_back(Tensor::empty(out.shape, out.dtype, device));
+  const StreamView stream = device.is_cuda() ? StreamManager::instance().current_stream(device) : StreamView();
+  plan->execute(desc, inputs, outputs, stream);
+  stream.synchronize();
+  return outputs.at(0);
+}
+
+Attributes cast_to(DType dtype) { return Attributes().set("to", std::string(dtype_name(dtype))); }
+
+// A host tensor of `dtype` holding `values` (float32 values cast by the cpu kernel; exact for the values used here).
+Tensor host_tensor(const std::vector<float>& values, const Shape& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, DType::kFloat32);
+  std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(float));
+  if (dtype == DType::kFloat32) return t;
+  return run_kernel("cast", "cpu", {t}, cast_to(dtype));
+}
+
+std::int64_t numel_of(const Shape& shape) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) n *= d;
+  return n;
+}
+
+// The cpu result and the cuda_raw one (twice: the same bits both times), as host tensors.
+std::pair<Tensor, Tensor> cpu_and_cuda(const std::string& op, const Tensor& host, const Attributes& attrs,
+                                       const std::string& what) {
+  const Tensor expected = run_kernel(op, "cpu", {host}, attrs);
+  const Tensor device = host.to(Device::cuda(0));
+  const Tensor actual = run_kernel(op, "cuda_raw", {device}, attrs).to(Device::cpu());
+  const Tensor again = run_kernel(op, "cuda_raw", {device}, attrs).to(Device::cpu());
+  EXPECT_EQ(std::memcmp(actual.data_ptr(), again.data_ptr(), actual.nbytes()), 0) << what << ": bits changed";
+  EXPECT_EQ(actual.shape(), expected.shape()) << what;
+  EXPECT_EQ(actual.dtype(), expected.dtype()) << what;
+  return {expected, actual};
+}
+
+// Expects the same bytes (integer results, indices, and float results that are exact in every order).
+void expect_same_bytes(const Tensor& expected, const Tensor& actual, const std::string& what) {
+  ASSERT_EQ(expected.nbytes(), actual.nbytes()) << what;
+  const auto* e = static_cast<const unsigned char*>(expected.data_ptr());
+  const auto* a = static_cast<const unsigned char*>(actual.data_ptr());
+  const std::size_t element = dtype_size(expected.dtype());
+  for (std::size_t i = 0; i < expected.nbytes(); i += element) {
+    if (std::memcmp(e + i, a + i, element) != 0) {
+      ADD_FAILURE() << what << ": element " << i / element << " differs (of " << expected.nbytes() / element << ")";
+      return;
+    }
+  }
+}
+
+// Integer reductions: values in [-1000, 1000] (products: +-1), flags that are all 0, all 1, or 0 but one 1 (first,
+// last), over a whole tensor of 10M+ elements, prime lengths, a row and a column of one.
+TEST(CudaRawSplitGpu, IntegerReductionsMatchTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(42);
+  struct Case {
+    Shape shape;
+    Shape axes;
+  };
+  const std::vector<Case> cases = {{{10000019}, {}},        {{1000003}, {0}},  {{3, 1000003}, {1}},
+                                   {{1000003, 3}, {0}},     {{2, 40001, 3}, {0, 2}}, {{7, 16385}, {1}},
+                                   {{5, 7}, {1}}};
+  std::uniform_int_distribution<int> value(-1000, 1000), sign(0, 1);
+  for (const DType dtype : {DType::kInt32, DType::kInt64}) {
+    for (const auto& c : cases) {
+      const std::int64_t n = numel_of(c.shape);
+      for (const std::string op : {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"}) {
+        std::vector<float> values(static_cast<std::size_t>(n));
+        for (float& v : values) v = static_cast<float>(op == "reduce_prod" ? 2 * sign(rng) - 1 : value(rng));
+        const Tensor x = host_tensor(values, c.shape, dtype);
+        const Attributes attrs = Attributes().set("axes", c.axes).set("keepdims", std::int64_t{0});
+        const std::string what = op + " " + std::string(dtype_name(dtype)) + shape_str(c.shape) + " axes " +
+                                 shape_str(c.axes);
+        const auto [expected, actual] = cpu_and_cuda(op, x, attrs, what);
+        expect_same_bytes(expected, actual, what);
+      }
+    }
+  }
+  // isinf(x).any() and (x > 0).all(): int64 flags of 10M+ elements reduced by max and min.
+  const std::int64_t n = 10000019;
+  for (const std::int64_t one_at : {std::int64_t{-1}, std::int64_t{0}, n - 1, n / 2, std::int64_t{-2}}) {
+    std::vector<float> flags(static_cast<std::size_t>(n), one_at == -2 ? 1.0f : 0.0f);
+    if (one_at >= 0) flags[static_cast<std::size_t>(one_at)] = 1.0f;
+    const Tensor x = host_tensor(flags, {n}, DType::kInt64);
+    for (const std::string op : {"reduce_max", "reduce_min", "reduce_sum"}) {
+      const std::string what = op + " of int64 flags, one_at " + std::to_string(one_at);
+      const auto [expected, actual] = cpu_and_cuda(op, x, Attributes().set("keepdims", std::int64_t{0}), what);
+      expect_same_bytes(expected, actual, what);
+    }
+  }
+}
+
+// reduce_prod of floats: +-1 with a few 2 and 0.5 (products exact in any order), and NaN.
+TEST(CudaRawSplitGpu, FloatProductsMatchTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(43);
+  std::uniform_int_distribution<int> pick(0, 999);
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{1000003}, {}}, {{3, 400009}, {1}}, {{200003, 3}, {0}}, {{17, 19}, {0, 1}}};
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [shape, axes] : cases) {
+      for (const bool with_nan : {false, true}) {
+        std::vector<float> values(static_cast<std::size_t>(numel_of(shape)));
+        for (float& v : values) {
+          const int p = pick(rng);
+          v = p == 0 ? 2.0f : p == 1 ? 0.5f : (p % 2 == 0 ? 1.0f : -1.0f);
+        }
+        if (with_nan) values[values.size() / 3] = std::numeric_limits<float>::quiet_NaN();
+        const Tensor x = host_tensor(values, shape, dtype);
+        const std::string what = "reduce_prod " + std::string(dtype_name(dtype)) + shape_str(shape) +
+                                 (with_nan ? " with a NaN" : "");
+        const auto [expected, actual] =
+            cpu_and_cuda("reduce_prod", x, Attributes().set("axes", axes).set("keepdims", std::int64_t{1}), what);
+        expect_same_bytes(expected, actual, what);
+      }
+    }
+  }
+}
+
+// The contract's arg_max / arg_min along `axis` of a row-major `shape` (cuda_raw_kernels.h): NaN counts as the max and
+// as the min, the first NaN winning; ties: the first index, or the last. (The cpu kernel skips NaNs.)
+std::vector<std::int64_t> nan_aware_arg(const std::vector<float>& x, const Shape& shape, std::int64_t axis, bool max,
+                                        bool last) {
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t d = 0; d < axis; ++d) outer *= shape[static_cast<std::size_t>(d)];
+  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+  const std::int64_t size = shape[static_cast<std::size_t>(axis)];
+  std::vector<std::int64_t> out;
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t i = 0; i < inner; ++i) {
+      const float* p = x.data() + o * size * inner + i;
+      std::int64_t at = 0;
+      for (std::int64_t k = 1; k < size && !std::isnan(p[at * inner]); ++k) {
+        const float v = p[k * inner], best = p[at * inner];
+        if (std::isnan(v) || (max ? v > best : v < best) || (last && v == best)) at = k;
+      }
+      out.push_back(at);
+    }
+  }
+  return out;
+}
+
+// arg_max / arg_min: values from a small set (many ties), first and last index, NaNs (the first one wins), all equal.
+TEST(CudaRawSplitGpu, ArgReductionsMatchTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(44);
+  std::uniform_int_distribution<int> eighth(-64, 64);
+  struct Case {
+    Shape shape;
+    std::int64_t axis;
+  };
+  const std::vector<Case> cases = {{{10000019}, 0},    {{1000003}, 0},    {{3, 1000003}, 1}, {{1000003, 3}, 0},
+                                   {{64, 32003}, 1},   {{64, 32003}, 0},  {{5, 8191, 7}, 1}, {{4096, 100}, 1},
+                                   {{1}, 0},           {{9, 1}, 1}};
+  enum class Fill { kRandom, kNaNs, kEqual };
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    for (const auto& c : cases) {
+      for (const Fill fill : {Fill::kRandom, Fill::kNaNs, Fill::kEqual}) {
+        if (numel_of(c.shape) > 2000000 && (dtype == DType::kFloat64 || fill == Fill::kEqual)) continue;
+        std::vector<float> values(static_cast<std::size_t>(numel_of(c.shape)));
+        for (float& v : values) v = fill == Fill::kEqual ? 0.5f : static_cast<float>(eighth(rng)) / 8.0f;
+        if (fill == Fill::kNaNs) {
+          for (std::size_t i = values.size() / 5; i < values.size(); i += values.size() / 3 + 1) {
+            values[i] = std::numeric_limits<float>::quiet_NaN();
+          }
+        }
+        const Tensor x = host_tensor(values, c.shape, dtype);
+        for (const std::string op : {"arg_max", "arg_min"}) {
+          for (const std::int64_t last : {0, 1}) {
+            const Attributes attrs =
+                Attributes().set("axis", c.axis).set("keepdims", std::int64_t{0}).set("select_last_index", last);
+            const std::string what = op + " " + std::string(dtype_name(dtype)) + shape_str(c.shape) + " axis " +
+                                     std::to_string(c.axis) + " last " + std::to_string(last) + " fill " +
+                                     std::to_string(static_cast<int>(fill));
+            const auto [from_cpu, actual] = cpu_and_cuda(op, x, attrs, what);
+            Tensor expected = from_cpu;
+            if (fill == Fill::kNaNs) {
+              const std::vector<std::int64_t> want = nan_aware_arg(values, c.shape, c.axis, op == "arg_max", last != 0);
+              expected = Tensor::empty(from_cpu.shape(), DType::kInt64);
+              ASSERT_EQ(static_cast<std::int64_t>(want.size()), expected.numel()) << what;
+              std::memcpy(expected.data_ptr(), want.data(), want.size() * sizeof(std::int64_t));
+            }
+            expect_same_bytes(expected, actual, what);
+          }
+        }
+      }
+    }
+  }
+}
+
+// cum_sum: integers exactly; floats of eighths (float32/float64 sums exact in any order), 16-bit floats within a
+// rounding of the stored value; forward, reverse, exclusive.
+TEST(CudaRawSplitGpu, CumSumMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(45);
+  std::uniform_int_distribution<int> eighth(-8, 8);
+  struct Case {
+    Shape shape;
+    std::int64_t axis;
+  };
+  const std::vector<Case> cases = {{{10000019}, 0}, {{1000003}, 0},  {{3, 100003}, 1}, {{100003, 3}, 0},
+                                   {{7, 257}, 1},   {{2, 4099, 5}, 1}, {{255}, 0},     {{1}, 0}};
+  for (const DType dtype : {DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
+    for (const auto& c : cases) {
+      const bool sixteen = dtype == DType::kFloat16;
+      if (sixteen && numel_of(c.shape) > 20000) continue;  // 16-bit sums of many terms round on every store
+      std::vector<float> values(static_cast<std::size_t>(numel_of(c.shape)));
+      const float unit = dtype == DType::kInt32 || dtype == DType::kInt64 ? 1.0f : 0.125f;
+      for (float& v : values) v = static_cast<float>(eighth(rng)) * unit;
+      const Tensor x = host_tensor(values, c.shape, dtype);
+      for (const std::int64_t reverse : {0, 1}) {
+        for (const std::int64_t exclusive : {0, 1}) {
+          const Attributes attrs =
+              Attributes().set("axis", c.axis).set("reverse", reverse).set("exclusive", exclusive);
+          const std::string what = "cum_sum " + std::string(dtype_name(dtype)) + shape_str(c.shape) + " axis " +
+                                   std::to_string(c.axis) + " reverse " + std::to_string(reverse) + " exclusive " +
+                                   std::to_string(exclusive);
+          const auto [expected, actual] = cpu_and_cuda("cum_sum", x, attrs, what);
+          if (!sixteen) {
+            expect_same_bytes(expected, actual, what);
+            continue;
+          }
+          const Tensor e = run_kernel("cast", "cpu", {expected}, cast_to(DType::kFloat32));
+          const Tensor a = run_kernel("cast", "cpu", {actual}, cast_to(DType::kFloat32));
+          const auto* pe = static_cast<const float*>(e.data_ptr());
+          const auto* pa = static_cast<const float*>(a.data_ptr());
+          for (std::int64_t i = 0; i < e.numel(); ++i) {
+            ASSERT_NEAR(pa[i], pe[i], 1e-3 + 4e-3 * std::fabs(pe[i])) << what << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xpuruntime

@@ -200,6 +200,19 @@ def test_quantized_models_run_fused_on_the_cpu(per_channel, sizes):
     assert np.mean(np.abs(a - b)) <= 0.005 * span + 1e-6
 
 
+def test_a_policy_rule_for_the_float_op_keeps_float8_chains_float():
+    """Note [Float pinned by the KernelPolicy] for float8 chains: a rule for matmul's family and none for qlinear_fp8
+    keeps them float, and explain() says so per chain; a rule for qlinear_fp8 too fuses them again."""
+    model = _quantized(16, 8, 4, per_channel=False)
+    kept = xrt.InferenceSession(model, engine="native", device="cpu", kernel_policy=xrt.KernelPolicy({"matmul": "cpu"}))
+    assert _fused_ops(kept) == []
+    reasons = [o for o in kept.explain().options if o.startswith("pass quantized_fusion: kept")]
+    assert len(reasons) == 2 and all("none for 'qlinear_fp8'" in o for o in reasons), kept.explain().options
+    both = xrt.InferenceSession(model, engine="native", device="cpu",
+                                kernel_policy=xrt.KernelPolicy({"matmul": "cpu", "qlinear_fp8": "cpu"}))
+    assert len(_fused_ops(both)) == 2
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The cublasLt kernel (GPU)
 # ---------------------------------------------------------------------------------------------------------------

@@ -544,6 +544,13 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
       for (const std::string& note : r.notes) notes.push_back("tensor_parallel: " + note);
       continue;
     }
+    if (r.pass == "quantized_fusion") {
+      // Each chain the pass left as written, with its reason (a float8 shape cuBLASLt cannot take: Note [Float8
+      // quantized fusion]; a KernelPolicy rule: Note [Float pinned by the KernelPolicy]; an ONNX quantized node).
+      for (const std::string& note : r.notes) {
+        if (note.rfind("kept ", 0) == 0) notes.push_back(r.pass + ": " + note);
+      }
+    }
     if (r.rewrites == 0) continue;
     std::string line = detail::str_cat(r.pass, ": ", r.rewrites, " rewrite(s)");
     if (!r.notes.empty()) line += " (" + r.notes.front() + (r.notes.size() > 1 ? ", ..." : "") + ")";

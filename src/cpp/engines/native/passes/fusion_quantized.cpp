@@ -489,11 +489,13 @@ std::optional<std::string> kept_float(const Graph& g, const Uses& uses, const Pa
   if (!p || !is_onnx(g.nodes[*p], "DequantizeLinear")) return std::nullopt;
   const std::vector<std::string> float_ops = conv ? std::vector<std::string>{"conv2d"}
                                                   : std::vector<std::string>{"linear", "matmul"};
-  if (ctx.keep_unfused(conv ? "qconv2d" : "qlinear")) return std::nullopt;  // the int8 op is ruled too
+  const Tensor* wq = g.nodes[*p].inputs.empty() ? nullptr : constant(g, g.nodes[*p].inputs[0]);
+  const std::string quantized_op = conv ? "qconv2d" : (wq != nullptr && wq->dtype() == kFp8 ? "qlinear_fp8" : "qlinear");
+  if (ctx.keep_unfused(quantized_op)) return std::nullopt;  // the quantized op is ruled too
   for (const std::string& op : float_ops) {
     if (ctx.keep_unfused(op)) {
       return "kept " + describe(n) + " in float: the KernelPolicy has a rule for '" + op + "' (or its family) and none "
-             "for '" + (conv ? "qconv2d" : "qlinear") + "'";
+             "for '" + quantized_op + "'";
     }
   }
   return std::nullopt;

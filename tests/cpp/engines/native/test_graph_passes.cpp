@@ -1556,6 +1556,71 @@ TEST(AttentionFusion, CausalTriangleAndBias) {
   EXPECT_EQ(count(out, "Softmax"), 0) << out.str();
 }
 
+// Swin's shifted windows: (q * scale) K^T + the relative position bias [1, H, N, N], viewed as [B, nW, H, N, N] to
+// add the window mask [nW, N, N] (unsqueezed to [1, nW, 1, N, N]), viewed back. One input of [B * nW, H, N, N]:
+// the bias plus Reshape(Expand(mask)).
+Graph shifted_window_graph(bool with_bias, bool constant_mask, const Shape& split) {
+  const std::int64_t B = 2, W = 4, H = 3, N = 49, D = 8;
+  Builder b;
+  b.input("q", {B * W, H, N, D}).input("k", {B * W, H, N, D}).input("v", {B * W, H, N, D});
+  b.constant("scale", scalar(0.35f)).constant("split", make_i64({5}, split));
+  b.constant("back", make_i64({4}, {-1, H, N, N}));
+  if (constant_mask) {
+    Tensor mask = Tensor::zeros({1, W, 1, N, N}, DType::kFloat32);
+    float* m = static_cast<float*>(mask.data_ptr());
+    for (std::int64_t i = 0; i < mask.numel(); ++i) m[i] = (i * 7919) % 3 == 0 ? -100.0f : 0.0f;
+    b.constant("window_mask", mask);
+  } else {
+    b.input("window_mask", {1, W, 1, N, N});
+  }
+  b.add(node("Mul", {"q", "scale"}, {"qs"}));
+  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  b.add(node("MatMul", {"qs", "kt"}, {"s"}));
+  std::string scores = "s";
+  if (with_bias) {
+    b.constant("rel_bias", random({1, H, N, N}, 95, -3, 3));
+    b.add(node("Add", {"s", "rel_bias"}, {"sb"}));
+    scores = "sb";
+  }
+  b.add(node("Reshape", {scores, "split"}, {"s5"})).add(node("Add", {"s5", "window_mask"}, {"s5m"}));
+  b.add(node("Reshape", {"s5m", "back"}, {"sm"})).add(node("Softmax", {"sm"}, {"p"}));
+  b.add(node("MatMul", {"p", "v"}, {"o"}));
+  b.typed("s", {B * W, H, N, N}).typed("sb", {B * W, H, N, N}).typed("sm", {B * W, H, N, N});
+  b.typed("s5", std::vector<Dim>(split.begin(), split.end())).typed("s5m", std::vector<Dim>(split.begin(), split.end()));
+  return b.build({"o"});
+}
+
+TEST(AttentionFusion, SwinShiftedWindowBiasAndMask) {
+  const std::int64_t B = 2, W = 4, H = 3, N = 49, D = 8;
+  for (bool with_bias : {true, false}) {
+    for (bool constant_mask : {true, false}) {
+      SCOPED_TRACE(std::string(with_bias ? "bias + " : "") + (constant_mask ? "constant mask" : "mask input"));
+      Feeds feeds = {{"q", random({B * W, H, N, D}, 96)}, {"k", random({B * W, H, N, D}, 97)},
+                     {"v", random({B * W, H, N, D}, 98)}};
+      if (!constant_mask) feeds["window_mask"] = random({1, W, 1, N, N}, 99, -5, 0);
+      int rewrites = 0;
+      Graph out = run_pass(shifted_window_graph(with_bias, constant_mask, {B, W, H, N, N}), passes::attention_fusion,
+                           feeds, &rewrites);
+      EXPECT_EQ(rewrites, 1);
+      const Node* a = find(out, "Attention");
+      ASSERT_NE(a, nullptr) << out.str();
+      ASSERT_EQ(a->inputs.size(), 4u);
+      EXPECT_EQ(out.types.at(a->inputs[3]).shape, (std::vector<Dim>{B * W, H, N, N}));
+      EXPECT_EQ(count(out, "Softmax"), 0) << out.str();
+      EXPECT_EQ(count(out, "Expand"), 1) << out.str();
+      EXPECT_EQ(count(out, "Add"), with_bias ? 1 : 0) << out.str();
+      EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.35, 1e-6);
+    }
+  }
+  // A view that is not a split of the batch (the window count times the heads moved): left alone.
+  Graph other = shifted_window_graph(true, true, {B, W, H, N, N});
+  other.initializers["split"] = make_i64({5}, {B, H, W, N, N});
+  other.types["s5"] = type({B, H, W, N, N});
+  other.types["s5m"] = type({B, H, W, N, N});
+  other.initializers["window_mask"] = random({1, H, 1, N, N}, 100, -5, 0);
+  EXPECT_EQ(passes::attention_fusion(other, {}).rewrites, 0);
+}
+
 TEST(AttentionFusion, NotWithThreeTermsASharedPartialSumOrATermThatGrowsTheScores) {
   const std::int64_t S = 49, H = 3;
   const std::vector<AdditiveTerm> three = {{{1, H, S, S}, true}, {{S, S}, true}, {{1, 1, 1, S}, true}};

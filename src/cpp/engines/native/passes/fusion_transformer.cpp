@@ -938,6 +938,13 @@ namespace {
 // run. A computed sum is one elementwise pass over at most B * H * Sq * Sk elements, against the unfused chain's
 // scores written, re-read and re-written by each Add and the softmax. Floating-point sums associate differently
 // ((s + t1) + t2 against s + (t1 + t2)), a rounding of the terms' size; -inf stays -inf and NaN stays NaN.
+// Swin's shifted windows add their window mask through views: the scores [B * nW, H, N, N] reshaped to
+// [B, nW, H, N, N], plus the mask [1, nW, 1, N, N] (window w of every image), reshaped back, then the softmax. With
+// static shapes (the plan's, after specialise_inputs) that view only splits the batch, so the mask is the 4-d term
+// Reshape(Expand(mask), [B * nW, H, N, N]), which joins the bias as above; Swin's table and mask are constants, so
+// the plan folds the whole sum into one constant of B * nW * H * N * N elements (7.4 MB in fp16 for Swin-T's first
+// stage at batch 8) and the attention runs with no extra kernel. Three or more Adds, or an Add whose partial sum
+// something else reads, stay unfused.
 
 // Whether `value` is Q K^T computed by a MatMul, possibly scaled once by a Div or Mul by a constant.
 bool from_scaled_matmul(const Graph& g, const Uses& uses, const std::string& value) {
@@ -949,13 +956,61 @@ bool from_scaled_matmul(const Graph& g, const Uses& uses, const std::string& val
   return p && is_onnx(g.nodes[*p], "MatMul");
 }
 
+// Swin's shifted-window mask (Note [Attention with additive terms]): the scores [B * nW, H, Sq, Sk] reshaped to
+// [B, nW, H, Sq, Sk], plus a mask that broadcasts to that ([1, nW, 1, Sq, Sk]: window w of every image), reshaped back.
+struct WindowTerm {
+  std::string mask;
+  std::vector<std::int64_t> mask_shape;  // rank <= 5, broadcasts to `split`
+  std::vector<std::int64_t> split;   // [B, nW, H, Sq, Sk]
+  std::vector<std::int64_t> scores;  // [B * nW, H, Sq, Sk]
+};
+
 // The additive terms between the (scaled) scores and the softmax (Note [Attention with additive terms]).
 struct AdditiveTerms {
-  std::string scores;              // the (scaled) Q K^T the first Add reads
-  std::size_t reader = 0;          // the node that reads `scores` (the first Add, or the softmax without terms)
-  std::vector<std::string> terms;  // 0, 1 or 2 additive terms, the one added first first
-  std::vector<std::size_t> adds;   // their Add nodes
+  std::string scores;                // the (scaled) Q K^T the first Add reads
+  std::size_t reader = 0;            // the node that reads `scores` (the first Add, or the softmax without terms)
+  std::vector<std::string> terms;    // 0, 1 or 2 additive terms, the one added first first
+  std::optional<WindowTerm> window;  // added after `terms`
+  std::vector<std::size_t> adds;     // their Add nodes (and the window's Reshapes)
 };
+
+// The window form, read backwards from `out.scores` (the softmax's input): Reshape(Add(Reshape(x, [B, nW, H, Sq, Sk]),
+// mask)) back to x's static shape [B * nW, H, Sq, Sk], each value read only by the next node; moves `out` to x.
+void match_window_term(const Graph& g, const Matcher& m, AdditiveTerms& out) {
+  auto back = m.sole_producer(out.scores, out.reader, "Reshape");
+  if (!back) return;
+  auto ai = m.sole_producer(m.node(*back).inputs[0], *back, "Add");
+  if (!ai || m.node(*ai).inputs.size() != 2) return;
+  const Node& add = m.node(*ai);
+  for (std::size_t k = 0; k < 2; ++k) {
+    auto split = m.sole_producer(add.inputs[k], *ai, "Reshape");
+    if (!split) continue;
+    const std::string& x = m.node(*split).inputs[0];
+    auto scores = static_shape(g, x), split_shape = static_shape(g, add.inputs[k]);
+    auto result = static_shape(g, m.node(*back).outputs[0]);
+    auto mask = value_type(g, add.inputs[1 - k]);
+    auto dtype = value_dtype(g, x);
+    if (!scores || !split_shape || !result || !mask || !dtype || scores->size() != 4 || split_shape->size() != 5 ||
+        *result != *scores || !mask->has_shape || mask->shape.size() > 5 || mask->dtype != *dtype) {
+      continue;
+    }
+    const auto& s5 = *split_shape;
+    if (s5[0] * s5[1] != (*scores)[0] || !std::equal(s5.begin() + 2, s5.end(), scores->begin() + 1)) continue;
+    bool broadcasts = true;
+    for (std::size_t d = 0; d < mask->shape.size(); ++d) {
+      const Dim& md = mask->shape[d];
+      broadcasts = broadcasts && md.known() && (md.value == 1 || md.value == s5[5 - mask->shape.size() + d]);
+    }
+    if (!broadcasts) continue;
+    std::vector<std::int64_t> mask_shape;
+    for (const Dim& md : mask->shape) mask_shape.push_back(md.value);
+    out.window = WindowTerm{add.inputs[1 - k], mask_shape, s5, *scores};
+    out.adds.insert(out.adds.end(), {*back, *ai, *split});
+    out.scores = x;
+    out.reader = *split;
+    return;
+  }
+}
 
 // Walks back from the softmax's input through at most two Adds to the scores; nullopt when an Add is there but the
 // chain is not of that form (the softmax is then not attention's, or not one this pass can prove).
@@ -963,7 +1018,9 @@ std::optional<AdditiveTerms> additive_terms(const Graph& g, const Uses& uses, co
   AdditiveTerms out;
   out.scores = g.nodes[softmax].inputs[0];
   out.reader = softmax;
-  for (int depth = 0; depth < 2; ++depth) {
+  match_window_term(g, m, out);
+  const int max_adds = out.window ? 1 : 2;
+  for (int depth = 0; depth < max_adds; ++depth) {
     auto ai = m.sole_producer(out.scores, out.reader, "Add");
     if (!ai) return depth == 0 ? std::optional<AdditiveTerms>(out) : std::nullopt;
     const Node& add = m.node(*ai);
@@ -973,7 +1030,7 @@ std::optional<AdditiveTerms> additive_terms(const Graph& g, const Uses& uses, co
       if (from_scaled_matmul(g, uses, add.inputs[k])) side = k;
     }
     // Not yet at the scores: the side that is itself an Add read only here leads on (the first term's Add).
-    for (std::size_t k = 0; k < 2 && !side && depth == 0; ++k) {
+    for (std::size_t k = 0; k < 2 && !side && depth + 1 < max_adds; ++k) {
       auto inner = m.sole_producer(add.inputs[k], *ai, "Add");
       if (inner && m.node(*inner).inputs.size() == 2 &&
           (from_scaled_matmul(g, uses, m.node(*inner).inputs[0]) ||
@@ -1002,6 +1059,35 @@ std::optional<std::vector<Dim>> term_shape(const Graph& g, const std::string& te
     if (!(td.known() && td.value == 1) && !same_dim(td, scores[offset + d])) return std::nullopt;
   }
   return t->shape;
+}
+
+// The window mask as a term of the scores' own shape: Reshape(Expand(mask, [B, nW, H, Sq, Sk]), [B * nW, H, Sq, Sk]),
+// appended to `new_nodes`. Constant masks of a static batch fold to a constant in the plan.
+std::string window_term_input(Graph& g, const WindowTerm& window, DType dtype, const std::string& hint,
+                              std::vector<Node>& new_nodes) {
+  const std::string expanded = g.unique_name(hint + "_window_mask");
+  const std::string term = g.unique_name(hint + "_window_term");
+  ValueType type;
+  type.dtype = dtype;
+  type.has_shape = true;
+  type.shape.assign(window.split.begin(), window.split.end());
+  g.types[expanded] = type;
+  type.shape.assign(window.scores.begin(), window.scores.end());
+  g.types[term] = type;
+  // Expand by 1 along the mask's own dims: the same result, and a shape whose product times the mask's size is the
+  // output's exact size, which constant folding's size estimate reads (an Expand by the full shape looks bigger).
+  std::vector<std::int64_t> by = window.split;
+  for (std::size_t d = 0; d < window.mask_shape.size(); ++d) {
+    if (window.mask_shape[d] != 1) by[by.size() - window.mask_shape.size() + d] = 1;
+  }
+  Node expand = make_node(expanded, "Expand", {window.mask, add_constant(g, expanded + "_shape", int64_tensor(by))},
+                          {expanded});
+  expand.domain = "";
+  new_nodes.push_back(std::move(expand));
+  Node reshape = reshape_node(g, term, expanded, window.scores, term);
+  reshape.domain = "";
+  new_nodes.push_back(std::move(reshape));
+  return term;
 }
 
 // One additive input from the terms: the term itself, or a new Add(t1, t2) (appended to `new_nodes`, its output
@@ -1105,6 +1191,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     if (auto guard = nan_guard(g, uses, m, softmax.outputs[0])) {
       bool finite = true;
       for (const std::string& term : additive->terms) finite = finite && finite_mask(g, uses, term, 4);
+      if (additive->window) finite = finite && finite_mask(g, uses, additive->window->mask, 4);
       if (!finite) continue;
       probabilities = g.nodes[guard->second].outputs[0];
       nodes.push_back(guard->first);
@@ -1130,6 +1217,11 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       if (auto shape = term_shape(g, term, tq->dtype, scores_shape)) term_shapes.push_back(*shape);
     }
     if (term_shapes.size() != additive->terms.size()) continue;
+    if (additive->window) {  // the window form's static [B * nW, H, Sq, Sk] is the scores' shape
+      bool same = true;
+      for (std::size_t d = 0; d < 4; ++d) same = same && same_dim(scores_shape[d], Dim(additive->window->scores[d]));
+      if (!same) continue;
+    }
     if (rw.any_taken(nodes)) continue;
     if (tp) {
       if (uses.only_reader(kt, kt_reader) && !rw.taken(*tp)) nodes.push_back(*tp);
@@ -1155,9 +1247,12 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       new_nodes.push_back(std::move(t));
     }
     std::vector<std::string> inputs = {q, k_input, v};
-    if (!additive->terms.empty()) {
-      inputs.push_back(one_additive_input(g, additive->terms, term_shapes, tq->dtype, qk_node.name, new_nodes));
+    std::vector<std::string> terms = additive->terms;
+    if (additive->window) {
+      terms.push_back(window_term_input(g, *additive->window, tq->dtype, qk_node.name, new_nodes));
+      term_shapes.emplace_back(additive->window->scores.begin(), additive->window->scores.end());
     }
+    if (!terms.empty()) inputs.push_back(one_additive_input(g, terms, term_shapes, tq->dtype, qk_node.name, new_nodes));
     Node fused = make_node(qk_node.name, "Attention", inputs, {m.node(*pv).outputs[0]});
     fused.attrs.set("scale", scale);
     fused.attrs.set("causal", static_cast<std::int64_t>(0));

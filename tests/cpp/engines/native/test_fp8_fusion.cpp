@@ -1,5 +1,5 @@
-// The quantized_fusion pass on float8 chains (Note [Float8 quantized fusion] in engines/native/passes/fusion_quantized.cpp)
-// on hand-built graphs: Q(float8e4m3fn) -> DQ -> MatMul(DQ(float8 weight, per channel)) -> Add -> Relu -> Q(float8)
+// The quantized_fusion pass on float8 chains (Note [Float8 quantized fusion] in
+// engines/native/passes/fusion_quantized.cpp) on hand-built graphs: Q(float8e4m3fn) -> DQ -> MatMul(DQ(float8 weight, per channel)) -> Add -> Relu -> Q(float8)
 // and DQ -> Gemm(transB, per-tensor weight, C, alpha) become com.xpuruntime:QLinearFp8 with the [K, N] weight
 // transposed to [N, K], and compute what the chains computed (through the node kernels); a CUDA plan keeps the shapes
 // cuBLASLt's float8 GEMM cannot take unfused with the reason in the notes; mixed int8/float8 chains stay; the whole

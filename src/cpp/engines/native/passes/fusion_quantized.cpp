@@ -49,8 +49,9 @@
 // registry op qlinear_fp8 (Note [Float8 quantized linear] in core/op_schemas.cpp): on CUDA cuBLASLt's float8 tensor
 // cores, on the CPU the reference kernel. The matching is the int8 chains' (above), with the constant weight laid out
 // [N, K] the same way (cuBLASLt's float8 GEMM is "TN" only, as its int8 one). A CUDA plan fuses only chains whose
-// shape cuBLASLt takes (K a multiple of 16, N of 4; fp8_shape_problem): the others run as written, dequantized to
-// float and multiplied by the float GEMM, and the pass's notes (explain()) say why. Mixed chains (an int8 x with a
+// shape cuBLASLt takes on a device it runs on (K a multiple of 16, N of 4, sm_89+; fp8_cuda_problem): the others
+// run as written, dequantized to float and multiplied by the float GEMM, and explain() says why (a "pass
+// quantized_fusion: kept ..." line each). Mixed chains (an int8 x with a
 // float8 weight, or the reverse), float8e5m2, and a QuantizeLinear to int8 after a float8 GEMM are not fused (the
 // chain then ends in float, and the QuantizeLinear runs as written).
 #include <cstdint>
@@ -63,6 +64,7 @@
 #include "engines/native/lowering/lowering.h"
 #include "engines/native/passes/passes.h"
 #include "engines/native/passes/pass_utils.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::passes {
@@ -76,9 +78,21 @@ bool is_8bit(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
 // The float8 format of the chains that become QLinearFp8 (Note [Float8 quantized fusion]).
 constexpr DType kFp8 = DType::kFloat8E4M3FN;
 
-// cuBLASLt's float8 GEMM takes K and N only in multiples of 16 and 4 (Note [cuBLASLt float8 GEMMs] in
-// backends/cublaslt/cublaslt_qlinear_fp8.cpp): why a CUDA plan keeps a chain of this [K, N] unfused, or empty.
-std::string fp8_shape_problem(std::int64_t k, std::int64_t n) {
+// cuBLASLt's float8 GEMM runs on float8 tensor cores (sm_89+) and takes K and N only in multiples of 16 and 4 (Note
+// [cuBLASLt float8 GEMMs] in backends/cublaslt/cublaslt_qlinear_fp8.cpp): why a plan on CUDA device `device` keeps a
+// chain of this [K, N] unfused, or empty. A device whose capability cannot be read here (no GPU: graph tests) is not
+// asked.
+std::string fp8_cuda_problem(const Device& device, std::int64_t k, std::int64_t n) {
+  int capability = 0;
+  try {
+    capability = DeviceManager::instance().get_device_info(device).compute_capability();
+  } catch (const XpuRuntimeError&) {
+    capability = 0;
+  }
+  if (capability > 0 && capability < 89) {
+    return "float8 tensor cores need compute capability 8.9 or newer, and " + device.str() + " is sm_" +
+           std::to_string(capability);
+  }
   if (k % 16 == 0 && n % 4 == 0 && k > 0) return {};
   return "cuBLASLt's float8 GEMM needs K a multiple of 16 and N a multiple of 4, got K = " + std::to_string(k) +
          " and N = " + std::to_string(n);
@@ -220,8 +234,9 @@ struct Chain {
 // The QuantizeLinear `q` that ends a float8 chain: per tensor to float8e4m3fn (a zero point of zeros, or opset 21's
 // output_dtype without one), saturating (ONNX's default saturate=1); its scale, or nullopt.
 std::optional<double> fp8_output_scale(const Graph& g, const Node& q) {
-  const bool to_fp8 = q.has_input(2) ? zero_point_absent_or_zero(g, q, 2, kFp8) && constant(g, q.inputs[2])->numel() == 1
-                                     : q.attrs.get_int("output_dtype", 0) == 17;  // TensorProto.FLOAT8E4M3FN
+  const bool to_fp8 = q.has_input(2)
+                           ? zero_point_absent_or_zero(g, q, 2, kFp8) && constant(g, q.inputs[2])->numel() == 1
+                           : q.attrs.get_int("output_dtype", 0) == 17;  // TensorProto.FLOAT8E4M3FN
   if (!to_fp8 || q.attrs.get_int("saturate", 1) != 1) return std::nullopt;
   auto scale = scale_scalar(g, q.inputs[1]);
   if (!scale || !(*scale > 0)) return std::nullopt;
@@ -357,7 +372,7 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi, NkWeigh
   if (fp8 != x->fp8) return false;  // int8 with float8: no kernel multiplies them
   const std::int64_t channels = wq.shape()[nk ? 0 : 1];
   if (fp8 && ctx.device.is_cuda()) {
-    const std::string problem = fp8_shape_problem(wq.shape()[nk ? 1 : 0], channels);
+    const std::string problem = fp8_cuda_problem(ctx.device, wq.shape()[nk ? 1 : 0], channels);
     if (!problem.empty()) {
       result.notes.push_back("kept " + describe(mm) + " unfused (DequantizeLinear, then the float op): " + problem);
       return false;
@@ -490,7 +505,8 @@ std::optional<std::string> kept_float(const Graph& g, const Uses& uses, const Pa
   const std::vector<std::string> float_ops = conv ? std::vector<std::string>{"conv2d"}
                                                   : std::vector<std::string>{"linear", "matmul"};
   const Tensor* wq = g.nodes[*p].inputs.empty() ? nullptr : constant(g, g.nodes[*p].inputs[0]);
-  const std::string quantized_op = conv ? "qconv2d" : (wq != nullptr && wq->dtype() == kFp8 ? "qlinear_fp8" : "qlinear");
+  const bool fp8 = wq != nullptr && wq->dtype() == kFp8;
+  const std::string quantized_op = conv ? "qconv2d" : (fp8 ? "qlinear_fp8" : "qlinear");
   if (ctx.keep_unfused(quantized_op)) return std::nullopt;  // the quantized op is ruled too
   for (const std::string& op : float_ops) {
     if (ctx.keep_unfused(op)) {

@@ -1964,6 +1964,28 @@ TEST(ElementwiseFusion, ATrailingAxisReductionJoinsItsGroup) {
   }
 }
 
+// x - x.amax(-1, keepdim=True), then exp: with 2 rows of 65537 the max stays a node (Note [Few long rows stay
+// unfused]: a row program would run on two blocks), the chain after it fuses; with 128 rows it joins the group.
+TEST(ElementwiseFusion, AFewLongRowsKeepTheirReductionANode) {
+  for (const std::int64_t rows : {2, 128}) {
+    const std::vector<std::int64_t> shape = {rows, 65537};
+    Builder b;
+    b.input("x", {rows, 65537});
+    Attributes max;
+    max.set("axes", std::vector<std::int64_t>{-1});
+    b.add(node("ReduceMax", {"x"}, {"m"}, max, "max")).typed("m", {rows, 1});
+    b.add(node("Sub", {"x", "m"}, {"d"}, {}, "sub")).typed("d", {rows, 65537});
+    b.add(node("Exp", {"d"}, {"y"}, {}, "exp")).typed("y", {rows, 65537});
+    int rewrites = 0;
+    Graph out = run_pass(b.build({"y"}), passes::elementwise_fusion, {{"x", random(shape, 212)}}, &rewrites);
+    EXPECT_EQ(rewrites, 1) << out.str();
+    EXPECT_EQ(count(out, "ReduceMax"), rows == 2 ? 1 : 0) << out.str();
+    ASSERT_EQ(out.nodes.size(), rows == 2 ? 2u : 1u) << out.str();
+    EXPECT_EQ(out.nodes.back().attrs.get_string("program", ""), rows == 2 ? "sub x0 x1; exp t0"
+                                                                           : "reduce_max x0; sub x0 t0; exp t1");
+  }
+}
+
 // q [2, 3, 4, 8] -> q * cos + rotate_half(q) * sin, rotate_half as exporters write it: Concat(Neg(q[..., 4:]), q[..., :4]).
 TEST(ElementwiseFusion, TheRotaryEmbeddingIsOneGroup) {
   Builder b;

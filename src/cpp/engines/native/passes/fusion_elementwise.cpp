@@ -21,6 +21,14 @@ namespace {
 
 constexpr std::size_t kMaxInputs = 16;
 constexpr std::size_t kMaxInstructions = 64;
+// Note [Few long rows stay unfused]
+// A program with a reduction runs a row per group of threads, a block at most (Note [Row programs]): a reduction of a
+// few long rows, e.g. softmax-like chains over a last axis of millions (x - x.amax(-1, keepdim=True)), would run on a
+// few blocks of the GPU. With fewer than kMinFusedRows rows longer than kMaxFewRowsLength elements, the reduction stays
+// a node (the registry's reduce_* kernels split a long row over many blocks, Note [Reduction layout] in cuda_raw's
+// reduce.cu) and the chains around it fuse on their own.
+constexpr std::int64_t kMinFusedRows = 128;
+constexpr std::int64_t kMaxFewRowsLength = 65536;
 
 // The program op and the registry op (what a KernelPolicy names) of a node the pass can take, or false.
 bool member_code(const Node& n, fused::Code* code, std::string* registry_op) {
@@ -161,6 +169,16 @@ bool reduction(const Graph& g, const Node& n, std::int64_t opset, fused::Code* c
   // The trailing axes, every one of them: {rank - k, ..., rank - 1}.
   const auto k = static_cast<std::int64_t>(normalized.size());
   if (*normalized.begin() != rank - k || *normalized.rbegin() != rank - 1) return false;
+  std::int64_t rows = 1, row = 1;
+  const std::vector<std::int64_t> sizes = x->sizes();
+  for (std::int64_t d = 0; d < rank; ++d) {
+    std::int64_t& product = d < rank - k ? rows : row;
+    if (sizes[static_cast<std::size_t>(d)] <= 0 ||
+        __builtin_mul_overflow(product, sizes[static_cast<std::size_t>(d)], &product)) {
+      return false;  // empty, or past int64 (candidate() refuses both)
+    }
+  }
+  if (rows < kMinFusedRows && row > kMaxFewRowsLength) return false;  // Note [Few long rows stay unfused]
   *row_axes = k;
   return true;
 }

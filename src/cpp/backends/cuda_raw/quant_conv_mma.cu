@@ -74,52 +74,99 @@ PDims pdims_of(const QConvGeometry& g) {
 
 int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Four neighbouring outputs index .. index + 3 (channels o .. o + 3) from their accumulators; `valid` of them exist.
-// One vector store when all four exist and `vector` (the channel count is a multiple of 4, so index is too).
-__device__ __forceinline__ void store_quad(const QuantEpilogueParams& p, void* y, std::int64_t index, const int (&acc)[4],
-                                           int o, int valid, bool vector) {
-  if (vector && valid == 4) {
-    switch (p.out_dtype) {
-      case DType::kInt8:
-      case DType::kUInt8: {
-        const bool is_signed = p.out_dtype == DType::kInt8;
-        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
-        std::uint32_t packed = 0;
+// The epilogue's per-channel operands of four neighbouring output channels o .. o + 3, read once per thread (the
+// epilogue loops then read no global memory): the int32 bias with the run-time zero point's correction folded in
+// (quantized_raw's sum), alpha and the float bias (+0.0 without one, as quantized_real adds).
+struct ChannelQuad {
+  std::uint32_t bias[4];
+  float alpha[4];
+  float float_bias[4];
+};
+
+__device__ __forceinline__ ChannelQuad channel_quad(const QuantEpilogueParams& p, int o, int channels) {
+  ChannelQuad q;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float level = quantized_level(p, quantized_real(p, acc[e], o + e), lo, hi);
-          const std::uint32_t byte = is_signed ? static_cast<std::uint32_t>(static_cast<std::uint8_t>(
-                                                     static_cast<std::int8_t>(level)))
-                                               : static_cast<std::uint32_t>(static_cast<std::uint8_t>(level));
-          packed |= byte << (8 * e);
-        }
-        reinterpret_cast<std::uint32_t*>(static_cast<std::uint8_t*>(y) + index)[0] = packed;
-        return;
+  for (int e = 0; e < 4; ++e) {
+    const int c = min(o + e, channels - 1);  // past the last channel: any channel's (never stored)
+    std::uint32_t bias = p.int_bias != nullptr ? static_cast<std::uint32_t>(p.int_bias[c]) : 0u;
+    if (p.x_zero_point != nullptr) {
+      bias -= static_cast<std::uint32_t>(*p.x_zero_point) * static_cast<std::uint32_t>(p.w_col_sums[c]);
+    }
+    q.bias[e] = bias;
+    q.alpha[e] = p.alpha != nullptr ? p.alpha[p.alpha_per_channel ? c : 0] : 1.0f;
+    q.float_bias[e] = p.float_bias != nullptr ? p.float_bias[c] : 0.0f;
+  }
+  return q;
+}
+
+// quantized_real with the channel's operands in registers: the same float32 operations in the same order.
+__device__ __forceinline__ float quad_real(const QuantEpilogueParams& p, const ChannelQuad& q, int acc, int e) {
+  const auto total = static_cast<std::int32_t>(static_cast<std::uint32_t>(acc) + q.bias[e]);
+  float v = __fadd_rn(__fmul_rn(static_cast<float>(total), q.alpha[e]), q.float_bias[e]);
+  if (p.relu && !(v > 0.0f) && !isnan(v)) v = 0.0f;
+  return v;
+}
+
+// Four neighbouring outputs index .. index + 3 (the channels of `q`) from their accumulators; `valid` of them exist.
+// One 4-, 8- or 16-byte store when all four exist and `vector` (the channel count is a multiple of 4, so index is too).
+__device__ __forceinline__ void store_quad(const QuantEpilogueParams& p, const ChannelQuad& q, void* y,
+                                           std::int64_t index, const int (&acc)[4], int valid, bool vector) {
+  switch (p.out_dtype) {
+    case DType::kInt8:
+    case DType::kUInt8: {
+      const bool is_signed = p.out_dtype == DType::kInt8;
+      const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+      std::uint32_t packed = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int level = static_cast<int>(quantized_level(p, quad_real(p, q, acc[e], e), lo, hi));
+        packed |= (static_cast<std::uint32_t>(level) & 0xffu) << (8 * e);
       }
-      case DType::kFloat16: {
-        const __half2 lo = __floats2half2_rn(quantized_real(p, acc[0], o), quantized_real(p, acc[1], o + 1));
-        const __half2 hi = __floats2half2_rn(quantized_real(p, acc[2], o + 2), quantized_real(p, acc[3], o + 3));
-        uint2 v;
-        v.x = *reinterpret_cast<const std::uint32_t*>(&lo);
-        v.y = *reinterpret_cast<const std::uint32_t*>(&hi);
-        *reinterpret_cast<uint2*>(static_cast<__half*>(y) + index) = v;
-        return;
+      auto* out = static_cast<std::uint8_t*>(y) + index;
+      if (vector && valid == 4) {
+        *reinterpret_cast<std::uint32_t*>(out) = packed;
+      } else {
+        for (int e = 0; e < valid; ++e) out[e] = static_cast<std::uint8_t>(packed >> (8 * e));
       }
-      case DType::kFloat32: {
-        const float4 v = make_float4(quantized_real(p, acc[0], o), quantized_real(p, acc[1], o + 1),
-                                     quantized_real(p, acc[2], o + 2), quantized_real(p, acc[3], o + 3));
-        *reinterpret_cast<float4*>(static_cast<float*>(y) + index) = v;
-        return;
+      return;
+    }
+    case DType::kFloat16: {
+      __half h[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) h[e] = __float2half_rn(quad_real(p, q, acc[e], e));
+      auto* out = static_cast<__half*>(y) + index;
+      if (vector && valid == 4) {
+        *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(h);
+      } else {
+        for (int e = 0; e < valid; ++e) out[e] = h[e];
       }
-      default: {  // kInt32
-        const int4 v = make_int4(quantized_raw(p, acc[0], o), quantized_raw(p, acc[1], o + 1),
-                                 quantized_raw(p, acc[2], o + 2), quantized_raw(p, acc[3], o + 3));
-        *reinterpret_cast<int4*>(static_cast<std::int32_t*>(y) + index) = v;
-        return;
+      return;
+    }
+    case DType::kFloat32: {
+      float f[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f[e] = quad_real(p, q, acc[e], e);
+      auto* out = static_cast<float*>(y) + index;
+      if (vector && valid == 4) {
+        *reinterpret_cast<float4*>(out) = make_float4(f[0], f[1], f[2], f[3]);
+      } else {
+        for (int e = 0; e < valid; ++e) out[e] = f[e];
       }
+      return;
+    }
+    default: {  // kInt32: the accumulator and the bias
+      int r[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r[e] = static_cast<std::int32_t>(static_cast<std::uint32_t>(acc[e]) + q.bias[e]);
+      auto* out = static_cast<std::int32_t*>(y) + index;
+      if (vector && valid == 4) {
+        *reinterpret_cast<int4*>(out) = make_int4(r[0], r[1], r[2], r[3]);
+      } else {
+        for (int e = 0; e < valid; ++e) out[e] = r[e];
+      }
+      return;
     }
   }
-  for (int e = 0; e < valid; ++e) quantized_store(p, y, index + e, acc[e], o + e);
 }
 
 // One block: kBM output pixels x kBN output channels, kWarpsM x kWarpsN warps of (kBM / kWarpsM) x (kBN / kWarpsN),
@@ -173,18 +220,30 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
   const int first = static_cast<int>(blockIdx.z) * steps_per_split;
   const int steps = max(0, min(total_steps - first, steps_per_split));
 
-  // Step `kt` (absolute) into stage buffer `stage`: a run of 16 channels of one tap (C is a multiple of 16).
-  auto issue = [&](int stage, int kt) {
+  // This thread's next chunk of K: k = ((r * kw + s) * C + c), advanced by one step per issue() (the steps are
+  // issued in order), so that only the first is found by division.
+  int next_k = first * kStepBytes + chunk * 16;
+  int next_r, next_s, next_c;
+  {
+    const int tap = next_k / d.c;
+    next_c = next_k - tap * d.c;
+    next_r = tap / d.kw;
+    next_s = tap - next_r * d.kw;
+  }
+  // The next step into stage buffer `stage`: a run of 16 channels of one tap (C is a multiple of 16).
+  auto issue = [&](int stage) {
     std::uint8_t* a_stage = smem + stage * kStageBytes;
     std::uint8_t* b_stage = a_stage + kBM * kRowBytes;
-    const int k = kt * kStepBytes + chunk * 16;
+    const int k = next_k, r = next_r, s = next_s, c = next_c;
     const bool k_inside = k < d.k;
-    int r = 0, s = 0, c = 0;
-    if (k_inside) {
-      const int tap = k / d.c;
-      c = k - tap * d.c;
-      r = tap / d.kw;
-      s = tap - r * d.kw;
+    next_k += kStepBytes;
+    next_c += kStepBytes;
+    while (next_c >= d.c) {
+      next_c -= d.c;
+      if (++next_s == d.kw) {
+        next_s = 0;
+        ++next_r;
+      }
     }
 #pragma unroll
     for (int i = 0; i < kAChunks; ++i) {
@@ -218,7 +277,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) issue(s, first + s);
+    if (s < steps) issue(s);
     ptx::cp_async_commit();
   }
   // ldmatrix rows and byte offsets of this lane (ptx::ldmatrix_x4): A's matrices are (rows 0-7 | 8-15) x (bytes
@@ -229,7 +288,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
     ptx::cp_async_wait<kStages - 2>();
     __syncthreads();  // step it has landed for every thread; every warp is done with the buffer reloaded below
     const int next = it + kStages - 1;
-    if (next < steps) issue(next % kStages, first + next);
+    if (next < steps) issue(next % kStages);
     ptx::cp_async_commit();
     const std::uint8_t* a_stage = smem + (it % kStages) * kStageBytes;
     const std::uint8_t* b_stage = a_stage + kBM * kRowBytes;
@@ -285,41 +344,69 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
     __syncthreads();
     if (!last) return;
     __threadfence();
-#pragma unroll 1
-    for (int i = tid; i < kBM * kBN / 4; i += kThreads) {
-      const int pixel = m0 + i / (kBN / 4), o = n0 + (i % (kBN / 4)) * 4;
-      if (pixel >= d.m || o >= d.o) continue;
-      const std::int64_t index = static_cast<std::int64_t>(pixel) * d.o + o;
-      const int valid = min(4, d.o - o);
-      int sums[4] = {0, 0, 0, 0};
-      for (int e = 0; e < valid; ++e) sums[e] = __ldcg(split_sums + index + e);
-      store_quad(p, y, index, sums, o, valid, vector);
+    // Thread tid takes the same 4 channels in every row (kThreads is a multiple of kBN / 4): their operands once,
+    // then every row's sums loaded before any is stored (the loads in flight together).
+    constexpr int kGroups = kBN / 4, kRowsPerThread = kBM * kBN / 4 / kThreads;
+    static_assert(kThreads % kGroups == 0, "fixed channels per thread");
+    const int o = n0 + (tid % kGroups) * 4;
+    if (o >= d.o) return;
+    const ChannelQuad q = channel_quad(p, o, d.o);
+    const int valid = min(4, d.o - o);
+    int sums[kRowsPerThread][4];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const int pixel = m0 + r * (kThreads / kGroups) + tid / kGroups;
+      const std::int32_t* row = split_sums + static_cast<std::int64_t>(min(pixel, d.m - 1)) * d.o + o;
+      if (vector) {
+        const int4 v = __ldcg(reinterpret_cast<const int4*>(row));
+        sums[r][0] = v.x;
+        sums[r][1] = v.y;
+        sums[r][2] = v.z;
+        sums[r][3] = v.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sums[r][e] = e < valid ? __ldcg(row + e) : 0;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const int pixel = m0 + r * (kThreads / kGroups) + tid / kGroups;
+      if (pixel < d.m) store_quad(p, q, y, static_cast<std::int64_t>(pixel) * d.o + o, sums[r], valid, vector);
     }
     return;
   }
 
-  // One 16-row strip of the warp's tile at a time through shared memory: neighbouring lanes take neighbouring groups
-  // of 4 output channels.
+  // One 16-row strip of the warp's tile at a time through shared memory: lane l takes the 4 channels (l % 8) * 4 ..
+  // of the warp's 32 columns in rows l / 8, l / 8 + 4, ..., so its channel operands are read once.
+  static_assert(kWN == 32, "the strip epilogue maps a lane to 4 of 32 columns");
   constexpr int kStrip = kWN + 4;  // ints per staged row (16-byte aligned rows)
   static_assert(sizeof(int) * (kThreads / 32) * 16 * kStrip <= kStages * kStageBytes, "the strips fit the buffers");
   int* strip = reinterpret_cast<int*>(smem) + warp * 16 * kStrip;
+  const int column = (lane & 7) * 4;
+  const int o = n0 + warp_n * kWN + column;
+  const ChannelQuad q = channel_quad(p, o, d.o);
+  const int valid = min(4, d.o - o);
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) strip[(group + 8 * (e >> 1)) * kStrip + nt * 8 + quad * 2 + (e & 1)] = acc[mt][nt][e];
+      for (int h = 0; h < 2; ++h) {
+        *reinterpret_cast<int2*>(strip + (group + 8 * h) * kStrip + nt * 8 + quad * 2) =
+            make_int2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
     }
     __syncwarp();
-#pragma unroll 1
-    for (int i = lane; i < 16 * kWN / 4; i += 32) {
-      const int row = i / (kWN / 4), column = (i % (kWN / 4)) * 4;
-      const int pixel = m0 + warp_m * kWM + mt * 16 + row;
-      const int o = n0 + warp_n * kWN + column;
-      if (pixel < d.m && o < d.o) {
-        const int4 v = *reinterpret_cast<const int4*>(strip + row * kStrip + column);
-        const int sums[4] = {v.x, v.y, v.z, v.w};
-        store_quad(p, y, static_cast<std::int64_t>(pixel) * d.o + o, sums, o, min(4, d.o - o), vector);
+    if (valid > 0) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int row = (lane >> 3) + 4 * j;
+        const int pixel = m0 + warp_m * kWM + mt * 16 + row;
+        if (pixel < d.m) {
+          const int4 v = *reinterpret_cast<const int4*>(strip + row * kStrip + column);
+          const int sums[4] = {v.x, v.y, v.z, v.w};
+          store_quad(p, q, y, static_cast<std::int64_t>(pixel) * d.o + o, sums, valid, vector);
+        }
       }
     }
     __syncwarp();
@@ -354,7 +441,8 @@ QConvPipeline qconv2d_pipeline(const QConvGeometry& g, bool small_tiles, int sms
   const int steps = std::max(ceil_div(k, kStepBytes), 1);
   sms = std::max(sms, 1);
   const std::int64_t large_tiles = (m + 127) / 128 * ((g.out_channels + 127) / 128);
-  out.small_tiles = small_tiles || large_tiles < sms;
+  // 64 x 64 tiles also where 128 output channels would be half empty (the first stage of a ResNet).
+  out.small_tiles = small_tiles || large_tiles < sms || g.out_channels <= 64;
   const std::int64_t tiles =
       out.small_tiles ? (m + 63) / 64 * ((g.out_channels + 63) / 64) : large_tiles;
   int wanted = splits;

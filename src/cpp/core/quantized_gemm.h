@@ -10,9 +10,9 @@
 //   sum_k (x[m, k] - zp) * w[k, n] = sum_k x'[m, k] * w[k, n] + (s - zp) * colsum[n],   s = 128 for uint8 x, else 0
 // where x' = x - s is int8. So int_bias'[n] = bias[n] + (s - zp_attribute) * colsum[n] - zp_input * colsum[n],
 // made on the device at each run (QuantPrologueParams: a plan sees no data when it is built, and the weights,
-// scales and bias are inputs) unless the quantized_constant_folding pass made it a constant with x_zero_point = s
-// (Note [Quantized constants folded at build time] in engines/native/passes/quantized_constants.cpp), in int32 that
-// wraps: the exact sum mod 2^32, which is what the cpu kernel's wrapping
+// scales and bias are inputs; the quantized_constant_folding pass makes bias - zp_attribute * colsum a constant with
+// x_zero_point 0, leaving s * colsum: Note [Quantized constants folded at build time] in
+// engines/native/passes/quantized_constants.cpp), in int32 that wraps: the exact sum mod 2^32, which is what the cpu kernel's wrapping
 // accumulation computes. An IMMA accumulation itself never wraps: |x' * w| <= 2^14, so K <= 131071 keeps every sum
 // within int32 (the cublasLt kernel refuses larger K; __dp4a wraps as the cpu kernel does). The column sums are read
 // from the weight only when s - zp_attribute != 0 or the zero point is a run-time input: a symmetric int8 x (zero

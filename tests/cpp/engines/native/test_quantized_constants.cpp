@@ -215,10 +215,9 @@ void check_rewrite(const Case& k, const Graph& before, const Graph& after) {
   } else {
     EXPECT_EQ(now.attrs.get_float("x_scale", 1.0), was.attrs.get_float("x_scale", 1.0)) << k.name;
   }
-  const std::int64_t offset = !k.conv && k.x_dtype == DType::kUInt8 ? 128 : 0;
   if (k.folds_bias) {
     const Tensor& bias = after.initializers.at(now.inputs.at(3));
-    const std::vector<std::int32_t> expected = expected_bias(k, before, offset - k.x_zero_point);
+    const std::vector<std::int32_t> expected = expected_bias(k, before, -k.x_zero_point);
     ASSERT_EQ(bias.dtype(), DType::kInt32) << k.name;
     ASSERT_EQ(bias.numel(), static_cast<std::int64_t>(expected.size())) << k.name;
     EXPECT_EQ(std::memcmp(bias.data_ptr(), expected.data(), expected.size() * sizeof(std::int32_t)), 0) << k.name;
@@ -226,7 +225,7 @@ void check_rewrite(const Case& k, const Graph& before, const Graph& after) {
       EXPECT_EQ(now.attrs.get_int("zero_point_folded", 0), 1) << k.name;
       EXPECT_EQ(now.attrs.get_int("x_zero_point", 0), k.x_zero_point) << k.name << ": the padding's value";
     } else {
-      EXPECT_EQ(now.attrs.get_int("x_zero_point", -1), offset) << k.name;
+      EXPECT_EQ(now.attrs.get_int("x_zero_point", -1), 0) << k.name;
     }
   } else {
     EXPECT_EQ(now.attrs.get_int("zero_point_folded", 0), 0) << k.name;
@@ -314,7 +313,7 @@ std::vector<Case> linear_cases() {
   k.x_zero_point = -7;
   k.scale = Case::kPerTensor;
   cases.push_back(k);
-  k = Case{"uint8 zp 128 (nothing to correct), float bias: alpha only", false, {4, 32}, {16, 32}};
+  k = Case{"uint8 zp 128, float bias: alpha only", false, {4, 32}, {16, 32}};
   k.x_dtype = DType::kUInt8;
   k.x_zero_point = 128;
   k.bias = Case::kFloat;
@@ -336,6 +335,12 @@ std::vector<Case> linear_cases() {
   cases.push_back(k);
   k = Case{"int8 zp 0, no bias, per channel: alpha only", false, {7, 40}, {33, 40}};
   k.folds_bias = false;
+  cases.push_back(k);
+  k = Case{"uint8 zp 77, int32 bias, K 64 (int8_mma, cublasLt and dp4a)", false, {9, 64}, {32, 64}};
+  k.x_dtype = DType::kUInt8;
+  k.x_zero_point = 77;
+  k.bias = Case::kInt;
+  k.output = "uint8";
   cases.push_back(k);
   return cases;
 }
@@ -427,7 +432,8 @@ TEST(QuantizedConstantFoldingGpu, EveryGpuKernelOfTheFoldedNodeMatchesTheCpuKern
     std::vector<Tensor> device_inputs;
     for (const Tensor& t : inputs_of(after, x)) device_inputs.push_back(t.defined() ? t.to(Device::cuda(0)) : Tensor());
     const std::vector<std::string> kernels =
-        k.conv ? std::vector<std::string>{"int8_mma", "cuda_raw"} : std::vector<std::string>{"cublasLt", "dp4a"};
+        k.conv ? std::vector<std::string>{"int8_mma", "cuda_raw"}
+               : std::vector<std::string>{"int8_mma", "cublasLt", "dp4a"};
     int ran = 0;
     for (const std::string& name : kernels) {
       const Kernel* kernel = KernelRegistry::global().find_kernel(op, name);

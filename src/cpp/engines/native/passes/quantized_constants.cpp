@@ -13,10 +13,12 @@
 // - alpha: w_scale becomes alpha (float32, one element or one per output channel, computed exactly as the prologue
 //   and the cpu kernel compute it) and x_scale becomes 1: float32(double(1) * double(a)) == a for every float a. The
 //   GPU launchers read w_scale as alpha when x_scale is 1 (QLinearProblem::alpha_is_w_scale, cuda_raw::qconv2d).
-// - qlinear's zero point: its GPU kernels take x as x - s (s = 128 for uint8 x, 0 for int8) and fold (s -
-//   x_zero_point) * sum_k w[k, n] into the int32 bias. The pass makes that bias a constant (bias[n] + (s -
-//   x_zero_point) * colsum[n], int32 that wraps, as the prologue makes it) and sets x_zero_point to s:
-//   sum_k (x - zp) * w + bias == sum_k (x - s) * w + bias' modulo 2^32, so no kernel has a correction left to make.
+// - qlinear's zero point: sum_k (x - zp) * w + bias == sum_k x * w + (bias - zp * sum_k w[k, n]) modulo 2^32, so the
+//   pass makes bias - zp * colsum[n] a constant int32 bias (int32 that wraps, as the prologue makes it) and sets
+//   x_zero_point to 0. The kernel that multiplies x as stored (cuda_raw's int8_mma, mma.sync u8.s8 or s8.s8: the
+//   first choice where it fits) then has no correction left to make; those that take a uint8 x as x - 128 (cuBLASLt's,
+//   dp4a; Note [Signed operands of the int8 GEMMs]) still fold 128 * colsum at each run, cuBLASLt in the prologue
+//   launch that makes its x - 128 copy anyway.
 // - qconv2d's zero point also fills the padded positions (as ONNX's QLinearConv pads), so it stays; the pass makes
 //   the int32 bias bias[o] - x_zero_point * sum_k w[o, k] and sets zero_point_folded=1, which tells the kernels that
 //   the correction is in the bias: acc = sum_k x'[k] * w[o, k] + bias'[o] with x' = x inside the image and
@@ -25,7 +27,6 @@
 // stays with the prologue (alpha is still folded). A run-time x_zero_point (qlinear's input 4) is not folded.
 // int32 arithmetic wraps, as the prologue's: colsum and bias are computed as uint32.
 #include <cstdint>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -140,14 +141,12 @@ std::string fold_node(Graph& g, Node& n, std::set<std::string>& replaced) {
     }
     return what;
   }
-  const std::optional<DType> x_dtype = value_dtype(g, n.inputs[0]);
-  if (has_input(n, 4) || !x_dtype) return what;  // a run-time zero point; x of unknown type
-  const std::int64_t offset = *x_dtype == DType::kUInt8 ? 128 : 0;
+  if (has_input(n, 4)) return what;  // a run-time zero point
   const bool nk = n.attrs.get_string("weight_layout", "kn") == "nk";
-  if (fold_bias(g, n, static_cast<std::int32_t>(offset - zero_point), nk, replaced)) {
-    n.attrs.set("x_zero_point", offset);
+  if (fold_bias(g, n, static_cast<std::int32_t>(-zero_point), nk, replaced)) {
+    n.attrs.set("x_zero_point", std::int64_t{0});
     what += std::string(what.empty() ? "" : " and ") + "the zero point " + std::to_string(zero_point) +
-            "'s correction into the int32 bias (x_zero_point " + std::to_string(offset) + ")";
+            "'s correction into the int32 bias (x_zero_point 0)";
   }
   return what;
 }

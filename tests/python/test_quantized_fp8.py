@@ -9,10 +9,14 @@ kernel against the cpu kernel at M = 1, 7, 128, 1000, K = 64, 768, 3072, N = 8, 
 float32 sums taken in another order; bit for bit where every sum is exact (so the float8 rounding, ties and
 saturation are ONNX's); the quantized model fused on cuda:0 and a K cuBLASLt cannot take left unfused with its reason.
 
-Tolerance (float32 and float16 outputs): the kernels add the same exact products (a float8 times a float8 is exact in
-float32) in different orders; each float32 sum of K terms is within (K - 1) * 2^-24 * sum |terms| of the exact one,
-so two of them are within 2 K 2^-24 * sum_k |x w| * alpha (plus half a float16 step for float16). Float8 outputs: a
-difference of one float8 step where the float32 values straddle a rounding boundary, on few elements.
+Tolerance. The cpu kernel adds the exact products (a float8 times a float8 is exact in float32) in k order in
+float32: within (K - 1) 2^-24 sum_k |x w| of the exact sum. cuBLASLt (fast accumulation off) promotes its partial sums
+to float32 every few MMA blocks, but inside one Hopper float8 MMA the sum keeps fewer bits than float32 (about 14,
+as measured by DeepSeek-V3's report), so the GPU's float outputs are held to 2^-12 sum_k |x w| alpha (plus the float32
+bound, and half a float16 step for float16): loose against float32 rounding, tight against any wrong index or scale
+(which moves outputs by the order of that sum). Float8 outputs: the float difference over y_scale plus one float8 step
+(each side rounds to nearest), and most elements equal. Where every partial sum is exact (small multiples of 1/4),
+the GPU equals the cpu kernel bit for bit, which checks the epilogue and ONNX's float8 rounding (ties, saturation).
 """
 
 from __future__ import annotations
@@ -66,10 +70,12 @@ def _float8_step(values: np.ndarray) -> np.ndarray:
     return np.exp2(np.floor(np.log2(a)) - 3)
 
 
-def _check_output(got: np.ndarray, real: np.ndarray, bound: np.ndarray, attrs, k: int, exact_fraction=0.9):
-    """got (the op's output as float32 values) against the exact real values."""
+def _check_output(got: np.ndarray, real: np.ndarray, bound: np.ndarray, attrs, k: int, exact_fraction=0.9,
+                  gpu=False):
+    """got (the op's output as float32 values) against the exact real values; `gpu`: cuBLASLt's tolerance."""
     out = attrs["output_dtype"]
-    sums = 2 * k * 2.0 ** -24 * bound + 1e-30
+    sums = (2 * k * 2.0 ** -24 + (2.0 ** -12 if gpu else 0.0)) * bound + 1e-30
+    got = got.reshape(real.shape)
     if out == "float32":
         assert np.all(np.abs(got - real) <= sums + np.abs(real) * 2.0 ** -23), np.max(np.abs(got - real) - sums)
     elif out == "float16":
@@ -77,10 +83,9 @@ def _check_output(got: np.ndarray, real: np.ndarray, bound: np.ndarray, attrs, k
     else:
         scaled = np.clip(real / attrs["y_scale"], -448, 448)
         expected = _model.e4m3_to_float(_model.float_to_e4m3(scaled.astype(np.float32)))
-        got_units = got
-        step = _float8_step(np.maximum(np.abs(scaled), np.abs(got_units)))
-        assert np.all(np.abs(got_units - expected) <= step * 1.0001)
-        assert np.mean(got_units == expected) >= exact_fraction
+        step = _float8_step(np.maximum(np.abs(scaled), np.abs(got)))
+        assert np.all(np.abs(got - expected) <= step * 1.0001 + sums / attrs["y_scale"])
+        assert np.mean(got == expected) >= exact_fraction
 
 
 def _call(x, w, w_scale, b, attrs, device=None):
@@ -230,31 +235,37 @@ def test_cublaslt_matches_the_cpu_kernel(m, kn, variant):
     output_dtype, per_channel, activation = variant
     rng = np.random.default_rng(m + k + n)
     x, w, w_scale, b = _problem(rng, m, k, n, per_channel, bias=True, magnitude=8.0)
+    typical = 0.0123 * 0.0025 * 20 * np.sqrt(k)  # the size of an output's sum
+    b = (b * typical).astype(np.float32)
     attrs = _attrs(output_dtype, activation)
     if output_dtype == "float8e4m3fn":
-        attrs["y_scale"] = float(0.0123 * 0.0025 * 64 * np.sqrt(k) / 100)  # the outputs span float8's range
+        attrs["y_scale"] = float(typical / 30)  # the outputs span float8's range, a few saturate
     gpu, decision = _call(x, w, w_scale, b, attrs, device=xrt.Device("cuda:0"))
     assert decision.kernel == "cublasLt", decision
+    assert gpu.shape == (m, n)
     cpu, _ = _call(x, w, w_scale, b, attrs)
     real, bound = _reference(x, w, w_scale, b, attrs)
-    _check_output(gpu, real, bound, attrs, k)
+    _check_output(gpu, real, bound, attrs, k, exact_fraction=0.8, gpu=True)
+    tol = (2 * k * 2.0 ** -24 + 2.0 ** -12) * bound + 1e-30  # the two float results apart
     if output_dtype == "float8e4m3fn":
-        assert np.all(np.abs(gpu - cpu) <= _float8_step(np.maximum(np.abs(gpu), np.abs(cpu))) * 1.0001)
-        assert np.mean(gpu == cpu) >= 0.95
+        step = _float8_step(np.maximum(np.abs(gpu), np.abs(cpu)))
+        assert np.all(np.abs(gpu - cpu) <= step * 1.0001 + tol / attrs["y_scale"])
+        assert np.mean(gpu == cpu) >= 0.8
     else:
-        tol = 2 * 2 * k * 2.0 ** -24 * bound + (np.abs(cpu) * 2.0 ** -10 if output_dtype == "float16" else 0)
-        assert np.all(np.abs(gpu - cpu) <= tol + 1e-30), np.max(np.abs(gpu - cpu) - tol)
+        tol = tol + (np.abs(cpu) * 2.0 ** -10 if output_dtype == "float16" else np.abs(cpu) * 2.0 ** -22)
+        assert np.all(np.abs(gpu - cpu) <= tol), np.max(np.abs(gpu - cpu) - tol)
 
 
 @requires_gpu
 @pytest.mark.parametrize("output_dtype", ["float8e4m3fn", "float16", "float32"])
 def test_cublaslt_equals_the_cpu_kernel_where_the_sums_are_exact(output_dtype):
-    """Small float8 values (powers of two and their neighbours, |x w| >= 2^-4): every partial sum is exact in
-    float32, so the GPU equals the cpu kernel bit for bit: the epilogue's arithmetic, the float8 rounding of ties and
-    the saturation included (y_scale puts outputs on ties and past 448)."""
+    """Small float8 values (multiples of 1/2 up to 2): every product is a multiple of 1/4 and every partial sum one
+    below 2^8, exact in float32 and in the narrower sums inside an MMA, so the GPU equals the cpu kernel bit for bit:
+    the epilogue's arithmetic, the float8 rounding of ties and the saturation included (y_scale puts outputs on ties
+    and past 448)."""
     rng = np.random.default_rng(9)
     m, k, n = 37, 48, 24
-    values = np.array([0.25, 0.5, 0.75, 1.0, 1.5, 2.0, -0.25, -0.5, -1.0, -2.0, 0.0], np.float32)
+    values = np.array([0.5, 1.0, 1.5, 2.0, -0.5, -1.0, -1.5, -2.0, 0.0], np.float32)
     x = _model.float_to_e4m3(rng.choice(values, size=(m, k)))
     w = _model.float_to_e4m3(rng.choice(values, size=(n, k)))
     w_scale = rng.choice(np.array([0.5, 1.0, 2.0], np.float32), size=n).astype(np.float32)

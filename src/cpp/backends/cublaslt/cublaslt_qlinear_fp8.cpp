@@ -19,9 +19,9 @@
 // D-scale rounding, which the documentation does not specify). What differs from the cpu kernel is the sums: the
 // products of two float8 values are exact in float32, the cpu kernel's float32 sum in k order is within
 // (K - 1) 2^-24 sum |products| of the exact one, and cuBLASLt's sums keep fewer bits inside one MMA before their
-// promotion to float32; the tests allow (2 K 2^-24 + 2^-12) sum |products| * alpha (tests/python/test_quantized_fp8.py),
-// and a float8 output that over y_scale plus one float8 step. Where every partial sum is exact the two are equal bit
-// for bit.
+// promotion to float32; the tests allow (2 K 2^-24 + 2^-12) sum |products| * alpha
+// (tests/python/test_quantized_fp8.py), and a float8 output that over y_scale plus one float8 step. Where every
+// partial sum is exact the two are equal bit for bit.
 //
 // Workspace: cuBLASLt's, then the float32 accumulator (M * N * 4 bytes), each 256-byte aligned.
 #include <cublasLt.h>

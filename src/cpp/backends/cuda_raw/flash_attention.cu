@@ -3,7 +3,7 @@
 //
 // What it runs (supports() says why not otherwise): CUDA devices of compute capability >= 8.0 that the build has
 // code for; q, k, v float16 or bfloat16, contiguous, 16-byte aligned, each (and the output) [B, H, S, D] or
-// [B, S, H, D] (the `bshd` attribute, Note [Attention layouts]); head dim D = Dv in {64, 128}; H % Hkv == 0;
+// [B, S, H, D] (the `bshd` attribute, Note [Attention layouts]); head dim D = Dv in {32, 64, 128}; H % Hkv == 0;
 // any Sq and Sk >= 1; `causal` and `scale` as docs/ops.md defines them; an optional additive mask in q's dtype,
 // broadcastable to [B, H, Sq, Sk] (any strides: dims of size 1 are read with stride 0). A query row whose every
 // score is -inf (only a mask can do that) gives NaN, like the cpu reference and PyTorch's SDPA. With return_lse=1
@@ -163,8 +163,8 @@ Support check_flash(const OpDescriptor& desc) {
   k.shape = dims[1];
   v.shape = dims[2];
   const std::int64_t head_dim = q.shape[3];
-  if (head_dim != 64 && head_dim != 128) {
-    return Support::no(detail::str_cat("flash_v2 supports head dims 64 and 128, got ", head_dim,
+  if (head_dim != 32 && head_dim != 64 && head_dim != 128) {
+    return Support::no(detail::str_cat("flash_v2 supports head dims 32, 64 and 128, got ", head_dim,
                                        "; use the 'unfused' kernel"));
   }
   if (k.shape[3] != head_dim || v.shape[3] != head_dim) {
@@ -259,7 +259,11 @@ cudaError_t launch_for_mode(const flash::Params& params, MaskMode mode, cudaStre
 
 template <typename T>
 cudaError_t launch_for_head_dim(const flash::Params& params, int head_dim, MaskMode mode, cudaStream_t stream) {
-  return head_dim == 64 ? launch_for_mode<T, 64>(params, mode, stream) : launch_for_mode<T, 128>(params, mode, stream);
+  switch (head_dim) {
+    case 32: return launch_for_mode<T, 32>(params, mode, stream);
+    case 64: return launch_for_mode<T, 64>(params, mode, stream);
+    default: return launch_for_mode<T, 128>(params, mode, stream);
+  }
 }
 
 bool is_aligned_16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
@@ -310,7 +314,7 @@ class FlashAttentionPlan final : public KernelPlan {
 
   std::string describe() const override {
     const bool explicit_mask = config_.mode == MaskMode::kExplicit;
-    const int block_n = config_.head_dim == 64 && !explicit_mask ? 128 : 64;
+    const int block_n = config_.head_dim <= 64 && !explicit_mask ? 128 : 64;
     const int smem_kib = (128 + 4 * block_n) * config_.head_dim * 2 / 1024;
     return detail::str_cat("flash_v2 ", dtype_name(config_.dtype), " D=", config_.head_dim, ", ",
                            mode_name(config_.mode, config_.params.causal), ", 128x", block_n,
@@ -327,7 +331,7 @@ class FlashAttentionKernel final : public Kernel {
  public:
   FlashAttentionKernel()
       : Kernel(KernelInfo{"attention", "flash_v2", "cuda_raw", DeviceType::kCUDA, true,
-                          "fused FlashAttention-2 forward on tensor cores (fp16/bf16, head dim 64/128, causal, "
+                          "fused FlashAttention-2 forward on tensor cores (fp16/bf16, head dim 32/64/128, causal, "
                           "mask, GQA, log-sum-exp output), no Sq x Sk scores in memory",
                           KernelDecl{}}) {}
 

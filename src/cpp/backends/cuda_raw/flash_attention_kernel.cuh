@@ -1,5 +1,5 @@
 // The flash_v2 attention forward kernel: FlashAttention-2 on tensor cores (mma.sync m16n8k16), for fp16 and bf16,
-// head dims 64 and 128, with a causal mask, an explicit additive mask, or none.
+// head dims 32, 64 and 128, with a causal mask, an explicit additive mask, or none.
 //
 // Contract (checked by the flash_v2 kernel's supports() in flash_attention.cu, not here):
 //   q [B, H, Sq, D], k and v [B, Hkv, Sk, D], o [B, H, Sq, D], one dtype T, element (b, h, s, d) of each at
@@ -17,7 +17,7 @@
 // Note [flash_v2 tiling]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // One CTA of 4 warps owns kBlockM = 128 query rows of one (batch, head); warp w owns rows [32 w, 32 w + 32) as two
-// m16 MMA tiles. The CTA walks the keys in tiles of kBlockN (64 for D = 128; 128 for D = 64 except with an
+// m16 MMA tiles. The CTA walks the keys in tiles of kBlockN (64 for D = 128; 128 for D = 32 and 64 except with an
 // explicit mask, whose extra registers need the smaller tile): S = Q K^T on tensor cores into fp32 registers,
 // masking, the online softmax update in registers (running row max m and row sum l, exp2 of log2(e)-prescaled
 // scores, O rescaled by exp2(m_old - m_new)), P converted to T in registers and used directly as the A operand of
@@ -32,8 +32,8 @@
 // per thread; ptxas keeps the loop nearly spill-free, a few row sums go to L1-resident local memory).
 //
 // Shared memory: Q [128][D], K [2][kBlockN][D], V [2][kBlockN][D] in T: 96 KiB at D = 128, 80 KiB at D = 64 (48 KiB
-// with an explicit mask), so two CTAs fit on an SM. Each row of D elements is stored as 16-byte chunks with chunk
-// c of row r at position c ^ (r % 8) (an XOR swizzle): the 8 rows one ldmatrix 8x8 reads, and the 8 chunks of a
+// with an explicit mask), 40 KiB at D = 32 (24 KiB), so two CTAs fit on an SM. Each row of D elements is stored as 16-byte chunks with chunk
+// c of row r at position c ^ (r % 8) (an XOR swizzle; D = 32: c ^ ((r / 2) % 4), row_swizzle): the 8 rows one ldmatrix 8x8 reads, and the 8 chunks of a
 // row that 8 threads write with cp.async, fall into 8 distinct groups of 4 banks, so neither side has bank
 // conflicts and nothing is padded.
 //
@@ -79,7 +79,7 @@
 // runs with a unit scale (Note [flash_v2 log-sum-exp]). Columns past Sk and rows past Sq are clamped into range for
 // the load (their scores become -inf or are never stored). The bias is in q's dtype (the schema's contract for this
 // kernel; attention_fusion fuses only terms of q's type). -inf entries mask keys; a row masked entirely gets NaN.
-// With D = 64 the key tile is 64 instead of 128 (Note [flash_v2 tiling]): the extra row pointers and bias values
+// With D = 32 and 64 the key tile is 64 instead of 128 (Note [flash_v2 tiling]): the extra row pointers and bias values
 // need the registers.
 #pragma once
 
@@ -127,9 +127,9 @@ struct Params {
 
 template <int kHeadDim, MaskMode kMode>
 struct TileConfig {
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "flash_v2 instantiates head dims 64 and 128 only");
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "flash_v2 instantiates head dims 32, 64, 128");
   static constexpr int kBlockM = 128;
-  static constexpr int kBlockN = kHeadDim == 64 && kMode != MaskMode::kExplicit ? 128 : 64;
+  static constexpr int kBlockN = kHeadDim <= 64 && kMode != MaskMode::kExplicit ? 128 : 64;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;  // 32: two m16 tiles
@@ -217,6 +217,15 @@ __device__ __forceinline__ float to_float(T x) {
   }
 }
 
+// The swizzle of row `row` of a [rows][kHeadDim] tile (Note [flash_v2 tiling]): its 16-byte chunk c sits at c ^ this.
+// Rows of 128 or 256 bytes use row % 8; the 64-byte rows of D = 32 (4 chunks, two rows per 128-byte line) use
+// (row / 2) % 4, so the 8 rows of an ldmatrix 8x8 (and the chunks 8 threads copy) still fall into 8 distinct groups of
+// 4 banks. Either way the swizzle of a row only depends on row % 8.
+template <int kHeadDim>
+__device__ __forceinline__ int row_swizzle(int row) {
+  return kHeadDim >= 64 ? (row & 7) : ((row >> 1) & 3);
+}
+
 // Issues the cp.async copies of rows [0, kRows) of a [rows][kHeadDim] tile into swizzled shared memory (Note
 // [flash_v2 tiling]); rows at or past `rows_valid` become zeros. `fallback`: any valid global address (src-size 0
 // reads nothing from it).
@@ -230,7 +239,7 @@ __device__ __forceinline__ void load_tile(std::uint32_t smem, const T* tile, std
   const int chunk = tid % kChunks;
   const int row0 = tid / kChunks;
   // kRowsPerPass is a multiple of 8, so every row this thread copies has the same row % 8.
-  const std::uint32_t dst0 = smem + row0 * (kHeadDim * 2) + ((chunk ^ (row0 & 7)) * 16);
+  const std::uint32_t dst0 = smem + row0 * (kHeadDim * 2) + ((chunk ^ row_swizzle<kHeadDim>(row0)) * 16);
 #pragma unroll
   for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
     const int row = row0 + pass * kRowsPerPass;
@@ -305,7 +314,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
   // addresses key (l % 8) + 8 (l / 16), chunk (l / 8) % 2. V (B operand of P V through .trans, two n8 tiles of D
   // per x4): lane l addresses key l % 16, chunk l / 16. Every such row has row % 8 == lane % 8, and the k-step
   // (or D pair) index is XORed in later as `step * 32`, i.e. chunk (2 step + x) ^ (row % 8).
-  const int swizzle = lane & 7;
+  const int swizzle = row_swizzle<kD>(lane & 7);  // every row below has row % 8 == lane % 8
   const std::uint32_t q_lane =
       smem_q + (warp * Config::kRowsPerWarp + (lane & 15)) * kRowBytes + (((lane >> 4) ^ swizzle) * 16);
   const std::uint32_t k_lane =
@@ -493,7 +502,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
 #pragma unroll
       for (int j = 0; j < kDTiles; ++j) {
         const std::uint32_t packed = pack2<T>(o_acc[t][j][2 * half] * inverse, o_acc[t][j][2 * half + 1] * inverse);
-        const std::uint32_t address = smem_q + row * kRowBytes + ((j ^ (row & 7)) * 16) + in_group * 4;
+        const std::uint32_t address = smem_q + row * kRowBytes + ((j ^ row_swizzle<kD>(row)) * 16) + in_group * 4;
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(packed) : "memory");
       }
     }
@@ -507,7 +516,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
     const int chunk = index % kChunks;
     if (m0 + row < seq_q) {
       uint4 value;
-      const std::uint32_t address = smem_q + row * kRowBytes + ((chunk ^ (row & 7)) * 16);
+      const std::uint32_t address = smem_q + row * kRowBytes + ((chunk ^ row_swizzle<kD>(row)) * 16);
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
                    : "r"(address)

@@ -1,6 +1,6 @@
 // The flash_v2 attention kernel (cuda_raw backend) through the public kernel API: what supports() accepts and
 // the reasons it gives otherwise (runs anywhere: descriptors need no device), and on a GPU its results against
-// the cpu kernel of "attention" on random inputs: head dims 64 and 128, float16 and bfloat16, causal or not, GQA
+// the cpu kernel of "attention" on random inputs: head dims 32, 64 and 128, float16 and bfloat16, causal or not, GQA
 // and MQA, Sq != Sk, odd lengths that end in partial tiles, explicit masks broadcast in several ways, a custom
 // scale, every output element written, and bit-identical reruns; with return_lse=1 the log-sum-exp output against
 // the cpu kernel's, and the other attention kernels' refusal of it. The cudnn backend's attention kernel (cuDNN's
@@ -113,19 +113,21 @@ TEST(FlashAttention, AcceptsABiasOfAnyBroadcastShape) {
   const std::int64_t B = 2, H = 4, S = 49;
   for (const Shape& bias : {Shape{1, H, S, S}, Shape{B, 1, S, S}, Shape{B, H, 1, S}, Shape{1, 1, 1, S}, Shape{S, S},
                             Shape{S}, Shape{H, 1, 1}}) {
-    for (bool causal : {false, true}) {
-      const OpDescriptor desc = attention_desc({B, H, S, 64}, {B, 2, S, 64}, {B, 2, S, 64}, DType::kFloat16, causal,
-                                               Device::cuda(0), 90, bias);
-      const Support support = flash_supports(desc);
-      EXPECT_TRUE(support.ok()) << desc.signature() << ": " << support.reason();
+    for (std::int64_t d : {32, 64, 128}) {
+      for (bool causal : {false, true}) {
+        const OpDescriptor desc = attention_desc({B, H, S, d}, {B, 2, S, d}, {B, 2, S, d}, DType::kFloat16, causal,
+                                                 Device::cuda(0), 90, bias);
+        const Support support = flash_supports(desc);
+        EXPECT_TRUE(support.ok()) << desc.signature() << ": " << support.reason();
+      }
     }
   }
 }
 
 TEST(FlashAttention, RefusesOtherHeadDims) {
   SKIP_WITHOUT_FLASH();
-  expect_no(attention_desc({1, 2, 16, 80}, {1, 2, 16, 80}, {1, 2, 16, 80}), "head dims 64 and 128, got 80");
-  expect_no(attention_desc({1, 2, 16, 256}, {1, 2, 16, 256}, {1, 2, 16, 256}), "head dims 64 and 128, got 256");
+  expect_no(attention_desc({1, 2, 16, 80}, {1, 2, 16, 80}, {1, 2, 16, 80}), "head dims 32, 64 and 128, got 80");
+  expect_no(attention_desc({1, 2, 16, 256}, {1, 2, 16, 256}, {1, 2, 16, 256}), "head dims 32, 64 and 128, got 256");
   expect_no(attention_desc({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 128}), "Dv");
 }
 
@@ -359,7 +361,7 @@ TEST(FlashAttentionGpu, MatchesCpuAcrossShapes) {
   SKIP_WITHOUT_FLASH();
   unsigned seed = 1;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (std::int64_t d : {64, 128}) {
+    for (std::int64_t d : {32, 64, 128}) {  // 32: Swin's heads (64-byte rows, Note [flash_v2 tiling])
       for (bool causal : {false, true}) {
         for (std::int64_t s : {1, 17, 64, 129}) check_against_cpu({2, 3, 3, s, s, d, causal}, dtype, seed++);
         check_against_cpu({1, 2, 2, 1000, 1000, d, causal}, dtype, seed++);
@@ -373,7 +375,7 @@ TEST(FlashAttentionGpu, MatchesCpuWithGqaAndUnequalLengths) {
   SKIP_WITHOUT_FLASH();
   unsigned seed = 100;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (std::int64_t d : {64, 128}) {
+    for (std::int64_t d : {32, 64, 128}) {
       for (bool causal : {false, true}) {
         check_against_cpu({2, 8, 2, 77, 200, d, causal}, dtype, seed++);   // GQA, Sq < Sk
         check_against_cpu({1, 4, 1, 300, 129, d, causal}, dtype, seed++);  // MQA, Sq > Sk
@@ -411,7 +413,7 @@ TEST(FlashAttentionGpu, MatchesCpuWithABiasOfAnyBroadcastShape) {
   unsigned seed = 260;
   const std::int64_t B = 2, H = 4, Hkv = 2;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (std::int64_t d : {64, 128}) {
+    for (std::int64_t d : {32, 64, 128}) {
       for (std::int64_t s : {49, 77}) {
         for (const Shape& bias : {Shape{1, H, s, s}, Shape{B, 1, s, s}, Shape{B, H, 1, s}, Shape{1, 1, 1, s},
                                   Shape{s, s}}) {
@@ -534,7 +536,7 @@ TEST(FlashAttentionGpu, LogSumExpMatchesCpu) {
   SKIP_WITHOUT_FLASH();
   unsigned seed = 300;
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    for (std::int64_t d : {64, 128}) {
+    for (std::int64_t d : {32, 64, 128}) {
       for (bool causal : {false, true}) {
         check_lse_against_cpu({2, 3, 3, 200, 200, d, causal}, dtype, seed++);           // Sq past one 128 block
         check_lse_against_cpu({2, 8, 2, 77, 300, d, causal}, dtype, seed++);            // GQA, partial tiles
@@ -708,7 +710,7 @@ TEST(CudnnAttentionGpu, MatchesCpuWithABias) {
   unsigned seed = 470;
   const std::int64_t B = 2, H = 4, Hkv = 2;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (std::int64_t d : {32, 64}) {  // 32: Swin's head dim, which flash_v2 does not instantiate
+    for (std::int64_t d : {32, 64}) {  // 32: Swin's head dim
       for (std::int64_t s : {49, 77}) {
         for (const Shape& bias : {Shape{1, H, s, s}, Shape{B, 1, s, s}, Shape{s, s}}) {
           for (bool causal : {false, true}) {

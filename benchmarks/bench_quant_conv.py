@@ -11,6 +11,7 @@ Each is the per-call time of --inner calls captured into one xpuruntime CUDA gra
 replays. TOPS = 2 N OH OW O C kh kw / time; fp16 / int8 > 1: int8 is faster. The plan each took is printed.
 
     python benchmarks/bench_quant_conv.py [--batches 1 16 64] [--kernel int8_mma] [--out quant_conv.md]
+    python benchmarks/bench_quant_conv.py --profile 1 --batches 1 16   # the kernels of the first shapes (torch.profiler)
 """
 
 from __future__ import annotations
@@ -67,6 +68,33 @@ def run_shape(batch: int, shape, args) -> dict:
             "fp16_plan": f"{decision16.kernel}: {decision16.plan_summary}"}
 
 
+def profile(batch: int, shape, args) -> None:
+    """The CUDA kernels of 20 eager int8 and float16 calls of one shape, as torch.profiler (CUPTI) records them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    h, c, o, k, stride, _ = shape
+    gpu = xrt.Device("cuda:0")
+    rng = np.random.default_rng(0)
+    pad = k // 2
+    x8 = xrt.from_numpy(rng.integers(-128, 128, size=(batch, h, h, c)).astype(np.int8)).to(gpu)
+    w8 = xrt.from_numpy(rng.integers(-127, 128, size=(o, k, k, c)).astype(np.int8)).to(gpu)
+    w_scale = xrt.from_numpy(rng.uniform(0.002, 0.02, size=o).astype(np.float32)).to(gpu)
+    bias = xrt.from_numpy(rng.uniform(-1, 1, size=o).astype(np.float32)).to(gpu)
+    attrs = {"layout": "NHWC", "strides": [stride, stride], "pads": [pad, pad, pad, pad], "x_scale": 0.05,
+             "y_scale": 1.0, "output_dtype": "int8", "activation": "relu"}
+    for _ in range(3):
+        xrt.ops.call("qconv2d", [x8, w8, w_scale, bias], attrs)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            xrt.ops.call("qconv2d", [x8, w8, w_scale, bias], attrs)
+        torch.cuda.synchronize()
+    print(f"-- profile batch {batch}, H {h}, {c} -> {o}, k {k}, s {stride}: 20 calls")
+    for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:6]:
+        print(f"   {e.count:4d} x {e.device_time_total / max(e.count, 1):8.2f} us  {e.key[:110]}")
+
+
 def table(rows, args) -> str:
     lines = [f"bench_quant_conv, {datetime.date.today()}, {xrt.Device('cuda:0')}, inner {args.inner}, "
              f"iters {args.iters}", "",
@@ -95,10 +123,16 @@ def main(argv=None) -> int:
     parser.add_argument("--inner", type=int, default=10, help="calls per captured graph")
     parser.add_argument("--iters", type=int, default=20, help="timed graph replays per measurement")
     parser.add_argument("--out", default=None, help="also write the table here")
+    parser.add_argument("--profile", type=int, default=0, help="profile the first N shapes of each batch instead")
     args = parser.parse_args(argv)
     if xrt.get_device_count() == 0:
         print("bench_quant_conv: no CUDA device", file=sys.stderr)
         return 1
+    if args.profile:
+        for batch in args.batches:
+            for shape in RESNET50[:args.profile]:
+                profile(batch, shape, args)
+        return 0
     rows = [run_shape(batch, shape, args) for batch in args.batches for shape in RESNET50]
     text = table(rows, args)
     print(text)

@@ -6,6 +6,7 @@ For each M (default 2048 = 128 x 16 and 8192 = 128 x 64 tokens, and 1 2 4 8 16) 
 (768, 3072), (3072, 768), (768, 2304): attention output, FFN in, FFN out, fused QKV):
   int8 cublasLt  qlinear(x int8 [M, K], W int8 [N, K], per-channel w_scale, float32 bias, x_zero_point --zero-point)
                  -> --output (default int8, requantized: the form of a quantized_fusion chain), pinned to "cublasLt"
+  int8 int8_mma  the same pinned to "int8_mma" (cuda_raw's pipelined tensor-core kernel, epilogue in registers)
   int8 dp4a      the same pinned to "dp4a" (--no-dp4a skips it)
   fp8 cublasLt   qlinear_fp8(x float8e4m3fn [M, K], W float8e4m3fn [N, K], per-channel w_scale, float32 bias) -> the
                  matching output (float8e4m3fn for int8/uint8, else --output's float; float32 for int32): cuBLASLt's
@@ -118,7 +119,7 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
         return [x, w, None if raw else s, None if raw else b]
 
     inner = max(args.inner, len(int8), len(half), len(fp8))
-    kernels = ["cublasLt"] + ([] if args.no_dp4a else ["dp4a"])
+    kernels = ["cublasLt", "int8_mma"] + ([] if args.no_dp4a else ["dp4a"])
     row = {"m": m, "k": k, "n": n, "plans": {}}
     outputs = {}
     ops = 2.0 * m * n * k
@@ -139,6 +140,7 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     row["fp16_us"] = t16 * 1e3
     row["fp16_tops"] = ops / (t16 * 1e-3) / 1e12
     row["ratio"] = row["fp16_us"] / row["cublasLt_us"]
+    row["mma_ratio"] = row["fp16_us"] / row["int8_mma_us"]
     if fp8:
         time_fp8(m, k, fp8, inner, args, row)
         row["fp8_ratio"] = row["fp16_us"] / row["fp8_us"]
@@ -153,24 +155,29 @@ def table(rows, args, device_name: str) -> str:
              f"scales, float32 bias, output {args.output}) vs float16 linear (with bias), {device_name}, "
              f"{datetime.date.today().isoformat()}; per call in a CUDA graph of calls cycling through > {args.rotate} "
              f"MiB of weights, median of {args.iters} replays", "",
-             "| M | K | N | int8 cublasLt us | TOPS |" + (" int8 dp4a us | TOPS |" if dp4a else "") +
+             "| M | K | N | int8 cublasLt us | TOPS | int8 int8_mma us | TOPS |" +
+             (" int8 dp4a us | TOPS |" if dp4a else "") +
              (" fp8 cublasLt us | TFLOPS |" if fp8 else "") +
-             " fp16 linear us | TFLOPS | fp16 / int8 |" + (" fp16 / fp8 |" if fp8 else "") + " dp4a = cublasLt |",
-             "| ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if dp4a else "") +
-             (" ---: | ---: |" if fp8 else "") + " ---: | ---: | ---: |" + (" ---: |" if fp8 else "") + " --- |"]
+             " fp16 linear us | TFLOPS | fp16 / int8 | fp16 / int8_mma |" + (" fp16 / fp8 |" if fp8 else "") +
+             " same bits |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if dp4a else "") +
+             (" ---: | ---: |" if fp8 else "") + " ---: | ---: | ---: | ---: |" + (" ---: |" if fp8 else "") + " --- |"]
     for r in rows:
-        line = f"| {r['m']} | {r['k']} | {r['n']} | {r['cublasLt_us']:.2f} | {r['cublasLt_tops']:.1f} |"
+        line = (f"| {r['m']} | {r['k']} | {r['n']} | {r['cublasLt_us']:.2f} | {r['cublasLt_tops']:.1f} | "
+                f"{r['int8_mma_us']:.2f} | {r['int8_mma_tops']:.1f} |")
         if dp4a:
             line += f" {r['dp4a_us']:.2f} | {r['dp4a_tops']:.1f} |"
         if fp8:
             line += f" {r['fp8_us']:.2f} | {r['fp8_tflops']:.1f} |"
-        line += f" {r['fp16_us']:.2f} | {r['fp16_tops']:.1f} | {r['ratio']:.2f} |"
+        line += f" {r['fp16_us']:.2f} | {r['fp16_tops']:.1f} | {r['ratio']:.2f} | {r['mma_ratio']:.2f} |"
         if fp8:
             line += f" {r['fp8_ratio']:.2f} |"
         line += f" {'yes' if r['same_bits'] else 'NO'} |"
         lines.append(line)
     lines += ["", "fp16 / int8: the float16 time over the cublasLt int8 time (> 1: int8 is faster), the epilogue and "
-                  "any prologue (alpha, folded zero points) included." + (
+                  "any prologue (alpha, folded zero points) included; fp16 / int8_mma the same for cuda_raw's "
+                  "pipelined tensor-core kernel (Note [qlinear as a 1x1 convolution]); same bits: every int8 kernel "
+                  "gave the same bytes." + (
                       " fp16 / fp8: the float16 time over the float8 one (qlinear_fp8 on cuBLASLt, its epilogue "
                       "kernel included)." if fp8 else ""), "", "Plans:", ""]
     seen = set()

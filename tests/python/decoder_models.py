@@ -181,7 +181,10 @@ def torch_decoder_export(path) -> "torch.nn.Module":
             "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
     axes.update({name: {0: "batch", 2: "past"} for name in pasts})
     axes.update({name: {0: "batch", 2: "total"} for name in presents})
+    # The TorchScript exporter (dynamo=False): torch 2.11's default dynamo exporter cannot turn these dynamic_axes into
+    # dynamic_shapes, nor flatten the cache list.
     torch.onnx.export(model, (ids, mask, positions, *past), str(path), opset_version=17, dynamic_axes=axes,
+                      dynamo=False,
                       input_names=["input_ids", "attention_mask", "position_ids"] + pasts,
                       output_names=["logits"] + presents)
     return model

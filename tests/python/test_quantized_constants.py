@@ -31,11 +31,19 @@ def _notes(session):
     return [o for o in session.explain().options if o.startswith(f"pass {PASS}")]
 
 
+def _host(value) -> np.ndarray:
+    """An output as a NumPy array on the host (a session on a GPU may hand back device tensors)."""
+    if isinstance(value, np.ndarray):
+        return value
+    return np.asarray(value.to("cpu").numpy())
+
+
 def _assert_same_bits(got: dict, want: dict):
     assert got.keys() == want.keys()
     for name, value in want.items():
-        assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
-        assert got[name].tobytes() == value.tobytes(), f"{name}: the bits differ"
+        mine, theirs = _host(got[name]), _host(value)
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+        assert mine.tobytes() == theirs.tobytes(), f"{name}: the bits differ"
 
 
 def _quantized(request, digits, net: str, activation_type: str) -> bytes:

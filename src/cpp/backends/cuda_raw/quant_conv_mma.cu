@@ -25,6 +25,10 @@
 //   - the epilogue is quant_epilogue.cuh's arithmetic (every output equal to the cpu kernel's bit for bit), four
 //     neighbouring output channels per thread with one 4-, 8- or 16-byte store when the channel count is a multiple
 //     of 4, staged through the (then free) pipeline buffers so that neighbouring lanes store neighbouring outputs.
+//     Each thread reads its channels' operands once (ChannelQuad), and the store of four outputs is one outlined
+//     function: with it inlined into unrolled loops the kernel was 339 KB of code (the 64 x 64 one 183 KB), and on
+//     an H200 every block then spent ~11 us fetching instructions (a batch-1 1x1 convolution of 3136 x 64 x 64 took
+//     10.9 us of kernel time against cuDNN's 3 us in float16); outlined, 63 KB and 54 KB.
 #include <algorithm>
 #include <cstdint>
 
@@ -107,10 +111,30 @@ __device__ __forceinline__ float quad_real(const QuantEpilogueParams& p, const C
   return v;
 }
 
+// What store_quad needs of QuantEpilogueParams besides the channel operands (passed by value: store_quad is not
+// inlined, and a reference to the kernel's parameter would copy the whole struct to local memory).
+struct QuadOutput {
+  float y_scale;
+  float y_zero_point;
+  DType out_dtype;
+  bool relu;
+};
+
+__device__ __forceinline__ QuadOutput quad_output(const QuantEpilogueParams& p) {
+  return QuadOutput{p.y_scale, p.y_zero_point, p.out_dtype, p.relu};
+}
+
 // Four neighbouring outputs index .. index + 3 (the channels of `q`) from their accumulators; `valid` of them exist.
 // One 4-, 8- or 16-byte store when all four exist and `vector` (the channel count is a multiple of 4, so index is too).
-__device__ __forceinline__ void store_quad(const QuantEpilogueParams& p, const ChannelQuad& q, void* y,
-                                           std::int64_t index, const int (&acc)[4], int valid, bool vector) {
+// Not inlined (Note [Pipelined int8 convolution]: the code's size): one copy of the five output types' arithmetic.
+__device__ __noinline__ void store_quad(QuadOutput out_desc, const ChannelQuad& q, void* y, std::int64_t index,
+                                        int4 sums, int valid, bool vector) {
+  QuantEpilogueParams p;
+  p.y_scale = out_desc.y_scale;
+  p.y_zero_point = out_desc.y_zero_point;
+  p.relu = out_desc.relu;
+  p.out_dtype = out_desc.out_dtype;
+  const int acc[4] = {sums.x, sums.y, sums.z, sums.w};
   switch (p.out_dtype) {
     case DType::kInt8:
     case DType::kUInt8: {
@@ -330,7 +354,9 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
         for (int e = 0; e < 4; ++e) {
           const int pixel = m0 + warp_m * kWM + mt * 16 + group + 8 * (e >> 1);
           const int o = n0 + warp_n * kWN + nt * 8 + quad * 2 + (e & 1);
-          if (pixel < d.m && o < d.o) atomicAdd(split_sums + static_cast<std::int64_t>(pixel) * d.o + o, acc[mt][nt][e]);
+          if (pixel < d.m && o < d.o) {
+            atomicAdd(split_sums + static_cast<std::int64_t>(pixel) * d.o + o, acc[mt][nt][e]);
+          }
         }
       }
     }
@@ -352,26 +378,32 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
     if (o >= d.o) return;
     const ChannelQuad q = channel_quad(p, o, d.o);
     const int valid = min(4, d.o - o);
-    int sums[kRowsPerThread][4];
+    const QuadOutput out_desc = quad_output(p);
+    // Four rows' sums in flight at a time; the loop over the groups is not unrolled (the code's size).
+    static_assert(kRowsPerThread % 4 == 0, "rows in groups of four");
+#pragma unroll 1
+    for (int r0 = 0; r0 < kRowsPerThread; r0 += 4) {
+      int4 sums[4];
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      const int pixel = m0 + r * (kThreads / kGroups) + tid / kGroups;
-      const std::int32_t* row = split_sums + static_cast<std::int64_t>(min(pixel, d.m - 1)) * d.o + o;
-      if (vector) {
-        const int4 v = __ldcg(reinterpret_cast<const int4*>(row));
-        sums[r][0] = v.x;
-        sums[r][1] = v.y;
-        sums[r][2] = v.z;
-        sums[r][3] = v.w;
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sums[r][e] = e < valid ? __ldcg(row + e) : 0;
+      for (int r = 0; r < 4; ++r) {
+        const int pixel = m0 + (r0 + r) * (kThreads / kGroups) + tid / kGroups;
+        const std::int32_t* row = split_sums + static_cast<std::int64_t>(min(pixel, d.m - 1)) * d.o + o;
+        if (vector) {
+          sums[r] = __ldcg(reinterpret_cast<const int4*>(row));
+        } else {
+          sums[r].x = __ldcg(row);
+          sums[r].y = valid > 1 ? __ldcg(row + 1) : 0;
+          sums[r].z = valid > 2 ? __ldcg(row + 2) : 0;
+          sums[r].w = valid > 3 ? __ldcg(row + 3) : 0;
+        }
       }
-    }
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      const int pixel = m0 + r * (kThreads / kGroups) + tid / kGroups;
-      if (pixel < d.m) store_quad(p, q, y, static_cast<std::int64_t>(pixel) * d.o + o, sums[r], valid, vector);
+      for (int r = 0; r < 4; ++r) {  // four call sites of the outlined store: sums stays in registers
+        const int pixel = m0 + (r0 + r) * (kThreads / kGroups) + tid / kGroups;
+        if (pixel < d.m) {
+          store_quad(out_desc, q, y, static_cast<std::int64_t>(pixel) * d.o + o, sums[r], valid, vector);
+        }
+      }
     }
     return;
   }
@@ -386,6 +418,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
   const int o = n0 + warp_n * kWN + column;
   const ChannelQuad q = channel_quad(p, o, d.o);
   const int valid = min(4, d.o - o);
+  const QuadOutput out_desc = quad_output(p);
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -398,14 +431,13 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
     }
     __syncwarp();
     if (valid > 0) {
-#pragma unroll
+#pragma unroll 1
       for (int j = 0; j < 4; ++j) {
         const int row = (lane >> 3) + 4 * j;
         const int pixel = m0 + warp_m * kWM + mt * 16 + row;
         if (pixel < d.m) {
-          const int4 v = *reinterpret_cast<const int4*>(strip + row * kStrip + column);
-          const int sums[4] = {v.x, v.y, v.z, v.w};
-          store_quad(p, q, y, static_cast<std::int64_t>(pixel) * d.o + o, sums, valid, vector);
+          store_quad(out_desc, q, y, static_cast<std::int64_t>(pixel) * d.o + o,
+                     *reinterpret_cast<const int4*>(strip + row * kStrip + column), valid, vector);
         }
       }
     }
@@ -447,7 +479,8 @@ QConvPipeline qconv2d_pipeline(const QConvGeometry& g, bool small_tiles, int sms
       out.small_tiles ? (m + 63) / 64 * ((g.out_channels + 63) / 64) : large_tiles;
   int wanted = splits;
   if (wanted <= 0) {
-    wanted = tiles >= sms ? 1 : static_cast<int>((2 * static_cast<std::int64_t>(sms) + tiles - 1) / std::max<std::int64_t>(tiles, 1));
+    const std::int64_t waves_of_two = 2 * static_cast<std::int64_t>(sms) + tiles - 1;
+    wanted = tiles >= sms ? 1 : static_cast<int>(waves_of_two / std::max<std::int64_t>(tiles, 1));
     wanted = std::min(wanted, std::max(steps / kMinStepsPerSplit, 1));
   }
   wanted = std::clamp(wanted, 1, std::min(kMaxSplits, steps));

@@ -177,13 +177,29 @@ std::pair<Tensor, Tensor> cpu_and_cuda(const std::string& op, const Tensor& host
   return {expected, actual};
 }
 
-// Expects the same bytes (integer results, indices, and float results that are exact in every order).
+// Whether the element at `p` of a float dtype is a NaN (any sign and payload).
+bool is_nan_element(const unsigned char* p, DType dtype) {
+  if (dtype == DType::kFloat32) {
+    float v = 0.0f;
+    std::memcpy(&v, p, sizeof v);
+    return std::isnan(v);
+  }
+  std::uint16_t bits = 0;
+  std::memcpy(&bits, p, sizeof bits);
+  if (dtype == DType::kFloat16) return (bits & 0x7c00u) == 0x7c00u && (bits & 0x03ffu) != 0;
+  if (dtype == DType::kBFloat16) return (bits & 0x7f80u) == 0x7f80u && (bits & 0x007fu) != 0;
+  return false;
+}
+
+// Expects the same bytes (integer results, indices, and float results that are exact in every order); a NaN equals
+// any NaN (the host's NaN * -1 keeps the operand's sign, the GPU's products give its canonical NaN).
 void expect_same_bytes(const Tensor& expected, const Tensor& actual, const std::string& what) {
   ASSERT_EQ(expected.nbytes(), actual.nbytes()) << what;
   const auto* e = static_cast<const unsigned char*>(expected.data_ptr());
   const auto* a = static_cast<const unsigned char*>(actual.data_ptr());
   const std::size_t element = dtype_size(expected.dtype());
   for (std::size_t i = 0; i < expected.nbytes(); i += element) {
+    if (is_nan_element(e + i, expected.dtype()) && is_nan_element(a + i, expected.dtype())) continue;
     if (std::memcmp(e + i, a + i, element) != 0) {
       ADD_FAILURE() << what << ": element " << i / element << " differs (of " << expected.nbytes() / element << ")";
       return;

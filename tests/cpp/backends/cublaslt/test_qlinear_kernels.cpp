@@ -398,12 +398,12 @@ TEST(QLinearKernels, MisalignedXGoesToDp4a) {
   EXPECT_TRUE(same_bits(outputs[0].to(Device::cpu()), want.output));
 }
 
-// The dispatcher's first choice: the pipelined tensor-core kernel for [N, K] GEMMs with K a multiple of 16 (it ranks
-// first, Note [qlinear as a 1x1 convolution]), cuBLASLt for the other aligned [N, K] ones, dp4a for the rest.
-TEST(QLinearKernels, TheDispatcherPicksInt8MmaThenCublasLtThenDp4a) {
+// The dispatcher's first choice: cuBLASLt for the aligned [N, K] GEMMs, dp4a for the rest (int8_mma ranks after
+// cuBLASLt: Note [qlinear as a 1x1 convolution]).
+TEST(QLinearKernels, TheDispatcherPicksCublasLtThenDp4a) {
   XPURT_SKIP_WITHOUT_GPU();
   Dispatcher dispatcher{KernelPolicy(), ExecutionPolicy()};
-  for (const auto& [k, nk, expected] : {std::tuple<std::int64_t, bool, const char*>{64, true, "int8_mma"},
+  for (const auto& [k, nk, expected] : {std::tuple<std::int64_t, bool, const char*>{64, true, "cublasLt"},
                                         {36, true, "cublasLt"},
                                         {64, false, "dp4a"},
                                         {30, true, "dp4a"}}) {
@@ -468,7 +468,7 @@ TEST(QLinearKernels, ReasonsOfTheKernelsThatRefuse) {
   EXPECT_NE(mma_reason(cuda_descriptor(5, 64, 32, "kn")).find("weight_layout=nk"), std::string::npos);
   EXPECT_NE(mma_reason(cuda_descriptor(5, 40, 32, "nk")).find("multiple of 16"), std::string::npos);
   EXPECT_NE(mma_reason(cuda_descriptor(5, 64, 32, "nk", 8)).find("aligned"), std::string::npos);
-  EXPECT_NE(mma->ranks_first(cuda_descriptor(5, 64, 32, "nk")).find("epilogue"), std::string::npos);
+  EXPECT_TRUE(mma->ranks_first(cuda_descriptor(5, 64, 32, "nk")).empty());  // after cuBLASLt
   const OpDescriptor bert = cuda_descriptor(2048, 768, 3072, "nk");  // 16 x 24 tiles of 128: more than 132
   const auto plan = mma->build(bert, policy, "");
   EXPECT_EQ(plan->record(), R"({"splits":1,"tiles":128})");

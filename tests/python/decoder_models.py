@@ -9,6 +9,8 @@ recomputes the whole sequence.
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -182,11 +184,11 @@ def torch_decoder_export(path) -> "torch.nn.Module":
     axes.update({name: {0: "batch", 2: "past"} for name in pasts})
     axes.update({name: {0: "batch", 2: "total"} for name in presents})
     # The TorchScript exporter (dynamo=False): torch 2.11's default dynamo exporter cannot turn these dynamic_axes into
-    # dynamic_shapes, nor flatten the cache list.
+    # dynamic_shapes, nor flatten the cache list. Older torch (Debian's) has no `dynamo` argument and only that exporter.
+    choice = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     torch.onnx.export(model, (ids, mask, positions, *past), str(path), opset_version=17, dynamic_axes=axes,
-                      dynamo=False,
                       input_names=["input_ids", "attention_mask", "position_ids"] + pasts,
-                      output_names=["logits"] + presents)
+                      output_names=["logits"] + presents, **choice)
     return model
 
 

@@ -26,9 +26,14 @@
 //     neighbouring output channels per thread with one 4-, 8- or 16-byte store when the channel count is a multiple
 //     of 4, staged through the (then free) pipeline buffers so that neighbouring lanes store neighbouring outputs.
 //     Each thread reads its channels' operands once (ChannelQuad), and the store of four outputs is one outlined
-//     function: with it inlined into unrolled loops the kernel was 339 KB of code (the 64 x 64 one 183 KB), and on
-//     an H200 every block then spent ~11 us fetching instructions (a batch-1 1x1 convolution of 3136 x 64 x 64 took
-//     10.9 us of kernel time against cuDNN's 3 us in float16); outlined, 63 KB and 54 KB.
+//     function: inlined into unrolled loops it made the kernel 339 KB of code (the 64 x 64 one 183 KB); outlined, 63
+//     KB and 54 KB, at the same speed on an H200.
+// Open problem (H200, 2026-12-02, benchmarks/bench_quant_conv.py --profile): about 11 us of kernel time per wave of
+// blocks whatever their work (10.9 us for a batch-1 1x1 convolution of 3136 x 64 x 64, one step of K, where cuDNN
+// takes 3 us in float16), so ResNet-50's convolutions run at 0.27-0.32x cuDNN's float16. Not the epilogue's global
+// loads (read once per thread since) nor the instruction fetch (the outlining changed nothing); to measure next with
+// per-phase clock64() stamps or Nsight Compute: the shared-memory carveout switch between the prologue kernel and
+// this one, the cp.async wait, the epilogue.
 #include <algorithm>
 #include <cstdint>
 

@@ -95,6 +95,40 @@ def test_the_cache_stays_preallocated_and_fills_as_it_goes(cached):
         generation.step()
 
 
+def test_stats_separate_prefill_and_decode(cached, uncached):
+    generator = Generator(cached, greedy(max_new_tokens=6, stop_tokens=[]), engine="native")
+    generation = generator.start(PROMPTS[:2])
+    empty = generation.stats
+    assert (empty.prefill_tokens, empty.decode_steps, empty.decode_tokens) == (0, 0, 0)
+    assert empty.ms_per_decode_step == 0 and empty.decode_tokens_per_s == 0
+    while not generation.done:
+        generation.step()
+    stats = generation.stats
+    assert stats.prefill_tokens == 2 * 5  # two rows left-padded to the longest prompt
+    assert stats.decode_steps == 5 and stats.decode_tokens == 2 * 5
+    assert stats.prefill_ms > 0 and stats.decode_ms > 0
+    assert stats.ms_per_decode_step == pytest.approx(stats.decode_ms / 5)
+    assert stats.decode_tokens_per_s == pytest.approx(10 * 1e3 / stats.decode_ms)
+    assert (stats.cache_length, stats.cache_capacity) == (10, 11)
+    assert stats.cache_occupancy == pytest.approx(10 / 11)
+    assert stats.cache_bytes == generation.cache_bytes
+    text = str(stats)
+    assert "prefill 10 tokens" in text and "decode 5 steps, 10 tokens" in text and "cache 10 of 11" in text
+    # A row that ends early makes no more tokens: decode_tokens counts only the rows still running.
+    first = Generator(cached, greedy(max_new_tokens=6)).generate(PROMPTS[:2])[0]
+    stopping = Generator(cached, greedy(max_new_tokens=6, stop_tokens=[first[1]]), engine="native")
+    generation = stopping.start(PROMPTS[:2])
+    while not generation.done:
+        generation.step()
+    made_by_decode = sum(len(row) for row in generation.tokens) - 2  # the prefill made one token per row
+    assert generation.stats.decode_tokens == made_by_decode
+    # The recompute form has no cache.
+    plain = Generator(uncached, greedy(max_new_tokens=3), engine="native").start(PROMPTS[:1])
+    while not plain.done:
+        plain.step()
+    assert plain.stats.cache_capacity == 0 and plain.stats.cache_occupancy == 0 and "no cache" in str(plain.stats)
+
+
 # ------------------------------------------------------------------------------------------------- streaming
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -377,6 +411,9 @@ def test_cli_generate(cached, tmp_path):
     assert not result["uses_cache"] and len(result["tokens"][0]) == 4
     assert result["tokens"] == Generator(cached, GenerationConfig(max_new_tokens=4, do_sample=True, temperature=0.7,
                                                                   top_k=5, seed=4)).generate([[1, 2]])
+    assert result["stats"]["decode_steps"] == 3 and result["stats"]["cache_capacity"] == 0
+    code, _, err = run_cli("generate", path, "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--stats")
+    assert code == 0 and "prefill 5 tokens" in err and "decode 5 steps, 5 tokens" in err and "cache 10 of 11" in err
 
 
 def test_cli_generate_errors(cached, tmp_path):

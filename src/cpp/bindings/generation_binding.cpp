@@ -73,8 +73,27 @@ void bind_generation_config(py::module_& m) {
 
 void bind_generator(py::module_& m) {
   using generation::Generation;
+  using generation::GenerationStats;
   using generation::Generator;
+  py::class_<GenerationStats>(m, "GenerationStats",
+                              "Where a generation's time went: prefill and decode apart, the cache's size and "
+                              "occupancy (docs/generation.md).")
+      .def_readonly("prefill_tokens", &GenerationStats::prefill_tokens)
+      .def_readonly("prefill_ms", &GenerationStats::prefill_ms)
+      .def_readonly("decode_steps", &GenerationStats::decode_steps)
+      .def_readonly("decode_tokens", &GenerationStats::decode_tokens)
+      .def_readonly("decode_ms", &GenerationStats::decode_ms)
+      .def_readonly("cache_length", &GenerationStats::cache_length)
+      .def_readonly("cache_capacity", &GenerationStats::cache_capacity)
+      .def_readonly("cache_bytes", &GenerationStats::cache_bytes)
+      .def_property_readonly("prefill_tokens_per_s", &GenerationStats::prefill_tokens_per_s)
+      .def_property_readonly("decode_tokens_per_s", &GenerationStats::decode_tokens_per_s)
+      .def_property_readonly("ms_per_decode_step", &GenerationStats::ms_per_decode_step)
+      .def_property_readonly("cache_occupancy", &GenerationStats::cache_occupancy)
+      .def("__str__", &GenerationStats::str)
+      .def("__repr__", [](const GenerationStats& s) { return "GenerationStats(" + s.str() + ")"; });
   py::class_<Generation>(m, "Generation", "One batch being generated: step() until done.")
+      .def_property_readonly("stats", &Generation::stats)
       .def("step",
            [](Generation& g) {
              py::gil_scoped_release release;

@@ -1,8 +1,11 @@
 // Generator and Generation: the generation loop (include/xpuruntime/generation.h, docs/generation.md).
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <iomanip>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -193,6 +196,7 @@ std::vector<float> Generation::last_logits(const Tensor& logits, std::int64_t ro
 
 std::vector<std::optional<std::int64_t>> Generation::step() {
   XPURT_CHECK(!done_, "Generation::step: the generation is done (", steps_, " steps)");
+  const auto begin = std::chrono::steady_clock::now();
   const bool prefill = steps_ == 0;
   const std::int64_t new_tokens = prefill ? prompt_length_ : 1;
   const Tensor logits = run(feeds(prefill), new_tokens);
@@ -205,7 +209,42 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
                                                         rngs_[static_cast<std::size_t>(r)]);
   }
   finish_step(chosen);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+  if (prefill) {
+    stats_.prefill_tokens = batch_ * prompt_length_;
+    stats_.prefill_ms = ms;
+  } else {
+    ++stats_.decode_steps;
+    stats_.decode_tokens += static_cast<std::int64_t>(
+        std::count_if(chosen.begin(), chosen.end(), [](const auto& token) { return token.has_value(); }));
+    stats_.decode_ms += ms;
+  }
   return chosen;
+}
+
+GenerationStats Generation::stats() const {
+  GenerationStats out = stats_;
+  if (cache_) {
+    out.cache_length = cache_->length();
+    out.cache_capacity = cache_->capacity();
+    out.cache_bytes = cache_->bytes();
+  }
+  return out;
+}
+
+std::string GenerationStats::str() const {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2) << "prefill " << prefill_tokens << " tokens in " << prefill_ms << " ms ("
+     << std::setprecision(0) << prefill_tokens_per_s() << " tokens/s); decode " << decode_steps << " steps, "
+     << decode_tokens << " tokens in " << std::setprecision(2) << decode_ms << " ms (" << ms_per_decode_step()
+     << " ms/step, " << std::setprecision(0) << decode_tokens_per_s() << " tokens/s); ";
+  if (cache_capacity > 0) {
+    os << "cache " << cache_length << " of " << cache_capacity << " positions (" << cache_occupancy() * 100.0
+       << "%), " << std::setprecision(1) << static_cast<double>(cache_bytes) / 1024.0 << " KiB";
+  } else {
+    os << "no cache";
+  }
+  return os.str();
 }
 
 void Generation::finish_step(const std::vector<std::optional<std::int64_t>>& chosen) {

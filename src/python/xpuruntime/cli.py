@@ -246,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pad-id", type=_non_negative_int, default=0, help="the padding token id (default 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every step")
     p.add_argument("--stream", action="store_true", help="print tokens as they are made (one prompt)")
+    p.add_argument("--stats", action="store_true",
+                   help="print where the time went: prefill and decode apart, the cache's occupancy")
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -1075,29 +1077,37 @@ def cmd_generate(args: argparse.Namespace) -> int:
                               pad_token_id=args.pad_id, cache="none" if args.no_cache else "auto")
     generator = Generator(make_session(args), config)
     start = time.perf_counter()
-    if args.stream:
-        tokens = [[]]
-        for token in generator.stream(prompts[0]):
-            tokens[0].append(token)
-            if not args.json:
-                print(token, end=" ", flush=True)
-        if not args.json:
-            print()
-    else:
-        tokens = generator.generate(prompts)
+    generation = generator.start(prompts)
+    while not generation.done:
+        step = generation.step()
+        if args.stream and not args.json and step[0] is not None:
+            print(step[0], end=" ", flush=True)
+    if args.stream and not args.json:
+        print()
+    tokens = [list(row) for row in generation.tokens]
     seconds = time.perf_counter() - start
     made = sum(len(row) for row in tokens)
+    stats = generation.stats
     if args.json:
         print(json.dumps({"prompts": prompts, "tokens": tokens, "uses_cache": generator.uses_cache,
                           "engine": generator.session.engine, "seconds": seconds,
-                          "tokens_per_s": made / seconds if seconds > 0 else None}, indent=2))
+                          "tokens_per_s": made / seconds if seconds > 0 else None,
+                          "stats": {name: getattr(stats, name) for name in _GENERATION_STATS}}, indent=2))
         return 0
     if not args.stream:
         for row in tokens:
             print(",".join(str(t) for t in row))
     print(f"{made} tokens in {seconds * 1e3:.1f} ms ({'with the cache' if generator.uses_cache else 'recomputed'}, "
           f"{generator.session.engine} engine)", file=sys.stderr)
+    if args.stats:
+        print(stats, file=sys.stderr)
     return 0
+
+
+# The fields of GenerationStats that `generate --json` writes (docs/generation.md "Statistics").
+_GENERATION_STATS = ("prefill_tokens", "prefill_ms", "prefill_tokens_per_s", "decode_steps", "decode_tokens",
+                     "decode_ms", "ms_per_decode_step", "decode_tokens_per_s", "cache_length", "cache_capacity",
+                     "cache_occupancy", "cache_bytes")
 
 
 COMMANDS = {"devices": cmd_devices, "run": cmd_run, "bench": cmd_bench, "explain": cmd_explain,

@@ -135,7 +135,8 @@ class Generator:
                 yield step
 
     def start(self, input_ids: Prompts) -> _core.Generation:
-        """A generation to step by hand: ``step()`` until ``done``; ``tokens``, ``steps``, ``cache_bytes``."""
+        """A generation to step by hand: ``step()`` until ``done``; ``tokens``, ``steps``, ``cache_bytes``,
+        ``stats`` (prefill and decode times, tokens/s, the cache's occupancy: a ``GenerationStats``)."""
         rows, _ = _as_batch(input_ids)
         return self._generator.start(rows)
 

@@ -138,6 +138,30 @@ std::vector<ValueInfo> cache_values(const std::string& past, const std::string& 
   return out;
 }
 
+TEST(GenerationStats, RatesAndOccupancyWithoutDividingByZero) {
+  GenerationStats empty;
+  EXPECT_EQ(empty.prefill_tokens_per_s(), 0.0);
+  EXPECT_EQ(empty.decode_tokens_per_s(), 0.0);
+  EXPECT_EQ(empty.ms_per_decode_step(), 0.0);
+  EXPECT_EQ(empty.cache_occupancy(), 0.0);
+  EXPECT_NE(empty.str().find("no cache"), std::string::npos) << empty.str();
+  GenerationStats s;
+  s.prefill_tokens = 24;
+  s.prefill_ms = 2.0;
+  s.decode_steps = 4;
+  s.decode_tokens = 10;
+  s.decode_ms = 5.0;
+  s.cache_length = 30;
+  s.cache_capacity = 40;
+  s.cache_bytes = 3 * 1024;
+  EXPECT_DOUBLE_EQ(s.prefill_tokens_per_s(), 12000.0);
+  EXPECT_DOUBLE_EQ(s.decode_tokens_per_s(), 2000.0);
+  EXPECT_DOUBLE_EQ(s.ms_per_decode_step(), 1.25);
+  EXPECT_DOUBLE_EQ(s.cache_occupancy(), 0.75);
+  EXPECT_EQ(s.str(), "prefill 24 tokens in 2.00 ms (12000 tokens/s); decode 4 steps, 10 tokens in 5.00 ms (1.25 "
+                     "ms/step, 2000 tokens/s); cache 30 of 40 positions (75%), 3.0 KiB");
+}
+
 TEST(DecoderSignature, RecognisesTransformersExports) {
   std::vector<ValueInfo> inputs{info("input_ids", DType::kInt64, {"batch", "seq"}),
                                 info("attention_mask", DType::kInt64, {"batch", "total"}),

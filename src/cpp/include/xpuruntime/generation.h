@@ -142,6 +142,31 @@ class XPURT_API Sampler {
   GenerationConfig config_;
 };
 
+// Where a generation's time went, prefill and decode apart (issue 44 item 4; docs/generation.md "Statistics"): host
+// wall time of each step (its run, the logits read back, the sampling), so a step's figure includes the device work it
+// waited for. The cache's figures are taken when stats() is called.
+struct XPURT_API GenerationStats {
+  std::int64_t prefill_tokens = 0;  // positions the prefill fed: batch x the longest prompt (padding included)
+  double prefill_ms = 0.0;
+  std::int64_t decode_steps = 0;    // steps after the prefill
+  std::int64_t decode_tokens = 0;   // tokens those steps made (rows that had ended make none)
+  double decode_ms = 0.0;
+  std::int64_t cache_length = 0;    // KvCache::length(), 0 without a cache
+  std::int64_t cache_capacity = 0;
+  std::size_t cache_bytes = 0;
+
+  double prefill_tokens_per_s() const { return prefill_ms > 0 ? prefill_tokens * 1e3 / prefill_ms : 0.0; }
+  double decode_tokens_per_s() const { return decode_ms > 0 ? decode_tokens * 1e3 / decode_ms : 0.0; }
+  double ms_per_decode_step() const { return decode_steps > 0 ? decode_ms / static_cast<double>(decode_steps) : 0.0; }
+  // cache_length / cache_capacity, 0 without a cache.
+  double cache_occupancy() const {
+    return cache_capacity > 0 ? static_cast<double>(cache_length) / static_cast<double>(cache_capacity) : 0.0;
+  }
+  // "prefill 24 tokens in 1.2 ms (20000 tokens/s); decode 15 steps, 45 tokens in 9.0 ms (0.60 ms/step, 5000
+  // tokens/s); cache 19 of 40 positions (48%), 12.2 KiB"
+  std::string str() const;
+};
+
 class Generator;
 
 // One batch being generated: prefill on the first step(), one decode step per later call.
@@ -154,6 +179,8 @@ class XPURT_API Generation {
   // The new tokens of each row so far (the prompt left out; a stop token that ended a row included).
   const std::vector<std::vector<std::int64_t>>& tokens() const { return generated_; }
   std::int64_t steps() const { return steps_; }
+  // Prefill and decode times and the cache's size and occupancy so far.
+  GenerationStats stats() const;
   bool uses_cache() const { return cache_ != nullptr; }
   const KvCache* cache() const { return cache_.get(); }
 
@@ -182,6 +209,7 @@ class XPURT_API Generation {
   std::unique_ptr<KvCache> cache_;  // null in the recompute form
   std::int64_t steps_ = 0;
   bool done_ = false;
+  GenerationStats stats_;  // the cache's fields are filled by stats()
 };
 
 class XPURT_API Generator {

@@ -28,10 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <cinttypes>
-#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -40,6 +37,7 @@
 #include <vector>
 
 #include "backends/cublaslt/cublaslt_common.h"
+#include "backends/cublaslt/cublaslt_quantized.h"
 #include "backends/cublaslt/cublaslt_fp8_epilogue.h"
 #include "core/cublas_utils.h"
 #include "core/cuda_utils.h"
@@ -52,7 +50,6 @@ namespace {
 
 constexpr const char* kRecordFormat = "xpuruntime.cublasLt.qlinear_fp8.v1";
 constexpr std::size_t kDefaultWorkspace = std::size_t{32} << 20;  // policy.workspace_limit == 0
-constexpr int kHeuristicCandidates = 8;
 constexpr std::uint32_t kAlignment = 16;
 constexpr std::size_t kScratchAlignment = 256;
 constexpr std::size_t kDescriptorCacheSize = 256;  // as Note [cuBLASLt descriptors per thread]
@@ -108,15 +105,11 @@ struct Fp8Problem {
 
 std::size_t aligned(std::size_t bytes) { return cublas::round_up(bytes, kScratchAlignment); }
 
+using quantized_gemm::Candidate;
+using quantized_gemm::Descriptors;
+
 // The GEMM's descriptors (Note [cuBLASLt float8 GEMMs]): A = the weight [N, K] (op T), B = x [M, K], C = D = the
 // float32 accumulator [M, N]; alpha 1 and beta 0 in float32.
-struct Descriptors {
-  MatmulDesc operation;
-  MatrixLayout a;
-  MatrixLayout b;
-  MatrixLayout d;
-};
-
 Descriptors make_descriptors(const Fp8Problem& q) {
   Descriptors descriptors{MatmulDesc(CUBLAS_COMPUTE_32F, CUDA_R_32F), MatrixLayout(CUDA_R_8F_E4M3, q.k, q.n, q.k),
                           MatrixLayout(CUDA_R_8F_E4M3, q.k, q.m, q.k), MatrixLayout(CUDA_R_32F, q.n, q.m, q.n)};
@@ -126,45 +119,11 @@ Descriptors make_descriptors(const Fp8Problem& q) {
   return descriptors;
 }
 
-struct Candidate {
-  cublasLtMatmulAlgo_t algo{};
-  std::size_t workspace = 0;
-};
-
 // The heuristic's candidates, in its order, within `limit` bytes of workspace that cublasLtMatmulAlgoCheck passes.
 std::vector<Candidate> algorithm_candidates(cublasLtHandle_t handle, const Fp8Problem& q, std::size_t limit) {
-  std::vector<Candidate> valid;
-  const Descriptors descriptors = make_descriptors(q);
-  Preference preference;
-  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(limit));
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, kAlignment);
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, kAlignment);
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, kAlignment);
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, kAlignment);
   const std::uint32_t reductions =
       static_cast<std::uint32_t>(q.deterministic ? CUBLASLT_REDUCTION_SCHEME_NONE : CUBLASLT_REDUCTION_SCHEME_MASK);
-  preference.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
-  std::array<cublasLtMatmulHeuristicResult_t, kHeuristicCandidates> results{};
-  int returned = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(), descriptors.d.get(),
-      descriptors.d.get(), preference.get(), kHeuristicCandidates, results.data(), &returned);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return valid;
-  XPURT_CUBLASLT_CHECK(status);
-  for (int j = 0; j < returned; ++j) {
-    const cublasLtMatmulHeuristicResult_t& result = results[static_cast<std::size_t>(j)];
-    if (result.state != CUBLAS_STATUS_SUCCESS || result.workspaceSize > limit) continue;
-    if (!reduction_allowed(config_of(result.algo), reductions)) continue;
-    cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(),
-                                descriptors.d.get(), descriptors.d.get(), &result.algo,
-                                &check) != CUBLAS_STATUS_SUCCESS) {
-      continue;
-    }
-    Candidate candidate{result.algo, std::max(result.workspaceSize, check.workspaceSize)};
-    if (candidate.workspace <= limit) valid.push_back(candidate);
-  }
-  return valid;
+  return quantized_gemm::heuristic_candidates(handle, make_descriptors(q), limit, kAlignment, reductions);
 }
 
 class Fp8Plan final : public KernelPlan {
@@ -236,34 +195,14 @@ class Fp8Plan final : public KernelPlan {
 
   // This thread's descriptors of this plan (Note [cuBLASLt descriptors per thread] in cublaslt_gemm.cpp).
   const Descriptors& thread_descriptors() const {
-    thread_local std::unordered_map<std::uint64_t, std::unique_ptr<Descriptors>> cache;
-    const auto found = cache.find(id_);
-    if (found != cache.end()) return *found->second;
-    if (cache.size() >= kDescriptorCacheSize) cache.clear();
-    return *cache.emplace(id_, std::make_unique<Descriptors>(make_descriptors(q_))).first->second;
+    return quantized_gemm::thread_descriptors(id_, kDescriptorCacheSize, [this] { return make_descriptors(q_); });
   }
 
+
   std::string make_record(const AlgoConfig& config, int compute_capability) const {
-    nlohmann::json record;
-    nlohmann::json words = nlohmann::json::array();
-    for (const std::uint64_t word : algo_.data) {
-      char text[24];
-      std::snprintf(text, sizeof(text), "0x%016" PRIx64, word);
-      words.push_back(text);
-    }
-    record["format"] = kRecordFormat;
-    record["algo"] = words;
-    record["algo_id"] = config.id;
-    record["tile"] = enum_name(kTileNames, config.tile);
-    record["stages"] = enum_name(kStagesNames, config.stages);
-    record["splitk"] = config.splitk;
-    record["reduction_scheme"] = reduction_scheme_name(config.reduction_scheme);
-    record["compute_type"] = "32F";
-    record["workspace_bytes"] = algo_workspace_;
-    record["cublaslt_version"] = cublasLtGetVersion();
-    record["compute_capability"] = compute_capability;
-    return record.dump();
+    return quantized_gemm::plan_record(kRecordFormat, algo_, config, "32F", algo_workspace_, compute_capability);
   }
+
 
   static std::uint64_t next_id() {
     static std::atomic<std::uint64_t> counter{0};
@@ -291,39 +230,8 @@ class Fp8Plan final : public KernelPlan {
 // The algorithm of a record, checked against this GEMM here (cublasLtMatmulAlgoCheck); its workspace.
 Candidate candidate_from_record(cublasLtHandle_t handle, const Fp8Problem& q, std::size_t limit,
                                 const std::string& text) {
-  Candidate candidate;
-  try {
-    const nlohmann::json record = nlohmann::json::parse(text);
-    if (!record.is_object() || record.value("format", std::string()) != kRecordFormat) {
-      throw_bad_record(detail::str_cat("it is not a record of format ", kRecordFormat, ": ", text));
-    }
-    const auto& words = record.at("algo");
-    if (!words.is_array() || words.size() != 8) throw_bad_record("'algo' must hold 8 words");
-    for (std::size_t j = 0; j < 8; ++j) candidate.algo.data[j] = std::stoull(words[j].get<std::string>(), nullptr, 16);
-    candidate.workspace = record.at("workspace_bytes").get<std::size_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw_bad_record(detail::str_cat("it is not JSON with the fields of a record (", e.what(), ")"));
-  } catch (const std::logic_error& e) {  // std::stoull: not a hex number
-    throw_bad_record(detail::str_cat("an 'algo' word is not a hex number (", e.what(), ")"));
-  }
-  const Descriptors descriptors = make_descriptors(q);
-  cublasLtMatmulHeuristicResult_t check{};
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoCheck(handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(),
-                              descriptors.d.get(), descriptors.d.get(), &candidate.algo, &check);
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    throw_bad_record(detail::str_cat("cublasLtMatmulAlgoCheck rejects its algorithm for this GEMM here: ",
-                                     cublas::status_name(status)));
-  }
-  candidate.workspace = std::max(candidate.workspace, check.workspaceSize);
-  if (q.deterministic && !reduction_allowed(config_of(candidate.algo), CUBLASLT_REDUCTION_SCHEME_NONE)) {
-    throw_bad_record("its algorithm splits K, and this plan is built for a deterministic policy");
-  }
-  if (candidate.workspace > limit) {
-    throw_bad_record(detail::str_cat("its algorithm needs ", candidate.workspace,
-                                     " bytes of workspace, above the policy's limit of ", limit, " bytes"));
-  }
-  return candidate;
+  return quantized_gemm::candidate_from_record(handle, make_descriptors(q), limit, text, kRecordFormat, q.deterministic,
+                                               throw_bad_record);
 }
 
 std::size_t workspace_limit_of(const ExecutionPolicy& policy) {

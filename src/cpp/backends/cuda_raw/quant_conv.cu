@@ -60,37 +60,6 @@ namespace {
 
 using namespace detail;  // NOLINT(google-build-using-namespace): the backend's own helpers
 
-// The sizes the kernels read (32-bit: qconv2d_fits_int32). k: one output channel's reduction length, C/groups x kh
-// x kw; m: the output pixels, N x OH x OW.
-struct Dims {
-  int n, c, h, w, o, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, groups, cg, og, k, m;
-};
-
-Dims dims_of(const QConvGeometry& g) {
-  Dims d{};
-  d.n = g.batch;
-  d.c = g.channels;
-  d.h = g.in_h;
-  d.w = g.in_w;
-  d.o = g.out_channels;
-  d.oh = g.out_h;
-  d.ow = g.out_w;
-  d.kh = g.kernel_h;
-  d.kw = g.kernel_w;
-  d.sh = g.stride_h;
-  d.sw = g.stride_w;
-  d.pt = g.pad_top;
-  d.pl = g.pad_left;
-  d.dh = g.dilation_h;
-  d.dw = g.dilation_w;
-  d.groups = g.groups;
-  d.cg = g.channels / g.groups;
-  d.og = g.out_channels / g.groups;
-  d.k = d.cg * d.kh * d.kw;
-  d.m = g.batch * g.out_h * g.out_w;
-  return d;
-}
-
 constexpr std::size_t kWorkspaceAlign = 256;
 
 std::size_t aligned_bytes(std::size_t bytes) {
@@ -99,7 +68,7 @@ std::size_t aligned_bytes(std::size_t bytes) {
 
 // The output element of pixel m (of N x OH x OW) and output channel o.
 template <bool kNhwc>
-__device__ __forceinline__ std::int64_t output_index(const Dims& d, int m, int o) {
+__device__ __forceinline__ std::int64_t output_index(const QConvDims& d, int m, int o) {
   if constexpr (kNhwc) {
     return static_cast<std::int64_t>(m) * d.o + o;
   } else {
@@ -115,7 +84,7 @@ __device__ __forceinline__ std::int64_t output_index(const Dims& d, int m, int o
 // padded position as zero_point.
 template <bool kNhwc, typename XT>
 __global__ void __launch_bounds__(kThreads)
-    qconv_direct_kernel(const XT* __restrict__ x, const std::int8_t* __restrict__ w, void* y, Dims d,
+    qconv_direct_kernel(const XT* __restrict__ x, const std::int8_t* __restrict__ w, void* y, QConvDims d,
                         QuantEpilogueParams p, int zero_point) {
   const std::int64_t total = static_cast<std::int64_t>(d.m) * d.o;
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
@@ -188,7 +157,7 @@ __device__ __forceinline__ int dot4(std::uint32_t a, std::uint32_t b, int c) {
 // keeps 4 x 4 accumulators.
 template <bool kNhwc, bool kUnsigned>
 __global__ void __launch_bounds__(kTileThreads)
-    qconv_tiled_kernel(const std::uint8_t* __restrict__ x, const std::int8_t* __restrict__ w, void* y, Dims d,
+    qconv_tiled_kernel(const std::uint8_t* __restrict__ x, const std::int8_t* __restrict__ w, void* y, QConvDims d,
                        QuantEpilogueParams p, std::uint32_t zero_point_byte) {
   __shared__ std::uint32_t a_tile[kTileK / 4][kTileM];  // 4 consecutive k of one pixel per word
   __shared__ std::uint32_t b_tile[kTileK / 4][kTileN];  // 4 consecutive k of one output channel per word
@@ -323,7 +292,7 @@ __device__ __forceinline__ std::uint32_t shared_word(const std::uint8_t* p) {
 // Long function: the loads, the double-buffered main loop and the epilogue share the per-thread tables above them.
 template <int kBM, int kBN, int kWarpsM, int kWarpsN, bool kUnsigned>
 __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
-    qconv_mma_kernel(const std::uint8_t* __restrict__ x, const std::int8_t* __restrict__ w, void* y, Dims d,
+    qconv_mma_kernel(const std::uint8_t* __restrict__ x, const std::int8_t* __restrict__ w, void* y, QConvDims d,
                      QuantEpilogueParams p, std::uint32_t zero_point_word) {
   constexpr int kBlockThreads = kWarpsM * kWarpsN * 32;
   constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;
@@ -482,7 +451,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
 // ---- launch ----
 
 template <bool kNhwc>
-void launch_direct(const Dims& d, const QConvArgs& a, const QuantEpilogueParams& p, cudaStream_t stream) {
+void launch_direct(const QConvDims& d, const QConvArgs& a, const QuantEpilogueParams& p, cudaStream_t stream) {
   const std::int64_t total = static_cast<std::int64_t>(d.m) * d.o;
   const unsigned blocks = grid_for(total, kThreads);
   if (a.x_unsigned) {
@@ -495,7 +464,7 @@ void launch_direct(const Dims& d, const QConvArgs& a, const QuantEpilogueParams&
 }
 
 template <bool kNhwc>
-void launch_tiled(const Dims& d, const QConvArgs& a, const QuantEpilogueParams& p, cudaStream_t stream) {
+void launch_tiled(const QConvDims& d, const QConvArgs& a, const QuantEpilogueParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((d.m + kTileM - 1) / kTileM),
                   static_cast<unsigned>((d.og + kTileN - 1) / kTileN), static_cast<unsigned>(d.groups));
   const auto* x = static_cast<const std::uint8_t*>(a.x);
@@ -508,7 +477,7 @@ void launch_tiled(const Dims& d, const QConvArgs& a, const QuantEpilogueParams& 
 }
 
 template <int kBM, int kBN, int kWarpsM, int kWarpsN>
-void launch_mma(const Dims& d, const QConvArgs& a, const QuantEpilogueParams& p, cudaStream_t stream) {
+void launch_mma(const QConvDims& d, const QConvArgs& a, const QuantEpilogueParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((d.m + kBM - 1) / kBM), static_cast<unsigned>((d.o + kBN - 1) / kBN));
   constexpr int threads = kWarpsM * kWarpsN * 32;
   const auto* x = static_cast<const std::uint8_t*>(a.x);
@@ -613,7 +582,7 @@ void qconv2d(const QConvGeometry& g, const QConvArgs& a, QConvPath path, void* w
   const bool tensor_core = path == QConvPath::kTensorCore || path == QConvPath::kTensorCore64 || pipelined(path);
   XPURT_CHECK(!tensor_core || qconv2d_tensor_core_fits(g),
               "cuda_raw qconv2d: the tensor-core path takes NHWC, one group and channels a multiple of 16");
-  const Dims d = dims_of(g);
+  const QConvDims d = qconv_dims_of(g);
   if (static_cast<std::int64_t>(d.m) * d.o == 0) return;
   const cudaStream_t s = as_stream(stream);
 

@@ -54,33 +54,6 @@ constexpr int kStages = 4;
 constexpr int kMinStepsPerSplit = 4;
 constexpr int kMaxSplits = 32;
 
-// The sizes the kernel reads (32-bit: qconv2d_fits_int32 holds).
-struct PDims {
-  int n, c, h, w, o, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, k, m;
-};
-
-PDims pdims_of(const QConvGeometry& g) {
-  PDims d{};
-  d.n = g.batch;
-  d.c = g.channels;
-  d.h = g.in_h;
-  d.w = g.in_w;
-  d.o = g.out_channels;
-  d.oh = g.out_h;
-  d.ow = g.out_w;
-  d.kh = g.kernel_h;
-  d.kw = g.kernel_w;
-  d.sh = g.stride_h;
-  d.sw = g.stride_w;
-  d.pt = g.pad_top;
-  d.pl = g.pad_left;
-  d.dh = g.dilation_h;
-  d.dw = g.dilation_w;
-  d.k = g.channels * g.kernel_h * g.kernel_w;
-  d.m = g.batch * g.out_h * g.out_w;
-  return d;
-}
-
 int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 // The epilogue's per-channel operands of four neighbouring output channels o .. o + 3, read once per thread (the
@@ -203,7 +176,7 @@ __device__ __noinline__ void store_quad(QuadOutput out_desc, const ChannelQuad& 
 // Long function: the loads, the pipelined main loop and the two epilogues share the per-thread tables above them.
 template <int kBM, int kBN, int kWarpsM, int kWarpsN, bool kUnsigned>
 __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
-    qconv_pipelined_kernel(const std::uint8_t* __restrict__ x, const std::int8_t* __restrict__ w, void* y, PDims d,
+    qconv_pipelined_kernel(const std::uint8_t* __restrict__ x, const std::int8_t* __restrict__ w, void* y, QConvDims d,
                            QuantEpilogueParams p, std::uint32_t zero_point_word, int steps_per_split,
                            std::int32_t* split_sums, unsigned* tile_arrivals) {
   constexpr int kThreads = kWarpsM * kWarpsN * 32;
@@ -451,7 +424,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
 }
 
 template <int kBM, int kBN, int kWarpsM, int kWarpsN, bool kUnsigned>
-void launch_pipelined(const PDims& d, const std::uint8_t* x, const std::int8_t* w, void* y,
+void launch_pipelined(const QConvDims& d, const std::uint8_t* x, const std::int8_t* w, void* y,
                       const QuantEpilogueParams& p, std::uint32_t zero_point_word, const QConvPipeline& pipeline,
                       std::int32_t* split_sums, unsigned* tile_arrivals, cudaStream_t stream) {
   constexpr int kThreads = kWarpsM * kWarpsN * 32;
@@ -506,7 +479,7 @@ std::size_t qconv2d_pipeline_workspace_bytes(const QConvGeometry& g, const QConv
 void qconv2d_pipelined(const QConvGeometry& g, const void* x, bool x_unsigned, int x_zero_point, const std::int8_t* w,
                        void* y, const QuantEpilogueParams& p, const QConvPipeline& pipeline, void* workspace,
                        void* stream) {
-  const PDims d = pdims_of(g);
+  const QConvDims d = qconv_dims_of(g);
   const cudaStream_t s = as_stream(stream);
   std::int32_t* split_sums = nullptr;
   unsigned* tile_arrivals = nullptr;

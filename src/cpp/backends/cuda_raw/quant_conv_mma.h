@@ -9,6 +9,37 @@
 
 namespace xpuruntime::cuda_raw {
 
+// The sizes qconv2d's kernels read (quant_conv.cu and quant_conv_mma.cu; 32-bit: qconv2d_fits_int32). k: one output
+// channel's reduction length, C/groups x kh x kw; m: the output pixels, N x OH x OW.
+struct QConvDims {
+  int n, c, h, w, o, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, groups, cg, og, k, m;
+};
+
+inline QConvDims qconv_dims_of(const QConvGeometry& g) {
+  QConvDims d{};
+  d.n = g.batch;
+  d.c = g.channels;
+  d.h = g.in_h;
+  d.w = g.in_w;
+  d.o = g.out_channels;
+  d.oh = g.out_h;
+  d.ow = g.out_w;
+  d.kh = g.kernel_h;
+  d.kw = g.kernel_w;
+  d.sh = g.stride_h;
+  d.sw = g.stride_w;
+  d.pt = g.pad_top;
+  d.pl = g.pad_left;
+  d.dh = g.dilation_h;
+  d.dw = g.dilation_w;
+  d.groups = g.groups;
+  d.cg = g.channels / g.groups;
+  d.og = g.out_channels / g.groups;
+  d.k = d.cg * d.kh * d.kw;
+  d.m = g.batch * g.out_h * g.out_w;
+  return d;
+}
+
 // How a pipelined launch covers the output: 128 x 128 or 64 x 64 tiles (`small_tiles`), and the reduction split
 // into `splits` ranges of `steps_per_split` steps of 64 bytes each (1: no split).
 struct QConvPipeline {

@@ -534,8 +534,10 @@ const char* qconv2d_path_name(QConvPath path) {
     case QConvPath::kTiled: return "dp4a implicit GEMM, 64x64 tiles";
     case QConvPath::kTensorCore: return "tensor-core implicit GEMM (mma.sync m16n8k32), 128x128 tiles";
     case QConvPath::kTensorCore64: return "tensor-core implicit GEMM (mma.sync m16n8k32), 64x64 tiles";
-    case QConvPath::kPipelined: return "pipelined tensor-core implicit GEMM (cp.async, ldmatrix, mma.sync), 128x128 tiles";
-    case QConvPath::kPipelined64: return "pipelined tensor-core implicit GEMM (cp.async, ldmatrix, mma.sync), 64x64 tiles";
+    case QConvPath::kPipelined:
+      return "pipelined tensor-core implicit GEMM (cp.async, ldmatrix, mma.sync), 128x128 tiles";
+    case QConvPath::kPipelined64:
+      return "pipelined tensor-core implicit GEMM (cp.async, ldmatrix, mma.sync), 64x64 tiles";
   }
   return "";
 }

@@ -28,12 +28,15 @@
 //     Each thread reads its channels' operands once (ChannelQuad), and the store of four outputs is one outlined
 //     function: inlined into unrolled loops it made the kernel 339 KB of code (the 64 x 64 one 183 KB); outlined, 63
 //     KB and 54 KB, at the same speed on an H200.
-// Open problem (H200, 2026-12-02, benchmarks/bench_quant_conv.py --profile): about 11 us of kernel time per wave of
-// blocks whatever their work (10.9 us for a batch-1 1x1 convolution of 3136 x 64 x 64, one step of K, where cuDNN
-// takes 3 us in float16), so ResNet-50's convolutions run at 0.27-0.32x cuDNN's float16. Not the epilogue's global
-// loads (read once per thread since) nor the instruction fetch (the outlining changed nothing); to measure next with
-// per-phase clock64() stamps or Nsight Compute: the shared-memory carveout switch between the prologue kernel and
-// this one, the cp.async wait, the epilogue.
+//   - the epilogue's channel operands are loaded into shared memory (TileChannels) when the block starts, so their
+//     global loads overlap the first copies; 8-bit outputs are requantized inline (requantized_quad: Note
+//     [Requantization without a division] in quant_epilogue.cuh), the other output types through store_quad.
+// Measured (H200, 2026-12-02, clock64 stamps per phase in a copy of this kernel): the epilogue, not the main loop, was
+// most of the time: 14,000-32,000 cycles a block against 1,000-4,800 for the main loop, because quantized_level's
+// __fdiv_rn took its slow path for every zero (half of a ReLU's outputs) and the outlined per-output arithmetic ran
+// as one dependent chain per warp. Inline integer requantization made the kernel 1.9-2.5x faster (a batch-1 1x1
+// convolution of 3136 x 64 x 64: 10.7 -> 5.7 us; batch 64, 14 x 14, 256 -> 1024: 70 -> 33 us, 199 TOPS); ResNet-50's
+// convolutions after the stem went from 0.32-0.36x to 0.48-0.54x cuDNN's float16 (benchmarks/bench_quant_conv.py).
 #include <algorithm>
 #include <cstdint>
 
@@ -56,8 +59,8 @@ constexpr int kMaxSplits = 32;
 
 int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// The epilogue's per-channel operands of four neighbouring output channels o .. o + 3, read once per thread (the
-// epilogue loops then read no global memory): the int32 bias with the run-time zero point's correction folded in
+// The epilogue's per-channel operands of four neighbouring output channels o .. o + 3, read once per thread from the
+// block's TileChannels (the epilogue loops then read no global memory): the int32 bias with the run-time zero point's correction folded in
 // (quantized_raw's sum), alpha and the float bias (+0.0 without one, as quantized_real adds).
 struct ChannelQuad {
   std::uint32_t bias[4];
@@ -65,18 +68,40 @@ struct ChannelQuad {
   float float_bias[4];
 };
 
-__device__ __forceinline__ ChannelQuad channel_quad(const QuantEpilogueParams& p, int o, int channels) {
-  ChannelQuad q;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int c = min(o + e, channels - 1);  // past the last channel: any channel's (never stored)
+// The epilogue's operands of a block's kBN output channels n0 .. n0 + kBN - 1, loaded into shared memory when the
+// block starts (their global loads then overlap the pipeline's first copies instead of following the main loop).
+template <int kBN>
+struct TileChannels {
+  std::uint32_t bias[kBN];
+  float alpha[kBN];
+  float float_bias[kBN];
+};
+
+// Fills `t` (threads tid, tid + threads, ...); a channel past the last is given the last one's operands (never stored).
+template <int kBN>
+__device__ __forceinline__ void load_tile_channels(const QuantEpilogueParams& p, int n0, int channels, int tid,
+                                                   int threads, TileChannels<kBN>& t) {
+  for (int i = tid; i < kBN; i += threads) {
+    const int c = min(n0 + i, channels - 1);
     std::uint32_t bias = p.int_bias != nullptr ? static_cast<std::uint32_t>(p.int_bias[c]) : 0u;
     if (p.x_zero_point != nullptr) {
       bias -= static_cast<std::uint32_t>(*p.x_zero_point) * static_cast<std::uint32_t>(p.w_col_sums[c]);
     }
-    q.bias[e] = bias;
-    q.alpha[e] = p.alpha != nullptr ? p.alpha[p.alpha_per_channel ? c : 0] : 1.0f;
-    q.float_bias[e] = p.float_bias != nullptr ? p.float_bias[c] : 0.0f;
+    t.bias[i] = bias;
+    t.alpha[i] = p.alpha != nullptr ? p.alpha[p.alpha_per_channel ? c : 0] : 1.0f;
+    t.float_bias[i] = p.float_bias != nullptr ? p.float_bias[c] : 0.0f;
+  }
+}
+
+// The operands of the tile's channels local .. local + 3 (local a multiple of 4 below kBN).
+template <int kBN>
+__device__ __forceinline__ ChannelQuad channel_quad(const TileChannels<kBN>& t, int local) {
+  ChannelQuad q;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    q.bias[e] = t.bias[local + e];
+    q.alpha[e] = t.alpha[local + e];
+    q.float_bias[e] = t.float_bias[local + e];
   }
   return q;
 }
@@ -100,6 +125,32 @@ struct QuadOutput {
 
 __device__ __forceinline__ QuadOutput quad_output(const QuantEpilogueParams& p) {
   return QuadOutput{p.y_scale, p.y_zero_point, p.out_dtype, p.relu};
+}
+
+// The 8-bit outputs' epilogue, inlined (Note [Requantization without a division]): four neighbouring outputs' levels
+// packed into one word, byte e of channel o + e; the ReLU is the Requantizer's (made with p.relu). The same levels as
+// quad_real and quantized_level give.
+__device__ __forceinline__ std::uint32_t requantized_quad(const Requantizer& r, const ChannelQuad& q, int4 sums) {
+  const int acc[4] = {sums.x, sums.y, sums.z, sums.w};
+  int level[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const auto total = static_cast<std::int32_t>(static_cast<std::uint32_t>(acc[e]) + q.bias[e]);
+    level[e] = requantized_int(r, __fadd_rn(__fmul_rn(static_cast<float>(total), q.alpha[e]), q.float_bias[e]));
+  }
+  // bytes 0 of level[0..3] (two's complement: an int8 level's byte is its int8 bits)
+  return __byte_perm(__byte_perm(level[0], level[1], 0x0040), __byte_perm(level[2], level[3], 0x0040), 0x5410);
+}
+
+// Stores `valid` bytes of `packed` at y + index: one 4-byte store when all four exist and `vector`.
+__device__ __forceinline__ void store_packed(void* y, std::int64_t index, std::uint32_t packed, int valid,
+                                             bool vector) {
+  auto* out = static_cast<std::uint8_t*>(y) + index;
+  if (vector && valid == 4) {
+    *reinterpret_cast<std::uint32_t*>(out) = packed;
+  } else {
+    for (int e = 0; e < valid; ++e) out[e] = static_cast<std::uint8_t>(packed >> (8 * e));
+  }
 }
 
 // Four neighbouring outputs index .. index + 3 (the channels of `q`) from their accumulators; `valid` of them exist.
@@ -193,6 +244,8 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
   const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
   const int m0 = static_cast<int>(blockIdx.x) * kBM, n0 = static_cast<int>(blockIdx.y) * kBN;
   const int chunk = tid & 3;  // which 16 bytes of each 64-byte row this thread copies
+  __shared__ TileChannels<kBN> tile_channels;  // read after the main loop's barriers
+  load_tile_channels(p, n0, d.o, tid, kThreads, tile_channels);
 
   int a_iy0[kAChunks], a_ix0[kAChunks];
   const std::uint8_t* a_image[kAChunks];
@@ -354,9 +407,11 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
     static_assert(kThreads % kGroups == 0, "fixed channels per thread");
     const int o = n0 + (tid % kGroups) * 4;
     if (o >= d.o) return;
-    const ChannelQuad q = channel_quad(p, o, d.o);
+    const ChannelQuad q = channel_quad(tile_channels, o - n0);
     const int valid = min(4, d.o - o);
     const QuadOutput out_desc = quad_output(p);
+    const Requantizer requant = requantizer(p.y_scale, p.y_zero_point, p.out_dtype == DType::kInt8, p.relu);
+    const bool eight_bit = (p.out_dtype == DType::kInt8 || p.out_dtype == DType::kUInt8) && requant.fast;
     // Four rows' sums in flight at a time; the loop over the groups is not unrolled (the code's size).
     static_assert(kRowsPerThread % 4 == 0, "rows in groups of four");
 #pragma unroll 1
@@ -374,6 +429,15 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
           sums[r].z = valid > 2 ? __ldcg(row + 2) : 0;
           sums[r].w = valid > 3 ? __ldcg(row + 3) : 0;
         }
+      }
+      if (eight_bit) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int pixel = m0 + (r0 + r) * (kThreads / kGroups) + tid / kGroups;
+          const std::uint32_t packed = requantized_quad(requant, q, sums[r]);
+          if (pixel < d.m) store_packed(y, static_cast<std::int64_t>(pixel) * d.o + o, packed, valid, vector);
+        }
+        continue;
       }
 #pragma unroll
       for (int r = 0; r < 4; ++r) {  // four call sites of the outlined store: sums stays in registers
@@ -394,9 +458,11 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
   int* strip = reinterpret_cast<int*>(smem) + warp * 16 * kStrip;
   const int column = (lane & 7) * 4;
   const int o = n0 + warp_n * kWN + column;
-  const ChannelQuad q = channel_quad(p, o, d.o);
+  const ChannelQuad q = channel_quad(tile_channels, o - n0);
   const int valid = min(4, d.o - o);
   const QuadOutput out_desc = quad_output(p);
+  const Requantizer requant = requantizer(p.y_scale, p.y_zero_point, p.out_dtype == DType::kInt8, p.relu);
+  const bool eight_bit = (p.out_dtype == DType::kInt8 || p.out_dtype == DType::kUInt8) && requant.fast;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -408,7 +474,20 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
       }
     }
     __syncwarp();
-    if (valid > 0) {
+    if (valid > 0 && eight_bit) {
+      // The four rows' levels computed together (16 independent chains), then stored.
+      std::uint32_t packed[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int row = (lane >> 3) + 4 * j;
+        packed[j] = requantized_quad(requant, q, *reinterpret_cast<const int4*>(strip + row * kStrip + column));
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int pixel = m0 + warp_m * kWM + mt * 16 + (lane >> 3) + 4 * j;
+        if (pixel < d.m) store_packed(y, static_cast<std::int64_t>(pixel) * d.o + o, packed[j], valid, vector);
+      }
+    } else if (valid > 0) {
 #pragma unroll 1
       for (int j = 0; j < 4; ++j) {
         const int row = (lane >> 3) + 4 * j;

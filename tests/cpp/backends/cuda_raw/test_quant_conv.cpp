@@ -309,10 +309,8 @@ std::vector<Case> nhwc_cases() {
   return cases;
 }
 
-// Every path that takes the case, against the cpu kernel.
-void check_case(const Case& k, std::mt19937& rng) {
-  SCOPED_TRACE(describe(k));
-  const Problem p = make_problem(k, rng);
+// Every path that takes the case's problem `p`, against the cpu kernel.
+void check_problem(const Case& k, const Problem& p) {
   const Tensor expected = run("cpu", "", p.inputs, p.attrs);
   std::vector<Tensor> device_inputs;
   for (const Tensor& t : p.inputs) device_inputs.push_back(t.defined() ? t.to(Device::cuda(0)) : Tensor());
@@ -333,6 +331,12 @@ void check_case(const Case& k, std::mt19937& rng) {
     const Tensor actual = run(name, record, device_inputs, p.attrs, &plan);
     expect_same_bytes(actual, expected, name + " " + (record.empty() ? "(its choice)" : record) + ": " + plan);
   }
+}
+
+// Every path that takes the case, against the cpu kernel.
+void check_case(const Case& k, std::mt19937& rng) {
+  SCOPED_TRACE(describe(k));
+  check_problem(k, make_problem(k, rng));
 }
 
 TEST(QConv2dGpu, EveryPathMatchesTheCpuKernelBitForBitNchw) {
@@ -369,6 +373,41 @@ TEST(QConv2dGpu, EveryEpilogueMatchesTheCpuKernel) {
           k.bias = raw ? (variant == 1 ? Case::kInt : Case::kNone) : (variant == 1 ? Case::kInt : Case::kFloat);
           check_case(k, rng);
         }
+      }
+    }
+  }
+}
+
+// The 8-bit requantization without a division (Note [Requantization without a division]): scales whose quotients
+// fall exactly on half levels (x_scale * w_scale / y_scale = 1/2: every odd sum is a tie), scales with inexact
+// reciprocals, zeros of both signs from a float bias, ReLU or not, zero points at both ends: every path's levels
+// equal the cpu kernel's, which divides.
+TEST(QConv2dGpu, TiesAndZerosRequantizeAsTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(44);
+  for (const double y_scale : {0.25, 0.1, 3.0, 1.0e-3}) {
+    for (const char* output : {"int8", "uint8"}) {
+      for (const int variant : {0, 1, 2}) {
+        Case k{"NHWC ties", 2, 32, 5, 6, 40, 1, 1};
+        k.nhwc = true;
+        k.output = output;
+        k.per_channel = false;
+        k.relu = variant != 0;
+        k.bias = variant == 2 ? Case::kFloat : Case::kNone;
+        SCOPED_TRACE(describe(k) + ", y_scale " + std::to_string(y_scale) + ", variant " + std::to_string(variant));
+        Problem p = make_problem(k, rng);
+        p.inputs[0] = random_bytes({k.n, k.h, k.w, k.c}, DType::kInt8, rng, -3, 3);  // small sums: many ties
+        p.inputs[1] = random_bytes({k.o, 1, 1, k.c}, DType::kInt8, rng, -2, 2);
+        p.inputs[2] = Tensor::empty({1}, DType::kFloat32);
+        *static_cast<float*>(p.inputs[2].data_ptr()) = 0.25f;
+        if (k.bias == Case::kFloat) {
+          auto* bias = static_cast<float*>(p.inputs[3].data_ptr());
+          for (std::int64_t o = 0; o < k.o; ++o) bias[o] = o % 3 == 0 ? -0.0f : (o % 3 == 1 ? 0.0625f : -0.125f);
+        }
+        const bool is_signed = std::string(output) == "int8";
+        p.attrs.set("x_scale", 0.5).set("y_scale", y_scale);
+        p.attrs.set("y_zero_point", static_cast<std::int64_t>(variant == 1 ? (is_signed ? -128 : 255) : (is_signed ? 3 : 0)));
+        check_problem(k, p);
       }
     }
   }

@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 
 import xpuruntime as xrt
 from xpuruntime import cli
-from xpuruntime.generation import GenerationConfig, Generator
+from xpuruntime.generation import ContinuousBatcher, GenerationConfig, Generator, PagedCacheConfig
 
 from conftest import requires_gpu, requires_ort
 from decoder_models import (HEAD_DIM, HEADS, LAYERS, reference_greedy, tiny_decoder, torch_decoder_export,
@@ -430,6 +430,142 @@ def test_cli_generate_errors(cached, tmp_path):
     assert code == 1 and "hidden states" in err
 
 
+# ------------------------------------------------------------------------------------------- continuous batching
+
+def mixed_prompts(count: int = 8, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    lengths = [3, 9, 17, 5, 12, 1, 20, 8, 4, 15, 2, 11][:count]
+    return [[int(t) for t in rng.integers(1, 37, size=n)] for n in lengths]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_continuous_batching_gives_each_request_its_tokens_alone(cached, engine):
+    """Requests of mixed lengths and limits, submitted before and between steps, decoded in batches of at most 3 that
+    change as they come and go: every request's tokens equal its greedy generation alone."""
+    prompts = mixed_prompts()
+    limits = [10, 4, 7, 1, 12, 6, 3, 9]
+    alone = [Generator(cached, greedy(n), engine=engine).generate(p) for p, n in zip(prompts, limits)]
+    batcher = ContinuousBatcher(cached, greedy(), PagedCacheConfig(max_batch=3, block_size=4, num_blocks=40),
+                                engine=engine)
+    ids = [batcher.submit(p, greedy(n)) for p, n in zip(prompts[:4], limits[:4])]
+    batcher.step()
+    batcher.step()
+    ids += [batcher.submit(p, greedy(n)) for p, n in zip(prompts[4:], limits[4:])]
+    out = batcher.run()
+    assert [out[i] for i in ids] == alone
+    stats = batcher.stats
+    assert stats.finished == 8 and stats.waiting == 0 and stats.running == 0 and batcher.idle
+    assert stats.max_running == 3 and stats.regathers >= 3
+    assert stats.prefills == 8 and stats.prefill_tokens == sum(len(p) for p in prompts)
+    assert stats.decode_tokens == sum(limits) - 8  # the prefill makes each request's first token
+    assert stats.blocks_used == 0 and stats.blocks_total == 40 and stats.block_size == 4
+    assert "8 finished" in str(stats) and "tokens/s" in str(stats)
+
+
+def test_continuous_batching_streams_events_in_step_order(cached):
+    prompts = mixed_prompts(4, seed=2)
+    batcher = ContinuousBatcher(cached, greedy(5), PagedCacheConfig(max_batch=2, block_size=8))
+    ids = [batcher.submit(p) for p in prompts]
+    seen = {i: [] for i in ids}
+    finished = []
+    for event in batcher.stream():
+        assert not finished.count(event.request)
+        seen[event.request].append(event.token)
+        if event.finished:
+            finished.append(event.request)
+    assert sorted(finished) == ids
+    assert seen == {i: batcher.tokens(i) for i in ids}
+    assert all(batcher.finished(i) for i in ids)
+    # two slots for four requests with the same limit: the first two are served first (first come, first served)
+    assert set(finished[:2]) == set(ids[:2])
+
+
+def test_shared_prefixes_are_computed_once(cached):
+    """Prompts that start with the same 9 tokens: their first two blocks of 4 are computed by the first request and
+    shared by the others while it holds them; the tokens equal each prompt's alone."""
+    rng = np.random.default_rng(1)
+    system = [int(t) for t in rng.integers(1, 37, size=9)]
+    prompts = [system + [int(t) for t in rng.integers(1, 37, size=n)] for n in (3, 5, 1, 0)]
+    alone = [Generator(cached, greedy(6)).generate(p) for p in prompts]
+    batcher = ContinuousBatcher(cached, greedy(6), PagedCacheConfig(max_batch=4, block_size=4, num_blocks=24))
+    ids = [batcher.submit(p) for p in prompts]
+    out = batcher.run()
+    assert [out[i] for i in ids] == alone
+    stats = batcher.stats
+    assert stats.shared_tokens == 3 * 8  # requests 1-3 take both full blocks of the first
+    assert stats.prefill_tokens == sum(len(p) for p in prompts) - 24
+    unshared = ContinuousBatcher(cached, greedy(6), PagedCacheConfig(max_batch=4, block_size=4, num_blocks=24,
+                                                                     share_prefixes=False))
+    ids = [unshared.submit(p) for p in prompts]
+    out = unshared.run()
+    assert [out[i] for i in ids] == alone and unshared.stats.shared_tokens == 0
+
+
+def test_a_full_pool_makes_requests_wait_not_fail(cached):
+    """A pool of 6 blocks of 4 holds one request of 20 positions at a time: the others wait their turn, in order."""
+    prompts = mixed_prompts(3, seed=4)
+    prompts = [p[:8] + [1] * (8 - len(p[:8])) for p in prompts]  # 8 tokens each, + 12 new = 20 positions = 5 blocks
+    alone = [Generator(cached, greedy(12)).generate(p) for p in prompts]
+    batcher = ContinuousBatcher(cached, greedy(12), PagedCacheConfig(max_batch=3, block_size=4, num_blocks=6,
+                                                                     share_prefixes=False))
+    ids = [batcher.submit(p) for p in prompts]
+    batcher.step()
+    assert batcher.stats.running == 1 and batcher.stats.waiting == 2 and batcher.stats.blocks_used == 5
+    out = batcher.run()
+    assert [out[i] for i in ids] == alone and batcher.stats.max_running == 1
+
+
+def test_continuous_batching_samples_per_request_reproducibly(cached):
+    sampled = GenerationConfig(max_new_tokens=8, do_sample=True, seed=5, top_k=6)
+    prompts = mixed_prompts(5, seed=6)
+
+    def serve(max_batch):
+        batcher = ContinuousBatcher(cached, sampled, PagedCacheConfig(max_batch=max_batch, block_size=4))
+        ids = [batcher.submit(p) for p in prompts]
+        out = batcher.run()
+        return [out[i] for i in ids]
+
+    assert serve(2) == serve(5)  # a request draws from its own stream, whatever it is batched with
+    other = ContinuousBatcher(cached, GenerationConfig(max_new_tokens=8, do_sample=True, seed=6, top_k=6),
+                              PagedCacheConfig(block_size=4))
+    ids = [other.submit(p) for p in prompts]
+    out = other.run()
+    assert [out[i] for i in ids] != serve(3)
+
+
+def test_continuous_batching_stop_tokens_and_max_length(cached):
+    prompt = PROMPTS[0]
+    free = Generator(cached, greedy(12)).generate(prompt)
+    stop = free[3]
+    batcher = ContinuousBatcher(cached, greedy(12), PagedCacheConfig(block_size=4))
+    a = batcher.submit(prompt, greedy(12, stop_tokens=[stop]))
+    b = batcher.submit(prompt, greedy(12, max_length=len(prompt) + 2))
+    out = batcher.run()
+    assert out[a] == free[:free.index(stop) + 1]
+    assert out[b] == free[:2]
+
+
+def test_continuous_batching_errors(cached, uncached):
+    with pytest.raises(xrt.UnsupportedOperationError, match="no cache"):
+        ContinuousBatcher(uncached)
+    with pytest.raises(xrt.InvalidArgumentError, match="block_size"):
+        PagedCacheConfig(block_size=0)
+    with pytest.raises(xrt.InvalidArgumentError, match="max_batch"):
+        PagedCacheConfig(max_batch=-1)
+    batcher = ContinuousBatcher(cached, greedy(60), PagedCacheConfig(max_batch=1, block_size=4, num_blocks=3))
+    with pytest.raises(xrt.InvalidArgumentError, match="needs 16 blocks"):
+        batcher.submit([1, 2])
+    with pytest.raises(xrt.InvalidArgumentError, match="empty"):
+        batcher.submit([])
+    with pytest.raises(xrt.InvalidArgumentError, match="max_new_tokens"):
+        batcher.submit([1], GenerationConfig(max_new_tokens=0))
+    with pytest.raises(xrt.InvalidTypeError, match="one prompt"):
+        batcher.submit([[1, 2], [3]])
+    with pytest.raises(xrt.InvalidArgumentError, match="no request 7"):
+        batcher.tokens(7)
+    assert batcher.idle and batcher.step() == []
+
+
 # ------------------------------------------------------------------------------------------------------ GPU
 
 @requires_gpu
@@ -452,3 +588,24 @@ def test_gpu_cached_greedy_equals_the_cpu_reference(cached, uncached, engine, tm
     sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9)
     assert Generator(cached, sampled, device="cuda", engine=engine).generate(PROMPTS) == \
         Generator(cached, sampled).generate(PROMPTS)
+
+
+@requires_gpu
+@pytest.mark.parametrize("engine", ["native", pytest.param("onnxruntime", marks=requires_ort)])
+def test_gpu_continuous_batching_equals_the_cpu(cached, engine):
+    """On CUDA: the block pool on the device, requests joining and leaving, shared prefixes: the tokens of the same
+    requests served on the CPU."""
+    prompts = mixed_prompts()
+    prompts += [prompts[6][:9] + [3, 4], prompts[6][:9] + [5]]
+
+    def serve(device):
+        batcher = ContinuousBatcher(cached, greedy(9), PagedCacheConfig(max_batch=3, block_size=4, num_blocks=64),
+                                    device=device, engine=engine)
+        ids = [batcher.submit(p) for p in prompts[:5]]
+        batcher.step()
+        ids += [batcher.submit(p) for p in prompts[5:]]
+        out = batcher.run()
+        return [out[i] for i in ids], batcher.stats
+
+    gpu, stats = serve("cuda")
+    assert gpu == serve("cpu")[0] and stats.shared_tokens > 0

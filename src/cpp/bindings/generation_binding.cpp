@@ -2,6 +2,9 @@
 // them; docs/generation.md).
 #include <pybind11/stl.h>
 
+#include <map>
+#include <optional>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,11 +131,86 @@ void bind_generator(py::module_& m) {
       .def_property_readonly("signature", [](const Generator& g) { return g.signature().str(); });
 }
 
+void bind_continuous_batcher(py::module_& m) {
+  using generation::BatcherStats;
+  using generation::BatchEvent;
+  using generation::ContinuousBatcher;
+  using generation::PagedCacheConfig;
+  py::class_<PagedCacheConfig>(m, "PagedCacheConfig", "How a ContinuousBatcher holds its requests' caches.")
+      .def(py::init([](std::int64_t max_batch, std::int64_t block_size, std::int64_t num_blocks, bool share_prefixes) {
+             PagedCacheConfig c;
+             c.max_batch = max_batch;
+             c.block_size = block_size;
+             c.num_blocks = num_blocks;
+             c.share_prefixes = share_prefixes;
+             c.validate();
+             return c;
+           }),
+           py::kw_only(), py::arg("max_batch") = 8, py::arg("block_size") = 16, py::arg("num_blocks") = 0,
+           py::arg("share_prefixes") = true)
+      .def_readonly("max_batch", &PagedCacheConfig::max_batch)
+      .def_readonly("block_size", &PagedCacheConfig::block_size)
+      .def_readonly("num_blocks", &PagedCacheConfig::num_blocks)
+      .def_readonly("share_prefixes", &PagedCacheConfig::share_prefixes)
+      .def("__repr__", &PagedCacheConfig::str);
+  py::class_<BatchEvent>(m, "BatchEvent", "A token one step made for a request.")
+      .def_readonly("request", &BatchEvent::request)
+      .def_readonly("token", &BatchEvent::token)
+      .def_readonly("finished", &BatchEvent::finished)
+      .def("__repr__", [](const BatchEvent& e) {
+        return "BatchEvent(request=" + std::to_string(e.request) + ", token=" + std::to_string(e.token) +
+               ", finished=" + (e.finished ? "True" : "False") + ")";
+      });
+  py::class_<BatcherStats>(m, "BatcherStats", "What a ContinuousBatcher has done and holds.")
+      .def_readonly("waiting", &BatcherStats::waiting)
+      .def_readonly("running", &BatcherStats::running)
+      .def_readonly("finished", &BatcherStats::finished)
+      .def_readonly("steps", &BatcherStats::steps)
+      .def_readonly("prefills", &BatcherStats::prefills)
+      .def_readonly("prefill_tokens", &BatcherStats::prefill_tokens)
+      .def_readonly("shared_tokens", &BatcherStats::shared_tokens)
+      .def_readonly("decode_steps", &BatcherStats::decode_steps)
+      .def_readonly("decode_tokens", &BatcherStats::decode_tokens)
+      .def_readonly("max_running", &BatcherStats::max_running)
+      .def_readonly("regathers", &BatcherStats::regathers)
+      .def_readonly("prefill_ms", &BatcherStats::prefill_ms)
+      .def_readonly("decode_ms", &BatcherStats::decode_ms)
+      .def_readonly("blocks_total", &BatcherStats::blocks_total)
+      .def_readonly("blocks_used", &BatcherStats::blocks_used)
+      .def_readonly("block_size", &BatcherStats::block_size)
+      .def_readonly("pool_bytes", &BatcherStats::pool_bytes)
+      .def_property_readonly("decode_tokens_per_s", &BatcherStats::decode_tokens_per_s)
+      .def("__str__", &BatcherStats::str)
+      .def("__repr__", [](const BatcherStats& s) { return "BatcherStats(" + s.str() + ")"; });
+  py::class_<ContinuousBatcher>(m, "ContinuousBatcher",
+                                "Serves many requests with one decoder session over a paged cache.")
+      .def(py::init<const InferenceSession&, GenerationConfig, PagedCacheConfig>(), py::arg("session"),
+           py::arg("config"), py::arg("cache"), py::keep_alive<1, 2>())
+      .def("submit", &ContinuousBatcher::submit, py::arg("prompt"), py::arg("config") = py::none())
+      .def("step",
+           [](ContinuousBatcher& b) {
+             py::gil_scoped_release release;
+             return b.step();
+           })
+      .def("run",
+           [](ContinuousBatcher& b) {
+             py::gil_scoped_release release;
+             return b.run();
+           })
+      .def_property_readonly("idle", &ContinuousBatcher::idle)
+      .def("finished", &ContinuousBatcher::finished, py::arg("request"))
+      .def("tokens", &ContinuousBatcher::tokens, py::arg("request"))
+      .def_property_readonly("stats", &ContinuousBatcher::stats)
+      .def_property_readonly("cache_config", &ContinuousBatcher::cache_config)
+      .def_property_readonly("signature", [](const ContinuousBatcher& b) { return b.signature().str(); });
+}
+
 }  // namespace
 
 void bind_generation(py::module_& m) {
   bind_generation_config(m);
   bind_generator(m);
+  bind_continuous_batcher(m);
 }
 
 }  // namespace xpuruntime::bindings

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/half.h"
+#include "generation/step_io.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/generation.h"
 
@@ -29,39 +29,8 @@ namespace xpuruntime::generation {
 // it is fed pad_token_id afterwards (its outputs are ignored) so that the batch keeps its shape, and the
 // Generation is done when every row has ended.
 
-namespace {
-
-Tensor host_matrix(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t from, DType dtype) {
-  const auto batch = static_cast<std::int64_t>(rows.size());
-  const std::int64_t width = static_cast<std::int64_t>(rows.front().size()) - from;
-  Tensor t = Tensor::empty({batch, width}, dtype);
-  for (std::int64_t r = 0; r < batch; ++r) {
-    for (std::int64_t j = 0; j < width; ++j) {
-      const std::int64_t v = rows[static_cast<std::size_t>(r)][static_cast<std::size_t>(from + j)];
-      if (dtype == DType::kInt64) {
-        static_cast<std::int64_t*>(t.data_ptr())[r * width + j] = v;
-      } else {
-        static_cast<std::int32_t*>(t.data_ptr())[r * width + j] = static_cast<std::int32_t>(v);
-      }
-    }
-  }
-  return t;
-}
-
-// transformers' position_ids: cumsum(mask) - 1, with padding at 1.
-std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vector<std::int64_t>>& mask) {
-  std::vector<std::vector<std::int64_t>> out(mask.size());
-  for (std::size_t r = 0; r < mask.size(); ++r) {
-    std::int64_t seen = 0;
-    for (std::int64_t m : mask[r]) {
-      seen += m;
-      out[r].push_back(m != 0 ? seen - 1 : 1);
-    }
-  }
-  return out;
-}
-
-}  // namespace
+using step_io::host_matrix;
+using step_io::positions_of;
 
 Generator::Generator(const InferenceSession& session, GenerationConfig config)
     : session_(&session), config_(std::move(config)) {
@@ -169,29 +138,7 @@ Tensor Generation::run(const std::vector<std::pair<std::string, Tensor>>& feeds,
 std::vector<float> Generation::last_logits(const Tensor& logits, std::int64_t row) const {
   XPURT_CHECK_TYPE(logits.dim() == 3 && logits.shape()[0] == batch_, "logits output '", signature_.logits,
                    "' should be [batch, seq, vocab] with batch ", batch_, ", got ", logits.str());
-  // The logits output is bound to the host (Generation::run), so this is no copy unless it is strided.
-  const Tensor host = logits.device().is_cpu() ? logits.contiguous() : logits.to(Device::cpu()).contiguous();
-  const std::int64_t seq = host.shape()[1];
-  const std::int64_t vocab = host.shape()[2];
-  const std::int64_t at = (row * seq + seq - 1) * vocab;
-  std::vector<float> out(static_cast<std::size_t>(vocab));
-  switch (host.dtype()) {
-    case DType::kFloat32:
-      std::memcpy(out.data(), static_cast<const float*>(host.data_ptr()) + at, out.size() * sizeof(float));
-      break;
-    case DType::kFloat16:
-    case DType::kBFloat16: {
-      const auto* bits = static_cast<const std::uint16_t*>(host.data_ptr()) + at;
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        out[i] = host.dtype() == DType::kFloat16 ? detail::half_to_float(bits[i]) : detail::bfloat16_to_float(bits[i]);
-      }
-      break;
-    }
-    default:
-      throw InvalidTypeError(detail::str_cat("logits output '", signature_.logits, "' is ",
-                                             dtype_name(host.dtype()), "; expected float32, float16 or bfloat16"));
-  }
-  return out;
+  return step_io::last_position_logits(logits, row, signature_.logits);
 }
 
 std::vector<std::optional<std::int64_t>> Generation::step() {

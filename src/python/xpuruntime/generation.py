@@ -144,4 +144,105 @@ class Generator:
         return f"Generator({self.signature}, {self.config!r}, engine={self.session.engine!r})"
 
 
-__all__ = ["GenerationConfig", "Generator"]
+PagedCacheConfig = _core.PagedCacheConfig
+PagedCacheConfig.__doc__ = """How a :class:`ContinuousBatcher` holds its requests' caches (keyword arguments only).
+
+Parameters
+----------
+max_batch : int
+    Requests decoded together at most (default 8).
+block_size : int
+    Positions per cache block (default 16).
+num_blocks : int
+    Blocks in the pool, allocated once on the session's device; 0 (default): ``max_batch`` x the blocks of 1024
+    positions. A request reserves the blocks of its prompt plus its new-token limit when it is admitted.
+share_prefixes : bool
+    A prompt's full blocks equal to those of a request already in the pool are shared, not recomputed (default True).
+"""
+
+
+class ContinuousBatcher:
+    """Serves many generation requests with one decoder session: requests join the running batch between decode
+    steps and leave it when they finish; their caches live in a pool of fixed-size blocks (docs/generation.md,
+    "Continuous batching").
+
+    Parameters
+    ----------
+    model : str, Path, bytes or InferenceSession
+        A decoder with a cache and an ``attention_mask`` input.
+    config : GenerationConfig, optional
+        The requests' default config (each ``submit`` may give its own).
+    cache : PagedCacheConfig, optional
+        The batch size and the block pool.
+    device, engine, **session_options
+        For a model given as a path or bytes.
+
+    Examples
+    --------
+    >>> batcher = ContinuousBatcher("decoder.onnx", GenerationConfig(max_new_tokens=16),
+    ...                             PagedCacheConfig(max_batch=4, block_size=8))
+    >>> a = batcher.submit([1, 2, 3]); b = batcher.submit([4, 5])
+    >>> while not batcher.idle:
+    ...     for event in batcher.step():          # BatchEvent(request, token, finished)
+    ...         print(event.request, event.token)
+    >>> batcher.tokens(a), batcher.stats
+    """
+
+    def __init__(self, model: Union[str, Path, bytes, InferenceSession], config: Optional[GenerationConfig] = None,
+                 cache: Optional[PagedCacheConfig] = None, *, device: Any = "cpu", engine: str = "auto",
+                 **session_options: Any) -> None:
+        if isinstance(model, InferenceSession):
+            self.session = model
+        else:
+            self.session = InferenceSession(model, device=device, engine=engine, **session_options)
+        self.config = config if config is not None else GenerationConfig()
+        self._batcher = _core.ContinuousBatcher(self.session._session, self.config,
+                                                cache if cache is not None else PagedCacheConfig())
+
+    def submit(self, prompt: Sequence[int], config: Optional[GenerationConfig] = None) -> int:
+        """Queues a request; returns its id. It starts at a later :meth:`step`."""
+        rows, single = _as_batch(prompt)
+        if not single:
+            raise _core.InvalidTypeError("submit takes one prompt (a list of token ids); submit a batch one by one")
+        return self._batcher.submit(rows[0], config)
+
+    def step(self) -> List[_core.BatchEvent]:
+        """Admits what fits, prefills it, runs one decode step; the tokens made (``BatchEvent``)."""
+        return self._batcher.step()
+
+    def run(self) -> "dict[int, List[int]]":
+        """Steps until every request has finished; the tokens of each request by id."""
+        return dict(self._batcher.run())
+
+    def stream(self) -> Iterator[_core.BatchEvent]:
+        """Yields every token as the steps make them, until idle (requests submitted meanwhile are served too)."""
+        while not self._batcher.idle:
+            for event in self._batcher.step():
+                yield event
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting and nothing running."""
+        return self._batcher.idle
+
+    def finished(self, request: int) -> bool:
+        return self._batcher.finished(request)
+
+    def tokens(self, request: int) -> List[int]:
+        """The request's new tokens so far."""
+        return self._batcher.tokens(request)
+
+    @property
+    def stats(self) -> _core.BatcherStats:
+        """Requests waiting / running / finished, prefill and decode tokens and times, the pool's blocks in use."""
+        return self._batcher.stats
+
+    @property
+    def cache_config(self) -> PagedCacheConfig:
+        return self._batcher.cache_config
+
+    def __repr__(self) -> str:
+        return f"ContinuousBatcher({self._batcher.signature}, {self.cache_config!r})"
+
+
+__all__ = ["ContinuousBatcher", "GenerationConfig", "Generator", "PagedCacheConfig"]

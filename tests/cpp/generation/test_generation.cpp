@@ -1,6 +1,7 @@
 // Text generation's host parts (include/xpuruntime/generation.h): the Sampler (greedy, ties, temperature, top-k,
 // top-p, repetition penalty, seeded streams), GenerationConfig's checks and DecoderSignature's recognition of the
-// exporters' names and shapes. The loop against a real model is tests/python/test_generation.py.
+// exporters' names and shapes; the PagedKvPool's blocks, references, prefix index and copies. The loop and the
+// ContinuousBatcher against a real model are tests/python/test_generation.py.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -160,6 +161,118 @@ TEST(GenerationStats, RatesAndOccupancyWithoutDividingByZero) {
   EXPECT_DOUBLE_EQ(s.cache_occupancy(), 0.75);
   EXPECT_EQ(s.str(), "prefill 24 tokens in 2.00 ms (12000 tokens/s); decode 4 steps, 10 tokens in 5.00 ms (1.25 "
                      "ms/step, 2000 tokens/s); cache 30 of 40 positions (75%), 3.0 KiB");
+}
+
+// ---- PagedKvPool (Note [Paged KV pool]) ----
+
+CacheSlot float_slot(int layer, bool key) {
+  CacheSlot s;
+  s.layer = layer;
+  s.is_key = key;
+  s.past_input = "past." + std::to_string(layer) + (key ? ".key" : ".value");
+  s.present_output = "present." + std::to_string(layer) + (key ? ".key" : ".value");
+  s.heads = 2;
+  s.head_dim = 3;
+  return s;
+}
+
+// A [heads, count, head_dim] host tensor whose element (h, p, d) is base + 100 h + 10 p + d.
+Tensor numbered(std::int64_t heads, std::int64_t count, std::int64_t head_dim, float base) {
+  Tensor t = Tensor::empty({heads, count, head_dim}, DType::kFloat32);
+  auto* v = static_cast<float*>(t.data_ptr());
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (std::int64_t p = 0; p < count; ++p) {
+      for (std::int64_t d = 0; d < head_dim; ++d) v[(h * count + p) * head_dim + d] = base + 100 * h + 10 * p + d;
+    }
+  }
+  return t;
+}
+
+TEST(PagedKvPool, AllocatesLowestBlocksFirstAndReferenceCounts) {
+  PagedKvPool pool({float_slot(0, true), float_slot(0, false)}, 6, 4, Device::cpu());
+  EXPECT_EQ(pool.num_blocks(), 6);
+  EXPECT_EQ(pool.free_blocks(), 6);
+  EXPECT_EQ(pool.bytes(), 2u * 2 * 6 * 4 * 3 * sizeof(float));
+  const auto a = pool.allocate(2);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(*a, (std::vector<std::int64_t>{0, 1}));
+  const auto b = pool.allocate(3);
+  EXPECT_EQ(*b, (std::vector<std::int64_t>{2, 3, 4}));
+  EXPECT_FALSE(pool.allocate(2).has_value());  // one left: nothing taken
+  EXPECT_EQ(pool.free_blocks(), 1);
+  pool.retain(0);
+  EXPECT_EQ(pool.references(0), 2);
+  pool.release(*a);
+  EXPECT_EQ(pool.references(0), 1);
+  EXPECT_EQ(pool.references(1), 0);
+  EXPECT_EQ(pool.free_blocks(), 2);
+  EXPECT_EQ(*pool.allocate(1), (std::vector<std::int64_t>{1}));  // the lowest free block again
+  EXPECT_THROW(pool.release({5}), InvalidArgumentError);           // never allocated
+  EXPECT_THROW(pool.retain(5), InvalidArgumentError);
+  EXPECT_THROW(PagedKvPool({float_slot(0, true)}, 0, 4, Device::cpu()), InvalidArgumentError);
+}
+
+TEST(PagedKvPool, PrefixesLiveAsLongAsTheirBlock) {
+  PagedKvPool pool({float_slot(0, true)}, 4, 2, Device::cpu());
+  const auto a = *pool.allocate(2);
+  pool.register_prefix(11, a[0]);
+  pool.register_prefix(22, a[1]);
+  pool.register_prefix(11, a[1]);  // a key keeps its first block
+  EXPECT_EQ(pool.find_prefix(11), a[0]);
+  EXPECT_EQ(pool.find_prefix(22), a[1]);
+  EXPECT_FALSE(pool.find_prefix(33).has_value());
+  pool.retain(a[0]);
+  pool.release(a);  // a[0] still held once, a[1] free
+  EXPECT_EQ(pool.find_prefix(11), a[0]);
+  EXPECT_FALSE(pool.find_prefix(22).has_value());
+  pool.release({a[0]});
+  EXPECT_FALSE(pool.find_prefix(11).has_value());
+}
+
+TEST(PagedKvPool, WritesAndReadsSequencesAcrossScatteredBlocks) {
+  PagedKvPool pool({float_slot(0, true), float_slot(1, true)}, 8, 3, Device::cpu());
+  // A sequence of 10 positions over blocks 5, 6 (consecutive: one run), 1 and 3.
+  const std::vector<std::int64_t> table = {5, 6, 1, 3};
+  const Tensor first = numbered(2, 7, 3, 0.0f);
+  const Tensor rest = numbered(2, 3, 3, 1000.0f);
+  pool.write(table, 0, 7, 0, first);
+  pool.write(table, 7, 3, 0, rest);
+  pool.write(table, 0, 7, 1, numbered(2, 7, 3, 5000.0f));
+  // Read positions 2 .. 9 into a strided view (a [2, 8, 3] window of a [2, 12, 3] tensor).
+  Tensor big = Tensor::zeros({2, 12, 3}, DType::kFloat32);
+  const Tensor window = Tensor::from_blob(static_cast<float*>(big.data_ptr()) + 4 * 3, {2, 8, 3}, {36, 3, 1},
+                                          DType::kFloat32, Device::cpu(), big.storage());
+  pool.read(table, 2, 8, 0, window);
+  const auto* v = static_cast<const float*>(big.data_ptr());
+  for (std::int64_t h = 0; h < 2; ++h) {
+    for (std::int64_t p = 0; p < 12; ++p) {
+      for (std::int64_t d = 0; d < 3; ++d) {
+        const std::int64_t position = p - 4 + 2;  // the sequence position this element holds
+        float want = 0.0f;
+        if (p >= 4) want = position < 7 ? 100 * h + 10 * position + d : 1000 + 100 * h + 10 * (position - 7) + d;
+        EXPECT_EQ(v[(h * 12 + p) * 3 + d], want) << "h " << h << " p " << p << " d " << d;
+      }
+    }
+  }
+  Tensor other = Tensor::empty({2, 7, 3}, DType::kFloat32);
+  pool.read(table, 0, 7, 1, other);
+  EXPECT_EQ(static_cast<const float*>(other.data_ptr())[3 * 3 + 1], 5000.0f + 10 * 3 + 1);
+  EXPECT_THROW(pool.read(table, 5, 8, 0, Tensor::empty({2, 8, 3}, DType::kFloat32)), InvalidArgumentError);
+  EXPECT_THROW(pool.read(table, 0, 4, 0, Tensor::empty({2, 5, 3}, DType::kFloat32)), InvalidArgumentError);
+}
+
+TEST(PagedCacheConfig, ChecksEveryField) {
+  PagedCacheConfig c;
+  EXPECT_NO_THROW(c.validate());
+  c.block_size = 0;
+  EXPECT_THROW(c.validate(), InvalidArgumentError);
+  c = PagedCacheConfig{};
+  c.max_batch = 0;
+  EXPECT_THROW(c.validate(), InvalidArgumentError);
+  c = PagedCacheConfig{};
+  c.num_blocks = -1;
+  EXPECT_THROW(c.validate(), InvalidArgumentError);
+  EXPECT_NE(PagedCacheConfig{}.str().find("block_size=16"), std::string::npos);
 }
 
 TEST(DecoderSignature, RecognisesTransformersExports) {

@@ -19,10 +19,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "xpuruntime/export.h"
@@ -231,6 +233,139 @@ class XPURT_API Generator {
   const InferenceSession* session_;
   GenerationConfig config_;
   DecoderSignature signature_;
+};
+
+// ---- Continuous batching over a paged cache (Note [Continuous batching] in generation/continuous_batcher.cpp) ----
+
+// How a ContinuousBatcher holds its requests' caches. validate() raises InvalidArgumentError naming the bad field.
+struct XPURT_API PagedCacheConfig {
+  std::int64_t max_batch = 8;     // requests decoded together at most (> 0)
+  std::int64_t block_size = 16;   // positions per block (> 0)
+  std::int64_t num_blocks = 0;    // blocks in the pool; 0: max_batch x the blocks of 1024 positions
+  bool share_prefixes = true;     // a prompt's full blocks equal to another request's are shared, not recomputed
+  void validate() const;
+  std::string str() const;
+};
+
+// A pool of fixed-size cache blocks on one device: for every CacheSlot one tensor [heads, num_blocks x block_size,
+// head_dim], so that block b holds positions [b x block_size, (b + 1) x block_size) of whichever request owns it.
+// Blocks are reference counted (a shared prefix block has one reference per request using it) and a full prompt
+// block can be registered under the hash of the tokens up to its end, for later requests to find (prefix sharing).
+class XPURT_API PagedKvPool {
+ public:
+  PagedKvPool(const std::vector<CacheSlot>& slots, std::int64_t num_blocks, std::int64_t block_size, Device device);
+  std::int64_t block_size() const { return block_size_; }
+  std::int64_t num_blocks() const { return static_cast<std::int64_t>(refcount_.size()); }
+  std::int64_t free_blocks() const { return static_cast<std::int64_t>(free_.size()); }
+  std::size_t bytes() const;
+  // `count` unused blocks (reference count 1), lowest ids first; std::nullopt when fewer are free (nothing taken).
+  std::optional<std::vector<std::int64_t>> allocate(std::int64_t count);
+  void retain(std::int64_t block);
+  // Drops one reference of each; a block whose count reaches 0 is free again and leaves the prefix index.
+  void release(const std::vector<std::int64_t>& blocks);
+  int references(std::int64_t block) const;
+  // The prefix index: the block registered under `key` (the hash of the tokens up to the block's end), if any.
+  std::optional<std::int64_t> find_prefix(std::uint64_t key) const;
+  void register_prefix(std::uint64_t key, std::int64_t block);
+  // Copies positions [from, from + count) of the sequence held by `table` (its blocks in order) for slot `slot`
+  // to / from `view`, a [heads, count, head_dim] tensor on the pool's device (any strides): one copy per run of
+  // consecutive blocks.
+  void read(const std::vector<std::int64_t>& table, std::int64_t from, std::int64_t count, std::size_t slot,
+            const Tensor& view) const;
+  void write(const std::vector<std::int64_t>& table, std::int64_t from, std::int64_t count, std::size_t slot,
+             const Tensor& view);
+
+ private:
+  // The pool's [heads, count, head_dim] view of physical positions [position, position + count) of `slot`.
+  Tensor positions(std::size_t slot, std::int64_t position, std::int64_t count) const;
+  template <typename Copy>
+  void for_each_run(const std::vector<std::int64_t>& table, std::int64_t from, std::int64_t count,
+                    const Copy& copy) const;
+  std::vector<CacheSlot> slots_;
+  std::vector<Tensor> pools_;
+  std::int64_t block_size_;
+  std::vector<int> refcount_;
+  std::vector<std::int64_t> free_;                             // kept sorted, lowest first
+  std::unordered_map<std::uint64_t, std::int64_t> prefixes_;   // key -> block
+  std::vector<std::optional<std::uint64_t>> key_of_;           // block -> its key
+};
+
+// A token one step of a ContinuousBatcher made for a request.
+struct XPURT_API BatchEvent {
+  std::int64_t request = 0;
+  std::int64_t token = 0;
+  bool finished = false;  // the request's last token (a stop token or its length limit)
+};
+
+// What a ContinuousBatcher has done and holds (docs/generation.md "Continuous batching").
+struct XPURT_API BatcherStats {
+  std::int64_t waiting = 0, running = 0, finished = 0;
+  std::int64_t steps = 0;            // step() calls that ran the model
+  std::int64_t prefills = 0;         // requests prefilled
+  std::int64_t prefill_tokens = 0;   // prompt positions the prefills computed (shared prefix positions excluded)
+  std::int64_t shared_tokens = 0;    // prompt positions taken from shared blocks instead of computed
+  std::int64_t decode_steps = 0;
+  std::int64_t decode_tokens = 0;
+  std::int64_t max_running = 0;      // the most requests decoded in one step
+  std::int64_t regathers = 0;        // decode steps whose batch changed (the past rebuilt from the pool)
+  double prefill_ms = 0.0, decode_ms = 0.0;
+  std::int64_t blocks_total = 0, blocks_used = 0, block_size = 0;
+  std::size_t pool_bytes = 0;
+  double decode_tokens_per_s() const { return decode_ms > 0 ? decode_tokens * 1e3 / decode_ms : 0.0; }
+  std::string str() const;
+};
+
+// Serves many requests with one decoder session: requests are submitted at any time, join the running batch between
+// decode steps (after their own prefill) and leave it when they finish; their caches live in a PagedKvPool. The model
+// must have a cache and an attention_mask input (UnsupportedOperationError otherwise). Not thread-safe: one thread
+// calls submit() and step().
+class XPURT_API ContinuousBatcher {
+ public:
+  ContinuousBatcher(const InferenceSession& session, GenerationConfig defaults, PagedCacheConfig cache = {});
+  ~ContinuousBatcher();
+  ContinuousBatcher(const ContinuousBatcher&) = delete;
+  ContinuousBatcher& operator=(const ContinuousBatcher&) = delete;
+  // Queues a request (its own GenerationConfig, else the defaults); returns its id (0, 1, ...). InvalidArgumentError
+  // for an empty prompt, a bad config, or a request whose prompt and new tokens could never fit the pool.
+  std::int64_t submit(const std::vector<std::int64_t>& prompt, std::optional<GenerationConfig> config = std::nullopt);
+  // Admits waiting requests while the batch and the pool have room (first come, first served: a request that does
+  // not fit yet waits, and so do those behind it), prefills each, then runs one decode step of the running batch.
+  // The tokens made, in order; empty when there was nothing to do.
+  std::vector<BatchEvent> step();
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  bool finished(std::int64_t request) const;
+  // The request's new tokens so far (InvalidArgumentError for an unknown id).
+  const std::vector<std::int64_t>& tokens(std::int64_t request) const;
+  // Steps until idle; every request's tokens by id.
+  std::map<std::int64_t, std::vector<std::int64_t>> run();
+  BatcherStats stats() const;
+  const PagedCacheConfig& cache_config() const { return cache_config_; }
+  const DecoderSignature& signature() const { return signature_; }
+
+ private:
+  struct Request;
+  void admit(std::vector<BatchEvent>& events);
+  bool prefill(Request& r, std::vector<BatchEvent>& events);
+  void decode(std::vector<BatchEvent>& events);
+  void regather();
+  bool take_token(Request& r, std::int64_t token, std::vector<BatchEvent>& events);
+  void retire(Request& r);
+  Request& request(std::int64_t id);
+  const Request& request(std::int64_t id) const;
+
+  const InferenceSession* session_;
+  GenerationConfig defaults_;
+  PagedCacheConfig cache_config_;
+  DecoderSignature signature_;
+  std::unique_ptr<PagedKvPool> pool_;
+  std::map<std::int64_t, std::unique_ptr<Request>> requests_;
+  std::vector<std::int64_t> waiting_;   // FIFO
+  std::vector<std::int64_t> running_;   // the decode batch, in its rows' order
+  std::vector<std::int64_t> working_rows_;  // the rows `working_` holds (a change means a regather)
+  std::vector<Tensor> working_;         // per slot: the batch's past [rows, heads, working_length_, head_dim]
+  std::int64_t working_length_ = 0;
+  std::int64_t next_id_ = 0;
+  BatcherStats stats_;
 };
 
 }  // namespace xpuruntime::generation

@@ -1,0 +1,426 @@
+// ContinuousBatcher (include/xpuruntime/generation.h, docs/generation.md "Continuous batching").
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iomanip>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "generation/step_io.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/generation.h"
+
+namespace xpuruntime::generation {
+
+// Note [Continuous batching]
+// Requests come and go between decode steps; each keeps its cache in a PagedKvPool (Note [Paged KV pool]) under a
+// block table. A step:
+//   1. admits waiting requests, first come first served, while fewer than max_batch run and the pool has the blocks
+//      of the request's whole length (prompt + its new-token limit: reserved at admission, so a running request
+//      never runs out of blocks and nothing is preempted; a request that finishes early returns them). A request
+//      that does not fit yet waits, and so does every request behind it (no overtaking: a long request is not
+//      starved by short ones);
+//   2. prefills each admitted request alone (batch 1): with prefix sharing, its first full prompt blocks that equal
+//      an earlier request's (the hash of every token up to the block's end) are taken from the pool and fed as the
+//      past, and only the rest of the prompt is computed; at least one prompt token is always computed (its logits
+//      give the first new token). The present's new positions go into the request's blocks, and its full prompt
+//      blocks are registered for later requests;
+//   3. runs one decode step of every running request together. The exported model takes its past as one
+//      [batch, heads, length, head_dim] tensor, so the batch's past is the requests' caches left-padded to the
+//      longest (attention_mask 0 on the padding, position_ids the request's own positions: each row computes what it
+//      would alone). When the batch is the one of the previous step, its past is that step's present (nothing is
+//      copied); when a request joined or left, the rows that stay first write the positions they made since the
+//      last rebuild into their blocks, then the past is rebuilt from the pool (a "regather", counted in the stats).
+// The decode batch therefore costs the model's own Concat of the whole past per step (as Generation does) plus, at
+// each change of the batch, one copy of every running request's cache out of and into the pool. On a GPU those copies
+// are one strided copy per run of consecutive blocks, row and slot; a gather kernel driven by the block tables (one
+// launch per slot) and an attention that reads the blocks in place are not written yet (docs/generation.md).
+
+namespace {
+
+// FNV-1a over the previous block's key and this block's tokens: a prompt block's key names every token up to its end.
+std::uint64_t block_key(std::uint64_t previous, const std::int64_t* tokens, std::int64_t count) {
+  std::uint64_t h = previous ^ 0xcbf29ce484222325ull;
+  for (std::int64_t i = 0; i < count; ++i) {
+    auto v = static_cast<std::uint64_t>(tokens[i]);
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= (v >> (8 * byte)) & 0xffu;
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+double ms_since(std::chrono::steady_clock::time_point begin) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+}
+
+}  // namespace
+
+struct ContinuousBatcher::Request {
+  std::int64_t id = 0;
+  GenerationConfig config;
+  Sampler sampler;
+  std::mt19937_64 rng;
+  std::vector<std::int64_t> prompt;
+  std::vector<std::int64_t> generated;
+  std::vector<std::int64_t> seen;       // prompt + generated: the repetition penalty's
+  std::vector<std::int64_t> blocks;     // the block table
+  std::vector<std::uint64_t> keys;      // the prompt's full blocks' prefix keys
+  std::int64_t limit_new = 0;
+  std::int64_t length = 0;              // positions cached (in the pool up to `synced`, the rest in working_)
+  std::int64_t synced = 0;
+  bool done = false;
+
+  Request(std::int64_t id_, GenerationConfig c, std::vector<std::int64_t> p)
+      : id(id_), config(std::move(c)), sampler(config), rng(Sampler::row_stream(config.seed, id_)),
+        prompt(std::move(p)), seen(prompt) {}
+  std::int64_t positions_needed() const { return static_cast<std::int64_t>(prompt.size()) + limit_new; }
+};
+
+void PagedCacheConfig::validate() const {
+  auto check = [](bool ok, const char* field, std::int64_t value, const char* rule) {
+    if (!ok) {
+      throw InvalidArgumentError(detail::str_cat("PagedCacheConfig.", field, " must be ", rule, ", got ", value));
+    }
+  };
+  check(max_batch > 0, "max_batch", max_batch, "positive");
+  check(block_size > 0, "block_size", block_size, "positive");
+  check(num_blocks >= 0, "num_blocks", num_blocks, ">= 0 (0: max_batch x the blocks of 1024 positions)");
+}
+
+std::string PagedCacheConfig::str() const {
+  return detail::str_cat("PagedCacheConfig(max_batch=", max_batch, ", block_size=", block_size,
+                         ", num_blocks=", num_blocks, ", share_prefixes=", share_prefixes ? "True" : "False", ")");
+}
+
+std::string BatcherStats::str() const {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2) << "requests: " << waiting << " waiting, " << running << " running, "
+     << finished << " finished; " << prefills << " prefills (" << prefill_tokens << " tokens computed, "
+     << shared_tokens << " shared) in " << prefill_ms << " ms; decode " << decode_steps << " steps, " << decode_tokens
+     << " tokens in " << decode_ms << " ms (" << std::setprecision(0) << decode_tokens_per_s() << " tokens/s, up to "
+     << max_running << " requests a step, " << regathers << " batch changes); pool " << blocks_used << " of "
+     << blocks_total << " blocks of " << block_size << " in use, " << std::setprecision(1)
+     << static_cast<double>(pool_bytes) / 1024.0 << " KiB";
+  return os.str();
+}
+
+ContinuousBatcher::ContinuousBatcher(const InferenceSession& session, GenerationConfig defaults,
+                                     PagedCacheConfig cache)
+    : session_(&session), defaults_(std::move(defaults)), cache_config_(cache) {
+  defaults_.validate();
+  cache_config_.validate();
+  signature_ = DecoderSignature::recognise(session.get_inputs(), session.get_outputs());
+  if (signature_.cache.empty() || signature_.attention_mask.empty()) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "ContinuousBatcher needs a decoder with a cache (past_key_values.{i}.key -> present.{i}.key) and an "
+        "attention_mask input, to decode requests of different lengths together; this model has ",
+        signature_.cache.empty() ? "no cache" : "no attention_mask", " (", signature_.str(),
+        "). Use Generator for it"));
+  }
+  if (cache_config_.num_blocks == 0) {
+    cache_config_.num_blocks = cache_config_.max_batch * ceil_div(1024, cache_config_.block_size);
+  }
+  pool_ = std::make_unique<PagedKvPool>(signature_.cache, cache_config_.num_blocks, cache_config_.block_size,
+                                        session.options().device);
+}
+
+ContinuousBatcher::~ContinuousBatcher() = default;
+
+std::int64_t ContinuousBatcher::submit(const std::vector<std::int64_t>& prompt, std::optional<GenerationConfig> config) {
+  GenerationConfig c = config ? std::move(*config) : defaults_;
+  c.validate();
+  XPURT_CHECK(!prompt.empty(), "ContinuousBatcher::submit: the prompt is empty (give at least one token, e.g. BOS)");
+  for (std::int64_t t : prompt) XPURT_CHECK(t >= 0, "ContinuousBatcher::submit: a negative token id ", t);
+  auto r = std::make_unique<Request>(next_id_, std::move(c), prompt);
+  const auto prompt_length = static_cast<std::int64_t>(prompt.size());
+  r->limit_new = r->config.max_new_tokens;
+  if (r->config.max_length > 0) {
+    XPURT_CHECK(prompt_length < r->config.max_length, "ContinuousBatcher::submit: the prompt has ", prompt_length,
+                " tokens, which already reaches max_length ", r->config.max_length);
+    r->limit_new = std::min(r->limit_new, r->config.max_length - prompt_length);
+  }
+  const std::int64_t blocks = ceil_div(r->positions_needed(), pool_->block_size());
+  XPURT_CHECK(blocks <= pool_->num_blocks(), "ContinuousBatcher::submit: the request needs ", blocks,
+              " blocks of ", pool_->block_size(), " positions (prompt ", prompt_length, " + up to ", r->limit_new,
+              " new tokens) and the pool has ", pool_->num_blocks(),
+              ": raise PagedCacheConfig.num_blocks or lower max_new_tokens");
+  const std::int64_t id = next_id_++;
+  requests_[id] = std::move(r);
+  waiting_.push_back(id);
+  return id;
+}
+
+ContinuousBatcher::Request& ContinuousBatcher::request(std::int64_t id) {
+  const auto it = requests_.find(id);
+  XPURT_CHECK(it != requests_.end(), "ContinuousBatcher: no request ", id);
+  return *it->second;
+}
+
+const ContinuousBatcher::Request& ContinuousBatcher::request(std::int64_t id) const {
+  const auto it = requests_.find(id);
+  XPURT_CHECK(it != requests_.end(), "ContinuousBatcher: no request ", id);
+  return *it->second;
+}
+
+bool ContinuousBatcher::finished(std::int64_t id) const { return request(id).done; }
+
+const std::vector<std::int64_t>& ContinuousBatcher::tokens(std::int64_t id) const { return request(id).generated; }
+
+std::map<std::int64_t, std::vector<std::int64_t>> ContinuousBatcher::run() {
+  while (!idle()) step();
+  std::map<std::int64_t, std::vector<std::int64_t>> out;
+  for (const auto& [id, r] : requests_) out[id] = r->generated;
+  return out;
+}
+
+std::vector<BatchEvent> ContinuousBatcher::step() {
+  std::vector<BatchEvent> events;
+  if (idle()) return events;
+  admit(events);
+  if (!running_.empty()) decode(events);
+  ++stats_.steps;
+  return events;
+}
+
+void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
+  while (!waiting_.empty() && static_cast<std::int64_t>(running_.size()) < cache_config_.max_batch) {
+    Request& r = request(waiting_.front());
+    const std::int64_t block = pool_->block_size();
+    const auto prompt_length = static_cast<std::int64_t>(r.prompt.size());
+    // The prompt's full blocks and their keys; those already in the pool are shared (at least one token computed).
+    r.keys.clear();
+    std::uint64_t key = 0;
+    for (std::int64_t b = 0; (b + 1) * block <= prompt_length; ++b) {
+      key = block_key(key, r.prompt.data() + b * block, block);
+      r.keys.push_back(key);
+    }
+    std::vector<std::int64_t> shared;
+    if (cache_config_.share_prefixes) {
+      for (std::size_t b = 0; b < r.keys.size() && static_cast<std::int64_t>(b + 1) * block < prompt_length; ++b) {
+        const auto found = pool_->find_prefix(r.keys[b]);
+        if (!found) break;
+        shared.push_back(*found);
+      }
+    }
+    const std::int64_t needed = ceil_div(r.positions_needed(), block) - static_cast<std::int64_t>(shared.size());
+    auto fresh = pool_->allocate(needed);
+    if (!fresh) return;  // waits (and so does everyone behind it) until blocks are released
+    for (std::int64_t b : shared) pool_->retain(b);
+    r.blocks = shared;
+    r.blocks.insert(r.blocks.end(), fresh->begin(), fresh->end());
+    r.length = r.synced = static_cast<std::int64_t>(shared.size()) * block;
+    waiting_.erase(waiting_.begin());
+    if (prefill(r, events)) running_.push_back(r.id);
+  }
+}
+
+bool ContinuousBatcher::prefill(Request& r, std::vector<BatchEvent>& events) {
+  const auto begin = std::chrono::steady_clock::now();
+  const Device device = session_->options().device;
+  const std::int64_t past = r.length;  // the shared prefix
+  const auto total = static_cast<std::int64_t>(r.prompt.size());
+  const std::vector<std::vector<std::int64_t>> ids = {r.prompt};
+  const std::vector<std::vector<std::int64_t>> mask = {std::vector<std::int64_t>(static_cast<std::size_t>(total), 1)};
+  IoBinding binding = session_->io_binding();
+  binding.bind_input(signature_.input_ids, step_io::host_matrix(ids, past, signature_.ids_dtype));
+  binding.bind_input(signature_.attention_mask, step_io::host_matrix(mask, 0, signature_.mask_dtype));
+  if (!signature_.position_ids.empty()) {
+    binding.bind_input(signature_.position_ids,
+                       step_io::host_matrix(step_io::positions_of(mask), past, signature_.positions_dtype));
+  }
+  if (!signature_.use_cache_branch.empty()) {
+    Tensor branch = Tensor::empty({1}, DType::kBool);
+    *static_cast<bool*>(branch.data_ptr()) = past > 0;
+    binding.bind_input(signature_.use_cache_branch, branch);
+  }
+  for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
+    const CacheSlot& slot = signature_.cache[s];
+    Tensor past_value = Tensor::empty({1, slot.heads, past, slot.head_dim}, slot.dtype, device);
+    if (past > 0) {
+      pool_->read(r.blocks, 0, past, s,
+                  Tensor::from_blob(past_value.data_ptr(), {slot.heads, past, slot.head_dim}, {}, slot.dtype, device,
+                                    past_value.storage()));
+    }
+    binding.bind_input(slot.past_input, past_value);
+    binding.bind_output(slot.present_output, device);
+  }
+  binding.bind_output(signature_.logits, Device::cpu());
+  session_->run_with_binding(binding);
+  const std::vector<std::string> names = binding.output_names();
+  Tensor logits;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == signature_.logits) logits = binding.outputs()[i];
+  }
+  for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
+    const CacheSlot& slot = signature_.cache[s];
+    const auto it = std::find(names.begin(), names.end(), slot.present_output);
+    XPURT_INTERNAL_ASSERT(it != names.end(), "present output ", slot.present_output, " was not bound");
+    const Tensor present = binding.outputs()[static_cast<std::size_t>(it - names.begin())].contiguous();
+    XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[2] == total, "present output '", slot.present_output,
+                     "' should be [1, heads, ", total, ", head_dim] after a prefill of ", total - past,
+                     " tokens over a past of ", past, "; got ", present.str());
+    const std::int64_t head_dim = present.shape()[3];
+    const Tensor fresh = Tensor::from_blob(
+        static_cast<char*>(present.data_ptr()) + past * head_dim * static_cast<std::int64_t>(present.element_size()),
+        {slot.heads, total - past, head_dim}, {total * head_dim, head_dim, 1}, present.dtype(), present.device(),
+        present.storage());
+    pool_->write(r.blocks, past, total - past, s, fresh);
+  }
+  r.length = r.synced = total;
+  // The prompt's full blocks computed here are there for later requests to share.
+  for (std::size_t b = 0; b < r.keys.size(); ++b) pool_->register_prefix(r.keys[b], r.blocks[b]);
+  ++stats_.prefills;
+  stats_.prefill_tokens += total - past;
+  stats_.shared_tokens += past;
+  std::vector<float> row = step_io::last_position_logits(logits, 0, signature_.logits);
+  const std::int64_t token =
+      r.sampler.next(row.data(), static_cast<std::int64_t>(row.size()), r.seen, r.rng);
+  const bool goes_on = take_token(r, token, events);
+  stats_.prefill_ms += ms_since(begin);
+  return goes_on;
+}
+
+bool ContinuousBatcher::take_token(Request& r, std::int64_t token, std::vector<BatchEvent>& events) {
+  r.generated.push_back(token);
+  r.seen.push_back(token);
+  const auto& stops = r.config.stop_tokens;
+  r.done = std::find(stops.begin(), stops.end(), token) != stops.end() ||
+           static_cast<std::int64_t>(r.generated.size()) >= r.limit_new;
+  events.push_back(BatchEvent{r.id, token, r.done});
+  if (r.done) retire(r);
+  return !r.done;
+}
+
+void ContinuousBatcher::retire(Request& r) {
+  pool_->release(r.blocks);
+  r.blocks.clear();
+  ++stats_.finished;
+}
+
+void ContinuousBatcher::regather() {
+  const Device device = session_->options().device;
+  // The rows that stay write what they made since the last rebuild into their blocks.
+  for (std::size_t row = 0; row < working_rows_.size(); ++row) {
+    Request& r = request(working_rows_[row]);
+    if (r.done || r.synced == r.length) continue;
+    for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
+      const Tensor& w = working_[s];
+      const std::int64_t heads = w.shape()[1], length = w.shape()[2], head_dim = w.shape()[3];
+      const std::int64_t at = length - r.length + r.synced;  // rows are left-padded to `length`
+      const Tensor rows = Tensor::from_blob(
+          static_cast<char*>(w.data_ptr()) + (static_cast<std::int64_t>(row) * heads * length + at) * head_dim *
+                                                 static_cast<std::int64_t>(w.element_size()),
+          {heads, r.length - r.synced, head_dim}, {length * head_dim, head_dim, 1}, w.dtype(), w.device(),
+          w.storage());
+      pool_->write(r.blocks, r.synced, r.length - r.synced, s, rows);
+    }
+    r.synced = r.length;
+  }
+  // The new batch's past, from the pool, each row left-padded to the longest (zeros: masked).
+  std::int64_t longest = 0;
+  for (std::int64_t id : running_) longest = std::max(longest, request(id).length);
+  const auto batch = static_cast<std::int64_t>(running_.size());
+  working_.clear();
+  for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
+    const CacheSlot& slot = signature_.cache[s];
+    Tensor w = Tensor::zeros({batch, slot.heads, longest, slot.head_dim}, slot.dtype, device);
+    for (std::int64_t row = 0; row < batch; ++row) {
+      const Request& r = request(running_[static_cast<std::size_t>(row)]);
+      const Tensor dst = Tensor::from_blob(
+          static_cast<char*>(w.data_ptr()) + ((row * slot.heads * longest) + (longest - r.length)) * slot.head_dim *
+                                                 static_cast<std::int64_t>(w.element_size()),
+          {slot.heads, r.length, slot.head_dim}, {longest * slot.head_dim, slot.head_dim, 1}, w.dtype(), device,
+          w.storage());
+      pool_->read(r.blocks, 0, r.length, s, dst);
+    }
+    working_.push_back(std::move(w));
+  }
+  working_rows_ = running_;
+  working_length_ = longest;
+  ++stats_.regathers;
+}
+
+void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
+  const auto begin = std::chrono::steady_clock::now();
+  const Device device = session_->options().device;
+  if (working_rows_ != running_) regather();
+  const auto batch = static_cast<std::int64_t>(running_.size());
+  std::vector<std::vector<std::int64_t>> ids, mask, positions;
+  for (std::int64_t id : running_) {
+    const Request& r = request(id);
+    ids.push_back({r.generated.back()});
+    std::vector<std::int64_t> m(static_cast<std::size_t>(working_length_ - r.length), 0);
+    m.resize(static_cast<std::size_t>(working_length_ + 1), 1);
+    mask.push_back(std::move(m));
+    positions.push_back({r.length});
+  }
+  IoBinding binding = session_->io_binding();
+  binding.bind_input(signature_.input_ids, step_io::host_matrix(ids, 0, signature_.ids_dtype));
+  binding.bind_input(signature_.attention_mask, step_io::host_matrix(mask, 0, signature_.mask_dtype));
+  if (!signature_.position_ids.empty()) {
+    binding.bind_input(signature_.position_ids, step_io::host_matrix(positions, 0, signature_.positions_dtype));
+  }
+  if (!signature_.use_cache_branch.empty()) {
+    Tensor branch = Tensor::empty({1}, DType::kBool);
+    *static_cast<bool*>(branch.data_ptr()) = true;
+    binding.bind_input(signature_.use_cache_branch, branch);
+  }
+  for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
+    binding.bind_input(signature_.cache[s].past_input, working_[s]);
+    binding.bind_output(signature_.cache[s].present_output, device);
+  }
+  binding.bind_output(signature_.logits, Device::cpu());
+  session_->run_with_binding(binding);
+  const std::vector<std::string> names = binding.output_names();
+  Tensor logits;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == signature_.logits) logits = binding.outputs()[i];
+  }
+  for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
+    const CacheSlot& slot = signature_.cache[s];
+    const auto it = std::find(names.begin(), names.end(), slot.present_output);
+    XPURT_INTERNAL_ASSERT(it != names.end(), "present output ", slot.present_output, " was not bound");
+    Tensor present = binding.outputs()[static_cast<std::size_t>(it - names.begin())].contiguous();
+    XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[0] == batch && present.shape()[2] == working_length_ + 1,
+                     "present output '", slot.present_output, "' should be [", batch, ", heads, ",
+                     working_length_ + 1, ", head_dim] after a decode step; got ", present.str());
+    working_[s] = std::move(present);
+  }
+  ++working_length_;
+  std::vector<std::int64_t> still_running;
+  for (std::int64_t row = 0; row < batch; ++row) {
+    Request& r = request(running_[static_cast<std::size_t>(row)]);
+    ++r.length;
+    std::vector<float> values = step_io::last_position_logits(logits, row, signature_.logits);
+    const std::int64_t token =
+        r.sampler.next(values.data(), static_cast<std::int64_t>(values.size()), r.seen, r.rng);
+    if (take_token(r, token, events)) still_running.push_back(r.id);
+  }
+  running_ = std::move(still_running);
+  ++stats_.decode_steps;
+  stats_.decode_tokens += batch;
+  stats_.max_running = std::max(stats_.max_running, batch);
+  stats_.decode_ms += ms_since(begin);
+}
+
+BatcherStats ContinuousBatcher::stats() const {
+  BatcherStats out = stats_;
+  out.waiting = static_cast<std::int64_t>(waiting_.size());
+  out.running = static_cast<std::int64_t>(running_.size());
+  out.blocks_total = pool_->num_blocks();
+  out.blocks_used = pool_->num_blocks() - pool_->free_blocks();
+  out.block_size = pool_->block_size();
+  out.pool_bytes = pool_->bytes();
+  return out;
+}
+
+}  // namespace xpuruntime::generation

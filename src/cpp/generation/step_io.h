@@ -1,0 +1,24 @@
+// What a generation step feeds and reads, shared by Generation (generator.cpp) and ContinuousBatcher
+// (continuous_batcher.cpp): integer matrices for input_ids / attention_mask / position_ids, and the last position's
+// logits of one row.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xpuruntime/tensor.h"
+
+namespace xpuruntime::generation::step_io {
+
+// A host [rows, width - from] tensor of `dtype` (int64 or int32) from columns from.. of equally long rows.
+Tensor host_matrix(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t from, DType dtype);
+
+// transformers' position_ids: cumsum(mask) - 1, with padding at 1.
+std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vector<std::int64_t>>& mask);
+
+// The `vocab` logits of the last position of row `row` of `logits` ([batch, seq, vocab], float32 / float16 /
+// bfloat16, any device), as float32. InvalidTypeError for another dtype or rank, naming the output `name`.
+std::vector<float> last_position_logits(const Tensor& logits, std::int64_t row, const std::string& name);
+
+}  // namespace xpuruntime::generation::step_io

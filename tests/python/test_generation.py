@@ -416,6 +416,28 @@ def test_cli_generate(cached, tmp_path):
     assert code == 0 and "prefill 5 tokens" in err and "decode 5 steps, 5 tokens" in err and "cache 10 of 11" in err
 
 
+def test_cli_generate_continuous(cached, tmp_path):
+    path = tmp_path / "decoder.onnx"
+    path.write_bytes(cached)
+    prompts = mixed_prompts(5, seed=8)
+    args = []
+    for p in prompts:
+        args += ["--prompt-ids", ",".join(map(str, p))]
+    code, out, err = run_cli("generate", path, *args, "--max-new-tokens", "5", "--continuous", "--max-batch", "2",
+                             "--block-size", "4", "--stats")
+    assert code == 0, err
+    alone = [Generator(cached, greedy(5)).generate(p) for p in prompts]
+    assert out.splitlines() == [",".join(map(str, row)) for row in alone]
+    assert "continuous batching" in err and "5 finished" in err and "up to 2 requests" in err
+    code, out, _ = run_cli("generate", path, *args, "--max-new-tokens", "3", "--continuous", "--json")
+    import json
+    result = json.loads(out)
+    assert code == 0 and result["continuous"] and result["stats"]["prefills"] == 5
+    assert result["tokens"] == [row[:3] for row in alone]
+    code, _, err = run_cli("generate", path, *args, "--continuous", "--no-cache")
+    assert code == 2 and "--no-cache" in err
+
+
 def test_cli_generate_errors(cached, tmp_path):
     path = tmp_path / "decoder.onnx"
     path.write_bytes(cached)

@@ -249,6 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", action="store_true",
                    help="print where the time went: prefill and decode apart, the cache's occupancy")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--continuous", action="store_true",
+                   help="serve the prompts as separate requests through continuous batching over a paged cache "
+                        "(docs/generation.md 'Continuous batching')")
+    p.add_argument("--max-batch", type=_positive_int, default=8, help="--continuous: requests decoded together (8)")
+    p.add_argument("--block-size", type=_positive_int, default=16, help="--continuous: positions per block (16)")
+    p.add_argument("--num-blocks", type=_non_negative_int, default=0,
+                   help="--continuous: blocks in the pool (0: max-batch x the blocks of 1024 positions)")
+    p.add_argument("--no-prefix-sharing", action="store_true", help="--continuous: compute every prompt in full")
     return parser
 
 
@@ -1067,14 +1075,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompts = [_token_ids(text, "--prompt-ids") for text in args.prompt_ids]
     if any(not p for p in prompts):
         raise UsageError("--prompt-ids: a prompt needs at least one token id")
-    if args.stream and len(prompts) != 1:
-        raise UsageError("--stream prints one prompt's tokens; give one --prompt-ids")
+    if args.stream and len(prompts) != 1 and not args.continuous:
+        raise UsageError("--stream prints one prompt's tokens; give one --prompt-ids (or --continuous: "
+                         "request:token pairs)")
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, max_length=args.max_length,
                               do_sample=args.temperature is not None,
                               temperature=args.temperature if args.temperature is not None else 1.0,
                               top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
                               seed=args.seed, stop_tokens=_token_ids(args.stop_ids, "--stop-ids"),
                               pad_token_id=args.pad_id, cache="none" if args.no_cache else "auto")
+    if args.continuous:
+        return _generate_continuous(args, prompts, config)
     generator = Generator(make_session(args), config)
     start = time.perf_counter()
     generation = generator.start(prompts)
@@ -1102,6 +1113,47 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.stats:
         print(stats, file=sys.stderr)
     return 0
+
+
+def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], config) -> int:
+    """`generate --continuous`: every prompt a request of a ContinuousBatcher; one line of tokens per prompt."""
+    from .generation import ContinuousBatcher, PagedCacheConfig
+
+    if args.no_cache:
+        raise UsageError("--continuous needs the model's cache; drop --no-cache")
+    cache = PagedCacheConfig(max_batch=args.max_batch, block_size=args.block_size, num_blocks=args.num_blocks,
+                             share_prefixes=not args.no_prefix_sharing)
+    batcher = ContinuousBatcher(make_session(args), config, cache)
+    start = time.perf_counter()
+    ids = [batcher.submit(p) for p in prompts]
+    for event in batcher.stream():
+        if args.stream and not args.json:
+            print(f"{event.request}:{event.token}", end=" ", flush=True)
+    if args.stream and not args.json:
+        print()
+    seconds = time.perf_counter() - start
+    tokens = [list(batcher.tokens(i)) for i in ids]
+    made = sum(len(row) for row in tokens)
+    stats = batcher.stats
+    if args.json:
+        print(json.dumps({"prompts": prompts, "tokens": tokens, "continuous": True, "engine": batcher.session.engine,
+                          "seconds": seconds, "tokens_per_s": made / seconds if seconds > 0 else None,
+                          "stats": {name: getattr(stats, name) for name in _BATCHER_STATS}}, indent=2))
+        return 0
+    if not args.stream:
+        for row in tokens:
+            print(",".join(str(t) for t in row))
+    print(f"{made} tokens in {seconds * 1e3:.1f} ms (continuous batching, {batcher.session.engine} engine)",
+          file=sys.stderr)
+    if args.stats:
+        print(stats, file=sys.stderr)
+    return 0
+
+
+# The fields of BatcherStats that `generate --continuous --json` writes.
+_BATCHER_STATS = ("waiting", "running", "finished", "steps", "prefills", "prefill_tokens", "shared_tokens",
+                  "decode_steps", "decode_tokens", "decode_tokens_per_s", "max_running", "regathers", "prefill_ms",
+                  "decode_ms", "blocks_total", "blocks_used", "block_size", "pool_bytes")
 
 
 # The fields of GenerationStats that `generate --json` writes (docs/generation.md "Statistics").

@@ -139,6 +139,67 @@ def tiny_decoder(with_cache: bool = True, seed: int = 0, position_ids: bool = Tr
     return model.SerializeToString()
 
 
+def tiny_gqa_decoder(seed: int = 0, kv_heads: int = HEADS, float16: bool = False) -> bytes:
+    """The tiny decoder in ONNX Runtime's GroupQueryAttention form (as onnxruntime-genai's model builder writes it):
+    each layer's attention is one com.microsoft GroupQueryAttention node fed Q/K/V [batch, seq, heads x head_dim],
+    past_key_values.{i}.key/value [batch, kv_heads, past, head_dim] (present: past + new, not a shared buffer), and
+    seqlens_k = sum(attention_mask) - 1, total_sequence_length = attention_mask's width, both int32 and computed in
+    the graph; rows are right-padded. With kv_heads == HEADS it computes what tiny_decoder(seed) does (same weights);
+    fewer kv_heads keep the first kv_heads x head_dim columns of wk and wv (grouped-query attention)."""
+    assert HEADS % kv_heads == 0
+    dtype, elem = (np.float16, TensorProto.FLOAT16) if float16 else (np.float32, TensorProto.FLOAT)
+    n = helper.make_node
+    w = {k: v.astype(dtype) for k, v in _weights(seed).items() if k != "neg"}
+    for layer in range(LAYERS):
+        for name in ("wk", "wv"):
+            w[f"l{layer}.{name}"] = np.ascontiguousarray(w[f"l{layer}.{name}"][:, :kv_heads * HEAD_DIM])
+    inits = [numpy_helper.from_array(v, k) for k, v in w.items()]
+    inits += [_i64("axis0", [0]), _i64("axes1", [1]), _i64("one", 1)]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"])]
+    outputs = [helper.make_tensor_value_info("logits", elem, ["batch", "seq", VOCAB])]
+    nodes = [n("Gather", ["wte", "input_ids"], ["tok"]), n("Gather", ["wpe", "position_ids"], ["pos"]),
+             n("Add", ["tok", "pos"], ["x0"]),
+             n("ReduceSum", ["attention_mask", "axes1"], ["mask_sum"], keepdims=0),
+             n("Sub", ["mask_sum", "one"], ["seqlens64"]),
+             n("Cast", ["seqlens64"], ["seqlens_k"], to=TensorProto.INT32),
+             n("Shape", ["attention_mask"], ["total1"], start=1, end=2),
+             n("Squeeze", ["total1", "axis0"], ["total64"]),
+             n("Cast", ["total64"], ["total_sequence_length"], to=TensorProto.INT32)]
+    x = "x0"
+    for layer in range(LAYERS):
+        p = f"l{layer}"
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", elem,
+                                                        ["batch", kv_heads, "past", HEAD_DIM]))
+            outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", elem,
+                                                         ["batch", kv_heads, "total", HEAD_DIM]))
+        nodes += [n("LayerNormalization", [x, f"{p}.ln1.g", f"{p}.ln1.b"], [f"{p}.h"], axis=-1, epsilon=1e-5)]
+        nodes += [n("MatMul", [f"{p}.h", f"{p}.w{name}"], [f"{p}.{name}0"]) for name in ("q", "k", "v")]
+        nodes += [
+            n("GroupQueryAttention", [f"{p}.q0", f"{p}.k0", f"{p}.v0", f"past_key_values.{layer}.key",
+                                      f"past_key_values.{layer}.value", "seqlens_k", "total_sequence_length"],
+              [f"{p}.o2", f"present.{layer}.key", f"present.{layer}.value"], domain="com.microsoft",
+              num_heads=HEADS, kv_num_heads=kv_heads),
+            n("MatMul", [f"{p}.o2", f"{p}.wo"], [f"{p}.o"]),
+            n("Add", [x, f"{p}.o"], [f"{p}.x1"]),
+            n("LayerNormalization", [f"{p}.x1", f"{p}.ln2.g", f"{p}.ln2.b"], [f"{p}.h2"], axis=-1, epsilon=1e-5),
+            n("MatMul", [f"{p}.h2", f"{p}.w1"], [f"{p}.m0"]),
+            n("Add", [f"{p}.m0", f"{p}.b1"], [f"{p}.m1"]),
+            n("Relu", [f"{p}.m1"], [f"{p}.m2"]),
+            n("MatMul", [f"{p}.m2", f"{p}.w2"], [f"{p}.m3"]),
+            n("Add", [f"{p}.x1", f"{p}.m3"], [f"{p}.x2"]),
+        ]
+        x = f"{p}.x2"
+    nodes += [n("LayerNormalization", [x, "ln_f.g", "ln_f.b"], ["xf"], axis=-1, epsilon=1e-5),
+              n("MatMul", ["xf", "lm_head"], ["logits"])]
+    graph = helper.make_graph(nodes, "tiny_gqa_decoder", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def reference_greedy(model: bytes, prompts: list, steps: int, engine: str = "native") -> list:
     """Greedy tokens by running the no-cache model over the whole left-padded sequence at every step, in Python:
     the reference the Generator's cached loop must reproduce."""

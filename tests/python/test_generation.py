@@ -18,7 +18,8 @@ from xpuruntime import cli
 from xpuruntime.generation import ContinuousBatcher, GenerationConfig, Generator, PagedCacheConfig
 
 from conftest import requires_gpu, requires_ort
-from decoder_models import (HEAD_DIM, HEADS, LAYERS, reference_greedy, tiny_decoder, torch_decoder_export,
+from decoder_models import (HEAD_DIM, HEADS, LAYERS, reference_greedy, tiny_decoder, tiny_gqa_decoder,
+                            torch_decoder_export,
                             torch_greedy)
 
 SUITE = pathlib.Path(__file__).resolve().parents[2] / "models" / "suite" / "tiny"
@@ -586,6 +587,57 @@ def test_continuous_batching_errors(cached, uncached):
     with pytest.raises(xrt.InvalidArgumentError, match="no request 7"):
         batcher.tokens(7)
     assert batcher.idle and batcher.step() == []
+
+
+# ------------------------------------------------------------------------------- the GroupQueryAttention form
+
+GQA_ENGINES = [pytest.param("onnxruntime", marks=requires_ort)]
+
+
+@pytest.fixture(scope="module")
+def gqa() -> bytes:
+    return tiny_gqa_decoder()
+
+
+@pytest.mark.parametrize("engine", GQA_ENGINES)
+def test_the_group_query_attention_form_generates_what_the_concat_form_does(cached, gqa, engine):
+    """ONNX Runtime's GroupQueryAttention form (rows right-padded, seqlens_k from the mask in the graph) with the same
+    weights as the Concat form: the same greedy tokens, alone and in ragged batches; padding "auto" finds it."""
+    generator = Generator(gqa, greedy(10), engine=engine)
+    assert generator.config.padding == "right" and generator.uses_cache
+    for prompts in (PROMPTS[:1], PROMPTS[:2], PROMPTS, [[3], [4, 5, 6, 7, 8, 9, 10]]):
+        assert generator.generate(prompts) == Generator(cached, greedy(10)).generate(prompts)
+    # left padding is wrong for it: the short rows then differ (what "auto" avoids)
+    left = Generator(gqa, greedy(10, padding="left"), engine=engine)
+    assert left.generate(PROMPTS)[1] != Generator(cached, greedy(10)).generate(PROMPTS)[1]
+    sampled = GenerationConfig(max_new_tokens=8, do_sample=True, seed=2, top_k=4)
+    assert Generator(gqa, sampled, engine=engine).generate(PROMPTS) == Generator(cached, sampled).generate(PROMPTS)
+
+
+@pytest.mark.parametrize("engine", GQA_ENGINES)
+def test_continuous_batching_serves_the_group_query_attention_form(cached, gqa, engine):
+    prompts = mixed_prompts(6, seed=3)
+    system = prompts[4][:8]
+    prompts += [system + [5], system + [6, 7]]  # shared prefixes: a prefill with a past of two blocks
+    alone = [Generator(cached, greedy(7)).generate(p) for p in prompts]
+    batcher = ContinuousBatcher(gqa, greedy(7), PagedCacheConfig(max_batch=3, block_size=4), engine=engine)
+    ids = [batcher.submit(p) for p in prompts[:3]]
+    batcher.step()
+    ids += [batcher.submit(p) for p in prompts[3:]]
+    out = batcher.run()
+    assert [out[i] for i in ids] == alone
+    assert batcher.stats.max_running == 3
+
+
+def test_padding_is_checked(cached, uncached):
+    with pytest.raises(xrt.InvalidArgumentError, match="padding"):
+        GenerationConfig(padding="middle")
+    with pytest.raises(xrt.InvalidArgumentError, match="needs the model's cache"):
+        GenerationConfig(padding="right", cache="none")
+    with pytest.raises(xrt.UnsupportedOperationError, match="no cache inputs"):
+        Generator(uncached, greedy(padding="right"))
+    assert Generator(cached, greedy()).config.padding == "auto"  # resolved to left in C++ for this model
+    assert Generator(cached, greedy())._generator.padding == "left"
 
 
 # ------------------------------------------------------------------------------------------------------ GPU

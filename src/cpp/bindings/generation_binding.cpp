@@ -31,12 +31,23 @@ std::string cache_mode_name(CacheMode mode) {
   return mode == CacheMode::kAuto ? "auto" : mode == CacheMode::kRequired ? "required" : "none";
 }
 
+generation::PaddingSide padding_side(const std::string& name) {
+  if (name == "auto") return generation::PaddingSide::kAuto;
+  if (name == "left") return generation::PaddingSide::kLeft;
+  if (name == "right") return generation::PaddingSide::kRight;
+  throw InvalidArgumentError("GenerationConfig.padding must be 'auto', 'left' or 'right', got '" + name + "'");
+}
+
+std::string padding_side_name(generation::PaddingSide side) {
+  return side == generation::PaddingSide::kAuto ? "auto" : side == generation::PaddingSide::kLeft ? "left" : "right";
+}
+
 void bind_generation_config(py::module_& m) {
   py::class_<GenerationConfig>(m, "GenerationConfig", "How tokens are chosen and when generation stops.")
       .def(py::init([](std::int64_t max_new_tokens, std::int64_t max_length, bool do_sample, double temperature,
                        std::int64_t top_k, double top_p, double repetition_penalty, std::uint64_t seed,
                        const std::vector<std::int64_t>& stop_tokens, std::int64_t pad_token_id,
-                       const std::string& cache) {
+                       const std::string& cache, const std::string& padding) {
              GenerationConfig c;
              c.max_new_tokens = max_new_tokens;
              c.max_length = max_length;
@@ -49,6 +60,7 @@ void bind_generation_config(py::module_& m) {
              c.stop_tokens = stop_tokens;
              c.pad_token_id = pad_token_id;
              c.cache = cache_mode(cache);
+             c.padding = padding_side(padding);
              c.validate();
              return c;
            }),
@@ -56,7 +68,7 @@ void bind_generation_config(py::module_& m) {
            py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0,
            py::arg("repetition_penalty") = 1.0, py::arg("seed") = 0,
            py::arg("stop_tokens") = std::vector<std::int64_t>{}, py::arg("pad_token_id") = 0,
-           py::arg("cache") = "auto")
+           py::arg("cache") = "auto", py::arg("padding") = "auto")
       .def_readwrite("max_new_tokens", &GenerationConfig::max_new_tokens)
       .def_readwrite("max_length", &GenerationConfig::max_length)
       .def_readwrite("do_sample", &GenerationConfig::do_sample)
@@ -70,6 +82,10 @@ void bind_generation_config(py::module_& m) {
       .def_property(
           "cache", [](const GenerationConfig& c) { return cache_mode_name(c.cache); },
           [](GenerationConfig& c, const std::string& name) { c.cache = cache_mode(name); })
+      .def_property(
+          "padding", [](const GenerationConfig& c) { return padding_side_name(c.padding); },
+          [](GenerationConfig& c, const std::string& name) { c.padding = padding_side(name); })
+      .def("__copy__", [](const GenerationConfig& c) { return c; })
       .def("validate", &GenerationConfig::validate)
       .def("__repr__", &GenerationConfig::str);
 }
@@ -128,6 +144,7 @@ void bind_generator(py::module_& m) {
            py::arg("prompts"))
       .def_property_readonly("config", &Generator::config)
       .def_property_readonly("uses_cache", &Generator::uses_cache)
+      .def_property_readonly("padding", [](const Generator& g) { return padding_side_name(g.padding()); })
       .def_property_readonly("signature", [](const Generator& g) { return g.signature().str(); });
 }
 

@@ -33,7 +33,7 @@ namespace xpuruntime::generation {
 //   3. runs one decode step of every running request together. The exported model takes its past as one
 //      [batch, heads, length, head_dim] tensor, so the batch's past is the requests' caches left-padded to the
 //      longest (attention_mask 0 on the padding, position_ids the request's own positions: each row computes what it
-//      would alone). When the batch is the one of the previous step, its past is that step's present (nothing is
+//      would alone), or right-padded for GroupQueryAttention models (Note [Padding sides] in generator.cpp). When the batch is the one of the previous step, its past is that step's present (nothing is
 //      copied); when a request joined or left, the rows that stay first write the positions they made since the
 //      last rebuild into their blocks, then the past is rebuilt from the pool (a "regather", counted in the stats).
 // The decode batch therefore costs the model's own Concat of the whole past per step (as Generation does) plus, at
@@ -126,6 +126,7 @@ ContinuousBatcher::ContinuousBatcher(const InferenceSession& session, Generation
         signature_.cache.empty() ? "no cache" : "no attention_mask", " (", signature_.str(),
         "). Use Generator for it"));
   }
+  right_padded_ = resolve_padding(session, defaults_.padding) == PaddingSide::kRight;
   if (cache_config_.num_blocks == 0) {
     cache_config_.num_blocks = cache_config_.max_batch * ceil_div(1024, cache_config_.block_size);
   }
@@ -315,7 +316,8 @@ void ContinuousBatcher::regather() {
     for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
       const Tensor& w = working_[s];
       const std::int64_t heads = w.shape()[1], length = w.shape()[2], head_dim = w.shape()[3];
-      const std::int64_t at = length - r.length + r.synced;  // rows are left-padded to `length`
+      // rows are left-padded to `length`, or right-padded (Note [Padding sides] in generator.cpp)
+      const std::int64_t at = right_padded_ ? r.synced : length - r.length + r.synced;
       const Tensor rows = Tensor::from_blob(
           static_cast<char*>(w.data_ptr()) + (static_cast<std::int64_t>(row) * heads * length + at) * head_dim *
                                                  static_cast<std::int64_t>(w.element_size()),
@@ -336,7 +338,8 @@ void ContinuousBatcher::regather() {
     for (std::int64_t row = 0; row < batch; ++row) {
       const Request& r = request(running_[static_cast<std::size_t>(row)]);
       const Tensor dst = Tensor::from_blob(
-          static_cast<char*>(w.data_ptr()) + ((row * slot.heads * longest) + (longest - r.length)) * slot.head_dim *
+          static_cast<char*>(w.data_ptr()) +
+              ((row * slot.heads * longest) + (right_padded_ ? 0 : longest - r.length)) * slot.head_dim *
                                                  static_cast<std::int64_t>(w.element_size()),
           {slot.heads, r.length, slot.head_dim}, {longest * slot.head_dim, slot.head_dim, 1}, w.dtype(), device,
           w.storage());
@@ -358,8 +361,12 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   for (std::int64_t id : running_) {
     const Request& r = request(id);
     ids.push_back({r.generated.back()});
-    std::vector<std::int64_t> m(static_cast<std::size_t>(working_length_ - r.length), 0);
-    m.resize(static_cast<std::size_t>(working_length_ + 1), 1);
+    std::vector<std::int64_t> m(static_cast<std::size_t>(working_length_ + 1), 0);
+    if (right_padded_) {
+      std::fill_n(m.begin(), r.length + 1, 1);
+    } else {
+      std::fill(m.begin() + (working_length_ - r.length), m.end(), 1);
+    }
     mask.push_back(std::move(m));
     positions.push_back({r.length});
   }

@@ -17,10 +17,12 @@ namespace xpuruntime::generation {
 //   older exports and hand-written graphs:                            past.0.key / past_0_key -> present_0_key
 // (the separators may be '.' or '_'). Each past input must have its present output with the same layer and kind,
 // and both must be rank-4 [batch, heads, seq, head_dim] with static heads and head_dim: the generator allocates the
-// cache before the first run, so it must know them from the signature. GPT-2's old fused form (one `past_{i}`
-// [2, batch, heads, seq, head_dim] per layer) and ONNX Runtime's GroupQueryAttention form (a shared past/present
-// buffer of fixed length, with seqlens_k inputs) are not recognised yet: they are UnsupportedOperationErrors that
-// say so. The other inputs: `input_ids` (required), `attention_mask`, `position_ids` and optimum's merged decoders'
+// cache before the first run, so it must know them from the signature. ONNX Runtime's GroupQueryAttention form as
+// onnxruntime-genai's builder writes it has these same names (its seqlens_k and total_sequence_length are computed
+// from attention_mask inside the graph) and runs with rows right-padded (Note [Padding sides] in generator.cpp), the
+// present a new buffer of past + new positions; its shared past/present buffer of fixed length (seqlens_k as model
+// inputs) and GPT-2's old fused form (one `past_{i}` [2, batch, heads, seq, head_dim] per layer) are not recognised
+// yet: they are UnsupportedOperationErrors that say so. The other inputs: `input_ids` (required), `attention_mask`, `position_ids` and optimum's merged decoders'
 // `use_cache_branch` (optional); the logits are the output named `logits`, else the only output that is not a
 // present. An input the generator does not know how to feed is an error naming it (a silent zero feed could give
 // wrong tokens).
@@ -127,7 +129,7 @@ void check_inputs_known(const std::vector<ValueInfo>& inputs, const DecoderSigna
     std::string hint;
     if (in.name.rfind("past", 0) == 0) {
       hint = " (a cache input not named '<past>.<layer>.<key|value>': GPT-2's fused 'past_<i>' form and "
-             "GroupQueryAttention's shared buffers are not supported yet)";
+             "GroupQueryAttention's shared fixed-length buffers are not supported yet)";
     }
     throw UnsupportedOperationError(detail::str_cat("decoder input ", in.str(),
                                                     " is not one the generator knows how to feed", hint));

@@ -32,10 +32,36 @@ namespace xpuruntime::generation {
 using step_io::host_matrix;
 using step_io::positions_of;
 
+// Note [Padding sides]
+// A batch's rows have different lengths. transformers' exports take them left-padded: padding first with
+// attention_mask 0, so every row's last token is the batch's last position and a step appends one position to all
+// rows alike (Note [The generation loop]). ONNX Runtime's GroupQueryAttention reads a row's length from seqlens_k
+// (sum(attention_mask) - 1 in onnxruntime-genai's graphs) and takes the row's tokens to be the first seqlens_k + 1
+// positions of its cache: rows are right-padded. In that form (PaddingSide::kRight) the prefill feeds the prompts
+// right-padded (mask 1 on the prompt, 0 after), the row's first token comes from the logits at its last prompt
+// position, and decode step k feeds each row's last token with attention_mask [batch, prompt + k]: 1 on the row's
+// prompt_length + k positions, 0 on the rest, so that seqlens_k is the row's own position and the token's key and
+// value land right after the row's cache (the model's present keeps each row's positions in place; the padding's
+// positions stay at the end, unused). position_ids, when the model has them, are the row's own positions.
+
+PaddingSide resolve_padding(const InferenceSession& session, PaddingSide requested) {
+  if (requested != PaddingSide::kAuto) return requested;
+  for (const NodeExplanation& node : session.explain().nodes) {
+    if (node.op_type == "GroupQueryAttention") return PaddingSide::kRight;
+  }
+  return PaddingSide::kLeft;
+}
+
 Generator::Generator(const InferenceSession& session, GenerationConfig config)
     : session_(&session), config_(std::move(config)) {
   config_.validate();
   signature_ = DecoderSignature::recognise(session.get_inputs(), session.get_outputs());
+  config_.padding = resolve_padding(session, config_.padding);
+  if (config_.padding == PaddingSide::kRight && signature_.cache.empty()) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "GenerationConfig.padding is 'right' (the GroupQueryAttention form) but the model has no cache inputs (",
+        signature_.str(), ")"));
+  }
   if (config_.cache == CacheMode::kRequired && signature_.cache.empty()) {
     throw UnsupportedOperationError(detail::str_cat(
         "GenerationConfig.cache is 'required' but the model has no cache inputs (", signature_.str(),
@@ -89,13 +115,56 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
   }
   generated_.resize(static_cast<std::size_t>(batch_));
   ended_.assign(static_cast<std::size_t>(batch_), false);
+  for (const auto& prompt : prompts) prompt_lengths_.push_back(static_cast<std::int64_t>(prompt.size()));
   if (!signature_.cache.empty() && config_.cache != CacheMode::kNone) {
     cache_ = std::make_unique<ContiguousKvCache>(signature_.cache, batch_, prompt_length_ + limit_new_,
                                                  session.options().device);
   }
+  right_padded_ = cache_ != nullptr && config_.padding == PaddingSide::kRight;
+}
+
+std::vector<std::pair<std::string, Tensor>> Generation::right_padded_feeds(bool prefill) const {
+  // Note [Padding sides]: prefill [batch, prompt] right-padded; decode step k one token per row, the mask 1 on the
+  // row's prompt_length + k positions of prompt + k.
+  const std::int64_t k = prefill ? 0 : steps_;
+  const std::int64_t width = prompt_length_ + k;
+  std::vector<std::vector<std::int64_t>> ids, mask, positions;
+  for (std::int64_t r = 0; r < batch_; ++r) {
+    const auto row = static_cast<std::size_t>(r);
+    const std::int64_t length = prompt_lengths_[row];
+    std::vector<std::int64_t> m(static_cast<std::size_t>(width), 0);
+    std::fill_n(m.begin(), length + k, 1);
+    if (prefill) {
+      std::vector<std::int64_t> tokens = seen_[row];
+      tokens.resize(static_cast<std::size_t>(prompt_length_), config_.pad_token_id);
+      ids.push_back(std::move(tokens));
+      std::vector<std::int64_t> p(static_cast<std::size_t>(prompt_length_));
+      for (std::int64_t j = 0; j < prompt_length_; ++j) p[static_cast<std::size_t>(j)] = j < length ? j : 1;
+      positions.push_back(std::move(p));
+    } else {
+      ids.push_back({ended_[row] ? config_.pad_token_id : generated_[row].back()});
+      positions.push_back({length + k - 1});
+    }
+    mask.push_back(std::move(m));
+  }
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back(signature_.input_ids, host_matrix(ids, 0, signature_.ids_dtype));
+  if (!signature_.attention_mask.empty()) {
+    out.emplace_back(signature_.attention_mask, host_matrix(mask, 0, signature_.mask_dtype));
+  }
+  if (!signature_.position_ids.empty()) {
+    out.emplace_back(signature_.position_ids, host_matrix(positions, 0, signature_.positions_dtype));
+  }
+  if (!signature_.use_cache_branch.empty()) {
+    Tensor branch = Tensor::empty({1}, DType::kBool);
+    *static_cast<bool*>(branch.data_ptr()) = !prefill;
+    out.emplace_back(signature_.use_cache_branch, branch);
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Generation::feeds(bool prefill) const {
+  if (right_padded_) return right_padded_feeds(prefill);
   // The cached decode step feeds only the last position; the prefill and the recompute form feed everything.
   const std::int64_t length = static_cast<std::int64_t>(sequence_.front().size());
   const std::int64_t from = cache_ && !prefill ? length - 1 : 0;
@@ -135,10 +204,13 @@ Tensor Generation::run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   return binding.outputs()[static_cast<std::size_t>(it - names.begin())];
 }
 
-std::vector<float> Generation::last_logits(const Tensor& logits, std::int64_t row) const {
+std::vector<float> Generation::last_logits(const Tensor& logits, std::int64_t row, bool prefill) const {
   XPURT_CHECK_TYPE(logits.dim() == 3 && logits.shape()[0] == batch_, "logits output '", signature_.logits,
                    "' should be [batch, seq, vocab] with batch ", batch_, ", got ", logits.str());
-  return step_io::last_position_logits(logits, row, signature_.logits);
+  // A right-padded prefill's row ends at its own last prompt position (Note [Padding sides]).
+  const std::int64_t position =
+      right_padded_ && prefill ? prompt_lengths_[static_cast<std::size_t>(row)] - 1 : logits.shape()[1] - 1;
+  return step_io::position_logits(logits, row, position, signature_.logits);
 }
 
 std::vector<std::optional<std::int64_t>> Generation::step() {
@@ -150,7 +222,7 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
   std::vector<std::optional<std::int64_t>> chosen(static_cast<std::size_t>(batch_));
   for (std::int64_t r = 0; r < batch_; ++r) {
     if (ended_[static_cast<std::size_t>(r)]) continue;
-    std::vector<float> row = last_logits(logits, r);
+    std::vector<float> row = last_logits(logits, r, prefill);
     chosen[static_cast<std::size_t>(r)] = sampler_.next(row.data(), static_cast<std::int64_t>(row.size()),
                                                         seen_[static_cast<std::size_t>(r)],
                                                         rngs_[static_cast<std::size_t>(r)]);

@@ -23,6 +23,9 @@ void GenerationConfig::validate() const {
               "GenerationConfig.repetition_penalty must be positive (1: off), got ", repetition_penalty);
   for (std::int64_t t : stop_tokens) XPURT_CHECK(t >= 0, "GenerationConfig.stop_tokens holds a negative id ", t);
   XPURT_CHECK(pad_token_id >= 0, "GenerationConfig.pad_token_id must be a token id (>= 0), got ", pad_token_id);
+  XPURT_CHECK(!(padding == PaddingSide::kRight && cache == CacheMode::kNone),
+              "GenerationConfig.padding 'right' needs the model's cache (cache='none' recomputes the padded sequence, "
+              "which a right-padded row cannot be)");
 }
 
 std::string GenerationConfig::str() const {
@@ -33,7 +36,8 @@ std::string GenerationConfig::str() const {
                          ", do_sample=", do_sample ? "true" : "false", ", temperature=", temperature,
                          ", top_k=", top_k, ", top_p=", top_p, ", repetition_penalty=", repetition_penalty,
                          ", seed=", seed, ", stop_tokens=[", stops, "], pad_token_id=", pad_token_id,
-                         ", cache=", cache_mode, ")");
+                         ", cache=", cache_mode, ", padding=",
+                         padding == PaddingSide::kAuto ? "auto" : padding == PaddingSide::kLeft ? "left" : "right", ")");
 }
 
 // Note [Sampling]

@@ -38,13 +38,20 @@ std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vecto
 }
 
 std::vector<float> last_position_logits(const Tensor& logits, std::int64_t row, const std::string& name) {
-  XPURT_CHECK_TYPE(logits.dim() == 3 && row < logits.shape()[0], "logits output '", name,
-                   "' should be [batch, seq, vocab] with a row ", row, ", got ", logits.str());
+  XPURT_CHECK_TYPE(logits.dim() == 3, "logits output '", name, "' should be [batch, seq, vocab], got ", logits.str());
+  return position_logits(logits, row, logits.shape()[1] - 1, name);
+}
+
+std::vector<float> position_logits(const Tensor& logits, std::int64_t row, std::int64_t position,
+                                   const std::string& name) {
+  XPURT_CHECK_TYPE(logits.dim() == 3 && row < logits.shape()[0] && position >= 0 && position < logits.shape()[1],
+                   "logits output '", name, "' should be [batch, seq, vocab] with a row ", row, " and a position ",
+                   position, ", got ", logits.str());
   // Bound to the host by the callers, so this is no copy unless it is strided.
   const Tensor host = logits.device().is_cpu() ? logits.contiguous() : logits.to(Device::cpu()).contiguous();
   const std::int64_t seq = host.shape()[1];
   const std::int64_t vocab = host.shape()[2];
-  const std::int64_t at = (row * seq + seq - 1) * vocab;
+  const std::int64_t at = (row * seq + position) * vocab;
   std::vector<float> out(static_cast<std::size_t>(vocab));
   switch (host.dtype()) {
     case DType::kFloat32:

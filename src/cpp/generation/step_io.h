@@ -21,4 +21,8 @@ std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vecto
 // bfloat16, any device), as float32. InvalidTypeError for another dtype or rank, naming the output `name`.
 std::vector<float> last_position_logits(const Tensor& logits, std::int64_t row, const std::string& name);
 
+// The logits of position `position` of row `row` (last_position_logits for any position).
+std::vector<float> position_logits(const Tensor& logits, std::int64_t row, std::int64_t position,
+                                   const std::string& name);
+
 }  // namespace xpuruntime::generation::step_io

@@ -52,11 +52,53 @@ pad_token_id : int
     Fed for left padding and for rows that have ended (default 0).
 cache : {"auto", "required", "none"}
     Use the model's cache when it has one (default), insist on it, or recompute every step.
+padding : {"auto", "left", "right"}
+    Where shorter rows of a batch are padded: "left" for transformers' exports, "right" for ONNX Runtime's
+    GroupQueryAttention form; "auto" (default) picks right when the model uses GroupQueryAttention.
 
 Bad values raise :class:`~xpuruntime.InvalidArgumentError` naming the field.
 """
 
 Prompts = Union[Sequence[int], Sequence[Sequence[int]], np.ndarray]
+
+
+def _uses_group_query_attention(model: Union[str, Path, bytes]) -> bool:
+    """Whether the model file holds a com.microsoft GroupQueryAttention node (its graph and subgraphs; weights in
+    external data are not read)."""
+    try:
+        import onnx
+    except ImportError:  # no onnx package: the C++ side decides (docs/generation.md)
+        return False
+    try:
+        proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(str(model),
+                                                                                        load_external_data=False)
+    except Exception:  # noqa: BLE001: an unreadable model fails in the session with a typed error instead
+        return False
+
+    def graphs(graph):
+        yield graph
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.g is not None and attr.g.node:
+                    yield from graphs(attr.g)
+                for sub in attr.graphs:
+                    yield from graphs(sub)
+
+    return any(node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
+               for graph in graphs(proto.graph) for node in graph.node)
+
+
+def _resolved(config: "GenerationConfig", model: Any) -> "GenerationConfig":
+    """config with padding="auto" made "right" for a GroupQueryAttention model given as a path or bytes (a session
+    given as such: the C++ side resolves it from the session, Note [Padding sides])."""
+    if config.padding != "auto" or not isinstance(model, (str, Path, bytes)):
+        return config
+    if _uses_group_query_attention(model):
+        import copy
+
+        config = copy.copy(config)
+        config.padding = "right"
+    return config
 
 
 def _as_batch(input_ids: Prompts) -> "tuple[List[List[int]], bool]":
@@ -103,7 +145,9 @@ class Generator:
             self.session = model
         else:
             self.session = InferenceSession(model, device=device, engine=engine, **session_options)
-        self.config = config if config is not None else GenerationConfig()
+        self.config = _resolved(config if config is not None else GenerationConfig(),
+                                getattr(self.session, "_model_source", None) if isinstance(model, InferenceSession)
+                                else model)
         self._generator = _core.Generator(self.session._session, self.config)
 
     @property
@@ -195,7 +239,9 @@ class ContinuousBatcher:
             self.session = model
         else:
             self.session = InferenceSession(model, device=device, engine=engine, **session_options)
-        self.config = config if config is not None else GenerationConfig()
+        self.config = _resolved(config if config is not None else GenerationConfig(),
+                                getattr(self.session, "_model_source", None) if isinstance(model, InferenceSession)
+                                else model)
         self._batcher = _core.ContinuousBatcher(self.session._session, self.config,
                                                 cache if cache is not None else PagedCacheConfig())
 

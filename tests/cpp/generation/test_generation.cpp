@@ -118,6 +118,16 @@ TEST(GenerationConfig, ChecksEveryField) {
   bad([](GenerationConfig& c) { c.repetition_penalty = 0; }, "repetition_penalty");
   bad([](GenerationConfig& c) { c.stop_tokens = {4, -1}; }, "stop_tokens");
   bad([](GenerationConfig& c) { c.pad_token_id = -1; }, "pad_token_id");
+  bad(
+      [](GenerationConfig& c) {
+        c.padding = PaddingSide::kRight;
+        c.cache = CacheMode::kNone;
+      },
+      "padding");
+  GenerationConfig right;
+  right.padding = PaddingSide::kRight;
+  EXPECT_NO_THROW(right.validate());
+  EXPECT_NE(right.str().find("padding=right"), std::string::npos);
 }
 
 ValueInfo info(const std::string& name, DType dtype, std::vector<std::string> shape) {

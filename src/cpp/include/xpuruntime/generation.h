@@ -39,6 +39,13 @@ enum class CacheMode {
   kNone,      // recompute every step even when the model has a cache (its past inputs fed empty)
 };
 
+// Where a batch's shorter rows are padded (Note [Padding sides] in generation/generator.cpp).
+enum class PaddingSide {
+  kAuto,   // right when the model's attention is ONNX Runtime's GroupQueryAttention, else left
+  kLeft,   // transformers' exports: padding first, attention_mask 0 on it, the cache right-aligned
+  kRight,  // GroupQueryAttention (its seqlens_k counts a row's positions from 0): tokens first, padding last
+};
+
 // How tokens are chosen and when generation stops. Valid when default-constructed: greedy, 32 new tokens.
 // validate() raises InvalidArgumentError naming the first bad field.
 struct XPURT_API GenerationConfig {
@@ -53,6 +60,7 @@ struct XPURT_API GenerationConfig {
   std::vector<std::int64_t> stop_tokens;  // a row ends after producing one of these (it is included in the output)
   std::int64_t pad_token_id = 0;      // fed for left padding and for rows that have ended
   CacheMode cache = CacheMode::kAuto;
+  PaddingSide padding = PaddingSide::kAuto;  // kRight needs the model's cache
   void validate() const;
   std::string str() const;
 };
@@ -171,6 +179,12 @@ struct XPURT_API GenerationStats {
 
 class Generator;
 
+// `requested` with kAuto resolved for `session`: kRight when the session's model uses com.microsoft
+// GroupQueryAttention (seen in explain()'s nodes: the native engine lists them when the session is made; an
+// onnxruntime-engine session lists them only after a run, so kAuto is kLeft there: give kRight, as the Python API
+// and the CLI do after reading the model file), else kLeft.
+XPURT_API PaddingSide resolve_padding(const InferenceSession& session, PaddingSide requested);
+
 // One batch being generated: prefill on the first step(), one decode step per later call.
 class XPURT_API Generation {
  public:
@@ -192,7 +206,8 @@ class XPURT_API Generation {
              const std::vector<std::vector<std::int64_t>>& prompts);
   std::vector<std::pair<std::string, Tensor>> feeds(bool prefill) const;
   Tensor run(const std::vector<std::pair<std::string, Tensor>>& feeds, std::int64_t new_tokens);
-  std::vector<float> last_logits(const Tensor& logits, std::int64_t row) const;
+  std::vector<std::pair<std::string, Tensor>> right_padded_feeds(bool prefill) const;
+  std::vector<float> last_logits(const Tensor& logits, std::int64_t row, bool prefill) const;
   void finish_step(const std::vector<std::optional<std::int64_t>>& chosen);
 
   const InferenceSession* session_;
@@ -206,6 +221,8 @@ class XPURT_API Generation {
   std::vector<std::vector<std::int64_t>> mask_;      // per row: 0 for padding, 1 otherwise
   std::vector<std::vector<std::int64_t>> seen_;      // per row: prompt + generated (the repetition penalty's)
   std::vector<std::vector<std::int64_t>> generated_;
+  std::vector<std::int64_t> prompt_lengths_;
+  bool right_padded_ = false;        // Note [Padding sides]
   std::vector<std::mt19937_64> rngs_;
   std::vector<bool> ended_;
   std::unique_ptr<KvCache> cache_;  // null in the recompute form
@@ -228,6 +245,8 @@ class XPURT_API Generator {
   const GenerationConfig& config() const { return config_; }
   // Whether generations use the model's cache (the signature has one and the config does not say kNone).
   bool uses_cache() const;
+  // The padding side its generations use (config.padding, kAuto resolved: Note [Padding sides]).
+  PaddingSide padding() const { return config_.padding; }
 
  private:
   const InferenceSession* session_;
@@ -364,6 +383,7 @@ class XPURT_API ContinuousBatcher {
   std::vector<std::int64_t> working_rows_;  // the rows `working_` holds (a change means a regather)
   std::vector<Tensor> working_;         // per slot: the batch's past [rows, heads, working_length_, head_dim]
   std::int64_t working_length_ = 0;
+  bool right_padded_ = false;  // Note [Padding sides]
   std::int64_t next_id_ = 0;
   BatcherStats stats_;
 };

@@ -612,6 +612,14 @@ def test_the_group_query_attention_form_generates_what_the_concat_form_does(cach
     assert left.generate(PROMPTS)[1] != Generator(cached, greedy(10)).generate(PROMPTS)[1]
     sampled = GenerationConfig(max_new_tokens=8, do_sample=True, seed=2, top_k=4)
     assert Generator(gqa, sampled, engine=engine).generate(PROMPTS) == Generator(cached, sampled).generate(PROMPTS)
+    # one shared buffer per slot, bound as both the past and the present (appended in place), not two
+    generation = generator.start(PROMPTS)
+    while not generation.done:
+        generation.step()
+    capacity = max(len(p) for p in PROMPTS) + 10
+    assert generation.cache_capacity == capacity
+    assert generation.cache_bytes == 2 * LAYERS * len(PROMPTS) * HEADS * capacity * HEAD_DIM * 4
+    assert generation.tokens == Generator(cached, greedy(10)).generate(PROMPTS)
 
 
 @pytest.mark.parametrize("engine", GQA_ENGINES)

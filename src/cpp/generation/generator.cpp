@@ -117,8 +117,10 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
   ended_.assign(static_cast<std::size_t>(batch_), false);
   for (const auto& prompt : prompts) prompt_lengths_.push_back(static_cast<std::int64_t>(prompt.size()));
   if (!signature_.cache.empty() && config_.cache != CacheMode::kNone) {
+    // The GroupQueryAttention form appends in place into one shared buffer (Note [Contiguous KV cache]).
     cache_ = std::make_unique<ContiguousKvCache>(signature_.cache, batch_, prompt_length_ + limit_new_,
-                                                 session.options().device);
+                                                 session.options().device,
+                                                 /*shared=*/config_.padding == PaddingSide::kRight);
   }
   right_padded_ = cache_ != nullptr && config_.padding == PaddingSide::kRight;
 }

@@ -25,19 +25,27 @@ namespace xpuruntime::generation {
 // as a write of `new` at offset `length` of a strided buffer, which neither engine does yet: a native-engine pass
 // for it, and then one buffer per slot here instead of two, is the next step (docs/generation.md).
 //
+// The shared form (`shared`): ONNX Runtime's GroupQueryAttention appends in place when its past and present are the
+// same buffer (past_present_share_buffer): the past input is then the whole [batch, heads, capacity, head_dim] buffer,
+// the step's keys and values are written at each row's own positions (seqlens_k), and the present output is that same
+// buffer. The cache then holds one buffer per slot, binds it as both, and nothing copies the cache at all: the
+// "present aliases past" of issue 44, on the engines whose GroupQueryAttention implements it (ONNX Runtime's; an engine
+// that computes the present elsewhere still gives the right tokens, copying it into the bound buffer).
+//
 // The padded layout is one length for the whole batch: rows of different prompt lengths are left-padded to the
 // longest, and the padding is masked by attention_mask. A paged pool (blocks per request) lifts that, behind the
 // same KvCache interface.
 
 ContiguousKvCache::ContiguousKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity,
-                                     Device device)
-    : batch_(batch), capacity_(capacity) {
+                                     Device device, bool shared)
+    : batch_(batch), capacity_(capacity), shared_(shared) {
   XPURT_CHECK(batch > 0 && capacity > 0, "ContiguousKvCache: batch and capacity must be positive, got ", batch,
               " and ", capacity);
   buffers_.reserve(slots.size());
   for (const CacheSlot& slot : slots) {
     Buffers b{slot, {}};
-    for (Tensor& t : b.buffer) t = Tensor::zeros({batch, slot.heads, capacity, slot.head_dim}, slot.dtype, device);
+    b.buffer[0] = Tensor::zeros({batch, slot.heads, capacity, slot.head_dim}, slot.dtype, device);
+    b.buffer[1] = shared ? b.buffer[0] : Tensor::zeros({batch, slot.heads, capacity, slot.head_dim}, slot.dtype, device);
     buffers_.push_back(std::move(b));
   }
 }
@@ -54,6 +62,11 @@ void ContiguousKvCache::bind(IoBinding& binding, std::int64_t new_tokens) {
   XPURT_CHECK(length_ + new_tokens <= capacity_, "the cache holds ", capacity_, " positions; this step needs ",
               length_ + new_tokens, " (raise max_length or lower max_new_tokens)");
   for (const Buffers& b : buffers_) {
+    if (shared_) {
+      binding.bind_input(b.slot.past_input, b.buffer[0]);
+      binding.bind_output(b.slot.present_output, b.buffer[0]);
+      continue;
+    }
     binding.bind_input(b.slot.past_input, view(b, current_, length_));
     binding.bind_output(b.slot.present_output, view(b, 1 - current_, length_ + new_tokens));
   }
@@ -62,12 +75,12 @@ void ContiguousKvCache::bind(IoBinding& binding, std::int64_t new_tokens) {
 void ContiguousKvCache::commit(std::int64_t new_tokens) {
   XPURT_INTERNAL_ASSERT(length_ + new_tokens <= capacity_, "commit past the cache's capacity");
   length_ += new_tokens;
-  current_ = 1 - current_;
+  if (!shared_) current_ = 1 - current_;
 }
 
 std::size_t ContiguousKvCache::bytes() const {
   std::size_t total = 0;
-  for (const Buffers& b : buffers_) total += b.buffer[0].nbytes() + b.buffer[1].nbytes();
+  for (const Buffers& b : buffers_) total += b.buffer[0].nbytes() + (shared_ ? 0 : b.buffer[1].nbytes());
   return total;
 }
 

@@ -116,7 +116,11 @@ class XPURT_API KvCache {
 // never leaves the device. Exceeding `capacity` is an InvalidArgumentError.
 class XPURT_API ContiguousKvCache final : public KvCache {
  public:
-  ContiguousKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity, Device device);
+  // `shared`: one buffer per slot, bound as both the past (all `capacity` positions) and the present, for models
+  // that append in place (GroupQueryAttention's shared past/present buffer: Note [Contiguous KV cache]).
+  ContiguousKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity, Device device,
+                    bool shared = false);
+  bool shared() const { return shared_; }
   void bind(IoBinding& binding, std::int64_t new_tokens) override;
   void commit(std::int64_t new_tokens) override;
   std::int64_t length() const override { return length_; }
@@ -134,6 +138,7 @@ class XPURT_API ContiguousKvCache final : public KvCache {
   std::int64_t capacity_;
   std::int64_t length_ = 0;
   int current_ = 0;  // the buffer that holds the past
+  bool shared_ = false;
 };
 
 // Chooses the next token of one row from its logits (Note [Sampling] in generation/sampler.cpp). Host code on

@@ -709,6 +709,7 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
 
 void register_data_ops(KernelRegistry& registry);  // op_schemas_data.cpp: data movement, every-dtype ops
 void register_int4_ops(KernelRegistry& registry);  // op_schemas_int4.cpp: matmul_nbits
+void register_gqa_ops(KernelRegistry& registry);   // op_schemas_gqa.cpp: group_query_attention
 void register_quantize_ops(KernelRegistry& registry);  // op_schemas_quantize.cpp: (de)quantize_linear
 
 void register_ops(KernelRegistry& registry) {
@@ -809,6 +810,7 @@ void register_ops(KernelRegistry& registry) {
   }
   register_data_ops(registry);
   register_int4_ops(registry);
+  register_gqa_ops(registry);
   register_quantize_ops(registry);
   distributed::register_collective_schemas(registry);
 }

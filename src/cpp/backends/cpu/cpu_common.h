@@ -127,6 +127,7 @@ void register_onnx_kernels(KernelRegistry& registry);  // the ONNX ops beyond th
 void register_fused_kernels(KernelRegistry& registry);  // fused_elementwise (cpu_fused.cpp)
 void register_quantized_kernels(KernelRegistry& registry);  // qlinear, qconv2d (cpu_quant.cpp)
 void register_int4_kernels(KernelRegistry& registry);       // matmul_nbits (cpu_int4.cpp)
+void register_gqa_kernels(KernelRegistry& registry);        // group_query_attention (cpu_gqa.cpp)
 // quantize_linear, dequantize_linear, dynamic_quantize_linear (cpu_quantize.cpp)
 void register_quantize_kernels(KernelRegistry& registry);
 // reduce_sum/max/min of int32/int64 through the ONNX reference library (cpu_onnx_ops.cpp).

@@ -232,6 +232,7 @@ void register_cpu(KernelRegistry& registry) {
   cpu::register_fused_kernels(registry);
   cpu::register_quantized_kernels(registry);
   cpu::register_int4_kernels(registry);
+  cpu::register_gqa_kernels(registry);
   cpu::register_quantize_kernels(registry);
   // The ONNX reference implementations as node kernels (Note [Node kernels] in core/kernel_registry.cpp).
   onnx_ref::register_onnx_node_kernels(registry);

@@ -132,6 +132,7 @@ void register_onnx_node_kernels(KernelRegistry& registry) {
   register_control_flow_ops(kernels);
   register_sequence_ops(kernels);
   register_fused_ops(kernels);  // com.xpuruntime nodes, for CPU runs the registry ops cannot take
+  register_contrib_attention_ops(kernels);
 }
 
 }  // namespace xpuruntime::onnx_ref

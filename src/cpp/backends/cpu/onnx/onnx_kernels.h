@@ -126,5 +126,7 @@ void register_control_flow_ops(NodeKernelRegistrar& kernels);  // onnx_control_f
 void register_sequence_ops(NodeKernelRegistrar& kernels);      // onnx_sequence.cpp: Sequence*, Optional*, ...
 // onnx_fused.cpp: the com.xpuruntime nodes the graph passes make, each as its registry op on the CPU.
 void register_fused_ops(NodeKernelRegistrar& kernels);
+// onnx_contrib_attention.cpp: ONNX Runtime's com.microsoft GroupQueryAttention (registry op group_query_attention).
+void register_contrib_attention_ops(NodeKernelRegistrar& kernels);
 
 }  // namespace xpuruntime::onnx_ref

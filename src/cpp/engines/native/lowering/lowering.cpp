@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/attention_layout.h"
+#include "core/group_query_attention.h"
 #include "core/quantize_ops.h"
 #include "engines/native/passes/pass_utils.h"
 #include "core/scalar.h"
@@ -1018,6 +1019,24 @@ Lowered lower_ms_matmul_nbits(const Ctx& c) {
   return registry("matmul_nbits", {0, 1, 2, c.has(3) ? 3 : -1, c.has(5) ? 5 : -1}, a);
 }
 
+// com.microsoft GroupQueryAttention -> group_query_attention (Note [Group query attention] in core/op_schemas_gqa.cpp)
+// once its total_sequence_length is a constant: onnxruntime-genai's models compute it from Shape(attention_mask),
+// which folds in a plan specialised to the inputs' shapes; a graph input ends a plan segment there (Note [Segmented
+// plans]) and the next segment has it as a constant. What the registry op does not implement is refused here, at
+// session creation (UnsupportedOperationError naming the attribute or input).
+Lowered lower_group_query_attention(const Ctx& c) {
+  gqa::check_supported(c.node);
+  const Tensor* total = c.constant(gqa::kTotalSequenceLengthInput);
+  if (total == nullptr) return reference("total_sequence_length is known only at run time");
+  if (total->dtype() != DType::kInt32 || total->numel() != 1) {
+    return reference("total_sequence_length is not one int32 value");
+  }
+  std::vector<int> inputs;
+  for (std::size_t i : gqa::registry_inputs()) inputs.push_back(c.has(i) ? static_cast<int>(i) : -1);
+  const std::int64_t value = *static_cast<const std::int32_t*>(total->data_ptr());
+  return registry("group_query_attention", inputs, gqa::registry_attributes(c.node.attrs, value));
+}
+
 // com.xpuruntime MatMulNBits (the int4_weight_fusion pass): inputs and attributes are the registry op's.
 Lowered lower_fused_matmul_nbits(const Ctx& c) {
   Attributes a;
@@ -1281,6 +1300,7 @@ Lowered lower_matmul_nbits(const Node& node, const std::vector<const ValueType*>
 Lowered lower_node(const Node& node, std::int64_t opset, const std::vector<const ValueType*>& types,
                    const std::vector<const Tensor*>& constants) {
   const Ctx c{node, opset, types, constants};
+  if (node.domain == "com.microsoft" && node.op_type == "GroupQueryAttention") return lower_group_query_attention(c);
   if (node.domain == "com.microsoft" && node.op_type == "MatMulNBits") {
     // The int4_weight_fusion pass turns the ones matmul_nbits takes into com.xpuruntime nodes; this one it left.
     const Lowered lowered = lower_ms_matmul_nbits(c);

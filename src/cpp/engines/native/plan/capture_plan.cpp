@@ -567,6 +567,10 @@ class StepLowering {
 
   // Step `index` (node `node`) runs in the reference library instead, or the plan is refused on CUDA.
   void fall_back(std::size_t index, PlanStep& step, const Node& node, std::int64_t opset, const std::string& reason) {
+    // The reference library reads the node's inputs in the node's order, which a registry op's may not be (a step
+    // lowered onto group_query_attention holds them reordered).
+    step.inputs.clear();
+    for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
     step.kind = PlanStep::Kind::kReference;
     step.reason = reason;
     step.dispatch.reset();

@@ -93,10 +93,13 @@ bool shape_input(const Node& n, std::size_t index, DType dtype) {
       {"ReduceMin", {1}},      {"ReduceProd", {1}},      {"NonMaxSuppression", {2, 3, 4}},
       {"Trilu", {1}},          {"CenterCropPad", {1}},   {"EyeLike", {}},
   };
+  const bool is_float = dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kFloat64;
+  // ONNX Runtime's GroupQueryAttention: total_sequence_length sets the present key/value's length (Note [Group
+  // query attention] in core/op_schemas_gqa.cpp).
+  if (n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention") return index == 6 && !is_float;
   if (!is_onnx(n)) return false;
   auto it = inputs.find(n.op_type);
   if (it == inputs.end() || !it->second.count(index)) return false;
-  const bool is_float = dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kFloat64;
   // Floats only where they are scales or thresholds (Resize, Upsample, NonMaxSuppression) or a float Range.
   return !is_float || n.op_type == "Resize" || n.op_type == "Upsample" || n.op_type == "NonMaxSuppression" ||
          n.op_type == "Range";

@@ -239,9 +239,7 @@ bool ContinuousBatcher::prefill(Request& r, std::vector<BatchEvent>& events) {
                        step_io::host_matrix(step_io::positions_of(mask), past, signature_.positions_dtype));
   }
   if (!signature_.use_cache_branch.empty()) {
-    Tensor branch = Tensor::empty({1}, DType::kBool);
-    *static_cast<bool*>(branch.data_ptr()) = past > 0;
-    binding.bind_input(signature_.use_cache_branch, branch);
+    binding.bind_input(signature_.use_cache_branch, step_io::cache_branch(past > 0));
   }
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
@@ -256,16 +254,10 @@ bool ContinuousBatcher::prefill(Request& r, std::vector<BatchEvent>& events) {
   }
   binding.bind_output(signature_.logits, Device::cpu());
   session_->run_with_binding(binding);
-  const std::vector<std::string> names = binding.output_names();
-  Tensor logits;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == signature_.logits) logits = binding.outputs()[i];
-  }
+  const Tensor logits = step_io::bound_output(binding, signature_.logits);
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
-    const auto it = std::find(names.begin(), names.end(), slot.present_output);
-    XPURT_INTERNAL_ASSERT(it != names.end(), "present output ", slot.present_output, " was not bound");
-    const Tensor present = binding.outputs()[static_cast<std::size_t>(it - names.begin())].contiguous();
+    const Tensor present = step_io::bound_output(binding, slot.present_output).contiguous();
     XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[2] == total, "present output '", slot.present_output,
                      "' should be [1, heads, ", total, ", head_dim] after a prefill of ", total - past,
                      " tokens over a past of ", past, "; got ", present.str());
@@ -377,9 +369,7 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
     binding.bind_input(signature_.position_ids, step_io::host_matrix(positions, 0, signature_.positions_dtype));
   }
   if (!signature_.use_cache_branch.empty()) {
-    Tensor branch = Tensor::empty({1}, DType::kBool);
-    *static_cast<bool*>(branch.data_ptr()) = true;
-    binding.bind_input(signature_.use_cache_branch, branch);
+    binding.bind_input(signature_.use_cache_branch, step_io::cache_branch(true));
   }
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     binding.bind_input(signature_.cache[s].past_input, working_[s]);
@@ -387,16 +377,10 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   }
   binding.bind_output(signature_.logits, Device::cpu());
   session_->run_with_binding(binding);
-  const std::vector<std::string> names = binding.output_names();
-  Tensor logits;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == signature_.logits) logits = binding.outputs()[i];
-  }
+  const Tensor logits = step_io::bound_output(binding, signature_.logits);
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
-    const auto it = std::find(names.begin(), names.end(), slot.present_output);
-    XPURT_INTERNAL_ASSERT(it != names.end(), "present output ", slot.present_output, " was not bound");
-    Tensor present = binding.outputs()[static_cast<std::size_t>(it - names.begin())].contiguous();
+    Tensor present = step_io::bound_output(binding, slot.present_output).contiguous();
     XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[0] == batch && present.shape()[2] == working_length_ + 1,
                      "present output '", slot.present_output, "' should be [", batch, ", heads, ",
                      working_length_ + 1, ", head_dim] after a decode step; got ", present.str());

@@ -158,9 +158,7 @@ std::vector<std::pair<std::string, Tensor>> Generation::right_padded_feeds(bool 
     out.emplace_back(signature_.position_ids, host_matrix(positions, 0, signature_.positions_dtype));
   }
   if (!signature_.use_cache_branch.empty()) {
-    Tensor branch = Tensor::empty({1}, DType::kBool);
-    *static_cast<bool*>(branch.data_ptr()) = !prefill;
-    out.emplace_back(signature_.use_cache_branch, branch);
+    out.emplace_back(signature_.use_cache_branch, step_io::cache_branch(!prefill));
   }
   return out;
 }
@@ -179,9 +177,7 @@ std::vector<std::pair<std::string, Tensor>> Generation::feeds(bool prefill) cons
     out.emplace_back(signature_.position_ids, host_matrix(positions_of(mask_), from, signature_.positions_dtype));
   }
   if (!signature_.use_cache_branch.empty()) {
-    Tensor branch = Tensor::empty({1}, DType::kBool);
-    *static_cast<bool*>(branch.data_ptr()) = cache_ != nullptr && !prefill;
-    out.emplace_back(signature_.use_cache_branch, branch);
+    out.emplace_back(signature_.use_cache_branch, step_io::cache_branch(cache_ != nullptr && !prefill));
   }
   if (!cache_) {
     // The recompute form of a model with a cache: its past fed empty, its present ignored.
@@ -200,10 +196,7 @@ Tensor Generation::run(const std::vector<std::pair<std::string, Tensor>>& feeds,
   if (cache_) cache_->bind(binding, new_tokens);
   session_->run_with_binding(binding);
   if (cache_) cache_->commit(new_tokens);
-  const std::vector<std::string> names = binding.output_names();
-  const auto it = std::find(names.begin(), names.end(), signature_.logits);
-  XPURT_INTERNAL_ASSERT(it != names.end(), "the logits output was not bound");
-  return binding.outputs()[static_cast<std::size_t>(it - names.begin())];
+  return step_io::bound_output(binding, signature_.logits);
 }
 
 std::vector<float> Generation::last_logits(const Tensor& logits, std::int64_t row, bool prefill) const {

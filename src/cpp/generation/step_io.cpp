@@ -1,6 +1,7 @@
 // What a generation step feeds and reads (step_io.h).
 #include "generation/step_io.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/half.h"
@@ -71,6 +72,19 @@ std::vector<float> position_logits(const Tensor& logits, std::int64_t row, std::
                                                          "; expected float32, float16 or bfloat16"));
   }
   return out;
+}
+
+Tensor bound_output(const IoBinding& binding, const std::string& name) {
+  const std::vector<std::string> names = binding.output_names();
+  const auto it = std::find(names.begin(), names.end(), name);
+  XPURT_INTERNAL_ASSERT(it != names.end(), "output '", name, "' was not bound");
+  return binding.outputs()[static_cast<std::size_t>(it - names.begin())];
+}
+
+Tensor cache_branch(bool value) {
+  Tensor branch = Tensor::empty({1}, DType::kBool);
+  *static_cast<bool*>(branch.data_ptr()) = value;
+  return branch;
 }
 
 }  // namespace xpuruntime::generation::step_io

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "xpuruntime/inference_session.h"
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime::generation::step_io {
@@ -24,5 +25,11 @@ std::vector<float> last_position_logits(const Tensor& logits, std::int64_t row, 
 // The logits of position `position` of row `row` (last_position_logits for any position).
 std::vector<float> position_logits(const Tensor& logits, std::int64_t row, std::int64_t position,
                                    const std::string& name);
+
+// The output `name` of `binding` after its run (an internal error when it was not bound).
+Tensor bound_output(const IoBinding& binding, const std::string& name);
+
+// optimum's use_cache_branch feed: a bool [1] on the host.
+Tensor cache_branch(bool value);
 
 }  // namespace xpuruntime::generation::step_io

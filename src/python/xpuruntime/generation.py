@@ -88,6 +88,15 @@ def _uses_group_query_attention(model: Union[str, Path, bytes]) -> bool:
                for graph in graphs(proto.graph) for node in graph.node)
 
 
+def _session_and_config(model: Any, config: Optional["GenerationConfig"], device: Any, engine: str,
+                        session_options: dict) -> "tuple[InferenceSession, GenerationConfig]":
+    """The session (made of a path or bytes, or the one given) and the config with padding="auto" resolved."""
+    session = model if isinstance(model, InferenceSession) else InferenceSession(model, device=device, engine=engine,
+                                                                                 **session_options)
+    source = getattr(session, "_model_source", None) if isinstance(model, InferenceSession) else model
+    return session, _resolved(config if config is not None else GenerationConfig(), source)
+
+
 def _resolved(config: "GenerationConfig", model: Any) -> "GenerationConfig":
     """config with padding="auto" made "right" for a GroupQueryAttention model given as a path or bytes (a session
     given as such: the C++ side resolves it from the session, Note [Padding sides])."""
@@ -141,13 +150,7 @@ class Generator:
 
     def __init__(self, model: Union[str, Path, bytes, InferenceSession], config: Optional[GenerationConfig] = None,
                  *, device: Any = "cpu", engine: str = "auto", **session_options: Any) -> None:
-        if isinstance(model, InferenceSession):
-            self.session = model
-        else:
-            self.session = InferenceSession(model, device=device, engine=engine, **session_options)
-        self.config = _resolved(config if config is not None else GenerationConfig(),
-                                getattr(self.session, "_model_source", None) if isinstance(model, InferenceSession)
-                                else model)
+        self.session, self.config = _session_and_config(model, config, device, engine, session_options)
         self._generator = _core.Generator(self.session._session, self.config)
 
     @property
@@ -235,13 +238,7 @@ class ContinuousBatcher:
     def __init__(self, model: Union[str, Path, bytes, InferenceSession], config: Optional[GenerationConfig] = None,
                  cache: Optional[PagedCacheConfig] = None, *, device: Any = "cpu", engine: str = "auto",
                  **session_options: Any) -> None:
-        if isinstance(model, InferenceSession):
-            self.session = model
-        else:
-            self.session = InferenceSession(model, device=device, engine=engine, **session_options)
-        self.config = _resolved(config if config is not None else GenerationConfig(),
-                                getattr(self.session, "_model_source", None) if isinstance(model, InferenceSession)
-                                else model)
+        self.session, self.config = _session_and_config(model, config, device, engine, session_options)
         self._batcher = _core.ContinuousBatcher(self.session._session, self.config,
                                                 cache if cache is not None else PagedCacheConfig())
 

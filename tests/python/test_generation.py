@@ -591,7 +591,7 @@ def test_continuous_batching_errors(cached, uncached):
 
 # ------------------------------------------------------------------------------- the GroupQueryAttention form
 
-GQA_ENGINES = [pytest.param("onnxruntime", marks=requires_ort)]
+GQA_ENGINES = ["native", pytest.param("onnxruntime", marks=requires_ort)]
 
 
 @pytest.fixture(scope="module")

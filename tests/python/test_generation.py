@@ -512,8 +512,13 @@ def test_shared_prefixes_are_computed_once(cached):
     alone = [Generator(cached, greedy(6)).generate(p) for p in prompts]
     batcher = ContinuousBatcher(cached, greedy(6), PagedCacheConfig(max_batch=4, block_size=4, num_blocks=24))
     ids = [batcher.submit(p) for p in prompts]
+    batcher.step()
+    text = batcher.explain()  # all four admitted: blocks 0 and 1 held by every request
+    assert "4 running" in text and "blocks [0*4, 1*4, " in text and "2 shared by more than one request" in text
+    assert "prefix sharing on" in text and "left-padded" in text and "24 blocks x 4 positions" in text
     out = batcher.run()
     assert [out[i] for i in ids] == alone
+    assert "0 in use" in batcher.explain() and "4 finished" in batcher.explain()
     stats = batcher.stats
     assert stats.shared_tokens == 3 * 8  # requests 1-3 take both full blocks of the first
     assert stats.prefill_tokens == sum(len(p) for p in prompts) - 24

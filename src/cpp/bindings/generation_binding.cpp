@@ -218,6 +218,7 @@ void bind_continuous_batcher(py::module_& m) {
       .def("finished", &ContinuousBatcher::finished, py::arg("request"))
       .def("tokens", &ContinuousBatcher::tokens, py::arg("request"))
       .def_property_readonly("stats", &ContinuousBatcher::stats)
+      .def("explain", &ContinuousBatcher::explain)
       .def_property_readonly("cache_config", &ContinuousBatcher::cache_config)
       .def_property_readonly("signature", [](const ContinuousBatcher& b) { return b.signature().str(); });
 }

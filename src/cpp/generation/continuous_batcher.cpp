@@ -415,3 +415,44 @@ BatcherStats ContinuousBatcher::stats() const {
 }
 
 }  // namespace xpuruntime::generation
+
+namespace xpuruntime::generation {
+
+std::string ContinuousBatcher::explain() const {
+  std::ostringstream os;
+  const BatcherStats st = stats();
+  std::int64_t shared = 0;
+  for (std::int64_t b = 0; b < pool_->num_blocks(); ++b) shared += pool_->references(b) > 1 ? 1 : 0;
+  os << "ContinuousBatcher: up to " << cache_config_.max_batch << " requests a step; pool of " << st.blocks_total
+     << " blocks x " << st.block_size << " positions (" << signature_.cache.size() << " cache slots, "
+     << std::fixed << std::setprecision(1)
+     << static_cast<double>(st.pool_bytes) / (st.pool_bytes < (1u << 20) ? 1024.0 : 1024.0 * 1024.0)
+     << (st.pool_bytes < (1u << 20) ? " KiB), " : " MiB), ")
+     << st.blocks_used << " in use, " << shared << " shared by more than one request; prefix sharing "
+     << (cache_config_.share_prefixes ? "on" : "off") << "; rows " << (right_padded_ ? "right" : "left")
+     << "-padded\n";
+  os << "requests: " << st.waiting << " waiting, " << st.running << " running, " << st.finished << " finished\n";
+  auto describe = [&](std::int64_t id, const char* state) {
+    const Request& r = request(id);
+    os << "  request " << id << "  " << state << "  prompt " << r.prompt.size() << ", generated "
+       << r.generated.size() << " of " << r.limit_new;
+    if (!r.blocks.empty()) {
+      os << ", cached " << r.length << " of " << r.blocks.size() * static_cast<std::size_t>(pool_->block_size())
+         << " reserved positions, blocks [";
+      for (std::size_t b = 0; b < r.blocks.size(); ++b) {
+        const int refs = pool_->references(r.blocks[b]);
+        os << (b ? ", " : "") << r.blocks[b] << (refs > 1 ? "*" + std::to_string(refs) : "");
+      }
+      os << "]";
+    } else {
+      os << ", needs " << (r.positions_needed() + pool_->block_size() - 1) / pool_->block_size() << " blocks";
+    }
+    os << "\n";
+  };
+  for (std::int64_t id : running_) describe(id, "running");
+  for (std::int64_t id : waiting_) describe(id, "waiting");
+  os << "(block*n: shared by n requests)";
+  return os.str();
+}
+
+}  // namespace xpuruntime::generation

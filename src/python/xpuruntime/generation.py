@@ -280,6 +280,11 @@ class ContinuousBatcher:
         """Requests waiting / running / finished, prefill and decode tokens and times, the pool's blocks in use."""
         return self._batcher.stats
 
+    def explain(self) -> str:
+        """What the batcher holds: the pool (blocks, bytes, in use, shared) and every waiting and running request with
+        its length, reserved positions and block table."""
+        return self._batcher.explain()
+
     @property
     def cache_config(self) -> PagedCacheConfig:
         return self._batcher.cache_config

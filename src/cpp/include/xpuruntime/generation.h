@@ -363,6 +363,9 @@ class XPURT_API ContinuousBatcher {
   // Steps until idle; every request's tokens by id.
   std::map<std::int64_t, std::vector<std::int64_t>> run();
   BatcherStats stats() const;
+  // What the batcher holds, as text: the pool (blocks, bytes, in use, shared) and every waiting and running request
+  // (its length, its reserved positions, its block table and which of its blocks are shared).
+  std::string explain() const;
   const PagedCacheConfig& cache_config() const { return cache_config_; }
   const DecoderSignature& signature() const { return signature_; }
 

@@ -480,6 +480,7 @@ def test_continuous_batching_gives_each_request_its_tokens_alone(cached, engine)
     assert stats.finished == 8 and stats.waiting == 0 and stats.running == 0 and batcher.idle
     assert stats.max_running == 3 and stats.regathers >= 3
     assert stats.prefills == 8 and stats.prefill_tokens == sum(len(p) for p in prompts)
+    assert stats.prefill_runs < stats.prefills  # requests admitted together are prefilled in one padded run
     assert stats.decode_tokens == sum(limits) - 8  # the prefill makes each request's first token
     assert stats.blocks_used == 0 and stats.blocks_total == 40 and stats.block_size == 4
     assert "8 finished" in str(stats) and "tokens/s" in str(stats)

@@ -184,6 +184,7 @@ void bind_continuous_batcher(py::module_& m) {
       .def_readonly("finished", &BatcherStats::finished)
       .def_readonly("steps", &BatcherStats::steps)
       .def_readonly("prefills", &BatcherStats::prefills)
+      .def_readonly("prefill_runs", &BatcherStats::prefill_runs)
       .def_readonly("prefill_tokens", &BatcherStats::prefill_tokens)
       .def_readonly("shared_tokens", &BatcherStats::shared_tokens)
       .def_readonly("decode_steps", &BatcherStats::decode_steps)

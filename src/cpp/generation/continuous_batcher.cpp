@@ -25,10 +25,11 @@ namespace xpuruntime::generation {
 //      never runs out of blocks and nothing is preempted; a request that finishes early returns them). A request
 //      that does not fit yet waits, and so does every request behind it (no overtaking: a long request is not
 //      starved by short ones);
-//   2. prefills each admitted request alone (batch 1): with prefix sharing, its first full prompt blocks that equal
-//      an earlier request's (the hash of every token up to the block's end) are taken from the pool and fed as the
-//      past, and only the rest of the prompt is computed; at least one prompt token is always computed (its logits
-//      give the first new token). The present's new positions go into the request's blocks, and its full prompt
+//   2. prefills the admitted requests: those that share nothing together in one padded run; one whose first full
+//      prompt blocks equal an earlier request's (the hash of every token up to the block's end) alone, with those
+//      blocks taken from the pool and fed as the past, so that only the rest of its prompt is computed (at least one
+//      prompt token always is: its logits give the first new token). A request whose first block equals one in the
+//      pending group waits for the group's run, so that it shares instead of computing the block again. The present's new positions go into the request's blocks, and its full prompt
 //      blocks are registered for later requests;
 //   3. runs one decode step of every running request together. The exported model takes its past as one
 //      [batch, heads, length, head_dim] tensor, so the batch's past is the requests' caches left-padded to the
@@ -104,7 +105,8 @@ std::string PagedCacheConfig::str() const {
 std::string BatcherStats::str() const {
   std::ostringstream os;
   os << std::fixed << std::setprecision(2) << "requests: " << waiting << " waiting, " << running << " running, "
-     << finished << " finished; " << prefills << " prefills (" << prefill_tokens << " tokens computed, "
+     << finished << " finished; " << prefills << " prefills in " << prefill_runs << " runs (" << prefill_tokens
+     << " tokens computed, "
      << shared_tokens << " shared) in " << prefill_ms << " ms; decode " << decode_steps << " steps, " << decode_tokens
      << " tokens in " << decode_ms << " ms (" << std::setprecision(0) << decode_tokens_per_s() << " tokens/s, up to "
      << max_running << " requests a step, " << regathers << " batch changes); pool " << blocks_used << " of "
@@ -193,9 +195,18 @@ std::vector<BatchEvent> ContinuousBatcher::step() {
 }
 
 void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
-  while (!waiting_.empty() && static_cast<std::int64_t>(running_.size()) < cache_config_.max_batch) {
+  // Requests admitted without a shared past are prefilled together (one run, padded); one that shares blocks runs
+  // alone over its past. A request whose first block equals a pending one's waits for that batch to be prefilled
+  // (flushed), so that it shares the blocks instead of computing them again.
+  std::vector<Request*> pending;
+  auto flush = [&] {
+    if (!pending.empty()) prefill(pending, events);
+    pending.clear();
+  };
+  const std::int64_t block = pool_->block_size();
+  while (!waiting_.empty() &&
+         static_cast<std::int64_t>(running_.size() + pending.size()) < cache_config_.max_batch) {
     Request& r = request(waiting_.front());
-    const std::int64_t block = pool_->block_size();
     const auto prompt_length = static_cast<std::int64_t>(r.prompt.size());
     // The prompt's full blocks and their keys; those already in the pool are shared (at least one token computed).
     r.keys.clear();
@@ -203,6 +214,12 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
     for (std::int64_t b = 0; (b + 1) * block <= prompt_length; ++b) {
       key = block_key(key, r.prompt.data() + b * block, block);
       r.keys.push_back(key);
+    }
+    if (cache_config_.share_prefixes && !r.keys.empty() &&
+        std::any_of(pending.begin(), pending.end(),
+                    [&](const Request* p) { return !p->keys.empty() && p->keys.front() == r.keys.front(); })) {
+      flush();
+      continue;  // look again: the prefixes it may share are registered now
     }
     std::vector<std::int64_t> shared;
     if (cache_config_.share_prefixes) {
@@ -214,25 +231,49 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
     }
     const std::int64_t needed = ceil_div(r.positions_needed(), block) - static_cast<std::int64_t>(shared.size());
     auto fresh = pool_->allocate(needed);
-    if (!fresh) return;  // waits (and so does everyone behind it) until blocks are released
+    if (!fresh) break;  // waits (and so does everyone behind it) until blocks are released
     for (std::int64_t b : shared) pool_->retain(b);
     r.blocks = shared;
     r.blocks.insert(r.blocks.end(), fresh->begin(), fresh->end());
     r.length = r.synced = static_cast<std::int64_t>(shared.size()) * block;
     waiting_.erase(waiting_.begin());
-    if (prefill(r, events)) running_.push_back(r.id);
+    if (shared.empty()) {
+      pending.push_back(&r);
+    } else {
+      std::vector<Request*> alone = {&r};
+      prefill(alone, events);
+    }
   }
+  flush();
 }
 
-bool ContinuousBatcher::prefill(Request& r, std::vector<BatchEvent>& events) {
+void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<BatchEvent>& events) {
+  // One run for `group`: several requests without a past, padded as the decode batch is (left, or right for the
+  // GroupQueryAttention form), or one request over its shared past.
   const auto begin = std::chrono::steady_clock::now();
   const Device device = session_->options().device;
-  const std::int64_t past = r.length;  // the shared prefix
-  const auto total = static_cast<std::int64_t>(r.prompt.size());
-  const std::vector<std::vector<std::int64_t>> ids = {r.prompt};
-  const std::vector<std::vector<std::int64_t>> mask = {std::vector<std::int64_t>(static_cast<std::size_t>(total), 1)};
+  const std::int64_t past = group.front()->length;  // the shared prefix (0 for a group of several)
+  XPURT_INTERNAL_ASSERT(past == 0 || group.size() == 1, "a prefill over a past is one request's");
+  const auto rows = static_cast<std::int64_t>(group.size());
+  std::int64_t width = 0;  // the fed positions (padding included)
+  for (const Request* r : group) width = std::max(width, static_cast<std::int64_t>(r->prompt.size()) - past);
+  std::vector<std::vector<std::int64_t>> ids, mask;
+  std::vector<std::int64_t> offsets;  // where each row's fed tokens start among the `width` positions
+  for (const Request* r : group) {
+    const std::int64_t fed = static_cast<std::int64_t>(r->prompt.size()) - past;
+    const std::int64_t pad = width - fed;
+    const std::int64_t at = right_padded_ ? 0 : pad;
+    std::vector<std::int64_t> row(static_cast<std::size_t>(width), r->config.pad_token_id);
+    std::copy(r->prompt.begin() + past, r->prompt.end(), row.begin() + at);
+    std::vector<std::int64_t> m(static_cast<std::size_t>(past + width), 0);
+    std::fill_n(m.begin() + past + at, fed, 1);
+    std::fill_n(m.begin(), past, 1);
+    ids.push_back(std::move(row));
+    mask.push_back(std::move(m));
+    offsets.push_back(at);
+  }
   IoBinding binding = session_->io_binding();
-  binding.bind_input(signature_.input_ids, step_io::host_matrix(ids, past, signature_.ids_dtype));
+  binding.bind_input(signature_.input_ids, step_io::host_matrix(ids, 0, signature_.ids_dtype));
   binding.bind_input(signature_.attention_mask, step_io::host_matrix(mask, 0, signature_.mask_dtype));
   if (!signature_.position_ids.empty()) {
     binding.bind_input(signature_.position_ids,
@@ -243,9 +284,9 @@ bool ContinuousBatcher::prefill(Request& r, std::vector<BatchEvent>& events) {
   }
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
-    Tensor past_value = Tensor::empty({1, slot.heads, past, slot.head_dim}, slot.dtype, device);
+    Tensor past_value = Tensor::empty({rows, slot.heads, past, slot.head_dim}, slot.dtype, device);
     if (past > 0) {
-      pool_->read(r.blocks, 0, past, s,
+      pool_->read(group.front()->blocks, 0, past, s,
                   Tensor::from_blob(past_value.data_ptr(), {slot.heads, past, slot.head_dim}, {}, slot.dtype, device,
                                     past_value.storage()));
     }
@@ -255,31 +296,43 @@ bool ContinuousBatcher::prefill(Request& r, std::vector<BatchEvent>& events) {
   binding.bind_output(signature_.logits, Device::cpu());
   session_->run_with_binding(binding);
   const Tensor logits = step_io::bound_output(binding, signature_.logits);
+  const std::int64_t total = past + width;
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
     const Tensor present = step_io::bound_output(binding, slot.present_output).contiguous();
-    XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[2] == total, "present output '", slot.present_output,
-                     "' should be [1, heads, ", total, ", head_dim] after a prefill of ", total - past,
-                     " tokens over a past of ", past, "; got ", present.str());
+    XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[0] == rows && present.shape()[2] == total,
+                     "present output '", slot.present_output, "' should be [", rows, ", heads, ", total,
+                     ", head_dim] after a prefill of ", width, " positions over a past of ", past, "; got ",
+                     present.str());
     const std::int64_t head_dim = present.shape()[3];
-    const Tensor fresh = Tensor::from_blob(
-        static_cast<char*>(present.data_ptr()) + past * head_dim * static_cast<std::int64_t>(present.element_size()),
-        {slot.heads, total - past, head_dim}, {total * head_dim, head_dim, 1}, present.dtype(), present.device(),
-        present.storage());
-    pool_->write(r.blocks, past, total - past, s, fresh);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      Request& r = *group[static_cast<std::size_t>(i)];
+      const std::int64_t fed = static_cast<std::int64_t>(r.prompt.size()) - past;
+      const std::int64_t first = past + offsets[static_cast<std::size_t>(i)];  // the row's first fed position
+      const Tensor fresh = Tensor::from_blob(
+          static_cast<char*>(present.data_ptr()) +
+              ((i * slot.heads * total) + first) * head_dim * static_cast<std::int64_t>(present.element_size()),
+          {slot.heads, fed, head_dim}, {total * head_dim, head_dim, 1}, present.dtype(), present.device(),
+          present.storage());
+      pool_->write(r.blocks, past, fed, s, fresh);
+    }
   }
-  r.length = r.synced = total;
-  // The prompt's full blocks computed here are there for later requests to share.
-  for (std::size_t b = 0; b < r.keys.size(); ++b) pool_->register_prefix(r.keys[b], r.blocks[b]);
-  ++stats_.prefills;
-  stats_.prefill_tokens += total - past;
-  stats_.shared_tokens += past;
-  std::vector<float> row = step_io::last_position_logits(logits, 0, signature_.logits);
-  const std::int64_t token =
-      r.sampler.next(row.data(), static_cast<std::int64_t>(row.size()), r.seen, r.rng);
-  const bool goes_on = take_token(r, token, events);
+  ++stats_.prefill_runs;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    Request& r = *group[static_cast<std::size_t>(i)];
+    const auto length = static_cast<std::int64_t>(r.prompt.size());
+    r.length = r.synced = length;
+    // The prompt's full blocks computed here are there for later requests to share.
+    for (std::size_t b = 0; b < r.keys.size(); ++b) pool_->register_prefix(r.keys[b], r.blocks[b]);
+    ++stats_.prefills;
+    stats_.prefill_tokens += length - past;
+    stats_.shared_tokens += past;
+    const std::int64_t last = offsets[static_cast<std::size_t>(i)] + length - past - 1;
+    std::vector<float> values = step_io::position_logits(logits, i, last, signature_.logits);
+    const std::int64_t token = r.sampler.next(values.data(), static_cast<std::int64_t>(values.size()), r.seen, r.rng);
+    if (take_token(r, token, events)) running_.push_back(r.id);
+  }
   stats_.prefill_ms += ms_since(begin);
-  return goes_on;
 }
 
 bool ContinuousBatcher::take_token(Request& r, std::int64_t token, std::vector<BatchEvent>& events) {

@@ -1151,7 +1151,8 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
 
 
 # The fields of BatcherStats that `generate --continuous --json` writes.
-_BATCHER_STATS = ("waiting", "running", "finished", "steps", "prefills", "prefill_tokens", "shared_tokens",
+_BATCHER_STATS = ("waiting", "running", "finished", "steps", "prefills", "prefill_runs", "prefill_tokens",
+                  "shared_tokens",
                   "decode_steps", "decode_tokens", "decode_tokens_per_s", "max_running", "regathers", "prefill_ms",
                   "decode_ms", "blocks_total", "blocks_used", "block_size", "pool_bytes")
 

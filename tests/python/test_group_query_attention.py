@@ -379,15 +379,146 @@ def test_unimplemented_features_are_refused_at_session_creation(what, kwargs):
         xrt.InferenceSession(model, engine="native")
 
 
+# --------------------------------------- the decomposition a CUDA plan runs (Note [Group query attention decomposed])
+
+def node_ops(session):
+    return {n["op_type"].split(":")[-1] for n in session.explain().nodes}
+
+
+def kernel_and_decomposed(monkeypatch, model, feed_list):
+    """Each feed run by the cpu kernel of group_query_attention and by the decomposition (XPURT_GQA_DECOMPOSE=1 makes
+    a CPU plan decompose the node as a CUDA plan does)."""
+    kernel = xrt.InferenceSession(model, engine="native")
+    want = [kernel.run(None, f) for f in feed_list]
+    assert "GroupQueryAttention" in node_ops(kernel)
+    monkeypatch.setenv("XPURT_GQA_DECOMPOSE", "1")
+    decomposed = xrt.InferenceSession(model, engine="native")
+    got = [decomposed.run(None, f) for f in feed_list]
+    monkeypatch.delenv("XPURT_GQA_DECOMPOSE")
+    ops = node_ops(decomposed)
+    assert "GroupQueryAttention" not in ops and {"MatMul", "Softmax", "GatherElements"} <= ops, ops
+    return got, want
+
+
+def assert_decomposition_matches(got, want, dtype=np.float32, exact_present=True):
+    """The output at 1e-5 (float32; its sums are float32, the kernel's double) or one float16 rounding, the present
+    key/value bit for bit (data movement only) or, rotated, at the output's tolerance."""
+    for step, (g, w) in enumerate(zip(got, want)):
+        tol = 1e-5 if dtype == np.float32 else 1e-3
+        np.testing.assert_allclose(g[0].astype(np.float32), w[0].astype(np.float32), rtol=tol, atol=tol,
+                                   err_msg=f"feed {step} output")
+        for name, gp, wp in zip(("present_key", "present_value"), g[1:], w[1:]):
+            assert gp.shape == wp.shape and gp.dtype == wp.dtype, f"feed {step} {name}"
+            if exact_present:
+                np.testing.assert_array_equal(gp, wp, err_msg=f"feed {step} {name}")
+            else:
+                np.testing.assert_allclose(gp.astype(np.float32), wp.astype(np.float32), rtol=tol, atol=tol,
+                                           err_msg=f"feed {step} {name}")
+
+
+def cache_feeds(rng, heads, kv_heads, head, dtype=np.float32, rotary_half=0, max_len=12):
+    """A right-padded prompt (an empty past), decode steps with a grown past (the rows of a shorter row end before
+    the past's length) and with a shared max-length past, and a later prompt of batch 1."""
+    def feeds(batch, seq, seqlens, total, past_len):
+        return random_feeds(rng, batch, seq, heads, kv_heads, head, seqlens, total, past_len, dtype, rotary_half)
+    return [feeds(2, 5, [4, 2], 5, 0), feeds(3, 1, [5, 2, 3], 6, 5), feeds(3, 1, [6, 1, 3], 7, max_len),
+            feeds(1, 3, [7], 8, 8), feeds(1, 4, [3], 4, max_len)]
+
+
+@pytest.mark.parametrize("heads,kv_heads", HEADS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_decomposition_matches_the_kernel(monkeypatch, heads, kv_heads, dtype):
+    rng = np.random.default_rng(heads + kv_heads)
+    model = gqa_model(heads, kv_heads, 16, dtype=F32 if dtype == np.float32 else F16)
+    got, want = kernel_and_decomposed(monkeypatch, model, cache_feeds(rng, heads, kv_heads, 16, dtype))
+    assert_decomposition_matches(got, want, dtype)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("dtype,rotary_half", [(np.float32, 6), (np.float32, 3), (np.float16, 4)])
+def test_decomposition_matches_the_kernel_with_rotary(monkeypatch, interleaved, dtype, rotary_half):
+    rng = np.random.default_rng(interleaved + rotary_half)
+    model = gqa_model(6, 2, 12, {"do_rotary": 1, "rotary_interleaved": interleaved}, rotary=True,
+                      dtype=F32 if dtype == np.float32 else F16)
+    feed_list = cache_feeds(rng, 6, 2, 12, dtype, rotary_half)
+    got, want = kernel_and_decomposed(monkeypatch, model, feed_list)
+    assert_decomposition_matches(got, want, dtype, exact_present=False)
+
+
+@pytest.mark.parametrize("attrs", [{"local_window_size": 1}, {"local_window_size": 3}, {"softcap": 1.5},
+                                   {"softcap": 2.0, "local_window_size": 2}, {"scale": 0.3}, {"smooth_softmax": 1},
+                                   {"smooth_softmax": 1, "local_window_size": 2}])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_decomposition_matches_the_kernel_with_scoring_attributes(monkeypatch, attrs, dtype):
+    rng = np.random.default_rng(len(str(attrs)))
+    model = gqa_model(8, 2, 8, attrs, dtype=F32 if dtype == np.float32 else F16)
+    got, want = kernel_and_decomposed(monkeypatch, model, cache_feeds(rng, 8, 2, 8, dtype))
+    assert_decomposition_matches(got, want, dtype)
+
+
+def test_decomposition_matches_the_kernel_with_packed_qkv(monkeypatch):
+    rng = np.random.default_rng(3)
+    model = gqa_model(4, 2, 16, {"do_rotary": 1}, rotary=True, packed=True)
+    feed_list = cache_feeds(rng, 4, 2, 16, rotary_half=8)
+    for f in feed_list:
+        f["query"] = np.concatenate([f["query"], f.pop("key"), f.pop("value")], axis=2)
+    got, want = kernel_and_decomposed(monkeypatch, model, feed_list)
+    assert_decomposition_matches(got, want, exact_present=False)
+
+
+@requires_ort
+@pytest.mark.parametrize("case,args", [
+    (test_prompt_matches_onnxruntime, (8, 2, 2, [6, 3])),
+    (test_decode_steps_match_onnxruntime, (4, 1, False)),
+    (test_decode_steps_match_onnxruntime, (8, 2, True)),
+    (test_rotary_prompt_and_decode, (1, 8)),
+    (test_scoring_attributes, ({"softcap": 2.0, "local_window_size": 2},)),
+    (test_scoring_attributes, ({"smooth_softmax": 1, "local_window_size": 2},)),
+    (test_float16, ({"do_rotary": 1},)),
+    (test_packed_qkv, ()),
+    (test_later_prompt_of_batch_one, ()),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_decomposition_matches_onnxruntime(monkeypatch, case, args):
+    """The ONNX Runtime comparisons above, with the native engine running the decomposition."""
+    monkeypatch.setenv("XPURT_GQA_DECOMPOSE", "1")
+    case(*args)
+
+
+def test_decomposition_of_genai_form_plans_without_a_segment(monkeypatch):
+    """total_sequence_length from Shape(attention_mask) folds, so the decomposition needs no plan segment (and no
+    host synchronization: a CUDA plan captures it whole)."""
+    rng = np.random.default_rng(11)
+    model = gqa_model(4, 2, 8, total_from_mask=True)
+    feeds = random_feeds(rng, 2, 1, 4, 2, 8, [5, 3], 6, past_len=5)
+    feeds = {k: v for k, v in feeds.items() if k not in ("seqlens_k", "total_sequence_length")}
+    feeds["attention_mask"] = np.array([[1] * 6, [1] * 4 + [0] * 2], np.int64)
+    got, want = kernel_and_decomposed(monkeypatch, model, [feeds])
+    assert_decomposition_matches(got, want)
+    monkeypatch.setenv("XPURT_GQA_DECOMPOSE", "1")
+    session = xrt.InferenceSession(model, engine="native")
+    session.run(None, feeds)
+    assert "segment" not in str(session.explain())
+
+
 @requires_gpu
-def test_cuda_session_refuses_or_runs_on_the_cpu():
-    """No GPU kernel: a CUDA session refuses the node (fallback="error"), or runs it on the CPU (fallback="cpu")
-    with the CPU's results."""
-    rng = np.random.default_rng(2)
-    model = gqa_model(8, 2, 16, {"do_rotary": 1}, rotary=True)
-    feeds = random_feeds(rng, 2, 1, 8, 2, 16, [5, 2], 6, past_len=5, rotary_half=8)
-    with pytest.raises(xrt.UnsupportedOperationError, match="GroupQueryAttention"):
-        xrt.InferenceSession(model, device="cuda:0", engine="native")
-    session = xrt.InferenceSession(model, device="cuda:0", engine="native",
-                                   exec_policy=xrt.ExecutionPolicy(fallback="cpu"))
-    assert_close(session.run(None, feeds), run_native(model, feeds))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("attrs,rotary", [({}, False), ({"do_rotary": 1}, True),
+                                          ({"do_rotary": 1, "rotary_interleaved": 1, "local_window_size": 3}, True),
+                                          ({"softcap": 2.0, "smooth_softmax": 1}, False)])
+@pytest.mark.parametrize("heads,kv_heads,head", [(8, 2, 16), (6, 3, 12), (4, 4, 64)])
+def test_cuda_session_runs_the_decomposition(dtype, attrs, rotary, heads, kv_heads, head):
+    """A CUDA session (no CPU fallback) runs GroupQueryAttention as the decomposition, with the cpu kernel's results:
+    prompts, decode steps with a grown and a shared past, a later prompt."""
+    rng = np.random.default_rng(heads * head + len(attrs))
+    model = gqa_model(heads, kv_heads, head, attrs, rotary=rotary, dtype=F32 if dtype == np.float32 else F16)
+    cuda = xrt.InferenceSession(model, device="cuda:0", engine="native")
+    cpu = xrt.InferenceSession(model, engine="native")
+    feed_list = cache_feeds(rng, heads, kv_heads, head, dtype, rotary_half=head // 4 if rotary else 0, max_len=12)
+    got = [cuda.run(None, f) for f in feed_list]
+    want = [cpu.run(None, f) for f in feed_list]
+    assert "GroupQueryAttention" not in node_ops(cuda)
+    for step, (g, w) in enumerate(zip(got, want)):  # GPU sums in another order: float32 at 1e-4, float16 at 3e-3
+        tol = 1e-4 if dtype == np.float32 else 3e-3
+        for name, a, b in zip(("output", "present_key", "present_value"), g, w):
+            np.testing.assert_allclose(np.asarray(a).astype(np.float32), b.astype(np.float32), rtol=tol, atol=tol,
+                                       err_msg=f"feed {step} {name}")

@@ -252,7 +252,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
                                              "dead_node_elimination", "tensor_parallel", "op_decomposition",
-                                             "int4_weight_fusion", "quantized_fusion", "conv_bn_folding",
+                                             "group_query_attention_decomposition", "int4_weight_fusion", "quantized_fusion", "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion", "conv_fusion",

@@ -532,6 +532,7 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   ctx.keep_quantized_weights = infer.keep_quantized_weights;
   ctx.fuse_int4_weights = options.fuse_int4_weights;
   ctx.keep_int4_weights = infer.keep_int4_weights;
+  ctx.decompose_group_query_attention = options.decompose_group_query_attention;
   ctx.tp_size = options.tp_size;
   ctx.tp_rank = options.tp_rank;
   ctx.tp_comm = options.tp_comm;

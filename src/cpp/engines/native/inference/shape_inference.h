@@ -38,6 +38,7 @@ struct InferOptions {
   // Folding keeps each DequantizeLinear of an int4/uint4 constant (PassContext::keep_int4_weights); optimize() sets it
   // when int4_weight_fusion will run.
   bool keep_int4_weights = false;
+  bool decompose_group_query_attention = false;  // PassContext::decompose_group_query_attention
 };
 
 // Returns the number of nodes folded.

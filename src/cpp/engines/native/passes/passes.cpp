@@ -30,6 +30,10 @@ const std::vector<PassInfo>& all_passes() {
        "Split -> Slices, 1-D Conv -> 2-D Conv between views, LayerNormalization's constants in X's float type: "
        "ops every device runs",
        op_decomposition},
+      {"group_query_attention_decomposition",
+       "com.microsoft GroupQueryAttention -> MatMul/Softmax/Where/GatherElements... on devices without a "
+       "group_query_attention kernel (Note [Group query attention decomposed])",
+       group_query_attention_decomposition},
       {"int4_weight_fusion",
        "DequantizeLinear(constant int4/uint4 weight, blocks along K) -> MatMul/Gemm [+ bias], and com.microsoft "
        "MatMulNBits (bits 4, no g_idx) -> com.xpuruntime:MatMulNBits (registry op matmul_nbits: the packed codes "

@@ -62,6 +62,9 @@ struct XPURT_API PassContext {
   // does not fuse.
   bool fuse_int4_weights = true;
   bool keep_int4_weights = false;
+  // group_query_attention_decomposition (Note [Group query attention decomposed] in passes/decomposition_gqa.cpp):
+  // the plan's device has no group_query_attention kernel (or XPURT_GQA_DECOMPOSE=1 asks for the decomposition).
+  bool decompose_group_query_attention = false;
 };
 
 // What one pass did. `notes`: one line per rewrite, e.g. "fused Conv 'c1' + Relu 'r1' -> FusedConv 'c1'".
@@ -109,6 +112,9 @@ XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult qkv_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult op_decomposition(Graph& g, const PassContext& ctx);
+// com.microsoft GroupQueryAttention (constant total_sequence_length, static shapes) -> ONNX ops every device runs,
+// when ctx.decompose_group_query_attention (Note [Group query attention decomposed] in passes/decomposition_gqa.cpp).
+XPURT_API PassResult group_query_attention_decomposition(Graph& g, const PassContext& ctx);
 XPURT_API PassResult tensor_parallel(Graph& g, const PassContext& ctx);
 XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
 // Linear + Mul(per-feature constant) [+ Add(residual)] -> the Linear with scaled weights and the residual input

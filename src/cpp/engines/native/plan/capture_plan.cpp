@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <cstring>
 #include <map>
@@ -336,6 +337,11 @@ runtime::InferOptions inference_options(const PlanOptions& options) {
   infer_options.fuse_quantized = float_plan && options.tp_size == 1 && on_device("qlinear") && on_device("qconv2d");
   // int4_weight_fusion (Note [Int4 weight fusion]): where the device has a matmul_nbits kernel, on one rank.
   infer_options.fuse_int4_weights = options.tp_size == 1 && on_device("matmul_nbits");
+  // group_query_attention_decomposition (Note [Group query attention decomposed]): where the device has no kernel of
+  // group_query_attention, or everywhere with XPURT_GQA_DECOMPOSE=1 (what the tests compare with the cpu kernel).
+  const char* force_gqa = std::getenv("XPURT_GQA_DECOMPOSE");
+  infer_options.decompose_group_query_attention =
+      !on_device("group_query_attention") || (force_gqa != nullptr && std::string(force_gqa) == "1");
   // elementwise_fusion (Note [Fused elementwise programs]): where a fused_elementwise kernel runs on the device, and
   // not for ops the KernelPolicy gives a rule of their own.
   const KernelRegistry* registry = &options.dispatcher->registry();

@@ -396,7 +396,7 @@ def kernel_and_decomposed(monkeypatch, model, feed_list):
     got = [decomposed.run(None, f) for f in feed_list]
     monkeypatch.delenv("XPURT_GQA_DECOMPOSE")
     ops = node_ops(decomposed)
-    assert "GroupQueryAttention" not in ops and {"MatMul", "Softmax", "GatherElements"} <= ops, ops
+    assert "GroupQueryAttention" not in ops and {"MatMul", "Softmax", "Where"} <= ops, ops
     return got, want
 
 
@@ -498,6 +498,38 @@ def test_decomposition_of_genai_form_plans_without_a_segment(monkeypatch):
     session = xrt.InferenceSession(model, engine="native")
     session.run(None, feeds)
     assert "segment" not in str(session.explain())
+
+
+def test_generation_through_the_decomposition(monkeypatch):
+    """test_generation.py's GroupQueryAttention form (genai's graph: seqlens_k and total_sequence_length from the
+    attention mask, a shared past/present buffer per slot, continuous batching) with the decomposition."""
+    import test_generation as tg
+    monkeypatch.setenv("XPURT_GQA_DECOMPOSE", "1")
+    session = xrt.InferenceSession(tg.tiny_gqa_decoder(), engine="native")
+    feeds = {i.name: np.zeros([1 if not isinstance(d, int) else d for d in i.shape],
+                              np.int64 if "int64" in i.type else np.float32) for i in session.get_inputs()}
+    session.run(None, feeds)
+    assert "GroupQueryAttention" not in node_ops(session)
+    tg.test_the_group_query_attention_form_generates_what_the_concat_form_does(tg.tiny_decoder(with_cache=True),
+                                                                               tg.tiny_gqa_decoder(),
+                                                                               "native")
+    tg.test_continuous_batching_serves_the_group_query_attention_form(tg.tiny_decoder(with_cache=True),
+                                                                      tg.tiny_gqa_decoder(),
+                                                                      "native")
+
+
+@requires_gpu
+@pytest.mark.parametrize("kv_heads", [None, 1])
+def test_cuda_generation_runs_the_decomposition(kv_heads):
+    """The GroupQueryAttention decoder generates on CUDA (its attention decomposed) the CPU's greedy tokens."""
+    from decoder_models import tiny_gqa_decoder
+    from xpuruntime.generation import GenerationConfig, Generator
+    model = tiny_gqa_decoder() if kv_heads is None else tiny_gqa_decoder(kv_heads=kv_heads)
+    config = GenerationConfig(max_new_tokens=10)
+    prompts = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11]]
+    for batch in (prompts[:1], prompts):
+        assert Generator(model, config, device="cuda", engine="native").generate(batch) == \
+            Generator(model, config).generate(batch)
 
 
 @requires_gpu

@@ -11,8 +11,9 @@
 //   L_b = seqlens_k[b] + 1 and p_b = 0 (first prompt, S == total_sequence_length) or L_b - S.
 //   Rotary (do_rotary): pos[b, s] = p_b + s; cos/sin = Gather(cache, pos); Q and K rotated in float32 (halves or
 //     interleaved pairs, by Slice/Mul/Sub/Add/Concat), then rounded to the input's dtype as the cpu kernel does.
-//   present (key and value alike): new = the new rows as [B, K, S, H]; j[b, t] = t - p_b; gathered =
-//     GatherElements(new, clamp(j, 0, S - 1) along t); present = new where j == clamp(j) (0 <= j < S), else past
+//   present (key and value alike): new = the new rows as [B, K, S, H], placed at rows [p_b, p_b + S): a first
+//     prompt pads new to T rows; decoding (S == 1) broadcasts the one row where t == p_b; a later prompt gathers
+//     GatherElements(new, clamp(t - p_b, 0, S - 1) along t) where t - p_b is in [0, S); the other rows are the past
 //     (zero-padded to T rows) where t < p_b, else 0: ONNX Runtime's zero-filled present.
 //   attention in float32 (float16 inputs cast once): Q as [B, K, G*S, H] (query head n = k*G + g reads kv head k,
 //     so no repeated KV heads) times present_key^T -> [B, K, G*S, T], times scale (0: 1/sqrt(H)), softcap *
@@ -194,28 +195,38 @@ std::string build_present(Builder& b, const GqaSizes& s, const std::string& x, c
   const Ints fresh_shape = {s.batch, s.kv_heads, s.seq, s.head};
   const Ints present_shape = {s.batch, s.kv_heads, s.present, s.head};
   const std::string rows = b.reshape(x, dt, {s.batch, s.seq, s.kv_heads, s.head});
-  if (s.first_prompt && s.present == s.seq) return b.transpose(rows, dt, fresh_shape, {0, 2, 1, 3}, out);
+  if (offset.empty() && s.present == s.seq) return b.transpose(rows, dt, fresh_shape, {0, 2, 1, 3}, out);
   const std::string fresh = b.transpose(rows, dt, fresh_shape, {0, 2, 1, 3});
+  const std::string result = out.empty() ? b.value("present", dt, present_shape) : out;
+  if (offset.empty()) {  // a first prompt: the new rows at [0, S), zeros after them (not the past's rows)
+    return b.emit("Pad", {fresh, b.ints({0, 0, 0, 0, 0, 0, s.present - s.seq, 0})}, result);
+  }
   Ints positions(static_cast<std::size_t>(s.present));
   for (std::int64_t t = 0; t < s.present; ++t) positions[static_cast<std::size_t>(t)] = t;
   const std::string t_row = b.reshape(b.ints(positions), DType::kInt64, {1, s.present});
-  // j = t - p_b, clamped into [0, S - 1] with Where (int Min/Max have no kernel on every device).
-  const std::string j = offset.empty() ? t_row : b.op("Sub", {t_row, offset}, DType::kInt64, {s.batch, s.present});
-  const Ints j_shape = {offset.empty() ? 1 : s.batch, s.present};
-  const std::string zero = b.scalar(DType::kInt64, 0), last = b.scalar(DType::kInt64, static_cast<double>(s.seq - 1));
-  const std::string low = b.op("Where", {b.op("Less", {j, zero}, DType::kBool, j_shape), zero, j}, DType::kInt64,
-                               j_shape);
-  const std::string clamped = b.op("Where", {b.op("Less", {last, low}, DType::kBool, j_shape), last, low},
-                                   DType::kInt64, j_shape);
-  const std::string index = b.op("Expand", {b.reshape(clamped, DType::kInt64, {j_shape[0], 1, s.present, 1}),
-                                            b.ints(present_shape)}, DType::kInt64, present_shape);
-  Attributes axis;
-  axis.set("axis", std::int64_t{2});
-  const std::string gathered = b.op("GatherElements", {fresh, index}, dt, present_shape, axis);
-  const std::string is_new = b.reshape(b.op("Equal", {j, clamped}, DType::kBool, j_shape), DType::kBool,
-                                       {j_shape[0], 1, s.present, 1});
+  std::string gathered, is_new;
+  const Ints mask_shape = {s.batch, 1, s.present, 1};
+  if (s.seq == 1) {  // decoding: the one new row, broadcast, at t == p_b
+    gathered = fresh;
+    is_new = b.reshape(b.op("Equal", {t_row, offset}, DType::kBool, {s.batch, s.present}), DType::kBool, mask_shape);
+  } else {  // a later prompt: j = t - p_b clamped into [0, S - 1] (by Where: int Min/Max lack kernels on CUDA)
+    const std::string j = b.op("Sub", {t_row, offset}, DType::kInt64, {s.batch, s.present});
+    const Ints j_shape = {s.batch, s.present};
+    const std::string zero = b.scalar(DType::kInt64, 0);
+    const std::string last = b.scalar(DType::kInt64, static_cast<double>(s.seq - 1));
+    const std::string low = b.op("Where", {b.op("Less", {j, zero}, DType::kBool, j_shape), zero, j}, DType::kInt64,
+                                 j_shape);
+    const std::string clamped = b.op("Where", {b.op("Less", {last, low}, DType::kBool, j_shape), last, low},
+                                     DType::kInt64, j_shape);
+    const std::string index = b.op("Expand", {b.reshape(clamped, DType::kInt64, mask_shape), b.ints(present_shape)},
+                                   DType::kInt64, present_shape);
+    Attributes axis;
+    axis.set("axis", std::int64_t{2});
+    gathered = b.op("GatherElements", {fresh, index}, dt, present_shape, axis);
+    is_new = b.reshape(b.op("Equal", {j, clamped}, DType::kBool, j_shape), DType::kBool, mask_shape);
+  }
   std::string rest = b.scalar(dt, 0.0);
-  if (!past.empty() && !offset.empty()) {
+  if (!past.empty()) {
     std::string padded = past;
     if (s.past < s.present) {
       padded = b.op("Pad", {past, b.ints({0, 0, 0, 0, 0, 0, s.present - s.past, 0})}, dt, present_shape);
@@ -224,7 +235,7 @@ std::string build_present(Builder& b, const GqaSizes& s, const std::string& x, c
                                           DType::kBool, {s.batch, 1, s.present, 1});
     rest = b.op("Where", {is_past, padded, rest}, dt, present_shape);
   }
-  return b.emit("Where", {is_new, gathered, rest}, out.empty() ? b.value("present", dt, present_shape) : out);
+  return b.emit("Where", {is_new, gathered, rest}, result);
 }
 
 // Rotates the first 2 * rotary_half dims of each of `heads` heads of `x` ([B, S, heads*H]) at the positions whose

@@ -19,7 +19,7 @@
 //     so no repeated KV heads) times present_key^T -> [B, K, G*S, T], times scale (0: 1/sqrt(H)), softcap *
 //     tanh(x / softcap) when softcap > 0; keys t of query s allowed when lo <= t < hi, hi = min(p_b + s + 1, L_b),
 //     lo = 0 or, with local_window_size W, max(p_b + s + 1 - W, 0) (float32 without softcap or smooth softmax:
-//     ONNX Runtime's flash path, an empty window giving 0) or max(hi - W, 0); masked scores -inf; Softmax (smooth:
+//     ONNX Runtime's flash path, an empty window giving 0) or max(hi - W, 0); masked scores -1e30; Softmax (smooth:
 //     over the scores and one more 0 logit, Pad then Slice, which is exp(x - m) / (sum + exp(-m)), m = max(0, x));
 //     times present_value -> [B, S, N*H].
 // Sums are float32 (the cpu kernel's are double): relative differences of about 1e-6. seqlens_k is not
@@ -29,7 +29,6 @@
 // refuses it on a device without a kernel, or runs it on the CPU with ExecutionPolicy(fallback="cpu")).
 // XPURT_GQA_DECOMPOSE=1 makes the plan decompose on the CPU too (tests compare it with the cpu kernel).
 #include <cmath>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -329,7 +328,9 @@ void attend(Builder& b, const GqaSizes& s, const Attributes& a, const std::strin
                   scores_shape);
   }
   const auto [allowed, nonempty] = attention_mask(b, s, a, offset, length);
-  scores = b.op("Where", {allowed, scores, b.scalar(f, -std::numeric_limits<double>::infinity())}, f, scores_shape);
+  // Masked scores -1e30, not -inf: exp underflows to 0 all the same, and a softmax that keeps a running max (long
+  // rows on CUDA) never computes -inf - -inf, even for a row whose first keys are masked (a local window).
+  scores = b.op("Where", {allowed, scores, b.scalar(f, -1e30)}, f, scores_shape);
   Attributes last;
   last.set("axis", std::int64_t{-1});
   std::string probs;

@@ -500,6 +500,26 @@ def test_decomposition_of_genai_form_plans_without_a_segment(monkeypatch):
     assert "segment" not in str(session.explain())
 
 
+@pytest.mark.parametrize("attrs,rotary", [({}, False), ({"do_rotary": 1, "local_window_size": 3}, True),
+                                          ({"softcap": 2.0, "smooth_softmax": 1}, False)])
+def test_decomposition_uses_ops_with_cuda_kernels(monkeypatch, attrs, rotary):
+    """Every step of the decomposed node is a view or a registry op that has a CUDA kernel in this build (what lets a
+    CUDA plan take it; the GPU test below runs it)."""
+    if not any(k.device_type == "cuda" for k in xrt.kernels("matmul")):
+        pytest.skip("this build has no CUDA kernels")
+    rng = np.random.default_rng(4)
+    model = gqa_model(6, 2, 16, attrs, rotary=rotary, packed=True)
+    monkeypatch.setenv("XPURT_GQA_DECOMPOSE", "1")
+    session = xrt.InferenceSession(model, engine="native")
+    for f in cache_feeds(rng, 6, 2, 16, rotary_half=4 if rotary else 0):
+        f["query"] = np.concatenate([f["query"], f.pop("key"), f.pop("value")], axis=2)
+        session.run(None, f)
+        nodes = session.explain().nodes
+        assert "GroupQueryAttention" not in node_ops(session)
+        for n in nodes:
+            assert n["kernel"] == "view" or (n["op"] and any(k.device_type == "cuda" for k in xrt.kernels(n["op"]))), n
+
+
 def test_generation_through_the_decomposition(monkeypatch):
     """test_generation.py's GroupQueryAttention form (genai's graph: seqlens_k and total_sequence_length from the
     attention mask, a shared past/present buffer per slot, continuous batching) with the decomposition."""

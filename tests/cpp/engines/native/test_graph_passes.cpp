@@ -252,7 +252,8 @@ TEST(GraphPasses, ListAndUnknownNames) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
                                              "dead_node_elimination", "tensor_parallel", "op_decomposition",
-                                             "group_query_attention_decomposition", "int4_weight_fusion", "quantized_fusion", "conv_bn_folding",
+                                             "group_query_attention_decomposition", "int4_weight_fusion",
+                                             "quantized_fusion", "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion", "conv_fusion",
@@ -2251,6 +2252,56 @@ TEST(GraphPasses, PreserveEveryOnnxBackendTestModel) {
   std::cout << "\n";
   EXPECT_GT(reference_ok, 0);
   for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+// ---- group_query_attention_decomposition ----
+
+// Note [Group query attention decomposed]: com.microsoft GroupQueryAttention (a constant total_sequence_length) ->
+// ONNX ops with the node kernel's outputs and presents; only when the context asks for it (a device without a
+// group_query_attention kernel), and never for a node of a run-time total_sequence_length.
+TEST(GraphPasses, GroupQueryAttentionDecomposition) {
+  for (const bool decode : {false, true}) {
+    const std::int64_t seq = decode ? 1 : 5, past = decode ? 4 : 0;
+    Attributes a;
+    a.set("num_heads", I(4)).set("kv_num_heads", I(2)).set("do_rotary", I(1)).set("local_window_size", I(3));
+    Node gqa = node("GroupQueryAttention", {"q", "k", "v", "pk", "pv", "seqlens", "total", "cos", "sin"},
+                    {"out", "present_k", "present_v"}, a, "gqa");
+    gqa.domain = "com.microsoft";
+    Builder b;
+    b.g.opsets["com.microsoft"] = 1;
+    b.input("q", {I(2), seq, I(32)}).input("k", {I(2), seq, I(16)}).input("v", {I(2), seq, I(16)});
+    b.input("pk", {I(2), I(2), past, I(8)}).input("pv", {I(2), I(2), past, I(8)}).input("cos", {I(8), I(2)});
+    b.input("sin", {I(8), I(2)}).input("seqlens", {I(2)});
+    b.g.types["seqlens"] = type({I(2)}, DType::kInt32);
+    b.constant("total", ops::cast(make_i64({}, {5}), DType::kInt32)).typed("total", {});
+    b.g.types["total"] = type({}, DType::kInt32);
+    const Graph g = b.add(gqa).build({"out", "present_k", "present_v"});
+    const Feeds feeds = {{"q", random({2, seq, 32}, 1)}, {"k", random({2, seq, 16}, 2)}, {"v", random({2, seq, 16}, 3)},
+                         {"pk", random({2, 2, past, 8}, 4)}, {"pv", random({2, 2, past, 8}, 5)},
+                         {"cos", random({8, 2}, 6)}, {"sin", random({8, 2}, 7)},
+                         {"seqlens", ops::cast(make_i64({2}, {4, decode ? 2 : 3}), DType::kInt32)}};
+    int rewrites = -1;
+    run_pass(g, passes::group_query_attention_decomposition, feeds, &rewrites);
+    EXPECT_EQ(rewrites, 0);  // the context does not ask for it
+    passes::PassContext ctx;
+    ctx.decompose_group_query_attention = true;
+    const Graph r = run_pass(g, passes::group_query_attention_decomposition, feeds, &rewrites, ctx);
+    EXPECT_EQ(rewrites, 1);
+    EXPECT_EQ(count(r, "GroupQueryAttention"), 0);
+    EXPECT_EQ(count(r, "Softmax"), 1);
+    EXPECT_EQ(count(r, "MatMul"), 2);
+    Graph runtime_total = g;  // total_sequence_length a graph input: left for the plan's segments
+    runtime_total.initializers.erase("total");
+    runtime_total.inputs.push_back("total");
+    run_pass(runtime_total, passes::group_query_attention_decomposition,
+             [&] {
+               Feeds f = feeds;
+               f["total"] = ops::cast(make_i64({}, {5}), DType::kInt32);
+               return f;
+             }(),
+             &rewrites, ctx);
+    EXPECT_EQ(rewrites, 0);
+  }
 }
 
 }  // namespace

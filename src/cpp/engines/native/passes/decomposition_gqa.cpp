@@ -28,9 +28,11 @@
 // default domain (the Softmax axis, Slice/Pad/Reshape inputs); otherwise the node stays as it is (and the plan
 // refuses it on a device without a kernel, or runs it on the CPU with ExecutionPolicy(fallback="cpu")).
 // XPURT_GQA_DECOMPOSE=1 makes the plan decompose on the CPU too (tests compare it with the cpu kernel).
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/group_query_attention.h"
@@ -79,7 +81,9 @@ class Builder {
     return emit(op_type, std::move(inputs), value(op_type, dtype, shape), std::move(attrs));
   }
   std::string ints(const Ints& values) { return add_constant(g_, base_ + "_ints", int64_tensor(values)); }
-  std::string scalar(DType dtype, double v) { return add_constant(g_, base_ + "_scalar", from_doubles({}, dtype, {v})); }
+  std::string scalar(DType dtype, double v) {
+    return add_constant(g_, base_ + "_scalar", from_doubles({}, dtype, {v}));
+  }
   std::string reshape(const std::string& x, DType dtype, const Ints& shape, const std::string& out = "") {
     return emit("Reshape", {x, ints(shape)}, out.empty() ? value("Reshape", dtype, shape) : out);
   }

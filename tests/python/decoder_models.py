@@ -65,6 +65,22 @@ def _mask_nodes() -> list:
     ]
 
 
+def _block_tail(p: str, x: str) -> list:
+    """A layer after its attention ({p}.o2 [batch, seq, embed]): output projection, residual, LayerNorm, MLP,
+    residual -> {p}.x2."""
+    n = helper.make_node
+    return [
+        n("MatMul", [f"{p}.o2", f"{p}.wo"], [f"{p}.o"]),
+        n("Add", [x, f"{p}.o"], [f"{p}.x1"]),
+        n("LayerNormalization", [f"{p}.x1", f"{p}.ln2.g", f"{p}.ln2.b"], [f"{p}.h2"], axis=-1, epsilon=1e-5),
+        n("MatMul", [f"{p}.h2", f"{p}.w1"], [f"{p}.m0"]),
+        n("Add", [f"{p}.m0", f"{p}.b1"], [f"{p}.m1"]),
+        n("Relu", [f"{p}.m1"], [f"{p}.m2"]),
+        n("MatMul", [f"{p}.m2", f"{p}.w2"], [f"{p}.m3"]),
+        n("Add", [f"{p}.x1", f"{p}.m3"], [f"{p}.x2"]),
+    ]
+
+
 def _layer(layer: int, x: str, with_cache: bool) -> "tuple[list, str]":
     n = helper.make_node
     p = f"l{layer}"
@@ -88,15 +104,7 @@ def _layer(layer: int, x: str, with_cache: bool) -> "tuple[list, str]":
         n("MatMul", [f"{p}.p", values], [f"{p}.o0"]),
         n("Transpose", [f"{p}.o0"], [f"{p}.o1"], perm=[0, 2, 1, 3]),
         n("Reshape", [f"{p}.o1", "merge_heads"], [f"{p}.o2"]),
-        n("MatMul", [f"{p}.o2", f"{p}.wo"], [f"{p}.o"]),
-        n("Add", [x, f"{p}.o"], [f"{p}.x1"]),
-        n("LayerNormalization", [f"{p}.x1", f"{p}.ln2.g", f"{p}.ln2.b"], [f"{p}.h2"], axis=-1, epsilon=1e-5),
-        n("MatMul", [f"{p}.h2", f"{p}.w1"], [f"{p}.m0"]),
-        n("Add", [f"{p}.m0", f"{p}.b1"], [f"{p}.m1"]),
-        n("Relu", [f"{p}.m1"], [f"{p}.m2"]),
-        n("MatMul", [f"{p}.m2", f"{p}.w2"], [f"{p}.m3"]),
-        n("Add", [f"{p}.x1", f"{p}.m3"], [f"{p}.x2"]),
-    ]
+    ] + _block_tail(p, x)
     return nodes, f"{p}.x2"
 
 
@@ -182,15 +190,7 @@ def tiny_gqa_decoder(seed: int = 0, kv_heads: int = HEADS, float16: bool = False
                                       f"past_key_values.{layer}.value", "seqlens_k", "total_sequence_length"],
               [f"{p}.o2", f"present.{layer}.key", f"present.{layer}.value"], domain="com.microsoft",
               num_heads=HEADS, kv_num_heads=kv_heads),
-            n("MatMul", [f"{p}.o2", f"{p}.wo"], [f"{p}.o"]),
-            n("Add", [x, f"{p}.o"], [f"{p}.x1"]),
-            n("LayerNormalization", [f"{p}.x1", f"{p}.ln2.g", f"{p}.ln2.b"], [f"{p}.h2"], axis=-1, epsilon=1e-5),
-            n("MatMul", [f"{p}.h2", f"{p}.w1"], [f"{p}.m0"]),
-            n("Add", [f"{p}.m0", f"{p}.b1"], [f"{p}.m1"]),
-            n("Relu", [f"{p}.m1"], [f"{p}.m2"]),
-            n("MatMul", [f"{p}.m2", f"{p}.w2"], [f"{p}.m3"]),
-            n("Add", [f"{p}.x1", f"{p}.m3"], [f"{p}.x2"]),
-        ]
+        ] + _block_tail(p, x)
         x = f"{p}.x2"
     nodes += [n("LayerNormalization", [x, "ln_f.g", "ln_f.b"], ["xf"], axis=-1, epsilon=1e-5),
               n("MatMul", ["xf", "lm_head"], ["logits"])]

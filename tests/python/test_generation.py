@@ -611,6 +611,7 @@ def test_the_group_query_attention_form_generates_what_the_concat_form_does(cach
     weights as the Concat form: the same greedy tokens, alone and in ragged batches; padding "auto" finds it."""
     generator = Generator(gqa, greedy(10), engine=engine)
     assert generator.config.padding == "right" and generator.uses_cache
+    assert Generator(xrt.InferenceSession(gqa, engine=engine), greedy(10)).config.padding == "right"  # a session too
     for prompts in (PROMPTS[:1], PROMPTS[:2], PROMPTS, [[3], [4, 5, 6, 7, 8, 9, 10]]):
         assert generator.generate(prompts) == Generator(cached, greedy(10)).generate(prompts)
     # left padding is wrong for it: the short rows then differ (what "auto" avoids)

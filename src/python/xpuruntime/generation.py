@@ -93,7 +93,7 @@ def _session_and_config(model: Any, config: Optional["GenerationConfig"], device
     """The session (made of a path or bytes, or the one given) and the config with padding="auto" resolved."""
     session = model if isinstance(model, InferenceSession) else InferenceSession(model, device=device, engine=engine,
                                                                                  **session_options)
-    source = getattr(session, "_model_source", None) if isinstance(model, InferenceSession) else model
+    source = getattr(session, "_made_from", None) if isinstance(model, InferenceSession) else model
     return session, _resolved(config if config is not None else GenerationConfig(), source)
 
 

@@ -95,7 +95,7 @@ class InferenceSession:
                                                str(external_data_dir) if external_data_dir else "",
                                                list(session_config or []))
         self._device = str(device)
-        self._model_source = model  # what the session was made of (a path or the caller's bytes: no copy)
+        self._made_from = model  # what the session was made of (a path or the caller's bytes: no copy)
 
     @property
     def engine(self) -> str:

@@ -42,13 +42,13 @@ std::int64_t I(std::int64_t v) { return v; }
 Tensor make(const Shape& shape, const Values& values) {
   Tensor t = Tensor::empty(shape, DType::kFloat32);
   EXPECT_EQ(static_cast<std::size_t>(t.numel()), values.size());
-  std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(float));  // empty: no data
   return t;
 }
 
 Tensor make_i64(const Shape& shape, const std::vector<std::int64_t>& values) {
   Tensor t = Tensor::empty(shape, DType::kInt64);
-  std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
+  if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
   return t;
 }
 

@@ -74,13 +74,15 @@ struct Requantizer {
   bool fast;
 };
 
-__device__ __forceinline__ Requantizer requantizer(float y_scale, float zero_point, bool is_signed, bool relu = false) {
+// A Requantizer onto the integer levels [lo, hi] (int8, uint8, int4 or uint4: |lo|, hi < 2^9).
+__device__ __forceinline__ Requantizer requantizer_range(float y_scale, float zero_point, float lo, float hi,
+                                                         bool relu = false) {
   Requantizer r;
   r.y_scale = y_scale;
   r.reciprocal = __frcp_rn(y_scale);
   r.zero_point = zero_point;
-  r.lo = is_signed ? -128.0f : 0.0f;
-  r.hi = is_signed ? 127.0f : 255.0f;
+  r.lo = lo;
+  r.hi = hi;
   constexpr float kMinNormal = 1.17549435e-38f, kMax = 3.40282347e+38f;
   r.fast = y_scale >= kMinNormal && y_scale <= kMax && r.reciprocal >= kMinNormal && r.reciprocal <= kMax &&
            zero_point >= r.lo && zero_point <= r.hi && zero_point == rintf(zero_point);
@@ -88,6 +90,10 @@ __device__ __forceinline__ Requantizer requantizer(float y_scale, float zero_poi
   r.int_lo = static_cast<int>(relu && r.fast ? fmaxf(r.lo, zero_point) : r.lo) - r.int_zero_point;
   r.int_hi = static_cast<int>(r.hi) - r.int_zero_point;
   return r;
+}
+
+__device__ __forceinline__ Requantizer requantizer(float y_scale, float zero_point, bool is_signed, bool relu = false) {
+  return requantizer_range(y_scale, zero_point, is_signed ? -128.0f : 0.0f, is_signed ? 127.0f : 255.0f, relu);
 }
 
 // real / y_scale for a `fast` Requantizer, correctly rounded where the level depends on it.

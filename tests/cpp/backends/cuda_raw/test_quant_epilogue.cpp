@@ -165,6 +165,45 @@ TEST_F(QuantEpilogue, GemmChannelsEveryDtype) {
   check(random_acc(static_cast<std::size_t>(rows * channels), 3, -200000, 200000), channels, 1, h);
 }
 
+// A GEMM's output with channels a multiple of 4 takes the pass in rows of four (Note [The epilogue pass in rows of
+// four]): per-channel and per-tensor alpha, ReLU or not, both zero points, a run-time x zero point, ties (y_scale 2
+// on integer reals), zeros (half of the ReLU's outputs) and saturation at both ends.
+TEST_F(QuantEpilogue, RowsOfFourEveryDtype) {
+  for (const std::int64_t channels : {4, 64, 772}) {
+    const std::int64_t rows = channels == 772 ? 5 : 33;
+    HostEpilogue h;
+    std::mt19937 rng(static_cast<std::uint32_t>(channels));
+    std::uniform_real_distribution<float> scale(1e-4f, 1e-2f);
+    for (std::int64_t c = 0; c < channels; ++c) {
+      h.alpha.push_back(scale(rng));
+      h.int_bias.push_back(static_cast<std::int32_t>(rng() % 20001) - 10000);
+      h.float_bias.push_back(static_cast<float>(static_cast<int>(rng() % 200) - 100) / 7.0f);
+      h.w_col_sums.push_back(static_cast<std::int32_t>(rng() % 2001) - 1000);
+    }
+    const auto n = static_cast<std::size_t>(rows * channels);
+    h.relu = true;
+    h.y_scale = 0.37f;
+    h.y_zero_point = -7.0f;
+    check(random_acc(n, 5, -200000, 200000), channels, 1, h);
+    h.relu = false;
+    h.x_zero_point = 113;
+    h.y_zero_point = 131.0f;
+    check(random_acc(n, 6, -200000, 200000), channels, 1, h);
+    // Integer reals over y_scale 2: every odd one a tie.
+    h.x_zero_point = -1;
+    h.float_bias.clear();
+    h.int_bias.clear();
+    h.per_channel = false;
+    h.alpha = {1.0f};
+    h.y_scale = 2.0f;
+    h.y_zero_point = 0.0f;
+    check(random_acc(n, 7, -300, 300), channels, 1, h);
+    h.relu = true;
+    h.y_scale = 1e-30f;  // a reciprocal that is not normal: the division stays __fdiv_rn
+    check(random_acc(n, 8, -3, 3), channels, 1, h);
+  }
+}
+
 TEST_F(QuantEpilogue, ConvolutionChannelsAndRunTimeZeroPoint) {
   const std::int64_t batch = 3, channels = 5, inner = 7 * 11;
   HostEpilogue h;

@@ -282,6 +282,40 @@ TEST_P(QuantizeOps, QuantizeMatchesTheNodeKernel) {
   }
 }
 
+// One scale and zero point for the whole tensor (Note [Per-tensor quantization without a division] on the GPU): random
+// float bit patterns (NaN, infinities, subnormals, zeros of both signs) and values around the integer grid, with
+// scales whose reciprocal is normal and ones whose is not (1e38) or that are not normal (2e-39), every integer
+// output type, with and without a zero point, and a length with a tail past the 16-byte vectors.
+TEST_P(QuantizeOps, PerTensorQuantizeOnBitPatterns) {
+  std::mt19937 gen(23);
+  const std::int64_t n = (1 << 14) + 13;
+  for (const float s : {0.05f, 3.7e-5f, 7.0f, 1e38f, 2e-39f}) {
+    std::vector<float> values(static_cast<std::size_t>(n));
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (i % 3 == 0) {
+        const std::uint32_t bits = static_cast<std::uint32_t>(gen());
+        std::memcpy(&values[i], &bits, 4);
+      } else if (i % 3 == 1) {
+        values[i] = (static_cast<float>(static_cast<int>(gen() % 600)) - 300.5f) * s;  // ties of the grid
+      } else {
+        values[i] = unit(gen) * 200.0f * s;
+      }
+    }
+    for (const DType real : kRealDtypes) {
+      const Tensor x = reals({n}, real, values);
+      const Tensor scale = reals({}, real, {s});
+      for (const DType out : {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kUInt4}) {
+        expect_quantize(x, scale, {}, out, 1, 1,
+                        detail::str_cat("per tensor ", dtype_name(real), " -> ", dtype_name(out), " scale ", s));
+        const Tensor zp = from_bytes({}, out, random_quantized(1, out, gen, true));
+        expect_quantize(x, scale, zp, out, 1, 1,
+                        detail::str_cat("per tensor ", dtype_name(real), " -> ", dtype_name(out), " zp, scale ", s));
+      }
+    }
+  }
+}
+
 // A float32 scale with float16 x (the node kernel and the registry op take any float scale).
 TEST_P(QuantizeOps, QuantizeTakesAScaleOfAnotherFloatDtype) {
   std::mt19937 gen(11);

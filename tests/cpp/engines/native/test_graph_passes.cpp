@@ -2142,6 +2142,81 @@ TEST(NhwcLayout, Int8ConvolutionsRunChannelsLastForTheTensorCores) {
   EXPECT_EQ(count(disabled, "Transpose"), 0) << disabled.str();
 }
 
+// Residual blocks of a quantized CNN as QDQ models write them (Note [Quantized values keep their layout]): the identity
+// dequantized, added to the last convolution's float output, Relu, quantized again. In a CUDA plan the per-tensor
+// QuantizeLinear / DequantizeLinear and the Add and Relu between them follow the int8 convolutions channels-last, so the
+// only Transposes left are the stem's output into NHWC and the network's output back; a per-axis DequantizeLinear
+// stays NCHW; the CUDA plan computes the CPU plan's bits.
+TEST(NhwcLayout, QuantizedResidualBlocksStayChannelsLast) {
+  for (const bool per_axis_identity : {false, true}) {
+    Builder b;
+    b.input("x", {2, 3, 10, 10});
+    b.constant("sx", scalar(0.04f)).constant("zx", int8_scalar(128, DType::kUInt8));
+    b.constant("s", scalar(0.05f)).constant("z", int8_scalar(-3));
+    b.constant("sr", scalar(0.07f)).constant("zr", int8_scalar(5));
+    b.constant("s_axis", random({32}, 401, 0.05f, 0.08f));
+    b.add(node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"})).add(node("DequantizeLinear", {"xq", "sx", "zx"}, {"xf"}));
+    // DQ(per-channel weight) -> Conv [-> Relu]: `out` is the float output.
+    const auto conv = [&](const std::string& in, const std::string& out, const Shape& w_shape, unsigned seed,
+                          bool relu) {
+      b.constant(out + "_w", quantized(w_shape, DType::kInt8, seed, -127, 127));
+      b.constant(out + "_ws", random({w_shape[0]}, seed + 1, 0.002f, 0.01f));
+      b.constant(out + "_b", random({w_shape[0]}, seed + 2));
+      b.add(node("DequantizeLinear", {out + "_w", out + "_ws"}, {out + "_wf"}, Attributes().set("axis", I(0))));
+      const auto pads = Attributes().set("pads", w_shape[2] == 3 ? std::vector<std::int64_t>{1, 1, 1, 1}
+                                                                 : std::vector<std::int64_t>{0, 0, 0, 0});
+      b.add(node("Conv", {in, out + "_wf", out + "_b"}, {relu ? out + "_c" : out}, pads));
+      if (relu) b.add(node("Relu", {out + "_c"}, {out}));
+    };
+    const auto qdq = [&](const std::string& in, const std::string& out, const std::string& s, const std::string& z) {
+      b.add(node("QuantizeLinear", {in, s, z}, {out + "_q"})).add(node("DequantizeLinear", {out + "_q", s, z}, {out}));
+    };
+    conv("xf", "stem", {16, 3, 3, 3}, 400, true);  // 3 channels: NCHW
+    qdq("stem", "a", "s", "z");
+    conv("a", "c2", {32, 16, 3, 3}, 410, true);
+    qdq("c2", "r0", "sr", "zr");
+    // Block 1: conv -> Add(identity) -> Relu -> Q -> DQ.
+    conv("r0", "c3", {32, 32, 1, 1}, 420, false);
+    b.add(node("Add", {"c3", "r0"}, {"sum1"})).add(node("Relu", {"sum1"}, {"relu1"}));
+    qdq("relu1", "r1", "sr", "zr");
+    // Block 2: its identity through a QDQ pair per tensor, or per channel (that DequantizeLinear stays NCHW).
+    conv("r1", "c4", {32, 32, 1, 1}, 430, true);
+    qdq("c4", "c4d", "s", "z");
+    conv("c4d", "c5", {32, 32, 1, 1}, 440, false);
+    if (per_axis_identity) {
+      b.constant("zr_axis", Tensor::zeros({32}, DType::kInt8));
+      b.add(node("QuantizeLinear", {"relu1", "s_axis", "zr_axis"}, {"id_q"}, Attributes().set("axis", I(1))));
+      b.add(node("DequantizeLinear", {"id_q", "s_axis", "zr_axis"}, {"identity"}, Attributes().set("axis", I(1))));
+    } else {
+      b.add(node("Identity", {"r1"}, {"identity"}));
+    }
+    b.add(node("Add", {"c5", "identity"}, {"sum2"})).add(node("Relu", {"sum2"}, {"relu2"}));
+    qdq("relu2", "r2", "sr", "zr");
+    conv("r2", "out", {16, 32, 1, 1}, 450, true);
+    const Graph g = with_types(b.build({"out"}));
+    passes::PassContext ctx;
+    ctx.keep_quantized_weights = true;
+    Graph cpu = g;
+    passes::run_passes(cpu, ctx);
+    ctx.device = Device::cuda(0);
+    Graph cuda = g;
+    passes::run_passes(cuda, ctx);
+    std::int64_t nhwc_qconvs = 0;
+    for (const Node& n : cuda.nodes) nhwc_qconvs += n.op_type == "QConv" && n.attrs.get_string("layout", "") == "NHWC";
+    EXPECT_EQ(nhwc_qconvs, 5) << cuda.str();
+    // The stem's output in, the output back; a per-axis identity reads Relu's output NCHW, and the Add after it
+    // stays NCHW: its convolution's output out of NHWC and the quantized sum back in.
+    EXPECT_EQ(count(cuda, "Transpose"), per_axis_identity ? 5 : 2) << cuda.str();
+    const Feeds feeds = {{"x", random({2, 3, 10, 10}, 460, -2.0f, 2.0f)}};
+    const std::vector<Tensor> expected = run_graph(cpu, feeds, nullptr, /*library_fused=*/true);
+    const std::vector<Tensor> actual = run_graph(cuda, feeds, nullptr, /*library_fused=*/true);
+    ASSERT_EQ(actual.size(), 1u);
+    ASSERT_EQ(actual[0].shape(), expected[0].shape());
+    EXPECT_EQ(std::memcmp(actual[0].data_ptr(), expected[0].data_ptr(), expected[0].nbytes()), 0)
+        << "per-axis identity " << per_axis_identity;
+  }
+}
+
 // ---- every ONNX backend test model ----
 
 std::string read_bytes(const std::filesystem::path& path) {

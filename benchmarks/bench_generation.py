@@ -6,7 +6,8 @@
   engine    native / onnxruntime (the engine a user would otherwise pick), same session options
 For each (form, engine): a Generator over --batch prompts of mixed lengths and --new tokens, run twice in one process:
 `first` (a fresh session: the native engine builds a plan per input-shape signature, so a decode step whose shapes it
-has not seen pays for one) and `warm` (ms per decode step from GenerationStats, median of --repeat generations). Then
+has not seen pays for one) and `warm` (ms per decode step from GenerationStats, median of --repeat generations), and
+whether the session replayed a CUDA graph (explain()); on CUDA the native engine again with cuda_graphs=False. Then
 continuous batching: --requests requests of mixed lengths through a ContinuousBatcher of --max-batch against the same
 requests generated one at a time (batch 1), decode tokens/s of each and the ratio.
 
@@ -40,10 +41,14 @@ def prompts(count: int, seed: int) -> list:
     return [[int(t) for t in rng.integers(1, 37, size=int(n))] for n in rng.integers(1, 20, size=count)]
 
 
-def generator_row(model: bytes, engine: str, args) -> dict:
+def generator_row(model: bytes, engine: str, args, graphs: bool = True) -> dict:
+    import xpuruntime as xrt
+
     config = GenerationConfig(max_new_tokens=args.new)
     batch = prompts(args.batch, 1)
-    generator = Generator(model, config, device=args.device, engine=engine)
+    session = xrt.InferenceSession(model, device=args.device, engine=engine,
+                                   exec_policy=xrt.ExecutionPolicy(cuda_graphs=graphs))
+    generator = Generator(session, config)
     rows = {}
     for run in ("first", "warm"):
         times = []
@@ -53,6 +58,7 @@ def generator_row(model: bytes, engine: str, args) -> dict:
                 generation.step()
             times.append(generation.stats.ms_per_decode_step)
         rows[run] = statistics.median(times)
+    rows["replayed"] = "captured and replayed" in str(session.explain())
     return rows
 
 
@@ -94,8 +100,8 @@ def main(argv=None) -> int:
     forms = {"concat": tiny_decoder(), "gqa": tiny_gqa_decoder()}
     lines = [f"bench_generation, {datetime.date.today()}, {args.device} ({platform.processor() or platform.machine()})"
              f", batch {args.batch}, {args.new} new tokens, {args.requests} requests, max_batch {args.max_batch}", "",
-             "| form | engine | first generation, ms / decode step | warm, ms / decode step |",
-             "| --- | --- | ---: | ---: |"]
+             "| form | engine | first generation, ms / decode step | warm, ms / decode step | CUDA graph replayed |",
+             "| --- | --- | ---: | ---: | --- |"]
     batching = ["", "| form | engine | batch-1 one at a time, tokens/s | continuous batching, tokens/s | ratio | "
                     "same tokens |", "| --- | --- | ---: | ---: | ---: | --- |"]
     notes = []
@@ -103,7 +109,11 @@ def main(argv=None) -> int:
         for engine in args.engines:
             try:
                 g = generator_row(model, engine, args)
-                lines.append(f"| {form} | {engine} | {g['first']:.3f} | {g['warm']:.3f} |")
+                lines.append(f"| {form} | {engine} | {g['first']:.3f} | {g['warm']:.3f} | "
+                             f"{'yes' if g['replayed'] else 'no'} |")
+                if args.device.startswith("cuda") and engine == "native":  # the same without CUDA graphs
+                    g = generator_row(model, engine, args, graphs=False)
+                    lines.append(f"| {form} | native, cuda_graphs=False | {g['first']:.3f} | {g['warm']:.3f} | no |")
                 b = batching_row(model, engine, args)
                 batching.append(f"| {form} | {engine} | {b['alone']:.0f} | {b['batched']:.0f} | "
                                 f"{b['batched'] / b['alone']:.2f} | {'yes' if b['same'] else 'NO'} |")

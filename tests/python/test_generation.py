@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import pathlib
+import re
 
 import numpy as np
 import onnx
@@ -677,6 +678,25 @@ def test_gpu_cached_greedy_equals_the_cpu_reference(cached, uncached, engine, tm
     sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9)
     assert Generator(cached, sampled, device="cuda", engine=engine).generate(PROMPTS) == \
         Generator(cached, sampled).generate(PROMPTS)
+
+
+@requires_gpu
+def test_gpu_group_query_attention_decode_steps_replay_a_cuda_graph(cached, gqa):
+    """The GroupQueryAttention form's decode steps have one input-shape signature (the cache a fixed-size buffer, the
+    mask a fixed width), so the native engine replays their plan from a CUDA graph from the second step; the tokens
+    are the Concat form's on the CPU, with and without CUDA graphs."""
+    for prompts in (PROMPTS[:1], PROMPTS):
+        expected = Generator(cached, greedy(16)).generate(prompts)
+        for graphs in (True, False):
+            session = xrt.InferenceSession(gqa, device="cuda", engine="native",
+                                           exec_policy=xrt.ExecutionPolicy(cuda_graphs=graphs))
+            generation = Generator(session, greedy(16)).start(prompts)
+            while not generation.done:
+                generation.step()
+            assert generation.tokens == expected
+            assert ("captured and replayed" in str(session.explain())) == graphs
+            # A few plans (the prefill's, the decode steps'), not one per step as in the Concat form.
+            assert int(re.search(r"plans built: (\d+)", str(session.explain()))[1]) <= 3
 
 
 @requires_gpu

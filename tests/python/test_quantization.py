@@ -450,6 +450,68 @@ def test_optional_op_types(mlp, digits):
         assert abs(_accuracy_engine(result.to_bytes(), digits, engine) - reference) <= 0.005 + 1e-9
 
 
+def _attention_model():
+    """x [N, 6, 8] -> q, k, v projections (k's weight through a Transpose, still a weight) -> softmax(q k^T) v ->
+    mean over the sequence -> a Gemm to 10 logits: two MatMuls of two activations among the five."""
+    rng = np.random.default_rng(5)
+    inits = {"wq": rng.normal(size=(8, 8)).astype(np.float32), "wk_t": rng.normal(size=(8, 8)).astype(np.float32),
+             "wv": rng.normal(size=(8, 8)).astype(np.float32), "wo": rng.normal(size=(10, 8)).astype(np.float32),
+             "bo": rng.normal(size=10).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"], name="proj_q"),
+             helper.make_node("Transpose", ["wk_t"], ["wk"], name="wk_transpose", perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wk"], ["k"], name="proj_k"),
+             helper.make_node("MatMul", ["x", "wv"], ["v"], name="proj_v"),
+             helper.make_node("Transpose", ["k"], ["kt"], name="k_transpose", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+             helper.make_node("Softmax", ["scores"], ["p"], name="softmax", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["context"], name="context"),
+             helper.make_node("ReduceMean", ["context"], ["pooled"], name="pool", axes=[1], keepdims=0),
+             helper.make_node("Gemm", ["pooled", "wo", "bo"], ["logits"], name="head", transB=1)]
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, 8])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="test")
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_activation_matmuls_stay_float_unless_asked(tmp_path):
+    """Note [Activation MatMuls stay float]: q k^T and p v are left float with their reason (a Transpose of a weight is
+    still a weight); activation_matmuls=True quantizes them; a replay of the decisions keeps the choice; the CLI and an
+    ExecutionPolicy take the option too."""
+    from xpuruntime.quantization.quantizer import ACTIVATION_MATMUL_REASON
+    model = _attention_model()
+    rng = np.random.default_rng(6)
+    calibration = [{"x": rng.normal(size=(4, 6, 8)).astype(np.float32)} for _ in range(3)]
+    x = rng.normal(size=(5, 6, 8)).astype(np.float32)
+    default = xrt.quantize(model, calibration, method="minmax")
+    assert default.quantized_nodes == ["proj_q", "proj_k", "proj_v", "head"]
+    assert default.excluded == {"scores": ACTIVATION_MATMUL_REASON, "context": ACTIVATION_MATMUL_REASON}
+    assert {"q", "kt", "p", "v"}.isdisjoint(default.decisions["activations"])
+    every = xrt.quantize(model, calibration, method="minmax", activation_matmuls=True)
+    assert every.quantized_nodes == ["proj_q", "proj_k", "proj_v", "scores", "context", "head"]
+    assert every.excluded == {} and {"q", "kt", "p", "v"} <= set(every.decisions["activations"])
+    replay = xrt.quantize(model, decisions=default.decisions)
+    assert replay.to_bytes() == default.to_bytes()
+    reference = xrt.InferenceSession(model.SerializeToString(), engine="native").run({"x": x})["logits"]
+    for result in (default, every):
+        got = xrt.InferenceSession(result.to_bytes(), engine="native").run({"x": x})["logits"]
+        assert np.abs(got - reference).max() <= 0.1 * np.abs(reference).max()
+    path = tmp_path / "attention.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([c["x"] for c in calibration]))
+    for flag, quantized in (([], 4), (["--activation-matmuls"], 6)):
+        code, out, err = run_cli("quantize", path, "--calibration", tmp_path / "calib.npz", "--method", "minmax",
+                                 "-o", tmp_path / "q.onnx", *flag)
+        assert code == 0, err
+        assert f"{quantized} nodes quantized" in out
+    policy = xrt.ExecutionPolicy(precision="int8", calibration=calibration,
+                                 quantization={"method": "minmax", "activation_matmuls": True})
+    session = xrt.InferenceSession(model.SerializeToString(), engine="native", exec_policy=policy)
+    assert session.run({"x": x})["logits"].shape == (5, 10)
+
+
 def test_exclude_by_name_and_op_type(mlp, digits):
     result = xrt.quantize(mlp, _calibration(digits, batches=2), exclude=["fc2"], method="minmax")
     assert result.excluded == {"fc2": "exclude list"}

@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", nargs="+", default=[], metavar="NODE_OR_OP",
                    help="node names or op types to keep in float")
     p.add_argument("--op-types", nargs="+", metavar="OP", help="op types to quantize (default Conv Gemm MatMul)")
+    p.add_argument("--activation-matmuls", action="store_true",
+                   help="also quantize MatMuls of two activations (attention's batched products; default: float, "
+                        "so that the attention runs fused)")
     p.add_argument("--activation-type", choices=("int8", "uint8"), default="int8",
                    help="int8: symmetric activations (default); uint8: asymmetric")
     p.add_argument("--per-tensor", action="store_true", help="one scale per weight instead of per output channel")
@@ -1042,7 +1045,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                               percentile=args.percentile, activation_type=args.activation_type,
                               per_channel=False if args.per_tensor else None, quantize_bias=args.quantize_bias,
                               exclude=args.exclude, op_types=args.op_types, block_size=args.block_size,
-                              device=args.device, engine=args.engine, output_path=args.output)
+                              device=args.device, engine=args.engine, output_path=args.output,
+                              activation_matmuls=args.activation_matmuls)
     try:
         result.save_decisions(decisions_out)
     except OSError as error:

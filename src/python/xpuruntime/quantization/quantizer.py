@@ -163,6 +163,30 @@ def _constant_names(model) -> set:
     return {init.name for init in model.graph.initializer}
 
 
+# Note [Activation MatMuls stay float]
+# A MatMul of two activations (attention's q @ k^T and probabilities @ v) has no weight to compress, and QDQ pairs on
+# its inputs split the attention pattern that the native engine runs as one fused kernel: in BERT-base quantized with
+# them (H200, batch 16, 2026-12-02) the attention ran as float16 GEMMs, a Softmax, the exporter's IsNaN/Where guard and
+# head transposes, about 0.6 ms a run against 0.14 ms for the fused kernel of the float16 plan, and their 96
+# QuantizeLinear/DequantizeLinear launches came on top. So by default they stay float, with this reason in the
+# decisions' `excluded` (a replay keeps them float too); `activation_matmuls=True` (CLI `--activation-matmuls`)
+# quantizes them as ONNX Runtime's quantize_static does. A MatMul counts as one of two activations when neither input
+# is computed from constants alone (a Transpose or Cast of a weight is still a weight).
+ACTIVATION_MATMUL_REASON = ("both inputs are activations (attention's batched MatMul): left float so that the "
+                            "attention runs fused (activation_matmuls=True quantizes it)")
+
+
+def _constant_derived(model, constants: set) -> set:
+    """The values computed from constants alone: the initializers, Constant nodes' outputs, and the outputs of nodes
+    whose every input is one of them (graph order is topological)."""
+    derived = set(constants)
+    for node in model.graph.node:
+        inputs = [name for name in node.input if name]
+        if node.op_type == "Constant" or (inputs and all(name in derived for name in inputs)):
+            derived.update(name for name in node.output if name)
+    return derived
+
+
 def _resolve_exclude(model, exclude: Iterable[str]) -> Tuple[set, set]:
     """Splits the exclude list into node keys and op types; InvalidArgumentError for an entry that is neither."""
     if isinstance(exclude, str):
@@ -208,7 +232,7 @@ def plan(model, calibration: Calibration = None, *, precision: str = "int8", met
          percentile: float = 99.99, num_bins: int = 2048, activation_type: str = "int8",
          per_channel: Optional[bool] = None, quantize_bias: bool = False, exclude: Iterable[str] = (),
          op_types: Optional[Sequence[str]] = None, block_size: int = 32, device: Any = "cpu", engine: str = "auto",
-         max_batches: Optional[int] = None) -> Dict[str, Any]:
+         max_batches: Optional[int] = None, activation_matmuls: bool = False) -> Dict[str, Any]:
     """The decisions of :func:`quantize` for ``model`` (a ModelProto, not modified); see there for the arguments."""
     op_types = _check_options(precision, activation_type, op_types, block_size)
     if method is None:
@@ -221,6 +245,7 @@ def plan(model, calibration: Calibration = None, *, precision: str = "int8", met
     constants = _constant_names(model)
     inits = _model.initializer_map(graph)
     types = _value_types(model)
+    from_constants = _constant_derived(model, constants)
 
     nodes: List[str] = []
     excluded: Dict[str, str] = {}
@@ -233,6 +258,10 @@ def plan(model, calibration: Calibration = None, *, precision: str = "int8", met
         key = _model.node_key(node, index)
         if key in excluded_keys or node.op_type in excluded_ops:
             excluded[key] = "exclude list"
+            continue
+        if (node.op_type == "MatMul" and not activation_matmuls and precision != "int4-weights"
+                and not any(name in from_constants for name in node.input)):
+            excluded[key] = ACTIVATION_MATMUL_REASON
             continue
         reason, node_acts, node_weights, node_bias = _plan_node(node, precision, per_channel, block_size, constants,
                                                                 inits, types, weights)
@@ -461,7 +490,8 @@ def quantize(model: Any, calibration: Calibration = None, *, precision: str = "i
              per_channel: Optional[bool] = None, quantize_bias: bool = False, exclude: Iterable[str] = (),
              op_types: Optional[Sequence[str]] = None, block_size: int = 32, device: Any = "cpu",
              engine: str = "auto", max_batches: Optional[int] = None, decisions: Any = None,
-             check_model: bool = True, output_path: Optional[Union[str, Path]] = None) -> QuantizationResult:
+             check_model: bool = True, output_path: Optional[Union[str, Path]] = None,
+             activation_matmuls: bool = False) -> QuantizationResult:
     """Post-training quantization of a float ONNX model into a QDQ model (docs/quantization.md).
 
     Parameters
@@ -494,6 +524,9 @@ def quantize(model: Any, calibration: Calibration = None, *, precision: str = "i
         Node names (``<op_type>_<index>`` for unnamed nodes) or op types to keep in float.
     op_types : list of str
         The op types to quantize (default Conv, Gemm, MatMul; int8/fp8 also take Add, Mul, Concat).
+    activation_matmuls : bool
+        Also quantize MatMuls whose two inputs are activations (attention's batched products). Default False: they
+        stay float (listed in ``excluded`` with the reason) so that the attention can run as one fused kernel.
     block_size : int
         int4 block size along the reduction axis (default 32).
     device, engine : str
@@ -538,7 +571,7 @@ def quantize(model: Any, calibration: Calibration = None, *, precision: str = "i
         chosen = plan(float_model, calibration, precision=precision, method=method, percentile=percentile,
                       num_bins=num_bins, activation_type=activation_type, per_channel=per_channel,
                       quantize_bias=quantize_bias, exclude=exclude, op_types=op_types, block_size=block_size,
-                      device=device, engine=engine, max_batches=max_batches)
+                      device=device, engine=engine, max_batches=max_batches, activation_matmuls=activation_matmuls)
         # The JSON round trip makes a fresh run and a replay start from identical values.
         chosen = json.loads(json.dumps(chosen))
     result = QuantizationResult(apply_decisions(float_model, chosen), chosen)

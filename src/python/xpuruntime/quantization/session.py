@@ -24,7 +24,7 @@ from .quantizer import PRECISIONS, QuantizationResult, load_decisions, quantize
 
 # quantize() options a policy may carry (device and engine are the session's own).
 _OPTIONS = ("method", "percentile", "num_bins", "activation_type", "per_channel", "quantize_bias", "exclude",
-            "op_types", "max_batches", "decisions", "check_model")
+            "op_types", "max_batches", "decisions", "check_model", "activation_matmuls")
 
 
 def cache_dir() -> Optional[Path]:

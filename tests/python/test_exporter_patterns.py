@@ -49,6 +49,23 @@ def test_attention_fusion_takes_every_softmax_of_dynamo_exports(name, dtype):
     assert ran["Softmax"] == 0 and ran["IsNaN"] == 0, dict(ran)
 
 
+@pytest.mark.parametrize("name", ATTENTION_DYNAMO)
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_attention_fusion_takes_float32_exports_in_lower_precision_plans(name, precision):
+    """Note [Constants saturate in lower precision]: a float32 export run with ExecutionPolicy(precision=fp16/bf16)
+    keeps its masks finite, so its attention fuses as in a float32 plan (the masked ones, BERT, GPT-2 and Llama, did
+    not: their finfo(float32).min became -inf)."""
+    key = "dynamo.float32"
+    if key not in MANIFEST["models"][name]["exports"]:
+        pytest.skip(f"PyTorch's exporter could not write {name}.{key}")
+    path = TINY / f"{name}.{key}.onnx"
+    model = onnx.load(str(path))
+    session = xrt.InferenceSession(str(path), engine="native", exec_policy=xrt.ExecutionPolicy(precision=precision))
+    ran = collections.Counter(n["op_type"] for n in session.explain().nodes)
+    assert ran["xpuruntime:Attention"] == sum(n.op_type == "Softmax" for n in model.graph.node), dict(ran)
+    assert ran["Softmax"] == 0 and ran["IsNaN"] == 0, dict(ran)
+
+
 @pytest.mark.parametrize("name,key", [("swin", "torchscript.float32")])
 def test_q_k_v_cut_from_the_packed_projection_are_views(name, key):
     """Note [Views at an offset]: the exporters' select/unbind/split of q, k and v on the outer axis of the packed

@@ -134,6 +134,27 @@ def test_fp16_option_runs_a_float32_model_in_float16(models):
     assert any(n["precision"] == "fp16" for n in session.explain().nodes)
 
 
+@pytest.mark.parametrize("precision,largest", [("fp16", 65504.0), ("bf16", 3.3895313892515355e38)])
+def test_float32_constants_saturate_in_lower_precision_plans(precision, largest):
+    """Note [Constants saturate in lower precision]: a finite float32 constant beyond the plan's float range (the
+    exporters' finfo(float32).min masks) becomes the largest finite value of its sign, not an infinity; infinities,
+    NaN and values in range convert as they are (rounded to nearest even)."""
+    from onnx import TensorProto, helper, numpy_helper
+    c = np.array([-3.4028235e38, 3.4028235e38, -np.inf, np.inf, 70000.0, -1.5, 0.0], np.float32)
+    graph = helper.make_graph([helper.make_node("Add", ["x", "c"], ["y"])], "saturate",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7])],
+                              [numpy_helper.from_array(c, "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    session = xrt.InferenceSession(model.SerializeToString(), engine="native",
+                                   exec_policy=xrt.ExecutionPolicy(precision=precision))
+    y = session.run({"x": np.zeros(7, np.float32)})["y"]
+    beyond = largest if precision == "fp16" else 70000.0  # 70000 is in bfloat16's range (rounded: 70144)
+    expected = [-largest, largest, -np.inf, np.inf, beyond if precision == "fp16" else 70144.0, -1.5, 0.0]
+    np.testing.assert_array_equal(y, np.array(expected, np.float32))
+
+
 def test_a_plan_per_input_shape_and_static_shape(models):
     path = model_path(models, "mlp", "fp32")
     session = xrt.InferenceSession(path, engine="native")

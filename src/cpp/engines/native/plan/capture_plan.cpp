@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <cstring>
@@ -112,16 +113,32 @@ std::set<std::string> read_only_by_integer_ops(const Graph& g) {
   return only;
 }
 
+// Note [Constants saturate in lower precision]
+// Exporters write a float32 model's masks with the most negative float32 (PyTorch: torch.finfo(float32).min, added
+// to the scores of masked keys). Rounded to float16 that is -inf, which changes what the model computes: a row whose
+// every key is masked gets a uniform softmax in float32 but NaN in float16 (exp(-inf - (-inf))), and the attention
+// pattern's NaN guard (Where(IsNaN(p), 0, p)) can no longer be dropped, so attention_fusion left the attention of
+// every masked float32 transformer unfused in float16 plans (BERT, GPT-2, Llama of the suite; the int8 BERT in a
+// float16 plan on an H200 ran 0.6 ms of attention ops a run instead of one fused kernel). So a finite float32 constant
+// beyond the target's range becomes its largest finite value of that sign (float16: 65504), as ONNX's float16
+// converters clip (onnxconverter-common's convert_float_to_float16, max_finite_val); infinities and NaN stay.
+std::uint16_t saturated(float v, DType to) {
+  const std::uint16_t bits = to == DType::kFloat16 ? detail::float_to_half(v) : detail::float_to_bfloat16(v);
+  const bool became_infinite = (bits & 0x7FFFu) == (to == DType::kFloat16 ? 0x7C00u : 0x7F80u);
+  if (!became_infinite || !std::isfinite(v)) return bits;
+  const std::uint16_t largest = to == DType::kFloat16 ? 0x7BFFu : 0x7F7Fu;
+  return static_cast<std::uint16_t>(largest | (v < 0.0f ? 0x8000u : 0u));
+}
+
 void convert_precision(Graph& g, DType to) {
   const std::int64_t onnx_to = to == DType::kFloat16 ? 10 : 16;
-  // A float32 constant in `to`, rounded to nearest even.
+  // A float32 constant in `to`, rounded to nearest even, finite values saturating (Note [Constants saturate in lower
+  // precision]).
   auto convert = [to](const Tensor& t) {
     Tensor c = Tensor::empty(t.shape(), to);
     const auto* src = static_cast<const float*>(t.contiguous().data_ptr());
     auto* dst = static_cast<std::uint16_t*>(c.data_ptr());
-    for (std::int64_t i = 0; i < t.numel(); ++i) {
-      dst[i] = to == DType::kFloat16 ? detail::float_to_half(src[i]) : detail::float_to_bfloat16(src[i]);
-    }
+    for (std::int64_t i = 0; i < t.numel(); ++i) dst[i] = saturated(src[i], to);
     return c;
   };
   const std::set<std::string> integer_only = read_only_by_integer_ops(g);

@@ -1,6 +1,8 @@
 """Text generation's decode loop (docs/generation.md) on the test decoders, both engines, both cache forms, in one run:
 
   form      concat  transformers' form: present = Concat(past, new), rows left-padded (tiny_decoder)
+            concat-static  the same model with GenerationConfig(cache_layout="static"): decode steps feed the whole
+                    fixed-size cache, so they all have one shape (Note [Static cache layout])
             gqa     ONNX Runtime's GroupQueryAttention form: rows right-padded, one shared cache buffer per slot
                     appended in place, decode masks of a fixed width (tiny_gqa_decoder, the same weights)
   engine    native / onnxruntime (the engine a user would otherwise pick), same session options
@@ -41,10 +43,10 @@ def prompts(count: int, seed: int) -> list:
     return [[int(t) for t in rng.integers(1, 37, size=int(n))] for n in rng.integers(1, 20, size=count)]
 
 
-def generator_row(model: bytes, engine: str, args, graphs: bool = True) -> dict:
+def generator_row(model: bytes, engine: str, args, graphs: bool = True, layout: str = "auto") -> dict:
     import xpuruntime as xrt
 
-    config = GenerationConfig(max_new_tokens=args.new)
+    config = GenerationConfig(max_new_tokens=args.new, cache_layout=layout)
     batch = prompts(args.batch, 1)
     session = xrt.InferenceSession(model, device=args.device, engine=engine,
                                    exec_policy=xrt.ExecutionPolicy(cuda_graphs=graphs))
@@ -97,7 +99,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--out", default=None, help="also write the tables here")
     args = parser.parse_args(argv)
-    forms = {"concat": tiny_decoder(), "gqa": tiny_gqa_decoder()}
+    forms = {"concat": tiny_decoder(), "concat-static": tiny_decoder(), "gqa": tiny_gqa_decoder()}
     lines = [f"bench_generation, {datetime.date.today()}, {args.device} ({platform.processor() or platform.machine()})"
              f", batch {args.batch}, {args.new} new tokens, {args.requests} requests, max_batch {args.max_batch}", "",
              "| form | engine | first generation, ms / decode step | warm, ms / decode step | CUDA graph replayed |",
@@ -108,12 +110,15 @@ def main(argv=None) -> int:
     for form, model in forms.items():
         for engine in args.engines:
             try:
-                g = generator_row(model, engine, args)
+                layout = "static" if form.endswith("-static") else "auto"
+                g = generator_row(model, engine, args, layout=layout)
                 lines.append(f"| {form} | {engine} | {g['first']:.3f} | {g['warm']:.3f} | "
                              f"{'yes' if g['replayed'] else 'no'} |")
                 if args.device.startswith("cuda") and engine == "native":  # the same without CUDA graphs
-                    g = generator_row(model, engine, args, graphs=False)
+                    g = generator_row(model, engine, args, graphs=False, layout=layout)
                     lines.append(f"| {form} | native, cuda_graphs=False | {g['first']:.3f} | {g['warm']:.3f} | no |")
+                if form.endswith("-static"):  # continuous batching has its own layout
+                    continue
                 b = batching_row(model, engine, args)
                 batching.append(f"| {form} | {engine} | {b['alone']:.0f} | {b['batched']:.0f} | "
                                 f"{b['batched'] / b['alone']:.2f} | {'yes' if b['same'] else 'NO'} |")

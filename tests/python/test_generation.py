@@ -645,6 +645,48 @@ def test_continuous_batching_serves_the_group_query_attention_form(cached, gqa, 
     assert batcher.stats.max_running == 3
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_static_cache_layout_generates_what_the_dynamic_one_does(cached, engine):
+    """Note [Static cache layout]: the decode steps feed the whole fixed-size cache (the unfilled positions masked),
+    greedy and sampled tokens equal the dynamic layout's for batches of 1-3 ragged prompts, and the native engine
+    builds a few plans instead of one per length."""
+    for prompts in (PROMPTS[:1], PROMPTS[:2], PROMPTS):
+        expected = Generator(cached, greedy(14, cache_layout="dynamic"), engine=engine).generate(prompts)
+        session = xrt.InferenceSession(cached, engine=engine)
+        generator = Generator(session, greedy(14, cache_layout="static"))
+        assert generator.cache_layout == "static"
+        generation = generator.start(prompts)
+        while not generation.done:
+            generation.step()
+        assert generation.tokens == expected
+        stats = generation.stats
+        assert stats.cache_capacity == max(len(p) for p in prompts) + 14
+        assert stats.cache_length == stats.cache_capacity - 1  # the last token is never fed
+        if engine == "native":
+            assert int(re.search(r"plans built: (\d+)", str(session.explain()))[1]) <= 3
+        sampled = GenerationConfig(max_new_tokens=10, do_sample=True, seed=5, top_k=8, cache_layout="dynamic")
+        expected = Generator(cached, sampled, engine=engine).generate(prompts)
+        sampled.cache_layout = "static"
+        assert Generator(cached, sampled, engine=engine).generate(prompts) == expected
+
+
+def test_the_cache_layout_is_resolved_and_checked(cached):
+    """auto is dynamic (static has not run on a GPU yet); static needs position_ids (the positions would otherwise come from the cache's
+    fixed length); a bad name is a typed error; the GroupQueryAttention form ignores the setting."""
+    assert Generator(cached, greedy()).cache_layout == "dynamic"
+    assert greedy(cache_layout="static").cache_layout == "static"
+    with pytest.raises(xrt.InvalidArgumentError, match="cache_layout"):
+        GenerationConfig(cache_layout="paged")
+    no_positions = tiny_decoder(position_ids=False)
+    with pytest.raises(xrt.UnsupportedOperationError, match="position_ids"):
+        Generator(no_positions, greedy(cache_layout="static"))
+    assert Generator(no_positions, greedy()).cache_layout == "dynamic"
+    assert Generator(tiny_decoder(), greedy(cache="none", cache_layout="static")).generate(PROMPTS[:1]) == \
+        Generator(cached, greedy()).generate(PROMPTS[:1])
+    assert Generator(tiny_gqa_decoder(), greedy(cache_layout="static")).generate(PROMPTS) == \
+        Generator(cached, greedy()).generate(PROMPTS)
+
+
 def test_padding_is_checked(cached, uncached):
     with pytest.raises(xrt.InvalidArgumentError, match="padding"):
         GenerationConfig(padding="middle")
@@ -697,6 +739,22 @@ def test_gpu_group_query_attention_decode_steps_replay_a_cuda_graph(cached, gqa)
             assert ("captured and replayed" in str(session.explain())) == graphs
             # A few plans (the prefill's, the decode steps'), not one per step as in the Concat form.
             assert int(re.search(r"plans built: (\d+)", str(session.explain()))[1]) <= 3
+
+
+@requires_gpu
+def test_gpu_the_static_cache_layout_replays_a_cuda_graph(cached):
+    """Note [Static cache layout] on CUDA: the Concat form's decode steps have one shape, so the native engine replays
+    them from a CUDA graph; greedy and sampled tokens equal the CPU's dynamic layout."""
+    for prompts in (PROMPTS[:1], PROMPTS):
+        expected = Generator(cached, greedy(16)).generate(prompts)
+        session = xrt.InferenceSession(cached, device="cuda", engine="native")
+        assert Generator(session, greedy(16, cache_layout="static")).generate(prompts) == expected
+        assert "captured and replayed" in str(session.explain())
+        assert int(re.search(r"plans built: (\d+)", str(session.explain()))[1]) <= 3
+        sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9)
+        expected = Generator(cached, sampled).generate(prompts)
+        sampled.cache_layout = "static"
+        assert Generator(cached, sampled, device="cuda", engine="native").generate(prompts) == expected
 
 
 @requires_gpu

@@ -42,12 +42,25 @@ std::string padding_side_name(generation::PaddingSide side) {
   return side == generation::PaddingSide::kAuto ? "auto" : side == generation::PaddingSide::kLeft ? "left" : "right";
 }
 
+generation::CacheLayout cache_layout(const std::string& name) {
+  if (name == "auto") return generation::CacheLayout::kAuto;
+  if (name == "dynamic") return generation::CacheLayout::kDynamic;
+  if (name == "static") return generation::CacheLayout::kStatic;
+  throw InvalidArgumentError("GenerationConfig.cache_layout must be 'auto', 'dynamic' or 'static', got '" + name + "'");
+}
+
+std::string cache_layout_name(generation::CacheLayout layout) {
+  return layout == generation::CacheLayout::kAuto      ? "auto"
+         : layout == generation::CacheLayout::kDynamic ? "dynamic"
+                                                       : "static";
+}
+
 void bind_generation_config(py::module_& m) {
   py::class_<GenerationConfig>(m, "GenerationConfig", "How tokens are chosen and when generation stops.")
       .def(py::init([](std::int64_t max_new_tokens, std::int64_t max_length, bool do_sample, double temperature,
                        std::int64_t top_k, double top_p, double repetition_penalty, std::uint64_t seed,
                        const std::vector<std::int64_t>& stop_tokens, std::int64_t pad_token_id,
-                       const std::string& cache, const std::string& padding) {
+                       const std::string& cache, const std::string& padding, const std::string& layout) {
              GenerationConfig c;
              c.max_new_tokens = max_new_tokens;
              c.max_length = max_length;
@@ -61,6 +74,7 @@ void bind_generation_config(py::module_& m) {
              c.pad_token_id = pad_token_id;
              c.cache = cache_mode(cache);
              c.padding = padding_side(padding);
+             c.cache_layout = cache_layout(layout);
              c.validate();
              return c;
            }),
@@ -68,7 +82,7 @@ void bind_generation_config(py::module_& m) {
            py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0,
            py::arg("repetition_penalty") = 1.0, py::arg("seed") = 0,
            py::arg("stop_tokens") = std::vector<std::int64_t>{}, py::arg("pad_token_id") = 0,
-           py::arg("cache") = "auto", py::arg("padding") = "auto")
+           py::arg("cache") = "auto", py::arg("padding") = "auto", py::arg("cache_layout") = "auto")
       .def_readwrite("max_new_tokens", &GenerationConfig::max_new_tokens)
       .def_readwrite("max_length", &GenerationConfig::max_length)
       .def_readwrite("do_sample", &GenerationConfig::do_sample)
@@ -85,6 +99,9 @@ void bind_generation_config(py::module_& m) {
       .def_property(
           "padding", [](const GenerationConfig& c) { return padding_side_name(c.padding); },
           [](GenerationConfig& c, const std::string& name) { c.padding = padding_side(name); })
+      .def_property(
+          "cache_layout", [](const GenerationConfig& c) { return cache_layout_name(c.cache_layout); },
+          [](GenerationConfig& c, const std::string& name) { c.cache_layout = cache_layout(name); })
       .def("__copy__", [](const GenerationConfig& c) { return c; })
       .def("validate", &GenerationConfig::validate)
       .def("__repr__", &GenerationConfig::str);
@@ -145,6 +162,7 @@ void bind_generator(py::module_& m) {
       .def_property_readonly("config", &Generator::config)
       .def_property_readonly("uses_cache", &Generator::uses_cache)
       .def_property_readonly("padding", [](const Generator& g) { return padding_side_name(g.padding()); })
+      .def_property_readonly("cache_layout", [](const Generator& g) { return cache_layout_name(g.cache_layout()); })
       .def_property_readonly("signature", [](const Generator& g) { return g.signature().str(); });
 }
 

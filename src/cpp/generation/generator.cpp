@@ -55,11 +55,34 @@ PaddingSide resolve_padding(const InferenceSession& session, PaddingSide request
   return PaddingSide::kLeft;
 }
 
+namespace {
+
+// Note [Static cache layout] in kv_cache.cpp: static needs position_ids and an attention_mask to place the step's
+// token. auto is dynamic for now: the static layout has run on the CPU only (tests/python/test_generation.py); its
+// GPU test (test_gpu_the_static_cache_layout_replays_a_cuda_graph) has not run on a device yet, and auto is to take
+// it on CUDA sessions once it has.
+CacheLayout resolve_cache_layout(const DecoderSignature& signature, const GenerationConfig& config) {
+  const bool concat_form = !signature.cache.empty() && config.cache != CacheMode::kNone &&
+                           config.padding != PaddingSide::kRight;
+  const bool placeable = !signature.position_ids.empty() && !signature.attention_mask.empty();
+  if (config.cache_layout == CacheLayout::kStatic && concat_form && !placeable) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "GenerationConfig.cache_layout is 'static' but the model has no ",
+        signature.position_ids.empty() ? "position_ids" : "attention_mask",
+        " input: a fixed-size past would give its new tokens the wrong positions (", signature.str(),
+        "); use cache_layout='dynamic'"));
+  }
+  return config.cache_layout == CacheLayout::kAuto ? CacheLayout::kDynamic : config.cache_layout;
+}
+
+}  // namespace
+
 Generator::Generator(const InferenceSession& session, GenerationConfig config)
     : session_(&session), config_(std::move(config)) {
   config_.validate();
   signature_ = DecoderSignature::recognise(session.get_inputs(), session.get_outputs());
   config_.padding = resolve_padding(session, config_.padding);
+  config_.cache_layout = resolve_cache_layout(signature_, config_);
   if (config_.padding == PaddingSide::kRight && signature_.cache.empty()) {
     throw UnsupportedOperationError(detail::str_cat(
         "GenerationConfig.padding is 'right' (the GroupQueryAttention form) but the model has no cache inputs (",
@@ -119,7 +142,12 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
   generated_.resize(static_cast<std::size_t>(batch_));
   ended_.assign(static_cast<std::size_t>(batch_), false);
   for (const auto& prompt : prompts) prompt_lengths_.push_back(static_cast<std::int64_t>(prompt.size()));
-  if (!signature_.cache.empty() && config_.cache != CacheMode::kNone) {
+  const bool cached = !signature_.cache.empty() && config_.cache != CacheMode::kNone;
+  static_layout_ = cached && config_.padding != PaddingSide::kRight && config_.cache_layout == CacheLayout::kStatic;
+  if (static_layout_) {
+    cache_ = std::make_unique<StaticKvCache>(signature_.cache, batch_, prompt_length_ + limit_new_,
+                                             session.options().device);
+  } else if (cached) {
     // The GroupQueryAttention form appends in place into one shared buffer (Note [Contiguous KV cache]).
     cache_ = std::make_unique<ContiguousKvCache>(signature_.cache, batch_, prompt_length_ + limit_new_,
                                                  session.options().device,
@@ -166,8 +194,32 @@ std::vector<std::pair<std::string, Tensor>> Generation::right_padded_feeds(bool 
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor>> Generation::static_decode_feeds() const {
+  // Note [Static cache layout]: the past is the whole cache; the mask covers its filled positions, 0 on the rest,
+  // and 1 for the new token (the present's last position).
+  const std::int64_t capacity = cache_->capacity();
+  const auto length = static_cast<std::int64_t>(mask_.front().size());  // the past's positions + the new token
+  const std::vector<std::vector<std::int64_t>> positions = positions_of(mask_);
+  std::vector<std::vector<std::int64_t>> ids, mask, position;
+  for (std::size_t r = 0; r < mask_.size(); ++r) {
+    std::vector<std::int64_t> m(mask_[r].begin(), mask_[r].end() - 1);
+    m.resize(static_cast<std::size_t>(capacity), 0);
+    m.push_back(1);
+    mask.push_back(std::move(m));
+    ids.push_back({sequence_[r].back()});
+    position.push_back({positions[r][static_cast<std::size_t>(length - 1)]});
+  }
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back(signature_.input_ids, host_matrix(ids, 0, signature_.ids_dtype));
+  out.emplace_back(signature_.attention_mask, host_matrix(mask, 0, signature_.mask_dtype));
+  out.emplace_back(signature_.position_ids, host_matrix(position, 0, signature_.positions_dtype));
+  if (!signature_.use_cache_branch.empty()) out.emplace_back(signature_.use_cache_branch, step_io::cache_branch(true));
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> Generation::feeds(bool prefill) const {
   if (right_padded_) return right_padded_feeds(prefill);
+  if (static_layout_ && !prefill) return static_decode_feeds();
   // The cached decode step feeds only the last position; the prefill and the recompute form feed everything.
   const std::int64_t length = static_cast<std::int64_t>(sequence_.front().size());
   const std::int64_t from = cache_ && !prefill ? length - 1 : 0;

@@ -84,4 +84,86 @@ std::size_t ContiguousKvCache::bytes() const {
   return total;
 }
 
+// Note [Static cache layout]
+// In the Concat form (present = Concat(past, new)) the past is as long as the sequence so far, so every decode step
+// has a new input shape: the native engine builds a plan per length on the first generation to reach it (27 ms a step
+// on an H200 for the tiny test decoder, 2026-12-02) and a CUDA graph replays only when a later generation comes back
+// to the same lengths. The static layout (transformers' StaticCache, for exports that take attention_mask and
+// position_ids) feeds every decode step the whole fixed-capacity cache instead:
+//   prefill   as in the dynamic layout: the padded prompt with an empty past; its present [batch, heads, prompt,
+//             head_dim] is copied into positions [0, prompt) of the cache buffer;
+//   decode    the past is the whole [batch, heads, capacity, head_dim] buffer, attention_mask [batch, capacity + 1]:
+//             the row's mask over the positions filled so far, 0 over the rest, 1 for the new token (the present's
+//             last position); position_ids the row's own. The present, [batch, heads, capacity + 1, head_dim], is
+//             bound to a scratch buffer, and its last position is copied to position length() of the cache (one
+//             strided copy per slot). The unfilled positions hold zeros or an earlier generation's values; the mask
+//             keeps them out of every row's attention (for one new token the exporters' causal mask allows every
+//             key, so the padding mask alone decides).
+// Every decode step then has one input signature, so the native engine plans it once and replays it from a CUDA
+// graph from its second run. What it costs: each step attends over `capacity` positions instead of the length so
+// far, and the model's Concat still copies the whole cache into the present. Models without position_ids cannot use
+// it (their positions would come from the past's length, which is now the capacity): kStatic refuses them and kAuto
+// keeps them dynamic.
+
+StaticKvCache::StaticKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity,
+                             Device device)
+    : batch_(batch), capacity_(capacity) {
+  XPURT_CHECK(batch > 0 && capacity > 0, "StaticKvCache: batch and capacity must be positive, got ", batch, " and ",
+              capacity);
+  buffers_.reserve(slots.size());
+  for (const CacheSlot& slot : slots) {
+    buffers_.push_back({slot, Tensor::zeros({batch, slot.heads, capacity, slot.head_dim}, slot.dtype, device),
+                        Tensor::zeros({batch, slot.heads, capacity + 1, slot.head_dim}, slot.dtype, device)});
+  }
+}
+
+Tensor StaticKvCache::positions(const Tensor& t, std::int64_t total, std::int64_t from, std::int64_t count) {
+  const std::int64_t heads = t.shape()[1], head_dim = t.shape()[3];
+  const std::size_t offset = static_cast<std::size_t>(from * head_dim) * t.element_size();
+  return Tensor::from_blob(static_cast<char*>(t.data_ptr()) + offset, {t.shape()[0], heads, count, head_dim},
+                           {heads * total * head_dim, total * head_dim, head_dim, 1}, t.dtype(), t.device(),
+                           t.storage(), t.nbytes() - offset);
+}
+
+void StaticKvCache::bind(IoBinding& binding, std::int64_t new_tokens) {
+  XPURT_CHECK(new_tokens > 0, "KvCache::bind: a step adds at least one position, got ", new_tokens);
+  XPURT_CHECK(length_ + new_tokens <= capacity_, "the cache holds ", capacity_, " positions; this step needs ",
+              length_ + new_tokens, " (raise max_length or lower max_new_tokens)");
+  XPURT_CHECK(length_ == 0 || new_tokens == 1, "StaticKvCache: a decode step adds one position, got ", new_tokens);
+  for (const Buffers& b : buffers_) {
+    const std::vector<std::int64_t> empty{batch_, b.slot.heads, 0, b.slot.head_dim};
+    if (length_ == 0) {  // the prefill: an empty past, the present the scratch buffer's first positions, contiguous
+      binding.bind_input(b.slot.past_input, Tensor::from_blob(b.cache.data_ptr(), empty, {}, b.cache.dtype(),
+                                                              b.cache.device(), b.cache.storage(), b.cache.nbytes()));
+      const std::vector<std::int64_t> shape{batch_, b.slot.heads, new_tokens, b.slot.head_dim};
+      binding.bind_output(b.slot.present_output, Tensor::from_blob(b.present.data_ptr(), shape, {}, b.present.dtype(),
+                                                                   b.present.device(), b.present.storage(),
+                                                                   b.present.nbytes()));
+      continue;
+    }
+    binding.bind_input(b.slot.past_input, b.cache);
+    binding.bind_output(b.slot.present_output, b.present);
+  }
+}
+
+void StaticKvCache::commit(std::int64_t new_tokens) {
+  XPURT_INTERNAL_ASSERT(length_ + new_tokens <= capacity_, "commit past the cache's capacity");
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    const Buffers& b = buffers_[i];
+    Tensor into = positions(b.cache, capacity_, length_, new_tokens);
+    // The prefill's present is its first positions, contiguous; a decode step's is the scratch buffer's last one.
+    const Tensor from = length_ == 0 ? positions(b.present, new_tokens, 0, new_tokens)
+                                     : positions(b.present, capacity_ + 1, capacity_, 1);
+    // Queued on the device's stream; the last copy waits for all of them before the next step reads the cache.
+    into.copy_from(from, nullptr, /*non_blocking=*/i + 1 < buffers_.size());
+  }
+  length_ += new_tokens;
+}
+
+std::size_t StaticKvCache::bytes() const {
+  std::size_t total = 0;
+  for (const Buffers& b : buffers_) total += b.cache.nbytes() + b.present.nbytes();
+  return total;
+}
+
 }  // namespace xpuruntime::generation

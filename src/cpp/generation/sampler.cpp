@@ -37,7 +37,12 @@ std::string GenerationConfig::str() const {
                          ", top_k=", top_k, ", top_p=", top_p, ", repetition_penalty=", repetition_penalty,
                          ", seed=", seed, ", stop_tokens=[", stops, "], pad_token_id=", pad_token_id,
                          ", cache=", cache_mode, ", padding=",
-                         padding == PaddingSide::kAuto ? "auto" : padding == PaddingSide::kLeft ? "left" : "right", ")");
+                         padding == PaddingSide::kAuto ? "auto" : padding == PaddingSide::kLeft ? "left" : "right",
+                         ", cache_layout=",
+                         cache_layout == CacheLayout::kAuto      ? "auto"
+                         : cache_layout == CacheLayout::kDynamic ? "dynamic"
+                                                                 : "static",
+                         ")");
 }
 
 // Note [Sampling]

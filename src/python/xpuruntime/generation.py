@@ -55,6 +55,10 @@ cache : {"auto", "required", "none"}
 padding : {"auto", "left", "right"}
     Where shorter rows of a batch are padded: "left" for transformers' exports, "right" for ONNX Runtime's
     GroupQueryAttention form; "auto" (default) picks right when the model uses GroupQueryAttention.
+cache_layout : {"auto", "dynamic", "static"}
+    How the Concat form's decode steps get the cache: "dynamic" the past as long as the sequence so far (a new shape
+    every step), "static" the whole fixed-size cache with the unfilled positions masked (one shape: one plan, CUDA
+    graph replays; needs attention_mask and position_ids inputs); "auto" (default): dynamic for now.
 
 Bad values raise :class:`~xpuruntime.InvalidArgumentError` naming the field.
 """
@@ -162,6 +166,11 @@ class Generator:
     def signature(self) -> str:
         """What the generator recognised: the inputs it feeds, the logits, the cache's layers and shapes."""
         return self._generator.signature
+
+    @property
+    def cache_layout(self) -> str:
+        """The cache layout in use, ``config.cache_layout`` with "auto" resolved: "static" or "dynamic"."""
+        return self._generator.cache_layout
 
     def generate(self, input_ids: Prompts) -> Union[List[int], List[List[int]]]:
         """The new tokens: a list for one prompt (1-D ``input_ids``), a list per row for a batch."""

@@ -46,6 +46,13 @@ enum class PaddingSide {
   kRight,  // GroupQueryAttention (its seqlens_k counts a row's positions from 0): tokens first, padding last
 };
 
+// How the Concat form's cache is fed to decode steps (Note [Static cache layout] in generation/kv_cache.cpp).
+enum class CacheLayout {
+  kAuto,     // dynamic for now (static has not run on a GPU yet: docs/generation.md)
+  kDynamic,  // the past exactly as long as the sequence so far: a new input shape, so a new plan, every step
+  kStatic,   // the whole fixed-capacity cache, unfilled positions masked: one decode shape (CUDA graph replays)
+};
+
 // How tokens are chosen and when generation stops. Valid when default-constructed: greedy, 32 new tokens.
 // validate() raises InvalidArgumentError naming the first bad field.
 struct XPURT_API GenerationConfig {
@@ -61,6 +68,7 @@ struct XPURT_API GenerationConfig {
   std::int64_t pad_token_id = 0;      // fed for left padding and for rows that have ended
   CacheMode cache = CacheMode::kAuto;
   PaddingSide padding = PaddingSide::kAuto;  // kRight needs the model's cache
+  CacheLayout cache_layout = CacheLayout::kAuto;  // kStatic needs the model's cache (the Concat form)
   void validate() const;
   std::string str() const;
 };
@@ -141,6 +149,33 @@ class XPURT_API ContiguousKvCache final : public KvCache {
   bool shared_ = false;
 };
 
+// One [batch, heads, capacity, head_dim] buffer per slot whose positions stay where they were written (Note [Static
+// cache layout] in generation/kv_cache.cpp): the prefill's present is copied into its first positions; each decode
+// step feeds the whole buffer as the past, binds the present ([batch, heads, capacity + 1, head_dim]) to a scratch
+// buffer and copies the step's position (the last) into the buffer at length(). Every decode step has one shape.
+class XPURT_API StaticKvCache final : public KvCache {
+ public:
+  StaticKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity, Device device);
+  void bind(IoBinding& binding, std::int64_t new_tokens) override;
+  void commit(std::int64_t new_tokens) override;
+  std::int64_t length() const override { return length_; }
+  std::int64_t capacity() const override { return capacity_; }
+  std::size_t bytes() const override;
+
+ private:
+  struct Buffers {
+    CacheSlot slot;
+    Tensor cache;    // [batch, heads, capacity, head_dim]
+    Tensor present;  // [batch, heads, capacity + 1, head_dim]: the decode steps' present
+  };
+  // Positions [from, from + count) of a [batch, heads, positions, head_dim] tensor `t` as a strided view.
+  static Tensor positions(const Tensor& t, std::int64_t positions, std::int64_t from, std::int64_t count);
+  std::vector<Buffers> buffers_;
+  std::int64_t batch_;
+  std::int64_t capacity_;
+  std::int64_t length_ = 0;
+};
+
 // Chooses the next token of one row from its logits (Note [Sampling] in generation/sampler.cpp). Host code on
 // float32 logits; a device sampling kernel is not written yet (docs/generation.md).
 class XPURT_API Sampler {
@@ -212,6 +247,7 @@ class XPURT_API Generation {
   std::vector<std::pair<std::string, Tensor>> feeds(bool prefill) const;
   Tensor run(const std::vector<std::pair<std::string, Tensor>>& feeds, std::int64_t new_tokens);
   std::vector<std::pair<std::string, Tensor>> right_padded_feeds(bool prefill) const;
+  std::vector<std::pair<std::string, Tensor>> static_decode_feeds() const;
   std::vector<float> last_logits(const Tensor& logits, std::int64_t row, bool prefill) const;
   void finish_step(const std::vector<std::optional<std::int64_t>>& chosen);
 
@@ -228,6 +264,7 @@ class XPURT_API Generation {
   std::vector<std::vector<std::int64_t>> generated_;
   std::vector<std::int64_t> prompt_lengths_;
   bool right_padded_ = false;        // Note [Padding sides]
+  bool static_layout_ = false;       // Note [Static cache layout]: decode feeds the whole fixed-size cache
   std::vector<std::mt19937_64> rngs_;
   std::vector<bool> ended_;
   std::unique_ptr<KvCache> cache_;  // null in the recompute form
@@ -252,6 +289,7 @@ class XPURT_API Generator {
   bool uses_cache() const;
   // The padding side its generations use (config.padding, kAuto resolved: Note [Padding sides]).
   PaddingSide padding() const { return config_.padding; }
+  CacheLayout cache_layout() const { return config_.cache_layout; }  // resolved: kStatic or kDynamic
 
  private:
   const InferenceSession* session_;

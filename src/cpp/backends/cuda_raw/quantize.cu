@@ -263,56 +263,14 @@ __device__ __forceinline__ std::uint8_t quantize_one(float x, bool x_negative, c
   }
 }
 
-// y[i] = quantize(x[i]): kPack elements per thread and step (16-byte loads of x) when `vectorized`, then the tail.
-template <typename T, Code C>
-__global__ void __launch_bounds__(kThreads)
-    quantize_kernel(const T* x, std::uint8_t* y, std::int64_t n, bool vectorized, Params p) {
+// y[i] = level(x[i], i) for every element: kPack elements per thread and step (16-byte loads of x) when `vectorized`,
+// then the tail.
+template <typename T, typename Level>
+__device__ __forceinline__ void quantize_elements(const T* x, std::uint8_t* y, std::int64_t n, bool vectorized,
+                                                  const Level& level) {
   constexpr int kPack = detail::kVec16<T>;
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  std::int64_t tail = 0;
-  if (vectorized) {
-    const std::int64_t packs = n / kPack;
-    for (std::int64_t v = first; v < packs; v += stride) {
-      const Vec<T, kPack> in = reinterpret_cast<const Vec<T, kPack>*>(x)[v];
-      Vec<std::uint8_t, kPack> out;
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) {
-        out.v[k] = quantize_one<C>(detail::to_float(in.v[k]), stored_negative(in.v[k]), p, v * kPack + k);
-      }
-      reinterpret_cast<Vec<std::uint8_t, kPack>*>(y)[v] = out;
-    }
-    tail = packs * kPack;
-  }
-  for (std::int64_t i = tail + first; i < n; i += stride) {
-    y[i] = quantize_one<C>(detail::to_float(x[i]), stored_negative(x[i]), p, i);
-  }
-}
-
-// Note [Per-tensor quantization without a division]
-// quantize_one divides every element by its scale with __fdiv_rn, whose slow path also runs for a zero dividend, and
-// reads the scale and the zero point per element: quantizing a float16 [2048, 768] activation took 5.3 us on an H200
-// (2026-12-02, BERT-base batch 16: 96 launches a run, 0.5 ms of 3.3 ms), about five times its memory floor. With one
-// scale and one zero point for the whole tensor (the activations' QuantizeLinear in every QDQ model) the integer
-// levels come from one Requantizer per thread (Note [Requantization without a division] in quant_epilogue.cuh), whose
-// levels are quantize_one's: NaN gives the zero point, the rest saturate to [lo, hi]. A scale that is not a positive
-// normal float (zero, negative, NaN, subnormal) or whose reciprocal is not keeps quantize_one.
-template <typename T, Code C>
-__global__ void __launch_bounds__(kThreads)
-    quantize_per_tensor_kernel(const T* x, std::uint8_t* y, std::int64_t n, bool vectorized, Params p) {
-  constexpr int kPack = detail::kVec16<T>;
-  const float zero_point =
-      p.zero_point == nullptr ? 0.0f
-      : C == Code::kSigned    ? static_cast<float>(static_cast<const std::int8_t*>(p.zero_point)[0])
-                              : static_cast<float>(static_cast<const std::uint8_t*>(p.zero_point)[0]);
-  const detail::Requantizer r =
-      detail::requantizer_range(load_real(p.scale, p.scale_dtype, 0).value, zero_point, p.lo, p.hi);
-  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const auto level = [&](T v, std::int64_t i) -> std::uint8_t {
-    if (!r.fast) return quantize_one<C>(detail::to_float(v), stored_negative(v), p, i);
-    return static_cast<std::uint8_t>(detail::requantized_int(r, detail::to_float(v)));
-  };
   std::int64_t tail = 0;
   if (vectorized) {
     const std::int64_t packs = n / kPack;
@@ -326,6 +284,38 @@ __global__ void __launch_bounds__(kThreads)
     tail = packs * kPack;
   }
   for (std::int64_t i = tail + first; i < n; i += stride) y[i] = level(x[i], i);
+}
+
+// y[i] = quantize(x[i]).
+template <typename T, Code C>
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(const T* x, std::uint8_t* y, std::int64_t n, bool vectorized, Params p) {
+  quantize_elements(x, y, n, vectorized, [&](T v, std::int64_t i) {
+    return quantize_one<C>(detail::to_float(v), stored_negative(v), p, i);
+  });
+}
+
+// Note [Per-tensor quantization without a division]
+// quantize_one divides every element by its scale with __fdiv_rn, whose slow path also runs for a zero dividend, and
+// reads the scale and the zero point per element: quantizing a float16 [2048, 768] activation took 5.3 us on an H200
+// (2026-12-02, BERT-base batch 16: 96 launches a run, 0.5 ms of 3.3 ms), about five times its memory floor. With one
+// scale and one zero point for the whole tensor (the activations' QuantizeLinear in every QDQ model) the integer
+// levels come from one Requantizer per thread (Note [Requantization without a division] in quant_epilogue.cuh), whose
+// levels are quantize_one's: NaN gives the zero point, the rest saturate to [lo, hi]. A scale that is not a positive
+// normal float (zero, negative, NaN, subnormal) or whose reciprocal is not keeps quantize_one.
+template <typename T, Code C>
+__global__ void __launch_bounds__(kThreads)
+    quantize_per_tensor_kernel(const T* x, std::uint8_t* y, std::int64_t n, bool vectorized, Params p) {
+  const float zero_point =
+      p.zero_point == nullptr ? 0.0f
+      : C == Code::kSigned    ? static_cast<float>(static_cast<const std::int8_t*>(p.zero_point)[0])
+                              : static_cast<float>(static_cast<const std::uint8_t*>(p.zero_point)[0]);
+  const detail::Requantizer r =
+      detail::requantizer_range(load_real(p.scale, p.scale_dtype, 0).value, zero_point, p.lo, p.hi);
+  quantize_elements(x, y, n, vectorized, [&](T v, std::int64_t i) -> std::uint8_t {
+    if (!r.fast) return quantize_one<C>(detail::to_float(v), stored_negative(v), p, i);
+    return static_cast<std::uint8_t>(detail::requantized_int(r, detail::to_float(v)));
+  });
 }
 
 template <typename T, Code C>

@@ -2077,6 +2077,20 @@ TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
   }
 }
 
+// The passes of a quantized model's CPU plan and of its CUDA plan (quantized weights kept), and the CUDA context.
+struct TwoPlans {
+  Graph cpu, cuda;
+  passes::PassContext ctx;
+};
+TwoPlans cpu_and_cuda_plans(const Graph& g) {
+  TwoPlans out{g, g, {}};
+  out.ctx.keep_quantized_weights = true;
+  passes::run_passes(out.cpu, out.ctx);
+  out.ctx.device = Device::cuda(0);
+  passes::run_passes(out.cuda, out.ctx);
+  return out;
+}
+
 // A quantized CNN's int8 convolutions in a CUDA plan (Note [Channels-last int8 convolutions]): after quantized_fusion,
 // the QConvs whose input channels are a multiple of 16 (one group) run channels-last with OHWI int8 weights and pass
 // their int8 values to each other directly; the 3-channel stem and the grouped convolution stay NCHW; the graph
@@ -2109,13 +2123,7 @@ TEST(NhwcLayout, Int8ConvolutionsRunChannelsLastForTheTensorCores) {
   conv("c2", "c3", {32, 32, 1, 1}, Attributes(), 320, true);             // reads c2's channels-last int8 directly
   conv("c3", "c4", {16, 16, 3, 3}, Attributes(pads1).set("group", I(2)), 330, false);  // grouped: NCHW
   const Graph g = with_types(b.build({"c4"}));
-  passes::PassContext ctx;
-  ctx.keep_quantized_weights = true;
-  Graph cpu = g;
-  passes::run_passes(cpu, ctx);
-  ctx.device = Device::cuda(0);
-  Graph cuda = g;
-  passes::run_passes(cuda, ctx);
+  auto [cpu, cuda, ctx] = cpu_and_cuda_plans(g);
   ASSERT_EQ(count(cpu, "QConv"), 4) << cpu.str();
   ASSERT_EQ(count(cuda, "QConv"), 4) << cuda.str();
   std::vector<std::string> channels_last;
@@ -2194,13 +2202,7 @@ TEST(NhwcLayout, QuantizedResidualBlocksStayChannelsLast) {
     qdq("relu2", "r2", "sr", "zr");
     conv("r2", "out", {16, 32, 1, 1}, 450, true);
     const Graph g = with_types(b.build({"out"}));
-    passes::PassContext ctx;
-    ctx.keep_quantized_weights = true;
-    Graph cpu = g;
-    passes::run_passes(cpu, ctx);
-    ctx.device = Device::cuda(0);
-    Graph cuda = g;
-    passes::run_passes(cuda, ctx);
+    const auto [cpu, cuda, ctx] = cpu_and_cuda_plans(g);
     std::int64_t nhwc_qconvs = 0;
     for (const Node& n : cuda.nodes) nhwc_qconvs += n.op_type == "QConv" && n.attrs.get_string("layout", "") == "NHWC";
     EXPECT_EQ(nhwc_qconvs, 5) << cuda.str();

@@ -4,8 +4,10 @@ run the same checks on a CUDA session (skipped without a device)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
+import json
 import pathlib
 import re
 
@@ -685,6 +687,59 @@ def test_the_cache_layout_is_resolved_and_checked(cached):
         Generator(cached, greedy()).generate(PROMPTS[:1])
     assert Generator(tiny_gqa_decoder(), greedy(cache_layout="static")).generate(PROMPTS) == \
         Generator(cached, greedy()).generate(PROMPTS)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_profiler_shows_prefill_and_decode_apart(cached, engine):
+    """Note [Generation ranges]: every prefill run and decode step runs in a profiler range, so summary(within=...)
+    gives the per-node table of each phase; the continuous batcher's runs too."""
+    from xpuruntime.generation import DECODE_RANGE, PREFILL_RANGE
+    generator = Generator(cached, greedy(7), engine=engine)
+    with xrt.profile(cuda=False) as p:
+        generation = generator.start(PROMPTS)
+        while not generation.done:
+            generation.step()
+    ranges = collections.Counter(e["name"] for e in p.events() if e["cat"] == "range")
+    assert ranges == {PREFILL_RANGE: 1, DECODE_RANGE: generation.stats.decode_steps}
+    prefill, decode, every = p.summary(within=PREFILL_RANGE), p.summary(within=DECODE_RANGE), p.summary()
+    assert prefill and decode
+    calls = {row["node"]: row["calls"] for row in every}
+    decode_calls = {row["node"]: row["calls"] for row in decode}
+    for row in prefill:
+        assert row["calls"] == 1
+        assert calls[row["node"]] == 1 + decode_calls.get(row["node"], 0)
+    assert max(decode_calls.values()) == generation.stats.decode_steps
+    assert abs(sum(row["share"] for row in decode) - 1.0) < 1e-6
+    assert "share" in p.summary_table(within=DECODE_RANGE) and p.summary(within="no such range") == []
+    with pytest.raises(xrt.InvalidTypeError):
+        p.summary(within=3)
+    batcher = ContinuousBatcher(cached, greedy(5), PagedCacheConfig(max_batch=2, block_size=4, num_blocks=32),
+                                engine=engine)
+    with xrt.profile(cuda=False) as p:
+        for prompt in PROMPTS:
+            batcher.submit(prompt)
+        batcher.run()
+    ranges = collections.Counter(e["name"] for e in p.events() if e["cat"] == "range")
+    assert ranges[DECODE_RANGE] == batcher.stats.decode_steps and ranges[PREFILL_RANGE] == batcher.stats.prefill_runs
+
+
+def test_cli_generate_profile(cached, tmp_path):
+    path = tmp_path / "decoder.onnx"
+    path.write_bytes(cached)
+    code, out, err = run_cli("generate", path, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--engine",
+                             "native", "--profile", "--cache-layout", "static")
+    assert code == 0, err
+    assert "prefill (profiler range 'generation prefill')" in err and "decode steps (profiler range" in err
+    code, out, err = run_cli("generate", path, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--engine",
+                             "native", "--profile", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["profile"]["prefill"] and report["profile"]["decode"]
+    assert max(row["calls"] for row in report["profile"]["decode"]) == report["stats"]["decode_steps"]
+    code, out, err = run_cli("generate", path, "--prompt-ids", "1,2", "--prompt-ids", "3", "--continuous",
+                             "--profile", "--json")
+    assert code == 0, err
+    assert json.loads(out)["profile"]["decode"]
 
 
 def test_padding_is_checked(cached, uncached):

@@ -108,6 +108,8 @@ void bind_generation_config(py::module_& m) {
 }
 
 void bind_generator(py::module_& m) {
+  m.attr("GENERATION_PREFILL_RANGE") = generation::kPrefillRange;  // Note [Generation ranges]
+  m.attr("GENERATION_DECODE_RANGE") = generation::kDecodeRange;
   using generation::Generation;
   using generation::GenerationStats;
   using generation::Generator;

@@ -129,11 +129,14 @@ void bind_profiler(py::module_& m) {
         for (const auto& e : p.events()) out.append(event_dict(e));
         return out;
       })
-      .def("summary", [](const Profiler& p) {
-        py::list out;
-        for (const auto& s : p.summary()) out.append(summary_dict(s));
-        return out;
-      })
+      .def(
+          "summary",
+          [](const Profiler& p, const std::string& within) {
+            py::list out;
+            for (const auto& s : p.summary(within)) out.append(summary_dict(s));
+            return out;
+          },
+          py::arg("within") = "")
       .def(
           "audit",
           [](const Profiler& p, std::size_t top) {
@@ -155,7 +158,7 @@ void bind_profiler(py::module_& m) {
             return d;
           },
           py::arg("device"))
-      .def("summary_table", &Profiler::summary_table, py::arg("max_rows") = 0)
+      .def("summary_table", &Profiler::summary_table, py::arg("max_rows") = 0, py::arg("within") = "")
       .def("memory", [](const Profiler& p) {
         const MemoryEventsSummary mem = p.memory();
         py::dict d = per_device_dict(mem.total);

@@ -553,8 +553,22 @@ std::vector<ProfileEvent> Profiler::events() const {
   return out;
 }
 
-std::vector<NodeSummary> Profiler::summary() const {
+std::vector<NodeSummary> Profiler::summary() const { return summary(std::string()); }
+
+std::vector<NodeSummary> Profiler::summary(const std::string& within) const {
   const std::vector<ProfileEvent> all = events();
+  // The host intervals of the ranges named `within`: a node event counts when it starts inside one.
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  for (const auto& e : all) {
+    if (!within.empty() && e.category == "range" && e.name == within) {
+      ranges.emplace_back(e.start_ns, e.start_ns + e.duration_ns);
+    }
+  }
+  const auto counted = [&](const ProfileEvent& e) {
+    return within.empty() || std::any_of(ranges.begin(), ranges.end(), [&](const auto& r) {
+             return e.start_ns >= r.first && e.start_ns < r.second;
+           });
+  };
   std::unordered_map<std::uint64_t, std::int64_t> device_ns;  // node event id -> its device work
   for (const auto& e : all) {
     if (e.parent != 0 && is_device_work(e)) device_ns[e.parent] += e.duration_ns;
@@ -563,7 +577,7 @@ std::vector<NodeSummary> Profiler::summary() const {
   std::unordered_map<std::string, std::size_t> row_of;
   std::vector<std::pair<std::size_t, roofline::NodeWork>> work;  // per node event: its row and its work
   for (const auto& e : all) {
-    if (e.category != "node") continue;
+    if (e.category != "node" || !counted(e)) continue;
     auto [it, inserted] = row_of.emplace(e.name, rows.size());
     if (inserted) {
       NodeSummary s;
@@ -646,8 +660,8 @@ roofline::DeviceCeilings Profiler::ceilings_with(const std::string& device, cons
   return roofline::ceilings(d.str(), keys, overrides);
 }
 
-std::string Profiler::summary_table(std::size_t max_rows) const {
-  const std::vector<NodeSummary> rows = summary();
+std::string Profiler::summary_table(std::size_t max_rows, const std::string& within) const {
+  const std::vector<NodeSummary> rows = summary(within);
   const std::size_t shown = max_rows == 0 ? rows.size() : std::min(rows.size(), max_rows);
   std::vector<std::vector<std::string>> cells;
   cells.push_back({"node", "op_type", "kernel", "backend", "precision", "calls", "total_us", "mean_us", "share",

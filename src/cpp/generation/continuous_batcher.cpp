@@ -14,6 +14,7 @@
 #include "generation/step_io.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/generation.h"
+#include "xpuruntime/profiler.h"
 
 namespace xpuruntime::generation {
 
@@ -250,6 +251,7 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
 void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<BatchEvent>& events) {
   // One run for `group`: several requests without a past, padded as the decode batch is (left, or right for the
   // GroupQueryAttention form), or one request over its shared past.
+  const Profiler::Range range = Profiler::range(kPrefillRange);  // Note [Generation ranges]
   const auto begin = std::chrono::steady_clock::now();
   const Device device = session_->options().device;
   const std::int64_t past = group.front()->length;  // the shared prefix (0 for a group of several)
@@ -398,6 +400,7 @@ void ContinuousBatcher::regather() {
 }
 
 void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
+  const Profiler::Range range = Profiler::range(kDecodeRange);  // Note [Generation ranges]
   const auto begin = std::chrono::steady_clock::now();
   const Device device = session_->options().device;
   if (working_rows_ != running_) regather();

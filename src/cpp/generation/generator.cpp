@@ -13,6 +13,7 @@
 #include "generation/step_io.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/generation.h"
+#include "xpuruntime/profiler.h"
 
 namespace xpuruntime::generation {
 
@@ -268,6 +269,8 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
   const auto begin = std::chrono::steady_clock::now();
   const bool prefill = steps_ == 0;
   const std::int64_t new_tokens = prefill ? prompt_length_ : 1;
+  // Note [Generation ranges]: the profiler (and Nsight, through NVTX) sees the prefill and the decode steps apart.
+  const Profiler::Range range = Profiler::range(prefill ? kPrefillRange : kDecodeRange);
   const Tensor logits = run(feeds(prefill), new_tokens);
   std::vector<std::optional<std::int64_t>> chosen(static_cast<std::size_t>(batch_));
   for (std::int64_t r = 0; r < batch_; ++r) {

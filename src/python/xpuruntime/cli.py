@@ -11,6 +11,7 @@ on stderr, never as a traceback (``--traceback`` shows it when debugging the CLI
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -252,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", action="store_true",
                    help="print where the time went: prefill and decode apart, the cache's occupancy")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--profile", action="store_true",
+                   help="profile the generation: a per-node table of the prefill and one of the decode steps "
+                        "(time, share, roofline), on stderr ('profile' in --json)")
+    p.add_argument("--cache-layout", choices=("auto", "dynamic", "static"), default="auto",
+                   help="the Concat form's decode cache: dynamic (exact length), static (fixed size, one decode "
+                        "shape); auto: dynamic (docs/generation.md)")
     p.add_argument("--continuous", action="store_true",
                    help="serve the prompts as separate requests through continuous batching over a paged cache "
                         "(docs/generation.md 'Continuous batching')")
@@ -1087,16 +1094,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
                               temperature=args.temperature if args.temperature is not None else 1.0,
                               top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
                               seed=args.seed, stop_tokens=_token_ids(args.stop_ids, "--stop-ids"),
-                              pad_token_id=args.pad_id, cache="none" if args.no_cache else "auto")
+                              pad_token_id=args.pad_id, cache="none" if args.no_cache else "auto",
+                              cache_layout=args.cache_layout)
     if args.continuous:
         return _generate_continuous(args, prompts, config)
     generator = Generator(make_session(args), config)
     start = time.perf_counter()
-    generation = generator.start(prompts)
-    while not generation.done:
-        step = generation.step()
-        if args.stream and not args.json and step[0] is not None:
-            print(step[0], end=" ", flush=True)
+    with _generation_profile(args) as profile:
+        generation = generator.start(prompts)
+        while not generation.done:
+            step = generation.step()
+            if args.stream and not args.json and step[0] is not None:
+                print(step[0], end=" ", flush=True)
     if args.stream and not args.json:
         print()
     tokens = [list(row) for row in generation.tokens]
@@ -1107,7 +1116,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(json.dumps({"prompts": prompts, "tokens": tokens, "uses_cache": generator.uses_cache,
                           "engine": generator.session.engine, "seconds": seconds,
                           "tokens_per_s": made / seconds if seconds > 0 else None,
-                          "stats": {name: getattr(stats, name) for name in _GENERATION_STATS}}, indent=2))
+                          "stats": {name: getattr(stats, name) for name in _GENERATION_STATS},
+                          **_profile_json(profile)}, indent=2))
         return 0
     if not args.stream:
         for row in tokens:
@@ -1116,7 +1126,39 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"{generator.session.engine} engine)", file=sys.stderr)
     if args.stats:
         print(stats, file=sys.stderr)
+    _print_profile(profile)
     return 0
+
+
+@contextlib.contextmanager
+def _generation_profile(args: argparse.Namespace):
+    """`generate --profile`: a Profiler recording the block (None without --profile)."""
+    if not args.profile:
+        yield None
+        return
+    from .runtime.profiler import profile
+    with profile() as p:
+        yield p
+
+
+def _profile_json(p) -> Dict[str, Any]:
+    """{"profile": {"prefill": rows, "decode": rows}} of a generation's profile (Note [Generation ranges]), or {}."""
+    if p is None:
+        return {}
+    from . import _core
+    return {"profile": {phase: p.summary(within=name)
+                        for phase, name in (("prefill", _core.GENERATION_PREFILL_RANGE),
+                                            ("decode", _core.GENERATION_DECODE_RANGE))}}
+
+
+def _print_profile(p) -> None:
+    """The per-node tables of the prefill and of the decode steps, on stderr."""
+    if p is None:
+        return
+    from . import _core
+    for phase, name in (("prefill", _core.GENERATION_PREFILL_RANGE), ("decode steps", _core.GENERATION_DECODE_RANGE)):
+        print(f"\n{phase} (profiler range '{name}'):", file=sys.stderr)
+        print(p.summary_table(max_rows=15, within=name), file=sys.stderr)
 
 
 def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], config) -> int:
@@ -1130,9 +1172,10 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
     batcher = ContinuousBatcher(make_session(args), config, cache)
     start = time.perf_counter()
     ids = [batcher.submit(p) for p in prompts]
-    for event in batcher.stream():
-        if args.stream and not args.json:
-            print(f"{event.request}:{event.token}", end=" ", flush=True)
+    with _generation_profile(args) as profile:
+        for event in batcher.stream():
+            if args.stream and not args.json:
+                print(f"{event.request}:{event.token}", end=" ", flush=True)
     if args.stream and not args.json:
         print()
     seconds = time.perf_counter() - start
@@ -1142,7 +1185,8 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
     if args.json:
         print(json.dumps({"prompts": prompts, "tokens": tokens, "continuous": True, "engine": batcher.session.engine,
                           "seconds": seconds, "tokens_per_s": made / seconds if seconds > 0 else None,
-                          "stats": {name: getattr(stats, name) for name in _BATCHER_STATS}}, indent=2))
+                          "stats": {name: getattr(stats, name) for name in _BATCHER_STATS},
+                          **_profile_json(profile)}, indent=2))
         return 0
     if not args.stream:
         for row in tokens:
@@ -1151,6 +1195,7 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
           file=sys.stderr)
     if args.stats:
         print(stats, file=sys.stderr)
+    _print_profile(profile)
     return 0
 
 

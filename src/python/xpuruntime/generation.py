@@ -25,6 +25,11 @@ import numpy as np
 from . import _core
 from .inference import InferenceSession
 
+# The profiler ranges every prefill run and every decode step run in (Note [Generation ranges]):
+# ``profiler.summary(within=DECODE_RANGE)`` is the per-node table of the decode steps alone.
+PREFILL_RANGE = _core.GENERATION_PREFILL_RANGE
+DECODE_RANGE = _core.GENERATION_DECODE_RANGE
+
 GenerationConfig = _core.GenerationConfig
 GenerationConfig.__doc__ = """How tokens are chosen and when generation stops (keyword arguments only).
 
@@ -302,4 +307,4 @@ class ContinuousBatcher:
         return f"ContinuousBatcher({self._batcher.signature}, {self.cache_config!r})"
 
 
-__all__ = ["ContinuousBatcher", "GenerationConfig", "Generator", "PagedCacheConfig"]
+__all__ = ["ContinuousBatcher", "DECODE_RANGE", "GenerationConfig", "Generator", "PagedCacheConfig", "PREFILL_RANGE"]

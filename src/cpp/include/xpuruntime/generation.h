@@ -46,6 +46,14 @@ enum class PaddingSide {
   kRight,  // GroupQueryAttention (its seqlens_k counts a row's positions from 0): tokens first, padding last
 };
 
+// Note [Generation ranges]
+// Every prefill run and every decode step of a Generation or a ContinuousBatcher runs inside a profiler range of one
+// of these names (Profiler::range: a "range" event while a Profiler records, an NVTX range for Nsight), so that a
+// profile shows the two phases apart: Profiler::summary(kDecodeRange) is the per-node table of the decode steps
+// alone, with their roofline (docs/generation.md, "Profiling a generation").
+inline constexpr const char* kPrefillRange = "generation prefill";
+inline constexpr const char* kDecodeRange = "generation decode";
+
 // How the Concat form's cache is fed to decode steps (Note [Static cache layout] in generation/kv_cache.cpp).
 enum class CacheLayout {
   kAuto,     // dynamic for now (static has not run on a GPU yet: docs/generation.md)

@@ -186,7 +186,10 @@ class XPURT_API Profiler {
   // One row per node, by total time (descending), with its roofline (floor and efficiency) on the ceilings of its
   // device (roofline::ceilings: measured on first use, then the environment's and set_ceilings' overrides).
   std::vector<NodeSummary> summary() const;
-  std::string summary_table(std::size_t max_rows = 0) const;  // text table; 0 = every row
+  // The same over the node events that start inside a range named `within` (Profiler::range; e.g. the generation
+  // loop's "generation prefill" and "generation decode"): shares are of those nodes' time. Every node when empty.
+  std::vector<NodeSummary> summary(const std::string& within) const;
+  std::string summary_table(std::size_t max_rows = 0, const std::string& within = "") const;  // 0 = every row
   // The roofline audit: summary() rows with a floor, by lost_share() (descending: the run time furthest from the
   // floor first); `top` 0 = every row.
   std::vector<NodeSummary> audit(std::size_t top = 0) const;

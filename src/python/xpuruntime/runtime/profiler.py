@@ -113,7 +113,7 @@ class Profiler:
         ``args`` (node, op_type, kernel, backend, precision, reason, input_shapes, output_shapes, bytes, ...)."""
         return self._profiler.events()
 
-    def summary(self) -> List[Dict[str, Any]]:
+    def summary(self, within: str = "") -> List[Dict[str, Any]]:
         """One dict per node, by total time (descending): ``node``, ``op_type``, ``op`` (the registry op),
         ``kernel``, ``backend``, ``precision``, ``reason`` (why the kernel was chosen), ``device``,
         ``device_kernels`` (CUDA kernel names), ``calls``, ``total_us``, ``mean_us``, ``share`` (of all nodes' time,
@@ -124,8 +124,13 @@ class Profiler:
         ``floor_bytes``, ``ceiling`` (the peak its FLOPs run against: ``"fp16"``, ..., ``"vector"``; ``""`` for
         views), ``floor_us`` (max(bytes / bandwidth, FLOPs / peak) on :meth:`ceilings`), ``bound`` (``"memory"``
         or ``"compute"``), ``efficiency`` (floor / time), ``lost_share`` (share * (1 - efficiency)) and
-        ``flagged`` (over 2% of the run at under 50% of its floor)."""
-        return self._profiler.summary()
+        ``flagged`` (over 2% of the run at under 50% of its floor).
+
+        ``within``: only the node events that start inside a range of that name (:meth:`range`; the generation
+        loop's ``"generation prefill"`` and ``"generation decode"``), shares of their time; empty: every node."""
+        if not isinstance(within, str):
+            raise _core.InvalidTypeError(f"within must be a range name (str), got {type(within).__name__}")
+        return self._profiler.summary(within)
 
     def audit(self, top: int = 0) -> List[Dict[str, Any]]:
         """The roofline audit: :meth:`summary` rows that have a floor, the run time furthest from it first (by
@@ -154,11 +159,13 @@ class Profiler:
         per process on first use."""
         return self._profiler.ceilings(str(device))
 
-    def summary_table(self, max_rows: int = 0) -> str:
-        """:meth:`summary` as a text table (``max_rows`` 0: every node)."""
+    def summary_table(self, max_rows: int = 0, within: str = "") -> str:
+        """:meth:`summary` as a text table (``max_rows`` 0: every node; ``within`` as for :meth:`summary`)."""
         if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 0:
             raise _core.InvalidArgumentError(f"max_rows must be an int >= 0, got {max_rows!r}")
-        return self._profiler.summary_table(max_rows)
+        if not isinstance(within, str):
+            raise _core.InvalidTypeError(f"within must be a range name (str), got {type(within).__name__}")
+        return self._profiler.summary_table(max_rows, within)
 
     @property
     def memory(self) -> Dict[str, Any]:

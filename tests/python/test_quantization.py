@@ -684,6 +684,13 @@ def test_execution_policy_quantizes_at_session_creation(mlp, digits, tmp_path, m
     assert cached == [".json", ".onnx"]
     again = xrt.InferenceSession(path, engine="native", exec_policy=policy.copy())   # from the cache
     assert again.quantization.path and again.quantization.decisions == session.quantization.decisions
+    # A cache written under other planner defaults is not served (a new entry beside it).
+    from xpuruntime.quantization import session as quantization_session
+    monkeypatch.setattr(quantization_session, "PLANNER_REVISION", quantization_session.PLANNER_REVISION + 1)
+    xrt.InferenceSession(path, engine="native", exec_policy=policy.copy())
+    assert len(list((tmp_path / "cache").iterdir())) == 4
+    monkeypatch.undo()
+    monkeypatch.setenv("XPURT_QUANTIZATION_CACHE", str(tmp_path / "cache"))
     replay = xrt.ExecutionPolicy(precision="int8", quantization={"decisions": expected.decisions})
     np.testing.assert_array_equal(xrt.InferenceSession(path, engine="native", exec_policy=replay)
                                   .run({"x": xte})["logits"], want)

@@ -22,6 +22,9 @@ from . import _model
 from .calibration import iterate_feeds
 from .quantizer import PRECISIONS, QuantizationResult, load_decisions, quantize
 
+# Raised whenever quantize()'s default decisions change, so that the disk cache does not serve the old ones.
+PLANNER_REVISION = 2
+
 # quantize() options a policy may carry (device and engine are the session's own).
 _OPTIONS = ("method", "percentile", "num_bins", "activation_type", "per_channel", "quantize_bias", "exclude",
             "op_types", "max_batches", "decisions", "check_model", "activation_matmuls")
@@ -97,6 +100,9 @@ def _decide(model: Union[str, Path, bytes], calibration: Any, options: Dict[str,
     feeds: Optional[List[Mapping[str, Any]]] = None
     h = hashlib.sha256()
     h.update(_model.model_sha256(float_model).encode())
+    # The planner's defaults decide too: a cache written before they changed is not this policy's (revision 2:
+    # MatMuls of two activations stay float, Note [Activation MatMuls stay float]).
+    h.update(f"planner {PLANNER_REVISION}".encode())
     if precision != "int8":  # int8 keys stay those of the caches written before other precisions were taken
         h.update(precision.encode())
     h.update(json.dumps({k: v for k, v in options.items() if k != "decisions"}, sort_keys=True, default=str).encode())

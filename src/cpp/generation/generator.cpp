@@ -108,11 +108,36 @@ std::vector<std::vector<std::int64_t>> Generator::generate(const std::vector<std
   return generation.tokens();
 }
 
+// Note [Shape buckets]
+// With the static cache layout a generation's decode steps all have one shape, and so do its prefill's; a later
+// generation of another batch size, prompt length or token budget would still build (and capture) its own. So the
+// static layout rounds each up to a bucket: the batch to 1, 2, 4, 8 or a multiple of 8 (the rows added are one pad
+// token each, ended from the start: their outputs are never read and they are not in tokens()), the padded prompt to a
+// multiple of 16 (more left padding, masked) and the cache's capacity to a multiple of 64 positions. Generations of
+// nearby sizes then run the same plans, and on CUDA replay the same graphs, at the cost of the padding's compute.
+namespace {
+
+constexpr std::int64_t kPromptBucket = 16;
+constexpr std::int64_t kCapacityBucket = 64;
+
+std::int64_t batch_bucket(std::int64_t rows) {
+  if (rows <= 8) {
+    std::int64_t b = 1;
+    while (b < rows) b *= 2;
+    return b;
+  }
+  return (rows + 7) / 8 * 8;
+}
+
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
 Generation::Generation(const InferenceSession& session, const DecoderSignature& signature,
                        const GenerationConfig& config, const std::vector<std::vector<std::int64_t>>& prompts)
     : session_(&session), signature_(signature), config_(config), sampler_(config) {
   XPURT_CHECK(!prompts.empty(), "generate: the batch holds no prompt");
-  batch_ = static_cast<std::int64_t>(prompts.size());
+  rows_ = static_cast<std::int64_t>(prompts.size());
   for (std::size_t r = 0; r < prompts.size(); ++r) {
     XPURT_CHECK(!prompts[r].empty(), "generate: prompt ", r, " is empty (give at least one token, e.g. BOS)");
     for (std::int64_t t : prompts[r]) XPURT_CHECK(t >= 0, "generate: prompt ", r, " holds a negative token id ", t);
@@ -128,8 +153,18 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
                 " tokens, which already reaches max_length ", config_.max_length);
     limit_new_ = std::min(limit_new_, config_.max_length - prompt_length_);
   }
+  const bool cached = !signature_.cache.empty() && config_.cache != CacheMode::kNone;
+  static_layout_ = cached && config_.padding != PaddingSide::kRight && config_.cache_layout == CacheLayout::kStatic;
+  batch_ = rows_;
+  std::int64_t capacity = prompt_length_ + limit_new_;
+  if (static_layout_) {  // Note [Shape buckets]
+    batch_ = batch_bucket(rows_);
+    prompt_length_ = round_up(prompt_length_, kPromptBucket);
+    capacity = round_up(prompt_length_ + limit_new_, kCapacityBucket);
+  }
+  const std::vector<std::int64_t> filler{config_.pad_token_id};
   for (std::int64_t r = 0; r < batch_; ++r) {
-    const auto& prompt = prompts[static_cast<std::size_t>(r)];
+    const auto& prompt = r < rows_ ? prompts[static_cast<std::size_t>(r)] : filler;
     const std::size_t pad = static_cast<std::size_t>(prompt_length_) - prompt.size();
     std::vector<std::int64_t> row(pad, config_.pad_token_id);
     row.insert(row.end(), prompt.begin(), prompt.end());
@@ -139,19 +174,16 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
     mask_.push_back(std::move(mask));
     seen_.push_back(prompt);
     rngs_.push_back(Sampler::row_stream(config_.seed, r));
+    prompt_lengths_.push_back(static_cast<std::int64_t>(prompt.size()));
   }
-  generated_.resize(static_cast<std::size_t>(batch_));
+  generated_.resize(static_cast<std::size_t>(rows_));
   ended_.assign(static_cast<std::size_t>(batch_), false);
-  for (const auto& prompt : prompts) prompt_lengths_.push_back(static_cast<std::int64_t>(prompt.size()));
-  const bool cached = !signature_.cache.empty() && config_.cache != CacheMode::kNone;
-  static_layout_ = cached && config_.padding != PaddingSide::kRight && config_.cache_layout == CacheLayout::kStatic;
+  std::fill(ended_.begin() + rows_, ended_.end(), true);  // the bucket's filler rows
   if (static_layout_) {
-    cache_ = std::make_unique<StaticKvCache>(signature_.cache, batch_, prompt_length_ + limit_new_,
-                                             session.options().device);
+    cache_ = std::make_unique<StaticKvCache>(signature_.cache, batch_, capacity, session.options().device);
   } else if (cached) {
     // The GroupQueryAttention form appends in place into one shared buffer (Note [Contiguous KV cache]).
-    cache_ = std::make_unique<ContiguousKvCache>(signature_.cache, batch_, prompt_length_ + limit_new_,
-                                                 session.options().device,
+    cache_ = std::make_unique<ContiguousKvCache>(signature_.cache, batch_, capacity, session.options().device,
                                                  /*shared=*/config_.padding == PaddingSide::kRight);
   }
   right_padded_ = cache_ != nullptr && config_.padding == PaddingSide::kRight;
@@ -281,6 +313,7 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
                                                         rngs_[static_cast<std::size_t>(r)]);
   }
   finish_step(chosen);
+  chosen.resize(static_cast<std::size_t>(rows_));  // the bucket's filler rows are not the caller's
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
   if (prefill) {
     stats_.prefill_tokens = batch_ * prompt_length_;

@@ -263,8 +263,9 @@ class XPURT_API Generation {
   DecoderSignature signature_;
   GenerationConfig config_;
   Sampler sampler_;
-  std::int64_t batch_ = 0;
-  std::int64_t prompt_length_ = 0;   // the longest prompt (rows are left-padded to it)
+  std::int64_t rows_ = 0;            // the caller's prompts
+  std::int64_t batch_ = 0;           // rows run: rows_, or its bucket (Note [Shape buckets] in generator.cpp)
+  std::int64_t prompt_length_ = 0;   // the longest prompt, or its bucket (rows are left-padded to it)
   std::int64_t limit_new_ = 0;       // new tokens at most (max_new_tokens, cut by max_length)
   std::vector<std::vector<std::int64_t>> sequence_;  // per row: padding + prompt + generated (what is fed)
   std::vector<std::vector<std::int64_t>> mask_;      // per row: 0 for padding, 1 otherwise

@@ -691,6 +691,23 @@ def test_static_generations_of_nearby_sizes_share_their_plans(cached):
     assert generator.generate(PROMPTS) == Generator(cached, greedy(20)).generate(PROMPTS)
 
 
+def test_a_generation_explains_itself(cached, uncached, gqa):
+    """Generation.explain(): the rows and a bucket's filler rows, the padding, the cache's form and layout with its
+    size and occupancy, the prefill and the decode apart."""
+    generation = Generator(cached, greedy(5, cache_layout="static")).start(PROMPTS)
+    text = generation.explain()
+    assert "rows: 3, run as a batch of 4 (filler rows 1" in text and "fed as 16 positions (left-padded, bucketed)" in text
+    assert "static layout" in text and "0 positions filled" in text and "prefill: not run yet" in text
+    while not generation.done:
+        generation.step()
+    text = generation.explain()
+    assert f"decode: {generation.stats.decode_steps} steps, {generation.stats.decode_tokens} tokens" in text
+    assert f"{generation.stats.cache_length} positions filled" in text and "prefill: not run yet" not in text
+    assert "dynamic layout" in Generator(cached, greedy(5)).start(PROMPTS).explain()
+    assert "appended in place (GroupQueryAttention form" in Generator(gqa, greedy(5)).start(PROMPTS).explain()
+    assert "every step recomputes" in Generator(uncached, greedy(5)).start(PROMPTS).explain()
+
+
 def test_the_cache_layout_is_resolved_and_checked(cached):
     """auto is dynamic (static has not run on a GPU yet); static needs position_ids (the positions would otherwise come from the cache's
     fixed length); a bad name is a typed error; the GroupQueryAttention form ignores the setting."""

@@ -146,7 +146,8 @@ void bind_generator(py::module_& m) {
       .def_property_readonly("cache_capacity",
                              [](const Generation& g) { return g.cache() ? g.cache()->capacity() : 0; })
       .def_property_readonly("cache_bytes",
-                             [](const Generation& g) { return g.cache() ? g.cache()->bytes() : std::size_t{0}; });
+                             [](const Generation& g) { return g.cache() ? g.cache()->bytes() : std::size_t{0}; })
+      .def("explain", &Generation::explain);
   py::class_<Generator>(m, "Generator", "Generates tokens with a decoder session (docs/generation.md).")
       .def(py::init<const InferenceSession&, GenerationConfig>(), py::arg("session"), py::arg("config"),
            py::keep_alive<1, 2>())

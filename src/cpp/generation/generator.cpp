@@ -337,6 +337,50 @@ GenerationStats Generation::stats() const {
   return out;
 }
 
+std::string Generation::explain() const {
+  std::ostringstream os;
+  const GenerationStats st = stats();
+  const std::int64_t longest = *std::max_element(prompt_lengths_.begin(), prompt_lengths_.begin() + rows_);
+  os << "model: " << signature_.str() << "\n";
+  os << "rows: " << rows_;
+  if (batch_ != rows_) {
+    os << ", run as a batch of " << batch_ << " (filler rows " << batch_ - rows_
+       << ": the static layout's shape bucket, Note [Shape buckets])";
+  }
+  os << "; longest prompt " << longest << " tokens, fed as " << prompt_length_ << " positions ("
+     << (right_padded_ ? "right" : "left") << "-padded" << (prompt_length_ > longest ? ", bucketed" : "")
+     << "); up to " << limit_new_ << " new tokens per row\n";
+  os << "cache: ";
+  if (!cache_) {
+    os << (signature_.cache.empty() ? "none: the model has no cache inputs" : "not used (cache='none')")
+       << "; every step recomputes the whole sequence\n";
+  } else {
+    if (right_padded_) {
+      os << "one shared buffer per slot, appended in place (GroupQueryAttention form, Note [Contiguous KV cache])";
+    } else if (static_layout_) {
+      os << "static layout: every decode step feeds the whole fixed-size cache, one decode shape (Note [Static cache "
+            "layout])";
+    } else {
+      os << "dynamic layout: the past as long as the sequence so far, a new shape every step (cache_layout='static' "
+            "gives every decode step one shape)";
+    }
+    os << "; " << signature_.cache.size() << " slots, each " << batch_ << " rows x " << st.cache_capacity
+       << " positions, "
+       << std::fixed << std::setprecision(1) << static_cast<double>(st.cache_bytes) / 1024.0 << " KiB on "
+       << session_->options().device.str() << "; " << st.cache_length << " positions filled ("
+       << std::setprecision(0) << st.cache_occupancy() * 100.0 << "%)\n";
+  }
+  os << std::fixed << std::setprecision(2);
+  os << "prefill: " << (steps_ > 0 ? "" : "not run yet; ") << st.prefill_tokens << " tokens in " << st.prefill_ms
+     << " ms (" << std::setprecision(0) << st.prefill_tokens_per_s() << " tokens/s)\n";
+  os << std::setprecision(2) << "decode: " << st.decode_steps << " steps, " << st.decode_tokens << " tokens in "
+     << st.decode_ms << " ms (" << st.ms_per_decode_step() << " ms/step, " << std::setprecision(0)
+     << st.decode_tokens_per_s() << " tokens/s)\n";
+  os << "profile: the prefill and the decode steps run in the profiler ranges '" << kPrefillRange << "' and '"
+     << kDecodeRange << "' (Note [Generation ranges])";
+  return os.str();
+}
+
 std::string GenerationStats::str() const {
   std::ostringstream os;
   os << std::fixed << std::setprecision(2) << "prefill " << prefill_tokens << " tokens in " << prefill_ms << " ms ("

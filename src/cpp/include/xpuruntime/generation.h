@@ -247,6 +247,10 @@ class XPURT_API Generation {
   GenerationStats stats() const;
   bool uses_cache() const { return cache_ != nullptr; }
   const KvCache* cache() const { return cache_.get(); }
+  // What this generation runs, as text: the model's signature, the rows (and a bucket's filler rows), the padding,
+  // the cache's form, layout, size and occupancy, and the prefill and the decode steps apart (tokens, time,
+  // tokens/s), each line saying why where there is a choice (docs/generation.md "What a generation explains").
+  std::string explain() const;
 
  private:
   friend class Generator;

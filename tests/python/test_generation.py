@@ -773,9 +773,13 @@ def test_cli_generate_profile(cached, tmp_path):
     assert report["profile"]["prefill"] and report["profile"]["decode"]
     assert max(row["calls"] for row in report["profile"]["decode"]) == report["stats"]["decode_steps"]
     code, out, err = run_cli("generate", path, "--prompt-ids", "1,2", "--prompt-ids", "3", "--continuous",
-                             "--profile", "--json")
+                             "--profile", "--json", "--explain")
     assert code == 0, err
-    assert json.loads(out)["profile"]["decode"]
+    assert json.loads(out)["profile"]["decode"] and "ContinuousBatcher" in json.loads(out)["explain"]
+    code, out, err = run_cli("generate", path, "--prompt-ids", "1,2,3", "--max-new-tokens", "3", "--explain",
+                             "--cache-layout", "static")
+    assert code == 0, err
+    assert "static layout" in err and "decode: 2 steps" in err
 
 
 def test_padding_is_checked(cached, uncached):

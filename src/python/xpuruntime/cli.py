@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="profile the generation: a per-node table of the prefill and one of the decode steps "
                         "(time, share, roofline), on stderr ('profile' in --json)")
+    p.add_argument("--explain", action="store_true",
+                   help="print what the generation ran (rows, padding, the cache's layout, size and occupancy, the "
+                        "prefill and the decode apart) on stderr ('explain' in --json)")
     p.add_argument("--cache-layout", choices=("auto", "dynamic", "static"), default="auto",
                    help="the Concat form's decode cache: dynamic (exact length), static (fixed size, one decode "
                         "shape); auto: dynamic (docs/generation.md)")
@@ -1117,6 +1120,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                           "engine": generator.session.engine, "seconds": seconds,
                           "tokens_per_s": made / seconds if seconds > 0 else None,
                           "stats": {name: getattr(stats, name) for name in _GENERATION_STATS},
+                          **({"explain": generation.explain()} if args.explain else {}),
                           **_profile_json(profile)}, indent=2))
         return 0
     if not args.stream:
@@ -1126,6 +1130,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"{generator.session.engine} engine)", file=sys.stderr)
     if args.stats:
         print(stats, file=sys.stderr)
+    if args.explain:
+        print(generation.explain(), file=sys.stderr)
     _print_profile(profile)
     return 0
 
@@ -1186,6 +1192,7 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
         print(json.dumps({"prompts": prompts, "tokens": tokens, "continuous": True, "engine": batcher.session.engine,
                           "seconds": seconds, "tokens_per_s": made / seconds if seconds > 0 else None,
                           "stats": {name: getattr(stats, name) for name in _BATCHER_STATS},
+                          **({"explain": batcher.explain()} if args.explain else {}),
                           **_profile_json(profile)}, indent=2))
         return 0
     if not args.stream:
@@ -1195,6 +1202,8 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
           file=sys.stderr)
     if args.stats:
         print(stats, file=sys.stderr)
+    if args.explain:
+        print(batcher.explain(), file=sys.stderr)
     _print_profile(profile)
     return 0
 

@@ -275,6 +275,41 @@ TEST(Profiler, SummaryAggregatesCallsPerNode) {
   }
 }
 
+// summary(within): only the node events that start inside a range of that name (the generation loop's phases use it:
+// Note [Generation ranges]); shares of those nodes' time; nothing for a name no range has.
+TEST(Profiler, SummaryWithinARange) {
+  InferenceSession session = linear_relu_session();
+  session.run({{"X", input(4)}});
+  Profiler profiler(host_only());
+  profiler.start();
+  session.run({{"X", input(4)}});
+  {
+    const Profiler::Range range = Profiler::range("phase b");
+    for (int i = 0; i < 2; ++i) session.run({{"X", input(4)}});
+  }
+  {
+    const Profiler::Range range = Profiler::range("phase c");
+    session.run({{"X", input(4)}});
+  }
+  profiler.stop();
+  const std::vector<NodeSummary> all = profiler.summary(), b = profiler.summary("phase b"),
+                                 c = profiler.summary("phase c");
+  ASSERT_FALSE(all.empty());
+  ASSERT_EQ(b.size(), all.size());
+  ASSERT_EQ(c.size(), all.size());
+  double share = 0;
+  for (const NodeSummary& row : all) EXPECT_EQ(row.calls, 4) << row.node;
+  for (const NodeSummary& row : b) {
+    EXPECT_EQ(row.calls, 2) << row.node;
+    share += row.share;
+  }
+  for (const NodeSummary& row : c) EXPECT_EQ(row.calls, 1) << row.node;
+  EXPECT_NEAR(share, 1.0, 1e-9);
+  EXPECT_TRUE(profiler.summary("no such range").empty());
+  EXPECT_EQ(profiler.summary("").size(), all.size());
+  EXPECT_NE(profiler.summary_table(0, "phase c").find(all.front().node), std::string::npos);
+}
+
 TEST(Profiler, ChromeTraceHasTheRequiredKeys) {
   InferenceSession session = linear_relu_session();
   Profiler profiler(host_only());

@@ -18,6 +18,8 @@
 
 namespace xpuruntime::generation {
 
+using step_io::ceil_div;
+
 // Note [Continuous batching]
 // Requests come and go between decode steps; each keeps its cache in a PagedKvPool (Note [Paged KV pool]) under a
 // block table. A step:
@@ -57,8 +59,6 @@ std::uint64_t block_key(std::uint64_t previous, const std::int64_t* tokens, std:
   }
   return h;
 }
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 double ms_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();

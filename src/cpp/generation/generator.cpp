@@ -30,6 +30,7 @@ namespace xpuruntime::generation {
 // it is fed pad_token_id afterwards (its outputs are ignored) so that the batch keeps its shape, and the
 // Generation is done when every row has ended.
 
+using step_io::ceil_div;
 using step_io::host_matrix;
 using step_io::positions_of;
 
@@ -126,10 +127,8 @@ std::int64_t batch_bucket(std::int64_t rows) {
     while (b < rows) b *= 2;
     return b;
   }
-  return (rows + 7) / 8 * 8;
+  return ceil_div(rows, 8) * 8;
 }
-
-std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 }  // namespace
 
@@ -159,8 +158,8 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
   std::int64_t capacity = prompt_length_ + limit_new_;
   if (static_layout_) {  // Note [Shape buckets]
     batch_ = batch_bucket(rows_);
-    prompt_length_ = round_up(prompt_length_, kPromptBucket);
-    capacity = round_up(prompt_length_ + limit_new_, kCapacityBucket);
+    prompt_length_ = ceil_div(prompt_length_, kPromptBucket) * kPromptBucket;
+    capacity = ceil_div(prompt_length_ + limit_new_, kCapacityBucket) * kCapacityBucket;
   }
   const std::vector<std::int64_t> filler{config_.pad_token_id};
   for (std::int64_t r = 0; r < batch_; ++r) {

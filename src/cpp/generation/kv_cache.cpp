@@ -131,8 +131,8 @@ void StaticKvCache::bind(IoBinding& binding, std::int64_t new_tokens) {
               length_ + new_tokens, " (raise max_length or lower max_new_tokens)");
   XPURT_CHECK(length_ == 0 || new_tokens == 1, "StaticKvCache: a decode step adds one position, got ", new_tokens);
   for (const Buffers& b : buffers_) {
-    const std::vector<std::int64_t> empty{batch_, b.slot.heads, 0, b.slot.head_dim};
     if (length_ == 0) {  // the prefill: an empty past, the present the scratch buffer's first positions, contiguous
+      const std::vector<std::int64_t> empty{batch_, b.slot.heads, 0, b.slot.head_dim};
       binding.bind_input(b.slot.past_input, Tensor::from_blob(b.cache.data_ptr(), empty, {}, b.cache.dtype(),
                                                               b.cache.device(), b.cache.storage(), b.cache.nbytes()));
       const std::vector<std::int64_t> shape{batch_, b.slot.heads, new_tokens, b.slot.head_dim};

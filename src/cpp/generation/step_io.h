@@ -32,4 +32,7 @@ Tensor bound_output(const IoBinding& binding, const std::string& name);
 // optimum's use_cache_branch feed: a bool [1] on the host.
 Tensor cache_branch(bool value);
 
+// a / b rounded up, for a >= 0 and b > 0 (blocks of a length, buckets of a size).
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
 }  // namespace xpuruntime::generation::step_io

@@ -1151,18 +1151,17 @@ def _profile_json(p) -> Dict[str, Any]:
     """{"profile": {"prefill": rows, "decode": rows}} of a generation's profile (Note [Generation ranges]), or {}."""
     if p is None:
         return {}
-    from . import _core
+    from .generation import DECODE_RANGE, PREFILL_RANGE
     return {"profile": {phase: p.summary(within=name)
-                        for phase, name in (("prefill", _core.GENERATION_PREFILL_RANGE),
-                                            ("decode", _core.GENERATION_DECODE_RANGE))}}
+                        for phase, name in (("prefill", PREFILL_RANGE), ("decode", DECODE_RANGE))}}
 
 
 def _print_profile(p) -> None:
     """The per-node tables of the prefill and of the decode steps, on stderr."""
     if p is None:
         return
-    from . import _core
-    for phase, name in (("prefill", _core.GENERATION_PREFILL_RANGE), ("decode steps", _core.GENERATION_DECODE_RANGE)):
+    from .generation import DECODE_RANGE, PREFILL_RANGE
+    for phase, name in (("prefill", PREFILL_RANGE), ("decode steps", DECODE_RANGE)):
         print(f"\n{phase} (profiler range '{name}'):", file=sys.stderr)
         print(p.summary_table(max_rows=15, within=name), file=sys.stderr)
 

@@ -176,8 +176,8 @@ class XPURT_API StaticKvCache final : public KvCache {
     Tensor cache;    // [batch, heads, capacity, head_dim]
     Tensor present;  // [batch, heads, capacity + 1, head_dim]: the decode steps' present
   };
-  // Positions [from, from + count) of a [batch, heads, positions, head_dim] tensor `t` as a strided view.
-  static Tensor positions(const Tensor& t, std::int64_t positions, std::int64_t from, std::int64_t count);
+  // Positions [from, from + count) of `t`, [batch, heads, total, head_dim] contiguous, as a strided view.
+  static Tensor positions(const Tensor& t, std::int64_t total, std::int64_t from, std::int64_t count);
   std::vector<Buffers> buffers_;
   std::int64_t batch_;
   std::int64_t capacity_;

@@ -42,6 +42,13 @@ __all__ = ["Profiler", "profile", "is_profiling", "merge_ort_profile"]
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def _range_name(within: Any) -> str:
+    """``within`` of :meth:`Profiler.summary` checked: a range name (InvalidTypeError otherwise)."""
+    if not isinstance(within, str):
+        raise _core.InvalidTypeError(f"within must be a range name (str), got {type(within).__name__}")
+    return within
+
+
 class Profiler:
     """Collects runtime events between :meth:`start` and :meth:`stop` (or inside a ``with`` block).
 
@@ -128,9 +135,7 @@ class Profiler:
 
         ``within``: only the node events that start inside a range of that name (:meth:`range`; the generation
         loop's ``"generation prefill"`` and ``"generation decode"``), shares of their time; empty: every node."""
-        if not isinstance(within, str):
-            raise _core.InvalidTypeError(f"within must be a range name (str), got {type(within).__name__}")
-        return self._profiler.summary(within)
+        return self._profiler.summary(_range_name(within))
 
     def audit(self, top: int = 0) -> List[Dict[str, Any]]:
         """The roofline audit: :meth:`summary` rows that have a floor, the run time furthest from it first (by
@@ -163,9 +168,7 @@ class Profiler:
         """:meth:`summary` as a text table (``max_rows`` 0: every node; ``within`` as for :meth:`summary`)."""
         if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 0:
             raise _core.InvalidArgumentError(f"max_rows must be an int >= 0, got {max_rows!r}")
-        if not isinstance(within, str):
-            raise _core.InvalidTypeError(f"within must be a range name (str), got {type(within).__name__}")
-        return self._profiler.summary_table(max_rows, within)
+        return self._profiler.summary_table(max_rows, _range_name(within))
 
     @property
     def memory(self) -> Dict[str, Any]:

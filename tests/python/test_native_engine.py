@@ -401,3 +401,64 @@ def test_outer_slices_and_gathers_are_views_at_an_offset(device, dtype):
         assert kernels[viewed][0] == "view" and "contiguous block" in kernels[viewed][1], kernels[viewed]
     for copied in ("take_inner", "cut_odd", "cut_row", "take_y1"):
         assert kernels[copied][0] != "view", kernels[copied]
+
+
+def eager_gqa_attention_model(batch=2, heads=4, kv_heads=2, seq=5, dim=8) -> bytes:
+    """transformers' eager attention in float16 (Note [Softmax in float32]): repeat_kv (Unsqueeze, Expand, Reshape) of
+    k and v, MatMul(q, k^T) * scale + mask, Cast(to=float) -> Softmax -> Cast back, MatMul(p, v)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rep = heads // kv_heads
+    f16 = TensorProto.FLOAT16
+    inputs = [helper.make_tensor_value_info("q", f16, [batch, heads, seq, dim]),
+              helper.make_tensor_value_info("k", f16, [batch, kv_heads, seq, dim]),
+              helper.make_tensor_value_info("v", f16, [batch, kv_heads, seq, dim]),
+              helper.make_tensor_value_info("mask", f16, [batch, 1, seq, seq])]
+    consts = [numpy_helper.from_array(np.array([2], np.int64), "axis2"),
+              numpy_helper.from_array(np.array([batch, kv_heads, rep, seq, dim], np.int64), "expanded"),
+              numpy_helper.from_array(np.array([batch, heads, seq, dim], np.int64), "merged"),
+              numpy_helper.from_array(np.array(dim ** -0.5, np.float16), "scale")]
+    nodes = []
+    for t in ("k", "v"):
+        nodes += [helper.make_node("Unsqueeze", [t, "axis2"], [f"{t}_u"]),
+                  helper.make_node("Expand", [f"{t}_u", "expanded"], [f"{t}_e"]),
+                  helper.make_node("Reshape", [f"{t}_e", "merged"], [f"{t}_r"])]
+    nodes += [helper.make_node("Transpose", ["k_r"], ["kt"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["q", "kt"], ["s"]),
+              helper.make_node("Mul", ["s", "scale"], ["ss"]),
+              helper.make_node("Add", ["ss", "mask"], ["sm"]),
+              helper.make_node("Cast", ["sm"], ["sf"], to=TensorProto.FLOAT),
+              helper.make_node("Softmax", ["sf"], ["pf"], axis=-1),
+              helper.make_node("Cast", ["pf"], ["p"], to=f16),
+              helper.make_node("MatMul", ["p", "v_r"], ["o"])]
+    graph = helper.make_graph(nodes, "eager_gqa_attention", inputs,
+                              [helper.make_tensor_value_info("o", f16, [batch, heads, seq, dim])], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_GPU,
+                                                                                          reason="needs a GPU"))])
+def test_eager_attention_with_a_float32_softmax_and_repeated_kv_heads_fuses(device):
+    """Note [Softmax in float32] and Note [Grouped-query attention reads its kv heads]: the whole chain becomes one
+    Attention reading the kv heads in place, and its output is float32 attention's within float16 noise."""
+    batch, heads, kv_heads, seq, dim = 2, 4, 2, 5, 8
+    rng = np.random.default_rng(5)
+    q = rng.normal(0, 1, (batch, heads, seq, dim)).astype(np.float16)
+    k = rng.normal(0, 1, (batch, kv_heads, seq, dim)).astype(np.float16)
+    v = rng.normal(0, 1, (batch, kv_heads, seq, dim)).astype(np.float16)
+    causal = np.triu(np.full((seq, seq), -65504.0, np.float32), 1)
+    mask = np.broadcast_to(causal, (batch, 1, seq, seq)).astype(np.float16).copy()
+    mask[1, :, :, 0] = -65504.0  # the second row's first position is padding (every query still sees itself)
+    np.fill_diagonal(mask[1, 0], 0)
+    session = xrt.InferenceSession(eager_gqa_attention_model(batch, heads, kv_heads, seq, dim), engine="native",
+                                   device=device)
+    out = session.run({"q": q, "k": k, "v": v, "mask": mask})["o"]
+    ran = [n["op_type"] for n in session.explain().nodes]
+    assert "xpuruntime:Attention" in ran, ran
+    assert not {"Softmax", "Cast", "Expand", "MatMul"} & set(ran), ran
+    kr = np.repeat(k.astype(np.float32), heads // kv_heads, axis=1)
+    vr = np.repeat(v.astype(np.float32), heads // kv_heads, axis=1)
+    scores = q.astype(np.float32) @ kr.transpose(0, 1, 3, 2) * dim ** -0.5 + mask.astype(np.float32)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    reference = (p / p.sum(-1, keepdims=True)) @ vr
+    np.testing.assert_allclose(np.asarray(out, np.float32), reference, rtol=3e-2, atol=3e-2)

@@ -1405,6 +1405,42 @@ TEST(AttentionFusion, PreScaledQueryAndKeysWithAComputedMask) {
   EXPECT_EQ(out.nodes.size(), 3u);  // Sub, Mul (the mask), Attention
 }
 
+// Note [Softmax in float32]: transformers' eager attention, Cast(to=float) -> Softmax -> Cast back, with a Mul scale
+// and an additive mask; only the pair of Casts fuses.
+Graph float_softmax_graph(bool cast_back) {
+  const std::int64_t B = 2, H = 3, S = 5, D = 4;
+  Builder b;
+  b.input("q", {B, H, S, D}).input("k", {B, H, S, D}).input("v", {B, H, S, D}).input("mask", {B, 1, S, S});
+  b.constant("scale", scalar(0.5f));
+  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  b.add(node("MatMul", {"q", "kt"}, {"s"})).add(node("Mul", {"s", "scale"}, {"ss"}));
+  b.add(node("Add", {"ss", "mask"}, {"sm"}));
+  b.add(node("Cast", {"sm"}, {"sf"}, Attributes().set("to", static_cast<std::int64_t>(1))));
+  b.add(node("Softmax", {"sf"}, {"pf"}));
+  if (cast_back) b.add(node("Cast", {"pf"}, {"p"}, Attributes().set("to", static_cast<std::int64_t>(1))));
+  b.add(node("MatMul", {cast_back ? "p" : "pf", "v"}, {"o"}));
+  return b.build({"o"});
+}
+
+TEST(AttentionFusion, SoftmaxInFloat32FusesWithItsCasts) {
+  const Feeds feeds = {{"q", random({2, 3, 5, 4}, 71)},
+                       {"k", random({2, 3, 5, 4}, 72)},
+                       {"v", random({2, 3, 5, 4}, 73)},
+                       {"mask", random({2, 1, 5, 5}, 74, -2, 0)}};
+  int rewrites = 0;
+  Graph out = run_pass(float_softmax_graph(true), passes::attention_fusion, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->inputs, (std::vector<std::string>{"q", "k", "v", "mask"}));
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-12);
+  EXPECT_EQ(a->outputs[0], "o");
+  // An upcast whose float32 probabilities are read as they are: not the pair, not fused.
+  Graph upcast_only = float_softmax_graph(false);
+  EXPECT_EQ(passes::attention_fusion(upcast_only, {}).rewrites, 0);
+}
+
 TEST(AttentionFusion, NotWithUnprovableShapesOrAMaskThatGrowsTheScores) {
   Graph heads = attention_graph(true, false);
   heads.types["k"] = type({2, 5, 1, 4});  // one key head broadcast by MatMul: not [B,H,S,D] keys

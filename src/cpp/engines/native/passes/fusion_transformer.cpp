@@ -1120,6 +1120,31 @@ std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
 
 // Long function: one pattern, matched backwards and forwards from each Softmax through the variants exporters
 // write (scales on Q and K^T, PyTorch's K^T reshapes, the NaN guard); the matched names feed the one rewrite.
+// Note [Softmax in float32]
+// transformers' eager attention (Llama, Mistral, Qwen2, Gemma and most decoders it writes) takes the softmax in float32
+// whatever the model's dtype: softmax(scores, dtype=float32).to(q.dtype), exported as Cast(to=float) -> Softmax ->
+// Cast(to=q's dtype). The fused kernels hold the scores, the running maximum and the sums in float32 already, so both
+// Casts go into the attention with the chain; the difference is that the unfused chain first rounds the scores to
+// q's dtype (the MatMul's output), which the kernels do not: the fused result is the closer one to exact arithmetic.
+// Only the pair fuses: a float32 softmax whose float32 output something reads stays as it is.
+struct SoftmaxCasts {
+  std::optional<std::size_t> up;    // Cast(to=float) -> Softmax
+  std::optional<std::size_t> down;  // Softmax -> Cast(to=`back`), which must be q's dtype (checked with q's type)
+  std::optional<DType> back;
+};
+
+std::optional<SoftmaxCasts> softmax_casts(const Graph& g, const Matcher& m, std::size_t softmax) {
+  const Node& s = g.nodes[softmax];
+  auto up = m.sole_producer(s.inputs[0], softmax, "Cast");
+  if (!up) return SoftmaxCasts{};
+  if (dtype_from_onnx(m.node(*up).attrs.get_int("to", 0)) != DType::kFloat32) return std::nullopt;
+  auto down = m.sole_reader(s.outputs[0], "Cast");
+  if (!down) return std::nullopt;
+  auto back = dtype_from_onnx(m.node(*down).attrs.get_int("to", 0));
+  if (!back) return std::nullopt;
+  return SoftmaxCasts{up, down, back};
+}
+
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"attention_fusion", 0, {}};
   Rewriter rw(g);
@@ -1131,11 +1156,14 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     const std::int64_t opset = g.opset(softmax.domain);
     const std::int64_t axis = softmax.attrs.get_int("axis", opset >= 13 ? -1 : 1);
     if (axis != -1 && axis != 3) continue;  // opset < 13 flattens at axis: axis 3 of a 4-D tensor is the last
-    // Backwards from the softmax: [Add t2] <- [Add t1] <- [Div|Mul scale] <- MatMul(Q, K^T) (Note [Attention with
-    // additive terms]).
-    auto additive = additive_terms(g, uses, m, si);
+    // Backwards from the softmax (or its upcast: Note [Softmax in float32]): [Add t2] <- [Add t1] <- [Div|Mul scale]
+    // <- MatMul(Q, K^T) (Note [Attention with additive terms]).
+    const auto casts = softmax_casts(g, m, si);
+    if (!casts) continue;
+    auto additive = additive_terms(g, uses, m, casts->up ? *casts->up : si);
     if (!additive) continue;
     std::vector<std::size_t> nodes = {si};
+    if (casts->up) nodes.insert(nodes.end(), {*casts->up, *casts->down});
     nodes.insert(nodes.end(), additive->adds.begin(), additive->adds.end());
     std::string scores = additive->scores;
     std::size_t reader = additive->reader;
@@ -1187,8 +1215,8 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     // Forwards: MatMul(probabilities, V), where the probabilities may pass through Where(IsNaN(p), 0, p), PyTorch's
     // guard for rows masked entirely by -inf. With no mask, or a mask that cannot hold -inf, no row is, and the
     // guard changes nothing (NaN inputs aside, which no attention kernel keeps).
-    std::string probabilities = softmax.outputs[0];
-    if (auto guard = nan_guard(g, uses, m, softmax.outputs[0])) {
+    std::string probabilities = casts->down ? m.node(*casts->down).outputs[0] : softmax.outputs[0];
+    if (auto guard = nan_guard(g, uses, m, probabilities)) {
       bool finite = true;
       for (const std::string& term : additive->terms) finite = finite && finite_mask(g, uses, term, 4);
       if (additive->window) finite = finite && finite_mask(g, uses, additive->window->mask, 4);
@@ -1206,6 +1234,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     if (!tq || !tk || !tv || !tq->has_shape || !tk->has_shape || !tv->has_shape) continue;
     if (tq->shape.size() != 4 || tk->shape.size() != 4 || tv->shape.size() != 4) continue;
     if (!is_fusable_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != tq->dtype) continue;
+    if (casts->back && *casts->back != tq->dtype) continue;  // Note [Softmax in float32]: cast back to q's dtype
     std::vector<Dim> k_bhsd = tk->shape;
     if (from_bshd) k_bhsd = {tk->shape[0], tk->shape[2], tk->shape[1], tk->shape[3]};
     if (!same_dims(tq->shape, {0, 1, 3}, k_bhsd, {0, 1, 3}) || !same_dims(tv->shape, {0, 1, 2}, k_bhsd, {0, 1, 2})) {

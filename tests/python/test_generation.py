@@ -65,7 +65,7 @@ def test_a_float16_model_keeps_a_float16_cache(engine):
     """Float16 weights, cache and logits: the cache buffers are float16 (half the bytes) and the cached tokens equal
     the same model's recompute form on the same engine."""
     cached16, uncached16 = tiny_decoder(True, float16=True), tiny_decoder(False, float16=True)
-    generator = Generator(cached16, greedy(), engine=engine)
+    generator = Generator(cached16, greedy(cache_layout="dynamic"), engine=engine)
     assert "float16" in generator.signature
     assert generator.start(PROMPTS).cache_bytes == 2 * 3 * LAYERS * 2 * HEADS * (5 + 12) * HEAD_DIM * 2
     assert generator.generate(PROMPTS) == reference_greedy(uncached16, PROMPTS, 12, engine=engine)
@@ -81,7 +81,7 @@ def test_left_padding_gives_each_row_its_own_tokens(cached, engine):
 
 
 def test_the_cache_stays_preallocated_and_fills_as_it_goes(cached):
-    generator = Generator(cached, greedy(max_new_tokens=6), engine="native")
+    generator = Generator(cached, greedy(max_new_tokens=6, cache_layout="dynamic"), engine="native")
     generation = generator.start(PROMPTS[:2])
     assert generation.uses_cache
     capacity = generation.cache_capacity
@@ -100,7 +100,7 @@ def test_the_cache_stays_preallocated_and_fills_as_it_goes(cached):
 
 
 def test_stats_separate_prefill_and_decode(cached, uncached):
-    generator = Generator(cached, greedy(max_new_tokens=6, stop_tokens=[]), engine="native")
+    generator = Generator(cached, greedy(max_new_tokens=6, stop_tokens=[], cache_layout="dynamic"), engine="native")
     generation = generator.start(PROMPTS[:2])
     empty = generation.stats
     assert (empty.prefill_tokens, empty.decode_steps, empty.decode_tokens) == (0, 0, 0)
@@ -246,7 +246,7 @@ def test_max_length_and_max_new_tokens(cached):
     assert [len(r) for r in Generator(cached, greedy(5)).generate(PROMPTS[:2])] == [5, 5]
     # max_length counts the longest prompt (5) plus the new tokens.
     assert [len(r) for r in Generator(cached, greedy(50, max_length=8)).generate(PROMPTS[:2])] == [3, 3]
-    generation = Generator(cached, greedy(50, max_length=8)).start(PROMPTS[:2])
+    generation = Generator(cached, greedy(50, max_length=8, cache_layout="dynamic")).start(PROMPTS[:2])
     assert generation.cache_capacity == 8
     with pytest.raises(xrt.InvalidArgumentError, match="max_length"):
         Generator(cached, greedy(5, max_length=5)).generate(PROMPTS[0])
@@ -416,8 +416,11 @@ def test_cli_generate(cached, tmp_path):
     assert result["tokens"] == Generator(cached, GenerationConfig(max_new_tokens=4, do_sample=True, temperature=0.7,
                                                                   top_k=5, seed=4)).generate([[1, 2]])
     assert result["stats"]["decode_steps"] == 3 and result["stats"]["cache_capacity"] == 0
-    code, _, err = run_cli("generate", path, "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--stats")
+    code, _, err = run_cli("generate", path, "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--stats",
+                           "--cache-layout", "dynamic")
     assert code == 0 and "prefill 5 tokens" in err and "decode 5 steps, 5 tokens" in err and "cache 10 of 11" in err
+    code, _, err = run_cli("generate", path, "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--stats")
+    assert code == 0 and "prefill 16 tokens" in err and "cache 21 of 64" in err  # auto: static, bucketed
 
 
 def test_cli_generate_continuous(cached, tmp_path):
@@ -703,15 +706,19 @@ def test_a_generation_explains_itself(cached, uncached, gqa):
     text = generation.explain()
     assert f"decode: {generation.stats.decode_steps} steps, {generation.stats.decode_tokens} tokens" in text
     assert f"{generation.stats.cache_length} positions filled" in text and "prefill: not run yet" not in text
-    assert "dynamic layout" in Generator(cached, greedy(5)).start(PROMPTS).explain()
+    assert "dynamic layout" in Generator(cached, greedy(5, cache_layout="dynamic")).start(PROMPTS).explain()
+    assert "static layout" in Generator(cached, greedy(5)).start(PROMPTS).explain()  # auto, with position_ids
+    assert "picked on the host by the Sampler" in text  # a CPU session
     assert "appended in place (GroupQueryAttention form" in Generator(gqa, greedy(5)).start(PROMPTS).explain()
     assert "every step recomputes" in Generator(uncached, greedy(5)).start(PROMPTS).explain()
 
 
 def test_the_cache_layout_is_resolved_and_checked(cached):
-    """auto is dynamic (static has not run on a GPU yet); static needs position_ids (the positions would otherwise come from the cache's
-    fixed length); a bad name is a typed error; the GroupQueryAttention form ignores the setting."""
-    assert Generator(cached, greedy()).cache_layout == "dynamic"
+    """auto is static where the model has position_ids and an attention_mask; static needs position_ids (the positions
+    would otherwise come from the cache's fixed length); a bad name is a typed error; the GroupQueryAttention form
+    ignores the setting."""
+    assert Generator(cached, greedy()).cache_layout == "static"
+    assert Generator(cached, greedy(cache_layout="dynamic")).cache_layout == "dynamic"
     assert greedy(cache_layout="static").cache_layout == "static"
     with pytest.raises(xrt.InvalidArgumentError, match="cache_layout"):
         GenerationConfig(cache_layout="paged")
@@ -843,7 +850,12 @@ def test_gpu_the_static_cache_layout_replays_a_cuda_graph(cached):
     for prompts in (PROMPTS[:1], PROMPTS):
         expected = Generator(cached, greedy(16)).generate(prompts)
         session = xrt.InferenceSession(cached, device="cuda", engine="native")
-        assert Generator(session, greedy(16, cache_layout="static")).generate(prompts) == expected
+        generation = Generator(session, greedy(16, cache_layout="static")).start(prompts)
+        while not generation.done:
+            generation.step()
+        assert generation.tokens == expected
+        # Note [Logits read back]: greedy tokens are the argmax taken on the device.
+        assert "argmax taken on cuda:0" in generation.explain()
         assert "captured and replayed" in str(session.explain())
         assert int(re.search(r"plans built: (\d+)", str(session.explain()))[1]) <= 3
         sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9)

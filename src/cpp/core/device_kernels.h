@@ -21,6 +21,7 @@
 // functions. Thread-safety: read it from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -108,6 +109,12 @@ struct DeviceKernels {
   // The per-run operands of an int8 GEMM of `channels` output channels (QuantPrologueParams,
   // cuda_raw::quantized_prologue).
   void (*quantized_prologue)(const QuantPrologueParams& params, std::int64_t channels, void* stream) = nullptr;
+  // out[r] = the index of the largest of the `cols` values of row r of a contiguous [rows, cols] (float32, float16 or
+  // bfloat16): NaN first, ties to the lowest index, as torch.argmax (cuda_raw::argmax_rows; Note [Split arg
+  // reductions]). `workspace` (`workspace_bytes`, 0 for none) lets a few long rows split across the GPU. The
+  // generation loop's greedy tokens on the device (Note [Logits read back] in generation/step_io.cpp).
+  void (*argmax_rows)(const void* x, DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t* out,
+                      void* workspace, std::size_t workspace_bytes, void* stream) = nullptr;
 };
 
 // The table of this build, filled on the first call (core/backend_registration.cpp).

@@ -295,7 +295,7 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     binding.bind_input(slot.past_input, past_value);
     binding.bind_output(slot.present_output, device);
   }
-  binding.bind_output(signature_.logits, Device::cpu());
+  binding.bind_output(signature_.logits, device);  // Note [Logits read back] in step_io.cpp
   session_->run_with_binding(binding);
   const Tensor logits = step_io::bound_output(binding, signature_.logits);
   const std::int64_t total = past + width;
@@ -320,6 +320,13 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     }
   }
   ++stats_.prefill_runs;
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(rows));  // each row's last prompt position
+  for (std::int64_t i = 0; i < rows; ++i) {
+    positions[static_cast<std::size_t>(i)] =
+        offsets[static_cast<std::size_t>(i)] +
+        static_cast<std::int64_t>(group[static_cast<std::size_t>(i)]->prompt.size()) - past - 1;
+  }
+  const std::vector<std::int64_t> tokens = pick_tokens(logits, positions, group);
   for (std::int64_t i = 0; i < rows; ++i) {
     Request& r = *group[static_cast<std::size_t>(i)];
     const auto length = static_cast<std::int64_t>(r.prompt.size());
@@ -329,12 +336,24 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     ++stats_.prefills;
     stats_.prefill_tokens += length - past;
     stats_.shared_tokens += past;
-    const std::int64_t last = offsets[static_cast<std::size_t>(i)] + length - past - 1;
-    std::vector<float> values = step_io::position_logits(logits, i, last, signature_.logits);
-    const std::int64_t token = r.sampler.next(values.data(), static_cast<std::int64_t>(values.size()), r.seen, r.rng);
-    if (take_token(r, token, events)) running_.push_back(r.id);
+    if (take_token(r, tokens[static_cast<std::size_t>(i)], events)) running_.push_back(r.id);
   }
   stats_.prefill_ms += ms_since(begin);
+}
+
+std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits, const std::vector<std::int64_t>& positions,
+                                                          const std::vector<Request*>& rows) {
+  const Tensor chosen = step_io::position_rows(logits, positions, signature_.logits);
+  const bool greedy = std::all_of(rows.begin(), rows.end(), [](const Request* r) { return r->sampler.argmax_only(); });
+  if (greedy && step_io::argmax_on_device(chosen)) return step_io::device_argmax(chosen);  // Note [Logits read back]
+  const Tensor host = chosen.device().is_cpu() ? chosen : chosen.to(Device::cpu());
+  std::vector<std::int64_t> tokens(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Request& r = *rows[i];
+    std::vector<float> values = step_io::host_row(host, static_cast<std::int64_t>(i), signature_.logits);
+    tokens[i] = r.sampler.next(values.data(), static_cast<std::int64_t>(values.size()), r.seen, r.rng);
+  }
+  return tokens;
 }
 
 bool ContinuousBatcher::take_token(Request& r, std::int64_t token, std::vector<BatchEvent>& events) {
@@ -431,7 +450,7 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
     binding.bind_input(signature_.cache[s].past_input, working_[s]);
     binding.bind_output(signature_.cache[s].present_output, device);
   }
-  binding.bind_output(signature_.logits, Device::cpu());
+  binding.bind_output(signature_.logits, device);  // Note [Logits read back] in step_io.cpp
   session_->run_with_binding(binding);
   const Tensor logits = step_io::bound_output(binding, signature_.logits);
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
@@ -443,14 +462,17 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
     working_[s] = std::move(present);
   }
   ++working_length_;
+  std::vector<Request*> group;
+  for (std::int64_t id : running_) group.push_back(&request(id));
+  XPURT_CHECK_TYPE(logits.dim() == 3, "logits output '", signature_.logits, "' should be [batch, seq, vocab], got ",
+                   logits.str());
+  const std::vector<std::int64_t> tokens =
+      pick_tokens(logits, std::vector<std::int64_t>(static_cast<std::size_t>(batch), logits.shape()[1] - 1), group);
   std::vector<std::int64_t> still_running;
   for (std::int64_t row = 0; row < batch; ++row) {
-    Request& r = request(running_[static_cast<std::size_t>(row)]);
+    Request& r = *group[static_cast<std::size_t>(row)];
     ++r.length;
-    std::vector<float> values = step_io::last_position_logits(logits, row, signature_.logits);
-    const std::int64_t token =
-        r.sampler.next(values.data(), static_cast<std::int64_t>(values.size()), r.seen, r.rng);
-    if (take_token(r, token, events)) still_running.push_back(r.id);
+    if (take_token(r, tokens[static_cast<std::size_t>(row)], events)) still_running.push_back(r.id);
   }
   running_ = std::move(still_running);
   ++stats_.decode_steps;

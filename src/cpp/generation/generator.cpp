@@ -24,9 +24,9 @@ namespace xpuruntime::generation {
 //             position_ids [batch, 1], the past bound from the cache (Note [Contiguous KV cache]).
 // In the recompute form (no cache, or CacheMode::kNone) every step feeds the whole sequence so far. Positions count
 // the row's real tokens (transformers' cumsum(mask) - 1, padding at 1), so a left-padded row sees the positions it
-// would alone. Only the last position's logits are read back to the host, where the Sampler picks each row's token
-// (the logits output itself is still the model's [batch, seq, vocab]: on a device session the whole output is copied
-// back, which for decode steps is [batch, 1, vocab]). A row ends at a stop token or when the step limit is reached;
+// would alone. Only the last position's logits are read (Note [Logits read back] in step_io.cpp): on a CUDA session
+// a greedy row's token is their argmax taken on the device, otherwise they come to the host, where the Sampler picks
+// each row's token. A row ends at a stop token or when the step limit is reached;
 // it is fed pad_token_id afterwards (its outputs are ignored) so that the batch keeps its shape, and the
 // Generation is done when every row has ended.
 
@@ -60,9 +60,10 @@ PaddingSide resolve_padding(const InferenceSession& session, PaddingSide request
 namespace {
 
 // Note [Static cache layout] in kv_cache.cpp: static needs position_ids and an attention_mask to place the step's
-// token. auto is dynamic for now: the static layout has run on the CPU only (tests/python/test_generation.py); its
-// GPU test (test_gpu_the_static_cache_layout_replays_a_cuda_graph) has not run on a device yet, and auto is to take
-// it on CUDA sessions once it has.
+// token. auto takes static wherever the model has both: its decode steps have one shape, so a CUDA session replays
+// them from a graph (tests/python/test_generation.py's GPU tests, run on an H200 on 2026-12-02) and every session
+// plans them once (the tiny decoder on the CPU: 0.25 against 3.05 ms per step in a first generation, 0.10 against
+// 0.15 warm; docs/benchmarks.md); a model without them stays dynamic.
 CacheLayout resolve_cache_layout(const DecoderSignature& signature, const GenerationConfig& config) {
   const bool concat_form = !signature.cache.empty() && config.cache != CacheMode::kNone &&
                            config.padding != PaddingSide::kRight;
@@ -74,7 +75,8 @@ CacheLayout resolve_cache_layout(const DecoderSignature& signature, const Genera
         " input: a fixed-size past would give its new tokens the wrong positions (", signature.str(),
         "); use cache_layout='dynamic'"));
   }
-  return config.cache_layout == CacheLayout::kAuto ? CacheLayout::kDynamic : config.cache_layout;
+  if (config.cache_layout != CacheLayout::kAuto) return config.cache_layout;
+  return concat_form && placeable ? CacheLayout::kStatic : CacheLayout::kDynamic;
 }
 
 }  // namespace
@@ -279,20 +281,24 @@ std::vector<std::pair<std::string, Tensor>> Generation::feeds(bool prefill) cons
 Tensor Generation::run(const std::vector<std::pair<std::string, Tensor>>& feeds, std::int64_t new_tokens) {
   IoBinding binding = session_->io_binding();
   for (const auto& [name, value] : feeds) binding.bind_input(name, value);
-  binding.bind_output(signature_.logits, Device::cpu());
+  binding.bind_output(signature_.logits, session_->options().device);  // Note [Logits read back]
   if (cache_) cache_->bind(binding, new_tokens);
   session_->run_with_binding(binding);
   if (cache_) cache_->commit(new_tokens);
   return step_io::bound_output(binding, signature_.logits);
 }
 
-std::vector<float> Generation::last_logits(const Tensor& logits, std::int64_t row, bool prefill) const {
+std::vector<std::int64_t> Generation::logits_positions(const Tensor& logits, bool prefill) const {
   XPURT_CHECK_TYPE(logits.dim() == 3 && logits.shape()[0] == batch_, "logits output '", signature_.logits,
                    "' should be [batch, seq, vocab] with batch ", batch_, ", got ", logits.str());
   // A right-padded prefill's row ends at its own last prompt position (Note [Padding sides]).
-  const std::int64_t position =
-      right_padded_ && prefill ? prompt_lengths_[static_cast<std::size_t>(row)] - 1 : logits.shape()[1] - 1;
-  return step_io::position_logits(logits, row, position, signature_.logits);
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(batch_), logits.shape()[1] - 1);
+  if (right_padded_ && prefill) {
+    for (std::int64_t r = 0; r < batch_; ++r) {
+      positions[static_cast<std::size_t>(r)] = prompt_lengths_[static_cast<std::size_t>(r)] - 1;
+    }
+  }
+  return positions;
 }
 
 std::vector<std::optional<std::int64_t>> Generation::step() {
@@ -303,13 +309,24 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
   // Note [Generation ranges]: the profiler (and Nsight, through NVTX) sees the prefill and the decode steps apart.
   const Profiler::Range range = Profiler::range(prefill ? kPrefillRange : kDecodeRange);
   const Tensor logits = run(feeds(prefill), new_tokens);
+  // Only the rows' positions are read; greedy tokens are picked where the logits are (Note [Logits read back]).
+  const Tensor rows = step_io::position_rows(logits, logits_positions(logits, prefill), signature_.logits);
   std::vector<std::optional<std::int64_t>> chosen(static_cast<std::size_t>(batch_));
-  for (std::int64_t r = 0; r < batch_; ++r) {
-    if (ended_[static_cast<std::size_t>(r)]) continue;
-    std::vector<float> row = last_logits(logits, r, prefill);
-    chosen[static_cast<std::size_t>(r)] = sampler_.next(row.data(), static_cast<std::int64_t>(row.size()),
-                                                        seen_[static_cast<std::size_t>(r)],
-                                                        rngs_[static_cast<std::size_t>(r)]);
+  argmax_on_device_ = sampler_.argmax_only() && step_io::argmax_on_device(rows);
+  if (argmax_on_device_) {
+    const std::vector<std::int64_t> tokens = step_io::device_argmax(rows);
+    for (std::int64_t r = 0; r < batch_; ++r) {
+      if (!ended_[static_cast<std::size_t>(r)]) chosen[static_cast<std::size_t>(r)] = tokens[static_cast<std::size_t>(r)];
+    }
+  } else {
+    const Tensor host = rows.device().is_cpu() ? rows : rows.to(Device::cpu());
+    for (std::int64_t r = 0; r < batch_; ++r) {
+      if (ended_[static_cast<std::size_t>(r)]) continue;
+      std::vector<float> row = step_io::host_row(host, r, signature_.logits);
+      chosen[static_cast<std::size_t>(r)] = sampler_.next(row.data(), static_cast<std::int64_t>(row.size()),
+                                                          seen_[static_cast<std::size_t>(r)],
+                                                          rngs_[static_cast<std::size_t>(r)]);
+    }
   }
   finish_step(chosen);
   chosen.resize(static_cast<std::size_t>(rows_));  // the bucket's filler rows are not the caller's
@@ -375,6 +392,18 @@ std::string Generation::explain() const {
   os << std::setprecision(2) << "decode: " << st.decode_steps << " steps, " << st.decode_tokens << " tokens in "
      << st.decode_ms << " ms (" << st.ms_per_decode_step() << " ms/step, " << std::setprecision(0)
      << st.decode_tokens_per_s() << " tokens/s)\n";
+  os << "tokens: ";
+  if (steps_ == 0) {
+    os << "none picked yet\n";
+  } else if (argmax_on_device_) {
+    os << "greedy, the argmax taken on " << session_->options().device.str()
+       << "; only the token ids come back (Note [Logits read back])\n";
+  } else {
+    os << "picked on the host by the Sampler from each row's last logits ("
+       << (sampler_.argmax_only() ? "greedy; the argmax runs on the device only for CUDA sessions"
+                                  : "sampling or a repetition penalty: host code")
+       << ", Note [Sampling])\n";
+  }
   os << "profile: the prefill and the decode steps run in the profiler ranges '" << kPrefillRange << "' and '"
      << kDecodeRange << "' (Note [Generation ranges])";
   return os.str();

@@ -49,7 +49,8 @@ std::string GenerationConfig::str() const {
 // The order is transformers' (its LogitsProcessor list for generate()): the repetition penalty (CTRL: a seen token's
 // logit is divided by the penalty when positive, multiplied when negative), then greedy argmax, or temperature,
 // top-k, top-p and a draw from what is left. Ties go to the lowest token id everywhere (argmax, and the sort that
-// top-k and top-p read), so top_k=1 picks exactly the greedy token. Top-p keeps the most likely tokens until their
+// top-k and top-p read), so top_k=1 picks exactly the greedy token; a NaN logit is the greedy token (the first NaN),
+// as torch.argmax has it. Top-p keeps the most likely tokens until their
 // probability reaches top_p, always at least one. The draw is one uniform double from the row's own mt19937_64
 // (whose output sequence the C++ standard fixes, unlike its distributions'), mapped to 53 bits by hand: the same
 // seed gives the same tokens on every platform and build. Host code on float32 logits, computed in double.
@@ -77,9 +78,11 @@ void apply_repetition_penalty(float* logits, std::int64_t vocab, const std::vect
   }
 }
 
+// The first NaN, else the first of the largest values: torch.argmax's rule, and the device's (argmax_rows).
 std::int64_t argmax(const float* logits, std::int64_t vocab) {
   std::int64_t best = 0;
-  for (std::int64_t i = 1; i < vocab; ++i) {
+  for (std::int64_t i = 0; i < vocab; ++i) {
+    if (std::isnan(logits[i])) return i;
     if (logits[i] > logits[best]) best = i;
   }
   return best;

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cuda_utils.h"
+#include "core/device_kernels.h"
 #include "core/half.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/stream_manager.h"
 
 namespace xpuruntime::generation::step_io {
 
@@ -38,21 +41,51 @@ std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vecto
   return out;
 }
 
-std::vector<float> last_position_logits(const Tensor& logits, std::int64_t row, const std::string& name) {
-  XPURT_CHECK_TYPE(logits.dim() == 3, "logits output '", name, "' should be [batch, seq, vocab], got ", logits.str());
-  return position_logits(logits, row, logits.shape()[1] - 1, name);
+// Note [Logits read back]
+// A decoder's logits output is [batch, seq, vocab]; a step needs one position of each row (the last, or for a
+// right-padded prefill the row's last prompt position). The prefill's output is large (Llama-3's vocabulary of 128,256
+// at 512 positions: 131 MB a row in float16), so the output stays on the session's device and only the rows'
+// positions are read: position_rows makes them one [batch, vocab] there (a view when seq is 1, else one strided copy
+// or a copy per row), and either the greedy tokens are picked there (device_argmax: one argmax kernel, the batch's
+// token ids copied back) or that [batch, vocab] is copied to the host for the Sampler. Before, the whole output was
+// copied to fresh host memory at every step: on an H200 the 1B Llama's prefill of 8 x 512 tokens took 837 ms of wall
+// time for 21 ms of device work, and a batch-8 decode step 8.75 ms for 2.9 ms.
+
+Tensor position_rows(const Tensor& logits, const std::vector<std::int64_t>& positions, const std::string& name) {
+  XPURT_CHECK_TYPE(logits.dim() == 3 && logits.shape()[0] == static_cast<std::int64_t>(positions.size()),
+                   "logits output '", name, "' should be [batch, seq, vocab] with batch ", positions.size(), ", got ",
+                   logits.str());
+  const std::int64_t batch = logits.shape()[0], seq = logits.shape()[1], vocab = logits.shape()[2];
+  for (std::int64_t p : positions) {
+    XPURT_CHECK_TYPE(p >= 0 && p < seq, "logits output '", name, "' has ", seq, " positions; position ", p,
+                     " is out of range (", logits.str(), ")");
+  }
+  const Tensor all = logits.contiguous();
+  const auto es = static_cast<std::int64_t>(all.element_size());
+  const auto at = [&](std::int64_t row, std::int64_t position, std::int64_t rows, std::vector<std::int64_t> strides) {
+    const std::int64_t offset = (row * seq + position) * vocab * es;
+    return Tensor::from_blob(static_cast<char*>(all.data_ptr()) + offset, {rows, vocab}, std::move(strides),
+                             all.dtype(), all.device(), all.storage(), all.nbytes() - static_cast<std::size_t>(offset));
+  };
+  if (batch == 0 || std::all_of(positions.begin(), positions.end(), [&](std::int64_t p) { return p == positions[0]; })) {
+    return batch == 0 ? at(0, 0, 0, {vocab, 1}) : at(0, positions[0], batch, {seq * vocab, 1}).contiguous();
+  }
+  Tensor out = Tensor::empty({batch, vocab}, all.dtype(), all.device());
+  for (std::int64_t r = 0; r < batch; ++r) {
+    const std::int64_t offset = r * vocab * es;
+    Tensor into = Tensor::from_blob(static_cast<char*>(out.data_ptr()) + offset, {1, vocab}, {}, out.dtype(),
+                                    out.device(), out.storage(), out.nbytes() - static_cast<std::size_t>(offset));
+    into.copy_from(at(r, positions[static_cast<std::size_t>(r)], 1, {}), nullptr, /*non_blocking=*/r + 1 < batch);
+  }
+  return out;
 }
 
-std::vector<float> position_logits(const Tensor& logits, std::int64_t row, std::int64_t position,
-                                   const std::string& name) {
-  XPURT_CHECK_TYPE(logits.dim() == 3 && row < logits.shape()[0] && position >= 0 && position < logits.shape()[1],
-                   "logits output '", name, "' should be [batch, seq, vocab] with a row ", row, " and a position ",
-                   position, ", got ", logits.str());
-  // Bound to the host by the callers, so this is no copy unless it is strided.
-  const Tensor host = logits.device().is_cpu() ? logits.contiguous() : logits.to(Device::cpu()).contiguous();
-  const std::int64_t seq = host.shape()[1];
-  const std::int64_t vocab = host.shape()[2];
-  const std::int64_t at = (row * seq + position) * vocab;
+std::vector<float> host_row(const Tensor& rows, std::int64_t row, const std::string& name) {
+  XPURT_CHECK_TYPE(rows.dim() == 2 && row >= 0 && row < rows.shape()[0] && rows.device().is_cpu(), "logits rows of '",
+                   name, "' should be [batch, vocab] on the host with a row ", row, ", got ", rows.str());
+  const Tensor host = rows.contiguous();
+  const std::int64_t vocab = host.shape()[1];
+  const std::int64_t at = row * vocab;
   std::vector<float> out(static_cast<std::size_t>(vocab));
   switch (host.dtype()) {
     case DType::kFloat32:
@@ -69,8 +102,37 @@ std::vector<float> position_logits(const Tensor& logits, std::int64_t row, std::
     }
     default:
       throw InvalidTypeError(detail::str_cat("logits output '", name, "' is ", dtype_name(host.dtype()),
-                                                         "; expected float32, float16 or bfloat16"));
+                                             "; expected float32, float16 or bfloat16"));
   }
+  return out;
+}
+
+bool argmax_on_device(const Tensor& rows) {
+  const DType t = rows.dtype();
+  return rows.device().is_cuda() && device_kernels().argmax_rows != nullptr &&
+         (t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16);
+}
+
+std::vector<std::int64_t> device_argmax(const Tensor& rows) {
+  XPURT_CHECK(argmax_on_device(rows) && rows.dim() == 2 && rows.is_contiguous(),
+              "device_argmax: expected contiguous float [batch, vocab] logits on a CUDA device, got ", rows.str());
+  const std::int64_t batch = rows.shape()[0];
+  std::vector<std::int64_t> out(static_cast<std::size_t>(batch));
+  if (batch == 0) return out;
+  constexpr std::size_t kWorkspaceBytes = 64 * 1024;  // candidates of split rows (Note [Split arg reductions])
+  const StreamView stream = StreamManager::instance().current_stream(rows.device());
+  Tensor tokens = Tensor::empty({batch}, DType::kInt64, rows.device(), &stream);
+  Tensor workspace = Tensor::empty({static_cast<std::int64_t>(kWorkspaceBytes)}, DType::kUInt8, rows.device(), &stream);
+  {
+#if XPURT_WITH_CUDA  // a CPU build has no argmax_rows: argmax_on_device was false
+    detail::CudaDeviceGuard guard(rows.device().index);
+#endif
+    device_kernels().argmax_rows(rows.data_ptr(), rows.dtype(), batch, rows.shape()[1],
+                                 static_cast<std::int64_t*>(tokens.data_ptr()), workspace.data_ptr(), kWorkspaceBytes,
+                                 stream.handle);
+  }
+  const Tensor host = tokens.to(Device::cpu(), &stream);
+  std::memcpy(out.data(), host.data_ptr(), out.size() * sizeof(std::int64_t));
   return out;
 }
 

@@ -18,13 +18,22 @@ Tensor host_matrix(const std::vector<std::vector<std::int64_t>>& rows, std::int6
 // transformers' position_ids: cumsum(mask) - 1, with padding at 1.
 std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vector<std::int64_t>>& mask);
 
-// The `vocab` logits of the last position of row `row` of `logits` ([batch, seq, vocab], float32 / float16 /
-// bfloat16, any device), as float32. InvalidTypeError for another dtype or rank, naming the output `name`.
-std::vector<float> last_position_logits(const Tensor& logits, std::int64_t row, const std::string& name);
+// The rows of `logits` ([batch, seq, vocab], any device) at `positions` (one per row) as a contiguous [batch, vocab]
+// on the logits' device (Note [Logits read back] in step_io.cpp): the output itself when seq is 1, else one copy of
+// those positions there. InvalidTypeError naming the output `name` for another rank or a position out of range.
+Tensor position_rows(const Tensor& logits, const std::vector<std::int64_t>& positions, const std::string& name);
 
-// The logits of position `position` of row `row` (last_position_logits for any position).
-std::vector<float> position_logits(const Tensor& logits, std::int64_t row, std::int64_t position,
-                                   const std::string& name);
+// Row `row` of `rows` ([batch, vocab], float32 / float16 / bfloat16, on the host) as float32. InvalidTypeError for
+// another dtype, naming the output `name`.
+std::vector<float> host_row(const Tensor& rows, std::int64_t row, const std::string& name);
+
+// Whether the greedy tokens of `rows` (position_rows) can be picked where they are: a CUDA tensor in a build with the
+// argmax_rows device kernel.
+bool argmax_on_device(const Tensor& rows);
+
+// The greedy token of every row of `rows` ([batch, vocab] on a CUDA device; argmax_on_device): the argmax taken there
+// (Note [Sampling]'s rule: NaN first, ties to the lowest id), only the batch's tokens copied back.
+std::vector<std::int64_t> device_argmax(const Tensor& rows);
 
 // The output `name` of `binding` after its run (an internal error when it was not bound).
 Tensor bound_output(const IoBinding& binding, const std::string& name);

@@ -63,7 +63,8 @@ padding : {"auto", "left", "right"}
 cache_layout : {"auto", "dynamic", "static"}
     How the Concat form's decode steps get the cache: "dynamic" the past as long as the sequence so far (a new shape
     every step), "static" the whole fixed-size cache with the unfilled positions masked (one shape: one plan, CUDA
-    graph replays; needs attention_mask and position_ids inputs); "auto" (default): dynamic for now.
+    graph replays; needs attention_mask and position_ids inputs); "auto" (default): static where the model has both,
+    else dynamic.
 
 Bad values raise :class:`~xpuruntime.InvalidArgumentError` naming the field.
 """

@@ -45,6 +45,23 @@ TEST(Sampler, GreedyTakesTheFirstOfEqualMaxima) {
   EXPECT_EQ(sampler.next(logits.data(), 4, {}, rng), 1);
 }
 
+// torch.argmax's rule, which the device's argmax_rows keeps too (Note [Logits read back]): the first NaN wins.
+TEST(Sampler, GreedyTakesTheFirstNaNAsTorchArgmaxDoes) {
+  Sampler sampler{GenerationConfig{}};
+  EXPECT_TRUE(sampler.argmax_only());
+  std::mt19937_64 rng = Sampler::row_stream(0, 0);
+  std::vector<float> logits{0.5f, 2.0f, NAN, 7.0f, NAN};
+  EXPECT_EQ(sampler.next(logits.data(), 5, {}, rng), 2);
+  std::vector<float> first{NAN, 9.0f};
+  EXPECT_EQ(sampler.next(first.data(), 2, {}, rng), 0);
+  std::vector<float> masked{-INFINITY, -INFINITY, -INFINITY};
+  EXPECT_EQ(sampler.next(masked.data(), 3, {}, rng), 0);
+  GenerationConfig penalised;
+  penalised.repetition_penalty = 1.2;
+  EXPECT_FALSE(Sampler(penalised).argmax_only());
+  EXPECT_FALSE(Sampler(sampling(1.0, 0)).argmax_only());
+}
+
 TEST(Sampler, TopK1IsGreedyAtAnyTemperature) {
   std::vector<float> logits{0.1f, 3.0f, 3.0f, 2.9f, -4.0f};
   const auto f = frequencies(sampling(5.0, 1), logits, 200);

@@ -15,6 +15,7 @@ void register_cuda_raw_device_kernels(DeviceKernels& table) {
   table.attention_softmax = &cuda_raw::attention_softmax;
   table.quantized_epilogue = &cuda_raw::quantized_epilogue;
   table.quantized_prologue = &cuda_raw::quantized_prologue;
+  table.argmax_rows = &cuda_raw::argmax_rows;
 }
 
 }  // namespace xpuruntime

@@ -35,6 +35,11 @@ XPURT_API void bias_activation(void* y, const void* bias, DType dtype, std::int6
 
 // Softmax over the last axis of a contiguous [rows, cols] tensor. `x == y` (in place) is allowed; otherwise the
 // two must not overlap. A row whose entries are all -inf yields NaN (as PyTorch does).
+// out[r] = argmax of row r of a contiguous [rows, cols] (the device kernels table's argmax_rows: NaN first, ties to
+// the lowest index). With `workspace` of `workspace_bytes` (0: none), rows too few to fill the GPU split their columns.
+XPURT_API void argmax_rows(const void* x, DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t* out,
+                           void* workspace, std::size_t workspace_bytes, void* stream);
+
 // y[i] += x[i] for n elements (linear's residual when the GEMM cannot add it: the cublas kernel).
 XPURT_API void add_into(void* y, const void* x, DType dtype, std::int64_t n, void* stream);
 

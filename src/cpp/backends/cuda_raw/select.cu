@@ -17,6 +17,7 @@
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_kernels.h"
+#include "backends/cuda_raw/cuda_raw_ops.h"
 
 namespace xpuruntime::cuda_raw {
 
@@ -274,6 +275,16 @@ void arg_reduce(bool max, bool select_last_index, const void* x, DType dtype, vo
                                                                              out, g.lines, g.splits);
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   }
+}
+
+void argmax_rows(const void* x, DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t* out, void* workspace,
+                 std::size_t workspace_bytes, void* stream) {
+  ArgReduceGeometry g = arg_reduce_geometry(rows, cols, 1, workspace_bytes);
+  if (workspace == nullptr || workspace_bytes == 0) {  // no workspace: one task per row (a limit of 0 means none)
+    g.splits = 1;
+    g.chunk = std::max<std::int64_t>(cols, 1);
+  }
+  arg_reduce(/*max=*/true, /*select_last_index=*/false, x, dtype, out, g, workspace, stream);
 }
 
 void top_k(const void* x, DType dtype, void* values, void* indices, std::int64_t rows, std::int64_t cols,

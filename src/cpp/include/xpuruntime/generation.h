@@ -185,10 +185,13 @@ class XPURT_API StaticKvCache final : public KvCache {
 };
 
 // Chooses the next token of one row from its logits (Note [Sampling] in generation/sampler.cpp). Host code on
-// float32 logits; a device sampling kernel is not written yet (docs/generation.md).
+// float32 logits; greedy rows of a CUDA session take their argmax on the device instead (Note [Logits read back] in
+// generation/step_io.cpp), with the same rule. Sampling on the device is not written yet (docs/generation.md).
 class XPURT_API Sampler {
  public:
   explicit Sampler(const GenerationConfig& config);
+  // Greedy without a repetition penalty: the token is the logits' argmax alone, which a device kernel can take.
+  bool argmax_only() const { return !config_.do_sample && config_.repetition_penalty == 1.0; }
   // `logits`: `vocab` float32 values, modified in place. `seen`: the tokens of the row so far (prompt included,
   // padding excluded), for the repetition penalty. `rng`: the row's stream.
   std::int64_t next(float* logits, std::int64_t vocab, const std::vector<std::int64_t>& seen,
@@ -260,7 +263,7 @@ class XPURT_API Generation {
   Tensor run(const std::vector<std::pair<std::string, Tensor>>& feeds, std::int64_t new_tokens);
   std::vector<std::pair<std::string, Tensor>> right_padded_feeds(bool prefill) const;
   std::vector<std::pair<std::string, Tensor>> static_decode_feeds() const;
-  std::vector<float> last_logits(const Tensor& logits, std::int64_t row, bool prefill) const;
+  std::vector<std::int64_t> logits_positions(const Tensor& logits, bool prefill) const;
   void finish_step(const std::vector<std::optional<std::int64_t>>& chosen);
 
   const InferenceSession* session_;
@@ -278,6 +281,7 @@ class XPURT_API Generation {
   std::vector<std::int64_t> prompt_lengths_;
   bool right_padded_ = false;        // Note [Padding sides]
   bool static_layout_ = false;       // Note [Static cache layout]: decode feeds the whole fixed-size cache
+  bool argmax_on_device_ = false;    // the last step's tokens were picked on the device (Note [Logits read back])
   std::vector<std::mt19937_64> rngs_;
   std::vector<bool> ended_;
   std::unique_ptr<KvCache> cache_;  // null in the recompute form
@@ -427,6 +431,9 @@ class XPURT_API ContinuousBatcher {
   void prefill(const std::vector<Request*>& group, std::vector<BatchEvent>& events);
   void decode(std::vector<BatchEvent>& events);
   void regather();
+  // Each row's token from its logits at `positions` (Note [Logits read back] in generation/step_io.cpp).
+  std::vector<std::int64_t> pick_tokens(const Tensor& logits, const std::vector<std::int64_t>& positions,
+                                        const std::vector<Request*>& rows);
   bool take_token(Request& r, std::int64_t token, std::vector<BatchEvent>& events);
   void retire(Request& r);
   Request& request(std::int64_t id);

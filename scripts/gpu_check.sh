@@ -53,7 +53,11 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DXPURT_USE_CCACHE=O
   -DXPURT_WITH_CUDNN=ON -DCUDNN_ROOT="$SP/nvidia/cudnn" -DNCCL_ROOT="$SP/nvidia/nccl" -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/configure.log" 2>&1 \
   || { tail -40 "$OUT/configure.log"; exit 1; }
 grep -A10 "configuration" "$OUT/configure.log"
-cmake --build build-gpu -j 16 > "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | head -60; exit 1; }
+# XPURT_GPU_TARGETS="_core test_generation ..." builds only those targets (and what they need): a shorter build for a
+# session that runs a few tests and benchmarks.
+TARGETS=()
+for t in ${XPURT_GPU_TARGETS:-}; do TARGETS+=(--target "$t"); done
+cmake --build build-gpu -j 16 "${TARGETS[@]}" > "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | head -60; exit 1; }
 echo "== build ok"
 [ "$MODE" = "--build-only" ] && exit 0
 

@@ -261,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "prefill and the decode apart) on stderr ('explain' in --json)")
     p.add_argument("--cache-layout", choices=("auto", "dynamic", "static"), default="auto",
                    help="the Concat form's decode cache: dynamic (exact length), static (fixed size, one decode "
-                        "shape); auto: static where the model has position_ids and an attention_mask (docs/generation.md)")
+                        "shape); auto: static where the model has position_ids and an attention_mask "
+                        "(docs/generation.md)")
     p.add_argument("--continuous", action="store_true",
                    help="serve the prompts as separate requests through continuous batching over a paged cache "
                         "(docs/generation.md 'Continuous batching')")

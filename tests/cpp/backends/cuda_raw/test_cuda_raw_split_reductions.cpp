@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda_raw/cuda_raw_ops.h"
 #include "test_utils.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/execution_policy.h"
@@ -342,6 +343,49 @@ TEST(CudaRawSplitGpu, ArgReductionsMatchTheCpuKernel) {
             expect_same_bytes(expected, actual, what);
           }
         }
+      }
+    }
+  }
+}
+
+// The generation loop's greedy tokens (Note [Logits read back] in generation/step_io.cpp): cuda_raw::argmax_rows (the
+// device kernels table's entry) over [rows, vocab] with no workspace, a small one (fewer splits) and a large one, against the rule the
+// host Sampler keeps (the first NaN, else the first maximum).
+TEST(CudaRawSplitGpu, ArgmaxRowsOfTheDeviceKernelsTableKeepTheSamplersRule) {
+  XPURT_SKIP_WITHOUT_GPU();
+  const auto argmax_rows = &cuda_raw::argmax_rows;
+  std::mt19937 rng(45);
+  std::uniform_int_distribution<int> eighth(-64, 64);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{1, 128256}, {3, 37}, {64, 5003}, {8, 1}};
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [rows, cols] : shapes) {
+      std::vector<float> values(static_cast<std::size_t>(rows * cols));
+      for (float& v : values) v = static_cast<float>(eighth(rng)) / 8.0f;  // many ties
+      if (rows > 1) values[static_cast<std::size_t>(cols + cols / 2)] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<std::int64_t> want(static_cast<std::size_t>(rows));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        std::int64_t best = 0;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const float v = values[static_cast<std::size_t>(r * cols + c)];
+          if (std::isnan(v)) {
+            best = c;
+            break;
+          }
+          if (v > values[static_cast<std::size_t>(r * cols + best)]) best = c;
+        }
+        want[static_cast<std::size_t>(r)] = best;
+      }
+      const Tensor x = host_tensor(values, {rows, cols}, dtype).to(Device::cuda(0));
+      for (const std::size_t workspace_bytes : {std::size_t{0}, std::size_t{4096}, std::size_t{65536}}) {
+        Tensor out = Tensor::empty({rows}, DType::kInt64, Device::cuda(0));
+        Tensor workspace = Tensor::empty({65536}, DType::kUInt8, Device::cuda(0));
+        const StreamView stream = StreamManager::instance().current_stream(Device::cuda(0));
+        argmax_rows(x.data_ptr(), dtype, rows, cols, static_cast<std::int64_t*>(out.data_ptr()),
+                    workspace_bytes ? workspace.data_ptr() : nullptr, workspace_bytes, stream.handle);
+        const Tensor got = out.to(Device::cpu(), &stream);
+        const auto* ids = static_cast<const std::int64_t*>(got.data_ptr());
+        EXPECT_EQ(std::vector<std::int64_t>(ids, ids + rows), want)
+            << dtype_name(dtype) << " [" << rows << ", " << cols << "] workspace " << workspace_bytes;
       }
     }
   }

@@ -403,9 +403,11 @@ def test_outer_slices_and_gathers_are_views_at_an_offset(device, dtype):
         assert kernels[copied][0] != "view", kernels[copied]
 
 
-def eager_gqa_attention_model(batch=2, heads=4, kv_heads=2, seq=5, dim=8) -> bytes:
+def eager_gqa_attention_model(batch=2, heads=4, kv_heads=2, seq=5, dim=8, softmax_first=False) -> bytes:
     """transformers' eager attention in float16 (Note [Softmax in float32]): repeat_kv (Unsqueeze, Expand, Reshape) of
-    k and v, MatMul(q, k^T) * scale + mask, Cast(to=float) -> Softmax -> Cast back, MatMul(p, v)."""
+    k and v, MatMul(q, k^T) * scale + mask, Cast(to=float) -> Softmax -> Cast back, MatMul(p, v). `softmax_first`:
+    as PyTorch's TorchScript exporter writes softmax(dtype=float32).to(float16): Softmax -> Cast(float) -> Cast back
+    (Note [Round-trip casts])."""
     from onnx import TensorProto, helper, numpy_helper
 
     rep = heads // kv_heads
@@ -431,16 +433,22 @@ def eager_gqa_attention_model(batch=2, heads=4, kv_heads=2, seq=5, dim=8) -> byt
               helper.make_node("Softmax", ["sf"], ["pf"], axis=-1),
               helper.make_node("Cast", ["pf"], ["p"], to=f16),
               helper.make_node("MatMul", ["p", "v_r"], ["o"])]
+    if softmax_first:
+        nodes[-4:-1] = [helper.make_node("Softmax", ["sm"], ["ph"], axis=-1),
+                        helper.make_node("Cast", ["ph"], ["pf"], to=TensorProto.FLOAT),
+                        helper.make_node("Cast", ["pf"], ["p"], to=f16)]
     graph = helper.make_graph(nodes, "eager_gqa_attention", inputs,
                               [helper.make_tensor_value_info("o", f16, [batch, heads, seq, dim])], consts)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
 
 
+@pytest.mark.parametrize("softmax_first", [False, True], ids=["cast-softmax-cast", "softmax-cast-cast"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_GPU,
                                                                                           reason="needs a GPU"))])
-def test_eager_attention_with_a_float32_softmax_and_repeated_kv_heads_fuses(device):
-    """Note [Softmax in float32] and Note [Grouped-query attention reads its kv heads]: the whole chain becomes one
-    Attention reading the kv heads in place, and its output is float32 attention's within float16 noise."""
+def test_eager_attention_with_a_float32_softmax_and_repeated_kv_heads_fuses(device, softmax_first):
+    """Note [Softmax in float32], Note [Round-trip casts] and Note [Grouped-query attention reads its kv heads]: the
+    whole chain becomes one Attention reading the kv heads in place, and its output is float32 attention's within
+    float16 noise."""
     batch, heads, kv_heads, seq, dim = 2, 4, 2, 5, 8
     rng = np.random.default_rng(5)
     q = rng.normal(0, 1, (batch, heads, seq, dim)).astype(np.float16)
@@ -450,8 +458,8 @@ def test_eager_attention_with_a_float32_softmax_and_repeated_kv_heads_fuses(devi
     mask = np.broadcast_to(causal, (batch, 1, seq, seq)).astype(np.float16).copy()
     mask[1, :, :, 0] = -65504.0  # the second row's first position is padding (every query still sees itself)
     np.fill_diagonal(mask[1, 0], 0)
-    session = xrt.InferenceSession(eager_gqa_attention_model(batch, heads, kv_heads, seq, dim), engine="native",
-                                   device=device)
+    session = xrt.InferenceSession(eager_gqa_attention_model(batch, heads, kv_heads, seq, dim, softmax_first),
+                                   engine="native", device=device)
     out = session.run({"q": q, "k": k, "v": v, "mask": mask})["o"]
     ran = [n["op_type"] for n in session.explain().nodes]
     assert "xpuruntime:Attention" in ran, ran

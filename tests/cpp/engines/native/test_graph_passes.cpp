@@ -581,6 +581,29 @@ TEST(IdentityElimination, RemovesNoOpsAndRewiresReaders) {
   EXPECT_EQ(find(out, "Cast")->inputs[0], "r");
 }
 
+// Note [Round-trip casts]: float -> double -> float is float again (the readers of the second Cast read x); float ->
+// float16 -> float narrows and stays; the first Cast stays while something else reads it.
+TEST(IdentityElimination, RoundTripCastsThroughAWiderTypeGo) {
+  Builder b;
+  b.input("x", {2, 3});
+  b.add(node("Relu", {"x"}, {"r"}));
+  b.add(node("Cast", {"r"}, {"wide"}, Attributes().set("to", I(11))));   // float -> double
+  b.add(node("Cast", {"wide"}, {"back"}, Attributes().set("to", I(1))));  // double -> float: r itself
+  b.add(node("Neg", {"back"}, {"y"}));
+  b.add(node("Cast", {"r"}, {"half"}, Attributes().set("to", I(10))));      // float -> float16: narrows
+  b.add(node("Cast", {"half"}, {"rounded"}, Attributes().set("to", I(1))));  // kept: not r's values
+  b.add(node("Neg", {"rounded"}, {"z"}));
+  b.typed("r", {2, 3});
+  Graph g = b.build({"y", "z", "wide"});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::identity_elimination, {{"x", random({2, 3}, 8)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1) << out.str();
+  const Node* neg = find(out, "Neg");
+  ASSERT_NE(neg, nullptr);
+  EXPECT_EQ(neg->inputs[0], "r");
+  EXPECT_EQ(count(out, "Cast"), 3);  // the widening one (a graph output reads it) and the narrowing pair
+}
+
 TEST(IdentityElimination, ReshapeAttributeFormBeforeOpset5) {
   Builder b;
   b.g.opsets[""] = 4;

@@ -1,8 +1,10 @@
 // Elimination passes: identity_elimination, dead_node_elimination (see passes.h, docs/native_engine.md).
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engines/native/passes/passes.h"
@@ -48,6 +50,11 @@ std::optional<std::vector<std::int64_t>> reshape_result(const std::vector<std::i
   return out;
 }
 
+bool is_onnx_cast(const Node& n) {
+  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == "Cast" && has_onnx_arity(n) &&
+         !n.inputs.empty() && !n.inputs[0].empty() && !n.outputs.empty() && !n.outputs[0].empty();
+}
+
 // Whether node `n` only forwards its first input to its first output (for the values it is given).
 bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
   if (!(n.domain.empty() || n.domain == "ai.onnx") || !has_onnx_arity(n) || n.inputs.empty() || n.outputs.empty()) {
@@ -88,6 +95,55 @@ bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
   return false;
 }
 
+// Note [Round-trip casts]
+// Cast(Cast(x, to=T), to=dtype(x)) is x itself when the first Cast widens exactly: every value of x's type is one of
+// T's (float16 and bfloat16 in float32 or float64, float32 in float64, an integer type in a wider one that holds its
+// whole range), so the second Cast gives x's values back. Exporters write this where a model asks for float32 and
+// returns to its dtype with nothing in between: PyTorch's TorchScript exporter writes transformers' eager attention,
+// softmax(scores, dtype=float32).to(float16), as Softmax -> Cast(to=float) -> Cast(to=float16) (its softmax symbolic
+// casts after the Softmax), and the two Casts stood between the softmax and the MatMul that attention_fusion looks
+// for. The second Cast's readers read x; the first Cast goes with dead_node_elimination when nothing else reads it.
+bool widens_exactly(DType from, DType to) {
+  switch (from) {
+    case DType::kFloat16:
+    case DType::kBFloat16: return to == DType::kFloat32 || to == DType::kFloat64;
+    case DType::kFloat32: return to == DType::kFloat64;
+    case DType::kInt8: return to == DType::kInt16 || to == DType::kInt32 || to == DType::kInt64;
+    case DType::kUInt8:
+      return to == DType::kInt16 || to == DType::kInt32 || to == DType::kInt64 || to == DType::kUInt16 ||
+             to == DType::kUInt32 || to == DType::kUInt64;
+    case DType::kInt16: return to == DType::kInt32 || to == DType::kInt64;
+    case DType::kUInt16:
+      return to == DType::kInt32 || to == DType::kInt64 || to == DType::kUInt32 || to == DType::kUInt64;
+    case DType::kInt32: return to == DType::kInt64;
+    case DType::kUInt32: return to == DType::kInt64 || to == DType::kUInt64;
+    default: return false;
+  }
+}
+
+// The Casts of `g` by output: their input and target type (for Note [Round-trip casts]).
+std::unordered_map<std::string, std::pair<std::string, DType>> casts_by_output(const Graph& g) {
+  std::unordered_map<std::string, std::pair<std::string, DType>> out;
+  for (const Node& n : g.nodes) {
+    if (!is_onnx_cast(n)) continue;
+    if (auto to = dtype_from_onnx(n.attrs.get_int("to", 0))) out[n.outputs[0]] = {n.inputs[0], *to};
+  }
+  return out;
+}
+
+// The value node `n` gives back unchanged by undoing an exactly widening Cast (Note [Round-trip casts]), if any.
+std::optional<std::string> round_trip_source(
+    const Graph& g, const Node& n, const std::unordered_map<std::string, std::pair<std::string, DType>>& casts) {
+  if (!is_onnx_cast(n)) return std::nullopt;
+  const auto first = casts.find(n.inputs[0]);
+  if (first == casts.end()) return std::nullopt;
+  const std::string& x = first->second.first;
+  auto from = value_dtype(g, x);
+  auto back = dtype_from_onnx(n.attrs.get_int("to", 0));
+  if (!from || !back || *back != *from || !widens_exactly(*from, first->second.second)) return std::nullopt;
+  return x;
+}
+
 void rename_everywhere(Graph& g, const std::string& from, const std::string& to) {
   for (Node& n : g.nodes) {
     std::replace(n.inputs.begin(), n.inputs.end(), from, to);
@@ -102,6 +158,7 @@ PassResult identity_elimination(Graph& g, const PassContext& /*ctx*/) {
   // Phase 1: a no-op whose output is not a graph output: its readers read its input instead.
   {
     const Uses uses(g);
+    const auto casts = casts_by_output(g);
     std::unordered_map<std::string, std::string> alias;  // removed output -> the value it forwarded
     std::vector<Node> kept;
     kept.reserve(g.nodes.size());
@@ -110,14 +167,24 @@ PassResult identity_elimination(Graph& g, const PassContext& /*ctx*/) {
         auto it = alias.find(in);
         if (it != alias.end()) in = it->second;
       }
-      const bool removable =
-          is_noop(g, uses, n) && !uses.is_graph_output(n.outputs[0]) && !uses.read_by_subgraph(n.outputs[0]);
-      if (!removable) {
+      const bool private_output =
+          !n.outputs.empty() && !uses.is_graph_output(n.outputs[0]) && !uses.read_by_subgraph(n.outputs[0]);
+      std::optional<std::string> source;
+      if (private_output && is_noop(g, uses, n)) {
+        source = n.inputs[0];
+      } else if (private_output) {
+        source = round_trip_source(g, n, casts);  // Note [Round-trip casts]
+        if (source) {
+          auto it = alias.find(*source);
+          if (it != alias.end()) source = it->second;
+        }
+      }
+      if (!source) {
         kept.push_back(std::move(n));
         continue;
       }
-      alias[n.outputs[0]] = n.inputs[0];
-      result.notes.push_back(detail::str_cat("removed ", describe(n), ": ", n.outputs[0], " -> ", n.inputs[0]));
+      alias[n.outputs[0]] = *source;
+      result.notes.push_back(detail::str_cat("removed ", describe(n), ": ", n.outputs[0], " -> ", *source));
       ++result.rewrites;
     }
     g.nodes = std::move(kept);

@@ -470,3 +470,27 @@ def test_eager_attention_with_a_float32_softmax_and_repeated_kv_heads_fuses(devi
     p = np.exp(scores - scores.max(-1, keepdims=True))
     reference = (p / p.sum(-1, keepdims=True)) @ vr
     np.testing.assert_allclose(np.asarray(out, np.float32), reference, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs a GPU")
+def test_gpu_plans_of_several_shapes_share_their_device_constants(models):
+    """Note [Constants shared between plans]: a CUDA session run at three batch sizes builds a plan per shape over one
+    device copy of its weights, and each plan's outputs are still the CPU's."""
+    import re
+
+    path = model_path(models, "bert", "fp32")
+    session = xrt.InferenceSession(path, engine="native", device="cuda")
+    cpu = xrt.InferenceSession(path, engine="native")
+    (info,) = session.get_inputs()
+    for batch in (1, 2, 3):
+        x = make_input("bert", batch, "fp32")
+        np.testing.assert_allclose(session.run(None, {info.name: x})[0], cpu.run(None, {info.name: x})[0],
+                                   rtol=1e-3, atol=1e-3)
+    text = str(session.explain())
+    plans = int(re.search(r"plans built: (\d+)", text)[1])
+    shared = re.search(r"device constants: (\d+) tensors, ([\d.]+) MiB, shared by the plans \((\d+) taken", text)
+    per_plan = re.search(r"constants ([\d.]+) (MiB|KiB)", text)
+    assert plans >= 3 and shared, text
+    assert int(shared[3]) > 0
+    per_plan_mib = float(per_plan[1]) / (1024 if per_plan[2] == "KiB" else 1)
+    assert float(shared[2]) < 1.5 * per_plan_mib, (shared[0], per_plan[0])  # about one copy, not one per plan

@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -115,6 +116,31 @@ struct XPURT_API MemoryPlan {
   std::string to_json() const;
 };
 
+// The device copies of a session's constants, shared by its plans (Note [Constants shared between plans] in
+// engines/native/plan/capture_plan.cpp): a plan's constant whose dtype, shape and bytes equal one already on the
+// device is that tensor, not a new copy. Thread-safety: get() from any thread.
+class XPURT_API DeviceConstantCache {
+ public:
+  // The device tensor for host constant `host` on `device`: the cached one of equal content, else a new copy (kept).
+  Tensor get(const Tensor& host, Device device);
+  std::size_t bytes() const;   // what the cached tensors hold on their devices
+  std::size_t shared() const;  // get() calls answered by a tensor already there
+  std::size_t size() const;    // tensors cached
+
+ private:
+  struct Entry {
+    DType dtype;
+    std::vector<std::int64_t> shape;
+    Device device;
+    std::uint64_t second_hash;
+    Tensor tensor;
+  };
+  mutable std::mutex mutex_;
+  std::multimap<std::uint64_t, Entry> entries_;  // by the first of two independent 64-bit hashes of the bytes
+  std::size_t bytes_ = 0;
+  std::size_t shared_ = 0;
+};
+
 struct XPURT_API PlanOptions {
   Device device;                          // default: cpu
   std::shared_ptr<Dispatcher> dispatcher; // required: chooses kernels under the session's policies
@@ -133,6 +159,8 @@ struct XPURT_API PlanOptions {
   int tp_size = 1;
   int tp_rank = 0;
   std::int64_t tp_comm = -1;
+  // The session's device constants, shared by its plans (null: each plan copies its own constants to the device).
+  std::shared_ptr<DeviceConstantCache> constants;
 };
 
 class CapturePlan;

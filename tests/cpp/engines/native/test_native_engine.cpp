@@ -179,6 +179,34 @@ TEST(NativeEngine, MemoryPlanReusesOffsetsAcrossLifetimes) {
   }
 }
 
+// Note [Constants shared between plans]: a constant of equal dtype, shape and bytes is the tensor already copied
+// (whichever host tensor holds it); another shape, dtype or byte is a new copy. On the CPU "the device" is the host.
+TEST(NativeEngine, DeviceConstantCacheSharesEqualConstantsOnly) {
+  DeviceConstantCache cache;
+  const std::vector<float> values = {1.0f, -2.5f, 3.0f, 0.0f, 7.0f, 1e-3f};
+  auto host = [](const std::vector<float>& v, std::vector<std::int64_t> shape) {
+    Tensor t = Tensor::empty(shape, DType::kFloat32);
+    std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(float));
+    return t;
+  };
+  const Tensor a = cache.get(host(values, {2, 3}), Device::cpu());
+  const Tensor b = cache.get(host(values, {2, 3}), Device::cpu());  // another host tensor, the same bytes
+  EXPECT_EQ(a.data_ptr(), b.data_ptr());
+  EXPECT_EQ(cache.shared(), 1u);
+  const Tensor reshaped = cache.get(host(values, {3, 2}), Device::cpu());
+  EXPECT_NE(reshaped.data_ptr(), a.data_ptr());
+  std::vector<float> one_bit = values;
+  one_bit[5] = std::nextafter(one_bit[5], 1.0f);
+  const Tensor changed = cache.get(host(one_bit, {2, 3}), Device::cpu());
+  EXPECT_NE(changed.data_ptr(), a.data_ptr());
+  EXPECT_EQ(static_cast<const float*>(changed.data_ptr())[5], one_bit[5]);
+  Tensor as_int = host(values, {2, 3}).view(DType::kInt32);
+  EXPECT_NE(cache.get(as_int, Device::cpu()).data_ptr(), a.data_ptr());  // same bytes, another dtype
+  EXPECT_EQ(cache.size(), 4u);
+  EXPECT_EQ(cache.bytes(), 4u * 6u * sizeof(float));
+  EXPECT_EQ(std::memcmp(a.data_ptr(), values.data(), values.size() * sizeof(float)), 0);
+}
+
 TEST(NativeEngine, PlanRejectsShapesThatContradictTheModel) {
   const Graph g = small_graph(random_floats({4, 6}, 1), random_floats({6}, 2));
   PlanOptions options;

@@ -233,6 +233,12 @@ Explanation explain_session(const SessionOptions& options, const SessionState& s
   e.engine = "native";
   e.device = options.device.str();
   e.options.push_back(detail::str_cat("plans built: ", state.plans, " (one per input-shape signature)"));
+  if (state.constants > 0) {  // Note [Constants shared between plans] (engines/native/plan/capture_plan.cpp)
+    e.options.push_back(detail::str_cat("device constants: ", state.constants, " tensors, ",
+                                        static_cast<double>(state.constant_bytes) / (1 << 20),
+                                        " MiB, shared by the plans (",
+                                        state.constants_shared, " taken by a later plan instead of a new copy)"));
+  }
   if (!state.capture_failure.empty()) {
     e.options.push_back("a CUDA graph capture failed (Note [Failed captures]); that executor runs eagerly: " +
                         state.capture_failure);

@@ -16,6 +16,9 @@ namespace xpuruntime::runtime {
 struct SessionState {
   std::shared_ptr<const CapturePlan> last_plan;  // the plan of the last run (or the probe's); null before any
   std::size_t plans = 0;                         // plans built
+  std::size_t constants = 0;                     // device constants cached for the plans (Note [Constants shared...])
+  std::size_t constant_bytes = 0;                //   what they hold
+  std::size_t constants_shared = 0;              //   times a plan took one already there
   bool captured = false;                         // an executor replays a CUDA graph
   std::string capture_failure;                   // the first failed capture's message (Note [Failed captures])
   std::string build_cache;                       // "<path>, N kernel decision(s)" (Note [Build cache]); empty: off

@@ -75,6 +75,7 @@ PlanOptions NativeSession::plan_options(TensorParallelRank tp) const {
   plan_options.tp_size = tp.size;
   plan_options.tp_rank = tp.rank;
   plan_options.tp_comm = tp.comm;
+  plan_options.constants = constants_;  // Note [Constants shared between plans]
   const std::vector<passes::PassInfo>& known = passes::all_passes();
   for (const std::string& name : options_.disabled_passes) {
     const bool valid = std::any_of(known.begin(), known.end(), [&](const passes::PassInfo& p) { return p.name == name; });
@@ -206,6 +207,9 @@ Explanation NativeSession::explain() const {
   SessionState state;
   state.last_plan = plans_->last();
   state.plans = plans_->size();
+  state.constants = constants_->size();
+  state.constant_bytes = constants_->bytes();
+  state.constants_shared = constants_->shared();
   state.captured = pools_.captured(&state.capture_failure);
   if (build_cache_) {
     state.build_cache = detail::str_cat(build_cache_->path().string(), ", ", build_cache_->size(), " kernel decision(s)");

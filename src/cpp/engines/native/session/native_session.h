@@ -74,6 +74,8 @@ class NativeSession final : public EngineSession {
   bool has_value_io_ = false;  // a sequence or optional input or output (run_values)
   std::unique_ptr<BuildCache> build_cache_;  // Note [Build cache]; null when off
   std::shared_ptr<Dispatcher> dispatcher_;
+  // The plans' device constants (Note [Constants shared between plans] in engines/native/plan/capture_plan.cpp).
+  std::shared_ptr<DeviceConstantCache> constants_ = std::make_shared<DeviceConstantCache>();
   std::unique_ptr<PlanCache> plans_;
   ExecutorPools pools_;
   mutable std::mutex mutex_;

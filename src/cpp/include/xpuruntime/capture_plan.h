@@ -132,11 +132,10 @@ class XPURT_API DeviceConstantCache {
     DType dtype;
     std::vector<std::int64_t> shape;
     Device device;
-    std::uint64_t second_hash;
     Tensor tensor;
   };
   mutable std::mutex mutex_;
-  std::multimap<std::uint64_t, Entry> entries_;  // by the first of two independent 64-bit hashes of the bytes
+  std::multimap<std::uint64_t, Entry> entries_;  // by a fingerprint of the bytes; equal ones compared in full
   std::size_t bytes_ = 0;
   std::size_t shared_ = 0;
 };

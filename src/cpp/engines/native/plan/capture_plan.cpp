@@ -850,47 +850,40 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
 // Note [Constants shared between plans]
 // A native session builds a plan per input-shape signature, and each plan copied every constant it reads to the
 // device: a session that met many shapes held its weights once per plan. On an H200 a 1.2 B-parameter Llama (2.8 GB
-// of float16 weights) held 8.6 GiB after the plans of batch 1 (prefill and decode), 31.6 GiB after those of batch 64,
-// and continuous batching, whose decode steps have a new shape whenever the running batch or its longest past does,
+// of float16 weights) held 8.6 GiB (weights and arenas) after the plans of batch 1 (prefill and decode), 31.6 GiB
+// after those of batch 64, and continuous batching, whose decode steps have a new shape whenever the running batch or its longest past does,
 // ran out of the device's 140 GB. The plans of one session now take their device constants from one cache
 // (PlanOptions::constants, made by the session): a constant whose dtype, shape and bytes equal one already copied is
 // that tensor. Equal bytes, not the same host tensor: the passes run per plan and rebuild some constants (qkv_fusion
 // concatenates the q, k and v weights; a float16 plan converts float32 ones), and those are equal from plan to plan.
-// The bytes are compared through two independent 64-bit hashes (a multiply-rotate mix per 8-byte word, about 1 GB/s
-// on this project's 2-core CI machine): a false match needs both to collide, with the same dtype and shape. Constants
-// are read-only once built (kernels take them as inputs), so sharing one tensor between plans, and between threads
-// running them, is safe. The cache lives as long as the session (its plans do too).
+// Candidates are found by a fingerprint (dtype, shape, device and a hash of the bytes: all of them for a constant up
+// to 64 KiB, else 64 windows of 1 KiB spread over it and its last KiB), so the first plan pays almost nothing; a
+// candidate is then compared byte for byte with the new constant (the device copy read back), so a shared constant
+// is an equal one, never a fingerprint collision. A later plan thus reads its equal constants back once instead of
+// copying them up again. Constants are read-only once built (kernels take them as inputs), so sharing one tensor
+// between plans, and between threads running them, is safe. The cache lives as long as the session (its plans do).
 namespace {
 
-struct ConstantHashes {
-  std::uint64_t first;
-  std::uint64_t second;
-};
+std::uint64_t mix_bytes(std::uint64_t h, const unsigned char* p, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ull;  // FNV-1a
+  return h;
+}
 
-inline std::uint64_t rotate_left(std::uint64_t v, int r) { return (v << r) | (v >> (64 - r)); }
-
-ConstantHashes content_hashes(const Tensor& host) {
+std::uint64_t constant_fingerprint(const Tensor& host) {
+  constexpr std::size_t kWhole = 64 * 1024, kWindow = 1024, kWindows = 64;
   const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
   const std::size_t n = host.nbytes();
-  std::uint64_t a = 0x9E3779B97F4A7C15ull ^ n, b = 0xC2B2AE3D27D4EB4Full + n;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, bytes + i, 8);
-    a = rotate_left(a ^ (w * 0x87C37B91114253D5ull), 31) * 0x4CF5AD432745937Full;
-    b = rotate_left(b + w, 27) * 0x9E3779B97F4A7C15ull + 0x52DCE729u;
-  }
-  for (; i < n; ++i) {
-    a = (a ^ bytes[i]) * 0x100000001B3ull;
-    b = rotate_left(b + bytes[i], 11) * 0xFF51AFD7ED558CCDull;
-  }
-  a ^= a >> 33;
-  a *= 0xFF51AFD7ED558CCDull;
-  a ^= a >> 33;
-  b ^= b >> 29;
-  b *= 0xC4CEB9FE1A85EC53ull;
-  b ^= b >> 32;
-  return {a, b};
+  std::uint64_t h = 0xCBF29CE484222325ull ^ n;
+  if (n <= kWhole) return mix_bytes(h, bytes, n);
+  const std::size_t stride = (n - kWindow) / kWindows;
+  for (std::size_t w = 0; w < kWindows; ++w) h = mix_bytes(h, bytes + w * stride, kWindow);
+  return mix_bytes(h, bytes + n - kWindow, kWindow);
+}
+
+// Whether device (or host) tensor `cached` holds the bytes of host tensor `host` (same size).
+bool same_bytes(const Tensor& cached, const Tensor& host) {
+  const Tensor back = cached.device().is_cpu() ? cached : cached.to(Device::cpu());
+  return std::memcmp(back.data_ptr(), host.data_ptr(), host.nbytes()) == 0;
 }
 
 }  // namespace
@@ -898,18 +891,18 @@ ConstantHashes content_hashes(const Tensor& host) {
 Tensor DeviceConstantCache::get(const Tensor& host, Device device) {
   if (!host.device().is_cpu()) return host.to(device);  // already somewhere else: not this cache's business
   const Tensor dense = host.contiguous();
-  const ConstantHashes h = content_hashes(dense);
+  const std::uint64_t fingerprint = constant_fingerprint(dense);
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto range = entries_.equal_range(h.first);
+  const auto range = entries_.equal_range(fingerprint);
   for (auto it = range.first; it != range.second; ++it) {
     const Entry& e = it->second;
-    if (e.second_hash == h.second && e.dtype == dense.dtype() && e.shape == dense.shape() && e.device == device) {
+    if (e.dtype == dense.dtype() && e.shape == dense.shape() && e.device == device && same_bytes(e.tensor, dense)) {
       ++shared_;
       return e.tensor;
     }
   }
   Tensor copy = dense.to(device);
-  entries_.emplace(h.first, Entry{dense.dtype(), dense.shape(), device, h.second, copy});
+  entries_.emplace(fingerprint, Entry{dense.dtype(), dense.shape(), device, copy});
   bytes_ += copy.nbytes();
   return copy;
 }

@@ -130,6 +130,8 @@ ContinuousBatcher::ContinuousBatcher(const InferenceSession& session, Generation
         "). Use Generator for it"));
   }
   right_padded_ = resolve_padding(session, defaults_.padding) == PaddingSide::kRight;
+  static_layout_ = !right_padded_ && defaults_.cache != CacheMode::kNone &&
+                   step_io::resolve_cache_layout(signature_, defaults_) == CacheLayout::kStatic;
   if (cache_config_.num_blocks == 0) {
     cache_config_.num_blocks = cache_config_.max_batch * ceil_div(1024, cache_config_.block_size);
   }
@@ -343,9 +345,14 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
 
 std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits, const std::vector<std::int64_t>& positions,
                                                           const std::vector<Request*>& rows) {
+  // `positions` may hold more rows than `rows`: a static batch's filler rows, whose tokens are dropped.
   const Tensor chosen = step_io::position_rows(logits, positions, signature_.logits);
   const bool greedy = std::all_of(rows.begin(), rows.end(), [](const Request* r) { return r->sampler.argmax_only(); });
-  if (greedy && step_io::argmax_on_device(chosen)) return step_io::device_argmax(chosen);  // Note [Logits read back]
+  if (greedy && step_io::argmax_on_device(chosen)) {  // Note [Logits read back]
+    std::vector<std::int64_t> tokens = step_io::device_argmax(chosen);
+    tokens.resize(rows.size());
+    return tokens;
+  }
   const Tensor host = chosen.device().is_cpu() ? chosen : chosen.to(Device::cpu());
   std::vector<std::int64_t> tokens(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -373,6 +380,30 @@ void ContinuousBatcher::retire(Request& r) {
   ++stats_.finished;
 }
 
+// Note [Static decode steps of the batcher]
+// The batcher's decode steps fed the batch's past exactly as long as its longest request, so every step had a new
+// shape (the past grows by one) and so did every change of the batch: on the native engine each was a new plan with
+// its own memory arena, built on first use, and none replayed a CUDA graph. With the static layout (GenerationConfig
+// cache_layout, "auto" where the model has position_ids and an attention_mask: Note [Static cache layout] in
+// kv_cache.cpp) a regather makes the batch's past a fixed-size buffer instead: its rows are the running batch's bucket
+// (step_io::batch_bucket: 1, 2, 4, 8, then multiples of 8; filler rows are one pad token whose outputs are dropped)
+// and its positions cover every step until the batch next changes (the longest request plus the most new tokens a
+// running request may still make), rounded up to a power of two from 64 up to 256 and to a multiple of 256 above. A
+// step feeds the whole buffer with the positions not filled yet masked, binds the present to a scratch buffer of one
+// more position and copies that last position into the buffer (one strided copy per slot, as StaticKvCache::commit).
+// Every step between two changes of the batch has one shape, and batches of nearby sizes and lengths share it: few
+// plans, and on CUDA replayed graphs. The rows' caches stay left-padded within the filled positions, so each row
+// still computes what it would alone.
+namespace {
+
+std::int64_t static_capacity(std::int64_t reach) {
+  std::int64_t c = 64;
+  while (c < reach && c < 256) c *= 2;
+  return c >= reach ? c : ceil_div(reach, 256) * 256;
+}
+
+}  // namespace
+
 void ContinuousBatcher::regather() {
   const Device device = session_->options().device;
   // The rows that stay write what they made since the last rebuild into their blocks.
@@ -381,13 +412,13 @@ void ContinuousBatcher::regather() {
     if (r.done || r.synced == r.length) continue;
     for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
       const Tensor& w = working_[s];
-      const std::int64_t heads = w.shape()[1], length = w.shape()[2], head_dim = w.shape()[3];
-      // rows are left-padded to `length`, or right-padded (Note [Padding sides] in generator.cpp)
-      const std::int64_t at = right_padded_ ? r.synced : length - r.length + r.synced;
+      const std::int64_t heads = w.shape()[1], stride = w.shape()[2], head_dim = w.shape()[3];
+      // rows are left-padded to the filled positions, or right-padded (Note [Padding sides] in generator.cpp)
+      const std::int64_t at = right_padded_ ? r.synced : working_length_ - r.length + r.synced;
       const Tensor rows = Tensor::from_blob(
-          static_cast<char*>(w.data_ptr()) + (static_cast<std::int64_t>(row) * heads * length + at) * head_dim *
+          static_cast<char*>(w.data_ptr()) + (static_cast<std::int64_t>(row) * heads * stride + at) * head_dim *
                                                  static_cast<std::int64_t>(w.element_size()),
-          {heads, r.length - r.synced, head_dim}, {length * head_dim, head_dim, 1}, w.dtype(), w.device(),
+          {heads, r.length - r.synced, head_dim}, {stride * head_dim, head_dim, 1}, w.dtype(), w.device(),
           w.storage());
       pool_->write(r.blocks, r.synced, r.length - r.synced, s, rows);
     }
@@ -395,23 +426,35 @@ void ContinuousBatcher::regather() {
   }
   // The new batch's past, from the pool, each row left-padded to the longest (zeros: masked).
   std::int64_t longest = 0;
-  for (std::int64_t id : running_) longest = std::max(longest, request(id).length);
+  std::int64_t remaining = 0;  // the most new tokens a running request may still make
+  for (std::int64_t id : running_) {
+    const Request& r = request(id);
+    longest = std::max(longest, r.length);
+    remaining = std::max(remaining, r.limit_new - static_cast<std::int64_t>(r.generated.size()));
+  }
   const auto batch = static_cast<std::int64_t>(running_.size());
+  working_batch_ = static_layout_ ? step_io::batch_bucket(batch) : batch;
+  working_capacity_ = static_layout_ ? static_capacity(longest + std::max<std::int64_t>(remaining, 1)) : longest;
   working_.clear();
+  scratch_.clear();
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
-    Tensor w = Tensor::zeros({batch, slot.heads, longest, slot.head_dim}, slot.dtype, device);
+    Tensor w = Tensor::zeros({working_batch_, slot.heads, working_capacity_, slot.head_dim}, slot.dtype, device);
     for (std::int64_t row = 0; row < batch; ++row) {
       const Request& r = request(running_[static_cast<std::size_t>(row)]);
       const Tensor dst = Tensor::from_blob(
           static_cast<char*>(w.data_ptr()) +
-              ((row * slot.heads * longest) + (right_padded_ ? 0 : longest - r.length)) * slot.head_dim *
-                                                 static_cast<std::int64_t>(w.element_size()),
-          {slot.heads, r.length, slot.head_dim}, {longest * slot.head_dim, slot.head_dim, 1}, w.dtype(), device,
-          w.storage());
+              ((row * slot.heads * working_capacity_) + (right_padded_ ? 0 : longest - r.length)) * slot.head_dim *
+                  static_cast<std::int64_t>(w.element_size()),
+          {slot.heads, r.length, slot.head_dim}, {working_capacity_ * slot.head_dim, slot.head_dim, 1}, w.dtype(),
+          device, w.storage());
       pool_->read(r.blocks, 0, r.length, s, dst);
     }
     working_.push_back(std::move(w));
+    if (static_layout_) {
+      scratch_.push_back(
+          Tensor::empty({working_batch_, slot.heads, working_capacity_ + 1, slot.head_dim}, slot.dtype, device));
+    }
   }
   working_rows_ = running_;
   working_length_ = longest;
@@ -422,17 +465,28 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   const Profiler::Range range = Profiler::range(kDecodeRange);  // Note [Generation ranges]
   const auto begin = std::chrono::steady_clock::now();
   const Device device = session_->options().device;
-  if (working_rows_ != running_) regather();
+  if (working_rows_ != running_ || (static_layout_ && working_length_ >= working_capacity_)) regather();
   const auto batch = static_cast<std::int64_t>(running_.size());
+  const std::int64_t rows = static_layout_ ? working_batch_ : batch;
+  // The past fed: the filled positions, or the static layout's whole buffer (Note [Static decode steps of the batcher]).
+  const std::int64_t past = static_layout_ ? working_capacity_ : working_length_;
   std::vector<std::vector<std::int64_t>> ids, mask, positions;
-  for (std::int64_t id : running_) {
-    const Request& r = request(id);
+  for (std::int64_t row = 0; row < rows; ++row) {
+    std::vector<std::int64_t> m(static_cast<std::size_t>(past + 1), 0);
+    if (row >= batch) {  // a filler row of the static layout's bucket: it sees only its own token
+      m.back() = 1;
+      ids.push_back({defaults_.pad_token_id});
+      mask.push_back(std::move(m));
+      positions.push_back({0});
+      continue;
+    }
+    const Request& r = request(running_[static_cast<std::size_t>(row)]);
     ids.push_back({r.generated.back()});
-    std::vector<std::int64_t> m(static_cast<std::size_t>(working_length_ + 1), 0);
     if (right_padded_) {
       std::fill_n(m.begin(), r.length + 1, 1);
-    } else {
-      std::fill(m.begin() + (working_length_ - r.length), m.end(), 1);
+    } else {  // the row's cache, left-padded within the filled positions, and the step's own token (the last)
+      std::fill(m.begin() + (working_length_ - r.length), m.begin() + working_length_, 1);
+      m.back() = 1;
     }
     mask.push_back(std::move(m));
     positions.push_back({r.length});
@@ -448,13 +502,23 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   }
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     binding.bind_input(signature_.cache[s].past_input, working_[s]);
-    binding.bind_output(signature_.cache[s].present_output, device);
+    if (static_layout_) {
+      binding.bind_output(signature_.cache[s].present_output, scratch_[s]);
+    } else {
+      binding.bind_output(signature_.cache[s].present_output, device);
+    }
   }
   binding.bind_output(signature_.logits, device);  // Note [Logits read back] in step_io.cpp
   session_->run_with_binding(binding);
   const Tensor logits = step_io::bound_output(binding, signature_.logits);
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
+    if (static_layout_) {  // the step's position into the buffer (Note [Static decode steps of the batcher])
+      StaticKvCache::positions(working_[s], working_capacity_, working_length_, 1)
+          .copy_from(StaticKvCache::positions(scratch_[s], working_capacity_ + 1, working_capacity_, 1), nullptr,
+                     /*non_blocking=*/s + 1 < signature_.cache.size());
+      continue;
+    }
     Tensor present = step_io::bound_output(binding, slot.present_output).contiguous();
     XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[0] == batch && present.shape()[2] == working_length_ + 1,
                      "present output '", slot.present_output, "' should be [", batch, ", heads, ",
@@ -467,7 +531,7 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   XPURT_CHECK_TYPE(logits.dim() == 3, "logits output '", signature_.logits, "' should be [batch, seq, vocab], got ",
                    logits.str());
   const std::vector<std::int64_t> tokens =
-      pick_tokens(logits, std::vector<std::int64_t>(static_cast<std::size_t>(batch), logits.shape()[1] - 1), group);
+      pick_tokens(logits, std::vector<std::int64_t>(static_cast<std::size_t>(rows), logits.shape()[1] - 1), group);
   std::vector<std::int64_t> still_running;
   for (std::int64_t row = 0; row < batch; ++row) {
     Request& r = *group[static_cast<std::size_t>(row)];
@@ -509,6 +573,14 @@ std::string ContinuousBatcher::explain() const {
      << st.blocks_used << " in use, " << shared << " shared by more than one request; prefix sharing "
      << (cache_config_.share_prefixes ? "on" : "off") << "; rows " << (right_padded_ ? "right" : "left")
      << "-padded\n";
+  os << "decode: ";
+  if (static_layout_) {
+    os << "static layout (Note [Static decode steps of the batcher]): the batch's past a buffer of " << working_batch_
+       << " rows x " << working_capacity_ << " positions, " << working_length_ << " filled, one shape until the batch "
+       << "changes\n";
+  } else {
+    os << "dynamic layout: the batch's past as long as its longest request, a new shape every step\n";
+  }
   os << "requests: " << st.waiting << " waiting, " << st.running << " running, " << st.finished << " finished\n";
   auto describe = [&](std::int64_t id, const char* state) {
     const Request& r = request(id);

@@ -57,7 +57,7 @@ PaddingSide resolve_padding(const InferenceSession& session, PaddingSide request
   return PaddingSide::kLeft;
 }
 
-namespace {
+namespace step_io {
 
 // Note [Static cache layout] in kv_cache.cpp: static needs position_ids and an attention_mask to place the step's
 // token. auto takes static wherever the model has both: its decode steps have one shape, so a CUDA session replays
@@ -79,14 +79,14 @@ CacheLayout resolve_cache_layout(const DecoderSignature& signature, const Genera
   return concat_form && placeable ? CacheLayout::kStatic : CacheLayout::kDynamic;
 }
 
-}  // namespace
+}  // namespace step_io
 
 Generator::Generator(const InferenceSession& session, GenerationConfig config)
     : session_(&session), config_(std::move(config)) {
   config_.validate();
   signature_ = DecoderSignature::recognise(session.get_inputs(), session.get_outputs());
   config_.padding = resolve_padding(session, config_.padding);
-  config_.cache_layout = resolve_cache_layout(signature_, config_);
+  config_.cache_layout = step_io::resolve_cache_layout(signature_, config_);
   if (config_.padding == PaddingSide::kRight && signature_.cache.empty()) {
     throw UnsupportedOperationError(detail::str_cat(
         "GenerationConfig.padding is 'right' (the GroupQueryAttention form) but the model has no cache inputs (",
@@ -123,15 +123,6 @@ namespace {
 constexpr std::int64_t kPromptBucket = 16;
 constexpr std::int64_t kCapacityBucket = 64;
 
-std::int64_t batch_bucket(std::int64_t rows) {
-  if (rows <= 8) {
-    std::int64_t b = 1;
-    while (b < rows) b *= 2;
-    return b;
-  }
-  return ceil_div(rows, 8) * 8;
-}
-
 }  // namespace
 
 Generation::Generation(const InferenceSession& session, const DecoderSignature& signature,
@@ -159,7 +150,7 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
   batch_ = rows_;
   std::int64_t capacity = prompt_length_ + limit_new_;
   if (static_layout_) {  // Note [Shape buckets]
-    batch_ = batch_bucket(rows_);
+    batch_ = step_io::batch_bucket(rows_);
     prompt_length_ = ceil_div(prompt_length_, kPromptBucket) * kPromptBucket;
     capacity = ceil_div(prompt_length_ + limit_new_, kCapacityBucket) * kCapacityBucket;
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "xpuruntime/generation.h"
 #include "xpuruntime/inference_session.h"
 #include "xpuruntime/tensor.h"
 
@@ -43,5 +44,19 @@ Tensor cache_branch(bool value);
 
 // a / b rounded up, for a >= 0 and b > 0 (blocks of a length, buckets of a size).
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The static layout's batch bucket (Note [Shape buckets] in generator.cpp): 1, 2, 4, 8, then a multiple of 8.
+inline std::int64_t batch_bucket(std::int64_t rows) {
+  if (rows <= 8) {
+    std::int64_t b = 1;
+    while (b < rows) b *= 2;
+    return b;
+  }
+  return ceil_div(rows, 8) * 8;
+}
+
+// `config.cache_layout` with kAuto resolved for a decoder of `signature` (Note [Static cache layout] in kv_cache.cpp);
+// UnsupportedOperationError for kStatic on a model that cannot place a step's token (generator.cpp).
+CacheLayout resolve_cache_layout(const DecoderSignature& signature, const GenerationConfig& config);
 
 }  // namespace xpuruntime::generation::step_io

@@ -169,6 +169,9 @@ class XPURT_API StaticKvCache final : public KvCache {
   std::int64_t length() const override { return length_; }
   std::int64_t capacity() const override { return capacity_; }
   std::size_t bytes() const override;
+  // Positions [from, from + count) of `t`, [batch, heads, total, head_dim] contiguous, as a strided view (also the
+  // continuous batcher's static decode steps').
+  static Tensor positions(const Tensor& t, std::int64_t total, std::int64_t from, std::int64_t count);
 
  private:
   struct Buffers {
@@ -176,8 +179,6 @@ class XPURT_API StaticKvCache final : public KvCache {
     Tensor cache;    // [batch, heads, capacity, head_dim]
     Tensor present;  // [batch, heads, capacity + 1, head_dim]: the decode steps' present
   };
-  // Positions [from, from + count) of `t`, [batch, heads, total, head_dim] contiguous, as a strided view.
-  static Tensor positions(const Tensor& t, std::int64_t total, std::int64_t from, std::int64_t count);
   std::vector<Buffers> buffers_;
   std::int64_t batch_;
   std::int64_t capacity_;
@@ -448,8 +449,13 @@ class XPURT_API ContinuousBatcher {
   std::vector<std::int64_t> waiting_;   // FIFO
   std::vector<std::int64_t> running_;   // the decode batch, in its rows' order
   std::vector<std::int64_t> working_rows_;  // the rows `working_` holds (a change means a regather)
-  std::vector<Tensor> working_;         // per slot: the batch's past [rows, heads, working_length_, head_dim]
-  std::int64_t working_length_ = 0;
+  std::vector<Tensor> working_;         // per slot: the batch's past [rows, heads, working_length_, head_dim]; with
+                                        // the static layout [working_batch_, heads, working_capacity_, head_dim]
+  std::int64_t working_length_ = 0;     // positions of working_ that hold the rows' caches
+  bool static_layout_ = false;          // Note [Static decode steps of the batcher] (continuous_batcher.cpp)
+  std::int64_t working_batch_ = 0;      // static layout: the rows run (the running batch's bucket)
+  std::int64_t working_capacity_ = 0;   // static layout: the positions working_ holds
+  std::vector<Tensor> scratch_;         // static layout: per slot, the bound present [rows, heads, capacity + 1, ...]
   bool right_padded_ = false;  // Note [Padding sides]
   std::int64_t next_id_ = 0;
   BatcherStats stats_;

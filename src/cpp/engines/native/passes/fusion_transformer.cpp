@@ -1120,6 +1120,32 @@ std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
 
 // Long function: one pattern, matched backwards and forwards from each Softmax through the variants exporters
 // write (scales on Q and K^T, PyTorch's K^T reshapes, the NaN guard); the matched names feed the one rewrite.
+// K in K^T = `kt` as attention_fusion reads it: a Transpose(0,1,3,2) of K [B,H,S,D] or (0,2,3,1) of K [B,S,H,D], or
+// PyTorch's decomposition of scaled_dot_product_attention: the batch and head axes merged by a Reshape, a 3-D
+// Transpose of the last two, and a Reshape back ([B,H,S,D] -> [B*H,S,D] -> [B*H,D,S] -> [B,H,D,S]), the same values.
+struct TransposedKeys {
+  std::string k;
+  std::vector<std::size_t> merged;  // the decomposition's nodes, outermost first (empty for a Transpose)
+  bool from_bshd = false;           // K is [B,S,H,D]
+  std::optional<std::size_t> transpose;
+};
+
+std::optional<TransposedKeys> transposed_keys(const Graph& g, const Uses& uses, const std::string& kt) {
+  TransposedKeys out;
+  if (auto chain = merged_heads_transpose(g, uses, kt)) {
+    out.k = chain->first;
+    out.merged = chain->second;
+    return out;
+  }
+  out.transpose = uses.producer(kt);
+  if (!out.transpose || !is_onnx(g.nodes[*out.transpose], "Transpose")) return std::nullopt;
+  const auto perm = g.nodes[*out.transpose].attrs.get_ints("perm", {});
+  out.from_bshd = perm == std::vector<std::int64_t>{0, 2, 3, 1};
+  if (!out.from_bshd && perm != std::vector<std::int64_t>{0, 1, 3, 2}) return std::nullopt;
+  out.k = g.nodes[*out.transpose].inputs[0];
+  return out;
+}
+
 // Note [Softmax in float32]
 // transformers' eager attention (Llama, Mistral, Qwen2, Gemma and most decoders it writes) takes the softmax in float32
 // whatever the model's dtype: softmax(scores, dtype=float32).to(q.dtype), exported as Cast(to=float) -> Softmax ->
@@ -1194,24 +1220,12 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     strip_scale(q, *qk);
     const auto kt_scale = strip_scale(kt, *qk);
     const std::size_t kt_reader = kt_scale ? *kt_scale : *qk;
-    // K^T as PyTorch's decomposition of scaled_dot_product_attention writes it: the batch and head axes merged by a
-    // Reshape, a 3-D Transpose of the last two, and a Reshape back ([B,H,S,D] -> [B*H,S,D] -> [B*H,D,S] ->
-    // [B,H,D,S]): the same values as a Transpose(0,1,3,2) of K.
-    std::vector<std::size_t> merged;  // the chain's nodes, outermost first
-    std::string k;
-    bool from_bshd = false;
-    std::optional<std::size_t> tp;
-    if (auto chain = merged_heads_transpose(g, uses, kt)) {
-      k = chain->first;
-      merged = chain->second;
-    } else {
-      tp = uses.producer(kt);
-      if (!tp || !is_onnx(g.nodes[*tp], "Transpose")) continue;
-      const auto perm = g.nodes[*tp].attrs.get_ints("perm", {});
-      from_bshd = perm == std::vector<std::int64_t>{0, 2, 3, 1};
-      if (!from_bshd && perm != std::vector<std::int64_t>{0, 1, 3, 2}) continue;
-      k = g.nodes[*tp].inputs[0];
-    }
+    auto keys = transposed_keys(g, uses, kt);
+    if (!keys) continue;
+    const std::string k = keys->k;
+    const std::vector<std::size_t>& merged = keys->merged;
+    const bool from_bshd = keys->from_bshd;
+    const std::optional<std::size_t> tp = keys->transpose;
     // Forwards: MatMul(probabilities, V), where the probabilities may pass through Where(IsNaN(p), 0, p), PyTorch's
     // guard for rows masked entirely by -inf. With no mask, or a mask that cannot hold -inf, no row is, and the
     // guard changes nothing (NaN inputs aside, which no attention kernel keeps).

@@ -60,6 +60,8 @@ std::uint64_t block_key(std::uint64_t previous, const std::int64_t* tokens, std:
   return h;
 }
 
+constexpr std::int64_t kPrefillBucket = 16;  // the static layout's prefill width bucket (as Generation's prompts)
+
 double ms_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
 }
@@ -261,6 +263,11 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   const auto rows = static_cast<std::int64_t>(group.size());
   std::int64_t width = 0;  // the fed positions (padding included)
   for (const Request* r : group) width = std::max(width, static_cast<std::int64_t>(r->prompt.size()) - past);
+  // The static layout buckets a prefill without a past too (Note [Static decode steps of the batcher]): its rows as
+  // the decode batch's, its width to a multiple of 16 (more left padding); filler rows are one pad token.
+  const bool bucketed = static_layout_ && past == 0;
+  const std::int64_t run_rows = bucketed ? step_io::batch_bucket(rows) : rows;
+  if (bucketed) width = ceil_div(width, kPrefillBucket) * kPrefillBucket;
   std::vector<std::vector<std::int64_t>> ids, mask;
   std::vector<std::int64_t> offsets;  // where each row's fed tokens start among the `width` positions
   for (const Request* r : group) {
@@ -276,6 +283,12 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     mask.push_back(std::move(m));
     offsets.push_back(at);
   }
+  for (std::int64_t filler = rows; filler < run_rows; ++filler) {  // one pad token at the end, its outputs dropped
+    std::vector<std::int64_t> m(static_cast<std::size_t>(width), 0);
+    m.back() = 1;
+    ids.emplace_back(static_cast<std::size_t>(width), defaults_.pad_token_id);
+    mask.push_back(std::move(m));
+  }
   IoBinding binding = session_->io_binding();
   binding.bind_input(signature_.input_ids, step_io::host_matrix(ids, 0, signature_.ids_dtype));
   binding.bind_input(signature_.attention_mask, step_io::host_matrix(mask, 0, signature_.mask_dtype));
@@ -288,7 +301,7 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   }
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
-    Tensor past_value = Tensor::empty({rows, slot.heads, past, slot.head_dim}, slot.dtype, device);
+    Tensor past_value = Tensor::empty({run_rows, slot.heads, past, slot.head_dim}, slot.dtype, device);
     if (past > 0) {
       pool_->read(group.front()->blocks, 0, past, s,
                   Tensor::from_blob(past_value.data_ptr(), {slot.heads, past, slot.head_dim}, {}, slot.dtype, device,
@@ -304,8 +317,8 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
     const Tensor present = step_io::bound_output(binding, slot.present_output).contiguous();
-    XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[0] == rows && present.shape()[2] == total,
-                     "present output '", slot.present_output, "' should be [", rows, ", heads, ", total,
+    XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[0] == run_rows && present.shape()[2] == total,
+                     "present output '", slot.present_output, "' should be [", run_rows, ", heads, ", total,
                      ", head_dim] after a prefill of ", width, " positions over a past of ", past, "; got ",
                      present.str());
     const std::int64_t head_dim = present.shape()[3];
@@ -322,7 +335,8 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     }
   }
   ++stats_.prefill_runs;
-  std::vector<std::int64_t> positions(static_cast<std::size_t>(rows));  // each row's last prompt position
+  // Each row's last prompt position (a filler row's: the last).
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(run_rows), width - 1);
   for (std::int64_t i = 0; i < rows; ++i) {
     positions[static_cast<std::size_t>(i)] =
         offsets[static_cast<std::size_t>(i)] +

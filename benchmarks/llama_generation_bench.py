@@ -26,9 +26,10 @@ The ONNX model (the Concat form of docs/generation.md: past_key_values.{i}.key/v
 padding) is exported once per preset into --work and reused: transformers' LlamaForCausalLM (attention "eager") in a
 wrapper that fills a DynamicCache from the flat past inputs and passes a 4-D additive mask (causal + padding), which
 transformers' mask code returns as it is. The TorchScript exporter first, torch.export (dynamo=True) if it fails.
---logits last exports the last position's logits only (transformers' logits_to_keep=1; the prefill then copies
-[batch, 1, vocab] to the host instead of [batch, prompt, vocab]); the continuous batcher needs all positions. A line
-says how many of xpuruntime's batch-1 greedy tokens equal transformers' (a check of the export).
+--logits last (the default) exports the last position's logits only (transformers' logits_to_keep=1, what its
+generate computes: the LM head over one position, not the prompt's every one); --logits all every position (the
+2026-12-02 15:20 table in docs/benchmarks.md was measured so). A line says how many of xpuruntime's batch-1 greedy
+tokens equal transformers' (a check of the export).
 
 Each stage prints what it does; a failing stage or column is printed and becomes "failed: <reason>" in the table while
 the others go on. Without transformers a model already exported into --work still runs (no torch columns). A device
@@ -434,9 +435,8 @@ def xpuruntime_rows(path: pathlib.Path, preset: str, args, bandwidth: float) -> 
         except Exception as error:  # noqa: BLE001: reported in the table
             log(f"    batch {batch}: failed: {short(error)}")
             rows.append(row(preset, "xpuruntime", batch, error=short(error)))
-    if args.skip_continuous or args.logits == "last":
-        log("  continuous batching: skipped" + (" (--logits last: the batcher reads every position)"
-                                                if args.logits == "last" else ""))
+    if args.skip_continuous:
+        log("  continuous batching: skipped")
     else:
         batch1 = next((r["tokens_per_s"] for r in rows if r["batch"] == 1 and "error" not in r), None)
         try:
@@ -625,7 +625,9 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--requests", type=int, default=64, help="requests through continuous batching")
     parser.add_argument("--repeat", type=int, default=3, help="timed generations per row (median)")
-    parser.add_argument("--logits", choices=("all", "last"), default="all", help="positions the export's logits hold")
+    parser.add_argument("--logits", choices=("all", "last"), default="last",
+                        help="positions the export's logits hold: last (logits_to_keep=1, what transformers' generate "
+                             "computes) or all")
     parser.add_argument("--work", default="/tmp/llama_bench", help="where the exported models are kept")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--skip-torch", action="store_true", help="no transformers / torch.compile columns")

@@ -524,6 +524,39 @@ def test_the_batchers_static_decode_steps_give_the_dynamic_ones_tokens_with_fewe
         assert plans[0] < plans[1] / 2, plans
 
 
+def last_position_logits(graph) -> None:
+    """The model's logits cut to the last position, as an export with logits_to_keep=1 has them."""
+    from onnx import helper, numpy_helper
+
+    for node in graph.node:
+        node.output[:] = ["all_logits" if o == "logits" else o for o in node.output]
+    graph.initializer.extend([numpy_helper.from_array(np.array([-1], np.int64), "last_start"),
+                              numpy_helper.from_array(np.array([2 ** 62], np.int64), "last_end"),
+                              numpy_helper.from_array(np.array([1], np.int64), "last_axis")])
+    graph.node.append(helper.make_node("Slice", ["all_logits", "last_start", "last_end", "last_axis"], ["logits"]))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_model_with_only_the_last_positions_logits_generates_the_same_tokens(cached, gqa, engine):
+    """An export that returns only the last position's logits (transformers' logits_to_keep=1: the LM head over one
+    position, not the prompt's every one): the Generator and the batcher (left-padded rows: the last position is
+    every row's) give the full model's tokens; the right-padded GroupQueryAttention form cannot, a typed error."""
+    last = edited(cached, last_position_logits)
+    prompts = mixed_prompts(6, seed=4)
+    assert Generator(last, greedy(6), engine=engine).generate(prompts) == \
+        Generator(cached, greedy(6), engine=engine).generate(prompts)
+
+    def serve(model):
+        batcher = ContinuousBatcher(model, greedy(6), PagedCacheConfig(max_batch=3, block_size=4), engine=engine)
+        ids = [batcher.submit(p) for p in prompts]
+        out = batcher.run()
+        return [out[i] for i in ids]
+
+    assert serve(last) == serve(cached)
+    with pytest.raises(xrt.UnsupportedOperationError, match="only the last position"):
+        Generator(edited(gqa, last_position_logits), greedy(4), engine=engine).generate(prompts[:2])
+
+
 def test_continuous_batching_streams_events_in_step_order(cached):
     prompts = mixed_prompts(4, seed=2)
     batcher = ContinuousBatcher(cached, greedy(5), PagedCacheConfig(max_batch=2, block_size=8))

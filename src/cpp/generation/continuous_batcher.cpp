@@ -335,9 +335,18 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     }
   }
   ++stats_.prefill_runs;
-  // Each row's last prompt position (a filler row's: the last).
-  std::vector<std::int64_t> positions(static_cast<std::size_t>(run_rows), width - 1);
-  for (std::int64_t i = 0; i < rows; ++i) {
+  // Each row's last prompt position (a filler row's: the last). A model whose logits hold only the last position
+  // (exported with logits_to_keep=1, as transformers' generate computes them) gives it at 0 for left-padded rows.
+  XPURT_CHECK_TYPE(logits.dim() == 3, "logits output '", signature_.logits, "' should be [batch, seq, vocab], got ",
+                   logits.str());
+  const bool last_only = logits.shape()[1] == 1 && width > 1;
+  if (last_only && right_padded_) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "logits output '", signature_.logits, "' holds only the last position (", logits.str(), "), but this batch ",
+        "is right-padded (GroupQueryAttention form): a shorter row's last prompt position is not the batch's last"));
+  }
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(run_rows), last_only ? 0 : width - 1);
+  for (std::int64_t i = 0; i < rows && !last_only; ++i) {
     positions[static_cast<std::size_t>(i)] =
         offsets[static_cast<std::size_t>(i)] +
         static_cast<std::int64_t>(group[static_cast<std::size_t>(i)]->prompt.size()) - past - 1;

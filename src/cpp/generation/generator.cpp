@@ -284,6 +284,11 @@ std::vector<std::int64_t> Generation::logits_positions(const Tensor& logits, boo
                    "' should be [batch, seq, vocab] with batch ", batch_, ", got ", logits.str());
   // A right-padded prefill's row ends at its own last prompt position (Note [Padding sides]).
   std::vector<std::int64_t> positions(static_cast<std::size_t>(batch_), logits.shape()[1] - 1);
+  if (right_padded_ && prefill && logits.shape()[1] == 1 && prompt_length_ > 1) {
+    throw UnsupportedOperationError(detail::str_cat(
+        "logits output '", signature_.logits, "' holds only the last position (", logits.str(), "), but the prompts ",
+        "are right-padded (GroupQueryAttention form): a shorter row's last prompt position is not the batch's last"));
+  }
   if (right_padded_ && prefill) {
     for (std::int64_t r = 0; r < batch_; ++r) {
       positions[static_cast<std::size_t>(r)] = prompt_lengths_[static_cast<std::size_t>(r)] - 1;

@@ -366,7 +366,8 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   stats_.prefill_ms += ms_since(begin);
 }
 
-std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits, const std::vector<std::int64_t>& positions,
+std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits,
+                                                          const std::vector<std::int64_t>& positions,
                                                           const std::vector<Request*>& rows) {
   // `positions` may hold more rows than `rows`: a static batch's filler rows, whose tokens are dropped.
   const Tensor chosen = step_io::position_rows(logits, positions, signature_.logits);
@@ -491,7 +492,8 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   if (working_rows_ != running_ || (static_layout_ && working_length_ >= working_capacity_)) regather();
   const auto batch = static_cast<std::int64_t>(running_.size());
   const std::int64_t rows = static_layout_ ? working_batch_ : batch;
-  // The past fed: the filled positions, or the static layout's whole buffer (Note [Static decode steps of the batcher]).
+  // The past fed: the filled positions, or the static layout's whole buffer (Note [Static decode steps of the
+  // batcher]).
   const std::int64_t past = static_layout_ ? working_capacity_ : working_length_;
   std::vector<std::vector<std::int64_t>> ids, mask, positions;
   for (std::int64_t row = 0; row < rows; ++row) {

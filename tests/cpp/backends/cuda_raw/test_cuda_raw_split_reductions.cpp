@@ -16,13 +16,16 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cuda_raw/cuda_raw_ops.h"
 #include "test_utils.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
 #include "xpuruntime/stream_manager.h"
 #include "xpuruntime/tensor.h"
+
+#if XPURT_WITH_CUDA
+#include "backends/cuda_raw/cuda_raw_ops.h"
+#endif
 
 namespace xpuruntime {
 namespace {
@@ -348,9 +351,10 @@ TEST(CudaRawSplitGpu, ArgReductionsMatchTheCpuKernel) {
   }
 }
 
-// The generation loop's greedy tokens (Note [Logits read back] in generation/step_io.cpp): cuda_raw::argmax_rows (the
-// device kernels table's entry) over [rows, vocab] with no workspace, a small one (fewer splits) and a large one, against the rule the
-// host Sampler keeps (the first NaN, else the first maximum).
+#if XPURT_WITH_CUDA  // calls the cuda_raw launcher itself, which a CPU build lacks
+// The generation loop's greedy tokens (Note [Logits read back] in generation/step_io.cpp): cuda_raw::argmax_rows
+// (the device kernels table's entry) over [rows, vocab] with no workspace, a small one (fewer splits) and a large
+// one, against the rule the host Sampler keeps (the first NaN, else the first maximum).
 TEST(CudaRawSplitGpu, ArgmaxRowsOfTheDeviceKernelsTableKeepTheSamplersRule) {
   XPURT_SKIP_WITHOUT_GPU();
   const auto argmax_rows = &cuda_raw::argmax_rows;
@@ -390,6 +394,8 @@ TEST(CudaRawSplitGpu, ArgmaxRowsOfTheDeviceKernelsTableKeepTheSamplersRule) {
     }
   }
 }
+
+#endif  // XPURT_WITH_CUDA
 
 // cum_sum: integers exactly; floats of eighths (float32/float64 sums exact in any order), 16-bit floats within a
 // rounding of the stored value; forward, reverse, exclusive.

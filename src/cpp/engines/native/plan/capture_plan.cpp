@@ -851,8 +851,8 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
 // A native session builds a plan per input-shape signature, and each plan copied every constant it reads to the
 // device: a session that met many shapes held its weights once per plan. On an H200 a 1.2 B-parameter Llama (2.8 GB
 // of float16 weights) held 8.6 GiB (weights and arenas) after the plans of batch 1 (prefill and decode), 31.6 GiB
-// after those of batch 64, and continuous batching, whose decode steps have a new shape whenever the running batch or its longest past does,
-// ran out of the device's 140 GB. The plans of one session now take their device constants from one cache
+// after those of batch 64, and continuous batching, whose decode steps have a new shape whenever the running batch
+// or its longest past does, ran out of the device's 140 GB. The plans of one session now take their device constants from one cache
 // (PlanOptions::constants, made by the session): a constant whose dtype, shape and bytes equal one already copied is
 // that tensor. Equal bytes, not the same host tensor: the passes run per plan and rebuild some constants (qkv_fusion
 // concatenates the q, k and v weights; a float16 plan converts float32 ones), and those are equal from plan to plan.

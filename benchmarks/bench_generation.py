@@ -1,8 +1,10 @@
 """Text generation's decode loop (docs/generation.md) on the test decoders, both engines, both cache forms, in one run:
 
-  form      concat  transformers' form: present = Concat(past, new), rows left-padded (tiny_decoder)
-            concat-static  the same model with GenerationConfig(cache_layout="static"): decode steps feed the whole
-                    fixed-size cache, so they all have one shape (Note [Static cache layout])
+  form      concat  transformers' form: present = Concat(past, new), rows left-padded (tiny_decoder), with
+                    GenerationConfig(cache_layout="dynamic"): the past as long as the sequence so far
+            concat-static  the same model with cache_layout="static" (what "auto" takes for it): decode steps feed the
+                    whole fixed-size cache, so they all have one shape (Note [Static cache layout]); the continuous
+                    batcher's decode steps likewise (Note [Static decode steps of the batcher])
             gqa     ONNX Runtime's GroupQueryAttention form: rows right-padded, one shared cache buffer per slot
                     appended in place, decode masks of a fixed width (tiny_gqa_decoder, the same weights)
   engine    native / onnxruntime (the engine a user would otherwise pick), same session options
@@ -64,8 +66,8 @@ def generator_row(model: bytes, engine: str, args, graphs: bool = True, layout: 
     return rows
 
 
-def batching_row(model: bytes, engine: str, args) -> dict:
-    config = GenerationConfig(max_new_tokens=args.new)
+def batching_row(model: bytes, engine: str, args, layout: str = "auto") -> dict:
+    config = GenerationConfig(max_new_tokens=args.new, cache_layout=layout)
     requests = prompts(args.requests, 2)
     alone = Generator(model, config, device=args.device, engine=engine)
     alone.generate(requests[0])  # warm the batch-1 plans
@@ -110,16 +112,14 @@ def main(argv=None) -> int:
     for form, model in forms.items():
         for engine in args.engines:
             try:
-                layout = "static" if form.endswith("-static") else "auto"
+                layout = "static" if form.endswith("-static") else "dynamic" if form == "concat" else "auto"
                 g = generator_row(model, engine, args, layout=layout)
                 lines.append(f"| {form} | {engine} | {g['first']:.3f} | {g['warm']:.3f} | "
                              f"{'yes' if g['replayed'] else 'no'} |")
                 if args.device.startswith("cuda") and engine == "native":  # the same without CUDA graphs
                     g = generator_row(model, engine, args, graphs=False, layout=layout)
                     lines.append(f"| {form} | native, cuda_graphs=False | {g['first']:.3f} | {g['warm']:.3f} | no |")
-                if form.endswith("-static"):  # continuous batching has its own layout
-                    continue
-                b = batching_row(model, engine, args)
+                b = batching_row(model, engine, args, layout)
                 batching.append(f"| {form} | {engine} | {b['alone']:.0f} | {b['batched']:.0f} | "
                                 f"{b['batched'] / b['alone']:.2f} | {'yes' if b['same'] else 'NO'} |")
                 notes.append(f"- {form}, {engine}: {b['stats']}")

@@ -444,6 +444,10 @@ def xpuruntime_rows(path: pathlib.Path, preset: str, args, bandwidth: float) -> 
         except Exception as error:  # noqa: BLE001
             log(f"    continuous: failed: {short(error)}")
             rows.append(row(preset, "continuous batching", args.requests, error=short(error)))
+    explained = str(generator.session.explain())
+    for line in explained.splitlines():  # what the session built for all of the above (Note [Constants shared ...])
+        if "plans built" in line or "device constants" in line or line.startswith("memory"):
+            log(f"  session: {line.strip()}")
     del generator
     free(args.device)
     return rows

@@ -518,7 +518,7 @@ def test_the_batchers_static_decode_steps_give_the_dynamic_ones_tokens_with_fewe
     assert static == dynamic
     alone = [Generator(cached, greedy(n), engine=engine).generate(p) for p, n in zip(prompts, limits)]
     assert static[:-1] == alone  # (the sampled request draws from the batcher's own stream: equal to dynamic's)
-    assert "decode: static layout" in batcher.explain()
+    assert "decode: static layout" in batcher.explain() and "MiB with the step's present" in batcher.explain()
     if engine == "native":
         plans = [int(re.search(r"plans built: (\d+)", str(s.explain()))[1]) for s in (static_session, dynamic_session)]
         assert plans[0] < plans[1] / 2, plans

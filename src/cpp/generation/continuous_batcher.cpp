@@ -600,9 +600,13 @@ std::string ContinuousBatcher::explain() const {
      << "-padded\n";
   os << "decode: ";
   if (static_layout_) {
+    std::size_t bytes = 0;  // the working buffers and the scratch presents, beside the pool
+    for (const Tensor& t : working_) bytes += t.nbytes();
+    for (const Tensor& t : scratch_) bytes += t.nbytes();
     os << "static layout (Note [Static decode steps of the batcher]): the batch's past a buffer of " << working_batch_
        << " rows x " << working_capacity_ << " positions, " << working_length_ << " filled, one shape until the batch "
-       << "changes\n";
+       << "changes; " << std::setprecision(1) << static_cast<double>(bytes) / (1024.0 * 1024.0)
+       << " MiB with the step's present\n";
   } else {
     os << "dynamic layout: the batch's past as long as its longest request, a new shape every step\n";
   }

@@ -4,9 +4,11 @@
 // ContinuousBatcher against a real model are tests/python/test_generation.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,6 +62,61 @@ TEST(Sampler, GreedyTakesTheFirstNaNAsTorchArgmaxDoes) {
   penalised.repetition_penalty = 1.2;
   EXPECT_FALSE(Sampler(penalised).argmax_only());
   EXPECT_FALSE(Sampler(sampling(1.0, 0)).argmax_only());
+}
+
+// Note [Sampling without sorting the vocabulary]: the prefix-sorted sampler draws what a full sort of the candidates
+// draws, token for token, over random logits with many ties, every combination of top-k and top-p and two
+// temperatures (the reference here is the sampler before the change: sort everything, sum in that order).
+std::int64_t full_sort_reference(const GenerationConfig& c, std::vector<float> l, std::mt19937_64& rng) {
+  std::vector<std::int64_t> order(l.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](std::int64_t a, std::int64_t b) { return l[a] != l[b] ? l[a] > l[b] : a < b; });
+  std::size_t keep = c.top_k > 0 ? std::min(order.size(), static_cast<std::size_t>(c.top_k)) : order.size();
+  const double top = l[order.front()] / c.temperature;
+  std::vector<double> probs(keep);
+  double total = 0;
+  for (std::size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(l[order[i]] / c.temperature - top);
+  if (c.top_p < 1.0) {
+    double cumulative = 0;
+    std::size_t cut = 0;
+    while (cut < keep) {
+      cumulative += probs[cut++] / total;
+      if (cumulative >= c.top_p) break;
+    }
+    keep = cut;
+    total = std::accumulate(probs.begin(), probs.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+  }
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+  double cumulative = 0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    cumulative += probs[i];
+    if (u < cumulative) return order[i];
+  }
+  return order[keep - 1];
+}
+
+TEST(Sampler, PrefixSortingDrawsWhatAFullSortDraws) {
+  std::mt19937 gen(9);
+  std::uniform_int_distribution<int> level(-40, 40);
+  for (const std::int64_t vocab : {7, 300, 5000}) {
+    std::vector<float> logits(static_cast<std::size_t>(vocab));
+    for (float& v : logits) v = static_cast<float>(level(gen)) / 8.0f;  // eighths: many ties
+    for (const std::int64_t k : {0, 1, 5, 400}) {
+      for (const double p : {1.0, 0.9, 0.3}) {
+        for (const double t : {0.7, 1.5}) {
+          const GenerationConfig c = sampling(t, k, p);
+          Sampler sampler(c);
+          std::mt19937_64 ours = Sampler::row_stream(5, vocab), theirs = Sampler::row_stream(5, vocab);
+          for (int draw = 0; draw < 50; ++draw) {
+            std::vector<float> copy = logits;
+            ASSERT_EQ(sampler.next(copy.data(), vocab, {}, ours), full_sort_reference(c, logits, theirs))
+                << "vocab " << vocab << " top_k " << k << " top_p " << p << " temperature " << t << " draw " << draw;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Sampler, TopK1IsGreedyAtAnyTemperature) {

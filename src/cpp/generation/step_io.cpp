@@ -67,7 +67,9 @@ Tensor position_rows(const Tensor& logits, const std::vector<std::int64_t>& posi
     return Tensor::from_blob(static_cast<char*>(all.data_ptr()) + offset, {rows, vocab}, std::move(strides),
                              all.dtype(), all.device(), all.storage(), all.nbytes() - static_cast<std::size_t>(offset));
   };
-  if (batch == 0 || std::all_of(positions.begin(), positions.end(), [&](std::int64_t p) { return p == positions[0]; })) {
+  const bool one_position =
+      std::all_of(positions.begin(), positions.end(), [&](std::int64_t p) { return p == positions.front(); });
+  if (batch == 0 || one_position) {
     return batch == 0 ? at(0, 0, 0, {vocab, 1}) : at(0, positions[0], batch, {seq * vocab, 1}).contiguous();
   }
   Tensor out = Tensor::empty({batch, vocab}, all.dtype(), all.device());
@@ -80,6 +82,23 @@ Tensor position_rows(const Tensor& logits, const std::vector<std::int64_t>& posi
   return out;
 }
 
+namespace {
+
+// float16 bits -> float32 for every bit pattern (256 KiB, built on first use): a row of a large vocabulary converts
+// by lookups instead of detail::half_to_float's branches per element.
+const std::vector<float>& half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+      t[bits] = detail::half_to_float(static_cast<std::uint16_t>(bits));
+    }
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
 std::vector<float> host_row(const Tensor& rows, std::int64_t row, const std::string& name) {
   XPURT_CHECK_TYPE(rows.dim() == 2 && row >= 0 && row < rows.shape()[0] && rows.device().is_cpu(), "logits rows of '",
                    name, "' should be [batch, vocab] on the host with a row ", row, ", got ", rows.str());
@@ -91,13 +110,15 @@ std::vector<float> host_row(const Tensor& rows, std::int64_t row, const std::str
     case DType::kFloat32:
       std::memcpy(out.data(), static_cast<const float*>(host.data_ptr()) + at, out.size() * sizeof(float));
       break;
-    case DType::kFloat16:
+    case DType::kFloat16: {
+      const auto* bits = static_cast<const std::uint16_t*>(host.data_ptr()) + at;
+      const float* table = half_table().data();
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = table[bits[i]];
+      break;
+    }
     case DType::kBFloat16: {
       const auto* bits = static_cast<const std::uint16_t*>(host.data_ptr()) + at;
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        out[i] = host.dtype() == DType::kFloat16 ? detail::half_to_float(bits[i])
-                                                 : detail::bfloat16_to_float(bits[i]);
-      }
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = detail::bfloat16_to_float(bits[i]);
       break;
     }
     default:

@@ -494,3 +494,47 @@ def test_gpu_plans_of_several_shapes_share_their_device_constants(models):
     assert int(shared[3]) > 0
     per_plan_mib = float(per_plan[1]) / (1024 if per_plan[2] == "KiB" else 1)
     assert float(shared[2]) < 1.5 * per_plan_mib, (shared[0], per_plan[0])  # about one copy, not one per plan
+
+
+def test_idle_executors_give_their_memory_back_when_a_run_is_out_of_memory():
+    """Note [Idle executors give their memory back]: under a memory limit that the arena of one shape fits but not
+    two, a run of a second shape drops the first shape's idle executor and runs (the explanation says so); with no
+    idle executor to drop, the run is a typed OutOfMemoryError and the session still works afterwards."""
+    import re
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    import xpuruntime.runtime as rt
+
+    weight = np.random.default_rng(0).normal(0, 0.1, (256, 256)).astype(np.float32)
+    nodes, previous = [], "x"
+    for i in range(6):
+        nodes += [helper.make_node("MatMul", [previous, "w"], [f"h{i}"]),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"])]
+        previous = f"r{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 256])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, ["b", 256])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+    def reference(x):
+        for _ in range(6):
+            x = np.maximum(x @ weight, 0)
+        return x
+
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(4096, 256)).astype(np.float32), rng.normal(size=(4000, 256)).astype(np.float32)
+    session = xrt.InferenceSession(model, engine="native")
+    session.run({"x": a})
+    arena = float(re.search(r"arena ([\d.]+) MiB", str(session.explain()))[1]) * 2 ** 20
+    try:
+        rt.set_memory_limit(int(rt.memory_allocated("cpu") + 0.75 * arena), "cpu")
+        out = session.run({"x": b})[previous]
+        np.testing.assert_allclose(out, reference(b), rtol=1e-4, atol=1e-4)
+        assert "1 idle executor(s) gave their arenas back" in str(session.explain())
+        fresh = xrt.InferenceSession(model, engine="native")
+        with pytest.raises(xrt.OutOfMemoryError):  # nothing idle to give back: the error stands
+            fresh.run({"x": np.concatenate([a, a])})
+    finally:
+        rt.set_memory_limit(0, "cpu")
+    np.testing.assert_allclose(session.run({"x": a})[previous], reference(a), rtol=1e-4, atol=1e-4)

@@ -239,6 +239,10 @@ Explanation explain_session(const SessionOptions& options, const SessionState& s
                                         " MiB, shared by the plans (",
                                         state.constants_shared, " taken by a later plan instead of a new copy)"));
   }
+  if (state.executors_released > 0) {  // Note [Idle executors give their memory back] (session/plan_cache.cpp)
+    e.options.push_back(detail::str_cat("out of memory during a run: ", state.executors_released,
+                                        " idle executor(s) gave their arenas back and the run was made again"));
+  }
   if (!state.capture_failure.empty()) {
     e.options.push_back("a CUDA graph capture failed (Note [Failed captures]); that executor runs eagerly: " +
                         state.capture_failure);

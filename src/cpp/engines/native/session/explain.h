@@ -19,6 +19,7 @@ struct SessionState {
   std::size_t constants = 0;                     // device constants cached for the plans (Note [Constants shared...])
   std::size_t constant_bytes = 0;                //   what they hold
   std::size_t constants_shared = 0;              //   times a plan took one already there
+  std::size_t executors_released = 0;            // idle executors dropped when a run was out of memory
   bool captured = false;                         // an executor replays a CUDA graph
   std::string capture_failure;                   // the first failed capture's message (Note [Failed captures])
   std::string build_cache;                       // "<path>, N kernel decision(s)" (Note [Build cache]); empty: off

@@ -211,6 +211,7 @@ Explanation NativeSession::explain() const {
   state.constant_bytes = constants_->bytes();
   state.constants_shared = constants_->shared();
   state.captured = pools_.captured(&state.capture_failure);
+  state.executors_released = pools_.released();
   if (build_cache_) {
     state.build_cache = detail::str_cat(build_cache_->path().string(), ", ", build_cache_->size(), " kernel decision(s)");
   }

@@ -3,9 +3,12 @@
 
 #include <chrono>
 #include <fstream>
+#include <memory>
+#include <vector>
 
 #include "core/build_clock.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/memory_manager.h"
 #include "xpuruntime/onnx_import.h"
 
 namespace xpuruntime::runtime {
@@ -91,6 +94,35 @@ std::unique_ptr<GraphExec> ExecutorPools::checkout(const std::shared_ptr<const C
     }
   }
   return std::make_unique<GraphExec>(plan, options_);
+}
+
+// Note [Idle executors give their memory back]
+// An executor holds its plan's arena (and on CUDA its captured graph) between runs, so a session that met many input
+// shapes holds an arena per shape it ever ran, whether or not that shape comes again: a long-running generation
+// server meets prompt lengths and batch sizes without end. When a run is out of memory (OutOfMemoryError: the device,
+// or a memory limit) while executors sit idle, the pools drop every idle executor, the device's allocator returns its
+// cached blocks, and the run is made once more; the shapes that come again make new executors (and capture again) on
+// their next run. A run fails only when nothing idle was left to give back. A run's inputs are not written, so running
+// it again is safe. explain() counts the executors given back.
+std::size_t ExecutorPools::release_idle(Device device) {
+  std::vector<std::unique_ptr<GraphExec>> idle;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [key, pool] : pools_) {
+      for (auto& exec : pool) idle.push_back(std::move(exec));
+      pool.clear();
+    }
+    released_ += idle.size();
+  }
+  const std::size_t count = idle.size();
+  idle.clear();  // their arenas go back to the allocator here
+  if (count > 0 && device.is_cuda()) MemoryManager::instance().empty_cache(device);
+  return count;
+}
+
+std::size_t ExecutorPools::released() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return released_;
 }
 
 void ExecutorPools::checkin(std::unique_ptr<GraphExec> exec, const std::string& key) {

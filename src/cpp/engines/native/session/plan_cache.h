@@ -13,6 +13,7 @@
 #include "engines/native/session/session_io.h"
 #include "xpuruntime/capture_plan.h"
 #include "xpuruntime/engine.h"
+#include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/graph_exec.h"
 
@@ -57,8 +58,29 @@ class ExecutorPools {
   explicit ExecutorPools(GraphExecOptions options) : options_(options) {}
 
   // `fn(exec)` with an executor of `plan` (signature `key`), given back to the pool after, also when `fn` throws.
+  // When the run is out of memory while other executors sit idle, they are dropped and the run is made once more
+  // (Note [Idle executors give their memory back] in plan_cache.cpp).
   template <typename Fn>
   auto run(const std::shared_ptr<const CapturePlan>& plan, const std::string& key, Fn&& fn) {
+    try {
+      return run_once(plan, key, fn);
+    } catch (const OutOfMemoryError&) {
+      if (release_idle(plan->device()) == 0) throw;
+      return run_once(plan, key, fn);
+    }
+  }
+
+  // Drops every idle executor (their arenas and CUDA graphs) and empties `device`'s allocator cache; returns how many
+  // executors went.
+  std::size_t release_idle(Device device);
+  std::size_t released() const;  // executors dropped so far
+
+  // Whether an executor replays a CUDA graph; `failure` gets the first failed capture's message (or stays).
+  bool captured(std::string* failure) const;
+
+ private:
+  template <typename Fn>
+  auto run_once(const std::shared_ptr<const CapturePlan>& plan, const std::string& key, Fn& fn) {
     std::unique_ptr<GraphExec> exec = checkout(plan, key);
     decltype(fn(*exec)) result;
     try {
@@ -70,17 +92,13 @@ class ExecutorPools {
     checkin(std::move(exec), key);
     return result;
   }
-
-  // Whether an executor replays a CUDA graph; `failure` gets the first failed capture's message (or stays).
-  bool captured(std::string* failure) const;
-
- private:
   std::unique_ptr<GraphExec> checkout(const std::shared_ptr<const CapturePlan>& plan, const std::string& key);
   void checkin(std::unique_ptr<GraphExec> exec, const std::string& key);
 
   const GraphExecOptions options_;
   mutable std::mutex mutex_;
   std::map<std::string, std::vector<std::unique_ptr<GraphExec>>> pools_;
+  std::size_t released_ = 0;
 };
 
 }  // namespace xpuruntime::runtime

@@ -100,15 +100,17 @@ std::unique_ptr<GraphExec> ExecutorPools::checkout(const std::shared_ptr<const C
 // An executor holds its plan's arena (and on CUDA its captured graph) between runs, so a session that met many input
 // shapes holds an arena per shape it ever ran, whether or not that shape comes again: a long-running generation
 // server meets prompt lengths and batch sizes without end. When a run is out of memory (OutOfMemoryError: the device,
-// or a memory limit) while executors sit idle, the pools drop every idle executor, the device's allocator returns its
-// cached blocks, and the run is made once more; the shapes that come again make new executors (and capture again) on
+// or a memory limit) while executors of other shapes sit idle, the pools drop them, the device's allocator returns its
+// cached blocks, and the run is made once more (the run's own shape keeps its executors: a new one would need the
+// same memory again, so an out-of-memory error with nothing else idle stands); the shapes that come again make new executors (and capture again) on
 // their next run. A run fails only when nothing idle was left to give back. A run's inputs are not written, so running
 // it again is safe. explain() counts the executors given back.
-std::size_t ExecutorPools::release_idle(Device device) {
+std::size_t ExecutorPools::release_idle(Device device, const std::string& keep) {
   std::vector<std::unique_ptr<GraphExec>> idle;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [key, pool] : pools_) {
+      if (key == keep) continue;
       for (auto& exec : pool) idle.push_back(std::move(exec));
       pool.clear();
     }

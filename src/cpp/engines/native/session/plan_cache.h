@@ -65,14 +65,14 @@ class ExecutorPools {
     try {
       return run_once(plan, key, fn);
     } catch (const OutOfMemoryError&) {
-      if (release_idle(plan->device()) == 0) throw;
+      if (release_idle(plan->device(), key) == 0) throw;
       return run_once(plan, key, fn);
     }
   }
 
-  // Drops every idle executor (their arenas and CUDA graphs) and empties `device`'s allocator cache; returns how many
-  // executors went.
-  std::size_t release_idle(Device device);
+  // Drops the idle executors of every signature but `keep` (their arenas and CUDA graphs: the run of `keep` needs
+  // its own again) and empties `device`'s allocator cache; returns how many executors went.
+  std::size_t release_idle(Device device, const std::string& keep);
   std::size_t released() const;  // executors dropped so far
 
   // Whether an executor replays a CUDA graph; `failure` gets the first failed capture's message (or stays).

@@ -60,8 +60,6 @@ std::uint64_t block_key(std::uint64_t previous, const std::int64_t* tokens, std:
   return h;
 }
 
-constexpr std::int64_t kPrefillBucket = 16;  // the static layout's prefill width bucket (as Generation's prompts)
-
 double ms_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
 }
@@ -267,7 +265,7 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   // the decode batch's, its width to a multiple of 16 (more left padding); filler rows are one pad token.
   const bool bucketed = static_layout_ && past == 0;
   const std::int64_t run_rows = bucketed ? step_io::batch_bucket(rows) : rows;
-  if (bucketed) width = ceil_div(width, kPrefillBucket) * kPrefillBucket;
+  if (bucketed) width = ceil_div(width, step_io::kPromptBucket) * step_io::kPromptBucket;
   std::vector<std::vector<std::int64_t>> ids, mask;
   std::vector<std::int64_t> offsets;  // where each row's fed tokens start among the `width` positions
   for (const Request* r : group) {
@@ -372,18 +370,15 @@ std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits,
   // `positions` may hold more rows than `rows`: a static batch's filler rows, whose tokens are dropped.
   const Tensor chosen = step_io::position_rows(logits, positions, signature_.logits);
   const bool greedy = std::all_of(rows.begin(), rows.end(), [](const Request* r) { return r->sampler.argmax_only(); });
-  if (greedy && step_io::argmax_on_device(chosen)) {  // Note [Logits read back]
-    std::vector<std::int64_t> tokens = step_io::device_argmax(chosen);
-    tokens.resize(rows.size());
-    return tokens;
-  }
-  const Tensor host = chosen.device().is_cpu() ? chosen : chosen.to(Device::cpu());
-  std::vector<std::int64_t> tokens(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    Request& r = *rows[i];
-    std::vector<float> values = step_io::host_row(host, static_cast<std::int64_t>(i), signature_.logits);
-    tokens[i] = r.sampler.next(values.data(), static_cast<std::int64_t>(values.size()), r.seen, r.rng);
-  }
+  const step_io::PickedTokens picked =
+      step_io::pick_tokens(chosen, rows.size(), greedy, [&](std::size_t i, const Tensor& host) {
+        Request& r = *rows[i];
+        std::vector<float> values = step_io::host_row(host, static_cast<std::int64_t>(i), signature_.logits);
+        return std::optional<std::int64_t>(
+            r.sampler.next(values.data(), static_cast<std::int64_t>(values.size()), r.seen, r.rng));
+      });
+  std::vector<std::int64_t> tokens;
+  for (const auto& token : picked.tokens) tokens.push_back(token.value());
   return tokens;
 }
 

@@ -120,7 +120,6 @@ std::vector<std::vector<std::int64_t>> Generator::generate(const std::vector<std
 // nearby sizes then run the same plans, and on CUDA replay the same graphs, at the cost of the padding's compute.
 namespace {
 
-constexpr std::int64_t kPromptBucket = 16;
 constexpr std::int64_t kCapacityBucket = 64;
 
 }  // namespace
@@ -151,7 +150,7 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
   std::int64_t capacity = prompt_length_ + limit_new_;
   if (static_layout_) {  // Note [Shape buckets]
     batch_ = step_io::batch_bucket(rows_);
-    prompt_length_ = ceil_div(prompt_length_, kPromptBucket) * kPromptBucket;
+    prompt_length_ = ceil_div(prompt_length_, step_io::kPromptBucket) * step_io::kPromptBucket;
     capacity = ceil_div(prompt_length_ + limit_new_, kCapacityBucket) * kCapacityBucket;
   }
   const std::vector<std::int64_t> filler{config_.pad_token_id};
@@ -307,22 +306,17 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
   const Tensor logits = run(feeds(prefill), new_tokens);
   // Only the rows' positions are read; greedy tokens are picked where the logits are (Note [Logits read back]).
   const Tensor rows = step_io::position_rows(logits, logits_positions(logits, prefill), signature_.logits);
-  std::vector<std::optional<std::int64_t>> chosen(static_cast<std::size_t>(batch_));
-  argmax_on_device_ = sampler_.argmax_only() && step_io::argmax_on_device(rows);
-  if (argmax_on_device_) {
-    const std::vector<std::int64_t> tokens = step_io::device_argmax(rows);
-    for (std::int64_t r = 0; r < batch_; ++r) {
-      if (!ended_[static_cast<std::size_t>(r)]) chosen[static_cast<std::size_t>(r)] = tokens[static_cast<std::size_t>(r)];
-    }
-  } else {
-    const Tensor host = rows.device().is_cpu() ? rows : rows.to(Device::cpu());
-    for (std::int64_t r = 0; r < batch_; ++r) {
-      if (ended_[static_cast<std::size_t>(r)]) continue;
-      std::vector<float> row = step_io::host_row(host, r, signature_.logits);
-      chosen[static_cast<std::size_t>(r)] = sampler_.next(row.data(), static_cast<std::int64_t>(row.size()),
-                                                          seen_[static_cast<std::size_t>(r)],
-                                                          rngs_[static_cast<std::size_t>(r)]);
-    }
+  step_io::PickedTokens picked = step_io::pick_tokens(
+      rows, static_cast<std::size_t>(batch_), sampler_.argmax_only(),
+      [&](std::size_t r, const Tensor& host) -> std::optional<std::int64_t> {
+        if (ended_[r]) return std::nullopt;
+        std::vector<float> row = step_io::host_row(host, static_cast<std::int64_t>(r), signature_.logits);
+        return sampler_.next(row.data(), static_cast<std::int64_t>(row.size()), seen_[r], rngs_[r]);
+      });
+  argmax_on_device_ = picked.on_device;
+  std::vector<std::optional<std::int64_t>> chosen = std::move(picked.tokens);
+  for (std::size_t r = 0; r < chosen.size(); ++r) {
+    if (ended_[r]) chosen[r].reset();  // a row that had ended makes no token (the device's argmax took one anyway)
   }
   finish_step(chosen);
   chosen.resize(static_cast<std::size_t>(rows_));  // the bucket's filler rows are not the caller's

@@ -58,10 +58,11 @@ std::string GenerationConfig::str() const {
 // Note [Sampling without sorting the vocabulary]
 // Sorting every candidate cost about 16 ms a row for a Llama-3 vocabulary of 128,256 (temperature alone or with
 // top_p=0.9, logits drawn from N(0, 3), temperature 0.8, this project's 2-core CI machine): at batch 8 an eighth of a
-// second per decode step whose model ran in 3 ms on an H200. Now 1.3 and 2.1 ms. Only the candidates that top-k, top-p and the draw read need their order, so the order is built as a prefix
-// (partial sorts growing by 4x from 256) as those walks reach it; without top-k the softmax's normaliser is summed
-// over the vocabulary in id order. A model whose probability mass sits in a few hundred tokens thus sorts a few
-// hundred; a flat distribution still sorts most of them.
+// second per decode step whose model ran in 3 ms on an H200. Now 1.3 and 2.1 ms. Only the candidates that top-k,
+// top-p and the draw read need their order, so the order is built as a prefix (partial sorts growing by 4x from 256)
+// as those walks reach it; without top-k the softmax's normaliser is summed over the vocabulary in id order. A model
+// whose probability mass sits in a few hundred tokens thus sorts a few hundred; a flat distribution still sorts most
+// of them.
 
 Sampler::Sampler(const GenerationConfig& config) : config_(config) { config_.validate(); }
 

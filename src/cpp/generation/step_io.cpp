@@ -128,12 +128,16 @@ std::vector<float> host_row(const Tensor& rows, std::int64_t row, const std::str
   return out;
 }
 
+namespace {
+
+// Whether the greedy tokens of `rows` can be picked where they are: a CUDA tensor in a build with argmax_rows.
 bool argmax_on_device(const Tensor& rows) {
   const DType t = rows.dtype();
   return rows.device().is_cuda() && device_kernels().argmax_rows != nullptr &&
          (t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16);
 }
 
+// The argmax of every row of `rows` ([batch, vocab] on a CUDA device) taken there; only the tokens come back.
 std::vector<std::int64_t> device_argmax(const Tensor& rows) {
   XPURT_CHECK(argmax_on_device(rows) && rows.dim() == 2 && rows.is_contiguous(),
               "device_argmax: expected contiguous float [batch, vocab] logits on a CUDA device, got ", rows.str());
@@ -154,6 +158,23 @@ std::vector<std::int64_t> device_argmax(const Tensor& rows) {
   }
   const Tensor host = tokens.to(Device::cpu(), &stream);
   std::memcpy(out.data(), host.data_ptr(), out.size() * sizeof(std::int64_t));
+  return out;
+}
+
+}  // namespace
+
+PickedTokens pick_tokens(const Tensor& rows, std::size_t count, bool argmax_only,
+                         const std::function<std::optional<std::int64_t>(std::size_t, const Tensor&)>& sample) {
+  PickedTokens out;
+  if (argmax_only && argmax_on_device(rows)) {
+    const std::vector<std::int64_t> ids = device_argmax(rows);
+    out.tokens.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(std::min(count, ids.size())));
+    out.on_device = true;
+    return out;
+  }
+  const Tensor host = rows.device().is_cpu() ? rows : rows.to(Device::cpu());
+  out.tokens.resize(count);
+  for (std::size_t i = 0; i < count; ++i) out.tokens[i] = sample(i, host);
   return out;
 }
 

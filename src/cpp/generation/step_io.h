@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,13 +30,18 @@ Tensor position_rows(const Tensor& logits, const std::vector<std::int64_t>& posi
 // another dtype, naming the output `name`.
 std::vector<float> host_row(const Tensor& rows, std::int64_t row, const std::string& name);
 
-// Whether the greedy tokens of `rows` (position_rows) can be picked where they are: a CUDA tensor in a build with the
-// argmax_rows device kernel.
-bool argmax_on_device(const Tensor& rows);
+// The tokens of a step, picked from `rows` (position_rows) for rows [0, count) (Note [Logits read back]).
+struct PickedTokens {
+  std::vector<std::optional<std::int64_t>> tokens;
+  bool on_device = false;  // the argmax was taken where the logits are
+};
 
-// The greedy token of every row of `rows` ([batch, vocab] on a CUDA device; argmax_on_device): the argmax taken there
-// (Note [Sampling]'s rule: NaN first, ties to the lowest id), only the batch's tokens copied back.
-std::vector<std::int64_t> device_argmax(const Tensor& rows);
+// When `argmax_only` (every row's Sampler is greedy without a penalty: Sampler::argmax_only) and `rows` is on a CUDA
+// device of a build with the argmax_rows kernel, every row's argmax there (Note [Sampling]'s rule: NaN first, ties to
+// the lowest id), only the tokens copied back; otherwise `rows` comes to the host once and `sample(i, host_rows)`
+// picks row i's token (host_row gives its logits), or nullopt for a row that needs none.
+PickedTokens pick_tokens(const Tensor& rows, std::size_t count, bool argmax_only,
+                         const std::function<std::optional<std::int64_t>(std::size_t, const Tensor&)>& sample);
 
 // The output `name` of `binding` after its run (an internal error when it was not bound).
 Tensor bound_output(const IoBinding& binding, const std::string& name);
@@ -44,6 +51,9 @@ Tensor cache_branch(bool value);
 
 // a / b rounded up, for a >= 0 and b > 0 (blocks of a length, buckets of a size).
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The static layout's prompt (prefill width) bucket (Note [Shape buckets] in generator.cpp): a multiple of 16.
+constexpr std::int64_t kPromptBucket = 16;
 
 // The static layout's batch bucket (Note [Shape buckets] in generator.cpp): 1, 2, 4, 8, then a multiple of 8.
 inline std::int64_t batch_bucket(std::int64_t rows) {

@@ -50,10 +50,8 @@ std::optional<std::vector<std::int64_t>> reshape_result(const std::vector<std::i
   return out;
 }
 
-bool is_onnx_cast(const Node& n) {
-  return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == "Cast" && has_onnx_arity(n) &&
-         !n.inputs.empty() && !n.inputs[0].empty() && !n.outputs.empty() && !n.outputs[0].empty();
-}
+// An ONNX Cast with a named input and output (is_onnx checks the domain, the op and the arity).
+bool is_onnx_cast(const Node& n) { return is_onnx(n, "Cast") && !n.inputs[0].empty() && !n.outputs[0].empty(); }
 
 // Whether node `n` only forwards its first input to its first output (for the values it is given).
 bool is_noop(const Graph& g, const Uses& uses, const Node& n) {

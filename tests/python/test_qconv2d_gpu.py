@@ -20,7 +20,8 @@ import xpuruntime as xrt
 from conftest import requires_gpu
 
 
-def _qdq_cnn() -> bytes:
+def _qdq_cnn(symmetric: bool = False) -> bytes:
+    """The CNN above; ``symmetric``: int8 activations with zero point 0 throughout (xrt.quantize's default form)."""
     rng = np.random.default_rng(2026)
     inits = []
     nodes = []
@@ -30,7 +31,7 @@ def _qdq_cnn() -> bytes:
         return name
 
     const("s0", np.array(0.02, np.float32))
-    const("z0", np.array(128, np.uint8))
+    const("z0", np.array(0, np.int8) if symmetric else np.array(128, np.uint8))
     nodes.append(helper.make_node("DequantizeLinear", ["xq", "s0", "z0"], ["x"]))
 
     def conv(name: str, inp: str, out: str, shape, attrs, quantize=None):
@@ -51,14 +52,18 @@ def _qdq_cnn() -> bytes:
         nodes.append(helper.make_node("QuantizeLinear", [f"{name}_r", f"{name}_s", f"{name}_z"], [f"{name}_q"]))
         nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [out]))
 
-    conv("stem", "x", "a1", (16, 3, 3, 3), {"pads": [1, 1, 1, 1]}, (0.03, -128, np.int8))
-    conv("down", "a1", "a2", (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, (0.03, -128, np.int8))
-    conv("wide", "a2", "a3", (64, 32, 1, 1), {}, (0.025, 0, np.uint8))
+    zero_point = 0 if symmetric else -128
+    wide = (0.0125, 0, np.int8) if symmetric else (0.025, 0, np.uint8)
+    conv("stem", "x", "a1", (16, 3, 3, 3), {"pads": [1, 1, 1, 1]}, (0.03, zero_point, np.int8))
+    conv("down", "a1", "a2", (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, (0.03, zero_point, np.int8))
+    conv("wide", "a2", "a3", (64, 32, 1, 1), {}, wide)
     conv("grouped", "a3", "y", (32, 32, 3, 3), {"pads": [1, 0, 1, 2], "group": 2})
     graph = helper.make_graph(
-        nodes, "qdq_cnn", [helper.make_tensor_value_info("xq", TensorProto.UINT8, [2, 3, 20, 20])],
+        nodes, "qdq_cnn", [helper.make_tensor_value_info("xq", TensorProto.INT8 if symmetric else TensorProto.UINT8,
+                                                         [2, 3, 20, 20])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32, 10, 10]),
-         helper.make_tensor_value_info("wide_q", TensorProto.UINT8, [2, 64, 10, 10])], inits)
+         helper.make_tensor_value_info("wide_q", TensorProto.INT8 if symmetric else TensorProto.UINT8,
+                                       [2, 64, 10, 10])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 7
     onnx.checker.check_model(model)
@@ -87,3 +92,32 @@ def test_int8_convolutions_on_the_gpu_equal_the_cpu_plan(layout_pass):
             assert got[name].dtype == want[name].dtype, name
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     assert float(np.abs(want["y"]).max()) > 0  # the Relus leave something to compare
+
+
+@requires_gpu
+def test_symmetric_int8_convolutions_run_on_cudnn_within_one_level_and_a_pin_gives_the_cpu_bits():
+    # Zero points 0 (xrt.quantize's default): the two convolutions of 16 and 32 input channels run on cuDNN's fused
+    # int8 convolution (Note [cuDNN int8 convolution]), within one level of the cpu kernel; KernelPolicy(qconv2d=
+    # "int8_mma") is the policy that gives the cpu kernel's bits.
+    model = _qdq_cnn(symmetric=True)
+    feeds = {"xq": np.random.default_rng(8).integers(-128, 128, (2, 3, 20, 20)).astype(np.int8)}
+    want = xrt.InferenceSession(model, engine="native", device="cpu").run(feeds)
+    if "cudnn" not in {k.name for k in xrt.kernels("qconv2d")}:
+        pytest.skip("built without cuDNN")
+    gpu = xrt.InferenceSession(model, engine="native", device="cuda:0")
+    assert _qconv_kernels(gpu) == ["cuda_raw", "cudnn", "cudnn", "cuda_raw"]
+    reasons = [n for n in gpu.explain().nodes if n["op"] == "qconv2d" and n["kernel"] == "cuda_raw"]
+    assert reasons, "the stem and the grouped convolution stay on cuda_raw"
+    for _ in range(2):
+        got = gpu.run(feeds)
+        levels = np.abs(got["wide_q"].astype(np.int32) - want["wide_q"].astype(np.int32))
+        assert levels.max() <= 1
+        assert np.count_nonzero(levels) <= 0.02 * levels.size
+        # y is computed from wide_q's levels: one level of 0.0125 where they differ, through a 3x3 convolution
+        np.testing.assert_allclose(got["y"], want["y"], rtol=0, atol=0.05 * float(np.abs(want["y"]).max()))
+    pinned = xrt.InferenceSession(model, engine="native", device="cuda:0",
+                                  kernel_policy=xrt.KernelPolicy(qconv2d="int8_mma"))
+    assert _qconv_kernels(pinned) == ["cuda_raw", "int8_mma", "int8_mma", "cuda_raw"]
+    got = pinned.run(feeds)
+    for name in ("y", "wide_q"):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)

@@ -20,12 +20,12 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/attention_layout.h"
+#include "cudnn_graph.h"
 #include "cudnn_utils.h"
 #include "xpuruntime/exceptions.h"
 
@@ -65,48 +65,6 @@ constexpr const char* kInputNames[] = {"q", "k", "v", "mask"};
 
 // cuDNN 9.0's fused flash attention is the oldest this kernel describes; the graph below is what it matches.
 constexpr std::size_t kMinCudnnVersion = 90000;
-
-// Owns one cuDNN backend descriptor (cudnnBackendCreateDescriptor / cudnnBackendDestroyDescriptor).
-class BackendDescriptor {
- public:
-  explicit BackendDescriptor(cudnnBackendDescriptorType_t type) {
-    XPURT_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &descriptor_));
-  }
-  BackendDescriptor(BackendDescriptor&& other) noexcept : descriptor_(std::exchange(other.descriptor_, nullptr)) {}
-  BackendDescriptor& operator=(BackendDescriptor&& other) noexcept {
-    if (this != &other) {
-      release();
-      descriptor_ = std::exchange(other.descriptor_, nullptr);
-    }
-    return *this;
-  }
-  BackendDescriptor(const BackendDescriptor&) = delete;
-  BackendDescriptor& operator=(const BackendDescriptor&) = delete;
-  ~BackendDescriptor() { release(); }
-
-  cudnnBackendDescriptor_t get() const { return descriptor_; }
-
-  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, std::int64_t count,
-           const void* values) {
-    XPURT_CUDNN_CHECK(cudnnBackendSetAttribute(descriptor_, name, type, count, values));
-  }
-  void set_descriptor(cudnnBackendAttributeName_t name, const BackendDescriptor& value) {
-    cudnnBackendDescriptor_t raw = value.get();
-    set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
-  }
-  void set_int(cudnnBackendAttributeName_t name, std::int64_t value) { set(name, CUDNN_TYPE_INT64, 1, &value); }
-  void set_data_type(cudnnBackendAttributeName_t name, cudnnDataType_t value) {
-    set(name, CUDNN_TYPE_DATA_TYPE, 1, &value);
-  }
-  void finalize() { XPURT_CUDNN_CHECK(cudnnBackendFinalize(descriptor_)); }
-
- private:
-  void release() noexcept {
-    if (descriptor_ != nullptr) cudnnBackendDestroyDescriptor(descriptor_);
-    descriptor_ = nullptr;
-  }
-  cudnnBackendDescriptor_t descriptor_ = nullptr;
-};
 
 // The geometry of one descriptor, fixed at build time.
 struct AttentionShape {
@@ -247,31 +205,24 @@ Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy)
   return Support::yes();
 }
 
-// One built graph and execution plan, tied to the cuDNN handle it was built with.
-struct BuiltGraph {
-  std::vector<BackendDescriptor> parts;  // tensors and operations the graph refers to, kept alive with it
-  std::unique_ptr<BackendDescriptor> graph;
-  std::unique_ptr<BackendDescriptor> config;  // the engine configuration the plan runs, kept with it
-  std::unique_ptr<BackendDescriptor> plan;
-  std::int64_t workspace = 0;
-  std::int64_t engine = -1;  // cuDNN's global engine index
-};
+using cudnn::BackendDescriptor;
+using cudnn::BuiltGraph;
+using cudnn::GraphBuilder;
 
-// Builds the operation graph of Note [cuDNN attention graph] and the first execution plan cuDNN's heuristic
-// ranks that finalizes within `workspace_limit`. Throws UnsupportedOperationError with cuDNN's reasons when none
-// does.
-class GraphBuilder {
+// Builds the operation graph of Note [cuDNN attention graph] and the first execution plan cuDNN's heuristic ranks
+// that finalizes within `workspace_limit` (Note [cuDNN engine choice]). Throws UnsupportedOperationError with
+// cuDNN's reasons when none does.
+class AttentionGraph {
  public:
   // `virtual_stats`: the stats tensor is virtual (only without return_lse).
-  GraphBuilder(const AttentionShape& shape, cudnnHandle_t handle, bool virtual_stats)
-      : shape_(shape), handle_(handle), virtual_stats_(virtual_stats) {}
+  AttentionGraph(const AttentionShape& shape, cudnnHandle_t handle, bool virtual_stats)
+      : shape_(shape), g_(handle, kLabel, kVirtual), virtual_stats_(virtual_stats) {}
 
   std::unique_ptr<BuiltGraph> build(std::size_t workspace_limit) {
-    built_ = std::make_unique<BuiltGraph>();
-    ops_.clear();
     const std::int64_t b = shape_.batch, h = shape_.heads, hk = shape_.kv_heads, sq = shape_.seq_q,
                        sk = shape_.seq_k, d = shape_.head_dim;
     const cudnnDataType_t io = cudnn::data_type(shape_.dtype);
+    constexpr std::size_t kNone = GraphBuilder::kNone;
 
     // Strides from the layouts (Note [Attention layouts]); K^T is K's memory with its last two dims swapped.
     const auto strides = [&](std::size_t t, bool transposed) {
@@ -279,103 +230,67 @@ class GraphBuilder {
       return transposed ? std::vector<std::int64_t>{w.stride_b, w.stride_h, 1, w.stride_s}
                         : std::vector<std::int64_t>{w.stride_b, w.stride_h, w.stride_s, 1};
     };
-    const std::size_t q = tensor(kQ, io, {b, h, sq, d}, strides(0, false));
-    const std::size_t kt = tensor(kK, io, {b, hk, d, sk}, strides(1, true));
-    const std::size_t v = tensor(kV, io, {b, hk, sk, d}, strides(2, false));
-    const std::size_t o = tensor(kO, io, {b, h, sq, d}, strides(3, false));
+    const std::size_t q = g_.tensor(kQ, io, {b, h, sq, d}, strides(0, false));
+    const std::size_t kt = g_.tensor(kK, io, {b, hk, d, sk}, strides(1, true));
+    const std::size_t v = g_.tensor(kV, io, {b, hk, sk, d}, strides(2, false));
+    const std::size_t o = g_.tensor(kO, io, {b, h, sq, d}, strides(3, false));
     const std::vector<std::int64_t> scores = {b, h, sq, sk}, scores_strides = {h * sq * sk, sq * sk, sk, 1};
     const std::vector<std::int64_t> rows = {b, h, sq, 1}, rows_strides = {h * sq, sq, 1, 1};
     const std::vector<std::int64_t> one = {1, 1, 1, 1};
+    const auto pointwise = [&](cudnnPointwiseMode_t mode, cudnnDataType_t compute, std::size_t x, std::size_t y,
+                               std::size_t t, bool on_rows, cudnnDataType_t out_type, std::int64_t axis = -1) {
+      return g_.pointwise(mode, compute, x, y, t, on_rows ? rows : scores, on_rows ? rows_strides : scores_strides,
+                          out_type, axis);
+    };
 
-    std::size_t s = virtual_tensor(CUDNN_DATA_FLOAT, scores, scores_strides);
+    std::size_t s = g_.virtual_tensor(CUDNN_DATA_FLOAT, scores, scores_strides);
     matmul(q, kt, s);
-    const std::size_t scale = tensor(kScale, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
-    s = pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, kNone, scores, scores_strides,
-                  CUDNN_DATA_FLOAT);
+    const std::size_t scale = g_.tensor(kScale, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
+    s = pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, kNone, false, CUDNN_DATA_FLOAT);
     if (shape_.mask) {
       const std::int64_t mb = shape_.mask_batch, mh = shape_.mask_heads;
-      const std::size_t mask = tensor(kMask, io, {mb, mh, sq, sk}, {mh * sq * sk, sq * sk, sk, 1});
-      s = pointwise(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, s, mask, kNone, scores, scores_strides,
-                    CUDNN_DATA_FLOAT);
+      const std::size_t mask = g_.tensor(kMask, io, {mb, mh, sq, sk}, {mh * sq * sk, sq * sk, sk, 1});
+      s = pointwise(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, s, mask, kNone, false, CUDNN_DATA_FLOAT);
     }
     if (shape_.causal) {
-      const std::size_t row = pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
-                                        kNone, scores, scores_strides, CUDNN_DATA_INT32, /*axis=*/2);
-      const std::size_t col = pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone,
-                                        kNone, scores, scores_strides, CUDNN_DATA_INT32, /*axis=*/3);
-      const std::size_t keep = pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col,
-                                         kNone, scores, scores_strides, CUDNN_DATA_BOOLEAN);
-      const std::size_t neg_inf = tensor(kNegInf, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
-      s = pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neg_inf, keep, scores,
-                    scores_strides, CUDNN_DATA_FLOAT);
+      const std::size_t row =
+          pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone, kNone, false, CUDNN_DATA_INT32, 2);
+      const std::size_t col =
+          pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, kNone, kNone, false, CUDNN_DATA_INT32, 3);
+      const std::size_t keep =
+          pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, kNone, false, CUDNN_DATA_BOOLEAN);
+      const std::size_t neg_inf = g_.tensor(kNegInf, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true);
+      s = pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neg_inf, keep, false, CUDNN_DATA_FLOAT);
     }
-    const std::size_t max = virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides);
+    const std::size_t max = g_.virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides);
     reduction(CUDNN_REDUCE_TENSOR_MAX, s, max);
-    const std::size_t shifted = pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s, max, kNone,
-                                          scores, scores_strides, CUDNN_DATA_FLOAT);
-    const std::size_t exp = pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, shifted, kNone, kNone,
-                                      scores, scores_strides, CUDNN_DATA_FLOAT);
-    const std::size_t sum = virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides);
+    const std::size_t shifted = pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s, max, kNone, false,
+                                          CUDNN_DATA_FLOAT);
+    const std::size_t exp = pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, shifted, kNone, kNone, false,
+                                      CUDNN_DATA_FLOAT);
+    const std::size_t sum = g_.virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides);
     reduction(CUDNN_REDUCE_TENSOR_ADD, exp, sum);
-    const std::size_t log = pointwise(CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, kNone, kNone,
-                                      rows, rows_strides, CUDNN_DATA_FLOAT);
-    const std::size_t stats = virtual_stats_ ? virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides)
-                                             : tensor(kStats, CUDNN_DATA_FLOAT, rows, rows_strides);
-    pointwise_into(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, max, log, kNone, stats);
-    const std::size_t p = pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exp, sum, kNone, scores,
-                                    scores_strides, io);
+    const std::size_t log = pointwise(CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, kNone, kNone, true,
+                                      CUDNN_DATA_FLOAT);
+    const std::size_t stats = virtual_stats_ ? g_.virtual_tensor(CUDNN_DATA_FLOAT, rows, rows_strides)
+                                             : g_.tensor(kStats, CUDNN_DATA_FLOAT, rows, rows_strides);
+    g_.pointwise_into(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, max, log, kNone, stats);
+    const std::size_t p = pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exp, sum, kNone, false, io);
     matmul(p, v, o);
-
-    built_->graph = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    built_->graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                       static_cast<std::int64_t>(ops_.size()), ops_.data());
-    built_->graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
-    built_->graph->finalize();
-    choose_plan(workspace_limit);
-    return std::move(built_);
+    return g_.finish(workspace_limit, "; use flash_v2");
   }
 
  private:
-  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-
-  // A tensor descriptor (returns its index in `built_->parts`). 16-byte alignment: the inputs' (supports()
-  // checks it; the by-value scalars live in the plan).
-  std::size_t tensor(std::int64_t uid, cudnnDataType_t type, const std::vector<std::int64_t>& dims,
-                     const std::vector<std::int64_t>& strides, bool by_value = false, bool is_virtual = false) {
-    BackendDescriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    t.set_int(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid);
-    t.set_data_type(CUDNN_ATTR_TENSOR_DATA_TYPE, type);
-    t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<std::int64_t>(dims.size()), dims.data());
-    t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, static_cast<std::int64_t>(strides.size()), strides.data());
-    t.set_int(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, 16);
-    if (is_virtual) {
-      const bool yes = true;
-      t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes);
-    }
-    if (by_value) {
-      const bool yes = true;
-      t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
-    }
-    t.finalize();
-    built_->parts.push_back(std::move(t));
-    return built_->parts.size() - 1;
-  }
-
-  std::size_t virtual_tensor(cudnnDataType_t type, const std::vector<std::int64_t>& dims,
-                             const std::vector<std::int64_t>& strides) {
-    return tensor(next_virtual_++, type, dims, strides, /*by_value=*/false, /*is_virtual=*/true);
-  }
-
   void matmul(std::size_t a, std::size_t b, std::size_t c) {
     BackendDescriptor mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     mm.set_data_type(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_DATA_FLOAT);
     mm.finalize();
     BackendDescriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_ADESC, built_->parts[a]);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, built_->parts[b]);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, built_->parts[c]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_ADESC, g_.part(a));
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, g_.part(b));
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, g_.part(c));
     op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
-    add_operation(std::move(mm), std::move(op));
+    g_.add_operation(std::move(mm), std::move(op));
   }
 
   void reduction(cudnnReduceTensorOp_t mode, std::size_t x, std::size_t y) {
@@ -384,158 +299,43 @@ class GraphBuilder {
     red.set_data_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT);
     red.finalize();
     BackendDescriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, built_->parts[x]);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, built_->parts[y]);
+    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, g_.part(x));
+    op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, g_.part(y));
     op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red);
-    add_operation(std::move(red), std::move(op));
-  }
-
-  // A pointwise op y = mode(x[, b[, t]]) into a new virtual tensor of `out_type` (returns its index).
-  std::size_t pointwise(cudnnPointwiseMode_t mode,
-                        cudnnDataType_t compute, std::size_t x, std::size_t b, std::size_t t,
-                        const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& strides,
-                        cudnnDataType_t out_type, std::int64_t axis = -1) {
-    const std::size_t y = virtual_tensor(out_type, dims, strides);
-    pointwise_into(mode, compute, x, b, t, y, axis);
-    return y;
-  }
-
-  void pointwise_into(cudnnPointwiseMode_t mode,
-                      cudnnDataType_t compute, std::size_t x, std::size_t b, std::size_t t, std::size_t y,
-                      std::int64_t axis = -1) {
-    BackendDescriptor pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-    pw.set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, compute);
-    if (axis >= 0) pw.set_int(CUDNN_ATTR_POINTWISE_AXIS, axis);
-    pw.finalize();
-    BackendDescriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, built_->parts[x]);
-    if (b != kNone) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, built_->parts[b]);
-    if (t != kNone) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, built_->parts[t]);
-    op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, built_->parts[y]);
-    const float alpha = 1.f;  // y = op(alpha1 * x, alpha2 * b), as cudnn-frontend sets them
-    op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha);
-    op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha);
-    add_operation(std::move(pw), std::move(op));
-  }
-
-  // Finalizes operation `op` and appends it to the graph; `inner` is the descriptor of its math (matmul,
-  // reduction, pointwise), kept alive with it.
-  void add_operation(BackendDescriptor inner, BackendDescriptor op) {
-    op.finalize();
-    built_->parts.push_back(std::move(inner));
-    built_->parts.push_back(std::move(op));
-    ops_.push_back(built_->parts.back().get());
-  }
-
-  // Note [cuDNN attention engine choice]
-  // cuDNN's heuristic (mode A) ranks the engine configurations that can run the graph; the first whose execution
-  // plan finalizes and whose workspace fits the policy's limit is used, as cudnn-frontend's build_plans does. A
-  // configuration that fails to finalize (CUDNN_STATUS_NOT_SUPPORTED_*) is skipped with its reason; when none
-  // remains the build fails with all of them.
-  void choose_plan(std::size_t workspace_limit) {
-    BackendDescriptor heuristic(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heuristic.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *built_->graph);
-    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    heuristic.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    heuristic.finalize();
-    std::int64_t count = 0;
-    XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(heuristic.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-    if (count <= 0) {
-      throw UnsupportedOperationError(detail::str_cat(kLabel, ": cuDNN ", cudnn::runtime_version(),
-                                                      " has no engine for this attention graph; use flash_v2"));
-    }
-    std::vector<BackendDescriptor> configs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (std::int64_t i = 0; i < count; ++i) {
-      configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      raw.push_back(configs.back().get());
-    }
-    std::int64_t returned = 0;
-    XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(heuristic.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()));
-    std::string skipped;
-    for (std::int64_t i = 0; i < returned; ++i) {
-      try {
-        auto plan = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
-        plan->set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[static_cast<std::size_t>(i)]);
-        plan->finalize();
-        std::int64_t workspace = 0;
-        std::int64_t got = 0;
-        XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                   CUDNN_TYPE_INT64, 1, &got, &workspace));
-        if (workspace < 0 || static_cast<std::size_t>(workspace) > workspace_limit) {
-          skipped += detail::str_cat("; configuration ", i, " needs ", cudnn::format_bytes(
-                                         static_cast<std::size_t>(std::max<std::int64_t>(workspace, 0))),
-                                     " of workspace, over the limit ", cudnn::format_bytes(workspace_limit));
-          continue;
-        }
-        built_->workspace = workspace;
-        built_->engine = engine_index(configs[static_cast<std::size_t>(i)]);
-        built_->config = std::make_unique<BackendDescriptor>(std::move(configs[static_cast<std::size_t>(i)]));
-        built_->plan = std::move(plan);
-        return;
-      } catch (const UnsupportedOperationError& e) {
-        skipped += detail::str_cat("; configuration ", i, ": ", e.what());
-      }
-    }
-    throw UnsupportedOperationError(detail::str_cat(kLabel, ": none of the ", returned, " engine configurations "
-                                                    "cuDNN ", cudnn::runtime_version(), " proposes can run this "
-                                                    "graph", skipped));
-  }
-
-  static std::int64_t engine_index(const BackendDescriptor& config) {
-    try {
-      BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-      cudnnBackendDescriptor_t raw = engine.get();
-      std::int64_t got = 0;
-      XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
-                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &raw));
-      std::int64_t index = -1;
-      XPURT_CUDNN_CHECK(cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
-                                                 &index));
-      return index;
-    } catch (const XpuRuntimeError&) {
-      return -1;  // informational only
-    }
+    g_.add_operation(std::move(red), std::move(op));
   }
 
   AttentionShape shape_;
-  cudnnHandle_t handle_;
+  GraphBuilder g_;
   bool virtual_stats_;
-  std::int64_t next_virtual_ = kVirtual;
-  std::unique_ptr<BuiltGraph> built_;          // the graph being built
-  std::vector<cudnnBackendDescriptor_t> ops_;  // its operations, in order
 };
 
-// Note [cuDNN attention plans per handle]
-// A cuDNN operation graph and its execution plan are made for one cudnnHandle_t, and handles are per thread
-// (Note [cuDNN handle pool]). The plan built by Kernel::build serves the building thread; another thread that
-// runs the same plan gets its own graph, built on its first run with the same heuristic choice, and kept. A
-// mutex guards the small list; a run holds it only to look its entry up.
+// The built graphs are kept per cuDNN handle (Note [cuDNN graphs per handle]).
 class AttentionPlan final : public KernelPlan {
  public:
   AttentionPlan(const AttentionShape& shape, int device, std::size_t workspace_limit)
-      : shape_(shape), device_(device), workspace_limit_(workspace_limit) {
+      : shape_(shape), device_(device) {
     detail::CudaDeviceGuard guard(device_);
     cudnnHandle_t handle = cudnn::thread_handle(device_, nullptr);
+    std::unique_ptr<BuiltGraph> first;
     if (!shape_.stats) {
       try {
-        graphs_.emplace_back(handle, GraphBuilder(shape_, handle, /*virtual_stats=*/true).build(workspace_limit_));
+        first = AttentionGraph(shape_, handle, /*virtual_stats=*/true).build(workspace_limit);
         virtual_stats_ = true;
       } catch (const UnsupportedOperationError&) {
         virtual_stats_ = false;  // no engine for it: the stats go to the workspace
       }
     }
-    if (!virtual_stats_) {
-      graphs_.emplace_back(handle, GraphBuilder(shape_, handle, false).build(workspace_limit_));
-    }
-    cudnn_workspace_ = align_up(static_cast<std::size_t>(graphs_.front().second->workspace));
+    if (!virtual_stats_) first = AttentionGraph(shape_, handle, false).build(workspace_limit);
+    cudnn_workspace_ = align_up(static_cast<std::size_t>(first->workspace));
     workspace_ = cudnn_workspace_ + (shape_.stats || virtual_stats_ ? 0 : align_up(stats_bytes()));
-    engine_ = graphs_.front().second->engine;
+    engine_ = first->engine;
+    graphs_ = std::make_unique<cudnn::GraphsPerHandle>(
+        handle, std::move(first),
+        [shape = shape_, virtual_stats = virtual_stats_, workspace_limit](cudnnHandle_t h) {
+          return AttentionGraph(shape, h, virtual_stats).build(workspace_limit);
+        },
+        kLabel);
   }
 
   void run(const KernelLaunch& launch) const override {
@@ -563,7 +363,7 @@ class AttentionPlan final : public KernelPlan {
     detail::CudaDeviceGuard guard(device_);
     const auto stream = static_cast<cudaStream_t>(launch.stream.handle);
     cudnnHandle_t handle = cudnn::thread_handle(device_, stream);
-    const BuiltGraph& built = graph_for(handle);
+    const BuiltGraph& built = graphs_->of(handle);
 
     const float neg_inf = std::numeric_limits<float>::lowest();
     std::int64_t uids[8] = {kQ, kK, kV, kO, kScale, 0, 0, 0};
@@ -607,21 +407,8 @@ class AttentionPlan final : public KernelPlan {
   }
 
  private:
-  const BuiltGraph& graph_for(cudnnHandle_t handle) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& entry : graphs_) {
-      if (entry.first == handle) return *entry.second;
-    }
-    graphs_.emplace_back(handle, GraphBuilder(shape_, handle, virtual_stats_).build(workspace_limit_));
-    XPURT_CHECK(static_cast<std::size_t>(graphs_.back().second->workspace) <= cudnn_workspace_, kLabel,
-                ": this thread's cuDNN plan needs ", graphs_.back().second->workspace, " bytes of workspace, more "
-                "than the ", cudnn_workspace_, " the plan was built with");
-    return *graphs_.back().second;
-  }
-
   AttentionShape shape_;
   int device_;
-  std::size_t workspace_limit_;
   static std::size_t align_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
   std::size_t stats_bytes() const {
     return static_cast<std::size_t>(shape_.batch * shape_.heads * shape_.seq_q) * sizeof(float);
@@ -631,8 +418,7 @@ class AttentionPlan final : public KernelPlan {
   std::size_t cudnn_workspace_ = 0;  // cuDNN's, rounded up to 256 bytes; the stats follow when written there
   std::size_t workspace_ = 0;
   std::int64_t engine_ = -1;
-  mutable std::mutex mutex_;
-  mutable std::vector<std::pair<cudnnHandle_t, std::unique_ptr<BuiltGraph>>> graphs_;
+  std::unique_ptr<cudnn::GraphsPerHandle> graphs_;
 };
 
 class CudnnAttentionKernel final : public Kernel {

@@ -200,4 +200,5 @@ void register_cudnn_pool(KernelRegistry& registry);
 void register_cudnn_batch_norm(KernelRegistry& registry);
 void register_cudnn_conv_transpose(KernelRegistry& registry);
 void register_cudnn_conv3d(KernelRegistry& registry);  // conv3d, conv_transpose3d
+void register_cudnn_qconv(KernelRegistry& registry);   // qconv2d (cudnn_qconv.cpp)
 }  // namespace xpuruntime

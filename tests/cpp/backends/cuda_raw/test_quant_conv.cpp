@@ -1,10 +1,13 @@
-// qconv2d's cuda_raw kernels (backends/cuda_raw/quant_conv.cu, Note [Int8 convolution on the GPU]): every path
-// ("cuda_raw": direct and tiled; "int8_mma": the tensor-core tiles of 128 and 64) against the cpu kernel, bit for bit,
-// on random inputs at odd shapes (GPU); what the kernels take and say, and their plans and records (CPU-runnable:
-// plans are built from descriptors alone).
+// qconv2d's GPU kernels: every path of cuda_raw's (backends/cuda_raw/quant_conv.cu, Note [Int8 convolution on the
+// GPU]; "cuda_raw": direct and tiled; "int8_mma": the tensor-core tiles of 128 and 64) against the cpu kernel, bit for
+// bit, and cudnn's (backends/cudnn/cudnn_qconv.cpp, Note [cuDNN int8 convolution]) within one level, on random inputs
+// at odd shapes (GPU); what the kernels take and say, and cuda_raw's plans and records (CPU-runnable: plans are built
+// from descriptors alone).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
@@ -413,6 +417,112 @@ TEST(QConv2dGpu, TiesAndZerosRequantizeAsTheCpuKernel) {
   }
 }
 
+// Expects `actual` (any device) within one level of `expected` (host) for 8-bit outputs, within float32 rounding of
+// the scaled sum for float32 and within float16 rounding for float16; returns how many elements differ at all.
+std::int64_t expect_within_one_level(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  EXPECT_EQ(actual.shape(), expected.shape()) << what;
+  EXPECT_EQ(actual.dtype(), expected.dtype()) << what;
+  const Tensor host = actual.to(Device::cpu());
+  std::int64_t differing = 0, beyond = 0, first_beyond = -1;
+  double worst = 0.0;
+  for (std::int64_t i = 0; i < expected.numel(); ++i) {
+    double a = 0.0, e = 0.0, tolerance = 0.0;
+    switch (expected.dtype()) {
+      case DType::kInt8:
+        a = static_cast<const std::int8_t*>(host.data_ptr())[i];
+        e = static_cast<const std::int8_t*>(expected.data_ptr())[i];
+        tolerance = 1.0;
+        break;
+      case DType::kUInt8:
+        a = static_cast<const std::uint8_t*>(host.data_ptr())[i];
+        e = static_cast<const std::uint8_t*>(expected.data_ptr())[i];
+        tolerance = 1.0;
+        break;
+      case DType::kFloat16:
+        a = detail::half_to_float(static_cast<const std::uint16_t*>(host.data_ptr())[i]);
+        e = detail::half_to_float(static_cast<const std::uint16_t*>(expected.data_ptr())[i]);
+        tolerance = 1e-3 * (1.0 + std::fabs(e));
+        break;
+      default:
+        a = static_cast<const float*>(host.data_ptr())[i];
+        e = static_cast<const float*>(expected.data_ptr())[i];
+        tolerance = 1e-5 * (1.0 + std::fabs(e));
+    }
+    const double diff = std::fabs(a - e);
+    if (diff != 0.0) ++differing;
+    worst = std::max(worst, diff);
+    if (!(diff <= tolerance) && beyond++ == 0) first_beyond = i;
+  }
+  EXPECT_EQ(beyond, 0) << what << ": " << beyond << " of " << expected.numel() << " elements beyond the tolerance, "
+                       << "the first at " << first_beyond << "; largest difference " << worst;
+  return differing;
+}
+
+// cudnn's qconv2d (Note [cuDNN int8 convolution]) on the convolutions it takes: within one level of the cpu kernel,
+// at odd sizes, strides, dilations, uneven pads, every output dtype and epilogue; and the ones it refuses, refused.
+TEST(QConv2dGpu, CudnnMatchesTheCpuKernelWithinOneLevel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  if (KernelRegistry::global().find_kernel("qconv2d", "cudnn") == nullptr) GTEST_SKIP() << "built without cuDNN";
+  std::mt19937 rng(45);
+  std::vector<Case> cases;
+  Case k{"3x3 pad 1, 16 -> 24", 1, 16, 9, 8, 24, 3, 3};
+  k.pads = {1, 1, 1, 1};
+  k.bias = Case::kFloat;
+  k.relu = true;
+  k.output = "int8";
+  cases.push_back(k);
+  k = Case{"1x1, 64 -> 256, batch 3, int32 bias", 3, 64, 14, 14, 256, 1, 1};
+  k.bias = Case::kInt;
+  k.relu = true;
+  k.output = "int8";
+  cases.push_back(k);
+  k = Case{"3x3 stride 2, uneven pads, 32 -> 36, per-tensor scale", 2, 32, 13, 11, 36, 3, 3};
+  k.strides = {2, 2};
+  k.pads = {1, 0, 1, 2};
+  k.per_channel = false;
+  k.output = "uint8";
+  cases.push_back(k);
+  k = Case{"3x3 dilation 2, 48 -> 64", 1, 48, 12, 10, 64, 3, 3};
+  k.dilations = {2, 2};
+  k.pads = {2, 2, 2, 2};
+  k.bias = Case::kInt;
+  k.output = "float32";
+  cases.push_back(k);
+  k = Case{"7x7 stride 2, 16 -> 64", 1, 16, 23, 23, 64, 7, 7};
+  k.strides = {2, 2};
+  k.pads = {3, 3, 3, 3};
+  k.bias = Case::kFloat;
+  k.output = "float16";
+  cases.push_back(k);
+  k = Case{"1x1 stride 2 downsample, 256 -> 512, batch 2", 2, 256, 14, 14, 512, 1, 1};
+  k.strides = {2, 2};
+  k.relu = true;
+  k.output = "float32";
+  cases.push_back(k);
+  std::int64_t differing = 0, total = 0;
+  for (Case& c : cases) {
+    c.nhwc = true;
+    SCOPED_TRACE(describe(c));
+    Problem p = make_problem(c, rng);
+    if (c.output == "int8") p.attrs.set("y_zero_point", std::int64_t{0});  // the symmetric form; uint8 keeps 121
+    const Tensor expected = run("cpu", "", p.inputs, p.attrs);
+    std::vector<Tensor> device_inputs;
+    for (const Tensor& t : p.inputs) device_inputs.push_back(t.defined() ? t.to(Device::cuda(0)) : Tensor());
+    std::string plan;
+    const Tensor actual = run("cudnn", "", device_inputs, p.attrs, &plan);
+    EXPECT_NE(plan.find("cudnn int8 convolution"), std::string::npos) << plan;
+    differing += expect_within_one_level(actual, expected, "cudnn: " + plan);
+    total += expected.numel();
+    // x_scale folded into w_scale (the quantized_constants pass's form: x_scale 1): the same bounds.
+    p.attrs.set("x_scale", 1.0);
+    const Tensor folded = run("cudnn", "", device_inputs, p.attrs);
+    expect_within_one_level(folded, run("cpu", "", p.inputs, p.attrs), "cudnn, x_scale 1");
+  }
+  std::printf("cudnn qconv2d: %lld of %lld outputs differ from the cpu kernel's (all within one level)\n",
+              static_cast<long long>(differing), static_cast<long long>(total));
+  EXPECT_LT(differing * 100, total) << "more than 1% of the outputs differ: a systematic rounding difference";
+}
+
 // A record fixes the path; the same plan gives the same bits run after run.
 TEST(QConv2dGpu, PlansRunTheSameBitsTwice) {
   XPURT_SKIP_WITHOUT_GPU();
@@ -459,13 +569,53 @@ TEST(QConv2dKernels, BothAreRegisteredDeterministicCudaKernels) {
     EXPECT_TRUE(kernel.info().deterministic) << name;
   }
 #if XPURT_WITH_CUDA
-  // int8_mma ranks first: it is the dispatcher's first choice where it fits.
+  // cudnn (where built) ranks first, then int8_mma: the dispatcher's first choices where they fit.
   const auto kernels = KernelRegistry::global().kernels("qconv2d");
   ASSERT_GE(kernels.size(), 3u);
-  EXPECT_EQ(kernels[0]->name(), "int8_mma");
-  EXPECT_EQ(kernels[1]->name(), "cuda_raw");
+  const std::size_t first = kernels[0]->name() == "cudnn" ? 1 : 0;
+  EXPECT_EQ(kernels[first]->name(), "int8_mma");
+  EXPECT_EQ(kernels[first + 1]->name(), "cuda_raw");
 #endif
 }
+
+#if XPURT_WITH_CUDA
+// What cudnn's qconv2d takes (Note [cuDNN int8 convolution]): the reasons of what it refuses, which cuda_raw's
+// kernels then run.
+TEST(QConv2dKernels, TheCudnnKernelSaysWhatItTakes) {
+  const Kernel* cudnn = KernelRegistry::global().find_kernel("qconv2d", "cudnn");
+  if (cudnn == nullptr) GTEST_SKIP() << "built without cuDNN";
+  EXPECT_EQ(cudnn->info().backend, "cudnn");
+  EXPECT_FALSE(cudnn->info().deterministic);
+  const ExecutionPolicy policy;
+  const OpDescriptor fits = qconv_desc({2, 9, 9, 32}, {48, 3, 3, 32}, true);
+  EXPECT_TRUE(cudnn->supports(fits, policy)) << cudnn->supports(fits, policy).reason();
+  const auto refused = [&](const OpDescriptor& desc, const std::string& fragment) {
+    const Support support = cudnn->supports(desc, policy);
+    EXPECT_FALSE(support) << desc.signature();
+    EXPECT_NE(support.reason().find(fragment), std::string::npos) << support.reason();
+  };
+  refused(qconv_desc({2, 32, 9, 9}, {48, 32, 3, 3}, false), "layout NHWC");
+  refused(qconv_desc({2, 9, 9, 32}, {48, 3, 3, 16}, true, 2), "one group, got 2");
+  refused(qconv_desc({2, 9, 9, 32}, {48, 3, 3, 32}, true, 1, DType::kUInt8), "signed int8 x");
+  refused(qconv_desc({2, 9, 9, 24}, {48, 3, 3, 24}, true), "multiple of 16");
+  refused(qconv_desc({2, 9, 9, 32}, {46, 3, 3, 32}, true), "32 -> 46");
+  refused(qconv_desc({2, 9, 9, 32}, {48, 3, 3, 32}, true, 1, DType::kInt8, 8), "16-byte aligned");
+  OpDescriptor zero_point = fits;
+  zero_point.attrs.set("x_zero_point", std::int64_t{-128});
+  refused(zero_point, "zero point 0");
+  OpDescriptor raw = fits;
+  raw.attrs.set("output_dtype", std::string("int32"));
+  raw.inputs[2] = TensorDesc();
+  KernelRegistry::global().infer(raw);
+  refused(raw, "not int32");
+  OpDescriptor old_device = fits;
+  old_device.compute_capability = 75;
+  refused(old_device, "compute capability");
+  // It keeps cuDNN's heuristic choice: a record is refused before any cuDNN call.
+  XPURT_EXPECT_THROW_WITH(cudnn->build(fits, policy, R"({"path": "tiled"})"), UnsupportedOperationError,
+                          "has no plan record");
+}
+#endif  // XPURT_WITH_CUDA
 
 #if XPURT_WITH_CUDA
 

@@ -221,3 +221,73 @@ def test_a_tuned_policy_replays_the_same_groups(name):
     assert [(n["node"], n["op_type"], n["kernel"]) for n in replay.explain().nodes] == \
            [(n["node"], n["op_type"], n["kernel"]) for n in explained.nodes]
     assert _fused(replay)
+
+
+# ---- a QuantizeLinear at the end of a group (Note [Quantized output of a fused program]) ----
+
+def _add_relu_quantize(zero_point, shape=(2, 8, 5, 7), relu_is_output=False) -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s")]
+    q_inputs = ["r", "s"]
+    if zero_point is not None:
+        inits.append(numpy_helper.from_array(np.array(zero_point[0], zero_point[1]), "z"))
+        q_inputs.append("z")
+    out_type = TensorProto.UINT8 if zero_point is None or zero_point[1] == np.uint8 else TensorProto.INT8
+    nodes = [helper.make_node("Add", ["a", "b"], ["t"]), helper.make_node("Relu", ["t"], ["r"]),
+             helper.make_node("QuantizeLinear", q_inputs, ["q"])]
+    outputs = [helper.make_tensor_value_info("q", out_type, list(shape))]
+    if relu_is_output:
+        outputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, list(shape)))
+    graph = helper.make_graph(nodes, "add_relu_q", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shape))
+                                                    for n in ("a", "b")], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    return model.SerializeToString()
+
+
+def _quantize_feeds(shape=(2, 8, 5, 7)):
+    rng = np.random.default_rng(5)
+    # Multiples of 0.025 = half a level: many sums fall on ties; large values saturate; one NaN.
+    a = (rng.integers(-300, 300, shape) * 0.025).astype(np.float32)
+    b = (rng.integers(-40, 40, shape) * 0.025).astype(np.float32)
+    a.flat[3] = np.nan
+    return {"a": a, "b": b}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("zero_point", [(-3, np.int8), (17, np.uint8), None], ids=["int8", "uint8", "no-zp"])
+def test_a_quantize_linear_ends_the_group_with_the_unfused_levels(device, zero_point):
+    model = _add_relu_quantize(zero_point)
+    feeds = _quantize_feeds()
+    fused = xrt.InferenceSession(model, engine="native", device=device)
+    plain = xrt.InferenceSession(model, engine="native", device=device, disabled_passes=["elementwise_fusion"])
+    ops = collections.Counter(n["op_type"] for n in fused.explain().nodes)
+    assert ops == {"xpuruntime:FusedElementwise": 1}, ops
+    assert "QuantizeLinear" in str(fused.explain())  # the pass's note: what it fused
+    got, want = fused.run(feeds)["q"], plain.run(feeds)["q"]
+    assert got.dtype == want.dtype == (np.int8 if zero_point is not None and zero_point[1] == np.int8 else np.uint8)
+    np.testing.assert_array_equal(got, want)
+    levels = np.asarray(want).astype(np.int32)
+    assert levels.min() != levels.max()
+
+
+def test_a_quantize_linear_stays_when_the_group_value_has_other_readers():
+    model = _add_relu_quantize((-3, np.int8), relu_is_output=True)
+    session = xrt.InferenceSession(model, engine="native", device="cpu")
+    ops = collections.Counter(n["op_type"] for n in session.explain().nodes)
+    assert ops["QuantizeLinear"] == 1 and ops["xpuruntime:FusedElementwise"] == 1, ops
+
+
+@requires_gpu
+def test_a_quantize_linear_ends_a_float16_group_with_the_unfused_levels():
+    # In a float16 plan the group's value is rounded to float16 before the QuantizeLinear reads it (the program ends
+    # in f16): the levels equal the unfused float16 plan's.
+    model = _add_relu_quantize((-3, np.int8))
+    feeds = _quantize_feeds()
+    policy = xrt.ExecutionPolicy(precision="fp16")
+    fused = xrt.InferenceSession(model, engine="native", device="cuda:0", exec_policy=policy)
+    plain = xrt.InferenceSession(model, engine="native", device="cuda:0", exec_policy=policy,
+                                 disabled_passes=["elementwise_fusion"])
+    programs = [n for n in fused.explain().nodes if n["op_type"] == "xpuruntime:FusedElementwise"]
+    assert len(programs) == 1
+    np.testing.assert_array_equal(fused.run(feeds)["q"], plain.run(feeds)["q"])

@@ -110,11 +110,12 @@ def test_symmetric_int8_convolutions_run_on_cudnn_within_one_level_and_a_pin_giv
     assert reasons, "the stem and the grouped convolution stay on cuda_raw"
     for _ in range(2):
         got = gpu.run(feeds)
-        levels = np.abs(got["wide_q"].astype(np.int32) - want["wide_q"].astype(np.int32))
+        levels = np.abs(np.asarray(got["wide_q"]).astype(np.int32) - np.asarray(want["wide_q"]).astype(np.int32))
         assert levels.max() <= 1
         assert np.count_nonzero(levels) <= 0.02 * levels.size
         # y is computed from wide_q's levels: one level of 0.0125 where they differ, through a 3x3 convolution
-        np.testing.assert_allclose(got["y"], want["y"], rtol=0, atol=0.05 * float(np.abs(want["y"]).max()))
+        np.testing.assert_allclose(np.asarray(got["y"]), np.asarray(want["y"]), rtol=0,
+                                   atol=0.05 * float(np.abs(np.asarray(want["y"])).max()))
     pinned = xrt.InferenceSession(model, engine="native", device="cuda:0",
                                   kernel_policy=xrt.KernelPolicy(qconv2d="int8_mma"))
     assert _qconv_kernels(pinned) == ["cuda_raw", "int8_mma", "int8_mma", "cuda_raw"]

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <sstream>
 
@@ -101,9 +103,46 @@ std::string dtype_helpers(DType dtype) {
   }
 }
 
-const char* storage_type(DType dtype) { return dtype == DType::kFloat32 ? "float" : "unsigned short"; }
+// The store helper of a quantized output ("st_int8", "st_uint8"; Note [Quantized output of a fused program]): the scale
+// as its float32 bits, rintf rounding half to even as nearbyint does, the division IEEE's (NVRTC without fast math).
+std::string quantized_store(DType dtype, const OutputQuantization& q) {
+  const bool is_signed = dtype == DType::kInt8;
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &q.scale, sizeof(bits));
+  return detail::str_cat("__device__ __forceinline__ ", is_signed ? "signed char" : "unsigned char", " st_",
+                         dtype_name(dtype), "(float f) { const float s = f / __int_as_float(", bits, "); float r = s != s ? ",
+                         q.zero_point, ".0f : rintf(s) + ", q.zero_point, ".0f; r = fminf(fmaxf(r, ",
+                         is_signed ? "-128.0f" : "0.0f", "), ", is_signed ? "127.0f" : "255.0f", "); return (",
+                         is_signed ? "signed char" : "unsigned char", ")r; }\n");
+}
+
+const char* storage_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float";
+    case DType::kInt8: return "signed char";
+    case DType::kUInt8: return "unsigned char";
+    default: return "unsigned short";
+  }
+}
 
 }  // namespace
+
+OutputQuantization output_quantization(const Attributes& attrs, DType dtype) {
+  OutputQuantization q;
+  q.scale = static_cast<float>(attrs.get_float("y_scale", 0.0));
+  if (!(q.scale > 0.0f) || !std::isfinite(q.scale)) {
+    throw InvalidArgumentError(detail::str_cat("fused_elementwise: an ", dtype_name(dtype), " output needs y_scale "
+                                               "finite and positive in float32, got ", attrs.get_float("y_scale", 0.0)));
+  }
+  const std::int64_t zero_point = attrs.get_int("y_zero_point", 0);
+  const std::int64_t lo = dtype == DType::kInt8 ? -128 : 0, hi = dtype == DType::kInt8 ? 127 : 255;
+  if (zero_point < lo || zero_point > hi) {
+    throw InvalidArgumentError(detail::str_cat("fused_elementwise: y_zero_point ", zero_point, " is outside the ",
+                                               dtype_name(dtype), " output's range"));
+  }
+  q.zero_point = static_cast<std::int32_t>(zero_point);
+  return q;
+}
 
 const char* code_name(Code code) { return info(code).name; }
 bool is_binary(Code code) { return info(code).binary; }
@@ -294,7 +333,7 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
 // batch 16 on an H100: 15 us against 8 us).
 int vector_width(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
                  DType output_dtype) {
-  if (layout.numel == 0) return 1;
+  if (layout.numel == 0 || quantized_output(output_dtype)) return 1;  // one byte a store: element by element
   bool four_bytes = output_dtype == DType::kFloat32;
   for (std::size_t k = 0; k < input_dtypes.size(); ++k) {
     four_bytes = four_bytes || (!layout.scalar(k) && input_dtypes[k] == DType::kFloat32);
@@ -364,8 +403,9 @@ namespace {
 class SourceWriter {
  public:
   SourceWriter(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
-               DType output_dtype)
-      : program_(program),
+               DType output_dtype, const OutputQuantization& quantization)
+      : quantization_(quantization),
+        program_(program),
         layout_(layout),
         input_dtypes_(input_dtypes),
         output_dtype_(output_dtype),
@@ -403,6 +443,7 @@ class SourceWriter {
     for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       if (std::find(used.begin(), used.end(), d) != used.end()) s_ << dtype_helpers(d);
     }
+    if (quantized_output(output_dtype_)) s_ << quantized_store(output_dtype_, quantization_);
     if (vec_ > 1) s_ << "template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };\n";
   }
 
@@ -643,6 +684,7 @@ class SourceWriter {
     if (vec_ > 1) s_ << "    }\n";
   }
 
+  const OutputQuantization quantization_;
   const Program& program_;
   const Layout& layout_;
   const std::vector<DType>& input_dtypes_;
@@ -660,10 +702,10 @@ class SourceWriter {
 }  // namespace
 
 std::string cuda_source(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
-                        DType output_dtype, const std::string& name) {
+                        DType output_dtype, const std::string& name, const OutputQuantization& quantization) {
   XPURT_INTERNAL_ASSERT(input_dtypes.size() == program.num_inputs, "fused cuda_source: one dtype per input");
   check_rotate_half(program, layout);
-  SourceWriter writer(program, layout, input_dtypes, output_dtype);
+  SourceWriter writer(program, layout, input_dtypes, output_dtype, quantization);
   writer.header();
   writer.helpers();
   writer.signature(name);

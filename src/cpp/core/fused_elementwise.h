@@ -43,6 +43,7 @@
 #include "core/half.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/export.h"
+#include "xpuruntime/op_descriptor.h"
 
 namespace xpuruntime::fused {
 
@@ -149,6 +150,31 @@ inline float apply(Code code, float a, float b) {
   return 0.0f;
 }
 
+// Note [Quantized output of a fused program]
+// A fused node whose output_dtype is int8 or uint8 ends in ONNX's QuantizeLinear per tensor: the elementwise_fusion
+// pass absorbs the QuantizeLinear that alone reads a group's float output (the residual Add -> Relu -> Q of a quantized
+// CNN, the Q after a transformer's elementwise chains), which otherwise reads the group's output back from memory in a
+// pass of its own. The program's last value v is stored as saturate(round_half_even(v / y_scale) + y_zero_point), the
+// division in float32 and a NaN quotient stored as the zero point, as the registry's quantize_linear computes it;
+// y_scale (finite, > 0) and y_zero_point (in the output's range) are the node's attributes. Where the group's value
+// was float16 or bfloat16 the program ends in that cast, so the quantized levels equal the unfused plan's.
+struct OutputQuantization {
+  float scale = 1.0f;
+  std::int32_t zero_point = 0;
+};
+inline bool quantized_output(DType dtype) { return dtype == DType::kInt8 || dtype == DType::kUInt8; }
+// The node's y_scale and y_zero_point for an output of `dtype` (int8 or uint8); InvalidArgumentError for a scale that
+// is not finite and positive in float32, or a zero point outside the output's range.
+XPURT_API OutputQuantization output_quantization(const Attributes& attrs, DType dtype);
+// The level of `v` in an int8/uint8 output (the cpu kernel's; cuda_source writes the same).
+inline std::int32_t quantize_level(float v, const OutputQuantization& q, DType dtype) {
+  const double lo = dtype == DType::kInt8 ? -128.0 : 0.0, hi = dtype == DType::kInt8 ? 127.0 : 255.0;
+  const float quotient = v / q.scale;
+  const double level =
+      std::isnan(quotient) ? q.zero_point : std::nearbyint(static_cast<double>(quotient)) + q.zero_point;
+  return static_cast<std::int32_t>(std::min(hi, std::max(lo, level)));
+}
+
 // A reduction's accumulator: its start, one step, and the row's value from the accumulator over `row` elements.
 inline float reduce_init(Code code) { return code == Code::kReduceMax ? -INFINITY : 0.0f; }
 inline float reduce_step(Code code, float acc, float v) {
@@ -178,8 +204,10 @@ XPURT_API LaunchShape launch_shape(const Program& program, const Layout& layout,
 // The CUDA C of a kernel `extern "C" __global__ void <name>(const T0* x0, ..., Y* y)` computing `program` for
 // `layout`, inputs of `input_dtypes` and an output of `output_dtype`, launched as `launch_shape` says (a grid-stride
 // loop over elements, or over rows); no header needed (NVRTC).
+// An int8/uint8 output is quantized by `quantization` (Note [Quantized output of a fused program]).
 XPURT_API std::string cuda_source(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
-                                  DType output_dtype, const std::string& name);
+                                  DType output_dtype, const std::string& name,
+                                  const OutputQuantization& quantization = {});
 // Compiles a generated kernel's source with NVRTC for sm_<arch> into a cubin: the codegen backend's compiler
 // (backends/codegen; no GPU needed). UnsupportedOperationError with NVRTC's log when the source does not compile, or
 // saying what to install when NVRTC cannot be loaded or the library was built without the codegen backend.

@@ -617,9 +617,12 @@ std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
   DType dtype = desc.inputs[0].dtype;
   if (desc.attrs.has("output_dtype")) {
     dtype = dtype_from_name(desc.attrs.get_string("output_dtype", ""));
-    if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+    if (fused::quantized_output(dtype)) {
+      fused::output_quantization(desc.attrs, dtype);  // Note [Quantized output of a fused program]
+    } else if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
       throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': output_dtype ", dtype_name(dtype),
-                                             "; the output is float32, float16 or bfloat16"));
+                                             "; the output is float32, float16, bfloat16, or int8/uint8 with y_scale "
+                                             "and y_zero_point"));
     }
   }
   TensorDesc y = output_like(desc.inputs[0], out);

@@ -20,7 +20,9 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <unistd.h>
 #include <fstream>
@@ -332,8 +334,15 @@ class GeneratedKernel final : public Kernel {
     for (std::size_t k = 0; k < dtypes.size(); ++k) {
       what += detail::str_cat("|", dtype_name(dtypes[k]), ":", detail::shape_str(layout.strides[k], ","));
     }
+    fused::OutputQuantization quantization;
+    if (fused::quantized_output(output.dtype)) {
+      quantization = fused::output_quantization(desc.attrs, output.dtype);
+      std::uint32_t scale_bits = 0;
+      std::memcpy(&scale_bits, &quantization.scale, sizeof(scale_bits));
+      what += detail::str_cat("|q:", scale_bits, ":", quantization.zero_point);
+    }
     const std::string name = "xrt_fused_" + fused::hash_hex(what);
-    const std::string source = fused::cuda_source(program, layout, dtypes, output.dtype, name);
+    const std::string source = fused::cuda_source(program, layout, dtypes, output.dtype, name, quantization);
     const std::string source_hash = fused::hash_hex(source);
     if (!record.empty()) {
       std::string recorded;

@@ -27,10 +27,11 @@ float read(DType dtype, const void* base, std::int64_t offset) {
 }
 
 // Runs `program` for `layout`: inputs of `input_dtypes` (float32, float16, bfloat16), a contiguous output of
-// `output_dtype`. Without a reduction, over 256-element chunks of the output; with reductions, row by row (Note [Row
+// `output_dtype` (int8/uint8 quantized by `quantization`). Without a reduction, over 256-element chunks of the output; with reductions, row by row (Note [Row
 // programs] in fused_elementwise.cpp): one pass over the row's chunks per reduction, then one that writes the row.
 void evaluate(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes, DType output_dtype,
-              const std::vector<const void*>& inputs, void* output, int threads) {
+              const fused::OutputQuantization& quantization, const std::vector<const void*>& inputs, void* output,
+              int threads) {
   constexpr std::int64_t kChunk = 256;
   const std::size_t num_inputs = inputs.size();
   const std::size_t rank = layout.dims.size();
@@ -103,6 +104,20 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
         for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_bfloat16(result[i]);
         break;
       }
+      case DType::kInt8: {  // Note [Quantized output of a fused program]
+        auto* y = static_cast<std::int8_t*>(output) + begin;
+        for (std::int64_t i = 0; i < n; ++i) {
+          y[i] = static_cast<std::int8_t>(fused::quantize_level(result[i], quantization, output_dtype));
+        }
+        break;
+      }
+      case DType::kUInt8: {
+        auto* y = static_cast<std::uint8_t*>(output) + begin;
+        for (std::int64_t i = 0; i < n; ++i) {
+          y[i] = static_cast<std::uint8_t>(fused::quantize_level(result[i], quantization, output_dtype));
+        }
+        break;
+      }
       default: std::copy(result, result + n, static_cast<float*>(output) + begin);
     }
   };
@@ -166,9 +181,15 @@ void register_fused_kernels(KernelRegistry& registry) {
                    }
                    const Layout layout =
                        fused::layout(shapes, launch.output(0).shape(), desc.attrs.get_int("row_axes", 0));
-                   evaluate(program, layout, dtypes, launch.output(0).dtype(), inputs, launch.output(0).data_ptr(),
+                   const DType out = launch.output(0).dtype();
+                   const fused::OutputQuantization quantization =
+                       fused::quantized_output(out) ? fused::output_quantization(desc.attrs, out)
+                                                    : fused::OutputQuantization();
+                   evaluate(program, layout, dtypes, out, quantization, inputs, launch.output(0).data_ptr(),
                             context.threads);
-                 });
+                 },
+                 // the op schema takes float inputs, and a float or (quantized) int8/uint8 output
+                 DTypeSet::kAll);
 }
 
 }  // namespace xpuruntime::cpu

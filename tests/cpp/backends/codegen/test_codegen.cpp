@@ -4,6 +4,7 @@
 // cpu kernel on a GPU by tests/python/test_conformance.py.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ std::vector<Case> cases() {
        {h, h, h}, h, 8},
       {"mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2", {{2, 16, 4}, {16, 4}, {16, 4}}, {2, 16, 4}, 0, {h, h, h},
        h, 2},
+      // a quantized output (Note [Quantized output of a fused program]): the residual Add -> Relu -> Q of an int8
+      // CNN, and a row program ending in uint8: one byte a store, element by element.
+      {"add x0 x1; relu t0; f16 t1", {{16, 28, 28, 512}, {16, 28, 28, 512}}, {16, 28, 28, 512}, 0, {h, h},
+       DType::kInt8, 1},
+      {"reduce_max x0; sub x0 t0; exp t1", {{30, 96}}, {30, 96}, 1, {f}, DType::kUInt8, 1},
   };
 }
 
@@ -92,7 +98,15 @@ TEST(Codegen, NvrtcCompilesEveryVariant) {
   for (const Case& c : cases()) {
     const fused::Program program = fused::parse(c.program, c.inputs.size());
     const fused::Layout layout = fused::layout(c.inputs, c.output, c.row_axes);
-    const std::string source = fused::cuda_source(program, layout, c.dtypes, c.out, "xrt_fused_test");
+    fused::OutputQuantization quantization;
+    quantization.scale = 0.0173f;
+    quantization.zero_point = c.out == DType::kInt8 ? -3 : 121;
+    const std::string source = fused::cuda_source(program, layout, c.dtypes, c.out, "xrt_fused_test", quantization);
+    if (fused::quantized_output(c.out)) {
+      EXPECT_NE(source.find("st_" + std::string(dtype_name(c.out)) + "(float f)"), std::string::npos) << source;
+      EXPECT_NE(source.find("rintf(s) + " + std::to_string(quantization.zero_point) + ".0f"), std::string::npos)
+          << source;
+    }
     try {
       EXPECT_FALSE(fused::compile_cubin(source, "xrt_fused_test", 90).empty());
     } catch (const UnsupportedOperationError& e) {
@@ -103,6 +117,30 @@ TEST(Codegen, NvrtcCompilesEveryVariant) {
       ADD_FAILURE() << c.program << ": " << what << "\n" << source;
     }
   }
+}
+
+// The level a quantized output stores (Note [Quantized output of a fused program]): QuantizeLinear's, ties to even,
+// saturated, NaN to the zero point; the attributes checked.
+TEST(Codegen, QuantizedOutputLevelsAreQuantizeLinears) {
+  fused::OutputQuantization q;
+  q.scale = 0.5f;
+  q.zero_point = 3;
+  EXPECT_EQ(fused::quantize_level(1.25f, q, DType::kInt8), 5);   // 2.5 -> 2 (even) + 3
+  EXPECT_EQ(fused::quantize_level(1.75f, q, DType::kInt8), 7);   // 3.5 -> 4 + 3
+  EXPECT_EQ(fused::quantize_level(-0.25f, q, DType::kInt8), 3);  // -0.5 -> -0 + 3
+  EXPECT_EQ(fused::quantize_level(1e9f, q, DType::kInt8), 127);
+  EXPECT_EQ(fused::quantize_level(-1e9f, q, DType::kInt8), -128);
+  EXPECT_EQ(fused::quantize_level(-1e9f, q, DType::kUInt8), 0);
+  EXPECT_EQ(fused::quantize_level(NAN, q, DType::kUInt8), 3);
+  Attributes attrs;
+  attrs.set("y_scale", 0.25).set("y_zero_point", std::int64_t{-5});
+  EXPECT_EQ(fused::output_quantization(attrs, DType::kInt8).scale, 0.25f);
+  EXPECT_EQ(fused::output_quantization(attrs, DType::kInt8).zero_point, -5);
+  EXPECT_THROW(fused::output_quantization(attrs, DType::kUInt8), InvalidArgumentError);  // -5 is not a uint8
+  attrs.set("y_scale", 0.0);
+  EXPECT_THROW(fused::output_quantization(attrs, DType::kInt8), InvalidArgumentError);
+  attrs.set("y_scale", 1e300);  // infinite in float32
+  EXPECT_THROW(fused::output_quantization(attrs, DType::kInt8), InvalidArgumentError);
 }
 
 }  // namespace

@@ -66,6 +66,9 @@ void register_fused_ops(NodeKernelRegistrar& kernels) {
     attrs.set("program", ctx.attr_string("program", ""));
     if (ctx.node().attrs.has("row_axes")) attrs.set("row_axes", ctx.attr_int("row_axes", 0));
     if (ctx.node().attrs.has("output_dtype")) attrs.set("output_dtype", ctx.attr_string("output_dtype", ""));
+    // An int8/uint8 output's QuantizeLinear (Note [Quantized output of a fused program]).
+    if (ctx.node().attrs.has("y_scale")) attrs.set("y_scale", ctx.attr_float("y_scale", 0.0));
+    if (ctx.node().attrs.has("y_zero_point")) attrs.set("y_zero_point", ctx.attr_int("y_zero_point", 0));
     run_registry_op(ctx, "fused_elementwise", inputs_of(ctx, ctx.num_inputs()), attrs);
   });
   kernels.add(kXpurtDomain, "Linear", [](OpContext& ctx) {

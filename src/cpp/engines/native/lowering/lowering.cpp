@@ -1239,6 +1239,9 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          a.set("program", c.node.attrs.get_string("program", ""));
          if (c.node.attrs.has("row_axes")) a.set("row_axes", c.node.attrs.get_int("row_axes", 0));
          if (c.node.attrs.has("output_dtype")) a.set("output_dtype", c.node.attrs.get_string("output_dtype", ""));
+         // An int8/uint8 output's QuantizeLinear (Note [Quantized output of a fused program]).
+         if (c.node.attrs.has("y_scale")) a.set("y_scale", c.node.attrs.get_float("y_scale", 0.0));
+         if (c.node.attrs.has("y_zero_point")) a.set("y_zero_point", c.node.attrs.get_int("y_zero_point", 0));
          std::vector<int> inputs;
          for (std::size_t i = 0; i < c.node.inputs.size(); ++i) inputs.push_back(static_cast<int>(i));
          return registry("fused_elementwise", inputs, a);

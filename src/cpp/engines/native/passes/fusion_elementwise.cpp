@@ -1,8 +1,10 @@
 // elementwise_fusion -> com.xpuruntime:FusedElementwise (see passes.h, Note [Fused elementwise programs] in
 // core/fused_elementwise.h).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -239,6 +241,51 @@ std::optional<Candidate> candidate(const Graph& g, const Uses& uses, const PassC
   return c;
 }
 
+// The QuantizeLinear that a group may end in (Note [Quantized output of a fused program] in core/fused_elementwise.h).
+struct QuantizeTail {
+  std::size_t node = 0;
+  DType dtype = DType::kInt8;
+  double scale = 1.0;
+  std::int64_t zero_point = 0;
+};
+
+// The QuantizeLinear per tensor to int8/uint8, constant scale and zero point, that alone reads the group's output
+// `value` (not a graph output), when nothing keeps it unfused; nullopt otherwise.
+std::optional<QuantizeTail> quantize_tail(const Graph& g, const Uses& uses, const Rewriter& rw, const PassContext& ctx,
+                                          const std::string& value) {
+  if (uses.is_graph_output(value) || uses.read_by_subgraph(value)) return std::nullopt;
+  const auto& readers = uses.readers(value);
+  if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
+  const Node& q = g.nodes[readers[0]];
+  if (!is_onnx(q, "QuantizeLinear") || q.inputs.size() < 2 || q.inputs[0] != value || q.outputs.size() != 1) {
+    return std::nullopt;
+  }
+  if (ctx.keep_unfused && ctx.keep_unfused("quantize_linear")) return std::nullopt;
+  const Tensor* scale_tensor = constant(g, q.inputs[1]);
+  const std::optional<double> scale = scalar_constant(g, q.inputs[1]);
+  if (scale_tensor == nullptr || scale_tensor->numel() != 1 || !scale) return std::nullopt;
+  QuantizeTail tail;
+  tail.node = readers[0];
+  tail.scale = *scale;
+  const bool has_zero_point = q.inputs.size() > 2 && !q.inputs[2].empty();
+  if (has_zero_point) {
+    const Tensor* zp = constant(g, q.inputs[2]);
+    const std::optional<double> zero_point = scalar_constant(g, q.inputs[2]);
+    if (zp == nullptr || zp->numel() != 1 || !zero_point) return std::nullopt;
+    tail.dtype = zp->dtype();
+    tail.zero_point = static_cast<std::int64_t>(*zero_point);
+  } else {
+    // ONNX: uint8 without a zero point, unless opset 21's output_dtype says int8.
+    const std::int64_t to = q.attrs.get_int("output_dtype", 0);
+    if (to != 0 && to != 2 && to != 3) return std::nullopt;
+    tail.dtype = to == 3 ? DType::kInt8 : DType::kUInt8;
+  }
+  if (!fused::quantized_output(tail.dtype)) return std::nullopt;
+  const float scale32 = static_cast<float>(tail.scale);
+  if (!(scale32 > 0.0f) || !std::isfinite(scale32)) return std::nullopt;  // left to the node, which reports it
+  return tail;
+}
+
 // Note [Rotary reads the heads where the projection wrote them]
 // Llama-style models rotate q and k between their head transpose and the attention: Reshape to [B, S, H, D],
 // Transpose (0, 2, 1, 3), the rotary group (a FusedElementwise with rotate_half), Attention. Since the rotary is
@@ -437,11 +484,24 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     fused_node.op_type = "FusedElementwise";
     fused_node.inputs = inputs;
     fused_node.outputs = {last.outputs[0]};
-    fused_node.attrs.set("program", program.text());
     if (row_axes != 0) fused_node.attrs.set("row_axes", row_axes);
-    if (value_dtype(g, inputs[0]) != root.dtype) {
+    if (auto tail = quantize_tail(g, uses, rw, ctx, last.outputs[0]); tail && !rw.taken(tail->node)) {
+      // The group's value was rounded to its 16-bit dtype before the QuantizeLinear read it: so it is here.
+      if (root.dtype == DType::kFloat16 || root.dtype == DType::kBFloat16) {
+        fused::Instruction cast;
+        cast.code = root.dtype == DType::kFloat16 ? fused::Code::kToF16 : fused::Code::kToBF16;
+        cast.a = fused::Operand{false, static_cast<int>(program.code.size()) - 1};
+        program.code.push_back(cast);
+      }
+      fused_node.outputs = {g.nodes[tail->node].outputs[0]};
+      fused_node.attrs.set("output_dtype", std::string(dtype_name(tail->dtype)));
+      fused_node.attrs.set("y_scale", tail->scale);
+      fused_node.attrs.set("y_zero_point", tail->zero_point);
+      replaced.push_back(tail->node);
+    } else if (value_dtype(g, inputs[0]) != root.dtype) {
       fused_node.attrs.set("output_dtype", std::string(dtype_name(root.dtype)));
     }
+    fused_node.attrs.set("program", program.text());
     std::sort(replaced.begin(), replaced.end());
     std::string note = "fused ";
     for (std::size_t k = 0; k < replaced.size(); ++k) note += (k ? " + " : "") + describe(g.nodes[replaced[k]]);

@@ -264,7 +264,7 @@ def test_a_quantize_linear_ends_the_group_with_the_unfused_levels(device, zero_p
     ops = collections.Counter(n["op_type"] for n in fused.explain().nodes)
     assert ops == {"xpuruntime:FusedElementwise": 1}, ops
     assert "QuantizeLinear" in str(fused.explain())  # the pass's note: what it fused
-    got, want = fused.run(feeds)["q"], plain.run(feeds)["q"]
+    got, want = np.asarray(fused.run(feeds)["q"]), np.asarray(plain.run(feeds)["q"])
     assert got.dtype == want.dtype == (np.int8 if zero_point is not None and zero_point[1] == np.int8 else np.uint8)
     np.testing.assert_array_equal(got, want)
     levels = np.asarray(want).astype(np.int32)
@@ -291,3 +291,24 @@ def test_a_quantize_linear_ends_a_float16_group_with_the_unfused_levels():
     programs = [n for n in fused.explain().nodes if n["op_type"] == "xpuruntime:FusedElementwise"]
     assert len(programs) == 1
     np.testing.assert_array_equal(fused.run(feeds)["q"], plain.run(feeds)["q"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_elementwise_op_and_its_quantize_linear_become_one_kernel(device):
+    # BERT's GELU -> QuantizeLinear: a group of one op fuses when a QuantizeLinear ends it.
+    from onnx import TensorProto, helper, numpy_helper
+    shape = [4, 6, 40]
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["a"], ["t"]), helper.make_node("QuantizeLinear", ["t", "s", "z"], ["q"])],
+        "sigmoid_q", [helper.make_tensor_value_info("a", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("q", TensorProto.INT8, shape)],
+        [numpy_helper.from_array(np.array(1.0 / 127, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    feeds = {"a": np.random.default_rng(6).normal(0, 3, shape).astype(np.float32)}
+    fused = xrt.InferenceSession(model.SerializeToString(), engine="native", device=device)
+    ops = collections.Counter(n["op_type"] for n in fused.explain().nodes)
+    assert ops == {"xpuruntime:FusedElementwise": 1}, ops
+    plain = xrt.InferenceSession(model.SerializeToString(), engine="native", device=device,
+                                 disabled_passes=["elementwise_fusion"])
+    np.testing.assert_array_equal(np.asarray(fused.run(feeds)["q"]), np.asarray(plain.run(feeds)["q"]))

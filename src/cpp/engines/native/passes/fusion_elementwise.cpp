@@ -438,7 +438,9 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
         if (fused::is_reduction(cand[*p]->code)) row_axes = cand[*p]->row_axes;
       }
     }
-    if (members.size() < 2) continue;
+    // One op fuses only with the QuantizeLinear that ends it (BERT's GELU -> Q: Note [Quantized output of a fused
+    // program]); alone it stays the registry's kernel.
+    if (members.size() < 2 && !quantize_tail(g, uses, rw, ctx, g.nodes[r].outputs[0])) continue;
     // The program: members in graph order (topological), inputs numbered as first read.
     std::vector<std::size_t> ordered(members.begin(), members.end());
     std::map<std::string, fused::Operand> operand_of;

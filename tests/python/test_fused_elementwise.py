@@ -302,7 +302,8 @@ def test_one_elementwise_op_and_its_quantize_linear_become_one_kernel(device):
         [helper.make_node("Sigmoid", ["a"], ["t"]), helper.make_node("QuantizeLinear", ["t", "s", "z"], ["q"])],
         "sigmoid_q", [helper.make_tensor_value_info("a", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("q", TensorProto.INT8, shape)],
-        [numpy_helper.from_array(np.array(1.0 / 127, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z")])
+        [numpy_helper.from_array(np.array(1.0 / 127, np.float32), "s"),
+         numpy_helper.from_array(np.array(0, np.int8), "z")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 7
     feeds = {"a": np.random.default_rng(6).normal(0, 3, shape).astype(np.float32)}

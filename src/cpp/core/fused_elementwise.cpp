@@ -110,7 +110,8 @@ std::string quantized_store(DType dtype, const OutputQuantization& q) {
   std::uint32_t bits = 0;
   std::memcpy(&bits, &q.scale, sizeof(bits));
   return detail::str_cat("__device__ __forceinline__ ", is_signed ? "signed char" : "unsigned char", " st_",
-                         dtype_name(dtype), "(float f) { const float s = f / __int_as_float(", bits, "); float r = s != s ? ",
+                         dtype_name(dtype), "(float f) { const float s = f / __int_as_float(", bits,
+                         "); float r = s != s ? ",
                          q.zero_point, ".0f : rintf(s) + ", q.zero_point, ".0f; r = fminf(fmaxf(r, ",
                          is_signed ? "-128.0f" : "0.0f", "), ", is_signed ? "127.0f" : "255.0f", "); return (",
                          is_signed ? "signed char" : "unsigned char", ")r; }\n");
@@ -131,8 +132,9 @@ OutputQuantization output_quantization(const Attributes& attrs, DType dtype) {
   OutputQuantization q;
   q.scale = static_cast<float>(attrs.get_float("y_scale", 0.0));
   if (!(q.scale > 0.0f) || !std::isfinite(q.scale)) {
-    throw InvalidArgumentError(detail::str_cat("fused_elementwise: an ", dtype_name(dtype), " output needs y_scale "
-                                               "finite and positive in float32, got ", attrs.get_float("y_scale", 0.0)));
+    throw InvalidArgumentError(detail::str_cat("fused_elementwise: an ", dtype_name(dtype),
+                                               " output needs y_scale finite and positive in float32, got ",
+                                               attrs.get_float("y_scale", 0.0)));
   }
   const std::int64_t zero_point = attrs.get_int("y_zero_point", 0);
   const std::int64_t lo = dtype == DType::kInt8 ? -128 : 0, hi = dtype == DType::kInt8 ? 127 : 255;

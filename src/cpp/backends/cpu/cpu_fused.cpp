@@ -27,7 +27,8 @@ float read(DType dtype, const void* base, std::int64_t offset) {
 }
 
 // Runs `program` for `layout`: inputs of `input_dtypes` (float32, float16, bfloat16), a contiguous output of
-// `output_dtype` (int8/uint8 quantized by `quantization`). Without a reduction, over 256-element chunks of the output; with reductions, row by row (Note [Row
+// `output_dtype` (int8/uint8 quantized by `quantization`). Without a reduction, over 256-element chunks of the
+// output; with reductions, row by row (Note [Row
 // programs] in fused_elementwise.cpp): one pass over the row's chunks per reduction, then one that writes the row.
 void evaluate(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes, DType output_dtype,
               const fused::OutputQuantization& quantization, const std::vector<const void*>& inputs, void* output,

@@ -153,8 +153,9 @@ std::unique_ptr<cudnn::BuiltGraph> build_graph(const QConvShape& s, cudnnHandle_
   std::vector<std::pair<cudnnPointwiseMode_t, std::size_t>> steps;
   if (s.int_bias) steps.emplace_back(CUDNN_POINTWISE_ADD, g.tensor(kBias, CUDNN_DATA_INT32, channel, channel_strides));
   if (s.w_scale) {
-    steps.emplace_back(CUDNN_POINTWISE_MUL, s.per_channel ? g.tensor(kWScale, CUDNN_DATA_FLOAT, channel, channel_strides)
-                                                          : g.tensor(kWScale, CUDNN_DATA_FLOAT, one, one));
+    const std::size_t w_scale = s.per_channel ? g.tensor(kWScale, CUDNN_DATA_FLOAT, channel, channel_strides)
+                                              : g.tensor(kWScale, CUDNN_DATA_FLOAT, one, one);
+    steps.emplace_back(CUDNN_POINTWISE_MUL, w_scale);
   }
   if (s.x_scale != 1.0f) {
     steps.emplace_back(CUDNN_POINTWISE_MUL, g.tensor(kXScale, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true));

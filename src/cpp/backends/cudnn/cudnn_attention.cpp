@@ -385,13 +385,7 @@ class AttentionPlan final : public KernelPlan {
       uids[count] = kNegInf;
       data[count++] = const_cast<float*>(&neg_inf);
     }
-    BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids);
-    pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, data);
-    void* workspace = launch.workspace;
-    pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-    pack.finalize();
-    XPURT_CUDNN_CHECK(cudnnBackendExecute(handle, built.plan->get(), pack.get()));
+    cudnn::execute(handle, built, count, uids, data, launch.workspace);
   }
 
   std::size_t workspace_bytes() const override { return workspace_; }

@@ -141,6 +141,16 @@ void GraphBuilder::choose_plan(std::size_t workspace_limit, const std::string& n
                                                   runtime_version(), " proposes can run this graph", skipped));
 }
 
+void execute(cudnnHandle_t handle, const BuiltGraph& built, std::int64_t count, const std::int64_t* uids,
+             void* const* data, void* workspace) {
+  BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, data);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  pack.finalize();
+  XPURT_CUDNN_CHECK(cudnnBackendExecute(handle, built.plan->get(), pack.get()));
+}
+
 GraphsPerHandle::GraphsPerHandle(cudnnHandle_t handle, std::unique_ptr<BuiltGraph> first, Build build,
                                  std::string label)
     : build_(std::move(build)), label_(std::move(label)) {

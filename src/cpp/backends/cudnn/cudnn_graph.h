@@ -124,6 +124,11 @@ class GraphBuilder {
   std::vector<cudnnBackendDescriptor_t> ops_;  // its operations, in order
 };
 
+// Runs `built`'s plan on `handle` (bound to the launch's stream) over the `count` tensors of `uids` at `data`
+// (a by-value scalar's pointer is to host memory), with `workspace`.
+void execute(cudnnHandle_t handle, const BuiltGraph& built, std::int64_t count, const std::int64_t* uids,
+             void* const* data, void* workspace);
+
 // Note [cuDNN graphs per handle]
 // A cuDNN operation graph and its execution plan are made for one cudnnHandle_t, and handles are per thread
 // (Note [cuDNN handle pool]). The graph built by Kernel::build serves the building thread; another thread that runs

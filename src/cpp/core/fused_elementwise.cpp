@@ -103,20 +103,6 @@ std::string dtype_helpers(DType dtype) {
   }
 }
 
-// The store helper of a quantized output ("st_int8", "st_uint8"; Note [Quantized output of a fused program]): the scale
-// as its float32 bits, rintf rounding half to even as nearbyint does, the division IEEE's (NVRTC without fast math).
-std::string quantized_store(DType dtype, const OutputQuantization& q) {
-  const bool is_signed = dtype == DType::kInt8;
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &q.scale, sizeof(bits));
-  return detail::str_cat("__device__ __forceinline__ ", is_signed ? "signed char" : "unsigned char", " st_",
-                         dtype_name(dtype), "(float f) { const float s = f / __int_as_float(", bits,
-                         "); float r = s != s ? ",
-                         q.zero_point, ".0f : rintf(s) + ", q.zero_point, ".0f; r = fminf(fmaxf(r, ",
-                         is_signed ? "-128.0f" : "0.0f", "), ", is_signed ? "127.0f" : "255.0f", "); return (",
-                         is_signed ? "signed char" : "unsigned char", ")r; }\n");
-}
-
 const char* storage_type(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return "float";
@@ -126,7 +112,32 @@ const char* storage_type(DType dtype) {
   }
 }
 
+// The store helper of a quantized output ("st_int8", "st_uint8"; Note [Quantized output of a fused program]): the scale
+// as its float32 bits, rintf rounding half to even as nearbyint does, the division IEEE's (NVRTC without fast math).
+std::string quantized_store(DType dtype, const OutputQuantization& q) {
+  const char* type = storage_type(dtype);
+  int lo = 0, hi = 0;
+  quantize_ops::integer_range(dtype, &lo, &hi);
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &q.scale, sizeof(bits));
+  return detail::str_cat("__device__ __forceinline__ ", type, " st_", dtype_name(dtype),
+                         "(float f) { const float s = f / __int_as_float(", bits, "); float r = s != s ? ",
+                         q.zero_point, ".0f : rintf(s) + ", q.zero_point, ".0f; r = fminf(fmaxf(r, ", lo, ".0f), ",
+                         hi, ".0f); return (", type, ")r; }\n");
+}
+
 }  // namespace
+
+Attributes registry_attributes(const Attributes& node) {
+  Attributes a;
+  a.set("program", node.get_string("program", ""));
+  if (node.has("row_axes")) a.set("row_axes", node.get_int("row_axes", 0));
+  if (node.has("output_dtype")) a.set("output_dtype", node.get_string("output_dtype", ""));
+  // An int8/uint8 output's QuantizeLinear (Note [Quantized output of a fused program]).
+  if (node.has("y_scale")) a.set("y_scale", node.get_float("y_scale", 0.0));
+  if (node.has("y_zero_point")) a.set("y_zero_point", node.get_int("y_zero_point", 0));
+  return a;
+}
 
 OutputQuantization output_quantization(const Attributes& attrs, DType dtype) {
   OutputQuantization q;
@@ -137,7 +148,8 @@ OutputQuantization output_quantization(const Attributes& attrs, DType dtype) {
                                                attrs.get_float("y_scale", 0.0)));
   }
   const std::int64_t zero_point = attrs.get_int("y_zero_point", 0);
-  const std::int64_t lo = dtype == DType::kInt8 ? -128 : 0, hi = dtype == DType::kInt8 ? 127 : 255;
+  int lo = 0, hi = 0;
+  quantize_ops::integer_range(dtype, &lo, &hi);
   if (zero_point < lo || zero_point > hi) {
     throw InvalidArgumentError(detail::str_cat("fused_elementwise: y_zero_point ", zero_point, " is outside the ",
                                                dtype_name(dtype), " output's range"));

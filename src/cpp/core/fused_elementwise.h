@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/quantize_ops.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/export.h"
 #include "xpuruntime/op_descriptor.h"
@@ -166,13 +167,14 @@ inline bool quantized_output(DType dtype) { return dtype == DType::kInt8 || dtyp
 // The node's y_scale and y_zero_point for an output of `dtype` (int8 or uint8); InvalidArgumentError for a scale that
 // is not finite and positive in float32, or a zero point outside the output's range.
 XPURT_API OutputQuantization output_quantization(const Attributes& attrs, DType dtype);
+// The registry op fused_elementwise's attributes from a com.xpuruntime:FusedElementwise node's (program, row_axes,
+// output_dtype, y_scale, y_zero_point): what the native engine's lowering and the node kernel pass on.
+XPURT_API Attributes registry_attributes(const Attributes& node);
 // The level of `v` in an int8/uint8 output (the cpu kernel's; cuda_source writes the same).
 inline std::int32_t quantize_level(float v, const OutputQuantization& q, DType dtype) {
-  const double lo = dtype == DType::kInt8 ? -128.0 : 0.0, hi = dtype == DType::kInt8 ? 127.0 : 255.0;
-  const float quotient = v / q.scale;
-  const double level =
-      std::isnan(quotient) ? q.zero_point : std::nearbyint(static_cast<double>(quotient)) + q.zero_point;
-  return static_cast<std::int32_t>(std::min(hi, std::max(lo, level)));
+  int lo = 0, hi = 0;
+  quantize_ops::integer_range(dtype, &lo, &hi);
+  return static_cast<std::int32_t>(quantize_ops::integer_level(v / q.scale, q.zero_point, lo, hi));
 }
 
 // A reduction's accumulator: its start, one step, and the row's value from the accumulator over `row` elements.

@@ -27,6 +27,8 @@
 // may differ between the cpu and cuda_raw kernels in the sign bit of the NaN only.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -53,6 +55,14 @@ inline void integer_range(DType d, int* lo, int* hi) {
     case DType::kUInt4: *lo = 0; *hi = 15; return;
     default: *lo = 0; *hi = 255; return;  // kUInt8
   }
+}
+
+// quantize_linear's integer level of the float32 quotient `scaled` = x / scale: saturate(round_half_even(scaled) +
+// zero_point) within [lo, hi], a NaN quotient giving the zero point (saturated). Also the level of the int8 ops'
+// requantizing epilogues (cpu_quant.cpp) and of fused programs' quantized outputs (core/fused_elementwise.h).
+inline double integer_level(float scaled, double zero_point, int lo, int hi) {
+  const double q = std::isnan(scaled) ? zero_point : std::nearbyint(static_cast<double>(scaled)) + zero_point;
+  return std::clamp(q, static_cast<double>(lo), static_cast<double>(hi));
 }
 
 // Which element of a scale or zero point applies to element i of x (row-major): the only one, or the one of i's index

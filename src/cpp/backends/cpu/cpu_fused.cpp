@@ -105,14 +105,8 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
         for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_bfloat16(result[i]);
         break;
       }
-      case DType::kInt8: {  // Note [Quantized output of a fused program]
-        auto* y = static_cast<std::int8_t*>(output) + begin;
-        for (std::int64_t i = 0; i < n; ++i) {
-          y[i] = static_cast<std::int8_t>(fused::quantize_level(result[i], quantization, output_dtype));
-        }
-        break;
-      }
-      case DType::kUInt8: {
+      case DType::kInt8:
+      case DType::kUInt8: {  // Note [Quantized output of a fused program]; int8 as two's complement bytes
         auto* y = static_cast<std::uint8_t*>(output) + begin;
         for (std::int64_t i = 0; i < n; ++i) {
           y[i] = static_cast<std::uint8_t>(fused::quantize_level(result[i], quantization, output_dtype));

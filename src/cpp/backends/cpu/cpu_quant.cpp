@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "core/half.h"
+#include "core/quantize_ops.h"
 #include "xpuruntime/low_bit.h"
 
 namespace xpuruntime::cpu {
@@ -70,12 +71,8 @@ class Epilogue {
       const auto* b = static_cast<const float*>(bias->data_ptr());
       float_bias_.assign(b, b + channels);
     }
-    if (out_.dtype() == DType::kInt8) {
-      lo_ = -128;
-      hi_ = 127;
-    } else if (out_.dtype() == DType::kUInt8) {
-      lo_ = 0;
-      hi_ = 255;
+    if (out_.dtype() == DType::kInt8 || out_.dtype() == DType::kUInt8) {
+      quantize_ops::integer_range(out_.dtype(), &lo_, &hi_);
     }
   }
 
@@ -111,15 +108,14 @@ class Epilogue {
   }
   // ONNX's QuantizeLinear: saturate(round_half_even(real / y_scale) + y_zero_point), the division in float32.
   double quantize(float real) const {
-    const float scaled = real / y_scale_;
-    if (std::isnan(scaled)) return std::min(hi_, std::max(lo_, y_zero_point_));
-    return std::min(hi_, std::max(lo_, std::nearbyint(static_cast<double>(scaled)) + y_zero_point_));
+    return quantize_ops::integer_level(real / y_scale_, y_zero_point_, lo_, hi_);
   }
 
   Tensor& out_;
   bool relu_ = false;
   float y_scale_ = 1.0f;
-  double y_zero_point_ = 0, lo_ = 0, hi_ = 0;
+  double y_zero_point_ = 0;
+  int lo_ = 0, hi_ = 0;
   std::vector<float> alpha_, float_bias_;
   std::vector<std::int32_t> int_bias_;
 };

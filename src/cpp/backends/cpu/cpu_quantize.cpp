@@ -93,9 +93,8 @@ void run_quantize_linear(const KernelLaunch& launch, const CpuContext& context) 
         ys[i] = detail::float8_from_double(static_cast<double>(scaled) + zero_point, out, saturate);
         continue;
       }
-      const double q = std::isnan(scaled) ? zero_point : std::nearbyint(static_cast<double>(scaled)) + zero_point;
-      const double saturated = std::clamp(q, static_cast<double>(lo), static_cast<double>(hi));
-      ys[i] = static_cast<std::uint8_t>(static_cast<int>(saturated));  // int8/int4: two's complement bytes
+      const double level = quantize_ops::integer_level(scaled, zero_point, lo, hi);
+      ys[i] = static_cast<std::uint8_t>(static_cast<int>(level));  // int8/int4: two's complement bytes
     }
   });
 }
@@ -134,8 +133,7 @@ void run_dynamic_quantize_linear(const KernelLaunch& launch, const CpuContext& c
   parallel_for(n, context.threads, kGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const float scaled = xs[i] / scale;
-      const double q = std::isnan(scaled) ? zero_point : std::nearbyint(static_cast<double>(scaled)) + zero_point;
-      ys[i] = scale > 0.0f ? static_cast<std::uint8_t>(std::clamp(q, 0.0, 255.0)) : 0;
+      ys[i] = scale > 0.0f ? static_cast<std::uint8_t>(quantize_ops::integer_level(scaled, zero_point, 0, 255)) : 0;
     }
   });
   *static_cast<float*>(launch.output(1).data_ptr()) = scale;

@@ -446,16 +446,7 @@ class CudnnAttentionKernel final : public Kernel {
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
                                     const std::string& record) const override {
-    if (!record.empty()) {
-      throw UnsupportedOperationError(detail::str_cat(
-          kLabel, " keeps cuDNN's heuristic choice and has no plan record, but was given one: '", record,
-          "' (a record of another kernel?)"));
-    }
-    const Support support = supports(desc, policy);  // the declaration, then check_attention
-    if (!support) {
-      throw UnsupportedOperationError(detail::str_cat(kLabel, " cannot run ", desc.signature(), ": ",
-                                                      support.reason()));
-    }
+    cudnn::check_graph_build(*this, kLabel, desc, policy, record);  // the declaration, then check_attention
     if (desc.outputs[0].numel() == 0) return std::make_unique<cudnn::EmptyPlan>();
     return std::make_unique<AttentionPlan>(shape_of(desc), desc.device.index, cudnn::workspace_limit(policy));
   }

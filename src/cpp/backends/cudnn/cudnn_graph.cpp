@@ -151,6 +151,19 @@ void execute(cudnnHandle_t handle, const BuiltGraph& built, std::int64_t count, 
   XPURT_CUDNN_CHECK(cudnnBackendExecute(handle, built.plan->get(), pack.get()));
 }
 
+void check_graph_build(const Kernel& kernel, const char* label, const OpDescriptor& desc,
+                       const ExecutionPolicy& policy, const std::string& record) {
+  if (!record.empty()) {
+    throw UnsupportedOperationError(detail::str_cat(
+        label, " keeps cuDNN's heuristic choice and has no plan record, but was given one: '", record,
+        "' (a record of another kernel?)"));
+  }
+  const Support support = kernel.supports(desc, policy);
+  if (!support) {
+    throw UnsupportedOperationError(detail::str_cat(label, " cannot run ", desc.signature(), ": ", support.reason()));
+  }
+}
+
 GraphsPerHandle::GraphsPerHandle(cudnnHandle_t handle, std::unique_ptr<BuiltGraph> first, Build build,
                                  std::string label)
     : build_(std::move(build)), label_(std::move(label)) {

@@ -129,6 +129,11 @@ class GraphBuilder {
 void execute(cudnnHandle_t handle, const BuiltGraph& built, std::int64_t count, const std::int64_t* uids,
              void* const* data, void* workspace);
 
+// What build() of a graph kernel checks first: a graph kernel keeps cuDNN's heuristic choice, so it takes no plan
+// record, and `kernel` supports `desc` under `policy`. UnsupportedOperationError naming `label` otherwise.
+void check_graph_build(const Kernel& kernel, const char* label, const OpDescriptor& desc,
+                       const ExecutionPolicy& policy, const std::string& record);
+
 // Note [cuDNN graphs per handle]
 // A cuDNN operation graph and its execution plan are made for one cudnnHandle_t, and handles are per thread
 // (Note [cuDNN handle pool]). The graph built by Kernel::build serves the building thread; another thread that runs

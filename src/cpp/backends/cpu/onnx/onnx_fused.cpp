@@ -5,6 +5,7 @@
 
 #include "backends/cpu/onnx/onnx_kernels.h"
 #include "core/attention_layout.h"
+#include "core/fused_elementwise.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/ops.h"
 
@@ -62,14 +63,8 @@ void register_fused_ops(NodeKernelRegistrar& kernels) {
                     Attributes().set("layout", ctx.attr_string("layout", "NCHW")));
   });
   kernels.add(kXpurtDomain, "FusedElementwise", [](OpContext& ctx) {  // Note [Fused elementwise programs]
-    Attributes attrs;
-    attrs.set("program", ctx.attr_string("program", ""));
-    if (ctx.node().attrs.has("row_axes")) attrs.set("row_axes", ctx.attr_int("row_axes", 0));
-    if (ctx.node().attrs.has("output_dtype")) attrs.set("output_dtype", ctx.attr_string("output_dtype", ""));
-    // An int8/uint8 output's QuantizeLinear (Note [Quantized output of a fused program]).
-    if (ctx.node().attrs.has("y_scale")) attrs.set("y_scale", ctx.attr_float("y_scale", 0.0));
-    if (ctx.node().attrs.has("y_zero_point")) attrs.set("y_zero_point", ctx.attr_int("y_zero_point", 0));
-    run_registry_op(ctx, "fused_elementwise", inputs_of(ctx, ctx.num_inputs()), attrs);
+    run_registry_op(ctx, "fused_elementwise", inputs_of(ctx, ctx.num_inputs()),
+                    fused::registry_attributes(ctx.node().attrs));
   });
   kernels.add(kXpurtDomain, "Linear", [](OpContext& ctx) {
     Attributes attrs;

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/attention_layout.h"
+#include "core/fused_elementwise.h"
 #include "core/group_query_attention.h"
 #include "core/quantize_ops.h"
 #include "engines/native/passes/pass_utils.h"
@@ -1235,13 +1236,7 @@ const std::map<std::string, LowerFn>& xpurt_table() {
       {"FusedElementwise",
        [](const Ctx& c) {
          // Made by the elementwise_fusion pass (Note [Fused elementwise programs]).
-         Attributes a;
-         a.set("program", c.node.attrs.get_string("program", ""));
-         if (c.node.attrs.has("row_axes")) a.set("row_axes", c.node.attrs.get_int("row_axes", 0));
-         if (c.node.attrs.has("output_dtype")) a.set("output_dtype", c.node.attrs.get_string("output_dtype", ""));
-         // An int8/uint8 output's QuantizeLinear (Note [Quantized output of a fused program]).
-         if (c.node.attrs.has("y_scale")) a.set("y_scale", c.node.attrs.get_float("y_scale", 0.0));
-         if (c.node.attrs.has("y_zero_point")) a.set("y_zero_point", c.node.attrs.get_int("y_zero_point", 0));
+         const Attributes a = fused::registry_attributes(c.node.attrs);
          std::vector<int> inputs;
          for (std::size_t i = 0; i < c.node.inputs.size(); ++i) inputs.push_back(static_cast<int>(i));
          return registry("fused_elementwise", inputs, a);

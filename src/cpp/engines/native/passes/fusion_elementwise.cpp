@@ -440,7 +440,8 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     }
     // One op fuses only with the QuantizeLinear that ends it (BERT's GELU -> Q: Note [Quantized output of a fused
     // program]); alone it stays the registry's kernel.
-    if (members.size() < 2 && !quantize_tail(g, uses, rw, ctx, g.nodes[r].outputs[0])) continue;
+    const std::optional<QuantizeTail> tail = quantize_tail(g, uses, rw, ctx, g.nodes[r].outputs[0]);
+    if (members.size() < 2 && !tail) continue;
     // The program: members in graph order (topological), inputs numbered as first read.
     std::vector<std::size_t> ordered(members.begin(), members.end());
     std::map<std::string, fused::Operand> operand_of;
@@ -487,7 +488,7 @@ PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
     fused_node.inputs = inputs;
     fused_node.outputs = {last.outputs[0]};
     if (row_axes != 0) fused_node.attrs.set("row_axes", row_axes);
-    if (auto tail = quantize_tail(g, uses, rw, ctx, last.outputs[0]); tail && !rw.taken(tail->node)) {
+    if (tail) {
       // The group's value was rounded to its 16-bit dtype before the QuantizeLinear read it: so it is here.
       if (root.dtype == DType::kFloat16 || root.dtype == DType::kBFloat16) {
         fused::Instruction cast;

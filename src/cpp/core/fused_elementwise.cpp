@@ -10,6 +10,7 @@
 #include <functional>
 #include <sstream>
 
+#include "core/fnv1a.h"
 #include "core/shape_str.h"
 #include "xpuruntime/exceptions.h"
 
@@ -737,11 +738,9 @@ std::string cuda_source(const Program& program, const Layout& layout, const std:
 }
 
 std::string hash_hex(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
+  // FNV-1a's step from an offset basis of its own (not FNV's 14695981039346656037): the kernels' names, their disk
+  // cache keys and the source hashes that lock files record were made with it, so it stays.
+  std::uint64_t h = detail::fnv1a(1469598103934665603ULL, text.data(), text.size());
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -9,16 +9,13 @@
 #include <yaml-cpp/yaml.h>
 #endif
 
+#include "core/fnv1a.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::detail {
 
 std::string fnv1a_hex(std::string_view text) {
-  std::uint64_t hash = 0xcbf29ce484222325ull;
-  for (const unsigned char c : text) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  }
+  std::uint64_t hash = fnv1a(kFnv1aOffset, text.data(), text.size());
   static const char digits[] = "0123456789abcdef";
   std::string out(16, '0');
   for (int k = 15; k >= 0; --k) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fnv1a.h"
 #include "generation/step_io.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/generation.h"
@@ -49,13 +50,12 @@ namespace {
 
 // FNV-1a over the previous block's key and this block's tokens: a prompt block's key names every token up to its end.
 std::uint64_t block_key(std::uint64_t previous, const std::int64_t* tokens, std::int64_t count) {
-  std::uint64_t h = previous ^ 0xcbf29ce484222325ull;
+  std::uint64_t h = previous ^ detail::kFnv1aOffset;
   for (std::int64_t i = 0; i < count; ++i) {
-    auto v = static_cast<std::uint64_t>(tokens[i]);
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= (v >> (8 * byte)) & 0xffu;
-      h *= 0x100000001b3ull;
-    }
+    const auto v = static_cast<std::uint64_t>(tokens[i]);
+    unsigned char bytes[8];  // little-endian, whatever the machine's order
+    for (int byte = 0; byte < 8; ++byte) bytes[byte] = static_cast<unsigned char>(v >> (8 * byte));
+    h = detail::fnv1a(h, bytes, sizeof(bytes));
   }
   return h;
 }

@@ -26,6 +26,7 @@
 #include <unordered_set>
 
 #include "core/build_clock.h"
+#include "core/fnv1a.h"
 #include "core/half.h"
 #include "core/node_kernels.h"
 #include "engines/native/lowering/lowering.h"
@@ -864,20 +865,15 @@ std::shared_ptr<const CapturePlan> CapturePlan::build(const Graph& graph,
 // between plans, and between threads running them, is safe. The cache lives as long as the session (its plans do).
 namespace {
 
-std::uint64_t mix_bytes(std::uint64_t h, const unsigned char* p, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ull;  // FNV-1a
-  return h;
-}
-
 std::uint64_t constant_fingerprint(const Tensor& host) {
   constexpr std::size_t kWhole = 64 * 1024, kWindow = 1024, kWindows = 64;
   const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
   const std::size_t n = host.nbytes();
-  std::uint64_t h = 0xCBF29CE484222325ull ^ n;
-  if (n <= kWhole) return mix_bytes(h, bytes, n);
+  std::uint64_t h = detail::kFnv1aOffset ^ n;
+  if (n <= kWhole) return detail::fnv1a(h, bytes, n);
   const std::size_t stride = (n - kWindow) / kWindows;
-  for (std::size_t w = 0; w < kWindows; ++w) h = mix_bytes(h, bytes + w * stride, kWindow);
-  return mix_bytes(h, bytes + n - kWindow, kWindow);
+  for (std::size_t w = 0; w < kWindows; ++w) h = detail::fnv1a(h, bytes + w * stride, kWindow);
+  return detail::fnv1a(h, bytes + n - kWindow, kWindow);
 }
 
 // Whether device (or host) tensor `cached` holds the bytes of host tensor `host` (same size).

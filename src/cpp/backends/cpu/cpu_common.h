@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_threads.h"
 #include "core/data_ops.h"
 #include "core/half.h"
@@ -46,6 +47,7 @@
 #include "xpuruntime/tensor.h"
 
 namespace xpuruntime::cpu {
+
 
 // ---- plan context ----
 
@@ -60,12 +62,14 @@ struct CpuContext {
   int threads = 1;                      // threads of this plan's loops and GEMMs, the caller included (>= 1)
   bool allow_spinning = true;           // ExecutionPolicy::allow_spinning (Note [CPU worker threads])
   GemmImpl gemm = GemmImpl::kFallback;  // how GEMMs run
+  const IsaKernels* isa = nullptr;      // the window loops' instruction set (cpu_isa.h; set by make_context)
 };
 
 // The context for `policy`: threads = policy.intra_op_threads (0: default_threads(), the CPUs the process may use),
 // allow_spinning from the policy; GEMM from
-// XPURT_CPU_GEMM (unset or "auto": OpenBLAS when built with it). Throws InvalidArgumentError on an unknown
-// XPURT_CPU_GEMM value and UnsupportedOperationError for "blas" on a build without OpenBLAS.
+// XPURT_CPU_GEMM (unset or "auto": OpenBLAS when built with it), the instruction set from XPURT_CPU_ISA (isa_kernels
+// in cpu_isa.h). Throws InvalidArgumentError on an unknown XPURT_CPU_GEMM or XPURT_CPU_ISA value and
+// UnsupportedOperationError for "blas" on a build without OpenBLAS or an instruction set the CPU lacks.
 CpuContext make_context(const ExecutionPolicy& policy);
 
 // ---- kernels ----
@@ -375,6 +379,41 @@ inline std::int64_t product(const std::vector<std::int64_t>& shape, std::size_t 
 
 // Element strides of `shape` broadcast to `out_shape` (right-aligned, NumPy rules): 0 on broadcast dims.
 using data_ops::broadcast_strides;
+
+// ---- sliding windows (Note [Phase-split planes] in cpu_conv.cpp) ----
+
+// PhaseGeometry (cpu_isa.h): the phase-split padded plane of a window op.
+inline PhaseGeometry phase_geometry(std::int64_t out_h, std::int64_t out_w, std::int64_t kh, std::int64_t kw,
+                                    const std::int64_t stride[2], const std::int64_t dilation[2],
+                                    std::int64_t pad_top, std::int64_t pad_left) {
+  PhaseGeometry g;
+  g.rows = (out_h - 1) * stride[0] + (kh - 1) * dilation[0] + 1;
+  g.cols = (out_w - 1) * stride[1] + (kw - 1) * dilation[1] + 1;
+  g.row_phases = stride[0];
+  g.phase_rows = (g.rows + g.row_phases - 1) / g.row_phases;
+  g.phases = stride[1];
+  g.phase_cols = (g.cols + g.phases - 1) / g.phases;
+  g.row_stride = g.phases * g.phase_cols;
+  g.pad_top = pad_top;
+  g.pad_left = pad_left;
+  return g;
+}
+
+// Offset of tap (i, j) of output (0, 0) in a phase-split plane, for i < kh, j < kw (row-major).
+inline std::vector<std::int64_t> phase_offsets(const PhaseGeometry& g, std::int64_t kh, std::int64_t kw,
+                                               const std::int64_t dilation[2]) {
+  std::vector<std::int64_t> offsets;
+  offsets.reserve(static_cast<std::size_t>(kh * kw));
+  for (std::int64_t i = 0; i < kh; ++i) {
+    const std::int64_t r = i * dilation[0];
+    const std::int64_t row = (r % g.row_phases) * g.phase_rows + r / g.row_phases;
+    for (std::int64_t j = 0; j < kw; ++j) {
+      const std::int64_t c = j * dilation[1];
+      offsets.push_back(row * g.row_stride + (c % g.phases) * g.phase_cols + c / g.phases);
+    }
+  }
+  return offsets;
+}
 
 // ---- scalar math shared by activations and GEMM epilogues ----
 

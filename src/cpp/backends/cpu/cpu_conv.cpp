@@ -1,103 +1,267 @@
-// conv2d of the cpu backend: im2col + GEMM per (image, group), then bias, residual and ReLU in one pass.
+// conv2d of the cpu backend: a direct kernel for depthwise convolutions, im2col + GEMM in tiles of output pixels for
+// the others, with bias, residual and the activation applied to each tile as it is written.
 //
+// Note [CPU convolution tiles]
 // For image n and group g, with Cg = C / groups input and Og = O / groups output channels:
-//   col[(c * kh + i) * kw + j, oh * OW + ow] = x[n, g * Cg + c, oh * sh - pad_top + i * dh,
-//                                                ow * sw - pad_left + j * dw]   (0 outside the input)
-//   y[n, g * Og + o, :] = W[g * Og + o, :] (Cg * kh * kw) @ col
-// A 1x1 kernel with unit strides and no padding reads x directly (col would be a copy of it).
+//   col[(c * kh + i) * kw + j, p] = x[n, g * Cg + c, oh * sh - pad_top + i * dh, ow * sw - pad_left + j * dw]
+//                                   (0 outside the input; p = oh * OW + ow)
+//   y[n, g * Og + o, p] = W[g * Og + o, :] (Cg * kh * kw) @ col[:, p]
+// The output pixels are cut into tiles of kTileBytes of col (a multiple of kTileAlign pixels, or all of them), and
+// each (image, group, tile) is one task of the pool: it writes its own slice of col into a per-thread scratch that
+// stays in cache, runs one GEMM of Og x tile x depth on its thread, and then the epilogue over the rows it wrote. So
+// the whole convolution is spread over the threads whatever the batch and group count (a batch of 1 with one group
+// still has one task per tile), col never exceeds one tile per thread, and the tiles depend on the shape only: the
+// result has the same bits for every thread count. A 1x1 kernel with unit strides and no padding reads x directly
+// (col would be a copy of it).
+//   The slice of col is written row by row: for each (c, i, j) and output row, the columns whose input position
+// falls inside the image are one interval [lo, hi) computed once (first_inside / end_inside), so the copy has no
+// per-element test (a memcpy for unit strides), and the outside columns are zeros.
+//
+// Note [Depthwise convolution on the CPU]
+// A convolution with one input channel per group (Cg == 1: depthwise, any channel multiplier Og) is a direct
+// kernel, one task per (image, output channel) plane; as a GEMM it would be thousands of Og x pixels x kh*kw calls.
+// The task copies its input plane into a phase-split padded plane (Note [Phase-split planes]) and runs the window
+// loop of cpu_isa.h (Note [CPU instruction sets] in cpu_isa_baseline.cpp): each output sums its kh * kw taps in
+// order (3x3, 5x5 and 7x7 unrolled, with two partial sums), then bias, residual and ReLU are added as the rows are
+// copied out; other activations follow in a pass over the plane.
+//
+// Note [Phase-split planes]
+// A window op's taps read x[oh * sh + i * dh - pad_top, ow * sw + j * dw - pad_left]. Bounds tests in the inner
+// loop, the strides between consecutive outputs' taps, and rows of a few dozen outputs keep such a loop from
+// vectorising well. So the plane is first copied, padded (zeros for a convolution, -inf for max pooling) to the
+// extent the windows cover, with its rows split into sh phases and its columns into sw phases: padded row r goes to
+// row phase r % sh at row r / sh, padded column c to column phase c % sw at index c / sw (PhaseGeometry in
+// cpu_isa.h). Tap (i, j) of output (oh, ow) is then at q + offset(i, j), q = oh * row_stride + ow, where
+// row_stride is the split row's length and offset(i, j) = ((i * dh % sh) * phase_rows + i * dh / sh) * row_stride +
+// (j * dw % sw) * phase_cols + j * dw / sw. For a fixed tap, consecutive q read consecutive elements whatever the
+// strides, dilations and pads, so the loops run over q in one flat range of the whole plane (the values at
+// ow >= out_w of each row are computed and dropped when the rows are copied out). The copy costs one pass over the
+// input plane (the loops read each input element kh * kw / (sh * sw) times).
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/cpu_isa.h"
 
 namespace xpuruntime::cpu {
 
 namespace {
 
-template <typename T>
-void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
+constexpr std::int64_t kTileBytes = 512 * 1024;  // of col per task: well inside a core's L2
+constexpr std::int64_t kTileAlign = 16;          // pixels
+
+struct ConvGeometry {
+  std::int64_t batch, channels, height, width;
+  std::int64_t out_channels, kh, kw, out_h, out_w;
+  std::int64_t groups, cg, og, depth, pixels;
+  std::int64_t stride[2], pad[2], pad_end[2], dilation[2];
+  Activation activation;
+};
+
+ConvGeometry conv_geometry(const KernelLaunch& launch) {
   const OpDescriptor& desc = *launch.desc;
-  const Tensor& x_tensor = launch.input(0);
-  const Tensor& w_tensor = launch.input(1);
-  Tensor& y_tensor = launch.output(0);
+  const auto& x = launch.input(0).shape();
+  const auto& w = launch.input(1).shape();
+  const auto& y = launch.output(0).shape();
   const auto strides = desc.attrs.get_ints("strides", {1, 1});
   const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
   const auto dilations = desc.attrs.get_ints("dilations", {1, 1});
-  const std::int64_t groups = desc.attrs.get_int("groups", 1);
-  const Activation activation = activation_from_name(desc.attrs.get_string("activation", "none"));
+  ConvGeometry g{};
+  g.batch = x[0];
+  g.channels = x[1];
+  g.height = x[2];
+  g.width = x[3];
+  g.out_channels = w[0];
+  g.kh = w[2];
+  g.kw = w[3];
+  g.out_h = y[2];
+  g.out_w = y[3];
+  g.groups = desc.attrs.get_int("groups", 1);
+  g.cg = g.channels / g.groups;
+  g.og = g.out_channels / g.groups;
+  g.depth = g.cg * g.kh * g.kw;  // GEMM K
+  g.pixels = g.out_h * g.out_w;  // GEMM N
+  for (int d = 0; d < 2; ++d) {
+    g.stride[d] = strides[d];
+    g.pad[d] = pads[d];
+    g.pad_end[d] = pads[d + 2];
+    g.dilation[d] = dilations[d];
+  }
+  g.activation = activation_from_name(desc.attrs.get_string("activation", "none"));
+  return g;
+}
 
-  const std::int64_t batch = x_tensor.shape()[0], channels = x_tensor.shape()[1];
-  const std::int64_t height = x_tensor.shape()[2], width = x_tensor.shape()[3];
-  const std::int64_t out_channels = w_tensor.shape()[0];
-  const std::int64_t kh = w_tensor.shape()[2], kw = w_tensor.shape()[3];
-  const std::int64_t out_h = y_tensor.shape()[2], out_w = y_tensor.shape()[3];
-  const std::int64_t cg = channels / groups, og = out_channels / groups;
-  const std::int64_t depth = cg * kh * kw;    // GEMM K
-  const std::int64_t pixels = out_h * out_w;  // GEMM N
+// The first output index o >= 0 whose input position o * stride + offset is >= 0, and the end of those whose
+// position is < size (the interval [first_inside, end_inside) may be empty; both are clamped to [0, out)).
+std::int64_t first_inside(std::int64_t offset, std::int64_t stride, std::int64_t out) {
+  if (offset >= 0) return 0;
+  return std::min(out, (-offset + stride - 1) / stride);
+}
+std::int64_t end_inside(std::int64_t offset, std::int64_t stride, std::int64_t size, std::int64_t out) {
+  if (offset >= size) return 0;
+  return std::clamp<std::int64_t>((size - 1 - offset) / stride + 1, 0, out);
+}
 
-  InputBuffer<T> x(x_tensor);
-  InputBuffer<T> w(w_tensor);
-  InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
-  InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
-  OutputBuffer<T> y(y_tensor);
+// bias, residual and the activation over `count` values of output channel `channel` starting at `row`.
+template <typename T>
+void conv_epilogue(T* row, std::int64_t count, const T* bias, std::int64_t channel, const T* residual,
+                   Activation activation) {
+  const T bias_value = bias != nullptr ? bias[channel] : T(0);
+  if (activation == Activation::kNone && residual == nullptr) {
+    if (bias != nullptr) {
+      for (std::int64_t p = 0; p < count; ++p) row[p] += bias_value;
+    }
+    return;
+  }
+  if (activation == Activation::kRelu) {
+    for (std::int64_t p = 0; p < count; ++p) {
+      const T value = row[p] + bias_value + (residual != nullptr ? residual[p] : T(0));
+      row[p] = value > T(0) ? value : (value != value ? value : T(0));
+    }
+    return;
+  }
+  for (std::int64_t p = 0; p < count; ++p) {
+    T value = row[p] + bias_value;
+    if (residual != nullptr) value += residual[p];
+    row[p] = apply_activation(activation, value);
+  }
+}
 
-  const bool direct = kh == 1 && kw == 1 && strides[0] == 1 && strides[1] == 1 && pads[0] == 0 && pads[1] == 0 &&
-                      pads[2] == 0 && pads[3] == 0;
-  ScratchVector<T> col(direct ? 0 : static_cast<std::size_t>(depth * pixels));
-  for (std::int64_t n = 0; n < batch; ++n) {
-    for (std::int64_t g = 0; g < groups; ++g) {
-      const T* image = x.data() + (n * channels + g * cg) * height * width;
-      const T* columns = image;
-      if (!direct) {
-        parallel_for(depth, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(pixels, 1)),
-                     [&](std::int64_t begin, std::int64_t end) {
-                       for (std::int64_t row = begin; row < end; ++row) {
-                         const std::int64_t c = row / (kh * kw);
-                         const std::int64_t i = (row / kw) % kh;
-                         const std::int64_t j = row % kw;
-                         const T* plane = image + c * height * width;
-                         T* out = col.data() + row * pixels;
-                         for (std::int64_t oh = 0; oh < out_h; ++oh) {
-                           const std::int64_t ih = oh * strides[0] - pads[0] + i * dilations[0];
-                           T* out_row = out + oh * out_w;
-                           if (ih < 0 || ih >= height) {
-                             std::fill(out_row, out_row + out_w, T(0));
-                             continue;
-                           }
-                           const T* in_row = plane + ih * width;
-                           for (std::int64_t ow = 0; ow < out_w; ++ow) {
-                             const std::int64_t iw = ow * strides[1] - pads[1] + j * dilations[1];
-                             out_row[ow] = iw >= 0 && iw < width ? in_row[iw] : T(0);
-                           }
-                         }
-                       }
-                     });
-        columns = col.data();
+// Rows [0, depth) x pixels [p0, p0 + count) of col for the Cg input planes at `image` (Note [CPU convolution tiles]).
+template <typename T>
+void im2col_tile(const ConvGeometry& g, const T* image, std::int64_t p0, std::int64_t count, T* col) {
+  for (std::int64_t row = 0; row < g.depth; ++row) {
+    const std::int64_t c = row / (g.kh * g.kw);
+    const std::int64_t i = (row / g.kw) % g.kh;
+    const std::int64_t j = row % g.kw;
+    const T* plane = image + c * g.height * g.width;
+    const std::int64_t col_offset = j * g.dilation[1] - g.pad[1];
+    const std::int64_t lo = first_inside(col_offset, g.stride[1], g.out_w);
+    const std::int64_t hi = end_inside(col_offset, g.stride[1], g.width, g.out_w);
+    T* out = col + row * count;
+    std::int64_t p = p0;
+    const std::int64_t end = p0 + count;
+    while (p < end) {
+      const std::int64_t oh = p / g.out_w;
+      const std::int64_t ow0 = p % g.out_w;
+      const std::int64_t ow1 = std::min(g.out_w, ow0 + (end - p));
+      T* dst = out + (p - p0);  // dst[ow - ow0] for ow in [ow0, ow1)
+      const std::int64_t ih = oh * g.stride[0] - g.pad[0] + i * g.dilation[0];
+      const std::int64_t a = std::clamp(lo, ow0, ow1), b = std::clamp(hi, ow0, ow1);
+      if (ih < 0 || ih >= g.height || a >= b) {
+        std::fill(dst, dst + (ow1 - ow0), T(0));
+      } else {
+        std::fill(dst, dst + (a - ow0), T(0));
+        const T* src = plane + ih * g.width + a * g.stride[1] + col_offset;  // input of output column a
+        T* inside = dst + (a - ow0);
+        if (g.stride[1] == 1) {
+          std::memcpy(inside, src, static_cast<std::size_t>(b - a) * sizeof(T));
+        } else {
+          for (std::int64_t k = 0; k < b - a; ++k) inside[k] = src[k * g.stride[1]];
+        }
+        std::fill(dst + (b - ow0), dst + (ow1 - ow0), T(0));
       }
-      gemm<T>(context, false, og, pixels, depth, w.data() + g * og * depth, depth, columns, pixels,
-              y.data() + (n * out_channels + g * og) * pixels, pixels);
+      p += ow1 - ow0;
     }
   }
+}
 
-  if (bias.data() != nullptr || residual.data() != nullptr || activation != Activation::kNone) {
-    T* out = y.data();
-    const T* b = bias.data();
-    const T* r = residual.data();
-    parallel_for(batch * out_channels, context.threads,
-                 std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(pixels, 1)),
-                 [&](std::int64_t begin, std::int64_t end) {
-                   for (std::int64_t plane = begin; plane < end; ++plane) {
-                     const T bias_value = b != nullptr ? b[plane % out_channels] : T(0);
-                     T* row = out + plane * pixels;
-                     const T* res = r != nullptr ? r + plane * pixels : nullptr;
-                     for (std::int64_t p = 0; p < pixels; ++p) {
-                       T value = row[p] + bias_value;
-                       if (res != nullptr) value += res[p];
-                       row[p] = apply_activation(activation, value);
-                     }
-                   }
-                 });
+// The depthwise kernel (Note [Depthwise convolution on the CPU]): output plane `plane` (= n * O + o), with
+// `padded` scratch of phase_plane_size and `wide` of out_h * row_stride elements.
+template <typename T>
+void depthwise_plane(const ConvGeometry& g, const PhaseGeometry& phases, const std::vector<std::int64_t>& offsets,
+                     const IsaKernels& isa, const T* x, const T* w, const T* bias, const T* residual, T* y,
+                     std::int64_t plane, T* padded, T* wide) {
+  const std::int64_t n = plane / g.out_channels, o = plane % g.out_channels;
+  const T* input = x + (n * g.channels + o / g.og) * g.height * g.width;
+  WindowPlane<T> window;
+  window.input = padded;
+  window.row_stride = phases.row_stride;
+  window.offsets = offsets.data();
+  window.taps = static_cast<std::int64_t>(offsets.size());
+  window.out_h = g.out_h;
+  window.out_w = g.out_w;
+  window.wide = wide;
+  window.out = y + plane * g.pixels;
+  PlaneEpilogue<T> epilogue;
+  epilogue.bias = bias != nullptr ? bias[o] : T(0);
+  epilogue.residual = residual != nullptr ? residual + plane * g.pixels : nullptr;
+  epilogue.relu = g.activation == Activation::kRelu;
+  if constexpr (std::is_same_v<T, float>) {
+    isa.fill_phase_f32(phases, input, g.height, g.width, 0.0f, padded);
+    isa.depthwise_f32(window, w + o * g.kh * g.kw, epilogue);
+  } else {
+    isa.fill_phase_f64(phases, input, g.height, g.width, 0.0, padded);
+    isa.depthwise_f64(window, w + o * g.kh * g.kw, epilogue);
   }
+  if (g.activation != Activation::kNone && g.activation != Activation::kRelu) {
+    conv_epilogue(window.out, g.pixels, static_cast<const T*>(nullptr), 0, static_cast<const T*>(nullptr),
+                  g.activation);
+  }
+}
+
+template <typename T>
+void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
+  const ConvGeometry g = conv_geometry(launch);
+  InputBuffer<T> x(launch.input(0));
+  InputBuffer<T> w(launch.input(1));
+  InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
+  InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
+  OutputBuffer<T> y(launch.output(0));
+  const T* b = bias.data();
+  const T* r = residual.data();
+
+  if (g.cg == 1) {
+    const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
+    const std::vector<std::int64_t> offsets = phase_offsets(phases, g.kh, g.kw, g.dilation);
+    const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.pixels * g.kh * g.kw, 1));
+    parallel_for(g.batch * g.out_channels, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
+      ScratchVector<T> padded(static_cast<std::size_t>(phase_plane_size(phases)));
+      ScratchVector<T> wide(static_cast<std::size_t>(g.out_h * phases.row_stride));
+      for (std::int64_t plane = begin; plane < end; ++plane) {
+        depthwise_plane(g, phases, offsets, *context.isa, x.data(), w.data(), b, r, y.data(), plane, padded.data(),
+                        wide.data());
+      }
+    });
+    y.commit();
+    return;
+  }
+
+  const bool direct = g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 && g.pad[0] == 0 &&
+                      g.pad[1] == 0 && g.pad_end[0] == 0 && g.pad_end[1] == 0;
+  std::int64_t tile = kTileBytes / static_cast<std::int64_t>(sizeof(T)) / std::max<std::int64_t>(g.depth, 1);
+  tile = std::max(kTileAlign, tile / kTileAlign * kTileAlign);
+  if (tile >= g.pixels) tile = g.pixels;
+  const std::int64_t tiles = (g.pixels + tile - 1) / tile;
+  const std::int64_t tasks = g.batch * g.groups * tiles;
+  const std::int64_t task_work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 17) / task_work);
+  parallel_for(tasks, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
+    ScratchVector<T> col(direct ? 0 : static_cast<std::size_t>(g.depth * tile));
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t t = task % tiles, ng = task / tiles;
+      const std::int64_t n = ng / g.groups, group = ng % g.groups;
+      const std::int64_t p0 = t * tile, count = std::min(tile, g.pixels - p0);
+      const T* image = x.data() + (n * g.channels + group * g.cg) * g.height * g.width;
+      const T* columns = image + p0;
+      std::int64_t ldb = g.pixels;
+      if (!direct) {
+        im2col_tile(g, image, p0, count, col.data());
+        columns = col.data();
+        ldb = count;
+      }
+      const std::int64_t channel0 = group * g.og;
+      T* out = y.data() + (n * g.out_channels + channel0) * g.pixels + p0;
+      gemm<T>(context, false, g.og, count, g.depth, w.data() + channel0 * g.depth, g.depth, columns, ldb, out,
+              g.pixels);
+      for (std::int64_t o = 0; o < g.og; ++o) {
+        const std::int64_t offset = (n * g.out_channels + channel0 + o) * g.pixels + p0;
+        conv_epilogue(y.data() + offset, count, b, channel0 + o, r != nullptr ? r + offset : nullptr, g.activation);
+      }
+    }
+  });
   y.commit();
 }
 
@@ -105,8 +269,8 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
 
 void register_conv_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "conv2d",
-                 "reference conv2d: im2col + GEMM per image and group, bias/residual/ReLU epilogue (NHWC "
-                 "through NCHW copies)",
+                 "conv2d: direct depthwise kernel; im2col + GEMM in tiles of output pixels, one task per (image, "
+                 "group, tile), bias/residual/activation per tile (NHWC through NCHW copies)",
                  nhwc_through_nchw([](const KernelLaunch& launch, const CpuContext& context) {
                    dispatch_compute_type(launch.desc->inputs[0].dtype,
                                          [&](auto zero) { run_conv2d<decltype(zero)>(launch, context); });

@@ -12,8 +12,11 @@
 //    trailing padding does not count the overhang even when count_include_pad.
 #include <limits>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/cpu_isa.h"
 
 namespace xpuruntime::cpu {
 
@@ -55,6 +58,8 @@ std::int64_t plane_grain(const PoolGeometry& g) {
   return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.out_h * g.out_w * g.kernel[0] * g.kernel[1], 1));
 }
 
+// Max pooling as a window loop over a phase-split plane padded with -inf (Note [Phase-split planes] in
+// cpu_conv.cpp; cpu_isa.h): padding never wins, and a window with no position inside the input gives -inf.
 template <typename T>
 void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   const PoolGeometry g = pool_geometry(launch);
@@ -62,27 +67,34 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   T* out = y.data();
+  if (g.out_h <= 0 || g.out_w <= 0) {
+    y.commit();
+    return;
+  }
+  const PhaseGeometry phases =
+      phase_geometry(g.out_h, g.out_w, g.kernel[0], g.kernel[1], g.stride, g.dilation, g.pad_begin[0], g.pad_begin[1]);
+  const std::vector<std::int64_t> offsets = phase_offsets(phases, g.kernel[0], g.kernel[1], g.dilation);
+  const IsaKernels& isa = *context.isa;
   parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
+    ScratchVector<T> padded(static_cast<std::size_t>(phase_plane_size(phases)));
+    ScratchVector<T> wide(static_cast<std::size_t>(g.out_h * phases.row_stride));
+    WindowPlane<T> window;
+    window.input = padded.data();
+    window.row_stride = phases.row_stride;
+    window.offsets = offsets.data();
+    window.taps = static_cast<std::int64_t>(offsets.size());
+    window.out_h = g.out_h;
+    window.out_w = g.out_w;
+    window.wide = wide.data();
     for (std::int64_t plane = begin; plane < end; ++plane) {
       const T* src = in + plane * g.height * g.width;
-      T* dst = out + plane * g.out_h * g.out_w;
-      for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-          T best = -std::numeric_limits<T>::infinity();
-          for (std::int64_t i = 0; i < g.kernel[0]; ++i) {
-            const std::int64_t ih = oh * g.stride[0] - g.pad_begin[0] + i * g.dilation[0];
-            if (ih < 0 || ih >= g.height) continue;
-            for (std::int64_t j = 0; j < g.kernel[1]; ++j) {
-              const std::int64_t iw = ow * g.stride[1] - g.pad_begin[1] + j * g.dilation[1];
-              if (iw < 0 || iw >= g.width) continue;
-              const T value = src[ih * g.width + iw];
-              if (value > best || value != value) best = value;
-              if (best != best) break;
-            }
-            if (best != best) break;
-          }
-          dst[oh * g.out_w + ow] = best;
-        }
+      window.out = out + plane * g.out_h * g.out_w;
+      if constexpr (std::is_same_v<T, float>) {
+        isa.fill_phase_f32(phases, src, g.height, g.width, -std::numeric_limits<float>::infinity(), padded.data());
+        isa.max_window_f32(window);
+      } else {
+        isa.fill_phase_f64(phases, src, g.height, g.width, -std::numeric_limits<double>::infinity(), padded.data());
+        isa.max_window_f64(window);
       }
     }
   });

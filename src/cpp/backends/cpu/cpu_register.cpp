@@ -5,6 +5,7 @@
 
 #include "core/distributed_ops.h"
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/onnx/onnx_kernels.h"
 #include "core/conv_layout.h"
 #include "xpuruntime/exceptions.h"
@@ -21,8 +22,8 @@ bool is_cpu_float(DType dtype) {
 
 class CpuPlan final : public KernelPlan {
  public:
-  CpuPlan(const CpuRunFn* run, CpuContext context, bool uses_gemm)
-      : run_(run), context_(context), uses_gemm_(uses_gemm) {}
+  CpuPlan(const CpuRunFn* run, CpuContext context, bool uses_gemm, bool uses_isa)
+      : run_(run), context_(context), uses_gemm_(uses_gemm), uses_isa_(uses_isa) {}
   void run(const KernelLaunch& launch) const override {
     const SpinScope spin(context_.allow_spinning);  // the policy of this kernel's parallel loops
     (*run_)(launch, context_);
@@ -30,13 +31,15 @@ class CpuPlan final : public KernelPlan {
   std::string describe() const override {
     return detail::str_cat("cpu reference, ", context_.threads, context_.threads == 1 ? " thread" : " threads",
                            context_.allow_spinning || context_.threads == 1 ? "" : ", no spinning",
-                           uses_gemm_ ? ", gemm " : "", uses_gemm_ ? gemm_impl_name(context_.gemm) : "");
+                           uses_gemm_ ? ", gemm " : "", uses_gemm_ ? gemm_impl_name(context_.gemm) : "",
+                           uses_isa_ ? ", isa " : "", uses_isa_ ? context_.isa->name : "");
   }
 
  private:
   const CpuRunFn* run_;  // owned by the kernel, which the registry keeps for the life of the process
   CpuContext context_;
   bool uses_gemm_;  // the op runs on the GEMM (its description names the GEMM implementation)
+  bool uses_isa_;   // the op runs cpu_isa.h kernels (its description names the instruction set)
 };
 
 }  // namespace
@@ -47,6 +50,7 @@ CpuContext make_context(const ExecutionPolicy& policy) {
   CpuContext context;
   context.threads = std::max(policy.intra_op_threads > 0 ? policy.intra_op_threads : default_threads(), 1);
   context.allow_spinning = policy.allow_spinning;
+  context.isa = &isa_kernels();
   const char* env = std::getenv("XPURT_CPU_GEMM");
   const std::string choice = env != nullptr ? env : "auto";
   if (choice == "fallback") {
@@ -214,7 +218,8 @@ std::unique_ptr<KernelPlan> CpuKernel::build(const OpDescriptor& desc, const Exe
   if (!support) throw UnsupportedOperationError(support.reason());
   const bool uses_gemm = desc.op == "matmul" || desc.op == "linear" || desc.op == "linear_grad_weight" ||
                          desc.op == "conv2d" || desc.op == "attention";
-  return std::make_unique<CpuPlan>(&run_, make_context(policy), uses_gemm);
+  const bool uses_isa = desc.op == "conv2d" || desc.op == "max_pool2d";
+  return std::make_unique<CpuPlan>(&run_, make_context(policy), uses_gemm, uses_isa);
 }
 
 }  // namespace cpu

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_isa.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
@@ -369,6 +370,101 @@ TEST(CpuBackend, Conv2dGroupsStridesDilationsResidualMatchDirectLoop) {
   }
 }
 
+// The instruction sets this CPU can run (cpu_isa.h): every table's window loops are compared with the references.
+std::vector<std::string> isa_names() {
+  std::vector<std::string> names{"baseline"};
+  for (const char* name : {"avx2", "avx512"}) {
+    if (cpu::isa_supported(name)) names.emplace_back(name);
+  }
+  return names;
+}
+
+// Depthwise (one input channel per group, Note [Depthwise convolution on the CPU]) and im2col tiles (Note [CPU
+// convolution tiles]) at odd shapes: strides 1-3, dilations, asymmetric pads, channel multipliers, tap counts the
+// window loop unrolls (9, 25, 49) and others, output planes larger than one tile, float64.
+TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
+  struct Case {
+    Shape x, w, strides, pads, dilations;
+    std::int64_t groups;
+    bool bias, residual, relu;
+  };
+  const std::vector<Case> cases = {
+      {{2, 5, 13, 17}, {5, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 5, true, true, true},
+      {{1, 6, 15, 14}, {6, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 6, true, false, true},
+      {{1, 3, 19, 23}, {6, 1, 5, 5}, {2, 3}, {2, 1, 0, 3}, {2, 1}, 3, true, true, false},  // multiplier 2
+      {{1, 4, 11, 9}, {4, 1, 7, 7}, {1, 1}, {3, 3, 3, 3}, {1, 1}, 4, false, true, true},
+      {{1, 4, 12, 10}, {4, 1, 2, 4}, {3, 1}, {0, 2, 1, 0}, {1, 2}, 4, true, false, false},  // 8 taps
+      {{2, 1, 9, 8}, {3, 1, 3, 3}, {1, 2}, {1, 0, 1, 0}, {1, 1}, 1, true, false, true},     // one input channel
+      {{1, 2, 5, 5}, {2, 1, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 2, true, false, false},   // 1x1 depthwise
+      {{1, 3, 5, 5}, {3, 1, 5, 5}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 3, true, false, true},    // window = input
+      {{1, 16, 37, 41}, {12, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, true, true},  // many tiles
+      {{2, 8, 30, 29}, {8, 2, 3, 3}, {2, 2}, {1, 0, 2, 1}, {1, 1}, 4, true, false, true},    // grouped, strided
+      {{1, 24, 33, 35}, {16, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, true, false},  // 1x1 in tiles
+  };
+  unsigned seed = 700;
+  for (const auto& c : cases) {
+    const Tensor x = random_tensor(c.x, seed++);
+    const Tensor w = random_tensor(c.w, seed++);
+    const Tensor bias = c.bias ? random_tensor({c.w[0]}, seed++) : Tensor();
+    Shape out_shape;
+    naive_conv(values(x), c.x, values(w), c.w, {}, {}, c.strides, c.pads, c.dilations, c.groups, false, &out_shape);
+    const Tensor residual = c.residual ? random_tensor(out_shape, seed++) : Tensor();
+    const Values expected = naive_conv(values(x), c.x, values(w), c.w, c.bias ? values(bias) : Values{},
+                                       c.residual ? values(residual) : Values{}, c.strides, c.pads, c.dilations,
+                                       c.groups, c.relu, &out_shape);
+    const Attributes attrs = Attributes()
+                                 .set("strides", c.strides)
+                                 .set("pads", c.pads)
+                                 .set("dilations", c.dilations)
+                                 .set("groups", c.groups)
+                                 .set("activation", std::string(c.relu ? "relu" : "none"));
+    for (const std::string& isa : isa_names()) {
+      ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
+      const std::string what = isa + " x " + std::to_string(c.x[1]) + "x" + std::to_string(c.x[2]) + "x" +
+                               std::to_string(c.x[3]) + " w " + std::to_string(c.w[2]) + "x" + std::to_string(c.w[3]);
+      const Tensor y = run1("conv2d", {x, w, bias, residual}, attrs);
+      ASSERT_EQ(y.shape(), out_shape) << what;
+      expect_near_all(values(y), expected, 2e-5f, what);
+      const Tensor y64 = run1("conv2d", {cast(x, "float64"), cast(w, "float64"), c.bias ? cast(bias, "float64") : bias,
+                                         c.residual ? cast(residual, "float64") : residual},
+                              attrs);
+      ASSERT_EQ(y64.dtype(), DType::kFloat64) << what;
+      expect_near_all(values(y64), expected, 1e-6f, what + " float64");
+    }
+  }
+}
+
+// Activations other than ReLU after the depthwise window loop (a pass over the plane).
+TEST(CpuBackend, DepthwiseConvSiluEpilogue) {
+  const Shape xs{1, 3, 7, 6}, ws{3, 1, 3, 3};
+  const Tensor x = random_tensor(xs, 91), w = random_tensor(ws, 92), bias = random_tensor({3}, 93);
+  Shape out_shape;
+  const Values linear = naive_conv(values(x), xs, values(w), ws, values(bias), {}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 3,
+                                   false, &out_shape);
+  Values expected;
+  for (float v : linear) expected.push_back(static_cast<float>(v / (1.0 + std::exp(-static_cast<double>(v)))));
+  const Attributes attrs = Attributes()
+                               .set("pads", Shape{1, 1, 1, 1})
+                               .set("groups", std::int64_t{3})
+                               .set("activation", std::string("silu"));
+  expect_near_all(values(run1("conv2d", {x, w, bias}, attrs)), expected, 1e-5f);
+}
+
+TEST(CpuBackend, UnknownOrUnsupportedIsaIsATypedError) {
+  const Tensor x = random_tensor({1, 1, 4, 4}, 5);
+  const Attributes attrs = Attributes().set("kernel_shape", Shape{2, 2});
+  {
+    ScopedEnv env("XPURT_CPU_ISA", "avx1024");
+    EXPECT_THROW(run1("max_pool2d", {x}, attrs), InvalidArgumentError);
+  }
+  for (const char* name : {"avx2", "avx512"}) {
+    if (cpu::isa_supported(name)) continue;
+    ScopedEnv env("XPURT_CPU_ISA", name);
+    EXPECT_THROW(run1("max_pool2d", {x}, attrs), UnsupportedOperationError);
+  }
+  EXPECT_EQ(std::string(cpu::isa_kernels_named("baseline").name), "baseline");
+}
+
 // ---- pooling ----
 
 TEST(CpuBackend, MaxPoolCeilModeAndDilations) {
@@ -389,6 +485,70 @@ TEST(CpuBackend, MaxPoolCeilModeAndDilations) {
   EXPECT_EQ(
       values(run1("max_pool2d", {neg}, Attributes().set("kernel_shape", Shape{2, 2}).set("pads", Shape{1, 1, 1, 1}))),
       (Values{-1, -2, -4, -5}));
+}
+
+// Max over the window positions inside the input, NaN propagating; -inf for a window with none (double).
+Values naive_max_pool(const Values& x, const Shape& xs, Shape kernel, Shape strides, Shape pads, Shape dilations,
+                      const Shape& ys) {
+  Values y;
+  for (std::int64_t plane = 0; plane < xs[0] * xs[1]; ++plane) {
+    for (std::int64_t i = 0; i < ys[2]; ++i) {
+      for (std::int64_t j = 0; j < ys[3]; ++j) {
+        double best = -std::numeric_limits<double>::infinity();
+        for (std::int64_t u = 0; u < kernel[0]; ++u) {
+          for (std::int64_t v = 0; v < kernel[1]; ++v) {
+            const std::int64_t ih = i * strides[0] - pads[0] + u * dilations[0];
+            const std::int64_t iw = j * strides[1] - pads[1] + v * dilations[1];
+            if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
+            const double value = x[static_cast<std::size_t>((plane * xs[2] + ih) * xs[3] + iw)];
+            if (std::isnan(value) || std::isnan(best)) {
+              best = std::numeric_limits<double>::quiet_NaN();
+            } else {
+              best = std::max(best, value);
+            }
+          }
+        }
+        y.push_back(static_cast<float>(best));
+      }
+    }
+  }
+  return y;
+}
+
+// The max-pool window loop (cpu_isa.h) on every instruction set: strides 1-3, dilations, asymmetric pads, ceil_mode,
+// NaN inputs, float64.
+TEST(CpuBackend, MaxPoolWindowLoopMatchesNaiveOnEveryIsa) {
+  struct Case {
+    Shape x, kernel, strides, pads, dilations;
+    bool ceil;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
+      {{1, 2, 13, 17}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+      {{1, 2, 11, 14}, {2, 3}, {3, 2}, {0, 1, 1, 0}, {2, 1}, true},
+      {{1, 1, 9, 9}, {5, 5}, {2, 3}, {2, 2, 2, 2}, {1, 1}, true},
+      {{3, 1, 7, 5}, {1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, false},
+  };
+  unsigned seed = 900;
+  for (const auto& c : cases) {
+    Values v = random_values(c.x[0] * c.x[1] * c.x[2] * c.x[3], seed++);
+    v[3] = std::numeric_limits<float>::quiet_NaN();
+    v[v.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+    const Tensor x = make(c.x, v);
+    const Attributes attrs = Attributes()
+                                 .set("kernel_shape", c.kernel)
+                                 .set("strides", c.strides)
+                                 .set("pads", c.pads)
+                                 .set("dilations", c.dilations)
+                                 .set("ceil_mode", std::int64_t{c.ceil ? 1 : 0});
+    for (const std::string& isa : isa_names()) {
+      ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
+      const Tensor y = run1("max_pool2d", {x}, attrs);
+      const Values expected = naive_max_pool(v, c.x, c.kernel, c.strides, c.pads, c.dilations, y.shape());
+      expect_near_all(values(y), expected, 0.0f, isa);
+      expect_near_all(values(run1("max_pool2d", {cast(x, "float64")}, attrs)), expected, 0.0f, isa + " float64");
+    }
+  }
 }
 
 TEST(CpuBackend, AvgPoolDivisorRules) {

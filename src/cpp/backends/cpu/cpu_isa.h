@@ -1,0 +1,82 @@
+// Inner loops of the cpu backend compiled for several x86 instruction sets and picked once per process by what
+// the CPU supports (Note [CPU instruction sets] in cpu_isa_baseline.cpp). Internal header of src/cpp/backends/cpu/.
+//
+// Ownership: the tables are static constants. Thread-safety: isa_kernels() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "xpuruntime/export.h"
+
+namespace xpuruntime::cpu {
+
+// The padded input plane that a window op's output plane reads, split by the strides (Note [Phase-split planes] in
+// cpu_conv.cpp): padded row r (input row r - pad_top) goes to row phase r % row_phases at row r / row_phases of that
+// phase, and padded column c (input column c - pad_left) to column phase c % phases at index c / phases. Stored
+// [row_phases][phase_rows][phases][phase_cols]; row_stride = phases * phase_cols.
+struct PhaseGeometry {
+  std::int64_t rows = 0, cols = 0;  // the padded extent the output's windows cover
+  std::int64_t row_phases = 1, phase_rows = 0;
+  std::int64_t phases = 1, phase_cols = 0, row_stride = 0;
+  std::int64_t pad_top = 0, pad_left = 0;
+};
+
+// Elements of the buffer fill_phase_* writes: the plane and one staging row.
+inline std::int64_t phase_plane_size(const PhaseGeometry& g) {
+  return (g.row_phases * g.phase_rows + 1) * g.row_stride;
+}
+
+// One output plane of a sliding-window op over a phase-split plane (Note [Phase-split planes]): output (oh, ow)
+// reads, for each tap t, input[q + offsets[t]] with q = oh * row_stride + ow. The loops run over q in one flat
+// range into `wide` ([out_h, row_stride]; the columns past out_w are computed and dropped), then copy each row's
+// first out_w values into `out` with the epilogue.
+template <typename T>
+struct WindowPlane {
+  const T* input = nullptr;
+  std::int64_t row_stride = 0;
+  const std::int64_t* offsets = nullptr;  // [taps]
+  std::int64_t taps = 0;
+  std::int64_t out_h = 0, out_w = 0;
+  T* wide = nullptr;  // scratch, out_h * row_stride
+  T* out = nullptr;   // [out_h, out_w], contiguous
+};
+
+// The epilogue of a depthwise plane: + bias, + residual (same shape as out, or null), then ReLU when relu.
+template <typename T>
+struct PlaneEpilogue {
+  T bias = T(0);
+  const T* residual = nullptr;
+  bool relu = false;
+};
+
+// The kernels of one instruction set.
+struct IsaKernels {
+  const char* name;  // "avx512", "avx2", "baseline"
+  // out = sum over taps of weights[t] * input tap, then the epilogue.
+  void (*depthwise_f32)(const WindowPlane<float>&, const float* weights, const PlaneEpilogue<float>&);
+  void (*depthwise_f64)(const WindowPlane<double>&, const double* weights, const PlaneEpilogue<double>&);
+  // out = max over taps (NaN propagates).
+  void (*max_window_f32)(const WindowPlane<float>&);
+  void (*max_window_f64)(const WindowPlane<double>&);
+  // Writes the phase-split padded copy of `plane` ([height, width]) into `out`: `pad` outside the input (0 for
+  // convolutions, -inf for max pooling). `out` holds phase_plane_size(g) elements (one row more than the plane, a
+  // staging row).
+  void (*fill_phase_f32)(const PhaseGeometry&, const float* plane, std::int64_t height, std::int64_t width, float pad,
+                         float* out);
+  void (*fill_phase_f64)(const PhaseGeometry&, const double* plane, std::int64_t height, std::int64_t width, double pad,
+                         double* out);
+};
+
+// The kernels of the best instruction set this CPU has, or the one XPURT_CPU_ISA names (baseline, avx2, avx512;
+// read once per process; InvalidArgumentError for another value, UnsupportedOperationError for one the CPU
+// lacks, both thrown by the first call).
+const IsaKernels& isa_kernels();
+
+// Whether this CPU can run `name`'s kernels (tests: which tables to compare).
+XPURT_API bool isa_supported(const std::string& name);
+
+// The table of `name` (baseline, avx2, avx512); InvalidArgumentError for another name or one the CPU lacks.
+XPURT_API const IsaKernels& isa_kernels_named(const std::string& name);
+
+}  // namespace xpuruntime::cpu

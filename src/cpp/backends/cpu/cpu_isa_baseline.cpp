@@ -1,0 +1,78 @@
+// The cpu_isa.h kernels compiled for the build's baseline (x86-64 or whatever the target is), and the choice of
+// table.
+//
+// Note [CPU instruction sets]
+// The cpu backend is compiled for the baseline of its target (x86-64: SSE2), so that one build runs on every
+// machine. Its window loops (depthwise convolution, max pooling) are where that costs most: on a Zen 5 core a
+// 3x3 depthwise row loop runs 16 lanes at a time with AVX-512 and 4 with SSE2. cpu_isa_kernels.inc holds those loops
+// once; it is compiled three times (cpu_isa_baseline.cpp, cpu_isa_avx2.cpp with -march=x86-64-v3 and
+// cpu_isa_avx512.cpp with -march=x86-64-v4, CMakeLists.txt), each into its own namespace, and make_context picks
+// a table per plan: the best the CPU supports (__builtin_cpu_supports), or the one XPURT_CPU_ISA names
+// (baseline, avx2, avx512; a test or a user pinning the result to one table). Only whole functions are compiled
+// per instruction set, and only the chosen table's functions are called, so no AVX instruction runs on a CPU
+// without it. The tables compute the same sums in the same order, but the compiler may contract a * b + c into a
+// fused multiply-add under -march=x86-64-v3 and above (-ffp-contract=fast is GCC's default), so the avx2 and
+// avx512 tables agree with the baseline to float rounding, not bit for bit; max pooling is exact in all three.
+// The plan summary names the table ("isa avx512").
+#define XPURT_CPU_ISA_NS isa_baseline
+#define XPURT_CPU_ISA_NAME "baseline"
+#include <cstdlib>
+
+#include "backends/cpu/cpu_isa_kernels.inc"
+#include "xpuruntime/exceptions.h"
+
+namespace xpuruntime::cpu {
+
+#if XPURT_CPU_MULTI_ISA
+namespace isa_avx2 {
+extern const IsaKernels kKernels;
+}
+namespace isa_avx512 {
+extern const IsaKernels kKernels;
+}
+#endif
+
+bool isa_supported(const std::string& name) {
+  if (name == "baseline") return true;
+#if XPURT_CPU_MULTI_ISA
+  __builtin_cpu_init();
+  // x86-64-v3 and v4 as GCC defines them (-march=x86-64-v3/v4 may use every extension of its level).
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2") &&
+                  __builtin_cpu_supports("avx") && __builtin_cpu_supports("popcnt");
+  if (name == "avx2") return v3;
+  if (name == "avx512") {
+    return v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
+  }
+#endif
+  return false;
+}
+
+const IsaKernels& isa_kernels_named(const std::string& name) {
+  XPURT_CHECK(name == "baseline" || name == "avx2" || name == "avx512", "XPURT_CPU_ISA='", name,
+              "' is not valid; use 'auto' (the best this CPU supports), 'baseline', 'avx2' or 'avx512'");
+  if (!isa_supported(name)) {
+    throw UnsupportedOperationError(
+        detail::str_cat("XPURT_CPU_ISA=", name,
+                        ": this CPU or this build (compiled for its target's baseline only on a non-x86-64 "
+                        "machine) cannot run those kernels; use 'auto' or 'baseline'"));
+  }
+#if XPURT_CPU_MULTI_ISA
+  if (name == "avx512") return isa_avx512::kKernels;
+  if (name == "avx2") return isa_avx2::kKernels;
+#endif
+  return isa_baseline::kKernels;
+}
+
+const IsaKernels& isa_kernels() {
+  const char* env = std::getenv("XPURT_CPU_ISA");
+  const std::string choice = env != nullptr ? env : "auto";
+  if (choice != "auto" && !choice.empty()) return isa_kernels_named(choice);
+  for (const char* name : {"avx512", "avx2"}) {
+    if (isa_supported(name)) return isa_kernels_named(name);
+  }
+  return isa_baseline::kKernels;
+}
+
+}  // namespace xpuruntime::cpu

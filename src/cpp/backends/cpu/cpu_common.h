@@ -54,8 +54,10 @@ namespace xpuruntime::cpu {
 enum class GemmImpl : std::uint8_t {
   kBlas,      // OpenBLAS cblas_sgemm / cblas_dgemm (only when XPURT_WITH_BLAS)
   kFallback,  // the blocked GEMM of cpu_gemm.cpp
+  kPacked,    // float: the packed GEMM of the instruction set's kernels (cpu_isa.h; Note [Packed GEMM]); double:
+              // OpenBLAS when built with it, else the blocked GEMM
 };
-const char* gemm_impl_name(GemmImpl impl);  // "openblas", "fallback"
+const char* gemm_impl_name(GemmImpl impl);  // "openblas", "fallback", "packed"
 
 // What a plan fixes at build time.
 struct CpuContext {
@@ -368,6 +370,17 @@ void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
 template <typename T>
 void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc);
+
+// C[m, n] = A[m, k] * B where row p of B is the n floats at rows[p]: the packed GEMM (Note [Packed GEMM] in
+// cpu_gemm.cpp) over rows that need not be evenly spaced. Requires context.gemm == GemmImpl::kPacked. packed_a:
+// A as pack_gemm_a packed it (several GEMMs with the same A pack it once), or null.
+void gemm_rows(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+               std::int64_t lda, const float* const* rows, float* c, std::int64_t ldc,
+               const float* packed_a = nullptr);
+
+// A[m, k] (lda) packed for gemm_rows (requires context.gemm == GemmImpl::kPacked).
+ScratchVector<float> pack_gemm_a(const CpuContext& context, std::int64_t m, std::int64_t k, const float* a,
+                                 std::int64_t lda);
 
 // ---- shapes ----
 

@@ -17,6 +17,17 @@
 // falls inside the image are one interval [lo, hi) computed once (first_inside / end_inside), so the copy has no
 // per-element test (a memcpy for unit strides), and the outside columns are zeros.
 //
+// Note [Convolution as a GEMM over windows]
+// With unit strides and the packed GEMM (Note [Packed GEMM] in cpu_gemm.cpp), a convolution needs no im2col: each
+// input plane is copied once, padded, into a split plane (Note [Phase-split planes]; with unit strides one phase),
+// and row (c, i, j) of the GEMM's B over the flat positions q = oh * row_stride + ow is the padded plane c itself
+// from offset(i, j) on, a run of consecutive elements. The GEMM takes one pointer per B row (gemm_rows), packs those
+// runs into its micro-panels as it would pack B, and writes C over the flat positions; the output rows are then the
+// first out_w positions of each flat row, copied out with the epilogue. The positions past out_w of each flat row
+// are computed and dropped: (kw - 1) * dw of every row_stride, a few percent at ImageNet sizes (3x3 over 56 columns:
+// 2 of 58), a quarter on an 8-column plane, still far less than the per-segment copies of im2col on such rows.
+// The flat positions are cut into tiles (as in Note [CPU convolution tiles]), one task per (image, group, tile).
+//
 // Note [Depthwise convolution on the CPU]
 // A convolution with one input channel per group (Cg == 1: depthwise, any channel multiplier Og) is a direct
 // kernel, one task per (image, output channel) plane; as a GEMM it would be thousands of Og x pixels x kh*kw calls.
@@ -37,6 +48,7 @@
 // strides, dilations and pads, so the loops run over q in one flat range of the whole plane (the values at
 // ow >= out_w of each row are computed and dropped when the rows are copied out). The copy costs one pass over the
 // input plane (the loops read each input element kh * kw / (sh * sw) times).
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -202,38 +214,105 @@ void depthwise_plane(const ConvGeometry& g, const PhaseGeometry& phases, const s
   }
 }
 
+// The operands of one conv2d launch as T buffers.
 template <typename T>
-void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
-  const ConvGeometry g = conv_geometry(launch);
-  InputBuffer<T> x(launch.input(0));
-  InputBuffer<T> w(launch.input(1));
-  InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
-  InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
-  OutputBuffer<T> y(launch.output(0));
-  const T* b = bias.data();
-  const T* r = residual.data();
+struct ConvOperands {
+  const T* x;
+  const T* w;
+  const T* bias;      // or null
+  const T* residual;  // or null
+  T* y;
+};
 
-  if (g.cg == 1) {
-    const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
-    const std::vector<std::int64_t> offsets = phase_offsets(phases, g.kh, g.kw, g.dilation);
-    const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.pixels * g.kh * g.kw, 1));
-    parallel_for(g.batch * g.out_channels, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
-      ScratchVector<T> padded(static_cast<std::size_t>(phase_plane_size(phases)));
-      ScratchVector<T> wide(static_cast<std::size_t>(g.out_h * phases.row_stride));
-      for (std::int64_t plane = begin; plane < end; ++plane) {
-        depthwise_plane(g, phases, offsets, *context.isa, x.data(), w.data(), b, r, y.data(), plane, padded.data(),
-                        wide.data());
-      }
-    });
-    y.commit();
-    return;
+// Note [Depthwise convolution on the CPU].
+template <typename T>
+void conv_depthwise(const ConvGeometry& g, const CpuContext& context, const ConvOperands<T>& v) {
+  const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
+  const std::vector<std::int64_t> offsets = phase_offsets(phases, g.kh, g.kw, g.dilation);
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.pixels * g.kh * g.kw, 1));
+  parallel_for(g.batch * g.out_channels, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
+    ScratchVector<T> padded(static_cast<std::size_t>(phase_plane_size(phases)));
+    ScratchVector<T> wide(static_cast<std::size_t>(g.out_h * phases.row_stride));
+    for (std::int64_t plane = begin; plane < end; ++plane) {
+      depthwise_plane(g, phases, offsets, *context.isa, v.x, v.w, v.bias, v.residual, v.y, plane, padded.data(),
+                      wide.data());
+    }
+  });
+}
+
+// Output pixels (or flat window positions) per task of a GEMM-based convolution: kTileBytes of B per task.
+std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t element_bytes) {
+  std::int64_t tile = kTileBytes / element_bytes / std::max<std::int64_t>(g.depth, 1);
+  tile = std::max(kTileAlign, tile / kTileAlign * kTileAlign);
+  return std::min(tile, extent);
+}
+
+// Note [Convolution as a GEMM over windows]: unit strides, float, the packed GEMM.
+void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOperands<float>& v) {
+  const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
+  const std::vector<std::int64_t> offsets = phase_offsets(phases, g.kh, g.kw, g.dilation);
+  const std::int64_t plane = phase_plane_size(phases);
+  const std::int64_t span = (g.out_h - 1) * phases.row_stride + g.out_w;  // flat positions q = oh * row_stride + ow
+  ScratchVector<float> padded(static_cast<std::size_t>(g.batch * g.channels * plane));
+  parallel_for(g.batch * g.channels, context.threads, std::max<std::int64_t>(1, 16384 / plane),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t c = begin; c < end; ++c) {
+                   context.isa->fill_phase_f32(phases, v.x + c * g.height * g.width, g.height, g.width, 0.0f,
+                                               padded.data() + c * plane);
+                 }
+               });
+  ScratchVector<float> wide(static_cast<std::size_t>(g.batch * g.out_channels * span));
+  // The weights of each group, packed once for all its tasks.
+  std::vector<ScratchVector<float>> packed_w;
+  for (std::int64_t group = 0; group < g.groups; ++group) {
+    packed_w.push_back(pack_gemm_a(context, g.og, g.depth, v.w + group * g.og * g.depth, g.depth));
   }
+  const std::int64_t tile = conv_tile(g, span, sizeof(float));
+  const std::int64_t tiles = (span + tile - 1) / tile;
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, (std::int64_t{1} << 17) / std::max<std::int64_t>(g.og * tile * g.depth, 1));
+  parallel_for(g.batch * g.groups * tiles, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
+    ScratchVector<const float*> rows(static_cast<std::size_t>(g.depth));
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t t = task % tiles, ng = task / tiles;
+      const std::int64_t n = ng / g.groups, group = ng % g.groups;
+      const std::int64_t q0 = t * tile, count = std::min(tile, span - q0);
+      const float* planes = padded.data() + (n * g.channels + group * g.cg) * plane + q0;
+      const std::int64_t taps = g.kh * g.kw;
+      for (std::int64_t c = 0; c < g.cg; ++c) {
+        for (std::int64_t tap = 0; tap < taps; ++tap) {
+          rows[static_cast<std::size_t>(c * taps + tap)] = planes + c * plane + offsets[static_cast<std::size_t>(tap)];
+        }
+      }
+      const std::int64_t channel0 = group * g.og;
+      gemm_rows(context, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, rows.data(),
+                wide.data() + (n * g.out_channels + channel0) * span + q0, span,
+                packed_w[static_cast<std::size_t>(group)].data());
+    }
+  });
+  // Each output row is the first out_w positions of its flat row, with the epilogue.
+  parallel_for(g.batch * g.out_channels, context.threads, std::max<std::int64_t>(1, 16384 / g.pixels),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t p = begin; p < end; ++p) {
+                   const std::int64_t o = p % g.out_channels;
+                   for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+                     float* out = v.y + p * g.pixels + oh * g.out_w;
+                     const float* from = wide.data() + p * span + oh * phases.row_stride;
+                     std::copy(from, from + g.out_w, out);
+                     conv_epilogue(out, g.out_w, v.bias, o,
+                                   v.residual != nullptr ? v.residual + p * g.pixels + oh * g.out_w : nullptr,
+                                   g.activation);
+                   }
+                 }
+               });
+}
 
+// Note [CPU convolution tiles].
+template <typename T>
+void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOperands<T>& v) {
   const bool direct = g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 && g.pad[0] == 0 &&
                       g.pad[1] == 0 && g.pad_end[0] == 0 && g.pad_end[1] == 0;
-  std::int64_t tile = kTileBytes / static_cast<std::int64_t>(sizeof(T)) / std::max<std::int64_t>(g.depth, 1);
-  tile = std::max(kTileAlign, tile / kTileAlign * kTileAlign);
-  if (tile >= g.pixels) tile = g.pixels;
+  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(T));
   const std::int64_t tiles = (g.pixels + tile - 1) / tile;
   const std::int64_t tasks = g.batch * g.groups * tiles;
   const std::int64_t task_work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
@@ -244,7 +323,7 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
       const std::int64_t t = task % tiles, ng = task / tiles;
       const std::int64_t n = ng / g.groups, group = ng % g.groups;
       const std::int64_t p0 = t * tile, count = std::min(tile, g.pixels - p0);
-      const T* image = x.data() + (n * g.channels + group * g.cg) * g.height * g.width;
+      const T* image = v.x + (n * g.channels + group * g.cg) * g.height * g.width;
       const T* columns = image + p0;
       std::int64_t ldb = g.pixels;
       if (!direct) {
@@ -253,15 +332,39 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
         ldb = count;
       }
       const std::int64_t channel0 = group * g.og;
-      T* out = y.data() + (n * g.out_channels + channel0) * g.pixels + p0;
-      gemm<T>(context, false, g.og, count, g.depth, w.data() + channel0 * g.depth, g.depth, columns, ldb, out,
-              g.pixels);
+      T* out = v.y + (n * g.out_channels + channel0) * g.pixels + p0;
+      gemm<T>(context, false, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, columns, ldb, out, g.pixels);
       for (std::int64_t o = 0; o < g.og; ++o) {
         const std::int64_t offset = (n * g.out_channels + channel0 + o) * g.pixels + p0;
-        conv_epilogue(y.data() + offset, count, b, channel0 + o, r != nullptr ? r + offset : nullptr, g.activation);
+        conv_epilogue(v.y + offset, count, v.bias, channel0 + o, v.residual != nullptr ? v.residual + offset : nullptr,
+                      g.activation);
       }
     }
   });
+}
+
+template <typename T>
+void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
+  const ConvGeometry g = conv_geometry(launch);
+  InputBuffer<T> x(launch.input(0));
+  InputBuffer<T> w(launch.input(1));
+  InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
+  InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
+  OutputBuffer<T> y(launch.output(0));
+  const ConvOperands<T> v{x.data(), w.data(), bias.data(), residual.data(), y.data()};
+  const bool one_by_one =
+      g.kh == 1 && g.kw == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad_end[0] == 0 && g.pad_end[1] == 0;
+  if (g.cg == 1) {
+    conv_depthwise(g, context, v);
+  } else if constexpr (std::is_same_v<T, float>) {
+    if (context.gemm == GemmImpl::kPacked && g.stride[0] == 1 && g.stride[1] == 1 && !one_by_one) {
+      conv_windows(g, context, v);
+    } else {
+      conv_tiles(g, context, v);
+    }
+  } else {
+    conv_tiles(g, context, v);
+  }
   y.commit();
 }
 

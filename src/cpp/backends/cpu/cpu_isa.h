@@ -50,6 +50,30 @@ struct PlaneEpilogue {
   bool relu = false;
 };
 
+// One tile of a packed float GEMM (Note [Packed GEMM] in cpu_gemm.cpp): C[rows, cols] (ldc) = A[rows, depth] (lda)
+// * op(B)[depth, cols] (ldb; op(B) = B^T with B stored [cols, depth] when trans_b), C overwritten. The scratch holds
+// the packed panels: pack_a round_up(rows, mr) * kc floats, pack_b round_up(cols, nr) * kc floats.
+struct GemmTile {
+  std::int64_t rows = 0, cols = 0, depth = 0;
+  const float* a = nullptr;
+  std::int64_t lda = 0;
+  const float* b = nullptr;
+  std::int64_t ldb = 0;
+  bool trans_b = false;
+  // Instead of b: row p of op(B) starts at b_rows[p] + b_col0 (each row its own pointer: a convolution's windows of
+  // its padded input, Note [Convolution as a GEMM over windows] in cpu_conv.cpp).
+  const float* const* b_rows = nullptr;
+  std::int64_t b_col0 = 0;
+  float* c = nullptr;
+  std::int64_t ldc = 0;
+  float* pack_a = nullptr;
+  float* pack_b = nullptr;
+  // When set, A packed once for all tiles by pack_gemm_a_f32 (packed_a_rows: its rows rounded up to gemm_mr) and
+  // this tile's rows start at row packed_a_row0 of it; pack_a is then unused.
+  const float* packed_a = nullptr;
+  std::int64_t packed_a_rows = 0, packed_a_row0 = 0;
+};
+
 // The kernels of one instruction set.
 struct IsaKernels {
   const char* name;  // "avx512", "avx2", "baseline"
@@ -64,8 +88,14 @@ struct IsaKernels {
   // staging row).
   void (*fill_phase_f32)(const PhaseGeometry&, const float* plane, std::int64_t height, std::int64_t width, float pad,
                          float* out);
-  void (*fill_phase_f64)(const PhaseGeometry&, const double* plane, std::int64_t height, std::int64_t width, double pad,
-                         double* out);
+  void (*fill_phase_f64)(const PhaseGeometry&, const double* plane, std::int64_t height, std::int64_t width,
+                         double pad, double* out);
+  // The packed float GEMM: its micro-tile (gemm_mr rows x gemm_nr columns, held in registers) and depth slice
+  // (gemm_kc), and one tile of C.
+  std::int64_t gemm_mr, gemm_nr, gemm_kc;
+  void (*gemm_tile_f32)(const GemmTile&);
+  // A[rows, depth] (lda) packed for every tile at once: round_up(rows, gemm_mr) * depth floats at out.
+  void (*pack_gemm_a_f32)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t depth, float* out);
 };
 
 // The kernels of the best instruction set this CPU has, or the one XPURT_CPU_ISA names (baseline, avx2, avx512;

@@ -16,6 +16,7 @@
 // The plan summary names the table ("isa avx512").
 #define XPURT_CPU_ISA_NS isa_baseline
 #define XPURT_CPU_ISA_NAME "baseline"
+#define XPURT_CPU_VEC_BYTES 16
 #include <cstdlib>
 
 #include "backends/cpu/cpu_isa_kernels.inc"

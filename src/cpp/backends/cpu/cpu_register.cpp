@@ -32,7 +32,8 @@ class CpuPlan final : public KernelPlan {
     return detail::str_cat("cpu reference, ", context_.threads, context_.threads == 1 ? " thread" : " threads",
                            context_.allow_spinning || context_.threads == 1 ? "" : ", no spinning",
                            uses_gemm_ ? ", gemm " : "", uses_gemm_ ? gemm_impl_name(context_.gemm) : "",
-                           uses_isa_ ? ", isa " : "", uses_isa_ ? context_.isa->name : "");
+                           uses_isa_ || (uses_gemm_ && context_.gemm == GemmImpl::kPacked) ? ", isa " : "",
+                           uses_isa_ || (uses_gemm_ && context_.gemm == GemmImpl::kPacked) ? context_.isa->name : "");
   }
 
  private:
@@ -44,7 +45,17 @@ class CpuPlan final : public KernelPlan {
 
 }  // namespace
 
-const char* gemm_impl_name(GemmImpl impl) { return impl == GemmImpl::kBlas ? "openblas" : "fallback"; }
+const char* gemm_impl_name(GemmImpl impl) {
+  switch (impl) {
+    case GemmImpl::kBlas:
+      return "openblas";
+    case GemmImpl::kPacked:
+      return "packed";
+    case GemmImpl::kFallback:
+      break;
+  }
+  return "fallback";
+}
 
 CpuContext make_context(const ExecutionPolicy& policy) {
   CpuContext context;
@@ -62,10 +73,15 @@ CpuContext make_context(const ExecutionPolicy& policy) {
           "rebuild, or unset XPURT_CPU_GEMM");
     }
     context.gemm = GemmImpl::kBlas;
+  } else if (choice == "packed") {
+    context.gemm = GemmImpl::kPacked;
   } else {
     XPURT_CHECK(choice == "auto" || choice.empty(), "XPURT_CPU_GEMM='", choice,
-                "' is not valid; use 'auto' (OpenBLAS when built with it), 'blas' or 'fallback'");
-    context.gemm = XPURT_WITH_BLAS ? GemmImpl::kBlas : GemmImpl::kFallback;
+                "' is not valid; use 'auto' (the packed GEMM on an AVX2 or AVX-512 CPU, else OpenBLAS when built "
+                "with it), 'packed', 'blas' or 'fallback'");
+    // Note [Packed GEMM]: on SSE2 alone the packed GEMM does not beat OpenBLAS's kernels.
+    const bool vector_isa = std::string(context.isa->name) != "baseline";
+    context.gemm = vector_isa ? GemmImpl::kPacked : (XPURT_WITH_BLAS ? GemmImpl::kBlas : GemmImpl::kFallback);
   }
   return context;
 }

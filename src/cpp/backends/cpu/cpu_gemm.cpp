@@ -304,8 +304,8 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
     }
   }
 #if XPURT_WITH_BLAS
-  if ((context.gemm == GemmImpl::kBlas || context.gemm == GemmImpl::kPacked) && k > 0 && fits_blas_int(m) && fits_blas_int(n) && fits_blas_int(k) &&
-      fits_blas_int(lda) && fits_blas_int(ldb) && fits_blas_int(ldc)) {
+  if ((context.gemm == GemmImpl::kBlas || context.gemm == GemmImpl::kPacked) && k > 0 && fits_blas_int(m) &&
+      fits_blas_int(n) && fits_blas_int(k) && fits_blas_int(lda) && fits_blas_int(ldb) && fits_blas_int(ldc)) {
     blocked_blas_gemm(context.threads, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
@@ -467,9 +467,8 @@ void register_gemm_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "linear_grad_weight",
                  "reference linear weight gradient (grad^T @ x) through " + engine + ", bias gradient as column sums",
                  [](const KernelLaunch& launch, const CpuContext& context) {
-                   dispatch_compute_type(launch.desc->inputs[0].dtype, [&](auto zero) {
-                     run_linear_grad_weight<decltype(zero)>(launch, context);
-                   });
+                   dispatch_compute_type(launch.desc->inputs[0].dtype,
+                                         [&](auto zero) { run_linear_grad_weight<decltype(zero)>(launch, context); });
                  });
 }
 

@@ -371,12 +371,18 @@ template <typename T>
 void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc);
 
-// C[m, n] = A[m, k] * B where row p of B is the n floats at rows[p]: the packed GEMM (Note [Packed GEMM] in
-// cpu_gemm.cpp) over rows that need not be evenly spaced. Requires context.gemm == GemmImpl::kPacked. packed_a:
-// A as pack_gemm_a packed it (several GEMMs with the same A pack it once), or null.
+// The rows of a B given by pointers: column j of row p is rows[p][(c / segment) * pitch + c % segment], c = col0 + j
+// (runs of `segment` floats every `pitch`).
+struct RowsOfB {
+  const float* const* rows = nullptr;
+  std::int64_t col0 = 0, segment = 1, pitch = 1;
+};
+
+// C[m, n] = A[m, k] * B with B given by rows: the packed GEMM (Note [Packed GEMM] in cpu_gemm.cpp) over rows that
+// need not be evenly spaced, copied into its panels as it packs them. Requires context.gemm == GemmImpl::kPacked.
+// packed_a: A as pack_gemm_a packed it (several GEMMs with the same A pack it once), or null.
 void gemm_rows(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-               std::int64_t lda, const float* const* rows, float* c, std::int64_t ldc,
-               const float* packed_a = nullptr);
+               std::int64_t lda, const RowsOfB& b, float* c, std::int64_t ldc, const float* packed_a = nullptr);
 
 // A[m, k] (lda) packed for gemm_rows (requires context.gemm == GemmImpl::kPacked).
 ScratchVector<float> pack_gemm_a(const CpuContext& context, std::int64_t m, std::int64_t k, const float* a,

@@ -18,15 +18,15 @@
 // per-element test (a memcpy for unit strides), and the outside columns are zeros.
 //
 // Note [Convolution as a GEMM over windows]
-// With unit strides and the packed GEMM (Note [Packed GEMM] in cpu_gemm.cpp), a convolution needs no im2col: each
-// input plane is copied once, padded, into a split plane (Note [Phase-split planes]; with unit strides one phase),
-// and row (c, i, j) of the GEMM's B over the flat positions q = oh * row_stride + ow is the padded plane c itself
-// from offset(i, j) on, a run of consecutive elements. The GEMM takes one pointer per B row (gemm_rows), packs those
-// runs into its micro-panels as it would pack B, and writes C over the flat positions; the output rows are then the
-// first out_w positions of each flat row, copied out with the epilogue. The positions past out_w of each flat row
-// are computed and dropped: (kw - 1) * dw of every row_stride, a few percent at ImageNet sizes (3x3 over 56 columns:
-// 2 of 58), a quarter on an 8-column plane, still far less than the per-segment copies of im2col on such rows.
-// The flat positions are cut into tiles (as in Note [CPU convolution tiles]), one task per (image, group, tile).
+// With the packed GEMM (Note [Packed GEMM] in cpu_gemm.cpp) a convolution needs no im2col: each input plane is
+// copied once, padded and split by the strides (Note [Phase-split planes]), and row (c, i, j) of the GEMM's B, over
+// the output pixels (oh, ow), reads the split plane c at offset(i, j) + oh * row_stride + ow: runs of out_w
+// consecutive floats, one per output row, every row_stride. The GEMM takes one pointer per B row and the run length
+// and pitch (gemm_rows, RowsOfB), and copies the runs straight into its packed micro-panels, the copy it makes of any
+// B; C is the output itself. So the im2col matrix (kh * kw times the input) is never written, for every stride,
+// dilation and padding. The output pixels are cut into tiles (as in Note [CPU convolution tiles]), one task per
+// (image, group, tile), each followed by the epilogue on what it wrote; each group's weights are packed once per
+// call for all its tasks. float64 and the other GEMMs (OpenBLAS, the blocked fallback) keep the im2col tiles.
 //
 // Note [Depthwise convolution on the CPU]
 // A convolution with one input channel per group (Cg == 1: depthwise, any channel multiplier Og) is a direct
@@ -240,19 +240,19 @@ void conv_depthwise(const ConvGeometry& g, const CpuContext& context, const Conv
   });
 }
 
-// Output pixels (or flat window positions) per task of a GEMM-based convolution: kTileBytes of B per task.
-std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t element_bytes) {
+// Output pixels per task of a GEMM-based convolution: about kTileBytes of B per task.
+// A multiple of `align` (the packed GEMM's micro-panel width: no partial panel but the last tile's).
+std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t element_bytes, std::int64_t align) {
   std::int64_t tile = kTileBytes / element_bytes / std::max<std::int64_t>(g.depth, 1);
-  tile = std::max(kTileAlign, tile / kTileAlign * kTileAlign);
+  tile = std::max(align, tile / align * align);
   return std::min(tile, extent);
 }
 
-// Note [Convolution as a GEMM over windows]: unit strides, float, the packed GEMM.
+// Note [Convolution as a GEMM over windows]: float, the packed GEMM.
 void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOperands<float>& v) {
   const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
   const std::vector<std::int64_t> offsets = phase_offsets(phases, g.kh, g.kw, g.dilation);
   const std::int64_t plane = phase_plane_size(phases);
-  const std::int64_t span = (g.out_h - 1) * phases.row_stride + g.out_w;  // flat positions q = oh * row_stride + ow
   ScratchVector<float> padded(static_cast<std::size_t>(g.batch * g.channels * plane));
   parallel_for(g.batch * g.channels, context.threads, std::max<std::int64_t>(1, 16384 / plane),
                [&](std::int64_t begin, std::int64_t end) {
@@ -261,47 +261,39 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                                                padded.data() + c * plane);
                  }
                });
-  ScratchVector<float> wide(static_cast<std::size_t>(g.batch * g.out_channels * span));
   // The weights of each group, packed once for all its tasks.
   std::vector<ScratchVector<float>> packed_w;
   for (std::int64_t group = 0; group < g.groups; ++group) {
     packed_w.push_back(pack_gemm_a(context, g.og, g.depth, v.w + group * g.og * g.depth, g.depth));
   }
-  const std::int64_t tile = conv_tile(g, span, sizeof(float));
-  const std::int64_t tiles = (span + tile - 1) / tile;
-  const std::int64_t grain =
-      std::max<std::int64_t>(1, (std::int64_t{1} << 17) / std::max<std::int64_t>(g.og * tile * g.depth, 1));
-  parallel_for(g.batch * g.groups * tiles, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
-    ScratchVector<const float*> rows(static_cast<std::size_t>(g.depth));
-    for (std::int64_t task = begin; task < end; ++task) {
-      const std::int64_t t = task % tiles, ng = task / tiles;
-      const std::int64_t n = ng / g.groups, group = ng % g.groups;
-      const std::int64_t q0 = t * tile, count = std::min(tile, span - q0);
-      const float* planes = padded.data() + (n * g.channels + group * g.cg) * plane + q0;
-      const std::int64_t taps = g.kh * g.kw;
-      for (std::int64_t c = 0; c < g.cg; ++c) {
-        for (std::int64_t tap = 0; tap < taps; ++tap) {
-          rows[static_cast<std::size_t>(c * taps + tap)] = planes + c * plane + offsets[static_cast<std::size_t>(tap)];
-        }
-      }
-      const std::int64_t channel0 = group * g.og;
-      gemm_rows(context, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, rows.data(),
-                wide.data() + (n * g.out_channels + channel0) * span + q0, span,
-                packed_w[static_cast<std::size_t>(group)].data());
-    }
-  });
-  // Each output row is the first out_w positions of its flat row, with the epilogue.
-  parallel_for(g.batch * g.out_channels, context.threads, std::max<std::int64_t>(1, 16384 / g.pixels),
+  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(float), context.isa->gemm_nr);
+  const std::int64_t tiles = (g.pixels + tile - 1) / tile;
+  const std::int64_t work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
+  parallel_for(g.batch * g.groups * tiles, context.threads, std::max<std::int64_t>(1, (std::int64_t{1} << 17) / work),
                [&](std::int64_t begin, std::int64_t end) {
-                 for (std::int64_t p = begin; p < end; ++p) {
-                   const std::int64_t o = p % g.out_channels;
-                   for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-                     float* out = v.y + p * g.pixels + oh * g.out_w;
-                     const float* from = wide.data() + p * span + oh * phases.row_stride;
-                     std::copy(from, from + g.out_w, out);
-                     conv_epilogue(out, g.out_w, v.bias, o,
-                                   v.residual != nullptr ? v.residual + p * g.pixels + oh * g.out_w : nullptr,
-                                   g.activation);
+                 ScratchVector<const float*> rows(static_cast<std::size_t>(g.depth));
+                 const std::int64_t taps = g.kh * g.kw;
+                 for (std::int64_t task = begin; task < end; ++task) {
+                   const std::int64_t t = task % tiles, ng = task / tiles;
+                   const std::int64_t n = ng / g.groups, group = ng % g.groups;
+                   const std::int64_t p0 = t * tile, count = std::min(tile, g.pixels - p0);
+                   const float* planes = padded.data() + (n * g.channels + group * g.cg) * plane;
+                   for (std::int64_t c = 0; c < g.cg; ++c) {
+                     for (std::int64_t tap = 0; tap < taps; ++tap) {
+                       rows[static_cast<std::size_t>(c * taps + tap)] =
+                           planes + c * plane + offsets[static_cast<std::size_t>(tap)];
+                     }
+                   }
+                   const std::int64_t channel0 = group * g.og;
+                   const std::int64_t offset = (n * g.out_channels + channel0) * g.pixels + p0;
+                   // Output pixel (oh, ow) reads its window at oh * row_stride + ow from each row's start.
+                   const RowsOfB b{rows.data(), p0, g.out_w, phases.row_stride};
+                   gemm_rows(context, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, b, v.y + offset,
+                             g.pixels, packed_w[static_cast<std::size_t>(group)].data());
+                   for (std::int64_t o = 0; o < g.og; ++o) {
+                     const std::int64_t at = offset + o * g.pixels;
+                     conv_epilogue(v.y + at, count, v.bias, channel0 + o,
+                                   v.residual != nullptr ? v.residual + at : nullptr, g.activation);
                    }
                  }
                });
@@ -312,7 +304,7 @@ template <typename T>
 void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOperands<T>& v) {
   const bool direct = g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 && g.pad[0] == 0 &&
                       g.pad[1] == 0 && g.pad_end[0] == 0 && g.pad_end[1] == 0;
-  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(T));
+  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(T), kTileAlign);
   const std::int64_t tiles = (g.pixels + tile - 1) / tile;
   const std::int64_t tasks = g.batch * g.groups * tiles;
   const std::int64_t task_work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
@@ -343,6 +335,19 @@ void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOper
   });
 }
 
+// A 1x1 convolution of 1x1 images with one group (squeeze-excitation blocks, a classifier head written as a Conv):
+// the batch is the GEMM's rows, y[N, O] = x[N, C] @ W[O, C]^T, one GEMM instead of one per image.
+template <typename T>
+void conv_single_pixel(const ConvGeometry& g, const CpuContext& context, const ConvOperands<T>& v) {
+  gemm<T>(context, true, g.batch, g.out_channels, g.depth, v.x, g.depth, v.w, g.depth, v.y, g.out_channels);
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    for (std::int64_t o = 0; o < g.out_channels; ++o) {
+      const std::int64_t at = n * g.out_channels + o;
+      conv_epilogue(v.y + at, 1, v.bias, o, v.residual != nullptr ? v.residual + at : nullptr, g.activation);
+    }
+  }
+}
+
 template <typename T>
 void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
   const ConvGeometry g = conv_geometry(launch);
@@ -356,8 +361,10 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
       g.kh == 1 && g.kw == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad_end[0] == 0 && g.pad_end[1] == 0;
   if (g.cg == 1) {
     conv_depthwise(g, context, v);
+  } else if (one_by_one && g.groups == 1 && g.pixels == 1 && g.height == 1 && g.width == 1) {
+    conv_single_pixel(g, context, v);
   } else if constexpr (std::is_same_v<T, float>) {
-    if (context.gemm == GemmImpl::kPacked && g.stride[0] == 1 && g.stride[1] == 1 && !one_by_one) {
+    if (context.gemm == GemmImpl::kPacked && !one_by_one) {
       conv_windows(g, context, v);
     } else {
       conv_tiles(g, context, v);

@@ -38,9 +38,10 @@
 // thread count); in a tile, K is walked in slices of gemm_kc, A's slice is packed into micro-panels of gemm_mr rows
 // and op(B)'s into micro-panels of gemm_nr columns (a transposed B becomes unit-stride there), and each gemm_mr x
 // gemm_nr micro-tile of C is summed in registers over the slice (AVX-512: 6 x 64 floats in 24 zmm registers, one
-// broadcast of A and four loads of B per step) and then added to C. Fewer than 8 rows (a GEMV-like product, e.g.
-// a linear layer at batch 1) stay on OpenBLAS when the build has it: packing all of B for one row of A would triple
-// the bytes moved. float64 GEMMs stay on OpenBLAS or the blocked fallback.
+// broadcast of A and four loads of B per step) and then added to C. Fewer than 8 rows or 8 columns (GEMV-like
+// products: a linear layer at batch 1, a 1x1 convolution of a 1x1 image) stay on OpenBLAS when the build has it:
+// packing all of B for one row of A (or all of A for one column of B) would triple the bytes moved. float64 GEMMs
+// stay on OpenBLAS or the blocked fallback.
 #include <climits>
 #include <cstring>
 #include <string>
@@ -242,14 +243,14 @@ void blocked_blas_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n
 }
 #endif
 
-// Note [Packed GEMM].
+// Note [Packed GEMM]: fewer rows or columns than this go to OpenBLAS (when the build has it).
 constexpr std::int64_t kPackedMinRows = 8;
 constexpr std::int64_t kPackedTileMicroRows = 16;  // tile rows = 16 micro-tiles of gemm_mr
 constexpr std::int64_t kPackedTileN = 512;         // a multiple of every gemm_nr (8, 16, 64)
 
-// C = A * op(B), or with rows, C = A * B where row p of B starts at rows[p] (Note [Packed GEMM]).
+// C = A * op(B), or with rows.rows, C = A * B with B given by rows (Note [Packed GEMM]).
 void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, const float* const* rows, float* c,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, const RowsOfB& rows, float* c,
                  std::int64_t ldc, const float* packed_a) {
   const IsaKernels& isa = *context.isa;
   const std::int64_t tile_m = kPackedTileMicroRows * isa.gemm_mr;
@@ -277,8 +278,10 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
       t.b = b == nullptr ? nullptr : (trans_b ? b + j0 * ldb : b + j0);
       t.ldb = ldb;
       t.trans_b = trans_b;
-      t.b_rows = rows;
-      t.b_col0 = j0;
+      t.b_rows = rows.rows;
+      t.b_col0 = rows.col0 + j0;
+      t.b_segment = rows.segment;
+      t.b_pitch = rows.pitch;
       t.c = c + i0 * ldc + j0;
       t.ldc = ldc;
       t.pack_a = pack_a.data();
@@ -298,8 +301,8 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
           std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (context.gemm == GemmImpl::kPacked && (m >= kPackedMinRows || !XPURT_WITH_BLAS)) {
-      packed_gemm(context, trans_b, m, n, k, a, lda, b, ldb, nullptr, c, ldc, nullptr);
+    if (context.gemm == GemmImpl::kPacked && ((m >= kPackedMinRows && n >= kPackedMinRows) || !XPURT_WITH_BLAS)) {
+      packed_gemm(context, trans_b, m, n, k, a, lda, b, ldb, RowsOfB{}, c, ldc, nullptr);
       return;
     }
   }
@@ -315,10 +318,11 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
 }
 
 void gemm_rows(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-               std::int64_t lda, const float* const* rows, float* c, std::int64_t ldc, const float* packed_a) {
+               std::int64_t lda, const RowsOfB& b, float* c, std::int64_t ldc, const float* packed_a) {
   XPURT_CHECK(context.gemm == GemmImpl::kPacked, "gemm_rows runs on the packed GEMM only");
+  XPURT_CHECK(b.segment >= 1 && b.pitch >= b.segment, "gemm_rows: runs of ", b.segment, " every ", b.pitch);
   if (m <= 0 || n <= 0) return;
-  packed_gemm(context, false, m, n, k, a, lda, nullptr, 0, rows, c, ldc, packed_a);
+  packed_gemm(context, false, m, n, k, a, lda, nullptr, 0, b, c, ldc, packed_a);
 }
 
 ScratchVector<float> pack_gemm_a(const CpuContext& context, std::int64_t m, std::int64_t k, const float* a,

@@ -60,10 +60,11 @@ struct GemmTile {
   const float* b = nullptr;
   std::int64_t ldb = 0;
   bool trans_b = false;
-  // Instead of b: row p of op(B) starts at b_rows[p] + b_col0 (each row its own pointer: a convolution's windows of
-  // its padded input, Note [Convolution as a GEMM over windows] in cpu_conv.cpp).
+  // Instead of b: column j of row p of op(B) is b_rows[p][(c / b_segment) * b_pitch + c % b_segment], c = b_col0 +
+  // j (each row its own pointer, its columns in runs of b_segment every b_pitch: a convolution's windows of its
+  // padded input, Note [Convolution as a GEMM over windows] in cpu_conv.cpp).
   const float* const* b_rows = nullptr;
-  std::int64_t b_col0 = 0;
+  std::int64_t b_col0 = 0, b_segment = 1, b_pitch = 1;
   float* c = nullptr;
   std::int64_t ldc = 0;
   float* pack_a = nullptr;

@@ -384,14 +384,13 @@ std::vector<std::string> isa_names() {
 // tile and depth slice (6 x 8/16/64, 96 rows x 512 columns, 128/256 deep), one column, B transposed (linear).
 TEST(CpuBackend, PackedGemmMatchesNaiveOnEveryIsa) {
   ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
-  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 1},     {7, 13, 5},   {6, 64, 128}, {97, 515, 300},
-                                                          {13, 1, 600},  {8, 17, 257}, {193, 70, 33}};
+  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 1},    {7, 13, 5},   {6, 64, 128}, {97, 515, 300},
+                                                          {13, 1, 600}, {8, 17, 257}, {193, 70, 33}};
   unsigned seed = 40;
   for (const std::string& isa : isa_names()) {
     ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
     for (const auto& [m, n, k] : sizes) {
-      const std::string what =
-          isa + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+      const std::string what = isa + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
       const Tensor a = random_tensor({m, k}, seed++);
       const Tensor b = random_tensor({k, n}, seed++);
       std::string plan;
@@ -419,13 +418,15 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
       {{1, 6, 15, 14}, {6, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 6, true, false, true},
       {{1, 3, 19, 23}, {6, 1, 5, 5}, {2, 3}, {2, 1, 0, 3}, {2, 1}, 3, true, true, false},  // multiplier 2
       {{1, 4, 11, 9}, {4, 1, 7, 7}, {1, 1}, {3, 3, 3, 3}, {1, 1}, 4, false, true, true},
-      {{1, 4, 12, 10}, {4, 1, 2, 4}, {3, 1}, {0, 2, 1, 0}, {1, 2}, 4, true, false, false},  // 8 taps
-      {{2, 1, 9, 8}, {3, 1, 3, 3}, {1, 2}, {1, 0, 1, 0}, {1, 1}, 1, true, false, true},     // one input channel
-      {{1, 2, 5, 5}, {2, 1, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 2, true, false, false},   // 1x1 depthwise
-      {{1, 3, 5, 5}, {3, 1, 5, 5}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 3, true, false, true},    // window = input
-      {{1, 16, 37, 41}, {12, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, true, true},  // many tiles
-      {{2, 8, 30, 29}, {8, 2, 3, 3}, {2, 2}, {1, 0, 2, 1}, {1, 1}, 4, true, false, true},    // grouped, strided
+      {{1, 4, 12, 10}, {4, 1, 2, 4}, {3, 1}, {0, 2, 1, 0}, {1, 2}, 4, true, false, false},    // 8 taps
+      {{2, 1, 9, 8}, {3, 1, 3, 3}, {1, 2}, {1, 0, 1, 0}, {1, 1}, 1, true, false, true},       // one input channel
+      {{1, 2, 5, 5}, {2, 1, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 2, true, false, false},      // 1x1 depthwise
+      {{1, 3, 5, 5}, {3, 1, 5, 5}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 3, true, false, true},       // window = input
+      {{1, 16, 37, 41}, {12, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, true, true},   // many tiles
+      {{2, 8, 30, 29}, {8, 2, 3, 3}, {2, 2}, {1, 0, 2, 1}, {1, 1}, 4, true, false, true},     // grouped, strided
       {{1, 24, 33, 35}, {16, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, true, false},  // 1x1 in tiles
+      {{3, 20, 1, 1}, {9, 20, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, true, true},  // 1x1 images: one GEMM
+      {{3, 40, 1, 1}, {40, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 40, true, false, true},  // depthwise, 1x1 images
   };
   unsigned seed = 700;
   for (const auto& c : cases) {
@@ -444,18 +445,24 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
                                  .set("dilations", c.dilations)
                                  .set("groups", c.groups)
                                  .set("activation", std::string(c.relu ? "relu" : "none"));
-    for (const std::string& isa : isa_names()) {
-      ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
-      const std::string what = isa + " x " + std::to_string(c.x[1]) + "x" + std::to_string(c.x[2]) + "x" +
-                               std::to_string(c.x[3]) + " w " + std::to_string(c.w[2]) + "x" + std::to_string(c.w[3]);
-      const Tensor y = run1("conv2d", {x, w, bias, residual}, attrs);
-      ASSERT_EQ(y.shape(), out_shape) << what;
-      expect_near_all(values(y), expected, 2e-5f, what);
-      const Tensor y64 = run1("conv2d", {cast(x, "float64"), cast(w, "float64"), c.bias ? cast(bias, "float64") : bias,
-                                         c.residual ? cast(residual, "float64") : residual},
-                              attrs);
-      ASSERT_EQ(y64.dtype(), DType::kFloat64) << what;
-      expect_near_all(values(y64), expected, 1e-6f, what + " float64");
+    for (const std::string& setting : isa_names()) {
+      for (const char* gemm : {"auto", "packed", "fallback"}) {  // windows over the packed GEMM, or im2col tiles
+        ScopedEnv gemm_env("XPURT_CPU_GEMM", gemm);
+        const std::string& isa = setting;
+        ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
+        const std::string what = isa + " " + gemm + " x " + std::to_string(c.x[1]) + "x" + std::to_string(c.x[2]) +
+                                 "x" + std::to_string(c.x[3]) + " w " + std::to_string(c.w[2]) + "x" +
+                                 std::to_string(c.w[3]);
+        const Tensor y = run1("conv2d", {x, w, bias, residual}, attrs);
+        ASSERT_EQ(y.shape(), out_shape) << what;
+        expect_near_all(values(y), expected, 2e-5f, what);
+        const Tensor y64 = run1("conv2d",
+                                {cast(x, "float64"), cast(w, "float64"), c.bias ? cast(bias, "float64") : bias,
+                                 c.residual ? cast(residual, "float64") : residual},
+                                attrs);
+        ASSERT_EQ(y64.dtype(), DType::kFloat64) << what;
+        expect_near_all(values(y64), expected, 1e-6f, what + " float64");
+      }
     }
   }
 }
@@ -465,14 +472,12 @@ TEST(CpuBackend, DepthwiseConvSiluEpilogue) {
   const Shape xs{1, 3, 7, 6}, ws{3, 1, 3, 3};
   const Tensor x = random_tensor(xs, 91), w = random_tensor(ws, 92), bias = random_tensor({3}, 93);
   Shape out_shape;
-  const Values linear = naive_conv(values(x), xs, values(w), ws, values(bias), {}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 3,
-                                   false, &out_shape);
+  const Values linear =
+      naive_conv(values(x), xs, values(w), ws, values(bias), {}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 3, false, &out_shape);
   Values expected;
   for (float v : linear) expected.push_back(static_cast<float>(v / (1.0 + std::exp(-static_cast<double>(v)))));
-  const Attributes attrs = Attributes()
-                               .set("pads", Shape{1, 1, 1, 1})
-                               .set("groups", std::int64_t{3})
-                               .set("activation", std::string("silu"));
+  const Attributes attrs =
+      Attributes().set("pads", Shape{1, 1, 1, 1}).set("groups", std::int64_t{3}).set("activation", std::string("silu"));
   expect_near_all(values(run1("conv2d", {x, w, bias}, attrs)), expected, 1e-5f);
 }
 

@@ -1,6 +1,8 @@
 // The cpu kernel of fused_elementwise: the program interpreted over chunks of the output (Note [Fused elementwise
 // programs] in core/fused_elementwise.h), every instruction in float32.
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -26,6 +28,56 @@ float read(DType dtype, const void* base, std::int64_t offset) {
   }
 }
 
+// out[i] = fused::apply(C, a[i], b[i]) with the op known at compile time: the switch inside apply folds away, so the
+// loop is the op itself (vectorised for the arithmetic ones), with the same per-element math as apply.
+template <fused::Code C>
+void apply_chunk(const float* __restrict a, const float* __restrict b, float* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = fused::apply(C, a[i], b[i]);
+}
+
+using ChunkFn = void (*)(const float*, const float*, float*, std::int64_t);
+
+// The chunk loop of every code, indexed by the code (the reductions' and rotate_half's are never called: those are
+// evaluated elsewhere).
+template <std::size_t... Codes>
+constexpr std::array<ChunkFn, sizeof...(Codes)> chunk_table(std::index_sequence<Codes...>) {
+  return {&apply_chunk<static_cast<fused::Code>(Codes)>...};
+}
+constexpr auto kChunkFns =
+    chunk_table(std::make_index_sequence<static_cast<std::size_t>(fused::Code::kRotateHalf) + 1>());
+
+// Elements [begin, begin + n) of input k in float32 (offsets from fused::Layout's strides for a broadcast input,
+// walked with a coordinate counter instead of a division per dimension and element).
+void load_input(const fused::Layout& layout, std::size_t k, DType dtype, const void* base, std::int64_t begin,
+                std::int64_t n, float* out) {
+  const std::size_t rank = layout.dims.size();
+  if (layout.full(k)) {
+    if (dtype == DType::kFloat32) {
+      std::copy(static_cast<const float*>(base) + begin, static_cast<const float*>(base) + begin + n, out);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) out[i] = read(dtype, base, begin + i);
+    }
+    return;
+  }
+  std::int64_t coordinate[8] = {};
+  std::int64_t offset = 0, rest = begin;
+  XPURT_CHECK(rank <= 8, "fused_elementwise: more than 8 output dimensions");
+  for (std::size_t d = rank; d-- > 0;) {
+    coordinate[d] = rest % layout.dims[d];
+    offset += coordinate[d] * layout.strides[k][d];
+    rest /= layout.dims[d];
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[i] = read(dtype, base, offset);
+    for (std::size_t d = rank; d-- > 0;) {  // the next element's coordinate: carry from the last dimension
+      offset += layout.strides[k][d];
+      if (++coordinate[d] < layout.dims[d]) break;
+      offset -= coordinate[d] * layout.strides[k][d];
+      coordinate[d] = 0;
+    }
+  }
+}
+
 // Runs `program` for `layout`: inputs of `input_dtypes` (float32, float16, bfloat16), a contiguous output of
 // `output_dtype` (int8/uint8 quantized by `quantization`). Without a reduction, over 256-element chunks of the
 // output; with reductions, row by row (Note [Row
@@ -47,6 +99,12 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
     return (o.input ? static_cast<std::size_t>(o.index) : num_inputs + static_cast<std::size_t>(o.index)) * kChunk;
   };
   fused::check_rotate_half(program, layout);
+  std::vector<ChunkFn> chunk_fns;
+  for (const Instruction& in : program.code) {
+    const auto index = static_cast<std::size_t>(in.code);  // kRotateHalf is the last code (fused_elementwise.h)
+    XPURT_CHECK(index < kChunkFns.size(), "fused_elementwise: code ", index, " has no cpu loop");
+    chunk_fns.push_back(kChunkFns[index]);
+  }
   auto offset_of = [&](std::size_t k, std::int64_t linear) {
     if (scalar[k]) return std::int64_t{0};
     if (full[k]) return linear;
@@ -64,10 +122,8 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       float* r = regs.data() + k * kChunk;
       if (scalar[k]) {
         std::fill(r, r + n, read(input_dtypes[k], inputs[k], 0));
-      } else if (full[k]) {
-        for (std::int64_t i = 0; i < n; ++i) r[i] = read(input_dtypes[k], inputs[k], begin + i);
       } else {
-        for (std::int64_t i = 0; i < n; ++i) r[i] = read(input_dtypes[k], inputs[k], offset_of(k, begin + i));
+        load_input(layout, k, input_dtypes[k], inputs[k], begin, n, r);
       }
     }
     for (std::size_t j = 0; j < upto; ++j) {
@@ -89,7 +145,7 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       }
       const float* a = regs.data() + slot(in.a);
       const float* b = fused::is_binary(in.code) ? regs.data() + slot(in.b) : a;
-      for (std::int64_t i = 0; i < n; ++i) out[i] = fused::apply(in.code, a[i], b[i]);
+      chunk_fns[j](a, b, out, n);
     }
   };
   auto store = [&](const std::vector<float>& regs, std::int64_t begin, std::int64_t n) {

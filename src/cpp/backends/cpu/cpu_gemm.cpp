@@ -245,7 +245,7 @@ void blocked_blas_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n
 
 // Note [Packed GEMM]: fewer rows or columns than this go to OpenBLAS (when the build has it).
 constexpr std::int64_t kPackedMinRows = 8;
-constexpr std::int64_t kPackedTileMicroRows = 16;  // tile rows = 16 micro-tiles of gemm_mr
+constexpr std::int64_t kPackedTileMicroRows = 32;  // tile rows = 32 micro-tiles of gemm_mr (192 on AVX-512)
 constexpr std::int64_t kPackedTileN = 512;         // a multiple of every gemm_nr (8, 16, 64)
 
 // C = A * op(B), or with rows.rows, C = A * B with B given by rows (Note [Packed GEMM]).

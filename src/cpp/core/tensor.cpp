@@ -295,6 +295,15 @@ void Tensor::copy_from(const Tensor& src, const StreamView* stream, bool non_blo
   const bool host_only = device().is_cpu() && src.device().is_cpu();
   const std::size_t es = element_size();
   if (host_only) {
+    if (is_dense(shape_, strides_) && same_layout(*this, src)) {  // one copy of the span, not one per inner row
+      std::int64_t lo = 0;
+      std::int64_t hi = 0;
+      span_of(shape_, strides_, &lo, &hi);
+      const auto off = lo * static_cast<std::int64_t>(es);
+      std::memcpy(static_cast<char*>(data_ptr()) + off, static_cast<const char*>(src.data_ptr()) + off,
+                  static_cast<std::size_t>(numel()) * es);
+      return;
+    }
     copy_strided_host(static_cast<char*>(data_ptr()), strides_, static_cast<const char*>(src.data_ptr()),
                       src.strides_, shape_, es);
     return;

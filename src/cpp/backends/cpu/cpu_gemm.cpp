@@ -40,7 +40,9 @@
 // gemm_nr micro-tile of C is summed in registers over the slice (AVX-512: 6 x 64 floats in 24 zmm registers, one
 // broadcast of A and four loads of B per step) and then added to C. Fewer than 8 rows or 8 columns (GEMV-like
 // products: a linear layer at batch 1, a 1x1 convolution of a 1x1 image) stay on OpenBLAS when the build has it:
-// packing all of B for one row of A (or all of A for one column of B) would triple the bytes moved. float64 GEMMs
+// packing all of B for one row of A (or all of A for one column of B) would triple the bytes moved. So do products
+// of fewer than 64K multiply-adds (a windowed attention's 49 x 49 x 8 batches), whose packing and scratch cost
+// more than OpenBLAS's small-matrix kernels. float64 GEMMs
 // stay on OpenBLAS or the blocked fallback.
 #include <climits>
 #include <cstring>
@@ -243,8 +245,9 @@ void blocked_blas_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n
 }
 #endif
 
-// Note [Packed GEMM]: fewer rows or columns than this go to OpenBLAS (when the build has it).
+// Note [Packed GEMM]: fewer rows or columns than this, or fewer multiply-adds, go to OpenBLAS (when the build has it).
 constexpr std::int64_t kPackedMinRows = 8;
+constexpr std::int64_t kPackedMinWork = std::int64_t{1} << 16;
 constexpr std::int64_t kPackedTileMicroRows = 32;  // tile rows = 32 micro-tiles of gemm_mr (192 on AVX-512)
 constexpr std::int64_t kPackedTileN = 512;         // a multiple of every gemm_nr (8, 16, 64)
 
@@ -301,7 +304,8 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
           std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (context.gemm == GemmImpl::kPacked && ((m >= kPackedMinRows && n >= kPackedMinRows) || !XPURT_WITH_BLAS)) {
+    const bool fits_packed = m >= kPackedMinRows && n >= kPackedMinRows && m * n * k >= kPackedMinWork;
+    if (context.gemm == GemmImpl::kPacked && (fits_packed || !XPURT_WITH_BLAS)) {
       packed_gemm(context, trans_b, m, n, k, a, lda, b, ldb, RowsOfB{}, c, ldc, nullptr);
       return;
     }

@@ -10,7 +10,9 @@
 // CumSum's axis, Resize's scales or sizes) the registry op takes as attributes, fixed when the plan is built, and
 // the adapter turns them back into constant inputs. So the cpu kernel is the ONNX operator's node kernel itself,
 // and the conformance suite checks both it and the GPU kernels against NumPy.
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,9 +81,35 @@ Attributes attrs_without(const Attributes& attrs, std::initializer_list<const ch
   return out;
 }
 
-void run_clip(const KernelLaunch& launch) {
+// Clip of float32/float64 in one pass, numpy's order (min(max(x, lo), hi): hi when lo > hi; NaN stays NaN, both
+// comparisons being false), as the reference computes it.
+template <typename T>
+void clip_values(const Tensor& x, Tensor& y, const Attributes& attrs, const CpuContext& context) {
+  const T lo = attrs.has("min") ? static_cast<T>(attrs.get_float("min", 0)) : -std::numeric_limits<T>::infinity();
+  const T hi = attrs.has("max") ? static_cast<T>(attrs.get_float("max", 0)) : std::numeric_limits<T>::infinity();
+  const T* in = static_cast<const T*>(x.data_ptr());
+  T* out = static_cast<T*>(y.data_ptr());
+  parallel_for(x.numel(), context.threads, 16384, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const T raised = in[i] < lo ? lo : in[i];  // max(x, min), then min(., max): max wins when min > max
+      out[i] = raised > hi ? hi : raised;
+    }
+  });
+}
+
+void run_clip(const KernelLaunch& launch, const CpuContext& context) {
   const Tensor& x = launch.input(0);
   const Attributes& attrs = launch.desc->attrs;
+  Tensor& y = launch.output(0);
+  if (x.dtype() == y.dtype() && x.is_contiguous() && y.is_contiguous() &&
+      (x.dtype() == DType::kFloat32 || x.dtype() == DType::kFloat64)) {
+    if (x.dtype() == DType::kFloat32) {
+      clip_values<float>(x, y, attrs, context);
+    } else {
+      clip_values<double>(x, y, attrs, context);
+    }
+    return;
+  }
   run_reference(launch, "Clip", {},
                 {x, attrs.has("min") ? scalar_of(attrs.get_float("min", 0), x.dtype()) : Tensor(),
                  attrs.has("max") ? scalar_of(attrs.get_float("max", 0), x.dtype()) : Tensor()});
@@ -93,7 +121,49 @@ void run_cum_sum(const KernelLaunch& launch) {
                                             DType::kInt64)});
 }
 
+// Pad in constant mode with pads >= 0, any dtype: the output is filled with the value, then each innermost row of x
+// is copied to its place (one memcpy per row). False when the pads or mode need the reference.
+bool pad_constant(const KernelLaunch& launch) {
+  const Tensor& x = launch.input(0);
+  Tensor& y = launch.output(0);
+  const Attributes& attrs = launch.desc->attrs;
+  const std::vector<std::int64_t> pads = attrs.get_ints("pads", {});
+  const std::size_t rank = x.shape().size();
+  if (attrs.get_string("mode", "constant") != "constant" || pads.size() != 2 * rank || rank == 0 ||
+      !x.is_contiguous() || !y.is_contiguous() || x.dtype() != y.dtype()) {
+    return false;
+  }
+  for (std::int64_t p : pads) {
+    if (p < 0) return false;
+  }
+  const std::size_t es = x.element_size();
+  const Tensor value = scalar_of(attrs.get_float("value", 0.0), x.dtype());
+  auto* out = static_cast<char*>(y.data_ptr());
+  const auto total = static_cast<std::size_t>(y.numel()) * es;
+  if (total > 0) std::memcpy(out, value.data_ptr(), es);
+  for (std::size_t filled = es; filled < total; filled *= 2) {  // the value, doubled until it covers y
+    std::memcpy(out + filled, out, std::min(filled, total - filled));
+  }
+  if (x.numel() == 0) return true;
+  const std::int64_t row = x.shape()[rank - 1];
+  const std::int64_t rows = x.numel() / row;
+  const auto* in = static_cast<const char*>(x.data_ptr());
+  std::vector<std::int64_t> y_strides(rank, 1);
+  for (std::size_t d = rank - 1; d-- > 0;) y_strides[d] = y_strides[d + 1] * y.shape()[d + 1];
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t rest = r, offset = pads[rank - 1];
+    for (std::size_t d = rank - 1; d-- > 0;) {
+      offset += (rest % x.shape()[d] + pads[d]) * y_strides[d];
+      rest /= x.shape()[d];
+    }
+    std::memcpy(out + offset * static_cast<std::int64_t>(es), in + r * row * static_cast<std::int64_t>(es),
+                static_cast<std::size_t>(row) * es);
+  }
+  return true;
+}
+
 void run_pad(const KernelLaunch& launch) {
+  if (pad_constant(launch)) return;
   const Tensor& x = launch.input(0);
   const Attributes& attrs = launch.desc->attrs;
   const std::string mode = attrs.get_string("mode", "constant");
@@ -254,11 +324,15 @@ void register_mapped_kernels(KernelRegistry& registry) {
 // Note [Registry ops through the ONNX reference library]: the ops whose constant inputs the registry op takes as
 // attributes (Clip's min/max, CumSum's axis, Pad's pads and value, ReduceProd's axes, OneHot's depth and values).
 void register_constant_input_kernels(KernelRegistry& registry) {
-  add_cpu_kernel(registry, "clip", "the ONNX reference library's Clip (min/max as constant inputs)",
-                 [](const KernelLaunch& launch, const CpuContext&) { run_clip(launch); });
+  add_cpu_kernel(registry, "clip",
+                 "clip: one pass for float32/float64, the ONNX reference library's Clip for the other dtypes (min/max "
+                 "as constant inputs)",
+                 [](const KernelLaunch& launch, const CpuContext& context) { run_clip(launch, context); });
   add_cpu_kernel(registry, "cum_sum", "the ONNX reference library's CumSum (axis as a constant input)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_cum_sum(launch); }, DTypeSet::kFloatAndInt);
-  add_cpu_kernel(registry, "pad", "the ONNX reference library's Pad (pads and value as constant inputs)",
+  add_cpu_kernel(registry, "pad",
+                 "pad: constant mode with pads >= 0 as a fill and row copies, the ONNX reference library's Pad "
+                 "otherwise (pads and value as constant inputs)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_pad(launch); }, DTypeSet::kAll);
   add_cpu_kernel(registry, "reduce_prod", "the ONNX reference library's ReduceProd (axes as a constant input)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_reference_reduce(launch); },

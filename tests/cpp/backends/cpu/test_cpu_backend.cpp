@@ -332,20 +332,17 @@ TEST(CpuBackend, Conv2dSmallExact) {
   EXPECT_EQ(values(y), (Values{0, 0, 0, 2, 6, 0, 14, 18, 5}));
 }
 
-TEST(CpuBackend, Conv2dGroupsStridesDilationsResidualMatchDirectLoop) {
-  struct Case {
-    Shape x, w, strides, pads, dilations;
-    std::int64_t groups;
-    bool bias, residual, relu;
-  };
-  const std::vector<Case> cases = {
-      {{2, 4, 7, 9}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, true, true, true},
-      {{1, 3, 11, 10}, {5, 3, 3, 2}, {2, 3}, {0, 2, 1, 0}, {2, 1}, 1, true, false, false},
-      {{1, 6, 5, 5}, {6, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 6, false, true, false},   // depthwise
-      {{3, 8, 4, 6}, {5, 8, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, false, true},    // 1x1 direct path
-      {{1, 2, 6, 6}, {4, 2, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1, false, false, false},  // 1x1 strided
-  };
-  unsigned seed = 30;
+// A conv2d case: shapes, attributes, and which optional inputs and ReLU it has.
+struct ConvCase {
+  Shape x, w, strides, pads, dilations;
+  std::int64_t groups;
+  bool bias, residual, relu;
+};
+
+// Every case against naive_conv, under each XPURT_CPU_ISA of `isas` and XPURT_CPU_GEMM of `gemms`; with float64,
+// also on float64 inputs.
+void expect_convs_match_naive(const std::vector<ConvCase>& cases, unsigned seed, const std::vector<std::string>& isas,
+                              const std::vector<const char*>& gemms, float tolerance, bool float64) {
   for (const auto& c : cases) {
     const Tensor x = random_tensor(c.x, seed++);
     const Tensor w = random_tensor(c.w, seed++);
@@ -362,13 +359,37 @@ TEST(CpuBackend, Conv2dGroupsStridesDilationsResidualMatchDirectLoop) {
                                  .set("dilations", c.dilations)
                                  .set("groups", c.groups)
                                  .set("activation", std::string(c.relu ? "relu" : "none"));
-    for (const char* engine : {"auto", "fallback"}) {
-      ScopedEnv env("XPURT_CPU_GEMM", engine);
-      const Tensor y = run1("conv2d", {x, w, bias, residual}, attrs);
-      ASSERT_EQ(y.shape(), out_shape);
-      expect_near_all(values(y), expected, 1e-5f, engine);
+    for (const std::string& isa : isas) {
+      ScopedEnv isa_env("XPURT_CPU_ISA", isa.c_str());
+      for (const char* gemm : gemms) {
+        ScopedEnv gemm_env("XPURT_CPU_GEMM", gemm);
+        const std::string what = isa + " " + gemm + " x " + std::to_string(c.x[1]) + "x" + std::to_string(c.x[2]) +
+                                 "x" + std::to_string(c.x[3]) + " w " + std::to_string(c.w[2]) + "x" +
+                                 std::to_string(c.w[3]);
+        const Tensor y = run1("conv2d", {x, w, bias, residual}, attrs);
+        ASSERT_EQ(y.shape(), out_shape) << what;
+        expect_near_all(values(y), expected, tolerance, what);
+        if (!float64) continue;
+        const Tensor y64 = run1("conv2d",
+                                {cast(x, "float64"), cast(w, "float64"), c.bias ? cast(bias, "float64") : bias,
+                                 c.residual ? cast(residual, "float64") : residual},
+                                attrs);
+        ASSERT_EQ(y64.dtype(), DType::kFloat64) << what;
+        expect_near_all(values(y64), expected, 1e-6f, what + " float64");
+      }
     }
   }
+}
+
+TEST(CpuBackend, Conv2dGroupsStridesDilationsResidualMatchDirectLoop) {
+  const std::vector<ConvCase> cases = {
+      {{2, 4, 7, 9}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, true, true, true},
+      {{1, 3, 11, 10}, {5, 3, 3, 2}, {2, 3}, {0, 2, 1, 0}, {2, 1}, 1, true, false, false},
+      {{1, 6, 5, 5}, {6, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 6, false, true, false},   // depthwise
+      {{3, 8, 4, 6}, {5, 8, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, false, true},    // 1x1 direct path
+      {{1, 2, 6, 6}, {4, 2, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1, false, false, false},  // 1x1 strided
+  };
+  expect_convs_match_naive(cases, 30, {"auto"}, {"auto", "fallback"}, 1e-5f, false);
 }
 
 // The instruction sets this CPU can run (cpu_isa.h): every table's window loops are compared with the references.
@@ -408,12 +429,7 @@ TEST(CpuBackend, PackedGemmMatchesNaiveOnEveryIsa) {
 // convolution tiles]) at odd shapes: strides 1-3, dilations, asymmetric pads, channel multipliers, tap counts the
 // window loop unrolls (9, 25, 49) and others, output planes larger than one tile, float64.
 TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
-  struct Case {
-    Shape x, w, strides, pads, dilations;
-    std::int64_t groups;
-    bool bias, residual, relu;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{2, 5, 13, 17}, {5, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 5, true, true, true},
       {{1, 6, 15, 14}, {6, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 6, true, false, true},
       {{1, 3, 19, 23}, {6, 1, 5, 5}, {2, 3}, {2, 1, 0, 3}, {2, 1}, 3, true, true, false},  // multiplier 2
@@ -425,46 +441,11 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
       {{1, 16, 37, 41}, {12, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, true, true},   // many tiles
       {{2, 8, 30, 29}, {8, 2, 3, 3}, {2, 2}, {1, 0, 2, 1}, {1, 1}, 4, true, false, true},     // grouped, strided
       {{1, 24, 33, 35}, {16, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, true, false},  // 1x1 in tiles
-      {{3, 20, 1, 1}, {9, 20, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, true, true},  // 1x1 images: one GEMM
-      {{3, 40, 1, 1}, {40, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 40, true, false, true},  // depthwise, 1x1 images
+      {{3, 20, 1, 1}, {9, 20, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, true, true},      // 1x1 images: one GEMM
+      {{3, 40, 1, 1}, {40, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 40, true, false, true},    // depthwise, 1x1 images
   };
-  unsigned seed = 700;
-  for (const auto& c : cases) {
-    const Tensor x = random_tensor(c.x, seed++);
-    const Tensor w = random_tensor(c.w, seed++);
-    const Tensor bias = c.bias ? random_tensor({c.w[0]}, seed++) : Tensor();
-    Shape out_shape;
-    naive_conv(values(x), c.x, values(w), c.w, {}, {}, c.strides, c.pads, c.dilations, c.groups, false, &out_shape);
-    const Tensor residual = c.residual ? random_tensor(out_shape, seed++) : Tensor();
-    const Values expected = naive_conv(values(x), c.x, values(w), c.w, c.bias ? values(bias) : Values{},
-                                       c.residual ? values(residual) : Values{}, c.strides, c.pads, c.dilations,
-                                       c.groups, c.relu, &out_shape);
-    const Attributes attrs = Attributes()
-                                 .set("strides", c.strides)
-                                 .set("pads", c.pads)
-                                 .set("dilations", c.dilations)
-                                 .set("groups", c.groups)
-                                 .set("activation", std::string(c.relu ? "relu" : "none"));
-    for (const std::string& setting : isa_names()) {
-      for (const char* gemm : {"auto", "packed", "fallback"}) {  // windows over the packed GEMM, or im2col tiles
-        ScopedEnv gemm_env("XPURT_CPU_GEMM", gemm);
-        const std::string& isa = setting;
-        ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
-        const std::string what = isa + " " + gemm + " x " + std::to_string(c.x[1]) + "x" + std::to_string(c.x[2]) +
-                                 "x" + std::to_string(c.x[3]) + " w " + std::to_string(c.w[2]) + "x" +
-                                 std::to_string(c.w[3]);
-        const Tensor y = run1("conv2d", {x, w, bias, residual}, attrs);
-        ASSERT_EQ(y.shape(), out_shape) << what;
-        expect_near_all(values(y), expected, 2e-5f, what);
-        const Tensor y64 = run1("conv2d",
-                                {cast(x, "float64"), cast(w, "float64"), c.bias ? cast(bias, "float64") : bias,
-                                 c.residual ? cast(residual, "float64") : residual},
-                                attrs);
-        ASSERT_EQ(y64.dtype(), DType::kFloat64) << what;
-        expect_near_all(values(y64), expected, 1e-6f, what + " float64");
-      }
-    }
-  }
+  // Windows over the packed GEMM, or im2col tiles over the blocked fallback.
+  expect_convs_match_naive(cases, 700, isa_names(), {"auto", "packed", "fallback"}, 2e-5f, true);
 }
 
 // Activations other than ReLU after the depthwise window loop (a pass over the plane).

@@ -364,11 +364,13 @@ Lowered lower_reshape(const Ctx& c) {
       infer_at = static_cast<int>(i);
     } else {
       if (target[i] < 0) return reference("negative dimension");
-      known *= target[i];
+      if (__builtin_mul_overflow(known, target[i], &known)) return reference("the target's size is past int64");
     }
   }
   std::int64_t total = 1;
-  for (auto d : in) total *= d;
+  for (auto d : in) {
+    if (__builtin_mul_overflow(total, d, &total)) return reference("the input's size is past int64");  // (fuzzed)
+  }
   if (infer_at >= 0) {
     if (known == 0 || total % known != 0) return reference("-1 cannot be inferred");
     target[infer_at] = total / known;
@@ -385,7 +387,10 @@ Lowered lower_flatten(const Ctx& c) {
   const std::int64_t axis = norm_axis(c.node.attrs.get_int("axis", 1), rank);
   if (axis < 0 || axis > rank) return reference("axis out of range");
   std::int64_t a = 1, b = 1;
-  for (std::int64_t i = 0; i < rank; ++i) (i < axis ? a : b) *= in[i];
+  for (std::int64_t i = 0; i < rank; ++i) {
+    std::int64_t& side = i < axis ? a : b;
+    if (__builtin_mul_overflow(side, in[i], &side)) return reference("the input's size is past int64");  // (fuzzed)
+  }
   return view({a, b});
 }
 

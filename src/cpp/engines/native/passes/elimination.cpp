@@ -37,10 +37,12 @@ std::optional<std::vector<std::int64_t>> reshape_result(const std::vector<std::i
     } else {
       out[i] = target[i];
     }
-    known *= out[i];
+    if (__builtin_mul_overflow(known, out[i], &known)) return std::nullopt;  // past int64 (fuzzed shapes)
   }
   std::int64_t total = 1;
-  for (std::int64_t d : input) total *= d;
+  for (std::int64_t d : input) {
+    if (__builtin_mul_overflow(total, d, &total)) return std::nullopt;
+  }
   if (inferred) {
     if (known == 0 || total % known != 0) return std::nullopt;
     out[*inferred] = total / known;

@@ -29,11 +29,13 @@ class CpuPlan final : public KernelPlan {
     (*run_)(launch, context_);
   }
   std::string describe() const override {
+    const bool packed = uses_gemm_ && context_.gemm == GemmImpl::kPacked;
     return detail::str_cat("cpu reference, ", context_.threads, context_.threads == 1 ? " thread" : " threads",
                            context_.allow_spinning || context_.threads == 1 ? "" : ", no spinning",
                            uses_gemm_ ? ", gemm " : "", uses_gemm_ ? gemm_impl_name(context_.gemm) : "",
-                           uses_isa_ || (uses_gemm_ && context_.gemm == GemmImpl::kPacked) ? ", isa " : "",
-                           uses_isa_ || (uses_gemm_ && context_.gemm == GemmImpl::kPacked) ? context_.isa->name : "");
+                           uses_isa_ || packed ? ", isa " : "", uses_isa_ || packed ? context_.isa->name : "",
+                           // Note [Packed GEMM]: what the packed GEMM leaves to OpenBLAS, so the summary is true
+                           packed && XPURT_WITH_BLAS ? " (openblas under 8 rows, 8 columns or 64K multiply-adds)" : "");
   }
 
  private:

@@ -294,16 +294,19 @@ void Tensor::copy_from(const Tensor& src, const StreamView* stream, bool non_blo
   if (numel() == 0) return;
   const bool host_only = device().is_cpu() && src.device().is_cpu();
   const std::size_t es = element_size();
+  // One span copy when both views are dense with the same layout (on the host too: not one per inner row).
+  if (is_dense(shape_, strides_) && same_layout(*this, src)) {
+    std::int64_t lo = 0;
+    std::int64_t hi = 0;
+    span_of(shape_, strides_, &lo, &hi);
+    const auto off = lo * static_cast<std::int64_t>(es);
+    const StreamView s = host_only ? StreamView() : copy_stream(*this, src, stream);
+    copy_bytes(static_cast<char*>(data_ptr()) + off, static_cast<const char*>(src.data_ptr()) + off,
+               static_cast<std::size_t>(numel()) * es, s, host_only);
+    if (!host_only && !non_blocking) s.synchronize();
+    return;
+  }
   if (host_only) {
-    if (is_dense(shape_, strides_) && same_layout(*this, src)) {  // one copy of the span, not one per inner row
-      std::int64_t lo = 0;
-      std::int64_t hi = 0;
-      span_of(shape_, strides_, &lo, &hi);
-      const auto off = lo * static_cast<std::int64_t>(es);
-      std::memcpy(static_cast<char*>(data_ptr()) + off, static_cast<const char*>(src.data_ptr()) + off,
-                  static_cast<std::size_t>(numel()) * es);
-      return;
-    }
     copy_strided_host(static_cast<char*>(data_ptr()), strides_, static_cast<const char*>(src.data_ptr()),
                       src.strides_, shape_, es);
     return;
@@ -312,17 +315,6 @@ void Tensor::copy_from(const Tensor& src, const StreamView* stream, bool non_blo
   auto finish = [&] {
     if (!non_blocking) s.synchronize();
   };
-  // One span copy when both views are dense with the same layout.
-  if (is_dense(shape_, strides_) && same_layout(*this, src)) {
-    std::int64_t lo = 0;
-    std::int64_t hi = 0;
-    span_of(shape_, strides_, &lo, &hi);
-    const auto off = lo * static_cast<std::int64_t>(es);
-    copy_bytes(static_cast<char*>(data_ptr()) + off, static_cast<const char*>(src.data_ptr()) + off,
-               static_cast<std::size_t>(numel()) * es, s, false);
-    finish();
-    return;
-  }
   if (device().is_cpu()) {
     // Bring the source's whole span to the host, then rearrange there.
     std::int64_t lo = 0;

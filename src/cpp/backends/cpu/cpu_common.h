@@ -371,18 +371,16 @@ template <typename T>
 void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc);
 
-// The rows of a B given by pointers: column j of row p is rows[p][(c / segment) * pitch + c % segment], c = col0 + j
-// (runs of `segment` floats every `pitch`).
-struct RowsOfB {
-  const float* const* rows = nullptr;
-  std::int64_t col0 = 0, segment = 1, pitch = 1;
-};
-
-// C[m, n] = A[m, k] * B with B given by rows: the packed GEMM (Note [Packed GEMM] in cpu_gemm.cpp) over rows that
-// need not be evenly spaced, copied into its panels as it packs them. Requires context.gemm == GemmImpl::kPacked.
-// packed_a: A as pack_gemm_a packed it (several GEMMs with the same A pack it once), or null.
+// C[m, n] = A[m, k] * B with B given by rows (RowsOfB, cpu_isa.h): the packed GEMM (Note [Packed GEMM] in
+// cpu_gemm.cpp) over rows that need not be evenly spaced, copied into its panels as it packs them. Requires
+// context.gemm == GemmImpl::kPacked. packed_a: A as pack_gemm_a packed it (several GEMMs with the same A pack it
+// once), or null.
 void gemm_rows(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                std::int64_t lda, const RowsOfB& b, float* c, std::int64_t ldc, const float* packed_a = nullptr);
+
+// What the packed GEMM leaves to OpenBLAS, for plan summaries: "openblas under 8 rows, 8 columns or 64K
+// multiply-adds" (Note [Packed GEMM] in cpu_gemm.cpp).
+std::string packed_gemm_limits();
 
 // A[m, k] (lda) packed for gemm_rows (requires context.gemm == GemmImpl::kPacked).
 ScratchVector<float> pack_gemm_a(const CpuContext& context, std::int64_t m, std::int64_t k, const float* a,
@@ -432,6 +430,22 @@ inline std::vector<std::int64_t> phase_offsets(const PhaseGeometry& g, std::int6
     }
   }
   return offsets;
+}
+
+// The window plane of an op over a phase-split plane (cpu_isa.h): its taps at `offsets`, input `padded`, flat scratch
+// `wide` of out_h * row_stride elements; the caller sets `out` for each plane.
+template <typename T>
+WindowPlane<T> window_plane(const PhaseGeometry& g, const std::vector<std::int64_t>& offsets, std::int64_t out_h,
+                            std::int64_t out_w, const T* padded, T* wide) {
+  WindowPlane<T> window;
+  window.input = padded;
+  window.row_stride = g.row_stride;
+  window.offsets = offsets.data();
+  window.taps = static_cast<std::int64_t>(offsets.size());
+  window.out_h = out_h;
+  window.out_w = out_w;
+  window.wide = wide;
+  return window;
 }
 
 // ---- scalar math shared by activations and GEMM epilogues ----

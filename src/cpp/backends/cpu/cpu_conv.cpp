@@ -26,7 +26,8 @@
 // B; C is the output itself. So the im2col matrix (kh * kw times the input) is never written, for every stride,
 // dilation and padding. The output pixels are cut into tiles (as in Note [CPU convolution tiles]), one task per
 // (image, group, tile), each followed by the epilogue on what it wrote; each group's weights are packed once per
-// call for all its tasks. float64 and the other GEMMs (OpenBLAS, the blocked fallback) keep the im2col tiles.
+// call for all its tasks. float64, the other GEMMs (OpenBLAS, the blocked fallback) and unpadded 1x1 kernels (whose
+// im2col is x itself, or one tap per channel when strided) keep the tiles of Note [CPU convolution tiles].
 //
 // Note [Depthwise convolution on the CPU]
 // A convolution with one input channel per group (Cg == 1: depthwise, any channel multiplier Og) is a direct
@@ -103,6 +104,11 @@ ConvGeometry conv_geometry(const KernelLaunch& launch) {
   }
   g.activation = activation_from_name(desc.attrs.get_string("activation", "none"));
   return g;
+}
+
+// A 1x1 kernel without padding: with unit strides, x itself is the GEMM's B (Note [CPU convolution tiles]).
+bool unpadded_1x1(const ConvGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad_end[0] == 0 && g.pad_end[1] == 0;
 }
 
 // The first output index o >= 0 whose input position o * stride + offset is >= 0, and the end of those whose
@@ -188,14 +194,7 @@ void depthwise_plane(const ConvGeometry& g, const PhaseGeometry& phases, const s
                      std::int64_t plane, T* padded, T* wide) {
   const std::int64_t n = plane / g.out_channels, o = plane % g.out_channels;
   const T* input = x + (n * g.channels + o / g.og) * g.height * g.width;
-  WindowPlane<T> window;
-  window.input = padded;
-  window.row_stride = phases.row_stride;
-  window.offsets = offsets.data();
-  window.taps = static_cast<std::int64_t>(offsets.size());
-  window.out_h = g.out_h;
-  window.out_w = g.out_w;
-  window.wide = wide;
+  WindowPlane<T> window = window_plane(phases, offsets, g.out_h, g.out_w, static_cast<const T*>(padded), wide);
   window.out = y + plane * g.pixels;
   PlaneEpilogue<T> epilogue;
   epilogue.bias = bias != nullptr ? bias[o] : T(0);
@@ -302,8 +301,7 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
 // Note [CPU convolution tiles].
 template <typename T>
 void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOperands<T>& v) {
-  const bool direct = g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 && g.pad[0] == 0 &&
-                      g.pad[1] == 0 && g.pad_end[0] == 0 && g.pad_end[1] == 0;
+  const bool direct = unpadded_1x1(g) && g.stride[0] == 1 && g.stride[1] == 1;
   const std::int64_t tile = conv_tile(g, g.pixels, sizeof(T), kTileAlign);
   const std::int64_t tiles = (g.pixels + tile - 1) / tile;
   const std::int64_t tasks = g.batch * g.groups * tiles;
@@ -357,14 +355,13 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
   InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
   OutputBuffer<T> y(launch.output(0));
   const ConvOperands<T> v{x.data(), w.data(), bias.data(), residual.data(), y.data()};
-  const bool one_by_one =
-      g.kh == 1 && g.kw == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad_end[0] == 0 && g.pad_end[1] == 0;
   if (g.cg == 1) {
     conv_depthwise(g, context, v);
-  } else if (one_by_one && g.groups == 1 && g.pixels == 1 && g.height == 1 && g.width == 1) {
+  } else if (unpadded_1x1(g) && g.groups == 1 && g.height == 1 && g.width == 1) {  // output 1x1 too
     conv_single_pixel(g, context, v);
   } else if constexpr (std::is_same_v<T, float>) {
-    if (context.gemm == GemmImpl::kPacked && !one_by_one) {
+    // Unpadded 1x1 kernels keep the tiles: x as B itself, or an im2col of one tap per channel when strided.
+    if (context.gemm == GemmImpl::kPacked && !unpadded_1x1(g)) {
       conv_windows(g, context, v);
     } else {
       conv_tiles(g, context, v);

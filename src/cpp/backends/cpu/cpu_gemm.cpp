@@ -28,8 +28,8 @@
 // same bits in every block that contains it. The fallback GEMM's bits never depend on the thread count.
 //
 // Note [Packed GEMM]
-// On an x86 CPU with AVX2 or AVX-512, float GEMMs of 8 rows or more run on the backend's own packed GEMM
-// (XPURT_CPU_GEMM=auto; "packed" asks for it on any CPU, "blas" for OpenBLAS). Debian's OpenBLAS 0.3.21 reached
+// On an x86 CPU with AVX2 or AVX-512, float GEMMs run on the backend's own packed GEMM (XPURT_CPU_GEMM=auto;
+// "packed" asks for it on any CPU, "blas" for OpenBLAS), but for the small ones below. Debian's OpenBLAS 0.3.21 reached
 // about 100 GFLOP/s per core on this project's Zen 5 machine (its Cooper Lake kernels), half of what the core's two
 // 512-bit FMA pipes give and of what ONNX Runtime's MLAS reached in the same process. The GEMM is the GotoBLAS
 // structure with the micro-kernel written once in cpu_isa_kernels.inc through GCC's vector extension and compiled
@@ -42,8 +42,7 @@
 // products: a linear layer at batch 1, a 1x1 convolution of a 1x1 image) stay on OpenBLAS when the build has it:
 // packing all of B for one row of A (or all of A for one column of B) would triple the bytes moved. So do products
 // of fewer than 64K multiply-adds (a windowed attention's 49 x 49 x 8 batches), whose packing and scratch cost
-// more than OpenBLAS's small-matrix kernels. float64 GEMMs
-// stay on OpenBLAS or the blocked fallback.
+// more than OpenBLAS's small-matrix kernels. float64 GEMMs stay on OpenBLAS or the blocked fallback.
 #include <climits>
 #include <cstring>
 #include <string>
@@ -281,10 +280,8 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
       t.b = b == nullptr ? nullptr : (trans_b ? b + j0 * ldb : b + j0);
       t.ldb = ldb;
       t.trans_b = trans_b;
-      t.b_rows = rows.rows;
-      t.b_col0 = rows.col0 + j0;
-      t.b_segment = rows.segment;
-      t.b_pitch = rows.pitch;
+      t.b_rows = rows;
+      t.b_rows.col0 = rows.col0 + j0;
       t.c = c + i0 * ldc + j0;
       t.ldc = ldc;
       t.pack_a = pack_a.data();
@@ -319,6 +316,11 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
 #endif
   for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
   fallback_gemm(context.threads, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+std::string packed_gemm_limits() {
+  return detail::str_cat("openblas under ", kPackedMinRows, " rows, ", kPackedMinRows, " columns or ",
+                         kPackedMinWork / 1024, "K multiply-adds");
 }
 
 void gemm_rows(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,

@@ -50,6 +50,13 @@ struct PlaneEpilogue {
   bool relu = false;
 };
 
+// The rows of a B given by pointers: column j of row p is rows[p][(c / segment) * pitch + c % segment], c = col0 + j
+// (runs of `segment` floats every `pitch`).
+struct RowsOfB {
+  const float* const* rows = nullptr;
+  std::int64_t col0 = 0, segment = 1, pitch = 1;
+};
+
 // One tile of a packed float GEMM (Note [Packed GEMM] in cpu_gemm.cpp): C[rows, cols] (ldc) = A[rows, depth] (lda)
 // * op(B)[depth, cols] (ldb; op(B) = B^T with B stored [cols, depth] when trans_b), C overwritten. The scratch holds
 // the packed panels: pack_a round_up(rows, mr) * kc floats, pack_b round_up(cols, nr) * kc floats.
@@ -60,11 +67,9 @@ struct GemmTile {
   const float* b = nullptr;
   std::int64_t ldb = 0;
   bool trans_b = false;
-  // Instead of b: column j of row p of op(B) is b_rows[p][(c / b_segment) * b_pitch + c % b_segment], c = b_col0 +
-  // j (each row its own pointer, its columns in runs of b_segment every b_pitch: a convolution's windows of its
-  // padded input, Note [Convolution as a GEMM over windows] in cpu_conv.cpp).
-  const float* const* b_rows = nullptr;
-  std::int64_t b_col0 = 0, b_segment = 1, b_pitch = 1;
+  // Instead of b when b_rows.rows is set: B given by row pointers (a convolution's windows of its padded input, Note
+  // [Convolution as a GEMM over windows] in cpu_conv.cpp).
+  RowsOfB b_rows;
   float* c = nullptr;
   std::int64_t ldc = 0;
   float* pack_a = nullptr;

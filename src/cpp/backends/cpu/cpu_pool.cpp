@@ -78,14 +78,7 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
     ScratchVector<T> padded(static_cast<std::size_t>(phase_plane_size(phases)));
     ScratchVector<T> wide(static_cast<std::size_t>(g.out_h * phases.row_stride));
-    WindowPlane<T> window;
-    window.input = padded.data();
-    window.row_stride = phases.row_stride;
-    window.offsets = offsets.data();
-    window.taps = static_cast<std::int64_t>(offsets.size());
-    window.out_h = g.out_h;
-    window.out_w = g.out_w;
-    window.wide = wide.data();
+    WindowPlane<T> window = window_plane(phases, offsets, g.out_h, g.out_w, padded.data(), wide.data());
     for (std::int64_t plane = begin; plane < end; ++plane) {
       const T* src = in + plane * g.height * g.width;
       window.out = out + plane * g.out_h * g.out_w;

@@ -34,8 +34,7 @@ class CpuPlan final : public KernelPlan {
                            context_.allow_spinning || context_.threads == 1 ? "" : ", no spinning",
                            uses_gemm_ ? ", gemm " : "", uses_gemm_ ? gemm_impl_name(context_.gemm) : "",
                            uses_isa_ || packed ? ", isa " : "", uses_isa_ || packed ? context_.isa->name : "",
-                           // Note [Packed GEMM]: what the packed GEMM leaves to OpenBLAS, so the summary is true
-                           packed && XPURT_WITH_BLAS ? " (openblas under 8 rows, 8 columns or 64K multiply-adds)" : "");
+                           packed && XPURT_WITH_BLAS ? " (" + packed_gemm_limits() + ")" : std::string());
   }
 
  private:
@@ -81,7 +80,7 @@ CpuContext make_context(const ExecutionPolicy& policy) {
     XPURT_CHECK(choice == "auto" || choice.empty(), "XPURT_CPU_GEMM='", choice,
                 "' is not valid; use 'auto' (the packed GEMM on an AVX2 or AVX-512 CPU, else OpenBLAS when built "
                 "with it), 'packed', 'blas' or 'fallback'");
-    // Note [Packed GEMM]: on SSE2 alone the packed GEMM does not beat OpenBLAS's kernels.
+    // Note [Packed GEMM]: measured against OpenBLAS on AVX-512 only; on SSE2 alone auto keeps OpenBLAS.
     const bool vector_isa = std::string(context.isa->name) != "baseline";
     context.gemm = vector_isa ? GemmImpl::kPacked : (XPURT_WITH_BLAS ? GemmImpl::kBlas : GemmImpl::kFallback);
   }

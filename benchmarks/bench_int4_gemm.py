@@ -11,7 +11,7 @@ overhead), median of --iters replays. The calls cycle through copies of the weig
 GB/s = the int4 weight bytes (packed codes + scales) / time; % = of --peak GB/s (the H200's 4.8 TB/s; the device
 copy measured 4.23 TB/s read+write). Speed-up = float16 time / int4 time. Also prints the plan each kernel took.
 
-    python benchmarks/bench_int4_gemm.py [--m 1 2 4 8 16] [--block 32] [--out int4.md]
+    python benchmarks/bench_int4_gemm.py [--m 1 2 4 8 16] [--block 32] [--tune] [--out int4.md]
 """
 
 from __future__ import annotations
@@ -73,21 +73,33 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     t4 = graph_ms(int4_calls, args.iters)
     t16 = graph_ms(dense_calls, args.iters)
     gbs = int4_bytes / (t4 * 1e-3) / 1e9
-    return {"m": m, "k": k, "n": n, "int4_us": t4 * 1e3, "gbs": gbs, "pct": 100 * gbs / args.peak,
-            "fp16_us": t16 * 1e3, "fp16_gbs": dense_copies[0].nbytes / (t16 * 1e-3) / 1e9, "speedup": t16 / t4,
-            "error": error, "plan": f"{decision.kernel}: {decision.plan_summary}",
-            "fp16_plan": f"{dense_decision.kernel}: {dense_decision.plan_summary}"}
+    row = {"m": m, "k": k, "n": n, "int4_us": t4 * 1e3, "gbs": gbs, "pct": 100 * gbs / args.peak,
+           "fp16_us": t16 * 1e3, "fp16_gbs": dense_copies[0].nbytes / (t16 * 1e-3) / 1e9, "speedup": t16 / t4,
+           "error": error, "plan": f"{decision.kernel}: {decision.plan_summary} {decision.plan_record}",
+           "fp16_plan": f"{dense_decision.kernel}: {dense_decision.plan_summary}"}
+    if args.tune:
+        # The grid autotuning picks (every tactic timed at plan time: Note [Tactics]), timed the same way.
+        tuned = {"matmul_nbits": "auto:BestPerformance"}
+        (_,), tuned_decision = xrt.ops.call("matmul_nbits", [x, *int4_copies[0]], attrs, policy=tuned,
+                                            return_decision=True)
+        tuned_calls = [(lambda w=w, s=s: xrt.ops.call("matmul_nbits", [x, w, s], attrs, policy=tuned))
+                       for w, s in (int4_copies[i % len(int4_copies)] for i in range(inner))]
+        row["tuned_us"] = graph_ms(tuned_calls, args.iters) * 1e3
+        row["tuned_plan"] = f"{tuned_decision.plan_record} ({tuned_decision.reason})"
+    return row
 
 
 def table(rows, args, device_name: str) -> str:
     lines = [f"int4 weight-only GEMM (matmul_nbits, cuda_raw) vs float16 linear, {device_name}, block {args.block}, "
              f"float16 x and scales, {datetime.date.today().isoformat()}; per call in a CUDA graph of calls cycling "
              f"through > {args.rotate} MiB of weights (HBM, not L2), median of {args.iters} replays", "",
-             "| M | K | N | int4 us | int4 GB/s | % of peak | fp16 linear us | fp16 GB/s | speed-up | max rel diff |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| M | K | N | int4 us | int4 GB/s | % of peak | fp16 linear us | fp16 GB/s | speed-up | max rel diff |"
+             + (" tuned us |" if args.tune else ""),
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if args.tune else "")]
     for r in rows:
         lines.append(f"| {r['m']} | {r['k']} | {r['n']} | {r['int4_us']:.2f} | {r['gbs']:.0f} | {r['pct']:.1f} | "
-                     f"{r['fp16_us']:.2f} | {r['fp16_gbs']:.0f} | {r['speedup']:.2f} | {r['error']:.1e} |")
+                     f"{r['fp16_us']:.2f} | {r['fp16_gbs']:.0f} | {r['speedup']:.2f} | {r['error']:.1e} |"
+                     + (f" {r['tuned_us']:.2f} |" if args.tune else ""))
     lines += ["", f"GB/s: int4 weight bytes (packed codes + float16 scales) per second; % of {args.peak:.0f} GB/s. "
                   "fp16 GB/s: the float16 weight's bytes.", "", "Plans:", ""]
     seen = set()
@@ -97,6 +109,8 @@ def table(rows, args, device_name: str) -> str:
             if plan not in seen:
                 seen.add(plan)
                 lines.append(line)
+        if args.tune:
+            lines.append(f"- M={r['m']} K={r['k']} N={r['n']}, tuned: `{r['tuned_plan']}`")
     return "\n".join(lines) + "\n"
 
 
@@ -109,6 +123,8 @@ def main() -> int:
     parser.add_argument("--inner", type=int, default=20, help="calls per graph (at least one per weight copy)")
     parser.add_argument("--rotate", type=int, default=256, help="MiB of weight copies each measurement cycles through")
     parser.add_argument("--peak", type=float, default=4800.0, help="the GPU's memory bandwidth in GB/s")
+    parser.add_argument("--tune", action="store_true",
+                        help="also time the grid auto:BestPerformance picks (column 'tuned us')")
     parser.add_argument("--out", help="also write the table to this file")
     args = parser.parse_args()
     if xrt.get_device_count() == 0:
@@ -120,8 +136,9 @@ def main() -> int:
         for m in args.m:
             rows.append(run_shape(m, k, n, args, cache))
             r = rows[-1]
-            print(f"M={m} K={k} N={n}: int4 {r['int4_us']:.2f} us ({r['pct']:.1f}%), fp16 {r['fp16_us']:.2f} us",
-                  file=sys.stderr, flush=True)
+            tuned = f", tuned {r['tuned_us']:.2f} us {r['tuned_plan']}" if args.tune else ""
+            print(f"M={m} K={k} N={n}: int4 {r['int4_us']:.2f} us ({r['pct']:.1f}%) {r['plan']}, "
+                  f"fp16 {r['fp16_us']:.2f} us{tuned}", file=sys.stderr, flush=True)
     info = xrt.runtime.get_device_info(xrt.Device("cuda:0"))
     text = table(rows, args, getattr(info, "name", "cuda:0"))
     print(text)

@@ -18,11 +18,22 @@
 //    MMA as its B fragment (logical k 2t, 2t+1 and 2t+8, 2t+9 of column g) are codes (i, i + 4) and (i + 1, i + 5) of
 //    its own 8-code word; x's A fragment takes the same k of rows g and g + 8 (two __byte_perm of the 16-byte loads
 //    of x, which every one of the block's 8 weight rows x 4 tiles reuses). Eight MMAs consume one 16-byte load.
-//  * A block is 8 warps on 4 such tiles (32 output columns) and one 16-row slice of x; its warps take the K chunks
-//    in turn (warp w: chunks w, w + 8, ...), each loading its next chunk's weights before it multiplies the current
-//    ones, and their float32 sums meet in shared memory in a fixed order. When the (column, row) blocks would not
-//    fill the GPU's resident blocks, K is also cut into `splits` parts (grid z): each part's sums go to a float32
-//    workspace and a second kernel adds them in order, with the bias. Results do not depend on the run.
+//  * A block is 8 warps on 1, 2 or 4 such tiles (8, 16 or 32 output columns: its grid's `tiles`) and one 16-row
+//    slice of x; its warps take the K chunks in turn (warp w: chunks w, w + 8, ...). Each warp keeps kInFlight = 8
+//    16-byte weight loads per lane in flight (8 / tiles chunks ahead), each with its chunk's scales and zero-point
+//    byte, which are converted only when the chunk is multiplied: no load waits where it is issued, and 8 warps of
+//    128 bytes per lane keep 32 KiB per block in flight, of the ~40 KiB per SM that cover HBM's latency at full
+//    bandwidth on an H200 (4.8 TB/s over 132 SMs x ~1 us). The warps' float32 sums meet in shared memory in a fixed
+//    order.
+//  * The grid: fewer tiles per block make more blocks (a 4096-column GEMV is 128 blocks of 32 columns, under one per
+//    SM, or 512 of 8); more tiles reuse each x fragment over more weight rows (at m > 8 one tile per block would read
+//    x from L1 eight times per weight load, so it is not offered). When the blocks still leave SMs idle, K is also cut
+//    into `splits` parts (grid z): each part's sums go to a float32 workspace and a second kernel adds them in order,
+//    with the bias. ranked_configs() scores each (tiles, splits) by the balance of its blocks over the SMs times the
+//    bytes in flight per SM (two resident blocks cover the latency), a split paying for its second pass; the best is
+//    the default plan and the others are its tactics, timed under auto:BestPerformance (Note [Tactics] in
+//    core/dispatcher.cpp) and replayed from the plan record {"tiles", "splits"}. Results do not depend on the run,
+//    nor on the tiles (the same sums in the same order); a split changes the order of the float32 additions.
 // Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
 // weight once per call into a float16 workspace and running cuBLAS on it costs little more than the GEMM itself.
 #include <cuda_bf16.h>
@@ -30,8 +41,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/int4_gemm.h"
@@ -42,12 +57,11 @@ namespace {
 
 using namespace detail;  // NOLINT: the backend's own helpers
 
-constexpr int kChunk = 128;  // codes of a weight row one warp takes per step: 4 lanes x 32
-constexpr int kTiles = 4;    // tiles of 8 output columns per block
+constexpr int kChunk = 128;   // codes of a weight row one warp takes per step: 4 lanes x 32
+constexpr int kInFlight = 8;  // 16-byte weight loads in flight per lane: tiles of the block x stages
 constexpr int kWarps = 8;
 constexpr int kBlockThreads = kWarps * 32;
-constexpr int kBlockColumns = 8 * kTiles;
-constexpr int kMaxSplits = 8;
+constexpr int kTileChoices[] = {4, 2, 1};  // tiles of 8 output columns per block, in order of preference
 constexpr int kCachedDevices = 64;
 
 template <typename V>
@@ -154,31 +168,55 @@ struct MmaParams {
   bool bias_float = false;  // bias is float32 (else T)
 };
 
-// One chunk of one warp: the scales and zero points of the lane's rows, then per 8-code word x's A fragments (rows
-// g and g + 8) and 2 MMAs per tile. Every lane runs the MMAs (they are warp-wide): a lane past the packed row (K not a
-// multiple of the chunk) multiplies zeros.
-template <typename T, typename S, bool kBlock16, bool kVectorX>
-__device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const uint4 (&w)[kTiles], const T* x0,
-                                               const T* x1, const S* __restrict__ scales,
-                                               const std::uint8_t* __restrict__ zero_points, int n_first,
-                                               float (&acc)[kTiles][4]) {
+// What one chunk of one warp needs from memory for the lane's kTiles weight rows: the weights' 16 bytes, the scales
+// of the block(s) they fall in and the zero points' byte, loaded together kStages chunks ahead of their use (Note
+// [Int4 GEMM on the GPU]); converted only when multiplied, so that no load waits where it is issued.
+template <typename S, int kTiles, int kScales>
+struct Stage {
+  uint4 w[kTiles];
+  S scale[kTiles][kScales];
+  unsigned zero[kTiles];  // the zero points' byte of the lane's block(s); 0x88 (8 and 8) without zero points
+};
+
+template <typename S, int kTiles, int kScales>
+__device__ __forceinline__ void load_stage(const MmaParams& p, const std::uint8_t* __restrict__ weight,
+                                           const S* __restrict__ scales, const std::uint8_t* __restrict__ zero_points,
+                                           int c, bool live_chunk, int n_first, Stage<S, kTiles, kScales>& st) {
+  const int kc = c * kChunk + (threadIdx.x & 3) * 32;
+  const bool live = live_chunk && kc < p.row_codes;
+  const int b = live ? kc >> p.block_shift : 0;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int n = n_first + 8 * j;
+    const bool row = live && n < p.n;  // else zeros: a column past n is computed but not stored
+    st.w[j] = row ? load_streaming(weight + static_cast<std::int64_t>(n) * p.row_bytes + kc / 2)
+                  : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int h = 0; h < kScales; ++h) {
+      st.scale[j][h] = row ? __ldg(scales + static_cast<std::int64_t>(n) * p.blocks + b + h) : from_float<S>(0.0f);
+    }
+    st.zero[j] = row && zero_points != nullptr ? __ldg(zero_points + static_cast<std::int64_t>(n) * p.zero_row + (b >> 1))
+                                               : 0x88u;
+  }
+}
+
+// One chunk of one warp: the stage's scales and zero points as pairs, then per 8-code word x's A fragments (rows g
+// and g + 8) and 2 MMAs per tile. Every lane runs the MMAs (they are warp-wide): a lane past the packed row (K not a
+// multiple of the chunk) multiplies zeros (scale 0).
+template <typename T, typename S, int kTiles, bool kBlock16, bool kVectorX>
+__device__ __forceinline__ void multiply_stage(const MmaParams& p, int c, const Stage<S, kTiles, kBlock16 ? 2 : 1>& st,
+                                               const T* x0, const T* x1, float (&acc)[kTiles][4]) {
   using Pair = typename Half<T>::Pair;
   const int kc = c * kChunk + (threadIdx.x & 3) * 32;  // this lane's first code
-  const bool live = kc < p.row_codes;                  // else its weights are zeros (load_chunk), and x too
   constexpr int kScales = kBlock16 ? 2 : 1;
+  const int nibble = kBlock16 ? 0 : (kc >> p.block_shift) & 1;  // of the first block; block 16: blocks b (even), b + 1
   Pair scale[kTiles][kScales], zero[kTiles][kScales];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    const int n = min(n_first + 8 * j, p.n - 1);  // a row past n computes a column nobody stores
 #pragma unroll
     for (int h = 0; h < kScales; ++h) {
-      const int b = (kc >> p.block_shift) + h;
-      scale[j][h] = Half<T>::pair(live ? scale_at(scales, static_cast<std::int64_t>(n) * p.blocks + b) : 0.0f);
-      int z = 8;
-      if (zero_points != nullptr && live) {
-        const unsigned byte = zero_points[static_cast<std::int64_t>(n) * p.zero_row + (b >> 1)];
-        z = static_cast<int>((byte >> (4 * (b & 1))) & 0xFu);
-      }
+      scale[j][h] = Half<T>::pair(to_float(st.scale[j][h]));
+      const unsigned z = (st.zero[j] >> (4 * (nibble + h))) & 0xFu;
       zero[j][h] = Half<T>::pair(Half<T>::kMagicValue + static_cast<float>(z));
     }
   }
@@ -194,7 +232,7 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
     const int h = kBlock16 ? word >> 1 : 0;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      const std::uint32_t codes = word_of(w[j], word);
+      const std::uint32_t codes = word_of(st.w[j], word);
       const std::uint32_t b0 = dequantize_pair<T>(codes, zero[j][h], scale[j][h]);
       const std::uint32_t b1 = dequantize_pair<T>(codes >> 4, zero[j][h], scale[j][h]);
       const std::uint32_t b2 = dequantize_pair<T>(codes >> 8, zero[j][h], scale[j][h]);
@@ -205,28 +243,19 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
   }
 }
 
-// The weights of chunk c for the lane's rows n_first + 8 j (zeros past n or past the packed row).
-__device__ __forceinline__ void load_chunk(const MmaParams& p, const std::uint8_t* __restrict__ weight, int c,
-                                           int n_first, uint4 (&w)[kTiles]) {
-  const int kc = c * kChunk + (threadIdx.x & 3) * 32;
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    const int n = n_first + 8 * j;
-    w[j] = make_uint4(0u, 0u, 0u, 0u);
-    if (n < p.n && kc < p.row_codes) {
-      w[j] = load_streaming(weight + static_cast<std::int64_t>(n) * p.row_bytes + kc / 2);
-    }
-  }
-}
-
-template <typename T, typename S, bool kBlock16, bool kVectorX>
+// A block: kWarps warps over kTiles tiles of 8 output columns and 16 rows of x; warp w takes the chunks w, w + kWarps,
+// ... of its split, kStages of them in flight at a time (kTiles x kStages = kInFlight 16-byte loads per lane).
+template <typename T, typename S, int kTiles, bool kBlock16, bool kVectorX>
 __global__ void __launch_bounds__(kBlockThreads, 2)
     int4_mma_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
                     const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
                     float* __restrict__ partial, MmaParams p) {
+  constexpr int kStages = kInFlight / kTiles;
+  constexpr int kScales = kBlock16 ? 2 : 1;
+  constexpr int kColumns = 8 * kTiles;
   __shared__ float sums[kWarps][kTiles][32][4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
-  const int n_block = blockIdx.x * kBlockColumns, m_block = blockIdx.y * 16;
+  const int n_block = blockIdx.x * kColumns, m_block = blockIdx.y * 16;
   const int n_first = n_block + g;
   const int r0 = m_block + g, r1 = m_block + g + 8;
   const T* x0 = r0 < p.m ? x + static_cast<std::int64_t>(r0) * p.k : nullptr;
@@ -234,16 +263,21 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   const int c_begin = blockIdx.z * p.chunks_per_split;
   const int c_end = min(p.chunks, c_begin + p.chunks_per_split);
   float acc[kTiles][4] = {};
-  uint4 current[kTiles], next[kTiles];
+  Stage<S, kTiles, kScales> stage[kStages];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) next[j] = make_uint4(0u, 0u, 0u, 0u);
-  int c = c_begin + warp;
-  if (c < c_end) load_chunk(p, weight, c, n_first, current);
-  for (; c < c_end; c += kWarps) {
-    if (c + kWarps < c_end) load_chunk(p, weight, c + kWarps, n_first, next);  // in flight while this one multiplies
-    multiply_chunk<T, S, kBlock16, kVectorX>(p, c, current, x0, x1, scales, zero_points, n_first, acc);
+  for (int s = 0; s < kStages; ++s) {
+    const int c = c_begin + warp + s * kWarps;
+    load_stage(p, weight, scales, zero_points, c, c < c_end, n_first, stage[s]);
+  }
+  for (int c = c_begin + warp; c < c_end; c += kStages * kWarps) {
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) current[j] = next[j];
+    for (int s = 0; s < kStages; ++s) {
+      const int cs = c + s * kWarps;
+      if (cs >= c_end) break;  // warp-uniform
+      multiply_stage<T, S, kTiles, kBlock16, kVectorX>(p, cs, stage[s], x0, x1, acc);
+      const int next = cs + kStages * kWarps;  // the stage's next chunk, in flight while the others multiply
+      load_stage(p, weight, scales, zero_points, next, next < c_end, n_first, stage[s]);
+    }
   }
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
@@ -316,21 +350,74 @@ void dispatch_int4(const Int4GemmArgs& a, Body&& body) {
   }
 }
 
-// Resident blocks of the mma kernel on the current device (SMs x blocks per SM), queried once per device.
-std::int64_t resident_blocks() {
-  static std::atomic<std::int64_t> cached[kCachedDevices];
+// Resident blocks per SM of the mma kernel of `tiles` tiles, and the SMs, on the current device (queried once).
+struct Residency {
+  int sms = 0;
+  int per_sm[3] = {};  // of kTileChoices
+};
+
+Residency residency() {
+  static std::atomic<std::int64_t> cached[kCachedDevices];  // sms << 32 | per_sm of 4, 2, 1 tiles (8 bits each)
   int device = 0;
   XPURT_CUDA_CHECK(cudaGetDevice(&device));
-  std::int64_t resident = device < kCachedDevices ? cached[device].load(std::memory_order_relaxed) : 0;
-  if (resident == 0) {
-    int sms = 0, per_sm = 0;
+  std::int64_t packed = device < kCachedDevices ? cached[device].load(std::memory_order_relaxed) : 0;
+  if (packed == 0) {
+    int sms = 0, per_sm[3] = {};
     XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, int4_mma_kernel<__half, __half, false, true>, kBlockThreads, 0));
-    resident = std::max<std::int64_t>(1, std::int64_t{sms} * per_sm);
-    if (device < kCachedDevices) cached[device].store(resident, std::memory_order_relaxed);
+        &per_sm[0], int4_mma_kernel<__half, __half, 4, false, true>, kBlockThreads, 0));
+    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm[1], int4_mma_kernel<__half, __half, 2, false, true>, kBlockThreads, 0));
+    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm[2], int4_mma_kernel<__half, __half, 1, false, true>, kBlockThreads, 0));
+    packed = std::int64_t{std::max(sms, 1)} << 32;
+    for (int i = 0; i < 3; ++i) packed |= std::int64_t{std::clamp(per_sm[i], 1, 255)} << (8 * i);
+    if (device < kCachedDevices) cached[device].store(packed, std::memory_order_relaxed);
   }
-  return resident;
+  Residency r;
+  r.sms = static_cast<int>(packed >> 32);
+  for (int i = 0; i < 3; ++i) r.per_sm[i] = static_cast<int>((packed >> (8 * i)) & 0xFF);
+  return r;
+}
+
+std::size_t workspace_of(const Int4GemmArgs& a, int splits) {
+  return splits > 1 ? static_cast<std::size_t>(splits) * static_cast<std::size_t>(a.m * a.n) * 4 : 0;
+}
+
+// How well a grid keeps the weight streaming (Note [Int4 GEMM on the GPU]): the balance of its blocks over the SMs
+// (the busiest SM's share against an even one), times the bytes in flight on an SM against what hides the memory's
+// latency (two resident blocks of kInFlight loads per lane); a split pays a second pass over its partial sums.
+double grid_score(const Int4GemmArgs& a, int tiles, int splits, const Residency& r, int per_sm) {
+  const std::int64_t blocks = (a.n + 8 * tiles - 1) / (8 * tiles) * ((a.m + 15) / 16) * splits;
+  const std::int64_t per_busiest = (blocks + r.sms - 1) / r.sms;
+  const double balance = static_cast<double>(blocks) / static_cast<double>(per_busiest * r.sms);
+  const double depth = std::min(1.0, static_cast<double>(std::min<std::int64_t>(per_busiest, per_sm)) / 2.0);
+  return balance * depth * (splits > 1 ? 0.9 : 1.0);
+}
+
+// Every grid the kernel can take for `a`, best first, then in order of preference (more tiles, fewer splits).
+std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
+  const Residency r = residency();
+  const MmaParams p = mma_params(a, 1);
+  std::vector<std::pair<double, Int4MmaConfig>> scored;
+  for (int s = 1; s <= kInt4MaxSplits && (s == 1 || p.chunks / s >= 2 * kWarps); ++s) {
+    for (int i = 0; i < 3; ++i) {
+      // Rows of x past 8: one tile per block would read x's fragments from L1 8 times per weight load.
+      if (a.m > 8 && kTileChoices[i] == 1) continue;
+      Int4MmaConfig c;
+      c.tiles = kTileChoices[i];
+      c.splits = s;
+      c.workspace_bytes = workspace_of(a, s);
+      scored.emplace_back(grid_score(a, c.tiles, s, r, r.per_sm[i]), c);
+    }
+  }
+  // Scores within 0.02 count as equal: a stable sort on the score rounded down to that step keeps the preference.
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) {
+    return std::floor(x.first / 0.02) > std::floor(y.first / 0.02);
+  });
+  std::vector<Int4MmaConfig> out;
+  for (const auto& entry : scored) out.push_back(entry.second);
+  return out;
 }
 
 }  // namespace
@@ -349,33 +436,26 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability)
   return nullptr;
 }
 
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a) {
-  Int4MmaConfig config;
-  const MmaParams p = mma_params(a, 1);
-  const std::int64_t tiles = ((a.n + kBlockColumns - 1) / kBlockColumns) * ((a.m + 15) / 16);
-  const std::int64_t resident = resident_blocks();
-  // The split whose blocks fill the resident ones best (the last wave least empty), each split keeping at least two
-  // chunks per warp; the smallest split of the best fill.
-  double best = 0.0;
-  for (int s = 1; s <= kMaxSplits && (s == 1 || p.chunks / s >= 2 * kWarps); ++s) {
-    const std::int64_t blocks = tiles * s;
-    const std::int64_t waves = (blocks + resident - 1) / resident;
-    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * resident);
-    if (fill > best + 0.02) {
-      best = fill;
-      config.splits = s;
-    }
-  }
-  config.workspace_bytes =
-      config.splits > 1 ? static_cast<std::size_t>(config.splits) * static_cast<std::size_t>(a.m * a.n) * 4 : 0;
-  return config;
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a) { return ranked_configs(a).front(); }
+
+std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& a) { return ranked_configs(a); }
+
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits) {
+  XPURT_INTERNAL_ASSERT((tiles == 1 || tiles == 2 || tiles == 4) && splits >= 1 && splits <= kInt4MaxSplits,
+                        "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits);
+  Int4MmaConfig c;
+  c.tiles = tiles;
+  c.splits = splits;
+  c.workspace_bytes = workspace_of(a, splits);
+  return c;
 }
 
 void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* workspace, void* stream) {
   if (a.m == 0 || a.n == 0) return;
   const MmaParams p = mma_params(a, config.splits);
-  const dim3 grid(static_cast<unsigned>((a.n + kBlockColumns - 1) / kBlockColumns),
-                  static_cast<unsigned>((a.m + 15) / 16), static_cast<unsigned>(config.splits));
+  const int columns = 8 * config.tiles;
+  const dim3 grid(static_cast<unsigned>((a.n + columns - 1) / columns), static_cast<unsigned>((a.m + 15) / 16),
+                  static_cast<unsigned>(config.splits));
   auto* partial = config.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   XPURT_INTERNAL_ASSERT(config.splits == 1 || workspace != nullptr, "int4 mma kernel: no workspace for its splits");
   const bool block16 = a.block == 16;
@@ -389,10 +469,20 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
           static_cast<T*>(a.y), partial, p);
       XPURT_CUDA_RAW_LAUNCH_CHECK();
     };
-    if (block16) {
-      vector_x ? launch(int4_mma_kernel<T, S, true, true>) : launch(int4_mma_kernel<T, S, true, false>);
-    } else {
-      vector_x ? launch(int4_mma_kernel<T, S, false, true>) : launch(int4_mma_kernel<T, S, false, false>);
+    auto by_layout = [&](auto tiles) {
+      constexpr int kTiles = decltype(tiles)::value;
+      if (block16) {
+        vector_x ? launch(int4_mma_kernel<T, S, kTiles, true, true>)
+                 : launch(int4_mma_kernel<T, S, kTiles, true, false>);
+      } else {
+        vector_x ? launch(int4_mma_kernel<T, S, kTiles, false, true>)
+                 : launch(int4_mma_kernel<T, S, kTiles, false, false>);
+      }
+    };
+    switch (config.tiles) {
+      case 4: by_layout(std::integral_constant<int, 4>{}); break;
+      case 2: by_layout(std::integral_constant<int, 2>{}); break;
+      default: by_layout(std::integral_constant<int, 1>{}); break;
     }
     if (partial != nullptr) {
       const std::int64_t mn = a.m * a.n;

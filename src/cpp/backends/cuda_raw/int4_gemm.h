@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "xpuruntime/dtype.h"
 
@@ -32,17 +33,25 @@ struct Int4GemmArgs {
 
 // How the tensor-core kernel splits one problem (int4_gemm_mma_config): K cut into `splits` parts, each block's
 // float32 partial sums in the workspace when splits > 1, summed by a second kernel in a fixed order.
+// The tensor-core kernel's grid: `tiles` tiles of 8 output columns per block (1, 2 or 4), K cut into `splits` parts.
 struct Int4MmaConfig {
+  int tiles = 4;
   int splits = 1;
   std::size_t workspace_bytes = 0;
 };
+
+constexpr int kInt4MaxSplits = 8;
 
 // Whether the tensor-core kernel takes `args` (null: it does; else the reason): x float16 or bfloat16, compute
 // capability 8.0 or newer, rows of the packed weight a multiple of 16 bytes (block_size >= 32, or an even number of
 // 16-blocks) and every operand 16-byte aligned, sizes within int32.
 const char* int4_gemm_mma_refusal(const Int4GemmArgs& args, int compute_capability);
 // The split for `args` on the current device (its SM count and the kernel's occupancy, queried once per device).
+// The grid the kernel takes for `args` on the current device; every grid it can take, that one first (for autotuning);
+// and the grid of given tiles and splits (valid values only: checked by the caller).
 Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args);
+std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& args);
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args, int tiles, int splits);
 // The tensor-core kernel (Note [Int4 GEMM on the GPU]): any m, meant for small ones; `workspace` holds
 // config.workspace_bytes.
 void int4_gemm_mma(const Int4GemmArgs& args, const Int4MmaConfig& config, void* workspace, void* stream);

@@ -12,6 +12,9 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backends/cuda_raw/cuda_raw_register.h"
 #include "backends/cuda_raw/int4_gemm.h"
@@ -78,15 +81,44 @@ class Int4MmaPlan final : public KernelPlan {
 
   std::size_t workspace_bytes() const override { return config_.workspace_bytes; }
 
+  std::string record() const override { return record_of(config_); }
+
   std::string describe() const override {
-    return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers)",
+    return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers), ",
+                           8 * config_.tiles, " columns per block",
                            config_.splits > 1 ? detail::str_cat(", K in ", config_.splits, " splits") : "");
+  }
+
+  static std::string record_of(const Int4MmaConfig& config) {
+    nlohmann::json json;
+    json["tiles"] = config.tiles;
+    json["splits"] = config.splits;
+    return json.dump();
   }
 
  private:
   Int4MmaConfig config_;
   int device_;
 };
+
+// The grid a plan record names ({"tiles": 1 | 2 | 4, "splits": 1..kInt4MaxSplits}); InvalidArgumentError otherwise.
+Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& record) {
+  const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  const auto field = [&](const char* key, int lo, int hi) {
+    if (!json.is_object() || !json.contains(key) || !json[key].is_number_integer() ||
+        json[key].get<std::int64_t>() < lo || json[key].get<std::int64_t>() > hi) {
+      throw InvalidArgumentError(detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('", key,
+                                                 "' must be an integer ", lo, "..", hi, "): ", record));
+    }
+    return static_cast<int>(json[key].get<std::int64_t>());
+  };
+  const int tiles = field("tiles", 1, 4);
+  if (tiles == 3) {
+    throw InvalidArgumentError(
+        detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('tiles' must be 1, 2 or 4): ", record));
+  }
+  return int4_gemm_mma_config(a, tiles, field("splits", 1, kInt4MaxSplits));
+}
 
 class Int4DequantizeGemmPlan final : public KernelPlan {
  public:
@@ -183,18 +215,29 @@ class Int4GemmKernel final : public Kernel {
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
                                     const std::string& record) const override {
-    if (!record.empty()) {
-      throw UnsupportedOperationError(detail::str_cat(
-          "the cuda_raw matmul_nbits kernel has no plan record, but was given one: '", record, "'"));
-    }
     detail::CudaDeviceGuard guard(desc.device.index);
     const Int4GemmArgs a = args_of(desc);
-    if (use_mma(desc, a)) {
-      const Int4MmaConfig config = int4_gemm_mma_config(a);
-      if (policy.workspace_limit == 0 || config.workspace_bytes <= policy.workspace_limit) {
-        return std::make_unique<Int4MmaPlan>(config, desc.device.index);
+    if (!record.empty()) {
+      if (!use_mma(desc, a)) {
+        throw UnsupportedOperationError(detail::str_cat(
+            "cuda_raw matmul_nbits: plan record '", record, "' names a tensor-core grid, but ", desc.inputs[0].str(),
+            " takes the dequantize + cuBLAS plan, which has no record"));
       }
-      return std::make_unique<Int4MmaPlan>(Int4MmaConfig{}, desc.device.index);  // no split: no workspace
+      const Int4MmaConfig config = config_from_record(a, record);
+      if (policy.workspace_limit > 0 && config.workspace_bytes > policy.workspace_limit) {
+        throw UnsupportedOperationError(detail::str_cat("cuda_raw matmul_nbits: plan record '", record, "' needs ",
+                                                        config.workspace_bytes,
+                                                        " bytes of workspace, above the policy's workspace_limit"));
+      }
+      return std::make_unique<Int4MmaPlan>(config, desc.device.index);
+    }
+    if (use_mma(desc, a)) {
+      // The best grid whose split fits the workspace limit (the unsplit ones always do).
+      for (const Int4MmaConfig& config : int4_gemm_mma_configs(a)) {
+        if (policy.workspace_limit == 0 || config.workspace_bytes <= policy.workspace_limit) {
+          return std::make_unique<Int4MmaPlan>(config, desc.device.index);
+        }
+      }
     }
     std::size_t cublas_workspace = cublas::default_cublas_workspace(desc.compute_capability, policy.workspace_limit);
     std::size_t budget = kDequantizeBudget;
@@ -207,6 +250,20 @@ class Int4GemmKernel final : public Kernel {
     const std::size_t slice = align_up(static_cast<std::size_t>(rows * a.k) * dtype_size(a.x_dtype));
     return std::make_unique<Int4DequantizeGemmPlan>(rows, cublas::compute_type(a.x_dtype, desc.precision),
                                                     cublas_workspace, slice, desc.device.index);
+  }
+
+  // The tensor-core kernel's other grids (tiles per block, K splits), for autotuning (Note [Tactics]).
+  std::vector<std::string> tactics(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    if (!supports(desc, policy)) return {};
+    detail::CudaDeviceGuard guard(desc.device.index);
+    const Int4GemmArgs a = args_of(desc);
+    if (!use_mma(desc, a)) return {};
+    std::vector<std::string> out;
+    for (const Int4MmaConfig& config : int4_gemm_mma_configs(a)) {
+      if (policy.workspace_limit > 0 && config.workspace_bytes > policy.workspace_limit) continue;
+      out.push_back(Int4MmaPlan::record_of(config));
+    }
+    return out;
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -94,41 +95,36 @@ std::string label(const Case& c, DType dtype) {
          (c.bias == 1 ? " bias" : c.bias == 2 ? " float32 bias" : "") + (c.float_scales ? " float32 scales" : "");
 }
 
-// Runs the case on the cpu kernel and on cuda_raw (pinned), and compares within the tolerance of each output's
-// magnitude. `x_offset`: elements x starts into its device buffer (1 leaves it off 16-byte alignment).
-void check(const Case& c, DType dtype, std::mt19937& gen, std::int64_t x_offset = 0) {
-  const std::string what = label(c, dtype) + (x_offset ? " unaligned x" : "");
+// A case's inputs on the host (x, w, scales, zero points, bias; absent ones undefined) and the cpu kernel's output.
+struct Problem {
+  std::vector<Tensor> host;
+  Tensor want;
+};
+
+Problem problem_of(const Case& c, DType dtype, std::mt19937& gen) {
   const std::int64_t blocks = (c.k + c.block - 1) / c.block;
-  const Tensor x = random_float({c.m, c.k}, dtype, -1.0f, 1.0f, gen);
-  const Tensor w = random_bytes({c.n, blocks, c.block / 2}, gen);
-  const Tensor scales = random_float({c.n, blocks}, c.float_scales ? DType::kFloat32 : dtype, 0.002f, 0.05f, gen);
-  const Tensor zp = c.zero_points ? random_bytes({c.n, (blocks + 1) / 2}, gen) : Tensor();
-  const Tensor bias =
-      c.bias ? random_float({c.n}, c.bias == 2 ? DType::kFloat32 : dtype, -1.0f, 1.0f, gen) : Tensor();
-  const Attributes attrs = Attributes().set("block_size", c.block);
-  const Tensor want = ops::call("matmul_nbits", {x, w, scales, zp, bias}, attrs)[0];
-  const Device gpu = Device::cuda(0);
-  Tensor x_gpu = x.to(gpu);
-  if (x_offset != 0) {
-    Tensor padded = Tensor::zeros({c.m * c.k + x_offset}, dtype, gpu);
-    const std::size_t bytes = static_cast<std::size_t>(x_offset) * dtype_size(dtype);
-    x_gpu = Tensor::from_blob(static_cast<char*>(padded.data_ptr()) + bytes, {c.m, c.k}, {}, dtype, gpu,
-                              padded.storage());
-    x_gpu.copy_from(x);
-  }
-  KernelPolicy pinned;
-  pinned.set("matmul_nbits", "pin:cuda_raw");
-  ops::CallOptions options;
-  options.kernel_policy = &pinned;
-  const Tensor got = ops::call("matmul_nbits",
-                               {x_gpu, w.to(gpu), scales.to(gpu), zp.defined() ? zp.to(gpu) : Tensor(),
-                                bias.defined() ? bias.to(gpu) : Tensor()},
-                               attrs, options)[0];
-  StreamManager::instance().current_stream(gpu).synchronize();
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  const std::vector<float> a = floats_of(got), e = floats_of(want);
-  const std::vector<double> mag = magnitudes(x, w, scales, zp, c.block);
+  Problem p;
+  p.host = {random_float({c.m, c.k}, dtype, -1.0f, 1.0f, gen), random_bytes({c.n, blocks, c.block / 2}, gen),
+            random_float({c.n, blocks}, c.float_scales ? DType::kFloat32 : dtype, 0.002f, 0.05f, gen),
+            c.zero_points ? random_bytes({c.n, (blocks + 1) / 2}, gen) : Tensor(),
+            c.bias ? random_float({c.n}, c.bias == 2 ? DType::kFloat32 : dtype, -1.0f, 1.0f, gen) : Tensor()};
+  p.want = ops::call("matmul_nbits", p.host, Attributes().set("block_size", c.block))[0];
+  return p;
+}
+
+std::vector<Tensor> on_gpu(const std::vector<Tensor>& host) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : host) out.push_back(t.defined() ? t.to(Device::cuda(0)) : Tensor());
+  return out;
+}
+
+// The GPU's output against the cpu kernel's, within the tolerance of each output's magnitude.
+void expect_close(const Tensor& got, const Problem& p, const Case& c, DType dtype, const std::string& what) {
+  StreamManager::instance().current_stream(Device::cuda(0)).synchronize();
+  ASSERT_EQ(got.shape(), p.want.shape()) << what;
+  ASSERT_EQ(got.dtype(), p.want.dtype()) << what;
+  const std::vector<float> a = floats_of(got), e = floats_of(p.want);
+  const std::vector<double> mag = magnitudes(p.host[0], p.host[1], p.host[2], p.host[3], c.block);
   const double rel = relative_tolerance(dtype);
   const double out_ulp = dtype == DType::kFloat16 ? 1e-3 : dtype == DType::kBFloat16 ? 8e-3 : 1e-6;
   std::int64_t bad = 0;
@@ -141,6 +137,73 @@ void check(const Case& c, DType dtype, std::mt19937& gen, std::int64_t x_offset 
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.size() << " differ; first " << first;
+}
+
+ops::CallOptions pinned_to_cuda_raw() {
+  static KernelPolicy pinned = [] {
+    KernelPolicy policy;
+    policy.set("matmul_nbits", "pin:cuda_raw");
+    return policy;
+  }();
+  ops::CallOptions options;
+  options.kernel_policy = &pinned;
+  return options;
+}
+
+// Runs the case on the cpu kernel and on cuda_raw (pinned), and compares. `x_offset`: elements x starts into its
+// device buffer (1 leaves it off 16-byte alignment).
+void check(const Case& c, DType dtype, std::mt19937& gen, std::int64_t x_offset = 0) {
+  const std::string what = label(c, dtype) + (x_offset ? " unaligned x" : "");
+  const Problem p = problem_of(c, dtype, gen);
+  std::vector<Tensor> device = on_gpu(p.host);
+  if (x_offset != 0) {
+    const Device gpu = Device::cuda(0);
+    Tensor padded = Tensor::zeros({c.m * c.k + x_offset}, dtype, gpu);
+    const std::size_t bytes = static_cast<std::size_t>(x_offset) * dtype_size(dtype);
+    device[0] = Tensor::from_blob(static_cast<char*>(padded.data_ptr()) + bytes, {c.m, c.k}, {}, dtype, gpu,
+                                  padded.storage());
+    device[0].copy_from(p.host[0]);
+  }
+  const Tensor got =
+      ops::call("matmul_nbits", device, Attributes().set("block_size", c.block), pinned_to_cuda_raw())[0];
+  expect_close(got, p, c, dtype, what);
+}
+
+// Every grid the tensor-core kernel offers to autotuning (its tactics: tiles of columns per block, K splits), each
+// built from its plan record, gives the cpu kernel's results; a malformed record is an InvalidArgumentError.
+TEST(Int4GemmCuda, EveryGridMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  const Kernel* kernel = KernelRegistry::global().find_kernel("matmul_nbits", "cuda_raw");
+  ASSERT_NE(kernel, nullptr);
+  std::mt19937 gen(23);
+  const Case cases[] = {
+      {1, 4096, 4096, 32, false, 1, false}, {5, 8192, 72, 128, true, 0, false},  // many columns; few, long K
+      {16, 2048, 1000, 16, true, 2, true},  {40, 1000, 264, 64, false, 1, false},
+      {9, 96, 40, 32, true, 0, true},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      const Problem p = problem_of(c, dtype, gen);
+      const std::vector<Tensor> device = on_gpu(p.host);
+      const ops::PreparedCall prepared("matmul_nbits", device, Attributes().set("block_size", c.block),
+                                       pinned_to_cuda_raw());
+      const OpDescriptor& desc = prepared.descriptor();
+      const std::vector<std::string> records = kernel->tactics(desc, ExecutionPolicy());
+      EXPECT_GE(records.size(), 2u) << label(c, dtype);
+      for (const std::string& record : records) {
+        const std::unique_ptr<KernelPlan> plan = kernel->build(desc, ExecutionPolicy(), record);
+        EXPECT_EQ(plan->record(), record);
+        std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, dtype, Device::cuda(0))};
+        plan->execute(desc, device, outputs, StreamManager::instance().current_stream(Device::cuda(0)));
+        expect_close(outputs[0], p, c, dtype, label(c, dtype) + " grid " + record + " (" + plan->describe() + ")");
+      }
+      if (&c != &cases[0] || dtype != DType::kFloat16) continue;
+      for (const char* bad : {"{\"tiles\": 3, \"splits\": 1}", "{\"tiles\": 2}", "{\"tiles\": 2, \"splits\": 9}",
+                              "not json"}) {
+        EXPECT_THROW(kernel->build(desc, ExecutionPolicy(), bad), InvalidArgumentError) << bad;
+      }
+    }
+  }
 }
 
 TEST(Int4GemmCuda, TensorCoreKernelMatchesTheCpuKernel) {

@@ -11,7 +11,7 @@ overhead), median of --iters replays. The calls cycle through copies of the weig
 GB/s = the int4 weight bytes (packed codes + scales) / time; % = of --peak GB/s (the H200's 4.8 TB/s; the device
 copy measured 4.23 TB/s read+write). Speed-up = float16 time / int4 time. Also prints the plan each kernel took.
 
-    python benchmarks/bench_int4_gemm.py [--m 1 2 4 8 16] [--block 32] [--tune] [--out int4.md]
+    python benchmarks/bench_int4_gemm.py [--m 1 2 4 8 16] [--block 32] [--tune] [--grids] [--out int4.md]
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
            "fp16_us": t16 * 1e3, "fp16_gbs": dense_copies[0].nbytes / (t16 * 1e-3) / 1e9, "speedup": t16 / t4,
            "error": error, "plan": f"{decision.kernel}: {decision.plan_summary} {decision.plan_record}",
            "fp16_plan": f"{dense_decision.kernel}: {dense_decision.plan_summary}"}
+    if args.grids:
+        row["grids"] = time_grids(x, int4_copies, attrs, inner, args)
     if args.tune:
         # The grid autotuning picks (every tactic timed at plan time: Note [Tactics]), timed the same way.
         tuned = {"matmul_nbits": "auto:BestPerformance"}
@@ -89,17 +91,59 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     return row
 
 
+GRIDS = [(tiles, splits) for tiles in (4, 2, 1) for splits in (1, 2, 4)]
+
+
+def time_grids(x, int4_copies, attrs, inner: int, args) -> dict:
+    """Each tensor-core grid (tiles of 8 columns per block, K splits) timed like the default plan: the plan record is
+    written into an autotune cache entry for the op's key (made by one autotuned call), which the dispatcher then
+    replays (Note [Tactics]). A record the kernel refuses for this shape is rebuilt afresh, and so left out."""
+    import json
+    import os
+    import tempfile
+    tuned = {"matmul_nbits": "auto:BestPerformance"}
+    previous = xrt.ops.autotune_cache()
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        xrt.ops.set_autotune_cache(os.path.join(tmp, "tuned.json"))
+        xrt.ops.call("matmul_nbits", [x, *int4_copies[0]], attrs, policy=tuned)
+        base = json.loads(xrt.ops.autotune_cache().to_json())
+        for tiles, splits in GRIDS:
+            record = json.dumps({"splits": splits, "tiles": tiles}, separators=(",", ":"))
+            for entry in base["entries"].values():
+                entry["plan_record"] = record
+            path = os.path.join(tmp, f"grid_{tiles}_{splits}.json")
+            with open(path, "w") as f:
+                json.dump(base, f)
+            xrt.ops.set_autotune_cache(xrt.AutotuneCache(path, False))
+            (_,), decision = xrt.ops.call("matmul_nbits", [x, *int4_copies[0]], attrs, policy=tuned,
+                                          return_decision=True)
+            if json.loads(decision.plan_record or "{}") != {"splits": splits, "tiles": tiles}:
+                continue
+            calls = [(lambda w=w, s=s: xrt.ops.call("matmul_nbits", [x, w, s], attrs, policy=tuned))
+                     for w, s in (int4_copies[i % len(int4_copies)] for i in range(inner))]
+            out[f"{tiles}x{splits}"] = graph_ms(calls, args.iters) * 1e3
+    xrt.ops.set_autotune_cache(previous)
+    return out
+
+
 def table(rows, args, device_name: str) -> str:
     lines = [f"int4 weight-only GEMM (matmul_nbits, cuda_raw) vs float16 linear, {device_name}, block {args.block}, "
              f"float16 x and scales, {datetime.date.today().isoformat()}; per call in a CUDA graph of calls cycling "
              f"through > {args.rotate} MiB of weights (HBM, not L2), median of {args.iters} replays", "",
              "| M | K | N | int4 us | int4 GB/s | % of peak | fp16 linear us | fp16 GB/s | speed-up | max rel diff |"
              + (" tuned us |" if args.tune else ""),
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if args.tune else "")]
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+             + (" ---: |" if args.tune else "")]
     for r in rows:
         lines.append(f"| {r['m']} | {r['k']} | {r['n']} | {r['int4_us']:.2f} | {r['gbs']:.0f} | {r['pct']:.1f} | "
                      f"{r['fp16_us']:.2f} | {r['fp16_gbs']:.0f} | {r['speedup']:.2f} | {r['error']:.1e} |"
                      + (f" {r['tuned_us']:.2f} |" if args.tune else ""))
+    if args.grids:
+        lines += ["", "Every grid (tiles x splits: tiles of 8 columns per block, K splits), us per call:", ""]
+        for r in rows:
+            grids = ", ".join(f"{g} {t:.2f}" for g, t in sorted(r["grids"].items(), key=lambda item: item[1]))
+            lines.append(f"- M={r['m']} K={r['k']} N={r['n']}: {grids}")
     lines += ["", f"GB/s: int4 weight bytes (packed codes + float16 scales) per second; % of {args.peak:.0f} GB/s. "
                   "fp16 GB/s: the float16 weight's bytes.", "", "Plans:", ""]
     seen = set()
@@ -125,6 +169,8 @@ def main() -> int:
     parser.add_argument("--peak", type=float, default=4800.0, help="the GPU's memory bandwidth in GB/s")
     parser.add_argument("--tune", action="store_true",
                         help="also time the grid auto:BestPerformance picks (column 'tuned us')")
+    parser.add_argument("--grids", action="store_true",
+                        help="also time every tensor-core grid (tiles per block x K splits) of each shape")
     parser.add_argument("--out", help="also write the table to this file")
     args = parser.parse_args()
     if xrt.get_device_count() == 0:

@@ -13,25 +13,35 @@
 //    the 4 lanes of a row read 64 contiguous bytes per chunk c, and the warp a whole [8 rows x 128 codes] tile.
 //  * The codes become float16 (bfloat16) pairs in registers: (w >> s) & 0x000F000F | 0x64006400 is the pair
 //    {1024 + q[i], 1024 + q[i + 4]} (0x4300: 128 + q for bfloat16), exact; subtracting {1024 + z, 1024 + z} is exact
-//    too, and one multiply by the block's scale rounds once: W in float16 (bfloat16).
+//    too, and one multiply by the block's scale rounds once: W in float16 (bfloat16). For float16 one AND-OR takes
+//    the high nibbles as they lie, {1024 + 16 q[i + 1], ...}, and one fused multiply-add by 1/16 minus 64 + z makes
+//    them exact too (dequantize_two_pairs): one shift per 8 codes instead of three. The magic + z and -(64 + z) pairs
+//    and a scale's pair are built from bits (integer ops), with no conversion instruction.
 //  * The order of k within an MMA does not matter to its sum, only that A and B agree: the pairs a lane hands to the
 //    MMA as its B fragment (logical k 2t, 2t+1 and 2t+8, 2t+9 of column g) are codes (i, i + 4) and (i + 1, i + 5) of
 //    its own 8-code word; x's A fragment takes the same k of rows g and g + 8 (two __byte_perm of the 16-byte loads
 //    of x, which every one of the block's 8 weight rows x 4 tiles reuses). Eight MMAs consume one 16-byte load.
 //  * A block is 8 warps on 1, 2 or 4 such tiles (8, 16 or 32 output columns: its grid's `tiles`) and one 16-row
-//    slice of x; its warps take the K chunks in turn (warp w: chunks w, w + 8, ...). Each warp keeps kInFlight = 8
-//    16-byte weight loads per lane in flight (8 / tiles chunks ahead), each with its chunk's scales and zero-point
-//    byte, which are converted only when the chunk is multiplied: no load waits where it is issued, and 8 warps of
-//    128 bytes per lane keep 32 KiB per block in flight, of the ~40 KiB per SM that cover HBM's latency at full
-//    bandwidth on an H200 (4.8 TB/s over 132 SMs x ~1 us). The warps' float32 sums meet in shared memory in a fixed
-//    order.
+//    slice of x; its warps take the K chunks in turn (warp w: chunks w, w + 8, ...). Each warp keeps at least
+//    kInFlight = 4 16-byte weight loads per lane in flight (max(2, 4 / tiles) chunks ahead), each with its chunk's
+//    scales and zero-point byte, which are converted only when the chunk is multiplied: no load waits where it is
+//    issued. Rows of x past m read row m - 1 (their MMA rows are never stored): no branch on the row. The warps'
+//    float32 sums meet in shared memory in a fixed order. Nsight Compute on the first version (2026-12-03, 8192 x
+//    8192, m = 1) found it bound by its instructions, not by memory (issue slots 47% busy at 25% occupancy, 172
+//    instructions per 16 bytes of weight per warp, DRAM 25% of its peak), and the same loads without the multiplies
+//    ran in half the time: hence the float16 dequantization above, the constants from bits and no branches (1.1-1.7x
+//    faster at every shape measured; DRAM still 28% busy, issue slots 49%: the instructions per code are the next
+//    limit).
 //  * The grid: fewer tiles per block make more blocks (a 4096-column GEMV is 128 blocks of 32 columns, under one per
-//    SM, or 512 of 8); more tiles reuse each x fragment over more weight rows (at m > 8 one tile per block would read
-//    x from L1 eight times per weight load, so it is not offered). When the blocks still leave SMs idle, K is also cut
-//    into `splits` parts (grid z): each part's sums go to a float32 workspace and a second kernel adds them in order,
-//    with the bias. ranked_configs() scores each (tiles, splits) by the balance of its blocks over the SMs times the
-//    bytes in flight per SM (two resident blocks cover the latency), a split paying for its second pass; the best is
-//    the default plan and the others are its tactics, timed under auto:BestPerformance (Note [Tactics] in
+//    SM, or 256 of 16); more tiles reuse each x fragment over more weight rows but take 128 registers (2 blocks per
+//    SM, some spilled) where 1 or 2 take 80 (3 blocks). Every grid timed on the H200 (2026-12-03, docs/benchmarks.md)
+//    ranked 2 tiles first, or within 3% of the first, at m <= 8, and 4 tiles at m = 16 (x's fragments: at m = 16, 2
+//    tiles took up to 1.7x longer), except where 4 tiles leave SMs without a block; one tile per block is never
+//    offered at m > 8 (it would read x from L1 eight times per weight load). So the default is 2 tiles (m <= 8) or 4,
+//    falling back to fewer tiles when the blocks would not cover the SMs, and when no grid covers them unsplit, K is
+//    also cut into `splits` parts (grid z): each part's sums go to a float32 workspace and a second kernel adds them
+//    in order, with the bias, the split chosen by grid_score (the balance of blocks over SMs, bytes in flight per
+//    SM). The other grids are tactics, timed under auto:BestPerformance (Note [Tactics] in
 //    core/dispatcher.cpp) and replayed from the plan record {"tiles", "splits"}. Results do not depend on the run,
 //    nor on the tiles (the same sums in the same order); a split changes the order of the float32 additions.
 // Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
@@ -58,7 +68,7 @@ namespace {
 using namespace detail;  // NOLINT: the backend's own helpers
 
 constexpr int kChunk = 128;   // codes of a weight row one warp takes per step: 4 lanes x 32
-constexpr int kInFlight = 8;  // 16-byte weight loads in flight per lane: tiles of the block x stages
+constexpr int kInFlight = 4;  // 16-byte weight loads in flight per lane (at least: tiles of the block x stages, >= 2)
 constexpr int kWarps = 8;
 constexpr int kBlockThreads = kWarps * 32;
 constexpr int kTileChoices[] = {4, 2, 1};  // tiles of 8 output columns per block, in order of preference
@@ -125,30 +135,52 @@ __device__ __forceinline__ std::uint32_t dequantize_pair(std::uint32_t shifted, 
   return as_bits(__hmul2(__hsub2(biased, zero_magic), scale));
 }
 
-// 16 bytes of the weight, read once: no L1 allocation (x's fragments stay cached there).
+// float16 only: codes (i, i + 4) and (i + 1, i + 5) of a word shifted right by 4 i (i = 0 or 2) as two pairs. The low
+// nibbles' pair is {1024 + q} and the high nibbles' {1024 + 16 q} (bits 4-7 are still inside float16's 10-bit
+// mantissa; not bfloat16's 7); subtracting 1024 + z from the first, and 1/16 of the second minus 64 + z in one fused
+// multiply-add, are exact, so each pair rounds once, at the multiply by the scale: the bits of dequantize_pair's.
+__device__ __forceinline__ void dequantize_two_pairs(std::uint32_t shifted, __half2 zero_magic, __half2 minus_zero_64,
+                                                     __half2 scale, std::uint32_t& low, std::uint32_t& high) {
+  const __half2 a = bits_as<__half2>((shifted & 0x000F000Fu) | Half<__half>::kMagic);
+  const __half2 b = bits_as<__half2>((shifted & 0x00F000F0u) | Half<__half>::kMagic);
+  low = as_bits(__hmul2(__hsub2(a, zero_magic), scale));
+  high = as_bits(__hmul2(__hfma2(b, bits_as<__half2>(0x2C002C00u), minus_zero_64), scale));  // 1/16 in each half
+}
+
+// 16 bytes of the weight, read once: streaming (evict first), so that x's fragments stay cached. An intrinsic, not
+// inline assembly, so that a load under a condition is predicated rather than branched around.
 __device__ __forceinline__ uint4 load_streaming(const std::uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+  return __ldcs(reinterpret_cast<const uint4*>(p));
 }
 
 __device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// Codes [k0, k0 + 8) of one row of x as 4 pairs (zeros past k, and for a row past m: `row` null).
+// Codes [k0, k0 + 8) of one row of x as 4 pairs, zeros past k (the codes of the last block's padding need not be 0).
 template <typename T, bool kVectorX>
 __device__ __forceinline__ uint4 load_x8(const T* row, int k0, int k) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  if (row == nullptr) return v;
-  if (kVectorX && k0 + 8 <= k) return __ldg(reinterpret_cast<const uint4*>(row + k0));
+  if (kVectorX) {  // k is a multiple of 8: a group is all in or all out
+    return k0 < k ? __ldg(reinterpret_cast<const uint4*>(row + k0)) : v;
+  }
   T e[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) e[i] = k0 + i < k ? row[k0 + i] : from_float<T>(0.0f);
   std::memcpy(&v, e, sizeof(v));
   return v;
+}
+
+// A scale as a pair of T: its bits twice when it is a T already.
+template <typename T, typename S>
+__device__ __forceinline__ typename Half<T>::Pair scale_pair(S s) {
+  if constexpr (std::is_same_v<S, T>) {
+    std::uint16_t b;
+    std::memcpy(&b, &s, sizeof(b));
+    return bits_as<typename Half<T>::Pair>(static_cast<std::uint32_t>(b) * 0x00010001u);
+  } else {
+    return Half<T>::pair(to_float(s));
+  }
 }
 
 template <typename S>
@@ -195,36 +227,41 @@ __device__ __forceinline__ void load_stage(const MmaParams& p, const std::uint8_
     for (int h = 0; h < kScales; ++h) {
       st.scale[j][h] = row ? __ldg(scales + static_cast<std::int64_t>(n) * p.blocks + b + h) : from_float<S>(0.0f);
     }
-    st.zero[j] = row && zero_points != nullptr ? __ldg(zero_points + static_cast<std::int64_t>(n) * p.zero_row + (b >> 1))
-                                               : 0x88u;
+    st.zero[j] = row && zero_points != nullptr
+                     ? __ldg(zero_points + static_cast<std::int64_t>(n) * p.zero_row + (b >> 1))
+                     : 0x88u;
   }
 }
 
 // One chunk of one warp: the stage's scales and zero points as pairs, then per 8-code word x's A fragments (rows g
 // and g + 8) and 2 MMAs per tile. Every lane runs the MMAs (they are warp-wide): a lane past the packed row (K not a
 // multiple of the chunk) multiplies zeros (scale 0).
-template <typename T, typename S, int kTiles, bool kBlock16, bool kVectorX>
+template <typename T, typename S, int kTiles, bool kBlock16, bool kVectorX, bool kUpper>
 __device__ __forceinline__ void multiply_stage(const MmaParams& p, int c, const Stage<S, kTiles, kBlock16 ? 2 : 1>& st,
                                                const T* x0, const T* x1, float (&acc)[kTiles][4]) {
   using Pair = typename Half<T>::Pair;
   const int kc = c * kChunk + (threadIdx.x & 3) * 32;  // this lane's first code
   constexpr int kScales = kBlock16 ? 2 : 1;
   const int nibble = kBlock16 ? 0 : (kc >> p.block_shift) & 1;  // of the first block; block 16: blocks b (even), b + 1
-  Pair scale[kTiles][kScales], zero[kTiles][kScales];
+  Pair scale[kTiles][kScales], zero[kTiles][kScales], zero_64[kTiles][kScales];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
     for (int h = 0; h < kScales; ++h) {
-      scale[j][h] = Half<T>::pair(to_float(st.scale[j][h]));
+      scale[j][h] = scale_pair<T>(st.scale[j][h]);
+      // magic + z in each half, built from bits: the magic number's unit in the last place is 1; for float16's high
+      // nibbles also -(64 + z) (64 is 0x5400, its unit in the last place 1/16).
       const unsigned z = (st.zero[j] >> (4 * (nibble + h))) & 0xFu;
-      zero[j][h] = Half<T>::pair(Half<T>::kMagicValue + static_cast<float>(z));
+      zero[j][h] = bits_as<Pair>(((Half<T>::kMagic & 0xFFFFu) + z) * 0x00010001u);
+      zero_64[j][h] = bits_as<Pair>((0xD400u + 16u * z) * 0x00010001u);
     }
   }
 #pragma unroll
   for (int word = 0; word < 4; ++word) {
     // A fragments (Note [Int4 GEMM on the GPU]): steps 2 word (codes 0/4, 1/5 of the word) and 2 word + 1 (2/6, 3/7).
+    // Without rows g + 8 (m <= 8: kUpper false) the MMA's upper rows take row g's values again, and are not stored.
     const uint4 xa = load_x8<T, kVectorX>(x0, kc + 8 * word, p.k);
-    const uint4 xb = load_x8<T, kVectorX>(x1, kc + 8 * word, p.k);
+    const uint4 xb = kUpper ? load_x8<T, kVectorX>(x1, kc + 8 * word, p.k) : xa;
     const std::uint32_t a0[4] = {__byte_perm(xa.x, xa.z, 0x5410), __byte_perm(xb.x, xb.z, 0x5410),
                                  __byte_perm(xa.x, xa.z, 0x7632), __byte_perm(xb.x, xb.z, 0x7632)};
     const std::uint32_t a1[4] = {__byte_perm(xa.y, xa.w, 0x5410), __byte_perm(xb.y, xb.w, 0x5410),
@@ -233,10 +270,16 @@ __device__ __forceinline__ void multiply_stage(const MmaParams& p, int c, const 
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const std::uint32_t codes = word_of(st.w[j], word);
-      const std::uint32_t b0 = dequantize_pair<T>(codes, zero[j][h], scale[j][h]);
-      const std::uint32_t b1 = dequantize_pair<T>(codes >> 4, zero[j][h], scale[j][h]);
-      const std::uint32_t b2 = dequantize_pair<T>(codes >> 8, zero[j][h], scale[j][h]);
-      const std::uint32_t b3 = dequantize_pair<T>(codes >> 12, zero[j][h], scale[j][h]);
+      std::uint32_t b0, b1, b2, b3;
+      if constexpr (std::is_same_v<T, __half>) {
+        dequantize_two_pairs(codes, zero[j][h], zero_64[j][h], scale[j][h], b0, b1);
+        dequantize_two_pairs(codes >> 8, zero[j][h], zero_64[j][h], scale[j][h], b2, b3);
+      } else {
+        b0 = dequantize_pair<T>(codes, zero[j][h], scale[j][h]);
+        b1 = dequantize_pair<T>(codes >> 4, zero[j][h], scale[j][h]);
+        b2 = dequantize_pair<T>(codes >> 8, zero[j][h], scale[j][h]);
+        b3 = dequantize_pair<T>(codes >> 12, zero[j][h], scale[j][h]);
+      }
       Half<T>::mma(acc[j], a0, b0, b1);
       Half<T>::mma(acc[j], a1, b2, b3);
     }
@@ -244,13 +287,13 @@ __device__ __forceinline__ void multiply_stage(const MmaParams& p, int c, const 
 }
 
 // A block: kWarps warps over kTiles tiles of 8 output columns and 16 rows of x; warp w takes the chunks w, w + kWarps,
-// ... of its split, kStages of them in flight at a time (kTiles x kStages = kInFlight 16-byte loads per lane).
-template <typename T, typename S, int kTiles, bool kBlock16, bool kVectorX>
-__global__ void __launch_bounds__(kBlockThreads, 2)
+// ... of its split, kStages of them in flight at a time (kTiles x kStages >= kInFlight 16-byte loads per lane).
+template <typename T, typename S, int kTiles, bool kBlock16, bool kVectorX, bool kUpper>
+__global__ void __launch_bounds__(kBlockThreads, kTiles == 4 ? 2 : 3)
     int4_mma_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
                     const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
                     float* __restrict__ partial, MmaParams p) {
-  constexpr int kStages = kInFlight / kTiles;
+  constexpr int kStages = kInFlight / kTiles > 2 ? kInFlight / kTiles : 2;
   constexpr int kScales = kBlock16 ? 2 : 1;
   constexpr int kColumns = 8 * kTiles;
   __shared__ float sums[kWarps][kTiles][32][4];
@@ -258,8 +301,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   const int n_block = blockIdx.x * kColumns, m_block = blockIdx.y * 16;
   const int n_first = n_block + g;
   const int r0 = m_block + g, r1 = m_block + g + 8;
-  const T* x0 = r0 < p.m ? x + static_cast<std::int64_t>(r0) * p.k : nullptr;
-  const T* x1 = r1 < p.m ? x + static_cast<std::int64_t>(r1) * p.k : nullptr;
+  // Rows past m read row m - 1: their MMA rows are computed and never stored (no branch on the row in the loop).
+  const T* x0 = x + static_cast<std::int64_t>(min(r0, p.m - 1)) * p.k;
+  const T* x1 = x + static_cast<std::int64_t>(min(r1, p.m - 1)) * p.k;
   const int c_begin = blockIdx.z * p.chunks_per_split;
   const int c_end = min(p.chunks, c_begin + p.chunks_per_split);
   float acc[kTiles][4] = {};
@@ -274,7 +318,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     for (int s = 0; s < kStages; ++s) {
       const int cs = c + s * kWarps;
       if (cs >= c_end) break;  // warp-uniform
-      multiply_stage<T, S, kTiles, kBlock16, kVectorX>(p, cs, stage[s], x0, x1, acc);
+      multiply_stage<T, S, kTiles, kBlock16, kVectorX, kUpper>(p, cs, stage[s], x0, x1, acc);
       const int next = cs + kStages * kWarps;  // the stage's next chunk, in flight while the others multiply
       load_stage(p, weight, scales, zero_points, next, next < c_end, n_first, stage[s]);
     }
@@ -365,11 +409,11 @@ Residency residency() {
     int sms = 0, per_sm[3] = {};
     XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm[0], int4_mma_kernel<__half, __half, 4, false, true>, kBlockThreads, 0));
+        &per_sm[0], int4_mma_kernel<__half, __half, 4, false, true, true>, kBlockThreads, 0));
     XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm[1], int4_mma_kernel<__half, __half, 2, false, true>, kBlockThreads, 0));
+        &per_sm[1], int4_mma_kernel<__half, __half, 2, false, true, true>, kBlockThreads, 0));
     XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm[2], int4_mma_kernel<__half, __half, 1, false, true>, kBlockThreads, 0));
+        &per_sm[2], int4_mma_kernel<__half, __half, 1, false, true, true>, kBlockThreads, 0));
     packed = std::int64_t{std::max(sms, 1)} << 32;
     for (int i = 0; i < 3; ++i) packed |= std::int64_t{std::clamp(per_sm[i], 1, 255)} << (8 * i);
     if (device < kCachedDevices) cached[device].store(packed, std::memory_order_relaxed);
@@ -384,21 +428,25 @@ std::size_t workspace_of(const Int4GemmArgs& a, int splits) {
   return splits > 1 ? static_cast<std::size_t>(splits) * static_cast<std::size_t>(a.m * a.n) * 4 : 0;
 }
 
-// How well a grid keeps the weight streaming (Note [Int4 GEMM on the GPU]): the balance of its blocks over the SMs
-// (the busiest SM's share against an even one), times the bytes in flight on an SM against what hides the memory's
-// latency (two resident blocks of kInFlight loads per lane); a split pays a second pass over its partial sums.
-double grid_score(const Int4GemmArgs& a, int tiles, int splits, const Residency& r, int per_sm) {
-  const std::int64_t blocks = (a.n + 8 * tiles - 1) / (8 * tiles) * ((a.m + 15) / 16) * splits;
+// How well a grid of `blocks` blocks keeps the weight streaming: the balance of its blocks over the SMs (the busiest
+// SM's share against an even one), times the bytes in flight on an SM against what hides the memory's latency (two
+// resident blocks); a split pays a second pass over its partial sums.
+double grid_score(std::int64_t blocks, int splits, const Residency& r, int per_sm) {
   const std::int64_t per_busiest = (blocks + r.sms - 1) / r.sms;
   const double balance = static_cast<double>(blocks) / static_cast<double>(per_busiest * r.sms);
   const double depth = std::min(1.0, static_cast<double>(std::min<std::int64_t>(per_busiest, per_sm)) / 2.0);
   return balance * depth * (splits > 1 ? 0.9 : 1.0);
 }
 
-// Every grid the kernel can take for `a`, best first, then in order of preference (more tiles, fewer splits).
+// Every grid the kernel can take for `a`, the default first (Note [Int4 GEMM on the GPU], "The grid"): the preferred
+// tiles for m (m <= 8: 2, then 1; else 4, then 2) with the first of them whose unsplit blocks cover every SM; when
+// none does, the best grid_score. The others follow by score (the tactics that autotuning times).
 std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
   const Residency r = residency();
   const MmaParams p = mma_params(a, 1);
+  const auto blocks_of = [&](int tiles, int splits) {
+    return (a.n + 8 * tiles - 1) / (8 * tiles) * ((a.m + 15) / 16) * splits;
+  };
   std::vector<std::pair<double, Int4MmaConfig>> scored;
   for (int s = 1; s <= kInt4MaxSplits && (s == 1 || p.chunks / s >= 2 * kWarps); ++s) {
     for (int i = 0; i < 3; ++i) {
@@ -408,13 +456,21 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
       c.tiles = kTileChoices[i];
       c.splits = s;
       c.workspace_bytes = workspace_of(a, s);
-      scored.emplace_back(grid_score(a, c.tiles, s, r, r.per_sm[i]), c);
+      scored.emplace_back(grid_score(blocks_of(c.tiles, s), s, r, r.per_sm[i]), c);
     }
   }
-  // Scores within 0.02 count as equal: a stable sort on the score rounded down to that step keeps the preference.
+  // Scores within 0.02 count as equal: a stable sort on the score rounded down to that step keeps the order above.
   std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) {
     return std::floor(x.first / 0.02) > std::floor(y.first / 0.02);
   });
+  const int preferred[2] = {a.m <= 8 ? 2 : 4, a.m <= 8 ? 1 : 2};
+  for (const int tiles : preferred) {
+    if (blocks_of(tiles, 1) < r.sms) continue;
+    const auto it = std::find_if(scored.begin(), scored.end(),
+                                 [&](const auto& e) { return e.second.tiles == tiles && e.second.splits == 1; });
+    std::rotate(scored.begin(), it, it + 1);  // to the front, the others in their order
+    break;
+  }
   std::vector<Int4MmaConfig> out;
   for (const auto& entry : scored) out.push_back(entry.second);
   return out;
@@ -460,6 +516,7 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
   XPURT_INTERNAL_ASSERT(config.splits == 1 || workspace != nullptr, "int4 mma kernel: no workspace for its splits");
   const bool block16 = a.block == 16;
   const bool vector_x = a.k % 8 == 0 && is_aligned(a.x, 16);
+  const bool upper = a.m > 8;  // rows g + 8 of the MMA hold rows of x (else they repeat rows g: not stored)
   dispatch_int4(a, [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
@@ -472,11 +529,19 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
     auto by_layout = [&](auto tiles) {
       constexpr int kTiles = decltype(tiles)::value;
       if (block16) {
-        vector_x ? launch(int4_mma_kernel<T, S, kTiles, true, true>)
-                 : launch(int4_mma_kernel<T, S, kTiles, true, false>);
+        if (!vector_x) {
+          launch(int4_mma_kernel<T, S, kTiles, true, false, true>);
+        } else {
+          upper ? launch(int4_mma_kernel<T, S, kTiles, true, true, true>)
+                : launch(int4_mma_kernel<T, S, kTiles, true, true, false>);
+        }
       } else {
-        vector_x ? launch(int4_mma_kernel<T, S, kTiles, false, true>)
-                 : launch(int4_mma_kernel<T, S, kTiles, false, false>);
+        if (!vector_x) {
+          launch(int4_mma_kernel<T, S, kTiles, false, false, true>);
+        } else {
+          upper ? launch(int4_mma_kernel<T, S, kTiles, false, true, true>)
+                : launch(int4_mma_kernel<T, S, kTiles, false, true, false>);
+        }
       }
     };
     switch (config.tiles) {

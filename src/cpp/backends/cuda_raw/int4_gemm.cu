@@ -96,7 +96,6 @@ template <>
 struct Half<__half> {
   using Pair = __half2;
   static constexpr std::uint32_t kMagic = 0x64006400u;  // 1024.0 in each half; + q in the low 10 mantissa bits
-  static constexpr float kMagicValue = 1024.0f;
   __device__ static Pair pair(float v) { return __float2half2_rn(v); }
   __device__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     asm volatile(
@@ -111,7 +110,6 @@ template <>
 struct Half<__nv_bfloat16> {
   using Pair = __nv_bfloat162;
   static constexpr std::uint32_t kMagic = 0x43004300u;  // 128.0 in each bfloat16; + q in the low 7 mantissa bits
-  static constexpr float kMagicValue = 128.0f;
   __device__ static Pair pair(float v) { return __float2bfloat162_rn(v); }
   __device__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -161,14 +159,15 @@ __device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
 template <typename T, bool kVectorX>
 __device__ __forceinline__ uint4 load_x8(const T* row, int k0, int k) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  if (kVectorX) {  // k is a multiple of 8: a group is all in or all out
+  if constexpr (kVectorX) {  // k is a multiple of 8: a group is all in or all out
     return k0 < k ? __ldg(reinterpret_cast<const uint4*>(row + k0)) : v;
-  }
-  T e[8];
+  } else {
+    T e[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) e[i] = k0 + i < k ? row[k0 + i] : from_float<T>(0.0f);
-  std::memcpy(&v, e, sizeof(v));
-  return v;
+    for (int i = 0; i < 8; ++i) e[i] = k0 + i < k ? row[k0 + i] : from_float<T>(0.0f);
+    std::memcpy(&v, e, sizeof(v));
+    return v;
+  }
 }
 
 // A scale as a pair of T: its bits twice when it is a T already.

@@ -586,6 +586,14 @@ TEST(OnnxRefElementwise, VariadicOpsBroadcast) {
   const auto with_nan = values_of<float>(run1("Max", 13, {make<float>({2}, {nan, 1}), make<float>({2}, {1, 2})}));
   EXPECT_TRUE(std::isnan(with_nan[0]));
   EXPECT_EQ(with_nan[1], 2.0f);
+  // Empty inputs (no storage): an empty output of the broadcast shape (the structure fuzzer's UBSan finding: the first
+  // input's 0 bytes were copied from a null pointer).
+  for (const char* op : {"Max", "Min", "Sum"}) {
+    const Tensor empty = run1(op, 13, {make<std::uint8_t>({0, 3}, {}), make<std::uint8_t>({3}, {1, 2, 3})});
+    EXPECT_EQ(empty.shape(), (std::vector<std::int64_t>{0, 3})) << op;
+    EXPECT_EQ(run1(op, 13, {make<std::uint8_t>({0}, {}), make<std::uint8_t>({0}, {})}).numel(), 0) << op;
+  }
+  EXPECT_EQ(run1("Mean", 13, {make<float>({0, 2}, {}), make<float>({2}, {1, 2})}).numel(), 0);
 }
 
 // ---- comparisons, logic, bitwise, Where ----

@@ -477,7 +477,8 @@ void variadic_op(OpContext& ctx, Fn fn, bool mean) {
     using T = decltype(tag);
     using C = ComputeT<T>;
     if (first.shape() == out.shape()) {
-      std::memcpy(out.data_ptr(), first.data_ptr(), first.nbytes());
+      // An empty tensor may have no storage at all: memcpy's pointers must not be null, even for 0 bytes.
+      if (first.nbytes() > 0) std::memcpy(out.data_ptr(), first.data_ptr(), first.nbytes());
     } else {  // the first input broadcast to the output's shape
       apply_binary<T, T, T>(first, first, out, [](C x, C) { return x; });
     }

@@ -50,10 +50,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -180,11 +180,6 @@ __device__ __forceinline__ typename Half<T>::Pair scale_pair(S s) {
   } else {
     return Half<T>::pair(to_float(s));
   }
-}
-
-template <typename S>
-__device__ __forceinline__ float scale_at(const S* scales, std::int64_t i) {
-  return to_float(scales[i]);
 }
 
 struct MmaParams {
@@ -393,34 +388,35 @@ void dispatch_int4(const Int4GemmArgs& a, Body&& body) {
   }
 }
 
-// Resident blocks per SM of the mma kernel of `tiles` tiles, and the SMs, on the current device (queried once).
+// Resident blocks per SM of the mma kernel of each tile count, and the SMs, on the current device (queried once).
 struct Residency {
-  int sms = 0;
-  int per_sm[3] = {};  // of kTileChoices
+  int sms = 1;
+  int per_sm[3] = {1, 1, 1};  // of kTileChoices
 };
 
+Residency query_residency(int device) {
+  Residency r;
+  XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, device));
+  const auto per_sm = [](auto kernel) {
+    int blocks = 0;
+    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, 0));
+    return std::max(blocks, 1);
+  };
+  r.sms = std::max(r.sms, 1);
+  r.per_sm[0] = per_sm(int4_mma_kernel<__half, __half, 4, false, true, true>);
+  r.per_sm[1] = per_sm(int4_mma_kernel<__half, __half, 2, false, true, true>);
+  r.per_sm[2] = per_sm(int4_mma_kernel<__half, __half, 1, false, true, true>);
+  return r;
+}
+
 Residency residency() {
-  static std::atomic<std::int64_t> cached[kCachedDevices];  // sms << 32 | per_sm of 4, 2, 1 tiles (8 bits each)
+  static std::once_flag once[kCachedDevices];
+  static Residency cached[kCachedDevices];
   int device = 0;
   XPURT_CUDA_CHECK(cudaGetDevice(&device));
-  std::int64_t packed = device < kCachedDevices ? cached[device].load(std::memory_order_relaxed) : 0;
-  if (packed == 0) {
-    int sms = 0, per_sm[3] = {};
-    XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm[0], int4_mma_kernel<__half, __half, 4, false, true, true>, kBlockThreads, 0));
-    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm[1], int4_mma_kernel<__half, __half, 2, false, true, true>, kBlockThreads, 0));
-    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm[2], int4_mma_kernel<__half, __half, 1, false, true, true>, kBlockThreads, 0));
-    packed = std::int64_t{std::max(sms, 1)} << 32;
-    for (int i = 0; i < 3; ++i) packed |= std::int64_t{std::clamp(per_sm[i], 1, 255)} << (8 * i);
-    if (device < kCachedDevices) cached[device].store(packed, std::memory_order_relaxed);
-  }
-  Residency r;
-  r.sms = static_cast<int>(packed >> 32);
-  for (int i = 0; i < 3; ++i) r.per_sm[i] = static_cast<int>((packed >> (8 * i)) & 0xFF);
-  return r;
+  if (device >= kCachedDevices) return query_residency(device);
+  std::call_once(once[device], [device] { cached[device] = query_residency(device); });
+  return cached[device];
 }
 
 std::size_t workspace_of(const Int4GemmArgs& a, int splits) {
@@ -491,8 +487,6 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability)
   return nullptr;
 }
 
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a) { return ranked_configs(a).front(); }
-
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& a) { return ranked_configs(a); }
 
 Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits) {
@@ -525,28 +519,25 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
           static_cast<T*>(a.y), partial, p);
       XPURT_CUDA_RAW_LAUNCH_CHECK();
     };
-    auto by_layout = [&](auto tiles) {
+    // The kernel of this grid and layout: x read element by element (not vector_x) always takes rows g + 8.
+    auto by_layout = [&](auto tiles, auto block16_constant) {
       constexpr int kTiles = decltype(tiles)::value;
-      if (block16) {
-        if (!vector_x) {
-          launch(int4_mma_kernel<T, S, kTiles, true, false, true>);
-        } else {
-          upper ? launch(int4_mma_kernel<T, S, kTiles, true, true, true>)
-                : launch(int4_mma_kernel<T, S, kTiles, true, true, false>);
-        }
+      constexpr bool kBlock16 = decltype(block16_constant)::value;
+      if (!vector_x) {
+        launch(int4_mma_kernel<T, S, kTiles, kBlock16, false, true>);
+      } else if (upper) {
+        launch(int4_mma_kernel<T, S, kTiles, kBlock16, true, true>);
       } else {
-        if (!vector_x) {
-          launch(int4_mma_kernel<T, S, kTiles, false, false, true>);
-        } else {
-          upper ? launch(int4_mma_kernel<T, S, kTiles, false, true, true>)
-                : launch(int4_mma_kernel<T, S, kTiles, false, true, false>);
-        }
+        launch(int4_mma_kernel<T, S, kTiles, kBlock16, true, false>);
       }
     };
+    auto by_block = [&](auto tiles) {
+      block16 ? by_layout(tiles, std::true_type{}) : by_layout(tiles, std::false_type{});
+    };
     switch (config.tiles) {
-      case 4: by_layout(std::integral_constant<int, 4>{}); break;
-      case 2: by_layout(std::integral_constant<int, 2>{}); break;
-      default: by_layout(std::integral_constant<int, 1>{}); break;
+      case 4: by_block(std::integral_constant<int, 4>{}); break;
+      case 2: by_block(std::integral_constant<int, 2>{}); break;
+      default: by_block(std::integral_constant<int, 1>{}); break;
     }
     if (partial != nullptr) {
       const std::int64_t mn = a.m * a.n;

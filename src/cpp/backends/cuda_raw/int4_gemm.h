@@ -46,10 +46,9 @@ constexpr int kInt4MaxSplits = 8;
 // capability 8.0 or newer, rows of the packed weight a multiple of 16 bytes (block_size >= 32, or an even number of
 // 16-blocks) and every operand 16-byte aligned, sizes within int32.
 const char* int4_gemm_mma_refusal(const Int4GemmArgs& args, int compute_capability);
-// The split for `args` on the current device (its SM count and the kernel's occupancy, queried once per device).
-// The grid the kernel takes for `args` on the current device; every grid it can take, that one first (for autotuning);
-// and the grid of given tiles and splits (valid values only: checked by the caller).
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args);
+// Every grid the kernel can take for `args` on the current device (its SM count and the kernel's occupancy, queried
+// once per device), the default first and the others for autotuning; and the grid of given tiles and splits (valid
+// values only: checked by the caller).
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& args);
 Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args, int tiles, int splits);
 // The tensor-core kernel (Note [Int4 GEMM on the GPU]): any m, meant for small ones; `workspace` holds

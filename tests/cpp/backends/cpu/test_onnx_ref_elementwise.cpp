@@ -381,6 +381,10 @@ TEST(OnnxRefElementwise, CastRoundTrips) {
   const auto f = random_floats(100, 23, -1000.0f, 1000.0f);
   const auto back = values_of<float>(run1("Cast", 13, {run1("Cast", 13, {make<float>({100}, f)}, to_half)}, to_float));
   for (std::size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(back[i], f[i], std::fabs(f[i]) * (1.0f / 2048.0f)) << f[i];
+  // A cast to the same dtype copies; an empty one copies nothing (and reads no null pointer).
+  EXPECT_EQ(values_of<float>(run1("Cast", 13, {make<float>({2}, {1.5f, -2.0f})}, to_float)),
+            (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(run1("Cast", 13, {make<float>({0, 4}, {})}, to_float).numel(), 0);
 }
 
 TEST(OnnxRefElementwise, PowMixedTypes) {

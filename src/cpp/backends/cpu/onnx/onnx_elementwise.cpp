@@ -328,7 +328,7 @@ void cast_into(const Tensor& in, Tensor& out) {
     visit_dtype(out.dtype(), [&](auto to_tag) {
       using To = decltype(to_tag);
       if constexpr (std::is_same_v<From, To>) {
-        std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+        out.copy_from(in);  // nothing for an empty tensor (no memcpy from a null pointer)
       } else {
         apply_unary<From, To>(in, out, [](auto v) { return convert_value<To>(v); });
       }
@@ -477,8 +477,7 @@ void variadic_op(OpContext& ctx, Fn fn, bool mean) {
     using T = decltype(tag);
     using C = ComputeT<T>;
     if (first.shape() == out.shape()) {
-      // An empty tensor may have no storage at all: memcpy's pointers must not be null, even for 0 bytes.
-      if (first.nbytes() > 0) std::memcpy(out.data_ptr(), first.data_ptr(), first.nbytes());
+      out.copy_from(first);  // nothing for an empty tensor (which may have no storage: no memcpy from null)
     } else {  // the first input broadcast to the output's shape
       apply_binary<T, T, T>(first, first, out, [](C x, C) { return x; });
     }
@@ -1005,7 +1004,7 @@ void cast_node(OpContext& ctx, DType to) {
   Tensor& y = ctx.allocate_output(0, x.shape(), to);
   if (!is_low_bit_dtype(x.dtype()) && !is_low_bit_dtype(to)) return cast_into(x, y);
   if (x.dtype() == to) {
-    std::memcpy(y.data_ptr(), x.data_ptr(), x.nbytes());
+    y.copy_from(x);
     return;
   }
   const bool saturate = ctx.opset() < 19 || ctx.attr_int("saturate", 1) != 0;

@@ -47,6 +47,12 @@ def copies(arrays, total_bytes: int, limit_bytes: int):
     return [tuple(xrt.from_numpy(a).to(gpu) for a in arrays) for _ in range(count)]
 
 
+def int4_cycle(x, int4_copies, attrs, inner: int, policy=None):
+    """`inner` matmul_nbits calls on x, cycling through the weight copies (each call reads its weights from HBM)."""
+    return [(lambda w=w, s=s: xrt.ops.call("matmul_nbits", [x, w, s], attrs, policy=policy))
+            for w, s in (int4_copies[i % len(int4_copies)] for i in range(inner))]
+
+
 def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     gpu = xrt.Device("cuda:0")
     rng = np.random.default_rng(m + k + n)
@@ -61,8 +67,7 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     x = xrt.ops.cast(xrt.from_numpy(rng.uniform(-1, 1, (m, k)).astype(np.float32)).to(gpu), "float16")
     attrs = {"block_size": args.block}
     inner = max(args.inner, len(int4_copies), len(dense_copies))
-    int4_calls = [(lambda w=w, s=s: xrt.ops.call("matmul_nbits", [x, w, s], attrs))
-                  for w, s in (int4_copies[i % len(int4_copies)] for i in range(inner))]
+    int4_calls = int4_cycle(x, int4_copies, attrs, inner)
     dense_calls = [(lambda w=w: xrt.ops.linear(x, w)) for w in (dense_copies[i % len(dense_copies)]
                                                                   for i in range(inner))]
     (y4,), decision = xrt.ops.call("matmul_nbits", [x, *int4_copies[0]], attrs, return_decision=True)
@@ -84,9 +89,7 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
         tuned = {"matmul_nbits": "auto:BestPerformance"}
         (_,), tuned_decision = xrt.ops.call("matmul_nbits", [x, *int4_copies[0]], attrs, policy=tuned,
                                             return_decision=True)
-        tuned_calls = [(lambda w=w, s=s: xrt.ops.call("matmul_nbits", [x, w, s], attrs, policy=tuned))
-                       for w, s in (int4_copies[i % len(int4_copies)] for i in range(inner))]
-        row["tuned_us"] = graph_ms(tuned_calls, args.iters) * 1e3
+        row["tuned_us"] = graph_ms(int4_cycle(x, int4_copies, attrs, inner, tuned), args.iters) * 1e3
         row["tuned_plan"] = f"{tuned_decision.plan_record} ({tuned_decision.reason})"
     return row
 
@@ -120,9 +123,7 @@ def time_grids(x, int4_copies, attrs, inner: int, args) -> dict:
                                           return_decision=True)
             if json.loads(decision.plan_record or "{}") != {"splits": splits, "tiles": tiles}:
                 continue
-            calls = [(lambda w=w, s=s: xrt.ops.call("matmul_nbits", [x, w, s], attrs, policy=tuned))
-                     for w, s in (int4_copies[i % len(int4_copies)] for i in range(inner))]
-            out[f"{tiles}x{splits}"] = graph_ms(calls, args.iters) * 1e3
+            out[f"{tiles}x{splits}"] = graph_ms(int4_cycle(x, int4_copies, attrs, inner, tuned), args.iters) * 1e3
     xrt.ops.set_autotune_cache(previous)
     return out
 

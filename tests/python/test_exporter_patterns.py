@@ -270,3 +270,182 @@ def test_patch_convolution_alone_keeps_its_nchw_output(device, dtype, batch, cha
     assert got.shape == want.shape
     tol = 2e-2 if dtype == "float16" else 1e-4
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+# Decoders exported with their KV cache, as llama_generation_bench.py's CacheWrapper exports transformers' Llama
+# (the suite's exports have no cache). Per layer: q, k, v projected and reshaped by shapes the graph computes
+# (Shape/Gather/Concat), Transpose(0, 2, 1, 3) to heads, present = Concat(past, new) along the positions (a graph
+# output), repeat_kv as Unsqueeze -> Expand (its shape through the TorchScript exporter's Where(Equal(shape, -1))) ->
+# Reshape, K^T as Transpose(0, 1, 3, 2), an additive mask [B, 1, S, T] made once from attention_mask (causal and
+# padding, every query sees itself), then the softmax in the three forms the exporters write (Note [Softmax in
+# float32]): "torchscript" (eager: scale, mask, Softmax -> Cast(float) -> Cast back), "dynamo" (eager: Cast(float) ->
+# Softmax -> Cast back) and "sdpa" (TorchScript's scaled_dot_product_attention: q and K^T each by sqrt(scale)).
+CACHE_HEADS, CACHE_KV_HEADS, CACHE_DIM, CACHE_LAYERS = 4, 2, 8, 2
+
+
+def _cached_decoder_weights(seed: int = 3) -> dict:
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    embed = CACHE_HEADS * CACHE_DIM
+    w = {}
+    for layer in range(CACHE_LAYERS):
+        for name, width in (("q", embed), ("k", CACHE_KV_HEADS * CACHE_DIM), ("v", CACHE_KV_HEADS * CACHE_DIM),
+                            ("o", embed)):
+            w[f"l{layer}.w{name}"] = (rng.standard_normal((embed, width)) / np.sqrt(embed)).astype(np.float16)
+    return w
+
+
+def cached_decoder(form: str) -> bytes:
+    """CACHE_LAYERS attention layers of a Llama-style decoder with its cache, float16, opset 17 (see above)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    f16, rep, d = TensorProto.FLOAT16, CACHE_HEADS // CACHE_KV_HEADS, CACHE_DIM
+    nodes, inits = [], [numpy_helper.from_array(v, k) for k, v in _cached_decoder_weights().items()]
+    ints = {"zero": 0, "one": 1, "neg1": [-1], "ax0": [0], "ax1": [1], "ax2": [2], "dim": [d], "rep": [rep],
+            "rep_s": rep, "i0": 0, "i1": 1, "i2": 2, "i3": 3}
+    inits += [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()]
+    inits += [numpy_helper.from_array(np.array(v, np.float16), k) for k, v in
+              (("scale", d ** -0.5), ("sqrt_scale", d ** -0.25), ("zero16", 0.0), ("low16", -65504.0))]
+
+    def op(kind, inputs, output, **attrs):
+        nodes.append(helper.make_node(kind, inputs, [output], **attrs))
+        return output
+
+    def dims(value, prefix, count):  # Gather(Shape(value), i), each Unsqueezed to [1]
+        shape = op("Shape", [value], f"{prefix}_shape")
+        return [op("Unsqueeze", [op("Gather", [shape, f"i{i}"], f"{prefix}_d{i}", axis=0), "ax0"], f"{prefix}_u{i}")
+                for i in range(count)]
+
+    # The mask: Where((keys <= queries & attention_mask) | keys == queries, 0, lowest), [B, 1, S, T].
+    total = op("Gather", [op("Shape", ["attention_mask"], "am_shape"), "i1"], "total", axis=0)
+    seq = op("Gather", [op("Shape", ["x"], "x_shape"), "i1"], "seq", axis=0)
+    queries = op("Unsqueeze", [op("Range", [op("Sub", [total, seq], "first"), total, "one"], "qpos"), "ax1"], "q2")
+    keys = op("Unsqueeze", [op("Range", ["zero", total, "one"], "kpos"), "ax0"], "k2")
+    causal = op("Unsqueeze", [op("LessOrEqual", [keys, queries], "le"), "ax0"], "le3")
+    causal = op("Unsqueeze", [causal, "ax0"], "le4")
+    padding = op("Unsqueeze", [op("Cast", ["attention_mask"], "am_bool", to=TensorProto.BOOL), "ax1"], "am3")
+    padding = op("Unsqueeze", [padding, "ax1"], "am4")
+    itself = op("Unsqueeze", [op("Unsqueeze", [op("Equal", [keys, queries], "eq"), "ax0"], "eq3"), "ax0"], "eq4")
+    allowed = op("Or", [op("And", [causal, padding], "and"), itself], "allowed")
+    mask = op("Where", [allowed, "zero16", "low16"], "mask")
+    x = "x"
+    for layer in range(CACHE_LAYERS):
+        p = f"l{layer}"
+        b, s = dims(x, f"{p}_x", 2)
+        heads = {}
+        for name in ("q", "k", "v"):
+            proj = op("MatMul", [x, f"{p}.w{name}"], f"{p}_{name}_proj")
+            shape = op("Concat", [b, s, "neg1", "dim"], f"{p}_{name}_heads", axis=0)
+            heads[name] = op("Transpose", [op("Reshape", [proj, shape], f"{p}_{name}_bshd")], f"{p}_{name}",
+                             perm=[0, 2, 1, 3])
+        for name in ("k", "v"):
+            kind = "key" if name == "k" else "value"
+            present = op("Concat", [f"past_key_values.{layer}.{kind}", heads[name]], f"present.{layer}.{kind}",
+                         axis=-2)
+            pb, ph, ps, pd = dims(present, f"{p}_{name}_p", 4)
+            expand = op("Concat", [pb, ph, "rep", ps, pd], f"{p}_{name}_expand", axis=0)
+            ones = op("ConstantOfShape", [op("Shape", [expand], f"{p}_{name}_es")], f"{p}_{name}_ones",
+                      value=numpy_helper.from_array(np.array([1], np.int64)))
+            minus = op("Equal", [expand, op("Mul", [ones, "neg1"], f"{p}_{name}_m1")], f"{p}_{name}_eqm1")
+            expand = op("Where", [minus, ones, expand], f"{p}_{name}_expand_to")
+            repeated = op("Expand", [op("Unsqueeze", [present, "ax2"], f"{p}_{name}_u"), expand], f"{p}_{name}_e")
+            merged = op("Mul", [op("Gather", [f"{p}_{name}_p_shape", "i1"], f"{p}_{name}_h", axis=0), "rep_s"],
+                        f"{p}_{name}_hr")
+            merged = op("Concat", [pb, op("Unsqueeze", [merged, "ax0"], f"{p}_{name}_hr1"), ps, pd],
+                        f"{p}_{name}_merged", axis=0)
+            heads[name] = op("Reshape", [repeated, merged], f"{p}_{name}_r")
+        q, kt = heads["q"], op("Transpose", [heads["k"]], f"{p}_kt", perm=[0, 1, 3, 2])
+        if form == "sdpa":
+            q, kt = op("Mul", [q, "sqrt_scale"], f"{p}_qs"), op("Mul", [kt, "sqrt_scale"], f"{p}_kts")
+            scores = op("Add", [op("MatMul", [q, kt], f"{p}_s"), mask], f"{p}_sm")
+        else:
+            scores = op("Add", [op("Mul", [op("MatMul", [q, kt], f"{p}_s"), "scale"], f"{p}_ss"), mask], f"{p}_sm")
+        if form == "torchscript":
+            probabilities = op("Softmax", [scores], f"{p}_ph", axis=-1)
+            probabilities = op("Cast", [op("Cast", [probabilities], f"{p}_pf", to=TensorProto.FLOAT)], f"{p}_p", to=f16)
+        elif form == "dynamo":
+            probabilities = op("Softmax", [op("Cast", [scores], f"{p}_sf", to=TensorProto.FLOAT)], f"{p}_pf", axis=-1)
+            probabilities = op("Cast", [probabilities], f"{p}_p", to=f16)
+        else:
+            probabilities = op("Softmax", [scores], f"{p}_p", axis=-1)
+        attended = op("MatMul", [probabilities, heads["v"]], f"{p}_o")
+        attended = op("Transpose", [attended], f"{p}_obshd", perm=[0, 2, 1, 3])
+        flat = op("Reshape", [attended, op("Concat", [b, s, "neg1"], f"{p}_flat", axis=0)], f"{p}_of")
+        x = op("MatMul", [flat, f"{p}.wo"], f"{p}_y")
+    kv = [CACHE_KV_HEADS, CACHE_DIM]
+    inputs = [helper.make_tensor_value_info("x", f16, ["batch", "seq", CACHE_HEADS * d]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"])]
+    outputs = [helper.make_tensor_value_info(x, f16, ["batch", "seq", CACHE_HEADS * d])]
+    for layer in range(CACHE_LAYERS):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", f16,
+                                                        ["batch", kv[0], "past", kv[1]]))
+            outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", f16,
+                                                         ["batch", kv[0], "total", kv[1]]))
+    graph = helper.make_graph(nodes, f"cached_decoder_{form}", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def _cached_decoder_reference(feeds: dict) -> list:
+    """The layers in float32 NumPy: [y, present.0.key, present.0.value, ...]."""
+    import numpy as np
+    w = {k: v.astype(np.float32) for k, v in _cached_decoder_weights().items()}
+    x = feeds["x"].astype(np.float32)
+    batch, seq, _ = x.shape
+    total = feeds["attention_mask"].shape[1]
+    queries, keys = np.arange(total - seq, total)[:, None], np.arange(total)[None, :]
+    allowed = ((keys <= queries)[None, None] & feeds["attention_mask"].astype(bool)[:, None, None, :]) | \
+        (keys == queries)[None, None]
+    mask = np.where(allowed, 0.0, -65504.0).astype(np.float32)
+    presents = []
+    for layer in range(CACHE_LAYERS):
+        def heads(name, count):
+            return (x @ w[f"l{layer}.w{name}"]).reshape(batch, seq, count, CACHE_DIM).transpose(0, 2, 1, 3)
+        q = heads("q", CACHE_HEADS)
+        k = np.concatenate([feeds[f"past_key_values.{layer}.key"], heads("k", CACHE_KV_HEADS)], axis=2)
+        v = np.concatenate([feeds[f"past_key_values.{layer}.value"], heads("v", CACHE_KV_HEADS)], axis=2)
+        presents += [k, v]
+        rep = CACHE_HEADS // CACHE_KV_HEADS
+        scores = q @ np.repeat(k, rep, axis=1).transpose(0, 1, 3, 2) * CACHE_DIM ** -0.5 + mask
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        out = (p / p.sum(-1, keepdims=True)) @ np.repeat(v, rep, axis=1)
+        x = out.transpose(0, 2, 1, 3).reshape(batch, seq, -1) @ w[f"l{layer}.wo"]
+    return [x] + presents
+
+
+@pytest.mark.parametrize("form", ["torchscript", "dynamo", "sdpa"])
+@pytest.mark.parametrize("batch,seq,past,padded", [(2, 1, 7, 2), (2, 5, 0, 2), (1, 1, 16, 0)],
+                         ids=["decode", "prefill", "static-decode"])
+@pytest.mark.parametrize("disabled", [[], ["identity_elimination"]], ids=["all-passes", "no-identity-elimination"])
+def test_attention_of_decoders_with_a_cache_fuses(form, batch, seq, past, padded, disabled):
+    """Note [Softmax in float32] and Note [Grouped-query attention reads its kv heads]: each layer's attention of a
+    decoder exported with its cache is one Attention reading the present kv heads (no Softmax, Expand or MatMul of
+    activations left) at decode (seq 1, a padded row), prefill (an empty past) and the Generator's static decode
+    shape (the cache's unfilled tail masked), whichever passes ran before attention_fusion (TorchScript's
+    Softmax -> Cast -> Cast form was found only by identity_elimination); the outputs are the unfused plan's and
+    float32 NumPy's within float16 noise."""
+    import numpy as np
+    rng = np.random.default_rng(seq + past)
+    total = past + seq
+    feeds = {"x": rng.standard_normal((batch, seq, CACHE_HEADS * CACHE_DIM)).astype(np.float16),
+             "attention_mask": np.ones((batch, total), np.int64)}
+    feeds["attention_mask"][batch - 1, :padded] = 0  # left padding of the last row
+    if past == 16:
+        feeds["attention_mask"][:, 9:past] = 0  # the static layout: the cache's unfilled positions
+    for layer in range(CACHE_LAYERS):
+        for kind in ("key", "value"):
+            feeds[f"past_key_values.{layer}.{kind}"] = rng.standard_normal(
+                (batch, CACHE_KV_HEADS, past, CACHE_DIM)).astype(np.float16)
+    model = cached_decoder(form)
+    fused = xrt.InferenceSession(model, engine="native", disabled_passes=disabled)
+    got = [np.asarray(o, np.float32) for o in fused.run(None, feeds)]
+    ran = collections.Counter(n["op_type"] for n in fused.explain().nodes)
+    assert ran["xpuruntime:Attention"] == CACHE_LAYERS, dict(ran)
+    assert ran["Softmax"] == 0 and ran["Expand"] == 0 and ran["MatMul"] == 0, dict(ran)
+    unfused = xrt.InferenceSession(model, engine="native", disabled_passes=disabled + ["attention_fusion"])
+    reference = unfused.run(None, feeds)
+    assert collections.Counter(n["op_type"] for n in unfused.explain().nodes)["Softmax"] == CACHE_LAYERS
+    for name, a, b, want in zip(["y"] + [f"present{i}" for i in range(2 * CACHE_LAYERS)], got, reference,
+                                _cached_decoder_reference(feeds)):
+        np.testing.assert_allclose(a, np.asarray(b, np.float32), rtol=2e-2, atol=2e-2, err_msg=name)
+        np.testing.assert_allclose(a, want, rtol=2e-2, atol=2e-2, err_msg=name)

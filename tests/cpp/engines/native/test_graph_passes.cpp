@@ -1464,6 +1464,43 @@ TEST(AttentionFusion, SoftmaxInFloat32FusesWithItsCasts) {
   EXPECT_EQ(passes::attention_fusion(upcast_only, {}).rewrites, 0);
 }
 
+// Note [Softmax in float32], the TorchScript exporter's form: Softmax -> Cast(to=wider) -> Cast back, the softmax in
+// q's type (here float32 through float64; float16 through float32 in the exports). attention_fusion alone takes the
+// round trip, without identity_elimination before it (before, the MatMul after the two Casts was not found). A Cast
+// to a narrower type and back changes the probabilities: not fused.
+Graph torchscript_softmax_graph(std::int64_t wide) {
+  const std::int64_t B = 2, H = 3, S = 5, D = 4;
+  Builder b;
+  b.input("q", {B, H, S, D}).input("k", {B, H, S, D}).input("v", {B, H, S, D}).input("mask", {B, 1, S, S});
+  b.constant("scale", scalar(0.5f));
+  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  b.add(node("MatMul", {"q", "kt"}, {"s"})).add(node("Mul", {"s", "scale"}, {"ss"}));
+  b.add(node("Add", {"ss", "mask"}, {"sm"})).typed("sm", {B, H, S, S});
+  b.add(node("Softmax", {"sm"}, {"ph"}, Attributes().set("axis", I(-1))));
+  b.add(node("Cast", {"ph"}, {"pw"}, Attributes().set("to", wide)));
+  b.add(node("Cast", {"pw"}, {"p"}, Attributes().set("to", I(1))));
+  b.add(node("MatMul", {"p", "v"}, {"o"}));
+  return b.build({"o"});
+}
+
+TEST(AttentionFusion, SoftmaxThenARoundTripThroughFloat32FusesWithItsCasts) {
+  const Feeds feeds = {{"q", random({2, 3, 5, 4}, 75)},
+                       {"k", random({2, 3, 5, 4}, 76)},
+                       {"v", random({2, 3, 5, 4}, 77)},
+                       {"mask", random({2, 1, 5, 5}, 78, -2, 0)}};
+  int rewrites = 0;
+  Graph out = run_pass(torchscript_softmax_graph(/*double*/ 11), passes::attention_fusion, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->inputs, (std::vector<std::string>{"q", "k", "v", "mask"}));
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-12);
+  EXPECT_EQ(a->outputs[0], "o");
+  Graph narrowed = torchscript_softmax_graph(/*float16*/ 10);
+  EXPECT_EQ(passes::attention_fusion(narrowed, {}).rewrites, 0);
+}
+
 TEST(AttentionFusion, NotWithUnprovableShapesOrAMaskThatGrowsTheScores) {
   Graph heads = attention_graph(true, false);
   heads.types["k"] = type({2, 5, 1, 4});  // one key head broadcast by MatMul: not [B,H,S,D] keys

@@ -103,23 +103,8 @@ bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
 // softmax(scores, dtype=float32).to(float16), as Softmax -> Cast(to=float) -> Cast(to=float16) (its softmax symbolic
 // casts after the Softmax), and the two Casts stood between the softmax and the MatMul that attention_fusion looks
 // for. The second Cast's readers read x; the first Cast goes with dead_node_elimination when nothing else reads it.
-bool widens_exactly(DType from, DType to) {
-  switch (from) {
-    case DType::kFloat16:
-    case DType::kBFloat16: return to == DType::kFloat32 || to == DType::kFloat64;
-    case DType::kFloat32: return to == DType::kFloat64;
-    case DType::kInt8: return to == DType::kInt16 || to == DType::kInt32 || to == DType::kInt64;
-    case DType::kUInt8:
-      return to == DType::kInt16 || to == DType::kInt32 || to == DType::kInt64 || to == DType::kUInt16 ||
-             to == DType::kUInt32 || to == DType::kUInt64;
-    case DType::kInt16: return to == DType::kInt32 || to == DType::kInt64;
-    case DType::kUInt16:
-      return to == DType::kInt32 || to == DType::kInt64 || to == DType::kUInt32 || to == DType::kUInt64;
-    case DType::kInt32: return to == DType::kInt64;
-    case DType::kUInt32: return to == DType::kInt64 || to == DType::kUInt64;
-    default: return false;
-  }
-}
+// Which casts widen exactly: widens_exactly in pass_utils.h (attention_fusion reads the same pair after a Softmax
+// itself, Note [Softmax in float32]).
 
 // The Casts of `g` by output: their input and target type (for Note [Round-trip casts]).
 std::unordered_map<std::string, std::pair<std::string, DType>> casts_by_output(const Graph& g) {

@@ -1148,27 +1148,50 @@ std::optional<TransposedKeys> transposed_keys(const Graph& g, const Uses& uses, 
 
 // Note [Softmax in float32]
 // transformers' eager attention (Llama, Mistral, Qwen2, Gemma and most decoders it writes) takes the softmax in float32
-// whatever the model's dtype: softmax(scores, dtype=float32).to(q.dtype), exported as Cast(to=float) -> Softmax ->
-// Cast(to=q's dtype). The fused kernels hold the scores, the running maximum and the sums in float32 already, so both
-// Casts go into the attention with the chain; the difference is that the unfused chain first rounds the scores to
-// q's dtype (the MatMul's output), which the kernels do not: the fused result is the closer one to exact arithmetic.
-// Only the pair fuses: a float32 softmax whose float32 output something reads stays as it is.
+// whatever the model's dtype: softmax(scores, dtype=float32).to(q.dtype). The exporters write it two ways:
+//  * the dynamo exporter: Cast(to=float) -> Softmax -> Cast(to=q's dtype). The fused kernels hold the scores, the
+//    running maximum and the sums in float32 already, so both Casts go into the attention with the chain; the
+//    difference is that the unfused chain first rounds the scores to q's dtype (the MatMul's output), which the kernels
+//    do not: the fused result is the closer one to exact arithmetic. Only the pair fuses: a float32 softmax whose
+//    float32 output something reads stays as it is.
+//  * PyTorch's TorchScript exporter (its softmax symbolic casts after the Softmax): Softmax -> Cast(to=float) ->
+//    Cast(to=q's dtype), the softmax in q's dtype. The two Casts are a round trip through a type that holds every
+//    value of q's (Note [Round-trip casts] in elimination.cpp): the probabilities are the Softmax's own, so the pair
+//    goes with the chain too. identity_elimination removes such a pair before this pass runs; the matcher takes it as
+//    well, so that the attention does not hang on which passes ran first (disabled_passes). Until the round trip was
+//    understood (2026-12-02), this form was why the TorchScript exports of transformers' eager decoders (the 1B
+//    Llama of docs/benchmarks.md) ran their attention as Transpose, MatMul, Softmax, Expand and Concat kernels.
 struct SoftmaxCasts {
-  std::optional<std::size_t> up;    // Cast(to=float) -> Softmax
-  std::optional<std::size_t> down;  // Softmax -> Cast(to=`back`), which must be q's dtype (checked with q's type)
-  std::optional<DType> back;
+  std::optional<std::size_t> up;   // Cast(to=float) -> Softmax
+  std::vector<std::size_t> after;  // the Casts after the Softmax, in order: the one back, or the round trip's two
+  std::optional<DType> back;       // the type the last Cast gives, which must be q's (checked with q's type)
 };
+
+// Softmax(x) -> Cast(to=W) -> Cast(to=dtype(x)) with W holding every value of x's type, each value read only by the
+// next node (the TorchScript form of Note [Softmax in float32]): both Casts; none when the softmax's output is not
+// cast so.
+SoftmaxCasts round_trip_after(const Graph& g, const Matcher& m, std::size_t softmax) {
+  const Node& s = g.nodes[softmax];
+  const auto dtype = value_dtype(g, s.inputs[0]);
+  const auto wide = m.sole_reader(s.outputs[0], "Cast");
+  const auto back = wide ? m.sole_reader(m.node(*wide).outputs[0], "Cast") : std::nullopt;
+  if (!dtype || !back) return {};
+  const auto to_wide = dtype_from_onnx(m.node(*wide).attrs.get_int("to", 0));
+  const auto to_back = dtype_from_onnx(m.node(*back).attrs.get_int("to", 0));
+  if (!to_wide || !to_back || *to_back != *dtype || !widens_exactly(*dtype, *to_wide)) return {};
+  return SoftmaxCasts{std::nullopt, {*wide, *back}, to_back};
+}
 
 std::optional<SoftmaxCasts> softmax_casts(const Graph& g, const Matcher& m, std::size_t softmax) {
   const Node& s = g.nodes[softmax];
   auto up = m.sole_producer(s.inputs[0], softmax, "Cast");
-  if (!up) return SoftmaxCasts{};
+  if (!up) return round_trip_after(g, m, softmax);
   if (dtype_from_onnx(m.node(*up).attrs.get_int("to", 0)) != DType::kFloat32) return std::nullopt;
   auto down = m.sole_reader(s.outputs[0], "Cast");
   if (!down) return std::nullopt;
   auto back = dtype_from_onnx(m.node(*down).attrs.get_int("to", 0));
   if (!back) return std::nullopt;
-  return SoftmaxCasts{up, down, back};
+  return SoftmaxCasts{up, {*down}, back};
 }
 
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
@@ -1189,7 +1212,8 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     auto additive = additive_terms(g, uses, m, casts->up ? *casts->up : si);
     if (!additive) continue;
     std::vector<std::size_t> nodes = {si};
-    if (casts->up) nodes.insert(nodes.end(), {*casts->up, *casts->down});
+    if (casts->up) nodes.push_back(*casts->up);
+    nodes.insert(nodes.end(), casts->after.begin(), casts->after.end());
     nodes.insert(nodes.end(), additive->adds.begin(), additive->adds.end());
     std::string scores = additive->scores;
     std::size_t reader = additive->reader;
@@ -1229,7 +1253,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     // Forwards: MatMul(probabilities, V), where the probabilities may pass through Where(IsNaN(p), 0, p), PyTorch's
     // guard for rows masked entirely by -inf. With no mask, or a mask that cannot hold -inf, no row is, and the
     // guard changes nothing (NaN inputs aside, which no attention kernel keeps).
-    std::string probabilities = casts->down ? m.node(*casts->down).outputs[0] : softmax.outputs[0];
+    std::string probabilities = casts->after.empty() ? softmax.outputs[0] : m.node(casts->after.back()).outputs[0];
     if (auto guard = nan_guard(g, uses, m, probabilities)) {
       bool finite = true;
       for (const std::string& term : additive->terms) finite = finite && finite_mask(g, uses, term, 4);

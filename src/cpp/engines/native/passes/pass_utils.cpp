@@ -193,6 +193,24 @@ std::optional<DType> dtype_from_onnx(std::int64_t code) {
   return std::nullopt;
 }
 
+bool widens_exactly(DType from, DType to) {
+  switch (from) {
+    case DType::kFloat16:
+    case DType::kBFloat16: return to == DType::kFloat32 || to == DType::kFloat64;
+    case DType::kFloat32: return to == DType::kFloat64;
+    case DType::kInt8: return to == DType::kInt16 || to == DType::kInt32 || to == DType::kInt64;
+    case DType::kUInt8:
+      return to == DType::kInt16 || to == DType::kInt32 || to == DType::kInt64 || to == DType::kUInt16 ||
+             to == DType::kUInt32 || to == DType::kUInt64;
+    case DType::kInt16: return to == DType::kInt32 || to == DType::kInt64;
+    case DType::kUInt16:
+      return to == DType::kInt32 || to == DType::kInt64 || to == DType::kUInt32 || to == DType::kUInt64;
+    case DType::kInt32: return to == DType::kInt64;
+    case DType::kUInt32: return to == DType::kInt64 || to == DType::kUInt64;
+    default: return false;
+  }
+}
+
 std::string add_constant(Graph& g, const std::string& hint, const Tensor& t) {
   const std::string name = g.unique_name(hint);
   g.initializers[name] = t;

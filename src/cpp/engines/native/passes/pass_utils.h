@@ -67,6 +67,10 @@ bool same_shape(const ValueType& a, const ValueType& b);
 int scalar_operand(const Graph& g, const Node& n, const std::string& op_type, double expected);
 // The DType of an ONNX TensorProto element type code, nullopt for types our Tensor lacks.
 std::optional<DType> dtype_from_onnx(std::int64_t code);
+// Whether every value of `from` is one of `to`'s, so Cast(Cast(x, to), from) is x (Note [Round-trip casts] in
+// elimination.cpp): float16 and bfloat16 in float32 or float64, float32 in float64, an integer type in a wider one
+// that holds its whole range.
+bool widens_exactly(DType from, DType to);
 
 // Elements of a numeric CPU tensor as double (16-bit floats converted); and a new tensor from doubles (rounded to
 // `dtype`, integers truncated): core's (core/scalar.h), which kernels use too.

@@ -403,6 +403,38 @@ def test_outer_slices_and_gathers_are_views_at_an_offset(device, dtype):
         assert kernels[copied][0] != "view", kernels[copied]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=pytest.mark.skipif(not HAS_GPU,
+                                                                                       reason="needs a CUDA device"))])
+def test_transposes_of_size_one_axes_are_views(device):
+    """Note [Transposes of size-1 axes are views]: a decode step's new key [B, 1, H, D] -> [B, H, 1, D] (and any
+    Transpose that keeps the order of the axes longer than 1) is a view, no kernel; one that reorders two such axes
+    stays a kernel; every output matches NumPy."""
+    from onnx import TensorProto, helper
+
+    x = np.arange(2 * 1 * 3 * 4, dtype=np.float32).reshape(2, 1, 3, 4)
+    nodes = [helper.make_node("Add", ["x", "x"], ["xx"]),  # an intermediate: a slot of the arena
+             helper.make_node("Transpose", ["xx"], ["heads"], name="heads", perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["heads"], ["back"], name="back", perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["xx"], ["front"], name="front", perm=[1, 0, 2, 3]),
+             helper.make_node("Transpose", ["xx"], ["swapped"], name="swapped", perm=[0, 1, 3, 2])]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+               for name in ("heads", "back", "front", "swapped")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 3, 4])]
+    graph = helper.make_graph(nodes, "transposes", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    session = xrt.InferenceSession(model.SerializeToString(), engine="native", device=device)
+    got = session.run({"x": x})
+    xx = x + x
+    want = {"heads": xx.transpose(0, 2, 1, 3), "back": xx, "front": xx.transpose(1, 0, 2, 3),
+            "swapped": xx.transpose(0, 1, 3, 2)}
+    for name, value in want.items():
+        np.testing.assert_array_equal(np.asarray(got[name].cpu().numpy() if hasattr(got[name], "cpu") else got[name]),
+                                      value, err_msg=name)
+    kernels = {n["node"]: n["kernel"] for n in session.explain().nodes}
+    assert [kernels[name] for name in ("heads", "back", "front")] == ["view"] * 3, kernels
+    assert kernels["swapped"] != "view", kernels
+
+
 def eager_gqa_attention_model(batch=2, heads=4, kv_heads=2, seq=5, dim=8, softmax_first=False) -> bytes:
     """transformers' eager attention in float16 (Note [Softmax in float32]): repeat_kv (Unsqueeze, Expand, Reshape) of
     k and v, MatMul(q, k^T) * scale + mask, Cast(to=float) -> Softmax -> Cast back, MatMul(p, v). `softmax_first`:

@@ -450,6 +450,30 @@ Lowered lower_identity(const Ctx& c) {
 
 // ---- data movement (registry ops "transpose", "concat", "slice", "gather", "expand", "where") ----
 
+// Note [Transposes of size-1 axes are views]
+// A Transpose that moves only axes of size 1 keeps every other axis in its order, so the output's bytes are the
+// input's, in the same order: a reshape, no kernel and no copy. Decoders' decode steps are full of them: the new
+// token's keys and values [B, 1, H, D] to [B, H, 1, D] (Transpose(0, 2, 1, 3) at seq 1) before their Concat onto the
+// cache, two copy kernels per layer and step otherwise.
+std::optional<Ints> size_one_transpose(const Ctx& c, const Ints& perm) {
+  if (!c.known(0)) return std::nullopt;
+  const Ints in = c.shape(0);
+  if (perm.size() != in.size()) return std::nullopt;
+  Ints out;
+  std::int64_t last = -1;  // the last axis of size other than 1 taken
+  std::vector<bool> seen(in.size(), false);
+  for (std::int64_t axis : perm) {
+    if (axis < 0 || axis >= static_cast<std::int64_t>(in.size()) || seen[axis]) return std::nullopt;
+    seen[axis] = true;
+    if (in[axis] != 1) {
+      if (axis < last) return std::nullopt;
+      last = axis;
+    }
+    out.push_back(in[axis]);
+  }
+  return out;
+}
+
 Lowered lower_transpose(const Ctx& c) {
   Attributes a;
   Ints perm = c.node.attrs.get_ints("perm", {});
@@ -458,6 +482,7 @@ Lowered lower_transpose(const Ctx& c) {
     if (rank < 0) return reference("input rank unknown");
     for (std::int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
   }
+  if (auto shape = size_one_transpose(c, perm)) return view(*shape);  // Note [Transposes of size-1 axes are views]
   a.set("perm", perm);
   return registry("transpose", {0}, a);
 }

@@ -94,7 +94,9 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     return row
 
 
-GRIDS = [(tiles, splits) for tiles in (4, 2, 1) for splits in (1, 2, 4)]
+GRIDS = [({"splits": splits, "tiles": tiles}, f"{tiles}x{splits}") for tiles in (4, 2, 1) for splits in (1, 2, 4)]
+GRIDS += [({"kernel": "stream", "splits": splits, "tiles": tiles}, f"s{tiles}x{splits}")
+          for tiles in (4, 2) for splits in (1, 2, 4)]
 
 
 def time_grids(x, int4_copies, attrs, inner: int, args) -> dict:
@@ -111,19 +113,19 @@ def time_grids(x, int4_copies, attrs, inner: int, args) -> dict:
         xrt.ops.set_autotune_cache(os.path.join(tmp, "tuned.json"))
         xrt.ops.call("matmul_nbits", [x, *int4_copies[0]], attrs, policy=tuned)
         base = json.loads(xrt.ops.autotune_cache().to_json())
-        for tiles, splits in GRIDS:
-            record = json.dumps({"splits": splits, "tiles": tiles}, separators=(",", ":"))
+        for grid, name in GRIDS:
+            record = json.dumps(grid, separators=(",", ":"))
             for entry in base["entries"].values():
                 entry["plan_record"] = record
-            path = os.path.join(tmp, f"grid_{tiles}_{splits}.json")
+            path = os.path.join(tmp, f"grid_{name}.json")
             with open(path, "w") as f:
                 json.dump(base, f)
             xrt.ops.set_autotune_cache(xrt.AutotuneCache(path, False))
             (_,), decision = xrt.ops.call("matmul_nbits", [x, *int4_copies[0]], attrs, policy=tuned,
                                           return_decision=True)
-            if json.loads(decision.plan_record or "{}") != {"splits": splits, "tiles": tiles}:
+            if json.loads(decision.plan_record or "{}") != grid:
                 continue
-            out[f"{tiles}x{splits}"] = graph_ms(int4_cycle(x, int4_copies, attrs, inner, tuned), args.iters) * 1e3
+            out[name] = graph_ms(int4_cycle(x, int4_copies, attrs, inner, tuned), args.iters) * 1e3
     xrt.ops.set_autotune_cache(previous)
     return out
 
@@ -141,7 +143,8 @@ def table(rows, args, device_name: str) -> str:
                      f"{r['fp16_us']:.2f} | {r['fp16_gbs']:.0f} | {r['speedup']:.2f} | {r['error']:.1e} |"
                      + (f" {r['tuned_us']:.2f} |" if args.tune else ""))
     if args.grids:
-        lines += ["", "Every grid (tiles x splits: tiles of 8 columns per block, K splits), us per call:", ""]
+        lines += ["", "Every grid (tiles x splits: tiles of 8 columns per block, K splits; s: the streaming kernel), "
+                  "us per call:", ""]
         for r in rows:
             grids = ", ".join(f"{g} {t:.2f}" for g, t in sorted(r["grids"].items(), key=lambda item: item[1]))
             lines.append(f"- M={r['m']} K={r['k']} N={r['n']}: {grids}")

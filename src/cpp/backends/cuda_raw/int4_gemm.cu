@@ -44,6 +44,20 @@
 //    SM). The other grids are tactics, timed under auto:BestPerformance (Note [Tactics] in
 //    core/dispatcher.cpp) and replayed from the plan record {"tiles", "splits"}. Results do not depend on the run,
 //    nor on the tiles (the same sums in the same order); a split changes the order of the float32 additions.
+//
+// Note [Int4 GEMM streamed through shared memory]
+// At m <= 8 (decoding) the kernel above wastes half of each MMA (rows g + 8 of x repeat rows g) and keeps its loads in
+// registers, so the loads of a warp wait behind its multiplies. The streaming kernel (int4_stream_kernel) swaps the
+// operands: the weight is the MMA's A (16 weight rows: rows g and g + 8 of a lane's pair of tiles), x^T its B (x's m
+// rows as the MMA's 8 columns, rows past m reading row m - 1, never stored), so an MMA consumes 16 weight rows and the
+// lane's x fragment is 2 registers, not 4; and the weights go global -> shared memory by cp.async (no registers held
+// while in flight) through a ring of kStages chunks per warp (kStreamRingBytes: 4 chunks of one pair of tiles, 2 of
+// two), each lane reading back only the 16 bytes it copied (no barrier), the chunk's scales and zero points loaded
+// with it into a register ring. x's row is read 16 bytes at a time and unchecked when every chunk lies inside K
+// (kXWholeChunks), the usual case. Blocks of 16 codes keep the other kernel (two scales per word). First timings
+// (H200, 2026-12-03, block 32, m = 1): 11008 x 4096 13.97 us against 15.90 for the other kernel's best grid, 8192 x
+// 8192 18.18 against 21.70; by ncu (8192 x 8192, 2 tiles) 139 instructions per 16 bytes of weight per lane, issue
+// slots 60% busy, 1.29 waves: hence 4 tiles (one wave of 256 blocks at 2 per SM) first where they cover the SMs.
 // Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
 // weight once per call into a float16 workspace and running cuBLAS on it costs little more than the GEMM itself.
 #include <cuda_bf16.h>
@@ -60,6 +74,7 @@
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/int4_gemm.h"
+#include "backends/cuda_raw/ptx.cuh"
 
 namespace xpuruntime::cuda_raw {
 
@@ -72,6 +87,7 @@ constexpr int kInFlight = 4;  // 16-byte weight loads in flight per lane (at lea
 constexpr int kWarps = 8;
 constexpr int kBlockThreads = kWarps * 32;
 constexpr int kTileChoices[] = {4, 2, 1};  // tiles of 8 output columns per block, in order of preference
+constexpr int kStreamMaxRows = 8;          // the streaming kernel's m: x's rows are the MMA's 8 columns
 constexpr int kCachedDevices = 64;
 
 template <typename V>
@@ -124,12 +140,21 @@ struct Half<__nv_bfloat16> {
   }
 };
 
+// (a & kMask) | kMagic in one LOP3: written as two C++ operations, ptxas emits two instructions (an instruction takes
+// one immediate), which in the dequantization below was 32 of a chunk's ~235 (SASS, 2026-12-03).
+template <std::uint32_t kMask, std::uint32_t kMagic>
+__device__ __forceinline__ std::uint32_t and_or(std::uint32_t a) {
+  std::uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "n"(kMask), "n"(kMagic));  // 0xEA: (a & b) | c
+  return r;
+}
+
 // Codes (i, i + 4) of a word shifted right by 4 i, as the pair (code - zero) * scale: exact until the multiply.
 template <typename T>
 __device__ __forceinline__ std::uint32_t dequantize_pair(std::uint32_t shifted, typename Half<T>::Pair zero_magic,
                                                          typename Half<T>::Pair scale) {
   using Pair = typename Half<T>::Pair;
-  const Pair biased = bits_as<Pair>((shifted & 0x000F000Fu) | Half<T>::kMagic);
+  const Pair biased = bits_as<Pair>(and_or<0x000F000Fu, Half<T>::kMagic>(shifted));
   return as_bits(__hmul2(__hsub2(biased, zero_magic), scale));
 }
 
@@ -139,8 +164,8 @@ __device__ __forceinline__ std::uint32_t dequantize_pair(std::uint32_t shifted, 
 // multiply-add, are exact, so each pair rounds once, at the multiply by the scale: the bits of dequantize_pair's.
 __device__ __forceinline__ void dequantize_two_pairs(std::uint32_t shifted, __half2 zero_magic, __half2 minus_zero_64,
                                                      __half2 scale, std::uint32_t& low, std::uint32_t& high) {
-  const __half2 a = bits_as<__half2>((shifted & 0x000F000Fu) | Half<__half>::kMagic);
-  const __half2 b = bits_as<__half2>((shifted & 0x00F000F0u) | Half<__half>::kMagic);
+  const __half2 a = bits_as<__half2>(and_or<0x000F000Fu, Half<__half>::kMagic>(shifted));
+  const __half2 b = bits_as<__half2>(and_or<0x00F000F0u, Half<__half>::kMagic>(shifted));
   low = as_bits(__hmul2(__hsub2(a, zero_magic), scale));
   high = as_bits(__hmul2(__hfma2(b, bits_as<__half2>(0x2C002C00u), minus_zero_64), scale));  // 1/16 in each half
 }
@@ -280,6 +305,21 @@ __device__ __forceinline__ void multiply_stage(const MmaParams& p, int c, const 
   }
 }
 
+// y[row, col] = sum + bias, or the split's partial sum (blockIdx.z's slice of the workspace).
+template <typename T>
+__device__ __forceinline__ void store_sum(const MmaParams& p, int row, int col, float sum, const void* bias, T* y,
+                                          float* partial) {
+  const std::int64_t at = static_cast<std::int64_t>(row) * p.n + col;
+  if (partial != nullptr) {
+    partial[static_cast<std::int64_t>(blockIdx.z) * p.m * p.n + at] = sum;
+    return;
+  }
+  if (bias != nullptr) {
+    sum += p.bias_float ? static_cast<const float*>(bias)[col] : to_float(static_cast<const T*>(bias)[col]);
+  }
+  y[at] = from_float<T>(sum);
+}
+
 // A block: kWarps warps over kTiles tiles of 8 output columns and 16 rows of x; warp w takes the chunks w, w + kWarps,
 // ... of its split, kStages of them in flight at a time (kTiles x kStages >= kInFlight 16-byte loads per lane).
 template <typename T, typename S, int kTiles, bool kBlock16, bool kVectorX, bool kUpper>
@@ -332,15 +372,191 @@ __global__ void __launch_bounds__(kBlockThreads, kTiles == 4 ? 2 : 3)
     const int row = m_block + (l >> 2) + 8 * (i >> 1);
     const int col = n_block + 8 * j + 2 * (l & 3) + (i & 1);
     if (row >= p.m || col >= p.n) continue;
-    const std::int64_t at = static_cast<std::int64_t>(row) * p.n + col;
-    if (partial != nullptr) {
-      partial[static_cast<std::int64_t>(blockIdx.z) * p.m * p.n + at] = sum;
+    store_sum(p, row, col, sum, bias, y, partial);
+  }
+}
+
+// ---- the streaming kernel of m <= 8 (Note [Int4 GEMM streamed through shared memory]) ----
+
+constexpr int kStreamRingBytes = 4096;                              // a warp's ring of chunks in shared memory
+constexpr int kStreamSmemBytes = kWarps * kStreamRingBytes;         // per block (dynamic shared memory)
+
+// Chunks a warp's ring holds: each is 64 bytes of 16 weight rows per pair of tiles (1 KB), so 4 or 2.
+template <int kPairs>
+constexpr int stream_stages() {
+  return kStreamRingBytes / (kPairs * 1024);
+}
+
+// How the streaming kernel reads x: element by element (K not a multiple of 8 or x unaligned), 16 bytes at a time
+// with a check against K, or 16 bytes unchecked when every chunk lies whole inside K (K a multiple of kChunk).
+enum StreamX : int { kXElements = 0, kXVectors = 1, kXWholeChunks = 2 };
+
+// A chunk's scale and zero points' byte for each weight row of the lane (rows g and g + 8 of each pair), loaded when
+// its weights are issued (kStages chunks ahead of their use) and converted when they are multiplied.
+template <typename S, int kRows>
+struct StreamSide {
+  S scale[kRows];
+  unsigned zero[kRows];
+};
+
+// Where a lane reads its weight rows: row r of the 2 kPairs (rows g, g + 8 of each pair: column n_block + 8 r + g) at
+// the first pointers plus r times the strides.
+template <typename S>
+struct StreamRows {
+  const std::uint8_t* weight;  // row 0's first byte of the lane: row start + 16 t
+  const S* scales;
+  const std::uint8_t* zeros;   // null without zero points
+  std::int64_t weight_stride, scale_stride, zero_stride;  // 8 rows
+  unsigned live;               // bit r: row r exists (n < p.n)
+};
+
+// Issues chunk c's copies for the lane (cp.async into `stage_address`, zeros past the row or the split) and loads its
+// scales and zero points; one commit group per chunk, empty ones included, so that the count of groups in flight
+// stays kStages.
+template <typename S, int kRows, int kX>
+__device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows<S>& rows, int c, int c_end,
+                                            std::uint32_t stage_address, StreamSide<S, kRows>& side) {
+  const int kc = c * kChunk + (threadIdx.x & 3) * 32;
+  const bool live = c < c_end && (kX == kXWholeChunks || kc < p.row_codes);
+  const int b = live ? kc >> p.block_shift : 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const bool on = live && ((rows.live >> r) & 1u) != 0;
+    const std::uint8_t* src = rows.weight + r * rows.weight_stride + c * (kChunk / 2);
+    ptx::cp_async_16(stage_address + r * 512, on ? src : rows.weight, on ? 16 : 0);
+    side.scale[r] = on ? __ldg(rows.scales + r * rows.scale_stride + b) : from_float<S>(0.0f);
+    side.zero[r] = on && rows.zeros != nullptr ? __ldg(rows.zeros + r * rows.zero_stride + (b >> 1)) : 0x88u;
+  }
+  ptx::cp_async_commit();
+}
+
+// Codes of one 8-code word of a weight row as the 4 pairs an MMA takes: nibbles (0, 4), (1, 5), (2, 6), (3, 7).
+template <typename T>
+__device__ __forceinline__ void dequantize_word(std::uint32_t codes, typename Half<T>::Pair zero,
+                                                typename Half<T>::Pair zero_64, typename Half<T>::Pair scale,
+                                                std::uint32_t (&q)[4]) {
+  if constexpr (std::is_same_v<T, __half>) {
+    dequantize_two_pairs(codes, zero, zero_64, scale, q[0], q[1]);
+    dequantize_two_pairs(codes >> 8, zero, zero_64, scale, q[2], q[3]);
+  } else {
+    q[0] = dequantize_pair<T>(codes, zero, scale);
+    q[1] = dequantize_pair<T>(codes >> 4, zero, scale);
+    q[2] = dequantize_pair<T>(codes >> 8, zero, scale);
+    q[3] = dequantize_pair<T>(codes >> 12, zero, scale);
+  }
+}
+
+// One chunk of one warp: the weights (rows g, g + 8 of each pair) as the MMA's A, x's row g as its B column g. `xc`:
+// x's row g at the lane's first code of the chunk.
+template <typename T, typename S, int kPairs, int kX>
+__device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const uint4 (&w)[2 * kPairs],
+                                               const StreamSide<S, 2 * kPairs>& side, const T* xc,
+                                               float (&acc)[kPairs][4]) {
+  using Pair = typename Half<T>::Pair;
+  constexpr int kRows = 2 * kPairs;
+  const int kc = c * kChunk + (threadIdx.x & 3) * 32;
+  const int nibble = (kc >> p.block_shift) & 1;
+  Pair scale[kRows], zero[kRows], zero_64[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    scale[r] = scale_pair<T>(side.scale[r]);
+    const unsigned z = (side.zero[r] >> (4 * nibble)) & 0xFu;
+    zero[r] = bits_as<Pair>(((Half<T>::kMagic & 0xFFFFu) + z) * 0x00010001u);
+    zero_64[r] = bits_as<Pair>((0xD400u + 16u * z) * 0x00010001u);
+  }
+#pragma unroll
+  for (int word = 0; word < 4; ++word) {
+    // B: x's codes (0, 4), (1, 5) of the word for the first MMA, (2, 6), (3, 7) for the second.
+    uint4 xa;
+    if constexpr (kX == kXWholeChunks) {
+      xa = __ldg(reinterpret_cast<const uint4*>(xc) + word);
     } else {
-      if (bias != nullptr) {
-        sum += p.bias_float ? static_cast<const float*>(bias)[col] : to_float(static_cast<const T*>(bias)[col]);
-      }
-      y[at] = from_float<T>(sum);
+      xa = load_x8<T, kX == kXVectors>(xc - kc, kc + 8 * word, p.k);
     }
+    const std::uint32_t b[4] = {__byte_perm(xa.x, xa.z, 0x5410), __byte_perm(xa.x, xa.z, 0x7632),
+                                __byte_perm(xa.y, xa.w, 0x5410), __byte_perm(xa.y, xa.w, 0x7632)};
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      std::uint32_t g0[4], g8[4];  // rows g and g + 8 of the pair
+      dequantize_word<T>(word_of(w[2 * j], word), zero[2 * j], zero_64[2 * j], scale[2 * j], g0);
+      dequantize_word<T>(word_of(w[2 * j + 1], word), zero[2 * j + 1], zero_64[2 * j + 1], scale[2 * j + 1], g8);
+      const std::uint32_t a0[4] = {g0[0], g8[0], g0[1], g8[1]};
+      const std::uint32_t a1[4] = {g0[2], g8[2], g0[3], g8[3]};
+      Half<T>::mma(acc[j], a0, b[0], b[1]);
+      Half<T>::mma(acc[j], a1, b[2], b[3]);
+    }
+  }
+}
+
+// A block: kWarps warps over kPairs pairs of 8-column tiles (16 kPairs output columns, the MMA's 16 rows) and every
+// row of x (m <= 8: the MMA's 8 columns); warp w takes the chunks w, w + kWarps, ... of its split, through a ring of
+// kStages chunks in shared memory (Note [Int4 GEMM streamed through shared memory]). Blocks of 32 codes or more (one
+// scale per lane and chunk).
+template <typename T, typename S, int kPairs, int kX>
+__global__ void __launch_bounds__(kBlockThreads, kPairs == 2 ? 2 : 3)
+    int4_stream_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
+                       const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
+                       float* __restrict__ partial, MmaParams p) {
+  constexpr int kStages = stream_stages<kPairs>();
+  constexpr int kRows = 2 * kPairs;
+  extern __shared__ uint4 stream_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int n_block = blockIdx.x * 16 * kPairs;
+  StreamRows<S> rows;
+  const std::int64_t n0 = n_block + g;  // row 0's column (row r: n0 + 8 r, read only where it exists)
+  rows.weight = weight + n0 * p.row_bytes + 16 * t;
+  rows.scales = scales + n0 * p.blocks;
+  rows.zeros = zero_points != nullptr ? zero_points + n0 * p.zero_row : nullptr;
+  rows.weight_stride = 8 * static_cast<std::int64_t>(p.row_bytes);
+  rows.scale_stride = 8 * static_cast<std::int64_t>(p.blocks);
+  rows.zero_stride = 8 * static_cast<std::int64_t>(p.zero_row);
+  rows.live = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) rows.live |= (n0 + 8 * r < p.n ? 1u : 0u) << r;
+  // x's row g at the lane's codes (rows past m read row m - 1: their MMA columns are never stored).
+  const T* xrow = x + static_cast<std::int64_t>(min(g, p.m - 1)) * p.k + 32 * t;
+  uint4* ring = stream_smem + warp * (kStreamRingBytes / 16);  // [stage][row][lane]
+  const std::uint32_t ring_address = ptx::shared_address(ring + lane);
+  const int c_begin = blockIdx.z * p.chunks_per_split + warp;
+  const int c_end = min(p.chunks, static_cast<int>(blockIdx.z + 1) * p.chunks_per_split);
+  float acc[kPairs][4] = {};
+  StreamSide<S, kRows> side[kStages];
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    issue_chunk<S, kRows, kX>(p, rows, c_begin + s * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
+  }
+  for (int c = c_begin; c < c_end; c += kStages * kWarps) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      const int cs = c + s * kWarps;
+      if (cs >= c_end) break;  // warp-uniform
+      ptx::cp_async_wait<kStages - 1>();  // chunk cs's group: the oldest of the kStages in flight
+      uint4 w[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) w[r] = ring[(s * kRows + r) * 32 + lane];
+      multiply_chunk<T, S, kPairs, kX>(p, cs, w, side[s], xrow + cs * kChunk, acc);
+      issue_chunk<S, kRows, kX>(p, rows, cs + kStages * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
+    }
+  }
+  ptx::cp_async_wait<0>();
+  __syncthreads();  // every ring drained: the shared memory now holds the warps' sums
+  float* sums = reinterpret_cast<float*>(stream_smem);  // [warp][pair][lane][4]
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sums[((warp * kPairs + j) * 32 + lane) * 4 + i] = acc[j][i];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kPairs * 128; e += kBlockThreads) {
+    const int j = e / 128, l = (e / 4) % 32, i = e % 4;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += sums[((w * kPairs + j) * 32 + l) * 4 + i];
+    // The accumulators of m16n8k16 with W as A and x^T as B: D[l / 4 (+ 8)][2 (l % 4) (+ 1)] = y^T.
+    const int row = 2 * (l & 3) + (i & 1);
+    const int col = n_block + 16 * j + (l >> 2) + 8 * (i >> 1);
+    if (row >= p.m || col >= p.n) continue;
+    store_sum(p, row, col, sum, bias, y, partial);
   }
 }
 
@@ -392,20 +608,23 @@ void dispatch_int4(const Int4GemmArgs& a, Body&& body) {
 struct Residency {
   int sms = 1;
   int per_sm[3] = {1, 1, 1};  // of kTileChoices
+  int stream_per_sm[2] = {1, 1};  // of the streaming kernel, tiles 4 and 2
 };
 
 Residency query_residency(int device) {
   Residency r;
   XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, device));
-  const auto per_sm = [](auto kernel) {
+  const auto per_sm = [](auto kernel, int shared_bytes) {
     int blocks = 0;
-    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, 0));
+    XPURT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, shared_bytes));
     return std::max(blocks, 1);
   };
   r.sms = std::max(r.sms, 1);
-  r.per_sm[0] = per_sm(int4_mma_kernel<__half, __half, 4, false, true, true>);
-  r.per_sm[1] = per_sm(int4_mma_kernel<__half, __half, 2, false, true, true>);
-  r.per_sm[2] = per_sm(int4_mma_kernel<__half, __half, 1, false, true, true>);
+  r.per_sm[0] = per_sm(int4_mma_kernel<__half, __half, 4, false, true, true>, 0);
+  r.per_sm[1] = per_sm(int4_mma_kernel<__half, __half, 2, false, true, true>, 0);
+  r.per_sm[2] = per_sm(int4_mma_kernel<__half, __half, 1, false, true, true>, 0);
+  r.stream_per_sm[0] = per_sm(int4_stream_kernel<__half, __half, 2, kXWholeChunks>, kStreamSmemBytes);
+  r.stream_per_sm[1] = per_sm(int4_stream_kernel<__half, __half, 1, kXWholeChunks>, kStreamSmemBytes);
   return r;
 }
 
@@ -433,36 +652,40 @@ double grid_score(std::int64_t blocks, int splits, const Residency& r, int per_s
   return balance * depth * (splits > 1 ? 0.9 : 1.0);
 }
 
-// Every grid the kernel can take for `a`, the default first (Note [Int4 GEMM on the GPU], "The grid"): the preferred
-// tiles for m (m <= 8: 2, then 1; else 4, then 2) with the first of them whose unsplit blocks cover every SM; when
-// none does, the best grid_score. The others follow by score (the tactics that autotuning times).
+// Every grid the kernels can take for `a`, the default first (Note [Int4 GEMM on the GPU], "The grid"): the
+// preferred kernel and tiles for m (m <= 8 and blocks of 32 codes or more: the streaming kernel's 4 tiles, then its
+// 2, then the other kernel's 1; else 4, then 2) with the first of them whose unsplit blocks cover every SM; when none
+// does, the best grid_score. The others follow by score (the tactics that autotuning times).
 std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
   const Residency r = residency();
   const MmaParams p = mma_params(a, 1);
   const auto blocks_of = [&](int tiles, int splits) {
     return (a.n + 8 * tiles - 1) / (8 * tiles) * ((a.m + 15) / 16) * splits;
   };
+  const bool small = a.m <= kStreamMaxRows && a.block >= 32;  // the streaming kernel's problems
   std::vector<std::pair<double, Int4MmaConfig>> scored;
   for (int s = 1; s <= kInt4MaxSplits && (s == 1 || p.chunks / s >= 2 * kWarps); ++s) {
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < (small ? 5 : 3); ++i) {
+      const bool stream = i >= 3;  // i = 3, 4: the streaming kernel's tiles 4 and 2
+      const int tiles = stream ? kTileChoices[i - 3] : kTileChoices[i];
       // Rows of x past 8: one tile per block would read x's fragments from L1 8 times per weight load.
-      if (a.m > 8 && kTileChoices[i] == 1) continue;
-      Int4MmaConfig c;
-      c.tiles = kTileChoices[i];
-      c.splits = s;
-      c.workspace_bytes = workspace_of(a, s);
-      scored.emplace_back(grid_score(blocks_of(c.tiles, s), s, r, r.per_sm[i]), c);
+      if (a.m > 8 && tiles == 1) continue;
+      const Int4MmaConfig c = int4_gemm_mma_config(a, tiles, s, stream);
+      scored.emplace_back(grid_score(blocks_of(tiles, s), s, r, stream ? r.stream_per_sm[i - 3] : r.per_sm[i]), c);
     }
   }
   // Scores within 0.02 count as equal: a stable sort on the score rounded down to that step keeps the order above.
   std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) {
     return std::floor(x.first / 0.02) > std::floor(y.first / 0.02);
   });
-  const int preferred[2] = {a.m <= 8 ? 2 : 4, a.m <= 8 ? 1 : 2};
-  for (const int tiles : preferred) {
+  const std::vector<std::pair<int, bool>> preferred =
+      small ? std::vector<std::pair<int, bool>>{{4, true}, {2, true}, {1, false}}
+            : std::vector<std::pair<int, bool>>{{4, false}, {2, false}};
+  for (const auto& [tiles, stream] : preferred) {
     if (blocks_of(tiles, 1) < r.sms) continue;
-    const auto it = std::find_if(scored.begin(), scored.end(),
-                                 [&](const auto& e) { return e.second.tiles == tiles && e.second.splits == 1; });
+    const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, stream = stream](const auto& e) {
+      return e.second.tiles == tiles && e.second.splits == 1 && e.second.stream == stream;
+    });
     std::rotate(scored.begin(), it, it + 1);  // to the front, the others in their order
     break;
   }
@@ -489,18 +712,22 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability)
 
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& a) { return ranked_configs(a); }
 
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits) {
-  XPURT_INTERNAL_ASSERT((tiles == 1 || tiles == 2 || tiles == 4) && splits >= 1 && splits <= kInt4MaxSplits,
-                        "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits);
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream) {
+  XPURT_INTERNAL_ASSERT((tiles == 1 || tiles == 2 || tiles == 4) && splits >= 1 && splits <= kInt4MaxSplits &&
+                            (!stream || tiles != 1),
+                        "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits, ", stream ", stream);
   Int4MmaConfig c;
   c.tiles = tiles;
   c.splits = splits;
+  c.stream = stream;
   c.workspace_bytes = workspace_of(a, splits);
   return c;
 }
 
 void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* workspace, void* stream) {
   if (a.m == 0 || a.n == 0) return;
+  // A stream record at m > 8 or blocks of 16 runs the other kernel of the same grid.
+  const bool stream_kernel = config.stream && a.m <= kStreamMaxRows;
   const MmaParams p = mma_params(a, config.splits);
   const int columns = 8 * config.tiles;
   const dim3 grid(static_cast<unsigned>((a.n + columns - 1) / columns), static_cast<unsigned>((a.m + 15) / 16),
@@ -523,6 +750,24 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
     auto by_layout = [&](auto tiles, auto block16_constant) {
       constexpr int kTiles = decltype(tiles)::value;
       constexpr bool kBlock16 = decltype(block16_constant)::value;
+      if constexpr (kTiles != 1) {
+        if (stream_kernel && !kBlock16) {
+          auto launch_stream = [&](auto kernel) {
+            kernel<<<grid, kBlockThreads, kStreamSmemBytes, as_stream(stream)>>>(
+                static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
+                static_cast<T*>(a.y), partial, p);
+            XPURT_CUDA_RAW_LAUNCH_CHECK();
+          };
+          if (!vector_x) {
+            launch_stream(int4_stream_kernel<T, S, kTiles / 2, kXElements>);
+          } else if (a.k % kChunk == 0 && p.row_codes == a.k) {
+            launch_stream(int4_stream_kernel<T, S, kTiles / 2, kXWholeChunks>);
+          } else {
+            launch_stream(int4_stream_kernel<T, S, kTiles / 2, kXVectors>);
+          }
+          return;
+        }
+      }
       if (!vector_x) {
         launch(int4_mma_kernel<T, S, kTiles, kBlock16, false, true>);
       } else if (upper) {

@@ -84,8 +84,9 @@ class Int4MmaPlan final : public KernelPlan {
   std::string record() const override { return record_of(config_); }
 
   std::string describe() const override {
-    return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers), ",
-                           8 * config_.tiles, " columns per block",
+    return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers",
+                           config_.stream ? ", streamed through shared memory" : "", "), ", 8 * config_.tiles,
+                           " columns per block",
                            config_.splits > 1 ? detail::str_cat(", K in ", config_.splits, " splits") : "");
   }
 
@@ -93,6 +94,7 @@ class Int4MmaPlan final : public KernelPlan {
     nlohmann::json json;
     json["tiles"] = config.tiles;
     json["splits"] = config.splits;
+    if (config.stream) json["kernel"] = "stream";
     return json.dump();
   }
 
@@ -101,7 +103,8 @@ class Int4MmaPlan final : public KernelPlan {
   int device_;
 };
 
-// The grid a plan record names ({"tiles": 1 | 2 | 4, "splits": 1..kInt4MaxSplits}); InvalidArgumentError otherwise.
+// The grid a plan record names ({"tiles": 1 | 2 | 4, "splits": 1..kInt4MaxSplits, optionally "kernel": "stream" with
+// tiles 2 or 4}); InvalidArgumentError otherwise.
 Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& record) {
   const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
   const auto field = [&](const char* key, int lo, int hi) {
@@ -117,7 +120,16 @@ Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& recor
     throw InvalidArgumentError(
         detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('tiles' must be 1, 2 or 4): ", record));
   }
-  return int4_gemm_mma_config(a, tiles, field("splits", 1, kInt4MaxSplits));
+  const int splits = field("splits", 1, kInt4MaxSplits);
+  bool stream = false;
+  if (json.contains("kernel")) {
+    stream = json["kernel"] == "stream";
+    if (!stream || tiles == 1) {
+      throw InvalidArgumentError(detail::str_cat(
+          "cuda_raw matmul_nbits: invalid plan record ('kernel' must be \"stream\", with 'tiles' 2 or 4): ", record));
+    }
+  }
+  return int4_gemm_mma_config(a, tiles, splits, stream);
 }
 
 class Int4DequantizeGemmPlan final : public KernelPlan {

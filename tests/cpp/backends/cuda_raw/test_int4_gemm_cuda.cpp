@@ -199,8 +199,56 @@ TEST(Int4GemmCuda, EveryGridMatchesTheCpuKernel) {
       }
       if (&c != &cases[0] || dtype != DType::kFloat16) continue;
       for (const char* bad : {"{\"tiles\": 3, \"splits\": 1}", "{\"tiles\": 2}", "{\"tiles\": 2, \"splits\": 9}",
-                              "not json"}) {
+                              "not json", "{\"tiles\": 1, \"splits\": 1, \"kernel\": \"stream\"}",
+                              "{\"tiles\": 2, \"splits\": 1, \"kernel\": \"mma\"}"}) {
         EXPECT_THROW(kernel->build(desc, ExecutionPolicy(), bad), InvalidArgumentError) << bad;
+      }
+    }
+  }
+}
+
+// The streaming kernel of m <= 8 (Note [Int4 GEMM streamed through shared memory]) at each of its grids, on the shapes
+// that exercise its edges: m 1 to 8 (x rows past m), columns not a multiple of 16 or 32, K ending inside a chunk or
+// not a multiple of 8 (x read element by element), x off 16-byte alignment, blocks of 32 to 256, zero points, float32
+// scales, both biases, and K splits; and at m > 8 or with blocks of 16 a stream record runs the other kernel.
+TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  const Kernel* kernel = KernelRegistry::global().find_kernel("matmul_nbits", "cuda_raw");
+  ASSERT_NE(kernel, nullptr);
+  std::mt19937 gen(24);
+  const Case cases[] = {
+      {1, 4096, 4096, 32, false, 0, false}, {2, 1024, 77, 16, true, 1, false},  {3, 4104, 33, 64, false, 2, true},
+      {8, 512, 1000, 256, true, 1, false},  {7, 96, 40, 32, true, 0, true},     {4, 1001, 50, 32, true, 1, false},
+      {5, 8192, 72, 128, true, 0, false},   {6, 2048, 129, 16, false, 2, false}, {12, 512, 40, 32, true, 1, false},
+  };
+  const char* records[] = {"{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 2}",
+                           "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 4}",
+                           "{\"kernel\": \"stream\", \"splits\": 3, \"tiles\": 2}",
+                           "{\"kernel\": \"stream\", \"splits\": 2, \"tiles\": 4}"};
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (const std::int64_t x_offset : {0, 1}) {
+        if (x_offset == 1 && c.m > 3) continue;
+        const Problem p = problem_of(c, dtype, gen);
+        std::vector<Tensor> device = on_gpu(p.host);
+        Tensor padded;
+        if (x_offset != 0) {  // x one element into its buffer: off 16-byte alignment
+          padded = Tensor::zeros({c.m * c.k + x_offset}, dtype, Device::cuda(0));
+          device[0] = Tensor::from_blob(static_cast<char*>(padded.data_ptr()) + dtype_size(dtype), {c.m, c.k}, {},
+                                        dtype, Device::cuda(0), padded.storage());
+          device[0].copy_from(p.host[0]);
+        }
+        const ops::PreparedCall prepared("matmul_nbits", device, Attributes().set("block_size", c.block),
+                                         pinned_to_cuda_raw());
+        const OpDescriptor& desc = prepared.descriptor();
+        for (const char* record : records) {
+          const std::unique_ptr<KernelPlan> plan = kernel->build(desc, ExecutionPolicy(), record);
+          std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, dtype, Device::cuda(0))};
+          plan->execute(desc, device, outputs, StreamManager::instance().current_stream(Device::cuda(0)));
+          expect_close(outputs[0], p, c, dtype,
+                       label(c, dtype) + (x_offset ? " unaligned x" : "") + " " + record + " (" + plan->describe() +
+                           ")");
+        }
       }
     }
   }

@@ -50,14 +50,15 @@
 // registers, so the loads of a warp wait behind its multiplies. The streaming kernel (int4_stream_kernel) swaps the
 // operands: the weight is the MMA's A (16 weight rows: rows g and g + 8 of a lane's pair of tiles), x^T its B (x's m
 // rows as the MMA's 8 columns, rows past m reading row m - 1, never stored), so an MMA consumes 16 weight rows and the
-// lane's x fragment is 2 registers, not 4; and the weights go global -> shared memory by cp.async (no registers held
+// lane's x fragment is 2 registers, not 4 (m 9-16: kHalves 2, x's rows 8-15 a second MMA on the same weights); and the weights go global -> shared memory by cp.async (no registers held
 // while in flight) through a ring of kStages chunks per warp (kStreamRingBytes: 4 chunks of one pair of tiles, 2 of
 // two), each lane reading back only the 16 bytes it copied (no barrier), the chunk's scales and zero points loaded
 // with it into a register ring. x's row is read 16 bytes at a time and unchecked when every chunk lies inside K
 // (kXWholeChunks), the usual case. Blocks of 16 codes keep the other kernel (two scales per word). First timings
 // (H200, 2026-12-03, block 32, m = 1): 11008 x 4096 13.97 us against 15.90 for the other kernel's best grid, 8192 x
 // 8192 18.18 against 21.70; by ncu (8192 x 8192, 2 tiles) 139 instructions per 16 bytes of weight per lane, issue
-// slots 60% busy, 1.29 waves: hence 4 tiles (one wave of 256 blocks at 2 per SM) first where they cover the SMs.
+// slots 60% busy, 1.29 waves: hence 4 tiles (one wave of 256 blocks at 2 per SM) first where they cover the SMs. At
+// m 9-16 it timed no faster than the kernel above: its grids are tactics there, not the default.
 // Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
 // weight once per call into a float16 workspace and running cuBLAS on it costs little more than the GEMM itself.
 #include <cuda_bf16.h>
@@ -87,7 +88,7 @@ constexpr int kInFlight = 4;  // 16-byte weight loads in flight per lane (at lea
 constexpr int kWarps = 8;
 constexpr int kBlockThreads = kWarps * 32;
 constexpr int kTileChoices[] = {4, 2, 1};  // tiles of 8 output columns per block, in order of preference
-constexpr int kStreamMaxRows = 8;          // the streaming kernel's m: x's rows are the MMA's 8 columns
+constexpr int kStreamMaxRows = 16;         // the streaming kernel's m: x's rows are the MMA's 8 columns, twice
 constexpr int kCachedDevices = 64;
 
 template <typename V>
@@ -376,7 +377,7 @@ __global__ void __launch_bounds__(kBlockThreads, kTiles == 4 ? 2 : 3)
   }
 }
 
-// ---- the streaming kernel of m <= 8 (Note [Int4 GEMM streamed through shared memory]) ----
+// ---- the streaming kernel of m <= 16 (Note [Int4 GEMM streamed through shared memory]) ----
 
 constexpr int kStreamRingBytes = 4096;                              // a warp's ring of chunks in shared memory
 constexpr int kStreamSmemBytes = kWarps * kStreamRingBytes;         // per block (dynamic shared memory)
@@ -446,12 +447,28 @@ __device__ __forceinline__ void dequantize_word(std::uint32_t codes, typename Ha
   }
 }
 
-// One chunk of one warp: the weights (rows g, g + 8 of each pair) as the MMA's A, x's row g as its B column g. `xc`:
-// x's row g at the lane's first code of the chunk.
-template <typename T, typename S, int kPairs, int kX>
+// x's 8 codes [k0, k0 + 8) of a row as the B fragments of the chunk's word: codes (0, 4), (1, 5) for its first MMA,
+// (2, 6), (3, 7) for its second. `xc`: the row at the lane's first code of the chunk.
+template <typename T, int kX>
+__device__ __forceinline__ void x_fragments(const MmaParams& p, const T* xc, int kc, int word, std::uint32_t (&b)[4]) {
+  uint4 xa;
+  if constexpr (kX == kXWholeChunks) {
+    xa = __ldg(reinterpret_cast<const uint4*>(xc) + word);
+  } else {
+    xa = load_x8<T, kX == kXVectors>(xc - kc, kc + 8 * word, p.k);
+  }
+  b[0] = __byte_perm(xa.x, xa.z, 0x5410);
+  b[1] = __byte_perm(xa.x, xa.z, 0x7632);
+  b[2] = __byte_perm(xa.y, xa.w, 0x5410);
+  b[3] = __byte_perm(xa.y, xa.w, 0x7632);
+}
+
+// One chunk of one warp: the weights (rows g, g + 8 of each pair) as the MMA's A, x's row g (and g + 8: kHalves 2) as
+// its B column g. `xc`: x's rows at the lane's first code of the chunk.
+template <typename T, typename S, int kPairs, int kHalves, int kX>
 __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const uint4 (&w)[2 * kPairs],
-                                               const StreamSide<S, 2 * kPairs>& side, const T* xc,
-                                               float (&acc)[kPairs][4]) {
+                                               const StreamSide<S, 2 * kPairs>& side, const T* const (&xc)[kHalves],
+                                               float (&acc)[kPairs][kHalves][4]) {
   using Pair = typename Half<T>::Pair;
   constexpr int kRows = 2 * kPairs;
   const int kc = c * kChunk + (threadIdx.x & 3) * 32;
@@ -466,15 +483,9 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
   }
 #pragma unroll
   for (int word = 0; word < 4; ++word) {
-    // B: x's codes (0, 4), (1, 5) of the word for the first MMA, (2, 6), (3, 7) for the second.
-    uint4 xa;
-    if constexpr (kX == kXWholeChunks) {
-      xa = __ldg(reinterpret_cast<const uint4*>(xc) + word);
-    } else {
-      xa = load_x8<T, kX == kXVectors>(xc - kc, kc + 8 * word, p.k);
-    }
-    const std::uint32_t b[4] = {__byte_perm(xa.x, xa.z, 0x5410), __byte_perm(xa.x, xa.z, 0x7632),
-                                __byte_perm(xa.y, xa.w, 0x5410), __byte_perm(xa.y, xa.w, 0x7632)};
+    std::uint32_t b[kHalves][4];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) x_fragments<T, kX>(p, xc[h], kc, word, b[h]);
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       std::uint32_t g0[4], g8[4];  // rows g and g + 8 of the pair
@@ -482,18 +493,21 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
       dequantize_word<T>(word_of(w[2 * j + 1], word), zero[2 * j + 1], zero_64[2 * j + 1], scale[2 * j + 1], g8);
       const std::uint32_t a0[4] = {g0[0], g8[0], g0[1], g8[1]};
       const std::uint32_t a1[4] = {g0[2], g8[2], g0[3], g8[3]};
-      Half<T>::mma(acc[j], a0, b[0], b[1]);
-      Half<T>::mma(acc[j], a1, b[2], b[3]);
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+        Half<T>::mma(acc[j][h], a0, b[h][0], b[h][1]);
+        Half<T>::mma(acc[j][h], a1, b[h][2], b[h][3]);
+      }
     }
   }
 }
 
 // A block: kWarps warps over kPairs pairs of 8-column tiles (16 kPairs output columns, the MMA's 16 rows) and every
-// row of x (m <= 8: the MMA's 8 columns); warp w takes the chunks w, w + kWarps, ... of its split, through a ring of
+// row of x (the MMA's 8 columns; m 9-16: kHalves 2, two MMAs per weight fragment); warp w takes the chunks w, w + kWarps, ... of its split, through a ring of
 // kStages chunks in shared memory (Note [Int4 GEMM streamed through shared memory]). Blocks of 32 codes or more (one
 // scale per lane and chunk).
-template <typename T, typename S, int kPairs, int kX>
-__global__ void __launch_bounds__(kBlockThreads, kPairs == 2 ? 2 : 3)
+template <typename T, typename S, int kPairs, int kHalves, int kX>
+__global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
     int4_stream_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
                        const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
                        float* __restrict__ partial, MmaParams p) {
@@ -514,12 +528,14 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs == 2 ? 2 : 3)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) rows.live |= (n0 + 8 * r < p.n ? 1u : 0u) << r;
   // x's row g at the lane's codes (rows past m read row m - 1: their MMA columns are never stored).
-  const T* xrow = x + static_cast<std::int64_t>(min(g, p.m - 1)) * p.k + 32 * t;
+  const T* xrow[kHalves];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) xrow[h] = x + static_cast<std::int64_t>(min(g + 8 * h, p.m - 1)) * p.k + 32 * t;
   uint4* ring = stream_smem + warp * (kStreamRingBytes / 16);  // [stage][row][lane]
   const std::uint32_t ring_address = ptx::shared_address(ring + lane);
   const int c_begin = blockIdx.z * p.chunks_per_split + warp;
   const int c_end = min(p.chunks, static_cast<int>(blockIdx.z + 1) * p.chunks_per_split);
-  float acc[kPairs][4] = {};
+  float acc[kPairs][kHalves][4] = {};
   StreamSide<S, kRows> side[kStages];
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
@@ -534,26 +550,33 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs == 2 ? 2 : 3)
       uint4 w[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) w[r] = ring[(s * kRows + r) * 32 + lane];
-      multiply_chunk<T, S, kPairs, kX>(p, cs, w, side[s], xrow + cs * kChunk, acc);
+      const T* xc[kHalves];
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) xc[h] = xrow[h] + cs * kChunk;
+      multiply_chunk<T, S, kPairs, kHalves, kX>(p, cs, w, side[s], xc, acc);
       issue_chunk<S, kRows, kX>(p, rows, cs + kStages * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
     }
   }
   ptx::cp_async_wait<0>();
   __syncthreads();  // every ring drained: the shared memory now holds the warps' sums
-  float* sums = reinterpret_cast<float*>(stream_smem);  // [warp][pair][lane][4]
+  constexpr int kSlices = kPairs * kHalves;  // accumulator sets of a lane: [pair][half]
+  float* sums = reinterpret_cast<float*>(stream_smem);  // [warp][pair][half][lane][4]
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sums[((warp * kPairs + j) * 32 + lane) * 4 + i] = acc[j][i];
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sums[(((warp * kPairs + j) * kHalves + h) * 32 + lane) * 4 + i] = acc[j][h][i];
+    }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < kPairs * 128; e += kBlockThreads) {
-    const int j = e / 128, l = (e / 4) % 32, i = e % 4;
+  for (int e = threadIdx.x; e < kSlices * 128; e += kBlockThreads) {
+    const int slice = e / 128, j = slice / kHalves, h = slice % kHalves, l = (e / 4) % 32, i = e % 4;
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += sums[((w * kPairs + j) * 32 + l) * 4 + i];
-    // The accumulators of m16n8k16 with W as A and x^T as B: D[l / 4 (+ 8)][2 (l % 4) (+ 1)] = y^T.
-    const int row = 2 * (l & 3) + (i & 1);
+    for (int w = 0; w < kWarps; ++w) sum += sums[((w * kSlices + slice) * 32 + l) * 4 + i];
+    // The accumulators of m16n8k16 with W as A and x^T as B: D[l / 4 (+ 8)][2 (l % 4) (+ 1)] = y^T, x rows from 8 h.
+    const int row = 8 * h + 2 * (l & 3) + (i & 1);
     const int col = n_block + 16 * j + (l >> 2) + 8 * (i >> 1);
     if (row >= p.m || col >= p.n) continue;
     store_sum(p, row, col, sum, bias, y, partial);
@@ -623,8 +646,8 @@ Residency query_residency(int device) {
   r.per_sm[0] = per_sm(int4_mma_kernel<__half, __half, 4, false, true, true>, 0);
   r.per_sm[1] = per_sm(int4_mma_kernel<__half, __half, 2, false, true, true>, 0);
   r.per_sm[2] = per_sm(int4_mma_kernel<__half, __half, 1, false, true, true>, 0);
-  r.stream_per_sm[0] = per_sm(int4_stream_kernel<__half, __half, 2, kXWholeChunks>, kStreamSmemBytes);
-  r.stream_per_sm[1] = per_sm(int4_stream_kernel<__half, __half, 1, kXWholeChunks>, kStreamSmemBytes);
+  r.stream_per_sm[0] = per_sm(int4_stream_kernel<__half, __half, 2, 1, kXWholeChunks>, kStreamSmemBytes);
+  r.stream_per_sm[1] = per_sm(int4_stream_kernel<__half, __half, 1, 1, kXWholeChunks>, kStreamSmemBytes);
   return r;
 }
 
@@ -654,8 +677,10 @@ double grid_score(std::int64_t blocks, int splits, const Residency& r, int per_s
 
 // Every grid the kernels can take for `a`, the default first (Note [Int4 GEMM on the GPU], "The grid"): the
 // preferred kernel and tiles for m (m <= 8 and blocks of 32 codes or more: the streaming kernel's 4 tiles, then its
-// 2, then the other kernel's 1; else 4, then 2) with the first of them whose unsplit blocks cover every SM; when none
-// does, the best grid_score. The others follow by score (the tactics that autotuning times).
+// 2, then the other kernel's 1; other m <= 8: the other kernel's 2, then 1; m > 8: its 4, then 2; at m 9-16 the
+// streaming kernel timed no faster, 2026-12-03) with the first of them whose unsplit blocks cover every SM; when none
+// does, the best grid_score. The others, the streaming kernel's at m <= 16 among them, follow by score (the tactics
+// that autotuning times).
 std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
   const Residency r = residency();
   const MmaParams p = mma_params(a, 1);
@@ -678,9 +703,10 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
   std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) {
     return std::floor(x.first / 0.02) > std::floor(y.first / 0.02);
   });
-  const std::vector<std::pair<int, bool>> preferred =
-      small ? std::vector<std::pair<int, bool>>{{4, true}, {2, true}, {1, false}}
-            : std::vector<std::pair<int, bool>>{{4, false}, {2, false}};
+  using Preference = std::vector<std::pair<int, bool>>;  // (tiles, stream) in order
+  const Preference preferred = a.m > 8  ? Preference{{4, false}, {2, false}}
+                               : small ? Preference{{4, true}, {2, true}, {1, false}}
+                                       : Preference{{2, false}, {1, false}};
   for (const auto& [tiles, stream] : preferred) {
     if (blocks_of(tiles, 1) < r.sms) continue;
     const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, stream = stream](const auto& e) {
@@ -758,13 +784,17 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
                 static_cast<T*>(a.y), partial, p);
             XPURT_CUDA_RAW_LAUNCH_CHECK();
           };
-          if (!vector_x) {
-            launch_stream(int4_stream_kernel<T, S, kTiles / 2, kXElements>);
-          } else if (a.k % kChunk == 0 && p.row_codes == a.k) {
-            launch_stream(int4_stream_kernel<T, S, kTiles / 2, kXWholeChunks>);
-          } else {
-            launch_stream(int4_stream_kernel<T, S, kTiles / 2, kXVectors>);
-          }
+          auto by_halves = [&](auto halves) {
+            constexpr int kHalves = decltype(halves)::value;
+            if (!vector_x) {
+              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXElements>);
+            } else if (a.k % kChunk == 0 && p.row_codes == a.k) {
+              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks>);
+            } else {
+              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXVectors>);
+            }
+          };
+          upper ? by_halves(std::integral_constant<int, 2>{}) : by_halves(std::integral_constant<int, 1>{});
           return;
         }
       }

@@ -33,8 +33,8 @@ struct Int4GemmArgs {
 
 // The tensor-core kernel's grid: `tiles` tiles of 8 output columns per block (1, 2 or 4), K cut into `splits` parts
 // (each block's float32 partial sums in the workspace when splits > 1, summed by a second kernel in a fixed order);
-// `stream`: the streaming kernel of m <= 8 (tiles 2 or 4; Note [Int4 GEMM streamed through shared memory]), which
-// the launch replaces by the other kernel of the same grid when m > 8.
+// `stream`: the streaming kernel of m <= 16 (tiles 2 or 4; Note [Int4 GEMM streamed through shared memory]), which
+// the launch replaces by the other kernel of the same grid when m > 16 or blocks are of 16 codes.
 struct Int4MmaConfig {
   int tiles = 4;
   int splits = 1;

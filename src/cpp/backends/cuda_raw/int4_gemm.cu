@@ -50,15 +50,17 @@
 // registers, so the loads of a warp wait behind its multiplies. The streaming kernel (int4_stream_kernel) swaps the
 // operands: the weight is the MMA's A (16 weight rows: rows g and g + 8 of a lane's pair of tiles), x^T its B (x's m
 // rows as the MMA's 8 columns, rows past m reading row m - 1, never stored), so an MMA consumes 16 weight rows and the
-// lane's x fragment is 2 registers, not 4 (m 9-16: kHalves 2, x's rows 8-15 a second MMA on the same weights); and the weights go global -> shared memory by cp.async (no registers held
-// while in flight) through a ring of kStages chunks per warp (kStreamRingBytes: 4 chunks of one pair of tiles, 2 of
-// two), each lane reading back only the 16 bytes it copied (no barrier), the chunk's scales and zero points loaded
-// with it into a register ring. x's row is read 16 bytes at a time and unchecked when every chunk lies inside K
-// (kXWholeChunks), the usual case. Blocks of 16 codes keep the other kernel (two scales per word). First timings
-// (H200, 2026-12-03, block 32, m = 1): 11008 x 4096 13.97 us against 15.90 for the other kernel's best grid, 8192 x
-// 8192 18.18 against 21.70; by ncu (8192 x 8192, 2 tiles) 139 instructions per 16 bytes of weight per lane, issue
-// slots 60% busy, 1.29 waves: hence 4 tiles (one wave of 256 blocks at 2 per SM) first where they cover the SMs. At
-// m 9-16 it timed no faster than the kernel above: its grids are tactics there, not the default.
+// lane's x fragment is 2 registers, not 4 (m 9-16: kHalves 2, x's rows 8-15 a second MMA on the same weights); and the
+// weights go global -> shared memory by cp.async (no registers held while in flight) through a ring of kStages chunks
+// per warp (kStreamRingBytes: 4 chunks of one pair of tiles, 2 of two), each lane reading back only the 16 bytes it
+// copied (no barrier), the chunk's scales and zero points loaded with it into a register ring. x's row is read 16 bytes
+// at a time and unchecked when every chunk lies inside K (kXWholeChunks), the usual case. Blocks of 16 codes keep the
+// other kernel (two scales per word). First timings (H200, 2026-12-03, block 32, m = 1): 11008 x 4096 13.97 us against
+// 15.90 for the other kernel's best grid, 8192 x 8192 18.18 against 21.70; by ncu (8192 x 8192, 2 tiles) 139
+// instructions per 16 bytes of weight per lane, issue slots 60% busy, 1.29 waves: hence 4 tiles (one wave of 256 blocks
+// at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above: its grids are
+// tactics there, not the default.
+//
 // Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
 // weight once per call into a float16 workspace and running cuBLAS on it costs little more than the GEMM itself.
 #include <cuda_bf16.h>
@@ -502,10 +504,10 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
   }
 }
 
-// A block: kWarps warps over kPairs pairs of 8-column tiles (16 kPairs output columns, the MMA's 16 rows) and every
-// row of x (the MMA's 8 columns; m 9-16: kHalves 2, two MMAs per weight fragment); warp w takes the chunks w, w + kWarps, ... of its split, through a ring of
-// kStages chunks in shared memory (Note [Int4 GEMM streamed through shared memory]). Blocks of 32 codes or more (one
-// scale per lane and chunk).
+// A block: kWarps warps over kPairs pairs of 8-column tiles (16 kPairs output columns, the MMA's 16 rows) and every row
+// of x (the MMA's 8 columns; m 9-16: kHalves 2, two MMAs per weight fragment); warp w takes the chunks w, w + kWarps,
+// ... of its split, through a ring of kStages chunks in shared memory (Note [Int4 GEMM streamed through shared
+// memory]). Blocks of 32 codes or more (one scale per lane and chunk).
 template <typename T, typename S, int kPairs, int kHalves, int kX>
 __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
     int4_stream_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,

@@ -207,10 +207,11 @@ TEST(Int4GemmCuda, EveryGridMatchesTheCpuKernel) {
   }
 }
 
-// The streaming kernel of m <= 16 (Note [Int4 GEMM streamed through shared memory]) at each of its grids, on the
-// shapes that exercise its edges: m 1 to 16 (x rows past m; past 8 a second MMA per weight fragment), columns not a multiple of 16 or 32, K ending inside a chunk or
-// not a multiple of 8 (x read element by element), x off 16-byte alignment, blocks of 32 to 256, zero points, float32
-// scales, both biases, and K splits; and at m > 16 or with blocks of 16 a stream record runs the other kernel.
+// The streaming kernel of m <= 16 (Note [Int4 GEMM streamed through shared memory]) at each of its grids, on the shapes
+// that exercise its edges: m 1 to 16 (x rows past m; past 8 a second MMA per weight fragment), columns not a multiple
+// of 16 or 32, K ending inside a chunk or not a multiple of 8 (x read element by element), x off 16-byte alignment,
+// blocks of 32 to 256, zero points, float32 scales, both biases, and K splits; and at m > 16 or with blocks of 16 a
+// stream record runs the other kernel.
 TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
   XPURT_SKIP_WITHOUT_GPU();
   const Kernel* kernel = KernelRegistry::global().find_kernel("matmul_nbits", "cuda_raw");

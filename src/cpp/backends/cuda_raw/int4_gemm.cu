@@ -54,12 +54,14 @@
 // weights go global -> shared memory by cp.async (no registers held while in flight) through a ring of kStages chunks
 // per warp (kStreamRingBytes: 4 chunks of one pair of tiles, 2 of two), each lane reading back only the 16 bytes it
 // copied (no barrier), the chunk's scales and zero points loaded with it into a register ring. x's row is read 16 bytes
-// at a time and unchecked when every chunk lies inside K (kXWholeChunks), the usual case. Blocks of 16 codes keep the
-// other kernel (two scales per word). First timings (H200, 2026-12-03, block 32, m = 1): 11008 x 4096 13.97 us against
-// 15.90 for the other kernel's best grid, 8192 x 8192 18.18 against 21.70; by ncu (8192 x 8192, 2 tiles) 139
-// instructions per 16 bytes of weight per lane, issue slots 60% busy, 1.29 waves: hence 4 tiles (one wave of 256 blocks
-// at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above: its grids are
-// tactics there, not the default.
+// at a time and unchecked when every chunk lies inside K (kXWholeChunks), the usual case; with blocks of 128 codes or
+// more a row's chunk has one scale, so the MMAs take code - zero (exact in float16/bfloat16) and the chunk's float32
+// sums are scaled after them (kScaleAfter): 4 fused multiply-adds per chunk and pair instead of 32 half multiplies.
+// Blocks of 16 codes keep the other kernel (two scales per word). First timings (H200, 2026-12-03, block 32, m = 1):
+// 11008 x 4096 13.97 us against 15.90 for the other kernel's best grid, 8192 x 8192 18.18 against 21.70; by ncu (8192 x
+// 8192, 2 tiles) 139 instructions per 16 bytes of weight per lane, issue slots 60% busy, 1.29 waves: hence 4 tiles (one
+// wave of 256 blocks at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above:
+// its grids are tactics there, not the default.
 //
 // Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
 // weight once per call into a float16 workspace and running cuBLAS on it costs little more than the GEMM itself.
@@ -153,24 +155,30 @@ __device__ __forceinline__ std::uint32_t and_or(std::uint32_t a) {
 }
 
 // Codes (i, i + 4) of a word shifted right by 4 i, as the pair (code - zero) * scale: exact until the multiply.
-template <typename T>
+// kScaled false: code - zero only (exact), the scale applied after the MMA (Note [Int4 GEMM streamed through shared
+// memory]).
+template <typename T, bool kScaled = true>
 __device__ __forceinline__ std::uint32_t dequantize_pair(std::uint32_t shifted, typename Half<T>::Pair zero_magic,
                                                          typename Half<T>::Pair scale) {
   using Pair = typename Half<T>::Pair;
   const Pair biased = bits_as<Pair>(and_or<0x000F000Fu, Half<T>::kMagic>(shifted));
-  return as_bits(__hmul2(__hsub2(biased, zero_magic), scale));
+  const Pair centred = __hsub2(biased, zero_magic);
+  return as_bits(kScaled ? __hmul2(centred, scale) : centred);
 }
 
 // float16 only: codes (i, i + 4) and (i + 1, i + 5) of a word shifted right by 4 i (i = 0 or 2) as two pairs. The low
 // nibbles' pair is {1024 + q} and the high nibbles' {1024 + 16 q} (bits 4-7 are still inside float16's 10-bit
 // mantissa; not bfloat16's 7); subtracting 1024 + z from the first, and 1/16 of the second minus 64 + z in one fused
 // multiply-add, are exact, so each pair rounds once, at the multiply by the scale: the bits of dequantize_pair's.
+template <bool kScaled = true>
 __device__ __forceinline__ void dequantize_two_pairs(std::uint32_t shifted, __half2 zero_magic, __half2 minus_zero_64,
                                                      __half2 scale, std::uint32_t& low, std::uint32_t& high) {
   const __half2 a = bits_as<__half2>(and_or<0x000F000Fu, Half<__half>::kMagic>(shifted));
   const __half2 b = bits_as<__half2>(and_or<0x00F000F0u, Half<__half>::kMagic>(shifted));
-  low = as_bits(__hmul2(__hsub2(a, zero_magic), scale));
-  high = as_bits(__hmul2(__hfma2(b, bits_as<__half2>(0x2C002C00u), minus_zero_64), scale));  // 1/16 in each half
+  const __half2 a_centred = __hsub2(a, zero_magic);
+  const __half2 b_centred = __hfma2(b, bits_as<__half2>(0x2C002C00u), minus_zero_64);  // 1/16 in each half
+  low = as_bits(kScaled ? __hmul2(a_centred, scale) : a_centred);
+  high = as_bits(kScaled ? __hmul2(b_centred, scale) : b_centred);
 }
 
 // 16 bytes of the weight, read once: streaming (evict first), so that x's fragments stay cached. An intrinsic, not
@@ -434,18 +442,18 @@ __device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows
 }
 
 // Codes of one 8-code word of a weight row as the 4 pairs an MMA takes: nibbles (0, 4), (1, 5), (2, 6), (3, 7).
-template <typename T>
+template <typename T, bool kScaled>
 __device__ __forceinline__ void dequantize_word(std::uint32_t codes, typename Half<T>::Pair zero,
                                                 typename Half<T>::Pair zero_64, typename Half<T>::Pair scale,
                                                 std::uint32_t (&q)[4]) {
   if constexpr (std::is_same_v<T, __half>) {
-    dequantize_two_pairs(codes, zero, zero_64, scale, q[0], q[1]);
-    dequantize_two_pairs(codes >> 8, zero, zero_64, scale, q[2], q[3]);
+    dequantize_two_pairs<kScaled>(codes, zero, zero_64, scale, q[0], q[1]);
+    dequantize_two_pairs<kScaled>(codes >> 8, zero, zero_64, scale, q[2], q[3]);
   } else {
-    q[0] = dequantize_pair<T>(codes, zero, scale);
-    q[1] = dequantize_pair<T>(codes >> 4, zero, scale);
-    q[2] = dequantize_pair<T>(codes >> 8, zero, scale);
-    q[3] = dequantize_pair<T>(codes >> 12, zero, scale);
+    q[0] = dequantize_pair<T, kScaled>(codes, zero, scale);
+    q[1] = dequantize_pair<T, kScaled>(codes >> 4, zero, scale);
+    q[2] = dequantize_pair<T, kScaled>(codes >> 8, zero, scale);
+    q[3] = dequantize_pair<T, kScaled>(codes >> 12, zero, scale);
   }
 }
 
@@ -466,8 +474,9 @@ __device__ __forceinline__ void x_fragments(const MmaParams& p, const T* xc, int
 }
 
 // One chunk of one warp: the weights (rows g, g + 8 of each pair) as the MMA's A, x's row g (and g + 8: kHalves 2) as
-// its B column g. `xc`: x's rows at the lane's first code of the chunk.
-template <typename T, typename S, int kPairs, int kHalves, int kX>
+// its B column g. `xc`: x's rows at the lane's first code of the chunk. kScaleAfter (blocks of kChunk codes or more,
+// so one block per row and chunk): the MMAs take code - zero, and the chunk's sums are scaled in float32 after them.
+template <typename T, typename S, int kPairs, int kHalves, int kX, bool kScaleAfter>
 __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const uint4 (&w)[2 * kPairs],
                                                const StreamSide<S, 2 * kPairs>& side, const T* const (&xc)[kHalves],
                                                float (&acc)[kPairs][kHalves][4]) {
@@ -483,6 +492,8 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
     zero[r] = bits_as<Pair>(((Half<T>::kMagic & 0xFFFFu) + z) * 0x00010001u);
     zero_64[r] = bits_as<Pair>((0xD400u + 16u * z) * 0x00010001u);
   }
+  float chunk_sum[kPairs][kHalves][4] = {};  // kScaleAfter: this chunk's unscaled sums
+  float(&sum)[kPairs][kHalves][4] = kScaleAfter ? chunk_sum : acc;
 #pragma unroll
   for (int word = 0; word < 4; ++word) {
     std::uint32_t b[kHalves][4];
@@ -491,14 +502,26 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       std::uint32_t g0[4], g8[4];  // rows g and g + 8 of the pair
-      dequantize_word<T>(word_of(w[2 * j], word), zero[2 * j], zero_64[2 * j], scale[2 * j], g0);
-      dequantize_word<T>(word_of(w[2 * j + 1], word), zero[2 * j + 1], zero_64[2 * j + 1], scale[2 * j + 1], g8);
+      dequantize_word<T, !kScaleAfter>(word_of(w[2 * j], word), zero[2 * j], zero_64[2 * j], scale[2 * j], g0);
+      dequantize_word<T, !kScaleAfter>(word_of(w[2 * j + 1], word), zero[2 * j + 1], zero_64[2 * j + 1],
+                                       scale[2 * j + 1], g8);
       const std::uint32_t a0[4] = {g0[0], g8[0], g0[1], g8[1]};
       const std::uint32_t a1[4] = {g0[2], g8[2], g0[3], g8[3]};
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
-        Half<T>::mma(acc[j][h], a0, b[h][0], b[h][1]);
-        Half<T>::mma(acc[j][h], a1, b[h][2], b[h][3]);
+        Half<T>::mma(sum[j][h], a0, b[h][0], b[h][1]);
+        Half<T>::mma(sum[j][h], a1, b[h][2], b[h][3]);
+      }
+    }
+  }
+  if constexpr (kScaleAfter) {
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      const float row_scale[2] = {to_float(side.scale[2 * j]), to_float(side.scale[2 * j + 1])};  // rows g, g + 8
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[j][h][i] = fmaf(chunk_sum[j][h][i], row_scale[i >> 1], acc[j][h][i]);
       }
     }
   }
@@ -508,7 +531,7 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
 // of x (the MMA's 8 columns; m 9-16: kHalves 2, two MMAs per weight fragment); warp w takes the chunks w, w + kWarps,
 // ... of its split, through a ring of kStages chunks in shared memory (Note [Int4 GEMM streamed through shared
 // memory]). Blocks of 32 codes or more (one scale per lane and chunk).
-template <typename T, typename S, int kPairs, int kHalves, int kX>
+template <typename T, typename S, int kPairs, int kHalves, int kX, bool kScaleAfter>
 __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
     int4_stream_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
                        const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
@@ -555,7 +578,7 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
       const T* xc[kHalves];
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) xc[h] = xrow[h] + cs * kChunk;
-      multiply_chunk<T, S, kPairs, kHalves, kX>(p, cs, w, side[s], xc, acc);
+      multiply_chunk<T, S, kPairs, kHalves, kX, kScaleAfter>(p, cs, w, side[s], xc, acc);
       issue_chunk<S, kRows, kX>(p, rows, cs + kStages * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
     }
   }
@@ -648,8 +671,8 @@ Residency query_residency(int device) {
   r.per_sm[0] = per_sm(int4_mma_kernel<__half, __half, 4, false, true, true>, 0);
   r.per_sm[1] = per_sm(int4_mma_kernel<__half, __half, 2, false, true, true>, 0);
   r.per_sm[2] = per_sm(int4_mma_kernel<__half, __half, 1, false, true, true>, 0);
-  r.stream_per_sm[0] = per_sm(int4_stream_kernel<__half, __half, 2, 1, kXWholeChunks>, kStreamSmemBytes);
-  r.stream_per_sm[1] = per_sm(int4_stream_kernel<__half, __half, 1, 1, kXWholeChunks>, kStreamSmemBytes);
+  r.stream_per_sm[0] = per_sm(int4_stream_kernel<__half, __half, 2, 1, kXWholeChunks, false>, kStreamSmemBytes);
+  r.stream_per_sm[1] = per_sm(int4_stream_kernel<__half, __half, 1, 1, kXWholeChunks, false>, kStreamSmemBytes);
   return r;
 }
 
@@ -789,11 +812,13 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
           auto by_halves = [&](auto halves) {
             constexpr int kHalves = decltype(halves)::value;
             if (!vector_x) {
-              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXElements>);
-            } else if (a.k % kChunk == 0 && p.row_codes == a.k) {
-              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks>);
+              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXElements, false>);
+            } else if (a.k % kChunk != 0 || p.row_codes != a.k) {
+              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXVectors, false>);
+            } else if (a.block >= kChunk) {  // one block per row and chunk: the scale after the MMAs
+              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks, true>);
             } else {
-              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXVectors>);
+              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks, false>);
             }
           };
           upper ? by_halves(std::integral_constant<int, 2>{}) : by_halves(std::integral_constant<int, 1>{});

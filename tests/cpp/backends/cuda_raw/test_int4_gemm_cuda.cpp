@@ -210,8 +210,8 @@ TEST(Int4GemmCuda, EveryGridMatchesTheCpuKernel) {
 // The streaming kernel of m <= 16 (Note [Int4 GEMM streamed through shared memory]) at each of its grids, on the shapes
 // that exercise its edges: m 1 to 16 (x rows past m; past 8 a second MMA per weight fragment), columns not a multiple
 // of 16 or 32, K ending inside a chunk or not a multiple of 8 (x read element by element), x off 16-byte alignment,
-// blocks of 32 to 256, zero points, float32 scales, both biases, and K splits; and at m > 16 or with blocks of 16 a
-// stream record runs the other kernel.
+// blocks of 32 to 256 (128 and up: the scale after the MMAs), zero points, float32 scales, both biases, and K splits;
+// and at m > 16 or with blocks of 16 a stream record runs the other kernel.
 TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
   XPURT_SKIP_WITHOUT_GPU();
   const Kernel* kernel = KernelRegistry::global().find_kernel("matmul_nbits", "cuda_raw");
@@ -222,7 +222,7 @@ TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
       {8, 512, 1000, 256, true, 1, false},  {7, 96, 40, 32, true, 0, true},     {4, 1001, 50, 32, true, 1, false},
       {5, 8192, 72, 128, true, 0, false},   {6, 2048, 129, 16, false, 2, false}, {12, 512, 40, 32, true, 1, false},
       {16, 4096, 264, 32, false, 0, false}, {9, 1000, 100, 64, true, 2, true},  {13, 2048, 77, 128, false, 1, false},
-      {20, 512, 40, 32, true, 1, false},
+      {20, 512, 40, 32, true, 1, false},    {2, 1024, 50, 128, true, 2, true},   // float32 scales after the MMA
   };
   const char* records[] = {"{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 2}",
                            "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 4}",

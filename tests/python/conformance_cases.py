@@ -366,7 +366,13 @@ def _attention_bhsd(q, k, v, mask, attrs):
         s = s + mask
     if attrs.get("causal", 0):
         s = np.where(np.tril(np.ones((seq_q, seq_k), dtype=bool)), s, -np.inf)  # query i sees keys j <= i
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    m = s.max(axis=-1, keepdims=True)
+    if attrs.get("fully_masked_rows", "nan") == "zero":
+        # Note [Fully masked attention rows]: a row whose every score is -inf is 0 (instead of NaN).
+        empty = m == -np.inf
+        p = np.exp(s - np.where(empty, 0.0, m))
+        return np.matmul(p / np.where(empty, 1.0, p.sum(axis=-1, keepdims=True)), v)
+    p = np.exp(s - m)
     return np.matmul(p / p.sum(axis=-1, keepdims=True), v)
 
 
@@ -861,6 +867,27 @@ def attention_cases() -> List[Case]:
                 mask[..., -3:] = -np.inf  # padded keys; every row keeps 6 visible keys
             inputs[3] = mask
         cases.append(Case("attention", name, inputs, {"causal": causal, "scale": scale}, ref_attention, "gemm"))
+    # fully_masked_rows="zero" (Note [Fully masked attention rows] in cpu_attention.cpp), as attention_fusion sets it
+    # for the NaN guard of PyTorch's exports: rows -inf at every key (row 2 and the last; with causal also row 0, whose
+    # one visible key is masked) are 0; the other rows have some -inf keys or none.
+    zero_specs = [
+        ("fully_masked_rows_zero", (2, 4, 9, 64), (2, 9), 64, 0, (2, 1, 9, 9)),
+        ("fully_masked_rows_zero_causal_d128", (1, 2, 33, 128), (2, 40), 128, 1, (1, 1, 33, 40)),
+        ("fully_masked_rows_zero_d80_2d_mask", (1, 3, 7, 80), (3, 11), 80, 0, (7, 11)),
+        ("fully_masked_rows_zero_d32_long", (1, 2, 5, 32), (2, 300), 32, 0, (1, 2, 5, 300)),
+    ]
+    for name, q_shape, (kv_heads, seq_k), dv, causal, mask_shape in zero_specs:
+        rng = _rng("attention" + name)
+        b, _, seq_q, d = q_shape
+        inputs = [uniform(rng, q_shape), uniform(rng, (b, kv_heads, seq_k, d)), uniform(rng, (b, kv_heads, seq_k, dv))]
+        mask = uniform(rng, mask_shape, -2.0, 0.0)
+        mask[..., ::5] = -np.inf
+        mask[..., 2, :] = -np.inf
+        mask[..., seq_q - 1, :] = -np.inf
+        mask[..., 0, 0] = -np.inf
+        inputs.append(mask)
+        cases.append(Case("attention", name, inputs, {"causal": causal, "scale": 0.0, "fully_masked_rows": "zero"},
+                          ref_attention, "gemm"))
     # Layouts (Note [Attention layouts]): q, k, v and the output each [B, H, S, D] or [B, S, H, D] (`bshd` flags),
     # as attention_fusion leaves them when it folds the exporters' head transposes.
     layout_specs = [

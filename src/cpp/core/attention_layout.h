@@ -1,10 +1,12 @@
-// The memory layouts of the attention op's q, k, v and output (Note [Attention layouts]). Internal header shared
-// by the op's shape inference and its kernels.
+// The memory layouts of the attention op's q, k, v and output (Note [Attention layouts]), and its fully_masked_rows
+// attribute (Note [Fully masked attention rows] in backends/cpu/cpu_attention.cpp). Internal header shared by the op's
+// shape inference and its kernels.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "xpuruntime/exceptions.h"
@@ -115,5 +117,20 @@ struct AttentionLayout {
     }
   }
 };
+
+// Whether the op's `fully_masked_rows` attribute is "zero": a query row whose every score is -inf gives 0 instead of
+// NaN ("nan", the default). Note [Fully masked attention rows] in backends/cpu/cpu_attention.cpp. InvalidArgumentError
+// for another value (the op's shape inference calls it first, so kernels see only valid ones).
+inline bool zeroes_fully_masked_rows(const Attributes& attrs) {
+  const std::string rows = attrs.get_string("fully_masked_rows", "nan");
+  XPURT_CHECK(rows == "nan" || rows == "zero", "op 'attention': fully_masked_rows must be \"nan\" (the default) or "
+              "\"zero\", got \"", rows, "\"");
+  return rows == "zero";
+}
+
+// Copies the fully_masked_rows attribute of a graph node to the attributes of the op it becomes.
+inline void forward_fully_masked_rows(const Attributes& node, Attributes* op) {
+  if (node.has("fully_masked_rows")) op->set("fully_masked_rows", node.get_string("fully_masked_rows", "nan"));
+}
 
 }  // namespace xpuruntime

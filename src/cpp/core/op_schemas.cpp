@@ -696,6 +696,7 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   XPURT_CHECK(std::isfinite(scale) && scale >= 0, "op 'attention': scale must be >= 0 (0 = 1/sqrt(D)), got ", scale);
   const std::int64_t return_lse = desc.attrs.get_int("return_lse", 0);
   XPURT_CHECK(return_lse == 0 || return_lse == 1, "op 'attention': return_lse must be 0 or 1, got ", return_lse);
+  zeroes_fully_masked_rows(desc.attrs);  // "nan" or "zero" (Note [Fully masked attention rows] in cpu_attention.cpp)
   std::vector<TensorDesc> outputs = {
       output_like(q, layout.stored_output(layout.dims(desc.inputs[0].shape, desc.inputs[1].shape,
                                                       desc.inputs[2].shape)[3]))};
@@ -807,7 +808,8 @@ void register_ops(KernelRegistry& registry) {
     attention.inputs = {"q", "k", "v", "mask?"};
     attention.outputs = {"y", "lse?"};
     attention.doc = "softmax(q k^T * scale + mask) v; [B, H, S, D], causal=0, scale=0 (1/sqrt(D)), GQA when Hkv "
-                    "divides H; return_lse=0 (1: second output lse [B, H, Sq] float32, log sum exp of the scores)";
+                    "divides H; return_lse=0 (1: second output lse [B, H, Sq] float32, log sum exp of the scores); "
+                    "fully_masked_rows=\"nan\" (\"zero\": a row whose every score is -inf gives 0, not NaN)";
     attention.infer = infer_attention;
     registry.add_schema(std::move(attention));
   }

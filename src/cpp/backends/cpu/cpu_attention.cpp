@@ -11,8 +11,19 @@
 //  * causal: top-left aligned, query i sees keys j <= i (PyTorch's is_causal with Sq != Sk). Every row keeps
 //    key 0, so causal masking alone never empties a row.
 //  * A row whose every visible score is -inf (e.g. a mask of -inf over the whole row) has no softmax: the
-//    result is NaN, as in torch.nn.functional.scaled_dot_product_attention. The conformance suite does not
-//    generate such rows.
+//    result is NaN, as in torch.nn.functional.scaled_dot_product_attention; with fully_masked_rows="zero" it is 0
+//    (Note [Fully masked attention rows]).
+//
+// Note [Fully masked attention rows]
+//  The attribute fully_masked_rows is "nan" (the default) or "zero". With "zero", a query row whose every visible
+//  score (scaled, masked, causal-masked) is -inf gives an output row of 0 instead of NaN; every other row is as with
+//  "nan", a row with a NaN score included (it stays NaN). That is softmax, then Where(IsNaN(p), 0, p), then p v, the
+//  guard PyTorch's exporters write after the softmax of scaled_dot_product_attention, whenever no score is NaN or
+//  +inf (the rows the guard then zeroes are exactly those with every score -inf) and v is finite (0 * v = 0);
+//  attention_fusion sets it when it fuses that guard (Note [The NaN guard of fully masked rows] in
+//  fusion_transformer.cpp). The log-sum-exp of such a row stays -inf. Kernels: cpu and flash_v2 (its row sum
+//  stays 0: 0 is written for 1 / 0) and unfused (cuda_raw's attention softmax writes a 0 row) implement it; cudnn
+//  refuses it (cuDNN does not document what its fused softmax gives such a row).
 //
 // Note [Attention log-sum-exp]
 //  With return_lse=1 the op has a second output lse [B, H, Sq], float32 whatever the input dtype, contiguous:
@@ -60,6 +71,7 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   const auto [qv, kv_view, vv, yv] = layout.views(q_tensor.shape(), k_tensor.shape(), v_tensor.shape());
   const std::int64_t group = heads / kv_heads;
   const bool causal = desc.attrs.get_int("causal", 0) != 0;
+  const bool zero_masked_rows = zeroes_fully_masked_rows(desc.attrs);  // Note [Fully masked attention rows]
   double scale = desc.attrs.get_float("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
@@ -111,6 +123,10 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
                        }
                        if (lse_head != nullptr) {
                          lse_head[i] = static_cast<float>(log_sum_exp(row, visible, max_value, nan));
+                       }
+                       if (zero_masked_rows && !nan && max_value == -std::numeric_limits<double>::infinity()) {
+                         for (std::int64_t j = 0; j < seq_k; ++j) s[j] = T(0);  // every visible score -inf
+                         continue;
                        }
                        double sum = 0.0;
                        for (std::int64_t j = 0; j < visible; ++j) {

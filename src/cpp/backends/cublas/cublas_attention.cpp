@@ -1,6 +1,8 @@
 // The "unfused" kernel of attention: S = scale * Q K^T (one strided-batch GEMM), P = softmax(S + mask) in place
 // (the cuda_raw attention_softmax kernel, causal masking included), O = P V (a second strided-batch GEMM). The
-// scores S live in the workspace: B * H * Sq * Sk elements. Any head dim, fp32 / fp16 / bf16, GQA.
+// scores S live in the workspace: B * H * Sq * Sk elements. Any head dim, fp32 / fp16 / bf16, GQA. With
+// fully_masked_rows="zero" the softmax writes a row that is -inf everywhere as 0, so O's row is 0 (Note [Fully masked
+// attention rows] in cpu_attention.cpp).
 //
 // Note [Unfused attention precision]
 // S is stored in the input dtype; both GEMMs accumulate in fp32 and round once. The scale is applied by the
@@ -142,12 +144,14 @@ std::vector<std::int64_t> mask_strides_of(const TensorDesc& mask) {
 class UnfusedAttentionPlan final : public KernelPlan {
  public:
   UnfusedAttentionPlan(AttentionGeometry geometry, DType dtype, cublasComputeType_t compute, float scale, bool causal,
-                       bool has_mask, std::vector<std::int64_t> mask_strides, int device, std::size_t cublas_workspace)
+                       bool zero_rows, bool has_mask, std::vector<std::int64_t> mask_strides, int device,
+                       std::size_t cublas_workspace)
       : geometry_(geometry),
         dtype_(dtype),
         compute_(compute),
         scale_(scale),
         causal_(causal),
+        zero_rows_(zero_rows),
         has_mask_(has_mask),
         mask_strides_(std::move(mask_strides)),
         device_(device),
@@ -196,8 +200,8 @@ class UnfusedAttentionPlan final : public KernelPlan {
     const void* mask = has_mask_ ? launch.input(3).data_ptr() : nullptr;
     const auto attention_softmax =
         required_device_kernel(device_kernels().attention_softmax, "attention_softmax", "the unfused attention");
-    attention_softmax(scores, dtype_, g.batch * g.heads, g.heads, g.sq, g.sk, 1.0f, causal_, mask, mask_strides_,
-                      launch.stream.handle);
+    attention_softmax(scores, dtype_, g.batch * g.heads, g.heads, g.sq, g.sk, 1.0f, causal_, zero_rows_, mask,
+                      mask_strides_, launch.stream.handle);
     gemm(handle, output_shape(g), dtype_, compute_, data[2], scores, data[3]);
     if (g.staged(3)) copy_layout(data[3], out.data_ptr(), 3, /*to_bhsd=*/false, launch.stream.handle);
   }
@@ -213,8 +217,9 @@ class UnfusedAttentionPlan final : public KernelPlan {
     return detail::str_cat("unfused attention: S = scale QK^T (cublasGemmStridedBatchedEx, batch ",
                            g.batch * g.kv_heads, " of [", g.group() * g.sq, "x", g.d, "]x[", g.d, "x", g.sk,
                            "]), cuda_raw attention_softmax", causal_ ? " causal" : "", has_mask_ ? " + mask" : "",
-                           ", O = PV; scores ", dtype_name(dtype_), " [", g.batch, ",", g.heads, ",", g.sq, ",", g.sk,
-                           "] in the workspace; compute ", compute_type_name(compute_), staged_note());
+                           zero_rows_ ? " (fully masked rows 0)" : "", ", O = PV; scores ", dtype_name(dtype_), " [",
+                           g.batch, ",", g.heads, ",", g.sq, ",", g.sk, "] in the workspace; compute ",
+                           compute_type_name(compute_), staged_note());
   }
 
  private:
@@ -223,6 +228,7 @@ class UnfusedAttentionPlan final : public KernelPlan {
   cublasComputeType_t compute_;
   float scale_;
   bool causal_;
+  bool zero_rows_;  // fully_masked_rows="zero"
   bool has_mask_;
   std::vector<std::int64_t> mask_strides_;
   int device_;
@@ -323,8 +329,9 @@ class UnfusedAttentionKernel final : public Kernel {
                              : 0;
     }
     return std::make_unique<UnfusedAttentionPlan>(g, dtype, compute_type(dtype, desc.precision),
-                                                  static_cast<float>(scale), causal, has_mask, std::move(mask_strides),
-                                                  desc.device.index, cublas_workspace);
+                                                  static_cast<float>(scale), causal,
+                                                  zeroes_fully_masked_rows(desc.attrs), has_mask,
+                                                  std::move(mask_strides), desc.device.index, cublas_workspace);
   }
 };
 

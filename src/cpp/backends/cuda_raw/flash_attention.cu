@@ -6,7 +6,8 @@
 // [B, S, H, D] (the `bshd` attribute, Note [Attention layouts]); head dim D = Dv in {32, 64, 128}; H % Hkv == 0;
 // any Sq and Sk >= 1; `causal` and `scale` as docs/ops.md defines them; an optional additive mask in q's dtype,
 // broadcastable to [B, H, Sq, Sk] (any strides: dims of size 1 are read with stride 0). A query row whose every
-// score is -inf (only a mask can do that) gives NaN, like the cpu reference and PyTorch's SDPA. With return_lse=1
+// score is -inf (only a mask can do that) gives NaN, like the cpu reference and PyTorch's SDPA, or 0 with
+// fully_masked_rows="zero" (Note [Fully masked attention rows] in cpu_attention.cpp). With return_lse=1
 // it also writes the second output lse [B, H, Sq] float32 (Note [flash_v2 log-sum-exp] in flash_attention_kernel.cuh).
 //
 // Deterministic: one CTA owns each output row and accumulates in a fixed order; no atomics, no split-K.
@@ -108,6 +109,7 @@ FlashConfig config_of(const OpDescriptor& desc) {
     params.mask_stride_k = strides[3];
   }
   config.mode = has_mask ? MaskMode::kExplicit : (params.causal ? MaskMode::kCausal : MaskMode::kNone);
+  params.zero_fully_masked_rows = zeroes_fully_masked_rows(desc.attrs);  // Note [Fully masked attention rows]
   config.return_lse = returns_lse(desc);
   return config;
 }
@@ -319,7 +321,8 @@ class FlashAttentionPlan final : public KernelPlan {
     return detail::str_cat("flash_v2 ", dtype_name(config_.dtype), " D=", config_.head_dim, ", ",
                            mode_name(config_.mode, config_.params.causal), ", 128x", block_n,
                            " tiles, 4 warps, K/V double-buffered, ", smem_kib, " KiB shared memory",
-                           config_.return_lse ? ", log-sum-exp output" : "");
+                           config_.return_lse ? ", log-sum-exp output" : "",
+                           config_.params.zero_fully_masked_rows ? ", fully masked rows give 0" : "");
   }
 
  private:
@@ -332,7 +335,7 @@ class FlashAttentionKernel final : public Kernel {
   FlashAttentionKernel()
       : Kernel(KernelInfo{"attention", "flash_v2", "cuda_raw", DeviceType::kCUDA, true,
                           "fused FlashAttention-2 forward on tensor cores (fp16/bf16, head dim 32/64/128, causal, "
-                          "mask, GQA, log-sum-exp output), no Sq x Sk scores in memory",
+                          "mask, GQA, log-sum-exp output, fully masked rows NaN or 0), no Sq x Sk scores in memory",
                           KernelDecl{}}) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/) const override {

@@ -9,7 +9,8 @@
 //   H % Hkv == 0 (head h reads kv head h / (H / Hkv)); Sq >= 1, Sk >= 1; ceil(Sq / 128) * B * H < 2^31;
 //   the optional mask is read at mask[b * stride_b + h * stride_h + i * stride_q + j * stride_k] (strides in
 //   elements, 0 where the mask broadcasts), in the dtype T, and added to the scaled scores. A query row whose
-//   every score is -inf (an explicit mask only) gets NaN, like the cpu reference and PyTorch's SDPA.
+//   every score is -inf (an explicit mask only) gets NaN, like the cpu reference and PyTorch's SDPA, or 0 with
+//   Params::zero_fully_masked_rows (Note [Fully masked attention rows] in backends/cpu/cpu_attention.cpp).
 //   lse (optional) [B, H, Sq] float32: the natural-log log-sum-exp of each row's scores (Note [flash_v2
 //   log-sum-exp]).
 // Self-contained (CUDA headers only), so that a stand-alone harness can include it as well.
@@ -78,7 +79,10 @@
 // bias * log2(e) in the S registers before the past-Sk and causal -inf and the online softmax; the softmax then
 // runs with a unit scale (Note [flash_v2 log-sum-exp]). Columns past Sk and rows past Sq are clamped into range for
 // the load (their scores become -inf or are never stored). The bias is in q's dtype (the schema's contract for this
-// kernel; attention_fusion fuses only terms of q's type). -inf entries mask keys; a row masked entirely gets NaN.
+// kernel; attention_fusion fuses only terms of q's type). -inf entries mask keys; a row masked entirely gets NaN, or 0
+// with Params::zero_fully_masked_rows: its running max stays -inf (the loop then subtracts 0, so every p is
+// exp2(-inf) = 0, O stays 0 and the row sum l stays 0), and the epilogue multiplies O by 0 instead of 1 / 0. A NaN
+// score makes l NaN, which stays NaN either way.
 // With D = 32 and 64 the key tile is 64 instead of 128 (Note [flash_v2 tiling]): the extra row pointers and bias values
 // need the registers.
 #pragma once
@@ -123,6 +127,8 @@ struct Params {
   int seq_k = 0;
   float scale_log2 = 0.f;  // softmax scale * log2(e)
   bool causal = false;     // read by MaskMode::kExplicit (the other modes carry it in the template)
+  // A row whose every score is -inf (row sum 0) gets 0 rather than NaN (Note [flash_v2 additive mask]).
+  bool zero_fully_masked_rows = false;
 };
 
 template <int kHeadDim, MaskMode kMode>
@@ -492,8 +498,10 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
       float total = row_sum[t][half];
       total += __shfl_xor_sync(0xffffffffu, total, 1);
       total += __shfl_xor_sync(0xffffffffu, total, 2);
-      // total == 0: every score of the row is -inf (an explicit mask only); NaN, as in the cpu reference.
-      const float inverse = total > 0.f ? 1.f / total : __builtin_nanf("");
+      // total == 0: every score of the row is -inf (an explicit mask only); NaN, as in the cpu reference, or 0
+      // (O is 0 there) with zero_fully_masked_rows. A NaN total stays NaN.
+      const bool zero_row = params.zero_fully_masked_rows && total == 0.f;
+      const float inverse = total > 0.f ? 1.f / total : (zero_row ? 0.f : __builtin_nanf(""));
       const int row = warp * Config::kRowsPerWarp + t * 16 + group + half * 8;
       if (params.lse != nullptr && in_group == 0 && m0 + row < seq_q) {  // Note [flash_v2 log-sum-exp]
         params.lse[static_cast<std::int64_t>(bh) * seq_q + m0 + row] =

@@ -23,6 +23,10 @@
 // exp(inf - inf) NaN: the row is NaN. -inf entries (masked keys) give exp(-inf) = 0, exactly; a row that is -inf
 // everywhere has max = -inf and exp(-inf - -inf) = NaN: NaN, as PyTorch gives. The slots of a thread beyond the
 // row's end hold -inf, which adds 0 to a row with a finite maximum and cannot change a row that is NaN anyway.
+// A source whose zero_fully_masked_rows() is true (the attention softmax with fully_masked_rows="zero", Note [Fully
+// masked attention rows] in cpu_attention.cpp) takes a maximum of -inf as 0: a row that is -inf everywhere then has
+// exp(-inf) = 0 everywhere and a sum of 0, and is written as 0 (a factor of 0 for 1 / 0); a NaN entry still makes
+// the sum, and so the row, NaN. A finite maximum contributes exp(0) = 1, so no other row has a sum of 0.
 // In place (y == x) is safe: every element is read and later written by the same thread, and by no other.
 //
 // Note [Online softmax]
@@ -30,8 +34,9 @@
 // larger entry arrives, s is rescaled by exp(m_old - m_new)); the group then merges the (m, s) pairs. One pass
 // over the row finds both, a second pass writes exp(x - m) / s. -inf entries contribute nothing, so a row with
 // some -inf entries (masked keys) is exact, and a row that is -inf everywhere ends with m = -inf, s = 0 and
-// yields NaN, as PyTorch does. A NaN entry makes its row NaN. In-place (y == x) is safe: each element is read
-// for the second time and written by the same thread, after the group's merge, which follows every first read.
+// yields NaN, as PyTorch does, or 0 for a source whose zero_fully_masked_rows() is true. A NaN entry makes its row
+// NaN. In-place (y == x) is safe: each element is read for the second time and written by the same thread, after
+// the group's merge, which follows every first read.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -113,6 +118,9 @@ struct PlainSource {
   const T* x;
   std::int64_t cols;
 
+  // A row that is -inf everywhere is NaN (Note [Register-cached softmax]).
+  __device__ __forceinline__ bool zero_fully_masked_rows() const { return false; }
+
   struct Row {
     const T* x;
     __device__ __forceinline__ float operator()(std::int64_t c) const { return to_float(x[c]); }
@@ -144,6 +152,9 @@ struct AttentionSource {
   std::int64_t mask_strides[4];
   float scale;
   bool causal;
+  bool zero_rows;  // a row that is -inf everywhere gives 0 (Note [Fully masked attention rows])
+
+  __device__ __forceinline__ bool zero_fully_masked_rows() const { return zero_rows; }
 
   struct Row {
     const T* scores;
@@ -228,6 +239,8 @@ __global__ void __launch_bounds__(kBlock, kCachedMinThreads / kBlock)
       }
     }
     m = group_reduce<kGroup>(m, MaxOp{}, smem);
+    const bool zero_rows = source.zero_fully_masked_rows();
+    if (zero_rows && m == -INFINITY) m = 0.0f;  // every exp below is then 0 (NaN for a NaN entry)
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
@@ -243,7 +256,7 @@ __global__ void __launch_bounds__(kBlock, kCachedMinThreads / kBlock)
     s = group_reduce<kGroup>(s, SumOp{}, smem);
     // log_softmax: x - (m + log(s)); softmax: exp(x - m) * (1 / s).
     const float shift = log_output ? m + logf(s) : 0.0f;
-    const float factor = log_output ? 1.0f : 1.0f / s;
+    const float factor = log_output ? 1.0f : (zero_rows && s == 0.0f ? 0.0f : 1.0f / s);
     T* out = y + row * static_cast<std::int64_t>(cols);
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
@@ -334,6 +347,8 @@ __global__ void __launch_bounds__(kGroup) softmax_rows_kernel(Source source, T* 
     if (log_output) {  // log_softmax: x - m - log(s)
       const float shift = m + logf(s);
       for (std::int64_t c = lane; c < cols; c += kGroup) out[c] = from_float<T>(row(c) - shift);
+    } else if (source.zero_fully_masked_rows() && s == 0.0f) {  // every entry -inf (a NaN one makes s NaN)
+      for (std::int64_t c = lane; c < cols; c += kGroup) out[c] = from_float<T>(0.0f);
     } else {
       for (std::int64_t c = lane; c < cols; c += kGroup) out[c] = from_float<T>(expf(row(c) - m) / s);
     }
@@ -423,7 +438,7 @@ void softmax_lastdim(const void* x, void* y, DType dtype, std::int64_t rows, std
 }
 
 void attention_softmax(void* scores, DType dtype, std::int64_t batch_heads, std::int64_t heads, std::int64_t sq,
-                       std::int64_t sk, float scale, bool causal, const void* mask,
+                       std::int64_t sk, float scale, bool causal, bool zero_fully_masked_rows, const void* mask,
                        const std::vector<std::int64_t>& mask_strides, void* stream) {
   XPURT_CHECK(heads >= 1 && batch_heads >= 0 && batch_heads % heads == 0, "cuda_raw::attention_softmax: heads (",
               heads, ") must be >= 1 and divide batch_heads (", batch_heads, ")");
@@ -433,7 +448,7 @@ void attention_softmax(void* scores, DType dtype, std::int64_t batch_heads, std:
   dispatch_float(dtype, "attention softmax", [&](auto tag) {
     using T = decltype(tag);
     AttentionSource<T> source{static_cast<const T*>(scores), static_cast<const T*>(mask), sq, sk, heads,
-                              {0, 0, 0, 0}, scale, causal};
+                              {0, 0, 0, 0}, scale, causal, zero_fully_masked_rows};
     if (mask != nullptr) {
       for (int k = 0; k < 4; ++k) source.mask_strides[k] = mask_strides[static_cast<std::size_t>(k)];
     }

@@ -8,7 +8,9 @@
 // a multiple of 8, at most 128 (256 on sm90+); H % Hkv ==
 // 0; Sq, Sk >= 1; `causal` (top-left aligned, as the op defines it) and `scale`; an additive mask in q's dtype of
 // shape [B or 1, H or 1, Sq, Sk] (lower ranks count as leading 1s; masks broadcast along Sq or Sk are refused: use
-// flash_v2). With return_lse=1 it writes lse [B, H, Sq] float32 too (cuDNN's softmax "stats").
+// flash_v2). With return_lse=1 it writes lse [B, H, Sq] float32 too (cuDNN's softmax "stats"). Not
+// fully_masked_rows="zero" (Note [Fully masked attention rows] in cpu_attention.cpp): cuDNN does not document what
+// its fused softmax gives a row whose every score is -inf, so it cannot promise 0 there; flash_v2 and unfused can.
 //
 // Not deterministic in general: cuDNN does not promise a fixed reduction order for every engine, so the kernel
 // is registered as non-deterministic and a deterministic policy skips it.
@@ -113,6 +115,11 @@ AttentionShape shape_of(const OpDescriptor& desc) {
 Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy) {
   if (desc.inputs.size() < 3 || !desc.inputs[0].present || !desc.inputs[1].present || !desc.inputs[2].present) {
     return Support::no(detail::str_cat(kLabel, " needs the inputs q, k and v"));
+  }
+  if (zeroes_fully_masked_rows(desc.attrs)) {  // Note [Fully masked attention rows]
+    return Support::no(detail::str_cat(kLabel, " cannot promise fully_masked_rows=\"zero\" (a row whose every score "
+                                       "is -inf gives 0): cuDNN does not document what its fused softmax gives such a "
+                                       "row; flash_v2 and unfused give 0"));
   }
   Support limits = cudnn::check_limits(desc, kLabel);
   if (!limits) return limits;

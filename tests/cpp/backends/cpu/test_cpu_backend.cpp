@@ -786,6 +786,92 @@ TEST(CpuBackend, AttentionRowMaskedEverywhereIsNaN) {
   }
 }
 
+// Note [Fully masked attention rows]: with fully_masked_rows="zero" a row whose every visible score is -inf (the mask
+// alone, or the mask and the causal rule together) is 0 instead of NaN; every other row has the bits of the plain run,
+// and the log-sum-exp of such a row is still -inf. Float32, both 16-bit types and float64; GQA, causal, Sq != Sk, one
+// key, masks of rank 2 and 4.
+TEST(CpuBackend, AttentionFullyMaskedRowsZero) {
+  struct Case {
+    Shape q, k;
+    bool causal;
+    Shape mask;  // [B or 1, 1, Sq, Sk] or [Sq, Sk]
+  };
+  const std::vector<Case> cases = {
+      {{1, 2, 6, 8}, {1, 2, 9, 8}, false, {1, 1, 6, 9}},
+      {{2, 4, 7, 16}, {2, 2, 11, 16}, true, {2, 1, 7, 11}},  // GQA; row 0 sees key 0 only, which its mask hides
+      {{1, 3, 5, 4}, {1, 1, 6, 4}, false, {5, 6}},          // MQA, a 2-d mask
+      {{2, 2, 3, 8}, {2, 2, 1, 8}, false, {2, 1, 3, 1}},    // one key
+  };
+  unsigned seed = 120;
+  for (const char* dtype : {"float32", "float16", "bfloat16", "float64"}) {
+    for (const auto& c : cases) {
+      const std::string what = std::string(dtype) + " Sq" + std::to_string(c.q[2]) + " Sk" + std::to_string(c.k[2]) +
+                               (c.causal ? " causal" : "");
+      const Tensor q = cast(random_tensor(c.q, seed++, -2, 2), dtype);
+      const Tensor k = cast(random_tensor(c.k, seed++, -2, 2), dtype);
+      const Tensor v = cast(random_tensor({c.k[0], c.k[1], c.k[2], c.q[3]}, seed++), dtype);
+      const std::int64_t sq = c.q[2], sk = c.k[2];
+      std::int64_t mask_numel = 1;
+      for (std::int64_t d : c.mask) mask_numel *= d;
+      Values m = random_values(mask_numel, seed++, -3, 3);
+      for (std::size_t i = 1; i < m.size(); i += 4) m[i] = -kInf;  // some keys of some rows
+      for (std::int64_t outer = 0; outer < mask_numel / (sq * sk); ++outer) {
+        for (std::int64_t j = 0; j < sk; ++j) m[(outer * sq + sq - 2) * sk + j] = -kInf;  // row Sq - 2: every key
+        m[outer * sq * sk] = -kInf;  // row 0's key 0: the whole row where causal
+      }
+      const Tensor mask = cast(make(c.mask, m), dtype);
+      const Attributes plain = Attributes().set("causal", c.causal ? 1 : 0);
+      const Attributes zero = Attributes(plain).set("fully_masked_rows", std::string("zero"));
+      const Tensor nan_rows = run1("attention", {q, k, v, mask}, plain);
+      const std::vector<Tensor> zero_rows = run("attention", {q, k, v, mask}, Attributes(zero).set("return_lse", 1));
+      ASSERT_EQ(zero_rows[0].nbytes(), nan_rows.nbytes()) << what;
+      const Values with_nan = values(nan_rows), with_zero = values(zero_rows[0]), lse = values(zero_rows[1]);
+      const std::int64_t dv = c.q[3], rows = static_cast<std::int64_t>(with_nan.size()) / dv;
+      const std::size_t element = dtype_size(nan_rows.dtype());
+      int masked = 0;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const bool empty = std::isnan(with_nan[static_cast<std::size_t>(r * dv)]);  // finite inputs: only so
+        masked += empty ? 1 : 0;
+        EXPECT_EQ(lse[static_cast<std::size_t>(r)] == -kInf, empty) << what << " row " << r;
+        for (std::int64_t d = 0; d < dv; ++d) {
+          const auto at = static_cast<std::size_t>(r * dv + d);
+          if (empty) {
+            EXPECT_EQ(with_zero[at], 0.0f) << what << " row " << r;
+          } else {
+            EXPECT_EQ(std::memcmp(static_cast<const char*>(zero_rows[0].data_ptr()) + at * element,
+                                  static_cast<const char*>(nan_rows.data_ptr()) + at * element, element),
+                      0)
+                << what << " row " << r << ": not the plain run's bits";
+          }
+        }
+      }
+      EXPECT_GE(masked, c.q[0] * c.q[1]) << what << ": every (batch, head) has a fully masked row";
+    }
+  }
+}
+
+// fully_masked_rows="zero" changes only rows with no visible key: a NaN score (here from q) still makes its row NaN.
+// Values other than "nan" and "zero" are refused.
+TEST(CpuBackend, AttentionFullyMaskedRowsZeroKeepsNaNRowsAndChecksItsValue) {
+  Values qv = random_values(3 * 4, 130);
+  qv[4] = std::nanf("");  // row 1 of q
+  const Tensor q = make({1, 1, 3, 4}, qv);
+  const Tensor k = random_tensor({1, 1, 5, 4}, 131);
+  const Tensor v = random_tensor({1, 1, 5, 4}, 132);
+  const Tensor mask = make({3, 5}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -kInf, -kInf, -kInf, -kInf, -kInf});
+  const Attributes zero = Attributes().set("fully_masked_rows", std::string("zero"));
+  const Values y = values(run1("attention", {q, k, v, mask}, zero));
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_FALSE(std::isnan(y[c]));
+    EXPECT_TRUE(std::isnan(y[4 + c]));
+    EXPECT_EQ(y[8 + c], 0.0f);
+  }
+  EXPECT_TRUE(std::isnan(values(run1("attention", {q, k, v, mask}))[8]));  // the default: "nan"
+  XPURT_EXPECT_THROW_WITH(run1("attention", {q, k, v}, Attributes().set("fully_masked_rows", std::string("Zero"))),
+                          InvalidArgumentError, "fully_masked_rows must be \"nan\" (the default) or \"zero\", got "
+                          "\"Zero\"");
+}
+
 // log(sum_j exp(score_ij)) per row of attention(q, k, v, mask) in double, score = q k^T * scale + mask, keys
 // after the query skipped when causal; `mask` empty or [B, 1, Sq, Sk]. lse [B, H, Sq].
 std::vector<double> naive_attention_lse(const Values& q, const Values& k, const Values& mask, Shape qs, Shape ks,

@@ -465,7 +465,9 @@ TEST(CudaRawGpu, SoftmaxLastdimWorksInPlace) {
   }
 }
 
-// The attention softmax against a float64 host computation from the same (dtype-rounded) values.
+// The attention softmax against a float64 host computation from the same (dtype-rounded) values. Fully masked rows
+// are NaN, or 0 with zero_fully_masked_rows (Note [Fully masked attention rows]), in the register-cached kernel and
+// in the online one (Sk = 5000).
 TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
   XPURT_SKIP_WITHOUT_GPU();
   std::mt19937 rng(11);
@@ -473,10 +475,15 @@ TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
     std::int64_t batch, heads, sq, sk;
     bool causal;
     int mask;  // 0: none, 1: [B, 1, 1, Sk], 2: [B, H, Sq, Sk], 3: [1, 1, Sq, Sk] with some rows fully -inf
+    bool zero_rows = false;
   };
-  const std::vector<Case> cases = {{2, 3, 5, 7, false, 0}, {2, 3, 5, 7, true, 0},  {2, 3, 7, 5, true, 1},
-                                   {1, 2, 4, 4, false, 2}, {2, 1, 3, 1030, true, 2}, {1, 1, 1, 1, true, 0},
-                                   {2, 2, 6, 9, false, 3}, {1, 2, 3, 2000, false, 1}};
+  const std::vector<Case> cases = {{2, 3, 5, 7, false, 0},         {2, 3, 5, 7, true, 0},
+                                   {2, 3, 7, 5, true, 1},          {1, 2, 4, 4, false, 2},
+                                   {2, 1, 3, 1030, true, 2},       {1, 1, 1, 1, true, 0},
+                                   {2, 2, 6, 9, false, 3},         {1, 2, 3, 2000, false, 1},
+                                   {2, 2, 6, 9, false, 3, true},   {2, 2, 6, 9, true, 3, true},
+                                   {1, 2, 6, 5000, false, 3},      {1, 2, 6, 5000, false, 3, true},
+                                   {2, 3, 5, 7, true, 1, true}};
   for (const DType dtype : kFloatTypes) {
     for (const auto& c : cases) {
       const float scale = 0.37f;
@@ -528,8 +535,9 @@ TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
             }
             double sum = 0;
             for (const double value : v) sum += max == -INFINITY ? 0.0 : std::exp(value - max);
+            const float masked = c.zero_rows ? 0.0f : std::numeric_limits<float>::quiet_NaN();
             for (std::int64_t j = 0; j < c.sk; ++j) {
-              e[row + j] = max == -INFINITY ? std::numeric_limits<float>::quiet_NaN()
+              e[row + j] = max == -INFINITY ? masked
                                             : static_cast<float>(std::exp(v[static_cast<std::size_t>(j)] - max) / sum);
             }
           }
@@ -540,17 +548,19 @@ TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
       Tensor scores = scores_host.to(Device::cuda(0));
       const Tensor mask = mask_host.defined() ? mask_host.to(Device::cuda(0)) : Tensor();
       cuda_raw::attention_softmax(scores.data_ptr(), dtype, c.batch * c.heads, c.heads, c.sq, c.sk, scale, c.causal,
-                                  mask.defined() ? mask.data_ptr() : nullptr, mask_strides, stream_handle());
+                                  c.zero_rows, mask.defined() ? mask.data_ptr() : nullptr, mask_strides,
+                                  stream_handle());
       synchronize();
       Tolerance tol = tolerance_for(dtype);
       tol.atol = 1e-6;
       expect_close(scores, expected, tol,
                    label("attention_softmax", scores_shape, dtype,
-                         std::string(c.causal ? "causal" : "full") + " mask " + std::to_string(c.mask)));
+                         std::string(c.causal ? "causal" : "full") + " mask " + std::to_string(c.mask) +
+                             (c.zero_rows ? " zero rows" : "")));
     }
   }
-  XPURT_EXPECT_THROW_WITH(cuda_raw::attention_softmax(nullptr, DType::kFloat32, 5, 2, 1, 1, 1.0f, false, nullptr, {},
-                                                      nullptr),
+  XPURT_EXPECT_THROW_WITH(cuda_raw::attention_softmax(nullptr, DType::kFloat32, 5, 2, 1, 1, 1.0f, false, false,
+                                                      nullptr, {}, nullptr),
                           InvalidArgumentError, "divide");
 }
 

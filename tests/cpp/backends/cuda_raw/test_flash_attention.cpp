@@ -3,8 +3,10 @@
 // the cpu kernel of "attention" on random inputs: head dims 32, 64 and 128, float16 and bfloat16, causal or not, GQA
 // and MQA, Sq != Sk, odd lengths that end in partial tiles, explicit masks broadcast in several ways, a custom
 // scale, every output element written, and bit-identical reruns; with return_lse=1 the log-sum-exp output against
-// the cpu kernel's, and the other attention kernels' refusal of it. The cudnn backend's attention kernel (cuDNN's
-// fused flash attention through its graph API) is checked the same way on the cases it supports (no masks).
+// the cpu kernel's, and the other attention kernels' refusal of it; with fully_masked_rows="zero" rows masked at every
+// key against the cpu kernel's zeros (flash_v2, and the cublas backend's unfused kernel in float32 too), and cudnn's
+// refusal of it. The cudnn backend's attention kernel (cuDNN's fused flash attention through its graph API) is
+// checked the same way on the cases it supports.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -218,6 +220,38 @@ TEST(FlashAttention, ReturnLseMustBeZeroOrOne) {
   XPURT_EXPECT_THROW_WITH(with_return_lse(desc, -1), InvalidArgumentError, "return_lse must be 0 or 1, got -1");
 }
 
+// Every attention kernel either implements fully_masked_rows="zero" or refuses it, saying so (the dispatcher then
+// picks another): cpu, flash_v2 and unfused take it; cudnn refuses it. No GPU needed.
+TEST(FlashAttention, EveryKernelTakesOrRefusesFullyMaskedRowsZero) {
+  SKIP_WITHOUT_FLASH();
+  OpDescriptor desc = attention_desc({2, 4, 33, 64}, {2, 2, 40, 64}, {2, 2, 40, 64}, DType::kFloat16, false,
+                                     Device::cuda(0), 90, {2, 1, 33, 40});
+  desc.attrs.set("fully_masked_rows", std::string("zero"));
+  KernelRegistry::global().infer(desc);
+  EXPECT_TRUE(flash_supports(desc)) << flash_supports(desc).reason();
+  EXPECT_NE(flash_kernel()->build(desc, ExecutionPolicy{}, "")->describe().find("fully masked rows give 0"),
+            std::string::npos);
+  for (const Kernel* kernel : KernelRegistry::global().kernels("attention")) {
+    if (kernel->info().summary == "not in this build" || kernel->info().device_type != DeviceType::kCUDA) continue;
+    const Support s = kernel->supports(desc, ExecutionPolicy{});
+    if (kernel->name() == "cudnn") {
+      EXPECT_FALSE(s.ok());
+      EXPECT_NE(s.reason().find("fully_masked_rows=\"zero\""), std::string::npos) << s.reason();
+    } else {
+      EXPECT_TRUE(s.ok()) << kernel->name() << ": " << s.reason();
+    }
+  }
+  OpDescriptor cpu = attention_desc({2, 4, 33, 64}, {2, 2, 40, 64}, {2, 2, 40, 64}, DType::kFloat16, false,
+                                    Device::cpu(), 0, {2, 1, 33, 40});
+  cpu.attrs.set("fully_masked_rows", std::string("zero"));
+  KernelRegistry::global().infer(cpu);
+  const Kernel* cpu_kernel = KernelRegistry::global().find_kernel("attention", "cpu");
+  EXPECT_TRUE(cpu_kernel->supports(cpu, ExecutionPolicy{})) << cpu_kernel->supports(cpu, ExecutionPolicy{}).reason();
+  desc.attrs.set("fully_masked_rows", std::string("yes"));
+  XPURT_EXPECT_THROW_WITH(KernelRegistry::global().infer(desc), InvalidArgumentError,
+                          "fully_masked_rows must be \"nan\" (the default) or \"zero\", got \"yes\"");
+}
+
 TEST(FlashAttention, UnfusedRefusesReturnLse) {
   SKIP_WITHOUT_FLASH();
   const Kernel* unfused = KernelRegistry::global().find_kernel("attention", "unfused");
@@ -300,6 +334,9 @@ struct Case {
   bool causal = false;
   Shape mask_shape = {};  // empty: no mask
   double scale = 0.0;
+  // With a mask [.., Sq, Sk]: this query row is -inf at every key (and every 7th mask entry is -inf); -1: none.
+  std::int64_t masked_row = -1;
+  bool zero_rows = false;  // fully_masked_rows="zero" (Note [Fully masked attention rows] in cpu_attention.cpp)
 };
 
 std::string case_name(const Case& c, DType dtype) {
@@ -312,7 +349,21 @@ std::string case_name(const Case& c, DType dtype) {
     for (std::size_t k = 0; k < c.mask_shape.size(); ++k) name += (k ? "," : "") + std::to_string(c.mask_shape[k]);
     name += "]";
   }
+  if (c.masked_row >= 0) name += " row " + std::to_string(c.masked_row) + " masked";
+  if (c.zero_rows) name += " fully_masked_rows=zero";
   return name;
+}
+
+// Sets row `row` of a float32 mask [.., Sq, Sk] to -inf at every key in every outer slice, and every 7th entry to -inf.
+void mask_out_row(Tensor& values, std::int64_t row) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const Shape& shape = values.shape();
+  const std::int64_t sk = shape.back(), sq = shape[shape.size() - 2];
+  float* m = static_cast<float*>(values.data_ptr());
+  for (std::int64_t i = 0; i < values.numel(); i += 7) m[i] = kNegInf;
+  for (std::int64_t outer = 0; outer < values.numel() / (sq * sk); ++outer) {
+    for (std::int64_t j = 0; j < sk; ++j) m[(outer * sq + row) * sk + j] = kNegInf;
+  }
 }
 
 // Relative tolerance of a GPU kernel's attention output against the cpu kernel's on the same (rounded) inputs: both
@@ -326,10 +377,16 @@ void check_against_cpu(const Case& c, DType dtype, unsigned seed, const Kernel* 
   const Tensor q = random_tensor({c.batch, c.heads, c.seq_q, c.head_dim}, dtype, gen, -2.f, 2.f);
   const Tensor k = random_tensor({c.batch, c.kv_heads, c.seq_k, c.head_dim}, dtype, gen, -2.f, 2.f);
   const Tensor v = random_tensor({c.batch, c.kv_heads, c.seq_k, c.head_dim}, dtype, gen);
-  const Tensor mask = c.mask_shape.empty() ? Tensor() : random_tensor(c.mask_shape, dtype, gen, -3.f, 3.f);
+  Tensor mask;
+  if (!c.mask_shape.empty()) {
+    Tensor values = random_tensor(c.mask_shape, DType::kFloat32, gen, -3.f, 3.f);
+    if (c.masked_row >= 0) mask_out_row(values, c.masked_row);
+    mask = cpu_cast(values, dtype);
+  }
   Attributes attrs;
   attrs.set("causal", std::int64_t{c.causal ? 1 : 0});
   attrs.set("scale", c.scale);
+  if (c.zero_rows) attrs.set("fully_masked_rows", std::string("zero"));
 
   const Device gpu = Device::cuda(0);
   const std::vector<Tensor> gpu_inputs = {q.to(gpu), k.to(gpu), v.to(gpu), mask.defined() ? mask.to(gpu) : Tensor()};
@@ -354,6 +411,15 @@ void check_against_cpu(const Case& c, DType dtype, unsigned seed, const Kernel* 
   }
   EXPECT_EQ(bad, 0u) << "of " << got.size() << " elements; max |error| " << max_error;
   EXPECT_LE(std::sqrt(error_sq / std::max(ref_sq, 1e-30)), tolerance / 2) << "relative L2 error";
+  if (c.zero_rows && c.masked_row >= 0) {  // exactly 0, in every (batch, head)
+    std::size_t nonzero = 0;
+    for (std::int64_t bh = 0; bh < c.batch * c.heads; ++bh) {
+      for (std::int64_t d = 0; d < c.head_dim; ++d) {
+        nonzero += got[static_cast<std::size_t>((bh * c.seq_q + c.masked_row) * c.head_dim + d)] != 0.0f ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(nonzero, 0u) << "elements of the fully masked row " << c.masked_row << " that are not 0";
+  }
 }
 
 TEST(FlashAttentionGpu, MatchesCpuAcrossShapes) {
@@ -445,6 +511,42 @@ TEST(FlashAttentionGpu, FullyMaskedRowIsNaN) {
   for (std::int64_t i = 0; i < sq; ++i) {
     for (std::int64_t c = 0; c < d; ++c) {
       EXPECT_EQ(std::isnan(out[i * d + c]), i == 3) << "row " << i << ", column " << c;
+    }
+  }
+}
+
+// fully_masked_rows="zero" (Note [Fully masked attention rows]): rows masked at every key are 0, as in the cpu kernel;
+// a row whose only visible key (causal: row 0) is masked too; the other rows as without the attribute. Masks of every
+// broadcast shape flash_v2 reads, rows in the first and a later 128-row block, several key tiles.
+TEST(FlashAttentionGpu, FullyMaskedRowsZeroMatchCpu) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  unsigned seed = 600;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (std::int64_t d : {32, 64, 128}) {
+      for (bool causal : {false, true}) {
+        check_against_cpu({2, 4, 2, 77, 130, d, causal, {2, 1, 77, 130}, 0.0, 5, true}, dtype, seed++);
+        check_against_cpu({1, 2, 2, 200, 61, d, causal, {200, 61}, 0.3, 150, true}, dtype, seed++);  // 2nd block
+        check_against_cpu({2, 2, 1, 33, 300, d, causal, {2, 2, 33, 300}, 0.0, 0, true}, dtype, seed++);
+        check_against_cpu({1, 2, 2, 1, 257, d, causal, {1, 1, 1, 257}, 0.0, 0, true}, dtype, seed++);  // one query
+      }
+    }
+  }
+}
+
+// The same cases through the unfused kernel (cuBLAS GEMMs around cuda_raw's attention softmax), float32 included:
+// the kernel float32 attention runs on, and where attention_fusion's float32 TorchScript exports go on a GPU.
+TEST(FlashAttentionGpu, UnfusedFullyMaskedRowsZeroMatchCpu) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  const Kernel* unfused = KernelRegistry::global().find_kernel("attention", "unfused");
+  ASSERT_NE(unfused, nullptr);
+  unsigned seed = 700;
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (bool causal : {false, true}) {
+      check_against_cpu({2, 4, 2, 77, 130, 64, causal, {2, 1, 77, 130}, 0.0, 5, true}, dtype, seed++, unfused);
+      check_against_cpu({1, 3, 3, 7, 11, 80, causal, {7, 11}, 0.0, 0, true}, dtype, seed++, unfused);
+      check_against_cpu({1, 2, 2, 6, 5000, 32, causal, {1, 1, 6, 5000}, 0.0, 4, true}, dtype, seed++, unfused);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -153,8 +155,11 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
     return ops::call("layer_norm", {input(0), input(1), input(2), input(3)}, a);  // input 3: the residual
   }
   if (n.op_type == "Attention") {
-    // Other layouts (Note [Attention layouts]) as the library runs them: the cpu kernel reads them in place.
-    if (n.attrs.has("bshd") || n.attrs.has("qkv_parts")) return run_fused_in_library(n, in);
+    // Other layouts (Note [Attention layouts]) and fully masked rows of 0 (Note [Fully masked attention rows]) as the
+    // library runs them: the cpu kernel reads them in place.
+    if (n.attrs.has("bshd") || n.attrs.has("qkv_parts") || n.attrs.has("fully_masked_rows")) {
+      return run_fused_in_library(n, in);
+    }
     return {ops::attention(input(0), input(1), input(2), input(3), n.attrs.get_int("causal", 0) != 0,
                            n.attrs.get_float("scale", 0.0))};
   }
@@ -1732,6 +1737,156 @@ TEST(AttentionFusion, NotWithThreeTermsASharedPartialSumOrATermThatGrowsTheScore
   // A term whose dims are not 1 or the scores' own.
   Graph wide = biased_attention_graph(S, {{{1, H, S, S}, true}, {{2, S}, false}});
   EXPECT_EQ(passes::attention_fusion(wide, {}).rewrites, 0);
+}
+
+// Note [The NaN guard of fully masked rows]: PyTorch's TorchScript export of scaled_dot_product_attention with a
+// boolean mask, as the suite's BERT, GPT-2 and Llama have it: q [B, S, H, D] and k moved to heads by Transposes and
+// each scaled by sqrt(scale), the mask Where(Expand(keep), 0, fill) of 1-element float constants, the softmax, and
+// Where(IsNaN(p), 0, p) before the MatMul with v. `keep` [B, 1, S, S] (bool).
+Graph torchscript_guarded_attention_graph(float fill) {
+  const std::int64_t B = 2, H = 3, S = 5, D = 4;
+  const auto perm = [](std::vector<std::int64_t> p) { return Attributes().set("perm", std::move(p)); };
+  Builder b;
+  b.input("q", {B, S, H, D}).input("k", {B, S, H, D}).input("v", {B, H, S, D}).input("keep", {B, 1, S, S});
+  b.g.types["keep"].dtype = DType::kBool;
+  b.constant("root", scalar(0.70710678f)).constant("zero", make({1}, {0.0f})).constant("fill", make({1}, {fill}));
+  b.constant("mask_shape", make_i64({4}, {B, 1, S, S}));
+  b.add(node("Transpose", {"q"}, {"qh"}, perm({0, 2, 1, 3}))).add(node("Mul", {"qh", "root"}, {"qs"}));
+  b.add(node("Transpose", {"k"}, {"kt"}, perm({0, 2, 3, 1}))).add(node("Mul", {"kt", "root"}, {"kts"}));
+  b.add(node("MatMul", {"qs", "kts"}, {"s"}));
+  b.add(node("Expand", {"keep", "mask_shape"}, {"keep_all"}));
+  b.add(node("Where", {"keep_all", "zero", "fill"}, {"mask"}));
+  b.add(node("Add", {"s", "mask"}, {"sm"})).add(node("Softmax", {"sm"}, {"p"}, Attributes().set("axis", I(-1))));
+  b.add(node("IsNaN", {"p"}, {"p_nan"})).add(node("Where", {"p_nan", "zero", "p"}, {"pg"}));
+  b.add(node("MatMul", {"pg", "v"}, {"o"}));
+  b.typed("qh", {B, H, S, D}).typed("mask", {B, 1, S, S});
+  return b.build({"o"});
+}
+
+// keep [2, 1, 5, 5]: batch 0 row 2 and batch 1 row 4 masked at every key, the other rows at some keys or none.
+Tensor keep_with_fully_masked_rows() {
+  const std::vector<std::uint8_t> keep = {
+      1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1,   // batch 0, rows 0 to 4
+      1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0};  // batch 1
+  Tensor t = Tensor::empty({2, 1, 5, 5}, DType::kBool);
+  std::memcpy(t.data_ptr(), keep.data(), keep.size());
+  return t;
+}
+
+TEST(AttentionFusion, TorchScriptNaNGuardOfAMinusInfMaskFusesWithFullyMaskedRowsZero) {
+  const Feeds feeds = {{"q", random({2, 5, 3, 4}, 111)},
+                       {"k", random({2, 5, 3, 4}, 112)},
+                       {"v", random({2, 3, 5, 4}, 113)},
+                       {"keep", keep_with_fully_masked_rows()}};
+  const Graph g = torchscript_guarded_attention_graph(-std::numeric_limits<float>::infinity());
+  // The unfused chain gives the fully masked rows 0 (the guard), the others a softmax over their visible keys.
+  const Values unfused = values(run_graph(g, feeds)[0]);
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::attention_fusion, feeds, &rewrites);  // outputs compared, the zero rows included
+  EXPECT_GE(rewrites, 1);
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr) << out.str();
+  EXPECT_EQ(a->attrs.get_string("fully_masked_rows", "nan"), "zero");
+  EXPECT_EQ(a->inputs[3], "mask");
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-6);
+  EXPECT_EQ(count(out, "Softmax") + count(out, "IsNaN") + count(out, "MatMul"), 0) << out.str();
+  EXPECT_EQ(count(out, "Where"), 1) << out.str();  // the mask's own
+  const Values fused = values(run_graph(out, feeds, nullptr, /*library_fused=*/true)[0]);
+  ASSERT_EQ(fused.size(), unfused.size());
+  for (std::int64_t h = 0; h < 3; ++h) {
+    for (const auto& [b, row] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {1, 4}}) {
+      for (std::int64_t d = 0; d < 4; ++d) {
+        const std::size_t at = static_cast<std::size_t>(((b * 3 + h) * 5 + row) * 4 + d);
+        EXPECT_EQ(unfused[at], 0.0f) << "batch " << b << " head " << h << " row " << row;
+        EXPECT_EQ(fused[at], 0.0f) << "batch " << b << " head " << h << " row " << row;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < fused.size(); ++i) ASSERT_FALSE(std::isnan(fused[i])) << i;
+}
+
+// Note [Scores promoted to float32 by a float32 mask]: the same export of a float16 model. The float32 mask promotes
+// the float16 scores (Cast(to=float) after the MatMul), v is cast to float32 for the second MatMul, and the output is
+// float32. The chain becomes a float32 Attention of Cast(q), Cast(k) and the graph's Cast(v), with the zero rows of
+// the guard; the unfused chain rounds the scaled q, k and their product to float16 first, so the outputs agree to
+// float16's rounding, the fully masked rows exactly.
+TEST(AttentionFusion, Float16ScoresPromotedByAFloat32MaskFuseAsAFloat32Attention) {
+  const std::int64_t B = 2, H = 3, S = 5, D = 4;
+  Builder b;
+  b.input("q", {B, H, S, D}).input("k", {B, H, S, D}).input("v", {B, H, S, D}).input("keep", {B, 1, S, S});
+  for (const char* name : {"q", "k", "v"}) b.g.types[name].dtype = DType::kFloat16;
+  b.g.types["keep"].dtype = DType::kBool;
+  b.constant("root", ops::cast(scalar(0.70710678f), DType::kFloat16));
+  b.constant("zero", make({1}, {0.0f})).constant("fill", make({1}, {-std::numeric_limits<float>::infinity()}));
+  b.constant("mask_shape", make_i64({4}, {B, 1, S, S}));
+  b.add(node("Mul", {"q", "root"}, {"qs"}));
+  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  b.add(node("Mul", {"kt", "root"}, {"kts"})).add(node("MatMul", {"qs", "kts"}, {"s16"}));
+  b.add(node("Cast", {"s16"}, {"s"}, Attributes().set("to", I(1))));
+  b.add(node("Expand", {"keep", "mask_shape"}, {"keep_all"}));
+  b.add(node("Where", {"keep_all", "zero", "fill"}, {"mask"}));
+  b.add(node("Add", {"s", "mask"}, {"sm"})).add(node("Softmax", {"sm"}, {"p"}, Attributes().set("axis", I(-1))));
+  b.add(node("IsNaN", {"p"}, {"p_nan"})).add(node("Where", {"p_nan", "zero", "p"}, {"pg"}));
+  b.add(node("Cast", {"v"}, {"v32"}, Attributes().set("to", I(1)))).add(node("MatMul", {"pg", "v32"}, {"o"}));
+  b.g.types["s16"] = type({B, H, S, S}, DType::kFloat16);
+  b.typed("mask", {B, 1, S, S}).typed("v32", {B, H, S, D});
+  const Graph g = b.build({"o"});
+  const Feeds feeds = {{"q", ops::cast(random({B, H, S, D}, 117), DType::kFloat16)},
+                       {"k", ops::cast(random({B, H, S, D}, 118), DType::kFloat16)},
+                       {"v", ops::cast(random({B, H, S, D}, 119), DType::kFloat16)},
+                       {"keep", keep_with_fully_masked_rows()}};
+  Graph out = g;
+  EXPECT_EQ(passes::attention_fusion(out, {}).rewrites, 1);
+  out.validate();
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr) << out.str();
+  EXPECT_EQ(a->attrs.get_string("fully_masked_rows", "nan"), "zero");
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-3);  // the float16 root, squared
+  ASSERT_EQ(a->inputs.size(), 4u);
+  EXPECT_EQ(a->inputs[2], "v32");
+  EXPECT_EQ(a->inputs[3], "mask");
+  for (std::size_t t = 0; t < 2; ++t) {  // q and k through new Casts to float32
+    EXPECT_EQ(out.types.at(a->inputs[t]).dtype, DType::kFloat32) << a->inputs[t];
+  }
+  EXPECT_EQ(count(out, "Cast"), 3) << out.str();
+  EXPECT_EQ(count(out, "Softmax") + count(out, "IsNaN") + count(out, "MatMul") + count(out, "Mul"), 0) << out.str();
+  const std::vector<Tensor> unfused = run_graph(g, feeds);
+  const std::vector<Tensor> fused = run_graph(out, feeds, nullptr, /*library_fused=*/true);
+  ASSERT_EQ(fused[0].dtype(), DType::kFloat32);
+  const Values want = values(unfused[0]), got = values(fused[0]);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-3 * (1.0 + std::fabs(want[i]))) << "element " << i;
+  }
+  for (std::int64_t h = 0; h < H; ++h) {  // the rows keep masks at every key: 0 both ways
+    EXPECT_EQ(got[static_cast<std::size_t>(((0 * H + h) * S + 2) * D)], 0.0f);
+    EXPECT_EQ(got[static_cast<std::size_t>(((1 * H + h) * S + 4) * D)], 0.0f);
+    EXPECT_EQ(want[static_cast<std::size_t>(((1 * H + h) * S + 4) * D)], 0.0f);
+  }
+  // A 16-bit Cast that is not to float32 (here back to float16) is not a promotion: unfused.
+  Graph narrowed = g;
+  for (Node& n : narrowed.nodes) {
+    if (n.outputs[0] == "s") n.attrs.set("to", I(10));
+  }
+  narrowed.types["s"] = type({B, H, S, S}, DType::kFloat16);
+  EXPECT_EQ(passes::attention_fusion(narrowed, {}).rewrites, 0);
+}
+
+// A finite fill (transformers' finfo.min; here -100, which float32 adds to the scores without losing the digits the
+// comparison needs) cannot empty a row: the guard changes nothing and goes with a plain Attention (the rows masked at
+// every key then average v, fused or not).
+TEST(AttentionFusion, NaNGuardOfAFiniteMaskFusesAsAPlainAttention) {
+  const Feeds feeds = {{"q", random({2, 5, 3, 4}, 114)},
+                       {"k", random({2, 5, 3, 4}, 115)},
+                       {"v", random({2, 3, 5, 4}, 116)},
+                       {"keep", keep_with_fully_masked_rows()}};
+  int rewrites = 0;
+  Graph out = run_pass(torchscript_guarded_attention_graph(-100.0f), passes::attention_fusion, feeds, &rewrites);
+  EXPECT_GE(rewrites, 1);
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr) << out.str();
+  EXPECT_FALSE(a->attrs.has("fully_masked_rows"));
+  EXPECT_EQ(count(out, "IsNaN"), 0) << out.str();
 }
 
 // ---- the whole pipeline ----

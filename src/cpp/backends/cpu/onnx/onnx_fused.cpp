@@ -99,6 +99,7 @@ void register_fused_ops(NodeKernelRegistrar& kernels) {
     Attributes attrs;
     attrs.set("scale", ctx.attr_float("scale", 0.0)).set("causal", ctx.attr_int("causal", 0));
     AttentionLayout::forward(ctx.node().attrs, &attrs);  // Note [Attention layouts]
+    forward_fully_masked_rows(ctx.node().attrs, &attrs);  // Note [Fully masked attention rows]
     run_registry_op(ctx, "attention", inputs_of(ctx, 4), attrs);
   });
 }

@@ -1299,6 +1299,7 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          a.set("scale", c.node.attrs.get_float("scale", 0.0));
          a.set("causal", c.node.attrs.get_int("causal", 0));
          AttentionLayout::forward(c.node.attrs, &a);  // Note [Attention layouts]
+         forward_fully_masked_rows(c.node.attrs, &a);  // Note [Fully masked attention rows]
          return registry("attention", {0, 1, 2, c.has(3) ? 3 : -1}, a);
        }},
   };

@@ -249,7 +249,26 @@ bool same_dims(const std::vector<Dim>& a, const std::vector<std::size_t>& ai, co
   return true;
 }
 
-// Where(IsNaN(p), 0, p) reading the softmax output `p` (its only readers): the IsNaN and Where nodes.
+// Note [The NaN guard of fully masked rows]
+// PyTorch's exporters (TorchScript and dynamo alike) write scaled_dot_product_attention's softmax as
+//   p = Softmax(scores + mask); Where(IsNaN(p), 0, p) -> MatMul(., v)
+// with the 0 a float constant of p's type (a 1-element Constant in the TorchScript exports, a scalar initializer in
+// the dynamo ones): the guard zeroes the rows whose softmax is NaN. With finite q and k (so finite scores) and a mask
+// of finite values and -inf, a row is NaN only where the mask is -inf at every key, and a softmax row is NaN entirely
+// or not at all; so the guarded chain is the Attention op with fully_masked_rows="zero" (Note [Fully masked attention
+// rows] in cpu_attention.cpp), exactly, whenever v is finite too (the guard's 0 times v). attention_fusion therefore takes the guard in two ways:
+//  * a mask that cannot hold -inf (finite_mask: a finite constant, Where of finite constants, and views of those):
+//    no row is fully masked, the guard changes nothing, and the Attention is the plain one;
+//  * any other mask (the TorchScript exports' Where(bool, 0, -inf) padding and causal masks, a mask that is a graph
+//    input or computed at run time): the Attention with fully_masked_rows="zero". Until 2026-12 these stayed
+//    unfused (the guard was only dropped where it was provably a no-op): BERT, CLIP's text encoder, DistilBERT,
+//    GPT-2, Llama and RoBERTa as the TorchScript exporter writes them.
+// Where the two differ: a NaN or +inf score (NaN or infinite q, k or mask, or float16 scores that overflow in the
+// unfused MatMul) makes the unfused row NaN and the guard then 0, while the fused row is NaN (a NaN input) or finite
+// (the kernels accumulate the scores in float32: no overflow). Neither is an input a model is meant to see.
+//
+// Where(IsNaN(p), 0, p) reading the softmax output `p` (its only readers): the IsNaN and Where nodes (Note [The NaN
+// guard of fully masked rows]).
 std::optional<std::pair<std::size_t, std::size_t>> nan_guard(const Graph& g, const Uses& uses, const Matcher& m,
                                                              const std::string& p) {
   const auto& readers = uses.readers(p);
@@ -946,9 +965,34 @@ namespace {
 // stage at batch 8) and the attention runs with no extra kernel. Three or more Adds, or an Add whose partial sum
 // something else reads, stay unfused.
 
-// Whether `value` is Q K^T computed by a MatMul, possibly scaled once by a Div or Mul by a constant.
+// Note [Scores promoted to float32 by a float32 mask]
+// PyTorch's TorchScript exporter writes scaled_dot_product_attention with a boolean mask as Where(mask, 0, -inf) in
+// float32, whatever q's type; in a float16 model ONNX's type promotion then runs the rest of the attention in float32:
+//   s = Cast(to=float)(MatMul(q * c, k^T * c))    q, k float16; the MatMul and its scales in float16
+//   p = Softmax(s + mask)                          mask float32, then the NaN guard (Note [The NaN guard of fully
+//   o = MatMul(p, Cast(to=float)(v))                 masked rows]); o float32, and so is what reads it
+// (the suite's float16 TorchScript exports: the first attention of BERT, CLIP's text encoder, DistilBERT, GPT-2,
+// RoBERTa and DeiT, every attention of Llama, whose residual stream stays float16). attention_fusion takes the Cast
+// of the scores as part of the chain and fuses a float32 Attention of Cast(q), Cast(k) (new Casts to float32, exact)
+// and v as the graph casts it: the mask, v and the output keep the graph's float32. The unfused chain rounds q * c,
+// k^T * c and their product to float16 first, which the fused one does not: it is the closer of the two to exact
+// arithmetic (as in Note [Softmax in float32]), within float16's rounding of the other. A 16-bit Attention (flash_v2
+// on a GPU) would instead round the probabilities and the output to float16, below what the graph computes, so the
+// attention stays float32 (on a GPU the unfused kernel: cuBLAS GEMMs around one softmax).
+
+// A Cast to float32 of a float16 or bfloat16 value (Note [Scores promoted to float32 by a float32 mask]).
+bool promotes_to_float32(const Graph& g, const Node& n) {
+  if (!is_onnx(n, "Cast") || n.inputs.size() != 1) return false;
+  if (dtype_from_onnx(n.attrs.get_int("to", 0)) != DType::kFloat32) return false;
+  const auto from = value_dtype(g, n.inputs[0]);
+  return from && (*from == DType::kFloat16 || *from == DType::kBFloat16);
+}
+
+// Whether `value` is Q K^T computed by a MatMul, possibly scaled once by a Div or Mul by a constant, possibly promoted
+// to float32 after (Note [Scores promoted to float32 by a float32 mask]).
 bool from_scaled_matmul(const Graph& g, const Uses& uses, const std::string& value) {
   auto p = uses.producer(value);
+  if (p && promotes_to_float32(g, g.nodes[*p])) p = uses.producer(g.nodes[*p].inputs[0]);
   if (p && (is_onnx(g.nodes[*p], "Div") || is_onnx(g.nodes[*p], "Mul"))) {
     auto factor = scale_operand(g, g.nodes[*p]);
     p = factor ? uses.producer(g.nodes[*p].inputs[factor->first]) : std::nullopt;
@@ -1090,6 +1134,20 @@ std::string window_term_input(Graph& g, const WindowTerm& window, DType dtype, c
   return term;
 }
 
+// A Cast to float32 of `value` (of type `type`), appended to `new_nodes`: its output (Note [Scores promoted to float32
+// by a float32 mask]).
+std::string float32_copy(Graph& g, const std::string& value, ValueType type, const std::string& hint,
+                         std::vector<Node>& new_nodes) {
+  const std::string out = g.unique_name(hint);
+  type.dtype = DType::kFloat32;
+  g.types[out] = type;
+  Node cast = make_node(out, "Cast", {value}, {out});
+  cast.domain = "";
+  cast.attrs.set("to", static_cast<std::int64_t>(1));  // TensorProto.FLOAT
+  new_nodes.push_back(std::move(cast));
+  return out;
+}
+
 // One additive input from the terms: the term itself, or a new Add(t1, t2) (appended to `new_nodes`, its output
 // typed with the broadcast shape of the two) (Note [Attention with additive terms]).
 std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
@@ -1144,6 +1202,51 @@ std::optional<TransposedKeys> transposed_keys(const Graph& g, const Uses& uses, 
   if (!out.from_bshd && perm != std::vector<std::int64_t>{0, 1, 3, 2}) return std::nullopt;
   out.k = g.nodes[*out.transpose].inputs[0];
   return out;
+}
+
+// The nodes of K^T's chain (the Transpose, or the decomposition's nodes) that go with the attention: those whose values
+// nothing else reads (`kt` read only by `kt_reader`, the next node of the chain); none when something else reads one.
+std::vector<std::size_t> private_key_chain(const Graph& g, const Uses& uses, const Rewriter& rw,
+                                           const TransposedKeys& keys, const std::string& kt, std::size_t kt_reader) {
+  if (keys.transpose) {
+    if (uses.only_reader(kt, kt_reader) && !rw.taken(*keys.transpose)) return {*keys.transpose};
+    return {};
+  }
+  const std::vector<std::size_t>& merged = keys.merged;
+  bool chain_private = uses.only_reader(kt, kt_reader);
+  for (std::size_t c = 0; c + 1 < merged.size() && chain_private; ++c) {
+    chain_private = uses.only_reader(g.nodes[merged[c + 1]].outputs[0], merged[c]);
+  }
+  for (std::size_t c : merged) chain_private = chain_private && !rw.taken(c);
+  return chain_private ? merged : std::vector<std::size_t>{};
+}
+
+// The probabilities MatMul(., V) reads: the softmax's (after its casts) `p`, or the output of the NaN guard reading it,
+// whose IsNaN and Where join `nodes`; with `zero_masked_rows` when a mask that may hold -inf makes the guard the
+// Attention's fully_masked_rows="zero" (Note [The NaN guard of fully masked rows]).
+struct GuardedProbabilities {
+  std::string value;
+  bool zero_masked_rows = false;
+};
+
+GuardedProbabilities guarded_probabilities(const Graph& g, const Uses& uses, const Matcher& m, const std::string& p,
+                                           const AdditiveTerms& additive, std::vector<std::size_t>& nodes) {
+  auto guard = nan_guard(g, uses, m, p);
+  if (!guard) return {p, false};
+  bool finite = true;
+  for (const std::string& term : additive.terms) finite = finite && finite_mask(g, uses, term, 4);
+  if (additive.window) finite = finite && finite_mask(g, uses, additive.window->mask, 4);
+  nodes.push_back(guard->first);
+  nodes.push_back(guard->second);
+  return {g.nodes[guard->second].outputs[0], !finite};
+}
+
+// "fused <the nodes, in graph order> -> Attention '<name>'".
+std::string fusion_note(const Graph& g, std::vector<std::size_t> nodes, const std::string& name) {
+  std::sort(nodes.begin(), nodes.end());
+  std::string note = "fused ";
+  for (std::size_t idx = 0; idx < nodes.size(); ++idx) note += (idx ? " + " : "") + describe(g.nodes[nodes[idx]]);
+  return note + " -> Attention '" + name + "'";
 }
 
 // Note [Softmax in float32]
@@ -1217,6 +1320,14 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     nodes.insert(nodes.end(), additive->adds.begin(), additive->adds.end());
     std::string scores = additive->scores;
     std::size_t reader = additive->reader;
+    // 16-bit scores cast to float32 before a float32 mask (Note [Scores promoted to float32 by a float32 mask]).
+    const auto promoted = m.sole_producer(scores, reader, "Cast");
+    if (promoted && (casts->up || !promotes_to_float32(g, m.node(*promoted)))) continue;
+    if (promoted) {
+      nodes.push_back(*promoted);
+      reader = *promoted;
+      scores = m.node(*promoted).inputs[0];
+    }
     double scale = 1.0;
     // Strips a Div or Mul by a scale from `value` (read only by node `value_reader`): multiplies `scale` by it.
     auto strip_scale = [&](std::string& value, std::size_t value_reader) {
@@ -1247,32 +1358,29 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     auto keys = transposed_keys(g, uses, kt);
     if (!keys) continue;
     const std::string k = keys->k;
-    const std::vector<std::size_t>& merged = keys->merged;
     const bool from_bshd = keys->from_bshd;
-    const std::optional<std::size_t> tp = keys->transpose;
     // Forwards: MatMul(probabilities, V), where the probabilities may pass through Where(IsNaN(p), 0, p), PyTorch's
-    // guard for rows masked entirely by -inf. With no mask, or a mask that cannot hold -inf, no row is, and the
-    // guard changes nothing (NaN inputs aside, which no attention kernel keeps).
-    std::string probabilities = casts->after.empty() ? softmax.outputs[0] : m.node(casts->after.back()).outputs[0];
-    if (auto guard = nan_guard(g, uses, m, probabilities)) {
-      bool finite = true;
-      for (const std::string& term : additive->terms) finite = finite && finite_mask(g, uses, term, 4);
-      if (additive->window) finite = finite && finite_mask(g, uses, additive->window->mask, 4);
-      if (!finite) continue;
-      probabilities = g.nodes[guard->second].outputs[0];
-      nodes.push_back(guard->first);
-      nodes.push_back(guard->second);
-    }
+    // guard for rows masked entirely by -inf: dropped where the mask cannot hold -inf, else the attention gives such
+    // rows 0 itself (Note [The NaN guard of fully masked rows]).
+    const GuardedProbabilities guarded = guarded_probabilities(
+        g, uses, m, casts->after.empty() ? softmax.outputs[0] : m.node(casts->after.back()).outputs[0], *additive,
+        nodes);
+    const std::string& probabilities = guarded.value;
+    const bool zero_masked_rows = guarded.zero_masked_rows;
     auto pv = m.sole_reader(probabilities, "MatMul");
     if (!pv || m.node(*pv).inputs[0] != probabilities || m.node(*pv).inputs.size() != 2) continue;
     nodes.push_back(*pv);
     const std::string v = m.node(*pv).inputs[1];
-    // Types: Q [B,H,Sq,D], K [B,S,H,D] or [B,H,S,D], V [B,H,S,Dv], all of one fusable float type.
+    // Types: Q [B,H,Sq,D], K [B,S,H,D] or [B,H,S,D], V [B,H,S,Dv], all of one fusable float type, the attention's;
+    // or Q and K of the 16-bit type whose scores were promoted, the rest float32 (Note [Scores promoted to float32
+    // by a float32 mask]).
     auto tq = value_type(g, q), tk = value_type(g, k), tv = value_type(g, v);
     if (!tq || !tk || !tv || !tq->has_shape || !tk->has_shape || !tv->has_shape) continue;
     if (tq->shape.size() != 4 || tk->shape.size() != 4 || tv->shape.size() != 4) continue;
-    if (!is_fusable_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != tq->dtype) continue;
-    if (casts->back && *casts->back != tq->dtype) continue;  // Note [Softmax in float32]: cast back to q's dtype
+    const DType dtype = promoted ? DType::kFloat32 : tq->dtype;
+    if (!is_fusable_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != dtype) continue;
+    if (promoted && value_dtype(g, m.node(*promoted).inputs[0]) != tq->dtype) continue;
+    if (casts->back && *casts->back != dtype) continue;  // Note [Softmax in float32]: cast back to q's dtype
     std::vector<Dim> k_bhsd = tk->shape;
     if (from_bshd) k_bhsd = {tk->shape[0], tk->shape[2], tk->shape[1], tk->shape[3]};
     if (!same_dims(tq->shape, {0, 1, 3}, k_bhsd, {0, 1, 3}) || !same_dims(tv->shape, {0, 1, 2}, k_bhsd, {0, 1, 2})) {
@@ -1281,7 +1389,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     const std::vector<Dim> scores_shape = {tq->shape[0], tq->shape[1], tq->shape[2], k_bhsd[2]};
     std::vector<std::vector<Dim>> term_shapes;
     for (const std::string& term : additive->terms) {
-      if (auto shape = term_shape(g, term, tq->dtype, scores_shape)) term_shapes.push_back(*shape);
+      if (auto shape = term_shape(g, term, dtype, scores_shape)) term_shapes.push_back(*shape);
     }
     if (term_shapes.size() != additive->terms.size()) continue;
     if (additive->window) {  // the window form's static [B * nW, H, Sq, Sk] is the scores' shape
@@ -1290,17 +1398,8 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       if (!same) continue;
     }
     if (rw.any_taken(nodes)) continue;
-    if (tp) {
-      if (uses.only_reader(kt, kt_reader) && !rw.taken(*tp)) nodes.push_back(*tp);
-    } else {
-      // The chain goes with the attention where nothing else reads its values.
-      bool chain_private = uses.only_reader(kt, kt_reader);
-      for (std::size_t c = 0; c + 1 < merged.size() && chain_private; ++c) {
-        chain_private = uses.only_reader(g.nodes[merged[c + 1]].outputs[0], merged[c]);
-      }
-      for (std::size_t c : merged) chain_private = chain_private && !rw.taken(c);
-      if (chain_private) nodes.insert(nodes.end(), merged.begin(), merged.end());
-    }
+    const std::vector<std::size_t> key_chain = private_key_chain(g, uses, rw, *keys, kt, kt_reader);
+    nodes.insert(nodes.end(), key_chain.begin(), key_chain.end());
     std::vector<Node> new_nodes;
     std::string k_input = k;
     if (from_bshd) {
@@ -1314,21 +1413,25 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       new_nodes.push_back(std::move(t));
     }
     std::vector<std::string> inputs = {q, k_input, v};
+    if (promoted) {  // Note [Scores promoted to float32 by a float32 mask]
+      inputs[0] = float32_copy(g, q, *tq, qk_node.name + "_q_float", new_nodes);
+      ValueType k_type = *tk;
+      k_type.shape = k_bhsd;
+      inputs[1] = float32_copy(g, k_input, k_type, qk_node.name + "_k_float", new_nodes);
+    }
     std::vector<std::string> terms = additive->terms;
     if (additive->window) {
-      terms.push_back(window_term_input(g, *additive->window, tq->dtype, qk_node.name, new_nodes));
+      terms.push_back(window_term_input(g, *additive->window, dtype, qk_node.name, new_nodes));
       term_shapes.emplace_back(additive->window->scores.begin(), additive->window->scores.end());
     }
-    if (!terms.empty()) inputs.push_back(one_additive_input(g, terms, term_shapes, tq->dtype, qk_node.name, new_nodes));
+    if (!terms.empty()) inputs.push_back(one_additive_input(g, terms, term_shapes, dtype, qk_node.name, new_nodes));
     Node fused = make_node(qk_node.name, "Attention", inputs, {m.node(*pv).outputs[0]});
     fused.attrs.set("scale", scale);
     fused.attrs.set("causal", static_cast<std::int64_t>(0));
+    if (zero_masked_rows) fused.attrs.set("fully_masked_rows", std::string("zero"));
     new_nodes.push_back(std::move(fused));
-    std::string note = "fused ";
-    std::vector<std::size_t> ordered = nodes;
-    std::sort(ordered.begin(), ordered.end());
-    for (std::size_t idx = 0; idx < ordered.size(); ++idx) note += (idx ? " + " : "") + describe(g.nodes[ordered[idx]]);
-    note += " -> Attention '" + qk_node.name + "'";
+    std::string note = fusion_note(g, nodes, qk_node.name);
+    if (zero_masked_rows) note += " (fully_masked_rows=zero: the NaN guard of a mask that may hold -inf)";
     rw.replace(nodes, std::move(new_nodes), std::move(note));
   }
   rw.apply(result);

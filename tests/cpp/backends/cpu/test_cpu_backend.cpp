@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/cpu_isa.h"
@@ -850,14 +851,17 @@ TEST(CpuBackend, AttentionFullyMaskedRowsZero) {
   }
 }
 
+// q [1, 1, 3, 4] with a NaN in row 1, k and v [1, 1, 5, 4], random from seeds `seed`, + 1 and + 2.
+std::tuple<Tensor, Tensor, Tensor> nan_row_qkv(unsigned seed) {
+  Values qv = random_values(3 * 4, seed);
+  qv[4] = std::nanf("");  // row 1 of q
+  return {make({1, 1, 3, 4}, qv), random_tensor({1, 1, 5, 4}, seed + 1), random_tensor({1, 1, 5, 4}, seed + 2)};
+}
+
 // fully_masked_rows="zero" changes only rows with no visible key: a NaN score (here from q) still makes its row NaN.
 // Values other than "nan" and "zero" are refused.
 TEST(CpuBackend, AttentionFullyMaskedRowsZeroKeepsNaNRowsAndChecksItsValue) {
-  Values qv = random_values(3 * 4, 130);
-  qv[4] = std::nanf("");  // row 1 of q
-  const Tensor q = make({1, 1, 3, 4}, qv);
-  const Tensor k = random_tensor({1, 1, 5, 4}, 131);
-  const Tensor v = random_tensor({1, 1, 5, 4}, 132);
+  const auto [q, k, v] = nan_row_qkv(130);
   const Tensor mask = make({3, 5}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -kInf, -kInf, -kInf, -kInf, -kInf});
   const Attributes zero = Attributes().set("fully_masked_rows", std::string("zero"));
   const Values y = values(run1("attention", {q, k, v, mask}, zero));
@@ -963,11 +967,7 @@ TEST(CpuBackend, AttentionLogSumExpMatchesDoubleReference) {
 }
 
 TEST(CpuBackend, AttentionLogSumExpOfNaNScoresAndBadAttribute) {
-  Values qv = random_values(3 * 4, 95);
-  qv[4] = std::nanf("");  // row 1 of q
-  const Tensor q = make({1, 1, 3, 4}, qv);
-  const Tensor k = random_tensor({1, 1, 5, 4}, 96);
-  const Tensor v = random_tensor({1, 1, 5, 4}, 97);
+  const auto [q, k, v] = nan_row_qkv(95);
   const Values lse = values(run("attention", {q, k, v}, Attributes().set("return_lse", 1))[1]);
   EXPECT_FALSE(std::isnan(lse[0]));
   EXPECT_TRUE(std::isnan(lse[1]));

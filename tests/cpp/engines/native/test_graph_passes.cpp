@@ -1433,9 +1433,8 @@ TEST(AttentionFusion, PreScaledQueryAndKeysWithAComputedMask) {
   EXPECT_EQ(out.nodes.size(), 3u);  // Sub, Mul (the mask), Attention
 }
 
-// Note [Softmax in float32]: transformers' eager attention, Cast(to=float) -> Softmax -> Cast back, with a Mul scale
-// and an additive mask; only the pair of Casts fuses.
-Graph float_softmax_graph(bool cast_back) {
+// q, k, v [2, 3, 5, 4], mask [2, 1, 5, 5] and the scores "sm" = q k^T * 0.5 + mask of the softmax graphs below.
+Builder masked_scores_builder() {
   const std::int64_t B = 2, H = 3, S = 5, D = 4;
   Builder b;
   b.input("q", {B, H, S, D}).input("k", {B, H, S, D}).input("v", {B, H, S, D}).input("mask", {B, 1, S, S});
@@ -1443,6 +1442,24 @@ Graph float_softmax_graph(bool cast_back) {
   b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
   b.add(node("MatMul", {"q", "kt"}, {"s"})).add(node("Mul", {"s", "scale"}, {"ss"}));
   b.add(node("Add", {"ss", "mask"}, {"sm"}));
+  return b;
+}
+
+// The single Attention (q, k, v, mask; scale 0.5) the pass leaves of a masked_scores_builder graph, output "o".
+void expect_one_attention(const Graph& out, int rewrites) {
+  EXPECT_EQ(rewrites, 1);
+  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->inputs, (std::vector<std::string>{"q", "k", "v", "mask"}));
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-12);
+  EXPECT_EQ(a->outputs[0], "o");
+}
+
+// Note [Softmax in float32]: transformers' eager attention, Cast(to=float) -> Softmax -> Cast back, with a Mul scale
+// and an additive mask; only the pair of Casts fuses.
+Graph float_softmax_graph(bool cast_back) {
+  Builder b = masked_scores_builder();
   b.add(node("Cast", {"sm"}, {"sf"}, Attributes().set("to", static_cast<std::int64_t>(1))));
   b.add(node("Softmax", {"sf"}, {"pf"}));
   if (cast_back) b.add(node("Cast", {"pf"}, {"p"}, Attributes().set("to", static_cast<std::int64_t>(1))));
@@ -1457,13 +1474,7 @@ TEST(AttentionFusion, SoftmaxInFloat32FusesWithItsCasts) {
                        {"mask", random({2, 1, 5, 5}, 74, -2, 0)}};
   int rewrites = 0;
   Graph out = run_pass(float_softmax_graph(true), passes::attention_fusion, feeds, &rewrites);
-  EXPECT_EQ(rewrites, 1);
-  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
-  const Node* a = find(out, "Attention");
-  ASSERT_NE(a, nullptr);
-  EXPECT_EQ(a->inputs, (std::vector<std::string>{"q", "k", "v", "mask"}));
-  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-12);
-  EXPECT_EQ(a->outputs[0], "o");
+  expect_one_attention(out, rewrites);
   // An upcast whose float32 probabilities are read as they are: not the pair, not fused.
   Graph upcast_only = float_softmax_graph(false);
   EXPECT_EQ(passes::attention_fusion(upcast_only, {}).rewrites, 0);
@@ -1474,13 +1485,8 @@ TEST(AttentionFusion, SoftmaxInFloat32FusesWithItsCasts) {
 // round trip, without identity_elimination before it (before, the MatMul after the two Casts was not found). A Cast
 // to a narrower type and back changes the probabilities: not fused.
 Graph torchscript_softmax_graph(std::int64_t wide) {
-  const std::int64_t B = 2, H = 3, S = 5, D = 4;
-  Builder b;
-  b.input("q", {B, H, S, D}).input("k", {B, H, S, D}).input("v", {B, H, S, D}).input("mask", {B, 1, S, S});
-  b.constant("scale", scalar(0.5f));
-  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
-  b.add(node("MatMul", {"q", "kt"}, {"s"})).add(node("Mul", {"s", "scale"}, {"ss"}));
-  b.add(node("Add", {"ss", "mask"}, {"sm"})).typed("sm", {B, H, S, S});
+  Builder b = masked_scores_builder();
+  b.typed("sm", {2, 3, 5, 5});
   b.add(node("Softmax", {"sm"}, {"ph"}, Attributes().set("axis", I(-1))));
   b.add(node("Cast", {"ph"}, {"pw"}, Attributes().set("to", wide)));
   b.add(node("Cast", {"pw"}, {"p"}, Attributes().set("to", I(1))));
@@ -1495,13 +1501,7 @@ TEST(AttentionFusion, SoftmaxThenARoundTripThroughFloat32FusesWithItsCasts) {
                        {"mask", random({2, 1, 5, 5}, 78, -2, 0)}};
   int rewrites = 0;
   Graph out = run_pass(torchscript_softmax_graph(/*double*/ 11), passes::attention_fusion, feeds, &rewrites);
-  EXPECT_EQ(rewrites, 1);
-  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
-  const Node* a = find(out, "Attention");
-  ASSERT_NE(a, nullptr);
-  EXPECT_EQ(a->inputs, (std::vector<std::string>{"q", "k", "v", "mask"}));
-  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-12);
-  EXPECT_EQ(a->outputs[0], "o");
+  expect_one_attention(out, rewrites);
   Graph narrowed = torchscript_softmax_graph(/*float16*/ 10);
   EXPECT_EQ(passes::attention_fusion(narrowed, {}).rewrites, 0);
 }

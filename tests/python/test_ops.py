@@ -64,6 +64,21 @@ def test_linear_attention_softmax_layer_norm_against_numpy():
                                atol=1e-5)
 
 
+def test_attention_fully_masked_rows():
+    """A query row masked at every key is NaN by default and 0 with fully_masked_rows="zero"; the others agree."""
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((1, 2, 3, 4), np.float32) for _ in range(3))
+    mask = np.zeros((3, 3), np.float32)
+    mask[1] = -np.inf
+    plain = xrt.ops.attention(q, k, v, mask).numpy()
+    zero = xrt.ops.attention(q, k, v, mask, fully_masked_rows="zero").numpy()
+    assert np.isnan(plain[:, :, 1]).all()
+    np.testing.assert_array_equal(zero[:, :, 1], 0.0)
+    np.testing.assert_array_equal(zero[:, :, [0, 2]], plain[:, :, [0, 2]])
+    with pytest.raises(xrt.InvalidArgumentError, match="fully_masked_rows"):
+        xrt.ops.attention(q, k, v, mask, fully_masked_rows="zeros")
+
+
 def test_bad_inputs_raise_typed_errors():
     a = np.ones((2, 3), np.float32)
     with pytest.raises(xrt.InvalidArgumentError, match="do not chain"):

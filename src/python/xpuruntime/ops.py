@@ -143,11 +143,15 @@ def conv2d(x, weight, bias=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1
     return _single("conv2d", [x, weight, bias, residual], attrs, policy, exec_policy, stream, return_decision, out)
 
 
-def attention(q, k, v, mask=None, causal: bool = False, scale: Optional[float] = None, *, policy=None,
-              exec_policy=None, stream=None, out=None, return_decision=False):
+def attention(q, k, v, mask=None, causal: bool = False, scale: Optional[float] = None, *,
+              fully_masked_rows: str = "nan", policy=None, exec_policy=None, stream=None, out=None,
+              return_decision=False):
     """``softmax(q @ k.T * scale + mask) @ v`` over ``[B, H, S, D]`` tensors (GQA when k/v have fewer heads).
-    ``scale`` defaults to ``1/sqrt(D)``; ``causal`` masks keys after each query (top-left aligned)."""
-    attrs = {"causal": int(bool(causal)), "scale": float(scale) if scale else 0.0}
+    ``scale`` defaults to ``1/sqrt(D)``; ``causal`` masks keys after each query (top-left aligned).
+    ``fully_masked_rows``: what a query row whose every key is masked (-inf) gives, ``"nan"`` (the softmax's 0/0) or
+    ``"zero"`` (PyTorch's guarded form; Note [Fully masked attention rows])."""
+    attrs = {"causal": int(bool(causal)), "scale": float(scale) if scale else 0.0,
+             "fully_masked_rows": str(fully_masked_rows)}
     return _single("attention", [q, k, v, mask], attrs, policy, exec_policy, stream, return_decision, out)
 
 

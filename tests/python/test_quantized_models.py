@@ -1,6 +1,7 @@
 """Quantized models on the native engine's CPU path (issue 41, item 1): float8 and int4 tensors (Note [Float8 and
 4-bit dtypes] in src/cpp/include/xpuruntime/low_bit.h), QuantizeLinear/DequantizeLinear of opsets 19 and 21, Cast, and ONNX
-Runtime's com.microsoft MatMulNBits, QLinearAdd, QLinearMul and QGemm.
+Runtime's com.microsoft MatMulNBits, QLinearAdd, QLinearMul and QGemm, and its QOperator format's QLinearSigmoid,
+QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool and QLinearSoftmax.
 
 Each model runs on the native engine and is compared with a numpy evaluation written here and, where this build
 has it, with the onnxruntime engine on the same bytes: the models `xrt.quantize(..., precision="fp8")` and
@@ -296,3 +297,67 @@ def test_qgemm_agrees_with_numpy_and_onnxruntime():
     if HAS_ORT:
         ort = _run(model, {"x": x}, "onnxruntime")["y"]
         assert np.abs(ort - got).max() <= 0.2 * 1.001
+
+
+# --- ONNX Runtime's QOperator contrib ops (Note [ONNX Runtime's QOperator contrib ops]) ------------------------------
+
+def _qop_model(op: str, inputs, inits: Dict[str, np.ndarray], x_shape, **attrs):
+    """x (float) -> QuantizeLinear(s, z) -> op(inputs) -> DequantizeLinear(y_s, y_z) -> y."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["qx"]),
+             helper.make_node(op, inputs, ["qy"], domain="com.microsoft", **attrs),
+             helper.make_node("DequantizeLinear", ["qy", "y_s", "y_z"], ["y"])]
+    return _model_proto(nodes, inits, x_shape, 13, ms_domain=True)
+
+
+def _dq(q: np.ndarray, scale, zp) -> np.ndarray:
+    return (q.astype(np.float32) - np.float32(zp)) * np.float32(scale)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool", "QLinearSoftmax",
+                                "QLinearConcat"])
+def test_qoperator_contrib_ops_agree_with_numpy_and_onnxruntime(op, dtype):
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    zp, y_zp = (dtype(128), dtype(3)) if dtype == np.uint8 else (dtype(-5), dtype(2))
+    shape = [2, 3, 5, 7]
+    q = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    inits = {"s": np.float32(0.05), "z": zp, "y_s": np.float32(0.02 if op != "QLinearSoftmax" else 1 / 256),
+             "y_z": y_zp if op != "QLinearSoftmax" else dtype(info.min)}
+    real = _dq(q, 0.05, zp)
+    inputs, attrs = ["qx", "s", "z", "y_s", "y_z"], {}
+    if op == "QLinearSigmoid":
+        want = 1 / (1 + np.exp(-real))
+    elif op == "QLinearLeakyRelu":
+        attrs = {"alpha": 0.1}
+        want = np.where(real >= 0, real, np.float32(0.1) * real)
+    elif op == "QLinearGlobalAveragePool":
+        want = real.mean(axis=(2, 3), keepdims=True)
+    elif op == "QLinearSoftmax":
+        attrs = {"axis": 1, "opset": 13}
+        e = np.exp(real - real.max(axis=1, keepdims=True))
+        want = e / e.sum(axis=1, keepdims=True)
+    else:  # two operands: x itself and a constant of another scale, joined along axis 1
+        other = rng.integers(info.min, info.max + 1, [2, 4, 5, 7]).astype(dtype)
+        inits.update({"o": other, "o_s": np.float32(0.03), "o_z": y_zp})
+        inputs, attrs = ["y_s", "y_z", "qx", "s", "z", "o", "o_s", "o_z"], {"axis": 1}
+        want = np.concatenate([real, _dq(other, 0.03, y_zp)], axis=1)
+    model = _qop_model(op, inputs, inits, shape, **attrs)
+    got = _run(model, {"x": real})["y"]
+    step = float(inits["y_s"])
+    expect = _dq(_q(want.astype(np.float32), inits["y_s"], int(inits["y_z"]), dtype), inits["y_s"], inits["y_z"])
+    assert got.shape == expect.shape
+    assert np.abs(got - expect).max() <= step * 1.001  # numpy's float32 sums round apart by one step at most
+    if HAS_ORT:
+        ort = _run(model, {"x": real}, "onnxruntime")["y"]
+        assert np.abs(ort - got).max() <= step * 1.001, np.abs(ort - got).max() / step
+        if op not in ("QLinearSoftmax", "QLinearGlobalAveragePool"):  # the same float path: the same bytes
+            np.testing.assert_array_equal(got, ort)
+
+
+def test_qoperator_contrib_ops_refuse_bad_operands():
+    inits = {"s": np.float32(0.05), "z": np.uint8(128), "y_s": np.float32(0.02), "y_z": np.uint8(3),
+             "o": np.zeros([1, 4, 5], np.int8), "o_s": np.float32(0.03), "o_z": np.int8(0)}
+    model = _qop_model("QLinearConcat", ["y_s", "y_z", "qx", "s", "z", "o", "o_s", "o_z"], inits, [1, 3, 5], axis=1)
+    with pytest.raises(xrt.InvalidTypeError, match="operand 1 must be uint8, got int8"):
+        _run(model, {"x": np.zeros([1, 3, 5], np.float32)})

@@ -567,7 +567,8 @@ const std::set<std::string>& quantized_op_types() {
   static const std::set<std::string> ops = {
       "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
       "MatMulInteger",  "ConvInteger",      "MatMulNBits",           "QLinearAdd",  "QLinearMul",
-      "QGemm",          "MatMulIntegerToFloat", "DynamicQuantizeMatMul"};
+      "QGemm",          "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearSigmoid", "QLinearLeakyRelu",
+      "QLinearConcat",  "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax"};
   return ops;
 }
 

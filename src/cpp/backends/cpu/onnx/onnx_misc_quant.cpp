@@ -817,6 +817,165 @@ void matmul_nbits(OpContext& ctx) {
   store_doubles(ctx.allocate_output(0, out_shape, a.dtype()), y);
 }
 
+// Note [ONNX Runtime's QOperator contrib ops]
+// onnxruntime.quantization's QOperator format writes, around QLinearConv and QLinearMatMul, com.microsoft ops that
+// take int8/uint8 tensors with per-tensor scales and zero points: QLinearSigmoid, QLinearLeakyRelu, QLinearConcat,
+// QLinearGlobalAveragePool and QLinearSoftmax. Each value is dequantized in float32 ((x - zero_point) * scale), the
+// float op applied, and the result quantized: saturate(round_half_even(v / y_scale) + y_zero_point). ONNX Runtime
+// computes the unary ones and Concat through a table of the 256 codes made by that same float arithmetic, so the bytes
+// agree; its global average pool scales the integer sum once (x_scale / (y_scale * pixels), float32), as here; its
+// softmax reads exp from a table in float32 and may differ by one step.
+
+// The quantized operand `x` (input 0) with scale/zero point at inputs 1, 2 and the output's at 3, 4 (the layout of
+// QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearSoftmax).
+struct QuantizedUnary {
+  const Tensor* x = nullptr;
+  float x_scale = 1, y_scale = 1;
+  double x_zero = 0, y_zero = 0, lo = 0, hi = 0;
+};
+
+QuantizedUnary quantized_unary(OpContext& ctx) {
+  QuantizedUnary q;
+  q.x = &ctx.input(0);
+  check_quantized_operand(ctx, *q.x, "X");
+  q.x_scale = scalar_scale(ctx, 1, "X_scale");
+  q.x_zero = optional_zero_point(ctx, 2, q.x->dtype(), "X_zero_point");
+  q.y_scale = scalar_scale(ctx, 3, "Y_scale");
+  q.y_zero = optional_zero_point(ctx, 4, q.x->dtype(), "Y_zero_point");
+  quant_range(q.x->dtype(), q.lo, q.hi);
+  return q;
+}
+
+// QLinearSigmoid / QLinearLeakyRelu (Note [ONNX Runtime's QOperator contrib ops]): y = quantize(f(dequantize(x))).
+template <typename F>
+void qlinear_pointwise(OpContext& ctx, F f) {
+  const QuantizedUnary q = quantized_unary(ctx);
+  const ScratchVector<double> xv = to_doubles(*q.x);
+  ScratchVector<double> out(xv.size());
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    const float real = static_cast<float>(xv[i] - q.x_zero) * q.x_scale;
+    out[i] = quantize_value(f(real) / q.y_scale, q.y_zero, q.lo, q.hi);
+  }
+  store_doubles(ctx.allocate_output(0, q.x->shape(), q.x->dtype()), out);
+}
+
+// QLinearGlobalAveragePool: the mean over the spatial axes of [N, C, ...] (channels_last: [N, ..., C]), the output
+// [N, C, 1, ...] ([N, 1, ..., C]).
+void qlinear_global_average_pool(OpContext& ctx) {
+  const QuantizedUnary q = quantized_unary(ctx);
+  const Shape& shape = q.x->shape();
+  XPURT_CHECK(shape.size() >= 3, ctx.where(), ": 'X' must have rank 3 or more, got ", shape_str(shape));
+  const bool last = ctx.attr_int("channels_last", 0) != 0;
+  const std::int64_t n = shape[0], c = last ? shape.back() : shape[1];
+  const std::int64_t pixels = numel_of(shape) / std::max<std::int64_t>(n * c, 1);
+  Shape out_shape(shape.size(), 1);
+  out_shape[0] = n;
+  out_shape[last ? shape.size() - 1 : 1] = c;
+  const ScratchVector<double> xv = to_doubles(*q.x);
+  const float scale = q.x_scale / (q.y_scale * static_cast<float>(pixels));
+  ScratchVector<double> out(static_cast<std::size_t>(n * c));
+  for (std::int64_t b = 0; b < n; ++b) {
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      double sum = 0;  // of integers: exact
+      for (std::int64_t p = 0; p < pixels; ++p) {
+        sum += xv[static_cast<std::size_t>(last ? (b * pixels + p) * c + ch : (b * c + ch) * pixels + p)];
+      }
+      const double centred = sum - q.x_zero * static_cast<double>(pixels);
+      out[static_cast<std::size_t>(b * c + ch)] = quantize_value(static_cast<float>(centred) * scale, q.y_zero, q.lo,
+                                                                 q.hi);
+    }
+  }
+  store_doubles(ctx.allocate_output(0, out_shape, q.x->dtype()), out);
+}
+
+// QLinearSoftmax: softmax along `axis` (attribute `opset` < 13: over every axis from `axis` on, as Softmax-1/11).
+void qlinear_softmax(OpContext& ctx) {
+  const QuantizedUnary q = quantized_unary(ctx);
+  const Shape& shape = q.x->shape();
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  const std::int64_t axis = normalize_axis(ctx.attr_int("axis", -1), rank, ctx.where());
+  const bool flatten = ctx.attr_int("opset", 13) < 13;
+  std::int64_t outer = 1, len = 1, inner = 1;
+  for (std::int64_t d = 0; d < rank; ++d) {
+    (d < axis ? outer : d == axis || flatten ? len : inner) *= shape[static_cast<std::size_t>(d)];
+  }
+  const ScratchVector<double> xv = to_doubles(*q.x);
+  ScratchVector<double> out(xv.size());
+  ScratchVector<float> e(static_cast<std::size_t>(len));
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t in = 0; in < inner; ++in) {
+      const auto at = [&](std::int64_t j) { return static_cast<std::size_t>((o * len + j) * inner + in); };
+      double top = xv[at(0)];
+      for (std::int64_t j = 1; j < len; ++j) top = std::max(top, xv[at(j)]);
+      float sum = 0;
+      for (std::int64_t j = 0; j < len; ++j) {
+        e[static_cast<std::size_t>(j)] = std::exp(static_cast<float>(xv[at(j)] - top) * q.x_scale);
+        sum += e[static_cast<std::size_t>(j)];
+      }
+      for (std::int64_t j = 0; j < len; ++j) {
+        out[at(j)] = quantize_value(e[static_cast<std::size_t>(j)] / sum / q.y_scale, q.y_zero, q.lo, q.hi);
+      }
+    }
+  }
+  store_doubles(ctx.allocate_output(0, shape, q.x->dtype()), out);
+}
+
+// QLinearConcat: inputs Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per operand; each operand requantized
+// to Y's scale and zero point (bytes copied when they are equal), joined along `axis`.
+void qlinear_concat(OpContext& ctx) {
+  XPURT_CHECK(ctx.num_inputs() >= 5 && (ctx.num_inputs() - 2) % 3 == 0, ctx.where(),
+              ": expected Y_scale, Y_zero_point and triples (X, X_scale, X_zero_point), got ", ctx.num_inputs(),
+              " inputs");
+  const std::size_t operands = (ctx.num_inputs() - 2) / 3;
+  const Tensor& first = ctx.input(2);
+  check_quantized_operand(ctx, first, "X");
+  const float y_scale = scalar_scale(ctx, 0, "Y_scale");
+  const double y_zero = optional_zero_point(ctx, 1, first.dtype(), "Y_zero_point");
+  double lo = 0, hi = 0;
+  quant_range(first.dtype(), lo, hi);
+  const auto rank = static_cast<std::int64_t>(first.dim());
+  const std::int64_t axis = normalize_axis(ctx.attr_int("axis", 0), rank, ctx.where());
+  Shape out_shape = first.shape();
+  out_shape[static_cast<std::size_t>(axis)] = 0;
+  for (std::size_t i = 0; i < operands; ++i) {
+    const Tensor& x = ctx.input(2 + 3 * i);
+    XPURT_CHECK_TYPE(x.dtype() == first.dtype(), ctx.where(), ": operand ", i, " must be ", dtype_name(first.dtype()),
+                     ", got ", dtype_name(x.dtype()));
+    for (std::int64_t d = 0; d < rank; ++d) {
+      XPURT_CHECK(x.dim() == rank && (d == axis || x.shape()[static_cast<std::size_t>(d)] ==
+                                                       first.shape()[static_cast<std::size_t>(d)]),
+                  ctx.where(), ": operand ", i, " of shape ", shape_str(x.shape()), " does not concatenate with ",
+                  shape_str(first.shape()), " along axis ", axis);
+    }
+    out_shape[static_cast<std::size_t>(axis)] += x.shape()[static_cast<std::size_t>(axis)];
+  }
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t d = 0; d < rank; ++d) {
+    if (d < axis) outer *= out_shape[static_cast<std::size_t>(d)];
+    if (d > axis) inner *= out_shape[static_cast<std::size_t>(d)];
+  }
+  ScratchVector<double> out(static_cast<std::size_t>(numel_of(out_shape)));
+  const std::int64_t out_row = out_shape[static_cast<std::size_t>(axis)] * inner;
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < operands; ++i) {
+    const Tensor& x = ctx.input(2 + 3 * i);
+    const float scale = scalar_scale(ctx, 3 + 3 * i, "X_scale");
+    const double zero = optional_zero_point(ctx, 4 + 3 * i, x.dtype(), "X_zero_point");
+    const bool same = scale == y_scale && zero == y_zero;
+    const ScratchVector<double> xv = to_doubles(x);
+    const std::int64_t row = x.shape()[static_cast<std::size_t>(axis)] * inner;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (std::int64_t j = 0; j < row; ++j) {
+        const double v = xv[static_cast<std::size_t>(o * row + j)];
+        out[static_cast<std::size_t>(o * out_row + offset + j)] =
+            same ? v : quantize_value(static_cast<float>(v - zero) * scale / y_scale, y_zero, lo, hi);
+      }
+    }
+    offset += row;
+  }
+  store_doubles(ctx.allocate_output(0, out_shape, first.dtype()), out);
+}
+
 }  // namespace
 
 void register_misc_quantization_ops(NodeKernelRegistrar& kernels) {
@@ -830,6 +989,15 @@ void register_misc_quantization_ops(NodeKernelRegistrar& kernels) {
   kernels.add("com.microsoft", "QLinearAdd", [](OpContext& ctx) { qlinear_binary(ctx, false); });
   kernels.add("com.microsoft", "QLinearMul", [](OpContext& ctx) { qlinear_binary(ctx, true); });
   kernels.add("com.microsoft", "QGemm", qgemm);
+  kernels.add("com.microsoft", "QLinearSigmoid",
+              [](OpContext& ctx) { qlinear_pointwise(ctx, [](float v) { return 1.0f / (1.0f + std::exp(-v)); }); });
+  kernels.add("com.microsoft", "QLinearLeakyRelu", [](OpContext& ctx) {
+    const auto alpha = static_cast<float>(ctx.attr_float("alpha", 0.01));
+    qlinear_pointwise(ctx, [alpha](float v) { return v >= 0.0f ? v : alpha * v; });
+  });
+  kernels.add("com.microsoft", "QLinearGlobalAveragePool", qlinear_global_average_pool);
+  kernels.add("com.microsoft", "QLinearSoftmax", qlinear_softmax);
+  kernels.add("com.microsoft", "QLinearConcat", qlinear_concat);
   kernels.add("com.microsoft", "MatMulNBits", matmul_nbits);
 }
 

@@ -157,7 +157,7 @@ __device__ __forceinline__ std::uint32_t and_or(std::uint32_t a) {
 // Codes (i, i + 4) of a word shifted right by 4 i, as the pair (code - zero) * scale: exact until the multiply.
 // kScaled false: code - zero only (exact), the scale applied after the MMA (Note [Int4 GEMM streamed through shared
 // memory]).
-template <typename T, bool kScaled = true>
+template <typename T, bool kScaled>
 __device__ __forceinline__ std::uint32_t dequantize_pair(std::uint32_t shifted, typename Half<T>::Pair zero_magic,
                                                          typename Half<T>::Pair scale) {
   using Pair = typename Half<T>::Pair;
@@ -170,7 +170,7 @@ __device__ __forceinline__ std::uint32_t dequantize_pair(std::uint32_t shifted, 
 // nibbles' pair is {1024 + q} and the high nibbles' {1024 + 16 q} (bits 4-7 are still inside float16's 10-bit
 // mantissa; not bfloat16's 7); subtracting 1024 + z from the first, and 1/16 of the second minus 64 + z in one fused
 // multiply-add, are exact, so each pair rounds once, at the multiply by the scale: the bits of dequantize_pair's.
-template <bool kScaled = true>
+template <bool kScaled>
 __device__ __forceinline__ void dequantize_two_pairs(std::uint32_t shifted, __half2 zero_magic, __half2 minus_zero_64,
                                                      __half2 scale, std::uint32_t& low, std::uint32_t& high) {
   const __half2 a = bits_as<__half2>(and_or<0x000F000Fu, Half<__half>::kMagic>(shifted));
@@ -216,6 +216,46 @@ __device__ __forceinline__ typename Half<T>::Pair scale_pair(S s) {
   } else {
     return Half<T>::pair(to_float(s));
   }
+}
+
+// What dequantizes a row's codes of one block (Note [Int4 GEMM on the GPU]): the scale's pair, magic + z in each half
+// (built from bits: the magic number's unit in the last place is 1) and, for float16's high nibbles, -(64 + z) (64
+// is 0x5400, its unit in the last place 1/16).
+template <typename T>
+struct DequantConstants {
+  typename Half<T>::Pair scale, zero, zero_64;
+};
+
+template <typename T, typename S>
+__device__ __forceinline__ DequantConstants<T> dequant_constants(S scale, unsigned zero_point) {
+  using Pair = typename Half<T>::Pair;
+  return {scale_pair<T>(scale), bits_as<Pair>(((Half<T>::kMagic & 0xFFFFu) + zero_point) * 0x00010001u),
+          bits_as<Pair>((0xD400u + 16u * zero_point) * 0x00010001u)};
+}
+
+// Codes of one 8-code word of a weight row as the 4 pairs an MMA takes: nibbles (0, 4), (1, 5), (2, 6), (3, 7);
+// kScaled false: code - zero only (the scale applied after the MMA).
+template <typename T, bool kScaled>
+__device__ __forceinline__ void dequantize_word(std::uint32_t codes, const DequantConstants<T>& k,
+                                                std::uint32_t (&q)[4]) {
+  if constexpr (std::is_same_v<T, __half>) {
+    dequantize_two_pairs<kScaled>(codes, k.zero, k.zero_64, k.scale, q[0], q[1]);
+    dequantize_two_pairs<kScaled>(codes >> 8, k.zero, k.zero_64, k.scale, q[2], q[3]);
+  } else {
+    q[0] = dequantize_pair<T, kScaled>(codes, k.zero, k.scale);
+    q[1] = dequantize_pair<T, kScaled>(codes >> 4, k.zero, k.scale);
+    q[2] = dequantize_pair<T, kScaled>(codes >> 8, k.zero, k.scale);
+    q[3] = dequantize_pair<T, kScaled>(codes >> 12, k.zero, k.scale);
+  }
+}
+
+// x's 8 codes (one 16-byte load of a row) as the pairs that meet the weight's pairs of dequantize_word: codes (0, 4),
+// (1, 5) for a word's first MMA, (2, 6), (3, 7) for its second.
+__device__ __forceinline__ void x_pairs(const uint4& xa, std::uint32_t (&b)[4]) {
+  b[0] = __byte_perm(xa.x, xa.z, 0x5410);
+  b[1] = __byte_perm(xa.x, xa.z, 0x7632);
+  b[2] = __byte_perm(xa.y, xa.w, 0x5410);
+  b[3] = __byte_perm(xa.y, xa.w, 0x7632);
 }
 
 struct MmaParams {
@@ -269,21 +309,15 @@ __device__ __forceinline__ void load_stage(const MmaParams& p, const std::uint8_
 template <typename T, typename S, int kTiles, bool kBlock16, bool kVectorX, bool kUpper>
 __device__ __forceinline__ void multiply_stage(const MmaParams& p, int c, const Stage<S, kTiles, kBlock16 ? 2 : 1>& st,
                                                const T* x0, const T* x1, float (&acc)[kTiles][4]) {
-  using Pair = typename Half<T>::Pair;
   const int kc = c * kChunk + (threadIdx.x & 3) * 32;  // this lane's first code
   constexpr int kScales = kBlock16 ? 2 : 1;
   const int nibble = kBlock16 ? 0 : (kc >> p.block_shift) & 1;  // of the first block; block 16: blocks b (even), b + 1
-  Pair scale[kTiles][kScales], zero[kTiles][kScales], zero_64[kTiles][kScales];
+  DequantConstants<T> k[kTiles][kScales];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
     for (int h = 0; h < kScales; ++h) {
-      scale[j][h] = scale_pair<T>(st.scale[j][h]);
-      // magic + z in each half, built from bits: the magic number's unit in the last place is 1; for float16's high
-      // nibbles also -(64 + z) (64 is 0x5400, its unit in the last place 1/16).
-      const unsigned z = (st.zero[j] >> (4 * (nibble + h))) & 0xFu;
-      zero[j][h] = bits_as<Pair>(((Half<T>::kMagic & 0xFFFFu) + z) * 0x00010001u);
-      zero_64[j][h] = bits_as<Pair>((0xD400u + 16u * z) * 0x00010001u);
+      k[j][h] = dequant_constants<T>(st.scale[j][h], (st.zero[j] >> (4 * (nibble + h))) & 0xFu);
     }
   }
 #pragma unroll
@@ -292,26 +326,18 @@ __device__ __forceinline__ void multiply_stage(const MmaParams& p, int c, const 
     // Without rows g + 8 (m <= 8: kUpper false) the MMA's upper rows take row g's values again, and are not stored.
     const uint4 xa = load_x8<T, kVectorX>(x0, kc + 8 * word, p.k);
     const uint4 xb = kUpper ? load_x8<T, kVectorX>(x1, kc + 8 * word, p.k) : xa;
-    const std::uint32_t a0[4] = {__byte_perm(xa.x, xa.z, 0x5410), __byte_perm(xb.x, xb.z, 0x5410),
-                                 __byte_perm(xa.x, xa.z, 0x7632), __byte_perm(xb.x, xb.z, 0x7632)};
-    const std::uint32_t a1[4] = {__byte_perm(xa.y, xa.w, 0x5410), __byte_perm(xb.y, xb.w, 0x5410),
-                                 __byte_perm(xa.y, xa.w, 0x7632), __byte_perm(xb.y, xb.w, 0x7632)};
+    std::uint32_t ra[4], rb[4];  // rows g and g + 8
+    x_pairs(xa, ra);
+    x_pairs(xb, rb);
+    const std::uint32_t a0[4] = {ra[0], rb[0], ra[1], rb[1]};
+    const std::uint32_t a1[4] = {ra[2], rb[2], ra[3], rb[3]};
     const int h = kBlock16 ? word >> 1 : 0;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      const std::uint32_t codes = word_of(st.w[j], word);
-      std::uint32_t b0, b1, b2, b3;
-      if constexpr (std::is_same_v<T, __half>) {
-        dequantize_two_pairs(codes, zero[j][h], zero_64[j][h], scale[j][h], b0, b1);
-        dequantize_two_pairs(codes >> 8, zero[j][h], zero_64[j][h], scale[j][h], b2, b3);
-      } else {
-        b0 = dequantize_pair<T>(codes, zero[j][h], scale[j][h]);
-        b1 = dequantize_pair<T>(codes >> 4, zero[j][h], scale[j][h]);
-        b2 = dequantize_pair<T>(codes >> 8, zero[j][h], scale[j][h]);
-        b3 = dequantize_pair<T>(codes >> 12, zero[j][h], scale[j][h]);
-      }
-      Half<T>::mma(acc[j], a0, b0, b1);
-      Half<T>::mma(acc[j], a1, b2, b3);
+      std::uint32_t q[4];
+      dequantize_word<T, true>(word_of(st.w[j], word), k[j][h], q);
+      Half<T>::mma(acc[j], a0, q[0], q[1]);
+      Half<T>::mma(acc[j], a1, q[2], q[3]);
     }
   }
 }
@@ -441,22 +467,6 @@ __device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows
   ptx::cp_async_commit();
 }
 
-// Codes of one 8-code word of a weight row as the 4 pairs an MMA takes: nibbles (0, 4), (1, 5), (2, 6), (3, 7).
-template <typename T, bool kScaled>
-__device__ __forceinline__ void dequantize_word(std::uint32_t codes, typename Half<T>::Pair zero,
-                                                typename Half<T>::Pair zero_64, typename Half<T>::Pair scale,
-                                                std::uint32_t (&q)[4]) {
-  if constexpr (std::is_same_v<T, __half>) {
-    dequantize_two_pairs<kScaled>(codes, zero, zero_64, scale, q[0], q[1]);
-    dequantize_two_pairs<kScaled>(codes >> 8, zero, zero_64, scale, q[2], q[3]);
-  } else {
-    q[0] = dequantize_pair<T, kScaled>(codes, zero, scale);
-    q[1] = dequantize_pair<T, kScaled>(codes >> 4, zero, scale);
-    q[2] = dequantize_pair<T, kScaled>(codes >> 8, zero, scale);
-    q[3] = dequantize_pair<T, kScaled>(codes >> 12, zero, scale);
-  }
-}
-
 // x's 8 codes [k0, k0 + 8) of a row as the B fragments of the chunk's word: codes (0, 4), (1, 5) for its first MMA,
 // (2, 6), (3, 7) for its second. `xc`: the row at the lane's first code of the chunk.
 template <typename T, int kX>
@@ -467,10 +477,7 @@ __device__ __forceinline__ void x_fragments(const MmaParams& p, const T* xc, int
   } else {
     xa = load_x8<T, kX == kXVectors>(xc - kc, kc + 8 * word, p.k);
   }
-  b[0] = __byte_perm(xa.x, xa.z, 0x5410);
-  b[1] = __byte_perm(xa.x, xa.z, 0x7632);
-  b[2] = __byte_perm(xa.y, xa.w, 0x5410);
-  b[3] = __byte_perm(xa.y, xa.w, 0x7632);
+  x_pairs(xa, b);
 }
 
 // One chunk of one warp: the weights (rows g, g + 8 of each pair) as the MMA's A, x's row g (and g + 8: kHalves 2) as
@@ -480,18 +487,12 @@ template <typename T, typename S, int kPairs, int kHalves, int kX, bool kScaleAf
 __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const uint4 (&w)[2 * kPairs],
                                                const StreamSide<S, 2 * kPairs>& side, const T* const (&xc)[kHalves],
                                                float (&acc)[kPairs][kHalves][4]) {
-  using Pair = typename Half<T>::Pair;
   constexpr int kRows = 2 * kPairs;
   const int kc = c * kChunk + (threadIdx.x & 3) * 32;
   const int nibble = (kc >> p.block_shift) & 1;
-  Pair scale[kRows], zero[kRows], zero_64[kRows];
+  DequantConstants<T> k[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    scale[r] = scale_pair<T>(side.scale[r]);
-    const unsigned z = (side.zero[r] >> (4 * nibble)) & 0xFu;
-    zero[r] = bits_as<Pair>(((Half<T>::kMagic & 0xFFFFu) + z) * 0x00010001u);
-    zero_64[r] = bits_as<Pair>((0xD400u + 16u * z) * 0x00010001u);
-  }
+  for (int r = 0; r < kRows; ++r) k[r] = dequant_constants<T>(side.scale[r], (side.zero[r] >> (4 * nibble)) & 0xFu);
   float chunk_sum[kPairs][kHalves][4] = {};  // kScaleAfter: this chunk's unscaled sums
   float(&sum)[kPairs][kHalves][4] = kScaleAfter ? chunk_sum : acc;
 #pragma unroll
@@ -502,9 +503,8 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       std::uint32_t g0[4], g8[4];  // rows g and g + 8 of the pair
-      dequantize_word<T, !kScaleAfter>(word_of(w[2 * j], word), zero[2 * j], zero_64[2 * j], scale[2 * j], g0);
-      dequantize_word<T, !kScaleAfter>(word_of(w[2 * j + 1], word), zero[2 * j + 1], zero_64[2 * j + 1],
-                                       scale[2 * j + 1], g8);
+      dequantize_word<T, !kScaleAfter>(word_of(w[2 * j], word), k[2 * j], g0);
+      dequantize_word<T, !kScaleAfter>(word_of(w[2 * j + 1], word), k[2 * j + 1], g8);
       const std::uint32_t a0[4] = {g0[0], g8[0], g0[1], g8[1]};
       const std::uint32_t a1[4] = {g0[2], g8[2], g0[3], g8[3]};
 #pragma unroll

@@ -95,6 +95,23 @@ std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& sha
                                             const std::vector<std::int64_t>& out);
 // `axis` in [-rank, rank) -> [0, rank); InvalidArgumentError naming `where` otherwise.
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, const std::string& where);
+
+// The rows a softmax-like op works on: `outer` blocks of `n` elements spaced `inner` apart, `inner` such rows per
+// block. Softmax before opset 13 (`legacy`) flattens the input to 2-D at `axis` (inner = 1); later ones work along
+// `axis` alone. `axis` in [0, rank], rank only when legacy. Softmax/LogSoftmax/Hardmax (onnx_elementwise.cpp) and
+// com.microsoft QLinearSoftmax (onnx_misc_quant.cpp).
+struct SoftmaxLayout {
+  std::int64_t outer = 1, n = 1, inner = 1;
+};
+SoftmaxLayout softmax_layout(const std::vector<std::int64_t>& shape, std::int64_t axis, bool legacy);
+
+// Concat's output shape for `inputs` along `axis` (in [0, rank)): TypeError / InvalidArgumentError naming `where`
+// and `noun` i ("input", "operand") for a dtype, rank or dimension that does not match inputs[0]'s. Then the copy
+// of each input's rows into `out` (allocated with that shape). Concat (onnx_tensor.cpp) and com.microsoft
+// QLinearConcat (onnx_misc_quant.cpp).
+std::vector<std::int64_t> concat_shape(const std::vector<const Tensor*>& inputs, std::int64_t axis,
+                                       const std::string& where, const char* noun);
+void concat_into(const std::vector<const Tensor*>& inputs, std::int64_t axis, Tensor& out);
 // The values of an int32/int64 tensor (a shape, axes, pads...) as int64; InvalidTypeError for other dtypes.
 std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where);
 // read_ints for data-sized values (Gather/Scatter indices), held as scratch (Note [Scratch memory under the budget]).

@@ -1053,18 +1053,13 @@ void register_casts(NodeKernelRegistrar& kernels) {
 
 // ---- Softmax family ----
 
-// The rows a softmax-like op works on: `outer` blocks of `n` elements spaced `inner` apart, `inner` such rows
-// per block. Opsets < 13 flatten the input to 2-D at `axis` (inner = 1); later ones work along `axis` alone.
-struct SoftmaxLayout {
-  std::int64_t outer = 1, n = 1, inner = 1;
-};
-
+// Softmax's layout (softmax_layout in onnx_common.h) from the node's axis: opsets < 13 default to 1 and take
+// axis = rank too.
 SoftmaxLayout softmax_layout(const OpContext& ctx, const Tensor& x) {
   const auto rank = static_cast<std::int64_t>(x.dim());
   const bool legacy = ctx.opset() < 13;
   const std::int64_t axis = ctx.attr_int("axis", legacy ? 1 : -1);
-  SoftmaxLayout layout;
-  if (rank == 0) return layout;
+  if (rank == 0) return SoftmaxLayout{};
   std::int64_t a;
   if (legacy) {
     XPURT_CHECK(axis >= -rank && axis <= rank, ctx.where(), ": axis ", axis, " is out of range for rank ", rank);
@@ -1072,15 +1067,7 @@ SoftmaxLayout softmax_layout(const OpContext& ctx, const Tensor& x) {
   } else {
     a = normalize_axis(axis, rank, ctx.where());
   }
-  const Shape& s = x.shape();
-  for (std::int64_t d = 0; d < a; ++d) layout.outer *= s[static_cast<std::size_t>(d)];
-  if (legacy) {
-    for (std::int64_t d = a; d < rank; ++d) layout.n *= s[static_cast<std::size_t>(d)];
-  } else {
-    layout.n = s[static_cast<std::size_t>(a)];
-    for (std::int64_t d = a + 1; d < rank; ++d) layout.inner *= s[static_cast<std::size_t>(d)];
-  }
-  return layout;
+  return onnx_ref::softmax_layout(x.shape(), a, legacy);
 }
 
 enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
@@ -1160,6 +1147,19 @@ void register_softmax(NodeKernelRegistrar& kernels) {
 }
 
 }  // namespace
+
+SoftmaxLayout softmax_layout(const Shape& shape, std::int64_t axis, bool legacy) {
+  SoftmaxLayout layout;
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  for (std::int64_t d = 0; d < axis; ++d) layout.outer *= shape[static_cast<std::size_t>(d)];
+  if (legacy) {
+    for (std::int64_t d = axis; d < rank; ++d) layout.n *= shape[static_cast<std::size_t>(d)];
+  } else {
+    layout.n = shape[static_cast<std::size_t>(axis)];
+    for (std::int64_t d = axis + 1; d < rank; ++d) layout.inner *= shape[static_cast<std::size_t>(d)];
+  }
+  return layout;
+}
 
 void register_elementwise_ops(NodeKernelRegistrar& kernels) {
   register_arithmetic(kernels);

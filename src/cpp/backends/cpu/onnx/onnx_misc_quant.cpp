@@ -892,13 +892,9 @@ void qlinear_global_average_pool(OpContext& ctx) {
 void qlinear_softmax(OpContext& ctx) {
   const QuantizedUnary q = quantized_unary(ctx);
   const Shape& shape = q.x->shape();
-  const auto rank = static_cast<std::int64_t>(shape.size());
-  const std::int64_t axis = normalize_axis(ctx.attr_int("axis", -1), rank, ctx.where());
-  const bool flatten = ctx.attr_int("opset", 13) < 13;
-  std::int64_t outer = 1, len = 1, inner = 1;
-  for (std::int64_t d = 0; d < rank; ++d) {
-    (d < axis ? outer : d == axis || flatten ? len : inner) *= shape[static_cast<std::size_t>(d)];
-  }
+  const std::int64_t axis = normalize_axis(ctx.attr_int("axis", -1), static_cast<std::int64_t>(shape.size()),
+                                           ctx.where());
+  const auto [outer, len, inner] = softmax_layout(shape, axis, ctx.attr_int("opset", 13) < 13);
   const ScratchVector<double> xv = to_doubles(*q.x);
   ScratchVector<double> out(xv.size());
   ScratchVector<float> e(static_cast<std::size_t>(len));
@@ -921,7 +917,7 @@ void qlinear_softmax(OpContext& ctx) {
 }
 
 // QLinearConcat: inputs Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per operand; each operand requantized
-// to Y's scale and zero point (bytes copied when they are equal), joined along `axis`.
+// to Y's scale and zero point (kept as it is when they are equal), then joined along `axis` as Concat joins.
 void qlinear_concat(OpContext& ctx) {
   XPURT_CHECK(ctx.num_inputs() >= 5 && (ctx.num_inputs() - 2) % 3 == 0, ctx.where(),
               ": expected Y_scale, Y_zero_point and triples (X, X_scale, X_zero_point), got ", ctx.num_inputs(),
@@ -933,47 +929,27 @@ void qlinear_concat(OpContext& ctx) {
   const double y_zero = optional_zero_point(ctx, 1, first.dtype(), "Y_zero_point");
   double lo = 0, hi = 0;
   quant_range(first.dtype(), lo, hi);
-  const auto rank = static_cast<std::int64_t>(first.dim());
-  const std::int64_t axis = normalize_axis(ctx.attr_int("axis", 0), rank, ctx.where());
-  Shape out_shape = first.shape();
-  out_shape[static_cast<std::size_t>(axis)] = 0;
+  const std::int64_t axis = normalize_axis(ctx.attr_int("axis", 0), first.dim(), ctx.where());
+  std::vector<Tensor> requantized(operands);
+  std::vector<const Tensor*> inputs;
   for (std::size_t i = 0; i < operands; ++i) {
     const Tensor& x = ctx.input(2 + 3 * i);
     XPURT_CHECK_TYPE(x.dtype() == first.dtype(), ctx.where(), ": operand ", i, " must be ", dtype_name(first.dtype()),
                      ", got ", dtype_name(x.dtype()));
-    for (std::int64_t d = 0; d < rank; ++d) {
-      XPURT_CHECK(x.dim() == rank && (d == axis || x.shape()[static_cast<std::size_t>(d)] ==
-                                                       first.shape()[static_cast<std::size_t>(d)]),
-                  ctx.where(), ": operand ", i, " of shape ", shape_str(x.shape()), " does not concatenate with ",
-                  shape_str(first.shape()), " along axis ", axis);
-    }
-    out_shape[static_cast<std::size_t>(axis)] += x.shape()[static_cast<std::size_t>(axis)];
-  }
-  std::int64_t outer = 1, inner = 1;
-  for (std::int64_t d = 0; d < rank; ++d) {
-    if (d < axis) outer *= out_shape[static_cast<std::size_t>(d)];
-    if (d > axis) inner *= out_shape[static_cast<std::size_t>(d)];
-  }
-  ScratchVector<double> out(static_cast<std::size_t>(numel_of(out_shape)));
-  const std::int64_t out_row = out_shape[static_cast<std::size_t>(axis)] * inner;
-  std::int64_t offset = 0;
-  for (std::size_t i = 0; i < operands; ++i) {
-    const Tensor& x = ctx.input(2 + 3 * i);
     const float scale = scalar_scale(ctx, 3 + 3 * i, "X_scale");
     const double zero = optional_zero_point(ctx, 4 + 3 * i, x.dtype(), "X_zero_point");
-    const bool same = scale == y_scale && zero == y_zero;
-    const ScratchVector<double> xv = to_doubles(x);
-    const std::int64_t row = x.shape()[static_cast<std::size_t>(axis)] * inner;
-    for (std::int64_t o = 0; o < outer; ++o) {
-      for (std::int64_t j = 0; j < row; ++j) {
-        const double v = xv[static_cast<std::size_t>(o * row + j)];
-        out[static_cast<std::size_t>(o * out_row + offset + j)] =
-            same ? v : quantize_value(static_cast<float>(v - zero) * scale / y_scale, y_zero, lo, hi);
-      }
+    if (scale == y_scale && zero == y_zero) {
+      inputs.push_back(&x);
+      continue;
     }
-    offset += row;
+    ScratchVector<double> v = to_doubles(x);
+    for (double& e : v) e = quantize_value(static_cast<float>(e - zero) * scale / y_scale, y_zero, lo, hi);
+    requantized[i] = Tensor::empty(x.shape(), x.dtype());
+    store_doubles(requantized[i], v);
+    inputs.push_back(&requantized[i]);
   }
-  store_doubles(ctx.allocate_output(0, out_shape, first.dtype()), out);
+  Tensor& out = ctx.allocate_output(0, concat_shape(inputs, axis, ctx.where(), "operand"), first.dtype());
+  concat_into(inputs, axis, out);
 }
 
 }  // namespace

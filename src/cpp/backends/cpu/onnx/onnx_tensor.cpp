@@ -255,38 +255,10 @@ void concat(OpContext& ctx) {
   // Found by fuzz_model: a 0-d input has no axis to concatenate along (its shape was indexed out of bounds).
   XPURT_CHECK(rank >= 1, ctx.where(), ": input 0 is 0-d; Concat takes tensors of rank 1 or more");
   axis = normalize_axis(axis, rank, ctx.where());
-  Shape shape = first.shape();
-  shape[static_cast<std::size_t>(axis)] = 0;
-  for (std::size_t i = 0; i < ctx.num_inputs(); ++i) {
-    const Tensor& t = ctx.input(i);
-    XPURT_CHECK_TYPE(t.dtype() == first.dtype(), ctx.where(), ": input ", i, " is ", dtype_name(t.dtype()),
-                     ", input 0 is ", dtype_name(first.dtype()));
-    XPURT_CHECK(t.dim() == rank, ctx.where(), ": input ", i, " has rank ", t.dim(), ", input 0 has rank ", rank);
-    for (std::int64_t d = 0; d < rank; ++d) {
-      const auto du = static_cast<std::size_t>(d);
-      XPURT_CHECK(d == axis || t.shape()[du] == first.shape()[du], ctx.where(), ": input ", i,
-                  " has dimension ", d, " = ", t.shape()[du], ", input 0 has ", first.shape()[du]);
-    }
-    shape[static_cast<std::size_t>(axis)] += t.shape()[static_cast<std::size_t>(axis)];
-  }
-  Tensor& out = ctx.allocate_output(0, shape, first.dtype());
-  std::int64_t outer = 1;
-  for (std::int64_t d = 0; d < axis; ++d) outer *= shape[static_cast<std::size_t>(d)];
-  std::int64_t inner = 1;
-  for (std::int64_t d = axis + 1; d < rank; ++d) inner *= shape[static_cast<std::size_t>(d)];
-  const std::size_t esize = first.element_size();
-  auto* dst = static_cast<char*>(out.data_ptr());
-  const auto out_row = static_cast<std::size_t>(shape[static_cast<std::size_t>(axis)] * inner) * esize;
-  std::size_t offset = 0;
-  for (std::size_t i = 0; i < ctx.num_inputs(); ++i) {
-    const Tensor& t = ctx.input(i);
-    const auto row = static_cast<std::size_t>(t.shape()[static_cast<std::size_t>(axis)] * inner) * esize;
-    const auto* src = static_cast<const char*>(t.data_ptr());
-    for (std::int64_t o = 0; o < outer && row != 0; ++o) {
-      std::memcpy(dst + static_cast<std::size_t>(o) * out_row + offset, src + static_cast<std::size_t>(o) * row, row);
-    }
-    offset += row;
-  }
+  std::vector<const Tensor*> inputs;
+  for (std::size_t i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(&ctx.input(i));
+  Tensor& out = ctx.allocate_output(0, concat_shape(inputs, axis, ctx.where(), "input"), first.dtype());
+  concat_into(inputs, axis, out);
 }
 
 void split(OpContext& ctx) {
@@ -650,6 +622,48 @@ void depth_to_space(OpContext& ctx, bool to_space) {
 }
 
 }  // namespace
+
+Shape concat_shape(const std::vector<const Tensor*>& inputs, std::int64_t axis, const std::string& where,
+                   const char* noun) {
+  const Tensor& first = *inputs.front();
+  const std::int64_t rank = first.dim();
+  Shape shape = first.shape();
+  shape[static_cast<std::size_t>(axis)] = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = *inputs[i];
+    XPURT_CHECK_TYPE(t.dtype() == first.dtype(), where, ": ", noun, " ", i, " is ", dtype_name(t.dtype()), ", ",
+                     noun, " 0 is ", dtype_name(first.dtype()));
+    XPURT_CHECK(t.dim() == rank, where, ": ", noun, " ", i, " has rank ", t.dim(), ", ", noun, " 0 has rank ", rank);
+    for (std::int64_t d = 0; d < rank; ++d) {
+      const auto du = static_cast<std::size_t>(d);
+      XPURT_CHECK(d == axis || t.shape()[du] == first.shape()[du], where, ": ", noun, " ", i, " has dimension ", d,
+                  " = ", t.shape()[du], ", ", noun, " 0 has ", first.shape()[du]);
+    }
+    shape[static_cast<std::size_t>(axis)] += t.shape()[static_cast<std::size_t>(axis)];
+  }
+  return shape;
+}
+
+void concat_into(const std::vector<const Tensor*>& inputs, std::int64_t axis, Tensor& out) {
+  const Shape& shape = out.shape();
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  std::int64_t outer = 1;
+  for (std::int64_t d = 0; d < axis; ++d) outer *= shape[static_cast<std::size_t>(d)];
+  std::int64_t inner = 1;
+  for (std::int64_t d = axis + 1; d < rank; ++d) inner *= shape[static_cast<std::size_t>(d)];
+  const std::size_t esize = out.element_size();
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const auto out_row = static_cast<std::size_t>(shape[static_cast<std::size_t>(axis)] * inner) * esize;
+  std::size_t offset = 0;
+  for (const Tensor* t : inputs) {
+    const auto row = static_cast<std::size_t>(t->shape()[static_cast<std::size_t>(axis)] * inner) * esize;
+    const auto* src = static_cast<const char*>(t->data_ptr());
+    for (std::int64_t o = 0; o < outer && row != 0; ++o) {
+      std::memcpy(dst + static_cast<std::size_t>(o) * out_row + offset, src + static_cast<std::size_t>(o) * row, row);
+    }
+    offset += row;
+  }
+}
 
 void register_tensor_ops(NodeKernelRegistrar& kernels) {
   kernels.add("", "Constant", constant);

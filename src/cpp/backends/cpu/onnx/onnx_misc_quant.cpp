@@ -894,7 +894,8 @@ void qlinear_softmax(OpContext& ctx) {
   const Shape& shape = q.x->shape();
   const std::int64_t axis = normalize_axis(ctx.attr_int("axis", -1), static_cast<std::int64_t>(shape.size()),
                                            ctx.where());
-  const auto [outer, len, inner] = softmax_layout(shape, axis, ctx.attr_int("opset", 13) < 13);
+  const SoftmaxLayout layout = softmax_layout(shape, axis, ctx.attr_int("opset", 13) < 13);
+  const std::int64_t outer = layout.outer, len = layout.n, inner = layout.inner;
   const ScratchVector<double> xv = to_doubles(*q.x);
   ScratchVector<double> out(xv.size());
   ScratchVector<float> e(static_cast<std::size_t>(len));

@@ -51,8 +51,10 @@ class MatmulDesc {
     }
     return *this;
   }
+  // Sets an attribute of the cuBLASLt descriptor (const: this object only holds the handle; a plan sets its run's
+  // pointers on its thread's cached descriptor).
   template <typename T>
-  void set(cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  void set(cublasLtMatmulDescAttributes_t attribute, const T& value) const {
     XPURT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof(value)));
   }
   cublasLtMatmulDesc_t get() const { return desc_; }

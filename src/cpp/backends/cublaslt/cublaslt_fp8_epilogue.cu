@@ -52,7 +52,25 @@ __global__ void fp8_epilogue_kernel(Fp8EpilogueParams p, std::int64_t quads) {
   }
 }
 
+// One thread per element of the longest of the three outputs.
+__global__ void fp8_prepare_kernel(Fp8PrepareParams p) {
+  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (p.bias != nullptr && i < p.n) static_cast<__half*>(p.bias16)[i] = __float2half_rn(p.bias[i]);
+  if (p.x_scales != nullptr && i < p.m) p.x_scales[i] = p.x_scale;
+  if (p.d_scale != nullptr && i == 0) *p.d_scale = p.d_scale_value;
+}
+
 }  // namespace
+
+cudaError_t launch_fp8_prepare(const Fp8PrepareParams& params, cudaStream_t stream) {
+  std::int64_t count = params.d_scale != nullptr ? 1 : 0;
+  if (params.bias != nullptr) count = params.n > count ? params.n : count;
+  if (params.x_scales != nullptr) count = params.m > count ? params.m : count;
+  if (count == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);
+  fp8_prepare_kernel<<<blocks, kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_fp8_epilogue(const Fp8EpilogueParams& params, cudaStream_t stream) {
   const std::int64_t quads = params.m * params.n / 4;

@@ -27,4 +27,21 @@ struct Fp8EpilogueParams {
 // Launches the epilogue on `stream`; the launch's error (cudaGetLastError), cudaSuccess when it started.
 cudaError_t launch_fp8_epilogue(const Fp8EpilogueParams& params, cudaStream_t stream);
 
+// What a plan whose epilogue cuBLASLt applies (Note [cuBLASLt's own float8 epilogue] in cublaslt_qlinear_fp8.cpp)
+// writes into its workspace before the GEMM: the bias in float16 (cuBLASLt's float8 GEMMs take a 16-bit bias), the
+// output's scale 1 / y_scale for a float8 output, and x_scale once per row of x for per-channel weight scales.
+struct Fp8PrepareParams {
+  const float* bias = nullptr;  // n float32 values, or null
+  void* bias16 = nullptr;       // n float16 values, written when bias is given
+  std::int64_t n = 0;
+  float* d_scale = nullptr;     // one float32, written when not null
+  float d_scale_value = 1.0f;
+  float* x_scales = nullptr;    // m float32 values, written when not null
+  std::int64_t m = 0;
+  float x_scale = 1.0f;
+};
+
+// Launches the preparation on `stream` (nothing when there is nothing to write); the launch's error.
+cudaError_t launch_fp8_prepare(const Fp8PrepareParams& params, cudaStream_t stream);
+
 }  // namespace xpuruntime::cublaslt

@@ -24,11 +24,31 @@
 // partial sum is exact the two are equal bit for bit.
 //
 // Workspace: cuBLASLt's, then the float32 accumulator (M * N * 4 bytes), each 256-byte aligned.
+//
+// Note [cuBLASLt's own float8 epilogue]
+// The float32 accumulator above costs a write and a read of M * N * 4 bytes and a second launch: at BERT's shapes
+// (M = 2048-8192) the float8 GEMM took 0.55-0.66x the float16 GEMM's time that way, its tensor cores twice as fast.
+// So a plan has two epilogues, named in its record ("epilogue"):
+//   "kernel"    the accumulator and this backend's epilogue kernel: the cpu kernel's arithmetic (above);
+//   "cublasLt"  cuBLASLt applies it in the GEMM's own epilogue and writes the op's output directly:
+//               D = scale_D * epilogue(alpha * scale_A * scale_B * acc + bias), with alpha = x_scale and scale_A the
+//               device's w_scale (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a scalar); per-channel weight scales as
+//               "outer vector" scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: A's N values, B's M values, all
+//               x_scale, alpha 1); the epilogue BIAS / RELU / RELU_BIAS; for a float8 output D is float8e4m3fn with
+//               scale_D = 1 / y_scale and C float16. cuBLASLt's float8 GEMMs take a 16-bit bias only, so a small
+//               kernel first writes the bias in float16 (with 1 / y_scale and the M x scales) into the workspace.
+// The second differs from the first by float32 rounding of the scale products (x_scale * w_scale, in cuBLASLt's
+// order), by the bias's rounding to float16 (none in a float16 plan, whose biases are float16 values already), and for
+// a float8 output by v * (1 / y_scale) in place of v / y_scale (at most one float8 step at a tie). It is the default
+// where cuBLASLt offers an algorithm for it and the output is float16 or float8, or float32 without a bias (a float32
+// output would take a bfloat16 bias); otherwise, or where the output is not 16-byte aligned, the plan keeps the
+// kernel. Both are tactics of auto:BestPerformance; a record of either replays it.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -65,6 +85,7 @@ struct Fp8Problem {
   float x_scale = 1.0f, y_scale = 1.0f;
   Fp8Output output = Fp8Output::kFloat32;
   bool deterministic = false;  // no split-K (Note [cuBLASLt determinism and split-K] in cublaslt_gemm.cpp)
+  std::uint32_t out_alignment = 256;
 
   static Fp8Problem of(const OpDescriptor& desc, const ExecutionPolicy& policy) {
     Fp8Problem q;
@@ -75,6 +96,7 @@ struct Fp8Problem {
     q.k = x.shape.empty() ? 0 : x.shape.back();
     q.n = q.weight_nk ? w.shape[0] : w.shape[1];
     q.m = q.k > 0 ? x.numel() / q.k : 0;
+    if (!desc.outputs.empty()) q.out_alignment = desc.outputs[0].alignment;
     q.w_scale_per_channel = desc.inputs[2].numel() > 1;
     q.has_bias = desc.inputs.size() > 3 && desc.inputs[3].present;
     q.relu = desc.attrs.get_string("activation", "none") == "relu";
@@ -108,22 +130,79 @@ std::size_t aligned(std::size_t bytes) { return cublas::round_up(bytes, kScratch
 using quantized_gemm::Candidate;
 using quantized_gemm::Descriptors;
 
-// The GEMM's descriptors (Note [cuBLASLt float8 GEMMs]): A = the weight [N, K] (op T), B = x [M, K], C = D = the
-// float32 accumulator [M, N]; alpha 1 and beta 0 in float32.
-Descriptors make_descriptors(const Fp8Problem& q) {
+// Which epilogue a plan runs (Note [cuBLASLt's own float8 epilogue]).
+enum class Epilogue : std::uint8_t { kKernel, kCublasLt };
+
+const char* epilogue_name(Epilogue e) { return e == Epilogue::kCublasLt ? "cublasLt" : "kernel"; }
+
+// Why cuBLASLt cannot apply this problem's epilogue itself; empty when it may.
+std::string cublaslt_epilogue_refusal(const Fp8Problem& q) {
+  if (q.output == Fp8Output::kFloat32 && q.has_bias) {
+    return "a float32 output with a bias (cuBLASLt's float8 GEMM would take the bias in bfloat16)";
+  }
+  if (q.out_alignment < kAlignment) {
+    return detail::str_cat("the output is only ", q.out_alignment, "-byte aligned");
+  }
+  return {};
+}
+
+// The heuristic needs pointer values for the scales and the bias to infer their alignment; they are set per run.
+const void* build_time_pointer() { return reinterpret_cast<const void*>(std::uintptr_t{kScratchAlignment}); }
+
+cudaDataType_t output_type(Fp8Output output) {
+  switch (output) {
+    case Fp8Output::kFloat8E4M3FN:
+      return CUDA_R_8F_E4M3;
+    case Fp8Output::kFloat16:
+      return CUDA_R_16F;
+    case Fp8Output::kFloat32:
+      break;
+  }
+  return CUDA_R_32F;
+}
+
+// The descriptors of cuBLASLt's own epilogue: scales, bias (float16), relu, D of the output's type.
+void set_cublaslt_epilogue(Descriptors& descriptors, const Fp8Problem& q) {
+  const MatmulDesc& op = descriptors.operation;
+  if (q.w_scale_per_channel) {
+    const auto outer = static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+    op.set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer);
+    op.set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer);
+    op.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, build_time_pointer());
+  }
+  op.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, build_time_pointer());
+  if (q.output == Fp8Output::kFloat8E4M3FN) op.set(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, build_time_pointer());
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (q.relu) epilogue = q.has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  else if (q.has_bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
+  op.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (q.has_bias) {
+    op.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(CUDA_R_16F));
+    op.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, build_time_pointer());
+  }
+}
+
+// The GEMM's descriptors (Note [cuBLASLt float8 GEMMs]): A = the weight [N, K] (op T), B = x [M, K], D = the float32
+// accumulator [M, N] ("kernel") or the op's output ("cublasLt", C float16 for a float8 D); alpha and beta in float32.
+Descriptors make_descriptors(const Fp8Problem& q, Epilogue epilogue) {
+  const cudaDataType_t d_type = epilogue == Epilogue::kCublasLt ? output_type(q.output) : CUDA_R_32F;
   Descriptors descriptors{MatmulDesc(CUBLAS_COMPUTE_32F, CUDA_R_32F), MatrixLayout(CUDA_R_8F_E4M3, q.k, q.n, q.k),
-                          MatrixLayout(CUDA_R_8F_E4M3, q.k, q.m, q.k), MatrixLayout(CUDA_R_32F, q.n, q.m, q.n)};
+                          MatrixLayout(CUDA_R_8F_E4M3, q.k, q.m, q.k), MatrixLayout(d_type, q.n, q.m, q.n)};
+  if (d_type == CUDA_R_8F_E4M3) descriptors.c.emplace(CUDA_R_16F, q.n, q.m, q.n);
   descriptors.operation.set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(CUBLAS_OP_T));
   descriptors.operation.set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(CUBLAS_OP_N));
   descriptors.operation.set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<std::int8_t>(0));
+  if (epilogue == Epilogue::kCublasLt) set_cublaslt_epilogue(descriptors, q);
   return descriptors;
 }
 
 // The heuristic's candidates, in its order, within `limit` bytes of workspace that cublasLtMatmulAlgoCheck passes.
-std::vector<Candidate> algorithm_candidates(cublasLtHandle_t handle, const Fp8Problem& q, std::size_t limit) {
+std::vector<Candidate> algorithm_candidates(cublasLtHandle_t handle, const Fp8Problem& q, Epilogue epilogue,
+                                            std::size_t limit) {
+  if (epilogue == Epilogue::kCublasLt && !cublaslt_epilogue_refusal(q).empty()) return {};
   const std::uint32_t reductions =
       static_cast<std::uint32_t>(q.deterministic ? CUBLASLT_REDUCTION_SCHEME_NONE : CUBLASLT_REDUCTION_SCHEME_MASK);
-  return quantized_gemm::heuristic_candidates(handle, make_descriptors(q), limit, kAlignment, reductions);
+  return quantized_gemm::heuristic_candidates(handle, make_descriptors(q, epilogue), limit, kAlignment, reductions);
 }
 
 class Fp8Plan final : public KernelPlan {
@@ -131,18 +210,33 @@ class Fp8Plan final : public KernelPlan {
   // An empty output: nothing to run.
   Fp8Plan(Fp8Problem q, int device) : q_(q), device_(device) {}
 
-  Fp8Plan(Fp8Problem q, int device, int compute_capability, const cublasLtMatmulAlgo_t& algo,
+  Fp8Plan(Fp8Problem q, int device, int compute_capability, Epilogue epilogue, const cublasLtMatmulAlgo_t& algo,
           std::size_t algo_workspace)
-      : q_(q), device_(device), algo_(algo), has_algo_(true), algo_workspace_(algo_workspace) {
-    accumulator_offset_ = aligned(algo_workspace_);
-    total_ = accumulator_offset_ + aligned(sizeof(float) * static_cast<std::size_t>(q_.m * q_.n));
+      : q_(q), device_(device), epilogue_(epilogue), algo_(algo), has_algo_(true), algo_workspace_(algo_workspace) {
+    std::size_t at = aligned(algo_workspace_);
+    const auto reserve = [&at](std::size_t bytes) {
+      const std::size_t offset = at;
+      at += aligned(bytes);
+      return offset;
+    };
+    const auto m = static_cast<std::size_t>(q_.m);
+    const auto n = static_cast<std::size_t>(q_.n);
+    if (epilogue_ == Epilogue::kKernel) {
+      accumulator_offset_ = reserve(sizeof(float) * m * n);
+    } else {
+      if (q_.has_bias) bias16_offset_ = reserve(sizeof(std::uint16_t) * n);
+      if (q_.output == Fp8Output::kFloat8E4M3FN) d_scale_offset_ = reserve(sizeof(float));
+      if (q_.w_scale_per_channel) x_scales_offset_ = reserve(sizeof(float) * m);
+    }
+    total_ = at;
     const AlgoConfig config = config_of(algo_);
     record_ = make_record(config, compute_capability);
     describe_ = detail::str_cat("cublasLt float8 algo ", config.id, " tile ", enum_name(kTileNames, config.tile),
                                 " stages ", enum_name(kStagesNames, config.stages), " splitK ", config.splitk,
-                                ", m=", q_.m, " n=", q_.n, " k=", q_.k,
-                                " float8e4m3fn x float8e4m3fn -> float32, workspace ", algo_workspace_,
-                                " B; epilogue: ", q_.describe_epilogue());
+                                ", m=", q_.m, " n=", q_.n, " k=", q_.k, " float8e4m3fn x float8e4m3fn -> ",
+                                epilogue_ == Epilogue::kKernel ? "float32" : "the output", ", workspace ",
+                                algo_workspace_, " B; epilogue (", epilogue_ == Epilogue::kKernel ? "this backend's "
+                                "kernel" : "cuBLASLt's own", "): ", q_.describe_epilogue());
   }
 
   void run(const KernelLaunch& launch) const override {
@@ -153,15 +247,19 @@ class Fp8Plan final : public KernelPlan {
                           "the cublasLt qlinear_fp8 plan needs ", workspace_bytes(), " bytes of workspace, got ",
                           launch.workspace_bytes);
     auto* base = static_cast<unsigned char*>(cublas::align_up(launch.workspace, kScratchAlignment));
-    auto* accumulator = reinterpret_cast<float*>(base + accumulator_offset_);
     const void* x = launch.input(0).data_ptr();
     const void* weight = launch.input(1).data_ptr();
     check_alignment(x, "x");
     check_alignment(weight, "weight");
+    void* workspace = algo_workspace_ > 0 ? base : nullptr;
+    if (epilogue_ == Epilogue::kCublasLt) {
+      run_cublaslt_epilogue(launch, base, x, weight, workspace, stream);
+      return;
+    }
+    auto* accumulator = reinterpret_cast<float*>(base + accumulator_offset_);
     const Descriptors& descriptors = thread_descriptors();
     const float alpha = 1.0f;
     const float beta = 0.0f;
-    void* workspace = algo_workspace_ > 0 ? base : nullptr;
     XPURT_CUBLASLT_CHECK(cublasLtMatmul(cublas::thread_cublaslt_handle(device_), descriptors.operation.get(), &alpha,
                                         weight, descriptors.a.get(), x, descriptors.b.get(), &beta, accumulator,
                                         descriptors.d.get(), accumulator, descriptors.d.get(), &algo_, workspace,
@@ -186,6 +284,40 @@ class Fp8Plan final : public KernelPlan {
   std::string describe() const override { return has_algo_ ? describe_ : "cublasLt qlinear_fp8: empty output"; }
 
  private:
+  // Note [cuBLASLt's own float8 epilogue]: the float16 bias, 1 / y_scale and the x scales into the workspace, then
+  // the GEMM writes the output.
+  void run_cublaslt_epilogue(const KernelLaunch& launch, unsigned char* base, const void* x, const void* weight,
+                             void* workspace, cudaStream_t stream) const {
+    void* out = launch.output(0).data_ptr();
+    check_alignment(out, "the output");
+    Fp8PrepareParams prepare;
+    prepare.n = q_.n;
+    prepare.m = q_.m;
+    prepare.x_scale = q_.x_scale;
+    if (q_.has_bias) {
+      prepare.bias = static_cast<const float*>(launch.input(3).data_ptr());
+      prepare.bias16 = base + bias16_offset_;
+    }
+    if (q_.output == Fp8Output::kFloat8E4M3FN) {
+      prepare.d_scale = reinterpret_cast<float*>(base + d_scale_offset_);
+      prepare.d_scale_value = 1.0f / q_.y_scale;
+    }
+    if (q_.w_scale_per_channel) prepare.x_scales = reinterpret_cast<float*>(base + x_scales_offset_);
+    XPURT_CUDA_CHECK(launch_fp8_prepare(prepare, stream));
+    const Descriptors& descriptors = thread_descriptors();
+    const MatmulDesc& op = descriptors.operation;
+    op.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, launch.input(2).data_ptr());
+    if (q_.w_scale_per_channel) op.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<void*>(prepare.x_scales));
+    if (prepare.d_scale != nullptr) op.set(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, static_cast<void*>(prepare.d_scale));
+    if (q_.has_bias) op.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, prepare.bias16);
+    const float alpha = q_.w_scale_per_channel ? 1.0f : q_.x_scale;  // per channel: x_scale is B's scale vector
+    const float beta = 0.0f;
+    XPURT_CUBLASLT_CHECK(cublasLtMatmul(cublas::thread_cublaslt_handle(device_), op.get(), &alpha, weight,
+                                        descriptors.a.get(), x, descriptors.b.get(), &beta, out,
+                                        descriptors.c_layout(), out, descriptors.d.get(), &algo_, workspace,
+                                        algo_workspace_, stream));
+  }
+
   void check_alignment(const void* pointer, const char* what) const {
     if (cublas::is_aligned(pointer, kAlignment)) return;
     throw InvalidArgumentError(detail::str_cat("the cublasLt qlinear_fp8 plan was built for ", kAlignment,
@@ -195,14 +327,16 @@ class Fp8Plan final : public KernelPlan {
 
   // This thread's descriptors of this plan (Note [cuBLASLt descriptors per thread] in cublaslt_gemm.cpp).
   const Descriptors& thread_descriptors() const {
-    return quantized_gemm::thread_descriptors(id_, kDescriptorCacheSize, [this] { return make_descriptors(q_); });
+    return quantized_gemm::thread_descriptors(id_, kDescriptorCacheSize,
+                                              [this] { return make_descriptors(q_, epilogue_); });
   }
-
 
   std::string make_record(const AlgoConfig& config, int compute_capability) const {
-    return quantized_gemm::plan_record(kRecordFormat, algo_, config, "32F", algo_workspace_, compute_capability);
+    nlohmann::json record = nlohmann::json::parse(
+        quantized_gemm::plan_record(kRecordFormat, algo_, config, "32F", algo_workspace_, compute_capability));
+    record["epilogue"] = epilogue_name(epilogue_);
+    return record.dump();
   }
-
 
   static std::uint64_t next_id() {
     static std::atomic<std::uint64_t> counter{0};
@@ -212,10 +346,14 @@ class Fp8Plan final : public KernelPlan {
   std::uint64_t id_ = next_id();
   Fp8Problem q_;
   int device_ = 0;
+  Epilogue epilogue_ = Epilogue::kKernel;
   cublasLtMatmulAlgo_t algo_{};
   bool has_algo_ = false;
   std::size_t algo_workspace_ = 0;
   std::size_t accumulator_offset_ = 0;
+  std::size_t bias16_offset_ = 0;
+  std::size_t d_scale_offset_ = 0;
+  std::size_t x_scales_offset_ = 0;
   std::size_t total_ = 0;
   std::string record_;
   std::string describe_;
@@ -227,11 +365,27 @@ class Fp8Plan final : public KernelPlan {
                       ". Drop the record (e.g. clear the autotune cache entry) to let cuBLASLt choose afresh"));
 }
 
+// The epilogue a record names ("kernel" when it names none: records made before there was a choice).
+Epilogue epilogue_of_record(const Fp8Problem& q, const std::string& text) {
+  std::string name = "kernel";
+  try {
+    const nlohmann::json record = nlohmann::json::parse(text);
+    if (record.is_object() && record.contains("epilogue")) name = record.at("epilogue").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw_bad_record(detail::str_cat("it is not JSON with the fields of a record (", e.what(), ")"));
+  }
+  if (name == "kernel") return Epilogue::kKernel;
+  if (name != "cublasLt") throw_bad_record("'epilogue' must be \"kernel\" or \"cublasLt\", got \"" + name + "\"");
+  const std::string refusal = cublaslt_epilogue_refusal(q);
+  if (!refusal.empty()) throw_bad_record("it names cuBLASLt's own epilogue, which this GEMM cannot take: " + refusal);
+  return Epilogue::kCublasLt;
+}
+
 // The algorithm of a record, checked against this GEMM here (cublasLtMatmulAlgoCheck); its workspace.
-Candidate candidate_from_record(cublasLtHandle_t handle, const Fp8Problem& q, std::size_t limit,
+Candidate candidate_from_record(cublasLtHandle_t handle, const Fp8Problem& q, Epilogue epilogue, std::size_t limit,
                                 const std::string& text) {
-  return quantized_gemm::candidate_from_record(handle, make_descriptors(q), limit, text, kRecordFormat, q.deterministic,
-                                               throw_bad_record);
+  return quantized_gemm::candidate_from_record(handle, make_descriptors(q, epilogue), limit, text, kRecordFormat,
+                                               q.deterministic, throw_bad_record);
 }
 
 std::size_t workspace_limit_of(const ExecutionPolicy& policy) {
@@ -254,8 +408,9 @@ class QLinearFp8Kernel final : public Kernel {
   QLinearFp8Kernel()
       : Kernel(KernelInfo{"qlinear_fp8", "cublasLt", "cublasLt", DeviceType::kCUDA, true,
                           "cuBLASLt float8 GEMM on the float8 tensor cores (float32 accumulation, weight [N, K]); "
-                          "scales, bias, relu and the output's rounding in this backend's epilogue kernel, as the "
-                          "cpu kernel computes them; heuristic algorithm, recorded in the plan",
+                          "scales, bias, relu and the output's rounding in cuBLASLt's own epilogue where it takes "
+                          "them, else in this backend's epilogue kernel as the cpu kernel computes them; heuristic "
+                          "algorithm and epilogue, recorded in the plan",
                           qlinear_fp8_declaration()}) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
@@ -292,30 +447,36 @@ class QLinearFp8Kernel final : public Kernel {
     }
     const std::size_t limit = workspace_limit_of(policy);
     const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(device);
-    Candidate chosen;
     if (!record.empty()) {
-      chosen = candidate_from_record(handle, q, limit, record);
-    } else {
-      const std::vector<Candidate> valid = algorithm_candidates(handle, q, limit);
-      if (valid.empty()) {
-        throw UnsupportedOperationError(detail::str_cat(
-            "cuBLASLt has no float8 algorithm for this GEMM (m=", q.m, " n=", q.n, " k=", q.k, ") within ", limit,
-            " bytes of workspace on sm", desc.compute_capability,
-            "; run the model with disabled_passes=['quantized_fusion'] to keep its float8 chains unfused"));
-      }
-      chosen = valid.front();
+      const Epilogue epilogue = epilogue_of_record(q, record);
+      const Candidate chosen = candidate_from_record(handle, q, epilogue, limit, record);
+      return std::make_unique<Fp8Plan>(q, device, desc.compute_capability, epilogue, chosen.algo, chosen.workspace);
     }
-    return std::make_unique<Fp8Plan>(q, device, desc.compute_capability, chosen.algo, chosen.workspace);
+    // Note [cuBLASLt's own float8 epilogue]: cuBLASLt's where it has an algorithm, else this backend's kernel.
+    for (const Epilogue epilogue : {Epilogue::kCublasLt, Epilogue::kKernel}) {
+      const std::vector<Candidate> valid = algorithm_candidates(handle, q, epilogue, limit);
+      if (!valid.empty()) {
+        return std::make_unique<Fp8Plan>(q, device, desc.compute_capability, epilogue, valid.front().algo,
+                                         valid.front().workspace);
+      }
+    }
+    throw UnsupportedOperationError(detail::str_cat(
+        "cuBLASLt has no float8 algorithm for this GEMM (m=", q.m, " n=", q.n, " k=", q.k, ") within ", limit,
+        " bytes of workspace on sm", desc.compute_capability,
+        "; run the model with disabled_passes=['quantized_fusion'] to keep its float8 chains unfused"));
   }
 
-  // The heuristic's other valid algorithms (Note [Tactics] in dispatcher.cpp).
+  // The heuristic's other valid algorithms, with either epilogue (Note [Tactics] in dispatcher.cpp).
   std::vector<std::string> tactics(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     const Fp8Problem q = Fp8Problem::of(desc, policy);
     if (q.m == 0 || q.n == 0) return {};
     const cublasLtHandle_t handle = cublas::thread_cublaslt_handle(desc.device.index);
     std::vector<std::string> records;
-    for (const Candidate& c : algorithm_candidates(handle, q, workspace_limit_of(policy))) {
-      records.push_back(Fp8Plan(q, desc.device.index, desc.compute_capability, c.algo, c.workspace).record());
+    for (const Epilogue epilogue : {Epilogue::kCublasLt, Epilogue::kKernel}) {
+      for (const Candidate& c : algorithm_candidates(handle, q, epilogue, workspace_limit_of(policy))) {
+        records.push_back(
+            Fp8Plan(q, desc.device.index, desc.compute_capability, epilogue, c.algo, c.workspace).record());
+      }
     }
     return records;
   }

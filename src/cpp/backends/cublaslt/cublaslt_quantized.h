@@ -26,12 +26,16 @@
 
 namespace xpuruntime::cublaslt::quantized_gemm {
 
-// The GEMM's descriptors, made by each kernel for its element types.
+// The GEMM's descriptors, made by each kernel for its element types. C has D's layout unless `c` is set (a float8
+// output takes a 16-bit C).
 struct Descriptors {
   MatmulDesc operation;
   MatrixLayout a;
   MatrixLayout b;
   MatrixLayout d;
+  std::optional<MatrixLayout> c = std::nullopt;
+
+  cublasLtMatrixLayout_t c_layout() const { return c ? c->get() : d.get(); }
 };
 
 struct Candidate {
@@ -58,7 +62,7 @@ inline std::vector<Candidate> heuristic_candidates(cublasLtHandle_t handle, cons
   std::array<cublasLtMatmulHeuristicResult_t, kHeuristicCandidates> results{};
   int returned = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(), descriptors.d.get(),
+      handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(), descriptors.c_layout(),
       descriptors.d.get(), preference.get(), kHeuristicCandidates, results.data(), &returned);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return valid;
   XPURT_CUBLASLT_CHECK(status);
@@ -68,7 +72,7 @@ inline std::vector<Candidate> heuristic_candidates(cublasLtHandle_t handle, cons
     if (reductions && !reduction_allowed(config_of(result.algo), *reductions)) continue;
     cublasLtMatmulHeuristicResult_t check{};
     if (cublasLtMatmulAlgoCheck(handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(),
-                                descriptors.d.get(), descriptors.d.get(), &result.algo,
+                                descriptors.c_layout(), descriptors.d.get(), &result.algo,
                                 &check) != CUBLAS_STATUS_SUCCESS) {
       continue;
     }
@@ -127,7 +131,7 @@ inline Candidate candidate_from_record(cublasLtHandle_t handle, const Descriptor
   cublasLtMatmulHeuristicResult_t check{};
   const cublasStatus_t status =
       cublasLtMatmulAlgoCheck(handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(),
-                              descriptors.d.get(), descriptors.d.get(), &candidate.algo, &check);
+                              descriptors.c_layout(), descriptors.d.get(), &candidate.algo, &check);
   if (status != CUBLAS_STATUS_SUCCESS) {
     bad_record(detail::str_cat("cublasLtMatmulAlgoCheck rejects its algorithm for this GEMM here: ",
                                cublas::status_name(status)));

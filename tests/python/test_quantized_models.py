@@ -1,7 +1,7 @@
 """Quantized models on the native engine's CPU path (issue 41, item 1): float8 and int4 tensors (Note [Float8 and
 4-bit dtypes] in src/cpp/include/xpuruntime/low_bit.h), QuantizeLinear/DequantizeLinear of opsets 19 and 21, Cast, and ONNX
 Runtime's com.microsoft MatMulNBits, QLinearAdd, QLinearMul and QGemm, and its QOperator format's QLinearSigmoid,
-QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool and QLinearSoftmax.
+QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool and QLinearSoftmax.
 
 Each model runs on the native engine and is compared with a numpy evaluation written here and, where this build
 has it, with the onnxruntime engine on the same bytes: the models `xrt.quantize(..., precision="fp8")` and
@@ -361,3 +361,99 @@ def test_qoperator_contrib_ops_refuse_bad_operands():
     model = _qop_model("QLinearConcat", ["y_s", "y_z", "qx", "s", "z", "o", "o_s", "o_z"], inits, [1, 3, 5], axis=1)
     with pytest.raises(xrt.InvalidTypeError, match="operand 1 must be uint8, got int8"):
         _run(model, {"x": np.zeros([1, 3, 5], np.float32)})
+
+
+def _average_pool_2d(x: np.ndarray, kernel_shape, strides=(1, 1), pads=(0, 0, 0, 0), ceil_mode=0,
+                     count_include_pad=0) -> np.ndarray:
+    """ONNX AveragePool over [N, C, H, W] in float64: a ceil_mode window starting in the end padding is dropped, and
+    count_include_pad counts the taps inside the padded input."""
+    def output_size(size, k, s, pb, pe):
+        if not ceil_mode:
+            return (size + pb + pe - k) // s + 1
+        n = -(-(size + pb + pe - k) // s) + 1
+        return n - 1 if (n - 1) * s >= size + pb else n
+
+    dims = zip(x.shape[2:], kernel_shape, strides, pads[:2], pads[2:])
+    out = x.shape[:2] + tuple(output_size(*d) for d in dims)
+    y = np.zeros(out, np.float64)
+    for i in range(out[2]):
+        for j in range(out[3]):
+            h0, w0 = i * strides[0] - pads[0], j * strides[1] - pads[1]
+            h1, w1 = h0 + kernel_shape[0], w0 + kernel_shape[1]
+            window = x[:, :, max(h0, 0):min(h1, x.shape[2]), max(w0, 0):min(w1, x.shape[3])].astype(np.float64)
+            count = window.shape[2] * window.shape[3]
+            if count_include_pad:
+                count = ((min(h1, x.shape[2] + pads[2]) - max(h0, -pads[0]))
+                         * (min(w1, x.shape[3] + pads[3]) - max(w0, -pads[1])))
+            y[:, :, i, j] = window.sum(axis=(2, 3)) / count
+    return y
+
+
+# (attributes, whether ONNX Runtime's QLinearAveragePool divides the last row and column by the whole kernel: with
+# ceil_mode their windows run past the end padding; Note [ONNX Runtime's QOperator contrib ops]).
+_AVERAGE_POOLS = {
+    "strides_pads": ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, False),
+    "strides_pads_include_pad": ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                  "count_include_pad": 1}, False),
+    "asymmetric_pads_include_pad": ({"kernel_shape": [3, 2], "strides": [1, 2], "pads": [0, 1, 2, 0],
+                                     "count_include_pad": 1}, False),
+    "ceil_mode": ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, False),
+    "ceil_mode_include_pad": ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1, "count_include_pad": 1},
+                              True),
+    "ceil_mode_drops_a_window_in_the_pads": ({"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                              "ceil_mode": 1, "count_include_pad": 1}, False),
+    "channels_last": ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "channels_last": 1}, False),
+    "whole_image": ({"kernel_shape": [7, 9]}, False),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("case", list(_AVERAGE_POOLS))
+def test_qlinear_average_pool_agrees_with_numpy_and_onnxruntime(case, dtype):
+    attrs, ort_divides_by_kernel = _AVERAGE_POOLS[case]
+    rng = np.random.default_rng(11)
+    info = np.iinfo(dtype)
+    zp, y_zp = (dtype(128), dtype(3)) if dtype == np.uint8 else (dtype(-5), dtype(2))
+    planar = [2, 3, 7, 9]  # odd spatial sizes
+    q = rng.integers(info.min, info.max + 1, planar).astype(dtype)
+    channels_last = attrs.get("channels_last", 0) == 1
+    to_layout = (lambda a: a.transpose(0, 2, 3, 1)) if channels_last else (lambda a: a)
+    inits = {"s": np.float32(0.05), "z": zp, "y_s": np.float32(0.02), "y_z": y_zp}
+    real = _dq(q, 0.05, zp)
+    pool_attrs = {k: v for k, v in attrs.items() if k != "channels_last"}
+    want = to_layout(_average_pool_2d(real, **pool_attrs)).astype(np.float32)
+    model = _qop_model("QLinearAveragePool", ["qx", "s", "z", "y_s", "y_z"], inits, list(to_layout(real).shape),
+                       **attrs)
+    got = _run(model, {"x": np.ascontiguousarray(to_layout(real))})["y"]
+    step = float(inits["y_s"])
+    expect = _dq(_q(want, inits["y_s"], int(y_zp), dtype), inits["y_s"], y_zp)
+    assert got.shape == expect.shape
+    assert np.abs(got - expect).max() <= step * 1.001  # sums in double here, float64 in numpy: one step at most
+    if HAS_ORT:
+        ort = _run(model, {"x": np.ascontiguousarray(to_layout(real))}, "onnxruntime")["y"]
+        assert ort.shape == got.shape
+        if ort_divides_by_kernel:  # compare the windows inside the padded input
+            ort, got = ort[:, :, :-1, :-1], got[:, :, :-1, :-1]
+        assert np.abs(ort - got).max() <= step * 1.001, np.abs(ort - got).max() / step  # ORT sums in float32
+
+
+@pytest.mark.parametrize("attrs,shape,error,message", [
+    ({}, [1, 3, 5, 5], xrt.InvalidArgumentError, "kernel_shape attribute is required"),
+    ({"kernel_shape": [2]}, [1, 3, 5, 5], xrt.InvalidArgumentError, r"kernel_shape \[2\] must have 2 values"),
+    ({"kernel_shape": [2, 2], "dilations": [2, 2]}, [1, 3, 5, 5], xrt.InvalidArgumentError, "no 'dilations'"),
+    ({"kernel_shape": [2]}, [3, 5], xrt.InvalidArgumentError, r"must be \[N, C, spatial...\]"),
+])
+def test_qlinear_average_pool_refuses_malformed_nodes(attrs, shape, error, message):
+    inits = {"s": np.float32(0.05), "z": np.uint8(128), "y_s": np.float32(0.02), "y_z": np.uint8(3)}
+    model = _qop_model("QLinearAveragePool", ["qx", "s", "z", "y_s", "y_z"], inits, shape, **attrs)
+    with pytest.raises(error, match=message):
+        _run(model, {"x": np.zeros(shape, np.float32)})
+
+
+def test_qlinear_average_pool_refuses_a_float_input():
+    inits = {"s": np.float32(0.05), "z": np.uint8(128), "y_s": np.float32(0.02), "y_z": np.uint8(3)}
+    nodes = [helper.make_node("QLinearAveragePool", ["x", "s", "z", "y_s", "y_z"], ["y"], domain="com.microsoft",
+                              kernel_shape=[2, 2])]
+    model = _model_proto(nodes, inits, [1, 3, 5, 5], 13, ms_domain=True)
+    with pytest.raises(xrt.InvalidTypeError, match="input 'X' must be int8 or uint8, got float32"):
+        _run(model, {"x": np.zeros([1, 3, 5, 5], np.float32)})

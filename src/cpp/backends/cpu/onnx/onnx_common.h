@@ -112,6 +112,13 @@ SoftmaxLayout softmax_layout(const std::vector<std::int64_t>& shape, std::int64_
 std::vector<std::int64_t> concat_shape(const std::vector<const Tensor*>& inputs, std::int64_t axis,
                                        const std::string& where, const char* noun);
 void concat_into(const std::vector<const Tensor*>& inputs, std::int64_t axis, Tensor& out);
+// AveragePool over `x`, the values of a [N, C, spatial...] tensor of shape `x_shape`, with the node's kernel_shape
+// (required), strides, dilations, pads, auto_pad, ceil_mode and count_include_pad (Note [Spatial windows] in
+// onnx_nn_common.h): returns the output's shape and leaves its values in `y`, each window's sum and mean taken in
+// double. InvalidArgumentError naming the node for a rank under 3, no kernel_shape or attributes of the wrong length.
+// AveragePool (onnx_nn_pool.cpp) and com.microsoft QLinearAveragePool (onnx_misc_quant.cpp).
+std::vector<std::int64_t> average_pool(const OpContext& ctx, const std::vector<std::int64_t>& x_shape,
+                                       const ScratchVector<double>& x, ScratchVector<double>& y);
 // The values of an int32/int64 tensor (a shape, axes, pads...) as int64; InvalidTypeError for other dtypes.
 std::vector<std::int64_t> read_ints(const Tensor& t, const std::string& where);
 // read_ints for data-sized values (Gather/Scatter indices), held as scratch (Note [Scratch memory under the budget]).

@@ -1,6 +1,7 @@
 // ONNX reference ops, quantization: QuantizeLinear, DequantizeLinear (int8/uint8/int16/uint16, float8, int4/uint4;
 // per tensor, per axis, blocked), DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv, and
-// ONNX Runtime's com.microsoft QLinearAdd, QLinearMul, QGemm and MatMulNBits. See backends/cpu/onnx/onnx_kernels.h.
+// ONNX Runtime's com.microsoft QLinearAdd, QLinearMul, QGemm, MatMulNBits and the QOperator format's ops (Note [ONNX
+// Runtime's QOperator contrib ops]). See backends/cpu/onnx/onnx_kernels.h.
 //
 // Note [Quantized arithmetic]
 // Quantizing follows ONNX: y = saturate(round_half_even(x / scale) + zero_point), with x / scale computed in
@@ -820,14 +821,21 @@ void matmul_nbits(OpContext& ctx) {
 // Note [ONNX Runtime's QOperator contrib ops]
 // onnxruntime.quantization's QOperator format writes, around QLinearConv and QLinearMatMul, com.microsoft ops that
 // take int8/uint8 tensors with per-tensor scales and zero points: QLinearSigmoid, QLinearLeakyRelu, QLinearConcat,
-// QLinearGlobalAveragePool and QLinearSoftmax. Each value is dequantized in float32 ((x - zero_point) * scale), the
-// float op applied, and the result quantized: saturate(round_half_even(v / y_scale) + y_zero_point). ONNX Runtime
-// computes the unary ones and Concat through a table of the 256 codes made by that same float arithmetic, so the bytes
-// agree; its global average pool scales the integer sum once (x_scale / (y_scale * pixels), float32), as here; its
-// softmax reads exp from a table in float32 and may differ by one step.
+// QLinearGlobalAveragePool, QLinearAveragePool and QLinearSoftmax. Each value is dequantized in float32
+// ((x - zero_point) * scale), the float op applied, and the result quantized: saturate(round_half_even(v / y_scale)
+// + y_zero_point). ONNX Runtime computes the unary ones and Concat through a table of the 256 codes made by that same
+// float arithmetic, so the bytes agree; its global average pool scales the integer sum once (x_scale / (y_scale *
+// pixels), float32), as here; its softmax reads exp from a table in float32 and may differ by one step.
+// QLinearAveragePool is AveragePool (average_pool, onnx_common.h: the float op's output shape, pads, auto_pad,
+// ceil_mode and count_include_pad) over the dequantized values, summed and divided in double where ONNX Runtime sums
+// in float32, so a value may round one step apart. One case differs by more: with ceil_mode, a last window that runs
+// past the end padding counts, under count_include_pad, only its taps inside the padded input (ONNX's AveragePool,
+// PyTorch and ONNX Runtime's own float AveragePool), where ONNX Runtime's QLinearAveragePool divides by the whole
+// kernel. channels_last reads and writes [N, spatial..., C]; ONNX Runtime's schema has no dilations, so a node with
+// them is refused.
 
 // The quantized operand `x` (input 0) with scale/zero point at inputs 1, 2 and the output's at 3, 4 (the layout of
-// QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearSoftmax).
+// QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearAveragePool, QLinearSoftmax).
 struct QuantizedUnary {
   const Tensor* x = nullptr;
   float x_scale = 1, y_scale = 1;
@@ -859,6 +867,12 @@ void qlinear_pointwise(OpContext& ctx, F f) {
   store_doubles(ctx.allocate_output(0, q.x->shape(), q.x->dtype()), out);
 }
 
+// The offset of pixel p of channel ch in image b of a [N, C, pixels...] tensor (channels_last: [N, pixels..., C]).
+std::size_t pixel_offset(bool channels_last, std::int64_t b, std::int64_t ch, std::int64_t p, std::int64_t channels,
+                         std::int64_t pixels) {
+  return static_cast<std::size_t>(channels_last ? (b * pixels + p) * channels + ch : (b * channels + ch) * pixels + p);
+}
+
 // QLinearGlobalAveragePool: the mean over the spatial axes of [N, C, ...] (channels_last: [N, ..., C]), the output
 // [N, C, 1, ...] ([N, 1, ..., C]).
 void qlinear_global_average_pool(OpContext& ctx) {
@@ -878,12 +892,59 @@ void qlinear_global_average_pool(OpContext& ctx) {
     for (std::int64_t ch = 0; ch < c; ++ch) {
       double sum = 0;  // of integers: exact
       for (std::int64_t p = 0; p < pixels; ++p) {
-        sum += xv[static_cast<std::size_t>(last ? (b * pixels + p) * c + ch : (b * c + ch) * pixels + p)];
+        sum += xv[pixel_offset(last, b, ch, p, c, pixels)];
       }
       const double centred = sum - q.x_zero * static_cast<double>(pixels);
       out[static_cast<std::size_t>(b * c + ch)] = quantize_value(static_cast<float>(centred) * scale, q.y_zero, q.lo,
                                                                  q.hi);
     }
+  }
+  store_doubles(ctx.allocate_output(0, out_shape, q.x->dtype()), out);
+}
+
+// QLinearAveragePool (Note [ONNX Runtime's QOperator contrib ops]): AveragePool over the dequantized
+// [N, C, spatial...] (channels_last: [N, spatial..., C], the output laid out the same way).
+void qlinear_average_pool(OpContext& ctx) {
+  const QuantizedUnary q = quantized_unary(ctx);
+  const Shape& shape = q.x->shape();
+  XPURT_CHECK(shape.size() >= 3, ctx.where(), ": 'X' must be [N, C, spatial...] (channels_last: [N, spatial..., C]) ",
+              "of rank 3 or more, got ", shape_str(shape));
+  XPURT_CHECK(!ctx.has_attr("dilations"), ctx.where(), ": QLinearAveragePool has no 'dilations' attribute (ONNX ",
+              "Runtime's schema); remove it, or dequantize and use AveragePool for a dilated pool");
+  const bool last = ctx.attr_int("channels_last", 0) != 0;
+  const std::int64_t n = shape[0], c = last ? shape.back() : shape[1];
+  const std::int64_t images = std::max<std::int64_t>(n * c, 1);
+  const std::int64_t pixels = numel_of(shape) / images;
+  Shape planar = shape;  // [N, C, spatial...]
+  if (last) {
+    planar.pop_back();
+    planar.insert(planar.begin() + 1, c);
+  }
+  const ScratchVector<double> xv = to_doubles(*q.x);
+  ScratchVector<double> real(xv.size());
+  for (std::int64_t b = 0; b < n; ++b) {
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t p = 0; p < pixels; ++p) {
+        const double code = xv[pixel_offset(last, b, ch, p, c, pixels)];
+        real[pixel_offset(false, b, ch, p, c, pixels)] = static_cast<float>(code - q.x_zero) * q.x_scale;
+      }
+    }
+  }
+  ScratchVector<double> mean;
+  Shape out_shape = average_pool(ctx, planar, real, mean);
+  const std::int64_t out_pixels = numel_of(out_shape) / images;
+  ScratchVector<double> out(mean.size());
+  for (std::int64_t b = 0; b < n; ++b) {
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t p = 0; p < out_pixels; ++p) {
+        const auto value = static_cast<float>(mean[pixel_offset(false, b, ch, p, c, out_pixels)]);
+        out[pixel_offset(last, b, ch, p, c, out_pixels)] = quantize_value(value / q.y_scale, q.y_zero, q.lo, q.hi);
+      }
+    }
+  }
+  if (last) {
+    out_shape.erase(out_shape.begin() + 1);
+    out_shape.push_back(c);
   }
   store_doubles(ctx.allocate_output(0, out_shape, q.x->dtype()), out);
 }
@@ -973,6 +1034,7 @@ void register_misc_quantization_ops(NodeKernelRegistrar& kernels) {
     qlinear_pointwise(ctx, [alpha](float v) { return v >= 0.0f ? v : alpha * v; });
   });
   kernels.add("com.microsoft", "QLinearGlobalAveragePool", qlinear_global_average_pool);
+  kernels.add("com.microsoft", "QLinearAveragePool", qlinear_average_pool);
   kernels.add("com.microsoft", "QLinearSoftmax", qlinear_softmax);
   kernels.add("com.microsoft", "QLinearConcat", qlinear_concat);
   kernels.add("com.microsoft", "MatMulNBits", matmul_nbits);

@@ -1,5 +1,6 @@
 // ONNX reference ops: MaxPool (with Indices), AveragePool, LpPool, their Global forms and MaxUnpool, for any
-// number of spatial dims. Values are computed in double (exact for every dtype these ops take). See
+// number of spatial dims, and average_pool, AveragePool's arithmetic that com.microsoft QLinearAveragePool runs on its
+// dequantized values (onnx_common.h). Values are computed in double (exact for every dtype these ops take). See
 // onnx_nn_common.h, Note [Spatial windows].
 #include <algorithm>
 #include <cstring>
@@ -18,6 +19,90 @@ std::int64_t product_of(const std::vector<std::int64_t>& v) {
   return p;
 }
 
+// A pool's windows over a [N, C, spatial...] input (Note [Spatial windows]): its kernel_shape (required), strides,
+// dilations, pads, auto_pad and ceil_mode, and the output shape they give.
+struct PoolShape {
+  Window w;
+  std::vector<std::int64_t> in_sp, out_sp, out_shape;  // input and output spatial dims; [N, C, out_sp...]
+};
+
+PoolShape pool_shape(const OpContext& ctx, const std::vector<std::int64_t>& x_shape) {
+  XPURT_CHECK(x_shape.size() >= 3, ctx.where(), ": X must be [N, C, spatial...], got ", shape_str(x_shape));
+  const std::size_t rank = x_shape.size() - 2;
+  XPURT_CHECK(ctx.has_attr("kernel_shape"), ctx.where(), ": the kernel_shape attribute is required");
+  PoolShape s;
+  s.w = read_window(ctx, rank, {});
+  s.in_sp.assign(x_shape.begin() + 2, x_shape.end());
+  const bool ceil_mode = ctx.attr_int("ceil_mode", 0) != 0;
+  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  apply_auto_pad(ctx, s.in_sp, s.w);
+  const Window& w = s.w;
+  s.out_sp.resize(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      s.out_sp[d] = (s.in_sp[d] + w.strides[d] - 1) / w.strides[d];
+    } else {
+      s.out_sp[d] = window_output_size(s.in_sp[d], w.kernel[d], w.strides[d], w.dilations[d], w.pads_begin[d],
+                                       w.pads_end[d], ceil_mode);
+    }
+  }
+  s.out_shape = {x_shape[0], x_shape[1]};
+  s.out_shape.insert(s.out_shape.end(), s.out_sp.begin(), s.out_sp.end());
+  return s;
+}
+
+// The windows are the same for every (n, c) plane: each output position o's taps inside the input are
+// tap_begin[o] .. tap_begin[o + 1] - 1 (offset within the plane, in kernel row-major order, plus the column-major
+// index for MaxPool's storage_order 1), and padded_count[o] is how many of its taps fall inside the padded input
+// (count_include_pad's divisor).
+struct PoolTaps {
+  std::int64_t in_size = 0, out_size = 0;  // elements of an input / output plane
+  std::vector<std::int64_t> tap_begin{0}, tap_offset, tap_col_index, padded_count;
+
+  // AveragePool's value at output position o of the plane `xp`.
+  double average(const double* xp, std::int64_t o, bool count_include_pad) const {
+    const std::int64_t t0 = tap_begin[static_cast<std::size_t>(o)], t1 = tap_begin[static_cast<std::size_t>(o + 1)];
+    double acc = 0.0;
+    for (std::int64_t t = t0; t < t1; ++t) acc += xp[tap_offset[static_cast<std::size_t>(t)]];
+    const std::int64_t divisor = count_include_pad ? padded_count[static_cast<std::size_t>(o)] : t1 - t0;
+    return divisor > 0 ? acc / static_cast<double>(divisor) : 0.0;
+  }
+};
+
+PoolTaps pool_taps(const PoolShape& s) {
+  const Window& w = s.w;
+  const std::size_t rank = w.rank();
+  PoolTaps taps;
+  taps.in_size = product_of(s.in_sp);
+  taps.out_size = product_of(s.out_sp);
+  // Row-major and column-major strides of the spatial input dims (for Indices).
+  std::vector<std::int64_t> row_strides(rank, 1), col_strides(rank, 1);
+  for (std::size_t d = rank; d-- > 1;) row_strides[d - 1] = row_strides[d] * s.in_sp[d];
+  for (std::size_t d = 1; d < rank; ++d) col_strides[d] = col_strides[d - 1] * s.in_sp[d - 1];
+  for_each_multi_index(s.out_sp, [&](const std::vector<std::int64_t>& oidx) {
+    std::int64_t padded = 0;
+    for_each_multi_index(w.kernel, [&](const std::vector<std::int64_t>& kidx) {
+      bool inside = true, inside_padded = true;
+      std::int64_t off = 0, col = 0;
+      for (std::size_t d = 0; d < rank; ++d) {
+        const std::int64_t c = oidx[d] * w.strides[d] - w.pads_begin[d] + kidx[d] * w.dilations[d];
+        if (c < 0 || c >= s.in_sp[d]) inside = false;
+        if (c < -w.pads_begin[d] || c >= s.in_sp[d] + w.pads_end[d]) inside_padded = false;
+        off += c * row_strides[d];
+        col += c * col_strides[d];
+      }
+      if (inside_padded) ++padded;
+      if (inside) {
+        taps.tap_offset.push_back(off);
+        taps.tap_col_index.push_back(col);
+      }
+    });
+    taps.padded_count.push_back(padded);
+    taps.tap_begin.push_back(static_cast<std::int64_t>(taps.tap_offset.size()));
+  });
+  return taps;
+}
+
 void pool(OpContext& ctx, PoolKind kind) {
   const Tensor& X = ctx.input(0);
   if (kind == PoolKind::kMax) {
@@ -26,32 +111,14 @@ void pool(OpContext& ctx, PoolKind kind) {
   } else {
     check_float(ctx, X, "input 'X'");
   }
-  XPURT_CHECK(X.dim() >= 3, ctx.where(), ": X must be [N, C, spatial...], got ", shape_str(X.shape()));
-  const std::size_t rank = static_cast<std::size_t>(X.dim()) - 2;
-  XPURT_CHECK(ctx.has_attr("kernel_shape"), ctx.where(), ": the kernel_shape attribute is required");
-  Window w = read_window(ctx, rank, {});
-  const std::vector<std::int64_t> in_sp(X.shape().begin() + 2, X.shape().end());
-  const bool ceil_mode = ctx.attr_int("ceil_mode", 0) != 0;
-  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
-  apply_auto_pad(ctx, in_sp, w);
-  std::vector<std::int64_t> out_sp(rank);
-  for (std::size_t d = 0; d < rank; ++d) {
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out_sp[d] = (in_sp[d] + w.strides[d] - 1) / w.strides[d];
-    } else {
-      out_sp[d] = window_output_size(in_sp[d], w.kernel[d], w.strides[d], w.dilations[d], w.pads_begin[d],
-                                     w.pads_end[d], ceil_mode);
-    }
-  }
+  const PoolShape shape = pool_shape(ctx, X.shape());
   const std::int64_t N = X.shape()[0], Cn = X.shape()[1];
-  std::vector<std::int64_t> out_shape{N, Cn};
-  out_shape.insert(out_shape.end(), out_sp.begin(), out_sp.end());
-  Tensor& Y = ctx.allocate_output(0, out_shape, X.dtype());
+  Tensor& Y = ctx.allocate_output(0, shape.out_shape, X.dtype());
   const bool want_indices = kind == PoolKind::kMax && ctx.num_outputs() > 1 && ctx.wants_output(1);
   const std::int64_t storage_order = ctx.attr_int("storage_order", 0);
   XPURT_CHECK(storage_order == 0 || storage_order == 1, ctx.where(), ": storage_order must be 0 or 1, got ",
               storage_order);
-  Tensor* I = want_indices ? &ctx.allocate_output(1, out_shape, DType::kInt64) : nullptr;
+  Tensor* I = want_indices ? &ctx.allocate_output(1, shape.out_shape, DType::kInt64) : nullptr;
   const bool count_include_pad = ctx.attr_int("count_include_pad", 0) != 0;
   const double p = kind == PoolKind::kLp ? ctx.attr_float("p", 2.0) : 2.0;
   if (Y.numel() == 0) return;
@@ -59,72 +126,39 @@ void pool(OpContext& ctx, PoolKind kind) {
   const ScratchVector<double> x = load_values<double>(X);
   ScratchVector<double> y(static_cast<std::size_t>(Y.numel()));
   std::int64_t* ind = I ? data<std::int64_t>(*I) : nullptr;
-  const std::int64_t in_size = product_of(in_sp), out_size = product_of(out_sp);
-  // Row-major and column-major strides of the spatial input dims (for Indices).
-  std::vector<std::int64_t> row_strides(rank, 1), col_strides(rank, 1);
-  for (std::size_t d = rank; d-- > 1;) row_strides[d - 1] = row_strides[d] * in_sp[d];
-  for (std::size_t d = 1; d < rank; ++d) col_strides[d] = col_strides[d - 1] * in_sp[d - 1];
-
-  // The windows are the same for every (n, c) plane: list each output position's taps inside the input once
-  // (offset within the plane, in kernel row-major order, plus the column-major index for storage_order 1) and
-  // how many of its taps fall inside the padded input (count_include_pad's divisor).
-  std::vector<std::int64_t> tap_begin{0}, tap_offset, tap_col_index, padded_count;
-  std::vector<std::int64_t> coord(rank);
-  for_each_multi_index(out_sp, [&](const std::vector<std::int64_t>& oidx) {
-    std::int64_t padded = 0;
-    for_each_multi_index(w.kernel, [&](const std::vector<std::int64_t>& kidx) {
-      bool inside = true, inside_padded = true;
-      std::int64_t off = 0, col = 0;
-      for (std::size_t d = 0; d < rank; ++d) {
-        const std::int64_t c = oidx[d] * w.strides[d] - w.pads_begin[d] + kidx[d] * w.dilations[d];
-        if (c < 0 || c >= in_sp[d]) inside = false;
-        if (c < -w.pads_begin[d] || c >= in_sp[d] + w.pads_end[d]) inside_padded = false;
-        off += c * row_strides[d];
-        col += c * col_strides[d];
-      }
-      if (inside_padded) ++padded;
-      if (inside) {
-        tap_offset.push_back(off);
-        tap_col_index.push_back(col);
-      }
-    });
-    padded_count.push_back(padded);
-    tap_begin.push_back(static_cast<std::int64_t>(tap_offset.size()));
-  });
+  const PoolTaps taps = pool_taps(shape);
+  const std::int64_t in_size = taps.in_size, out_size = taps.out_size;
   for (std::int64_t plane = 0; plane < N * Cn; ++plane) {
     const double* xp = x.data() + plane * in_size;
     for (std::int64_t o = 0; o < out_size; ++o) {
-      const std::int64_t t0 = tap_begin[static_cast<std::size_t>(o)], t1 = tap_begin[static_cast<std::size_t>(o + 1)];
+      const std::int64_t t0 = taps.tap_begin[static_cast<std::size_t>(o)];
+      const std::int64_t t1 = taps.tap_begin[static_cast<std::size_t>(o + 1)];
       double result = 0.0;
       std::int64_t best = -1;
       if (kind == PoolKind::kMax) {
         double acc = -std::numeric_limits<double>::infinity();
         for (std::int64_t t = t0; t < t1; ++t) {
-          const double v = xp[tap_offset[static_cast<std::size_t>(t)]];
+          const double v = xp[taps.tap_offset[static_cast<std::size_t>(t)]];
           if (v > acc || best < 0) {
             acc = v;
             best = t;
           }
         }
         result = best < 0 ? 0.0 : acc;  // no tap inside: a window entirely in the padding (pads >= kernel)
+      } else if (kind == PoolKind::kAverage) {
+        result = taps.average(xp, o, count_include_pad);
       } else {
         double acc = 0.0;
         for (std::int64_t t = t0; t < t1; ++t) {
-          const double v = xp[tap_offset[static_cast<std::size_t>(t)]];
-          acc += kind == PoolKind::kAverage ? v : std::pow(std::fabs(v), p);
+          acc += std::pow(std::fabs(xp[taps.tap_offset[static_cast<std::size_t>(t)]]), p);
         }
-        if (kind == PoolKind::kAverage) {
-          const std::int64_t divisor = count_include_pad ? padded_count[static_cast<std::size_t>(o)] : t1 - t0;
-          result = divisor > 0 ? acc / static_cast<double>(divisor) : 0.0;
-        } else {
-          result = std::pow(acc, 1.0 / p);
-        }
+        result = std::pow(acc, 1.0 / p);
       }
       y[static_cast<std::size_t>(plane * out_size + o)] = result;
       if (ind != nullptr) {
         const auto bt = static_cast<std::size_t>(best);
         ind[plane * out_size + o] =
-            best < 0 ? -1 : plane * in_size + (storage_order == 0 ? tap_offset[bt] : tap_col_index[bt]);
+            best < 0 ? -1 : plane * in_size + (storage_order == 0 ? taps.tap_offset[bt] : taps.tap_col_index[bt]);
       }
     }
   }
@@ -237,3 +271,26 @@ void register_nn_pool_ops(NodeKernelRegistrar& kernels) {
 }
 
 }  // namespace xpuruntime::onnx_ref::nn
+
+namespace xpuruntime::onnx_ref {
+
+std::vector<std::int64_t> average_pool(const OpContext& ctx, const std::vector<std::int64_t>& x_shape,
+                                       const ScratchVector<double>& x, ScratchVector<double>& y) {
+  const nn::PoolShape shape = nn::pool_shape(ctx, x_shape);
+  y.assign(static_cast<std::size_t>(numel_of(shape.out_shape)), 0.0);
+  if (y.empty()) return shape.out_shape;
+  XPURT_INTERNAL_ASSERT(x.size() == static_cast<std::size_t>(numel_of(x_shape)), "average_pool: ", x.size(),
+                        " values for ", nn::shape_str(x_shape));
+  const nn::PoolTaps taps = nn::pool_taps(shape);
+  const bool count_include_pad = ctx.attr_int("count_include_pad", 0) != 0;
+  const std::int64_t planes = x_shape[0] * x_shape[1];
+  for (std::int64_t plane = 0; plane < planes; ++plane) {
+    for (std::int64_t o = 0; o < taps.out_size; ++o) {
+      y[static_cast<std::size_t>(plane * taps.out_size + o)] =
+          taps.average(x.data() + plane * taps.in_size, o, count_include_pad);
+    }
+  }
+  return shape.out_shape;
+}
+
+}  // namespace xpuruntime::onnx_ref

@@ -36,7 +36,7 @@ the others go on. Without transformers a model already exported into --work stil
 with a time limit per command can run a preset per command, or the columns apart (--skip-torch, --skip-xpuruntime).
 
     PYTHONPATH=src/python python benchmarks/llama_generation_bench.py --models 1b,8b [--batches 1,8,64] \\
-        [--prompt 512] [--new-tokens 128] [--work /tmp/llama_bench] [--out llama.json] [--skip-torch]
+        [--prompt 512] [--new-tokens 128] [--work /tmp/llama_bench] [--out llama.json] [--skip-torch] [--profile 2]
     PYTHONPATH=src/python python benchmarks/llama_generation_bench.py --models tiny --prompt 32 --new-tokens 8
 """
 
@@ -420,6 +420,17 @@ def continuous_row(session, preset: str, args, batch1_tokens_per_s: Optional[flo
                vs_batch1=tokens_per_s / batch1_tokens_per_s if batch1_tokens_per_s else None)
 
 
+def profile_decode(generator, preset: str, args) -> None:
+    """--profile N: the kernels of N batch-1 generations (prefill and --new-tokens steps each), per generation, as
+    kernel_breakdown.py prints them (torch.profiler's CUPTI records, CUDA graph replays included)."""
+    import torch
+    from kernel_breakdown import profile_runs
+
+    rows = prompts(1, args.prompt, PRESETS[preset]["vocab_size"], seed=1)
+    profile_runs(f"{preset} batch 1, one generation of {args.new_tokens} tokens",
+                 lambda: run_generation(generator, rows), torch.cuda.synchronize, args.profile, 30)
+
+
 def xpuruntime_rows(path: pathlib.Path, preset: str, args, bandwidth: float) -> List[dict]:
     from xpuruntime.generation import GenerationConfig, Generator
 
@@ -435,6 +446,8 @@ def xpuruntime_rows(path: pathlib.Path, preset: str, args, bandwidth: float) -> 
         except Exception as error:  # noqa: BLE001: reported in the table
             log(f"    batch {batch}: failed: {short(error)}")
             rows.append(row(preset, "xpuruntime", batch, error=short(error)))
+    if args.profile:
+        profile_decode(generator, preset, args)
     if args.skip_continuous:
         log("  continuous batching: skipped")
     else:
@@ -637,6 +650,8 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-torch", action="store_true", help="no transformers / torch.compile columns")
     parser.add_argument("--skip-xpuruntime", action="store_true", help="no export, no xpuruntime columns")
     parser.add_argument("--skip-continuous", action="store_true")
+    parser.add_argument("--profile", type=int, default=0,
+                        help="after the xpuruntime rows, print the top kernels of this many batch-1 generations")
     parser.add_argument("--out", default=None, help="write the rows here as JSON")
     args = parser.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",") if b]

@@ -40,9 +40,14 @@
 // The second differs from the first by float32 rounding of the scale products (x_scale * w_scale, in cuBLASLt's
 // order), by the bias's rounding to float16 (none in a float16 plan, whose biases are float16 values already), and for
 // a float8 output by v * (1 / y_scale) in place of v / y_scale (at most one float8 step at a tie). It is the default
-// where cuBLASLt offers an algorithm for it and the output is float16 or float8, or float32 without a bias (a float32
-// output would take a bfloat16 bias); otherwise, or where the output is not 16-byte aligned, the plan keeps the
-// kernel. Both are tactics of auto:BestPerformance; a record of either replays it.
+// from M * N = 2^18 outputs on (a float32 accumulator of 1 MiB), where cuBLASLt offers an algorithm for it and the
+// output is float16 or float8, or float32 without a bias (a float32 output would take a bfloat16 bias); otherwise,
+// or where the output is not 16-byte aligned, the plan keeps the kernel. The threshold is measured (H200, 2026-12-03,
+// benchmarks/bench_quant_gemm.py, per-channel scales, float16 output): at M = 2048 and 8192 cuBLASLt's epilogue took
+// 0.56-0.69x the kernel epilogue's time (768 x 3072: 16.9 us against 30.2 at M = 2048), at M = 1 and 16 it was
+// 1.25-1.45x slower (6.4-6.9 us against 5.0-5.5). Both are tactics of auto:BestPerformance, which times them at the
+// node's shape; a record of either replays it. cuBLASLt 13.0 on sm_90 has no algorithm for per-channel (outer
+// vector) scales with a float8 output (its heuristic answers CUBLAS_STATUS_INVALID_VALUE): those keep the kernel.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -74,6 +79,9 @@ constexpr std::uint32_t kAlignment = 16;
 constexpr std::size_t kScratchAlignment = 256;
 constexpr std::size_t kDescriptorCacheSize = 256;  // as Note [cuBLASLt descriptors per thread]
 constexpr int kMinComputeCapability = 89;          // float8 tensor cores: Ada and Hopper and newer
+// The default epilogue is cuBLASLt's own from this many outputs (a float32 accumulator of 1 MiB) on: measured on an
+// H200 (Note [cuBLASLt's own float8 epilogue]), below it the two launches of the kernel epilogue were faster.
+constexpr std::int64_t kOwnEpilogueMinOutputs = std::int64_t{1} << 18;
 
 // The GEMM of one descriptor (the schema has validated it).
 struct Fp8Problem {
@@ -202,7 +210,8 @@ std::vector<Candidate> algorithm_candidates(cublasLtHandle_t handle, const Fp8Pr
   if (epilogue == Epilogue::kCublasLt && !cublaslt_epilogue_refusal(q).empty()) return {};
   const std::uint32_t reductions =
       static_cast<std::uint32_t>(q.deterministic ? CUBLASLT_REDUCTION_SCHEME_NONE : CUBLASLT_REDUCTION_SCHEME_MASK);
-  return quantized_gemm::heuristic_candidates(handle, make_descriptors(q, epilogue), limit, kAlignment, reductions);
+  return quantized_gemm::heuristic_candidates(handle, make_descriptors(q, epilogue), limit, kAlignment, reductions,
+                                              epilogue == Epilogue::kCublasLt);
 }
 
 class Fp8Plan final : public KernelPlan {
@@ -452,8 +461,10 @@ class QLinearFp8Kernel final : public Kernel {
       const Candidate chosen = candidate_from_record(handle, q, epilogue, limit, record);
       return std::make_unique<Fp8Plan>(q, device, desc.compute_capability, epilogue, chosen.algo, chosen.workspace);
     }
-    // Note [cuBLASLt's own float8 epilogue]: cuBLASLt's where it has an algorithm, else this backend's kernel.
-    for (const Epilogue epilogue : {Epilogue::kCublasLt, Epilogue::kKernel}) {
+    // Note [cuBLASLt's own float8 epilogue]: cuBLASLt's for outputs of kOwnEpilogueMinOutputs elements or more
+    // where it has an algorithm, else this backend's kernel.
+    const bool large = q.m * q.n >= kOwnEpilogueMinOutputs;
+    for (const Epilogue epilogue : {large ? Epilogue::kCublasLt : Epilogue::kKernel, Epilogue::kKernel}) {
       const std::vector<Candidate> valid = algorithm_candidates(handle, q, epilogue, limit);
       if (!valid.empty()) {
         return std::make_unique<Fp8Plan>(q, device, desc.compute_capability, epilogue, valid.front().algo,

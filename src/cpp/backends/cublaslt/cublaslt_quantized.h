@@ -47,10 +47,13 @@ constexpr int kHeuristicCandidates = 8;
 
 // The heuristic's candidates, in its order, within `limit` bytes of workspace that cublasLtMatmulAlgoCheck passes,
 // for operands aligned to `alignment` bytes. `reductions`: the split-K reduction schemes allowed (set as the
-// preference and checked on each candidate); none given: the heuristic's default.
+// preference and checked on each candidate); none given: the heuristic's default. `invalid_is_unsupported`: the
+// heuristic's CUBLAS_STATUS_INVALID_VALUE means no candidate (cuBLASLt answers so for some epilogue and scale-mode
+// combinations it does not implement, e.g. outer-vector scales with a float8 output on sm_90) rather than an error.
 inline std::vector<Candidate> heuristic_candidates(cublasLtHandle_t handle, const Descriptors& descriptors,
                                                    std::size_t limit, std::uint32_t alignment,
-                                                   std::optional<std::uint32_t> reductions) {
+                                                   std::optional<std::uint32_t> reductions,
+                                                   bool invalid_is_unsupported = false) {
   std::vector<Candidate> valid;
   Preference preference;
   preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(limit));
@@ -65,6 +68,7 @@ inline std::vector<Candidate> heuristic_candidates(cublasLtHandle_t handle, cons
       handle, descriptors.operation.get(), descriptors.a.get(), descriptors.b.get(), descriptors.c_layout(),
       descriptors.d.get(), preference.get(), kHeuristicCandidates, results.data(), &returned);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return valid;
+  if (status == CUBLAS_STATUS_INVALID_VALUE && invalid_is_unsupported) return valid;
   XPURT_CUBLASLT_CHECK(status);
   for (int j = 0; j < returned; ++j) {
     const cublasLtMatmulHeuristicResult_t& result = results[static_cast<std::size_t>(j)];

@@ -321,8 +321,10 @@ class Fp8Plan final : public KernelPlan {
     if (q_.has_bias) op.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, prepare.bias16);
     const float alpha = q_.w_scale_per_channel ? 1.0f : q_.x_scale;  // per channel: x_scale is B's scale vector
     const float beta = 0.0f;
+    // C is not read (beta 0); a float8 D has a float16 C layout, so C cannot be D's memory: no C at all.
+    const void* c = descriptors.c ? nullptr : out;
     XPURT_CUBLASLT_CHECK(cublasLtMatmul(cublas::thread_cublaslt_handle(device_), op.get(), &alpha, weight,
-                                        descriptors.a.get(), x, descriptors.b.get(), &beta, out,
+                                        descriptors.a.get(), x, descriptors.b.get(), &beta, c,
                                         descriptors.c_layout(), out, descriptors.d.get(), &algo_, workspace,
                                         algo_workspace_, stream));
   }

@@ -42,6 +42,21 @@ struct WindowPlane {
   T* out = nullptr;   // [out_h, out_w], contiguous
 };
 
+// One plane of max pooling (Note [Max pooling by rows] in cpu_pool.cpp): input [height, width] -> out [out_h, out_w],
+// windows as Note [Pooling windows] there; `row` is scratch of row_length >= max(pad_left + width, (out_w - 1) *
+// stride_w + (kernel_w - 1) * dilation_w + 1) elements, `phased` (with stride_w > 1) of row_length + stride_w.
+template <typename T>
+struct PoolPlane {
+  const T* input = nullptr;
+  std::int64_t height = 0, width = 0, out_h = 0, out_w = 0;
+  std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  std::int64_t pad_top = 0, pad_left = 0;
+  T* row = nullptr;
+  std::int64_t row_length = 0;
+  T* phased = nullptr;
+  T* out = nullptr;
+};
+
 // The epilogue of a depthwise plane: + bias, + residual (same shape as out, or null), then ReLU when relu.
 template <typename T>
 struct PlaneEpilogue {
@@ -86,9 +101,9 @@ struct IsaKernels {
   // out = sum over taps of weights[t] * input tap, then the epilogue.
   void (*depthwise_f32)(const WindowPlane<float>&, const float* weights, const PlaneEpilogue<float>&);
   void (*depthwise_f64)(const WindowPlane<double>&, const double* weights, const PlaneEpilogue<double>&);
-  // out = max over taps (NaN propagates).
-  void (*max_window_f32)(const WindowPlane<float>&);
-  void (*max_window_f64)(const WindowPlane<double>&);
+  // One plane of max pooling (NaN propagates).
+  void (*max_pool_plane_f32)(const PoolPlane<float>&);
+  void (*max_pool_plane_f64)(const PoolPlane<double>&);
   // Writes the phase-split padded copy of `plane` ([height, width]) into `out`: `pad` outside the input (0 for
   // convolutions, -inf for max pooling). `out` holds phase_plane_size(g) elements (one row more than the plane, a
   // staging row).

@@ -225,6 +225,9 @@ class XPURT_API CapturePlan {
   // Whether every step is a static kernel or view step on a CUDA device (a CUDA graph can replay the plan);
   // else why not.
   bool capturable(std::string* why = nullptr) const;
+  // Per value: a graph output that a run writes into a tensor of its own, handed to the caller without a copy, instead
+  // of its arena slot (Note [Outputs written where the caller gets them] in capture_plan.cpp).
+  std::vector<bool> direct_outputs() const;
   const std::vector<std::string>& pass_notes() const { return pass_notes_; }
   // Where the build went, phase by phase (Note [Build phases] in engines/native/plan/capture_plan.cpp).
   const std::vector<BuildPhase>& build_phases() const { return build_phases_; }

@@ -90,6 +90,7 @@ class XPURT_API GraphExec {
   std::unique_ptr<CudaGraph> graph_;
   bool capturing_ = false;  // execute_steps is recording a CUDA graph (no synchronization allowed)
   std::vector<Tensor> slots_;  // planned values as views into the arena (undefined for others)
+  std::vector<bool> direct_outputs_;  // Note [Outputs written where the caller gets them]: per plan value
   std::vector<Tensor> replay_values_;  // a replay's tensor table: only input and output entries set, during a run
   std::int64_t runs_ = 0;
   std::int64_t replays_ = 0;

@@ -528,8 +528,8 @@ Values naive_max_pool(const Values& x, const Shape& xs, Shape kernel, Shape stri
   return y;
 }
 
-// The max-pool window loop (cpu_isa.h) on every instruction set: strides 1-3, dilations, asymmetric pads, ceil_mode,
-// NaN inputs, float64.
+// Max pooling by rows (cpu_isa.h, Note [Max pooling by rows]) on every instruction set: strides 1-3, dilations,
+// asymmetric pads, ceil_mode, NaN inputs, float64.
 TEST(CpuBackend, MaxPoolWindowLoopMatchesNaiveOnEveryIsa) {
   struct Case {
     Shape x, kernel, strides, pads, dilations;

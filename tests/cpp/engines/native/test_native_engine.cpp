@@ -286,12 +286,9 @@ TEST(NativeEngine, ExplainListsCandidatesTransfersAndTheMemoryPlan) {
     }
   }
   EXPECT_TRUE(saw_linear) << e.str();
-  // On the CPU nothing crosses a bus and nothing syncs; the output leaves the arena as a host copy of [3, 6] floats.
-  ASSERT_EQ(e.transfers.size(), 1u) << e.str();
-  EXPECT_EQ(e.transfers[0].kind, "copy");
-  EXPECT_EQ(e.transfers[0].value, "y");
-  EXPECT_EQ(e.transfers[0].direction, "host->host");
-  EXPECT_EQ(e.transfers[0].bytes, 3u * 6u * sizeof(float));
+  // On the CPU nothing crosses a bus and nothing syncs, and the output is written where the caller gets it, not
+  // copied out of the arena (Note [Outputs written where the caller gets them]).
+  EXPECT_TRUE(e.transfers.empty()) << e.str();
   EXPECT_NE(e.memory_json.find("\"peak_bytes\""), std::string::npos);
   // Note [Build phases]: the import, then the probe plan's (batch 1) and the first run's (batch 3) phases.
   ASSERT_FALSE(e.build.empty());

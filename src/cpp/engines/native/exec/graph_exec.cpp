@@ -313,6 +313,7 @@ GraphExec::GraphExec(std::shared_ptr<const CapturePlan> plan, GraphExecOptions o
     auto* base = static_cast<std::uint8_t*>(arena_.data_ptr()) + v.offset;
     slots_[id] = Tensor::from_blob(base, v.type.sizes(), {}, v.type.dtype, device, arena_.storage(), v.bytes);
   }
+  direct_outputs_ = plan_->direct_outputs();  // Note [Outputs written where the caller gets them]
   for (const PlanStep& step : plan_->steps()) has_boxed_ |= step.kind == PlanStep::Kind::kReference;
   for (int id : plan_->inputs()) has_boxed_ |= !values[id].type.is_tensor();
   if (has_boxed_) boxed_.resize(values.size());
@@ -447,7 +448,7 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
             std::vector<Tensor> outputs(step.desc.outputs.size());
             for (std::size_t o = 0; o < outputs.size(); ++o) {
               const int id = o < step.outputs.size() ? step.outputs[o] : -1;
-              if (id >= 0 && slots_[id].defined()) {
+              if (id >= 0 && slots_[id].defined() && !direct_outputs_[static_cast<std::size_t>(id)]) {
                 outputs[o] = slots_[id];
               } else {
                 outputs[o] = Tensor::empty(step.desc.outputs[o].shape, step.desc.outputs[o].dtype, device,
@@ -613,8 +614,9 @@ std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values
       continue;
     }
     // Values in the arena (and inputs or constants passed through) are copied: the next run reuses the arena.
-    const bool owned_by_run = !v.planned && v.kind == PlanValue::Kind::kIntermediate &&
-                              (v.view_of < 0 || !plan_values[v.view_of].planned);
+    const bool owned_by_run = direct_outputs_[static_cast<std::size_t>(id)] ||
+                              (!v.planned && v.kind == PlanValue::Kind::kIntermediate &&
+                               (v.view_of < 0 || !plan_values[v.view_of].planned));
     if (owned_by_run && t.is_contiguous()) {
       outputs.push_back(t);
       continue;

@@ -124,10 +124,12 @@ std::vector<TransferExplanation> transfers_of(const CapturePlan& plan, const std
     }
     out.push_back(std::move(t));
   }
+  const std::vector<bool> direct = plan.direct_outputs();
   for (int id : plan.outputs()) {
     const PlanValue& v = values[id];
-    const bool owned_by_run = !v.planned && v.kind == PlanValue::Kind::kIntermediate &&
-                              (v.view_of < 0 || !values[v.view_of].planned);
+    const bool owned_by_run = direct[static_cast<std::size_t>(id)] ||
+                              (!v.planned && v.kind == PlanValue::Kind::kIntermediate &&
+                               (v.view_of < 0 || !values[v.view_of].planned));
     if (owned_by_run) continue;  // returned as allocated by its step
     TransferExplanation t;
     t.kind = "copy";

@@ -122,7 +122,15 @@ void run_avg_pool(const KernelLaunch& launch, const CpuContext& context) {
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   T* out = y.data();
+  // Note [Average pooling by rows]: per output row, the column sums of its window's input rows (in double, a pass
+  // the compiler vectorises), then each output's sum over its columns of them; the divisor rules are Note [Pooling
+  // windows]. The sums add the same values as a window loop, columns first instead of rows first, in double (exact
+  // for the window sizes models use unless their values' magnitudes span more than 2^29), rounded once to T. A
+  // window loop per output took 9x ONNX Runtime's time on [1, 64, 112, 112] (2026-12-03, this machine: 1152 against
+  // 128 us, 3x3 stride 2).
   parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
+    ScratchVector<double> columns(static_cast<std::size_t>(g.width));
+    double* __restrict column = columns.data();
     for (std::int64_t plane = begin; plane < end; ++plane) {
       const T* src = in + plane * g.height * g.width;
       T* dst = out + plane * g.out_h * g.out_w;
@@ -130,14 +138,17 @@ void run_avg_pool(const KernelLaunch& launch, const CpuContext& context) {
         const std::int64_t h0 = oh * g.stride[0] - g.pad_begin[0];
         const std::int64_t h1 = std::min(h0 + g.kernel[0], g.height + g.pad_end[0]);
         const std::int64_t hs = std::max<std::int64_t>(h0, 0), he = std::min(h1, g.height);
+        for (std::int64_t c = 0; c < g.width; ++c) column[c] = 0.0;
+        for (std::int64_t ih = hs; ih < he; ++ih) {
+          const T* __restrict row = src + ih * g.width;
+          for (std::int64_t c = 0; c < g.width; ++c) column[c] += static_cast<double>(row[c]);
+        }
         for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
           const std::int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
           const std::int64_t w1 = std::min(w0 + g.kernel[1], g.width + g.pad_end[1]);
           const std::int64_t ws = std::max<std::int64_t>(w0, 0), we = std::min(w1, g.width);
           double sum = 0.0;
-          for (std::int64_t ih = hs; ih < he; ++ih) {
-            for (std::int64_t iw = ws; iw < we; ++iw) sum += static_cast<double>(src[ih * g.width + iw]);
-          }
+          for (std::int64_t iw = ws; iw < we; ++iw) sum += column[iw];
           const std::int64_t count = count_include_pad
                                          ? (h1 - h0) * (w1 - w0)
                                          : std::max<std::int64_t>(he - hs, 0) * std::max<std::int64_t>(we - ws, 0);

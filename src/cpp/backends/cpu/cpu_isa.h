@@ -44,7 +44,7 @@ struct WindowPlane {
 
 // One plane of max pooling (Note [Max pooling by rows] in cpu_pool.cpp): input [height, width] -> out [out_h, out_w],
 // windows as Note [Pooling windows] there; `row` is scratch of row_length >= max(pad_left + width, (out_w - 1) *
-// stride_w + (kernel_w - 1) * dilation_w + 1) elements, `phased` (with stride_w > 1) of row_length + stride_w.
+// stride_w + (kernel_w - 1) * dilation_w + 1) elements.
 template <typename T>
 struct PoolPlane {
   const T* input = nullptr;
@@ -53,7 +53,6 @@ struct PoolPlane {
   std::int64_t pad_top = 0, pad_left = 0;
   T* row = nullptr;
   std::int64_t row_length = 0;
-  T* phased = nullptr;
   T* out = nullptr;
 };
 

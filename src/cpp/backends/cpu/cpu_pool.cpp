@@ -63,8 +63,8 @@ std::int64_t plane_grain(const PoolGeometry& g) {
 // The max over a kh x kw window is the max along its kw columns of the max down its kh rows, so each output row
 // takes the column-wise max of its window's input rows (kh vectorised passes over whole input rows; rows outside the
 // input skipped), written into the middle of a scratch row whose ends are -inf (the left and right padding), and then
-// the max along that row over each output's kw columns, with no bounds tests (a strided row split into its phases
-// first, so that every loop reads consecutive elements and vectorises). That is kh * width + kw * out_w
+// the max along that row over each output's kw columns, with no bounds tests (strides 1 and 2 known to the compiler,
+// so that those loops vectorise). That is kh * width + kw * out_w
 // comparisons per output row instead of kh * kw per output, and no padded copy of the plane: a window loop over a
 // phase-split copy (Note [Phase-split planes] in cpu_conv.cpp) took 4x ONNX Runtime's time on ResNet's 3x3 stride-2
 // pools (2026-12-03, this machine: 534 against 126 us for [1, 64, 112, 112]). Padding never wins; a window whose
@@ -97,10 +97,9 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   shape.row_length = std::max(g.pad_begin[1] + g.width, reach);
   const IsaKernels& isa = *context.isa;
   parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
-    ScratchVector<T> row(static_cast<std::size_t>(2 * shape.row_length + shape.stride_w));
+    ScratchVector<T> row(static_cast<std::size_t>(shape.row_length));
     PoolPlane<T> plane = shape;
     plane.row = row.data();
-    plane.phased = row.data() + shape.row_length;
     for (std::int64_t p = begin; p < end; ++p) {
       plane.input = in + p * g.height * g.width;
       plane.out = out + p * g.out_h * g.out_w;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_run.h"
 #include "test_utils.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/execution_policy.h"
@@ -84,43 +85,13 @@ Fp8Problem make_problem(const Fp8Case& c, std::uint32_t seed) {
   return p;
 }
 
-struct Fp8Run {
-  Tensor output;  // on the CPU
-  std::string record;
-  std::string describe;
-};
+using kernel_run::KernelRun;
 
-OpDescriptor describe_op(const std::vector<Tensor>& inputs, const Attributes& attrs) {
-  OpDescriptor desc = make_op_descriptor("qlinear_fp8", inputs, attrs, ExecutionPolicy());
-  KernelRegistry::global().infer(desc);
-  return desc;
-}
-
-std::vector<Tensor> on(const std::vector<Tensor>& host, Device device) {
-  std::vector<Tensor> inputs;
-  for (const Tensor& t : host) inputs.push_back(t.defined() ? t.to(device) : Tensor());
-  return inputs;
-}
-
-const Kernel& kernel_named(const std::string& name) {
-  const Kernel* k = KernelRegistry::global().find_kernel("qlinear_fp8", name);
-  if (k == nullptr) throw std::runtime_error("no qlinear_fp8 kernel " + name);
-  return *k;
-}
+const Kernel& kernel_named(const std::string& name) { return kernel_run::registry_kernel("qlinear_fp8", name); }
 
 // `kernel`'s plan for the problem (`record`: re-created from it), run once on `device`'s default stream.
-Fp8Run run_kernel(const std::string& kernel, const Fp8Problem& p, Device device, const std::string& record = {}) {
-  const std::vector<Tensor> inputs = on(p.inputs, device);
-  const OpDescriptor desc = describe_op(inputs, p.attrs);
-  const Kernel& k = kernel_named(kernel);
-  const Support support = k.supports(desc, ExecutionPolicy());
-  if (!support) throw std::runtime_error(kernel + " refuses " + desc.signature() + ": " + support.reason());
-  std::unique_ptr<KernelPlan> plan = k.build(desc, ExecutionPolicy(), record);
-  const StreamView stream(device, nullptr);
-  std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, desc.outputs[0].dtype, device, &stream)};
-  plan->execute(desc, inputs, outputs, stream);
-  if (device.is_cuda()) stream.synchronize();
-  return {outputs[0].to(Device::cpu()), plan->record(), plan->describe()};
+KernelRun run_kernel(const std::string& kernel, const Fp8Problem& p, Device device, const std::string& record = {}) {
+  return kernel_run::run_registry_kernel("qlinear_fp8", kernel, p.inputs, p.attrs, device, record);
 }
 
 std::string epilogue_of(const std::string& record) {
@@ -142,14 +113,14 @@ std::int64_t differing(const Tensor& got, const Tensor& want) {
 // Every plan of `c` (the default and each tactic) against the cpu kernel; the epilogues its tactics offered.
 std::vector<std::string> check_every_plan(const Fp8Case& c, std::uint32_t seed) {
   const Fp8Problem p = make_problem(c, seed);
-  const Fp8Run want = run_kernel("cpu", p, Device::cpu());
-  const Fp8Run chosen = run_kernel("cublasLt", p, Device::cuda(0));
+  const KernelRun want = run_kernel("cpu", p, Device::cpu());
+  const KernelRun chosen = run_kernel("cublasLt", p, Device::cuda(0));
   EXPECT_EQ(differing(chosen.output, want.output), 0) << c.str() << " [" << chosen.describe << "]";
-  const std::vector<Tensor> inputs = on(p.inputs, Device::cuda(0));
-  const OpDescriptor desc = describe_op(inputs, p.attrs);
+  const OpDescriptor desc =
+      kernel_run::describe_op("qlinear_fp8", kernel_run::on_device(p.inputs, Device::cuda(0)), p.attrs);
   std::vector<std::string> epilogues;
   for (const std::string& record : kernel_named("cublasLt").tactics(desc, ExecutionPolicy())) {
-    Fp8Run tactic;
+    KernelRun tactic;
     try {
       tactic = run_kernel("cublasLt", p, Device::cuda(0), record);
     } catch (const std::runtime_error& e) {
@@ -201,7 +172,7 @@ TEST(QLinearFp8Cuda, RecordsNameTheirEpilogueAndBadOnesAreRefused) {
   c.k = 64;
   c.n = 512;
   const Fp8Problem p = make_problem(c, 77);
-  const Fp8Run chosen = run_kernel("cublasLt", p, Device::cuda(0));
+  const KernelRun chosen = run_kernel("cublasLt", p, Device::cuda(0));
   EXPECT_EQ(epilogue_of(chosen.record), "cublasLt") << chosen.record;
   EXPECT_NE(chosen.describe.find("cuBLASLt's own"), std::string::npos) << chosen.describe;
   nlohmann::json record = nlohmann::json::parse(chosen.record);
@@ -212,7 +183,7 @@ TEST(QLinearFp8Cuda, RecordsNameTheirEpilogueAndBadOnesAreRefused) {
   Fp8Case wide = c;
   wide.output = "float32";
   const Fp8Problem q = make_problem(wide, 78);
-  const Fp8Run kernel = run_kernel("cublasLt", q, Device::cuda(0));
+  const KernelRun kernel = run_kernel("cublasLt", q, Device::cuda(0));
   EXPECT_EQ(epilogue_of(kernel.record), "kernel") << kernel.record;
   record = nlohmann::json::parse(kernel.record);
   record["epilogue"] = "cublasLt";

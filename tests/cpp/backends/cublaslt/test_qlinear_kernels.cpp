@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernel_run.h"
 #include "test_utils.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/execution_policy.h"
@@ -129,34 +130,16 @@ Problem make_problem(const Case& c, std::uint32_t seed) {
 
 // ---- running a kernel ----
 
-struct KernelRun {
-  Tensor output;  // on the CPU
-  std::string record;
-  std::string describe;
-};
+using kernel_run::KernelRun;
 
 OpDescriptor describe_op(const std::vector<Tensor>& inputs, const Attributes& attrs) {
-  OpDescriptor desc = make_op_descriptor("qlinear", inputs, attrs, ExecutionPolicy());
-  KernelRegistry::global().infer(desc);
-  return desc;
+  return kernel_run::describe_op("qlinear", inputs, attrs);
 }
 
 // `kernel`'s plan for the problem (`record`: re-created from it), run once on `device`'s default stream.
 KernelRun run_kernel(const std::string& kernel, const std::vector<Tensor>& host_inputs, const Attributes& attrs,
-               Device device, const std::string& record = {}) {
-  std::vector<Tensor> inputs;
-  for (const Tensor& t : host_inputs) inputs.push_back(t.defined() ? t.to(device) : Tensor());
-  const OpDescriptor desc = describe_op(inputs, attrs);
-  const Kernel* k = KernelRegistry::global().find_kernel("qlinear", kernel);
-  if (k == nullptr) throw std::runtime_error("no qlinear kernel " + kernel);
-  const Support support = k->supports(desc, ExecutionPolicy());
-  if (!support) throw std::runtime_error(kernel + " refuses " + desc.signature() + ": " + support.reason());
-  std::unique_ptr<KernelPlan> plan = k->build(desc, ExecutionPolicy(), record);
-  const StreamView stream(device, nullptr);
-  std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, desc.outputs[0].dtype, device, &stream)};
-  plan->execute(desc, inputs, outputs, stream);
-  if (device.is_cuda()) stream.synchronize();
-  return {outputs[0].to(Device::cpu()), plan->record(), plan->describe()};
+                     Device device, const std::string& record = {}) {
+  return kernel_run::run_registry_kernel("qlinear", kernel, host_inputs, attrs, device, record);
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {

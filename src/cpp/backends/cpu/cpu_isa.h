@@ -54,6 +54,11 @@ struct PoolPlane {
   T* row = nullptr;
   std::int64_t row_length = 0;
   T* out = nullptr;
+  // Average pooling only (Note [Average pooling by rows]): the trailing pads, the divisor rule, and `sums`, scratch
+  // of width + out_w doubles (`row` is unused).
+  std::int64_t pad_bottom = 0, pad_right = 0;
+  bool count_include_pad = false;
+  double* sums = nullptr;
 };
 
 // The epilogue of a depthwise plane: + bias, + residual (same shape as out, or null), then ReLU when relu.
@@ -100,9 +105,11 @@ struct IsaKernels {
   // out = sum over taps of weights[t] * input tap, then the epilogue.
   void (*depthwise_f32)(const WindowPlane<float>&, const float* weights, const PlaneEpilogue<float>&);
   void (*depthwise_f64)(const WindowPlane<double>&, const double* weights, const PlaneEpilogue<double>&);
-  // One plane of max pooling (NaN propagates).
+  // One plane of max pooling (NaN propagates), of average pooling.
   void (*max_pool_plane_f32)(const PoolPlane<float>&);
   void (*max_pool_plane_f64)(const PoolPlane<double>&);
+  void (*avg_pool_plane_f32)(const PoolPlane<float>&);
+  void (*avg_pool_plane_f64)(const PoolPlane<double>&);
   // Writes the phase-split padded copy of `plane` ([height, width]) into `out`: `pad` outside the input (0 for
   // convolutions, -inf for max pooling). `out` holds phase_plane_size(g) elements (one row more than the plane, a
   // staging row).

@@ -59,27 +59,9 @@ std::int64_t plane_grain(const PoolGeometry& g) {
   return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.out_h * g.out_w * g.kernel[0] * g.kernel[1], 1));
 }
 
-// Note [Max pooling by rows]
-// The max over a kh x kw window is the max along its kw columns of the max down its kh rows, so each output row
-// takes the column-wise max of its window's input rows (kh vectorised passes over whole input rows; rows outside the
-// input skipped), written into the middle of a scratch row whose ends are -inf (the left and right padding), and then
-// the max along that row over each output's kw columns, with no bounds tests (strides 1 and 2 known to the compiler,
-// so that those loops vectorise). That is kh * width + kw * out_w
-// comparisons per output row instead of kh * kw per output, and no padded copy of the plane: a window loop over a
-// phase-split copy (Note [Phase-split planes] in cpu_conv.cpp) took 4x ONNX Runtime's time on ResNet's 3x3 stride-2
-// pools (2026-12-03, this machine: 534 against 126 us for [1, 64, 112, 112]). Padding never wins; a window whose
-// rows are all outside the input (dilations) gives -inf; a NaN anywhere in a window makes its output NaN.
+// The geometry of every plane of a pooling launch (input, out, row and sums are set per plane or task).
 template <typename T>
-void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
-  const PoolGeometry g = pool_geometry(launch);
-  InputBuffer<T> x(launch.input(0));
-  OutputBuffer<T> y(launch.output(0));
-  const T* in = x.data();
-  T* out = y.data();
-  if (g.out_h <= 0 || g.out_w <= 0) {
-    y.commit();
-    return;
-  }
+PoolPlane<T> plane_shape(const PoolGeometry& g) {
   PoolPlane<T> shape;
   shape.height = g.height;
   shape.width = g.width;
@@ -93,6 +75,32 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   shape.dilation_w = g.dilation[1];
   shape.pad_top = g.pad_begin[0];
   shape.pad_left = g.pad_begin[1];
+  shape.pad_bottom = g.pad_end[0];
+  shape.pad_right = g.pad_end[1];
+  return shape;
+}
+
+// Note [Max pooling by rows]
+// The max over a kh x kw window is the max along its kw columns of the max down its kh rows, so each output row
+// takes the column-wise max of its window's input rows (kh vectorised passes over whole input rows; rows outside the
+// input skipped), written into the middle of a scratch row whose ends are -inf (the left and right padding), and then
+// the max along that row over each output's kw columns, with no bounds tests (strides 1 and 2 known to the compiler,
+// so that those loops vectorise). That is kh * width + kw * out_w comparisons per output row instead of kh * kw per
+// output, and no padded copy of the plane: a window loop over a phase-split copy (Note [Phase-split planes] in cpu_conv.cpp) took 4x ONNX Runtime's time on ResNet's 3x3 stride-2
+// pools (2026-12-03, this machine: 534 against 126 us for [1, 64, 112, 112]). Padding never wins; a window whose
+// rows are all outside the input (dilations) gives -inf; a NaN anywhere in a window makes its output NaN.
+template <typename T>
+void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
+  const PoolGeometry g = pool_geometry(launch);
+  InputBuffer<T> x(launch.input(0));
+  OutputBuffer<T> y(launch.output(0));
+  const T* in = x.data();
+  T* out = y.data();
+  if (g.out_h <= 0 || g.out_w <= 0) {
+    y.commit();
+    return;
+  }
+  PoolPlane<T> shape = plane_shape<T>(g);
   const std::int64_t reach = (g.out_w - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dilation[1] + 1;
   shape.row_length = std::max(g.pad_begin[1] + g.width, reach);
   const IsaKernels& isa = *context.isa;
@@ -113,46 +121,34 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   y.commit();
 }
 
+// Note [Average pooling by rows]
+// Per output row, the column sums of its window's input rows (in double, a pass the compiler vectorises), then each
+// output's sum over its columns of them (a vectorised loop for the outputs whose windows lie inside the input's
+// columns, strides 1 and 2 known to the compiler), divided by Note [Pooling windows]' divisor. The sums add the same
+// values as a window loop, columns first instead of rows first, in double (exact for the window sizes models use
+// unless their values' magnitudes span more than 2^29), rounded once to T. A window loop per output took 9x ONNX
+// Runtime's time on [1, 64, 112, 112] (2026-12-03, this machine: 1152 against 128 us, 3x3 stride 2).
 template <typename T>
 void run_avg_pool(const KernelLaunch& launch, const CpuContext& context) {
   const PoolGeometry g = pool_geometry(launch);
-  const bool count_include_pad = launch.desc->attrs.get_int("count_include_pad", 0) != 0;
   InputBuffer<T> x(launch.input(0));
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   T* out = y.data();
-  // Note [Average pooling by rows]: per output row, the column sums of its window's input rows (in double, a pass
-  // the compiler vectorises), then each output's sum over its columns of them; the divisor rules are Note [Pooling
-  // windows]. The sums add the same values as a window loop, columns first instead of rows first, in double (exact
-  // for the window sizes models use unless their values' magnitudes span more than 2^29), rounded once to T. A
-  // window loop per output took 9x ONNX Runtime's time on [1, 64, 112, 112] (2026-12-03, this machine: 1152 against
-  // 128 us, 3x3 stride 2).
+  PoolPlane<T> shape = plane_shape<T>(g);
+  shape.count_include_pad = launch.desc->attrs.get_int("count_include_pad", 0) != 0;
+  const IsaKernels& isa = *context.isa;
   parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
-    ScratchVector<double> columns(static_cast<std::size_t>(g.width));
-    double* __restrict column = columns.data();
-    for (std::int64_t plane = begin; plane < end; ++plane) {
-      const T* src = in + plane * g.height * g.width;
-      T* dst = out + plane * g.out_h * g.out_w;
-      for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-        const std::int64_t h0 = oh * g.stride[0] - g.pad_begin[0];
-        const std::int64_t h1 = std::min(h0 + g.kernel[0], g.height + g.pad_end[0]);
-        const std::int64_t hs = std::max<std::int64_t>(h0, 0), he = std::min(h1, g.height);
-        for (std::int64_t c = 0; c < g.width; ++c) column[c] = 0.0;
-        for (std::int64_t ih = hs; ih < he; ++ih) {
-          const T* __restrict row = src + ih * g.width;
-          for (std::int64_t c = 0; c < g.width; ++c) column[c] += static_cast<double>(row[c]);
-        }
-        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-          const std::int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
-          const std::int64_t w1 = std::min(w0 + g.kernel[1], g.width + g.pad_end[1]);
-          const std::int64_t ws = std::max<std::int64_t>(w0, 0), we = std::min(w1, g.width);
-          double sum = 0.0;
-          for (std::int64_t iw = ws; iw < we; ++iw) sum += column[iw];
-          const std::int64_t count = count_include_pad
-                                         ? (h1 - h0) * (w1 - w0)
-                                         : std::max<std::int64_t>(he - hs, 0) * std::max<std::int64_t>(we - ws, 0);
-          dst[oh * g.out_w + ow] = static_cast<T>(sum / static_cast<double>(count));
-        }
+    ScratchVector<double> sums(static_cast<std::size_t>(g.width + g.out_w));
+    PoolPlane<T> plane = shape;
+    plane.sums = sums.data();
+    for (std::int64_t p = begin; p < end; ++p) {
+      plane.input = in + p * g.height * g.width;
+      plane.out = out + p * g.out_h * g.out_w;
+      if constexpr (std::is_same_v<T, float>) {
+        isa.avg_pool_plane_f32(plane);
+      } else {
+        isa.avg_pool_plane_f64(plane);
       }
     }
   });

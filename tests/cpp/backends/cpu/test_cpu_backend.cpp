@@ -580,6 +580,66 @@ TEST(CpuBackend, AvgPoolDivisorRules) {
   EXPECT_EQ(values(run1("global_avg_pool", {x})), (Values{5}));
 }
 
+// Note [Pooling windows]' average: the window clipped to the padded input (its length the divisor with
+// count_include_pad), then to the input (its length the divisor otherwise); sums in double.
+Values naive_avg_pool(const Values& x, const Shape& xs, const Shape& kernel, const Shape& strides, const Shape& pads,
+                      bool count_include_pad, const Shape& ys) {
+  Values y;
+  for (std::int64_t plane = 0; plane < xs[0] * xs[1]; ++plane) {
+    for (std::int64_t i = 0; i < ys[2]; ++i) {
+      const std::int64_t h0 = i * strides[0] - pads[0], h1 = std::min(h0 + kernel[0], xs[2] + pads[2]);
+      for (std::int64_t j = 0; j < ys[3]; ++j) {
+        const std::int64_t w0 = j * strides[1] - pads[1], w1 = std::min(w0 + kernel[1], xs[3] + pads[3]);
+        double sum = 0.0;
+        std::int64_t inside = 0;
+        for (std::int64_t ih = std::max<std::int64_t>(h0, 0); ih < std::min(h1, xs[2]); ++ih) {
+          for (std::int64_t iw = std::max<std::int64_t>(w0, 0); iw < std::min(w1, xs[3]); ++iw) {
+            sum += x[static_cast<std::size_t>((plane * xs[2] + ih) * xs[3] + iw)];
+            ++inside;
+          }
+        }
+        const std::int64_t count = count_include_pad ? (h1 - h0) * (w1 - w0) : inside;
+        y.push_back(static_cast<float>(sum / static_cast<double>(count)));
+      }
+    }
+  }
+  return y;
+}
+
+// Average pooling by rows (cpu_isa.h, Note [Average pooling by rows]) on every instruction set: strides 1-3, edge
+// windows on both sides, asymmetric pads, ceil_mode, both divisor rules, float64.
+TEST(CpuBackend, AvgPoolByRowsMatchesNaiveOnEveryIsa) {
+  struct Case {
+    Shape x, kernel, strides, pads;
+    bool ceil;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, false}, {{1, 2, 13, 17}, {3, 3}, {1, 1}, {1, 1, 1, 1}, false},
+      {{1, 2, 11, 14}, {2, 3}, {3, 2}, {0, 1, 1, 0}, true},  {{1, 1, 9, 9}, {5, 5}, {2, 3}, {2, 2, 2, 2}, true},
+      {{3, 1, 7, 5}, {1, 1}, {2, 2}, {0, 0, 0, 0}, false},   {{1, 2, 6, 40}, {2, 7}, {2, 2}, {0, 3, 1, 3}, true},
+  };
+  unsigned seed = 950;
+  for (const auto& c : cases) {
+    const Values v = random_values(c.x[0] * c.x[1] * c.x[2] * c.x[3], seed++);
+    const Tensor x = make(c.x, v);
+    for (const bool include : {false, true}) {
+      const Attributes attrs = Attributes()
+                                   .set("kernel_shape", c.kernel)
+                                   .set("strides", c.strides)
+                                   .set("pads", c.pads)
+                                   .set("ceil_mode", std::int64_t{c.ceil ? 1 : 0})
+                                   .set("count_include_pad", std::int64_t{include ? 1 : 0});
+      for (const std::string& isa : isa_names()) {
+        ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
+        const Tensor y = run1("avg_pool2d", {x}, attrs);
+        const Values expected = naive_avg_pool(v, c.x, c.kernel, c.strides, c.pads, include, y.shape());
+        expect_near_all(values(y), expected, 1e-6f, isa);
+        expect_near_all(values(run1("avg_pool2d", {cast(x, "float64")}, attrs)), expected, 1e-6f, isa + " float64");
+      }
+    }
+  }
+}
+
 // ---- normalization ----
 
 TEST(CpuBackend, BatchNormSoftmaxLayerNorm) {

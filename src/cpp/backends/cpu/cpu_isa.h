@@ -42,9 +42,9 @@ struct WindowPlane {
   T* out = nullptr;   // [out_h, out_w], contiguous
 };
 
-// One plane of max pooling (Note [Max pooling by rows] in cpu_pool.cpp): input [height, width] -> out [out_h, out_w],
-// windows as Note [Pooling windows] there; `row` is scratch of row_length >= max(pad_left + width, (out_w - 1) *
-// stride_w + (kernel_w - 1) * dilation_w + 1) elements.
+// One plane of max or average pooling (Notes [Max pooling by rows] and [Average pooling by rows] in cpu_pool.cpp):
+// input [height, width] -> out [out_h, out_w], windows as Note [Pooling windows] there. Max pooling: `row` is scratch
+// of row_length >= max(pad_left + width, (out_w - 1) * stride_w + (kernel_w - 1) * dilation_w + 1) elements.
 template <typename T>
 struct PoolPlane {
   const T* input = nullptr;

@@ -11,7 +11,6 @@
 //    the input itself, whose length is the divisor otherwise. So with ceil_mode a window that overhangs the
 //    trailing padding does not count the overhang even when count_include_pad.
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -80,18 +79,12 @@ PoolPlane<T> plane_shape(const PoolGeometry& g) {
   return shape;
 }
 
-// Note [Max pooling by rows]
-// The max over a kh x kw window is the max along its kw columns of the max down its kh rows, so each output row
-// takes the column-wise max of its window's input rows (kh vectorised passes over whole input rows; rows outside the
-// input skipped), written into the middle of a scratch row whose ends are -inf (the left and right padding), and then
-// the max along that row over each output's kw columns, with no bounds tests (strides 1 and 2 known to the compiler,
-// so that those loops vectorise). That is kh * width + kw * out_w comparisons per output row instead of kh * kw per
-// output, and no padded copy of the plane: a window loop over a phase-split copy (Note [Phase-split planes] in cpu_conv.cpp) took 4x ONNX Runtime's time on ResNet's 3x3 stride-2
-// pools (2026-12-03, this machine: 534 against 126 us for [1, 64, 112, 112]). Padding never wins; a window whose
-// rows are all outside the input (dilations) gives -inf; a NaN anywhere in a window makes its output NaN.
+// Runs an instruction set's plane kernel (`f32` or `f64`, by T) on every (n, c) plane of the launch, with `shape`'s
+// geometry and per task a scratch row of shape.row_length T and `sums` doubles.
 template <typename T>
-void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
-  const PoolGeometry g = pool_geometry(launch);
+void pool_planes(const KernelLaunch& launch, const CpuContext& context, const PoolGeometry& g,
+                 const PoolPlane<T>& shape, void (*f32)(const PoolPlane<float>&), void (*f64)(const PoolPlane<double>&),
+                 std::int64_t sums) {
   InputBuffer<T> x(launch.input(0));
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
@@ -100,25 +93,44 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
     y.commit();
     return;
   }
-  PoolPlane<T> shape = plane_shape<T>(g);
-  const std::int64_t reach = (g.out_w - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dilation[1] + 1;
-  shape.row_length = std::max(g.pad_begin[1] + g.width, reach);
-  const IsaKernels& isa = *context.isa;
+  void (*kernel)(const PoolPlane<T>&) = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    kernel = f32;
+  } else {
+    kernel = f64;
+  }
   parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
     ScratchVector<T> row(static_cast<std::size_t>(shape.row_length));
+    ScratchVector<double> column_sums(static_cast<std::size_t>(sums));
     PoolPlane<T> plane = shape;
     plane.row = row.data();
+    plane.sums = column_sums.data();
     for (std::int64_t p = begin; p < end; ++p) {
       plane.input = in + p * g.height * g.width;
       plane.out = out + p * g.out_h * g.out_w;
-      if constexpr (std::is_same_v<T, float>) {
-        isa.max_pool_plane_f32(plane);
-      } else {
-        isa.max_pool_plane_f64(plane);
-      }
+      kernel(plane);
     }
   });
   y.commit();
+}
+
+// Note [Max pooling by rows]
+// The max over a kh x kw window is the max along its kw columns of the max down its kh rows, so each output row takes
+// the column-wise max of its window's input rows (kh vectorised passes over whole input rows; rows outside the input
+// skipped), written into the middle of a scratch row whose ends are -inf (the left and right padding), and then the max
+// along that row over each output's kw columns, with no bounds tests (strides 1 and 2 known to the compiler, so that
+// those loops vectorise). That is kh * width + kw * out_w comparisons per output row instead of kh * kw per output, and
+// no padded copy of the plane: a window loop over a phase-split copy (Note [Phase-split planes] in cpu_conv.cpp) took
+// 4x ONNX Runtime's time on ResNet's 3x3 stride-2 pools (2026-12-03, this machine: 534 against 126 us for [1, 64, 112,
+// 112]). Padding never wins; a window whose rows are all outside the input (dilations) gives -inf; a NaN anywhere in a
+// window makes its output NaN.
+template <typename T>
+void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
+  const PoolGeometry g = pool_geometry(launch);
+  PoolPlane<T> shape = plane_shape<T>(g);
+  const std::int64_t reach = (g.out_w - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dilation[1] + 1;
+  shape.row_length = std::max(g.pad_begin[1] + g.width, reach);
+  pool_planes(launch, context, g, shape, context.isa->max_pool_plane_f32, context.isa->max_pool_plane_f64, 0);
 }
 
 // Note [Average pooling by rows]
@@ -131,28 +143,10 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
 template <typename T>
 void run_avg_pool(const KernelLaunch& launch, const CpuContext& context) {
   const PoolGeometry g = pool_geometry(launch);
-  InputBuffer<T> x(launch.input(0));
-  OutputBuffer<T> y(launch.output(0));
-  const T* in = x.data();
-  T* out = y.data();
   PoolPlane<T> shape = plane_shape<T>(g);
   shape.count_include_pad = launch.desc->attrs.get_int("count_include_pad", 0) != 0;
-  const IsaKernels& isa = *context.isa;
-  parallel_for(g.planes, context.threads, plane_grain(g), [&](std::int64_t begin, std::int64_t end) {
-    ScratchVector<double> sums(static_cast<std::size_t>(g.width + g.out_w));
-    PoolPlane<T> plane = shape;
-    plane.sums = sums.data();
-    for (std::int64_t p = begin; p < end; ++p) {
-      plane.input = in + p * g.height * g.width;
-      plane.out = out + p * g.out_h * g.out_w;
-      if constexpr (std::is_same_v<T, float>) {
-        isa.avg_pool_plane_f32(plane);
-      } else {
-        isa.avg_pool_plane_f64(plane);
-      }
-    }
-  });
-  y.commit();
+  pool_planes(launch, context, g, shape, context.isa->avg_pool_plane_f32, context.isa->avg_pool_plane_f64,
+              g.width + g.out_w);
 }
 
 template <typename T>

@@ -343,10 +343,8 @@ class Fp8Plan final : public KernelPlan {
   }
 
   std::string make_record(const AlgoConfig& config, int compute_capability) const {
-    nlohmann::json record = nlohmann::json::parse(
-        quantized_gemm::plan_record(kRecordFormat, algo_, config, "32F", algo_workspace_, compute_capability));
-    record["epilogue"] = epilogue_name(epilogue_);
-    return record.dump();
+    return quantized_gemm::plan_record(kRecordFormat, algo_, config, "32F", algo_workspace_, compute_capability,
+                                       {{"epilogue", epilogue_name(epilogue_)}});
   }
 
   static std::uint64_t next_id() {
@@ -465,8 +463,10 @@ class QLinearFp8Kernel final : public Kernel {
     }
     // Note [cuBLASLt's own float8 epilogue]: cuBLASLt's for outputs of kOwnEpilogueMinOutputs elements or more
     // where it has an algorithm, else this backend's kernel.
-    const bool large = q.m * q.n >= kOwnEpilogueMinOutputs;
-    for (const Epilogue epilogue : {large ? Epilogue::kCublasLt : Epilogue::kKernel, Epilogue::kKernel}) {
+    std::vector<Epilogue> choices;
+    if (q.m * q.n >= kOwnEpilogueMinOutputs) choices.push_back(Epilogue::kCublasLt);
+    choices.push_back(Epilogue::kKernel);
+    for (const Epilogue epilogue : choices) {
       const std::vector<Candidate> valid = algorithm_candidates(handle, q, epilogue, limit);
       if (!valid.empty()) {
         return std::make_unique<Fp8Plan>(q, device, desc.compute_capability, epilogue, valid.front().algo,

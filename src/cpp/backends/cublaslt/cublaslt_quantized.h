@@ -87,10 +87,11 @@ inline std::vector<Candidate> heuristic_candidates(cublasLtHandle_t handle, cons
 }
 
 // A plan's record: `format`, the algorithm's 8 words (hex) and its readable configuration, `compute_type`, the
-// workspace and the versions it was chosen under.
+// workspace and the versions it was chosen under, and the kernel's own `fields` (an object, or null for none).
 inline std::string plan_record(const char* format, const cublasLtMatmulAlgo_t& algo, const AlgoConfig& config,
-                               const char* compute_type, std::size_t workspace, int compute_capability) {
-  nlohmann::json record;
+                               const char* compute_type, std::size_t workspace, int compute_capability,
+                               nlohmann::json fields = nullptr) {
+  nlohmann::json record = fields.is_object() ? std::move(fields) : nlohmann::json::object();
   nlohmann::json words = nlohmann::json::array();
   for (const std::uint64_t word : algo.data) {
     char text[24];

@@ -313,3 +313,106 @@ def test_one_elementwise_op_and_its_quantize_linear_become_one_kernel(device):
     plain = xrt.InferenceSession(model.SerializeToString(), engine="native", device=device,
                                  disabled_passes=["elementwise_fusion"])
     np.testing.assert_array_equal(np.asarray(fused.run(feeds)["q"]), np.asarray(plain.run(feeds)["q"]))
+
+
+# ---- a QuantizeLinear to float8 at the end of a group (Note [Quantized output of a fused program]) ----
+
+FLOAT8 = {"float8e4m3fn": 17, "float8e5m2": 19}
+
+
+def _float8_quantize_model(first_op: str, dtype: str, scale: float, zero_point: str, saturate=None,
+                           float_type=None) -> bytes:
+    """first_op (one op, or "Add+Relu") -> QuantizeLinear-19 to `dtype`; zero_point "zero" (a float8 0 initializer),
+    "none" (opset 21's output_dtype attribute instead) or "one" (a float8 1.0: not fusable)."""
+    from onnx import TensorProto, helper, numpy_helper
+    float_type = float_type or TensorProto.FLOAT
+    code = FLOAT8[dtype]
+    inits = [numpy_helper.from_array(np.array(scale, np.float32 if float_type == TensorProto.FLOAT else np.float16),
+                                     "s")]
+    q_inputs = ["r", "s"]
+    q_attrs = {}
+    if zero_point == "none":
+        q_attrs["output_dtype"] = code
+    else:
+        z = TensorProto()
+        z.name, z.data_type = "z", code
+        z.raw_data = bytes([0x00 if zero_point == "zero" else (0x38 if dtype == "float8e4m3fn" else 0x3C)])
+        inits.append(z)
+        q_inputs.append("z")
+    if saturate is not None:
+        q_attrs["saturate"] = saturate
+    if first_op == "Add+Relu":
+        nodes = [helper.make_node("Add", ["a", "b"], ["t"]), helper.make_node("Relu", ["t"], ["r"])]
+        inputs = ["a", "b"]
+    else:
+        nodes = [helper.make_node(first_op, ["a"], ["r"])]
+        inputs = ["a"]
+    nodes.append(helper.make_node("QuantizeLinear", q_inputs, ["q"], **q_attrs))
+    graph = helper.make_graph(nodes, "float8_q", [helper.make_tensor_value_info(n, float_type, ["d0", "d1"])
+                                                  for n in inputs],
+                              [helper.make_tensor_value_info("q", code, ["d0", "d1"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21 if zero_point == "none" else 19)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+def _all_float16_values() -> np.ndarray:
+    """Every float16 bit pattern (NaNs of both signs, infinities, subnormals, zeros) as float32, exactly."""
+    return np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32).reshape(256, 256)
+
+
+def _codes_of(result) -> np.ndarray:
+    """A float8 output as run() returns it (its values in float32, exactly) as bits: equal bits, equal codes (NaN
+    signs and signed zeros included)."""
+    values = np.asarray(result)
+    assert values.dtype == np.float32
+    return values.view(np.uint32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", sorted(FLOAT8))
+@pytest.mark.parametrize("scale", [1.0, 0.37, 2.0 ** -12, 300.0])
+def test_a_float8_quantize_linear_ends_the_group_with_the_unfused_codes(device, dtype, scale):
+    # Every float16 value (so every tie, subnormal, saturation and NaN of both formats is met), negated by the group:
+    # the fused codes equal the unfused QuantizeLinear's on the cpu, bit for bit.
+    model = _float8_quantize_model("Neg", dtype, scale, "zero")
+    feeds = {"a": _all_float16_values()}
+    fused = xrt.InferenceSession(model, engine="native", device=device)
+    ops = collections.Counter(n["op_type"] for n in fused.explain().nodes)
+    assert ops == {"xpuruntime:FusedElementwise": 1}, ops
+    plain = xrt.InferenceSession(model, engine="native", device="cpu", disabled_passes=["elementwise_fusion"])
+    assert collections.Counter(n["op_type"] for n in plain.explain().nodes)["QuantizeLinear"] == 1
+    got_codes, want_codes = _codes_of(fused.run(feeds)["q"]), _codes_of(plain.run(feeds)["q"])
+    np.testing.assert_array_equal(got_codes, want_codes)
+    assert len(np.unique(want_codes)) > 100  # the values cover much of the format
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_float8_quantize_linear_without_a_zero_point_fuses_and_others_stay(device):
+    rng = np.random.default_rng(8)
+    feeds = {"a": rng.normal(0, 40, (50, 33)).astype(np.float32), "b": rng.normal(0, 40, (50, 33)).astype(np.float32)}
+    model = _float8_quantize_model("Add+Relu", "float8e4m3fn", 0.05, "none")
+    fused = xrt.InferenceSession(model, engine="native", device=device)
+    assert collections.Counter(n["op_type"] for n in fused.explain().nodes) == {"xpuruntime:FusedElementwise": 1}
+    plain = xrt.InferenceSession(model, engine="native", device="cpu", disabled_passes=["elementwise_fusion"])
+    np.testing.assert_array_equal(_codes_of(fused.run(feeds)["q"]), _codes_of(plain.run(feeds)["q"]))
+    # A zero point other than 0 and saturate=0 are left to the QuantizeLinear node.
+    for zero_point, saturate in (("one", None), ("zero", 0)):
+        kept = xrt.InferenceSession(_float8_quantize_model("Add+Relu", "float8e5m2", 0.05, zero_point, saturate),
+                                    engine="native", device=device)
+        assert collections.Counter(n["op_type"] for n in kept.explain().nodes)["QuantizeLinear"] == 1
+
+
+@requires_gpu
+def test_a_float8_quantize_linear_ends_a_float16_group_with_the_unfused_codes():
+    # In a float16 plan the group's value is rounded to float16 first (the program ends in f16), as unfused.
+    model = _float8_quantize_model("Add+Relu", "float8e4m3fn", 0.02, "zero")
+    rng = np.random.default_rng(9)
+    feeds = {"a": rng.normal(0, 5, (2048, 768)).astype(np.float32),
+             "b": rng.normal(0, 5, (2048, 768)).astype(np.float32)}
+    policy = xrt.ExecutionPolicy(precision="fp16")
+    fused = xrt.InferenceSession(model, engine="native", device="cuda:0", exec_policy=policy)
+    plain = xrt.InferenceSession(model, engine="native", device="cuda:0", exec_policy=policy,
+                                 disabled_passes=["elementwise_fusion"])
+    assert [n for n in fused.explain().nodes if n["op_type"] == "xpuruntime:FusedElementwise"]
+    np.testing.assert_array_equal(_codes_of(fused.run(feeds)["q"]), _codes_of(plain.run(feeds)["q"]))

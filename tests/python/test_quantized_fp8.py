@@ -141,6 +141,21 @@ def test_cpu_kernel_batched_x_and_saturation():
     assert np.all(np.sign(got[np.abs(real) > 1000]) == np.sign(real[np.abs(real) > 1000]))
 
 
+@pytest.mark.parametrize("output_dtype", ["float32", "float16", "float8e4m3fn"])
+def test_a_float16_bias_is_its_value_widened(output_dtype):
+    # A float16 plan's bias (Note [Quantized fusion in float16 plans]): the kernel reads float16 as the float32 of
+    # the same value, so the outputs equal those of that float32 bias bit for bit.
+    rng = np.random.default_rng(11)
+    x, w, w_scale, b = _problem(rng, 9, 32, 12, per_channel=False, bias=True)
+    b16 = b.astype(np.float16)
+    attrs = _attrs(output_dtype, "relu")
+    with_half, _ = _call(x, w, w_scale, b16, attrs)
+    with_float, _ = _call(x, w, w_scale, b16.astype(np.float32), attrs)
+    np.testing.assert_array_equal(with_half, with_float)
+    with pytest.raises(xrt.InvalidTypeError, match="float32 or float16"):
+        _call(x, w, w_scale, b.astype(np.float64), attrs)
+
+
 def test_schema_refusals():
     x = _fp8(np.zeros((2, 16), np.uint8))
     w = _fp8(np.zeros((4, 16), np.uint8))
@@ -283,6 +298,35 @@ def test_cublaslt_equals_the_cpu_kernel_where_the_sums_are_exact(output_dtype):
     np.testing.assert_array_equal(gpu, cpu)
     if output_dtype == "float8e4m3fn":
         assert np.any(np.abs(cpu) == 448)
+
+
+@requires_gpu
+@pytest.mark.parametrize("m", [16, 4096])  # the kernel epilogue, and cuBLASLt's own (m * n >= 2^18)
+@pytest.mark.parametrize("output_dtype", ["float16", "float8e4m3fn"])
+def test_cublaslt_reads_a_float16_bias_as_its_value(m, output_dtype):
+    rng = np.random.default_rng(12)
+    x, w, w_scale, b = _problem(rng, m, 256, 128, per_channel=False, bias=True, magnitude=4.0)
+    b16 = (b * 0.01).astype(np.float16)
+    attrs = _attrs(output_dtype)
+    gpu = xrt.Device("cuda:0")
+    with_half, decision = _call(x, w, w_scale, b16, attrs, device=gpu)
+    assert decision.kernel == "cublasLt"
+    with_float, _ = _call(x, w, w_scale, b16.astype(np.float32), attrs, device=gpu)
+    np.testing.assert_array_equal(with_half, with_float)
+
+
+@requires_gpu
+def test_a_float16_plan_of_a_float8_model_agrees_with_the_float32_plan():
+    model = _quantized(64, 256, 64, per_channel=False)
+    half = xrt.InferenceSession(model, engine="native", device="cuda",
+                                exec_policy=xrt.ExecutionPolicy(precision="fp16"))
+    full = xrt.InferenceSession(model, engine="native", device="cuda")
+    assert [kernel for _, kernel in _fused_ops(half)] == ["cublasLt", "cublasLt"]
+    x = np.random.default_rng(5).normal(0, 1, (2048, 64)).astype(np.float16).astype(np.float32)
+    (a,) = half.run(None, {"x": x})
+    (b,) = full.run(None, {"x": x})
+    span = float(np.max(np.abs(b)))
+    assert np.max(np.abs(np.asarray(a, np.float32) - b)) <= 0.05 * span + 1e-3
 
 
 @requires_gpu

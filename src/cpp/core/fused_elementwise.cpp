@@ -108,23 +108,46 @@ const char* storage_type(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return "float";
     case DType::kInt8: return "signed char";
-    case DType::kUInt8: return "unsigned char";
+    case DType::kUInt8:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2: return "unsigned char";
     default: return "unsigned short";
   }
 }
 
-// The store helper of a quantized output ("st_int8", "st_uint8"; Note [Quantized output of a fused program]): the scale
-// as its float32 bits, rintf rounding half to even as nearbyint does, the division IEEE's (NVRTC without fast math).
+// The store helper of a quantized output ("st_int8", "st_float8e4m3fn", ...; Note [Quantized output of a fused
+// program]): the scale as its float32 bits, the division IEEE's (NVRTC without fast math). Integers: rintf rounds half
+// to even as nearbyint does. Float8: below the smallest normal (2^-6 in e4m3fn, 2^-14 in e5m2) the code is the
+// quotient in units of the smallest subnormal, rounded by rintf (the count 8 or 4 is the smallest normal's code);
+// above, the float32 bits rounded to the format's mantissa width, ties to even, by adding half a unit less one plus
+// the kept lowest bit (a carry moves the exponent, which is right). Clamping to +-max first is the saturation: a value
+// between max and the next code up rounds to max or overflows, and saturates to max either way. The zero point 0 is
+// added (as quantize_linear adds it: -0 becomes +0); a NaN's sign is f's (the scale is positive), whatever the
+// division's NaN is.
 std::string quantized_store(DType dtype, const OutputQuantization& q) {
   const char* type = storage_type(dtype);
-  int lo = 0, hi = 0;
-  quantize_ops::integer_range(dtype, &lo, &hi);
   std::uint32_t bits = 0;
   std::memcpy(&bits, &q.scale, sizeof(bits));
-  return detail::str_cat("__device__ __forceinline__ ", type, " st_", dtype_name(dtype),
-                         "(float f) { const float s = f / __int_as_float(", bits, "); float r = s != s ? ",
-                         q.zero_point, ".0f : rintf(s) + ", q.zero_point, ".0f; r = fminf(fmaxf(r, ", lo, ".0f), ",
-                         hi, ".0f); return (", type, ")r; }\n");
+  const std::string head = detail::str_cat("__device__ __forceinline__ ", type, " st_", dtype_name(dtype),
+                                           "(float f) { const float s = f / __int_as_float(", bits, "); ");
+  if (is_float8_dtype(dtype)) {
+    const bool e4m3 = dtype == DType::kFloat8E4M3FN;
+    const int mantissa = e4m3 ? 3 : 2;
+    const int drop = 23 - mantissa;  // float32 mantissa bits dropped
+    const int bias = e4m3 ? 7 : 15;
+    return detail::str_cat(
+        head, "if (s != s) return (", type, ")(((__float_as_uint(f) >> 24) & 0x80u) | 0x7Fu); const float z = s + ",
+        "0.0f; const unsigned sign = (__float_as_uint(z) >> 24) & 0x80u; const float a = fminf(fabsf(z), ",
+        e4m3 ? "448.0f" : "57344.0f", "); unsigned code; ",
+        "if (a < ", e4m3 ? "0.015625f" : "6.103515625e-05f", ") { code = (unsigned)rintf(a * ",
+        e4m3 ? "512.0f" : "65536.0f", "); } else { unsigned u = __float_as_uint(a); u += ", (1u << (drop - 1)) - 1u,
+        "u + ((u >> ", drop, ") & 1u); code = (((u >> 23) - ", 127 - bias, "u) << ", mantissa, ") | ((u >> ", drop,
+        ") & ", (1u << mantissa) - 1u, "u); } return (", type, ")(sign | code); }\n");
+  }
+  int lo = 0, hi = 0;
+  quantize_ops::integer_range(dtype, &lo, &hi);
+  return detail::str_cat(head, "float r = s != s ? ", q.zero_point, ".0f : rintf(s) + ", q.zero_point,
+                         ".0f; r = fminf(fmaxf(r, ", lo, ".0f), ", hi, ".0f); return (", type, ")r; }\n");
 }
 
 }  // namespace
@@ -149,11 +172,11 @@ OutputQuantization output_quantization(const Attributes& attrs, DType dtype) {
                                                attrs.get_float("y_scale", 0.0)));
   }
   const std::int64_t zero_point = attrs.get_int("y_zero_point", 0);
-  int lo = 0, hi = 0;
-  quantize_ops::integer_range(dtype, &lo, &hi);
+  int lo = 0, hi = 0;  // a float8 output's zero point is 0
+  if (!is_float8_dtype(dtype)) quantize_ops::integer_range(dtype, &lo, &hi);
   if (zero_point < lo || zero_point > hi) {
     throw InvalidArgumentError(detail::str_cat("fused_elementwise: y_zero_point ", zero_point, " is outside the ",
-                                               dtype_name(dtype), " output's range"));
+                                               dtype_name(dtype), " output's range (float8: 0 only)"));
   }
   q.zero_point = static_cast<std::int32_t>(zero_point);
   return q;
@@ -348,7 +371,8 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
 // batch 16 on an H100: 15 us against 8 us).
 int vector_width(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
                  DType output_dtype) {
-  if (layout.numel == 0 || quantized_output(output_dtype)) return 1;  // one byte a store: element by element
+  (void)output_dtype;  // a quantized output's vector is vec bytes (Note [Quantized output of a fused program])
+  if (layout.numel == 0) return 1;
   bool four_bytes = output_dtype == DType::kFloat32;
   for (std::size_t k = 0; k < input_dtypes.size(); ++k) {
     four_bytes = four_bytes || (!layout.scalar(k) && input_dtypes[k] == DType::kFloat32);

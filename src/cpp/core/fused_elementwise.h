@@ -44,6 +44,7 @@
 #include "core/quantize_ops.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/export.h"
+#include "xpuruntime/low_bit.h"
 #include "xpuruntime/op_descriptor.h"
 
 namespace xpuruntime::fused {
@@ -152,29 +153,41 @@ inline float apply(Code code, float a, float b) {
 }
 
 // Note [Quantized output of a fused program]
-// A fused node whose output_dtype is int8 or uint8 ends in ONNX's QuantizeLinear per tensor: the elementwise_fusion
-// pass absorbs the QuantizeLinear that alone reads a group's float output (the residual Add -> Relu -> Q of a quantized
-// CNN, the Q after a transformer's elementwise chains), which otherwise reads the group's output back from memory in a
-// pass of its own. The program's last value v is stored as saturate(round_half_even(v / y_scale) + y_zero_point), the
-// division in float32 and a NaN quotient stored as the zero point, as the registry's quantize_linear computes it;
-// y_scale (finite, > 0) and y_zero_point (in the output's range) are the node's attributes. Where the group's value
-// was float16 or bfloat16 the program ends in that cast, so the quantized levels equal the unfused plan's.
+// A fused node whose output_dtype is int8, uint8, float8e4m3fn or float8e5m2 ends in ONNX's QuantizeLinear per
+// tensor: the elementwise_fusion pass absorbs the QuantizeLinear that alone reads a group's float output (the residual
+// Add -> Relu -> Q of a quantized CNN, the GELU -> Q of a quantized transformer's MLP), which otherwise reads the
+// group's output back from memory in a pass of its own. The program's last value v is stored as
+//   int8, uint8     saturate(round_half_even(v / y_scale) + y_zero_point), a NaN quotient stored as the zero point;
+//   float8          v / y_scale + 0 (y_zero_point, 0: the pass fuses no other; -0 becomes +0) rounded once to the
+//                   format, to nearest even, saturating to +-max (QuantizeLinear-19's saturate=1: infinities too), a
+//                   NaN keeping its sign;
+// the division in float32, as the registry's quantize_linear computes it. y_scale (finite, > 0) and y_zero_point (in
+// the output's range) are the node's attributes. Where the group's value was float16 or bfloat16 the program ends in
+// that cast, so the quantized levels equal the unfused plan's.
 struct OutputQuantization {
   float scale = 1.0f;
   std::int32_t zero_point = 0;
 };
-inline bool quantized_output(DType dtype) { return dtype == DType::kInt8 || dtype == DType::kUInt8; }
-// The node's y_scale and y_zero_point for an output of `dtype` (int8 or uint8); InvalidArgumentError for a scale that
-// is not finite and positive in float32, or a zero point outside the output's range.
+inline bool quantized_output(DType dtype) {
+  return dtype == DType::kInt8 || dtype == DType::kUInt8 || dtype == DType::kFloat8E4M3FN ||
+         dtype == DType::kFloat8E5M2;
+}
+// The node's y_scale and y_zero_point for an output of `dtype` (quantized_output); InvalidArgumentError for a scale
+// that is not finite and positive in float32, or a zero point outside the output's range (not 0 for float8).
 XPURT_API OutputQuantization output_quantization(const Attributes& attrs, DType dtype);
 // The registry op fused_elementwise's attributes from a com.xpuruntime:FusedElementwise node's (program, row_axes,
 // output_dtype, y_scale, y_zero_point): what the native engine's lowering and the node kernel pass on.
 XPURT_API Attributes registry_attributes(const Attributes& node);
-// The level of `v` in an int8/uint8 output (the cpu kernel's; cuda_source writes the same).
-inline std::int32_t quantize_level(float v, const OutputQuantization& q, DType dtype) {
+// The byte a quantized output stores for `v` (the cpu kernel's; cuda_source writes the same): the int8/uint8 level
+// (int8 as two's complement) or the float8 code.
+inline std::uint8_t quantized_byte(float v, const OutputQuantization& q, DType dtype) {
+  if (is_float8_dtype(dtype)) {  // + the zero point 0, as quantize_linear adds it (-0 becomes +0)
+    return detail::float8_from_double(static_cast<double>(v / q.scale) + q.zero_point, dtype, true);
+  }
   int lo = 0, hi = 0;
   quantize_ops::integer_range(dtype, &lo, &hi);
-  return static_cast<std::int32_t>(quantize_ops::integer_level(v / q.scale, q.zero_point, lo, hi));
+  // through int: the level may be negative (int8, stored as two's complement)
+  return static_cast<std::uint8_t>(static_cast<int>(quantize_ops::integer_level(v / q.scale, q.zero_point, lo, hi)));
 }
 
 // A reduction's accumulator: its start, one step, and the row's value from the accumulator over `row` elements.

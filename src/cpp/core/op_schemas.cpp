@@ -343,7 +343,8 @@ std::vector<TensorDesc> infer_qlinear(const OpDescriptor& desc) {
 // [QuantizeLinear(float8e4m3fn)] becomes (the quantized_fusion pass; xrt.quantize(precision="fp8") writes such
 // chains). With x and weight float8e4m3fn (no zero points: ONNX's float8 zero points are 0 in these models):
 //   acc[m, n] = sum_k float(x[m, k]) * float(w[k, n])            float32 accumulation (the products are exact)
-//   real      = acc * alpha[n] + bias[n]                         alpha[n] = float32(x_scale * w_scale[n])
+//   real      = acc * alpha[n] + bias[n]                         alpha[n] = float32(x_scale * w_scale[n]); a
+//                                                                float16 bias (a float16 plan's) widened exactly
 //   real      = max(real, 0) when activation=relu
 //   y         = real (float32, or rounded to float16), or float8e4m3fn(real / y_scale) for output_dtype=float8e4m3fn:
 //               the division in float32, then round to nearest even and saturate to +-448 (ONNX's QuantizeLinear
@@ -373,8 +374,8 @@ std::vector<TensorDesc> infer_qlinear_fp8(const OpDescriptor& desc) {
   XPURT_CHECK(w_scale.shape == Shape{n} || w_scale.numel() == 1, "op 'qlinear_fp8': w_scale must have shape [", n,
               "] (per output channel) or one element, got ", shape_str(w_scale.shape));
   if (bias.present) {
-    XPURT_CHECK_TYPE(bias.dtype == DType::kFloat32, "op 'qlinear_fp8': input 'bias' must be float32, got ",
-                     dtype_name(bias.dtype));
+    XPURT_CHECK_TYPE(bias.dtype == DType::kFloat32 || bias.dtype == DType::kFloat16,
+                     "op 'qlinear_fp8': input 'bias' must be float32 or float16, got ", dtype_name(bias.dtype));
     XPURT_CHECK(bias.shape == Shape{n}, "op 'qlinear_fp8': bias must have shape [", n, "], got ",
                 shape_str(bias.shape));
   }
@@ -621,8 +622,8 @@ std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
       fused::output_quantization(desc.attrs, dtype);  // Note [Quantized output of a fused program]
     } else if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
       throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': output_dtype ", dtype_name(dtype),
-                                             "; the output is float32, float16, bfloat16, or int8/uint8 with y_scale "
-                                             "and y_zero_point"));
+                                             "; the output is float32, float16, bfloat16, or int8/uint8/float8e4m3fn/"
+                                             "float8e5m2 with y_scale and y_zero_point"));
     }
   }
   TensorDesc y = output_like(desc.inputs[0], out);
@@ -746,7 +747,7 @@ void register_ops(KernelRegistry& registry) {
       infer_qlinear);
   add("qlinear_fp8", "qmatmul", {"x", "weight", "w_scale", "bias?"},
       "float8 GEMM (Note [Float8 quantized linear]): x float8e4m3fn [..., K], weight float8e4m3fn [K, N] "
-      "(weight_layout=kn) or [N, K] (nk), w_scale float32 [N] or one element, bias float32 [N]; x_scale, "
+      "(weight_layout=kn) or [N, K] (nk), w_scale float32 [N] or one element, bias float32 or float16 [N]; x_scale, "
       "activation=none|relu, output_dtype=float8e4m3fn (with y_scale)|float32|float16",
       infer_qlinear_fp8);
   add("qconv2d", "qconv", {"x", "weight", "w_scale?", "bias?"},

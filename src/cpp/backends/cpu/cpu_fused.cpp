@@ -162,11 +162,11 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
         break;
       }
       case DType::kInt8:
-      case DType::kUInt8: {  // Note [Quantized output of a fused program]; int8 as two's complement bytes
+      case DType::kUInt8:
+      case DType::kFloat8E4M3FN:
+      case DType::kFloat8E5M2: {  // Note [Quantized output of a fused program]
         auto* y = static_cast<std::uint8_t*>(output) + begin;
-        for (std::int64_t i = 0; i < n; ++i) {
-          y[i] = static_cast<std::uint8_t>(fused::quantize_level(result[i], quantization, output_dtype));
-        }
+        for (std::int64_t i = 0; i < n; ++i) y[i] = fused::quantized_byte(result[i], quantization, output_dtype);
         break;
       }
       default: std::copy(result, result + n, static_cast<float*>(output) + begin);
@@ -239,7 +239,7 @@ void register_fused_kernels(KernelRegistry& registry) {
                    evaluate(program, layout, dtypes, out, quantization, inputs, launch.output(0).data_ptr(),
                             context.threads);
                  },
-                 // the op schema takes float inputs, and a float or (quantized) int8/uint8 output
+                 // the op schema takes float inputs, and a float or (quantized) int8/uint8/float8 output
                  DTypeSet::kAll);
 }
 

@@ -246,7 +246,11 @@ void run_qlinear_fp8(const KernelLaunch& launch, const CpuContext& context) {
   std::vector<float> alpha(static_cast<std::size_t>(n)), shift(static_cast<std::size_t>(n), 0.0f);
   for (std::int64_t c = 0; c < n; ++c) {
     alpha[static_cast<std::size_t>(c)] = static_cast<float>(x_scale * s[w_scale.numel() == 1 ? 0 : c]);
-    if (bias != nullptr) shift[static_cast<std::size_t>(c)] = static_cast<const float*>(bias->data_ptr())[c];
+    if (bias == nullptr) continue;
+    const void* b = bias->data_ptr();
+    shift[static_cast<std::size_t>(c)] = bias->dtype() == DType::kFloat16
+                                             ? detail::half_to_float(static_cast<const std::uint16_t*>(b)[c])
+                                             : static_cast<const float*>(b)[c];
   }
   const DType out = y.dtype();
   parallel_for(m, context.threads, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(n * k, 1)),

@@ -2,7 +2,8 @@
 // outputs of one row (n is a multiple of 4): one 16-byte load of the accumulator, then the cpu kernel's arithmetic
 // element by element, so that every output is what the cpu kernel makes of the same accumulator:
 //   alpha = float32(double(x_scale) * double(w_scale[c]))    (the cpu kernel forms it in double and rounds once)
-//   v     = acc * alpha + bias[c]                            (two float32 roundings, no fused multiply-add)
+//   v     = acc * alpha + bias[c]                            (two float32 roundings, no fused multiply-add; a
+//                                                            float16 bias widened exactly)
 // Float8 rounding is cuda_fp8.h's __nv_cvt_float_to_fp8 with __NV_SATFINITE: to nearest even, past 448 and
 // infinities to +-448, as ONNX's QuantizeLinear with saturate=1 (Note [Float8 on the GPU] in
 // backends/cuda_raw/quantize.cu); a NaN keeps its sign here as ONNX and the cpu kernel keep it (0x7F / 0xFF).
@@ -35,7 +36,10 @@ __global__ void fp8_epilogue_kernel(Fp8EpilogueParams p, std::int64_t quads) {
       const std::int64_t c = c0 + j;
       const double w_scale = static_cast<double>(p.w_scale[p.w_scale_per_channel ? c : 0]);
       const float alpha = __double2float_rn(__dmul_rn(static_cast<double>(p.x_scale), w_scale));
-      float v = __fadd_rn(__fmul_rn(a[j], alpha), p.bias != nullptr ? p.bias[c] : 0.0f);
+      const float b = p.bias == nullptr ? 0.0f
+                      : p.bias_half  ? __half2float(static_cast<const __half*>(p.bias)[c])
+                                     : static_cast<const float*>(p.bias)[c];
+      float v = __fadd_rn(__fmul_rn(a[j], alpha), b);
       if (p.relu && !(v > 0.0f) && !isnan(v)) v = 0.0f;
       switch (p.output) {
         case Fp8Output::kFloat32:

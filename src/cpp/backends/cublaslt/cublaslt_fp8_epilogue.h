@@ -18,7 +18,8 @@ struct Fp8EpilogueParams {
   float x_scale = 1.0f;
   const float* w_scale = nullptr;  // one element, or n when w_scale_per_channel
   bool w_scale_per_channel = false;
-  const float* bias = nullptr;  // n elements, or null
+  const void* bias = nullptr;  // n float32 (float16 when bias_half) elements, or null
+  bool bias_half = false;
   bool relu = false;
   float y_scale = 1.0f;  // output float8e4m3fn: real / y_scale, rounded to nearest even, saturated to +-448
   Fp8Output output = Fp8Output::kFloat32;

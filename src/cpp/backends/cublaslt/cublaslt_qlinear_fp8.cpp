@@ -36,7 +36,9 @@
 //               "outer vector" scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: A's N values, B's M values, all
 //               x_scale, alpha 1); the epilogue BIAS / RELU / RELU_BIAS; for a float8 output D is float8e4m3fn with
 //               scale_D = 1 / y_scale and C float16. cuBLASLt's float8 GEMMs take a 16-bit bias only, so a small
-//               kernel first writes the bias in float16 (with 1 / y_scale and the M x scales) into the workspace.
+//               kernel first writes a float32 bias in float16 (with 1 / y_scale and the M x scales) into the
+//               workspace; a float16 plan's bias is float16 already (the quantized_fusion pass leaves it so), and
+//               a per-tensor GEMM with a float16 output then is one launch.
 // The second differs from the first by float32 rounding of the scale products (x_scale * w_scale, in cuBLASLt's
 // order), by the bias's rounding to float16 (none in a float16 plan, whose biases are float16 values already), and for
 // a float8 output by v * (1 / y_scale) in place of v / y_scale (at most one float8 step at a tie). It is the default
@@ -89,6 +91,7 @@ struct Fp8Problem {
   bool weight_nk = false;
   bool w_scale_per_channel = false;
   bool has_bias = false;
+  bool bias_half = false;  // a float16 bias (a float16 plan's): cuBLASLt's epilogue reads it as it is
   bool relu = false;
   float x_scale = 1.0f, y_scale = 1.0f;
   Fp8Output output = Fp8Output::kFloat32;
@@ -107,6 +110,7 @@ struct Fp8Problem {
     if (!desc.outputs.empty()) q.out_alignment = desc.outputs[0].alignment;
     q.w_scale_per_channel = desc.inputs[2].numel() > 1;
     q.has_bias = desc.inputs.size() > 3 && desc.inputs[3].present;
+    q.bias_half = q.has_bias && desc.inputs[3].dtype == DType::kFloat16;
     q.relu = desc.attrs.get_string("activation", "none") == "relu";
     q.x_scale = static_cast<float>(desc.attrs.get_float("x_scale", 1.0));
     q.y_scale = static_cast<float>(desc.attrs.get_float("y_scale", 1.0));
@@ -233,7 +237,7 @@ class Fp8Plan final : public KernelPlan {
     if (epilogue_ == Epilogue::kKernel) {
       accumulator_offset_ = reserve(sizeof(float) * m * n);
     } else {
-      if (q_.has_bias) bias16_offset_ = reserve(sizeof(std::uint16_t) * n);
+      if (q_.has_bias && !q_.bias_half) bias16_offset_ = reserve(sizeof(std::uint16_t) * n);
       if (q_.output == Fp8Output::kFloat8E4M3FN) d_scale_offset_ = reserve(sizeof(float));
       if (q_.w_scale_per_channel) x_scales_offset_ = reserve(sizeof(float) * m);
     }
@@ -281,7 +285,8 @@ class Fp8Plan final : public KernelPlan {
     epilogue.x_scale = q_.x_scale;
     epilogue.w_scale = static_cast<const float*>(launch.input(2).data_ptr());
     epilogue.w_scale_per_channel = q_.w_scale_per_channel;
-    epilogue.bias = q_.has_bias ? static_cast<const float*>(launch.input(3).data_ptr()) : nullptr;
+    epilogue.bias = q_.has_bias ? launch.input(3).data_ptr() : nullptr;
+    epilogue.bias_half = q_.bias_half;
     epilogue.relu = q_.relu;
     epilogue.y_scale = q_.y_scale;
     epilogue.output = q_.output;
@@ -293,8 +298,9 @@ class Fp8Plan final : public KernelPlan {
   std::string describe() const override { return has_algo_ ? describe_ : "cublasLt qlinear_fp8: empty output"; }
 
  private:
-  // Note [cuBLASLt's own float8 epilogue]: the float16 bias, 1 / y_scale and the x scales into the workspace, then
-  // the GEMM writes the output.
+  // Note [cuBLASLt's own float8 epilogue]: the float16 bias (unless it is one already), 1 / y_scale and the x scales
+  // into the workspace, then the GEMM writes the output; a per-tensor plan with a float16 bias and a float16 output
+  // launches the GEMM alone.
   void run_cublaslt_epilogue(const KernelLaunch& launch, unsigned char* base, const void* x, const void* weight,
                              void* workspace, cudaStream_t stream) const {
     void* out = launch.output(0).data_ptr();
@@ -303,9 +309,13 @@ class Fp8Plan final : public KernelPlan {
     prepare.n = q_.n;
     prepare.m = q_.m;
     prepare.x_scale = q_.x_scale;
-    if (q_.has_bias) {
+    const void* bias16 = nullptr;
+    if (q_.has_bias && q_.bias_half) {
+      bias16 = launch.input(3).data_ptr();
+    } else if (q_.has_bias) {
       prepare.bias = static_cast<const float*>(launch.input(3).data_ptr());
       prepare.bias16 = base + bias16_offset_;
+      bias16 = prepare.bias16;
     }
     if (q_.output == Fp8Output::kFloat8E4M3FN) {
       prepare.d_scale = reinterpret_cast<float*>(base + d_scale_offset_);
@@ -318,7 +328,7 @@ class Fp8Plan final : public KernelPlan {
     op.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, launch.input(2).data_ptr());
     if (q_.w_scale_per_channel) op.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<void*>(prepare.x_scales));
     if (prepare.d_scale != nullptr) op.set(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, static_cast<void*>(prepare.d_scale));
-    if (q_.has_bias) op.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, prepare.bias16);
+    if (q_.has_bias) op.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias16);
     const float alpha = q_.w_scale_per_channel ? 1.0f : q_.x_scale;  // per channel: x_scale is B's scale vector
     const float beta = 0.0f;
     // C is not read (beta 0); a float8 D has a float16 C layout, so C cannot be D's memory: no C at all.
@@ -407,7 +417,7 @@ KernelDecl qlinear_fp8_declaration() {
   decl.input_names = {"x", "weight", "w_scale", "bias"};
   decl.on_device = true;
   decl.min_compute_capability = kMinComputeCapability;
-  decl.dtypes = DTypeSet{{DType::kFloat8E4M3FN, DType::kFloat32}, {}};
+  decl.dtypes = DTypeSet{{DType::kFloat8E4M3FN, DType::kFloat32, DType::kFloat16}, {}};
   decl.layout = Layout::kContiguous;
   return decl;
 }

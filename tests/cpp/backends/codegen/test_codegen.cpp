@@ -53,10 +53,13 @@ std::vector<Case> cases() {
       {"mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2", {{2, 16, 4}, {16, 4}, {16, 4}}, {2, 16, 4}, 0, {h, h, h},
        h, 2},
       // a quantized output (Note [Quantized output of a fused program]): the residual Add -> Relu -> Q of an int8
-      // CNN, and a row program ending in uint8: one byte a store, element by element.
+      // CNN, and a row program ending in uint8: vectors of bytes, as wide as the inputs' vectors.
       {"add x0 x1; relu t0; f16 t1", {{16, 28, 28, 512}, {16, 28, 28, 512}}, {16, 28, 28, 512}, 0, {h, h},
-       DType::kInt8, 1},
-      {"reduce_max x0; sub x0 t0; exp t1", {{30, 96}}, {30, 96}, 1, {f}, DType::kUInt8, 1},
+       DType::kInt8, 8},
+      {"reduce_max x0; sub x0 t0; exp t1", {{30, 96}}, {30, 96}, 1, {f}, DType::kUInt8, 4},
+      // float8: BERT's GELU -> Q in a float16 plan; an odd row ending in float8e5m2 (element by element).
+      {"gelu x0; f16 t0", {{2048, 3072}}, {2048, 3072}, 0, {h}, DType::kFloat8E4M3FN, 8},
+      {"reduce_max x0; sub x0 t0; exp t1", {{30, 7}}, {30, 7}, 1, {f}, DType::kFloat8E5M2, 1},
   };
 }
 
@@ -100,12 +103,15 @@ TEST(Codegen, NvrtcCompilesEveryVariant) {
     const fused::Layout layout = fused::layout(c.inputs, c.output, c.row_axes);
     fused::OutputQuantization quantization;
     quantization.scale = 0.0173f;
-    quantization.zero_point = c.out == DType::kInt8 ? -3 : 121;
+    quantization.zero_point = c.out == DType::kInt8 ? -3 : (c.out == DType::kUInt8 ? 121 : 0);
     const std::string source = fused::cuda_source(program, layout, c.dtypes, c.out, "xrt_fused_test", quantization);
     if (fused::quantized_output(c.out)) {
       EXPECT_NE(source.find("st_" + std::string(dtype_name(c.out)) + "(float f)"), std::string::npos) << source;
-      EXPECT_NE(source.find("rintf(s) + " + std::to_string(quantization.zero_point) + ".0f"), std::string::npos)
-          << source;
+      // integers: the zero point added; float8: the format's largest finite value, the saturation
+      const std::string step = c.out == DType::kFloat8E4M3FN ? "448.0f"
+                               : c.out == DType::kFloat8E5M2 ? "57344.0f"
+                                                             : "rintf(s) + " + std::to_string(quantization.zero_point);
+      EXPECT_NE(source.find(step), std::string::npos) << source;
     }
     try {
       EXPECT_FALSE(fused::compile_cubin(source, "xrt_fused_test", 90).empty());
@@ -125,18 +131,28 @@ TEST(Codegen, QuantizedOutputLevelsAreQuantizeLinears) {
   fused::OutputQuantization q;
   q.scale = 0.5f;
   q.zero_point = 3;
-  EXPECT_EQ(fused::quantize_level(1.25f, q, DType::kInt8), 5);   // 2.5 -> 2 (even) + 3
-  EXPECT_EQ(fused::quantize_level(1.75f, q, DType::kInt8), 7);   // 3.5 -> 4 + 3
-  EXPECT_EQ(fused::quantize_level(-0.25f, q, DType::kInt8), 3);  // -0.5 -> -0 + 3
-  EXPECT_EQ(fused::quantize_level(1e9f, q, DType::kInt8), 127);
-  EXPECT_EQ(fused::quantize_level(-1e9f, q, DType::kInt8), -128);
-  EXPECT_EQ(fused::quantize_level(-1e9f, q, DType::kUInt8), 0);
-  EXPECT_EQ(fused::quantize_level(NAN, q, DType::kUInt8), 3);
+  EXPECT_EQ(static_cast<std::int8_t>(fused::quantized_byte(1.25f, q, DType::kInt8)), 5);   // 2.5 -> 2 (even) + 3
+  EXPECT_EQ(static_cast<std::int8_t>(fused::quantized_byte(1.75f, q, DType::kInt8)), 7);   // 3.5 -> 4 + 3
+  EXPECT_EQ(static_cast<std::int8_t>(fused::quantized_byte(-0.25f, q, DType::kInt8)), 3);  // -0.5 -> -0 + 3
+  EXPECT_EQ(static_cast<std::int8_t>(fused::quantized_byte(1e9f, q, DType::kInt8)), 127);
+  EXPECT_EQ(static_cast<std::int8_t>(fused::quantized_byte(-1e9f, q, DType::kInt8)), -128);
+  EXPECT_EQ(fused::quantized_byte(-1e9f, q, DType::kUInt8), 0);
+  EXPECT_EQ(fused::quantized_byte(NAN, q, DType::kUInt8), 3);
+  // float8 (zero point 0): v / y_scale rounded to nearest even, saturated, NaN keeping its sign.
+  q.zero_point = 0;
+  EXPECT_EQ(fused::quantized_byte(0.5f, q, DType::kFloat8E4M3FN), 0x38);         // 1.0
+  EXPECT_EQ(fused::quantized_byte(1e9f, q, DType::kFloat8E4M3FN), 0x7E);         // saturated: 448
+  EXPECT_EQ(fused::quantized_byte(-INFINITY, q, DType::kFloat8E5M2), 0xFB);      // -57344
+  EXPECT_EQ(fused::quantized_byte(-NAN, q, DType::kFloat8E4M3FN), 0xFF);
+  EXPECT_EQ(fused::quantized_byte(0.5f * 1.0625f, q, DType::kFloat8E4M3FN), 0x38);  // 1.0625: a tie, to 1.0
   Attributes attrs;
   attrs.set("y_scale", 0.25).set("y_zero_point", std::int64_t{-5});
   EXPECT_EQ(fused::output_quantization(attrs, DType::kInt8).scale, 0.25f);
   EXPECT_EQ(fused::output_quantization(attrs, DType::kInt8).zero_point, -5);
   EXPECT_THROW(fused::output_quantization(attrs, DType::kUInt8), InvalidArgumentError);  // -5 is not a uint8
+  EXPECT_THROW(fused::output_quantization(attrs, DType::kFloat8E4M3FN), InvalidArgumentError);  // float8: 0 only
+  attrs.set("y_zero_point", std::int64_t{0});
+  EXPECT_EQ(fused::output_quantization(attrs, DType::kFloat8E5M2).zero_point, 0);
   attrs.set("y_scale", 0.0);
   EXPECT_THROW(fused::output_quantization(attrs, DType::kInt8), InvalidArgumentError);
   attrs.set("y_scale", 1e300);  // infinite in float32

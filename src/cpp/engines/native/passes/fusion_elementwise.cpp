@@ -249,8 +249,9 @@ struct QuantizeTail {
   std::int64_t zero_point = 0;
 };
 
-// The QuantizeLinear per tensor to int8/uint8, constant scale and zero point, that alone reads the group's output
-// `value` (not a graph output), when nothing keeps it unfused; nullopt otherwise.
+// The QuantizeLinear per tensor to int8/uint8, or to float8e4m3fn/float8e5m2 with zero point 0 and saturate=1,
+// constant scale and zero point, that alone reads the group's output `value` (not a graph output), when nothing keeps
+// it unfused; nullopt otherwise.
 std::optional<QuantizeTail> quantize_tail(const Graph& g, const Uses& uses, const Rewriter& rw, const PassContext& ctx,
                                           const std::string& value) {
   if (uses.is_graph_output(value) || uses.read_by_subgraph(value)) return std::nullopt;
@@ -272,15 +273,21 @@ std::optional<QuantizeTail> quantize_tail(const Graph& g, const Uses& uses, cons
     const Tensor* zp = constant(g, q.inputs[2]);
     const std::optional<double> zero_point = scalar_constant(g, q.inputs[2]);
     if (zp == nullptr || zp->numel() != 1 || !zero_point) return std::nullopt;
+    if (is_float8_dtype(zp->dtype()) && *zero_point != 0.0) return std::nullopt;  // NaN too
     tail.dtype = zp->dtype();
     tail.zero_point = static_cast<std::int64_t>(*zero_point);
   } else {
-    // ONNX: uint8 without a zero point, unless opset 21's output_dtype says int8.
+    // ONNX: uint8 without a zero point, unless opset 21's output_dtype says otherwise (int8 3, float8e4m3fn 17,
+    // float8e5m2 19).
     const std::int64_t to = q.attrs.get_int("output_dtype", 0);
-    if (to != 0 && to != 2 && to != 3) return std::nullopt;
-    tail.dtype = to == 3 ? DType::kInt8 : DType::kUInt8;
+    if (to != 0 && to != 2 && to != 3 && to != 17 && to != 19) return std::nullopt;
+    tail.dtype = to == 3    ? DType::kInt8
+                 : to == 17 ? DType::kFloat8E4M3FN
+                 : to == 19 ? DType::kFloat8E5M2
+                            : DType::kUInt8;
   }
   if (!fused::quantized_output(tail.dtype)) return std::nullopt;
+  if (is_float8_dtype(tail.dtype) && q.attrs.get_int("saturate", 1) != 1) return std::nullopt;
   const float scale32 = static_cast<float>(tail.scale);
   if (!(scale32 > 0.0f) || !std::isfinite(scale32)) return std::nullopt;  // left to the node, which reports it
   return tail;

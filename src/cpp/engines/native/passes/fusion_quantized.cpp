@@ -309,8 +309,12 @@ Node fused_node(Graph& g, const Node& op, const std::string& op_type, const Acti
   fused.op_type = op_type;
   const std::int64_t scales = static_cast<std::int64_t>(w.scales.size());
   fused.inputs = {x.q, w.q, add_constant(g, op.name + "_w_scale", from_doubles({scales}, DType::kFloat32, w.scales))};
-  if (chain.bias) fused.inputs.push_back(add_constant(g, op.name + "_bias", from_doubles({channels}, DType::kFloat32,
-                                                                                          *chain.bias)));
+  // A float8 chain of a float16 plan keeps its bias in float16 (its values are the plan's float16 constants, so
+  // exactly): cuBLASLt's float8 epilogue reads a 16-bit bias as it is (Note [Quantized fusion in float16 plans]).
+  const DType bias_dtype = chain.fp8 && chain.output_dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
+  if (chain.bias) {
+    fused.inputs.push_back(add_constant(g, op.name + "_bias", from_doubles({channels}, bias_dtype, *chain.bias)));
+  }
   fused.outputs = {chain.out};
   fused.attrs.set("x_scale", x.scale);
   if (!chain.fp8) fused.attrs.set("x_zero_point", x.zero_point);

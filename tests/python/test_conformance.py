@@ -148,6 +148,9 @@ EXCLUSIONS: List[Exclusion] = [
     Exclusion("cublasLt", "qlinear", _not_cublaslt_int8_form,
               "cuBLASLt's int8 GEMM takes a [N, K] weight with K and N multiples of 4 (Note [cuBLASLt int8 GEMMs]); "
               "the dp4a kernel takes the rest"),
+    Exclusion("int8_mma", "qlinear", lambda c, dt: c.attrs.get("weight_layout") != "nk" or c.inputs[0].shape[-1] % 16,
+              "the tensor-core kernel (qlinear as a 1x1 convolution) takes a [N, K] weight with K a multiple of 16 "
+              "(its m16n8k32 tiles read K in 16-byte rows); the dp4a and cublasLt kernels take the rest"),
 ]
 
 

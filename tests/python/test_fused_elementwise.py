@@ -416,3 +416,93 @@ def test_a_float8_quantize_linear_ends_a_float16_group_with_the_unfused_codes():
                                  disabled_passes=["elementwise_fusion"])
     assert [n for n in fused.explain().nodes if n["op_type"] == "xpuruntime:FusedElementwise"]
     np.testing.assert_array_equal(_codes_of(fused.run(feeds)["q"]), _codes_of(plain.run(feeds)["q"]))
+
+
+# ---- a QuantizeLinear written by the LayerNormalization it reads (Note [Quantized layer norm output]) ----
+
+def _layer_norm_quantize_model(dtype: str, residual: bool, scale=0.03, shape=("rows", 96)) -> bytes:
+    """x [+ r] -> LayerNormalization -> y (a graph output: the residual path's reader) and -> QuantizeLinear -> q."""
+    from onnx import TensorProto, helper, numpy_helper
+    cols = shape[-1]
+    rng = np.random.default_rng(cols)
+    inits = [numpy_helper.from_array(rng.normal(1, 0.3, cols).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.normal(0, 0.3, cols).astype(np.float32), "beta"),
+             numpy_helper.from_array(np.array(scale, np.float32), "s")]
+    if dtype in FLOAT8:
+        z = TensorProto()
+        z.name, z.data_type, z.raw_data = "z", FLOAT8[dtype], b"\x00"
+        inits.append(z)
+        out_type, opset = FLOAT8[dtype], 19
+    else:
+        inits.append(numpy_helper.from_array(np.array(-3 if dtype == "int8" else 120,
+                                                      np.int8 if dtype == "int8" else np.uint8), "z"))
+        out_type, opset = (TensorProto.INT8 if dtype == "int8" else TensorProto.UINT8), 17
+    nodes = []
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))]
+    ln_in = "x"
+    if residual:
+        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, list(shape)))
+        nodes.append(helper.make_node("Add", ["x", "r"], ["sum"]))
+        ln_in = "sum"
+    nodes += [helper.make_node("LayerNormalization", [ln_in, "gamma", "beta"], ["y"], epsilon=1e-5),
+              helper.make_node("QuantizeLinear", ["y", "s", "z"], ["q"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape)),
+               helper.make_tensor_value_info("q", out_type, list(shape))]
+    graph = helper.make_graph(nodes, "ln_q", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "float8e4m3fn", "float8e5m2"])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("cols", [96, 770, 1030, 4096])  # cached rows; odd rows: a warp, a block; a long row
+def test_a_layer_norm_writes_the_quantize_linear_that_reads_it(device, dtype, residual, cols):
+    model = _layer_norm_quantize_model(dtype, residual, shape=("rows", cols))
+    rng = np.random.default_rng(cols + residual)
+    feeds = {"x": rng.normal(0, 2, (37, cols)).astype(np.float32)}
+    if residual:
+        feeds["r"] = rng.normal(0, 2, (37, cols)).astype(np.float32)
+    fused = xrt.InferenceSession(model, engine="native", device=device)
+    ops = collections.Counter(n["op_type"] for n in fused.explain().nodes)
+    assert "QuantizeLinear" not in ops, ops
+    assert any("its second output" in line for line in str(fused.explain()).splitlines())
+    plain = xrt.InferenceSession(model, engine="native", device=device, disabled_passes=["elementwise_fusion"])
+    assert collections.Counter(n["op_type"] for n in plain.explain().nodes)["QuantizeLinear"] == 1
+    got, want = fused.run(feeds), plain.run(feeds)
+    np.testing.assert_array_equal(np.asarray(got["y"]), np.asarray(want["y"]))
+    if dtype in FLOAT8:
+        np.testing.assert_array_equal(_codes_of(got["q"]), _codes_of(want["q"]))
+    else:
+        np.testing.assert_array_equal(np.asarray(got["q"]), np.asarray(want["q"]))
+        assert len(np.unique(np.asarray(want["q"]))) > 50
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["int8", "float8e4m3fn"])
+def test_a_float16_layer_norm_quantizes_its_stored_value(dtype):
+    model = _layer_norm_quantize_model(dtype, residual=True, shape=("rows", 768))
+    rng = np.random.default_rng(3)
+    feeds = {name: rng.normal(0, 2, (2048, 768)).astype(np.float32) for name in ("x", "r")}
+    policy = xrt.ExecutionPolicy(precision="fp16")
+    fused = xrt.InferenceSession(model, engine="native", device="cuda:0", exec_policy=policy)
+    plain = xrt.InferenceSession(model, engine="native", device="cuda:0", exec_policy=policy,
+                                 disabled_passes=["elementwise_fusion"])
+    assert "QuantizeLinear" not in collections.Counter(n["op_type"] for n in fused.explain().nodes)
+    got, want = fused.run(feeds), plain.run(feeds)
+    np.testing.assert_array_equal(np.asarray(got["y"]), np.asarray(want["y"]))
+    np.testing.assert_array_equal(np.asarray(got["q"]).view(np.uint8 if dtype == "int8" else np.uint32),
+                                  np.asarray(want["q"]).view(np.uint8 if dtype == "int8" else np.uint32))
+
+
+def test_layer_norm_quantized_output_attributes_are_checked():
+    x = np.ones((2, 8), np.float32)
+    y, yq = xrt.ops.call("layer_norm", [x], {"quantized_dtype": "float8e5m2", "y_scale": 0.5, "y_zero_point": 0})
+    assert (yq.dtype, tuple(yq.shape)) == ("float8e5m2", (2, 8))
+    with pytest.raises(xrt.InvalidTypeError, match="quantized_dtype"):
+        xrt.ops.call("layer_norm", [x], {"quantized_dtype": "float16", "y_scale": 0.5})
+    with pytest.raises(xrt.InvalidArgumentError, match="y_scale"):
+        xrt.ops.call("layer_norm", [x], {"quantized_dtype": "int8", "y_scale": 0.0})
+    with pytest.raises(xrt.InvalidArgumentError, match="y_zero_point"):
+        xrt.ops.call("layer_norm", [x], {"quantized_dtype": "float8e4m3fn", "y_scale": 0.5, "y_zero_point": 1})

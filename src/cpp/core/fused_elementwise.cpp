@@ -116,20 +116,37 @@ const char* storage_type(DType dtype) {
 }
 
 // The store helper of a quantized output ("st_int8", "st_float8e4m3fn", ...; Note [Quantized output of a fused
-// program]): the scale as its float32 bits, the division IEEE's (NVRTC without fast math). Integers: rintf rounds half
-// to even as nearbyint does. Float8: below the smallest normal (2^-6 in e4m3fn, 2^-14 in e5m2) the code is the
-// quotient in units of the smallest subnormal, rounded by rintf (the count 8 or 4 is the smallest normal's code);
+// program]): the scale as its float32 bits, the quotient IEEE's. Where the scale and its reciprocal r are normal floats
+// the quotient takes no division: q = f * r and one Markstein correction with the exact remainder, q + (f - q s) r,
+// correctly rounded wherever q is a normal float or zero (the division's slow path otherwise), as the cuda_raw
+// per-tensor QuantizeLinear forms it (Note [Per-tensor float8 quantization without a division] in
+// backends/cuda_raw/quantize.cu); other scales divide. Integers: rintf rounds half to even as nearbyint does.
+// Float8: below the smallest normal (2^-6 in e4m3fn, 2^-14 in e5m2) the code is the quotient in units of the smallest
+// subnormal, rounded by rintf (the count 8 or 4 is the smallest normal's code);
 // above, the float32 bits rounded to the format's mantissa width, ties to even, by adding half a unit less one plus
 // the kept lowest bit (a carry moves the exponent, which is right). Clamping to +-max first is the saturation: a value
-// between max and the next code up rounds to max or overflows, and saturates to max either way. The zero point 0 is
-// added (as quantize_linear adds it: -0 becomes +0); a NaN's sign is f's (the scale is positive), whatever the
-// division's NaN is.
+// between max and the next code up rounds to max or overflows, and saturates to max either way. On sm_89 and newer
+// one cvt.rn.satfinite instruction does the same rounding and saturation (cuda_fp8.h's conversion there). The zero
+// point 0 is added (as quantize_linear adds it: -0 becomes +0); a NaN's sign is f's (the scale is positive), whatever
+// the division's NaN is.
 std::string quantized_store(DType dtype, const OutputQuantization& q) {
   const char* type = storage_type(dtype);
   std::uint32_t bits = 0;
   std::memcpy(&bits, &q.scale, sizeof(bits));
-  const std::string head = detail::str_cat("__device__ __forceinline__ ", type, " st_", dtype_name(dtype),
-                                           "(float f) { const float s = f / __int_as_float(", bits, "); ");
+  const float reciprocal = 1.0f / q.scale;  // correctly rounded (IEEE division)
+  std::uint32_t rbits = 0;
+  std::memcpy(&rbits, &reciprocal, sizeof(rbits));
+  const bool markstein = std::isnormal(q.scale) && std::isnormal(reciprocal);
+  const std::string scale = detail::str_cat("__int_as_float(", bits, ")");
+  const std::string quotient =
+      markstein ? detail::str_cat("float s; { const float r = __int_as_float(", rbits, "); ",
+                                  "const float p = __fmul_rn(f, r); ",
+                                  "if (f == 0.0f || (fabsf(p) >= 1.17549435e-38f && fabsf(p) <= 3.40282347e+38f)) { ",
+                                  "const float e = __fmaf_rn(-p, ", scale, ", f); ",
+                                  "s = e == 0.0f ? p : __fmaf_rn(e, r, p); } else { s = f / ", scale, "; } } ")
+                : detail::str_cat("const float s = f / ", scale, "; ");
+  const std::string head =
+      detail::str_cat("__device__ __forceinline__ ", type, " st_", dtype_name(dtype), "(float f) { ", quotient);
   if (is_float8_dtype(dtype)) {
     const bool e4m3 = dtype == DType::kFloat8E4M3FN;
     const int mantissa = e4m3 ? 3 : 2;
@@ -137,12 +154,14 @@ std::string quantized_store(DType dtype, const OutputQuantization& q) {
     const int bias = e4m3 ? 7 : 15;
     return detail::str_cat(
         head, "if (s != s) return (", type, ")(((__float_as_uint(f) >> 24) & 0x80u) | 0x7Fu); const float z = s + ",
-        "0.0f; const unsigned sign = (__float_as_uint(z) >> 24) & 0x80u; const float a = fminf(fabsf(z), ",
+        "0.0f;\n#if __CUDA_ARCH__ >= 890\n  unsigned short h; asm(\"cvt.rn.satfinite.", e4m3 ? "e4m3x2" : "e5m2x2",
+        ".f32 %0, %1, %2;\" : \"=h\"(h) : \"f\"(0.0f), \"f\"(z)); return (", type, ")(h & 0xFFu);\n#else\n  ",
+        "const unsigned sign = (__float_as_uint(z) >> 24) & 0x80u; const float a = fminf(fabsf(z), ",
         e4m3 ? "448.0f" : "57344.0f", "); unsigned code; ",
         "if (a < ", e4m3 ? "0.015625f" : "6.103515625e-05f", ") { code = (unsigned)rintf(a * ",
         e4m3 ? "512.0f" : "65536.0f", "); } else { unsigned u = __float_as_uint(a); u += ", (1u << (drop - 1)) - 1u,
         "u + ((u >> ", drop, ") & 1u); code = (((u >> 23) - ", 127 - bias, "u) << ", mantissa, ") | ((u >> ", drop,
-        ") & ", (1u << mantissa) - 1u, "u); } return (", type, ")(sign | code); }\n");
+        ") & ", (1u << mantissa) - 1u, "u); } return (", type, ")(sign | code);\n#endif\n}\n");
   }
   int lo = 0, hi = 0;
   quantize_ops::integer_range(dtype, &lo, &hi);

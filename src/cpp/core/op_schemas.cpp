@@ -586,7 +586,20 @@ std::vector<TensorDesc> infer_layer_norm(const OpDescriptor& desc) {
                 "' must have shape ", shape_str(normalized), " (x.shape[axis:]), got ",
                 shape_str(desc.inputs[k].shape));
   }
-  return {output_like(x, x.shape)};
+  if (!desc.attrs.has("quantized_dtype")) return {output_like(x, x.shape)};
+  // Note [Quantized layer norm output]
+  // The elementwise_fusion pass gives a LayerNormalization the per-tensor QuantizeLinear that reads its output (the
+  // Q before the next GEMM of a quantized transformer, which the residual path reads in float too): the kernel
+  // writes y and QuantizeLinear(y) from the same registers, the second as quantize_linear computes it from y as
+  // stored (rounded to y's dtype), with the fused programs' quantized outputs' rules (Note [Quantized output of a
+  // fused program] in core/fused_elementwise.h: int8/uint8 levels, float8 codes with zero point 0, saturating).
+  const DType quantized = dtype_from_name(desc.attrs.get_string("quantized_dtype", ""));
+  XPURT_CHECK_TYPE(fused::quantized_output(quantized), "op 'layer_norm': quantized_dtype must be int8, uint8, "
+                   "float8e4m3fn or float8e5m2, got ", dtype_name(quantized));
+  fused::output_quantization(desc.attrs, quantized);  // y_scale and y_zero_point
+  TensorDesc yq = output_like(x, x.shape);
+  yq.dtype = quantized;
+  return {output_like(x, x.shape), yq};
 }
 
 std::vector<TensorDesc> infer_unary(const OpDescriptor& desc) {
@@ -778,9 +791,18 @@ void register_ops(KernelRegistry& registry) {
   add("batch_norm", "batch_norm", {"x", "scale", "bias", "mean", "var"},
       "inference batch norm over axis 1; epsilon=1e-5", infer_batch_norm);
   add("softmax", "softmax", {"x"}, "softmax along axis (default -1)", infer_softmax);
-  add("layer_norm", "layer_norm", {"x", "scale?", "bias?", "residual?"},
-      "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5",
-      infer_layer_norm);
+  {
+    // Two outputs: y, and with quantized_dtype set y quantized per tensor (Note [Quantized layer norm output]).
+    OpSchema layer_norm;
+    layer_norm.name = "layer_norm";
+    layer_norm.family = "layer_norm";
+    layer_norm.inputs = {"x", "scale?", "bias?", "residual?"};
+    layer_norm.outputs = {"y", "y_quantized?"};
+    layer_norm.doc = "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5; quantized_dtype=int8|uint8|"
+                     "float8e4m3fn|float8e5m2 with y_scale, y_zero_point: second output QuantizeLinear(y)";
+    layer_norm.infer = infer_layer_norm;
+    registry.add_schema(std::move(layer_norm));
+  }
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
   add("fused_elementwise", "fusion", {"x..."},
       "a chain of elementwise ops, casts and row reductions as one kernel (Note [Fused elementwise programs]); "

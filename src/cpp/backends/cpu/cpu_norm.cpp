@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "core/fused_elementwise.h"
+#include "core/half.h"
 
 namespace xpuruntime::cpu {
 
@@ -96,6 +98,28 @@ void run_softmax(const KernelLaunch& launch, const CpuContext& context) {
 
 // layer_norm over dims axis..end: x viewed as [outer, size]; y = (x - mean) / sqrt(var + eps) * scale + bias,
 // var biased (divided by size), two passes in double.
+// layer_norm's second output (Note [Quantized layer norm output] in core/op_schemas.cpp): QuantizeLinear per tensor
+// of output 0 as stored.
+void quantize_output(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& y = launch.output(0);
+  Tensor& yq = launch.output(1);
+  const fused::OutputQuantization q = fused::output_quantization(launch.desc->attrs, yq.dtype());
+  const DType dtype = y.dtype();
+  const DType out = yq.dtype();
+  const void* values = y.data_ptr();
+  auto* bytes = static_cast<std::uint8_t*>(yq.data_ptr());
+  parallel_for(y.numel(), context.threads, 16384, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto* bits = static_cast<const std::uint16_t*>(values);
+      const float v = dtype == DType::kFloat16    ? detail::half_to_float(bits[i])
+                      : dtype == DType::kBFloat16 ? detail::bfloat16_to_float(bits[i])
+                      : dtype == DType::kFloat32  ? static_cast<const float*>(values)[i]
+                                                  : static_cast<float>(static_cast<const double*>(values)[i]);
+      bytes[i] = fused::quantized_byte(v, q, out);
+    }
+  });
+}
+
 template <typename T>
 void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   const Tensor& x_tensor = launch.input(0);
@@ -146,6 +170,7 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                  }
                });
   y.commit();
+  if (launch.num_outputs > 1 && launch.output(1).defined()) quantize_output(launch, context);
 }
 
 template <typename T>
@@ -169,8 +194,10 @@ void register_norm_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "softmax", "reference stable softmax along any axis, accumulated in double",
                  typed_run<Softmax>());
   add_cpu_kernel(registry, "layer_norm",
-                 "reference layer norm over dims axis..end (two-pass mean/variance in double, optional affine)",
-                 typed_run<LayerNorm>());
+                 "reference layer norm over dims axis..end (two-pass mean/variance in double, optional affine); the "
+                 "optional quantized output quantize_linear's arithmetic on the output as stored",
+                 typed_run<LayerNorm>(), DTypeSet::kAll);  // the schema takes float inputs; the quantized output's
+                                                           // dtype is int8/uint8/float8
 }
 
 }  // namespace xpuruntime::cpu

@@ -143,10 +143,22 @@ void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64
 void log_softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
                  void* stream);
 
+// A per-tensor QuantizeLinear of layer_norm's output, written beside it (Note [Quantized layer norm output] in
+// core/op_schemas.cpp): y as stored (rounded to its dtype) / scale, as quantize_linear quantizes it, into `y` bytes
+// of `dtype` (int8, uint8, float8e4m3fn, float8e5m2). Null `y`: none.
+struct LayerNormQuantized {
+  void* y = nullptr;
+  DType dtype = DType::kInt8;
+  float scale = 1.0f;
+  float zero_point = 0.0f;  // 0 for float8
+};
+
 // y[r, :] = (v[r, :] - mean) / sqrt(var + epsilon) * scale + bias for v = x (+ residual, summed in fp32)
-// viewed as [rows, cols]; `residual` ([rows, cols]), `scale` and `bias` ([cols]) may be null. Biased variance, like PyTorch and ONNX.
+// viewed as [rows, cols]; `residual` ([rows, cols]), `scale` and `bias` ([cols]) may be null. Biased variance, like
+// PyTorch and ONNX. `quantized`: y quantized too.
 void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
-                std::int64_t rows, std::int64_t cols, float epsilon, void* stream);
+                std::int64_t rows, std::int64_t cols, float epsilon, void* stream,
+                const LayerNormQuantized& quantized = {});
 
 // How a reduction runs; made once per descriptor (a plan) by `reduce_geometry`.
 struct ReduceGeometry {

@@ -44,6 +44,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <cuda_fp8.h>
+
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/cuda_raw_kernels.h"
 
@@ -56,12 +58,33 @@ using namespace detail;  // NOLINT: the backend's own helpers
 constexpr std::int64_t kWarpRowMaxCols = 1024;
 constexpr int kBlockGroup = 512;
 
+// The byte of the quantized output for the stored value `v` (Note [Quantized layer norm output]): quantize_linear's
+// arithmetic per tensor, the division in float32. Integers: round half to even, + the zero point, saturate, a NaN
+// quotient the zero point. Float8: + 0 (the zero point: -0 becomes +0), cuda_fp8.h's round to nearest even with
+// saturation to +-max, a NaN keeping its sign (cuda_fp8.h would drop it).
+__device__ __forceinline__ std::uint8_t quantized_byte(const LayerNormQuantized& q, float v) {
+  const float s = __fdiv_rn(v, q.scale);
+  switch (q.dtype) {
+    case DType::kInt8:
+    case DType::kUInt8: {
+      const bool is_signed = q.dtype == DType::kInt8;
+      const float r = isnan(s) ? q.zero_point : rintf(s) + q.zero_point;
+      const float level = fminf(fmaxf(r, is_signed ? -128.0f : 0.0f), is_signed ? 127.0f : 255.0f);
+      return static_cast<std::uint8_t>(static_cast<int>(level));
+    }
+    default:
+      if (isnan(s)) return signbit(v) ? 0xFF : 0x7F;
+      return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(
+          s + 0.0f, __NV_SATFINITE, q.dtype == DType::kFloat8E5M2 ? __NV_E5M2 : __NV_E4M3));
+  }
+}
+
 // One group of kGroup threads per row, grid-stride over rows (uniform per group, so barriers are reached by
 // the whole block for block groups).
 template <typename T, int kGroup, int kBlock>
 __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T* residual, const T* scale,
                                                             const T* bias, T* y, std::int64_t rows, std::int64_t cols,
-                                                            float epsilon) {
+                                                            float epsilon, LayerNormQuantized quantized) {
   static_assert(kBlock % kGroup == 0, "whole groups per block");
   constexpr int kGroupsPerBlock = kBlock / kGroup;
   __shared__ float smem[kGroup / 32];
@@ -90,6 +113,9 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
       if (scale != nullptr) v *= to_float(scale[c]);
       if (bias != nullptr) v += to_float(bias[c]);
       out[c] = from_float<T>(v);
+      if (quantized.y != nullptr) {
+        static_cast<std::uint8_t*>(quantized.y)[r * cols + c] = quantized_byte(quantized, to_float(out[c]));
+      }
     }
   }
 }
@@ -174,6 +200,25 @@ constexpr int kCachedBlock = kGroup < 32 ? 32 : kGroup;
 template <int kGroup, bool kResidual>
 constexpr int kCachedMinBlocks = std::max(1, (kResidual ? 512 : 640) / kCachedBlock<kGroup>);
 
+// The quantized bytes of one stored vector (vector `index` of y), in one 8-byte (16-bit T) or 4-byte (float) store.
+template <typename T>
+__device__ __forceinline__ void store_quantized(const LayerNormQuantized& q, const Words& stored, std::int64_t index) {
+  float values[kVec16<T>];
+  unpack<T>(stored, values);
+  std::uint8_t bytes[kVec16<T>];
+#pragma unroll
+  for (int k = 0; k < kVec16<T>; ++k) bytes[k] = quantized_byte(q, values[k]);
+  if constexpr (kVec16<T> == 8) {
+    uint2 word;
+    std::memcpy(&word, bytes, sizeof(word));
+    reinterpret_cast<uint2*>(q.y)[index] = word;
+  } else {
+    std::uint32_t word;
+    std::memcpy(&word, bytes, sizeof(word));
+    reinterpret_cast<std::uint32_t*>(q.y)[index] = word;
+  }
+}
+
 // Groups of kGroup threads per row (32 / kGroup rows per block for sub-warp groups), each thread caching up to
 // kSubWarpVectors or kMaxCachedVectors 16-byte vectors of the row: vector v of the row is held by lane v % kGroup.
 // `vectors` = cols / kVec16<T>. Each group loops over rows gridDim.x * (rows per block) apart, with its lanes'
@@ -183,7 +228,7 @@ constexpr int kCachedMinBlocks = std::max(1, (kResidual ? 512 : 640) / kCachedBl
 template <typename T, int kGroup, bool kResidual>
 __global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup, kResidual>))
     layer_norm_cached_kernel(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                             int vectors, float epsilon) {
+                             int vectors, float epsilon, LayerNormQuantized quantized) {
   constexpr int kVec = kVec16<T>;
   constexpr int kSlots = kGroup < 32 ? kSubWarpVectors : kMaxCachedVectors;
   constexpr int kGroupsPerBlock = kCachedBlock<kGroup> / kGroup;
@@ -265,7 +310,9 @@ __global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup
         unpack<T>(biases[i], shifts);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) values[i][k] = values[i][k] * rstd * gains[k] + shifts[k];
-        out[v] = pack<T>(values[i]);
+        const Words stored = pack<T>(values[i]);
+        out[v] = stored;
+        if (quantized.y != nullptr) store_quantized<T>(quantized, stored, r * vectors + v);
       }
     }
   }
@@ -276,7 +323,7 @@ __global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup
 // [Streaming rows]).
 template <typename T, int kGroup, bool kResidual>
 void launch_cached_kernel(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                          int vectors, float epsilon, cudaStream_t stream) {
+                          int vectors, float epsilon, const LayerNormQuantized& quantized, cudaStream_t stream) {
   constexpr int kBlock = kCachedBlock<kGroup>;
   auto* kernel = &layer_norm_cached_kernel<T, kGroup, kResidual>;
   static std::atomic<std::int64_t> resident_blocks[kCachedDevices];  // 0: not queried yet
@@ -292,24 +339,24 @@ void launch_cached_kernel(const T* x, const T* residual, const T* scale, const T
     if (device < kCachedDevices) resident_blocks[device].store(resident, std::memory_order_relaxed);
   }
   kernel<<<grid_for(rows, kBlock / kGroup, resident), kBlock, 0, stream>>>(x, residual, scale, bias, y, rows, vectors,
-                                                                           epsilon);
+                                                                           epsilon, quantized);
 }
 
 // The residual's instantiation only when there is one: its next-row vectors take registers (Note [Streaming rows]).
 template <typename T, int kGroup>
 void launch_cached_rows(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                        int vectors, float epsilon, cudaStream_t stream) {
+                        int vectors, float epsilon, const LayerNormQuantized& q, cudaStream_t stream) {
   if (residual != nullptr) {
-    launch_cached_kernel<T, kGroup, true>(x, residual, scale, bias, y, rows, vectors, epsilon, stream);
+    launch_cached_kernel<T, kGroup, true>(x, residual, scale, bias, y, rows, vectors, epsilon, q, stream);
   } else {
-    launch_cached_kernel<T, kGroup, false>(x, residual, scale, bias, y, rows, vectors, epsilon, stream);
+    launch_cached_kernel<T, kGroup, false>(x, residual, scale, bias, y, rows, vectors, epsilon, q, stream);
   }
 }
 
 // Launches the register-cached kernel when the row fits it (Note [Register-cached rows]); false otherwise.
 template <typename T>
 bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                   std::int64_t cols, float epsilon, cudaStream_t stream) {
+                   std::int64_t cols, float epsilon, const LayerNormQuantized& q, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
   if (cols % kVec != 0) return false;
   for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(residual),
@@ -317,24 +364,25 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
                         static_cast<const void*>(y)}) {
     if (p != nullptr && !is_aligned(p, 16)) return false;
   }
+  if (q.y != nullptr && !is_aligned(q.y, 16)) return false;
   const std::int64_t vectors = cols / kVec;
   const int v = static_cast<int>(vectors);
   // About two vectors per lane: ConvNeXt's rows of 96 channels (12 vectors) take 8 lanes, not a warp of which 20
   // lanes would idle.
   if (vectors <= 4 * kSubWarpVectors) {
-    launch_cached_rows<T, 4>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+    launch_cached_rows<T, 4>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 8 * kSubWarpVectors) {
-    launch_cached_rows<T, 8>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+    launch_cached_rows<T, 8>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 16 * kSubWarpVectors) {
-    launch_cached_rows<T, 16>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+    launch_cached_rows<T, 16>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 32 * kMaxCachedVectors) {
-    launch_cached_rows<T, 32>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+    launch_cached_rows<T, 32>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 128 * kMaxCachedVectors) {
-    launch_cached_rows<T, 128>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+    launch_cached_rows<T, 128>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 256 * kMaxCachedVectors) {
-    launch_cached_rows<T, 256>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+    launch_cached_rows<T, 256>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 512 * kMaxCachedVectors) {
-    launch_cached_rows<T, 512>(x, residual, scale, bias, y, rows, v, epsilon, stream);
+    launch_cached_rows<T, 512>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
   } else {
     return false;
   }
@@ -344,7 +392,8 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
 }  // namespace
 
 void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
-                std::int64_t rows, std::int64_t cols, float epsilon, void* stream) {
+                std::int64_t rows, std::int64_t cols, float epsilon, void* stream,
+                const LayerNormQuantized& quantized) {
   if (rows <= 0 || cols <= 0) return;
   dispatch_float(dtype, "layer_norm", [&](auto tag) {
     using T = decltype(tag);
@@ -353,14 +402,14 @@ void layer_norm(const void* x, const void* residual, const void* scale, const vo
     const auto* scales = static_cast<const T*>(scale);
     const auto* biases = static_cast<const T*>(bias);
     auto* ys = static_cast<T*>(y);
-    if (launch_cached(xs, residuals, scales, biases, ys, rows, cols, epsilon, as_stream(stream))) {
+    if (launch_cached(xs, residuals, scales, biases, ys, rows, cols, epsilon, quantized, as_stream(stream))) {
       // register-cached rows
     } else if (cols <= kWarpRowMaxCols) {
       layer_norm_kernel<T, 32, kThreads><<<grid_for(rows, kThreads / 32), kThreads, 0, as_stream(stream)>>>(
-          xs, residuals, scales, biases, ys, rows, cols, epsilon);
+          xs, residuals, scales, biases, ys, rows, cols, epsilon, quantized);
     } else {
       layer_norm_kernel<T, kBlockGroup, kBlockGroup><<<grid_for(rows, 1), kBlockGroup, 0, as_stream(stream)>>>(
-          xs, residuals, scales, biases, ys, rows, cols, epsilon);
+          xs, residuals, scales, biases, ys, rows, cols, epsilon, quantized);
     }
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   });

@@ -12,6 +12,7 @@
 #include "backends/cuda_raw/cuda_raw_register.h"
 #include "core/cuda_utils.h"
 #include "core/data_ops.h"
+#include "core/fused_elementwise.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 
@@ -36,7 +37,8 @@ void register_softmax(KernelRegistry& registry) {
 void register_layer_norm(KernelRegistry& registry) {
   add_kernel(registry, "layer_norm", "layer norm over dims axis..end: rows of aligned 16-byte vectors cached in "
              "registers (a warp or a 128/512-thread block per row, one read of the row), other rows a warp (<= 1024 "
-             "elements) or a block per row; two-pass mean/variance in fp32; an optional residual is added on the fly",
+             "elements) or a block per row; two-pass mean/variance in fp32; an optional residual is added on the fly; "
+             "an optional per-tensor quantized copy of the output written from registers",
              {"x", "scale", "bias", "residual"}, nullptr, [](const KernelLaunch& launch) {
                const Tensor& x = launch.input(0);
                const Tensor residual = launch.num_inputs > 3 ? launch.input(3) : Tensor();
@@ -45,11 +47,17 @@ void register_layer_norm(KernelRegistry& registry) {
                const auto axis = static_cast<std::size_t>(
                    normalized_axis(launch.desc->attrs.get_int("axis", -1), x.dim()));
                const auto epsilon = static_cast<float>(launch.desc->attrs.get_float("epsilon", 1e-5));
+               LayerNormQuantized quantized;  // Note [Quantized layer norm output]
+               if (launch.num_outputs > 1 && launch.output(1).defined()) {
+                 const Tensor& yq = launch.output(1);
+                 const fused::OutputQuantization q = fused::output_quantization(launch.desc->attrs, yq.dtype());
+                 quantized = {yq.data_ptr(), yq.dtype(), q.scale, static_cast<float>(q.zero_point)};
+               }
                cuda_raw::layer_norm(x.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr,
                                     scale.defined() ? scale.data_ptr() : nullptr,
                                     bias.defined() ? bias.data_ptr() : nullptr, launch.output(0).data_ptr(), x.dtype(),
                                     product(x.shape(), 0, axis), product(x.shape(), axis, x.shape().size()), epsilon,
-                                    launch.stream.handle);
+                                    launch.stream.handle, quantized);
              });
 }
 

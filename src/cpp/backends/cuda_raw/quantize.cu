@@ -329,13 +329,17 @@ __global__ void __launch_bounds__(kThreads)
 // on 2e8 random float32 pairs (quotients 2^-100 to 2^100). Where the product q is not a normal float (a quotient
 // near or past float32's range, where the rounding could differ, and infinities and NaN), and for a scale that is not
 // a positive normal float with a normal reciprocal, the element keeps quantize_one. A zero x gives q' = q = +-0,
-// which the + 0 below makes +0, as quantize_one's.
+// which the + 0 below makes +0, as quantize_one's. A zero point (a float8 tensor: the producers write one, 0) is read
+// once per thread: +-0 adds nothing but that sign (x / s + 0 in double is the float quotient + 0); any other value
+// keeps quantize_one for every element.
 template <typename T, Code C>
 __global__ void __launch_bounds__(kThreads)
     quantize_per_tensor_float8_kernel(const T* x, std::uint8_t* y, std::int64_t n, bool vectorized, Params p) {
   const float s = load_real(p.scale, p.scale_dtype, 0).value;
   const float r = __frcp_rn(s);
-  const bool fast = s > 0.0f && isfinite(s) && s >= FLT_MIN && r >= FLT_MIN && isfinite(r);
+  const bool zero_point_zero =
+      p.zero_point == nullptr || float8_to_float<C>(static_cast<const std::uint8_t*>(p.zero_point)[0]) == 0.0f;
+  const bool fast = zero_point_zero && s > 0.0f && isfinite(s) && s >= FLT_MIN && r >= FLT_MIN && isfinite(r);
   quantize_elements(x, y, n, vectorized, [&](T v, std::int64_t i) -> std::uint8_t {
     const float f = detail::to_float(v);
     const float q = __fmul_rn(f, r);
@@ -362,7 +366,7 @@ void launch_quantize(const QuantizeArgs& args, const Params& p, void* stream) {
     }
   }
   if constexpr (is_float8(C)) {
-    if (!p.per_axis && p.zero_point == nullptr) {  // Note [Per-tensor float8 quantization without a division]
+    if (!p.per_axis) {  // Note [Per-tensor float8 quantization without a division]
       quantize_per_tensor_float8_kernel<T, C><<<grid_for(work, kThreads), kThreads, 0, as_stream(stream)>>>(
           static_cast<const T*>(args.x), static_cast<std::uint8_t*>(args.y), args.n, vectorized, p);
       XPURT_CUDA_RAW_LAUNCH_CHECK();

@@ -1261,6 +1261,10 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          Attributes a;
          a.set("axis", c.node.attrs.get_int("axis", -1));
          a.set("epsilon", c.node.attrs.get_float("epsilon", 1e-5));
+         // the quantized second output's (Note [Quantized layer norm output])
+         for (const char* name : {"quantized_dtype", "y_scale", "y_zero_point"}) {
+           if (c.node.attrs.has(name)) a.set(name, c.node.attrs.values().at(name));
+         }
          return registry("layer_norm", {0, c.has(1) ? 1 : -1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1}, a);
        }},
       {"FusedElementwise",

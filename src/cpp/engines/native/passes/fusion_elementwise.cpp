@@ -249,24 +249,18 @@ struct QuantizeTail {
   std::int64_t zero_point = 0;
 };
 
-// The QuantizeLinear per tensor to int8/uint8, or to float8e4m3fn/float8e5m2 with zero point 0 and saturate=1,
-// constant scale and zero point, that alone reads the group's output `value` (not a graph output), when nothing keeps
-// it unfused; nullopt otherwise.
-std::optional<QuantizeTail> quantize_tail(const Graph& g, const Uses& uses, const Rewriter& rw, const PassContext& ctx,
-                                          const std::string& value) {
-  if (uses.is_graph_output(value) || uses.read_by_subgraph(value)) return std::nullopt;
-  const auto& readers = uses.readers(value);
-  if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
-  const Node& q = g.nodes[readers[0]];
-  if (!is_onnx(q, "QuantizeLinear") || q.inputs.size() < 2 || q.inputs[0] != value || q.outputs.size() != 1) {
-    return std::nullopt;
-  }
+// Node `qi` when it is a QuantizeLinear per tensor to int8/uint8, or to float8e4m3fn/float8e5m2 with zero point 0 and
+// saturate=1, of constant scale and zero point, and nothing keeps it unfused: what a kernel may write in its place
+// (Note [Quantized output of a fused program] in core/fused_elementwise.h); nullopt otherwise.
+std::optional<QuantizeTail> fusable_quantize(const Graph& g, const PassContext& ctx, std::size_t qi) {
+  const Node& q = g.nodes[qi];
+  if (!is_onnx(q, "QuantizeLinear") || q.inputs.size() < 2 || q.outputs.size() != 1) return std::nullopt;
   if (ctx.keep_unfused && ctx.keep_unfused("quantize_linear")) return std::nullopt;
   const Tensor* scale_tensor = constant(g, q.inputs[1]);
   const std::optional<double> scale = scalar_constant(g, q.inputs[1]);
   if (scale_tensor == nullptr || scale_tensor->numel() != 1 || !scale) return std::nullopt;
   QuantizeTail tail;
-  tail.node = readers[0];
+  tail.node = qi;
   tail.scale = *scale;
   const bool has_zero_point = q.inputs.size() > 2 && !q.inputs[2].empty();
   if (has_zero_point) {
@@ -291,6 +285,48 @@ std::optional<QuantizeTail> quantize_tail(const Graph& g, const Uses& uses, cons
   const float scale32 = static_cast<float>(tail.scale);
   if (!(scale32 > 0.0f) || !std::isfinite(scale32)) return std::nullopt;  // left to the node, which reports it
   return tail;
+}
+
+// The fusable QuantizeLinear (fusable_quantize) that alone reads the group's output `value` (not a graph output);
+// nullopt otherwise.
+std::optional<QuantizeTail> quantize_tail(const Graph& g, const Uses& uses, const Rewriter& rw, const PassContext& ctx,
+                                          const std::string& value) {
+  if (uses.is_graph_output(value) || uses.read_by_subgraph(value)) return std::nullopt;
+  const auto& readers = uses.readers(value);
+  if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
+  const Node& q = g.nodes[readers[0]];
+  if (q.inputs.empty() || q.inputs[0] != value) return std::nullopt;
+  return fusable_quantize(g, ctx, readers[0]);
+}
+
+// Note [Quantized layer norm output] (core/op_schemas.cpp): each com.xpuruntime:LayerNormalization whose output a
+// fusable QuantizeLinear reads (whoever else reads it) writes that QuantizeLinear's output as its second output; the
+// QuantizeLinear goes. One per LayerNormalization (the first in graph order).
+void layer_norm_quantized_outputs(Graph& g, const PassContext& ctx, PassResult& result) {
+  const Uses uses(g);
+  Rewriter rw(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& ln = g.nodes[i];
+    if (ln.domain != kXpurtDomain || ln.op_type != "LayerNormalization" || ln.outputs.size() != 1) continue;
+    const std::string& y = ln.outputs[0];
+    if (uses.read_by_subgraph(y)) continue;
+    for (std::size_t reader : uses.readers(y)) {
+      if (rw.taken(reader) || g.nodes[reader].inputs.empty() || g.nodes[reader].inputs[0] != y) continue;
+      const std::optional<QuantizeTail> q = fusable_quantize(g, ctx, reader);
+      if (!q) continue;
+      Node fused = ln;
+      fused.outputs.push_back(g.nodes[reader].outputs[0]);
+      fused.attrs.set("quantized_dtype", std::string(dtype_name(q->dtype)));
+      fused.attrs.set("y_scale", q->scale);
+      fused.attrs.set("y_zero_point", q->zero_point);
+      const std::string what = describe(g.nodes[reader]);
+      rw.replace({i}, {std::move(fused)}, "fused " + what + " into " + describe(ln) + " (its second output, " +
+                                              std::string(dtype_name(q->dtype)) + ")");
+      rw.replace({reader}, {}, what + ": written by " + describe(ln));
+      break;
+    }
+  }
+  rw.apply(result);
 }
 
 // Note [Rotary reads the heads where the projection wrote them]
@@ -402,6 +438,7 @@ int fold_rotary_head_transposes(Graph& g, std::vector<std::string>& notes) {
 PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
   PassResult result{"elementwise_fusion", 0, {}};
   if (!ctx.fuse_elementwise) return result;
+  layer_norm_quantized_outputs(g, ctx, result);
   Rewriter rw(g);
   const Uses uses(g);
   std::vector<std::optional<Candidate>> cand(g.nodes.size());

@@ -404,12 +404,13 @@ def test_a_float8_quantize_linear_without_a_zero_point_fuses_and_others_stay(dev
 
 
 @requires_gpu
-def test_a_float8_quantize_linear_ends_a_float16_group_with_the_unfused_codes():
-    # In a float16 plan the group's value is rounded to float16 first (the program ends in f16), as unfused.
-    model = _float8_quantize_model("Add+Relu", "float8e4m3fn", 0.02, "zero")
-    rng = np.random.default_rng(9)
-    feeds = {"a": rng.normal(0, 5, (2048, 768)).astype(np.float32),
-             "b": rng.normal(0, 5, (2048, 768)).astype(np.float32)}
+@pytest.mark.parametrize("dtype", sorted(FLOAT8))
+@pytest.mark.parametrize("scale", [0.02, 300.0, 2.0 ** -12])
+def test_a_float8_quantize_linear_ends_a_float16_group_with_the_unfused_codes(dtype, scale):
+    # In a float16 plan the group's value is rounded to float16 first (the program ends in f16), as unfused, and the
+    # quotient takes the branch-free correction: every float16 value (infinities, NaN, zeros, subnormals), negated.
+    model = _float8_quantize_model("Neg", dtype, scale, "zero")
+    feeds = {"a": _all_float16_values()}
     policy = xrt.ExecutionPolicy(precision="fp16")
     fused = xrt.InferenceSession(model, engine="native", device="cuda:0", exec_policy=policy)
     plain = xrt.InferenceSession(model, engine="native", device="cuda:0", exec_policy=policy,

@@ -128,8 +128,11 @@ const char* storage_type(DType dtype) {
 // between max and the next code up rounds to max or overflows, and saturates to max either way. On sm_89 and newer
 // one cvt.rn.satfinite instruction does the same rounding and saturation (cuda_fp8.h's conversion there). The zero
 // point 0 is added (as quantize_linear adds it: -0 becomes +0); a NaN's sign is f's (the scale is positive), whatever
-// the division's NaN is.
-std::string quantized_store(DType dtype, const OutputQuantization& q) {
+// the division's NaN is. Where the stored value is a float16 value (the program ends in f16, as a float16 plan's group
+// before its QuantizeLinear) and r is within 2^-100..2^100, q is always a normal float, zero, an infinity or NaN: the
+// correction then takes no branch (an infinite f is its own quotient; a NaN stays NaN; a zero quotient may come out
+// +0 where the division gives -0, which the + 0 below makes +0 in either case, and which rounds to the same level).
+std::string quantized_store(DType dtype, const OutputQuantization& q, bool half_valued) {
   const char* type = storage_type(dtype);
   std::uint32_t bits = 0;
   std::memcpy(&bits, &q.scale, sizeof(bits));
@@ -138,8 +141,11 @@ std::string quantized_store(DType dtype, const OutputQuantization& q) {
   std::memcpy(&rbits, &reciprocal, sizeof(rbits));
   const bool markstein = std::isnormal(q.scale) && std::isnormal(reciprocal);
   const std::string scale = detail::str_cat("__int_as_float(", bits, ")");
+  const bool branch_free = markstein && half_valued && reciprocal >= 0x1p-100f && reciprocal <= 0x1p100f;
   const std::string quotient =
-      markstein ? detail::str_cat("float s; { const float r = __int_as_float(", rbits, "); ",
+      branch_free ? detail::str_cat("const float rs = __int_as_float(", rbits, "); const float p = __fmul_rn(f, rs); ",
+                                    "float s = __fmaf_rn(__fmaf_rn(-p, ", scale, ", f), rs, p); if (isinf(f)) s = f; ")
+      : markstein ? detail::str_cat("float s; { const float r = __int_as_float(", rbits, "); ",
                                   "const float p = __fmul_rn(f, r); ",
                                   "if (f == 0.0f || (fabsf(p) >= 1.17549435e-38f && fabsf(p) <= 3.40282347e+38f)) { ",
                                   "const float e = __fmaf_rn(-p, ", scale, ", f); ",
@@ -501,7 +507,10 @@ class SourceWriter {
     for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       if (std::find(used.begin(), used.end(), d) != used.end()) s_ << dtype_helpers(d);
     }
-    if (quantized_output(output_dtype_)) s_ << quantized_store(output_dtype_, quantization_);
+    if (quantized_output(output_dtype_)) {
+      const bool half_valued = !program_.code.empty() && program_.code.back().code == Code::kToF16;
+      s_ << quantized_store(output_dtype_, quantization_, half_valued);
+    }
     if (vec_ > 1) s_ << "template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };\n";
   }
 

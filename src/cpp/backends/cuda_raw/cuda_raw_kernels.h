@@ -151,6 +151,9 @@ struct LayerNormQuantized {
   DType dtype = DType::kInt8;
   float scale = 1.0f;
   float zero_point = 0.0f;  // 0 for float8
+  // 1 / scale correctly rounded, when scale and it are normal floats: the quotient then takes no division (set by
+  // layer_norm from `scale`)
+  float reciprocal = 0.0f;
 };
 
 // y[r, :] = (v[r, :] - mean) / sqrt(var + epsilon) * scale + bias for v = x (+ residual, summed in fp32)

@@ -39,6 +39,8 @@
 // over registers in the cached kernel, one more read of the row in the scalar kernel, which the L1/L2 caches
 // mostly serve (rows there are at most a few hundred KiB).
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -62,8 +64,17 @@ constexpr int kBlockGroup = 512;
 // arithmetic per tensor, the division in float32. Integers: round half to even, + the zero point, saturate, a NaN
 // quotient the zero point. Float8: + 0 (the zero point: -0 becomes +0), cuda_fp8.h's round to nearest even with
 // saturation to +-max, a NaN keeping its sign (cuda_fp8.h would drop it).
+// The quotient is __fdiv_rn's, formed from the reciprocal with one Markstein correction where that is exact (the
+// product a normal float or zero: Note [Per-tensor float8 quantization without a division] in quantize.cu).
 __device__ __forceinline__ std::uint8_t quantized_byte(const LayerNormQuantized& q, float v) {
-  const float s = __fdiv_rn(v, q.scale);
+  float s;
+  const float p = __fmul_rn(v, q.reciprocal);
+  if (q.reciprocal != 0.0f && (v == 0.0f || (fabsf(p) >= FLT_MIN && fabsf(p) <= FLT_MAX))) {
+    const float e = __fmaf_rn(-p, q.scale, v);
+    s = e == 0.0f ? p : __fmaf_rn(e, q.reciprocal, p);
+  } else {
+    s = __fdiv_rn(v, q.scale);
+  }
   switch (q.dtype) {
     case DType::kInt8:
     case DType::kUInt8: {
@@ -393,8 +404,11 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
 
 void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
                 std::int64_t rows, std::int64_t cols, float epsilon, void* stream,
-                const LayerNormQuantized& quantized) {
+                const LayerNormQuantized& quantized_in) {
   if (rows <= 0 || cols <= 0) return;
+  LayerNormQuantized quantized = quantized_in;
+  const float reciprocal = 1.0f / quantized.scale;
+  quantized.reciprocal = std::isnormal(quantized.scale) && std::isnormal(reciprocal) ? reciprocal : 0.0f;
   dispatch_float(dtype, "layer_norm", [&](auto tag) {
     using T = decltype(tag);
     const auto* xs = static_cast<const T*>(x);

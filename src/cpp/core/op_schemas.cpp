@@ -731,12 +731,15 @@ void register_gqa_ops(KernelRegistry& registry);   // op_schemas_gqa.cpp: group_
 void register_quantize_ops(KernelRegistry& registry);  // op_schemas_quantize.cpp: (de)quantize_linear
 
 void register_ops(KernelRegistry& registry) {
+  // `outputs`: the outputs' names where an op has optional ones (empty: one output, "y").
   auto add = [&](std::string name, std::string family, std::vector<std::string> inputs, std::string doc,
-                 std::function<std::vector<TensorDesc>(const OpDescriptor&)> infer) {
+                 std::function<std::vector<TensorDesc>(const OpDescriptor&)> infer,
+                 std::vector<std::string> outputs = {}) {
     OpSchema schema;
     schema.name = std::move(name);
     schema.family = std::move(family);
     schema.inputs = std::move(inputs);
+    if (!outputs.empty()) schema.outputs = std::move(outputs);
     schema.doc = std::move(doc);
     schema.infer = std::move(infer);
     registry.add_schema(std::move(schema));
@@ -791,18 +794,11 @@ void register_ops(KernelRegistry& registry) {
   add("batch_norm", "batch_norm", {"x", "scale", "bias", "mean", "var"},
       "inference batch norm over axis 1; epsilon=1e-5", infer_batch_norm);
   add("softmax", "softmax", {"x"}, "softmax along axis (default -1)", infer_softmax);
-  {
-    // Two outputs: y, and with quantized_dtype set y quantized per tensor (Note [Quantized layer norm output]).
-    OpSchema layer_norm;
-    layer_norm.name = "layer_norm";
-    layer_norm.family = "layer_norm";
-    layer_norm.inputs = {"x", "scale?", "bias?", "residual?"};
-    layer_norm.outputs = {"y", "y_quantized?"};
-    layer_norm.doc = "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5; quantized_dtype=int8|uint8|"
-                     "float8e4m3fn|float8e5m2 with y_scale, y_zero_point: second output QuantizeLinear(y)";
-    layer_norm.infer = infer_layer_norm;
-    registry.add_schema(std::move(layer_norm));
-  }
+  // Two outputs: y, and with quantized_dtype set y quantized per tensor (Note [Quantized layer norm output]).
+  add("layer_norm", "layer_norm", {"x", "scale?", "bias?", "residual?"},
+      "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5; quantized_dtype=int8|uint8|float8e4m3fn|"
+      "float8e5m2 with y_scale, y_zero_point: second output QuantizeLinear(y)",
+      infer_layer_norm, {"y", "y_quantized?"});
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
   add("fused_elementwise", "fusion", {"x..."},
       "a chain of elementwise ops, casts and row reductions as one kernel (Note [Fused elementwise programs]); "
@@ -822,20 +818,12 @@ void register_ops(KernelRegistry& registry) {
     add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1; sum/max/min/prod also int32/int64",
         infer_reduce);
   }
-  {
-    // Two outputs: y, and with return_lse=1 the log-sum-exp of each score row (the second output is absent
-    // otherwise).
-    OpSchema attention;
-    attention.name = "attention";
-    attention.family = "attention";
-    attention.inputs = {"q", "k", "v", "mask?"};
-    attention.outputs = {"y", "lse?"};
-    attention.doc = "softmax(q k^T * scale + mask) v; [B, H, S, D], causal=0, scale=0 (1/sqrt(D)), GQA when Hkv "
-                    "divides H; return_lse=0 (1: second output lse [B, H, Sq] float32, log sum exp of the scores); "
-                    "fully_masked_rows=\"nan\" (\"zero\": a row whose every score is -inf gives 0, not NaN)";
-    attention.infer = infer_attention;
-    registry.add_schema(std::move(attention));
-  }
+  // Two outputs: y, and with return_lse=1 the log-sum-exp of each score row (the second output is absent otherwise).
+  add("attention", "attention", {"q", "k", "v", "mask?"},
+      "softmax(q k^T * scale + mask) v; [B, H, S, D], causal=0, scale=0 (1/sqrt(D)), GQA when Hkv divides H; "
+      "return_lse=0 (1: second output lse [B, H, Sq] float32, log sum exp of the scores); fully_masked_rows=\"nan\" "
+      "(\"zero\": a row whose every score is -inf gives 0, not NaN)",
+      infer_attention, {"y", "lse?"});
   register_data_ops(registry);
   register_int4_ops(registry);
   register_gqa_ops(registry);

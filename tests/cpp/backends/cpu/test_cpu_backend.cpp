@@ -541,6 +541,11 @@ TEST(CpuBackend, MaxPoolWindowLoopMatchesNaiveOnEveryIsa) {
       {{1, 2, 11, 14}, {2, 3}, {3, 2}, {0, 1, 1, 0}, {2, 1}, true},
       {{1, 1, 9, 9}, {5, 5}, {2, 3}, {2, 2, 2, 2}, {1, 1}, true},
       {{3, 1, 7, 5}, {1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, false},
+      // the common windows' rows (max_pool_fixed_row), with edge rows left to the general loops
+      {{1, 3, 10, 11}, {2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true},
+      {{2, 2, 7, 9}, {2, 2}, {1, 1}, {1, 0, 0, 1}, {1, 1}, false},
+      {{1, 2, 15, 15}, {3, 3}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true},
+      {{1, 1, 33, 40}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
   };
   unsigned seed = 900;
   for (const auto& c : cases) {

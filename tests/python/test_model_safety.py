@@ -436,3 +436,50 @@ def test_a_cast_whose_to_is_not_an_int_is_a_typed_error():
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
         with pytest.raises(xrt.InvalidTypeError, match="attribute 'to' of node 'cast' \\(Cast.* must be an int"):
             xrt.InferenceSession(model.SerializeToString(), engine="native")
+
+
+def _conv_reference(x, w, strides, pads):
+    """Direct 2-D convolution (no dilation, one group) of x [N, C, H, W] by w [O, C, kh, kw]."""
+    n, _, height, width = x.shape
+    o, _, kh, kw = w.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    out_h = (height + pads[0] + pads[2] - kh) // strides[0] + 1
+    out_w = (width + pads[1] + pads[3] - kw) // strides[1] + 1
+    y = np.zeros((n, o, out_h, out_w), np.float32)
+    for i in range(out_h):
+        for j in range(out_w):
+            window = padded[:, :, i * strides[0]:i * strides[0] + kh, j * strides[1]:j * strides[1] + kw]
+            y[:, :, i, j] = np.einsum("nchw,ochw->no", window, w)
+    return y
+
+
+@pytest.mark.parametrize("strides", [[2, (1 << 63) - 1], [(1 << 63) - 1, 3], [(1 << 62) + 1, (1 << 63) - 1]])
+def test_a_conv_stride_past_the_input_gives_one_window(strides):
+    # Found by fuzz_model_structure's campaign (seed 1 under UBSan): a Conv whose stride is int64's largest value has
+    # one output along that axis, and the cpu kernel's phase-split plane rounded extent + stride - 1 up past int64.
+    # Along such an axis the plane now has one phase per padded position (phase_geometry in cpu_common.h).
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    pads = [1, 1, 1, 1]
+    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=strides, pads=pads, kernel_shape=[3, 3])
+    expected = _conv_reference(x, w, [min(s, 64) for s in strides], pads)
+    model = _single_node_model(node, x.shape, expected.shape, [numpy_helper.from_array(w, "w")])
+    got = xrt.InferenceSession(model, engine="native").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("Conv", {"dilations": [1, 1 << 62], "kernel_shape": [3, 3]}),
+    ("Conv", {"pads": [0, (1 << 63) - 2, 0, 8], "kernel_shape": [3, 3]}),
+    ("MaxPool", {"dilations": [1 << 62, 1], "kernel_shape": [3, 3]}),
+])
+def test_window_geometry_past_int64_is_a_typed_error(op, attrs):
+    # Window sizes, pads and dilations whose sums or products leave int64 are a malformed model: a typed error when
+    # the session is made (the op's shape inference), never a wrapped size a kernel indexes with.
+    inputs = ["x", "w"] if op == "Conv" else ["x"]
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    w = numpy_helper.from_array(np.ones((2, 3, 3, 3), np.float32), "w")
+    model = _single_node_model(node, [1, 3, 8, 8], None, [w] if op == "Conv" else [])
+    with pytest.raises(xrt.XpuRuntimeError, match="window geometry .* overflows 64-bit integers"):
+        xrt.InferenceSession(model, engine="native").run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})

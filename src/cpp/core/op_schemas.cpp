@@ -169,15 +169,43 @@ std::vector<TensorDesc> infer_linear(const OpDescriptor& desc) {
   return {output_like(x, out)};
 }
 
-std::int64_t pooled_size(std::int64_t in, std::int64_t kernel, std::int64_t stride, std::int64_t pad_begin,
-                         std::int64_t pad_end, std::int64_t dilation, bool ceil_mode) {
-  const std::int64_t effective = dilation * (kernel - 1) + 1;
-  const std::int64_t span = in + pad_begin + pad_end - effective;
+// Window arithmetic over a model's sizes, pads, strides and dilations: a typed error naming the op where a sum or
+// product leaves int64 (a malformed model), never a wrapped size that a kernel would later index with.
+std::int64_t window_add(const std::string& op, std::int64_t a, std::int64_t b) {
+  std::int64_t sum = 0;
+  XPURT_CHECK(!__builtin_add_overflow(a, b, &sum), "op '", op, "': its window geometry (sizes, pads, strides, ",
+              "dilations) overflows 64-bit integers: ", a, " + ", b);
+  return sum;
+}
+std::int64_t window_mul(const std::string& op, std::int64_t a, std::int64_t b) {
+  std::int64_t product = 0;
+  XPURT_CHECK(!__builtin_mul_overflow(a, b, &product), "op '", op, "': its window geometry (sizes, pads, strides, ",
+              "dilations) overflows 64-bit integers: ", a, " * ", b);
+  return product;
+}
+
+// Outputs of a window op along one axis. Checks that the padded extent the windows span,
+// (out - 1) * stride + dilation * (kernel - 1) + 1, fits int64 (the kernels' phase-split planes are that long).
+std::int64_t pooled_size(const std::string& op, std::int64_t in, std::int64_t kernel, std::int64_t stride,
+                         std::int64_t pad_begin, std::int64_t pad_end, std::int64_t dilation, bool ceil_mode) {
+  const std::int64_t effective = window_add(op, window_mul(op, dilation, kernel - 1), 1);
+  const std::int64_t span = window_add(op, window_add(op, window_add(op, in, pad_begin), pad_end), -effective);
   if (span < 0) return 0;
-  std::int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  std::int64_t out = (ceil_mode ? window_add(op, span, stride - 1) / stride : span / stride) + 1;
   // PyTorch/ONNX rule: the last window must start inside the input or the leading padding.
   if (ceil_mode && (out - 1) * stride >= in + pad_begin) --out;
+  window_add(op, window_mul(op, out - 1, stride), effective);
   return out;
+}
+
+// Outputs of a transposed convolution along one axis:
+// stride * (in - 1) + output_padding + dilation * (kernel - 1) + 1 - pad_begin - pad_end.
+std::int64_t transposed_size(const std::string& op, std::int64_t in, std::int64_t kernel, std::int64_t stride,
+                             std::int64_t pad_begin, std::int64_t pad_end, std::int64_t dilation,
+                             std::int64_t output_padding) {
+  const std::int64_t spread = window_add(op, window_mul(op, stride, in - 1), output_padding);
+  const std::int64_t extent = window_add(op, spread, window_add(op, window_mul(op, dilation, kernel - 1), 1));
+  return window_add(op, extent, -window_add(op, pad_begin, pad_end));
 }
 
 std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
@@ -203,8 +231,8 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
   XPURT_CHECK(w[1] * groups == x[1], "op 'conv2d': weight ", shape_str(desc.inputs[1].shape), " expects ",
               w[1] * groups, " input channels (groups=", groups, "), x ", shape_str(desc.inputs[0].shape), " has ",
               x[1]);
-  const std::int64_t oh = pooled_size(x[2], w[2], strides[0], pads[0], pads[2], dilations[0], false);
-  const std::int64_t ow = pooled_size(x[3], w[3], strides[1], pads[1], pads[3], dilations[1], false);
+  const std::int64_t oh = pooled_size("conv2d", x[2], w[2], strides[0], pads[0], pads[2], dilations[0], false);
+  const std::int64_t ow = pooled_size("conv2d", x[3], w[3], strides[1], pads[1], pads[3], dilations[1], false);
   XPURT_CHECK(oh > 0 && ow > 0, "op 'conv2d': the kernel ", w[2], "x", w[3], " (dilations ", shape_str(dilations),
               ") does not fit the padded input ", x[2] + pads[0] + pads[2], "x", x[3] + pads[1] + pads[3]);
   const Shape out = nhwc ? Shape{x[0], oh, ow, w[0]} : Shape{x[0], w[0], oh, ow};
@@ -453,7 +481,8 @@ std::vector<TensorDesc> infer_conv_transpose2d(const OpDescriptor& desc) {
               " input channels, x ", shape_str(x), " has ", x[1]);
   const std::int64_t o = w[1] * groups;
   const auto length = [&](int k) {
-    return strides[k] * (x[2 + k] - 1) + output_padding[k] + dilations[k] * (w[2 + k] - 1) + 1 - pads[k] - pads[2 + k];
+    return transposed_size("conv_transpose2d", x[2 + k], w[2 + k], strides[k], pads[k], pads[2 + k], dilations[k],
+                           output_padding[k]);
   };
   const std::int64_t oh = length(0);
   const std::int64_t ow = length(1);
@@ -504,9 +533,9 @@ std::vector<TensorDesc> infer_conv3d_like(const OpDescriptor& desc, bool transpo
   Shape out = {x[0], o};
   for (int k = 0; k < 3; ++k) {
     const std::int64_t in = x[2 + static_cast<std::size_t>(k)], kernel = w[2 + static_cast<std::size_t>(k)];
-    const std::int64_t n = transpose ? strides[k] * (in - 1) + output_padding[k] + dilations[k] * (kernel - 1) + 1 -
-                                           pads[k] - pads[3 + k]
-                                     : pooled_size(in, kernel, strides[k], pads[k], pads[3 + k], dilations[k], false);
+    const std::int64_t n =
+        transpose ? transposed_size(op, in, kernel, strides[k], pads[k], pads[3 + k], dilations[k], output_padding[k])
+                  : pooled_size(op, in, kernel, strides[k], pads[k], pads[3 + k], dilations[k], false);
     XPURT_CHECK(n > 0, "op '", op, "': no output along spatial axis ", k, " (input ", shape_str(x), ", weight ",
                 shape_str(w), ", pads ", shape_str(pads), ")");
     out.push_back(n);
@@ -538,12 +567,12 @@ std::vector<TensorDesc> infer_pool(const OpDescriptor& desc) {
   for (int k = 0; k < 2; ++k) {
     XPURT_CHECK(kernel[k] >= 1 && strides[k] >= 1 && dilations[k] >= 1, "op '", desc.op,
                 "': kernel_shape, strides and dilations must be >= 1");
-    const std::int64_t effective = dilations[k] * (kernel[k] - 1) + 1;
+    const std::int64_t effective = window_add(desc.op, window_mul(desc.op, dilations[k], kernel[k] - 1), 1);
     XPURT_CHECK(pads[k] >= 0 && pads[k + 2] >= 0 && pads[k] < effective && pads[k + 2] < effective, "op '", desc.op,
                 "': pads ", shape_str(pads), " must be >= 0 and smaller than the kernel ", shape_str(kernel));
   }
-  const std::int64_t oh = pooled_size(x[2], kernel[0], strides[0], pads[0], pads[2], dilations[0], ceil_mode);
-  const std::int64_t ow = pooled_size(x[3], kernel[1], strides[1], pads[1], pads[3], dilations[1], ceil_mode);
+  const std::int64_t oh = pooled_size(desc.op, x[2], kernel[0], strides[0], pads[0], pads[2], dilations[0], ceil_mode);
+  const std::int64_t ow = pooled_size(desc.op, x[3], kernel[1], strides[1], pads[1], pads[3], dilations[1], ceil_mode);
   XPURT_CHECK(oh > 0 && ow > 0, "op '", desc.op, "': the window ", shape_str(kernel),
               " does not fit the padded input of ", shape_str(desc.inputs[0].shape));
   return result(oh, ow);

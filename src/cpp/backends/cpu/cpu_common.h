@@ -406,9 +406,12 @@ inline PhaseGeometry phase_geometry(std::int64_t out_h, std::int64_t out_w, std:
   PhaseGeometry g;
   g.rows = (out_h - 1) * stride[0] + (kh - 1) * dilation[0] + 1;
   g.cols = (out_w - 1) * stride[1] + (kw - 1) * dilation[1] + 1;
-  g.row_phases = stride[0];
+  // A stride past the extent leaves one window along that axis: one phase per padded position lays the plane out as
+  // that stride would (position p in phase p, index 0), without a plane of `stride` phases (a model's stride may be
+  // as large as int64 allows).
+  g.row_phases = std::min(stride[0], g.rows);
   g.phase_rows = (g.rows + g.row_phases - 1) / g.row_phases;
-  g.phases = stride[1];
+  g.phases = std::min(stride[1], g.cols);
   g.phase_cols = (g.cols + g.phases - 1) / g.phases;
   g.row_stride = g.phases * g.phase_cols;
   g.pad_top = pad_top;

@@ -61,13 +61,33 @@ Window read_window(const OpContext& ctx, std::size_t spatial_rank, const std::ve
   return w;
 }
 
-std::int64_t window_output_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t r, std::int64_t pb,
-                                std::int64_t pe, bool ceil_mode) {
-  const std::int64_t extent = (k - 1) * r + 1;
-  const std::int64_t span = in + pb + pe - extent;
+std::int64_t geometry_add(const OpContext& ctx, std::int64_t a, std::int64_t b) {
+  std::int64_t sum = 0;
+  XPURT_CHECK(!__builtin_add_overflow(a, b, &sum), ctx.where(), ": its window geometry (sizes, pads, strides, ",
+              "dilations) overflows 64-bit integers: ", a, " + ", b);
+  return sum;
+}
+
+std::int64_t geometry_mul(const OpContext& ctx, std::int64_t a, std::int64_t b) {
+  std::int64_t product = 0;
+  XPURT_CHECK(!__builtin_mul_overflow(a, b, &product), ctx.where(), ": its window geometry (sizes, pads, strides, ",
+              "dilations) overflows 64-bit integers: ", a, " * ", b);
+  return product;
+}
+
+std::int64_t window_span(const OpContext& ctx, const Window& w, std::size_t d, std::int64_t in) {
+  const std::int64_t extent = geometry_add(ctx, geometry_mul(ctx, w.kernel[d] - 1, w.dilations[d]), 1);
+  const std::int64_t padded = geometry_add(ctx, geometry_add(ctx, in, w.pads_begin[d]), w.pads_end[d]);
+  return padded - extent;  // both >= 0 (kernel >= 1, dilations >= 1, pads >= 0; a size is >= 0): no overflow
+}
+
+std::int64_t window_output_size(const OpContext& ctx, const Window& w, std::size_t d, std::int64_t in,
+                                bool ceil_mode) {
+  const std::int64_t span = window_span(ctx, w, d, in);
   if (span < 0) return 0;
-  std::int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-  if (ceil_mode && (out - 1) * s >= in + pb) --out;
+  const std::int64_t s = w.strides[d];
+  std::int64_t out = (ceil_mode ? geometry_add(ctx, span, s - 1) / s : span / s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + w.pads_begin[d]) --out;  // (out - 1) * s <= span: in range
   return out;
 }
 
@@ -83,8 +103,9 @@ void apply_auto_pad(const OpContext& ctx, const std::vector<std::int64_t>& in, W
               "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
   for (std::size_t d = 0; d < w.rank(); ++d) {
     const std::int64_t out = (in[d] + w.strides[d] - 1) / w.strides[d];
-    const std::int64_t extent = (w.kernel[d] - 1) * w.dilations[d] + 1;
-    const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * w.strides[d] + extent - in[d]);
+    const std::int64_t extent = geometry_add(ctx, geometry_mul(ctx, w.kernel[d] - 1, w.dilations[d]), 1);
+    // (out - 1) * strides <= in - 1: only adding the extent can leave int64.
+    const std::int64_t total = std::max<std::int64_t>(0, geometry_add(ctx, (out - 1) * w.strides[d], extent) - in[d]);
     const std::int64_t small = total / 2;
     w.pads_begin[d] = auto_pad == "SAME_UPPER" ? small : total - small;
     w.pads_end[d] = total - w.pads_begin[d];

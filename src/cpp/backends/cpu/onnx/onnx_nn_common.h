@@ -81,10 +81,18 @@ struct Window {
 // dilations and explicit pads for `spatial_rank` spatial dims, validating their lengths and values.
 Window read_window(const OpContext& ctx, std::size_t spatial_rank, const std::vector<std::int64_t>& default_kernel);
 
-// Output size of a convolution / pool along one dim with explicit pads (floor, or ceil with `ceil_mode`, in which
+// a + b and a * b over a node's window geometry (sizes, pads, strides, dilations): InvalidArgumentError naming the
+// node where the result leaves int64 (a malformed model), never a wrapped size.
+std::int64_t geometry_add(const OpContext& ctx, std::int64_t a, std::int64_t b);
+std::int64_t geometry_mul(const OpContext& ctx, std::int64_t a, std::int64_t b);
+
+// in + pads_begin[d] + pads_end[d] - ((kernel[d] - 1) * dilations[d] + 1): how far the window of dim d slides over
+// the padded input of size `in` (negative when it does not fit), checked as geometry_add is.
+std::int64_t window_span(const OpContext& ctx, const Window& w, std::size_t d, std::int64_t in);
+
+// Output size of a convolution / pool along dim d with explicit pads (floor, or ceil with `ceil_mode`, in which
 // case a last window that would start in the end padding is dropped, as PyTorch and ONNX Runtime do).
-std::int64_t window_output_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t r, std::int64_t pb,
-                                std::int64_t pe, bool ceil_mode);
+std::int64_t window_output_size(const OpContext& ctx, const Window& w, std::size_t d, std::int64_t in, bool ceil_mode);
 
 // Applies the node's auto_pad to `w` for the spatial input sizes `in` (overwriting pads for SAME_*/VALID).
 void apply_auto_pad(const OpContext& ctx, const std::vector<std::int64_t>& in, Window& w);

@@ -161,7 +161,7 @@ void conv(OpContext& ctx) {
   apply_auto_pad(ctx, in_sp, w);
   std::vector<std::int64_t> out_sp(rank);
   for (std::size_t d = 0; d < rank; ++d) {
-    const std::int64_t span = in_sp[d] + w.pads_begin[d] + w.pads_end[d] - ((w.kernel[d] - 1) * w.dilations[d] + 1);
+    const std::int64_t span = window_span(ctx, w, d, in_sp[d]);
     XPURT_CHECK(span >= 0, ctx.where(), ": the kernel (", shape_str(w.kernel), ", dilations ", shape_str(w.dilations),
                 ") is larger than the padded input ", shape_str(X.shape()));
     out_sp[d] = span / w.strides[d] + 1;
@@ -254,19 +254,25 @@ void conv_transpose(OpContext& ctx) {
   if (output_shape.size() == rank + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
   XPURT_CHECK(output_shape.empty() || output_shape.size() == rank, ctx.where(), ": output_shape ",
               shape_str(output_shape), " must have ", rank, " values");
+  for (std::size_t d = 0; d < rank; ++d) {
+    XPURT_CHECK(output_padding[d] >= 0 && (output_shape.empty() || output_shape[d] >= 0), ctx.where(),
+                ": output_padding ", shape_str(output_padding), " and output_shape ", shape_str(output_shape),
+                " must be >= 0");
+  }
   const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
   XPURT_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER",
               ctx.where(), ": auto_pad '", auto_pad, "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
   std::vector<std::int64_t> out_sp(rank);
   for (std::size_t d = 0; d < rank; ++d) {
-    const std::int64_t natural =
-        w.strides[d] * (in_sp[d] - 1) + output_padding[d] + (w.kernel[d] - 1) * w.dilations[d] + 1;
+    const std::int64_t natural = geometry_add(
+        ctx, geometry_add(ctx, geometry_mul(ctx, w.strides[d], in_sp[d] - 1), output_padding[d]),
+        geometry_add(ctx, geometry_mul(ctx, w.kernel[d] - 1, w.dilations[d]), 1));
     if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      const std::int64_t target = !output_shape.empty() ? output_shape[d] : in_sp[d] * w.strides[d];
-      const std::int64_t total = natural - target;
+      const std::int64_t target = !output_shape.empty() ? output_shape[d] : geometry_mul(ctx, in_sp[d], w.strides[d]);
+      const std::int64_t total = geometry_add(ctx, natural, -target);  // target >= 0
       // Floor division (the spec's pseudocode is Python): a negative total (output_shape larger than the
       // natural size) extends the output at the end.
-      const std::int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      const std::int64_t half = total / 2 - (total < 0 && total % 2 != 0 ? 1 : 0);
       w.pads_begin[d] = auto_pad == "SAME_UPPER" ? half : total - half;
       w.pads_end[d] = total - w.pads_begin[d];
       out_sp[d] = target;
@@ -307,7 +313,7 @@ void col2im(OpContext& ctx) {
               ") must be a multiple of prod(block_shape) = ", ksize);
   std::vector<std::int64_t> blocks(rank);
   for (std::size_t d = 0; d < rank; ++d) {
-    const std::int64_t span = image[d] + w.pads_begin[d] + w.pads_end[d] - ((block[d] - 1) * w.dilations[d] + 1);
+    const std::int64_t span = window_span(ctx, w, d, image[d]);  // w.kernel == block
     XPURT_CHECK(span >= 0, ctx.where(), ": the block ", shape_str(block), " does not fit the padded image ",
                 shape_str(image));
     blocks[d] = span / w.strides[d] + 1;
@@ -365,9 +371,9 @@ void deform_conv(OpContext& ctx) {
   XPURT_CHECK(w.kernel == wk, ctx.where(), ": kernel_shape ", shape_str(w.kernel), " differs from W's spatial dims ",
               shape_str(wk));
   const std::int64_t kh = wk[0], kw = wk[1], K = kh * kw;
-  const std::int64_t oh = (H + w.pads_begin[0] + w.pads_end[0] - ((kh - 1) * w.dilations[0] + 1)) / w.strides[0] + 1;
-  const std::int64_t ow = (Wd + w.pads_begin[1] + w.pads_end[1] - ((kw - 1) * w.dilations[1] + 1)) / w.strides[1] + 1;
-  XPURT_CHECK(oh > 0 && ow > 0, ctx.where(), ": the kernel is larger than the padded input ", shape_str(X.shape()));
+  const std::int64_t span_h = window_span(ctx, w, 0, H), span_w = window_span(ctx, w, 1, Wd);
+  const std::int64_t oh = span_h / w.strides[0] + 1, ow = span_w / w.strides[1] + 1;
+  XPURT_CHECK(span_h >= 0 && span_w >= 0, ctx.where(), ": the kernel is larger than the padded input ", shape_str(X.shape()));
   const std::vector<std::int64_t> offset_shape{N, offset_group * 2 * K, oh, ow};
   XPURT_CHECK(offset_t.shape() == offset_shape, ctx.where(), ": offset must be ", shape_str(offset_shape), ", got ",
               shape_str(offset_t.shape()));

@@ -42,8 +42,7 @@ PoolShape pool_shape(const OpContext& ctx, const std::vector<std::int64_t>& x_sh
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       s.out_sp[d] = (s.in_sp[d] + w.strides[d] - 1) / w.strides[d];
     } else {
-      s.out_sp[d] = window_output_size(s.in_sp[d], w.kernel[d], w.strides[d], w.dilations[d], w.pads_begin[d],
-                                       w.pads_end[d], ceil_mode);
+      s.out_sp[d] = window_output_size(ctx, w, d, s.in_sp[d], ceil_mode);
     }
   }
   s.out_shape = {x_shape[0], x_shape[1]};

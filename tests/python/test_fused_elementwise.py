@@ -362,8 +362,8 @@ def _all_float16_values() -> np.ndarray:
 
 
 def _codes_of(result) -> np.ndarray:
-    """A float8 output as run() returns it (its values in float32, exactly) as bits: equal bits, equal codes (NaN
-    signs and signed zeros included)."""
+    """A float8 output as run() returns it (its values in float32, exactly) as bits: equal bits, equal codes, signed
+    zeros included; a NaN decodes to one float32 NaN whatever its sign, so NaN signs are not compared here."""
     values = np.asarray(result)
     assert values.dtype == np.float32
     return values.view(np.uint32)

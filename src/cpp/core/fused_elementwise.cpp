@@ -396,7 +396,7 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
 // batch 16 on an H100: 15 us against 8 us).
 int vector_width(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
                  DType output_dtype) {
-  (void)output_dtype;  // a quantized output's vector is vec bytes (Note [Quantized output of a fused program])
+  // A quantized output's vector is vec bytes (Note [Quantized output of a fused program]).
   if (layout.numel == 0) return 1;
   bool four_bytes = output_dtype == DType::kFloat32;
   for (std::size_t k = 0; k < input_dtypes.size(); ++k) {

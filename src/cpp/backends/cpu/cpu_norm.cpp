@@ -7,7 +7,6 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "core/fused_elementwise.h"
-#include "core/half.h"
 
 namespace xpuruntime::cpu {
 
@@ -96,30 +95,21 @@ void run_softmax(const KernelLaunch& launch, const CpuContext& context) {
   y.commit();
 }
 
-// layer_norm over dims axis..end: x viewed as [outer, size]; y = (x - mean) / sqrt(var + eps) * scale + bias,
-// var biased (divided by size), two passes in double.
 // layer_norm's second output (Note [Quantized layer norm output] in core/op_schemas.cpp): QuantizeLinear per tensor
-// of output 0 as stored.
+// of output 0 as stored, read back as float32 (16-bit values widened exactly).
 void quantize_output(const KernelLaunch& launch, const CpuContext& context) {
-  const Tensor& y = launch.output(0);
+  const InputBuffer<float> y(launch.output(0));
   Tensor& yq = launch.output(1);
   const fused::OutputQuantization q = fused::output_quantization(launch.desc->attrs, yq.dtype());
-  const DType dtype = y.dtype();
   const DType out = yq.dtype();
-  const void* values = y.data_ptr();
   auto* bytes = static_cast<std::uint8_t*>(yq.data_ptr());
-  parallel_for(y.numel(), context.threads, 16384, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const auto* bits = static_cast<const std::uint16_t*>(values);
-      const float v = dtype == DType::kFloat16    ? detail::half_to_float(bits[i])
-                      : dtype == DType::kBFloat16 ? detail::bfloat16_to_float(bits[i])
-                      : dtype == DType::kFloat32  ? static_cast<const float*>(values)[i]
-                                                  : static_cast<float>(static_cast<const double*>(values)[i]);
-      bytes[i] = fused::quantized_byte(v, q, out);
-    }
+  parallel_for(y.size(), context.threads, 16384, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) bytes[i] = fused::quantized_byte(y[i], q, out);
   });
 }
 
+// layer_norm over dims axis..end: x viewed as [outer, size]; y = (x - mean) / sqrt(var + eps) * scale + bias,
+// var biased (divided by size), two passes in double.
 template <typename T>
 void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   const Tensor& x_tensor = launch.input(0);

@@ -249,12 +249,15 @@ struct QuantizeTail {
   std::int64_t zero_point = 0;
 };
 
-// Node `qi` when it is a QuantizeLinear per tensor to int8/uint8, or to float8e4m3fn/float8e5m2 with zero point 0 and
-// saturate=1, of constant scale and zero point, and nothing keeps it unfused: what a kernel may write in its place
-// (Note [Quantized output of a fused program] in core/fused_elementwise.h); nullopt otherwise.
-std::optional<QuantizeTail> fusable_quantize(const Graph& g, const PassContext& ctx, std::size_t qi) {
+// Node `qi` when it is a QuantizeLinear of `value` per tensor to int8/uint8, or to float8e4m3fn/float8e5m2 with zero
+// point 0 and saturate=1, of constant scale and zero point, and nothing keeps it unfused: what a kernel may write in
+// its place (Note [Quantized output of a fused program] in core/fused_elementwise.h); nullopt otherwise.
+std::optional<QuantizeTail> fusable_quantize(const Graph& g, const PassContext& ctx, std::size_t qi,
+                                             const std::string& value) {
   const Node& q = g.nodes[qi];
-  if (!is_onnx(q, "QuantizeLinear") || q.inputs.size() < 2 || q.outputs.size() != 1) return std::nullopt;
+  if (!is_onnx(q, "QuantizeLinear") || q.inputs.size() < 2 || q.inputs[0] != value || q.outputs.size() != 1) {
+    return std::nullopt;
+  }
   if (ctx.keep_unfused && ctx.keep_unfused("quantize_linear")) return std::nullopt;
   const Tensor* scale_tensor = constant(g, q.inputs[1]);
   const std::optional<double> scale = scalar_constant(g, q.inputs[1]);
@@ -294,9 +297,7 @@ std::optional<QuantizeTail> quantize_tail(const Graph& g, const Uses& uses, cons
   if (uses.is_graph_output(value) || uses.read_by_subgraph(value)) return std::nullopt;
   const auto& readers = uses.readers(value);
   if (readers.size() != 1 || !uses.only_reader(value, readers[0]) || rw.taken(readers[0])) return std::nullopt;
-  const Node& q = g.nodes[readers[0]];
-  if (q.inputs.empty() || q.inputs[0] != value) return std::nullopt;
-  return fusable_quantize(g, ctx, readers[0]);
+  return fusable_quantize(g, ctx, readers[0], value);
 }
 
 // Note [Quantized layer norm output] (core/op_schemas.cpp): each com.xpuruntime:LayerNormalization whose output a
@@ -311,8 +312,8 @@ void layer_norm_quantized_outputs(Graph& g, const PassContext& ctx, PassResult& 
     const std::string& y = ln.outputs[0];
     if (uses.read_by_subgraph(y)) continue;
     for (std::size_t reader : uses.readers(y)) {
-      if (rw.taken(reader) || g.nodes[reader].inputs.empty() || g.nodes[reader].inputs[0] != y) continue;
-      const std::optional<QuantizeTail> q = fusable_quantize(g, ctx, reader);
+      if (rw.taken(reader)) continue;
+      const std::optional<QuantizeTail> q = fusable_quantize(g, ctx, reader, y);
       if (!q) continue;
       Node fused = ln;
       fused.outputs.push_back(g.nodes[reader].outputs[0]);

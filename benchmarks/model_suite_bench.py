@@ -69,13 +69,14 @@ def feeds_for(built, batch: int, seq: int):
 
 def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels: Optional[Dict[str, str]] = None,
                disabled: Optional[List[str]] = None, precision: str = "fp32", profile: int = 0,
-               profile_tag: str = ""):
+               profile_tag: str = "", policy: Optional[Dict] = None):
     """Times `path` on the native engine; with `profile` > 0 it then prints where the GPU time of `profile` runs went,
-    per kernel (kernel_breakdown.profile_runs, CUPTI through torch.profiler)."""
+    per kernel (kernel_breakdown.profile_runs, CUPTI through torch.profiler). `policy`: more ExecutionPolicy fields."""
     import xpuruntime as xrt
     t0 = time.perf_counter()
     session = xrt.InferenceSession(str(path), device="cuda:0", engine="native",
-                                   exec_policy=xrt.ExecutionPolicy(fallback="error", precision=precision),
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error", precision=precision,
+                                                                   **(policy or {})),
                                    kernel_policy=xrt.KernelPolicy(**kernels) if kernels else None,
                                    disabled_passes=disabled or None)
     create_ms = (time.perf_counter() - t0) * 1e3

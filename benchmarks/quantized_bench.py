@@ -12,6 +12,7 @@ float32 and float16 are made when missing, as benchmarks/model_suite_bench.py ma
                   quantized ones in float16
   fp8             xrt.quantize(..., precision="fp8"), native engine
   fp8_fp16        the fp8 file in a float16 plan
+  fp8fast_fp16    the same with ExecutionPolicy(fp8_fast_accumulation=True) (docs/quantization.md, "Float8 GEMMs")
   ort_int8        ONNX Runtime's CUDA EP on the int8 file (benchmarks/ort_direct_bench, IoBinding on the device)
   ort_int8_graphs the same with enable_cuda_graph=1 (a subprocess: a capture that fails is a note, not a crash)
 
@@ -51,7 +52,8 @@ from model_suite_bench import run_native, run_ort  # noqa: E402
 from session_bench import Skip, find_bench  # noqa: E402
 
 IR_VERSION = 10  # onnx 1.23 writes IR 14 by default; ONNX Runtime 1.29 reads at most 13
-NATIVE = ["fp32", "fp16", "int8", "int8_fp16", "fp8", "fp8_fp16"]
+NATIVE = ["fp32", "fp16", "int8", "int8_fp16", "fp8", "fp8_fp16", "fp8fast_fp16"]
+QUANTIZED = NATIVE[2:]
 
 
 def export(name: str, directory: pathlib.Path, dtype: str) -> pathlib.Path:
@@ -134,14 +136,15 @@ def bench_batch(name: str, batch: int, files: Dict[str, pathlib.Path], built, bi
     for variant in NATIVE:
         # int8_fp16: the int8 file in a float16 plan (Note [Quantized fusion in float16 plans]): the int8 ops as in
         # int8, the float ops between them in float16, as the fp16 row computes them.
-        file_key = variant[:-len("_fp16")] if variant.endswith("8_fp16") else variant
+        file_key = {"int8_fp16": "int8", "fp8_fp16": "fp8", "fp8fast_fp16": "fp8"}.get(variant, variant)
         if file_key not in files:
             continue
         device_feeds = {k: (v.half() if variant == "fp16" and v.is_floating_point() else v) for k, v in inputs.items()}
         try:
             row[variant], outputs[variant] = run_native(files[file_key], device_feeds, args.iterations, args.warmup,
-                                                        precision="fp16" if variant.endswith("8_fp16") else "fp32",
-                                                        profile=args.profile, profile_tag=f"{name} b{batch} {variant}")
+                                                        precision="fp16" if variant.endswith("_fp16") else "fp32",
+                                                        profile=args.profile, profile_tag=f"{name} b{batch} {variant}",
+                                                        policy={"fp8_fast_accumulation": variant == "fp8fast_fp16"})
         except Exception as error:  # noqa: BLE001: reported in the table
             row["notes"].append(f"{variant}: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
         torch.cuda.synchronize()
@@ -157,7 +160,7 @@ def bench_batch(name: str, batch: int, files: Dict[str, pathlib.Path], built, bi
                 row["notes"].append(f"{variant}: {why}")
     accuracy = {"model": name, "batch": batch}
     if "fp32" in outputs:
-        for variant in ("fp16", "int8", "int8_fp16", "fp8", "fp8_fp16"):
+        for variant in ["fp16"] + QUANTIZED:
             if variant in outputs:
                 accuracy[variant] = agreement(outputs[variant], outputs["fp32"])
     print(json.dumps(row), flush=True)
@@ -188,22 +191,19 @@ def ratio(a: Optional[float], b: Optional[float]) -> str:
 def latency_table(rows: List[Dict], ort_precisions: List[str]) -> str:
     ort = [f"ort_{p}{g}" for p in ort_precisions for g in ("", "_graphs")]
     columns = [c for c in NATIVE + ort if any(c in r for r in rows)]
-    head = ["model", "batch"] + columns + ["int8 / fp16", "int8_fp16 / fp16", "fp8 / fp16", "fp8_fp16 / fp16",
-                                           "best int8 / best ORT int8"]
+    head = ["model", "batch"] + columns + [f"{v} / fp16" for v in QUANTIZED] + ["best int8 / best ORT int8"]
     lines = ["| " + " | ".join(head) + " |", "| --- | --- |" + " ---: |" * (len(head) - 2)]
     for r in rows:
         best_ort = min([m for m in (ms(r, "ort_int8"), ms(r, "ort_int8_graphs")) if m is not None], default=None)
         best_int8 = min([m for m in (ms(r, "int8"), ms(r, "int8_fp16")) if m is not None], default=None)
         cells = [r["model"], str(r["batch"])] + [f"{ms(r, c):.3f}" if c in r else "-" for c in columns]
-        cells += [ratio(ms(r, "int8"), ms(r, "fp16")), ratio(ms(r, "int8_fp16"), ms(r, "fp16")),
-                  ratio(ms(r, "fp8"), ms(r, "fp16")), ratio(ms(r, "fp8_fp16"), ms(r, "fp16")),
-                  ratio(best_int8, best_ort)]
+        cells += [ratio(ms(r, v), ms(r, "fp16")) for v in QUANTIZED] + [ratio(best_int8, best_ort)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def accuracy_table(accuracy: List[Dict]) -> str:
-    variants = [v for v in ("fp16", "int8", "int8_fp16", "fp8", "fp8_fp16") if any(v in a for a in accuracy)]
+    variants = [v for v in ["fp16"] + QUANTIZED if any(v in a for a in accuracy)]
     head = ["model", "batch"] + [f"{v}: cosine, max abs, / max abs fp32" for v in variants]
     lines = ["| " + " | ".join(head) + " |", "| --- | --- |" + " --- |" * len(variants)]
     for a in accuracy:

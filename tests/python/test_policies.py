@@ -109,7 +109,8 @@ def test_execution_policy_fields():
     e = xrt.ExecutionPolicy()
     assert e.to_dict() == {"precision": "fp32", "deterministic": False, "cuda_graphs": True, "static_shape": False,
                            "workspace_limit": 0, "memory_limit": 0, "intra_op_threads": 0, "allow_spinning": True,
-                           "fallback": "error", "tensor_parallel": 1, "allow_newer_opsets": False}
+                           "fallback": "error", "tensor_parallel": 1, "allow_newer_opsets": False,
+                           "fp8_fast_accumulation": False}
     e.memory_limit = "1GiB"
     assert e.memory_limit == 1 << 30
     assert "precision=fp32" in repr(e)

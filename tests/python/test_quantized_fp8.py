@@ -236,6 +236,42 @@ def test_a_policy_rule_for_the_float_op_keeps_float8_chains_float():
     assert len(_fused_ops(both)) == 2
 
 
+def test_fp8_fast_accumulation_is_a_policy_field():
+    """ExecutionPolicy.fp8_fast_accumulation: off by default and then absent from policy files (older policies keep
+    their bytes and fingerprints), serialized and printed when on, a bool only."""
+    default = xrt.ExecutionPolicy()
+    assert default.fp8_fast_accumulation is False
+    assert "fp8_fast_accumulation" not in default.to_json()
+    fast = xrt.ExecutionPolicy(fp8_fast_accumulation=True)
+    assert '"fp8_fast_accumulation": true' in fast.to_json()
+    assert "fp8_fast_accumulation=true" in repr(fast)
+    assert xrt.ExecutionPolicy.from_json(fast.to_json()).fp8_fast_accumulation is True
+    assert fast.fingerprint != default.fingerprint
+    with pytest.raises(xrt.InvalidArgumentError, match="'fp8_fast_accumulation' must be True or False"):
+        xrt.ExecutionPolicy(fp8_fast_accumulation=1)
+    with pytest.raises(xrt.InvalidArgumentError, match="fp8_fast_accumulation"):
+        xrt.ExecutionPolicy.from_json('{"fp8_fast_accumulation": "yes"}')
+
+
+def test_fast_accumulation_reaches_the_fused_gemms():
+    """The policy gives every qlinear_fp8 of the quantized_fusion pass fast_accumulation=1 (the pass's notes say so);
+    the cpu kernel's sums stay float32, so its outputs do not change; the op refuses any other value."""
+    model = _quantized(48, 40, 24, per_channel=True)
+    fast = xrt.InferenceSession(model, engine="native", device="cpu",
+                                exec_policy=xrt.ExecutionPolicy(fp8_fast_accumulation=True))
+    plain = xrt.InferenceSession(model, engine="native", device="cpu")
+    notes = [o for o in fast.explain().options if "-> QLinearFp8" in o]
+    assert notes and all("(qlinear_fp8, float8, fast accumulation)" in o for o in notes), notes
+    assert len(_fused_ops(fast)) == 2
+    assert not any("fast accumulation" in o for o in plain.explain().options)
+    x = np.random.default_rng(5).normal(0, 1, (9, 48)).astype(np.float32)
+    np.testing.assert_array_equal(fast.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
+    rng = np.random.default_rng(6)
+    x8, w, w_scale, b = _problem(rng, 3, 16, 8, per_channel=False, bias=False)
+    with pytest.raises(xrt.XpuRuntimeError, match="fast_accumulation must be 0 or 1, got 2"):
+        _call(x8, w, w_scale, b, dict(_attrs("float32"), fast_accumulation=2))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The cublasLt kernel (GPU)
 # ---------------------------------------------------------------------------------------------------------------
@@ -344,3 +380,28 @@ def test_quantized_model_on_cuda():
     odd = xrt.InferenceSession(_quantized(13, 48, 24, per_channel=False), engine="native", device="cuda")
     assert [node for node, _ in _fused_ops(odd)] == ["fc2"]
     assert any("K a multiple of 16" in line and "K = 13" in line for line in odd.explain().options)
+
+
+@requires_gpu
+@pytest.mark.parametrize("m", [1, 128, 1000])
+@pytest.mark.parametrize("kn", [(64, 768), (768, 768), (3072, 768)])
+def test_cublaslt_fast_accumulation(m, kn):
+    """fast_accumulation=1: cuBLASLt keeps the float8 MMA's partial sums along K without promoting them to float32.
+    Each of the K / 32 steps of an MMA chain may lose about 2^-13 of the partial sum (Hopper's float8 accumulator keeps
+    about 14 bits), so the outputs are held to (K / 32 + 1) 2^-12 sum_k |x w| alpha; their relative L2 error over a
+    whole output to 2^-8 (a wrong index or scale moves it by the order of 1). The plan says it runs so."""
+    k, n = kn
+    rng = np.random.default_rng(m * 7 + k + n)
+    x, w, w_scale, b = _problem(rng, m, k, n, per_channel=True, bias=True, magnitude=8.0)
+    attrs = dict(_attrs("float32"), fast_accumulation=1)
+    typical = 0.0123 * 0.0025 * 20 * np.sqrt(k)
+    b = (b * typical).astype(np.float32)
+    gpu, decision = _call(x, w, w_scale, b, attrs, device=xrt.Device("cuda:0"))
+    assert decision.kernel == "cublasLt" and "fast accumulation" in decision.plan_summary, decision.plan_summary
+    real, bound = _reference(x, w, w_scale, b, attrs)
+    tol = ((k / 32 + 1) * 2.0 ** -12 + 2 * k * 2.0 ** -24) * bound + np.abs(b.astype(np.float64)) * 2.0 ** -11 + 1e-30
+    err = np.abs(gpu.astype(np.float64) - real)
+    assert np.all(err <= tol), float(np.max(err / tol))
+    assert np.linalg.norm(err) <= 2.0 ** -8 * np.linalg.norm(real) + 1e-30
+    print(f"fast accumulation m={m} k={k} n={n}: max error / sum|xw|alpha = {float(np.max(err / (bound + 1e-30))):.2e}, "
+          f"relative L2 = {float(np.linalg.norm(err) / np.linalg.norm(real)):.2e}")

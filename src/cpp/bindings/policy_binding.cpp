@@ -145,6 +145,7 @@ void bind_policies(py::module_& m) {
                     })
       .def_readwrite("allow_newer_opsets", &ExecutionPolicy::allow_newer_opsets)
       .def_readwrite("allow_spinning", &ExecutionPolicy::allow_spinning)
+      .def_readwrite("fp8_fast_accumulation", &ExecutionPolicy::fp8_fast_accumulation)
       // The decisions as canonical JSON ("" for none); xpuruntime.ExecutionPolicy's `quantization` maps onto it.
       .def_property("_quantization_json", [](const ExecutionPolicy& p) { return p.quantization; },
                     [](ExecutionPolicy& p, const std::string& text) {

@@ -14,7 +14,7 @@ namespace {
 
 constexpr const char* kSchema = "xpuruntime.execution_policy/1";
 const std::vector<std::string> kKeys = {"allow_newer_opsets", "allow_spinning", "cuda_graphs", "deterministic",
-                                        "fallback", "intra_op_threads",
+                                        "fallback", "fp8_fast_accumulation", "intra_op_threads",
                                         "memory_limit", "precision",    "quantization", "schema",
                                         "static_shape",
                                         "tensor_parallel", "workspace_limit"};
@@ -66,6 +66,7 @@ nlohmann::json to_tree(const ExecutionPolicy& p) {
   tree["tensor_parallel"] = p.tensor_parallel;
   if (p.allow_newer_opsets) tree["allow_newer_opsets"] = true;
   if (!p.allow_spinning) tree["allow_spinning"] = false;
+  if (p.fp8_fast_accumulation) tree["fp8_fast_accumulation"] = true;
   if (!p.quantization.empty()) {
     const std::string what = "ExecutionPolicy 'quantization'";
     tree["quantization"] = detail::parse_json_text(QuantizationDecisions::canonical_json(p.quantization, what), what);
@@ -100,6 +101,9 @@ ExecutionPolicy from_tree(const nlohmann::json& tree) {
     p.allow_newer_opsets = read_bool(tree["allow_newer_opsets"], "allow_newer_opsets");
   }
   if (tree.contains("allow_spinning")) p.allow_spinning = read_bool(tree["allow_spinning"], "allow_spinning");
+  if (tree.contains("fp8_fast_accumulation")) {
+    p.fp8_fast_accumulation = read_bool(tree["fp8_fast_accumulation"], "fp8_fast_accumulation");
+  }
   if (tree.contains("quantization") && !tree["quantization"].is_null()) {
     p.quantization = QuantizationDecisions::canonical_json(tree["quantization"].dump(), "ExecutionPolicy 'quantization'");
   }
@@ -203,6 +207,7 @@ std::string ExecutionPolicy::str() const {
                          ", fallback=", fallback, ", tensor_parallel=", tensor_parallel,
                          allow_newer_opsets ? ", allow_newer_opsets=true" : "",
                          allow_spinning ? "" : ", allow_spinning=false",
+                         fp8_fast_accumulation ? ", fp8_fast_accumulation=true" : "",
                          quantization.empty() ? "" : ", quantization=<decisions>", ")");
 }
 

@@ -379,6 +379,9 @@ std::vector<TensorDesc> infer_qlinear(const OpDescriptor& desc) {
 //               with saturate=1; NaN stays NaN)
 // The unfused chain dequantizes first and sums x_scale * x * w_scale[n] * w; the two differ only by float32 rounding
 // (and the order of the sums), so kernels agree with the cpu kernel to a tolerance, not bit for bit.
+// fast_accumulation=1 (ExecutionPolicy.fp8_fast_accumulation) lets a kernel keep partial sums in fewer bits than
+// float32 (Hopper's float8 tensor cores without promotion: Note [cuBLASLt float8 GEMMs]); the cpu kernel's sums stay
+// float32, so the attribute only widens the tolerance between them.
 std::vector<TensorDesc> infer_qlinear_fp8(const OpDescriptor& desc) {
   const TensorDesc& x = desc.inputs[0];
   const TensorDesc& w = desc.inputs[1];
@@ -414,6 +417,8 @@ std::vector<TensorDesc> infer_qlinear_fp8(const OpDescriptor& desc) {
   check_activation(desc, {"none", "relu"});
   const double x_scale = desc.attrs.get_float("x_scale", 0.0);
   XPURT_CHECK(std::isfinite(x_scale) && x_scale > 0, "op 'qlinear_fp8': x_scale must be > 0, got ", x_scale);
+  const std::int64_t fast = desc.attrs.get_int("fast_accumulation", 0);
+  XPURT_CHECK(fast == 0 || fast == 1, "op 'qlinear_fp8': fast_accumulation must be 0 or 1, got ", fast);
   const std::string out_name = desc.attrs.get_string("output_dtype", "float32");
   TensorDesc out = output_like(x, x.shape);
   out.shape.back() = n;
@@ -793,7 +798,7 @@ void register_ops(KernelRegistry& registry) {
   add("qlinear_fp8", "qmatmul", {"x", "weight", "w_scale", "bias?"},
       "float8 GEMM (Note [Float8 quantized linear]): x float8e4m3fn [..., K], weight float8e4m3fn [K, N] "
       "(weight_layout=kn) or [N, K] (nk), w_scale float32 [N] or one element, bias float32 or float16 [N]; x_scale, "
-      "activation=none|relu, output_dtype=float8e4m3fn (with y_scale)|float32|float16",
+      "activation=none|relu, output_dtype=float8e4m3fn (with y_scale)|float32|float16, fast_accumulation=0|1",
       infer_qlinear_fp8);
   add("qconv2d", "qconv", {"x", "weight", "w_scale?", "bias?"},
       "int8 convolution (Note [Quantized registry ops]): x int8/uint8, weight int8 [O, C/groups, kh, kw], "

@@ -153,6 +153,8 @@ struct XPURT_API PlanOptions {
   // on the CPU, its inputs copied to the host and its outputs back (Note [Mixed execution]); false: such nodes make
   // build() raise UnsupportedOperationError listing every one.
   bool cpu_fallback = false;
+  // ExecutionPolicy.fp8_fast_accumulation: the plan's float8 GEMMs (quantized_fusion's) take fast accumulation.
+  bool fp8_fast_accumulation = false;
   // Tensor parallelism: the plan runs rank `tp_rank`'s shard of `tp_size` (the tensor_parallel pass), its
   // all-reduces on the communicator of handle `tp_comm` (distributed.h). 1: the whole model.
   int tp_size = 1;

@@ -530,6 +530,7 @@ std::vector<std::string> optimize(Graph& g, const InferOptions& options, const s
   ctx.keep_unfused = options.keep_unfused;
   ctx.fuse_quantized = options.fuse_quantized;
   ctx.keep_quantized_weights = infer.keep_quantized_weights;
+  ctx.fp8_fast_accumulation = options.fp8_fast_accumulation;
   ctx.fuse_int4_weights = options.fuse_int4_weights;
   ctx.keep_int4_weights = infer.keep_int4_weights;
   ctx.decompose_group_query_attention = options.decompose_group_query_attention;

@@ -34,6 +34,7 @@ struct InferOptions {
   // Folding keeps each DequantizeLinear of an int8/uint8 constant (PassContext::keep_quantized_weights); optimize()
   // sets it when quantized_fusion will run.
   bool keep_quantized_weights = false;
+  bool fp8_fast_accumulation = false;  // PassContext::fp8_fast_accumulation
   bool fuse_int4_weights = true;  // PassContext::fuse_int4_weights
   // Folding keeps each DequantizeLinear of an int4/uint4 constant (PassContext::keep_int4_weights); optimize() sets it
   // when int4_weight_fusion will run.

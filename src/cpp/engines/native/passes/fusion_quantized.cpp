@@ -53,7 +53,8 @@
 // run as written, dequantized to float and multiplied by the float GEMM, and explain() says why (a "pass
 // quantized_fusion: kept ..." line each). Mixed chains (an int8 x with a
 // float8 weight, or the reverse), float8e5m2, and a QuantizeLinear to int8 after a float8 GEMM are not fused (the
-// chain then ends in float, and the QuantizeLinear runs as written).
+// chain then ends in float, and the QuantizeLinear runs as written). ExecutionPolicy.fp8_fast_accumulation gives every
+// QLinearFp8 fast_accumulation=1 (PassContext::fp8_fast_accumulation; Note [cuBLASLt float8 GEMMs]).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -401,13 +402,16 @@ bool fuse_gemm(Graph& g, const Uses& uses, Rewriter& rw, std::size_t mi, NkWeigh
   Node fused = fused_node(g, mm, fp8 ? "QLinearFp8" : "QLinear", *x, *w, channels, chain);
   if (!nk) fused.inputs[1] = nk_weights.of(g, w->q);
   fused.attrs.set("weight_layout", std::string("nk"));
+  if (fp8 && ctx.fp8_fast_accumulation) fused.attrs.set("fast_accumulation", std::int64_t{1});
   std::vector<std::size_t> pattern = chain.pattern;
   if (uses.only_reader(mm.inputs[0], mi)) pattern.push_back(x->node);
   if (uses.only_reader(mm.inputs[1], mi)) pattern.push_back(w->node);
   std::string note = "fused " + describe(g.nodes[x->node]) + " + " + describe(g.nodes[w->node]);
   for (const std::string& part : chain.parts) note += " + " + part;
-  rw.replace(pattern, {std::move(fused)}, note + (fp8 ? " -> QLinearFp8 '" + mm.name + "' (qlinear_fp8, float8)"
-                                                      : " -> QLinear '" + mm.name + "' (qlinear, int8)"));
+  const char* accumulation = ctx.fp8_fast_accumulation ? ", fast accumulation" : "";
+  rw.replace(pattern, {std::move(fused)},
+             note + (fp8 ? " -> QLinearFp8 '" + mm.name + "' (qlinear_fp8, float8" + accumulation + ")"
+                         : " -> QLinear '" + mm.name + "' (qlinear, int8)"));
   return true;
 }
 

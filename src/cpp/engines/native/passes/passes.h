@@ -56,6 +56,8 @@ struct XPURT_API PassContext {
   // a node for it; the pass folds the ones it does not fuse.
   bool fuse_quantized = true;
   bool keep_quantized_weights = false;
+  // ExecutionPolicy.fp8_fast_accumulation: the float8 GEMMs quantized_fusion makes take fast_accumulation=1.
+  bool fp8_fast_accumulation = false;
   // int4_weight_fusion (Note [Int4 weight fusion] in passes/fusion_int4.cpp): whether the plan's device has a kernel of
   // matmul_nbits (and the plan runs on one rank). keep_int4_weights: the pass will run (runtime::optimize sets it), so
   // the folding keeps each DequantizeLinear of an int4/uint4 constant as a node for it; the pass folds the ones it

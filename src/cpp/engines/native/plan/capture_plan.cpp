@@ -382,6 +382,7 @@ runtime::InferOptions inference_options(const PlanOptions& options) {
   };
   const bool float_plan = options.compute_float == DType::kFloat32 || options.compute_float == DType::kFloat16;
   infer_options.fuse_quantized = float_plan && options.tp_size == 1 && on_device("qlinear") && on_device("qconv2d");
+  infer_options.fp8_fast_accumulation = options.fp8_fast_accumulation;
   // int4_weight_fusion (Note [Int4 weight fusion]): where the device has a matmul_nbits kernel, on one rank.
   infer_options.fuse_int4_weights = options.tp_size == 1 && on_device("matmul_nbits");
   // group_query_attention_decomposition (Note [Group query attention decomposed]): where the device has no kernel of

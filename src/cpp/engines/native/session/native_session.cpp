@@ -72,6 +72,7 @@ PlanOptions NativeSession::plan_options(TensorParallelRank tp) const {
   plan_options.compute_float = compute_float_of(options_.exec_policy);
   plan_options.memory_limit = options_.exec_policy.memory_limit;
   plan_options.cpu_fallback = options_.exec_policy.fallback == "cpu";
+  plan_options.fp8_fast_accumulation = options_.exec_policy.fp8_fast_accumulation;
   plan_options.tp_size = tp.size;
   plan_options.tp_rank = tp.rank;
   plan_options.tp_comm = tp.comm;

@@ -4,7 +4,7 @@
 # with its CUDA execution provider"):
 #   1. fetches com.github.asus4.onnxruntime.linux-x64-gpu@0.4.9 with `npm pack` and checks its pinned sha256;
 #   2. extracts Plugins/Linux/x64/libonnxruntime_providers_cuda.so (about 230 MB);
-#   3. xz-compresses it and splits the stream into 32 MiB parts (XPURT_ORT_PART_MIB), one per git-ignored folder
+#   3. xz-compresses it and splits the stream into 24 MiB parts (XPURT_ORT_PART_MIB), one per git-ignored folder
 #      .ortgpu1/ .ortgpu2/ ..., each with a MANIFEST (number of parts, sha256 of the library and of the compressed stream).
 # On the device, carry the folders one call each and run scripts/ort_cuda_unstage.sh in every call: it collects
 # the parts and, once all are there, rebuilds the library and prints the XPURT_ORT_CUDA_PROVIDER export line.
@@ -20,8 +20,8 @@ readonly TARBALL_NAME="com.github.asus4.onnxruntime.linux-x64-gpu-0.4.9.tgz"
 # sha256 of the tarball `npm pack` wrote on 2026-11-21 (179145956 bytes).
 readonly TARBALL_SHA256="2b459e0c17f340c92970c10ed86de4f37a3009f93c14053e6ad4334cbb6be412"
 readonly LIBRARY_IN_TARBALL="package/Plugins/Linux/x64/libonnxruntime_providers_cuda.so"
-# 32 MiB parts: a call carries the working tree too (about 31 MiB with the committed tiny suite) within 64 MiB.
-readonly PART_MIB="${XPURT_ORT_PART_MIB:-32}"
+# 24 MiB parts: a call carries the working tree too (about 37 MB with the committed tiny suite) within 64 MiB.
+readonly PART_MIB="${XPURT_ORT_PART_MIB:-24}"
 readonly PART_BYTES=$((PART_MIB * 1024 * 1024))
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

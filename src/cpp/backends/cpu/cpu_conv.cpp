@@ -64,6 +64,8 @@ namespace {
 
 constexpr std::int64_t kTileBytes = 512 * 1024;  // of col per task: well inside a core's L2
 constexpr std::int64_t kTileAlign = 16;          // pixels
+// Note [Convolution as a GEMM over windows]: fewer output pixels than this keep the tiles.
+constexpr std::int64_t kWindowsMinPixels = 8;
 
 struct ConvGeometry {
   std::int64_t batch, channels, height, width;
@@ -148,40 +150,48 @@ void conv_epilogue(T* row, std::int64_t count, const T* bias, std::int64_t chann
 }
 
 // Rows [0, depth) x pixels [p0, p0 + count) of col for the Cg input planes at `image` (Note [CPU convolution tiles]).
+// Row (c, i, j) is kernel tap (i, j) of channel c; the loops walk c, i and j in that order (no division per row: a
+// small convolution's im2col is as long as its GEMM), each column offset's inside range computed once per call.
 template <typename T>
 void im2col_tile(const ConvGeometry& g, const T* image, std::int64_t p0, std::int64_t count, T* col) {
-  for (std::int64_t row = 0; row < g.depth; ++row) {
-    const std::int64_t c = row / (g.kh * g.kw);
-    const std::int64_t i = (row / g.kw) % g.kh;
-    const std::int64_t j = row % g.kw;
-    const T* plane = image + c * g.height * g.width;
+  ScratchVector<std::int64_t> lo(static_cast<std::size_t>(g.kw)), hi(static_cast<std::size_t>(g.kw));
+  for (std::int64_t j = 0; j < g.kw; ++j) {
     const std::int64_t col_offset = j * g.dilation[1] - g.pad[1];
-    const std::int64_t lo = first_inside(col_offset, g.stride[1], g.out_w);
-    const std::int64_t hi = end_inside(col_offset, g.stride[1], g.width, g.out_w);
-    T* out = col + row * count;
-    std::int64_t p = p0;
-    const std::int64_t end = p0 + count;
-    while (p < end) {
-      const std::int64_t oh = p / g.out_w;
-      const std::int64_t ow0 = p % g.out_w;
-      const std::int64_t ow1 = std::min(g.out_w, ow0 + (end - p));
-      T* dst = out + (p - p0);  // dst[ow - ow0] for ow in [ow0, ow1)
-      const std::int64_t ih = oh * g.stride[0] - g.pad[0] + i * g.dilation[0];
-      const std::int64_t a = std::clamp(lo, ow0, ow1), b = std::clamp(hi, ow0, ow1);
-      if (ih < 0 || ih >= g.height || a >= b) {
-        std::fill(dst, dst + (ow1 - ow0), T(0));
-      } else {
-        std::fill(dst, dst + (a - ow0), T(0));
-        const T* src = plane + ih * g.width + a * g.stride[1] + col_offset;  // input of output column a
-        T* inside = dst + (a - ow0);
-        if (g.stride[1] == 1) {
-          std::memcpy(inside, src, static_cast<std::size_t>(b - a) * sizeof(T));
-        } else {
-          for (std::int64_t k = 0; k < b - a; ++k) inside[k] = src[k * g.stride[1]];
+    lo[static_cast<std::size_t>(j)] = first_inside(col_offset, g.stride[1], g.out_w);
+    hi[static_cast<std::size_t>(j)] = end_inside(col_offset, g.stride[1], g.width, g.out_w);
+  }
+  const std::int64_t end = p0 + count;
+  T* out = col;
+  for (std::int64_t c = 0; c < g.cg; ++c) {
+    const T* plane = image + c * g.height * g.width;
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      for (std::int64_t j = 0; j < g.kw; ++j, out += count) {
+        const std::int64_t col_offset = j * g.dilation[1] - g.pad[1];
+        const std::int64_t lo_j = lo[static_cast<std::size_t>(j)], hi_j = hi[static_cast<std::size_t>(j)];
+        std::int64_t p = p0;
+        while (p < end) {
+          const std::int64_t oh = p / g.out_w;
+          const std::int64_t ow0 = p - oh * g.out_w;
+          const std::int64_t ow1 = std::min(g.out_w, ow0 + (end - p));
+          T* dst = out + (p - p0);  // dst[ow - ow0] for ow in [ow0, ow1)
+          const std::int64_t ih = oh * g.stride[0] - g.pad[0] + i * g.dilation[0];
+          const std::int64_t a = std::clamp(lo_j, ow0, ow1), b = std::clamp(hi_j, ow0, ow1);
+          if (ih < 0 || ih >= g.height || a >= b) {
+            std::fill(dst, dst + (ow1 - ow0), T(0));
+          } else {
+            std::fill(dst, dst + (a - ow0), T(0));
+            const T* src = plane + ih * g.width + a * g.stride[1] + col_offset;  // input of output column a
+            T* inside = dst + (a - ow0);
+            if (g.stride[1] == 1) {
+              std::memcpy(inside, src, static_cast<std::size_t>(b - a) * sizeof(T));
+            } else {
+              for (std::int64_t k = 0; k < b - a; ++k) inside[k] = src[k * g.stride[1]];
+            }
+            std::fill(dst + (b - ow0), dst + (ow1 - ow0), T(0));
+          }
+          p += ow1 - ow0;
         }
-        std::fill(dst + (b - ow0), dst + (ow1 - ow0), T(0));
       }
-      p += ow1 - ow0;
     }
   }
 }
@@ -361,7 +371,7 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
     conv_single_pixel(g, context, v);
   } else if constexpr (std::is_same_v<T, float>) {
     // Unpadded 1x1 kernels keep the tiles: x as B itself, or an im2col of one tap per channel when strided.
-    if (context.gemm == GemmImpl::kPacked && !unpadded_1x1(g)) {
+    if (context.gemm == GemmImpl::kPacked && !unpadded_1x1(g) && g.pixels >= kWindowsMinPixels) {
       conv_windows(g, context, v);
     } else {
       conv_tiles(g, context, v);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/cpu_isa.h"
 #include "core/fused_elementwise.h"
 #include "core/half.h"
 #include "xpuruntime/exceptions.h"
@@ -45,71 +46,28 @@ void apply_chunk(const float* __restrict a, const float* __restrict b, float* __
 // points from -110 to 100 against numpy's float64 exp (about 1 ulp at most seen). Inputs whose 2^n would leave the
 // normal floats (x below -87 or above 88) and NaN take std::exp in a second pass, so infinities, zeros, subnormals and
 // NaN are std::exp's.
-constexpr float kExpLow = -87.0f, kExpHigh = 88.0f;
+// The loop is IsaKernels::exp_f32 (cpu_isa_kernels.inc), compiled for each instruction set (Note [CPU instruction
+// sets] in cpu_isa_baseline.cpp): 4, 8 or 16 floats a step.
 
-// Four floats in GCC's / Clang's vector extension (one SSE register: this file is built for the baseline
-// instruction set; wider vectors would be split through memory): selects instead of branches, so the loop needs no
-// if-conversion (GCC will not if-convert a float clamp without -ffast-math).
-constexpr std::int64_t kExpLanes = 4;
-using VecExp = float __attribute__((vector_size(16)));
-using VecExpI = std::int32_t __attribute__((vector_size(16)));
-
-inline VecExp exp_in_range(VecExp x) {
-  const VecExp zero{};
-  x = x == x ? x : zero;  // NaN: any value (the second pass replaces it); the conversion below stays defined
-  x = x < kExpLow ? zero + kExpLow : x;
-  x = x > kExpHigh ? zero + kExpHigh : x;
-  const VecExp n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest (|x / ln2| < 2^22)
-  const VecExp r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  VecExp p = zero + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const VecExp e = p * (r * r) + r + 1.0f;
-  const VecExpI bits = (__builtin_convertvector(n, VecExpI) + 127) << 23;
-  VecExp scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return e * scale;
-}
-
-// out[i] = e^(sign * a[i]) (sign +-1), or sigmoid's 1 / (1 + e^(-a[i])) when kSigmoid (sign -1).
+// out[i] = e^a[i], or sigmoid's 1 / (1 + e^-a[i]).
 template <bool kSigmoid>
-void exp_chunk(const float* __restrict a, float* __restrict out, std::int64_t n, float sign) {
-  const auto block = [sign](VecExp x) {
-    const VecExp e = exp_in_range(x * sign);
-    return kSigmoid ? 1.0f / (1.0f + e) : e;
-  };
-  std::int64_t i = 0;
-  for (; i + kExpLanes <= n; i += kExpLanes) {  // whole blocks: fixed-size copies, i.e. vector loads and stores
-    VecExp x;
-    std::memcpy(&x, a + i, sizeof(x));
-    const VecExp y = block(x);
-    std::memcpy(out + i, &y, sizeof(y));
-  }
-  if (i < n) {
-    const auto bytes = static_cast<std::size_t>(n - i) * sizeof(float);
-    VecExp x{};
-    std::memcpy(&x, a + i, bytes);
-    const VecExp y = block(x);
-    std::memcpy(out + i, &y, bytes);
-  }
+void exp_chunk(const float* __restrict a, float* __restrict out, std::int64_t n) {
+  isa_kernels().exp_f32(a, out, n, kSigmoid);
   const fused::Code code = kSigmoid ? fused::Code::kSigmoid : fused::Code::kExp;
   for (std::int64_t k = 0; k < n; ++k) {
-    const float x = sign * a[k];
+    const float x = kSigmoid ? -a[k] : a[k];
     if (!(x >= kExpLow && x <= kExpHigh)) out[k] = fused::apply(code, a[k], a[k]);
   }
 }
 
 template <>
 void apply_chunk<fused::Code::kExp>(const float* __restrict a, const float*, float* __restrict out, std::int64_t n) {
-  exp_chunk<false>(a, out, n, 1.0f);
+  exp_chunk<false>(a, out, n);
 }
 template <>
 void apply_chunk<fused::Code::kSigmoid>(const float* __restrict a, const float*, float* __restrict out,
                                         std::int64_t n) {
-  exp_chunk<true>(a, out, n, -1.0f);
+  exp_chunk<true>(a, out, n);
 }
 
 using ChunkFn = void (*)(const float*, const float*, float*, std::int64_t);

@@ -123,7 +123,14 @@ struct IsaKernels {
   void (*gemm_tile_f32)(const GemmTile&);
   // A[rows, depth] (lda) packed for every tile at once: round_up(rows, gemm_mr) * depth floats at out.
   void (*pack_gemm_a_f32)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t depth, float* out);
+  // out[i] = e^a[i], or 1 / (1 + e^-a[i]) when `sigmoid`, for the arguments of the exponential within [kExpLow,
+  // kExpHigh]; other elements get some value, which the caller replaces (Note [Vectorised exp on the CPU] in
+  // cpu_fused.cpp).
+  void (*exp_f32)(const float* a, float* out, std::int64_t n, bool sigmoid);
 };
+
+// The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float).
+constexpr float kExpLow = -87.0f, kExpHigh = 88.0f;
 
 // The kernels of the best instruction set this CPU has, or the one XPURT_CPU_ISA names (baseline, avx2, avx512;
 // read once per process; InvalidArgumentError for another value, UnsupportedOperationError for one the CPU

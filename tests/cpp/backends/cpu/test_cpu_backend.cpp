@@ -478,6 +478,36 @@ TEST(CpuBackend, UnknownOrUnsupportedIsaIsATypedError) {
   EXPECT_EQ(std::string(cpu::isa_kernels_named("baseline").name), "baseline");
 }
 
+// IsaKernels::exp_f32 of every instruction set (Note [Vectorised exp on the CPU] in cpu_fused.cpp) against
+// double-precision exp over its range [kExpLow, kExpHigh], at lengths with and without a partial last vector: e^x
+// within 2 ulp and the sigmoid within 4.
+TEST(CpuBackend, ExpKernelsAreWithinTwoUlpOnEveryIsa) {
+  std::vector<float> x;
+  for (float v = cpu::kExpLow; v <= cpu::kExpHigh; v += 0.00731f) x.push_back(v);
+  x.push_back(0.0f);
+  x.push_back(-0.0f);
+  const auto ulp = [](double exact) {
+    const auto f = static_cast<float>(std::fabs(exact));
+    return static_cast<double>(std::nextafter(f, std::numeric_limits<float>::infinity()) - f);
+  };
+  for (const std::string& isa : isa_names()) {
+    const cpu::IsaKernels& kernels = cpu::isa_kernels_named(isa);
+    for (const std::size_t n : {x.size(), std::size_t{7}, std::size_t{1}}) {
+      for (const bool sigmoid : {false, true}) {
+        std::vector<float> y(n, -1.0f);
+        const float* a = x.data() + (x.size() - n);
+        kernels.exp_f32(a, y.data(), static_cast<std::int64_t>(n), sigmoid);
+        for (std::size_t i = 0; i < n; ++i) {
+          const double v = a[i];
+          const double exact = sigmoid ? 1.0 / (1.0 + std::exp(-v)) : std::exp(v);
+          ASSERT_LE(std::fabs(y[i] - exact), (sigmoid ? 4 : 2) * ulp(exact))
+              << isa << (sigmoid ? " sigmoid(" : " exp(") << v << ") = " << y[i] << ", n = " << n;
+        }
+      }
+    }
+  }
+}
+
 // ---- pooling ----
 
 TEST(CpuBackend, MaxPoolCeilModeAndDilations) {

@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src", "python"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from cpu_pool_bench import median_us, sessions  # noqa: E402
+from cpu_pool_bench import finish, median_us, sessions  # noqa: E402
 
 # (input channels, output channels, plane, kernel, stride, pad): the tiny ResNet's convolutions.
 CONVS = [(3, 64, 32, 7, 2, 3), (64, 8, 8, 3, 1, 1), (8, 8, 8, 3, 1, 1), (64, 8, 8, 1, 1, 0), (16, 32, 4, 3, 2, 1),
@@ -78,9 +78,10 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default="resnet,efficientnet,mobilenet_v3,convnext,regnet")
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args(argv)
+    now = datetime.datetime.now(datetime.timezone.utc)
     lines: List[str] = [
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, intra-op threads {args.threads or 'default'}; median us of {args.iterations} calls, "
+        f"{now:%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"intra-op threads {args.threads or 'default'}; median us of {args.iterations} calls, "
         f"best of {args.repeat} interleaved rounds",
         "",
         "| what | native us | ONNX Runtime us | native / ORT |",
@@ -99,11 +100,7 @@ def main(argv=None) -> int:
         path = os.path.join(ROOT, "models", "suite", "tiny", f"{name}.dynamo.float32.onnx")
         native, ort = sessions(path, args.threads)
         row(f"tiny suite {name}", compare(native, ort, feeds_of(native), args))
-    text = "\n".join(lines)
-    print("\n" + text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    finish(lines, args.markdown)
     return 0
 
 

@@ -86,12 +86,17 @@ def main(argv=None) -> int:
             lines.append(f"| {op} | {'x'.join(map(str, shape))} | {best['native']:.1f} | {best['ort']:.1f} | "
                          f"{best['native'] / best['ort']:.2f} |")
             print(lines[-1], flush=True)
+    finish(lines, args.markdown)
+    return 0
+
+
+def finish(lines: List[str], markdown) -> None:
+    """Prints the table and writes it to `markdown` (a path) when given."""
     text = "\n".join(lines)
     print("\n" + text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
+    if markdown:
+        with open(markdown, "w") as f:
             f.write(text + "\n")
-    return 0
 
 
 if __name__ == "__main__":

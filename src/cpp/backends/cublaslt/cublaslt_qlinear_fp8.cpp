@@ -252,7 +252,8 @@ class Fp8Plan final : public KernelPlan {
     record_ = make_record(config, compute_capability);
     describe_ = detail::str_cat("cublasLt float8 algo ", config.id, " tile ", enum_name(kTileNames, config.tile),
                                 " stages ", enum_name(kStagesNames, config.stages), " splitK ", config.splitk,
-                                q_.fast_accumulation ? ", fast accumulation" : "", ", m=", q_.m, " n=", q_.n, " k=", q_.k, " float8e4m3fn x float8e4m3fn -> ",
+                                q_.fast_accumulation ? ", fast accumulation" : "", ", m=", q_.m, " n=", q_.n,
+                                " k=", q_.k, " float8e4m3fn x float8e4m3fn -> ",
                                 epilogue_ == Epilogue::kKernel ? "float32" : "the output", ", workspace ",
                                 algo_workspace_, " B; epilogue (", epilogue_ == Epilogue::kKernel ? "this backend's "
                                 "kernel" : "cuBLASLt's own", "): ", q_.describe_epilogue());

@@ -373,7 +373,8 @@ void deform_conv(OpContext& ctx) {
   const std::int64_t kh = wk[0], kw = wk[1], K = kh * kw;
   const std::int64_t span_h = window_span(ctx, w, 0, H), span_w = window_span(ctx, w, 1, Wd);
   const std::int64_t oh = span_h / w.strides[0] + 1, ow = span_w / w.strides[1] + 1;
-  XPURT_CHECK(span_h >= 0 && span_w >= 0, ctx.where(), ": the kernel is larger than the padded input ", shape_str(X.shape()));
+  XPURT_CHECK(span_h >= 0 && span_w >= 0, ctx.where(), ": the kernel is larger than the padded input ",
+              shape_str(X.shape()));
   const std::vector<std::int64_t> offset_shape{N, offset_group * 2 * K, oh, ow};
   XPURT_CHECK(offset_t.shape() == offset_shape, ctx.where(), ": offset must be ", shape_str(offset_shape), ", got ",
               shape_str(offset_t.shape()));

@@ -53,6 +53,13 @@ void apply_chunk(const float* __restrict a, const float* __restrict b, float* __
 template <bool kSigmoid>
 void exp_chunk(const float* __restrict a, float* __restrict out, std::int64_t n) {
   isa_kernels().exp_f32(a, out, n, kSigmoid);
+  // Whether any argument is outside exp_f32's range: one vectorised pass (comparisons false for NaN), usually all.
+  int outside = 0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const float x = kSigmoid ? -a[k] : a[k];
+    outside |= static_cast<int>(!(x >= kExpLow)) | static_cast<int>(!(x <= kExpHigh));
+  }
+  if (outside == 0) return;
   const fused::Code code = kSigmoid ? fused::Code::kSigmoid : fused::Code::kExp;
   for (std::int64_t k = 0; k < n; ++k) {
     const float x = kSigmoid ? -a[k] : a[k];

@@ -13,6 +13,7 @@
 #include "core/attention_layout.h"
 #include "core/conv_layout.h"
 #include "core/shape_str.h"
+#include "core/window_geometry.h"
 
 namespace xpuruntime {
 
@@ -169,19 +170,12 @@ std::vector<TensorDesc> infer_linear(const OpDescriptor& desc) {
   return {output_like(x, out)};
 }
 
-// Window arithmetic over a model's sizes, pads, strides and dilations: a typed error naming the op where a sum or
-// product leaves int64 (a malformed model), never a wrapped size that a kernel would later index with.
+// Window arithmetic naming op `op` on overflow (core/window_geometry.h).
 std::int64_t window_add(const std::string& op, std::int64_t a, std::int64_t b) {
-  std::int64_t sum = 0;
-  XPURT_CHECK(!__builtin_add_overflow(a, b, &sum), "op '", op, "': its window geometry (sizes, pads, strides, ",
-              "dilations) overflows 64-bit integers: ", a, " + ", b);
-  return sum;
+  return detail::window_add(a, b, [&op] { return "op '" + op + "'"; });
 }
 std::int64_t window_mul(const std::string& op, std::int64_t a, std::int64_t b) {
-  std::int64_t product = 0;
-  XPURT_CHECK(!__builtin_mul_overflow(a, b, &product), "op '", op, "': its window geometry (sizes, pads, strides, ",
-              "dilations) overflows 64-bit integers: ", a, " * ", b);
-  return product;
+  return detail::window_mul(a, b, [&op] { return "op '" + op + "'"; });
 }
 
 // Outputs of a window op along one axis. Checks that the padded extent the windows span,

@@ -2,7 +2,6 @@
 // programs] in core/fused_elementwise.h), every instruction in float32.
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <utility>
 #include <vector>
 

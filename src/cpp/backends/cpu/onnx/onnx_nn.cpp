@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "core/shape_str.h"
+#include "core/window_geometry.h"
 #include "backends/cpu/onnx/onnx_nn_common.h"
 #include "xpuruntime/execution_policy.h"
 
@@ -62,17 +63,11 @@ Window read_window(const OpContext& ctx, std::size_t spatial_rank, const std::ve
 }
 
 std::int64_t geometry_add(const OpContext& ctx, std::int64_t a, std::int64_t b) {
-  std::int64_t sum = 0;
-  XPURT_CHECK(!__builtin_add_overflow(a, b, &sum), ctx.where(), ": its window geometry (sizes, pads, strides, ",
-              "dilations) overflows 64-bit integers: ", a, " + ", b);
-  return sum;
+  return detail::window_add(a, b, [&ctx] { return ctx.where(); });
 }
 
 std::int64_t geometry_mul(const OpContext& ctx, std::int64_t a, std::int64_t b) {
-  std::int64_t product = 0;
-  XPURT_CHECK(!__builtin_mul_overflow(a, b, &product), ctx.where(), ": its window geometry (sizes, pads, strides, ",
-              "dilations) overflows 64-bit integers: ", a, " * ", b);
-  return product;
+  return detail::window_mul(a, b, [&ctx] { return ctx.where(); });
 }
 
 std::int64_t window_span(const OpContext& ctx, const Window& w, std::size_t d, std::int64_t in) {

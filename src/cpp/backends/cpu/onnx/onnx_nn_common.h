@@ -81,8 +81,7 @@ struct Window {
 // dilations and explicit pads for `spatial_rank` spatial dims, validating their lengths and values.
 Window read_window(const OpContext& ctx, std::size_t spatial_rank, const std::vector<std::int64_t>& default_kernel);
 
-// a + b and a * b over a node's window geometry (sizes, pads, strides, dilations): InvalidArgumentError naming the
-// node where the result leaves int64 (a malformed model), never a wrapped size.
+// a + b and a * b over a node's window geometry, naming the node on overflow (core/window_geometry.h).
 std::int64_t geometry_add(const OpContext& ctx, std::int64_t a, std::int64_t b);
 std::int64_t geometry_mul(const OpContext& ctx, std::int64_t a, std::int64_t b);
 

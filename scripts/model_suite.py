@@ -364,6 +364,185 @@ def build_clip_vision(tiny):
     return _vision(CLIPVisionModel(cfg).eval(), 32 if tiny else 224, pick=_first)
 
 
+# -- added for issue 42: the patterns the suite had not shown (grouped convolutions, Inception branches, channel
+# shuffles, fused MBConv, multi-axis and continuous-position windows, atrous pyramids, disentangled attention, fused
+# QKV and gate/up decoders, parallel residuals, spatial-reduction attention, audio convolutions with group norm,
+# interpolated position embeddings, unfolded patches, global response norm) --
+
+def build_resnext(tiny):
+    """Grouped 3x3 convolutions in bottlenecks (ResNeXt)."""
+    if not tiny:
+        import torchvision
+        return _vision(torchvision.models.resnext50_32x4d(), 224)
+    from timm.models.resnet import ResNet, Bottleneck
+    return _vision(ResNet(Bottleneck, [1, 1, 1, 1], num_classes=10, channels=(8, 16, 32, 64), stem_width=8,
+                          cardinality=4, base_width=32), 32)
+
+
+def build_inception(tiny):
+    """GoogLeNet's Inception blocks: four parallel branches (1x1, 3x3, 5x5 as 3x3, pooled) concatenated."""
+    import torch
+    import torchvision
+    if not tiny:
+        return _vision(torchvision.models.googlenet(aux_logits=False, init_weights=True), 224)
+    from torchvision.models.googlenet import BasicConv2d, Inception
+    net = torch.nn.Sequential(BasicConv2d(3, 16, kernel_size=3, stride=2, padding=1),
+                              Inception(16, 8, 8, 16, 4, 8, 8),
+                              torch.nn.MaxPool2d(3, stride=2, ceil_mode=True),
+                              Inception(40, 16, 8, 16, 4, 8, 8),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(48, 10))
+    return _vision(net, 32)
+
+
+def build_shufflenet_v2(tiny):
+    """Channel split and shuffle (Reshape -> Transpose -> Reshape) between depthwise blocks."""
+    import torchvision
+    m = (torchvision.models.ShuffleNetV2([2, 2, 2], [8, 16, 32, 64, 128], num_classes=10) if tiny
+         else torchvision.models.shufflenet_v2_x1_0())
+    return _vision(m, 32 if tiny else 224)
+
+
+def build_efficientnet_v2(tiny):
+    """Fused MBConv (a full 3x3 convolution instead of expand + depthwise) in the early stages."""
+    import torch
+    import torchvision
+    from functools import partial
+    from torchvision.models import efficientnet as en
+    if not tiny:
+        return _vision(torchvision.models.efficientnet_v2_s(), 224)
+    setting = [en.FusedMBConvConfig(1, 3, 1, 8, 8, 1), en.FusedMBConvConfig(4, 3, 2, 8, 16, 1),
+               en.MBConvConfig(4, 3, 2, 16, 24, 1)]
+    return _vision(en.EfficientNet(setting, 0.2, num_classes=10, last_channel=64,
+                                   norm_layer=partial(torch.nn.BatchNorm2d, eps=1e-3)), 32)
+
+
+def build_maxvit(tiny):
+    """MaxViT: MBConv, then attention over local blocks and over a dilated grid, relative position bias."""
+    import torchvision
+    if not tiny:
+        return _vision(torchvision.models.maxvit_t(), 224)
+    return _vision(torchvision.models.MaxVit(input_size=(32, 32), stem_channels=8, partition_size=2,
+                                             block_channels=[16, 32], block_layers=[1, 1], head_dim=8,
+                                             stochastic_depth_prob=0.0, num_classes=10), 32)
+
+
+def build_swin_v2(tiny):
+    """Swin V2: scaled cosine attention, a continuous position bias from an MLP, post-norm."""
+    import torchvision
+    from torchvision.models import swin_transformer as st
+    if not tiny:
+        return _vision(torchvision.models.swin_v2_t(), 256)
+    return _vision(st.SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[2, 4],
+                                      window_size=[4, 4], stochastic_depth_prob=0.0, num_classes=10,
+                                      block=st.SwinTransformerBlockV2, downsample_layer=st.PatchMergingV2), 32)
+
+
+def build_deeplabv3(tiny):
+    """DeepLabV3: an atrous spatial pyramid (dilated convolutions and a pooled branch resized back), upsampled."""
+    import torch
+    import torchvision
+    from torchvision.models._utils import IntermediateLayerGetter
+    from torchvision.models.segmentation.deeplabv3 import ASPP, DeepLabV3
+    if not tiny:
+        return _vision(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large(weights_backbone=None,
+                                                                                   num_classes=21), 224,
+                       pick=lambda o: o["out"])
+    features = torchvision.models.mobilenet_v3_large(width_mult=0.25, dilated=True).features
+    last = max(i for i, f in enumerate(features) if getattr(f, "out_channels", 99) <= 40)
+    backbone = IntermediateLayerGetter(features, {str(last): "out"})
+    channels = features[last].out_channels
+    head = torch.nn.Sequential(ASPP(channels, [2, 4, 6], out_channels=16),
+                               torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+                               torch.nn.ReLU(), torch.nn.Conv2d(16, 5, 1))
+    return _vision(DeepLabV3(backbone, head), 32, pick=lambda o: o["out"])
+
+
+def build_deberta_v2(tiny):
+    """DeBERTa-v2/v3: disentangled attention (content-to-position and position-to-content terms), log buckets."""
+    from transformers import DebertaV2Config, DebertaV2Model
+    common = dict(relative_attention=True, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm",
+                  share_att_key=True, position_biased_input=False, max_relative_positions=-1)
+    cfg = (DebertaV2Config(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=64, max_position_embeddings=64, position_buckets=16, **common) if tiny
+           else DebertaV2Config(vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                intermediate_size=3072, max_position_embeddings=512, position_buckets=256,
+                                **common))
+    return _text(DebertaV2Model(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_phi3(tiny):
+    """Phi-3: one GEMM for q, k and v, one for gate and up (SwiGLU), rotary embeddings."""
+    from transformers import Phi3Config, Phi3Model
+    cfg = (Phi3Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, use_cache=False,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2) if tiny
+           else Phi3Config(vocab_size=32064, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                           num_attention_heads=16, num_key_value_heads=16, use_cache=False, pad_token_id=0))
+    return _text(Phi3Model(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_gpt_neox(tiny):
+    """GPT-NeoX (Pythia): fused QKV, rotary on a quarter of each head, attention and MLP in parallel."""
+    from transformers import GPTNeoXConfig, GPTNeoXModel
+    cfg = (GPTNeoXConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=64, rotary_pct=0.25, use_cache=False)
+           if tiny else GPTNeoXConfig(vocab_size=50304, hidden_size=1024, num_hidden_layers=12,
+                                      num_attention_heads=16, intermediate_size=4096, rotary_pct=0.25,
+                                      use_cache=False))
+    return _text(GPTNeoXModel(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_segformer(tiny):
+    """SegFormer: attention over spatially reduced keys and values, Mix-FFN (depthwise convolution), an MLP decoder
+    that resizes and concatenates every stage."""
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+    cfg = (SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+                           patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+                           decoder_hidden_size=32, num_labels=5) if tiny else SegformerConfig(num_labels=150))
+    return _vision(SegformerForSemanticSegmentation(cfg).eval(), 32 if tiny else 224, pick=lambda o: o.logits)
+
+
+def build_wav2vec2(tiny):
+    """wav2vec 2.0: a convolutional feature encoder over raw audio (group norm), a grouped positional convolution."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+    cfg = (Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                          conv_dim=(16, 16, 16), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+                          num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=32) if tiny
+           else Wav2Vec2Config())
+    torch.manual_seed(1)
+    samples = 400 if tiny else 16000
+    m = _Tuple.wrap(Wav2Vec2Model(cfg).eval(), _first)
+    audio = lambda b: torch.randn(b, samples)  # noqa: E731
+    return Built(m, {"input_values": audio(EXPORT_BATCH)}, {"input_values": audio(TEST_BATCH)},
+                 {"input_values": {0: "batch"}}, ["last_hidden_state"])
+
+
+def build_dinov2(tiny):
+    """DINOv2: position embeddings resized by bicubic interpolation, layer scale."""
+    from transformers import Dinov2Config, Dinov2Model
+    cfg = (Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32,
+                        patch_size=8) if tiny else Dinov2Config())
+    return _vision(Dinov2Model(cfg).eval(), 32 if tiny else 224, pick=_first)
+
+
+def build_mobilevit(tiny):
+    """MobileViT: convolutions, then transformers over unfolded patches folded back into the feature map."""
+    from transformers import MobileViTConfig, MobileViTModel
+    cfg = (MobileViTConfig(image_size=64, patch_size=2, hidden_sizes=[16, 24, 32],
+                           neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64], num_attention_heads=2, mlp_ratio=2.0,
+                           expand_ratio=2.0) if tiny else MobileViTConfig())
+    return _vision(MobileViTModel(cfg).eval(), 64 if tiny else 256, pick=_first)
+
+
+def build_convnextv2(tiny):
+    """ConvNeXt V2: global response normalisation (a spatial L2 norm over its channel mean)."""
+    from transformers import ConvNextV2Config, ConvNextV2Model
+    cfg = (ConvNextV2Config(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], image_size=32) if tiny
+           else ConvNextV2Config())
+    return _vision(ConvNextV2Model(cfg).eval(), 32 if tiny else 224, pick=_first)
+
+
 ARCHS: List[Arch] = [
     Arch("resnet", "CNN", "timm (tiny) / torchvision resnet50", build_resnet),
     Arch("mobilenet_v2", "CNN", "torchvision", build_mobilenet_v2),
@@ -387,6 +566,24 @@ ARCHS: List[Arch] = [
     Arch("whisper_encoder", "audio encoder", "transformers Whisper encoder (Conv1d)", build_whisper_encoder),
     Arch("clip_text", "multimodal", "transformers CLIP text tower", build_clip_text),
     Arch("clip_vision", "multimodal", "transformers CLIP vision tower", build_clip_vision),
+    Arch("resnext", "CNN", "timm (tiny) / torchvision resnext50_32x4d (grouped convolutions)", build_resnext),
+    Arch("inception", "CNN", "torchvision GoogLeNet Inception blocks (parallel branches, Concat)", build_inception),
+    Arch("shufflenet_v2", "CNN", "torchvision ShuffleNetV2 (channel split and shuffle)", build_shufflenet_v2),
+    Arch("efficientnet_v2", "CNN", "torchvision efficientnet_v2 (fused MBConv)", build_efficientnet_v2),
+    Arch("maxvit", "vision transformer", "torchvision MaxViT (block and grid attention, MBConv)", build_maxvit),
+    Arch("swin_v2", "vision transformer", "torchvision Swin V2 (cosine attention, continuous position bias)",
+         build_swin_v2),
+    Arch("deeplabv3", "segmentation", "torchvision DeepLabV3 (atrous spatial pyramid)", build_deeplabv3),
+    Arch("segformer", "segmentation", "transformers SegFormer (spatial-reduction attention, Mix-FFN)",
+         build_segformer),
+    Arch("deberta_v2", "text encoder", "transformers DeBERTa-v2 (disentangled attention)", build_deberta_v2),
+    Arch("phi3", "decoder", "transformers Phi-3 (fused QKV and gate/up projections)", build_phi3),
+    Arch("gpt_neox", "decoder", "transformers GPT-NeoX (partial rotary, parallel residual)", build_gpt_neox),
+    Arch("wav2vec2", "audio encoder", "transformers wav2vec 2.0 (conv feature encoder, group norm)", build_wav2vec2),
+    Arch("dinov2", "vision transformer", "transformers DINOv2 (bicubic position embeddings, layer scale)",
+         build_dinov2),
+    Arch("mobilevit", "vision transformer", "transformers MobileViT (unfolded patches)", build_mobilevit),
+    Arch("convnextv2", "CNN", "transformers ConvNeXt V2 (global response norm)", build_convnextv2),
 ]
 
 
@@ -418,7 +615,7 @@ def realistic_weights(module, calibration: Dict[str, "object"]) -> None:
     with torch.no_grad():
         for name, p in module.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
-            if "layer_scale" in name or leaf in ("gamma", "lambda_1", "lambda_2"):
+            if "layer_scale" in name or leaf in ("gamma", "lambda_1", "lambda_2") or ".grn." in name:
                 p.copy_(torch.rand(p.shape, generator=g) * 0.4 + 0.1)
         for m in norms:
             if m.affine:

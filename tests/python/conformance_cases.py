@@ -641,7 +641,8 @@ def nhwc_cases() -> List[Case]:
     # the channels fill 16-byte vectors, the plain one elsewhere (dilation, odd channel counts)
     picked += [c for n, c in conv.items() if n.startswith("depthwise")]
     picked += [pools[i] for i in ("max_pool2d-k3s2p1", "max_pool2d-rect", "avg_pool2d-k3s2p1_include_pad",
-                                  "avg_pool2d-asymmetric_pads", "global_avg_pool-2x3x7x5")]
+                                  "avg_pool2d-asymmetric_pads", "global_avg_pool-2x3x7x5", "max_pool2d-ceil_mode_odd",
+                                  "avg_pool2d-ceil_mode_exclude_pad")]
     return [nhwc_case(c) for c in picked]
 
 
@@ -654,6 +655,11 @@ def pool_cases() -> List[Case]:
         ("asymmetric_pads", (1, 3, 7, 7), {"kernel_shape": [2, 2], "strides": [1, 1], "pads": [0, 1, 1, 0]}),
         ("k1", (1, 3, 5, 5), {"kernel_shape": [1, 1]}),
         ("rect", (2, 2, 7, 9), {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 1, 1, 1]}),
+        # GoogLeNet's and Inception's 3x3 stride-2 pools with ceil_mode on odd sizes: one more output per axis than
+        # the floor size (cuDNN declines; cuda_raw takes them)
+        ("ceil_mode_odd", (2, 5, 14, 12), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+        ("ceil_mode_dilations", (1, 3, 12, 10),
+         {"kernel_shape": [2, 2], "strides": [2, 2], "dilations": [2, 2], "ceil_mode": 1}),
     ]
     avg_specs = [
         ("k2s2", (2, 3, 8, 8), {"kernel_shape": [2, 2]}),
@@ -665,6 +671,8 @@ def pool_cases() -> List[Case]:
         ("ceil_mode_same_size", (1, 1, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
         ("asymmetric_pads", (1, 3, 6, 7), {"kernel_shape": [3, 2], "strides": [1, 1], "pads": [1, 0, 2, 1]}),
         ("rect", (2, 2, 7, 9), {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 1, 1, 1]}),
+        ("ceil_mode_exclude_pad", (2, 3, 14, 12),
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
     ]
     cases = []
     for op, specs, reference in (("max_pool2d", max_specs, ref_max_pool2d), ("avg_pool2d", avg_specs, ref_avg_pool2d)):

@@ -339,6 +339,19 @@ struct ResizeParams {
 bool resize_supported(const ResizeParams& params, std::string* why_not);
 void resize(const ResizeParams& params, const void* x, void* y, DType dtype, void* stream);
 
+// ---- pool.cu ----
+
+// max_pool2d / avg_pool2d of a [N, C, H, W] (or NHWC) tensor, every window the op schema takes (Note [Pooling
+// windows] in backends/cpu/cpu_pool.cpp): ceil_mode output sizes (out_h, out_w from shape inference), asymmetric pads,
+// dilations (max only), count_include_pad (avg only).
+struct PoolParams {
+  std::int64_t n = 0, c = 0, h = 0, w = 0, out_h = 0, out_w = 0;
+  std::int64_t kernel[2] = {1, 1}, stride[2] = {1, 1}, pad_begin[2] = {0, 0}, pad_end[2] = {0, 0};
+  std::int64_t dilation[2] = {1, 1};
+  bool nhwc = false, max = true, count_include_pad = false;
+};
+void pool2d(const PoolParams& params, const void* x, void* y, DType dtype, void* stream);
+
 // ---- pointwise.cu: binary ops with broadcasting ----
 
 enum class BinaryExtOp : std::uint8_t {

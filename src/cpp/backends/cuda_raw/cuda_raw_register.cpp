@@ -155,6 +155,7 @@ void register_cuda_raw(KernelRegistry& registry) {
   cuda_raw::register_index(registry);           // gather_elements, gather_nd
   cuda_raw::register_pad(registry);
   cuda_raw::register_resize(registry);
+  cuda_raw::register_pool(registry);             // max_pool2d, avg_pool2d: after cudnn's
   cuda_raw::register_log_softmax(registry);
   cuda_raw::register_binary_ext(registry);      // prelu, mod
   cuda_raw::register_generate(registry);        // one_hot, trilu, tile, scatter_nd

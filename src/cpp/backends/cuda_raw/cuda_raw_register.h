@@ -65,6 +65,7 @@ void register_scan(KernelRegistry& registry);           // reduce_register.cpp
 void register_index(KernelRegistry& registry);          // data_register.cpp
 void register_pad(KernelRegistry& registry);            // data_register.cpp
 void register_resize(KernelRegistry& registry);         // data_register.cpp
+void register_pool(KernelRegistry& registry);           // data_register.cpp: max_pool2d, avg_pool2d
 void register_log_softmax(KernelRegistry& registry);    // normalization_register.cpp
 void register_binary_ext(KernelRegistry& registry);     // elementwise_register.cpp
 void register_generate(KernelRegistry& registry);       // data_register.cpp

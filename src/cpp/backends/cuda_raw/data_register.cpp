@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda_raw/cuda_raw_register.h"
+#include "core/conv_layout.h"
 #include "core/cuda_utils.h"
 #include "core/data_ops.h"
 #include "xpuruntime/exceptions.h"
@@ -397,6 +398,55 @@ void register_resize(KernelRegistry& registry) {
         cuda_raw::resize(resize_params(*launch.desc), launch.input(0).data_ptr(), launch.output(0).data_ptr(),
                          launch.input(0).dtype(), launch.stream.handle);
       });
+}
+
+namespace {
+
+// The pooling of `desc` on `x` (logical NCHW dims from either layout) into `y`'s sizes.
+PoolParams pool_params(const OpDescriptor& desc, const std::vector<std::int64_t>& x_shape,
+                       const std::vector<std::int64_t>& y_shape) {
+  PoolParams p;
+  p.nhwc = detail::is_nhwc(desc.attrs, desc.op);
+  const std::vector<std::int64_t> x = detail::as_nchw(x_shape, p.nhwc);
+  const std::vector<std::int64_t> y = detail::as_nchw(y_shape, p.nhwc);
+  p.n = x[0];
+  p.c = x[1];
+  p.h = x[2];
+  p.w = x[3];
+  p.out_h = y[2];
+  p.out_w = y[3];
+  p.max = desc.op == "max_pool2d";
+  const auto kernel = desc.attrs.get_ints("kernel_shape", {1, 1});
+  const auto strides = desc.attrs.get_ints("strides", kernel);
+  const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
+  const auto dilations = p.max ? desc.attrs.get_ints("dilations", {1, 1}) : std::vector<std::int64_t>{1, 1};
+  for (int d = 0; d < 2; ++d) {
+    p.kernel[d] = kernel[d];
+    p.stride[d] = strides[d];
+    p.pad_begin[d] = pads[d];
+    p.pad_end[d] = pads[d + 2];
+    p.dilation[d] = dilations[d];
+  }
+  p.count_include_pad = !p.max && desc.attrs.get_int("count_include_pad", 0) != 0;
+  return p;
+}
+
+}  // namespace
+
+// max_pool2d and avg_pool2d: after cuDNN's (registered first), for the windows it declines (ceil_mode sizes,
+// asymmetric pads, dilations).
+void register_pool(KernelRegistry& registry) {
+  for (const char* op : {"max_pool2d", "avg_pool2d"}) {
+    add_kernel(
+        registry, op,
+        "pooling of every window (ceil_mode sizes, asymmetric pads, dilations, PyTorch's divisors; NCHW or NHWC): "
+        "a thread per output element, fp32 compute",
+        {"x"}, nullptr, [](const KernelLaunch& launch) {
+          cuda_raw::pool2d(pool_params(*launch.desc, launch.input(0).shape(), launch.output(0).shape()),
+                           launch.input(0).data_ptr(), launch.output(0).data_ptr(), launch.input(0).dtype(),
+                           launch.stream.handle);
+        });
+  }
 }
 
 // one_hot, trilu, tile and scatter_nd.

@@ -195,19 +195,24 @@ def build_densenet(tiny):
                    32)
 
 
+def _tiny_segmentation_backbone():
+    """A dilated MobileNetV3 (width 0.25) up to its last block of at most 40 channels, and that block's channels."""
+    import torchvision
+    from torchvision.models._utils import IntermediateLayerGetter
+    features = torchvision.models.mobilenet_v3_large(width_mult=0.25, dilated=True).features
+    last = max(i for i, f in enumerate(features) if getattr(f, "out_channels", 99) <= 40)
+    return IntermediateLayerGetter(features, {str(last): "out"}), features[last].out_channels
+
+
 def build_fcn(tiny):
     """Semantic segmentation: torchvision's FCN (bilinear Resize back to the input size) on a MobileNetV3."""
     import torchvision
-    from torchvision.models._utils import IntermediateLayerGetter
     from torchvision.models.segmentation.fcn import FCN, FCNHead
     if not tiny:
         return _vision(torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights_backbone=None,
                                                                                 num_classes=21), 224,
                        pick=lambda o: o["out"])
-    features = torchvision.models.mobilenet_v3_large(width_mult=0.25, dilated=True).features
-    last = max(i for i, f in enumerate(features) if getattr(f, "out_channels", 99) <= 40)
-    backbone = IntermediateLayerGetter(features, {str(last): "out"})
-    channels = features[last].out_channels
+    backbone, channels = _tiny_segmentation_backbone()
     return _vision(FCN(backbone, FCNHead(channels, 5)), 32, pick=lambda o: o["out"])
 
 
@@ -441,16 +446,12 @@ def build_deeplabv3(tiny):
     """DeepLabV3: an atrous spatial pyramid (dilated convolutions and a pooled branch resized back), upsampled."""
     import torch
     import torchvision
-    from torchvision.models._utils import IntermediateLayerGetter
     from torchvision.models.segmentation.deeplabv3 import ASPP, DeepLabV3
     if not tiny:
         return _vision(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large(weights_backbone=None,
                                                                                    num_classes=21), 224,
                        pick=lambda o: o["out"])
-    features = torchvision.models.mobilenet_v3_large(width_mult=0.25, dilated=True).features
-    last = max(i for i, f in enumerate(features) if getattr(f, "out_channels", 99) <= 40)
-    backbone = IntermediateLayerGetter(features, {str(last): "out"})
-    channels = features[last].out_channels
+    backbone, channels = _tiny_segmentation_backbone()
     head = torch.nn.Sequential(ASPP(channels, [2, 4, 6], out_channels=16),
                                torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
                                torch.nn.ReLU(), torch.nn.Conv2d(16, 5, 1))

@@ -64,56 +64,47 @@ __device__ __forceinline__ void locate(const PoolGeometry<I>& g, I i, I& base, I
   }
 }
 
-// The largest value at the window's positions inside the input (padding never wins); -inf when none is (dilations);
-// NaN when any is NaN.
-template <typename T, typename I>
-__global__ void max_pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolGeometry<I> g, I total) {
-  const I column = g.nhwc ? g.c : 1, row = g.w * column;
-  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<I>(gridDim.x) * blockDim.x) {
-    I base, oh, ow;
-    locate(g, i, base, oh, ow);
-    const I h0 = oh * g.stride_h - g.pad_top, w0 = ow * g.stride_w - g.pad_left;
-    float best = -INFINITY;
-    bool nan = false;
-    for (I kh = 0; kh < g.kernel_h; ++kh) {
-      const I h = h0 + kh * g.dilation_h;
-      if (h < 0 || h >= g.h) continue;
-      for (I kw = 0; kw < g.kernel_w; ++kw) {
-        const I w = w0 + kw * g.dilation_w;
-        if (w < 0 || w >= g.w) continue;
-        const float v = to_float(x[base + h * row + w * column]);
-        nan |= v != v;
-        best = fmaxf(best, v);
-      }
-    }
-    y[i] = from_float<T>(nan ? NAN : best);
-  }
-}
-
-// The window's sum over its positions inside the input, divided by PyTorch's divisor: the window clipped to the
-// padded input when count_include_pad (a ceil_mode window's overhang past the trailing padding never counts), else
-// clipped to the input.
-template <typename T, typename I>
-__global__ void avg_pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolGeometry<I> g, I total) {
+// Max (kMax): the largest value at the window's positions inside the input (padding never wins); -inf when none is
+// (dilations); NaN when any is NaN. Average: the window's sum over its positions inside the input, divided by
+// PyTorch's divisor: the window clipped to the padded input when count_include_pad (a ceil_mode window's overhang past
+// the trailing padding never counts), else clipped to the input.
+template <typename T, typename I, bool kMax>
+__global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolGeometry<I> g, I total) {
   const I column = g.nhwc ? g.c : 1, row = g.w * column;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<I>(gridDim.x) * blockDim.x) {
     I base, oh, ow;
     locate(g, i, base, oh, ow);
     I h0 = oh * g.stride_h - g.pad_top, w0 = ow * g.stride_w - g.pad_left;
-    I h1 = min(h0 + g.kernel_h, g.h + g.pad_bottom), w1 = min(w0 + g.kernel_w, g.w + g.pad_right);
-    const I padded = (h1 - h0) * (w1 - w0);
-    h0 = max(h0, I{0});
-    w0 = max(w0, I{0});
-    h1 = min(h1, g.h);
-    w1 = min(w1, g.w);
-    float sum = 0.0f;
-    for (I h = h0; h < h1; ++h) {
-      for (I w = w0; w < w1; ++w) sum += to_float(x[base + h * row + w * column]);
+    if constexpr (kMax) {
+      float best = -INFINITY;
+      bool nan = false;
+      for (I kh = 0; kh < g.kernel_h; ++kh) {
+        const I h = h0 + kh * g.dilation_h;
+        if (h < 0 || h >= g.h) continue;
+        for (I kw = 0; kw < g.kernel_w; ++kw) {
+          const I w = w0 + kw * g.dilation_w;
+          if (w < 0 || w >= g.w) continue;
+          const float v = to_float(x[base + h * row + w * column]);
+          nan |= v != v;
+          best = fmaxf(best, v);
+        }
+      }
+      y[i] = from_float<T>(nan ? NAN : best);
+    } else {
+      I h1 = min(h0 + g.kernel_h, g.h + g.pad_bottom), w1 = min(w0 + g.kernel_w, g.w + g.pad_right);
+      const I padded = (h1 - h0) * (w1 - w0);
+      h0 = max(h0, I{0});
+      w0 = max(w0, I{0});
+      h1 = min(h1, g.h);
+      w1 = min(w1, g.w);
+      float sum = 0.0f;
+      for (I h = h0; h < h1; ++h) {
+        for (I w = w0; w < w1; ++w) sum += to_float(x[base + h * row + w * column]);
+      }
+      const I divisor = g.count_include_pad ? padded : (h1 - h0) * (w1 - w0);
+      y[i] = from_float<T>(sum / static_cast<float>(max(divisor, I{1})));
     }
-    const I divisor = g.count_include_pad ? padded : (h1 - h0) * (w1 - w0);
-    y[i] = from_float<T>(sum / static_cast<float>(max(divisor, I{1})));
   }
 }
 
@@ -122,13 +113,8 @@ void launch_pool(const PoolParams& p, const void* x, void* y, void* stream) {
   const PoolGeometry<I> g = geometry_of<I>(p);
   const auto total = static_cast<I>(p.n * p.c * p.out_h * p.out_w);
   const unsigned blocks = grid_for(total, kThreads);
-  if (p.max) {
-    max_pool_kernel<T, I><<<blocks, kThreads, 0, as_stream(stream)>>>(static_cast<const T*>(x), static_cast<T*>(y),
-                                                                      g, total);
-  } else {
-    avg_pool_kernel<T, I><<<blocks, kThreads, 0, as_stream(stream)>>>(static_cast<const T*>(x), static_cast<T*>(y),
-                                                                      g, total);
-  }
+  auto* kernel = p.max ? pool_kernel<T, I, true> : pool_kernel<T, I, false>;
+  kernel<<<blocks, kThreads, 0, as_stream(stream)>>>(static_cast<const T*>(x), static_cast<T*>(y), g, total);
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 

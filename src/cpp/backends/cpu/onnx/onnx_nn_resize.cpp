@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "backends/cpu/onnx/onnx_nn_common.h"
 #include "core/scalar.h"
@@ -201,6 +202,104 @@ ScratchVector<double> resample_axis(const ScratchVector<double>& x, std::vector<
   return y;
 }
 
+// Note [Resize of the last two axes]
+// The common Resize (an image or feature map scaled along H and W, every other axis kept) runs plane by plane
+// instead of as whole-tensor passes: per output row, the blend of its input rows (the H taps, a vectorisable pass
+// over the input's width) into a double row, then each output column's W taps read from that row, rounded once to
+// the output dtype like store_values. The same taps and weights in double as the passes (Note [Separable resize]),
+// the axes taken in the other order, so results equal theirs up to double rounding; the passes' whole-tensor double
+// buffers and their per-element loop along W took 9x ONNX Runtime's time on FCN's 28 -> 224 bilinear upsampling
+// (2026-12-03, this machine: 7.6 against 0.8 ms for [1, 21, 28, 28]).
+// The W taps of Note [Resize of the last two axes] with the same count for every output column (the most any column
+// has; the others padded with weight 0 at index 0, which adds an exact 0), so that the loop over a column's taps has a
+// known length for nearest (1), linear (2) and cubic (4).
+struct ColumnTaps {
+  std::int64_t columns = 0, taps = 0;
+  std::vector<std::int64_t> index;  // [column][tap]
+  ScratchVector<double> weight;
+};
+
+ColumnTaps column_taps(const AxisMap& m) {
+  ColumnTaps c;
+  c.columns = static_cast<std::int64_t>(m.extrapolate.size());
+  for (std::int64_t o = 0; o < c.columns; ++o) {
+    c.taps = std::max(c.taps, m.begin[static_cast<std::size_t>(o + 1)] - m.begin[static_cast<std::size_t>(o)]);
+  }
+  c.index.assign(static_cast<std::size_t>(c.columns * c.taps), 0);
+  c.weight.assign(static_cast<std::size_t>(c.columns * c.taps), 0.0);
+  for (std::int64_t o = 0; o < c.columns; ++o) {
+    for (std::int64_t j = m.begin[static_cast<std::size_t>(o)]; j < m.begin[static_cast<std::size_t>(o + 1)]; ++j) {
+      const auto at = static_cast<std::size_t>(o * c.taps + j - m.begin[static_cast<std::size_t>(o)]);
+      c.index[at] = m.index[static_cast<std::size_t>(j)];
+      c.weight[at] = m.weight[static_cast<std::size_t>(j)];
+    }
+  }
+  return c;
+}
+
+// One output row: each column's taps of `row`, summed in double from 0.0 in tap order, rounded once. kTaps 0: the
+// count from `c`.
+template <typename T, int kTaps>
+void blend_columns(const double* row, const ColumnTaps& c, T* out) {
+  using CT = typename Compute<T>::type;
+  const std::int64_t taps = kTaps > 0 ? kTaps : c.taps;
+  const std::int64_t* index = c.index.data();
+  const double* weight = c.weight.data();
+  for (std::int64_t o = 0; o < c.columns; ++o, index += taps, weight += taps) {
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < taps; ++j) sum += weight[j] * row[index[j]];
+    out[o] = Compute<T>::store(static_cast<CT>(sum));
+  }
+}
+
+template <typename T>
+void resize_planes(const Tensor& X, Tensor& Y, const AxisMap& mh, const AxisMap& mw) {
+  const std::size_t rank = X.shape().size();
+  const std::int64_t in_h = X.shape()[rank - 2], in_w = X.shape()[rank - 1];
+  const auto out_h = static_cast<std::int64_t>(mh.extrapolate.size());
+  const auto out_w = static_cast<std::int64_t>(mw.extrapolate.size());
+  const std::int64_t planes = in_h * in_w == 0 ? 0 : X.numel() / (in_h * in_w);
+  const T* x = data<T>(X);
+  T* y = data<T>(Y);
+  ScratchVector<double> row(static_cast<std::size_t>(in_w));
+  const ColumnTaps columns = column_taps(mw);
+  for (std::int64_t plane = 0; plane < planes; ++plane) {
+    const T* xp = x + plane * in_h * in_w;
+    T* yp = y + plane * out_h * out_w;
+    for (std::int64_t oh = 0; oh < out_h; ++oh) {
+      double* r = row.data();
+      std::fill(r, r + in_w, 0.0);
+      for (std::int64_t j = mh.begin[static_cast<std::size_t>(oh)]; j < mh.begin[static_cast<std::size_t>(oh + 1)];
+           ++j) {
+        const double w = mh.weight[static_cast<std::size_t>(j)];
+        const T* xr = xp + mh.index[static_cast<std::size_t>(j)] * in_w;
+        for (std::int64_t i = 0; i < in_w; ++i) r[i] += w * static_cast<double>(Compute<T>::load(xr[i]));
+      }
+      T* yr = yp + oh * out_w;
+      switch (columns.taps) {
+        case 1: blend_columns<T, 1>(r, columns, yr); break;
+        case 2: blend_columns<T, 2>(r, columns, yr); break;
+        case 4: blend_columns<T, 4>(r, columns, yr); break;
+        default: blend_columns<T, 0>(r, columns, yr); break;
+      }
+    }
+  }
+}
+
+// Whether `maps` (one per axis of `in`) change only the last two axes and extrapolate nowhere (Note [Resize of the
+// last two axes]).
+bool resizes_last_two_axes(const std::vector<AxisMap>& maps, const std::vector<std::int64_t>& in) {
+  const std::size_t rank = in.size();
+  if (rank < 2) return false;
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (d + 2 < rank && !maps[d].identity(in[d])) return false;
+    for (const char e : maps[d].extrapolate) {
+      if (e) return false;
+    }
+  }
+  return true;
+}
+
 void run_resize(OpContext& ctx, const ResizeParams& p, ScratchVector<double> scales, std::vector<std::int64_t> sizes,
                 ScratchVector<double> roi) {
   const Tensor& X = ctx.input(0);
@@ -234,13 +333,25 @@ void run_resize(OpContext& ctx, const ResizeParams& p, ScratchVector<double> sca
   Tensor& Y = ctx.allocate_output(0, out, X.dtype());
   if (Y.numel() == 0) return;
   XPURT_CHECK(X.numel() > 0, ctx.where(), ": cannot resize the empty tensor ", shape_str(in), " to ", shape_str(out));
+  std::vector<AxisMap> maps;
+  for (std::size_t d = 0; d < rank; ++d) {
+    maps.push_back(make_axis_map(p, ctx, in[d], out[d], scales[d], roi[d], roi[rank + d]));
+  }
+  if (is_float_dtype(X.dtype()) && resizes_last_two_axes(maps, in)) {
+    visit_dtype(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        resize_planes<T>(X, Y, maps[rank - 2], maps[rank - 1]);
+      }
+    });
+    return;
+  }
   ScratchVector<double> x = load_values<double>(X);
   std::vector<std::int64_t> shape = in;
   // Last axis first, like the reference (the result is the same up to rounding).
   for (std::size_t d = rank; d-- > 0;) {
-    const AxisMap m = make_axis_map(p, ctx, in[d], out[d], scales[d], roi[d], roi[rank + d]);
-    if (m.identity(in[d])) continue;
-    x = resample_axis(x, shape, d, m, p.extrapolation_value);
+    if (maps[d].identity(in[d])) continue;
+    x = resample_axis(x, shape, d, maps[d], p.extrapolation_value);
   }
   if (!is_float_dtype(X.dtype())) {
     // Integer outputs: truncated toward zero, as ONNX's reference casts (nearest mode is exact anyway).

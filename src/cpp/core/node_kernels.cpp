@@ -16,15 +16,34 @@ Value conform_value(const Value& value, const ValueType* declared) {
   return Value::optional(value);
 }
 
-std::vector<Value> run_node_values(const Node& node, std::int64_t opset, const std::vector<Value>& inputs,
-                                   const ValueLookup& outer) {
+namespace {
+
+const NodeKernelInfo& node_kernel_of(const Node& node) {
   const NodeKernelInfo* kernel = KernelRegistry::global().find_node_kernel(node.domain, node.op_type);
   if (kernel == nullptr) {
     throw UnsupportedOperationError(detail::str_cat(
         "no CPU implementation of the ONNX op ", node.domain.empty() ? "" : node.domain + ":", node.op_type,
         " (node '", node.name, "')"));
   }
-  return kernel->run(node, opset, inputs, outer);
+  return *kernel;
+}
+
+std::vector<Tensor> tensors_of(const Node& node, const std::vector<Value>& outputs) {
+  std::vector<Tensor> tensors;
+  tensors.reserve(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    XPURT_CHECK_TYPE(!outputs[i].defined() || outputs[i].is_tensor(), node.op_type, " '", node.name, "': output ", i,
+                     " is ", outputs[i].str(), ", not a tensor (run the node with run_node_values)");
+    tensors.push_back(outputs[i].defined() ? outputs[i].tensor() : Tensor());
+  }
+  return tensors;
+}
+
+}  // namespace
+
+std::vector<Value> run_node_values(const Node& node, std::int64_t opset, const std::vector<Value>& inputs,
+                                   const ValueLookup& outer) {
+  return node_kernel_of(node).run(node, opset, inputs, outer);
 }
 
 bool has_node_kernel(const std::string& domain, const std::string& op_type) {
@@ -34,15 +53,15 @@ bool has_node_kernel(const std::string& domain, const std::string& op_type) {
 std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs,
                              const ValueLookup& outer) {
   const std::vector<Value> values(inputs.begin(), inputs.end());
-  std::vector<Value> outputs = run_node_values(node, opset, values, outer);
-  std::vector<Tensor> tensors;
-  tensors.reserve(outputs.size());
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    XPURT_CHECK_TYPE(!outputs[i].defined() || outputs[i].is_tensor(), node.op_type, " '", node.name, "': output ", i,
-                     " is ", outputs[i].str(), ", not a tensor (run the node with run_node_values)");
-    tensors.push_back(outputs[i].defined() ? outputs[i].tensor() : Tensor());
-  }
-  return tensors;
+  return tensors_of(node, run_node_values(node, opset, values, outer));
+}
+
+std::vector<Tensor> run_node_into(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& into) {
+  const NodeKernelInfo& kernel = node_kernel_of(node);
+  const std::vector<Value> values(inputs.begin(), inputs.end());
+  return tensors_of(node, kernel.run_into ? kernel.run_into(node, opset, values, into)
+                                          : kernel.run(node, opset, values, ValueLookup()));
 }
 
 std::vector<Value> run_graph(const Graph& body, const std::vector<Value>& inputs, const ValueLookup& outer) {

@@ -42,6 +42,10 @@ XPURT_API std::vector<Value> run_node_values(const Node& node, std::int64_t opse
 // run_node_values for tensors: InvalidTypeError when the node makes a sequence or an optional.
 XPURT_API std::vector<Tensor> run_node(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs,
                                        const ValueLookup& outer = {});
+// run_node writing each tensor output into into[i] where the kernel can (NodeKernelIntoFn): the returned tensor then
+// shares into[i]'s memory, so a caller that wants its result there skips a copy.
+XPURT_API std::vector<Tensor> run_node_into(const Node& node, std::int64_t opset, const std::vector<Tensor>& inputs,
+                                            const std::vector<Tensor>& into);
 // Whether a node kernel implements (domain, op_type) ("ai.onnx" and "" are the same domain).
 XPURT_API bool has_node_kernel(const std::string& domain, const std::string& op_type);
 

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <random>
 #include <string>
@@ -123,9 +124,11 @@ std::vector<Case> cases() {
   {
     Attributes a;
     a.set("mode", std::string("linear"));
+    // Three resized axes: the whole-tensor passes in double (Note [Separable resize]); a resize of H and W alone runs
+    // plane by plane with one row of scratch (Note [Resize of the last two axes]).
     out.push_back({"Resize", make_node("Resize", 3, 1, a), 13,
                    {random_tensor({1, 4, 200, 200}, DType::kFloat32, rng), Tensor(),
-                    float_tensor({4}, {1.0f, 1.0f, 2.0f, 2.0f})}});
+                    float_tensor({4}, {1.0f, 2.0f, 2.0f, 2.0f})}});
   }
   out.push_back({"LayerNormalization", make_node("LayerNormalization", 3, 1), 17,
                  {random_tensor({1024, 768}, DType::kFloat32, rng), random_tensor({768}, DType::kFloat32, rng),
@@ -237,6 +240,38 @@ TEST(ScratchMemory, ScratchVectorsChargeAndReleaseTheBudgetTheyWereMadeUnder) {
   kept = ScratchVector<double>();  // made with no budget open: moved-in allocator, old memory released
   EXPECT_EQ(budget->used(), 0u);
   EXPECT_EQ(budget->peak(), 24000u) << "the most held at once: the grown copy (16000) while the old (8000) lived";
+}
+
+// run_node_into (Note [Reference kernels write into the launch's outputs] in backends/cpu/cpu_onnx_ops.cpp): the
+// output lands in the destination when it fits, and a destination that is an input's memory, or of another shape, is
+// left alone.
+TEST(ScratchMemory, OutputsLandInTheirDestinationsWhenTheyFit) {
+  std::mt19937 rng(7);
+  const Tensor a = random_tensor({64, 48}, DType::kFloat32, rng);
+  const Tensor b = random_tensor({64, 48}, DType::kFloat32, rng);
+  const Node add = make_node("Add", 2, 1);
+  const Tensor expected = onnx_ref::run_node(add, 14, {a, b})[0];
+  const auto same = [&](const Tensor& y) {
+    return y.shape() == expected.shape() &&
+           std::memcmp(y.data_ptr(), expected.data_ptr(), static_cast<std::size_t>(expected.nbytes())) == 0;
+  };
+
+  const Tensor into = Tensor::empty({64, 48}, DType::kFloat32);
+  const Tensor y = onnx_ref::run_node_into(add, 14, {a, b}, {into})[0];
+  EXPECT_EQ(y.data_ptr(), into.data_ptr());
+  EXPECT_TRUE(same(into));
+
+  std::vector<char> a_before(static_cast<std::size_t>(a.nbytes()));
+  std::memcpy(a_before.data(), a.data_ptr(), a_before.size());
+  const Tensor onto_input = onnx_ref::run_node_into(add, 14, {a, b}, {a})[0];  // the input's own memory
+  EXPECT_NE(onto_input.data_ptr(), a.data_ptr());
+  EXPECT_TRUE(same(onto_input));
+  EXPECT_EQ(std::memcmp(a.data_ptr(), a_before.data(), a_before.size()), 0);
+
+  const Tensor wrong = Tensor::empty({48, 64}, DType::kFloat32);
+  const Tensor other_shape = onnx_ref::run_node_into(add, 14, {a, b}, {wrong})[0];
+  EXPECT_NE(other_shape.data_ptr(), wrong.data_ptr());
+  EXPECT_TRUE(same(other_shape));
 }
 
 }  // namespace

@@ -244,6 +244,11 @@ using ValueLookup = std::function<Value(const std::string&)>;
 // unused optional outputs it skipped). Names of enclosing graphs resolve through `outer` (may be empty).
 using NodeKernelFn = std::function<std::vector<Value>(const Node& node, std::int64_t opset,
                                                       const std::vector<Value>& inputs, const ValueLookup& outer)>;
+// A node kernel run with destinations: tensor output i is written into into[i] where that tensor has the output's
+// shape and dtype, is contiguous on the CPU and shares no memory with an input; elsewhere a new tensor, as NodeKernelFn.
+using NodeKernelIntoFn = std::function<std::vector<Value>(const Node& node, std::int64_t opset,
+                                                          const std::vector<Value>& inputs,
+                                                          const std::vector<Tensor>& into)>;
 
 // A kernel of an ONNX operator, keyed by (domain, op_type) rather than by a registry op: ONNX's full semantics on
 // whole nodes, output shapes known only when it runs. The cpu backend registers one per operator of ai.onnx,
@@ -254,6 +259,7 @@ struct XPURT_API NodeKernelInfo {
   std::string name = "onnx_ref";    // the kernel name explain() shows for nodes it runs
   std::string backend = "cpu";      // the backend folder it comes from
   NodeKernelFn run;                 // handles every opset of the operator (reading `opset` where they differ)
+  NodeKernelIntoFn run_into;        // the same with output destinations (null: run_node_into calls `run`)
   std::string key() const;          // "Add", "ai.onnx.ml:LabelEncoder"
 };
 

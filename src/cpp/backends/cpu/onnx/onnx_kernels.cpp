@@ -29,8 +29,32 @@ Tensor& OpContext::allocate_output(std::size_t i, const std::vector<std::int64_t
   for (std::int64_t d : shape) {
     XPURT_CHECK(d >= 0, where(), ": output ", i, " would have a negative dimension (", d, ")");
   }
-  outputs_[i] = Tensor::empty(shape, dtype, Device::cpu());
+  if (i < destinations_.size() && usable_destination(destinations_[i], shape, dtype)) {
+    outputs_[i] = destinations_[i];
+  } else {
+    outputs_[i] = Tensor::empty(shape, dtype, Device::cpu());
+  }
   return outputs_[i];
+}
+
+bool OpContext::usable_destination(const Tensor& into, const std::vector<std::int64_t>& shape, DType dtype) const {
+  if (!into.defined() || into.dtype() != dtype || into.shape() != shape || !into.is_contiguous() ||
+      into.device().type != DeviceType::kCPU || into.nbytes() == 0) {
+    return false;
+  }
+  const auto* begin = static_cast<const char*>(into.data_ptr());
+  const char* end = begin + into.nbytes();
+  const auto overlaps = [&](const Tensor& t) {
+    if (!t.defined() || t.nbytes() == 0) return false;
+    const auto* b = static_cast<const char*>(t.data_ptr());
+    return b < end && begin < b + t.nbytes();
+  };
+  for (const Value& v : inputs_) {
+    if (!v.defined()) continue;
+    if (!v.is_tensor()) return false;  // sequences and optionals: new outputs (no destination is asked for them)
+    if (overlaps(v.tensor())) return false;
+  }
+  return true;
 }
 
 void OpContext::set_output(std::size_t i, Tensor tensor) {
@@ -110,16 +134,22 @@ void NodeKernelRegistrar::add(const std::string& domain, const std::string& op_t
   NodeKernelInfo info;
   info.domain = domain;
   info.op_type = op_type;
-  info.run = [fn = std::move(fn)](const Node& node, std::int64_t opset, const std::vector<Value>& inputs,
-                                  const ValueLookup& outer) {
+  const auto run = [fn = std::move(fn)](const Node& node, std::int64_t opset, const std::vector<Value>& inputs,
+                                        const ValueLookup& outer, const std::vector<Tensor>& into) {
     std::vector<Value> prepared;
     prepared.reserve(inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) prepared.push_back(prepare_value(inputs[i], node, i));
     OpContext ctx(node, opset, std::move(prepared));
     if (outer) ctx.set_outer(outer);
+    ctx.set_destinations(into);
     fn(ctx);
     return ctx.take_outputs();
   };
+  info.run = [run](const Node& node, std::int64_t opset, const std::vector<Value>& inputs, const ValueLookup& outer) {
+    return run(node, opset, inputs, outer, {});
+  };
+  info.run_into = [run](const Node& node, std::int64_t opset, const std::vector<Value>& inputs,
+                        const std::vector<Tensor>& into) { return run(node, opset, inputs, ValueLookup(), into); };
   registry_.add_node_kernel(std::move(info));
 }
 

@@ -53,8 +53,15 @@ class XPURT_API OpContext {
   const std::vector<Tensor>& sequence(std::size_t i) const;
   // Whether output i is wanted (an unused optional output has an empty name; computing it anyway is fine).
   bool wants_output(std::size_t i) const { return i < outputs_.size() && !node_.outputs[i].empty(); }
-  // Allocates output i (contiguous CPU tensor) and returns it; allocate each output once.
+  // Allocates output i (contiguous CPU tensor) and returns it; allocate each output once. With a destination for
+  // output i (set_destinations) of this shape and dtype, it is that tensor (not zeroed: the kernel writes every
+  // element, as into a new one).
   Tensor& allocate_output(std::size_t i, const std::vector<std::int64_t>& shape, DType dtype);
+  // Where allocate_output puts the outputs (NodeKernelIntoFn): into[i] is used when it is a contiguous CPU tensor of
+  // the shape and dtype asked and shares no memory with an input (a destination the caller's memory plan gave an
+  // input's buffer is left alone, so no kernel reads what it has already overwritten).
+  void set_destinations(std::vector<Tensor> into) { destinations_ = std::move(into); }
+  bool usable_destination(const Tensor& into, const std::vector<std::int64_t>& shape, DType dtype) const;
   // Sets output i to an existing tensor (e.g. an input, for Identity-like ops: never modify inputs in place).
   void set_output(std::size_t i, Tensor tensor);
   // Sets output i to a value of any kind (a sequence, an optional, or a tensor).
@@ -96,6 +103,7 @@ class XPURT_API OpContext {
   std::vector<Value> inputs_;
   std::vector<Tensor> outputs_;       // tensor outputs (allocate_output hands out references into it)
   std::vector<Value> value_outputs_;  // sequence and optional outputs
+  std::vector<Tensor> destinations_;  // set_destinations
   ValueLookup outer_;
 };
 

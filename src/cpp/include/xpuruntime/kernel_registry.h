@@ -245,7 +245,8 @@ using ValueLookup = std::function<Value(const std::string&)>;
 using NodeKernelFn = std::function<std::vector<Value>(const Node& node, std::int64_t opset,
                                                       const std::vector<Value>& inputs, const ValueLookup& outer)>;
 // A node kernel run with destinations: tensor output i is written into into[i] where that tensor has the output's
-// shape and dtype, is contiguous on the CPU and shares no memory with an input; elsewhere a new tensor, as NodeKernelFn.
+// shape and dtype, is contiguous on the CPU and shares no memory with an input; elsewhere into a new tensor, as
+// NodeKernelFn does.
 using NodeKernelIntoFn = std::function<std::vector<Value>(const Node& node, std::int64_t opset,
                                                           const std::vector<Value>& inputs,
                                                           const std::vector<Tensor>& into)>;

@@ -30,4 +30,27 @@ inline std::vector<std::int64_t> as_nchw(const std::vector<std::int64_t>& s, boo
 // [N, C, H, W] -> [N, H, W, C].
 inline std::vector<std::int64_t> nchw_to_nhwc(const std::vector<std::int64_t>& s) { return {s[0], s[2], s[3], s[1]}; }
 
+// The window of a max_pool2d / avg_pool2d along H and W, with the ops' defaults (attribute lengths are the op
+// schema's to validate): strides the kernel's, pads 0, dilations 1 (avg_pool2d takes none).
+struct PoolWindow {
+  std::int64_t kernel[2] = {1, 1}, stride[2] = {1, 1}, pad_begin[2] = {0, 0}, pad_end[2] = {0, 0};
+  std::int64_t dilation[2] = {1, 1};
+};
+
+inline PoolWindow pool_window(const Attributes& attrs, const std::string& op) {
+  const auto kernel = attrs.get_ints("kernel_shape", {1, 1});
+  const auto strides = attrs.get_ints("strides", kernel);
+  const auto pads = attrs.get_ints("pads", {0, 0, 0, 0});
+  const auto dilations = op == "max_pool2d" ? attrs.get_ints("dilations", {1, 1}) : std::vector<std::int64_t>{1, 1};
+  PoolWindow w;
+  for (int d = 0; d < 2; ++d) {
+    w.kernel[d] = kernel[d];
+    w.stride[d] = strides[d];
+    w.pad_begin[d] = pads[d];
+    w.pad_end[d] = pads[d + 2];
+    w.dilation[d] = dilations[d];
+  }
+  return w;
+}
+
 }  // namespace xpuruntime::detail

@@ -17,38 +17,27 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/cpu_isa.h"
+#include "core/conv_layout.h"
 
 namespace xpuruntime::cpu {
 
 namespace {
 
-struct PoolGeometry {
-  std::int64_t planes, height, width, out_h, out_w;
-  std::int64_t kernel[2], stride[2], pad_begin[2], pad_end[2], dilation[2];
+struct PoolGeometry : detail::PoolWindow {
+  std::int64_t planes = 0, height = 0, width = 0, out_h = 0, out_w = 0;
 };
 
 PoolGeometry pool_geometry(const KernelLaunch& launch) {
   const OpDescriptor& desc = *launch.desc;
   const auto& x = launch.input(0).shape();
   const auto& y = launch.output(0).shape();
-  const auto kernel = desc.attrs.get_ints("kernel_shape", {1, 1});
-  const auto strides = desc.attrs.get_ints("strides", kernel);
-  const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
-  const auto dilations =
-      desc.op == "max_pool2d" ? desc.attrs.get_ints("dilations", {1, 1}) : std::vector<std::int64_t>{1, 1};
-  PoolGeometry g{};
+  PoolGeometry g;
+  static_cast<detail::PoolWindow&>(g) = detail::pool_window(desc.attrs, desc.op);
   g.planes = x[0] * x[1];
   g.height = x[2];
   g.width = x[3];
   g.out_h = y[2];
   g.out_w = y[3];
-  for (int d = 0; d < 2; ++d) {
-    g.kernel[d] = kernel[d];
-    g.stride[d] = strides[d];
-    g.pad_begin[d] = pads[d];
-    g.pad_end[d] = pads[d + 2];
-    g.dilation[d] = dilations[d];
-  }
   return g;
 }
 

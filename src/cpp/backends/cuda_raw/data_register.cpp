@@ -416,17 +416,12 @@ PoolParams pool_params(const OpDescriptor& desc, const std::vector<std::int64_t>
   p.out_h = y[2];
   p.out_w = y[3];
   p.max = desc.op == "max_pool2d";
-  const auto kernel = desc.attrs.get_ints("kernel_shape", {1, 1});
-  const auto strides = desc.attrs.get_ints("strides", kernel);
-  const auto pads = desc.attrs.get_ints("pads", {0, 0, 0, 0});
-  const auto dilations = p.max ? desc.attrs.get_ints("dilations", {1, 1}) : std::vector<std::int64_t>{1, 1};
-  for (int d = 0; d < 2; ++d) {
-    p.kernel[d] = kernel[d];
-    p.stride[d] = strides[d];
-    p.pad_begin[d] = pads[d];
-    p.pad_end[d] = pads[d + 2];
-    p.dilation[d] = dilations[d];
-  }
+  const detail::PoolWindow w = detail::pool_window(desc.attrs, desc.op);
+  std::copy_n(w.kernel, 2, p.kernel);
+  std::copy_n(w.stride, 2, p.stride);
+  std::copy_n(w.pad_begin, 2, p.pad_begin);
+  std::copy_n(w.pad_end, 2, p.pad_end);
+  std::copy_n(w.dilation, 2, p.dilation);
   p.count_include_pad = !p.max && desc.attrs.get_int("count_include_pad", 0) != 0;
   return p;
 }

@@ -210,6 +210,7 @@ ScratchVector<double> resample_axis(const ScratchVector<double>& x, std::vector<
 // the axes taken in the other order, so results equal theirs up to double rounding; the passes' whole-tensor double
 // buffers and their per-element loop along W took 9x ONNX Runtime's time on FCN's 28 -> 224 bilinear upsampling
 // (2026-12-03, this machine: 7.6 against 0.8 ms for [1, 21, 28, 28]).
+
 // The W taps of Note [Resize of the last two axes] with the same count for every output column (the most any column
 // has; the others padded with weight 0 at index 0, which adds an exact 0), so that the loop over a column's taps has a
 // known length for nearest (1), linear (2) and cubic (4).

@@ -2328,6 +2328,42 @@ TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
   }
 }
 
+// The suite's grouped-convolution CNNs (ResNeXt, RegNet; float16 dynamo exports) in a CUDA plan: their grouped
+// convolutions run channels-last like the others (Note [Grouped convolutions run channels-last]), so the network
+// stays NHWC from the stem's way in to the classifier's way out; the rewritten graph computes what the export does.
+TEST(NhwcLayout, GroupedConvolutionsOfRealExportsRunChannelsLast) {
+  const std::filesystem::path tiny = std::filesystem::path(XPURT_SOURCE_DIR) / "models" / "suite" / "tiny";
+  for (const std::string name : {"resnext", "regnet"}) {
+    SCOPED_TRACE(name);
+    Graph g = import_onnx_file((tiny / (name + ".dynamo.float16.onnx")).string());
+    ASSERT_EQ(g.inputs.size(), 1u);
+    std::vector<std::int64_t> shape;
+    for (Dim& d : g.types[g.inputs[0]].shape) {
+      if (!d.known()) d = Dim(2);
+      shape.push_back(d.value);
+    }
+    runtime::InferOptions cuda;
+    cuda.device = Device::cuda(0);
+    Graph out = g;
+    runtime::optimize(out, cuda, {});
+    int grouped = 0, grouped_nhwc = 0;
+    for (const Node& n : out.nodes) {
+      if (n.op_type != "FusedConv" || n.attrs.get_int("group", 1) == 1) continue;
+      ++grouped;
+      if (n.attrs.get_string("layout", "") != "NHWC") continue;
+      ++grouped_nhwc;
+      const auto& w = out.initializers.at(n.inputs[1]).shape();  // [O, kh, kw, C / group]
+      EXPECT_EQ(w[3] * n.attrs.get_int("group", 1), out.types.at(n.inputs[0]).shape[3].value) << n.str();
+    }
+    EXPECT_GT(grouped, 0) << out.str();
+    EXPECT_EQ(grouped_nhwc, grouped) << out.str();
+    EXPECT_LE(count(out, "Transpose"), 2) << out.str();
+    const Feeds feeds = {{g.inputs[0], ops::cast(random(shape, 104), DType::kFloat16)}};
+    expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
+                 2e-2, 2e-2);
+  }
+}
+
 // The passes of a quantized model's CPU plan and of its CUDA plan (quantized weights kept), and the CUDA context.
 struct TwoPlans {
   Graph cpu, cuda;

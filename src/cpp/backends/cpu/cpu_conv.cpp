@@ -124,11 +124,50 @@ std::int64_t end_inside(std::int64_t offset, std::int64_t stride, std::int64_t s
   return std::clamp<std::int64_t>((size - 1 - offset) / stride + 1, 0, out);
 }
 
+// Note [Vectorised SiLU in convolution epilogues]
+// A convolution's fused SiLU took std::exp per element: a depthwise 3x3 over 96 planes of 56x56 with SiLU ran 868 us
+// against 148 us with ReLU (ONNX Runtime: 381 us). A float row of at least kVectorSiluRow values now adds bias and
+// residual in one loop, then takes sigmoid from IsaKernels::exp_f32 (Note [Vectorised exp on the CPU] in
+// cpu_fused.cpp) in chunks on the stack and multiplies; arguments outside exp_f32's range and NaN take
+// apply_activation's value in a second pass, as the fused elementwise kernel does. Shorter rows (the last pixels of a
+// tile, tiny planes) stay scalar: one call per row of a few pixels was slower than the scalar loop.
+constexpr std::int64_t kVectorSiluRow = 64;
+constexpr std::int64_t kSiluChunk = 256;
+
+// row[p] = silu(row[p] + bias_value + residual[p]) for p in [0, count) (Note [Vectorised SiLU in convolution
+// epilogues]).
+void silu_epilogue(float* __restrict row, std::int64_t count, float bias_value, const float* __restrict residual) {
+  if (residual != nullptr) {
+    for (std::int64_t p = 0; p < count; ++p) row[p] += bias_value + residual[p];
+  } else if (bias_value != 0.0f) {
+    for (std::int64_t p = 0; p < count; ++p) row[p] += bias_value;
+  }
+  const IsaKernels& isa = isa_kernels();
+  float sigmoid[kSiluChunk];
+  for (std::int64_t p0 = 0; p0 < count; p0 += kSiluChunk) {
+    const std::int64_t n = std::min(kSiluChunk, count - p0);
+    float* __restrict x = row + p0;
+    if (isa.exp_f32(x, sigmoid, n, /*sigmoid=*/true)) {
+      for (std::int64_t k = 0; k < n; ++k) {
+        x[k] = (-x[k] >= kExpLow && -x[k] <= kExpHigh) ? x[k] * sigmoid[k] : apply_activation(Activation::kSilu, x[k]);
+      }
+    } else {
+      for (std::int64_t k = 0; k < n; ++k) x[k] *= sigmoid[k];
+    }
+  }
+}
+
 // bias, residual and the activation over `count` values of output channel `channel` starting at `row`.
 template <typename T>
 void conv_epilogue(T* row, std::int64_t count, const T* bias, std::int64_t channel, const T* residual,
                    Activation activation) {
   const T bias_value = bias != nullptr ? bias[channel] : T(0);
+  if constexpr (std::is_same_v<T, float>) {
+    if (activation == Activation::kSilu && count >= kVectorSiluRow) {
+      silu_epilogue(row, count, bias_value, residual);
+      return;
+    }
+  }
   if (activation == Activation::kNone && residual == nullptr) {
     if (bias != nullptr) {
       for (std::int64_t p = 0; p < count; ++p) row[p] += bias_value;

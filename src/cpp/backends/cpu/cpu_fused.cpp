@@ -51,14 +51,7 @@ void apply_chunk(const float* __restrict a, const float* __restrict b, float* __
 // out[i] = e^a[i], or sigmoid's 1 / (1 + e^-a[i]).
 template <bool kSigmoid>
 void exp_chunk(const float* __restrict a, float* __restrict out, std::int64_t n) {
-  isa_kernels().exp_f32(a, out, n, kSigmoid);
-  // Whether any argument is outside exp_f32's range: one vectorised pass (comparisons false for NaN), usually all.
-  int outside = 0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const float x = kSigmoid ? -a[k] : a[k];
-    outside |= static_cast<int>(!(x >= kExpLow)) | static_cast<int>(!(x <= kExpHigh));
-  }
-  if (outside == 0) return;
+  if (!isa_kernels().exp_f32(a, out, n, kSigmoid)) return;  // every argument inside exp_f32's range: usually
   const fused::Code code = kSigmoid ? fused::Code::kSigmoid : fused::Code::kExp;
   for (std::int64_t k = 0; k < n; ++k) {
     const float x = kSigmoid ? -a[k] : a[k];

@@ -124,9 +124,9 @@ struct IsaKernels {
   // A[rows, depth] (lda) packed for every tile at once: round_up(rows, gemm_mr) * depth floats at out.
   void (*pack_gemm_a_f32)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t depth, float* out);
   // out[i] = e^a[i], or 1 / (1 + e^-a[i]) when `sigmoid`, for the arguments of the exponential within [kExpLow,
-  // kExpHigh]; other elements get some value, which the caller replaces (Note [Vectorised exp on the CPU] in
-  // cpu_fused.cpp).
-  void (*exp_f32)(const float* a, float* out, std::int64_t n, bool sigmoid);
+  // kExpHigh]; other elements (NaN included) get some value, which the caller replaces (Note [Vectorised exp on the
+  // CPU] in cpu_fused.cpp). Returns whether there was any such element.
+  bool (*exp_f32)(const float* a, float* out, std::int64_t n, bool sigmoid);
 };
 
 // The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float).

@@ -449,18 +449,38 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
   expect_convs_match_naive(cases, 700, isa_names(), {"auto", "packed", "fallback"}, 2e-5f, true);
 }
 
-// Activations other than ReLU after the depthwise window loop (a pass over the plane).
+// Activations other than ReLU after the depthwise window loop (a pass over the plane): short planes scalar, planes of
+// 64 values or more through the vectorised sigmoid (Note [Vectorised SiLU in convolution epilogues]), with inputs
+// large enough that some arguments of the exponential leave its range and a NaN that must reach its outputs.
 TEST(CpuBackend, DepthwiseConvSiluEpilogue) {
-  const Shape xs{1, 3, 7, 6}, ws{3, 1, 3, 3};
-  const Tensor x = random_tensor(xs, 91), w = random_tensor(ws, 92), bias = random_tensor({3}, 93);
-  Shape out_shape;
-  const Values linear =
-      naive_conv(values(x), xs, values(w), ws, values(bias), {}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 3, false, &out_shape);
-  Values expected;
-  for (float v : linear) expected.push_back(static_cast<float>(v / (1.0 + std::exp(-static_cast<double>(v)))));
-  const Attributes attrs =
-      Attributes().set("pads", Shape{1, 1, 1, 1}).set("groups", std::int64_t{3}).set("activation", std::string("silu"));
-  expect_near_all(values(run1("conv2d", {x, w, bias}, attrs)), expected, 1e-5f);
+  for (const Shape& xs : {Shape{1, 3, 7, 6}, Shape{2, 3, 19, 23}}) {
+    SCOPED_TRACE(xs[2]);
+    const Shape ws{3, 1, 3, 3};
+    Tensor x = random_tensor(xs, 91, -60.0f, 60.0f);
+    const Tensor w = random_tensor(ws, 92), bias = random_tensor({3}, 93);
+    if (xs[2] > 7) static_cast<float*>(x.data_ptr())[100] = std::numeric_limits<float>::quiet_NaN();
+    Shape out_shape;
+    const Values linear =
+        naive_conv(values(x), xs, values(w), ws, values(bias), {}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 3, false, &out_shape);
+    const Attributes attrs = Attributes()
+                                 .set("pads", Shape{1, 1, 1, 1})
+                                 .set("groups", std::int64_t{3})
+                                 .set("activation", std::string("silu"));
+    const Values got = values(run1("conv2d", {x, w, bias}, attrs));
+    ASSERT_EQ(got.size(), linear.size());
+    int beyond = 0;  // pre-activations whose -v leaves exp_f32's range
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double v = linear[i];
+      beyond += -v < cpu::kExpLow || -v > cpu::kExpHigh;
+      const double expected = v / (1.0 + std::exp(-v));
+      if (std::isnan(expected)) {
+        ASSERT_TRUE(std::isnan(got[i])) << "at " << i;
+        continue;
+      }
+      ASSERT_NEAR(got[i], expected, 2e-5 * std::max(1.0, std::fabs(expected))) << "at " << i << ", v = " << v;
+    }
+    if (xs[2] > 7) EXPECT_GT(beyond, 0);
+  }
 }
 
 TEST(CpuBackend, UnknownOrUnsupportedIsaIsATypedError) {
@@ -496,12 +516,34 @@ TEST(CpuBackend, ExpKernelsAreWithinTwoUlpOnEveryIsa) {
       for (const bool sigmoid : {false, true}) {
         std::vector<float> y(n, -1.0f);
         const float* a = x.data() + (x.size() - n);
-        kernels.exp_f32(a, y.data(), static_cast<std::int64_t>(n), sigmoid);
+        bool outside = false;  // sigmoid's argument of the exponential is -x: x above -kExpLow is outside
+        for (std::size_t i = 0; i < n; ++i) outside = outside || (sigmoid && -a[i] < cpu::kExpLow);
+        EXPECT_EQ(kernels.exp_f32(a, y.data(), static_cast<std::int64_t>(n), sigmoid), outside)
+            << isa << ", n = " << n << (sigmoid ? " (sigmoid)" : "");
         for (std::size_t i = 0; i < n; ++i) {
           const double v = a[i];
           const double exact = sigmoid ? 1.0 / (1.0 + std::exp(-v)) : std::exp(v);
           ASSERT_LE(std::fabs(y[i] - exact), (sigmoid ? 4 : 2) * ulp(exact))
               << isa << (sigmoid ? " sigmoid(" : " exp(") << v << ") = " << y[i] << ", n = " << n;
+        }
+      }
+    }
+  }
+}
+
+// exp_f32 reports an argument outside its range (or NaN) wherever it sits: in a whole vector or the partial last one.
+TEST(CpuBackend, ExpKernelsReportArgumentsOutsideTheirRange) {
+  for (const std::string& isa : isa_names()) {
+    const cpu::IsaKernels& kernels = cpu::isa_kernels_named(isa);
+    for (const float bad : {cpu::kExpHigh + 1.0f, cpu::kExpLow - 1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+      for (const std::size_t n : {std::size_t{1}, std::size_t{19}, std::size_t{64}}) {
+        for (const std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+          for (const bool sigmoid : {false, true}) {
+            std::vector<float> a(n, 0.5f), y(n);
+            a[at] = sigmoid ? -bad : bad;
+            EXPECT_TRUE(kernels.exp_f32(a.data(), y.data(), static_cast<std::int64_t>(n), sigmoid))
+                << isa << " " << bad << " at " << at << " of " << n << (sigmoid ? " (sigmoid)" : "");
+          }
         }
       }
     }

@@ -157,6 +157,29 @@ void silu_epilogue(float* __restrict row, std::int64_t count, float bias_value, 
   }
 }
 
+// row[p] = kActivation(row[p] + bias_value + residual[p]): the activation known to the compiler, so that the loop
+// vectorises where it can (HardSwish: 3136 values of a depthwise plane took 1.3 ns each with the activation chosen per
+// element).
+template <typename T, Activation kActivation>
+inline T activate(T x) {
+  if constexpr (kActivation == Activation::kHardSwish) {  // apply_activation's value, written as selects
+    T t = x / T(6) + T(0.5);
+    t = T(0) < t ? t : T(0);  // std::max(0, t): 0 for NaN
+    t = t < T(1) ? t : T(1);  // std::min(1, t)
+    return x * t;
+  } else {
+    return apply_activation(kActivation, x);
+  }
+}
+template <typename T, Activation kActivation>
+void activation_row(T* __restrict row, std::int64_t count, T bias_value, const T* __restrict residual) {
+  if (residual != nullptr) {
+    for (std::int64_t p = 0; p < count; ++p) row[p] = activate<T, kActivation>(row[p] + bias_value + residual[p]);
+  } else {
+    for (std::int64_t p = 0; p < count; ++p) row[p] = activate<T, kActivation>(row[p] + bias_value);
+  }
+}
+
 // bias, residual and the activation over `count` values of output channel `channel` starting at `row`.
 template <typename T>
 void conv_epilogue(T* row, std::int64_t count, const T* bias, std::int64_t channel, const T* residual,
@@ -181,10 +204,16 @@ void conv_epilogue(T* row, std::int64_t count, const T* bias, std::int64_t chann
     }
     return;
   }
-  for (std::int64_t p = 0; p < count; ++p) {
-    T value = row[p] + bias_value;
-    if (residual != nullptr) value += residual[p];
-    row[p] = apply_activation(activation, value);
+  if (activation == Activation::kNone) {
+    activation_row<T, Activation::kNone>(row, count, bias_value, residual);
+  } else if (activation == Activation::kHardSwish) {
+    activation_row<T, Activation::kHardSwish>(row, count, bias_value, residual);
+  } else if (activation == Activation::kSilu) {
+    activation_row<T, Activation::kSilu>(row, count, bias_value, residual);
+  } else if (activation == Activation::kGelu) {
+    activation_row<T, Activation::kGelu>(row, count, bias_value, residual);
+  } else {  // kGeluTanh, the one left (kRelu returned above)
+    activation_row<T, Activation::kGeluTanh>(row, count, bias_value, residual);
   }
 }
 

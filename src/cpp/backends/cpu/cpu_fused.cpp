@@ -2,6 +2,8 @@
 // programs] in core/fused_elementwise.h), every instruction in float32.
 #include <algorithm>
 #include <array>
+#include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -247,6 +249,21 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
   });
 }
 
+// The parsed program of `text` over `num_inputs` inputs, kept per thread: a node's program is the same text on every
+// run, and parsing it again (its checks, a dynamic_cast per instruction) cost 3% of a small CNN's run. The cache
+// holds at most kParsedPrograms programs (cleared past that: a process running many plans parses again).
+const Program& parsed_program(const std::string& text, std::size_t num_inputs) {
+  constexpr std::size_t kParsedPrograms = 4096;
+  thread_local std::unordered_map<std::string, std::pair<std::size_t, Program>> cache;
+  auto found = cache.find(text);
+  if (found != cache.end() && found->second.first == num_inputs) return found->second.second;
+  Program program = fused::parse(text, num_inputs);  // throws for a bad program: nothing is cached
+  if (cache.size() >= kParsedPrograms) cache.clear();
+  auto& entry = cache[text];
+  entry = {num_inputs, std::move(program)};
+  return entry.second;
+}
+
 }  // namespace
 
 void register_fused_kernels(KernelRegistry& registry) {
@@ -255,7 +272,7 @@ void register_fused_kernels(KernelRegistry& registry) {
                  "float32 math, OpenMP over chunks or rows",
                  [](const KernelLaunch& launch, const CpuContext& context) {
                    const OpDescriptor& desc = *launch.desc;
-                   const Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
+                   const Program& program = parsed_program(desc.attrs.get_string("program", ""), desc.inputs.size());
                    std::vector<std::vector<std::int64_t>> shapes;
                    std::vector<const void*> inputs;
                    std::vector<DType> dtypes;

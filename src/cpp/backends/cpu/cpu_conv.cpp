@@ -53,6 +53,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -301,9 +302,58 @@ struct ConvOperands {
   T* y;
 };
 
+// The taps [lo, hi) of a window axis that land inside the input: position start + t * dilation in [0, size).
+std::pair<std::int64_t, std::int64_t> inside_taps(std::int64_t start, std::int64_t dilation, std::int64_t taps,
+                                                  std::int64_t size) {
+  const std::int64_t lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+  const std::int64_t hi = start >= size ? 0 : std::min(taps, (size - 1 - start) / dilation + 1);
+  return {std::min(lo, hi), hi};
+}
+
+// Note [Depthwise convolution of small planes]
+// The phase-split copy and the flat window loop (Note [Depthwise convolution on the CPU]) pay per plane and per row:
+// on the last stages of a small CNN (2x2 and 1x1 outputs of 3x3 and 5x5 windows, hundreds of channels) the copy, its
+// padding rows and the calls were most of the time (the tiny EfficientNet's depthwise convolutions 1.3-1.9x ONNX
+// Runtime's). An output plane of at most kDirectDepthwisePixels values is computed directly instead: each output sums
+// the taps inside the input (their range per axis computed once per row and column), in row-major tap order, then
+// the epilogue runs over the plane.
+constexpr std::int64_t kDirectDepthwisePixels = 16;
+
+template <typename T>
+void depthwise_plane_direct(const ConvGeometry& g, const ConvOperands<T>& v, std::int64_t plane) {
+  const std::int64_t n = plane / g.out_channels, o = plane % g.out_channels;
+  const T* input = v.x + (n * g.channels + o / g.og) * g.height * g.width;
+  const T* weights = v.w + o * g.kh * g.kw;
+  T* out = v.y + plane * g.pixels;
+  for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+    const std::int64_t row0 = oh * g.stride[0] - g.pad[0];
+    const auto [i_lo, i_hi] = inside_taps(row0, g.dilation[0], g.kh, g.height);
+    for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+      const std::int64_t col0 = ow * g.stride[1] - g.pad[1];
+      const auto [j_lo, j_hi] = inside_taps(col0, g.dilation[1], g.kw, g.width);
+      T acc = T(0);
+      for (std::int64_t i = i_lo; i < i_hi; ++i) {
+        const T* row = input + (row0 + i * g.dilation[0]) * g.width + col0;
+        const T* w = weights + i * g.kw;
+        for (std::int64_t j = j_lo; j < j_hi; ++j) acc += row[j * g.dilation[1]] * w[j];
+      }
+      out[oh * g.out_w + ow] = acc;
+    }
+  }
+  conv_epilogue(out, g.pixels, v.bias, o, v.residual != nullptr ? v.residual + plane * g.pixels : nullptr,
+                g.activation);
+}
+
 // Note [Depthwise convolution on the CPU].
 template <typename T>
 void conv_depthwise(const ConvGeometry& g, const CpuContext& context, const ConvOperands<T>& v) {
+  if (g.pixels <= kDirectDepthwisePixels) {  // Note [Depthwise convolution of small planes]
+    const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.pixels * g.kh * g.kw, 1));
+    parallel_for(g.batch * g.out_channels, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t plane = begin; plane < end; ++plane) depthwise_plane_direct(g, v, plane);
+    });
+    return;
+  }
   const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
   const std::vector<std::int64_t> offsets = phase_offsets(phases, g.kh, g.kw, g.dilation);
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.pixels * g.kh * g.kw, 1));

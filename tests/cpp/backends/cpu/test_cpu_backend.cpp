@@ -438,6 +438,10 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
       {{1, 4, 12, 10}, {4, 1, 2, 4}, {3, 1}, {0, 2, 1, 0}, {1, 2}, 4, true, false, false},    // 8 taps
       {{2, 1, 9, 8}, {3, 1, 3, 3}, {1, 2}, {1, 0, 1, 0}, {1, 1}, 1, true, false, true},       // one input channel
       {{1, 2, 5, 5}, {2, 1, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 2, true, false, false},      // 1x1 depthwise
+      // Output planes of at most 16 values, computed directly (Note [Depthwise convolution of small planes]).
+      {{2, 4, 3, 4}, {8, 1, 3, 3}, {2, 1}, {1, 0, 2, 1}, {2, 1}, 4, true, true, true},        // 1x3, multiplier 2
+      {{1, 6, 4, 4}, {6, 1, 5, 5}, {1, 1}, {2, 2, 2, 2}, {1, 1}, 6, true, true, false},       // 4x4, mostly padding
+      {{1, 5, 2, 2}, {5, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 5, false, false, true},      // 1x1
       {{1, 3, 5, 5}, {3, 1, 5, 5}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 3, true, false, true},       // window = input
       {{1, 16, 37, 41}, {12, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, true, true},   // many tiles
       {{2, 8, 30, 29}, {8, 2, 3, 3}, {2, 2}, {1, 0, 2, 1}, {1, 1}, 4, true, false, true},     // grouped, strided

@@ -483,7 +483,9 @@ TEST(CpuBackend, DepthwiseConvSiluEpilogue) {
       }
       ASSERT_NEAR(got[i], expected, 2e-5 * std::max(1.0, std::fabs(expected))) << "at " << i << ", v = " << v;
     }
-    if (xs[2] > 7) EXPECT_GT(beyond, 0);
+    if (xs[2] > 7) {
+      EXPECT_GT(beyond, 0);
+    }
   }
 }
 

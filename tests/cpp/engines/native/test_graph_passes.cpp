@@ -2284,27 +2284,41 @@ TEST(NhwcLayout, OnlyForCudaPlansAndHalfFloatsAndCanBeDisabled) {
   EXPECT_EQ(count(f32, "Transpose"), 0) << f32.str();
 }
 
+// A tiny suite export (models/suite/tiny/<name>.dynamo.float16.onnx, one input, unknown dims 2) and the graph the
+// passes of a CUDA plan make of it; `shape` gets the input's shape.
+struct CudaOptimized {
+  Graph original, optimized;
+  std::vector<std::int64_t> shape;
+};
+CudaOptimized tiny_export_for_cuda(const std::string& name) {
+  const std::filesystem::path tiny = std::filesystem::path(XPURT_SOURCE_DIR) / "models" / "suite" / "tiny";
+  CudaOptimized out;
+  out.original = import_onnx_file((tiny / (name + ".dynamo.float16.onnx")).string());
+  EXPECT_EQ(out.original.inputs.size(), 1u);
+  for (Dim& d : out.original.types[out.original.inputs[0]].shape) {
+    if (!d.known()) d = Dim(2);
+    out.shape.push_back(d.value);
+  }
+  runtime::InferOptions cuda;
+  cuda.device = Device::cuda(0);
+  out.optimized = out.original;
+  runtime::optimize(out.optimized, cuda, {});
+  return out;
+}
+
 // The real-model suite's float16 dynamo exports of the depthwise-block CNNs (models/suite/tiny), optimized for a
 // CUDA plan: the channels-last values propagate through the depthwise convolutions, activations, squeeze-excitation
 // and the exporters' own permutes (Note [Layouts propagate]), so that only the stem's way in and the classifier's
 // way out are Transposes; the rewritten graph computes what the export does.
 TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
-  const std::filesystem::path tiny = std::filesystem::path(XPURT_SOURCE_DIR) / "models" / "suite" / "tiny";
   // model -> the Transposes left (the exports had 15, 28 and 18 with only the convolutions channels-last)
   const std::vector<std::pair<std::string, int>> models = {{"efficientnet", 2}, {"mobilenet_v3", 1}, {"convnext", 3}};
   for (const auto& [name, transposes] : models) {
     SCOPED_TRACE(name);
-    Graph g = import_onnx_file((tiny / (name + ".dynamo.float16.onnx")).string());
-    ASSERT_EQ(g.inputs.size(), 1u);
-    std::vector<std::int64_t> shape;
-    for (Dim& d : g.types[g.inputs[0]].shape) {
-      if (!d.known()) d = Dim(2);
-      shape.push_back(d.value);
-    }
-    runtime::InferOptions cuda;
-    cuda.device = Device::cuda(0);
-    Graph out = g;
-    runtime::optimize(out, cuda, {});
+    const CudaOptimized plan = tiny_export_for_cuda(name);
+    const Graph& g = plan.original;
+    const Graph& out = plan.optimized;
+    const std::vector<std::int64_t>& shape = plan.shape;
     int nhwc_depthwise = 0;
     std::set<std::string> activations;  // of the depthwise convolutions (conv_fusion takes SiLU and HardSwish)
     for (const Node& n : out.nodes) {
@@ -2332,20 +2346,12 @@ TEST(NhwcLayout, DepthwiseBlocksOfRealExportsStayChannelsLast) {
 // convolutions run channels-last like the others (Note [Grouped convolutions run channels-last]), so the network
 // stays NHWC from the stem's way in to the classifier's way out; the rewritten graph computes what the export does.
 TEST(NhwcLayout, GroupedConvolutionsOfRealExportsRunChannelsLast) {
-  const std::filesystem::path tiny = std::filesystem::path(XPURT_SOURCE_DIR) / "models" / "suite" / "tiny";
   for (const std::string name : {"resnext", "regnet"}) {
     SCOPED_TRACE(name);
-    Graph g = import_onnx_file((tiny / (name + ".dynamo.float16.onnx")).string());
-    ASSERT_EQ(g.inputs.size(), 1u);
-    std::vector<std::int64_t> shape;
-    for (Dim& d : g.types[g.inputs[0]].shape) {
-      if (!d.known()) d = Dim(2);
-      shape.push_back(d.value);
-    }
-    runtime::InferOptions cuda;
-    cuda.device = Device::cuda(0);
-    Graph out = g;
-    runtime::optimize(out, cuda, {});
+    const CudaOptimized plan = tiny_export_for_cuda(name);
+    const Graph& g = plan.original;
+    const Graph& out = plan.optimized;
+    const std::vector<std::int64_t>& shape = plan.shape;
     int grouped = 0, grouped_nhwc = 0;
     for (const Node& n : out.nodes) {
       if (n.op_type != "FusedConv" || n.attrs.get_int("group", 1) == 1) continue;

@@ -137,13 +137,13 @@ constexpr std::int64_t kSiluChunk = 256;
 
 // row[p] = silu(row[p] + bias_value + residual[p]) for p in [0, count) (Note [Vectorised SiLU in convolution
 // epilogues]).
-void silu_epilogue(float* __restrict row, std::int64_t count, float bias_value, const float* __restrict residual) {
+void silu_epilogue(const IsaKernels& isa, float* __restrict row, std::int64_t count, float bias_value,
+                   const float* __restrict residual) {
   if (residual != nullptr) {
     for (std::int64_t p = 0; p < count; ++p) row[p] += bias_value + residual[p];
   } else if (bias_value != 0.0f) {
     for (std::int64_t p = 0; p < count; ++p) row[p] += bias_value;
   }
-  const IsaKernels& isa = isa_kernels();
   float sigmoid[kSiluChunk];
   for (std::int64_t p0 = 0; p0 < count; p0 += kSiluChunk) {
     const std::int64_t n = std::min(kSiluChunk, count - p0);
@@ -181,14 +181,15 @@ void activation_row(T* __restrict row, std::int64_t count, T bias_value, const T
   }
 }
 
-// bias, residual and the activation over `count` values of output channel `channel` starting at `row`.
+// bias, residual and the activation over `count` values of output channel `channel` starting at `row`; `isa`: the
+// plan's instruction-set table (CpuContext::isa).
 template <typename T>
-void conv_epilogue(T* row, std::int64_t count, const T* bias, std::int64_t channel, const T* residual,
-                   Activation activation) {
+void conv_epilogue(const IsaKernels& isa, T* row, std::int64_t count, const T* bias, std::int64_t channel,
+                   const T* residual, Activation activation) {
   const T bias_value = bias != nullptr ? bias[channel] : T(0);
   if constexpr (std::is_same_v<T, float>) {
     if (activation == Activation::kSilu && count >= kVectorSiluRow) {
-      silu_epilogue(row, count, bias_value, residual);
+      silu_epilogue(isa, row, count, bias_value, residual);
       return;
     }
   }
@@ -287,7 +288,7 @@ void depthwise_plane(const ConvGeometry& g, const PhaseGeometry& phases, const s
     isa.depthwise_f64(window, w + o * g.kh * g.kw, epilogue);
   }
   if (g.activation != Activation::kNone && g.activation != Activation::kRelu) {
-    conv_epilogue(window.out, g.pixels, static_cast<const T*>(nullptr), 0, static_cast<const T*>(nullptr),
+    conv_epilogue(isa, window.out, g.pixels, static_cast<const T*>(nullptr), 0, static_cast<const T*>(nullptr),
                   g.activation);
   }
 }
@@ -320,7 +321,8 @@ std::pair<std::int64_t, std::int64_t> inside_taps(std::int64_t start, std::int64
 constexpr std::int64_t kDirectDepthwisePixels = 16;
 
 template <typename T>
-void depthwise_plane_direct(const ConvGeometry& g, const ConvOperands<T>& v, std::int64_t plane) {
+void depthwise_plane_direct(const ConvGeometry& g, const IsaKernels& isa, const ConvOperands<T>& v,
+                            std::int64_t plane) {
   const std::int64_t n = plane / g.out_channels, o = plane % g.out_channels;
   const T* input = v.x + (n * g.channels + o / g.og) * g.height * g.width;
   const T* weights = v.w + o * g.kh * g.kw;
@@ -340,7 +342,7 @@ void depthwise_plane_direct(const ConvGeometry& g, const ConvOperands<T>& v, std
       out[oh * g.out_w + ow] = acc;
     }
   }
-  conv_epilogue(out, g.pixels, v.bias, o, v.residual != nullptr ? v.residual + plane * g.pixels : nullptr,
+  conv_epilogue(isa, out, g.pixels, v.bias, o, v.residual != nullptr ? v.residual + plane * g.pixels : nullptr,
                 g.activation);
 }
 
@@ -350,7 +352,7 @@ void conv_depthwise(const ConvGeometry& g, const CpuContext& context, const Conv
   if (g.pixels <= kDirectDepthwisePixels) {  // Note [Depthwise convolution of small planes]
     const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.pixels * g.kh * g.kw, 1));
     parallel_for(g.batch * g.out_channels, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t plane = begin; plane < end; ++plane) depthwise_plane_direct(g, v, plane);
+      for (std::int64_t plane = begin; plane < end; ++plane) depthwise_plane_direct(g, *context.isa, v, plane);
     });
     return;
   }
@@ -419,7 +421,7 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                              g.pixels, packed_w[static_cast<std::size_t>(group)].data());
                    for (std::int64_t o = 0; o < g.og; ++o) {
                      const std::int64_t at = offset + o * g.pixels;
-                     conv_epilogue(v.y + at, count, v.bias, channel0 + o,
+                     conv_epilogue(*context.isa, v.y + at, count, v.bias, channel0 + o,
                                    v.residual != nullptr ? v.residual + at : nullptr, g.activation);
                    }
                  }
@@ -454,8 +456,8 @@ void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOper
       gemm<T>(context, false, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, columns, ldb, out, g.pixels);
       for (std::int64_t o = 0; o < g.og; ++o) {
         const std::int64_t offset = (n * g.out_channels + channel0 + o) * g.pixels + p0;
-        conv_epilogue(v.y + offset, count, v.bias, channel0 + o, v.residual != nullptr ? v.residual + offset : nullptr,
-                      g.activation);
+        conv_epilogue(*context.isa, v.y + offset, count, v.bias, channel0 + o,
+                      v.residual != nullptr ? v.residual + offset : nullptr, g.activation);
       }
     }
   });
@@ -469,7 +471,8 @@ void conv_single_pixel(const ConvGeometry& g, const CpuContext& context, const C
   for (std::int64_t n = 0; n < g.batch; ++n) {
     for (std::int64_t o = 0; o < g.out_channels; ++o) {
       const std::int64_t at = n * g.out_channels + o;
-      conv_epilogue(v.y + at, 1, v.bias, o, v.residual != nullptr ? v.residual + at : nullptr, g.activation);
+      conv_epilogue(*context.isa, v.y + at, 1, v.bias, o, v.residual != nullptr ? v.residual + at : nullptr,
+                    g.activation);
     }
   }
 }

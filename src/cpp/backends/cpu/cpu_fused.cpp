@@ -50,10 +50,15 @@ void apply_chunk(const float* __restrict a, const float* __restrict b, float* __
 // The loop is IsaKernels::exp_f32 (cpu_isa_kernels.inc), compiled for each instruction set (Note [CPU instruction
 // sets] in cpu_isa_baseline.cpp): 4, 8 or 16 floats a step.
 
+// The plan's instruction-set table (CpuContext::isa) on the thread running evaluate's chunks: set at the start of
+// each parallel_for task, read by exp_chunk (the chunk functions share one signature without it).
+thread_local const IsaKernels* t_chunk_isa = nullptr;
+
 // out[i] = e^a[i], or sigmoid's 1 / (1 + e^-a[i]).
 template <bool kSigmoid>
 void exp_chunk(const float* __restrict a, float* __restrict out, std::int64_t n) {
-  if (!isa_kernels().exp_f32(a, out, n, kSigmoid)) return;  // every argument inside exp_f32's range: usually
+  const IsaKernels& isa = t_chunk_isa != nullptr ? *t_chunk_isa : isa_kernels();
+  if (!isa.exp_f32(a, out, n, kSigmoid)) return;  // every argument inside exp_f32's range: usually
   const fused::Code code = kSigmoid ? fused::Code::kSigmoid : fused::Code::kExp;
   for (std::int64_t k = 0; k < n; ++k) {
     const float x = kSigmoid ? -a[k] : a[k];
@@ -120,7 +125,7 @@ void load_input(const fused::Layout& layout, std::size_t k, DType dtype, const v
 // programs] in fused_elementwise.cpp): one pass over the row's chunks per reduction, then one that writes the row.
 void evaluate(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes, DType output_dtype,
               const fused::OutputQuantization& quantization, const std::vector<const void*>& inputs, void* output,
-              int threads) {
+              int threads, const IsaKernels& isa) {
   constexpr std::int64_t kChunk = 256;
   const std::size_t num_inputs = inputs.size();
   const std::size_t rank = layout.dims.size();
@@ -211,6 +216,7 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
   if (!program.reduces()) {
     const std::int64_t chunks = (layout.numel + kChunk - 1) / kChunk;
     parallel_for(chunks, threads, 16, [&](std::int64_t c0, std::int64_t c1) {
+      t_chunk_isa = &isa;
       std::vector<float> regs(slots * kChunk);
       const std::vector<float> none;
       for (std::int64_t c = c0; c < c1; ++c) {
@@ -225,6 +231,7 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
   if (layout.numel == 0) return;
   const std::int64_t row = layout.row;
   parallel_for(layout.rows(), threads, std::max<std::int64_t>(1, 4096 / row), [&](std::int64_t r0, std::int64_t r1) {
+    t_chunk_isa = &isa;
     std::vector<float> regs(slots * kChunk);
     std::vector<float> reduced(program.code.size(), 0.0f);
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -288,7 +295,7 @@ void register_fused_kernels(KernelRegistry& registry) {
                        fused::quantized_output(out) ? fused::output_quantization(desc.attrs, out)
                                                     : fused::OutputQuantization();
                    evaluate(program, layout, dtypes, out, quantization, inputs, launch.output(0).data_ptr(),
-                            context.threads);
+                            context.threads, *context.isa);
                  },
                  // the op schema takes float inputs, and a float or (quantized) int8/uint8/float8 output
                  DTypeSet::kAll);

@@ -118,7 +118,7 @@ bool unpadded_1x1(const ConvGeometry& g) {
 // position is < size (the interval [first_inside, end_inside) may be empty; both are clamped to [0, out)).
 std::int64_t first_inside(std::int64_t offset, std::int64_t stride, std::int64_t out) {
   if (offset >= 0) return 0;
-  return std::min(out, (-offset + stride - 1) / stride);
+  return std::min(out, -(offset + 1) / stride + 1);  // ceil(-offset / stride) without overflow for any stride
 }
 std::int64_t end_inside(std::int64_t offset, std::int64_t stride, std::int64_t size, std::int64_t out) {
   if (offset >= size) return 0;
@@ -306,7 +306,7 @@ struct ConvOperands {
 // The taps [lo, hi) of a window axis that land inside the input: position start + t * dilation in [0, size).
 std::pair<std::int64_t, std::int64_t> inside_taps(std::int64_t start, std::int64_t dilation, std::int64_t taps,
                                                   std::int64_t size) {
-  const std::int64_t lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+  const std::int64_t lo = start >= 0 ? 0 : -(start + 1) / dilation + 1;  // ceil(-start / dilation), no overflow
   const std::int64_t hi = start >= size ? 0 : std::min(taps, (size - 1 - start) / dilation + 1);
   return {std::min(lo, hi), hi};
 }

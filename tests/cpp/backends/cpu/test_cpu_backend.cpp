@@ -489,6 +489,18 @@ TEST(CpuBackend, DepthwiseConvSiluEpilogue) {
   }
 }
 
+// A stride past every input (INT64_MAX: one output per axis) with pads wider than one: the first window column inside
+// the input is found without overflowing (the structural fuzzer's finding, under UBSan), on the im2col tiles (two
+// channels per group) and the direct depthwise kernel (one).
+TEST(CpuBackend, Conv2dStridesPastTheInputDoNotOverflow) {
+  constexpr std::int64_t kHuge = std::numeric_limits<std::int64_t>::max();
+  const std::vector<ConvCase> cases = {
+      {{1, 2, 3, 3}, {2, 2, 3, 3}, {kHuge, kHuge}, {3, 3, 3, 3}, {1, 1}, 1, true, false, true},
+      {{1, 2, 3, 3}, {2, 1, 3, 3}, {kHuge, kHuge}, {3, 3, 3, 3}, {1, 1}, 2, true, false, false},
+  };
+  expect_convs_match_naive(cases, 710, {"baseline"}, {"auto"}, 2e-5f, false);
+}
+
 TEST(CpuBackend, UnknownOrUnsupportedIsaIsATypedError) {
   const Tensor x = random_tensor({1, 1, 4, 4}, 5);
   const Attributes attrs = Attributes().set("kernel_shape", Shape{2, 2});

@@ -53,7 +53,6 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -303,14 +302,6 @@ struct ConvOperands {
   T* y;
 };
 
-// The taps [lo, hi) of a window axis that land inside the input: position start + t * dilation in [0, size).
-std::pair<std::int64_t, std::int64_t> inside_taps(std::int64_t start, std::int64_t dilation, std::int64_t taps,
-                                                  std::int64_t size) {
-  const std::int64_t lo = start >= 0 ? 0 : -(start + 1) / dilation + 1;  // ceil(-start / dilation), no overflow
-  const std::int64_t hi = start >= size ? 0 : std::min(taps, (size - 1 - start) / dilation + 1);
-  return {std::min(lo, hi), hi};
-}
-
 // Note [Depthwise convolution of small planes]
 // The phase-split copy and the flat window loop (Note [Depthwise convolution on the CPU]) pay per plane and per row:
 // on the last stages of a small CNN (2x2 and 1x1 outputs of 3x3 and 5x5 windows, hundreds of channels) the copy, its
@@ -329,10 +320,13 @@ void depthwise_plane_direct(const ConvGeometry& g, const IsaKernels& isa, const 
   T* out = v.y + plane * g.pixels;
   for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
     const std::int64_t row0 = oh * g.stride[0] - g.pad[0];
-    const auto [i_lo, i_hi] = inside_taps(row0, g.dilation[0], g.kh, g.height);
+    // The taps inside the input along each axis (first_inside / end_inside over taps instead of outputs).
+    const std::int64_t i_lo = first_inside(row0, g.dilation[0], g.kh);
+    const std::int64_t i_hi = end_inside(row0, g.dilation[0], g.height, g.kh);
     for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
       const std::int64_t col0 = ow * g.stride[1] - g.pad[1];
-      const auto [j_lo, j_hi] = inside_taps(col0, g.dilation[1], g.kw, g.width);
+      const std::int64_t j_lo = first_inside(col0, g.dilation[1], g.kw);
+      const std::int64_t j_hi = end_inside(col0, g.dilation[1], g.width, g.kw);
       T acc = T(0);
       for (std::int64_t i = i_lo; i < i_hi; ++i) {
         const T* row = input + (row0 + i * g.dilation[0]) * g.width + col0;

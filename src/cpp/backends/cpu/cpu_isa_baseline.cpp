@@ -66,31 +66,14 @@ const IsaKernels& isa_kernels_named(const std::string& name) {
   return isa_baseline::kKernels;
 }
 
-namespace {
-
-const IsaKernels& choose_isa_kernels(const std::string& choice) {
+const IsaKernels& isa_kernels() {
+  const char* env = std::getenv("XPURT_CPU_ISA");
+  const std::string choice = env != nullptr ? env : "auto";
   if (choice != "auto" && !choice.empty()) return isa_kernels_named(choice);
   for (const char* name : {"avx512", "avx2"}) {
     if (isa_supported(name)) return isa_kernels_named(name);
   }
   return isa_baseline::kKernels;
-}
-
-}  // namespace
-
-// The table chosen for the value of XPURT_CPU_ISA this thread saw last is kept: kernels ask per call (the fused
-// elementwise kernel's exp per chunk), and choosing again cost a getenv, strings and CPUID checks each time (3% of a
-// small CNN's run). A changed value (a test pinning a table) is chosen afresh.
-const IsaKernels& isa_kernels() {
-  const char* env = std::getenv("XPURT_CPU_ISA");
-  const char* choice = env != nullptr ? env : "auto";
-  thread_local std::string last_choice;
-  thread_local const IsaKernels* last = nullptr;
-  if (last != nullptr && last_choice == choice) return *last;
-  const IsaKernels& chosen = choose_isa_kernels(choice);
-  last_choice = choice;
-  last = &chosen;
-  return chosen;
 }
 
 }  // namespace xpuruntime::cpu

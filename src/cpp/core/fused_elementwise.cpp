@@ -185,7 +185,84 @@ Attributes registry_attributes(const Attributes& node) {
   // An int8/uint8 output's QuantizeLinear (Note [Quantized output of a fused program]).
   if (node.has("y_scale")) a.set("y_scale", node.get_float("y_scale", 0.0));
   if (node.has("y_zero_point")) a.set("y_zero_point", node.get_int("y_zero_point", 0));
+  if (node.has("input_views")) a.set("input_views", node.get_ints("input_views", {}));  // Note [Inputs read ...]
   return a;
+}
+
+InputViews input_views(const Attributes& attrs, const std::vector<std::vector<std::int64_t>>& stored) {
+  InputViews views;
+  if (!attrs.has("input_views")) return views;
+  views.resize(stored.size());
+  const std::vector<std::int64_t> v = attrs.get_ints("input_views", {});
+  auto fail = [](const std::string& why) {
+    throw InvalidArgumentError("fused_elementwise: input_views (Note [Inputs read through a view]): " + why);
+  };
+  constexpr std::int64_t kMaxRank = 8;
+  std::size_t at = 0;
+  while (at < v.size()) {
+    if (v.size() - at < 3) fail(detail::str_cat("a view at position ", at, " is cut short"));
+    const std::int64_t k = v[at], rank = v[at + 1], offset = v[at + 2];
+    if (k < 0 || static_cast<std::size_t>(k) >= stored.size()) {
+      fail(detail::str_cat("input ", k, " of a node of ", stored.size(), " inputs"));
+    }
+    if (views[static_cast<std::size_t>(k)]) fail(detail::str_cat("input ", k, " has two views"));
+    if (rank < 0 || rank > kMaxRank) fail(detail::str_cat("input ", k, ": rank ", rank, " (0 to 8)"));
+    if (offset < 0) fail(detail::str_cat("input ", k, ": offset ", offset, " < 0"));
+    at += 3;
+    const auto r = static_cast<std::size_t>(rank);
+    if (v.size() - at < 2 * r) fail(detail::str_cat("input ", k, ": fewer than ", 2 * r, " dims and strides"));
+    InputView view;
+    view.offset = offset;
+    view.shape.assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + r));
+    view.strides.assign(v.begin() + static_cast<std::ptrdiff_t>(at + r),
+                        v.begin() + static_cast<std::ptrdiff_t>(at + 2 * r));
+    at += 2 * r;
+    // The last element the view reaches, and the stored tensor's size: the view must stay inside it.
+    std::int64_t reach = offset, size = 1, count = 1;
+    bool overflow = false;
+    for (std::size_t d = 0; d < r; ++d) {
+      if (view.shape[d] < 0 || view.strides[d] < 0) {
+        fail(detail::str_cat("input ", k, ": dim ", view.shape[d], ", stride ", view.strides[d], " (both >= 0)"));
+      }
+      std::int64_t step = 0;
+      overflow = overflow || __builtin_mul_overflow(view.shape[d] == 0 ? 0 : view.shape[d] - 1, view.strides[d], &step);
+      overflow = overflow || __builtin_add_overflow(reach, step, &reach);
+      overflow = overflow || __builtin_mul_overflow(count, view.shape[d], &count);
+    }
+    for (std::int64_t d : stored[static_cast<std::size_t>(k)]) {
+      overflow = overflow || __builtin_mul_overflow(size, d, &size);
+    }
+    if (overflow) fail(detail::str_cat("input ", k, ": the view's extent overflows int64"));
+    if (count > 0 && reach >= size) {
+      fail(detail::str_cat("input ", k, ": the view ", detail::shape_str(view.shape, ","), " (strides ",
+                           detail::shape_str(view.strides, ","), ", offset ", offset, ") reaches element ", reach,
+                           " of a tensor of ", size));
+    }
+    views[static_cast<std::size_t>(k)] = std::move(view);
+  }
+  return views;
+}
+
+void set_input_views(Attributes* attrs, const InputViews& views) {
+  std::vector<std::int64_t> v;
+  for (std::size_t k = 0; k < views.size(); ++k) {
+    if (!views[k]) continue;
+    v.push_back(static_cast<std::int64_t>(k));
+    v.push_back(static_cast<std::int64_t>(views[k]->shape.size()));
+    v.push_back(views[k]->offset);
+    v.insert(v.end(), views[k]->shape.begin(), views[k]->shape.end());
+    v.insert(v.end(), views[k]->strides.begin(), views[k]->strides.end());
+  }
+  if (!v.empty()) attrs->set("input_views", v);
+}
+
+std::vector<std::vector<std::int64_t>> read_shapes(const InputViews& views,
+                                                   const std::vector<std::vector<std::int64_t>>& stored) {
+  std::vector<std::vector<std::int64_t>> shapes = stored;
+  for (std::size_t k = 0; k < views.size() && k < shapes.size(); ++k) {
+    if (views[k]) shapes[k] = views[k]->shape;
+  }
+  return shapes;
 }
 
 OutputQuantization output_quantization(const Attributes& attrs, DType dtype) {
@@ -317,7 +394,7 @@ bool Layout::scalar(std::size_t input) const {
 }
 
 Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const std::vector<std::int64_t>& output_shape,
-              std::int64_t row_axes) {
+              std::int64_t row_axes, const InputViews& views) {
   Layout out;
   if (row_axes < 0 || static_cast<std::size_t>(row_axes) > output_shape.size()) {
     throw InvalidArgumentError(detail::str_cat("fused_elementwise: row_axes = ", row_axes, " for an output of rank ",
@@ -351,10 +428,12 @@ Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes, const 
   for (std::size_t k = 0; k < input_shapes.size(); ++k) {
     const auto& shape = input_shapes[k];
     XPURT_INTERNAL_ASSERT(shape.size() <= rank, "fused layout: an input of higher rank than the output");
+    const InputView* view = k < views.size() && views[k] ? &*views[k] : nullptr;
+    XPURT_INTERNAL_ASSERT(view == nullptr || view->shape == shape, "fused layout: a view's shape is the input's");
     std::int64_t stride = 1;
     for (std::size_t j = shape.size(); j-- > 0;) {
       const std::size_t d = rank - shape.size() + j;
-      strides[k][d] = shape[j] == 1 ? 0 : stride;
+      strides[k][d] = shape[j] == 1 ? 0 : view != nullptr ? view->strides[j] : stride;
       if (__builtin_mul_overflow(stride, shape[j], &stride)) {
         throw InvalidArgumentError("fused_elementwise: an input's element count overflows int64");
       }
@@ -407,6 +486,11 @@ int vector_width(const Program& program, const Layout& layout, const std::vector
     for (std::size_t k = 0; k < input_dtypes.size() && fits; ++k) {
       const std::int64_t step = layout.strides[k].back();
       fits = layout.scalar(k) || step == 0 || step == 1;
+      // a vector read at every output vector stays aligned: the input's other strides are whole vectors (a view's
+      // rows may not be, Note [Inputs read through a view]); broadcast inputs' are products of dims
+      for (std::size_t d = 0; d + 1 < layout.dims.size() && fits && step == 1; ++d) {
+        fits = layout.strides[k][d] % vec == 0;
+      }
     }
     for (const Instruction& in : program.code) {
       if (in.code != Code::kRotateHalf) continue;

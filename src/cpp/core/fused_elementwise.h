@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,30 @@ XPURT_API bool code_from_name(const std::string& name, Code* code);
 // an operand out of range or not yet computed, an input never read, an empty program).
 XPURT_API Program parse(const std::string& text, std::size_t num_inputs);
 
+// Note [Inputs read through a view]
+// A node's input may be read through a strided view of the tensor it names (the node's `input_views` attribute):
+// the program reads a tensor of the view's `shape` whose element (c0, c1, ...) is the stored tensor's element
+// offset + c0 * strides[0] + c1 * strides[1] + ... (elements, all >= 0). The fused_input_views pass sets it where a
+// fused node's input was a chain of Slices, Transposes and Reshapes of a tensor: what those ops would copy (a q, k or
+// gate cut of a packed projection, a head transpose) the generated kernel reads in place. The attribute is a list of
+// ints, for each viewed input k: k, the view's rank r, its offset, its r dims, its r strides. Every element the view
+// reaches lies inside the stored tensor (input_views() checks it: a view past the end is an InvalidArgumentError).
+struct XPURT_API InputView {
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  bool operator==(const InputView& o) const { return offset == o.offset && shape == o.shape && strides == o.strides; }
+};
+using InputViews = std::vector<std::optional<InputView>>;  // per input; nullopt: read as stored (row-major)
+// The views `attrs` declare for inputs of `stored` shapes (empty when there is no input_views attribute);
+// InvalidArgumentError for a malformed attribute or a view that reaches past its tensor.
+XPURT_API InputViews input_views(const Attributes& attrs, const std::vector<std::vector<std::int64_t>>& stored);
+// Writes `views` as the input_views attribute (nothing when no input has a view).
+XPURT_API void set_input_views(Attributes* attrs, const InputViews& views);
+// The shapes the program reads: each input's view's shape, or its stored shape.
+XPURT_API std::vector<std::vector<std::int64_t>> read_shapes(const InputViews& views,
+                                                             const std::vector<std::vector<std::int64_t>>& stored);
+
 // How one input is read for an output of `dims` (the output's shape with adjacent axes merged where every input
 // allows it): its stride per output axis, in elements (0 where it broadcasts).
 struct XPURT_API Layout {
@@ -107,9 +132,12 @@ struct XPURT_API Layout {
   bool scalar(std::size_t input) const;  // reads one element for every output element
 };
 // The layout of inputs of `input_shapes` broadcast to `output_shape` (numpy broadcasting; the shapes are valid), rows
-// of the output's last `row_axes` axes (InvalidArgumentError past its rank).
+// of the output's last `row_axes` axes (InvalidArgumentError past its rank). An input with a view in `views` is read
+// through it (its shape in `input_shapes` is the view's, read_shapes(); its strides the view's, its offset the
+// caller's to add to the input's pointer).
 XPURT_API Layout layout(const std::vector<std::vector<std::int64_t>>& input_shapes,
-                        const std::vector<std::int64_t>& output_shape, std::int64_t row_axes = 0);
+                        const std::vector<std::int64_t>& output_shape, std::int64_t row_axes = 0,
+                        const InputViews& views = {});
 // InvalidArgumentError when `program` has a rotate_half and the output's last axis is not of even size >= 2.
 XPURT_API void check_rotate_half(const Program& program, const Layout& layout);
 

@@ -643,19 +643,22 @@ std::vector<TensorDesc> infer_unary(const OpDescriptor& desc) {
 std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
   XPURT_CHECK(!desc.inputs.empty(), "op 'fused_elementwise' needs at least one input");
   Shape out;
-  std::vector<Shape> shapes;
+  std::vector<Shape> stored;
+  for (const TensorDesc& x : desc.inputs) stored.push_back(x.shape);
+  // What the program reads: an input with a view (Note [Inputs read through a view]) is read as the view's shape.
+  const fused::InputViews views = fused::input_views(desc.attrs, stored);
+  const std::vector<Shape> shapes = fused::read_shapes(views, stored);
   for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
     const TensorDesc& x = desc.inputs[k];
-    shapes.push_back(x.shape);
     if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat16 && x.dtype != DType::kBFloat16) {
       throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': input ", k, " is ", dtype_name(x.dtype),
                                              "; the inputs are float32, float16 or bfloat16"));
     }
-    out = k == 0 ? x.shape : broadcast_shapes(out, x.shape, desc.op, "input");
+    out = k == 0 ? shapes[k] : broadcast_shapes(out, shapes[k], desc.op, "input");
   }
   // The kernels' own checks, at plan time: the program, row_axes against the output's rank, rotate_half's last axis.
   const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
-  fused::check_rotate_half(program, fused::layout(shapes, out, desc.attrs.get_int("row_axes", 0)));
+  fused::check_rotate_half(program, fused::layout(shapes, out, desc.attrs.get_int("row_axes", 0), views));
   DType dtype = desc.inputs[0].dtype;
   if (desc.attrs.has("output_dtype")) {
     dtype = dtype_from_name(desc.attrs.get_string("output_dtype", ""));

@@ -46,6 +46,7 @@
 #include "xpuruntime/tensor.h"
 
 #include "core/cuda_utils.h"
+#include "core/fused_elementwise.h"
 
 #if XPURT_WITH_CUDA
 #include <cuda_runtime.h>
@@ -96,6 +97,31 @@ double io_bytes(const std::vector<TensorDesc>& inputs, const std::vector<TensorD
   double b = 0;
   for (const auto& t : inputs) b += nbytes(t);
   for (const auto& t : outputs) b += nbytes(t);
+  return b;
+}
+
+// A fused node's bytes where inputs are read through views (Note [Inputs read through a view]): a view's elements,
+// not its whole tensor (a q cut of a packed projection reads a third of it).
+double viewed_io_bytes(const Attributes& attrs, const std::vector<TensorDesc>& inputs,
+                       const std::vector<TensorDesc>& outputs) {
+  std::vector<std::vector<std::int64_t>> stored;
+  for (const TensorDesc& t : inputs) stored.push_back(t.shape);
+  fused::InputViews views;
+  try {
+    views = fused::input_views(attrs, stored);
+  } catch (const InvalidArgumentError&) {
+    return io_bytes(inputs, outputs);  // the op's shape inference reports it
+  }
+  double b = io_bytes({}, outputs);
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    if (k < views.size() && views[k] && inputs[k].present) {
+      double n = 1;
+      for (std::int64_t d : views[k]->shape) n *= static_cast<double>(d);
+      b += n * static_cast<double>(dtype_size(inputs[k].dtype));
+    } else {
+      b += nbytes(inputs[k]);
+    }
+  }
   return b;
 }
 
@@ -184,6 +210,8 @@ NodeWork node_work(const std::string& op, const Attributes& attrs, const std::ve
     const TensorDesc* y = at(outputs, 0);
     w.bytes = 2.0 * (y ? nbytes(*y) : 0.0);
     for (std::size_t i = 1; i < inputs.size(); ++i) w.bytes += nbytes(inputs[i]);  // indices (and slice's bounds)
+  } else if (op == "fused_elementwise" && attrs.has("input_views")) {
+    w.bytes = viewed_io_bytes(attrs, inputs, outputs);
   } else {
     w.bytes = io_bytes(inputs, outputs);
   }

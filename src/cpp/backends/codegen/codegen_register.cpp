@@ -251,7 +251,8 @@ Compiled compiled(const std::string& source, const std::string& name, int device
 class GeneratedPlan final : public KernelPlan {
  public:
   GeneratedPlan(CUfunction function, std::string name, std::string source_hash, std::string program,
-                std::string how, std::int64_t numel, unsigned blocks, unsigned threads)
+                std::string how, std::int64_t numel, unsigned blocks, unsigned threads,
+                std::vector<std::int64_t> offset_bytes)
       : function_(function),
         name_(std::move(name)),
         source_hash_(std::move(source_hash)),
@@ -259,13 +260,16 @@ class GeneratedPlan final : public KernelPlan {
         how_(std::move(how)),
         numel_(numel),
         blocks_(blocks),
-        threads_(threads) {}
+        threads_(threads),
+        offset_bytes_(std::move(offset_bytes)) {}
 
   void run(const KernelLaunch& launch) const override {
     if (numel_ == 0) return;
     std::vector<void*> pointers(launch.num_inputs + 1);
     std::vector<void*> args(launch.num_inputs + 1);
-    for (std::size_t k = 0; k < launch.num_inputs; ++k) pointers[k] = launch.input(k).data_ptr();
+    for (std::size_t k = 0; k < launch.num_inputs; ++k) {  // a view's offset (Note [Inputs read through a view])
+      pointers[k] = static_cast<char*>(launch.input(k).data_ptr()) + (k < offset_bytes_.size() ? offset_bytes_[k] : 0);
+    }
     pointers[launch.num_inputs] = launch.output(0).data_ptr();
     for (std::size_t k = 0; k < pointers.size(); ++k) args[k] = &pointers[k];
     check_driver(driver().LaunchKernel(function_, blocks_, 1, 1, threads_, 1, 1, 0,
@@ -282,6 +286,7 @@ class GeneratedPlan final : public KernelPlan {
   std::string name_, source_hash_, program_, how_;
   std::int64_t numel_;
   unsigned blocks_, threads_;
+  std::vector<std::int64_t> offset_bytes_;  // per input: where its view starts
 };
 
 // What the generated kernel declares (Note [Kernel declarations] in core/kernel_registry.cpp): contiguous inputs.
@@ -320,14 +325,21 @@ class GeneratedKernel final : public Kernel {
     Support support = supports(desc, policy);
     if (!support) throw UnsupportedOperationError(support.reason());
     const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
-    std::vector<std::vector<std::int64_t>> shapes;
+    std::vector<std::vector<std::int64_t>> stored;
     std::vector<DType> dtypes;
     for (const TensorDesc& x : desc.inputs) {
-      shapes.push_back(x.shape);
+      stored.push_back(x.shape);
       dtypes.push_back(x.dtype);
     }
     const TensorDesc& output = desc.outputs.at(0);
-    const fused::Layout layout = fused::layout(shapes, output.shape, desc.attrs.get_int("row_axes", 0));
+    // Note [Inputs read through a view]: the source reads the view's strides; run() adds its offset to the pointer.
+    const fused::InputViews views = fused::input_views(desc.attrs, stored);
+    std::vector<std::int64_t> offset_bytes(desc.inputs.size(), 0);
+    for (std::size_t k = 0; k < views.size(); ++k) {
+      if (views[k]) offset_bytes[k] = views[k]->offset * static_cast<std::int64_t>(dtype_size(dtypes[k]));
+    }
+    const fused::Layout layout = fused::layout(fused::read_shapes(views, stored), output.shape,
+                                               desc.attrs.get_int("row_axes", 0), views);
     // The kernel's name: a hash of everything the source depends on, so that the source is written once.
     std::string what = detail::str_cat(program.text(), "|", dtype_name(output.dtype), "|", layout.numel, "|",
                                        layout.row, "|", detail::shape_str(layout.dims, ","));
@@ -369,7 +381,7 @@ class GeneratedKernel final : public Kernel {
     const std::int64_t resident = sms * std::max<std::int64_t>(1, 4096 / shape.threads);
     const auto blocks = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, resident)));
     return std::make_unique<GeneratedPlan>(c.function, name, source_hash, program.text(), c.how, layout.numel,
-                                           blocks, static_cast<unsigned>(shape.threads));
+                                           blocks, static_cast<unsigned>(shape.threads), std::move(offset_bytes));
   }
 
  private:

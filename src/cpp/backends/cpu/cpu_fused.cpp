@@ -280,16 +280,24 @@ void register_fused_kernels(KernelRegistry& registry) {
                  [](const KernelLaunch& launch, const CpuContext& context) {
                    const OpDescriptor& desc = *launch.desc;
                    const Program& program = parsed_program(desc.attrs.get_string("program", ""), desc.inputs.size());
-                   std::vector<std::vector<std::int64_t>> shapes;
+                   std::vector<std::vector<std::int64_t>> stored;
                    std::vector<const void*> inputs;
                    std::vector<DType> dtypes;
                    for (std::size_t k = 0; k < launch.num_inputs; ++k) {
-                     shapes.push_back(launch.input(k).shape());
+                     stored.push_back(launch.input(k).shape());
                      inputs.push_back(launch.input(k).data_ptr());
                      dtypes.push_back(launch.input(k).dtype());
                    }
-                   const Layout layout =
-                       fused::layout(shapes, launch.output(0).shape(), desc.attrs.get_int("row_axes", 0));
+                   // Note [Inputs read through a view]: the view's strides, its offset added to the pointer
+                   const fused::InputViews views = fused::input_views(desc.attrs, stored);
+                   for (std::size_t k = 0; k < views.size(); ++k) {
+                     if (views[k]) {
+                       inputs[k] = static_cast<const char*>(inputs[k]) +
+                                   views[k]->offset * static_cast<std::int64_t>(dtype_size(dtypes[k]));
+                     }
+                   }
+                   const Layout layout = fused::layout(fused::read_shapes(views, stored), launch.output(0).shape(),
+                                                       desc.attrs.get_int("row_axes", 0), views);
                    const DType out = launch.output(0).dtype();
                    const fused::OutputQuantization quantization =
                        fused::quantized_output(out) ? fused::output_quantization(desc.attrs, out)

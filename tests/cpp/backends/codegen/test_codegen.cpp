@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -127,6 +129,80 @@ TEST(Codegen, NvrtcCompilesEveryVariant) {
       ADD_FAILURE() << c.program << ": " << what << "\n" << source;
     }
   }
+}
+
+// Inputs read through views (Note [Inputs read through a view]): the source indexes the view's strides, vectors only
+// where every vector of the view stays aligned (its rows a whole number of vectors apart), and NVRTC compiles it.
+TEST(Codegen, ViewedInputsTakeVectorsWhereTheirRowsAlign) {
+  const DType h = DType::kFloat16;
+  struct ViewCase {
+    std::string program;
+    std::vector<std::vector<std::int64_t>> stored;
+    std::string views;  // the input_views attribute, as ints separated by spaces
+    std::vector<std::int64_t> output;
+    int vec;
+  };
+  const std::vector<ViewCase> view_cases = {
+      // Phi-3's k cut of a packed [2, 5, 3 * 4 * 8] projection as [B, S, H, D], rotated: vectors of D / 2.
+      {"mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2", {{2, 5, 96}, {5, 1, 8}, {5, 1, 8}},
+       "0 4 32 2 5 4 8 480 96 8 1", {2, 5, 4, 8}, 4},
+      // SwiGLU over the gate and up halves of one [7, 2 * 2816] projection.
+      {"sigmoid x0; mul x0 t0; mul t1 x1", {{7, 5632}, {7, 5632}}, "0 2 0 7 2816 5632 1 1 2 2816 7 2816 5632 1",
+       {7, 2816}, 8},
+      // rows 10 elements apart: 16-byte vectors would not stay aligned, pairs do.
+      {"neg x0", {{3, 10}}, "0 2 1 3 8 10 1", {3, 8}, 2},
+      // a head transpose read in place: vectors along D.
+      {"add x0 x1", {{2, 6, 4, 8}, {2, 4, 6, 8}}, "0 4 0 2 4 6 8 192 8 32 1", {2, 4, 6, 8}, 8},
+  };
+  for (const ViewCase& c : view_cases) {
+    std::vector<std::int64_t> ints;
+    std::stringstream words(c.views);
+    for (std::int64_t v; words >> v;) ints.push_back(v);
+    Attributes attrs;
+    attrs.set("input_views", ints);
+    const fused::InputViews views = fused::input_views(attrs, c.stored);
+    const fused::Program program = fused::parse(c.program, c.stored.size());
+    const fused::Layout layout = fused::layout(fused::read_shapes(views, c.stored), c.output, 0, views);
+    const std::vector<DType> dtypes(c.stored.size(), h);
+    EXPECT_EQ(fused::vector_width(program, layout, dtypes, h), c.vec) << c.program;
+    const std::string source = fused::cuda_source(program, layout, dtypes, h, "xrt_fused_view_test");
+    try {
+      EXPECT_FALSE(fused::compile_cubin(source, "xrt_fused_view_test", 90).empty());
+    } catch (const UnsupportedOperationError& e) {
+      const std::string what = e.what();
+      if (what.find("could not be loaded") != std::string::npos ||
+          what.find("without the codegen") != std::string::npos) {
+        GTEST_SKIP() << what;
+      }
+      ADD_FAILURE() << c.program << ": " << what << "\n" << source;
+    }
+  }
+}
+
+// A malformed input_views attribute or a view past its tensor is a typed error, never a read out of bounds.
+TEST(Codegen, MalformedInputViewsAreTypedErrors) {
+  const std::vector<std::vector<std::int64_t>> stored = {{3, 10}, {8}};
+  const std::vector<std::vector<std::int64_t>> bad = {
+      {0, 2, 3, 3, 8, 10, 1},        // offset 3: the last row reaches element 3 + 20 + 7 = 30 of 30
+      {0, 2, 0, 3, 8, 10},           // a stride missing
+      {2, 1, 0, 8, 1},               // no input 2
+      {0, 1, 0, 8, 1, 0, 1, 0, 8, 1},  // input 0 twice
+      {1, 1, 0, 8, -1},              // a negative stride
+      {0, 9, 0},                     // rank 9
+      {0, 1, -1, 8, 1},              // a negative offset
+      {0, 1, 0, 4, INT64_MAX},       // the extent overflows
+  };
+  for (const auto& ints : bad) {
+    Attributes attrs;
+    attrs.set("input_views", ints);
+    EXPECT_THROW(fused::input_views(attrs, stored), InvalidArgumentError) << ::testing::PrintToString(ints);
+  }
+  Attributes good;
+  good.set("input_views", std::vector<std::int64_t>{0, 2, 2, 3, 8, 10, 1});  // reaches element 2 + 20 + 7 = 29
+  const fused::InputViews views = fused::input_views(good, stored);
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_TRUE(views[0] && !views[1]);
+  EXPECT_EQ(fused::read_shapes(views, stored), (std::vector<std::vector<std::int64_t>>{{3, 8}, {8}}));
 }
 
 // The level a quantized output stores (Note [Quantized output of a fused program]): QuantizeLinear's, ties to even,

@@ -264,7 +264,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion", "conv_fusion",
                                              "nhwc_layout", "quantized_constant_folding",
                                              "linear_epilogue_fusion",
-                                             "elementwise_fusion"}));
+                                             "elementwise_fusion", "fused_input_views"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "
@@ -2365,6 +2365,44 @@ TEST(NhwcLayout, GroupedConvolutionsOfRealExportsRunChannelsLast) {
     EXPECT_EQ(grouped_nhwc, grouped) << out.str();
     EXPECT_LE(count(out, "Transpose"), 2) << out.str();
     const Feeds feeds = {{g.inputs[0], ops::cast(random(shape, 104), DType::kFloat16)}};
+    expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
+                 2e-2, 2e-2);
+  }
+}
+
+// The suite's decoders with packed projections (Phi-3: q, k, v of one GEMM and gate, up of another; GPT-NeoX: per-head
+// q, k, v and a rotary quarter of each head), float16 dynamo exports at batch 2 and 5 tokens, optimized for a CUDA
+// plan: the rotary and SwiGLU kernels read their cuts of the projections through views (Note [Fused nodes read their
+// inputs' views]), Phi-3's attention reads v from its projection (qkv_parts -1, -1, 2), no Slice of Phi-3 is left, and
+// the rewritten graph (its fused nodes run by the cpu kernels, views and all) computes what the export does.
+TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
+  const std::filesystem::path tiny = std::filesystem::path(XPURT_SOURCE_DIR) / "models" / "suite" / "tiny";
+  for (const std::string name : {"phi3", "gpt_neox"}) {
+    SCOPED_TRACE(name);
+    const Graph g = import_onnx_file((tiny / (name + ".dynamo.float16.onnx")).string());
+    Graph out = g;
+    ASSERT_EQ(out.inputs.size(), 2u);  // input_ids, attention_mask [B, S]
+    for (const std::string& input : out.inputs) out.types[input].shape = {Dim(2), Dim(5)};
+    runtime::InferOptions cuda;
+    cuda.device = Device::cuda(0);
+    runtime::optimize(out, cuda, {});
+    int viewed = 0;
+    for (const Node& n : out.nodes) {
+      if (n.op_type == "FusedElementwise" && n.attrs.has("input_views")) ++viewed;
+    }
+    EXPECT_GE(viewed, name == "phi3" ? 6 : 4) << out.str();  // per layer: q, k (and Phi-3's SwiGLU)
+    if (name == "phi3") {
+      EXPECT_EQ(count(out, "Slice"), 0) << out.str();
+      for (const Node& n : out.nodes) {
+        if (n.op_type == "Attention") {
+          EXPECT_EQ(n.attrs.get_ints("qkv_parts", {}), (std::vector<std::int64_t>{-1, -1, 2})) << n.str();
+        }
+      }
+    }
+    std::vector<std::int64_t> ids(10), mask(10, 1);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>((i * 37 + 11) % 100);
+    mask[9] = 0;  // the second sequence's last token padded
+    const Feeds feeds = {{g.inputs[0], make_i64({2, 5}, ids)}, {g.inputs[1], make_i64({2, 5}, mask)}};
     expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
                  2e-2, 2e-2);
   }

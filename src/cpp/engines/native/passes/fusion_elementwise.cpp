@@ -360,14 +360,14 @@ int fold_rotary_head_transposes(Graph& g, std::vector<std::string>& notes) {
     const auto& readers = uses.readers(out);
     if (readers.size() != 1 || !uses.only_reader(out, readers[0])) continue;
     Node& attention = g.nodes[readers[0]];
-    if (attention.domain != kXpurtDomain || attention.op_type != "Attention" || attention.attrs.has("qkv_parts")) {
-      continue;
-    }
+    if (attention.domain != kXpurtDomain || attention.op_type != "Attention") continue;
     std::vector<std::int64_t> bshd = attention.attrs.get_ints("bshd", {0, 0, 0, 0});
+    const std::vector<std::int64_t> parts = attention.attrs.get_ints("qkv_parts", {-1, -1, -1});
     const int slot = !attention.inputs.empty() && attention.inputs[0] == out   ? 0
                      : attention.inputs.size() > 1 && attention.inputs[1] == out ? 1
                                                                                   : -1;
-    if (slot < 0 || bshd.size() != 4 || bshd[slot] != 0 ||
+    // (a packed input is read as [B, S, P, H, D]; v may be while the rotated q and k are not)
+    if (slot < 0 || bshd.size() != 4 || bshd[slot] != 0 || parts.size() != 3 || parts[slot] >= 0 ||
         (attention.inputs.size() > 2 && attention.inputs[2] == out)) {
       continue;
     }

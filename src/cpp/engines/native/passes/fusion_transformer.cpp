@@ -1,6 +1,7 @@
 // Transformer fusions: gelu_fusion -> com.xpuruntime:Gelu, layer_norm_fusion -> com.xpuruntime:LayerNormalization,
 // attention_fusion -> com.xpuruntime:Attention (see passes.h, docs/native_engine.md).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -614,7 +615,10 @@ void fold_head_transposes(Graph& g, PassResult& result) {  // Note [Attention re
 //    projection), and an outer-axis Slice + Squeeze per part (views).
 // An Attention whose q, k and v are parts of one projection this way, the cuts read by nothing else, reads the
 // projection itself as [B, S, P, H, D] with `qkv_parts` (Note [Attention layouts]): the copies go (GPT-2's Reshape to
-// five dims is a view). The Transpose goes too when the three cuts were all it fed.
+// five dims is a view). The Transpose goes too when the three cuts were all it fed. Where only some of q, k and v are
+// such cuts (Phi-3 and GPT-NeoX-style decoders rotate q and k between the cut and the attention), those are read
+// packed and the others as before (qkv_parts -1): v's cut, a strided copy per layer, goes; the rotary kernels read
+// their cuts in place (Note [Fused nodes read their inputs' views] in fused_input_views.cpp).
 struct PackedPart {
   std::string packed;              // the [B, S, P, H, D] value (empty: `projection` must be reshaped to it)
   std::string projection;          // GPT-2's [B, S, P * H * D]
@@ -650,10 +654,12 @@ std::optional<PackedPart> packed_part(const Graph& g, const Uses& uses, std::siz
     auto range = single_axis_slice(g, sl, 3);
     const std::int64_t width = (*heads)[2] * (*heads)[3];
     if (!range || range->axis != 2 || width <= 0 || (*x)[2] % width != 0 || (*x)[0] != (*heads)[0] ||
-        (*x)[1] != (*heads)[1] || range->start < 0 || range->start % width != 0 || range->end != range->start + width ||
-        range->end > (*x)[2]) {
+        (*x)[1] != (*heads)[1] || range->start < 0 || range->start % width != 0) {
       return std::nullopt;
     }
+    // the last cut's end as exporters write it: past the axis (INT64_MAX) or counted from its end
+    const std::int64_t end = range->end < 0 ? range->end + (*x)[2] : std::min(range->end, (*x)[2]);
+    if (end != range->start + width) return std::nullopt;
     out.projection = sl.inputs[0];
     out.shape = {(*x)[0], (*x)[1], (*x)[2] / width, (*heads)[2], (*heads)[3]};
     out.part = range->start / width;
@@ -711,11 +717,13 @@ std::string packed_view(Graph& g, const std::string& source, const std::vector<s
   return packed;
 }
 
-// Attention `a` reading q, k and v as parts `parts` of `packed` (Note [Attention layouts]): q, k, v's bshd flags 0.
+// Attention `a` reading q, k and v as parts `parts` of `packed` (Note [Attention layouts]): their bshd flags 0; an
+// input of part -1 stays as it was.
 Node packed_attention(const Node& a, const std::string& packed, std::vector<std::int64_t> flags,
                       const std::vector<std::int64_t>& parts) {
   Node folded = a;
   for (std::size_t t = 0; t < 3; ++t) {
+    if (parts[t] < 0) continue;
     folded.inputs[t] = packed;
     flags[t] = 0;
   }
@@ -731,19 +739,24 @@ void fold_packed_qkv(Graph& g, PassResult& result) {  // Note [Attention reads q
     const Node& a = g.nodes[i];
     const auto flags = unpacked_attention_flags(a);
     if (!flags) continue;
-    std::vector<PackedPart> parts;
+    // The inputs that are cuts of one packed projection: all three, or some (Phi-3's v, whose q and k go through
+    // the rotary embedding first).
+    std::array<std::optional<PackedPart>, 3> cut;
+    const PackedPart* first = nullptr;
     for (std::size_t t = 0; t < 3; ++t) {
-      auto part = packed_part(g, uses, i, t, (*flags)[t] == 1);
-      if (!part) break;
-      parts.push_back(std::move(*part));
+      cut[t] = packed_part(g, uses, i, t, (*flags)[t] == 1);
+      if (!cut[t]) continue;
+      if (first == nullptr) first = &*cut[t];
+      if (cut[t]->packed != first->packed || cut[t]->projection != first->projection || cut[t]->shape != first->shape) {
+        cut[t].reset();
+      }
     }
-    if (parts.size() != 3) continue;
-    const PackedPart& q = parts[0];
-    bool same = true;
-    for (const PackedPart& p : parts) {
-      same = same && p.packed == q.packed && p.projection == q.projection && p.shape == q.shape;
+    if (first == nullptr) continue;
+    const PackedPart q = *first;
+    std::vector<PackedPart> parts;
+    for (const auto& c : cut) {
+      if (c) parts.push_back(*c);
     }
-    if (!same) continue;
     std::vector<std::size_t> nodes = {i};
     for (const PackedPart& p : parts) nodes.insert(nodes.end(), p.nodes.begin(), p.nodes.end());
     if (q.transpose) {  // timm's Transpose goes when the three cuts are all it feeds
@@ -760,11 +773,15 @@ void fold_packed_qkv(Graph& g, PassResult& result) {  // Note [Attention reads q
     // GPT-2: the projection viewed as [B, S, P, H, D]; timm's is that already.
     const std::string packed =
         q.packed.empty() ? packed_view(g, q.projection, q.shape, a.name + "_packed_qkv", &new_nodes) : q.packed;
-    new_nodes.push_back(packed_attention(a, packed, *flags, {parts[0].part, parts[1].part, parts[2].part}));
+    std::vector<std::int64_t> part_of(3, -1);
+    for (std::size_t t = 0; t < 3; ++t) {
+      if (cut[t]) part_of[t] = cut[t]->part;
+    }
+    new_nodes.push_back(packed_attention(a, packed, *flags, part_of));
     rw.replace(nodes, std::move(new_nodes),
                "Attention '" + a.name + "' reads q, k, v from their packed projection " + packed + " (parts " +
-                   std::to_string(parts[0].part) + ", " + std::to_string(parts[1].part) + ", " +
-                   std::to_string(parts[2].part) + "): the cuts removed");
+                   std::to_string(part_of[0]) + ", " + std::to_string(part_of[1]) + ", " +
+                   std::to_string(part_of[2]) + "; -1: read as before): the cuts removed");
   }
   rw.apply(result);
 }

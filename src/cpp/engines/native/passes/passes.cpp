@@ -85,6 +85,10 @@ const std::vector<PassInfo>& all_passes() {
        "com.xpuruntime:FusedElementwise, one generated kernel (Note [Fused elementwise programs]); a KernelPolicy "
        "rule for an op or its family keeps its nodes out",
        elementwise_fusion},
+      {"fused_input_views",
+       "a FusedElementwise input made by Slices / Transposes / Reshapes that copy reads their source through a "
+       "strided view instead (Note [Fused nodes read their inputs' views]): the copies go",
+       fused_input_views},
   };
   return passes;
 }

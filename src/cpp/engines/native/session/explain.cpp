@@ -2,7 +2,12 @@
 #include "engines/native/session/explain.h"
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
 
+#include "core/fused_elementwise.h"
+#include "core/shape_str.h"
 #include "frontends/onnx/onnx_quantize.h"
 #include "xpuruntime/exceptions.h"
 
@@ -49,6 +54,23 @@ std::string int4_summary(const PlanStep& s) {
                          zero_points ? "packed" : "8", ")");
 }
 
+// "; x0 read as [2,5,4,8] (strides [480,96,8,1], offset 32)": the inputs a fused_elementwise step reads through views
+// (Note [Inputs read through a view]); empty without any.
+std::string fused_views_summary(const PlanStep& s) {
+  if (!s.attrs.has("input_views")) return "";
+  std::vector<std::vector<std::int64_t>> stored;
+  for (const TensorDesc& t : s.desc.inputs) stored.push_back(t.shape);
+  const fused::InputViews views = fused::input_views(s.attrs, stored);  // checked by the op's shape inference
+  std::string text;
+  for (std::size_t k = 0; k < views.size(); ++k) {
+    if (!views[k]) continue;
+    text += detail::str_cat(text.empty() ? "; " : ", ", "x", k, " read as ", detail::shape_str(views[k]->shape, ","),
+                            " (strides ", detail::shape_str(views[k]->strides, ","), ", offset ", views[k]->offset,
+                            ")");
+  }
+  return text;
+}
+
 }  // namespace
 
 NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
@@ -65,7 +87,7 @@ NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
         n.reason = s.op + ": " + d.reason;
         if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
         if (s.op == "fused_elementwise") {  // Note [Fused elementwise programs]: the group's program
-          n.reason += "; program: " + s.attrs.get_string("program", "");
+          n.reason += fused_views_summary(s) + "; program: " + s.attrs.get_string("program", "");
         }
         if (s.op == "matmul_nbits") n.reason += int4_summary(s);  // Note [Int4 weight-only GEMM]
         if (s.op == "qlinear" || s.op == "qconv2d") {  // Note [Quantized registry ops]: int8 whatever the policy's

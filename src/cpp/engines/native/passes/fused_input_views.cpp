@@ -1,0 +1,243 @@
+// fused_input_views: a fused node's input made of Slices, Transposes and Reshapes of a tensor reads that tensor
+// through a strided view (Note [Inputs read through a view] in core/fused_elementwise.h).
+//
+// Note [Fused nodes read their inputs' views]
+// Exporters cut packed projections with Slices of the last axis (Phi-3's q, k and v of one GEMM, its gate and up of
+// another; GPT-NeoX's per-head q, k, v and the rotary part of each head) and move heads with Transposes. Each Slice or
+// Transpose whose result is not one contiguous block is a copy kernel: Phi-3 ran five per layer before its rotary and
+// SwiGLU kernels, which at batch 1 cost more than the kernels they fed. A generated kernel reads any strided view at
+// no cost (its indexing is baked in), so this pass walks each input of a FusedElementwise back through the view ops
+// that made it (Slice with constant starts, ends, axes and positive steps; Transpose; Reshape, Flatten, Squeeze and
+// Unsqueeze where the result is expressible as strides of what they read, with static shapes, which a plan's graph
+// has) and, where the composed view is not contiguous (a copy would have run), gives the node the chain's source
+// with the view instead. The ops the node no longer needs go when nothing else reads them. Values that are views
+// already (contiguous blocks) are left alone: they cost nothing.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/fused_elementwise.h"
+#include "engines/native/passes/pass_utils.h"
+#include "engines/native/passes/passes.h"
+
+namespace xpuruntime::passes {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): the passes' own helpers
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+fused::InputView contiguous_view(const Shape& shape) {
+  fused::InputView v;
+  v.shape = shape;
+  v.strides.assign(shape.size(), 1);
+  for (std::size_t d = shape.size(); d-- > 1;) v.strides[d - 1] = v.strides[d] * shape[d];
+  return v;
+}
+
+// Whether `v` reads one contiguous block (size-1 axes aside): then its tensor is a view already.
+bool is_block(const fused::InputView& v) {
+  std::int64_t expected = 1;
+  for (std::size_t d = v.shape.size(); d-- > 0;) {
+    if (v.shape[d] == 1) continue;
+    if (v.strides[d] != expected) return false;
+    expected *= v.shape[d];
+  }
+  return true;
+}
+
+// `v` reshaped to `to` (the same element count) as strides, where every group of axes merged or split was one run
+// of memory; nullopt where it was not (a copy would be needed).
+std::optional<fused::InputView> reshaped(const fused::InputView& v, const Shape& to) {
+  // Size-1 axes carry no stride: drop them, then walk the remaining axes from the last, a run at a time.
+  Shape dims, strides;
+  for (std::size_t d = 0; d < v.shape.size(); ++d) {
+    if (v.shape[d] == 1) continue;
+    dims.push_back(v.shape[d]);
+    strides.push_back(v.strides[d]);
+  }
+  fused::InputView out;
+  out.offset = v.offset;
+  out.shape = to;
+  out.strides.assign(to.size(), 0);
+  std::size_t t = to.size();
+  std::size_t d = dims.size();
+  while (d > 0) {
+    // A run [first, d): axes each stride[k] == stride[k + 1] * dims[k + 1] (one block of memory, its base stride).
+    std::size_t first = d - 1;
+    std::int64_t run = dims[first];
+    while (first > 0 && strides[first - 1] == strides[first] * dims[first]) {
+      --first;
+      run *= dims[first];
+    }
+    const std::int64_t base = strides[d - 1];
+    std::int64_t made = 1;  // the product of the target axes given to this run so far
+    while (t > 0 && made < run) {
+      --t;
+      out.strides[t] = made * base;
+      made *= to[t];
+    }
+    if (made != run) return std::nullopt;
+    while (t > 0 && to[t - 1] == 1) out.strides[--t] = 0;  // size-1 target axes between runs
+    d = first;
+  }
+  while (t > 0) {
+    if (to[t - 1] != 1) return std::nullopt;
+    out.strides[--t] = 0;
+  }
+  return out;
+}
+
+std::optional<std::vector<std::int64_t>> constant_ints(const Graph& g, const Node& n, std::size_t k) {
+  if (!n.has_input(k)) return std::nullopt;
+  const Tensor* t = constant(g, n.inputs[k]);
+  if (t == nullptr) return std::nullopt;
+  std::vector<std::int64_t> out;
+  for (double x : to_doubles(*t)) {
+    out.push_back(x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : static_cast<std::int64_t>(x));
+  }
+  return out;
+}
+
+// `v` (of `n`'s input) through the Slice `n` whose output is `out` (static): offsets and strides of constant starts,
+// axes and positive steps (ONNX's clamping of starts); nullopt for anything else.
+std::optional<fused::InputView> sliced(const Graph& g, const Node& n, const fused::InputView& v, const Shape& out) {
+  if (g.opset("") < 10 || n.inputs.size() < 3 || out.size() != v.shape.size()) return std::nullopt;
+  const auto starts = constant_ints(g, n, 1);
+  if (!starts || !constant_ints(g, n, 2)) return std::nullopt;
+  const auto rank = static_cast<std::int64_t>(v.shape.size());
+  std::vector<std::int64_t> axes(starts->size()), steps(starts->size(), 1);
+  for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<std::int64_t>(i);
+  if (n.has_input(3)) {
+    auto a = constant_ints(g, n, 3);
+    if (!a || a->size() != starts->size()) return std::nullopt;
+    axes = *a;
+  }
+  if (n.has_input(4)) {
+    auto s = constant_ints(g, n, 4);
+    if (!s || s->size() != starts->size()) return std::nullopt;
+    steps = *s;
+  }
+  fused::InputView r = v;
+  r.shape = out;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const std::int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (axis < 0 || axis >= rank || steps[i] <= 0) return std::nullopt;
+    const auto a = static_cast<std::size_t>(axis);
+    const std::int64_t dim = v.shape[a];
+    std::int64_t start = (*starts)[i];
+    start = std::clamp<std::int64_t>(start < 0 ? (start < -dim ? 0 : start + dim) : start, 0, dim);
+    if (out[a] > 0) r.offset += start * v.strides[a];
+    r.strides[a] = v.strides[a] * steps[i];
+  }
+  return r;
+}
+
+// `v` through the view op `n` (its output `out`, static), or nullopt where it is not one this pass composes.
+std::optional<fused::InputView> through(const Graph& g, const Node& n, const fused::InputView& v, const Shape& out) {
+  if (is_onnx(n, "Slice")) return sliced(g, n, v, out);
+  if (is_onnx(n, "Transpose")) {
+    std::vector<std::int64_t> perm = n.attrs.get_ints("perm", {});
+    if (perm.empty()) {
+      for (std::size_t d = v.shape.size(); d-- > 0;) perm.push_back(static_cast<std::int64_t>(d));
+    }
+    if (perm.size() != v.shape.size()) return std::nullopt;
+    fused::InputView r;
+    r.offset = v.offset;
+    for (std::int64_t p : perm) {
+      if (p < 0 || p >= static_cast<std::int64_t>(v.shape.size())) return std::nullopt;
+      r.shape.push_back(v.shape[static_cast<std::size_t>(p)]);
+      r.strides.push_back(v.strides[static_cast<std::size_t>(p)]);
+    }
+    if (r.shape != out) return std::nullopt;
+    return r;
+  }
+  if (is_onnx(n, "Reshape") || is_onnx(n, "Flatten") || is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze")) {
+    return reshaped(v, out);
+  }
+  return std::nullopt;
+}
+
+struct Chain {
+  std::string source;
+  fused::InputView view;
+  std::vector<std::size_t> nodes;  // the view ops read through, last first
+};
+
+// The view of `value` (read by a fused node) over the furthest tensor that view ops made it from: the ops walked
+// back while their input and output shapes are static, then composed forward from the first whose input the view
+// can start from (a Reshape that strides cannot express starts the chain after it).
+std::optional<Chain> view_chain(const Graph& g, const Uses& uses, const std::string& value) {
+  std::vector<std::size_t> ops;  // last first
+  std::string at = value;
+  while (ops.size() < 16) {
+    auto p = uses.producer(at);
+    if (!p) break;
+    const Node& n = g.nodes[*p];
+    const bool view_op = is_onnx(n, "Slice") || is_onnx(n, "Transpose") || is_onnx(n, "Reshape") ||
+                         is_onnx(n, "Flatten") || is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze");
+    if (!view_op || n.inputs.empty() || n.outputs.size() != 1 || !static_shape(g, n.inputs[0]) ||
+        !static_shape(g, n.outputs[0])) {
+      break;
+    }
+    ops.push_back(*p);
+    at = n.inputs[0];
+  }
+  if (ops.empty()) return std::nullopt;
+  Chain chain;
+  chain.source = at;
+  chain.view = contiguous_view(*static_shape(g, at));
+  for (std::size_t i = ops.size(); i-- > 0;) {
+    const Node& n = g.nodes[ops[i]];
+    const Shape out = *static_shape(g, n.outputs[0]);
+    for (std::int64_t d : out) {
+      if (d <= 0) return std::nullopt;  // nothing to read
+    }
+    auto next = through(g, n, chain.view, out);
+    if (next) {
+      chain.view = std::move(*next);
+      chain.nodes.insert(chain.nodes.begin(), ops[i]);
+    } else {  // start again after it
+      chain.source = n.outputs[0];
+      chain.view = contiguous_view(out);
+      chain.nodes.clear();
+    }
+  }
+  if (chain.nodes.empty() || is_block(chain.view)) return std::nullopt;
+  return chain;
+}
+
+}  // namespace
+
+PassResult fused_input_views(Graph& g, const PassContext& ctx) {
+  PassResult result{"fused_input_views", 0, {}};
+  if (!ctx.fuse_elementwise) return result;
+  const Uses uses(g);
+  for (Node& n : g.nodes) {
+    if (n.domain != kXpurtDomain || n.op_type != "FusedElementwise" || n.attrs.has("input_views")) continue;
+    fused::InputViews views(n.inputs.size());
+    std::string note;
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      auto chain = view_chain(g, uses, n.inputs[k]);
+      if (!chain) continue;
+      note += detail::str_cat(note.empty() ? "" : ", ", "x", k, " = ", chain->source, " through");
+      for (std::size_t op : chain->nodes) note += " " + describe(g.nodes[op]);
+      n.inputs[k] = chain->source;
+      views[k] = std::move(chain->view);
+    }
+    if (note.empty()) continue;
+    fused::set_input_views(&n.attrs, views);
+    result.notes.push_back(describe(n) + " reads " + note + " as strided views");
+    ++result.rewrites;
+  }
+  if (result.rewrites == 0) return result;
+  // The view ops read by nothing now.
+  PassResult dead = dead_node_elimination(g, ctx);
+  result.notes.insert(result.notes.end(), dead.notes.begin(), dead.notes.end());
+  return result;
+}
+
+}  // namespace xpuruntime::passes

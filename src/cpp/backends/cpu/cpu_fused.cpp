@@ -108,6 +108,33 @@ void load_input(const fused::Layout& layout, std::size_t k, DType dtype, const v
     offset += coordinate[d] * layout.strides[k][d];
     rest /= layout.dims[d];
   }
+  const std::size_t inner = rank - 1;
+  const std::int64_t step = layout.strides[k][inner];
+  if (step == 0 || step == 1) {
+    // Runs along the innermost axis: contiguous (a view's rows, Note [Inputs read through a view]) or one value
+    // (a broadcast): a copy or a fill per run instead of a coordinate step per element.
+    for (std::int64_t i = 0; i < n;) {
+      const std::int64_t run = std::min(n - i, layout.dims[inner] - coordinate[inner]);
+      if (step == 0) {
+        std::fill(out + i, out + i + run, read(dtype, base, offset));
+      } else if (dtype == DType::kFloat32) {
+        std::copy(static_cast<const float*>(base) + offset, static_cast<const float*>(base) + offset + run, out + i);
+      } else {
+        for (std::int64_t j = 0; j < run; ++j) out[i + j] = read(dtype, base, offset + j);
+      }
+      i += run;
+      // the next run's start: carry from the axis before the innermost
+      offset -= coordinate[inner] * step;
+      coordinate[inner] = 0;
+      for (std::size_t d = inner; d-- > 0;) {
+        offset += layout.strides[k][d];
+        if (++coordinate[d] < layout.dims[d]) break;
+        offset -= coordinate[d] * layout.strides[k][d];
+        coordinate[d] = 0;
+      }
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < n; ++i) {
     out[i] = read(dtype, base, offset);
     for (std::size_t d = rank; d-- > 0;) {  // the next element's coordinate: carry from the last dimension

@@ -2373,8 +2373,9 @@ TEST(NhwcLayout, GroupedConvolutionsOfRealExportsRunChannelsLast) {
 // The suite's decoders with packed projections (Phi-3: q, k, v of one GEMM and gate, up of another; GPT-NeoX: per-head
 // q, k, v and a rotary quarter of each head), float16 dynamo exports at batch 2 and 5 tokens, optimized for a CUDA
 // plan: the rotary and SwiGLU kernels read their cuts of the projections through views (Note [Fused nodes read their
-// inputs' views]), Phi-3's attention reads v from its projection (qkv_parts -1, -1, 2), no Slice of Phi-3 is left, and
-// the rewritten graph (its fused nodes run by the cpu kernels, views and all) computes what the export does.
+// inputs' views]), Phi-3's attention reads v from its projection (qkv_parts -1, -1, 2), GPT-NeoX's other cuts are one
+// copy each, no Slice or Transpose is left, and the rewritten graph (its fused nodes run by the cpu kernels, views and
+// all) computes what the export does.
 TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
   const std::filesystem::path tiny = std::filesystem::path(XPURT_SOURCE_DIR) / "models" / "suite" / "tiny";
   for (const std::string name : {"phi3", "gpt_neox"}) {
@@ -2391,8 +2392,10 @@ TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
       if (n.op_type == "FusedElementwise" && n.attrs.has("input_views")) ++viewed;
     }
     EXPECT_GE(viewed, name == "phi3" ? 6 : 4) << out.str();  // per layer: q, k (and Phi-3's SwiGLU)
+    // GPT-NeoX's head Transpose and the Slices of q, k, v and of the heads' pass-through part: each chain of copies
+    // one FusedElementwise copy through a view (Note [Chains of copies become one])
+    EXPECT_EQ(count(out, "Slice") + count(out, "Transpose"), 0) << out.str();
     if (name == "phi3") {
-      EXPECT_EQ(count(out, "Slice"), 0) << out.str();
       for (const Node& n : out.nodes) {
         if (n.op_type == "Attention") {
           EXPECT_EQ(n.attrs.get_ints("qkv_parts", {}), (std::vector<std::int64_t>{-1, -1, 2})) << n.str();
@@ -2406,6 +2409,54 @@ TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
     expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
                  2e-2, 2e-2);
   }
+}
+
+// Note [Chains of copies become one]: in a CUDA plan, a head Transpose then a Slice of the last axis (two strided
+// copies) feeding an op outside any fused group becomes one FusedElementwise copy of the source through the composed
+// view; an int64 chain (the fused kernels take floats), a chain under a policy rule for slice, and CPU plans stay as
+// written; the answers are the graph's.
+TEST(FusedInputViews, ChainsOfCopiesBecomeOneCopy) {
+  Builder b;
+  b.input("x", {2, 3, 4, 6}).input("z", {2, 3, 4, 6});
+  b.constant("starts", int64s({1})).constant("ends", int64s({5})).constant("axes", int64s({3}));
+  Attributes perm;
+  perm.set("perm", std::vector<std::int64_t>{0, 2, 1, 3});
+  b.add(node("Transpose", {"x"}, {"t"}, perm)).add(node("Slice", {"t", "starts", "ends", "axes"}, {"s"}));
+  b.add(node("Relu", {"s"}, {"y"}));
+  b.add(node("Transpose", {"z"}, {"tz"}, perm)).add(node("Slice", {"tz", "starts", "ends", "axes"}, {"sz"}));
+  Graph g = b.build({"y", "sz"});
+  g.types["z"].dtype = DType::kInt64;
+  runtime::InferOptions cuda;
+  cuda.device = Device::cuda(0);
+  Graph out = g;
+  runtime::optimize(out, cuda, {});
+  int copies = 0;
+  for (const Node& n : out.nodes) {
+    if (n.op_type != "FusedElementwise") continue;
+    ++copies;
+    EXPECT_EQ(n.inputs, std::vector<std::string>{"x"}) << n.str();
+    // [2, 4, 3, 4] read from x [2, 3, 4, 6]: strides 72, 6, 24, 1 from element 1
+    EXPECT_EQ(n.attrs.get_ints("input_views", {}),
+              (std::vector<std::int64_t>{0, 4, 1, 2, 4, 3, 4, 72, 6, 24, 1})) << n.str();
+  }
+  EXPECT_EQ(copies, 1) << out.str();
+  EXPECT_EQ(count(out, "Transpose") + count(out, "Slice"), 2) << out.str();  // the int64 chain's
+  std::vector<std::int64_t> zs(144);
+  for (std::size_t i = 0; i < zs.size(); ++i) zs[i] = static_cast<std::int64_t>(i * 7);
+  const Feeds feeds = {{"x", random({2, 3, 4, 6}, 105)}, {"z", make_i64({2, 3, 4, 6}, zs)}};
+  const std::vector<Tensor> want = run_graph(g, feeds), got = run_graph(out, feeds, nullptr, /*library_fused=*/true);
+  expect_close({want[0]}, {got[0]}, 0.0, 0.0);
+  ASSERT_EQ(want[1].shape(), got[1].shape());
+  const Tensor wz = want[1].contiguous(), gz = got[1].contiguous();
+  EXPECT_EQ(std::memcmp(wz.data_ptr(), gz.data_ptr(), static_cast<std::size_t>(wz.nbytes())), 0);
+  runtime::InferOptions ruled = cuda;
+  ruled.keep_unfused = [](const std::string& op) { return op == "slice"; };
+  Graph kept = g;
+  runtime::optimize(kept, ruled, {});
+  EXPECT_EQ(count(kept, "FusedElementwise"), 0) << kept.str();
+  Graph cpu = g;  // CPU plans keep the copies (the cpu kernel reads views no faster)
+  runtime::optimize(cpu, runtime::InferOptions{}, {});
+  EXPECT_EQ(count(cpu, "FusedElementwise"), 0) << cpu.str();
 }
 
 // The passes of a quantized model's CPU plan and of its CUDA plan (quantized weights kept), and the CUDA context.

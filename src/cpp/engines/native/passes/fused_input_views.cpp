@@ -11,7 +11,9 @@
 // Unsqueeze where the result is expressible as strides of what they read, with static shapes, which a plan's graph
 // has) and, where the composed view is not contiguous (a copy would have run), gives the node the chain's source
 // with the view instead. The ops the node no longer needs go when nothing else reads them. Values that are views
-// already (contiguous blocks) are left alone: they cost nothing.
+// already (contiguous blocks) are left alone: they cost nothing. CUDA plans only: on the CPU the interpreter loads
+// every input into float32 chunks anyway, so reading a view costs what the copy did (measured slower on the tiny
+// exports); the cpu kernel still reads views, for a CUDA plan's node that falls back to it.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -164,8 +166,20 @@ std::optional<fused::InputView> through(const Graph& g, const Node& n, const fus
 struct Chain {
   std::string source;
   fused::InputView view;
-  std::vector<std::size_t> nodes;  // the view ops read through, last first
+  std::vector<std::size_t> nodes;  // the view ops read through, in graph order
+  int copies = 0;                  // how many of them copy (their result is not a block of what they read)
 };
+
+bool is_view_op(const Node& n) {
+  return is_onnx(n, "Slice") || is_onnx(n, "Transpose") || is_onnx(n, "Reshape") || is_onnx(n, "Flatten") ||
+         is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze");
+}
+
+// Whether the view op `n` copies: its result, over a contiguous input, is not one block.
+bool copies(const Graph& g, const Node& n, const Shape& in, const Shape& out) {
+  auto v = through(g, n, contiguous_view(in), out);
+  return !v || !is_block(*v);
+}
 
 // The view of `value` (read by a fused node) over the furthest tensor that view ops made it from: the ops walked
 // back while their input and output shapes are static, then composed forward from the first whose input the view
@@ -177,9 +191,7 @@ std::optional<Chain> view_chain(const Graph& g, const Uses& uses, const std::str
     auto p = uses.producer(at);
     if (!p) break;
     const Node& n = g.nodes[*p];
-    const bool view_op = is_onnx(n, "Slice") || is_onnx(n, "Transpose") || is_onnx(n, "Reshape") ||
-                         is_onnx(n, "Flatten") || is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze");
-    if (!view_op || n.inputs.empty() || n.outputs.size() != 1 || !static_shape(g, n.inputs[0]) ||
+    if (!is_view_op(n) || n.inputs.empty() || n.outputs.size() != 1 || !static_shape(g, n.inputs[0]) ||
         !static_shape(g, n.outputs[0])) {
       break;
     }
@@ -199,22 +211,62 @@ std::optional<Chain> view_chain(const Graph& g, const Uses& uses, const std::str
     auto next = through(g, n, chain.view, out);
     if (next) {
       chain.view = std::move(*next);
-      chain.nodes.insert(chain.nodes.begin(), ops[i]);
+      chain.nodes.push_back(ops[i]);
+      chain.copies += copies(g, n, *static_shape(g, n.inputs[0]), out);
     } else {  // start again after it
       chain.source = n.outputs[0];
       chain.view = contiguous_view(out);
       chain.nodes.clear();
+      chain.copies = 0;
     }
   }
   if (chain.nodes.empty() || is_block(chain.view)) return std::nullopt;
   return chain;
 }
 
+// Note [Chains of copies become one]
+// Where a value that some other op reads is made by a chain of view ops of which two or more copy (GPT-NeoX: a head
+// Transpose of its packed projection, a Slice of q, k or v from it, a Slice of the rotary part: three strided copies,
+// one after the other), the chain's last op becomes one FusedElementwise copy ("f32 x0", exact in every float dtype)
+// reading the chain's source through the composed view: one pass over memory instead of one per op. The chain's
+// other ops go when nothing else reads them. Nodes are taken from the last back, so that a long chain collapses
+// whole before its prefixes are looked at.
+int collapse_copy_chains(Graph& g, const Uses& uses, std::vector<std::string>& notes) {  // NOLINT: see above
+  int collapsed = 0;
+  for (std::size_t i = g.nodes.size(); i-- > 0;) {
+    Node& n = g.nodes[i];
+    if (!is_view_op(n) || n.outputs.size() != 1 || uses.unused(n.outputs[0])) continue;
+    auto chain = view_chain(g, uses, n.outputs[0]);
+    auto dtype = value_dtype(g, n.outputs[0]);
+    if (!chain || chain->copies < 2 || !dtype || !is_fusable_float(*dtype)) continue;
+    std::string note = describe(n) + " and the view ops before it (";
+    for (std::size_t op : chain->nodes) note += (op == chain->nodes.front() ? "" : ", ") + describe(g.nodes[op]);
+    Node copy;
+    copy.name = n.name + "_copy";
+    copy.domain = kXpurtDomain;
+    copy.op_type = "FusedElementwise";
+    copy.inputs = {chain->source};
+    copy.outputs = n.outputs;
+    copy.attrs.set("program", std::string("f32 x0"));
+    copy.attrs.set("output_dtype", std::string(dtype_name(*dtype)));
+    fused::set_input_views(&copy.attrs, {chain->view});
+    notes.push_back(note + ", " + std::to_string(chain->copies) + " copies) -> one copy of " + chain->source +
+                    " through a strided view, FusedElementwise '" + copy.name + "'");
+    n = std::move(copy);
+    ++collapsed;
+  }
+  return collapsed;
+}
+
 }  // namespace
 
 PassResult fused_input_views(Graph& g, const PassContext& ctx) {
   PassResult result{"fused_input_views", 0, {}};
-  if (!ctx.fuse_elementwise) return result;
+  // CUDA plans only (Note [Fused nodes read their inputs' views]): the cpu kernel reads a view run by run into its
+  // chunks, which costs what the copy did (the tiny Phi-3 export: 180 us a run with views, 143 with the copies).
+  if (!ctx.fuse_elementwise || !ctx.device.is_cuda()) return result;
+  // A policy rule for slice or transpose keeps those nodes as the user chose.
+  if (ctx.keep_unfused && (ctx.keep_unfused("slice") || ctx.keep_unfused("transpose"))) return result;
   const Uses uses(g);
   for (Node& n : g.nodes) {
     if (n.domain != kXpurtDomain || n.op_type != "FusedElementwise" || n.attrs.has("input_views")) continue;
@@ -233,10 +285,16 @@ PassResult fused_input_views(Graph& g, const PassContext& ctx) {
     result.notes.push_back(describe(n) + " reads " + note + " as strided views");
     ++result.rewrites;
   }
-  if (result.rewrites == 0) return result;
-  // The view ops read by nothing now.
-  PassResult dead = dead_node_elimination(g, ctx);
-  result.notes.insert(result.notes.end(), dead.notes.begin(), dead.notes.end());
+  // The view ops read by nothing now go; then the chains other ops still read collapse (Note [Chains of copies
+  // become one]), and what that leaves unread goes too.
+  auto drop_dead = [&] {
+    PassResult dead = dead_node_elimination(g, ctx);
+    result.notes.insert(result.notes.end(), dead.notes.begin(), dead.notes.end());
+  };
+  if (result.rewrites > 0) drop_dead();
+  const int collapsed = collapse_copy_chains(g, Uses(g), result.notes);
+  if (collapsed > 0) drop_dead();
+  result.rewrites += collapsed;
   return result;
 }
 

@@ -821,6 +821,33 @@ TEST(GemmFusion, NotWithoutConstantWeightsOrWithAFullMatrixC) {
   EXPECT_EQ(passes::gemm_fusion(g, {}).rewrites, 0);
 }
 
+// Note [Two residuals into two GEMMs]: a parallel attention + MLP block, y + (x W1 + b1) + x W2 (GPT-NeoX's form:
+// the two projections added, then the stream), is two Linears and no Add: W2's takes the stream y, W1's takes W2's
+// output; the answer is the graph's. An inner GEMM with an activation (added after it) keeps the Add.
+TEST(GemmFusion, TheStreamOfAParallelBlockGoesIntoTheSecondGemm) {
+  for (const bool gelu : {false, true}) {
+    SCOPED_TRACE(gelu ? "gelu" : "plain");
+    Builder b;
+    b.input("h", {2, 5, 8}).input("y", {2, 5, 6});
+    b.constant("w1", random({8, 6}, 41)).constant("b1", random({6}, 42)).constant("w2", random({8, 6}, 43));
+    b.add(node("MatMul", {"h", "w1"}, {"m1"})).add(node("Add", {"m1", "b1"}, {"a1"}));
+    b.add(node("MatMul", {"h", "w2"}, {"m2"}));
+    std::string second = "m2";
+    if (gelu) {
+      b.add(node("Relu", {"m2"}, {"r2"}));
+      second = "r2";
+    }
+    b.add(node("Add", {"a1", second}, {"s"})).add(node("Add", {"y", "s"}, {"out"}));
+    Graph g = b.build({"out"});
+    Graph out = g;
+    runtime::optimize(out, runtime::InferOptions{}, {});
+    EXPECT_EQ(count(out, "Linear"), 2) << out.str();
+    EXPECT_EQ(count(out, "Add"), gelu ? 1 : 0) << out.str();
+    const Feeds feeds = {{"h", random({2, 5, 8}, 44)}, {"y", random({2, 5, 6}, 45)}};
+    expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true), 1e-5, 1e-5);
+  }
+}
+
 // ---- quantized_fusion ----
 
 Tensor quantized(const Shape& shape, DType dtype, unsigned seed, int low, int high) {
@@ -2395,6 +2422,8 @@ TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
     // GPT-NeoX's head Transpose and the Slices of q, k, v and of the heads' pass-through part: each chain of copies
     // one FusedElementwise copy through a view (Note [Chains of copies become one])
     EXPECT_EQ(count(out, "Slice") + count(out, "Transpose"), 0) << out.str();
+    // GPT-NeoX's parallel block: the stream rides in the MLP's GEMM (Note [Two residuals into two GEMMs])
+    EXPECT_EQ(count(out, "Add"), 0) << out.str();
     if (name == "phi3") {
       for (const Node& n : out.nodes) {
         if (n.op_type == "Attention") {

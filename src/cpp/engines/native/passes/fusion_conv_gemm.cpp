@@ -340,6 +340,54 @@ PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
   return result;
 }
 
+// Note [Two residuals into two GEMMs]
+// Parallel attention and MLP blocks (GPT-NeoX/Pythia, GPT-J, Falcon, Phi-2: x + attn(ln(x)) + mlp(ln(x))) add two
+// GEMM outputs and the stream: after the fusion above one Linear takes the other's output as its residual, and the
+// stream is still an Add of its own, a kernel per layer. Since a + (b + y) = (a + b) + y, the other Linear (no
+// residual, no activation, its output read only as that residual) takes y as its residual, and the first Linear
+// writes the Add's sum: the Add goes. Both Linears then run where the Add was (after y exists).
+int fold_second_residuals(Graph& g, PassResult& result) {
+  Rewriter rw(g);
+  const Uses uses(g);
+  for (std::size_t ai = 0; ai < g.nodes.size(); ++ai) {
+    const Node& add = g.nodes[ai];
+    if (!is_onnx(add, "Add") || add.inputs.size() != 2 || rw.taken(ai)) continue;
+    for (std::size_t side = 0; side < 2; ++side) {
+      const std::string& a = add.inputs[side];
+      auto first = uses.producer(a);
+      if (!first || rw.taken(*first) || !uses.only_reader(a, ai)) continue;
+      const Node& outer = g.nodes[*first];
+      if (outer.domain != kXpurtDomain || outer.op_type != "Linear" || outer.inputs.size() < 4 ||
+          outer.inputs[3].empty() || outer.attrs.get_string("activation", "none") != "none") {
+        continue;
+      }
+      const std::string& r = outer.inputs[3];
+      auto second = uses.producer(r);
+      if (!second || rw.taken(*second) || !uses.only_reader(r, *first)) continue;
+      const Node& inner = g.nodes[*second];
+      if (inner.domain != kXpurtDomain || inner.op_type != "Linear" ||
+          (inner.inputs.size() > 3 && !inner.inputs[3].empty()) ||
+          inner.attrs.get_string("activation", "none") != "none") {
+        continue;
+      }
+      auto dtype = value_dtype(g, a);
+      const std::string y = dtype ? residual_operand(g, add, a, *dtype) : std::string();
+      if (y.empty() || y == r) continue;  // (y cannot depend on a or r: the Add and outer are their only readers)
+      Node inner_fused = inner;
+      inner_fused.inputs.resize(4);  // an absent bias stays "" before the residual
+      inner_fused.inputs[3] = y;
+      Node outer_fused = outer;
+      outer_fused.outputs = add.outputs;
+      const std::string note = detail::str_cat(describe(add), " (", y, " + ", describe(inner), " + ", describe(outer),
+                                               ") -> ", y, " the residual of ", describe(inner),
+                                               ", whose sum is the residual of ", describe(outer));
+      rw.replace({*second, *first, ai}, {std::move(inner_fused), std::move(outer_fused)}, note);
+      break;
+    }
+  }
+  return rw.apply(result);
+}
+
 // Note [Residual in the GEMM]
 // Pre-LN transformers (GPT-2, ViT, Llama, Whisper) add every attention and MLP output to the residual stream:
 // Add(x, Linear(h)), whose sum the next norm and the next Add both read, so no norm can take it. Each was a kernel of
@@ -479,6 +527,7 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
     rw.replace(pattern, std::move(replacement), std::move(note));
   }
   rw.apply(result);
+  fold_second_residuals(g, result);  // Note [Two residuals into two GEMMs]
   return result;
 }
 

@@ -2398,14 +2398,14 @@ TEST(NhwcLayout, GroupedConvolutionsOfRealExportsRunChannelsLast) {
 }
 
 // The suite's decoders with packed projections (Phi-3: q, k, v of one GEMM and gate, up of another; GPT-NeoX: per-head
-// q, k, v and a rotary quarter of each head), float16 dynamo exports at batch 2 and 5 tokens, optimized for a CUDA
-// plan: the rotary and SwiGLU kernels read their cuts of the projections through views (Note [Fused nodes read their
-// inputs' views]), Phi-3's attention reads v from its projection (qkv_parts -1, -1, 2), GPT-NeoX's other cuts are one
-// copy each, no Slice or Transpose is left, and the rewritten graph (its fused nodes run by the cpu kernels, views and
-// all) computes what the export does.
+// q, k, v and a rotary quarter of each head) and Llama (q, k and gate, up of their own GEMMs, made one each), float16
+// dynamo exports at batch 2 and 5 tokens, optimized for a CUDA plan: the rotary and SwiGLU kernels read their cuts of
+// the projections through views (Note [Fused nodes read their inputs' views]), Phi-3's attention reads v from its
+// projection (qkv_parts -1, -1, 2), GPT-NeoX's other cuts are one copy each, no Slice or Transpose is left in either,
+// and the rewritten graph (its fused nodes run by the cpu kernels, views and all) computes what the export does.
 TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
   const std::filesystem::path tiny = std::filesystem::path(XPURT_SOURCE_DIR) / "models" / "suite" / "tiny";
-  for (const std::string name : {"phi3", "gpt_neox"}) {
+  for (const std::string name : {"phi3", "gpt_neox", "llama"}) {
     SCOPED_TRACE(name);
     const Graph g = import_onnx_file((tiny / (name + ".dynamo.float16.onnx")).string());
     Graph out = g;
@@ -2414,16 +2414,22 @@ TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
     runtime::InferOptions cuda;
     cuda.device = Device::cuda(0);
     runtime::optimize(out, cuda, {});
-    int viewed = 0;
+    int viewed = 0, merged = 0;
     for (const Node& n : out.nodes) {
       if (n.op_type == "FusedElementwise" && n.attrs.has("input_views")) ++viewed;
+      if (n.op_type == "Linear" && n.name.find("_merged") != std::string::npos) ++merged;
     }
-    EXPECT_GE(viewed, name == "phi3" ? 6 : 4) << out.str();  // per layer: q, k (and Phi-3's SwiGLU)
+    // per layer: q, k (and Phi-3's SwiGLU); Llama: its SwiGLU over gate and up, now one GEMM (Note [Sibling GEMMs
+    // of one fused node become one])
+    EXPECT_GE(viewed, name == "phi3" ? 6 : name == "llama" ? 2 : 4) << out.str();
+    EXPECT_EQ(merged, name == "llama" ? 4 : 0) << out.str();  // per layer: q with k, gate with up
     // GPT-NeoX's head Transpose and the Slices of q, k, v and of the heads' pass-through part: each chain of copies
     // one FusedElementwise copy through a view (Note [Chains of copies become one])
-    EXPECT_EQ(count(out, "Slice") + count(out, "Transpose"), 0) << out.str();
-    // GPT-NeoX's parallel block: the stream rides in the MLP's GEMM (Note [Two residuals into two GEMMs])
-    EXPECT_EQ(count(out, "Add"), 0) << out.str();
+    if (name != "llama") {
+      EXPECT_EQ(count(out, "Slice") + count(out, "Transpose"), 0) << out.str();
+      // GPT-NeoX's parallel block: the stream rides in the MLP's GEMM (Note [Two residuals into two GEMMs])
+      EXPECT_EQ(count(out, "Add"), 0) << out.str();
+    }
     if (name == "phi3") {
       for (const Node& n : out.nodes) {
         if (n.op_type == "Attention") {
@@ -2437,6 +2443,89 @@ TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
     const Feeds feeds = {{g.inputs[0], make_i64({2, 5}, ids)}, {g.inputs[1], make_i64({2, 5}, mask)}};
     expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
                  2e-2, 2e-2);
+  }
+}
+
+// Note [Sibling GEMMs of one fused node become one]: in a CUDA plan, silu(x W1 + b1) * (x W2) (a gated MLP's gate
+// and up; here up of one column, broadcast) is one Linear over [W1 | W2] with bias [b1 | 0], the fused node reading
+// each part through a view, for MatMul's [K, N] weights and for Gemm's transposed [N, K] ones; not where up is also
+// an output of its own. The answers are the graph's.
+TEST(FusedInputViews, SiblingGemmsOfOneFusedNodeBecomeOne) {
+  for (const bool transposed : {false, true}) {
+    for (const bool shared : {false, true}) {
+      SCOPED_TRACE(std::string(transposed ? "Gemm transB" : "MatMul") + (shared ? ", up also an output" : ""));
+      Builder b;
+      b.input("x", {6, 8}).constant("b1", random({5}, 52));
+      b.constant("w1", random(transposed ? Shape{5, 8} : Shape{8, 5}, 50));
+      b.constant("w2", random(transposed ? Shape{1, 8} : Shape{8, 1}, 51));
+      if (transposed) {
+        b.add(node("Gemm", {"x", "w1", "b1"}, {"a"}, Attributes().set("transB", I(1))));
+        b.add(node("Gemm", {"x", "w2"}, {"u"}, Attributes().set("transB", I(1))));
+      } else {
+        b.add(node("MatMul", {"x", "w1"}, {"m1"})).add(node("Add", {"m1", "b1"}, {"a"}));
+        b.add(node("MatMul", {"x", "w2"}, {"u"}));
+      }
+      // up has one column, broadcast over the gate's 5: parts of unequal widths
+      b.add(node("Sigmoid", {"a"}, {"sg"})).add(node("Mul", {"a", "sg"}, {"silu"}));
+      b.add(node("Mul", {"silu", "u"}, {"y"}));
+      Graph g = b.build(shared ? std::vector<std::string>{"y", "u"} : std::vector<std::string>{"y"});
+      runtime::InferOptions cuda;
+      cuda.device = Device::cuda(0);
+      Graph out = g;
+      runtime::optimize(out, cuda, {});
+      int merged = 0;
+      for (const Node& n : out.nodes) merged += n.op_type == "Linear" && n.name.find("_merged") != std::string::npos;
+      EXPECT_EQ(merged, shared ? 0 : 1) << out.str();
+      EXPECT_EQ(count(out, "Linear"), shared ? 2 : 1) << out.str();
+      const Feeds feeds = {{"x", random({6, 8}, 53)}};
+      expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true), 1e-5, 1e-5);
+    }
+  }
+}
+
+// Note [Sibling GEMMs of one fused node become one], attention: q, k and v Linears of one input, each Reshaped to
+// heads [B, S, H, D], q and k rotated by fused kernels, all three read by the Attention (bshd): one Linear of 3 H D
+// columns, the rotary kernels reading q and k through views, the Attention reading v as part 2 of the packed
+// [B, S, 3, H, D] view (qkv_parts -1, -1, 2); with grouped-query heads (k and v of 1 head) v stays its own GEMM. The
+// answers are the graph's.
+TEST(FusedInputViews, RotatedQueriesKeysAndValuesShareOneGemm) {
+  for (const std::int64_t kv_heads : {2, 1}) {
+    SCOPED_TRACE(kv_heads == 2 ? "multi-head" : "grouped-query");
+    Builder b;
+    b.input("x", {2, 5, 16});
+    b.constant("cos", random({5, 1, 8}, 60)).constant("sin", random({5, 1, 8}, 61));
+    const std::string rotary = "mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2";
+    for (const std::string p : {"q", "k", "v"}) {
+      const std::int64_t heads = p == "q" ? 2 : kv_heads;
+      b.constant("w" + p, random({16, heads * 8}, p == "q" ? 62 : p == "k" ? 63 : 64));
+      b.constant("shape_" + p, int64s({2, 5, heads, 8}));
+      Node l = node("Linear", {"x", "w" + p}, {p}, Attributes().set("weight_layout", std::string("kn")));
+      l.domain = kXpurtDomain;
+      b.add(l).add(node("Reshape", {p, "shape_" + p}, {p + "h"}));
+      if (p == "v") continue;
+      Node r = node("FusedElementwise", {p + "h", "cos", "sin"}, {p + "r"}, Attributes().set("program", rotary));
+      r.domain = kXpurtDomain;
+      b.add(r);
+    }
+    Attributes flags;
+    flags.set("bshd", std::vector<std::int64_t>{1, 1, 1, 1}).set("scale", 0.35).set("causal", I(0));
+    Node a = node("Attention", {"qr", "kr", "vh"}, {"y"}, flags);
+    a.domain = kXpurtDomain;
+    b.add(a);
+    Graph g = b.build({"y"});
+    runtime::InferOptions cuda;
+    cuda.device = Device::cuda(0);
+    Graph out = g;
+    runtime::optimize(out, cuda, {});
+    EXPECT_EQ(count(out, "Linear"), kv_heads == 2 ? 1 : 2) << out.str();
+    for (const Node& n : out.nodes) {
+      if (n.op_type == "Attention" && kv_heads == 2) {
+        EXPECT_EQ(n.attrs.get_ints("qkv_parts", {}), (std::vector<std::int64_t>{-1, -1, 2})) << n.str();
+      }
+    }
+    const Feeds feeds = {{"x", random({2, 5, 16}, 65)}};
+    expect_close(run_graph(g, feeds, nullptr, /*library_fused=*/true),
+                 run_graph(out, feeds, nullptr, /*library_fused=*/true), 1e-5, 1e-5);
   }
 }
 

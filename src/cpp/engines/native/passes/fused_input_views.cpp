@@ -16,6 +16,9 @@
 // exports); the cpu kernel still reads views, for a CUDA plan's node that falls back to it.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -258,6 +261,248 @@ int collapse_copy_chains(Graph& g, const Uses& uses, std::vector<std::string>& n
   return collapsed;
 }
 
+// Note [Sibling GEMMs of one fused node become one]
+// Decoders project one normalized input several times: Llama-style MLPs gate and up (Llama, Mistral, Qwen, Gemma; T5
+// v1.1's gated GELU), read by one fused kernel (SwiGLU); Llama-style attention q, k and v, each Reshaped to heads,
+// q and k read by their rotary kernels and v by the Attention. Each is a GEMM of N columns where one of the summed
+// width does the same work in one launch with wider tiles (at batch 1 each is too small to fill the GPU). Linears of
+// one input x with constant weights of one dtype, layout and depth, the same attributes (activation included: it
+// applies column by column) and no residual become one Linear over the weights concatenated along N (the biases too,
+// zeros where one has none) when every reader of each output takes a view: a FusedElementwise (not yet reading
+// views) reads its part through one, directly or through a Reshape that splits the last axis into heads; an
+// Attention reads a part that went through such a Reshape as part p of the merged output viewed as [B, S, P, H, D]
+// (qkv_parts; only where every part has the same width, so not grouped-query attention's v, which stays a GEMM of
+// its own). This is Phi-3's own form (Note [Fused nodes read their inputs' views]). The merged Linear and its packed
+// view go where the first Linear was.
+struct Part {
+  std::size_t linear = 0;
+  std::optional<std::size_t> reshape;  // to [B, S, H, D]
+  std::int64_t width = 0, start = 0;
+  Shape read_shape;  // what the readers read: the Linear's output, or the Reshape's [B, S, H, D]
+  std::vector<std::pair<std::size_t, std::size_t>> fused_reads;  // (node, input)
+  std::optional<std::pair<std::size_t, std::size_t>> attention;  // (node, slot)
+};
+
+bool mergeable_linear(const Graph& g, const Node& l) {
+  return l.domain == kXpurtDomain && l.op_type == "Linear" && l.inputs.size() >= 2 && l.outputs.size() == 1 &&
+         !(l.inputs.size() > 3 && !l.inputs[3].empty()) && constant(g, l.inputs[1]) != nullptr &&
+         constant(g, l.inputs[1])->dim() == 2 &&
+         !(l.inputs.size() > 2 && !l.inputs[2].empty() && constant(g, l.inputs[2]) == nullptr);
+}
+
+// How `value` (a Linear's output, or its Reshape's) is read, into `part`; false when some reader takes no view.
+bool view_readers(const Graph& g, const Uses& uses, const std::string& value, bool heads, Part* part) {
+  if (uses.is_graph_output(value) || uses.read_by_subgraph(value) || uses.readers(value).empty()) return false;
+  for (std::size_t r : uses.readers(value)) {
+    const Node& n = g.nodes[r];
+    if (n.domain == kXpurtDomain && n.op_type == "FusedElementwise" && !n.attrs.has("input_views")) {
+      for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+        if (n.inputs[k] == value) part->fused_reads.emplace_back(r, k);
+      }
+      continue;
+    }
+    if (!heads || n.domain != kXpurtDomain || n.op_type != "Attention" || part->attention) return false;
+    const std::vector<std::int64_t> bshd = n.attrs.get_ints("bshd", {0, 0, 0, 0});
+    const std::vector<std::int64_t> parts = n.attrs.get_ints("qkv_parts", {-1, -1, -1});
+    int slot = -1;
+    for (std::size_t t = 0; t < 3 && t < n.inputs.size(); ++t) {
+      if (n.inputs[t] == value) slot = slot == -1 ? static_cast<int>(t) : -2;
+    }
+    if (slot < 0 || bshd.size() != 4 || parts.size() != 3 || bshd[static_cast<std::size_t>(slot)] != 1 ||
+        parts[static_cast<std::size_t>(slot)] >= 0) {
+      return false;
+    }
+    part->attention = std::make_pair(r, static_cast<std::size_t>(slot));
+  }
+  return true;
+}
+
+// Linear `l`'s output as a part whose readers all take views, or nullopt.
+std::optional<Part> view_part(const Graph& g, const Uses& uses, std::size_t l) {
+  const std::string& out = g.nodes[l].outputs[0];
+  auto shape = static_shape(g, out);
+  if (!shape || shape->empty()) return std::nullopt;
+  Part part;
+  part.linear = l;
+  part.width = shape->back();
+  part.read_shape = *shape;
+  const auto& readers = uses.readers(out);
+  if (readers.size() == 1 && is_onnx(g.nodes[readers[0]], "Reshape") && uses.only_reader(out, readers[0])) {
+    const Node& reshape = g.nodes[readers[0]];
+    auto heads = static_shape(g, reshape.outputs[0]);
+    if (!heads || heads->size() != shape->size() + 1 || heads->back() <= 0 ||
+        !std::equal(shape->begin(), shape->end() - 1, heads->begin()) ||
+        (*heads)[heads->size() - 2] * heads->back() != part.width) {
+      return std::nullopt;
+    }
+    part.reshape = readers[0];
+    part.read_shape = *heads;
+    if (!view_readers(g, uses, reshape.outputs[0], /*heads=*/true, &part)) return std::nullopt;
+    return part;
+  }
+  if (!view_readers(g, uses, out, /*heads=*/false, &part)) return std::nullopt;
+  return part;
+}
+
+// The parts of x's Linears that can merge (same weights' dtype, layout, depth and attributes); the Attention-read
+// ones only where every part has one width (the packed view). Fewer than two: none.
+std::vector<Part> mergeable_parts(const Graph& g, const Uses& uses, const std::vector<std::size_t>& linears) {
+  std::vector<Part> parts;
+  const Node& first = g.nodes[linears[0]];
+  const Tensor& w0 = *constant(g, first.inputs[1]);
+  const bool kn = first.attrs.get_string("weight_layout", "nk") == "kn";
+  for (std::size_t l : linears) {
+    const Node& n = g.nodes[l];
+    const Tensor& w = *constant(g, n.inputs[1]);
+    const bool same_depth = w.shape()[kn ? 0 : 1] == w0.shape()[kn ? 0 : 1];
+    if (n.attrs.str() != first.attrs.str() || w.dtype() != w0.dtype() || !same_depth) continue;
+    const Tensor* b = n.inputs.size() > 2 && !n.inputs[2].empty() ? constant(g, n.inputs[2]) : nullptr;
+    if (b != nullptr && (b->dtype() != w.dtype() || b->numel() != w.shape()[kn ? 1 : 0])) continue;
+    auto part = view_part(g, uses, l);
+    if (part && part->width == w.shape()[kn ? 1 : 0]) parts.push_back(std::move(*part));
+  }
+  bool one_width = true;
+  for (const Part& p : parts) one_width = one_width && p.width == parts[0].width;
+  if (!one_width) {
+    parts.erase(std::remove_if(parts.begin(), parts.end(), [](const Part& p) { return p.attention.has_value(); }),
+                parts.end());
+  }
+  if (parts.size() < 2) parts.clear();
+  return parts;
+}
+
+// The merged weights (and biases: zeros where a part has none, empty when none has one) of `parts`, in order.
+std::pair<Tensor, Tensor> concatenated(const Graph& g, const std::vector<Part>& parts, std::int64_t total) {
+  const Node& first = g.nodes[parts[0].linear];
+  const Tensor& w0 = *constant(g, first.inputs[1]);
+  const bool kn = first.attrs.get_string("weight_layout", "nk") == "kn";
+  const std::int64_t depth = w0.shape()[kn ? 0 : 1];
+  const std::size_t item = dtype_size(w0.dtype());
+  Tensor w = Tensor::zeros(kn ? Shape{depth, total} : Shape{total, depth}, w0.dtype());
+  Tensor bias = Tensor::zeros({total}, w0.dtype());
+  bool any_bias = false;
+  auto* wd = static_cast<char*>(w.data_ptr());
+  for (const Part& p : parts) {
+    const Node& n = g.nodes[p.linear];
+    const Tensor part = constant(g, n.inputs[1])->contiguous();
+    const auto* pd = static_cast<const char*>(part.data_ptr());
+    const auto cols = static_cast<std::size_t>(p.width);
+    if (kn) {  // [K, N]: each row's columns side by side
+      for (std::int64_t k = 0; k < depth; ++k) {
+        std::memcpy(wd + static_cast<std::size_t>(k * total + p.start) * item,
+                    pd + static_cast<std::size_t>(k) * cols * item, cols * item);
+      }
+    } else {  // [N, K]: the rows one after the other
+      std::memcpy(wd + static_cast<std::size_t>(p.start * depth) * item, pd,
+                  cols * static_cast<std::size_t>(depth) * item);
+    }
+    if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      const Tensor b = constant(g, n.inputs[2])->contiguous();
+      std::memcpy(static_cast<char*>(bias.data_ptr()) + static_cast<std::size_t>(p.start) * item, b.data_ptr(),
+                  cols * item);
+      any_bias = true;
+    }
+  }
+  return {w, any_bias ? bias : Tensor()};
+}
+
+int merge_sibling_gemms(Graph& g, std::vector<std::string>& notes) {
+  Rewriter rw(g);
+  const Uses uses(g);
+  std::set<std::string> old_constants;
+  std::set<std::size_t> viewing;  // readers given views by a merge (one merge each)
+  std::map<std::string, std::vector<std::size_t>> by_x;
+  std::vector<std::string> order;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!mergeable_linear(g, g.nodes[i])) continue;
+    auto& group = by_x[g.nodes[i].inputs[0]];
+    if (group.empty()) order.push_back(g.nodes[i].inputs[0]);
+    group.push_back(i);
+  }
+  for (const std::string& x : order) {
+    const std::vector<std::size_t>& linears = by_x[x];
+    if (linears.size() < 2) continue;
+    std::vector<Part> parts = mergeable_parts(g, uses, linears);
+    if (parts.empty()) continue;
+    // No reader shared with another merge. The merged nodes go where the first Linear was (they read only x, which
+    // is there, and every reader of a part comes after that part's Linear).
+    std::vector<std::size_t> pattern;
+    std::set<std::size_t> readers;
+    bool shared = false;
+    for (const Part& p : parts) {
+      pattern.push_back(p.linear);
+      if (p.reshape) pattern.push_back(*p.reshape);
+      for (const auto& [node, input] : p.fused_reads) readers.insert(node);
+      if (p.attention) readers.insert(p.attention->first);
+    }
+    for (std::size_t r : readers) shared = shared || viewing.count(r) > 0;
+    if (shared || rw.any_taken(pattern)) continue;
+    std::int64_t total = 0;
+    for (Part& p : parts) {
+      p.start = total;
+      total += p.width;
+    }
+    const Node& first = g.nodes[parts[0].linear];
+    auto [w, bias] = concatenated(g, parts, total);
+    Node merged = first;
+    merged.name = first.name + "_merged";
+    merged.inputs = {x, add_constant(g, first.name + "_merged_weight", w)};
+    if (bias.defined()) merged.inputs.push_back(add_constant(g, first.name + "_merged_bias", bias));
+    merged.outputs = {g.unique_name(first.outputs[0] + "_merged")};
+    std::vector<Node> replacement = {merged};
+    std::string packed;  // the merged output as [B, S, P, H, D], for the Attention-read parts
+    std::map<std::size_t, fused::InputViews> new_views;  // per fused reader (no views before: view_readers)
+    std::string note = "merged";
+    for (const Part& p : parts) {
+      const Node& l = g.nodes[p.linear];
+      note += (p.start ? " + " : " ") + describe(l);
+      old_constants.insert(l.inputs[1]);
+      if (l.inputs.size() > 2 && !l.inputs[2].empty()) old_constants.insert(l.inputs[2]);
+      for (const auto& [node, input] : p.fused_reads) {
+        Node& reader = g.nodes[node];
+        fused::InputViews& views = new_views[node];
+        views.resize(reader.inputs.size());
+        fused::InputView v = contiguous_view(p.read_shape);  // a row of `total` from column p.start
+        v.offset = p.start;
+        const std::size_t outer = p.read_shape.size() - (p.reshape ? 2 : 1);
+        for (std::size_t d = 0; d < outer; ++d) v.strides[d] = v.strides[d] / p.width * total;
+        views[input] = v;
+        reader.inputs[input] = merged.outputs[0];
+        viewing.insert(node);
+      }
+      if (p.attention) {
+        Node& attention = g.nodes[p.attention->first];
+        const std::size_t slot = p.attention->second;
+        if (packed.empty()) {
+          Shape shape(p.read_shape.begin(), p.read_shape.end() - 2);  // [B, S]
+          shape.push_back(total / p.width);
+          shape.push_back(p.read_shape[p.read_shape.size() - 2]);
+          shape.push_back(p.read_shape.back());
+          packed = g.unique_name(merged.outputs[0] + "_packed");
+          replacement.push_back(reshape_node(g, merged.name + "_packed", merged.outputs[0], shape, packed));
+        }
+        std::vector<std::int64_t> bshd = attention.attrs.get_ints("bshd", {0, 0, 0, 0});
+        std::vector<std::int64_t> qkv = attention.attrs.get_ints("qkv_parts", {-1, -1, -1});
+        bshd[slot] = 0;
+        qkv[slot] = p.start / p.width;
+        attention.attrs.set("bshd", bshd);
+        attention.attrs.set("qkv_parts", qkv);
+        attention.inputs[slot] = packed;
+        viewing.insert(p.attention->first);
+      }
+    }
+    for (const auto& [node, views] : new_views) fused::set_input_views(&g.nodes[node].attrs, views);
+    notes.push_back(detail::str_cat(note, " -> Linear '", merged.name, "' (", total, " columns), read through views"));
+    std::sort(pattern.begin(), pattern.end());
+    rw.replace({pattern.front()}, std::move(replacement), notes.back());  // the first Linear (the lowest index)
+    rw.replace(std::vector<std::size_t>(pattern.begin() + 1, pattern.end()), {}, "  (merged into " + merged.name + ")");
+  }
+  PassResult applied;
+  const int merged = rw.apply(applied);
+  remove_unused_constants(g, old_constants);
+  return merged;
+}
+
 }  // namespace
 
 PassResult fused_input_views(Graph& g, const PassContext& ctx) {
@@ -267,6 +512,7 @@ PassResult fused_input_views(Graph& g, const PassContext& ctx) {
   if (!ctx.fuse_elementwise || !ctx.device.is_cuda()) return result;
   // A policy rule for slice or transpose keeps those nodes as the user chose.
   if (ctx.keep_unfused && (ctx.keep_unfused("slice") || ctx.keep_unfused("transpose"))) return result;
+  result.rewrites += merge_sibling_gemms(g, result.notes);  // Note [Sibling GEMMs of one fused node become one]
   const Uses uses(g);
   for (Node& n : g.nodes) {
     if (n.domain != kXpurtDomain || n.op_type != "FusedElementwise" || n.attrs.has("input_views")) continue;

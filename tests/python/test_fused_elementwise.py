@@ -604,16 +604,13 @@ def test_a_view_past_its_tensor_is_a_typed_error():
 @pytest.mark.parametrize("name", ["phi3.dynamo.float16", "gpt_neox.dynamo.float32"])
 def test_the_views_plan_matches_the_plan_with_copies(name, device):
     """fused_input_views (Note [Fused nodes read their inputs' views]) on the decoders with packed projections: the
-    CUDA plan whose kernels read the cuts in place gives the plan with the Slice copies' answers."""
+    plan whose kernels read the cuts in place gives the plan with the Slice copies' answers."""
     feeds = _feeds(name)
     viewed = _session(name, device)
     copies = _session(name, device, disabled_passes=["fused_input_views"])
     for a, b in zip(viewed.run(None, feeds), copies.run(None, feeds)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    # explain() of the run's plan names the views: the rotary kernels read q and k cuts [B, S, H, D] in place (CUDA
-    # plans; CPU plans keep the copies)
+    # explain() of the run's plan names the views: the rotary kernels read q and k cuts [B, S, H, D] in place
     reasons = [n["reason"] for n in _fused(viewed)]
-    assert sum(" read as " in r and "rotate_half" in r for r in reasons) >= (4 if device != "cpu" else 0), reasons
+    assert sum(" read as " in r and "rotate_half" in r for r in reasons) >= 4, reasons
     assert not any(" read as " in n["reason"] for n in _fused(copies))
-    if device == "cpu":
-        assert not any(" read as " in r for r in reasons)

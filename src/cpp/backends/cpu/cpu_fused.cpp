@@ -173,16 +173,6 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
     XPURT_CHECK(index < kChunkFns.size(), "fused_elementwise: code ", index, " has no cpu loop");
     chunk_fns.push_back(kChunkFns[index]);
   }
-  auto offset_of = [&](std::size_t k, std::int64_t linear) {
-    if (scalar[k]) return std::int64_t{0};
-    if (full[k]) return linear;
-    std::int64_t rest = linear, offset = 0;
-    for (std::size_t d = rank; d-- > 0;) {
-      offset += (rest % layout.dims[d]) * layout.strides[k][d];
-      rest /= layout.dims[d];
-    }
-    return offset;
-  };
   // Instructions [0, upto) over output elements [begin, begin + n) into regs; reductions read reduced[j].
   auto compute = [&](std::vector<float>& regs, std::int64_t begin, std::int64_t n, std::size_t upto,
                      const std::vector<float>& reduced) {
@@ -204,10 +194,29 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       if (in.code == fused::Code::kRotateHalf) {  // Note [Fused elementwise programs]: rotate_half
         const auto k = static_cast<std::size_t>(in.a.index);
         const std::int64_t half = layout.last / 2, step = layout.strides[k].back();
+        // the chunk's offsets into input k: one decode, then a carry walk (not a division per dimension and element)
+        std::int64_t coordinate[8] = {};
+        std::int64_t offset = 0;
+        if (!full[k]) {
+          std::int64_t rest = begin;
+          for (std::size_t d = rank; d-- > 0;) {
+            coordinate[d] = rest % layout.dims[d];
+            offset += coordinate[d] * layout.strides[k][d];
+            rest /= layout.dims[d];
+          }
+        }
         for (std::int64_t i = 0; i < n; ++i) {
           const bool negates = fused::rotate_half_negates((begin + i) % layout.last, layout.last);
-          const float v = read(input_dtypes[k], inputs[k], offset_of(k, begin + i) + (negates ? half : -half) * step);
+          const std::int64_t at = full[k] ? begin + i : offset;
+          const float v = read(input_dtypes[k], inputs[k], at + (negates ? half : -half) * step);
           out[i] = negates ? -v : v;
+          if (full[k]) continue;
+          for (std::size_t d = rank; d-- > 0;) {
+            offset += layout.strides[k][d];
+            if (++coordinate[d] < layout.dims[d]) break;
+            offset -= coordinate[d] * layout.strides[k][d];
+            coordinate[d] = 0;
+          }
         }
         continue;
       }

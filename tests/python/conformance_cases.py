@@ -832,6 +832,10 @@ def reduce_cases() -> List[Case]:
         ("nhwc_hw_264_channels", (3, 5, 6, 264), [1, 2], 0),
         ("middle_split_rows", (1, 3001, 16), [1], 1),
         ("first_axis_inner_8", (517, 8), [0], 0),
+        # trailing axes (Note [Reductions of trailing axes] in cpu_reduce.cpp): an NCHW H x W mean of 21 (four
+        # accumulators and a tail of 1), and rows of 3 (all tail)
+        ("nchw_hw", (3, 5, 7, 3), [2, 3], 1),
+        ("rows_of_3", (11, 3), [-1], 0),
     ]
     cases = []
     for op in REDUCE:

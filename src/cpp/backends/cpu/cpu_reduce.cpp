@@ -2,6 +2,7 @@
 // all), keepdims or not. Each output element walks its reduced elements in row-major order, summing in double.
 // NaN propagates through max and min (as torch.amax/amin do); an empty reduction gives 0 for sum and NaN for
 // mean (0 / 0, like NumPy and PyTorch); max/min of an empty axis is rejected by the op schema.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -14,6 +15,51 @@ namespace xpuruntime::cpu {
 namespace {
 
 enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin };
+
+// Note [Reductions of trailing axes]
+// Where every reduced axis (of size > 1) comes after every kept one, output o reduces the contiguous row
+// x[o * count, (o + 1) * count): no coordinates to decode, and the row's sum in four double accumulators that the
+// compiler keeps in vector registers (a global average pool, squeeze-excitation's mean over H x W, a norm's row).
+// The four partial sums are added at the end; in double, a float row's sum differs from the sequential one far below
+// float's last bit.
+bool trailing_rows(const std::vector<bool>& reduced, const std::vector<std::int64_t>& shape) {
+  bool seen_reduced = false;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (reduced[d]) seen_reduced = true;
+    if (!reduced[d] && seen_reduced) return false;
+  }
+  return true;
+}
+
+template <typename T>
+void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64_t count, const CpuContext& context) {
+  parallel_for(rows, context.threads, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(count, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t o = begin; o < end; ++o) {
+                   const T* p = in + o * count;
+                   if (op == ReduceOp::kSum || op == ReduceOp::kMean) {
+                     double acc[4] = {0.0, 0.0, 0.0, 0.0};
+                     std::int64_t i = 0;
+                     for (; i + 4 <= count; i += 4) {
+                       for (int j = 0; j < 4; ++j) acc[j] += static_cast<double>(p[i + j]);
+                     }
+                     for (; i < count; ++i) acc[0] += static_cast<double>(p[i]);
+                     const double sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+                     out[o] = static_cast<T>(op == ReduceOp::kMean ? sum / static_cast<double>(count) : sum);
+                     continue;
+                   }
+                   T best = op == ReduceOp::kMax ? -std::numeric_limits<T>::infinity()
+                                                 : std::numeric_limits<T>::infinity();
+                   bool nan = false;
+                   for (std::int64_t i = 0; i < count; ++i) {
+                     nan = nan || p[i] != p[i];
+                     best = op == ReduceOp::kMax ? std::max(best, p[i]) : std::min(best, p[i]);
+                   }
+                   out[o] = nan ? std::numeric_limits<T>::quiet_NaN() : best;
+                 }
+               });
+}
 
 template <typename T>
 void run_reduce(ReduceOp op, const KernelLaunch& launch, const CpuContext& context) {
@@ -50,6 +96,11 @@ void run_reduce(ReduceOp op, const KernelLaunch& launch, const CpuContext& conte
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   T* out = y.data();
+  if (trailing_rows(reduced, shape)) {  // Note [Reductions of trailing axes]
+    reduce_rows(op, in, out, outputs, count, context);
+    y.commit();
+    return;
+  }
   const std::int64_t inner = sizes.empty() ? 1 : sizes.back();
   const std::int64_t inner_step = sizes.empty() ? 0 : steps.back();
   const std::int64_t outer_count = inner > 0 ? count / inner : 0;

@@ -224,6 +224,8 @@ def ref_conv2d(inputs, attrs):
         y = y / (1.0 + np.exp(-y))
     elif activation == "hard_swish":
         y = y * np.clip(y / 6.0 + 0.5, 0.0, 1.0)
+    elif activation == "relu6":
+        y = np.clip(y, 0.0, 6.0)
     return y
 
 
@@ -534,6 +536,10 @@ def conv2d_cases() -> List[Case]:
         ("depthwise_3x3_dilated_silu", (1, 5, 11, 9), (5, 1, 3, 3), [1, 1], [2, 2, 2, 2], [2, 2], 5, True, False,
          "silu"),
         ("1x1_relu", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, False, "relu"),
+        # MobileNetV2's ReLU6 (Note [ReLU6 in the CPU convolution's epilogue]): a 1x1 with a residual, a depthwise
+        ("1x1_relu6", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, True, "relu6"),
+        ("depthwise_c24_3x3_stride2_relu6", (1, 24, 9, 11), (24, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 24, True,
+         False, "relu6"),
         ("asymmetric_pads", (1, 3, 6, 6), (4, 3, 3, 3), [1, 1], [0, 1, 2, 1], [1, 1], 1, True, False, "none"),
         ("1x1x1x1", (1, 1, 1, 1), (1, 1, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, False, False, "none"),
         ("rect_kernel_strided", (1, 5, 10, 12), (7, 5, 2, 4), [1, 3], [1, 2, 1, 2], [1, 1], 1, False, True, "none"),
@@ -548,6 +554,8 @@ def conv2d_cases() -> List[Case]:
         inputs = [uniform(rng, xs), uniform(rng, ws) / np.float32(math.sqrt(fan_in)),
                   uniform(rng, (ws[0],)) if has_bias else None,
                   uniform(rng, (xs[0], ws[0], oh, ow)) if has_residual else None]
+        if activation == "relu6":  # outputs on both sides of 0 and 6
+            inputs[0] = inputs[0] * np.float32(12.0)
         attrs = {"strides": strides, "pads": pads, "dilations": dilations, "groups": groups, "activation": activation}
         cases.append(Case("conv2d", name, inputs, attrs, ref_conv2d, "gemm"))
     return cases

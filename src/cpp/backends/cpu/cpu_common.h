@@ -470,8 +470,8 @@ inline T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
-// Activation of GEMM and conv epilogues ("none", "relu", "gelu", "gelu_tanh").
-enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kGeluTanh, kSilu, kHardSwish };
+// Activation of GEMM and conv epilogues ("none", "relu", "gelu", "gelu_tanh", "silu", "hard_swish", "relu6").
+enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kGeluTanh, kSilu, kHardSwish, kRelu6 };
 Activation activation_from_name(const std::string& name);  // validated by the op schemas already
 
 template <typename T>
@@ -487,6 +487,8 @@ inline T apply_activation(Activation activation, T x) {
       return x / (T(1) + std::exp(-x));
     case Activation::kHardSwish:  // x * min(1, max(0, x / 6 + 1 / 2)); NaN stays NaN
       return x * std::min(T(1), std::max(T(0), x / T(6) + T(0.5)));
+    case Activation::kRelu6:  // ONNX Clip(x, 0, 6); NaN stays NaN
+      return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
     case Activation::kNone:
       break;
   }

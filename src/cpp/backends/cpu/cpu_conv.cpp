@@ -209,6 +209,8 @@ void conv_epilogue(const IsaKernels& isa, T* row, std::int64_t count, const T* b
     activation_row<T, Activation::kNone>(row, count, bias_value, residual);
   } else if (activation == Activation::kHardSwish) {
     activation_row<T, Activation::kHardSwish>(row, count, bias_value, residual);
+  } else if (activation == Activation::kRelu6) {
+    activation_row<T, Activation::kRelu6>(row, count, bias_value, residual);
   } else if (activation == Activation::kSilu) {
     activation_row<T, Activation::kSilu>(row, count, bias_value, residual);
   } else if (activation == Activation::kGelu) {

@@ -93,7 +93,9 @@ Activation activation_from_name(const std::string& name) {
   if (name == "gelu_tanh") return Activation::kGeluTanh;
   if (name == "silu") return Activation::kSilu;
   if (name == "hard_swish") return Activation::kHardSwish;
-  XPURT_CHECK(name == "none", "unknown activation '", name, "'; valid: none, relu, gelu, gelu_tanh, silu, hard_swish");
+  if (name == "relu6") return Activation::kRelu6;
+  XPURT_CHECK(name == "none", "unknown activation '", name,
+              "'; valid: none, relu, gelu, gelu_tanh, silu, hard_swish, relu6");
   return Activation::kNone;
 }
 

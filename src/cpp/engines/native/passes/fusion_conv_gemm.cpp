@@ -249,9 +249,30 @@ std::vector<std::size_t> depthwise_activation_after(const Graph& g, const Uses& 
   return {};
 }
 
+// Note [ReLU6 in the CPU convolution's epilogue]
+// MobileNetV2 (and its DeepLabV3 and SSDLite heads, EfficientNet-Lite) follow most convolutions with ReLU6, which
+// PyTorch exports as Clip(x, 0, 6): a pass over the output of its own (5% of the tiny MobileNetV2's CPU run). The cpu
+// kernel applies it in its epilogue ("relu6"); the CUDA kernels do not (cuDNN's fused epilogue is ReLU only, the
+// depthwise kernels take relu, silu and hard_swish), so CUDA plans keep the Clip.
+std::optional<std::size_t> relu6_after(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value) {
+  auto ci = sole_reader(g, uses, rw, value, "Clip");
+  if (!ci) return std::nullopt;
+  const Node& clip = g.nodes[*ci];
+  std::optional<double> lo, hi;
+  if (g.opset("") < 11) {
+    lo = clip.attrs.get_float("min", -3.4028234663852886e38);
+    hi = clip.attrs.get_float("max", 3.4028234663852886e38);
+  } else {
+    lo = clip.inputs.size() > 1 && !clip.inputs[1].empty() ? scalar_constant(g, clip.inputs[1]) : std::nullopt;
+    hi = clip.inputs.size() > 2 && !clip.inputs[2].empty() ? scalar_constant(g, clip.inputs[2]) : std::nullopt;
+  }
+  if (!lo || !hi || *lo != 0.0 || *hi != 6.0) return std::nullopt;
+  return ci;
+}
+
 }  // namespace
 
-PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
+PassResult conv_fusion(Graph& g, const PassContext& ctx) {
   PassResult result{"conv_fusion", 0, {}};
   Rewriter rw(g);
   const Uses uses(g);
@@ -298,10 +319,16 @@ PassResult conv_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::string activation = "none";
     const std::int64_t group = conv.attrs.get_int("group", 1);
     const bool depthwise = group > 1 && group == out_channels && w->shape()[1] == 1;
+    std::optional<std::size_t> relu6;  // Note [ReLU6 in the CPU convolution's epilogue]
     if (auto ri = activation_after(g, uses, rw, out, /*allow_gelu=*/false, activation)) {
       pattern.push_back(*ri);
       parts.push_back(describe(g.nodes[*ri]));
       out = g.nodes[*ri].outputs[0];
+    } else if (!ctx.device.is_cuda() && (relu6 = relu6_after(g, uses, rw, out))) {
+      activation = "relu6";
+      pattern.push_back(*relu6);
+      parts.push_back(describe(g.nodes[*relu6]) + " (ReLU6)");
+      out = g.nodes[*relu6].outputs[0];
     } else if (depthwise) {
       const auto nodes = depthwise_activation_after(g, uses, rw, out, activation);
       for (std::size_t k : nodes) {

@@ -87,11 +87,47 @@ constexpr std::array<ChunkFn, sizeof...(Codes)> chunk_table(std::index_sequence<
 constexpr auto kChunkFns =
     chunk_table(std::make_index_sequence<static_cast<std::size_t>(fused::Code::kRotateHalf) + 1>());
 
-// Elements [begin, begin + n) of input k in float32 (offsets from fused::Layout's strides for a broadcast input,
-// walked with a coordinate counter instead of a division per dimension and element).
+// Where input k's elements for output elements begin, begin + 1, ... are (fused::Layout's strides: a broadcast input
+// or a view): begin's coordinates decoded once, then a carry per step instead of a division per dimension and element.
+class InputWalk {
+ public:
+  InputWalk(const fused::Layout& layout, std::size_t k, std::int64_t begin) : layout_(layout), k_(k) {
+    XPURT_CHECK(layout.dims.size() <= 8, "fused_elementwise: more than 8 output dimensions");
+    std::int64_t rest = begin;
+    for (std::size_t d = layout.dims.size(); d-- > 0;) {
+      coordinate_[d] = rest % layout.dims[d];
+      offset_ += coordinate_[d] * layout.strides[k][d];
+      rest /= layout.dims[d];
+    }
+  }
+  std::int64_t offset() const { return offset_; }
+  std::int64_t inner_coordinate() const { return coordinate_[layout_.dims.size() - 1]; }
+  void next() { carry(layout_.dims.size()); }  // the next element
+  void next_row() {  // the start of the next row of the innermost axis
+    const std::size_t inner = layout_.dims.size() - 1;
+    offset_ -= coordinate_[inner] * layout_.strides[k_][inner];
+    coordinate_[inner] = 0;
+    carry(inner);
+  }
+
+ private:
+  void carry(std::size_t axes) {  // one step of axis axes - 1, carried into the ones before
+    for (std::size_t d = axes; d-- > 0;) {
+      offset_ += layout_.strides[k_][d];
+      if (++coordinate_[d] < layout_.dims[d]) break;
+      offset_ -= coordinate_[d] * layout_.strides[k_][d];
+      coordinate_[d] = 0;
+    }
+  }
+  const fused::Layout& layout_;
+  const std::size_t k_;
+  std::int64_t coordinate_[8] = {};
+  std::int64_t offset_ = 0;
+};
+
+// Elements [begin, begin + n) of input k in float32.
 void load_input(const fused::Layout& layout, std::size_t k, DType dtype, const void* base, std::int64_t begin,
                 std::int64_t n, float* out) {
-  const std::size_t rank = layout.dims.size();
   if (layout.full(k)) {
     if (dtype == DType::kFloat32) {
       std::copy(static_cast<const float*>(base) + begin, static_cast<const float*>(base) + begin + n, out);
@@ -100,21 +136,15 @@ void load_input(const fused::Layout& layout, std::size_t k, DType dtype, const v
     }
     return;
   }
-  std::int64_t coordinate[8] = {};
-  std::int64_t offset = 0, rest = begin;
-  XPURT_CHECK(rank <= 8, "fused_elementwise: more than 8 output dimensions");
-  for (std::size_t d = rank; d-- > 0;) {
-    coordinate[d] = rest % layout.dims[d];
-    offset += coordinate[d] * layout.strides[k][d];
-    rest /= layout.dims[d];
-  }
-  const std::size_t inner = rank - 1;
+  InputWalk walk(layout, k, begin);
+  const std::size_t inner = layout.dims.size() - 1;
   const std::int64_t step = layout.strides[k][inner];
   if (step == 0 || step == 1) {
     // Runs along the innermost axis: contiguous (a view's rows, Note [Inputs read through a view]) or one value
     // (a broadcast): a copy or a fill per run instead of a coordinate step per element.
     for (std::int64_t i = 0; i < n;) {
-      const std::int64_t run = std::min(n - i, layout.dims[inner] - coordinate[inner]);
+      const std::int64_t run = std::min(n - i, layout.dims[inner] - walk.inner_coordinate());
+      const std::int64_t offset = walk.offset();
       if (step == 0) {
         std::fill(out + i, out + i + run, read(dtype, base, offset));
       } else if (dtype == DType::kFloat32) {
@@ -123,27 +153,11 @@ void load_input(const fused::Layout& layout, std::size_t k, DType dtype, const v
         for (std::int64_t j = 0; j < run; ++j) out[i + j] = read(dtype, base, offset + j);
       }
       i += run;
-      // the next run's start: carry from the axis before the innermost
-      offset -= coordinate[inner] * step;
-      coordinate[inner] = 0;
-      for (std::size_t d = inner; d-- > 0;) {
-        offset += layout.strides[k][d];
-        if (++coordinate[d] < layout.dims[d]) break;
-        offset -= coordinate[d] * layout.strides[k][d];
-        coordinate[d] = 0;
-      }
+      walk.next_row();
     }
     return;
   }
-  for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = read(dtype, base, offset);
-    for (std::size_t d = rank; d-- > 0;) {  // the next element's coordinate: carry from the last dimension
-      offset += layout.strides[k][d];
-      if (++coordinate[d] < layout.dims[d]) break;
-      offset -= coordinate[d] * layout.strides[k][d];
-      coordinate[d] = 0;
-    }
-  }
+  for (std::int64_t i = 0; i < n; ++i, walk.next()) out[i] = read(dtype, base, walk.offset());
 }
 
 // Runs `program` for `layout`: inputs of `input_dtypes` (float32, float16, bfloat16), a contiguous output of
@@ -155,7 +169,6 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
               int threads, const IsaKernels& isa) {
   constexpr std::int64_t kChunk = 256;
   const std::size_t num_inputs = inputs.size();
-  const std::size_t rank = layout.dims.size();
   std::vector<char> full(num_inputs), scalar(num_inputs);
   for (std::size_t k = 0; k < num_inputs; ++k) {
     full[k] = layout.full(k);
@@ -194,29 +207,11 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       if (in.code == fused::Code::kRotateHalf) {  // Note [Fused elementwise programs]: rotate_half
         const auto k = static_cast<std::size_t>(in.a.index);
         const std::int64_t half = layout.last / 2, step = layout.strides[k].back();
-        // the chunk's offsets into input k: one decode, then a carry walk (not a division per dimension and element)
-        std::int64_t coordinate[8] = {};
-        std::int64_t offset = 0;
-        if (!full[k]) {
-          std::int64_t rest = begin;
-          for (std::size_t d = rank; d-- > 0;) {
-            coordinate[d] = rest % layout.dims[d];
-            offset += coordinate[d] * layout.strides[k][d];
-            rest /= layout.dims[d];
-          }
-        }
-        for (std::int64_t i = 0; i < n; ++i) {
+        InputWalk walk(layout, k, begin);  // the chunk's offsets into input k
+        for (std::int64_t i = 0; i < n; ++i, walk.next()) {
           const bool negates = fused::rotate_half_negates((begin + i) % layout.last, layout.last);
-          const std::int64_t at = full[k] ? begin + i : offset;
-          const float v = read(input_dtypes[k], inputs[k], at + (negates ? half : -half) * step);
+          const float v = read(input_dtypes[k], inputs[k], walk.offset() + (negates ? half : -half) * step);
           out[i] = negates ? -v : v;
-          if (full[k]) continue;
-          for (std::size_t d = rank; d-- > 0;) {
-            offset += layout.strides[k][d];
-            if (++coordinate[d] < layout.dims[d]) break;
-            offset -= coordinate[d] * layout.strides[k][d];
-            coordinate[d] = 0;
-          }
         }
         continue;
       }

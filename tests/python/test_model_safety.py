@@ -5,6 +5,9 @@ src/cpp/engines/native/import/onnx_import.cpp). Each gives a typed error."""
 
 import os
 import stat
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -483,3 +486,26 @@ def test_window_geometry_past_int64_is_a_typed_error(op, attrs):
     model = _single_node_model(node, [1, 3, 8, 8], None, [w] if op == "Conv" else [])
     with pytest.raises(xrt.XpuRuntimeError, match="window geometry .* overflows 64-bit integers"):
         xrt.InferenceSession(model, engine="native").run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+
+
+def test_plan_time_reference_runs_stay_under_a_budget():
+    # Found by fuzz_model_structure (CI's bounded run; tests/fuzz/corpus/model/
+    # regression-range-of-16-gib-at-plan-time.onnx, a mutant of a tiny decoder export): shape inference ran a node whose output size follows from values in the
+    # reference library while the session was created, and it asked for 2^31 int64 values (16 GiB; a crash under
+    # libFuzzer's malloc limit, minutes of paging or an OOM kill elsewhere). Such runs take a memory budget now
+    # (Note [Plan-time reference runs under a budget]): the session is made (or refused with a typed error) with the
+    # process's peak memory far below that. In a child process, so that its peak is its own.
+    regression = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "model",
+                              "regression-range-of-16-gib-at-plan-time.onnx")
+    code = textwrap.dedent(f"""
+        import resource, xpuruntime as xrt
+        try:
+            xrt.InferenceSession({regression!r}, engine="native")
+        except xrt.XpuRuntimeError:
+            pass
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) < 2 * 1024 * 1024, out.stdout  # KiB: under 2 GiB

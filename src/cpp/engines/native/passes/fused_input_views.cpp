@@ -39,8 +39,7 @@ using Shape = std::vector<std::int64_t>;
 fused::InputView contiguous_view(const Shape& shape) {
   fused::InputView v;
   v.shape = shape;
-  v.strides.assign(shape.size(), 1);
-  for (std::size_t d = shape.size(); d-- > 1;) v.strides[d - 1] = v.strides[d] * shape[d];
+  v.strides = contiguous_strides(shape);
   return v;
 }
 
@@ -372,35 +371,22 @@ std::vector<Part> mergeable_parts(const Graph& g, const Uses& uses, const std::v
   return parts;
 }
 
-// The merged weights (and biases: zeros where a part has none, empty when none has one) of `parts`, in order.
+// The merged weights (concatenated_weights) and biases (zeros where a part has none; undefined when none has one)
+// of `parts`, in order.
 std::pair<Tensor, Tensor> concatenated(const Graph& g, const std::vector<Part>& parts, std::int64_t total) {
-  const Node& first = g.nodes[parts[0].linear];
-  const Tensor& w0 = *constant(g, first.inputs[1]);
-  const bool kn = first.attrs.get_string("weight_layout", "nk") == "kn";
-  const std::int64_t depth = w0.shape()[kn ? 0 : 1];
-  const std::size_t item = dtype_size(w0.dtype());
-  Tensor w = Tensor::zeros(kn ? Shape{depth, total} : Shape{total, depth}, w0.dtype());
-  Tensor bias = Tensor::zeros({total}, w0.dtype());
+  std::vector<const Node*> linears;
+  for (const Part& p : parts) linears.push_back(&g.nodes[p.linear]);
+  const bool kn = linears[0]->attrs.get_string("weight_layout", "nk") == "kn";
+  const Tensor w = concatenated_weights(g, linears, std::vector<double>(linears.size(), 1.0), kn);
+  const std::size_t item = dtype_size(w.dtype());
+  Tensor bias = Tensor::zeros({total}, w.dtype());
   bool any_bias = false;
-  auto* wd = static_cast<char*>(w.data_ptr());
   for (const Part& p : parts) {
     const Node& n = g.nodes[p.linear];
-    const Tensor part = constant(g, n.inputs[1])->contiguous();
-    const auto* pd = static_cast<const char*>(part.data_ptr());
-    const auto cols = static_cast<std::size_t>(p.width);
-    if (kn) {  // [K, N]: each row's columns side by side
-      for (std::int64_t k = 0; k < depth; ++k) {
-        std::memcpy(wd + static_cast<std::size_t>(k * total + p.start) * item,
-                    pd + static_cast<std::size_t>(k) * cols * item, cols * item);
-      }
-    } else {  // [N, K]: the rows one after the other
-      std::memcpy(wd + static_cast<std::size_t>(p.start * depth) * item, pd,
-                  cols * static_cast<std::size_t>(depth) * item);
-    }
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
       const Tensor b = constant(g, n.inputs[2])->contiguous();
       std::memcpy(static_cast<char*>(bias.data_ptr()) + static_cast<std::size_t>(p.start) * item, b.data_ptr(),
-                  cols * item);
+                  static_cast<std::size_t>(p.width) * item);
       any_bias = true;
     }
   }

@@ -834,47 +834,6 @@ std::optional<HeadProjection> head_projection(const Graph& g, const Uses& uses, 
   return HeadProjection{*reshape, *linear, mul, scale, *heads};
 }
 
-// The weights of `linears` (one layout, one dtype), each times its scale, side by side along N: [K, sum N] for "kn",
-// [sum N, K] for "nk". Copied row by row on this thread: the registry's CPU concat splits the rows over OpenMP
-// threads, and a region waits for every thread, so one thread whose core is busy (a build beside it, the library
-// warm-up of Note [Libraries warmed while the model is read]) stalls it: 208-262 ms against 27-29 ms for BERT-base's
-// twelve [768, 3 x 768] float16 weights on a loaded 2-core machine (about the same, 14-31 ms, on an idle one).
-Tensor concatenated_weights(const Graph& g, const std::vector<const Node*>& linears, const std::vector<double>& scales,
-                            bool kn) {
-  std::vector<Tensor> parts;
-  std::int64_t total = 0;  // sum N
-  for (std::size_t t = 0; t < linears.size(); ++t) {
-    const Tensor* w = constant(g, linears[t]->inputs[1]);
-    if (scales[t] == 1.0) {
-      parts.push_back(w->contiguous());
-    } else {
-      std::vector<double> values = to_doubles(*w);
-      for (double& v : values) v *= scales[t];
-      parts.push_back(from_doubles(w->shape(), w->dtype(), values));
-    }
-    total += parts.back().shape()[kn ? 1 : 0];
-  }
-  const std::vector<std::int64_t>& first = parts[0].shape();
-  const std::vector<std::int64_t> shape = kn ? std::vector<std::int64_t>{first[0], total}
-                                             : std::vector<std::int64_t>{total, first[1]};
-  Tensor out = Tensor::empty(shape, parts[0].dtype());
-  auto* to = static_cast<char*>(out.data_ptr());
-  if (!kn) {
-    for (const Tensor& part : parts) {
-      std::memcpy(to, part.data_ptr(), static_cast<std::size_t>(part.nbytes()));
-      to += part.nbytes();
-    }
-    return out;
-  }
-  for (std::int64_t row = 0; row < first[0]; ++row) {
-    for (const Tensor& part : parts) {
-      const auto bytes = static_cast<std::int64_t>(part.shape()[1] * static_cast<std::int64_t>(part.element_size()));
-      std::memcpy(to, static_cast<const char*>(part.data_ptr()) + row * bytes, static_cast<std::size_t>(bytes));
-      to += bytes;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 

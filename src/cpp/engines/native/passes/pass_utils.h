@@ -136,6 +136,12 @@ Node make_node(Graph& g, const std::string& op_type, const std::string& name, st
 Node reshape_node(Graph& g, const std::string& name, const std::string& from, const std::vector<std::int64_t>& shape,
                   const std::string& to);
 
+// The constant weights of `linears` (com.xpuruntime Linears of one weight layout and dtype), each times its scale,
+// side by side along N: [K, sum N] for "kn", [sum N, K] for "nk" (qkv_fusion's q, k and v; fused_input_views' sibling
+// GEMMs).
+Tensor concatenated_weights(const Graph& g, const std::vector<const Node*>& linears, const std::vector<double>& scales,
+                            bool kn);
+
 // "Conv 'c1'"
 std::string describe(const Node& n);
 

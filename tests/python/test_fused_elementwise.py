@@ -8,6 +8,7 @@ import collections
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -94,7 +95,9 @@ def test_fused_plan_matches_the_unfused_plan(name, device):
     feeds = _feeds(name)
     # linear_epilogue_fusion would take ConvNeXt's layer-scale groups into its GEMMs first (CUDA plans).
     fused = _session(name, device, disabled_passes=["linear_epilogue_fusion"])
-    plain = _session(name, device, disabled_passes=["elementwise_fusion", "linear_epilogue_fusion"])
+    # concat_fusion would make the rotary Concat (a Neg's and a Slice's) one node of pieces (Note [Concats of fused
+    # values])
+    plain = _session(name, device, disabled_passes=["elementwise_fusion", "linear_epilogue_fusion", "concat_fusion"])
     assert _fused(fused) and not _fused(plain)
     for a, b in zip(fused.run(None, feeds), plain.run(None, feeds)):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -607,10 +610,89 @@ def test_the_views_plan_matches_the_plan_with_copies(name, device):
     plan whose kernels read the cuts in place gives the plan with the Slice copies' answers."""
     feeds = _feeds(name)
     viewed = _session(name, device)
-    copies = _session(name, device, disabled_passes=["fused_input_views"])
+    copies = _session(name, device, disabled_passes=["fused_input_views", "concat_fusion"])  # both read views
     for a, b in zip(viewed.run(None, feeds), copies.run(None, feeds)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # explain() of the run's plan names the views: the rotary kernels read q and k cuts [B, S, H, D] in place
     reasons = [n["reason"] for n in _fused(viewed)]
     assert sum(" read as " in r and "rotate_half" in r for r in reasons) >= 4, reasons
     assert not any(" read as " in n["reason"] for n in _fused(copies))
+
+
+# Note [Pieces of a concatenation]: (program, pieces [axis, n_0, ...], stored shapes, views per input or None):
+# GPT-NeoX's rotated quarter of a head beside the other three quarters, both cut from the head-interleaved projection;
+# three pieces along a middle axis of odd sizes with a broadcast input shared by two; a piece broadcast along the axis
+# itself; the leading axis (one block per piece).
+PIECE_CASES = [
+    ("mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2 | f32 x3", [3, 16, 48],
+     [(2, 5, 768), (1, 1, 5, 16), (1, 1, 5, 16), (2, 5, 768)],
+     [(0, (2, 4, 5, 16), (3840, 192, 768, 1)), None, None, (16, (2, 4, 5, 48), (3840, 192, 768, 1))]),
+    ("sigmoid x0; mul x0 t0 | add x1 x2 | neg x2", [1, 3, 5, 1], [(4, 3, 7), (4, 5, 7), (1, 1, 7)], None),
+    ("add x0 x1 | f32 x2", [2, 1, 4], [(3, 5, 1), (1, 1, 1), (3, 5, 4)], None),
+    ("exp x0 | f32 x1 | mul x1 x1", [0, 2, 6, 6], [(2, 3, 16), (6, 3, 16)], None),
+]
+
+
+def _piece_programs(program):
+    """Each piece's program over its own inputs, and the node's inputs it reads (what the kernels compute)."""
+    out = []
+    for text in program.split("|"):
+        used = sorted({int(k) for k in re.findall(r"x(\d+)", text)})
+        local = re.sub(r"x(\d+)", lambda m: f"x{used.index(int(m.group(1)))}", text.strip())
+        out.append((local, used))
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("case", range(len(PIECE_CASES)))
+def test_pieces_match_the_concatenation_of_their_programs(case, dtype, device):
+    """A pieced node computes np.concatenate of its pieces' programs, each run as a node of its own (the generated
+    kernel on CUDA: vectors where every slab allows them; the cpu kernel here), bit for bit."""
+    program, pieces, stored, views = PIECE_CASES[case]
+    rng = np.random.default_rng(10 + case)
+    xs = [rng.uniform(-2.0, 2.0, size=s).astype(dtype) for s in stored]
+    views = views or [None] * len(xs)
+    attrs = {"program": program, "pieces": pieces}
+    if any(v is not None for v in views):
+        attrs["input_views"] = _views_attr(views)
+    (got,) = xrt.ops.call("fused_elementwise", [xrt.from_numpy(x).to(device) for x in xs], attrs)
+    parts = []
+    for (local, used), size in zip(_piece_programs(program), pieces[1:]):
+        read = [np.ascontiguousarray(xs[k] if views[k] is None else _strided(xs[k], *views[k])) for k in used]
+        (part,) = xrt.ops.call("fused_elementwise", [xrt.from_numpy(r).to(device) for r in read],
+                               {"program": local, "output_dtype": np.dtype(dtype).name})
+        target = list(got.shape)
+        target[pieces[0]] = size
+        parts.append(np.broadcast_to(np.asarray(part.to("cpu").numpy()), target))
+    want = np.concatenate(parts, axis=pieces[0])
+    assert tuple(got.shape) == want.shape
+    np.testing.assert_array_equal(np.asarray(got.to("cpu").numpy()), want)
+
+
+def test_malformed_pieces_are_typed_errors():
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(xrt.InvalidArgumentError, match="read by no piece"):
+        xrt.ops.call("fused_elementwise", [x, x], {"program": "neg x0 | neg x0", "pieces": [1, 3, 3]})
+    with pytest.raises(xrt.InvalidArgumentError, match="does not broadcast"):
+        xrt.ops.call("fused_elementwise", [x, np.zeros((4, 3), np.float32)],
+                     {"program": "neg x0 | neg x1", "pieces": [1, 3, 3]})
+    with pytest.raises(xrt.InvalidArgumentError, match="does not reduce"):
+        xrt.ops.call("fused_elementwise", [x, x], {"program": "neg x0 | neg x1", "pieces": [1, 3, 3], "row_axes": 1})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["gpt_neox.dynamo.float16", "shufflenet_v2.dynamo.float16", "swin_v2.dynamo.float32"])
+def test_concats_of_fused_values_match_the_plan_with_concats(name, device):
+    """concat_fusion (Note [Concats of fused values]): GPT-NeoX's partial rotary heads, ShuffleNetV2's channel split
+    joined to its branch, Swin V2's patch merging: the plan whose pieced kernels write each concatenation gives the
+    plan with the Concats' answers, and explain() names the pieces."""
+    if not (TINY / f"{name}.onnx").exists():
+        pytest.skip(f"{name} not exported")
+    feeds = _feeds(name)
+    pieced = _session(name, device)
+    concats = _session(name, device, disabled_passes=["concat_fusion"])
+    for a, b in zip(pieced.run(None, feeds), concats.run(None, feeds)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert any("; pieces along axis" in n["reason"] for n in _fused(pieced))
+    assert not any("; pieces along axis" in n["reason"] for n in _fused(concats))

@@ -186,6 +186,7 @@ Attributes registry_attributes(const Attributes& node) {
   if (node.has("y_scale")) a.set("y_scale", node.get_float("y_scale", 0.0));
   if (node.has("y_zero_point")) a.set("y_zero_point", node.get_int("y_zero_point", 0));
   if (node.has("input_views")) a.set("input_views", node.get_ints("input_views", {}));  // Note [Inputs read ...]
+  if (node.has("pieces")) a.set("pieces", node.get_ints("pieces", {}));  // Note [Pieces of a concatenation]
   return a;
 }
 
@@ -325,7 +326,10 @@ std::string Program::text() const {
   return out;
 }
 
-Program parse(const std::string& text, std::size_t num_inputs) {
+namespace {
+
+// parse(), where `every_input` says whether every input must be read (a piece reads some of the node's).
+Program parse_program(const std::string& text, std::size_t num_inputs, bool every_input) {
   Program p;
   p.num_inputs = num_inputs;
   std::vector<bool> read(num_inputs, false);
@@ -371,10 +375,161 @@ Program parse(const std::string& text, std::size_t num_inputs) {
     p.code.push_back(in);
   }
   if (p.code.empty()) fail("no instruction");
-  for (std::size_t k = 0; k < num_inputs; ++k) {
+  for (std::size_t k = 0; k < num_inputs && every_input; ++k) {
     if (!read[k]) fail(detail::str_cat("input x", k, " is never read"));
   }
   return p;
+}
+
+}  // namespace
+
+Program parse(const std::string& text, std::size_t num_inputs) { return parse_program(text, num_inputs, true); }
+
+std::string Pieces::text() const {
+  std::string out;
+  for (const Piece& piece : pieces) {
+    Program global = piece.program;  // back to the node's input numbers
+    for (Instruction& in : global.code) {
+      for (Operand* o : {&in.a, &in.b}) {
+        if (o->input) o->index = static_cast<int>(piece.inputs.at(static_cast<std::size_t>(o->index)));
+      }
+    }
+    out += (out.empty() ? "" : " | ") + global.text();
+  }
+  return out;
+}
+
+Pieces pieces(const Attributes& attrs, std::size_t num_inputs) {
+  Pieces out;
+  if (!attrs.has("pieces")) return out;
+  auto fail = [](const std::string& why) {
+    throw InvalidArgumentError("fused_elementwise: pieces (Note [Pieces of a concatenation]): " + why);
+  };
+  const std::vector<std::int64_t> v = attrs.get_ints("pieces", {});
+  if (v.size() < 3) fail(detail::str_cat("[axis, n_0, n_1, ...] of at least two pieces, got ", v.size(), " ints"));
+  if (v[0] < 0 || v[0] >= 8) fail(detail::str_cat("axis ", v[0], " (0 to 7)"));
+  if (attrs.get_int("row_axes", 0) != 0) fail("a pieced node does not reduce (row_axes must be 0)");
+  if (attrs.has("output_dtype") && quantized_output(dtype_from_name(attrs.get_string("output_dtype", "")))) {
+    fail("a pieced node's output is float32, float16 or bfloat16");
+  }
+  out.axis = v[0];
+  const std::string text = attrs.get_string("program", "");
+  std::vector<std::string> texts;
+  for (std::size_t at = 0;;) {
+    const std::size_t bar = text.find('|', at);
+    texts.push_back(text.substr(at, bar == std::string::npos ? std::string::npos : bar - at));
+    if (bar == std::string::npos) break;
+    at = bar + 1;
+  }
+  if (texts.size() != v.size() - 1) {
+    fail(detail::str_cat(v.size() - 1, " pieces but ", texts.size(), " programs separated by '|' in '", text, "'"));
+  }
+  std::vector<bool> read(num_inputs, false);
+  for (std::size_t p = 0; p < texts.size(); ++p) {
+    if (v[p + 1] < 1) fail(detail::str_cat("piece ", p, " has size ", v[p + 1], " (at least 1)"));
+    Piece piece;
+    piece.size = v[p + 1];
+    piece.program = parse_program(texts[p], num_inputs, false);
+    std::vector<int> local(num_inputs, -1);  // the node's input -> the piece's
+    for (const Instruction& in : piece.program.code) {
+      for (const Operand* o : {&in.a, &in.b}) {
+        if (o == &in.b && !is_binary(in.code)) continue;
+        if (o->input) local[static_cast<std::size_t>(o->index)] = 0;
+      }
+    }
+    for (std::size_t k = 0; k < num_inputs; ++k) {
+      if (local[k] < 0) continue;
+      local[k] = static_cast<int>(piece.inputs.size());
+      piece.inputs.push_back(k);
+      read[k] = true;
+    }
+    for (Instruction& in : piece.program.code) {
+      for (Operand* o : {&in.a, &in.b}) {
+        if (o == &in.b && !is_binary(in.code)) continue;
+        if (o->input) o->index = local[static_cast<std::size_t>(o->index)];
+      }
+    }
+    piece.program.num_inputs = piece.inputs.size();
+    out.pieces.push_back(std::move(piece));
+  }
+  for (std::size_t k = 0; k < num_inputs; ++k) {
+    if (!read[k]) fail(detail::str_cat("input x", k, " is read by no piece"));
+  }
+  return out;
+}
+
+std::vector<std::int64_t> pieces_output_shape(const Pieces& pieces,
+                                              const std::vector<std::vector<std::int64_t>>& read_shapes) {
+  std::size_t rank = static_cast<std::size_t>(pieces.axis) + 1;
+  for (const auto& s : read_shapes) rank = std::max(rank, s.size());
+  auto fail = [](const std::string& why) {
+    throw InvalidArgumentError("fused_elementwise: pieces (Note [Pieces of a concatenation]): " + why);
+  };
+  std::vector<std::int64_t> out(rank, 1);
+  const auto axis = static_cast<std::size_t>(pieces.axis);
+  // Every input broadcasts into the output (numpy's rule, right-aligned); along the axis, into its piece's extent.
+  for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
+    for (std::size_t k : pieces.pieces[p].inputs) {
+      const auto& s = read_shapes.at(k);
+      for (std::size_t j = 0; j < s.size(); ++j) {
+        const std::size_t d = rank - s.size() + j;
+        const std::int64_t want = d == axis ? pieces.pieces[p].size : out[d];
+        if (s[j] == 1 || s[j] == want) continue;
+        if (d != axis && out[d] == 1) {
+          out[d] = s[j];
+          continue;
+        }
+        fail(detail::str_cat("input x", k, " of shape ", detail::shape_str(s, ","), " of piece ", p, " does not ",
+                             "broadcast to ", d == axis ? "the piece's extent " : "the other pieces' size ", want,
+                             " along axis ", d));
+      }
+    }
+  }
+  out[axis] = 0;
+  for (const Piece& piece : pieces.pieces) {
+    if (__builtin_add_overflow(out[axis], piece.size, &out[axis])) fail("the pieces' total size overflows int64");
+  }
+  return out;
+}
+
+std::vector<Layout> piece_layouts(const Pieces& pieces, const std::vector<std::vector<std::int64_t>>& read_shapes,
+                                  const InputViews& views, const std::vector<std::int64_t>& output_shape) {
+  std::vector<Layout> layouts;
+  for (const Piece& piece : pieces.pieces) {
+    std::vector<std::int64_t> shape = output_shape;
+    shape.at(static_cast<std::size_t>(pieces.axis)) = piece.size;
+    std::vector<std::vector<std::int64_t>> shapes;
+    InputViews piece_views(piece.inputs.size());
+    for (std::size_t j = 0; j < piece.inputs.size(); ++j) {
+      shapes.push_back(read_shapes.at(piece.inputs[j]));
+      if (piece.inputs[j] < views.size()) piece_views[j] = views[piece.inputs[j]];
+    }
+    layouts.push_back(layout(shapes, shape, 0, piece_views));
+    check_rotate_half(piece.program, layouts.back());
+  }
+  return layouts;
+}
+
+std::vector<DType> piece_dtypes(const Piece& piece, const std::vector<DType>& input_dtypes) {
+  std::vector<DType> out;
+  for (std::size_t k : piece.inputs) out.push_back(input_dtypes.at(k));
+  return out;
+}
+
+int pieces_vector_width(const Pieces& pieces, const std::vector<Layout>& layouts,
+                        const std::vector<DType>& input_dtypes, DType output_dtype,
+                        const std::vector<std::int64_t>& output_shape) {
+  std::int64_t inner = 1;
+  for (std::size_t d = static_cast<std::size_t>(pieces.axis) + 1; d < output_shape.size(); ++d) {
+    inner *= output_shape[d];
+  }
+  int vec = 8;
+  for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
+    const Piece& piece = pieces.pieces[p];
+    vec = std::min(vec, vector_width(piece.program, layouts[p], piece_dtypes(piece, input_dtypes), output_dtype));
+    while (vec > 1 && (piece.size * inner) % vec != 0) vec /= 2;  // a vector stays inside its piece's slab
+  }
+  return vec;
 }
 
 bool Layout::full(std::size_t input) const {
@@ -550,15 +705,16 @@ namespace {
 // scalar_body, vector_body, row_loops) are shared by the loops.
 class SourceWriter {
  public:
+  // `vec`: the elements per vector step (0: launch_shape's; a pieced kernel's pieces take the width they share).
   SourceWriter(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
-               DType output_dtype, const OutputQuantization& quantization)
+               DType output_dtype, const OutputQuantization& quantization, int vec = 0)
       : quantization_(quantization),
         program_(program),
         layout_(layout),
         input_dtypes_(input_dtypes),
         output_dtype_(output_dtype),
         launch_(launch_shape(program, layout, input_dtypes, output_dtype)),
-        vec_(launch_.vec),
+        vec_(vec > 0 ? vec : launch_.vec),
         idx_(layout.numel > (std::int64_t{1} << 30) ? "long long" : "int"),
         rank_(layout.dims.size()),
         last_("t" + std::to_string(program.code.size() - 1)),
@@ -711,11 +867,29 @@ class SourceWriter {
     s_ << "  }\n}\n";
   }
 
- private:
-  bool block_rows() const { return launch_.row_threads > 32; }
+  // One element (`vector` false) or vector of a piece at its own index i, its inputs x<k> declared before (Note
+  // [Pieces of a concatenation]): the loads of its scalar inputs, its program, the store at y[<at>].
+  void piece_element(const std::string& pad, bool vector, const std::string& at) {
+    for (std::size_t k = 0; k < program_.num_inputs; ++k) {
+      if (layout_.scalar(k)) {
+        s_ << pad << "const float a" << k << " = ld_" << dtype_name(input_dtypes_[k]) << "(x" << k << "[0]);\n";
+      }
+    }
+    if (!vector) {
+      scalar_body(program_.code.size(), pad);
+      s_ << pad << "y[" << at << "] = " << store_ << "(" << last_ << ");\n";
+      return;
+    }
+    vector_body(program_.code.size(), pad, detail::str_cat(pad, vec_type(output_dtype_), " o;\n"),
+                detail::str_cat("o.v[e] = ", store_, "(", last_, ");"));
+    s_ << pad << "*reinterpret_cast<" << vec_type(output_dtype_) << "*>(y + " << at << ") = o;\n";
+  }
 
   // Whether input k is read as vectors (stride 1 along the innermost axis) in the vector loops.
   bool vector_input(std::size_t k) const { return vec_ > 1 && !layout_.scalar(k) && layout_.strides[k].back() == 1; }
+
+ private:
+  bool block_rows() const { return launch_.row_threads > 32; }
 
   std::string vec_type(DType d) const { return detail::str_cat("Vec<", storage_type(d), ", ", vec_, ">"); }
 
@@ -871,6 +1045,94 @@ std::string cuda_source(const Program& program, const Layout& layout, const std:
   }
   writer.row_store_pass();
   return writer.str();
+}
+
+std::string cuda_source(const Pieces& pieces, const std::vector<Layout>& layouts,
+                        const std::vector<DType>& input_dtypes, DType output_dtype,
+                        const std::vector<std::int64_t>& output_shape, const std::string& name) {
+  XPURT_INTERNAL_ASSERT(!pieces.empty() && layouts.size() == pieces.pieces.size(), "fused cuda_source: one layout per "
+                        "piece");
+  XPURT_INTERNAL_ASSERT(!quantized_output(output_dtype), "fused cuda_source: pieces store float outputs");
+  const auto axis = static_cast<std::size_t>(pieces.axis);
+  const int vec = pieces_vector_width(pieces, layouts, input_dtypes, output_dtype, output_shape);
+  std::int64_t numel = 1, inner = 1;
+  for (std::size_t d = 0; d < output_shape.size(); ++d) {
+    numel *= output_shape[d];
+    if (d > axis) inner *= output_shape[d];
+  }
+  const std::string idx = numel > (std::int64_t{1} << 30) ? "long long" : "int";
+  std::ostringstream s;
+  s << "// Generated by xpuruntime (Note [Pieces of a concatenation]): " << pieces.text() << "\n// output "
+    << dtype_name(output_dtype) << " " << detail::shape_str(output_shape, ",") << ", pieces along axis " << axis;
+  for (const Piece& piece : pieces.pieces) s << " " << piece.size;
+  if (vec > 1) s << ", vectors of " << vec;
+  s << "\n";
+  std::vector<DType> used = input_dtypes;
+  used.push_back(output_dtype);
+  for (const Piece& piece : pieces.pieces) {
+    for (const Instruction& in : piece.program.code) {
+      if (in.code == Code::kToF16) used.push_back(DType::kFloat16);
+      if (in.code == Code::kToBF16) used.push_back(DType::kBFloat16);
+    }
+  }
+  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    if (std::find(used.begin(), used.end(), d) != used.end()) s << dtype_helpers(d);
+  }
+  if (vec > 1) s << "template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };\n";
+  s << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "(";
+  for (std::size_t k = 0; k < input_dtypes.size(); ++k) {
+    s << "const " << storage_type(input_dtypes[k]) << "* __restrict__ p" << k << ", ";
+  }
+  s << storage_type(output_dtype) << "* __restrict__ y) {\n";
+  if (numel == 0) return s.str() + "}\n";  // nothing to write (and no slab to divide by)
+  // The step at output index g: its outer index, its coordinate along the axis, then the piece that holds it.
+  auto steps = [&](bool vector, const std::string& pad) {
+    const std::int64_t slab = output_shape[axis] * inner;
+    s << pad << "const " << idx << " outer = g / (" << idx << ")" << slab << ", rem = g - outer * (" << idx << ")"
+      << slab << ", at = rem / (" << idx << ")" << inner << ";\n";
+    std::int64_t start = 0;
+    for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
+      const Piece& piece = pieces.pieces[p];
+      s << pad << (p ? "} else " : "");
+      if (p + 1 < pieces.pieces.size()) s << "if (at < " << start + piece.size << ") ";
+      s << "{\n" << pad << "  const " << idx << " i = outer * (" << idx << ")" << piece.size * inner << " + rem - ("
+        << idx << ")" << start * inner << ";\n";
+      const std::vector<DType> dtypes = piece_dtypes(piece, input_dtypes);
+      for (std::size_t j = 0; j < piece.inputs.size(); ++j) {
+        s << pad << "  const " << storage_type(dtypes[j]) << "* __restrict__ x" << j << " = p" << piece.inputs[j]
+          << ";\n";
+      }
+      SourceWriter writer(piece.program, layouts[p], dtypes, output_dtype, {}, vec);
+      writer.piece_element(pad + "  ", vector, "g");
+      s << writer.str();
+      start += piece.size;
+    }
+    s << pad << "}\n";
+  };
+  if (vec > 1) {
+    s << "  const bool vectors = ";
+    for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
+      const Piece& piece = pieces.pieces[p];
+      SourceWriter writer(piece.program, layouts[p], piece_dtypes(piece, input_dtypes), output_dtype, {}, vec);
+      for (std::size_t j = 0; j < piece.inputs.size(); ++j) {
+        if (writer.vector_input(j)) {
+          s << "(unsigned long long)p" << piece.inputs[j] << " % "
+            << vec * static_cast<int>(dtype_size(input_dtypes[piece.inputs[j]])) << " == 0 && ";
+        }
+      }
+    }
+    s << "(unsigned long long)y % " << vec * static_cast<int>(dtype_size(output_dtype)) << " == 0;\n"
+      << "  if (vectors) {\n    for (" << idx << " v = (" << idx << ")blockIdx.x * blockDim.x + threadIdx.x; v < ("
+      << idx << ")" << numel / vec << "; v += (" << idx << ")blockDim.x * gridDim.x) {\n      const " << idx
+      << " g = v * " << vec << ";\n";
+    steps(true, "      ");
+    s << "    }\n    return;\n  }\n";
+  }
+  s << "  for (" << idx << " g = (" << idx << ")blockIdx.x * blockDim.x + threadIdx.x; g < (" << idx << ")" << numel
+    << "; g += (" << idx << ")blockDim.x * gridDim.x) {\n";
+  steps(false, "    ");
+  s << "  }\n}\n";
+  return s.str();
 }
 
 std::string hash_hex(const std::string& text) {

@@ -141,6 +141,46 @@ XPURT_API Layout layout(const std::vector<std::vector<std::int64_t>>& input_shap
 // InvalidArgumentError when `program` has a rotate_half and the output's last axis is not of even size >= 2.
 XPURT_API void check_rotate_half(const Program& program, const Layout& layout);
 
+// Note [Pieces of a concatenation]
+// A fused node may compute a Concat of programs: its `pieces` attribute [axis, n_0, ..., n_{P-1}] (P >= 2, every
+// n_p >= 1, 0 <= axis < the output's rank) cuts the output along `axis` into slabs of n_p, and its `program` holds one
+// program per piece separated by " | ", each over the node's inputs it reads (x<k> is the node's input k, as in one
+// program; a piece need not read every input, but every input is read by some piece). Piece p is computed as a node
+// of its own would compute it for an output of the node's shape with n_p along the axis, and stored into the slab
+// that starts at n_0 + ... + n_{p-1}: the node is Concat(piece_0, ..., piece_{P-1}, axis) with every piece written
+// once, in place. The concat_fusion pass makes one of a Concat whose inputs are fused nodes that only it reads
+// (GPT-NeoX's rotated quarter of a head and its pass-through part: two kernels and the Concat's copy were three
+// passes over the head). Pieces do not reduce (row_axes 0) and their output is float32, float16 or bfloat16.
+struct XPURT_API Piece {
+  Program program;                  // over the piece's own inputs: its x<j> is the node's input inputs[j]
+  std::vector<std::size_t> inputs;  // the node's inputs the piece reads, ascending
+  std::int64_t size = 0;            // its extent along the axis
+};
+struct XPURT_API Pieces {
+  std::int64_t axis = 0;
+  std::vector<Piece> pieces;  // empty: the node runs one program
+  bool empty() const { return pieces.empty(); }
+  std::string text() const;  // the program attribute (the pieces' texts over the node's inputs, joined by " | ")
+};
+// The pieces `attrs` declare for a node of `num_inputs` inputs (empty without a pieces attribute); InvalidArgumentError
+// for a malformed attribute, a program per piece missing, a piece's bad program, an input no piece reads, row_axes or
+// a quantized output_dtype beside pieces.
+XPURT_API Pieces pieces(const Attributes& attrs, std::size_t num_inputs);
+// The output shape of pieced inputs of `read_shapes` (each piece's inputs broadcast together, the pieces equal but
+// along the axis, which they sum); InvalidArgumentError where they do not fit.
+XPURT_API std::vector<std::int64_t> pieces_output_shape(const Pieces& pieces,
+                                                        const std::vector<std::vector<std::int64_t>>& read_shapes);
+// Each piece's layout: its inputs (read_shapes and views of the node's inputs) broadcast to its slab of `output_shape`.
+XPURT_API std::vector<Layout> piece_layouts(const Pieces& pieces,
+                                            const std::vector<std::vector<std::int64_t>>& read_shapes,
+                                            const InputViews& views, const std::vector<std::int64_t>& output_shape);
+// The dtypes of a piece's inputs among the node's.
+XPURT_API std::vector<DType> piece_dtypes(const Piece& piece, const std::vector<DType>& input_dtypes);
+// Elements per thread step of a pieced kernel: a width every piece takes whose vectors stay inside one slab.
+XPURT_API int pieces_vector_width(const Pieces& pieces, const std::vector<Layout>& layouts,
+                                  const std::vector<DType>& input_dtypes, DType output_dtype,
+                                  const std::vector<std::int64_t>& output_shape);
+
 constexpr float kSqrtHalf = 0.70710678118654752f;
 constexpr float kSqrtTwoOverPi = 0.79788456080286536f;
 
@@ -251,6 +291,11 @@ XPURT_API LaunchShape launch_shape(const Program& program, const Layout& layout,
 XPURT_API std::string cuda_source(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
                                   DType output_dtype, const std::string& name,
                                   const OutputQuantization& quantization = {});
+// The CUDA C of a pieced node's kernel (Note [Pieces of a concatenation]): a grid-stride loop over the output whose
+// step finds its piece and computes that piece's program at the piece's own index; same signature as cuda_source.
+XPURT_API std::string cuda_source(const Pieces& pieces, const std::vector<Layout>& layouts,
+                                  const std::vector<DType>& input_dtypes, DType output_dtype,
+                                  const std::vector<std::int64_t>& output_shape, const std::string& name);
 // Compiles a generated kernel's source with NVRTC for sm_<arch> into a cubin: the codegen backend's compiler
 // (backends/codegen; no GPU needed). UnsupportedOperationError with NVRTC's log when the source does not compile, or
 // saying what to install when NVRTC cannot be loaded or the library was built without the codegen backend.

@@ -654,11 +654,19 @@ std::vector<TensorDesc> infer_fused_elementwise(const OpDescriptor& desc) {
       throw InvalidTypeError(detail::str_cat("op 'fused_elementwise': input ", k, " is ", dtype_name(x.dtype),
                                              "; the inputs are float32, float16 or bfloat16"));
     }
-    out = k == 0 ? shapes[k] : broadcast_shapes(out, shapes[k], desc.op, "input");
   }
-  // The kernels' own checks, at plan time: the program, row_axes against the output's rank, rotate_half's last axis.
-  const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
-  fused::check_rotate_half(program, fused::layout(shapes, out, desc.attrs.get_int("row_axes", 0), views));
+  const fused::Pieces pieces = fused::pieces(desc.attrs, desc.inputs.size());
+  if (!pieces.empty()) {  // Note [Pieces of a concatenation]: the pieces' shapes, their programs, rotate_half's axis
+    out = fused::pieces_output_shape(pieces, shapes);
+    fused::piece_layouts(pieces, shapes, views, out);
+  } else {
+    for (std::size_t k = 0; k < desc.inputs.size(); ++k) {
+      out = k == 0 ? shapes[k] : broadcast_shapes(out, shapes[k], desc.op, "input");
+    }
+    // The kernels' own checks, at plan time: the program, row_axes against the output's rank, rotate_half's axis.
+    const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
+    fused::check_rotate_half(program, fused::layout(shapes, out, desc.attrs.get_int("row_axes", 0), views));
+  }
   DType dtype = desc.inputs[0].dtype;
   if (desc.attrs.has("output_dtype")) {
     dtype = dtype_from_name(desc.attrs.get_string("output_dtype", ""));
@@ -834,7 +842,9 @@ void register_ops(KernelRegistry& registry) {
   add("fused_elementwise", "fusion", {"x..."},
       "a chain of elementwise ops, casts and row reductions as one kernel (Note [Fused elementwise programs]); "
       "program=\"mul x0 x1; sigmoid t0\": float32 math, float inputs broadcast to the output; row_axes=0 (the "
-      "reductions' trailing axes); output_dtype=(input 0's)",
+      "reductions' trailing axes); output_dtype=(input 0's); input_views (Note [Inputs read through a view]); "
+      "pieces=[axis, n_0, n_1, ...] with programs joined by '|': a concatenation of programs (Note [Pieces of a "
+      "concatenation])",
       infer_fused_elementwise);
   for (const char* op : {"relu", "sigmoid", "tanh", "silu"}) {
     add(op, "activation", {"x"}, std::string(op) + "(x)", infer_unary);

@@ -170,7 +170,9 @@ bool matrix_flops(const std::string& op, const Attributes& attrs, const std::vec
 double program_ops(const Attributes& attrs) {
   const std::string program = attrs.get_string("program", "");
   if (program.empty()) return 1.0;
-  return 1.0 + static_cast<double>(std::count(program.begin(), program.end(), ';'));
+  // A pieced program (Note [Pieces of a concatenation]): the pieces' mean, each piece writing its part of the output.
+  const auto pieces = 1.0 + static_cast<double>(std::count(program.begin(), program.end(), '|'));
+  return (pieces + static_cast<double>(std::count(program.begin(), program.end(), ';'))) / pieces;
 }
 
 // Vector (non-matrix) FLOPs.

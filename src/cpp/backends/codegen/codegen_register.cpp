@@ -324,38 +324,21 @@ class GeneratedKernel final : public Kernel {
                                     const std::string& record) const override {
     Support support = supports(desc, policy);
     if (!support) throw UnsupportedOperationError(support.reason());
-    const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
     std::vector<std::vector<std::int64_t>> stored;
     std::vector<DType> dtypes;
     for (const TensorDesc& x : desc.inputs) {
       stored.push_back(x.shape);
       dtypes.push_back(x.dtype);
     }
-    const TensorDesc& output = desc.outputs.at(0);
     // Note [Inputs read through a view]: the source reads the view's strides; run() adds its offset to the pointer.
     const fused::InputViews views = fused::input_views(desc.attrs, stored);
     std::vector<std::int64_t> offset_bytes(desc.inputs.size(), 0);
     for (std::size_t k = 0; k < views.size(); ++k) {
       if (views[k]) offset_bytes[k] = views[k]->offset * static_cast<std::int64_t>(dtype_size(dtypes[k]));
     }
-    const fused::Layout layout = fused::layout(fused::read_shapes(views, stored), output.shape,
-                                               desc.attrs.get_int("row_axes", 0), views);
-    // The kernel's name: a hash of everything the source depends on, so that the source is written once.
-    std::string what = detail::str_cat(program.text(), "|", dtype_name(output.dtype), "|", layout.numel, "|",
-                                       layout.row, "|", detail::shape_str(layout.dims, ","));
-    for (std::size_t k = 0; k < dtypes.size(); ++k) {
-      what += detail::str_cat("|", dtype_name(dtypes[k]), ":", detail::shape_str(layout.strides[k], ","));
-    }
-    fused::OutputQuantization quantization;
-    if (fused::quantized_output(output.dtype)) {
-      quantization = fused::output_quantization(desc.attrs, output.dtype);
-      std::uint32_t scale_bits = 0;
-      std::memcpy(&scale_bits, &quantization.scale, sizeof(scale_bits));
-      what += detail::str_cat("|q:", scale_bits, ":", quantization.zero_point);
-    }
-    const std::string name = "xrt_fused_" + fused::hash_hex(what);
-    const std::string source = fused::cuda_source(program, layout, dtypes, output.dtype, name, quantization);
-    const std::string source_hash = fused::hash_hex(source);
+    const Source s = source(desc, stored, views, dtypes);
+    const std::string& name = s.name;
+    const std::string source_hash = fused::hash_hex(s.text);
     if (!record.empty()) {
       std::string recorded;
       try {
@@ -367,24 +350,80 @@ class GeneratedKernel final : public Kernel {
       if (recorded != source_hash) {
         throw UnsupportedOperationError(detail::str_cat(
             "generated kernel: the record asks for source ", recorded, " but this version of xpuruntime generates ",
-            source_hash, " for this op (", program.text(), "); re-tune or regenerate the lock file"));
+            source_hash, " for this op (", s.program, "); re-tune or regenerate the lock file"));
       }
     }
     const int device = desc.device.index;
-    const Compiled c = compiled(source, name, device, arch(desc.device));
+    const Compiled c = compiled(s.text, name, device, arch(desc.device));
     int sms = 0;
     XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const fused::LaunchShape shape = fused::launch_shape(program, layout, dtypes, output.dtype);
-    const std::int64_t steps = layout.numel / shape.vec;  // vector steps (vec divides numel)
-    const std::int64_t wanted = shape.row_threads ? (layout.rows() + shape.rows_per_block - 1) / shape.rows_per_block
+    const fused::LaunchShape& shape = s.shape;
+    const std::int64_t steps = s.numel / shape.vec;  // vector steps (vec divides numel)
+    const std::int64_t wanted = shape.row_threads ? (s.rows + shape.rows_per_block - 1) / shape.rows_per_block
                                                   : (steps + shape.threads - 1) / shape.threads;
     const std::int64_t resident = sms * std::max<std::int64_t>(1, 4096 / shape.threads);
     const auto blocks = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, resident)));
-    return std::make_unique<GeneratedPlan>(c.function, name, source_hash, program.text(), c.how, layout.numel,
-                                           blocks, static_cast<unsigned>(shape.threads), std::move(offset_bytes));
+    return std::make_unique<GeneratedPlan>(c.function, name, source_hash, s.program, c.how, s.numel, blocks,
+                                           static_cast<unsigned>(shape.threads), std::move(offset_bytes));
   }
 
  private:
+  // A kernel's source, its name (a hash of everything the source depends on, so that it is written once) and how it
+  // is launched.
+  struct Source {
+    std::string name, text, program;
+    fused::LaunchShape shape;
+    std::int64_t numel = 0, rows = 0;
+  };
+
+  static Source source(const OpDescriptor& desc, const std::vector<std::vector<std::int64_t>>& stored,
+                       const fused::InputViews& views, const std::vector<DType>& dtypes) {
+    const TensorDesc& output = desc.outputs.at(0);
+    const std::vector<std::vector<std::int64_t>> shapes = fused::read_shapes(views, stored);
+    Source s;
+    std::string what;
+    auto strides = [&](const fused::Layout& layout, const std::vector<DType>& of) {
+      for (std::size_t k = 0; k < of.size(); ++k) {
+        what += detail::str_cat("|", dtype_name(of[k]), ":", detail::shape_str(layout.strides[k], ","));
+      }
+    };
+    const fused::Pieces pieces = fused::pieces(desc.attrs, desc.inputs.size());
+    if (!pieces.empty()) {  // Note [Pieces of a concatenation]
+      const std::vector<fused::Layout> layouts = fused::piece_layouts(pieces, shapes, views, output.shape);
+      s.program = pieces.text();
+      what = detail::str_cat(s.program, "|", dtype_name(output.dtype), "|", detail::shape_str(output.shape, ","), "|",
+                             pieces.axis);
+      for (std::size_t p = 0; p < layouts.size(); ++p) {
+        what += detail::str_cat("|", detail::shape_str(layouts[p].dims, ","));
+        strides(layouts[p], fused::piece_dtypes(pieces.pieces[p], dtypes));
+      }
+      s.name = "xrt_fused_" + fused::hash_hex(what);
+      s.text = fused::cuda_source(pieces, layouts, dtypes, output.dtype, output.shape, s.name);
+      s.shape.vec = fused::pieces_vector_width(pieces, layouts, dtypes, output.dtype, output.shape);
+      for (const fused::Layout& layout : layouts) s.numel += layout.numel;
+      return s;
+    }
+    const fused::Program program = fused::parse(desc.attrs.get_string("program", ""), desc.inputs.size());
+    const fused::Layout layout = fused::layout(shapes, output.shape, desc.attrs.get_int("row_axes", 0), views);
+    s.program = program.text();
+    what = detail::str_cat(s.program, "|", dtype_name(output.dtype), "|", layout.numel, "|", layout.row, "|",
+                           detail::shape_str(layout.dims, ","));
+    strides(layout, dtypes);
+    fused::OutputQuantization quantization;
+    if (fused::quantized_output(output.dtype)) {
+      quantization = fused::output_quantization(desc.attrs, output.dtype);
+      std::uint32_t scale_bits = 0;
+      std::memcpy(&scale_bits, &quantization.scale, sizeof(scale_bits));
+      what += detail::str_cat("|q:", scale_bits, ":", quantization.zero_point);
+    }
+    s.name = "xrt_fused_" + fused::hash_hex(what);
+    s.text = fused::cuda_source(program, layout, dtypes, output.dtype, s.name, quantization);
+    s.shape = fused::launch_shape(program, layout, dtypes, output.dtype);
+    s.numel = layout.numel;
+    s.rows = layout.rows();
+    return s;
+  }
+
   static int arch(Device device) {
     int major = 0, minor = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index) != cudaSuccess ||

@@ -2,6 +2,8 @@
 // programs] in core/fused_elementwise.h), every instruction in float32.
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -287,6 +289,43 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
   });
 }
 
+// A pieced node (Note [Pieces of a concatenation]): each piece evaluated into its slabs of the output (straight
+// into it where the slabs are one block: nothing before the axis), else into a buffer copied slab by slab.
+void evaluate_pieces(const fused::Pieces& pieces, const std::vector<Layout>& layouts,
+                     const std::vector<DType>& input_dtypes, DType output_dtype,
+                     const std::vector<const void*>& inputs, void* output, const std::vector<std::int64_t>& shape,
+                     int threads, const IsaKernels& isa) {
+  const auto axis = static_cast<std::size_t>(pieces.axis);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (d < axis) outer *= shape[d];
+    if (d > axis) inner *= shape[d];
+  }
+  const auto element = static_cast<std::int64_t>(dtype_size(output_dtype));
+  const std::int64_t row = shape[axis] * inner * element;  // one outer index's bytes of the output
+  std::vector<char> slabs;
+  std::int64_t start = 0;
+  for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
+    const fused::Piece& piece = pieces.pieces[p];
+    std::vector<const void*> piece_inputs;
+    for (std::size_t k : piece.inputs) piece_inputs.push_back(inputs[k]);
+    const std::int64_t block = piece.size * inner * element;
+    char* at = static_cast<char*>(output) + start * inner * element;
+    if (outer == 1) {
+      evaluate(piece.program, layouts[p], fused::piece_dtypes(piece, input_dtypes), output_dtype, {}, piece_inputs,
+               at, threads, isa);
+    } else if (block > 0) {
+      slabs.resize(static_cast<std::size_t>(outer * block));
+      evaluate(piece.program, layouts[p], fused::piece_dtypes(piece, input_dtypes), output_dtype, {}, piece_inputs,
+               slabs.data(), threads, isa);
+      for (std::int64_t o = 0; o < outer; ++o) {
+        std::memcpy(at + o * row, slabs.data() + o * block, static_cast<std::size_t>(block));
+      }
+    }
+    start += piece.size;
+  }
+}
+
 // The parsed program of `text` over `num_inputs` inputs, kept per thread: a node's program is the same text on every
 // run, and parsing it again (its checks, a dynamic_cast per instruction) cost 3% of a small CNN's run. The cache
 // holds at most kParsedPrograms programs (cleared past that: a process running many plans parses again).
@@ -310,7 +349,6 @@ void register_fused_kernels(KernelRegistry& registry) {
                  "float32 math, OpenMP over chunks or rows",
                  [](const KernelLaunch& launch, const CpuContext& context) {
                    const OpDescriptor& desc = *launch.desc;
-                   const Program& program = parsed_program(desc.attrs.get_string("program", ""), desc.inputs.size());
                    std::vector<std::vector<std::int64_t>> stored;
                    std::vector<const void*> inputs;
                    std::vector<DType> dtypes;
@@ -327,9 +365,19 @@ void register_fused_kernels(KernelRegistry& registry) {
                                    views[k]->offset * static_cast<std::int64_t>(dtype_size(dtypes[k]));
                      }
                    }
+                   const DType out = launch.output(0).dtype();
+                   if (desc.attrs.has("pieces")) {  // Note [Pieces of a concatenation]
+                     const fused::Pieces pieces = fused::pieces(desc.attrs, desc.inputs.size());
+                     const std::vector<std::int64_t>& shape = launch.output(0).shape();
+                     evaluate_pieces(pieces, fused::piece_layouts(pieces, fused::read_shapes(views, stored), views,
+                                                                  shape),
+                                     dtypes, out, inputs, launch.output(0).data_ptr(), shape, context.threads,
+                                     *context.isa);
+                     return;
+                   }
+                   const Program& program = parsed_program(desc.attrs.get_string("program", ""), desc.inputs.size());
                    const Layout layout = fused::layout(fused::read_shapes(views, stored), launch.output(0).shape(),
                                                        desc.attrs.get_int("row_axes", 0), views);
-                   const DType out = launch.output(0).dtype();
                    const fused::OutputQuantization quantization =
                        fused::quantized_output(out) ? fused::output_quantization(desc.attrs, out)
                                                     : fused::OutputQuantization();

@@ -205,6 +205,102 @@ TEST(Codegen, MalformedInputViewsAreTypedErrors) {
   EXPECT_EQ(fused::read_shapes(views, stored), (std::vector<std::vector<std::int64_t>>{{3, 8}, {8}}));
 }
 
+// Note [Pieces of a concatenation]: a pieced node's kernel compiles with NVRTC, vectors only as wide as every piece's
+// slab allows (GPT-NeoX's rotated quarter and pass-through part of a head: [2, 4, 5, 16 | 48], 8 halves; a middle
+// axis cut 3 + 5 of rows of 7: scalar), with broadcast inputs, views and a float32 piece beside float16 ones.
+TEST(Codegen, PiecesCompileWithVectorsThatStayInsideTheirSlab) {
+  const DType h = DType::kFloat16;
+  struct PieceCase {
+    std::string program;
+    std::vector<std::int64_t> pieces;
+    std::vector<std::vector<std::int64_t>> stored;
+    std::vector<DType> dtypes;
+    std::string views;
+    std::vector<std::int64_t> output;
+    int vec;
+  };
+  const std::vector<PieceCase> cases = {
+      {"mul x0 x1; rotate_half x0; mul t1 x2; add t0 t2 | f32 x3", {3, 16, 48},
+       {{2, 5, 768}, {1, 1, 5, 16}, {1, 1, 5, 16}, {2, 5, 768}}, {h, h, h, h},
+       "0 4 0 2 4 5 16 3840 192 768 1 3 4 16 2 4 5 48 3840 192 768 1", {2, 4, 5, 64}, 8},
+      {"sigmoid x0; mul x0 t0 | add x1 x2 | neg x2", {1, 3, 5, 1}, {{4, 3, 7}, {4, 5, 7}, {1, 1, 7}},
+       {h, DType::kFloat32, h}, "", {4, 9, 7}, 1},
+      {"f32 x0 | f32 x1", {0, 2, 6}, {{2, 16}, {6, 16}}, {h, h}, "", {8, 16}, 8},
+  };
+  for (const PieceCase& c : cases) {
+    Attributes attrs;
+    attrs.set("program", c.program);
+    attrs.set("pieces", c.pieces);
+    if (!c.views.empty()) {
+      std::vector<std::int64_t> ints;
+      std::stringstream words(c.views);
+      for (std::int64_t v; words >> v;) ints.push_back(v);
+      attrs.set("input_views", ints);
+    }
+    const fused::Pieces pieces = fused::pieces(attrs, c.stored.size());
+    ASSERT_EQ(pieces.pieces.size(), c.pieces.size() - 1);
+    EXPECT_EQ(pieces.text(), c.program);
+    const fused::InputViews views = fused::input_views(attrs, c.stored);
+    const auto shapes = fused::read_shapes(views, c.stored);
+    EXPECT_EQ(fused::pieces_output_shape(pieces, shapes), c.output) << c.program;
+    const std::vector<fused::Layout> layouts = fused::piece_layouts(pieces, shapes, views, c.output);
+    EXPECT_EQ(fused::pieces_vector_width(pieces, layouts, c.dtypes, h, c.output), c.vec) << c.program;
+    const std::string source = fused::cuda_source(pieces, layouts, c.dtypes, h, c.output, "xrt_fused_pieces_test");
+    try {
+      EXPECT_FALSE(fused::compile_cubin(source, "xrt_fused_pieces_test", 90).empty());
+    } catch (const UnsupportedOperationError& e) {
+      const std::string what = e.what();
+      if (what.find("could not be loaded") != std::string::npos ||
+          what.find("without the codegen") != std::string::npos) {
+        GTEST_SKIP() << what;
+      }
+      ADD_FAILURE() << c.program << ": " << what << "\n" << source;
+    }
+  }
+}
+
+// A malformed pieces attribute, or pieces whose shapes do not fit, is a typed error naming what is wrong.
+TEST(Codegen, MalformedPiecesAreTypedErrors) {
+  struct Bad {
+    std::string program;
+    std::vector<std::int64_t> pieces;
+    std::string message;
+  };
+  const std::vector<Bad> bad = {
+      {"neg x0 | neg x1", {1, 3}, "at least two pieces"},
+      {"neg x0 | neg x1", {1, 3, 4, 5}, "3 pieces but 2 programs"},
+      {"neg x0 | neg x1", {1, 3, 0}, "size 0"},
+      {"neg x0 | neg x0", {1, 3, 4}, "input x1 is read by no piece"},
+      {"neg x0 | bogus x1", {1, 3, 4}, "unknown op 'bogus'"},
+      {"neg x0 | neg x2", {1, 3, 4}, "the node has 2 inputs"},
+      {"neg x0 | neg x1", {9, 3, 4}, "axis 9"},
+  };
+  for (const Bad& b : bad) {
+    Attributes attrs;
+    attrs.set("program", b.program);
+    attrs.set("pieces", b.pieces);
+    try {
+      fused::pieces(attrs, 2);
+      ADD_FAILURE() << b.program << " " << ::testing::PrintToString(b.pieces) << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(b.message), std::string::npos) << e.what();
+    }
+  }
+  Attributes reduces;
+  reduces.set("program", std::string("neg x0 | neg x1"));
+  reduces.set("pieces", std::vector<std::int64_t>{1, 3, 4});
+  reduces.set("row_axes", std::int64_t{1});
+  EXPECT_THROW(fused::pieces(reduces, 2), InvalidArgumentError);
+  Attributes good;
+  good.set("program", std::string("neg x0 | neg x1"));
+  good.set("pieces", std::vector<std::int64_t>{1, 3, 4});
+  const fused::Pieces pieces = fused::pieces(good, 2);
+  // the pieces' other axes must agree: [2, 3, 5] beside [2, 4, 6] along axis 1
+  EXPECT_THROW(fused::pieces_output_shape(pieces, {{2, 3, 5}, {2, 4, 6}}), InvalidArgumentError);
+  EXPECT_THROW(fused::pieces_output_shape(pieces, {{2, 2, 5}, {2, 4, 5}}), InvalidArgumentError);  // 2 is not 3
+  EXPECT_EQ(fused::pieces_output_shape(pieces, {{2, 3, 5}, {1, 4, 1}}), (std::vector<std::int64_t>{2, 7, 5}));
+}
+
 // The level a quantized output stores (Note [Quantized output of a fused program]): QuantizeLinear's, ties to even,
 // saturated, NaN to the zero point; the attributes checked.
 TEST(Codegen, QuantizedOutputLevelsAreQuantizeLinears) {

@@ -264,7 +264,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion", "conv_fusion",
                                              "nhwc_layout", "quantized_constant_folding",
                                              "linear_epilogue_fusion",
-                                             "elementwise_fusion", "fused_input_views"}));
+                                             "elementwise_fusion", "fused_input_views", "concat_fusion"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "
@@ -2461,6 +2461,11 @@ TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
     EXPECT_EQ(merged, name == "llama" ? 4 : 0) << out.str();  // per layer: q with k, gate with up
     // GPT-NeoX's head Transpose and the Slices of q, k, v and of the heads' pass-through part: each chain of copies
     // one FusedElementwise copy through a view (Note [Chains of copies become one])
+    // GPT-NeoX's rotated quarter of each head and its pass-through part: one pieced kernel each for q and k (Note
+    // [Concats of fused values])
+    if (name == "gpt_neox") {
+      EXPECT_EQ(count(out, "Concat"), 0) << out.str();
+    }
     if (name != "llama") {
       EXPECT_EQ(count(out, "Slice") + count(out, "Transpose"), 0) << out.str();
       // GPT-NeoX's parallel block: the stream rides in the MLP's GEMM (Note [Two residuals into two GEMMs])
@@ -2611,6 +2616,51 @@ TEST(FusedInputViews, ChainsOfCopiesBecomeOneCopy) {
   Graph cpu = g;  // CPU plans too
   runtime::optimize(cpu, runtime::InferOptions{}, {});
   EXPECT_EQ(count(cpu, "FusedElementwise"), 1) << cpu.str();
+}
+
+// Note [Concats of fused values]: Concat(sigmoid(x) * x, a Slice of y cut along a middle axis, z) along the last axis
+// becomes one FusedElementwise with three pieces (the group's program, a copy of y through the Slice's view, a copy
+// of z) in CUDA and CPU plans, computing what the graph does; a Concat whose inputs gain nothing, and Concats under a
+// policy rule for concat, stay.
+TEST(ConcatFusion, ConcatsOfFusedValuesBecomeOneNodeOfPieces) {
+  Builder b;
+  b.input("x", {2, 3, 5, 8}).input("y", {2, 3, 7, 6}).input("z", {2, 3, 5, 3}).input("w", {2, 3, 5, 2});
+  b.constant("starts", int64s({1})).constant("ends", int64s({6})).constant("axes", int64s({2}));
+  b.add(node("Sigmoid", {"x"}, {"sx"})).add(node("Mul", {"sx", "x"}, {"a"}));
+  b.add(node("Slice", {"y", "starts", "ends", "axes"}, {"s"}));
+  Attributes last;
+  last.set("axis", std::int64_t{-1});
+  b.add(node("Concat", {"a", "s", "z"}, {"c"}, last));
+  b.add(node("Concat", {"z", "w"}, {"plain"}, last));  // nothing gained: stays a Concat
+  Graph g = b.build({"c", "plain"});
+  const Feeds feeds = {{"x", random({2, 3, 5, 8}, 106)}, {"y", random({2, 3, 7, 6}, 107)},
+                       {"z", random({2, 3, 5, 3}, 108)}, {"w", random({2, 3, 5, 2}, 109)}};
+  const std::vector<Tensor> want = run_graph(g, feeds);
+  runtime::InferOptions cuda;
+  cuda.device = Device::cuda(0);
+  for (const runtime::InferOptions& options : {cuda, runtime::InferOptions{}}) {
+    Graph out = g;
+    runtime::optimize(out, options, {});
+    EXPECT_EQ(count(out, "Concat"), 1) << out.str();
+    EXPECT_EQ(count(out, "Slice") + count(out, "Sigmoid") + count(out, "Mul"), 0) << out.str();
+    ASSERT_EQ(count(out, "FusedElementwise"), 1) << out.str();
+    for (const Node& n : out.nodes) {
+      if (n.op_type != "FusedElementwise") continue;
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"x", "y", "z"})) << n.str();
+      EXPECT_EQ(n.attrs.get_ints("pieces", {}), (std::vector<std::int64_t>{3, 8, 6, 3})) << n.str();
+      EXPECT_EQ(n.attrs.get_string("program", ""), "sigmoid x0; mul t0 x0 | f32 x1 | f32 x2") << n.str();
+      // y [2, 3, 7, 6] read as [2, 3, 5, 6] from row 1
+      EXPECT_EQ(n.attrs.get_ints("input_views", {}), (std::vector<std::int64_t>{1, 4, 6, 2, 3, 5, 6, 126, 42, 6, 1}))
+          << n.str();
+    }
+    // the copies bit for bit, the sigmoid within the cpu kernel's vectorised exp (Note [Vectorised exp on the CPU])
+    expect_close(want, run_graph(out, feeds, nullptr, /*library_fused=*/true), 1e-6, 1e-6);
+  }
+  runtime::InferOptions ruled = cuda;
+  ruled.keep_unfused = [](const std::string& op) { return op == "concat"; };
+  Graph kept = g;
+  runtime::optimize(kept, ruled, {});
+  EXPECT_EQ(count(kept, "Concat"), 2) << kept.str();
 }
 
 // The passes of a quantized model's CPU plan and of its CUDA plan (quantized weights kept), and the CUDA context.

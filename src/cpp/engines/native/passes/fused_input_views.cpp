@@ -166,13 +166,6 @@ std::optional<fused::InputView> through(const Graph& g, const Node& n, const fus
   return std::nullopt;
 }
 
-struct Chain {
-  std::string source;
-  fused::InputView view;
-  std::vector<std::size_t> nodes;  // the view ops read through, in graph order
-  int copies = 0;                  // how many of them copy (their result is not a block of what they read)
-};
-
 bool is_view_op(const Node& n) {
   return is_onnx(n, "Slice") || is_onnx(n, "Transpose") || is_onnx(n, "Reshape") || is_onnx(n, "Flatten") ||
          is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze");
@@ -184,10 +177,11 @@ bool copies(const Graph& g, const Node& n, const Shape& in, const Shape& out) {
   return !v || !is_block(*v);
 }
 
-// The view of `value` (read by a fused node) over the furthest tensor that view ops made it from: the ops walked
-// back while their input and output shapes are static, then composed forward from the first whose input the view
-// can start from (a Reshape that strides cannot express starts the chain after it).
-std::optional<Chain> view_chain(const Graph& g, const Uses& uses, const std::string& value) {
+}  // namespace
+
+// The ops walked back while their input and output shapes are static, then composed forward from the first whose
+// input the view can start from (a Reshape that strides cannot express starts the chain after it).
+std::optional<ViewChain> internal::view_chain(const Graph& g, const Uses& uses, const std::string& value) {
   std::vector<std::size_t> ops;  // last first
   std::string at = value;
   while (ops.size() < 16) {
@@ -202,7 +196,7 @@ std::optional<Chain> view_chain(const Graph& g, const Uses& uses, const std::str
     at = n.inputs[0];
   }
   if (ops.empty()) return std::nullopt;
-  Chain chain;
+  ViewChain chain;
   chain.source = at;
   chain.view = contiguous_view(*static_shape(g, at));
   for (std::size_t i = ops.size(); i-- > 0;) {
@@ -226,6 +220,8 @@ std::optional<Chain> view_chain(const Graph& g, const Uses& uses, const std::str
   if (chain.nodes.empty() || is_block(chain.view)) return std::nullopt;
   return chain;
 }
+
+namespace {
 
 // Note [Chains of copies become one]
 // Where a value that some other op reads is made by a chain of view ops of which two or more copy (GPT-NeoX: a head
@@ -295,7 +291,8 @@ bool view_readers(const Graph& g, const Uses& uses, const std::string& value, bo
   if (uses.is_graph_output(value) || uses.read_by_subgraph(value) || uses.readers(value).empty()) return false;
   for (std::size_t r : uses.readers(value)) {
     const Node& n = g.nodes[r];
-    if (n.domain == kXpurtDomain && n.op_type == "FusedElementwise" && !n.attrs.has("input_views")) {
+    if (n.domain == kXpurtDomain && n.op_type == "FusedElementwise" && !n.attrs.has("input_views") &&
+        !n.attrs.has("pieces")) {
       for (std::size_t k = 0; k < n.inputs.size(); ++k) {
         if (n.inputs[k] == value) part->fused_reads.emplace_back(r, k);
       }
@@ -500,7 +497,10 @@ PassResult fused_input_views(Graph& g, const PassContext& ctx) {
   result.rewrites += merge_sibling_gemms(g, result.notes);  // Note [Sibling GEMMs of one fused node become one]
   const Uses uses(g);
   for (Node& n : g.nodes) {
-    if (n.domain != kXpurtDomain || n.op_type != "FusedElementwise" || n.attrs.has("input_views")) continue;
+    if (n.domain != kXpurtDomain || n.op_type != "FusedElementwise" || n.attrs.has("input_views") ||
+        n.attrs.has("pieces")) {
+      continue;
+    }
     fused::InputViews views(n.inputs.size());
     std::string note;
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {

@@ -347,7 +347,7 @@ int fold_rotary_head_transposes(Graph& g, std::vector<std::string>& notes) {
   for (std::size_t f = 0; f < g.nodes.size(); ++f) {
     Node& fused_node = g.nodes[f];
     if (fused_node.domain != kXpurtDomain || fused_node.op_type != "FusedElementwise" ||
-        fused_node.outputs.size() != 1 || fused_node.attrs.has("row_axes")) {
+        fused_node.outputs.size() != 1 || fused_node.attrs.has("row_axes") || fused_node.attrs.has("pieces")) {
       continue;
     }
     const fused::Program program = fused::parse(fused_node.attrs.get_string("program", ""), fused_node.inputs.size());

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/fused_elementwise.h"
 #include "core/scalar.h"
 #include "engines/native/passes/passes.h"
 #include "xpuruntime/graph.h"
@@ -144,6 +145,18 @@ Tensor concatenated_weights(const Graph& g, const std::vector<const Node*>& line
 
 // "Conv 'c1'"
 std::string describe(const Node& n);
+
+// A value made by view ops (Slice, Transpose, Reshape, Flatten, Squeeze, Unsqueeze) of a tensor, as a strided view of
+// that tensor (Note [Inputs read through a view] in core/fused_elementwise.h).
+struct ViewChain {
+  std::string source;
+  fused::InputView view;
+  std::vector<std::size_t> nodes;  // the view ops read through, in graph order
+  int copies = 0;                  // how many of them copy (their result is not a block of what they read)
+};
+// The view of `value` over the furthest tensor that view ops made it from; nullopt where no view op made it or the
+// view is one contiguous block (a view already: nothing to save). fused_input_views.cpp.
+std::optional<ViewChain> view_chain(const Graph& g, const Uses& uses, const std::string& value);
 
 // Note [Patterns check arity]
 // A pattern reads the inputs and outputs its operator's schema promises (a MatMul's two inputs, a Softmax's output).

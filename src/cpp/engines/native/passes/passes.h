@@ -128,6 +128,9 @@ XPURT_API PassResult elementwise_fusion(Graph& g, const PassContext& ctx);
 // A FusedElementwise's input made of Slices, Transposes and Reshapes of a tensor -> the tensor, read through a strided
 // view (Note [Fused nodes read their inputs' views] in passes/fused_input_views.cpp).
 XPURT_API PassResult fused_input_views(Graph& g, const PassContext& ctx);
+// A Concat of FusedElementwise values only it reads, or of values view ops copied -> one FusedElementwise whose pieces
+// write the concatenation (Note [Concats of fused values] in passes/fusion_concat.cpp).
+XPURT_API PassResult concat_fusion(Graph& g, const PassContext& ctx);
 
 // DequantizeLinear(int8 or uint8 constant) -> MatMul/Gemm/Conv (per-tensor activations, per-tensor or per-output-
 // channel symmetric int8 weights) [+ bias] [+ Relu] [+ QuantizeLinear] -> com.xpuruntime:QLinear / QConv (the registry

@@ -88,6 +88,11 @@ NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
         if (!d.plan_summary.empty()) n.reason += " [" + d.plan_summary + "]";
         if (s.op == "fused_elementwise") {  // Note [Fused elementwise programs]: the group's program
           n.reason += fused_views_summary(s) + "; program: " + s.attrs.get_string("program", "");
+          if (s.attrs.has("pieces")) {  // Note [Pieces of a concatenation]: "; pieces along axis 3: 16, 48"
+            const std::vector<std::int64_t> p = s.attrs.get_ints("pieces", {});
+            n.reason += detail::str_cat("; pieces along axis ", p.empty() ? 0 : p[0], ":");
+            for (std::size_t k = 1; k < p.size(); ++k) n.reason += detail::str_cat(k > 1 ? ", " : " ", p[k]);
+          }
         }
         if (s.op == "matmul_nbits") n.reason += int4_summary(s);  // Note [Int4 weight-only GEMM]
         if (s.op == "qlinear" || s.op == "qconv2d") {  // Note [Quantized registry ops]: int8 whatever the policy's

@@ -1,0 +1,152 @@
+// concat_fusion: a Concat of fused values becomes one fused node whose pieces write the concatenation (Note [Pieces of
+// a concatenation] in core/fused_elementwise.h).
+//
+// Note [Concats of fused values]
+// A Concat copies what its inputs' kernels just wrote: GPT-NeoX (and the other partial-rotary decoders: Phi-2,
+// StableLM, ChatGLM) rotates a quarter of each head and joins it to the other three quarters, so that each of q and k
+// took a rotary kernel, a copy of the pass-through part out of the projection and the Concat's copy, three launches
+// and three passes over the head, where torch.compile writes one kernel. A Concat of float values of static shapes
+// becomes one FusedElementwise with pieces when at least one input is gained: a FusedElementwise that only the Concat
+// reads (its program becomes the piece's, its inputs and their views the node's), or a value view ops copied out of a
+// tensor along a contiguous innermost axis (the piece reads the tensor through the composed view: Swin's patch
+// merging, four strided Slices and their Concat). The other inputs are copy pieces ("f32 x<k>", exact in every float dtype). Producers that reduce over rows
+// or quantize their output stay as they are, read as copies. A KernelPolicy rule for concat keeps the Concats.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/fused_elementwise.h"
+#include "engines/native/passes/pass_utils.h"
+#include "engines/native/passes/passes.h"
+
+namespace xpuruntime::passes {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): the passes' own helpers
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+// The fused node producing `value` when only the Concat `concat` reads it and its program can be a piece (no row
+// reduction, no pieces of its own, a float output); nullopt otherwise.
+std::optional<std::size_t> absorbable(const Graph& g, const Uses& uses, const std::string& value, std::size_t concat) {
+  auto p = uses.producer(value);
+  if (!p || !uses.only_reader(value, concat)) return std::nullopt;
+  const Node& f = g.nodes[*p];
+  if (f.domain != kXpurtDomain || f.op_type != "FusedElementwise" || f.outputs.size() != 1 ||
+      f.attrs.get_int("row_axes", 0) != 0 || f.attrs.has("pieces")) {
+    return std::nullopt;
+  }
+  if (f.attrs.has("output_dtype") && !is_fusable_float(dtype_from_name(f.attrs.get_string("output_dtype", "")))) {
+    return std::nullopt;
+  }
+  for (const std::string& x : f.inputs) {
+    if (!static_shape(g, x)) return std::nullopt;
+  }
+  return p;
+}
+
+// The piece of a Concat input: the node's inputs it adds (with their views) and its program over the node's inputs.
+struct PieceOf {
+  std::vector<std::string> inputs;
+  fused::InputViews views;
+  std::string program;
+  bool gained = false;  // a kernel or a copy fewer
+  std::string note;
+};
+
+PieceOf piece_of(const Graph& g, const Uses& uses, const std::string& value, std::size_t concat, std::size_t base) {
+  PieceOf piece;
+  if (auto p = absorbable(g, uses, value, concat)) {
+    const Node& f = g.nodes[*p];
+    fused::Program program = fused::parse(f.attrs.get_string("program", ""), f.inputs.size());
+    for (fused::Instruction& in : program.code) {
+      if (in.a.input) in.a.index += static_cast<int>(base);
+      if (fused::is_binary(in.code) && in.b.input) in.b.index += static_cast<int>(base);
+    }
+    std::vector<Shape> stored;
+    for (const std::string& x : f.inputs) stored.push_back(*static_shape(g, x));
+    piece.views = fused::input_views(f.attrs, stored);
+    piece.views.resize(f.inputs.size());
+    piece.inputs = f.inputs;
+    piece.program = program.text();
+    piece.gained = true;
+    piece.note = describe(f);
+    return piece;
+  }
+  const std::string x = "x" + std::to_string(base);
+  piece.program = "f32 " + x;
+  // Only views whose innermost axis is contiguous: a transposed read (an NHWC tensor read as NCHW) strides every lane
+  // of a warp across memory, where a Transpose kernel moves tiles.
+  if (auto chain = view_chain(g, uses, value);
+      chain && chain->copies > 0 && (chain->view.shape.back() == 1 || chain->view.strides.back() == 1)) {
+    piece.inputs = {chain->source};
+    piece.views = {chain->view};
+    piece.gained = true;
+    piece.note = chain->source + " through";
+    for (std::size_t op : chain->nodes) piece.note += " " + describe(g.nodes[op]);
+    return piece;
+  }
+  piece.inputs = {value};
+  piece.views = {std::nullopt};
+  return piece;
+}
+
+}  // namespace
+
+PassResult concat_fusion(Graph& g, const PassContext& ctx) {
+  PassResult result{"concat_fusion", 0, {}};
+  if (!ctx.fuse_elementwise) return result;
+  if (ctx.keep_unfused && ctx.keep_unfused("concat")) return result;  // the user's rule keeps the Concats
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (!is_onnx(n, "Concat") || n.outputs.size() != 1 || n.inputs.size() < 2) continue;
+    const auto out = static_shape(g, n.outputs[0]);
+    const auto dtype = value_dtype(g, n.outputs[0]);
+    if (!out || out->empty() || !dtype || !is_fusable_float(*dtype) || uses.read_by_subgraph(n.outputs[0])) continue;
+    const auto rank = static_cast<std::int64_t>(out->size());
+    std::int64_t axis = n.attrs.get_int("axis", 0);
+    axis = axis < 0 ? axis + rank : axis;
+    if (axis < 0 || axis >= rank) continue;
+    Node fused;
+    fused::InputViews views;
+    std::vector<std::int64_t> pieces = {axis};
+    std::string program, note;
+    bool fits = true, gained = false;
+    for (const std::string& x : n.inputs) {
+      const auto shape = static_shape(g, x);
+      fits = fits && !x.empty() && shape && static_cast<std::int64_t>(shape->size()) == rank;
+      if (!fits) break;
+      if ((*shape)[static_cast<std::size_t>(axis)] == 0) continue;  // adds nothing
+      PieceOf piece = piece_of(g, uses, x, i, fused.inputs.size());
+      fused.inputs.insert(fused.inputs.end(), piece.inputs.begin(), piece.inputs.end());
+      views.insert(views.end(), piece.views.begin(), piece.views.end());
+      program += (program.empty() ? "" : " | ") + piece.program;
+      pieces.push_back((*shape)[static_cast<std::size_t>(axis)]);
+      gained = gained || piece.gained;
+      if (piece.gained) note += (note.empty() ? "" : ", ") + piece.note;
+    }
+    if (!fits || !gained || pieces.size() < 3) continue;
+    fused.name = n.name + "_pieces";
+    fused.domain = kXpurtDomain;
+    fused.op_type = "FusedElementwise";
+    fused.outputs = n.outputs;
+    fused.attrs.set("program", program);
+    fused.attrs.set("pieces", pieces);
+    fused.attrs.set("output_dtype", std::string(dtype_name(*dtype)));
+    fused::set_input_views(&fused.attrs, views);
+    result.notes.push_back(detail::str_cat(describe(n), " of ", note, " -> FusedElementwise '", fused.name, "' (",
+                                           pieces.size() - 1, " pieces along axis ", axis, ")"));
+    n = std::move(fused);
+    ++result.rewrites;
+  }
+  if (result.rewrites > 0) {  // the producers only the Concats read, and view ops nothing reads now
+    PassResult dead = dead_node_elimination(g, ctx);
+    result.notes.insert(result.notes.end(), dead.notes.begin(), dead.notes.end());
+  }
+  return result;
+}
+
+}  // namespace xpuruntime::passes

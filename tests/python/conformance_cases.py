@@ -349,8 +349,10 @@ def ref_attention(inputs, attrs):
     # [B, H, S, D] views and returns the output in its layout.
     bshd = list(attrs.get("bshd", [0, 0, 0, 0]))
     parts = list(attrs.get("qkv_parts", [-1, -1, -1]))
-    # A packed input is [B, S, P, H, D]; part p of it is [B, S, H, D].
-    q, k, v = [x[:, :, part] if part >= 0 else x for x, part in zip((q, k, v), parts)]
+    # A packed input is [B, S, P, H, D] (qkv_packing "heads_parts": [B, S, H, P, D]); part p of it is [B, S, H, D].
+    heads_outer = attrs.get("qkv_packing", "parts_heads") == "heads_parts"
+    q, k, v = [(x[:, :, :, part] if heads_outer else x[:, :, part]) if part >= 0 else x
+               for x, part in zip((q, k, v), parts)]
     q, k, v = [np.swapaxes(x, 1, 2) if flag or part >= 0 else x for x, flag, part in zip((q, k, v), bshd, parts)]
     out = _attention_bhsd(q, k, v, mask, attrs)
     return np.swapaxes(out, 1, 2) if bshd[3] else out
@@ -939,6 +941,22 @@ def attention_cases() -> List[Case]:
         mask = None if mask_shape is None else uniform(rng, mask_shape, -2.0, 0.0)
         cases.append(Case("attention", name, [packed, packed, packed, mask],
                           {"causal": causal, "scale": 0.0, "bshd": bshd, "qkv_parts": parts}, ref_attention, "gemm"))
+    # Each head's q, k and v side by side, [B, S, H, P, D] (qkv_packing "heads_parts": GPT-NeoX's and BLOOM's
+    # query_key_value), all three packed, or only v with q and k of their own (GPT-NeoX's rotated q and k).
+    for name, shape, causal, mask_shape in [("packed_heads_parts_d64", (2, 33, 4, 3, 64), 0, None),
+                                            ("packed_heads_parts_d128_causal", (1, 70, 2, 3, 128), 1, None),
+                                            ("packed_heads_parts_d32_mask", (2, 9, 3, 3, 32), 0, (2, 1, 1, 9))]:
+        rng = _rng("attention" + name)
+        packed = uniform(rng, shape)
+        mask = None if mask_shape is None else uniform(rng, mask_shape, -2.0, 0.0)
+        cases.append(Case("attention", name, [packed, packed, packed, mask],
+                          {"causal": causal, "scale": 0.0, "bshd": [0, 0, 0, 1], "qkv_parts": [0, 1, 2],
+                           "qkv_packing": "heads_parts"}, ref_attention, "gemm"))
+        b, s, h, _, d = shape
+        q, k = uniform(rng, (b, h, s, d)), uniform(rng, (b, h, s, d))
+        cases.append(Case("attention", name + "_v_only", [q, k, packed, mask],
+                          {"causal": causal, "scale": 0.0, "bshd": [0, 0, 0, 1], "qkv_parts": [-1, -1, 2],
+                           "qkv_packing": "heads_parts"}, ref_attention, "gemm"))
     return cases
 
 

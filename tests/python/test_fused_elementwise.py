@@ -696,3 +696,15 @@ def test_concats_of_fused_values_match_the_plan_with_concats(name, device):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert any("; pieces along axis" in n["reason"] for n in _fused(pieced))
     assert not any("; pieces along axis" in n["reason"] for n in _fused(concats))
+
+
+def test_attention_packing_is_checked():
+    """qkv_packing (Note [Attention layouts]): "parts_heads" or "heads_parts", anything else a typed error naming both."""
+    packed = np.zeros((1, 4, 2, 3, 8), np.float32)  # [B, S, H, P, D]
+    attrs = {"qkv_parts": [0, 1, 2], "qkv_packing": "heads_parts"}
+    (y,) = xrt.ops.call("attention", [packed, packed, packed], attrs)
+    assert tuple(y.shape) == (1, 2, 4, 8)
+    with pytest.raises(xrt.InvalidArgumentError, match="qkv_packing must be"):
+        xrt.ops.call("attention", [packed, packed, packed], {**attrs, "qkv_packing": "heads"})
+    with pytest.raises(xrt.InvalidArgumentError, match="only 3 parts"):
+        xrt.ops.call("attention", [packed, packed, packed], {**attrs, "qkv_parts": [0, 1, 3]})

@@ -23,6 +23,9 @@ namespace xpuruntime {
 //  * `qkv_parts`, three ints for q, k and v (-1: not packed), marks inputs that are part p of a packed projection
 //    [B, S, P, H, D] (GPT-2's c_attn and timm's qkv Linear: [B, S, 3 * H * D] viewed so); q, k and v then name the
 //    same tensor and read it at offset p * H * D, rows P * H * D apart. A packed input's `bshd` flag must be 0.
+//  * `qkv_packing`, "parts_heads" (the default: [B, S, P, H, D] as above) or "heads_parts": the packed inputs are
+//    [B, S, H, P, D], each head's q, k and v side by side (GPT-NeoX's and BLOOM's query_key_value Linear), read at
+//    offset p * D with heads P * D apart.
 // attention_fusion's head-transpose fold (Note [Attention reads the heads where the projections wrote them] in
 // fusion_transformer.cpp) sets them, so the strided copies around attention go. Each kernel reads and writes
 // element (b, h, s, d) at offset + b * stride_b + h * stride_h + s * stride_s + d (view() below); the mask and the
@@ -31,6 +34,7 @@ struct AttentionLayout {
   enum Tensor : std::size_t { kQ = 0, kK = 1, kV = 2, kOut = 3 };
   std::array<bool, 4> bshd{};              // q, k, v, output
   std::array<std::int64_t, 3> part{-1, -1, -1};  // q, k, v: the part of a packed [B, S, P, H, D] input, or -1
+  bool heads_outer = false;                       // packed inputs are [B, S, H, P, D] (qkv_packing "heads_parts")
 
   // Where element (b, h, s, d) of a tensor is: offset + b * stride_b + h * stride_h + s * stride_s + d.
   struct View {
@@ -59,6 +63,10 @@ struct AttentionLayout {
                   " of a packed [B, S, P, H, D] input; its bshd flag must be 0");
       layout.part[i] = parts[i];
     }
+    const std::string packing = attrs.get_string("qkv_packing", "parts_heads");
+    XPURT_CHECK(packing == "parts_heads" || packing == "heads_parts", "op 'attention': qkv_packing must be "
+                "\"parts_heads\" ([B, S, P, H, D]) or \"heads_parts\" ([B, S, H, P, D]), got \"", packing, "\"");
+    layout.heads_outer = packing == "heads_parts";
     return layout;
   }
   static const char* name(std::size_t i) {
@@ -72,10 +80,11 @@ struct AttentionLayout {
   std::vector<std::int64_t> logical(std::size_t i, const std::vector<std::int64_t>& stored) const {
     if (packed(i)) {
       XPURT_CHECK(stored.size() == 5, "op 'attention': ", name(i), " is part ", part[i], " of a packed input, which "
-                  "must be [B, S, P, H, D]; got rank ", stored.size());
-      XPURT_CHECK(part[i] < stored[2], "op 'attention': ", name(i), " is part ", part[i], " of a packed input of only ",
-                  stored[2], " parts");
-      return {stored[0], stored[3], stored[1], stored[4]};
+                  "must be ", heads_outer ? "[B, S, H, P, D]" : "[B, S, P, H, D]", "; got rank ", stored.size());
+      const std::int64_t parts = stored[heads_outer ? 3 : 2], heads = stored[heads_outer ? 2 : 3];
+      XPURT_CHECK(part[i] < parts, "op 'attention': ", name(i), " is part ", part[i], " of a packed input of only ",
+                  parts, " parts");
+      return {stored[0], heads, stored[1], stored[4]};
     }
     if (!bshd[i] || stored.size() != 4) return stored;
     return {stored[0], stored[2], stored[1], stored[3]};
@@ -87,8 +96,10 @@ struct AttentionLayout {
   }
   // Where tensor i's elements are, from its stored shape (the output's: stored_output()).
   View view(std::size_t i, const std::vector<std::int64_t>& stored) const {
-    if (packed(i)) {  // [B, S, P, H, D]
-      const std::int64_t seq = stored[1], parts = stored[2], heads = stored[3], d = stored[4];
+    if (packed(i)) {  // [B, S, P, H, D], or [B, S, H, P, D]
+      const std::int64_t seq = stored[1], d = stored[4];
+      const std::int64_t parts = stored[heads_outer ? 3 : 2], heads = stored[heads_outer ? 2 : 3];
+      if (heads_outer) return {seq * heads * parts * d, parts * d, heads * parts * d, part[i] * d};
       return {seq * parts * heads * d, d, parts * heads * d, part[i] * heads * d};
     }
     const std::int64_t d = stored[3];
@@ -115,6 +126,7 @@ struct AttentionLayout {
     for (const char* name : {"bshd", "qkv_parts"}) {
       if (node.has(name)) op->set(name, node.get_ints(name, {}));
     }
+    if (node.has("qkv_packing")) op->set("qkv_packing", node.get_string("qkv_packing", "parts_heads"));
   }
 };
 

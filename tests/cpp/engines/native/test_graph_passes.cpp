@@ -2459,12 +2459,17 @@ TEST(FusedInputViews, DecodersReadTheCutsOfTheirPackedProjectionsInPlace) {
     // of one fused node become one])
     EXPECT_GE(viewed, name == "phi3" ? 6 : name == "llama" ? 2 : 4) << out.str();
     EXPECT_EQ(merged, name == "llama" ? 4 : 0) << out.str();  // per layer: q with k, gate with up
-    // GPT-NeoX's head Transpose and the Slices of q, k, v and of the heads' pass-through part: each chain of copies
-    // one FusedElementwise copy through a view (Note [Chains of copies become one])
     // GPT-NeoX's rotated quarter of each head and its pass-through part: one pieced kernel each for q and k (Note
-    // [Concats of fused values])
+    // [Concats of fused values]), and the attention reads v from the head-interleaved projection (Note [Attention
+    // reads packed heads in place]): two generated kernels per layer, no copy
     if (name == "gpt_neox") {
       EXPECT_EQ(count(out, "Concat"), 0) << out.str();
+      EXPECT_EQ(count(out, "FusedElementwise"), 4) << out.str();
+      for (const Node& n : out.nodes) {
+        if (n.op_type != "Attention") continue;
+        EXPECT_EQ(n.attrs.get_ints("qkv_parts", {}), (std::vector<std::int64_t>{-1, -1, 2})) << n.str();
+        EXPECT_EQ(n.attrs.get_string("qkv_packing", ""), "heads_parts") << n.str();
+      }
     }
     if (name != "llama") {
       EXPECT_EQ(count(out, "Slice") + count(out, "Transpose"), 0) << out.str();

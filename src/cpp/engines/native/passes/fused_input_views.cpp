@@ -19,12 +19,15 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <set>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/attention_layout.h"
 #include "core/fused_elementwise.h"
+#include "core/shape_str.h"
 #include "engines/native/passes/pass_utils.h"
 #include "engines/native/passes/passes.h"
 
@@ -487,6 +490,119 @@ int merge_sibling_gemms(Graph& g, std::vector<std::string>& notes) {
   return merged;
 }
 
+// Note [Attention reads packed heads in place]
+// An Attention input made by view ops out of a projection (or by the one copy a chain of them became, Note [Chains of
+// copies become one]) whose [B, H, S, D] view is a part of a packed layout, [B, S, P, H, D] (P projections side by
+// side) or [B, S, H, P, D] (each head's q, k and v side by side: GPT-NeoX's and BLOOM's query_key_value Linear), is
+// read by the Attention itself as that part (`qkv_parts`, `qkv_packing`, Note [Attention layouts] in
+// core/attention_layout.h) through a Reshape of the projection, which is a view: GPT-NeoX's v, whose head transpose and
+// slice were a copy kernel per layer. P = 1 is a plain [B, S, H, D] tensor (`bshd`). The node's other packed inputs
+// fix the packing; a view that fits neither stays as it is.
+std::optional<std::pair<std::string, fused::InputView>> source_view(const Graph& g, const Uses& uses,
+                                                                    const std::string& value) {
+  if (auto chain = view_chain(g, uses, value)) return std::make_pair(chain->source, chain->view);
+  auto p = uses.producer(value);
+  if (!p) return std::nullopt;
+  const Node& f = g.nodes[*p];
+  if (f.domain != kXpurtDomain || f.op_type != "FusedElementwise" || f.inputs.size() != 1 ||
+      f.attrs.get_string("program", "") != "f32 x0" || value_dtype(g, f.inputs[0]) != value_dtype(g, value)) {
+    return std::nullopt;
+  }
+  const auto stored = static_shape(g, f.inputs[0]);
+  if (!stored) return std::nullopt;
+  const fused::InputViews views = fused::input_views(f.attrs, {*stored});
+  if (views.empty() || !views[0]) return std::nullopt;
+  return std::make_pair(f.inputs[0], *views[0]);
+}
+
+// The part of a packed layout that `v` ([B, H, S, D] over a tensor of `total` elements) reads: {packing, P, p}, or
+// nullopt. `packing` is the one the node's other inputs fixed ("" when none has).
+struct PackedPart {
+  std::string packing;
+  std::int64_t parts = 0, part = 0;
+};
+std::optional<PackedPart> packed_part_of(const fused::InputView& v, std::int64_t total, const std::string& packing) {
+  if (v.shape.size() != 4) return std::nullopt;
+  const std::int64_t b = v.shape[0], h = v.shape[1], s = v.shape[2], d = v.shape[3];
+  if (b <= 0 || h <= 0 || s <= 0 || d <= 0 || total % (b * s) != 0) return std::nullopt;
+  const std::int64_t row = total / (b * s);  // a token's elements: P * H * D
+  if ((d > 1 && v.strides[3] != 1) || (s > 1 && v.strides[2] != row) || (b > 1 && v.strides[0] != s * row) ||
+      row % (h * d) != 0) {
+    return std::nullopt;
+  }
+  const std::int64_t parts = row / (h * d);
+  for (const char* order : {"parts_heads", "heads_parts"}) {
+    if (!packing.empty() && packing != order) continue;
+    const bool heads_outer = std::string(order) == "heads_parts";
+    const std::int64_t head_stride = heads_outer ? parts * d : d, part_stride = heads_outer ? d : h * d;
+    if ((h > 1 && v.strides[1] != head_stride) || v.offset % part_stride != 0 || v.offset / part_stride >= parts) {
+      continue;
+    }
+    return PackedPart{order, parts, v.offset / part_stride};
+  }
+  return std::nullopt;
+}
+
+int attention_reads_packed_heads(Graph& g, std::vector<std::string>& notes) {
+  const Uses uses(g);
+  std::map<std::size_t, std::vector<Node>> before;  // node index -> Reshapes to insert before it
+  int folded = 0;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.domain != kXpurtDomain || n.op_type != "Attention" || n.inputs.size() < 3) continue;
+    std::vector<std::int64_t> bshd = n.attrs.get_ints("bshd", {0, 0, 0, 0});
+    std::vector<std::int64_t> parts = n.attrs.get_ints("qkv_parts", {-1, -1, -1});
+    if (bshd.size() != 4 || parts.size() != 3) continue;
+    std::string packing;
+    if (std::any_of(parts.begin(), parts.end(), [](std::int64_t p) { return p >= 0; })) {
+      packing = n.attrs.get_string("qkv_packing", "parts_heads");
+    }
+    std::string note;
+    for (std::size_t t = 0; t < 3; ++t) {
+      if (parts[t] >= 0 || bshd[t] != 0) continue;
+      auto source = source_view(g, uses, n.inputs[t]);
+      const auto stored = source ? static_shape(g, source->first) : std::nullopt;
+      if (!stored) continue;
+      std::int64_t total = 1;
+      for (std::int64_t d : *stored) total *= d;
+      const fused::InputView& v = source->second;
+      auto part = packed_part_of(v, total, packing);
+      if (!part) continue;
+      Shape shape = {v.shape[0], v.shape[2], v.shape[1], v.shape[3]};  // [B, S, H, D], P = 1
+      if (part->parts > 1) {
+        shape.insert(shape.begin() + (part->packing == "heads_parts" ? 3 : 2), part->parts);
+        parts[t] = part->part;
+        packing = part->packing;
+      } else {
+        bshd[t] = 1;
+      }
+      const std::string to = g.unique_name(source->first + "_heads");
+      before[i].push_back(reshape_node(g, n.name + "_" + AttentionLayout::name(t) + "_heads", source->first, shape,
+                                       to));
+      note += detail::str_cat(note.empty() ? "" : ", ", AttentionLayout::name(t), " = ",
+                              part->parts > 1 ? detail::str_cat("part ", part->part, " of ") : std::string(),
+                              source->first, " as ", detail::shape_str(shape, ","));
+      n.inputs[t] = to;
+    }
+    if (note.empty()) continue;
+    n.attrs.set("bshd", bshd);
+    n.attrs.set("qkv_parts", parts);
+    if (!packing.empty()) n.attrs.set("qkv_packing", packing);
+    notes.push_back(describe(n) + " reads " + note + " in place");
+    ++folded;
+  }
+  if (folded == 0) return 0;
+  std::vector<Node> nodes;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = before.find(i); it != before.end()) {
+      for (Node& r : it->second) nodes.push_back(std::move(r));
+    }
+    nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  return folded;
+}
+
 }  // namespace
 
 PassResult fused_input_views(Graph& g, const PassContext& ctx) {
@@ -523,6 +639,9 @@ PassResult fused_input_views(Graph& g, const PassContext& ctx) {
     result.notes.insert(result.notes.end(), dead.notes.begin(), dead.notes.end());
   };
   if (result.rewrites > 0) drop_dead();
+  const int attention = attention_reads_packed_heads(g, result.notes);  // Note [Attention reads packed heads ...]
+  if (attention > 0) drop_dead();
+  result.rewrites += attention;
   const int collapsed = collapse_copy_chains(g, Uses(g), result.notes);
   if (collapsed > 0) drop_dead();
   result.rewrites += collapsed;

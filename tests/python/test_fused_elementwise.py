@@ -699,7 +699,7 @@ def test_concats_of_fused_values_match_the_plan_with_concats(name, device):
 
 
 def test_attention_packing_is_checked():
-    """qkv_packing (Note [Attention layouts]): "parts_heads" or "heads_parts", anything else a typed error naming both."""
+    """qkv_packing (Note [Attention layouts]): "parts_heads" or "heads_parts"; anything else is a typed error."""
     packed = np.zeros((1, 4, 2, 3, 8), np.float32)  # [B, S, H, P, D]
     attrs = {"qkv_parts": [0, 1, 2], "qkv_packing": "heads_parts"}
     (y,) = xrt.ops.call("attention", [packed, packed, packed], attrs)

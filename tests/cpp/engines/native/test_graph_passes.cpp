@@ -2433,6 +2433,66 @@ TEST(NhwcLayout, GroupedConvolutionsOfRealExportsRunChannelsLast) {
   }
 }
 
+// A ShuffleNetV2 block of 12 channels (branches of 6: not multiples of 8) in a CUDA plan: the 1x1 convolutions are
+// Linears over the channels (Note [Pointwise convolutions as GEMMs]), the depthwise one runs channels-last, and the
+// channel split, the concatenation and the channel shuffle follow the channels-last values (Note [Channel
+// concatenations, slices and shuffles follow]): one Transpose into NHWC at the input, the shuffle and the way back
+// one copy; the rewritten graph computes what the block does. Then the suite's ShuffleNetV2 export (channels
+// that are multiples of 8): channels-last from its first block to its classifier.
+TEST(NhwcLayout, ChannelSplitsConcatenationsAndShufflesStayChannelsLast) {
+  auto half = [](const Tensor& t) { return ops::cast(t, DType::kFloat16); };
+  Builder b;
+  b.input("x", {2, 12, 5, 5});
+  b.g.types["x"].dtype = DType::kFloat16;
+  const auto relu = Attributes();
+  b.constant("w0", half(random({12, 12, 1, 1}, 120, -0.4f, 0.4f))).constant("b0", half(random({12}, 121)));
+  b.constant("w1", half(random({6, 6, 1, 1}, 122, -0.4f, 0.4f))).constant("b1", half(random({6}, 123)));
+  b.constant("wd", half(random({6, 1, 3, 3}, 124, -0.4f, 0.4f))).constant("bd", half(random({6}, 125)));
+  b.constant("w2", half(random({6, 6, 1, 1}, 126, -0.4f, 0.4f))).constant("b2", half(random({6}, 127)));
+  b.constant("lo", int64s({0})).constant("mid", int64s({6})).constant("hi", int64s({12})).constant("ax", int64s({1}));
+  b.constant("split_shape", int64s({2, 2, 6, 5, 5})).constant("joined_shape", int64s({2, 12, 5, 5}));
+  b.add(node("Conv", {"x", "w0", "b0"}, {"c0"})).add(node("Relu", {"c0"}, {"h"}));
+  b.add(node("Slice", {"h", "lo", "mid", "ax"}, {"x1"})).add(node("Slice", {"h", "mid", "hi", "ax"}, {"x2"}));
+  b.add(node("Conv", {"x2", "w1", "b1"}, {"c1"})).add(node("Relu", {"c1"}, {"r1"}));
+  b.add(node("Conv", {"r1", "wd", "bd"}, {"d"},
+             Attributes().set("group", std::int64_t{6}).set("pads", std::vector<std::int64_t>{1, 1, 1, 1})));
+  b.add(node("Conv", {"d", "w2", "b2"}, {"c2"})).add(node("Relu", {"c2"}, {"r2"}));
+  b.add(node("Concat", {"x1", "r2"}, {"cat"}, Attributes().set("axis", std::int64_t{1})));
+  b.add(node("Reshape", {"cat", "split_shape"}, {"split"}));
+  b.add(node("Transpose", {"split"}, {"moved"}, Attributes().set("perm", std::vector<std::int64_t>{0, 2, 1, 3, 4})));
+  b.add(node("Reshape", {"moved", "joined_shape"}, {"y"}));
+  const Graph g = b.build({"y"});
+  runtime::InferOptions cuda;
+  cuda.device = Device::cuda(0);
+  Graph out = g;
+  runtime::optimize(out, cuda, {});
+  EXPECT_EQ(count(out, "Linear"), 3) << out.str();
+  // x into NHWC; the shuffle's Transpose and the way back are one copy through a view (Note [Chains of copies
+  // become one]), the split's first half a piece of the Concat's kernel (Note [Concats of fused values])
+  EXPECT_EQ(count(out, "Transpose"), 1) << out.str();
+  EXPECT_EQ(count(out, "Concat") + count(out, "Slice"), 1) << out.str();
+  for (const Node& n : out.nodes) {
+    if (n.op_type == "FusedConv") {
+      EXPECT_EQ(n.attrs.get_string("layout", ""), "NHWC") << n.str();
+    }
+  }
+  const Feeds feeds = {{"x", half(random({2, 12, 5, 5}, 128))}};
+  expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
+               2e-2, 2e-2);
+
+  const CudaOptimized plan = tiny_export_for_cuda("shufflenet_v2");
+  // the stem's two ways in and one shuffle per block (17 with the splits, concatenations and shuffles NCHW)
+  EXPECT_LE(count(plan.optimized, "Transpose"), 8) << plan.optimized.str();
+  for (const Node& n : plan.optimized.nodes) {
+    if (n.op_type == "Concat") {
+      EXPECT_EQ(n.attrs.get_int("axis", 0), 3) << n.str();
+    }
+  }
+  const Feeds suite = {{plan.original.inputs[0], half(random(plan.shape, 129))}};
+  expect_close(to_float32(run_graph(plan.original, suite)),
+               to_float32(run_graph(plan.optimized, suite, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
 // The suite's decoders with packed projections (Phi-3: q, k, v of one GEMM and gate, up of another; GPT-NeoX: per-head
 // q, k, v and a rotary quarter of each head) and Llama (q, k and gate, up of their own GEMMs, made one each), float16
 // dynamo exports at batch 2 and 5 tokens, optimized for a CUDA plan: the rotary and SwiGLU kernels read their cuts of

@@ -200,13 +200,40 @@ bool nhwc_pool(const Node& n, const std::string& x, const std::string& y, Node* 
   return true;
 }
 
-// The depthwise FusedConv `n` (weight [C, 1, kh, kw], C == outputs == group, a multiple of 8) in a 16-bit float,
-// which runs channels-last where its input already is (Note [Layouts propagate]).
+// The depthwise FusedConv `n` (weight [C, 1, kh, kw], C == outputs == group) in a 16-bit float, which runs
+// channels-last where its input already is (Note [Layouts propagate]; cuda_raw's tiled kernel for channels that are
+// multiples of 8, its generic one for the others).
 bool depthwise_conv(const Graph& g, const Node& n) {
   auto conv = half_nchw_conv(g, n);
   if (!conv) return false;
   const std::int64_t c = conv->x[1];
-  return c % 8 == 0 && n.attrs.get_int("group", 1) == c && conv->w->shape()[0] == c && conv->w->shape()[1] == 1;
+  return c > 1 && n.attrs.get_int("group", 1) == c && conv->w->shape()[0] == c && conv->w->shape()[1] == 1;
+}
+
+// Note [Pointwise convolutions as GEMMs]
+// A 1x1 convolution (stride 1, no padding, one group) is, channels-last, a GEMM over the channel axis: [N * H * W, C]
+// times [C, O]. Where C or O is not a multiple of 8 cuDNN's tensor-core NHWC kernels do not take it (convertible_conv
+// leaves it NCHW), and cuDNN's NCHW path converted x, the filter and y to NHWC inside every call: ShuffleNetV2's
+// branches of 58 and 116 channels spent 370 of their 776 us of kernels per run in those conversions at batch 1
+// (H200, 2026-12-04) against torch.compile's 292 us in all. So such a FusedConv with activation none or relu becomes
+// a Linear over the channels-last twin of its input (weight [O, C], "nk"; its bias, residual and activation the
+// Linear's), which cuBLASLt runs with kernels for any row alignment.
+bool pointwise_gemm_conv(const Graph& g, const Node& n) {
+  auto conv = half_nchw_conv(g, n);
+  if (!conv) return false;
+  const auto& w = conv->w->shape();
+  if (w[2] != 1 || w[3] != 1 || w[1] != conv->x[1] || n.attrs.get_int("group", 1) != 1) return false;
+  if (conv->x[1] % 8 == 0 && w[0] % 8 == 0) return false;  // cuDNN's tensor-core kernels take it (convertible_conv)
+  for (const char* name : {"strides", "dilations"}) {
+    for (std::int64_t v : n.attrs.get_ints(name, {1, 1})) {
+      if (v != 1) return false;
+    }
+  }
+  for (std::int64_t v : n.attrs.get_ints("pads", {0, 0, 0, 0})) {
+    if (v != 0) return false;
+  }
+  const std::string activation = n.attrs.get_string("activation", "none");
+  return activation == "none" || activation == "relu";
 }
 
 // The elementwise ops whose output keeps its operands' layout (Note [Layouts propagate]); Clip's bounds and
@@ -271,10 +298,13 @@ class NhwcRewriter {
   void rewrite(const Node& original) {
     Node n = original;
     for (std::string& in : n.inputs) in = current(in);
-    if (convert_conv(original, n) || convert_qconv(original, n)) return;
+    if (!original.outputs.empty() && folded_.count(original.outputs[0]) != 0) return;  // a channel shuffle's part
+    if (convert_pointwise(original, n) || convert_conv(original, n) || convert_qconv(original, n)) return;
     const bool nhwc_input = !n.inputs.empty() && nhwc_of_.count(n.inputs[0]) != 0;
     if (follow_pool(n, nhwc_input) || fold_transpose(original, n, nhwc_input) ||
-        convert_reduce_mean(original, n, nhwc_input) || convert_elementwise(original, n)) {
+        convert_reduce_mean(original, n, nhwc_input) || convert_elementwise(original, n) ||
+        convert_concat(original, n) || convert_channel_slice(original, n, nhwc_input) ||
+        convert_channel_shuffle(original, n, nhwc_input)) {
       return;
     }
     nodes_.push_back(n);
@@ -416,6 +446,118 @@ class NhwcRewriter {
     return true;
   }
 
+  // A pointwise FusedConv whose channels cuDNN's NHWC kernels do not take: a Linear over the channels-last twin of
+  // its input (Note [Pointwise convolutions as GEMMs]).
+  bool convert_pointwise(const Node& original, const Node& n) {
+    if (!pointwise_gemm_conv(g_, original)) return false;
+    const auto y_shape = half_4d_shape(g_, n.outputs[0]);
+    if (!y_shape) return false;
+    const Tensor w = constant(g_, n.inputs[1])->contiguous();  // [O, C, 1, 1]: [O, C] in the same order
+    Tensor w2 = Tensor::empty({w.shape()[0], w.shape()[1]}, w.dtype());
+    std::memcpy(w2.data_ptr(), w.data_ptr(), static_cast<std::size_t>(w.nbytes()));
+    replaced_weights_.insert(n.inputs[1]);
+    Node linear;
+    linear.name = n.name;
+    linear.domain = kXpurtDomain;
+    linear.op_type = "Linear";
+    linear.inputs = {to_nhwc(n.inputs[0]), add_constant(g_, n.inputs[1] + "_nk", w2),
+                     n.inputs.size() > 2 ? n.inputs[2] : std::string()};
+    if (n.inputs.size() > 3 && !n.inputs[3].empty()) linear.inputs.push_back(to_nhwc(n.inputs[3]));
+    linear.attrs.set("activation", n.attrs.get_string("activation", "none"));
+    linear.attrs.set("weight_layout", std::string("nk"));
+    const std::string twin = fresh(n.outputs[0] + "_nhwc");
+    linear.outputs = {twin};
+    add_converted(n, std::move(linear), twin, *y_shape, " -> Linear over the channels of NHWC");
+    return true;
+  }
+
+  // Note [Channel concatenations, slices and shuffles follow]
+  // Networks that split and join channels (ShuffleNet's channel split, concatenation and shuffle; Inception's and
+  // DenseNet's concatenations) put two Transposes around each of those ops when they stay NCHW. Channels-last they are
+  // the same ops on axis 3: a Concat along channels of channels-last values, a Slice of channels of one, and the
+  // channel shuffle the exporters write (Reshape [N, G, C/G, H, W], Transpose (0, 2, 1, 3, 4), Reshape [N, C, H, W])
+  // as Reshape [N, H, W, G, C/G], Transpose (0, 1, 2, 4, 3), Reshape [N, H, W, C].
+
+  // A Concat along channels whose inputs are all channels-last.
+  bool convert_concat(const Node& original, const Node& n) {
+    if (!is_onnx(n, "Concat") || n.outputs.size() != 1 || n.inputs.empty()) return false;
+    const auto y_shape = half_4d_shape(g_, original.outputs[0]);
+    const std::int64_t axis = n.attrs.get_int("axis", 0);
+    if (!y_shape || (axis != 1 && axis != -3)) return false;
+    for (const std::string& in : n.inputs) {
+      if (nhwc_of_.count(in) == 0) return false;
+    }
+    Node concat = n;
+    for (std::string& in : concat.inputs) in = nhwc_of_[in];
+    concat.attrs.set("axis", std::int64_t{3});
+    const std::string twin = fresh(n.outputs[0] + "_nhwc");
+    concat.outputs = {twin};
+    add_converted(n, std::move(concat), twin, *y_shape, " -> NHWC (axis 3)");
+    return true;
+  }
+
+  // A Slice of channels (constant starts, ends, steps; axis 1 only) of a channels-last value.
+  bool convert_channel_slice(const Node& original, const Node& n, bool nhwc_input) {
+    if (!nhwc_input || !is_onnx(n, "Slice") || g_.opset("") < 10 || n.outputs.size() != 1 || n.inputs.size() < 4) {
+      return false;
+    }
+    const auto y_shape = half_4d_shape(g_, original.outputs[0]);
+    const auto axes = constant(g_, n.inputs[3]);
+    if (!y_shape || axes == nullptr || constant(g_, n.inputs[1]) == nullptr || constant(g_, n.inputs[2]) == nullptr ||
+        (n.inputs.size() > 4 && !n.inputs[4].empty() && constant(g_, n.inputs[4]) == nullptr)) {
+      return false;
+    }
+    const std::vector<double> a = to_doubles(*axes);
+    if (a.size() != 1 || (a[0] != 1 && a[0] != -3)) return false;
+    Node slice = n;
+    slice.inputs[0] = nhwc_of_[n.inputs[0]];
+    slice.inputs[3] = add_constant(g_, n.name + "_nhwc_axes", int64_tensor({3}));
+    shape_constants_.insert(slice.inputs[3]);
+    const std::string twin = fresh(n.outputs[0] + "_nhwc");
+    slice.outputs = {twin};
+    add_converted(n, std::move(slice), twin, *y_shape, " -> NHWC (axis 3)");
+    return true;
+  }
+
+  // The node reading `value` alone (no other reader, not a graph output) when it is the ONNX op `op_type`.
+  std::optional<std::size_t> only_reader(const std::string& value, const char* op_type) const {
+    if (original_uses_.is_graph_output(value) || original_uses_.read_by_subgraph(value)) return std::nullopt;
+    const auto& readers = original_uses_.readers(value);
+    if (readers.size() != 1 || !is_onnx(g_.nodes[readers[0]], op_type)) return std::nullopt;
+    return readers[0];
+  }
+
+  // The channel shuffle of a channels-last value.
+  bool convert_channel_shuffle(const Node& original, const Node& n, bool nhwc_input) {
+    if (!nhwc_input || !is_onnx(n, "Reshape") || n.outputs.size() != 1) return false;
+    const auto x = half_4d_shape(g_, original.inputs[0]);
+    const auto split = static_shape(g_, original.outputs[0]);
+    if (!x || !split || split->size() != 5) return false;
+    const std::int64_t groups = (*split)[1];
+    if ((*split)[0] != (*x)[0] || groups * (*split)[2] != (*x)[1] || (*split)[3] != (*x)[2] || (*split)[4] != (*x)[3]) {
+      return false;
+    }
+    const auto t = only_reader(original.outputs[0], "Transpose");
+    if (!t || g_.nodes[*t].attrs.get_ints("perm", {}) != std::vector<std::int64_t>{0, 2, 1, 3, 4}) return false;
+    const auto r = only_reader(g_.nodes[*t].outputs[0], "Reshape");
+    const std::string& y = r ? g_.nodes[*r].outputs[0] : std::string();
+    const auto y_shape = r ? half_4d_shape(g_, y) : std::nullopt;
+    if (!y_shape || *y_shape != *x || original_uses_.is_graph_output(y)) return false;
+    const std::vector<std::int64_t>& s = *x;  // [N, C, H, W]
+    const std::string split_twin = fresh(n.outputs[0] + "_nhwc"), moved = fresh(n.outputs[0] + "_nhwc_shuffled");
+    reshape_node(nhwc_of_[n.inputs[0]], split_twin, {s[0], s[2], s[3], groups, s[1] / groups});
+    nodes_.push_back(transpose_node(fresh(n.name + "_nhwc"), split_twin, moved, {0, 1, 2, 4, 3}));
+    const std::string twin = fresh(y + "_nhwc");
+    reshape_node(moved, twin, detail::nchw_to_nhwc(s));
+    folded_.insert(g_.nodes[*t].outputs[0]);
+    folded_.insert(y);
+    back_to_nchw(y, twin, s);
+    result_.notes.push_back(detail::str_cat(describe(n), ", ", describe(g_.nodes[*t]), ", ", describe(g_.nodes[*r]),
+                                            " (a channel shuffle of ", groups, " groups) -> NHWC"));
+    ++result_.rewrites;
+    return true;
+  }
+
   // An int8 convolution for the tensor cores (Note [Channels-last int8 convolutions]): layout=NHWC with an OHWI
   // weight. One whose output shape is not known stays as it is.
   bool convert_qconv(const Node& original, const Node& n) {
@@ -545,6 +687,7 @@ class NhwcRewriter {
   std::set<std::string> taken_names_;                       // names made here (not in g until the end)
   std::unordered_map<std::string, std::string> renamed_;   // a folded Transpose's output -> the twin it equals
   std::unordered_map<std::string, std::string> constant_twins_;  // [C, 1, 1] constants -> [1, 1, C]
+  std::set<std::string> folded_;  // outputs of a channel shuffle's Transpose and last Reshape, made channels-last
 };
 
 }  // namespace

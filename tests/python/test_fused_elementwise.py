@@ -681,14 +681,15 @@ def test_malformed_pieces_are_typed_errors():
         xrt.ops.call("fused_elementwise", [x, x], {"program": "neg x0 | neg x1", "pieces": [1, 3, 3], "row_axes": 1})
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@requires_gpu
 @pytest.mark.parametrize("name", ["gpt_neox.dynamo.float16", "shufflenet_v2.dynamo.float16", "swin_v2.dynamo.float32"])
-def test_concats_of_fused_values_match_the_plan_with_concats(name, device):
+def test_concats_of_fused_values_match_the_plan_with_concats(name):
     """concat_fusion (Note [Concats of fused values]): GPT-NeoX's partial rotary heads, ShuffleNetV2's channel split
-    joined to its branch, Swin V2's patch merging: the plan whose pieced kernels write each concatenation gives the
+    joined to its branch, Swin V2's patch merging: the CUDA plan whose pieced kernels write each concatenation gives the
     plan with the Concats' answers, and explain() names the pieces."""
     if not (TINY / f"{name}.onnx").exists():
         pytest.skip(f"{name} not exported")
+    device = "cuda:0"
     feeds = _feeds(name)
     pieced = _session(name, device)
     concats = _session(name, device, disabled_passes=["concat_fusion"])
@@ -708,3 +709,8 @@ def test_attention_packing_is_checked():
         xrt.ops.call("attention", [packed, packed, packed], {**attrs, "qkv_packing": "heads"})
     with pytest.raises(xrt.InvalidArgumentError, match="only 3 parts"):
         xrt.ops.call("attention", [packed, packed, packed], {**attrs, "qkv_parts": [0, 1, 3]})
+
+
+def test_cpu_plans_keep_their_concats():
+    """On the CPU a Concat's memcpys cost less than a piece's float round trip: concat_fusion leaves CPU plans alone."""
+    assert not any("; pieces along axis" in n["reason"] for n in _fused(_session("gpt_neox.dynamo.float32")))

@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -162,13 +164,19 @@ void load_input(const fused::Layout& layout, std::size_t k, DType dtype, const v
   for (std::int64_t i = 0; i < n; ++i, walk.next()) out[i] = read(dtype, base, walk.offset());
 }
 
-// Runs `program` for `layout`: inputs of `input_dtypes` (float32, float16, bfloat16), a contiguous output of
-// `output_dtype` (int8/uint8 quantized by `quantization`). Without a reduction, over 256-element chunks of the
+// Where output element i is stored: at i (run 0: contiguous), or, for a piece of a concatenation (Note [Pieces of a
+// concatenation]), at (i / run) * stride + i % run: rows of `run` elements `stride` apart.
+struct OutputRows {
+  std::int64_t run = 0, stride = 0;
+};
+
+// Runs `program` for `layout`: inputs of `input_dtypes` (float32, float16, bfloat16), an output of `output_dtype`
+// (int8/uint8 quantized by `quantization`) stored as `rows` says. Without a reduction, over 256-element chunks of the
 // output; with reductions, row by row (Note [Row
 // programs] in fused_elementwise.cpp): one pass over the row's chunks per reduction, then one that writes the row.
 void evaluate(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes, DType output_dtype,
               const fused::OutputQuantization& quantization, const std::vector<const void*>& inputs, void* output,
-              int threads, const IsaKernels& isa) {
+              int threads, const IsaKernels& isa, OutputRows rows = {}) {
   constexpr std::int64_t kChunk = 256;
   const std::size_t num_inputs = inputs.size();
   std::vector<char> full(num_inputs), scalar(num_inputs);
@@ -222,16 +230,16 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       chunk_fns[j](a, b, out, n);
     }
   };
-  auto store = [&](const std::vector<float>& regs, std::int64_t begin, std::int64_t n) {
-    const float* result = regs.data() + (slots - 1) * kChunk;
+  // n values from `result` to output elements [at, at + n).
+  auto write = [&](const float* result, std::int64_t at, std::int64_t n) {
     switch (output_dtype) {
       case DType::kFloat16: {
-        auto* y = static_cast<std::uint16_t*>(output) + begin;
+        auto* y = static_cast<std::uint16_t*>(output) + at;
         for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_half(result[i]);
         break;
       }
       case DType::kBFloat16: {
-        auto* y = static_cast<std::uint16_t*>(output) + begin;
+        auto* y = static_cast<std::uint16_t*>(output) + at;
         for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_bfloat16(result[i]);
         break;
       }
@@ -239,11 +247,24 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       case DType::kUInt8:
       case DType::kFloat8E4M3FN:
       case DType::kFloat8E5M2: {  // Note [Quantized output of a fused program]
-        auto* y = static_cast<std::uint8_t*>(output) + begin;
+        auto* y = static_cast<std::uint8_t*>(output) + at;
         for (std::int64_t i = 0; i < n; ++i) y[i] = fused::quantized_byte(result[i], quantization, output_dtype);
         break;
       }
-      default: std::copy(result, result + n, static_cast<float*>(output) + begin);
+      default: std::copy(result, result + n, static_cast<float*>(output) + at);
+    }
+  };
+  auto store = [&](const std::vector<float>& regs, std::int64_t begin, std::int64_t n) {
+    const float* result = regs.data() + (slots - 1) * kChunk;
+    if (rows.run == 0) {
+      write(result, begin, n);
+      return;
+    }
+    for (std::int64_t k = 0; k < n;) {  // a run of the row at a time
+      const std::int64_t i = begin + k, row = i / rows.run, at = i - row * rows.run;
+      const std::int64_t count = std::min(n - k, rows.run - at);
+      write(result + k, row * rows.stride + at, count);
+      k += count;
     }
   };
   if (!program.reduces()) {
@@ -289,39 +310,26 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
   });
 }
 
-// A pieced node (Note [Pieces of a concatenation]): each piece evaluated into its slabs of the output (straight
-// into it where the slabs are one block: nothing before the axis), else into a buffer copied slab by slab.
+// A pieced node (Note [Pieces of a concatenation]): each piece evaluated straight into its slabs of the output (rows
+// of n_p * inner elements, the output's rows of the axis times inner apart).
 void evaluate_pieces(const fused::Pieces& pieces, const std::vector<Layout>& layouts,
                      const std::vector<DType>& input_dtypes, DType output_dtype,
                      const std::vector<const void*>& inputs, void* output, const std::vector<std::int64_t>& shape,
                      int threads, const IsaKernels& isa) {
   const auto axis = static_cast<std::size_t>(pieces.axis);
-  std::int64_t outer = 1, inner = 1;
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (d < axis) outer *= shape[d];
-    if (d > axis) inner *= shape[d];
-  }
+  std::int64_t inner = 1;
+  for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
   const auto element = static_cast<std::int64_t>(dtype_size(output_dtype));
-  const std::int64_t row = shape[axis] * inner * element;  // one outer index's bytes of the output
-  std::vector<char> slabs;
   std::int64_t start = 0;
   for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
     const fused::Piece& piece = pieces.pieces[p];
     std::vector<const void*> piece_inputs;
     for (std::size_t k : piece.inputs) piece_inputs.push_back(inputs[k]);
-    const std::int64_t block = piece.size * inner * element;
-    char* at = static_cast<char*>(output) + start * inner * element;
-    if (outer == 1) {
-      evaluate(piece.program, layouts[p], fused::piece_dtypes(piece, input_dtypes), output_dtype, {}, piece_inputs,
-               at, threads, isa);
-    } else if (block > 0) {
-      slabs.resize(static_cast<std::size_t>(outer * block));
-      evaluate(piece.program, layouts[p], fused::piece_dtypes(piece, input_dtypes), output_dtype, {}, piece_inputs,
-               slabs.data(), threads, isa);
-      for (std::int64_t o = 0; o < outer; ++o) {
-        std::memcpy(at + o * row, slabs.data() + o * block, static_cast<std::size_t>(block));
-      }
-    }
+    OutputRows rows;
+    rows.run = piece.size * inner;
+    rows.stride = shape[axis] * inner;
+    evaluate(piece.program, layouts[p], fused::piece_dtypes(piece, input_dtypes), output_dtype, {}, piece_inputs,
+             static_cast<char*>(output) + start * inner * element, threads, isa, rows.run > 0 ? rows : OutputRows{});
     start += piece.size;
   }
 }
@@ -339,6 +347,20 @@ const Program& parsed_program(const std::string& text, std::size_t num_inputs) {
   auto& entry = cache[text];
   entry = {num_inputs, std::move(program)};
   return entry.second;
+}
+
+// A pieced node's parsed pieces (Note [Pieces of a concatenation]), kept per thread like parsed_program's programs:
+// parsing the pieces' programs on every run made GPT-NeoX's pieced kernels half as slow again as the three nodes
+// they replaced.
+const fused::Pieces& parsed_pieces(const Attributes& attrs, std::size_t num_inputs) {
+  constexpr std::size_t kParsedPieces = 1024;
+  thread_local std::map<std::tuple<std::string, std::vector<std::int64_t>, std::size_t>, fused::Pieces> cache;
+  auto key = std::make_tuple(attrs.get_string("program", ""), attrs.get_ints("pieces", {}), num_inputs);
+  auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  fused::Pieces pieces = fused::pieces(attrs, num_inputs);  // throws for bad pieces: nothing is cached
+  if (cache.size() >= kParsedPieces) cache.clear();
+  return cache[std::move(key)] = std::move(pieces);
 }
 
 }  // namespace
@@ -367,7 +389,7 @@ void register_fused_kernels(KernelRegistry& registry) {
                    }
                    const DType out = launch.output(0).dtype();
                    if (desc.attrs.has("pieces")) {  // Note [Pieces of a concatenation]
-                     const fused::Pieces pieces = fused::pieces(desc.attrs, desc.inputs.size());
+                     const fused::Pieces& pieces = parsed_pieces(desc.attrs, desc.inputs.size());
                      const std::vector<std::int64_t>& shape = launch.output(0).shape();
                      evaluate_pieces(pieces, fused::piece_layouts(pieces, fused::read_shapes(views, stored), views,
                                                                   shape),

@@ -90,9 +90,9 @@ const std::vector<PassInfo>& all_passes() {
        "strided view instead (Note [Fused nodes read their inputs' views]): the copies go",
        fused_input_views},
       {"concat_fusion",
-       "a Concat of FusedElementwise values only it reads, or of values that view ops copied -> one FusedElementwise "
-       "whose pieces write the concatenation in place (Note [Concats of fused values]); a KernelPolicy rule for "
-       "concat keeps them",
+       "CUDA: a Concat of FusedElementwise values only it reads, or of values that view ops copied -> one "
+       "FusedElementwise whose pieces write the concatenation in place (Note [Concats of fused values]); a "
+       "KernelPolicy rule for concat keeps them",
        concat_fusion},
   };
   return passes;

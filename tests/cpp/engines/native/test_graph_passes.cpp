@@ -714,6 +714,31 @@ TEST(ConvBnFolding, NotWithNonConstantParametersOrASharedConvOutput) {
   EXPECT_EQ(passes::conv_bn_folding(shared, {}).rewrites, 0);
 }
 
+// Note [Batch norms without a convolution become an affine map]: a BatchNormalization with no Conv before it is, in a
+// CUDA plan, x * scale + shift per channel, which elementwise_fusion joins with the ReLU after it; CPU plans keep the
+// BatchNormalization. The answers are the graph's.
+TEST(ConvBnFolding, OtherBatchNormsBecomeAPerChannelAffineMapInCudaPlans) {
+  Builder b;
+  b.input("x", {2, 3, 4, 5});
+  b.constant("scale", random({3}, 130, 0.5f, 1.5f)).constant("shift", random({3}, 131));
+  b.constant("mean", random({3}, 132)).constant("var", random({3}, 133, 0.5f, 2.0f));
+  b.add(node("BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {"bn"}, Attributes().set("epsilon", 1e-3)));
+  b.add(node("Relu", {"bn"}, {"y"}));
+  const Graph g = b.build({"y"});
+  runtime::InferOptions cuda;
+  cuda.device = Device::cuda(0);
+  Graph out = g;
+  runtime::optimize(out, cuda, {});
+  EXPECT_EQ(count(out, "BatchNormalization"), 0) << out.str();
+  ASSERT_EQ(count(out, "FusedElementwise"), 1) << out.str();
+  EXPECT_EQ(find(out, "FusedElementwise")->attrs.get_string("program", ""), "mul x0 x1; add t0 x2; relu t1");
+  const Feeds feeds = {{"x", random({2, 3, 4, 5}, 134)}};
+  expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true), 1e-5, 1e-5);
+  Graph cpu = g;
+  runtime::optimize(cpu, runtime::InferOptions{}, {});
+  EXPECT_EQ(count(cpu, "BatchNormalization"), 1) << cpu.str();
+}
+
 // ---- conv_fusion ----
 
 TEST(ConvFusion, FusesBiasResidualAndRelu) {
@@ -2491,6 +2516,24 @@ TEST(NhwcLayout, ChannelSplitsConcatenationsAndShufflesStayChannelsLast) {
   const Feeds suite = {{plan.original.inputs[0], half(random(plan.shape, 129))}};
   expect_close(to_float32(run_graph(plan.original, suite)),
                to_float32(run_graph(plan.optimized, suite, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
+// The suite's DenseNet export in a CUDA plan: its pre-activation norms are fused affine maps + ReLU (Note [Batch
+// norms without a convolution become an affine map]) that stay channels-last with the concatenations they read,
+// the stem's NCHW pool joins its first block's concatenations through one twin, so that the Transposes left are the
+// stem's way in and none inside the blocks (10 before); the rewritten graph computes what the export does.
+TEST(NhwcLayout, DenseNetStaysChannelsLastThroughItsNormsAndConcatenations) {
+  const CudaOptimized plan = tiny_export_for_cuda("densenet");
+  EXPECT_EQ(count(plan.optimized, "BatchNormalization"), 0) << plan.optimized.str();
+  EXPECT_LE(count(plan.optimized, "Transpose"), 2) << plan.optimized.str();
+  for (const Node& n : plan.optimized.nodes) {
+    if (n.op_type == "Concat") {
+      EXPECT_EQ(n.attrs.get_int("axis", 0), 3) << n.str();
+    }
+  }
+  const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 135), DType::kFloat16)}};
+  expect_close(to_float32(run_graph(plan.original, feeds)),
+               to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
 }
 
 // The suite's decoders with packed projections (Phi-3: q, k, v of one GEMM and gate, up of another; GPT-NeoX: per-head

@@ -325,22 +325,92 @@ PassResult shape_folding(Graph& g, const PassContext& ctx) {
   return result;
 }
 
-PassResult conv_bn_folding(Graph& g, const PassContext& /*ctx*/) {
+namespace {
+
+// Whether `bn` is a BatchNormalization in inference mode whose outputs past the first nobody reads.
+bool inference_batch_norm(const Graph& g, const Uses& uses, const Node& bn) {
+  if (!is_onnx(bn, "BatchNormalization") || bn.inputs.size() < 5) return false;
+  const std::int64_t opset = g.opset(bn.domain);
+  if (bn.attrs.get_int("training_mode", 0) != 0) return false;         // opset 14+: batch statistics
+  if (opset < 7 && bn.attrs.get_int("is_test", 0) == 0) return false;  // opset 1-6: training unless is_test
+  if (bn.attrs.get_int("spatial", 1) != 1) return false;               // opset < 9: per-activation parameters
+  for (std::size_t k = 1; k < bn.outputs.size(); ++k) {
+    if (!bn.outputs[k].empty() && !uses.unused(bn.outputs[k])) return false;
+  }
+  return true;
+}
+
+// The per-channel scale gamma / sqrt(var + epsilon) and shift beta - mean * scale of `bn`'s constant parameters of
+// `channels` each; false when they are not constants of that size.
+bool batch_norm_affine(const Graph& g, const Node& bn, std::int64_t channels, std::vector<double>* scale,
+                       std::vector<double>* shift) {
+  std::vector<std::vector<double>> params;  // gamma, beta, mean, var
+  for (std::size_t k = 1; k < 5; ++k) {
+    const Tensor* p = constant(g, bn.inputs[k]);
+    if (p == nullptr || p->numel() != channels || p->dim() != 1) return false;
+    params.push_back(to_doubles(*p));
+  }
+  const double epsilon = bn.attrs.get_float("epsilon", 1e-5);
+  scale->resize(static_cast<std::size_t>(channels));
+  shift->resize(static_cast<std::size_t>(channels));
+  for (std::size_t c = 0; c < scale->size(); ++c) {
+    (*scale)[c] = params[0][c] / std::sqrt(params[3][c] + epsilon);
+    (*shift)[c] = params[1][c] - params[2][c] * (*scale)[c];
+  }
+  return true;
+}
+
+// Note [Batch norms without a convolution become an affine map]
+// A BatchNormalization that no Conv before it takes (pre-activation networks: DenseNet's BatchNorm + ReLU of each
+// layer's concatenation, ResNet-v2, the norms after a pool or an Add) is, in inference, x * scale + shift per channel:
+// a Mul and an Add by constants of shape [C, 1, ...], which elementwise_fusion joins with the ReLU after it (one pass
+// instead of two) and nhwc_layout carries channels-last (the BatchNormalization kernel is NCHW only: DenseNet crossed
+// layouts around every one). The constants are in x's dtype (rounded once, as the folded convolutions' are). CUDA
+// plans only: the cpu BatchNormalization kernel and its ReLU beat the cpu kernel's interpreted program (the tiny
+// DenseNet export: 150 against 167 us a run).
+int batch_norms_to_affine(Graph& g, PassResult& result) {
+  const Uses uses(g);
+  std::vector<Node> nodes;
+  int rewritten = 0;
+  for (Node& bn : g.nodes) {
+    if (!inference_batch_norm(g, uses, bn)) {  // (five inputs at least)
+      nodes.push_back(std::move(bn));
+      continue;
+    }
+    const auto shape = static_shape(g, bn.inputs[0]);
+    const DType dtype = value_dtype(g, bn.inputs[0]).value_or(DType::kInt64);
+    std::vector<double> scale, shift;
+    if (!shape || shape->size() < 2 || !is_fusable_float(dtype) ||
+        !batch_norm_affine(g, bn, (*shape)[1], &scale, &shift)) {
+      nodes.push_back(std::move(bn));
+      continue;
+    }
+    std::vector<std::int64_t> per_channel(shape->size() - 1, 1);  // [C, 1, ...]: broadcasts over N and the rest
+    per_channel[0] = (*shape)[1];
+    const std::string scaled = g.unique_name(bn.outputs[0] + "_scaled");
+    nodes.push_back(make_node(g, "Mul", bn.name + "_scale",
+                              {bn.inputs[0], add_constant(g, bn.name + "_scale", from_doubles(per_channel, dtype,
+                                                                                               scale))},
+                              {scaled}));
+    nodes.push_back(make_node(g, "Add", bn.name + "_shift",
+                              {scaled, add_constant(g, bn.name + "_shift", from_doubles(per_channel, dtype, shift))},
+                              {bn.outputs[0]}));
+    result.notes.push_back(describe(bn) + " -> Mul + Add by per-channel constants");
+    ++rewritten;
+  }
+  g.nodes = std::move(nodes);
+  return rewritten;
+}
+
+}  // namespace
+
+PassResult conv_bn_folding(Graph& g, const PassContext& ctx) {
   PassResult result{"conv_bn_folding", 0, {}};
   Rewriter rewriter(g);
   const Uses uses(g);
   for (std::size_t bi = 0; bi < g.nodes.size(); ++bi) {
     const Node& bn = g.nodes[bi];
-    if (!is_onnx(bn, "BatchNormalization") || bn.inputs.size() < 5) continue;
-    const std::int64_t opset = g.opset(bn.domain);
-    if (bn.attrs.get_int("training_mode", 0) != 0) continue;         // opset 14+: batch statistics
-    if (opset < 7 && bn.attrs.get_int("is_test", 0) == 0) continue;  // opset 1-6: training unless is_test
-    if (bn.attrs.get_int("spatial", 1) != 1) continue;               // opset < 9: per-activation parameters
-    bool extra_outputs_used = false;
-    for (std::size_t k = 1; k < bn.outputs.size(); ++k) {
-      extra_outputs_used = extra_outputs_used || (!bn.outputs[k].empty() && !uses.unused(bn.outputs[k]));
-    }
-    if (extra_outputs_used) continue;
+    if (!inference_batch_norm(g, uses, bn)) continue;
     auto ci = uses.producer(bn.inputs[0]);
     if (!ci || rewriter.taken(*ci) || rewriter.taken(bi)) continue;
     const Node& conv = g.nodes[*ci];
@@ -351,22 +421,15 @@ PassResult conv_bn_folding(Graph& g, const PassContext& /*ctx*/) {
     const DType dtype = w->dtype();
     if (!(is_fusable_float(dtype) || dtype == DType::kFloat64)) continue;
     const std::int64_t out_channels = w->shape()[0];
-    std::vector<std::vector<double>> params;  // scale, bias, mean, var
-    for (std::size_t k = 1; k < 5; ++k) {
-      const Tensor* p = constant(g, bn.inputs[k]);
-      if (p == nullptr || p->numel() != out_channels || p->dim() != 1) break;
-      params.push_back(to_doubles(*p));
-    }
-    if (params.size() != 4) continue;
+    std::vector<double> scale, shift;
+    if (!batch_norm_affine(g, bn, out_channels, &scale, &shift)) continue;
     if (b != nullptr && b->numel() != out_channels) continue;
-    const double epsilon = bn.attrs.get_float("epsilon", 1e-5);
     std::vector<double> weights = to_doubles(*w);
     std::vector<double> bias = b ? to_doubles(*b) : std::vector<double>(static_cast<std::size_t>(out_channels), 0.0);
     const std::size_t per_channel = weights.size() / static_cast<std::size_t>(out_channels);
     for (std::size_t o = 0; o < static_cast<std::size_t>(out_channels); ++o) {
-      const double factor = params[0][o] / std::sqrt(params[3][o] + epsilon);
-      for (std::size_t i = 0; i < per_channel; ++i) weights[o * per_channel + i] *= factor;
-      bias[o] = (bias[o] - params[2][o]) * factor + params[1][o];
+      for (std::size_t i = 0; i < per_channel; ++i) weights[o * per_channel + i] *= scale[o];
+      bias[o] = bias[o] * scale[o] + shift[o];
     }
     Node folded = conv;
     folded.inputs.resize(3);
@@ -377,6 +440,7 @@ PassResult conv_bn_folding(Graph& g, const PassContext& /*ctx*/) {
                      detail::str_cat("folded ", describe(bn), " into ", describe(conv)));
   }
   rewriter.apply(result);
+  if (ctx.device.is_cuda()) result.rewrites += batch_norms_to_affine(g, result);  // Note [Batch norms without a ...]
   return result;
 }
 

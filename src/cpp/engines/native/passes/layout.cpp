@@ -478,17 +478,24 @@ class NhwcRewriter {
   // channel shuffle the exporters write (Reshape [N, G, C/G, H, W], Transpose (0, 2, 1, 3, 4), Reshape [N, C, H, W])
   // as Reshape [N, H, W, G, C/G], Transpose (0, 1, 2, 4, 3), Reshape [N, H, W, C].
 
-  // A Concat along channels whose inputs are all channels-last.
+  // A Concat along channels of which at least as many inputs are channels-last as not (the others get their twin,
+  // made once: DenseNet's first block joins the stem's NCHW pool to each of its layers' outputs).
   bool convert_concat(const Node& original, const Node& n) {
     if (!is_onnx(n, "Concat") || n.outputs.size() != 1 || n.inputs.empty()) return false;
     const auto y_shape = half_4d_shape(g_, original.outputs[0]);
     const std::int64_t axis = n.attrs.get_int("axis", 0);
     if (!y_shape || (axis != 1 && axis != -3)) return false;
-    for (const std::string& in : n.inputs) {
-      if (nhwc_of_.count(in) == 0) return false;
+    std::size_t twins = 0;
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      if (nhwc_of_.count(n.inputs[i]) != 0) {
+        ++twins;
+      } else if (!half_4d_shape(g_, original.inputs[i])) {
+        return false;
+      }
     }
+    if (2 * twins < n.inputs.size()) return false;
     Node concat = n;
-    for (std::string& in : concat.inputs) in = nhwc_of_[in];
+    for (std::string& in : concat.inputs) in = to_nhwc(in);
     concat.attrs.set("axis", std::int64_t{3});
     const std::string twin = fresh(n.outputs[0] + "_nhwc");
     concat.outputs = {twin};

@@ -44,7 +44,10 @@ const std::vector<PassInfo>& all_passes() {
        "com.xpuruntime:QLinear / QConv (int8 registry ops qlinear / qconv2d; per-tensor activations, symmetric "
        "per-channel int8 weights); QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger -> the same",
        quantized_fusion},
-      {"conv_bn_folding", "Conv + BatchNormalization (inference, constant parameters) -> Conv with folded weights",
+      {"conv_bn_folding",
+       "Conv + BatchNormalization (inference, constant parameters) -> Conv with folded weights; CUDA: the other "
+       "inference BatchNormalizations -> Mul + Add by per-channel constants (Note [Batch norms without a convolution "
+       "become an affine map])",
        conv_bn_folding},
       {"gelu_fusion", "the erf and tanh GELU formulas and ONNX Gelu -> com.xpuruntime:Gelu", gelu_fusion},
       {"layer_norm_fusion",

@@ -131,6 +131,22 @@ TEST(Codegen, NvrtcCompilesEveryVariant) {
   }
 }
 
+// Compiles a generated kernel's `source` for sm_90 with NVRTC, adding a failure (naming `label`) when it does not
+// compile; returns why to skip instead when NVRTC cannot be loaded or the build has no codegen backend ("" otherwise).
+std::string compiles_for_sm90(const std::string& source, const std::string& name, const std::string& label) {
+  try {
+    EXPECT_FALSE(fused::compile_cubin(source, name, 90).empty());
+  } catch (const UnsupportedOperationError& e) {
+    const std::string what = e.what();
+    if (what.find("could not be loaded") != std::string::npos ||
+        what.find("without the codegen") != std::string::npos) {
+      return what;
+    }
+    ADD_FAILURE() << label << ": " << what << "\n" << source;
+  }
+  return "";
+}
+
 // Inputs read through views (Note [Inputs read through a view]): the source indexes the view's strides, vectors only
 // where every vector of the view stays aligned (its rows a whole number of vectors apart), and NVRTC compiles it.
 TEST(Codegen, ViewedInputsTakeVectorsWhereTheirRowsAlign) {
@@ -166,16 +182,8 @@ TEST(Codegen, ViewedInputsTakeVectorsWhereTheirRowsAlign) {
     const std::vector<DType> dtypes(c.stored.size(), h);
     EXPECT_EQ(fused::vector_width(program, layout, dtypes, h), c.vec) << c.program;
     const std::string source = fused::cuda_source(program, layout, dtypes, h, "xrt_fused_view_test");
-    try {
-      EXPECT_FALSE(fused::compile_cubin(source, "xrt_fused_view_test", 90).empty());
-    } catch (const UnsupportedOperationError& e) {
-      const std::string what = e.what();
-      if (what.find("could not be loaded") != std::string::npos ||
-          what.find("without the codegen") != std::string::npos) {
-        GTEST_SKIP() << what;
-      }
-      ADD_FAILURE() << c.program << ": " << what << "\n" << source;
-    }
+    const std::string skip = compiles_for_sm90(source, "xrt_fused_view_test", c.program);
+    if (!skip.empty()) GTEST_SKIP() << skip;
   }
 }
 
@@ -246,16 +254,8 @@ TEST(Codegen, PiecesCompileWithVectorsThatStayInsideTheirSlab) {
     const std::vector<fused::Layout> layouts = fused::piece_layouts(pieces, shapes, views, c.output);
     EXPECT_EQ(fused::pieces_vector_width(pieces, layouts, c.dtypes, h, c.output), c.vec) << c.program;
     const std::string source = fused::cuda_source(pieces, layouts, c.dtypes, h, c.output, "xrt_fused_pieces_test");
-    try {
-      EXPECT_FALSE(fused::compile_cubin(source, "xrt_fused_pieces_test", 90).empty());
-    } catch (const UnsupportedOperationError& e) {
-      const std::string what = e.what();
-      if (what.find("could not be loaded") != std::string::npos ||
-          what.find("without the codegen") != std::string::npos) {
-        GTEST_SKIP() << what;
-      }
-      ADD_FAILURE() << c.program << ": " << what << "\n" << source;
-    }
+    const std::string skip = compiles_for_sm90(source, "xrt_fused_pieces_test", c.program);
+    if (!skip.empty()) GTEST_SKIP() << skip;
   }
 }
 

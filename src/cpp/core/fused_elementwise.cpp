@@ -104,6 +104,22 @@ std::string dtype_helpers(DType dtype) {
   }
 }
 
+// The load and store helpers of the float dtypes in `used` (the kernel's inputs and output), and of those that
+// `programs` round to (f16, bf16), in one order: float32, float16, bfloat16.
+std::string float_helpers(std::vector<DType> used, const std::vector<const Program*>& programs) {
+  for (const Program* program : programs) {
+    for (const Instruction& in : program->code) {
+      if (in.code == Code::kToF16) used.push_back(DType::kFloat16);
+      if (in.code == Code::kToBF16) used.push_back(DType::kBFloat16);
+    }
+  }
+  std::string out;
+  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    if (std::find(used.begin(), used.end(), d) != used.end()) out += dtype_helpers(d);
+  }
+  return out;
+}
+
 const char* storage_type(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return "float";
@@ -389,11 +405,9 @@ std::string Pieces::text() const {
   std::string out;
   for (const Piece& piece : pieces) {
     Program global = piece.program;  // back to the node's input numbers
-    for (Instruction& in : global.code) {
-      for (Operand* o : {&in.a, &in.b}) {
-        if (o->input) o->index = static_cast<int>(piece.inputs.at(static_cast<std::size_t>(o->index)));
-      }
-    }
+    for_each_input(global, [&](Operand& o) {
+      o.index = static_cast<int>(piece.inputs.at(static_cast<std::size_t>(o.index)));
+    });
     out += (out.empty() ? "" : " | ") + global.text();
   }
   return out;
@@ -431,24 +445,14 @@ Pieces pieces(const Attributes& attrs, std::size_t num_inputs) {
     piece.size = v[p + 1];
     piece.program = parse_program(texts[p], num_inputs, false);
     std::vector<int> local(num_inputs, -1);  // the node's input -> the piece's
-    for (const Instruction& in : piece.program.code) {
-      for (const Operand* o : {&in.a, &in.b}) {
-        if (o == &in.b && !is_binary(in.code)) continue;
-        if (o->input) local[static_cast<std::size_t>(o->index)] = 0;
-      }
-    }
+    for_each_input(piece.program, [&](Operand& o) { local[static_cast<std::size_t>(o.index)] = 0; });
     for (std::size_t k = 0; k < num_inputs; ++k) {
       if (local[k] < 0) continue;
       local[k] = static_cast<int>(piece.inputs.size());
       piece.inputs.push_back(k);
       read[k] = true;
     }
-    for (Instruction& in : piece.program.code) {
-      for (Operand* o : {&in.a, &in.b}) {
-        if (o == &in.b && !is_binary(in.code)) continue;
-        if (o->input) o->index = local[static_cast<std::size_t>(o->index)];
-      }
-    }
+    for_each_input(piece.program, [&](Operand& o) { o.index = local[static_cast<std::size_t>(o.index)]; });
     piece.program.num_inputs = piece.inputs.size();
     out.pieces.push_back(std::move(piece));
   }
@@ -516,13 +520,16 @@ std::vector<DType> piece_dtypes(const Piece& piece, const std::vector<DType>& in
   return out;
 }
 
+std::int64_t Pieces::inner(const std::vector<std::int64_t>& output_shape) const {
+  std::int64_t n = 1;
+  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < output_shape.size(); ++d) n *= output_shape[d];
+  return n;
+}
+
 int pieces_vector_width(const Pieces& pieces, const std::vector<Layout>& layouts,
                         const std::vector<DType>& input_dtypes, DType output_dtype,
                         const std::vector<std::int64_t>& output_shape) {
-  std::int64_t inner = 1;
-  for (std::size_t d = static_cast<std::size_t>(pieces.axis) + 1; d < output_shape.size(); ++d) {
-    inner *= output_shape[d];
-  }
+  const std::int64_t inner = pieces.inner(output_shape);
   int vec = 8;
   for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
     const Piece& piece = pieces.pieces[p];
@@ -740,13 +747,7 @@ class SourceWriter {
   void helpers() {
     std::vector<DType> used = input_dtypes_;
     used.push_back(output_dtype_);
-    for (const Instruction& in : program_.code) {
-      if (in.code == Code::kToF16) used.push_back(DType::kFloat16);
-      if (in.code == Code::kToBF16) used.push_back(DType::kBFloat16);
-    }
-    for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-      if (std::find(used.begin(), used.end(), d) != used.end()) s_ << dtype_helpers(d);
-    }
+    s_ << float_helpers(used, {&program_});
     if (quantized_output(output_dtype_)) {
       const bool half_valued = !program_.code.empty() && program_.code.back().code == Code::kToF16;
       s_ << quantized_store(output_dtype_, quantization_, half_valued);
@@ -1055,11 +1056,9 @@ std::string cuda_source(const Pieces& pieces, const std::vector<Layout>& layouts
   XPURT_INTERNAL_ASSERT(!quantized_output(output_dtype), "fused cuda_source: pieces store float outputs");
   const auto axis = static_cast<std::size_t>(pieces.axis);
   const int vec = pieces_vector_width(pieces, layouts, input_dtypes, output_dtype, output_shape);
-  std::int64_t numel = 1, inner = 1;
-  for (std::size_t d = 0; d < output_shape.size(); ++d) {
-    numel *= output_shape[d];
-    if (d > axis) inner *= output_shape[d];
-  }
+  const std::int64_t inner = pieces.inner(output_shape);
+  std::int64_t numel = 1;
+  for (std::int64_t d : output_shape) numel *= d;
   const std::string idx = numel > (std::int64_t{1} << 30) ? "long long" : "int";
   std::ostringstream s;
   s << "// Generated by xpuruntime (Note [Pieces of a concatenation]): " << pieces.text() << "\n// output "
@@ -1069,15 +1068,9 @@ std::string cuda_source(const Pieces& pieces, const std::vector<Layout>& layouts
   s << "\n";
   std::vector<DType> used = input_dtypes;
   used.push_back(output_dtype);
-  for (const Piece& piece : pieces.pieces) {
-    for (const Instruction& in : piece.program.code) {
-      if (in.code == Code::kToF16) used.push_back(DType::kFloat16);
-      if (in.code == Code::kToBF16) used.push_back(DType::kBFloat16);
-    }
-  }
-  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    if (std::find(used.begin(), used.end(), d) != used.end()) s << dtype_helpers(d);
-  }
+  std::vector<const Program*> programs;
+  for (const Piece& piece : pieces.pieces) programs.push_back(&piece.program);
+  s << float_helpers(used, programs);
   if (vec > 1) s << "template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };\n";
   s << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "(";
   for (std::size_t k = 0; k < input_dtypes.size(); ++k) {

@@ -91,6 +91,14 @@ XPURT_API bool is_reduction(Code code);
 inline bool rotate_half_negates(std::int64_t c, std::int64_t last) { return c < last / 2; }
 // The instruction's op by name; false when there is none.
 XPURT_API bool code_from_name(const std::string& name, Code* code);
+// Calls f(Operand&) on every input operand (x<k>) of `program`'s instructions: renumbering a program's inputs.
+template <typename F>
+void for_each_input(Program& program, F f) {
+  for (Instruction& in : program.code) {
+    if (in.a.input) f(in.a);
+    if (is_binary(in.code) && in.b.input) f(in.b);
+  }
+}
 // Parses and validates a program over `num_inputs` inputs (InvalidArgumentError naming what is wrong: an unknown op,
 // an operand out of range or not yet computed, an input never read, an empty program).
 XPURT_API Program parse(const std::string& text, std::size_t num_inputs);
@@ -161,6 +169,7 @@ struct XPURT_API Pieces {
   std::vector<Piece> pieces;  // empty: the node runs one program
   bool empty() const { return pieces.empty(); }
   std::string text() const;  // the program attribute (the pieces' texts over the node's inputs, joined by " | ")
+  std::int64_t inner(const std::vector<std::int64_t>& output_shape) const;  // elements per step along the axis
 };
 // The pieces `attrs` declare for a node of `num_inputs` inputs (empty without a pieces attribute); InvalidArgumentError
 // for a malformed attribute, a program per piece missing, a piece's bad program, an input no piece reads, row_axes or

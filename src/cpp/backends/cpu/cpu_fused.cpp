@@ -316,9 +316,7 @@ void evaluate_pieces(const fused::Pieces& pieces, const std::vector<Layout>& lay
                      const std::vector<DType>& input_dtypes, DType output_dtype,
                      const std::vector<const void*>& inputs, void* output, const std::vector<std::int64_t>& shape,
                      int threads, const IsaKernels& isa) {
-  const auto axis = static_cast<std::size_t>(pieces.axis);
-  std::int64_t inner = 1;
-  for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const std::int64_t inner = pieces.inner(shape);
   const auto element = static_cast<std::int64_t>(dtype_size(output_dtype));
   std::int64_t start = 0;
   for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
@@ -327,7 +325,7 @@ void evaluate_pieces(const fused::Pieces& pieces, const std::vector<Layout>& lay
     for (std::size_t k : piece.inputs) piece_inputs.push_back(inputs[k]);
     OutputRows rows;
     rows.run = piece.size * inner;
-    rows.stride = shape[axis] * inner;
+    rows.stride = shape[static_cast<std::size_t>(pieces.axis)] * inner;
     evaluate(piece.program, layouts[p], fused::piece_dtypes(piece, input_dtypes), output_dtype, {}, piece_inputs,
              static_cast<char*>(output) + start * inner * element, threads, isa, rows.run > 0 ? rows : OutputRows{});
     start += piece.size;

@@ -591,15 +591,7 @@ int attention_reads_packed_heads(Graph& g, std::vector<std::string>& notes) {
     notes.push_back(describe(n) + " reads " + note + " in place");
     ++folded;
   }
-  if (folded == 0) return 0;
-  std::vector<Node> nodes;
-  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    if (auto it = before.find(i); it != before.end()) {
-      for (Node& r : it->second) nodes.push_back(std::move(r));
-    }
-    nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
+  if (folded > 0) insert_before(g, std::move(before));
   return folded;
 }
 

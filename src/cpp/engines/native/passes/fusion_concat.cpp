@@ -9,8 +9,9 @@
 // becomes one FusedElementwise with pieces when at least one input is gained: a FusedElementwise that only the Concat
 // reads (its program becomes the piece's, its inputs and their views the node's), or a value view ops copied out of a
 // tensor along a contiguous innermost axis (the piece reads the tensor through the composed view: Swin's patch
-// merging, four strided Slices and their Concat). The other inputs are copy pieces ("f32 x<k>", exact in every float dtype). Producers that reduce over rows
-// or quantize their output stay as they are, read as copies. A KernelPolicy rule for concat keeps the Concats.
+// merging, four strided Slices and their Concat). The other inputs are copy pieces ("f32 x<k>", exact in every float
+// dtype). Producers that reduce over rows or quantize their output stay as they are, read as copies. A KernelPolicy
+// rule for concat keeps the Concats, and CPU plans keep them too.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -61,10 +62,7 @@ PieceOf piece_of(const Graph& g, const Uses& uses, const std::string& value, std
   if (auto p = absorbable(g, uses, value, concat)) {
     const Node& f = g.nodes[*p];
     fused::Program program = fused::parse(f.attrs.get_string("program", ""), f.inputs.size());
-    for (fused::Instruction& in : program.code) {
-      if (in.a.input) in.a.index += static_cast<int>(base);
-      if (fused::is_binary(in.code) && in.b.input) in.b.index += static_cast<int>(base);
-    }
+    fused::for_each_input(program, [&](fused::Operand& o) { o.index += static_cast<int>(base); });
     std::vector<Shape> stored;
     for (const std::string& x : f.inputs) stored.push_back(*static_shape(g, x));
     piece.views = fused::input_views(f.attrs, stored);

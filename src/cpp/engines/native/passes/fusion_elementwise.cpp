@@ -420,17 +420,7 @@ int fold_rotary_head_transposes(Graph& g, std::vector<std::string>& notes) {
                                     describe(attention), " (bshd)"));
     ++folded;
   }
-  if (folded == 0) return 0;
-  std::vector<Node> nodes;
-  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    if (dropped.count(i)) continue;
-    auto views = views_before.find(i);
-    if (views != views_before.end()) {
-      for (Node& v : views->second) nodes.push_back(std::move(v));
-    }
-    nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
+  if (folded > 0) insert_before(g, std::move(views_before), dropped);
   return folded;
 }
 

@@ -380,4 +380,16 @@ Node reshape_node(Graph& g, const std::string& name, const std::string& from, co
   return make_node(g, "Reshape", name, {from, add_constant(g, name + "_shape", int64_tensor(shape))}, {to});
 }
 
+void insert_before(Graph& g, std::map<std::size_t, std::vector<Node>> before, const std::set<std::size_t>& dropped) {
+  std::vector<Node> nodes;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (dropped.count(i)) continue;
+    if (auto it = before.find(i); it != before.end()) {
+      for (Node& n : it->second) nodes.push_back(std::move(n));
+    }
+    nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+}
+
 }  // namespace xpuruntime::passes::internal

@@ -146,6 +146,11 @@ Tensor concatenated_weights(const Graph& g, const std::vector<const Node*>& line
 // "Conv 'c1'"
 std::string describe(const Node& n);
 
+// g's nodes with `before[i]` placed before node i and the nodes in `dropped` left out (a pass that gives node i
+// inputs made by new nodes: views of what it read).
+void insert_before(Graph& g, std::map<std::size_t, std::vector<Node>> before,
+                   const std::set<std::size_t>& dropped = {});
+
 // A value made by view ops (Slice, Transpose, Reshape, Flatten, Squeeze, Unsqueeze) of a tensor, as a strided view of
 // that tensor (Note [Inputs read through a view] in core/fused_elementwise.h).
 struct ViewChain {

@@ -988,6 +988,10 @@ def concat_cases() -> List[Case]:
         "axis0": ([(3, 4), (5, 4)], 0),
         "last_axis_negative": ([(3, 2, 3), (3, 2, 1), (3, 2, 9)], -1),
         "single": ([(4, 5)], 0),
+        # Note [Concat in one kernel]: more inputs than one launch takes (64), odd and aligned widths
+        "channels_25_odd": ([(2, 3, 1 + (k * 7) % 5) for k in range(25)], 2),
+        "channels_70": ([(3, 2, 8 * (1 + k % 3)) for k in range(70)], -1),
+        "rows_130": ([(1 + k % 2, 4) for k in range(130)], 0),
     }
     cases = []
     for name, (shapes, axis) in specs.items():

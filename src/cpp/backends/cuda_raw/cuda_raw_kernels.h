@@ -83,8 +83,8 @@ void strided_gather(const void* x, void* y, std::size_t element_size, const std:
 void transpose(const void* x, void* y, std::size_t element_size, const std::vector<std::int64_t>& shape,
                const std::vector<std::int64_t>& perm, void* stream);
 
-// y [outer, sum(row_bytes)] (bytes) = the inputs [outer, row_bytes[k]] side by side: one kernel for up to 8 inputs
-// (Note [Concat in one kernel]), else one 2-D copy per input.
+// y [outer, sum(row_bytes)] (bytes) = the inputs [outer, row_bytes[k]] side by side: one kernel per 64 inputs
+// (Note [Concat in one kernel]).
 void concat(const std::vector<const void*>& inputs, const std::vector<std::int64_t>& row_bytes, void* y,
             std::int64_t outer, void* stream);
 

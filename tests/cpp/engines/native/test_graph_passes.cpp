@@ -2774,6 +2774,40 @@ TEST(ConcatFusion, ConcatsOfFusedValuesBecomeOneNodeOfPieces) {
   EXPECT_EQ(count(cpu, "Concat"), 2) << cpu.str();
 }
 
+// Note [Concats read by a fused node]: relu(Concat(x, y, z) * scale + shift + r) along the last axis, with a
+// per-channel scale and shift and an r that broadcasts along the channels, is one FusedElementwise with three pieces
+// in a CUDA plan (each reads its slab of scale and shift through a view), computing what the graph does; a Concat that
+// a second node reads stays.
+TEST(ConcatFusion, AConcatReadOnlyByAFusedNodeBecomesThatNodesPieces) {
+  Builder b;
+  b.input("x", {2, 3, 4, 3}).input("y", {2, 3, 4, 5}).input("z", {2, 3, 4, 2}).input("r", {2, 3, 4, 1});
+  b.constant("scale", random({10}, 140, 0.5f, 1.5f)).constant("shift", random({1, 1, 1, 10}, 141));
+  Attributes last;
+  last.set("axis", std::int64_t{-1});
+  b.add(node("Concat", {"x", "y", "z"}, {"c"}, last));
+  b.add(node("Mul", {"c", "scale"}, {"m"})).add(node("Add", {"m", "shift"}, {"a"}));
+  b.add(node("Add", {"a", "r"}, {"ar"})).add(node("Relu", {"ar"}, {"out"}));
+  b.add(node("Concat", {"x", "z"}, {"c2"}, last));  // read twice: stays
+  b.add(node("Relu", {"c2"}, {"o2"})).add(node("Sigmoid", {"c2"}, {"o3"}));
+  Graph g = b.build({"out", "o2", "o3"});
+  const Feeds feeds = {{"x", random({2, 3, 4, 3}, 142)}, {"y", random({2, 3, 4, 5}, 143)},
+                       {"z", random({2, 3, 4, 2}, 144)}, {"r", random({2, 3, 4, 1}, 145)}};
+  runtime::InferOptions cuda;
+  cuda.device = Device::cuda(0);
+  Graph out = g;
+  runtime::optimize(out, cuda, {});
+  EXPECT_EQ(count(out, "Concat"), 1) << out.str();
+  int pieced = 0;
+  for (const Node& n : out.nodes) {
+    if (n.op_type != "FusedElementwise" || !n.attrs.has("pieces")) continue;
+    ++pieced;
+    EXPECT_EQ(n.attrs.get_ints("pieces", {}), (std::vector<std::int64_t>{3, 3, 5, 2})) << n.str();
+    EXPECT_TRUE(n.attrs.has("input_views")) << n.str();  // the slabs of scale and shift
+  }
+  EXPECT_EQ(pieced, 1) << out.str();
+  expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true), 1e-6, 1e-6);
+}
+
 // The passes of a quantized model's CPU plan and of its CUDA plan (quantized weights kept), and the CUDA context.
 struct TwoPlans {
   Graph cpu, cuda;

@@ -12,6 +12,16 @@
 // merging, four strided Slices and their Concat). The other inputs are copy pieces ("f32 x<k>", exact in every float
 // dtype). Producers that reduce over rows or quantize their output stay as they are, read as copies. A KernelPolicy
 // rule for concat keeps the Concats, and CPU plans keep them too.
+//
+// Note [Concats read by a fused node]
+// A Concat whose one reader is an elementwise fused node F is written by one kernel and read back by the next:
+// DenseNet concatenates every earlier feature map of a block in each layer and reads the result only through that
+// layer's pre-activation norm and ReLU (a per-channel affine map in CUDA plans), 58 Concats of up to 25 inputs in
+// DenseNet-121. F becomes a node of pieces instead, piece p being F's program over the Concat's input p; F's other
+// inputs are read as they were where they do not vary along the Concat's axis, and through a view of their slab where
+// they do (a per-channel scale read from the piece's first channel). The concatenation is never written. F must
+// compute one value of the Concat's shape without a row reduction, pieces of its own or a quantized output, and read
+// the Concat as stored; this comes before the Concat's own inputs are absorbed (the Concat is gone).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -91,6 +101,109 @@ PieceOf piece_of(const Graph& g, const Uses& uses, const std::string& value, std
   return piece;
 }
 
+// Row-major view of a stored tensor: what a fused node reads when its input has no view.
+fused::InputView whole_view(const Shape& shape) {
+  fused::InputView view;
+  view.shape = shape;
+  view.strides.assign(shape.size(), 1);
+  for (std::size_t d = shape.size(); d-- > 1;) view.strides[d - 1] = view.strides[d] * shape[d];
+  return view;
+}
+
+// Note [Concats read by a fused node]: F, the Concat `concat`'s only reader, becomes a node of pieces over the
+// Concat's inputs; false (nothing changed) where it cannot.
+bool absorb_into_reader(Graph& g, const Uses& uses, std::size_t concat, std::int64_t axis, const Shape& out,
+                        std::string* note) {
+  const Node& c = g.nodes[concat];
+  const std::string& value = c.outputs[0];
+  if (uses.is_graph_output(value) || uses.read_by_subgraph(value) || uses.readers(value).size() != 1) return false;
+  const std::size_t f_index = uses.readers(value)[0];
+  const Node& f = g.nodes[f_index];
+  if (f.domain != kXpurtDomain || f.op_type != "FusedElementwise" || f.outputs.size() != 1 ||
+      f.attrs.get_int("row_axes", 0) != 0 || f.attrs.has("pieces") || static_shape(g, f.outputs[0]) != out) {
+    return false;
+  }
+  const auto f_dtype = value_dtype(g, f.outputs[0]);
+  if (!f_dtype || !is_fusable_float(*f_dtype)) return false;
+  std::vector<Shape> stored;
+  for (const std::string& x : f.inputs) {
+    const auto shape = static_shape(g, x);
+    if (!shape) return false;
+    stored.push_back(*shape);
+  }
+  fused::InputViews f_views = fused::input_views(f.attrs, stored);
+  f_views.resize(f.inputs.size());
+  // Per F input: -1 the Concat, 0 shared by every piece, 1 sliced along the axis (its axis in `sliced_axis`).
+  std::vector<int> kind(f.inputs.size(), 0);
+  std::vector<std::size_t> sliced_axis(f.inputs.size(), 0);
+  const std::size_t rank = out.size();
+  for (std::size_t j = 0; j < f.inputs.size(); ++j) {
+    if (f.inputs[j] == value) {
+      if (f_views[j]) return false;
+      kind[j] = -1;
+      continue;
+    }
+    const Shape& read = f_views[j] ? f_views[j]->shape : stored[j];
+    if (read.size() > rank) return false;
+    const std::int64_t a = axis - static_cast<std::int64_t>(rank - read.size());
+    if (a < 0 || read[static_cast<std::size_t>(a)] == 1) continue;
+    if (read[static_cast<std::size_t>(a)] != out[static_cast<std::size_t>(axis)]) return false;
+    kind[j] = 1;
+    sliced_axis[j] = static_cast<std::size_t>(a);
+  }
+  const fused::Program program = fused::parse(f.attrs.get_string("program", ""), f.inputs.size());
+  Node fused;
+  fused::InputViews views;
+  std::vector<int> shared_index(f.inputs.size(), -1);
+  for (std::size_t j = 0; j < f.inputs.size(); ++j) {
+    if (kind[j] != 0) continue;
+    shared_index[j] = static_cast<int>(fused.inputs.size());
+    fused.inputs.push_back(f.inputs[j]);
+    views.push_back(f_views[j]);
+  }
+  std::vector<std::int64_t> pieces = {axis};
+  std::string text;
+  std::int64_t start = 0;
+  for (const std::string& x : c.inputs) {
+    const std::int64_t size = (*static_shape(g, x))[static_cast<std::size_t>(axis)];
+    if (size == 0) continue;  // adds nothing
+    const int x_index = static_cast<int>(fused.inputs.size());
+    fused.inputs.push_back(x);
+    views.push_back(std::nullopt);
+    std::vector<int> index = shared_index;
+    for (std::size_t j = 0; j < f.inputs.size(); ++j) {
+      if (kind[j] == -1) index[j] = x_index;
+      if (kind[j] != 1) continue;
+      fused::InputView view = f_views[j] ? *f_views[j] : whole_view(stored[j]);
+      view.offset += start * view.strides[sliced_axis[j]];
+      view.shape[sliced_axis[j]] = size;
+      index[j] = static_cast<int>(fused.inputs.size());
+      fused.inputs.push_back(f.inputs[j]);
+      views.push_back(view);
+    }
+    fused::Program piece = program;
+    fused::for_each_input(piece, [&](fused::Operand& o) { o.index = index[static_cast<std::size_t>(o.index)]; });
+    text += (text.empty() ? "" : " | ") + piece.text();
+    pieces.push_back(size);
+    start += size;
+  }
+  if (pieces.size() < 3) return false;
+  fused.name = f.name + "_pieces";
+  fused.domain = kXpurtDomain;
+  fused.op_type = "FusedElementwise";
+  fused.outputs = f.outputs;
+  for (const auto& [key, attr] : f.attrs.values()) {
+    if (key != "program" && key != "input_views") fused.attrs.set(key, attr);
+  }
+  fused.attrs.set("program", text);
+  fused.attrs.set("pieces", pieces);
+  fused::set_input_views(&fused.attrs, views);
+  *note = detail::str_cat(describe(c), " read by ", describe(f), " -> FusedElementwise '", fused.name, "' (",
+                          pieces.size() - 1, " pieces along axis ", axis, ")");
+  g.nodes[f_index] = std::move(fused);
+  return true;
+}
+
 }  // namespace
 
 PassResult concat_fusion(Graph& g, const PassContext& ctx) {
@@ -100,7 +213,7 @@ PassResult concat_fusion(Graph& g, const PassContext& ctx) {
   // against 102).
   if (!ctx.fuse_elementwise || !ctx.device.is_cuda()) return result;
   if (ctx.keep_unfused && ctx.keep_unfused("concat")) return result;  // the user's rule keeps the Concats
-  const Uses uses(g);
+  Uses uses(g);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     if (!is_onnx(n, "Concat") || n.outputs.size() != 1 || n.inputs.size() < 2) continue;
@@ -111,15 +224,25 @@ PassResult concat_fusion(Graph& g, const PassContext& ctx) {
     std::int64_t axis = n.attrs.get_int("axis", 0);
     axis = axis < 0 ? axis + rank : axis;
     if (axis < 0 || axis >= rank) continue;
+    bool ranked = true;
+    for (const std::string& x : n.inputs) {
+      const auto shape = static_shape(g, x);
+      ranked = ranked && !x.empty() && shape && static_cast<std::int64_t>(shape->size()) == rank;
+    }
+    if (!ranked) continue;
+    if (std::string absorbed; absorb_into_reader(g, uses, i, axis, *out, &absorbed)) {
+      result.notes.push_back(absorbed);
+      ++result.rewrites;
+      uses = Uses(g);  // the reader reads the Concat's inputs now
+      continue;
+    }
     Node fused;
     fused::InputViews views;
     std::vector<std::int64_t> pieces = {axis};
     std::string program, note;
-    bool fits = true, gained = false;
+    bool gained = false;
     for (const std::string& x : n.inputs) {
       const auto shape = static_shape(g, x);
-      fits = fits && !x.empty() && shape && static_cast<std::int64_t>(shape->size()) == rank;
-      if (!fits) break;
       if ((*shape)[static_cast<std::size_t>(axis)] == 0) continue;  // adds nothing
       PieceOf piece = piece_of(g, uses, x, i, fused.inputs.size());
       fused.inputs.insert(fused.inputs.end(), piece.inputs.begin(), piece.inputs.end());
@@ -129,7 +252,7 @@ PassResult concat_fusion(Graph& g, const PassContext& ctx) {
       gained = gained || piece.gained;
       if (piece.gained) note += (note.empty() ? "" : ", ") + piece.note;
     }
-    if (!fits || !gained || pieces.size() < 3) continue;
+    if (!gained || pieces.size() < 3) continue;
     fused.name = n.name + "_pieces";
     fused.domain = kXpurtDomain;
     fused.op_type = "FusedElementwise";

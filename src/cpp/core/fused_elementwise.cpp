@@ -1078,18 +1078,24 @@ std::string cuda_source(const Pieces& pieces, const std::vector<Layout>& layouts
   }
   s << storage_type(output_dtype) << "* __restrict__ y) {\n";
   if (numel == 0) return s.str() + "}\n";  // nothing to write (and no slab to divide by)
-  // The step at output index g: its outer index, its coordinate along the axis, then the piece that holds it.
+  // The step at position q of the pieces laid one after the other (piece-major: piece 0's elements in its own order,
+  // then piece 1's, ...), so that the lanes of a warp run one piece's program together and read its inputs
+  // contiguously: i is q's index in its piece, g the output element it writes. Positions in the output's order put a
+  // warp across up to 8 pieces of DenseNet's 32-channel slabs, each a serialized branch waiting on its own loads
+  // (5 us against 3.2 for the Concat's copy and the norm's kernel, H200).
   auto steps = [&](bool vector, const std::string& pad) {
     const std::int64_t slab = output_shape[axis] * inner;
-    s << pad << "const " << idx << " outer = g / (" << idx << ")" << slab << ", rem = g - outer * (" << idx << ")"
-      << slab << ", at = rem / (" << idx << ")" << inner << ";\n";
-    std::int64_t start = 0;
+    const std::int64_t rows = numel / slab;
+    std::int64_t start = 0, end = 0;
     for (std::size_t p = 0; p < pieces.pieces.size(); ++p) {
       const Piece& piece = pieces.pieces[p];
+      const std::int64_t cut = piece.size * inner, begin = end;
+      end += rows * cut;
       s << pad << (p ? "} else " : "");
-      if (p + 1 < pieces.pieces.size()) s << "if (at < " << start + piece.size << ") ";
-      s << "{\n" << pad << "  const " << idx << " i = outer * (" << idx << ")" << piece.size * inner << " + rem - ("
-        << idx << ")" << start * inner << ";\n";
+      if (p + 1 < pieces.pieces.size()) s << "if (q < (" << idx << ")" << end << ") ";
+      s << "{\n" << pad << "  const " << idx << " i = q - (" << idx << ")" << begin << ", outer = i / (" << idx << ")"
+        << cut << ", g = outer * (" << idx << ")" << slab << " + (" << idx << ")" << start * inner << " + i - outer * ("
+        << idx << ")" << cut << ";\n";
       const std::vector<DType> dtypes = piece_dtypes(piece, input_dtypes);
       for (std::size_t j = 0; j < piece.inputs.size(); ++j) {
         s << pad << "  const " << storage_type(dtypes[j]) << "* __restrict__ x" << j << " = p" << piece.inputs[j]
@@ -1117,12 +1123,12 @@ std::string cuda_source(const Pieces& pieces, const std::vector<Layout>& layouts
     s << "(unsigned long long)y % " << vec * static_cast<int>(dtype_size(output_dtype)) << " == 0;\n"
       << "  if (vectors) {\n    for (" << idx << " v = (" << idx << ")blockIdx.x * blockDim.x + threadIdx.x; v < ("
       << idx << ")" << numel / vec << "; v += (" << idx << ")blockDim.x * gridDim.x) {\n      const " << idx
-      << " g = v * " << vec << ";\n";
+      << " q = v * " << vec << ";\n";
     steps(true, "      ");
     s << "    }\n    return;\n  }\n";
   }
-  s << "  for (" << idx << " g = (" << idx << ")blockIdx.x * blockDim.x + threadIdx.x; g < (" << idx << ")" << numel
-    << "; g += (" << idx << ")blockDim.x * gridDim.x) {\n";
+  s << "  for (" << idx << " q = (" << idx << ")blockIdx.x * blockDim.x + threadIdx.x; q < (" << idx << ")" << numel
+    << "; q += (" << idx << ")blockDim.x * gridDim.x) {\n";
   steps(false, "    ");
   s << "  }\n}\n";
   return s.str();

@@ -300,8 +300,9 @@ XPURT_API LaunchShape launch_shape(const Program& program, const Layout& layout,
 XPURT_API std::string cuda_source(const Program& program, const Layout& layout, const std::vector<DType>& input_dtypes,
                                   DType output_dtype, const std::string& name,
                                   const OutputQuantization& quantization = {});
-// The CUDA C of a pieced node's kernel (Note [Pieces of a concatenation]): a grid-stride loop over the output whose
-// step finds its piece and computes that piece's program at the piece's own index; same signature as cuda_source.
+// The CUDA C of a pieced node's kernel (Note [Pieces of a concatenation]): a grid-stride loop over the pieces' elements
+// one piece after the other, each step computing its piece's program at the piece's own index and storing it into
+// the piece's slab; same signature as cuda_source.
 XPURT_API std::string cuda_source(const Pieces& pieces, const std::vector<Layout>& layouts,
                                   const std::vector<DType>& input_dtypes, DType output_dtype,
                                   const std::vector<std::int64_t>& output_shape, const std::string& name);

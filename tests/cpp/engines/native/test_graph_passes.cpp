@@ -2726,6 +2726,51 @@ TEST(FusedInputViews, ChainsOfCopiesBecomeOneCopy) {
   EXPECT_EQ(count(cpu, "FusedElementwise"), 1) << cpu.str();
 }
 
+// Note [Copies through reshapes that strides cannot express]: MobileViT's unfold of an NHWC feature map [2, 4, 6, 8]
+// into 2x2 patches (a Transpose to NCHW, Reshape, Transpose, Reshape, Transpose, Reshape: three copies, composing to
+// no strided view of [8, 6, 8]) and its fold back (three more) are one copy each into a finer shape and a Reshape, in
+// CUDA and CPU plans; the answers are the graph's, bit for bit.
+TEST(FusedInputViews, PatchUnfoldsAndFoldsAreOneCopyEach) {
+  Builder b;
+  b.input("x", {2, 4, 6, 8});
+  const auto perm = [](std::vector<std::int64_t> p) { return Attributes().set("perm", std::move(p)); };
+  b.constant("s1", int64s({32, 2, 3, 2})).constant("s2", int64s({2, 8, 6, 4})).constant("s3", int64s({8, 6, 8}));
+  b.add(node("Transpose", {"x"}, {"nchw"}, perm({0, 3, 1, 2}))).add(node("Reshape", {"nchw", "s1"}, {"r1"}));
+  b.add(node("Transpose", {"r1"}, {"t1"}, perm({0, 2, 1, 3}))).add(node("Reshape", {"t1", "s2"}, {"r2"}));
+  b.add(node("Transpose", {"r2"}, {"t2"}, perm({0, 3, 2, 1}))).add(node("Reshape", {"t2", "s3"}, {"patches"}));
+  b.add(node("Sqrt", {"patches"}, {"p2"}));  // what the patches' layer norm would be: an op that reads them whole
+  b.constant("f1", int64s({2, 4, 6, 8})).constant("f2", int64s({32, 3, 2, 2})).constant("f3", int64s({2, 8, 4, 6}));
+  b.add(node("Reshape", {"p2", "f1"}, {"u1"})).add(node("Transpose", {"u1"}, {"v1"}, perm({0, 3, 2, 1})));
+  b.add(node("Reshape", {"v1", "f2"}, {"u2"})).add(node("Transpose", {"u2"}, {"v2"}, perm({0, 2, 1, 3})));
+  b.add(node("Reshape", {"v2", "f3"}, {"u3"})).add(node("Transpose", {"u3"}, {"folded"}, perm({0, 2, 3, 1})));
+  b.add(node("Softmax", {"folded"}, {"y"}));
+  Graph g = b.build({"y", "patches"});
+  const Feeds feeds = {{"x", random({2, 4, 6, 8}, 146, 0.1f, 2.0f)}};
+  const std::vector<Tensor> want = run_graph(g, feeds);
+  runtime::InferOptions cuda;
+  cuda.device = Device::cuda(0);
+  for (const auto& options : {cuda, runtime::InferOptions{}}) {
+    SCOPED_TRACE(options.device.str());
+    Graph out = g;
+    runtime::optimize(out, options, {});
+    EXPECT_EQ(count(out, "Transpose"), 0) << out.str();
+    int finer = 0;
+    for (const Node& n : out.nodes) {
+      if (n.op_type == "FusedElementwise" && n.attrs.get_string("program", "") == "f32 x0") {
+        ++finer;
+        // [8, 6, 8] read as [2, 2, 2, 2, 3, 8]: b, ph, pw, nh, nw, c of x (NHWC, H = nh * ph, W = nw * pw)
+        if (n.inputs[0] == "x") {
+          EXPECT_EQ(n.attrs.get_ints("input_views", {}),
+                    (std::vector<std::int64_t>{0, 6, 0, 2, 2, 2, 2, 3, 8, 192, 48, 8, 96, 16, 1})) << n.str();
+        }
+      }
+    }
+    EXPECT_EQ(finer, 2) << out.str();
+    const std::vector<Tensor> got = run_graph(out, feeds, nullptr, /*library_fused=*/true);
+    expect_close(want, got, 0.0, 0.0);
+  }
+}
+
 // Note [Concats of fused values]: Concat(sigmoid(x) * x, a Slice of y cut along a middle axis, z) along the last axis
 // becomes one FusedElementwise with three pieces (the group's program, a copy of y through the Slice's view, a copy
 // of z) in CUDA plans, computing what the graph does (run by the cpu kernels); a Concat whose inputs gain nothing,

@@ -205,8 +205,12 @@ Support Kernel::supports(const OpDescriptor& desc, const ExecutionPolicy& policy
   return accepts(desc, policy);
 }
 
-FunctionKernel::FunctionKernel(KernelInfo info, SupportsFn accepts, RunFn run)
-    : Kernel(std::move(info)), accepts_(std::move(accepts)), run_(std::move(run)) {}
+FunctionKernel::FunctionKernel(KernelInfo info, SupportsFn accepts, RunFn run, ReasonFn timed)
+    : Kernel(std::move(info)), accepts_(std::move(accepts)), run_(std::move(run)), timed_(std::move(timed)) {}
+
+std::string FunctionKernel::timed_against_others(const OpDescriptor& desc) const {
+  return timed_ ? timed_(desc) : std::string();
+}
 
 Support FunctionKernel::accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const {
   return accepts_(desc, policy);

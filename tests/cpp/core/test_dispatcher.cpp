@@ -215,6 +215,62 @@ TEST(Dispatcher, AKernelMayRankFirstForSomeShapesAndSaysWhy) {
   EXPECT_EQ(decision.reason, "first supported kernel in priority order");
 }
 
+// Note [Timed first choices]: a first choice that asks to be timed (here from 12 elements on) is timed against the
+// other supported kernels and the faster kept, saying why; a build cache replays that choice in the next process
+// without timing again; a pinned rule and smaller inputs keep the first choice untimed.
+TEST(Dispatcher, AFirstChoiceThatAsksToBeTimedIsTimedAgainstTheOthers) {
+  const std::string path = ::testing::TempDir() + "xpurt_timed_first_choice.json";
+  std::remove(path.c_str());
+  Counters slow, fast;
+  const auto make_registry = [&](KernelRegistry& registry) {
+    register_ops(registry);
+    registry.add_kernel(std::make_unique<FunctionKernel>(
+        KernelInfo{"relu", "timed_slow", "test", DeviceType::kCPU, true, "test kernel"},
+        [](const OpDescriptor&, const ExecutionPolicy&) { return Support::yes(); },
+        [&](const KernelLaunch& launch) { run_relu(launch, &slow, 2000); },
+        [](const OpDescriptor& desc) { return desc.inputs[0].numel() >= 12 ? std::string("shapes differ") : ""; }));
+    registry.add_kernel(std::make_unique<TestKernel>("fast", 0, true, true, &fast));
+  };
+  Dispatcher::Options options;
+  options.autotune_warmup = 1;
+  options.autotune_iterations = 3;
+  options.build_cache = true;
+  Tensor big = Tensor::empty({4, 3}, DType::kFloat32, Device::cpu());
+  for (int i = 0; i < 12; ++i) static_cast<float*>(big.data_ptr())[i] = static_cast<float>(i) - 6.f;
+  {
+    KernelRegistry registry;
+    make_registry(registry);
+    auto cache = std::make_shared<AutotuneCache>(path);
+    Dispatcher d(KernelPolicy{}, {}, cache, &registry, options);
+    Decision decision;
+    d.run("relu", {input()}, {}, nullptr, &decision);
+    EXPECT_EQ(decision.kernel, "timed_slow");
+    EXPECT_EQ(decision.rule, "first-supported");
+    auto out = d.run("relu", {big}, {}, nullptr, &decision);
+    EXPECT_EQ(decision.kernel, "fast");
+    EXPECT_EQ(decision.rule, "autotuned");
+    EXPECT_NE(decision.reason.find("autotuned: fastest of 2"), std::string::npos) << decision.reason;
+    EXPECT_NE(decision.reason.find("timed because shapes differ"), std::string::npos) << decision.reason;
+    EXPECT_EQ(slow.runs.load(), 1 + 4);  // the small run, then 1 warm-up + 3 timed
+    EXPECT_EQ(static_cast<const float*>(out[0].data_ptr())[11], 5.0f);
+    Dispatcher pinned(policy_with("relu", KernelRule::pinned("timed_slow"), registry), {}, nullptr, &registry,
+                      options);
+    pinned.run("relu", {big}, {}, nullptr, &decision);
+    EXPECT_EQ(decision.kernel, "timed_slow");
+    EXPECT_EQ(decision.rule, "pinned");
+    EXPECT_EQ(slow.runs.load(), 6);
+  }
+  KernelRegistry registry;  // the next process
+  make_registry(registry);
+  Dispatcher d(KernelPolicy{}, {}, std::make_shared<AutotuneCache>(path), &registry, options);
+  Decision decision;
+  d.run("relu", {big}, {}, nullptr, &decision);
+  EXPECT_EQ(decision.kernel, "fast");
+  EXPECT_EQ(decision.rule, "autotune-cache");
+  EXPECT_EQ(slow.runs.load(), 6);  // not timed again
+  std::remove(path.c_str());
+}
+
 // A kernel whose supports() says yes but whose build finds no algorithm (Note [Build failures]).
 class NoAlgorithmKernel final : public Kernel {
  public:

@@ -145,7 +145,7 @@ class XPURT_API Dispatcher {
   const Kernel* pick_pinned(Selection& s) const;
   const Kernel* pick_preferred(Selection& s) const;
   const Kernel* pick_auto(Selection& s);
-  const Kernel* autotune(Selection& s);
+  const Kernel* autotune(Selection& s, const std::string& why = {});
   bool build_plan(Selection& s, const Kernel& winner);
   void record_decision(Selection& s, const Kernel& winner) const;
   std::vector<CandidateReport> evaluate(const OpDescriptor& desc) const;

@@ -185,6 +185,14 @@ class XPURT_API Kernel {
     (void)desc;
     return {};
   }
+  // Why the first-supported pick should time this kernel against the other kernels that support `desc` when it is
+  // the pick, or empty (the default: the pick stands). For a kernel whose speed against a library's depends on shapes
+  // no rule of thumb separates (Note [Timed first choices] in dispatcher.cpp). Asked only of the pick, never under a
+  // pinned or preferred rule.
+  virtual std::string timed_against_others(const OpDescriptor& desc) const {
+    (void)desc;
+    return {};
+  }
   // Tactics: the records of other plans this kernel can run `desc` with (cuBLASLt: its heuristic's other
   // algorithms), each accepted by build(desc, policy, record). Autotuning (auto:BestPerformance) times them
   // besides the default plan and keeps the fastest (Note [Tactics] in dispatcher.cpp). None by default.
@@ -212,15 +220,19 @@ class XPURT_API FunctionKernel final : public Kernel {
  public:
   using SupportsFn = std::function<Support(const OpDescriptor&, const ExecutionPolicy&)>;
   using RunFn = std::function<void(const KernelLaunch&)>;
-  // `accepts`: what the declaration in `info` cannot say (Kernel::accepts).
-  FunctionKernel(KernelInfo info, SupportsFn accepts, RunFn run);
+  using ReasonFn = std::function<std::string(const OpDescriptor&)>;
+  // `accepts`: what the declaration in `info` cannot say (Kernel::accepts). `timed`: Kernel::timed_against_others
+  // (none: the pick stands).
+  FunctionKernel(KernelInfo info, SupportsFn accepts, RunFn run, ReasonFn timed = nullptr);
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override;
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
                                     const std::string& record) const override;
+  std::string timed_against_others(const OpDescriptor& desc) const override;
 
  private:
   SupportsFn accepts_;
   RunFn run_;
+  ReasonFn timed_;
 };
 
 // A kernel name that a KernelPolicy may use for an op although no kernel of this library implements it: PyTorch's

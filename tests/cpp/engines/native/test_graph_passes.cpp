@@ -261,7 +261,8 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "quantized_fusion", "conv_bn_folding",
                                              "gelu_fusion",
                                              "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
-                                             "patch_embedding_gemm", "gemm_fusion", "qkv_fusion", "conv_fusion",
+                                             "patch_embedding_gemm", "gemm_fusion", "qkv_fusion",
+                                             "attention_head_padding", "conv_fusion",
                                              "nhwc_layout", "quantized_constant_folding",
                                              "linear_epilogue_fusion",
                                              "elementwise_fusion", "fused_input_views", "concat_fusion"}));
@@ -2012,6 +2013,66 @@ TEST(GraphPasses, PipelineOnAConvNetAndAnMlp) {
   EXPECT_GE(total, 5);
 }
 
+// Note [Head dims padded in the weights]: self-attention with heads of 6 (q, k, v projections reshaped to heads, an
+// output projection), optimized for a CUDA plan: q, k and v one packed Linear whose weights and bias carry zeros up
+// to heads of 8, the Attention reads them at scale 1 / sqrt(6), the output projection's weights have zero rows where
+// the padded heads write zeros; the graph computes what the export does (cpu kernels). CPU plans keep heads of 6.
+TEST(AttentionHeadPadding, HeadsOfSixArePaddedToEightInTheWeights) {
+  const std::int64_t B = 2, S = 5, H = 3, D = 6, E = H * D;
+  Builder b;
+  b.input("x", {B, S, E});
+  b.constant("heads", make_i64({4}, {B, S, H, D})).constant("merged", make_i64({3}, {B, S, E}));
+  b.constant("sqrt_d", scalar(std::sqrt(static_cast<float>(D))));
+  unsigned seed = 150;
+  auto linear = [&](const std::string& in, const std::string& out) {
+    b.constant(out + "_w", random({E, E}, seed, -0.5f, 0.5f)).constant(out + "_b", random({E}, seed + 1));
+    seed += 2;
+    b.add(node("MatMul", {in, out + "_w"}, {out + "_mm"})).add(node("Add", {out + "_mm", out + "_b"}, {out}));
+  };
+  auto perm = [](std::vector<std::int64_t> p) { return Attributes().set("perm", std::move(p)); };
+  linear("x", "q");
+  linear("x", "k");
+  linear("x", "v");
+  b.add(node("Reshape", {"q", "heads"}, {"q4"})).add(node("Transpose", {"q4"}, {"qh"}, perm({0, 2, 1, 3})));
+  b.add(node("Reshape", {"k", "heads"}, {"k4"})).add(node("Transpose", {"k4"}, {"kt"}, perm({0, 2, 3, 1})));
+  b.add(node("Reshape", {"v", "heads"}, {"v4"})).add(node("Transpose", {"v4"}, {"vh"}, perm({0, 2, 1, 3})));
+  b.add(node("MatMul", {"qh", "kt"}, {"scores"})).add(node("Div", {"scores", "sqrt_d"}, {"scaled"}));
+  b.add(node("Softmax", {"scaled"}, {"probs"})).add(node("MatMul", {"probs", "vh"}, {"ctx"}));
+  b.add(node("Transpose", {"ctx"}, {"ctx_t"}, perm({0, 2, 1, 3}))).add(node("Reshape", {"ctx_t", "merged"}, {"ctx_m"}));
+  linear("ctx_m", "o");
+  Graph g = b.build({"o"});
+  const Feeds feeds = {{"x", random({B, S, E}, 160)}};
+  std::map<std::string, ValueType> types;
+  const std::vector<Tensor> expected = run_graph(g, feeds, &types);
+  for (const auto& [value, vt] : types) g.types[value] = vt;
+  passes::PassContext ctx;
+  ctx.device = Device::cuda(0);
+  Graph out = g;
+  std::vector<std::string> notes;
+  for (const auto& r : passes::run_passes(out, ctx)) notes.insert(notes.end(), r.notes.begin(), r.notes.end());
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr) << out.str();
+  EXPECT_EQ(out.types.at(a->inputs[0]).sizes(), (std::vector<std::int64_t>{B, S, 3, H, 8})) << out.str();
+  EXPECT_NEAR(a->attrs.get_float("scale", 0.0), 1.0 / std::sqrt(6.0), 1e-6);  // the Div by a float32 sqrt(6)
+  int padded_linears = 0;
+  for (const Node& n : out.nodes) {
+    if (n.op_type != "Linear") continue;
+    const std::vector<std::int64_t> w = out.initializers.at(n.inputs[1]).shape();
+    EXPECT_TRUE(w == (std::vector<std::int64_t>{E, 3 * H * 8}) || w == (std::vector<std::int64_t>{3 * H * 8, E}) ||
+                w == (std::vector<std::int64_t>{H * 8, E}) || w == (std::vector<std::int64_t>{E, H * 8}))
+        << n.str();
+    ++padded_linears;
+  }
+  EXPECT_EQ(padded_linears, 2) << out.str();
+  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return n.find("heads of 6 padded to 8") != std::string::npos;
+  }));
+  expect_close(expected, run_graph(out, feeds, nullptr, /*library_fused=*/true));
+  Graph cpu = g;
+  passes::run_passes(cpu, passes::PassContext{});
+  EXPECT_EQ(cpu.types.at(find(cpu, "Attention")->inputs[0]).sizes().back(), D) << cpu.str();
+}
+
 // A pre-LayerNorm transformer block as exporters write it: the LayerNorm formula, Q/K/V projections reshaped to
 // heads, attention with [B,S,H,D] keys, an output projection and residual, ONNX LayerNormalization, and an MLP
 // with the erf GELU formula. Types come from a reference run (what shape inference gives).
@@ -2532,6 +2593,22 @@ TEST(NhwcLayout, DenseNetStaysChannelsLastThroughItsNormsAndConcatenations) {
     }
   }
   const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 135), DType::kFloat16)}};
+  expect_close(to_float32(run_graph(plan.original, feeds)),
+               to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
+// The suite's MobileViT export in a CUDA plan: its patch unfolds and folds are one copy each (Note [Copies through
+// reshapes that strides cannot express]: 20 Transposes before, 8 left), the attentions with heads of 12 run on heads padded to 16 in the projections' weights (Note
+// [Head dims padded in the weights]), and the rewritten graph computes what the export does.
+TEST(FusedInputViews, MobileVitsPatchesAndOddHeadsInACudaPlan) {
+  const CudaOptimized plan = tiny_export_for_cuda("mobilevit");
+  EXPECT_LE(count(plan.optimized, "Transpose"), 8) << plan.optimized.str();
+  int padded = 0;
+  for (const Node& n : plan.optimized.nodes) {
+    if (n.op_type == "Attention") padded += plan.optimized.types.at(n.inputs[0]).sizes().back() % 8 == 0;
+  }
+  EXPECT_EQ(padded, count(plan.optimized, "Attention")) << plan.optimized.str();
+  const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 161), DType::kFloat16)}};
   expect_close(to_float32(run_graph(plan.original, feeds)),
                to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
 }

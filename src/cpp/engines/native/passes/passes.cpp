@@ -68,6 +68,10 @@ const std::vector<PassInfo>& all_passes() {
        "three Linears of one input projecting an Attention's q, k and v -> one Linear, read by the Attention as its "
        "packed projection (qkv_parts)",
        qkv_fusion},
+      {"attention_head_padding",
+       "CUDA: an Attention of a head dim that is not a multiple of 8, reading a packed projection and read by an "
+       "output projection -> heads padded with zeros in those Linears' weights, for the fused kernels",
+       attention_head_padding},
       {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu] -> com.xpuruntime:FusedConv", conv_fusion},
       {"nhwc_layout",
        "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group) and the pools after it run "

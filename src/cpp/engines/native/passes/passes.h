@@ -112,6 +112,9 @@ XPURT_API PassResult gemm_fusion(Graph& g, const PassContext& ctx);
 // Three Linears of one input projecting an Attention's q, k and v -> one Linear whose output the Attention reads as
 // its packed projection (Note [One GEMM for q, k and v] in passes/fusion_transformer.cpp).
 XPURT_API PassResult qkv_fusion(Graph& g, const PassContext& ctx);
+// CUDA: an Attention whose head dim is not a multiple of 8 -> heads padded with zeros in the weights of its packed
+// projection and output projection (Note [Head dims padded in the weights] in passes/attention_padding.cpp).
+XPURT_API PassResult attention_head_padding(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult op_decomposition(Graph& g, const PassContext& ctx);
 // com.microsoft GroupQueryAttention (constant total_sequence_length, static shapes) -> ONNX ops every device runs,

@@ -180,15 +180,13 @@ bool copies(const Graph& g, const Node& n, const Shape& in, const Shape& out) {
   return !v || !is_block(*v);
 }
 
-}  // namespace
-
-// The ops walked back while their input and output shapes are static, then composed forward from the first whose
-// input the view can start from (a Reshape that strides cannot express starts the chain after it).
-std::optional<ViewChain> internal::view_chain(const Graph& g, const Uses& uses, const std::string& value) {
-  std::vector<std::size_t> ops;  // last first
-  std::string at = value;
+// The view ops that made `value`, walked back (last first, at most 16) while their input and output shapes are
+// static; `source` gets the value the first of them reads (`value` itself when none made it).
+std::vector<std::size_t> view_ops_back(const Graph& g, const Uses& uses, const std::string& value, std::string* source) {
+  std::vector<std::size_t> ops;
+  *source = value;
   while (ops.size() < 16) {
-    auto p = uses.producer(at);
+    auto p = uses.producer(*source);
     if (!p) break;
     const Node& n = g.nodes[*p];
     if (!is_view_op(n) || n.inputs.empty() || n.outputs.size() != 1 || !static_shape(g, n.inputs[0]) ||
@@ -196,8 +194,18 @@ std::optional<ViewChain> internal::view_chain(const Graph& g, const Uses& uses, 
       break;
     }
     ops.push_back(*p);
-    at = n.inputs[0];
+    *source = n.inputs[0];
   }
+  return ops;
+}
+
+}  // namespace
+
+// The ops walked back while their input and output shapes are static, then composed forward from the first whose
+// input the view can start from (a Reshape that strides cannot express starts the chain after it).
+std::optional<ViewChain> internal::view_chain(const Graph& g, const Uses& uses, const std::string& value) {
+  std::string at;
+  const std::vector<std::size_t> ops = view_ops_back(g, uses, value, &at);  // last first
   if (ops.empty()) return std::nullopt;
   ViewChain chain;
   chain.source = at;
@@ -371,19 +379,8 @@ struct RefinedChain {
   int copies = 0;
 };
 std::optional<RefinedChain> refined_chain(const Graph& g, const Uses& uses, const std::string& value) {
-  std::vector<std::size_t> ops;  // last first
-  std::string at = value;
-  while (ops.size() < 16) {
-    auto p = uses.producer(at);
-    if (!p) break;
-    const Node& n = g.nodes[*p];
-    if (!is_view_op(n) || n.inputs.empty() || n.outputs.size() != 1 || !static_shape(g, n.inputs[0]) ||
-        !static_shape(g, n.outputs[0])) {
-      break;
-    }
-    ops.push_back(*p);
-    at = n.inputs[0];
-  }
+  std::string at;
+  const std::vector<std::size_t> ops = view_ops_back(g, uses, value, &at);  // last first
   if (ops.empty()) return std::nullopt;
   RefinedChain chain;
   chain.source = at;

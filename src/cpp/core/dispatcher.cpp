@@ -562,8 +562,10 @@ const Kernel* Dispatcher::pick_preferred(Selection& s) const {
 // convolution, the first choice for the suite's CNNs, ran MobileViT's 128 x 128 planes at batch 16 at half the speed
 // of cuDNN's (docs/benchmarks.md), and no rule of thumb on the descriptor is known to separate the shapes where each
 // wins. Then the pick is BestPerformance's over the kernels that support the descriptor: each is built and timed on
-// the descriptor's shapes, the fastest kept, and the decision says why it was timed. A build cache or autotune cache
-// replays such a choice like any timed one, so that a second session does not time again and a lock file replays it.
+// the descriptor's shapes, the fastest kept, and the decision says why it was timed. Unlike a ranking, a timing is
+// not a pure function of the descriptor (two kernels within noise of each other may swap), so a build cache or
+// autotune cache replays such a choice like any timed one (a second session does not time again, a lock file replays
+// it exactly); an entry without timings, left by an untimed pick, is timed afresh.
 
 // auto: the autotune cache's kernel when it may replay it, else the first supported (FirstSupported, timed where that
 // kernel asks: Note [Timed first choices]) or the fastest (BestPerformance, autotune()).
@@ -577,7 +579,9 @@ const Kernel* Dispatcher::pick_auto(Selection& s) {
                                       [&](const Kernel* k) { return k != first && s.supported(k->name()); });
     if (others == 0) timed_why.clear();
   }
-  const bool replay_choice = !options_.build_cache || !first_supported || !timed_why.empty();
+  // An entry of a timed first choice holds its timings; one an untimed pick left (an older version's) is re-timed.
+  const bool replay_choice =
+      !options_.build_cache || !first_supported || (!timed_why.empty() && !s.cached.times_us.empty());
   if (s.have_cached && replay_choice && s.kernel_named(s.cached.kernel) != nullptr && s.supported(s.cached.kernel)) {
     decision.rule = "autotune-cache";
     decision.reason = "replayed from the autotune cache";

@@ -214,7 +214,7 @@ InputViews input_views(const Attributes& attrs, const std::vector<std::vector<st
   auto fail = [](const std::string& why) {
     throw InvalidArgumentError("fused_elementwise: input_views (Note [Inputs read through a view]): " + why);
   };
-  constexpr std::int64_t kMaxRank = 8;
+  constexpr auto kMaxRank = static_cast<std::int64_t>(kMaxViewRank);
   std::size_t at = 0;
   while (at < v.size()) {
     if (v.size() - at < 3) fail(detail::str_cat("a view at position ", at, " is cut short"));

@@ -118,6 +118,7 @@ struct XPURT_API InputView {
   bool operator==(const InputView& o) const { return offset == o.offset && shape == o.shape && strides == o.strides; }
 };
 using InputViews = std::vector<std::optional<InputView>>;  // per input; nullopt: read as stored (row-major)
+constexpr std::size_t kMaxViewRank = 8;  // the largest rank a view may have
 // The views `attrs` declare for inputs of `stored` shapes (empty when there is no input_views attribute);
 // InvalidArgumentError for a malformed attribute or a view that reaches past its tensor.
 XPURT_API InputViews input_views(const Attributes& attrs, const std::vector<std::vector<std::int64_t>>& stored);

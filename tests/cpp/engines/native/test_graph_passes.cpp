@@ -2846,6 +2846,16 @@ TEST(FusedInputViews, PatchUnfoldsAndFoldsAreOneCopyEach) {
     const std::vector<Tensor> got = run_graph(out, feeds, nullptr, /*library_fused=*/true);
     expect_close(want, got, 0.0, 0.0);
   }
+  // A chain whose finer shape would take more than 8 axes (what a view holds) is left as it was.
+  Builder deep;
+  deep.input("x", {4, 4, 4, 4, 4, 4}).constant("to", int64s({1, 8, 8, 8, 8}));
+  deep.add(node("Transpose", {"x"}, {"t"}, perm({5, 4, 3, 2, 1, 0}))).add(node("Reshape", {"t", "to"}, {"r"}));
+  deep.add(node("Transpose", {"r"}, {"u"}, perm({0, 2, 1, 4, 3}))).add(node("Softmax", {"u"}, {"y"}));
+  Graph dg = deep.build({"y"});
+  Graph dout = dg;
+  runtime::optimize(dout, cuda, {});
+  const Feeds dfeeds = {{"x", random({4, 4, 4, 4, 4, 4}, 148)}};
+  expect_close(run_graph(dg, dfeeds), run_graph(dout, dfeeds, nullptr, /*library_fused=*/true), 0.0, 0.0);
 }
 
 // Note [Concats of fused values]: Concat(sigmoid(x) * x, a Slice of y cut along a middle axis, z) along the last axis
@@ -2928,6 +2938,22 @@ TEST(ConcatFusion, AConcatReadOnlyByAFusedNodeBecomesThatNodesPieces) {
   }
   EXPECT_EQ(pieced, 1) << out.str();
   expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true), 1e-6, 1e-6);
+
+  // A reader that rotates halves of the last axis across a Concat along it keeps the Concat: pieces would rotate
+  // within their slabs.
+  Builder r;
+  r.input("x", {2, 3, 4}).input("y", {2, 3, 4});
+  r.add(node("Concat", {"x", "y"}, {"c"}, last));
+  Node rotate = node("FusedElementwise", {"c"}, {"out"});
+  rotate.domain = kXpurtDomain;
+  rotate.attrs.set("program", std::string("rotate_half x0"));
+  r.add(rotate);
+  Graph rg = r.build({"out"});
+  Graph rout = rg;
+  runtime::optimize(rout, cuda, {});
+  EXPECT_EQ(count(rout, "Concat"), 1) << rout.str();
+  const Feeds rfeeds = {{"x", random({2, 3, 4}, 146)}, {"y", random({2, 3, 4}, 147)}};
+  expect_close(run_graph(rg, rfeeds, nullptr, true), run_graph(rout, rfeeds, nullptr, true), 0.0, 0.0);
 }
 
 // The passes of a quantized model's CPU plan and of its CUDA plan (quantized weights kept), and the CUDA context.

@@ -110,7 +110,18 @@ std::optional<Padded> match(const Graph& g, const Uses& uses, std::size_t a_inde
     return std::nullopt;
   }
   p.projection = *projection;
+  // The projection writes [.., 3 * H * d] from a [K, 3 * H * d] ("kn") or [3 * H * d, K] weight and a bias of as many.
+  const Node& l = g.nodes[p.projection];
+  const std::int64_t width = 3 * p.heads * p.d;
+  const Shape w = constant(g, l.inputs[1])->shape();
+  const bool kn = l.attrs.get_string("weight_layout", "nk") == "kn";
+  if ((kn ? w[1] : w[0]) != width || !static_shape(g, projected) || static_shape(g, projected)->back() != width ||
+      (l.inputs.size() > 2 && !l.inputs[2].empty() && constant(g, l.inputs[2])->numel() != width)) {
+    return std::nullopt;
+  }
   const std::string& out = a.outputs[0];
+  const auto out_shape = static_shape(g, out);
+  if (!out_shape || out_shape->size() != 4 || out_shape->back() != p.d) return std::nullopt;
   const auto& readers = uses.readers(out);
   if (readers.size() != 1 || !uses.only_reader(out, readers[0]) || !is_onnx(g.nodes[readers[0]], "Reshape")) {
     return std::nullopt;
@@ -125,6 +136,8 @@ std::optional<Padded> match(const Graph& g, const Uses& uses, std::size_t a_inde
   }
   const Node& o = g.nodes[merged_readers[0]];
   if (!constant_linear(g, o) || o.inputs[0] != merged) return std::nullopt;
+  const Shape wo = constant(g, o.inputs[1])->shape();
+  if ((o.attrs.get_string("weight_layout", "nk") == "kn" ? wo[0] : wo[1]) != p.heads * p.d) return std::nullopt;
   p.output = merged_readers[0];
   return p;
 }

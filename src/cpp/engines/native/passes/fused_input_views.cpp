@@ -315,7 +315,7 @@ std::optional<Refined> refine(const Refined& r, const Shape& to) {
     }
     out.group[t] = made;
   }
-  if (left != 1 || d != 0) return std::nullopt;
+  if (left != 1 || d != 0 || sizes.size() > fused::kMaxViewRank) return std::nullopt;
   out.view.shape.assign(sizes.rbegin(), sizes.rend());
   out.view.strides.assign(steps.rbegin(), steps.rend());
   return out;
@@ -438,7 +438,7 @@ int collapse_copy_chains(Graph& g, const Uses& uses, std::vector<std::string>& n
       notes.push_back(note + ", FusedElementwise '" + copy.name + "'");
       n = std::move(copy);
     } else {  // Note [Copies through reshapes that strides cannot express]
-      const std::string finer = n.outputs[0] + "_finer";
+      const std::string finer = g.unique_name(n.outputs[0] + "_finer");
       copy.outputs = {finer};
       ValueType type;
       type.dtype = *dtype;

@@ -20,8 +20,9 @@
 // DenseNet-121. F becomes a node of pieces instead, piece p being F's program over the Concat's input p; F's other
 // inputs are read as they were where they do not vary along the Concat's axis, and through a view of their slab where
 // they do (a per-channel scale read from the piece's first channel). The concatenation is never written. F must
-// compute one value of the Concat's shape without a row reduction, pieces of its own or a quantized output, and read
-// the Concat as stored; this comes before the Concat's own inputs are absorbed (the Concat is gone).
+// compute one value of the Concat's shape without a row reduction, pieces of its own, a quantized output or a
+// rotate_half across the Concat's last axis, and read the Concat as stored. A Concat that has inputs to absorb itself
+// (Note [Concats of fused values]) keeps that form instead.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -152,6 +153,8 @@ bool absorb_into_reader(Graph& g, const Uses& uses, std::size_t concat, std::int
     sliced_axis[j] = static_cast<std::size_t>(a);
   }
   const fused::Program program = fused::parse(f.attrs.get_string("program", ""), f.inputs.size());
+  // rotate_half turns over the output's last axis, which a piece along it cuts
+  if (program.rotates() && axis + 1 == static_cast<std::int64_t>(rank)) return false;
   Node fused;
   fused::InputViews views;
   std::vector<int> shared_index(f.inputs.size(), -1);
@@ -230,12 +233,6 @@ PassResult concat_fusion(Graph& g, const PassContext& ctx) {
       ranked = ranked && !x.empty() && shape && static_cast<std::int64_t>(shape->size()) == rank;
     }
     if (!ranked) continue;
-    if (std::string absorbed; absorb_into_reader(g, uses, i, axis, *out, &absorbed)) {
-      result.notes.push_back(absorbed);
-      ++result.rewrites;
-      uses = Uses(g);  // the reader reads the Concat's inputs now
-      continue;
-    }
     Node fused;
     fused::InputViews views;
     std::vector<std::int64_t> pieces = {axis};
@@ -252,7 +249,15 @@ PassResult concat_fusion(Graph& g, const PassContext& ctx) {
       gained = gained || piece.gained;
       if (piece.gained) note += (note.empty() ? "" : ", ") + piece.note;
     }
-    if (!gained || pieces.size() < 3) continue;
+    if (!gained) {  // nothing to absorb: the Concat's reader may take its inputs instead
+      if (std::string absorbed; absorb_into_reader(g, uses, i, axis, *out, &absorbed)) {
+        result.notes.push_back(absorbed);
+        ++result.rewrites;
+        uses = Uses(g);  // the reader reads the Concat's inputs now
+      }
+      continue;
+    }
+    if (pieces.size() < 3) continue;
     fused.name = n.name + "_pieces";
     fused.domain = kXpurtDomain;
     fused.op_type = "FusedElementwise";

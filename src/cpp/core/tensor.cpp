@@ -229,13 +229,14 @@ void* Tensor::data_ptr() const {
 }
 
 bool Tensor::is_contiguous() const {
+  // An empty tensor is contiguous whatever its other dims (which may be huge: [0, 2^40, 2^40] from a fuzzed model);
+  // otherwise a run of strides whose product overflows cannot be one block of memory.
+  if (std::find(shape_.begin(), shape_.end(), std::int64_t{0}) != shape_.end()) return true;
   std::int64_t expected = 1;
   for (std::size_t i = shape_.size(); i > 0; --i) {
     const std::int64_t d = shape_[i - 1];
-    if (d == 0) return true;
     if (d == 1) continue;
-    if (strides_[i - 1] != expected) return false;
-    expected *= d;
+    if (strides_[i - 1] != expected || __builtin_mul_overflow(expected, d, &expected)) return false;
   }
   return true;
 }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One call's worth of work on the lent GPU (docs/DEVICE.md: a session has 30 minutes of device time, a call at most
+# 10): builds what is asked, then runs what the variables name, each step bounded by what is left of LIMIT seconds,
+# and prints a short summary; full logs go to $OUT (the device tool brings them back).
+#
+#   LIMIT=480 TARGETS=_core PYTESTS="tests/python/test_fused_elementwise.py" TINY=1 \
+#   BENCH="mobilevit shufflenet_v2" BATCHES=1,16 AB="densenet:1,16::concat_fusion" \
+#   BREAK="shufflenet_v2:16" scripts/gpu_session.sh
+#
+#   TARGETS   build targets (XPURT_GPU_TARGETS of scripts/gpu_check.sh; default _core)
+#   PYTESTS   pytest arguments run first
+#   TINY=1    the tiny suite on CUDA (scripts/model_suite.py run --tiny, dynamo float16 exports)
+#   BENCH     models for benchmarks/model_suite_bench.py against torch.compile + CUDA graph (BATCHES, default 1,16)
+#   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run
+#   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30)
+# Carry .third_party (scripts/gpu_check.sh --prepare) with the call.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+SP=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+export LD_LIBRARY_PATH=$SP/nvidia/cudnn/lib:$SP/nvidia/cu13/lib:${LD_LIBRARY_PATH:-} PYTHONUNBUFFERED=1
+left() { echo $(( ${LIMIT:-480} - ($(date +%s) - T0) )); }
+stamp() { echo "== $1 at $(( $(date +%s) - T0 )) s ($(date -u +%H:%M:%S) UTC)"; }
+XPURT_GPU_TARGETS="${TARGETS:-_core}" OUT="$OUT" scripts/gpu_check.sh --build-only 2>&1 | tail -3
+stamp "build done"
+export PYTHONPATH=$PWD/src/python
+if [ -n "${PYTESTS:-}" ]; then
+  # shellcheck disable=SC2086 # PYTESTS is a list of arguments
+  timeout "$(left)" python3 -m pytest -q -p no:cacheprovider $PYTESTS > "$OUT/pytest.log" 2>&1
+  tail -3 "$OUT/pytest.log"
+  stamp "pytest done"
+fi
+if [ "${TINY:-0}" = 1 ]; then
+  timeout "$(left)" python3 scripts/model_suite.py run --tiny --device cuda:0 --exporters dynamo --dtypes float16 \
+    > "$OUT/tiny.log" 2>&1
+  grep -E "^FAIL|passed," "$OUT/tiny.log" | tail -8
+  stamp "tiny suite done"
+fi
+for m in ${BENCH:-}; do
+  timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$m" --batches "${BATCHES:-1,16}" \
+    --skip ort,ort_graphs,torch_graph --iterations 30 --warmup 5 --markdown "$OUT/bench_$m.md" > "$OUT/bench_$m.log" 2>&1
+  grep -E "^\| $m " "$OUT/bench_$m.md" 2>/dev/null || tail -3 "$OUT/bench_$m.log"
+  stamp "bench $m done"
+done
+for spec in ${AB:-}; do
+  IFS=: read -r m b k d <<< "$spec"
+  timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$m" --batches "$b" --native-kernels "$k" \
+    --native-disabled-passes "$d" --skip ort,ort_graphs,torch_graph,torch_eager,compile_graph --iterations 30 \
+    --warmup 5 --markdown "$OUT/ab_$m.md" > "$OUT/ab_$m.log" 2>&1
+  grep -E "^\| $m " "$OUT/ab_$m.md" 2>/dev/null || tail -3 "$OUT/ab_$m.log"
+  stamp "A/B $m done"
+done
+if [ -n "${BREAK:-}" ]; then
+  timeout "$(left)" python3 benchmarks/suite_kernel_breakdown.py --specs "$BREAK" --top "${TOP:-30}" \
+    > "$OUT/breakdown.log" 2>&1
+  grep -E "^== " "$OUT/breakdown.log"
+  stamp "breakdown done (kernels in breakdown.log)"
+fi
+stamp "all done"

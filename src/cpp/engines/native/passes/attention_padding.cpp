@@ -67,13 +67,10 @@ Tensor pad_rows(const Tensor& w, std::int64_t groups, std::int64_t d, std::int64
   return out;
 }
 
-// A Linear with a constant 2-D weight ("kn" or "nk") and a constant bias or none.
-bool constant_linear(const Graph& g, const Node& l) {
-  if (l.domain != kXpurtDomain || l.op_type != "Linear" || l.inputs.size() < 2 || l.outputs.size() != 1) return false;
-  const Tensor* w = constant(g, l.inputs[1]);
+// constant_linear with a weight of a layout this pass pads ("kn" or "nk").
+bool paddable_linear(const Graph& g, const Node& l) {
   const std::string layout = l.attrs.get_string("weight_layout", "nk");
-  return w != nullptr && w->dim() == 2 && (layout == "kn" || layout == "nk") &&
-         !(l.inputs.size() > 2 && !l.inputs[2].empty() && constant(g, l.inputs[2]) == nullptr);
+  return constant_linear(g, l) && (layout == "kn" || layout == "nk");
 }
 
 // The pattern around Attention `a` (Note [Head dims padded in the weights]).
@@ -105,7 +102,7 @@ std::optional<Padded> match(const Graph& g, const Uses& uses, std::size_t a_inde
   if (!uses.only_reader(packed, a_index)) return std::nullopt;
   const std::string& projected = g.nodes[p.packed].inputs[0];
   auto projection = uses.producer(projected);
-  if (!projection || !uses.only_reader(projected, p.packed) || !constant_linear(g, g.nodes[*projection]) ||
+  if (!projection || !uses.only_reader(projected, p.packed) || !paddable_linear(g, g.nodes[*projection]) ||
       g.nodes[*projection].inputs.size() > 3) {
     return std::nullopt;
   }
@@ -135,7 +132,7 @@ std::optional<Padded> match(const Graph& g, const Uses& uses, std::size_t a_inde
     return std::nullopt;
   }
   const Node& o = g.nodes[merged_readers[0]];
-  if (!constant_linear(g, o) || o.inputs[0] != merged) return std::nullopt;
+  if (!paddable_linear(g, o) || o.inputs[0] != merged) return std::nullopt;
   const Shape wo = constant(g, o.inputs[1])->shape();
   if ((o.attrs.get_string("weight_layout", "nk") == "kn" ? wo[0] : wo[1]) != p.heads * p.d) return std::nullopt;
   p.output = merged_readers[0];

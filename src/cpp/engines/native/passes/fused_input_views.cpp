@@ -39,13 +39,6 @@ namespace {
 
 using Shape = std::vector<std::int64_t>;
 
-fused::InputView contiguous_view(const Shape& shape) {
-  fused::InputView v;
-  v.shape = shape;
-  v.strides = contiguous_strides(shape);
-  return v;
-}
-
 // Whether `v` reads one contiguous block (size-1 axes aside): then its tensor is a view already.
 bool is_block(const fused::InputView& v) {
   std::int64_t expected = 1;
@@ -144,24 +137,78 @@ std::optional<fused::InputView> sliced(const Graph& g, const Node& n, const fuse
   return r;
 }
 
+// Note [Copies through reshapes that strides cannot express]
+// MobileViT unfolds each feature map into patches with a Transpose back to NCHW, a Reshape, a Transpose, a Reshape, a
+// Transpose and a Reshape, and folds them back the same way: three strided copies each way (20 strided copies and 14
+// transposes, 300 us of a 1.9 ms run at batch 16 on an H200). Their composition is no strided view of the result's
+// shape, because a Reshape between two Transposes merges axes that are not one run of memory (a patch's rows nh and
+// columns nw). It is a strided view of a finer shape, though: a Reshape whose sizes divide each other splits the axes
+// it reads and writes into common factors, each with its own stride, so that [B*P, N, C] is its tensor read as
+// [B, ph, pw, nh, nw, C] (the same elements in the same row-major order). Such a chain becomes one copy into the finer
+// shape and a Reshape of that contiguous copy (no copy). Refined tracks a value as a view over finer axes and, per
+// axis of the value, how many finer axes it spans; Transposes move whole groups, Slices take values whose every axis
+// is one finer axis, Reshapes refine.
+struct Refined {
+  fused::InputView view;           // over the finer axes
+  std::vector<std::size_t> group;  // per axis of the value: how many consecutive finer axes it spans
+};
+
+Refined refined_of(fused::InputView v) {
+  const std::size_t rank = v.shape.size();
+  return Refined{std::move(v), std::vector<std::size_t>(rank, 1)};
+}
+
+// The value's view where each of its axes is one finer axis.
+std::optional<fused::InputView> plain(const Refined& r) {
+  for (std::size_t n : r.group) {
+    if (n != 1) return std::nullopt;
+  }
+  return r.view;
+}
+
+// The value's shape: each axis the product of its finer axes.
+Shape logical_shape(const Refined& r) {
+  Shape shape;
+  std::size_t at = 0;
+  for (std::size_t n : r.group) {
+    std::int64_t size = 1;
+    for (std::size_t k = 0; k < n; ++k) size *= r.view.shape[at + k];
+    shape.push_back(size);
+    at += n;
+  }
+  return shape;
+}
+
+// `r` through the Transpose `n` (its output `out`): each axis of the value moves with its finer axes.
+std::optional<Refined> transposed(const Node& n, const Refined& r, const Shape& out) {
+  std::vector<std::int64_t> perm = n.attrs.get_ints("perm", {});
+  if (perm.empty()) {
+    for (std::size_t d = r.group.size(); d-- > 0;) perm.push_back(static_cast<std::int64_t>(d));
+  }
+  if (perm.size() != r.group.size()) return std::nullopt;
+  std::vector<std::size_t> starts(r.group.size(), 0);
+  for (std::size_t d = 1; d < r.group.size(); ++d) starts[d] = starts[d - 1] + r.group[d - 1];
+  Refined t;
+  t.view.offset = r.view.offset;
+  for (std::int64_t p : perm) {
+    if (p < 0 || p >= static_cast<std::int64_t>(r.group.size())) return std::nullopt;
+    const auto a = static_cast<std::size_t>(p);
+    for (std::size_t k = starts[a]; k < starts[a] + r.group[a]; ++k) {
+      t.view.shape.push_back(r.view.shape[k]);
+      t.view.strides.push_back(r.view.strides[k]);
+    }
+    t.group.push_back(r.group[a]);
+  }
+  if (logical_shape(t) != out) return std::nullopt;
+  return t;
+}
+
 // `v` through the view op `n` (its output `out`, static), or nullopt where it is not one this pass composes.
 std::optional<fused::InputView> through(const Graph& g, const Node& n, const fused::InputView& v, const Shape& out) {
   if (is_onnx(n, "Slice")) return sliced(g, n, v, out);
   if (is_onnx(n, "Transpose")) {
-    std::vector<std::int64_t> perm = n.attrs.get_ints("perm", {});
-    if (perm.empty()) {
-      for (std::size_t d = v.shape.size(); d-- > 0;) perm.push_back(static_cast<std::int64_t>(d));
-    }
-    if (perm.size() != v.shape.size()) return std::nullopt;
-    fused::InputView r;
-    r.offset = v.offset;
-    for (std::int64_t p : perm) {
-      if (p < 0 || p >= static_cast<std::int64_t>(v.shape.size())) return std::nullopt;
-      r.shape.push_back(v.shape[static_cast<std::size_t>(p)]);
-      r.strides.push_back(v.strides[static_cast<std::size_t>(p)]);
-    }
-    if (r.shape != out) return std::nullopt;
-    return r;
+    auto t = transposed(n, refined_of(v), out);
+    return t ? plain(*t) : std::nullopt;
   }
   if (is_onnx(n, "Reshape") || is_onnx(n, "Flatten") || is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze")) {
     return reshaped(v, out);
@@ -199,69 +246,58 @@ std::vector<std::size_t> view_ops_back(const Graph& g, const Uses& uses, const s
   return ops;
 }
 
-}  // namespace
-
-// The ops walked back while their input and output shapes are static, then composed forward from the first whose
-// input the view can start from (a Reshape that strides cannot express starts the chain after it).
-std::optional<ViewChain> internal::view_chain(const Graph& g, const Uses& uses, const std::string& value) {
+// The view ops that made `value`, composed forward from the furthest tensor they read (as `start` of its shape) by
+// `step` (the composed value through one op, or nullopt where it cannot go: the chain starts again after that op).
+template <typename V>
+struct Composed {
+  std::string source;
+  V value;
+  std::vector<std::size_t> nodes;  // the view ops composed, in graph order
+  int copies = 0;                  // how many of them copy
+};
+template <typename V, typename Start, typename Step>
+std::optional<Composed<V>> composed_chain(const Graph& g, const Uses& uses, const std::string& value, Start start,
+                                          Step step) {
   std::string at;
   const std::vector<std::size_t> ops = view_ops_back(g, uses, value, &at);  // last first
   if (ops.empty()) return std::nullopt;
-  ViewChain chain;
+  Composed<V> chain;
   chain.source = at;
-  chain.view = contiguous_view(*static_shape(g, at));
+  chain.value = start(*static_shape(g, at));
   for (std::size_t i = ops.size(); i-- > 0;) {
     const Node& n = g.nodes[ops[i]];
     const Shape out = *static_shape(g, n.outputs[0]);
     for (std::int64_t d : out) {
       if (d <= 0) return std::nullopt;  // nothing to read
     }
-    auto next = through(g, n, chain.view, out);
-    if (next) {
-      chain.view = std::move(*next);
+    if (std::optional<V> next = step(n, chain.value, out)) {
+      chain.value = std::move(*next);
       chain.nodes.push_back(ops[i]);
       chain.copies += copies(g, n, *static_shape(g, n.inputs[0]), out);
     } else {  // start again after it
       chain.source = n.outputs[0];
-      chain.view = contiguous_view(out);
+      chain.value = start(out);
       chain.nodes.clear();
       chain.copies = 0;
     }
   }
-  if (chain.nodes.empty() || is_block(chain.view)) return std::nullopt;
+  if (chain.nodes.empty()) return std::nullopt;
   return chain;
 }
 
+}  // namespace
+
+// The ops walked back while their input and output shapes are static, then composed forward from the first whose
+// input the view can start from (a Reshape that strides cannot express starts the chain after it).
+std::optional<ViewChain> internal::view_chain(const Graph& g, const Uses& uses, const std::string& value) {
+  auto chain = composed_chain<fused::InputView>(
+      g, uses, value, contiguous_view,
+      [&](const Node& n, const fused::InputView& v, const Shape& out) { return through(g, n, v, out); });
+  if (!chain || is_block(chain->value)) return std::nullopt;
+  return ViewChain{chain->source, chain->value, chain->nodes, chain->copies};
+}
+
 namespace {
-
-// Note [Copies through reshapes that strides cannot express]
-// MobileViT unfolds each feature map into patches with a Transpose back to NCHW, a Reshape, a Transpose, a Reshape, a
-// Transpose and a Reshape, and folds them back the same way: three strided copies each way (20 strided copies and 14
-// transposes, 300 us of a 1.9 ms run at batch 16 on an H200). Their composition is no strided view of the result's
-// shape, because a Reshape between two Transposes merges axes that are not one run of memory (a patch's rows nh and
-// columns nw). It is a strided view of a finer shape, though: a Reshape whose sizes divide each other splits the axes
-// it reads and writes into common factors, each with its own stride, so that [B*P, N, C] is its tensor read as
-// [B, ph, pw, nh, nw, C] (the same elements in the same row-major order). Such a chain becomes one copy into the finer
-// shape and a Reshape of that contiguous copy (no copy). Refined tracks a value as a view over finer axes and, per
-// axis of the value, how many finer axes it spans; Transposes move whole groups, Slices take values whose every axis
-// is one finer axis, Reshapes refine.
-struct Refined {
-  fused::InputView view;           // over the finer axes
-  std::vector<std::size_t> group;  // per axis of the value: how many consecutive finer axes it spans
-};
-
-Refined refined_of(fused::InputView v) {
-  const std::size_t rank = v.shape.size();
-  return Refined{std::move(v), std::vector<std::size_t>(rank, 1)};
-}
-
-// The value's view where each of its axes is one finer axis.
-std::optional<fused::InputView> plain(const Refined& r) {
-  for (std::size_t n : r.group) {
-    if (n != 1) return std::nullopt;
-  }
-  return r.view;
-}
 
 // `r` reshaped to `to`: the common factors of the finer axes' sizes and `to`, from the last axis, a finer axis of the
 // result merged with the next where they are one run; nullopt where sizes do not divide each other.
@@ -321,43 +357,9 @@ std::optional<Refined> refine(const Refined& r, const Shape& to) {
   return out;
 }
 
-// The value's shape: each axis the product of its finer axes.
-Shape logical_shape(const Refined& r) {
-  Shape shape;
-  std::size_t at = 0;
-  for (std::size_t n : r.group) {
-    std::int64_t size = 1;
-    for (std::size_t k = 0; k < n; ++k) size *= r.view.shape[at + k];
-    shape.push_back(size);
-    at += n;
-  }
-  return shape;
-}
-
 // `r` through the view op `n` (its output `out`), or nullopt where it is not one this composes.
 std::optional<Refined> through_refined(const Graph& g, const Node& n, const Refined& r, const Shape& out) {
-  if (is_onnx(n, "Transpose")) {
-    std::vector<std::int64_t> perm = n.attrs.get_ints("perm", {});
-    if (perm.empty()) {
-      for (std::size_t d = r.group.size(); d-- > 0;) perm.push_back(static_cast<std::int64_t>(d));
-    }
-    if (perm.size() != r.group.size()) return std::nullopt;
-    std::vector<std::size_t> starts(r.group.size(), 0);
-    for (std::size_t d = 1; d < r.group.size(); ++d) starts[d] = starts[d - 1] + r.group[d - 1];
-    Refined t;
-    t.view.offset = r.view.offset;
-    for (std::int64_t p : perm) {
-      if (p < 0 || p >= static_cast<std::int64_t>(r.group.size())) return std::nullopt;
-      const auto a = static_cast<std::size_t>(p);
-      for (std::size_t k = starts[a]; k < starts[a] + r.group[a]; ++k) {
-        t.view.shape.push_back(r.view.shape[k]);
-        t.view.strides.push_back(r.view.strides[k]);
-      }
-      t.group.push_back(r.group[a]);
-    }
-    if (logical_shape(t) != out) return std::nullopt;
-    return t;
-  }
+  if (is_onnx(n, "Transpose")) return transposed(n, r, out);
   if (is_onnx(n, "Slice")) {
     auto v = plain(r);
     if (!v) return std::nullopt;
@@ -371,38 +373,12 @@ std::optional<Refined> through_refined(const Graph& g, const Node& n, const Refi
   return std::nullopt;
 }
 
-// view_chain over finer axes (Note [Copies through reshapes that strides cannot express]).
-struct RefinedChain {
-  std::string source;
-  Refined value;
-  std::vector<std::size_t> nodes;
-  int copies = 0;
-};
-std::optional<RefinedChain> refined_chain(const Graph& g, const Uses& uses, const std::string& value) {
-  std::string at;
-  const std::vector<std::size_t> ops = view_ops_back(g, uses, value, &at);  // last first
-  if (ops.empty()) return std::nullopt;
-  RefinedChain chain;
-  chain.source = at;
-  chain.value = refined_of(contiguous_view(*static_shape(g, at)));
-  for (std::size_t i = ops.size(); i-- > 0;) {
-    const Node& n = g.nodes[ops[i]];
-    const Shape out = *static_shape(g, n.outputs[0]);
-    for (std::int64_t d : out) {
-      if (d <= 0) return std::nullopt;  // nothing to read
-    }
-    if (auto next = through_refined(g, n, chain.value, out)) {
-      chain.value = std::move(*next);
-      chain.nodes.push_back(ops[i]);
-      chain.copies += copies(g, n, *static_shape(g, n.inputs[0]), out);
-    } else {  // start again after it
-      chain.source = n.outputs[0];
-      chain.value = refined_of(contiguous_view(out));
-      chain.nodes.clear();
-      chain.copies = 0;
-    }
-  }
-  if (chain.nodes.empty() || is_block(chain.value.view)) return std::nullopt;
+// Note [Copies through reshapes that strides cannot express]: the view ops that made `value` over finer axes.
+std::optional<Composed<Refined>> refined_chain(const Graph& g, const Uses& uses, const std::string& value) {
+  auto chain = composed_chain<Refined>(
+      g, uses, value, [](const Shape& shape) { return refined_of(contiguous_view(shape)); },
+      [&](const Node& n, const Refined& r, const Shape& out) { return through_refined(g, n, r, out); });
+  if (!chain || is_block(chain->value.view)) return std::nullopt;
   return chain;
 }
 
@@ -480,10 +456,7 @@ struct Part {
 };
 
 bool mergeable_linear(const Graph& g, const Node& l) {
-  return l.domain == kXpurtDomain && l.op_type == "Linear" && l.inputs.size() >= 2 && l.outputs.size() == 1 &&
-         !(l.inputs.size() > 3 && !l.inputs[3].empty()) && constant(g, l.inputs[1]) != nullptr &&
-         constant(g, l.inputs[1])->dim() == 2 &&
-         !(l.inputs.size() > 2 && !l.inputs[2].empty() && constant(g, l.inputs[2]) == nullptr);
+  return constant_linear(g, l) && !(l.inputs.size() > 3 && !l.inputs[3].empty());  // no residual
 }
 
 // How `value` (a Linear's output, or its Reshape's) is read, into `part`; false when some reader takes no view.

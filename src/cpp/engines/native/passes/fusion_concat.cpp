@@ -102,15 +102,6 @@ PieceOf piece_of(const Graph& g, const Uses& uses, const std::string& value, std
   return piece;
 }
 
-// Row-major view of a stored tensor: what a fused node reads when its input has no view.
-fused::InputView whole_view(const Shape& shape) {
-  fused::InputView view;
-  view.shape = shape;
-  view.strides.assign(shape.size(), 1);
-  for (std::size_t d = shape.size(); d-- > 1;) view.strides[d - 1] = view.strides[d] * shape[d];
-  return view;
-}
-
 // Note [Concats read by a fused node]: F, the Concat `concat`'s only reader, becomes a node of pieces over the
 // Concat's inputs; false (nothing changed) where it cannot.
 bool absorb_into_reader(Graph& g, const Uses& uses, std::size_t concat, std::int64_t axis, const Shape& out,
@@ -177,7 +168,7 @@ bool absorb_into_reader(Graph& g, const Uses& uses, std::size_t concat, std::int
     for (std::size_t j = 0; j < f.inputs.size(); ++j) {
       if (kind[j] == -1) index[j] = x_index;
       if (kind[j] != 1) continue;
-      fused::InputView view = f_views[j] ? *f_views[j] : whole_view(stored[j]);
+      fused::InputView view = f_views[j] ? *f_views[j] : contiguous_view(stored[j]);
       view.offset += start * view.strides[sliced_axis[j]];
       view.shape[sliced_axis[j]] = size;
       index[j] = static_cast<int>(fused.inputs.size());

@@ -375,6 +375,20 @@ Node make_node(Graph& g, const std::string& op_type, const std::string& name, st
   return n;
 }
 
+fused::InputView contiguous_view(const std::vector<std::int64_t>& shape) {
+  fused::InputView v;
+  v.shape = shape;
+  v.strides = contiguous_strides(shape);
+  return v;
+}
+
+bool constant_linear(const Graph& g, const Node& l) {
+  if (l.domain != kXpurtDomain || l.op_type != "Linear" || l.inputs.size() < 2 || l.outputs.size() != 1) return false;
+  const Tensor* w = constant(g, l.inputs[1]);
+  return w != nullptr && w->dim() == 2 &&
+         !(l.inputs.size() > 2 && !l.inputs[2].empty() && constant(g, l.inputs[2]) == nullptr);
+}
+
 Node reshape_node(Graph& g, const std::string& name, const std::string& from, const std::vector<std::int64_t>& shape,
                   const std::string& to) {
   return make_node(g, "Reshape", name, {from, add_constant(g, name + "_shape", int64_tensor(shape))}, {to});

@@ -151,6 +151,13 @@ std::string describe(const Node& n);
 void insert_before(Graph& g, std::map<std::size_t, std::vector<Node>> before,
                    const std::set<std::size_t>& dropped = {});
 
+// The row-major view of a tensor of `shape`: what a fused node reads of an input without a view.
+fused::InputView contiguous_view(const std::vector<std::int64_t>& shape);
+
+// A com.xpuruntime Linear of one output whose weight is a 2-D constant and whose bias is a constant or absent (its
+// residual, input 3, may be anything).
+bool constant_linear(const Graph& g, const Node& l);
+
 // A value made by view ops (Slice, Transpose, Reshape, Flatten, Squeeze, Unsqueeze) of a tensor, as a strided view of
 // that tensor (Note [Inputs read through a view] in core/fused_elementwise.h).
 struct ViewChain {

@@ -2846,6 +2846,19 @@ TEST(FusedInputViews, PatchUnfoldsAndFoldsAreOneCopyEach) {
     const std::vector<Tensor> got = run_graph(out, feeds, nullptr, /*library_fused=*/true);
     expect_close(want, got, 0.0, 0.0);
   }
+  // A Reshape that splits one run of memory across the axes it read ([.., 2, 5] with strides 5, 1 read as [.., 5, 2])
+  // stays inside the composed view: the two Transposes around it are one copy.
+  Builder run;
+  run.input("x", {4, 3, 2, 5}).constant("to", int64s({3, 4, 5, 2}));
+  run.add(node("Transpose", {"x"}, {"t"}, perm({1, 0, 2, 3}))).add(node("Reshape", {"t", "to"}, {"r"}));
+  run.add(node("Transpose", {"r"}, {"u"}, perm({0, 1, 3, 2}))).add(node("Softmax", {"u"}, {"y"}));
+  Graph rg = run.build({"y"});
+  Graph rout = rg;
+  runtime::optimize(rout, cuda, {});
+  EXPECT_EQ(count(rout, "Transpose"), 0) << rout.str();
+  EXPECT_EQ(count(rout, "FusedElementwise"), 1) << rout.str();
+  const Feeds rfeeds = {{"x", random({4, 3, 2, 5}, 149)}};
+  expect_close(run_graph(rg, rfeeds), run_graph(rout, rfeeds, nullptr, /*library_fused=*/true), 0.0, 0.0);
   // A chain whose finer shape would take more than 8 axes (what a view holds) is left as it was.
   Builder deep;
   deep.input("x", {4, 4, 4, 4, 4, 4}).constant("to", int64s({1, 8, 8, 8, 8}));

@@ -50,48 +50,6 @@ bool is_block(const fused::InputView& v) {
   return true;
 }
 
-// `v` reshaped to `to` (the same element count) as strides, where every group of axes merged or split was one run
-// of memory; nullopt where it was not (a copy would be needed).
-std::optional<fused::InputView> reshaped(const fused::InputView& v, const Shape& to) {
-  // Size-1 axes carry no stride: drop them, then walk the remaining axes from the last, a run at a time.
-  Shape dims, strides;
-  for (std::size_t d = 0; d < v.shape.size(); ++d) {
-    if (v.shape[d] == 1) continue;
-    dims.push_back(v.shape[d]);
-    strides.push_back(v.strides[d]);
-  }
-  fused::InputView out;
-  out.offset = v.offset;
-  out.shape = to;
-  out.strides.assign(to.size(), 0);
-  std::size_t t = to.size();
-  std::size_t d = dims.size();
-  while (d > 0) {
-    // A run [first, d): axes each stride[k] == stride[k + 1] * dims[k + 1] (one block of memory, its base stride).
-    std::size_t first = d - 1;
-    std::int64_t run = dims[first];
-    while (first > 0 && strides[first - 1] == strides[first] * dims[first]) {
-      --first;
-      run *= dims[first];
-    }
-    const std::int64_t base = strides[d - 1];
-    std::int64_t made = 1;  // the product of the target axes given to this run so far
-    while (t > 0 && made < run) {
-      --t;
-      out.strides[t] = made * base;
-      made *= to[t];
-    }
-    if (made != run) return std::nullopt;
-    while (t > 0 && to[t - 1] == 1) out.strides[--t] = 0;  // size-1 target axes between runs
-    d = first;
-  }
-  while (t > 0) {
-    if (to[t - 1] != 1) return std::nullopt;
-    out.strides[--t] = 0;
-  }
-  return out;
-}
-
 std::optional<std::vector<std::int64_t>> constant_ints(const Graph& g, const Node& n, std::size_t k) {
   if (!n.has_input(k)) return std::nullopt;
   const Tensor* t = constant(g, n.inputs[k]);
@@ -203,6 +161,69 @@ std::optional<Refined> transposed(const Node& n, const Refined& r, const Shape& 
   return t;
 }
 
+// `r` reshaped to `to`: the common factors of the sizes of `r`'s runs of memory and `to`, from the last axis, a finer
+// axis of the result merged with the next where they are one run; nullopt where sizes do not divide each other.
+std::optional<Refined> refine(const Refined& r, const Shape& to) {
+  Shape dims, strides;  // runs of memory (size-1 axes carry nothing), so that a Reshape may cut one anywhere
+  for (std::size_t d = 0; d < r.view.shape.size(); ++d) {
+    if (r.view.shape[d] == 1) continue;
+    if (!dims.empty() && strides.back() == r.view.strides[d] * r.view.shape[d]) {
+      dims.back() *= r.view.shape[d];
+      strides.back() = r.view.strides[d];
+      continue;
+    }
+    dims.push_back(r.view.shape[d]);
+    strides.push_back(r.view.strides[d]);
+  }
+  Refined out;
+  out.view.offset = r.view.offset;
+  out.group.assign(to.size(), 0);
+  Shape sizes, steps;  // the result's finer axes, last first
+  std::size_t d = dims.size();
+  std::int64_t left = 1, stride = 0;  // what is left of finer axis d, and its stride
+  for (std::size_t t = to.size(); t-- > 0;) {
+    std::int64_t want = to[t];
+    if (want <= 1) {
+      sizes.push_back(want);
+      steps.push_back(0);
+      out.group[t] = 1;
+      continue;
+    }
+    std::size_t made = 0;
+    while (want > 1) {
+      if (left == 1) {
+        if (d == 0) return std::nullopt;
+        --d;
+        left = dims[d];
+        stride = strides[d];
+      }
+      std::int64_t take = 0;
+      if (want % left == 0) {
+        take = left;
+      } else if (left % want == 0) {
+        take = want;
+      } else {
+        return std::nullopt;
+      }
+      if (made > 0 && steps.back() * sizes.back() == stride) {
+        sizes.back() *= take;  // one run with the axis inside it
+      } else {
+        sizes.push_back(take);
+        steps.push_back(stride);
+        ++made;
+      }
+      stride *= take;
+      left /= take;
+      want /= take;
+    }
+    out.group[t] = made;
+  }
+  if (left != 1 || d != 0 || sizes.size() > fused::kMaxViewRank) return std::nullopt;
+  out.view.shape.assign(sizes.rbegin(), sizes.rend());
+  out.view.strides.assign(steps.rbegin(), steps.rend());
+  return out;
+}
+
 // `v` through the view op `n` (its output `out`, static), or nullopt where it is not one this pass composes.
 std::optional<fused::InputView> through(const Graph& g, const Node& n, const fused::InputView& v, const Shape& out) {
   if (is_onnx(n, "Slice")) return sliced(g, n, v, out);
@@ -211,7 +232,8 @@ std::optional<fused::InputView> through(const Graph& g, const Node& n, const fus
     return t ? plain(*t) : std::nullopt;
   }
   if (is_onnx(n, "Reshape") || is_onnx(n, "Flatten") || is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze")) {
-    return reshaped(v, out);
+    auto r = refine(refined_of(v), out);  // a view of `out`'s shape where each axis is one run or part of one
+    return r ? plain(*r) : std::nullopt;
   }
   return std::nullopt;
 }
@@ -299,63 +321,6 @@ std::optional<ViewChain> internal::view_chain(const Graph& g, const Uses& uses, 
 
 namespace {
 
-// `r` reshaped to `to`: the common factors of the finer axes' sizes and `to`, from the last axis, a finer axis of the
-// result merged with the next where they are one run; nullopt where sizes do not divide each other.
-std::optional<Refined> refine(const Refined& r, const Shape& to) {
-  Shape dims, strides;  // size-1 axes carry nothing
-  for (std::size_t d = 0; d < r.view.shape.size(); ++d) {
-    if (r.view.shape[d] == 1) continue;
-    dims.push_back(r.view.shape[d]);
-    strides.push_back(r.view.strides[d]);
-  }
-  Refined out;
-  out.view.offset = r.view.offset;
-  out.group.assign(to.size(), 0);
-  Shape sizes, steps;  // the result's finer axes, last first
-  std::size_t d = dims.size();
-  std::int64_t left = 1, stride = 0;  // what is left of finer axis d, and its stride
-  for (std::size_t t = to.size(); t-- > 0;) {
-    std::int64_t want = to[t];
-    if (want <= 1) {
-      sizes.push_back(want);
-      steps.push_back(0);
-      out.group[t] = 1;
-      continue;
-    }
-    std::size_t made = 0;
-    while (want > 1) {
-      if (left == 1) {
-        if (d == 0) return std::nullopt;
-        --d;
-        left = dims[d];
-        stride = strides[d];
-      }
-      std::int64_t take = 0;
-      if (want % left == 0) {
-        take = left;
-      } else if (left % want == 0) {
-        take = want;
-      } else {
-        return std::nullopt;
-      }
-      if (made > 0 && steps.back() * sizes.back() == stride) {
-        sizes.back() *= take;  // one run with the axis inside it
-      } else {
-        sizes.push_back(take);
-        steps.push_back(stride);
-        ++made;
-      }
-      stride *= take;
-      left /= take;
-      want /= take;
-    }
-    out.group[t] = made;
-  }
-  if (left != 1 || d != 0 || sizes.size() > fused::kMaxViewRank) return std::nullopt;
-  out.view.shape.assign(sizes.rbegin(), sizes.rend());
-  out.view.strides.assign(steps.rbegin(), steps.rend());
-  return out;
-}
 
 // `r` through the view op `n` (its output `out`), or nullopt where it is not one this composes.
 std::optional<Refined> through_refined(const Graph& g, const Node& n, const Refined& r, const Shape& out) {

@@ -40,7 +40,8 @@ if [ "${TINY:-0}" = 1 ]; then
 fi
 for m in ${BENCH:-}; do
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$m" --batches "${BATCHES:-1,16}" \
-    --skip ort,ort_graphs,torch_graph --iterations 30 --warmup 5 --markdown "$OUT/bench_$m.md" > "$OUT/bench_$m.log" 2>&1
+    --skip ort,ort_graphs,torch_graph --iterations 30 --warmup 5 --markdown "$OUT/bench_$m.md" \
+    > "$OUT/bench_$m.log" 2>&1
   grep -E "^\| $m " "$OUT/bench_$m.md" 2>/dev/null || tail -3 "$OUT/bench_$m.log"
   stamp "bench $m done"
 done

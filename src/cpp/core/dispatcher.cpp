@@ -565,9 +565,9 @@ const Kernel* Dispatcher::pick_preferred(Selection& s) const {
 // the descriptor's shapes, the fastest kept, and the decision says why it was timed. Unlike a ranking, a timing is
 // not a pure function of the descriptor (two kernels within noise of each other may swap), so a build cache or
 // autotune cache replays such a choice like any timed one (a second session does not time again, a lock file replays
-// it exactly); an entry without timings, left by an untimed pick, is timed afresh. The cost is at plan build: each distinct
-// descriptor's candidates built and run (for a convolution, cuDNN's own algorithm search as `cudnn_search`), once per
-// build cache.
+// it exactly); an entry without timings, left by an untimed pick, is timed afresh. The cost is at plan build: each
+// distinct descriptor's candidates built and run (for a convolution, cuDNN's own algorithm search as
+// `cudnn_search`), once per build cache.
 
 // auto: the autotune cache's kernel when it may replay it, else the first supported (FirstSupported, timed where that
 // kernel asks: Note [Timed first choices]) or the fastest (BestPerformance, autotune()).

@@ -2598,8 +2598,9 @@ TEST(NhwcLayout, DenseNetStaysChannelsLastThroughItsNormsAndConcatenations) {
 }
 
 // The suite's MobileViT export in a CUDA plan: its patch unfolds and folds are one copy each (Note [Copies through
-// reshapes that strides cannot express]: 20 Transposes before, 8 left), the attentions with heads of 12 run on heads padded to 16 in the projections' weights (Note
-// [Head dims padded in the weights]), and the rewritten graph computes what the export does.
+// reshapes that strides cannot express]: 20 Transposes before, 8 left), the attentions with heads of 12 run on heads
+// padded to 16 in the projections' weights (Note [Head dims padded in the weights]), and the rewritten graph computes
+// what the export does.
 TEST(FusedInputViews, MobileVitsPatchesAndOddHeadsInACudaPlan) {
   const CudaOptimized plan = tiny_export_for_cuda("mobilevit");
   EXPECT_LE(count(plan.optimized, "Transpose"), 8) << plan.optimized.str();

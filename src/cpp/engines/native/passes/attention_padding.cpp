@@ -77,6 +77,7 @@ bool paddable_linear(const Graph& g, const Node& l) {
 struct Padded {
   std::size_t projection = 0, packed = 0, merge = 0, output = 0;  // Linear, Reshape, Reshape, Linear
   std::int64_t heads = 0, d = 0;
+  bool projection_kn = false, output_kn = false;  // the Linears' weight layouts: "kn" or "nk"
 };
 
 std::optional<Padded> match(const Graph& g, const Uses& uses, std::size_t a_index) {
@@ -111,8 +112,9 @@ std::optional<Padded> match(const Graph& g, const Uses& uses, std::size_t a_inde
   const Node& l = g.nodes[p.projection];
   const std::int64_t width = 3 * p.heads * p.d;
   const Shape w = constant(g, l.inputs[1])->shape();
-  const bool kn = l.attrs.get_string("weight_layout", "nk") == "kn";
-  if ((kn ? w[1] : w[0]) != width || !static_shape(g, projected) || static_shape(g, projected)->back() != width ||
+  p.projection_kn = l.attrs.get_string("weight_layout", "nk") == "kn";
+  const auto projected_shape = static_shape(g, projected);
+  if ((p.projection_kn ? w[1] : w[0]) != width || !projected_shape || projected_shape->back() != width ||
       (l.inputs.size() > 2 && !l.inputs[2].empty() && constant(g, l.inputs[2])->numel() != width)) {
     return std::nullopt;
   }
@@ -134,7 +136,8 @@ std::optional<Padded> match(const Graph& g, const Uses& uses, std::size_t a_inde
   const Node& o = g.nodes[merged_readers[0]];
   if (!paddable_linear(g, o) || o.inputs[0] != merged) return std::nullopt;
   const Shape wo = constant(g, o.inputs[1])->shape();
-  if ((o.attrs.get_string("weight_layout", "nk") == "kn" ? wo[0] : wo[1]) != p.heads * p.d) return std::nullopt;
+  p.output_kn = o.attrs.get_string("weight_layout", "nk") == "kn";
+  if ((p.output_kn ? wo[0] : wo[1]) != p.heads * p.d) return std::nullopt;
   p.output = merged_readers[0];
   return p;
 }
@@ -159,9 +162,8 @@ PassResult attention_head_padding(Graph& g, const PassContext& ctx) {  // Note [
     // The projection: [K, 3 * H * d] ("kn") or [3 * H * d, K] ("nk") and its bias -> 3 * H * padded.
     Node& projection = g.nodes[p->projection];
     const Tensor& w = *constant(g, projection.inputs[1]);
-    const bool kn = projection.attrs.get_string("weight_layout", "nk") == "kn";
     projection.inputs[1] = add_constant(g, projection.inputs[1] + "_padded",
-                                        kn ? pad_columns(w, w.shape()[0], 3 * h, d, padded)
+                                        p->projection_kn ? pad_columns(w, w.shape()[0], 3 * h, d, padded)
                                            : pad_rows(w, 3 * h, d, padded));
     if (projection.inputs.size() > 2 && !projection.inputs[2].empty()) {
       projection.inputs[2] =
@@ -186,9 +188,9 @@ PassResult attention_head_padding(Graph& g, const PassContext& ctx) {  // Note [
     // The output projection reads zeros where the padded heads have them: zero rows ("kn") or columns ("nk").
     Node& output = g.nodes[p->output];
     const Tensor& wo = *constant(g, output.inputs[1]);
-    const bool out_kn = output.attrs.get_string("weight_layout", "nk") == "kn";
     output.inputs[1] = add_constant(g, output.inputs[1] + "_padded",
-                                    out_kn ? pad_rows(wo, h, d, padded) : pad_columns(wo, wo.shape()[0], h, d, padded));
+                                    p->output_kn ? pad_rows(wo, h, d, padded)
+                                                 : pad_columns(wo, wo.shape()[0], h, d, padded));
     result.notes.push_back(detail::str_cat(describe(a), ": heads of ", d, " padded to ", padded, " in the weights of ",
                                            describe(projection), " and ", describe(output)));
     ++result.rewrites;

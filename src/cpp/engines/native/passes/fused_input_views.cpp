@@ -251,7 +251,8 @@ bool copies(const Graph& g, const Node& n, const Shape& in, const Shape& out) {
 
 // The view ops that made `value`, walked back (last first, at most 16) while their input and output shapes are
 // static; `source` gets the value the first of them reads (`value` itself when none made it).
-std::vector<std::size_t> view_ops_back(const Graph& g, const Uses& uses, const std::string& value, std::string* source) {
+std::vector<std::size_t> view_ops_back(const Graph& g, const Uses& uses, const std::string& value,
+                                       std::string* source) {
   std::vector<std::size_t> ops;
   *source = value;
   while (ops.size() < 16) {

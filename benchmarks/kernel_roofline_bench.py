@@ -171,6 +171,23 @@ def awkward_cases(torch, case, rand, scale: float) -> None:
     walk = torch.where(flat.float() > 0, 0.125, -0.125).to(flat.dtype)  # sums stay exact
     case("cum_sum_long", "cum_sum", [walk], {"axis": 0}, lambda x: torch.cumsum(x.float(), 0).to(x.dtype),
          "cumsum of one long vector")
+    # Note [Transposes of small matrices]: ShuffleNetV2's channels-last shuffle (millions of 2 x 58 matrices), an
+    # image's planes to channels-last (a side of 3)
+    shuffle = rand(_scaled([16 * 28 * 28, 2, 58], scale))
+    case("transpose_channel_shuffle", "transpose", [shuffle], {"perm": [0, 2, 1]},
+         lambda x: x.transpose(1, 2).contiguous(), "[NHW, 2, 58] -> [NHW, 58, 2] (channel shuffle)")
+    image = rand(_scaled([64, 3, 224 * 224], scale))
+    case("transpose_short_side", "transpose", [image], {"perm": [0, 2, 1]},
+         lambda x: x.transpose(1, 2).contiguous(), "[N, 3, HW] -> [N, HW, 3] (an image to channels-last)")
+    # channels-last depthwise convolutions (Note [Depthwise channels in part tiles]): 58 and 96 channels
+    for channels in (58, 96):
+        x = rand(_scaled([16, 56, 56, channels], scale))
+        w = rand([channels, 3, 3, 1]) / 3.0
+        case(f"depthwise_nhwc_c{channels}", "conv2d", [x, w],
+             {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "groups": channels, "layout": "NHWC"},
+             lambda x, w, c=channels: torch.nn.functional.conv2d(
+                 x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), padding=1, groups=c).permute(0, 2, 3, 1),
+             f"3x3 depthwise, {channels} channels, NHWC")
     case("cum_sum_long_int64", "cum_sum", [flags], {"axis": 0}, lambda x: torch.cumsum(x, 0),
          "int64 cumsum of one long vector")
 

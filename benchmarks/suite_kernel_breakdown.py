@@ -21,6 +21,19 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
+def print_decisions(session, op_types: set) -> None:
+    """The native plan's kernel decisions of nodes whose op type is in `op_types`."""
+    if not op_types:
+        return
+    for n in session.explain().nodes:
+        if n.get("op") not in op_types and str(n.get("op_type")).split(":")[-1] not in op_types:
+            continue
+        print(f"  {n['node']}: {n['kernel']} [{n.get('rule', '')}] {n.get('reason', '')}")
+        for c in n.get("candidates", []):
+            if c.get("time_us") is not None and c["time_us"] > 0:
+                print(f"      {c['kernel']}: {c['time_us']:.2f} us {c.get('reason', '')}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--specs", default="convnext:16", help="model:batch,... (names of scripts/model_suite.py)")
@@ -28,6 +41,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--dir", default=str(ROOT / "models" / "suite" / "full"))
+    parser.add_argument("--explain", default="", help="ops or op types (conv2d, FusedConv; comma-separated) whose "
+                        "kernel decisions to print after the native side: kernel, rule, reason, candidates' timings")
     args = parser.parse_args()
     import torch
     import model_suite as suite
@@ -49,6 +64,7 @@ def main() -> int:
         device_feeds = {k: xrt.from_dlpack(v.cuda()) for k, v in feeds.items()}
         profile_runs(f"{name} batch {batch} native", lambda: session.run(device_feeds),
                      lambda: xrt.synchronize("cuda:0"), args.runs, args.top)
+        print_decisions(session, set(filter(None, args.explain.split(","))))
         inputs = [v.cuda() for v in feeds.values()]
         with torch.inference_mode():
             compiled = torch.compile(module)

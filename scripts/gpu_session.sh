@@ -8,11 +8,13 @@
 #   BREAK="shufflenet_v2:16" scripts/gpu_session.sh
 #
 #   TARGETS   build targets (XPURT_GPU_TARGETS of scripts/gpu_check.sh; default _core)
-#   PYTESTS   pytest arguments run first
+#   PYTESTS   pytest arguments run first (PYTEST_K: their -k expression)
 #   TINY=1    the tiny suite on CUDA (scripts/model_suite.py run --tiny, dynamo float16 exports)
 #   BENCH     models for benchmarks/model_suite_bench.py against torch.compile + CUDA graph (BATCHES, default 1,16)
 #   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run
-#   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30)
+#   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
+#   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
+#             op types whose kernel decisions to print)
 # Carry .third_party (scripts/gpu_check.sh --prepare) with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,8 @@ stamp "build done"
 export PYTHONPATH=$PWD/src/python
 if [ -n "${PYTESTS:-}" ]; then
   # shellcheck disable=SC2086 # PYTESTS is a list of arguments
-  timeout "$(left)" python3 -m pytest -q -p no:cacheprovider $PYTESTS > "$OUT/pytest.log" 2>&1
+  timeout "$(left)" python3 -m pytest -q -p no:cacheprovider $PYTESTS ${PYTEST_K:+-k "$PYTEST_K"} \
+    > "$OUT/pytest.log" 2>&1
   tail -3 "$OUT/pytest.log"
   stamp "pytest done"
 fi
@@ -37,6 +40,11 @@ if [ "${TINY:-0}" = 1 ]; then
     > "$OUT/tiny.log" 2>&1
   grep -E "^FAIL|passed," "$OUT/tiny.log" | tail -8
   stamp "tiny suite done"
+fi
+if [ -n "${ROOFLINE:-}" ]; then
+  timeout "$(left)" python3 benchmarks/kernel_roofline_bench.py --cases "$ROOFLINE" > "$OUT/roofline.log" 2>&1
+  grep -E "^\| [a-z]" "$OUT/roofline.log" | cut -c1-220
+  stamp "roofline done"
 fi
 for m in ${BENCH:-}; do
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$m" --batches "${BATCHES:-1,16}" \
@@ -55,6 +63,7 @@ for spec in ${AB:-}; do
 done
 if [ -n "${BREAK:-}" ]; then
   timeout "$(left)" python3 benchmarks/suite_kernel_breakdown.py --specs "$BREAK" --top "${TOP:-30}" \
+    --explain "${EXPLAIN:-}" \
     > "$OUT/breakdown.log" 2>&1
   grep -E "^== " "$OUT/breakdown.log"
   stamp "breakdown done (kernels in breakdown.log)"

@@ -527,6 +527,14 @@ def conv2d_cases() -> List[Case]:
          "relu"),
         ("depthwise_c264_3x3", (1, 264, 6, 7), (264, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 264, True, False,
          "none"),
+        # channels not a multiple of 8 in channels-last tiles (Note [Depthwise channels in part tiles]):
+        # ShuffleNetV2's 58 and 116, a count of 4-element vectors, one past a 16-channel tile
+        ("depthwise_c58_3x3_stride2", (2, 58, 9, 11), (58, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 58, True, False,
+         "none"),
+        ("depthwise_c116_3x3", (1, 116, 7, 7), (116, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 116, True, True, "relu"),
+        ("depthwise_c12_5x5", (2, 12, 10, 9), (12, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 12, False, False, "none"),
+        ("depthwise_c17_7x7_stride2", (1, 17, 15, 16), (17, 1, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 17, True, False,
+         "silu"),
         ("depthwise_c8_7x7_stride2_one_column", (1, 8, 37, 1), (8, 1, 7, 7), [2, 2], [3, 3, 3, 3], [1, 1], 8, True,
          False, "none"),
         # the activations conv_fusion folds into depthwise convolutions (EfficientNet's SiLU, MobileNetV3's
@@ -976,6 +984,12 @@ def transpose_cases() -> List[Case]:
         "size1_dims": ((3, 1, 5), [2, 1, 0]),
         "keeps_last": ((4, 5, 6), [1, 0, 2]),
         "rank1": ((7,), [0]),
+        # Note [Transposes of small matrices]: runs of whole small matrices through shared memory (ShuffleNetV2's
+        # channels-last shuffle [N, H, W, 2, C/2] -> [.., C/2, 2]), a long matrix with a short side (strided gather)
+        "channel_shuffle_nhwc": ((3, 5, 7, 2, 29), [0, 1, 2, 4, 3]),
+        "small_matrices_odd": ((37, 3, 5), [0, 2, 1]),
+        "small_matrices_two_batches": ((2, 3, 4, 5), [1, 0, 3, 2]),
+        "short_side_long_rows": ((2, 3, 2501), [0, 2, 1]),
     }
     return [Case("transpose", name, [integers(_rng("transpose" + name), shape)], {"perm": perm},
                  lambda inputs, attrs: np.transpose(inputs[0], attrs["perm"]), "exact", ALL_DTYPES)

@@ -26,6 +26,7 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
     if (name == "relu") return cuda_raw::DepthwiseActivation::kRelu;
     if (name == "silu") return cuda_raw::DepthwiseActivation::kSilu;
     if (name == "hard_swish") return cuda_raw::DepthwiseActivation::kHardSwish;
+    if (name == "relu6") return cuda_raw::DepthwiseActivation::kRelu6;
     return cuda_raw::DepthwiseActivation::kNone;
   };
   // The geometry of a conv2d descriptor, whatever its layout (sizes read as NCHW, Note [Channels last]).
@@ -76,8 +77,9 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
         if (t.present && t.dtype != desc.inputs[0].dtype) return Support::no("inputs of one dtype only");
       }
       const std::string activation = desc.attrs.get_string("activation", "none");
-      if (activation != "none" && activation != "relu" && activation != "silu" && activation != "hard_swish") {
-        return Support::no("activation none, relu, silu or hard_swish");
+      if (activation != "none" && activation != "relu" && activation != "silu" && activation != "hard_swish" &&
+          activation != "relu6") {
+        return Support::no("activation none, relu, relu6, silu or hard_swish");
       }
       // The NCHW kernels stage a tile of the input; the channels-last ones read it directly.
       if (!nhwc && cuda_raw::depthwise_shared_bytes(geometry(desc)) > 48 * 1024) {
@@ -104,7 +106,7 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
       KernelInfo{"conv2d", "depthwise", "cuda_raw", DeviceType::kCUDA, true,
                  "depthwise convolution, NCHW (input tile and weights staged in shared memory, one output per "
                  "thread) or NHWC (16-byte channel vectors, a row of outputs per thread); fp32 accumulation, bias, "
-                 "residual and relu/silu/hard_swish fused (Notes [Depthwise tiles], [Channels-last depthwise])",
+                 "residual and relu/relu6/silu/hard_swish fused (Notes [Depthwise tiles], [Channels-last depthwise])",
                  std::move(decl)},
       accepts, run, [](const OpDescriptor&) {
         return std::string("the own depthwise kernel or cuDNN's may be faster at this shape");

@@ -21,6 +21,14 @@ each followed by a device synchronization inside its timing. The native output i
 
     python3 benchmarks/model_suite_bench.py --models resnet,bert --batches 1,16 \\
         [--dir models/suite/full] [--iterations 50] [--warmup 10] [--seq 128] [--json out.json] [--markdown out.md]
+        [--prepare-jobs 8]
+
+--prepare-jobs N first runs N subprocesses (the models dealt round-robin) that export the missing files and compile
+each model with torch.compile at every batch, in the same order the timing run does, so that the timing run finds
+the exports on disk and Inductor's compiled graphs in its cache (what makes the whole suite fit in a device call;
+compile_graph's compile_s is then the cached compile). Nothing is timed in them; their failures are printed and the
+timing run meets them again. Each row is also printed as a JSON line when it is done; --render LOG prints the table
+of the rows in a log (a run cut short still has its table; no GPU needed).
 
 Needs torch, torchvision, timm and transformers (the device image has them) and, for the ort variants,
 XPURT_ORT_CUDA_PROVIDER (scripts/stage_ort_cuda.sh, scripts/ort_cuda_unstage.sh).
@@ -191,6 +199,87 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
     return rows
 
 
+def prepare_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, skip: List[str]) -> None:
+    """The work of --prepare-jobs for one model: its export, and torch.compile warmed at each batch as run_torch's
+    compile mode does (a fresh torch.compile per batch, three calls), which fills Inductor's on-disk cache."""
+    import torch
+    path, built = full_model(name, directory)
+    if "compile_graph" in skip:
+        return
+    module = built.module.cuda().half().eval()
+    for batch in batches:
+        args = [v.cuda() for v in feeds_for(built, batch, seq).values()]
+        with torch.inference_mode():
+            fn = torch.compile(module)
+            for _ in range(3):
+                fn(*args)
+        torch.cuda.synchronize()
+    print(f"prepared {name} ({path.name})", flush=True)
+
+
+def prepare_in_parallel(models: List[str], jobs: int, argv: List[str]) -> None:
+    """--prepare-jobs: `jobs` subprocesses of this script with --prepare-only, the models dealt round-robin."""
+    groups = [models[i::jobs] for i in range(jobs) if models[i::jobs]]
+    base = []  # argv without --prepare-jobs N (or --prepare-jobs=N)
+    drop = False
+    for a in argv:
+        if drop or a.startswith("--prepare-jobs="):
+            drop = False
+            continue
+        drop = a == "--prepare-jobs"
+        if not drop:
+            base.append(a)
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, __file__, *base, "--prepare-only", "--models", ",".join(g)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for g in groups]
+    for group, proc in zip(groups, procs):
+        out, _ = proc.communicate()
+        if proc.returncode != 0:
+            print(f"prepare {','.join(group)}: exit {proc.returncode}\n{out[-2000:]}", file=sys.stderr, flush=True)
+    print(f"prepared {len(models)} models in {len(groups)} processes, {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr, flush=True)
+
+
+def summary(rows: List[Dict]) -> str:
+    """The issue-42 figures over the rows: geometric means of native / compile and native / best ORT, the cases
+    below 0.9x of compile, and how many rows have each."""
+    import math
+
+    def ratios(other):
+        out = []
+        for r in rows:
+            theirs = [r[v]["median_ms"] for v in other if v in r]
+            if "native" in r and theirs:
+                out.append((f"{r['model']} b{r['batch']}", min(theirs) / r["native"]["median_ms"]))
+        return out
+
+    lines = []
+    for label, other in (("torch.compile + CUDA graph", ["compile_graph"]),
+                         ("best ONNX Runtime", ["ort", "ort_graphs"])):
+        pairs = ratios(other)
+        if not pairs:
+            continue
+        mean = math.exp(sum(math.log(x) for _, x in pairs) / len(pairs))
+        low = [f"{name} {x:.2f}x" for name, x in pairs if x < 0.9]
+        lines.append(f"- native / {label}: geometric mean {mean:.2f}x over {len(pairs)} cases, "
+                     f"{sum(x >= 1 for _, x in pairs)} ahead; below 0.9x: {', '.join(low) if low else 'none'}")
+    return "\n".join(lines)
+
+
+def rows_in_log(text: str) -> List[Dict]:
+    """The rows bench_model printed (one JSON object per line, with "model" and "batch") in a run's output."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("{") and '"model"' in line:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and "batch" in row:
+                rows.append(row)
+    return rows
+
+
 def fmt(row: Dict, variant: str) -> str:
     return f"{row[variant]['median_ms']:.3f}" if variant in row else "-"
 
@@ -235,22 +324,43 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="pass,... : also time the native engine without these graph passes (variant native_policy)")
     ap.add_argument("--json", type=pathlib.Path, default=None)
     ap.add_argument("--markdown", type=pathlib.Path, default=None)
+    ap.add_argument("--prepare-jobs", type=int, default=0,
+                    help="export and compile the models in this many subprocesses before timing (see above)")
+    ap.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--render", type=pathlib.Path, default=None,
+                    help="print the table of the JSON rows in this log of an earlier run, and stop")
     args = ap.parse_args(argv)
+    if args.render is not None:
+        rows = rows_in_log(args.render.read_text())
+        print(table(rows) + "\n\n" + summary(rows))
+        return 0
     import torch
     if not torch.cuda.is_available():
         print("model_suite_bench: needs a CUDA device", file=sys.stderr)
         return 2
     binary = find_bench(args.ort_direct)
     kernels = dict(item.split("=", 1) for item in args.native_kernels.split(",") if item)
+    models = [m for m in args.models.split(",") if m]
+    skip = [s for s in args.skip.split(",") if s]
+    batches = [int(b) for b in args.batches.split(",")]
+    if args.prepare_only:
+        for name in models:
+            try:
+                prepare_model(name, args.dir, batches, args.seq, skip)
+            except Exception as error:  # noqa: BLE001: the timing run reports it in its table
+                print(f"prepare {name}: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
+        return 0
+    if args.prepare_jobs > 0:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        prepare_in_parallel(models, args.prepare_jobs, list(argv if argv is not None else sys.argv[1:]))
     rows = []
-    for name in [m for m in args.models.split(",") if m]:
-        rows += bench_model(name, args.dir, [int(b) for b in args.batches.split(",")], args.seq, args.iterations,
-                            args.warmup, binary, [s for s in args.skip.split(",") if s], kernels,
+    for name in models:
+        rows += bench_model(name, args.dir, batches, args.seq, args.iterations, args.warmup, binary, skip, kernels,
                             [p for p in args.native_disabled_passes.split(",") if p])
     device = torch.cuda.get_device_name(0)
     header = (f"{datetime.date.today()} on {device}, torch {torch.__version__}, float16, sequence {args.seq}, "
               f"median ms of {args.iterations} calls")
-    text = header + "\n\n" + table(rows)
+    text = header + "\n\n" + table(rows) + "\n\n" + summary(rows)
     notes = [f"- {r['model']} batch {r['batch']}: {n}" for r in rows for n in r["notes"]]
     if notes:
         text += "\n\n" + "\n".join(notes)

@@ -11,6 +11,10 @@
 #   PYTESTS   pytest arguments run first (PYTEST_K: their -k expression)
 #   TINY=1    the tiny suite on CUDA (scripts/model_suite.py run --tiny, dynamo float16 exports)
 #   BENCH     models for benchmarks/model_suite_bench.py against torch.compile + CUDA graph (BATCHES, default 1,16)
+#   SUITE     models (comma-separated; "all": every architecture) timed in one model_suite_bench.py process after
+#             JOBS (default 8) processes exported and compiled them; with ORT ONNX Runtime's CUDA EP columns too
+#             (XPURT_ORT_CUDA_PROVIDER set: scripts/ort_cuda_unstage.sh). The table and summary: suite.md, rendered
+#             from the rows done when the time ran out
 #   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
@@ -45,6 +49,18 @@ if [ -n "${ROOFLINE:-}" ]; then
   timeout "$(left)" python3 benchmarks/kernel_roofline_bench.py --cases "$ROOFLINE" > "$OUT/roofline.log" 2>&1
   grep -E "^\| [a-z]" "$OUT/roofline.log" | cut -c1-220
   stamp "roofline done"
+fi
+if [ -n "${SUITE:-}" ]; then
+  models=$SUITE
+  [ "$models" = all ] && models=$(python3 -c 'import sys; sys.path.insert(0, "scripts"); import model_suite as m
+print(",".join(a.name for a in m.ARCHS))')
+  skip=ort,ort_graphs,torch_graph
+  [ -n "${ORT:-}" ] && skip=torch_graph
+  timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \
+    --skip "$skip" --iterations 30 --warmup 5 --prepare-jobs "${JOBS:-8}" > "$OUT/suite.log" 2>&1
+  python3 benchmarks/model_suite_bench.py --render "$OUT/suite.log" > "$OUT/suite.md"
+  grep -E "^- native" "$OUT/suite.md"
+  stamp "suite done ($(grep -cE '^\| [a-z0-9_]+ \| [0-9]' "$OUT/suite.md") rows)"
 fi
 for m in ${BENCH:-}; do
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$m" --batches "${BATCHES:-1,16}" \

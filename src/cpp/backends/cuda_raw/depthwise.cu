@@ -23,6 +23,13 @@
 // channels in part tiles]). Other shapes (dilation, other kernel sizes) take a plain kernel with one thread per
 // output. All accumulate in fp32 in a fixed order.
 //
+// Note [Depthwise channel groups side by side]
+// A channels-last tile reads and writes `channels` of a pixel's channels: 32 bytes of each pixel's 128 where 16
+// float16 channels of 64 make a tile. The blocks of one spatial tile's channel groups are neighbours in blockIdx.x
+// (the group varies fastest), so they run at about the same time and share each 128-byte line while it is in L2.
+// With the group in the slowest grid dim (as first written), a group's blocks came a pass over a whole image after
+// the previous group's, the line's other quarters read and written again from wherever that pass left them.
+//
 // Note [Depthwise channels in part tiles]
 // ShuffleNetV2's depthwise layers have 58, 116 and 232 channels; the first two took the one-thread-per-output
 // kernel, which reads each input K x K times from the cache: 12.7 us a layer at batch 16 on an H200, 165 us of an
@@ -283,6 +290,82 @@ NhwcTile nhwc_tile(const DepthwiseGeometry& g, bool wide) {
   return t;
 }
 
+// The input a channels-last block stages: image n, channels [c0, c0 + channels), rows and columns from (ih0, iw0).
+struct StagedTile {
+  std::int64_t n;
+  int c0, ih0, iw0, rows, cols, channels;
+};
+
+// Note [Depthwise staging loads in flight]
+// Staging is the memory-bound part of a channels-last block, and a loop that stores each load's values before the
+// next load leaves one load in flight per thread: eight blocks of an SM then kept about as many bytes in flight as
+// the copy bandwidth needs, only while all of them were staging. Each thread now issues kStageInFlight loads before
+// it converts and stores any.
+constexpr int kStageInFlight = 2;
+
+// Whole 16-byte vectors of 8 channels (the tile's channels a multiple of 8, x 16-byte aligned), stored as float
+// with 16-byte shared-memory stores (neighbouring threads' vectors are 32 bytes apart: 4-byte stores hit 8-way on
+// the banks). Pixels outside the image stage zeros.
+template <typename T>
+__device__ __forceinline__ void stage_vectors(const T* __restrict__ x, float* staged, const DepthwiseGeometry& g,
+                                              const StagedTile& t) {
+  constexpr int V = 8, kLoad = kVec16<T>, kParts = V / kLoad;
+  const int vectors = t.channels / V, total = t.rows * t.cols * vectors;
+  const int step = static_cast<int>(blockDim.x);
+  for (int base = static_cast<int>(threadIdx.x); base < total; base += kStageInFlight * step) {
+    Vec<T, kLoad> loaded[kStageInFlight][kParts];
+    bool inside[kStageInFlight];
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int i = base + u * step, pixel = i / vectors;
+      const int r = pixel / t.cols, ih = t.ih0 + r, iw = t.iw0 + pixel - r * t.cols;
+      inside[u] = i < total && ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
+      if (inside[u]) {
+        const T* from = x + ((t.n * g.in_h + ih) * g.in_w + iw) * g.channels + t.c0 + (i % vectors) * V;
+#pragma unroll
+        for (int part = 0; part < kParts; ++part) {
+          loaded[u][part] = *reinterpret_cast<const Vec<T, kLoad>*>(from + part * kLoad);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int i = base + u * step;
+      if (i >= total) break;
+      float v[V];
+#pragma unroll
+      for (int part = 0; part < kParts; ++part) {
+#pragma unroll
+        for (int e = 0; e < kLoad; ++e) v[part * kLoad + e] = inside[u] ? to_float(loaded[u][part].v[e]) : 0.0f;
+      }
+      float4* to = reinterpret_cast<float4*>(staged + (i / vectors) * t.channels + (i % vectors) * V);
+      to[0] = make_float4(v[0], v[1], v[2], v[3]);
+      to[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  }
+}
+
+// One element per thread and step (Note [Depthwise channels in part tiles]): channels past the last stage zeros.
+template <typename T>
+__device__ __forceinline__ void stage_elements(const T* __restrict__ x, float* staged, const DepthwiseGeometry& g,
+                                               const StagedTile& t) {
+  const int total = t.rows * t.cols * t.channels, step = static_cast<int>(blockDim.x);
+  for (int base = static_cast<int>(threadIdx.x); base < total; base += kStageInFlight * step) {
+    float v[kStageInFlight];
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int i = base + u * step, e = i % t.channels, pixel = i / t.channels;
+      const int r = pixel / t.cols, ih = t.ih0 + r, iw = t.iw0 + pixel - r * t.cols;
+      const bool inside = i < total && ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w && t.c0 + e < g.channels;
+      v[u] = inside ? to_float(x[((t.n * g.in_h + ih) * g.in_w + iw) * g.channels + t.c0 + e]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      if (base + u * step < total) staged[base + u * step] = v[u];
+    }
+  }
+}
+
 // Note [Channels-last depthwise]: the block stages its input tile [rows][cols][channels] as float (each element
 // converted once: converting per use made the 7x7 layers conversion-bound), then each thread multiplies down its
 // column from shared memory with its channel's K x K weights in registers. Consecutive threads are consecutive
@@ -294,47 +377,19 @@ __global__ void __launch_bounds__(256) depthwise_nhwc_kernel(const T* __restrict
                                                              const T* __restrict__ residual, T* __restrict__ y,
                                                              DepthwiseGeometry g, int channels, int tile_w) {
   constexpr int R = kColumnOutputs<S>;
-  constexpr int V = 8;  // channels per staged load: 16 bytes of float16, two loads of float32
-  constexpr int kLoad = kVec16<T>;
   extern __shared__ __align__(16) float staged_nhwc[];
   const int rows = (R - 1) * S + K;
   const int cols = (tile_w - 1) * S + K;
   const int groups = (g.channels + channels - 1) / channels;
-  const std::int64_t n = blockIdx.z / groups;
-  const int c0 = static_cast<int>(blockIdx.z % groups) * channels;
-  const int oh0 = static_cast<int>(blockIdx.y) * R, ow0 = static_cast<int>(blockIdx.x) * tile_w;
+  const std::int64_t n = blockIdx.z;  // Note [Depthwise channel groups side by side]: the group varies fastest
+  const int c0 = static_cast<int>(blockIdx.x % groups) * channels;
+  const int oh0 = static_cast<int>(blockIdx.y) * R, ow0 = static_cast<int>(blockIdx.x / groups) * tile_w;
   const int ih0 = oh0 * S - g.pad_top, iw0 = ow0 * S - g.pad_left;
-  const int vectors = channels / V;
-  if constexpr (!kWide) {
-    for (int i = threadIdx.x; i < rows * cols * channels; i += blockDim.x) {
-      const int e = i % channels, pixel = i / channels;
-      const int r = pixel / cols, col = pixel - r * cols;
-      const int ih = ih0 + r, iw = iw0 + col;
-      const bool inside = ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w && c0 + e < g.channels;
-      staged_nhwc[i] = inside ? to_float(x[((n * g.in_h + ih) * g.in_w + iw) * g.channels + c0 + e]) : 0.0f;
-    }
-  }
-  for (int i = threadIdx.x; kWide && i < rows * cols * vectors; i += blockDim.x) {
-    const int v = i % vectors, pixel = i / vectors;
-    const int r = pixel / cols, col = pixel - r * cols;
-    const int ih = ih0 + r, iw = iw0 + col;
-    float* to = staged_nhwc + pixel * channels + v * V;
-    if (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) {
-      const T* from = x + ((n * g.in_h + ih) * g.in_w + iw) * g.channels + c0 + v * V;
-      float staged[V];
-#pragma unroll
-      for (int part = 0; part < V / kLoad; ++part) {
-        const Vec<T, kLoad> loaded = *reinterpret_cast<const Vec<T, kLoad>*>(from + part * kLoad);
-#pragma unroll
-        for (int e = 0; e < kLoad; ++e) staged[part * kLoad + e] = to_float(loaded.v[e]);
-      }
-      // 16-byte stores: neighbouring threads' vectors are 32 bytes apart, which 4-byte stores hit 8-way on banks
-      reinterpret_cast<float4*>(to)[0] = make_float4(staged[0], staged[1], staged[2], staged[3]);
-      reinterpret_cast<float4*>(to)[1] = make_float4(staged[4], staged[5], staged[6], staged[7]);
-    } else {
-      reinterpret_cast<float4*>(to)[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      reinterpret_cast<float4*>(to)[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+  const StagedTile tile{n, c0, ih0, iw0, rows, cols, channels};
+  if constexpr (kWide) {
+    stage_vectors(x, staged_nhwc, g, tile);
+  } else {
+    stage_elements(x, staged_nhwc, g, tile);
   }
   const int lane_c = static_cast<int>(threadIdx.x) % channels, tx = static_cast<int>(threadIdx.x) / channels;
   const int c = c0 + lane_c;
@@ -416,11 +471,12 @@ bool launch_nhwc(const void* x, const void* w, const void* bias, const void* res
   }
   const bool wide = g.channels % 8 == 0 && is_aligned(x, 16);
   const NhwcTile t = nhwc_tile<K, S>(g, wide);
-  const std::int64_t planes = static_cast<std::int64_t>(g.batch) * ((g.channels + t.channels - 1) / t.channels);
-  if (t.shared > 48 * 1024 || planes > 65535) return false;  // gridDim.z's limit
-  const dim3 grid(static_cast<unsigned>((g.out_w + t.tile_w - 1) / t.tile_w),
-                  static_cast<unsigned>((g.out_h + kColumnOutputs<S> - 1) / kColumnOutputs<S>),
-                  static_cast<unsigned>(planes));
+  // Note [Depthwise channel groups side by side]: blockIdx.x = column tile * groups + channel group.
+  const std::int64_t groups = (g.channels + t.channels - 1) / t.channels;
+  const std::int64_t rows = (g.out_h + kColumnOutputs<S> - 1) / kColumnOutputs<S>;
+  if (t.shared > 48 * 1024 || g.batch > 65535 || rows > 65535) return false;  // gridDim.y's and .z's limits
+  const dim3 grid(static_cast<unsigned>((g.out_w + t.tile_w - 1) / t.tile_w * groups), static_cast<unsigned>(rows),
+                  static_cast<unsigned>(g.batch));
   auto* const kernel = wide ? depthwise_nhwc_kernel<T, K, S, true> : depthwise_nhwc_kernel<T, K, S, false>;
   kernel<<<grid, t.channels * t.tile_w, t.shared, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),

@@ -230,12 +230,22 @@ def prepare_in_parallel(models: List[str], jobs: int, argv: List[str]) -> None:
         if not drop:
             base.append(a)
     t0 = time.perf_counter()
+    import os
+    threads = str(max(1, (os.cpu_count() or jobs) // len(groups)))  # the cores shared out, not oversubscribed
+    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    import tempfile
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in groups]  # files, not pipes: no process waits on a full pipe
     procs = [subprocess.Popen([sys.executable, __file__, *base, "--prepare-only", "--models", ",".join(g)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for g in groups]
-    for group, proc in zip(groups, procs):
-        out, _ = proc.communicate()
-        if proc.returncode != 0:
-            print(f"prepare {','.join(group)}: exit {proc.returncode}\n{out[-2000:]}", file=sys.stderr, flush=True)
+                              stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+             for g, log in zip(groups, logs)]
+    for group, proc, log in zip(groups, procs, logs):
+        proc.wait()
+        log.seek(0)
+        failed = [line for line in log.read().splitlines() if line.startswith("prepare ")]
+        if proc.returncode != 0 or failed:
+            print(f"prepare {','.join(group)}: exit {proc.returncode}; " + "; ".join(failed)[-2000:], file=sys.stderr,
+                  flush=True)
+        log.close()
     print(f"prepared {len(models)} models in {len(groups)} processes, {time.perf_counter() - t0:.0f} s",
           file=sys.stderr, flush=True)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 import time
@@ -686,7 +687,11 @@ def export(out: pathlib.Path, tiny: bool, names: Optional[List[str]], exporters,
     out.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     manifest_path = out / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"models": {}}
+    manifest = {"models": {}}
+    try:  # processes exporting into one folder at once (model_suite_bench --prepare-jobs) each write it whole
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        pass
     manifest.update({"torch": torch.__version__, "tiny": tiny, "test_batch": TEST_BATCH, "test_seq": TEST_SEQ})
     failures = 0
     for arch in ARCHS:
@@ -736,7 +741,9 @@ def export(out: pathlib.Path, tiny: bool, names: Optional[List[str]], exporters,
                     print(f"{arch.name:18s} {exporter:11s} {dtype:8s} FAILED {msg}", flush=True)
                     path.unlink(missing_ok=True)
         manifest["models"][arch.name] = entry
-    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    partial = manifest_path.with_name(f"{manifest_path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(partial, manifest_path)  # readers see the old file or the new one, never half of one
     return failures
 
 

@@ -50,6 +50,11 @@ EINSUM = [
     ("iij->ji", [(4, 4, 3)]),
     ("ij,jj->i", [(5, 6), (6, 6)]),
     ("iijj->ij", [(3, 3, 2, 2)]),
+    # batch labels keep their own dims (a 5-D MatMul: MaxViT's windowed attention), grouped labels are viewed
+    ("bwhid,bwhjd->bwhij", [(2, 3, 2, 5, 4), (2, 3, 2, 7, 4)]),
+    ("bwhij,bwhjd->bwhid", [(2, 3, 2, 5, 7), (2, 3, 2, 7, 4)]),
+    ("bxyk,bkz->bzyx", [(2, 3, 4, 5), (2, 5, 6)]),       # two free labels of one side, output permuted
+    ("bkl,bklz->bz", [(3, 4, 2), (3, 4, 2, 5)]),         # two contracted labels, no free label on one side
 ]
 
 

@@ -1480,6 +1480,45 @@ TEST(AttentionFusion, HeadTransposesFoldOnlyWhereTheAttentionAloneReadsThem) {
   EXPECT_EQ(count(out, "Transpose"), 1) << out.str();
 }
 
+// Note [Attention over more than one batch dim]: MaxViT's attention after Einsum's decomposition: Q, K and V of
+// [B, windows, H, N, d], K scaled before its Transpose, a relative position bias [H, N, N] and a term [1, 1, H, N, N].
+// The attention runs on the merged [B * windows, H, N, d]; a term that varies along the windows stays unfused.
+Graph windowed_attention_graph(const std::vector<std::int64_t>& term) {
+  const std::int64_t B = 2, W = 3, H = 2, N = 5, D = 4;
+  Builder b;
+  b.input("q", {B, W, H, N, D}).input("k", {B, W, H, N, D}).input("v", {B, W, H, N, D});
+  b.input("bias", {H, N, N}).input("term", std::vector<Dim>(term.begin(), term.end()));
+  b.constant("scale", scalar(0.5f));
+  b.add(node("Mul", {"k", "scale"}, {"ks"}));
+  b.add(node("Transpose", {"ks"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 2, 4, 3})));
+  b.add(node("MatMul", {"q", "kt"}, {"s"})).add(node("Add", {"s", "bias"}, {"sb"}));
+  b.add(node("Add", {"sb", "term"}, {"st"})).add(node("Softmax", {"st"}, {"p"}));
+  b.add(node("MatMul", {"p", "v"}, {"o"}));
+  b.typed("ks", {B, W, H, N, D}).typed("kt", {B, W, H, D, N}).typed("s", {B, W, H, N, N});
+  b.typed("sb", {B, W, H, N, N}).typed("st", {B, W, H, N, N}).typed("p", {B, W, H, N, N});
+  b.typed("o", {B, W, H, N, D});
+  return b.build({"o"});
+}
+
+TEST(AttentionFusion, FiveDimensionalWindowsRunOnMergedBatchDims) {
+  const std::vector<std::int64_t> qkv = {2, 3, 2, 5, 4};
+  Feeds feeds = {{"q", random(qkv, 61)}, {"k", random(qkv, 62)}, {"v", random(qkv, 63)},
+                 {"bias", random({2, 5, 5}, 64)}, {"term", random({1, 1, 2, 5, 5}, 65)}};
+  Graph out = run_pass(windowed_attention_graph({1, 1, 2, 5, 5}), passes::attention_fusion, feeds);
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr) << out.str();
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-12);
+  EXPECT_EQ(count(out, "MatMul"), 0) << out.str();
+  EXPECT_EQ(count(out, "Softmax"), 0) << out.str();
+  for (std::size_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE(out.types.count(a->inputs[k])) << a->inputs[k];
+    EXPECT_EQ(out.types.at(a->inputs[k]).shape.size(), 4u) << a->inputs[k];  // [B * W, H, N, D]
+  }
+  feeds["term"] = random({1, 3, 1, 5, 5}, 66);  // one term per window: not a term of the merged scores
+  Graph per_window = run_pass(windowed_attention_graph({1, 3, 1, 5, 5}), passes::attention_fusion, feeds);
+  EXPECT_EQ(find(per_window, "Attention"), nullptr) << per_window.str();
+}
+
 TEST(AttentionFusion, BhsdKeysWithMulScaleNoMaskAndNotOnAnotherAxis) {
   int rewrites = 0;
   Graph out = run_pass(attention_graph(false, false), passes::attention_fusion, attention_feeds(false), &rewrites);

@@ -125,8 +125,11 @@ Node reduce_node(Graph& g, const std::string& op_type, const std::string& name, 
 // reshapes. Each label is a batch label
 // (in both operands and the output), a contracted label (in both, not in the output), a free label of one operand
 // (in it and the output) or a summed label of one operand (in it only: a ReduceSum first). A is permuted to [batch,
-// free A, contracted] and viewed as [B, M, K], B to [batch, contracted, free B] as [B, K, N]; MatMul gives [B, M, N],
-// viewed as [batch, free A, free B] and permuted into the output's order. One operand: a ReduceSum over its summed
+// free A, contracted] and viewed as [batch, M, K], B to [batch, contracted, free B] as [batch, K, N]; MatMul gives
+// [batch, M, N], viewed as [batch, free A, free B] and permuted into the output's order. The batch labels keep their
+// own dims (a view only where free or contracted labels group): '...hid,...hjd->...hij' over [B, windows, heads, N,
+// d] stays a 5-D MatMul of the operands as they are, the form attention_fusion reads (MaxViT's attention), not a
+// 3-D one between Reshapes. One operand: a ReduceSum over its summed
 // labels and a Transpose.
 struct EinsumSpec {
   std::vector<std::string> inputs;  // one label string per operand
@@ -260,6 +263,18 @@ bool take_diagonals(Graph& g, std::vector<Node>& nodes, const std::string& name,
   }
 }
 
+// The decomposition's last value becomes the Einsum's output: the last node writes it directly (an Identity there
+// would stand between the MatMul and what reads it, where attention_fusion looks for the MatMul), or an Identity
+// copies it when no node of the decomposition wrote it.
+void write_einsum_output(Graph& g, std::vector<Node>& nodes, const Node& n, const std::string& value) {
+  if (!nodes.empty() && nodes.back().outputs.size() == 1 && nodes.back().outputs[0] == value) {
+    nodes.back().outputs[0] = n.outputs[0];
+    g.types.erase(value);
+    return;
+  }
+  nodes.push_back(make_node(g, "Identity", n.name + "_out", {value}, {n.outputs[0]}));
+}
+
 std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int64_t opset) {
   if (opset < 12) return std::nullopt;  // Einsum-12 is the first (reduce_node writes ReduceSum's axes either way)
   const auto spec = parse_einsum(n.attrs.get_string("equation", ""), n.inputs.size());
@@ -288,7 +303,7 @@ std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int6
                                           *dtype, opset);
     if (labels0.size() != spec->output.size()) return std::nullopt;
     const std::string out = permute_labels(g, nodes, n.name + "_order", summed, labels0, spec->output, shape0, *dtype);
-    nodes.push_back(make_node(g, "Identity", n.name + "_out", {out}, {n.outputs[0]}));
+    write_einsum_output(g, nodes, n, out);
     return nodes;
   }
   const std::string& out = spec->output;
@@ -324,24 +339,36 @@ std::optional<std::vector<Node>> einsum_nodes(Graph& g, const Node& n, std::int6
     for (const char l : ls) p *= size[l];
     return p;
   };
-  const std::int64_t B = extent(batch), M = extent(free_a), K = extent(contracted), N = extent(free_b);
+  const std::int64_t M = extent(free_a), K = extent(contracted), N = extent(free_b);
   const std::string a = permute_labels(g, nodes, n.name + "_a", values[0], labels[0], batch + free_a + contracted,
                                        shapes[0], *dtype);
   const std::string b = permute_labels(g, nodes, n.name + "_b", values[1], labels[1], batch + contracted + free_b,
                                        shapes[1], *dtype);
-  const std::string a3 = new_value(g, n.name + "_a3", *dtype, {B, M, K});
-  const std::string b3 = new_value(g, n.name + "_b3", *dtype, {B, K, N});
-  nodes.push_back(reshape_node(g, n.name + "_a3", a, {B, M, K}, a3));
-  nodes.push_back(reshape_node(g, n.name + "_b3", b, {B, K, N}, b3));
-  const std::string product = new_value(g, n.name + "_product", *dtype, {B, M, N});
+  // The batch labels keep a dim each (MatMul broadcasts over leading dims; Note [Einsum onto MatMul]); only a group
+  // of free or contracted labels other than one label is merged by a Reshape.
+  Ints batch_dims;
+  for (const char l : batch) batch_dims.push_back(size[l]);
+  const auto batched = [&](std::int64_t rows, std::int64_t cols) {
+    Ints shape = batch_dims;
+    shape.insert(shape.end(), {rows, cols});
+    return shape;
+  };
+  const auto viewed = [&](const std::string& value, const std::string& suffix, const Ints& shape, bool merge) {
+    if (!merge) return value;
+    const std::string view = new_value(g, n.name + suffix, *dtype, shape);
+    nodes.push_back(reshape_node(g, n.name + suffix, value, shape, view));
+    return view;
+  };
+  const std::string a3 = viewed(a, "_a3", batched(M, K), free_a.size() != 1 || contracted.size() != 1);
+  const std::string b3 = viewed(b, "_b3", batched(K, N), contracted.size() != 1 || free_b.size() != 1);
+  const std::string product = new_value(g, n.name + "_product", *dtype, batched(M, N));
   nodes.push_back(make_node(g, "MatMul", n.name + "_matmul", {a3, b3}, {product}));
   const std::string order = batch + free_a + free_b;
   Ints unfolded;
   for (const char l : order) unfolded.push_back(size[l]);
-  const std::string full = new_value(g, n.name + "_unfolded", *dtype, unfolded);
-  nodes.push_back(reshape_node(g, n.name + "_unfold", product, unfolded, full));
+  const std::string full = viewed(product, "_unfolded", unfolded, free_a.size() != 1 || free_b.size() != 1);
   const std::string result = permute_labels(g, nodes, n.name + "_order", full, order, out, unfolded, *dtype);
-  nodes.push_back(make_node(g, "Identity", n.name + "_out", {result}, {n.outputs[0]}));
+  write_einsum_output(g, nodes, n, result);
   return nodes;
 }
 

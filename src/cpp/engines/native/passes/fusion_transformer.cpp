@@ -1069,9 +1069,17 @@ std::optional<AdditiveTerms> additive_terms(const Graph& g, const Uses& uses, co
 }
 
 // Whether additive term `term` (rank <= 4, q's dtype) broadcasts to the scores [B, H, Sq, Sk]; its shape, if so.
+// `merged`: the scores' leading dims are merged (Note [Attention over more than one batch dim]), and a longer term
+// is read as its last three dims when the others are 1.
 std::optional<std::vector<Dim>> term_shape(const Graph& g, const std::string& term, DType dtype,
-                                           const std::vector<Dim>& scores) {
+                                           const std::vector<Dim>& scores, bool merged) {
   auto t = value_type(g, term);
+  if (t && t->has_shape && merged && t->shape.size() > 3) {
+    for (std::size_t d = 0; d < t->shape.size(); ++d) {  // static: merged_term views it by a Reshape
+      if (!t->shape[d].known() || (d + 3 < t->shape.size() && t->shape[d].value != 1)) return std::nullopt;
+    }
+    t->shape.erase(t->shape.begin(), t->shape.end() - 3);
+  }
   if (!t || !t->has_shape || t->shape.size() > 4 || t->dtype != dtype) return std::nullopt;
   const std::size_t offset = 4 - t->shape.size();
   for (std::size_t d = 0; d < t->shape.size(); ++d) {
@@ -1150,6 +1158,72 @@ std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
   return bias;
 }
 
+// Note [Attention over more than one batch dim]
+// Q, K and V of rank R > 4, [B, windows, H, N, d] (MaxViT's block and grid attention: an Einsum over
+// '...hid,...hjd->...hij', now a 5-D MatMul, Note [Einsum onto MatMul]), are the attention of [B * windows, H, N, d]:
+// the fused node reads them through Reshapes that merge the leading R - 3 dims (static and equal in the three) and
+// its output is viewed back to rank R. The scores [.., H, Sq, Sk] keep their last three dims, so a term of rank 3 or
+// less (MaxViT's relative position bias [H, N, N]) broadcasts to the merged scores as it did to the R-D ones; a
+// longer term only when its dims before the last three are 1 (a Reshape drops them). Swin's window form and K
+// [B,S,H,D] stay 4-D only. All of these views are of contiguous values: no copy.
+struct MergedBatch {
+  std::size_t rank = 4;
+  std::vector<std::int64_t> lead;  // the leading R - 3 dims (rank > 4 only)
+};
+
+// The leading dims of `t` (rank R > 4) before its last three, when static; nullopt otherwise.
+std::optional<std::vector<std::int64_t>> leading_dims(const ValueType& t) {
+  std::vector<std::int64_t> lead;
+  for (std::size_t d = 0; d + 3 < t.shape.size(); ++d) {
+    if (!t.shape[d].known()) return std::nullopt;
+    lead.push_back(t.shape[d].value);
+  }
+  return lead;
+}
+
+// `t` viewed with its leading dims merged into one (Note [Attention over more than one batch dim]).
+ValueType merged_type(ValueType t, const MergedBatch& merged) {
+  if (merged.rank == 4) return t;
+  std::int64_t n = 1;
+  for (const std::int64_t d : merged.lead) n *= d;
+  std::vector<Dim> shape = {Dim(n)};
+  shape.insert(shape.end(), t.shape.end() - 3, t.shape.end());
+  t.shape = shape;
+  return t;
+}
+
+// `value` through a Reshape to `type`'s static shape, appended to `new_nodes`; `value` itself when nothing merges.
+std::string reshaped_input(Graph& g, const std::string& value, const ValueType& type, const std::string& hint,
+                           std::vector<Node>& new_nodes) {
+  const auto existing = value_type(g, value);
+  if (existing && existing->shape.size() == type.shape.size()) return value;
+  std::vector<std::int64_t> shape;
+  for (const Dim& d : type.shape) shape.push_back(d.value);
+  const std::string out = g.unique_name(hint);
+  g.types[out] = type;
+  Node reshape = reshape_node(g, out, value, shape, out);
+  reshape.domain = "";
+  new_nodes.push_back(std::move(reshape));
+  return out;
+}
+
+// A term of the rank-R scores as a term of the merged ones: itself when of rank 3 or less, else viewed as its last
+// three dims when the others are 1; nullopt when a leading dim is not 1.
+std::optional<std::string> merged_term(Graph& g, const std::string& term, std::vector<Node>& new_nodes) {
+  const auto t = value_type(g, term);
+  if (!t || !t->has_shape) return std::nullopt;
+  if (t->shape.size() <= 3) return term;
+  for (std::size_t d = 0; d + 3 < t->shape.size(); ++d) {
+    if (!t->shape[d].known() || t->shape[d].value != 1) return std::nullopt;
+  }
+  for (std::size_t d = t->shape.size() - 3; d < t->shape.size(); ++d) {
+    if (!t->shape[d].known()) return std::nullopt;
+  }
+  ValueType three = *t;
+  three.shape.assign(t->shape.end() - 3, t->shape.end());
+  return reshaped_input(g, term, three, term + "_merged", new_nodes);
+}
+
 }  // namespace
 
 // Long function: one pattern, matched backwards and forwards from each Softmax through the variants exporters
@@ -1175,7 +1249,10 @@ std::optional<TransposedKeys> transposed_keys(const Graph& g, const Uses& uses, 
   if (!out.transpose || !is_onnx(g.nodes[*out.transpose], "Transpose")) return std::nullopt;
   const auto perm = g.nodes[*out.transpose].attrs.get_ints("perm", {});
   out.from_bshd = perm == std::vector<std::int64_t>{0, 2, 3, 1};
-  if (!out.from_bshd && perm != std::vector<std::int64_t>{0, 1, 3, 2}) return std::nullopt;
+  std::vector<std::int64_t> last_two(perm.size());  // the leading axes in place, the last two swapped
+  for (std::size_t d = 0; d < perm.size(); ++d) last_two[d] = static_cast<std::int64_t>(d);
+  if (perm.size() >= 4) std::swap(last_two[perm.size() - 1], last_two[perm.size() - 2]);
+  if (!out.from_bshd && (perm.size() < 4 || perm != last_two)) return std::nullopt;
   out.k = g.nodes[*out.transpose].inputs[0];
   return out;
 }
@@ -1273,6 +1350,8 @@ std::optional<SoftmaxCasts> softmax_casts(const Graph& g, const Matcher& m, std:
   return SoftmaxCasts{up, {*down}, back};
 }
 
+// Long function: one pattern matched backwards and forwards from each Softmax through the forms exporters write
+// (Notes above: scales, casts, terms, NaN guards, K^T chains, merged batch dims), every check before the one rewrite.
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"attention_fusion", 0, {}};
   Rewriter rw(g);
@@ -1333,7 +1412,11 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     const std::size_t kt_reader = kt_scale ? *kt_scale : *qk;
     auto keys = transposed_keys(g, uses, kt);
     if (!keys) continue;
-    const std::string k = keys->k;
+    std::string k = keys->k;
+    // K scaled before its Transpose (MaxViT's k * scale): the scale joins the attention's with the Transpose.
+    if (keys->transpose && uses.only_reader(kt, kt_reader) && !rw.taken(*keys->transpose)) {
+      strip_scale(k, *keys->transpose);
+    }
     const bool from_bshd = keys->from_bshd;
     // Forwards: MatMul(probabilities, V), where the probabilities may pass through Where(IsNaN(p), 0, p), PyTorch's
     // guard for rows masked entirely by -inf: dropped where the mask cannot hold -inf, else the attention gives such
@@ -1352,7 +1435,17 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     // by a float32 mask]).
     auto tq = value_type(g, q), tk = value_type(g, k), tv = value_type(g, v);
     if (!tq || !tk || !tv || !tq->has_shape || !tk->has_shape || !tv->has_shape) continue;
-    if (tq->shape.size() != 4 || tk->shape.size() != 4 || tv->shape.size() != 4) continue;
+    MergedBatch merged{tq->shape.size(), {}};  // Note [Attention over more than one batch dim]
+    if (merged.rank < 4 || tk->shape.size() != merged.rank || tv->shape.size() != merged.rank) continue;
+    if (merged.rank > 4) {
+      const auto lq = leading_dims(*tq), lk = leading_dims(*tk), lv = leading_dims(*tv);
+      if (from_bshd || additive->window || !lq || lq != lk || lq != lv) continue;
+      if (!static_shape(g, m.node(*pv).outputs[0])) continue;
+      merged.lead = *lq;
+      tq = merged_type(*tq, merged);
+      tk = merged_type(*tk, merged);
+      tv = merged_type(*tv, merged);
+    }
     const DType dtype = promoted ? DType::kFloat32 : tq->dtype;
     if (!is_fusable_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != dtype) continue;
     if (promoted && value_dtype(g, m.node(*promoted).inputs[0]) != tq->dtype) continue;
@@ -1365,7 +1458,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     const std::vector<Dim> scores_shape = {tq->shape[0], tq->shape[1], tq->shape[2], k_bhsd[2]};
     std::vector<std::vector<Dim>> term_shapes;
     for (const std::string& term : additive->terms) {
-      if (auto shape = term_shape(g, term, dtype, scores_shape)) term_shapes.push_back(*shape);
+      if (auto shape = term_shape(g, term, dtype, scores_shape, merged.rank > 4)) term_shapes.push_back(*shape);
     }
     if (term_shapes.size() != additive->terms.size()) continue;
     if (additive->window) {  // the window form's static [B * nW, H, Sq, Sk] is the scores' shape
@@ -1388,24 +1481,40 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       t.attrs.set("perm", std::vector<std::int64_t>{0, 2, 1, 3});
       new_nodes.push_back(std::move(t));
     }
-    std::vector<std::string> inputs = {q, k_input, v};
+    std::vector<std::string> inputs = {reshaped_input(g, q, *tq, q + "_merged", new_nodes),
+                                       reshaped_input(g, k_input, *tk, k_input + "_merged", new_nodes),
+                                       reshaped_input(g, v, *tv, v + "_merged", new_nodes)};
     if (promoted) {  // Note [Scores promoted to float32 by a float32 mask]
-      inputs[0] = float32_copy(g, q, *tq, qk_node.name + "_q_float", new_nodes);
+      inputs[0] = float32_copy(g, inputs[0], *tq, qk_node.name + "_q_float", new_nodes);
       ValueType k_type = *tk;
       k_type.shape = k_bhsd;
-      inputs[1] = float32_copy(g, k_input, k_type, qk_node.name + "_k_float", new_nodes);
+      inputs[1] = float32_copy(g, inputs[1], k_type, qk_node.name + "_k_float", new_nodes);
     }
     std::vector<std::string> terms = additive->terms;
+    for (std::string& term : terms) {
+      if (merged.rank > 4) term = *merged_term(g, term, new_nodes);  // checked by term_shape
+    }
     if (additive->window) {
       terms.push_back(window_term_input(g, *additive->window, dtype, qk_node.name, new_nodes));
       term_shapes.emplace_back(additive->window->scores.begin(), additive->window->scores.end());
     }
     if (!terms.empty()) inputs.push_back(one_additive_input(g, terms, term_shapes, dtype, qk_node.name, new_nodes));
-    Node fused = make_node(qk_node.name, "Attention", inputs, {m.node(*pv).outputs[0]});
+    const std::string& out = m.node(*pv).outputs[0];
+    std::string fused_out = out;
+    if (merged.rank > 4) {  // the output viewed back to rank R
+      fused_out = g.unique_name(out + "_merged");
+      g.types[fused_out] = merged_type(*value_type(g, out), merged);
+    }
+    Node fused = make_node(qk_node.name, "Attention", inputs, {fused_out});
     fused.attrs.set("scale", scale);
     fused.attrs.set("causal", static_cast<std::int64_t>(0));
     if (zero_masked_rows) fused.attrs.set("fully_masked_rows", std::string("zero"));
     new_nodes.push_back(std::move(fused));
+    if (fused_out != out) {
+      Node back = reshape_node(g, fused_out + "_back", fused_out, *static_shape(g, out), out);
+      back.domain = "";
+      new_nodes.push_back(std::move(back));
+    }
     std::string note = fusion_note(g, nodes, qk_node.name);
     if (zero_masked_rows) note += " (fully_masked_rows=zero: the NaN guard of a mask that may hold -inf)";
     rw.replace(nodes, std::move(new_nodes), std::move(note));

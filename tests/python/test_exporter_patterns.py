@@ -49,6 +49,22 @@ def test_attention_fusion_takes_every_softmax_of_dynamo_exports(name, dtype):
     assert ran["Softmax"] == 0 and ran["IsNaN"] == 0, dict(ran)
 
 
+# Attention that the dynamo and TorchScript exports of MaxViT and Swin V2 write in forms beyond the 4-D one: MaxViT an
+# Einsum over [B, windows, heads, N, d] (Note [Attention over more than one batch dim]), Swin V2 its cosine attention's
+# temperature per head times the scores (Note [Per-head scales of the scores]). Every softmax fuses.
+@pytest.mark.parametrize("key", ["maxvit.dynamo.float32", "maxvit.dynamo.float16", "maxvit.torchscript.float16",
+                                 "swin_v2.dynamo.float32", "swin_v2.torchscript.float32",
+                                 "swin_v2.torchscript.float16"])
+def test_attention_fusion_takes_windowed_and_cosine_attention(key):
+    name, rest = key.split(".", 1)
+    model, explained = _explained(name, rest)
+    softmaxes = sum(n.op_type == "Softmax" for n in model.graph.node)
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert softmaxes > 0
+    assert ran["xpuruntime:Attention"] == softmaxes, dict(ran)
+    assert ran["Softmax"] == 0, dict(ran)
+
+
 @pytest.mark.parametrize("name", ATTENTION_DYNAMO)
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_attention_fusion_takes_float32_exports_in_lower_precision_plans(name, precision):

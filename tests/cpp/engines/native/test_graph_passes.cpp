@@ -1519,6 +1519,36 @@ TEST(AttentionFusion, FiveDimensionalWindowsRunOnMergedBatchDims) {
   EXPECT_EQ(find(per_window, "Attention"), nullptr) << per_window.str();
 }
 
+// Note [Per-head scales of the scores]: Swin V2's temperature per head [H, 1, 1] times the scores, then its bias. A
+// factor that varies along the keys is not one of Q and stays unfused.
+Graph head_scaled_attention_graph(const std::vector<std::int64_t>& factor) {
+  const std::int64_t B = 2, H = 3, S = 5, D = 4;
+  Builder b;
+  b.input("q", {B, H, S, D}).input("k", {B, H, S, D}).input("v", {B, H, S, D}).input("bias", {H, S, S});
+  b.input("t", std::vector<Dim>(factor.begin(), factor.end()));
+  b.add(node("Transpose", {"k"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 1, 3, 2})));
+  b.add(node("MatMul", {"q", "kt"}, {"s"})).add(node("Mul", {"s", "t"}, {"st"}));
+  b.add(node("Add", {"st", "bias"}, {"sb"})).add(node("Softmax", {"sb"}, {"p"}));
+  b.add(node("MatMul", {"p", "v"}, {"o"}));
+  b.typed("kt", {B, H, D, S}).typed("s", {B, H, S, S}).typed("st", {B, H, S, S}).typed("sb", {B, H, S, S});
+  b.typed("p", {B, H, S, S}).typed("o", {B, H, S, D});
+  return b.build({"o"});
+}
+
+TEST(AttentionFusion, PerHeadScalesOfTheScoresScaleQ) {
+  const std::vector<std::int64_t> qkv = {2, 3, 5, 4};
+  Feeds feeds = {{"q", random(qkv, 71)}, {"k", random(qkv, 72)}, {"v", random(qkv, 73)},
+                 {"bias", random({3, 5, 5}, 74)}, {"t", random({3, 1, 1}, 75, 1.0f, 8.0f)}};
+  Graph out = run_pass(head_scaled_attention_graph({3, 1, 1}), passes::attention_fusion, feeds);
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr) << out.str();
+  EXPECT_EQ(count(out, "Softmax"), 0);
+  EXPECT_EQ(count(out, "Mul"), 1) << out.str();  // q * t beside the attention
+  feeds["t"] = random({1, 1, 1, 5}, 76, 1.0f, 8.0f);  // along the keys: not a factor of q
+  Graph keys = run_pass(head_scaled_attention_graph({1, 1, 1, 5}), passes::attention_fusion, feeds);
+  EXPECT_EQ(find(keys, "Attention"), nullptr) << keys.str();
+}
+
 TEST(AttentionFusion, BhsdKeysWithMulScaleNoMaskAndNotOnAnotherAxis) {
   int rewrites = 0;
   Graph out = run_pass(attention_graph(false, false), passes::attention_fusion, attention_feeds(false), &rewrites);

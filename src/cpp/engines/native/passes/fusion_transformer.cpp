@@ -242,6 +242,40 @@ std::optional<std::pair<std::size_t, double>> scale_operand(const Graph& g, cons
   return std::nullopt;
 }
 
+// Note [Per-head scales of the scores]
+// Swin V2's cosine attention multiplies the scores by a learnt temperature per head, exp(clamp(logit_scale)) of
+// shape [H, 1, 1], before adding its position bias: softmax((q_n k_n^T) * s + b). A factor that is constant along
+// both score axes is a factor of Q: (q k^T) * s = (q * s) k^T, s broadcast over [B, H, Sq, D] as it was over the
+// scores. attention_fusion takes a Mul of the scores by such a tensor (rank <= 4, its last two dims 1, every other
+// dim 1 or the scores' own, of the scores' type) and gives the Attention q * s through a Mul beside it: an
+// elementwise pass over Q's B * H * Sq * D elements, which elementwise fusion joins to Q's producer where it can,
+// against the scores' B * H * Sq * Sk. The product rounds q * s to Q's type where the unfused chain rounded q k^T and
+// its product with s: a rounding of Q's size either way. Not with merged batch dims or promoted scores.
+
+// A Mul of the scores by a per-head scale (Note [Per-head scales of the scores]): the scale's input index.
+std::optional<std::size_t> head_scale_operand(const Graph& g, const Node& n) {
+  if (!is_onnx(n, "Mul") || n.inputs.size() != 2) return std::nullopt;
+  const auto out = value_type(g, n.outputs[0]);
+  if (!out || !out->has_shape || out->shape.size() != 4) return std::nullopt;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto t = value_type(g, n.inputs[k]);
+    const auto other = value_type(g, n.inputs[1 - k]);
+    if (!t || !other || !t->has_shape || t->shape.size() < 2 || t->shape.size() > 4 || t->dtype != other->dtype ||
+        !other->has_shape || other->shape.size() != 4) {
+      continue;
+    }
+    bool fits = true;
+    const std::size_t offset = 4 - t->shape.size();
+    for (std::size_t d = 0; d < t->shape.size(); ++d) {
+      const Dim& td = t->shape[d];
+      const bool one = td.known() && td.value == 1;
+      fits = fits && (one || (offset + d < 2 && same_dim(td, other->shape[offset + d])));
+    }
+    if (fits) return k;
+  }
+  return std::nullopt;
+}
+
 bool same_dims(const std::vector<Dim>& a, const std::vector<std::size_t>& ai, const std::vector<Dim>& b,
                const std::vector<std::size_t>& bi) {
   for (std::size_t k = 0; k < ai.size(); ++k) {
@@ -971,7 +1005,13 @@ bool from_scaled_matmul(const Graph& g, const Uses& uses, const std::string& val
   if (p && promotes_to_float32(g, g.nodes[*p])) p = uses.producer(g.nodes[*p].inputs[0]);
   if (p && (is_onnx(g.nodes[*p], "Div") || is_onnx(g.nodes[*p], "Mul"))) {
     auto factor = scale_operand(g, g.nodes[*p]);
-    p = factor ? uses.producer(g.nodes[*p].inputs[factor->first]) : std::nullopt;
+    const auto head = factor ? std::nullopt : head_scale_operand(g, g.nodes[*p]);  // and perhaps a constant next
+    p = factor ? uses.producer(g.nodes[*p].inputs[factor->first])
+               : (head ? uses.producer(g.nodes[*p].inputs[1 - *head]) : std::nullopt);
+    if (head && p && is_onnx(g.nodes[*p], "Mul")) {
+      factor = scale_operand(g, g.nodes[*p]);
+      p = factor ? uses.producer(g.nodes[*p].inputs[factor->first]) : p;
+    }
   }
   return p && is_onnx(g.nodes[*p], "MatMul");
 }
@@ -1399,6 +1439,16 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       return std::optional<std::size_t>();
     };
     if (auto p = strip_scale(scores, reader)) reader = *p;
+    std::optional<std::string> head_scale;  // Note [Per-head scales of the scores]
+    if (auto p = m.sole_producer(scores, reader, "Mul"); p && !promoted) {
+      if (auto k = head_scale_operand(g, m.node(*p))) {
+        head_scale = m.node(*p).inputs[*k];
+        scores = m.node(*p).inputs[1 - *k];
+        nodes.push_back(*p);
+        reader = *p;
+        if (auto q = strip_scale(scores, reader)) reader = *q;
+      }
+    }
     auto qk = m.sole_producer(scores, reader, "MatMul");
     if (!qk) continue;
     nodes.push_back(*qk);
@@ -1439,7 +1489,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     if (merged.rank < 4 || tk->shape.size() != merged.rank || tv->shape.size() != merged.rank) continue;
     if (merged.rank > 4) {
       const auto lq = leading_dims(*tq), lk = leading_dims(*tk), lv = leading_dims(*tv);
-      if (from_bshd || additive->window || !lq || lq != lk || lq != lv) continue;
+      if (from_bshd || additive->window || head_scale || !lq || lq != lk || lq != lv) continue;
       if (!static_shape(g, m.node(*pv).outputs[0])) continue;
       merged.lead = *lq;
       tq = merged_type(*tq, merged);
@@ -1484,6 +1534,14 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::vector<std::string> inputs = {reshaped_input(g, q, *tq, q + "_merged", new_nodes),
                                        reshaped_input(g, k_input, *tk, k_input + "_merged", new_nodes),
                                        reshaped_input(g, v, *tv, v + "_merged", new_nodes)};
+    if (head_scale) {  // Note [Per-head scales of the scores]
+      const std::string scaled = g.unique_name(q + "_head_scaled");
+      g.types[scaled] = *tq;
+      Node mul = make_node(scaled, "Mul", {inputs[0], *head_scale}, {scaled});
+      mul.domain = "";
+      new_nodes.push_back(std::move(mul));
+      inputs[0] = scaled;
+    }
     if (promoted) {  // Note [Scores promoted to float32 by a float32 mask]
       inputs[0] = float32_copy(g, inputs[0], *tq, qk_node.name + "_q_float", new_nodes);
       ValueType k_type = *tk;

@@ -336,7 +336,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--markdown", type=pathlib.Path, default=None)
     ap.add_argument("--prepare-jobs", type=int, default=0,
                     help="export and compile the models in this many subprocesses before timing (see above)")
-    ap.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="only export and compile (with --prepare-jobs: in that many processes), time nothing")
     ap.add_argument("--render", type=pathlib.Path, default=None,
                     help="print the table of the JSON rows in this log of an earlier run, and stop")
     args = ap.parse_args(argv)
@@ -353,6 +354,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     models = [m for m in args.models.split(",") if m]
     skip = [s for s in args.skip.split(",") if s]
     batches = [int(b) for b in args.batches.split(",")]
+    if args.prepare_only and args.prepare_jobs > 0:  # the parallel preparation alone (a device call of its own)
+        args.dir.mkdir(parents=True, exist_ok=True)
+        prepare_in_parallel(models, args.prepare_jobs, list(argv if argv is not None else sys.argv[1:]))
+        return 0
     if args.prepare_only:
         for name in models:
             try:

@@ -15,6 +15,7 @@
 #             JOBS (default 8) processes exported and compiled them; with ORT ONNX Runtime's CUDA EP columns too
 #             (XPURT_ORT_CUDA_PROVIDER set: scripts/ort_cuda_unstage.sh). The table and summary: suite.md, rendered
 #             from the rows done when the time ran out
+#   PREPARE   the same models' exports and compiles only (JOBS processes), for a SUITE call on the warm machine
 #   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
@@ -49,6 +50,15 @@ if [ -n "${ROOFLINE:-}" ]; then
   timeout "$(left)" python3 benchmarks/kernel_roofline_bench.py --cases "$ROOFLINE" > "$OUT/roofline.log" 2>&1
   grep -E "^\| [a-z]" "$OUT/roofline.log" | cut -c1-220
   stamp "roofline done"
+fi
+if [ -n "${PREPARE:-}" ]; then  # exports and Inductor's cache for a SUITE call that follows on the warm machine
+  models=$PREPARE
+  [ "$models" = all ] && models=$(python3 -c 'import sys; sys.path.insert(0, "scripts"); import model_suite as m
+print(",".join(a.name for a in m.ARCHS))')
+  timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \
+    --prepare-jobs "${JOBS:-8}" --prepare-only > "$OUT/prepare.log" 2>&1
+  tail -3 "$OUT/prepare.log"
+  stamp "prepare done"
 fi
 if [ -n "${SUITE:-}" ]; then
   models=$SUITE

@@ -2588,6 +2588,25 @@ TEST(NhwcLayout, GroupedConvolutionsOfRealExportsRunChannelsLast) {
   }
 }
 
+// Note [Feature maps of tokens], Note [View chains that are reshapes]: SegFormer's Mix-FFN depthwise convolutions read
+// tokens viewed as a feature map; in a CUDA plan they run channels-last and every token <-> feature map chain around
+// a channels-last convolution is a Reshape (the export's plan had 19 Transposes, 2 around each convolution). The
+// rewritten graph computes what the export does (the CPU runs it, NHWC convolutions included).
+TEST(NhwcLayout, TokensViewedAsFeatureMapsAreChannelsLastForFree) {
+  const CudaOptimized plan = tiny_export_for_cuda("segformer");
+  int depthwise = 0;
+  for (const Node& n : plan.optimized.nodes) {
+    if (n.op_type != "FusedConv" || n.attrs.get_int("group", 1) == 1) continue;
+    ++depthwise;
+    EXPECT_EQ(n.attrs.get_string("layout", ""), "NHWC") << n.str();
+  }
+  EXPECT_EQ(depthwise, 2) << plan.optimized.str();
+  EXPECT_LE(count(plan.optimized, "Transpose"), 5) << plan.optimized.str();
+  const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 131), DType::kFloat16)}};
+  expect_close(to_float32(run_graph(plan.original, feeds)),
+               to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
 // A ShuffleNetV2 block of 12 channels (branches of 6: not multiples of 8) in a CUDA plan: the 1x1 convolutions are
 // Linears over the channels (Note [Pointwise convolutions as GEMMs]), the depthwise one runs channels-last, and the
 // channel split, the concatenation and the channel shuffle follow the channels-last values (Note [Channel

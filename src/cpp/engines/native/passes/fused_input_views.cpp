@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <map>
 #include <utility>
 #include <set>
@@ -346,6 +348,39 @@ std::optional<Composed<Refined>> refined_chain(const Graph& g, const Uses& uses,
       [&](const Node& n, const Refined& r, const Shape& out) { return through_refined(g, n, r, out); });
   if (!chain || is_block(chain->value.view)) return std::nullopt;
   return chain;
+}
+
+// Note [View chains that are reshapes]
+// SegFormer (like PVT and other vision transformers with convolutions between their attention blocks) makes a feature
+// map of its tokens [B, H * W, C] with a Transpose(0, 2, 1) and a Reshape to [B, C, H, W], and tokens of a feature
+// map with a Reshape and a Transpose back. Where nhwc_layout runs the convolution between them channels-last, it adds a
+// Transpose to NHWC before and one back to NCHW after, and each chain's composition is no movement at all: the tokens
+// read as [B, H, W, C], the NHWC output read as tokens. A chain of view ops with a copy in it whose composition reads
+// every element of its source in the source's own order (a block view at offset 0 over as many elements) is a
+// Reshape of the source: the chain's last op becomes that Reshape, and the rest go when nothing else reads them
+// (SegFormer's tiny export: 19 Transposes in its CUDA plan, 2 strided copies each way around every convolution).
+int collapse_reshape_chains(Graph& g, const Uses& uses, std::vector<std::string>& notes) {
+  const auto numel_of = [](const Shape& shape) {
+    return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+  };
+  int collapsed = 0;
+  for (std::size_t i = g.nodes.size(); i-- > 0;) {
+    Node& n = g.nodes[i];
+    if (!is_view_op(n) || n.outputs.size() != 1 || uses.unused(n.outputs[0])) continue;
+    auto chain = composed_chain<Refined>(
+        g, uses, n.outputs[0], [](const Shape& shape) { return refined_of(contiguous_view(shape)); },
+        [&](const Node& op, const Refined& r, const Shape& out) { return through_refined(g, op, r, out); });
+    if (!chain || chain->copies < 1 || !is_block(chain->value.view) || chain->value.view.offset != 0) continue;
+    const auto in = static_shape(g, chain->source), out = static_shape(g, n.outputs[0]);
+    if (!in || !out || numel_of(*in) != numel_of(*out)) continue;
+    std::string note = describe(n) + " and the view ops before it (";
+    for (std::size_t op : chain->nodes) note += (op == chain->nodes.front() ? "" : ", ") + describe(g.nodes[op]);
+    notes.push_back(detail::str_cat(note, ", ", chain->copies, " copies) -> a Reshape of ", chain->source,
+                                    " (the same elements in the same order)"));
+    n = reshape_node(g, n.name + "_as_reshape", chain->source, *out, n.outputs[0]);
+    ++collapsed;
+  }
+  return collapsed;
 }
 
 // Note [Chains of copies become one]
@@ -770,6 +805,9 @@ PassResult fused_input_views(Graph& g, const PassContext& ctx) {
   const int attention = attention_reads_packed_heads(g, result.notes);  // Note [Attention reads packed heads ...]
   if (attention > 0) drop_dead();
   result.rewrites += attention;
+  const int reshapes = collapse_reshape_chains(g, Uses(g), result.notes);  // Note [View chains that are reshapes]
+  if (reshapes > 0) drop_dead();
+  result.rewrites += reshapes;
   const int collapsed = collapse_copy_chains(g, Uses(g), result.notes);
   if (collapsed > 0) drop_dead();
   result.rewrites += collapsed;

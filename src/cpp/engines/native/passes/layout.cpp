@@ -210,6 +210,35 @@ bool depthwise_conv(const Graph& g, const Node& n) {
   return c > 1 && n.attrs.get_int("group", 1) == c && conv->w->shape()[0] == c && conv->w->shape()[1] == 1;
 }
 
+// Note [Feature maps of tokens]
+// Vision transformers with convolutions between their blocks (SegFormer's Mix-FFN, PVT v2's, CvT's) make a feature
+// map of their tokens [B, H * W, C] as Reshape(Transpose(tokens, [0, 2, 1]), [B, C, H, W]), and tokens of the
+// convolution's output by the way back: an NCHW value whose channels-last reading [B, H, W, C] is the tokens
+// themselves. Such a value counts as channels-last for a depthwise FusedConv reading it: the Transpose to NHWC that
+// the conversion adds, with the chain before it, is a Reshape of the tokens, and so is the way back with the Reshape
+// and Transpose to tokens after it (Note [View chains that are reshapes] in fused_input_views.cpp, later in the
+// pipeline, makes them so). SegFormer's depthwise convolutions ran NCHW between two strided copies each.
+bool channels_last_for_free(const Graph& g, const Uses& uses, const std::string& value) {
+  const auto shape = static_shape(g, value);
+  if (!shape || shape->size() != 4) return false;
+  const auto chain = internal::view_chain(g, uses, value);
+  if (!chain || chain->view.offset != 0 || chain->view.shape != *shape) return false;
+  const auto source = static_shape(g, chain->source);
+  const auto numel = [](const std::vector<std::int64_t>& dims) {
+    std::int64_t n = 1;
+    for (const std::int64_t d : dims) n *= d;
+    return n;
+  };
+  if (!source || numel(*source) != numel(*shape)) return false;
+  std::int64_t expected = 1;  // the view read as [N, H, W, C] is one block in that order
+  for (const std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{2}, std::size_t{0}}) {
+    if ((*shape)[d] == 1) continue;
+    if (chain->view.strides[d] != expected) return false;
+    expected *= (*shape)[d];
+  }
+  return true;
+}
+
 // Note [Pointwise convolutions as GEMMs]
 // A 1x1 convolution (stride 1, no padding, one group) is, channels-last, a GEMM over the channel axis: [N * H * W, C]
 // times [C, O]. Where C or O is not a multiple of 8 cuDNN's tensor-core NHWC kernels do not take it (convertible_conv
@@ -426,7 +455,9 @@ class NhwcRewriter {
   // A tensor-core FusedConv, or a depthwise one whose input is channels-last: layout=NHWC with an OHWI weight. One
   // whose output shape is not known stays as it is (and no other case looks at it).
   bool convert_conv(const Node& original, const Node& n) {
-    if (!convertible_conv(g_, original) && !(depthwise_conv(g_, original) && nhwc_of_.count(n.inputs[0]) != 0)) {
+    if (!convertible_conv(g_, original) &&
+        !(depthwise_conv(g_, original) && (nhwc_of_.count(n.inputs[0]) != 0 ||  // Note [Feature maps of tokens]
+                                           channels_last_for_free(g_, original_uses_, original.inputs[0])))) {
       return false;
     }
     const auto y_shape = half_4d_shape(g_, n.outputs[0]);

@@ -2607,6 +2607,22 @@ TEST(NhwcLayout, TokensViewedAsFeatureMapsAreChannelsLastForFree) {
                to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
 }
 
+// Note [Unary ops move before view chains]: Whisper's and wav2vec 2.0's 1-D convolution stems (channels-last 2-D
+// convolutions between an Unsqueeze and a Squeeze) with a GELU between them: the GELU runs on the channels-last
+// output and the chains around it are Reshapes (the plans had 5 and 6 Transposes). The rewritten graphs compute what
+// the exports do.
+TEST(NhwcLayout, GeluBetweenOneDimensionalConvolutionsRunsChannelsLast) {
+  for (const auto& [name, transposes] : std::vector<std::pair<std::string, int>>{{"whisper_encoder", 1},
+                                                                                {"wav2vec2", 2}}) {
+    SCOPED_TRACE(name);
+    const CudaOptimized plan = tiny_export_for_cuda(name);
+    EXPECT_LE(count(plan.optimized, "Transpose"), transposes) << plan.optimized.str();
+    const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 132), DType::kFloat16)}};
+    expect_close(to_float32(run_graph(plan.original, feeds)),
+                 to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+  }
+}
+
 // A ShuffleNetV2 block of 12 channels (branches of 6: not multiples of 8) in a CUDA plan: the 1x1 convolutions are
 // Linears over the channels (Note [Pointwise convolutions as GEMMs]), the depthwise one runs channels-last, and the
 // channel split, the concatenation and the channel shuffle follow the channels-last values (Note [Channel

@@ -350,6 +350,81 @@ std::optional<Composed<Refined>> refined_chain(const Graph& g, const Uses& uses,
   return chain;
 }
 
+// Note [Unary ops move before view chains]
+// A 1-D convolution runs channels-last as a 2-D one between an Unsqueeze and a Squeeze (op_decomposition) with the
+// layout's Transposes around it, and Whisper's and wav2vec 2.0's stems put a GELU between one such convolution and
+// the next: NHWC -> Transpose -> Squeeze -> Gelu -> Unsqueeze -> Transpose -> NHWC, two copies. An elementwise op of
+// one input commutes with view ops, so where it reads a chain of them (each value read only by the next op, over as
+// many elements as the chain's source) it moves before the chain and reads the source, and the chain writes what the
+// op wrote: the op runs over as many elements as before, and the chains on either side of it meet (there their
+// composition reads the source in order: a Reshape, Note [View chains that are reshapes]).
+bool unary_elementwise(const Graph& g, const Node& n) {
+  static const std::set<std::string> onnx_unary = {
+      "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "HardSigmoid",
+      "HardSwish", "Softplus", "Elu", "LeakyRelu", "Selu", "Celu", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign"};
+  if (n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  const bool fused = n.op_type == "FusedElementwise" && !n.attrs.has("input_views") && !n.attrs.has("pieces");
+  const bool unary = (n.domain.empty() && onnx_unary.count(n.op_type) != 0) ||
+                     (n.domain == kXpurtDomain && (n.op_type == "Gelu" || fused));
+  const auto in = value_dtype(g, n.inputs[0]), out = value_dtype(g, n.outputs[0]);
+  return unary && in && out && *in == *out;
+}
+
+// The view ops that made `value` (read only by node `reader`), last first, each value read only by the next op;
+// `source` gets what the first reads and `copying` how many of them copy.
+std::vector<std::size_t> private_view_chain(const Graph& g, const Uses& uses, std::string value, std::size_t reader,
+                                            std::string* source, int* copying) {
+  std::vector<std::size_t> chain;
+  *copying = 0;
+  while (chain.size() < 16) {
+    const auto p = uses.producer(value);
+    if (!p || !is_view_op(g.nodes[*p]) || !uses.only_reader(value, reader) || uses.is_graph_output(value)) break;
+    const Node& v = g.nodes[*p];
+    const auto in = static_shape(g, v.inputs[0]), out = static_shape(g, v.outputs[0]);
+    if (v.outputs.size() != 1 || !in || !out) break;
+    *copying += copies(g, v, *in, *out) ? 1 : 0;
+    chain.push_back(*p);
+    reader = *p;
+    value = v.inputs[0];
+  }
+  *source = value;
+  return chain;
+}
+
+int move_unary_before_views(Graph& g, std::vector<std::string>& notes) {
+  const Uses uses(g);
+  std::map<std::size_t, std::vector<Node>> before;
+  std::set<std::size_t> moved;
+  const auto numel = [](const Shape& shape) {
+    return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+  };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& u = g.nodes[i];
+    if (!unary_elementwise(g, u)) continue;
+    std::string at;
+    int copying = 0;
+    const std::vector<std::size_t> chain = private_view_chain(g, uses, u.inputs[0], i, &at, &copying);
+    const auto source = static_shape(g, at), read = static_shape(g, u.inputs[0]);
+    if (copying == 0 || !source || !read || numel(*source) != numel(*read) || !value_type(g, at)) continue;
+    Node op = u;
+    const std::string activated = g.unique_name(at + "_" + u.op_type);
+    ValueType type = *value_type(g, at);
+    type.dtype = *value_dtype(g, u.outputs[0]);
+    g.types[activated] = type;
+    op.inputs = {at};
+    op.outputs = {activated};
+    g.nodes[chain.back()].inputs[0] = activated;
+    g.types.erase(u.inputs[0]);
+    g.nodes[chain.front()].outputs[0] = u.outputs[0];
+    notes.push_back(detail::str_cat(describe(u), " moved before the ", chain.size(), " view op(s) that made its input",
+                                    " (it reads ", at, ")"));
+    before[chain.back()].push_back(std::move(op));
+    moved.insert(i);
+  }
+  if (!moved.empty()) insert_before(g, std::move(before), moved);
+  return static_cast<int>(moved.size());
+}
+
 // Note [View chains that are reshapes]
 // SegFormer (like PVT and other vision transformers with convolutions between their attention blocks) makes a feature
 // map of its tokens [B, H * W, C] with a Transpose(0, 2, 1) and a Reshape to [B, C, H, W], and tokens of a feature
@@ -805,6 +880,7 @@ PassResult fused_input_views(Graph& g, const PassContext& ctx) {
   const int attention = attention_reads_packed_heads(g, result.notes);  // Note [Attention reads packed heads ...]
   if (attention > 0) drop_dead();
   result.rewrites += attention;
+  result.rewrites += move_unary_before_views(g, result.notes);  // Note [Unary ops move before view chains]
   const int reshapes = collapse_reshape_chains(g, Uses(g), result.notes);  // Note [View chains that are reshapes]
   if (reshapes > 0) drop_dead();
   result.rewrites += reshapes;

@@ -20,7 +20,9 @@
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
 #             op types whose kernel decisions to print)
-# Carry .third_party (scripts/gpu_check.sh --prepare) with the call.
+# Carry .third_party (scripts/gpu_check.sh --prepare) with the call; a call that carries a part of ONNX Runtime's
+# CUDA EP (.ortgpuN, scripts/stage_ort_cuda.sh) adds it to the machine's stage, and once all are there the EP is
+# used (XPURT_ORT_CUDA_PROVIDER; ORT=1 for SUITE's ONNX Runtime columns, TARGETS must then include ort_direct_bench).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -30,6 +32,10 @@ SP=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 export LD_LIBRARY_PATH=$SP/nvidia/cudnn/lib:$SP/nvidia/cu13/lib:${LD_LIBRARY_PATH:-} PYTHONUNBUFFERED=1
 left() { echo $(( ${LIMIT:-480} - ($(date +%s) - T0) )); }
 stamp() { echo "== $1 at $(( $(date +%s) - T0 )) s ($(date -u +%H:%M:%S) UTC)"; }
+if compgen -G ".ortgpu*" > /dev/null; then  # ONNX Runtime's CUDA EP, staged over calls (scripts/stage_ort_cuda.sh)
+  scripts/ort_cuda_unstage.sh | tail -2
+  eval "$(scripts/ort_cuda_unstage.sh --export 2>/dev/null)" || true
+fi
 XPURT_GPU_TARGETS="${TARGETS:-_core}" OUT="$OUT" scripts/gpu_check.sh --build-only 2>&1 | tail -3
 stamp "build done"
 export PYTHONPATH=$PWD/src/python

@@ -288,7 +288,11 @@ std::optional<Composed<V>> composed_chain(const Graph& g, const Uses& uses, cons
   if (ops.empty()) return std::nullopt;
   Composed<V> chain;
   chain.source = at;
-  chain.value = start(*static_shape(g, at));
+  const Shape source = *static_shape(g, at);
+  for (std::int64_t d : source) {
+    if (d <= 0) return std::nullopt;  // nothing to read (and no size to divide by: refine)
+  }
+  chain.value = start(source);
   for (std::size_t i = ops.size(); i-- > 0;) {
     const Node& n = g.nodes[ops[i]];
     const Shape out = *static_shape(g, n.outputs[0]);

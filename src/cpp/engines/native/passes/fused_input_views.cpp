@@ -367,7 +367,17 @@ bool unary_elementwise(const Graph& g, const Node& n) {
       "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "HardSigmoid",
       "HardSwish", "Softplus", "Elu", "LeakyRelu", "Selu", "Celu", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign"};
   if (n.inputs.size() != 1 || n.outputs.size() != 1) return false;
-  const bool fused = n.op_type == "FusedElementwise" && !n.attrs.has("input_views") && !n.attrs.has("pieces");
+  // A fused program that reduces over rows or rotates halves of the last axis depends on the shape it reads.
+  bool fused = n.op_type == "FusedElementwise" && !n.attrs.has("input_views") && !n.attrs.has("pieces") &&
+               n.attrs.get_int("row_axes", 0) == 0;
+  if (fused && n.domain == kXpurtDomain) {
+    try {
+      const fused::Program program = fused::parse(n.attrs.get_string("program", ""), 1);
+      fused = !program.reduces() && !program.rotates();
+    } catch (const std::exception&) {
+      fused = false;
+    }
+  }
   const bool unary = (n.domain.empty() && onnx_unary.count(n.op_type) != 0) ||
                      (n.domain == kXpurtDomain && (n.op_type == "Gelu" || fused));
   const auto in = value_dtype(g, n.inputs[0]), out = value_dtype(g, n.outputs[0]);

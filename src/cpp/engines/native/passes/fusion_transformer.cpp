@@ -252,9 +252,29 @@ std::optional<std::pair<std::size_t, double>> scale_operand(const Graph& g, cons
 // against the scores' B * H * Sq * Sk. The product rounds q * s to Q's type where the unfused chain rounded q k^T and
 // its product with s: a rounding of Q's size either way. Not with merged batch dims or promoted scores.
 
+// Whether `value` is computed from node `node`'s outputs (or may be: past 64 producers it says so): a per-head
+// scale computed from the scores cannot move onto Q (Note [Per-head scales of the scores]).
+bool depends_on(const Graph& g, const Uses& uses, const std::string& value, std::size_t node) {
+  std::vector<std::string> todo = {value};
+  std::set<std::string> seen;
+  while (!todo.empty()) {
+    const std::string v = todo.back();
+    todo.pop_back();
+    if (!seen.insert(v).second) continue;
+    if (seen.size() > 64) return true;
+    const auto p = uses.producer(v);
+    if (!p) continue;
+    if (*p == node) return true;
+    for (const std::string& in : g.nodes[*p].inputs) {
+      if (!in.empty()) todo.push_back(in);
+    }
+  }
+  return false;
+}
+
 // A Mul of the scores by a per-head scale (Note [Per-head scales of the scores]): the scale's input index.
 std::optional<std::size_t> head_scale_operand(const Graph& g, const Node& n) {
-  if (!is_onnx(n, "Mul") || n.inputs.size() != 2) return std::nullopt;
+  if (!is_onnx(n, "Mul") || n.inputs.size() != 2 || n.inputs[0] == n.inputs[1]) return std::nullopt;
   const auto out = value_type(g, n.outputs[0]);
   if (!out || !out->has_shape || out->shape.size() != 4) return std::nullopt;
   for (std::size_t k = 0; k < 2; ++k) {
@@ -1402,7 +1422,12 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     if (rw.taken(si) || !is_onnx(softmax, "Softmax") || softmax.inputs.size() != 1) continue;
     const std::int64_t opset = g.opset(softmax.domain);
     const std::int64_t axis = softmax.attrs.get_int("axis", opset >= 13 ? -1 : 1);
-    if (axis != -1 && axis != 3) continue;  // opset < 13 flattens at axis: axis 3 of a 4-D tensor is the last
+    // The last axis: -1, or rank - 1 (opset < 13 flattens at axis, the same there); Q K^T may be of rank > 4 (Note
+    // [Attention over more than one batch dim]).
+    const auto scores_type = value_type(g, softmax.inputs[0]);
+    const bool last_axis = axis == -1 || (scores_type && scores_type->has_shape &&
+                                          axis == static_cast<std::int64_t>(scores_type->shape.size()) - 1);
+    if (!last_axis) continue;
     // Backwards from the softmax (or its upcast: Note [Softmax in float32]): [Add t2] <- [Add t1] <- [Div|Mul scale]
     // <- MatMul(Q, K^T) (Note [Attention with additive terms]).
     const auto casts = softmax_casts(g, m, si);
@@ -1450,7 +1475,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       }
     }
     auto qk = m.sole_producer(scores, reader, "MatMul");
-    if (!qk) continue;
+    if (!qk || (head_scale && depends_on(g, uses, *head_scale, *qk))) continue;
     nodes.push_back(*qk);
     const Node& qk_node = m.node(*qk);
     // PyTorch's scaled_dot_product_attention export scales Q and K^T by sqrt(scale) each before the MatMul.

@@ -361,7 +361,8 @@ std::optional<Composed<Refined>> refined_chain(const Graph& g, const Uses& uses,
 // one input commutes with view ops, so where it reads a chain of them (each value read only by the next op, over as
 // many elements as the chain's source) it moves before the chain and reads the source, and the chain writes what the
 // op wrote: the op runs over as many elements as before, and the chains on either side of it meet (there their
-// composition reads the source in order: a Reshape, Note [View chains that are reshapes]).
+// composition reads the source in order: a Reshape, Note [View chains that are reshapes]). Not a fused program that
+// reduces over rows or rotates halves of the last axis: those depend on the shape they read.
 bool unary_elementwise(const Graph& g, const Node& n) {
   static const std::set<std::string> onnx_unary = {
       "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "HardSigmoid",

@@ -250,7 +250,8 @@ std::optional<std::pair<std::size_t, double>> scale_operand(const Graph& g, cons
 // dim 1 or the scores' own, of the scores' type) and gives the Attention q * s through a Mul beside it: an
 // elementwise pass over Q's B * H * Sq * D elements, which elementwise fusion joins to Q's producer where it can,
 // against the scores' B * H * Sq * Sk. The product rounds q * s to Q's type where the unfused chain rounded q k^T and
-// its product with s: a rounding of Q's size either way. Not with merged batch dims or promoted scores.
+// its product with s: a rounding of Q's size either way. Not with merged batch dims or promoted scores, and not a
+// factor computed from the scores themselves.
 
 // Whether `value` is computed from node `node`'s outputs (or may be: past 64 producers it says so): a per-head
 // scale computed from the scores cannot move onto Q (Note [Per-head scales of the scores]).

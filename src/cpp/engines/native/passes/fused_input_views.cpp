@@ -18,8 +18,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <functional>
-#include <numeric>
 #include <map>
 #include <utility>
 #include <set>
@@ -41,16 +39,6 @@ namespace {
 
 using Shape = std::vector<std::int64_t>;
 
-// Whether `v` reads one contiguous block (size-1 axes aside): then its tensor is a view already.
-bool is_block(const fused::InputView& v) {
-  std::int64_t expected = 1;
-  for (std::size_t d = v.shape.size(); d-- > 0;) {
-    if (v.shape[d] == 1) continue;
-    if (v.strides[d] != expected) return false;
-    expected *= v.shape[d];
-  }
-  return true;
-}
 
 std::optional<std::vector<std::int64_t>> constant_ints(const Graph& g, const Node& n, std::size_t k) {
   if (!n.has_input(k)) return std::nullopt;
@@ -345,11 +333,18 @@ std::optional<Refined> through_refined(const Graph& g, const Node& n, const Refi
   return std::nullopt;
 }
 
-// Note [Copies through reshapes that strides cannot express]: the view ops that made `value` over finer axes.
-std::optional<Composed<Refined>> refined_chain(const Graph& g, const Uses& uses, const std::string& value) {
-  auto chain = composed_chain<Refined>(
+// The view ops that made `value`, composed over finer axes (Note [Copies through reshapes that strides cannot
+// express]).
+std::optional<Composed<Refined>> refined_composition(const Graph& g, const Uses& uses, const std::string& value) {
+  return composed_chain<Refined>(
       g, uses, value, [](const Shape& shape) { return refined_of(contiguous_view(shape)); },
       [&](const Node& n, const Refined& r, const Shape& out) { return through_refined(g, n, r, out); });
+}
+
+// Note [Copies through reshapes that strides cannot express]: the view ops that made `value` over finer axes, where
+// they copy.
+std::optional<Composed<Refined>> refined_chain(const Graph& g, const Uses& uses, const std::string& value) {
+  auto chain = refined_composition(g, uses, value);
   if (!chain || is_block(chain->value.view)) return std::nullopt;
   return chain;
 }
@@ -410,9 +405,6 @@ int move_unary_before_views(Graph& g, std::vector<std::string>& notes) {
   const Uses uses(g);
   std::map<std::size_t, std::vector<Node>> before;
   std::set<std::size_t> moved;
-  const auto numel = [](const Shape& shape) {
-    return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
-  };
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& u = g.nodes[i];
     if (!unary_elementwise(g, u)) continue;
@@ -420,7 +412,7 @@ int move_unary_before_views(Graph& g, std::vector<std::string>& notes) {
     int copying = 0;
     const std::vector<std::size_t> chain = private_view_chain(g, uses, u.inputs[0], i, &at, &copying);
     const auto source = static_shape(g, at), read = static_shape(g, u.inputs[0]);
-    if (copying == 0 || !source || !read || numel(*source) != numel(*read) || !value_type(g, at)) continue;
+    if (copying == 0 || !source || !read || numel_of(*source) != numel_of(*read) || !value_type(g, at)) continue;
     Node op = u;
     const std::string activated = g.unique_name(at + "_" + u.op_type);
     ValueType type = *value_type(g, at);
@@ -450,16 +442,11 @@ int move_unary_before_views(Graph& g, std::vector<std::string>& notes) {
 // Reshape of the source: the chain's last op becomes that Reshape, and the rest go when nothing else reads them
 // (SegFormer's tiny export: 19 Transposes in its CUDA plan, 2 strided copies each way around every convolution).
 int collapse_reshape_chains(Graph& g, const Uses& uses, std::vector<std::string>& notes) {
-  const auto numel_of = [](const Shape& shape) {
-    return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
-  };
   int collapsed = 0;
   for (std::size_t i = g.nodes.size(); i-- > 0;) {
     Node& n = g.nodes[i];
     if (!is_view_op(n) || n.outputs.size() != 1 || uses.unused(n.outputs[0])) continue;
-    auto chain = composed_chain<Refined>(
-        g, uses, n.outputs[0], [](const Shape& shape) { return refined_of(contiguous_view(shape)); },
-        [&](const Node& op, const Refined& r, const Shape& out) { return through_refined(g, op, r, out); });
+    auto chain = refined_composition(g, uses, n.outputs[0]);
     if (!chain || chain->copies < 1 || !is_block(chain->value.view) || chain->value.view.offset != 0) continue;
     const auto in = static_shape(g, chain->source), out = static_shape(g, n.outputs[0]);
     if (!in || !out || numel_of(*in) != numel_of(*out)) continue;

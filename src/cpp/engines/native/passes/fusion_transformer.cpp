@@ -1269,19 +1269,11 @@ std::string reshaped_input(Graph& g, const std::string& value, const ValueType& 
 }
 
 // A term of the rank-R scores as a term of the merged ones: itself when of rank 3 or less, else viewed as its last
-// three dims when the others are 1; nullopt when a leading dim is not 1.
-std::optional<std::string> merged_term(Graph& g, const std::string& term, std::vector<Node>& new_nodes) {
-  const auto t = value_type(g, term);
-  if (!t || !t->has_shape) return std::nullopt;
-  if (t->shape.size() <= 3) return term;
-  for (std::size_t d = 0; d + 3 < t->shape.size(); ++d) {
-    if (!t->shape[d].known() || t->shape[d].value != 1) return std::nullopt;
-  }
-  for (std::size_t d = t->shape.size() - 3; d < t->shape.size(); ++d) {
-    if (!t->shape[d].known()) return std::nullopt;
-  }
-  ValueType three = *t;
-  three.shape.assign(t->shape.end() - 3, t->shape.end());
+// three dims (term_shape(merged) checked that the others are 1 and every dim static).
+std::string merged_term(Graph& g, const std::string& term, std::vector<Node>& new_nodes) {
+  ValueType three = *value_type(g, term);
+  if (three.shape.size() <= 3) return term;
+  three.shape.erase(three.shape.begin(), three.shape.end() - 3);
   return reshaped_input(g, term, three, term + "_merged", new_nodes);
 }
 
@@ -1576,7 +1568,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     }
     std::vector<std::string> terms = additive->terms;
     for (std::string& term : terms) {
-      if (merged.rank > 4) term = *merged_term(g, term, new_nodes);  // checked by term_shape
+      if (merged.rank > 4) term = merged_term(g, term, new_nodes);  // checked by term_shape
     }
     if (additive->window) {
       terms.push_back(window_term_input(g, *additive->window, dtype, qk_node.name, new_nodes));

@@ -224,19 +224,13 @@ bool channels_last_for_free(const Graph& g, const Uses& uses, const std::string&
   const auto chain = internal::view_chain(g, uses, value);
   if (!chain || chain->view.offset != 0 || chain->view.shape != *shape) return false;
   const auto source = static_shape(g, chain->source);
-  const auto numel = [](const std::vector<std::int64_t>& dims) {
-    std::int64_t n = 1;
-    for (const std::int64_t d : dims) n *= d;
-    return n;
-  };
-  if (!source || numel(*source) != numel(*shape)) return false;
-  std::int64_t expected = 1;  // the view read as [N, H, W, C] is one block in that order
-  for (const std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{2}, std::size_t{0}}) {
-    if ((*shape)[d] == 1) continue;
-    if (chain->view.strides[d] != expected) return false;
-    expected *= (*shape)[d];
+  if (!source || internal::numel_of(*source) != internal::numel_of(*shape)) return false;
+  fused::InputView nhwc;  // the view read as [N, H, W, C]: one block in that order
+  for (const std::size_t d : {std::size_t{0}, std::size_t{2}, std::size_t{3}, std::size_t{1}}) {
+    nhwc.shape.push_back(chain->view.shape[d]);
+    nhwc.strides.push_back(chain->view.strides[d]);
   }
-  return true;
+  return internal::is_block(nhwc);
 }
 
 // Note [Pointwise convolutions as GEMMs]

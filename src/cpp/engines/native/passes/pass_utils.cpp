@@ -382,6 +382,22 @@ fused::InputView contiguous_view(const std::vector<std::int64_t>& shape) {
   return v;
 }
 
+bool is_block(const fused::InputView& v) {
+  std::int64_t expected = 1;
+  for (std::size_t d = v.shape.size(); d-- > 0;) {
+    if (v.shape[d] == 1) continue;
+    if (v.strides[d] != expected) return false;
+    expected *= v.shape[d];
+  }
+  return true;
+}
+
+std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) n *= d;
+  return n;
+}
+
 bool constant_linear(const Graph& g, const Node& l) {
   if (l.domain != kXpurtDomain || l.op_type != "Linear" || l.inputs.size() < 2 || l.outputs.size() != 1) return false;
   const Tensor* w = constant(g, l.inputs[1]);

@@ -153,6 +153,10 @@ void insert_before(Graph& g, std::map<std::size_t, std::vector<Node>> before,
 
 // The row-major view of a tensor of `shape`: what a fused node reads of an input without a view.
 fused::InputView contiguous_view(const std::vector<std::int64_t>& shape);
+// Whether `v` reads one contiguous block (size-1 axes aside): then its tensor is a view already.
+bool is_block(const fused::InputView& v);
+// The number of elements of a static shape.
+std::int64_t numel_of(const std::vector<std::int64_t>& shape);
 
 // A com.xpuruntime Linear of one output whose weight is a 2-D constant and whose bias is a constant or absent (its
 // residual, input 3, may be anything).

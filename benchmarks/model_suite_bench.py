@@ -354,20 +354,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     models = [m for m in args.models.split(",") if m]
     skip = [s for s in args.skip.split(",") if s]
     batches = [int(b) for b in args.batches.split(",")]
-    if args.prepare_only and args.prepare_jobs > 0:  # the parallel preparation alone (a device call of its own)
+    if args.prepare_jobs > 0:
         args.dir.mkdir(parents=True, exist_ok=True)
         prepare_in_parallel(models, args.prepare_jobs, list(argv if argv is not None else sys.argv[1:]))
-        return 0
-    if args.prepare_only:
+        if args.prepare_only:  # the parallel preparation alone (a device call of its own)
+            return 0
+    elif args.prepare_only:  # one of prepare_in_parallel's processes
         for name in models:
             try:
                 prepare_model(name, args.dir, batches, args.seq, skip)
             except Exception as error:  # noqa: BLE001: the timing run reports it in its table
                 print(f"prepare {name}: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
         return 0
-    if args.prepare_jobs > 0:
-        args.dir.mkdir(parents=True, exist_ok=True)
-        prepare_in_parallel(models, args.prepare_jobs, list(argv if argv is not None else sys.argv[1:]))
     rows = []
     for name in models:
         rows += bench_model(name, args.dir, batches, args.seq, args.iterations, args.warmup, binary, skip, kernels,

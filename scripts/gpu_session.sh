@@ -57,19 +57,24 @@ if [ -n "${ROOFLINE:-}" ]; then
   grep -E "^\| [a-z]" "$OUT/roofline.log" | cut -c1-220
   stamp "roofline done"
 fi
+# The models a PREPARE or SUITE value names: "all" is every architecture of scripts/model_suite.py.
+suite_models() {
+  if [ "$1" = all ]; then
+    python3 -c 'import sys; sys.path.insert(0, "scripts"); import model_suite as m
+print(",".join(a.name for a in m.ARCHS))'
+  else
+    echo "$1"
+  fi
+}
 if [ -n "${PREPARE:-}" ]; then  # exports and Inductor's cache for a SUITE call that follows on the warm machine
-  models=$PREPARE
-  [ "$models" = all ] && models=$(python3 -c 'import sys; sys.path.insert(0, "scripts"); import model_suite as m
-print(",".join(a.name for a in m.ARCHS))')
+  models=$(suite_models "$PREPARE")
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \
     --prepare-jobs "${JOBS:-8}" --prepare-only > "$OUT/prepare.log" 2>&1
   tail -3 "$OUT/prepare.log"
   stamp "prepare done"
 fi
 if [ -n "${SUITE:-}" ]; then
-  models=$SUITE
-  [ "$models" = all ] && models=$(python3 -c 'import sys; sys.path.insert(0, "scripts"); import model_suite as m
-print(",".join(a.name for a in m.ARCHS))')
+  models=$(suite_models "$SUITE")
   skip=ort,ort_graphs,torch_graph
   [ -n "${ORT:-}" ] && skip=torch_graph
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \

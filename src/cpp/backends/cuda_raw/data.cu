@@ -204,6 +204,11 @@ __global__ void __launch_bounds__(kTile * kTileRows) transpose_pairs_kernel(
 // written in order, x read from a few rows at a time); the tiles keep the rest.
 constexpr std::int64_t kSmallRunBytes = 8192;  // shared memory per block for a run of small matrices
 
+// Whether matrices of `elements` elements of `element_size` bytes are small ones (at least two fit in a run).
+constexpr bool small_matrices(std::int64_t elements, std::int64_t element_size) {
+  return elements * element_size <= kSmallRunBytes / 2;
+}
+
 template <typename E>
 __global__ void __launch_bounds__(kThreads) transpose_small_kernel(const E* x, E* y, std::int64_t matrices,
                                                                    int size_a, int size_b, int per_block,
@@ -257,7 +262,7 @@ bool launch_transpose_small(const void* x, void* y, std::int64_t size_a, std::in
                             const std::vector<std::int64_t>& batch_out, cudaStream_t stream) {
   const std::int64_t ab = size_a * size_b;
   const auto es = static_cast<std::int64_t>(sizeof(E));
-  if (batch_sizes.size() > 1 || in_stride_a != size_b || out_stride_b != size_a || ab * es > kSmallRunBytes / 2) {
+  if (batch_sizes.size() > 1 || in_stride_a != size_b || out_stride_b != size_a || !small_matrices(ab, es)) {
     return false;
   }
   if (!batch_sizes.empty() && (batch_in[0] != ab || batch_out[0] != ab)) return false;
@@ -801,8 +806,8 @@ void transpose(const void* x, void* y, std::size_t element_size, const std::vect
   }
   const std::int64_t size_a = sizes.back(), size_b = sizes[q];
   const std::int64_t in_stride_a = steps.back(), out_stride_b = out_strides[q];
-  const bool small = size_a * size_b * static_cast<std::int64_t>(element_size) <= kSmallRunBytes / 2;
-  if (std::min(size_a, size_b) < kShortSide && !small) {  // Note [Transposes of small matrices]
+  if (std::min(size_a, size_b) < kShortSide &&
+      !small_matrices(size_a * size_b, static_cast<std::int64_t>(element_size))) {  // Note [Transposes of small matrices]
     strided_gather(x, y, element_size, out_shape, strides, stream);
     return;
   }

@@ -15,14 +15,17 @@
 #             JOBS (default 8) processes exported and compiled them; with ORT ONNX Runtime's CUDA EP columns too
 #             (XPURT_ORT_CUDA_PROVIDER set: scripts/ort_cuda_unstage.sh). The table and summary: suite.md, rendered
 #             from the rows done when the time ran out
+#   SKIP      more columns SUITE leaves out (e.g. torch_eager)
 #   PREPARE   the same models' exports and compiles only (JOBS processes), for a SUITE call on the warm machine
 #   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
 #             op types whose kernel decisions to print)
 # Carry .third_party (scripts/gpu_check.sh --prepare) with the call; a call that carries a part of ONNX Runtime's
-# CUDA EP (.ortgpuN, scripts/stage_ort_cuda.sh) adds it to the machine's stage, and once all are there the EP is
-# used (XPURT_ORT_CUDA_PROVIDER; ORT=1 for SUITE's ONNX Runtime columns, TARGETS must then include ort_direct_bench).
+# CUDA EP (.ortgpuN, scripts/stage_ort_cuda.sh; two parts, which fit beside the tree once scripts/device_slim.sh
+# moved the exports the device does not read) adds it to the machine's stage, and once all are there the EP is used
+# and the ONNX Runtime core is in .deps/onnxruntime (XPURT_ORT_CUDA_PROVIDER; ORT=1 for SUITE's ONNX Runtime
+# columns, TARGETS must then include ort_direct_bench).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -77,6 +80,7 @@ if [ -n "${SUITE:-}" ]; then
   models=$(suite_models "$SUITE")
   skip=ort,ort_graphs,torch_graph
   [ -n "${ORT:-}" ] && skip=torch_graph
+  skip=$skip${SKIP:+,$SKIP}
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \
     --skip "$skip" --iterations 30 --warmup 5 --prepare-jobs "${JOBS:-8}" > "$OUT/suite.log" 2>&1
   python3 benchmarks/model_suite_bench.py --render "$OUT/suite.log" > "$OUT/suite.md"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine: collects the parts of ONNX Runtime's CUDA execution provider that
-# scripts/stage_ort_cuda.sh split into .ortgpu1/ .ortgpu2/ .ortgpu3/ (carried one per call), and once every part
-# is there rebuilds libonnxruntime_providers_cuda.so, checks its sha256 and prints the line that points the
-# onnxruntime engine at it:
+# Runs on the GPU machine: collects the parts of the bundle scripts/stage_ort_cuda.sh split into .ortgpu1/
+# .ortgpu2/ ... (carried one per call: ONNX Runtime's CUDA execution provider plugin and the ONNX Runtime core), and
+# once every part is there unpacks it, checks both libraries' sha256, puts the core in .deps/onnxruntime (where
+# CMake finds it for ort_direct_bench) when it is not there already, and prints the line that points the onnxruntime
+# engine at the plugin:
 #   export XPURT_ORT_CUDA_PROVIDER=/tmp/ort/libonnxruntime_providers_cuda.so
 #
 #   scripts/ort_cuda_unstage.sh [--export] [--dest DIR]
@@ -48,8 +49,21 @@ done
 parts="$(awk '$1 == "parts" {print $2}' "${stage}/MANIFEST")"
 library_sha="$(awk '$1 == "library_sha256" {print $2}' "${stage}/MANIFEST")"
 stream_sha="$(awk '$1 == "stream_sha256" {print $2}' "${stage}/MANIFEST")"
+core_sha="$(awk '$1 == "core_sha256" {print $2}' "${stage}/MANIFEST")"
+[[ -n "${core_sha}" ]] || die "the MANIFEST predates the bundle of plugin and core: run scripts/stage_ort_cuda.sh again"
+core="${repo_root}/.deps/onnxruntime"
+
+# The core the bundle carried, in .deps/onnxruntime unless a copy with the same library is there.
+restore_core() {
+  if [[ ! -f "${core}/lib/libonnxruntime.so" || \
+        "$(sha256sum "${core}/lib/libonnxruntime.so" | cut -d' ' -f1)" != "${core_sha}" ]]; then
+    rm -rf "${core}" && mkdir -p "$(dirname "${core}")" && cp -a "${dest}/onnxruntime" "${core}"
+    say "restored the ONNX Runtime core into .deps/onnxruntime"
+  fi
+}
 
 if [[ -f "${library}" && "$(sha256sum "${library}" | cut -d' ' -f1)" == "${library_sha}" ]]; then
+  restore_core
   echo "export XPURT_ORT_CUDA_PROVIDER=${library}"
   exit 0
 fi
@@ -67,11 +81,17 @@ fi
 actual_stream="$(cat "${stage}"/part* | sha256sum | cut -d' ' -f1)"
 [[ "${actual_stream}" == "${stream_sha}" ]] || die "the staged parts do not match the MANIFEST (sha256 \
 ${actual_stream}, expected ${stream_sha}); rm -rf ${stage} and stage again"
-mkdir -p "${dest}"
-cat "${stage}"/part* | xz -d > "${library}.partial"
-actual_library="$(sha256sum "${library}.partial" | cut -d' ' -f1)"
-[[ "${actual_library}" == "${library_sha}" ]] || die "the rebuilt library's sha256 is ${actual_library}, expected \
+rm -rf "${dest}.partial" && mkdir -p "${dest}.partial"
+cat "${stage}"/part* | xz -d | tar -x -C "${dest}.partial" || die "could not unpack the staged bundle"
+unpacked="${dest}.partial/ort/libonnxruntime_providers_cuda.so"
+actual_library="$(sha256sum "${unpacked}" | cut -d' ' -f1)"
+[[ "${actual_library}" == "${library_sha}" ]] || die "the rebuilt plugin's sha256 is ${actual_library}, expected \
 ${library_sha}"
-mv "${library}.partial" "${library}"
+actual_core="$(sha256sum "${dest}.partial/onnxruntime/lib/libonnxruntime.so" | cut -d' ' -f1)"
+[[ "${actual_core}" == "${core_sha}" ]] || die "the unpacked core's sha256 is ${actual_core}, expected ${core_sha}"
+mkdir -p "${dest}"
+rm -rf "${dest}/onnxruntime" && mv "${dest}.partial/onnxruntime" "${dest}/onnxruntime"
+mv "${unpacked}" "${library}" && rm -rf "${dest}.partial"
 say "rebuilt ${library} ($(du -m "${library}" | cut -f1) MB, sha256 ok)"
+restore_core
 echo "export XPURT_ORT_CUDA_PROVIDER=${library}"

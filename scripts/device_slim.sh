@@ -25,7 +25,7 @@ if [[ "${1:-}" == --restore ]]; then
   exit 0
 fi
 [[ -z "${1:-}" ]] || { echo "device_slim.sh: unknown argument $1 (none, or --restore)" >&2; exit 2; }
-[[ ! -e "${SLIM}" ]] || { echo "device_slim.sh: error: ${SLIM}/ exists: already slimmed (--restore first)" >&2; exit 1; }
+[[ ! -e "${SLIM}" ]] || { echo "device_slim.sh: error: ${SLIM}/ exists: already slimmed (--restore it)" >&2; exit 1; }
 mapfile -t moved < <(git ls-files 'models/suite/tiny/*.torchscript.*.onnx' 'models/suite/tiny/*.dynamo.float32.onnx')
 for f in "${moved[@]}"; do
   mkdir -p "${SLIM}/$(dirname "${f}")" && mv "${f}" "${SLIM}/${f}"

@@ -107,10 +107,6 @@ EXCLUSIONS: List[Exclusion] = [
               or c.inputs[1].shape[3 if c.attrs.get("layout", "NCHW") == "NHWC" else 1] != 1,
               "the depthwise kernel takes depthwise convolutions only (groups == channels == outputs, NCHW or NHWC); "
               "the others run on cudnn"),
-    Exclusion("cudnn", "conv2d", lambda c, dt: c.attrs.get("activation", "none") not in ("none", "relu"),
-              "cuDNN fuses relu only; silu and hard_swish run on the depthwise kernel"),
-    Exclusion("cudnn_search", "conv2d", lambda c, dt: c.attrs.get("activation", "none") not in ("none", "relu"),
-              "cuDNN fuses relu only; silu and hard_swish run on the depthwise kernel"),
     Exclusion("flash_v2", "attention", lambda c, dt: dt == "float32",
               "flash_v2 is a float16/bfloat16 kernel (tensor-core mma); float32 attention runs on 'unfused'"),
     Exclusion("flash_v2", "attention", lambda c, dt: _head_dim(c, 0) not in (32, 64, 128),

@@ -16,12 +16,14 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/conv_layout.h"
+#include "cudnn_kernels.h"
 #include "cudnn_utils.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/exceptions.h"
@@ -60,6 +62,15 @@ using cudnn::kZero;
 // Without a bias (and in the unfused case) the plan runs cudnnConvolutionForward, then cudnnAddTensor for the
 // bias ([1, O, 1, 1], broadcast) and for the residual, then cudnnActivationForward (ReLU, in place).
 
+// Note [cuDNN conv activations after the epilogue]
+// conv_fusion folds SiLU, HardSwish and ReLU6 into depthwise convolutions (cuda_raw's depthwise kernels apply them
+// in their epilogue), and the dispatcher times those against cuDNN (Note [Timed first choices]). With cuDNN limited
+// to ReLU there was nothing to time: MobileViT's 3x3 depthwise convolutions with SiLU ran on the own kernel at about
+// twice cuDNN's time (docs/benchmarks.md). So cuDNN takes them too: the convolution as for "none" (bias fused with
+// an identity activation where IMPLICIT_PRECOMP_GEMM is usable), then one in-place pass over y of the backend's own
+// (launch_activation_in_place, 16-byte vectors). The extra pass is what a separate activation node would cost; the
+// timing decides whether it is worth it.
+
 // Note [cuDNN conv plan record]
 // The record is a JSON object:
 //   {"algo": "IMPLICIT_PRECOMP_GEMM", "math": "TENSOR_OP_MATH", "fused": true, "workspace": 1258291,
@@ -86,6 +97,7 @@ struct ConvShape {
   bool has_bias = false;
   bool has_residual = false;
   bool relu = false;
+  std::optional<cudnn::ConvActivation> after;  // silu, relu6, hard_swish: a pass over y after the epilogue
   bool nhwc = false;  // layout=NHWC: x, y, residual channels-last, the weight [o, kh, kw, c / groups]
 };
 
@@ -118,7 +130,11 @@ ConvShape conv_shape(const OpDescriptor& desc) {
   s.groups = desc.attrs.get_int("groups", 1);
   s.has_bias = desc.inputs.size() > 2 && desc.inputs[2].present;
   s.has_residual = desc.inputs.size() > 3 && desc.inputs[3].present;
-  s.relu = desc.attrs.get_string("activation", "none") == "relu";
+  const std::string activation = desc.attrs.get_string("activation", "none");
+  s.relu = activation == "relu";
+  if (activation == "silu") s.after = cudnn::ConvActivation::kSilu;
+  if (activation == "relu6") s.after = cudnn::ConvActivation::kRelu6;
+  if (activation == "hard_swish") s.after = cudnn::ConvActivation::kHardSwish;
   return s;
 }
 
@@ -485,9 +501,15 @@ std::string epilogue_text(const ConvShape& s, bool fused) {
   if (s.has_bias) parts.push_back(fused ? "bias" : "bias add");
   if (s.has_residual) parts.push_back(fused ? "residual" : "residual add");
   if (s.relu) parts.push_back("relu");
-  if (parts.empty()) return {};
-  std::string out = fused ? "fused " : "then ";
-  for (std::size_t k = 0; k < parts.size(); ++k) out += (k ? (fused ? "+" : ", ") : "") + parts[k];
+  std::string out;
+  if (!parts.empty()) {
+    out = fused ? "fused " : "then ";
+    for (std::size_t k = 0; k < parts.size(); ++k) out += (k ? (fused ? "+" : ", ") : "") + parts[k];
+  }
+  if (s.after) {
+    constexpr const char* kNames[] = {"silu", "relu6", "hard_swish"};
+    out += detail::str_cat(out.empty() ? "then " : ", then ", kNames[static_cast<int>(*s.after)], " (own pass)");
+  }
   return out;
 }
 
@@ -522,6 +544,7 @@ class ConvPlan final : public KernelPlan {
           handle, &kOne, d_->x.get(), x, d_->w.get(), w, d_->conv.get(), choice_.algo, workspace, choice_.workspace,
           &alpha2, d_->y.get(), residual != nullptr ? residual : y, d_->bias.get(), bias, activation_.get(),
           d_->y.get(), y));
+      activation_after(launch, y);
       return;
     }
     XPURT_CUDNN_CHECK(cudnnConvolutionForward(handle, &kOne, d_->x.get(), x, d_->w.get(), w, d_->conv.get(),
@@ -536,6 +559,7 @@ class ConvPlan final : public KernelPlan {
       XPURT_CUDNN_CHECK(
           cudnnActivationForward(handle, activation_.get(), &kOne, d_->y.get(), y, &kZero, d_->y.get(), y));
     }
+    activation_after(launch, y);
   }
 
   std::size_t workspace_bytes() const override { return choice_.workspace; }
@@ -572,6 +596,13 @@ class ConvPlan final : public KernelPlan {
   }
 
  private:
+  // Note [cuDNN conv activations after the epilogue]: y is packed (its descriptor's strides), n * o * oh * ow.
+  void activation_after(const KernelLaunch& launch, void* y) const {
+    if (!shape_.after) return;
+    cudnn::launch_activation_in_place(shape_.dtype, *shape_.after, y, shape_.n * shape_.o * shape_.oh * shape_.ow,
+                                      static_cast<cudaStream_t>(launch.stream.handle));
+  }
+
   ConvShape shape_;
   std::unique_ptr<ConvDescriptors> d_;
   ConvChoice choice_;
@@ -585,8 +616,15 @@ class ConvPlan final : public KernelPlan {
 Support conv_supports(const OpDescriptor& desc) {
   try {
     const std::string activation = desc.attrs.get_string("activation", "none");
-    if (activation != "none" && activation != "relu") {
-      return Support::no(detail::str_cat(kLabel, " fuses relu only, not ", activation));
+    if (activation != "none" && activation != "relu" && activation != "silu" && activation != "relu6" &&
+        activation != "hard_swish") {
+      return Support::no(detail::str_cat(kLabel, " takes activation none, relu, silu, relu6 or hard_swish, not ",
+                                         activation));
+    }
+    const DType dtype = desc.inputs.empty() ? DType::kFloat32 : desc.inputs[0].dtype;
+    if (activation != "none" && activation != "relu" && dtype != DType::kFloat32 && dtype != DType::kFloat16 &&
+        dtype != DType::kBFloat16) {
+      return Support::no(detail::str_cat(kLabel, " applies ", activation, " to float32, float16 or bfloat16 only"));
     }
     Support limits = cudnn::check_limits(desc, kLabel);
     if (!limits) return limits;

@@ -85,4 +85,83 @@ void launch_crop_2d(std::size_t element_size, const void* in, void* out, std::in
   XPURT_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+
+__device__ inline float activate(ConvActivation activation, float x) {
+  switch (activation) {
+    case ConvActivation::kSilu:
+      return x / (1.0f + __expf(-x));
+    case ConvActivation::kRelu6:
+      return fminf(fmaxf(x, 0.0f), 6.0f);
+    case ConvActivation::kHardSwish:
+      return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+  }
+  return x;
+}
+
+__device__ inline float load_float(float v) { return v; }
+__device__ inline float load_float(__half v) { return __half2float(v); }
+__device__ inline float load_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ inline T store_as(float v);
+template <>
+__device__ inline float store_as<float>(float v) { return v; }
+template <>
+__device__ inline __half store_as<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ inline __nv_bfloat16 store_as<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Each thread takes one 16-byte vector of the first `vectors` * kPer elements, then (the first few threads) one of
+// the elements past them.
+template <typename T>
+__global__ void activation_in_place_kernel(ConvActivation activation, T* y, std::int64_t vectors,
+                                           std::int64_t count) {
+  constexpr int kPer = 16 / sizeof(T);
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t v = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
+    uint4 word = reinterpret_cast<const uint4*>(y)[v];
+    T* lanes = reinterpret_cast<T*>(&word);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) lanes[k] = store_as<T>(activate(activation, load_float(lanes[k])));
+    reinterpret_cast<uint4*>(y)[v] = word;
+  }
+  for (std::int64_t i = vectors * kPer + static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    y[i] = store_as<T>(activate(activation, load_float(y[i])));
+  }
+}
+
+template <typename T>
+void launch_activation(ConvActivation activation, void* y, std::int64_t count, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr int kPer = 16 / sizeof(T);
+  const bool aligned = reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
+  const std::int64_t vectors = aligned ? count / kPer : 0;
+  const std::int64_t work = std::max<std::int64_t>(vectors, count - vectors * kPer);
+  const auto blocks = static_cast<unsigned>(std::clamp<std::int64_t>((work + kThreads - 1) / kThreads, 1, 4096));
+  activation_in_place_kernel<T><<<blocks, kThreads, 0, stream>>>(activation, static_cast<T*>(y), vectors, count);
+}
+
+}  // namespace
+
+void launch_activation_in_place(DType dtype, ConvActivation activation, void* y, std::int64_t count,
+                                cudaStream_t stream) {
+  if (count <= 0) return;
+  switch (dtype) {
+    case DType::kFloat32:
+      launch_activation<float>(activation, y, count, stream);
+      break;
+    case DType::kFloat16:
+      launch_activation<__half>(activation, y, count, stream);
+      break;
+    case DType::kBFloat16:
+      launch_activation<__nv_bfloat16>(activation, y, count, stream);
+      break;
+    default:
+      throw XpuRuntimeError(detail::str_cat("internal error (please report): a convolution activation over ",
+                                            dtype_name(dtype)));
+  }
+  XPURT_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace xpuruntime::cudnn

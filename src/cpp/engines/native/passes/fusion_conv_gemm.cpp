@@ -224,7 +224,8 @@ std::optional<std::size_t> activation_after(const Graph& g, const Uses& uses, co
 
 // A depthwise convolution's SiLU (Mul(y, Sigmoid(y)), how exporters write it) or HardSwish after `value`, read by
 // nothing else; sets `activation` and returns the nodes. cuda_raw's depthwise kernels and the cpu kernel apply them
-// (cuDNN fuses relu only, so other convolutions keep them as nodes): EfficientNet's and MobileNetV3's activation
+// (cuDNN runs them as a pass after its epilogue, so other convolutions keep them as nodes, which can join their
+// readers' fused kernels): EfficientNet's and MobileNetV3's activation
 // after every depthwise convolution was a kernel of its own.
 std::vector<std::size_t> depthwise_activation_after(const Graph& g, const Uses& uses, const Rewriter& rw,
                                                     const std::string& value, std::string& activation) {

@@ -370,6 +370,11 @@ def _attention_bhsd(q, k, v, mask, attrs):
         s = s + mask
     if attrs.get("causal", 0):
         s = np.where(np.tril(np.ones((seq_q, seq_k), dtype=bool)), s, -np.inf)  # query i sees keys j <= i
+    if attrs.get("fully_masked_rows", "nan") == "uniform":
+        # Note [Fully masked attention rows]: a -inf score (after the mask; causal keys stay out) counts as -1e30.
+        s = np.where(s == -np.inf, -1e30, s)
+        if attrs.get("causal", 0):
+            s = np.where(np.tril(np.ones((seq_q, seq_k), dtype=bool)), s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
     if attrs.get("fully_masked_rows", "nan") == "zero":
         # Note [Fully masked attention rows]: a row whose every score is -inf is 0 (instead of NaN).
@@ -906,17 +911,26 @@ def attention_cases() -> List[Case]:
         ("fully_masked_rows_zero_d80_2d_mask", (1, 3, 7, 80), (3, 11), 80, 0, (7, 11)),
         ("fully_masked_rows_zero_d32_long", (1, 2, 5, 32), (2, 300), 32, 0, (1, 2, 5, 300)),
     ]
-    for name, q_shape, (kv_heads, seq_k), dv, causal, mask_shape in zero_specs:
+    # fully_masked_rows="uniform" (Note [Fully masked attention rows]), as attention_fusion sets it for a masked fill
+    # (DeBERTa's masked_fill(mask, finfo.min)): the same masks, rows -inf at every key give the mean of v over the
+    # visible keys (with causal, row 0's one key); a [B, 1, 1, Sk] mask that hides every key of batch 1.
+    uniform_specs = [(name.replace("zero", "uniform"), *spec) for name, *spec in zero_specs] + [
+        ("fully_masked_rows_uniform_batch_masked", (2, 3, 17, 64), (3, 17), 64, 0, (2, 1, 1, 17))]
+    for name, q_shape, (kv_heads, seq_k), dv, causal, mask_shape in zero_specs + uniform_specs:
         rng = _rng("attention" + name)
         b, _, seq_q, d = q_shape
         inputs = [uniform(rng, q_shape), uniform(rng, (b, kv_heads, seq_k, d)), uniform(rng, (b, kv_heads, seq_k, dv))]
         mask = uniform(rng, mask_shape, -2.0, 0.0)
         mask[..., ::5] = -np.inf
-        mask[..., 2, :] = -np.inf
-        mask[..., seq_q - 1, :] = -np.inf
-        mask[..., 0, 0] = -np.inf
+        if name.endswith("batch_masked"):  # a padding mask [B, 1, 1, Sk]: batch 1 masked at every key
+            mask[1] = -np.inf
+        else:
+            mask[..., 2, :] = -np.inf
+            mask[..., seq_q - 1, :] = -np.inf
+            mask[..., 0, 0] = -np.inf
         inputs.append(mask)
-        cases.append(Case("attention", name, inputs, {"causal": causal, "scale": 0.0, "fully_masked_rows": "zero"},
+        rows = "uniform" if "uniform" in name else "zero"
+        cases.append(Case("attention", name, inputs, {"causal": causal, "scale": 0.0, "fully_masked_rows": rows},
                           ref_attention, "gemm"))
     # Layouts (Note [Attention layouts]): q, k, v and the output each [B, H, S, D] or [B, S, H, D] (`bshd` flags),
     # as attention_fusion leaves them when it folds the exporters' head transposes.

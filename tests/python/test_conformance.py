@@ -120,9 +120,9 @@ EXCLUSIONS: List[Exclusion] = [
               "cuDNN's attention bias is [B or 1, H or 1, Sq, Sk]; masks broadcast along Sq or Sk run on flash_v2"),
     Exclusion("cudnn", "attention", lambda c, dt: _head_dim(c, 2) != _head_dim(c, 0),
               "the cudnn attention kernel needs v's head dim equal to q's (Dv == D)"),
-    Exclusion("cudnn", "attention", lambda c, dt: c.attrs.get("fully_masked_rows", "nan") == "zero",
+    Exclusion("cudnn", "attention", lambda c, dt: c.attrs.get("fully_masked_rows", "nan") != "nan",
               "cuDNN does not document what its fused softmax gives a row whose every score is -inf, so it cannot "
-              "promise fully_masked_rows=\"zero\"; flash_v2 and unfused give 0"),
+              "promise fully_masked_rows=\"zero\" or \"uniform\"; flash_v2 and unfused implement them"),
     Exclusion("cudnn", "conv_transpose3d", _asymmetric_pads_3d,
               "cuDNN's N-d convolution descriptor takes one pad per axis (begin == end)"),
     Exclusion("cudnn", "conv3d", _asymmetric_pads_3d,

@@ -130,15 +130,29 @@ struct AttentionLayout {
   }
 };
 
-// Whether the op's `fully_masked_rows` attribute is "zero": a query row whose every score is -inf gives 0 instead of
-// NaN ("nan", the default). Note [Fully masked attention rows] in backends/cpu/cpu_attention.cpp. InvalidArgumentError
-// for another value (the op's shape inference calls it first, so kernels see only valid ones).
-inline bool zeroes_fully_masked_rows(const Attributes& attrs) {
+// What a query row whose every visible score is -inf gives (the op's `fully_masked_rows` attribute; Note [Fully
+// masked attention rows] in backends/cpu/cpu_attention.cpp): NaN ("nan", the default), 0 ("zero"), or the mean of v
+// over the row's visible keys, every -inf score taken as the lowest finite one ("uniform").
+enum class FullyMaskedRows { kNan, kZero, kUniform };
+
+// The op's fully_masked_rows. InvalidArgumentError for another value (the op's shape inference calls it first, so
+// kernels see only valid ones).
+inline FullyMaskedRows fully_masked_rows_of(const Attributes& attrs) {
   const std::string rows = attrs.get_string("fully_masked_rows", "nan");
-  XPURT_CHECK(rows == "nan" || rows == "zero", "op 'attention': fully_masked_rows must be \"nan\" (the default) or "
-              "\"zero\", got \"", rows, "\"");
-  return rows == "zero";
+  XPURT_CHECK(rows == "nan" || rows == "zero" || rows == "uniform", "op 'attention': fully_masked_rows must be "
+              "\"nan\" (the default), \"zero\" or \"uniform\", got \"", rows, "\"");
+  return rows == "zero" ? FullyMaskedRows::kZero : rows == "uniform" ? FullyMaskedRows::kUniform : FullyMaskedRows::kNan;
 }
+
+// Whether the op's `fully_masked_rows` attribute is "zero".
+inline bool zeroes_fully_masked_rows(const Attributes& attrs) {
+  return fully_masked_rows_of(attrs) == FullyMaskedRows::kZero;
+}
+
+// The finite score that stands for a -inf one under fully_masked_rows="uniform" (in the kernels' float32 or double
+// arithmetic): below any score of a float32 or 16-bit model, so exp(it - max) is 0 beside a finite score and 1 in a
+// row of nothing else.
+inline constexpr float kUniformMaskedScore = -1e30f;
 
 // Copies the fully_masked_rows attribute of a graph node to the attributes of the op it becomes.
 inline void forward_fully_masked_rows(const Attributes& node, Attributes* op) {

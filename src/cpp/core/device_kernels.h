@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attention_layout.h"
 #include "xpuruntime/dtype.h"
 #include "xpuruntime/exceptions.h"
 
@@ -99,7 +100,7 @@ struct DeviceKernels {
   void (*add_into)(void* y, const void* x, DType dtype, std::int64_t n, void* stream) = nullptr;
   // The softmax of an unfused attention, in place on the scores (cuda_raw::attention_softmax).
   void (*attention_softmax)(void* scores, DType dtype, std::int64_t batch_heads, std::int64_t heads, std::int64_t sq,
-                            std::int64_t sk, float scale, bool causal, bool zero_fully_masked_rows, const void* mask,
+                            std::int64_t sk, float scale, bool causal, FullyMaskedRows rows, const void* mask,
                             const std::vector<std::int64_t>& mask_strides, void* stream) = nullptr;
   // out[i] from the int32 accumulator acc[i] by `params` (QuantEpilogueParams), for `count` elements whose output
   // channel is (i / inner) % channels: a GEMM's [rows, channels] has inner = 1, an NCHW convolution's output inner =

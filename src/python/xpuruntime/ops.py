@@ -148,8 +148,9 @@ def attention(q, k, v, mask=None, causal: bool = False, scale: Optional[float] =
               return_decision=False):
     """``softmax(q @ k.T * scale + mask) @ v`` over ``[B, H, S, D]`` tensors (GQA when k/v have fewer heads).
     ``scale`` defaults to ``1/sqrt(D)``; ``causal`` masks keys after each query (top-left aligned).
-    ``fully_masked_rows``: what a query row whose every key is masked (-inf) gives, ``"nan"`` (the softmax's 0/0) or
-    ``"zero"`` (PyTorch's guarded form; Note [Fully masked attention rows])."""
+    ``fully_masked_rows``: what a query row whose every key is masked (-inf) gives, ``"nan"`` (the softmax's 0/0),
+    ``"zero"`` (PyTorch's guarded form) or ``"uniform"`` (the mean of v over the visible keys: masked_fill with the
+    dtype's lowest value, then softmax; Note [Fully masked attention rows])."""
     attrs = {"causal": int(bool(causal)), "scale": float(scale) if scale else 0.0,
              "fully_masked_rows": str(fully_masked_rows)}
     return _single("attention", [q, k, v, mask], attrs, policy, exec_policy, stream, return_decision, out)

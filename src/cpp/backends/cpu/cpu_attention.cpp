@@ -11,8 +11,8 @@
 //  * causal: top-left aligned, query i sees keys j <= i (PyTorch's is_causal with Sq != Sk). Every row keeps
 //    key 0, so causal masking alone never empties a row.
 //  * A row whose every visible score is -inf (e.g. a mask of -inf over the whole row) has no softmax: the
-//    result is NaN, as in torch.nn.functional.scaled_dot_product_attention; with fully_masked_rows="zero" it is 0
-//    (Note [Fully masked attention rows]).
+//    result is NaN, as in torch.nn.functional.scaled_dot_product_attention; with fully_masked_rows="zero" it is 0,
+//    with "uniform" the mean of v over the visible keys (Note [Fully masked attention rows]).
 //
 // Note [Fully masked attention rows]
 //  The attribute fully_masked_rows is "nan" (the default) or "zero". With "zero", a query row whose every visible
@@ -24,6 +24,15 @@
 //  fusion_transformer.cpp). The log-sum-exp of such a row stays -inf. Kernels: cpu and flash_v2 (its row sum
 //  stays 0: 0 is written for 1 / 0) and unfused (cuda_raw's attention softmax writes a 0 row) implement it; cudnn
 //  refuses it (cuDNN does not document what its fused softmax gives such a row).
+//  With "uniform", every visible score that is -inf (after the mask) takes part as kUniformMaskedScore (-1e30, in
+//  core/attention_layout.h), below any finite score: beside a finite score its weight is exp(-1e30 - max) = 0,
+//  exactly what -inf gives, and a row of nothing else weighs each visible key 1 / count, so its output is the mean
+//  of v over them. That is masked_fill(mask, finfo.min) then softmax, what Hugging Face's DeBERTa (and other
+//  eager attentions) write instead of an additive mask: a finite fill that leaves a padded query's row uniform
+//  (attention_fusion, Note [Masked-fill scores]); the two agree whenever every finite score of a row exceeds the
+//  fill by more than float32's exp range (about 104), which holds for a fill of float16's lowest (-65504) or below.
+//  Its log-sum-exp is that of the replaced scores (about -1e30 for such a row). cpu, flash_v2 and unfused
+//  implement it; cudnn refuses it.
 //
 // Note [Attention log-sum-exp]
 //  With return_lse=1 the op has a second output lse [B, H, Sq], float32 whatever the input dtype, contiguous:
@@ -71,7 +80,9 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   const auto [qv, kv_view, vv, yv] = layout.views(q_tensor.shape(), k_tensor.shape(), v_tensor.shape());
   const std::int64_t group = heads / kv_heads;
   const bool causal = desc.attrs.get_int("causal", 0) != 0;
-  const bool zero_masked_rows = zeroes_fully_masked_rows(desc.attrs);  // Note [Fully masked attention rows]
+  const FullyMaskedRows masked_rows = fully_masked_rows_of(desc.attrs);  // Note [Fully masked attention rows]
+  const bool zero_masked_rows = masked_rows == FullyMaskedRows::kZero;
+  const bool uniform_masked_rows = masked_rows == FullyMaskedRows::kUniform;
   double scale = desc.attrs.get_float("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
@@ -116,6 +127,9 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
                          double value = static_cast<double>(s[j]) * scale;
                          if (mask_head != nullptr) {
                            value += static_cast<double>(mask_head[i * mask_strides[2] + j * mask_strides[3]]);
+                         }
+                         if (uniform_masked_rows && value == -std::numeric_limits<double>::infinity()) {
+                           value = static_cast<double>(kUniformMaskedScore);
                          }
                          row[j] = value;
                          nan = nan || value != value;

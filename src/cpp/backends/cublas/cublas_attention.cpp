@@ -144,14 +144,14 @@ std::vector<std::int64_t> mask_strides_of(const TensorDesc& mask) {
 class UnfusedAttentionPlan final : public KernelPlan {
  public:
   UnfusedAttentionPlan(AttentionGeometry geometry, DType dtype, cublasComputeType_t compute, float scale, bool causal,
-                       bool zero_rows, bool has_mask, std::vector<std::int64_t> mask_strides, int device,
+                       FullyMaskedRows rows, bool has_mask, std::vector<std::int64_t> mask_strides, int device,
                        std::size_t cublas_workspace)
       : geometry_(geometry),
         dtype_(dtype),
         compute_(compute),
         scale_(scale),
         causal_(causal),
-        zero_rows_(zero_rows),
+        rows_(rows),
         has_mask_(has_mask),
         mask_strides_(std::move(mask_strides)),
         device_(device),
@@ -200,7 +200,7 @@ class UnfusedAttentionPlan final : public KernelPlan {
     const void* mask = has_mask_ ? launch.input(3).data_ptr() : nullptr;
     const auto attention_softmax =
         required_device_kernel(device_kernels().attention_softmax, "attention_softmax", "the unfused attention");
-    attention_softmax(scores, dtype_, g.batch * g.heads, g.heads, g.sq, g.sk, 1.0f, causal_, zero_rows_, mask,
+    attention_softmax(scores, dtype_, g.batch * g.heads, g.heads, g.sq, g.sk, 1.0f, causal_, rows_, mask,
                       mask_strides_, launch.stream.handle);
     gemm(handle, output_shape(g), dtype_, compute_, data[2], scores, data[3]);
     if (g.staged(3)) copy_layout(data[3], out.data_ptr(), 3, /*to_bhsd=*/false, launch.stream.handle);
@@ -217,7 +217,9 @@ class UnfusedAttentionPlan final : public KernelPlan {
     return detail::str_cat("unfused attention: S = scale QK^T (cublasGemmStridedBatchedEx, batch ",
                            g.batch * g.kv_heads, " of [", g.group() * g.sq, "x", g.d, "]x[", g.d, "x", g.sk,
                            "]), cuda_raw attention_softmax", causal_ ? " causal" : "", has_mask_ ? " + mask" : "",
-                           zero_rows_ ? " (fully masked rows 0)" : "", ", O = PV; scores ", dtype_name(dtype_), " [",
+                           rows_ == FullyMaskedRows::kZero      ? " (fully masked rows 0)"
+                           : rows_ == FullyMaskedRows::kUniform ? " (fully masked rows the mean of v)"
+                                                                : "", ", O = PV; scores ", dtype_name(dtype_), " [",
                            g.batch, ",", g.heads, ",", g.sq, ",", g.sk, "] in the workspace; compute ",
                            compute_type_name(compute_), staged_note());
   }
@@ -228,7 +230,7 @@ class UnfusedAttentionPlan final : public KernelPlan {
   cublasComputeType_t compute_;
   float scale_;
   bool causal_;
-  bool zero_rows_;  // fully_masked_rows="zero"
+  FullyMaskedRows rows_;  // Note [Fully masked attention rows]
   bool has_mask_;
   std::vector<std::int64_t> mask_strides_;
   int device_;
@@ -330,7 +332,7 @@ class UnfusedAttentionKernel final : public Kernel {
     }
     return std::make_unique<UnfusedAttentionPlan>(g, dtype, compute_type(dtype, desc.precision),
                                                   static_cast<float>(scale), causal,
-                                                  zeroes_fully_masked_rows(desc.attrs), has_mask,
+                                                  fully_masked_rows_of(desc.attrs), has_mask,
                                                   std::move(mask_strides), desc.device.index, cublas_workspace);
   }
 };

@@ -109,7 +109,9 @@ FlashConfig config_of(const OpDescriptor& desc) {
     params.mask_stride_k = strides[3];
   }
   config.mode = has_mask ? MaskMode::kExplicit : (params.causal ? MaskMode::kCausal : MaskMode::kNone);
-  params.zero_fully_masked_rows = zeroes_fully_masked_rows(desc.attrs);  // Note [Fully masked attention rows]
+  const FullyMaskedRows masked_rows = fully_masked_rows_of(desc.attrs);  // Note [Fully masked attention rows]
+  params.zero_fully_masked_rows = masked_rows == FullyMaskedRows::kZero;
+  params.uniform_fully_masked_rows = masked_rows == FullyMaskedRows::kUniform;
   config.return_lse = returns_lse(desc);
   return config;
 }
@@ -322,7 +324,8 @@ class FlashAttentionPlan final : public KernelPlan {
                            mode_name(config_.mode, config_.params.causal), ", 128x", block_n,
                            " tiles, 4 warps, K/V double-buffered, ", smem_kib, " KiB shared memory",
                            config_.return_lse ? ", log-sum-exp output" : "",
-                           config_.params.zero_fully_masked_rows ? ", fully masked rows give 0" : "");
+                           config_.params.zero_fully_masked_rows ? ", fully masked rows give 0" : "",
+                           config_.params.uniform_fully_masked_rows ? ", fully masked rows give the mean of v" : "");
   }
 
  private:

@@ -82,7 +82,10 @@
 // kernel; attention_fusion fuses only terms of q's type). -inf entries mask keys; a row masked entirely gets NaN, or 0
 // with Params::zero_fully_masked_rows: its running max stays -inf (the loop then subtracts 0, so every p is
 // exp2(-inf) = 0, O stays 0 and the row sum l stays 0), and the epilogue multiplies O by 0 instead of 1 / 0. A NaN
-// score makes l NaN, which stays NaN either way.
+// score makes l NaN, which stays NaN either way. With Params::uniform_fully_masked_rows a -inf sum of score and mask
+// becomes kUniformMaskedScore (-1e30, in the log2 domain as well: it only has to lie below every finite score, and
+// exp2 of it minus a finite max is 0), so a row masked entirely has max -1e30 and weighs every key 1, giving the mean
+// of V; keys past Sk and above the causal diagonal are set to -inf after it and stay out.
 // With D = 32 and 64 the key tile is 64 instead of 128 (Note [flash_v2 tiling]): the extra row pointers and bias values
 // need the registers.
 #pragma once
@@ -94,6 +97,8 @@
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
+
+#include "core/attention_layout.h"
 
 namespace xpuruntime::flash {
 
@@ -129,6 +134,9 @@ struct Params {
   bool causal = false;     // read by MaskMode::kExplicit (the other modes carry it in the template)
   // A row whose every score is -inf (row sum 0) gets 0 rather than NaN (Note [flash_v2 additive mask]).
   bool zero_fully_masked_rows = false;
+  // -inf scores after the mask count as kUniformMaskedScore: a fully masked row gets the mean of V over its keys
+  // (fully_masked_rows="uniform", Note [Fully masked attention rows] in backends/cpu/cpu_attention.cpp).
+  bool uniform_fully_masked_rows = false;
 };
 
 template <int kHeadDim, MaskMode kMode>
@@ -414,6 +422,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim, kMode>::kThreads, 2)
             const int col = min(n0 + j * 8 + 2 * in_group + (r & 1), seq_k - 1);
             const float bias = to_float(mask_row[t][r >> 1][col * params.mask_stride_k]);
             s[t][j][r] = s[t][j][r] * params.scale_log2 + bias * kLog2e;
+            // fully_masked_rows="uniform": before the past-Sk and causal -inf below, which stay -inf.
+            if (params.uniform_fully_masked_rows && s[t][j][r] == kNegInf) s[t][j][r] = kUniformMaskedScore;
           }
         }
       }

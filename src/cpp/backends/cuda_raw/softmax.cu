@@ -153,6 +153,7 @@ struct AttentionSource {
   float scale;
   bool causal;
   bool zero_rows;  // a row that is -inf everywhere gives 0 (Note [Fully masked attention rows])
+  bool uniform_rows;  // -inf scores count as kUniformMaskedScore: such a row gives the mean of v
 
   __device__ __forceinline__ bool zero_fully_masked_rows() const { return zero_rows; }
 
@@ -162,11 +163,12 @@ struct AttentionSource {
     std::int64_t mask_key_stride;
     std::int64_t last_key;  // keys after it are masked (causal); sk - 1 otherwise
     float scale;
+    bool uniform;
     __device__ __forceinline__ float operator()(std::int64_t c) const {
       if (c > last_key) return -INFINITY;
       float v = to_float(scores[c]) * scale;
       if (mask != nullptr) v += to_float(mask[c * mask_key_stride]);
-      return v;
+      return uniform && v == -INFINITY ? kUniformMaskedScore : v;
     }
     template <int kPack>
     __device__ __forceinline__ void load(int j, float (&out)[kPack]) const {
@@ -181,7 +183,7 @@ struct AttentionSource {
     const std::int64_t batch = batch_head / heads;
     const T* mask_row =
         mask != nullptr ? mask + batch * mask_strides[0] + head * mask_strides[1] + query * mask_strides[2] : nullptr;
-    return Row{scores + r * sk, mask_row, mask_strides[3], causal ? query : sk - 1, scale};
+    return Row{scores + r * sk, mask_row, mask_strides[3], causal ? query : sk - 1, scale, uniform_rows};
   }
 };
 
@@ -438,7 +440,7 @@ void softmax_lastdim(const void* x, void* y, DType dtype, std::int64_t rows, std
 }
 
 void attention_softmax(void* scores, DType dtype, std::int64_t batch_heads, std::int64_t heads, std::int64_t sq,
-                       std::int64_t sk, float scale, bool causal, bool zero_fully_masked_rows, const void* mask,
+                       std::int64_t sk, float scale, bool causal, FullyMaskedRows rows, const void* mask,
                        const std::vector<std::int64_t>& mask_strides, void* stream) {
   XPURT_CHECK(heads >= 1 && batch_heads >= 0 && batch_heads % heads == 0, "cuda_raw::attention_softmax: heads (",
               heads, ") must be >= 1 and divide batch_heads (", batch_heads, ")");
@@ -448,7 +450,8 @@ void attention_softmax(void* scores, DType dtype, std::int64_t batch_heads, std:
   dispatch_float(dtype, "attention softmax", [&](auto tag) {
     using T = decltype(tag);
     AttentionSource<T> source{static_cast<const T*>(scores), static_cast<const T*>(mask), sq, sk, heads,
-                              {0, 0, 0, 0}, scale, causal, zero_fully_masked_rows};
+                              {0, 0, 0, 0}, scale, causal, rows == FullyMaskedRows::kZero,
+                              rows == FullyMaskedRows::kUniform};
     if (mask != nullptr) {
       for (int k = 0; k < 4; ++k) source.mask_strides[k] = mask_strides[static_cast<std::size_t>(k)];
     }

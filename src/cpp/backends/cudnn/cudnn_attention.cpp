@@ -116,10 +116,11 @@ Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy)
   if (desc.inputs.size() < 3 || !desc.inputs[0].present || !desc.inputs[1].present || !desc.inputs[2].present) {
     return Support::no(detail::str_cat(kLabel, " needs the inputs q, k and v"));
   }
-  if (zeroes_fully_masked_rows(desc.attrs)) {  // Note [Fully masked attention rows]
-    return Support::no(detail::str_cat(kLabel, " cannot promise fully_masked_rows=\"zero\" (a row whose every score "
-                                       "is -inf gives 0): cuDNN does not document what its fused softmax gives such a "
-                                       "row; flash_v2 and unfused give 0"));
+  if (fully_masked_rows_of(desc.attrs) != FullyMaskedRows::kNan) {  // Note [Fully masked attention rows]
+    return Support::no(detail::str_cat(kLabel, " cannot promise fully_masked_rows=\"",
+                                       desc.attrs.get_string("fully_masked_rows", "nan"), "\" (what a row whose every "
+                                       "score is -inf gives): cuDNN does not document what its fused softmax gives such "
+                                       "a row; flash_v2 and unfused implement it"));
   }
   Support limits = cudnn::check_limits(desc, kLabel);
   if (!limits) return limits;

@@ -1027,8 +1027,26 @@ TEST(CpuBackend, AttentionFullyMaskedRowsZeroKeepsNaNRowsAndChecksItsValue) {
   }
   EXPECT_TRUE(std::isnan(values(run1("attention", {q, k, v, mask}))[8]));  // the default: "nan"
   XPURT_EXPECT_THROW_WITH(run1("attention", {q, k, v}, Attributes().set("fully_masked_rows", std::string("Zero"))),
-                          InvalidArgumentError, "fully_masked_rows must be \"nan\" (the default) or \"zero\", got "
-                          "\"Zero\"");
+                          InvalidArgumentError, "fully_masked_rows must be \"nan\" (the default), \"zero\" or "
+                          "\"uniform\", got \"Zero\"");
+}
+
+// fully_masked_rows="uniform" (a masked fill's finite value): the row with every key masked is the mean of v; the row
+// with visible keys is as with "nan", and so is the NaN row.
+TEST(CpuBackend, AttentionFullyMaskedRowsUniformGivesTheMeanOfV) {
+  const auto [q, k, v] = nan_row_qkv(140);
+  const Tensor mask = make({3, 5}, {0, -kInf, 0, 0, 0, 0, 0, 0, 0, 0, -kInf, -kInf, -kInf, -kInf, -kInf});
+  const Values y = values(run1("attention", {q, k, v, mask}, Attributes().set("fully_masked_rows",
+                                                                              std::string("uniform"))));
+  const Values plain = values(run1("attention", {q, k, v, mask}));
+  const Values vv = values(v);
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(y[c], plain[c]);
+    EXPECT_TRUE(std::isnan(y[4 + c]));
+    double mean = 0.0;
+    for (int j = 0; j < 5; ++j) mean += vv[j * 4 + c] / 5.0;
+    EXPECT_NEAR(y[8 + c], mean, 1e-6);
+  }
 }
 
 // log(sum_j exp(score_ij)) per row of attention(q, k, v, mask) in double, score = q k^T * scale + mask, keys

@@ -475,15 +475,17 @@ TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
     std::int64_t batch, heads, sq, sk;
     bool causal;
     int mask;  // 0: none, 1: [B, 1, 1, Sk], 2: [B, H, Sq, Sk], 3: [1, 1, Sq, Sk] with some rows fully -inf
-    bool zero_rows = false;
+    FullyMaskedRows rows = FullyMaskedRows::kNan;
   };
+  constexpr FullyMaskedRows kZero = FullyMaskedRows::kZero, kUniform = FullyMaskedRows::kUniform;
   const std::vector<Case> cases = {{2, 3, 5, 7, false, 0},         {2, 3, 5, 7, true, 0},
                                    {2, 3, 7, 5, true, 1},          {1, 2, 4, 4, false, 2},
                                    {2, 1, 3, 1030, true, 2},       {1, 1, 1, 1, true, 0},
                                    {2, 2, 6, 9, false, 3},         {1, 2, 3, 2000, false, 1},
-                                   {2, 2, 6, 9, false, 3, true},   {2, 2, 6, 9, true, 3, true},
-                                   {1, 2, 6, 5000, false, 3},      {1, 2, 6, 5000, false, 3, true},
-                                   {2, 3, 5, 7, true, 1, true}};
+                                   {2, 2, 6, 9, false, 3, kZero},  {2, 2, 6, 9, true, 3, kZero},
+                                   {1, 2, 6, 5000, false, 3},      {1, 2, 6, 5000, false, 3, kZero},
+                                   {2, 3, 5, 7, true, 1, kZero},   {2, 2, 6, 9, false, 3, kUniform},
+                                   {2, 2, 6, 9, true, 3, kUniform}, {1, 2, 6, 5000, false, 3, kUniform}};
   for (const DType dtype : kFloatTypes) {
     for (const auto& c : cases) {
       const float scale = 0.37f;
@@ -529,13 +531,15 @@ TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
               if (m != nullptr) {
                 value += m[b * mask_strides[0] + h * mask_strides[1] + i * mask_strides[2] + j * mask_strides[3]];
               }
+              // fully_masked_rows="uniform": a masked score counts as kUniformMaskedScore, a causal one stays out.
+              if (c.rows == FullyMaskedRows::kUniform && value == -INFINITY) value = kUniformMaskedScore;
               if (c.causal && j > i) value = -INFINITY;
               v[static_cast<std::size_t>(j)] = value;
               max = std::max(max, value);
             }
             double sum = 0;
             for (const double value : v) sum += max == -INFINITY ? 0.0 : std::exp(value - max);
-            const float masked = c.zero_rows ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+            const float masked = c.rows == FullyMaskedRows::kZero ? 0.0f : std::numeric_limits<float>::quiet_NaN();
             for (std::int64_t j = 0; j < c.sk; ++j) {
               e[row + j] = max == -INFINITY ? masked
                                             : static_cast<float>(std::exp(v[static_cast<std::size_t>(j)] - max) / sum);
@@ -548,7 +552,7 @@ TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
       Tensor scores = scores_host.to(Device::cuda(0));
       const Tensor mask = mask_host.defined() ? mask_host.to(Device::cuda(0)) : Tensor();
       cuda_raw::attention_softmax(scores.data_ptr(), dtype, c.batch * c.heads, c.heads, c.sq, c.sk, scale, c.causal,
-                                  c.zero_rows, mask.defined() ? mask.data_ptr() : nullptr, mask_strides,
+                                  c.rows, mask.defined() ? mask.data_ptr() : nullptr, mask_strides,
                                   stream_handle());
       synchronize();
       Tolerance tol = tolerance_for(dtype);
@@ -556,11 +560,13 @@ TEST(CudaRawGpu, AttentionSoftmaxScalesMasksAndIsCausal) {
       expect_close(scores, expected, tol,
                    label("attention_softmax", scores_shape, dtype,
                          std::string(c.causal ? "causal" : "full") + " mask " + std::to_string(c.mask) +
-                             (c.zero_rows ? " zero rows" : "")));
+                             (c.rows == FullyMaskedRows::kZero      ? " zero rows"
+                              : c.rows == FullyMaskedRows::kUniform ? " uniform rows"
+                                                                    : "")));
     }
   }
-  XPURT_EXPECT_THROW_WITH(cuda_raw::attention_softmax(nullptr, DType::kFloat32, 5, 2, 1, 1, 1.0f, false, false,
-                                                      nullptr, {}, nullptr),
+  XPURT_EXPECT_THROW_WITH(cuda_raw::attention_softmax(nullptr, DType::kFloat32, 5, 2, 1, 1, 1.0f, false,
+                                                      FullyMaskedRows::kNan, nullptr, {}, nullptr),
                           InvalidArgumentError, "divide");
 }
 

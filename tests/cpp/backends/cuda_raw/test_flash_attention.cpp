@@ -249,7 +249,7 @@ TEST(FlashAttention, EveryKernelTakesOrRefusesFullyMaskedRowsZero) {
   EXPECT_TRUE(cpu_kernel->supports(cpu, ExecutionPolicy{})) << cpu_kernel->supports(cpu, ExecutionPolicy{}).reason();
   desc.attrs.set("fully_masked_rows", std::string("yes"));
   XPURT_EXPECT_THROW_WITH(KernelRegistry::global().infer(desc), InvalidArgumentError,
-                          "fully_masked_rows must be \"nan\" (the default) or \"zero\", got \"yes\"");
+                          "fully_masked_rows must be \"nan\" (the default), \"zero\" or \"uniform\", got \"yes\"");
 }
 
 TEST(FlashAttention, UnfusedRefusesReturnLse) {
@@ -337,6 +337,7 @@ struct Case {
   // With a mask [.., Sq, Sk]: this query row is -inf at every key (and every 7th mask entry is -inf); -1: none.
   std::int64_t masked_row = -1;
   bool zero_rows = false;  // fully_masked_rows="zero" (Note [Fully masked attention rows] in cpu_attention.cpp)
+  bool uniform_rows = false;  // fully_masked_rows="uniform": the masked row is the mean of v
 };
 
 std::string case_name(const Case& c, DType dtype) {
@@ -351,6 +352,7 @@ std::string case_name(const Case& c, DType dtype) {
   }
   if (c.masked_row >= 0) name += " row " + std::to_string(c.masked_row) + " masked";
   if (c.zero_rows) name += " fully_masked_rows=zero";
+  if (c.uniform_rows) name += " fully_masked_rows=uniform";
   return name;
 }
 
@@ -387,6 +389,7 @@ void check_against_cpu(const Case& c, DType dtype, unsigned seed, const Kernel* 
   attrs.set("causal", std::int64_t{c.causal ? 1 : 0});
   attrs.set("scale", c.scale);
   if (c.zero_rows) attrs.set("fully_masked_rows", std::string("zero"));
+  if (c.uniform_rows) attrs.set("fully_masked_rows", std::string("uniform"));
 
   const Device gpu = Device::cuda(0);
   const std::vector<Tensor> gpu_inputs = {q.to(gpu), k.to(gpu), v.to(gpu), mask.defined() ? mask.to(gpu) : Tensor()};
@@ -530,6 +533,27 @@ TEST(FlashAttentionGpu, FullyMaskedRowsZeroMatchCpu) {
         check_against_cpu({2, 2, 1, 33, 300, d, causal, {2, 2, 33, 300}, 0.0, 0, true}, dtype, seed++);
         check_against_cpu({1, 2, 2, 1, 257, d, causal, {1, 1, 1, 257}, 0.0, 0, true}, dtype, seed++);  // one query
       }
+    }
+  }
+}
+
+// fully_masked_rows="uniform" (a masked fill's finite value, Note [Masked-fill scores]): rows masked at every key are
+// the mean of v over the visible keys, as in the cpu kernel, through flash_v2 and the unfused kernel.
+TEST(FlashAttentionGpu, FullyMaskedRowsUniformMatchCpu) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  const Kernel* unfused = KernelRegistry::global().find_kernel("attention", "unfused");
+  ASSERT_NE(unfused, nullptr);
+  unsigned seed = 800;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (bool causal : {false, true}) {
+      for (std::int64_t d : {32, 64, 128}) {
+        check_against_cpu({2, 4, 2, 77, 130, d, causal, {2, 1, 77, 130}, 0.0, 5, false, true}, dtype, seed++);
+        check_against_cpu({1, 2, 2, 200, 61, d, causal, {200, 61}, 0.3, 150, false, true}, dtype, seed++);
+      }
+      check_against_cpu({2, 4, 2, 77, 130, 64, causal, {2, 1, 77, 130}, 0.0, 5, false, true}, dtype, seed++,
+                        unfused);
+      check_against_cpu({1, 2, 2, 6, 5000, 32, causal, {1, 1, 6, 5000}, 0.0, 4, false, true}, dtype, seed++, unfused);
     }
   }
 }

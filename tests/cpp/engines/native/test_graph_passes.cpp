@@ -1519,6 +1519,59 @@ TEST(AttentionFusion, FiveDimensionalWindowsRunOnMergedBatchDims) {
   EXPECT_EQ(find(per_window, "Attention"), nullptr) << per_window.str();
 }
 
+// Note [Masked-fill scores]: DeBERTa's attention, 3-D MatMuls over [B * H, S, d] views of the heads, a disentangled
+// term [B * H, S, S], the scores viewed as [B, H, S, S] for masked_fill(~mask, fill) and the softmax. Batch 1's row 2
+// is masked at every key: the graph gives it the mean of v, and so must the fused attention.
+Graph masked_fill_attention_graph(float fill) {
+  const std::int64_t B = 2, H = 3, S = 5, D = 4;
+  Builder b;
+  b.input("q", {B, H, S, D}).input("k", {B, H, S, D}).input("v", {B, H, S, D}).input("c2p", {B * H, S, S});
+  b.input("keep", {B, 1, S, S});
+  b.constant("merged", int64s({B * H, S, D})).constant("split", int64s({B, H, S, S}));
+  b.constant("scores3", int64s({B * H, S, S})).constant("heads", int64s({B, H, S, D}));
+  b.constant("scale", scalar(2.0f)).constant("zero", scalar(0.0f)).constant("fill", scalar(fill));
+  for (const char* x : {"q", "k", "v"}) b.add(node("Reshape", {x, "merged"}, {std::string(x) + "3"}));
+  b.add(node("Transpose", {"k3"}, {"kt"}, Attributes().set("perm", std::vector<std::int64_t>{0, 2, 1})));
+  b.add(node("Div", {"kt", "scale"}, {"kts"})).add(node("MatMul", {"q3", "kts"}, {"s"}));
+  b.add(node("Add", {"s", "c2p"}, {"st"})).add(node("Reshape", {"st", "split"}, {"s4"}));
+  b.add(node("Less", {"keep", "zero"}, {"drop"})).add(node("Where", {"drop", "fill", "s4"}, {"w"}));
+  b.add(node("Softmax", {"w"}, {"p"})).add(node("Reshape", {"p", "scores3"}, {"p3"}));
+  b.add(node("MatMul", {"p3", "v3"}, {"o3"})).add(node("Reshape", {"o3", "heads"}, {"o"}));
+  for (const char* x : {"q3", "k3", "v3", "o3"}) b.typed(x, {B * H, S, D});
+  b.typed("kt", {B * H, D, S}).typed("kts", {B * H, D, S}).typed("s", {B * H, S, S}).typed("st", {B * H, S, S});
+  b.typed("s4", {B, H, S, S}).typed("w", {B, H, S, S}).typed("p", {B, H, S, S}).typed("p3", {B * H, S, S});
+  b.typed("drop", {B, 1, S, S}).typed("o", {B, H, S, D});
+  b.g.types["drop"].dtype = DType::kBool;
+  return b.build({"o"});
+}
+
+TEST(AttentionFusion, MaskedFillOverHeadViewsGivesUniformFullyMaskedRows) {
+  const std::vector<std::int64_t> qkv = {2, 3, 5, 4};
+  Tensor keep = random({2, 1, 5, 5}, 84);
+  auto* kp = static_cast<float*>(keep.data_ptr());
+  for (int j = 0; j < 5; ++j) kp[25 + 2 * 5 + j] = -1.0f;  // batch 1, query 2: every key masked
+  for (int i = 0; i < 5; ++i) kp[i * 5 + i] = 1.0f;        // batch 0: each query sees itself
+  Feeds feeds = {{"q", random(qkv, 81)}, {"k", random(qkv, 82)}, {"v", random(qkv, 83)},
+                 {"c2p", random({6, 5, 5}, 85)}, {"keep", keep}};
+  Graph out = run_pass(masked_fill_attention_graph(-3.4028234663852886e38f), passes::attention_fusion, feeds);
+  const Node* a = find(out, "Attention");
+  ASSERT_NE(a, nullptr) << out.str();
+  EXPECT_EQ(a->attrs.get_string("fully_masked_rows", "nan"), "uniform");
+  EXPECT_NEAR(a->attrs.get_float("scale", 0), 0.5, 1e-12);
+  EXPECT_EQ(count(out, "MatMul"), 0) << out.str();
+  EXPECT_EQ(count(out, "Softmax"), 0) << out.str();
+  EXPECT_EQ(a->outputs[0], "o");  // written as the [B, H, S, D] view the graph took of the 3-D output
+  for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(a->inputs[k], std::string(1, "qkv"[k])) << out.str();
+  // A fill of -inf: the default rows (NaN where every key is masked, so the feeds here mask none entirely).
+  for (int j = 0; j < 5; ++j) kp[25 + 2 * 5 + j] = j == 3 ? 1.0f : -1.0f;
+  Graph inf = run_pass(masked_fill_attention_graph(-INFINITY), passes::attention_fusion, feeds);
+  ASSERT_NE(find(inf, "Attention"), nullptr) << inf.str();
+  EXPECT_EQ(find(inf, "Attention")->attrs.get_string("fully_masked_rows", "nan"), "nan");
+  // A fill within float32's exp range of real scores: not the same softmax, not fused.
+  Graph near_fill = masked_fill_attention_graph(-100.0f);
+  EXPECT_EQ(passes::attention_fusion(near_fill, {}).rewrites, 0);
+}
+
 // Note [Per-head scales of the scores]: Swin V2's temperature per head [H, 1, 1] times the scores, then its bias. A
 // factor that varies along the keys is not one of Q and stays unfused.
 Graph head_scaled_attention_graph(const std::vector<std::int64_t>& factor) {

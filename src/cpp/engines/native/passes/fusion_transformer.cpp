@@ -7,6 +7,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/attention_layout.h"
@@ -1093,12 +1095,14 @@ void match_window_term(const Graph& g, const Matcher& m, AdditiveTerms& out) {
   }
 }
 
-// Walks back from the softmax's input through at most two Adds to the scores; nullopt when an Add is there but the
-// chain is not of that form (the softmax is then not attention's, or not one this pass can prove).
-std::optional<AdditiveTerms> additive_terms(const Graph& g, const Uses& uses, const Matcher& m, std::size_t softmax) {
+// Walks back from `value` (the softmax's input, read by node `reader`) through at most two Adds to the scores; nullopt
+// when an Add is there but the chain is not of that form (the softmax is then not attention's, or not one this pass
+// can prove).
+std::optional<AdditiveTerms> additive_terms(const Graph& g, const Uses& uses, const Matcher& m, const std::string& value,
+                                            std::size_t reader) {
   AdditiveTerms out;
-  out.scores = g.nodes[softmax].inputs[0];
-  out.reader = softmax;
+  out.scores = value;
+  out.reader = reader;
   match_window_term(g, m, out);
   const int max_adds = out.window ? 1 : 2;
   for (int depth = 0; depth < max_adds; ++depth) {
@@ -1198,25 +1202,162 @@ std::string float32_copy(Graph& g, const std::string& value, ValueType type, con
 std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
                                const std::vector<std::vector<Dim>>& shapes, DType dtype, const std::string& hint,
                                std::vector<Node>& new_nodes) {
-  if (terms.size() == 1) return terms[0];
-  const std::size_t rank = std::max(shapes[0].size(), shapes[1].size());
-  std::vector<Dim> sum(rank, Dim(1));
-  for (const auto& shape : shapes) {
-    for (std::size_t d = 0; d < shape.size(); ++d) {
-      Dim& out = sum[rank - shape.size() + d];
-      if (!(shape[d].known() && shape[d].value == 1)) out = shape[d];  // both broadcast to the scores: equal
+  std::string bias = terms[0];
+  std::vector<Dim> sum = shapes[0];
+  for (std::size_t t = 1; t < terms.size(); ++t) {  // a masked-fill term may make three (Note [Masked-fill scores])
+    const std::size_t rank = std::max(sum.size(), shapes[t].size());
+    sum.insert(sum.begin(), rank - sum.size(), Dim(1));
+    for (std::size_t d = 0; d < shapes[t].size(); ++d) {
+      Dim& out = sum[rank - shapes[t].size() + d];
+      const Dim& in = shapes[t][d];
+      if (!(in.known() && in.value == 1)) out = in;  // both broadcast to the scores: equal
     }
+    const std::string next = g.unique_name(hint + "_bias");
+    ValueType type;
+    type.dtype = dtype;
+    type.has_shape = true;
+    type.shape = sum;
+    g.types[next] = type;
+    Node add = make_node(next, "Add", {bias, terms[t]}, {next});
+    add.domain = "";
+    new_nodes.push_back(std::move(add));
+    bias = next;
   }
-  const std::string bias = g.unique_name(hint + "_bias");
+  return bias;
+}
+
+// Note [Masked-fill scores]
+// Hugging Face's DeBERTa (and other eager attentions) mask the scores with masked_fill instead of adding a mask:
+//   p = Softmax(Where(c, fill, s))   or Where(c, s, fill); c boolean, fill a one-element constant.
+// attention_fusion takes the Where as one more additive term, Where(c, -inf, 0) (Where(c, 0, -inf)) of c's shape in
+// the scores' dtype, for fills of -inf or of float16's lowest (-65504) and below (HF writes finfo(dtype).min). A masked
+// score is then -inf instead of fill: beside a visible key the graph weighs it exp(fill - max), which is 0 in float32
+// once max - fill passes its exp range (about 104), and so is exp(-inf). A row masked at every key is fill everywhere
+// in the graph, so uniform: the Attention's fully_masked_rows="uniform" (Note [Fully masked attention rows]) gives
+// the same; with a fill of -inf both give NaN. Where they differ: a masked NaN score (NaN q or k) is fill in the graph
+// and NaN here. The NaN guard (Note [The NaN guard of fully masked rows]) and the float32 promotion of the scores are
+// not taken together with a masked fill.
+// DeBERTa also computes the scores with 3-D MatMuls over [B * H, S, d] views of [B, H, S, d] heads and takes the mask
+// and the softmax on a [B, H, Sq, Sk] view: Reshape(scores) -> Where -> Softmax -> Reshape back -> MatMul(p, v). When
+// q, k and v are such views (Reshapes of static [B, H, S, d] values merging the first two dims), the attention reads
+// the 4-D values, a 3-D term [B * H, Sq, Sk] is viewed as [B, H, Sq, Sk] and the output [B, H, Sq, dv] is viewed back
+// as the 3-D MatMul's. The disentangled position terms (c2p + p2c, [B * H, S, S]) and the mask become the bias.
+
+// The masked fill between the scores `value` (read by node `reader`) and the softmax.
+struct MaskedFill {
+  std::size_t where = 0;
+  std::string cond;
+  bool fill_when_true = true;  // Where(c, fill, s): masked where c holds
+  double fill = 0.0;
+  std::string scores;
+};
+
+std::optional<MaskedFill> masked_fill(const Graph& g, const Matcher& m, const std::string& value, std::size_t reader) {
+  auto wi = m.sole_producer(value, reader, "Where");
+  if (!wi || m.node(*wi).inputs.size() != 3 || value_dtype(g, m.node(*wi).inputs[0]) != DType::kBool) {
+    return std::nullopt;
+  }
+  const Node& w = m.node(*wi);
+  const auto out = value_type(g, value);
+  for (std::size_t k = 1; k <= 2; ++k) {
+    const auto fill = scalar_constant(g, w.inputs[k]);
+    const auto scores = value_type(g, w.inputs[3 - k]);
+    if (!fill || !(*fill <= -65504.0) || !out || !scores || !same_shape(*out, *scores)) continue;
+    return MaskedFill{*wi, w.inputs[0], k == 1, *fill, w.inputs[3 - k]};
+  }
+  return std::nullopt;
+}
+
+// The [B * H, Sq, Sk] scores viewed as [B, H, Sq, Sk] by the Reshape that produces `value` (read by `reader`).
+struct HeadsView {
+  std::size_t reshape = 0;
+  std::int64_t batch = 0, heads = 0;
+  std::vector<std::int64_t> merged;  // [B * H, Sq, Sk]
+};
+
+std::optional<HeadsView> heads_view(const Graph& g, const Matcher& m, const std::string& value, std::size_t reader) {
+  auto ri = m.sole_producer(value, reader, "Reshape");
+  if (!ri) return std::nullopt;
+  const auto in = static_shape(g, m.node(*ri).inputs[0]);
+  const auto out = static_shape(g, value);
+  if (!in || !out || in->size() != 3 || out->size() != 4 || (*out)[0] * (*out)[1] != (*in)[0] ||
+      (*out)[2] != (*in)[1] || (*out)[3] != (*in)[2]) {
+    return std::nullopt;
+  }
+  return HeadsView{*ri, (*out)[0], (*out)[1], *in};
+}
+
+// The [B, H, S, d] value the 3-D `x` ([B * H, S, d]) is a Reshape of, for the view's B and H.
+std::optional<std::string> heads_source(const Graph& g, const Uses& uses, const std::string& x, const HeadsView& view) {
+  auto p = uses.producer(x);
+  if (!p || !is_onnx(g.nodes[*p], "Reshape")) return std::nullopt;
+  const std::string& source = g.nodes[*p].inputs[0];
+  const auto s4 = static_shape(g, source);
+  const auto s3 = static_shape(g, x);
+  if (!s4 || !s3 || s4->size() != 4 || s3->size() != 3 || (*s4)[0] != view.batch || (*s4)[1] != view.heads ||
+      (*s3)[0] != view.batch * view.heads || (*s3)[1] != (*s4)[2] || (*s3)[2] != (*s4)[3]) {
+    return std::nullopt;
+  }
+  return source;
+}
+
+// A term of the 3-D scores [B * H, Sq, Sk] as a term of the 4-D ones: its shape, and whether it needs a Reshape (a
+// leading B * H other than 1 and H); nullopt when it does not broadcast to them.
+std::optional<std::pair<std::vector<Dim>, bool>> heads_term_shape(const Graph& g, const std::string& term, DType dtype,
+                                                                  const HeadsView& view) {
+  auto t = value_type(g, term);
+  if (!t || !t->has_shape || t->shape.size() > 3 || t->dtype != dtype) return std::nullopt;
+  const std::size_t offset = 3 - t->shape.size();
+  for (std::size_t d = 0; d < t->shape.size(); ++d) {
+    const Dim& td = t->shape[d];
+    if (!td.known() || (td.value != 1 && td.value != view.merged[offset + d])) return std::nullopt;
+  }
+  const bool split = t->shape.size() == 3 && t->shape[0].value != 1 && t->shape[0].value != view.heads;
+  if (!split) return std::make_pair(t->shape, false);
+  return std::make_pair(std::vector<Dim>{Dim(view.batch), Dim(view.heads), t->shape[1], t->shape[2]}, true);
+}
+
+// The masked fill's additive term, Where(c, -inf, 0) or Where(c, 0, -inf), appended to `new_nodes`.
+std::string masked_fill_term(Graph& g, const MaskedFill& fill, DType dtype, const std::string& hint,
+                             std::vector<Node>& new_nodes) {
+  const std::string masked = add_constant(g, hint + "_masked", from_doubles({}, dtype, {-INFINITY}));
+  const std::string visible = add_constant(g, hint + "_visible", from_doubles({}, dtype, {0.0}));
+  const std::string term = g.unique_name(hint + "_mask");
+  ValueType type = *value_type(g, fill.cond);
+  type.dtype = dtype;
+  g.types[term] = type;
+  Node where = make_node(term, "Where", {fill.cond, fill.fill_when_true ? masked : visible,
+                                         fill.fill_when_true ? visible : masked}, {term});
+  where.domain = "";
+  new_nodes.push_back(std::move(where));
+  return term;
+}
+
+// The masked fill's term shape when c (rank <= 4, static) broadcasts to the scores.
+std::optional<std::vector<Dim>> masked_fill_shape(const Graph& g, const MaskedFill& fill,
+                                                  const std::vector<Dim>& scores) {
+  const auto c = value_type(g, fill.cond);
+  if (!c || !c->has_shape || c->shape.size() > 4) return std::nullopt;
+  for (std::size_t d = 0; d < c->shape.size(); ++d) {
+    const Dim& cd = c->shape[d];
+    if (!cd.known() || (cd.value != 1 && !same_dim(cd, scores[4 - c->shape.size() + d]))) return std::nullopt;
+  }
+  return c->shape;
+}
+
+// A [B * H, Sq, Sk] term viewed as `shape` ([B, H, Sq, Sk]), appended to `new_nodes`.
+std::string heads_term(Graph& g, const std::string& term, const std::vector<Dim>& shape, DType dtype,
+                       std::vector<Node>& new_nodes) {
+  const std::string viewed = g.unique_name(term + "_heads");
   ValueType type;
   type.dtype = dtype;
   type.has_shape = true;
-  type.shape = sum;
-  g.types[bias] = type;
-  Node add = make_node(bias, "Add", terms, {bias});
-  add.domain = "";
-  new_nodes.push_back(std::move(add));
-  return bias;
+  type.shape = shape;
+  g.types[viewed] = type;
+  std::vector<std::int64_t> dims;
+  for (const Dim& d : shape) dims.push_back(d.value);
+  new_nodes.push_back(reshape_node(g, viewed + "_view", term, dims, viewed));
+  return viewed;
 }
 
 // Note [Attention over more than one batch dim]
@@ -1304,8 +1445,8 @@ std::optional<TransposedKeys> transposed_keys(const Graph& g, const Uses& uses, 
   out.from_bshd = perm == std::vector<std::int64_t>{0, 2, 3, 1};
   std::vector<std::int64_t> last_two(perm.size());  // the leading axes in place, the last two swapped
   for (std::size_t d = 0; d < perm.size(); ++d) last_two[d] = static_cast<std::int64_t>(d);
-  if (perm.size() >= 4) std::swap(last_two[perm.size() - 1], last_two[perm.size() - 2]);
-  if (!out.from_bshd && (perm.size() < 4 || perm != last_two)) return std::nullopt;
+  if (perm.size() >= 3) std::swap(last_two[perm.size() - 1], last_two[perm.size() - 2]);  // rank 3: Note [Masked-fill
+  if (!out.from_bshd && (perm.size() < 3 || perm != last_two)) return std::nullopt;           // scores]
   out.k = g.nodes[*out.transpose].inputs[0];
   return out;
 }
@@ -1425,9 +1566,19 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     // <- MatMul(Q, K^T) (Note [Attention with additive terms]).
     const auto casts = softmax_casts(g, m, si);
     if (!casts) continue;
-    auto additive = additive_terms(g, uses, m, casts->up ? *casts->up : si);
-    if (!additive) continue;
+    // A masked fill, then a view of [B * H, Sq, Sk] scores as [B, H, Sq, Sk], may come first (Note [Masked-fill
+    // scores]).
+    std::size_t start_reader = casts->up ? *casts->up : si;
+    std::string start = m.node(start_reader).inputs[0];
+    const auto fill = masked_fill(g, m, start, start_reader);
+    if (fill) std::tie(start, start_reader) = std::make_pair(fill->scores, fill->where);
+    const auto view = heads_view(g, m, start, start_reader);
+    if (view) std::tie(start, start_reader) = std::make_pair(m.node(view->reshape).inputs[0], view->reshape);
+    auto additive = additive_terms(g, uses, m, start, start_reader);
+    if (!additive || ((fill || view) && additive->window)) continue;
     std::vector<std::size_t> nodes = {si};
+    if (fill) nodes.push_back(fill->where);
+    if (view) nodes.push_back(view->reshape);
     if (casts->up) nodes.push_back(*casts->up);
     nodes.insert(nodes.end(), casts->after.begin(), casts->after.end());
     nodes.insert(nodes.end(), additive->adds.begin(), additive->adds.end());
@@ -1435,7 +1586,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::size_t reader = additive->reader;
     // 16-bit scores cast to float32 before a float32 mask (Note [Scores promoted to float32 by a float32 mask]).
     const auto promoted = m.sole_producer(scores, reader, "Cast");
-    if (promoted && (casts->up || !promotes_to_float32(g, m.node(*promoted)))) continue;
+    if (promoted && (casts->up || fill || view || !promotes_to_float32(g, m.node(*promoted)))) continue;
     if (promoted) {
       nodes.push_back(*promoted);
       reader = *promoted;
@@ -1492,12 +1643,35 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     const GuardedProbabilities guarded = guarded_probabilities(
         g, uses, m, casts->after.empty() ? softmax.outputs[0] : m.node(casts->after.back()).outputs[0], *additive,
         nodes);
-    const std::string& probabilities = guarded.value;
+    std::string probabilities = guarded.value;
     const bool zero_masked_rows = guarded.zero_masked_rows;
+    if (fill && zero_masked_rows) continue;
+    if (view) {  // the probabilities viewed back as [B * H, Sq, Sk]
+      auto back = m.sole_reader(probabilities, "Reshape");
+      if (!back || static_shape(g, m.node(*back).outputs[0]) != view->merged) continue;
+      nodes.push_back(*back);
+      probabilities = m.node(*back).outputs[0];
+    }
     auto pv = m.sole_reader(probabilities, "MatMul");
     if (!pv || m.node(*pv).inputs[0] != probabilities || m.node(*pv).inputs.size() != 2) continue;
     nodes.push_back(*pv);
-    const std::string v = m.node(*pv).inputs[1];
+    std::string v = m.node(*pv).inputs[1];
+    std::optional<std::size_t> out_view;
+    if (view) {  // q, k and v read as the [B, H, S, d] values their 3-D views are of
+      const auto q4 = heads_source(g, uses, q, *view), k4 = heads_source(g, uses, k, *view);
+      const auto v4 = heads_source(g, uses, v, *view);
+      if (from_bshd || !q4 || !k4 || !v4) continue;
+      std::tie(q, k, v) = std::make_tuple(*q4, *k4, *v4);
+      // The 3-D output viewed as [B, H, Sq, dv] again (DeBERTa's next view): the attention writes that value.
+      out_view = m.sole_reader(m.node(*pv).outputs[0], "Reshape");
+      const auto viewed = out_view ? static_shape(g, m.node(*out_view).outputs[0]) : std::nullopt;
+      const auto v_shape = static_shape(g, v);
+      if (!viewed || !v_shape || *viewed != std::vector<std::int64_t>{view->batch, view->heads, view->merged[1],
+                                                                      (*v_shape)[3]}) {
+        out_view.reset();
+      }
+      if (out_view) nodes.push_back(*out_view);
+    }
     // Types: Q [B,H,Sq,D], K [B,S,H,D] or [B,H,S,D], V [B,H,S,Dv], all of one fusable float type, the attention's;
     // or Q and K of the 16-bit type whose scores were promoted, the rest float32 (Note [Scores promoted to float32
     // by a float32 mask]).
@@ -1525,10 +1699,21 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     }
     const std::vector<Dim> scores_shape = {tq->shape[0], tq->shape[1], tq->shape[2], k_bhsd[2]};
     std::vector<std::vector<Dim>> term_shapes;
+    std::vector<bool> split_terms;  // viewed as [B, H, Sq, Sk] (Note [Masked-fill scores])
     for (const std::string& term : additive->terms) {
-      if (auto shape = term_shape(g, term, dtype, scores_shape, merged.rank > 4)) term_shapes.push_back(*shape);
+      if (view) {
+        if (auto shape = heads_term_shape(g, term, dtype, *view)) {
+          term_shapes.push_back(shape->first);
+          split_terms.push_back(shape->second);
+        }
+      } else if (auto shape = term_shape(g, term, dtype, scores_shape, merged.rank > 4)) {
+        term_shapes.push_back(*shape);
+        split_terms.push_back(false);
+      }
     }
     if (term_shapes.size() != additive->terms.size()) continue;
+    const auto fill_shape = fill ? masked_fill_shape(g, *fill, scores_shape) : std::nullopt;
+    if (fill && !fill_shape) continue;
     if (additive->window) {  // the window form's static [B * nW, H, Sq, Sk] is the scores' shape
       bool same = true;
       for (std::size_t d = 0; d < 4; ++d) same = same && same_dim(scores_shape[d], Dim(additive->window->scores[d]));
@@ -1567,24 +1752,36 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       inputs[1] = float32_copy(g, inputs[1], k_type, qk_node.name + "_k_float", new_nodes);
     }
     std::vector<std::string> terms = additive->terms;
-    for (std::string& term : terms) {
-      if (merged.rank > 4) term = merged_term(g, term, new_nodes);  // checked by term_shape
+    for (std::size_t t = 0; t < terms.size(); ++t) {
+      if (merged.rank > 4) terms[t] = merged_term(g, terms[t], new_nodes);  // checked by term_shape
+      if (split_terms[t]) terms[t] = heads_term(g, terms[t], term_shapes[t], dtype, new_nodes);
+    }
+    if (fill) {
+      terms.push_back(masked_fill_term(g, *fill, dtype, qk_node.name, new_nodes));
+      term_shapes.push_back(*fill_shape);
     }
     if (additive->window) {
       terms.push_back(window_term_input(g, *additive->window, dtype, qk_node.name, new_nodes));
       term_shapes.emplace_back(additive->window->scores.begin(), additive->window->scores.end());
     }
     if (!terms.empty()) inputs.push_back(one_additive_input(g, terms, term_shapes, dtype, qk_node.name, new_nodes));
-    const std::string& out = m.node(*pv).outputs[0];
+    const std::string& out = m.node(out_view ? *out_view : *pv).outputs[0];
     std::string fused_out = out;
     if (merged.rank > 4) {  // the output viewed back to rank R
       fused_out = g.unique_name(out + "_merged");
       g.types[fused_out] = merged_type(*value_type(g, out), merged);
+    } else if (view && !out_view) {  // the output [B, H, Sq, dv] viewed back as the 3-D MatMul's
+      fused_out = g.unique_name(out + "_heads");
+      ValueType heads = *value_type(g, out);
+      heads.shape = {Dim(view->batch), Dim(view->heads), heads.shape[1], heads.shape[2]};
+      g.types[fused_out] = heads;
     }
     Node fused = make_node(qk_node.name, "Attention", inputs, {fused_out});
     fused.attrs.set("scale", scale);
     fused.attrs.set("causal", static_cast<std::int64_t>(0));
     if (zero_masked_rows) fused.attrs.set("fully_masked_rows", std::string("zero"));
+    const bool uniform_rows = fill && std::isfinite(fill->fill);  // Note [Masked-fill scores]
+    if (uniform_rows) fused.attrs.set("fully_masked_rows", std::string("uniform"));
     new_nodes.push_back(std::move(fused));
     if (fused_out != out) {
       Node back = reshape_node(g, fused_out + "_back", fused_out, *static_shape(g, out), out);
@@ -1593,6 +1790,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     }
     std::string note = fusion_note(g, nodes, qk_node.name);
     if (zero_masked_rows) note += " (fully_masked_rows=zero: the NaN guard of a mask that may hold -inf)";
+    if (uniform_rows) note += " (fully_masked_rows=uniform: the masked fill's finite value)";
     rw.replace(nodes, std::move(new_nodes), std::move(note));
   }
   rw.apply(result);

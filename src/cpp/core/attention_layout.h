@@ -141,7 +141,8 @@ inline FullyMaskedRows fully_masked_rows_of(const Attributes& attrs) {
   const std::string rows = attrs.get_string("fully_masked_rows", "nan");
   XPURT_CHECK(rows == "nan" || rows == "zero" || rows == "uniform", "op 'attention': fully_masked_rows must be "
               "\"nan\" (the default), \"zero\" or \"uniform\", got \"", rows, "\"");
-  return rows == "zero" ? FullyMaskedRows::kZero : rows == "uniform" ? FullyMaskedRows::kUniform : FullyMaskedRows::kNan;
+  if (rows == "zero") return FullyMaskedRows::kZero;
+  return rows == "uniform" ? FullyMaskedRows::kUniform : FullyMaskedRows::kNan;
 }
 
 // Whether the op's `fully_masked_rows` attribute is "zero".

@@ -749,7 +749,7 @@ std::vector<TensorDesc> infer_attention(const OpDescriptor& desc) {
   XPURT_CHECK(std::isfinite(scale) && scale >= 0, "op 'attention': scale must be >= 0 (0 = 1/sqrt(D)), got ", scale);
   const std::int64_t return_lse = desc.attrs.get_int("return_lse", 0);
   XPURT_CHECK(return_lse == 0 || return_lse == 1, "op 'attention': return_lse must be 0 or 1, got ", return_lse);
-  fully_masked_rows_of(desc.attrs);  // "nan", "zero" or "uniform" (Note [Fully masked attention rows], cpu_attention.cpp)
+  fully_masked_rows_of(desc.attrs);  // "nan", "zero" or "uniform" (Note [Fully masked attention rows])
   std::vector<TensorDesc> outputs = {
       output_like(q, layout.stored_output(layout.dims(desc.inputs[0].shape, desc.inputs[1].shape,
                                                       desc.inputs[2].shape)[3]))};

@@ -54,8 +54,8 @@ XPURT_API void softmax_lastdim(const void* x, void* y, DType dtype, std::int64_t
 // is read at b * mask_strides[0] + h * mask_strides[1] + i * mask_strides[2] + j * mask_strides[3] (strides in
 // elements, 0 along broadcast dimensions). A fully masked row (every term -inf) yields NaN, like PyTorch's
 // softmax, 0 with `rows` kZero, or 1 / count over its visible keys with kUniform (every -inf term then counts as
-// kUniformMaskedScore; Note [Fully masked attention rows] in cpu_attention.cpp); a row with a NaN term is NaN. InvalidArgumentError when `heads` does not divide `batch_heads` or mask_strides has
-// not 4 entries.
+// kUniformMaskedScore; Note [Fully masked attention rows] in cpu_attention.cpp); a row with a NaN term is NaN.
+// InvalidArgumentError when `heads` does not divide `batch_heads` or mask_strides has not 4 entries.
 XPURT_API void attention_softmax(void* scores, DType dtype, std::int64_t batch_heads, std::int64_t heads,
                                  std::int64_t sq, std::int64_t sk, float scale, bool causal,
                                  FullyMaskedRows rows, const void* mask,

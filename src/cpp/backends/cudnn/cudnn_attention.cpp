@@ -119,8 +119,8 @@ Support check_attention(const OpDescriptor& desc, const ExecutionPolicy& policy)
   if (fully_masked_rows_of(desc.attrs) != FullyMaskedRows::kNan) {  // Note [Fully masked attention rows]
     return Support::no(detail::str_cat(kLabel, " cannot promise fully_masked_rows=\"",
                                        desc.attrs.get_string("fully_masked_rows", "nan"), "\" (what a row whose every "
-                                       "score is -inf gives): cuDNN does not document what its fused softmax gives such "
-                                       "a row; flash_v2 and unfused implement it"));
+                                       "score is -inf gives): cuDNN does not document what its fused softmax gives "
+                                       "such a row; flash_v2 and unfused implement it"));
   }
   Support limits = cudnn::check_limits(desc, kLabel);
   if (!limits) return limits;

@@ -1098,8 +1098,8 @@ void match_window_term(const Graph& g, const Matcher& m, AdditiveTerms& out) {
 // Walks back from `value` (the softmax's input, read by node `reader`) through at most two Adds to the scores; nullopt
 // when an Add is there but the chain is not of that form (the softmax is then not attention's, or not one this pass
 // can prove).
-std::optional<AdditiveTerms> additive_terms(const Graph& g, const Uses& uses, const Matcher& m, const std::string& value,
-                                            std::size_t reader) {
+std::optional<AdditiveTerms> additive_terms(const Graph& g, const Uses& uses, const Matcher& m,
+                                            const std::string& value, std::size_t reader) {
   AdditiveTerms out;
   out.scores = value;
   out.reader = reader;

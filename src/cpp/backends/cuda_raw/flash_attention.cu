@@ -345,6 +345,23 @@ class FlashAttentionKernel final : public Kernel {
     return check_flash(desc);
   }
 
+  // Note [Timed attention]
+  // flash_v2 is the first choice for the attention ops it takes, but not the fastest everywhere: on an H200
+  // cuDNN's fused attention ran Phi-3's at batch 1 in 47 us a run against flash_v2's 66, an ALiBi bias [1, 16, 2048,
+  // 2048] in 0.29 ms against 0.55, a full [16, 12, 512, 512] bias in 0.077 against 0.116, while flash_v2 won with a
+  // key bias and CLIP's [77, 77] triangle (docs/benchmarks.md). No rule on the descriptor separates those, so the
+  // dispatcher times the kernels that support the node at its shapes and keeps the fastest (Note [Timed first
+  // choices] in core/dispatcher.cpp), once per descriptor and build cache. Timing builds every candidate, the unfused
+  // kernel's B * H * Sq * Sk scores included, so it is asked for only while those stay within kTimedScoresBytes;
+  // past that flash_v2 runs untimed, as before.
+  static constexpr double kTimedScoresBytes = 512.0 * 1024 * 1024;
+  std::string timed_against_others(const OpDescriptor& desc) const override {
+    const flash::Params& p = config_of(desc).params;
+    const double scores = static_cast<double>(p.batch) * p.heads * p.seq_q * p.seq_k * 2.0;
+    if (scores > kTimedScoresBytes) return {};
+    return "flash_v2 or another attention kernel (cuDNN's) may be faster at this shape";
+  }
+
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/,
                                     const std::string& record) const override {
     if (!record.empty()) {

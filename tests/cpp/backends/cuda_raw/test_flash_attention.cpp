@@ -220,6 +220,21 @@ TEST(FlashAttention, ReturnLseMustBeZeroOrOne) {
   XPURT_EXPECT_THROW_WITH(with_return_lse(desc, -1), InvalidArgumentError, "return_lse must be 0 or 1, got -1");
 }
 
+// Note [Timed attention]: flash_v2 asks the dispatcher to time it against the other attention kernels while the
+// unfused kernel's scores stay small enough to build, and runs untimed past that. No GPU needed.
+TEST(FlashAttention, AsksToBeTimedWhileTheScoresAreSmall) {
+  SKIP_WITHOUT_FLASH();
+  OpDescriptor small = attention_desc({1, 32, 128, 64}, {1, 8, 128, 64}, {1, 8, 128, 64}, DType::kFloat16, true);
+  KernelRegistry::global().infer(small);
+  ASSERT_TRUE(flash_supports(small)) << flash_supports(small).reason();
+  EXPECT_NE(flash_kernel()->timed_against_others(small).find("may be faster"), std::string::npos);
+  OpDescriptor large = attention_desc({16, 32, 4096, 128}, {16, 8, 4096, 128}, {16, 8, 4096, 128}, DType::kFloat16,
+                                      true);
+  KernelRegistry::global().infer(large);
+  ASSERT_TRUE(flash_supports(large)) << flash_supports(large).reason();
+  EXPECT_EQ(flash_kernel()->timed_against_others(large), "");  // 17 GB of scores for the unfused candidate
+}
+
 // Every attention kernel either implements fully_masked_rows="zero" or refuses it, saying so (the dispatcher then
 // picks another): cpu, flash_v2 and unfused take it; cudnn refuses it. No GPU needed.
 TEST(FlashAttention, EveryKernelTakesOrRefusesFullyMaskedRowsZero) {

@@ -332,7 +332,9 @@ BINARY = {
     "minimum": np.minimum,
 }
 
-REDUCE = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max, "reduce_min": np.min}
+REDUCE = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max, "reduce_min": np.min,
+          # the square of each element in float64 (Note [Squares summed over leading axes] in fusion_elementwise.cpp)
+          "reduce_sum_square": lambda x, **kw: np.sum(np.square(x.astype(np.float64)), **kw)}
 
 
 def ref_reduce(op):

@@ -45,7 +45,8 @@ class AbsentKernel final : public Kernel {
   const std::vector<std::string> elementwise = {
       "softmax", "layer_norm", "gelu", "relu", "sigmoid", "tanh", "silu", "exp", "log", "sqrt", "neg", "abs",
       "erf", "reciprocal", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "cast", "reduce_sum",
-      "reduce_mean", "reduce_max", "reduce_min", "clip", "hard_sigmoid", "hard_swish", "leaky_relu", "elu",
+      "reduce_mean", "reduce_max", "reduce_min", "reduce_sum_square", "clip", "hard_sigmoid", "hard_swish",
+      "leaky_relu", "elu",
       "softplus", "sin", "cos", "floor", "ceil", "round", "sign", "is_nan", "is_inf", "logical_and", "logical_or",
       "logical_xor", "cum_sum", "gather_elements", "gather_nd", "pad", "resize", "tan", "asin", "acos", "atan",
       "sinh", "cosh", "asinh", "acosh", "atanh", "softsign", "selu", "celu", "thresholded_relu", "mish", "log_softmax",

@@ -690,7 +690,8 @@ std::vector<TensorDesc> infer_binary(const OpDescriptor& desc) {
 
 std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
   const DType dtype = desc.inputs[0].dtype;
-  if (desc.op == "reduce_mean" || (dtype != DType::kInt32 && dtype != DType::kInt64)) {
+  const bool float_only = desc.op == "reduce_mean" || desc.op == "reduce_sum_square";
+  if (float_only || (dtype != DType::kInt32 && dtype != DType::kInt64)) {
     check_float_inputs(desc, {"x"});  // sum, max, min and prod also take int32/int64
   }
   const TensorDesc& x = desc.inputs[0];
@@ -707,7 +708,8 @@ std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
     if (!reduced[k]) {
       out.push_back(x.shape[k]);
     } else {
-      XPURT_CHECK(x.shape[k] > 0 || desc.op == "reduce_sum" || desc.op == "reduce_mean" || desc.op == "reduce_prod",
+      XPURT_CHECK(x.shape[k] > 0 || desc.op == "reduce_sum" || desc.op == "reduce_mean" || desc.op == "reduce_prod" ||
+                      desc.op == "reduce_sum_square",
                   "op '", desc.op,
                   "': cannot reduce an empty axis ", k);
       if (keepdims) out.push_back(1);
@@ -859,11 +861,13 @@ void register_ops(KernelRegistry& registry) {
     add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1; sum/max/min/prod also int32/int64",
         infer_reduce);
   }
+  add("reduce_sum_square", "reduce", {"x"}, "sum of x * x over axes (empty = all), each square in float32 or wider; "
+      "keepdims=1; float only", infer_reduce);
   // Two outputs: y, and with return_lse=1 the log-sum-exp of each score row (the second output is absent otherwise).
   add("attention", "attention", {"q", "k", "v", "mask?"},
       "softmax(q k^T * scale + mask) v; [B, H, S, D], causal=0, scale=0 (1/sqrt(D)), GQA when Hkv divides H; "
       "return_lse=0 (1: second output lse [B, H, Sq] float32, log sum exp of the scores); fully_masked_rows=\"nan\" "
-      "(\"zero\": a row whose every score is -inf gives 0, not NaN)",
+      "(\"zero\": a row whose every score is -inf gives 0, not NaN; \"uniform\": the mean of v)",
       infer_attention, {"y", "lse?"});
   register_data_ops(registry);
   register_int4_ops(registry);

@@ -293,7 +293,8 @@ NodeWork onnx_node_work(const std::string& op_type, const std::vector<TensorDesc
       {"Gather", "gather"}, {"GatherElements", "gather_elements"}, {"GatherND", "gather_nd"}, {"Expand", "expand"},
       {"Pad", "pad"}, {"Resize", "resize"}, {"Tile", "tile"}, {"ReduceSum", "reduce_sum"},
       {"ReduceMean", "reduce_mean"}, {"ReduceMax", "reduce_max"}, {"ReduceMin", "reduce_min"},
-      {"ReduceProd", "reduce_prod"}, {"CumSum", "cum_sum"}, {"ArgMax", "arg_max"}, {"ArgMin", "arg_min"},
+      {"ReduceProd", "reduce_prod"}, {"ReduceSumSquare", "reduce_sum_square"}, {"CumSum", "cum_sum"},
+      {"ArgMax", "arg_max"}, {"ArgMin", "arg_min"},
       {"Attention", "attention"}};
   if (op == "QLinearMatMul" || op == "QLinearConv") {  // x, x_scale, x_zp, w, w_scale, w_zp, ...: x and w
     std::vector<TensorDesc> xw = {in.size() > 0 ? in[0] : TensorDesc{}, in.size() > 3 ? in[3] : TensorDesc{}};

@@ -14,7 +14,11 @@ namespace xpuruntime::cpu {
 
 namespace {
 
-enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin };
+enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kSumSquare };
+
+// The element a sum accumulates: x, or x * x for reduce_sum_square (squared in double, never rounded to T).
+inline double summand(ReduceOp op, double x) { return op == ReduceOp::kSumSquare ? x * x : x; }
+inline bool sums(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kMean || op == ReduceOp::kSumSquare; }
 
 // Note [Reductions of trailing axes]
 // Where every reduced axis (of size > 1) comes after every kept one, output o reduces the contiguous row
@@ -38,13 +42,13 @@ void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t o = begin; o < end; ++o) {
                    const T* p = in + o * count;
-                   if (op == ReduceOp::kSum || op == ReduceOp::kMean) {
+                   if (sums(op)) {
                      double acc[4] = {0.0, 0.0, 0.0, 0.0};
                      std::int64_t i = 0;
                      for (; i + 4 <= count; i += 4) {
-                       for (int j = 0; j < 4; ++j) acc[j] += static_cast<double>(p[i + j]);
+                       for (int j = 0; j < 4; ++j) acc[j] += summand(op, static_cast<double>(p[i + j]));
                      }
-                     for (; i < count; ++i) acc[0] += static_cast<double>(p[i]);
+                     for (; i < count; ++i) acc[0] += summand(op, static_cast<double>(p[i]));
                      const double sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
                      out[o] = static_cast<T>(op == ReduceOp::kMean ? sum / static_cast<double>(count) : sum);
                      continue;
@@ -123,8 +127,10 @@ void run_reduce(ReduceOp op, const KernelLaunch& launch, const CpuContext& conte
                        rest_r /= sizes[d];
                      }
                      const T* p = in + offset;
-                     if (op == ReduceOp::kSum || op == ReduceOp::kMean) {
-                       for (std::int64_t i = 0; i < inner; ++i) sum += static_cast<double>(p[i * inner_step]);
+                     if (sums(op)) {
+                       for (std::int64_t i = 0; i < inner; ++i) {
+                         sum += summand(op, static_cast<double>(p[i * inner_step]));
+                       }
                      } else {
                        for (std::int64_t i = 0; i < inner; ++i) {
                          const T v = p[i * inner_step];
@@ -135,6 +141,7 @@ void run_reduce(ReduceOp op, const KernelLaunch& launch, const CpuContext& conte
                    }
                    switch (op) {
                      case ReduceOp::kSum:
+                     case ReduceOp::kSumSquare:
                        out[o] = static_cast<T>(sum);
                        break;
                      case ReduceOp::kMean:
@@ -156,7 +163,8 @@ void register_reduce_kernels(KernelRegistry& registry) {
   const std::pair<const char*, ReduceOp> reductions[] = {{"reduce_sum", ReduceOp::kSum},
                                                          {"reduce_mean", ReduceOp::kMean},
                                                          {"reduce_max", ReduceOp::kMax},
-                                                         {"reduce_min", ReduceOp::kMin}};
+                                                         {"reduce_min", ReduceOp::kMin},
+                                                         {"reduce_sum_square", ReduceOp::kSumSquare}};
   for (const auto& [op, kind] : reductions) {
     add_cpu_kernel(registry, op,
                    std::string("reference ") + op + " over any axes (keepdims), sums accumulated in double",
@@ -166,7 +174,8 @@ void register_reduce_kernels(KernelRegistry& registry) {
                      dispatch_compute_type(dtype,
                                            [&](auto zero) { run_reduce<decltype(zero)>(kind, launch, context); });
                    },
-                   kind == ReduceOp::kMean ? DTypeSet::kFloat : DTypeSet::kFloatAndInt);
+                   kind == ReduceOp::kMean || kind == ReduceOp::kSumSquare ? DTypeSet::kFloat
+                                                                           : DTypeSet::kFloatAndInt);
   }
 }
 

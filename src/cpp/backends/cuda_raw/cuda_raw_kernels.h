@@ -37,7 +37,7 @@ enum class UnaryOp : std::uint8_t {
 
 enum class BinaryOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum };
 
-enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kProd };
+enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kProd, kSumSquare };  // kSumSquare: sum of x * x
 
 // y[i] = op(x[i]) for n elements. `x == y` is allowed.
 // Launches a kernel that stores to an unmapped address (a sticky cudaErrorIllegalAddress): for tests only.

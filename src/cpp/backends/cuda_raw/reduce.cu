@@ -138,6 +138,15 @@ struct Reducer {
       return a + b;
     }
   }
+  // What an element adds: its square for reduce_sum_square (in float32, from the loaded value), else itself. The
+  // partials of a split and the lanes' accumulators combine with operator(), unsquared.
+  __device__ __forceinline__ static float element(float x) {
+    if constexpr (kOp == ReduceOp::kSumSquare) {
+      return x * x;
+    } else {
+      return x;
+    }
+  }
   __device__ __forceinline__ static float finalize(float value, std::int64_t count) {
     if constexpr (kOp == ReduceOp::kMean) {
       return value / static_cast<float>(count);  // count == 0: 0 / 0 = NaN, like NumPy
@@ -184,7 +193,9 @@ __global__ void __launch_bounds__(kBlock) reduce_row_kernel(const T* x, T* y, fl
     const Index end = args.count - begin > args.chunk ? begin + args.chunk : args.count;
     const T* base = x + offset_of(args.kept, output);
     float acc = Reducer<kOp>::identity();
-    for (Index r = begin + lane; r < end; r += kGroup) acc = combine(acc, to_float(base[offset_of(args.reduced, r)]));
+    for (Index r = begin + lane; r < end; r += kGroup) {
+      acc = combine(acc, Reducer<kOp>::element(to_float(base[offset_of(args.reduced, r)])));
+    }
     acc = group_reduce<kGroup>(acc, combine, smem);
     if (lane == 0) {
       if (args.splits == 1) {
@@ -205,7 +216,7 @@ __device__ __forceinline__ void combine_edge(const T* p, int lane, Index n, floa
   float values[kLoads];
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
-    if (lane + k * kGroup < n) values[k] = to_float(p[lane + k * kGroup]);
+    if (lane + k * kGroup < n) values[k] = Reducer<kOp>::element(to_float(p[lane + k * kGroup]));
   }
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -239,7 +250,7 @@ __device__ __forceinline__ float reduce_contiguous(const T* p, Index n, int lane
     for (int u = 0; u < kRound; ++u) {
       if (v + u * kGroup < num_vectors) {
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) acc[j] = combine(acc[j], to_float(loaded[u].v[j]));
+        for (int j = 0; j < kVec; ++j) acc[j] = combine(acc[j], Reducer<kOp>::element(to_float(loaded[u].v[j])));
       }
     }
   }
@@ -314,7 +325,9 @@ __global__ void reduce_column_kernel(const T* x, T* y, float* partial, ReduceArg
     const Index end = args.count - begin > args.chunk ? begin + args.chunk : args.count;
     const T* base = x + offset_of(args.kept, output);
     float acc = Reducer<kOp>::identity();
-    for (Index r = begin; r < end; ++r) acc = combine(acc, to_float(base[offset_of(args.reduced, r)]));
+    for (Index r = begin; r < end; ++r) {
+      acc = combine(acc, Reducer<kOp>::element(to_float(base[offset_of(args.reduced, r)])));
+    }
     if (args.splits == 1) {
       y[output] = from_float<T>(Reducer<kOp>::finalize(acc, args.count));
     } else {
@@ -375,7 +388,7 @@ __global__ void __launch_bounds__(kThreads) reduce_middle_kernel(const T* x, T* 
           for (int part = 0; part < kParts; ++part) {
 #pragma unroll
             for (int i = 0; i < kLoad; ++i) {
-              acc[part * kLoad + i] = combine(acc[part * kLoad + i], to_float(v[u][part].v[i]));
+              acc[part * kLoad + i] = combine(acc[part * kLoad + i], Reducer<kOp>::element(to_float(v[u][part].v[i])));
             }
           }
         }
@@ -629,6 +642,7 @@ void reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y,
       case ReduceOp::kMean: return launch_reduce<T, ReduceOp::kMean>(geometry, xs, ys, partial, s);
       case ReduceOp::kMax: return launch_reduce<T, ReduceOp::kMax>(geometry, xs, ys, partial, s);
       case ReduceOp::kMin: return launch_reduce<T, ReduceOp::kMin>(geometry, xs, ys, partial, s);
+      case ReduceOp::kSumSquare: return launch_reduce<T, ReduceOp::kSumSquare>(geometry, xs, ys, partial, s);
       case ReduceOp::kProd: return float_prod(geometry, x, y, dtype, workspace, stream);
     }
   });

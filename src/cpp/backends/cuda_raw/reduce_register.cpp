@@ -68,7 +68,9 @@ class ReduceKernel final : public Kernel {
                           op + " over any axes: a warp/block per row or a thread per column, split into two "
                                "deterministic passes when outputs are few; fp32 accumulation (int32/int64 and "
                                "products: a block per output or split of one, sums wrap)",
-                          declaration(op, {"x"}, kind == ReduceOp::kMean ? DTypes::kFloat : DTypes::kFloatAndInt)}),
+                          declaration(op, {"x"}, kind == ReduceOp::kMean || kind == ReduceOp::kSumSquare
+                                                     ? DTypes::kFloat
+                                                     : DTypes::kFloatAndInt)}),
         kind_(kind) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
@@ -162,13 +164,14 @@ class SplitKernel final : public Kernel {
 
 }  // namespace
 
-// reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod.
+// reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, reduce_sum_square.
 void register_reductions(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_sum", ReduceOp::kSum));
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_mean", ReduceOp::kMean));
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_max", ReduceOp::kMax));
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_min", ReduceOp::kMin));
   registry.add_kernel(std::make_unique<ReduceKernel>("reduce_prod", ReduceOp::kProd));
+  registry.add_kernel(std::make_unique<ReduceKernel>("reduce_sum_square", ReduceOp::kSumSquare));
 }
 
 // cum_sum.

@@ -2388,6 +2388,35 @@ Graph silu_bias_graph(bool s_read_twice) {
   return b.build(s_read_twice ? std::vector<std::string>{"y", "z"} : std::vector<std::string>{"y"});
 }
 
+// Note [Squares summed over leading axes]: ConvNeXt V2's norm of each channel over H and W (channels-last), Mul(x, x)
+// then ReduceSum over axes 1 and 2, becomes one ReduceSumSquare; a sum over the trailing axis stays for the fused
+// programs' row reductions, and so does a Mul whose square something else reads.
+Graph square_sum_graph(const std::vector<std::int64_t>& axes, bool square_read_elsewhere) {
+  Builder b;
+  b.input("x", {2, 3, 4, 5});
+  b.constant("axes", int64s(axes));
+  b.add(node("Mul", {"x", "x"}, {"sq"})).add(node("ReduceSum", {"sq", "axes"}, {"s"}));
+  std::vector<std::string> outputs = {"s"};
+  if (square_read_elsewhere) outputs.push_back("sq");
+  b.typed("sq", {2, 3, 4, 5});
+  std::vector<Dim> kept = {2, 3, 4, 5};
+  for (std::int64_t a : axes) kept[static_cast<std::size_t>(a)] = Dim(1);
+  b.typed("s", kept);
+  return b.build(outputs);
+}
+
+TEST(ElementwiseFusion, SquaresSummedOverLeadingAxesBecomeReduceSumSquare) {
+  const Feeds feeds = {{"x", random({2, 3, 4, 5}, 211, -20.0f, 20.0f)}};
+  Graph out = run_pass(square_sum_graph({1, 2}, false), passes::elementwise_fusion, feeds);
+  ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+  EXPECT_EQ(out.nodes[0].op_type, "ReduceSumSquare");
+  EXPECT_EQ(out.nodes[0].inputs[0], "x");
+  Graph trailing = run_pass(square_sum_graph({3}, false), passes::elementwise_fusion, feeds);
+  EXPECT_EQ(count(trailing, "ReduceSumSquare"), 0) << trailing.str();
+  Graph shared = run_pass(square_sum_graph({1, 2}, true), passes::elementwise_fusion, feeds);
+  EXPECT_EQ(count(shared, "ReduceSumSquare"), 0) << shared.str();
+}
+
 TEST(ElementwiseFusion, AChainBecomesOneNodeWithItsProgram) {
   int rewrites = 0;
   Graph out = run_pass(silu_bias_graph(false), passes::elementwise_fusion, {{"x", random({2, 3, 4, 5}, 202)}},

@@ -424,12 +424,62 @@ int fold_rotary_head_transposes(Graph& g, std::vector<std::string>& notes) {
   return folded;
 }
 
+// Note [Squares summed over leading axes]
+// A sum of squares over axes that are not the trailing ones (ConvNeXt V2's global response normalization: the L2 norm
+// of each channel over H and W, channels-last [N, H, W, C] over axes 1 and 2, which the dynamo exporter writes
+// Mul(x, x) -> ReduceSum -> Sqrt) cannot join a fused program (its reductions are over trailing axes), so the square
+// was a kernel of its own that wrote the whole x * x for the reduction to read back. ReduceSum(Mul(x, x)) with the
+// Mul read by nothing else becomes ReduceSumSquare(x): reduce_sum_square squares each element as it loads it, in
+// float32 (the unfused graph rounds x * x to x's type first, and overflows float16 from |x| = 256; the fused form is
+// the closer to exact). Sums over trailing axes stay as they are, for elementwise_fusion's row reductions.
+int square_reductions(Graph& g, const PassContext& ctx, PassResult& result) {
+  if (ctx.keep_unfused && (ctx.keep_unfused("reduce_sum") || ctx.keep_unfused("mul"))) return 0;
+  Rewriter rw(g);
+  const Uses uses(g);
+  const std::int64_t opset = g.opset("");
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& sum = g.nodes[i];
+    if (!is_onnx(sum, "ReduceSum") || sum.inputs.empty() || opset < 13) continue;
+    auto mi = uses.producer(sum.inputs[0]);
+    if (!mi || rw.taken(*mi) || !is_onnx(g.nodes[*mi], "Mul") || g.nodes[*mi].inputs.size() != 2 ||
+        g.nodes[*mi].inputs[0] != g.nodes[*mi].inputs[1] || !uses.only_reader(sum.inputs[0], i)) {
+      continue;
+    }
+    const auto axes = constant_axes(g, sum, 13);
+    const auto shape = static_shape(g, sum.inputs[0]);
+    const auto dtype = value_dtype(g, sum.inputs[0]);
+    if (!axes || axes->empty() || !shape || !dtype || !is_fusable_float(*dtype)) continue;
+    std::vector<bool> reduced(shape->size(), false);
+    for (std::int64_t a : *axes) reduced[static_cast<std::size_t>(a < 0 ? a + static_cast<std::int64_t>(shape->size())
+                                                                        : a)] = true;
+    bool trailing = true, seen = false;  // every reduced axis (of size > 1) after every kept one
+    for (std::size_t d = 0; d < shape->size(); ++d) {
+      if ((*shape)[d] == 1) continue;
+      seen = seen || reduced[d];
+      trailing = trailing && (reduced[d] || !seen);
+    }
+    if (trailing) continue;
+    Node square = sum;
+    square.op_type = "ReduceSumSquare";
+    square.inputs[0] = g.nodes[*mi].inputs[0];
+    if (opset < 18) {  // ReduceSumSquare takes its axes as an attribute until opset 18
+      square.inputs.resize(1);
+      square.attrs.set("axes", *axes);
+    }
+    rw.replace({*mi, i}, {square}, describe(g.nodes[*mi]) + " + " + describe(sum) + " -> ReduceSumSquare");
+  }
+  const int before = result.rewrites;
+  rw.apply(result);
+  return result.rewrites - before;
+}
+
 }  // namespace
 
 PassResult elementwise_fusion(Graph& g, const PassContext& ctx) {
   PassResult result{"elementwise_fusion", 0, {}};
   if (!ctx.fuse_elementwise) return result;
   layer_norm_quantized_outputs(g, ctx, result);
+  square_reductions(g, ctx, result);  // Note [Squares summed over leading axes]
   Rewriter rw(g);
   const Uses uses(g);
   std::vector<std::optional<Candidate>> cand(g.nodes.size());

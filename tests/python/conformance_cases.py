@@ -226,6 +226,8 @@ def ref_conv2d(inputs, attrs):
         y = y * np.clip(y / 6.0 + 0.5, 0.0, 1.0)
     elif activation == "relu6":
         y = np.clip(y, 0.0, 6.0)
+    elif activation in ("gelu", "gelu_tanh"):
+        y = (_gelu if activation == "gelu" else _gelu_tanh)(y)
     return y
 
 
@@ -557,6 +559,12 @@ def conv2d_cases() -> List[Case]:
         ("1x1_relu6", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, True, "relu6"),
         ("depthwise_c24_3x3_stride2_relu6", (1, 24, 9, 11), (24, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 24, True,
          False, "relu6"),
+        # SegFormer's Mix-FFN and MaxViT's MBConv: GELU after the depthwise convolution (conv_fusion folds it in)
+        ("depthwise_c40_3x3_gelu", (2, 40, 9, 11), (40, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 40, True, False,
+         "gelu"),
+        ("depthwise_c19_3x3_gelu_tanh", (1, 19, 7, 8), (19, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 19, True, True,
+         "gelu_tanh"),
+        ("1x1_gelu", (2, 16, 5, 7), (12, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True, False, "gelu"),
         ("asymmetric_pads", (1, 3, 6, 6), (4, 3, 3, 3), [1, 1], [0, 1, 2, 1], [1, 1], 1, True, False, "none"),
         ("1x1x1x1", (1, 1, 1, 1), (1, 1, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, False, False, "none"),
         ("rect_kernel_strided", (1, 5, 10, 12), (7, 5, 2, 4), [1, 3], [1, 2, 1, 2], [1, 1], 1, False, True, "none"),

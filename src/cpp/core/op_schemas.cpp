@@ -210,7 +210,7 @@ std::vector<TensorDesc> infer_conv2d(const OpDescriptor& desc) {
   // The checks below read NCHW dims; NHWC shapes are mapped onto them (and the output back).
   const Shape x = detail::as_nchw(desc.inputs[0].shape, nhwc);
   const Shape w = detail::as_nchw(desc.inputs[1].shape, nhwc);
-  check_activation(desc, {"none", "relu", "silu", "hard_swish", "relu6"});
+  check_activation(desc, {"none", "relu", "silu", "hard_swish", "relu6", "gelu", "gelu_tanh"});
   const auto strides = ints_of_size(desc.attrs, "strides", 2, {1, 1}, "conv2d");
   const auto pads = ints_of_size(desc.attrs, "pads", 4, {0, 0, 0, 0}, "conv2d");
   const auto dilations = ints_of_size(desc.attrs, "dilations", 2, {1, 1}, "conv2d");

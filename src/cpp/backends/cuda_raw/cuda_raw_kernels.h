@@ -270,7 +270,7 @@ void cum_sum(const void* x, void* y, DType dtype, const ScanGeometry& geometry, 
 // ---- depthwise.cu ----
 
 // The activation a depthwise convolution applies after bias and residual (conv2d's `activation`).
-enum class DepthwiseActivation : std::uint8_t { kNone, kRelu, kSilu, kHardSwish, kRelu6 };
+enum class DepthwiseActivation : std::uint8_t { kNone, kRelu, kSilu, kHardSwish, kRelu6, kGelu, kGeluTanh };
 struct DepthwiseGeometry {
   int batch = 0, channels = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
   int kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, dilation_h = 1,

@@ -54,6 +54,9 @@ __device__ __forceinline__ float activate(float v, DepthwiseActivation a) {
     case DepthwiseActivation::kRelu6: return v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v);
     case DepthwiseActivation::kSilu: return v / (1.0f + expf(-v));
     case DepthwiseActivation::kHardSwish: return v * fminf(1.0f, fmaxf(0.0f, v * (1.0f / 6.0f) + 0.5f));
+    case DepthwiseActivation::kGelu: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case DepthwiseActivation::kGeluTanh:
+      return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
     case DepthwiseActivation::kNone: break;
   }
   return v;

@@ -27,6 +27,8 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
     if (name == "silu") return cuda_raw::DepthwiseActivation::kSilu;
     if (name == "hard_swish") return cuda_raw::DepthwiseActivation::kHardSwish;
     if (name == "relu6") return cuda_raw::DepthwiseActivation::kRelu6;
+    if (name == "gelu") return cuda_raw::DepthwiseActivation::kGelu;
+    if (name == "gelu_tanh") return cuda_raw::DepthwiseActivation::kGeluTanh;
     return cuda_raw::DepthwiseActivation::kNone;
   };
   // The geometry of a conv2d descriptor, whatever its layout (sizes read as NCHW, Note [Channels last]).
@@ -78,8 +80,8 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
       }
       const std::string activation = desc.attrs.get_string("activation", "none");
       if (activation != "none" && activation != "relu" && activation != "silu" && activation != "hard_swish" &&
-          activation != "relu6") {
-        return Support::no("activation none, relu, relu6, silu or hard_swish");
+          activation != "relu6" && activation != "gelu" && activation != "gelu_tanh") {
+        return Support::no("activation none, relu, relu6, silu, hard_swish, gelu or gelu_tanh");
       }
       // The NCHW kernels stage a tile of the input; the channels-last ones read it directly.
       if (!nhwc && cuda_raw::depthwise_shared_bytes(geometry(desc)) > 48 * 1024) {
@@ -106,7 +108,7 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
       KernelInfo{"conv2d", "depthwise", "cuda_raw", DeviceType::kCUDA, true,
                  "depthwise convolution, NCHW (input tile and weights staged in shared memory, one output per "
                  "thread) or NHWC (16-byte channel vectors, a row of outputs per thread); fp32 accumulation, bias, "
-                 "residual and relu/relu6/silu/hard_swish fused (Notes [Depthwise tiles], [Channels-last depthwise])",
+                 "residual and relu/relu6/silu/hard_swish/gelu fused (Notes [Depthwise tiles], [Channels-last depthwise])",
                  std::move(decl)},
       accepts, run, [](const OpDescriptor&) {
         return std::string("the own depthwise kernel or cuDNN's may be faster at this shape");

@@ -135,6 +135,8 @@ ConvShape conv_shape(const OpDescriptor& desc) {
   if (activation == "silu") s.after = cudnn::ConvActivation::kSilu;
   if (activation == "relu6") s.after = cudnn::ConvActivation::kRelu6;
   if (activation == "hard_swish") s.after = cudnn::ConvActivation::kHardSwish;
+  if (activation == "gelu") s.after = cudnn::ConvActivation::kGelu;
+  if (activation == "gelu_tanh") s.after = cudnn::ConvActivation::kGeluTanh;
   return s;
 }
 
@@ -507,7 +509,7 @@ std::string epilogue_text(const ConvShape& s, bool fused) {
     for (std::size_t k = 0; k < parts.size(); ++k) out += (k ? (fused ? "+" : ", ") : "") + parts[k];
   }
   if (s.after) {
-    constexpr const char* kNames[] = {"silu", "relu6", "hard_swish"};
+    constexpr const char* kNames[] = {"silu", "relu6", "hard_swish", "gelu", "gelu_tanh"};
     out += detail::str_cat(out.empty() ? "then " : ", then ", kNames[static_cast<int>(*s.after)], " (own pass)");
   }
   return out;
@@ -617,9 +619,9 @@ Support conv_supports(const OpDescriptor& desc) {
   try {
     const std::string activation = desc.attrs.get_string("activation", "none");
     if (activation != "none" && activation != "relu" && activation != "silu" && activation != "relu6" &&
-        activation != "hard_swish") {
-      return Support::no(detail::str_cat(kLabel, " takes activation none, relu, silu, relu6 or hard_swish, not ",
-                                         activation));
+        activation != "hard_swish" && activation != "gelu" && activation != "gelu_tanh") {
+      return Support::no(detail::str_cat(kLabel, " takes activation none, relu, silu, relu6, hard_swish, gelu or "
+                                         "gelu_tanh, not ", activation));
     }
     const DType dtype = desc.inputs.empty() ? DType::kFloat32 : desc.inputs[0].dtype;
     if (activation != "none" && activation != "relu" && dtype != DType::kFloat32 && dtype != DType::kFloat16 &&

@@ -95,6 +95,10 @@ __device__ inline float activate(ConvActivation activation, float x) {
       return fminf(fmaxf(x, 0.0f), 6.0f);
     case ConvActivation::kHardSwish:
       return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+    case ConvActivation::kGelu:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case ConvActivation::kGeluTanh:
+      return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
   }
   return x;
 }

@@ -808,6 +808,45 @@ TEST(ConvFusion, ReluSixGoesIntoTheCpuEpilogue) {
   }
 }
 
+// Note [GELU after a convolution]: SegFormer's Mix-FFN, a depthwise 3x3 whose output becomes tokens
+// (flatten(2).transpose(1, 2)) before the GELU. The GELU moves before the views and into the convolution, on CUDA
+// for a depthwise convolution only, on the CPU for any.
+Graph conv_tokens_gelu_graph(std::int64_t groups) {
+  Builder b;
+  b.input("x", {2, 4, 5, 5});
+  b.constant("w", random({4, 4 / groups, 3, 3}, 231)).constant("tokens", int64s({2, 4, 25}));
+  b.add(node("Conv", {"x", "w"}, {"c"},
+             Attributes().set("pads", std::vector<std::int64_t>{1, 1, 1, 1}).set("group", groups)));
+  b.add(node("Reshape", {"c", "tokens"}, {"flat"}));
+  b.add(node("Transpose", {"flat"}, {"t"}, Attributes().set("perm", std::vector<std::int64_t>{0, 2, 1})));
+  Node gelu = node("Gelu", {"t"}, {"y"});
+  gelu.domain = kXpurtDomain;
+  gelu.attrs.set("approximate", std::string("none"));
+  b.add(gelu);
+  b.typed("c", {2, 4, 5, 5}).typed("flat", {2, 4, 25}).typed("t", {2, 25, 4}).typed("y", {2, 25, 4});
+  return b.build({"y"});
+}
+
+TEST(ConvFusion, GeluReadThroughTokenViewsJoinsADepthwiseConvolution) {
+  const Feeds feeds = {{"x", random({2, 4, 5, 5}, 232, -3.0f, 3.0f)}};
+  for (const std::int64_t groups : {4, 1}) {
+    for (const bool cuda : {true, false}) {
+      passes::PassContext ctx;
+      if (cuda) ctx.device = Device::cuda(0);
+      const Graph g = conv_tokens_gelu_graph(groups);
+      Graph out = g;
+      passes::conv_fusion(out, ctx);
+      out.validate();
+      const bool fused = groups == 4 || !cuda;
+      EXPECT_EQ(count(out, "Gelu"), fused ? 0 : 1) << out.str();
+      const Node* conv = find(out, "FusedConv");
+      ASSERT_NE(conv, nullptr) << out.str();
+      EXPECT_EQ(conv->attrs.get_string("activation", ""), fused ? "gelu" : "none") << out.str();
+      expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true));
+    }
+  }
+}
+
 TEST(ConvFusion, RespectsPatternBoundaries) {
   // A broadcast "residual" is not one; a Relu whose input has another reader stays; a non-constant weight stays.
   Builder b;

@@ -401,7 +401,8 @@ std::vector<std::size_t> private_view_chain(const Graph& g, const Uses& uses, st
   return chain;
 }
 
-int move_unary_before_views(Graph& g, std::vector<std::string>& notes) {
+int move_unary_before_views(Graph& g, std::vector<std::string>& notes,
+                            const std::function<bool(const std::string&)>& from = {}) {
   const Uses uses(g);
   std::map<std::size_t, std::vector<Node>> before;
   std::set<std::size_t> moved;
@@ -413,6 +414,7 @@ int move_unary_before_views(Graph& g, std::vector<std::string>& notes) {
     const std::vector<std::size_t> chain = private_view_chain(g, uses, u.inputs[0], i, &at, &copying);
     const auto source = static_shape(g, at), read = static_shape(g, u.inputs[0]);
     if (copying == 0 || !source || !read || numel_of(*source) != numel_of(*read) || !value_type(g, at)) continue;
+    if (from && !from(at)) continue;
     Node op = u;
     const std::string activated = g.unique_name(at + "_" + u.op_type);
     ValueType type = *value_type(g, at);
@@ -844,6 +846,11 @@ int attention_reads_packed_heads(Graph& g, std::vector<std::string>& notes) {
 }
 
 }  // namespace
+
+int internal::move_activations_before_views(Graph& g, std::vector<std::string>& notes,
+                                            const std::function<bool(const std::string&)>& from) {
+  return move_unary_before_views(g, notes, from);
+}
 
 PassResult fused_input_views(Graph& g, const PassContext& ctx) {
   PassResult result{"fused_input_views", 0, {}};

@@ -250,6 +250,16 @@ std::vector<std::size_t> depthwise_activation_after(const Graph& g, const Uses& 
   return {};
 }
 
+// Note [GELU after a convolution]
+// SegFormer's Mix-FFN (a depthwise 3x3 between its two Linears) and MaxViT's MBConv follow a depthwise convolution
+// with GELU, which was a kernel and a pass over the convolution's output of its own. cuda_raw's depthwise kernels
+// apply GELU (erf or tanh form) in their epilogue and cuDNN after its own (Note [cuDNN conv activations after the
+// epilogue]), timed against each other, so a depthwise convolution takes the GELU that only it reads (first moved
+// before the view chain that SegFormer's flatten(2).transpose(1, 2) puts between them, Note [Unary ops move before
+// view chains]; only activations whose chain starts at a convolution move this early). On the CPU
+// every convolution does (the cpu kernel's epilogue: wav2vec 2.0's and Whisper's convolutional stems); a CUDA plan
+// keeps the GELU after other convolutions, where cuDNN's pass would cost what the node costs.
+
 // Note [ReLU6 in the CPU convolution's epilogue]
 // MobileNetV2 (and its DeepLabV3 and SSDLite heads, EfficientNet-Lite) follow most convolutions with ReLU6, which
 // PyTorch exports as Clip(x, 0, 6): a pass over the output of its own (5% of the tiny MobileNetV2's CPU run). The cpu
@@ -275,6 +285,13 @@ std::optional<std::size_t> relu6_after(const Graph& g, const Uses& uses, const R
 
 PassResult conv_fusion(Graph& g, const PassContext& ctx) {
   PassResult result{"conv_fusion", 0, {}};
+  {  // Note [GELU after a convolution]: an activation read through a view chain from a convolution comes next to it
+    const Uses before(g);
+    result.rewrites += move_activations_before_views(g, result.notes, [&](const std::string& source) {
+      const auto p = before.producer(source);
+      return p && is_onnx(g.nodes[*p], "Conv");
+    });
+  }
   Rewriter rw(g);
   const Uses uses(g);
   for (std::size_t ci = 0; ci < g.nodes.size(); ++ci) {
@@ -321,6 +338,7 @@ PassResult conv_fusion(Graph& g, const PassContext& ctx) {
     const std::int64_t group = conv.attrs.get_int("group", 1);
     const bool depthwise = group > 1 && group == out_channels && w->shape()[1] == 1;
     std::optional<std::size_t> relu6;  // Note [ReLU6 in the CPU convolution's epilogue]
+    std::optional<std::size_t> gelu;
     if (auto ri = activation_after(g, uses, rw, out, /*allow_gelu=*/false, activation)) {
       pattern.push_back(*ri);
       parts.push_back(describe(g.nodes[*ri]));
@@ -330,6 +348,11 @@ PassResult conv_fusion(Graph& g, const PassContext& ctx) {
       pattern.push_back(*relu6);
       parts.push_back(describe(g.nodes[*relu6]) + " (ReLU6)");
       out = g.nodes[*relu6].outputs[0];
+    } else if ((depthwise || !ctx.device.is_cuda()) &&
+               (gelu = activation_after(g, uses, rw, out, /*allow_gelu=*/true, activation))) {
+      pattern.push_back(*gelu);  // Note [GELU after a convolution]
+      parts.push_back(describe(g.nodes[*gelu]));
+      out = g.nodes[*gelu].outputs[0];
     } else if (depthwise) {
       const auto nodes = depthwise_activation_after(g, uses, rw, out, activation);
       for (std::size_t k : nodes) {

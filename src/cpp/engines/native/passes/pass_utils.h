@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -173,6 +174,11 @@ struct ViewChain {
 // The view of `value` over the furthest tensor that view ops made it from; nullopt where no view op made it or the
 // view is one contiguous block (a view already: nothing to save). fused_input_views.cpp.
 std::optional<ViewChain> view_chain(const Graph& g, const Uses& uses, const std::string& value);
+
+// Note [Unary ops move before view chains] (fused_input_views.cpp) for the unary ops whose view chain starts at a
+// value `from` accepts; returns how many moved, a note each.
+int move_activations_before_views(Graph& g, std::vector<std::string>& notes,
+                                  const std::function<bool(const std::string&)>& from);
 
 // Note [Patterns check arity]
 // A pattern reads the inputs and outputs its operator's schema promises (a MatMul's two inputs, a Softmax's output).

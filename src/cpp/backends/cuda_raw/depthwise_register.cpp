@@ -108,7 +108,8 @@ void register_cuda_raw_depthwise(KernelRegistry& registry) {
       KernelInfo{"conv2d", "depthwise", "cuda_raw", DeviceType::kCUDA, true,
                  "depthwise convolution, NCHW (input tile and weights staged in shared memory, one output per "
                  "thread) or NHWC (16-byte channel vectors, a row of outputs per thread); fp32 accumulation, bias, "
-                 "residual and relu/relu6/silu/hard_swish/gelu fused (Notes [Depthwise tiles], [Channels-last depthwise])",
+                 "residual and relu/relu6/silu/hard_swish/gelu fused (Notes [Depthwise tiles], "
+                 "[Channels-last depthwise])",
                  std::move(decl)},
       accepts, run, [](const OpDescriptor&) {
         return std::string("the own depthwise kernel or cuDNN's may be faster at this shape");

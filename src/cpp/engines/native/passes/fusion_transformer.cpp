@@ -1197,6 +1197,17 @@ std::string float32_copy(Graph& g, const std::string& value, ValueType type, con
   return out;
 }
 
+// A new value named after `hint`, typed `dtype` of `shape`.
+std::string typed_value(Graph& g, const std::string& hint, DType dtype, const std::vector<Dim>& shape) {
+  const std::string name = g.unique_name(hint);
+  ValueType type;
+  type.dtype = dtype;
+  type.has_shape = true;
+  type.shape = shape;
+  g.types[name] = type;
+  return name;
+}
+
 // One additive input from the terms: the term itself, or a new Add(t1, t2) (appended to `new_nodes`, its output
 // typed with the broadcast shape of the two) (Note [Attention with additive terms]).
 std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
@@ -1212,12 +1223,7 @@ std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
       const Dim& in = shapes[t][d];
       if (!(in.known() && in.value == 1)) out = in;  // both broadcast to the scores: equal
     }
-    const std::string next = g.unique_name(hint + "_bias");
-    ValueType type;
-    type.dtype = dtype;
-    type.has_shape = true;
-    type.shape = sum;
-    g.types[next] = type;
+    const std::string next = typed_value(g, hint + "_bias", dtype, sum);
     Node add = make_node(next, "Add", {bias, terms[t]}, {next});
     add.domain = "";
     new_nodes.push_back(std::move(add));
@@ -1348,12 +1354,7 @@ std::optional<std::vector<Dim>> masked_fill_shape(const Graph& g, const MaskedFi
 // A [B * H, Sq, Sk] term viewed as `shape` ([B, H, Sq, Sk]), appended to `new_nodes`.
 std::string heads_term(Graph& g, const std::string& term, const std::vector<Dim>& shape, DType dtype,
                        std::vector<Node>& new_nodes) {
-  const std::string viewed = g.unique_name(term + "_heads");
-  ValueType type;
-  type.dtype = dtype;
-  type.has_shape = true;
-  type.shape = shape;
-  g.types[viewed] = type;
+  const std::string viewed = typed_value(g, term + "_heads", dtype, shape);
   std::vector<std::int64_t> dims;
   for (const Dim& d : shape) dims.push_back(d.value);
   new_nodes.push_back(reshape_node(g, viewed + "_view", term, dims, viewed));

@@ -353,12 +353,13 @@ class FlashAttentionKernel final : public Kernel {
   // dispatcher times the kernels that support the node at its shapes and keeps the fastest (Note [Timed first
   // choices] in core/dispatcher.cpp), once per descriptor and build cache. Timing builds every candidate, the unfused
   // kernel's B * H * Sq * Sk scores included, so it is asked for only while those stay within kTimedScoresBytes;
-  // past that flash_v2 runs untimed, as before.
+  // past that flash_v2 runs untimed, as before. Nor is a single query row timed (Sq = 1: a decode step, whose Sk
+  // grows by one a step with a dynamic cache, so each step would be a new descriptor to time).
   static constexpr double kTimedScoresBytes = 512.0 * 1024 * 1024;
   std::string timed_against_others(const OpDescriptor& desc) const override {
     const flash::Params& p = config_of(desc).params;
     const double scores = static_cast<double>(p.batch) * p.heads * p.seq_q * p.seq_k * 2.0;
-    if (scores > kTimedScoresBytes) return {};
+    if (scores > kTimedScoresBytes || p.seq_q <= 1) return {};
     return "flash_v2 or another attention kernel (cuDNN's) may be faster at this shape";
   }
 

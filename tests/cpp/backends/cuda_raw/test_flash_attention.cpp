@@ -233,6 +233,10 @@ TEST(FlashAttention, AsksToBeTimedWhileTheScoresAreSmall) {
   KernelRegistry::global().infer(large);
   ASSERT_TRUE(flash_supports(large)) << flash_supports(large).reason();
   EXPECT_EQ(flash_kernel()->timed_against_others(large), "");  // 17 GB of scores for the unfused candidate
+  OpDescriptor decode = attention_desc({4, 32, 1, 64}, {4, 8, 300, 64}, {4, 8, 300, 64}, DType::kFloat16);
+  KernelRegistry::global().infer(decode);
+  ASSERT_TRUE(flash_supports(decode)) << flash_supports(decode).reason();
+  EXPECT_EQ(flash_kernel()->timed_against_others(decode), "");  // a decode step: Sk changes every step
 }
 
 // Every attention kernel either implements fully_masked_rows="zero" or refuses it, saying so (the dispatcher then

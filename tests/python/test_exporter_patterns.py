@@ -65,6 +65,31 @@ def test_attention_fusion_takes_windowed_and_cosine_attention(key):
     assert ran["Softmax"] == 0, dict(ran)
 
 
+# DeBERTa-v2: disentangled attention over 3-D bmm views of the heads, masked with masked_fill(~mask, finfo.min) on a
+# [B, H, S, S] view (Note [Masked-fill scores]): every softmax fuses, with fully_masked_rows="uniform", in both
+# exporters' forms, and the outputs agree with the unfused chain with a padded row in the mask.
+@pytest.mark.parametrize("key", ["dynamo.float32", "dynamo.float16", "torchscript.float32", "torchscript.float16"])
+def test_attention_fusion_takes_masked_fill_disentangled_attention(key):
+    model, explained = _explained("deberta_v2", key)
+    softmaxes = sum(n.op_type == "Softmax" for n in model.graph.node)
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert softmaxes > 0
+    assert ran["xpuruntime:Attention"] == softmaxes, dict(ran)
+    assert ran["Softmax"] == 0, dict(ran)
+    import numpy as np
+    path = str(TINY / f"deberta_v2.{key}.onnx")
+    data = np.load(TINY / "deberta_v2.npz")
+    fused = xrt.InferenceSession(path, engine="native")
+    unfused = xrt.InferenceSession(path, engine="native", disabled_passes=["attention_fusion"])
+    feeds = {i.name: data[f"in.{i.name}"].copy() for i in fused.get_inputs()}
+    feeds["attention_mask"][-1, feeds["attention_mask"].shape[1] // 2:] = 0  # padded queries: rows masked entirely
+    got = np.asarray(list(fused.run(feeds).values())[0], np.float64)
+    want = np.asarray(list(unfused.run(feeds).values())[0], np.float64)
+    assert np.isfinite(got).all() and np.isfinite(want).all()
+    tolerance = 1e-5 if key.endswith("float32") else 5e-3
+    np.testing.assert_allclose(got, want, rtol=0, atol=tolerance * np.abs(want).max())
+
+
 @pytest.mark.parametrize("name", ATTENTION_DYNAMO)
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_attention_fusion_takes_float32_exports_in_lower_precision_plans(name, precision):

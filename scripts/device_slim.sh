@@ -6,9 +6,10 @@
 #   scripts/device_slim.sh --restore  # after them (`git status` shows the moved files as deleted until then)
 #
 # The device calls of scripts/gpu_session.sh run the tiny suite from its dynamo float16 exports (TINY=1), which
-# stay, as does everything else; the moved exports (about 32 MB of the tree's 51) are what CI and the CPU tests use.
-# With them moved, the two parts of ONNX Runtime's CUDA EP (scripts/stage_ort_cuda.sh, 22 MiB each) fit beside the
-# tree and .third_party in a call. Never commit while slimmed.
+# stay, as does everything else; the moved exports (about 32 MB of the tree's 51) are what CI and the CPU tests use,
+# and some GPU tests too (tests/python/test_exporter_patterns.py, test_model_suite.py): run those in a call made
+# before slimming. With them moved, both parts of ONNX Runtime's CUDA EP (scripts/stage_ort_cuda.sh, 22 MiB each) fit
+# beside the tree in one call (without .third_party: build in an earlier call). Never commit while slimmed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 readonly SLIM=.slim

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -1247,7 +1248,8 @@ std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
 // and the softmax on a [B, H, Sq, Sk] view: Reshape(scores) -> Where -> Softmax -> Reshape back -> MatMul(p, v). When
 // q, k and v are such views (Reshapes of static [B, H, S, d] values merging the first two dims), the attention reads
 // the 4-D values, a 3-D term [B * H, Sq, Sk] is viewed as [B, H, Sq, Sk] and the output [B, H, Sq, dv] is viewed back
-// as the 3-D MatMul's. The disentangled position terms (c2p + p2c, [B * H, S, S]) and the mask become the bias.
+// as the 3-D MatMul's. The disentangled position terms (c2p + p2c, [B * H, S, S]) and the mask become the bias. The
+// layers mask with the same condition, and one Where term serves them all (MaskTerms).
 
 // The masked fill between the scores `value` (read by node `reader`) and the softmax.
 struct MaskedFill {
@@ -1323,9 +1325,16 @@ std::optional<std::pair<std::vector<Dim>, bool>> heads_term_shape(const Graph& g
   return std::make_pair(std::vector<Dim>{Dim(view.batch), Dim(view.heads), t->shape[1], t->shape[2]}, true);
 }
 
-// The masked fill's additive term, Where(c, -inf, 0) or Where(c, 0, -inf), appended to `new_nodes`.
+// The masked fills' additive terms made so far, by condition, polarity and dtype: every layer of a model masks with
+// the same condition, and one term serves them all.
+using MaskTerms = std::map<std::tuple<std::string, bool, DType>, std::string>;
+
+// The masked fill's additive term, Where(c, -inf, 0) or Where(c, 0, -inf): one of `made`, or a new one appended to
+// `new_nodes` (and to `made`).
 std::string masked_fill_term(Graph& g, const MaskedFill& fill, DType dtype, const std::string& hint,
-                             std::vector<Node>& new_nodes) {
+                             std::vector<Node>& new_nodes, MaskTerms& made) {
+  const auto key = std::make_tuple(fill.cond, fill.fill_when_true, dtype);
+  if (auto it = made.find(key); it != made.end()) return it->second;
   const std::string masked = add_constant(g, hint + "_masked", from_doubles({}, dtype, {-INFINITY}));
   const std::string visible = add_constant(g, hint + "_visible", from_doubles({}, dtype, {0.0}));
   const std::string term = g.unique_name(hint + "_mask");
@@ -1336,6 +1345,7 @@ std::string masked_fill_term(Graph& g, const MaskedFill& fill, DType dtype, cons
                                          fill.fill_when_true ? visible : masked}, {term});
   where.domain = "";
   new_nodes.push_back(std::move(where));
+  made[key] = term;
   return term;
 }
 
@@ -1549,6 +1559,7 @@ std::optional<SoftmaxCasts> softmax_casts(const Graph& g, const Matcher& m, std:
 // (Notes above: scales, casts, terms, NaN guards, K^T chains, merged batch dims), every check before the one rewrite.
 PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"attention_fusion", 0, {}};
+  MaskTerms mask_terms;  // Note [Masked-fill scores]
   Rewriter rw(g);
   const Uses uses(g);
   const Matcher m(g, uses, rw);
@@ -1758,7 +1769,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       if (split_terms[t]) terms[t] = heads_term(g, terms[t], term_shapes[t], dtype, new_nodes);
     }
     if (fill) {
-      terms.push_back(masked_fill_term(g, *fill, dtype, qk_node.name, new_nodes));
+      terms.push_back(masked_fill_term(g, *fill, dtype, qk_node.name, new_nodes, mask_terms));
       term_shapes.push_back(*fill_shape);
     }
     if (additive->window) {

@@ -22,7 +22,7 @@ struct ActivationFn {
     } else if constexpr (kOp == UnaryOp::kTanh) {
       return tanhf(x);
     } else if constexpr (kOp == UnaryOp::kSilu) {
-      return x / (1.0f + expf(-x));
+      return silu(x);
     } else if constexpr (kOp == UnaryOp::kGelu) {
       return gelu_erf(x);
     } else {
@@ -33,7 +33,7 @@ struct ActivationFn {
 };
 
 // The epilogue's activations. kNone applies nothing (bias only).
-enum class Epilogue : std::uint8_t { kNone, kRelu, kGelu, kGeluTanh };
+enum class Epilogue : std::uint8_t { kNone, kRelu, kGelu, kGeluTanh, kSilu, kRelu6, kHardSwish };
 
 template <Epilogue kAct>
 __device__ __forceinline__ float apply_epilogue(float x) {
@@ -43,6 +43,12 @@ __device__ __forceinline__ float apply_epilogue(float x) {
     return gelu_erf(x);
   } else if constexpr (kAct == Epilogue::kGeluTanh) {
     return gelu_tanh(x);
+  } else if constexpr (kAct == Epilogue::kSilu) {
+    return silu(x);
+  } else if constexpr (kAct == Epilogue::kRelu6) {
+    return relu6(x);
+  } else if constexpr (kAct == Epilogue::kHardSwish) {
+    return hard_swish(x);
   } else {
     return x;
   }
@@ -126,9 +132,15 @@ void bias_activation(void* y, const void* bias, DType dtype, std::int64_t rows, 
     act = Epilogue::kGelu;
   } else if (activation == "gelu_tanh") {
     act = Epilogue::kGeluTanh;
+  } else if (activation == "silu") {
+    act = Epilogue::kSilu;
+  } else if (activation == "relu6") {
+    act = Epilogue::kRelu6;
+  } else if (activation == "hard_swish") {
+    act = Epilogue::kHardSwish;
   } else {
     XPURT_CHECK(activation == "none", "cuda_raw::bias_activation: unknown activation '", activation,
-                "'; valid: none, relu, gelu, gelu_tanh");
+                "'; valid: none, relu, gelu, gelu_tanh, silu, relu6, hard_swish");
   }
   XPURT_CHECK(rows >= 0 && cols >= 0, "cuda_raw::bias_activation: rows and cols must be >= 0, got ", rows, " and ",
               cols);
@@ -140,6 +152,10 @@ void bias_activation(void* y, const void* bias, DType dtype, std::int64_t rows, 
       case Epilogue::kRelu: return launch_bias_activation<T, Epilogue::kRelu>(y, bias, rows, cols, stream);
       case Epilogue::kGelu: return launch_bias_activation<T, Epilogue::kGelu>(y, bias, rows, cols, stream);
       case Epilogue::kGeluTanh: return launch_bias_activation<T, Epilogue::kGeluTanh>(y, bias, rows, cols, stream);
+      case Epilogue::kSilu: return launch_bias_activation<T, Epilogue::kSilu>(y, bias, rows, cols, stream);
+      case Epilogue::kRelu6: return launch_bias_activation<T, Epilogue::kRelu6>(y, bias, rows, cols, stream);
+      case Epilogue::kHardSwish:
+        return launch_bias_activation<T, Epilogue::kHardSwish>(y, bias, rows, cols, stream);
     }
   });
 }

@@ -104,6 +104,11 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 }
 // NaN stays NaN (PyTorch's relu does the same).
 __device__ __forceinline__ float relu(float x) { return x < 0.0f ? 0.0f : x; }
+// min(max(x, 0), 6), NaN staying NaN.
+__device__ __forceinline__ float relu6(float x) { return x < 0.0f ? 0.0f : (x > 6.0f ? 6.0f : x); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+// PyTorch's: x * min(1, max(0, x / 6 + 1 / 2)).
+__device__ __forceinline__ float hard_swish(float x) { return x * fminf(1.0f, fmaxf(0.0f, x * (1.0f / 6.0f) + 0.5f)); }
 
 // NaN-propagating max/min (NumPy's maximum/minimum, PyTorch's amax/amin): a NaN on either side wins.
 __device__ __forceinline__ float max_nan(float a, float b) { return (isnan(a) || a > b) ? a : b; }

@@ -30,7 +30,8 @@
 namespace xpuruntime::cuda_raw {
 
 // y[rows, cols] = act(y + bias[cols]) in place; `bias` may be null (no bias). `activation`: "none", "relu",
-// "gelu" (erf form) or "gelu_tanh" (InvalidArgumentError otherwise). `y` and `bias` are contiguous.
+// "gelu" (erf form), "gelu_tanh", "silu", "relu6" or "hard_swish" (InvalidArgumentError otherwise). `y` and `bias`
+// are contiguous.
 XPURT_API void bias_activation(void* y, const void* bias, DType dtype, std::int64_t rows, std::int64_t cols,
                                const std::string& activation, void* stream);
 

@@ -50,13 +50,12 @@ using namespace detail;  // NOLINT: the backend's own helpers
 // The fused activation (after bias and residual); NaN stays NaN.
 __device__ __forceinline__ float activate(float v, DepthwiseActivation a) {
   switch (a) {
-    case DepthwiseActivation::kRelu: return v < 0.0f ? 0.0f : v;
-    case DepthwiseActivation::kRelu6: return v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v);
-    case DepthwiseActivation::kSilu: return v / (1.0f + expf(-v));
-    case DepthwiseActivation::kHardSwish: return v * fminf(1.0f, fmaxf(0.0f, v * (1.0f / 6.0f) + 0.5f));
-    case DepthwiseActivation::kGelu: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    case DepthwiseActivation::kGeluTanh:
-      return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+    case DepthwiseActivation::kRelu: return relu(v);
+    case DepthwiseActivation::kRelu6: return relu6(v);
+    case DepthwiseActivation::kSilu: return silu(v);
+    case DepthwiseActivation::kHardSwish: return hard_swish(v);
+    case DepthwiseActivation::kGelu: return gelu_erf(v);
+    case DepthwiseActivation::kGeluTanh: return gelu_tanh(v);
     case DepthwiseActivation::kNone: break;
   }
   return v;

@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/conv_layout.h"
-#include "cudnn_kernels.h"
+#include "core/device_kernels.h"
 #include "cudnn_utils.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/exceptions.h"
@@ -67,9 +67,9 @@ using cudnn::kZero;
 // in their epilogue), and the dispatcher times those against cuDNN (Note [Timed first choices]). With cuDNN limited
 // to ReLU there was nothing to time: MobileViT's 3x3 depthwise convolutions with SiLU ran on the own kernel at about
 // twice cuDNN's time (docs/benchmarks.md). So cuDNN takes them too: the convolution as for "none" (bias fused with
-// an identity activation where IMPLICIT_PRECOMP_GEMM is usable), then one in-place pass over y of the backend's own
-// (launch_activation_in_place, 16-byte vectors). The extra pass is what a separate activation node would cost; the
-// timing decides whether it is worth it.
+// an identity activation where IMPLICIT_PRECOMP_GEMM is usable), then one in-place pass over y: cuda_raw's
+// bias_activation without a bias (the device kernels table, as the cuBLAS GEMMs' epilogues use it). The extra pass is
+// what a separate activation node would cost; the timing decides whether it is worth it.
 
 // Note [cuDNN conv plan record]
 // The record is a JSON object:
@@ -97,7 +97,7 @@ struct ConvShape {
   bool has_bias = false;
   bool has_residual = false;
   bool relu = false;
-  std::optional<cudnn::ConvActivation> after;  // silu, relu6, hard_swish: a pass over y after the epilogue
+  std::string after;  // silu, relu6, hard_swish, gelu, gelu_tanh: a pass over y after the epilogue; empty: none
   bool nhwc = false;  // layout=NHWC: x, y, residual channels-last, the weight [o, kh, kw, c / groups]
 };
 
@@ -132,11 +132,7 @@ ConvShape conv_shape(const OpDescriptor& desc) {
   s.has_residual = desc.inputs.size() > 3 && desc.inputs[3].present;
   const std::string activation = desc.attrs.get_string("activation", "none");
   s.relu = activation == "relu";
-  if (activation == "silu") s.after = cudnn::ConvActivation::kSilu;
-  if (activation == "relu6") s.after = cudnn::ConvActivation::kRelu6;
-  if (activation == "hard_swish") s.after = cudnn::ConvActivation::kHardSwish;
-  if (activation == "gelu") s.after = cudnn::ConvActivation::kGelu;
-  if (activation == "gelu_tanh") s.after = cudnn::ConvActivation::kGeluTanh;
+  if (activation != "none" && activation != "relu") s.after = activation;
   return s;
 }
 
@@ -508,10 +504,7 @@ std::string epilogue_text(const ConvShape& s, bool fused) {
     out = fused ? "fused " : "then ";
     for (std::size_t k = 0; k < parts.size(); ++k) out += (k ? (fused ? "+" : ", ") : "") + parts[k];
   }
-  if (s.after) {
-    constexpr const char* kNames[] = {"silu", "relu6", "hard_swish", "gelu", "gelu_tanh"};
-    out += detail::str_cat(out.empty() ? "then " : ", then ", kNames[static_cast<int>(*s.after)], " (own pass)");
-  }
+  if (!s.after.empty()) out += detail::str_cat(out.empty() ? "then " : ", then ", s.after, " (cuda_raw pass)");
   return out;
 }
 
@@ -600,9 +593,9 @@ class ConvPlan final : public KernelPlan {
  private:
   // Note [cuDNN conv activations after the epilogue]: y is packed (its descriptor's strides), n * o * oh * ow.
   void activation_after(const KernelLaunch& launch, void* y) const {
-    if (!shape_.after) return;
-    cudnn::launch_activation_in_place(shape_.dtype, *shape_.after, y, shape_.n * shape_.o * shape_.oh * shape_.ow,
-                                      static_cast<cudaStream_t>(launch.stream.handle));
+    if (shape_.after.empty()) return;
+    required_device_kernel(device_kernels().bias_activation, "bias_activation", kLabel)(
+        y, nullptr, shape_.dtype, 1, shape_.n * shape_.o * shape_.oh * shape_.ow, shape_.after, launch.stream.handle);
   }
 
   ConvShape shape_;

@@ -23,12 +23,4 @@ void launch_crop_2d(std::size_t element_size, const void* in, void* out, std::in
                     std::int64_t in_w, std::int64_t out_h, std::int64_t out_w, std::int64_t top, std::int64_t left,
                     cudaStream_t stream);
 
-// The activations cuDNN's convolution epilogue does not fuse (Note [cuDNN conv activations after the epilogue]).
-enum class ConvActivation { kSilu, kRelu6, kHardSwish, kGelu, kGeluTanh };
-
-// y[i] = act(y[i]) for `count` contiguous elements of `dtype` (float32, float16 or bfloat16), computed in float32,
-// 16-byte vectors where y is 16-byte aligned. Launches on `stream`; checks the launch.
-void launch_activation_in_place(DType dtype, ConvActivation activation, void* y, std::int64_t count,
-                                cudaStream_t stream);
-
 }  // namespace xpuruntime::cudnn

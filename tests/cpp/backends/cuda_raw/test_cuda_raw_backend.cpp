@@ -417,7 +417,7 @@ TEST(CudaRawGpu, BiasActivationMatchesAddThenActivation) {
   std::mt19937 rng(9);
   for (const DType dtype : kFloatTypes) {
     for (const std::int64_t cols : {1, 7, 64, 1000}) {
-      for (const std::string activation : {"none", "relu", "gelu", "gelu_tanh"}) {
+      for (const std::string activation : {"none", "relu", "gelu", "gelu_tanh", "silu", "relu6", "hard_swish"}) {
         for (const bool with_bias : {false, true}) {
           const std::int64_t rows = 5;
           const Tensor y_host = random_tensor({rows, cols}, dtype, rng);
@@ -427,6 +427,13 @@ TEST(CudaRawGpu, BiasActivationMatchesAddThenActivation) {
           if (activation == "gelu") expected = run_kernel("gelu", "cpu", {expected})[0];
           if (activation == "gelu_tanh") {
             expected = run_kernel("gelu", "cpu", {expected}, Attributes().set("approximate", std::string("tanh")))[0];
+          }
+          // conv2d's activations, which cuDNN's convolutions apply through this kernel (Note [cuDNN conv activations
+          // after the epilogue])
+          if (activation == "silu") expected = run_kernel("silu", "cpu", {expected})[0];
+          if (activation == "hard_swish") expected = run_kernel("hard_swish", "cpu", {expected})[0];
+          if (activation == "relu6") {
+            expected = run_kernel("clip", "cpu", {expected}, Attributes().set("min", 0.0).set("max", 6.0))[0];
           }
           Tensor y = y_host.to(Device::cuda(0));
           const Tensor bias = bias_host.to(Device::cuda(0));

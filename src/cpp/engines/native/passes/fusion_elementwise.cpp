@@ -432,8 +432,8 @@ int fold_rotary_head_transposes(Graph& g, std::vector<std::string>& notes) {
 // Mul read by nothing else becomes ReduceSumSquare(x): reduce_sum_square squares each element as it loads it, in
 // float32 (the unfused graph rounds x * x to x's type first, and overflows float16 from |x| = 256; the fused form is
 // the closer to exact). Sums over trailing axes stay as they are, for elementwise_fusion's row reductions.
-int square_reductions(Graph& g, const PassContext& ctx, PassResult& result) {
-  if (ctx.keep_unfused && (ctx.keep_unfused("reduce_sum") || ctx.keep_unfused("mul"))) return 0;
+void square_reductions(Graph& g, const PassContext& ctx, PassResult& result) {
+  if (ctx.keep_unfused && (ctx.keep_unfused("reduce_sum") || ctx.keep_unfused("mul"))) return;
   Rewriter rw(g);
   const Uses uses(g);
   const std::int64_t opset = g.opset("");
@@ -449,9 +449,10 @@ int square_reductions(Graph& g, const PassContext& ctx, PassResult& result) {
     const auto shape = static_shape(g, sum.inputs[0]);
     const auto dtype = value_dtype(g, sum.inputs[0]);
     if (!axes || axes->empty() || !shape || !dtype || !is_fusable_float(*dtype)) continue;
+    const auto rank = static_cast<std::int64_t>(shape->size());
+    if (std::any_of(axes->begin(), axes->end(), [&](std::int64_t a) { return a < -rank || a >= rank; })) continue;
     std::vector<bool> reduced(shape->size(), false);
-    for (std::int64_t a : *axes) reduced[static_cast<std::size_t>(a < 0 ? a + static_cast<std::int64_t>(shape->size())
-                                                                        : a)] = true;
+    for (std::int64_t a : *axes) reduced[static_cast<std::size_t>(a < 0 ? a + rank : a)] = true;
     bool trailing = true, seen = false;  // every reduced axis (of size > 1) after every kept one
     for (std::size_t d = 0; d < shape->size(); ++d) {
       if ((*shape)[d] == 1) continue;
@@ -468,9 +469,7 @@ int square_reductions(Graph& g, const PassContext& ctx, PassResult& result) {
     }
     rw.replace({*mi, i}, {square}, describe(g.nodes[*mi]) + " + " + describe(sum) + " -> ReduceSumSquare");
   }
-  const int before = result.rewrites;
   rw.apply(result);
-  return result.rewrites - before;
 }
 
 }  // namespace

@@ -1276,6 +1276,12 @@ std::optional<MaskedFill> masked_fill(const Graph& g, const Matcher& m, const st
   return std::nullopt;
 }
 
+// Whether `three` ([B * H, S, d]) is `four` ([B, H, S, d]) with its first two dims merged.
+bool merges_batch_and_heads(const std::vector<std::int64_t>& four, const std::vector<std::int64_t>& three) {
+  return four.size() == 4 && three.size() == 3 && four[0] * four[1] == three[0] && four[2] == three[1] &&
+         four[3] == three[2];
+}
+
 // The [B * H, Sq, Sk] scores viewed as [B, H, Sq, Sk] by the Reshape that produces `value` (read by `reader`).
 struct HeadsView {
   std::size_t reshape = 0;
@@ -1288,10 +1294,7 @@ std::optional<HeadsView> heads_view(const Graph& g, const Matcher& m, const std:
   if (!ri) return std::nullopt;
   const auto in = static_shape(g, m.node(*ri).inputs[0]);
   const auto out = static_shape(g, value);
-  if (!in || !out || in->size() != 3 || out->size() != 4 || (*out)[0] * (*out)[1] != (*in)[0] ||
-      (*out)[2] != (*in)[1] || (*out)[3] != (*in)[2]) {
-    return std::nullopt;
-  }
+  if (!in || !out || !merges_batch_and_heads(*out, *in)) return std::nullopt;
   return HeadsView{*ri, (*out)[0], (*out)[1], *in};
 }
 
@@ -1302,8 +1305,7 @@ std::optional<std::string> heads_source(const Graph& g, const Uses& uses, const 
   const std::string& source = g.nodes[*p].inputs[0];
   const auto s4 = static_shape(g, source);
   const auto s3 = static_shape(g, x);
-  if (!s4 || !s3 || s4->size() != 4 || s3->size() != 3 || (*s4)[0] != view.batch || (*s4)[1] != view.heads ||
-      (*s3)[0] != view.batch * view.heads || (*s3)[1] != (*s4)[2] || (*s3)[2] != (*s4)[3]) {
+  if (!s4 || !s3 || !merges_batch_and_heads(*s4, *s3) || (*s4)[0] != view.batch || (*s4)[1] != view.heads) {
     return std::nullopt;
   }
   return source;
@@ -1337,10 +1339,7 @@ std::string masked_fill_term(Graph& g, const MaskedFill& fill, DType dtype, cons
   if (auto it = made.find(key); it != made.end()) return it->second;
   const std::string masked = add_constant(g, hint + "_masked", from_doubles({}, dtype, {-INFINITY}));
   const std::string visible = add_constant(g, hint + "_visible", from_doubles({}, dtype, {0.0}));
-  const std::string term = g.unique_name(hint + "_mask");
-  ValueType type = *value_type(g, fill.cond);
-  type.dtype = dtype;
-  g.types[term] = type;
+  const std::string term = typed_value(g, hint + "_mask", dtype, value_type(g, fill.cond)->shape);
   Node where = make_node(term, "Where", {fill.cond, fill.fill_when_true ? masked : visible,
                                          fill.fill_when_true ? visible : masked}, {term});
   where.domain = "";
@@ -1783,10 +1782,9 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       fused_out = g.unique_name(out + "_merged");
       g.types[fused_out] = merged_type(*value_type(g, out), merged);
     } else if (view && !out_view) {  // the output [B, H, Sq, dv] viewed back as the 3-D MatMul's
-      fused_out = g.unique_name(out + "_heads");
-      ValueType heads = *value_type(g, out);
-      heads.shape = {Dim(view->batch), Dim(view->heads), heads.shape[1], heads.shape[2]};
-      g.types[fused_out] = heads;
+      const ValueType flat = *value_type(g, out);
+      fused_out = typed_value(g, out + "_heads", flat.dtype,
+                              {Dim(view->batch), Dim(view->heads), flat.shape[1], flat.shape[2]});
     }
     Node fused = make_node(qk_node.name, "Attention", inputs, {fused_out});
     fused.attrs.set("scale", scale);

@@ -145,11 +145,6 @@ inline FullyMaskedRows fully_masked_rows_of(const Attributes& attrs) {
   return rows == "uniform" ? FullyMaskedRows::kUniform : FullyMaskedRows::kNan;
 }
 
-// Whether the op's `fully_masked_rows` attribute is "zero".
-inline bool zeroes_fully_masked_rows(const Attributes& attrs) {
-  return fully_masked_rows_of(attrs) == FullyMaskedRows::kZero;
-}
-
 // The finite score that stands for a -inf one under fully_masked_rows="uniform" (in the kernels' float32 or double
 // arithmetic): below any score of a float32 or 16-bit model, so exp(it - max) is 0 beside a finite score and 1 in a
 // row of nothing else.

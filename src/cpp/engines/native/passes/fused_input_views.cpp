@@ -402,7 +402,7 @@ std::vector<std::size_t> private_view_chain(const Graph& g, const Uses& uses, st
 }
 
 int move_unary_before_views(Graph& g, std::vector<std::string>& notes,
-                            const std::function<bool(const std::string&)>& from = {}) {
+                            const std::function<bool(const Node* producer)>& from = {}) {
   const Uses uses(g);
   std::map<std::size_t, std::vector<Node>> before;
   std::set<std::size_t> moved;
@@ -414,7 +414,10 @@ int move_unary_before_views(Graph& g, std::vector<std::string>& notes,
     const std::vector<std::size_t> chain = private_view_chain(g, uses, u.inputs[0], i, &at, &copying);
     const auto source = static_shape(g, at), read = static_shape(g, u.inputs[0]);
     if (copying == 0 || !source || !read || numel_of(*source) != numel_of(*read) || !value_type(g, at)) continue;
-    if (from && !from(at)) continue;
+    if (from) {
+      const auto p = uses.producer(at);
+      if (!from(p ? &g.nodes[*p] : nullptr)) continue;
+    }
     Node op = u;
     const std::string activated = g.unique_name(at + "_" + u.op_type);
     ValueType type = *value_type(g, at);
@@ -848,7 +851,7 @@ int attention_reads_packed_heads(Graph& g, std::vector<std::string>& notes) {
 }  // namespace
 
 int internal::move_activations_before_views(Graph& g, std::vector<std::string>& notes,
-                                            const std::function<bool(const std::string&)>& from) {
+                                            const std::function<bool(const Node* producer)>& from) {
   return move_unary_before_views(g, notes, from);
 }
 

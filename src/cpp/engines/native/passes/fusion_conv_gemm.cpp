@@ -285,13 +285,9 @@ std::optional<std::size_t> relu6_after(const Graph& g, const Uses& uses, const R
 
 PassResult conv_fusion(Graph& g, const PassContext& ctx) {
   PassResult result{"conv_fusion", 0, {}};
-  {  // Note [GELU after a convolution]: an activation read through a view chain from a convolution comes next to it
-    const Uses before(g);
-    result.rewrites += move_activations_before_views(g, result.notes, [&](const std::string& source) {
-      const auto p = before.producer(source);
-      return p && is_onnx(g.nodes[*p], "Conv");
-    });
-  }
+  // Note [GELU after a convolution]: an activation read through a view chain from a convolution comes next to it.
+  result.rewrites += move_activations_before_views(
+      g, result.notes, [](const Node* producer) { return producer != nullptr && is_onnx(*producer, "Conv"); });
   Rewriter rw(g);
   const Uses uses(g);
   for (std::size_t ci = 0; ci < g.nodes.size(); ++ci) {

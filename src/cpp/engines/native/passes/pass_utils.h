@@ -176,9 +176,9 @@ struct ViewChain {
 std::optional<ViewChain> view_chain(const Graph& g, const Uses& uses, const std::string& value);
 
 // Note [Unary ops move before view chains] (fused_input_views.cpp) for the unary ops whose view chain starts at a
-// value `from` accepts; returns how many moved, a note each.
+// value whose producer (null: a graph input or constant) `from` accepts; returns how many moved, a note each.
 int move_activations_before_views(Graph& g, std::vector<std::string>& notes,
-                                  const std::function<bool(const std::string&)>& from);
+                                  const std::function<bool(const Node* producer)>& from);
 
 // Note [Patterns check arity]
 // A pattern reads the inputs and outputs its operator's schema promises (a MatMul's two inputs, a Softmax's output).

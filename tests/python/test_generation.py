@@ -518,10 +518,16 @@ def test_the_batchers_static_decode_steps_give_the_dynamic_ones_tokens_with_fewe
     assert static == dynamic
     alone = [Generator(cached, greedy(n), engine=engine).generate(p) for p, n in zip(prompts, limits)]
     assert static[:-1] == alone  # (the sampled request draws from the batcher's own stream: equal to dynamic's)
-    assert "decode: static layout" in batcher.explain() and "MiB with the step's present" in batcher.explain()
+    assert "decode: static layout" in batcher.explain()
     if engine == "native":
         plans = [int(re.search(r"plans built: (\d+)", str(s.explain()))[1]) for s in (static_session, dynamic_session)]
         assert plans[0] < plans[1] / 2, plans
+        # Note [Cache appended in place]: the present bound over the past, every decode step's Concats appended.
+        assert "a step writes only its new position" in batcher.explain()
+        steps = batcher.stats.decode_steps
+        assert f"cache appended in place: {steps * 2 * LAYERS} Concat step(s)" in str(static_session.explain())
+    else:
+        assert "MiB with the step's present" in batcher.explain()
 
 
 def last_position_logits(graph) -> None:
@@ -923,6 +929,8 @@ def test_gpu_the_static_cache_layout_replays_a_cuda_graph(cached):
         assert "argmax taken on cuda:0" in generation.explain()
         assert "captured and replayed" in str(session.explain())
         assert int(re.search(r"plans built: (\d+)", str(session.explain()))[1]) <= 3
+        # Note [Cache appended in place]: the replayed steps write only the new position into the bound cache.
+        assert "cache appended in place" in str(session.explain())
         sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9)
         expected = Generator(cached, sampled).generate(prompts)
         sampled.cache_layout = "static"

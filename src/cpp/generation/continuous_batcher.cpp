@@ -132,6 +132,7 @@ ContinuousBatcher::ContinuousBatcher(const InferenceSession& session, Generation
   right_padded_ = resolve_padding(session, defaults_.padding) == PaddingSide::kRight;
   static_layout_ = !right_padded_ && defaults_.cache != CacheMode::kNone &&
                    step_io::resolve_cache_layout(signature_, defaults_) == CacheLayout::kStatic;
+  in_place_ = static_layout_ && session.engine() == "native";  // Note [Cache appended in place]
   if (cache_config_.num_blocks == 0) {
     cache_config_.num_blocks = cache_config_.max_batch * ceil_div(1024, cache_config_.block_size);
   }
@@ -410,6 +411,8 @@ void ContinuousBatcher::retire(Request& r) {
 // running request may still make), rounded up to a power of two from 64 up to 256 and to a multiple of 256 above. A
 // step feeds the whole buffer with the positions not filled yet masked, binds the present to a scratch buffer of one
 // more position and copies that last position into the buffer (one strided copy per slot, as StaticKvCache::commit).
+// On the native engine the buffer has one position more instead of a scratch buffer, and a step binds the present to
+// it with the past its first positions (as StaticKvCache in place): the step writes only its new position.
 // Every step between two changes of the batch has one shape, and batches of nearby sizes and lengths share it: few
 // plans, and on CUDA replayed graphs. The rows' caches stay left-padded within the filled positions, so each row
 // still computes what it would alone.
@@ -456,21 +459,22 @@ void ContinuousBatcher::regather() {
   working_capacity_ = static_layout_ ? static_capacity(longest + std::max<std::int64_t>(remaining, 1)) : longest;
   working_.clear();
   scratch_.clear();
+  const std::int64_t stride = working_capacity_ + (in_place_ ? 1 : 0);  // positions per row of the buffer
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
-    Tensor w = Tensor::zeros({working_batch_, slot.heads, working_capacity_, slot.head_dim}, slot.dtype, device);
+    Tensor w = Tensor::zeros({working_batch_, slot.heads, stride, slot.head_dim}, slot.dtype, device);
     for (std::int64_t row = 0; row < batch; ++row) {
       const Request& r = request(running_[static_cast<std::size_t>(row)]);
       const Tensor dst = Tensor::from_blob(
           static_cast<char*>(w.data_ptr()) +
-              ((row * slot.heads * working_capacity_) + (right_padded_ ? 0 : longest - r.length)) * slot.head_dim *
+              ((row * slot.heads * stride) + (right_padded_ ? 0 : longest - r.length)) * slot.head_dim *
                   static_cast<std::int64_t>(w.element_size()),
-          {slot.heads, r.length, slot.head_dim}, {working_capacity_ * slot.head_dim, slot.head_dim, 1}, w.dtype(),
-          device, w.storage());
+          {slot.heads, r.length, slot.head_dim}, {stride * slot.head_dim, slot.head_dim, 1}, w.dtype(), device,
+          w.storage());
       pool_->read(r.blocks, 0, r.length, s, dst);
     }
     working_.push_back(std::move(w));
-    if (static_layout_) {
+    if (static_layout_ && !in_place_) {
       scratch_.push_back(
           Tensor::empty({working_batch_, slot.heads, working_capacity_ + 1, slot.head_dim}, slot.dtype, device));
     }
@@ -521,6 +525,12 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
     binding.bind_input(signature_.use_cache_branch, step_io::cache_branch(true));
   }
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
+    if (in_place_) {  // the past the buffer's first positions, the present all of it (Note [Cache appended in place])
+      binding.bind_input(signature_.cache[s].past_input,
+                         StaticKvCache::positions(working_[s], working_capacity_ + 1, 0, working_capacity_));
+      binding.bind_output(signature_.cache[s].present_output, working_[s]);
+      continue;
+    }
     binding.bind_input(signature_.cache[s].past_input, working_[s]);
     if (static_layout_) {
       binding.bind_output(signature_.cache[s].present_output, scratch_[s]);
@@ -534,9 +544,11 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
     if (static_layout_) {  // the step's position into the buffer (Note [Static decode steps of the batcher])
-      StaticKvCache::positions(working_[s], working_capacity_, working_length_, 1)
-          .copy_from(StaticKvCache::positions(scratch_[s], working_capacity_ + 1, working_capacity_, 1), nullptr,
-                     /*non_blocking=*/s + 1 < signature_.cache.size());
+      const std::int64_t total = working_capacity_ + (in_place_ ? 1 : 0);
+      StaticKvCache::positions(working_[s], total, working_length_, 1)
+          .copy_from(StaticKvCache::positions(in_place_ ? working_[s] : scratch_[s], working_capacity_ + 1,
+                                              working_capacity_, 1),
+                     nullptr, /*non_blocking=*/s + 1 < signature_.cache.size());
       continue;
     }
     Tensor present = step_io::bound_output(binding, slot.present_output).contiguous();
@@ -601,7 +613,9 @@ std::string ContinuousBatcher::explain() const {
     os << "static layout (Note [Static decode steps of the batcher]): the batch's past a buffer of " << working_batch_
        << " rows x " << working_capacity_ << " positions, " << working_length_ << " filled, one shape until the batch "
        << "changes; " << std::setprecision(1) << static_cast<double>(bytes) / (1024.0 * 1024.0)
-       << " MiB with the step's present\n";
+       << (in_place_ ? " MiB, the present bound over it (a step writes only its new position, Note [Cache appended in "
+                       "place])\n"
+                     : " MiB with the step's present\n");
   } else {
     os << "dynamic layout: the batch's past as long as its longest request, a new shape every step\n";
   }

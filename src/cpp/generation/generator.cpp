@@ -171,7 +171,9 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
   ended_.assign(static_cast<std::size_t>(batch_), false);
   std::fill(ended_.begin() + rows_, ended_.end(), true);  // the bucket's filler rows
   if (static_layout_) {
-    cache_ = std::make_unique<StaticKvCache>(signature_.cache, batch_, capacity, session.options().device);
+    // The native engine appends a bound present in place (Note [Cache appended in place]); others take the scratch.
+    cache_ = std::make_unique<StaticKvCache>(signature_.cache, batch_, capacity, session.options().device,
+                                             /*in_place=*/session.engine() == "native");
   } else if (cached) {
     // The GroupQueryAttention form appends in place into one shared buffer (Note [Contiguous KV cache]).
     cache_ = std::make_unique<ContiguousKvCache>(signature_.cache, batch_, capacity, session.options().device,
@@ -366,6 +368,11 @@ std::string Generation::explain() const {
     } else if (static_layout_) {
       os << "static layout: every decode step feeds the whole fixed-size cache, one decode shape (Note [Static cache "
             "layout])";
+      const auto* fixed = dynamic_cast<const StaticKvCache*>(cache_.get());
+      if (fixed != nullptr && fixed->in_place()) {
+        os << ", the present bound over the past so that a step writes only its new position (Note [Cache appended "
+              "in place])";
+      }
     } else {
       os << "dynamic layout: the past as long as the sequence so far, a new shape every step (cache_layout='static' "
             "gives every decode step one shape)";

@@ -1,6 +1,7 @@
 // ContiguousKvCache (include/xpuruntime/generation.h).
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "xpuruntime/exceptions.h"
@@ -105,15 +106,27 @@ std::size_t ContiguousKvCache::bytes() const {
 // it (their positions would come from the past's length, which is now the capacity): kStatic refuses them and kAuto
 // keeps them dynamic.
 
+//
+// In place (an engine that appends a bound present in place: Note [Cache appended in place] in
+// engines/native/plan/capture_plan.cpp): each slot's one buffer is [batch, heads, capacity + 1, head_dim]. A decode
+// step feeds its positions [0, capacity) as the past (a strided view: the buffer's rows are one position longer) and
+// binds the whole buffer as the present, whose leading capacity positions are then that past: the engine writes only
+// the step's new position, the last, and commit copies it to position length(). The prefill binds a present of its
+// own (its past is empty), copied into positions [0, prompt). Nothing copies the cache during a decode step, and the
+// scratch buffer of the other form is not needed.
+
 StaticKvCache::StaticKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity,
-                             Device device)
-    : batch_(batch), capacity_(capacity) {
+                             Device device, bool in_place)
+    : batch_(batch), capacity_(capacity), in_place_(in_place) {
   XPURT_CHECK(batch > 0 && capacity > 0, "StaticKvCache: batch and capacity must be positive, got ", batch, " and ",
               capacity);
   buffers_.reserve(slots.size());
   for (const CacheSlot& slot : slots) {
-    buffers_.push_back({slot, Tensor::zeros({batch, slot.heads, capacity, slot.head_dim}, slot.dtype, device),
-                        Tensor::zeros({batch, slot.heads, capacity + 1, slot.head_dim}, slot.dtype, device)});
+    const std::int64_t positions = in_place ? capacity + 1 : capacity;
+    Tensor scratch;
+    if (!in_place) scratch = Tensor::zeros({batch, slot.heads, capacity + 1, slot.head_dim}, slot.dtype, device);
+    buffers_.push_back(
+        {slot, Tensor::zeros({batch, slot.heads, positions, slot.head_dim}, slot.dtype, device), std::move(scratch)});
   }
 }
 
@@ -130,7 +143,18 @@ void StaticKvCache::bind(IoBinding& binding, std::int64_t new_tokens) {
   XPURT_CHECK(length_ + new_tokens <= capacity_, "the cache holds ", capacity_, " positions; this step needs ",
               length_ + new_tokens, " (raise max_length or lower max_new_tokens)");
   XPURT_CHECK(length_ == 0 || new_tokens == 1, "StaticKvCache: a decode step adds one position, got ", new_tokens);
-  for (const Buffers& b : buffers_) {
+  for (Buffers& b : buffers_) {
+    if (length_ == 0 && in_place_) {  // the prefill: an empty past, a present of its own
+      b.present = Tensor::empty({batch_, b.slot.heads, new_tokens, b.slot.head_dim}, b.cache.dtype(), b.cache.device());
+      binding.bind_input(b.slot.past_input, positions(b.cache, capacity_ + 1, 0, 0));
+      binding.bind_output(b.slot.present_output, b.present);
+      continue;
+    }
+    if (in_place_) {  // a decode step: the past is the buffer's first capacity positions, the present all of it
+      binding.bind_input(b.slot.past_input, positions(b.cache, capacity_ + 1, 0, capacity_));
+      binding.bind_output(b.slot.present_output, b.cache);
+      continue;
+    }
     if (length_ == 0) {  // the prefill: an empty past, the present the scratch buffer's first positions, contiguous
       const std::vector<std::int64_t> empty{batch_, b.slot.heads, 0, b.slot.head_dim};
       binding.bind_input(b.slot.past_input, Tensor::from_blob(b.cache.data_ptr(), empty, {}, b.cache.dtype(),
@@ -148,21 +172,27 @@ void StaticKvCache::bind(IoBinding& binding, std::int64_t new_tokens) {
 
 void StaticKvCache::commit(std::int64_t new_tokens) {
   XPURT_INTERNAL_ASSERT(length_ + new_tokens <= capacity_, "commit past the cache's capacity");
+  const std::int64_t total = in_place_ ? capacity_ + 1 : capacity_;
   for (std::size_t i = 0; i < buffers_.size(); ++i) {
-    const Buffers& b = buffers_[i];
-    Tensor into = positions(b.cache, capacity_, length_, new_tokens);
-    // The prefill's present is its first positions, contiguous; a decode step's is the scratch buffer's last one.
+    Buffers& b = buffers_[i];
+    Tensor into = positions(b.cache, total, length_, new_tokens);
+    // The prefill's present is its first positions, contiguous; a decode step's is the scratch buffer's last one, or
+    // in place the buffer's own last (positions() views of one buffer: no staging copy, the positions differ).
     const Tensor from = length_ == 0 ? positions(b.present, new_tokens, 0, new_tokens)
+                        : in_place_  ? positions(b.cache, total, capacity_, 1)
                                      : positions(b.present, capacity_ + 1, capacity_, 1);
     // Queued on the device's stream; the last copy waits for all of them before the next step reads the cache.
     into.copy_from(from, nullptr, /*non_blocking=*/i + 1 < buffers_.size());
+  }
+  if (in_place_ && length_ == 0) {
+    for (Buffers& b : buffers_) b.present = Tensor();  // the prefill's present is in the buffer now
   }
   length_ += new_tokens;
 }
 
 std::size_t StaticKvCache::bytes() const {
   std::size_t total = 0;
-  for (const Buffers& b : buffers_) total += b.cache.nbytes() + b.present.nbytes();
+  for (const Buffers& b : buffers_) total += b.cache.nbytes() + (b.present.defined() ? b.present.nbytes() : 0);
   return total;
 }
 

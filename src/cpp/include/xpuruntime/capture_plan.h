@@ -166,6 +166,16 @@ struct XPURT_API PlanOptions {
 
 class CapturePlan;
 
+// A Concat step that appends to a cache the caller holds (Note [Cache appended in place] in
+// engines/native/plan/capture_plan.cpp): plan input `input` (a past) is its first input and read by no other step,
+// plan output `output` (the present) its output.
+struct XPURT_API CacheAppend {
+  std::size_t step = 0;    // the Concat's index in steps()
+  std::size_t input = 0;   // index in inputs()
+  std::size_t output = 0;  // index in outputs()
+  std::int64_t axis = 0;   // the Concat's axis, non-negative
+};
+
 // Where a segmented plan ends and how the next segment is made (Note [Segmented plans]).
 struct XPURT_API SegmentBoundary {
   struct Carried {
@@ -230,6 +240,9 @@ class XPURT_API CapturePlan {
   // Per value: a graph output that a run writes into a tensor of its own, handed to the caller without a copy, instead
   // of its arena slot (Note [Outputs written where the caller gets them] in capture_plan.cpp).
   std::vector<bool> direct_outputs() const;
+  // The Concat steps a run may perform as an append into the bound present (Note [Cache appended in place] in
+  // capture_plan.cpp).
+  std::vector<CacheAppend> cache_appends() const;
   const std::vector<std::string>& pass_notes() const { return pass_notes_; }
   // Where the build went, phase by phase (Note [Build phases] in engines/native/plan/capture_plan.cpp).
   const std::vector<BuildPhase>& build_phases() const { return build_phases_; }

@@ -161,9 +161,15 @@ class XPURT_API ContiguousKvCache final : public KvCache {
 // cache layout] in generation/kv_cache.cpp): the prefill's present is copied into its first positions; each decode
 // step feeds the whole buffer as the past, binds the present ([batch, heads, capacity + 1, head_dim]) to a scratch
 // buffer and copies the step's position (the last) into the buffer at length(). Every decode step has one shape.
+//
+// `in_place` (an engine that appends in place, the native one: Note [Cache appended in place] in
+// engines/native/plan/capture_plan.cpp): each buffer has one more position, [batch, heads, capacity + 1, head_dim];
+// a decode step feeds positions [0, capacity) of it as the past and binds the whole buffer as the present, so the
+// step writes only its new position (the last) and no scratch buffer is kept.
 class XPURT_API StaticKvCache final : public KvCache {
  public:
-  StaticKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity, Device device);
+  StaticKvCache(const std::vector<CacheSlot>& slots, std::int64_t batch, std::int64_t capacity, Device device,
+                bool in_place = false);
   void bind(IoBinding& binding, std::int64_t new_tokens) override;
   void commit(std::int64_t new_tokens) override;
   std::int64_t length() const override { return length_; }
@@ -172,17 +178,19 @@ class XPURT_API StaticKvCache final : public KvCache {
   // Positions [from, from + count) of `t`, [batch, heads, total, head_dim] contiguous, as a strided view (also the
   // continuous batcher's static decode steps').
   static Tensor positions(const Tensor& t, std::int64_t total, std::int64_t from, std::int64_t count);
+  bool in_place() const { return in_place_; }
 
  private:
   struct Buffers {
     CacheSlot slot;
-    Tensor cache;    // [batch, heads, capacity, head_dim]
-    Tensor present;  // [batch, heads, capacity + 1, head_dim]: the decode steps' present
+    Tensor cache;    // [batch, heads, capacity (+ 1 in place), head_dim]
+    Tensor present;  // [batch, heads, capacity + 1, head_dim]: the decode steps' present; in place: the prefill's
   };
   std::vector<Buffers> buffers_;
   std::int64_t batch_;
   std::int64_t capacity_;
   std::int64_t length_ = 0;
+  bool in_place_ = false;
 };
 
 // Chooses the next token of one row from its logits (Note [Sampling] in generation/sampler.cpp). Host code on
@@ -450,12 +458,15 @@ class XPURT_API ContinuousBatcher {
   std::vector<std::int64_t> running_;   // the decode batch, in its rows' order
   std::vector<std::int64_t> working_rows_;  // the rows `working_` holds (a change means a regather)
   std::vector<Tensor> working_;         // per slot: the batch's past [rows, heads, working_length_, head_dim]; with
-                                        // the static layout [working_batch_, heads, working_capacity_, head_dim]
+                                        // the static layout [working_batch_, heads, working_capacity_ (+ 1 in
+                                        // place), head_dim]
   std::int64_t working_length_ = 0;     // positions of working_ that hold the rows' caches
   bool static_layout_ = false;          // Note [Static decode steps of the batcher] (continuous_batcher.cpp)
   std::int64_t working_batch_ = 0;      // static layout: the rows run (the running batch's bucket)
   std::int64_t working_capacity_ = 0;   // static layout: the positions working_ holds
   std::vector<Tensor> scratch_;         // static layout: per slot, the bound present [rows, heads, capacity + 1, ...]
+  bool in_place_ = false;               // static layout on the native engine: the present bound over the past, no
+                                        // scratch (Note [Cache appended in place])
   bool right_padded_ = false;  // Note [Padding sides]
   std::int64_t next_id_ = 0;
   BatcherStats stats_;

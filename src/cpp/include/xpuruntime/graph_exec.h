@@ -64,12 +64,20 @@ class XPURT_API GraphExec {
   static void inject_step_fault_for_testing(const std::string& node, const std::string& kind);
   std::int64_t runs() const { return runs_; }
   std::int64_t replays() const { return replays_; }
+  // Concat steps run as appends into a bound present so far (Note [Cache appended in place] in capture_plan.cpp),
+  // and the runs that made one.
+  std::int64_t appends_in_place() const { return appends_in_place_; }
+  std::int64_t runs_appending() const { return runs_appending_; }
 
  private:
   std::vector<Tensor> run_bound(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into);
   std::vector<Tensor> run_segmented(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into);
   GraphExec& next_exec(const std::shared_ptr<const CapturePlan>& plan);
   void bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tensor>& values);
+  // Note [Appends of a run] (graph_exec.cpp): which of appends_ this run performs in place; their presents bound.
+  bool prepare_appends(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into);
+  void bind_appends(const std::vector<Tensor>* into, std::vector<Tensor>& values) const;
+  void run_append(const CacheAppend& append, std::vector<Tensor>& values, const StreamView& stream) const;
   std::vector<Tensor> run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling,
                                 const std::vector<Tensor>* into);
   std::vector<Tensor> run_profiled(const std::vector<Tensor>& inputs, std::uint32_t profiling,
@@ -101,6 +109,14 @@ class XPURT_API GraphExec {
   bool has_boxed_ = false;  // the plan has reference steps or sequence/optional inputs
   bool graph_labelled_ = false;              // graph_ was captured while a profiler tracked graph nodes
   std::list<std::unique_ptr<GraphExec>> next_;  // Note [Segmented plans]
+  // Note [Cache appended in place]: the plan's candidate appends, per step the index of its append (-1: none), which
+  // ones this run performs, and the presents' addresses the captured graph writes (null: run as a Concat).
+  std::vector<CacheAppend> appends_;
+  std::vector<int> append_of_step_;
+  std::vector<char> appending_;
+  std::vector<const void*> graph_appends_;
+  std::int64_t appends_in_place_ = 0;
+  std::int64_t runs_appending_ = 0;
   std::string capture_failure_;                 // Note [Failed captures]
 };
 

@@ -317,6 +317,10 @@ GraphExec::GraphExec(std::shared_ptr<const CapturePlan> plan, GraphExecOptions o
   for (const PlanStep& step : plan_->steps()) has_boxed_ |= step.kind == PlanStep::Kind::kReference;
   for (int id : plan_->inputs()) has_boxed_ |= !values[id].type.is_tensor();
   if (has_boxed_) boxed_.resize(values.size());
+  if (!has_boxed_) appends_ = plan_->cache_appends();  // Note [Cache appended in place]
+  append_of_step_.assign(plan_->steps().size(), -1);
+  for (std::size_t a = 0; a < appends_.size(); ++a) append_of_step_[appends_[a].step] = static_cast<int>(a);
+  appending_.assign(appends_.size(), 0);
   if (device.is_cuda()) stream.synchronize();
 }
 
@@ -373,7 +377,11 @@ void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tenso
                      dtype_name(t.dtype()));
     XPURT_CHECK(t.shape() == v.type.sizes(), "input '", v.name, "' expects shape ", detail::shape_str(v.type.sizes(), ","),
                 " (the plan's), got ", detail::shape_str(t.shape(), ","));
-    if (!fixed_addresses && t.device() == device && t.is_contiguous()) {
+    bool appended = false;  // Note [Appends of a run]: the past of an append in place is read where it lies
+    for (std::size_t a = 0; a < appends_.size() && !appended; ++a) appended = appending_[a] && appends_[a].input == i;
+    if (appended) {
+      values[ids[i]] = t;
+    } else if (!fixed_addresses && t.device() == device && t.is_contiguous()) {
       values[ids[i]] = t;  // zero-copy
     } else if (slots_[ids[i]].defined()) {
       slots_[ids[i]].copy_from(t, stream_ ? &stream : nullptr, /*non_blocking=*/true);
@@ -381,6 +389,69 @@ void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tenso
     } else {
       values[ids[i]] = t.to(device).contiguous();
     }
+  }
+}
+
+// Note [Appends of a run]
+// A candidate append (Note [Cache appended in place] in capture_plan.cpp) runs in place when its present output is
+// bound (`into`) to a contiguous tensor of the plan's shape and dtype on the plan's device whose leading part along the
+// axis is the fed past: the same address of the first element and the same strides (each past element then sits
+// where the present keeps it), the past not empty. The past is then bound as it is (no copy into the arena, even a
+// strided view), the present value is the bound tensor, and the Concat step copies its other inputs into that tensor
+// after the past. Any other binding runs the Concat. A CUDA graph bakes addresses in: graph_appends_ holds the
+// presents it was captured with (null for a Concat run as such), and a run whose appends differ drops the graph and
+// captures again (the generator keeps its cache buffers for a whole generation, so a generation captures at most once).
+bool GraphExec::prepare_appends(const std::vector<Tensor>& inputs, const std::vector<Tensor>* into) {
+  bool any = false;
+  for (std::size_t a = 0; a < appends_.size(); ++a) {
+    const CacheAppend& append = appends_[a];
+    bool on = into != nullptr && append.output < into->size() && append.input < inputs.size();
+    if (on) {
+      const Tensor& present = (*into)[append.output];
+      const Tensor& past = inputs[append.input];
+      const ValueType& declared = plan_->values()[static_cast<std::size_t>(plan_->outputs()[append.output])].type;
+      on = present.defined() && past.defined() && past.numel() > 0 && present.device() == plan_->device() &&
+           past.device() == present.device() && present.dtype() == declared.dtype && past.dtype() == present.dtype() &&
+           present.shape() == declared.sizes() && present.is_contiguous() && past.data_ptr() == present.data_ptr() &&
+           past.strides() == present.strides() && past.dim() == present.dim();
+      for (int d = 0; on && d < present.dim(); ++d) {
+        const std::int64_t p = past.shape()[static_cast<std::size_t>(d)];
+        const std::int64_t q = present.shape()[static_cast<std::size_t>(d)];
+        on = d == append.axis ? p <= q : p == q;
+      }
+    }
+    appending_[a] = on ? 1 : 0;
+    any |= on;
+  }
+  return any;
+}
+
+void GraphExec::bind_appends(const std::vector<Tensor>* into, std::vector<Tensor>& values) const {
+  for (std::size_t a = 0; a < appends_.size(); ++a) {
+    if (!appending_[a]) continue;
+    values[static_cast<std::size_t>(plan_->outputs()[appends_[a].output])] = (*into)[appends_[a].output];
+  }
+}
+
+// The Concat of `append` as an append: its inputs after the past copied into the bound present, one after the other,
+// from the past's length on along the axis.
+void GraphExec::run_append(const CacheAppend& append, std::vector<Tensor>& values, const StreamView& stream) const {
+  const PlanStep& step = plan_->steps()[append.step];
+  const Tensor& present = values[static_cast<std::size_t>(step.outputs[0])];
+  const auto axis = static_cast<std::size_t>(append.axis);
+  std::int64_t at = values[static_cast<std::size_t>(step.inputs[0])].shape()[axis];
+  const auto element = static_cast<std::int64_t>(present.element_size());
+  for (std::size_t i = 1; i < step.inputs.size(); ++i) {
+    const Tensor& part = values[static_cast<std::size_t>(step.inputs[i])];
+    XPURT_INTERNAL_ASSERT(part.defined(), "append of an undefined value in step ", step.node);
+    std::vector<std::int64_t> shape = present.shape();
+    shape[axis] = part.shape()[axis];
+    if (shape[axis] == 0) continue;
+    auto* base = static_cast<std::uint8_t*>(present.data_ptr()) + at * present.strides()[axis] * element;
+    Tensor slab =
+        Tensor::from_blob(base, shape, present.strides(), present.dtype(), present.device(), present.storage());
+    slab.copy_from(part, stream_ ? &stream : nullptr, /*non_blocking=*/true);
+    at += shape[axis];
   }
 }
 
@@ -434,6 +505,10 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
           break;
         }
         case PlanStep::Kind::kKernel: {
+          if (append_of_step_[index] >= 0 && appending_[static_cast<std::size_t>(append_of_step_[index])]) {
+            run_append(appends_[static_cast<std::size_t>(append_of_step_[index])], values, stream);
+            break;
+          }
           std::vector<Tensor> inputs;
           inputs.reserve(step.inputs.size());
           for (int id : step.inputs) {
@@ -609,7 +684,10 @@ std::vector<Tensor> GraphExec::collect_outputs(const std::vector<Tensor>& values
       Tensor out = (*into)[k];
       XPURT_CHECK(out.shape() == t.shape(), "output '", v.name, "' is bound to a tensor of shape ",
                   detail::shape_str(out.shape(), ","), " but the run produced ", detail::shape_str(t.shape(), ","));
-      out.copy_from(t, stream_ ? &stream : nullptr, /*non_blocking=*/true);
+      // An append in place wrote the bound tensor itself (Note [Appends of a run]).
+      if (out.data_ptr() != t.data_ptr() || out.strides() != t.strides()) {
+        out.copy_from(t, stream_ ? &stream : nullptr, /*non_blocking=*/true);
+      }
       outputs.push_back(out);
       continue;
     }
@@ -859,6 +937,18 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
   const bool tracked = recording && profiler::graph_tracking();
   const bool eager_only = recording && !tracked;
   if (tracked && graph_ && !graph_labelled_) graph_.reset();
+  // Note [Appends of a run]: which appends this run makes in place, and the presents a graph would write.
+  std::vector<const void*> appended;
+  if (!appends_.empty()) {
+    if (prepare_appends(inputs, into)) ++runs_appending_;
+    appended.assign(appends_.size(), nullptr);
+    for (std::size_t a = 0; a < appends_.size(); ++a) {
+      if (!appending_[a]) continue;
+      appended[a] = (*into)[appends_[a].output].data_ptr();
+      ++appends_in_place_;
+    }
+    if (graph_ && appended != graph_appends_) graph_.reset();  // captured over other presents: capture again
+  }
   if (graph_ && graph_->is_instantiated() && !eager_only) {
     // Replay: every value lives in its arena slot (or is a constant), so only the inputs are bound and only the
     // outputs read back, through a table kept from run to run whose input and output entries are reset after each
@@ -871,6 +961,7 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
     std::vector<Tensor> outputs;
     try {
       bind_inputs(inputs, values);
+      if (!appends_.empty()) bind_appends(into, values);
       graph_->replay(stream);
       ++replays_;
       for (int id : plan_->outputs()) {
@@ -893,12 +984,14 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
     else if (v.planned) values[id] = slots_[id];
   }
   bind_inputs(inputs, values);
+  if (!appends_.empty()) bind_appends(into, values);
   const bool use_graph = options_.use_cuda_graph && plan_->capturable() && !eager_only && capture_failure_.empty();
   if (use_graph && runs_ >= 1) {
     if (!graph_) {
       if (tracked) register_graph_labels();
       graph_ = std::make_unique<CudaGraph>();
       graph_labelled_ = tracked;
+      graph_appends_ = appended;
       graph_->capture_begin(stream);
       capturing_ = true;
       // Note [Failed captures]: the capture is closed and dropped, the step's error raised; an out-of-memory may

@@ -23,6 +23,7 @@
 // compute one value of the Concat's shape without a row reduction, pieces of its own, a quantized output or a
 // rotate_half across the Concat's last axis, and read the Concat as stored. A Concat that has inputs to absorb itself
 // (Note [Concats of fused values]) keeps that form instead.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -218,6 +219,13 @@ PassResult concat_fusion(Graph& g, const PassContext& ctx) {
     std::int64_t axis = n.attrs.get_int("axis", 0);
     axis = axis < 0 ? axis + rank : axis;
     if (axis < 0 || axis >= rank) continue;
+    // A cache append (a graph input's past joined to new positions as a graph output's present) stays a Concat: a
+    // run whose present is bound over its past writes only the new positions (Note [Cache appended in place] in
+    // plan/capture_plan.cpp), where a node of pieces would copy the whole past.
+    if (uses.is_graph_output(n.outputs[0]) &&
+        std::find(g.inputs.begin(), g.inputs.end(), n.inputs[0]) != g.inputs.end()) {
+      continue;
+    }
     bool ranked = true;
     for (const std::string& x : n.inputs) {
       const auto shape = static_shape(g, x);

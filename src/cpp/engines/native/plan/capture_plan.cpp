@@ -291,6 +291,53 @@ std::vector<bool> CapturePlan::direct_outputs() const {
   return direct;
 }
 
+// Note [Cache appended in place]
+// A decoder exported with a cache computes each layer's present as Concat(past, new) along the positions: every
+// decode step reads the whole past and writes it again, and with I/O binding the present is then copied once more
+// from the arena into the caller's buffer (and on CUDA the past into its fixed arena slot first): three passes over
+// the cache for one position. When the caller binds the present output to a buffer whose leading part along the
+// Concat's axis IS the past input (the same address and strides: the past a view of the present's first positions,
+// as the generator's static cache binds them, Note [Static cache layout] in generation/kv_cache.cpp), the past's
+// elements are already where the present wants them. The run then writes only the new positions, into that buffer
+// at the past's length, and the Concat's readers read the buffer itself: nothing copies the cache. Which steps may
+// do so is known when the plan is built (cache_appends: a static Concat whose first input is a graph input that no
+// other step reads and whose output is a graph output listed once); whether a run does is decided per run from the
+// bound tensors (GraphExec, Note [Appends of a run] in exec/graph_exec.cpp), so any other binding runs the Concat
+// as before.
+std::vector<CacheAppend> CapturePlan::cache_appends() const {
+  std::vector<CacheAppend> appends;
+  if (boundary_) return appends;
+  std::vector<int> readers(values_.size(), 0), listed(values_.size(), 0);
+  for (const PlanStep& step : steps_) {
+    for (int id : step.inputs) {
+      if (id >= 0) ++readers[static_cast<std::size_t>(id)];
+    }
+  }
+  for (int id : outputs_) ++listed[static_cast<std::size_t>(id)];
+  auto index_in = [](const std::vector<int>& ids, int id) {
+    return static_cast<std::size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+  };
+  for (std::size_t index = 0; index < steps_.size(); ++index) {
+    const PlanStep& step = steps_[index];
+    if (step.kind != PlanStep::Kind::kKernel || step.dynamic || step.op != "concat" || step.inputs.size() < 2 ||
+        step.outputs.size() != 1) {
+      continue;
+    }
+    const int past = step.inputs[0], present = step.outputs[0];
+    if (past < 0 || present < 0 || values_[static_cast<std::size_t>(past)].kind != PlanValue::Kind::kInput ||
+        readers[static_cast<std::size_t>(past)] != 1 || listed[static_cast<std::size_t>(past)] != 0 ||
+        listed[static_cast<std::size_t>(present)] != 1 || !values_[static_cast<std::size_t>(past)].type.is_tensor()) {
+      continue;
+    }
+    const auto rank = static_cast<std::int64_t>(step.desc.outputs[0].shape.size());
+    std::int64_t axis = step.desc.attrs.get_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) continue;
+    appends.push_back({index, index_in(inputs_, past), index_in(outputs_, present), axis});
+  }
+  return appends;
+}
+
 bool CapturePlan::capturable(std::string* why) const {
   auto no = [&](std::string reason) {
     if (why) *why = std::move(reason);

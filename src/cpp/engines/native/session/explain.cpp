@@ -272,6 +272,11 @@ Explanation explain_session(const SessionOptions& options, const SessionState& s
     e.options.push_back(detail::str_cat("out of memory during a run: ", state.executors_released,
                                         " idle executor(s) gave their arenas back and the run was made again"));
   }
+  if (state.appends_in_place > 0) {  // Note [Cache appended in place] (engines/native/plan/capture_plan.cpp)
+    e.options.push_back(detail::str_cat("cache appended in place: ", state.appends_in_place, " Concat step(s) over ",
+                                        state.runs_appending, " run(s) wrote only the new positions into the bound "
+                                        "present, whose leading part was the past fed (no copy of the cache)"));
+  }
   if (!state.capture_failure.empty()) {
     e.options.push_back("a CUDA graph capture failed (Note [Failed captures]); that executor runs eagerly: " +
                         state.capture_failure);

@@ -21,6 +21,8 @@ struct SessionState {
   std::size_t constants_shared = 0;              //   times a plan took one already there
   std::size_t executors_released = 0;            // idle executors dropped when a run was out of memory
   bool captured = false;                         // an executor replays a CUDA graph
+  std::int64_t appends_in_place = 0;             // Concat steps run as cache appends (Note [Cache appended in place])
+  std::int64_t runs_appending = 0;               //   runs that made one
   std::string capture_failure;                   // the first failed capture's message (Note [Failed captures])
   std::string build_cache;                       // "<path>, N kernel decision(s)" (Note [Build cache]); empty: off
   std::vector<BuildPhase> build;                 // the import and every plan build's phases, warm-up included

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include "engines/native/passes/passes.h"
 #include "engines/native/session/explain.h"
@@ -213,6 +214,7 @@ Explanation NativeSession::explain() const {
   state.constants_shared = constants_->shared();
   state.captured = pools_.captured(&state.capture_failure);
   state.executors_released = pools_.released();
+  std::tie(state.appends_in_place, state.runs_appending) = pools_.appends_in_place();
   if (build_cache_) {
     state.build_cache = detail::str_cat(build_cache_->path().string(), ", ", build_cache_->size(), " kernel decision(s)");
   }

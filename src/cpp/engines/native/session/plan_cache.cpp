@@ -82,6 +82,18 @@ bool ExecutorPools::captured(std::string* failure) const {
   return captured;
 }
 
+std::pair<std::int64_t, std::int64_t> ExecutorPools::appends_in_place() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::pair<std::int64_t, std::int64_t> total{0, 0};
+  for (const auto& [key, pool] : pools_) {
+    for (const auto& exec : pool) {
+      total.first += exec->appends_in_place();
+      total.second += exec->runs_appending();
+    }
+  }
+  return total;
+}
+
 std::unique_ptr<GraphExec> ExecutorPools::checkout(const std::shared_ptr<const CapturePlan>& plan,
                                                    const std::string& key) {
   {

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engines/native/session/build_cache.h"
@@ -77,6 +79,9 @@ class ExecutorPools {
 
   // Whether an executor replays a CUDA graph; `failure` gets the first failed capture's message (or stays).
   bool captured(std::string* failure) const;
+  // Over every executor: Concat steps run as appends in place, and runs that made one (Note [Cache appended in
+  // place] in engines/native/plan/capture_plan.cpp).
+  std::pair<std::int64_t, std::int64_t> appends_in_place() const;
 
  private:
   template <typename Fn>

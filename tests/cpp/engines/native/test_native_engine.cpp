@@ -413,3 +413,95 @@ TEST(NativeEngine, SegmentedPlanRunsNonZeroThenTopKOnTheCount) {
   }
   EXPECT_TRUE(second_segment) << e.str();
 }
+
+namespace {
+
+// present = Concat(past, Relu(x)) along axis 2 (a graph output), y = present * 2: a cache append and a reader of it.
+Graph cache_append_graph() {
+  Graph g;
+  g.name = "cache_append";
+  g.opsets[""] = 17;
+  g.inputs = {"past", "x"};
+  g.outputs = {"present", "y"};
+  g.types["past"] = float_type({Dim(2), Dim(3), Dim(std::string("past")), Dim(4)});
+  g.types["x"] = float_type({Dim(2), Dim(3), Dim(1), Dim(4)});
+  Tensor two = Tensor::empty({}, DType::kFloat32);
+  *static_cast<float*>(two.data_ptr()) = 2.0f;
+  g.initializers["two"] = two;
+  g.nodes.push_back(node("Relu", {"x"}, {"k"}, "relu"));
+  Node concat = node("Concat", {"past", "k"}, {"present"}, "concat");
+  concat.attrs.set("axis", std::int64_t{2});
+  g.nodes.push_back(concat);
+  g.nodes.push_back(node("Mul", {"present", "two"}, {"y"}, "mul"));
+  g.validate();
+  return g;
+}
+
+// Runs one step with the present bound over `buffer` ([2, 3, past + 1, 4] on `device`) and its first `past` positions
+// fed as the past; checks present and y against the host copy taken before the run.
+void check_append_step(InferenceSession& session, const Tensor& buffer, std::int64_t past, unsigned seed) {
+  const Tensor before = buffer.to(Device::cpu()).contiguous();
+  const Tensor x = random_floats({2, 3, 1, 4}, seed);
+  IoBinding binding = session.io_binding();
+  binding.bind_input("past", Tensor::from_blob(buffer.data_ptr(), {2, 3, past, 4}, buffer.strides(), buffer.dtype(),
+                                               buffer.device(), buffer.storage()));
+  binding.bind_input("x", x.to(buffer.device()));
+  binding.bind_output("present", buffer);
+  binding.bind_output("y", Device::cpu());
+  session.run_with_binding(binding);
+  const Tensor present = buffer.to(Device::cpu()).contiguous();
+  const Tensor y = binding.outputs()[1].to(Device::cpu()).contiguous();
+  const auto* b = static_cast<const float*>(before.data_ptr());
+  const auto* p = static_cast<const float*>(present.data_ptr());
+  const auto* xs = static_cast<const float*>(x.data_ptr());
+  for (std::int64_t row = 0; row < 6; ++row) {
+    for (std::int64_t pos = 0; pos <= past; ++pos) {
+      for (std::int64_t d = 0; d < 4; ++d) {
+        const std::int64_t at = (row * (past + 1) + pos) * 4 + d;
+        const float want = pos < past ? b[at] : std::max(0.0f, xs[row * 4 + d]);
+        EXPECT_EQ(p[at], want) << "row " << row << " position " << pos;
+        EXPECT_EQ(static_cast<const float*>(y.data_ptr())[at], 2.0f * want);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// Note [Cache appended in place]: from C++, a present bound over its past (a strided view of the buffer's first
+// positions) is written only at the new position, its reader reads the buffer, and explain() says so; a present bound
+// elsewhere runs the Concat.
+TEST(NativeEngine, APresentBoundOverItsPastIsAppendedInPlace) {
+  SessionOptions options;
+  options.engine = "native";
+  InferenceSession session = InferenceSession::from_bytes(export_onnx(cache_append_graph()), options);
+  const Tensor buffer = random_floats({2, 3, 6, 4}, 1);
+  check_append_step(session, buffer, 5, 2);
+  check_append_step(session, buffer, 5, 3);
+  EXPECT_NE(session.explain().str().find("cache appended in place: 2 Concat step(s) over 2 run(s)"), std::string::npos)
+      << session.explain().str();
+  const Tensor elsewhere = random_floats({2, 3, 6, 4}, 4);
+  IoBinding binding = session.io_binding();
+  binding.bind_input("past", random_floats({2, 3, 5, 4}, 5));
+  binding.bind_input("x", random_floats({2, 3, 1, 4}, 6));
+  binding.bind_output("present", elsewhere);
+  binding.bind_output("y", Device::cpu());
+  session.run_with_binding(binding);
+  EXPECT_NE(session.explain().str().find("2 Concat step(s) over 2 run(s)"), std::string::npos);  // not counted
+}
+
+TEST(NativeEngine, CacheAppendsInPlaceReplayACudaGraphAndCaptureAgainForOtherBuffers) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SessionOptions options;
+  options.engine = "native";
+  options.device = Device::cuda(0);
+  InferenceSession session = InferenceSession::from_bytes(export_onnx(cache_append_graph()), options);
+  const Tensor first = random_floats({2, 3, 9, 4}, 1).to(Device::cuda(0));
+  for (unsigned run = 0; run < 4; ++run) check_append_step(session, first, 8, 10 + run);  // eager, capture, replays
+  EXPECT_NE(session.explain().str().find("captured and replayed"), std::string::npos);
+  const Tensor second = random_floats({2, 3, 9, 4}, 2).to(Device::cuda(0));
+  check_append_step(session, second, 8, 20);  // another buffer: captured again
+  check_append_step(session, first, 8, 21);
+  EXPECT_NE(session.explain().str().find("cache appended in place: 6 Concat step(s)"), std::string::npos)
+      << session.explain().str();
+}

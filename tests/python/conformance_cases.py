@@ -739,8 +739,17 @@ def softmax_cases() -> List[Case]:
         ("single", (1,), 0, 1.0),
         ("row_4096", (2, 4096), -1, 3.0),
     ]
-    return [Case("softmax", name, [uniform(_rng("softmax" + name), shape) * np.float32(scale)], {"axis": axis},
-                 ref_softmax, "reduction") for name, shape, axis, scale in specs]
+    cases = [Case("softmax", name, [uniform(_rng("softmax" + name), shape) * np.float32(scale)], {"axis": axis},
+                  ref_softmax, "reduction") for name, shape, axis, scale in specs]
+    # Masked scores: -inf keys and scores far below the row's maximum (e^(x - max) below the float range of the
+    # vectorised exp, Note [Softmax rows in vectors] in cpu_norm.cpp), in rows of odd lengths.
+    masked = uniform(_rng("softmax_masked"), (6, 4099)) * np.float32(4.0)
+    masked[:, ::7] = -np.inf
+    masked[1, 5::11] = -150.0
+    masked[2, :] = -np.inf
+    masked[2, 17] = 3.0
+    cases.append(Case("softmax", "masked_4099", [masked], {"axis": -1}, ref_softmax, "reduction"))
+    return cases
 
 
 def layer_norm_cases() -> List[Case]:

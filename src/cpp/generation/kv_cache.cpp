@@ -21,10 +21,11 @@ namespace xpuruntime::generation {
 // What is still copied per step, and why: the model's own Concat reads the whole past and writes the whole present
 // (that is what the exported graph says). The onnxruntime engine writes present straight into the bound buffer;
 // the native engine computes it in its plan's memory and copies it into the bound buffer (Note [I/O binding] in
-// core/engine.cpp), one more device copy of the cache. Appending only the new positions in place (present aliasing
-// past in one max-length buffer, as the issue asks) needs the engine to run Concat(past input, new) -> present output
-// as a write of `new` at offset `length` of a strided buffer, which neither engine does yet: a native-engine pass
-// for it, and then one buffer per slot here instead of two, is the next step (docs/generation.md).
+// core/engine.cpp), one more device copy of the cache. The native engine appends in place when the present is bound
+// over the past (Note [Cache appended in place] in engines/native/plan/capture_plan.cpp), which the static layout
+// below does (one buffer of capacity + 1 positions per slot); this dynamic layout's present is one position longer
+// than its past, so for a batch of more than one row it would be a strided view of a max-length buffer, which I/O
+// binding does not take as an output: it keeps its two buffers.
 //
 // The shared form (`shared`): ONNX Runtime's GroupQueryAttention appends in place when its past and present are the
 // same buffer (past_present_share_buffer): the past input is then the whole [batch, heads, capacity, head_dim] buffer,

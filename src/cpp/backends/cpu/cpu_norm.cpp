@@ -1,11 +1,14 @@
 // Normalizations of the cpu backend: batch_norm (inference), softmax (any axis), layer_norm (dims axis..end).
 // Statistics accumulate in double (Note [The cpu backend as the oracle], cpu_common.h).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/cpu_isa.h"
 #include "core/fused_elementwise.h"
 
 namespace xpuruntime::cpu {
@@ -53,6 +56,53 @@ void run_batch_norm(const KernelLaunch& launch, const CpuContext& context) {
   y.commit();
 }
 
+// Note [Softmax rows in vectors]
+// A float32 softmax over the last axis (attention's scores: one row per query and head, the keys along it) spent its
+// time in one std::exp call per element and a sum chained through one double (a decode step of 16 rows of 4097 keys:
+// 198 us, 9% of its memory floor, 2026-12-05). Such rows take the vectorised exp of the fused kernels (IsaKernels::
+// exp_f32, Note [Vectorised exp on the CPU] in cpu_fused.cpp: within 2 ulp of the exact value; arguments below its
+// range, x - max < -87 and -inf, take std::exp in a second pass, exactly as before), the maximum in float (exact), and
+// the sum in double over eight interleaved partial sums (the same terms in another order: the sum's rounding is far
+// below a float's). NaN and +inf rows give NaN, as the general loop below does.
+void softmax_rows_f32(const float* in, float* out, std::int64_t rows, std::int64_t length, const CpuContext& context) {
+  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  parallel_for(rows, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(length, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t row = begin; row < end; ++row) {
+                   const float* x = in + row * length;
+                   float* y = out + row * length;
+                   float max_value = -std::numeric_limits<float>::infinity();
+                   bool has_nan = false;
+                   for (std::int64_t i = 0; i < length; ++i) {
+                     has_nan |= x[i] != x[i];
+                     max_value = x[i] > max_value ? x[i] : max_value;
+                   }
+                   if (has_nan || max_value == std::numeric_limits<float>::infinity() ||
+                       max_value == -std::numeric_limits<float>::infinity()) {
+                     std::fill(y, y + length, std::numeric_limits<float>::quiet_NaN());
+                     continue;
+                   }
+                   for (std::int64_t i = 0; i < length; ++i) y[i] = x[i] - max_value;
+                   if (isa.exp_f32(y, y, length, /*sigmoid=*/false)) {
+                     for (std::int64_t i = 0; i < length; ++i) {
+                       const float d = x[i] - max_value;
+                       if (!(d >= kExpLow && d <= kExpHigh)) y[i] = std::exp(d);
+                     }
+                   }
+                   double partial[8] = {};
+                   std::int64_t i = 0;
+                   for (; i + 8 <= length; i += 8) {
+                     for (int k = 0; k < 8; ++k) partial[k] += static_cast<double>(y[i + k]);
+                   }
+                   for (; i < length; ++i) partial[0] += static_cast<double>(y[i]);
+                   const double sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                                      ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+                   const float scale = static_cast<float>(1.0 / sum);
+                   for (std::int64_t k = 0; k < length; ++k) y[k] *= scale;
+                 }
+               });
+}
+
 // Softmax along one axis: x viewed as [outer, length, inner]; each (outer, inner) line is independent.
 // Stable: exp(x - max). A line that is all -inf, or holds a NaN or +inf, gives NaN (as torch.softmax does).
 template <typename T>
@@ -67,6 +117,13 @@ void run_softmax(const KernelLaunch& launch, const CpuContext& context) {
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   T* out = y.data();
+  if constexpr (std::is_same_v<T, float>) {
+    if (inner == 1 && length > 0) {  // Note [Softmax rows in vectors]
+      softmax_rows_f32(in, out, outer, length, context);
+      y.commit();
+      return;
+    }
+  }
   parallel_for(outer * inner, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(length, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  ScratchVector<double> e(static_cast<std::size_t>(length));

@@ -107,6 +107,16 @@ class InputWalk {
   std::int64_t offset() const { return offset_; }
   std::int64_t inner_coordinate() const { return coordinate_[layout_.dims.size() - 1]; }
   void next() { carry(layout_.dims.size()); }  // the next element
+  // `count` elements on along the innermost axis, staying within its row (or ending at its end: the next row).
+  void advance_in_row(std::int64_t count) {
+    const std::size_t inner = layout_.dims.size() - 1;
+    if (coordinate_[inner] + count >= layout_.dims[inner]) {
+      next_row();
+      return;
+    }
+    coordinate_[inner] += count;
+    offset_ += count * layout_.strides[k_][inner];
+  }
   void next_row() {  // the start of the next row of the innermost axis
     const std::size_t inner = layout_.dims.size() - 1;
     offset_ -= coordinate_[inner] * layout_.strides[k_][inner];
@@ -196,9 +206,11 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
     XPURT_CHECK(index < kChunkFns.size(), "fused_elementwise: code ", index, " has no cpu loop");
     chunk_fns.push_back(kChunkFns[index]);
   }
-  // Instructions [0, upto) over output elements [begin, begin + n) into regs; reductions read reduced[j].
+  // Instructions [0, upto) over output elements [begin, begin + n) into regs; reduction j reads reduced[j], or with
+  // `rows` > 0 (a chunk of whole rows of that length, Note [Short rows in one chunk]) reduced[j * kChunk + q] for the
+  // chunk's row q.
   auto compute = [&](std::vector<float>& regs, std::int64_t begin, std::int64_t n, std::size_t upto,
-                     const std::vector<float>& reduced) {
+                     const std::vector<float>& reduced, std::int64_t rows = 0) {
     for (std::size_t k = 0; k < num_inputs; ++k) {
       float* r = regs.data() + k * kChunk;
       if (scalar[k]) {
@@ -211,13 +223,40 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       const Instruction& in = program.code[j];
       float* out = regs.data() + (num_inputs + j) * kChunk;
       if (fused::is_reduction(in.code)) {
-        std::fill(out, out + n, reduced[j]);
+        if (rows == 0) {
+          std::fill(out, out + n, reduced[j]);
+        } else {
+          for (std::int64_t q = 0; q * rows < n; ++q) {
+            std::fill(out + q * rows, out + (q + 1) * rows, reduced[j * kChunk + static_cast<std::size_t>(q)]);
+          }
+        }
         continue;
       }
       if (in.code == fused::Code::kRotateHalf) {  // Note [Fused elementwise programs]: rotate_half
         const auto k = static_cast<std::size_t>(in.a.index);
         const std::int64_t half = layout.last / 2, step = layout.strides[k].back();
         InputWalk walk(layout, k, begin);  // the chunk's offsets into input k
+        if (step == 1 && input_dtypes[k] == DType::kFloat32) {
+          // A contiguous float32 last axis: the chunk in runs that stay within one row of the rotated axis and of the
+          // walk's innermost axis, each a negated copy of the upper half and a copy of the lower one.
+          const auto* x = static_cast<const float*>(inputs[k]);
+          const std::int64_t inner = layout.dims.back();
+          for (std::int64_t i = 0; i < n;) {
+            const std::int64_t c = (begin + i) % layout.last;
+            const std::int64_t run =
+                std::min({n - i, (c < half ? half : layout.last) - c, inner - walk.inner_coordinate()});
+            const float* from = x + walk.offset() + (c < half ? half : -half);
+            float* to = out + i;
+            if (c < half) {
+              for (std::int64_t t = 0; t < run; ++t) to[t] = -from[t];
+            } else {
+              for (std::int64_t t = 0; t < run; ++t) to[t] = from[t];
+            }
+            i += run;
+            walk.advance_in_row(run);
+          }
+          continue;
+        }
         for (std::int64_t i = 0; i < n; ++i, walk.next()) {
           const bool negates = fused::rotate_half_negates((begin + i) % layout.last, layout.last);
           const float v = read(input_dtypes[k], inputs[k], walk.offset() + (negates ? half : -half) * step);
@@ -284,6 +323,39 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
   }
   if (layout.numel == 0) return;
   const std::int64_t row = layout.row;
+  if (row < kChunk / 2) {
+    // Note [Short rows in one chunk]
+    // Rows much shorter than a chunk (an RMSNorm over 32 or 64 features, a softmax over a few keys) took one chunk
+    // each, twice: the loads, the instruction dispatch and the broadcast inputs' walks per row cost more than the row's
+    // arithmetic (the tiny Llama's RMSNorms over [3, 11, 32]: 8-11 us a node, 2026-12-05). A chunk holds as many whole
+    // rows as fit instead: each reduction is taken per row over the chunk's values (in the same order as a row alone,
+    // so the same result), and every element reads its own row's.
+    const std::int64_t per_chunk = kChunk / row;
+    const std::int64_t groups = (layout.rows() + per_chunk - 1) / per_chunk;
+    parallel_for(groups, threads, std::max<std::int64_t>(1, 16), [&](std::int64_t g0, std::int64_t g1) {
+      t_chunk_isa = &isa;
+      std::vector<float> regs(slots * kChunk);
+      std::vector<float> reduced(program.code.size() * kChunk, 0.0f);
+      for (std::int64_t g = g0; g < g1; ++g) {
+        const std::int64_t begin = g * per_chunk * row;
+        const std::int64_t n = std::min(per_chunk * row, layout.numel - begin);
+        for (std::size_t j = 0; j < program.code.size(); ++j) {
+          const Instruction& in = program.code[j];
+          if (!fused::is_reduction(in.code)) continue;
+          compute(regs, begin, n, j, reduced, row);
+          const float* v = regs.data() + slot(in.a);
+          for (std::int64_t q = 0; q * row < n; ++q) {
+            float acc = fused::reduce_init(in.code);
+            for (std::int64_t i = q * row; i < (q + 1) * row; ++i) acc = fused::reduce_step(in.code, acc, v[i]);
+            reduced[j * kChunk + static_cast<std::size_t>(q)] = fused::reduce_finish(in.code, acc, row);
+          }
+        }
+        compute(regs, begin, n, program.code.size(), reduced, row);
+        store(regs, begin, n);
+      }
+    });
+    return;
+  }
   parallel_for(layout.rows(), threads, std::max<std::int64_t>(1, 4096 / row), [&](std::int64_t r0, std::int64_t r1) {
     t_chunk_isa = &isa;
     std::vector<float> regs(slots * kChunk);

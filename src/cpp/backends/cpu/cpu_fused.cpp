@@ -174,6 +174,65 @@ void load_input(const fused::Layout& layout, std::size_t k, DType dtype, const v
   for (std::int64_t i = 0; i < n; ++i, walk.next()) out[i] = read(dtype, base, walk.offset());
 }
 
+// rotate_half of input k (Note [Fused elementwise programs]) for output elements [begin, begin + n) into out.
+void rotate_half_into(const Layout& layout, std::size_t k, DType dtype, const void* input, std::int64_t begin,
+                      std::int64_t n, float* out) {
+  const std::int64_t half = layout.last / 2, step = layout.strides[k].back();
+  InputWalk walk(layout, k, begin);  // the chunk's offsets into input k
+  if (step == 1 && dtype == DType::kFloat32) {
+    // A contiguous float32 last axis: the chunk in runs that stay within one row of the rotated axis and of the
+    // walk's innermost axis, each a negated copy of the upper half and a copy of the lower one.
+    const auto* x = static_cast<const float*>(input);
+    const std::int64_t inner = layout.dims.back();
+    for (std::int64_t i = 0; i < n;) {
+      const std::int64_t c = (begin + i) % layout.last;
+      const std::int64_t run = std::min({n - i, (c < half ? half : layout.last) - c, inner - walk.inner_coordinate()});
+      const float* from = x + walk.offset() + (c < half ? half : -half);
+      float* to = out + i;
+      if (c < half) {
+        for (std::int64_t t = 0; t < run; ++t) to[t] = -from[t];
+      } else {
+        for (std::int64_t t = 0; t < run; ++t) to[t] = from[t];
+      }
+      i += run;
+      walk.advance_in_row(run);
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i, walk.next()) {
+    const bool negates = fused::rotate_half_negates((begin + i) % layout.last, layout.last);
+    const float v = read(dtype, input, walk.offset() + (negates ? half : -half) * step);
+    out[i] = negates ? -v : v;
+  }
+}
+
+// n values from `result` to output elements [at, at + n) of `output` (of `output_dtype`, int8/uint8/float8 quantized
+// by `quantization`).
+void write_values(DType output_dtype, const fused::OutputQuantization& quantization, void* output, const float* result,
+                  std::int64_t at, std::int64_t n) {
+  switch (output_dtype) {
+    case DType::kFloat16: {
+      auto* y = static_cast<std::uint16_t*>(output) + at;
+      for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_half(result[i]);
+      break;
+    }
+    case DType::kBFloat16: {
+      auto* y = static_cast<std::uint16_t*>(output) + at;
+      for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_bfloat16(result[i]);
+      break;
+    }
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2: {  // Note [Quantized output of a fused program]
+      auto* y = static_cast<std::uint8_t*>(output) + at;
+      for (std::int64_t i = 0; i < n; ++i) y[i] = fused::quantized_byte(result[i], quantization, output_dtype);
+      break;
+    }
+    default: std::copy(result, result + n, static_cast<float*>(output) + at);
+  }
+}
+
 // Where output element i is stored: at i (run 0: contiguous), or, for a piece of a concatenation (Note [Pieces of a
 // concatenation]), at (i / run) * stride + i % run: rows of `run` elements `stride` apart.
 struct OutputRows {
@@ -234,34 +293,7 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       }
       if (in.code == fused::Code::kRotateHalf) {  // Note [Fused elementwise programs]: rotate_half
         const auto k = static_cast<std::size_t>(in.a.index);
-        const std::int64_t half = layout.last / 2, step = layout.strides[k].back();
-        InputWalk walk(layout, k, begin);  // the chunk's offsets into input k
-        if (step == 1 && input_dtypes[k] == DType::kFloat32) {
-          // A contiguous float32 last axis: the chunk in runs that stay within one row of the rotated axis and of the
-          // walk's innermost axis, each a negated copy of the upper half and a copy of the lower one.
-          const auto* x = static_cast<const float*>(inputs[k]);
-          const std::int64_t inner = layout.dims.back();
-          for (std::int64_t i = 0; i < n;) {
-            const std::int64_t c = (begin + i) % layout.last;
-            const std::int64_t run =
-                std::min({n - i, (c < half ? half : layout.last) - c, inner - walk.inner_coordinate()});
-            const float* from = x + walk.offset() + (c < half ? half : -half);
-            float* to = out + i;
-            if (c < half) {
-              for (std::int64_t t = 0; t < run; ++t) to[t] = -from[t];
-            } else {
-              for (std::int64_t t = 0; t < run; ++t) to[t] = from[t];
-            }
-            i += run;
-            walk.advance_in_row(run);
-          }
-          continue;
-        }
-        for (std::int64_t i = 0; i < n; ++i, walk.next()) {
-          const bool negates = fused::rotate_half_negates((begin + i) % layout.last, layout.last);
-          const float v = read(input_dtypes[k], inputs[k], walk.offset() + (negates ? half : -half) * step);
-          out[i] = negates ? -v : v;
-        }
+        rotate_half_into(layout, k, input_dtypes[k], inputs[k], begin, n, out);
         continue;
       }
       const float* a = regs.data() + slot(in.a);
@@ -269,29 +301,8 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       chunk_fns[j](a, b, out, n);
     }
   };
-  // n values from `result` to output elements [at, at + n).
   auto write = [&](const float* result, std::int64_t at, std::int64_t n) {
-    switch (output_dtype) {
-      case DType::kFloat16: {
-        auto* y = static_cast<std::uint16_t*>(output) + at;
-        for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_half(result[i]);
-        break;
-      }
-      case DType::kBFloat16: {
-        auto* y = static_cast<std::uint16_t*>(output) + at;
-        for (std::int64_t i = 0; i < n; ++i) y[i] = detail::float_to_bfloat16(result[i]);
-        break;
-      }
-      case DType::kInt8:
-      case DType::kUInt8:
-      case DType::kFloat8E4M3FN:
-      case DType::kFloat8E5M2: {  // Note [Quantized output of a fused program]
-        auto* y = static_cast<std::uint8_t*>(output) + at;
-        for (std::int64_t i = 0; i < n; ++i) y[i] = fused::quantized_byte(result[i], quantization, output_dtype);
-        break;
-      }
-      default: std::copy(result, result + n, static_cast<float*>(output) + at);
-    }
+    write_values(output_dtype, quantization, output, result, at, n);
   };
   auto store = [&](const std::vector<float>& regs, std::int64_t begin, std::int64_t n) {
     const float* result = regs.data() + (slots - 1) * kChunk;

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import xpuruntime as xrt
-from conftest import requires_gpu
+from conftest import requires_torch_gpu
 from decoder_models import HEAD_DIM, HEADS, LAYERS, tiny_decoder
 from xpuruntime.generation import GenerationConfig, Generator
 
@@ -109,7 +109,7 @@ def test_the_static_cache_layout_appends_in_place(model):
     assert "a step writes only its new position" in generation.explain()
 
 
-@requires_gpu
+@requires_torch_gpu
 def test_gpu_appends_in_place_replay_and_recapture_over_other_buffers(model):
     """On CUDA with graphs: bound presents over their pasts are appended in place in the captured graph; the same
     buffers replay it, other buffers capture again, a binding that is not an append runs the Concat; every step's

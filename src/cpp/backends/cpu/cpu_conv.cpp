@@ -191,6 +191,12 @@ void conv_epilogue(const IsaKernels& isa, T* row, std::int64_t count, const T* b
       silu_epilogue(isa, row, count, bias_value, residual);
       return;
     }
+    if ((activation == Activation::kGelu || activation == Activation::kGeluTanh) && count >= kVectorSiluRow) {
+      // Note [Vectorised tanh, erf and GELU] (cpu_isa_baseline.cpp), as SiLU's rows above
+      activation_row<T, Activation::kNone>(row, count, bias_value, residual);
+      isa.math_f32(row, row, count, activation == Activation::kGelu ? VectorMath::kGelu : VectorMath::kGeluTanh);
+      return;
+    }
   }
   if (activation == Activation::kNone && residual == nullptr) {
     if (bias != nullptr) {

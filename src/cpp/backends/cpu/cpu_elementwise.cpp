@@ -9,9 +9,11 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/cpu_isa.h"
 
 namespace xpuruntime::cpu {
 
@@ -53,8 +55,30 @@ void unary_loop(const KernelLaunch& launch, const CpuContext& context, F f) {
   y.commit();
 }
 
+// y = op(x) in float32 through IsaKernels::math_f32 (Note [Vectorised tanh, erf and GELU] in cpu_isa_baseline.cpp).
+void math_loop(VectorMath op, const KernelLaunch& launch, const CpuContext& context) {
+  InputBuffer<float> x(launch.input(0));
+  OutputBuffer<float> y(launch.output(0));
+  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const float* in = x.data();
+  float* out = y.data();
+  parallel_for(y.size(), context.threads, kElementGrain, [&](std::int64_t begin, std::int64_t end) {
+    isa.math_f32(in + begin, out + begin, end - begin, op);
+  });
+  y.commit();
+}
+
 template <typename T>
 void run_unary(UnaryOp op, const KernelLaunch& launch, const CpuContext& context) {
+  if constexpr (std::is_same_v<T, float>) {
+    switch (op) {
+      case UnaryOp::kGelu: return math_loop(VectorMath::kGelu, launch, context);
+      case UnaryOp::kGeluTanh: return math_loop(VectorMath::kGeluTanh, launch, context);
+      case UnaryOp::kTanh: return math_loop(VectorMath::kTanh, launch, context);
+      case UnaryOp::kErf: return math_loop(VectorMath::kErf, launch, context);
+      default: break;
+    }
+  }
   switch (op) {
     case UnaryOp::kGelu:
       return unary_loop<T>(launch, context, [](T v) { return gelu_erf(v); });

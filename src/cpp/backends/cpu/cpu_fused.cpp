@@ -80,6 +80,30 @@ void apply_chunk<fused::Code::kSigmoid>(const float* __restrict a, const float*,
   exp_chunk<true>(a, out, n);
 }
 
+// tanh, erf and the GELUs in vectors (Note [Vectorised tanh, erf and GELU] in cpu_isa_baseline.cpp).
+template <VectorMath M>
+void math_chunk(const float* __restrict a, float* __restrict out, std::int64_t n) {
+  const IsaKernels& isa = t_chunk_isa != nullptr ? *t_chunk_isa : isa_kernels();
+  isa.math_f32(a, out, n, M);
+}
+template <>
+void apply_chunk<fused::Code::kTanh>(const float* __restrict a, const float*, float* __restrict out, std::int64_t n) {
+  math_chunk<VectorMath::kTanh>(a, out, n);
+}
+template <>
+void apply_chunk<fused::Code::kErf>(const float* __restrict a, const float*, float* __restrict out, std::int64_t n) {
+  math_chunk<VectorMath::kErf>(a, out, n);
+}
+template <>
+void apply_chunk<fused::Code::kGelu>(const float* __restrict a, const float*, float* __restrict out, std::int64_t n) {
+  math_chunk<VectorMath::kGelu>(a, out, n);
+}
+template <>
+void apply_chunk<fused::Code::kGeluTanh>(const float* __restrict a, const float*, float* __restrict out,
+                                         std::int64_t n) {
+  math_chunk<VectorMath::kGeluTanh>(a, out, n);
+}
+
 using ChunkFn = void (*)(const float*, const float*, float*, std::int64_t);
 
 // The chunk loop of every code, indexed by the code (the reductions' and rotate_half's are never called: those are

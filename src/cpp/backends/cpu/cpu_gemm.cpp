@@ -412,11 +412,23 @@ void run_linear(const KernelLaunch& launch, const CpuContext& context) {
     T* out = y.data();
     const T* b = bias.data();
     const T* r = residual.data();
+    const bool vector_math = std::is_same_v<T, float> &&
+                             (activation == Activation::kGelu || activation == Activation::kGeluTanh);
+    const VectorMath math = activation == Activation::kGelu ? VectorMath::kGelu : VectorMath::kGeluTanh;
+    const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
     parallel_for(m, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t i = begin; i < end; ++i) {
                      T* row = out + i * n;
                      const T* res = r != nullptr ? r + i * n : nullptr;
+                     if (vector_math) {  // Note [Vectorised tanh, erf and GELU] (cpu_isa_baseline.cpp)
+                       for (std::int64_t j = 0; j < n; ++j) {
+                         T value = b != nullptr ? row[j] + b[j] : row[j];
+                         row[j] = res != nullptr ? value + res[j] : value;
+                       }
+                       isa.math_f32(reinterpret_cast<float*>(row), reinterpret_cast<float*>(row), n, math);
+                       continue;
+                     }
                      for (std::int64_t j = 0; j < n; ++j) {
                        T value = b != nullptr ? row[j] + b[j] : row[j];
                        if (res != nullptr) value += res[j];

@@ -99,6 +99,9 @@ struct GemmTile {
   std::int64_t packed_a_rows = 0, packed_a_row0 = 0;
 };
 
+// The functions IsaKernels::math_f32 computes.
+enum class VectorMath : std::uint8_t { kTanh, kErf, kGelu, kGeluTanh };
+
 // The kernels of one instruction set.
 struct IsaKernels {
   const char* name;  // "avx512", "avx2", "baseline"
@@ -127,6 +130,9 @@ struct IsaKernels {
   // kExpHigh]; other elements (NaN included) get some value, which the caller replaces (Note [Vectorised exp on the
   // CPU] in cpu_fused.cpp). Returns whether there was any such element.
   bool (*exp_f32)(const float* a, float* out, std::int64_t n, bool sigmoid);
+  // out[i] = op(a[i]) for tanh, erf and the two GELUs (Note [Vectorised tanh, erf and GELU] in cpu_isa_baseline.cpp):
+  // every float argument, NaN and the infinities included; a and out may be the same array.
+  void (*math_f32)(const float* a, float* out, std::int64_t n, VectorMath op);
 };
 
 // The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float).

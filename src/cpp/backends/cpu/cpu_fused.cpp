@@ -290,10 +290,10 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
     chunk_fns.push_back(kChunkFns[index]);
   }
   // Instructions [0, upto) over output elements [begin, begin + n) into regs; reduction j reads reduced[j], or with
-  // `rows` > 0 (a chunk of whole rows of that length, Note [Short rows in one chunk]) reduced[j * kChunk + q] for the
-  // chunk's row q.
+  // `row_length` > 0 (a chunk of whole rows of that length, Note [Short rows in one chunk]) reduced[j * kChunk + q]
+  // for the chunk's row q.
   auto compute = [&](std::vector<float>& regs, std::int64_t begin, std::int64_t n, std::size_t upto,
-                     const std::vector<float>& reduced, std::int64_t rows = 0) {
+                     const std::vector<float>& reduced, std::int64_t row_length = 0) {
     for (std::size_t k = 0; k < num_inputs; ++k) {
       float* r = regs.data() + k * kChunk;
       if (scalar[k]) {
@@ -306,11 +306,12 @@ void evaluate(const Program& program, const Layout& layout, const std::vector<DT
       const Instruction& in = program.code[j];
       float* out = regs.data() + (num_inputs + j) * kChunk;
       if (fused::is_reduction(in.code)) {
-        if (rows == 0) {
+        if (row_length == 0) {
           std::fill(out, out + n, reduced[j]);
         } else {
-          for (std::int64_t q = 0; q * rows < n; ++q) {
-            std::fill(out + q * rows, out + (q + 1) * rows, reduced[j * kChunk + static_cast<std::size_t>(q)]);
+          for (std::int64_t q = 0; q * row_length < n; ++q) {
+            std::fill(out + q * row_length, out + (q + 1) * row_length,
+                      reduced[j * kChunk + static_cast<std::size_t>(q)]);
           }
         }
         continue;

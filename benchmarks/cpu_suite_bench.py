@@ -14,7 +14,8 @@ Variants:
                  tiles): the instruction-set and GEMM mechanisms switched off, in the same process
   onnxruntime    xrt.InferenceSession(engine="onnxruntime", device="cpu"): ONNX Runtime's CPU EP, default options
 
-The variants are timed in interleaved rounds (--rounds, each --calls calls per variant, each call timed on its own)
+The variants are timed in interleaved rounds (--rounds, each --calls calls per variant after --block-warmup untimed
+ones, each call timed on its own)
 so that a change in the machine's load hits all of them alike; the table gives medians over every call. Outputs are
 compared with ONNX Runtime's (max |difference| over max |reference|).
 
@@ -126,7 +127,7 @@ def _with_env(variant: str, call: Callable):
                 os.environ[k] = v
 
 
-def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: int) -> Dict:
+def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: int, block_warmup: int = 3) -> Dict:
     kind, name = case.split(":", 1)
     if kind == "suite":
         model, feeds = _suite_case(name)
@@ -145,6 +146,10 @@ def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: in
     for _ in range(rounds):
         for variant in variants:
             session = sessions[variant]
+            # Untimed calls first: the engine that ran before may still hold the cores (ONNX Runtime's workers spin
+            # after a run) and this engine's own workers may be parked (docs/benchmarks.md, 2026-12-05).
+            for _ in range(block_warmup):
+                session.run(None, feeds)
             for _ in range(calls):
                 start = time.perf_counter()
                 session.run(None, feeds)
@@ -189,6 +194,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default="", help="comma-separated suite:<name> / op:<name> (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--block-warmup", type=int, default=3,
+                        help="untimed calls at the start of each variant's block of --calls (0: the old timing)")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--skip-before", action="store_true", help="leave out the native_before variant")
@@ -203,7 +210,7 @@ def main() -> int:
           f"{len(os.sched_getaffinity(0))} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
     rows = []
     for case in cases:
-        row = run_case(case, variants, args.rounds, args.calls, args.warmup)
+        row = run_case(case, variants, args.rounds, args.calls, args.warmup, args.block_warmup)
         rows.append(row)
         print("  " + ", ".join([case] + [f"{v} {row[v]:.3f} ms" for v in variants]), flush=True)
     table = markdown(rows, variants)

@@ -43,6 +43,7 @@
 // packing all of B for one row of A (or all of A for one column of B) would triple the bytes moved. So do products
 // of fewer than 64K multiply-adds (a windowed attention's 49 x 49 x 8 batches), whose packing and scratch cost
 // more than OpenBLAS's small-matrix kernels. float64 GEMMs stay on OpenBLAS or the blocked fallback.
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -255,16 +256,30 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, const RowsOfB& rows, float* c,
                  std::int64_t ldc, const float* packed_a) {
   const IsaKernels& isa = *context.isa;
+  const auto round_up = [](std::int64_t value, std::int64_t step) { return (value + step - 1) / step * step; };
   const std::int64_t tile_m = kPackedTileMicroRows * isa.gemm_mr;
-  const std::int64_t tile_n = kPackedTileN;
   const std::int64_t tiles_m = (m + tile_m - 1) / tile_m;
-  const std::int64_t tiles_n = (n + tile_n - 1) / tile_n;
   // Small products do not pay for waking threads.
   const int used_threads = m * n * k < (std::int64_t{1} << 18) ? 1 : context.threads;
+  // Note [Balanced GEMM tiles]
+  // Tiles were kPackedTileN columns wide whatever the threads: a BERT-base projection (128 x 768 -> 768) made one
+  // tile of 512 columns and one of 256, so two threads split it 2:1, and a 512-column product at most 192 rows ran on
+  // one thread. When C has fewer tiles than kChunksPerThread per thread, its columns are now cut into as many equal
+  // tiles (whole micro-panels, at most kPackedTileN) as make the tile count a multiple of the threads. (Packing A once
+  // for all the tiles of its rows instead of once per tile was slower: that packing is serial.) Which tile computes a
+  // column does not change its sums (each depth slice is added in order), so the bits do not depend on the thread
+  // count.
+  std::int64_t tiles_n = (n + kPackedTileN - 1) / kPackedTileN;
+  if (used_threads > 1 && tiles_m * tiles_n < kChunksPerThread * used_threads) {
+    const std::int64_t total = round_up(tiles_m * tiles_n, used_threads);
+    tiles_n = (total + tiles_m - 1) / tiles_m;
+  }
+  const std::int64_t tile_n =
+      std::clamp<std::int64_t>(round_up((n + tiles_n - 1) / tiles_n, isa.gemm_nr), isa.gemm_nr, kPackedTileN);
+  tiles_n = (n + tile_n - 1) / tile_n;
   parallel_for(tiles_m * tiles_n, used_threads, 1, [&](std::int64_t begin, std::int64_t end) {
     // Sized to the product (a small GEMM packs a few KiB: a vector is zero-filled when it is made).
     const std::int64_t depth = std::max<std::int64_t>(1, std::min(k, isa.gemm_kc));
-    const auto round_up = [](std::int64_t value, std::int64_t step) { return (value + step - 1) / step * step; };
     ScratchVector<float> pack_a(
         packed_a != nullptr ? 0 : static_cast<std::size_t>(round_up(std::min(tile_m, m), isa.gemm_mr) * depth));
     ScratchVector<float> pack_b(static_cast<std::size_t>(round_up(std::min(tile_n, n), isa.gemm_nr) * depth));

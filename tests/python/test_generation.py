@@ -696,14 +696,30 @@ def test_the_group_query_attention_form_generates_what_the_concat_form_does(cach
     assert left.generate(PROMPTS)[1] != Generator(cached, greedy(10)).generate(PROMPTS)[1]
     sampled = GenerationConfig(max_new_tokens=8, do_sample=True, seed=2, top_k=4)
     assert Generator(gqa, sampled, engine=engine).generate(PROMPTS) == Generator(cached, sampled).generate(PROMPTS)
-    # one shared buffer per slot, bound as both the past and the present (appended in place), not two
+    # one shared buffer per slot, bound as both the past and the present (appended in place), not two; Note [Shape
+    # buckets]: 3 rows run as 4, the 5-token prompts padded to 16, the buffer 16 + 10 rounded up to 64 positions
     generation = generator.start(PROMPTS)
     while not generation.done:
         generation.step()
-    capacity = max(len(p) for p in PROMPTS) + 10
-    assert generation.cache_capacity == capacity
-    assert generation.cache_bytes == 2 * LAYERS * len(PROMPTS) * HEADS * capacity * HEAD_DIM * 4
+    assert generation.cache_capacity == 64
+    assert generation.cache_bytes == 2 * LAYERS * 4 * HEADS * 64 * HEAD_DIM * 4
     assert generation.tokens == Generator(cached, greedy(10)).generate(PROMPTS)
+
+
+@pytest.mark.parametrize("engine", GQA_ENGINES)
+def test_group_query_attention_generations_of_nearby_sizes_share_their_plans(cached, gqa, engine):
+    """Note [Shape buckets] in the GroupQueryAttention form: batches of 3 and 4, prompts of 2-9 tokens and 10-20 new
+    tokens run one prefill and one decode shape, so a native session builds its plans once; every generation's tokens
+    are the Concat form's."""
+    session = xrt.InferenceSession(gqa, engine=engine)
+    plans = []
+    for prompts, new in [(PROMPTS, 20), (PROMPTS + [[4, 4, 2, 9, 9, 1, 3, 8, 5]], 12), ([[6, 5]], 10)]:
+        generator = Generator(session, greedy(new))
+        assert generator.generate(prompts) == Generator(cached, greedy(new)).generate(prompts)
+        if engine == "native":
+            plans.append(int(re.search(r"plans built: (\d+)", str(session.explain()))[1]))
+    if engine == "native":  # batch buckets 4, 4 and 1: the second generation builds nothing, the third its two
+        assert plans[1] == plans[0] and plans[2] == plans[1] + 2, plans
 
 
 @pytest.mark.parametrize("engine", GQA_ENGINES)

@@ -118,6 +118,9 @@ std::vector<std::vector<std::int64_t>> Generator::generate(const std::vector<std
 // token each, ended from the start: their outputs are never read and they are not in tokens()), the padded prompt to a
 // multiple of 16 (more left padding, masked) and the cache's capacity to a multiple of 64 positions. Generations of
 // nearby sizes then run the same plans, and on CUDA replay the same graphs, at the cost of the padding's compute.
+// The GroupQueryAttention form (one shared buffer per slot, rows right-padded: Note [Padding sides]) takes the same
+// buckets: its prompts are right-padded to the bucket (each row's own length still says where its tokens end) and
+// its decode masks are as wide as the bucketed buffer.
 namespace {
 
 constexpr std::int64_t kCapacityBucket = 64;
@@ -146,9 +149,10 @@ Generation::Generation(const InferenceSession& session, const DecoderSignature& 
   }
   const bool cached = !signature_.cache.empty() && config_.cache != CacheMode::kNone;
   static_layout_ = cached && config_.padding != PaddingSide::kRight && config_.cache_layout == CacheLayout::kStatic;
+  const bool shared_buffer = cached && config_.padding == PaddingSide::kRight;  // the GroupQueryAttention form
   batch_ = rows_;
   std::int64_t capacity = prompt_length_ + limit_new_;
-  if (static_layout_) {  // Note [Shape buckets]
+  if (static_layout_ || shared_buffer) {  // Note [Shape buckets]
     batch_ = step_io::batch_bucket(rows_);
     prompt_length_ = ceil_div(prompt_length_, step_io::kPromptBucket) * step_io::kPromptBucket;
     capacity = ceil_div(prompt_length_ + limit_new_, kCapacityBucket) * kCapacityBucket;
@@ -186,7 +190,7 @@ std::vector<std::pair<std::string, Tensor>> Generation::right_padded_feeds(bool 
   // Note [Padding sides]: prefill [batch, prompt] right-padded; decode step k one token per row, the mask 1 on the
   // row's prompt_length + k positions of prompt + k.
   const std::int64_t k = prefill ? 0 : steps_;
-  const std::int64_t width = prefill ? prompt_length_ : prompt_length_ + limit_new_;
+  const std::int64_t width = prefill ? prompt_length_ : cache_->capacity();  // the shared buffer's (bucketed) length
   std::vector<std::vector<std::int64_t>> ids, mask, positions;
   for (std::int64_t r = 0; r < batch_; ++r) {
     const auto row = static_cast<std::size_t>(r);

@@ -264,19 +264,25 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
   // Note [Balanced GEMM tiles]
   // Tiles were kPackedTileN columns wide whatever the threads: a BERT-base projection (128 x 768 -> 768) made one
   // tile of 512 columns and one of 256, so two threads split it 2:1, and a 512-column product at most 192 rows ran on
-  // one thread. When C has fewer tiles than kChunksPerThread per thread, its columns are now cut into as many equal
-  // tiles (whole micro-panels, at most kPackedTileN) as make the tile count a multiple of the threads. (Packing A once
+  // one thread. When C has fewer tiles than kChunksPerThread per thread, its columns are now cut into the fewest
+  // tiles of whole micro-panels (at most kPackedTileN) whose count is a multiple of the threads. (Packing A once
   // for all the tiles of its rows instead of once per tile was slower: that packing is serial.) Which tile computes a
   // column does not change its sums (each depth slice is added in order), so the bits do not depend on the thread
   // count.
-  std::int64_t tiles_n = (n + kPackedTileN - 1) / kPackedTileN;
-  if (used_threads > 1 && tiles_m * tiles_n < kChunksPerThread * used_threads) {
-    const std::int64_t total = round_up(tiles_m * tiles_n, used_threads);
-    tiles_n = (total + tiles_m - 1) / tiles_m;
+  std::int64_t tile_n = kPackedTileN;
+  if (used_threads > 1 && tiles_m * ((n + tile_n - 1) / tile_n) < kChunksPerThread * used_threads) {
+    // The first count of column tiles from the default one up whose whole-micro-panel width gives a tile count that is
+    // a multiple of the threads (rounding the width to micro-panels can change the count: 3136 columns in 8 tiles of
+    // 392 are 7 of 448).
+    for (std::int64_t wanted = (n + kPackedTileN - 1) / kPackedTileN; wanted <= n / isa.gemm_nr + 1; ++wanted) {
+      const std::int64_t width = std::max(round_up((n + wanted - 1) / wanted, isa.gemm_nr), isa.gemm_nr);
+      if (width <= kPackedTileN && (tiles_m * ((n + width - 1) / width)) % used_threads == 0) {
+        tile_n = width;
+        break;
+      }
+    }
   }
-  const std::int64_t tile_n =
-      std::clamp<std::int64_t>(round_up((n + tiles_n - 1) / tiles_n, isa.gemm_nr), isa.gemm_nr, kPackedTileN);
-  tiles_n = (n + tile_n - 1) / tile_n;
+  const std::int64_t tiles_n = (n + tile_n - 1) / tile_n;
   parallel_for(tiles_m * tiles_n, used_threads, 1, [&](std::int64_t begin, std::int64_t end) {
     // Sized to the product (a small GEMM packs a few KiB: a vector is zero-filled when it is made).
     const std::int64_t depth = std::max<std::int64_t>(1, std::min(k, isa.gemm_kc));

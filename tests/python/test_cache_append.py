@@ -61,6 +61,12 @@ def test_a_present_bound_over_its_past_is_written_at_the_new_positions_only(mode
             np.testing.assert_array_equal(buffer, expected[f"present.{slot}"])
         assert appended(session) == len(SLOTS) * (step + 1)
     assert "only the new positions" in str(session.explain())
+    # The transfers say so: an append per present (its new position's bytes), no copy of a past or a present.
+    transfers = session.explain().transfers
+    appends = [t for t in transfers if t["kind"] == "append"]
+    assert sorted(t["value"] for t in appends) == sorted(f"present.{s}" for s in SLOTS)
+    assert all(t["bytes"] == BATCH * HEADS * HEAD_DIM * 4 for t in appends)
+    assert not [t for t in transfers if t["kind"] == "copy" and ("present" in t["value"] or "past" in t["value"])]
 
 
 def test_other_bindings_run_the_concat(model):

@@ -118,7 +118,8 @@ std::string Explanation::str() const {
   }
   for (const auto& t : transfers) {
     out += t.kind == "sync" ? "sync: " + t.reason + "\n"
-                            : detail::str_cat("copy: ", t.value, " ", t.direction, " ", t.bytes, " B (", t.reason, ")\n");
+                            : detail::str_cat(t.kind, ": ", t.value, " ", t.direction, " ", t.bytes, " B (", t.reason,
+                                              ")\n");
   }
   std::size_t w_node = 4, w_op = 7, w_kernel = 6;
   for (const auto& n : nodes) {

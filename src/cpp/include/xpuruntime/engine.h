@@ -86,7 +86,7 @@ struct XPURT_API NodeExplanation {
 // A copy or a synchronization that every run of the session makes, as the engine plans it (for the shapes of the
 // last run). Copies the caller makes (e.g. device outputs read back into numpy) are not the engine's and not here.
 struct XPURT_API TransferExplanation {
-  std::string kind;       // "copy" or "sync"
+  std::string kind;       // "copy", "sync" or "append" (a cache appended in place: only the new positions written)
   std::string value;      // the input or output copied; empty for a sync
   std::string direction;  // copies: "host->device", "device->host", "device->device", "host->host"; syncs: ""
   std::size_t bytes = 0;  // per run (0 for a sync)

@@ -128,12 +128,30 @@ NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s) {
 }
 
 std::vector<TransferExplanation> transfers_of(const CapturePlan& plan, const std::vector<bool>& feeds_on_device,
-                                              Device device, bool cuda_graphs) {
+                                              Device device, bool cuda_graphs, bool appended) {
   std::vector<TransferExplanation> out;
   const bool cuda = device.is_cuda();
   const bool fixed_addresses = cuda && cuda_graphs && plan.capturable();
   const auto& values = plan.values();
+  std::vector<bool> past(plan.inputs().size(), false), present(plan.outputs().size(), false);
+  if (appended) {
+    for (const CacheAppend& a : plan.cache_appends()) {
+      past[a.input] = present[a.output] = true;
+      TransferExplanation t;
+      t.kind = "append";
+      t.value = values[static_cast<std::size_t>(plan.outputs()[a.output])].name;
+      t.direction = cuda ? "device->device" : "host->host";
+      const PlanStep& step = plan.steps()[a.step];
+      for (std::size_t k = 1; k < step.inputs.size(); ++k) {
+        t.bytes += value_bytes(values[static_cast<std::size_t>(step.inputs[k])]);
+      }
+      t.reason = "the present is bound over its past (Note [Cache appended in place]): only the new positions are "
+                 "written, nothing copies the cache";
+      out.push_back(std::move(t));
+    }
+  }
   for (std::size_t i = 0; i < plan.inputs().size(); ++i) {
+    if (past[i]) continue;
     const PlanValue& v = values[plan.inputs()[i]];
     const bool on_device = i < feeds_on_device.size() ? feeds_on_device[i] : !cuda;
     TransferExplanation t;
@@ -152,7 +170,9 @@ std::vector<TransferExplanation> transfers_of(const CapturePlan& plan, const std
     out.push_back(std::move(t));
   }
   const std::vector<bool> direct = plan.direct_outputs();
-  for (int id : plan.outputs()) {
+  for (std::size_t k = 0; k < plan.outputs().size(); ++k) {
+    if (present[k]) continue;
+    const int id = plan.outputs()[k];
     const PlanValue& v = values[id];
     const bool owned_by_run = direct[static_cast<std::size_t>(id)] ||
                               (!v.planned && v.kind == PlanValue::Kind::kIntermediate &&
@@ -301,7 +321,8 @@ Explanation explain_session(const SessionOptions& options, const SessionState& s
   for (const auto& note : plan->pass_notes()) e.options.push_back("pass " + note);
   e.memory = plan->memory().str();
   e.memory_json = plan->memory().to_json();
-  e.transfers = transfers_of(*plan, state.feeds_on_device, options.device, options.exec_policy.cuda_graphs);
+  e.transfers = transfers_of(*plan, state.feeds_on_device, options.device, options.exec_policy.cuda_graphs,
+                             state.appends_in_place > 0);
   explain_segments(plan, options, e);
   return e;
 }

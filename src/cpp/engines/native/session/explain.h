@@ -36,8 +36,10 @@ Explanation explain_session(const SessionOptions& options, const SessionState& s
 // The copies and syncs GraphExec::run makes for `plan` on `device` (graph_exec.cpp: bind_inputs, collect_outputs,
 // run). `feeds_on_device`: per input, whether the last run's feed was on the session's device (empty: no run
 // yet; feeds are then taken to come from the host, as numpy arrays do).
+// `appended`: runs appended caches in place (Note [Cache appended in place]): the plan's cache appends are then listed
+// as such instead of as copies of their past and present.
 std::vector<TransferExplanation> transfers_of(const CapturePlan& plan, const std::vector<bool>& feeds_on_device,
-                                              Device device, bool cuda_graphs);
+                                              Device device, bool cuda_graphs, bool appended = false);
 
 // One step of `plan` as explain() lists it: its kernel, backend and why.
 NodeExplanation node_explanation(const CapturePlan& plan, const PlanStep& s);

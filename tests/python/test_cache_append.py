@@ -67,6 +67,11 @@ def test_a_present_bound_over_its_past_is_written_at_the_new_positions_only(mode
     assert sorted(t["value"] for t in appends) == sorted(f"present.{s}" for s in SLOTS)
     assert all(t["bytes"] == BATCH * HEADS * HEAD_DIM * 4 for t in appends)
     assert not [t for t in transfers if t["kind"] == "copy" and ("present" in t["value"] or "past" in t["value"])]
+    from xpuruntime import report  # the CLI's report (xpuruntime explain) counts them apart from copies
+
+    summary = report.build_report(session)["transfers"]["summary"]
+    assert summary["appends_per_run"] == len(SLOTS) and summary["copies_per_run"] == 0
+    assert "4 caches appended in place" in report.render_text(report.build_report(session))
 
 
 def test_other_bindings_run_the_concat(model):

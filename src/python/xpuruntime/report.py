@@ -39,13 +39,15 @@ def _value_infos(infos: Iterable[Any]) -> List[dict]:
 
 
 def _transfer_summary(transfers: Sequence[Mapping[str, Any]]) -> dict:
-    out = {"copies_per_run": 0, "syncs_per_run": 0, "host_to_device_bytes": 0, "device_to_host_bytes": 0,
-           "device_to_device_bytes": 0, "host_to_host_bytes": 0}
+    out = {"copies_per_run": 0, "syncs_per_run": 0, "appends_per_run": 0, "host_to_device_bytes": 0,
+           "device_to_host_bytes": 0, "device_to_device_bytes": 0, "host_to_host_bytes": 0}
     keys = {"host->device": "host_to_device_bytes", "device->host": "device_to_host_bytes",
             "device->device": "device_to_device_bytes", "host->host": "host_to_host_bytes"}
     for t in transfers:
         if t["kind"] == "sync":
             out["syncs_per_run"] += 1
+        elif t["kind"] == "append":  # a cache appended in place: its new positions only, not a copy of the cache
+            out["appends_per_run"] += 1
         else:
             out["copies_per_run"] += 1
             key = keys.get(t["direction"])
@@ -186,12 +188,14 @@ def render_text(report: Mapping[str, Any], *, candidates: bool = True) -> str:
         lines.append(f"per run: {s['copies_per_run']} copies (host->device {_bytes(s['host_to_device_bytes'])}, "
                      f"device->host {_bytes(s['device_to_host_bytes'])}, device->device "
                      f"{_bytes(s['device_to_device_bytes'])}, host->host {_bytes(s['host_to_host_bytes'])}), "
-                     f"{s['syncs_per_run']} syncs")
+                     f"{s['syncs_per_run']} syncs" + (f", {s['appends_per_run']} caches appended in place"
+                                                      if s["appends_per_run"] else ""))
         for item in t["items"]:
             if item["kind"] == "sync":
                 lines.append(f"  sync: {item['reason']}")
             else:
-                lines.append(f"  copy: {item['value']} {item['direction']} {_bytes(item['bytes'])}: {item['reason']}")
+                lines.append(f"  {item['kind']}: {item['value']} {item['direction']} {_bytes(item['bytes'])}: "
+                             f"{item['reason']}")
     else:
         lines.append("per run: copies and syncs are not reported by this engine (see its options)")
     timed = any("time_us" in n for n in report["nodes"])

@@ -9,6 +9,7 @@
 #
 #   TARGETS   build targets (XPURT_GPU_TARGETS of scripts/gpu_check.sh; default _core)
 #   PYTESTS   pytest arguments run first (PYTEST_K: their -k expression)
+#   CTEST     a ctest -R expression of C++ tests to run next (their test executables in TARGETS)
 #   TINY=1    the tiny suite on CUDA (scripts/model_suite.py run --tiny, dynamo float16 exports)
 #   BENCH     models for benchmarks/model_suite_bench.py against torch.compile + CUDA graph (BATCHES, default 1,16)
 #   SUITE     models (comma-separated; "all": every architecture) timed in one model_suite_bench.py process after
@@ -48,6 +49,13 @@ if [ -n "${PYTESTS:-}" ]; then
     > "$OUT/pytest.log" 2>&1
   tail -3 "$OUT/pytest.log"
   stamp "pytest done"
+fi
+if [ -n "${CTEST:-}" ]; then
+  # C++ tests whose names match the regular expression CTEST (their executables must be in TARGETS, e.g.
+  # TARGETS="_core test_native_engine test_flash_attention" CTEST="Gpu|CacheAppends")
+  timeout "$(left)" ctest --test-dir build-gpu --output-on-failure -R "$CTEST" > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|tests failed|\*\*\*Failed|Not Run" "$OUT/ctest.log" | head -20
+  stamp "ctest done"
 fi
 if [ "${TINY:-0}" = 1 ]; then
   timeout "$(left)" python3 scripts/model_suite.py run --tiny --device cuda:0 --exporters dynamo --dtypes float16 \

@@ -62,28 +62,36 @@ void gather_elements(OpContext& ctx) {
   const Tensor& indices_t = ctx.input(1);
   XPURT_CHECK(x.dim() == indices_t.dim(), ctx.where(), ": 'data' (rank ", x.dim(), ") and 'indices' (rank ",
               indices_t.dim(), ") must have the same rank");
+  XPURT_CHECK(x.dim() >= 1, ctx.where(), ": 'data' must have rank >= 1");
   const std::int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.dim(), ctx.where());
   const ScratchVector<std::int64_t> indices = read_indices(indices_t, ctx.where() + " input 'indices'");
   const Shape& shape = indices_t.shape();
   Tensor& out = ctx.allocate_output(0, shape, x.dtype());
   if (out.numel() == 0) return;
   const Shape strides = contiguous_strides(x.shape());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    XPURT_CHECK(static_cast<std::int64_t>(d) == axis || shape[d] <= x.shape()[d], ctx.where(), ": 'indices' dimension ",
+                d, " (", shape[d], ") exceeds the data's (", x.shape()[d], ")");
+  }
+  // Row by row of the last axis: the row's offset into the data without the axis' term computed once, then each
+  // element adds its column (the data's last stride is 1) and its checked index along the axis.
+  const std::size_t last = shape.size() - 1;
+  const std::int64_t width = shape[last], axis_stride = strides[us(axis)];
+  const bool along_last = us(axis) == last;
   visit_bits(x.dtype(), [&](auto tag) {
     using U = decltype(tag);
     const U* src = data<U>(x);
     U* dst = data<U>(out);
     Shape idx(shape.size(), 0);
-    for (std::size_t linear = 0; linear < indices.size(); ++linear) {
-      std::int64_t offset = 0;
-      for (std::size_t d = 0; d < shape.size(); ++d) {
-        const std::int64_t i = static_cast<std::int64_t>(d) == axis
-                                   ? checked_index(indices[linear], x.shape()[d], ctx, "gather")
-                                   : idx[d];
-        XPURT_CHECK(i < x.shape()[d], ctx.where(), ": 'indices' dimension ", d, " (", shape[d],
-                    ") exceeds the data's (", x.shape()[d], ")");
-        offset += i * strides[d];
+    for (std::size_t begin = 0; begin < indices.size(); begin += us(width)) {
+      std::int64_t base = 0;
+      for (std::size_t d = 0; d < last; ++d) base += static_cast<std::int64_t>(d) == axis ? 0 : idx[d] * strides[d];
+      for (std::int64_t j = 0; j < width; ++j) {
+        const std::size_t linear = begin + us(j);
+        const std::int64_t i = checked_index(indices[linear], x.shape()[us(axis)], ctx, "gather");
+        dst[linear] = src[base + (along_last ? 0 : j) + i * axis_stride];
       }
-      dst[linear] = src[offset];
+      idx[last] = width - 1;
       next_index(idx, shape);
     }
   });

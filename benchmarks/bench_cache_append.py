@@ -106,8 +106,9 @@ def main(argv=None) -> int:
 
     model = tiny_decoder()
     columns = ["native, in place", "native, concat", "onnxruntime, concat"]
-    lines = [f"bench_cache_append, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {args.device} "
-             f"({platform.processor() or platform.machine()}), median of {args.iterations} steps, ms per decode step", "",
+    when = datetime.datetime.now(datetime.timezone.utc)
+    lines = [f"bench_cache_append, {when:%Y-%m-%d %H:%M} UTC, {args.device} ({platform.processor() or platform.machine()})"
+             f", median of {args.iterations} steps, ms per decode step", "",
              "| batch | capacity | cache MiB | " + " | ".join(columns) + " | concat / in place | appended |",
              "| ---: | ---: | ---: | " + " | ".join("---:" for _ in columns) + " | ---: | --- |"]
     for batch in (int(b) for b in args.batches.split(",")):

@@ -140,7 +140,10 @@ def test_gpu_appends_in_place_replay_and_recapture_over_other_buffers(model):
         torch.cuda.synchronize()
         np.testing.assert_allclose(binding.copy_outputs_to_cpu()[-1], expected["logits"], rtol=1e-4, atol=1e-5)
         for slot, buffer in buffers.items():
-            np.testing.assert_allclose(buffer.cpu().numpy(), expected[f"present.{slot}"], rtol=1e-6, atol=1e-6)
+            got, want = buffer.cpu().numpy(), expected[f"present.{slot}"]
+            np.testing.assert_array_equal(got[:, :, :PAST], host[slot])  # the past untouched, bit for bit
+            # the new position: the GPU's float32 projection against the CPU's (GEMMs of other summation orders)
+            np.testing.assert_allclose(got[:, :, PAST:], want[:, :, PAST:], rtol=1e-4, atol=1e-5)
 
     def fresh():
         buffers = {s: torch.randn(BATCH, HEADS, PAST + 1, HEAD_DIM, device="cuda") for s in SLOTS}

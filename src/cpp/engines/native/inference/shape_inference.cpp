@@ -178,15 +178,20 @@ std::optional<std::vector<ValueType>> formula_output_types(const Node& node, std
     }
     std::vector<std::int64_t> y = {x[0], w[0]};
     for (std::size_t i = 0; i < spatial; ++i) {
-      const std::int64_t in = x[2 + i], s = strides[i], extent = dilations[i] * (kernel[i] - 1) + 1;
-      if (s <= 0 || extent <= 0) return std::nullopt;
+      // Fuzzed attributes reach here before the library's checks: every step is checked for overflow.
+      const std::int64_t in = x[2 + i], s = strides[i];
+      std::int64_t extent = 0, padded = 0;
+      if (s <= 0 || in < 0 || kernel[i] <= 0 || __builtin_mul_overflow(dilations[i], kernel[i] - 1, &extent) ||
+          __builtin_add_overflow(extent, 1, &extent) || extent <= 0 ||
+          __builtin_add_overflow(in, pads[i], &padded) || __builtin_add_overflow(padded, pads[i + spatial], &padded)) {
+        return std::nullopt;
+      }
       std::int64_t out = 0;
       if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-        out = (in + s - 1) / s;
+        out = in / s + (in % s != 0 ? 1 : 0);
       } else if (auto_pad == "VALID") {
         out = in >= extent ? (in - extent) / s + 1 : 0;
       } else if (auto_pad == "NOTSET") {
-        const std::int64_t padded = in + pads[i] + pads[i + spatial];
         out = padded >= extent ? (padded - extent) / s + 1 : 0;
       } else {
         return std::nullopt;
@@ -210,16 +215,18 @@ std::optional<std::vector<ValueType>> formula_output_types(const Node& node, std
       sizes = node.attrs.get_ints("split", {});
     } else {
       const auto parts = static_cast<std::int64_t>(node.outputs.size());
-      const std::int64_t chunk = opset >= 18 ? (x[axis] + parts - 1) / parts : x[axis] / parts;
+      // A ceiling division without x[axis] + parts - 1, which overflows for a fuzzed extent near INT64_MAX.
+      const std::int64_t chunk = x[axis] / parts + (opset >= 18 && x[axis] % parts != 0 ? 1 : 0);
       if (opset < 18 && x[axis] % parts != 0) return std::nullopt;
       for (std::int64_t k = 0, left = x[axis]; k < parts; ++k, left -= chunk) sizes.push_back(std::min(chunk, left));
     }
+    // Each size is checked against the extent before it is added: fuzzed split sizes cannot overflow the sum.
     std::int64_t total = 0;
-    for (std::int64_t d : sizes) total += d;
-    if (sizes.size() != node.outputs.size() || total != x[axis] ||
-        std::any_of(sizes.begin(), sizes.end(), [](std::int64_t d) { return d < 0; })) {
-      return std::nullopt;
+    for (std::int64_t d : sizes) {
+      if (d < 0 || d > x[axis] - total) return std::nullopt;
+      total += d;
     }
+    if (sizes.size() != node.outputs.size() || total != x[axis]) return std::nullopt;
     std::vector<ValueType> out;
     for (std::int64_t d : sizes) {
       std::vector<std::int64_t> shape = x;
@@ -364,7 +371,9 @@ bool fold_shape_or_size(Graph& g, const Node& node, const std::vector<const Valu
   Tensor t;
   if (node.op_type == "Size") {
     std::int64_t n = 1;
-    for (auto d : sizes) n *= d;
+    for (auto d : sizes) {
+      if (__builtin_mul_overflow(n, d, &n)) return false;  // a fuzzed shape: the library says what is wrong
+    }
     t = int64_vector({n}, /*scalar=*/true);
   } else {
     const auto rank = static_cast<std::int64_t>(sizes.size());

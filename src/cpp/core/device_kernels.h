@@ -90,6 +90,11 @@ struct DeviceKernels {
   void (*strided_copy)(const void* src, void* dst, DType dtype, const std::vector<std::int64_t>& shape,
                        const std::vector<std::int64_t>& src_strides, const std::vector<std::int64_t>& dst_strides,
                        void* stream) = nullptr;
+  // dsts[p][i...] = srcs[p][i...] for every pair p, one shape and pair of layouts for all, in one launch per 128
+  // pairs (cuda_raw::strided_copy_pairs; no destination overlapping a source or another destination).
+  void (*strided_copy_pairs)(const std::vector<const void*>& srcs, const std::vector<void*>& dsts, DType dtype,
+                             const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& src_strides,
+                             const std::vector<std::int64_t>& dst_strides, void* stream) = nullptr;
   // A kernel that stores to an unmapped address: a sticky cudaErrorIllegalAddress, for tests only
   // (cuda_raw::inject_fault).
   void (*inject_fault)(void* stream) = nullptr;

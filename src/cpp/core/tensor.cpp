@@ -1,9 +1,13 @@
 #include "xpuruntime/tensor.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 #include "cuda_utils.h"
 #include "device_kernels.h"
@@ -107,6 +111,36 @@ void copy_strided_host(char* dst, const std::vector<std::int64_t>& dst_strides, 
     }
     if (ndim == 1) return;
   }
+}
+
+// Note [Disjoint views of one storage]
+// A copy between two views of one storage must not read what it writes; copy_from stages the source when they may
+// share an element, and copy_tensors batches only pairs that cannot. Views whose element spans do not meet are
+// disjoint. Views of one shape and strides whose spans meet (two positions of one KV cache buffer: the same
+// [batch, heads, 1, head_dim] view at two offsets) share an element exactly when the offsets' difference d is
+// sum_k i_k * stride_k with |i_k| < shape_k; offset_reachable decides it dimension by dimension from the largest
+// stride, where at most two i_k can leave a remainder the smaller dimensions reach when each stride exceeds what the
+// dimensions below it span (a layout that does not overlap itself). Any other pair of views whose spans meet counts
+// as overlapping: staged, never wrong.
+
+// Whether d = sum_k i_k * strides[k] for some |i_k| < shape[k], over `dims` sorted by descending stride (all > 0,
+// shapes > 1) from position k on; `below[k]` is what the dimensions after k span. nullopt: undecided (interleaved).
+std::optional<bool> offset_reachable(std::int64_t d, const std::vector<std::pair<std::int64_t, std::int64_t>>& dims,
+                                     const std::vector<std::int64_t>& below, std::size_t k) {
+  if (k == dims.size()) return d == 0;
+  const auto [stride, size] = dims[k];
+  if (stride <= below[k]) return std::nullopt;
+  // i with |d - i * stride| <= below[k]: floor((d + below) / stride) and at most one below it.
+  const std::int64_t hi_num = d + below[k];
+  std::int64_t hi = hi_num / stride - (hi_num % stride != 0 && hi_num < 0 ? 1 : 0);
+  for (std::int64_t i = hi; i >= hi - 1; --i) {
+    if (i < -(size - 1) || i > size - 1) continue;
+    const std::int64_t rest = d - i * stride;
+    if (rest < -below[k] || rest > below[k]) continue;
+    const std::optional<bool> r = offset_reachable(rest, dims, below, k + 1);
+    if (!r.has_value() || *r) return r;
+  }
+  return false;
 }
 
 StreamView copy_stream(const Tensor& dst, const Tensor& src, const StreamView* stream) {
@@ -362,7 +396,7 @@ void Tensor::copy_from(const Tensor& src, const StreamView* stream, bool non_blo
   Tensor source = src;
   if (src.device() != device()) {
     source = src.contiguous().to(device(), &s, false);
-  } else if (src.storage_ == storage_) {
+  } else if (may_overlap(*this, src)) {
     source = empty(shape_, dtype_, device(), &s);
     source.copy_from(src, &s, true);
   }
@@ -373,6 +407,100 @@ void Tensor::copy_from(const Tensor& src, const StreamView* stream, bool non_blo
     strided_copy(source.data_ptr(), data_ptr(), dtype_, shape_, source.strides_, strides_, s.handle);
   }
   finish();
+}
+
+bool may_overlap(const Tensor& a, const Tensor& b) {
+  // By address, not by storage: from_blob views of one buffer have storages of their own.
+  if (a.numel() == 0 || b.numel() == 0 || a.device() != b.device()) return false;
+  const auto es = static_cast<std::int64_t>(a.element_size());
+  std::int64_t alo = 0, ahi = 0, blo = 0, bhi = 0;
+  span_of(a.shape(), a.strides(), &alo, &ahi);
+  span_of(b.shape(), b.strides(), &blo, &bhi);
+  const auto ao = reinterpret_cast<std::intptr_t>(a.data_ptr()), bo = reinterpret_cast<std::intptr_t>(b.data_ptr());
+  if (ao + (ahi + 1) * es <= bo + blo * static_cast<std::int64_t>(b.element_size()) ||
+      bo + (bhi + 1) * static_cast<std::int64_t>(b.element_size()) <= ao + alo * es) {
+    return false;
+  }
+  if (a.element_size() != b.element_size() || a.shape() != b.shape() || a.strides() != b.strides() ||
+      (bo - ao) % es != 0) {
+    return true;
+  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;
+  for (int k = 0; k < a.dim(); ++k) {
+    if (a.shape()[k] > 1 && a.strides()[k] == 0) return true;  // a broadcast view: not worth deciding
+    if (a.shape()[k] > 1) dims.emplace_back(std::abs(a.strides()[k]), a.shape()[k]);
+  }
+  std::sort(dims.begin(), dims.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<std::int64_t> below(dims.size(), 0);
+  for (std::size_t k = dims.size(); k-- > 1;) below[k - 1] = below[k] + (dims[k].second - 1) * dims[k].first;
+  return offset_reachable((bo - ao) / es, dims, below, 0).value_or(true);
+}
+
+// Note [Copies in one launch]
+// A decode step of a static KV cache moves one position of every layer's key and value (Note [Static cache layout]
+// in generation/kv_cache.cpp): 32 to 64 small strided copies a step, each a launch (two when the source shares the
+// destination's buffer and copy_from stages it). copy_tensors makes them one launch (cuda_raw::strided_copy_pairs)
+// when the pairs allow it: every destination on one CUDA device and every source there too, one dtype, one shape, the
+// destinations of one layout and the sources of one, and no destination sharing an element with any source or other
+// destination (Note [Disjoint views of one storage]), so that the order of the copies cannot matter. Anything else
+// is copied pair by pair with copy_from, in order, which is the meaning of the call either way.
+bool copy_tensors(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs, const StreamView* stream,
+                  bool non_blocking) {
+  XPURT_CHECK(dsts.size() == srcs.size(), "copy_tensors: ", dsts.size(), " destinations for ", srcs.size(),
+              " sources");
+  for (std::size_t i = 0; i < dsts.size(); ++i) {
+    XPURT_CHECK(dsts[i].defined() && srcs[i].defined(), "copy_tensors: pair ", i, " has an undefined tensor");
+    XPURT_CHECK_TYPE(dsts[i].dtype() == srcs[i].dtype(), "copy_tensors: pair ", i, " copies ",
+                     dtype_name(srcs[i].dtype()), " into ", dtype_name(dsts[i].dtype()),
+                     " (convert dtypes explicitly)");
+    XPURT_CHECK(dsts[i].shape() == srcs[i].shape(), "copy_tensors: pair ", i, " copies a source of shape ",
+                shape_str(srcs[i].shape()), " into a destination of shape ", shape_str(dsts[i].shape()));
+  }
+  const auto batched = device_kernels().strided_copy_pairs;
+  bool one_launch = batched != nullptr && dsts.size() > 1;
+  for (std::size_t i = 0; one_launch && i < dsts.size(); ++i) {
+    const Tensor& d = dsts[i];
+    const Tensor& r = srcs[i];
+    one_launch = d.device().is_cuda() && r.device() == dsts[0].device() && d.device() == dsts[0].device() &&
+                 d.dtype() == dsts[0].dtype() && d.shape() == dsts[0].shape() && d.strides() == dsts[0].strides() &&
+                 r.strides() == srcs[0].strides();
+    for (std::size_t j = 0; one_launch && j < dsts.size(); ++j) {
+      one_launch = !may_overlap(d, srcs[j]) && (j == i || !may_overlap(d, dsts[j]));
+    }
+  }
+  if (!one_launch) {
+    // Queued pair by pair; then, unless non_blocking, each stream involved is waited for once.
+    std::vector<StreamView> used;
+    for (std::size_t i = 0; i < dsts.size(); ++i) {
+      Tensor into = dsts[i];
+      into.copy_from(srcs[i], stream, /*non_blocking=*/true);
+      if (into.device().is_cpu() && srcs[i].device().is_cpu()) continue;
+      const StreamView s = copy_stream(into, srcs[i], stream);
+      if (std::none_of(used.begin(), used.end(), [&](const StreamView& u) { return u.device == s.device; })) {
+        used.push_back(s);
+      }
+    }
+    if (!non_blocking) {
+      for (const StreamView& s : used) s.synchronize();
+    }
+    return false;
+  }
+  if (dsts[0].numel() == 0) return true;
+  const StreamView s = copy_stream(dsts[0], srcs[0], stream);
+  std::vector<const void*> from;
+  std::vector<void*> into;
+  for (std::size_t i = 0; i < dsts.size(); ++i) {
+    from.push_back(srcs[i].data_ptr());
+    into.push_back(dsts[i].data_ptr());
+  }
+  {
+#if XPURT_WITH_CUDA  // a CPU build has no strided_copy_pairs: one_launch is false there
+    detail::CudaDeviceGuard guard(dsts[0].device().index);
+#endif
+    batched(from, into, dsts[0].dtype(), dsts[0].shape(), srcs[0].strides(), dsts[0].strides(), s.handle);
+  }
+  if (!non_blocking) s.synchronize();
+  return true;
 }
 
 void Tensor::zero_(const StreamView* stream) {

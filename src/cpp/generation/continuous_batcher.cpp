@@ -541,16 +541,19 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   binding.bind_output(signature_.logits, device);  // Note [Logits read back] in step_io.cpp
   session_->run_with_binding(binding);
   const Tensor logits = step_io::bound_output(binding, signature_.logits);
-  for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
-    const CacheSlot& slot = signature_.cache[s];
-    if (static_layout_) {  // the step's position into the buffer (Note [Static decode steps of the batcher])
-      const std::int64_t total = working_capacity_ + (in_place_ ? 1 : 0);
-      StaticKvCache::positions(working_[s], total, working_length_, 1)
-          .copy_from(StaticKvCache::positions(in_place_ ? working_[s] : scratch_[s], working_capacity_ + 1,
-                                              working_capacity_, 1),
-                     nullptr, /*non_blocking=*/s + 1 < signature_.cache.size());
-      continue;
+  if (static_layout_) {  // the step's position into the buffer (Note [Static decode steps of the batcher])
+    const std::int64_t total = working_capacity_ + (in_place_ ? 1 : 0);
+    std::vector<Tensor> into;
+    std::vector<Tensor> from;
+    for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
+      into.push_back(StaticKvCache::positions(working_[s], total, working_length_, 1));
+      from.push_back(StaticKvCache::positions(in_place_ ? working_[s] : scratch_[s], working_capacity_ + 1,
+                                              working_capacity_, 1));
     }
+    copy_tensors(into, from);  // one launch on CUDA (Note [Copies in one launch] in core/tensor.cpp)
+  }
+  for (std::size_t s = 0; s < signature_.cache.size() && !static_layout_; ++s) {
+    const CacheSlot& slot = signature_.cache[s];
     Tensor present = step_io::bound_output(binding, slot.present_output).contiguous();
     XPURT_CHECK_TYPE(present.dim() == 4 && present.shape()[0] == batch && present.shape()[2] == working_length_ + 1,
                      "present output '", slot.present_output, "' should be [", batch, ", heads, ",

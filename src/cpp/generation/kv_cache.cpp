@@ -174,17 +174,19 @@ void StaticKvCache::bind(IoBinding& binding, std::int64_t new_tokens) {
 void StaticKvCache::commit(std::int64_t new_tokens) {
   XPURT_INTERNAL_ASSERT(length_ + new_tokens <= capacity_, "commit past the cache's capacity");
   const std::int64_t total = in_place_ ? capacity_ + 1 : capacity_;
-  for (std::size_t i = 0; i < buffers_.size(); ++i) {
-    Buffers& b = buffers_[i];
-    Tensor into = positions(b.cache, total, length_, new_tokens);
+  std::vector<Tensor> into;
+  std::vector<Tensor> from;
+  for (const Buffers& b : buffers_) {
+    into.push_back(positions(b.cache, total, length_, new_tokens));
     // The prefill's present is its first positions, contiguous; a decode step's is the scratch buffer's last one, or
-    // in place the buffer's own last (positions() views of one buffer: no staging copy, the positions differ).
-    const Tensor from = length_ == 0 ? positions(b.present, new_tokens, 0, new_tokens)
-                        : in_place_  ? positions(b.cache, total, capacity_, 1)
-                                     : positions(b.present, capacity_ + 1, capacity_, 1);
-    // Queued on the device's stream; the last copy waits for all of them before the next step reads the cache.
-    into.copy_from(from, nullptr, /*non_blocking=*/i + 1 < buffers_.size());
+    // in place the buffer's own last (positions() views of one buffer, disjoint: no staging copy).
+    from.push_back(length_ == 0 ? positions(b.present, new_tokens, 0, new_tokens)
+                   : in_place_  ? positions(b.cache, total, capacity_, 1)
+                                : positions(b.present, capacity_ + 1, capacity_, 1));
   }
+  // One launch for every slot on CUDA (Note [Copies in one launch] in core/tensor.cpp), done before the next step
+  // reads the cache.
+  copy_tensors(into, from);
   if (in_place_ && length_ == 0) {
     for (Buffers& b : buffers_) b.present = Tensor();  // the prefill's present is in the buffer now
   }

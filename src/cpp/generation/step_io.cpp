@@ -73,12 +73,15 @@ Tensor position_rows(const Tensor& logits, const std::vector<std::int64_t>& posi
     return batch == 0 ? at(0, 0, 0, {vocab, 1}) : at(0, positions[0], batch, {seq * vocab, 1}).contiguous();
   }
   Tensor out = Tensor::empty({batch, vocab}, all.dtype(), all.device());
+  std::vector<Tensor> into;
+  std::vector<Tensor> from;
   for (std::int64_t r = 0; r < batch; ++r) {
     const std::int64_t offset = r * vocab * es;
-    Tensor into = Tensor::from_blob(static_cast<char*>(out.data_ptr()) + offset, {1, vocab}, {}, out.dtype(),
-                                    out.device(), out.storage(), out.nbytes() - static_cast<std::size_t>(offset));
-    into.copy_from(at(r, positions[static_cast<std::size_t>(r)], 1, {}), nullptr, /*non_blocking=*/r + 1 < batch);
+    into.push_back(Tensor::from_blob(static_cast<char*>(out.data_ptr()) + offset, {1, vocab}, {}, out.dtype(),
+                                     out.device(), out.storage(), out.nbytes() - static_cast<std::size_t>(offset)));
+    from.push_back(at(r, positions[static_cast<std::size_t>(r)], 1, {}));
   }
+  copy_tensors(into, from);  // the rows in one launch on CUDA (Note [Copies in one launch] in core/tensor.cpp)
   return out;
 }
 

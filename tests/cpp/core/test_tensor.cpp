@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -226,6 +228,147 @@ TEST(Tensor, EmptyTensorWithHugeDimsHasNoOverflow) {
   EXPECT_EQ(t.nbytes(), 0u);
   EXPECT_EQ(t.strides()[0], std::numeric_limits<std::int64_t>::max());
   EXPECT_EQ(t.strides()[3], 1);
+}
+
+// The elements (offsets into one buffer) a view of [offset, shape, strides] touches.
+std::vector<std::int64_t> elements_of(std::int64_t offset, const std::vector<std::int64_t>& shape,
+                                      const std::vector<std::int64_t>& strides) {
+  std::vector<std::int64_t> out = {offset};
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    std::vector<std::int64_t> next;
+    for (std::int64_t base : out) {
+      for (std::int64_t i = 0; i < shape[d]; ++i) next.push_back(base + i * strides[d]);
+    }
+    out = std::move(next);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool share_an_element(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+  std::vector<std::int64_t> common;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
+  return !common.empty();
+}
+
+// may_overlap never says "disjoint" for views that share an element, and for two views of one shape and strides of
+// a layout that does not overlap itself (a KV cache's positions, permuted and strided views) it is exact.
+TEST(Tensor, MayOverlapNeverMissesASharedElementAndIsExactForOneLayout) {
+  Tensor buffer = Tensor::zeros({4096}, DType::kFloat32);
+  std::mt19937 rng(11);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto view = [&](std::int64_t offset, const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& st) {
+    return Tensor::from_blob(static_cast<float*>(buffer.data_ptr()) + offset, shape, st, DType::kFloat32,
+                             Device::cpu(), buffer.storage());
+  };
+  int exact_disjoint = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int rank = pick(1, 4);
+    std::vector<std::int64_t> shape, strides;
+    const bool nested = trial % 2 == 0;  // strides that each exceed the span below them (a layout without overlap)
+    std::int64_t span = 1;
+    for (int d = 0; d < rank; ++d) {
+      shape.push_back(pick(1, 5));
+      strides.push_back(nested ? span + pick(0, 3) : pick(1, 9));
+      span = strides.back() * shape.back();
+    }
+    std::reverse(shape.begin(), shape.end());
+    std::reverse(strides.begin(), strides.end());
+    if (trial % 3 == 0) std::swap(shape.front(), shape.back()), std::swap(strides.front(), strides.back());
+    const std::int64_t a_off = pick(0, 300), b_off = pick(0, 300);
+    const auto ea = elements_of(a_off, shape, strides);
+    const auto eb = elements_of(b_off, shape, strides);
+    const bool shared = share_an_element(ea, eb);
+    const bool may = may_overlap(view(a_off, shape, strides), view(b_off, shape, strides));
+    if (shared) {
+      ASSERT_TRUE(may) << "trial " << trial;
+    }
+    if (nested && !shared) {
+      ASSERT_FALSE(may) << "trial " << trial << ": a disjoint pair of one nested layout counted as overlapping";
+      ++exact_disjoint;
+    }
+    // Views of other shapes: only soundness is promised.
+    std::vector<std::int64_t> other = shape;
+    other.back() = pick(1, 5);
+    const auto ec = elements_of(b_off, other, strides);
+    if (share_an_element(ea, ec)) {
+      ASSERT_TRUE(may_overlap(view(a_off, shape, strides), view(b_off, other, strides)));
+    }
+  }
+  EXPECT_GT(exact_disjoint, 200);  // the interesting case happened often
+  // Two positions of a [batch, heads, positions, head_dim] cache buffer: disjoint though their spans interleave.
+  Tensor cache = Tensor::zeros({2, 3, 9, 4}, DType::kFloat16);
+  auto position = [&](std::int64_t p) {
+    return Tensor::from_blob(static_cast<std::uint16_t*>(cache.data_ptr()) + p * 4, {2, 3, 1, 4}, {108, 36, 4, 1},
+                             DType::kFloat16, Device::cpu(), cache.storage());
+  };
+  EXPECT_FALSE(may_overlap(position(8), position(3)));
+  EXPECT_TRUE(may_overlap(position(5), position(5)));
+  EXPECT_FALSE(may_overlap(position(0), Tensor::zeros({2, 3, 1, 4}, DType::kFloat16)));  // another buffer
+}
+
+// copy_tensors means copy_from pair by pair, in order: on the CPU (and for pairs that overlap) it is exactly that.
+TEST(Tensor, CopyTensorsCopiesEveryPairInOrderAndChecksThem) {
+  Tensor a = Tensor::zeros({2, 3}, DType::kFloat32);
+  Tensor b = Tensor::zeros({2, 3}, DType::kFloat32);
+  const Tensor src = iota_tensor({2, 3});
+  EXPECT_FALSE(copy_tensors({a, b}, {src, a}));  // b gets a after a got src
+  EXPECT_EQ(at(b, {1, 2}), 5.0f);
+  EXPECT_EQ(at(a, {0, 1}), 1.0f);
+  XPURT_EXPECT_THROW_WITH(copy_tensors({a}, {src, src}), InvalidArgumentError, "1 destinations for 2 sources");
+  XPURT_EXPECT_THROW_WITH(copy_tensors({a, b}, {src, Tensor::zeros({2, 3}, DType::kInt32)}), InvalidTypeError,
+                          "pair 1 copies int32");
+  XPURT_EXPECT_THROW_WITH(copy_tensors({a, b}, {src, Tensor::zeros({3, 2}, DType::kFloat32)}), InvalidArgumentError,
+                          "[3, 2]");
+  EXPECT_EQ(at(b, {1, 2}), 5.0f);  // a refused call copied nothing
+}
+
+// On a GPU the disjoint positions of several cache buffers go in one launch, also past 128 pairs (two launches) and
+// at odd shapes and element sizes; pairs that overlap fall back to copies in order.
+TEST(TensorGpu, CopyTensorsMovesDisjointCachePositionsInOneLaunch) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  for (const DType dtype : {DType::kFloat16, DType::kFloat32, DType::kUInt8, DType::kInt64}) {
+    for (const std::size_t slots : {std::size_t{3}, std::size_t{130}}) {
+      const std::int64_t batch = 2, heads = 3, positions = 9, head_dim = dtype == DType::kUInt8 ? 7 : 5;
+      const std::size_t es = dtype_size(dtype);
+      std::vector<Tensor> hosts, gpus, into, from;
+      for (std::size_t s = 0; s < slots; ++s) {
+        Tensor h = Tensor::empty({batch, heads, positions, head_dim}, dtype);
+        auto* bytes = static_cast<unsigned char*>(h.data_ptr());
+        for (std::size_t i = 0; i < h.nbytes(); ++i) bytes[i] = static_cast<unsigned char>(rng());
+        hosts.push_back(h);
+        gpus.push_back(h.to(Device::cuda(0)));
+        const std::vector<std::int64_t> st = {heads * positions * head_dim, positions * head_dim, head_dim, 1};
+        auto at_position = [&](const Tensor& t, std::int64_t p) {
+          return Tensor::from_blob(static_cast<char*>(t.data_ptr()) + p * head_dim * static_cast<std::int64_t>(es),
+                                   {batch, heads, 1, head_dim}, st, dtype, t.device(), t.storage());
+        };
+        into.push_back(at_position(gpus.back(), static_cast<std::int64_t>(s % 8)));
+        from.push_back(at_position(gpus.back(), 8));
+      }
+      ASSERT_TRUE(copy_tensors(into, from)) << dtype_name(dtype);
+      for (std::size_t s = 0; s < slots; ++s) {
+        const Tensor got = gpus[s].to(Device::cpu());
+        const auto* g = static_cast<const unsigned char*>(got.data_ptr());
+        const auto* h = static_cast<const unsigned char*>(hosts[s].data_ptr());
+        for (std::int64_t row = 0; row < batch * heads; ++row) {
+          for (std::int64_t p = 0; p < positions; ++p) {
+            const std::int64_t source = p == static_cast<std::int64_t>(s % 8) ? 8 : p;
+            ASSERT_EQ(std::memcmp(g + (row * positions + p) * head_dim * es,
+                                  h + (row * positions + source) * head_dim * es, head_dim * es), 0)
+                << dtype_name(dtype) << " slot " << s << " row " << row << " position " << p;
+          }
+        }
+      }
+    }
+  }
+  // A chain: pair 1 reads what pair 0 writes, so the copies go one by one, in order.
+  Tensor x = iota_tensor({4, 6}).to(Device::cuda(0));
+  Tensor y = Tensor::zeros({4, 6}, DType::kFloat32, Device::cuda(0));
+  Tensor z = Tensor::zeros({4, 6}, DType::kFloat32, Device::cuda(0));
+  EXPECT_FALSE(copy_tensors({y, z}, {x, y}));
+  EXPECT_EQ(at(z.to(Device::cpu()), {3, 5}), 23.0f);
 }
 
 }  // namespace

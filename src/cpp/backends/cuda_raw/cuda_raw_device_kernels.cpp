@@ -9,6 +9,7 @@ namespace xpuruntime {
 
 void register_cuda_raw_device_kernels(DeviceKernels& table) {
   table.strided_copy = &cuda_raw::strided_copy;
+  table.strided_copy_pairs = &cuda_raw::strided_copy_pairs;
   table.inject_fault = &cuda_raw::inject_fault;
   table.bias_activation = &cuda_raw::bias_activation;
   table.add_into = &cuda_raw::add_into;

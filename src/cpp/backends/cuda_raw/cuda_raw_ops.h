@@ -70,6 +70,13 @@ XPURT_API void strided_copy(const void* src, void* dst, DType dtype, const std::
                             const std::vector<std::int64_t>& src_strides,
                             const std::vector<std::int64_t>& dst_strides, void* stream);
 
+// strided_copy for several pairs of views of one shape and pair of layouts: dsts[p][i...] = srcs[p][i...], up to 128
+// pairs a launch (Note [Copies in one launch] in core/tensor.cpp). No destination may overlap any source or other
+// destination.
+XPURT_API void strided_copy_pairs(const std::vector<const void*>& srcs, const std::vector<void*>& dsts, DType dtype,
+                                  const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& src_strides,
+                                  const std::vector<std::int64_t>& dst_strides, void* stream);
+
 // The per-run operands of an int8 GEMM's epilogue (QuantPrologueParams, core/device_kernels.h) in one launch
 // (quant_gemm.cu): alpha, the int32 bias with the zero points folded in (the weight's column sums read only when there
 // is one to fold), and a uint8 x as int8 (x ^ 0x80). InvalidArgumentError for inconsistent params.

@@ -89,4 +89,17 @@ class XPURT_API Tensor {
 // Contiguous strides (in elements) for `shape`.
 XPURT_API std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& shape);
 
+// Whether two views may share an element: false only when they cannot (other storages, element spans that do not
+// meet, or one shape and strides at offsets no index difference reaches: Note [Disjoint views of one storage] in
+// core/tensor.cpp); true when they do or it is not decided. Both of one element size.
+XPURT_API bool may_overlap(const Tensor& a, const Tensor& b);
+
+// dsts[i].copy_from(srcs[i]) for every i, in order (each pair one shape and dtype, any devices; `stream` and
+// `non_blocking` as copy_from's, for the whole call). Pairs of one CUDA device, dtype, shape and pair of layouts, no
+// destination sharing an element with a source or another destination, are one kernel launch instead of one or two
+// each (Note [Copies in one launch] in core/tensor.cpp): a decode step's new KV cache positions, for example. True
+// when they went as that one launch.
+XPURT_API bool copy_tensors(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs,
+                            const StreamView* stream = nullptr, bool non_blocking = false);
+
 }  // namespace xpuruntime

@@ -31,6 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 from decoder_models import HEAD_DIM, HEADS, LAYERS, tiny_decoder  # noqa: E402
+from timing import emit_table  # noqa: E402
 
 SLOTS = [f"{layer}.{kind}" for layer in range(LAYERS) for kind in ("key", "value")]
 
@@ -119,10 +120,7 @@ def main(argv=None) -> int:
                      if isinstance(r.get("native, in place"), float) else "-")
             lines.append(f"| {batch} | {capacity} | {r['cache_mib']:.2f} | " + " | ".join(cells) +
                          f" | {ratio} | {'yes' if r.get('appended') else 'no'} |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        pathlib.Path(args.out).write_text(text + "\n")
+    emit_table(lines, args.out)
     return 0
 
 

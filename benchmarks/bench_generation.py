@@ -37,6 +37,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 from decoder_models import tiny_decoder, tiny_gqa_decoder  # noqa: E402
+from timing import emit_table  # noqa: E402
 from xpuruntime.generation import ContinuousBatcher, GenerationConfig, Generator, PagedCacheConfig  # noqa: E402
 
 
@@ -125,10 +126,7 @@ def main(argv=None) -> int:
                 notes.append(f"- {form}, {engine}: {b['stats']}")
             except Exception as error:  # noqa: BLE001: reported in the table
                 lines.append(f"| {form} | {engine} | {type(error).__name__}: {str(error).splitlines()[0][:120]} | |")
-    text = "\n".join(lines + batching + [""] + notes)
-    print(text)
-    if args.out:
-        pathlib.Path(args.out).write_text(text + "\n")
+    emit_table(lines + batching + [""] + notes, args.out)
     return 0
 
 

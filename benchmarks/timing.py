@@ -74,3 +74,13 @@ def graph_ms(calls, iters: int) -> float:
         done.synchronize()
         times.append(begin.elapsed_time(done) / len(calls))
     return statistics.median(times)
+
+
+def emit_table(lines: list, out: Optional[str]) -> None:
+    """Prints a benchmark's table (its lines) and, with `out`, writes it there too."""
+    import pathlib
+
+    text = "\n".join(lines)
+    print(text)
+    if out:
+        pathlib.Path(out).write_text(text + "\n")

@@ -114,6 +114,8 @@ class XPURT_API GraphExec {
   std::vector<CacheAppend> appends_;
   std::vector<int> append_of_step_;
   std::vector<char> appending_;
+  std::vector<char> past_in_place_;          // per plan input: the past of an append this run makes in place
+  std::vector<const void*> run_appends_;     // this run's presents (null: a Concat run as such), kept from run to run
   std::vector<const void*> graph_appends_;
   std::int64_t appends_in_place_ = 0;
   std::int64_t runs_appending_ = 0;

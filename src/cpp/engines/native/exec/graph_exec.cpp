@@ -321,6 +321,7 @@ GraphExec::GraphExec(std::shared_ptr<const CapturePlan> plan, GraphExecOptions o
   append_of_step_.assign(plan_->steps().size(), -1);
   for (std::size_t a = 0; a < appends_.size(); ++a) append_of_step_[appends_[a].step] = static_cast<int>(a);
   appending_.assign(appends_.size(), 0);
+  if (!appends_.empty()) past_in_place_.assign(plan_->inputs().size(), 0);
   if (device.is_cuda()) stream.synchronize();
 }
 
@@ -377,9 +378,7 @@ void GraphExec::bind_inputs(const std::vector<Tensor>& inputs, std::vector<Tenso
                      dtype_name(t.dtype()));
     XPURT_CHECK(t.shape() == v.type.sizes(), "input '", v.name, "' expects shape ", detail::shape_str(v.type.sizes(), ","),
                 " (the plan's), got ", detail::shape_str(t.shape(), ","));
-    bool appended = false;  // Note [Appends of a run]: the past of an append in place is read where it lies
-    for (std::size_t a = 0; a < appends_.size() && !appended; ++a) appended = appending_[a] && appends_[a].input == i;
-    if (appended) {
+    if (!past_in_place_.empty() && past_in_place_[i]) {  // Note [Appends of a run]: read where it lies
       values[ids[i]] = t;
     } else if (!fixed_addresses && t.device() == device && t.is_contiguous()) {
       values[ids[i]] = t;  // zero-copy
@@ -422,6 +421,10 @@ bool GraphExec::prepare_appends(const std::vector<Tensor>& inputs, const std::ve
     }
     appending_[a] = on ? 1 : 0;
     any |= on;
+  }
+  std::fill(past_in_place_.begin(), past_in_place_.end(), 0);
+  for (std::size_t a = 0; a < appends_.size(); ++a) {
+    if (appending_[a]) past_in_place_[appends_[a].input] = 1;
   }
   return any;
 }
@@ -938,16 +941,15 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
   const bool eager_only = recording && !tracked;
   if (tracked && graph_ && !graph_labelled_) graph_.reset();
   // Note [Appends of a run]: which appends this run makes in place, and the presents a graph would write.
-  std::vector<const void*> appended;
   if (!appends_.empty()) {
     if (prepare_appends(inputs, into)) ++runs_appending_;
-    appended.assign(appends_.size(), nullptr);
+    run_appends_.assign(appends_.size(), nullptr);  // no allocation after the first run
     for (std::size_t a = 0; a < appends_.size(); ++a) {
       if (!appending_[a]) continue;
-      appended[a] = (*into)[appends_[a].output].data_ptr();
+      run_appends_[a] = (*into)[appends_[a].output].data_ptr();
       ++appends_in_place_;
     }
-    if (graph_ && appended != graph_appends_) graph_.reset();  // captured over other presents: capture again
+    if (graph_ && run_appends_ != graph_appends_) graph_.reset();  // captured over other presents: capture again
   }
   if (graph_ && graph_->is_instantiated() && !eager_only) {
     // Replay: every value lives in its arena slot (or is a constant), so only the inputs are bound and only the
@@ -991,7 +993,7 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
       if (tracked) register_graph_labels();
       graph_ = std::make_unique<CudaGraph>();
       graph_labelled_ = tracked;
-      graph_appends_ = appended;
+      graph_appends_ = run_appends_;
       graph_->capture_begin(stream);
       capturing_ = true;
       // Note [Failed captures]: the capture is closed and dropped, the step's error raised; an out-of-memory may

@@ -53,6 +53,13 @@ def _head_dim(case: Case, k: int) -> int:
     return case.inputs[k].shape[-1]
 
 
+def _seq_q(case: Case) -> int:
+    """Sq of attention's q: [B, H, S, D], [B, S, H, D] (bshd[0]) or packed [B, S, P, H, D] (qkv_parts[0] >= 0)."""
+    packed = case.attrs.get("qkv_parts", [-1, -1, -1])[0] >= 0
+    bshd = case.attrs.get("bshd", [0, 0, 0, 0])[0] == 1
+    return case.inputs[0].shape[1 if packed or bshd else 2]
+
+
 def _asymmetric_pads(case: Case, dtype: str) -> bool:
     pads = case.attrs.get("pads", [0, 0, 0, 0])
     return pads[0] != pads[2] or pads[1] != pads[3]
@@ -113,6 +120,11 @@ EXCLUSIONS: List[Exclusion] = [
               "flash_v2 is instantiated for head dims 32, 64 and 128 only"),
     Exclusion("flash_v2", "attention", lambda c, dt: _head_dim(c, 2) != _head_dim(c, 0),
               "flash_v2 needs v's head dim equal to q's (Dv == D)"),
+    Exclusion("flash_decode", "attention", lambda c, dt: dt == "float32" or _head_dim(c, 0) not in (32, 64, 128)
+              or _head_dim(c, 2) != _head_dim(c, 0),
+              "flash_decode takes flash_v2's dtypes and head dims (float16/bfloat16; D = Dv in 32, 64, 128)"),
+    Exclusion("flash_decode", "attention", lambda c, dt: _seq_q(c) > 8 or c.attrs.get("causal", 0) == 1,
+              "flash_decode is for decode steps: up to 8 query positions, no causal mask; flash_v2 runs the rest"),
     Exclusion("cudnn", "attention", lambda c, dt: dt == "float32",
               "cuDNN's fused attention takes float16/bfloat16; float32 attention runs on 'unfused'"),
     Exclusion("cudnn", "attention", lambda c, dt: c.inputs[3] is not None

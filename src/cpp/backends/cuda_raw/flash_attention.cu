@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/cuda_raw/flash_attention_kernel.cuh"
+#include "backends/cuda_raw/flash_decode.cuh"
 #include "core/attention_layout.h"
 #include "core/cuda_utils.h"
 #include "xpuruntime/exceptions.h"
@@ -272,6 +273,41 @@ cudaError_t launch_for_head_dim(const flash::Params& params, int head_dim, MaskM
 
 bool is_aligned_16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
 
+// The launch's pointers in a copy of `config`'s Params, checked against what the plan was built for: the kernels of
+// flash_v2 and flash_decode read them.
+flash::Params bind_pointers(const FlashConfig& config, const KernelLaunch& launch, const char* kernel) {
+  const flash::Params& shape = config.params;
+  flash::Params params = shape;
+  // 16-bit elements; packed inputs start at their part (Note [Attention layouts]).
+  const auto at = [&](const void* base, int tensor) {
+    return static_cast<const void*>(static_cast<const std::uint16_t*>(base) + config.offsets[tensor]);
+  };
+  params.q = at(launch.input(0).data_ptr(), 0);
+  params.k = at(launch.input(1).data_ptr(), 1);
+  params.v = at(launch.input(2).data_ptr(), 2);
+  params.o = launch.output(0).data_ptr();
+  if (config.mode == MaskMode::kExplicit) params.mask = launch.input(3).data_ptr();
+  if (config.return_lse) {
+    XPURT_CHECK(launch.num_outputs == 2 && launch.output(1).dtype() == DType::kFloat32 &&
+                    launch.output(1).numel() == static_cast<std::int64_t>(shape.batch) * shape.heads * shape.seq_q,
+                kernel, " with return_lse=1 writes a second output lse, float32 [B, H, Sq]; run the plan on the "
+                "outputs it was built for");
+    params.lse = static_cast<float*>(launch.output(1).data_ptr());
+    XPURT_CHECK(reinterpret_cast<std::uintptr_t>(params.lse) % alignof(float) == 0,
+                kernel, " needs a 4-byte aligned lse output, but it starts at address ",
+                reinterpret_cast<std::uintptr_t>(params.lse));
+  }
+  // The descriptor promised this (the plan is keyed on it); a launch with other tensors must not corrupt memory.
+  const void* pointers[] = {params.q, params.k, params.v, params.o};
+  const char* names[] = {"q", "k", "v", "the output"};
+  for (int i = 0; i < 4; ++i) {
+    XPURT_CHECK(is_aligned_16(pointers[i]), kernel, " needs 16-byte aligned q, k, v and output, but ", names[i],
+                " starts at address ", reinterpret_cast<std::uintptr_t>(pointers[i]),
+                "; run the plan on the tensors it was built for");
+  }
+  return params;
+}
+
 class FlashAttentionPlan final : public KernelPlan {
  public:
   FlashAttentionPlan(FlashConfig config, int device) : config_(config), device_(device) {}
@@ -279,34 +315,7 @@ class FlashAttentionPlan final : public KernelPlan {
   void run(const KernelLaunch& launch) const override {
     const flash::Params& shape = config_.params;
     if (static_cast<std::int64_t>(shape.batch) * shape.heads * shape.seq_q == 0) return;  // empty output
-    flash::Params params = shape;
-    // 16-bit elements; packed inputs start at their part (Note [Attention layouts]).
-    const auto at = [&](const void* base, int tensor) {
-      return static_cast<const void*>(static_cast<const std::uint16_t*>(base) + config_.offsets[tensor]);
-    };
-    params.q = at(launch.input(0).data_ptr(), 0);
-    params.k = at(launch.input(1).data_ptr(), 1);
-    params.v = at(launch.input(2).data_ptr(), 2);
-    params.o = launch.output(0).data_ptr();
-    if (config_.mode == MaskMode::kExplicit) params.mask = launch.input(3).data_ptr();
-    if (config_.return_lse) {
-      XPURT_CHECK(launch.num_outputs == 2 && launch.output(1).dtype() == DType::kFloat32 &&
-                      launch.output(1).numel() == static_cast<std::int64_t>(shape.batch) * shape.heads * shape.seq_q,
-                  "flash_v2 with return_lse=1 writes a second output lse, float32 [B, H, Sq]; run the plan on the "
-                  "outputs it was built for");
-      params.lse = static_cast<float*>(launch.output(1).data_ptr());
-      XPURT_CHECK(reinterpret_cast<std::uintptr_t>(params.lse) % alignof(float) == 0,
-                  "flash_v2 needs a 4-byte aligned lse output, but it starts at address ",
-                  reinterpret_cast<std::uintptr_t>(params.lse));
-    }
-    // The descriptor promised this (the plan is keyed on it); a launch with other tensors must not corrupt memory.
-    const void* pointers[] = {params.q, params.k, params.v, params.o};
-    const char* names[] = {"q", "k", "v", "the output"};
-    for (int i = 0; i < 4; ++i) {
-      XPURT_CHECK(is_aligned_16(pointers[i]), "flash_v2 needs 16-byte aligned q, k, v and output, but ", names[i],
-                  " starts at address ", reinterpret_cast<std::uintptr_t>(pointers[i]),
-                  "; run the plan on the tensors it was built for");
-    }
+    const flash::Params params = bind_pointers(config_, launch, "flash_v2");
     detail::CudaDeviceGuard guard(device_);
     const auto stream = static_cast<cudaStream_t>(launch.stream.handle);
     const cudaError_t status =
@@ -331,6 +340,103 @@ class FlashAttentionPlan final : public KernelPlan {
  private:
   FlashConfig config_;
   int device_;
+};
+
+// Note [Split-K decode attention] (flash_decode.cu): decode steps' attention, split over the keys.
+class FlashDecodePlan final : public KernelPlan {
+ public:
+  FlashDecodePlan(FlashConfig config, int device, flash::DecodeSplit split)
+      : config_(config), device_(device), split_(split) {}
+
+  std::size_t workspace_bytes() const override {
+    return flash::decode_workspace_bytes(config_.params, config_.head_dim, split_);
+  }
+
+  void run(const KernelLaunch& launch) const override {
+    const flash::Params& shape = config_.params;
+    if (static_cast<std::int64_t>(shape.batch) * shape.heads * shape.seq_q == 0) return;  // empty output
+    const flash::Params params = bind_pointers(config_, launch, "flash_decode");
+    XPURT_CHECK(launch.workspace_bytes >= workspace_bytes() && (workspace_bytes() == 0 || launch.workspace != nullptr),
+                "flash_decode needs ", workspace_bytes(), " bytes of workspace for its ", split_.splits,
+                " splits, the launch has ", launch.workspace_bytes);
+    detail::CudaDeviceGuard guard(device_);
+    XPURT_CUDA_CHECK(flash::launch_flash_decode(params, config_.dtype, config_.head_dim,
+                                                config_.mode == MaskMode::kExplicit, split_,
+                                                static_cast<float*>(launch.workspace),
+                                                static_cast<cudaStream_t>(launch.stream.handle)));
+  }
+
+  std::string describe() const override {
+    return detail::str_cat("flash_decode ", dtype_name(config_.dtype), " D=", config_.head_dim, ", ",
+                           mode_name(config_.mode, false), ", ", split_.splits, " split(s) of ", split_.keys_per_split,
+                           " keys, ", flash::kDecodeRows, " query rows of a KV group a block, 4 warps",
+                           config_.return_lse ? ", log-sum-exp output" : "",
+                           config_.params.zero_fully_masked_rows ? ", fully masked rows give 0" : "",
+                           config_.params.uniform_fully_masked_rows ? ", fully masked rows give the mean of v" : "");
+  }
+
+ private:
+  FlashConfig config_;
+  int device_;
+  flash::DecodeSplit split_;
+};
+
+Support check_flash_decode(const OpDescriptor& desc) {
+  const Support flash = check_flash(desc);  // the same inputs, layouts and limits
+  if (!flash) return Support::no(detail::str_cat("flash_decode: ", flash.reason()));
+  const flash::Params& p = config_of(desc).params;
+  if (p.seq_q > flash::kDecodeMaxSeqQ) {
+    return Support::no(detail::str_cat("flash_decode is for decode steps of up to ", flash::kDecodeMaxSeqQ,
+                                       " query positions, got Sq = ", p.seq_q, "; flash_v2 runs longer queries"));
+  }
+  if (p.causal) {
+    return Support::no("flash_decode has no causal mask (a decode step's query sees every cached key); flash_v2 "
+                       "runs causal attention");
+  }
+  const flash::DecodeSplit split = flash::decode_split(p, 1);
+  if (p.kv_heads > 65535 || static_cast<std::int64_t>(p.batch) * split.row_chunks > 65535) {
+    return Support::no(detail::str_cat("flash_decode launches Hkv x B x ceil(H / Hkv * Sq / ", flash::kDecodeRows,
+                                       ") blocks in grid dimensions of at most 65535; got Hkv = ", p.kv_heads,
+                                       ", B = ", p.batch));
+  }
+  return Support::yes();
+}
+
+class FlashDecodeKernel final : public Kernel {
+ public:
+  FlashDecodeKernel()
+      : Kernel(KernelInfo{"attention", "flash_decode", "cuda_raw", DeviceType::kCUDA, true,
+                          "split-K attention for decode steps (Sq <= 8, no causal mask): one block per KV group and "
+                          "key range, the splits merged by a second kernel (fp16/bf16, head dim 32/64/128, mask, GQA, "
+                          "log-sum-exp output, fully masked rows NaN, 0 or uniform)",
+                          KernelDecl{}}) {}
+
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/) const override {
+    return check_flash_decode(desc);
+  }
+
+  // Every descriptor it takes is a decode step, where flash_v2 runs H / Hkv times fewer blocks than heads x query
+  // blocks and no split of the keys (Note [Split-K decode attention]).
+  std::string ranks_first(const OpDescriptor& desc) const override {
+    (void)desc;
+    return "a decode step (Sq <= 8): split-K over the keys, one block per KV group and key range";
+  }
+
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/,
+                                    const std::string& record) const override {
+    if (!record.empty()) {
+      throw UnsupportedOperationError(detail::str_cat(
+          "flash_decode makes no recorded choices and has no plan record, but was given one: '", record, "'"));
+    }
+    const Support support = check_flash_decode(desc);
+    if (!support) throw UnsupportedOperationError(detail::str_cat("cannot run ", desc.signature(), ": ",
+                                                                  support.reason()));
+    int multiprocessors = 0;
+    XPURT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, desc.device.index));
+    const FlashConfig config = config_of(desc);
+    return std::make_unique<FlashDecodePlan>(config, desc.device.index,
+                                             flash::decode_split(config.params, multiprocessors));
+  }
 };
 
 class FlashAttentionKernel final : public Kernel {
@@ -381,6 +487,7 @@ class FlashAttentionKernel final : public Kernel {
 
 void register_flash_attention(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<FlashAttentionKernel>());
+  registry.add_kernel(std::make_unique<FlashDecodeKernel>());
 }
 
 }  // namespace xpuruntime

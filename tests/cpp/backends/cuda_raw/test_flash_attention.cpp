@@ -21,6 +21,7 @@
 
 #include "test_utils.h"
 #include "xpuruntime/device_manager.h"
+#include "xpuruntime/dispatcher.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
@@ -256,6 +257,10 @@ TEST(FlashAttention, EveryKernelTakesOrRefusesFullyMaskedRowsZero) {
     if (kernel->name() == "cudnn") {
       EXPECT_FALSE(s.ok());
       EXPECT_NE(s.reason().find("fully_masked_rows=\"zero\""), std::string::npos) << s.reason();
+    } else if (kernel->name() == "flash_decode") {  // takes it for decode steps (FlashDecode tests), not Sq = 33
+      EXPECT_FALSE(s.ok());
+      EXPECT_NE(s.reason().find("decode steps of up to 8 query positions, got Sq = 33"), std::string::npos)
+          << s.reason();
     } else {
       EXPECT_TRUE(s.ok()) << kernel->name() << ": " << s.reason();
     }
@@ -284,7 +289,10 @@ TEST(FlashAttention, UnfusedRefusesReturnLse) {
       << support.reason();
   // Every attention kernel answers: those that cannot write lse say so instead of running with one output.
   for (const Kernel* kernel : KernelRegistry::global().kernels("attention")) {
-    if (kernel->name() == "flash_v2" || kernel->name() == "cudnn" || kernel->name() == "cpu") continue;
+    if (kernel->name() == "flash_v2" || kernel->name() == "cudnn" || kernel->name() == "cpu" ||
+        kernel->name() == "flash_decode") {
+      continue;
+    }
     const Support s = kernel->supports(with_return_lse(plain, 1), ExecutionPolicy{});
     EXPECT_FALSE(s.ok()) << kernel->name();
   }
@@ -916,6 +924,137 @@ TEST(CudnnAttentionGpu, PlanRunsOnAnotherThread) {
   const std::vector<float> a = to_floats(here[0]), b = to_floats(there[0]);
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-2 * (1 + std::fabs(a[i]))) << i;
+}
+
+// ---- flash_decode (Note [Split-K decode attention] in flash_decode.cu) ----
+
+const Kernel* decode_kernel() { return KernelRegistry::global().find_kernel("attention", "flash_decode"); }
+
+// Decode steps (Sq <= 8, no causal mask) only, and before every other attention kernel there: its claim to rank
+// first comes ahead of cuDNN's (registered after it), and flash_v2 has none. No GPU needed.
+TEST(FlashDecode, TakesDecodeStepsAndRanksFirstThere) {
+  SKIP_WITHOUT_FLASH();
+  ASSERT_NE(decode_kernel(), nullptr);
+  EXPECT_TRUE(decode_kernel()->info().deterministic);
+  const ExecutionPolicy policy;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (std::int64_t d : {32, 64, 128}) {
+      for (const Shape& q : {Shape{1, 32, 1, d}, Shape{64, 32, 1, d}, Shape{2, 12, 8, d}}) {
+        const std::int64_t kv = q[1] == 12 ? 1 : 8;
+        const OpDescriptor desc = attention_desc(q, {q[0], kv, 4096, d}, {q[0], kv, 4096, d}, dtype, false,
+                                                 Device::cuda(0), 90, {q[0], 1, 1, 4096});
+        const Support s = decode_kernel()->supports(desc, policy);
+        EXPECT_TRUE(s.ok()) << desc.signature() << ": " << s.reason();
+        EXPECT_NE(decode_kernel()->ranks_first(desc).find("a decode step"), std::string::npos);
+      }
+    }
+  }
+  const auto refuses = [&](const OpDescriptor& desc, const std::string& fragment) {
+    const Support s = decode_kernel()->supports(desc, policy);
+    EXPECT_FALSE(s.ok()) << desc.signature();
+    EXPECT_NE(s.reason().find(fragment), std::string::npos) << s.reason();
+  };
+  refuses(attention_desc({1, 8, 9, 64}, {1, 8, 100, 64}, {1, 8, 100, 64}), "got Sq = 9; flash_v2 runs longer");
+  refuses(attention_desc({1, 8, 1, 64}, {1, 8, 100, 64}, {1, 8, 100, 64}, DType::kFloat16, true), "no causal mask");
+  refuses(attention_desc({1, 8, 1, 64}, {1, 8, 100, 64}, {1, 8, 100, 64}, DType::kFloat32), "float16 and bfloat16");
+  refuses(attention_desc({1, 8, 1, 80}, {1, 8, 100, 80}, {1, 8, 100, 80}), "head dims 32, 64 and 128");
+  refuses(attention_desc({1, 8, 1, 64}, {1, 8, 100, 64}, {1, 8, 100, 64}, DType::kFloat16, false, Device::cpu(), 0),
+          "runs on CUDA devices");
+  // Registry order: flash_v2, flash_decode, then cuDNN's kernel; the first claim to rank first wins.
+  std::vector<std::string> order;
+  for (const Kernel* kernel : KernelRegistry::global().kernels("attention")) order.push_back(kernel->name());
+  const auto at = [&](const std::string& name) { return std::find(order.begin(), order.end(), name) - order.begin(); };
+  EXPECT_LT(at("flash_v2"), at("flash_decode"));
+  if (std::find(order.begin(), order.end(), "cudnn") != order.end()) EXPECT_LT(at("flash_decode"), at("cudnn"));
+  EXPECT_TRUE(flash_kernel()->ranks_first(attention_desc({1, 32, 1, 64}, {1, 8, 300, 64}, {1, 8, 300, 64})).empty());
+}
+
+// Decode shapes against the cpu kernel: one key and thousands (one split and many), grouped heads (groups of 4, 8
+// and MQA's 12, two blocks of rows), several query positions, batch 64, masks of the broadcast shapes decoders
+// write, a custom scale.
+TEST(FlashDecodeGpu, MatchesCpuAtDecodeShapes) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  unsigned seed = 900;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::int64_t d : {32, 64, 128}) {
+      check_against_cpu({1, 32, 8, 1, 576, d}, dtype, seed++, decode_kernel());
+      check_against_cpu({4, 8, 2, 1, 1, d}, dtype, seed++, decode_kernel());
+      check_against_cpu({2, 12, 1, 1, 1000, d}, dtype, seed++, decode_kernel());
+      check_against_cpu({3, 4, 4, 3, 130, d}, dtype, seed++, decode_kernel());
+      check_against_cpu({1, 16, 2, 8, 4097, d}, dtype, seed++, decode_kernel());
+      check_against_cpu({64, 32, 8, 1, 256, d}, dtype, seed++, decode_kernel());
+      check_against_cpu({2, 8, 2, 1, 300, d, false, {2, 1, 1, 300}}, dtype, seed++, decode_kernel());
+      check_against_cpu({2, 8, 2, 2, 77, d, false, {2, 8, 2, 77}, 0.3}, dtype, seed++, decode_kernel());
+      check_against_cpu({1, 4, 4, 1, 129, d, false, {129}}, dtype, seed++, decode_kernel());
+    }
+  }
+}
+
+// Fully masked rows: 0 or the mean of v as the attribute says (check_against_cpu), NaN by default; the log-sum-exp
+// output equals the cpu kernel's (-inf for the masked row).
+TEST(FlashDecodeGpu, FullyMaskedRowsAndTheLogSumExpMatchCpu) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  unsigned seed = 950;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (std::int64_t d : {64, 128}) {
+      check_against_cpu({2, 4, 2, 1, 257, d, false, {2, 1, 1, 257}, 0.0, 0, true}, dtype, seed++, decode_kernel());
+      check_against_cpu({1, 8, 2, 2, 3000, d, false, {2, 3000}, 0.0, 1, true}, dtype, seed++, decode_kernel());
+      Case uniform{2, 4, 2, 1, 257, d, false, {2, 1, 1, 257}, 0.0, 0};
+      uniform.uniform_rows = true;
+      check_against_cpu(uniform, dtype, seed++, decode_kernel());
+    }
+  }
+  std::mt19937 gen(21);
+  const std::int64_t sq = 2, sk = 700, d = 64;
+  const Tensor q = random_tensor({1, 4, sq, d}, DType::kFloat16, gen);
+  const Tensor k = random_tensor({1, 2, sk, d}, DType::kFloat16, gen);
+  const Tensor v = random_tensor({1, 2, sk, d}, DType::kFloat16, gen);
+  Tensor mask_values = Tensor::zeros({sq, sk}, DType::kFloat32);
+  float* m = static_cast<float*>(mask_values.data_ptr());
+  for (std::int64_t j = 0; j < sk; ++j) m[sk + j] = -std::numeric_limits<float>::infinity();  // row 1
+  const Tensor mask = cpu_cast(mask_values, DType::kFloat16);
+  Attributes attrs;
+  attrs.set("return_lse", std::int64_t{1});
+  const Device gpu = Device::cuda(0);
+  const std::vector<Tensor> out = run_kernel(*decode_kernel(), {q.to(gpu), k.to(gpu), v.to(gpu), mask.to(gpu)}, attrs);
+  const std::vector<Tensor> ref =
+      run_kernel(*KernelRegistry::global().find_kernel("attention", "cpu"), {q, k, v, mask}, attrs);
+  ASSERT_EQ(out.size(), 2u);
+  const std::vector<float> y = to_floats(out[0]), lse = to_floats(out[1]), ref_lse = to_floats(ref[1]);
+  for (std::int64_t h = 0; h < 4; ++h) {
+    for (std::int64_t i = 0; i < sq; ++i) {
+      for (std::int64_t c = 0; c < d; ++c) EXPECT_EQ(std::isnan(y[(h * sq + i) * d + c]), i == 1) << h << "," << i;
+      const float got = lse[h * sq + i], want = ref_lse[h * sq + i];
+      if (i == 1) {
+        EXPECT_EQ(got, -std::numeric_limits<float>::infinity()) << "head " << h;
+      } else {
+        EXPECT_NEAR(got, want, 1e-3 * (1 + std::fabs(want))) << "head " << h;
+      }
+    }
+  }
+}
+
+// Through the dispatcher: a decode step picks flash_decode, saying why; a prefill does not.
+TEST(FlashDecodeGpu, TheDispatcherPicksItForDecodeSteps) {
+  XPURT_SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FLASH();
+  std::mt19937 gen(31);
+  const Device gpu = Device::cuda(0);
+  Dispatcher dispatcher(KernelPolicy{}, ExecutionPolicy{});
+  Decision decision;
+  for (const std::int64_t sq : {1, 64}) {
+    const Tensor q = random_tensor({1, 32, sq, 64}, DType::kFloat16, gen).to(gpu);
+    const Tensor kv = random_tensor({1, 8, 512, 64}, DType::kFloat16, gen).to(gpu);
+    dispatcher.run("attention", {q, kv, kv, Tensor()}, Attributes(), nullptr, &decision);
+    if (sq == 1) {
+      EXPECT_EQ(decision.kernel, "flash_decode");
+      EXPECT_NE(decision.reason.find("a decode step"), std::string::npos) << decision.reason;
+    } else {
+      EXPECT_NE(decision.kernel, "flash_decode");
+    }
+  }
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ with the ratio taken to "torch sdpa attn_mask".
 
     python3 benchmarks/bench_attention.py --out attention.md
     python3 benchmarks/bench_attention.py --cases bias --out attention_bias.md
+    python3 benchmarks/bench_attention.py --cases decode --out attention_decode.md   # DECODE_CASES: flash_decode
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ BIAS_CASES = [
     ("key bias", 16, 12, 512, 64, "111S", False),
     ("alibi causal", 4, 16, 2048, 128, "1HSS", True),
     ("clip text 77, [S, S]", 64, 8, 77, 64, "SS", True),
+]
+
+
+# (label, batch, heads, kv heads, keys, head_dim): decode steps (one query row per head against a cache, a padding
+# mask [B, 1, 1, Sk] as decoders feed it), where flash_decode splits the keys (Note [Split-K decode attention]).
+DECODE_CASES = [
+    ("1B Llama decode", 1, 32, 8, 576, 64),
+    ("1B Llama decode", 8, 32, 8, 576, 64),
+    ("1B Llama decode", 64, 32, 8, 576, 64),
+    ("8B Llama decode, long cache", 1, 32, 8, 4096, 128),
+    ("8B Llama decode, long cache", 16, 32, 8, 4096, 128),
+    ("MQA decode", 1, 32, 1, 2048, 128),
 ]
 
 
@@ -164,6 +177,43 @@ def measure(name: str, make: Callable[[], Callable[[], object]], ref: torch.Tens
     return row
 
 
+def run_decode_cases(args, device: torch.device, names: set) -> list:
+    """The DECODE_CASES rows: xpuruntime's kernels (flash_decode, flash_v2, cudnn) pinned, against torch's SDPA with
+    enable_gqa as torch dispatches it; float16, a padding mask with the first 7 keys of row 0 masked; the K/V bytes
+    read over the time in the TFLOP/s column (GB/s: measure() is given 1e3 x the bytes as its FLOPs); ratio = torch
+    sdpa time / time."""
+    results = []
+    for label, batch, heads, kv_heads, keys, dim in DECODE_CASES:
+        q = torch.randn((batch, heads, 1, dim), dtype=torch.float16, device=device)
+        k = torch.randn((batch, kv_heads, keys, dim), dtype=torch.float16, device=device)
+        v = torch.randn((batch, kv_heads, keys, dim), dtype=torch.float16, device=device)
+        mask = torch.zeros((batch, 1, 1, keys), dtype=torch.float16, device=device)
+        mask[0, :, :, :7] = float("-inf")
+        group = heads // kv_heads
+        ref = reference_with_bias(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), mask)
+        bytes_read = 2.0 * k.numel() * k.element_size()
+        rows = []
+        for kernel in ("flash_decode", "flash_v2", "cudnn"):
+            row_label = f"xpuruntime {kernel}"
+            if kernel not in names:
+                rows.append({"impl": row_label, "ms": None, "tflops": None, "err": None,
+                             "note": f"no '{kernel}' kernel in this build"})
+                continue
+            rows.append(measure(row_label, lambda kernel=kernel: xrt_attention_bias(kernel, q, k, v, mask, False),
+                                ref, bytes_read * 1e3, args))
+        rows.append(measure("torch sdpa", lambda: lambda: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=True), ref, bytes_read * 1e3, args))
+        baseline = next((r["ms"] for r in rows if r["impl"] == "torch sdpa"), None)
+        for row in rows:
+            row["case"] = f"{label}: B{batch} H{heads} Hkv{kv_heads} Sk{keys} D{dim} fp16 (GB/s column)"
+            row["ratio"] = baseline / row["ms"] if baseline and row["ms"] else None
+            results.append(row)
+            print(row, flush=True)
+        del q, k, v, mask, ref
+        torch.cuda.empty_cache()
+    return results
+
+
 def run_bias_cases(args, device: torch.device, names: set) -> list:
     """The BIAS_CASES rows: xpuruntime's kernels with the bias as the op's mask against torch's SDPA with attn_mask,
     the eager chain and its torch.compile; ratio = torch sdpa attn_mask time / time."""
@@ -219,8 +269,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
     parser.add_argument("--repeat", type=int, default=0,
                         help="calls per timed sample (default: 1 for the long cases, 20 for the short ones)")
-    parser.add_argument("--cases", choices=("all", "plain", "bias"), default="all",
-                        help="the plain cases, the bias cases (BIAS_CASES), or both")
+    parser.add_argument("--cases", choices=("all", "plain", "bias", "decode"), default="all",
+                        help="the plain cases, the bias cases (BIAS_CASES), the decode steps (DECODE_CASES), or all")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile row of the bias cases")
     args = parser.parse_args()
 
@@ -263,6 +313,8 @@ def main() -> int:
 
     if args.cases in ("all", "bias"):
         results.extend(run_bias_cases(args, device, names))
+    if args.cases in ("all", "decode"):
+        results.extend(run_decode_cases(args, device, names))
 
     def cell(value: Optional[float], fmt: str) -> str:
         return "n/a" if value is None else format(value, fmt)

@@ -118,6 +118,14 @@ def test_stats_separate_prefill_and_decode(cached, uncached):
     assert stats.cache_bytes == generation.cache_bytes
     text = str(stats)
     assert "prefill 10 tokens" in text and "decode 5 steps, 10 tokens" in text and "cache 10 of 11" in text
+    # Note [Where a decode step goes]: the steps' parts, each measured, none more than the whole.
+    parts = (stats.decode_feeds_ms, stats.decode_run_ms, stats.decode_commit_ms, stats.decode_pick_ms)
+    assert all(part >= 0 for part in parts) and stats.decode_run_ms > 0 and stats.decode_feeds_ms > 0
+    assert sum(parts) <= stats.decode_ms * (1 + 1e-9)
+    assert "a step feeds " in text and ", run " in text and ", cache commit " in text and ", token pick " in text
+    assert f"run {stats.decode_run_ms / 5:.3f}" in text
+    assert "decode step: feeds " in generation.explain()
+    assert empty.decode_run_ms == 0 and "a step" not in str(empty)
     # A row that ends early makes no more tokens: decode_tokens counts only the rows still running.
     first = Generator(cached, greedy(max_new_tokens=6)).generate(PROMPTS[:2])[0]
     stopping = Generator(cached, greedy(max_new_tokens=6, stop_tokens=[first[1]]), engine="native")

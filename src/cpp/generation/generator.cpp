@@ -274,13 +274,35 @@ std::vector<std::pair<std::string, Tensor>> Generation::feeds(bool prefill) cons
   return out;
 }
 
-Tensor Generation::run(const std::vector<std::pair<std::string, Tensor>>& feeds, std::int64_t new_tokens) {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point* from) {
+  const auto now = std::chrono::steady_clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - *from).count();
+  *from = now;
+  return ms;
+}
+
+}  // namespace
+
+// Note [Where a decode step goes]
+// A decode step's wall time is host work around one run: its feeds made and bound (ids, mask and positions copied to
+// the device), the run (a CUDA graph replay and the wait for it: the run's one synchronization), the cache's commit
+// (its new positions moved, Note [Static cache layout]) and the tokens picked (the device's argmax read back, or the
+// logits read back and sampled). GenerationStats keeps each part's sum over the decode steps, explain() and str()
+// print them, so that the host's share of a step (what a faster kernel cannot win back) is measured, not guessed.
+Tensor Generation::run(const std::vector<std::pair<std::string, Tensor>>& feeds, std::int64_t new_tokens,
+                       GenerationStats* times) {
+  auto at = std::chrono::steady_clock::now();
   IoBinding binding = session_->io_binding();
   for (const auto& [name, value] : feeds) binding.bind_input(name, value);
   binding.bind_output(signature_.logits, session_->options().device);  // Note [Logits read back]
   if (cache_) cache_->bind(binding, new_tokens);
+  if (times != nullptr) times->decode_feeds_ms += ms_since(&at);
   session_->run_with_binding(binding);
+  if (times != nullptr) times->decode_run_ms += ms_since(&at);
   if (cache_) cache_->commit(new_tokens);
+  if (times != nullptr) times->decode_commit_ms += ms_since(&at);
   return step_io::bound_output(binding, signature_.logits);
 }
 
@@ -309,7 +331,12 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
   const std::int64_t new_tokens = prefill ? prompt_length_ : 1;
   // Note [Generation ranges]: the profiler (and Nsight, through NVTX) sees the prefill and the decode steps apart.
   const Profiler::Range range = Profiler::range(prefill ? kPrefillRange : kDecodeRange);
-  const Tensor logits = run(feeds(prefill), new_tokens);
+  GenerationStats times;  // Note [Where a decode step goes]
+  auto at = std::chrono::steady_clock::now();
+  const std::vector<std::pair<std::string, Tensor>> step_feeds = feeds(prefill);
+  times.decode_feeds_ms = ms_since(&at);
+  const Tensor logits = run(step_feeds, new_tokens, &times);
+  at = std::chrono::steady_clock::now();
   // Only the rows' positions are read; greedy tokens are picked where the logits are (Note [Logits read back]).
   const Tensor rows = step_io::position_rows(logits, logits_positions(logits, prefill), signature_.logits);
   step_io::PickedTokens picked = step_io::pick_tokens(
@@ -319,6 +346,7 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
         std::vector<float> row = step_io::host_row(host, static_cast<std::int64_t>(r), signature_.logits);
         return sampler_.next(row.data(), static_cast<std::int64_t>(row.size()), seen_[r], rngs_[r]);
       });
+  times.decode_pick_ms = ms_since(&at);
   argmax_on_device_ = picked.on_device;
   std::vector<std::optional<std::int64_t>> chosen = std::move(picked.tokens);
   for (std::size_t r = 0; r < chosen.size(); ++r) {
@@ -335,6 +363,10 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
     stats_.decode_tokens += static_cast<std::int64_t>(
         std::count_if(chosen.begin(), chosen.end(), [](const auto& token) { return token.has_value(); }));
     stats_.decode_ms += ms;
+    stats_.decode_feeds_ms += times.decode_feeds_ms;
+    stats_.decode_run_ms += times.decode_run_ms;
+    stats_.decode_commit_ms += times.decode_commit_ms;
+    stats_.decode_pick_ms += times.decode_pick_ms;
   }
   return chosen;
 }
@@ -393,6 +425,9 @@ std::string Generation::explain() const {
   os << std::setprecision(2) << "decode: " << st.decode_steps << " steps, " << st.decode_tokens << " tokens in "
      << st.decode_ms << " ms (" << st.ms_per_decode_step() << " ms/step, " << std::setprecision(0)
      << st.decode_tokens_per_s() << " tokens/s)\n";
+  if (st.decode_steps > 0) {
+    os << std::setprecision(3) << "decode step: " << st.step_breakdown() << " (Note [Where a decode step goes])\n";
+  }
   os << "tokens: ";
   if (steps_ == 0) {
     os << "none picked yet\n";
@@ -416,12 +451,23 @@ std::string GenerationStats::str() const {
      << std::setprecision(0) << prefill_tokens_per_s() << " tokens/s); decode " << decode_steps << " steps, "
      << decode_tokens << " tokens in " << std::setprecision(2) << decode_ms << " ms (" << ms_per_decode_step()
      << " ms/step, " << std::setprecision(0) << decode_tokens_per_s() << " tokens/s); ";
+  if (decode_steps > 0) os << "a step " << step_breakdown() << "; ";
   if (cache_capacity > 0) {
     os << "cache " << cache_length << " of " << cache_capacity << " positions (" << cache_occupancy() * 100.0
        << "%), " << std::setprecision(1) << static_cast<double>(cache_bytes) / 1024.0 << " KiB";
   } else {
     os << "no cache";
   }
+  return os.str();
+}
+
+std::string GenerationStats::step_breakdown() const {
+  const double steps = static_cast<double>(std::max<std::int64_t>(decode_steps, 1));
+  const double other = decode_ms - decode_feeds_ms - decode_run_ms - decode_commit_ms - decode_pick_ms;
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3) << "feeds " << decode_feeds_ms / steps << " ms, run " << decode_run_ms / steps
+     << ", cache commit " << decode_commit_ms / steps << ", token pick " << decode_pick_ms / steps << ", other "
+     << std::max(other, 0.0) / steps;
   return os.str();
 }
 

@@ -1217,8 +1217,9 @@ _BATCHER_STATS = ("waiting", "running", "finished", "steps", "prefills", "prefil
 
 # The fields of GenerationStats that `generate --json` writes (docs/generation.md "Statistics").
 _GENERATION_STATS = ("prefill_tokens", "prefill_ms", "prefill_tokens_per_s", "decode_steps", "decode_tokens",
-                     "decode_ms", "ms_per_decode_step", "decode_tokens_per_s", "cache_length", "cache_capacity",
-                     "cache_occupancy", "cache_bytes")
+                     "decode_ms", "ms_per_decode_step", "decode_tokens_per_s", "decode_feeds_ms", "decode_run_ms",
+                     "decode_commit_ms", "decode_pick_ms", "cache_length", "cache_capacity", "cache_occupancy",
+                     "cache_bytes")
 
 
 COMMANDS = {"devices": cmd_devices, "run": cmd_run, "bench": cmd_bench, "explain": cmd_explain,

@@ -60,6 +60,19 @@ def _seq_q(case: Case) -> int:
     return case.inputs[0].shape[1 if packed or bshd else 2]
 
 
+def _linear_rows(case: Case) -> int:
+    """M of linear's x [..., K]: every dim but the last, multiplied."""
+    rows = 1
+    for d in case.inputs[0].shape[:-1]:
+        rows *= d
+    return rows
+
+
+def _linear_vector_dim(case: Case) -> int:
+    """The weight's contiguous dim: K of [N, K] (weight_layout=nk, the default), N of [K, N] (kn)."""
+    return case.inputs[1].shape[1]
+
+
 def _asymmetric_pads(case: Case, dtype: str) -> bool:
     pads = case.attrs.get("pads", [0, 0, 0, 0])
     return pads[0] != pads[2] or pads[1] != pads[3]
@@ -125,6 +138,10 @@ EXCLUSIONS: List[Exclusion] = [
               "flash_decode takes flash_v2's dtypes and head dims (float16/bfloat16; D = Dv in 32, 64, 128)"),
     Exclusion("flash_decode", "attention", lambda c, dt: _seq_q(c) > 8 or c.attrs.get("causal", 0) == 1,
               "flash_decode is for decode steps: up to 8 query positions, no causal mask; flash_v2 runs the rest"),
+    Exclusion("gemv", "linear", lambda c, dt: dt == "float32" or _linear_rows(c) > 8
+              or _linear_vector_dim(c) % 8 != 0,
+              "gemv is linear for 1 to 8 rows of float16/bfloat16 x, the weight read in 16-byte vectors along its "
+              "rows (K a multiple of 8 for weight_layout=nk, N for kn); cuBLASLt runs the rest"),
     Exclusion("cudnn", "attention", lambda c, dt: dt == "float32",
               "cuDNN's fused attention takes float16/bfloat16; float32 attention runs on 'unfused'"),
     Exclusion("cudnn", "attention", lambda c, dt: c.inputs[3] is not None

@@ -164,6 +164,7 @@ void register_cuda_raw(KernelRegistry& registry) {
   cuda_raw::register_qlinear(registry);         // qlinear's "dp4a" (after cuBLASLt's IMMA kernel)
   cuda_raw::register_quantize(registry);        // quantize_linear, dequantize_linear, dynamic_quantize_linear
   cuda_raw::register_int4_gemm(registry);       // matmul_nbits (int4_gemm_register.cpp)
+  cuda_raw::register_gemv(registry);            // linear for M <= 8, timed against cuBLASLt (gemv.cu)
   // ---- attention: flash_v2 (flash_attention.cu) ----
   register_flash_attention(registry);
 }

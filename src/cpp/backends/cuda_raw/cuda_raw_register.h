@@ -72,6 +72,7 @@ void register_generate(KernelRegistry& registry);       // data_register.cpp
 void register_select(KernelRegistry& registry);         // reduce_register.cpp
 void register_quantized_conv(KernelRegistry& registry); // quant_conv_register.cpp: qconv2d's int8_mma and cuda_raw
 void register_qlinear(KernelRegistry& registry);        // qlinear_register.cpp: qlinear's "dp4a"
+void register_gemv(KernelRegistry& registry);           // gemv.cu: linear for M <= 8 (a weight stream)
 void register_quantize(KernelRegistry& registry);       // quantize_register.cpp
 void register_int4_gemm(KernelRegistry& registry);      // int4_gemm_register.cpp: matmul_nbits
 

@@ -11,6 +11,7 @@
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
+#include "xpuruntime/ops.h"
 #include "xpuruntime/stream_manager.h"
 #include "xpuruntime/tensor.h"
 
@@ -41,6 +42,14 @@ inline std::vector<Tensor> on_device(const std::vector<Tensor>& host, Device dev
   std::vector<Tensor> out;
   for (const Tensor& t : host) out.push_back(t.defined() ? t.to(device) : Tensor());
   return out;
+}
+
+// Any tensor's elements as float32 on the host (brought from its device, cast when needed).
+inline std::vector<float> floats_of(const Tensor& t) {
+  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+  const Tensor f = host.dtype() == DType::kFloat32 ? host : ops::cast(host, DType::kFloat32);
+  const auto* p = static_cast<const float*>(f.data_ptr());
+  return std::vector<float>(p, p + f.numel());
 }
 
 // `kernel`'s plan for `op` on these inputs (`record`: re-created from it), run once on `device`'s default stream.

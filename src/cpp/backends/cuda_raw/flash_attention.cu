@@ -308,6 +308,13 @@ flash::Params bind_pointers(const FlashConfig& config, const KernelLaunch& launc
   return params;
 }
 
+// What a plan's describe() adds for the log-sum-exp output and the fully masked rows.
+std::string output_options(const FlashConfig& config) {
+  return detail::str_cat(config.return_lse ? ", log-sum-exp output" : "",
+                         config.params.zero_fully_masked_rows ? ", fully masked rows give 0" : "",
+                         config.params.uniform_fully_masked_rows ? ", fully masked rows give the mean of v" : "");
+}
+
 class FlashAttentionPlan final : public KernelPlan {
  public:
   FlashAttentionPlan(FlashConfig config, int device) : config_(config), device_(device) {}
@@ -332,9 +339,7 @@ class FlashAttentionPlan final : public KernelPlan {
     return detail::str_cat("flash_v2 ", dtype_name(config_.dtype), " D=", config_.head_dim, ", ",
                            mode_name(config_.mode, config_.params.causal), ", 128x", block_n,
                            " tiles, 4 warps, K/V double-buffered, ", smem_kib, " KiB shared memory",
-                           config_.return_lse ? ", log-sum-exp output" : "",
-                           config_.params.zero_fully_masked_rows ? ", fully masked rows give 0" : "",
-                           config_.params.uniform_fully_masked_rows ? ", fully masked rows give the mean of v" : "");
+                           output_options(config_));
   }
 
  private:
@@ -370,9 +375,7 @@ class FlashDecodePlan final : public KernelPlan {
     return detail::str_cat("flash_decode ", dtype_name(config_.dtype), " D=", config_.head_dim, ", ",
                            mode_name(config_.mode, false), ", ", split_.splits, " split(s) of ", split_.keys_per_split,
                            " keys, ", flash::kDecodeRows, " query rows of a KV group a block, 4 warps",
-                           config_.return_lse ? ", log-sum-exp output" : "",
-                           config_.params.zero_fully_masked_rows ? ", fully masked rows give 0" : "",
-                           config_.params.uniform_fully_masked_rows ? ", fully masked rows give the mean of v" : "");
+                           output_options(config_));
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "core/attention_layout.h"
 
 namespace xpuruntime::flash {
@@ -56,15 +57,6 @@ __device__ __forceinline__ float warp_sum(float x) {
 // What a row's exponents are taken against: its max, or 0 while that is -inf.
 __device__ __forceinline__ float exponent_base(float max) { return max == kNegInf ? 0.f : max; }
 
-template <typename T>
-__device__ __forceinline__ T from_float(float x) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(x);
-  } else {
-    return __float2bfloat16_rn(x);
-  }
-}
-
 // kN consecutive elements at `p` (aligned to their size) as float.
 template <typename T, int kN>
 __device__ __forceinline__ void load_floats(const T* p, float (&out)[kN]) {
@@ -97,7 +89,7 @@ __device__ __forceinline__ void store_output(const Params& p, int b, int h, int 
   const bool zero_row = p.zero_fully_masked_rows && total == 0.f;
   const float inverse = total > 0.f ? 1.f / total : (zero_row ? 0.f : __builtin_nanf(""));
   T* o = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
-  o[d] = from_float<T>(zero_row ? 0.f : acc * inverse);
+  o[d] = cuda_raw::detail::from_float<T>(zero_row ? 0.f : acc * inverse);
   if (p.lse != nullptr && d == 0) {  // Note [flash_v2 log-sum-exp]
     p.lse[(static_cast<std::int64_t>(b) * p.heads + h) * p.seq_q + i] = (max + log2f(total)) * kLn2;
   }

@@ -16,7 +16,7 @@ using namespace detail;  // NOLINT: the backend's own helpers
 // Element i (row-major over the merged shape) goes from src + offsets[0] to dst + offsets[1]. Only the element
 // size matters, so E is an unsigned integer of that size.
 template <typename E, typename Index>
-__global__ void strided_copy_kernel(const E* src, E* dst, Index n, OffsetCalculator<2, Index> calc) {
+__device__ __forceinline__ void copy_elements(const E* src, E* dst, Index n, const OffsetCalculator<2, Index>& calc) {
   const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
   for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
        i < n; i += stride) {
@@ -24,6 +24,11 @@ __global__ void strided_copy_kernel(const E* src, E* dst, Index n, OffsetCalcula
     calc.offsets(i, offsets);
     dst[offsets[1]] = src[offsets[0]];
   }
+}
+
+template <typename E, typename Index>
+__global__ void strided_copy_kernel(const E* src, E* dst, Index n, OffsetCalculator<2, Index> calc) {
+  copy_elements(src, dst, n, calc);
 }
 
 // The pairs of one batched launch (Note [Copies in one launch] in core/tensor.cpp): pair blockIdx.y copies srcs[y] to
@@ -37,15 +42,7 @@ struct PairPointers {
 
 template <typename E, typename Index>
 __global__ void strided_copy_pairs_kernel(PairPointers pairs, Index n, OffsetCalculator<2, Index> calc) {
-  const E* src = static_cast<const E*>(pairs.srcs[blockIdx.y]);
-  E* dst = static_cast<E*>(pairs.dsts[blockIdx.y]);
-  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
-  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
-       i < n; i += stride) {
-    Index offsets[2];
-    calc.offsets(i, offsets);
-    dst[offsets[1]] = src[offsets[0]];
-  }
+  copy_elements(static_cast<const E*>(pairs.srcs[blockIdx.y]), static_cast<E*>(pairs.dsts[blockIdx.y]), n, calc);
 }
 
 struct CopyGeometry {

@@ -102,12 +102,7 @@ std::vector<double> reference(const std::vector<float>& x, const std::vector<flo
   return out;
 }
 
-std::vector<float> floats_of(const Tensor& t) {
-  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
-  const Tensor f = host.dtype() == DType::kFloat32 ? host : ops::cast(host, DType::kFloat32);
-  const auto* p = static_cast<const float*>(f.data_ptr());
-  return std::vector<float>(p, p + f.numel());
-}
+using kernel_run::floats_of;
 
 Tensor random_half(const Shape& shape, DType dtype, std::mt19937& gen) {
   Tensor t = Tensor::empty(shape, DType::kFloat32);

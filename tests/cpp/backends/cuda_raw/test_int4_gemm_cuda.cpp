@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_run.h"
 #include "test_utils.h"
 #include "xpuruntime/device_manager.h"
 #include "xpuruntime/execution_policy.h"
@@ -43,12 +44,7 @@ Tensor random_bytes(const Shape& shape, std::mt19937& gen) {
   return t;
 }
 
-std::vector<float> floats_of(const Tensor& t) {
-  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
-  const Tensor f = host.dtype() == DType::kFloat32 ? host : ops::cast(host, DType::kFloat32);
-  const auto* p = static_cast<const float*>(f.data_ptr());
-  return std::vector<float>(p, p + f.numel());
-}
+using kernel_run::floats_of;
 
 // sum_k |x[m, k] * W[n, k]| from the host inputs: the scale of each output's rounding errors.
 std::vector<double> magnitudes(const Tensor& x, const Tensor& w, const Tensor& scales, const Tensor& zp,

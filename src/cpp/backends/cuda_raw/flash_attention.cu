@@ -418,11 +418,21 @@ class FlashDecodeKernel final : public Kernel {
     return check_flash_decode(desc);
   }
 
-  // Every descriptor it takes is a decode step, where flash_v2 runs H / Hkv times fewer blocks than heads x query
-  // blocks and no split of the keys (Note [Split-K decode attention]).
+  // Every descriptor it takes is a decode step, where flash_v2 runs one block per head and no split of the keys
+  // (Note [Split-K decode attention]). On an H200 (docs/benchmarks.md, 2026-12-05) it ran 8.4x faster than flash_v2
+  // at one row over 4,096 keys and 1.4x faster than cuDNN's fused attention for MQA, but 2.5-3.3x slower than cuDNN
+  // where batch x KV heads alone fill the device (64 x 8 over 576 keys, 16 x 8 over 4,096): there the dispatcher
+  // times it against the others at the node's shapes and keeps the fastest (Note [Timed first choices]).
+  static constexpr std::int64_t kTimedFromBlocks = 64;
   std::string ranks_first(const OpDescriptor& desc) const override {
     (void)desc;
     return "a decode step (Sq <= 8): split-K over the keys, one block per KV group and key range";
+  }
+  std::string timed_against_others(const OpDescriptor& desc) const override {
+    const flash::Params& p = config_of(desc).params;
+    const flash::DecodeSplit split = flash::decode_split(p, 1);
+    if (static_cast<std::int64_t>(p.batch) * p.kv_heads * split.row_chunks < kTimedFromBlocks) return {};
+    return "batch x KV heads fill the device without a split: cuDNN's fused attention may be faster";
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/,

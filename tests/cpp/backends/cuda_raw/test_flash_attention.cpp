@@ -969,6 +969,12 @@ TEST(FlashDecode, TakesDecodeStepsAndRanksFirstThere) {
     EXPECT_LT(at("flash_decode"), at("cudnn"));
   }
   EXPECT_TRUE(flash_kernel()->ranks_first(attention_desc({1, 32, 1, 64}, {1, 8, 300, 64}, {1, 8, 300, 64})).empty());
+  // Timed against cuDNN's where batch x KV heads alone make 64 blocks or more (docs/benchmarks.md), not below.
+  EXPECT_TRUE(decode_kernel()->timed_against_others(attention_desc({1, 32, 1, 64}, {1, 8, 576, 64},
+                                                                   {1, 8, 576, 64})).empty());
+  EXPECT_NE(decode_kernel()->timed_against_others(attention_desc({8, 32, 1, 64}, {8, 8, 576, 64}, {8, 8, 576, 64}))
+                .find("cuDNN"),
+            std::string::npos);
 }
 
 // Decode shapes against the cpu kernel: one key and thousands (one split and many), grouped heads (groups of 4, 8

@@ -239,12 +239,17 @@ TEST(GenerationStats, RatesAndOccupancyWithoutDividingByZero) {
   s.cache_length = 30;
   s.cache_capacity = 40;
   s.cache_bytes = 3 * 1024;
+  s.decode_feeds_ms = 0.4;  // Note [Where a decode step goes]: per step 0.1, 0.8, 0.05, 0.2, the rest 0.1
+  s.decode_run_ms = 3.2;
+  s.decode_commit_ms = 0.2;
+  s.decode_pick_ms = 0.8;
   EXPECT_DOUBLE_EQ(s.prefill_tokens_per_s(), 12000.0);
   EXPECT_DOUBLE_EQ(s.decode_tokens_per_s(), 2000.0);
   EXPECT_DOUBLE_EQ(s.ms_per_decode_step(), 1.25);
   EXPECT_DOUBLE_EQ(s.cache_occupancy(), 0.75);
   EXPECT_EQ(s.str(), "prefill 24 tokens in 2.00 ms (12000 tokens/s); decode 4 steps, 10 tokens in 5.00 ms (1.25 "
-                     "ms/step, 2000 tokens/s); cache 30 of 40 positions (75%), 3.0 KiB");
+                     "ms/step, 2000 tokens/s); a step feeds 0.100 ms, run 0.800, cache commit 0.050, token pick "
+                     "0.200, other 0.100; cache 30 of 40 positions (75%), 3.0 KiB");
 }
 
 // ---- PagedKvPool (Note [Paged KV pool]) ----

@@ -498,6 +498,12 @@ def test_continuous_batching_gives_each_request_its_tokens_alone(cached, engine)
     assert stats.decode_tokens == sum(limits) - 8  # the prefill makes each request's first token
     assert stats.blocks_used == 0 and stats.blocks_total == 40 and stats.block_size == 4
     assert "8 finished" in str(stats) and "tokens/s" in str(stats)
+    # Note [Where a decode step goes]: each part measured, none more than the whole, printed per step.
+    parts = (stats.decode_regather_ms, stats.decode_feeds_ms, stats.decode_run_ms, stats.decode_commit_ms,
+             stats.decode_pick_ms)
+    assert all(part >= 0 for part in parts) and stats.decode_run_ms > 0 and stats.decode_regather_ms > 0
+    assert sum(parts) <= stats.decode_ms * (1 + 1e-9)
+    assert f"a step regather {stats.decode_regather_ms / stats.decode_steps:.3f} ms, feeds " in str(stats)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -64,6 +64,14 @@ double ms_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
 }
 
+// The milliseconds since *at, which becomes now.
+double lap(std::chrono::steady_clock::time_point* at) {
+  const auto now = std::chrono::steady_clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - *at).count();
+  *at = now;
+  return ms;
+}
+
 }  // namespace
 
 struct ContinuousBatcher::Request {
@@ -110,9 +118,17 @@ std::string BatcherStats::str() const {
      << " tokens computed, "
      << shared_tokens << " shared) in " << prefill_ms << " ms; decode " << decode_steps << " steps, " << decode_tokens
      << " tokens in " << decode_ms << " ms (" << std::setprecision(0) << decode_tokens_per_s() << " tokens/s, up to "
-     << max_running << " requests a step, " << regathers << " batch changes); pool " << blocks_used << " of "
-     << blocks_total << " blocks of " << block_size << " in use, " << std::setprecision(1)
-     << static_cast<double>(pool_bytes) / 1024.0 << " KiB";
+     << max_running << " requests a step, " << regathers << " batch changes); ";
+  if (decode_steps > 0) {
+    const double steps = static_cast<double>(decode_steps);
+    const double other = decode_ms - decode_regather_ms - decode_feeds_ms - decode_run_ms - decode_commit_ms -
+                         decode_pick_ms;
+    os << std::setprecision(3) << "a step regather " << decode_regather_ms / steps << " ms, feeds "
+       << decode_feeds_ms / steps << ", run " << decode_run_ms / steps << ", cache commit " << decode_commit_ms / steps
+       << ", token pick " << decode_pick_ms / steps << ", other " << std::max(other, 0.0) / steps << "; ";
+  }
+  os << "pool " << blocks_used << " of " << blocks_total << " blocks of " << block_size << " in use, "
+     << std::setprecision(1) << static_cast<double>(pool_bytes) / 1024.0 << " KiB";
   return os.str();
 }
 
@@ -487,8 +503,10 @@ void ContinuousBatcher::regather() {
 void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   const Profiler::Range range = Profiler::range(kDecodeRange);  // Note [Generation ranges]
   const auto begin = std::chrono::steady_clock::now();
+  auto at = begin;  // Note [Where a decode step goes] in generator.cpp
   const Device device = session_->options().device;
   if (working_rows_ != running_ || (static_layout_ && working_length_ >= working_capacity_)) regather();
+  stats_.decode_regather_ms += lap(&at);
   const auto batch = static_cast<std::int64_t>(running_.size());
   const std::int64_t rows = static_layout_ ? working_batch_ : batch;
   // The past fed: the filled positions, or the static layout's whole buffer (Note [Static decode steps of the
@@ -539,7 +557,9 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
     }
   }
   binding.bind_output(signature_.logits, device);  // Note [Logits read back] in step_io.cpp
+  stats_.decode_feeds_ms += lap(&at);
   session_->run_with_binding(binding);
+  stats_.decode_run_ms += lap(&at);
   const Tensor logits = step_io::bound_output(binding, signature_.logits);
   if (static_layout_) {  // the step's position into the buffer (Note [Static decode steps of the batcher])
     const std::int64_t total = working_capacity_ + (in_place_ ? 1 : 0);
@@ -561,12 +581,14 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
     working_[s] = std::move(present);
   }
   ++working_length_;
+  stats_.decode_commit_ms += lap(&at);
   std::vector<Request*> group;
   for (std::int64_t id : running_) group.push_back(&request(id));
   XPURT_CHECK_TYPE(logits.dim() == 3, "logits output '", signature_.logits, "' should be [batch, seq, vocab], got ",
                    logits.str());
   const std::vector<std::int64_t> tokens =
       pick_tokens(logits, std::vector<std::int64_t>(static_cast<std::size_t>(rows), logits.shape()[1] - 1), group);
+  stats_.decode_pick_ms += lap(&at);
   std::vector<std::int64_t> still_running;
   for (std::int64_t row = 0; row < batch; ++row) {
     Request& r = *group[static_cast<std::size_t>(row)];

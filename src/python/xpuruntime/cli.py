@@ -1212,7 +1212,8 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
 _BATCHER_STATS = ("waiting", "running", "finished", "steps", "prefills", "prefill_runs", "prefill_tokens",
                   "shared_tokens",
                   "decode_steps", "decode_tokens", "decode_tokens_per_s", "max_running", "regathers", "prefill_ms",
-                  "decode_ms", "blocks_total", "blocks_used", "block_size", "pool_bytes")
+                  "decode_ms", "decode_regather_ms", "decode_feeds_ms", "decode_run_ms", "decode_commit_ms",
+                  "decode_pick_ms", "blocks_total", "blocks_used", "block_size", "pool_bytes")
 
 
 # The fields of GenerationStats that `generate --json` writes (docs/generation.md "Statistics").

@@ -409,6 +409,11 @@ struct XPURT_API BatcherStats {
   std::int64_t max_running = 0;      // the most requests decoded in one step
   std::int64_t regathers = 0;        // decode steps whose batch changed (the past rebuilt from the pool)
   double prefill_ms = 0.0, decode_ms = 0.0;
+  // Where the decode steps' time went (Note [Where a decode step goes] in generator.cpp), summed: the past rebuilt
+  // from the pool when the batch changed, the feeds made and bound, the run, the cache's new positions moved, the
+  // tokens picked; the rest of decode_ms is bookkeeping.
+  double decode_regather_ms = 0.0, decode_feeds_ms = 0.0, decode_run_ms = 0.0, decode_commit_ms = 0.0;
+  double decode_pick_ms = 0.0;
   std::int64_t blocks_total = 0, blocks_used = 0, block_size = 0;
   std::size_t pool_bytes = 0;
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_tokens * 1e3 / decode_ms : 0.0; }

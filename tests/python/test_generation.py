@@ -449,6 +449,11 @@ def test_cli_generate_continuous(cached, tmp_path):
     result = json.loads(out)
     assert code == 0 and result["continuous"] and result["stats"]["prefills"] == 5
     assert result["tokens"] == [row[:3] for row in alone]
+    assert result["stats"]["preemptions"] == 0 and result["stats"]["recomputed_tokens"] == 0
+    code, out, err = run_cli("generate", path, *args, "--max-new-tokens", "5", "--continuous", "--block-size", "4",
+                             "--num-blocks", "8", "--reservation", "whole_length", "--explain")
+    assert code == 0, err
+    assert out.splitlines() == [",".join(map(str, row)) for row in alone] and "reserved at admission" in err
     code, _, err = run_cli("generate", path, *args, "--continuous", "--no-cache")
     assert code == 2 and "--no-cache" in err
 
@@ -622,17 +627,77 @@ def test_shared_prefixes_are_computed_once(cached):
 
 
 def test_a_full_pool_makes_requests_wait_not_fail(cached):
-    """A pool of 6 blocks of 4 holds one request of 20 positions at a time: the others wait their turn, in order."""
+    """Whole-length reservation: a pool of 6 blocks of 4 holds one request of 20 positions at a time: the others
+    wait their turn, in order, and nothing is preempted."""
     prompts = mixed_prompts(3, seed=4)
     prompts = [p[:8] + [1] * (8 - len(p[:8])) for p in prompts]  # 8 tokens each, + 12 new = 20 positions = 5 blocks
     alone = [Generator(cached, greedy(12)).generate(p) for p in prompts]
     batcher = ContinuousBatcher(cached, greedy(12), PagedCacheConfig(max_batch=3, block_size=4, num_blocks=6,
-                                                                     share_prefixes=False))
+                                                                     share_prefixes=False, reservation="whole_length"))
     ids = [batcher.submit(p) for p in prompts]
     batcher.step()
     assert batcher.stats.running == 1 and batcher.stats.waiting == 2 and batcher.stats.blocks_used == 5
+    assert "whole length (prompt + max_new_tokens) reserved at admission" in batcher.explain()
     out = batcher.run()
-    assert [out[i] for i in ids] == alone and batcher.stats.max_running == 1
+    assert [out[i] for i in ids] == alone and batcher.stats.max_running == 1 and batcher.stats.preemptions == 0
+
+
+def serve_all(model, config, cache, prompts, engine="native", limits=None, watch=None):
+    """Every prompt a request (its own limit where `limits` gives one); the tokens in submit order, the batcher."""
+    batcher = ContinuousBatcher(model, config, cache, engine=engine)
+    ids = [batcher.submit(p, None if limits is None else greedy(n)) for p, n in zip(prompts, limits or prompts)]
+    while not batcher.idle:
+        batcher.step()
+        if watch is not None:
+            watch(batcher)
+    return [batcher.tokens(i) for i in ids], batcher
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_blocks_on_demand_run_more_requests_and_preemption_keeps_every_token(cached, engine):
+    """Note [Blocks on demand]: with the default reservation a request takes its prompt's blocks and then one block
+    at a time, so more requests run at once than with whole-length reservation; when the pool runs dry the request
+    submitted last is preempted and prefilled again later with the tokens it had made. Every request's tokens are
+    still those it makes alone (greedy), and a sampled request draws what it draws without preemption."""
+    prompts = mixed_prompts(8, seed=3)
+    cache = dict(max_batch=8, block_size=4, num_blocks=16, share_prefixes=False)
+    alone = [Generator(cached, greedy(12), engine=engine).generate(p) for p in prompts]
+    whole, reserved = serve_all(cached, greedy(12), PagedCacheConfig(**cache, reservation="whole_length"), prompts,
+                                engine)
+    seen = []
+
+    def watch(batcher):
+        if "(preempted: its" in batcher.explain():
+            seen.append(batcher.explain())
+
+    lazy, batcher = serve_all(cached, greedy(12), PagedCacheConfig(**cache), prompts, engine, watch=watch)
+    assert lazy == alone and whole == alone
+    stats = batcher.stats
+    assert stats.preemptions > 0 and stats.recomputed_tokens > 0 and seen, str(stats)
+    assert stats.max_running > reserved.stats.max_running and reserved.stats.preemptions == 0
+    assert stats.prefills == len(prompts) + stats.preemptions and stats.blocks_used == 0
+    assert f"{stats.preemptions} preemptions, {stats.recomputed_tokens} tokens recomputed" in str(stats)
+    assert "blocks: on demand" in batcher.explain() and batcher.cache_config.reservation == "on_demand"
+    sampled = GenerationConfig(max_new_tokens=12, do_sample=True, top_k=8, seed=3)
+    drawn, without = serve_all(cached, sampled, PagedCacheConfig(**cache, reservation="whole_length"), prompts, engine)
+    redrawn, with_preemption = serve_all(cached, sampled, PagedCacheConfig(**cache), prompts, engine)
+    assert with_preemption.stats.preemptions > 0 and without.stats.preemptions == 0
+    assert redrawn == drawn
+
+
+def test_preemption_gives_the_blocks_to_the_request_submitted_first(cached):
+    """Two requests that each need most of the pool: the first always runs to its end, the second is preempted as
+    often as it must be and finishes after it, with its own tokens."""
+    prompts = [mixed_prompts(7, seed=5)[6][:13], mixed_prompts(7, seed=6)[6][:13]]  # 13 tokens + 16 new: 8 blocks
+    alone = [Generator(cached, greedy(16)).generate(p) for p in prompts]
+    finished = []
+
+    def watch(batcher):
+        finished.extend(i for i in (0, 1) if batcher.finished(i) and i not in finished)
+
+    out, batcher = serve_all(cached, greedy(16), PagedCacheConfig(max_batch=2, block_size=4, num_blocks=10),
+                             prompts, watch=watch)
+    assert out == alone and finished == [0, 1] and batcher.stats.preemptions >= 1
 
 
 def test_continuous_batching_samples_per_request_reproducibly(cached):
@@ -672,6 +737,8 @@ def test_continuous_batching_errors(cached, uncached):
         PagedCacheConfig(block_size=0)
     with pytest.raises(xrt.InvalidArgumentError, match="max_batch"):
         PagedCacheConfig(max_batch=-1)
+    with pytest.raises(xrt.InvalidArgumentError, match="'on_demand' or 'whole_length', got 'lazy'"):
+        PagedCacheConfig(reservation="lazy")
     batcher = ContinuousBatcher(cached, greedy(60), PagedCacheConfig(max_batch=1, block_size=4, num_blocks=3))
     with pytest.raises(xrt.InvalidArgumentError, match="needs 16 blocks"):
         batcher.submit([1, 2])

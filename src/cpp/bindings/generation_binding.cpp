@@ -179,21 +179,25 @@ void bind_continuous_batcher(py::module_& m) {
   using generation::ContinuousBatcher;
   using generation::PagedCacheConfig;
   py::class_<PagedCacheConfig>(m, "PagedCacheConfig", "How a ContinuousBatcher holds its requests' caches.")
-      .def(py::init([](std::int64_t max_batch, std::int64_t block_size, std::int64_t num_blocks, bool share_prefixes) {
+      .def(py::init([](std::int64_t max_batch, std::int64_t block_size, std::int64_t num_blocks, bool share_prefixes,
+                       const std::string& reservation) {
              PagedCacheConfig c;
              c.max_batch = max_batch;
              c.block_size = block_size;
              c.num_blocks = num_blocks;
              c.share_prefixes = share_prefixes;
+             c.reservation = generation::parse_block_reservation(reservation);
              c.validate();
              return c;
            }),
            py::kw_only(), py::arg("max_batch") = 8, py::arg("block_size") = 16, py::arg("num_blocks") = 0,
-           py::arg("share_prefixes") = true)
+           py::arg("share_prefixes") = true, py::arg("reservation") = "on_demand")
       .def_readonly("max_batch", &PagedCacheConfig::max_batch)
       .def_readonly("block_size", &PagedCacheConfig::block_size)
       .def_readonly("num_blocks", &PagedCacheConfig::num_blocks)
       .def_readonly("share_prefixes", &PagedCacheConfig::share_prefixes)
+      .def_property_readonly(
+          "reservation", [](const PagedCacheConfig& c) { return generation::block_reservation_name(c.reservation); })
       .def("__repr__", &PagedCacheConfig::str);
   py::class_<BatchEvent>(m, "BatchEvent", "A token one step made for a request.")
       .def_readonly("request", &BatchEvent::request)
@@ -216,6 +220,8 @@ void bind_continuous_batcher(py::module_& m) {
       .def_readonly("decode_tokens", &BatcherStats::decode_tokens)
       .def_readonly("max_running", &BatcherStats::max_running)
       .def_readonly("regathers", &BatcherStats::regathers)
+      .def_readonly("preemptions", &BatcherStats::preemptions)
+      .def_readonly("recomputed_tokens", &BatcherStats::recomputed_tokens)
       .def_readonly("prefill_ms", &BatcherStats::prefill_ms)
       .def_readonly("decode_ms", &BatcherStats::decode_ms)
       .def_readonly("decode_regather_ms", &BatcherStats::decode_regather_ms)

@@ -24,11 +24,10 @@ using step_io::ceil_div;
 // Note [Continuous batching]
 // Requests come and go between decode steps; each keeps its cache in a PagedKvPool (Note [Paged KV pool]) under a
 // block table. A step:
-//   1. admits waiting requests, first come first served, while fewer than max_batch run and the pool has the blocks
-//      of the request's whole length (prompt + its new-token limit: reserved at admission, so a running request
-//      never runs out of blocks and nothing is preempted; a request that finishes early returns them). A request
-//      that does not fit yet waits, and so does every request behind it (no overtaking: a long request is not
-//      starved by short ones);
+//   1. admits waiting requests, first come first served, while fewer than max_batch run and the pool has the
+//      blocks the request needs now (Note [Blocks on demand]: its prompt's and its first new token's, or with
+//      BlockReservation::kWholeLength its whole length, prompt + new-token limit). A request that does not fit yet
+//      waits, and so does every request behind it (no overtaking: a long request is not starved by short ones);
 //   2. prefills the admitted requests: those that share nothing together in one padded run; one whose first full
 //      prompt blocks equal an earlier request's (the hash of every token up to the block's end) alone, with those
 //      blocks taken from the pool and fed as the past, so that only the rest of its prompt is computed (at least one
@@ -45,6 +44,22 @@ using step_io::ceil_div;
 // each change of the batch, one copy of every running request's cache out of and into the pool. On a GPU those copies
 // are one strided copy per run of consecutive blocks, row and slot; a gather kernel driven by the block tables (one
 // launch per slot) and an attention that reads the blocks in place are not written yet (docs/generation.md).
+//
+// Note [Blocks on demand]
+// Reserving a request's whole length at admission (prompt + max_new_tokens) never runs out of blocks, but holds
+// blocks for tokens that are never made: a request that stops early, or one whose limit is generous, keeps others
+// waiting while most of its blocks stay empty. With BlockReservation::kOnDemand (the default, as vLLM does) a request
+// is admitted with the blocks of its prompt and of its first new token's position; before each decode step every
+// running request whose next position starts a new block takes one (grow_blocks). When the pool has no block left,
+// the running request submitted last is preempted (it may be the one asking): its blocks are released, it goes back
+// to the waiting queue ahead of every request submitted after it, and when it is admitted again its prompt and the
+// tokens it had made are prefilled together (recompute, not a swap to the host: the prefill's last logits give its
+// next token, so nothing it made is lost or made twice, and its sampler's stream and repetition history carry on).
+// The request submitted first can always grow (preempting every later one frees every block it does not hold, and
+// submit() refused a request whose whole length cannot fit the pool), so the batch always makes progress. Admission
+// keeps a block free for each request already running or admitted in the same step (each may need one at the next
+// step), so that a request is not admitted only to be preempted at once. stats.preemptions and
+// stats.recomputed_tokens count what this costs.
 
 namespace {
 
@@ -80,6 +95,7 @@ struct ContinuousBatcher::Request {
   Sampler sampler;
   std::mt19937_64 rng;
   std::vector<std::int64_t> prompt;
+  std::vector<std::int64_t> fed;        // what a prefill computes: the prompt, after a preemption + the tokens made
   std::vector<std::int64_t> generated;
   std::vector<std::int64_t> seen;       // prompt + generated: the repetition penalty's
   std::vector<std::int64_t> blocks;     // the block table
@@ -91,7 +107,7 @@ struct ContinuousBatcher::Request {
 
   Request(std::int64_t id_, GenerationConfig c, std::vector<std::int64_t> p)
       : id(id_), config(std::move(c)), sampler(config), rng(Sampler::row_stream(config.seed, id_)),
-        prompt(std::move(p)), seen(prompt) {}
+        prompt(std::move(p)), fed(prompt), seen(prompt) {}
   std::int64_t positions_needed() const { return static_cast<std::int64_t>(prompt.size()) + limit_new; }
 };
 
@@ -108,7 +124,19 @@ void PagedCacheConfig::validate() const {
 
 std::string PagedCacheConfig::str() const {
   return detail::str_cat("PagedCacheConfig(max_batch=", max_batch, ", block_size=", block_size,
-                         ", num_blocks=", num_blocks, ", share_prefixes=", share_prefixes ? "True" : "False", ")");
+                         ", num_blocks=", num_blocks, ", share_prefixes=", share_prefixes ? "True" : "False",
+                         ", reservation='", block_reservation_name(reservation), "')");
+}
+
+const char* block_reservation_name(BlockReservation reservation) {
+  return reservation == BlockReservation::kOnDemand ? "on_demand" : "whole_length";
+}
+
+BlockReservation parse_block_reservation(const std::string& name) {
+  if (name == "on_demand") return BlockReservation::kOnDemand;
+  if (name == "whole_length") return BlockReservation::kWholeLength;
+  throw InvalidArgumentError(
+      detail::str_cat("PagedCacheConfig.reservation must be 'on_demand' or 'whole_length', got '", name, "'"));
 }
 
 std::string BatcherStats::str() const {
@@ -118,7 +146,8 @@ std::string BatcherStats::str() const {
      << " tokens computed, "
      << shared_tokens << " shared) in " << prefill_ms << " ms; decode " << decode_steps << " steps, " << decode_tokens
      << " tokens in " << decode_ms << " ms (" << std::setprecision(0) << decode_tokens_per_s() << " tokens/s, up to "
-     << max_running << " requests a step, " << regathers << " batch changes); ";
+     << max_running << " requests a step, " << regathers << " batch changes, " << preemptions << " preemptions, "
+     << recomputed_tokens << " tokens recomputed); ";
   if (decode_steps > 0) {
     const double steps = static_cast<double>(decode_steps);
     const double other = decode_ms - decode_regather_ms - decode_feeds_ms - decode_run_ms - decode_commit_ms -
@@ -209,6 +238,7 @@ std::vector<BatchEvent> ContinuousBatcher::step() {
   std::vector<BatchEvent> events;
   if (idle()) return events;
   admit(events);
+  if (!running_.empty()) grow_blocks();
   if (!running_.empty()) decode(events);
   ++stats_.steps;
   return events;
@@ -227,12 +257,12 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
   while (!waiting_.empty() &&
          static_cast<std::int64_t>(running_.size() + pending.size()) < cache_config_.max_batch) {
     Request& r = request(waiting_.front());
-    const auto prompt_length = static_cast<std::int64_t>(r.prompt.size());
+    const auto prompt_length = static_cast<std::int64_t>(r.fed.size());
     // The prompt's full blocks and their keys; those already in the pool are shared (at least one token computed).
     r.keys.clear();
     std::uint64_t key = 0;
     for (std::int64_t b = 0; (b + 1) * block <= prompt_length; ++b) {
-      key = block_key(key, r.prompt.data() + b * block, block);
+      key = block_key(key, r.fed.data() + b * block, block);
       r.keys.push_back(key);
     }
     if (cache_config_.share_prefixes && !r.keys.empty() &&
@@ -249,9 +279,15 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
         shared.push_back(*found);
       }
     }
-    const std::int64_t needed = ceil_div(r.positions_needed(), block) - static_cast<std::int64_t>(shared.size());
+    // Note [Blocks on demand]: the prompt's and the first new token's blocks, a block left for every request that
+    // runs; or the whole length.
+    const bool on_demand = cache_config_.reservation == BlockReservation::kOnDemand;
+    const std::int64_t positions = on_demand ? std::min(prompt_length + 1, r.positions_needed()) : r.positions_needed();
+    const std::int64_t needed = ceil_div(positions, block) - static_cast<std::int64_t>(shared.size());
+    const auto headroom = on_demand ? static_cast<std::int64_t>(running_.size() + pending.size()) : 0;
+    if (pool_->free_blocks() - needed < headroom) break;  // waits (and everyone behind it) until blocks are released
     auto fresh = pool_->allocate(needed);
-    if (!fresh) break;  // waits (and so does everyone behind it) until blocks are released
+    XPURT_INTERNAL_ASSERT(fresh.has_value(), "the free blocks were counted");
     for (std::int64_t b : shared) pool_->retain(b);
     r.blocks = shared;
     r.blocks.insert(r.blocks.end(), fresh->begin(), fresh->end());
@@ -277,7 +313,7 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   XPURT_INTERNAL_ASSERT(past == 0 || group.size() == 1, "a prefill over a past is one request's");
   const auto rows = static_cast<std::int64_t>(group.size());
   std::int64_t width = 0;  // the fed positions (padding included)
-  for (const Request* r : group) width = std::max(width, static_cast<std::int64_t>(r->prompt.size()) - past);
+  for (const Request* r : group) width = std::max(width, static_cast<std::int64_t>(r->fed.size()) - past);
   // The static layout buckets a prefill without a past too (Note [Static decode steps of the batcher]): its rows as
   // the decode batch's, its width to a multiple of 16 (more left padding); filler rows are one pad token.
   const bool bucketed = static_layout_ && past == 0;
@@ -286,11 +322,11 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   std::vector<std::vector<std::int64_t>> ids, mask;
   std::vector<std::int64_t> offsets;  // where each row's fed tokens start among the `width` positions
   for (const Request* r : group) {
-    const std::int64_t fed = static_cast<std::int64_t>(r->prompt.size()) - past;
+    const std::int64_t fed = static_cast<std::int64_t>(r->fed.size()) - past;
     const std::int64_t pad = width - fed;
     const std::int64_t at = right_padded_ ? 0 : pad;
     std::vector<std::int64_t> row(static_cast<std::size_t>(width), r->config.pad_token_id);
-    std::copy(r->prompt.begin() + past, r->prompt.end(), row.begin() + at);
+    std::copy(r->fed.begin() + past, r->fed.end(), row.begin() + at);
     std::vector<std::int64_t> m(static_cast<std::size_t>(past + width), 0);
     std::fill_n(m.begin() + past + at, fed, 1);
     std::fill_n(m.begin(), past, 1);
@@ -339,7 +375,7 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     const std::int64_t head_dim = present.shape()[3];
     for (std::int64_t i = 0; i < rows; ++i) {
       Request& r = *group[static_cast<std::size_t>(i)];
-      const std::int64_t fed = static_cast<std::int64_t>(r.prompt.size()) - past;
+      const std::int64_t fed = static_cast<std::int64_t>(r.fed.size()) - past;
       const std::int64_t first = past + offsets[static_cast<std::size_t>(i)];  // the row's first fed position
       const Tensor fresh = Tensor::from_blob(
           static_cast<char*>(present.data_ptr()) +
@@ -364,18 +400,20 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   for (std::int64_t i = 0; i < rows && !last_only; ++i) {
     positions[static_cast<std::size_t>(i)] =
         offsets[static_cast<std::size_t>(i)] +
-        static_cast<std::int64_t>(group[static_cast<std::size_t>(i)]->prompt.size()) - past - 1;
+        static_cast<std::int64_t>(group[static_cast<std::size_t>(i)]->fed.size()) - past - 1;
   }
   const std::vector<std::int64_t> tokens = pick_tokens(logits, positions, group);
   for (std::int64_t i = 0; i < rows; ++i) {
     Request& r = *group[static_cast<std::size_t>(i)];
-    const auto length = static_cast<std::int64_t>(r.prompt.size());
+    const auto length = static_cast<std::int64_t>(r.fed.size());
     r.length = r.synced = length;
     // The prompt's full blocks computed here are there for later requests to share.
     for (std::size_t b = 0; b < r.keys.size(); ++b) pool_->register_prefix(r.keys[b], r.blocks[b]);
     ++stats_.prefills;
     stats_.prefill_tokens += length - past;
     stats_.shared_tokens += past;
+    // A preempted request's (Note [Blocks on demand]).
+    if (!r.generated.empty()) stats_.recomputed_tokens += length - past;
     if (take_token(r, tokens[static_cast<std::size_t>(i)], events)) running_.push_back(r.id);
   }
   stats_.prefill_ms += ms_since(begin);
@@ -414,6 +452,39 @@ void ContinuousBatcher::retire(Request& r) {
   pool_->release(r.blocks);
   r.blocks.clear();
   ++stats_.finished;
+}
+
+void ContinuousBatcher::grow_blocks() {
+  // Note [Blocks on demand]: oldest first, so that the requests submitted last are the ones preempted.
+  const std::int64_t block = pool_->block_size();
+  std::vector<std::int64_t> order = running_;  // (a request readmitted after a preemption runs after later ones)
+  std::sort(order.begin(), order.end());
+  for (std::int64_t id : order) {
+    Request& r = request(id);
+    while (!r.blocks.empty() && static_cast<std::int64_t>(r.blocks.size()) * block <= r.length) {
+      if (auto fresh = pool_->allocate(1)) {
+        r.blocks.push_back(fresh->front());
+        continue;
+      }
+      Request& victim = request(*std::max_element(running_.begin(), running_.end()));
+      preempt(victim);
+      if (&victim == &r) break;
+    }
+  }
+}
+
+void ContinuousBatcher::preempt(Request& r) {
+  // Its cache is dropped (the rows that stay are written back at the regather, this one is skipped: nothing left
+  // to write); its prompt and the tokens it made are prefilled again at its next admission (Note [Blocks on demand]).
+  pool_->release(r.blocks);
+  r.blocks.clear();
+  r.keys.clear();
+  r.length = r.synced = 0;
+  r.fed = r.prompt;
+  r.fed.insert(r.fed.end(), r.generated.begin(), r.generated.end());
+  running_.erase(std::find(running_.begin(), running_.end(), r.id));
+  waiting_.insert(std::lower_bound(waiting_.begin(), waiting_.end(), r.id), r.id);  // ahead of those after it
+  ++stats_.preemptions;
 }
 
 // Note [Static decode steps of the batcher]
@@ -630,6 +701,13 @@ std::string ContinuousBatcher::explain() const {
      << st.blocks_used << " in use, " << shared << " shared by more than one request; prefix sharing "
      << (cache_config_.share_prefixes ? "on" : "off") << "; rows " << (right_padded_ ? "right" : "left")
      << "-padded\n";
+  if (cache_config_.reservation == BlockReservation::kOnDemand) {
+    os << "blocks: on demand (Note [Blocks on demand]): a request's prompt at admission, one more as decoding fills "
+          "one, the request submitted last preempted and recomputed when none is free; "
+       << st.preemptions << " preemptions, " << st.recomputed_tokens << " tokens recomputed\n";
+  } else {
+    os << "blocks: a request's whole length (prompt + max_new_tokens) reserved at admission, never preempted\n";
+  }
   os << "decode: ";
   if (static_layout_) {
     std::size_t bytes = 0;  // the working buffers and the scratch presents, beside the pool
@@ -651,14 +729,19 @@ std::string ContinuousBatcher::explain() const {
        << r.generated.size() << " of " << r.limit_new;
     if (!r.blocks.empty()) {
       os << ", cached " << r.length << " of " << r.blocks.size() * static_cast<std::size_t>(pool_->block_size())
-         << " reserved positions, blocks [";
+         << " positions in its blocks, blocks [";
       for (std::size_t b = 0; b < r.blocks.size(); ++b) {
         const int refs = pool_->references(r.blocks[b]);
         os << (b ? ", " : "") << r.blocks[b] << (refs > 1 ? "*" + std::to_string(refs) : "");
       }
       os << "]";
     } else {
-      os << ", needs " << (r.positions_needed() + pool_->block_size() - 1) / pool_->block_size() << " blocks";
+      const auto fed = static_cast<std::int64_t>(r.fed.size());
+      const std::int64_t now = cache_config_.reservation == BlockReservation::kOnDemand
+                                   ? std::min(fed + 1, r.positions_needed())
+                                   : r.positions_needed();
+      os << ", needs " << ceil_div(now, pool_->block_size()) << " blocks";
+      if (!r.generated.empty()) os << " (preempted: its " << fed << " tokens are prefilled again)";
     }
     os << "\n";
   };

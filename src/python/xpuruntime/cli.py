@@ -271,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-blocks", type=_non_negative_int, default=0,
                    help="--continuous: blocks in the pool (0: max-batch x the blocks of 1024 positions)")
     p.add_argument("--no-prefix-sharing", action="store_true", help="--continuous: compute every prompt in full")
+    p.add_argument("--reservation", choices=("on_demand", "whole_length"), default="on_demand",
+                   help="--continuous: a request's blocks as decoding needs them, preempting the request submitted "
+                        "last when the pool is full (on_demand), or its whole length at admission (whole_length)")
     return parser
 
 
@@ -1174,7 +1177,7 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
     if args.no_cache:
         raise UsageError("--continuous needs the model's cache; drop --no-cache")
     cache = PagedCacheConfig(max_batch=args.max_batch, block_size=args.block_size, num_blocks=args.num_blocks,
-                             share_prefixes=not args.no_prefix_sharing)
+                             share_prefixes=not args.no_prefix_sharing, reservation=args.reservation)
     batcher = ContinuousBatcher(make_session(args), config, cache)
     start = time.perf_counter()
     ids = [batcher.submit(p) for p in prompts]
@@ -1211,7 +1214,8 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
 # The fields of BatcherStats that `generate --continuous --json` writes.
 _BATCHER_STATS = ("waiting", "running", "finished", "steps", "prefills", "prefill_runs", "prefill_tokens",
                   "shared_tokens",
-                  "decode_steps", "decode_tokens", "decode_tokens_per_s", "max_running", "regathers", "prefill_ms",
+                  "decode_steps", "decode_tokens", "decode_tokens_per_s", "max_running", "regathers", "preemptions",
+                  "recomputed_tokens", "prefill_ms",
                   "decode_ms", "decode_regather_ms", "decode_feeds_ms", "decode_run_ms", "decode_commit_ms",
                   "decode_pick_ms", "blocks_total", "blocks_used", "block_size", "pool_bytes")
 

@@ -217,9 +217,15 @@ block_size : int
     Positions per cache block (default 16).
 num_blocks : int
     Blocks in the pool, allocated once on the session's device; 0 (default): ``max_batch`` x the blocks of 1024
-    positions. A request reserves the blocks of its prompt plus its new-token limit when it is admitted.
+    positions.
 share_prefixes : bool
     A prompt's full blocks equal to those of a request already in the pool are shared, not recomputed (default True).
+reservation : str
+    When a request takes its blocks. ``"on_demand"`` (default): its prompt's at admission and one more whenever
+    decoding fills a block; when the pool has none free, the request submitted last is preempted and, once admitted
+    again, its prompt and the tokens it made are prefilled again (``stats.preemptions``, ``stats.recomputed_tokens``).
+    ``"whole_length"``: the blocks of its prompt plus its new-token limit at admission, never preempted (fewer
+    requests run at once).
 """
 
 
@@ -297,7 +303,7 @@ class ContinuousBatcher:
 
     def explain(self) -> str:
         """What the batcher holds: the pool (blocks, bytes, in use, shared) and every waiting and running request with
-        its length, reserved positions and block table."""
+        its length, the positions its blocks hold and its block table."""
         return self._batcher.explain()
 
     @property

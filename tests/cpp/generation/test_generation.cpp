@@ -362,6 +362,20 @@ TEST(PagedCacheConfig, ChecksEveryField) {
   c.num_blocks = -1;
   EXPECT_THROW(c.validate(), InvalidArgumentError);
   EXPECT_NE(PagedCacheConfig{}.str().find("block_size=16"), std::string::npos);
+  EXPECT_NE(PagedCacheConfig{}.str().find("reservation='on_demand'"), std::string::npos);
+}
+
+TEST(PagedCacheConfig, ReservationNamesRoundTrip) {
+  for (const BlockReservation r : {BlockReservation::kOnDemand, BlockReservation::kWholeLength}) {
+    EXPECT_EQ(parse_block_reservation(block_reservation_name(r)), r);
+  }
+  EXPECT_STREQ(block_reservation_name(BlockReservation::kWholeLength), "whole_length");
+  try {
+    parse_block_reservation("lazy");
+    FAIL() << "an unknown reservation was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("'on_demand' or 'whole_length', got 'lazy'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DecoderSignature, RecognisesTransformersExports) {

@@ -336,12 +336,24 @@ class XPURT_API Generator {
 
 // ---- Continuous batching over a paged cache (Note [Continuous batching] in generation/continuous_batcher.cpp) ----
 
+// When a ContinuousBatcher takes a request's cache blocks (Note [Blocks on demand] in
+// generation/continuous_batcher.cpp).
+enum class BlockReservation {
+  kOnDemand,     // the prompt's blocks (and the first new token's) at admission, one more whenever decoding fills a
+                 // block; when the pool has none left, the request submitted last is preempted and recomputed later
+  kWholeLength,  // every block of the prompt and the new-token limit at admission: never preempts, runs fewer at once
+};
+XPURT_API const char* block_reservation_name(BlockReservation reservation);  // "on_demand", "whole_length"
+// InvalidArgumentError naming the accepted names for any other.
+XPURT_API BlockReservation parse_block_reservation(const std::string& name);
+
 // How a ContinuousBatcher holds its requests' caches. validate() raises InvalidArgumentError naming the bad field.
 struct XPURT_API PagedCacheConfig {
   std::int64_t max_batch = 8;     // requests decoded together at most (> 0)
   std::int64_t block_size = 16;   // positions per block (> 0)
   std::int64_t num_blocks = 0;    // blocks in the pool; 0: max_batch x the blocks of 1024 positions
   bool share_prefixes = true;     // a prompt's full blocks equal to another request's are shared, not recomputed
+  BlockReservation reservation = BlockReservation::kOnDemand;
   void validate() const;
   std::string str() const;
 };
@@ -408,6 +420,8 @@ struct XPURT_API BatcherStats {
   std::int64_t decode_tokens = 0;
   std::int64_t max_running = 0;      // the most requests decoded in one step
   std::int64_t regathers = 0;        // decode steps whose batch changed (the past rebuilt from the pool)
+  std::int64_t preemptions = 0;      // running requests sent back to wait for blocks (Note [Blocks on demand])
+  std::int64_t recomputed_tokens = 0;  // positions the prefills of preempted requests computed again
   double prefill_ms = 0.0, decode_ms = 0.0;
   // Where the decode steps' time went (Note [Where a decode step goes] in generator.cpp), summed: the past rebuilt
   // from the pool when the batch changed, the feeds made and bound, the run, the cache's new positions moved, the
@@ -434,8 +448,9 @@ class XPURT_API ContinuousBatcher {
   // for an empty prompt, a bad config, or a request whose prompt and new tokens could never fit the pool.
   std::int64_t submit(const std::vector<std::int64_t>& prompt, std::optional<GenerationConfig> config = std::nullopt);
   // Admits waiting requests while the batch and the pool have room (first come, first served: a request that does
-  // not fit yet waits, and so do those behind it), prefills each, then runs one decode step of the running batch.
-  // The tokens made, in order; empty when there was nothing to do.
+  // not fit yet waits, and so do those behind it), prefills each, gives every running request the block its next
+  // position needs (preempting the requests submitted last when the pool has none: Note [Blocks on demand]), then
+  // runs one decode step of the running batch. The tokens made, in order; empty when there was nothing to do.
   std::vector<BatchEvent> step();
   bool idle() const { return waiting_.empty() && running_.empty(); }
   bool finished(std::int64_t request) const;
@@ -456,6 +471,9 @@ class XPURT_API ContinuousBatcher {
   void prefill(const std::vector<Request*>& group, std::vector<BatchEvent>& events);
   void decode(std::vector<BatchEvent>& events);
   void regather();
+  // Note [Blocks on demand]: every running request's block for the position the next step writes.
+  void grow_blocks();
+  void preempt(Request& r);
   // Each row's token from its logits at `positions` (Note [Logits read back] in generation/step_io.cpp).
   std::vector<std::int64_t> pick_tokens(const Tensor& logits, const std::vector<std::int64_t>& positions,
                                         const std::vector<Request*>& rows);

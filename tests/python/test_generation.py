@@ -626,6 +626,36 @@ def test_shared_prefixes_are_computed_once(cached):
     assert [out[i] for i in ids] == alone and unshared.stats.shared_tokens == 0
 
 
+def test_a_finished_requests_prefix_stays_cached_until_its_blocks_are_needed(cached):
+    """Note [Cached prefixes]: the blocks of a finished request's prompt stay findable while the pool does not need
+    them, so a later request with the same first 9 tokens computes only the rest; once other requests have taken
+    those blocks, the prefix is computed again. The tokens are each prompt's alone throughout."""
+    rng = np.random.default_rng(7)
+    system = [int(t) for t in rng.integers(1, 37, size=9)]
+    first, later = system + [3, 4, 5], system + [6, 7]
+    other = [[int(t) for t in rng.integers(1, 37, size=14)] for _ in range(2)]
+    alone = {tuple(p): Generator(cached, greedy(6)).generate(p) for p in (first, later, *other)}
+    batcher = ContinuousBatcher(cached, greedy(6), PagedCacheConfig(max_batch=2, block_size=4, num_blocks=10))
+
+    def serve(prompt):
+        request = batcher.submit(prompt)
+        batcher.run()
+        assert batcher.tokens(request) == alone[tuple(prompt)]
+
+    serve(first)
+    stats = batcher.stats
+    assert stats.blocks_used == 0 and stats.blocks_cached == 3 and stats.shared_tokens == 0  # its 3 full blocks
+    assert "3 free but holding a finished request's prefix" in batcher.explain()
+    serve(later)
+    assert batcher.stats.shared_tokens == 8  # blocks 0 and 1 (the 9th token's block differs: 6, 7 follow)
+    assert batcher.stats.prefill_tokens == len(first) + len(later) - 8
+    for prompt in other:  # 2 x 5 blocks over the 10: every cached block is reused
+        batcher.submit(prompt)
+    batcher.run()
+    serve(later)
+    assert batcher.stats.shared_tokens == 8 and batcher.stats.blocks_cached > 0
+
+
 def test_a_full_pool_makes_requests_wait_not_fail(cached):
     """Whole-length reservation: a pool of 6 blocks of 4 holds one request of 20 positions at a time: the others
     wait their turn, in order, and nothing is preempted."""

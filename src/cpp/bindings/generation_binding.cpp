@@ -231,6 +231,7 @@ void bind_continuous_batcher(py::module_& m) {
       .def_readonly("decode_pick_ms", &BatcherStats::decode_pick_ms)
       .def_readonly("blocks_total", &BatcherStats::blocks_total)
       .def_readonly("blocks_used", &BatcherStats::blocks_used)
+      .def_readonly("blocks_cached", &BatcherStats::blocks_cached)
       .def_readonly("block_size", &BatcherStats::block_size)
       .def_readonly("pool_bytes", &BatcherStats::pool_bytes)
       .def_property_readonly("decode_tokens_per_s", &BatcherStats::decode_tokens_per_s)

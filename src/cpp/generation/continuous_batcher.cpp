@@ -32,8 +32,9 @@ using step_io::ceil_div;
 //      prompt blocks equal an earlier request's (the hash of every token up to the block's end) alone, with those
 //      blocks taken from the pool and fed as the past, so that only the rest of its prompt is computed (at least one
 //      prompt token always is: its logits give the first new token). A request whose first block equals one in the
-//      pending group waits for the group's run, so that it shares instead of computing the block again. The present's new positions go into the request's blocks, and its full prompt
-//      blocks are registered for later requests;
+//      pending group waits for the group's run, so that it shares instead of computing the block again. The
+//      present's new positions go into the request's blocks, and its full prompt blocks are registered for later
+//      requests, which find them as long as the pool keeps them (Note [Cached prefixes] in paged_kv_pool.cpp);
 //   3. runs one decode step of every running request together. The exported model takes its past as one
 //      [batch, heads, length, head_dim] tensor, so the batch's past is the requests' caches left-padded to the
 //      longest (attention_mask 0 on the padding, position_ids the request's own positions: each row computes what it
@@ -54,7 +55,9 @@ using step_io::ceil_div;
 // the running request submitted last is preempted (it may be the one asking): its blocks are released, it goes back
 // to the waiting queue ahead of every request submitted after it, and when it is admitted again its prompt and the
 // tokens it had made are prefilled together (recompute, not a swap to the host: the prefill's last logits give its
-// next token, so nothing it made is lost or made twice, and its sampler's stream and repetition history carry on).
+// next token, so nothing it made is lost or made twice, and its sampler's stream and repetition history carry on);
+// its full prompt blocks stay cached in the pool until reused (Note [Cached prefixes]), so with share_prefixes
+// the recompute starts after those still there.
 // The request submitted first can always grow (preempting every later one frees every block it does not hold, and
 // submit() refused a request whose whole length cannot fit the pool), so the batch always makes progress. Admission
 // keeps a block free for each request already running or admitted in the same step (each may need one at the next
@@ -156,7 +159,8 @@ std::string BatcherStats::str() const {
        << decode_feeds_ms / steps << ", run " << decode_run_ms / steps << ", cache commit " << decode_commit_ms / steps
        << ", token pick " << decode_pick_ms / steps << ", other " << std::max(other, 0.0) / steps << "; ";
   }
-  os << "pool " << blocks_used << " of " << blocks_total << " blocks of " << block_size << " in use, "
+  os << "pool " << blocks_used << " of " << blocks_total << " blocks of " << block_size << " in use (" << blocks_cached
+     << " free ones cached), "
      << std::setprecision(1) << static_cast<double>(pool_bytes) / 1024.0 << " KiB";
   return os.str();
 }
@@ -285,10 +289,15 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
     const std::int64_t positions = on_demand ? std::min(prompt_length + 1, r.positions_needed()) : r.positions_needed();
     const std::int64_t needed = ceil_div(positions, block) - static_cast<std::int64_t>(shared.size());
     const auto headroom = on_demand ? static_cast<std::int64_t>(running_.size() + pending.size()) : 0;
-    if (pool_->free_blocks() - needed < headroom) break;  // waits (and everyone behind it) until blocks are released
+    // Shared blocks no request holds are cached free blocks (Note [Cached prefixes] in paged_kv_pool.cpp): taken
+    // back before the fresh ones are allocated, which could otherwise reuse them.
+    const auto revived = std::count_if(shared.begin(), shared.end(), [&](std::int64_t b) {
+      return pool_->references(b) == 0;
+    });
+    if (pool_->free_blocks() - revived - needed < headroom) break;  // waits (and everyone behind it)
+    for (std::int64_t b : shared) pool_->retain(b);
     auto fresh = pool_->allocate(needed);
     XPURT_INTERNAL_ASSERT(fresh.has_value(), "the free blocks were counted");
-    for (std::int64_t b : shared) pool_->retain(b);
     r.blocks = shared;
     r.blocks.insert(r.blocks.end(), fresh->begin(), fresh->end());
     r.length = r.synced = static_cast<std::int64_t>(shared.size()) * block;
@@ -679,6 +688,7 @@ BatcherStats ContinuousBatcher::stats() const {
   out.running = static_cast<std::int64_t>(running_.size());
   out.blocks_total = pool_->num_blocks();
   out.blocks_used = pool_->num_blocks() - pool_->free_blocks();
+  out.blocks_cached = pool_->cached_blocks();
   out.block_size = pool_->block_size();
   out.pool_bytes = pool_->bytes();
   return out;
@@ -698,7 +708,8 @@ std::string ContinuousBatcher::explain() const {
      << std::fixed << std::setprecision(1)
      << static_cast<double>(st.pool_bytes) / (st.pool_bytes < (1u << 20) ? 1024.0 : 1024.0 * 1024.0)
      << (st.pool_bytes < (1u << 20) ? " KiB), " : " MiB), ")
-     << st.blocks_used << " in use, " << shared << " shared by more than one request; prefix sharing "
+     << st.blocks_used << " in use, " << shared << " shared by more than one request, " << st.blocks_cached
+     << " free but holding a finished request's prefix (Note [Cached prefixes]); prefix sharing "
      << (cache_config_.share_prefixes ? "on" : "off") << "; rows " << (right_padded_ ? "right" : "left")
      << "-padded\n";
   if (cache_config_.reservation == BlockReservation::kOnDemand) {

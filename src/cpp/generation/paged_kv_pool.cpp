@@ -19,8 +19,17 @@ namespace xpuruntime::generation {
 //
 // Reference counts: a block is owned by every request whose block table holds it; prefix sharing adds references
 // to full prompt blocks, which are never written again (a request writes only positions past its shared prefix).
-// A block whose count drops to 0 returns to the free list and leaves the prefix index (freed blocks are not kept
-// for later hits: an LRU of released prefixes is not done).
+// A block whose count drops to 0 is free again (Note [Cached prefixes]).
+//
+// Note [Cached prefixes]
+// A request's prompt blocks are registered under their prefix keys once computed. When the last request holding
+// such a block releases it, the block is free but its contents are still that prefix: it stays in the index as a
+// cached block (free_blocks() counts it, references() is 0) until allocate() needs it, which takes empty blocks
+// first and then cached ones, the least recently released first (dropping their keys). find_prefix() still finds
+// a cached block and retain() takes it back, so a request whose prompt starts as a finished one's did (a system
+// prompt, a chat's earlier turns, a preempted request coming back) computes only the rest, as vLLM's automatic
+// prefix caching. A block is never written while registered: a request writes only positions after its shared
+// prefix, into blocks it allocated, and an allocated block has no key until its prompt positions are registered.
 
 PagedKvPool::PagedKvPool(const std::vector<CacheSlot>& slots, std::int64_t num_blocks, std::int64_t block_size,
                          Device device)
@@ -33,6 +42,7 @@ PagedKvPool::PagedKvPool(const std::vector<CacheSlot>& slots, std::int64_t num_b
   }
   refcount_.assign(static_cast<std::size_t>(num_blocks), 0);
   key_of_.assign(static_cast<std::size_t>(num_blocks), std::nullopt);
+  released_at_.assign(static_cast<std::size_t>(num_blocks), 0);
   free_.reserve(static_cast<std::size_t>(num_blocks));
   for (std::int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // back() is the lowest id
 }
@@ -49,8 +59,16 @@ std::optional<std::vector<std::int64_t>> PagedKvPool::allocate(std::int64_t coun
   std::vector<std::int64_t> out;
   out.reserve(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) {
-    const std::int64_t b = free_.back();
-    free_.pop_back();
+    std::int64_t b = 0;
+    if (!free_.empty()) {
+      b = free_.back();
+      free_.pop_back();
+    } else {  // the least recently released cached block, its prefix forgotten (Note [Cached prefixes])
+      b = cached_.begin()->second;
+      cached_.erase(cached_.begin());
+      prefixes_.erase(*key_of_[static_cast<std::size_t>(b)]);
+      key_of_[static_cast<std::size_t>(b)].reset();
+    }
     refcount_[static_cast<std::size_t>(b)] = 1;
     out.push_back(b);
   }
@@ -58,20 +76,32 @@ std::optional<std::vector<std::int64_t>> PagedKvPool::allocate(std::int64_t coun
 }
 
 void PagedKvPool::retain(std::int64_t block) {
-  XPURT_CHECK(block >= 0 && block < num_blocks() && refcount_[static_cast<std::size_t>(block)] > 0,
-              "PagedKvPool::retain: block ", block, " is not in use");
-  ++refcount_[static_cast<std::size_t>(block)];
+  XPURT_CHECK(block >= 0 && block < num_blocks(), "PagedKvPool::retain: no block ", block);
+  const auto b = static_cast<std::size_t>(block);
+  if (refcount_[b] == 0 && key_of_[b]) {  // a cached block taken back (Note [Cached prefixes])
+    cached_.erase(released_at_[b]);
+  } else {
+    XPURT_CHECK(refcount_[b] > 0, "PagedKvPool::retain: block ", block, " is not in use");
+  }
+  ++refcount_[b];
 }
 
 void PagedKvPool::release(const std::vector<std::int64_t>& blocks) {
+  std::vector<int> dropping(refcount_.size(), 0);  // checked first: a bad table releases nothing
   for (const std::int64_t b : blocks) {
-    XPURT_CHECK(b >= 0 && b < num_blocks() && refcount_[static_cast<std::size_t>(b)] > 0,
-                "PagedKvPool::release: block ", b, " is not in use");
+    const bool held = b >= 0 && b < num_blocks() &&
+                      refcount_[static_cast<std::size_t>(b)] > dropping[static_cast<std::size_t>(b)]++;
+    XPURT_CHECK(held, "PagedKvPool::release: block ", b, " is not in use");
+  }
+  // Last block first: a table's later blocks are cached as released earlier, so they are reused before the blocks
+  // their keys chain from (Note [Cached prefixes]: a prefix is found from its first block on).
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    const std::int64_t b = *it;
     if (--refcount_[static_cast<std::size_t>(b)] > 0) continue;
-    auto& key = key_of_[static_cast<std::size_t>(b)];
-    if (key) {
-      prefixes_.erase(*key);
-      key.reset();
+    if (key_of_[static_cast<std::size_t>(b)]) {  // Note [Cached prefixes]
+      released_at_[static_cast<std::size_t>(b)] = ++tick_;
+      cached_.emplace(tick_, b);
+      continue;
     }
     // Keep free_ descending so that back() stays the lowest id (consecutive blocks for the next request).
     free_.insert(std::upper_bound(free_.begin(), free_.end(), b, std::greater<>()), b);

@@ -1217,7 +1217,7 @@ _BATCHER_STATS = ("waiting", "running", "finished", "steps", "prefills", "prefil
                   "decode_steps", "decode_tokens", "decode_tokens_per_s", "max_running", "regathers", "preemptions",
                   "recomputed_tokens", "prefill_ms",
                   "decode_ms", "decode_regather_ms", "decode_feeds_ms", "decode_run_ms", "decode_commit_ms",
-                  "decode_pick_ms", "blocks_total", "blocks_used", "block_size", "pool_bytes")
+                  "decode_pick_ms", "blocks_total", "blocks_used", "blocks_cached", "block_size", "pool_bytes")
 
 
 # The fields of GenerationStats that `generate --json` writes (docs/generation.md "Statistics").

@@ -301,7 +301,8 @@ TEST(PagedKvPool, AllocatesLowestBlocksFirstAndReferenceCounts) {
   EXPECT_THROW(PagedKvPool({float_slot(0, true)}, 0, 4, Device::cpu()), InvalidArgumentError);
 }
 
-TEST(PagedKvPool, PrefixesLiveAsLongAsTheirBlock) {
+TEST(PagedKvPool, PrefixesOutliveTheirRequestsUntilTheirBlockIsReused) {
+  // Note [Cached prefixes]
   PagedKvPool pool({float_slot(0, true)}, 4, 2, Device::cpu());
   const auto a = *pool.allocate(2);
   pool.register_prefix(11, a[0]);
@@ -311,11 +312,47 @@ TEST(PagedKvPool, PrefixesLiveAsLongAsTheirBlock) {
   EXPECT_EQ(pool.find_prefix(22), a[1]);
   EXPECT_FALSE(pool.find_prefix(33).has_value());
   pool.retain(a[0]);
-  pool.release(a);  // a[0] still held once, a[1] free
+  pool.release(a);  // a[0] still held once, a[1] free but cached
   EXPECT_EQ(pool.find_prefix(11), a[0]);
-  EXPECT_FALSE(pool.find_prefix(22).has_value());
+  EXPECT_EQ(pool.find_prefix(22), a[1]);
+  EXPECT_EQ(pool.references(a[1]), 0);
+  EXPECT_EQ(pool.free_blocks(), 3);
+  EXPECT_EQ(pool.cached_blocks(), 1);
   pool.release({a[0]});
-  EXPECT_FALSE(pool.find_prefix(11).has_value());
+  EXPECT_EQ(pool.cached_blocks(), 2);
+  pool.retain(a[0]);  // taken back from the cache
+  EXPECT_EQ(pool.references(a[0]), 1);
+  EXPECT_EQ(pool.cached_blocks(), 1);
+  EXPECT_EQ(pool.free_blocks(), 3);
+  // Empty blocks go first, then cached ones: a[1] is reused last and forgets its prefix then.
+  EXPECT_EQ(*pool.allocate(2), (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(pool.find_prefix(22), a[1]);
+  EXPECT_EQ(*pool.allocate(1), (std::vector<std::int64_t>{a[1]}));
+  EXPECT_FALSE(pool.find_prefix(22).has_value());
+  EXPECT_EQ(pool.find_prefix(11), a[0]);
+  EXPECT_FALSE(pool.allocate(1).has_value());
+  EXPECT_THROW(pool.retain(a[1] + 10), InvalidArgumentError);
+}
+
+TEST(PagedKvPool, ReusesASequencesLastCachedBlockFirst) {
+  // A table released at once is cached last block first, so its first block (where a prefix is found from) stays.
+  PagedKvPool pool({float_slot(0, true)}, 3, 2, Device::cpu());
+  const auto a = *pool.allocate(3);
+  for (std::size_t b = 0; b < a.size(); ++b) pool.register_prefix(100 + b, a[b]);
+  pool.release(a);
+  EXPECT_EQ(pool.cached_blocks(), 3);
+  EXPECT_EQ(*pool.allocate(1), (std::vector<std::int64_t>{a[2]}));
+  EXPECT_EQ(*pool.allocate(1), (std::vector<std::int64_t>{a[1]}));
+  EXPECT_EQ(pool.find_prefix(100), a[0]);
+}
+
+TEST(PagedKvPool, AReleaseOfABadTableReleasesNothing) {
+  PagedKvPool pool({float_slot(0, true)}, 3, 2, Device::cpu());
+  const auto a = *pool.allocate(2);
+  EXPECT_THROW(pool.release({a[0], a[1], a[1]}), InvalidArgumentError);  // a[1] is held once
+  EXPECT_EQ(pool.references(a[0]), 1);
+  EXPECT_EQ(pool.references(a[1]), 1);
+  EXPECT_EQ(pool.free_blocks(), 1);
 }
 
 TEST(PagedKvPool, WritesAndReadsSequencesAcrossScatteredBlocks) {

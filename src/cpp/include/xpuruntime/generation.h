@@ -362,17 +362,25 @@ struct XPURT_API PagedCacheConfig {
 // head_dim], so that block b holds positions [b x block_size, (b + 1) x block_size) of whichever request owns it.
 // Blocks are reference counted (a shared prefix block has one reference per request using it) and a full prompt
 // block can be registered under the hash of the tokens up to its end, for later requests to find (prefix sharing).
+// A registered block that no request holds any more stays findable, its contents kept, until allocate() needs it for
+// something else (the least recently released first): Note [Cached prefixes] in generation/paged_kv_pool.cpp.
 class XPURT_API PagedKvPool {
  public:
   PagedKvPool(const std::vector<CacheSlot>& slots, std::int64_t num_blocks, std::int64_t block_size, Device device);
   std::int64_t block_size() const { return block_size_; }
   std::int64_t num_blocks() const { return static_cast<std::int64_t>(refcount_.size()); }
-  std::int64_t free_blocks() const { return static_cast<std::int64_t>(free_.size()); }
+  // Blocks no request holds: empty ones and cached ones (cached_blocks()), which allocate() may take.
+  std::int64_t free_blocks() const { return static_cast<std::int64_t>(free_.size() + cached_.size()); }
+  // Free blocks that still hold a registered prefix, findable by find_prefix() until allocate() reuses them.
+  std::int64_t cached_blocks() const { return static_cast<std::int64_t>(cached_.size()); }
   std::size_t bytes() const;
-  // `count` unused blocks (reference count 1), lowest ids first; std::nullopt when fewer are free (nothing taken).
+  // `count` unused blocks (reference count 1): empty ones first, lowest ids first, then cached ones, the least
+  // recently released first (their prefixes leave the index); std::nullopt when fewer are free (nothing taken).
   std::optional<std::vector<std::int64_t>> allocate(std::int64_t count);
+  // One more reference to a block in use, or a cached block taken back (reference count 1).
   void retain(std::int64_t block);
-  // Drops one reference of each; a block whose count reaches 0 is free again and leaves the prefix index.
+  // Drops one reference of each; a block whose count reaches 0 is free again: empty, or cached while it holds a
+  // registered prefix.
   void release(const std::vector<std::int64_t>& blocks);
   int references(std::int64_t block) const;
   // The prefix index: the block registered under `key` (the hash of the tokens up to the block's end), if any.
@@ -396,7 +404,10 @@ class XPURT_API PagedKvPool {
   std::vector<Tensor> pools_;
   std::int64_t block_size_;
   std::vector<int> refcount_;
-  std::vector<std::int64_t> free_;                             // kept sorted, lowest first
+  std::vector<std::int64_t> free_;                             // empty free blocks, kept descending (back() lowest)
+  std::map<std::uint64_t, std::int64_t> cached_;               // free blocks with a prefix, by release tick
+  std::vector<std::uint64_t> released_at_;                     // block -> its release tick while cached
+  std::uint64_t tick_ = 0;
   std::unordered_map<std::uint64_t, std::int64_t> prefixes_;   // key -> block
   std::vector<std::optional<std::uint64_t>> key_of_;           // block -> its key
 };
@@ -429,6 +440,7 @@ struct XPURT_API BatcherStats {
   double decode_regather_ms = 0.0, decode_feeds_ms = 0.0, decode_run_ms = 0.0, decode_commit_ms = 0.0;
   double decode_pick_ms = 0.0;
   std::int64_t blocks_total = 0, blocks_used = 0, block_size = 0;
+  std::int64_t blocks_cached = 0;    // free blocks still holding a released request's prefix (Note [Cached prefixes])
   std::size_t pool_bytes = 0;
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_tokens * 1e3 / decode_ms : 0.0; }
   std::string str() const;

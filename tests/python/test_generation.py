@@ -656,6 +656,34 @@ def test_a_finished_requests_prefix_stays_cached_until_its_blocks_are_needed(cac
     assert batcher.stats.shared_tokens == 8 and batcher.stats.blocks_cached > 0
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("layout", ["static", "dynamic"])
+def test_requests_over_shared_pasts_are_prefilled_in_one_run(cached, engine, layout):
+    """Note [Prefills over shared pasts]: requests admitted together whose first blocks are cached (12, 8 and 4
+    positions of a finished request's prompt) compute only the rest of their prompts, in one run over their
+    left-padded pasts; a request sharing nothing runs in its own. Each request's tokens are its tokens alone."""
+    rng = np.random.default_rng(11)
+    system = [int(t) for t in rng.integers(1, 37, size=13)]
+    tail = lambda n: [int(t) for t in rng.integers(1, 37, size=n)]  # noqa: E731
+    prompts = [system[:9] + tail(2), system + tail(3), system[:5] + tail(4), tail(7)]
+    config = greedy(5, cache_layout=layout)
+    alone = [Generator(cached, config, engine=engine).generate(p) for p in prompts]
+    batcher = ContinuousBatcher(cached, config, PagedCacheConfig(max_batch=8, block_size=4, num_blocks=40),
+                                engine=engine)
+    first = batcher.submit(system + [1])
+    batcher.run()
+    assert batcher.tokens(first) == Generator(cached, config, engine=engine).generate(system + [1])
+    before = batcher.stats
+    ids = [batcher.submit(p) for p in prompts]
+    batcher.step()
+    after = batcher.stats
+    assert after.prefills - before.prefills == 4 and after.prefill_runs - before.prefill_runs == 2
+    assert after.shared_tokens - before.shared_tokens == 8 + 12 + 4
+    assert after.prefill_tokens - before.prefill_tokens == sum(map(len, prompts)) - 24
+    batcher.run()
+    assert [batcher.tokens(i) for i in ids] == alone
+
+
 def test_a_full_pool_makes_requests_wait_not_fail(cached):
     """Whole-length reservation: a pool of 6 blocks of 4 holds one request of 20 positions at a time: the others
     wait their turn, in order, and nothing is preempted."""

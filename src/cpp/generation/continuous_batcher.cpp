@@ -46,6 +46,20 @@ using step_io::ceil_div;
 // are one strided copy per run of consecutive blocks, row and slot; a gather kernel driven by the block tables (one
 // launch per slot) and an attention that reads the blocks in place are not written yet (docs/generation.md).
 //
+// Note [Prefills over shared pasts]
+// A request whose first prompt blocks are in the pool (shared with a running request, or cached from a finished
+// one: Note [Cached prefixes]) computes only the rest of its prompt, over those blocks fed as the past. Such requests
+// admitted in one step are prefilled in one run, as those without a past are: the past input is [rows, heads, P,
+// head_dim] with P the longest shared past, each row's past at the end of its P positions (left-padded with zeros,
+// masked), then the fed tokens left-padded to the longest; attention_mask is 1 on the row's past and its tokens,
+// and position_ids count each row's tokens from its own past length, so each row computes what it would alone. The
+// mask has a hole (the padding between a row's past and its tokens), which a causal mask built from attention_mask
+// handles as any padding. This needs the model's position_ids (a model that counts positions itself would count the
+// padding) and left padding (GroupQueryAttention places a row's new keys after its seqlens_k, not after the shared
+// P): otherwise each such request runs alone, as before. With the static layout the rows, the width and P are
+// bucketed like the decode batch's (P to the decode capacities, 64, 128, 256, then multiples of 256), so that many
+// requests over a common system prompt make few plans.
+//
 // Note [Blocks on demand]
 // Reserving a request's whole length at admission (prompt + max_new_tokens) never runs out of blocks, but holds
 // blocks for tokens that are never made: a request that stops early, or one whose limit is generous, keeps others
@@ -80,6 +94,14 @@ std::uint64_t block_key(std::uint64_t previous, const std::int64_t* tokens, std:
 
 double ms_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+}
+
+// The static layout's positions for a reach: a power of two from 64 to 256, then a multiple of 256 (Note [Static
+// decode steps of the batcher]).
+std::int64_t static_capacity(std::int64_t reach) {
+  std::int64_t c = 64;
+  while (c < reach && c < 256) c *= 2;
+  return c >= reach ? c : ceil_div(reach, 256) * 256;
 }
 
 // The milliseconds since *at, which becomes now.
@@ -249,17 +271,19 @@ std::vector<BatchEvent> ContinuousBatcher::step() {
 }
 
 void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
-  // Requests admitted without a shared past are prefilled together (one run, padded); one that shares blocks runs
-  // alone over its past. A request whose first block equals a pending one's waits for that batch to be prefilled
-  // (flushed), so that it shares the blocks instead of computing them again.
-  std::vector<Request*> pending;
+  // Requests admitted without a shared past are prefilled together (one run, padded), and so are those that share
+  // blocks, over their pasts (Note [Prefills over shared pasts]). A request whose first block equals a pending one's
+  // waits for that batch to be prefilled (flushed), so that it shares the blocks instead of computing them again.
+  std::vector<Request*> pending, over_past;
   auto flush = [&] {
     if (!pending.empty()) prefill(pending, events);
     pending.clear();
   };
+  // Rows over different pasts need the model's position_ids and left padding (Note [Prefills over shared pasts]).
+  const bool batch_pasts = !right_padded_ && !signature_.position_ids.empty();
   const std::int64_t block = pool_->block_size();
-  while (!waiting_.empty() &&
-         static_cast<std::int64_t>(running_.size() + pending.size()) < cache_config_.max_batch) {
+  while (!waiting_.empty() && static_cast<std::int64_t>(running_.size() + pending.size() + over_past.size()) <
+                                  cache_config_.max_batch) {
     Request& r = request(waiting_.front());
     const auto prompt_length = static_cast<std::int64_t>(r.fed.size());
     // The prompt's full blocks and their keys; those already in the pool are shared (at least one token computed).
@@ -288,7 +312,8 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
     const bool on_demand = cache_config_.reservation == BlockReservation::kOnDemand;
     const std::int64_t positions = on_demand ? std::min(prompt_length + 1, r.positions_needed()) : r.positions_needed();
     const std::int64_t needed = ceil_div(positions, block) - static_cast<std::int64_t>(shared.size());
-    const auto headroom = on_demand ? static_cast<std::int64_t>(running_.size() + pending.size()) : 0;
+    const auto headroom =
+        on_demand ? static_cast<std::int64_t>(running_.size() + pending.size() + over_past.size()) : 0;
     // Shared blocks no request holds are cached free blocks (Note [Cached prefixes] in paged_kv_pool.cpp): taken
     // back before the fresh ones are allocated, which could otherwise reuse them.
     const auto revived = std::count_if(shared.begin(), shared.end(), [&](std::int64_t b) {
@@ -304,47 +329,53 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
     waiting_.erase(waiting_.begin());
     if (shared.empty()) {
       pending.push_back(&r);
+    } else if (batch_pasts) {
+      over_past.push_back(&r);
     } else {
       std::vector<Request*> alone = {&r};
       prefill(alone, events);
     }
   }
   flush();
+  if (!over_past.empty()) prefill(over_past, events);
 }
 
 void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<BatchEvent>& events) {
-  // One run for `group`: several requests without a past, padded as the decode batch is (left, or right for the
-  // GroupQueryAttention form), or one request over its shared past.
+  // One run for `group`, padded as the decode batch is (left, or right for the GroupQueryAttention form): requests
+  // without a past, or requests over their shared pasts (Note [Prefills over shared pasts]).
   const Profiler::Range range = Profiler::range(kPrefillRange);  // Note [Generation ranges]
   const auto begin = std::chrono::steady_clock::now();
   const Device device = session_->options().device;
-  const std::int64_t past = group.front()->length;  // the shared prefix (0 for a group of several)
-  XPURT_INTERNAL_ASSERT(past == 0 || group.size() == 1, "a prefill over a past is one request's");
   const auto rows = static_cast<std::int64_t>(group.size());
-  std::int64_t width = 0;  // the fed positions (padding included)
-  for (const Request* r : group) width = std::max(width, static_cast<std::int64_t>(r->fed.size()) - past);
-  // The static layout buckets a prefill without a past too (Note [Static decode steps of the batcher]): its rows as
-  // the decode batch's, its width to a multiple of 16 (more left padding); filler rows are one pad token.
-  const bool bucketed = static_layout_ && past == 0;
+  std::int64_t past = 0, width = 0;  // the fed past's and the fed tokens' positions (padding included)
+  for (const Request* r : group) {
+    past = std::max(past, r->length);
+    width = std::max(width, static_cast<std::int64_t>(r->fed.size()) - r->length);
+  }
+  XPURT_INTERNAL_ASSERT(past == 0 || rows == 1 || !right_padded_, "a right-padded prefill over a past is one row's");
+  // The static layout buckets prefills (Note [Static decode steps of the batcher]): the rows as the decode batch's,
+  // the width to a multiple of 16 (more left padding), a past as the decode steps' capacity; filler rows are one pad
+  // token.
+  const bool bucketed = static_layout_ && (past == 0 || !right_padded_);
   const std::int64_t run_rows = bucketed ? step_io::batch_bucket(rows) : rows;
   if (bucketed) width = ceil_div(width, step_io::kPromptBucket) * step_io::kPromptBucket;
+  if (bucketed && past > 0) past = static_capacity(past);
   std::vector<std::vector<std::int64_t>> ids, mask;
   std::vector<std::int64_t> offsets;  // where each row's fed tokens start among the `width` positions
   for (const Request* r : group) {
-    const std::int64_t fed = static_cast<std::int64_t>(r->fed.size()) - past;
-    const std::int64_t pad = width - fed;
-    const std::int64_t at = right_padded_ ? 0 : pad;
+    const std::int64_t own = r->length, fed = static_cast<std::int64_t>(r->fed.size()) - own;
+    const std::int64_t at = right_padded_ ? 0 : width - fed;
     std::vector<std::int64_t> row(static_cast<std::size_t>(width), r->config.pad_token_id);
-    std::copy(r->fed.begin() + past, r->fed.end(), row.begin() + at);
+    std::copy(r->fed.begin() + own, r->fed.end(), row.begin() + at);
     std::vector<std::int64_t> m(static_cast<std::size_t>(past + width), 0);
+    std::fill_n(m.begin() + (right_padded_ ? 0 : past - own), own, 1);  // its past, at the past's end when left
     std::fill_n(m.begin() + past + at, fed, 1);
-    std::fill_n(m.begin(), past, 1);
     ids.push_back(std::move(row));
     mask.push_back(std::move(m));
     offsets.push_back(at);
   }
   for (std::int64_t filler = rows; filler < run_rows; ++filler) {  // one pad token at the end, its outputs dropped
-    std::vector<std::int64_t> m(static_cast<std::size_t>(width), 0);
+    std::vector<std::int64_t> m(static_cast<std::size_t>(past + width), 0);
     m.back() = 1;
     ids.emplace_back(static_cast<std::size_t>(width), defaults_.pad_token_id);
     mask.push_back(std::move(m));
@@ -352,7 +383,7 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   IoBinding binding = session_->io_binding();
   binding.bind_input(signature_.input_ids, step_io::host_matrix(ids, 0, signature_.ids_dtype));
   binding.bind_input(signature_.attention_mask, step_io::host_matrix(mask, 0, signature_.mask_dtype));
-  if (!signature_.position_ids.empty()) {
+  if (!signature_.position_ids.empty()) {  // each row's own: its past's length onwards
     binding.bind_input(signature_.position_ids,
                        step_io::host_matrix(step_io::positions_of(mask), past, signature_.positions_dtype));
   }
@@ -361,11 +392,17 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   }
   for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
     const CacheSlot& slot = signature_.cache[s];
-    Tensor past_value = Tensor::empty({run_rows, slot.heads, past, slot.head_dim}, slot.dtype, device);
-    if (past > 0) {
-      pool_->read(group.front()->blocks, 0, past, s,
-                  Tensor::from_blob(past_value.data_ptr(), {slot.heads, past, slot.head_dim}, {}, slot.dtype, device,
-                                    past_value.storage()));
+    Tensor past_value = past > 0 ? Tensor::zeros({run_rows, slot.heads, past, slot.head_dim}, slot.dtype, device)
+                                 : Tensor::empty({run_rows, slot.heads, past, slot.head_dim}, slot.dtype, device);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const Request& r = *group[static_cast<std::size_t>(i)];
+      if (r.length == 0) continue;
+      const std::int64_t at = (i * slot.heads * past + (right_padded_ ? 0 : past - r.length)) * slot.head_dim;
+      pool_->read(r.blocks, 0, r.length, s,
+                  Tensor::from_blob(static_cast<char*>(past_value.data_ptr()) +
+                                        at * static_cast<std::int64_t>(past_value.element_size()),
+                                    {slot.heads, r.length, slot.head_dim}, {past * slot.head_dim, slot.head_dim, 1},
+                                    slot.dtype, device, past_value.storage()));
     }
     binding.bind_input(slot.past_input, past_value);
     binding.bind_output(slot.present_output, device);
@@ -384,14 +421,15 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     const std::int64_t head_dim = present.shape()[3];
     for (std::int64_t i = 0; i < rows; ++i) {
       Request& r = *group[static_cast<std::size_t>(i)];
-      const std::int64_t fed = static_cast<std::int64_t>(r.fed.size()) - past;
-      const std::int64_t first = past + offsets[static_cast<std::size_t>(i)];  // the row's first fed position
+      const std::int64_t fed = static_cast<std::int64_t>(r.fed.size()) - r.length;
+      // The row's first fed position: after the past (right-padded: after its own past, GroupQueryAttention's rule).
+      const std::int64_t first = (right_padded_ ? r.length : past) + offsets[static_cast<std::size_t>(i)];
       const Tensor fresh = Tensor::from_blob(
           static_cast<char*>(present.data_ptr()) +
               ((i * slot.heads * total) + first) * head_dim * static_cast<std::int64_t>(present.element_size()),
           {slot.heads, fed, head_dim}, {total * head_dim, head_dim, 1}, present.dtype(), present.device(),
           present.storage());
-      pool_->write(r.blocks, past, fed, s, fresh);
+      pool_->write(r.blocks, r.length, fed, s, fresh);
     }
   }
   ++stats_.prefill_runs;
@@ -407,22 +445,22 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
   }
   std::vector<std::int64_t> positions(static_cast<std::size_t>(run_rows), last_only ? 0 : width - 1);
   for (std::int64_t i = 0; i < rows && !last_only; ++i) {
+    const Request& r = *group[static_cast<std::size_t>(i)];
     positions[static_cast<std::size_t>(i)] =
-        offsets[static_cast<std::size_t>(i)] +
-        static_cast<std::int64_t>(group[static_cast<std::size_t>(i)]->fed.size()) - past - 1;
+        offsets[static_cast<std::size_t>(i)] + static_cast<std::int64_t>(r.fed.size()) - r.length - 1;
   }
   const std::vector<std::int64_t> tokens = pick_tokens(logits, positions, group);
   for (std::int64_t i = 0; i < rows; ++i) {
     Request& r = *group[static_cast<std::size_t>(i)];
     const auto length = static_cast<std::int64_t>(r.fed.size());
+    ++stats_.prefills;
+    stats_.prefill_tokens += length - r.length;
+    stats_.shared_tokens += r.length;
+    // A preempted request's (Note [Blocks on demand]).
+    if (!r.generated.empty()) stats_.recomputed_tokens += length - r.length;
     r.length = r.synced = length;
     // The prompt's full blocks computed here are there for later requests to share.
     for (std::size_t b = 0; b < r.keys.size(); ++b) pool_->register_prefix(r.keys[b], r.blocks[b]);
-    ++stats_.prefills;
-    stats_.prefill_tokens += length - past;
-    stats_.shared_tokens += past;
-    // A preempted request's (Note [Blocks on demand]).
-    if (!r.generated.empty()) stats_.recomputed_tokens += length - past;
     if (take_token(r, tokens[static_cast<std::size_t>(i)], events)) running_.push_back(r.id);
   }
   stats_.prefill_ms += ms_since(begin);
@@ -512,15 +550,6 @@ void ContinuousBatcher::preempt(Request& r) {
 // Every step between two changes of the batch has one shape, and batches of nearby sizes and lengths share it: few
 // plans, and on CUDA replayed graphs. The rows' caches stay left-padded within the filled positions, so each row
 // still computes what it would alone.
-namespace {
-
-std::int64_t static_capacity(std::int64_t reach) {
-  std::int64_t c = 64;
-  while (c < reach && c < 256) c *= 2;
-  return c >= reach ? c : ceil_div(reach, 256) * 256;
-}
-
-}  // namespace
 
 void ContinuousBatcher::regather() {
   const Device device = session_->options().device;

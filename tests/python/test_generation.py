@@ -758,6 +758,57 @@ def test_preemption_gives_the_blocks_to_the_request_submitted_first(cached):
     assert out == alone and finished == [0, 1] and batcher.stats.preemptions >= 1
 
 
+# ------------------------------------------------------------------- sampling where the logits are
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sampling_where_the_logits_are_is_reproducible_and_independent_of_the_batch(cached, engine):
+    """Note [Sampling rows where the logits are]: sampling="device" draws each row from its own Philox stream at its
+    own step (on a CPU session, the host implementation of the GPU kernel's definition): the same tokens every run,
+    and through the batcher a request's tokens do not depend on what it is batched with; greedy rows with a
+    repetition penalty take the same argmax as the host Sampler."""
+    config = dict(max_new_tokens=10, do_sample=True, top_k=6, top_p=0.9, temperature=0.8, seed=4)
+    prompts = mixed_prompts(5, seed=9)
+    gen = Generator(cached, GenerationConfig(**config, sampling="device"), engine=engine)
+    first = gen.generate(prompts)
+    assert gen.generate(prompts) == first
+    generation = gen.start(prompts)
+    while not generation.done:
+        generation.step()
+    assert "drawn where the logits are" in generation.explain()
+    assert all(0 <= t < 37 for row in first for t in row)
+    reseeded = GenerationConfig(**{**config, "seed": 5}, sampling="device")
+    assert first != Generator(cached, reseeded, engine=engine).generate(prompts)
+
+    def serve(max_batch):
+        batcher = ContinuousBatcher(cached, GenerationConfig(**config, sampling="device"),
+                                    PagedCacheConfig(max_batch=max_batch, block_size=4), engine=engine)
+        ids = [batcher.submit(p) for p in prompts]
+        ids.append(batcher.submit(prompts[0], GenerationConfig(**config, sampling="host")))  # beside a host row
+        out = batcher.run()
+        return [out[i] for i in ids]
+
+    assert serve(2) == serve(6)
+    penalised = dict(max_new_tokens=8, repetition_penalty=2.0)
+    assert Generator(cached, GenerationConfig(**penalised, sampling="device"), engine=engine).generate(prompts) == \
+        Generator(cached, GenerationConfig(**penalised, sampling="host"), engine=engine).generate(prompts)
+
+
+def test_the_sampling_site_is_checked_and_printed(cached, tmp_path):
+    with pytest.raises(xrt.InvalidArgumentError, match="'auto', 'host' or 'device', got 'gpu'"):
+        GenerationConfig(sampling="gpu")
+    config = GenerationConfig(do_sample=True, sampling="device")
+    assert config.sampling == "device" and "sampling=device" in repr(config)
+    assert GenerationConfig().sampling == "auto"
+    path = tmp_path / "decoder.onnx"
+    path.write_bytes(cached)
+    code, out, err = run_cli("generate", path, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--temperature",
+                             "0.7", "--seed", "3", "--sampling", "device")
+    assert code == 0, err
+    expected = Generator(cached, GenerationConfig(max_new_tokens=4, do_sample=True, temperature=0.7, seed=3,
+                                                  sampling="device")).generate([1, 2, 3])
+    assert out.strip() == ",".join(map(str, expected))
+
+
 def test_continuous_batching_samples_per_request_reproducibly(cached):
     sampled = GenerationConfig(max_new_tokens=8, do_sample=True, seed=5, top_k=6)
     prompts = mixed_prompts(5, seed=6)
@@ -1111,3 +1162,36 @@ def test_gpu_continuous_batching_equals_the_cpu(cached, engine):
 
     gpu, stats = serve("cuda")
     assert gpu == serve("cpu")[0] and stats.shared_tokens > 0
+
+
+@requires_gpu
+@pytest.mark.parametrize("engine", ["native", pytest.param("onnxruntime", marks=requires_ort)])
+def test_gpu_sampling_where_the_logits_are(cached, engine):
+    """sampling="device" on CUDA: the sample_rows kernel draws there (explain() says so), the same tokens every run,
+    through the Generator and the batcher (with preemptions: a pool too small for every request at once), each
+    request's tokens independent of its batch; greedy rows with a penalty equal the host Sampler's."""
+    config = GenerationConfig(max_new_tokens=10, do_sample=True, top_k=8, top_p=0.95, temperature=0.9, seed=2,
+                              sampling="device")
+    prompts = mixed_prompts(6, seed=12)
+    gen = Generator(cached, config, device="cuda", engine=engine)
+    first = gen.generate(prompts)
+    assert gen.generate(prompts) == first and all(0 <= t < 37 for row in first for t in row)
+    generation = gen.start(prompts)
+    while not generation.done:
+        generation.step()
+    assert "drawn where the logits are (cuda:0" in generation.explain()
+
+    def serve(max_batch, blocks):
+        batcher = ContinuousBatcher(cached, config, PagedCacheConfig(max_batch=max_batch, block_size=4,
+                                                                     num_blocks=blocks), device="cuda", engine=engine)
+        ids = [batcher.submit(p) for p in prompts]
+        out = batcher.run()
+        return [out[i] for i in ids], batcher.stats
+
+    roomy, _ = serve(6, 64)
+    tight, stats = serve(4, 12)
+    assert roomy == tight and stats.preemptions > 0
+    penalised = dict(max_new_tokens=8, repetition_penalty=2.0)
+    on_device, on_host = (Generator(cached, GenerationConfig(**penalised, sampling=site), device="cuda",
+                                    engine=engine).generate(prompts) for site in ("device", "host"))
+    assert on_device == on_host

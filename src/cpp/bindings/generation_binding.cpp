@@ -60,7 +60,8 @@ void bind_generation_config(py::module_& m) {
       .def(py::init([](std::int64_t max_new_tokens, std::int64_t max_length, bool do_sample, double temperature,
                        std::int64_t top_k, double top_p, double repetition_penalty, std::uint64_t seed,
                        const std::vector<std::int64_t>& stop_tokens, std::int64_t pad_token_id,
-                       const std::string& cache, const std::string& padding, const std::string& layout) {
+                       const std::string& cache, const std::string& padding, const std::string& layout,
+                       const std::string& sampling) {
              GenerationConfig c;
              c.max_new_tokens = max_new_tokens;
              c.max_length = max_length;
@@ -75,6 +76,7 @@ void bind_generation_config(py::module_& m) {
              c.cache = cache_mode(cache);
              c.padding = padding_side(padding);
              c.cache_layout = cache_layout(layout);
+             c.sampling = generation::parse_sampling_site(sampling);
              c.validate();
              return c;
            }),
@@ -82,7 +84,8 @@ void bind_generation_config(py::module_& m) {
            py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0,
            py::arg("repetition_penalty") = 1.0, py::arg("seed") = 0,
            py::arg("stop_tokens") = std::vector<std::int64_t>{}, py::arg("pad_token_id") = 0,
-           py::arg("cache") = "auto", py::arg("padding") = "auto", py::arg("cache_layout") = "auto")
+           py::arg("cache") = "auto", py::arg("padding") = "auto", py::arg("cache_layout") = "auto",
+           py::arg("sampling") = "auto")
       .def_readwrite("max_new_tokens", &GenerationConfig::max_new_tokens)
       .def_readwrite("max_length", &GenerationConfig::max_length)
       .def_readwrite("do_sample", &GenerationConfig::do_sample)
@@ -102,6 +105,9 @@ void bind_generation_config(py::module_& m) {
       .def_property(
           "cache_layout", [](const GenerationConfig& c) { return cache_layout_name(c.cache_layout); },
           [](GenerationConfig& c, const std::string& name) { c.cache_layout = cache_layout(name); })
+      .def_property(
+          "sampling", [](const GenerationConfig& c) { return generation::sampling_site_name(c.sampling); },
+          [](GenerationConfig& c, const std::string& name) { c.sampling = generation::parse_sampling_site(name); })
       .def("__copy__", [](const GenerationConfig& c) { return c; })
       .def("validate", &GenerationConfig::validate)
       .def("__repr__", &GenerationConfig::str);

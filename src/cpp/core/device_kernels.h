@@ -121,6 +121,12 @@ struct DeviceKernels {
   // generation loop's greedy tokens on the device (Note [Logits read back] in generation/step_io.cpp).
   void (*argmax_rows)(const void* x, DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t* out,
                       void* workspace, std::size_t workspace_bytes, void* stream) = nullptr;
+  // out[r] = a token sampled from row r of [rows, vocab] logits by the device memory row_sampling::RowParams
+  // params[r] and the CSR `seen` lists (cuda_raw::sample_rows; Note [Sampling rows where the logits are] in
+  // core/row_sampling.h). `workspace`: rows x vocab floats.
+  void (*sample_rows)(const void* logits, DType dtype, std::int64_t rows, std::int64_t vocab, const void* params,
+                      const std::int64_t* seen_offsets, const std::int64_t* seen, float* workspace, std::int64_t* out,
+                      void* stream) = nullptr;
 };
 
 // The table of this build, filled on the first call (core/backend_registration.cpp).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/fnv1a.h"
+#include "generation/row_sampler.h"
 #include "generation/step_io.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/generation.h"
@@ -471,9 +472,31 @@ std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits,
                                                           const std::vector<Request*>& rows) {
   // `positions` may hold more rows than `rows`: a static batch's filler rows, whose tokens are dropped.
   const Tensor chosen = step_io::position_rows(logits, positions, signature_.logits);
+  // Rows whose config samples where the logits are draw there, each from its request's stream at its own step
+  // (Note [Sampling rows where the logits are]); the others as the host Sampler or the device's argmax pick them.
+  std::vector<std::int64_t> drawn;
+  std::vector<bool> there(rows.size(), false);
+  for (std::size_t i = 0; i < rows.size(); ++i) there[i] = step_io::samples_where_logits_are(rows[i]->config);
+  if (std::find(there.begin(), there.end(), true) != there.end()) {
+    std::vector<row_sampling::RowParams> params;
+    std::vector<const std::vector<std::int64_t>*> seen;
+    for (std::int64_t i = 0; i < chosen.shape()[0]; ++i) {
+      const Request* r = static_cast<std::size_t>(i) < rows.size() ? rows[static_cast<std::size_t>(i)] : nullptr;
+      params.push_back(r == nullptr ? row_sampling::RowParams{}
+                                    : step_io::row_params(r->config, static_cast<std::uint64_t>(r->id),
+                                                          static_cast<std::uint64_t>(r->generated.size())));
+      seen.push_back(r == nullptr ? nullptr : &r->seen);
+    }
+    drawn = sample_rows(chosen, params, seen);
+    if (std::find(there.begin(), there.end(), false) == there.end()) {
+      drawn.resize(rows.size());
+      return drawn;
+    }
+  }
   const bool greedy = std::all_of(rows.begin(), rows.end(), [](const Request* r) { return r->sampler.argmax_only(); });
   const step_io::PickedTokens picked =
       step_io::pick_tokens(chosen, rows.size(), greedy, [&](std::size_t i, const Tensor& host) {
+        if (there[i]) return std::optional<std::int64_t>(drawn[i]);
         Request& r = *rows[i];
         std::vector<float> values = step_io::host_row(host, static_cast<std::int64_t>(i), signature_.logits);
         return std::optional<std::int64_t>(

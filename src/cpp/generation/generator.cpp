@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "generation/row_sampler.h"
 #include "generation/step_io.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/generation.h"
@@ -339,13 +340,26 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
   at = std::chrono::steady_clock::now();
   // Only the rows' positions are read; greedy tokens are picked where the logits are (Note [Logits read back]).
   const Tensor rows = step_io::position_rows(logits, logits_positions(logits, prefill), signature_.logits);
-  step_io::PickedTokens picked = step_io::pick_tokens(
-      rows, static_cast<std::size_t>(batch_), sampler_.argmax_only(),
-      [&](std::size_t r, const Tensor& host) -> std::optional<std::int64_t> {
-        if (ended_[r]) return std::nullopt;
-        std::vector<float> row = step_io::host_row(host, static_cast<std::int64_t>(r), signature_.logits);
-        return sampler_.next(row.data(), static_cast<std::int64_t>(row.size()), seen_[r], rngs_[r]);
-      });
+  sampled_where_logits_are_ = step_io::samples_where_logits_are(config_);
+  step_io::PickedTokens picked;
+  if (sampled_where_logits_are_) {  // Note [Sampling rows where the logits are]: row r's stream r, its step steps_
+    std::vector<row_sampling::RowParams> params;
+    std::vector<const std::vector<std::int64_t>*> seen;
+    for (std::int64_t r = 0; r < rows.shape()[0]; ++r) {
+      params.push_back(step_io::row_params(config_, static_cast<std::uint64_t>(r), static_cast<std::uint64_t>(steps_)));
+      seen.push_back(static_cast<std::size_t>(r) < seen_.size() ? &seen_[static_cast<std::size_t>(r)] : nullptr);
+    }
+    const std::vector<std::int64_t> drawn = sample_rows(rows, params, seen);
+    picked.tokens.assign(drawn.begin(), drawn.begin() + std::min<std::int64_t>(batch_, rows.shape()[0]));
+  } else {
+    picked = step_io::pick_tokens(
+        rows, static_cast<std::size_t>(batch_), sampler_.argmax_only(),
+        [&](std::size_t r, const Tensor& host) -> std::optional<std::int64_t> {
+          if (ended_[r]) return std::nullopt;
+          std::vector<float> row = step_io::host_row(host, static_cast<std::int64_t>(r), signature_.logits);
+          return sampler_.next(row.data(), static_cast<std::int64_t>(row.size()), seen_[r], rngs_[r]);
+        });
+  }
   times.decode_pick_ms = ms_since(&at);
   argmax_on_device_ = picked.on_device;
   std::vector<std::optional<std::int64_t>> chosen = std::move(picked.tokens);
@@ -434,6 +448,9 @@ std::string Generation::explain() const {
   } else if (argmax_on_device_) {
     os << "greedy, the argmax taken on " << session_->options().device.str()
        << "; only the token ids come back (Note [Logits read back])\n";
+  } else if (sampled_where_logits_are_) {
+    os << "drawn where the logits are (" << session_->options().device.str()
+       << ", sample_rows: sampling='device', Philox per row and step; Note [Sampling rows where the logits are])\n";
   } else {
     os << "picked on the host by the Sampler from each row's last logits ("
        << (sampler_.argmax_only() ? "greedy; the argmax runs on the device only for CUDA sessions"

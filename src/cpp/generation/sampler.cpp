@@ -42,7 +42,19 @@ std::string GenerationConfig::str() const {
                          cache_layout == CacheLayout::kAuto      ? "auto"
                          : cache_layout == CacheLayout::kDynamic ? "dynamic"
                                                                  : "static",
-                         ")");
+                         ", sampling=", sampling_site_name(sampling), ")");
+}
+
+const char* sampling_site_name(SamplingSite site) {
+  return site == SamplingSite::kAuto ? "auto" : site == SamplingSite::kHost ? "host" : "device";
+}
+
+SamplingSite parse_sampling_site(const std::string& name) {
+  if (name == "auto") return SamplingSite::kAuto;
+  if (name == "host") return SamplingSite::kHost;
+  if (name == "device") return SamplingSite::kDevice;
+  throw InvalidArgumentError(
+      detail::str_cat("GenerationConfig.sampling must be 'auto', 'host' or 'device', got '", name, "'"));
 }
 
 // Note [Sampling]

@@ -188,6 +188,19 @@ Tensor bound_output(const IoBinding& binding, const std::string& name) {
   return binding.outputs()[static_cast<std::size_t>(it - names.begin())];
 }
 
+row_sampling::RowParams row_params(const GenerationConfig& config, std::uint64_t stream, std::uint64_t counter) {
+  row_sampling::RowParams p;
+  p.temperature = static_cast<float>(config.temperature);
+  p.top_p = static_cast<float>(config.top_p);
+  p.penalty = static_cast<float>(config.repetition_penalty);
+  p.greedy = config.do_sample ? 0 : 1;
+  p.top_k = config.top_k;
+  p.seed = config.seed;
+  p.stream = stream;
+  p.counter = counter;
+  return p;
+}
+
 Tensor cache_branch(bool value) {
   Tensor branch = Tensor::empty({1}, DType::kBool);
   *static_cast<bool*>(branch.data_ptr()) = value;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/row_sampling.h"
 #include "xpuruntime/generation.h"
 #include "xpuruntime/inference_session.h"
 #include "xpuruntime/tensor.h"
@@ -64,6 +65,16 @@ inline std::int64_t batch_bucket(std::int64_t rows) {
   }
   return ceil_div(rows, 8) * 8;
 }
+
+// Whether a row of `config` draws its tokens with sample_rows (Note [Sampling rows where the logits are] in
+// core/row_sampling.h): GenerationConfig.sampling "device" (kAuto: the host Sampler for now), for a row that samples
+// or has a repetition penalty (a plain greedy row takes the argmax path either way).
+inline bool samples_where_logits_are(const GenerationConfig& config) {
+  return config.sampling == SamplingSite::kDevice && (config.do_sample || config.repetition_penalty != 1.0);
+}
+
+// The sample_rows parameters of a row of `config`: its stream (row index or request id) and its step.
+row_sampling::RowParams row_params(const GenerationConfig& config, std::uint64_t stream, std::uint64_t counter);
 
 // `config.cache_layout` with kAuto resolved for a decoder of `signature` (Note [Static cache layout] in kv_cache.cpp);
 // UnsupportedOperationError for kStatic on a model that cannot place a step's token (generator.cpp).

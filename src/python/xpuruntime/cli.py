@@ -263,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the Concat form's decode cache: dynamic (exact length), static (fixed size, one decode "
                         "shape); auto: static where the model has position_ids and an attention_mask "
                         "(docs/generation.md)")
+    p.add_argument("--sampling", choices=("auto", "host", "device"), default="auto",
+                   help="where sampled tokens are drawn: host (the Sampler), device (where the logits are: the "
+                        "sample_rows kernel on a GPU); auto: host for now (docs/generation.md)")
     p.add_argument("--continuous", action="store_true",
                    help="serve the prompts as separate requests through continuous batching over a paged cache "
                         "(docs/generation.md 'Continuous batching')")
@@ -1102,7 +1105,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                               top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
                               seed=args.seed, stop_tokens=_token_ids(args.stop_ids, "--stop-ids"),
                               pad_token_id=args.pad_id, cache="none" if args.no_cache else "auto",
-                              cache_layout=args.cache_layout)
+                              cache_layout=args.cache_layout, sampling=args.sampling)
     if args.continuous:
         return _generate_continuous(args, prompts, config)
     generator = Generator(make_session(args), config)

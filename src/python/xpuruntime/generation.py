@@ -65,6 +65,12 @@ cache_layout : {"auto", "dynamic", "static"}
     every step), "static" the whole fixed-size cache with the unfilled positions masked (one shape: one plan, CUDA
     graph replays; needs attention_mask and position_ids inputs); "auto" (default): static where the model has both,
     else dynamic.
+sampling : {"auto", "host", "device"}
+    Where sampled rows (and greedy rows with a repetition penalty) draw their tokens: "host" the Sampler (the logits
+    rows copied to the host; the same tokens on every platform), "device" where the logits are (the ``sample_rows``
+    kernel on a GPU, only the token ids come back; the same definition on the host for a CPU session; Philox per row
+    and step: the same tokens every run on one kind of device, but not the host Sampler's); "auto" (default): host for
+    now (docs/generation.md "Sampling where the logits are").
 
 Bad values raise :class:`~xpuruntime.InvalidArgumentError` naming the field.
 """

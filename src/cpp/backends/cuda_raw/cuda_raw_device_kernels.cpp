@@ -17,6 +17,7 @@ void register_cuda_raw_device_kernels(DeviceKernels& table) {
   table.quantized_epilogue = &cuda_raw::quantized_epilogue;
   table.quantized_prologue = &cuda_raw::quantized_prologue;
   table.argmax_rows = &cuda_raw::argmax_rows;
+  table.sample_rows = &cuda_raw::sample_rows;
 }
 
 }  // namespace xpuruntime

@@ -42,6 +42,14 @@ XPURT_API void bias_activation(void* y, const void* bias, DType dtype, std::int6
 XPURT_API void argmax_rows(const void* x, DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t* out,
                            void* workspace, std::size_t workspace_bytes, void* stream);
 
+// out[r] = a token sampled from row r of the contiguous [rows, vocab] logits `logits` (float32, float16 or bfloat16)
+// by params[r] (row_sampling::RowParams, device memory) and, where its penalty is not 1, the token ids
+// seen[seen_offsets[r], seen_offsets[r + 1]) (seen_offsets may be null: no penalties): Note [Sampling rows where the
+// logits are] in core/row_sampling.h. `workspace`: rows x vocab floats. The device kernels table's sample_rows.
+XPURT_API void sample_rows(const void* logits, DType dtype, std::int64_t rows, std::int64_t vocab, const void* params,
+                           const std::int64_t* seen_offsets, const std::int64_t* seen, float* workspace,
+                           std::int64_t* out, void* stream);
+
 // y[i] += x[i] for n elements (linear's residual when the GEMM cannot add it: the cublas kernel).
 XPURT_API void add_into(void* y, const void* x, DType dtype, std::int64_t n, void* stream);
 

@@ -61,6 +61,17 @@ enum class CacheLayout {
   kStatic,   // the whole fixed-capacity cache, unfilled positions masked: one decode shape (CUDA graph replays)
 };
 
+// Where sampled tokens are drawn (Note [Sampling rows where the logits are] in core/row_sampling.h).
+enum class SamplingSite {
+  kAuto,    // the host for now: the device kernel has not run on a GPU yet (docs/generation.md)
+  kHost,    // the Sampler (Note [Sampling]): the logits rows copied to the host; mt19937_64, the same on every platform
+  kDevice,  // where the logits are: the sample_rows kernel on a GPU (only the token ids come back), the same
+            // definition on the host for a CPU session; Philox, the same tokens every run on one kind of device
+};
+XPURT_API const char* sampling_site_name(SamplingSite site);  // "auto", "host", "device"
+// InvalidArgumentError naming the accepted names for any other.
+XPURT_API SamplingSite parse_sampling_site(const std::string& name);
+
 // How tokens are chosen and when generation stops. Valid when default-constructed: greedy, 32 new tokens.
 // validate() raises InvalidArgumentError naming the first bad field.
 struct XPURT_API GenerationConfig {
@@ -77,6 +88,7 @@ struct XPURT_API GenerationConfig {
   CacheMode cache = CacheMode::kAuto;
   PaddingSide padding = PaddingSide::kAuto;  // kRight needs the model's cache
   CacheLayout cache_layout = CacheLayout::kAuto;  // kStatic needs the model's cache (the Concat form)
+  SamplingSite sampling = SamplingSite::kAuto;    // where do_sample and repetition_penalty rows draw their tokens
   void validate() const;
   std::string str() const;
 };
@@ -302,6 +314,7 @@ class XPURT_API Generation {
   bool right_padded_ = false;        // Note [Padding sides]
   bool static_layout_ = false;       // Note [Static cache layout]: decode feeds the whole fixed-size cache
   bool argmax_on_device_ = false;    // the last step's tokens were picked on the device (Note [Logits read back])
+  bool sampled_where_logits_are_ = false;  // the last step's tokens were drawn by sample_rows
   std::vector<std::mt19937_64> rngs_;
   std::vector<bool> ended_;
   std::unique_ptr<KvCache> cache_;  // null in the recompute form

@@ -1,0 +1,165 @@
+// Sampling rows where the logits are (generation/row_sampler.h; Note [Sampling rows where the logits are] in
+// core/row_sampling.h).
+#include "generation/row_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "core/cuda_utils.h"
+#include "core/device_kernels.h"
+#include "generation/step_io.h"
+#include "xpuruntime/exceptions.h"
+#include "xpuruntime/stream_manager.h"
+
+namespace xpuruntime::generation {
+
+namespace rs = row_sampling;
+
+std::int64_t sample_row_host(const float* x, std::int64_t vocab, const rs::RowParams& p,
+                             const std::vector<std::int64_t>& seen) {
+  XPURT_CHECK(vocab > 0 && vocab < (std::int64_t{1} << 23), "sample_rows: vocabularies of 1 to 2^23 - 1 tokens, got ",
+              vocab);
+  const float scale = p.greedy ? 1.0f : p.temperature;
+  std::vector<float> y(static_cast<std::size_t>(vocab));
+  for (std::int64_t i = 0; i < vocab; ++i) y[static_cast<std::size_t>(i)] = x[i] / scale;
+  if (p.penalty != 1.0f) {  // recomputed from the logits: a repeated id is penalised once
+    for (std::int64_t id : seen) {
+      if (id >= 0 && id < vocab) y[static_cast<std::size_t>(id)] = rs::penalized(x[id], p.penalty) / scale;
+    }
+  }
+  float top = -INFINITY;
+  for (std::int64_t i = 0; i < vocab; ++i) {
+    const float v = y[static_cast<std::size_t>(i)];
+    if (std::isnan(v)) return i;  // 2. the first NaN
+    top = std::max(top, v);
+  }
+  const auto key = [&](std::int64_t i) { return rs::candidate_key(y[static_cast<std::size_t>(i)], i); };
+  const auto weight = [&](std::int64_t i) {
+    const float v = y[static_cast<std::size_t>(i)];
+    return v == top ? (std::uint64_t{1} << rs::kWeightBits) : rs::fixed_weight(std::exp(v - top));
+  };
+  // 3. candidates by key, highest first: ordered only as far as top_k and top_p read them.
+  std::vector<std::int64_t> order(static_cast<std::size_t>(vocab));
+  for (std::int64_t i = 0; i < vocab; ++i) order[static_cast<std::size_t>(i)] = i;
+  const auto before = [&](std::int64_t a, std::int64_t b) { return key(a) > key(b); };
+  if (p.greedy) return *std::min_element(order.begin(), order.end(), before);
+  std::uint64_t threshold = 0;  // the smallest kept key
+  std::size_t kept = order.size();
+  if (p.top_k > 0 && p.top_k < vocab) {
+    kept = static_cast<std::size_t>(p.top_k);
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept - 1), order.end(), before);
+    threshold = key(order[kept - 1]);
+  }
+  const auto kept_sum = [&] {
+    std::uint64_t sum = 0;
+    for (std::int64_t i = 0; i < vocab; ++i) sum += key(i) >= threshold ? weight(i) : 0;
+    return sum;
+  };
+  if (p.top_p < 1.0f) {
+    const std::uint64_t target = rs::nucleus_mass(p.top_p, kept_sum());
+    // The kept candidates sorted by a prefix growing 4x from 256 until the running weight reaches the target.
+    std::size_t sorted = 0;
+    std::uint64_t running = 0;
+    for (std::size_t i = 0; i < kept; ++i) {
+      if (i == sorted) {
+        const std::size_t upto = std::min(kept, std::max<std::size_t>(256, sorted * 4));
+        std::partial_sort(order.begin() + static_cast<std::ptrdiff_t>(sorted),
+                          order.begin() + static_cast<std::ptrdiff_t>(upto),
+                          order.begin() + static_cast<std::ptrdiff_t>(kept), before);
+        sorted = upto;
+      }
+      running += weight(order[i]);
+      if (running >= target) {
+        threshold = key(order[i]);
+        break;
+      }
+    }
+  }
+  // 6. the draw, in id order.
+  const std::uint64_t u = rs::scale_draw(rs::draw_word(p), kept_sum());
+  std::uint64_t running = 0;
+  for (std::int64_t i = 0; i < vocab; ++i) {
+    if (key(i) < threshold) continue;
+    running += weight(i);
+    if (u < running) return i;
+  }
+  XPURT_INTERNAL_ASSERT(false, "sample_rows: the draw ", u, " fell outside the kept weights' sum");
+  return 0;
+}
+
+namespace {
+
+// The CSR of the rows' seen lists, for the rows whose penalty reads them (Note [Sampling rows where the logits are]).
+void seen_lists(const std::vector<rs::RowParams>& params, const std::vector<const std::vector<std::int64_t>*>& seen,
+                std::vector<std::int64_t>* offsets, std::vector<std::int64_t>* ids) {
+  offsets->assign(1, 0);
+  for (std::size_t r = 0; r < params.size(); ++r) {
+    if (params[r].penalty != 1.0f && seen[r] != nullptr) ids->insert(ids->end(), seen[r]->begin(), seen[r]->end());
+    offsets->push_back(static_cast<std::int64_t>(ids->size()));
+  }
+}
+
+// A host vector as an int64 or byte tensor on `device`, through `stream`.
+Tensor upload(const void* data, std::size_t bytes, Device device, const StreamView& stream) {
+  Tensor host = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::kUInt8);
+  if (bytes > 0) std::memcpy(host.data_ptr(), data, bytes);
+  return host.to(device, &stream);
+}
+
+std::vector<std::int64_t> sample_on_device(const Tensor& rows, const std::vector<rs::RowParams>& params,
+                                           const std::vector<const std::vector<std::int64_t>*>& seen) {
+  const auto kernel = required_device_kernel(device_kernels().sample_rows, "sample_rows",
+                                             "GenerationConfig(sampling='device') on a CUDA device");
+  const std::int64_t batch = rows.shape()[0], vocab = rows.shape()[1];
+  const Device device = rows.device();
+  const StreamView stream = StreamManager::instance().current_stream(device);
+  std::vector<std::int64_t> offsets, ids;
+  seen_lists(params, seen, &offsets, &ids);
+  const Tensor params_on = upload(params.data(), params.size() * sizeof(rs::RowParams), device, stream);
+  const Tensor offsets_on = upload(offsets.data(), offsets.size() * sizeof(std::int64_t), device, stream);
+  const Tensor ids_on = upload(ids.data(), std::max<std::size_t>(1, ids.size()) * sizeof(std::int64_t), device,
+                               stream);
+  Tensor workspace = Tensor::empty({batch, vocab}, DType::kFloat32, device, &stream);
+  Tensor tokens = Tensor::empty({batch}, DType::kInt64, device, &stream);
+  {
+#if XPURT_WITH_CUDA
+    detail::CudaDeviceGuard guard(device.index);
+#endif
+    kernel(rows.data_ptr(), rows.dtype(), batch, vocab, params_on.data_ptr(),
+           static_cast<const std::int64_t*>(offsets_on.data_ptr()), static_cast<const std::int64_t*>(ids_on.data_ptr()),
+           static_cast<float*>(workspace.data_ptr()), static_cast<std::int64_t*>(tokens.data_ptr()), stream.handle);
+  }
+  const Tensor host = tokens.to(Device::cpu(), &stream);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(batch));
+  std::memcpy(out.data(), host.data_ptr(), out.size() * sizeof(std::int64_t));
+  for (std::int64_t t : out) XPURT_INTERNAL_ASSERT(t >= 0 && t < vocab, "sample_rows drew no token (", t, ")");
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> sample_rows(const Tensor& rows, const std::vector<rs::RowParams>& params,
+                                      const std::vector<const std::vector<std::int64_t>*>& seen) {
+  XPURT_CHECK_TYPE(rows.dim() == 2, "sample_rows: logits rows should be [batch, vocab], got ", rows.str());
+  XPURT_CHECK_TYPE(rows.dtype() == DType::kFloat32 || rows.dtype() == DType::kFloat16 ||
+                       rows.dtype() == DType::kBFloat16,
+                   "sample_rows: logits should be float32, float16 or bfloat16, got ", rows.str());
+  const auto batch = static_cast<std::size_t>(rows.shape()[0]);
+  XPURT_CHECK(params.size() == batch && seen.size() == batch, "sample_rows: ", batch, " rows but ", params.size(),
+              " parameter sets and ", seen.size(), " seen lists");
+  if (batch == 0) return {};
+  if (rows.device().is_cuda()) return sample_on_device(rows.contiguous(), params, seen);
+  const Tensor host = rows.device().is_cpu() ? rows : rows.to(Device::cpu());
+  std::vector<std::int64_t> out(batch);
+  static const std::vector<std::int64_t> nothing;
+  for (std::size_t r = 0; r < batch; ++r) {
+    const std::vector<float> x = step_io::host_row(host, static_cast<std::int64_t>(r), "logits");
+    out[r] = sample_row_host(x.data(), static_cast<std::int64_t>(x.size()), params[r],
+                             seen[r] != nullptr ? *seen[r] : nothing);
+  }
+  return out;
+}
+
+}  // namespace xpuruntime::generation

@@ -8,6 +8,7 @@ import collections
 import contextlib
 import io
 import json
+import os
 import pathlib
 import re
 
@@ -682,6 +683,41 @@ def test_requests_over_shared_pasts_are_prefilled_in_one_run(cached, engine, lay
     assert after.prefill_tokens - before.prefill_tokens == sum(map(len, prompts)) - 24
     batcher.run()
     assert [batcher.tokens(i) for i in ids] == alone
+
+
+# XPURT_LOAD_SEEDS=300 runs more random loads (300 passed on 2026-12-05, in a minute on this machine).
+@pytest.mark.parametrize("seed", range(int(os.environ.get("XPURT_LOAD_SEEDS", "6"))))
+def test_random_serving_loads_give_every_request_its_tokens_alone(cached, seed):
+    """Scheduling under random loads (Note [Blocks on demand], [Cached prefixes], [Prefills over shared pasts]):
+    prompts that share random prefixes, limits and stop tokens, requests submitted between steps, a pool from tight
+    to roomy, both reservations, with and without sharing: every request's tokens are its tokens alone and the pool
+    is empty at the end."""
+    rng = np.random.default_rng(seed)
+    stems = [[int(t) for t in rng.integers(1, 37, size=int(n))] for n in rng.integers(4, 14, size=3)]
+    prompts, limits = [], []
+    for _ in range(int(rng.integers(6, 14))):
+        stem = stems[int(rng.integers(0, 3))][:int(rng.integers(0, 14))] if rng.random() < 0.7 else []
+        prompts.append(stem + [int(t) for t in rng.integers(1, 37, size=int(rng.integers(1, 8)))])
+        limits.append(int(rng.integers(1, 14)))
+    stops = [int(t) for t in rng.integers(1, 37, size=int(rng.integers(0, 3)))]
+    config = lambda n: GenerationConfig(max_new_tokens=n, stop_tokens=stops)  # noqa: E731
+    alone = [Generator(cached, config(n)).generate(p) for p, n in zip(prompts, limits)]
+    block = int(rng.choice([2, 4, 8]))
+    need = max(-(-(len(p) + n) // block) for p, n in zip(prompts, limits))
+    cache = PagedCacheConfig(max_batch=int(rng.integers(1, 7)), block_size=block,
+                             num_blocks=need + int(rng.integers(0, 3 * need)),
+                             share_prefixes=bool(rng.random() < 0.7),
+                             reservation=str(rng.choice(["on_demand", "whole_length"])))
+    batcher = ContinuousBatcher(cached, config(8), cache)
+    ids, submitted = [], 0
+    while submitted < len(prompts) or not batcher.idle:
+        for _ in range(int(rng.integers(0, 4))):
+            if submitted < len(prompts):
+                ids.append(batcher.submit(prompts[submitted], config(limits[submitted])))
+                submitted += 1
+        batcher.step()
+    assert [batcher.tokens(i) for i in ids] == alone, (cache, batcher.stats)
+    assert batcher.stats.blocks_used == 0 and batcher.stats.finished == len(prompts)
 
 
 def test_a_full_pool_makes_requests_wait_not_fail(cached):

@@ -550,6 +550,30 @@ def test_the_batchers_static_decode_steps_give_the_dynamic_ones_tokens_with_fewe
         assert "MiB with the step's present" in batcher.explain()
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_requests_join_the_static_batch_in_free_rows(cached, engine):
+    """Note [Rows that stay where they are]: with the static layout a request that joins a running batch is copied
+    into the row a finished request freed, the others staying where they are; the past is rebuilt only when the
+    buffer fills or a joiner does not fit. Every request's tokens are its tokens alone, and the dynamic layout (which
+    rebuilds at every change) makes the same."""
+    prompts = mixed_prompts(12, seed=5)
+    limits = [3, 12, 5, 9, 2, 7, 11, 4, 6, 8, 10, 1]
+    alone = [Generator(cached, greedy(n), engine=engine).generate(p) for p, n in zip(prompts, limits)]
+
+    def serve(layout):
+        batcher = ContinuousBatcher(cached, greedy(cache_layout=layout), PagedCacheConfig(max_batch=4, block_size=4),
+                                    engine=engine)
+        ids = [batcher.submit(p, greedy(n, cache_layout=layout)) for p, n in zip(prompts, limits)]
+        out = batcher.run()
+        return [out[i] for i in ids], batcher.stats
+
+    static, stats = serve("static")
+    dynamic, rebuilt = serve("dynamic")
+    assert static == alone and dynamic == alone
+    assert stats.rows_joined >= 4 and stats.regathers < rebuilt.regathers, (str(stats), str(rebuilt))
+    assert rebuilt.rows_joined == 0 and f"{stats.rows_joined} joined in place" in str(stats)
+
+
 def last_position_logits(graph) -> None:
     """The model's logits cut to the last position, as an export with logits_to_keep=1 has them."""
     from onnx import helper, numpy_helper

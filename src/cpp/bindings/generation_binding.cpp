@@ -226,6 +226,7 @@ void bind_continuous_batcher(py::module_& m) {
       .def_readonly("decode_tokens", &BatcherStats::decode_tokens)
       .def_readonly("max_running", &BatcherStats::max_running)
       .def_readonly("regathers", &BatcherStats::regathers)
+      .def_readonly("rows_joined", &BatcherStats::rows_joined)
       .def_readonly("preemptions", &BatcherStats::preemptions)
       .def_readonly("recomputed_tokens", &BatcherStats::recomputed_tokens)
       .def_readonly("prefill_ms", &BatcherStats::prefill_ms)

@@ -172,7 +172,8 @@ std::string BatcherStats::str() const {
      << " tokens computed, "
      << shared_tokens << " shared) in " << prefill_ms << " ms; decode " << decode_steps << " steps, " << decode_tokens
      << " tokens in " << decode_ms << " ms (" << std::setprecision(0) << decode_tokens_per_s() << " tokens/s, up to "
-     << max_running << " requests a step, " << regathers << " batch changes, " << preemptions << " preemptions, "
+     << max_running << " requests a step, " << regathers << " regathers, " << rows_joined << " joined in place, "
+     << preemptions << " preemptions, "
      << recomputed_tokens << " tokens recomputed); ";
   if (decode_steps > 0) {
     const double steps = static_cast<double>(decode_steps);
@@ -476,7 +477,9 @@ std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits,
   // (Note [Sampling rows where the logits are]); the others as the host Sampler or the device's argmax pick them.
   std::vector<std::int64_t> drawn;
   std::vector<bool> there(rows.size(), false);
-  for (std::size_t i = 0; i < rows.size(); ++i) there[i] = step_io::samples_where_logits_are(rows[i]->config);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    there[i] = rows[i] != nullptr && step_io::samples_where_logits_are(rows[i]->config);
+  }
   if (std::find(there.begin(), there.end(), true) != there.end()) {
     std::vector<row_sampling::RowParams> params;
     std::vector<const std::vector<std::int64_t>*> seen;
@@ -493,17 +496,19 @@ std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits,
       return drawn;
     }
   }
-  const bool greedy = std::all_of(rows.begin(), rows.end(), [](const Request* r) { return r->sampler.argmax_only(); });
+  const bool greedy =
+      std::all_of(rows.begin(), rows.end(), [](const Request* r) { return r == nullptr || r->sampler.argmax_only(); });
   const step_io::PickedTokens picked =
       step_io::pick_tokens(chosen, rows.size(), greedy, [&](std::size_t i, const Tensor& host) {
         if (there[i]) return std::optional<std::int64_t>(drawn[i]);
+        if (rows[i] == nullptr) return std::optional<std::int64_t>();  // a free row: no token
         Request& r = *rows[i];
         std::vector<float> values = step_io::host_row(host, static_cast<std::int64_t>(i), signature_.logits);
         return std::optional<std::int64_t>(
             r.sampler.next(values.data(), static_cast<std::int64_t>(values.size()), r.seen, r.rng));
       });
   std::vector<std::int64_t> tokens;
-  for (const auto& token : picked.tokens) tokens.push_back(token.value());
+  for (const auto& token : picked.tokens) tokens.push_back(token.value_or(-1));
   return tokens;
 }
 
@@ -578,6 +583,7 @@ void ContinuousBatcher::regather() {
   const Device device = session_->options().device;
   // The rows that stay write what they made since the last rebuild into their blocks.
   for (std::size_t row = 0; row < working_rows_.size(); ++row) {
+    if (working_rows_[row] < 0) continue;  // a free row (Note [Rows that stay where they are])
     Request& r = request(working_rows_[row]);
     if (r.done || r.synced == r.length) continue;
     for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
@@ -628,8 +634,56 @@ void ContinuousBatcher::regather() {
     }
   }
   working_rows_ = running_;
+  if (static_layout_) working_rows_.resize(static_cast<std::size_t>(working_batch_), -1);  // filler rows: free
   working_length_ = longest;
   ++stats_.regathers;
+}
+
+// Note [Rows that stay where they are]
+// With the static layout a change of the batch need not rebuild the batch's past (regather: every running request's
+// cache written back to the pool and copied into a new buffer, two passes over the whole batch's cache). A request
+// that leaves (finished or preempted) frees its row: its positions are masked from then on and its next occupant
+// overwrites them. A request that joins is copied from the pool into a free row (a finished request's, or a filler
+// row of the bucket), its positions ending where every row's do (working_length_), when it is no longer than that.
+// The rows that stay are not copied at all; the positions they made since their prefill stay only in the buffer
+// (the pool gets them at the next full regather, or never when the request finishes first). A full regather still
+// happens when the buffer's positions run out, when a joining request does not fit (longer than the filled
+// positions, or no row free) and when the running requests fit a smaller bucket (the step would compute the free
+// rows for nothing). stats.rows_joined counts the requests that joined in place, stats.regathers the rebuilds.
+bool ContinuousBatcher::join_in_place() {
+  if (!static_layout_ || working_.empty() || working_length_ >= working_capacity_ ||
+      step_io::batch_bucket(static_cast<std::int64_t>(running_.size())) < working_batch_) {
+    return false;
+  }
+  const auto runs = [&](std::int64_t id) { return std::find(running_.begin(), running_.end(), id) != running_.end(); };
+  std::vector<std::int64_t> rows = working_rows_;
+  for (std::int64_t& id : rows) {
+    if (id >= 0 && !runs(id)) id = -1;
+  }
+  std::vector<std::size_t> joined;
+  for (std::int64_t id : running_) {
+    if (std::find(rows.begin(), rows.end(), id) != rows.end()) continue;
+    const auto free = std::find(rows.begin(), rows.end(), -1);
+    if (free == rows.end() || request(id).length > working_length_) return false;
+    *free = id;
+    joined.push_back(static_cast<std::size_t>(free - rows.begin()));
+  }
+  for (std::size_t row : joined) {
+    const Request& r = request(rows[row]);
+    for (std::size_t s = 0; s < signature_.cache.size(); ++s) {  // its positions end at working_length_
+      const Tensor& w = working_[s];
+      const std::int64_t heads = w.shape()[1], stride = w.shape()[2], head_dim = w.shape()[3];
+      const std::int64_t at = static_cast<std::int64_t>(row) * heads * stride + working_length_ - r.length;
+      pool_->read(r.blocks, 0, r.length, s,
+                  Tensor::from_blob(static_cast<char*>(w.data_ptr()) +
+                                        at * head_dim * static_cast<std::int64_t>(w.element_size()),
+                                    {heads, r.length, head_dim}, {stride * head_dim, head_dim, 1}, w.dtype(),
+                                    w.device(), w.storage()));
+    }
+  }
+  working_rows_ = std::move(rows);
+  stats_.rows_joined += static_cast<std::int64_t>(joined.size());
+  return true;
 }
 
 void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
@@ -637,24 +691,40 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   const auto begin = std::chrono::steady_clock::now();
   auto at = begin;  // Note [Where a decode step goes] in generator.cpp
   const Device device = session_->options().device;
-  if (working_rows_ != running_ || (static_layout_ && working_length_ >= working_capacity_)) regather();
+  // The batch changed, or its buffer is full: rows join in place or the past is rebuilt (Note [Rows that stay where
+  // they are]).
+  const auto members =
+      std::count_if(working_rows_.begin(), working_rows_.end(), [](std::int64_t id) { return id >= 0; });
+  const bool changed = static_layout_ ? static_cast<std::size_t>(members) != running_.size() ||
+                                            std::any_of(running_.begin(), running_.end(), [&](std::int64_t id) {
+                                              return std::find(working_rows_.begin(), working_rows_.end(), id) ==
+                                                     working_rows_.end();
+                                            })
+                                      : working_rows_ != running_;
+  if ((changed || (static_layout_ && working_length_ >= working_capacity_)) && !join_in_place()) regather();
   stats_.decode_regather_ms += lap(&at);
   const auto batch = static_cast<std::int64_t>(running_.size());
   const std::int64_t rows = static_layout_ ? working_batch_ : batch;
+  // Each row's request (null: a free or filler row of the static layout).
+  std::vector<Request*> group;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const std::int64_t id = working_rows_[static_cast<std::size_t>(row)];
+    group.push_back(id >= 0 ? &request(id) : nullptr);
+  }
   // The past fed: the filled positions, or the static layout's whole buffer (Note [Static decode steps of the
   // batcher]).
   const std::int64_t past = static_layout_ ? working_capacity_ : working_length_;
   std::vector<std::vector<std::int64_t>> ids, mask, positions;
   for (std::int64_t row = 0; row < rows; ++row) {
     std::vector<std::int64_t> m(static_cast<std::size_t>(past + 1), 0);
-    if (row >= batch) {  // a filler row of the static layout's bucket: it sees only its own token
+    if (group[static_cast<std::size_t>(row)] == nullptr) {  // a free or filler row: it sees only its own token
       m.back() = 1;
       ids.push_back({defaults_.pad_token_id});
       mask.push_back(std::move(m));
       positions.push_back({0});
       continue;
     }
-    const Request& r = request(running_[static_cast<std::size_t>(row)]);
+    const Request& r = *group[static_cast<std::size_t>(row)];
     ids.push_back({r.generated.back()});
     if (right_padded_) {
       std::fill_n(m.begin(), r.length + 1, 1);
@@ -714,20 +784,19 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   }
   ++working_length_;
   stats_.decode_commit_ms += lap(&at);
-  std::vector<Request*> group;
-  for (std::int64_t id : running_) group.push_back(&request(id));
   XPURT_CHECK_TYPE(logits.dim() == 3, "logits output '", signature_.logits, "' should be [batch, seq, vocab], got ",
                    logits.str());
   const std::vector<std::int64_t> tokens =
       pick_tokens(logits, std::vector<std::int64_t>(static_cast<std::size_t>(rows), logits.shape()[1] - 1), group);
   stats_.decode_pick_ms += lap(&at);
-  std::vector<std::int64_t> still_running;
-  for (std::int64_t row = 0; row < batch; ++row) {
-    Request& r = *group[static_cast<std::size_t>(row)];
-    ++r.length;
-    if (take_token(r, tokens[static_cast<std::size_t>(row)], events)) still_running.push_back(r.id);
+  for (std::int64_t row = 0; row < rows; ++row) {
+    Request* r = group[static_cast<std::size_t>(row)];
+    if (r == nullptr) continue;
+    ++r->length;
+    take_token(*r, tokens[static_cast<std::size_t>(row)], events);
   }
-  running_ = std::move(still_running);
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [&](std::int64_t id) { return request(id).done; }),
+                 running_.end());
   ++stats_.decode_steps;
   stats_.decode_tokens += batch;
   stats_.max_running = std::max(stats_.max_running, batch);

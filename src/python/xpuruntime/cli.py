@@ -1216,11 +1216,10 @@ def _generate_continuous(args: argparse.Namespace, prompts: List[List[int]], con
 
 # The fields of BatcherStats that `generate --continuous --json` writes.
 _BATCHER_STATS = ("waiting", "running", "finished", "steps", "prefills", "prefill_runs", "prefill_tokens",
-                  "shared_tokens",
-                  "decode_steps", "decode_tokens", "decode_tokens_per_s", "max_running", "regathers", "preemptions",
-                  "recomputed_tokens", "prefill_ms",
-                  "decode_ms", "decode_regather_ms", "decode_feeds_ms", "decode_run_ms", "decode_commit_ms",
-                  "decode_pick_ms", "blocks_total", "blocks_used", "blocks_cached", "block_size", "pool_bytes")
+                  "shared_tokens", "decode_steps", "decode_tokens", "decode_tokens_per_s", "max_running", "regathers",
+                  "rows_joined", "preemptions", "recomputed_tokens", "prefill_ms", "decode_ms", "decode_regather_ms",
+                  "decode_feeds_ms", "decode_run_ms", "decode_commit_ms", "decode_pick_ms", "blocks_total",
+                  "blocks_used", "blocks_cached", "block_size", "pool_bytes")
 
 
 # The fields of GenerationStats that `generate --json` writes (docs/generation.md "Statistics").

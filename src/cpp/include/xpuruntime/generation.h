@@ -443,7 +443,8 @@ struct XPURT_API BatcherStats {
   std::int64_t decode_steps = 0;
   std::int64_t decode_tokens = 0;
   std::int64_t max_running = 0;      // the most requests decoded in one step
-  std::int64_t regathers = 0;        // decode steps whose batch changed (the past rebuilt from the pool)
+  std::int64_t regathers = 0;        // decode steps whose batch's past was rebuilt from the pool
+  std::int64_t rows_joined = 0;      // requests that joined the decode batch in a free row, nothing else copied
   std::int64_t preemptions = 0;      // running requests sent back to wait for blocks (Note [Blocks on demand])
   std::int64_t recomputed_tokens = 0;  // positions the prefills of preempted requests computed again
   double prefill_ms = 0.0, decode_ms = 0.0;
@@ -496,6 +497,8 @@ class XPURT_API ContinuousBatcher {
   void prefill(const std::vector<Request*>& group, std::vector<BatchEvent>& events);
   void decode(std::vector<BatchEvent>& events);
   void regather();
+  // Note [Rows that stay where they are]: false when the batch's past must be rebuilt instead.
+  bool join_in_place();
   // Note [Blocks on demand]: every running request's block for the position the next step writes.
   void grow_blocks();
   void preempt(Request& r);
@@ -515,7 +518,8 @@ class XPURT_API ContinuousBatcher {
   std::map<std::int64_t, std::unique_ptr<Request>> requests_;
   std::vector<std::int64_t> waiting_;   // FIFO
   std::vector<std::int64_t> running_;   // the decode batch, in its rows' order
-  std::vector<std::int64_t> working_rows_;  // the rows `working_` holds (a change means a regather)
+  std::vector<std::int64_t> working_rows_;  // the request of each row `working_` holds (-1: a free row, static
+                                            // layout: Note [Rows that stay where they are])
   std::vector<Tensor> working_;         // per slot: the batch's past [rows, heads, working_length_, head_dim]; with
                                         // the static layout [working_batch_, heads, working_capacity_ (+ 1 in
                                         // place), head_dim]

@@ -13,6 +13,8 @@ Per model and batch (--batches, every row a prompt of --prompt random tokens, --
                    (compile_config; transformers compiles the decode step only, never the prefill), or, if that
                    fails, the docs' recipe model.forward = torch.compile(model.forward, ...). TTFT is generate with
                    max_new_tokens=1; ms/step = (t(N) - t(1)) / (N - 1); both medians of --repeat after two warm-ups
+  sampled          --sampled host,device: the xpuruntime rows again with do_sample (top_p 0.9, temperature 0.8), the
+                   tokens drawn by the host Sampler or where the logits are (GenerationConfig.sampling)
   continuous       --requests requests, prompts of 64..--prompt tokens, through a ContinuousBatcher (max_batch =
                    --requests) on the xpuruntime session: new tokens / wall time (prefills included), against
                    xpuruntime's batch-1 decode tokens/s
@@ -375,7 +377,7 @@ def run_generation(generator, batch: List[List[int]]):
     return generation
 
 
-def xpuruntime_row(generator, preset: str, batch: int, args, bandwidth: float) -> dict:
+def xpuruntime_row(generator, preset: str, batch: int, args, bandwidth: float, column: str = "xpuruntime") -> dict:
     rows = prompts(batch, args.prompt, PRESETS[preset]["vocab_size"], seed=batch)
     cold = run_generation(generator, rows).stats
     log(f"    batch {batch}: warm-up generation (plans, graph capture): prefill {cold.prefill_ms:.1f} ms, "
@@ -386,7 +388,7 @@ def xpuruntime_row(generator, preset: str, batch: int, args, bandwidth: float) -
     replayed = "captured and replayed" in str(generator.session.explain())
     floor = floor_ms(preset, batch, args, bandwidth)
     log(f"    batch {batch}: {stats[-1]}; the session has replayed a CUDA graph: {replayed}")
-    return row(preset, "xpuruntime", batch, ttft_ms=statistics.median(s.prefill_ms for s in stats),
+    return row(preset, column, batch, ttft_ms=statistics.median(s.prefill_ms for s in stats),
                ms_per_step=step_ms, tokens_per_s=statistics.median(s.decode_tokens_per_s for s in stats),
                floor_ms=floor, floor_pct=100 * floor / step_ms, graph_replayed=replayed,
                tokens=runs[-1].tokens[0] if batch == 1 else None)
@@ -446,6 +448,17 @@ def xpuruntime_rows(path: pathlib.Path, preset: str, args, bandwidth: float) -> 
         except Exception as error:  # noqa: BLE001: reported in the table
             log(f"    batch {batch}: failed: {short(error)}")
             rows.append(row(preset, "xpuruntime", batch, error=short(error)))
+    for site in args.sampled:  # the same batches sampled (top_p 0.9, temperature 0.8), the tokens drawn at `site`
+        sampled = Generator(generator.session, GenerationConfig(
+            max_new_tokens=args.new_tokens, cache_layout="static", do_sample=True, top_p=0.9, temperature=0.8,
+            seed=1, sampling=site))
+        for batch in args.batches:
+            column = f"xpuruntime sampled ({site})"
+            try:
+                rows.append(xpuruntime_row(sampled, preset, batch, args, bandwidth, column))
+            except Exception as error:  # noqa: BLE001: reported in the table
+                log(f"    {column}, batch {batch}: failed: {short(error)}")
+                rows.append(row(preset, column, batch, error=short(error)))
     if args.profile:
         profile_decode(generator, preset, args)
     if args.skip_continuous:
@@ -650,11 +663,14 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-torch", action="store_true", help="no transformers / torch.compile columns")
     parser.add_argument("--skip-xpuruntime", action="store_true", help="no export, no xpuruntime columns")
     parser.add_argument("--skip-continuous", action="store_true")
+    parser.add_argument("--sampled", default="", help="comma-separated sampling sites (host, device): the xpuruntime "
+                        "rows again with do_sample, top_p 0.9, temperature 0.8, the tokens drawn there")
     parser.add_argument("--profile", type=int, default=0,
                         help="after the xpuruntime rows, print the top kernels of this many batch-1 generations")
     parser.add_argument("--out", default=None, help="write the rows here as JSON")
     args = parser.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",") if b]
+    args.sampled = [s for s in args.sampled.split(",") if s]
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in PRESETS]
     if unknown:

@@ -149,7 +149,7 @@ void silu_epilogue(const IsaKernels& isa, float* __restrict row, std::int64_t co
     float* __restrict x = row + p0;
     if (isa.exp_f32(x, sigmoid, n, /*sigmoid=*/true)) {
       for (std::int64_t k = 0; k < n; ++k) {
-        x[k] = (-x[k] >= kExpLow && -x[k] <= kExpHigh) ? x[k] * sigmoid[k] : apply_activation(Activation::kSilu, x[k]);
+        x[k] = !exp_outside(-x[k]) ? x[k] * sigmoid[k] : apply_activation(Activation::kSilu, x[k]);
       }
     } else {
       for (std::int64_t k = 0; k < n; ++k) x[k] *= sigmoid[k];

@@ -127,16 +127,22 @@ struct IsaKernels {
   // A[rows, depth] (lda) packed for every tile at once: round_up(rows, gemm_mr) * depth floats at out.
   void (*pack_gemm_a_f32)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t depth, float* out);
   // out[i] = e^a[i], or 1 / (1 + e^-a[i]) when `sigmoid`, for the arguments of the exponential within [kExpLow,
-  // kExpHigh]; other elements (NaN included) get some value, which the caller replaces (Note [Vectorised exp on the
-  // CPU] in cpu_fused.cpp). Returns whether there was any such element.
+  // kExpHigh] or below kExpZero (e^x is +0 there, as std::exp has it); other elements (exp_outside: NaN included) get
+  // some value, which the caller replaces (Note [Vectorised exp on the CPU] in cpu_fused.cpp). Returns whether there
+  // was any such element.
   bool (*exp_f32)(const float* a, float* out, std::int64_t n, bool sigmoid);
   // out[i] = op(a[i]) for tanh, erf and the two GELUs (Note [Vectorised tanh, erf and GELU] in cpu_isa_baseline.cpp):
   // every float argument, NaN and the infinities included; a and out may be the same array.
   void (*math_f32)(const float* a, float* out, std::int64_t n, VectorMath op);
 };
 
-// The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float).
-constexpr float kExpLow = -87.0f, kExpHigh = 88.0f;
+// The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float), and the bound below
+// which e^x rounds to +0 in float (e^-104 < 2^-150, half the smallest subnormal): a masked score (-1e4, -1e9, the
+// lowest float, -inf) minus its row's maximum lies there.
+constexpr float kExpLow = -87.0f, kExpHigh = 88.0f, kExpZero = -104.0f;
+
+// Whether exp_f32 left e^x to its caller (a subnormal result, an overflow near the top, NaN).
+inline bool exp_outside(float x) { return !(x >= kExpLow && x <= kExpHigh) && !(x < kExpZero); }
 
 // The kernels of the best instruction set this CPU has, or the one XPURT_CPU_ISA names (baseline, avx2, avx512;
 // read once per process; InvalidArgumentError for another value, UnsupportedOperationError for one the CPU

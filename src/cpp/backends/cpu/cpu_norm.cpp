@@ -60,8 +60,9 @@ void run_batch_norm(const KernelLaunch& launch, const CpuContext& context) {
 // A float32 softmax over the last axis (attention's scores: one row per query and head, the keys along it) spent its
 // time in one std::exp call per element and a sum chained through one double (a decode step of 16 rows of 4097 keys:
 // 198 us, 9% of its memory floor, 2026-12-05). Such rows take the vectorised exp of the fused kernels (IsaKernels::
-// exp_f32, Note [Vectorised exp on the CPU] in cpu_fused.cpp: within 2 ulp of the exact value; arguments below its
-// range, x - max < -87 and -inf, take std::exp in a second pass, exactly as before), the maximum in float (exact), and
+// exp_f32, Note [Vectorised exp on the CPU] in cpu_fused.cpp: within 2 ulp of the exact value; x - max below -104,
+// where a masked score lies, is 0 as std::exp gives it, and the few arguments between -104 and -87 take std::exp in a
+// second pass), the maximum in float (exact), and
 // the sum in double over eight interleaved partial sums (the same terms in another order: the sum's rounding is far
 // below a float's). NaN and +inf rows give NaN, as the general loop below does.
 void softmax_rows_f32(const float* in, float* out, std::int64_t rows, std::int64_t length, const CpuContext& context) {
@@ -86,7 +87,7 @@ void softmax_rows_f32(const float* in, float* out, std::int64_t rows, std::int64
                    if (isa.exp_f32(y, y, length, /*sigmoid=*/false)) {
                      for (std::int64_t i = 0; i < length; ++i) {
                        const float d = x[i] - max_value;
-                       if (!(d >= kExpLow && d <= kExpHigh)) y[i] = std::exp(d);
+                       if (exp_outside(d)) y[i] = std::exp(d);
                      }
                    }
                    double partial[8] = {};

@@ -568,6 +568,36 @@ TEST(CpuBackend, ExpKernelsReportArgumentsOutsideTheirRange) {
   }
 }
 
+// Below kExpZero e^x is +0 in float (std::exp's value) and exp_f32 computes it itself: a masked attention score minus
+// its row's maximum (-1e4, -1e9, the lowest float, -inf) no longer sends the whole row to std::exp; sigmoid of a large
+// argument is exactly 1. Between -104 and -87 (subnormal results) it is still left to the caller.
+TEST(CpuBackend, ExpKernelsGiveZeroBelowTheUnderflowBound) {
+  const float lowest = std::numeric_limits<float>::lowest(), inf = std::numeric_limits<float>::infinity();
+  for (const std::string& isa : isa_names()) {
+    const cpu::IsaKernels& kernels = cpu::isa_kernels_named(isa);
+    for (const std::size_t n : {std::size_t{1}, std::size_t{19}, std::size_t{64}}) {
+      std::vector<float> a(n), y(n, -1.0f);
+      const float masked[] = {-104.5f, -1e4f, -1e9f, lowest, -inf};
+      for (std::size_t i = 0; i < n; ++i) a[i] = i % 3 == 0 ? masked[i % 5] : -0.25f * static_cast<float>(i % 7);
+      EXPECT_FALSE(kernels.exp_f32(a.data(), y.data(), static_cast<std::int64_t>(n), false)) << isa << ", n = " << n;
+      for (std::size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(y[i], std::exp(a[i])) << isa << ": exp(" << a[i] << ")";
+        if (i % 3 == 0) {
+          EXPECT_EQ(y[i], 0.0f);
+        }
+      }
+      for (float& v : a) v = -v;  // sigmoid of the large positive arguments: exactly 1
+      EXPECT_FALSE(kernels.exp_f32(a.data(), y.data(), static_cast<std::int64_t>(n), true)) << isa << ", n = " << n;
+      for (std::size_t i = 0; i < n; i += 3) EXPECT_EQ(y[i], 1.0f) << isa << ": sigmoid(" << a[i] << ")";
+      for (float& v : a) v = -v;  // back to the masked scores, with one subnormal e^-95: still the caller's
+      a[n / 2] = -95.0f;
+      EXPECT_TRUE(kernels.exp_f32(a.data(), y.data(), static_cast<std::int64_t>(n), false)) << isa;
+    }
+  }
+  EXPECT_TRUE(cpu::exp_outside(-95.0f) && cpu::exp_outside(89.0f) && cpu::exp_outside(std::nanf("")));
+  EXPECT_FALSE(cpu::exp_outside(-104.5f) || cpu::exp_outside(-inf) || cpu::exp_outside(-3.0f));
+}
+
 // Note [Vectorised tanh, erf and GELU] (cpu_isa_baseline.cpp): every table's math_f32 against the double functions,
 // 400k points over [-12, 12] plus the ends of each polynomial's range, at lengths with partial last vectors: within
 // 3 float ulps (tanh, erf) of the exact value, the GELUs within 1e-5 relative plus 1e-7 (their negative tails are

@@ -134,6 +134,10 @@ struct IsaKernels {
   // out[i] = op(a[i]) for tanh, erf and the two GELUs (Note [Vectorised tanh, erf and GELU] in cpu_isa_baseline.cpp):
   // every float argument, NaN and the infinities included; a and out may be the same array.
   void (*math_f32)(const float* a, float* out, std::int64_t n, VectorMath op);
+  // y = softmax(x) over one row of n floats (Note [Softmax rows in vectors] in cpu_norm.cpp): the maximum, e^(x - max)
+  // by exp_f32's arithmetic (std::exp's for subnormal results), a compensated sum, one scale. False, y untouched,
+  // for a row holding NaN or +inf or only -inf (the caller's NaN row); y must not overlap x.
+  bool (*softmax_row_f32)(const float* x, float* y, std::int64_t n);
 };
 
 // The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float), and the bound below

@@ -598,6 +598,52 @@ TEST(CpuBackend, ExpKernelsGiveZeroBelowTheUnderflowBound) {
   EXPECT_FALSE(cpu::exp_outside(-104.5f) || cpu::exp_outside(-inf) || cpu::exp_outside(-3.0f));
 }
 
+// Note [Softmax rows in vectors] (cpu_norm.cpp): every table's softmax_row_f32 against the double softmax at lengths
+// with and without a partial last vector, with masked scores (-1e9, the lowest float, -inf), scores whose e^(x - max)
+// is subnormal (std::exp's), and the rows the caller turns into NaN (NaN, +inf, only -inf).
+TEST(CpuBackend, SoftmaxRowsMatchTheDoubleSoftmaxOnEveryIsa) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::string& isa : isa_names()) {
+    const cpu::IsaKernels& kernels = cpu::isa_kernels_named(isa);
+    for (const std::int64_t n : {1, 5, 16, 37, 128, 1000}) {
+      for (int pattern = 0; pattern < 3; ++pattern) {
+        std::vector<float> x(static_cast<std::size_t>(n)), y(x.size(), -1.0f);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          x[i] = normal(rng);
+          if (pattern == 1 && i % 2 == 1) {
+            x[i] = i % 3 == 0 ? -1e9f : (i % 3 == 1 ? std::numeric_limits<float>::lowest() : -inf);
+          }
+          if (pattern == 2 && i % 3 == 2) x[i] = -95.0f;  // e^(x - max) subnormal
+        }
+        ASSERT_TRUE(kernels.softmax_row_f32(x.data(), y.data(), n)) << isa << ", n = " << n;
+        double top = -inf, total = 0;
+        for (float v : x) top = std::max(top, static_cast<double>(v));
+        for (float v : x) total += std::exp(static_cast<double>(v) - top);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          // exp within 2 ulp, the scale 1, and x - max rounded to float: |x - max| x 2^-24 relative after exp.
+          const double d = static_cast<double>(x[i]) - top, want = std::exp(d) / total;
+          if (want == 0) {
+            ASSERT_EQ(y[i], 0.0f) << isa << ", n = " << n << ", i = " << i;
+            continue;
+          }
+          ASSERT_NEAR(y[i], want, want * (4.8e-7 + std::fabs(d) * 6e-8) + 1e-44)
+              << isa << ", n = " << n << ", pattern " << pattern << ", i = " << i;
+        }
+      }
+      std::vector<float> bad(static_cast<std::size_t>(n), 1.0f), y(bad.size(), 7.0f);
+      for (const float v : {std::numeric_limits<float>::quiet_NaN(), inf}) {
+        bad[static_cast<std::size_t>(n / 2)] = v;
+        EXPECT_FALSE(kernels.softmax_row_f32(bad.data(), y.data(), n)) << isa << ", " << v;
+      }
+      std::fill(bad.begin(), bad.end(), -inf);
+      EXPECT_FALSE(kernels.softmax_row_f32(bad.data(), y.data(), n)) << isa << ", a row of -inf";
+      EXPECT_EQ(y[0], 7.0f);  // untouched
+    }
+  }
+}
+
 // Note [Vectorised tanh, erf and GELU] (cpu_isa_baseline.cpp): every table's math_f32 against the double functions,
 // 400k points over [-12, 12] plus the ends of each polynomial's range, at lengths with partial last vectors: within
 // 3 float ulps (tanh, erf) of the exact value, the GELUs within 1e-5 relative plus 1e-7 (their negative tails are

@@ -26,8 +26,10 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src", "python"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import xpuruntime as xrt  # noqa: E402
+from timing import emit_table  # noqa: E402
 
 SHAPES = [(16, 2, 16, 80), (1, 12, 128, 128), (8, 32, 1, 1024)]
 MASKS = {"none": None, "-1e4": -1e4, "-1e9": -1e9, "lowest": float(np.finfo(np.float32).min), "-inf": -np.inf,
@@ -90,11 +92,7 @@ def main(argv=None) -> int:
                     best[engine] = min(best[engine], time_session(session, feeds, args.iterations))
             lines.append(f"| {list(shape)} | {name} | {best['native']:.1f} | {best['onnxruntime']:.1f} | "
                          f"{best['onnxruntime'] / best['native']:.2f} |")
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    emit_table(lines, args.markdown)
     return 0
 
 

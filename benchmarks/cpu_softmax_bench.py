@@ -4,7 +4,8 @@ kernel off a cliff"). Each row is a one-node ONNX model (Softmax over the last a
 to a mask value as exporters write them (-1e4, -1e9, the lowest float32, -inf; "rows": every other batch entry masked
 at every key but one half, as a padded batch's pad queries). Each session is timed as the median of --iterations calls
 of session.run (numpy in, numpy out), best of --repeat rounds, the engines interleaved round by round so that a busy
-machine slows both. The native engine's rows before 2026-12-05 22:20 UTC sent every masked score to std::exp (Note
+machine slows both. A second table times softmax(q k^T / sqrt(d)) v as an exporter writes it (four nodes), which the
+native engine fuses into its Attention op. The native engine's rows before 2026-12-05 22:20 UTC sent every masked score to std::exp (Note
 [Vectorised exp on the CPU] in src/cpp/backends/cpu/cpu_fused.cpp).
 
     .venv/bin/python benchmarks/cpu_softmax_bench.py [--iterations 200] [--repeat 3] [--threads 1] [--markdown out.md]
@@ -45,6 +46,27 @@ def model(shape) -> bytes:
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m.SerializeToString()
+
+
+def attention_model(shape) -> bytes:
+    """softmax(q k^T / sqrt(d)) v as an exporter writes it (MatMul, Mul, Softmax, MatMul): the native engine fuses it
+    into its Attention op (Note [Attention rows in vectors] in src/cpp/backends/cpu/cpu_attention.cpp), ONNX Runtime
+    runs the four nodes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    b, h, s, d = shape
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+             helper.make_node("Softmax", ["s1"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shape)) for n in ("q", "k", "v")]
+    graph = helper.make_graph(nodes, "g", io, [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+                              [numpy_helper.from_array(np.array(d ** -0.5, np.float32), "scale")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+ATTENTION_SHAPES = [(1, 12, 12, 64), (1, 12, 128, 64), (1, 12, 384, 64)]
 
 
 def scores(shape, mask, rng) -> np.ndarray:
@@ -92,6 +114,21 @@ def main(argv=None) -> int:
                     best[engine] = min(best[engine], time_session(session, feeds, args.iterations))
             lines.append(f"| {list(shape)} | {name} | {best['native']:.1f} | {best['onnxruntime']:.1f} | "
                          f"{best['onnxruntime'] / best['native']:.2f} |")
+    lines += ["", "| attention [B, H, S, D] | native us | onnxruntime us | onnxruntime / native | native kernel |",
+              "| --- | ---: | ---: | ---: | --- |"]
+    for shape in ATTENTION_SHAPES:
+        onnx_model = attention_model(shape)
+        sessions = {engine: xrt.InferenceSession(onnx_model, engine=engine, exec_policy=policy)
+                    for engine in ("native", "onnxruntime")}
+        feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in ("q", "k", "v")}
+        best = {engine: float("inf") for engine in sessions}
+        for _ in range(args.repeat):
+            for engine, session in sessions.items():
+                session.run(None, feeds)
+                best[engine] = min(best[engine], time_session(session, feeds, args.iterations))
+        fused = "Attention" in str(sessions["native"].explain())
+        lines.append(f"| {list(shape)} | {best['native']:.1f} | {best['onnxruntime']:.1f} | "
+                     f"{best['onnxruntime'] / best['native']:.2f} | {'fused Attention' if fused else 'unfused'} |")
     emit_table(lines, args.markdown)
     return 0
 

@@ -44,6 +44,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -61,6 +62,38 @@ double log_sum_exp(const ScratchVector<double>& scores, std::int64_t count, doub
   double sum = 0.0;
   for (std::int64_t j = 0; j < count; ++j) sum += std::exp(scores[static_cast<std::size_t>(j)] - max_value);
   return max_value + std::log(sum);
+}
+
+// Note [Attention rows in vectors]
+// A float32 attention's softmax took each score through double arithmetic and a std::exp call (the cpu kernel's
+// largest cost at transformer sizes). A float32 row of kVectorRowKeys visible keys or more now has its scores scaled
+// and masked in float (as torch and the GPU kernels compute them) and goes through IsaKernels::softmax_row_f32 (Note
+// [Softmax rows in vectors] in cpu_norm.cpp): vectors, masked scores' e^x exactly 0. At [1, 12, 128, 64] an attention
+// went from 1077 to 729 us, at 384 keys from 6900 to 3197 us (this machine, 2026-12-05). Shorter rows, where the
+// vector kernel's per-row work costs more than it saves (the tiny suite's 12-key rows: 20 -> 24 us an attention), a
+// row that kernel refuses (a NaN or +inf score, or no finite score) and float64 attentions take the double path below
+// unchanged. The log-sum-exp output, when asked for, is summed in double over the same float scores, so that an
+// attention with it gives the same bits as one without (Note [Attention log-sum-exp]).
+constexpr std::int64_t kVectorRowKeys = 32;
+
+bool float_row(float* s, const float* mask, const std::vector<std::int64_t>& mask_strides, std::int64_t i,
+               std::int64_t visible, std::int64_t seq_k, float scale, bool uniform_masked_rows, const IsaKernels& isa,
+               float* row, float* lse) {
+  for (std::int64_t j = 0; j < visible; ++j) {
+    float value = s[j] * scale;
+    if (mask != nullptr) value += mask[i * mask_strides[2] + j * mask_strides[3]];
+    if (uniform_masked_rows && value == -std::numeric_limits<float>::infinity()) value = kUniformMaskedScore;
+    row[j] = value;
+  }
+  if (!isa.softmax_row_f32(row, s, visible)) return false;  // row untouched: the double path recomputes it
+  if (lse != nullptr) {  // a finite maximum here (softmax_row_f32 refused the others)
+    double top = -std::numeric_limits<double>::infinity(), sum = 0.0;
+    for (std::int64_t j = 0; j < visible; ++j) top = std::max(top, static_cast<double>(row[j]));
+    for (std::int64_t j = 0; j < visible; ++j) sum += std::exp(static_cast<double>(row[j]) - top);
+    *lse = static_cast<float>(top + std::log(sum));
+  }
+  for (std::int64_t j = visible; j < seq_k; ++j) s[j] = 0.0f;
+  return true;
 }
 
 template <typename T>
@@ -85,6 +118,7 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   const bool uniform_masked_rows = masked_rows == FullyMaskedRows::kUniform;
   double scale = desc.attrs.get_float("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
 
   InputBuffer<T> q(q_tensor);
   InputBuffer<T> k(k_tensor);
@@ -118,9 +152,18 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
                    std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(seq_k, 1)),
                    [&](std::int64_t begin, std::int64_t end) {
                      ScratchVector<double> row(static_cast<std::size_t>(seq_k));
+                     ScratchVector<float> row_f32(std::is_same_v<T, float> ? static_cast<std::size_t>(seq_k) : 0);
                      for (std::int64_t i = begin; i < end; ++i) {
                        T* s = scores.data() + i * seq_k;
                        const std::int64_t visible = causal ? std::min(seq_k, i + 1) : seq_k;
+                       if constexpr (std::is_same_v<T, float>) {  // Note [Attention rows in vectors]
+                         if (visible >= kVectorRowKeys &&
+                             float_row(s, mask_head, mask_strides, i, visible, seq_k, static_cast<float>(scale),
+                                       uniform_masked_rows, isa, row_f32.data(),
+                                       lse_head != nullptr ? lse_head + i : nullptr)) {
+                           continue;
+                         }
+                       }
                        double max_value = -std::numeric_limits<double>::infinity();
                        bool nan = false;
                        for (std::int64_t j = 0; j < visible; ++j) {

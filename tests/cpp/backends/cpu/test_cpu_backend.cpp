@@ -1096,6 +1096,7 @@ TEST(CpuBackend, AttentionFullyMaskedRowsZero) {
       {{2, 4, 7, 16}, {2, 2, 11, 16}, true, {2, 1, 7, 11}},  // GQA; row 0 sees key 0 only, which its mask hides
       {{1, 3, 5, 4}, {1, 1, 6, 4}, false, {5, 6}},          // MQA, a 2-d mask
       {{2, 2, 3, 8}, {2, 2, 1, 8}, false, {2, 1, 3, 1}},    // one key
+      {{1, 2, 40, 8}, {1, 2, 45, 8}, true, {1, 1, 40, 45}},  // 32 keys or more: Note [Attention rows in vectors]
   };
   unsigned seed = 120;
   for (const char* dtype : {"float32", "float16", "bfloat16", "float64"}) {

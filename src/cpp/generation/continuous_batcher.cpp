@@ -105,6 +105,24 @@ std::int64_t static_capacity(std::int64_t reach) {
   return c >= reach ? c : ceil_div(reach, 256) * 256;
 }
 
+// Positions [from, from + count) of row `row` of a contiguous [rows, heads, positions, head_dim] cache tensor, as the
+// [heads, count, head_dim] view PagedKvPool::read and write take.
+Tensor row_positions(const Tensor& t, std::int64_t row, std::int64_t from, std::int64_t count) {
+  const std::int64_t heads = t.shape()[1], stride = t.shape()[2], head_dim = t.shape()[3];
+  const std::int64_t at = (row * heads * stride + from) * head_dim;
+  return Tensor::from_blob(static_cast<char*>(t.data_ptr()) + at * static_cast<std::int64_t>(t.element_size()),
+                           {heads, count, head_dim}, {stride * head_dim, head_dim, 1}, t.dtype(), t.device(),
+                           t.storage());
+}
+
+// Whether `rows` (request ids, -1 for a free row) holds exactly the requests of `running`, in any rows.
+bool holds_exactly(const std::vector<std::int64_t>& rows, const std::vector<std::int64_t>& running) {
+  const auto held = std::count_if(rows.begin(), rows.end(), [](std::int64_t id) { return id >= 0; });
+  return static_cast<std::size_t>(held) == running.size() &&
+         std::all_of(running.begin(), running.end(),
+                     [&](std::int64_t id) { return std::find(rows.begin(), rows.end(), id) != rows.end(); });
+}
+
 // The milliseconds since *at, which becomes now.
 double lap(std::chrono::steady_clock::time_point* at) {
   const auto now = std::chrono::steady_clock::now();
@@ -135,6 +153,13 @@ struct ContinuousBatcher::Request {
       : id(id_), config(std::move(c)), sampler(config), rng(Sampler::row_stream(config.seed, id_)),
         prompt(std::move(p)), fed(prompt), seen(prompt) {}
   std::int64_t positions_needed() const { return static_cast<std::int64_t>(prompt.size()) + limit_new; }
+  // The positions whose blocks admission takes (Note [Blocks on demand]): the fed tokens' and the first new one's,
+  // or the whole length.
+  std::int64_t positions_at_admission(BlockReservation reservation) const {
+    return reservation == BlockReservation::kOnDemand
+               ? std::min(static_cast<std::int64_t>(fed.size()) + 1, positions_needed())
+               : positions_needed();
+  }
 };
 
 void PagedCacheConfig::validate() const {
@@ -312,8 +337,8 @@ void ContinuousBatcher::admit(std::vector<BatchEvent>& events) {
     // Note [Blocks on demand]: the prompt's and the first new token's blocks, a block left for every request that
     // runs; or the whole length.
     const bool on_demand = cache_config_.reservation == BlockReservation::kOnDemand;
-    const std::int64_t positions = on_demand ? std::min(prompt_length + 1, r.positions_needed()) : r.positions_needed();
-    const std::int64_t needed = ceil_div(positions, block) - static_cast<std::int64_t>(shared.size());
+    const std::int64_t needed = ceil_div(r.positions_at_admission(cache_config_.reservation), block) -
+                                static_cast<std::int64_t>(shared.size());
     const auto headroom =
         on_demand ? static_cast<std::int64_t>(running_.size() + pending.size() + over_past.size()) : 0;
     // Shared blocks no request holds are cached free blocks (Note [Cached prefixes] in paged_kv_pool.cpp): taken
@@ -399,12 +424,8 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
     for (std::int64_t i = 0; i < rows; ++i) {
       const Request& r = *group[static_cast<std::size_t>(i)];
       if (r.length == 0) continue;
-      const std::int64_t at = (i * slot.heads * past + (right_padded_ ? 0 : past - r.length)) * slot.head_dim;
-      pool_->read(r.blocks, 0, r.length, s,
-                  Tensor::from_blob(static_cast<char*>(past_value.data_ptr()) +
-                                        at * static_cast<std::int64_t>(past_value.element_size()),
-                                    {slot.heads, r.length, slot.head_dim}, {past * slot.head_dim, slot.head_dim, 1},
-                                    slot.dtype, device, past_value.storage()));
+      const std::int64_t from = right_padded_ ? 0 : past - r.length;  // left-padded: its past ends at `past`
+      pool_->read(r.blocks, 0, r.length, s, row_positions(past_value, i, from, r.length));
     }
     binding.bind_input(slot.past_input, past_value);
     binding.bind_output(slot.present_output, device);
@@ -420,18 +441,12 @@ void ContinuousBatcher::prefill(const std::vector<Request*>& group, std::vector<
                      "present output '", slot.present_output, "' should be [", run_rows, ", heads, ", total,
                      ", head_dim] after a prefill of ", width, " positions over a past of ", past, "; got ",
                      present.str());
-    const std::int64_t head_dim = present.shape()[3];
     for (std::int64_t i = 0; i < rows; ++i) {
       Request& r = *group[static_cast<std::size_t>(i)];
       const std::int64_t fed = static_cast<std::int64_t>(r.fed.size()) - r.length;
       // The row's first fed position: after the past (right-padded: after its own past, GroupQueryAttention's rule).
       const std::int64_t first = (right_padded_ ? r.length : past) + offsets[static_cast<std::size_t>(i)];
-      const Tensor fresh = Tensor::from_blob(
-          static_cast<char*>(present.data_ptr()) +
-              ((i * slot.heads * total) + first) * head_dim * static_cast<std::int64_t>(present.element_size()),
-          {slot.heads, fed, head_dim}, {total * head_dim, head_dim, 1}, present.dtype(), present.device(),
-          present.storage());
-      pool_->write(r.blocks, r.length, fed, s, fresh);
+      pool_->write(r.blocks, r.length, fed, s, row_positions(present, i, first, fed));
     }
   }
   ++stats_.prefill_runs;
@@ -586,17 +601,11 @@ void ContinuousBatcher::regather() {
     if (working_rows_[row] < 0) continue;  // a free row (Note [Rows that stay where they are])
     Request& r = request(working_rows_[row]);
     if (r.done || r.synced == r.length) continue;
+    // rows are left-padded to the filled positions, or right-padded (Note [Padding sides] in generator.cpp)
+    const std::int64_t at = right_padded_ ? r.synced : working_length_ - r.length + r.synced;
     for (std::size_t s = 0; s < signature_.cache.size(); ++s) {
-      const Tensor& w = working_[s];
-      const std::int64_t heads = w.shape()[1], stride = w.shape()[2], head_dim = w.shape()[3];
-      // rows are left-padded to the filled positions, or right-padded (Note [Padding sides] in generator.cpp)
-      const std::int64_t at = right_padded_ ? r.synced : working_length_ - r.length + r.synced;
-      const Tensor rows = Tensor::from_blob(
-          static_cast<char*>(w.data_ptr()) + (static_cast<std::int64_t>(row) * heads * stride + at) * head_dim *
-                                                 static_cast<std::int64_t>(w.element_size()),
-          {heads, r.length - r.synced, head_dim}, {stride * head_dim, head_dim, 1}, w.dtype(), w.device(),
-          w.storage());
-      pool_->write(r.blocks, r.synced, r.length - r.synced, s, rows);
+      pool_->write(r.blocks, r.synced, r.length - r.synced, s,
+                   row_positions(working_[s], static_cast<std::int64_t>(row), at, r.length - r.synced));
     }
     r.synced = r.length;
   }
@@ -619,13 +628,7 @@ void ContinuousBatcher::regather() {
     Tensor w = Tensor::zeros({working_batch_, slot.heads, stride, slot.head_dim}, slot.dtype, device);
     for (std::int64_t row = 0; row < batch; ++row) {
       const Request& r = request(running_[static_cast<std::size_t>(row)]);
-      const Tensor dst = Tensor::from_blob(
-          static_cast<char*>(w.data_ptr()) +
-              ((row * slot.heads * stride) + (right_padded_ ? 0 : longest - r.length)) * slot.head_dim *
-                  static_cast<std::int64_t>(w.element_size()),
-          {slot.heads, r.length, slot.head_dim}, {stride * slot.head_dim, slot.head_dim, 1}, w.dtype(), device,
-          w.storage());
-      pool_->read(r.blocks, 0, r.length, s, dst);
+      pool_->read(r.blocks, 0, r.length, s, row_positions(w, row, right_padded_ ? 0 : longest - r.length, r.length));
     }
     working_.push_back(std::move(w));
     if (static_layout_ && !in_place_) {
@@ -671,14 +674,8 @@ bool ContinuousBatcher::join_in_place() {
   for (std::size_t row : joined) {
     const Request& r = request(rows[row]);
     for (std::size_t s = 0; s < signature_.cache.size(); ++s) {  // its positions end at working_length_
-      const Tensor& w = working_[s];
-      const std::int64_t heads = w.shape()[1], stride = w.shape()[2], head_dim = w.shape()[3];
-      const std::int64_t at = static_cast<std::int64_t>(row) * heads * stride + working_length_ - r.length;
       pool_->read(r.blocks, 0, r.length, s,
-                  Tensor::from_blob(static_cast<char*>(w.data_ptr()) +
-                                        at * head_dim * static_cast<std::int64_t>(w.element_size()),
-                                    {heads, r.length, head_dim}, {stride * head_dim, head_dim, 1}, w.dtype(),
-                                    w.device(), w.storage()));
+                  row_positions(working_[s], static_cast<std::int64_t>(row), working_length_ - r.length, r.length));
     }
   }
   working_rows_ = std::move(rows);
@@ -693,14 +690,7 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   const Device device = session_->options().device;
   // The batch changed, or its buffer is full: rows join in place or the past is rebuilt (Note [Rows that stay where
   // they are]).
-  const auto members =
-      std::count_if(working_rows_.begin(), working_rows_.end(), [](std::int64_t id) { return id >= 0; });
-  const bool changed = static_layout_ ? static_cast<std::size_t>(members) != running_.size() ||
-                                            std::any_of(running_.begin(), running_.end(), [&](std::int64_t id) {
-                                              return std::find(working_rows_.begin(), working_rows_.end(), id) ==
-                                                     working_rows_.end();
-                                            })
-                                      : working_rows_ != running_;
+  const bool changed = static_layout_ ? !holds_exactly(working_rows_, running_) : working_rows_ != running_;
   if ((changed || (static_layout_ && working_length_ >= working_capacity_)) && !join_in_place()) regather();
   stats_.decode_regather_ms += lap(&at);
   const auto batch = static_cast<std::int64_t>(running_.size());
@@ -868,12 +858,9 @@ std::string ContinuousBatcher::explain() const {
       }
       os << "]";
     } else {
-      const auto fed = static_cast<std::int64_t>(r.fed.size());
-      const std::int64_t now = cache_config_.reservation == BlockReservation::kOnDemand
-                                   ? std::min(fed + 1, r.positions_needed())
-                                   : r.positions_needed();
-      os << ", needs " << ceil_div(now, pool_->block_size()) << " blocks";
-      if (!r.generated.empty()) os << " (preempted: its " << fed << " tokens are prefilled again)";
+      os << ", needs " << ceil_div(r.positions_at_admission(cache_config_.reservation), pool_->block_size())
+         << " blocks";
+      if (!r.generated.empty()) os << " (preempted: its " << r.fed.size() << " tokens are prefilled again)";
     }
     os << "\n";
   };

@@ -87,11 +87,18 @@ void PagedKvPool::retain(std::int64_t block) {
 }
 
 void PagedKvPool::release(const std::vector<std::int64_t>& blocks) {
-  std::vector<int> dropping(refcount_.size(), 0);  // checked first: a bad table releases nothing
-  for (const std::int64_t b : blocks) {
-    const bool held = b >= 0 && b < num_blocks() &&
-                      refcount_[static_cast<std::size_t>(b)] > dropping[static_cast<std::size_t>(b)]++;
+  // Checked first, so that a bad table releases nothing: each block held at least as often as the table names it
+  // (the table's blocks sorted, so that a repeated one is counted once per run of equal ids).
+  std::vector<std::int64_t> sorted = blocks;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size();) {
+    const std::int64_t b = sorted[i];
+    std::size_t times = 1;
+    while (i + times < sorted.size() && sorted[i + times] == b) ++times;
+    const bool held =
+        b >= 0 && b < num_blocks() && static_cast<std::size_t>(refcount_[static_cast<std::size_t>(b)]) >= times;
     XPURT_CHECK(held, "PagedKvPool::release: block ", b, " is not in use");
+    i += times;
   }
   // Last block first: a table's later blocks are cached as released earlier, so they are reused before the blocks
   // their keys chain from (Note [Cached prefixes]: a prefix is found from its first block on).

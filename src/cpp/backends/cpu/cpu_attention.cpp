@@ -79,11 +79,22 @@ constexpr std::int64_t kVectorRowKeys = 32;
 bool float_row(float* s, const float* mask, const std::vector<std::int64_t>& mask_strides, std::int64_t i,
                std::int64_t visible, std::int64_t seq_k, float scale, bool uniform_masked_rows, const IsaKernels& isa,
                float* row, float* lse) {
-  for (std::int64_t j = 0; j < visible; ++j) {
-    float value = s[j] * scale;
-    if (mask != nullptr) value += mask[i * mask_strides[2] + j * mask_strides[3]];
-    if (uniform_masked_rows && value == -std::numeric_limits<float>::infinity()) value = kUniformMaskedScore;
-    row[j] = value;
+  // Loops the compiler vectorises: the mask's row contiguous (its usual layout) or one value (broadcast over keys).
+  const float* mask_row = mask != nullptr ? mask + i * mask_strides[2] : nullptr;
+  const std::int64_t mask_step = mask_strides[3];
+  if (mask_row == nullptr) {
+    for (std::int64_t j = 0; j < visible; ++j) row[j] = s[j] * scale;
+  } else if (mask_step == 1) {
+    for (std::int64_t j = 0; j < visible; ++j) row[j] = s[j] * scale + mask_row[j];
+  } else if (mask_step == 0) {
+    const float term = mask_row[0];
+    for (std::int64_t j = 0; j < visible; ++j) row[j] = s[j] * scale + term;
+  } else {
+    for (std::int64_t j = 0; j < visible; ++j) row[j] = s[j] * scale + mask_row[j * mask_step];
+  }
+  if (uniform_masked_rows) {
+    constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = 0; j < visible; ++j) row[j] = row[j] == kMinusInf ? kUniformMaskedScore : row[j];
   }
   if (!isa.softmax_row_f32(row, s, visible)) return false;  // row untouched: the double path recomputes it
   if (lse != nullptr) {  // a finite maximum here (softmax_row_f32 refused the others)

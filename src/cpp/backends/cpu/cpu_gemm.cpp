@@ -284,11 +284,11 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
   }
   const std::int64_t tiles_n = (n + tile_n - 1) / tile_n;
   parallel_for(tiles_m * tiles_n, used_threads, 1, [&](std::int64_t begin, std::int64_t end) {
-    // Sized to the product (a small GEMM packs a few KiB: a vector is zero-filled when it is made).
+    // Sized to the product, not zero-filled (packing writes every element a micro-tile reads).
     const std::int64_t depth = std::max<std::int64_t>(1, std::min(k, isa.gemm_kc));
-    ScratchVector<float> pack_a(
+    UninitScratch<float> pack_a(
         packed_a != nullptr ? 0 : static_cast<std::size_t>(round_up(std::min(tile_m, m), isa.gemm_mr) * depth));
-    ScratchVector<float> pack_b(static_cast<std::size_t>(round_up(std::min(tile_n, n), isa.gemm_nr) * depth));
+    UninitScratch<float> pack_b(static_cast<std::size_t>(round_up(std::min(tile_n, n), isa.gemm_nr) * depth));
     for (std::int64_t tile = begin; tile < end; ++tile) {
       const std::int64_t i0 = (tile / tiles_n) * tile_m;
       const std::int64_t j0 = (tile % tiles_n) * tile_n;

@@ -403,11 +403,12 @@ std::vector<std::string> isa_names() {
 }
 
 // The packed GEMM (Note [Packed GEMM]) of every instruction set against a double loop: sizes around its micro-tile,
-// tile and depth slice (6 x 8/16/64, 96 rows x 512 columns, 128/256 deep), one column, B transposed (linear).
+// tile and depth slice (6 x 8/16/64, 96 rows x 512 columns, 128/256 deep), one column, B transposed (linear), and
+// tiles of one B micro-panel, whose A is read in place (97 x 64 over three depth slices).
 TEST(CpuBackend, PackedGemmMatchesNaiveOnEveryIsa) {
   ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
-  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 1},    {7, 13, 5},   {6, 64, 128}, {97, 515, 300},
-                                                          {13, 1, 600}, {8, 17, 257}, {193, 70, 33}};
+  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 1},    {7, 13, 5},   {6, 64, 128},   {97, 515, 300},
+                                                          {13, 1, 600}, {8, 17, 257}, {193, 70, 33}, {97, 64, 300}};
   unsigned seed = 40;
   for (const std::string& isa : isa_names()) {
     ScopedEnv env("XPURT_CPU_ISA", isa.c_str());

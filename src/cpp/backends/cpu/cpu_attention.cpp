@@ -74,7 +74,7 @@ double log_sum_exp(const ScratchVector<double>& scores, std::int64_t count, doub
 // row that kernel refuses (a NaN or +inf score, or no finite score) and float64 attentions take the double path below
 // unchanged. The log-sum-exp output, when asked for, is summed in double over the same float scores, so that an
 // attention with it gives the same bits as one without (Note [Attention log-sum-exp]).
-constexpr std::int64_t kVectorRowKeys = 32;
+constexpr std::int64_t kVectorRowKeys = 8;
 
 bool float_row(float* s, const float* mask, const std::vector<std::int64_t>& mask_strides, std::int64_t i,
                std::int64_t visible, std::int64_t seq_k, float scale, bool uniform_masked_rows, const IsaKernels& isa,

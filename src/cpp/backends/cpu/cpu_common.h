@@ -65,6 +65,8 @@ struct CpuContext {
   bool allow_spinning = true;           // ExecutionPolicy::allow_spinning (Note [CPU worker threads])
   GemmImpl gemm = GemmImpl::kFallback;  // how GEMMs run
   const IsaKernels* isa = nullptr;      // the window loops' instruction set (cpu_isa.h; set by make_context)
+  // The packed GEMM takes products of under 64K multiply-adds too (Note [OpenBLAS older than the CPU]).
+  bool packed_small_gemms = false;
 };
 
 // The context for `policy`: threads = policy.intra_op_threads (0: default_threads(), the CPUs the process may use),
@@ -406,7 +408,13 @@ void gemm_rows(const CpuContext& context, std::int64_t m, std::int64_t n, std::i
 
 // What the packed GEMM leaves to OpenBLAS, for plan summaries: "openblas under 8 rows, 8 columns or 64K
 // multiply-adds" (Note [Packed GEMM] in cpu_gemm.cpp).
-std::string packed_gemm_limits();
+std::string packed_gemm_limits(const CpuContext& context);
+
+// OpenBLAS's kernel family as it names it (openblas_get_corename, lowercase; "none" without OpenBLAS), and whether
+// those kernels lack AVX2 while `isa` has it (Note [OpenBLAS older than the CPU] in cpu_gemm.cpp).
+XPURT_API std::string blas_core_name();
+bool blas_older_than(const IsaKernels& isa);
+XPURT_API bool blas_core_lacks_avx2(const std::string& core);  // by OpenBLAS's core name (lowercase)
 
 // A[m, k] (lda) packed for gemm_rows (requires context.gemm == GemmImpl::kPacked).
 ScratchVector<float> pack_gemm_a(const CpuContext& context, std::int64_t m, std::int64_t k, const float* a,

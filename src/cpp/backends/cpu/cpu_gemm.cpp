@@ -43,7 +43,17 @@
 // packing all of B for one row of A (or all of A for one column of B) would triple the bytes moved. So do products
 // of fewer than 64K multiply-adds (a windowed attention's 49 x 49 x 8 batches), whose packing and scratch cost
 // more than OpenBLAS's small-matrix kernels. float64 GEMMs stay on OpenBLAS or the blocked fallback.
+//
+// Note [OpenBLAS older than the CPU]
+// OpenBLAS picks its kernels by the CPU model it knows at load time; Debian's 0.3.21 does not know Emerald Rapids
+// (family 6, model 207) and falls back to its Prescott kernels (SSE3): on such a machine the small products above ran
+// at a third of ONNX Runtime's speed (a [16, 12, 24, 64] attention 2179 against 770 us, one thread; 915 us with
+// OPENBLAS_CORETYPE=SkylakeX). When OpenBLAS's core (openblas_get_corename) is one without AVX2 while the CPU has
+// it, the packed GEMM takes the small products too (1728 us there), and the plan's summary says why. Rows or columns
+// under 8 stay on OpenBLAS, memory-bound either way. OPENBLAS_CORETYPE set to the CPU's generation (SkylakeX,
+// Haswell, Zen) before the process starts is better still; docs/native_engine.md says so.
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -168,6 +178,18 @@ void fallback_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, st
   });
 }
 
+}  // namespace
+
+// Note [OpenBLAS older than the CPU]: OpenBLAS's cores without AVX2 (its names, lowercase).
+bool blas_core_lacks_avx2(const std::string& core) {
+  static const char* const kOld[] = {"prescott", "core2",     "penryn",  "dunnington", "nehalem", "atom",
+                                     "katmai",   "coppermine", "northwood", "banias",   "opteron", "opteron_sse3",
+                                     "barcelona", "bobcat",    "sandybridge", "bulldozer", "piledriver", "unknown"};
+  return std::any_of(std::begin(kOld), std::end(kOld), [&](const char* name) { return core == name; });
+}
+
+namespace {
+
 #if XPURT_WITH_BLAS
 bool fits_blas_int(std::int64_t value) { return value <= static_cast<std::int64_t>(INT_MAX); }
 
@@ -178,6 +200,7 @@ constexpr std::int64_t kBlasBlocksPerThread = 2;
 constexpr std::int64_t kBlasMinBlockRows = 128;
 constexpr std::int64_t kBlasMinBlockCols = 512;
 constexpr std::int64_t kBlasBlockAlign = 16;
+
 
 void use_one_blas_thread() {
   static const bool once = [] {
@@ -322,7 +345,8 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
           std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    const bool fits_packed = m >= kPackedMinRows && n >= kPackedMinRows && m * n * k >= kPackedMinWork;
+    const bool fits_packed = m >= kPackedMinRows && n >= kPackedMinRows &&
+                             (m * n * k >= kPackedMinWork || context.packed_small_gemms);
     if (context.gemm == GemmImpl::kPacked && (fits_packed || !XPURT_WITH_BLAS)) {
       packed_gemm(context, trans_b, m, n, k, a, lda, b, ldb, RowsOfB{}, c, ldc, nullptr);
       return;
@@ -339,9 +363,34 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
   fallback_gemm(context.threads, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-std::string packed_gemm_limits() {
+std::string packed_gemm_limits(const CpuContext& context) {
+  if (context.packed_small_gemms) {
+    return detail::str_cat("openblas under ", kPackedMinRows,
+                           " rows or columns; small products packed too: openblas's ", blas_core_name(), " kernels lack this CPU's ", context.isa->name,
+                           ", Note [OpenBLAS older than the CPU]");
+  }
   return detail::str_cat("openblas under ", kPackedMinRows, " rows, ", kPackedMinRows, " columns or ",
                          kPackedMinWork / 1024, "K multiply-adds");
+}
+
+std::string blas_core_name() {
+#if XPURT_WITH_BLAS
+  std::string core = openblas_get_corename() != nullptr ? openblas_get_corename() : "unknown";
+  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
+  return core;
+#else
+  return "none";
+#endif
+}
+
+bool blas_older_than(const IsaKernels& isa) {
+#if XPURT_WITH_BLAS
+  static const bool lacks = blas_core_lacks_avx2(blas_core_name());
+  return lacks && std::string(isa.name) != "baseline";
+#else
+  (void)isa;
+  return false;
+#endif
 }
 
 void gemm_rows(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,

@@ -34,7 +34,7 @@ class CpuPlan final : public KernelPlan {
                            context_.allow_spinning || context_.threads == 1 ? "" : ", no spinning",
                            uses_gemm_ ? ", gemm " : "", uses_gemm_ ? gemm_impl_name(context_.gemm) : "",
                            uses_isa_ || packed ? ", isa " : "", uses_isa_ || packed ? context_.isa->name : "",
-                           packed && XPURT_WITH_BLAS ? " (" + packed_gemm_limits() + ")" : std::string());
+                           packed && XPURT_WITH_BLAS ? " (" + packed_gemm_limits(context_) + ")" : std::string());
   }
 
  private:
@@ -84,6 +84,7 @@ CpuContext make_context(const ExecutionPolicy& policy) {
     const bool vector_isa = std::string(context.isa->name) != "baseline";
     context.gemm = vector_isa ? GemmImpl::kPacked : (XPURT_WITH_BLAS ? GemmImpl::kBlas : GemmImpl::kFallback);
   }
+  context.packed_small_gemms = context.gemm == GemmImpl::kPacked && blas_older_than(*context.isa);
   return context;
 }
 

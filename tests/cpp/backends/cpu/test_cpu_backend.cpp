@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/cpu_common.h"
 #include "backends/cpu/cpu_isa.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
@@ -424,6 +425,32 @@ TEST(CpuBackend, PackedGemmMatchesNaiveOnEveryIsa) {
       expect_near_all(values(run1("linear", {a, w})), naive_matmul(values(a), values(w), m, n, k, true),
                       1e-6f * static_cast<float>(k), what + " (B transposed)");
     }
+  }
+}
+
+// Note [OpenBLAS older than the CPU]: OpenBLAS cores without AVX2 are known by name, and where this process's OpenBLAS
+// runs one on a CPU with AVX2, the packed GEMM takes the products under 64K multiply-adds too and the plan says so.
+TEST(CpuBackend, OpenBlasOlderThanTheCpuLeavesSmallProductsToThePackedGemm) {
+  for (const char* old : {"prescott", "core2", "nehalem", "sandybridge", "unknown"}) {
+    EXPECT_TRUE(cpu::blas_core_lacks_avx2(old)) << old;
+  }
+  for (const char* current : {"haswell", "skylakex", "cooperlake", "zen", "sapphirerapids"}) {
+    EXPECT_FALSE(cpu::blas_core_lacks_avx2(current)) << current;
+  }
+  if (cpu::blas_core_name() == "none") GTEST_SKIP() << "built without OpenBLAS";
+  ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
+  const std::int64_t m = 24, n = 24, k = 64;  // 36864 multiply-adds
+  for (const std::string& isa : isa_names()) {
+    ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
+    const Tensor a = random_tensor({m, k}, 71);
+    const Tensor b = random_tensor({k, n}, 72);
+    std::string plan;
+    const Tensor y = run("matmul", {a, b}, {}, {}, &plan)[0];
+    const bool old = cpu::blas_core_lacks_avx2(cpu::blas_core_name()) && isa != "baseline";
+    EXPECT_EQ(plan.find("small products packed too: openblas's " + cpu::blas_core_name()) != std::string::npos, old)
+        << plan;
+    EXPECT_EQ(plan.find("64K multiply-adds") != std::string::npos, !old) << plan;
+    expect_near_all(values(y), naive_matmul(values(a), values(b), m, n, k), 1e-6f * static_cast<float>(k), isa);
   }
 }
 

@@ -1080,6 +1080,11 @@ TEST(CpuBackend, AttentionCausalGqaMaskAndScale) {
       {{2, 4, 7, 16}, {2, 2, 9, 16}, 12, true, false, 0.0},  // GQA, Sq < Sk, Dv != D
       {{1, 3, 9, 4}, {1, 1, 6, 4}, 4, true, true, 0.3},      // MQA, Sq > Sk, mask [Sq, Sk]
       {{1, 1, 1, 32}, {1, 1, 1, 32}, 32, true, false, 0.0},  // S = 1
+      // Rows of 8 keys or more in padded vectors (Note [Attention rows in vectors]): 17 (one vector and a part), 16
+      // (whole), 33 causal with a mask (rows of 1 .. 33 visible keys)
+      {{1, 2, 11, 8}, {1, 2, 17, 8}, 8, false, true, 0.0},
+      {{2, 2, 16, 8}, {2, 2, 16, 8}, 5, false, false, 0.0},
+      {{1, 2, 33, 8}, {1, 1, 33, 8}, 8, true, true, 0.5},
   };
   unsigned seed = 50;
   for (const auto& c : cases) {

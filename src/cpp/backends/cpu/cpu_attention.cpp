@@ -71,8 +71,8 @@ double log_sum_exp(const ScratchVector<double>& scores, std::int64_t count, doub
 // [Softmax rows in vectors] in cpu_norm.cpp): vectors, masked scores' e^x exactly 0. At [1, 12, 128, 64] an attention
 // went from 1077 to 729 us, at 384 keys from 6900 to 3197 us (this machine, 2026-12-05). Shorter rows (under
 // kVectorRowKeys), a row that kernel refuses (a NaN or +inf score, or no finite score) and float64 attentions take
-// the double path below unchanged. The log-sum-exp output, when asked for, is summed in double over the same float scores, so that an
-// attention with it gives the same bits as one without (Note [Attention log-sum-exp]).
+// the double path below unchanged. The log-sum-exp output, when asked for, is summed in double over the same float
+// scores, so that an attention with it gives the same bits as one without (Note [Attention log-sum-exp]).
 //
 // Rows of fewer keys than a few vectors spent most of their time in that kernel's scalar tail. The float scores are
 // now held with their row stride rounded up to kRowPad floats (one 512-bit vector) and a row goes through the kernel

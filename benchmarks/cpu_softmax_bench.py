@@ -66,7 +66,7 @@ def attention_model(shape) -> bytes:
     return m.SerializeToString()
 
 
-ATTENTION_SHAPES = [(1, 12, 12, 64), (1, 12, 128, 64), (1, 12, 384, 64)]
+ATTENTION_SHAPES = [(1, 12, 12, 64), (16, 12, 24, 64), (1, 12, 128, 64), (1, 12, 384, 64)]
 
 
 def scores(shape, mask, rng) -> np.ndarray:

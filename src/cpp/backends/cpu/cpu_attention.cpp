@@ -158,71 +158,84 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   // Note [Attention rows in vectors]: float rows that take the vector kernel are held kRowPad-aligned.
   const bool vector_rows = std::is_same_v<T, float> && seq_k >= kVectorRowKeys;
   const std::int64_t ld = vector_rows ? (seq_k + kRowPad - 1) / kRowPad * kRowPad : seq_k;
-  ScratchVector<T> scores(static_cast<std::size_t>(seq_q * ld));
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      const std::int64_t kv = h / group;
-      const T* q_head = q.data() + qv.offset + b * qv.stride_b + h * qv.stride_h;
-      const T* k_head = k.data() + kv_view.offset + b * kv_view.stride_b + kv * kv_view.stride_h;
-      const T* v_head = v.data() + vv.offset + b * vv.stride_b + kv * vv.stride_h;
-      T* y_head = y.data() + yv.offset + b * yv.stride_b + h * yv.stride_h;
-      float* lse_head = lse != nullptr ? lse + (b * heads + h) * seq_q : nullptr;
-      gemm<T>(context, true, seq_q, seq_k, head_dim, q_head, qv.stride_s, k_head, kv_view.stride_s, scores.data(),
-              ld);
-      const T* mask_head = mask.data() != nullptr ? mask.data() + b * mask_strides[0] + h * mask_strides[1] : nullptr;
-      parallel_for(seq_q, context.threads,
-                   std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(seq_k, 1)),
-                   [&](std::int64_t begin, std::int64_t end) {
-                     ScratchVector<double> row(static_cast<std::size_t>(seq_k));
-                     ScratchVector<float> row_f32(vector_rows ? static_cast<std::size_t>(ld) : 0);
-                     for (std::int64_t i = begin; i < end; ++i) {
-                       T* s = scores.data() + i * ld;
-                       const std::int64_t visible = causal ? std::min(seq_k, i + 1) : seq_k;
-                       if constexpr (std::is_same_v<T, float>) {  // Note [Attention rows in vectors]
-                         if (visible >= kVectorRowKeys &&
-                             float_row(s, mask_head, mask_strides, i, visible, seq_k, ld, static_cast<float>(scale),
-                                       uniform_masked_rows, isa, row_f32.data(),
-                                       lse_head != nullptr ? lse_head + i : nullptr)) {
-                           continue;
-                         }
-                       }
-                       double max_value = -std::numeric_limits<double>::infinity();
-                       bool nan = false;
-                       for (std::int64_t j = 0; j < visible; ++j) {
-                         double value = static_cast<double>(s[j]) * scale;
-                         if (mask_head != nullptr) {
-                           value += static_cast<double>(mask_head[i * mask_strides[2] + j * mask_strides[3]]);
-                         }
-                         if (uniform_masked_rows && value == -std::numeric_limits<double>::infinity()) {
-                           value = static_cast<double>(kUniformMaskedScore);
-                         }
-                         row[j] = value;
-                         nan = nan || value != value;
-                         max_value = std::max(max_value, value);
-                       }
-                       if (lse_head != nullptr) {
-                         lse_head[i] = static_cast<float>(log_sum_exp(row, visible, max_value, nan));
-                       }
-                       if (zero_masked_rows && !nan && max_value == -std::numeric_limits<double>::infinity()) {
-                         for (std::int64_t j = 0; j < seq_k; ++j) s[j] = T(0);  // every visible score -inf
+  // One (batch, head): its scores in `scores` (seq_q x ld), its GEMMs and rows on `ctx`'s threads.
+  const auto run_head = [&](std::int64_t b, std::int64_t h, const CpuContext& ctx, T* scores) {
+    const std::int64_t kv = h / group;
+    const T* q_head = q.data() + qv.offset + b * qv.stride_b + h * qv.stride_h;
+    const T* k_head = k.data() + kv_view.offset + b * kv_view.stride_b + kv * kv_view.stride_h;
+    const T* v_head = v.data() + vv.offset + b * vv.stride_b + kv * vv.stride_h;
+    T* y_head = y.data() + yv.offset + b * yv.stride_b + h * yv.stride_h;
+    float* lse_head = lse != nullptr ? lse + (b * heads + h) * seq_q : nullptr;
+    gemm<T>(ctx, true, seq_q, seq_k, head_dim, q_head, qv.stride_s, k_head, kv_view.stride_s, scores, ld);
+    const T* mask_head = mask.data() != nullptr ? mask.data() + b * mask_strides[0] + h * mask_strides[1] : nullptr;
+    parallel_for(seq_q, ctx.threads,
+                 std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(seq_k, 1)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   ScratchVector<double> row(static_cast<std::size_t>(seq_k));
+                   ScratchVector<float> row_f32(vector_rows ? static_cast<std::size_t>(ld) : 0);
+                   for (std::int64_t i = begin; i < end; ++i) {
+                     T* s = scores + i * ld;
+                     const std::int64_t visible = causal ? std::min(seq_k, i + 1) : seq_k;
+                     if constexpr (std::is_same_v<T, float>) {  // Note [Attention rows in vectors]
+                       if (visible >= kVectorRowKeys &&
+                           float_row(s, mask_head, mask_strides, i, visible, seq_k, ld, static_cast<float>(scale),
+                                     uniform_masked_rows, isa, row_f32.data(),
+                                     lse_head != nullptr ? lse_head + i : nullptr)) {
                          continue;
                        }
-                       double sum = 0.0;
-                       for (std::int64_t j = 0; j < visible; ++j) {
-                         // exp in the compute type, the sum in double; NaN when max_value is -inf (no
-                         // visible key).
-                         row[j] = static_cast<double>(std::exp(static_cast<T>(row[j] - max_value)));
-                         sum += row[j];
-                       }
-                       for (std::int64_t j = 0; j < visible; ++j) {
-                         s[j] = nan ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(row[j] / sum);
-                       }
-                       for (std::int64_t j = visible; j < seq_k; ++j) s[j] = T(0);
                      }
-                   });
-      gemm<T>(context, false, seq_q, value_dim, seq_k, scores.data(), ld, v_head, vv.stride_s, y_head,
-              yv.stride_s);
-    }
+                     double max_value = -std::numeric_limits<double>::infinity();
+                     bool nan = false;
+                     for (std::int64_t j = 0; j < visible; ++j) {
+                       double value = static_cast<double>(s[j]) * scale;
+                       if (mask_head != nullptr) {
+                         value += static_cast<double>(mask_head[i * mask_strides[2] + j * mask_strides[3]]);
+                       }
+                       if (uniform_masked_rows && value == -std::numeric_limits<double>::infinity()) {
+                         value = static_cast<double>(kUniformMaskedScore);
+                       }
+                       row[j] = value;
+                       nan = nan || value != value;
+                       max_value = std::max(max_value, value);
+                     }
+                     if (lse_head != nullptr) {
+                       lse_head[i] = static_cast<float>(log_sum_exp(row, visible, max_value, nan));
+                     }
+                     if (zero_masked_rows && !nan && max_value == -std::numeric_limits<double>::infinity()) {
+                       for (std::int64_t j = 0; j < seq_k; ++j) s[j] = T(0);  // every visible score -inf
+                       continue;
+                     }
+                     double sum = 0.0;
+                     for (std::int64_t j = 0; j < visible; ++j) {
+                       // exp in the compute type, the sum in double; NaN when max_value is -inf (no
+                       // visible key).
+                       row[j] = static_cast<double>(std::exp(static_cast<T>(row[j] - max_value)));
+                       sum += row[j];
+                     }
+                     for (std::int64_t j = 0; j < visible; ++j) {
+                       s[j] = nan ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(row[j] / sum);
+                     }
+                     for (std::int64_t j = visible; j < seq_k; ++j) s[j] = T(0);
+                   }
+                 });
+    gemm<T>(ctx, false, seq_q, value_dim, seq_k, scores, ld, v_head, vv.stride_s, y_head, yv.stride_s);
+  };
+  // Note [Attention heads over the threads]
+  // The heads ran one after another, each GEMM and row loop spread over the threads: a head's GEMMs of under 256K
+  // multiply-adds run on one thread (packed_gemm: small products do not wake threads), so short sequences left all
+  // but one core idle. With at least two heads per thread, the threads now take whole heads, each on one thread (its
+  // GEMMs' and rows' bits do not depend on the thread count, so neither do the outputs); otherwise as before.
+  const std::int64_t all_heads = batch * heads;
+  if (context.threads > 1 && all_heads >= 2 * context.threads) {
+    CpuContext one = context;
+    one.threads = 1;
+    parallel_for(all_heads, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
+      ScratchVector<T> scores(static_cast<std::size_t>(seq_q * ld));
+      for (std::int64_t i = begin; i < end; ++i) run_head(i / heads, i % heads, one, scores.data());
+    });
+  } else {
+    ScratchVector<T> scores(static_cast<std::size_t>(seq_q * ld));
+    for (std::int64_t i = 0; i < all_heads; ++i) run_head(i / heads, i % heads, context, scores.data());
   }
   y.commit();
 }

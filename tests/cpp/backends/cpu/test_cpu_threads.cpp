@@ -112,6 +112,11 @@ std::vector<Case> cases() {
       {"add", {t({7, 1, 513}), t({65, 1})}, {}},
       {"gelu", {t({3, 100003})}, {}},
       {"reduce_mean", {t({64, 33, 129})}, Attributes().set("axes", Shape{1}).set("keepdims", std::int64_t{0})},
+      // Whole heads per thread at 2 and 3 threads (6 heads), heads in turn at 7 (Note [Attention heads over the
+      // threads]); 45 keys, causal, a mask: rows of every length
+      {"attention", {t({2, 3, 37, 16}), t({2, 3, 45, 16}), t({2, 3, 45, 16}), t({37, 45})},
+       Attributes().set("causal", std::int64_t{1})},
+      {"attention", {t({1, 2, 9, 8}), t({1, 2, 9, 8}), t({1, 2, 9, 8})}, {}},
   };
 }
 

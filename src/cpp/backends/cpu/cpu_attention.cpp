@@ -78,7 +78,8 @@ double log_sum_exp(const ScratchVector<double>& scores, std::int64_t count, doub
 // now held with their row stride rounded up to kRowPad floats (one 512-bit vector) and a row goes through the kernel
 // padded with -inf scores to that length, so it is whole vectors (the padding's e^x is 0; the P v GEMM reads only the
 // real keys): with that, rows of kVectorRowKeys keys and more gain from the kernel too (cpu_softmax_bench's [1, 12,
-// 12, 64] attention, one thread: 0.50x ONNX Runtime's speed before, 1.01x after; [16, 12, 24, 64] 0.61x -> 0.65x).
+// 12, 64] attention, one thread: 0.50x ONNX Runtime's speed before, 0.74-1.01x after in runs minutes apart on a
+// noisy VM; [16, 12, 24, 64] 0.61x -> 0.65x).
 constexpr std::int64_t kVectorRowKeys = 8;
 constexpr std::int64_t kRowPad = 16;
 

@@ -130,7 +130,13 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   const std::int64_t seq_q = dims[0][2], head_dim = dims[0][3];
   const std::int64_t kv_heads = dims[1][1], seq_k = dims[1][2];
   const std::int64_t value_dim = dims[2][3];
-  const auto [qv, kv_view, vv, yv] = layout.views(q_tensor.shape(), k_tensor.shape(), v_tensor.shape());
+  // Plain references, not a structured binding: the per-head lambda below captures them (clang before 16 cannot
+  // capture a binding).
+  const auto views = layout.views(q_tensor.shape(), k_tensor.shape(), v_tensor.shape());
+  const auto& qv = views[0];
+  const auto& kv_view = views[1];
+  const auto& vv = views[2];
+  const auto& yv = views[3];
   const std::int64_t group = heads / kv_heads;
   const bool causal = desc.attrs.get_int("causal", 0) != 0;
   const FullyMaskedRows masked_rows = fully_masked_rows_of(desc.attrs);  // Note [Fully masked attention rows]

@@ -49,8 +49,8 @@
 // (family 6, model 207) and falls back to its Prescott kernels (SSE3): on such a machine the small products above ran
 // at a third of ONNX Runtime's speed (a [16, 12, 24, 64] attention 2179 against 770 us, one thread; 915 us with
 // OPENBLAS_CORETYPE=SkylakeX). When OpenBLAS's core (openblas_get_corename) is one without AVX2 while the CPU has
-// it, the packed GEMM takes the small products too (1728 us there), and the plan's summary says why. Rows or columns
-// under 8 stay on OpenBLAS, memory-bound either way. OPENBLAS_CORETYPE set to the CPU's generation (SkylakeX,
+// it, the packed GEMM takes the small products too (1446-1728 us there), and the plan's summary says why. Rows or
+// columns under 8 stay on OpenBLAS, memory-bound either way. OPENBLAS_CORETYPE set to the CPU's generation (SkylakeX,
 // Haswell, Zen) before the process starts is better still; docs/native_engine.md says so.
 #include <algorithm>
 #include <cctype>
@@ -200,7 +200,6 @@ constexpr std::int64_t kBlasBlocksPerThread = 2;
 constexpr std::int64_t kBlasMinBlockRows = 128;
 constexpr std::int64_t kBlasMinBlockCols = 512;
 constexpr std::int64_t kBlasBlockAlign = 16;
-
 
 void use_one_blas_thread() {
   static const bool once = [] {
@@ -366,8 +365,8 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
 std::string packed_gemm_limits(const CpuContext& context) {
   if (context.packed_small_gemms) {
     return detail::str_cat("openblas under ", kPackedMinRows,
-                           " rows or columns; small products packed too: openblas's ", blas_core_name(), " kernels lack this CPU's ", context.isa->name,
-                           ", Note [OpenBLAS older than the CPU]");
+                           " rows or columns; small products packed too: openblas's ", blas_core_name(),
+                           " kernels lack this CPU's ", context.isa->name, ", Note [OpenBLAS older than the CPU]");
   }
   return detail::str_cat("openblas under ", kPackedMinRows, " rows, ", kPackedMinRows, " columns or ",
                          kPackedMinWork / 1024, "K multiply-adds");

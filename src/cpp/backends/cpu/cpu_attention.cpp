@@ -83,6 +83,9 @@ double log_sum_exp(const ScratchVector<double>& scores, std::int64_t count, doub
 constexpr std::int64_t kVectorRowKeys = 8;
 constexpr std::int64_t kRowPad = 16;
 
+// `keys` rounded up to whole kRowPad vectors.
+constexpr std::int64_t padded_keys(std::int64_t keys) { return (keys + kRowPad - 1) / kRowPad * kRowPad; }
+
 bool float_row(float* s, const float* mask, const std::vector<std::int64_t>& mask_strides, std::int64_t i,
                std::int64_t visible, std::int64_t seq_k, std::int64_t ld, float scale, bool uniform_masked_rows,
                const IsaKernels& isa, float* row, float* lse) {
@@ -103,7 +106,7 @@ bool float_row(float* s, const float* mask, const std::vector<std::int64_t>& mas
     constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < visible; ++j) row[j] = row[j] == kMinusInf ? kUniformMaskedScore : row[j];
   }
-  const std::int64_t padded = std::min((visible + kRowPad - 1) / kRowPad * kRowPad, ld);
+  const std::int64_t padded = std::min(padded_keys(visible), ld);
   std::fill(row + visible, row + padded, -std::numeric_limits<float>::infinity());
   if (!isa.softmax_row_f32(row, s, padded)) return false;  // s untouched: the double path recomputes the row
   if (lse != nullptr) {  // a finite maximum here (softmax_row_f32 refused the others)
@@ -164,7 +167,7 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
 
   // Note [Attention rows in vectors]: float rows that take the vector kernel are held kRowPad-aligned.
   const bool vector_rows = std::is_same_v<T, float> && seq_k >= kVectorRowKeys;
-  const std::int64_t ld = vector_rows ? (seq_k + kRowPad - 1) / kRowPad * kRowPad : seq_k;
+  const std::int64_t ld = vector_rows ? padded_keys(seq_k) : seq_k;
   // One (batch, head): its scores in `scores` (seq_q x ld), its GEMMs and rows on `ctx`'s threads.
   const auto run_head = [&](std::int64_t b, std::int64_t h, const CpuContext& ctx, T* scores) {
     const std::int64_t kv = h / group;

@@ -19,9 +19,7 @@ import argparse
 import datetime
 import os
 import platform
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -30,6 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "src", "python"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import xpuruntime as xrt  # noqa: E402
+from cpu_pool_bench import median_us  # noqa: E402
 from timing import emit_table  # noqa: E402
 
 SHAPES = [(16, 2, 16, 80), (1, 12, 128, 128), (8, 32, 1, 1024)]
@@ -79,15 +78,6 @@ def scores(shape, mask, rng) -> np.ndarray:
     return x
 
 
-def time_session(session, feeds, iterations: int) -> float:
-    times = []
-    for _ in range(iterations):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=200)
@@ -111,7 +101,7 @@ def main(argv=None) -> int:
             for _ in range(args.repeat):
                 for engine, session in sessions.items():
                     session.run(None, feeds)
-                    best[engine] = min(best[engine], time_session(session, feeds, args.iterations))
+                    best[engine] = min(best[engine], median_us(session, feeds, args.iterations))
             lines.append(f"| {list(shape)} | {name} | {best['native']:.1f} | {best['onnxruntime']:.1f} | "
                          f"{best['onnxruntime'] / best['native']:.2f} |")
     lines += ["", "| attention [B, H, S, D] | native us | onnxruntime us | onnxruntime / native | native kernel |",
@@ -125,7 +115,7 @@ def main(argv=None) -> int:
         for _ in range(args.repeat):
             for engine, session in sessions.items():
                 session.run(None, feeds)
-                best[engine] = min(best[engine], time_session(session, feeds, args.iterations))
+                best[engine] = min(best[engine], median_us(session, feeds, args.iterations))
         fused = "Attention" in str(sessions["native"].explain())
         lines.append(f"| {list(shape)} | {best['native']:.1f} | {best['onnxruntime']:.1f} | "
                      f"{best['onnxruntime'] / best['native']:.2f} | {'fused Attention' if fused else 'unfused'} |")

@@ -17,6 +17,44 @@ namespace xpuruntime::generation {
 
 namespace rs = row_sampling;
 
+namespace {
+
+struct Candidate {
+  std::uint64_t key;     // step 3's composite key
+  std::uint64_t weight;  // step 4's fixed-point weight
+};
+
+// Step 5's top_p: the key of the candidate, in key order from the highest, at which the running weight first reaches
+// `mass` (at least 1, at most the candidates' sum). A weighted selection: each round splits the range still open at
+// its middle key (nth_element) and keeps the half that holds the answer, so a nucleus of most of a near-uniform
+// vocabulary costs a few passes rather than a sort.
+std::uint64_t nucleus_threshold(std::vector<Candidate>* candidates, std::uint64_t mass) {
+  const auto before = [](const Candidate& a, const Candidate& b) { return a.key > b.key; };
+  auto first = candidates->begin(), last = candidates->end();
+  while (last - first > 32) {
+    const auto middle = first + (last - first) / 2;
+    std::nth_element(first, middle, last, before);
+    std::uint64_t upper = 0;  // the weight of [first, middle], the keys from the range's highest to middle's
+    for (auto c = first; c <= middle; ++c) upper += c->weight;
+    if (upper >= mass) {
+      last = middle + 1;
+    } else {
+      mass -= upper;
+      first = middle + 1;
+    }
+  }
+  std::sort(first, last, before);
+  std::uint64_t running = 0;
+  for (auto c = first; c != last; ++c) {
+    running += c->weight;
+    if (running >= mass) return c->key;
+  }
+  XPURT_INTERNAL_ASSERT(false, "sample_rows: the nucleus mass exceeds the candidates' weights");
+  return 0;
+}
+
+}  // namespace
+
 std::int64_t sample_row_host(const float* x, std::int64_t vocab, const rs::RowParams& p,
                              const std::vector<std::int64_t>& seen) {
   XPURT_CHECK(vocab > 0 && vocab < (std::int64_t{1} << 23), "sample_rows: vocabularies of 1 to 2^23 - 1 tokens, got ",
@@ -35,54 +73,38 @@ std::int64_t sample_row_host(const float* x, std::int64_t vocab, const rs::RowPa
     if (std::isnan(v)) return i;  // 2. the first NaN
     top = std::max(top, v);
   }
-  const auto key = [&](std::int64_t i) { return rs::candidate_key(y[static_cast<std::size_t>(i)], i); };
-  const auto weight = [&](std::int64_t i) {
+  // 3. candidates by key, highest first, ordered only as far as top_k and top_p read them (selections, not sorts).
+  std::vector<Candidate> kept(static_cast<std::size_t>(vocab));
+  std::vector<std::uint64_t> weights(static_cast<std::size_t>(vocab));  // by id, for the draw
+  for (std::int64_t i = 0; i < vocab; ++i) {
     const float v = y[static_cast<std::size_t>(i)];
-    return v == top ? (std::uint64_t{1} << rs::kWeightBits) : rs::fixed_weight(std::exp(v - top));
-  };
-  // 3. candidates by key, highest first: ordered only as far as top_k and top_p read them.
-  std::vector<std::int64_t> order(static_cast<std::size_t>(vocab));
-  for (std::int64_t i = 0; i < vocab; ++i) order[static_cast<std::size_t>(i)] = i;
-  const auto before = [&](std::int64_t a, std::int64_t b) { return key(a) > key(b); };
-  if (p.greedy) return *std::min_element(order.begin(), order.end(), before);
-  std::uint64_t threshold = 0;  // the smallest kept key
-  std::size_t kept = order.size();
-  if (p.top_k > 0 && p.top_k < vocab) {
-    kept = static_cast<std::size_t>(p.top_k);
-    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept - 1), order.end(), before);
-    threshold = key(order[kept - 1]);
+    const auto at = static_cast<std::size_t>(i);
+    weights[at] = v == top ? (std::uint64_t{1} << rs::kWeightBits) : rs::fixed_weight(std::exp(v - top));
+    kept[at] = {rs::candidate_key(v, i), weights[at]};
   }
-  const auto kept_sum = [&] {
-    std::uint64_t sum = 0;
-    for (std::int64_t i = 0; i < vocab; ++i) sum += key(i) >= threshold ? weight(i) : 0;
-    return sum;
-  };
+  const auto before = [](const Candidate& a, const Candidate& b) { return a.key > b.key; };
+  if (p.greedy) {
+    return static_cast<std::int64_t>(std::min_element(kept.begin(), kept.end(), before) - kept.begin());
+  }
+  std::uint64_t threshold = 0;  // the smallest kept key
+  if (p.top_k > 0 && p.top_k < vocab) {
+    std::nth_element(kept.begin(), kept.begin() + (p.top_k - 1), kept.end(), before);
+    threshold = kept[static_cast<std::size_t>(p.top_k - 1)].key;
+    kept.resize(static_cast<std::size_t>(p.top_k));
+  }
   if (p.top_p < 1.0f) {
-    const std::uint64_t target = rs::nucleus_mass(p.top_p, kept_sum());
-    // The kept candidates sorted by a prefix growing 4x from 256 until the running weight reaches the target.
-    std::size_t sorted = 0;
-    std::uint64_t running = 0;
-    for (std::size_t i = 0; i < kept; ++i) {
-      if (i == sorted) {
-        const std::size_t upto = std::min(kept, std::max<std::size_t>(256, sorted * 4));
-        std::partial_sort(order.begin() + static_cast<std::ptrdiff_t>(sorted),
-                          order.begin() + static_cast<std::ptrdiff_t>(upto),
-                          order.begin() + static_cast<std::ptrdiff_t>(kept), before);
-        sorted = upto;
-      }
-      running += weight(order[i]);
-      if (running >= target) {
-        threshold = key(order[i]);
-        break;
-      }
-    }
+    std::uint64_t sum = 0;
+    for (const Candidate& c : kept) sum += c.weight;
+    threshold = nucleus_threshold(&kept, rs::nucleus_mass(p.top_p, sum));
   }
   // 6. the draw, in id order.
-  const std::uint64_t u = rs::scale_draw(rs::draw_word(p), kept_sum());
+  std::uint64_t total = 0;
+  for (const Candidate& c : kept) total += c.key >= threshold ? c.weight : 0;
+  const std::uint64_t u = rs::scale_draw(rs::draw_word(p), total);
   std::uint64_t running = 0;
   for (std::int64_t i = 0; i < vocab; ++i) {
-    if (key(i) < threshold) continue;
-    running += weight(i);
+    if (rs::candidate_key(y[static_cast<std::size_t>(i)], i) < threshold) continue;
+    running += weights[static_cast<std::size_t>(i)];
     if (u < running) return i;
   }
   XPURT_INTERNAL_ASSERT(false, "sample_rows: the draw ", u, " fell outside the kept weights' sum");
@@ -104,7 +126,7 @@ void seen_lists(const std::vector<rs::RowParams>& params, const std::vector<cons
 // A host vector as an int64 or byte tensor on `device`, through `stream`.
 Tensor upload(const void* data, std::size_t bytes, Device device, const StreamView& stream) {
   Tensor host = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::kUInt8);
-  if (bytes > 0) std::memcpy(host.data_ptr(), data, bytes);
+  if (bytes > 0 && data != nullptr) std::memcpy(host.data_ptr(), data, bytes);
   return host.to(device, &stream);
 }
 
@@ -117,10 +139,10 @@ std::vector<std::int64_t> sample_on_device(const Tensor& rows, const std::vector
   const StreamView stream = StreamManager::instance().current_stream(device);
   std::vector<std::int64_t> offsets, ids;
   seen_lists(params, seen, &offsets, &ids);
+  if (ids.empty()) ids.push_back(-1);  // the kernel's argument stays a device pointer; no row's range reads it
   const Tensor params_on = upload(params.data(), params.size() * sizeof(rs::RowParams), device, stream);
   const Tensor offsets_on = upload(offsets.data(), offsets.size() * sizeof(std::int64_t), device, stream);
-  const Tensor ids_on = upload(ids.data(), std::max<std::size_t>(1, ids.size()) * sizeof(std::int64_t), device,
-                               stream);
+  const Tensor ids_on = upload(ids.data(), ids.size() * sizeof(std::int64_t), device, stream);
   Tensor workspace = Tensor::empty({batch, vocab}, DType::kFloat32, device, &stream);
   Tensor tokens = Tensor::empty({batch}, DType::kInt64, device, &stream);
   {

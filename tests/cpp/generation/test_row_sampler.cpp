@@ -159,6 +159,66 @@ TEST(RowSampler, DrawsFollowTheSoftmaxWithinTopKAndTopP) {
   }
 }
 
+// The definition's steps 3-6 read literally: every candidate sorted by key, top_k and top_p cut from the sorted list.
+std::int64_t draw_by_sorting(const std::vector<float>& x, const rs::RowParams& p) {
+  const auto vocab = static_cast<std::int64_t>(x.size());
+  std::vector<float> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] / p.temperature;
+  const float top = *std::max_element(y.begin(), y.end());
+  const auto key = [&](std::int64_t i) { return rs::candidate_key(y[static_cast<std::size_t>(i)], i); };
+  const auto weight = [&](std::int64_t i) {
+    const float v = y[static_cast<std::size_t>(i)];
+    return v == top ? (std::uint64_t{1} << rs::kWeightBits) : rs::fixed_weight(std::exp(v - top));
+  };
+  std::vector<std::int64_t> order(x.size());
+  for (std::int64_t i = 0; i < vocab; ++i) order[static_cast<std::size_t>(i)] = i;
+  std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return key(a) > key(b); });
+  std::size_t kept = order.size();
+  if (p.top_k > 0 && p.top_k < vocab) kept = static_cast<std::size_t>(p.top_k);
+  if (p.top_p < 1.0f) {
+    std::uint64_t sum = 0, running = 0;
+    for (std::size_t j = 0; j < kept; ++j) sum += weight(order[j]);
+    const std::uint64_t mass = rs::nucleus_mass(p.top_p, sum);
+    for (std::size_t j = 0; j < kept; ++j) {
+      running += weight(order[j]);
+      if (running >= mass) {
+        kept = j + 1;
+        break;
+      }
+    }
+  }
+  const std::uint64_t threshold = key(order[kept - 1]);
+  std::uint64_t total = 0, running = 0;
+  for (std::int64_t i = 0; i < vocab; ++i) total += key(i) >= threshold ? weight(i) : 0;
+  const std::uint64_t u = rs::scale_draw(rs::draw_word(p), total);
+  for (std::int64_t i = 0; i < vocab; ++i) {
+    if (key(i) < threshold) continue;
+    running += weight(i);
+    if (u < running) return i;
+  }
+  return -1;
+}
+
+TEST(RowSampler, TheSelectionsDrawWhatSortingEveryCandidateDraws) {
+  // Near-uniform rows (a nucleus of most of the vocabulary, the selection's many rounds) and peaked ones, with ties.
+  for (const std::int64_t vocab : {1, 2, 33, 257, 1000, 4099, 50000}) {
+    for (const float sigma : {0.05f, 4.0f}) {
+      std::vector<float> x = normal_logits(vocab, static_cast<std::uint64_t>(vocab) * 3 + 1, sigma);
+      for (std::size_t i = 3; i < x.size(); i += 7) x[i] = x[i - 3];
+      for (const std::int64_t top_k : {std::int64_t{0}, std::int64_t{1}, std::int64_t{7}, vocab - 1}) {
+        for (const float top_p : {1.0f, 0.95f, 0.5f, 0.01f}) {
+          for (std::uint64_t counter = 0; counter < 3; ++counter) {
+            rs::RowParams p = sampled(0.8f, top_k, top_p);
+            p.counter = counter;
+            ASSERT_EQ(draw(x, p, counter), draw_by_sorting(x, p))
+                << "vocab " << vocab << ", sigma " << sigma << ", top_k " << top_k << ", top_p " << top_p;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(RowSampler, APenaltyMakesSeenTokensRarer) {
   const std::vector<float> x = {1.0f, 1.0f, 1.0f, 1.0f};
   rs::RowParams p = sampled();

@@ -7,7 +7,8 @@
 //   - top_k: a radix select of the top_k-th largest candidate key (64 bits, 8 passes of 8-bit digits from the top:
 //     a 256-bin histogram of the candidates matching the digits chosen so far, integer atomics in shared memory, then
 //     one thread walks the bins from the highest). Candidate keys are unique (the id is part of them), so "key >= the
-//     selected key" keeps exactly top_k;
+//     selected key" keeps exactly top_k. The lanes of a warp that add to one bin add their values first and one of
+//     them adds the sum (Note [Histograms of similar keys]);
 //   - top_p: the same select over the kept candidates' fixed-point weights instead of counts, down to the exact key
 //     where the running weight from the top first reaches ceil(top_p x the kept sum);
 //   - the draw: each thread sums the kept weights of a contiguous chunk of ids, a block-wide exclusive scan gives each
@@ -71,6 +72,29 @@ __device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint64_t* sc
   return before + inclusive - v;
 }
 
+// Note [Histograms of similar keys]
+// The high digits of the keys of one row are nearly all equal (logits of similar size share their exponent), so
+// nearly every candidate of a pass adds to one or two bins: one shared-memory atomic per candidate would serialise
+// the whole row's adds on one address, some twenty passes of them. add_to_bin makes one atomic per distinct bin per
+// warp instead: the lanes are grouped by bin (__match_any_sync), each group sums its values by
+// shuffles within the group, and its lowest lane adds the sum. Every lane of the warp must call it together (the loops
+// that call it step whole warps over the row); `active` false adds nothing.
+__device__ __forceinline__ void add_to_bin(std::uint64_t* bins, bool active, unsigned bin, std::uint64_t value) {
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned peers = __match_any_sync(0xffffffffu, active ? bin : 256u + lane);
+  if (!active) return;
+  std::uint64_t sum = 0;
+  if (peers == 0xffffffffu) {  // the whole warp in one bin: a butterfly
+    sum = value;
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  } else {
+    for (unsigned rest = peers; rest != 0; rest &= rest - 1) sum += __shfl_sync(peers, value, __ffs(rest) - 1);
+  }
+  if (static_cast<int>(lane) == __ffs(peers) - 1) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(&bins[bin]), static_cast<unsigned long long>(sum));
+  }
+}
+
 // The largest candidate key whose count (by_weight false) or weight from the top reaches state.remaining, among
 // candidates with key >= state.threshold (Note [Sampling rows in one block]).
 __device__ std::uint64_t radix_select(const float* y, std::int64_t vocab, bool by_weight, RowState& state,
@@ -80,11 +104,13 @@ __device__ std::uint64_t radix_select(const float* y, std::int64_t vocab, bool b
     const int shift = digit * 8;
     for (int b = threadIdx.x; b < 256; b += blockDim.x) bins[b] = 0;
     __syncthreads();
-    for (std::int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const std::uint64_t key = rs::candidate_key(y[i], i);
-      if (key < state.threshold || (key & mask) != prefix) continue;
-      atomicAdd(reinterpret_cast<unsigned long long*>(&bins[(key >> shift) & 255]),
-                static_cast<unsigned long long>(by_weight ? weight_of(y[i], state.top) : 1));
+    for (std::int64_t warp_start = threadIdx.x - threadIdx.x % 32; warp_start < vocab; warp_start += blockDim.x) {
+      const std::int64_t i = warp_start + threadIdx.x % 32;
+      const float v = i < vocab ? y[i] : 0.0f;
+      const std::uint64_t key = rs::candidate_key(v, i);
+      const bool active = i < vocab && key >= state.threshold && (key & mask) == prefix;
+      add_to_bin(bins, active, static_cast<unsigned>((key >> shift) & 255),
+                 active && by_weight ? weight_of(v, state.top) : 1);
     }
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -56,7 +56,7 @@ inline constexpr const char* kDecodeRange = "generation decode";
 
 // How the Concat form's cache is fed to decode steps (Note [Static cache layout] in generation/kv_cache.cpp).
 enum class CacheLayout {
-  kAuto,     // dynamic for now (static has not run on a GPU yet: docs/generation.md)
+  kAuto,     // static where the model has attention_mask and position_ids inputs, else dynamic
   kDynamic,  // the past exactly as long as the sequence so far: a new input shape, so a new plan, every step
   kStatic,   // the whole fixed-capacity cache, unfilled positions masked: one decode shape (CUDA graph replays)
 };

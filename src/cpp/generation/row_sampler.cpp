@@ -123,11 +123,32 @@ void seen_lists(const std::vector<rs::RowParams>& params, const std::vector<cons
   }
 }
 
-// A host vector as an int64 or byte tensor on `device`, through `stream`.
-Tensor upload(const void* data, std::size_t bytes, Device device, const StreamView& stream) {
-  Tensor host = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::kUInt8);
-  if (bytes > 0 && data != nullptr) std::memcpy(host.data_ptr(), data, bytes);
-  return host.to(device, &stream);
+// The kernel's arguments from the host, in one copy: the rows' parameters, then the seen lists' offsets and ids.
+struct Uploaded {
+  Tensor bytes;  // on the device
+  const void* params = nullptr;
+  const std::int64_t* offsets = nullptr;
+  const std::int64_t* ids = nullptr;
+};
+
+Uploaded upload(const std::vector<rs::RowParams>& params, const std::vector<std::int64_t>& offsets,
+                const std::vector<std::int64_t>& ids, Device device, const StreamView& stream) {
+  static_assert(sizeof(rs::RowParams) % sizeof(std::int64_t) == 0, "the offsets follow the parameters aligned");
+  const std::size_t params_bytes = params.size() * sizeof(rs::RowParams);
+  const std::size_t offsets_bytes = offsets.size() * sizeof(std::int64_t);
+  const std::size_t ids_bytes = ids.size() * sizeof(std::int64_t);
+  Tensor host = Tensor::empty({static_cast<std::int64_t>(params_bytes + offsets_bytes + ids_bytes)}, DType::kUInt8);
+  auto* at = static_cast<unsigned char*>(host.data_ptr());
+  std::memcpy(at, params.data(), params_bytes);
+  std::memcpy(at + params_bytes, offsets.data(), offsets_bytes);
+  std::memcpy(at + params_bytes + offsets_bytes, ids.data(), ids_bytes);
+  Uploaded out;
+  out.bytes = host.to(device, &stream);
+  const auto* base = static_cast<const unsigned char*>(out.bytes.data_ptr());
+  out.params = base;
+  out.offsets = reinterpret_cast<const std::int64_t*>(base + params_bytes);
+  out.ids = reinterpret_cast<const std::int64_t*>(base + params_bytes + offsets_bytes);
+  return out;
 }
 
 std::vector<std::int64_t> sample_on_device(const Tensor& rows, const std::vector<rs::RowParams>& params,
@@ -140,17 +161,14 @@ std::vector<std::int64_t> sample_on_device(const Tensor& rows, const std::vector
   std::vector<std::int64_t> offsets, ids;
   seen_lists(params, seen, &offsets, &ids);
   if (ids.empty()) ids.push_back(-1);  // the kernel's argument stays a device pointer; no row's range reads it
-  const Tensor params_on = upload(params.data(), params.size() * sizeof(rs::RowParams), device, stream);
-  const Tensor offsets_on = upload(offsets.data(), offsets.size() * sizeof(std::int64_t), device, stream);
-  const Tensor ids_on = upload(ids.data(), ids.size() * sizeof(std::int64_t), device, stream);
+  const Uploaded arguments = upload(params, offsets, ids, device, stream);
   Tensor workspace = Tensor::empty({batch, vocab}, DType::kFloat32, device, &stream);
   Tensor tokens = Tensor::empty({batch}, DType::kInt64, device, &stream);
   {
 #if XPURT_WITH_CUDA
     detail::CudaDeviceGuard guard(device.index);
 #endif
-    kernel(rows.data_ptr(), rows.dtype(), batch, vocab, params_on.data_ptr(),
-           static_cast<const std::int64_t*>(offsets_on.data_ptr()), static_cast<const std::int64_t*>(ids_on.data_ptr()),
+    kernel(rows.data_ptr(), rows.dtype(), batch, vocab, arguments.params, arguments.offsets, arguments.ids,
            static_cast<float*>(workspace.data_ptr()), static_cast<std::int64_t*>(tokens.data_ptr()), stream.handle);
   }
   const Tensor host = tokens.to(Device::cpu(), &stream);

@@ -67,6 +67,9 @@ struct CpuContext {
   const IsaKernels* isa = nullptr;      // the window loops' instruction set (cpu_isa.h; set by make_context)
   // The packed GEMM takes products of under 64K multiply-adds too (Note [OpenBLAS older than the CPU]).
   bool packed_small_gemms = false;
+  // Products of fewer than 8 rows or columns run on the skinny kernels, not OpenBLAS (Note [Skinny GEMM]): with
+  // packed_small_gemms, XPURT_CPU_GEMM=packed, or a build without OpenBLAS.
+  bool skinny_gemms = false;
 };
 
 // The context for `policy`: threads = policy.intra_op_threads (0: default_threads(), the CPUs the process may use),

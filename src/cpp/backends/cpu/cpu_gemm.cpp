@@ -49,9 +49,23 @@
 // (family 6, model 207) and falls back to its Prescott kernels (SSE3): on such a machine the small products above ran
 // at a third of ONNX Runtime's speed (a [16, 12, 24, 64] attention 2179 against 770 us, one thread; 915 us with
 // OPENBLAS_CORETYPE=SkylakeX). When OpenBLAS's core (openblas_get_corename) is one without AVX2 while the CPU has
-// it, the packed GEMM takes the small products too (1446-1728 us there), and the plan's summary says why. Rows or
-// columns under 8 stay on OpenBLAS, memory-bound either way. OPENBLAS_CORETYPE set to the CPU's generation (SkylakeX,
-// Haswell, Zen) before the process starts is better still; docs/native_engine.md says so.
+// it, the packed GEMM takes the small products too (1446-1728 us there), and the plan's summary says why. Products of
+// fewer than 8 rows or columns take the skinny kernels then (Note [Skinny GEMM]). OPENBLAS_CORETYPE set to the CPU's
+// generation (SkylakeX, Haswell, Zen) before the process starts is better still; docs/native_engine.md says so.
+//
+// Note [Skinny GEMM]
+// A product with fewer than 8 rows or columns (a linear layer at batch 1, a convolution of a 2x2 plane) is a few dot
+// products or a few AXPYs per output, which the packed GEMM's micro-tiles would mostly waste. Where OpenBLAS is older
+// than the CPU (above) or absent, or XPURT_CPU_GEMM=packed asks for the backend's own GEMMs, they run on two kernels
+// of their own, compiled per instruction set:
+//   - fewer than 8 columns: C[i, j] is the dot product of A's row i and op(B)'s column j, which is B's row j when
+//     B is transposed and a row of B transposed into scratch otherwise (k x n floats: a few KiB);
+//   - fewer than 8 rows, B transposed: C[i, j] is the dot product of B's row j and A's row i, the same kernel with the
+//     roles swapped; B not transposed: the rows of C are summed over the depth in registers, a few vectors of columns
+//     at a time (AXPYs of B's rows).
+// Rows (or columns) are spread over the pool's threads; each output is summed by one thread in a fixed order, so the
+// bits do not depend on the thread count. The tiny suite ResNet's 2x2 convolutions (32 x 4 x 144) ran on OpenBLAS's
+// Prescott kernels at a quarter of its run on this machine.
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -273,6 +287,48 @@ constexpr std::int64_t kPackedMinWork = std::int64_t{1} << 16;
 constexpr std::int64_t kPackedTileMicroRows = 32;  // tile rows = 32 micro-tiles of gemm_mr (192 on AVX-512)
 constexpr std::int64_t kPackedTileN = 512;         // a multiple of every gemm_nr (8, 16, 64)
 
+// Products with fewer than kPackedMinRows rows or columns on the skinny kernels (Note [Skinny GEMM]).
+void skinny_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+  const IsaKernels& isa = *context.isa;
+  const int threads = m * n * k < (std::int64_t{1} << 18) ? 1 : context.threads;
+  constexpr std::int64_t kChunkWork = std::int64_t{1} << 14;  // multiply-adds a chunk of the loop should hold at least
+  if (n < kPackedMinRows) {  // dot products of A's rows with op(B)'s n columns
+    const float* few = b;
+    std::int64_t ld_few = ldb;
+    UninitScratch<float> transposed;
+    if (!trans_b) {
+      transposed.resize(static_cast<std::size_t>(n * k));
+      for (std::int64_t p = 0; p < k; ++p) {
+        for (std::int64_t j = 0; j < n; ++j) transposed[static_cast<std::size_t>(j * k + p)] = b[p * ldb + j];
+      }
+      few = transposed.data();
+      ld_few = k;
+    }
+    parallel_for(m, threads, std::max<std::int64_t>(1, kChunkWork / std::max<std::int64_t>(1, n * k)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   isa.gemm_dots_f32(a + begin * lda, lda, end - begin, few, ld_few, static_cast<int>(n), k,
+                                     c + begin * ldc, ldc, 1);
+                 });
+    return;
+  }
+  if (trans_b) {  // fewer rows than kPackedMinRows: dot products of B's rows with A's m rows
+    parallel_for(n, threads, std::max<std::int64_t>(1, kChunkWork / std::max<std::int64_t>(1, m * k)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   isa.gemm_dots_f32(b + begin * ldb, ldb, end - begin, a, lda, static_cast<int>(m), k, c + begin, 1,
+                                     ldc);
+                 });
+    return;
+  }
+  constexpr std::int64_t kColumnBlock = 64;  // the AXPY form's columns per item of the loop
+  const std::int64_t blocks = (n + kColumnBlock - 1) / kColumnBlock;
+  parallel_for(blocks, threads, std::max<std::int64_t>(1, kChunkWork / std::max<std::int64_t>(1, kColumnBlock * m * k)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 const std::int64_t j0 = begin * kColumnBlock, j1 = std::min(n, end * kColumnBlock);
+                 isa.gemm_few_rows_f32(a, lda, static_cast<int>(m), b + j0, ldb, j1 - j0, k, c + j0, ldc);
+               });
+}
+
 // C = A * op(B), or with rows.rows, C = A * B with B given by rows (Note [Packed GEMM]).
 void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, const RowsOfB& rows, float* c,
@@ -346,6 +402,11 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
   if constexpr (std::is_same_v<T, float>) {
     const bool fits_packed = m >= kPackedMinRows && n >= kPackedMinRows &&
                              (m * n * k >= kPackedMinWork || context.packed_small_gemms);
+    const bool skinny = m < kPackedMinRows || n < kPackedMinRows;
+    if (context.skinny_gemms && skinny && k > 0) {
+      skinny_gemm(context, trans_b, m, n, k, a, lda, b, ldb, c, ldc);  // Note [Skinny GEMM]
+      return;
+    }
     if (context.gemm == GemmImpl::kPacked && (fits_packed || !XPURT_WITH_BLAS)) {
       packed_gemm(context, trans_b, m, n, k, a, lda, b, ldb, RowsOfB{}, c, ldc, nullptr);
       return;
@@ -364,9 +425,14 @@ void gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t 
 
 std::string packed_gemm_limits(const CpuContext& context) {
   if (context.packed_small_gemms) {
-    return detail::str_cat("openblas under ", kPackedMinRows,
-                           " rows or columns; small products packed too: openblas's ", blas_core_name(),
+    return detail::str_cat("skinny kernels under ", kPackedMinRows,
+                           " rows or columns, small products packed too: openblas's ", blas_core_name(),
                            " kernels lack this CPU's ", context.isa->name, ", Note [OpenBLAS older than the CPU]");
+  }
+  if (context.skinny_gemms) {
+    return detail::str_cat("skinny kernels under ", kPackedMinRows, " rows or columns, ",
+                           XPURT_WITH_BLAS ? "openblas" : "packed", " under ", kPackedMinWork / 1024,
+                           "K multiply-adds");
   }
   return detail::str_cat("openblas under ", kPackedMinRows, " rows, ", kPackedMinRows, " columns or ",
                          kPackedMinWork / 1024, "K multiply-adds");

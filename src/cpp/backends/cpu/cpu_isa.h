@@ -126,6 +126,15 @@ struct IsaKernels {
   void (*gemm_tile_f32)(const GemmTile&);
   // A[rows, depth] (lda) packed for every tile at once: round_up(rows, gemm_mr) * depth floats at out.
   void (*pack_gemm_a_f32)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t depth, float* out);
+  // Products with fewer than 8 rows or columns (Note [Skinny GEMM] in cpu_gemm.cpp), on the calling thread.
+  // gemm_dots_f32: out[x * out_x + y * out_y] = the dot product of many's row x (ld_many) and few's row y (ld_few)
+  // over `depth`, for x < count and y < few_count (1 to 7).
+  void (*gemm_dots_f32)(const float* many, std::int64_t ld_many, std::int64_t count, const float* few,
+                        std::int64_t ld_few, int few_count, std::int64_t depth, float* out, std::int64_t out_x,
+                        std::int64_t out_y);
+  // gemm_few_rows_f32: C[rows, cols] (ldc) = A[rows, depth] (lda) * B[depth, cols] (ldb), rows 1 to 7.
+  void (*gemm_few_rows_f32)(const float* a, std::int64_t lda, int rows, const float* b, std::int64_t ldb,
+                            std::int64_t cols, std::int64_t depth, float* c, std::int64_t ldc);
   // out[i] = e^a[i], or 1 / (1 + e^-a[i]) when `sigmoid`, for the arguments of the exponential within [kExpLow,
   // kExpHigh] or below kExpZero (e^x is +0 there, as std::exp has it); other elements (exp_outside: NaN included) get
   // some value, which the caller replaces (Note [Vectorised exp on the CPU] in cpu_fused.cpp). Returns whether there

@@ -85,6 +85,8 @@ CpuContext make_context(const ExecutionPolicy& policy) {
     context.gemm = vector_isa ? GemmImpl::kPacked : (XPURT_WITH_BLAS ? GemmImpl::kBlas : GemmImpl::kFallback);
   }
   context.packed_small_gemms = context.gemm == GemmImpl::kPacked && blas_older_than(*context.isa);
+  context.skinny_gemms = context.gemm == GemmImpl::kPacked &&
+                         (context.packed_small_gemms || choice == "packed" || !XPURT_WITH_BLAS);
   return context;
 }
 

@@ -428,6 +428,90 @@ TEST(CpuBackend, PackedGemmMatchesNaiveOnEveryIsa) {
   }
 }
 
+// Note [Skinny GEMM]: both kernels of every instruction set against a double loop, at few-counts 1 to 7, depths and
+// widths around every vector width (1, 15-17, 31-33, 63-65, 257), leading dimensions wider than the rows.
+TEST(CpuBackend, SkinnyGemmKernelsMatchNaiveOnEveryIsa) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const auto random_values = [&](std::size_t count) {
+    std::vector<float> v(count);
+    for (float& x : v) x = uniform(rng);
+    return v;
+  };
+  for (const std::string& isa_name : isa_names()) {
+    const cpu::IsaKernels& isa = cpu::isa_kernels_named(isa_name);
+    for (int few = 1; few <= 7; ++few) {
+      for (const std::int64_t depth : {1, 15, 16, 17, 33, 64, 65, 257}) {
+        const std::int64_t count = 13, ld_many = depth + 3, ld_few = depth + 5;
+        const std::vector<float> many = random_values(static_cast<std::size_t>(count * ld_many));
+        const std::vector<float> rows = random_values(static_cast<std::size_t>(few * ld_few));
+        // out as [few, count] (out_x 1, out_y count): the transposed placement the few-rows case uses.
+        std::vector<float> out(static_cast<std::size_t>(few * count), NAN);
+        isa.gemm_dots_f32(many.data(), ld_many, count, rows.data(), ld_few, few, depth, out.data(), 1, count);
+        for (std::int64_t x = 0; x < count; ++x) {
+          for (int y = 0; y < few; ++y) {
+            double want = 0;
+            for (std::int64_t p = 0; p < depth; ++p) {
+              want += static_cast<double>(many[static_cast<std::size_t>(x * ld_many + p)]) *
+                      rows[static_cast<std::size_t>(y * ld_few + p)];
+            }
+            EXPECT_NEAR(out[static_cast<std::size_t>(y * count + x)], want, 1e-5 * static_cast<double>(depth))
+                << isa_name << " dots: few " << few << ", depth " << depth << ", x " << x << ", y " << y;
+          }
+        }
+      }
+      for (const std::int64_t cols : {1, 15, 16, 17, 31, 33, 63, 64, 65, 130, 257}) {
+        const std::int64_t depth = 37, lda = depth + 2, ldb = cols + 7, ldc = cols + 3;
+        const std::vector<float> a = random_values(static_cast<std::size_t>(few * lda));
+        const std::vector<float> b = random_values(static_cast<std::size_t>(depth * ldb));
+        std::vector<float> c(static_cast<std::size_t>(few * ldc), NAN);
+        isa.gemm_few_rows_f32(a.data(), lda, few, b.data(), ldb, cols, depth, c.data(), ldc);
+        for (int i = 0; i < few; ++i) {
+          for (std::int64_t j = 0; j < cols; ++j) {
+            double want = 0;
+            for (std::int64_t p = 0; p < depth; ++p) {
+              want += static_cast<double>(a[static_cast<std::size_t>(i * lda + p)]) *
+                      b[static_cast<std::size_t>(p * ldb + j)];
+            }
+            EXPECT_NEAR(c[static_cast<std::size_t>(i * ldc + j)], want, 1e-5 * depth)
+                << isa_name << " few rows: rows " << few << ", cols " << cols << ", i " << i << ", j " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Note [Skinny GEMM] through matmul and linear: products of under 8 rows or columns with XPURT_CPU_GEMM=packed run on
+// the skinny kernels (the plan says so), B transposed and not, large enough to be split over threads, equal to a
+// double loop and bit for bit the same with one thread and two.
+TEST(CpuBackend, SkinnyProductsThroughMatMulAndLinear) {
+  ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
+  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1000, 300}, {5, 77, 129}, {300, 3, 200},
+                                                          {2, 2, 2},      {7, 7, 70},   {1, 4096, 512}};
+  unsigned seed = 90;
+  for (const std::string& isa : isa_names()) {
+    ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
+    for (const auto& [m, n, k] : sizes) {
+      const std::string what = isa + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+      const Tensor a = random_tensor({m, k}, seed++);
+      const Tensor b = random_tensor({k, n}, seed++);
+      const Tensor w = random_tensor({n, k}, seed++);
+      std::string plan;
+      const Tensor y = run("matmul", {a, b}, {}, {}, &plan)[0];
+      EXPECT_NE(plan.find("skinny kernels under 8 rows or columns"), std::string::npos) << plan;
+      expect_near_all(values(y), naive_matmul(values(a), values(b), m, n, k), 1e-6f * static_cast<float>(k), what);
+      const Tensor linear = run1("linear", {a, w});
+      expect_near_all(values(linear), naive_matmul(values(a), values(w), m, n, k, true),
+                      1e-6f * static_cast<float>(k), what + " (B transposed)");
+      ExecutionPolicy one_thread;
+      one_thread.intra_op_threads = 1;
+      EXPECT_EQ(values(run("matmul", {a, b}, {}, one_thread)[0]), values(y)) << what << ": one thread";
+      EXPECT_EQ(values(run("linear", {a, w}, {}, one_thread)[0]), values(linear)) << what << ": one thread, linear";
+    }
+  }
+}
+
 // Note [OpenBLAS older than the CPU]: OpenBLAS cores without AVX2 are known by name, and where this process's OpenBLAS
 // runs one on a CPU with AVX2, the packed GEMM takes the products under 64K multiply-adds too and the plan says so.
 TEST(CpuBackend, OpenBlasOlderThanTheCpuLeavesSmallProductsToThePackedGemm) {

@@ -403,29 +403,43 @@ std::vector<std::string> isa_names() {
   return names;
 }
 
-// The packed GEMM (Note [Packed GEMM]) of every instruction set against a double loop: sizes around its micro-tile,
-// tile and depth slice (6 x 8/16/64, 96 rows x 512 columns, 128/256 deep), one column, B transposed (linear), and
-// tiles of one B micro-panel, whose A is read in place (97 x 64 over three depth slices).
-TEST(CpuBackend, PackedGemmMatchesNaiveOnEveryIsa) {
+// matmul and linear (B transposed) of every size, under every instruction set with XPURT_CPU_GEMM=packed, against a
+// double loop; the plan's summary names `route` (with "%s" for the instruction set's name) and the bits are the same
+// with one thread as with the default two.
+void expect_products_match_naive(const std::vector<std::array<std::int64_t, 3>>& sizes, unsigned seed,
+                                 const std::string& route) {
   ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
-  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 1},    {7, 13, 5},   {6, 64, 128},   {97, 515, 300},
-                                                          {13, 1, 600}, {8, 17, 257}, {193, 70, 33}, {97, 64, 300}};
-  unsigned seed = 40;
+  ExecutionPolicy one_thread;
+  one_thread.intra_op_threads = 1;
   for (const std::string& isa : isa_names()) {
     ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
+    std::string expected_route = route;
+    if (const auto at = expected_route.find("%s"); at != std::string::npos) expected_route.replace(at, 2, isa);
     for (const auto& [m, n, k] : sizes) {
       const std::string what = isa + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
       const Tensor a = random_tensor({m, k}, seed++);
       const Tensor b = random_tensor({k, n}, seed++);
+      const Tensor w = random_tensor({n, k}, seed++);
       std::string plan;
       const Tensor y = run("matmul", {a, b}, {}, {}, &plan)[0];
-      EXPECT_NE(plan.find("gemm packed, isa " + isa), std::string::npos) << plan;
+      EXPECT_NE(plan.find(expected_route), std::string::npos) << plan;
       expect_near_all(values(y), naive_matmul(values(a), values(b), m, n, k), 1e-6f * static_cast<float>(k), what);
-      const Tensor w = random_tensor({n, k}, seed++);
-      expect_near_all(values(run1("linear", {a, w})), naive_matmul(values(a), values(w), m, n, k, true),
+      const Tensor linear = run1("linear", {a, w});
+      expect_near_all(values(linear), naive_matmul(values(a), values(w), m, n, k, true),
                       1e-6f * static_cast<float>(k), what + " (B transposed)");
+      EXPECT_EQ(values(run("matmul", {a, b}, {}, one_thread)[0]), values(y)) << what << ": one thread";
+      EXPECT_EQ(values(run("linear", {a, w}, {}, one_thread)[0]), values(linear)) << what << ": one thread, linear";
     }
   }
+}
+
+// The packed GEMM (Note [Packed GEMM]) of every instruction set against a double loop: sizes around its micro-tile,
+// tile and depth slice (6 x 8/16/64, 96 rows x 512 columns, 128/256 deep), one column, B transposed (linear), and
+// tiles of one B micro-panel, whose A is read in place (97 x 64 over three depth slices).
+TEST(CpuBackend, PackedGemmMatchesNaiveOnEveryIsa) {
+  expect_products_match_naive({{8, 8, 1}, {9, 13, 5}, {6, 64, 128}, {97, 515, 300}, {13, 8, 600}, {8, 17, 257},
+                               {193, 70, 33}, {97, 64, 300}},
+                              40, "gemm packed, isa %s");
 }
 
 // Note [Skinny GEMM]: both kernels of every instruction set against a double loop, at few-counts 1 to 7, depths and
@@ -482,34 +496,12 @@ TEST(CpuBackend, SkinnyGemmKernelsMatchNaiveOnEveryIsa) {
   }
 }
 
-// Note [Skinny GEMM] through matmul and linear: products of under 8 rows or columns with XPURT_CPU_GEMM=packed run on
-// the skinny kernels (the plan says so), B transposed and not, large enough to be split over threads, equal to a
-// double loop and bit for bit the same with one thread and two.
+// Note [Skinny GEMM] through matmul and linear: products of under 8 rows or columns run on the skinny kernels with
+// XPURT_CPU_GEMM=packed (the plan says so), some large enough to be split over the threads.
 TEST(CpuBackend, SkinnyProductsThroughMatMulAndLinear) {
-  ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
-  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1000, 300}, {5, 77, 129}, {300, 3, 200},
-                                                          {2, 2, 2},      {7, 7, 70},   {1, 4096, 512}};
-  unsigned seed = 90;
-  for (const std::string& isa : isa_names()) {
-    ScopedEnv env("XPURT_CPU_ISA", isa.c_str());
-    for (const auto& [m, n, k] : sizes) {
-      const std::string what = isa + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
-      const Tensor a = random_tensor({m, k}, seed++);
-      const Tensor b = random_tensor({k, n}, seed++);
-      const Tensor w = random_tensor({n, k}, seed++);
-      std::string plan;
-      const Tensor y = run("matmul", {a, b}, {}, {}, &plan)[0];
-      EXPECT_NE(plan.find("skinny kernels under 8 rows or columns"), std::string::npos) << plan;
-      expect_near_all(values(y), naive_matmul(values(a), values(b), m, n, k), 1e-6f * static_cast<float>(k), what);
-      const Tensor linear = run1("linear", {a, w});
-      expect_near_all(values(linear), naive_matmul(values(a), values(w), m, n, k, true),
-                      1e-6f * static_cast<float>(k), what + " (B transposed)");
-      ExecutionPolicy one_thread;
-      one_thread.intra_op_threads = 1;
-      EXPECT_EQ(values(run("matmul", {a, b}, {}, one_thread)[0]), values(y)) << what << ": one thread";
-      EXPECT_EQ(values(run("linear", {a, w}, {}, one_thread)[0]), values(linear)) << what << ": one thread, linear";
-    }
-  }
+  expect_products_match_naive({{1, 1, 1}, {7, 13, 5}, {13, 1, 600}, {1, 1000, 300}, {5, 77, 129}, {300, 3, 200},
+                               {2, 2, 2}, {7, 7, 70}, {1, 4096, 512}},
+                              90, "skinny kernels under 8 rows or columns");
 }
 
 // Note [OpenBLAS older than the CPU]: OpenBLAS cores without AVX2 are known by name, and where this process's OpenBLAS

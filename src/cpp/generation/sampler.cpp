@@ -2,11 +2,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/row_sampling.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/generation.h"
 
@@ -74,7 +75,11 @@ SamplingSite parse_sampling_site(const std::string& name) {
 // top-p and the draw read need their order, so the order is built as a prefix (partial sorts growing by 4x from 256)
 // as those walks reach it; without top-k the softmax's normaliser is summed over the vocabulary in id order. A model
 // whose probability mass sits in a few hundred tokens thus sorts a few hundred; a flat distribution still sorts most
-// of them.
+// of them (a random-weight model's logits: top_p 0.9 keeps 90% of the vocabulary). Each growth selects the next
+// prefix (nth_element) and sorts it (std::sort) instead of std::partial_sort's heap, over integer keys (the logit's
+// order, then the id) instead of ids compared through the logits; the same order, so the same tokens: such a row went
+// from 49 to 17-19 ms (128,256 logits from N(0, 0.05), top_p 0.9, temperature 0.8, one core of this project's
+// development machine, 2026-12-06).
 
 Sampler::Sampler(const GenerationConfig& config) : config_(config) { config_.validate(); }
 
@@ -118,18 +123,28 @@ std::int64_t Sampler::next(float* logits, std::int64_t vocab, const std::vector<
   if (!config_.do_sample) return argmax(logits, vocab);
   // Candidates by logit, highest first, ties by id (Note [Sampling without sorting the vocabulary]): only the prefix
   // that top-k, top-p and the draw read is ordered.
-  std::vector<std::int64_t> order(static_cast<std::size_t>(vocab));
-  std::iota(order.begin(), order.end(), 0);
-  const auto before = [&](std::int64_t a, std::int64_t b) {
-    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  // They are sorted as integers: row_sampling::candidate_key (the logit's order, then the lower id) orders them as
+  // "higher logit first, ties by the lower id" does, -0 and +0 equal, and integer keys in an array sort several times
+  // faster than ids compared through the logits.
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(vocab));
+  for (std::int64_t id = 0; id < vocab; ++id) {
+    keys[static_cast<std::size_t>(id)] = row_sampling::candidate_key(logits[id], id);
+  }
+  const std::greater<std::uint64_t> before;
+  const auto id_at = [&](std::size_t i) {
+    return static_cast<std::int64_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(keys[i]));
   };
-  std::size_t keep = order.size();
-  std::size_t sorted = 0;  // order[0, sorted) is in its final place
+  std::size_t keep = keys.size();
+  std::size_t sorted = 0;  // keys[0, sorted) are in their final place
   const auto sort_prefix = [&](std::size_t n) {
     n = std::min(n, keep);
     if (n <= sorted) return;
-    std::partial_sort(order.begin() + static_cast<std::ptrdiff_t>(sorted),
-                      order.begin() + static_cast<std::ptrdiff_t>(n), order.end(), before);
+    // The n - sorted first of the rest, then their order: partial_sort's result (`before` is a strict total order,
+    // ties broken by id), but a selection and an introsort rather than a heap over most of a flat vocabulary.
+    const auto first = keys.begin() + static_cast<std::ptrdiff_t>(sorted);
+    const auto middle = keys.begin() + static_cast<std::ptrdiff_t>(n);
+    if (middle != keys.end()) std::nth_element(first, middle, keys.end(), before);
+    std::sort(first, middle, before);
     sorted = n;
   };
   if (config_.top_k > 0 && static_cast<std::size_t>(config_.top_k) < keep) {
@@ -137,12 +152,12 @@ std::int64_t Sampler::next(float* logits, std::int64_t vocab, const std::vector<
     sort_prefix(keep);
   }
   // Softmax of logits / temperature over the candidates, in double, relative to the largest.
-  const std::int64_t best = sorted > 0 ? order.front() : argmax(logits, vocab);
+  const std::int64_t best = sorted > 0 ? id_at(0) : argmax(logits, vocab);
   const double top = logits[best] / config_.temperature;
   const auto weight = [&](std::int64_t id) { return std::exp(logits[id] / config_.temperature - top); };
   double total = 0;
   if (sorted == keep) {  // top-k: its candidates, in their order
-    for (std::size_t i = 0; i < keep; ++i) total += weight(order[i]);
+    for (std::size_t i = 0; i < keep; ++i) total += weight(id_at(i));
   } else {
     for (std::int64_t id = 0; id < vocab; ++id) total += weight(id);
   }
@@ -155,23 +170,23 @@ std::int64_t Sampler::next(float* logits, std::int64_t vocab, const std::vector<
     std::size_t cut = 0;
     while (cut < keep) {
       grow(cut);
-      cumulative += weight(order[cut]) / total;
+      cumulative += weight(id_at(cut)) / total;
       ++cut;
       if (cumulative >= config_.top_p) break;
     }
     keep = cut;
     total = 0;
-    for (std::size_t i = 0; i < keep; ++i) total += weight(order[i]);
+    for (std::size_t i = 0; i < keep; ++i) total += weight(id_at(i));
   }
   const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
   double cumulative = 0;
   for (std::size_t i = 0; i < keep; ++i) {
     grow(i);
-    cumulative += weight(order[i]);
-    if (u < cumulative) return order[i];
+    cumulative += weight(id_at(i));
+    if (u < cumulative) return id_at(i);
   }
   sort_prefix(keep);
-  return order[keep - 1];
+  return id_at(keep - 1);
 }
 
 }  // namespace xpuruntime::generation

@@ -65,7 +65,7 @@ TEST(Sampler, GreedyTakesTheFirstNaNAsTorchArgmaxDoes) {
 }
 
 // Note [Sampling without sorting the vocabulary]: the prefix-sorted sampler draws what a full sort of the candidates
-// draws, token for token, over random logits with many ties, every combination of top-k and top-p and two
+// draws, token for token, over random logits with many ties (-0 and +0 among them), every combination of top-k and top-p and two
 // temperatures (the reference here is the sampler before the change: sort everything, sum in that order).
 std::int64_t full_sort_reference(const GenerationConfig& c, std::vector<float> l, std::mt19937_64& rng) {
   std::vector<std::int64_t> order(l.size());
@@ -102,6 +102,9 @@ TEST(Sampler, PrefixSortingDrawsWhatAFullSortDraws) {
   for (const std::int64_t vocab : {7, 300, 5000}) {
     std::vector<float> logits(static_cast<std::size_t>(vocab));
     for (float& v : logits) v = static_cast<float>(level(gen)) / 8.0f;  // eighths: many ties
+    for (std::size_t i = 0; i < logits.size(); i += 3) {
+      if (logits[i] == 0.0f) logits[i] = -0.0f;  // -0 ties with +0
+    }
     for (const std::int64_t k : {0, 1, 5, 400}) {
       for (const double p : {1.0, 0.9, 0.3}) {
         for (const double t : {0.7, 1.5}) {

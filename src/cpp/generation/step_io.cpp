@@ -2,7 +2,12 @@
 #include "generation/step_io.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "core/cuda_utils.h"
 #include "core/device_kernels.h"
@@ -166,8 +171,53 @@ std::vector<std::int64_t> device_argmax(const Tensor& rows) {
 
 }  // namespace
 
-PickedTokens pick_tokens(const Tensor& rows, std::size_t count, bool argmax_only,
-                         const std::function<std::optional<std::int64_t>(std::size_t, const Tensor&)>& sample) {
+namespace {
+
+// Note [Rows picked in parallel]
+// The host Sampler takes milliseconds a row when the rows' logits are flat over a large vocabulary (a random-weight
+// model's: top_p 0.9 keeps most of 128,256 tokens, and the walk sorts them; Note [Sampling without sorting the
+// vocabulary]), and a batch's rows were picked one after the other. Rows are independent (each has its own Sampler
+// stream and seen list), so sampled rows of a vocabulary of kParallelVocab or more are picked by up to one thread per
+// core (std::thread::hardware_concurrency, at most kPickThreads), each claiming the next row; which thread picks a row
+// does not change its token. Greedy rows (an argmax: microseconds) and small vocabularies stay on the caller.
+constexpr std::int64_t kParallelVocab = 4096;
+constexpr unsigned kPickThreads = 16;
+
+void pick_rows_in_parallel(std::size_t count, unsigned threads,
+                           const std::function<void(std::size_t)>& pick_row) {
+  std::atomic<std::size_t> next{0};
+  std::mutex failed;
+  std::size_t failed_row = count;
+  std::exception_ptr error;
+  const auto worker = [&] {
+    for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
+      try {
+        pick_row(i);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failed);
+        if (i < failed_row) {
+          failed_row = i;
+          error = std::current_exception();
+        }
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(worker);
+    } catch (const std::system_error&) {
+      break;  // fewer threads: the caller and those started pick every row
+    }
+  }
+  worker();
+  for (std::thread& helper : helpers) helper.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+PickedTokens pick_tokens(const Tensor& rows, std::size_t count, bool argmax_only, const PickRow& sample) {
   PickedTokens out;
   if (argmax_only && argmax_on_device(rows)) {
     const std::vector<std::int64_t> ids = device_argmax(rows);
@@ -177,7 +227,15 @@ PickedTokens pick_tokens(const Tensor& rows, std::size_t count, bool argmax_only
   }
   const Tensor host = rows.device().is_cpu() ? rows : rows.to(Device::cpu());
   out.tokens.resize(count);
-  for (std::size_t i = 0; i < count; ++i) out.tokens[i] = sample(i, host);
+  const unsigned cores = std::max(1u, std::min(std::thread::hardware_concurrency(), kPickThreads));
+  const bool parallel =
+      !argmax_only && count > 1 && cores > 1 && host.dim() >= 1 && host.shape().back() >= kParallelVocab;
+  if (!parallel) {
+    for (std::size_t i = 0; i < count; ++i) out.tokens[i] = sample(i, host);
+    return out;
+  }
+  pick_rows_in_parallel(count, std::min<unsigned>(cores, static_cast<unsigned>(count)),
+                        [&](std::size_t i) { out.tokens[i] = sample(i, host); });
   return out;
 }
 

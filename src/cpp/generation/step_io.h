@@ -29,7 +29,7 @@ Tensor position_rows(const Tensor& logits, const std::vector<std::int64_t>& posi
 
 // Row `row` of `rows` ([batch, vocab], float32 / float16 / bfloat16, on the host) as float32. InvalidTypeError for
 // another dtype, naming the output `name`.
-std::vector<float> host_row(const Tensor& rows, std::int64_t row, const std::string& name);
+XPURT_API std::vector<float> host_row(const Tensor& rows, std::int64_t row, const std::string& name);
 
 // The tokens of a step, picked from `rows` (position_rows) for rows [0, count) (Note [Logits read back]).
 struct PickedTokens {
@@ -40,9 +40,11 @@ struct PickedTokens {
 // When `argmax_only` (every row's Sampler is greedy without a penalty: Sampler::argmax_only) and `rows` is on a CUDA
 // device of a build with the argmax_rows kernel, every row's argmax there (Note [Sampling]'s rule: NaN first, ties to
 // the lowest id), only the tokens copied back; otherwise `rows` comes to the host once and `sample(i, host_rows)`
-// picks row i's token (host_row gives its logits), or nullopt for a row that needs none.
-PickedTokens pick_tokens(const Tensor& rows, std::size_t count, bool argmax_only,
-                         const std::function<std::optional<std::int64_t>(std::size_t, const Tensor&)>& sample);
+// picks row i's token (host_row gives its logits), or nullopt for a row that needs none. Sampled rows of a large
+// vocabulary are picked on several threads at once (Note [Rows picked in parallel] in step_io.cpp): `sample` must
+// touch only row i's state; an exception it throws is rethrown, the lowest row's when several throw.
+using PickRow = std::function<std::optional<std::int64_t>(std::size_t, const Tensor&)>;
+XPURT_API PickedTokens pick_tokens(const Tensor& rows, std::size_t count, bool argmax_only, const PickRow& sample);
 
 // The output `name` of `binding` after its run (an internal error when it was not bound).
 Tensor bound_output(const IoBinding& binding, const std::string& name);

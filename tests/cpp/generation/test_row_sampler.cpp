@@ -5,16 +5,23 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <random>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "core/half.h"
 #include "core/row_sampling.h"
 #include "generation/row_sampler.h"
+#include "generation/step_io.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/tensor.h"
@@ -274,6 +281,62 @@ TEST(RowSampler, RowsOfEveryFloatDtypeOnTheHost) {
 }
 
 // ---- GPU: the sample_rows kernel against the host implementation ----
+
+// Note [Rows picked in parallel]: sampled rows of a large vocabulary are picked on several threads, each row's token
+// where it belongs (a row that needs none stays empty); an exception is rethrown, the lowest row's when several
+// throw; greedy rows and small vocabularies stay on the calling thread.
+TEST(StepIo, SampledRowsOfALargeVocabularyArePickedInParallel) {
+  const std::int64_t rows = 9, vocab = 5000;
+  const auto logits_with_peaks = [](std::int64_t count, std::int64_t width) {
+    Tensor t = Tensor::empty({count, width}, DType::kFloat32);
+    auto* x = static_cast<float*>(t.data_ptr());
+    for (std::int64_t i = 0; i < count * width; ++i) x[i] = 0.0f;
+    for (std::int64_t r = 0; r < count; ++r) x[r * width + (r * 37) % width] = 1.0f;
+    return t;
+  };
+  std::mutex lock;
+  std::set<std::thread::id> threads;
+  const auto argmax_of = [&](std::size_t i, const Tensor& host) -> std::optional<std::int64_t> {
+    {
+      const std::lock_guard<std::mutex> guard(lock);
+      threads.insert(std::this_thread::get_id());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // so that the threads' rows overlap
+    if (i == 4) return std::nullopt;
+    const std::vector<float> row = step_io::host_row(host, static_cast<std::int64_t>(i), "logits");
+    return static_cast<std::int64_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  };
+  const Tensor large = logits_with_peaks(rows, vocab);
+  const step_io::PickedTokens picked = step_io::pick_tokens(large, rows, false, argmax_of);
+  ASSERT_EQ(picked.tokens.size(), static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (r == 4) {
+      EXPECT_FALSE(picked.tokens[4].has_value());
+    } else {
+      EXPECT_EQ(picked.tokens[static_cast<std::size_t>(r)], (r * 37) % vocab) << "row " << r;
+    }
+  }
+  if (std::thread::hardware_concurrency() > 1) {
+    EXPECT_GT(threads.size(), 1u);
+  }
+  const auto failing = [](std::size_t i, const Tensor&) -> std::optional<std::int64_t> {
+    if (i == 3 || i == 6) throw InvalidArgumentError("row " + std::to_string(i));
+    return 0;
+  };
+  try {
+    step_io::pick_tokens(large, rows, false, failing);
+    ADD_FAILURE() << "no exception";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 3"), std::string::npos) << e.what();
+  }
+  for (const bool greedy : {true, false}) {
+    threads.clear();
+    const Tensor logits = greedy ? large : logits_with_peaks(rows, 100);
+    const step_io::PickedTokens serial = step_io::pick_tokens(logits, rows, greedy, argmax_of);
+    EXPECT_EQ(threads, std::set<std::thread::id>{std::this_thread::get_id()}) << (greedy ? "greedy" : "small");
+    EXPECT_EQ(serial.tokens[2], greedy ? 74 : 74 % 100);
+  }
+}
 
 TEST(RowSamplerGpu, TheKernelDrawsWhatTheHostDraws) {
   XPURT_SKIP_WITHOUT_GPU();

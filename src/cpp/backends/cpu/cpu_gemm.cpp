@@ -161,15 +161,18 @@ void micro_kernel(const T* __restrict a_panel, const T* __restrict b_panel, std:
   }
 }
 
+// The threads a product of m x n x k multiply-adds runs on: small products do not pay for waking threads.
+int gemm_threads(int threads, std::int64_t m, std::int64_t n, std::int64_t k) {
+  return m * n * k < (std::int64_t{1} << 18) ? 1 : threads;
+}
+
 // C (zeroed by the caller) += A * op(B); see Note [Fallback GEMM].
 template <typename T>
 void fallback_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
                    std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
   const std::int64_t tiles_m = (m + kBlockM - 1) / kBlockM;
   const std::int64_t tiles_n = (n + kBlockN - 1) / kBlockN;
-  // Small products do not pay for waking threads.
-  const int used_threads = m * n * k < (std::int64_t{1} << 18) ? 1 : threads;
-  parallel_for(tiles_m * tiles_n, used_threads, 1, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(tiles_m * tiles_n, gemm_threads(threads, m, n, k), 1, [&](std::int64_t begin, std::int64_t end) {
     ScratchVector<T> panel_a(static_cast<std::size_t>(kBlockM * kBlockK));
     ScratchVector<T> panel_b(static_cast<std::size_t>(kBlockK * kBlockN));
     for (std::int64_t tile = begin; tile < end; ++tile) {
@@ -291,8 +294,9 @@ constexpr std::int64_t kPackedTileN = 512;         // a multiple of every gemm_n
 void skinny_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
   const IsaKernels& isa = *context.isa;
-  const int threads = m * n * k < (std::int64_t{1} << 18) ? 1 : context.threads;
-  constexpr std::int64_t kChunkWork = std::int64_t{1} << 14;  // multiply-adds a chunk of the loop should hold at least
+  const int threads = gemm_threads(context.threads, m, n, k);
+  // The grain of a loop whose items hold `work` multiply-adds each: a chunk holds at least 16K.
+  const auto grain = [](std::int64_t work) { return std::max<std::int64_t>(1, (std::int64_t{1} << 14) / work); };
   if (n < kPackedMinRows) {  // dot products of A's rows with op(B)'s n columns
     const float* few = b;
     std::int64_t ld_few = ldb;
@@ -305,7 +309,7 @@ void skinny_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
       few = transposed.data();
       ld_few = k;
     }
-    parallel_for(m, threads, std::max<std::int64_t>(1, kChunkWork / std::max<std::int64_t>(1, n * k)),
+    parallel_for(m, threads, grain(n * k),
                  [&](std::int64_t begin, std::int64_t end) {
                    isa.gemm_dots_f32(a + begin * lda, lda, end - begin, few, ld_few, static_cast<int>(n), k,
                                      c + begin * ldc, ldc, 1);
@@ -313,7 +317,7 @@ void skinny_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
     return;
   }
   if (trans_b) {  // fewer rows than kPackedMinRows: dot products of B's rows with A's m rows
-    parallel_for(n, threads, std::max<std::int64_t>(1, kChunkWork / std::max<std::int64_t>(1, m * k)),
+    parallel_for(n, threads, grain(m * k),
                  [&](std::int64_t begin, std::int64_t end) {
                    isa.gemm_dots_f32(b + begin * ldb, ldb, end - begin, a, lda, static_cast<int>(m), k, c + begin, 1,
                                      ldc);
@@ -322,7 +326,7 @@ void skinny_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
   }
   constexpr std::int64_t kColumnBlock = 64;  // the AXPY form's columns per item of the loop
   const std::int64_t blocks = (n + kColumnBlock - 1) / kColumnBlock;
-  parallel_for(blocks, threads, std::max<std::int64_t>(1, kChunkWork / std::max<std::int64_t>(1, kColumnBlock * m * k)),
+  parallel_for(blocks, threads, grain(kColumnBlock * m * k),
                [&](std::int64_t begin, std::int64_t end) {
                  const std::int64_t j0 = begin * kColumnBlock, j1 = std::min(n, end * kColumnBlock);
                  isa.gemm_few_rows_f32(a, lda, static_cast<int>(m), b + j0, ldb, j1 - j0, k, c + j0, ldc);
@@ -337,8 +341,7 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
   const auto round_up = [](std::int64_t value, std::int64_t step) { return (value + step - 1) / step * step; };
   const std::int64_t tile_m = kPackedTileMicroRows * isa.gemm_mr;
   const std::int64_t tiles_m = (m + tile_m - 1) / tile_m;
-  // Small products do not pay for waking threads.
-  const int used_threads = m * n * k < (std::int64_t{1} << 18) ? 1 : context.threads;
+  const int used_threads = gemm_threads(context.threads, m, n, k);
   // Note [Balanced GEMM tiles]
   // Tiles were kPackedTileN columns wide whatever the threads: a BERT-base projection (128 x 768 -> 768) made one
   // tile of 512 columns and one of 256, so two threads split it 2:1, and a 512-column product at most 192 rows ran on
@@ -430,9 +433,8 @@ std::string packed_gemm_limits(const CpuContext& context) {
                            " kernels lack this CPU's ", context.isa->name, ", Note [OpenBLAS older than the CPU]");
   }
   if (context.skinny_gemms) {
-    return detail::str_cat("skinny kernels under ", kPackedMinRows, " rows or columns, ",
-                           XPURT_WITH_BLAS ? "openblas" : "packed", " under ", kPackedMinWork / 1024,
-                           "K multiply-adds");
+    return detail::str_cat("skinny kernels under ", kPackedMinRows, " rows or columns, openblas under ",
+                           kPackedMinWork / 1024, "K multiply-adds");
   }
   return detail::str_cat("openblas under ", kPackedMinRows, " rows, ", kPackedMinRows, " columns or ",
                          kPackedMinWork / 1024, "K multiply-adds");

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/half.h"
@@ -97,6 +98,32 @@ void store_all(Tensor& t, const std::vector<double>& in, Store store) {
   for (std::size_t i = 0; i < in.size(); ++i) p[i] = store(in[i]);
 }
 }  // namespace
+
+std::vector<std::int64_t> to_int64s(const Tensor& tensor) {
+  const Tensor t = tensor.contiguous();
+  XPURT_INTERNAL_ASSERT(t.device().is_cpu(), "graph constants live on the CPU");
+  std::vector<std::int64_t> out(static_cast<std::size_t>(t.numel()));
+  if (t.dtype() == DType::kInt64) {
+    if (!out.empty()) std::memcpy(out.data(), t.data_ptr(), out.size() * sizeof(std::int64_t));
+    return out;
+  }
+  if (t.dtype() == DType::kUInt64) {
+    const auto* p = static_cast<const std::uint64_t*>(t.data_ptr());
+    constexpr auto kMost = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::int64_t>(p[i] < kMost ? p[i] : kMost);
+    return out;
+  }
+  const std::vector<double> values = to_doubles(t);  // every other integer type exactly
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const double v = values[i];
+    // [-2^63, 2^63): the doubles that convert to an int64.
+    out[i] = std::isnan(v)                  ? 0
+             : v >= 9223372036854775808.0   ? std::numeric_limits<std::int64_t>::max()
+             : v < -9223372036854775808.0   ? std::numeric_limits<std::int64_t>::min()
+                                            : static_cast<std::int64_t>(v);
+  }
+  return out;
+}
 
 std::vector<double> to_doubles(const Tensor& tensor) {
   const Tensor t = tensor.contiguous();

@@ -48,6 +48,11 @@ std::optional<double> one_element_value(const Tensor* t);
 // Every element of a numeric CPU tensor as double (16-bit floats converted), in row-major order: the graph passes'
 // arithmetic on constants. A tensor elsewhere than on the CPU is an internal error.
 std::vector<double> to_doubles(const Tensor& t);
+// Every element of a numeric CPU tensor as an int64, in row-major order: integers exactly (a uint64 past 2^63 - 1
+// saturated), floating-point values truncated and saturated to int64's range, NaN as 0. The graph passes' shapes and
+// axes read from constants: a double cast to int64 out of range is undefined behaviour, and an int64 near 2^63 does
+// not survive a round trip through double (a Reshape target of INT64_MAX was one, found by fuzz_model_structure).
+std::vector<std::int64_t> to_int64s(const Tensor& t);
 // A new CPU tensor of `shape` and `dtype` holding `values` (rounded to `dtype`, integers truncated, as a C++ cast
 // does); values.size() must be the shape's element count (internal error otherwise). The graph passes' constants and
 // the cuda_raw kernels' scalar attributes as `dtype` bits.

@@ -104,6 +104,14 @@ TEST(FuzzRegressions, EveryRegressionInputIsATypedErrorOrARunOnBothEngines) {
   EXPECT_GE(seen, 14);
 }
 
+TEST(FuzzRegressions, AReshapeTargetOfInt64MaxIsReadExactly) {
+  // Reshape(shape, shape) of an int64 constant holding INT64_MAX: the identity check read the target through double
+  // (2^63, out of int64's range: undefined behaviour under UBSan); core/scalar.h's to_int64s reads it exactly.
+  const auto r = fuzz::run_model_bytes(read_file(kCorpus / "regression-reshape-to-its-own-int64-max-shape.onnx"),
+                                       "native", true);
+  EXPECT_TRUE(r.outcome == fuzz::ModelOutcome::kRan || r.outcome == fuzz::ModelOutcome::kTypedError) << r.message;
+}
+
 TEST(FuzzRegressions, AnAxisOfA0dInputIsATypedError) {
   // Split (and ArgMax, CumSum, Compress, Scan, ...) indexed the empty shape of a 0-d input with axis 0.
   const auto r = fuzz::run_model_bytes(read_file(kCorpus / "regression-split-of-a-0d-input.onnx"), "native", true);

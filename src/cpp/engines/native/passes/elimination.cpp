@@ -87,7 +87,7 @@ bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
     } else {
       const Tensor* t = n.inputs.size() > 1 ? constant(g, n.inputs[1]) : nullptr;
       if (t == nullptr || !(t->dtype() == DType::kInt64 || t->dtype() == DType::kInt32)) return false;
-      for (double v : to_doubles(*t)) target.push_back(static_cast<std::int64_t>(v));
+      target = to_int64s(*t);
     }
     auto out = reshape_result(*input, target, n.attrs.get_int("allowzero", 0) != 0);
     return out && *out == *input;

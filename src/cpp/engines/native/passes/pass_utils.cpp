@@ -139,9 +139,7 @@ std::optional<std::vector<std::int64_t>> constant_axes(const Graph& g, const Nod
     if (!n.has_input(1)) return std::nullopt;
     const Tensor* t = constant(g, n.inputs[1]);
     if (t == nullptr) return std::nullopt;
-    std::vector<std::int64_t> axes;
-    for (double v : to_doubles(*t)) axes.push_back(static_cast<std::int64_t>(v));
-    return axes;
+    return to_int64s(*t);
   }
   if (!n.attrs.has("axes")) return std::nullopt;
   return n.attrs.get_ints("axes", {});

@@ -77,6 +77,7 @@ bool widens_exactly(DType from, DType to);
 // Elements of a numeric CPU tensor as double (16-bit floats converted); and a new tensor from doubles (rounded to
 // `dtype`, integers truncated): core's (core/scalar.h), which kernels use too.
 using detail::to_doubles;
+using detail::to_int64s;
 // A Slice (opset 10+) of one axis with step 1 and constant starts/ends/axes/steps, on an input of rank `rank`: the
 // axis (in [0, rank)) and the start and end as written (negative ones count from the end; the caller clamps them).
 struct SliceRange {

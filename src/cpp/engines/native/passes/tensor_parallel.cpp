@@ -77,12 +77,6 @@ int norm_axis(std::int64_t axis, std::size_t rank) {
   return static_cast<int>(axis < 0 ? axis + static_cast<std::int64_t>(rank) : axis);
 }
 
-std::vector<std::int64_t> int_values(const Tensor& t) {
-  std::vector<std::int64_t> out;
-  for (double v : to_doubles(t)) out.push_back(static_cast<std::int64_t>(v));
-  return out;
-}
-
 // The axes of a node: attribute `axes`, else constant input `input` (opset 13/18 forms). nullopt when absent or
 // not constant; `present` tells whether any was given.
 std::optional<std::vector<std::int64_t>> node_axes(const Graph& g, const Node& n, std::size_t input, bool* present) {
@@ -95,7 +89,7 @@ std::optional<std::vector<std::int64_t>> node_axes(const Graph& g, const Node& n
     *present = true;
     const Tensor* c = constant(g, n.inputs[input]);
     if (c == nullptr) return std::nullopt;
-    return int_values(*c);
+    return to_int64s(*c);
   }
   return std::vector<std::int64_t>{};
 }
@@ -435,7 +429,7 @@ class Analysis {
       const Tensor* c = n.has_input(1) ? constant(g_, n.inputs[1]) : nullptr;
       if (!c) return *why = "shape not constant", false;
       if (!s0.parts.empty() || s0.outer != 1) return *why = "parts or merged blocks through Expand", false;
-      std::vector<std::int64_t> target = int_values(*c);
+      std::vector<std::int64_t> target = to_int64s(*c);
       const int oa = aligned(s0.axis, r_in, r_out);
       const int pos = oa - (static_cast<int>(r_out) - static_cast<int>(target.size()));
       if (pos >= 0) {

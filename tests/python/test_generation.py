@@ -859,6 +859,11 @@ def test_the_sampling_site_is_checked_and_printed(cached, tmp_path):
     config = GenerationConfig(do_sample=True, sampling="device")
     assert config.sampling == "device" and "sampling=device" in repr(config)
     assert GenerationConfig().sampling == "auto"
+    # On the CPU "auto" is the host Sampler (its tokens the same on every platform), not the "device" definition.
+    sampled = dict(max_new_tokens=10, do_sample=True, seed=4, top_k=12, temperature=1.3)
+    drawn = {site: Generator(cached, GenerationConfig(**sampled, sampling=site)).generate(PROMPTS)
+             for site in ("auto", "host", "device")}
+    assert drawn["auto"] == drawn["host"] != drawn["device"]
     path = tmp_path / "decoder.onnx"
     path.write_bytes(cached)
     code, out, err = run_cli("generate", path, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--temperature",
@@ -1156,7 +1161,8 @@ def test_gpu_cached_greedy_equals_the_cpu_reference(cached, uncached, engine, tm
     torch_prompts = [[1, 2, 3, 4, 5], [7, 8]]
     assert Generator(path, greedy(10), device="cuda", engine=engine).generate(torch_prompts) == \
         torch_greedy(model, torch_prompts, 10)
-    sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9)
+    # The host Sampler on both ("auto" on CUDA draws where the logits are: test_gpu_sampling_where_the_logits_are).
+    sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9, sampling="host")
     assert Generator(cached, sampled, device="cuda", engine=engine).generate(PROMPTS) == \
         Generator(cached, sampled).generate(PROMPTS)
 
@@ -1197,7 +1203,7 @@ def test_gpu_the_static_cache_layout_replays_a_cuda_graph(cached):
         assert int(re.search(r"plans built: (\d+)", str(session.explain()))[1]) <= 3
         # Note [Cache appended in place]: the replayed steps write only the new position into the bound cache.
         assert "cache appended in place" in str(session.explain())
-        sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9)
+        sampled = GenerationConfig(max_new_tokens=12, do_sample=True, seed=3, top_p=0.9, sampling="host")
         expected = Generator(cached, sampled).generate(prompts)
         sampled.cache_layout = "static"
         assert Generator(cached, sampled, device="cuda", engine="native").generate(prompts) == expected
@@ -1230,8 +1236,8 @@ def test_gpu_sampling_where_the_logits_are(cached, engine):
     """sampling="device" on CUDA: the sample_rows kernel draws there (explain() says so), the same tokens every run,
     through the Generator and the batcher (with preemptions: a pool too small for every request at once), each
     request's tokens independent of its batch; greedy rows with a penalty equal the host Sampler's."""
-    config = GenerationConfig(max_new_tokens=10, do_sample=True, top_k=8, top_p=0.95, temperature=0.9, seed=2,
-                              sampling="device")
+    settings = dict(max_new_tokens=10, do_sample=True, top_k=8, top_p=0.95, temperature=0.9, seed=2)
+    config = GenerationConfig(**settings, sampling="device")
     prompts = mixed_prompts(6, seed=12)
     gen = Generator(cached, config, device="cuda", engine=engine)
     first = gen.generate(prompts)
@@ -1240,6 +1246,8 @@ def test_gpu_sampling_where_the_logits_are(cached, engine):
     while not generation.done:
         generation.step()
     assert "drawn where the logits are (cuda:0" in generation.explain()
+    auto = Generator(cached, GenerationConfig(**settings, sampling="auto"), device="cuda", engine=engine)
+    assert auto.generate(prompts) == first  # "auto" on a GPU is "device"
 
     def serve(max_batch, blocks):
         batcher = ContinuousBatcher(cached, config, PagedCacheConfig(max_batch=max_batch, block_size=4,

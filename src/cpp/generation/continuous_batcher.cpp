@@ -493,7 +493,7 @@ std::vector<std::int64_t> ContinuousBatcher::pick_tokens(const Tensor& logits,
   std::vector<std::int64_t> drawn;
   std::vector<bool> there(rows.size(), false);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    there[i] = rows[i] != nullptr && step_io::samples_where_logits_are(rows[i]->config);
+    there[i] = rows[i] != nullptr && step_io::samples_where_logits_are(rows[i]->config, chosen);
   }
   if (std::find(there.begin(), there.end(), true) != there.end()) {
     std::vector<row_sampling::RowParams> params;

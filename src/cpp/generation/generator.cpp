@@ -340,7 +340,7 @@ std::vector<std::optional<std::int64_t>> Generation::step() {
   at = std::chrono::steady_clock::now();
   // Only the rows' positions are read; greedy tokens are picked where the logits are (Note [Logits read back]).
   const Tensor rows = step_io::position_rows(logits, logits_positions(logits, prefill), signature_.logits);
-  sampled_where_logits_are_ = step_io::samples_where_logits_are(config_);
+  sampled_where_logits_are_ = step_io::samples_where_logits_are(config_, rows);
   step_io::PickedTokens picked;
   if (sampled_where_logits_are_) {  // Note [Sampling rows where the logits are]: row r's stream r, its step steps_
     std::vector<row_sampling::RowParams> params;

@@ -68,11 +68,14 @@ inline std::int64_t batch_bucket(std::int64_t rows) {
   return ceil_div(rows, 8) * 8;
 }
 
-// Whether a row of `config` draws its tokens with sample_rows (Note [Sampling rows where the logits are] in
-// core/row_sampling.h): GenerationConfig.sampling "device" (kAuto: the host Sampler for now), for a row that samples
-// or has a repetition penalty (a plain greedy row takes the argmax path either way).
-inline bool samples_where_logits_are(const GenerationConfig& config) {
-  return config.sampling == SamplingSite::kDevice && (config.do_sample || config.repetition_penalty != 1.0);
+// Whether a row of `config` whose logits are `logits` draws its tokens with sample_rows (Note [Sampling rows where the
+// logits are] in core/row_sampling.h): GenerationConfig.sampling "device", or "auto" where the logits are on a GPU
+// (a CPU session's "auto" stays the host Sampler, the same tokens on every platform), for a row that samples or has
+// a repetition penalty (a plain greedy row takes the argmax path either way).
+inline bool samples_where_logits_are(const GenerationConfig& config, const Tensor& logits) {
+  const bool there = config.sampling == SamplingSite::kDevice ||
+                     (config.sampling == SamplingSite::kAuto && logits.device().is_cuda());
+  return there && (config.do_sample || config.repetition_penalty != 1.0);
 }
 
 // The sample_rows parameters of a row of `config`: its stream (row index or request id) and its step.

@@ -69,8 +69,8 @@ sampling : {"auto", "host", "device"}
     Where sampled rows (and greedy rows with a repetition penalty) draw their tokens: "host" the Sampler (the logits
     rows copied to the host; the same tokens on every platform), "device" where the logits are (the ``sample_rows``
     kernel on a GPU, only the token ids come back; the same definition on the host for a CPU session; Philox per row
-    and step: the same tokens every run on one kind of device, but not the host Sampler's); "auto" (default): host for
-    now (docs/generation.md "Sampling where the logits are").
+    and step: the same tokens every run on one kind of device, but not the host Sampler's); "auto" (default): "device"
+    where the logits are on a GPU, "host" on the CPU (docs/generation.md "Sampling where the logits are").
 
 Bad values raise :class:`~xpuruntime.InvalidArgumentError` naming the field.
 """

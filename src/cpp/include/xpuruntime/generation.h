@@ -63,7 +63,7 @@ enum class CacheLayout {
 
 // Where sampled tokens are drawn (Note [Sampling rows where the logits are] in core/row_sampling.h).
 enum class SamplingSite {
-  kAuto,    // the host for now: the device kernel has not run on a GPU yet (docs/generation.md)
+  kAuto,    // kDevice where the logits are on a GPU, kHost where they are on the CPU
   kHost,    // the Sampler (Note [Sampling]): the logits rows copied to the host; mt19937_64, the same on every platform
   kDevice,  // where the logits are: the sample_rows kernel on a GPU (only the token ids come back), the same
             // definition on the host for a CPU session; Philox, the same tokens every run on one kind of device

@@ -58,9 +58,11 @@ VARIANTS = ["native", "native_policy", "ort", "ort_graphs", "torch_eager", "torc
 
 
 def feeds_for(built, batch: int, seq: int):
-    """Torch inputs of the full-size model at `batch` (and `seq` for the symbolic sequence), float ones in fp16."""
+    """Torch inputs of the full-size model at `batch` (and `seq` for the symbolic sequence, at most the model's
+    positions: CLIP's text tower has 77), float ones in fp16."""
     import torch
     g = torch.Generator().manual_seed(batch)
+    seq = min(seq, built.max_seq)
     out = {}
     for name, example in built.inputs.items():
         shape = list(example.shape)
@@ -166,6 +168,7 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
     path, built = full_model(name, directory)
     suite.realistic_weights(built.module, built.inputs)
     module = built.module.cuda().half().eval()
+    seq = min(seq, built.max_seq)  # as feeds_for: ONNX Runtime's runner is given the same sequence
     rows = []
     for batch in batches:
         feeds = feeds_for(built, batch, seq)

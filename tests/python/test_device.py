@@ -19,7 +19,7 @@ def test_all_devices_start_with_the_cpu():
     assert devices[0] == "cpu"
     assert devices[0].type == "cpu"
     assert devices[0].total_memory > 0
-    assert devices[0].sm_count > 0
+    assert devices[0].sm_count > 0 and devices[0].l2_cache_bytes == 0
     assert len(devices) == xrt.get_device_count() + 1
     assert "Device cpu" in repr(devices[0])
 
@@ -76,7 +76,7 @@ def test_gpu_device_fields():
     assert d == "cuda:0" and d.index == 0 and d.type == "cuda"
     major, minor = d.compute_capability
     assert major >= 7
-    assert d.supports_fp16 and d.sm_count > 0 and d.total_memory > 2**30
+    assert d.supports_fp16 and d.sm_count > 0 and d.total_memory > 2**30 and d.l2_cache_bytes >= 2**20
     assert 0 < d.free_memory <= d.total_memory
     assert d.driver_version > 0 and d.runtime_version > 0
     assert d.supports_bf16 == (major >= 8)

@@ -129,3 +129,36 @@ def test_gpu_ops_run_on_the_device_with_gpu_kernels():
     np.testing.assert_allclose(y.cpu().numpy(), a.cpu().numpy() @ b.cpu().numpy(), rtol=1e-4, atol=1e-4)
     with pytest.raises(xrt.UnsupportedOperationError, match="pinned kernel 'cpu' cannot run"):
         xrt.ops.matmul(a, b, policy=xrt.KernelPolicy(matmul="pin:cpu"))
+
+
+def _decode_linear_model(k: int, n: int):
+    """y = x @ W for one float16 row of x and a constant W [k, n] (a decode step's projection): (model, W)."""
+    from onnx import TensorProto, helper, numpy_helper
+    weight = (np.random.default_rng(3).standard_normal((k, n), np.float32) / np.sqrt(k)).astype(np.float16)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, n])],
+                              initializer=[numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString(), weight
+
+
+@requires_gpu
+def test_gpu_weight_streams_are_timed_from_memory_when_the_constants_outgrow_the_l2(monkeypatch):
+    """Note [Weights timed from memory]: a one-row Linear whose weight is larger than the GPU's L2 has gemv and
+    cuBLASLt timed with the L2 cleared before each run, and explain() says so; a model that fits keeps warm timing."""
+    monkeypatch.setenv("XPURT_BUILD_CACHE", "0")  # decide afresh: a cached decision is replayed, not timed
+    l2 = xrt.Device(0).l2_cache_bytes
+    k = 2048
+    n = (int(1.25 * l2) // (2 * k) + 7) // 8 * 8
+    x = np.random.default_rng(4).standard_normal((1, k), np.float32).astype(np.float16)
+    for cols, cold in ((n, True), (512, False)):
+        model, weight = _decode_linear_model(k, cols)
+        session = xrt.InferenceSession(model, device="cuda", engine="native")
+        (y,) = session.run(None, {"x": x})
+        y = y.cpu().numpy() if isinstance(y, xrt.Tensor) else y
+        explained = str(session.explain())
+        assert ("timed with the weight read from memory" in explained) == cold, explained
+        want = x.astype(np.float32) @ weight.astype(np.float32)
+        np.testing.assert_allclose(y.astype(np.float32), want, rtol=2e-2, atol=2e-2)

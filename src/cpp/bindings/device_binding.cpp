@@ -41,6 +41,7 @@ void bind_devices(py::module_& m) {
       .def_readonly("compute_capability_major", &DeviceInfo::compute_capability_major)
       .def_readonly("compute_capability_minor", &DeviceInfo::compute_capability_minor)
       .def_readonly("sm_count", &DeviceInfo::sm_count)
+      .def_readonly("l2_cache_bytes", &DeviceInfo::l2_cache_bytes)
       .def_readonly("supports_fp16", &DeviceInfo::supports_fp16)
       .def_readonly("supports_bf16", &DeviceInfo::supports_bf16)
       .def_readonly("supports_int8", &DeviceInfo::supports_int8)
@@ -79,6 +80,7 @@ void bind_devices(py::module_& m) {
                                return py::make_tuple(i.compute_capability_major, i.compute_capability_minor);
                              })
       .def_property_readonly("sm_count", [](const Device& d) { return info_of(d).sm_count; })
+      .def_property_readonly("l2_cache_bytes", [](const Device& d) { return info_of(d).l2_cache_bytes; })
       .def_property_readonly("supports_fp16", [](const Device& d) { return info_of(d).supports_fp16; })
       .def_property_readonly("supports_bf16", [](const Device& d) { return info_of(d).supports_bf16; })
       .def_property_readonly("supports_int8", [](const Device& d) { return info_of(d).supports_int8; })

@@ -159,6 +159,7 @@ DeviceInfo DeviceManager::query_cuda(int index) const {
   info.compute_capability_major = prop.major;
   info.compute_capability_minor = prop.minor;
   info.sm_count = prop.multiProcessorCount;
+  info.l2_cache_bytes = prop.l2CacheSize > 0 ? static_cast<std::size_t>(prop.l2CacheSize) : 0;
   const int cc = prop.major * 10 + prop.minor;
   info.supports_fp16 = cc >= 53;
   info.supports_bf16 = cc >= 80;

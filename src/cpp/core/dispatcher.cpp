@@ -623,13 +623,17 @@ const Kernel* Dispatcher::autotune(Selection& s, const std::string& why) {
     plans += 1 + tactics.back().size();
   }
   if (built.empty()) throw s.none_supported("");
+  // Note [Weights timed from memory]
+  const bool cold = options_.weights_from_memory && desc.device.is_cuda() &&
+                    std::any_of(built.begin(), built.end(),
+                                [&](const auto& b) { return b.first->streams_weight(desc); });
   const Kernel* winner = nullptr;
   double best = 0;
   std::string tuned;  // what the winner's tactics came to, for the reason
   for (std::size_t j = 0; j < built.size(); ++j) {
     const Kernel* k = built[j].first;
     std::shared_ptr<const KernelPlan> plan = built[j].second;
-    double time = plans == 1 ? -1 : time_candidate(*plan, desc);
+    double time = plans == 1 ? -1 : time_candidate(*plan, desc, cold);
     std::size_t timed = 1;
     for (const std::string& record : tactics[j]) {
       if (record == plan->record()) continue;
@@ -639,7 +643,7 @@ const Kernel* Dispatcher::autotune(Selection& s, const std::string& why) {
       } catch (const UnsupportedOperationError&) {
         continue;  // a tactic this build cannot re-create: not a candidate
       }
-      const double other_time = time_candidate(*other, desc);
+      const double other_time = time_candidate(*other, desc, cold);
       ++timed;
       if (other_time < time) {
         time = other_time;
@@ -659,6 +663,10 @@ const Kernel* Dispatcher::autotune(Selection& s, const std::string& why) {
                                : detail::str_cat("autotuned: fastest of ", built.size(), " (",
                                                  static_cast<std::int64_t>(best * 1000) / 1000.0, " us)", tuned);
   if (!why.empty()) decision.reason = detail::str_cat(decision.reason, "; timed because ", why);
+  if (cold && plans > 1) {
+    decision.reason = detail::str_cat(decision.reason, "; timed with the weight read from memory (the L2 cache ",
+                                      "cleared before each run: the model's constants outgrow it)");
+  }
   for (auto& r : decision.candidates) {
     if (r.supported && r.kernel != winner->name() && r.reason.empty()) {
       r.reason = detail::str_cat("slower (", static_cast<std::int64_t>(r.time_us * 1000) / 1000.0, " us)");
@@ -723,19 +731,39 @@ void Dispatcher::record_decision(Selection& s, const Kernel& winner) const {
 // same inputs; a kernel's time is its fastest plan's, and the winner keeps that plan. Its record goes to the
 // autotune cache like any plan's, so a replay re-creates the same algorithm. A tactic whose record the build
 // refuses is skipped. Pinned and preferred rules never time anything: they get the kernel's default plan.
-double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& desc) {
+// Note [Weights timed from memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A candidate is timed by running it again and again on the same inputs, so whatever fits in the GPU's L2 cache (50
+// MiB on an H100) is read from there after the first run. In a model whose constants outgrow the L2 (a 1B Llama reads
+// 2.5 GB a decode step), each weight comes from memory every run instead: a decode step's q, k, v, o and down
+// projections (2-32 MB each) were timed at L2 speed, where the kernel that is best at streaming from memory need not
+// win. So when the session says so (Options::weights_from_memory: its constants exceed the device's L2) and a
+// candidate's cost is streaming its weight (Kernel::streams_weight: the GEMV kernels), every candidate of that
+// descriptor is timed after a write of twice the L2's size to a scratch buffer, outside the timed interval; the
+// decision's reason says so. Other descriptors keep the warm timing: a convolution's or an attention's input is
+// usually the output its producer just wrote, still in the L2. On that 1B Llama (H100, 2026-12-06), timed warm,
+// gemv ran 81 of a decode step's 97 GEMMs; timed cold, cuBLASLt's GEMMs won every one, the GEMMs' share of a greedy
+// step at batch 1 went from 1.38 to 1.14 ms and the step from 2.68 to 2.07-2.30 ms (with Note [Value rows in
+// flight] in backends/cuda_raw/flash_decode.cu).
+double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& desc, bool cold) {
   std::mt19937 rng(1234);
   std::vector<Tensor> inputs;
   for (const auto& input : desc.inputs) inputs.push_back(input.present ? random_tensor(input, rng) : Tensor());
   const StreamView stream = desc.device.is_cuda() ? StreamManager::instance().current_stream(desc.device) : StreamView();
   std::vector<Tensor> outputs;
   for (const auto& output : desc.outputs) outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device, &stream));
+  Tensor scratch;  // written before each timed run to push everything else out of the L2
+  if (cold && desc.device.is_cuda()) {
+    const std::size_t l2 = DeviceManager::instance().get_device_info(desc.device).l2_cache_bytes;
+    if (l2 > 0) scratch = Tensor::empty({static_cast<std::int64_t>(2 * l2)}, DType::kUInt8, desc.device, &stream);
+  }
   std::lock_guard<std::mutex> timing(gpu_timing_mutex());
   for (int i = 0; i < options_.autotune_warmup; ++i) plan.execute(desc, inputs, outputs, stream);
   std::vector<double> times;
   if (desc.device.is_cuda()) {
     Event start(desc.device, true), stop(desc.device, true);
     for (int i = 0; i < options_.autotune_iterations; ++i) {
+      if (scratch.defined()) scratch.zero_(&stream);
       start.record(stream);
       plan.execute(desc, inputs, outputs, stream);
       stop.record(stream);

@@ -31,6 +31,16 @@ namespace xpuruntime::cuda_raw {
 // residual). The dispatcher times the kernel against cuBLASLt's at the node's shapes and keeps the faster (Note
 // [Timed first choices] in core/dispatcher.cpp): where cuBLASLt's GEMM wins, it runs.
 
+// Note [Weight bytes in flight]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A stream reaches the memory's bandwidth only with about its latency times its bandwidth in loads outstanding
+// (3.3 TB/s x ~0.7 us: over 2 MB on an H100, some 18 KB an SM). A kn block with four rows in flight a warp held 8 KB,
+// two blocks an SM 16 KB; a 1B Llama's decode step spent 0.79 ms in kn GEMVs and 0.21 ms in their combines on an
+// H100 (llama_generation_bench --profile, 2026-12-06). A warp now loads eight rows before using them, and the
+// combine kernel eight splits' partial sums before adding them (it had one load outstanding a thread, the splits one
+// after another); the sums keep their order. Not measured on that model yet: with its weights timed from memory
+// (Note [Weights timed from memory] in core/dispatcher.cpp) cuBLASLt's GEMMs won all of its projections.
+
 namespace {
 
 using xpuruntime::detail::str_cat;
@@ -40,6 +50,8 @@ constexpr int kWarps = 4;                 // kn: warps of a block; nk: columns o
 constexpr int kNkWarps = 8;
 constexpr int kKnColumns = 32 * 8;        // columns of a kn block: 32 lanes x 8
 constexpr int kKnMaxRange = 512;          // rows of K one kn block stages (x's slice: 512 x 8 floats = 16 KiB)
+constexpr int kKnRowsInFlight = 8;        // rows a kn warp loads before using them (Note [Weight bytes in flight])
+constexpr int kCombineInFlight = 8;       // partial sums a combine thread loads before adding them
 
 enum class Act : int { kNone, kRelu, kGelu, kGeluTanh };
 
@@ -154,7 +166,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kn_kernel(const GemvArgs a, 
   float acc[kM][8] = {};
   if (col < a.n) {
     const T* w = static_cast<const T*>(a.w) + col;
-    constexpr int kInFlight = 4;
+    constexpr int kInFlight = kKnRowsInFlight;
     int k = k_begin + warp;
     for (; k + kWarps * (kInFlight - 1) < k_end; k += kWarps * kInFlight) {
       uint4 wv[kInFlight];
@@ -226,7 +238,15 @@ __global__ void gemv_combine_kernel(const GemvArgs a, const float* partial) {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     float sum = 0.f;
-    for (int s = 0; s < a.splits; ++s) sum += partial[s * total + i];
+    int s = 0;
+    for (; s + kCombineInFlight <= a.splits; s += kCombineInFlight) {  // loaded together, added in split order
+      float part[kCombineInFlight];
+#pragma unroll
+      for (int u = 0; u < kCombineInFlight; ++u) part[u] = partial[(s + u) * total + i];
+#pragma unroll
+      for (int u = 0; u < kCombineInFlight; ++u) sum += part[u];
+    }
+    for (; s < a.splits; ++s) sum += partial[s * total + i];
     store_output<T>(a, static_cast<int>(i / a.n), static_cast<int>(i % a.n), sum);
   }
 }
@@ -383,6 +403,11 @@ class GemvKernel final : public Kernel {
   std::string timed_against_others(const OpDescriptor& desc) const override {
     (void)desc;
     return "gemv or cuBLASLt's GEMM may be faster at this shape";
+  }
+
+  bool streams_weight(const OpDescriptor& desc) const override {  // Note [Weights timed from memory]
+    (void)desc;
+    return true;  // accepted only for 1 to 8 rows of x: the weight's bytes are the cost
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& /*policy*/,

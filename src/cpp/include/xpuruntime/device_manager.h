@@ -27,6 +27,7 @@ struct XPURT_API DeviceInfo {
   int compute_capability_major = 0;  // 0 for the CPU
   int compute_capability_minor = 0;
   int sm_count = 0;                  // streaming multiprocessors; for the CPU, its logical cores
+  std::size_t l2_cache_bytes = 0;    // the GPU's L2 cache (50 MiB on an H100); 0 for the CPU
   bool supports_fp16 = false;        // native half arithmetic (CUDA >= 5.3; CPU: AVX512-FP16)
   bool supports_bf16 = false;        // native bfloat16 (CUDA >= 8.0; CPU: AVX512-BF16)
   bool supports_int8 = false;        // int8 dot products (CUDA >= 6.1 dp4a; CPU: AVX512-VNNI/AVX-VNNI)

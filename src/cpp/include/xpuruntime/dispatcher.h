@@ -100,6 +100,10 @@ class XPURT_API Dispatcher {
     // (the decision reads as without the cache), and a record that cannot be re-created is built afresh instead
     // of being an error.
     bool build_cache = false;
+    // The model's constants outgrow the device's L2 cache, so a weight is read from memory each run: a descriptor a
+    // candidate streams the weight of (Kernel::streams_weight) is timed with the L2 cache cleared before each run
+    // (Note [Weights timed from memory] in dispatcher.cpp). The native engine sets it per session.
+    bool weights_from_memory = false;
   };
   Dispatcher(KernelPolicy kernel_policy, ExecutionPolicy exec_policy,
              std::shared_ptr<AutotuneCache> cache = nullptr, const KernelRegistry* registry = nullptr);
@@ -149,7 +153,8 @@ class XPURT_API Dispatcher {
   bool build_plan(Selection& s, const Kernel& winner);
   void record_decision(Selection& s, const Kernel& winner) const;
   std::vector<CandidateReport> evaluate(const OpDescriptor& desc) const;
-  double time_candidate(const KernelPlan& plan, const OpDescriptor& desc);
+  // The median time of `plan` on random inputs of `desc`'s shapes; `cold`: the L2 cache cleared before each run.
+  double time_candidate(const KernelPlan& plan, const OpDescriptor& desc, bool cold = false);
 
   KernelPolicy kernel_policy_;
   ExecutionPolicy exec_policy_;

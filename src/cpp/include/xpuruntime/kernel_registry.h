@@ -193,6 +193,13 @@ class XPURT_API Kernel {
     (void)desc;
     return {};
   }
+  // Whether this kernel's cost on `desc` is reading a constant weight once (a GEMV's weight stream): then, in a model
+  // whose constants outgrow the device's L2 cache, its candidates are timed with the weight read from memory (Note
+  // [Weights timed from memory] in dispatcher.cpp). False by default.
+  virtual bool streams_weight(const OpDescriptor& desc) const {
+    (void)desc;
+    return false;
+  }
   // Tactics: the records of other plans this kernel can run `desc` with (cuBLASLt: its heuristic's other
   // algorithms), each accepted by build(desc, policy, record). Autotuning (auto:BestPerformance) times them
   // besides the default plan and keeps the fastest (Note [Tactics] in dispatcher.cpp). None by default.

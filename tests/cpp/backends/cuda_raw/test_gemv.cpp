@@ -177,6 +177,41 @@ TEST(GemvGpu, TheDispatcherTimesItAgainstCublasLt) {
   const std::vector<float> got = floats_of(out[0]);
   const std::vector<double> want = reference(floats_of(x), floats_of(w), {}, {}, 1, 2048, 2048, true, "none");
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-2 * (1 + std::fabs(want[i]))) << i;
+  EXPECT_EQ(decision.reason.find("from memory"), std::string::npos) << decision.reason;
+
+  // Note [Weights timed from memory]: a session whose constants outgrow the L2 times the weight streams cold; the
+  // reason says so, and the output is as right.
+  Dispatcher::Options options;
+  options.weights_from_memory = true;
+  Dispatcher cold(KernelPolicy{}, ExecutionPolicy{}, nullptr, nullptr, options);
+  Decision cold_decision;
+  const std::vector<Tensor> again = cold.run("linear", {x, w, Tensor(), Tensor()}, attrs, nullptr, &cold_decision);
+  EXPECT_NE(cold_decision.reason.find("timed with the weight read from memory"), std::string::npos)
+      << cold_decision.reason;
+  for (const CandidateReport& c : cold_decision.candidates) {
+    if (c.supported) {
+      EXPECT_GT(c.time_us, 0) << c.kernel;
+    }
+  }
+  if (decision.kernel == cold_decision.kernel) {
+    EXPECT_EQ(floats_of(again[0]), floats_of(out[0]));
+  }
+  const std::vector<float> cold_got = floats_of(again[0]);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(cold_got[i], want[i], 2e-2 * (1 + std::fabs(want[i]))) << i;
+  }
+}
+
+// Only GEMV-shaped descriptors ask for it: gemv streams the weights it accepts, other kernels do not say so.
+TEST(Gemv, StreamsTheWeightsItTakes) {
+  SKIP_WITHOUT_GEMV();
+  const OpDescriptor desc = linear_desc(1, 2048, 2048, "kn");
+  EXPECT_TRUE(gemv()->streams_weight(desc));
+  for (const Kernel* k : KernelRegistry::global().kernels("linear")) {
+    if (k->name() != "gemv") {
+      EXPECT_FALSE(k->streams_weight(desc)) << k->name();
+    }
+  }
 }
 
 }  // namespace

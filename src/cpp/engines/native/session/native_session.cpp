@@ -8,6 +8,7 @@
 #include "engines/native/passes/passes.h"
 #include "engines/native/session/explain.h"
 #include "engines/native/session/session_io.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::runtime {
@@ -47,6 +48,16 @@ std::vector<T> select_outputs(std::vector<T> outputs, const std::vector<int>& wa
   return selected;
 }
 
+// Whether `graph`'s constants outgrow the L2 cache of `device` (a GPU): then each run reads a weight from memory, and
+// weight-streaming kernels are timed so (Note [Weights timed from memory] in core/dispatcher.cpp).
+bool weights_outgrow_l2(const Graph& graph, const Device& device) {
+  const DeviceManager& devices = DeviceManager::instance();
+  if (!device.is_cuda() || device.index < 0 || device.index >= devices.get_device_count()) return false;
+  std::size_t bytes = 0;
+  for (const auto& [name, value] : graph.initializers) bytes += value.nbytes();
+  return bytes > devices.get_device_info(device).l2_cache_bytes;
+}
+
 }  // namespace
 
 NativeSession::NativeSession(Graph graph, const SessionOptions& options, TensorParallelRank tp, double import_ms)
@@ -59,6 +70,7 @@ NativeSession::NativeSession(Graph graph, const SessionOptions& options, TensorP
   build_cache_ = BuildCache::open(options_);
   Dispatcher::Options dispatcher_options;
   dispatcher_options.build_cache = build_cache_ != nullptr;
+  dispatcher_options.weights_from_memory = weights_outgrow_l2(graph_, options_.device);
   dispatcher_ = std::make_shared<Dispatcher>(options_.kernel_policy, kernel_exec_policy(options_.exec_policy),
                                              build_cache_ ? build_cache_->cache() : nullptr, nullptr,
                                              dispatcher_options);

@@ -22,14 +22,26 @@ Tensor host_matrix(const std::vector<std::vector<std::int64_t>>& rows, std::int6
   const std::int64_t width = static_cast<std::int64_t>(rows.front().size()) - from;
   Tensor t = Tensor::empty({batch, width}, dtype);
   for (std::int64_t r = 0; r < batch; ++r) {
-    for (std::int64_t j = 0; j < width; ++j) {
-      const std::int64_t v = rows[static_cast<std::size_t>(r)][static_cast<std::size_t>(from + j)];
-      if (dtype == DType::kInt64) {
-        static_cast<std::int64_t*>(t.data_ptr())[r * width + j] = v;
-      } else {
-        static_cast<std::int32_t*>(t.data_ptr())[r * width + j] = static_cast<std::int32_t>(v);
-      }
+    const std::int64_t* row = rows[static_cast<std::size_t>(r)].data() + from;
+    if (dtype == DType::kInt64) {
+      std::copy(row, row + width, static_cast<std::int64_t*>(t.data_ptr()) + r * width);
+    } else {
+      std::transform(row, row + width, static_cast<std::int32_t*>(t.data_ptr()) + r * width,
+                     [](std::int64_t v) { return static_cast<std::int32_t>(v); });
     }
+  }
+  return t;
+}
+
+Tensor host_tensor(const std::vector<std::int64_t>& values, const std::vector<std::int64_t>& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
+  XPURT_INTERNAL_ASSERT(static_cast<std::int64_t>(values.size()) == t.numel(), "host_tensor: ", values.size(),
+                        " values for ", t.numel(), " elements");
+  if (dtype == DType::kInt64) {
+    std::copy(values.begin(), values.end(), static_cast<std::int64_t*>(t.data_ptr()));
+  } else {
+    std::transform(values.begin(), values.end(), static_cast<std::int32_t*>(t.data_ptr()),
+                   [](std::int64_t v) { return static_cast<std::int32_t>(v); });
   }
   return t;
 }

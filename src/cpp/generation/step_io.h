@@ -18,6 +18,8 @@ namespace xpuruntime::generation::step_io {
 
 // A host [rows, width - from] tensor of `dtype` (int64 or int32) from columns from.. of equally long rows.
 Tensor host_matrix(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t from, DType dtype);
+// A host tensor of `shape` and `dtype` (int64 or int32) holding `values` in row-major order.
+Tensor host_tensor(const std::vector<std::int64_t>& values, const std::vector<std::int64_t>& shape, DType dtype);
 
 // transformers' position_ids: cumsum(mask) - 1, with padding at 1.
 std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vector<std::int64_t>>& mask);

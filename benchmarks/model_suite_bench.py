@@ -30,6 +30,11 @@ compile_graph's compile_s is then the cached compile). Nothing is timed in them;
 timing run meets them again. Each row is also printed as a JSON line when it is done; --render LOG prints the table
 of the rows in a log (a run cut short still has its table; no GPU needed).
 
+--resume ROWS spreads one table over several runs (the whole suite takes longer than one device call): the rows
+already in the file ROWS (JSON lines, as printed) are kept, neither prepared nor timed again, each new row is appended
+to it when it is done, and the table is of both. scripts/gpu_session.sh's SUITE calls pass a file that outlives the
+call on the warm machine.
+
 Needs torch, torchvision, timm and transformers (the device image has them) and, for the ort variants,
 XPURT_ORT_CUDA_PROVIDER (scripts/stage_ort_cuda.sh, scripts/ort_cuda_unstage.sh).
 """
@@ -43,7 +48,7 @@ import pathlib
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -163,7 +168,7 @@ def full_model(name: str, directory: pathlib.Path):
 
 def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, iterations: int, warmup: int,
                 binary, skip: List[str], kernels: Optional[Dict[str, str]] = None,
-                disabled: Optional[List[str]] = None) -> List[Dict]:
+                disabled: Optional[List[str]] = None, on_row: Optional[Callable[[Dict], None]] = None) -> List[Dict]:
     import torch
     path, built = full_model(name, directory)
     suite.realistic_weights(built.module, built.inputs)
@@ -199,6 +204,8 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
             row["native_rel_err"] = float(np.abs(native_out - reference).max() / max(np.abs(reference).max(), 1e-6))
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if on_row is not None:
+            on_row(row)
     return rows
 
 
@@ -251,6 +258,18 @@ def prepare_in_parallel(models: List[str], jobs: int, argv: List[str]) -> None:
         log.close()
     print(f"prepared {len(models)} models in {len(groups)} processes, {time.perf_counter() - t0:.0f} s",
           file=sys.stderr, flush=True)
+
+
+def resume_plan(models: List[str], batches: List[int], previous: List[Dict]):
+    """--resume: ({model: its batches not yet in `previous`} for the models with any left, in order, and the rows of
+    `previous` for these models and batches, the last of each (model, batch) kept)."""
+    kept: Dict = {}
+    for row in previous:
+        if row.get("model") in models and row.get("batch") in batches:
+            kept[(row["model"], row["batch"])] = row
+    todo = {m: [b for b in batches if (m, b) not in kept] for m in models}
+    rows = [kept[(m, b)] for m in models for b in batches if (m, b) in kept]
+    return {m: left for m, left in todo.items() if left}, rows
 
 
 def summary(rows: List[Dict]) -> str:
@@ -341,6 +360,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="export and compile the models in this many subprocesses before timing (see above)")
     ap.add_argument("--prepare-only", action="store_true",
                     help="only export and compile (with --prepare-jobs: in that many processes), time nothing")
+    ap.add_argument("--resume", type=pathlib.Path, default=None,
+                    help="JSON lines of rows done by earlier runs: kept, not timed again; new rows appended")
     ap.add_argument("--render", type=pathlib.Path, default=None,
                     help="print the table of the JSON rows in this log of an earlier run, and stop")
     args = ap.parse_args(argv)
@@ -357,7 +378,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     models = [m for m in args.models.split(",") if m]
     skip = [s for s in args.skip.split(",") if s]
     batches = [int(b) for b in args.batches.split(",")]
-    if args.prepare_jobs > 0:
+    todo, rows = {m: batches for m in models}, []
+    if args.resume is not None:
+        previous = rows_in_log(args.resume.read_text()) if args.resume.exists() else []
+        todo, rows = resume_plan(models, batches, previous)
+        print(f"--resume {args.resume}: {len(rows)} rows kept, {sum(map(len, todo.values()))} to time", flush=True)
+        models = list(todo)
+    if args.prepare_jobs > 0 and models:
         args.dir.mkdir(parents=True, exist_ok=True)
         prepare_in_parallel(models, args.prepare_jobs, list(argv if argv is not None else sys.argv[1:]))
         if args.prepare_only:  # the parallel preparation alone (a device call of its own)
@@ -369,10 +396,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             except Exception as error:  # noqa: BLE001: the timing run reports it in its table
                 print(f"prepare {name}: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
         return 0
-    rows = []
+    def keep(row: Dict) -> None:  # --resume: each row in the file as soon as it is done
+        with args.resume.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+
     for name in models:
-        rows += bench_model(name, args.dir, batches, args.seq, args.iterations, args.warmup, binary, skip, kernels,
-                            [p for p in args.native_disabled_passes.split(",") if p])
+        rows += bench_model(name, args.dir, todo[name], args.seq, args.iterations, args.warmup, binary, skip, kernels,
+                            [p for p in args.native_disabled_passes.split(",") if p],
+                            keep if args.resume is not None else None)
+    order = [m for m in args.models.split(",") if m]
+    rows.sort(key=lambda r: (order.index(r["model"]), r["batch"]))  # kept and new rows in the suite's order
     device = torch.cuda.get_device_name(0)
     header = (f"{datetime.date.today()} on {device}, torch {torch.__version__}, float16, sequence {args.seq}, "
               f"median ms of {args.iterations} calls")

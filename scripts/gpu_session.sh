@@ -13,6 +13,8 @@
 #   TINY=1    the tiny suite on CUDA (scripts/model_suite.py run --tiny, dynamo float16 exports)
 #   BENCH     models for benchmarks/model_suite_bench.py against torch.compile + CUDA graph (BATCHES, default 1,16)
 #   SUITE     models (comma-separated; "all": every architecture) timed in one model_suite_bench.py process after
+#             (--resume: the rows are kept in SUITE_ROWS, default /tmp/xpurt_suite_rows.jsonl, which outlives the call
+#             on the warm machine, so a later SUITE call times only what is left and renders the whole table)
 #             JOBS (default 8) processes exported and compiled them; with ORT ONNX Runtime's CUDA EP columns too
 #             (XPURT_ORT_CUDA_PROVIDER set: scripts/ort_cuda_unstage.sh). The table and summary: suite.md, rendered
 #             from the rows done when the time ran out
@@ -90,8 +92,12 @@ if [ -n "${SUITE:-}" ]; then
   [ -n "${ORT:-}" ] && skip=torch_graph
   skip=$skip${SKIP:+,$SKIP}
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \
-    --skip "$skip" --iterations 30 --warmup 5 --prepare-jobs "${JOBS:-8}" > "$OUT/suite.log" 2>&1
-  python3 benchmarks/model_suite_bench.py --render "$OUT/suite.log" > "$OUT/suite.md"
+    --skip "$skip" --iterations 30 --warmup 5 --prepare-jobs "${JOBS:-8}" \
+    --resume "${SUITE_ROWS:-/tmp/xpurt_suite_rows.jsonl}" > "$OUT/suite.log" 2>&1
+  rows_file=${SUITE_ROWS:-/tmp/xpurt_suite_rows.jsonl}
+  touch "$rows_file"
+  python3 benchmarks/model_suite_bench.py --render "$rows_file" > "$OUT/suite.md"
+  cp "$rows_file" "$OUT/suite_rows.jsonl"
   grep -E "^- native" "$OUT/suite.md"
   stamp "suite done ($(grep -cE '^\| [a-z0-9_]+ \| [0-9]' "$OUT/suite.md") rows)"
 fi

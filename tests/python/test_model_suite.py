@@ -167,3 +167,24 @@ def test_dynamo_exports_keep_the_cuda_context(engine, name):
     native = xrt.InferenceSession(str(TINY / "resnet.dynamo.float32.onnx"), device="cuda:0", engine="native")
     resnet = np.load(TINY / "resnet.npz")
     native.run({k[3:]: v for k, v in resnet.items() if k.startswith("in.")})
+
+
+def test_the_suite_bench_resumes_from_the_rows_of_earlier_runs(tmp_path):
+    """model_suite_bench --resume: rows already in the file are kept (the last of a repeated model and batch) and not
+    timed again, only what is left is; --render of the file is the table of all of them (no GPU needed)."""
+    spec = importlib.util.spec_from_file_location("model_suite_bench", ROOT / "benchmarks" / "model_suite_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    earlier = [{"model": "vit", "batch": 1, "native": {"median_ms": 1.0}, "notes": []},
+               {"model": "resnet", "batch": 16, "native": {"median_ms": 2.0}, "notes": []},
+               {"model": "resnet", "batch": 16, "native": {"median_ms": 3.0}, "notes": []},
+               {"model": "other", "batch": 1, "notes": []}]
+    todo, kept = bench.resume_plan(["resnet", "vit", "bert"], [1, 16], earlier)
+    assert todo == {"resnet": [1], "vit": [16], "bert": [1, 16]}
+    assert [(r["model"], r["batch"], r["native"]["median_ms"]) for r in kept] == [("resnet", 16, 3.0), ("vit", 1, 1.0)]
+    done, _ = bench.resume_plan(["resnet"], [16], earlier)
+    assert done == {}
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in earlier[:2]) + "a line that is not a row\n")
+    table = bench.table(bench.rows_in_log(rows.read_text()))
+    assert "| vit | 1 | 1.000 |" in table and "| resnet | 16 | 2.000 |" in table

@@ -160,5 +160,6 @@ def test_gpu_weight_streams_are_timed_from_memory_when_the_constants_outgrow_the
         y = y.cpu().numpy() if isinstance(y, xrt.Tensor) else y
         explained = str(session.explain())
         assert ("timed with the weight read from memory" in explained) == cold, explained
+        assert ("weight streams timed from memory" in explained) == cold, explained  # the session's option line
         want = x.astype(np.float32) @ weight.astype(np.float32)
         np.testing.assert_allclose(y.astype(np.float32), want, rtol=2e-2, atol=2e-2)

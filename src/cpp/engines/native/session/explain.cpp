@@ -310,6 +310,7 @@ Explanation explain_session(const SessionOptions& options, const SessionState& s
     e.options.push_back(note + " (the policy's decisions, applied to the model before it was imported)");
   }
   if (!state.build_cache.empty()) e.options.push_back("build cache (Note [Build cache]): " + state.build_cache);
+  if (!state.weight_timing.empty()) e.options.push_back(state.weight_timing);
   e.build = state.build;
   const std::shared_ptr<const CapturePlan>& plan = state.last_plan;
   if (!plan) {

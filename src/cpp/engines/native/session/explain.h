@@ -25,6 +25,7 @@ struct SessionState {
   std::int64_t runs_appending = 0;               //   runs that made one
   std::string capture_failure;                   // the first failed capture's message (Note [Failed captures])
   std::string build_cache;                       // "<path>, N kernel decision(s)" (Note [Build cache]); empty: off
+  std::string weight_timing;                     // Note [Weights timed from memory]: why, when the session does it
   std::vector<BuildPhase> build;                 // the import and every plan build's phases, warm-up included
   std::vector<bool> feeds_on_device;             // per input: the last run's feed was on the session's device
 };

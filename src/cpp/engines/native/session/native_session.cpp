@@ -48,14 +48,17 @@ std::vector<T> select_outputs(std::vector<T> outputs, const std::vector<int>& wa
   return selected;
 }
 
-// Whether `graph`'s constants outgrow the L2 cache of `device` (a GPU): then each run reads a weight from memory, and
-// weight-streaming kernels are timed so (Note [Weights timed from memory] in core/dispatcher.cpp).
-bool weights_outgrow_l2(const Graph& graph, const Device& device) {
+// When `graph`'s constants outgrow the L2 cache of `device` (a GPU), why: then each run reads a weight from memory,
+// and weight-streaming kernels are timed so (Note [Weights timed from memory] in core/dispatcher.cpp). Else empty.
+std::string weights_outgrow_l2(const Graph& graph, const Device& device) {
   const DeviceManager& devices = DeviceManager::instance();
-  if (!device.is_cuda() || device.index < 0 || device.index >= devices.get_device_count()) return false;
+  if (!device.is_cuda() || device.index < 0 || device.index >= devices.get_device_count()) return {};
   std::size_t bytes = 0;
   for (const auto& [name, value] : graph.initializers) bytes += value.nbytes();
-  return bytes > devices.get_device_info(device).l2_cache_bytes;
+  const std::size_t l2 = devices.get_device_info(device).l2_cache_bytes;
+  if (bytes <= l2) return {};
+  return detail::str_cat("weight streams timed from memory (Note [Weights timed from memory]): the constants' ",
+                         bytes >> 20, " MiB outgrow the L2 cache's ", l2 >> 20, " MiB");
 }
 
 }  // namespace
@@ -70,7 +73,8 @@ NativeSession::NativeSession(Graph graph, const SessionOptions& options, TensorP
   build_cache_ = BuildCache::open(options_);
   Dispatcher::Options dispatcher_options;
   dispatcher_options.build_cache = build_cache_ != nullptr;
-  dispatcher_options.weights_from_memory = weights_outgrow_l2(graph_, options_.device);
+  weight_timing_ = weights_outgrow_l2(graph_, options_.device);
+  dispatcher_options.weights_from_memory = !weight_timing_.empty();
   dispatcher_ = std::make_shared<Dispatcher>(options_.kernel_policy, kernel_exec_policy(options_.exec_policy),
                                              build_cache_ ? build_cache_->cache() : nullptr, nullptr,
                                              dispatcher_options);
@@ -230,6 +234,7 @@ Explanation NativeSession::explain() const {
   if (build_cache_) {
     state.build_cache = detail::str_cat(build_cache_->path().string(), ", ", build_cache_->size(), " kernel decision(s)");
   }
+  state.weight_timing = weight_timing_;
   state.build = plans_->build_phases();
   if (warm_up_.valid() && warm_up_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
     state.build.insert(state.build.begin() + (state.build.empty() ? 0 : 1),

@@ -73,6 +73,7 @@ class NativeSession final : public EngineSession {
   std::vector<ValueInfo> outputs_;
   bool has_value_io_ = false;  // a sequence or optional input or output (run_values)
   std::unique_ptr<BuildCache> build_cache_;  // Note [Build cache]; null when off
+  std::string weight_timing_;  // why weight streams are timed from memory (Note [Weights timed from memory]); or empty
   std::shared_ptr<Dispatcher> dispatcher_;
   // The plans' device constants (Note [Constants shared between plans] in engines/native/plan/capture_plan.cpp).
   std::shared_ptr<DeviceConstantCache> constants_ = std::make_shared<DeviceConstantCache>();

@@ -731,6 +731,7 @@ void Dispatcher::record_decision(Selection& s, const Kernel& winner) const {
 // same inputs; a kernel's time is its fastest plan's, and the winner keeps that plan. Its record goes to the
 // autotune cache like any plan's, so a replay re-creates the same algorithm. A tactic whose record the build
 // refuses is skipped. Pinned and preferred rules never time anything: they get the kernel's default plan.
+
 // Note [Weights timed from memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A candidate is timed by running it again and again on the same inputs, so whatever fits in the GPU's L2 cache (50

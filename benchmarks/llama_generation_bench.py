@@ -15,6 +15,10 @@ Per model and batch (--batches, every row a prompt of --prompt random tokens, --
                    max_new_tokens=1; ms/step = (t(N) - t(1)) / (N - 1); both medians of --repeat after two warm-ups
   sampled          --sampled host,device: the xpuruntime rows again with do_sample (top_p 0.9, temperature 0.8), the
                    tokens drawn by the host Sampler or where the logits are (GenerationConfig.sampling)
+  xpuruntime int4  --weights float16,int4: the xpuruntime rows again on the export quantized by the SDK
+                   (xrt.quantize(precision="int4-weights", block_size=32): int4 weights in blocks of 32 along K,
+                   float16 scales, dequantized in front of each MatMul; written once beside model.onnx as
+                   model-int4.onnx), its floor from the int4 bytes (0.5 + 2 / 32 bytes a weight)
   continuous       --requests requests, prompts of 64..--prompt tokens, through a ContinuousBatcher (max_batch =
                    --requests) on the xpuruntime session: new tokens / wall time (prefills included), against
                    xpuruntime's batch-1 decode tokens/s
@@ -125,10 +129,15 @@ def copy_bandwidth(device: str) -> float:
     return 2 * n * 10 / seconds
 
 
-def floor_ms(preset: str, batch: int, args, bandwidth: float) -> float:
+# Bytes an int4-weights model reads per float16 weight byte: half a byte of weight and a float16 scale per 32 weights,
+# over the float16 weight's two bytes (the few float16 norm weights counted at that rate too: a rounding error).
+INT4_BYTES_PER_FLOAT16_BYTE = (0.5 + 2 / 32) / 2
+
+
+def floor_ms(preset: str, batch: int, args, bandwidth: float, weight_scale: float = 1.0) -> float:
     s = sizes(preset)
     context = args.prompt + args.new_tokens / 2
-    return (s["weight_bytes"] + batch * s["cache_bytes_per_position"] * context) / bandwidth * 1e3
+    return (weight_scale * s["weight_bytes"] + batch * s["cache_bytes_per_position"] * context) / bandwidth * 1e3
 
 
 def prompts(batch: int, length: int, vocab: int, seed: int) -> List[List[int]]:
@@ -377,7 +386,8 @@ def run_generation(generator, batch: List[List[int]]):
     return generation
 
 
-def xpuruntime_row(generator, preset: str, batch: int, args, bandwidth: float, column: str = "xpuruntime") -> dict:
+def xpuruntime_row(generator, preset: str, batch: int, args, bandwidth: float, column: str = "xpuruntime",
+                   weight_scale: float = 1.0) -> dict:
     rows = prompts(batch, args.prompt, PRESETS[preset]["vocab_size"], seed=batch)
     cold = run_generation(generator, rows).stats
     log(f"    batch {batch}: warm-up generation (plans, graph capture): prefill {cold.prefill_ms:.1f} ms, "
@@ -386,7 +396,7 @@ def xpuruntime_row(generator, preset: str, batch: int, args, bandwidth: float, c
     stats = [r.stats for r in runs]
     step_ms = statistics.median(s.ms_per_decode_step for s in stats)
     replayed = "captured and replayed" in str(generator.session.explain())
-    floor = floor_ms(preset, batch, args, bandwidth)
+    floor = floor_ms(preset, batch, args, bandwidth, weight_scale)
     log(f"    batch {batch}: {stats[-1]}; the session has replayed a CUDA graph: {replayed}")
     return row(preset, column, batch, ttft_ms=statistics.median(s.prefill_ms for s in stats),
                ms_per_step=step_ms, tokens_per_s=statistics.median(s.decode_tokens_per_s for s in stats),
@@ -433,21 +443,51 @@ def profile_decode(generator, preset: str, args) -> None:
                  lambda: run_generation(generator, rows), torch.cuda.synchronize, args.profile, 30)
 
 
-def xpuruntime_rows(path: pathlib.Path, preset: str, args, bandwidth: float) -> List[dict]:
+def int4_export(path: pathlib.Path) -> pathlib.Path:
+    """model-int4.onnx beside `path`: the SDK's int4 weight-only quantization of it, written once."""
+    import xpuruntime as xrt
+
+    out = path.with_name("model-int4.onnx")
+    if out.exists():
+        log(f"  int4: reusing {out}")
+        return out
+    import onnx
+
+    start = time.perf_counter()
+    result = xrt.quantize(str(path), precision="int4-weights", block_size=32)
+    # External data: an 8B model's int4 weights alone are past protobuf's 2 GiB. Written under another name first,
+    # so that a file named model-int4.onnx is a whole one.
+    partial = out.with_name("partial-" + out.name)
+    onnx.save_model(result.model, str(partial), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=out.name + ".data", size_threshold=1024)
+    partial.rename(out)
+    size = (out.stat().st_size + out.with_name(out.name + ".data").stat().st_size) / 2**30
+    log(f"  int4: xrt.quantize(precision='int4-weights', block_size=32) quantized {len(result.quantized_nodes)} "
+        f"MatMul/Gemm weights, wrote {out} ({size:.2f} GiB with its data) in {time.perf_counter() - start:.0f} s")
+    return out
+
+
+def xpuruntime_rows(path: pathlib.Path, preset: str, args, bandwidth: float, weights: str = "float16") -> List[dict]:
     from xpuruntime.generation import GenerationConfig, Generator
 
+    column = "xpuruntime" if weights == "float16" else f"xpuruntime {weights}"
+    scale = 1.0 if weights == "float16" else INT4_BYTES_PER_FLOAT16_BYTE
     start = time.perf_counter()
     generator = Generator(str(path), GenerationConfig(max_new_tokens=args.new_tokens, cache_layout="static"),
                           device=args.device, engine="native")
-    log(f"  xpuruntime: session in {time.perf_counter() - start:.1f} s; {generator.signature}; cache layout "
+    log(f"  {column}: session in {time.perf_counter() - start:.1f} s; {generator.signature}; cache layout "
         f"{generator.cache_layout}")
     rows = []
     for batch in args.batches:
         try:
-            rows.append(xpuruntime_row(generator, preset, batch, args, bandwidth))
+            rows.append(xpuruntime_row(generator, preset, batch, args, bandwidth, column, scale))
         except Exception as error:  # noqa: BLE001: reported in the table
             log(f"    batch {batch}: failed: {short(error)}")
-            rows.append(row(preset, "xpuruntime", batch, error=short(error)))
+            rows.append(row(preset, column, batch, error=short(error)))
+    if weights != "float16":  # the float16 session's rows alone go on to sampling, profiles and continuous batching
+        del generator
+        free(args.device)
+        return rows
     for site in args.sampled:  # the same batches sampled (top_p 0.9, temperature 0.8), the tokens drawn at `site`
         sampled = Generator(generator.session, GenerationConfig(
             max_new_tokens=args.new_tokens, cache_layout="static", do_sample=True, top_p=0.9, temperature=0.8,
@@ -629,12 +669,21 @@ def bench_model(preset: str, args, bandwidth: float) -> List[dict]:
     if args.skip_xpuruntime:
         log("  xpuruntime: skipped (--skip-xpuruntime)")
     else:
+        path = None
         try:
             import xpuruntime.generation  # noqa: F401: before an export of minutes
-            rows += xpuruntime_rows(export(preset, args), preset, args, bandwidth)
+            path = export(preset, args)
+            if "float16" in args.weights:
+                rows += xpuruntime_rows(path, preset, args, bandwidth)
         except Exception as error:  # noqa: BLE001: the torch columns can still run
             log(f"  xpuruntime: failed: {short(error)}")
             rows += [row(preset, "xpuruntime", b, error=short(error)) for b in args.batches]
+        if path is not None and "int4" in args.weights:
+            try:
+                rows += xpuruntime_rows(int4_export(path), preset, args, bandwidth, "int4")
+            except Exception as error:  # noqa: BLE001
+                log(f"  xpuruntime int4: failed: {short(error)}")
+                rows += [row(preset, "xpuruntime int4", b, error=short(error)) for b in args.batches]
     if args.skip_torch or not HAVE_TRANSFORMERS:
         log(f"  transformers / torch.compile: skipped ({'--skip-torch' if args.skip_torch else 'no transformers'})")
     else:
@@ -665,12 +714,18 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-continuous", action="store_true")
     parser.add_argument("--sampled", default="", help="comma-separated sampling sites (host, device): the xpuruntime "
                         "rows again with do_sample, top_p 0.9, temperature 0.8, the tokens drawn there")
+    parser.add_argument("--weights", default="float16",
+                        help="comma-separated: float16 (the export), int4 (the export quantized by xrt.quantize, "
+                             "int4-weights)")
     parser.add_argument("--profile", type=int, default=0,
                         help="after the xpuruntime rows, print the top kernels of this many batch-1 generations")
     parser.add_argument("--out", default=None, help="write the rows here as JSON")
     args = parser.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",") if b]
     args.sampled = [s for s in args.sampled.split(",") if s]
+    args.weights = [w for w in args.weights.split(",") if w]
+    if any(w not in ("float16", "int4") for w in args.weights):
+        parser.error(f"--weights takes float16 and int4, got {args.weights}")
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in PRESETS]
     if unknown:

@@ -993,6 +993,22 @@ def test_continuous_batching_serves_the_group_query_attention_form(cached, gqa, 
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_int4_weights_from_the_sdk_quantizer_generate_with_the_cache_what_they_recompute(engine):
+    """A decoder quantized by xrt.quantize(precision="int4-weights") (weights in int4 blocks dequantized in front of
+    each MatMul: what llama_generation_bench --weights int4 runs) generates with its cache, dynamic and static, the
+    greedy tokens of the same quantized model recomputed without one; and not the float model's own tokens all along
+    (the int4 weights are what runs)."""
+    quantized = {cache: xrt.quantize(tiny_decoder(with_cache=cache), precision="int4-weights", block_size=16).to_bytes()
+                 for cache in (True, False)}
+    assert any(n.op_type == "DequantizeLinear" for n in onnx.load_from_string(quantized[True]).graph.node)
+    reference = reference_greedy(quantized[False], PROMPTS, 10, engine="native")
+    for layout in ("dynamic", "static"):
+        generator = Generator(quantized[True], greedy(10, cache_layout=layout), engine=engine)
+        assert generator.uses_cache and generator.generate(PROMPTS) == reference, layout
+    assert reference != Generator(tiny_decoder(), greedy(10), engine=engine).generate(PROMPTS)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_the_static_cache_layout_generates_what_the_dynamic_one_does(cached, engine):
     """Note [Static cache layout]: the decode steps feed the whole fixed-size cache (the unfilled positions masked),
     greedy and sampled tokens equal the dynamic layout's for batches of 1-3 ragged prompts, and the native engine

@@ -704,32 +704,32 @@ void ContinuousBatcher::decode(std::vector<BatchEvent>& events) {
   // The past fed: the filled positions, or the static layout's whole buffer (Note [Static decode steps of the
   // batcher]).
   const std::int64_t past = static_layout_ ? working_capacity_ : working_length_;
-  std::vector<std::vector<std::int64_t>> ids, mask, positions;
+  // One flat buffer each, written once (as Generation's static decode feeds: generator.cpp).
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(rows)), positions(static_cast<std::size_t>(rows), 0);
+  std::vector<std::int64_t> mask(static_cast<std::size_t>(rows * (past + 1)), 0);
   for (std::int64_t row = 0; row < rows; ++row) {
-    std::vector<std::int64_t> m(static_cast<std::size_t>(past + 1), 0);
-    if (group[static_cast<std::size_t>(row)] == nullptr) {  // a free or filler row: it sees only its own token
-      m.back() = 1;
-      ids.push_back({defaults_.pad_token_id});
-      mask.push_back(std::move(m));
-      positions.push_back({0});
+    std::int64_t* m = mask.data() + row * (past + 1);
+    const auto at_row = static_cast<std::size_t>(row);
+    if (group[at_row] == nullptr) {  // a free or filler row: it sees only its own token
+      m[past] = 1;
+      ids[at_row] = defaults_.pad_token_id;
       continue;
     }
-    const Request& r = *group[static_cast<std::size_t>(row)];
-    ids.push_back({r.generated.back()});
+    const Request& r = *group[at_row];
+    ids[at_row] = r.generated.back();
     if (right_padded_) {
-      std::fill_n(m.begin(), r.length + 1, 1);
+      std::fill_n(m, r.length + 1, 1);
     } else {  // the row's cache, left-padded within the filled positions, and the step's own token (the last)
-      std::fill(m.begin() + (working_length_ - r.length), m.begin() + working_length_, 1);
-      m.back() = 1;
+      std::fill(m + (working_length_ - r.length), m + working_length_, 1);
+      m[past] = 1;
     }
-    mask.push_back(std::move(m));
-    positions.push_back({r.length});
+    positions[at_row] = r.length;
   }
   IoBinding binding = session_->io_binding();
-  binding.bind_input(signature_.input_ids, step_io::host_matrix(ids, 0, signature_.ids_dtype));
-  binding.bind_input(signature_.attention_mask, step_io::host_matrix(mask, 0, signature_.mask_dtype));
+  binding.bind_input(signature_.input_ids, step_io::host_tensor(ids, {rows, 1}, signature_.ids_dtype));
+  binding.bind_input(signature_.attention_mask, step_io::host_tensor(mask, {rows, past + 1}, signature_.mask_dtype));
   if (!signature_.position_ids.empty()) {
-    binding.bind_input(signature_.position_ids, step_io::host_matrix(positions, 0, signature_.positions_dtype));
+    binding.bind_input(signature_.position_ids, step_io::host_tensor(positions, {rows, 1}, signature_.positions_dtype));
   }
   if (!signature_.use_cache_branch.empty()) {
     binding.bind_input(signature_.use_cache_branch, step_io::cache_branch(true));

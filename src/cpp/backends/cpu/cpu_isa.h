@@ -102,6 +102,9 @@ struct GemmTile {
 // The functions IsaKernels::math_f32 computes.
 enum class VectorMath : std::uint8_t { kTanh, kErf, kGelu, kGeluTanh };
 
+// The activations IsaKernels::epilogue_f32 applies (Note [Convolution epilogues in vectors] in cpu_conv.cpp).
+enum class RowActivation : std::uint8_t { kNone, kRelu, kRelu6, kHardSwish };
+
 // The kernels of one instruction set.
 struct IsaKernels {
   const char* name;  // "avx512", "avx2", "baseline"
@@ -147,6 +150,10 @@ struct IsaKernels {
   // by exp_f32's arithmetic (std::exp's for subnormal results), a compensated sum, one scale. False, y untouched,
   // for a row holding NaN or +inf or only -inf (the caller's NaN row); y must not overlap x.
   bool (*softmax_row_f32)(const float* x, float* y, std::int64_t n);
+  // row[p] = act(row[p] + bias + residual[p]) (residual null: act(row[p] + bias)) over `count` floats, act one of
+  // RowActivation with apply_activation's values (NaN stays NaN), the sums in that order (Note [Convolution epilogues
+  // in vectors] in cpu_conv.cpp).
+  void (*epilogue_f32)(float* row, std::int64_t count, float bias, const float* residual, RowActivation act);
 };
 
 // The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float), and the bound below

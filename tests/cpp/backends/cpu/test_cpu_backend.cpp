@@ -620,6 +620,48 @@ TEST(CpuBackend, UnknownOrUnsupportedIsaIsATypedError) {
   EXPECT_EQ(std::string(cpu::isa_kernels_named("baseline").name), "baseline");
 }
 
+// IsaKernels::epilogue_f32 of every instruction set (Note [Convolution epilogues in vectors] in cpu_conv.cpp): the
+// bits of apply_activation(act, row + bias (+ residual)) for every activation it takes, with and without a residual,
+// at lengths around the vector widths, on values that include NaN, the infinities, -0 and both clamps' edges.
+TEST(CpuBackend, EpilogueKernelsGiveTheScalarBitsOnEveryIsa) {
+  const std::vector<std::pair<cpu::RowActivation, cpu::Activation>> acts = {
+      {cpu::RowActivation::kNone, cpu::Activation::kNone},
+      {cpu::RowActivation::kRelu, cpu::Activation::kRelu},
+      {cpu::RowActivation::kRelu6, cpu::Activation::kRelu6},
+      {cpu::RowActivation::kHardSwish, cpu::Activation::kHardSwish}};
+  std::mt19937 gen(17);
+  std::normal_distribution<float> normal(0.0f, 5.0f);
+  std::vector<float> values = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 6.0f, -6.0f, -3.0f, 3.0f, 5.9999995f};
+  while (values.size() < 80) values.push_back(normal(gen));
+  for (const std::string& isa : isa_names()) {
+    const cpu::IsaKernels& kernels = cpu::isa_kernels_named(isa);
+    for (const auto& [row_act, act] : acts) {
+      for (const std::int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 80}) {
+        for (const bool with_residual : {false, true}) {
+          for (const float bias : {0.0f, -0.75f}) {
+            std::vector<float> row(values.begin(), values.begin() + n), want(static_cast<std::size_t>(n));
+            std::vector<float> residual(values.rbegin(), values.rbegin() + n);
+            for (std::int64_t p = 0; p < n; ++p) {
+              const auto i = static_cast<std::size_t>(p);
+              want[i] = cpu::apply_activation(act, with_residual ? row[i] + bias + residual[i] : row[i] + bias);
+            }
+            kernels.epilogue_f32(row.data(), n, bias, with_residual ? residual.data() : nullptr, row_act);
+            for (std::size_t i = 0; i < row.size(); ++i) {
+              std::uint32_t got_bits = 0, want_bits = 0;
+              std::memcpy(&got_bits, &row[i], 4);
+              std::memcpy(&want_bits, &want[i], 4);
+              const bool both_nan = std::isnan(row[i]) && std::isnan(want[i]);
+              ASSERT_TRUE(both_nan || got_bits == want_bits)
+                  << isa << ", activation " << static_cast<int>(row_act) << ", n " << n << ", residual "
+                  << with_residual << ", bias " << bias << ", element " << i << ": " << row[i] << " vs " << want[i];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // IsaKernels::exp_f32 of every instruction set (Note [Vectorised exp on the CPU] in cpu_fused.cpp) against
 // double-precision exp over its range [kExpLow, kExpHigh], at lengths with and without a partial last vector: e^x
 // within 2 ulp and the sigmoid within 4.

@@ -372,9 +372,59 @@ void depthwise_plane_direct(const ConvGeometry& g, const IsaKernels& isa, const 
                 g.activation);
 }
 
+// Note [Depthwise convolution of small planes across channels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A plane of at most kDirectDepthwisePixels outputs has too few pixels to fill a vector: the direct loop above runs
+// each output's taps one float at a time, and was 23-28% of the tiny MobileNetV2 export's run on this machine (perf,
+// 2026-12-06; its last stages are 2x2 and 1x1 planes of hundreds of channels). A float depthwise convolution with one
+// output per input channel computes kDepthwiseBlock channels at once instead (IsaKernels::depthwise_block_f32, compiled
+// per instruction set): the block's planes transposed to [pixel][channel], each output's taps inside the input summed
+// in the same row-major order over a vector of channels, transposed back; then each plane's epilogue. One task per
+// (image, block of channels).
+void depthwise_across_channels(const ConvGeometry& g, const CpuContext& context, const ConvOperands<float>& v) {
+  const std::int64_t blocks = (g.out_channels + kDepthwiseBlock - 1) / kDepthwiseBlock;
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(kDepthwiseBlock * g.pixels * g.kh * g.kw, 1));
+  parallel_for(g.batch * blocks, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
+    DepthwiseBlock b;
+    b.height = g.height;
+    b.width = g.width;
+    b.out_h = g.out_h;
+    b.out_w = g.out_w;
+    b.kh = g.kh;
+    b.kw = g.kw;
+    for (int axis = 0; axis < 2; ++axis) {
+      b.stride[axis] = g.stride[axis];
+      b.pad[axis] = g.pad[axis];
+      b.dilation[axis] = g.dilation[axis];
+    }
+    ScratchVector<float> scratch(static_cast<std::size_t>(depthwise_block_scratch(b)));
+    b.scratch = scratch.data();
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t n = task / blocks, c0 = task % blocks * kDepthwiseBlock;
+      b.channels = std::min(kDepthwiseBlock, g.out_channels - c0);
+      b.x = v.x + (n * g.channels + c0) * g.height * g.width;
+      b.w = v.w + c0 * g.kh * g.kw;
+      b.y = v.y + (n * g.out_channels + c0) * g.pixels;
+      context.isa->depthwise_block_f32(b);
+      for (std::int64_t c = 0; c < b.channels; ++c) {
+        const std::int64_t plane = n * g.out_channels + c0 + c;
+        conv_epilogue(*context.isa, v.y + plane * g.pixels, g.pixels, v.bias, c0 + c,
+                      v.residual != nullptr ? v.residual + plane * g.pixels : nullptr, g.activation);
+      }
+    }
+  });
+}
+
 // Note [Depthwise convolution on the CPU].
 template <typename T>
 void conv_depthwise(const ConvGeometry& g, const CpuContext& context, const ConvOperands<T>& v) {
+  if constexpr (std::is_same_v<T, float>) {  // Note [Depthwise convolution of small planes across channels]
+    if (g.pixels <= kDirectDepthwisePixels && g.og == 1) {
+      depthwise_across_channels(g, context, v);
+      return;
+    }
+  }
   if (g.pixels <= kDirectDepthwisePixels) {  // Note [Depthwise convolution of small planes]
     const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.pixels * g.kh * g.kw, 1));
     parallel_for(g.batch * g.out_channels, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {

@@ -102,6 +102,24 @@ struct GemmTile {
 // The functions IsaKernels::math_f32 computes.
 enum class VectorMath : std::uint8_t { kTanh, kErf, kGelu, kGeluTanh };
 
+// Channels of a depthwise convolution IsaKernels::depthwise_block_f32 computes at once (Note [Depthwise convolution of
+// small planes across channels] in cpu_conv.cpp), and one block's problem: `channels` (at most kDepthwiseBlock)
+// consecutive input planes of height x width, their kh x kw weights and output planes, one output channel per input
+// channel; scratch holds depthwise_block_scratch floats.
+constexpr std::int64_t kDepthwiseBlock = 16;
+struct DepthwiseBlock {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  float* y = nullptr;
+  std::int64_t channels = 0;
+  std::int64_t height = 0, width = 0, out_h = 0, out_w = 0, kh = 0, kw = 0;
+  std::int64_t stride[2] = {1, 1}, pad[2] = {0, 0}, dilation[2] = {1, 1};
+  float* scratch = nullptr;
+};
+inline std::int64_t depthwise_block_scratch(const DepthwiseBlock& b) {
+  return kDepthwiseBlock * (b.height * b.width + b.kh * b.kw + b.out_h * b.out_w);
+}
+
 // The activations IsaKernels::epilogue_f32 applies (Note [Convolution epilogues in vectors] in cpu_conv.cpp).
 enum class RowActivation : std::uint8_t { kNone, kRelu, kRelu6, kHardSwish };
 
@@ -154,6 +172,9 @@ struct IsaKernels {
   // RowActivation with apply_activation's values (NaN stays NaN), the sums in that order (Note [Convolution epilogues
   // in vectors] in cpu_conv.cpp).
   void (*epilogue_f32)(float* row, std::int64_t count, float bias, const float* residual, RowActivation act);
+  // y = the depthwise convolution of one DepthwiseBlock, no epilogue; each output sums the taps inside the input in
+  // row-major order (Note [Depthwise convolution of small planes across channels] in cpu_conv.cpp).
+  void (*depthwise_block_f32)(const DepthwiseBlock& block);
 };
 
 // The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float), and the bound below

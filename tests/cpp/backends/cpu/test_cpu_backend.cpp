@@ -552,6 +552,9 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
       {{1, 24, 33, 35}, {16, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, true, false},  // 1x1 in tiles
       {{3, 20, 1, 1}, {9, 20, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, true, true},      // 1x1 images: one GEMM
       {{3, 40, 1, 1}, {40, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 40, true, false, true},    // depthwise, 1x1 images
+      // Note [Depthwise convolution of small planes across channels]: blocks of 16, 16 and 5 channels, two images,
+      // a dilated strided axis with asymmetric pads (4x2 outputs).
+      {{2, 37, 4, 5}, {37, 1, 3, 3}, {1, 2}, {1, 2, 1, 0}, {1, 2}, 37, true, true, true},
   };
   // Windows over the packed GEMM, or im2col tiles over the blocked fallback.
   expect_convs_match_naive(cases, 700, isa_names(), {"auto", "packed", "fallback"}, 2e-5f, true);

@@ -100,6 +100,11 @@ class XPURT_API GraphExec {
   std::vector<Tensor> slots_;  // planned values as views into the arena (undefined for others)
   std::vector<bool> direct_outputs_;  // Note [Outputs written where the caller gets them]: per plan value
   std::vector<Tensor> replay_values_;  // a replay's tensor table: only input and output entries set, during a run
+  // Note [Tensor tables kept from run to run]: an eager run's tensor table, and each kernel step's inputs and outputs;
+  // their references are dropped when a run ends, their shape and stride vectors kept.
+  std::vector<Tensor> eager_values_;
+  std::vector<std::vector<Tensor>> step_inputs_, step_outputs_;
+  struct TablesReleased;  // resets the above when a run ends (graph_exec.cpp)
   std::int64_t runs_ = 0;
   std::int64_t replays_ = 0;
   std::vector<std::uint64_t> graph_labels_;  // one per step, registered on first need

@@ -21,6 +21,9 @@
 namespace xpuruntime {
 namespace {
 
+// Copied (never moved) into a kept tensor table to undefine an entry: Note [Tensor tables kept from run to run].
+const Tensor kNoTensor;
+
 // `t`'s bytes from `offset` on, as a contiguous tensor of `shape` (Note [Views at an offset]).
 Tensor view_as(const Tensor& t, const std::vector<std::int64_t>& shape, std::size_t offset = 0) {
   return Tensor::from_blob(static_cast<std::uint8_t*>(t.data_ptr()) + offset, shape, {}, t.dtype(), t.device(),
@@ -478,6 +481,8 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
     })));
   }
   const RunStop* stop = RunStop::current();  // Note [Stopping a run] (run_options.h)
+  step_inputs_.resize(steps.size());
+  step_outputs_.resize(steps.size());
   for (std::size_t index = 0; index < steps.size(); ++index) {
     const PlanStep& step = steps[index];
     if (stop != nullptr) {
@@ -512,18 +517,24 @@ void GraphExec::execute_steps(std::vector<Tensor>& values, const StreamView& str
             run_append(appends_[static_cast<std::size_t>(append_of_step_[index])], values, stream);
             break;
           }
-          std::vector<Tensor> inputs;
-          inputs.reserve(step.inputs.size());
-          for (int id : step.inputs) {
+          std::vector<Tensor>& inputs = step_inputs_[index];  // Note [Tensor tables kept from run to run]
+          inputs.resize(step.inputs.size());
+          for (std::size_t k = 0; k < step.inputs.size(); ++k) {
+            const int id = step.inputs[k];
             // A sequence or optional where a kernel takes a tensor (a SequenceConstruct feeding a Concat, made by
             // the structural fuzzer): the kernel read an undefined tensor.
             XPURT_CHECK_TYPE(!has_boxed_ || id < 0 || !boxed_[id].defined(), "node '", step.node, "' (",
                              step.op_type, "): an input is ", boxed_[id < 0 ? 0 : id].str(), ", but ", step.op_type,
                              " takes tensors");
-            inputs.push_back(id < 0 ? Tensor() : values[id]);
+            if (id < 0) {
+              inputs[k] = kNoTensor;
+            } else {
+              inputs[k] = values[id];
+            }
           }
           if (!step.dynamic) {
-            std::vector<Tensor> outputs(step.desc.outputs.size());
+            std::vector<Tensor>& outputs = step_outputs_[index];
+            outputs.resize(step.desc.outputs.size());
             for (std::size_t o = 0; o < outputs.size(); ++o) {
               const int id = o < step.outputs.size() ? step.outputs[o] : -1;
               if (id >= 0 && slots_[id].defined() && !direct_outputs_[static_cast<std::size_t>(id)]) {
@@ -930,6 +941,32 @@ std::vector<Tensor> GraphExec::run_profiled(const std::vector<Tensor>& inputs, s
   return outputs;
 }
 
+// Note [Tensor tables kept from run to run]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An eager run fills a table of every plan value (constants, arena slots, inputs, step outputs) and hands each kernel
+// step a vector of its inputs and one of its outputs. Made afresh per run, every Tensor copied into them allocated its
+// shape and stride vectors: on the tiny MobileNetV3 export on this machine's CPU, malloc and free were about a quarter
+// of a run (perf, 2026-12-06). The table and the step vectors are members now, copy-assigned into from run to run (a
+// Tensor's vectors keep their capacity; a move from a temporary would free it), and when a run ends every entry but
+// the constants is reset by a copy of an undefined tensor, so that no input, output or intermediate outlives its run.
+struct GraphExec::TablesReleased {
+  GraphExec& exec;
+  explicit TablesReleased(GraphExec& e) : exec(e) {}
+  TablesReleased(const TablesReleased&) = delete;
+  TablesReleased& operator=(const TablesReleased&) = delete;
+  ~TablesReleased() {
+    const auto& plan_values = exec.plan_->values();
+    for (std::size_t id = 0; id < exec.eager_values_.size() && id < plan_values.size(); ++id) {
+      if (plan_values[id].kind != PlanValue::Kind::kConstant) exec.eager_values_[id] = kNoTensor;
+    }
+    for (auto* tables : {&exec.step_inputs_, &exec.step_outputs_}) {
+      for (std::vector<Tensor>& step : *tables) {
+        for (Tensor& t : step) t = kNoTensor;
+      }
+    }
+  }
+};
+
 std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std::uint32_t profiling,
                                          const std::vector<Tensor>* into) {
   const StreamView stream = stream_ ? stream_->view() : StreamView{};
@@ -979,12 +1016,16 @@ std::vector<Tensor> GraphExec::run_steps(const std::vector<Tensor>& inputs, std:
     ++runs_;
     return outputs;
   }
-  std::vector<Tensor> values(plan_->values().size());
+  // Note [Tensor tables kept from run to run]
+  std::vector<Tensor>& values = eager_values_;
+  values.resize(plan_->values().size());
   for (std::size_t id = 0; id < values.size(); ++id) {
     const PlanValue& v = plan_->values()[id];
     if (v.kind == PlanValue::Kind::kConstant) values[id] = v.constant;
     else if (v.planned) values[id] = slots_[id];
+    else values[id] = kNoTensor;
   }
+  const TablesReleased released(*this);
   bind_inputs(inputs, values);
   if (!appends_.empty()) bind_appends(into, values);
   const bool use_graph = options_.use_cuda_graph && plan_->capturable() && !eager_only && capture_failure_.empty();

@@ -20,7 +20,11 @@ so that a change in the machine's load hits all of them alike; the table gives m
 compared with ONNX Runtime's (max |difference| over max |reference|).
 
     .venv/bin/python benchmarks/cpu_suite_bench.py [--cases suite:resnet,op:conv3x3_r50] [--rounds 5] [--calls 20]
-        [--skip-before] [--json out.json] [--markdown out.md]
+        [--skip-before] [--threads 1] [--clock process] [--json out.json] [--markdown out.md]
+
+--threads N gives both engines ExecutionPolicy(intra_op_threads=N) (0, the default: each engine's own default);
+--clock process times each call's process CPU time (time.process_time: less disturbed by other jobs on a shared
+machine than the wall clock, but with several threads it adds their times) instead of the wall clock.
 """
 
 from __future__ import annotations
@@ -106,11 +110,11 @@ def _suite_case(name: str):
     return str(SUITE / f"{name}.dynamo.float32.onnx"), feeds
 
 
-def _session(model, variant: str):
+def _session(model, variant: str, threads: int = 0):
     """A session of `variant`; native_before's environment is read when its plans are built (the first runs)."""
-    if variant == "onnxruntime":
-        return xrt.InferenceSession(model, engine="onnxruntime", device="cpu")
-    return xrt.InferenceSession(model, engine="native", device="cpu")
+    policy = xrt.ExecutionPolicy(intra_op_threads=threads)
+    engine = "onnxruntime" if variant == "onnxruntime" else "native"
+    return xrt.InferenceSession(model, engine=engine, device="cpu", exec_policy=policy)
 
 
 def _with_env(variant: str, call: Callable):
@@ -127,7 +131,8 @@ def _with_env(variant: str, call: Callable):
                 os.environ[k] = v
 
 
-def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: int, block_warmup: int = 3) -> Dict:
+def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: int, block_warmup: int = 3,
+             threads: int = 0, clock: Callable[[], float] = time.perf_counter) -> Dict:
     kind, name = case.split(":", 1)
     if kind == "suite":
         model, feeds = _suite_case(name)
@@ -137,7 +142,7 @@ def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: in
         model, feeds = make()
     sessions, outputs = {}, {}
     for variant in variants:
-        session = _with_env(variant, lambda: _session(model, variant))
+        session = _with_env(variant, lambda: _session(model, variant, threads))
         outputs[variant] = _with_env(variant, lambda: [np.asarray(o) for o in session.run(None, feeds)])
         for _ in range(warmup):
             session.run(None, feeds)
@@ -151,9 +156,9 @@ def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: in
             for _ in range(block_warmup):
                 session.run(None, feeds)
             for _ in range(calls):
-                start = time.perf_counter()
+                start = clock()
                 session.run(None, feeds)
-                times[variant].append(time.perf_counter() - start)
+                times[variant].append(clock() - start)
     reference = outputs.get("onnxruntime", outputs[variants[0]])
     row = {"case": case, "what": what}
     for variant in variants:
@@ -199,6 +204,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--skip-before", action="store_true", help="leave out the native_before variant")
+    parser.add_argument("--threads", type=int, default=0, help="intra_op_threads of both engines (0: their default)")
+    parser.add_argument("--clock", choices=("wall", "process"), default="wall")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
     args = parser.parse_args()
@@ -207,10 +214,12 @@ def main() -> int:
         [f"op:{name}" for name in OPS]
     variants = ["native"] + ([] if args.skip_before else ["native_before"]) + ["onnxruntime"]
     print(f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
-          f"{len(os.sched_getaffinity(0))} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"{len(os.sched_getaffinity(0))} CPUs, load average {os.getloadavg()[0]:.1f}, threads "
+          f"{args.threads or 'default'}, {args.clock} time", flush=True)
+    clock = time.process_time if args.clock == "process" else time.perf_counter
     rows = []
     for case in cases:
-        row = run_case(case, variants, args.rounds, args.calls, args.warmup, args.block_warmup)
+        row = run_case(case, variants, args.rounds, args.calls, args.warmup, args.block_warmup, args.threads, clock)
         rows.append(row)
         print("  " + ", ".join([case] + [f"{v} {row[v]:.3f} ms" for v in variants]), flush=True)
     table = markdown(rows, variants)

@@ -24,13 +24,16 @@
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
 #             op types whose kernel decisions to print)
+#   LLAMA     arguments of benchmarks/llama_generation_bench.py (issue 44's table), e.g. "--models 1b --batches 1,64
+#             --weights float16,int4 --skip-continuous"; its exports stay in /tmp/llama_bench for later calls on the
+#             warm machine (an 8B export can take a call of its own: "--models 8b --skip-torch --batches 1" first)
 # Carry .third_party (scripts/gpu_check.sh --prepare) with the call; a call that carries a part of ONNX Runtime's
 # CUDA EP (.ortgpuN, scripts/stage_ort_cuda.sh; two parts, which fit beside the tree once scripts/device_slim.sh
 # moved the exports the device does not read) adds it to the machine's stage, and once all are there the EP is used
 # and the ONNX Runtime core is in .deps/onnxruntime (XPURT_ORT_CUDA_PROVIDER; ORT=1 for SUITE's ONNX Runtime
 # columns, TARGETS must then include ort_direct_bench).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 T0=$(date +%s)
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -122,5 +125,11 @@ if [ -n "${BREAK:-}" ]; then
     > "$OUT/breakdown.log" 2>&1
   grep -E "^== " "$OUT/breakdown.log"
   stamp "breakdown done (kernels in breakdown.log)"
+fi
+if [ -n "${LLAMA:-}" ]; then
+  # shellcheck disable=SC2086 # LLAMA is a list of arguments
+  timeout "$(left)" python3 benchmarks/llama_generation_bench.py $LLAMA --out "$OUT/llama.json" > "$OUT/llama.log" 2>&1
+  grep -E "^\| |NOT met|: met" "$OUT/llama.log" | cut -c1-200
+  stamp "llama done"
 fi
 stamp "all done"

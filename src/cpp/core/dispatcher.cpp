@@ -627,13 +627,20 @@ const Kernel* Dispatcher::autotune(Selection& s, const std::string& why) {
   const bool cold = options_.weights_from_memory && desc.device.is_cuda() &&
                     std::any_of(built.begin(), built.end(),
                                 [&](const auto& b) { return b.first->streams_weight(desc); });
+  Tensor flush;  // written before each timed run to push everything else out of the L2, once for every candidate
+  if (cold) {
+    const std::size_t l2 = DeviceManager::instance().get_device_info(desc.device).l2_cache_bytes;
+    const StreamView stream = StreamManager::instance().current_stream(desc.device);
+    if (l2 > 0) flush = Tensor::empty({static_cast<std::int64_t>(2 * l2)}, DType::kUInt8, desc.device, &stream);
+  }
+  const Tensor* flush_with = flush.defined() ? &flush : nullptr;
   const Kernel* winner = nullptr;
   double best = 0;
   std::string tuned;  // what the winner's tactics came to, for the reason
   for (std::size_t j = 0; j < built.size(); ++j) {
     const Kernel* k = built[j].first;
     std::shared_ptr<const KernelPlan> plan = built[j].second;
-    double time = plans == 1 ? -1 : time_candidate(*plan, desc, cold);
+    double time = plans == 1 ? -1 : time_candidate(*plan, desc, flush_with);
     std::size_t timed = 1;
     for (const std::string& record : tactics[j]) {
       if (record == plan->record()) continue;
@@ -643,7 +650,7 @@ const Kernel* Dispatcher::autotune(Selection& s, const std::string& why) {
       } catch (const UnsupportedOperationError&) {
         continue;  // a tactic this build cannot re-create: not a candidate
       }
-      const double other_time = time_candidate(*other, desc, cold);
+      const double other_time = time_candidate(*other, desc, flush_with);
       ++timed;
       if (other_time < time) {
         time = other_time;
@@ -746,18 +753,14 @@ void Dispatcher::record_decision(Selection& s, const Kernel& winner) const {
 // gemv ran 81 of a decode step's 97 GEMMs; timed cold, cuBLASLt's GEMMs won every one, the GEMMs' share of a greedy
 // step at batch 1 went from 1.38 to 1.14 ms and the step from 2.68 to 2.07-2.30 ms (with Note [Value rows in
 // flight] in backends/cuda_raw/flash_decode.cu).
-double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& desc, bool cold) {
+double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& desc, const Tensor* flush) {
   std::mt19937 rng(1234);
   std::vector<Tensor> inputs;
   for (const auto& input : desc.inputs) inputs.push_back(input.present ? random_tensor(input, rng) : Tensor());
   const StreamView stream = desc.device.is_cuda() ? StreamManager::instance().current_stream(desc.device) : StreamView();
   std::vector<Tensor> outputs;
   for (const auto& output : desc.outputs) outputs.push_back(Tensor::empty(output.shape, output.dtype, desc.device, &stream));
-  Tensor scratch;  // written before each timed run to push everything else out of the L2
-  if (cold && desc.device.is_cuda()) {
-    const std::size_t l2 = DeviceManager::instance().get_device_info(desc.device).l2_cache_bytes;
-    if (l2 > 0) scratch = Tensor::empty({static_cast<std::int64_t>(2 * l2)}, DType::kUInt8, desc.device, &stream);
-  }
+  Tensor scratch = flush != nullptr && desc.device.is_cuda() ? *flush : Tensor();  // a handle to the same bytes
   std::lock_guard<std::mutex> timing(gpu_timing_mutex());
   for (int i = 0; i < options_.autotune_warmup; ++i) plan.execute(desc, inputs, outputs, stream);
   std::vector<double> times;

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <cstring>
 #include <iomanip>
-#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -242,8 +241,7 @@ std::vector<std::pair<std::string, Tensor>> Generation::static_decode_feeds() co
     std::copy(m.begin(), m.end() - 1, row);
     row[capacity] = 1;
     ids[r] = sequence_[r].back();
-    // positions_of's value at the new token: the mask's sum before it (1 where it is masked itself)
-    position[r] = m.back() != 0 ? std::accumulate(m.begin(), m.end(), std::int64_t{0}) - 1 : 1;
+    position[r] = step_io::last_position_of(m);  // positions_of's value at the new token
   }
   std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back(signature_.input_ids, step_io::host_tensor(ids, {rows, 1}, signature_.ids_dtype));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <system_error>
 #include <thread>
 
@@ -17,18 +18,29 @@
 
 namespace xpuruntime::generation::step_io {
 
+namespace {
+
+// Elements [at, at + count) of the int64 or int32 host tensor `t` from `values`.
+void store_ints(const std::int64_t* values, std::int64_t count, Tensor& t, std::int64_t at) {
+  if (t.dtype() == DType::kInt64) {
+    std::copy(values, values + count, static_cast<std::int64_t*>(t.data_ptr()) + at);
+  } else {
+    std::transform(values, values + count, static_cast<std::int32_t*>(t.data_ptr()) + at,
+                   [](std::int64_t v) { return static_cast<std::int32_t>(v); });
+  }
+}
+
+// positions_of's rule at one position: the mask's sum up to it, less one, where the mask is set; 1 where it is not.
+std::int64_t position_from(std::int64_t seen, std::int64_t m) { return m != 0 ? seen - 1 : 1; }
+
+}  // namespace
+
 Tensor host_matrix(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t from, DType dtype) {
   const auto batch = static_cast<std::int64_t>(rows.size());
   const std::int64_t width = static_cast<std::int64_t>(rows.front().size()) - from;
   Tensor t = Tensor::empty({batch, width}, dtype);
   for (std::int64_t r = 0; r < batch; ++r) {
-    const std::int64_t* row = rows[static_cast<std::size_t>(r)].data() + from;
-    if (dtype == DType::kInt64) {
-      std::copy(row, row + width, static_cast<std::int64_t*>(t.data_ptr()) + r * width);
-    } else {
-      std::transform(row, row + width, static_cast<std::int32_t*>(t.data_ptr()) + r * width,
-                     [](std::int64_t v) { return static_cast<std::int32_t>(v); });
-    }
+    store_ints(rows[static_cast<std::size_t>(r)].data() + from, width, t, r * width);
   }
   return t;
 }
@@ -37,12 +49,7 @@ Tensor host_tensor(const std::vector<std::int64_t>& values, const std::vector<st
   Tensor t = Tensor::empty(shape, dtype);
   XPURT_INTERNAL_ASSERT(static_cast<std::int64_t>(values.size()) == t.numel(), "host_tensor: ", values.size(),
                         " values for ", t.numel(), " elements");
-  if (dtype == DType::kInt64) {
-    std::copy(values.begin(), values.end(), static_cast<std::int64_t*>(t.data_ptr()));
-  } else {
-    std::transform(values.begin(), values.end(), static_cast<std::int32_t*>(t.data_ptr()),
-                   [](std::int64_t v) { return static_cast<std::int32_t>(v); });
-  }
+  store_ints(values.data(), t.numel(), t, 0);
   return t;
 }
 
@@ -52,10 +59,14 @@ std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vecto
     std::int64_t seen = 0;
     for (std::int64_t m : mask[r]) {
       seen += m;
-      out[r].push_back(m != 0 ? seen - 1 : 1);
+      out[r].push_back(position_from(seen, m));
     }
   }
   return out;
+}
+
+std::int64_t last_position_of(const std::vector<std::int64_t>& mask) {
+  return position_from(std::accumulate(mask.begin(), mask.end(), std::int64_t{0}), mask.back());
 }
 
 // Note [Logits read back]

@@ -23,6 +23,8 @@ Tensor host_tensor(const std::vector<std::int64_t>& values, const std::vector<st
 
 // transformers' position_ids: cumsum(mask) - 1, with padding at 1.
 std::vector<std::vector<std::int64_t>> positions_of(const std::vector<std::vector<std::int64_t>>& mask);
+// positions_of's last value of one non-empty mask row, without the others.
+std::int64_t last_position_of(const std::vector<std::int64_t>& mask);
 
 // The rows of `logits` ([batch, seq, vocab], any device) at `positions` (one per row) as a contiguous [batch, vocab]
 // on the logits' device (Note [Logits read back] in step_io.cpp): the output itself when seq is 1, else one copy of

@@ -153,8 +153,9 @@ class XPURT_API Dispatcher {
   bool build_plan(Selection& s, const Kernel& winner);
   void record_decision(Selection& s, const Kernel& winner) const;
   std::vector<CandidateReport> evaluate(const OpDescriptor& desc) const;
-  // The median time of `plan` on random inputs of `desc`'s shapes; `cold`: the L2 cache cleared before each run.
-  double time_candidate(const KernelPlan& plan, const OpDescriptor& desc, bool cold = false);
+  // The median time of `plan` on random inputs of `desc`'s shapes; `flush` (a device buffer of twice the L2's size,
+  // or null): written before each timed run, so that it starts with the L2 cleared.
+  double time_candidate(const KernelPlan& plan, const OpDescriptor& desc, const Tensor* flush = nullptr);
 
   KernelPolicy kernel_policy_;
   ExecutionPolicy exec_policy_;

@@ -15,7 +15,11 @@ and outputs on the device:
   torch_graph         that module captured in a torch.cuda.CUDAGraph and replayed
   compile_graph       torch.compile(module) (default mode), warmed up, captured in a CUDA graph and replayed
 
-plus session creation and the first run's time for native and ort. Latencies are medians over --iterations calls,
+plus session creation and the first run's time for native and ort. With --audit N the native session then runs N
+times under xpuruntime's profiler and the row keeps its roofline audit (docs/profiling.md, "Roofline audit"): the
+model's efficiency (the nodes' floors over their measured times) and the nodes flagged for costing more than 2% of
+the run at under 50% of their floor, each with its kernel and why it was chosen; the rendered table is followed by
+the audit summary over all rows (issue 42's "every node over 2% of its model's time at 50% of its floor"). Latencies are medians over --iterations calls,
 each followed by a device synchronization inside its timing. The native output is compared with torch_eager's
 (max abs difference relative to max |torch|).
 
@@ -84,9 +88,10 @@ def feeds_for(built, batch: int, seq: int):
 
 def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels: Optional[Dict[str, str]] = None,
                disabled: Optional[List[str]] = None, precision: str = "fp32", profile: int = 0,
-               profile_tag: str = "", policy: Optional[Dict] = None):
+               profile_tag: str = "", policy: Optional[Dict] = None, audit: int = 0):
     """Times `path` on the native engine; with `profile` > 0 it then prints where the GPU time of `profile` runs went,
-    per kernel (kernel_breakdown.profile_runs, CUPTI through torch.profiler). `policy`: more ExecutionPolicy fields."""
+    per kernel (kernel_breakdown.profile_runs, CUPTI through torch.profiler). `policy`: more ExecutionPolicy fields.
+    `audit` > 0: stats["audit"] is the roofline audit of that many runs (audit_of)."""
     import xpuruntime as xrt
     t0 = time.perf_counter()
     session = xrt.InferenceSession(str(path), device="cuda:0", engine="native",
@@ -102,12 +107,35 @@ def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels:
     first_run_ms = (time.perf_counter() - t0) * 1e3
     stats = latency(lambda: session.run(device_feeds), iterations, warmup, lambda: xrt.synchronize("cuda:0"))
     stats.update(create_ms=create_ms, first_run_ms=first_run_ms)
+    if audit > 0:
+        stats["audit"] = audit_of(lambda: session.run(device_feeds), audit)
     if profile > 0:
         from kernel_breakdown import profile_runs
         profile_runs(profile_tag or path.name, lambda: session.run(device_feeds), lambda: xrt.synchronize("cuda:0"),
                      profile, 30)
     output = first[session.get_outputs()[0].name]
     return stats, np.asarray(output.cpu().numpy() if hasattr(output, "cpu") else output, dtype=np.float32)
+
+
+def audit_of(run: Callable[[], object], runs: int, top: int = 5) -> Dict:
+    """The roofline audit of `runs` calls of `run` under xpuruntime's profiler: ``efficiency`` (the audited nodes'
+    floors over their times, all together), ``audited_us`` (their time a run), ``nodes``, ``flagged`` (how many cost
+    more than 2% of the run at under 50% of their floor) and ``worst``: up to `top` flagged nodes, most lost time
+    first, each with its op, kernel, backend, share, efficiency, time a run and reason."""
+    import xpuruntime as xrt
+    with xrt.profile(record_shapes=True) as profiler:
+        for _ in range(runs):
+            run()
+        xrt.synchronize("cuda:0")
+    rows = profiler.audit()
+    time_us = sum(r["total_us"] for r in rows)
+    floor_us = sum(r["floor_us"] for r in rows)
+    flagged = [r for r in rows if r["flagged"]]
+    return {"efficiency": floor_us / time_us if time_us > 0 else 0.0, "audited_us": time_us / runs,
+            "nodes": len(rows), "flagged": len(flagged),
+            "worst": [{"node": r["node"], "op": r["op"] or r["op_type"], "kernel": r["kernel"], "backend": r["backend"],
+                       "share": r["share"], "efficiency": r["efficiency"], "mean_us": r["mean_us"],
+                       "reason": r["reason"]} for r in flagged[:top]]}
 
 
 def run_ort(binary, path: pathlib.Path, batch: int, seq: int, graphs: bool, iterations: int, warmup: int):
@@ -168,7 +196,8 @@ def full_model(name: str, directory: pathlib.Path):
 
 def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, iterations: int, warmup: int,
                 binary, skip: List[str], kernels: Optional[Dict[str, str]] = None,
-                disabled: Optional[List[str]] = None, on_row: Optional[Callable[[Dict], None]] = None) -> List[Dict]:
+                disabled: Optional[List[str]] = None, on_row: Optional[Callable[[Dict], None]] = None,
+                audit: int = 0) -> List[Dict]:
     import torch
     path, built = full_model(name, directory)
     suite.realistic_weights(built.module, built.inputs)
@@ -184,7 +213,7 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
                 continue
             try:
                 if variant == "native":
-                    row[variant], native_out = run_native(path, feeds, iterations, warmup)
+                    row[variant], native_out = run_native(path, feeds, iterations, warmup, audit=audit)
                 elif variant == "native_policy":
                     row[variant], _ = run_native(path, feeds, iterations, warmup, kernels, disabled)
                     row[variant].update(kernels=kernels, disabled_passes=disabled)
@@ -298,6 +327,38 @@ def summary(rows: List[Dict]) -> str:
     return "\n".join(lines)
 
 
+def audit_summary(rows: List[Dict]) -> str:
+    """The roofline audit over the rows that have one (--audit): a line per case (efficiency, flagged nodes, the
+    worst of them), then the flagged nodes of all cases grouped by op and kernel, most lost time first."""
+    audited = [r for r in rows if "audit" in r.get("native", {})]
+    if not audited:
+        return ""
+    lines = ["Roofline audit of the native runs (efficiency = the nodes' floors over their times; flagged: over 2% of "
+             "the run at under 50% of its floor):", ""]
+    groups: Dict = {}
+    for r in audited:
+        a = r["native"]["audit"]
+        worst = a["worst"][0] if a["worst"] else None
+        text = (f"; worst {worst['node']} ({worst['op']}, {worst['kernel']}) {100 * worst['share']:.1f}% of the run "
+                f"at {100 * worst['efficiency']:.0f}%" if worst else "")
+        lines.append(f"- {r['model']} b{r['batch']}: efficiency {100 * a['efficiency']:.0f}% over {a['nodes']} nodes, "
+                     f"{a['flagged']} flagged{text}")
+        for w in a["worst"]:
+            key = (w["op"], w["kernel"], w["backend"])
+            lost = w["share"] * (1 - w["efficiency"])
+            g = groups.setdefault(key, {"lost": 0.0, "cases": set(), "reason": w["reason"]})
+            g["lost"] += lost
+            g["cases"].add(f"{r['model']} b{r['batch']}")
+    flagged = sum(r["native"]["audit"]["flagged"] for r in audited)
+    lines += ["", f"{flagged} flagged nodes over {len(audited)} cases; by op and kernel (the lost shares summed over "
+              "cases):"]
+    for (op, kernel, backend), g in sorted(groups.items(), key=lambda kv: -kv[1]["lost"]):
+        cases = sorted(g["cases"])
+        lines.append(f"- {op} / {kernel} ({backend}): {100 * g['lost']:.1f}% lost in {len(cases)} cases "
+                     f"({', '.join(cases[:6])}{', ...' if len(cases) > 6 else ''}); chosen: {g['reason'] or '-'}")
+    return "\n".join(lines)
+
+
 def rows_in_log(text: str) -> List[Dict]:
     """The rows bench_model printed (one JSON object per line, with "model" and "batch") in a run's output."""
     rows = []
@@ -362,12 +423,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="only export and compile (with --prepare-jobs: in that many processes), time nothing")
     ap.add_argument("--resume", type=pathlib.Path, default=None,
                     help="JSON lines of rows done by earlier runs: kept, not timed again; new rows appended")
+    ap.add_argument("--audit", type=int, default=0,
+                    help="after timing, profile this many native runs and keep their roofline audit in the row")
     ap.add_argument("--render", type=pathlib.Path, default=None,
                     help="print the table of the JSON rows in this log of an earlier run, and stop")
     args = ap.parse_args(argv)
     if args.render is not None:
         rows = rows_in_log(args.render.read_text())
-        print(table(rows) + "\n\n" + summary(rows))
+        audits = audit_summary(rows)
+        print(table(rows) + "\n\n" + summary(rows) + ("\n\n" + audits if audits else ""))
         return 0
     import torch
     if not torch.cuda.is_available():
@@ -403,13 +467,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name in models:
         rows += bench_model(name, args.dir, todo[name], args.seq, args.iterations, args.warmup, binary, skip, kernels,
                             [p for p in args.native_disabled_passes.split(",") if p],
-                            keep if args.resume is not None else None)
+                            keep if args.resume is not None else None, args.audit)
     order = [m for m in args.models.split(",") if m]
     rows.sort(key=lambda r: (order.index(r["model"]), r["batch"]))  # kept and new rows in the suite's order
     device = torch.cuda.get_device_name(0)
     header = (f"{datetime.date.today()} on {device}, torch {torch.__version__}, float16, sequence {args.seq}, "
               f"median ms of {args.iterations} calls")
     text = header + "\n\n" + table(rows) + "\n\n" + summary(rows)
+    if audit_summary(rows):
+        text += "\n\n" + audit_summary(rows)
     notes = [f"- {r['model']} batch {r['batch']}: {n}" for r in rows for n in r["notes"]]
     if notes:
         text += "\n\n" + "\n".join(notes)

@@ -17,7 +17,8 @@
 #             on the warm machine, so a later SUITE call times only what is left and renders the whole table)
 #             JOBS (default 8) processes exported and compiled them; with ORT ONNX Runtime's CUDA EP columns too
 #             (XPURT_ORT_CUDA_PROVIDER set: scripts/ort_cuda_unstage.sh). The table and summary: suite.md, rendered
-#             from the rows done when the time ran out
+#             from the rows done when the time ran out; AUDIT (default 2) profiled native runs give each row its
+#             roofline audit, summarised under the table (AUDIT=0: none)
 #   SKIP      more columns SUITE leaves out (e.g. torch_eager)
 #   PREPARE   the same models' exports and compiles only (JOBS processes), for a SUITE call on the warm machine
 #   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run
@@ -95,7 +96,7 @@ if [ -n "${SUITE:-}" ]; then
   [ -n "${ORT:-}" ] && skip=torch_graph
   skip=$skip${SKIP:+,$SKIP}
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \
-    --skip "$skip" --iterations 30 --warmup 5 --prepare-jobs "${JOBS:-8}" \
+    --skip "$skip" --iterations 30 --warmup 5 --prepare-jobs "${JOBS:-8}" --audit "${AUDIT:-2}" \
     --resume "${SUITE_ROWS:-/tmp/xpurt_suite_rows.jsonl}" > "$OUT/suite.log" 2>&1
   rows_file=${SUITE_ROWS:-/tmp/xpurt_suite_rows.jsonl}
   touch "$rows_file"

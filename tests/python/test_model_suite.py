@@ -188,3 +188,35 @@ def test_the_suite_bench_resumes_from_the_rows_of_earlier_runs(tmp_path):
     rows.write_text("".join(json.dumps(r) + "\n" for r in earlier[:2]) + "a line that is not a row\n")
     table = bench.table(bench.rows_in_log(rows.read_text()))
     assert "| vit | 1 | 1.000 |" in table and "| resnet | 16 | 2.000 |" in table
+
+
+def test_the_suite_bench_summarises_the_roofline_audit_of_its_rows():
+    """--audit rows render as one line per case and the flagged nodes grouped by op and kernel, the most lost time
+    first; rows without an audit add nothing."""
+    spec = importlib.util.spec_from_file_location("model_suite_bench", ROOT / "benchmarks" / "model_suite_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.audit_summary([{"model": "vit", "batch": 1, "native": {"median_ms": 1.0}}]) == ""
+
+    def worst(node, op, kernel, share, efficiency):
+        return {"node": node, "op": op, "kernel": kernel, "backend": "cuda_raw", "share": share,
+                "efficiency": efficiency, "mean_us": 10.0, "reason": f"{kernel} timed fastest"}
+
+    rows = [{"model": "swin", "batch": 1, "native": {"median_ms": 1.0, "audit": {
+                "efficiency": 0.42, "audited_us": 900.0, "nodes": 120, "flagged": 2,
+                "worst": [worst("softmax_3", "softmax", "softmax_rows", 0.10, 0.2),
+                          worst("conv_1", "conv", "cudnn_conv", 0.03, 0.4)]}}},
+            {"model": "resnet", "batch": 16, "native": {"median_ms": 2.0, "audit": {
+                "efficiency": 0.8, "audited_us": 1900.0, "nodes": 60, "flagged": 1,
+                "worst": [worst("conv_9", "conv", "cudnn_conv", 0.05, 0.3)]}}}]
+    text = bench.audit_summary(rows)
+    lines = text.splitlines()
+    assert "- swin b1: efficiency 42% over 120 nodes, 2 flagged; worst softmax_3 (softmax, softmax_rows) 10.0% of " \
+           "the run at 20%" in lines
+    assert "- resnet b16: efficiency 80% over 60 nodes, 1 flagged; worst conv_9 (conv, cudnn_conv) 5.0% of the run " \
+           "at 30%" in lines
+    assert "3 flagged nodes over 2 cases; by op and kernel (the lost shares summed over cases):" in lines
+    grouped = [line for line in lines if line.startswith("- softmax /") or line.startswith("- conv /")]
+    # softmax lost 0.10 * 0.8 = 8.0%; conv 0.03 * 0.6 + 0.05 * 0.7 = 5.3% over two cases
+    assert grouped[0].startswith("- softmax / softmax_rows (cuda_raw): 8.0% lost in 1 cases (swin b1)")
+    assert grouped[1].startswith("- conv / cudnn_conv (cuda_raw): 5.3% lost in 2 cases (resnet b16, swin b1)")

@@ -19,9 +19,10 @@ plus session creation and the first run's time for native and ort. With --audit 
 times under xpuruntime's profiler and the row keeps its roofline audit (docs/profiling.md, "Roofline audit"): the
 model's efficiency (the nodes' floors over their measured times) and the nodes flagged for costing more than 2% of
 the run at under 50% of their floor, each with its kernel and why it was chosen; the rendered table is followed by
-the audit summary over all rows (issue 42's "every node over 2% of its model's time at 50% of its floor"). Latencies are medians over --iterations calls,
-each followed by a device synchronization inside its timing. The native output is compared with torch_eager's
-(max abs difference relative to max |torch|).
+the audit summary over all rows (issue 42's "every node over 2% of its model's time at 50% of its floor").
+
+Latencies are medians over --iterations calls, each followed by a device synchronization inside its timing. The
+native output is compared with torch_eager's (max abs difference relative to max |torch|).
 
     python3 benchmarks/model_suite_bench.py --models resnet,bert --batches 1,16 \\
         [--dir models/suite/full] [--iterations 50] [--warmup 10] [--seq 128] [--json out.json] [--markdown out.md]

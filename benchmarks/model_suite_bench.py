@@ -11,6 +11,9 @@ and outputs on the device:
                       attention=cudnn or --native-disabled-passes patch_embedding_gemm)
   ort                 ONNX Runtime's C++ API directly, CUDA EP, IoBinding on the device (benchmarks/ort_direct_bench)
   ort_graphs          the same with enable_cuda_graph=1 (a subprocess: a capture that fails cannot harm this one)
+                      ort_graphs runs first and ort only where ort_graphs failed (ONNX Runtime with CUDA graphs where
+                      it can: each ORT process pays its cuDNN algorithm search again, 3-7 s for a CNN); --ort-both
+                      times both
   torch_eager         the PyTorch module (float16, torch.inference_mode)
   torch_graph         that module captured in a torch.cuda.CUDAGraph and replayed
   compile_graph       torch.compile(module) (default mode), warmed up, captured in a CUDA graph and replayed
@@ -21,19 +24,21 @@ model's efficiency (the nodes' floors over their measured times) and the nodes f
 the run at under 50% of their floor, each with its kernel and why it was chosen; the rendered table is followed by
 the audit summary over all rows (issue 42's "every node over 2% of its model's time at 50% of its floor").
 
-Latencies are medians over --iterations calls, each followed by a device synchronization inside its timing. The
-native output is compared with torch_eager's (max abs difference relative to max |torch|).
+Latencies are medians over --iterations calls, each followed by a device synchronization inside its timing. The native
+output is compared with torch_eager's (max abs difference relative to max |torch|). Each row's "wall_s" says how long
+each variant took to measure (session creation, compilation and searches included), where a device call's time goes.
 
     python3 benchmarks/model_suite_bench.py --models resnet,bert --batches 1,16 \\
         [--dir models/suite/full] [--iterations 50] [--warmup 10] [--seq 128] [--json out.json] [--markdown out.md]
-        [--prepare-jobs 8]
+        [--prepare-jobs 8] [--ort-both]
 
---prepare-jobs N first runs N subprocesses (the models dealt round-robin) that export the missing files and compile
-each model with torch.compile at every batch, in the same order the timing run does, so that the timing run finds
-the exports on disk and Inductor's compiled graphs in its cache (what makes the whole suite fit in a device call;
-compile_graph's compile_s is then the cached compile). Nothing is timed in them; their failures are printed and the
-timing run meets them again. Each row is also printed as a JSON line when it is done; --render LOG prints the table
-of the rows in a log (a run cut short still has its table; no GPU needed).
+--prepare-jobs N first runs N subprocesses (the models dealt round-robin) that export the missing files and compile each
+model with torch.compile at every batch, in the same order the timing run does, so that the timing run finds the exports
+on disk and Inductor's compiled graphs in its cache (what makes the whole suite fit in a device call; compile_graph's
+compile_s is then the cached compile; a model prepared at all its batches leaves a marker file NAME.prepared in --dir,
+and a later --prepare-jobs on the same machine skips it). Nothing is timed in them; their failures are printed and the
+timing run meets them again. Each row is also printed as a JSON line when it is done; --render LOG prints the table of
+the rows in a log (a run cut short still has its table; no GPU needed).
 
 --resume ROWS spreads one table over several runs (the whole suite takes longer than one device call): the rows
 already in the file ROWS (JSON lines, as printed) are kept, neither prepared nor timed again, each new row is appended
@@ -65,6 +70,8 @@ from session_bench import Skip, failure, find_bench, latency  # noqa: E402
 from timing import torch_graph  # noqa: E402
 
 VARIANTS = ["native", "native_policy", "ort", "ort_graphs", "torch_eager", "torch_graph", "compile_graph"]
+# The order bench_model measures them in: ort_graphs before ort, which then runs only where ort_graphs failed.
+MEASURE_ORDER = ["native", "native_policy", "ort_graphs", "ort", "torch_eager", "torch_graph", "compile_graph"]
 
 
 def feeds_for(built, batch: int, seq: int):
@@ -198,7 +205,7 @@ def full_model(name: str, directory: pathlib.Path):
 def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int, iterations: int, warmup: int,
                 binary, skip: List[str], kernels: Optional[Dict[str, str]] = None,
                 disabled: Optional[List[str]] = None, on_row: Optional[Callable[[Dict], None]] = None,
-                audit: int = 0) -> List[Dict]:
+                audit: int = 0, ort_both: bool = False) -> List[Dict]:
     import torch
     path, built = full_model(name, directory)
     suite.realistic_weights(built.module, built.inputs)
@@ -207,11 +214,14 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
     rows = []
     for batch in batches:
         feeds = feeds_for(built, batch, seq)
-        row: Dict = {"model": name, "batch": batch, "notes": []}
+        row: Dict = {"model": name, "batch": batch, "notes": [], "wall_s": {}}
         reference = None
-        for variant in VARIANTS:
+        for variant in MEASURE_ORDER:
             if variant in skip or (variant == "native_policy" and not kernels and not disabled):
                 continue
+            if variant == "ort" and "ort_graphs" in row and not ort_both:
+                continue
+            started = time.perf_counter()
             try:
                 if variant == "native":
                     row[variant], native_out = run_native(path, feeds, iterations, warmup, audit=audit)
@@ -230,6 +240,7 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
             except Exception as error:  # noqa: BLE001: reported in the table
                 row["notes"].append(f"{variant}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
             torch.cuda.synchronize()
+            row["wall_s"][variant] = round(time.perf_counter() - started, 2)
         if "native" in row and reference is not None and native_out.shape == reference.shape:
             row["native_rel_err"] = float(np.abs(native_out - reference).max() / max(np.abs(reference).max(), 1e-6))
         rows.append(row)
@@ -243,8 +254,14 @@ def prepare_model(name: str, directory: pathlib.Path, batches: List[int], seq: i
     """The work of --prepare-jobs for one model: its export, and torch.compile warmed at each batch as run_torch's
     compile mode does (a fresh torch.compile per batch, three calls), which fills Inductor's on-disk cache."""
     import torch
+    marker = directory / f"{name}.prepared"
+    wanted = ",".join(map(str, batches)) + ("" if "compile_graph" in skip else " compiled")
+    if marker.exists() and marker.read_text() == wanted:
+        print(f"prepared {name} before ({marker.name})", flush=True)
+        return
     path, built = full_model(name, directory)
     if "compile_graph" in skip:
+        marker.write_text(wanted)
         return
     module = built.module.cuda().half().eval()
     for batch in batches:
@@ -254,6 +271,7 @@ def prepare_model(name: str, directory: pathlib.Path, batches: List[int], seq: i
             for _ in range(3):
                 fn(*args)
         torch.cuda.synchronize()
+    marker.write_text(wanted)  # this machine's Inductor cache now holds its compiled graphs
     print(f"prepared {name} ({path.name})", flush=True)
 
 
@@ -356,7 +374,7 @@ def audit_summary(rows: List[Dict]) -> str:
     for (op, kernel, backend), g in sorted(groups.items(), key=lambda kv: -kv[1]["lost"]):
         cases = sorted(g["cases"])
         lines.append(f"- {op} / {kernel} ({backend}): {100 * g['lost']:.1f}% lost in {len(cases)} cases "
-                     f"({', '.join(cases[:6])}{', ...' if len(cases) > 6 else ''}); chosen: {g['reason'] or '-'}")
+                     f"({', '.join(cases[:6])}{', ...' if len(cases) > 6 else ''}); the first's reason: {(g['reason'] or '-')[:160]}")
     return "\n".join(lines)
 
 
@@ -392,9 +410,10 @@ def table(rows: List[Dict]) -> str:
         native = r["native"]["median_ms"] if "native" in r else None
         ratio_ort = f"{min(ort) / native:.2f}x" if native and ort else "-"
         ratio_compile = f"{r['compile_graph']['median_ms'] / native:.2f}x" if native and "compile_graph" in r else "-"
-        create = (f"{r['native']['create_ms']:.0f} / {r['ort']['create_ms']:.0f}" if "native" in r and "ort" in r
+        theirs = r.get("ort") or r.get("ort_graphs")  # ort runs only where ort_graphs failed (or with --ort-both)
+        create = (f"{r['native']['create_ms']:.0f} / {theirs['create_ms']:.0f}" if "native" in r and theirs
                   else "-")
-        first = (f"{r['native']['first_run_ms']:.0f} / {r['ort']['first_run_ms']:.0f}" if "native" in r and "ort" in r
+        first = (f"{r['native']['first_run_ms']:.0f} / {theirs['first_run_ms']:.0f}" if "native" in r and theirs
                  else "-")
         err = f"{r['native_rel_err']:.1e}" if "native_rel_err" in r else "-"
         lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(fmt(r, v) for v in columns) +
@@ -424,6 +443,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="only export and compile (with --prepare-jobs: in that many processes), time nothing")
     ap.add_argument("--resume", type=pathlib.Path, default=None,
                     help="JSON lines of rows done by earlier runs: kept, not timed again; new rows appended")
+    ap.add_argument("--ort-both", action="store_true",
+                    help="time ONNX Runtime without CUDA graphs also where its CUDA graph works")
     ap.add_argument("--audit", type=int, default=0,
                     help="after timing, profile this many native runs and keep their roofline audit in the row")
     ap.add_argument("--render", type=pathlib.Path, default=None,
@@ -468,7 +489,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name in models:
         rows += bench_model(name, args.dir, todo[name], args.seq, args.iterations, args.warmup, binary, skip, kernels,
                             [p for p in args.native_disabled_passes.split(",") if p],
-                            keep if args.resume is not None else None, args.audit)
+                            keep if args.resume is not None else None, args.audit, args.ort_both)
     order = [m for m in args.models.split(",") if m]
     rows.sort(key=lambda r: (order.index(r["model"]), r["batch"]))  # kept and new rows in the suite's order
     device = torch.cuda.get_device_name(0)

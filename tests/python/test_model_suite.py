@@ -188,6 +188,11 @@ def test_the_suite_bench_resumes_from_the_rows_of_earlier_runs(tmp_path):
     rows.write_text("".join(json.dumps(r) + "\n" for r in earlier[:2]) + "a line that is not a row\n")
     table = bench.table(bench.rows_in_log(rows.read_text()))
     assert "| vit | 1 | 1.000 |" in table and "| resnet | 16 | 2.000 |" in table
+    graphs_only = {"model": "bert", "batch": 1, "notes": [], "native": {"median_ms": 1.0, "create_ms": 50.0,
+                                                                       "first_run_ms": 4.0},
+                   "ort_graphs": {"median_ms": 2.0, "create_ms": 300.0, "first_run_ms": 900.0}}
+    line = "| bert | 1 | 1.000 | - | 2.000 | - | - | - | 2.00x | - | 50 / 300 | 4 / 900 | - |"
+    assert line in bench.table([graphs_only])
 
 
 def test_the_suite_bench_summarises_the_roofline_audit_of_its_rows():

@@ -71,6 +71,19 @@ using cudnn::kZero;
 // bias_activation without a bias (the device kernels table, as the cuBLAS GEMMs' epilogues use it). The extra pass is
 // what a separate activation node would cost; the timing decides whether it is worth it.
 
+// Note [Convolutions are timed]
+// cuDNN's heuristic (cudnnGetConvolutionForwardAlgorithm_v7) is a ranking, not a timing. The suite's roofline audit
+// on an H100 (2026-12-06, docs/benchmarks.md) found the heuristic's picks far from their floors in every CNN: the
+// 3-channel stems, which the layout pass leaves NCHW (Note [Channels last]: multiples of 8 only), took
+// IMPLICIT_PRECOMP_GEMM with default math at 4-9% of their floor (ResNet-50's 7x7 stem 118 us of an 818 us run at
+// batch 16; the 3x3 stems of MobileNetV3, EfficientNet-B0 and RegNet 31-33 us each), and channels-last ones of
+// MobileNetV3 and EfficientNet-B0 33 us each at 5%. ONNX Runtime's CUDA EP (cudnn_conv_algo_search EXHAUSTIVE by
+// default), TensorRT and PyTorch's cudnn.benchmark time the algorithms for this reason. So the heuristic's kernel asks
+// the dispatcher to time it against the other kernels that take the convolution (Note [Timed first choices] in
+// core/dispatcher.cpp): cudnn_search, which runs cuDNN's own search over every algorithm, is among them, and the
+// faster plan is kept. The cost is one search per distinct descriptor when a plan is first built (tens of
+// milliseconds for a CNN's convolutions), replayed from the build cache after.
+
 // Note [cuDNN conv plan record]
 // The record is a JSON object:
 //   {"algo": "IMPLICIT_PRECOMP_GEMM", "math": "TENSOR_OP_MATH", "fused": true, "workspace": 1258291,
@@ -672,6 +685,23 @@ class CudnnConvKernel final : public Kernel {
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
     return conv_supports(desc);
+  }
+
+  // Note [Convolutions are timed].
+  std::string timed_against_others(const OpDescriptor& desc) const override {
+    if (search_ || desc.inputs.size() < 2 || desc.inputs[0].dim() != 4 || desc.inputs[1].dim() != 4) return {};
+    const bool nhwc = detail::is_nhwc(desc.attrs, "conv2d");
+    const std::int64_t channels = detail::as_nchw(desc.inputs[0].shape, nhwc)[1];
+    const std::int64_t outputs = detail::as_nchw(desc.inputs[1].shape, nhwc)[0];
+    const std::int64_t groups = std::max<std::int64_t>(desc.attrs.get_int("groups", 1), 1);
+    const DType dtype = desc.inputs[0].dtype;
+    if ((dtype == DType::kFloat16 || dtype == DType::kBFloat16) && channels % groups == 0 && outputs % groups == 0 &&
+        ((channels / groups) % 8 != 0 || (outputs / groups) % 8 != 0)) {
+      return detail::str_cat("timed because ", channels / groups, " input and ", outputs / groups,
+                             " output channels per group are not both multiples of 8, where cuDNN's heuristic ranks "
+                             "its algorithms worst (cudnn_search times them all)");
+    }
+    return "timed because cuDNN's heuristic ranks its algorithms without running them (cudnn_search times them all)";
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,

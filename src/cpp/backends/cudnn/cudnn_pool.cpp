@@ -6,6 +6,14 @@
 // start past the padded input), and rejected with the two sizes otherwise. avg_pool2d's count_include_pad picks
 // CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING or ..._EXCLUDE_PADDING. global_avg_pool is an average pooling
 // window of H x W. Max pooling propagates NaN (like PyTorch and the cpu kernel).
+//
+// Note [Pools are timed]
+// cuDNN's pooling is the first choice, but not bandwidth-bound at every shape: ResNet-50's 3x3 stride-2 max pool over
+// [16, 64, 112, 112] channels-last took 44 us on an H100, 25% of its floor (the suite's audit, 2026-12-06,
+// docs/benchmarks.md). Timing costs little (a model has few distinct pools, and each runs in microseconds), so every
+// cuDNN pooling asks the dispatcher to time it against the other kernels that take it (cuda_raw's, a thread per
+// output element, whose neighbouring threads read neighbouring channels channels-last) and keeps the faster (Note
+// [Timed first choices] in core/dispatcher.cpp).
 #include <limits>
 #include <memory>
 #include <string>
@@ -183,6 +191,11 @@ class CudnnPoolKernel final : public Kernel {
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
     return pool_supports(desc);
+  }
+
+  // Note [Pools are timed].
+  std::string timed_against_others(const OpDescriptor&) const override {
+    return "timed because cuDNN's pooling is not bandwidth-bound at every shape (the own kernel may be faster)";
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,

@@ -66,7 +66,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import model_suite as suite  # noqa: E402
-from session_bench import Skip, failure, find_bench, latency  # noqa: E402
+
+
+def _session_bench():
+    """benchmarks/session_bench.py (Skip, failure, find_bench, latency), imported when first needed: it imports
+    xpuruntime, which a --prepare-only process must not need (scripts/gpu_session.sh runs the preparation while
+    xpuruntime is still being built)."""
+    import session_bench
+    return session_bench
 from timing import torch_graph  # noqa: E402
 
 VARIANTS = ["native", "native_policy", "ort", "ort_graphs", "torch_eager", "torch_graph", "compile_graph"]
@@ -113,7 +120,8 @@ def run_native(path: pathlib.Path, feeds, iterations: int, warmup: int, kernels:
     first = session.run(device_feeds)
     xrt.synchronize("cuda:0")
     first_run_ms = (time.perf_counter() - t0) * 1e3
-    stats = latency(lambda: session.run(device_feeds), iterations, warmup, lambda: xrt.synchronize("cuda:0"))
+    stats = _session_bench().latency(lambda: session.run(device_feeds), iterations, warmup,
+                                     lambda: xrt.synchronize("cuda:0"))
     stats.update(create_ms=create_ms, first_run_ms=first_run_ms)
     if audit > 0:
         stats["audit"] = audit_of(lambda: session.run(device_feeds), audit)
@@ -148,13 +156,13 @@ def audit_of(run: Callable[[], object], runs: int, top: int = 5) -> Dict:
 
 def run_ort(binary, path: pathlib.Path, batch: int, seq: int, graphs: bool, iterations: int, warmup: int):
     if binary is None or not binary.exists():
-        raise Skip("no ort_direct_bench binary (build the benchmarks with ONNX Runtime found)")
+        raise _session_bench().Skip("no ort_direct_bench binary (build the benchmarks with ONNX Runtime found)")
     command = [str(binary), "--model", str(path), "--batch", str(batch), "--device", "cuda", "--graphs",
                "1" if graphs else "0", "--iterations", str(iterations), "--warmup", str(warmup),
                "--dim", f"batch={batch}", "--dim", f"sequence={seq}"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise Skip(f"ort{'_graphs' if graphs else ''}: {failure(done)}")
+        raise _session_bench().Skip(f"ort{'_graphs' if graphs else ''}: {_session_bench().failure(done)}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -165,7 +173,7 @@ def run_torch(module, feeds, mode: str, iterations: int, warmup: int):
     with torch.inference_mode():
         if mode == "eager":
             out = module(*args)
-            stats = latency(lambda: module(*args), iterations, warmup, sync)
+            stats = _session_bench().latency(lambda: module(*args), iterations, warmup, sync)
             first = out[0] if isinstance(out, (tuple, list)) else out
             if isinstance(first, dict):  # torchvision detectors: one dict per image
                 first = first["boxes"]
@@ -180,7 +188,7 @@ def run_torch(module, feeds, mode: str, iterations: int, warmup: int):
             sync()
             compile_s = time.perf_counter() - t0
         graph = torch_graph(lambda: fn(*args))
-        stats = latency(graph.replay, iterations, warmup, sync)
+        stats = _session_bench().latency(graph.replay, iterations, warmup, sync)
         if compile_s is not None:
             stats["compile_s"] = compile_s
         return stats, None
@@ -235,7 +243,7 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
                 else:
                     row[variant], _ = run_torch(module, feeds, "graph" if variant == "torch_graph" else "compile",
                                                 iterations, warmup)
-            except Skip as why:
+            except _session_bench().Skip as why:
                 row["notes"].append(str(why))
             except Exception as error:  # noqa: BLE001: reported in the table
                 row["notes"].append(f"{variant}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
@@ -459,7 +467,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not torch.cuda.is_available():
         print("model_suite_bench: needs a CUDA device", file=sys.stderr)
         return 2
-    binary = find_bench(args.ort_direct)
+    binary = _session_bench().find_bench(args.ort_direct)
     kernels = dict(item.split("=", 1) for item in args.native_kernels.split(",") if item)
     models = [m for m in args.models.split(",") if m]
     skip = [s for s in args.skip.split(",") if s]

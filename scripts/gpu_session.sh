@@ -20,7 +20,9 @@
 #             from the rows done when the time ran out; AUDIT (default 2) profiled native runs give each row its
 #             roofline audit, summarised under the table (AUDIT=0: none)
 #   SKIP      more columns SUITE leaves out (e.g. torch_eager)
-#   PREPARE   the same models' exports and compiles only (JOBS processes), for a SUITE call on the warm machine
+#   PREPARE   the same models' exports and compiles only (JOBS processes), for a SUITE call on the warm machine;
+#             SUITE's or PREPARE's preparation runs while xpuruntime builds (it needs no xpuruntime), and a model it
+#             prepared before on this machine is skipped
 #   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
@@ -46,8 +48,36 @@ if compgen -G ".ortgpu*" > /dev/null; then  # ONNX Runtime's CUDA EP, staged ove
   scripts/ort_cuda_unstage.sh | tail -2
   eval "$(scripts/ort_cuda_unstage.sh --export 2>/dev/null)" || true
 fi
+# The models a PREPARE or SUITE value names: "all" is every architecture of scripts/model_suite.py.
+suite_models() {
+  if [ "$1" = all ]; then
+    python3 -c 'import sys; sys.path.insert(0, "scripts"); import model_suite as m
+print(",".join(a.name for a in m.ARCHS))'
+  else
+    echo "$1"
+  fi
+}
+rows_file=${SUITE_ROWS:-/tmp/xpurt_suite_rows.jsonl}
+skip=ort,ort_graphs,torch_graph
+[ -n "${ORT:-}" ] && skip=torch_graph
+skip=$skip${SKIP:+,$SKIP}
+# PREPARE's or SUITE's exports and Inductor's cache (JOBS processes), made while xpuruntime builds: the preparation
+# needs no xpuruntime, and a fresh machine's build and the suite's exports are each minutes of the call.
+prepare_pid=
+if [ -n "${PREPARE:-}${SUITE:-}" ]; then
+  # shellcheck disable=SC2046 # no --resume for PREPARE alone
+  timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$(suite_models "${SUITE:-$PREPARE}")" \
+    --batches "${BATCHES:-1,16}" --skip "$skip" --prepare-jobs "${JOBS:-8}" --prepare-only \
+    $([ -n "${SUITE:-}" ] && echo --resume "$rows_file") > "$OUT/prepare.log" 2>&1 &
+  prepare_pid=$!
+fi
 XPURT_GPU_TARGETS="${TARGETS:-_core}" OUT="$OUT" scripts/gpu_check.sh --build-only 2>&1 | tail -3
 stamp "build done"
+if [ -n "$prepare_pid" ]; then
+  wait "$prepare_pid"
+  tail -3 "$OUT/prepare.log"
+  stamp "prepare done"
+fi
 export PYTHONPATH=$PWD/src/python
 if [ -n "${PYTESTS:-}" ]; then
   # shellcheck disable=SC2086 # PYTESTS is a list of arguments
@@ -74,31 +104,10 @@ if [ -n "${ROOFLINE:-}" ]; then
   grep -E "^\| [a-z]" "$OUT/roofline.log" | cut -c1-220
   stamp "roofline done"
 fi
-# The models a PREPARE or SUITE value names: "all" is every architecture of scripts/model_suite.py.
-suite_models() {
-  if [ "$1" = all ]; then
-    python3 -c 'import sys; sys.path.insert(0, "scripts"); import model_suite as m
-print(",".join(a.name for a in m.ARCHS))'
-  else
-    echo "$1"
-  fi
-}
-if [ -n "${PREPARE:-}" ]; then  # exports and Inductor's cache for a SUITE call that follows on the warm machine
-  models=$(suite_models "$PREPARE")
-  timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \
-    --prepare-jobs "${JOBS:-8}" --prepare-only > "$OUT/prepare.log" 2>&1
-  tail -3 "$OUT/prepare.log"
-  stamp "prepare done"
-fi
 if [ -n "${SUITE:-}" ]; then
-  models=$(suite_models "$SUITE")
-  skip=ort,ort_graphs,torch_graph
-  [ -n "${ORT:-}" ] && skip=torch_graph
-  skip=$skip${SKIP:+,$SKIP}
-  timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$models" --batches "${BATCHES:-1,16}" \
-    --skip "$skip" --iterations 30 --warmup 5 --prepare-jobs "${JOBS:-8}" --audit "${AUDIT:-2}" \
-    --resume "${SUITE_ROWS:-/tmp/xpurt_suite_rows.jsonl}" > "$OUT/suite.log" 2>&1
-  rows_file=${SUITE_ROWS:-/tmp/xpurt_suite_rows.jsonl}
+  timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$(suite_models "$SUITE")" \
+    --batches "${BATCHES:-1,16}" --skip "$skip" --iterations 30 --warmup 5 --audit "${AUDIT:-2}" \
+    --resume "$rows_file" > "$OUT/suite.log" 2>&1
   touch "$rows_file"
   python3 benchmarks/model_suite_bench.py --render "$rows_file" > "$OUT/suite.md"
   cp "$rows_file" "$OUT/suite_rows.jsonl"

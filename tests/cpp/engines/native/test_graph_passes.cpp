@@ -2377,39 +2377,96 @@ Graph small_resnet_fp16() {
   return b.build({"logits", "h1"});
 }
 
-TEST(NhwcLayout, ResNetRunsChannelsLastBetweenTheStemAndTheClassifier) {
+// Note [Channels last], Note [Stems padded to eight channels]: the whole small ResNet runs channels-last, its
+// 3-channel stem on the image padded to 8 channels.
+TEST(NhwcLayout, ResNetRunsChannelsLastFromTheImageToTheClassifier) {
   const Graph g = small_resnet_fp16();
   passes::PassContext cuda;
   cuda.device = Device::cuda(0);
   Graph out = g;
   const auto results = passes::run_passes(out, cuda);
-  // The four convs of 16 channels and the global pool after them are channels-last; the 3-channel stem and the
-  // max pool reading it stay NCHW.
+  // The stem, the four convs of 16 channels, the max pool and the global pool are channels-last.
   int nhwc_convs = 0;
   for (const Node& n : out.nodes) {
     if (n.op_type == "FusedConv" && n.attrs.get_string("layout", "NCHW") == "NHWC") {
-      ++nhwc_convs;
-      EXPECT_EQ(out.initializers.at(n.inputs[1]).shape()[3], 16) << "weight [O, kh, kw, C]";
+      // weight [O, kh, kw, C]: the stem's 3 channels padded to 8 (the first), 16 for the others
+      EXPECT_EQ(out.initializers.at(n.inputs[1]).shape()[3], nhwc_convs++ == 0 ? 8 : 16) << n.name;
     }
   }
-  EXPECT_EQ(nhwc_convs, 4) << out.str();
+  EXPECT_EQ(nhwc_convs, 5) << out.str();
   EXPECT_EQ(count(out, "FusedConv"), 5) << out.str();
-  EXPECT_EQ(find(out, "MaxPool")->domain, "");
-  const Node* pool = find(out, "GlobalAveragePool");
-  ASSERT_NE(pool, nullptr);
-  EXPECT_EQ(pool->domain, kXpurtDomain);
-  EXPECT_EQ(pool->attrs.get_string("layout", ""), "NHWC");
-  // One Transpose into NHWC (the max pool's output) and one back for the graph output h1; the global pool's
-  // [N, 1, 1, C] goes back to NCHW by a Reshape.
+  for (const char* pool : {"MaxPool", "GlobalAveragePool"}) {
+    const Node* n = find(out, pool);
+    ASSERT_NE(n, nullptr) << pool;
+    EXPECT_EQ(n->domain, kXpurtDomain) << pool;
+    EXPECT_EQ(n->attrs.get_string("layout", ""), "NHWC") << pool;
+  }
+  // The image's Transpose into NHWC and its channels padded from 3 to 8 (zeros in the stem's weight); one Transpose
+  // back for the graph output h1; the global pool's [N, 1, 1, C] goes back to NCHW by a Reshape.
+  const Node* stem = find(out, "FusedConv");  // the first
+  ASSERT_NE(stem, nullptr);
+  const Tensor& w = out.initializers.at(stem->inputs[1]);
+  EXPECT_EQ(w.shape(), (std::vector<std::int64_t>{16, 3, 3, 8}));
+  const Tensor w32 = to_float32({w})[0].contiguous();
+  const auto* weights = static_cast<const float*>(w32.data_ptr());
+  for (std::int64_t k = 0; k < w32.numel(); ++k) {
+    if (k % 8 >= 3) {
+      ASSERT_EQ(weights[k], 0.0f) << "added channel at " << k;
+    }
+  }
+  const Node* pad = find(out, "Pad");
+  ASSERT_NE(pad, nullptr) << out.str();
+  EXPECT_EQ(stem->inputs[0], pad->outputs[0]);
+  const Tensor& pads = out.initializers.at(pad->inputs[1]);
+  const auto* pad_values = static_cast<const std::int64_t*>(pads.data_ptr());
+  EXPECT_EQ(std::vector<std::int64_t>(pad_values, pad_values + pads.numel()),
+            (std::vector<std::int64_t>{0, 0, 0, 0, 0, 0, 0, 5}));
   EXPECT_EQ(count(out, "Transpose"), 2) << out.str();
   EXPECT_EQ(count(out, "Reshape"), 1) << out.str();
   bool ran = false;
-  for (const auto& r : results) ran = ran || (r.pass == "nhwc_layout" && r.rewrites == 5);
+  for (const auto& r : results) ran = ran || (r.pass == "nhwc_layout" && r.rewrites == 7);
   EXPECT_TRUE(ran);
   const Feeds feeds = {{"x", ops::cast(random({2, 3, 12, 12}, 101), DType::kFloat16)}};
   const auto expected = to_float32(run_graph(g, feeds));
   expect_close(expected, to_float32(run_graph(out, feeds)), 2e-2, 2e-2);
   expect_close(expected, to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
+// Note [Stems padded to eight channels]: stems of 2 to 7 channels at several kernel sizes and strides compute what the
+// NCHW convolution does; one input channel, or outputs that are not a multiple of 8, stay NCHW (a 1x1 of stride 1
+// would be a Linear over the channels: Note [Pointwise convolutions as GEMMs]).
+TEST(NhwcLayout, StemsOfTwoToSevenChannelsRunOnPaddedInputs) {
+  auto half = [](const Tensor& t) { return ops::cast(t, DType::kFloat16); };
+  struct Case {
+    std::int64_t c, o, k, stride, size;
+    bool padded;
+  };
+  for (const Case& t : {Case{3, 16, 7, 2, 15, true}, Case{2, 8, 3, 1, 9, true}, Case{7, 24, 5, 3, 11, true},
+                        Case{4, 32, 1, 2, 6, true}, Case{1, 16, 3, 2, 9, false}, Case{3, 12, 3, 2, 9, false}}) {
+    SCOPED_TRACE(detail::str_cat("c ", t.c, " o ", t.o, " k ", t.k, " stride ", t.stride));
+    Builder b;
+    b.input("x", {2, t.c, t.size, t.size});
+    b.g.types["x"].dtype = DType::kFloat16;
+    b.constant("w", half(random({t.o, t.c, t.k, t.k}, 140, -0.5f, 0.5f))).constant("b", half(random({t.o}, 141)));
+    const std::int64_t pad = t.k / 2, out = (t.size + 2 * pad - t.k) / t.stride + 1;
+    b.add(node("Conv", {"x", "w", "b"}, {"c"},
+               Attributes()
+                   .set("pads", std::vector<std::int64_t>{pad, pad, pad, pad})
+                   .set("strides", std::vector<std::int64_t>{t.stride, t.stride})));
+    b.add(node("Relu", {"c"}, {"y"}));
+    for (const char* v : {"c", "y"}) b.typed(v, {2, t.o, out, out}).g.types[v].dtype = DType::kFloat16;
+    const Graph g = b.build({"y"});
+    passes::PassContext cuda;
+    cuda.device = Device::cuda(0);
+    Graph optimized = g;
+    passes::run_passes(optimized, cuda);
+    EXPECT_EQ(find(optimized, "Pad") != nullptr, t.padded) << optimized.str();
+    const Node* conv = find(optimized, "FusedConv");
+    ASSERT_NE(conv, nullptr) << optimized.str();
+    EXPECT_EQ(conv->attrs.get_string("layout", "NCHW"), t.padded ? "NHWC" : "NCHW");
+    const Feeds feeds = {{"x", ops::cast(random({2, t.c, t.size, t.size}, 142), DType::kFloat16)}};
+    expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(optimized, feeds)), 2e-2, 2e-2);
+  }
 }
 
 // ---- elementwise_fusion (Note [Fused elementwise programs]) ----

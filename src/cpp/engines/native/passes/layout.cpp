@@ -48,6 +48,17 @@
 // channels-last int8 values directly. The other QConvs (the 3-channel stem, depthwise and grouped ones) stay NCHW
 // for cuda_raw's generic kernel.
 //
+// Note [Stems padded to eight channels]
+// An image model's first convolution reads the image's 3 channels, which cuDNN's tensor-core NHWC kernels do not take
+// (multiples of 8), so it stayed NCHW and ran cuDNN's non-tensor-core kernels: ResNet-50's 7x7 stem 118 us of its
+// 818 us at batch 16 on an H100 (9% of its floor), and 18 us at batch 1; MobileNetV3's, EfficientNet-B0's and RegNet's
+// 3x3 stems 31-33 us at batch 16 (the suite's audit, 2026-12-06, docs/benchmarks.md). NVIDIA's own ResNet-50 runs pad
+// the image to 4 channels for the same reason. So a one-group FusedConv with 2 to 7 input channels and a
+// multiple of 8 output channels runs channels-last on an input padded with zero channels to 8: the image's Transpose
+// into NHWC, then a Pad of its channel axis (a few microseconds over the image), and the weight [O, kh, kw, 8] with
+// zeros in the added channels, made once here. The zeros add nothing to the sums, so the outputs are the same
+// convolution's; the pools and convolutions after it stay channels-last from the image on.
+
 // Note [Quantized values keep their layout]
 // Between the int8 convolutions of a quantized ResNet sit the residual blocks' float ops as the QDQ model writes them:
 // DequantizeLinear of the identity, Add with the last convolution's float output, Relu, QuantizeLinear. Left NCHW
@@ -152,6 +163,34 @@ bool convertible_conv(const Graph& g, const Node& n) {
   if (!conv || conv->x[1] % 8 != 0 || conv->w->shape()[0] % 8 != 0) return false;
   const std::int64_t group = n.attrs.get_int("group", 1);
   return group == 1 || (group > 1 && conv->x[1] % group == 0 && conv->x[1] / group >= kGroupedNhwcMinChannels);
+}
+
+// The channels a stem's input is padded to (Note [Stems padded to eight channels]).
+constexpr std::int64_t kStemChannels = 8;
+
+// A one-group 16-bit FusedConv of 2 to kStemChannels - 1 input channels and a multiple of 8 output channels, its
+// output shape known (Note [Stems padded to eight channels]). One channel (wav2vec 2.0's raw audio) is left as it is:
+// its NCHW and NHWC orders are the same bytes, and padding it would read eight times what the convolution needs.
+bool padded_stem_conv(const Graph& g, const Node& n) {
+  auto conv = half_nchw_conv(g, n);
+  if (!conv || conv->x[1] < 2 || conv->x[1] >= kStemChannels || conv->w->shape()[0] % 8 != 0) return false;
+  return n.attrs.get_int("group", 1) == 1 && conv->w->shape()[1] == conv->x[1] && half_4d_shape(g, n.outputs[0]);
+}
+
+// `w` [O, I, kh, kw] as [O, kh, kw, channels], the channels past I zeros (Note [Stems padded to eight channels]).
+Tensor ohwi_padded(const Tensor& w, std::int64_t channels) {
+  const Tensor ohwi = ohwi_from_oihw(w);
+  const auto& s = ohwi.shape();
+  Tensor out = Tensor::empty({s[0], s[1], s[2], channels}, w.dtype());
+  const std::size_t row = static_cast<std::size_t>(s[3]) * dtype_size(w.dtype());
+  const std::size_t padded = static_cast<std::size_t>(channels) * dtype_size(w.dtype());
+  auto* to = static_cast<std::uint8_t*>(out.data_ptr());
+  const auto* from = static_cast<const std::uint8_t*>(ohwi.data_ptr());
+  std::memset(to, 0, static_cast<std::size_t>(out.nbytes()));
+  for (std::int64_t r = 0; r < s[0] * s[1] * s[2]; ++r) {
+    std::memcpy(to + static_cast<std::size_t>(r) * padded, from + static_cast<std::size_t>(r) * row, row);
+  }
+  return out;
 }
 
 // A QConv (the int8 convolution, Note [Channels-last int8 convolutions]) worth running channels-last: NCHW, one group,
@@ -322,7 +361,10 @@ class NhwcRewriter {
     Node n = original;
     for (std::string& in : n.inputs) in = current(in);
     if (!original.outputs.empty() && folded_.count(original.outputs[0]) != 0) return;  // a channel shuffle's part
-    if (convert_pointwise(original, n) || convert_conv(original, n) || convert_qconv(original, n)) return;
+    if (convert_pointwise(original, n) || convert_conv(original, n) || convert_padded_stem(original, n) ||
+        convert_qconv(original, n)) {
+      return;
+    }
     const bool nhwc_input = !n.inputs.empty() && nhwc_of_.count(n.inputs[0]) != 0;
     if (follow_pool(n, nhwc_input) || fold_transpose(original, n, nhwc_input) ||
         convert_reduce_mean(original, n, nhwc_input) || convert_elementwise(original, n) ||
@@ -468,6 +510,36 @@ class NhwcRewriter {
     conv.outputs = {twin};
     conv.attrs.set("layout", std::string("NHWC"));
     add_converted(n, std::move(conv), twin, *y_shape, " -> NHWC");
+    return true;
+  }
+
+  // A stem convolution of fewer than 8 input channels: channels-last on its input padded to 8 channels (Note [Stems
+  // padded to eight channels]).
+  bool convert_padded_stem(const Node& original, const Node& n) {
+    if (!padded_stem_conv(g_, original)) return false;
+    const auto y_shape = half_4d_shape(g_, n.outputs[0]);
+    const std::int64_t channels = half_4d_shape(g_, original.inputs[0])->at(1);
+    Node pad;
+    pad.name = fresh(n.name + "_pad_channels");
+    pad.op_type = "Pad";
+    pad.inputs = {to_nhwc(n.inputs[0]),
+                  add_constant(g_, n.name + "_channel_pads", int64_tensor({0, 0, 0, 0, 0, 0, 0,
+                                                                           kStemChannels - channels}))};
+    shape_constants_.insert(pad.inputs[1]);
+    pad.outputs = {fresh(n.inputs[0] + "_nhwc_padded")};
+    Node conv = n;
+    conv.inputs[0] = pad.outputs[0];
+    nodes_.push_back(std::move(pad));
+    replaced_weights_.insert(n.inputs[1]);
+    conv.inputs[1] = add_constant(g_, n.inputs[1] + "_ohwi_padded",
+                                  ohwi_padded(*constant(g_, n.inputs[1]), kStemChannels));
+    if (n.inputs.size() > 3 && !n.inputs[3].empty()) conv.inputs[3] = to_nhwc(n.inputs[3]);
+    const std::string twin = fresh(n.outputs[0] + "_nhwc");
+    conv.outputs = {twin};
+    conv.attrs.set("layout", std::string("NHWC"));
+    add_converted(n, std::move(conv), twin, *y_shape,
+                  detail::str_cat(" -> NHWC on its input padded from ", channels, " to ", kStemChannels,
+                                  " channels").c_str());
     return true;
   }
 

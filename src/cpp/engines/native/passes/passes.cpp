@@ -74,9 +74,9 @@ const std::vector<PassInfo>& all_passes() {
        attention_head_padding},
       {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu] -> com.xpuruntime:FusedConv", conv_fusion},
       {"nhwc_layout",
-       "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group) and the pools after it run "
-       "channels-last (NHWC), weights permuted once, Transposes only where NCHW readers remain; the int8 QConv "
-       "(input channels multiple of 16, one group) too, for the tensor cores",
+       "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group; a stem of 2 to 7 channels on its input "
+       "padded to 8) and the pools after it run channels-last (NHWC), weights permuted once, Transposes only where "
+       "NCHW readers remain; the int8 QConv (input channels multiple of 16, one group) too, for the tensor cores",
        nhwc_layout},
       {"quantized_constant_folding",
        "QLinear / QConv with constant weight, w_scale and bias: alpha = x_scale * w_scale and the zero point's "

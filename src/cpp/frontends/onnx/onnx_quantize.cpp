@@ -568,7 +568,7 @@ const std::set<std::string>& quantized_op_types() {
       "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
       "MatMulInteger",  "ConvInteger",      "MatMulNBits",           "QLinearAdd",  "QLinearMul",
       "QGemm",          "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearSigmoid", "QLinearLeakyRelu",
-      "QLinearConcat",  "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax"};
+      "QLinearConcat",  "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "GatherBlockQuantized"};
   return ops;
 }
 

@@ -1,7 +1,7 @@
 // ONNX reference ops, quantization: QuantizeLinear, DequantizeLinear (int8/uint8/int16/uint16, float8, int4/uint4;
 // per tensor, per axis, blocked), DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv, and
-// ONNX Runtime's com.microsoft QLinearAdd, QLinearMul, QGemm, MatMulNBits and the QOperator format's ops (Note [ONNX
-// Runtime's QOperator contrib ops]). See backends/cpu/onnx/onnx_kernels.h.
+// ONNX Runtime's com.microsoft QLinearAdd, QLinearMul, QGemm, MatMulNBits, GatherBlockQuantized and the QOperator
+// format's ops (Note [ONNX Runtime's QOperator contrib ops]). See backends/cpu/onnx/onnx_kernels.h.
 //
 // Note [Quantized arithmetic]
 // Quantizing follows ONNX: y = saturate(round_half_even(x / scale) + zero_point), with x / scale computed in
@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "backends/cpu/onnx/onnx_misc.h"
+#include "xpuruntime/low_bit.h"
 
 namespace xpuruntime::onnx_ref {
 namespace {
@@ -1014,6 +1016,147 @@ void qlinear_concat(OpContext& ctx) {
   concat_into(inputs, axis, out);
 }
 
+// ---- GatherBlockQuantized ----
+
+// The codes of a GatherBlockQuantized operand as a row-major array of `shape` (its logical shape): uint8 with `bits` <
+// 8 holds 8 / bits codes a byte along its last axis, low bits first (a row's last byte may be partly unused, as a
+// zero point's row of an odd count of blocks); every other type is one code an element.
+struct BlockCodes {
+  const Tensor* t = nullptr;
+  std::int64_t bits = 8;
+  Shape shape;             // logical
+  std::int64_t row_bytes = 0;  // packed: bytes a row of the last axis
+
+  double at(std::int64_t flat) const {
+    if (row_bytes == 0) return code_of(*t, flat);
+    const std::int64_t per = 8 / bits, cols = shape.back();
+    const std::int64_t row = flat / cols, col = flat % cols;
+    const unsigned byte = data<std::uint8_t>(*t)[row * row_bytes + col / per];
+    return static_cast<double>((byte >> ((col % per) * bits)) & ((1u << bits) - 1));
+  }
+
+  // One byte an element (uint8, int4/uint4 held unpacked, float8: Note [Float8 and 4-bit dtypes]).
+  static double code_of(const Tensor& t, std::int64_t flat) {
+    const std::uint8_t byte = data<std::uint8_t>(t)[flat];
+    if (is_float8_dtype(t.dtype())) return static_cast<double>(detail::float8_to_float(byte, t.dtype()));
+    return t.dtype() == DType::kInt4 ? static_cast<std::int8_t>(byte) : byte;
+  }
+};
+
+BlockCodes block_codes(const OpContext& ctx, const Tensor& t, std::int64_t bits, Shape logical, const char* name) {
+  BlockCodes c{&t, bits, std::move(logical), 0};
+  if (t.dtype() == DType::kUInt8 && bits < 8) {
+    const std::int64_t cols = c.shape.empty() ? 1 : c.shape.back();
+    c.row_bytes = (cols * bits + 7) / 8;
+    Shape packed = c.shape;
+    if (!packed.empty()) packed.back() = c.row_bytes;
+    XPURT_CHECK(t.shape() == packed, ctx.where(), ": '", name, "' ", shape_str(t.shape()), " must be ",
+                shape_str(packed), " (", bits, "-bit codes packed ", 8 / bits, " a byte along the last axis)");
+  } else {
+    XPURT_CHECK(t.shape() == c.shape, ctx.where(), ": '", name, "' has shape ", shape_str(t.shape()), ", expected ",
+                shape_str(c.shape));
+  }
+  return c;
+}
+
+// com.microsoft GatherBlockQuantized (ONNX Runtime's contrib op: quantized embedding tables, as onnxruntime-genai's
+// int4 models and MatMul4BitsQuantizer write them): Gather of `data` along gather_axis, each value dequantized with
+// the scale (and zero point) of its block of block_size values along quantize_axis.
+//   data        rank r: uint8 (bits 2, 4 or 8; below 8 packed along the last axis, low bits first; gather_axis 0),
+//               int4/uint4, or float8 (bits ignored);
+//   indices     int32/int64, any shape, values in [-s, s) along gather_axis (negative from the end); an index outside
+//               that range gives zeros (the op's definition, unlike Gather);
+//   scales      rank r, float32/float16/bfloat16: data's logical shape with ceil(d / block_size) along quantize_axis
+//               (block_size 0, float8 only: one block); float8: a dimension of 1 on another axis broadcasts;
+//   zero_points optional, data's type (uint8 packed like data): absent, 2^(bits - 1) for uint8 and 0 for int4/uint4;
+//               never for float8.
+// output[...] = (code - zero_point) * scale in float32, rounded to the scales' type, of shape
+// data.shape[:gather_axis] + indices.shape + data.shape[gather_axis + 1:] (data's logical shape). Only the gathered
+// values are dequantized.
+void gather_block_quantized(OpContext& ctx) {
+  const Tensor& dat = ctx.input(0);
+  const Tensor& indices = ctx.input(1);
+  const Tensor& scales = ctx.input(2);
+  check_scale_dtype(ctx, scales, "scales");
+  XPURT_CHECK_TYPE(scales.dtype() != DType::kFloat64, ctx.where(), ": 'scales' must be float32, float16 or bfloat16");
+  const bool float8 = is_float8_dtype(dat.dtype());
+  const std::int64_t bits = float8 ? 8 : ctx.attr_int("bits", 4);
+  XPURT_CHECK_TYPE(float8 || dat.dtype() == DType::kUInt8 || is_int4_dtype(dat.dtype()), ctx.where(),
+                   ": input 'data' must be uint8, int4, uint4 or a float8 type, got ", dtype_name(dat.dtype()));
+  XPURT_CHECK(dat.dtype() != DType::kUInt8 || bits == 2 || bits == 4 || bits == 8, ctx.where(),
+              ": bits must be 2, 4 or 8 for uint8 data, got ", bits);
+  XPURT_CHECK(dat.dim() >= 1, ctx.where(), ": input 'data' must have rank >= 1");
+  const auto r = static_cast<std::int64_t>(dat.dim());
+  Shape logical = dat.shape();
+  if (dat.dtype() == DType::kUInt8) logical.back() *= 8 / bits;
+  const std::int64_t gather_axis = normalize_axis(ctx.attr_int("gather_axis", 0), r, ctx.where() + " gather_axis");
+  const std::int64_t quantize_axis =
+      normalize_axis(ctx.attr_int("quantize_axis", 1), r, ctx.where() + " quantize_axis");
+  XPURT_CHECK(dat.dtype() != DType::kUInt8 || gather_axis == 0, ctx.where(),
+              ": gather_axis must be 0 for uint8 data, got ", gather_axis);
+  const std::int64_t block = ctx.attr_int("block_size", 128);
+  XPURT_CHECK((block >= 16 && (block & (block - 1)) == 0) || (float8 && block == 0), ctx.where(),
+              ": block_size must be a power of two >= 16", float8 ? " or 0" : "", ", got ", block);
+  const std::int64_t qdim = logical[static_cast<std::size_t>(quantize_axis)];
+  const std::int64_t block_len = block == 0 ? std::max<std::int64_t>(qdim, 1) : block;
+  XPURT_CHECK(scales.dim() == dat.dim(), ctx.where(), ": 'scales' ", shape_str(scales.shape()),
+              " must have data's rank ", r);
+  for (std::int64_t a = 0; a < r; ++a) {
+    const std::int64_t want = a == quantize_axis ? (qdim + block_len - 1) / block_len : logical[a];
+    const std::int64_t got = scales.shape()[static_cast<std::size_t>(a)];
+    XPURT_CHECK(got == want || (float8 && a != quantize_axis && got == 1), ctx.where(), ": 'scales' ",
+                shape_str(scales.shape()), " must be ", want, " along axis ", a, " (data ", shape_str(logical),
+                ", quantize_axis ", quantize_axis, ", block_size ", block, ")");
+  }
+  const BlockCodes codes = block_codes(ctx, dat, bits, logical, "data");
+  std::optional<BlockCodes> zeros;
+  if (ctx.has_input(3)) {
+    XPURT_CHECK(!float8, ctx.where(), ": float8 data takes no 'zero_points' (its quantization is symmetric)");
+    XPURT_CHECK_TYPE(ctx.input(3).dtype() == dat.dtype(), ctx.where(), ": 'zero_points' must have data's type (",
+                     dtype_name(dat.dtype()), "), got ", dtype_name(ctx.input(3).dtype()));
+    zeros = block_codes(ctx, ctx.input(3), bits, scales.shape(), "zero_points");
+  }
+  const double default_zero = dat.dtype() == DType::kUInt8 ? static_cast<double>(1 << (bits - 1)) : 0.0;
+  const ScratchVector<std::int64_t> idx = read_indices(indices, ctx.where() + " input 'indices'");
+  const std::int64_t outer = numel_of(Shape(logical.begin(), logical.begin() + gather_axis));
+  const std::int64_t s = logical[static_cast<std::size_t>(gather_axis)];
+  const std::int64_t inner = numel_of(Shape(logical.begin() + gather_axis + 1, logical.end()));
+  Shape out_shape(logical.begin(), logical.begin() + gather_axis);
+  out_shape.insert(out_shape.end(), indices.shape().begin(), indices.shape().end());
+  out_shape.insert(out_shape.end(), logical.begin() + gather_axis + 1, logical.end());
+  // Row-major strides of data's logical shape and of the scales (0 where a scale broadcasts).
+  std::vector<std::int64_t> stride(static_cast<std::size_t>(r), 1), scale_stride(static_cast<std::size_t>(r), 1);
+  for (std::int64_t a = r - 2; a >= 0; --a) {
+    stride[a] = stride[a + 1] * logical[a + 1];
+    scale_stride[a] = scale_stride[a + 1] * scales.shape()[a + 1];
+  }
+  const ScratchVector<float> sc = to_floats(scales);
+  const auto count = static_cast<std::int64_t>(idx.size());
+  ScratchVector<double> out(static_cast<std::size_t>(outer * count * inner), 0.0);
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t j = 0; j < count; ++j) {
+      std::int64_t row = idx[static_cast<std::size_t>(j)];
+      if (row < 0) row += s;
+      if (row < 0 || row >= s) continue;  // zeros
+      for (std::int64_t i = 0; i < inner; ++i) {
+        const std::int64_t flat = (o * s + row) * inner + i;
+        std::int64_t param = 0;
+        for (std::int64_t a = 0; a < r; ++a) {
+          std::int64_t coord = (flat / stride[a]) % logical[a];
+          if (a == quantize_axis) coord /= block_len;
+          if (scales.shape()[a] == 1) coord = 0;
+          param += coord * scale_stride[a];
+        }
+        const double zero = zeros ? zeros->at(param) : default_zero;
+        const auto centered = static_cast<float>(codes.at(flat) - zero);
+        out[static_cast<std::size_t>((o * count + j) * inner + i)] =
+            static_cast<double>(centered * sc[static_cast<std::size_t>(param)]);
+      }
+    }
+  }
+  store_doubles(ctx.allocate_output(0, out_shape, scales.dtype()), out);
+}
+
 }  // namespace
 
 void register_misc_quantization_ops(NodeKernelRegistrar& kernels) {
@@ -1038,6 +1181,7 @@ void register_misc_quantization_ops(NodeKernelRegistrar& kernels) {
   kernels.add("com.microsoft", "QLinearSoftmax", qlinear_softmax);
   kernels.add("com.microsoft", "QLinearConcat", qlinear_concat);
   kernels.add("com.microsoft", "MatMulNBits", matmul_nbits);
+  kernels.add("com.microsoft", "GatherBlockQuantized", gather_block_quantized);
 }
 
 }  // namespace xpuruntime::onnx_ref

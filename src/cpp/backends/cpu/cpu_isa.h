@@ -120,6 +120,22 @@ inline std::int64_t depthwise_block_scratch(const DepthwiseBlock& b) {
   return kDepthwiseBlock * (b.height * b.width + b.kh * b.kw + b.out_h * b.out_w);
 }
 
+// Planes IsaKernels::avg_pool_block_f32 pools at once (Note [Average pooling of small planes across channels] in
+// cpu_pool.cpp), and one block's problem: `planes` (at most kPoolBlock) consecutive input planes of `shape`'s geometry
+// (no dilation; its input, out, row and sums unused) averaged into as many output planes (Note [Pooling windows]);
+// scratch holds pool_block_scratch floats.
+constexpr std::int64_t kPoolBlock = 16;
+struct PoolBlock {
+  const float* x = nullptr;
+  float* y = nullptr;
+  std::int64_t planes = 0;
+  PoolPlane<float> shape;
+  float* scratch = nullptr;
+};
+inline std::int64_t pool_block_scratch(const PoolPlane<float>& s) {
+  return kPoolBlock * (s.height * s.width + s.out_h * s.out_w);
+}
+
 // The activations IsaKernels::epilogue_f32 applies (Note [Convolution epilogues in vectors] in cpu_conv.cpp).
 enum class RowActivation : std::uint8_t { kNone, kRelu, kRelu6, kHardSwish };
 
@@ -175,6 +191,9 @@ struct IsaKernels {
   // y = the depthwise convolution of one DepthwiseBlock, no epilogue; each output sums the taps inside the input in
   // row-major order (Note [Depthwise convolution of small planes across channels] in cpu_conv.cpp).
   void (*depthwise_block_f32)(const DepthwiseBlock& block);
+  // y = the average pooling of one PoolBlock's planes, as avg_pool_plane_f32 computes each (Note [Average pooling of
+  // small planes across channels] in cpu_pool.cpp).
+  void (*avg_pool_block_f32)(const PoolBlock& block);
 };
 
 // The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float), and the bound below

@@ -907,7 +907,7 @@ Values naive_max_pool(const Values& x, const Shape& xs, Shape kernel, Shape stri
 }
 
 // Max pooling by rows (cpu_isa.h, Note [Max pooling by rows]) on every instruction set: strides 1-3, dilations,
-// asymmetric pads, ceil_mode, NaN inputs, float64.
+// asymmetric pads, ceil_mode, NaN inputs, float64, planes of every size.
 TEST(CpuBackend, MaxPoolWindowLoopMatchesNaiveOnEveryIsa) {
   struct Case {
     Shape x, kernel, strides, pads, dilations;
@@ -924,6 +924,8 @@ TEST(CpuBackend, MaxPoolWindowLoopMatchesNaiveOnEveryIsa) {
       {{2, 2, 7, 9}, {2, 2}, {1, 1}, {1, 0, 0, 1}, {1, 1}, false},
       {{1, 2, 15, 15}, {3, 3}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true},
       {{1, 1, 33, 40}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
+      {{2, 21, 9, 9}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
+      {{3, 7, 6, 11}, {2, 3}, {1, 2}, {0, 1, 1, 0}, {2, 1}, true},
   };
   unsigned seed = 900;
   for (const auto& c : cases) {
@@ -989,8 +991,8 @@ Values naive_avg_pool(const Values& x, const Shape& xs, const Shape& kernel, con
   return y;
 }
 
-// Average pooling by rows (cpu_isa.h, Note [Average pooling by rows]) on every instruction set: strides 1-3, edge
-// windows on both sides, asymmetric pads, ceil_mode, both divisor rules, float64.
+// Average pooling by rows (cpu_isa.h, Note [Average pooling by rows]) and of small planes across channels on every
+// instruction set: strides 1-3, edge windows on both sides, asymmetric pads, ceil_mode, both divisor rules, float64.
 TEST(CpuBackend, AvgPoolByRowsMatchesNaiveOnEveryIsa) {
   struct Case {
     Shape x, kernel, strides, pads;
@@ -1000,6 +1002,9 @@ TEST(CpuBackend, AvgPoolByRowsMatchesNaiveOnEveryIsa) {
       {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, false}, {{1, 2, 13, 17}, {3, 3}, {1, 1}, {1, 1, 1, 1}, false},
       {{1, 2, 11, 14}, {2, 3}, {3, 2}, {0, 1, 1, 0}, true},  {{1, 1, 9, 9}, {5, 5}, {2, 3}, {2, 2, 2, 2}, true},
       {{3, 1, 7, 5}, {1, 1}, {2, 2}, {0, 0, 0, 0}, false},   {{1, 2, 6, 40}, {2, 7}, {2, 2}, {0, 3, 1, 3}, true},
+      // small planes averaged 16 at a time (Note [Average pooling of small planes across channels]), the last block
+      // partly filled
+      {{2, 21, 9, 9}, {3, 3}, {2, 2}, {1, 1, 1, 1}, false},  {{3, 7, 8, 7}, {2, 3}, {1, 2}, {0, 1, 1, 0}, true},
   };
   unsigned seed = 950;
   for (const auto& c : cases) {

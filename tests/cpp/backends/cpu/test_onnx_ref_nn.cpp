@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -568,6 +569,13 @@ TEST(OnnxRefNn, ResizeModes) {
   keep.attr("axes", Shape{2, 3}).attr("keep_aspect_ratio_policy", std::string("not_larger"));
   EXPECT_EQ(run1(keep, 18, {x, Tensor(), Tensor(), makei({2}, {4, 3})}).shape(), Shape({1, 1, 3, 3}));
   XPURT_EXPECT_THROW_WITH(run1(nearest, 13, {x, Tensor(), Tensor()}), InvalidArgumentError, "scales");
+  // A scale or size whose output dim is past int64's range is a typed error, not an undefined conversion (UBSan found
+  // the scale case through fuzz_model_structure_native).
+  XPURT_EXPECT_THROW_WITH(run1(nearest, 13, {x, empty_roi, makef({4}, {1, 1, 1e30f, 1})}), InvalidArgumentError,
+                          "larger than any tensor can be");
+  XPURT_EXPECT_THROW_WITH(run1(keep, 18, {x, Tensor(), Tensor(), makei({2}, {std::numeric_limits<std::int64_t>::max(),
+                                                                             std::numeric_limits<std::int64_t>::max()})}),
+                          InvalidArgumentError, "larger than any tensor can be");
   XPURT_EXPECT_THROW_WITH(
       run1(NodeBuilder("Resize", 4), 13, {x, Tensor(), makef({4}, {1, 1, 2, 2}), makei({4}, {1, 1, 4, 4})}),
       InvalidArgumentError, "both");

@@ -3,6 +3,7 @@
 // and NonMaxSuppression.
 // Values are computed in double.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <type_traits>
@@ -322,7 +323,11 @@ void run_resize(OpContext& ctx, const ResizeParams& p, ScratchVector<double> sca
                 " has rank ", rank, " (one of scales and sizes must be given)");
     for (std::size_t d = 0; d < rank; ++d) {
       XPURT_CHECK(scales[d] > 0, ctx.where(), ": scales must be > 0, got ", scales[d], " for dim ", d);
-      out[d] = static_cast<std::int64_t>(std::floor(static_cast<double>(in[d]) * scales[d]));
+      // Converting a double past int64's range to int64 is undefined (found by fuzz_model_structure_native).
+      const double size = std::floor(static_cast<double>(in[d]) * scales[d]);
+      XPURT_CHECK(size < 9.2e18, ctx.where(), ": scale ", scales[d], " makes dim ", d, " of X ", shape_str(in),
+                  " larger than any tensor can be");
+      out[d] = static_cast<std::int64_t>(size);
     }
   }
   if (roi.empty()) {
@@ -433,7 +438,10 @@ void resize(OpContext& ctx) {
       }
       for (std::int64_t a : axes) {
         const auto d = static_cast<std::size_t>(a);
-        sizes[d] = static_cast<std::int64_t>(std::floor(scale * static_cast<double>(in[d]) + 0.5));  // round half up
+        const double size = std::floor(scale * static_cast<double>(in[d]) + 0.5);  // round half up
+        XPURT_CHECK(size < 9.2e18, ctx.where(), ": sizes ", shape_str(sizes), " make dim ", d, " of X ", shape_str(in),
+                    " larger than any tensor can be");  // past int64's range the conversion would be undefined
+        sizes[d] = static_cast<std::int64_t>(size);
         size_scales[d] = scale;
       }
     }

@@ -633,6 +633,12 @@ TEST(OnnxRefNn, AffineGridAndMaxRoiPool) {
   NodeBuilder mrp("MaxRoiPool", 2);
   mrp.attr("pooled_shape", Shape{2, 2});
   EXPECT_EQ(valf(run1(mrp, 1, {makef({1, 1, 4, 4}, xs), makef({1, 5}, {0, 0, 0, 3, 3})})), F({5, 7, 13, 15}));
+  // A batch index or coordinate no int64 holds (NaN, 1e30) is a typed error, not an undefined conversion.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  XPURT_EXPECT_THROW_WITH(run1(mrp, 1, {makef({1, 1, 4, 4}, xs), makef({1, 5}, {nan, 0, 0, 3, 3})}),
+                          InvalidArgumentError, "batch index");
+  XPURT_EXPECT_THROW_WITH(run1(mrp, 1, {makef({1, 1, 4, 4}, xs), makef({1, 5}, {0, 0, 0, 1e30f, 3})}),
+                          InvalidArgumentError, "is not a pixel position");
 }
 
 TEST(OnnxRefNn, RoiAlignAverageOfConstantIsConstant) {

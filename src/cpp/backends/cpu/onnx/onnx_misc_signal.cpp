@@ -272,10 +272,11 @@ void mel_weight_matrix(OpContext& ctx) {
     const double mel = static_cast<double>(i) * mel_step + low_mel;
     const double hz = 700.0 * (std::pow(10.0, mel / 2595.0) - 1.0);
     const double bin = static_cast<double>(dft_length + 1) * hz / static_cast<double>(sample_rate);
-    bins[i] = static_cast<std::int64_t>(std::floor(bin));
-    XPURT_CHECK(bins[i] < spectrogram_bins, ctx.where(), ": upper_edge_hertz ", upper_hz,
+    // Compared as a double first: converting one past int64's range to int64 is undefined.
+    XPURT_CHECK(bin < static_cast<double>(spectrogram_bins), ctx.where(), ": upper_edge_hertz ", upper_hz,
                 " maps past the last spectrogram bin (", spectrogram_bins, " bins for dft_length ", dft_length,
                 " at sample_rate ", sample_rate, ")");
+    bins[i] = static_cast<std::int64_t>(std::floor(bin));
   }
   ScratchVector<double> out(static_cast<std::size_t>(spectrogram_bins * num_mel_bins), 0.0);
   auto at = [&](std::int64_t row, std::int64_t col) -> double& {

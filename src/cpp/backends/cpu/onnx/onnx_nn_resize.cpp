@@ -818,8 +818,14 @@ void max_roi_pool(OpContext& ctx) {
   ScratchVector<double> y(static_cast<std::size_t>(num_rois * C * ph_n * pw_n));
   for (std::int64_t r = 0; r < num_rois; ++r) {
     const double* roi = rois.data() + r * 5;
+    // Checked as doubles first: converting one past int64's range (or NaN) to int64 is undefined.
+    XPURT_CHECK(roi[0] > -1.0 && roi[0] < static_cast<double>(N), ctx.where(), ": batch index ", roi[0], " of roi ",
+                r, " is outside [0, ", N, ")");  // truncated toward zero, as before
     const auto b = static_cast<std::int64_t>(roi[0]);
-    XPURT_CHECK(b >= 0 && b < N, ctx.where(), ": batch index ", roi[0], " of roi ", r, " is outside [0, ", N, ")");
+    for (int k = 1; k < 5; ++k) {
+      XPURT_CHECK(std::fabs(roi[k] * scale) < 2147483648.0, ctx.where(), ": coordinate ", roi[k], " of roi ", r,
+                  " times spatial_scale ", scale, " is not a pixel position (|value| < 2^31)");
+    }
     const auto x1 = static_cast<std::int64_t>(std::round(roi[1] * scale));
     const auto y1 = static_cast<std::int64_t>(std::round(roi[2] * scale));
     const auto x2 = static_cast<std::int64_t>(std::round(roi[3] * scale));

@@ -650,6 +650,18 @@ TEST(OnnxRefNn, RoiAlignAverageOfConstantIsConstant) {
   const Tensor y = run1(nb, 16, {x, makef({1, 4}, {0.5f, 0.5f, 2.5f, 2.5f}), makei({1}, {0})});
   ASSERT_EQ(y.shape(), Shape({1, 1, 2, 2}));
   for (float v : valf(y)) EXPECT_NEAR(v, 3.0f, 1e-6);
+  // The adaptive sampling grid (sampling_ratio 0) of an absurd or NaN ROI is a typed error, not an endless loop or an
+  // undefined conversion.
+  NodeBuilder adaptive("RoiAlign", 3);
+  adaptive.attr("output_height", std::int64_t{2}).attr("output_width", std::int64_t{2});
+  EXPECT_NEAR(valf(run1(adaptive, 16, {x, makef({1, 4}, {0.5f, 0.5f, 2.5f, 2.5f}), makei({1}, {0})}))[0], 3.0f, 1e-6);
+  XPURT_EXPECT_THROW_WITH(run1(adaptive, 16, {x, makef({1, 4}, {0, 0, 1e30f, 2}), makei({1}, {0})}),
+                          InvalidArgumentError, "needs a sampling grid of");
+  XPURT_EXPECT_THROW_WITH(run1(adaptive, 16, {x, makef({1, 4}, {0, 0, 2, -1e30f}), makei({1}, {0})}),
+                          InvalidArgumentError, "needs a sampling grid of");
+  XPURT_EXPECT_THROW_WITH(run1(adaptive, 16, {x, makef({1, 4}, {0, std::numeric_limits<float>::quiet_NaN(), 2, 2}),
+                                              makei({1}, {0})}),
+                          InvalidArgumentError, "needs a sampling grid of");
 }
 
 TEST(OnnxRefNn, NonMaxSuppressionSuppressesByIou) {

@@ -646,10 +646,16 @@ void roi_align(OpContext& ctx) {
       roi_h = std::max(roi_h, 1.0);
     }
     const double bin_h = roi_h / static_cast<double>(oh), bin_w = roi_w / static_cast<double>(ow);
-    const std::int64_t grid_h =
-        sampling_ratio > 0 ? sampling_ratio : static_cast<std::int64_t>(std::ceil(roi_h / static_cast<double>(oh)));
-    const std::int64_t grid_w =
-        sampling_ratio > 0 ? sampling_ratio : static_cast<std::int64_t>(std::ceil(roi_w / static_cast<double>(ow)));
+    // The adaptive grid, checked as doubles before its conversion (NaN or past int64's range would be undefined) and
+    // bounded (a ROI of 1e30 pixels would sample forever).
+    const double grid_hd = sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(bin_h);
+    const double grid_wd = sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(bin_w);
+    constexpr double kMaxGrid = 16777216.0;  // 2^24 sampling points a bin
+    XPURT_CHECK(std::fabs(grid_hd) <= kMaxGrid && std::fabs(grid_wd) <= kMaxGrid && grid_hd * grid_wd <= kMaxGrid,
+                ctx.where(), ": roi ", r, " [",
+                roi[0], ", ", roi[1], ", ", roi[2], ", ", roi[3], "] at spatial_scale ", spatial_scale,
+                " needs a sampling grid of ", grid_hd, " x ", grid_wd, " points a bin (at most 2^24)");
+    const auto grid_h = static_cast<std::int64_t>(grid_hd), grid_w = static_cast<std::int64_t>(grid_wd);
     const double count = static_cast<double>(std::max<std::int64_t>(grid_h * grid_w, 1));
     for (std::int64_t c = 0; c < C; ++c) {
       const double* xp = x.data() + (b * C + c) * H * W;

@@ -25,8 +25,9 @@ the run at under 50% of their floor, each with its kernel and why it was chosen;
 the audit summary over all rows (issue 42's "every node over 2% of its model's time at 50% of its floor").
 
 Latencies are medians over --iterations calls, each followed by a device synchronization inside its timing. The native
-output is compared with torch_eager's (max abs difference relative to max |torch|). Each row's "wall_s" says how long
-each variant took to measure (session creation, compilation and searches included), where a device call's time goes.
+output is compared with torch_eager's (max abs difference relative to max |torch|; with --skip torch_eager, with one
+untimed eager call's). Each row's "wall_s" says how long each variant took to measure (session creation, compilation
+and searches included), where a device call's time goes.
 
     python3 benchmarks/model_suite_bench.py --models resnet,bert --batches 1,16 \\
         [--dir models/suite/full] [--iterations 50] [--warmup 10] [--seq 128] [--json out.json] [--markdown out.md]
@@ -167,13 +168,16 @@ def run_ort(binary, path: pathlib.Path, batch: int, seq: int, graphs: bool, iter
 
 
 def run_torch(module, feeds, mode: str, iterations: int, warmup: int):
+    """Times `module` in `mode` ("eager", "graph", "compile"); eager also returns its first output as numpy (the
+    reference native_rel_err compares with). "reference": that output only, nothing timed."""
     import torch
     args = [v.cuda() for v in feeds.values()]
     sync = torch.cuda.synchronize
     with torch.inference_mode():
-        if mode == "eager":
+        if mode in ("eager", "reference"):
             out = module(*args)
-            stats = _session_bench().latency(lambda: module(*args), iterations, warmup, sync)
+            stats = (_session_bench().latency(lambda: module(*args), iterations, warmup, sync) if mode == "eager"
+                     else {})
             first = out[0] if isinstance(out, (tuple, list)) else out
             if isinstance(first, dict):  # torchvision detectors: one dict per image
                 first = first["boxes"]
@@ -249,6 +253,11 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
                 row["notes"].append(f"{variant}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
             torch.cuda.synchronize()
             row["wall_s"][variant] = round(time.perf_counter() - started, 2)
+        if "native" in row and reference is None:  # torch_eager skipped: one eager call for the reference
+            try:
+                _, reference = run_torch(module, feeds, "reference", 0, 0)
+            except Exception as error:  # noqa: BLE001: reported in the table
+                row["notes"].append(f"reference: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
         if "native" in row and reference is not None and native_out.shape == reference.shape:
             row["native_rel_err"] = float(np.abs(native_out - reference).max() / max(np.abs(reference).max(), 1e-6))
         rows.append(row)
@@ -381,8 +390,9 @@ def audit_summary(rows: List[Dict]) -> str:
               "cases):"]
     for (op, kernel, backend), g in sorted(groups.items(), key=lambda kv: -kv[1]["lost"]):
         cases = sorted(g["cases"])
-        lines.append(f"- {op} / {kernel} ({backend}): {100 * g['lost']:.1f}% lost in {len(cases)} cases "
-                     f"({', '.join(cases[:6])}{', ...' if len(cases) > 6 else ''}); the first's reason: {(g['reason'] or '-')[:160]}")
+        listed = ", ".join(cases[:6]) + (", ..." if len(cases) > 6 else "")
+        lines.append(f"- {op} / {kernel} ({backend}): {100 * g['lost']:.1f}% lost in {len(cases)} cases ({listed}); "
+                     f"the first's reason: {(g['reason'] or '-')[:160]}")
     return "\n".join(lines)
 
 

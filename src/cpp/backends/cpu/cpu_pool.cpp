@@ -71,7 +71,7 @@ PoolPlane<T> plane_shape(const PoolGeometry& g) {
 // Note [Average pooling of small planes across channels]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Pooling by rows (Note [Average pooling by rows]) pays a few short loops per output row, so on small planes the
-// loops' setup is the work: the tiny suite's average pools of [3, 64, 16, 16] took 2.7-5.8x ONNX Runtime's time on
+// loops' setup is the work: the tiny suite's average pools of [3, 64, 16, 16] took 2.6-3.2x ONNX Runtime's time on
 // this machine (benchmarks/cpu_pool_bench.py, 2026-12-06, one thread). A float plane of at most kBlockPoolPixels
 // pixels is averaged kPoolBlock planes at once instead (IsaKernels::avg_pool_block_f32, compiled per instruction set),
 // as Note [Depthwise convolution of small planes across channels] does for convolutions: the planes transposed to
@@ -81,15 +81,15 @@ PoolPlane<T> plane_shape(const PoolGeometry& g) {
 // way measured no faster than by rows, and stays there.
 constexpr std::int64_t kBlockPoolPixels = 1024;
 
-bool averages_across_channels(const PoolGeometry& g) {
+// Planes the block kernel takes: small, several, and no dilation (avg_pool_block_f32 reads contiguous taps).
+bool pools_across_channels(const PoolGeometry& g) {
   return g.height * g.width <= kBlockPoolPixels && g.planes >= 2 && g.dilation[0] == 1 && g.dilation[1] == 1;
 }
 
-void avg_pool_blocks(const float* in, float* out, const CpuContext& context, const PoolGeometry& g,
-                     const PoolPlane<float>& shape) {
+void pool_blocks(const float* in, float* out, const CpuContext& context, const PoolGeometry& g,
+                 const PoolPlane<float>& shape, void (*block_kernel)(const PoolBlock&)) {
   const std::int64_t blocks = (g.planes + kPoolBlock - 1) / kPoolBlock;
-  const std::int64_t grain = std::max<std::int64_t>(
-      1, 16384 / std::max<std::int64_t>(kPoolBlock * g.out_h * g.out_w * g.kernel[0] * g.kernel[1], 1));
+  const std::int64_t grain = std::max<std::int64_t>(1, plane_grain(g) / kPoolBlock);
   parallel_for(blocks, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
     ScratchVector<float> scratch(static_cast<std::size_t>(pool_block_scratch(shape)));
     PoolBlock b;
@@ -100,18 +100,19 @@ void avg_pool_blocks(const float* in, float* out, const CpuContext& context, con
       b.planes = std::min(kPoolBlock, g.planes - p0);
       b.x = in + p0 * g.height * g.width;
       b.y = out + p0 * g.out_h * g.out_w;
-      context.isa->avg_pool_block_f32(b);
+      block_kernel(b);
     }
   });
 }
 
 // Runs an instruction set's plane kernel (`f32` or `f64`, by T) on every (n, c) plane of the launch, with `shape`'s
-// geometry and per task a scratch row of shape.row_length T and `sums` doubles; an average's small float planes
-// kPoolBlock at a time (Note [Average pooling of small planes across channels]).
+// geometry and per task a scratch row of shape.row_length T and `sums` doubles; with a `block` kernel (null: none),
+// float planes of at most kBlockPoolPixels pixels kPoolBlock at a time instead (Note [Average pooling of small planes
+// across channels]).
 template <typename T>
 void pool_planes(const KernelLaunch& launch, const CpuContext& context, const PoolGeometry& g,
                  const PoolPlane<T>& shape, void (*f32)(const PoolPlane<float>&), void (*f64)(const PoolPlane<double>&),
-                 std::int64_t sums, bool max) {
+                 std::int64_t sums, void (*block)(const PoolBlock&)) {
   InputBuffer<T> x(launch.input(0));
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
@@ -121,8 +122,8 @@ void pool_planes(const KernelLaunch& launch, const CpuContext& context, const Po
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (!max && averages_across_channels(g)) {
-      avg_pool_blocks(in, out, context, g, shape);
+    if (block != nullptr && pools_across_channels(g)) {
+      pool_blocks(in, out, context, g, shape, block);
       y.commit();
       return;
     }
@@ -164,7 +165,7 @@ void run_max_pool(const KernelLaunch& launch, const CpuContext& context) {
   PoolPlane<T> shape = plane_shape<T>(g);
   const std::int64_t reach = (g.out_w - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dilation[1] + 1;
   shape.row_length = std::max(g.pad_begin[1] + g.width, reach);
-  pool_planes(launch, context, g, shape, context.isa->max_pool_plane_f32, context.isa->max_pool_plane_f64, 0, true);
+  pool_planes(launch, context, g, shape, context.isa->max_pool_plane_f32, context.isa->max_pool_plane_f64, 0, nullptr);
 }
 
 // Note [Average pooling by rows]
@@ -180,7 +181,7 @@ void run_avg_pool(const KernelLaunch& launch, const CpuContext& context) {
   PoolPlane<T> shape = plane_shape<T>(g);
   shape.count_include_pad = launch.desc->attrs.get_int("count_include_pad", 0) != 0;
   pool_planes(launch, context, g, shape, context.isa->avg_pool_plane_f32, context.isa->avg_pool_plane_f64,
-              g.width + g.out_w, false);
+              g.width + g.out_w, context.isa->avg_pool_block_f32);
 }
 
 template <typename T>

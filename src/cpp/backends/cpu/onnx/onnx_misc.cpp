@@ -18,17 +18,16 @@ DType dtype_from_onnx(std::int64_t onnx_type, const std::string& where, const st
                                          "float32, float64, int8, uint8, int16, int32, int64, bool)"));
 }
 
+double byte_value(std::uint8_t byte, DType dtype) {
+  if (is_float8_dtype(dtype)) return static_cast<double>(detail::float8_to_float(byte, dtype));
+  return dtype == DType::kInt4 ? static_cast<std::int8_t>(byte) : byte;
+}
+
 ScratchVector<double> to_doubles(const Tensor& t) {
   ScratchVector<double> out(static_cast<std::size_t>(t.numel()));
   if (is_low_bit_dtype(t.dtype())) {  // one byte each (Note [Float8 and 4-bit dtypes], xpuruntime/low_bit.h)
     const auto* p = data<std::uint8_t>(t);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      if (is_float8_dtype(t.dtype())) {
-        out[i] = static_cast<double>(detail::float8_to_float(p[i], t.dtype()));
-      } else {
-        out[i] = t.dtype() == DType::kInt4 ? static_cast<std::int8_t>(p[i]) : p[i];
-      }
-    }
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = byte_value(p[i], t.dtype());
     return out;
   }
   visit_dtype(t.dtype(), [&](auto tag) {

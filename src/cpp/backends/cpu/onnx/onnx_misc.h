@@ -30,6 +30,9 @@ DType dtype_from_onnx(std::int64_t onnx_type, const std::string& where, const st
 
 // Every element of `t` (any dtype, float8 and int4/uint4 included) as double, in row-major order.
 ScratchVector<double> to_doubles(const Tensor& t);
+// One element of a one-byte low-bit dtype (float8, int4/uint4 held unpacked: Note [Float8 and 4-bit dtypes]) or of
+// uint8, as double.
+double byte_value(std::uint8_t byte, DType dtype);
 // Writes `values` (one per element, row-major) into `t`, converting to its dtype (integers: truncation toward
 // zero, as a C++ cast; bool: nonzero). Callers round and saturate first where ONNX says so. float8 rounds to
 // nearest even with ONNX's Cast rules for `saturate`; int4/uint4 saturate and round to nearest even (Note [Float8

@@ -15,7 +15,6 @@
 #include <optional>
 
 #include "backends/cpu/onnx/onnx_misc.h"
-#include "xpuruntime/low_bit.h"
 
 namespace xpuruntime::onnx_ref {
 namespace {
@@ -1028,18 +1027,11 @@ struct BlockCodes {
   std::int64_t row_bytes = 0;  // packed: bytes a row of the last axis
 
   double at(std::int64_t flat) const {
-    if (row_bytes == 0) return code_of(*t, flat);
+    if (row_bytes == 0) return byte_value(data<std::uint8_t>(*t)[flat], t->dtype());
     const std::int64_t per = 8 / bits, cols = shape.back();
     const std::int64_t row = flat / cols, col = flat % cols;
     const unsigned byte = data<std::uint8_t>(*t)[row * row_bytes + col / per];
     return static_cast<double>((byte >> ((col % per) * bits)) & ((1u << bits) - 1));
-  }
-
-  // One byte an element (uint8, int4/uint4 held unpacked, float8: Note [Float8 and 4-bit dtypes]).
-  static double code_of(const Tensor& t, std::int64_t flat) {
-    const std::uint8_t byte = data<std::uint8_t>(t)[flat];
-    if (is_float8_dtype(t.dtype())) return static_cast<double>(detail::float8_to_float(byte, t.dtype()));
-    return t.dtype() == DType::kInt4 ? static_cast<std::int8_t>(byte) : byte;
   }
 };
 

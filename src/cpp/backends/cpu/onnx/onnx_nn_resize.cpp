@@ -302,6 +302,10 @@ bool resizes_last_two_axes(const std::vector<AxisMap>& maps, const std::vector<s
   return true;
 }
 
+// Output sizes at or past this are refused before their double becomes an int64 (past int64's range the conversion
+// is undefined; no tensor is that large anyway).
+constexpr double kLargestSize = 9.2e18;
+
 void run_resize(OpContext& ctx, const ResizeParams& p, ScratchVector<double> scales, std::vector<std::int64_t> sizes,
                 ScratchVector<double> roi) {
   const Tensor& X = ctx.input(0);
@@ -323,9 +327,9 @@ void run_resize(OpContext& ctx, const ResizeParams& p, ScratchVector<double> sca
                 " has rank ", rank, " (one of scales and sizes must be given)");
     for (std::size_t d = 0; d < rank; ++d) {
       XPURT_CHECK(scales[d] > 0, ctx.where(), ": scales must be > 0, got ", scales[d], " for dim ", d);
-      // Converting a double past int64's range to int64 is undefined (found by fuzz_model_structure_native).
+      // Found by fuzz_model_structure_native: a huge scale (kLargestSize).
       const double size = std::floor(static_cast<double>(in[d]) * scales[d]);
-      XPURT_CHECK(size < 9.2e18, ctx.where(), ": scale ", scales[d], " makes dim ", d, " of X ", shape_str(in),
+      XPURT_CHECK(size < kLargestSize, ctx.where(), ": scale ", scales[d], " makes dim ", d, " of X ", shape_str(in),
                   " larger than any tensor can be");
       out[d] = static_cast<std::int64_t>(size);
     }
@@ -439,8 +443,8 @@ void resize(OpContext& ctx) {
       for (std::int64_t a : axes) {
         const auto d = static_cast<std::size_t>(a);
         const double size = std::floor(scale * static_cast<double>(in[d]) + 0.5);  // round half up
-        XPURT_CHECK(size < 9.2e18, ctx.where(), ": sizes ", shape_str(sizes), " make dim ", d, " of X ", shape_str(in),
-                    " larger than any tensor can be");  // past int64's range the conversion would be undefined
+        XPURT_CHECK(size < kLargestSize, ctx.where(), ": sizes ", shape_str(sizes), " make dim ", d, " of X ",
+                    shape_str(in), " larger than any tensor can be");
         sizes[d] = static_cast<std::int64_t>(size);
         size_scales[d] = scale;
       }

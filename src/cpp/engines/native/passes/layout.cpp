@@ -501,16 +501,24 @@ class NhwcRewriter {
       nodes_.push_back(n);
       return true;
     }
+    const std::string x = to_nhwc(n.inputs[0]);
+    add_nhwc_conv(n, x, ohwi_from_oihw(*constant(g_, n.inputs[1])), "_ohwi", *y_shape, " -> NHWC");
+    return true;
+  }
+
+  // FusedConv `n` channels-last: reading `x` (NHWC), its weight `w` [O, kh, kw, C] a constant named after n's weight
+  // with `suffix`, its residual's twin, writing a twin of its output of shape `y_shape`.
+  void add_nhwc_conv(const Node& n, const std::string& x, const Tensor& w, const char* suffix,
+                     const std::vector<std::int64_t>& y_shape, const std::string& how) {
     Node conv = n;
-    conv.inputs[0] = to_nhwc(n.inputs[0]);
+    conv.inputs[0] = x;
     replaced_weights_.insert(n.inputs[1]);
-    conv.inputs[1] = add_constant(g_, n.inputs[1] + "_ohwi", ohwi_from_oihw(*constant(g_, n.inputs[1])));
+    conv.inputs[1] = add_constant(g_, n.inputs[1] + suffix, w);
     if (n.inputs.size() > 3 && !n.inputs[3].empty()) conv.inputs[3] = to_nhwc(n.inputs[3]);
     const std::string twin = fresh(n.outputs[0] + "_nhwc");
     conv.outputs = {twin};
     conv.attrs.set("layout", std::string("NHWC"));
-    add_converted(n, std::move(conv), twin, *y_shape, " -> NHWC");
-    return true;
+    add_converted(n, std::move(conv), twin, y_shape, how.c_str());
   }
 
   // A stem convolution of fewer than 8 input channels: channels-last on its input padded to 8 channels (Note [Stems
@@ -526,20 +534,11 @@ class NhwcRewriter {
                   add_constant(g_, n.name + "_channel_pads", int64_tensor({0, 0, 0, 0, 0, 0, 0,
                                                                            kStemChannels - channels}))};
     shape_constants_.insert(pad.inputs[1]);
-    pad.outputs = {fresh(n.inputs[0] + "_nhwc_padded")};
-    Node conv = n;
-    conv.inputs[0] = pad.outputs[0];
+    const std::string x = fresh(n.inputs[0] + "_nhwc_padded");
+    pad.outputs = {x};
     nodes_.push_back(std::move(pad));
-    replaced_weights_.insert(n.inputs[1]);
-    conv.inputs[1] = add_constant(g_, n.inputs[1] + "_ohwi_padded",
-                                  ohwi_padded(*constant(g_, n.inputs[1]), kStemChannels));
-    if (n.inputs.size() > 3 && !n.inputs[3].empty()) conv.inputs[3] = to_nhwc(n.inputs[3]);
-    const std::string twin = fresh(n.outputs[0] + "_nhwc");
-    conv.outputs = {twin};
-    conv.attrs.set("layout", std::string("NHWC"));
-    add_converted(n, std::move(conv), twin, *y_shape,
-                  detail::str_cat(" -> NHWC on its input padded from ", channels, " to ", kStemChannels,
-                                  " channels").c_str());
+    add_nhwc_conv(n, x, ohwi_padded(*constant(g_, n.inputs[1]), kStemChannels), "_ohwi_padded", *y_shape,
+                  detail::str_cat(" -> NHWC on its input padded from ", channels, " to ", kStemChannels, " channels"));
     return true;
   }
 

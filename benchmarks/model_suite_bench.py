@@ -396,6 +396,12 @@ def audit_summary(rows: List[Dict]) -> str:
     return "\n".join(lines)
 
 
+def report(rows: List[Dict]) -> str:
+    """The table of `rows`, the issue-42 summary under it, and the audit summary where rows have audits."""
+    audits = audit_summary(rows)
+    return table(rows) + "\n\n" + summary(rows) + ("\n\n" + audits if audits else "")
+
+
 def rows_in_log(text: str) -> List[Dict]:
     """The rows bench_model printed (one JSON object per line, with "model" and "batch") in a run's output."""
     rows = []
@@ -469,9 +475,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="print the table of the JSON rows in this log of an earlier run, and stop")
     args = ap.parse_args(argv)
     if args.render is not None:
-        rows = rows_in_log(args.render.read_text())
-        audits = audit_summary(rows)
-        print(table(rows) + "\n\n" + summary(rows) + ("\n\n" + audits if audits else ""))
+        print(report(rows_in_log(args.render.read_text())))
         return 0
     import torch
     if not torch.cuda.is_available():
@@ -513,9 +517,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     device = torch.cuda.get_device_name(0)
     header = (f"{datetime.date.today()} on {device}, torch {torch.__version__}, float16, sequence {args.seq}, "
               f"median ms of {args.iterations} calls")
-    text = header + "\n\n" + table(rows) + "\n\n" + summary(rows)
-    if audit_summary(rows):
-        text += "\n\n" + audit_summary(rows)
+    text = header + "\n\n" + report(rows)
     notes = [f"- {r['model']} batch {r['batch']}: {n}" for r in rows for n in r["notes"]]
     if notes:
         text += "\n\n" + "\n".join(notes)

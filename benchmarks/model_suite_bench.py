@@ -481,7 +481,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not torch.cuda.is_available():
         print("model_suite_bench: needs a CUDA device", file=sys.stderr)
         return 2
-    binary = _session_bench().find_bench(args.ort_direct)
+    binary = None if args.prepare_only else _session_bench().find_bench(args.ort_direct)
     kernels = dict(item.split("=", 1) for item in args.native_kernels.split(",") if item)
     models = [m for m in args.models.split(",") if m]
     skip = [s for s in args.skip.split(",") if s]

@@ -1,7 +1,11 @@
 #include "xpuruntime/stream_manager.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cuda_utils.h"
@@ -271,6 +275,69 @@ StreamGuard::~StreamGuard() {
     StreamManager::instance().set_current_stream(previous_);
   } catch (...) {  // restoring a previously valid stream cannot fail; stay noexcept regardless
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// StreamGate
+
+struct StreamGate::State {
+  std::mutex mutex;
+  std::condition_variable opened_cv;
+  bool opened = false;
+  bool timed_out = false;
+  int limit_ms = 50;
+};
+
+namespace {
+
+#if XPURT_WITH_CUDA
+// Runs on CUDA's host-function thread when the stream reaches the gate; `data` is a heap copy of the gate's state
+// pointer (the gate may be gone by then), deleted here.
+void CUDART_CB wait_at_gate(void* data) {
+  std::unique_ptr<std::shared_ptr<StreamGate::State>> owned(static_cast<std::shared_ptr<StreamGate::State>*>(data));
+  StreamGate::State& state = **owned;
+  std::unique_lock<std::mutex> lock(state.mutex);
+  if (!state.opened_cv.wait_for(lock, std::chrono::milliseconds(state.limit_ms), [&] { return state.opened; })) {
+    state.timed_out = true;
+  }
+}
+#endif
+
+}  // namespace
+
+StreamGate::StreamGate(const StreamView& stream, int limit_ms) {
+  if (stream.device.is_cpu()) return;
+#if XPURT_WITH_CUDA
+  state_ = std::make_shared<State>();
+  state_->limit_ms = std::max(limit_ms, 0);
+  auto* data = new std::shared_ptr<State>(state_);
+  detail::CudaDeviceGuard guard(stream.device.index);
+  const cudaError_t status = cudaLaunchHostFunc(native(stream), wait_at_gate, data);
+  if (status != cudaSuccess) {
+    delete data;
+    state_.reset();
+    XPURT_CUDA_CHECK(status);
+  }
+#else
+  (void)limit_ms;
+#endif
+}
+
+StreamGate::~StreamGate() { open(); }
+
+void StreamGate::open() {
+  if (!state_) return;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->opened = true;
+  }
+  state_->opened_cv.notify_all();
+}
+
+bool StreamGate::timed_out() const {
+  if (!state_) return false;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->timed_out;
 }
 
 // ---------------------------------------------------------------------------------------------------------

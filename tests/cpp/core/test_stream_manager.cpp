@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "test_utils.h"
@@ -22,6 +24,9 @@ TEST(StreamManager, CpuStreamsAreSynchronousNoOps) {
   EXPECT_TRUE(cpu.query());
   cpu.synchronize();
   EXPECT_EQ(cpu.priority(), 0);
+  StreamGate gate(cpu);  // holds nothing on the CPU
+  gate.open();
+  EXPECT_FALSE(gate.timed_out());
 }
 
 TEST(StreamManager, WithoutGpuCreatingStreamsEventsAndGraphsRaisesCudaError) {
@@ -77,6 +82,38 @@ TEST(StreamManagerGpu, MoveAssignmentReleasesTheOldStreamAndEvent) {
   EXPECT_EQ(e1.handle(), e2_handle);
   EXPECT_TRUE(e1.timing());
   EXPECT_EQ(e2.handle(), nullptr);  // NOLINT(bugprone-use-after-move)
+}
+
+// Note [Timing without host gaps]: a StreamGate holds the stream's later work until opened; the events around work
+// queued behind it, slowly, measure the GPU's time alone; a gate nobody opens lets the stream go after its limit.
+TEST(StreamManagerGpu, AGateHoldsTheStreamUntilOpened) {
+  XPURT_SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  Stream stream = Stream::create(gpu);
+  DataPtr buf = MemoryManager::instance().allocate(gpu, 1 << 20, stream);
+  Event start(gpu, true);
+  Event stop(gpu, true);
+  {
+    StreamGate gate(stream, 10000);
+    start.record(stream);
+    ASSERT_EQ(cudaMemsetAsync(buf.get(), 1, 1 << 20, native(stream)), cudaSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a slow host between the events
+    stop.record(stream);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(stop.query());  // held at the gate
+    gate.open();
+    stop.synchronize();
+    EXPECT_FALSE(gate.timed_out());
+  }
+  EXPECT_LT(start.elapsed_ms(stop), 10.0f);  // the GPU's memset, not the host's 30 ms
+  {
+    StreamGate gate(stream, 20);  // never opened before its limit
+    stop.record(stream);
+    stop.synchronize();
+    EXPECT_TRUE(gate.timed_out());
+  }
+  StreamGate cpu(StreamView{});  // holds nothing
+  EXPECT_FALSE(cpu.timed_out());
 }
 
 TEST(StreamManagerGpu, EventsOrderStreamsAndMeasureTime) {

@@ -195,7 +195,7 @@ class CudnnPoolKernel final : public Kernel {
 
   // Note [Pools are timed].
   std::string timed_against_others(const OpDescriptor&) const override {
-    return "timed because cuDNN's pooling is not bandwidth-bound at every shape (the own kernel may be faster)";
+    return "cuDNN's pooling is not bandwidth-bound at every shape (the own kernel may be faster)";
   }
 
   std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,

@@ -173,6 +173,10 @@ class XPURT_API Dispatcher {
 // on several threads (Note [Parallel kernel selection]) never time against each other.
 XPURT_API std::mutex& gpu_timing_mutex();
 
+// The stream that GPU timings run on (Note [Timings on a stream of their own]): one per device, non-blocking, never
+// destroyed. Call with gpu_timing_mutex() held.
+XPURT_API StreamView gpu_timing_stream(Device device);
+
 // Fills `desc.device`, compute capability, precision and determinism from the inputs and `policy`.
 XPURT_API OpDescriptor make_op_descriptor(const std::string& op, const std::vector<Tensor>& inputs,
                                           const Attributes& attrs, const ExecutionPolicy& policy);

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "xpuruntime/caching_allocator.h"
 #include "xpuruntime/device.h"
@@ -133,6 +134,31 @@ class XPURT_API StreamGuard {
 
  private:
   StreamView previous_;
+};
+
+// Holds a CUDA stream's later work until open() (Note [Timing without host gaps] in core/dispatcher.cpp): the stream
+// waits, on a host function it runs, until the gate is opened, destroyed, or `limit_ms` has passed, whichever comes
+// first, so that work queued meanwhile runs back to back instead of as fast as the host queues it. The stream must
+// not be captured. On the CPU, or with no CUDA in the build, it holds nothing.
+class XPURT_API StreamGate {
+ public:
+  explicit StreamGate(const StreamView& stream, int limit_ms = 50);
+  ~StreamGate();
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  StreamGate(StreamGate&&) = delete;
+  StreamGate& operator=(StreamGate&&) = delete;
+
+  void open();
+  // True when the stream stopped waiting because `limit_ms` passed before open(): something queued behind the gate
+  // waited for the stream itself (a synchronous copy, a synchronize), so it did not run back to back. Meaningful
+  // once the stream has passed the gate (after a synchronize of later work).
+  bool timed_out() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
 };
 
 enum class CaptureMode {

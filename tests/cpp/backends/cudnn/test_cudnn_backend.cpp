@@ -500,46 +500,6 @@ TEST(CudnnBackend, Conv2dSupportsAndReasons) {
   EXPECT_REASON(reason_of("conv2d", "cudnn", huge), "32-bit ints");
 }
 
-// Note [Convolutions are timed]: cuDNN's heuristic kernel asks to be timed against cudnn_search, saying why: a 16-bit
-// convolution whose channels per group are not multiples of 8 (an image model's 3-channel stem) names them; every
-// other convolution gets the general reason; cudnn_search itself is not timed again. No GPU needed.
-TEST(CudnnBackend, Conv2dAsksToBeTimedAgainstCudnnsSearch) {
-  SKIP_WITHOUT_CUDNN();
-  const auto conv = [](Shape x, Shape w, DType dtype, std::int64_t groups = 1) {
-    Attributes attrs;
-    attrs.set("groups", groups);
-    return cuda_desc("conv2d", {tensor_desc(std::move(x), dtype), tensor_desc(std::move(w), dtype), TensorDesc(),
-                                TensorDesc()}, attrs);
-  };
-  const Kernel& cudnn = kernel_of("conv2d");
-  const auto channels_reason = [&](const OpDescriptor& desc) {
-    const std::string why = cudnn.timed_against_others(desc);
-    return why.find("not both multiples of 8") != std::string::npos;
-  };
-  const auto general_reason = [&](const OpDescriptor& desc) {
-    const std::string why = cudnn.timed_against_others(desc);
-    return why.find("ranks its algorithms without running them (cudnn_search") != std::string::npos;
-  };
-  const std::string stem = cudnn.timed_against_others(conv({16, 3, 224, 224}, {64, 3, 7, 7}, DType::kFloat16));
-  EXPECT_NE(stem.find("timed because 3 input and 64 output channels per group"), std::string::npos) << stem;
-  EXPECT_NE(stem.find("cudnn_search"), std::string::npos) << stem;
-  EXPECT_TRUE(channels_reason(conv({1, 16, 8, 8}, {12, 16, 3, 3}, DType::kBFloat16)));
-  EXPECT_TRUE(channels_reason(conv({1, 16, 8, 8}, {16, 4, 3, 3}, DType::kFloat16, 4)));  // 4 in, 4 out per group
-  EXPECT_TRUE(general_reason(conv({1, 32, 8, 8}, {32, 8, 3, 3}, DType::kFloat16, 4)));  // 8 in, 8 out per group
-  EXPECT_TRUE(general_reason(conv({16, 64, 56, 56}, {64, 64, 3, 3}, DType::kFloat16)));
-  EXPECT_TRUE(general_reason(conv({16, 3, 224, 224}, {64, 3, 7, 7}, DType::kFloat32)));
-  EXPECT_EQ(kernel_of("conv2d", "cudnn_search").timed_against_others(conv({16, 3, 224, 224}, {64, 3, 7, 7},
-                                                                             DType::kFloat16)), "");
-  Attributes nhwc;  // channels-last: x [N, H, W, C], weight [O, kh, kw, C]
-  nhwc.set("layout", std::string("NHWC"));
-  EXPECT_TRUE(channels_reason(cuda_desc("conv2d", {tensor_desc({2, 9, 9, 3}, DType::kFloat16),
-                                                   tensor_desc({16, 3, 3, 3}, DType::kFloat16), TensorDesc(),
-                                                   TensorDesc()}, nhwc)));
-  EXPECT_TRUE(general_reason(cuda_desc("conv2d", {tensor_desc({2, 9, 9, 8}, DType::kFloat16),
-                                                  tensor_desc({16, 3, 3, 8}, DType::kFloat16), TensorDesc(),
-                                                  TensorDesc()}, nhwc)));
-}
-
 // Note [Pools are timed]: every cuDNN pooling asks to be timed against the other kernels (the dispatcher drops the
 // request where no other kernel takes the descriptor). No GPU needed.
 TEST(CudnnBackend, PoolsAskToBeTimed) {

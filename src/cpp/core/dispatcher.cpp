@@ -779,6 +779,11 @@ void Dispatcher::record_decision(Selection& s, const Kernel& winner) const {
 // step at batch 1 went from 1.38 to 1.14 ms and the step from 2.68 to 2.07-2.30 ms (with Note [Value rows in
 // flight] in backends/cuda_raw/flash_decode.cu).
 double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& desc, const Tensor* flush) {
+  return time_plan(plan, desc, options_.autotune_warmup, options_.autotune_iterations, flush);
+}
+
+double time_plan(const KernelPlan& plan, const OpDescriptor& desc, int warmup, int iterations, const Tensor* flush) {
+  XPURT_CHECK(iterations > 0, "time_plan: iterations must be positive, got ", iterations);
   std::mt19937 rng(1234);
   std::vector<Tensor> inputs;
   for (const auto& input : desc.inputs) inputs.push_back(input.present ? random_tensor(input, rng) : Tensor());
@@ -793,12 +798,12 @@ double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& de
   // Note [Timings on a stream of their own]
   const StreamView stream = desc.device.is_cuda() ? gpu_timing_stream(desc.device) : made_on;
   made_on.synchronize();
-  for (int i = 0; i < options_.autotune_warmup; ++i) plan.execute(desc, inputs, outputs, stream);
+  for (int i = 0; i < warmup; ++i) plan.execute(desc, inputs, outputs, stream);
   std::vector<double> times;
   if (desc.device.is_cuda()) {
     Event start(desc.device, true), stop(desc.device, true);
     bool gated = true;  // Note [Timing without host gaps]
-    for (int i = 0; i < options_.autotune_iterations; ++i) {
+    for (int i = 0; i < iterations; ++i) {
       StreamGate gate(gated ? stream : StreamView());
       if (scratch.defined()) scratch.zero_(&stream);
       start.record(stream);
@@ -810,7 +815,7 @@ double Dispatcher::time_candidate(const KernelPlan& plan, const OpDescriptor& de
       times.push_back(start.elapsed_ms(stop) * 1000.0);
     }
   } else {
-    for (int i = 0; i < options_.autotune_iterations; ++i) {
+    for (int i = 0; i < iterations; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       plan.execute(desc, inputs, outputs, stream);
       times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());

@@ -1,7 +1,7 @@
 // The conv2d kernels of the cudnn backend (docs/ops.md):
 //   "cudnn"         the algorithm comes from cuDNN's heuristic (cudnnGetConvolutionForwardAlgorithm_v7);
-//   "cudnn_search"  every algorithm is timed at build time (cudnnFindConvolutionForwardAlgorithmEx) on scratch
-//                   buffers of the real shapes, and the fastest usable one is kept.
+//   "cudnn_search"  every usable algorithm's plan is timed at build time on random inputs of the real shapes, and
+//                   the fastest kept (Note [cudnn_search times the plans it runs]).
 // Both: NCHW, float32/float16/bfloat16, groups, strides, dilations, symmetric pads; bias, residual and ReLU
 // through cudnnConvolutionBiasActivationForward when there is a bias (Note [cuDNN fused conv epilogue]).
 // "Usable" means: cuDNN can run it here, its workspace fits the policy's limit (0 = 256 MiB), it is
@@ -81,10 +81,11 @@ using cudnn::kZero;
 // run, and cuDNN's own search (cudnnFindConvolutionForwardAlgorithmEx, timed the same way) kept IMPLICIT_GEMM without
 // tensor cores, 65-212 us a run by CUPTI: ResNet-50 at batch 1 went from 0.38 ms to 1.38 ms. Timings off by up to 20x
 // while the kernels' own times are right point at host work inside the timed region (Note [Timing without host gaps]
-// in core/dispatcher.cpp gates it out since; not yet run on a GPU). Until a device run shows timed choices at least as
-// fast as the heuristic's on the whole suite (tests/python/test_conv_timed_gpu.py checks it on a chain of convolutions
-// under BestPerformance), the heuristic's pick stands untimed; cudnn_search stays for a KernelPolicy that asks for it
-// (`conv2d: cudnn_search`), and BestPerformance times both.
+// in core/dispatcher.cpp gates it out since, and cudnn_search times its algorithms' plans with that timer instead of
+// cuDNN's search: Note [cudnn_search times the plans it runs]; neither yet run on a GPU). Until a device run shows
+// timed choices at least as fast as the heuristic's on the whole suite (tests/python/test_conv_timed_gpu.py checks it
+// on a chain of convolutions under BestPerformance), the heuristic's pick stands untimed; cudnn_search stays for a
+// KernelPolicy that asks for it (`conv2d: cudnn_search`), and BestPerformance times both.
 
 // Note [cuDNN conv plan record]
 // The record is a JSON object:
@@ -290,49 +291,6 @@ void refine_workspace(cudnnHandle_t handle, const ConvDescriptors& d, std::vecto
   XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), restore));
 }
 
-// Every algorithm, timed on scratch buffers of the real shapes, fastest first. The scratch memory (x, w, y and
-// the largest workspace that a heuristic candidate within `limit` needs) comes from the MemoryManager on the
-// timing stream (Note [Timings on a stream of their own] in core/dispatcher.cpp) and goes back to it on return; all
-// of it with gpu_timing_mutex() held (Note [Parallel kernel selection]). x and w are zeroed so that no algorithm is
-// timed on garbage (NaN/Inf patterns).
-std::vector<AlgoPerf> timed_ranking(const ConvDescriptors& d, const ConvShape& s, Device device, std::size_t limit) {
-  std::lock_guard<std::mutex> timing(gpu_timing_mutex());
-  const StreamView stream = gpu_timing_stream(device);
-  cudnnHandle_t handle = cudnn::thread_handle(device.index, static_cast<cudaStream_t>(stream.handle));
-  cudnnMathType_t requested = CUDNN_DEFAULT_MATH;
-  XPURT_CUDNN_CHECK(cudnnGetConvolutionMathType(d.conv.get(), &requested));
-  std::vector<AlgoPerf> candidates = heuristic_ranking(handle, d);
-  refine_workspace(handle, d, candidates, requested);
-  std::size_t offered = 0;
-  for (const AlgoPerf& perf : candidates) {
-    if (perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= limit) offered = std::max(offered, perf.memory);
-  }
-  const std::size_t element = dtype_size(s.dtype);
-  const auto bytes_of = [&](std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t e) {
-    return static_cast<std::size_t>(a * b * c * e) * element;
-  };
-  MemoryManager& memory = MemoryManager::instance();
-  const DataPtr x = memory.allocate(device, bytes_of(s.n, s.c, s.h, s.w), stream);
-  const DataPtr w = memory.allocate(device, bytes_of(s.o, s.c / s.groups, s.kh, s.kw), stream);
-  const DataPtr y = memory.allocate(device, bytes_of(s.n, s.o, s.oh, s.ow), stream);
-  DataPtr workspace;
-  if (offered > 0) workspace = memory.allocate(device, offered, stream);
-  const auto cuda_stream = static_cast<cudaStream_t>(stream.handle);
-  XPURT_CUDA_CHECK(cudaMemsetAsync(x.get(), 0, x.size(), cuda_stream));
-  XPURT_CUDA_CHECK(cudaMemsetAsync(w.get(), 0, w.size(), cuda_stream));
-
-  int max_count = 0;
-  XPURT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
-  std::vector<AlgoPerf> perfs(static_cast<std::size_t>(std::max(max_count, 1)));
-  int returned = 0;
-  XPURT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-      handle, d.x.get(), x.get(), d.w.get(), w.get(), d.conv.get(), d.y.get(), y.get(),
-      static_cast<int>(perfs.size()), &returned, perfs.data(), workspace.get(), offered));
-  perfs.resize(static_cast<std::size_t>(std::max(returned, 0)));
-  // The scratch buffers are freed stream-ordered on `stream`; cuDNN's find has finished its work on it.
-  return perfs;
-}
-
 // ---- the choice ----
 
 struct ConvChoice {
@@ -364,19 +322,19 @@ std::string unusable_reason(const AlgoPerf& perf, const ConvShape& s, const Exec
   return {};
 }
 
-// `refine`, when given, is applied to each entry before it is judged (refine_workspace for one entry). A heuristic
-// choice (not `search`) stops judging once its pick is certain: the first usable entry, and with a bias but no ReLU
+// `refine`, when given, is applied to each entry before it is judged (refine_workspace for one entry). The heuristic's
+// choice stops judging once its pick is certain: the first usable entry, and with a bias but no ReLU
 // also the first usable IMPLICIT_PRECOMP_GEMM. Each workspace query builds a cuDNN plan, so refining every entry
 // had cost about a millisecond per convolution at session creation (Note [Build phases]).
 ConvChoice choose(std::vector<AlgoPerf>& ranking, const ConvShape& s, const ExecutionPolicy& policy,
-                  std::size_t limit, bool search, const std::function<void(AlgoPerf&)>& refine = {}) {
+                  std::size_t limit, const std::function<void(AlgoPerf&)>& refine = {}) {
   const AlgoPerf* first = nullptr;
   const AlgoPerf* precomp = nullptr;
   int usable = 0;
   std::string rejected;
   const bool wants_precomp = s.has_bias && !s.relu;
   for (AlgoPerf& perf : ranking) {
-    if (!search && first != nullptr && (precomp != nullptr || !wants_precomp)) break;
+    if (first != nullptr && (precomp != nullptr || !wants_precomp)) break;
     if (refine && perf.status == CUDNN_STATUS_SUCCESS) refine(perf);
     const std::string why = unusable_reason(perf, s, policy, limit);
     if (!why.empty()) {
@@ -407,8 +365,6 @@ ConvChoice choose(std::vector<AlgoPerf>& ranking, const ConvShape& s, const Exec
   choice.workspace = chosen->memory;
   choice.fused = fused;
   choice.deterministic = chosen->determinism == CUDNN_DETERMINISTIC;
-  choice.chosen_by = search ? "search" : "heuristic";
-  choice.time_ms = search ? static_cast<double>(chosen->time) : -1.0;
   choice.usable = usable;
   return choice;
 }
@@ -671,6 +627,65 @@ Support conv_supports(const OpDescriptor& desc) {
   }
 }
 
+// Note [cudnn_search times the plans it runs]
+// cudnn_search keeps the fastest usable algorithm by timing, for each one, the plan it would run (the epilogue fused
+// as Note [cuDNN fused conv epilogue] says, the activation after it included) with the runtime's own timer
+// (time_plan in core/dispatcher.cpp: random inputs of the real shapes, on the timing stream, each run behind a gate so
+// that host work is not timed). It used cuDNN's own search (cudnnFindConvolutionForwardAlgorithmEx), which times the
+// bare convolution, not the fused plan, with its events around cuDNN's host work: on an H100 (2026-12-06) that kept
+// IMPLICIT_GEMM without tensor cores for most of the suite's convolutions, 65-212 us a run where the heuristic's
+// tensor-core plans ran in 11-15 us (Note [Convolutions are not timed by default]). The candidates are the heuristic's
+// list (every algorithm and the math type each runs with), their workspaces checked, those the policy does not allow
+// left out with the reason; an algorithm whose plan fails to run is left out too.
+ConvChoice searched_choice(const OpDescriptor& desc, const ConvShape& s, const ExecutionPolicy& policy,
+                           cudnnHandle_t handle, std::size_t limit) {
+  const cudnnMathType_t requested = requested_math(s.dtype, policy.precision);
+  const ConvDescriptors probe(s, requested);
+  std::vector<AlgoPerf> ranking = heuristic_ranking(handle, probe);
+  refine_workspace(handle, probe, ranking, requested);
+  std::optional<ConvChoice> best;
+  double best_us = 0;
+  int usable = 0;
+  std::string rejected;
+  for (const AlgoPerf& perf : ranking) {
+    std::string why = unusable_reason(perf, s, policy, limit);
+    ConvChoice candidate;
+    candidate.algo = perf.algo;
+    candidate.math = perf.mathType;
+    candidate.workspace = perf.memory;
+    candidate.fused = s.has_bias && (s.relu || perf.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
+    candidate.deterministic = perf.determinism == CUDNN_DETERMINISTIC;
+    candidate.chosen_by = "search";
+    candidate.compute_capability = desc.compute_capability;
+    double us = 0;
+    if (why.empty()) {
+      try {
+        const ConvPlan plan(s, std::make_unique<ConvDescriptors>(s, candidate.math), candidate, desc.device.index);
+        us = time_plan(plan, desc);
+      } catch (const XpuRuntimeError& e) {
+        why = detail::str_cat("its plan did not run: ", e.what());
+      }
+    }
+    if (!why.empty()) {
+      rejected += detail::str_cat(rejected.empty() ? "" : "; ", algo_name(perf.algo), ": ", why);
+      continue;
+    }
+    ++usable;
+    if (!best || us < best_us) {
+      best = candidate;
+      best_us = us;
+    }
+  }
+  if (!best) {
+    throw UnsupportedOperationError(detail::str_cat(
+        kLabel, ": no cuDNN algorithm is usable for this convolution (", rejected.empty() ? "none reported" : rejected,
+        "); raise the workspace limit or drop the determinism requirement"));
+  }
+  best->time_ms = best_us / 1000.0;
+  best->usable = usable;
+  return *best;
+}
+
 class CudnnConvKernel final : public Kernel {
  public:
   CudnnConvKernel(KernelInfo info, bool search) : Kernel(std::move(info)), search_(search) {}
@@ -707,12 +722,15 @@ class CudnnConvKernel final : public Kernel {
     } else {
       const std::size_t limit = cudnn::workspace_limit(policy);
       const cudnnMathType_t requested = requested_math(s.dtype, policy.precision);
-      std::vector<AlgoPerf> ranking =
-          search_ ? timed_ranking(*descriptors, s, desc.device, limit) : heuristic_ranking(handle, *descriptors);
-      choice = choose(ranking, s, policy, limit, search_, [&](AlgoPerf& perf) {
-        refine_entry(handle, *descriptors, perf);
-        XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors->conv.get(), requested));
-      });
+      if (search_) {
+        choice = searched_choice(desc, s, policy, handle, limit);  // Note [cudnn_search times the plans it runs]
+      } else {
+        std::vector<AlgoPerf> ranking = heuristic_ranking(handle, *descriptors);
+        choice = choose(ranking, s, policy, limit, [&](AlgoPerf& perf) {
+          refine_entry(handle, *descriptors, perf);
+          XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors->conv.get(), requested));
+        });
+      }
       XPURT_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors->conv.get(), choice.math));
       choice.compute_capability = desc.compute_capability;
     }

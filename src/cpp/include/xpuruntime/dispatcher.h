@@ -173,6 +173,14 @@ class XPURT_API Dispatcher {
 // on several threads (Note [Parallel kernel selection]) never time against each other.
 XPURT_API std::mutex& gpu_timing_mutex();
 
+// The median time in microseconds of `iterations` runs of `plan` (after `warmup` untimed ones) on random inputs of
+// `desc`'s shapes: on a GPU, on gpu_timing_stream() with gpu_timing_mutex() held (so call it without), each run behind
+// a StreamGate (Note [Timing without host gaps]); `flush` (a device buffer of twice the L2's size, or null) is written
+// before each timed run so that it starts with the L2 cleared. What the dispatcher times candidates with, and kernels
+// their own tactics (cudnn_search's algorithms).
+XPURT_API double time_plan(const KernelPlan& plan, const OpDescriptor& desc, int warmup = 2, int iterations = 10,
+                           const Tensor* flush = nullptr);
+
 // The stream that GPU timings run on (Note [Timings on a stream of their own]): one per device, non-blocking, never
 // destroyed. Call with gpu_timing_mutex() held.
 XPURT_API StreamView gpu_timing_stream(Device device);

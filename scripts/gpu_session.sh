@@ -23,7 +23,8 @@
 #   PREPARE   the same models' exports and compiles only (JOBS processes), for a SUITE call on the warm machine;
 #             SUITE's or PREPARE's preparation runs while xpuruntime builds (it needs no xpuruntime), and a model it
 #             prepared before on this machine is skipped
-#   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run
+#   AB        model:batches:kernels:disabled_passes ... : the native engine with and without a policy, same run (a
+#             ':' inside a kernel value is written '+': conv2d=auto+BestPerformance)
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
 #             op types whose kernel decisions to print)
@@ -123,6 +124,7 @@ for m in ${BENCH:-}; do
 done
 for spec in ${AB:-}; do
   IFS=: read -r m b k d <<< "$spec"
+  k=${k//+/:}  # conv2d=auto+BestPerformance -> conv2d=auto:BestPerformance
   timeout "$(left)" python3 benchmarks/model_suite_bench.py --models "$m" --batches "$b" --native-kernels "$k" \
     --native-disabled-passes "$d" --skip ort,ort_graphs,torch_graph,torch_eager,compile_graph --iterations 30 \
     --warmup 5 --markdown "$OUT/ab_$m.md" > "$OUT/ab_$m.log" 2>&1

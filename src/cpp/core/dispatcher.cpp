@@ -360,7 +360,8 @@ std::mutex& gpu_timing_mutex() {
 // waits until the start event, the run and the stop event are all queued, then does them back to back, and the events
 // see the GPU's work alone. (The suspected cause of Note [Convolutions are not timed by default]'s timings; not yet
 // run on a GPU.) A run that waits for the stream itself (a synchronous copy in a host step) would hold the gate to its
-// limit (50 ms); the rest of its runs are timed ungated.
+// limit (50 ms); the rest of its runs are timed ungated. A session that runs without CUDA graphs pays the host work
+// the timing no longer sees; there the kernel with less host work per call may be the faster one.
 StreamView gpu_timing_stream(Device device) {
   static auto* streams = new std::map<int, Stream>();  // never destroyed, like the mutex; guarded by it
   auto found = streams->find(device.index);

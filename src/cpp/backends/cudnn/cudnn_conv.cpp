@@ -322,6 +322,29 @@ std::string unusable_reason(const AlgoPerf& perf, const ConvShape& s, const Exec
   return {};
 }
 
+// Whether `algo`'s plan runs the epilogue in cuDNN's fused call (Note [cuDNN fused conv epilogue]): with a bias, ReLU
+// fuses with any algorithm and an identity activation only with IMPLICIT_PRECOMP_GEMM.
+bool fuses_epilogue(const ConvShape& s, cudnnConvolutionFwdAlgo_t algo) {
+  return s.has_bias && (s.relu || algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
+}
+
+// The plan that runs `perf`'s algorithm with its math type and workspace.
+ConvChoice choice_of(const AlgoPerf& perf, const ConvShape& s) {
+  ConvChoice choice;
+  choice.algo = perf.algo;
+  choice.math = perf.mathType;
+  choice.workspace = perf.memory;
+  choice.fused = fuses_epilogue(s, perf.algo);
+  choice.deterministic = perf.determinism == CUDNN_DETERMINISTIC;
+  return choice;
+}
+
+UnsupportedOperationError no_usable_algorithm(const std::string& rejected) {
+  return UnsupportedOperationError(detail::str_cat(
+      kLabel, ": no cuDNN algorithm is usable for this convolution (", rejected.empty() ? "none reported" : rejected,
+      "); raise the workspace limit or drop the determinism requirement"));
+}
+
 // `refine`, when given, is applied to each entry before it is judged (refine_workspace for one entry). The heuristic's
 // choice stops judging once its pick is certain: the first usable entry, and with a bias but no ReLU
 // also the first usable IMPLICIT_PRECOMP_GEMM. Each workspace query builds a cuDNN plan, so refining every entry
@@ -345,26 +368,9 @@ ConvChoice choose(std::vector<AlgoPerf>& ranking, const ConvShape& s, const Exec
     if (first == nullptr) first = &perf;
     if (precomp == nullptr && perf.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) precomp = &perf;
   }
-  if (first == nullptr) {
-    throw UnsupportedOperationError(detail::str_cat(
-        kLabel, ": no cuDNN algorithm is usable for this convolution (", rejected.empty() ? "none reported" : rejected,
-        "); raise the workspace limit or drop the determinism requirement"));
-  }
-  // Note [cuDNN fused conv epilogue].
-  const AlgoPerf* chosen = first;
-  bool fused = false;
-  if (s.has_bias && s.relu) {
-    fused = true;
-  } else if (s.has_bias && precomp != nullptr) {
-    chosen = precomp;
-    fused = true;
-  }
-  ConvChoice choice;
-  choice.algo = chosen->algo;
-  choice.math = chosen->mathType;
-  choice.workspace = chosen->memory;
-  choice.fused = fused;
-  choice.deterministic = chosen->determinism == CUDNN_DETERMINISTIC;
+  if (first == nullptr) throw no_usable_algorithm(rejected);
+  // Note [cuDNN fused conv epilogue]: with a bias but no ReLU, IMPLICIT_PRECOMP_GEMM fused wherever it is usable.
+  ConvChoice choice = choice_of(wants_precomp && precomp != nullptr ? *precomp : *first, s);
   choice.usable = usable;
   return choice;
 }
@@ -637,24 +643,19 @@ Support conv_supports(const OpDescriptor& desc) {
 // tensor-core plans ran in 11-15 us (Note [Convolutions are not timed by default]). The candidates are the heuristic's
 // list (every algorithm and the math type each runs with), their workspaces checked, those the policy does not allow
 // left out with the reason; an algorithm whose plan fails to run is left out too.
+// `d` holds the convolution at the math type `requested`, and is left at it.
 ConvChoice searched_choice(const OpDescriptor& desc, const ConvShape& s, const ExecutionPolicy& policy,
-                           cudnnHandle_t handle, std::size_t limit) {
-  const cudnnMathType_t requested = requested_math(s.dtype, policy.precision);
-  const ConvDescriptors probe(s, requested);
-  std::vector<AlgoPerf> ranking = heuristic_ranking(handle, probe);
-  refine_workspace(handle, probe, ranking, requested);
+                           cudnnHandle_t handle, const ConvDescriptors& d, cudnnMathType_t requested,
+                           std::size_t limit) {
+  std::vector<AlgoPerf> ranking = heuristic_ranking(handle, d);
+  refine_workspace(handle, d, ranking, requested);
   std::optional<ConvChoice> best;
   double best_us = 0;
   int usable = 0;
   std::string rejected;
   for (const AlgoPerf& perf : ranking) {
     std::string why = unusable_reason(perf, s, policy, limit);
-    ConvChoice candidate;
-    candidate.algo = perf.algo;
-    candidate.math = perf.mathType;
-    candidate.workspace = perf.memory;
-    candidate.fused = s.has_bias && (s.relu || perf.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
-    candidate.deterministic = perf.determinism == CUDNN_DETERMINISTIC;
+    ConvChoice candidate = choice_of(perf, s);
     candidate.chosen_by = "search";
     candidate.compute_capability = desc.compute_capability;
     double us = 0;
@@ -676,11 +677,7 @@ ConvChoice searched_choice(const OpDescriptor& desc, const ConvShape& s, const E
       best_us = us;
     }
   }
-  if (!best) {
-    throw UnsupportedOperationError(detail::str_cat(
-        kLabel, ": no cuDNN algorithm is usable for this convolution (", rejected.empty() ? "none reported" : rejected,
-        "); raise the workspace limit or drop the determinism requirement"));
-  }
+  if (!best) throw no_usable_algorithm(rejected);
   best->time_ms = best_us / 1000.0;
   best->usable = usable;
   return *best;
@@ -723,7 +720,8 @@ class CudnnConvKernel final : public Kernel {
       const std::size_t limit = cudnn::workspace_limit(policy);
       const cudnnMathType_t requested = requested_math(s.dtype, policy.precision);
       if (search_) {
-        choice = searched_choice(desc, s, policy, handle, limit);  // Note [cudnn_search times the plans it runs]
+        // Note [cudnn_search times the plans it runs]
+        choice = searched_choice(desc, s, policy, handle, *descriptors, requested, limit);
       } else {
         std::vector<AlgoPerf> ranking = heuristic_ranking(handle, *descriptors);
         choice = choose(ranking, s, policy, limit, [&](AlgoPerf& perf) {

@@ -1678,14 +1678,14 @@ def ref_nms(inputs, attrs):
         corners = np.stack([np.minimum(boxes[..., 0], boxes[..., 2]), np.minimum(boxes[..., 1], boxes[..., 3]),
                             np.maximum(boxes[..., 0], boxes[..., 2]), np.maximum(boxes[..., 1], boxes[..., 3])], -1)
 
-    def iou(a, b):
-        area_a, area_b = (a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1])
-        if area_a <= 0 or area_b <= 0:
-            return 0.0
-        ih, iw = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
-        if ih <= 0 or iw <= 0:
-            return 0.0
-        return ih * iw / (area_a + area_b - ih * iw)
+    def ious(a, kept):  # a's IoU with each kept box, as the kernels compute it (0 where an area or overlap is empty)
+        area_a, area_k = (a[2] - a[0]) * (a[3] - a[1]), (kept[:, 2] - kept[:, 0]) * (kept[:, 3] - kept[:, 1])
+        ih = np.minimum(a[2], kept[:, 2]) - np.maximum(a[0], kept[:, 0])
+        iw = np.minimum(a[3], kept[:, 3]) - np.maximum(a[1], kept[:, 1])
+        inter = ih * iw
+        empty = (area_a <= 0) | (area_k <= 0) | (ih <= 0) | (iw <= 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(empty, 0.0, inter / (area_a + area_k - inter))
 
     rows = []
     for b in range(batches):
@@ -1697,7 +1697,7 @@ def ref_nms(inputs, attrs):
             for i in order:
                 if len(kept) >= per_class:
                     break
-                if all(iou(corners[b, i], corners[b, k]) <= iou_threshold for k in kept):
+                if not kept or np.all(ious(corners[b, i], corners[b, kept]) <= iou_threshold):
                     kept.append(i)
                     rows.append((b, c, i))
     bounded = np.zeros((batches * classes * per_class, 3), np.int64)
@@ -1827,9 +1827,16 @@ def data_dependent_cases() -> List[Case]:
                                          "center_point_box": 1}),
             "none_kept": (1, 2, 9, {"max_output_boxes_per_class": 4, "iou_threshold": 0.5,
                                     "score_threshold": 2.0}),
-            "tiles_1x1x700": (1, 1, 700, {"max_output_boxes_per_class": 10 ** 6, "iou_threshold": 0.4})}.items():
+            "tiles_1x1x700": (1, 1, 700, {"max_output_boxes_per_class": 10 ** 6, "iou_threshold": 0.4}),
+            # 47 tiles of candidates spread over a wide field: most tile pairs have no overlap (Note [The NMS walk])
+            "sparse_1x1x3000": (1, 1, 3000, {"max_output_boxes_per_class": 10 ** 6, "iou_threshold": 0.3}),
+            "sparse_2x2x1100": (2, 2, 1100, {"max_output_boxes_per_class": 900, "iou_threshold": 0.5,
+                                             "score_threshold": 0.05}),
+            # more (batch, class) pairs than one chunk of the offsets' scan
+            "classes_2x600x8": (2, 600, 8, {"max_output_boxes_per_class": 3, "iou_threshold": 0.5,
+                                            "score_threshold": 0.3})}.items():
         rng = _rng("nms" + name)
-        corner = uniform(rng, (batches, n, 2), 0, 8)
+        corner = uniform(rng, (batches, n, 2), 0, 100 if name.startswith("sparse") else 8)
         size = uniform(rng, (batches, n, 2), 0.5, 3)
         if attrs.get("center_point_box"):
             boxes = np.concatenate([corner, size], axis=-1)

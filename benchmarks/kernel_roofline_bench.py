@@ -137,6 +137,7 @@ def cases(torch, device: str, scale: float, dtype: str = "float16") -> List[dict
     case("layer_norm", "layer_norm", [a, gamma, beta], {"axis": -1, "epsilon": 1e-5},
          lambda x, g, c: F.layer_norm(x, (x.shape[-1],), g, c, 1e-5), "rows of 4096, scale and bias")
     awkward_cases(torch, case, rand, scale)
+    nms_cases(torch, case, device, scale)
     return out
 
 
@@ -190,6 +191,37 @@ def awkward_cases(torch, case, rand, scale: float) -> None:
              f"3x3 depthwise, {channels} channels, NHWC")
     case("cum_sum_long_int64", "cum_sum", [flags], {"axis": 0}, lambda x: torch.cumsum(x, 0),
          "int64 cumsum of one long vector")
+
+
+def nms_cases(torch, case, device: str, scale: float) -> None:
+    """NonMaxSuppression as SSDlite's export runs it (Note [The NMS walk]): torchvision's batched_nms offsets each
+    class's boxes past the others' and hands one class of every candidate (90 classes x 300) to NonMaxSuppression, a
+    walk that is serial in its tiles. The reference is torchvision's nms (the mask on the device, the walk on the
+    host). Coordinates are multiples of 1/64, so areas and overlaps are exact in float32 as in float64."""
+    try:
+        import torchvision
+    except ImportError:  # the case needs torchvision's nms as its reference
+        return
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    classes, per_class = max(1, round(90 * scale)), 300
+    n = classes * per_class
+    centre = torch.rand(n, 2, generator=gen)
+    size = 0.05 + 0.45 * torch.rand(n, 2, generator=gen)
+    offset = (torch.arange(n) // per_class).float()[:, None] * 2.0  # batched_nms: a class's boxes past the others'
+    corners = torch.cat([centre - size / 2 + offset, centre + size / 2 + offset], dim=1)
+    corners = (corners * 64).round() / 64
+    boxes = corners[None].to(device)                                      # [1, n, 4], (x1, y1, x2, y2)
+    scores = (torch.randperm(n, generator=gen).float() / n)[None, None].to(device)  # distinct: no ties
+
+    def reference(b, s):
+        keep = torchvision.ops.nms(b[0], s[0, 0], 0.55)
+        out = torch.zeros((n, 3), dtype=torch.int64, device=b.device)
+        out[:keep.numel(), 2] = keep
+        return out
+
+    case("nms_one_class_27000", "non_max_suppression", [boxes, scores],
+         {"max_output_boxes_per_class": n, "iou_threshold": 0.55}, reference,
+         f"{n} candidates in one class (SSDlite's batched NMS): a latency-bound walk, not a roofline case")
 
 
 def timer(torch, device: str):

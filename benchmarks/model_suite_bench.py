@@ -155,15 +155,25 @@ def audit_of(run: Callable[[], object], runs: int, top: int = 5) -> Dict:
                        "reason": r["reason"]} for r in flagged[:top]]}
 
 
-def run_ort(binary, path: pathlib.Path, batch: int, seq: int, graphs: bool, iterations: int, warmup: int):
+def run_ort(binary, path: pathlib.Path, batch: int, seq: int, graphs: bool, iterations: int, warmup: int,
+            notes: List[str]):
+    """ONNX Runtime's CUDA EP on the export as it is; where its process dies (ORT 1.29's CUDA plugin EP crashed on
+    every export with nodes left on its CPU EP), again with the inputs' dynamic axes fixed in the session options
+    (ort_direct_bench --static-shapes 1, what a user serving one shape would do), noted in `notes`."""
     if binary is None or not binary.exists():
         raise _session_bench().Skip("no ort_direct_bench binary (build the benchmarks with ONNX Runtime found)")
+    variant = f"ort{'_graphs' if graphs else ''}"
     command = [str(binary), "--model", str(path), "--batch", str(batch), "--device", "cuda", "--graphs",
                "1" if graphs else "0", "--iterations", str(iterations), "--warmup", str(warmup),
                "--dim", f"batch={batch}", "--dim", f"sequence={seq}"]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command + ["--static-shapes", "0"], capture_output=True, text=True)
+    if done.returncode < 0:  # killed by a signal: the same with static shapes
+        first = _session_bench().failure(done)
+        done = subprocess.run(command + ["--static-shapes", "1"], capture_output=True, text=True)
+        if done.returncode == 0:
+            notes.append(f"{variant}: with the input shapes fixed in the session options (as it is: {first[:120]})")
     if done.returncode != 0:
-        raise _session_bench().Skip(f"ort{'_graphs' if graphs else ''}: {_session_bench().failure(done)}")
+        raise _session_bench().Skip(f"{variant}: {_session_bench().failure(done)}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -241,7 +251,8 @@ def bench_model(name: str, directory: pathlib.Path, batches: List[int], seq: int
                     row[variant], _ = run_native(path, feeds, iterations, warmup, kernels, disabled)
                     row[variant].update(kernels=kernels, disabled_passes=disabled)
                 elif variant in ("ort", "ort_graphs"):
-                    row[variant] = run_ort(binary, path, batch, seq, variant == "ort_graphs", iterations, warmup)
+                    row[variant] = run_ort(binary, path, batch, seq, variant == "ort_graphs", iterations, warmup,
+                                           row["notes"])
                 elif variant == "torch_eager":
                     row[variant], reference = run_torch(module, feeds, "eager", iterations, warmup)
                 else:

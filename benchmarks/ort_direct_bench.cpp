@@ -4,9 +4,16 @@
 // device with IoBinding (no copies in the timing), with or without CUDA graphs (enable_cuda_graph=1).
 //
 //   ort_direct_bench --model m.onnx [--batch 1] [--device cuda|cpu] [--graphs 0|1] [--iterations 100]
-//                    [--warmup 10] [--profile-first 0|1] [--dim NAME=VALUE ...]
+//                    [--warmup 10] [--profile-first 0|1] [--static-shapes 0|1] [--dim NAME=VALUE ...]
 //
 // Symbolic dimensions of the inputs take the batch size, or the value --dim gives their name (`--dim sequence=128`).
+// With --static-shapes 1 the session is told those values (AddFreeDimensionOverrideByName, as a user who serves one
+// shape would), so that ORT's optimizer can fold the shape computations of exports with dynamic axes instead of
+// placing them on its CPU EP: ORT 1.29's CUDA plugin EP crashed (SIGSEGV) on every such export with nodes left on the
+// CPU (BERT, GPT-2, BEiT, CLIP's text model, 2026-11-25 to 2026-12-06), and a graph with CPU nodes cannot be
+// captured into a CUDA graph. Not the default: on ORT's CPU EP it made the tiny BEiT 11x slower (2026-12-06), so
+// benchmarks/model_suite_bench.py uses it only where the export as it is crashes. The JSON says which:
+// "static_shapes" and "free_dims" (the overrides).
 // Float inputs are filled with small values, integer
 // inputs with i % 1000 (valid token ids for the zoo's BERT). Prints one JSON line:
 //   {"model": ..., "batch": 1, "device": "cuda", "cuda_graphs": true, "iterations": 100, "median_ms": ...,
@@ -25,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "bench_common.h"
@@ -35,6 +43,7 @@ struct Args : bench::CommonArgs {
   std::unordered_map<std::string, int64_t> dims;  // --dim NAME=VALUE: symbolic input dims by name
   bool profile_first = false;  // session profiling on until the first run ends (what the onnxruntime engine did before
                                // it profiled single runs through RunOptions; kept to compare)
+  bool static_shapes = false;  // the inputs' symbolic dimensions fixed in the session options (see the top)
 };
 
 Args parse(int argc, char** argv) {
@@ -44,6 +53,10 @@ Args parse(int argc, char** argv) {
       const size_t eq = value.find('=');
       if (eq == std::string::npos) throw std::invalid_argument("--dim takes NAME=VALUE, got " + value);
       args.dims[value.substr(0, eq)] = std::stoll(value.substr(eq + 1));
+      return true;
+    }
+    if (flag == "--static-shapes") {
+      args.static_shapes = bench::flag_true(value);
       return true;
     }
     if (flag != "--profile-first") return false;
@@ -87,9 +100,41 @@ std::vector<unsigned char> fill(ONNXTensorElementDataType type, size_t count) {
   return bytes;
 }
 
+// The value a symbolic input dimension takes: --dim's for its name, else the batch size.
+int64_t dim_value(const Args& args, const char* symbol) {
+  const auto named = symbol != nullptr ? args.dims.find(symbol) : args.dims.end();
+  return named != args.dims.end() ? named->second : args.batch;
+}
+
+// The inputs' symbolic dimension names with their values, read from the model by a session without optimizations
+// (the overrides must be in the options before the session that is timed is made).
+std::vector<std::pair<std::string, int64_t>> free_dims(const Ort::Env& env, const Args& args) {
+  Ort::SessionOptions plain;
+  plain.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_DISABLE_ALL);
+  plain.SetIntraOpNumThreads(1);
+  const Ort::Session probe(env, args.model.c_str(), plain);
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (size_t i = 0; i < probe.GetInputCount(); ++i) {
+    const Ort::TypeInfo type_info = probe.GetInputTypeInfo(i);
+    const auto info = type_info.GetTensorTypeAndShapeInfo();
+    const std::vector<int64_t> shape = info.GetShape();
+    const std::vector<const char*> symbols = info.GetSymbolicDimensions();
+    for (size_t k = 0; k < shape.size() && k < symbols.size(); ++k) {
+      if (shape[k] >= 0 || symbols[k] == nullptr || *symbols[k] == '\0') continue;
+      const std::string name = symbols[k];
+      const bool seen = std::any_of(out.begin(), out.end(), [&](const auto& d) { return d.first == name; });
+      if (!seen) out.emplace_back(name, dim_value(args, symbols[k]));
+    }
+  }
+  return out;
+}
+
 int run(const Args& args) {
   Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "ort_direct_bench");
   Ort::SessionOptions options;
+  std::vector<std::pair<std::string, int64_t>> overrides;
+  if (args.static_shapes) overrides = free_dims(env, args);
+  for (const auto& [name, value] : overrides) options.AddFreeDimensionOverrideByName(name.c_str(), value);
   options.SetIntraOpNumThreads(0);
   options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
   Ort::MemoryInfo cpu_memory = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
@@ -138,10 +183,7 @@ int run(const Args& args) {
     size_t count = 1;
     for (size_t k = 0; k < shape.size(); ++k) {
       int64_t& d = shape[k];
-      if (d < 0) {
-        const auto named = k < symbols.size() && symbols[k] != nullptr ? args.dims.find(symbols[k]) : args.dims.end();
-        d = named != args.dims.end() ? named->second : args.batch;
-      }
+      if (d < 0) d = dim_value(args, k < symbols.size() ? symbols[k] : nullptr);
       count *= static_cast<size_t>(d);
     }
     host_inputs.push_back(fill(info.GetElementType(), count));
@@ -195,13 +237,18 @@ int run(const Args& args) {
   }
   double sum = 0;
   for (double v : ms) sum += v;
+  std::string dims_json;
+  for (const auto& [name, value] : overrides) {
+    dims_json += (dims_json.empty() ? "\"" : ", \"") + name + "\": " + std::to_string(value);
+  }
   std::printf(
       "{\"model\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"cuda_graphs\": %s, \"iterations\": %d, "
       "\"median_ms\": %.5f, \"p90_ms\": %.5f, \"mean_ms\": %.5f, \"min_ms\": %.5f, \"create_ms\": %.3f, "
-      "\"first_run_ms\": %.3f, \"onnxruntime\": \"%s\"}\n",
+      "\"first_run_ms\": %.3f, \"static_shapes\": %s, \"free_dims\": {%s}, \"onnxruntime\": \"%s\"}\n",
       args.model.c_str(), static_cast<long long>(args.batch), args.device.c_str(), args.graphs ? "true" : "false",
       args.iterations, bench::percentile(ms, 0.5), bench::percentile(ms, 0.9), sum / static_cast<double>(ms.size()),
-      *std::min_element(ms.begin(), ms.end()), create_ms, first_run_ms, Ort::GetVersionString().c_str());
+      *std::min_element(ms.begin(), ms.end()), create_ms, first_run_ms, args.static_shapes ? "true" : "false",
+      dims_json.c_str(), Ort::GetVersionString().c_str());
   return 0;
 }
 

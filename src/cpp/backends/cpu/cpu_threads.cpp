@@ -28,6 +28,9 @@
 //    machine has more runnable threads than cores and dividing an op among threads only adds such waits: every loop
 //    of the process then runs on its caller alone for a back-off period (Note [Stalled loops] below: 50 ms doubled
 //    on each stall up to 2 s), after which loops are shared again, and stay shared while the workers keep up.
+//  * A caller that itself waits for a core (Note [Loops on a busy machine] below) runs its loops alone: the stall
+//    back-off above reacts only after a loop has waited a time slice, which at 4 other busy processes on 2 cores was
+//    the p99 of the default pool (6.5x and 18.8x its p50, docs/benchmarks.md, 2026-12-06).
 //  * One pool per process, as many workers as usable_cpus() - 1 (the caller is the last thread): the affinity mask
 //    and the cgroup quota, not the online CPUs (a container given 2 of 64 cores gets 2 threads). A policy asking
 //    for more threads than that gets them (the pool grows to the largest request).
@@ -40,6 +43,7 @@
 // runs a chunk, and how many threads there are, does not change a bit of the result.
 #include "backends/cpu/cpu_threads.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -230,6 +234,66 @@ Contention& contention() {
   return *c;
 }
 
+// Note [Loops on a busy machine]
+// Where every core already has another runnable thread, a loop's helpers only add waits: a worker scheduled late, or
+// preempted inside its chunk, holds the loop for a time slice. The kernel says how crowded the machine is from this
+// thread's own point of view, in its container too (where /proc/loadavg counts the whole host): the run delay of
+// /proc/thread-self/schedstat, the time the thread was runnable but waited for a core. A caller reads it at most
+// every kLoadWindow; once the window holds kMinRunnable of runnable time (running or waiting; sleeping between calls
+// is neither), it runs its loops alone while more than kBusyShare of that time was spent waiting, and shares them
+// again once a window is under it. Without schedstat (a kernel built without it) loops are shared as before. Only
+// the caller's view counts: each calling thread decides for itself, with no shared state.
+constexpr std::int64_t kLoadWindow = 10'000'000;  // ns
+constexpr std::int64_t kMinRunnable = 1'000'000;  // ns
+constexpr double kBusyShare = 1.0 / 3.0;
+
+// This thread's time on a core and waiting on a run queue (ns), from /proc/thread-self/schedstat.
+bool read_schedstat(std::int64_t* exec, std::int64_t* waited) {
+  const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[128];
+  const ssize_t got = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (got <= 0) return false;
+  text[got] = '\0';
+  char* end = nullptr;
+  const long long run = std::strtoll(text, &end, 10);
+  if (end == text) return false;
+  char* rest = end;
+  const long long delay = std::strtoll(rest, &end, 10);
+  if (end == rest) return false;
+  *exec = run;
+  *waited = delay;
+  return true;
+}
+
+struct RunQueueWindow {
+  std::int64_t at = 0;     // when the window was last looked at
+  std::int64_t exec = -1;  // its start (-1: none yet)
+  std::int64_t waited = 0;
+  bool busy = false;
+};
+thread_local RunQueueWindow t_window;
+
+bool caller_waits_for_cores(std::int64_t now) {
+  RunQueueWindow& w = t_window;
+  if (w.exec >= 0 && now - w.at < kLoadWindow) return w.busy;
+  w.at = now;
+  std::int64_t exec = 0, waited = 0;
+  if (!read_schedstat(&exec, &waited)) return w.busy = false;
+  if (w.exec < 0 || exec < w.exec || waited < w.waited) {  // the first look, or counters that went back
+    w.exec = exec;
+    w.waited = waited;
+    return w.busy;
+  }
+  const std::int64_t ran = exec - w.exec, delayed = waited - w.waited;
+  if (ran + delayed < kMinRunnable) return w.busy;  // too little runnable time yet: the window grows
+  w.busy = waits_for_cores(delayed, ran + delayed);
+  w.exec = exec;
+  w.waited = waited;
+  return w.busy;
+}
+
 // Runs chunks of `loop` until none is left to claim; returns how many it ran.
 std::int64_t work(Loop& loop) {
   for (std::int64_t ran = 0;; ++ran) {
@@ -339,6 +403,12 @@ class Pool {
 
 }  // namespace
 
+bool waits_for_cores(std::int64_t waited_ns, std::int64_t runnable_ns) {
+  return runnable_ns > 0 && static_cast<double>(waited_ns) > kBusyShare * static_cast<double>(runnable_ns);
+}
+
+bool caller_runs_loops_alone() { return caller_waits_for_cores(now_ns()); }
+
 int usable_cpus() {
   static const int cpus = std::max(1, std::min(affinity_cpus(), cgroup_cpus()));
   return cpus;
@@ -365,8 +435,10 @@ bool SpinScope::current() noexcept { return t_spin; }
 
 void run_chunks(std::int64_t chunks, int threads, bool spin, ChunkBody body) {
   const std::int64_t start = now_ns();
-  const bool serial = contention().serial(start);
-  const int helpers = serial ? 0 : static_cast<int>(std::min<std::int64_t>(threads, chunks)) - 1;
+  const int wanted = static_cast<int>(std::min<std::int64_t>(threads, chunks)) - 1;
+  // Note [Stalled loops], Note [Loops on a busy machine]
+  const bool serial = wanted <= 0 || contention().serial(start) || caller_waits_for_cores(start);
+  const int helpers = serial ? 0 : wanted;
   const auto loop = std::make_shared<Loop>(chunks, std::max(helpers, 0), spin, body);
   if (helpers > 0) Pool::instance().publish(loop, helpers);
   const bool was_in_loop = t_in_loop;

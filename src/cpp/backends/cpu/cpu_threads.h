@@ -9,12 +9,23 @@
 
 #include <cstdint>
 
+#include "xpuruntime/export.h"
+
 namespace xpuruntime::cpu {
 
 // The CPUs this process may run on: the size of its sched_getaffinity mask, lowered to the CPU quota of its cgroup
 // (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us; rounded up) when one is set. At least 1. Read once per
 // process (a later sched_setaffinity is not seen).
 int usable_cpus();
+
+// Whether a thread that waited `waited_ns` for a core out of `runnable_ns` of runnable time (its schedstat run delay
+// and run time over a window) runs its loops alone: more than a third of it waiting (Note [Loops on a busy machine]
+// in cpu_threads.cpp).
+XPURT_API bool waits_for_cores(std::int64_t waited_ns, std::int64_t runnable_ns);
+
+// Whether the loops this thread starts now run on it alone because it waits for cores (the decision run_chunks
+// takes, its window refreshed as run_chunks refreshes it). False where the kernel gives no schedstat.
+XPURT_API bool caller_runs_loops_alone();
 
 // The threads of a plan whose policy leaves intra_op_threads at 0: usable_cpus(), lowered to OMP_NUM_THREADS when
 // that is set to a positive integer (what the OpenMP loops of earlier builds honoured). Read once per process.

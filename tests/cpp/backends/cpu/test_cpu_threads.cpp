@@ -7,7 +7,11 @@
 // it uses and whether they spin.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -16,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/cpu_threads.h"
 #include "test_utils.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/execution_policy.h"
@@ -244,6 +249,49 @@ TEST(CpuThreads, AllowSpinningIsAPolicyField) {
                           "'allow_spinning' must be true or false, got 1");
   XPURT_EXPECT_THROW_WITH(ExecutionPolicy::from_json(R"({"allow_spining": false})"), InvalidArgumentError,
                           "allow_spinning");  // the unknown key's message lists the valid ones
+}
+
+TEST(CpuThreads, AThirdOfTheRunnableTimeWaitingIsBusy) {  // Note [Loops on a busy machine]
+  EXPECT_FALSE(cpu::waits_for_cores(0, 1'000'000));
+  EXPECT_FALSE(cpu::waits_for_cores(333'000, 1'000'000));
+  EXPECT_TRUE(cpu::waits_for_cores(334'000, 1'000'000));
+  EXPECT_TRUE(cpu::waits_for_cores(900'000, 1'000'000));
+  EXPECT_FALSE(cpu::waits_for_cores(0, 0));  // nothing runnable: nothing measured
+}
+
+// Busy work on this thread for `ms` (runnable time for its window), asking every millisecond whether its loops run
+// alone; true as soon as they do (`want`), false if they never did.
+bool becomes(bool want, int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  volatile double sink = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    const auto tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    while (std::chrono::steady_clock::now() < tick) sink = sink + 1.0;
+    if (cpu::caller_runs_loops_alone() == want) return true;
+  }
+  return false;
+}
+
+TEST(CpuThreads, ACallerThatWaitsForCoresRunsItsLoopsAlone) {
+  if (std::FILE* f = std::fopen("/proc/thread-self/schedstat", "r")) {
+    std::fclose(f);
+  } else {
+    GTEST_SKIP() << "no /proc/thread-self/schedstat: loops are always shared";
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;  // four busy threads per usable core: most of this thread's time is waiting
+  for (unsigned i = 0; i < 4 * std::max(1u, std::thread::hardware_concurrency()); ++i) {
+    spinners.emplace_back([&] {
+      volatile double sink = 0;
+      while (!stop.load(std::memory_order_relaxed)) sink = sink + 1.0;
+    });
+  }
+  const bool alone = becomes(true, 3000);
+  stop = true;
+  for (std::thread& t : spinners) t.join();
+  EXPECT_TRUE(alone) << "with " << spinners.size() << " busy threads the loops should run on their caller alone";
+  // (Back to shared loops once a window waits less: AThirdOfTheRunnableTimeWaitingIsBusy. Not asserted here: under
+  // a parallel ctest the other tests' threads may keep this one waiting.)
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ def test_timed_convolutions_are_not_slower_than_the_heuristic(tmp_path):
     heuristic = xrt.InferenceSession(str(path), engine="native", device="cuda:0",
                                      kernel_policy=xrt.KernelPolicy(conv2d="cudnn"))
     feeds = {"x": x}
-    got, want = (next(iter(s.run(feeds).values())).astype(np.float32) for s in (timed, heuristic))
+    got, want = (next(iter(s.run(feeds).values())).cpu().numpy().astype(np.float32) for s in (timed, heuristic))
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
     timed_us, heuristic_us = conv_times(timed, feeds), conv_times(heuristic, feeds)
     assert len(heuristic_us) == 12, heuristic_us

@@ -157,7 +157,8 @@ __device__ double iou_of(const double a[4], const double b[4]) {
 // Workspace: order int32 [BC * S] (candidates by rank), mask u64 [BC, W, 64 W] (W = ceil(S / 64) tiles of 64 ranked
 // candidates: bit j of word [c, r] says candidate r suppresses candidate 64 c + j, for 64 c + j > r; a column's words
 // are contiguous, Note [The NMS walk]), nonzero u8 [BC, W, W] (whether tile r's rows have any bit in column c), kept
-// int32 [BC * K], valid and kept counts int32 [BC], and the rank and offset scratch below.
+// int32 [BC * K] (the kept candidates' ranks; the write kernel looks up their boxes), valid and kept counts int32
+// [BC], and the rank and offset scratch below.
 struct NmsScratch {
   std::int32_t* order;
   std::int32_t* rank;  // int32 [BC * S]: each candidate's rank, summed over the rank kernel's splits
@@ -281,9 +282,12 @@ __global__ void __launch_bounds__(kNmsWordBits) nms_mask_kernel(const T* boxes, 
 // thread per tile, its 64 words contiguous in column c and read with 16-byte loads all in flight together. The walk
 // is serial in the tiles, so what a tile costs is latency: the first version ORed the kept rows' whole rows into the
 // removal words (a 64-bit division and a dependent load per word), 8.7 ms for SSDlite's 27,300 candidates in one
-// class (torchvision's batched NMS offsets each class's boxes so that one class holds them all). Now a tile costs
-// about two load latencies (the nonzero byte, then the words), and the next tile's diagonal is loaded during the
-// walk; candidates of different classes never overlap there, so most tile pairs are skipped.
+// class (torchvision's batched NMS offsets each class's boxes so that one class holds them all). With the columns it
+// took 5.4 ms (H100, 2026-12-06): the walking thread still read each kept candidate's box index from order[] and
+// stored it, a global load the store waited for, one latency per kept candidate. The walk now records the rank (no
+// load; the write kernel looks the boxes up in parallel), so a tile costs about two load latencies (the nonzero byte,
+// then the words) and the next tile's diagonal is loaded during the walk; candidates of different classes never
+// overlap there, so most tile pairs are skipped.
 constexpr int kSelectThreads = 512;
 
 __global__ void __launch_bounds__(kSelectThreads) nms_select_kernel(NmsGeometry g, NmsScratch s) {
@@ -315,7 +319,7 @@ __global__ void __launch_bounds__(kSelectThreads) nms_select_kernel(NmsGeometry 
       int c = count;
       for (int t = 0; t < span && c < g.max_per_class; ++t) {
         if ((word >> t) & 1ull) continue;
-        s.kept[bc * g.max_per_class + c] = s.order[bc * g.boxes + tile * kNmsWordBits + t];
+        s.kept[bc * g.max_per_class + c] = static_cast<std::int32_t>(tile * kNmsWordBits + t);  // its rank
         ++c;
         keep |= 1ull << t;
         word |= diagonal[t];
@@ -372,7 +376,7 @@ __global__ void nms_write_kernel(NmsGeometry g, NmsScratch s, std::int64_t* sele
   for (int k = threadIdx.x; k < n; k += blockDim.x) {
     rows[3 * k] = bc / g.classes;
     rows[3 * k + 1] = bc % g.classes;
-    rows[3 * k + 2] = s.kept[bc * g.max_per_class + k];
+    rows[3 * k + 2] = s.order[bc * g.boxes + s.kept[bc * g.max_per_class + k]];  // the kept rank's box
   }
 }
 

@@ -138,13 +138,17 @@ def audit_of(run: Callable[[], object], runs: int, top: int = 5) -> Dict:
     """The roofline audit of `runs` calls of `run` under xpuruntime's profiler: ``efficiency`` (the audited nodes'
     floors over their times, all together), ``audited_us`` (their time a run), ``nodes``, ``flagged`` (how many cost
     more than 2% of the run at under 50% of their floor) and ``worst``: up to `top` flagged nodes, most lost time
-    first, each with its op, kernel, backend, share, efficiency, time a run and reason."""
+    first, each with its op, kernel, backend, share, efficiency, time a run and reason; ``groups``: up to `top` flagged
+    groups of one op and kernel (xpuruntime.cli.audit_groups: over 10% of the run together at under 50% of their
+    floor), which catch a model's time spread over many small nodes."""
     import xpuruntime as xrt
+    from xpuruntime.cli import audit_groups
     with xrt.profile(record_shapes=True) as profiler:
         for _ in range(runs):
             run()
         xrt.synchronize("cuda:0")
     rows = profiler.audit()
+    groups = [g for g in audit_groups(rows) if g["flagged"]]
     time_us = sum(r["total_us"] for r in rows)
     floor_us = sum(r["floor_us"] for r in rows)
     flagged = [r for r in rows if r["flagged"]]
@@ -152,7 +156,9 @@ def audit_of(run: Callable[[], object], runs: int, top: int = 5) -> Dict:
             "nodes": len(rows), "flagged": len(flagged),
             "worst": [{"node": r["node"], "op": r["op"] or r["op_type"], "kernel": r["kernel"], "backend": r["backend"],
                        "share": r["share"], "efficiency": r["efficiency"], "mean_us": r["mean_us"],
-                       "reason": r["reason"]} for r in flagged[:top]]}
+                       "reason": r["reason"]} for r in flagged[:top]],
+            "groups": [{k: g[k] for k in ("op", "kernel", "backend", "nodes", "share", "efficiency")}
+                       for g in groups[:top]]}
 
 
 def run_ort(binary, path: pathlib.Path, batch: int, seq: int, graphs: bool, iterations: int, warmup: int,
@@ -376,7 +382,8 @@ def summary(rows: List[Dict]) -> str:
 
 def audit_summary(rows: List[Dict]) -> str:
     """The roofline audit over the rows that have one (--audit): a line per case (efficiency, flagged nodes, the
-    worst of them), then the flagged nodes of all cases grouped by op and kernel, most lost time first."""
+    worst of them, and its flagged groups: xpuruntime.cli.audit_groups), then the flagged nodes of all cases grouped
+    by op and kernel, most lost time first."""
     audited = [r for r in rows if "audit" in r.get("native", {})]
     if not audited:
         return ""
@@ -390,6 +397,9 @@ def audit_summary(rows: List[Dict]) -> str:
                 f"at {100 * worst['efficiency']:.0f}%" if worst else "")
         lines.append(f"- {r['model']} b{r['batch']}: efficiency {100 * a['efficiency']:.0f}% over {a['nodes']} nodes, "
                      f"{a['flagged']} flagged{text}")
+        for g in a.get("groups", []):  # ops whose nodes together cost over 10% of the run at under half their floor
+            lines.append(f"  - group {g['op']} / {g['kernel']}: {g['nodes']} nodes, {100 * g['share']:.1f}% of the run "
+                         f"at {100 * g['efficiency']:.0f}%")
         for w in a["worst"]:
             key = (w["op"], w["kernel"], w["backend"])
             lost = w["share"] * (1 - w["efficiency"])

@@ -129,6 +129,7 @@ def test_cli_audit_text(model_path):
     header = next(line for line in out.splitlines() if line.lstrip().startswith("node"))
     assert header.split() == ["node", "op", "kernel", "time", "share", "floor", "bound", "eff", "lost"]
     assert "mm" in out and "softmax" in out
+    assert "by op and kernel (every audited node):" in out
 
 
 def test_cli_audit_json_ranks_by_lost_share(model_path):
@@ -144,8 +145,32 @@ def test_cli_audit_json_ranks_by_lost_share(model_path):
     assert [n["lost_share"] for n in nodes] == sorted((n["lost_share"] for n in nodes), reverse=True)
     mm = next(n for n in nodes if n["op"] in ("matmul", "linear"))
     assert mm["flops"] == pytest.approx(2 * 2.0 * 1 * K * N)  # 2 runs at the default batch, 1
+    groups = data["groups"]
+    assert sum(g["nodes"] for g in groups) == len(nodes)
+    assert sum(g["share"] for g in groups) == pytest.approx(sum(n["share"] for n in nodes))
     code, out, _ = run_cli("audit", model_path, "--engine", "native", "-n", "1", "--json", "--top", "1")
     assert code == 0 and len(json.loads(out)["nodes"]) == 1
+    assert sum(g["nodes"] for g in json.loads(out)["groups"]) > 1  # groups cover every node, not the top ones
+
+
+def test_audit_groups_sum_a_models_small_nodes():
+    """Ninety small nodes of one op and kernel, none over 2% of the run, are one flagged group (SSDlite's TopKs)."""
+    from xpuruntime.cli import audit_groups
+
+    def row(node, op, kernel, mean_us, floor_us, share):
+        return {"node": node, "op": op, "op_type": "", "kernel": kernel, "backend": "cuda_raw", "calls": 2,
+                "mean_us": mean_us, "floor_us": 2 * floor_us, "share": share}
+
+    rows = [row(f"topk_{i}", "top_k", "cuda_raw", 40.0, 1.0, 0.004) for i in range(90)]
+    rows += [row("nms", "non_max_suppression", "cuda_raw", 5000.0, 1.0, 0.5), row("conv", "conv2d", "cudnn", 10.0,
+                                                                                  9.0, 0.01)]
+    groups = audit_groups(rows)
+    assert [g["op"] for g in groups] == ["non_max_suppression", "top_k", "conv2d"]
+    topk = groups[1]
+    assert topk["nodes"] == 90 and topk["time_us"] == pytest.approx(3600.0) and topk["floor_us"] == pytest.approx(90.0)
+    assert topk["share"] == pytest.approx(0.36) and topk["efficiency"] == pytest.approx(0.025)
+    assert topk["lost_share"] == pytest.approx(0.36 * 0.975) and topk["flagged"]
+    assert groups[2]["efficiency"] == pytest.approx(0.9) and not groups[2]["flagged"]
 
 
 @pytest.mark.parametrize("bad", ["bandwidth", "fp16=-2", "fp16=abc", "nonsense=1"])

@@ -213,13 +213,16 @@ def test_the_suite_bench_summarises_the_roofline_audit_of_its_rows():
                           worst("conv_1", "conv", "cudnn_conv", 0.03, 0.4)]}}},
             {"model": "resnet", "batch": 16, "native": {"median_ms": 2.0, "audit": {
                 "efficiency": 0.8, "audited_us": 1900.0, "nodes": 60, "flagged": 1,
-                "worst": [worst("conv_9", "conv", "cudnn_conv", 0.05, 0.3)]}}}]
+                "worst": [worst("conv_9", "conv", "cudnn_conv", 0.05, 0.3)],
+                "groups": [{"op": "top_k", "kernel": "cuda_raw", "backend": "cuda_raw", "nodes": 90, "share": 0.36,
+                            "efficiency": 0.025}]}}}]
     text = bench.audit_summary(rows)
     lines = text.splitlines()
     assert "- swin b1: efficiency 42% over 120 nodes, 2 flagged; worst softmax_3 (softmax, softmax_rows) 10.0% of " \
            "the run at 20%" in lines
     assert "- resnet b16: efficiency 80% over 60 nodes, 1 flagged; worst conv_9 (conv, cudnn_conv) 5.0% of the run " \
            "at 30%" in lines
+    assert "  - group top_k / cuda_raw: 90 nodes, 36.0% of the run at 2%" in lines
     assert "3 flagged nodes over 2 cases; by op and kernel (the lost shares summed over cases):" in lines
     grouped = [line for line in lines if line.startswith("- softmax /") or line.startswith("- conv /")]
     # softmax lost 0.10 * 0.8 = 8.0%; conv 0.03 * 0.6 + 0.05 * 0.7 = 5.3% over two cases

@@ -697,7 +697,35 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def audit_report(rows: Sequence[Mapping[str, Any]], ceilings: Mapping[str, Mapping[str, Any]], top: int) -> str:
+GROUP_FLAG_SHARE = 0.10  # a group of one op and kernel flagged over 10% of the run at under half its floor
+
+
+def audit_groups(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """The audited nodes grouped by op and kernel, the most lost time first: where a model's time goes when no node
+    alone is over 2% of the run (SSDlite's 90 per-class TopKs, a transformer's dozens of small elementwise kernels).
+    Each group: op, kernel, backend, nodes, time_us (a run, summed), share, floor_us, efficiency (floors over times),
+    lost_share (share x (1 - efficiency)) and flagged (over GROUP_FLAG_SHARE of the run at under 50% of its floor)."""
+    groups: Dict[tuple, Dict[str, Any]] = {}
+    for r in rows:
+        key = (r["op"] or r["op_type"], r["kernel"], r["backend"])
+        g = groups.setdefault(key, {"op": key[0], "kernel": key[1], "backend": key[2], "nodes": 0, "time_us": 0.0,
+                                    "share": 0.0, "floor_us": 0.0})
+        calls = max(r["calls"], 1)
+        g["nodes"] += 1
+        g["time_us"] += r["mean_us"]
+        g["share"] += r["share"]
+        g["floor_us"] += r["floor_us"] / calls
+    out = []
+    for g in groups.values():
+        g["efficiency"] = g["floor_us"] / g["time_us"] if g["time_us"] > 0 else 0.0
+        g["lost_share"] = g["share"] * max(0.0, 1.0 - g["efficiency"])
+        g["flagged"] = g["share"] > GROUP_FLAG_SHARE and g["efficiency"] < 0.5
+        out.append(g)
+    return sorted(out, key=lambda g: g["lost_share"], reverse=True)
+
+
+def audit_report(rows: Sequence[Mapping[str, Any]], ceilings: Mapping[str, Mapping[str, Any]], top: int,
+                 groups: Sequence[Mapping[str, Any]] = ()) -> str:
     """The audit as text: the ceilings, then one line per node (lost share first) with its reason below, flagged
     nodes marked."""
     lines = []
@@ -722,6 +750,13 @@ def audit_report(rows: Sequence[Mapping[str, Any]], ceilings: Mapping[str, Mappi
     for row in [header] + table:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
     flagged = [r for r in rows if r["flagged"]]
+    if groups:
+        lines.append("")
+        lines.append("by op and kernel (every audited node):")
+        for g in groups[:max(top, 10) if top else len(groups)]:
+            lines.append(f"  {'!' if g['flagged'] else ' '} {g['op']} / {g['kernel']} ({g['backend']}): {g['nodes']} "
+                         f"node(s), {g['time_us']:.1f} us a run, {100 * g['share']:.1f}% of it at "
+                         f"{100 * g['efficiency']:.0f}% of their floor, {100 * g['lost_share']:.1f}% lost")
     lines.append("")
     lines.append("why each kernel was chosen:")
     for r in rows:
@@ -729,7 +764,8 @@ def audit_report(rows: Sequence[Mapping[str, Any]], ceilings: Mapping[str, Mappi
     lines.append("")
     lines.append(f"time = mean per run; floor = max(bytes / bandwidth, FLOPs / peak); eff = floor / time; lost = share "
                  f"x (1 - eff). {len(flagged)} node(s) marked '!' cost more than 2% of the run at under 50% of "
-                 f"their floor" + (f" (top {top} shown)" if top else ""))
+                 f"their floor" + (f" (top {top} shown)" if top else "") +
+                 (f"; a group marked '!' costs more than {100 * GROUP_FLAG_SHARE:.0f}% at under 50%" if groups else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -741,13 +777,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     for device in devices if figures else []:
         profiler.set_ceilings(device, **figures)
     rows = profiler.audit(args.top)
+    groups = audit_groups(profiler.audit(0))
     ceilings = {d: profiler.ceilings(d) for d in devices}
     if args.json:
         print(json.dumps({"model": args.model, "device": args.device, "iterations": args.iterations,
-                          "ceilings": ceilings, "nodes": rows}, indent=1))
+                          "ceilings": ceilings, "nodes": rows, "groups": groups}, indent=1))
     else:
         print(f"model {args.model} on {args.device}, {args.iterations} profiled runs")
-        print(audit_report(rows, ceilings, args.top), end="")
+        print(audit_report(rows, ceilings, args.top, groups), end="")
     return 0
 
 

@@ -354,14 +354,15 @@ std::mutex& gpu_timing_mutex() {
 //
 // Note [Timing without host gaps]
 // Two events around a kernel's launch measure the GPU's time line between them, and that includes the time the GPU
-// waits for the host to finish queueing the work: a library call that does host work of its own before it launches
-// is measured at that host work where it is longer than the kernel. The runs the timing predicts have no such gaps:
-// the native engine replays its plans from CUDA graphs. So each timed run is queued behind a StreamGate: the stream
-// waits until the start event, the run and the stop event are all queued, then does them back to back, and the events
-// see the GPU's work alone. (The suspected cause of Note [Convolutions are not timed by default]'s timings; not yet
-// run on a GPU.) A run that waits for the stream itself (a synchronous copy in a host step) would hold the gate to its
-// limit (50 ms); the rest of its runs are timed ungated. A session that runs without CUDA graphs pays the host work
-// the timing no longer sees; there the kernel with less host work per call may be the faster one.
+// waits for the host to finish queueing the work: a library call that does host work of its own before it launches is
+// measured at that host work where it is longer than the kernel. The runs the timing predicts have no such gaps: the
+// native engine replays its plans from CUDA graphs. So each timed run is queued behind a StreamGate: the stream waits
+// until the start event, the run and the stop event are all queued, then does them back to back, and the events see the
+// GPU's work alone. (The suspected cause of Note [Convolutions are not timed by default]'s timings; the gate passed its
+// GPU test on an H100, 2026-12-06, but whether it mends those timings is not measured yet.) A run that waits for the
+// stream itself (a synchronous copy in a host step) would hold the gate to its limit (50 ms); the rest of its runs are
+// timed ungated. A session that runs without CUDA graphs pays the host work the timing no longer sees; there the kernel
+// with less host work per call may be the faster one.
 StreamView gpu_timing_stream(Device device) {
   static auto* streams = new std::map<int, Stream>();  // never destroyed, like the mutex; guarded by it
   auto found = streams->find(device.index);

@@ -776,8 +776,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     devices = sorted({r["device"] for r in profiler.summary() if r["ceiling"]})
     for device in devices if figures else []:
         profiler.set_ceilings(device, **figures)
-    rows = profiler.audit(args.top)
-    groups = audit_groups(profiler.audit(0))
+    every = profiler.audit(0)  # ranked by lost share: --top is its head; the groups sum all of it
+    rows = every[:args.top] if args.top else every
+    groups = audit_groups(every)
     ceilings = {d: profiler.ceilings(d) for d in devices}
     if args.json:
         print(json.dumps({"model": args.model, "device": args.device, "iterations": args.iterations,

@@ -9,8 +9,8 @@
 // non_max_suppression: the candidates of each (batch, class) ranked by counting (score descending, ties: the smaller
 // box index first, as a stable sort does), the suppression bits of every ranked pair (IoU in double, as the reference
 // library computes it), then a block per (batch, class) walks them in rank order, each kept box suppressing the later
-// ones whose IoU exceeds the threshold (Note [The NMS walk]), and one block writes the kept (batch, class, box)
-// triples in batch, class order.
+// ones whose IoU exceeds the threshold (Note [The NMS walk]), and a scan of the kept counts places each (batch,
+// class)'s kept triples, in batch, class order, written by a block per (batch, class).
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kNmsThreads) nms_count_kernel(const T* scores,
 // Grid (candidate tiles, batch * class, splits of the candidates compared against): each candidate's rank by
 // counting (score descending, ties: the smaller index first, as a stable sort orders them), each split's count added
 // into rank (zeroed before). One class of 27,300 candidates (SSDlite's) is 107 tiles, under one block per SM: the
-// splits give the GPU enough blocks (nms_rank_splits).
+// splits (chosen in non_max_suppression below) give the GPU enough blocks.
 template <typename T>
 __global__ void __launch_bounds__(kNmsThreads) nms_rank_kernel(const T* scores, NmsGeometry g, NmsScratch s,
                                                                std::int64_t split_span) {
@@ -285,9 +285,9 @@ __global__ void __launch_bounds__(kNmsWordBits) nms_mask_kernel(const T* boxes, 
 // class (torchvision's batched NMS offsets each class's boxes so that one class holds them all). With the columns it
 // took 5.4 ms (H100, 2026-12-06): the walking thread still read each kept candidate's box index from order[] and
 // stored it, a global load the store waited for, one latency per kept candidate. The walk now records the rank (no
-// load; the write kernel looks the boxes up in parallel), so a tile costs about two load latencies (the nonzero byte,
-// then the words) and the next tile's diagonal is loaded during the walk; candidates of different classes never
-// overlap there, so most tile pairs are skipped.
+// load; the write kernel looks the boxes up in parallel), so a tile should cost about two load latencies (the nonzero
+// byte, then the words; not yet measured on a GPU) and the next tile's diagonal is loaded during the walk; candidates
+// of different classes never overlap there, so most tile pairs are skipped.
 constexpr int kSelectThreads = 512;
 
 __global__ void __launch_bounds__(kSelectThreads) nms_select_kernel(NmsGeometry g, NmsScratch s) {

@@ -8,8 +8,10 @@ For each M (default 1 2 4 8 16) and (K, N) (default (4096, 4096), (4096, 11008),
 Each is timed as the per-call time of --inner calls captured into one xpuruntime CUDA graph and replayed (no host
 overhead), median of --iters replays. The calls cycle through copies of the weights whose total exceeds --rotate MiB
 (default 256, above the H200's 50 MiB L2), so that each call reads its weights from HBM, not from L2.
-GB/s = the int4 weight bytes (packed codes + scales) / time; % = of --peak GB/s (the H200's 4.8 TB/s; the device
-copy measured 4.23 TB/s read+write). Speed-up = float16 time / int4 time. Also prints the plan each kernel took.
+GB/s = the int4 weight bytes (packed codes + scales) / time; % = of --peak GB/s, by default the device's copy
+bandwidth (read + write bytes per second) as the roofline audit measures it in the same process (Profiler.ceilings;
+the H200's measured 4.23 TB/s against its nominal 4.8), which the table states. Speed-up = float16 time / int4 time.
+Also prints the plan each kernel took.
 
     python benchmarks/bench_int4_gemm.py [--m 1 2 4 8 16] [--block 32] [--tune] [--grids] [--out int4.md]
 """
@@ -97,6 +99,7 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
 GRIDS = [({"splits": splits, "tiles": tiles}, f"{tiles}x{splits}") for tiles in (4, 2, 1) for splits in (1, 2, 4)]
 GRIDS += [({"kernel": "stream", "splits": splits, "tiles": tiles}, f"s{tiles}x{splits}")
           for tiles in (4, 2) for splits in (1, 2, 4)]
+GRIDS += [({"kernel": "gemv", "splits": splits, "tiles": 2}, f"g2x{splits}") for splits in (1, 2, 4)]
 
 
 def time_grids(x, int4_copies, attrs, inner: int, args) -> dict:
@@ -143,13 +146,13 @@ def table(rows, args, device_name: str) -> str:
                      f"{r['fp16_us']:.2f} | {r['fp16_gbs']:.0f} | {r['speedup']:.2f} | {r['error']:.1e} |"
                      + (f" {r['tuned_us']:.2f} |" if args.tune else ""))
     if args.grids:
-        lines += ["", "Every grid (tiles x splits: tiles of 8 columns per block, K splits; s: the streaming kernel), "
-                  "us per call:", ""]
+        lines += ["", "Every grid (tiles x splits: tiles of 8 columns per block, K splits; s: the streaming kernel, "
+                  "g: the GEMV kernel of m <= 4), us per call:", ""]
         for r in rows:
             grids = ", ".join(f"{g} {t:.2f}" for g, t in sorted(r["grids"].items(), key=lambda item: item[1]))
             lines.append(f"- M={r['m']} K={r['k']} N={r['n']}: {grids}")
-    lines += ["", f"GB/s: int4 weight bytes (packed codes + float16 scales) per second; % of {args.peak:.0f} GB/s. "
-                  "fp16 GB/s: the float16 weight's bytes.", "", "Plans:", ""]
+    lines += ["", f"GB/s: int4 weight bytes (packed codes + float16 scales) per second; % of {args.peak:.0f} GB/s "
+                  f"({args.peak_source}). fp16 GB/s: the float16 weight's bytes.", "", "Plans:", ""]
     seen = set()
     for r in rows:
         for plan in (r["plan"], r["fp16_plan"]):
@@ -170,7 +173,8 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=20, help="timed graph replays per measurement")
     parser.add_argument("--inner", type=int, default=20, help="calls per graph (at least one per weight copy)")
     parser.add_argument("--rotate", type=int, default=256, help="MiB of weight copies each measurement cycles through")
-    parser.add_argument("--peak", type=float, default=4800.0, help="the GPU's memory bandwidth in GB/s")
+    parser.add_argument("--peak", type=float, default=0.0,
+                        help="the GPU's memory bandwidth in GB/s (default: its copy bandwidth, measured)")
     parser.add_argument("--tune", action="store_true",
                         help="also time the grid auto:BestPerformance picks (column 'tuned us')")
     parser.add_argument("--grids", action="store_true",
@@ -180,6 +184,12 @@ def main() -> int:
     if xrt.get_device_count() == 0:
         print(f"bench_int4_gemm needs a CUDA device: {xrt.runtime.cuda_unavailable_reason()}", file=sys.stderr)
         return 1
+    args.peak_source = "given"
+    if args.peak <= 0:
+        ceilings = xrt.Profiler().ceilings("cuda:0")
+        args.peak = ceilings["bandwidth"] / 1e9
+        args.peak_source = f"the copy bandwidth, {ceilings['source'].get('bandwidth', 'measured')}"
+    print(f"bandwidth for %: {args.peak:.0f} GB/s ({args.peak_source})", file=sys.stderr, flush=True)
     shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
     rows, cache = [], {}
     for k, n in shapes:

@@ -183,7 +183,8 @@ def _cpu_and_cuda(inputs, attrs, dtype):
 @pytest.mark.parametrize("m, k, n, block, zero_points", [
     (1, 4096, 512, 32, False), (1, 4096, 4096, 128, True), (3, 1000, 77, 16, True), (16, 2048, 300, 64, False),
     (17, 300, 129, 32, True), (64, 512, 96, 128, True), (65, 512, 200, 32, False), (300, 1024, 256, 128, True),
-    (5, 40, 17, 16, False)])
+    (5, 40, 17, 16, False), (2, 4128, 257, 32, True), (4, 640, 1000, 64, True), (3, 4096, 129, 256, False),
+    (1, 11008, 300, 32, True)])
 def test_cuda_kernel_matches_the_cpu_kernel(dtype, m, k, n, block, zero_points):
     rng = np.random.default_rng(m * 7 + k + n)
     b, scales, zp, w = random_matmul_nbits(rng, k, n, block, zero_points)

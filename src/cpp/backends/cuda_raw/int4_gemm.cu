@@ -63,6 +63,29 @@
 // wave of 256 blocks at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above:
 // its grids are tactics there, not the default.
 //
+// Note [Int4 GEMV with sub-blocks as the MMA's columns]
+// At m <= 4 (decoding) both kernels above spend most of their instructions per code on the dequantization (code - zero
+// and the multiply by the scale of its 32-code block: a block's codes meet in one MMA with other blocks' codes, so
+// the scale goes in before it) and on a warp's per-chunk bookkeeping; the MMA's 8 columns hold x's m rows, the rest
+// wasted. The GEMV kernel (int4_gemv_kernel) uses those columns for the blocks instead: lane (g, t) loads 16 bytes (a
+// 32-code sub-block) of weight rows g and g + 8 at sub-block t of a 4-sub-block group, so the MMA's k slots of lane t
+// (2t, 2t + 1, 2t + 8, 2t + 9) hold sub-block t's codes; x's B fragment carries sub-block c % 4 of x row c / 4 in
+// column c (only the lanes with t == c % 4 carry x, the others zeros). D[row][c] is then row's dot product with x over
+// one sub-block, so each accumulator is one (row, sub-block, x row) and the scale and zero point apply after the MMA:
+//  * the codes go in raw: a LOP3 per pair, (w & 0x000F000F) | 0x6400 6400 = {1024 + q} for the even codes, and
+//    (w & 0x00F000F0) | magic = {1024 + 16 q} for the odd ones without a shift (bfloat16: 128 + q, shifted); the
+//    products with x are exact in the MMA's float32, and the even and odd codes go to separate accumulators;
+//  * y += scale * (even + odd / 16 - C - zero * X) per accumulator, X the sum of x over the sub-block and C = 1024
+//    X_even + 64 X_odd (bfloat16: 128 X), both laid out in shared memory with x's fragments once per block (its
+//    split's K range). The subtraction cancels about 10 bits of float32's 24 (1024 against codes below 16): the
+//    result keeps about 14, above float16's 11;
+//  * a warp takes groups w, w + 8, ... (kSpan of them per stage, kStages stages in flight: 8 16-byte weight loads
+//    per lane), each block one 16-row tile; the warps' sums meet in shared memory in a fixed order (results do not
+//    depend on the run; a K split changes the order of the float32 additions, as above).
+// So a code costs a LOP3 (and a shift per 8), an eighth of an MMA and its share of 4 float32 operations per
+// (row, sub-block) pair; m 3-4 run a second MMA per weight fragment (x rows 2 and 3). Blocks of 16 codes, K not a
+// multiple of 32, x off 16-byte alignment or a split's x fragments over 100 KB take the streaming kernel instead.
+//
 // Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
 // weight once per call into a float16 workspace and running cuBLAS on it costs little more than the GEMM itself.
 #include <cuda_bf16.h>
@@ -608,6 +631,290 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
   }
 }
 
+// ---- the GEMV kernel of m <= 4 (Note [Int4 GEMV with sub-blocks as the MMA's columns]) ----
+
+constexpr int kGemvMaxRows = 4;
+constexpr int kSubBlock = 32;                            // codes of one lane's 16 bytes of a weight row
+// Whether the GEMV kernel is the default grid where it takes the problem (else a tactic that autotuning times).
+constexpr bool kGemvFirst = false;
+constexpr std::size_t kGemvSmemLimit = 100 * 1024;       // two blocks per SM (x's fragments: 2 bytes a code and row)
+
+// The raw codes of one 8-code word as 4 pairs, without a subtraction or a multiply, as the GEMV's MMAs take them:
+// pairs 0 and 2 (codes 0/4 and 2/6, the word's even k) are {1024 + q} (bfloat16: 128 + q), pairs 1 and 3 (codes 1/5,
+// 3/7, odd k) float16's {1024 + 16 q} where the codes lie (no shift) and bfloat16's {128 + q} shifted down (its 7-bit
+// mantissa has no room for 16 q). Once the odd sums are multiplied by kOddFactor, kEven / kOdd are what the even /
+// odd sums carry besides q x, per unit of x.
+template <typename T>
+struct RawCodes;
+
+template <>
+struct RawCodes<__half> {
+  static constexpr float kOddFactor = 0.0625f;  // (1024 + 16 q) / 16 = 64 + q
+  static constexpr float kEven = 1024.0f, kOdd = 64.0f;
+  __device__ static void pairs(std::uint32_t w, std::uint32_t (&p)[4]) {
+    p[0] = and_or<0x000F000Fu, Half<__half>::kMagic>(w);
+    p[1] = and_or<0x00F000F0u, Half<__half>::kMagic>(w);
+    const std::uint32_t w8 = w >> 8;
+    p[2] = and_or<0x000F000Fu, Half<__half>::kMagic>(w8);
+    p[3] = and_or<0x00F000F0u, Half<__half>::kMagic>(w8);
+  }
+};
+
+template <>
+struct RawCodes<__nv_bfloat16> {
+  static constexpr float kOddFactor = 1.0f;
+  static constexpr float kEven = 128.0f, kOdd = 128.0f;
+  __device__ static void pairs(std::uint32_t w, std::uint32_t (&p)[4]) {
+    p[0] = and_or<0x000F000Fu, Half<__nv_bfloat16>::kMagic>(w);
+    p[1] = and_or<0x000F000Fu, Half<__nv_bfloat16>::kMagic>(w >> 4);
+    p[2] = and_or<0x000F000Fu, Half<__nv_bfloat16>::kMagic>(w >> 8);
+    p[3] = and_or<0x000F000Fu, Half<__nv_bfloat16>::kMagic>(w >> 12);
+  }
+};
+
+// What kSpan consecutive groups (4 sub-blocks of 32 codes: 64 bytes of a row each) need from memory: the lane's
+// sub-block (t) of its rows g and g + 8 of the block's 16-row tile, loaded kStages stages ahead of their use. The
+// scales and zero points come from shared memory (the block's rows, copied once).
+constexpr int kSpan = 2;
+
+struct GemvStage {
+  uint4 w[kSpan][2];  // [group][row g, g + 8]
+};
+
+// Groups [c, c + kSpan): `weight` is the lane's row g at group 0 (row g + 8 at + row_stride); a group at or past
+// `w_groups[r]` (past the split or the packed row; 0 for a row past N) is zeros.
+__device__ __forceinline__ void load_gemv_stage(const std::uint8_t* weight, std::int64_t row_stride,
+                                                const int (&w_groups)[2], int c, GemvStage& st) {
+#pragma unroll
+  for (int j = 0; j < kSpan; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      st.w[j][r] = c + j < w_groups[r] ? load_streaming(weight + r * row_stride + (c + j) * 64)
+                                       : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+// One group of one warp: 8 MMAs per set on the raw codes (the even codes' pairs into `even`, the odd codes' into
+// `odd`; x's fragments `xf` from shared memory), then each accumulator (row, sub-block, x row) corrected and scaled:
+//   out += scale * (even + kOddFactor odd - C - zero X)
+// (X = the sum of x over the sub-block, C = kEven X_even + kOdd X_odd)
+// with {X, C} of the lane's two sub-blocks `xc[set]`, and `scale` / `zero` [row g, g + 8][column 2 t, 2 t + 1].
+template <typename T, int kSets>
+__device__ __forceinline__ void multiply_gemv_group(const uint4 (&w)[2], const uint4 (&xf)[kSets][4],
+                                                    const float4 (&xc)[kSets], const float (&scale)[2][2],
+                                                    const float (&zero)[2][2], float (&out)[kSets][4]) {
+  float even[kSets][4] = {}, odd[kSets][4] = {};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    std::uint32_t pg[4], p8[4];
+    RawCodes<T>::pairs(word_of(w[0], i), pg);
+    RawCodes<T>::pairs(word_of(w[1], i), p8);
+    const std::uint32_t a_even[4] = {pg[0], p8[0], pg[2], p8[2]};
+    const std::uint32_t a_odd[4] = {pg[1], p8[1], pg[3], p8[3]};
+#pragma unroll
+    for (int s = 0; s < kSets; ++s) {
+      // xf[s][i]: the pairs (0, 4), (2, 6), (1, 5), (3, 7) of x's word i (the kernel's layout).
+      Half<T>::mma(even[s], a_even, xf[s][i].x, xf[s][i].y);
+      Half<T>::mma(odd[s], a_odd, xf[s][i].z, xf[s][i].w);
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kSets; ++s) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1, c = e & 1;
+      const float x_sum = c ? xc[s].z : xc[s].x, correction = c ? xc[s].w : xc[s].y;
+      const float raw = fmaf(odd[s][e], RawCodes<T>::kOddFactor, even[s][e]);
+      out[s][e] = fmaf(scale[r][c], raw - fmaf(zero[r][c], x_sum, correction), out[s][e]);
+    }
+  }
+}
+
+// The GEMV kernel's shared memory (byte offsets, each 16-byte aligned) for a split of `subs` sub-blocks, m rows of x
+// and rows of `blocks` scales of `scale_bytes` and `zero_row` zero-point bytes: x's fragments [group][t][x row] (64
+// bytes: per word of the sub-block the pairs (0, 4), (2, 6), (1, 5), (3, 7)), 64 bytes of zeros (what the lanes that
+// carry no x read), {X, C} [x row][sub-block], the block's 16 rows of scales and of zero points as they lie in
+// memory, and the warps' sums.
+struct GemvSmem {
+  int zeros = 0, table = 0, scales = 0, zero_points = 0, sums = 0, bytes = 0;
+};
+
+__host__ __device__ inline int align16(int bytes) { return (bytes + 15) / 16 * 16; }
+
+__host__ __device__ inline GemvSmem gemv_smem(int subs, int m, int sets, int blocks, int scale_bytes, int zero_row) {
+  GemvSmem l;
+  l.zeros = subs * m * 64;
+  l.table = l.zeros + 64;
+  l.scales = align16(l.table + m * subs * 8);
+  l.zero_points = align16(l.scales + 16 * blocks * scale_bytes);
+  l.sums = align16(l.zero_points + 16 * zero_row);
+  l.bytes = l.sums + kWarps * sets * 32 * 4;
+  return l;
+}
+
+// Copies `bytes` bytes from global to shared memory with the block's threads: 16 bytes at a time where both are
+// 16-byte aligned (the block's rows of scales and zero points start at a multiple of 16 rows), else byte by byte.
+__device__ __forceinline__ void copy_to_shared(char* dst, const void* src, int bytes) {
+  const auto* from = static_cast<const std::uint8_t*>(src);
+  int done = 0;
+  if ((reinterpret_cast<std::uintptr_t>(src) & 15u) == 0) {
+    done = bytes / 16 * 16;
+    for (int i = threadIdx.x * 16; i < done; i += kBlockThreads * 16) {
+      *reinterpret_cast<uint4*>(dst + i) = __ldg(reinterpret_cast<const uint4*>(from + i));
+    }
+  }
+  for (int i = done + static_cast<int>(threadIdx.x); i < bytes; i += kBlockThreads) dst[i] = from[i];
+}
+
+// A block: kWarps warps over one tile of 16 output columns and every row of x (m <= 4: kSets MMAs per weight
+// fragment, 2 rows of x each); warp w takes the groups 2 w, 2 w + 1, 2 w + 16, ... of its split (kStages stages of
+// kSpan groups in flight), their first stages issued before the block lays out x's fragments, {X, C} and its rows'
+// scales and zero points in shared memory. Last each lane's accumulators are added over its two columns and its lane
+// pair (t, t ^ 1), and the warps' sums in shared memory in a fixed order.
+template <typename T, typename S, int kSets>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    int4_gemv_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
+                     const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
+                     float* __restrict__ partial, MmaParams p) {
+  constexpr int kStages = 2;             // 2 kSpan 16-byte weight loads per lane and stage
+  constexpr int kStep = kSpan * kWarps;  // groups between a warp's stages
+  extern __shared__ uint4 gemv_smem_raw[];
+  auto* smem = reinterpret_cast<char*>(gemv_smem_raw);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int g_begin = blockIdx.z * p.chunks_per_split;
+  const int g_end = min(p.chunks, g_begin + p.chunks_per_split);
+  const int subs = 4 * p.chunks_per_split;
+  const int n0 = blockIdx.x * 16;
+  const GemvSmem layout = gemv_smem(subs, p.m, kSets, p.blocks, sizeof(S), p.zero_row);
+  // The lane's weight rows (g, g + 8), and the groups below which its sub-block lies inside the split and the row.
+  const int row_subs = p.row_codes / kSubBlock;
+  const std::uint8_t* w_lane = weight + static_cast<std::int64_t>(min(n0 + g, p.n - 1)) * p.row_bytes + 16 * t;
+  const std::int64_t w_stride = 8 * static_cast<std::int64_t>(p.row_bytes);
+  int w_groups[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) w_groups[r] = n0 + g + 8 * r < p.n ? min(g_end, (row_subs - t + 3) / 4) : 0;
+  GemvStage stage[kStages];
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    const int c = g_begin + kSpan * warp + s * kStep;
+    if (c < g_end) load_gemv_stage(w_lane, w_stride, w_groups, c, stage[s]);
+  }
+  // x's fragments and {X, C}: one thread per (x row, sub-block) of the split.
+  auto* table = reinterpret_cast<float2*>(smem + layout.table);
+  for (int e = threadIdx.x; e < p.m * subs; e += kBlockThreads) {
+    const int row = e / subs, local = e % subs, sub = 4 * g_begin + local;
+    float even = 0.0f, odd = 0.0f;
+    uint4* frag = reinterpret_cast<uint4*>(smem + (((local >> 2) * 4 + (local & 3)) * p.m + row) * 64);
+    const bool inside = sub * kSubBlock < p.k;
+    const uint4* src = reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(row) * p.k +
+                                                      (inside ? sub * kSubBlock : 0));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 v = inside ? __ldg(src + i) : make_uint4(0u, 0u, 0u, 0u);
+      std::uint32_t b[4];
+      x_pairs(v, b);
+      frag[i] = make_uint4(b[0], b[2], b[1], b[3]);
+      const std::uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        even += to_float(bits_as<T>(words[h] & 0xFFFFu));
+        odd += to_float(bits_as<T>(words[h] >> 16));
+      }
+    }
+    table[e] = make_float2(even + odd, RawCodes<T>::kEven * even + RawCodes<T>::kOdd * odd);
+  }
+  if (threadIdx.x < 4) reinterpret_cast<uint4*>(smem + layout.zeros)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+  const int tile_rows = min(16, p.n - n0);
+  copy_to_shared(smem + layout.scales, scales + static_cast<std::int64_t>(n0) * p.blocks,
+                 tile_rows * p.blocks * static_cast<int>(sizeof(S)));
+  if (zero_points != nullptr) {
+    copy_to_shared(smem + layout.zero_points, zero_points + static_cast<std::int64_t>(n0) * p.zero_row,
+                   tile_rows * p.zero_row);
+  }
+  __syncthreads();
+  // Where the lane reads x: column g is sub-block g % 4 of x row g / 4 + 2 s, so the lanes with t == g % 4 carry x
+  // (their slots hold that sub-block's codes) and the others the zeros.
+  int x_offset[kSets], x_step[kSets], xc_row[kSets];
+#pragma unroll
+  for (int s = 0; s < kSets; ++s) {
+    const int row = (g >> 2) + 2 * s;
+    const bool carries = (g & 3) == t && row < p.m;
+    x_offset[s] = carries ? (t * p.m + row) * 64 : layout.zeros;
+    x_step[s] = carries ? 4 * p.m * 64 : 0;
+    xc_row[s] = min((t >> 1) + 2 * s, p.m - 1) * subs;  // {X, C} of x row t / 2 + 2 s (past m: never stored)
+  }
+  const S* scale_rows = reinterpret_cast<const S*>(smem + layout.scales) + g * p.blocks;
+  const std::uint8_t* zero_rows = reinterpret_cast<const std::uint8_t*>(smem + layout.zero_points) + g * p.zero_row;
+  const int shift = p.block_shift - 5;  // a scale's block holds 2^shift sub-blocks
+  const bool upper_live = n0 + g + 8 < p.n;
+  float out[kSets][4] = {};
+  for (int c = g_begin + kSpan * warp; c < g_end; c += kStages * kStep) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      const int cs = c + s * kStep;
+      if (cs >= g_end) break;  // warp-uniform
+#pragma unroll
+      for (int j = 0; j < kSpan; ++j) {
+        const int group = cs + j;
+        if (group >= g_end) break;  // warp-uniform
+        const int local = group - g_begin;
+        uint4 xf[kSets][4];
+        float4 xc[kSets];
+#pragma unroll
+        for (int h = 0; h < kSets; ++h) {
+          const uint4* f = reinterpret_cast<const uint4*>(smem + x_offset[h] + local * x_step[h]);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) xf[h][i] = f[i];
+          xc[h] = *reinterpret_cast<const float4*>(table + xc_row[h] + 4 * local + 2 * (t & 1));
+        }
+        // The scales and zero points of sub-blocks sub and sub + 1 (one zero-point byte holds both); a sub-block past
+        // the packed row reads a neighbour's (its x and weights are zeros) or scale 0 past the table.
+        const int sub = 4 * group + 2 * (t & 1);
+        const int b0 = sub >> shift, b1 = min((sub + 1) >> shift, p.blocks - 1);
+        float scale[2][2], zero[2][2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const bool live = r == 0 || upper_live;
+          const S* sr = scale_rows + 8 * r * p.blocks;
+          scale[r][0] = live ? to_float(sr[b0]) : 0.0f;
+          scale[r][1] = live ? to_float(sr[b1]) : 0.0f;
+          const unsigned byte = zero_points != nullptr && live ? zero_rows[8 * r * p.zero_row + (b0 >> 1)] : 0x88u;
+          zero[r][0] = static_cast<float>((byte >> (4 * (b0 & 1))) & 0xFu);
+          zero[r][1] = static_cast<float>((byte >> (4 * (b1 & 1))) & 0xFu);
+        }
+        multiply_gemv_group<T, kSets>(stage[s].w[j], xf, xc, scale, zero, out);
+      }
+      const int next = cs + kStages * kStep;
+      if (next < g_end) load_gemv_stage(w_lane, w_stride, w_groups, next, stage[s]);
+    }
+  }
+  // Rows g and g + 8: the lane's two columns (sub-blocks 2 (t % 2), + 1 of x row t / 2 + 2 s), then lanes t and t ^ 1
+  // (the other two sub-blocks); lanes t = 0 and 2 then hold x rows 2 s and 2 s + 1.
+  auto* sums = reinterpret_cast<float*>(smem + layout.sums);  // [warp][set][x row % 2][16 rows]
+#pragma unroll
+  for (int s = 0; s < kSets; ++s) {
+    float upper = out[s][0] + out[s][1], lower = out[s][2] + out[s][3];
+    upper += __shfl_xor_sync(0xFFFFFFFFu, upper, 1);
+    lower += __shfl_xor_sync(0xFFFFFFFFu, lower, 1);
+    if ((t & 1) == 0) {
+      float* at = sums + ((warp * kSets + s) * 2 + (t >> 1)) * 16;
+      at[g] = upper;
+      at[g + 8] = lower;
+    }
+  }
+  __syncthreads();
+  constexpr int kOutputs = kSets * 2 * 16;
+  for (int e = threadIdx.x; e < kOutputs; e += kBlockThreads) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += sums[w * kOutputs + e];
+    const int row = e / 16, col = n0 + e % 16;  // x row 2 s + parity
+    if (row >= p.m || col >= p.n) continue;
+    store_sum(p, row, col, sum, bias, y, partial);
+  }
+}
+
 // y = the sum of the splits' partial sums, in split order, + bias.
 template <typename T>
 __global__ void int4_sum_splits_kernel(const float* __restrict__ partial, const void* __restrict__ bias,
@@ -657,6 +964,7 @@ struct Residency {
   int sms = 1;
   int per_sm[3] = {1, 1, 1};  // of kTileChoices
   int stream_per_sm[2] = {1, 1};  // of the streaming kernel, tiles 4 and 2
+  int gemv_per_sm = 1;            // of the GEMV kernel (with 24 KB of shared memory: K = 4096 at m = 2)
 };
 
 Residency query_residency(int device) {
@@ -673,6 +981,7 @@ Residency query_residency(int device) {
   r.per_sm[2] = per_sm(int4_mma_kernel<__half, __half, 1, false, true, true>, 0);
   r.stream_per_sm[0] = per_sm(int4_stream_kernel<__half, __half, 2, 1, kXWholeChunks, false>, kStreamSmemBytes);
   r.stream_per_sm[1] = per_sm(int4_stream_kernel<__half, __half, 1, 1, kXWholeChunks, false>, kStreamSmemBytes);
+  r.gemv_per_sm = per_sm(int4_gemv_kernel<__half, __half, 1>, 24 * 1024);
   return r;
 }
 
@@ -700,6 +1009,17 @@ double grid_score(std::int64_t blocks, int splits, const Residency& r, int per_s
   return balance * depth * (splits > 1 ? 0.9 : 1.0);
 }
 
+// Whether the GEMV kernel takes `a` at `splits` (x's alignment is checked at the launch): m <= 4, blocks of 32 codes
+// or more, K a multiple of 32 (a sub-block of x is all inside K or all outside), its shared memory within the default
+// limit.
+bool gemv_takes(const Int4GemmArgs& a, int splits) {
+  if (a.m > kGemvMaxRows || a.m < 1 || a.block < kSubBlock || a.k % kSubBlock != 0) return false;
+  const MmaParams p = mma_params(a, splits);
+  const int scale_bytes = a.scale_dtype == DType::kFloat32 ? 4 : 2;
+  const GemvSmem l = gemv_smem(4 * p.chunks_per_split, p.m, p.m > 2 ? 2 : 1, p.blocks, scale_bytes, p.zero_row);
+  return static_cast<std::size_t>(l.bytes) <= kGemvSmemLimit;
+}
+
 // Every grid the kernels can take for `a`, the default first (Note [Int4 GEMM on the GPU], "The grid"): the
 // preferred kernel and tiles for m (m <= 8 and blocks of 32 codes or more: the streaming kernel's 4 tiles, then its
 // 2, then the other kernel's 1; other m <= 8: the other kernel's 2, then 1; m > 8: its 4, then 2; at m 9-16 the
@@ -715,27 +1035,34 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
   const bool small = a.m <= kStreamMaxRows && a.block >= 32;  // the streaming kernel's problems
   std::vector<std::pair<double, Int4MmaConfig>> scored;
   for (int s = 1; s <= kInt4MaxSplits && (s == 1 || p.chunks / s >= 2 * kWarps); ++s) {
-    for (int i = 0; i < (small ? 5 : 3); ++i) {
-      const bool stream = i >= 3;  // i = 3, 4: the streaming kernel's tiles 4 and 2
-      const int tiles = stream ? kTileChoices[i - 3] : kTileChoices[i];
+    const bool gemv = gemv_takes(a, s);
+    for (int i = 0; i < (gemv ? 6 : small ? 5 : 3); ++i) {
+      const bool stream = i == 3 || i == 4;  // the streaming kernel's tiles 4 and 2
+      const bool gemv_kernel = i == 5;       // the GEMV kernel (tiles 2)
+      const int tiles = gemv_kernel ? 2 : stream ? kTileChoices[i - 3] : kTileChoices[i];
       // Rows of x past 8: one tile per block would read x's fragments from L1 8 times per weight load.
       if (a.m > 8 && tiles == 1) continue;
-      const Int4MmaConfig c = int4_gemm_mma_config(a, tiles, s, stream);
-      scored.emplace_back(grid_score(blocks_of(tiles, s), s, r, stream ? r.stream_per_sm[i - 3] : r.per_sm[i]), c);
+      const Int4MmaConfig c = int4_gemm_mma_config(a, tiles, s, stream, gemv_kernel);
+      const int per_sm = gemv_kernel ? r.gemv_per_sm : stream ? r.stream_per_sm[i - 3] : r.per_sm[i];
+      scored.emplace_back(grid_score(blocks_of(tiles, s), s, r, per_sm), c);
     }
   }
   // Scores within 0.02 count as equal: a stable sort on the score rounded down to that step keeps the order above.
   std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) {
     return std::floor(x.first / 0.02) > std::floor(y.first / 0.02);
   });
-  using Preference = std::vector<std::pair<int, bool>>;  // (tiles, stream) in order
-  const Preference preferred = a.m > 8  ? Preference{{4, false}, {2, false}}
-                               : small ? Preference{{4, true}, {2, true}, {1, false}}
-                                       : Preference{{2, false}, {1, false}};
-  for (const auto& [tiles, stream] : preferred) {
+  enum Kind { kMma, kStream, kGemv };
+  using Preference = std::vector<std::pair<int, Kind>>;  // (tiles, kernel) in order
+  const Preference preferred = a.m > 8           ? Preference{{4, kMma}, {2, kMma}}
+                               : kGemvFirst && gemv_takes(a, 1)
+                                   ? Preference{{2, kGemv}, {4, kStream}, {2, kStream}, {1, kMma}}
+                               : small           ? Preference{{4, kStream}, {2, kStream}, {1, kMma}}
+                                                 : Preference{{2, kMma}, {1, kMma}};
+  for (const auto& [tiles, kind] : preferred) {
     if (blocks_of(tiles, 1) < r.sms) continue;
-    const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, stream = stream](const auto& e) {
-      return e.second.tiles == tiles && e.second.splits == 1 && e.second.stream == stream;
+    const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, kind = kind](const auto& e) {
+      return e.second.tiles == tiles && e.second.splits == 1 && e.second.stream == (kind == kStream) &&
+             e.second.gemv == (kind == kGemv);
     });
     std::rotate(scored.begin(), it, it + 1);  // to the front, the others in their order
     break;
@@ -763,22 +1090,24 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability)
 
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& a) { return ranked_configs(a); }
 
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream) {
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream, bool gemv) {
   XPURT_INTERNAL_ASSERT((tiles == 1 || tiles == 2 || tiles == 4) && splits >= 1 && splits <= kInt4MaxSplits &&
-                            (!stream || tiles != 1),
-                        "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits, ", stream ", stream);
+                            (!stream || tiles != 1) && (!gemv || (tiles == 2 && !stream)),
+                        "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits, ", stream ", stream, ", gemv ",
+                        gemv);
   Int4MmaConfig c;
   c.tiles = tiles;
   c.splits = splits;
   c.stream = stream;
+  c.gemv = gemv;
   c.workspace_bytes = workspace_of(a, splits);
   return c;
 }
 
 void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* workspace, void* stream) {
   if (a.m == 0 || a.n == 0) return;
-  // A stream record at m > 8 or blocks of 16 runs the other kernel of the same grid.
-  const bool stream_kernel = config.stream && a.m <= kStreamMaxRows;
+  // A stream record at m > 16 or blocks of 16 runs the other kernel of the same grid (a GEMV record too).
+  const bool stream_kernel = (config.stream || config.gemv) && a.m <= kStreamMaxRows;
   const MmaParams p = mma_params(a, config.splits);
   const int columns = 8 * config.tiles;
   const dim3 grid(static_cast<unsigned>((a.n + columns - 1) / columns), static_cast<unsigned>((a.m + 15) / 16),
@@ -788,58 +1117,75 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
   const bool block16 = a.block == 16;
   const bool vector_x = a.k % 8 == 0 && is_aligned(a.x, 16);
   const bool upper = a.m > 8;  // rows g + 8 of the MMA hold rows of x (else they repeat rows g: not stored)
+  // A GEMV record where the GEMV kernel does not take the problem runs the streaming kernel of the same grid.
+  const bool gemv_kernel = config.gemv && vector_x && gemv_takes(a, config.splits);
   dispatch_int4(a, [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    auto launch = [&](auto kernel) {
-      kernel<<<grid, kBlockThreads, 0, as_stream(stream)>>>(
-          static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
-          static_cast<T*>(a.y), partial, p);
-      XPURT_CUDA_RAW_LAUNCH_CHECK();
-    };
-    // The kernel of this grid and layout: x read element by element (not vector_x) always takes rows g + 8.
-    auto by_layout = [&](auto tiles, auto block16_constant) {
-      constexpr int kTiles = decltype(tiles)::value;
-      constexpr bool kBlock16 = decltype(block16_constant)::value;
-      if constexpr (kTiles != 1) {
-        if (stream_kernel && !kBlock16) {
-          auto launch_stream = [&](auto kernel) {
-            kernel<<<grid, kBlockThreads, kStreamSmemBytes, as_stream(stream)>>>(
-                static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
-                static_cast<T*>(a.y), partial, p);
-            XPURT_CUDA_RAW_LAUNCH_CHECK();
-          };
-          auto by_halves = [&](auto halves) {
-            constexpr int kHalves = decltype(halves)::value;
-            if (!vector_x) {
-              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXElements, false>);
-            } else if (a.k % kChunk != 0 || p.row_codes != a.k) {
-              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXVectors, false>);
-            } else if (a.block >= kChunk) {  // one block per row and chunk: the scale after the MMAs
-              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks, true>);
-            } else {
-              launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks, false>);
-            }
-          };
-          upper ? by_halves(std::integral_constant<int, 2>{}) : by_halves(std::integral_constant<int, 1>{});
-          return;
+    if (gemv_kernel) {
+      const int sets = a.m > 2 ? 2 : 1;
+      const int smem = gemv_smem(4 * p.chunks_per_split, p.m, sets, p.blocks, sizeof(S), p.zero_row).bytes;
+      auto launch_gemv = [&](auto kernel) {
+        if (smem > 48 * 1024) {  // raised on the current device (cheap, and idempotent per device)
+          XPURT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         }
+        kernel<<<grid, kBlockThreads, smem, as_stream(stream)>>>(
+            static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
+            static_cast<T*>(a.y), partial, p);
+        XPURT_CUDA_RAW_LAUNCH_CHECK();
+      };
+      sets == 2 ? launch_gemv(int4_gemv_kernel<T, S, 2>) : launch_gemv(int4_gemv_kernel<T, S, 1>);
+    } else {
+      auto launch = [&](auto kernel) {
+        kernel<<<grid, kBlockThreads, 0, as_stream(stream)>>>(
+            static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
+            static_cast<T*>(a.y), partial, p);
+        XPURT_CUDA_RAW_LAUNCH_CHECK();
+      };
+      // The kernel of this grid and layout: x read element by element (not vector_x) always takes rows g + 8.
+      auto by_layout = [&](auto tiles, auto block16_constant) {
+        constexpr int kTiles = decltype(tiles)::value;
+        constexpr bool kBlock16 = decltype(block16_constant)::value;
+        if constexpr (kTiles != 1) {
+          if (stream_kernel && !kBlock16) {
+            auto launch_stream = [&](auto kernel) {
+              kernel<<<grid, kBlockThreads, kStreamSmemBytes, as_stream(stream)>>>(
+                  static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
+                  static_cast<T*>(a.y), partial, p);
+              XPURT_CUDA_RAW_LAUNCH_CHECK();
+            };
+            auto by_halves = [&](auto halves) {
+              constexpr int kHalves = decltype(halves)::value;
+              if (!vector_x) {
+                launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXElements, false>);
+              } else if (a.k % kChunk != 0 || p.row_codes != a.k) {
+                launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXVectors, false>);
+              } else if (a.block >= kChunk) {  // one block per row and chunk: the scale after the MMAs
+                launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks, true>);
+              } else {
+                launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks, false>);
+              }
+            };
+            upper ? by_halves(std::integral_constant<int, 2>{}) : by_halves(std::integral_constant<int, 1>{});
+            return;
+          }
+        }
+        if (!vector_x) {
+          launch(int4_mma_kernel<T, S, kTiles, kBlock16, false, true>);
+        } else if (upper) {
+          launch(int4_mma_kernel<T, S, kTiles, kBlock16, true, true>);
+        } else {
+          launch(int4_mma_kernel<T, S, kTiles, kBlock16, true, false>);
+        }
+      };
+      auto by_block = [&](auto tiles) {
+        block16 ? by_layout(tiles, std::true_type{}) : by_layout(tiles, std::false_type{});
+      };
+      switch (config.tiles) {
+        case 4: by_block(std::integral_constant<int, 4>{}); break;
+        case 2: by_block(std::integral_constant<int, 2>{}); break;
+        default: by_block(std::integral_constant<int, 1>{}); break;
       }
-      if (!vector_x) {
-        launch(int4_mma_kernel<T, S, kTiles, kBlock16, false, true>);
-      } else if (upper) {
-        launch(int4_mma_kernel<T, S, kTiles, kBlock16, true, true>);
-      } else {
-        launch(int4_mma_kernel<T, S, kTiles, kBlock16, true, false>);
-      }
-    };
-    auto by_block = [&](auto tiles) {
-      block16 ? by_layout(tiles, std::true_type{}) : by_layout(tiles, std::false_type{});
-    };
-    switch (config.tiles) {
-      case 4: by_block(std::integral_constant<int, 4>{}); break;
-      case 2: by_block(std::integral_constant<int, 2>{}); break;
-      default: by_block(std::integral_constant<int, 1>{}); break;
     }
     if (partial != nullptr) {
       const std::int64_t mn = a.m * a.n;

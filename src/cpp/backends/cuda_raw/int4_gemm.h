@@ -34,11 +34,14 @@ struct Int4GemmArgs {
 // The tensor-core kernel's grid: `tiles` tiles of 8 output columns per block (1, 2 or 4), K cut into `splits` parts
 // (each block's float32 partial sums in the workspace when splits > 1, summed by a second kernel in a fixed order);
 // `stream`: the streaming kernel of m <= 16 (tiles 2 or 4; Note [Int4 GEMM streamed through shared memory]), which
-// the launch replaces by the other kernel of the same grid when m > 16 or blocks are of 16 codes.
+// the launch replaces by the other kernel of the same grid when m > 16 or blocks are of 16 codes; `gemv`: the GEMV
+// kernel of m <= 4 (tiles 2: 16 columns per block; Note [Int4 GEMV with sub-blocks as the MMA's columns]), which the
+// launch replaces by the streaming kernel where it does not take the problem.
 struct Int4MmaConfig {
   int tiles = 4;
   int splits = 1;
   bool stream = false;
+  bool gemv = false;
   std::size_t workspace_bytes = 0;
 };
 
@@ -50,9 +53,9 @@ constexpr int kInt4MaxSplits = 8;
 const char* int4_gemm_mma_refusal(const Int4GemmArgs& args, int compute_capability);
 // Every grid the kernel can take for `args` on the current device (its SM count and the kernel's occupancy, queried
 // once per device), the default first and the others for autotuning; and the grid of given tiles and splits (valid
-// values only: checked by the caller; stream with tiles 2 or 4).
+// values only: checked by the caller; stream with tiles 2 or 4, or gemv with tiles 2).
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& args);
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args, int tiles, int splits, bool stream);
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args, int tiles, int splits, bool stream, bool gemv = false);
 // The tensor-core kernel (Note [Int4 GEMM on the GPU]): any m, meant for small ones; `workspace` holds
 // config.workspace_bytes.
 void int4_gemm_mma(const Int4GemmArgs& args, const Int4MmaConfig& config, void* workspace, void* stream);

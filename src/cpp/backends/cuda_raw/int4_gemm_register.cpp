@@ -84,6 +84,12 @@ class Int4MmaPlan final : public KernelPlan {
   std::string record() const override { return record_of(config_); }
 
   std::string describe() const override {
+    if (config_.gemv) {
+      return detail::str_cat("int4 tensor-core GEMV of m <= 4 (mma.sync m16n8k16 on the raw codes, sub-blocks as its "
+                             "columns, scales after it), ",
+                             8 * config_.tiles, " columns per block",
+                             config_.splits > 1 ? detail::str_cat(", K in ", config_.splits, " splits") : "");
+    }
     return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers",
                            config_.stream ? ", streamed through shared memory" : "", "), ", 8 * config_.tiles,
                            " columns per block",
@@ -95,6 +101,7 @@ class Int4MmaPlan final : public KernelPlan {
     json["tiles"] = config.tiles;
     json["splits"] = config.splits;
     if (config.stream) json["kernel"] = "stream";
+    if (config.gemv) json["kernel"] = "gemv";
     return json.dump();
   }
 
@@ -104,7 +111,7 @@ class Int4MmaPlan final : public KernelPlan {
 };
 
 // The grid a plan record names ({"tiles": 1 | 2 | 4, "splits": 1..kInt4MaxSplits, optionally "kernel": "stream" with
-// tiles 2 or 4}); InvalidArgumentError otherwise.
+// tiles 2 or 4, or "gemv" with tiles 2}); InvalidArgumentError otherwise.
 Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& record) {
   const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
   const auto field = [&](const char* key, int lo, int hi) {
@@ -121,15 +128,17 @@ Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& recor
         detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('tiles' must be 1, 2 or 4): ", record));
   }
   const int splits = field("splits", 1, kInt4MaxSplits);
-  bool stream = false;
+  bool stream = false, gemv = false;
   if (json.contains("kernel")) {
     stream = json["kernel"] == "stream";
-    if (!stream || tiles == 1) {
-      throw InvalidArgumentError(detail::str_cat(
-          "cuda_raw matmul_nbits: invalid plan record ('kernel' must be \"stream\", with 'tiles' 2 or 4): ", record));
+    gemv = json["kernel"] == "gemv";
+    if ((!stream && !gemv) || tiles == 1 || (gemv && tiles != 2)) {
+      throw InvalidArgumentError(detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('kernel' must be "
+                                                 "\"stream\" with 'tiles' 2 or 4, or \"gemv\" with 'tiles' 2): ",
+                                                 record));
     }
   }
-  return int4_gemm_mma_config(a, tiles, splits, stream);
+  return int4_gemm_mma_config(a, tiles, splits, stream, gemv);
 }
 
 class Int4DequantizeGemmPlan final : public KernelPlan {

@@ -82,9 +82,17 @@
 //  * a warp takes groups w, w + 8, ... (kSpan of them per stage, kStages stages in flight: 8 16-byte weight loads
 //    per lane), each block one 16-row tile; the warps' sums meet in shared memory in a fixed order (results do not
 //    depend on the run; a K split changes the order of the float32 additions, as above).
-// So a code costs a LOP3 (and a shift per 8), an eighth of an MMA and its share of 4 float32 operations per
-// (row, sub-block) pair; m 3-4 run a second MMA per weight fragment (x rows 2 and 3). Blocks of 16 codes, K not a
-// multiple of 32, x off 16-byte alignment or a split's x fragments over 100 KB take the streaming kernel instead.
+// At m = 1 (kWide) a group is 8 sub-blocks and the 8 columns are 8 sub-blocks of x's one row (lane t loads sub-blocks
+// t and t + 4: slots 2t, 2t + 1 and 2t + 8, 2t + 9), so no column is wasted; x's B fragments lie in shared memory as
+// each lane gives them (a pair beside a zero), which saves the register moves two sources would need. So a code
+// costs a LOP3 (and a shift per 8), an eighth of an MMA and its share of 4 float32 operations per (row, sub-block);
+// m 3-4 run a second MMA per weight fragment (x rows 2 and 3). Blocks of 16 codes, K not a multiple of 32, x off
+// 16-byte alignment or shared memory over 100 KB take the streaming kernel instead.
+// Measured (H100, 2026-12-06, docs/benchmarks.md): about 120 SASS instructions per KB of weight in its loop against
+// about 205 for the streaming kernel, yet slower at every shape but one (8192 x 8192, m = 1: 24.0 us against 19.7;
+// 11008 x 4096, m = 4: 15.39 against 15.41): on the H100 the streaming kernel is not bound by its instructions (63% of
+// the measured copy bandwidth at 8192 x 8192), and this kernel waits on its prologue (x, {X, C}, the scales into
+// shared memory before the first MMA). So it is a tactic that auto:BestPerformance times, not the default.
 //
 // Larger m take the library GEMM (int4_gemm_register.cpp): each code is then used often enough that dequantizing the
 // weight once per call into a float16 workspace and running cuBLAS on it costs little more than the GEMM itself.
@@ -672,51 +680,85 @@ struct RawCodes<__nv_bfloat16> {
   }
 };
 
-// What kSpan consecutive groups (4 sub-blocks of 32 codes: 64 bytes of a row each) need from memory: the lane's
-// sub-block (t) of its rows g and g + 8 of the block's 16-row tile, loaded kStages stages ahead of their use. The
-// scales and zero points come from shared memory (the block's rows, copied once).
-constexpr int kSpan = 2;
-
-struct GemvStage {
-  uint4 w[kSpan][2];  // [group][row g, g + 8]
+// The GEMV kernel's group: kSubs sub-blocks of 32 codes of a row, lane t's the sub-blocks t (and t + 4: kWide, at
+// m = 1, where the MMA's 8 columns are 8 sub-blocks of x's one row; else 4 sub-blocks times 2 rows of x).
+template <bool kWide>
+struct GemvShape {
+  static constexpr int kSubs = kWide ? 8 : 4;
+  static constexpr int kHalves = kSubs / 4;      // 16-byte loads per row and group
+  static constexpr int kSpan = kWide ? 1 : 2;    // groups per stage: 2 loads per row and stage
 };
 
-// Groups [c, c + kSpan): `weight` is the lane's row g at group 0 (row g + 8 at + row_stride); a group at or past
-// `w_groups[r]` (past the split or the packed row; 0 for a row past N) is zeros.
+// What kSpan consecutive groups need from memory: the lane's sub-blocks of its rows g and g + 8 of the block's 16-row
+// tile, loaded kStages stages ahead of their use. The scales and zero points come from shared memory.
+template <bool kWide>
+struct GemvStage {
+  uint4 w[GemvShape<kWide>::kSpan][2][GemvShape<kWide>::kHalves];  // [group][row g, g + 8][half]
+};
+
+// Groups [c, c + kSpan): `weight` is the lane's row g at group 0 (row g + 8 at + row_stride); a load at or past
+// `w_groups[r][h]` (past the split or the packed row; 0 for a row past N) is zeros.
+template <bool kWide>
 __device__ __forceinline__ void load_gemv_stage(const std::uint8_t* weight, std::int64_t row_stride,
-                                                const int (&w_groups)[2], int c, GemvStage& st) {
+                                                const int (&w_groups)[2][GemvShape<kWide>::kHalves], int c,
+                                                GemvStage<kWide>& st) {
+  using G = GemvShape<kWide>;
 #pragma unroll
-  for (int j = 0; j < kSpan; ++j) {
+  for (int j = 0; j < G::kSpan; ++j) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      st.w[j][r] = c + j < w_groups[r] ? load_streaming(weight + r * row_stride + (c + j) * 64)
-                                       : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+      for (int h = 0; h < G::kHalves; ++h) {
+        st.w[j][r][h] = c + j < w_groups[r][h]
+                            ? load_streaming(weight + r * row_stride + (c + j) * (G::kSubs * 16) + h * 64)
+                            : make_uint4(0u, 0u, 0u, 0u);
+      }
     }
   }
 }
 
-// One group of one warp: 8 MMAs per set on the raw codes (the even codes' pairs into `even`, the odd codes' into
-// `odd`; x's fragments `xf` from shared memory), then each accumulator (row, sub-block, x row) corrected and scaled:
+// One group of one warp: the MMAs on the raw codes (the even codes' pairs into `even`, the odd codes' into `odd`; x's
+// fragments `xf` from shared memory, per word the pairs (0, 4), (2, 6), (1, 5), (3, 7)), then each accumulator
+// (row, sub-block, x row) corrected and scaled:
 //   out += scale * (even + kOddFactor odd - C - zero X)
-// (X = the sum of x over the sub-block, C = kEven X_even + kOdd X_odd)
-// with {X, C} of the lane's two sub-blocks `xc[set]`, and `scale` / `zero` [row g, g + 8][column 2 t, 2 t + 1].
-template <typename T, int kSets>
-__device__ __forceinline__ void multiply_gemv_group(const uint4 (&w)[2], const uint4 (&xf)[kSets][4],
+// (X = the sum of x over the sub-block, C = kEven X_even + kOdd X_odd) with {X, C} of the lane's two sub-blocks
+// `xc[set]`, and `scale` / `zero` [row g, g + 8][column 2 t, 2 t + 1]. kWide: xf[0][2 i], [2 i + 1] are the B
+// fragments of word i's 4 MMAs as the lane gives them (sub-block t's pairs as b0, or t + 4's as b1, or zeros);
+// else xf[set] x rows 2 set and + 1, 2 MMAs per word and set.
+template <typename T, int kSets, bool kWide>
+__device__ __forceinline__ void multiply_gemv_group(const uint4 (&w)[2][GemvShape<kWide>::kHalves],
+                                                    const uint4 (&xf)[kSets][kWide ? 8 : 4],
                                                     const float4 (&xc)[kSets], const float (&scale)[2][2],
                                                     const float (&zero)[2][2], float (&out)[kSets][4]) {
   float even[kSets][4] = {}, odd[kSets][4] = {};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    std::uint32_t pg[4], p8[4];
-    RawCodes<T>::pairs(word_of(w[0], i), pg);
-    RawCodes<T>::pairs(word_of(w[1], i), p8);
-    const std::uint32_t a_even[4] = {pg[0], p8[0], pg[2], p8[2]};
-    const std::uint32_t a_odd[4] = {pg[1], p8[1], pg[3], p8[3]};
+    if constexpr (kWide) {
+      std::uint32_t p[2][2][4];  // [row g, g + 8][half]
 #pragma unroll
-    for (int s = 0; s < kSets; ++s) {
-      // xf[s][i]: the pairs (0, 4), (2, 6), (1, 5), (3, 7) of x's word i (the kernel's layout).
-      Half<T>::mma(even[s], a_even, xf[s][i].x, xf[s][i].y);
-      Half<T>::mma(odd[s], a_odd, xf[s][i].z, xf[s][i].w);
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) RawCodes<T>::pairs(word_of(w[r][h], i), p[r][h]);
+      }
+      const std::uint32_t a0[4] = {p[0][0][0], p[1][0][0], p[0][1][0], p[1][1][0]};
+      const std::uint32_t a2[4] = {p[0][0][2], p[1][0][2], p[0][1][2], p[1][1][2]};
+      const std::uint32_t a1[4] = {p[0][0][1], p[1][0][1], p[0][1][1], p[1][1][1]};
+      const std::uint32_t a3[4] = {p[0][0][3], p[1][0][3], p[0][1][3], p[1][1][3]};
+      Half<T>::mma(even[0], a0, xf[0][2 * i].x, xf[0][2 * i].y);
+      Half<T>::mma(even[0], a2, xf[0][2 * i].z, xf[0][2 * i].w);
+      Half<T>::mma(odd[0], a1, xf[0][2 * i + 1].x, xf[0][2 * i + 1].y);
+      Half<T>::mma(odd[0], a3, xf[0][2 * i + 1].z, xf[0][2 * i + 1].w);
+    } else {
+      std::uint32_t pg[4], p8[4];
+      RawCodes<T>::pairs(word_of(w[0][0], i), pg);
+      RawCodes<T>::pairs(word_of(w[1][0], i), p8);
+      const std::uint32_t a_even[4] = {pg[0], p8[0], pg[2], p8[2]};
+      const std::uint32_t a_odd[4] = {pg[1], p8[1], pg[3], p8[3]};
+#pragma unroll
+      for (int s = 0; s < kSets; ++s) {
+        Half<T>::mma(even[s], a_even, xf[s][i].x, xf[s][i].y);
+        Half<T>::mma(odd[s], a_odd, xf[s][i].z, xf[s][i].w);
+      }
     }
   }
 #pragma unroll
@@ -732,10 +774,11 @@ __device__ __forceinline__ void multiply_gemv_group(const uint4 (&w)[2], const u
 }
 
 // The GEMV kernel's shared memory (byte offsets, each 16-byte aligned) for a split of `subs` sub-blocks, m rows of x
-// and rows of `blocks` scales of `scale_bytes` and `zero_row` zero-point bytes: x's fragments [group][t][x row] (64
-// bytes: per word of the sub-block the pairs (0, 4), (2, 6), (1, 5), (3, 7)), 64 bytes of zeros (what the lanes that
-// carry no x read), {X, C} [x row][sub-block], the block's 16 rows of scales and of zero points as they lie in
-// memory, and the warps' sums.
+// and rows of `blocks` scales of `scale_bytes` and `zero_row` zero-point bytes: x's fragments [sub-block][x row]
+// (`frag` bytes: per word of the sub-block the pairs (0, 4), (2, 6), (1, 5), (3, 7); kWide 128, each pair beside a
+// zero as the B fragments of the lanes that carry it), as many bytes of zeros (what the lanes that carry no x read),
+// {X, C} [x row][sub-block], the block's 16 rows of scales and of zero points as they lie in memory, and the warps'
+// sums.
 struct GemvSmem {
   int zeros = 0, table = 0, scales = 0, zero_points = 0, sums = 0, bytes = 0;
 };
@@ -743,14 +786,21 @@ struct GemvSmem {
 __host__ __device__ inline int align16(int bytes) { return (bytes + 15) / 16 * 16; }
 
 __host__ __device__ inline GemvSmem gemv_smem(int subs, int m, int sets, int blocks, int scale_bytes, int zero_row) {
+  const int frag = m == 1 ? 128 : 64;
   GemvSmem l;
-  l.zeros = subs * m * 64;
-  l.table = l.zeros + 64;
+  l.zeros = subs * m * frag;
+  l.table = l.zeros + frag;
   l.scales = align16(l.table + m * subs * 8);
   l.zero_points = align16(l.scales + 16 * blocks * scale_bytes);
   l.sums = align16(l.zero_points + 16 * zero_row);
   l.bytes = l.sums + kWarps * sets * 32 * 4;
   return l;
+}
+
+// The sub-blocks of a split's tables: its chunks (128 codes) rounded up to whole groups.
+__host__ __device__ inline int gemv_subs(const MmaParams& p, bool wide) {
+  const int halves = wide ? 2 : 1;
+  return 4 * halves * ((p.chunks_per_split + halves - 1) / halves);
 }
 
 // Copies `bytes` bytes from global to shared memory with the block's threads: 16 bytes at a time where both are
@@ -767,45 +817,16 @@ __device__ __forceinline__ void copy_to_shared(char* dst, const void* src, int b
   for (int i = done + static_cast<int>(threadIdx.x); i < bytes; i += kBlockThreads) dst[i] = from[i];
 }
 
-// A block: kWarps warps over one tile of 16 output columns and every row of x (m <= 4: kSets MMAs per weight
-// fragment, 2 rows of x each); warp w takes the groups 2 w, 2 w + 1, 2 w + 16, ... of its split (kStages stages of
-// kSpan groups in flight), their first stages issued before the block lays out x's fragments, {X, C} and its rows'
-// scales and zero points in shared memory. Last each lane's accumulators are added over its two columns and its lane
-// pair (t, t ^ 1), and the warps' sums in shared memory in a fixed order.
-template <typename T, typename S, int kSets>
-__global__ void __launch_bounds__(kBlockThreads, 2)
-    int4_gemv_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
-                     const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
-                     float* __restrict__ partial, MmaParams p) {
-  constexpr int kStages = 2;             // 2 kSpan 16-byte weight loads per lane and stage
-  constexpr int kStep = kSpan * kWarps;  // groups between a warp's stages
-  extern __shared__ uint4 gemv_smem_raw[];
-  auto* smem = reinterpret_cast<char*>(gemv_smem_raw);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int g_begin = blockIdx.z * p.chunks_per_split;
-  const int g_end = min(p.chunks, g_begin + p.chunks_per_split);
-  const int subs = 4 * p.chunks_per_split;
-  const int n0 = blockIdx.x * 16;
-  const GemvSmem layout = gemv_smem(subs, p.m, kSets, p.blocks, sizeof(S), p.zero_row);
-  // The lane's weight rows (g, g + 8), and the groups below which its sub-block lies inside the split and the row.
-  const int row_subs = p.row_codes / kSubBlock;
-  const std::uint8_t* w_lane = weight + static_cast<std::int64_t>(min(n0 + g, p.n - 1)) * p.row_bytes + 16 * t;
-  const std::int64_t w_stride = 8 * static_cast<std::int64_t>(p.row_bytes);
-  int w_groups[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) w_groups[r] = n0 + g + 8 * r < p.n ? min(g_end, (row_subs - t + 3) / 4) : 0;
-  GemvStage stage[kStages];
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) {
-    const int c = g_begin + kSpan * warp + s * kStep;
-    if (c < g_end) load_gemv_stage(w_lane, w_stride, w_groups, c, stage[s]);
-  }
-  // x's fragments and {X, C}: one thread per (x row, sub-block) of the split.
-  auto* table = reinterpret_cast<float2*>(smem + layout.table);
+// x's fragments and {X, C} of the split's `subs` sub-blocks (from sub-block `sub0`) in shared memory: one thread per
+// (x row, sub-block).
+template <typename T, bool kWide>
+__device__ __forceinline__ void lay_out_x(const MmaParams& p, const T* __restrict__ x, int sub0, int subs, char* smem,
+                                          float2* table) {
   for (int e = threadIdx.x; e < p.m * subs; e += kBlockThreads) {
-    const int row = e / subs, local = e % subs, sub = 4 * g_begin + local;
+    const int row = e / subs, local = e % subs, sub = sub0 + local;
     float even = 0.0f, odd = 0.0f;
-    uint4* frag = reinterpret_cast<uint4*>(smem + (((local >> 2) * 4 + (local & 3)) * p.m + row) * 64);
+    uint4* frag = reinterpret_cast<uint4*>(smem + (local * p.m + row) * (kWide ? 128 : 64));
+    const bool low = (local & 4) == 0;  // kWide: sub-block t of its group (b0), else t + 4 (b1)
     const bool inside = sub * kSubBlock < p.k;
     const uint4* src = reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(row) * p.k +
                                                       (inside ? sub * kSubBlock : 0));
@@ -814,7 +835,12 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       const uint4 v = inside ? __ldg(src + i) : make_uint4(0u, 0u, 0u, 0u);
       std::uint32_t b[4];
       x_pairs(v, b);
-      frag[i] = make_uint4(b[0], b[2], b[1], b[3]);
+      if constexpr (kWide) {
+        frag[2 * i] = low ? make_uint4(b[0], 0u, b[2], 0u) : make_uint4(0u, b[0], 0u, b[2]);
+        frag[2 * i + 1] = low ? make_uint4(b[1], 0u, b[3], 0u) : make_uint4(0u, b[1], 0u, b[3]);
+      } else {
+        frag[i] = make_uint4(b[0], b[2], b[1], b[3]);
+      }
       const std::uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
@@ -824,7 +850,78 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     }
     table[e] = make_float2(even + odd, RawCodes<T>::kEven * even + RawCodes<T>::kOdd * odd);
   }
-  if (threadIdx.x < 4) reinterpret_cast<uint4*>(smem + layout.zeros)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// The warps' sums of rows g and g + 8 into shared memory [warp][set][x row % 2][16 rows]: the lane's two columns,
+// then (kWide: the 4 lanes of the row, all sub-blocks of x's row) lanes t and t ^ 1 (the other two sub-blocks; lanes
+// t = 0 and 2 then hold x rows 2 s and 2 s + 1).
+template <int kSets, bool kWide>
+__device__ __forceinline__ void gemv_warp_sums(const float (&out)[kSets][4], float* sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int s = 0; s < kSets; ++s) {
+    float upper = out[s][0] + out[s][1], lower = out[s][2] + out[s][3];
+    upper += __shfl_xor_sync(0xFFFFFFFFu, upper, 1);
+    lower += __shfl_xor_sync(0xFFFFFFFFu, lower, 1);
+    if constexpr (kWide) {
+      upper += __shfl_xor_sync(0xFFFFFFFFu, upper, 2);
+      lower += __shfl_xor_sync(0xFFFFFFFFu, lower, 2);
+    }
+    if (kWide ? t == 0 : (t & 1) == 0) {
+      float* at = sums + ((warp * kSets + s) * 2 + (kWide ? 0 : t >> 1)) * 16;
+      at[g] = upper;
+      at[g + 8] = lower;
+    }
+  }
+}
+
+// A block: kWarps warps over one tile of 16 output columns and every row of x (m <= 4: kSets MMAs per weight
+// fragment, 2 rows of x each; kWide at m = 1: groups of 8 sub-blocks); warp w takes the groups kSpan w, ... of its
+// split (kStages stages of kSpan groups in flight), their first stages issued before the block lays out x's
+// fragments, {X, C} and its rows' scales and zero points in shared memory. Last the warps' sums meet in shared memory
+// in a fixed order.
+template <typename T, typename S, int kSets, bool kWide>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    int4_gemv_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
+                     const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
+                     float* __restrict__ partial, MmaParams p) {
+  using G = GemvShape<kWide>;
+  constexpr int kStages = 2;                // 2 16-byte weight loads per row, lane and stage
+  constexpr int kStep = G::kSpan * kWarps;  // groups between a warp's stages
+  extern __shared__ uint4 gemv_smem_raw[];
+  auto* smem = reinterpret_cast<char*>(gemv_smem_raw);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  // The split's groups (a split starts at a whole group: chunks_per_split is a multiple of kHalves when split).
+  const int g_begin = blockIdx.z * p.chunks_per_split / G::kHalves;
+  const int g_end = (min(p.chunks, static_cast<int>(blockIdx.z + 1) * p.chunks_per_split) + G::kHalves - 1) /
+                    G::kHalves;
+  const int subs = gemv_subs(p, kWide);
+  const int n0 = blockIdx.x * 16;
+  const GemvSmem layout = gemv_smem(subs, p.m, kSets, p.blocks, sizeof(S), p.zero_row);
+  // The lane's weight rows (g, g + 8), and the groups below which its sub-blocks lie inside the split and the row.
+  const int row_subs = p.row_codes / kSubBlock;
+  const std::uint8_t* w_lane = weight + static_cast<std::int64_t>(min(n0 + g, p.n - 1)) * p.row_bytes + 16 * t;
+  const std::int64_t w_stride = 8 * static_cast<std::int64_t>(p.row_bytes);
+  int w_groups[2][G::kHalves];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int h = 0; h < G::kHalves; ++h) {
+      const int inside = max(0, (row_subs - t - 4 * h + G::kSubs - 1) / G::kSubs);
+      w_groups[r][h] = n0 + g + 8 * r < p.n ? min(g_end, inside) : 0;
+    }
+  }
+  GemvStage<kWide> stage[kStages];
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    const int c = g_begin + G::kSpan * warp + s * kStep;
+    if (c < g_end) load_gemv_stage<kWide>(w_lane, w_stride, w_groups, c, stage[s]);
+  }
+  auto* table = reinterpret_cast<float2*>(smem + layout.table);
+  lay_out_x<T, kWide>(p, x, G::kSubs * g_begin, subs, smem, table);
+  if (threadIdx.x < (kWide ? 8 : 4)) {
+    reinterpret_cast<uint4*>(smem + layout.zeros)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+  }
   const int tile_rows = min(16, p.n - n0);
   copy_to_shared(smem + layout.scales, scales + static_cast<std::int64_t>(n0) * p.blocks,
                  tile_rows * p.blocks * static_cast<int>(sizeof(S)));
@@ -833,49 +930,60 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
                    tile_rows * p.zero_row);
   }
   __syncthreads();
-  // Where the lane reads x: column g is sub-block g % 4 of x row g / 4 + 2 s, so the lanes with t == g % 4 carry x
-  // (their slots hold that sub-block's codes) and the others the zeros.
-  int x_offset[kSets], x_step[kSets], xc_row[kSets];
+  // Where the lane reads x (Note [Int4 GEMV with sub-blocks as the MMA's columns]). kWide: column g is sub-block g of
+  // the group, carried by the lane with t == g (as b0) or t + 4 == g (b1). Else column g is sub-block g % 4 of x row
+  // g / 4 + 2 s, carried by the lanes with t == g % 4. The others read the zeros. {X, C}: the lane's columns 2 t,
+  // 2 t + 1.
+  constexpr int kFragBytes = kWide ? 128 : 64;
+  int x_offset[kSets], x_step[kSets], xc_at[kSets];
+#pragma unroll
+  for (int f = 0; f < kSets; ++f) {
+    const int row = kWide ? 0 : (g >> 2) + 2 * f;
+    const bool carries = kWide ? g == t || g == t + 4 : (g & 3) == t && row < p.m;
+    x_offset[f] = carries ? ((kWide ? g : t) * p.m + row) * kFragBytes : layout.zeros;
+    x_step[f] = carries ? G::kSubs * p.m * kFragBytes : 0;
+  }
 #pragma unroll
   for (int s = 0; s < kSets; ++s) {
-    const int row = (g >> 2) + 2 * s;
-    const bool carries = (g & 3) == t && row < p.m;
-    x_offset[s] = carries ? (t * p.m + row) * 64 : layout.zeros;
-    x_step[s] = carries ? 4 * p.m * 64 : 0;
-    xc_row[s] = min((t >> 1) + 2 * s, p.m - 1) * subs;  // {X, C} of x row t / 2 + 2 s (past m: never stored)
+    // x row t / 2 + 2 s (past m: never stored) at sub-block 2 (t % 2); kWide: x row 0 at sub-block 2 t.
+    xc_at[s] = kWide ? 2 * t : min((t >> 1) + 2 * s, p.m - 1) * subs + 2 * (t & 1);
   }
   const S* scale_rows = reinterpret_cast<const S*>(smem + layout.scales) + g * p.blocks;
   const std::uint8_t* zero_rows = reinterpret_cast<const std::uint8_t*>(smem + layout.zero_points) + g * p.zero_row;
   const int shift = p.block_shift - 5;  // a scale's block holds 2^shift sub-blocks
-  const bool upper_live = n0 + g + 8 < p.n;
+  const bool row_live[2] = {n0 + g < p.n, n0 + g + 8 < p.n};  // rows past N read no scale (never stored)
+  const int first_sub = kWide ? 2 * t : 2 * (t & 1);  // of the lane's columns, in a group
   float out[kSets][4] = {};
-  for (int c = g_begin + kSpan * warp; c < g_end; c += kStages * kStep) {
+  for (int c = g_begin + G::kSpan * warp; c < g_end; c += kStages * kStep) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       const int cs = c + s * kStep;
       if (cs >= g_end) break;  // warp-uniform
 #pragma unroll
-      for (int j = 0; j < kSpan; ++j) {
+      for (int j = 0; j < G::kSpan; ++j) {
         const int group = cs + j;
         if (group >= g_end) break;  // warp-uniform
         const int local = group - g_begin;
-        uint4 xf[kSets][4];
+        uint4 xf[kSets][kWide ? 8 : 4];
         float4 xc[kSets];
 #pragma unroll
-        for (int h = 0; h < kSets; ++h) {
-          const uint4* f = reinterpret_cast<const uint4*>(smem + x_offset[h] + local * x_step[h]);
+        for (int f = 0; f < kSets; ++f) {
+          const uint4* fr = reinterpret_cast<const uint4*>(smem + x_offset[f] + local * x_step[f]);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) xf[h][i] = f[i];
-          xc[h] = *reinterpret_cast<const float4*>(table + xc_row[h] + 4 * local + 2 * (t & 1));
+          for (int i = 0; i < (kWide ? 8 : 4); ++i) xf[f][i] = fr[i];
         }
-        // The scales and zero points of sub-blocks sub and sub + 1 (one zero-point byte holds both); a sub-block past
-        // the packed row reads a neighbour's (its x and weights are zeros) or scale 0 past the table.
-        const int sub = 4 * group + 2 * (t & 1);
-        const int b0 = sub >> shift, b1 = min((sub + 1) >> shift, p.blocks - 1);
+#pragma unroll
+        for (int h = 0; h < kSets; ++h) {
+          xc[h] = *reinterpret_cast<const float4*>(table + xc_at[h] + G::kSubs * local);
+        }
+        // The scales and zero points of the lane's sub-blocks sub and sub + 1 (one zero-point byte holds both); a
+        // sub-block past the packed row reads the row's last (its x and weights are zeros: no NaN from past the rows).
+        const int sub = G::kSubs * group + first_sub;
+        const int b0 = min(sub >> shift, p.blocks - 1), b1 = min((sub + 1) >> shift, p.blocks - 1);
         float scale[2][2], zero[2][2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const bool live = r == 0 || upper_live;
+          const bool live = row_live[r];
           const S* sr = scale_rows + 8 * r * p.blocks;
           scale[r][0] = live ? to_float(sr[b0]) : 0.0f;
           scale[r][1] = live ? to_float(sr[b1]) : 0.0f;
@@ -883,34 +991,22 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
           zero[r][0] = static_cast<float>((byte >> (4 * (b0 & 1))) & 0xFu);
           zero[r][1] = static_cast<float>((byte >> (4 * (b1 & 1))) & 0xFu);
         }
-        multiply_gemv_group<T, kSets>(stage[s].w[j], xf, xc, scale, zero, out);
+        multiply_gemv_group<T, kSets, kWide>(stage[s].w[j], xf, xc, scale, zero, out);
       }
       const int next = cs + kStages * kStep;
-      if (next < g_end) load_gemv_stage(w_lane, w_stride, w_groups, next, stage[s]);
+      if (next < g_end) load_gemv_stage<kWide>(w_lane, w_stride, w_groups, next, stage[s]);
     }
   }
-  // Rows g and g + 8: the lane's two columns (sub-blocks 2 (t % 2), + 1 of x row t / 2 + 2 s), then lanes t and t ^ 1
-  // (the other two sub-blocks); lanes t = 0 and 2 then hold x rows 2 s and 2 s + 1.
-  auto* sums = reinterpret_cast<float*>(smem + layout.sums);  // [warp][set][x row % 2][16 rows]
-#pragma unroll
-  for (int s = 0; s < kSets; ++s) {
-    float upper = out[s][0] + out[s][1], lower = out[s][2] + out[s][3];
-    upper += __shfl_xor_sync(0xFFFFFFFFu, upper, 1);
-    lower += __shfl_xor_sync(0xFFFFFFFFu, lower, 1);
-    if ((t & 1) == 0) {
-      float* at = sums + ((warp * kSets + s) * 2 + (t >> 1)) * 16;
-      at[g] = upper;
-      at[g + 8] = lower;
-    }
-  }
+  auto* sums = reinterpret_cast<float*>(smem + layout.sums);
+  gemv_warp_sums<kSets, kWide>(out, sums);
   __syncthreads();
   constexpr int kOutputs = kSets * 2 * 16;
   for (int e = threadIdx.x; e < kOutputs; e += kBlockThreads) {
+    const int row = e / 16, col = n0 + e % 16;  // x row 2 s + parity
+    if (row >= p.m || col >= p.n) continue;
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) sum += sums[w * kOutputs + e];
-    const int row = e / 16, col = n0 + e % 16;  // x row 2 s + parity
-    if (row >= p.m || col >= p.n) continue;
     store_sum(p, row, col, sum, bias, y, partial);
   }
 }
@@ -981,7 +1077,7 @@ Residency query_residency(int device) {
   r.per_sm[2] = per_sm(int4_mma_kernel<__half, __half, 1, false, true, true>, 0);
   r.stream_per_sm[0] = per_sm(int4_stream_kernel<__half, __half, 2, 1, kXWholeChunks, false>, kStreamSmemBytes);
   r.stream_per_sm[1] = per_sm(int4_stream_kernel<__half, __half, 1, 1, kXWholeChunks, false>, kStreamSmemBytes);
-  r.gemv_per_sm = per_sm(int4_gemv_kernel<__half, __half, 1>, 24 * 1024);
+  r.gemv_per_sm = per_sm(int4_gemv_kernel<__half, __half, 1, true>, 24 * 1024);
   return r;
 }
 
@@ -1015,8 +1111,10 @@ double grid_score(std::int64_t blocks, int splits, const Residency& r, int per_s
 bool gemv_takes(const Int4GemmArgs& a, int splits) {
   if (a.m > kGemvMaxRows || a.m < 1 || a.block < kSubBlock || a.k % kSubBlock != 0) return false;
   const MmaParams p = mma_params(a, splits);
+  const bool wide = a.m == 1;
+  if (wide && splits > 1 && p.chunks_per_split % 2 != 0) return false;  // a split of whole 8-sub-block groups
   const int scale_bytes = a.scale_dtype == DType::kFloat32 ? 4 : 2;
-  const GemvSmem l = gemv_smem(4 * p.chunks_per_split, p.m, p.m > 2 ? 2 : 1, p.blocks, scale_bytes, p.zero_row);
+  const GemvSmem l = gemv_smem(gemv_subs(p, wide), p.m, p.m > 2 ? 2 : 1, p.blocks, scale_bytes, p.zero_row);
   return static_cast<std::size_t>(l.bytes) <= kGemvSmemLimit;
 }
 
@@ -1124,7 +1222,7 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
     using S = decltype(s);
     if (gemv_kernel) {
       const int sets = a.m > 2 ? 2 : 1;
-      const int smem = gemv_smem(4 * p.chunks_per_split, p.m, sets, p.blocks, sizeof(S), p.zero_row).bytes;
+      const int smem = gemv_smem(gemv_subs(p, a.m == 1), p.m, sets, p.blocks, sizeof(S), p.zero_row).bytes;
       auto launch_gemv = [&](auto kernel) {
         if (smem > 48 * 1024) {  // raised on the current device (cheap, and idempotent per device)
           XPURT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -1134,7 +1232,11 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
             static_cast<T*>(a.y), partial, p);
         XPURT_CUDA_RAW_LAUNCH_CHECK();
       };
-      sets == 2 ? launch_gemv(int4_gemv_kernel<T, S, 2>) : launch_gemv(int4_gemv_kernel<T, S, 1>);
+      if (a.m == 1) {
+        launch_gemv(int4_gemv_kernel<T, S, 1, true>);
+      } else {
+        sets == 2 ? launch_gemv(int4_gemv_kernel<T, S, 2, false>) : launch_gemv(int4_gemv_kernel<T, S, 1, false>);
+      }
     } else {
       auto launch = [&](auto kernel) {
         kernel<<<grid, kBlockThreads, 0, as_stream(stream)>>>(

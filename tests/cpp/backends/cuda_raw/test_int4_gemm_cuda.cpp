@@ -204,6 +204,40 @@ TEST(Int4GemmCuda, EveryGridMatchesTheCpuKernel) {
   }
 }
 
+// Each case (in float16 and bfloat16; where `unaligned` says so, also with x off 16-byte alignment) run by the plan of
+// each record, against the cpu kernel.
+template <std::size_t kCases>
+void check_records(const Kernel& kernel, const Case (&cases)[kCases], const std::vector<const char*>& records,
+                   bool (*unaligned)(const Case&), std::mt19937& gen) {
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (const std::int64_t x_offset : {0, 1}) {
+        if (x_offset == 1 && !unaligned(c)) continue;
+        const Problem p = problem_of(c, dtype, gen);
+        std::vector<Tensor> device = on_gpu(p.host);
+        Tensor padded;
+        if (x_offset != 0) {  // x one element into its buffer: off 16-byte alignment
+          padded = Tensor::zeros({c.m * c.k + x_offset}, dtype, Device::cuda(0));
+          device[0] = Tensor::from_blob(static_cast<char*>(padded.data_ptr()) + dtype_size(dtype), {c.m, c.k}, {},
+                                        dtype, Device::cuda(0), padded.storage());
+          device[0].copy_from(p.host[0]);
+        }
+        const ops::PreparedCall prepared("matmul_nbits", device, Attributes().set("block_size", c.block),
+                                         pinned_to_cuda_raw());
+        const OpDescriptor& desc = prepared.descriptor();
+        for (const char* record : records) {
+          const std::unique_ptr<KernelPlan> plan = kernel.build(desc, ExecutionPolicy(), record);
+          std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, dtype, Device::cuda(0))};
+          plan->execute(desc, device, outputs, StreamManager::instance().current_stream(Device::cuda(0)));
+          expect_close(outputs[0], p, c, dtype,
+                       label(c, dtype) + (x_offset ? " unaligned x" : "") + " " + record + " (" + plan->describe() +
+                           ")");
+        }
+      }
+    }
+  }
+}
+
 // The streaming kernel of m <= 16 (Note [Int4 GEMM streamed through shared memory]) at each of its grids, on the shapes
 // that exercise its edges: m 1 to 16 (x rows past m; past 8 a second MMA per weight fragment), columns not a multiple
 // of 16 or 32, K ending inside a chunk or not a multiple of 8 (x read element by element), x off 16-byte alignment,
@@ -221,37 +255,11 @@ TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
       {16, 4096, 264, 32, false, 0, false}, {9, 1000, 100, 64, true, 2, true},  {13, 2048, 77, 128, false, 1, false},
       {20, 512, 40, 32, true, 1, false},    {2, 1024, 50, 128, true, 2, true},   // float32 scales after the MMA
   };
-  const char* records[] = {"{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 2}",
-                           "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 4}",
-                           "{\"kernel\": \"stream\", \"splits\": 3, \"tiles\": 2}",
-                           "{\"kernel\": \"stream\", \"splits\": 2, \"tiles\": 4}"};
-  for (const Case& c : cases) {
-    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-      for (const std::int64_t x_offset : {0, 1}) {
-        if (x_offset == 1 && c.m > 3 && c.m != 9) continue;
-        const Problem p = problem_of(c, dtype, gen);
-        std::vector<Tensor> device = on_gpu(p.host);
-        Tensor padded;
-        if (x_offset != 0) {  // x one element into its buffer: off 16-byte alignment
-          padded = Tensor::zeros({c.m * c.k + x_offset}, dtype, Device::cuda(0));
-          device[0] = Tensor::from_blob(static_cast<char*>(padded.data_ptr()) + dtype_size(dtype), {c.m, c.k}, {},
-                                        dtype, Device::cuda(0), padded.storage());
-          device[0].copy_from(p.host[0]);
-        }
-        const ops::PreparedCall prepared("matmul_nbits", device, Attributes().set("block_size", c.block),
-                                         pinned_to_cuda_raw());
-        const OpDescriptor& desc = prepared.descriptor();
-        for (const char* record : records) {
-          const std::unique_ptr<KernelPlan> plan = kernel->build(desc, ExecutionPolicy(), record);
-          std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, dtype, Device::cuda(0))};
-          plan->execute(desc, device, outputs, StreamManager::instance().current_stream(Device::cuda(0)));
-          expect_close(outputs[0], p, c, dtype,
-                       label(c, dtype) + (x_offset ? " unaligned x" : "") + " " + record + " (" + plan->describe() +
-                           ")");
-        }
-      }
-    }
-  }
+  const std::vector<const char*> records = {"{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 2}",
+                                            "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 4}",
+                                            "{\"kernel\": \"stream\", \"splits\": 3, \"tiles\": 2}",
+                                            "{\"kernel\": \"stream\", \"splits\": 2, \"tiles\": 4}"};
+  check_records(*kernel, cases, records, [](const Case& c) { return c.m <= 3 || c.m == 9; }, gen);
 }
 
 // The GEMV kernel of m <= 4 (Note [Int4 GEMV with sub-blocks as the MMA's columns]) at each of its grids, on the
@@ -259,10 +267,7 @@ TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
 // columns not a multiple of 16, K not a multiple of a group (128 codes) or of the block, blocks of 32 to 256 (the
 // zero points' nibble per sub-block), zero points, float32 scales, both biases, K splits, a split of one group; and
 // where it does not take the problem (m > 4, blocks of 16, K not a multiple of 32, x off 16-byte alignment) a gemv
-// record runs the streaming kernel or the other kernel. Where kGemvFirst makes it the default grid (not since the
-// H100 timed it slower, 2026-12-06), the default plan of a problem whose blocks cover the SMs is checked to be it.
-constexpr bool kGemvIsTheDefault = false;  // as kGemvFirst in int4_gemm.cu
-
+// record runs the streaming kernel or the other kernel.
 TEST(Int4GemmCuda, GemvKernelMatchesTheCpuKernel) {
   XPURT_SKIP_WITHOUT_GPU();
   const Kernel* kernel = KernelRegistry::global().find_kernel("matmul_nbits", "cuda_raw");
@@ -274,40 +279,10 @@ TEST(Int4GemmCuda, GemvKernelMatchesTheCpuKernel) {
       {1, 11008, 129, 128, false, 1, false}, {2, 640, 300, 64, true, 0, false}, {3, 160, 17, 32, true, 1, false},
       {5, 512, 40, 32, true, 1, false},     {2, 1024, 77, 16, true, 1, false},  {1, 1000, 50, 32, true, 0, false},
   };
-  const char* records[] = {"{\"kernel\": \"gemv\", \"splits\": 1, \"tiles\": 2}",
-                           "{\"kernel\": \"gemv\", \"splits\": 3, \"tiles\": 2}",
-                           "{\"kernel\": \"gemv\", \"splits\": 8, \"tiles\": 2}"};
-  for (const Case& c : cases) {
-    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-      for (const std::int64_t x_offset : {0, 1}) {
-        if (x_offset == 1 && c.m != 2) continue;
-        const Problem p = problem_of(c, dtype, gen);
-        std::vector<Tensor> device = on_gpu(p.host);
-        Tensor padded;
-        if (x_offset != 0) {  // x one element into its buffer: off 16-byte alignment
-          padded = Tensor::zeros({c.m * c.k + x_offset}, dtype, Device::cuda(0));
-          device[0] = Tensor::from_blob(static_cast<char*>(padded.data_ptr()) + dtype_size(dtype), {c.m, c.k}, {},
-                                        dtype, Device::cuda(0), padded.storage());
-          device[0].copy_from(p.host[0]);
-        }
-        const ops::PreparedCall prepared("matmul_nbits", device, Attributes().set("block_size", c.block),
-                                         pinned_to_cuda_raw());
-        const OpDescriptor& desc = prepared.descriptor();
-        if (c.n >= 4096 && kGemvIsTheDefault) {  // columns enough for every SM: the preferred grid is the default
-          const std::unique_ptr<KernelPlan> chosen = kernel->build(desc, ExecutionPolicy(), "");
-          EXPECT_NE(chosen->record().find("gemv"), std::string::npos) << label(c, dtype) << ": " << chosen->record();
-        }
-        for (const char* record : records) {
-          const std::unique_ptr<KernelPlan> plan = kernel->build(desc, ExecutionPolicy(), record);
-          std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, dtype, Device::cuda(0))};
-          plan->execute(desc, device, outputs, StreamManager::instance().current_stream(Device::cuda(0)));
-          expect_close(outputs[0], p, c, dtype,
-                       label(c, dtype) + (x_offset ? " unaligned x" : "") + " " + record + " (" + plan->describe() +
-                           ")");
-        }
-      }
-    }
-  }
+  const std::vector<const char*> records = {"{\"kernel\": \"gemv\", \"splits\": 1, \"tiles\": 2}",
+                                            "{\"kernel\": \"gemv\", \"splits\": 3, \"tiles\": 2}",
+                                            "{\"kernel\": \"gemv\", \"splits\": 8, \"tiles\": 2}"};
+  check_records(*kernel, cases, records, [](const Case& c) { return c.m == 2; }, gen);
 }
 
 TEST(Int4GemmCuda, TensorCoreKernelMatchesTheCpuKernel) {

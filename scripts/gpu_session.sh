@@ -28,6 +28,10 @@
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
 #             op types whose kernel decisions to print)
+#   INT4      arguments of benchmarks/bench_int4_gemm.py (issue 41's int4 table), e.g. "--m 1 4 --grids --shapes 8192x8192"
+#   NCU       KERNEL_REGEX:COMMAND - Nsight Compute on the first launch of a kernel matching the regex in `python3
+#             COMMAND` (speed of light, memory, occupancy, warp states, scheduler): e.g.
+#             "int4_stream:benchmarks/bench_int4_gemm.py --m 1 --shapes 8192x8192 --iters 1 --inner 1"; ncu.txt
 #   LLAMA     arguments of benchmarks/llama_generation_bench.py (issue 44's table), e.g. "--models 1b --batches 1,64
 #             --weights float16,int4 --skip-continuous"; its exports stay in /tmp/llama_bench for later calls on the
 #             warm machine (an 8B export can take a call of its own: "--models 8b --skip-torch --batches 1" first)
@@ -143,5 +147,25 @@ if [ -n "${LLAMA:-}" ]; then
   timeout "$(left)" python3 benchmarks/llama_generation_bench.py $LLAMA --out "$OUT/llama.json" > "$OUT/llama.log" 2>&1
   grep -E "^\| |NOT met|: met" "$OUT/llama.log" | cut -c1-200
   stamp "llama done"
+fi
+if [ -n "${INT4:-}" ]; then
+  # shellcheck disable=SC2086 # INT4 is a list of arguments
+  timeout "$(left)" python3 benchmarks/bench_int4_gemm.py $INT4 --out "$OUT/int4.md" > "$OUT/int4.log" 2>&1
+  grep -E "^\| [0-9]|^- M=" "$OUT/int4.md" | cut -c1-220
+  stamp "int4 done"
+fi
+if [ -n "${NCU:-}" ]; then
+  ncu=$(command -v ncu || find /usr/local /opt/nvidia -name ncu -type f -perm -u+x 2>/dev/null | head -1 || true)
+  if [ -z "$ncu" ]; then
+    echo "NCU: no ncu on this machine"
+  else
+    # shellcheck disable=SC2086 # the command after the regex is a list of arguments
+    timeout "$(left)" "$ncu" --target-processes all -k "regex:${NCU%%:*}" -c 1 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section LaunchStats python3 ${NCU#*:} > "$OUT/ncu.txt" 2>&1
+    grep -E "Duration|Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued" \
+      "$OUT/ncu.txt" | head -30
+  fi
+  stamp "ncu done"
 fi
 stamp "all done"

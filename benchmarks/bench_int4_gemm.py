@@ -137,7 +137,7 @@ def table(rows, args, device_name: str) -> str:
     lines = [f"int4 weight-only GEMM (matmul_nbits, cuda_raw) vs float16 linear, {device_name}, block {args.block}, "
              f"float16 x and scales, {datetime.date.today().isoformat()}; per call in a CUDA graph of calls cycling "
              f"through > {args.rotate} MiB of weights (HBM, not L2), median of {args.iters} replays", "",
-             "| M | K | N | int4 us | int4 GB/s | % of peak | fp16 linear us | fp16 GB/s | speed-up | max rel diff |"
+             "| M | K | N | int4 us | int4 GB/s | % of bandwidth | fp16 linear us | fp16 GB/s | speed-up | max rel diff |"
              + (" tuned us |" if args.tune else ""),
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
              + (" ---: |" if args.tune else "")]

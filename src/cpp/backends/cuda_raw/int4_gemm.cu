@@ -61,7 +61,9 @@
 // 11008 x 4096 13.97 us against 15.90 for the other kernel's best grid, 8192 x 8192 18.18 against 21.70; by ncu (8192 x
 // 8192, 2 tiles) 139 instructions per 16 bytes of weight per lane, issue slots 60% busy, 1.29 waves: hence 4 tiles (one
 // wave of 256 blocks at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above:
-// its grids are tactics there, not the default.
+// its grids are tactics there, not the default. A deeper ring (kDeepRingBytes: 4 chunks a warp at 4 tiles, m <= 8) is
+// a further tactic, for the H100 where this kernel is neither at the bandwidth nor at its instructions' limit
+// (2026-12-06: 64% of the copy bandwidth at 8192 x 8192).
 //
 // Note [Int4 GEMV with sub-blocks as the MMA's columns]
 // At m <= 4 (decoding) both kernels above spend most of their instructions per code on the dequantization (code - zero
@@ -448,11 +450,16 @@ __global__ void __launch_bounds__(kBlockThreads, kTiles == 4 ? 2 : 3)
 
 constexpr int kStreamRingBytes = 4096;                              // a warp's ring of chunks in shared memory
 constexpr int kStreamSmemBytes = kWarps * kStreamRingBytes;         // per block (dynamic shared memory)
+// The deep ring, a tactic of 4 tiles at m <= 8 (Int4MmaConfig::ring): 4 chunks a warp, so that 3 stay in flight while
+// one is multiplied (the default's 2 keep one: about 32 KB a SM at 2 blocks, near what an H100's loaded latency
+// needs). Not yet timed on a GPU.
+constexpr int kDeepRingBytes = 8192;
 
-// Chunks a warp's ring holds: each is 64 bytes of 16 weight rows per pair of tiles (1 KB), so 4 or 2.
-template <int kPairs>
+// Chunks a warp's ring of kRing bytes holds: each is 64 bytes of 16 weight rows per pair of tiles (1 KB), so 4 or 2
+// (the deep ring of two pairs: 4).
+template <int kPairs, int kRing>
 constexpr int stream_stages() {
-  return kStreamRingBytes / (kPairs * 1024);
+  return kRing / (kPairs * 1024);
 }
 
 // How the streaming kernel reads x: element by element (K not a multiple of 8 or x unaligned), 16 bytes at a time
@@ -562,12 +569,12 @@ __device__ __forceinline__ void multiply_chunk(const MmaParams& p, int c, const 
 // of x (the MMA's 8 columns; m 9-16: kHalves 2, two MMAs per weight fragment); warp w takes the chunks w, w + kWarps,
 // ... of its split, through a ring of kStages chunks in shared memory (Note [Int4 GEMM streamed through shared
 // memory]). Blocks of 32 codes or more (one scale per lane and chunk).
-template <typename T, typename S, int kPairs, int kHalves, int kX, bool kScaleAfter>
+template <typename T, typename S, int kPairs, int kHalves, int kX, bool kScaleAfter, int kRing = kStreamRingBytes>
 __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
     int4_stream_kernel(const T* __restrict__ x, const std::uint8_t* __restrict__ weight, const S* __restrict__ scales,
                        const std::uint8_t* __restrict__ zero_points, const void* __restrict__ bias, T* __restrict__ y,
                        float* __restrict__ partial, MmaParams p) {
-  constexpr int kStages = stream_stages<kPairs>();
+  constexpr int kStages = stream_stages<kPairs, kRing>();
   constexpr int kRows = 2 * kPairs;
   extern __shared__ uint4 stream_smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -587,7 +594,7 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
   const T* xrow[kHalves];
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) xrow[h] = x + static_cast<std::int64_t>(min(g + 8 * h, p.m - 1)) * p.k + 32 * t;
-  uint4* ring = stream_smem + warp * (kStreamRingBytes / 16);  // [stage][row][lane]
+  uint4* ring = stream_smem + warp * (kRing / 16);  // [stage][row][lane]
   const std::uint32_t ring_address = ptx::shared_address(ring + lane);
   const int c_begin = blockIdx.z * p.chunks_per_split + warp;
   const int c_end = min(p.chunks, static_cast<int>(blockIdx.z + 1) * p.chunks_per_split);
@@ -1143,6 +1150,9 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
       const Int4MmaConfig c = int4_gemm_mma_config(a, tiles, s, stream, gemv_kernel);
       const int per_sm = gemv_kernel ? r.gemv_per_sm : stream ? r.stream_per_sm[i - 3] : r.per_sm[i];
       scored.emplace_back(grid_score(blocks_of(tiles, s), s, r, per_sm), c);
+      if (stream && tiles == 4 && a.m <= 8) {  // the deep ring: a tactic beside it (same blocks)
+        scored.emplace_back(scored.back().first, int4_gemm_mma_config(a, tiles, s, true, false, kDeepRingBytes));
+      }
     }
   }
   // Scores within 0.02 count as equal: a stable sort on the score rounded down to that step keeps the order above.
@@ -1160,7 +1170,7 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
     if (blocks_of(tiles, 1) < r.sms) continue;
     const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, kind = kind](const auto& e) {
       return e.second.tiles == tiles && e.second.splits == 1 && e.second.stream == (kind == kStream) &&
-             e.second.gemv == (kind == kGemv);
+             e.second.gemv == (kind == kGemv) && e.second.ring == 0;
     });
     std::rotate(scored.begin(), it, it + 1);  // to the front, the others in their order
     break;
@@ -1188,16 +1198,18 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability)
 
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& a) { return ranked_configs(a); }
 
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream, bool gemv) {
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream, bool gemv, int ring) {
   XPURT_INTERNAL_ASSERT((tiles == 1 || tiles == 2 || tiles == 4) && splits >= 1 && splits <= kInt4MaxSplits &&
-                            (!stream || tiles != 1) && (!gemv || (tiles == 2 && !stream)),
+                            (!stream || tiles != 1) && (!gemv || (tiles == 2 && !stream)) &&
+                            (ring == 0 || (ring == kDeepRingBytes && stream && tiles == 4)),
                         "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits, ", stream ", stream, ", gemv ",
-                        gemv);
+                        gemv, ", ring ", ring);
   Int4MmaConfig c;
   c.tiles = tiles;
   c.splits = splits;
   c.stream = stream;
   c.gemv = gemv;
+  c.ring = ring;
   c.workspace_bytes = workspace_of(a, splits);
   return c;
 }
@@ -1250,22 +1262,39 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
         constexpr bool kBlock16 = decltype(block16_constant)::value;
         if constexpr (kTiles != 1) {
           if (stream_kernel && !kBlock16) {
-            auto launch_stream = [&](auto kernel) {
-              kernel<<<grid, kBlockThreads, kStreamSmemBytes, as_stream(stream)>>>(
+            auto launch_stream = [&](auto kernel, int smem = kStreamSmemBytes) {
+              if (smem > 48 * 1024) {  // raised on the current device (cheap, and idempotent per device)
+                XPURT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+              }
+              kernel<<<grid, kBlockThreads, smem, as_stream(stream)>>>(
                   static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
                   static_cast<T*>(a.y), partial, p);
               XPURT_CUDA_RAW_LAUNCH_CHECK();
             };
             auto by_halves = [&](auto halves) {
               constexpr int kHalves = decltype(halves)::value;
+              // The deep ring (a tactic of 4 tiles at m <= 8, x read whole chunks: at m 9-16 its kernel spills) or the
+              // default one.
+              auto launch_whole = [&](auto scale_after) {
+                constexpr bool kAfter = decltype(scale_after)::value;
+                constexpr int kPairs = kTiles / 2;
+                if constexpr (kTiles == 4 && kHalves == 1) {
+                  if (config.ring == kDeepRingBytes) {
+                    launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter, kDeepRingBytes>,
+                                  kWarps * kDeepRingBytes);
+                    return;
+                  }
+                }
+                launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter>);
+              };
               if (!vector_x) {
                 launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXElements, false>);
               } else if (a.k % kChunk != 0 || p.row_codes != a.k) {
                 launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXVectors, false>);
               } else if (a.block >= kChunk) {  // one block per row and chunk: the scale after the MMAs
-                launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks, true>);
+                launch_whole(std::true_type{});
               } else {
-                launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXWholeChunks, false>);
+                launch_whole(std::false_type{});
               }
             };
             upper ? by_halves(std::integral_constant<int, 2>{}) : by_halves(std::integral_constant<int, 1>{});

@@ -91,7 +91,9 @@ class Int4MmaPlan final : public KernelPlan {
                              config_.splits > 1 ? detail::str_cat(", K in ", config_.splits, " splits") : "");
     }
     return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers",
-                           config_.stream ? ", streamed through shared memory" : "", "), ", 8 * config_.tiles,
+                           config_.stream ? ", streamed through shared memory" : "",
+                           config_.ring != 0 ? detail::str_cat(" in a ring of ", config_.ring, " bytes a warp") : "",
+                           "), ", 8 * config_.tiles,
                            " columns per block",
                            config_.splits > 1 ? detail::str_cat(", K in ", config_.splits, " splits") : "");
   }
@@ -102,6 +104,7 @@ class Int4MmaPlan final : public KernelPlan {
     json["splits"] = config.splits;
     if (config.stream) json["kernel"] = "stream";
     if (config.gemv) json["kernel"] = "gemv";
+    if (config.ring != 0) json["ring"] = config.ring;
     return json.dump();
   }
 
@@ -111,7 +114,8 @@ class Int4MmaPlan final : public KernelPlan {
 };
 
 // The grid a plan record names ({"tiles": 1 | 2 | 4, "splits": 1..kInt4MaxSplits, optionally "kernel": "stream" with
-// tiles 2 or 4, or "gemv" with tiles 2}); InvalidArgumentError otherwise.
+// tiles 2 or 4, or "gemv" with tiles 2; with "stream" and tiles 4 optionally "ring": 8192, the deep ring});
+// InvalidArgumentError otherwise.
 Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& record) {
   const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
   const auto field = [&](const char* key, int lo, int hi) {
@@ -138,7 +142,15 @@ Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& recor
                                                  record));
     }
   }
-  return int4_gemm_mma_config(a, tiles, splits, stream, gemv);
+  int ring = 0;
+  if (json.contains("ring")) {
+    if (!stream || tiles != 4 || !json["ring"].is_number_integer() || json["ring"].get<std::int64_t>() != 8192) {
+      throw InvalidArgumentError(detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('ring' must be 8192, ",
+                                                 "with \"kernel\": \"stream\" and 'tiles' 4): ", record));
+    }
+    ring = 8192;
+  }
+  return int4_gemm_mma_config(a, tiles, splits, stream, gemv, ring);
 }
 
 class Int4DequantizeGemmPlan final : public KernelPlan {

@@ -1232,45 +1232,34 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
   dispatch_int4(a, [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
+    // Every kernel here takes the same arguments; `smem` bytes of dynamic shared memory.
+    auto launch_with = [&](auto kernel, int smem) {
+      if (smem > 48 * 1024) {  // raised on the current device (cheap, and idempotent per device)
+        XPURT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      }
+      kernel<<<grid, kBlockThreads, smem, as_stream(stream)>>>(static_cast<const T*>(a.x), a.weight,
+                                                               static_cast<const S*>(a.scales), a.zero_points, a.bias,
+                                                               static_cast<T*>(a.y), partial, p);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+    };
     if (gemv_kernel) {
       const int sets = a.m > 2 ? 2 : 1;
       const int smem = gemv_smem(gemv_subs(p, a.m == 1), p.m, sets, p.blocks, sizeof(S), p.zero_row).bytes;
-      auto launch_gemv = [&](auto kernel) {
-        if (smem > 48 * 1024) {  // raised on the current device (cheap, and idempotent per device)
-          XPURT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        }
-        kernel<<<grid, kBlockThreads, smem, as_stream(stream)>>>(
-            static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
-            static_cast<T*>(a.y), partial, p);
-        XPURT_CUDA_RAW_LAUNCH_CHECK();
-      };
+      auto launch_gemv = [&](auto kernel) { launch_with(kernel, smem); };
       if (a.m == 1) {
         launch_gemv(int4_gemv_kernel<T, S, 1, true>);
       } else {
         sets == 2 ? launch_gemv(int4_gemv_kernel<T, S, 2, false>) : launch_gemv(int4_gemv_kernel<T, S, 1, false>);
       }
     } else {
-      auto launch = [&](auto kernel) {
-        kernel<<<grid, kBlockThreads, 0, as_stream(stream)>>>(
-            static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
-            static_cast<T*>(a.y), partial, p);
-        XPURT_CUDA_RAW_LAUNCH_CHECK();
-      };
+      auto launch = [&](auto kernel) { launch_with(kernel, 0); };
       // The kernel of this grid and layout: x read element by element (not vector_x) always takes rows g + 8.
       auto by_layout = [&](auto tiles, auto block16_constant) {
         constexpr int kTiles = decltype(tiles)::value;
         constexpr bool kBlock16 = decltype(block16_constant)::value;
         if constexpr (kTiles != 1) {
           if (stream_kernel && !kBlock16) {
-            auto launch_stream = [&](auto kernel, int smem = kStreamSmemBytes) {
-              if (smem > 48 * 1024) {  // raised on the current device (cheap, and idempotent per device)
-                XPURT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-              }
-              kernel<<<grid, kBlockThreads, smem, as_stream(stream)>>>(
-                  static_cast<const T*>(a.x), a.weight, static_cast<const S*>(a.scales), a.zero_points, a.bias,
-                  static_cast<T*>(a.y), partial, p);
-              XPURT_CUDA_RAW_LAUNCH_CHECK();
-            };
+            auto launch_stream = [&](auto kernel, int smem = kStreamSmemBytes) { launch_with(kernel, smem); };
             auto by_halves = [&](auto halves) {
               constexpr int kHalves = decltype(halves)::value;
               // The deep ring (a tactic of 4 tiles at m <= 8, x read whole chunks: at m 9-16 its kernel spills) or the

@@ -702,7 +702,8 @@ GROUP_FLAG_SHARE = 0.10  # a group of one op and kernel flagged over 10% of the 
 
 def audit_groups(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     """The audited nodes grouped by op and kernel, the most lost time first: where a model's time goes when no node
-    alone is over 2% of the run (SSDlite's 90 per-class TopKs, a transformer's dozens of small elementwise kernels).
+    alone is over 2% of the run (a detector's many small post-processing nodes, a transformer's dozens of small
+    elementwise kernels).
     Each group: op, kernel, backend, nodes, time_us (a run, summed), share, floor_us, efficiency (floors over times),
     lost_share (share x (1 - efficiency)) and flagged (over GROUP_FLAG_SHARE of the run at under 50% of its floor)."""
     groups: Dict[tuple, Dict[str, Any]] = {}

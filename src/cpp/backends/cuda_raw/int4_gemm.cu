@@ -650,8 +650,6 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
 
 constexpr int kGemvMaxRows = 4;
 constexpr int kSubBlock = 32;                            // codes of one lane's 16 bytes of a weight row
-// Whether the GEMV kernel is the default grid where it takes the problem (else a tactic that autotuning times).
-constexpr bool kGemvFirst = false;
 constexpr std::size_t kGemvSmemLimit = 100 * 1024;       // two blocks per SM (x's fragments: 2 bytes a code and row)
 
 // The raw codes of one 8-code word as 4 pairs, without a subtraction or a multiply, as the GEMV's MMAs take them:
@@ -1159,18 +1157,16 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
   std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) {
     return std::floor(x.first / 0.02) > std::floor(y.first / 0.02);
   });
-  enum Kind { kMma, kStream, kGemv };
-  using Preference = std::vector<std::pair<int, Kind>>;  // (tiles, kernel) in order
-  const Preference preferred = a.m > 8           ? Preference{{4, kMma}, {2, kMma}}
-                               : kGemvFirst && gemv_takes(a, 1)
-                                   ? Preference{{2, kGemv}, {4, kStream}, {2, kStream}, {1, kMma}}
-                               : small           ? Preference{{4, kStream}, {2, kStream}, {1, kMma}}
-                                                 : Preference{{2, kMma}, {1, kMma}};
-  for (const auto& [tiles, kind] : preferred) {
+  // The GEMV kernel and the deep ring are never preferred: tactics only (timed slower on an H100, and not yet timed).
+  using Preference = std::vector<std::pair<int, bool>>;  // (tiles, stream) in order
+  const Preference preferred = a.m > 8  ? Preference{{4, false}, {2, false}}
+                               : small ? Preference{{4, true}, {2, true}, {1, false}}
+                                       : Preference{{2, false}, {1, false}};
+  for (const auto& [tiles, stream] : preferred) {
     if (blocks_of(tiles, 1) < r.sms) continue;
-    const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, kind = kind](const auto& e) {
-      return e.second.tiles == tiles && e.second.splits == 1 && e.second.stream == (kind == kStream) &&
-             e.second.gemv == (kind == kGemv) && e.second.ring == 0;
+    const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, stream = stream](const auto& e) {
+      return e.second.tiles == tiles && e.second.splits == 1 && e.second.stream == stream && !e.second.gemv &&
+             e.second.ring == 0;
     });
     std::rotate(scored.begin(), it, it + 1);  // to the front, the others in their order
     break;

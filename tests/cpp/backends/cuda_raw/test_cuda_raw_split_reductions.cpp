@@ -69,16 +69,19 @@ void expect_plan(const KernelPlan& plan, const std::string& fragment, std::size_
 }
 
 TEST(CudaRawSplitPlans, IntegerReductionsAndProductsSplitWhenResultsAreFew) {
-  // isinf(x).any() of 10M elements: a block per chunk of 8192, 1280 partials of 8 bytes.
+  // isinf(x).any() of 10M elements: blocks of 5120 (at most 2048 blocks), 2048 partials of 8 bytes.
   expect_plan(*plan_of("reduce_max", {10485760}, DType::kInt64, Attributes().set("keepdims", std::int64_t{0})),
-              "1 outputs x 10485760 elements, block kernel, 1280 splits", 1280 * 8);
+              "1 outputs x 10485760 elements, block kernel, 2048 splits", 2048 * 8);
+  // T5's guard at batch 1: 65,536 elements in 32 chunks of 2048, one round of 8 loads a thread.
+  expect_plan(*plan_of("reduce_max", {1, 128, 512}, DType::kInt64, Attributes().set("keepdims", std::int64_t{0})),
+              "1 outputs x 65536 elements, block kernel, 32 splits", 32 * 8);
   expect_plan(*plan_of("reduce_sum", {7, 50000}, DType::kInt32, Attributes().set("axes", Shape{1})),
-              "7 outputs x 50000 elements, block kernel, 7 splits", 7 * 7 * 8);
-  expect_plan(*plan_of("reduce_prod", {1000003}, DType::kFloat16, {}), "block kernel, 123 splits", 123 * 8);
+              "7 outputs x 50000 elements, block kernel, 25 splits", 7 * 25 * 8);
+  expect_plan(*plan_of("reduce_prod", {1000003}, DType::kFloat16, {}), "block kernel, 489 splits", 489 * 8);
   // Enough results to fill the GPU, or short ones: one pass.
   expect_plan(*plan_of("reduce_min", {4096, 4096}, DType::kInt32, Attributes().set("axes", Shape{1})),
               "4096 outputs x 4096 elements, block kernel, 1 split", 0);
-  expect_plan(*plan_of("reduce_max", {16383}, DType::kInt64, {}), "block kernel, 1 split", 0);
+  expect_plan(*plan_of("reduce_max", {4095}, DType::kInt64, {}), "block kernel, 1 split", 0);
   // Float sums keep their own kernels and 4-byte partials.
   expect_plan(*plan_of("reduce_sum", {1000003}, DType::kFloat32, {}), "row kernel, 123 splits", 123 * 4);
   // The workspace limit caps the partials: 64 bytes hold 8, 15 bytes none.

@@ -60,6 +60,7 @@ class AbsentKernel final : public Kernel {
   declare_absent(registry, "cuda_raw", elementwise, "cuda_raw", no_cuda);
   declare_absent(registry, "cuda_raw", {"attention"}, "flash_v2", no_cuda);
   declare_absent(registry, "cuda_raw", {"conv2d"}, "depthwise", no_cuda);
+  declare_absent(registry, "cuda_raw", {"conv2d"}, "grouped_gemm", no_cuda);
   declare_absent(registry, "cuda_raw", {"qconv2d"}, "int8_mma", no_cuda);
   declare_absent(registry, "cuda_raw", {"qconv2d"}, "cuda_raw", no_cuda);
   declare_absent(registry, "cuda_raw", {"qlinear"}, "dp4a", no_cuda);
@@ -144,6 +145,7 @@ KernelRegistry& KernelRegistry::global() {
 #endif
 #if XPURT_BACKEND_CUDA_RAW
     register_cuda_raw_depthwise(registry);  // ranks before cuDNN for the depthwise convolutions it takes
+    register_cuda_raw_grouped_conv(registry);  // before cuDNN for the deep grouped convolutions it takes
 #endif
 #if XPURT_BACKEND_CUDNN
     register_cudnn(registry);

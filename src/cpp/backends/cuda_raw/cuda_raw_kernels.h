@@ -285,6 +285,22 @@ std::size_t depthwise_shared_bytes(const DepthwiseGeometry& g);
 void depthwise_conv2d(const void* x, const void* w, const void* bias, const void* residual, void* y, DType dtype,
                       const DepthwiseGeometry& g, DepthwiseActivation activation, bool nhwc, void* stream);
 
+// ---- grouped_conv.cu (Note [Grouped convolutions as GEMMs]) ----
+
+// A channels-last grouped convolution: x [n, h, w, c], y [n, oh, ow, o], weight [o, kh, kw, c / groups].
+struct GroupedConvGeometry {
+  std::int64_t n = 0, h = 0, w = 0, c = 0, o = 0, oh = 0, ow = 0, kh = 1, kw = 1, groups = 1;
+  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  std::int64_t group_channels() const { return c / groups; }
+  std::int64_t depth() const { return kh * kw * group_channels(); }  // the reduction of a group's GEMM
+  std::int64_t positions() const { return n * oh * ow; }
+};
+// col [groups, rows, depth] for output positions p0 .. p0 + rows - 1: col[j, r, (iy * kw + ix) * c / groups + ch] =
+// x at tap (iy, ix) of position p0 + r, channel j * c / groups + ch, or zero past the borders. float32, float16 or
+// bfloat16 (copied as bits); `col` holds groups * rows * depth elements.
+void grouped_conv_im2col(const void* x, void* col, DType dtype, const GroupedConvGeometry& g, std::int64_t p0,
+                         std::int64_t rows, void* stream);
+
 // ---- pad.cu ----
 
 enum class PadMode : std::uint8_t { kConstant, kReflect, kEdge, kWrap };

@@ -358,6 +358,7 @@ XPURT_API void register_ops(KernelRegistry& registry);
 void register_cpu(KernelRegistry& registry);
 void register_cuda_raw(KernelRegistry& registry);
 void register_cuda_raw_depthwise(KernelRegistry& registry);  // conv2d's "depthwise", before cudnn in priority
+void register_cuda_raw_grouped_conv(KernelRegistry& registry);  // conv2d's "grouped_gemm", before cudnn too
 void register_cublas(KernelRegistry& registry);
 void register_cublaslt(KernelRegistry& registry);
 void register_cudnn(KernelRegistry& registry);

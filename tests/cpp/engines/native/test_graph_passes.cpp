@@ -420,6 +420,26 @@ TEST(GraphPasses, OpDecompositionRunsConv1dAsConv2dBetweenViews) {
   EXPECT_EQ(find(r, "Conv")->attrs.get_ints("pads", {}), (std::vector<std::int64_t>{0, 1, 0, 2}));
 }
 
+// Note [Clips between elementwise ops]: a Clip with constant bounds after Sqrt becomes Max (min only) or Max and Min;
+// one that clips a graph input stays.
+TEST(GraphPasses, OpDecompositionTurnsClipsAfterElementwiseOpsIntoMaxAndMin) {
+  Builder b;
+  b.input("x", {2, 3}).constant("lo", scalar(0.5f)).constant("hi", scalar(1.5f));
+  b.add(node("Abs", {"x"}, {"a"})).add(node("Sqrt", {"a"}, {"r"}));
+  b.add(node("Clip", {"r", "lo"}, {"c1"}));
+  b.add(node("Clip", {"r", "lo", "hi"}, {"c2"}));
+  b.add(node("Clip", {"x", "lo", "hi"}, {"c3"}));
+  b.typed("a", {2, 3}).typed("r", {2, 3});
+  Graph g = b.build({"c1", "c2", "c3"});
+  int rewrites = 0;
+  Graph r = run_pass(g, passes::op_decomposition, {{"x", random({2, 3}, 25)}}, &rewrites);
+  EXPECT_EQ(rewrites, 2) << r.str();
+  EXPECT_EQ(count(r, "Clip"), 1);
+  EXPECT_EQ(count(r, "Max"), 2);
+  EXPECT_EQ(count(r, "Min"), 1);
+  EXPECT_EQ(find(r, "Clip")->inputs[0], "x");
+}
+
 TEST(GraphPasses, OpDecompositionGivesLayerNormConstantsTheInputsType) {
   Builder b;
   b.input("x", {2, 6}).constant("scale", ops::cast(random({6}, 7), DType::kFloat16));
@@ -608,6 +628,29 @@ TEST(IdentityElimination, RoundTripCastsThroughAWiderTypeGo) {
   ASSERT_NE(neg, nullptr);
   EXPECT_EQ(neg->inputs[0], "r");
   EXPECT_EQ(count(out, "Cast"), 3);  // the widening one (a graph output reads it) and the narrowing pair
+}
+
+// Note [Expands before broadcasting ops]: an Expand read by Div, whose other operand has the expanded shape, goes;
+// one read by a MatMul, one whose reader would broadcast to less without it, and a pair read by one Mul stay.
+TEST(IdentityElimination, ExpandsBeforeBroadcastingOpsGo) {
+  Builder b;
+  b.input("x", {2, 3, 4}).input("v", {2, 3, 1}).input("m", {4, 5}).input("s", {1});
+  b.constant("shape", make_i64({3}, {2, 3, 4}));
+  b.add(node("Expand", {"v", "shape"}, {"e1"})).add(node("Div", {"x", "e1"}, {"y1"}));
+  b.add(node("Expand", {"v", "shape"}, {"e2"})).add(node("MatMul", {"e2", "m"}, {"y2"}));
+  b.add(node("Expand", {"v", "shape"}, {"e3"})).add(node("Add", {"e3", "s"}, {"y3"}));
+  b.add(node("Expand", {"v", "shape"}, {"e4"})).add(node("Expand", {"v", "shape"}, {"e5"}));
+  b.add(node("Mul", {"e4", "e5"}, {"y4"}));
+  for (const char* e : {"e1", "e2", "e3", "e4", "e5"}) b.typed(e, {2, 3, 4});
+  b.typed("y1", {2, 3, 4}).typed("y2", {2, 3, 5}).typed("y3", {2, 3, 4}).typed("y4", {2, 3, 4});
+  Graph g = b.build({"y1", "y2", "y3", "y4"});
+  int rewrites = 0;
+  const Feeds feeds = {{"x", random({2, 3, 4}, 21)}, {"v", random({2, 3, 1}, 22)}, {"m", random({4, 5}, 23)},
+                       {"s", random({1}, 24)}};
+  Graph out = run_pass(g, passes::identity_elimination, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 1) << out.str();
+  EXPECT_EQ(count(out, "Expand"), 4);
+  EXPECT_EQ(find(out, "Div")->inputs[1], "v");
 }
 
 TEST(IdentityElimination, ReshapeAttributeFormBeforeOpset5) {

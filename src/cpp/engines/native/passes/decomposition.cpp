@@ -5,7 +5,7 @@
 //     Unsqueeze and Squeeze are views, and the 2-D Conv takes the conv passes (bias, activation, cuDNN);
 //   LayerNormalization whose constant scale or bias has another float type than X (PyTorch's TorchScript exporter
 //     writes float32 statistics beside float16 parameters) -> the same node with the constants in X's type;
-//   Clip with run-time bounds -> Max then Min;
+//   Clip with run-time bounds, or with constant ones after an elementwise op or a reduction -> Max then Min;
 //   variadic Sum / Max / Min and Mean -> chains of two-input nodes (Mean: then a Div by the count);
 //   DepthToSpace (DCR, CRD) and SpaceToDepth (static shapes) -> Reshape + Transpose + Reshape;
 //   InstanceNormalization and GroupNormalization (constant scale and bias) -> layer_norm (Note [Normalizations onto
@@ -17,6 +17,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
+#include <unordered_map>
 
 #include "engines/native/passes/passes.h"
 #include "engines/native/passes/pass_utils.h"
@@ -450,7 +452,7 @@ void decompose_conv_1d(Graph& g, const Node& n, std::size_t i, std::int64_t opse
                    describe(n) + " (1-D) -> Unsqueeze + 2-D " + n.op_type + " + Squeeze");
 }
 
-// Clip with run-time bounds -> Max then Min.
+// Clip with run-time bounds, or after an elementwise op (Note [Clips between elementwise ops]) -> Max then Min.
 void decompose_clip(Graph& g, const Node& n, std::size_t i, std::int64_t /*opset*/, Rewriter& rewriter) {
   // Bounds computed at run time (T5's fp16 clamp to finfo.max, or finfo.max - 1000 after an overflow):
   // Max(x, min) then Min(., max), the same values (NaN kept; min > max gives max, like np.clip).
@@ -470,7 +472,7 @@ void decompose_clip(Graph& g, const Node& n, std::size_t i, std::int64_t /*opset
     current = bound.outputs[0];
     parts.push_back(std::move(bound));
   }
-  rewriter.replace({i}, std::move(parts), describe(n) + " with run-time bounds -> Max/Min");
+  rewriter.replace({i}, std::move(parts), describe(n) + " -> Max/Min");
 }
 
 // Variadic Sum / Max / Min and Mean -> chains of two-input nodes (Mean: then a Div by the count).
@@ -638,10 +640,34 @@ void convert_layer_norm_constants(Graph& g, const Node& n, std::size_t i, std::i
 
 }  // namespace
 
+// Note [Clips between elementwise ops]
+// A Clip with constant bounds runs as a kernel of its own (cuda_raw's clip on the GPU), and the elementwise fusion's
+// programs have Max and Min but no Clip: F.normalize's clamp_min(eps) between its ReduceL2 and its Div (Swin V2's
+// cosine attention normalises q and k so in each of its 12 blocks) split what would be one row program. A Clip whose
+// input an elementwise op or a reduction writes becomes Max(x, min) then Min(., max), as with run-time bounds, and
+// joins that op's program; after any other producer it stays (a convolution's ReLU6 goes into its epilogue: Note
+// [ReLU6 in the CPU convolution's epilogue] in fusion_conv_gemm.cpp).
+bool clip_after_elementwise(const Graph& g, const std::unordered_map<std::string, std::string>& producers,
+                            const Node& clip) {
+  static const std::set<std::string> kProducers = {
+      "Add",  "Sub",       "Mul",        "Div",        "Pow",     "Sqrt",          "Exp",
+      "Log",  "Abs",       "Neg",        "Reciprocal", "Erf",     "Sigmoid",       "Tanh",
+      "Relu", "ReduceSum", "ReduceMean", "ReduceMax",  "ReduceL1", "ReduceL2",     "ReduceSumSquare"};
+  const auto it = producers.find(clip.inputs[0]);
+  if (it == producers.end() || !kProducers.count(it->second)) return false;
+  const auto dtype = value_dtype(g, clip.inputs[0]);
+  return dtype && is_fusable_float(*dtype);
+}
+
 PassResult op_decomposition(Graph& g, const PassContext&) {
   PassResult result{"op_decomposition", 0, {}};
   const std::int64_t opset = g.opset("");
   Rewriter rewriter(g);
+  std::unordered_map<std::string, std::string> producers;  // value -> the op type of the ONNX node writing it
+  for (const Node& n : g.nodes) {
+    if (!n.domain.empty()) continue;
+    for (const std::string& out : n.outputs) producers[out] = n.op_type;
+  }
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node n = g.nodes[i];
     if (!n.domain.empty() || rewriter.taken(i) || !has_onnx_arity(n)) continue;
@@ -649,8 +675,9 @@ PassResult op_decomposition(Graph& g, const PassContext&) {
       decompose_split(g, n, i, opset, rewriter);
     } else if ((n.op_type == "Conv" || n.op_type == "ConvTranspose") && n.inputs.size() >= 2) {
       decompose_conv_1d(g, n, i, opset, rewriter);
-    } else if (n.op_type == "Clip" && opset >= 11 && ((n.has_input(1) && !is_constant(g, n.inputs[1])) ||
-                                                        (n.has_input(2) && !is_constant(g, n.inputs[2])))) {
+    } else if (n.op_type == "Clip" && opset >= 11 && !n.inputs.empty() &&
+               ((n.has_input(1) && !is_constant(g, n.inputs[1])) || (n.has_input(2) && !is_constant(g, n.inputs[2])) ||
+                ((n.has_input(1) || n.has_input(2)) && clip_after_elementwise(g, producers, n)))) {
       decompose_clip(g, n, i, opset, rewriter);
     } else if ((n.op_type == "Sum" || n.op_type == "Max" || n.op_type == "Min" || n.op_type == "Mean") &&
                !n.inputs.empty() && (n.inputs.size() != 2 || n.op_type == "Mean") && opset >= 8) {

@@ -129,6 +129,62 @@ std::optional<std::string> round_trip_source(
   return x;
 }
 
+// Note [Expands before broadcasting ops]
+// x / expand(n, x.shape) is x / n: an Expand whose every reader is a binary op that broadcasts its operands (the
+// arithmetic ops, comparisons, logical ops) and whose reader's output keeps its shape with the Expand's input in its
+// place (the reader's other operand already has the expanded shape) writes a tensor the reader would have broadcast
+// anyway. F.normalize exports as ReduceL2 -> Clip -> Expand -> Div (Swin V2's cosine attention normalises q and k
+// so, twice in each of its 12 blocks); the Expand was a kernel and a pass over the head's size of its own, and stood
+// between the reduction and the Div that the elementwise fusion would put in one row program. Its readers read the
+// Expand's input instead.
+
+// The shape of numpy broadcasting `a` with `b`, or nullopt when they do not broadcast.
+std::optional<std::vector<std::int64_t>> broadcast_of(const std::vector<std::int64_t>& a,
+                                                      const std::vector<std::int64_t>& b) {
+  std::vector<std::int64_t> out(std::max(a.size(), b.size()), 1);
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    const std::int64_t x = j < a.size() ? a[a.size() - 1 - j] : 1;
+    const std::int64_t y = j < b.size() ? b[b.size() - 1 - j] : 1;
+    if (x != y && x != 1 && y != 1) return std::nullopt;
+    out[out.size() - 1 - j] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+// Whether `n` is an Expand that Note [Expands before broadcasting ops] removes.
+bool is_redundant_expand(const Graph& g, const Uses& uses, const Node& n) {
+  if (!is_onnx(n, "Expand") || n.inputs.size() != 2 || n.outputs.size() != 1 || g.opset("") < 8) return false;
+  const std::string& out = n.outputs[0];
+  auto source = static_shape(g, n.inputs[0]);
+  auto expanded = static_shape(g, out);
+  if (!source || !expanded || uses.readers(out).empty()) return false;
+  static const std::set<std::string> kBroadcasting = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+      "And", "Or", "Xor"};
+  for (const std::size_t r : uses.readers(out)) {
+    const Node& reader = g.nodes[r];
+    if (!(reader.domain.empty() || reader.domain == "ai.onnx") || !kBroadcasting.count(reader.op_type) ||
+        reader.inputs.size() != 2 || reader.outputs.size() != 1) {
+      return false;
+    }
+    auto result = static_shape(g, reader.outputs[0]);
+    if (!result) return false;
+    std::vector<std::vector<std::int64_t>> operands;
+    for (const std::string& in : reader.inputs) {
+      // Another Expand beside it may go too, and then the two would broadcast to less: keep this one.
+      if (in != out) {
+        const auto other = uses.producer(in);
+        if (other && is_onnx(g.nodes[*other], "Expand")) return false;
+      }
+      auto shape = in == out ? source : static_shape(g, in);
+      if (!shape) return false;
+      operands.push_back(*shape);
+    }
+    if (broadcast_of(operands[0], operands[1]) != result) return false;
+  }
+  return true;
+}
+
 void rename_everywhere(Graph& g, const std::string& from, const std::string& to) {
   for (Node& n : g.nodes) {
     std::replace(n.inputs.begin(), n.inputs.end(), from, to);
@@ -144,6 +200,10 @@ PassResult identity_elimination(Graph& g, const PassContext& /*ctx*/) {
   {
     const Uses uses(g);
     const auto casts = casts_by_output(g);
+    std::set<std::string> redundant_expands;  // decided on the whole graph: the loop below moves nodes out of it
+    for (const Node& n : g.nodes) {
+      if (is_redundant_expand(g, uses, n)) redundant_expands.insert(n.outputs[0]);
+    }
     std::unordered_map<std::string, std::string> alias;  // removed output -> the value it forwarded
     std::vector<Node> kept;
     kept.reserve(g.nodes.size());
@@ -155,7 +215,7 @@ PassResult identity_elimination(Graph& g, const PassContext& /*ctx*/) {
       const bool private_output =
           !n.outputs.empty() && !uses.is_graph_output(n.outputs[0]) && !uses.read_by_subgraph(n.outputs[0]);
       std::optional<std::string> source;
-      if (private_output && is_noop(g, uses, n)) {
+      if (private_output && (is_noop(g, uses, n) || redundant_expands.count(n.outputs[0]) != 0)) {
         source = n.inputs[0];
       } else if (private_output) {
         source = round_trip_source(g, n, casts);  // Note [Round-trip casts]

@@ -653,6 +653,22 @@ TEST(IdentityElimination, ExpandsBeforeBroadcastingOpsGo) {
   EXPECT_EQ(find(out, "Div")->inputs[1], "v");
 }
 
+// A Pad by zeros (torchvision's Swin at sizes its windows divide) is a no-op; one that pads stays.
+TEST(IdentityElimination, PadsByZerosGo) {
+  Builder b;
+  b.input("x", {2, 3, 4}).constant("zeros", make_i64({6}, {0, 0, 0, 0, 0, 0}));
+  b.constant("ones", make_i64({6}, {0, 0, 1, 0, 0, 1}));
+  b.add(node("Pad", {"x", "zeros"}, {"p0"})).add(node("Neg", {"p0"}, {"y0"}));
+  b.add(node("Pad", {"x", "ones"}, {"p1"})).add(node("Neg", {"p1"}, {"y1"}));
+  b.typed("p0", {2, 3, 4}).typed("p1", {2, 3, 6});
+  Graph g = b.build({"y0", "y1"});
+  int rewrites = 0;
+  Graph out = run_pass(g, passes::identity_elimination, {{"x", random({2, 3, 4}, 26)}}, &rewrites);
+  EXPECT_EQ(rewrites, 1) << out.str();
+  EXPECT_EQ(count(out, "Pad"), 1);
+  EXPECT_EQ(find(out, "Pad")->inputs[1], "ones");
+}
+
 TEST(IdentityElimination, ReshapeAttributeFormBeforeOpset5) {
   Builder b;
   b.g.opsets[""] = 4;

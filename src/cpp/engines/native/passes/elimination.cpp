@@ -77,6 +77,17 @@ bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
     auto from = value_dtype(g, n.inputs[0]);
     return to && from && *to == *from;
   }
+  if (n.op_type == "Pad") {  // pads all zero: torchvision's Swin pads every window partition by (H, W) mod 7 or 8
+    std::vector<std::int64_t> pads;
+    if (opset < 11) {
+      pads = n.attrs.get_ints("pads", {});
+    } else {
+      const Tensor* t = n.inputs.size() > 1 && !n.inputs[1].empty() ? constant(g, n.inputs[1]) : nullptr;
+      if (t == nullptr || t->dtype() != DType::kInt64) return false;
+      pads = to_int64s(*t);
+    }
+    return !pads.empty() && std::all_of(pads.begin(), pads.end(), [](std::int64_t p) { return p == 0; });
+  }
   if (n.op_type == "Reshape") {
     auto input = static_shape(g, n.inputs[0]);
     if (!input) return false;

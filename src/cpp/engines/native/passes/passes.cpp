@@ -19,7 +19,7 @@ const std::vector<PassInfo>& all_passes() {
       {"shape_folding", "Shape/Size of values with known shapes become constants; folds what follows, to a fixed point",
        shape_folding},
       {"identity_elimination", "removes Identity, inference Dropout, Cast to the same type, Reshape to the same shape, "
-                               "Expand before a broadcasting op",
+                               "Pad by zeros, Expand before a broadcasting op",
        identity_elimination},
       {"dead_node_elimination", "removes nodes whose outputs nobody reads, and unused constants",
        dead_node_elimination},

@@ -153,6 +153,9 @@ def awkward_cases(torch, case, rand, scale: float) -> None:
     flags = (flat.float().abs() > 3.0).to(torch.int64)  # isinf(x).any()'s Cast, mostly zeros
     case("reduce_max_all_int64", "reduce_max", [flags], {"keepdims": 0}, lambda x: x.amax(),
          "isinf(x).any(): ReduceMax of int64 flags")
+    small = flags[:65536]  # T5's guard at batch 1 ([1, 128, 512] hidden states): latency, not bandwidth
+    case("reduce_max_all_int64_65536", "reduce_max", [small], {"keepdims": 0}, lambda x: x.amax(),
+         "T5's isinf(x).any() at batch 1: ReduceMax of 65,536 int64 flags")
     positive = (flat.float() > -10.0).to(torch.int64)
     case("reduce_min_all_int64", "reduce_min", [positive], {"keepdims": 0}, lambda x: x.amin(),
          "(x > 0).all(): ReduceMin of int64 flags")
@@ -189,6 +192,15 @@ def awkward_cases(torch, case, rand, scale: float) -> None:
              lambda x, w, c=channels: torch.nn.functional.conv2d(
                  x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), padding=1, groups=c).permute(0, 2, 3, 1),
              f"3x3 depthwise, {channels} channels, NHWC")
+    # Note [Grouped convolutions as GEMMs]: wav2vec 2.0's positional convolution (768 channels in 16 groups, kernel
+    # 128 along time, 49 frames of a second of audio), channels-last as the native engine runs it
+    frames = rand([1, 1, 49, 768])
+    taps = rand([768, 1, 128, 48]) / 64.0
+    case("grouped_conv_wav2vec2", "conv2d", [frames, taps],
+         {"strides": [1, 1], "pads": [0, 64, 0, 64], "dilations": [1, 1], "groups": 16, "layout": "NHWC"},
+         lambda x, w: torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), padding=(0, 64),
+                                                 groups=16).permute(0, 2, 3, 1).contiguous(),
+         "wav2vec 2.0's positional convolution: 16 groups, kernel 1x128, NHWC")
     case("cum_sum_long_int64", "cum_sum", [flags], {"axis": 0}, lambda x: torch.cumsum(x, 0),
          "int64 cumsum of one long vector")
 

@@ -178,6 +178,7 @@ class GroupedGemmConvKernel final : public Kernel {
       if (g.groups <= 1 || g.c % g.groups != 0 || g.o % g.groups != 0) {
         return Support::no("conv2d grouped_gemm takes grouped convolutions only (groups > 1)");
       }
+      if (g.positions() == 0 || g.o == 0) return Support::no("conv2d grouped_gemm: an empty output");
       if (g.group_channels() == 1) {
         return Support::no("conv2d grouped_gemm does not take depthwise convolutions (one channel a group)");
       }

@@ -187,7 +187,8 @@ TEST(GroupedConvGpu, MatchesTheCpuKernel) {
         const auto got = kernel_run::floats_of(run.output);
         ASSERT_EQ(got.size(), want.size()) << what;
         const double terms = static_cast<double>(gc.c / gc.groups * gc.kh * gc.kw);
-        const double base = dtype == DType::kFloat32 ? 1e-4 : dtype == DType::kFloat16 ? 4e-3 : 3e-2;
+        // float32: TF32 tensor cores where the policy's precision allows them (Note [GEMM compute types]).
+        const double base = dtype == DType::kFloat32 ? 1e-3 : dtype == DType::kFloat16 ? 4e-3 : 3e-2;
         const double atol = base * std::sqrt(terms);
         std::size_t bad = 0;
         for (std::size_t i = 0; i < got.size(); ++i) {

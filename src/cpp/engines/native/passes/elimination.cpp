@@ -77,7 +77,9 @@ bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
     auto from = value_dtype(g, n.inputs[0]);
     return to && from && *to == *from;
   }
-  if (n.op_type == "Pad") {  // pads all zero: torchvision's Swin pads every window partition by (H, W) mod 7 or 8
+  // Pads all zero, any mode: torchvision's Swin pads each window partition up to a multiple of the window, zero
+  // where the windows divide the feature map.
+  if (n.op_type == "Pad") {
     std::vector<std::int64_t> pads;
     if (opset < 11) {
       pads = n.attrs.get_ints("pads", {});

@@ -76,6 +76,25 @@ def test_rms_norm_of_the_exporter_is_one_group():
     assert left["ReduceMean"] == 0 and left["Pow"] == 0, left
 
 
+@pytest.mark.parametrize("name", ["swin_v2.torchscript.float16", "swin_v2.dynamo.float32"])
+def test_the_cosine_attentions_normalisations_are_one_group_each(name):
+    """Swin V2 normalises q and k with F.normalize: ReduceL2, Clip(min=eps), Expand to q's shape, Div. The Expand
+    goes (Note [Expands before broadcasting ops]) and the Clip becomes a Max (Note [Clips between elementwise ops]),
+    so each normalisation is one row program that reduces and divides; no Clip, Expand, Sqrt or ReduceSum is left,
+    and the window partitions' zero Pads are gone. The outputs match the export's reference."""
+    session = _session(name)
+    left = collections.Counter(n["op_type"] for n in session.explain().nodes)
+    for op in ("Clip", "Expand", "Sqrt", "ReduceSum", "ReduceL2", "Pad"):
+        assert left[op] == 0, left
+    norms = [n for n in _fused(session) if "reduce_sum" in n["reason"] and "div" in n["reason"]]
+    assert len(norms) >= 4, [n["reason"] for n in _fused(session)]  # q and k in each of the tiny model's 2 blocks
+    data = np.load(TINY / "swin_v2.npz")
+    got = session.run(_feeds(name))
+    value = np.asarray(list(got.values())[0] if isinstance(got, dict) else got[0], dtype=np.float32)
+    want = data["ref.output"]
+    np.testing.assert_allclose(value, want, rtol=2e-2, atol=2e-2 * float(np.abs(want).max()))
+
+
 @pytest.mark.parametrize("key", ["dynamo.float16", "dynamo.float32", "torchscript.float32"])
 def test_the_rotary_embedding_is_one_group(key):
     """q * cos + rotate_half(q) * sin, with rotate_half written as Concat(Neg(Slice(q, D/2:)), Slice(q, :D/2)): one

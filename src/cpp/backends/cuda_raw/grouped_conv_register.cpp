@@ -141,10 +141,12 @@ class GroupedGemmConvPlan final : public KernelPlan {
   int device_;
 };
 
-// The workspace split of a plan: the cuBLAS part and the positions a round gathers (0: not even one fits).
+// The workspace split of a plan: the cuBLAS part, the positions a round gathers (0: not even one fits) and the
+// gathered patches' bytes (aligned).
 struct Budget {
   std::size_t cublas_workspace = 0;
   std::int64_t rows = 0;
+  std::size_t gather_bytes = 0;
 };
 
 Budget budget_of(const OpDescriptor& desc, const ExecutionPolicy& policy, const cuda_raw::GroupedConvGeometry& g) {
@@ -160,6 +162,7 @@ Budget budget_of(const OpDescriptor& desc, const ExecutionPolicy& policy, const 
       static_cast<std::size_t>(g.groups * g.depth()) * dtype_size(desc.inputs[0].dtype);
   b.rows = std::min<std::int64_t>(static_cast<std::int64_t>(gather / std::max<std::size_t>(row_bytes, 1)),
                                   g.positions());
+  b.gather_bytes = align_up(static_cast<std::size_t>(b.rows) * row_bytes);
   return b;
 }
 
@@ -185,9 +188,6 @@ class GroupedGemmConvKernel final : public Kernel {
       if (g.depth() < kMinGroupDepth) {
         return Support::no(detail::str_cat("conv2d grouped_gemm takes groups that reduce over at least ",
                                            kMinGroupDepth, " values (C/groups x kh x kw), this one ", g.depth()));
-      }
-      for (const TensorDesc& t : desc.inputs) {
-        if (t.present && t.dtype != desc.inputs[0].dtype) return Support::no("inputs of one dtype only");
       }
       const std::string activation = desc.attrs.get_string("activation", "none");
       if (activation != "none" && activation != "relu" && activation != "relu6" && activation != "silu" &&
@@ -216,9 +216,7 @@ class GroupedGemmConvKernel final : public Kernel {
     const cuda_raw::GroupedConvGeometry g = geometry_of(desc);
     const Budget b = budget_of(desc, policy, g);
     XPURT_CHECK(b.rows >= 1, "conv2d grouped_gemm: the workspace limit leaves no room for one output position");
-    const std::size_t gather =
-        align_up(static_cast<std::size_t>(b.rows * g.groups * g.depth()) * dtype_size(desc.inputs[0].dtype));
-    return std::make_unique<GroupedGemmConvPlan>(g, b.rows, gather, b.cublas_workspace,
+    return std::make_unique<GroupedGemmConvPlan>(g, b.rows, b.gather_bytes, b.cublas_workspace,
                                                  cublas::compute_type(desc.inputs[0].dtype, desc.precision),
                                                  desc.attrs.get_string("activation", "none"), desc.device.index);
   }
@@ -232,6 +230,7 @@ class GroupedGemmConvKernel final : public Kernel {
     KernelDecl decl = cuda_raw::declaration("conv2d", {"x", "weight", "bias", "residual"});
     decl.subject = "grouped_gemm";
     decl.input_ranks = {{4, 4}, {4, 4}};
+    decl.one_dtype = true;
     return KernelInfo{"conv2d", "grouped_gemm", "cuda_raw", DeviceType::kCUDA, true,
                       "grouped convolution (channels-last, groups reducing over 1024+ values) as GEMMs: the patches "
                       "gathered into the workspace, one cuBLAS strided batch over the groups, then residual, bias "

@@ -95,6 +95,11 @@ TEST(GroupedConvPlans, TakesDeepGroupsChannelsLastOnly) {
   nchw.inputs[0] = TensorDesc::contiguous({1, 768, 1, 49}, DType::kFloat16, nchw.device);
   nchw.inputs[1] = TensorDesc::contiguous({768, 48, 1, 128}, DType::kFloat16, nchw.device);
   KernelRegistry::global().infer(nchw);
+  OpDescriptor mixed = grouped_desc(wav, DType::kFloat16);
+  mixed.inputs[1].dtype = DType::kFloat32;
+  const Support dtypes = k->supports(mixed, policy);
+  EXPECT_FALSE(dtypes);
+  EXPECT_NE(dtypes.reason().find("one dtype"), std::string::npos) << dtypes.reason();
   const Support layout = k->supports(nchw, policy);
   EXPECT_FALSE(layout);
   EXPECT_NE(layout.reason().find("NHWC"), std::string::npos) << layout.reason();

@@ -203,6 +203,12 @@ def awkward_cases(torch, case, rand, scale: float) -> None:
          "wav2vec 2.0's positional convolution: 16 groups, kernel 1x128, NHWC")
     case("cum_sum_long_int64", "cum_sum", [flags], {"axis": 0}, lambda x: torch.cumsum(x, 0),
          "int64 cumsum of one long vector")
+    # Note [TopK by radix select]: SSDlite's per-class TopK, top-k sampling over a vocabulary, one long row
+    for name, shape, k, note in (("top_k_ssdlite", [1, 3234], 300, "SSDlite's per-class TopK: 300 of 3234 scores"),
+                                 ("top_k_vocab", [64, 32000], 50, "top-50 of a 32000 vocabulary, 64 rows"),
+                                 ("top_k_long_row", [1, 1048583], 100, "top-100 of one row of 1048583")):
+        case(name, "top_k", [rand(shape)], {"k": k, "axis": -1, "largest": 1},
+             lambda x, k=k: torch.topk(x, k).values, note)
 
 
 def nms_cases(torch, case, device: str, scale: float) -> None:

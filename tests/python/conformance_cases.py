@@ -1635,7 +1635,12 @@ def second_batch_cases() -> List[Case]:
             x = integers(rng, shape, 0, 5) if "ties" in name else uniform(rng, shape)
             cases.append(Case(op, name, [x], attrs, ref_arg(op), "exact", DTYPES + ("float64",), out_dtype="int64"))
     for name, (shape, k, largest) in {"largest_7x13": ((7, 13), 4, 1), "smallest_3x100": ((3, 100), 10, 0),
-                                      "ties_5x33": ((5, 33), 33, 1), "row_1x3000": ((1, 3000), 300, 1)}.items():
+                                      "ties_5x33": ((5, 33), 33, 1), "row_1x3000": ((1, 3000), 300, 1),
+                                      # the radix select (Note [TopK by radix select]): SSDlite's row, ties at the
+                                      # k-th key, rows longer than a whole-row sort takes
+                                      "ssdlite_1x3234": ((1, 3234), 300, 1), "ties_2x3001": ((2, 3001), 500, 1),
+                                      "long_smallest_3x10007": ((3, 10007), 77, 0),
+                                      "long_ties_1x5003": ((1, 5003), 4096, 1)}.items():
         rng = _rng("top_k" + name)
         x = integers(rng, shape, 0, 6) if "ties" in name else uniform(rng, shape)
         cases.append(Case("top_k", name, [x], {"k": k, "largest": largest, "axis": -1}, ref_top_k, "exact",

@@ -234,17 +234,20 @@ void register_select(KernelRegistry& registry) {
   }
   add_kernel(
       registry, "top_k",
-      "ONNX TopK along the last axis: a block per row, bitonic sort in shared memory (rows up to 4096 elements; ties: "
-      "the smaller index first)",
+      "ONNX TopK along the last axis: a block per row, a radix select of the k largest (smallest) then a sort of them, "
+      "or a sort of the whole row when k is a large part of it (ties: the smaller index first)",
       {"x"},
       [](const OpDescriptor& desc) {
         const TensorDesc& x = desc.inputs[0];
         if (normalized_axis(desc.attrs.get_int("axis", -1), x.dim()) != x.dim() - 1) {
           return Support::no("cuda_raw top_k runs along the last axis; transpose first or use the cpu kernel");
         }
-        if (x.shape.back() > cuda_raw::kTopKMaxCols) {
-          return Support::no(detail::str_cat("cuda_raw top_k sorts rows of up to ", cuda_raw::kTopKMaxCols,
-                                             " elements, got ", x.shape.back()));
+        const std::int64_t cols = x.shape.back();
+        const std::int64_t k = desc.attrs.get_int("k", 0);
+        if (cols >= 0 && !cuda_raw::top_k_supports(std::max<std::int64_t>(cols, 1), k)) {
+          return Support::no(detail::str_cat("cuda_raw top_k takes k <= ", cuda_raw::kTopKMaxSelected,
+                                             " of a row over ", cuda_raw::kTopKMaxCols,
+                                             " elements (any k of a shorter row), got k ", k, " of ", cols));
         }
         return Support::yes();
       },

@@ -24,6 +24,7 @@
 #include "xpuruntime/tensor.h"
 
 #if XPURT_WITH_CUDA
+#include "backends/cuda_raw/cuda_raw_kernels.h"
 #include "backends/cuda_raw/cuda_raw_ops.h"
 #endif
 
@@ -120,6 +121,27 @@ TEST(CudaRawSplitPlans, CumSumSplitsALongAxis) {
   expect_plan(*plan_of("cum_sum", {255}, DType::kInt32, axis(0)), "1 split", 0);
 }
 
+TEST(CudaRawSplitPlans, TopKTakesTheRadixSelectForLongRowsAndAnyRowLength) {
+  EXPECT_TRUE(cuda_raw::top_k_by_radix_select(3234, 300));  // SSDlite's per-class TopK
+  EXPECT_TRUE(cuda_raw::top_k_by_radix_select(100000, 4096));
+  EXPECT_FALSE(cuda_raw::top_k_by_radix_select(3000, 1500));  // k a large part of the row: the whole row sorted
+  EXPECT_FALSE(cuda_raw::top_k_by_radix_select(1000, 10));    // short rows: the whole row sorted
+  EXPECT_TRUE(cuda_raw::top_k_supports(32000, 50));            // top-k sampling over a vocabulary
+  EXPECT_TRUE(cuda_raw::top_k_supports(4096, 4096));
+  EXPECT_FALSE(cuda_raw::top_k_supports(100000, 4097));
+  OpDescriptor desc;
+  desc.op = "top_k";
+  desc.inputs = {TensorDesc::contiguous({2, 100000}, DType::kFloat16, Device::cuda(0))};
+  desc.attrs = Attributes().set("k", std::int64_t{5000}).set("axis", std::int64_t{-1});
+  desc.device = Device::cuda(0);
+  desc.compute_capability = 90;
+  const Support refused = cuda_raw_kernel("top_k").supports(desc, ExecutionPolicy{});
+  EXPECT_FALSE(refused);
+  EXPECT_NE(refused.reason().find("k <= 4096 of a row over 4096 elements"), std::string::npos) << refused.reason();
+  desc.attrs.set("k", std::int64_t{4096});
+  EXPECT_TRUE(cuda_raw_kernel("top_k").supports(desc, ExecutionPolicy{}));
+}
+
 #endif  // XPURT_WITH_CUDA
 
 // ---- GPU: against the cpu kernel ----
@@ -129,9 +151,10 @@ int device_compute_capability(Device device) {
   return DeviceManager::instance().get_device_info(device).compute_capability();
 }
 
-// Runs `op` with kernel `name` on `inputs` (one device) and waits; the plan's workspace comes from the launch.
+// Runs `op` with kernel `name` on `inputs` (one device) and waits; the plan's workspace comes from the launch. Gives
+// output `output`.
 Tensor run_kernel(const std::string& op, const std::string& name, const std::vector<Tensor>& inputs,
-                  const Attributes& attrs) {
+                  const Attributes& attrs, std::size_t output = 0) {
   KernelRegistry& registry = KernelRegistry::global();
   const Kernel* kernel = registry.find_kernel(op, name);
   if (kernel == nullptr) throw std::runtime_error("no kernel '" + name + "' for op '" + op + "'");
@@ -152,7 +175,7 @@ Tensor run_kernel(const std::string& op, const std::string& name, const std::vec
   const StreamView stream = device.is_cuda() ? StreamManager::instance().current_stream(device) : StreamView();
   plan->execute(desc, inputs, outputs, stream);
   stream.synchronize();
-  return outputs.at(0);
+  return outputs.at(output);
 }
 
 Attributes cast_to(DType dtype) { return Attributes().set("to", std::string(dtype_name(dtype))); }
@@ -173,11 +196,11 @@ std::int64_t numel_of(const Shape& shape) {
 
 // The cpu result and the cuda_raw one (twice: the same bits both times), as host tensors.
 std::pair<Tensor, Tensor> cpu_and_cuda(const std::string& op, const Tensor& host, const Attributes& attrs,
-                                       const std::string& what) {
-  const Tensor expected = run_kernel(op, "cpu", {host}, attrs);
+                                       const std::string& what, std::size_t output = 0) {
+  const Tensor expected = run_kernel(op, "cpu", {host}, attrs, output);
   const Tensor device = host.to(Device::cuda(0));
-  const Tensor actual = run_kernel(op, "cuda_raw", {device}, attrs).to(Device::cpu());
-  const Tensor again = run_kernel(op, "cuda_raw", {device}, attrs).to(Device::cpu());
+  const Tensor actual = run_kernel(op, "cuda_raw", {device}, attrs, output).to(Device::cpu());
+  const Tensor again = run_kernel(op, "cuda_raw", {device}, attrs, output).to(Device::cpu());
   EXPECT_EQ(std::memcmp(actual.data_ptr(), again.data_ptr(), actual.nbytes()), 0) << what << ": bits changed";
   EXPECT_EQ(actual.shape(), expected.shape()) << what;
   EXPECT_EQ(actual.dtype(), expected.dtype()) << what;
@@ -439,6 +462,44 @@ TEST(CudaRawSplitGpu, CumSumMatchesTheCpuKernel) {
           for (std::int64_t i = 0; i < e.numel(); ++i) {
             ASSERT_NEAR(pa[i], pe[i], 1e-3 + 4e-3 * std::fabs(pe[i])) << what << " element " << i;
           }
+        }
+      }
+    }
+  }
+}
+
+// TopK (Note [TopK by radix select] in select.cu): values and indices the same bytes as the cpu kernel's, on both
+// kernels (whole-row sorts and radix selects), with ties at the k-th value (small integers, -0 beside +0), rows of
+// one element, rows longer than a whole-row sort takes, prime lengths, largest and smallest.
+TEST(CudaRawSplitGpu, TopKMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(46);
+  std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+  std::uniform_int_distribution<int> small(-3, 3);
+  struct Case {
+    Shape shape;
+    std::int64_t k;
+    bool ties;
+  };
+  const std::vector<Case> cases = {{{1, 3234}, 300, false}, {{2, 3001}, 500, true},   {{3, 10007}, 77, false},
+                                   {{1, 5003}, 4096, true}, {{5, 33}, 33, true},      {{1, 1}, 1, false},
+                                   {{4, 100003}, 1, false}, {{1, 1048583}, 2048, true}, {{7, 2500}, 2500, true},
+                                   {{64, 32000}, 50, false}};
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& c : cases) {
+      std::vector<float> values(static_cast<std::size_t>(numel_of(c.shape)));
+      for (float& v : values) v = c.ties ? static_cast<float>(small(rng)) : uniform(rng);
+      for (std::size_t i = 0; c.ties && i < values.size(); i += 3) {
+        if (values[i] == 0.0f) values[i] = -0.0f;
+      }
+      const Tensor x = host_tensor(values, c.shape, dtype);
+      for (const std::int64_t largest : {1, 0}) {
+        const Attributes attrs = Attributes().set("k", c.k).set("axis", std::int64_t{-1}).set("largest", largest);
+        const std::string what = "top_k " + std::string(dtype_name(dtype)) + shape_str(c.shape) + " k " +
+                                 std::to_string(c.k) + (largest ? " largest" : " smallest");
+        for (const std::size_t output : {std::size_t{0}, std::size_t{1}}) {
+          const auto [expected, actual] = cpu_and_cuda("top_k", x, attrs, what, output);
+          expect_same_bytes(expected, actual, what + (output == 0 ? " values" : " indices"));
         }
       }
     }

@@ -307,6 +307,8 @@ def ref_layer_norm(inputs, attrs):
         y = y * scale
     if bias is not None:
         y = y + bias
+    if len(inputs) > 4 and inputs[4] is not None:
+        y = y + inputs[4]  # the addend: a res-post-norm block's residual, added after the norm
     return y
 
 
@@ -787,6 +789,16 @@ def layer_norm_cases() -> List[Case]:
         rng = _rng("layer_norm" + name)
         cases.append(Case("layer_norm", name, [uniform(rng, shape), uniform(rng, shape[-1:], 0.5, 1.5),
                                               uniform(rng, shape[-1:]), uniform(rng, shape)],
+                          {"axis": -1, "epsilon": 1e-5}, ref_layer_norm, "reduction"))
+    # With the addend input (Swin V2's x + norm(f(x)) as one kernel), alone and after a residual; the register-cached
+    # kernel's shapes (Swin V2's 96 channels, 768) and the scalar kernel's (odd rows).
+    for name, shape, residual in (("addend_3001x96", (3001, 96), False), ("addend_2x49x768", (2, 49, 768), False),
+                                  ("addend_7x13", (7, 13), False), ("addend_residual_3x1030", (3, 1030), True),
+                                  ("addend_residual_5x256", (5, 256), True)):
+        rng = _rng("layer_norm" + name)
+        cases.append(Case("layer_norm", name, [uniform(rng, shape), uniform(rng, shape[-1:], 0.5, 1.5),
+                                              uniform(rng, shape[-1:]), uniform(rng, shape) if residual else None,
+                                              uniform(rng, shape)],
                           {"axis": -1, "epsilon": 1e-5}, ref_layer_norm, "reduction"))
     return cases
 

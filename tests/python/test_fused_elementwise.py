@@ -95,6 +95,24 @@ def test_the_cosine_attentions_normalisations_are_one_group_each(name):
     np.testing.assert_allclose(value, want, rtol=2e-2, atol=2e-2 * float(np.abs(want).max()))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["swin_v2.torchscript.float16", "swin_v2.dynamo.float32"])
+def test_swin_v2s_post_norm_adds_are_the_norms_addends(name, device):
+    """Swin V2's blocks add each branch after its norm (x + norm(attn(x)), x + norm(mlp(x))): each such Add becomes
+    its LayerNormalization's addend input (the post_norm_residual_fusion pass), the last one the final norm's
+    residual, so no Add is left; the outputs match the export's reference."""
+    session = _session(name, device=device)
+    explanation = session.explain()
+    left = collections.Counter(n["op_type"] for n in explanation.nodes)
+    assert left["Add"] == 0, left
+    assert "pass post_norm_residual_fusion: 3 rewrite(s)" in str(explanation)  # 2 blocks x 2, the last a residual
+    data = np.load(TINY / "swin_v2.npz")
+    got = session.run(_feeds(name))
+    value = np.asarray(list(got.values())[0] if isinstance(got, dict) else got[0], dtype=np.float32)
+    want = data["ref.output"]
+    np.testing.assert_allclose(value, want, rtol=2e-2, atol=2e-2 * float(np.abs(want).max()))
+
+
 @pytest.mark.parametrize("key", ["dynamo.float16", "dynamo.float32", "torchscript.float32"])
 def test_the_rotary_embedding_is_one_group(key):
     """q * cos + rotate_half(q) * sin, with rotate_half written as Concat(Neg(Slice(q, D/2:)), Slice(q, :D/2)): one

@@ -598,12 +598,13 @@ std::vector<TensorDesc> infer_softmax(const OpDescriptor& desc) {
 }
 
 std::vector<TensorDesc> infer_layer_norm(const OpDescriptor& desc) {
-  check_float_inputs(desc, {"x", "scale?", "bias?", "residual?"});
+  check_float_inputs(desc, {"x", "scale?", "bias?", "residual?", "addend?"});
   const TensorDesc& x = desc.inputs[0];
   XPURT_CHECK(x.dim() >= 1, "op 'layer_norm': input 'x' must have rank >= 1");
-  if (desc.inputs.size() > 3 && desc.inputs[3].present) {
-    XPURT_CHECK(desc.inputs[3].shape == x.shape, "op 'layer_norm': residual must have x's shape ", shape_str(x.shape),
-                ", got ", shape_str(desc.inputs[3].shape));
+  for (std::size_t k = 3; k < 5; ++k) {  // residual (added before) and addend (added after): x's shape
+    if (desc.inputs.size() <= k || !desc.inputs[k].present) continue;
+    XPURT_CHECK(desc.inputs[k].shape == x.shape, "op 'layer_norm': ", k == 3 ? "residual" : "addend",
+                " must have x's shape ", shape_str(x.shape), ", got ", shape_str(desc.inputs[k].shape));
   }
   const std::int64_t axis = normalize_axis(desc.attrs.get_int("axis", -1), x.dim(), desc.op);
   XPURT_CHECK(desc.attrs.get_float("epsilon", 1e-5) > 0, "op 'layer_norm': epsilon must be > 0");
@@ -836,9 +837,10 @@ void register_ops(KernelRegistry& registry) {
       "inference batch norm over axis 1; epsilon=1e-5", infer_batch_norm);
   add("softmax", "softmax", {"x"}, "softmax along axis (default -1)", infer_softmax);
   // Two outputs: y, and with quantized_dtype set y quantized per tensor (Note [Quantized layer norm output]).
-  add("layer_norm", "layer_norm", {"x", "scale?", "bias?", "residual?"},
-      "normalize x (+ residual) over dims axis.. (default -1); epsilon=1e-5; quantized_dtype=int8|uint8|float8e4m3fn|"
-      "float8e5m2 with y_scale, y_zero_point: second output QuantizeLinear(y)",
+  add("layer_norm", "layer_norm", {"x", "scale?", "bias?", "residual?", "addend?"},
+      "normalize x (+ residual) over dims axis.. (default -1), then + addend (a res-post-norm block's residual); "
+      "epsilon=1e-5; quantized_dtype=int8|uint8|float8e4m3fn|float8e5m2 with y_scale, y_zero_point: second output "
+      "QuantizeLinear(y)",
       infer_layer_norm, {"y", "y_quantized?"});
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
   add("fused_elementwise", "fusion", {"x..."},

@@ -159,7 +159,9 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   InputBuffer<T> scale(launch.num_inputs > 1 ? launch.input(1) : Tensor());
   InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
   InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
+  InputBuffer<T> addend_in(launch.num_inputs > 4 ? launch.input(4) : Tensor());
   const T* res = residual.data();
+  const T* addend = addend_in.data();
   OutputBuffer<T> y(launch.output(0));
   const T* in = x.data();
   const T* gamma = scale.data();
@@ -192,6 +194,7 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                      double v = (static_cast<double>(src[i]) - mean) * inv_std;
                      if (gamma != nullptr) v *= static_cast<double>(gamma[i]);
                      if (beta != nullptr) v += static_cast<double>(beta[i]);
+                     if (addend != nullptr) v += static_cast<double>(addend[row * size + i]);  // rounded once
                      dst[i] = static_cast<T>(v);
                    }
                  }
@@ -221,8 +224,9 @@ void register_norm_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "softmax", "reference stable softmax along any axis, accumulated in double",
                  typed_run<Softmax>());
   add_cpu_kernel(registry, "layer_norm",
-                 "reference layer norm over dims axis..end (two-pass mean/variance in double, optional affine); the "
-                 "optional quantized output quantize_linear's arithmetic on the output as stored",
+                 "reference layer norm over dims axis..end (two-pass mean/variance in double, optional affine, "
+                 "residual before and addend after); the optional quantized output quantize_linear's arithmetic on "
+                 "the output as stored",
                  typed_run<LayerNorm>(), DTypeSet::kAll);  // the schema takes float inputs; the quantized output's
                                                            // dtype is int8/uint8/float8
 }

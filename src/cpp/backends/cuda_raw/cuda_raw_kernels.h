@@ -156,10 +156,12 @@ struct LayerNormQuantized {
   float reciprocal = 0.0f;
 };
 
-// y[r, :] = (v[r, :] - mean) / sqrt(var + epsilon) * scale + bias for v = x (+ residual, summed in fp32)
-// viewed as [rows, cols]; `residual` ([rows, cols]), `scale` and `bias` ([cols]) may be null. Biased variance, like
+// y[r, :] = (v[r, :] - mean) / sqrt(var + epsilon) * scale + bias (+ addend) for v = x (+ residual, summed in fp32)
+// viewed as [rows, cols]; `residual` and `addend` ([rows, cols]), `scale` and `bias` ([cols]) may be null; the addend
+// is added in fp32 before the one rounding to T (a res-post-norm block's x + norm(f(x))). Biased variance, like
 // PyTorch and ONNX. `quantized`: y quantized too.
-void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
+void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, const void* addend, void* y,
+                DType dtype,
                 std::int64_t rows, std::int64_t cols, float epsilon, void* stream,
                 const LayerNormQuantized& quantized = {});
 

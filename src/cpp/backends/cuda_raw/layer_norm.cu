@@ -29,8 +29,8 @@
 //   other one's barrier, which every thread reaches after reading it.
 // Registers bound the bytes in flight: a thread of a 4096-column float16 row holds 32 floats of its row, 16 words
 // of the next and 32 of scale and bias; the launch bounds keep that within 96 registers, 5 blocks of 128 threads
-// an SM with 64 bytes a thread in flight (128 registers and 512 threads with the residual). A missing scale or
-// bias is held as 1 or -0, which leave every value's bits unchanged, so the output takes no branch on either.
+// an SM with 64 bytes a thread in flight (128 registers and 512 threads with the residual or the addend). A missing
+// scale or bias is held as 1 or -0, which leave every value's bits unchanged, so the output takes no branch on either.
 //
 // Note [Two-pass statistics]
 // The mean is computed first, then the variance as the mean of (x - mean)^2, both accumulated in fp32 and
@@ -94,8 +94,9 @@ __device__ __forceinline__ std::uint8_t quantized_byte(const LayerNormQuantized&
 // the whole block for block groups).
 template <typename T, int kGroup, int kBlock>
 __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T* residual, const T* scale,
-                                                            const T* bias, T* y, std::int64_t rows, std::int64_t cols,
-                                                            float epsilon, LayerNormQuantized quantized) {
+                                                            const T* bias, const T* addend, T* y, std::int64_t rows,
+                                                            std::int64_t cols, float epsilon,
+                                                            LayerNormQuantized quantized) {
   static_assert(kBlock % kGroup == 0, "whole groups per block");
   constexpr int kGroupsPerBlock = kBlock / kGroup;
   __shared__ float smem[kGroup / 32];
@@ -123,6 +124,7 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T*
       float v = (value(c) - mean) * rstd;
       if (scale != nullptr) v *= to_float(scale[c]);
       if (bias != nullptr) v += to_float(bias[c]);
+      if (addend != nullptr) v += to_float(addend[r * cols + c]);
       out[c] = from_float<T>(v);
       if (quantized.y != nullptr) {
         static_cast<std::uint8_t*>(quantized.y)[r * cols + c] = quantized_byte(quantized, to_float(out[c]));
@@ -208,8 +210,8 @@ constexpr int kCachedBlock = kGroup < 32 ? 32 : kGroup;
 // Blocks per SM that the cached kernel's launch bounds guarantee (Note [Streaming rows]): 640 threads of at most 96
 // registers for blocks of 32 and 128 threads (512 threads of 128 registers with the residual's vectors in flight
 // too); blocks of 256 and 512 threads get 128 registers.
-template <int kGroup, bool kResidual>
-constexpr int kCachedMinBlocks = std::max(1, (kResidual ? 512 : 640) / kCachedBlock<kGroup>);
+template <int kGroup, bool kExtraRow>
+constexpr int kCachedMinBlocks = std::max(1, (kExtraRow ? 512 : 640) / kCachedBlock<kGroup>);
 
 // The quantized bytes of one stored vector (vector `index` of y), in one 8-byte (16-bit T) or 4-byte (float) store.
 template <typename T>
@@ -236,10 +238,10 @@ __device__ __forceinline__ void store_quantized(const LayerNormQuantized& q, con
 // scale and bias in registers and the next row's loads issued before the current row's reductions (Note
 // [Streaming rows]). Every thread of a block runs the same row iterations (a group past the last row loads and
 // stores nothing), so that sub-warp groups shuffle in whole warps and block groups reach every barrier.
-template <typename T, int kGroup, bool kResidual>
-__global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup, kResidual>))
-    layer_norm_cached_kernel(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                             int vectors, float epsilon, LayerNormQuantized quantized) {
+template <typename T, int kGroup, bool kResidual, bool kAddend>
+__global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup, kResidual || kAddend>))
+    layer_norm_cached_kernel(const T* x, const T* residual, const T* scale, const T* bias, const T* addend, T* y,
+                             std::int64_t rows, int vectors, float epsilon, LayerNormQuantized quantized) {
   constexpr int kVec = kVec16<T>;
   constexpr int kSlots = kGroup < 32 ? kSubWarpVectors : kMaxCachedVectors;
   constexpr int kGroupsPerBlock = kCachedBlock<kGroup> / kGroup;
@@ -295,6 +297,15 @@ __global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup
         for (int k = 0; k < kVec; ++k) sum += values[i][k];
       }
     }
+    // With kAddend, this row's addend: in flight during its reductions, added before the one rounding.
+    Words adds[kAddend ? kSlots : 1];
+    if constexpr (kAddend) {
+#pragma unroll
+      for (int i = 0; i < kSlots; ++i) {
+        const std::int64_t v = lane + i * kGroup;
+        if (valid && v < vectors) adds[i] = reinterpret_cast<const Words*>(addend)[r * vectors + v];
+      }
+    }
     load_row(r + row_stride);  // in flight during this row's reductions and stores
     const float mean = group_reduce<kGroup, false>(sum, SumOp{}, partials[0]) / n;
     float squares = 0.0f;
@@ -321,6 +332,12 @@ __global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup
         unpack<T>(biases[i], shifts);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) values[i][k] = values[i][k] * rstd * gains[k] + shifts[k];
+        if constexpr (kAddend) {
+          float added[kVec];
+          unpack<T>(adds[i], added);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) values[i][k] += added[k];
+        }
         const Words stored = pack<T>(values[i]);
         out[v] = stored;
         if (quantized.y != nullptr) store_quantized<T>(quantized, stored, r * vectors + v);
@@ -332,11 +349,12 @@ __global__ void __launch_bounds__(kCachedBlock<kGroup>, (kCachedMinBlocks<kGroup
 // Launches the cached kernel with a persistent grid: a block per 32 / kGroup rows (one for block groups), at most
 // as many blocks as the current device holds at once (SMs x resident blocks per SM, queried once per device; Note
 // [Streaming rows]).
-template <typename T, int kGroup, bool kResidual>
-void launch_cached_kernel(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                          int vectors, float epsilon, const LayerNormQuantized& quantized, cudaStream_t stream) {
+template <typename T, int kGroup, bool kResidual, bool kAddend>
+void launch_cached_kernel(const T* x, const T* residual, const T* scale, const T* bias, const T* addend, T* y,
+                          std::int64_t rows, int vectors, float epsilon, const LayerNormQuantized& quantized,
+                          cudaStream_t stream) {
   constexpr int kBlock = kCachedBlock<kGroup>;
-  auto* kernel = &layer_norm_cached_kernel<T, kGroup, kResidual>;
+  auto* kernel = &layer_norm_cached_kernel<T, kGroup, kResidual, kAddend>;
   static std::atomic<std::int64_t> resident_blocks[kCachedDevices];  // 0: not queried yet
   int device = 0;
   XPURT_CUDA_CHECK(cudaGetDevice(&device));
@@ -349,30 +367,40 @@ void launch_cached_kernel(const T* x, const T* residual, const T* scale, const T
     resident = std::max<std::int64_t>(1, std::int64_t{sms} * per_sm);
     if (device < kCachedDevices) resident_blocks[device].store(resident, std::memory_order_relaxed);
   }
-  kernel<<<grid_for(rows, kBlock / kGroup, resident), kBlock, 0, stream>>>(x, residual, scale, bias, y, rows, vectors,
-                                                                           epsilon, quantized);
+  kernel<<<grid_for(rows, kBlock / kGroup, resident), kBlock, 0, stream>>>(x, residual, scale, bias, addend, y, rows,
+                                                                           vectors, epsilon, quantized);
 }
 
-// The residual's instantiation only when there is one: its next-row vectors take registers (Note [Streaming rows]).
+// The residual's and the addend's instantiations only when there is one: their vectors take registers (Note
+// [Streaming rows]).
 template <typename T, int kGroup>
-void launch_cached_rows(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                        int vectors, float epsilon, const LayerNormQuantized& q, cudaStream_t stream) {
-  if (residual != nullptr) {
-    launch_cached_kernel<T, kGroup, true>(x, residual, scale, bias, y, rows, vectors, epsilon, q, stream);
+void launch_cached_rows(const T* x, const T* residual, const T* scale, const T* bias, const T* addend, T* y,
+                        std::int64_t rows, int vectors, float epsilon, const LayerNormQuantized& q,
+                        cudaStream_t stream) {
+  if (residual != nullptr && addend != nullptr) {
+    launch_cached_kernel<T, kGroup, true, true>(x, residual, scale, bias, addend, y, rows, vectors, epsilon, q, stream);
+  } else if (residual != nullptr) {
+    launch_cached_kernel<T, kGroup, true, false>(x, residual, scale, bias, addend, y, rows, vectors, epsilon, q,
+                                                 stream);
+  } else if (addend != nullptr) {
+    launch_cached_kernel<T, kGroup, false, true>(x, residual, scale, bias, addend, y, rows, vectors, epsilon, q,
+                                                 stream);
   } else {
-    launch_cached_kernel<T, kGroup, false>(x, residual, scale, bias, y, rows, vectors, epsilon, q, stream);
+    launch_cached_kernel<T, kGroup, false, false>(x, residual, scale, bias, addend, y, rows, vectors, epsilon, q,
+                                                  stream);
   }
 }
 
 // Launches the register-cached kernel when the row fits it (Note [Register-cached rows]); false otherwise.
 template <typename T>
-bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias, T* y, std::int64_t rows,
-                   std::int64_t cols, float epsilon, const LayerNormQuantized& q, cudaStream_t stream) {
+bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias, const T* addend, T* y,
+                   std::int64_t rows, std::int64_t cols, float epsilon, const LayerNormQuantized& q,
+                   cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
   if (cols % kVec != 0) return false;
   for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(residual),
                         static_cast<const void*>(scale), static_cast<const void*>(bias),
-                        static_cast<const void*>(y)}) {
+                        static_cast<const void*>(addend), static_cast<const void*>(y)}) {
     if (p != nullptr && !is_aligned(p, 16)) return false;
   }
   if (q.y != nullptr && !is_aligned(q.y, 16)) return false;
@@ -381,19 +409,19 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
   // About two vectors per lane: ConvNeXt's rows of 96 channels (12 vectors) take 8 lanes, not a warp of which 20
   // lanes would idle.
   if (vectors <= 4 * kSubWarpVectors) {
-    launch_cached_rows<T, 4>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
+    launch_cached_rows<T, 4>(x, residual, scale, bias, addend, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 8 * kSubWarpVectors) {
-    launch_cached_rows<T, 8>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
+    launch_cached_rows<T, 8>(x, residual, scale, bias, addend, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 16 * kSubWarpVectors) {
-    launch_cached_rows<T, 16>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
+    launch_cached_rows<T, 16>(x, residual, scale, bias, addend, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 32 * kMaxCachedVectors) {
-    launch_cached_rows<T, 32>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
+    launch_cached_rows<T, 32>(x, residual, scale, bias, addend, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 128 * kMaxCachedVectors) {
-    launch_cached_rows<T, 128>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
+    launch_cached_rows<T, 128>(x, residual, scale, bias, addend, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 256 * kMaxCachedVectors) {
-    launch_cached_rows<T, 256>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
+    launch_cached_rows<T, 256>(x, residual, scale, bias, addend, y, rows, v, epsilon, q, stream);
   } else if (vectors <= 512 * kMaxCachedVectors) {
-    launch_cached_rows<T, 512>(x, residual, scale, bias, y, rows, v, epsilon, q, stream);
+    launch_cached_rows<T, 512>(x, residual, scale, bias, addend, y, rows, v, epsilon, q, stream);
   } else {
     return false;
   }
@@ -402,8 +430,8 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
 
 }  // namespace
 
-void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, void* y, DType dtype,
-                std::int64_t rows, std::int64_t cols, float epsilon, void* stream,
+void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, const void* addend, void* y,
+                DType dtype, std::int64_t rows, std::int64_t cols, float epsilon, void* stream,
                 const LayerNormQuantized& quantized_in) {
   if (rows <= 0 || cols <= 0) return;
   LayerNormQuantized quantized = quantized_in;
@@ -415,15 +443,16 @@ void layer_norm(const void* x, const void* residual, const void* scale, const vo
     const auto* residuals = static_cast<const T*>(residual);
     const auto* scales = static_cast<const T*>(scale);
     const auto* biases = static_cast<const T*>(bias);
+    const auto* addends = static_cast<const T*>(addend);
     auto* ys = static_cast<T*>(y);
-    if (launch_cached(xs, residuals, scales, biases, ys, rows, cols, epsilon, quantized, as_stream(stream))) {
+    if (launch_cached(xs, residuals, scales, biases, addends, ys, rows, cols, epsilon, quantized, as_stream(stream))) {
       // register-cached rows
     } else if (cols <= kWarpRowMaxCols) {
       layer_norm_kernel<T, 32, kThreads><<<grid_for(rows, kThreads / 32), kThreads, 0, as_stream(stream)>>>(
-          xs, residuals, scales, biases, ys, rows, cols, epsilon, quantized);
+          xs, residuals, scales, biases, addends, ys, rows, cols, epsilon, quantized);
     } else {
       layer_norm_kernel<T, kBlockGroup, kBlockGroup><<<grid_for(rows, 1), kBlockGroup, 0, as_stream(stream)>>>(
-          xs, residuals, scales, biases, ys, rows, cols, epsilon, quantized);
+          xs, residuals, scales, biases, addends, ys, rows, cols, epsilon, quantized);
     }
     XPURT_CUDA_RAW_LAUNCH_CHECK();
   });

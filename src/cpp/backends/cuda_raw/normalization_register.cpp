@@ -37,11 +37,13 @@ void register_softmax(KernelRegistry& registry) {
 void register_layer_norm(KernelRegistry& registry) {
   add_kernel(registry, "layer_norm", "layer norm over dims axis..end: rows of aligned 16-byte vectors cached in "
              "registers (a warp or a 128/512-thread block per row, one read of the row), other rows a warp (<= 1024 "
-             "elements) or a block per row; two-pass mean/variance in fp32; an optional residual is added on the fly; "
-             "an optional per-tensor quantized copy of the output written from registers",
-             {"x", "scale", "bias", "residual"}, nullptr, [](const KernelLaunch& launch) {
+             "elements) or a block per row; two-pass mean/variance in fp32; an optional residual is added on the fly "
+             "and an optional addend to the output; an optional per-tensor quantized copy of the output written from "
+             "registers",
+             {"x", "scale", "bias", "residual", "addend"}, nullptr, [](const KernelLaunch& launch) {
                const Tensor& x = launch.input(0);
                const Tensor residual = launch.num_inputs > 3 ? launch.input(3) : Tensor();
+               const Tensor addend = launch.num_inputs > 4 ? launch.input(4) : Tensor();
                const Tensor& scale = launch.input(1);
                const Tensor& bias = launch.input(2);
                const auto axis = static_cast<std::size_t>(
@@ -55,7 +57,9 @@ void register_layer_norm(KernelRegistry& registry) {
                }
                cuda_raw::layer_norm(x.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr,
                                     scale.defined() ? scale.data_ptr() : nullptr,
-                                    bias.defined() ? bias.data_ptr() : nullptr, launch.output(0).data_ptr(), x.dtype(),
+                                    bias.defined() ? bias.data_ptr() : nullptr,
+                                    addend.defined() ? addend.data_ptr() : nullptr, launch.output(0).data_ptr(),
+                                    x.dtype(),
                                     product(x.shape(), 0, axis), product(x.shape(), axis, x.shape().size()), epsilon,
                                     launch.stream.handle, quantized);
              });

@@ -343,6 +343,9 @@ TEST(CudaRawGpu, LayerNormMatchesTheCpuKernel) {
                                "axis " + std::to_string(c.axis) + (variant & 1 ? " scale" : "") +
                                    (variant & 2 ? " bias" : "")));
       }
+      compare_with_cpu("layer_norm", {x, Tensor(), Tensor(), Tensor(), random_tensor(c.shape, dtype, rng, -8, 8)},
+                       Attributes().set("axis", std::int64_t{c.axis}).set("epsilon", 1e-5),
+                       tolerance_for(dtype, 1e-4), label("layer_norm", c.shape, dtype, "addend"));
     }
   }
 }
@@ -1015,8 +1018,15 @@ TEST(CudaRawGpu, LayerNormCachedRowsMatchTheCpuKernelForManyAndFewRows) {
         const Shape shape = {rows, cols};
         const Tensor x = random_tensor(shape, dtype, rng, 2.0f, 6.0f);
         compare_with_cpu("layer_norm", {x, scale, bias}, attrs, tol, label("layer_norm", shape, dtype));
-        compare_with_cpu("layer_norm", {x, Tensor(), Tensor(), random_tensor(shape, dtype, rng, -2, 2)}, attrs, tol,
+        const Tensor residual = random_tensor(shape, dtype, rng, -2, 2);
+        compare_with_cpu("layer_norm", {x, Tensor(), Tensor(), residual}, attrs, tol,
                          label("layer_norm", shape, dtype, "residual, no scale or bias"));
+        // a res-post-norm block's addend (Swin V2), alone and with the residual
+        const Tensor addend = random_tensor(shape, dtype, rng, -8, 8);
+        compare_with_cpu("layer_norm", {x, scale, bias, Tensor(), addend}, attrs, tol,
+                         label("layer_norm", shape, dtype, "addend"));
+        compare_with_cpu("layer_norm", {x, Tensor(), bias, residual, addend}, attrs, tol,
+                         label("layer_norm", shape, dtype, "residual and addend, no scale"));
       }
       const auto [host_view, device_view] = misaligned_rows(5, cols, dtype, rng, 2.0f, 6.0f);
       const Tensor expected = run_kernel("layer_norm", "cpu", {host_view, scale, bias}, attrs)[0];

@@ -152,7 +152,8 @@ std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
   if (n.op_type == "QLinear" || n.op_type == "QConv") return run_fused_in_library(n, in);  // quantized_fusion
   if (n.op_type == "LayerNormalization") {
     a.set("axis", n.attrs.get_int("axis", -1)).set("epsilon", n.attrs.get_float("epsilon", 1e-5));
-    return ops::call("layer_norm", {input(0), input(1), input(2), input(3)}, a);  // input 3: the residual
+    // input 3: the residual, input 4: the addend
+    return ops::call("layer_norm", {input(0), input(1), input(2), input(3), input(4)}, a);
   }
   if (n.op_type == "Attention") {
     // Other layouts (Note [Attention layouts]) and fully masked rows of 0 (Note [Fully masked attention rows]) as the
@@ -260,7 +261,8 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "group_query_attention_decomposition", "int4_weight_fusion",
                                              "quantized_fusion", "conv_bn_folding",
                                              "gelu_fusion",
-                                             "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
+                                             "layer_norm_fusion", "residual_layer_norm_fusion",
+                                             "post_norm_residual_fusion", "attention_fusion",
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion",
                                              "attention_head_padding", "conv_fusion",
                                              "nhwc_layout", "quantized_constant_folding",
@@ -1410,6 +1412,44 @@ TEST(ResidualLayerNormFusion, AddReadOnlyByTheLayerNormBecomesItsResidual) {
   for (const Node& n : out.nodes) {
     if (n.outputs[0] == "y") {
       EXPECT_EQ(n.inputs, (std::vector<std::string>{"a", "gamma", "", "r"}));
+    }
+  }
+}
+
+// Swin V2's res-post-norm residual: x + layer_norm(f(x)), in either operand order, with or without a residual
+// already fused; not an Add that broadcasts, one whose norm output is read elsewhere, or y + y.
+TEST(PostNormResidualFusion, AddOfANormOnlyItReadsBecomesTheNormsAddend) {
+  auto fused_ln = [](std::vector<std::string> in, const std::string& out) {
+    Node n = node("LayerNormalization", std::move(in), {out}, Attributes().set("axis", std::int64_t{-1}));
+    n.domain = kXpurtDomain;
+    return n;
+  };
+  Builder b;
+  b.input("a", {3, 8}).input("r", {3, 8}).input("c", {1, 8}).constant("gamma", random({8}, 54));
+  b.constant("beta", random({8}, 55));
+  b.add(fused_ln({"a", "gamma", "beta"}, "n1")).typed("n1", {3, 8});
+  b.add(node("Add", {"r", "n1"}, {"y1"})).typed("y1", {3, 8});
+  b.add(fused_ln({"a", "gamma", "", "r"}, "n2")).typed("n2", {3, 8});  // layer_norm(a + r), then + y1
+  b.add(node("Add", {"n2", "y1"}, {"y2"})).typed("y2", {3, 8});
+  // Not fused: a broadcasting Add, a norm output read twice, y + y.
+  b.add(fused_ln({"r"}, "n3")).typed("n3", {3, 8});
+  b.add(node("Add", {"n3", "c"}, {"y3"})).typed("y3", {3, 8});
+  b.add(fused_ln({"a"}, "n4")).typed("n4", {3, 8});
+  b.add(node("Add", {"n4", "r"}, {"y4"})).typed("y4", {3, 8});
+  b.add(fused_ln({"r", "gamma"}, "n5")).typed("n5", {3, 8});
+  b.add(node("Add", {"n5", "n5"}, {"y5"})).typed("y5", {3, 8});
+  Graph g = b.build({"y1", "y2", "y3", "y4", "n4", "y5"});
+  int rewrites = 0;
+  const Feeds feeds = {{"a", random({3, 8}, 56)}, {"r", random({3, 8}, 57)}, {"c", random({1, 8}, 58)}};
+  Graph out = run_pass(g, passes::post_norm_residual_fusion, feeds, &rewrites);  // outputs checked against g's
+  EXPECT_EQ(rewrites, 2);
+  EXPECT_EQ(count(out, "Add"), 3);
+  for (const Node& n : out.nodes) {
+    if (n.outputs[0] == "y1") {
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"a", "gamma", "beta", "", "r"}));
+    }
+    if (n.outputs[0] == "y2") {
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"a", "gamma", "", "r", "y1"}));
     }
   }
 }

@@ -93,7 +93,7 @@ void register_fused_ops(NodeKernelRegistrar& kernels) {
   kernels.add(kXpurtDomain, "LayerNormalization", [](OpContext& ctx) {
     Attributes attrs;
     attrs.set("axis", ctx.attr_int("axis", -1)).set("epsilon", ctx.attr_float("epsilon", 1e-5));
-    run_registry_op(ctx, "layer_norm", inputs_of(ctx, 4), attrs);
+    run_registry_op(ctx, "layer_norm", inputs_of(ctx, 5), attrs);
   });
   kernels.add(kXpurtDomain, "Attention", [](OpContext& ctx) {
     Attributes attrs;

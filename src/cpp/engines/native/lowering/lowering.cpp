@@ -1264,7 +1264,8 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          for (const char* name : {"quantized_dtype", "y_scale", "y_zero_point"}) {
            if (c.node.attrs.has(name)) a.set(name, c.node.attrs.values().at(name));
          }
-         return registry("layer_norm", {0, c.has(1) ? 1 : -1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1}, a);
+         return registry("layer_norm",
+                         {0, c.has(1) ? 1 : -1, c.has(2) ? 2 : -1, c.has(3) ? 3 : -1, c.has(4) ? 4 : -1}, a);
        }},
       {"FusedElementwise",
        [](const Ctx& c) {

@@ -1,5 +1,8 @@
 // residual_layer_norm_fusion: Add(a, b) read only by a com.xpuruntime:LayerNormalization -> that LayerNormalization
 // with b as its residual input (layer_norm(a + b)): the post-LN transformer's residual add costs no kernel of its own.
+// post_norm_residual_fusion: Add(r, y) of a com.xpuruntime:LayerNormalization's y that only the Add reads -> that
+// LayerNormalization with r as its addend input (r + layer_norm(x)): the res-post-norm block's residual add (Swin V2,
+// sandwich norms) neither.
 #include "engines/native/passes/passes.h"
 #include "engines/native/passes/pass_utils.h"
 
@@ -32,6 +35,41 @@ PassResult residual_layer_norm_fusion(Graph& g, const PassContext&) {
     rewriter.replace({*p, i}, {fused},
                      "fused Add '" + add.name + "' + LayerNormalization '" + ln.name + "' -> LayerNormalization '" +
                          ln.name + "' (residual input)");
+  }
+  rewriter.apply(result);
+  return result;
+}
+
+PassResult post_norm_residual_fusion(Graph& g, const PassContext&) {
+  using namespace internal;
+  PassResult result{"post_norm_residual_fusion", 0, {}};
+  const Uses uses(g);
+  Rewriter rewriter(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& add = g.nodes[i];
+    if (!is_onnx(add, "Add") || add.inputs.size() != 2 || add.outputs.size() != 1 || rewriter.taken(i)) continue;
+    for (std::size_t side = 0; side < 2; ++side) {
+      const std::string& y = add.inputs[side];
+      const std::string& r = add.inputs[1 - side];
+      const auto p = uses.producer(y);
+      if (y == r || !p || rewriter.taken(*p) || !uses.only_reader(y, i)) continue;
+      const Node& ln = g.nodes[*p];
+      if (ln.domain != kXpurtDomain || ln.op_type != "LayerNormalization" || ln.outputs.size() != 1) continue;
+      if (ln.inputs.size() > 4 && !ln.inputs[4].empty()) continue;  // already has an addend
+      // r of y's exact shape and type (no broadcasting), a float type the fused op takes.
+      const auto ty = value_type(g, y);
+      const auto tr = value_type(g, r);
+      if (!ty || !tr || !ty->fully_known() || !is_fusable_float(ty->dtype)) continue;
+      if (!same_shape(*tr, *ty) || tr->dtype != ty->dtype) continue;
+      Node fused = ln;
+      fused.inputs.resize(5);
+      fused.inputs[4] = r;
+      fused.outputs = add.outputs;
+      rewriter.replace({*p, i}, {fused},
+                       "fused LayerNormalization '" + ln.name + "' + Add '" + add.name + "' -> LayerNormalization '" +
+                           ln.name + "' (addend input)");
+      break;
+    }
   }
   rewriter.apply(result);
   return result;

@@ -58,6 +58,10 @@ const std::vector<PassInfo>& all_passes() {
       {"residual_layer_norm_fusion",
        "Add(a, b) read only by a fused LayerNormalization -> its residual input (one kernel: layer_norm(a + b))",
        residual_layer_norm_fusion},
+      {"post_norm_residual_fusion",
+       "Add(r, y) of a fused LayerNormalization's y that only it reads -> its addend input (one kernel: "
+       "r + layer_norm(x), the res-post-norm block's residual add)",
+       post_norm_residual_fusion},
       {"attention_fusion", "MatMul(Q, K^T) [scale] [+ mask] Softmax MatMul(., V) -> com.xpuruntime:Attention",
        attention_fusion},
       {"patch_embedding_gemm",

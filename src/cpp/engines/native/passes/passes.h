@@ -104,6 +104,7 @@ XPURT_API PassResult conv_bn_folding(Graph& g, const PassContext& ctx);
 XPURT_API PassResult gelu_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult layer_norm_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult residual_layer_norm_fusion(Graph& g, const PassContext& ctx);
+XPURT_API PassResult post_norm_residual_fusion(Graph& g, const PassContext& ctx);
 XPURT_API PassResult attention_fusion(Graph& g, const PassContext& ctx);
 // Conv with a kernel as large as its stride (8 x 8 or more, no padding: ViT's patch embedding) -> patch Transpose +
 // Linear (Note [Patch embedding as a GEMM] in passes/patch_embedding.cpp).

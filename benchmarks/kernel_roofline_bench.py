@@ -203,6 +203,18 @@ def awkward_cases(torch, case, rand, scale: float) -> None:
          "wav2vec 2.0's positional convolution: 16 groups, kernel 1x128, NHWC")
     case("cum_sum_long_int64", "cum_sum", [flags], {"axis": 0}, lambda x: torch.cumsum(x, 0),
          "int64 cumsum of one long vector")
+    # One long row, few rows: a vocabulary's softmax at batch 1, a norm over a whole feature map (GroupNorm(1),
+    # PoolFormer's, as a LayerNormalization over C, H and W)
+    vocab_row = rand([1, 128256])
+    case("softmax_vocab_b1", "softmax", [vocab_row], {"axis": -1}, lambda x: torch.softmax(x.float(), -1).to(x.dtype),
+         "softmax over a vocabulary of 128256 at batch 1")
+    long_rows = rand(_scaled([2, 1048583], scale, axis=1))
+    case("softmax_two_long_rows", "softmax", [long_rows], {"axis": -1},
+         lambda x: torch.softmax(x.float(), -1).to(x.dtype), "softmax of 2 rows of 1048583")
+    feature_map = rand([1, 64 * 56 * 56])
+    case("layer_norm_one_row", "layer_norm", [feature_map], {"axis": -1, "epsilon": 1e-5},
+         lambda x: F.layer_norm(x.float(), (x.shape[-1],), eps=1e-5).to(x.dtype),
+         "a norm over a whole [64, 56, 56] feature map at batch 1")
     # Note [TopK by radix select]: SSDlite's per-class TopK, top-k sampling over a vocabulary, one long row
     for name, shape, k, note in (("top_k_ssdlite", [1, 3234], 300, "SSDlite's per-class TopK: 300 of 3234 scores"),
                                  ("top_k_vocab", [64, 32000], 50, "top-50 of a 32000 vocabulary, 64 rows"),

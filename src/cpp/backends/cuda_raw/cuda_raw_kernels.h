@@ -142,6 +142,23 @@ void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64
 // log(softmax(x)) the same way, as x - max - log(sum(exp(x - max))) (no log of a rounded probability).
 void log_softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
                  void* stream);
+// Few long rows (Note [Split softmax] in softmax.cu): a last-axis softmax of [rows, cols] split into chunks of each
+// row, when the rows alone would leave most SMs idle.
+struct SoftmaxSplit {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t splits = 1;
+  std::int64_t chunk = 0;
+
+  std::size_t workspace_bytes() const;  // rows * splits (max, sum) pairs of 8 bytes when split
+  std::string str() const;              // "1 rows x 128256 elements, 16 splits"
+};
+// `workspace_limit`: bytes at most (0: no limit; fewer splits, down to none, when it is small).
+SoftmaxSplit softmax_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit);
+// softmax (log_output: log_softmax) of [rows, cols] along the last axis by the split geometry `g` (g.splits == 1:
+// the row kernels of softmax()). `workspace`: g.workspace_bytes() (null when 0).
+void softmax_split(const void* x, void* y, DType dtype, const SoftmaxSplit& g, bool log_output, void* workspace,
+                   void* stream);
 
 // A per-tensor QuantizeLinear of layer_norm's output, written beside it (Note [Quantized layer norm output] in
 // core/op_schemas.cpp): y as stored (rounded to its dtype) / scale, as quantize_linear quantizes it, into `y` bytes

@@ -18,19 +18,48 @@
 
 namespace xpuruntime::cuda_raw {
 
+namespace {
+
+// softmax (log_output: log_softmax) along any axis: a last-axis softmax of few long rows splits them (Note [Split
+// softmax] in softmax.cu: the plan's geometry and workspace), any other the row or column kernels.
+std::unique_ptr<KernelPlan> softmax_plan(const OpDescriptor& desc, const ExecutionPolicy& policy, bool log_output) {
+  const std::vector<std::int64_t>& shape = desc.inputs[0].shape;
+  const auto axis = static_cast<std::size_t>(normalized_axis(desc.attrs.get_int("axis", -1), desc.inputs[0].dim()));
+  const std::int64_t outer = product(shape, 0, axis);
+  const std::int64_t inner = product(shape, axis + 1, shape.size());
+  const std::string op = log_output ? "log_softmax" : "softmax";
+  if (inner == 1) {
+    const cuda_raw::SoftmaxSplit g = cuda_raw::softmax_split_geometry(outer, shape[axis], policy.workspace_limit);
+    if (g.splits > 1) {
+      return std::make_unique<SplitPlan>(g.workspace_bytes(), "cuda_raw " + op + ": " + g.str(),
+                                         [g, log_output](const KernelLaunch& launch) {
+                                           const Tensor& x = launch.input(0);
+                                           cuda_raw::softmax_split(x.data_ptr(), launch.output(0).data_ptr(),
+                                                                   x.dtype(), g, log_output, launch.workspace,
+                                                                   launch.stream.handle);
+                                         });
+    }
+  }
+  const std::int64_t size = shape[axis];
+  return std::make_unique<SplitPlan>(0, "cuda_raw " + op, [outer, size, inner, log_output](const KernelLaunch& launch) {
+    const Tensor& x = launch.input(0);
+    (log_output ? cuda_raw::log_softmax : cuda_raw::softmax)(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(),
+                                                             outer, size, inner, launch.stream.handle);
+  });
+}
+
+}  // namespace
+
 // softmax along any axis.
 void register_softmax(KernelRegistry& registry) {
-  add_kernel(registry, "softmax", "softmax along any axis: last-axis rows of up to 16384 halves / 8192 floats read "
-             "once into registers (a group of 1-512 threads per row, Note [Register-cached softmax]), longer rows "
-             "an online max/sum, a thread per column for inner axes; fp32 math", {"x"}, nullptr,
-             [](const KernelLaunch& launch) {
-               const Tensor& x = launch.input(0);
-               const auto& shape = x.shape();
-               const auto axis = static_cast<std::size_t>(
-                   normalized_axis(launch.desc->attrs.get_int("axis", -1), x.dim()));
-               cuda_raw::softmax(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), product(shape, 0, axis),
-                                 shape[axis], product(shape, axis + 1, shape.size()), launch.stream.handle);
-             });
+  registry.add_kernel(std::make_unique<SplitKernel>(
+      "softmax",
+      "softmax along any axis: last-axis rows of up to 16384 halves / 8192 floats read once into registers (a group "
+      "of 1-512 threads per row, Note [Register-cached softmax]), longer rows an online max/sum, few long rows split "
+      "over many blocks (Note [Split softmax]), a thread per column for inner axes; fp32 math",
+      [](const OpDescriptor&) { return Support::yes(); },
+      [](const OpDescriptor& desc, const ExecutionPolicy& policy) { return softmax_plan(desc, policy, false); },
+      DTypes::kFloat));
 }
 
 // layer_norm, with an optional residual.
@@ -67,14 +96,11 @@ void register_layer_norm(KernelRegistry& registry) {
 
 // log_softmax along any axis.
 void register_log_softmax(KernelRegistry& registry) {
-  add_kernel(registry, "log_softmax", "x - max - log(sum(exp(x - max))) along any axis, the softmax kernels' layout",
-             {"x"}, nullptr, [](const KernelLaunch& launch) {
-               const Tensor& x = launch.input(0);
-               const auto axis = static_cast<std::size_t>(
-                   normalized_axis(launch.desc->attrs.get_int("axis", -1), x.dim()));
-               cuda_raw::log_softmax(x.data_ptr(), launch.output(0).data_ptr(), x.dtype(), product(x.shape(), 0, axis),
-                                     x.shape()[axis], inner_of(x.shape(), axis), launch.stream.handle);
-             });
+  registry.add_kernel(std::make_unique<SplitKernel>(
+      "log_softmax", "x - max - log(sum(exp(x - max))) along any axis, the softmax kernels' layout",
+      [](const OpDescriptor&) { return Support::yes(); },
+      [](const OpDescriptor& desc, const ExecutionPolicy& policy) { return softmax_plan(desc, policy, true); },
+      DTypes::kFloat));
 }
 
 }  // namespace xpuruntime::cuda_raw

@@ -112,56 +112,6 @@ class ReduceKernel final : public Kernel {
 
 // ---- cum_sum, arg_max, arg_min: kernels whose plan has a split geometry and its workspace ----
 
-// A plan that runs `run` with the launch's workspace (at least `bytes`) on the launch's device.
-class SplitPlan final : public KernelPlan {
- public:
-  using Run = std::function<void(const KernelLaunch&)>;
-  SplitPlan(std::size_t bytes, std::string description, Run run)
-      : bytes_(bytes), description_(std::move(description)), run_(std::move(run)) {}
-
-  void run(const KernelLaunch& launch) const override {
-    XPURT_CHECK(launch.workspace_bytes >= bytes_, description_, ": the plan needs ", bytes_,
-                " bytes of workspace (workspace_bytes()), the launch gives ", launch.workspace_bytes);
-    detail::CudaDeviceGuard guard(launch.desc->device.index);
-    run_(launch);
-  }
-  std::size_t workspace_bytes() const override { return bytes_; }
-  std::string describe() const override { return description_; }
-
- private:
-  std::size_t bytes_;
-  std::string description_;
-  Run run_;
-};
-
-// A cuda_raw kernel whose plan `make_plan` builds from the descriptor and the policy (its workspace limit); `extra`
-// says what the declaration cannot. Nothing is recorded: the plan follows from the descriptor and the policy.
-class SplitKernel final : public Kernel {
- public:
-  using MakePlan = std::function<std::unique_ptr<KernelPlan>(const OpDescriptor&, const ExecutionPolicy&)>;
-  SplitKernel(const std::string& op, const std::string& summary, Extra extra, MakePlan make_plan)
-      : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true, summary,
-                          declaration(op, {"x"}, DTypes::kAll)}),
-        extra_(std::move(extra)),
-        make_plan_(std::move(make_plan)) {}
-
-  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
-    try {
-      return extra_(desc);
-    } catch (const std::exception& e) {
-      return Support::no(e.what());
-    }
-  }
-  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy& policy,
-                                    const std::string&) const override {
-    return make_plan_(desc, policy);
-  }
-
- private:
-  Extra extra_;
-  MakePlan make_plan_;
-};
-
 }  // namespace
 
 // reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, reduce_sum_square.

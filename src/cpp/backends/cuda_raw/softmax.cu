@@ -29,6 +29,16 @@
 // the sum, and so the row, NaN. A finite maximum contributes exp(0) = 1, so no other row has a sum of 0.
 // In place (y == x) is safe: every element is read and later written by the same thread, and by no other.
 //
+// Note [Split softmax]
+// A row is one group's work, so a softmax of few long rows (a vocabulary of 128256 at batch 1, a norm over a whole
+// feature map) ran on as many blocks as rows: one SM streaming the row twice, the rest idle. When the rows are fewer
+// than kSplitTargetBlocks and longer than kSplitMinCols (past the cached kernel's rows), softmax_split_geometry cuts
+// each row into chunks (at least kSplitMinChunk elements, a multiple of 8) so that rows x splits blocks fill the GPU:
+// softmax_partials_kernel takes each chunk's (max, sum of exp(x - max)) online (Note [Online softmax]) into the
+// workspace, then softmax_split_write_kernel has every chunk's block merge its row's pairs (the same strided order and
+// tree in every block, so every block of a row gets the same bits) and write its chunk. Two reads of x and one write,
+// as the online kernel, but over the whole GPU. Special values as the online kernel.
+//
 // Note [Online softmax]
 // Each thread keeps a running maximum m and a running sum s of exp(x - m) over the entries it reads (when a
 // larger entry arrives, s is rescaled by exp(m_old - m_new)); the group then merges the (m, s) pairs. One pass
@@ -37,8 +47,10 @@
 // yields NaN, as PyTorch does, or 0 for a source whose zero_fully_masked_rows() is true. A NaN entry makes its row
 // NaN. In-place (y == x) is safe: each element is read for the second time and written by the same thread, after
 // the group's merge, which follows every first read.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -378,6 +390,61 @@ void launch_softmax_rows(const Source& source, T* y, std::int64_t rows, std::int
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
+// ---- few long rows (Note [Split softmax]) ----
+
+constexpr std::int64_t kSplitTargetBlocks = 264;  // two blocks per SM of an H100 (132 SMs)
+constexpr std::int64_t kSplitMinCols = 32768;
+constexpr std::int64_t kSplitMinChunk = 8192;
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockGroup)
+    softmax_partials_kernel(const T* x, float2* partials, std::int64_t tasks, std::int64_t cols, std::int64_t chunk,
+                            std::int64_t splits) {
+  __shared__ float smem[2 * (kBlockGroup / 32)];
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t row = task / splits;
+    const std::int64_t begin = (task - row * splits) * chunk;
+    const std::int64_t end = begin + chunk < cols ? begin + chunk : cols;
+    const T* in = x + row * cols;
+    float m = -INFINITY;
+    float s = 0.0f;
+    for (std::int64_t c = begin + threadIdx.x; c < end; c += kBlockGroup) online_add(m, s, to_float(in[c]));
+    group_online_merge<kBlockGroup>(m, s, smem);  // ends with a barrier: smem is free for the next task
+    if (threadIdx.x == 0) partials[task] = make_float2(m, s);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockGroup)
+    softmax_split_write_kernel(const T* x, T* y, const float2* partials, std::int64_t tasks, std::int64_t cols,
+                               std::int64_t chunk, std::int64_t splits, bool log_output) {
+  __shared__ float smem[2 * (kBlockGroup / 32)];
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t row = task / splits;
+    float m = -INFINITY;
+    float s = 0.0f;
+    for (std::int64_t k = threadIdx.x; k < splits; k += kBlockGroup) {
+      const float2 p = partials[row * splits + k];
+      online_merge(m, s, p.x, p.y);
+    }
+    group_online_merge<kBlockGroup>(m, s, smem);
+    const std::int64_t begin = (task - row * splits) * chunk;
+    const std::int64_t end = begin + chunk < cols ? begin + chunk : cols;
+    const T* in = x + row * cols;
+    T* out = y + row * cols;
+    if (log_output) {
+      const float shift = m + logf(s);
+      for (std::int64_t c = begin + threadIdx.x; c < end; c += kBlockGroup) {
+        out[c] = from_float<T>(to_float(in[c]) - shift);
+      }
+    } else {
+      for (std::int64_t c = begin + threadIdx.x; c < end; c += kBlockGroup) {
+        out[c] = from_float<T>(expf(to_float(in[c]) - m) / s);
+      }
+    }
+  }
+}
+
 // Softmax along the middle axis of [outer, axis_size, inner] (inner > 1): one thread per (outer, inner)
 // column; neighbouring threads read neighbouring elements.
 template <typename T>
@@ -420,6 +487,54 @@ void softmax_any(const void* x, void* y, DType dtype, std::int64_t outer, std::i
 }
 
 }  // namespace
+
+std::size_t SoftmaxSplit::workspace_bytes() const {
+  return splits > 1 ? static_cast<std::size_t>(rows * splits) * sizeof(float2) : 0;
+}
+
+std::string SoftmaxSplit::str() const {
+  return ::xpuruntime::detail::str_cat(rows, " rows x ", cols, " elements, ", splits,
+                                       splits == 1 ? " split" : " splits");
+}
+
+SoftmaxSplit softmax_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit) {
+  SoftmaxSplit g;
+  g.rows = rows;
+  g.cols = cols;
+  if (rows > 0 && rows < kSplitTargetBlocks && cols > kSplitMinCols) {
+    g.splits = std::min((cols + kSplitMinChunk - 1) / kSplitMinChunk, (kSplitTargetBlocks + rows - 1) / rows);
+  }
+  if (workspace_limit > 0 && g.splits > 1) {  // as many pairs as the limit holds; none below two
+    const auto fit = static_cast<std::int64_t>(workspace_limit / (sizeof(float2) * static_cast<std::uint64_t>(rows)));
+    if (g.splits > fit) g.splits = fit < 2 ? 1 : fit;
+  }
+  g.chunk = (std::max<std::int64_t>(cols, 1) + g.splits - 1) / g.splits;
+  g.chunk = (g.chunk + 7) / 8 * 8;  // chunks start at 16-byte boundaries of 16-bit rows
+  g.splits = std::max<std::int64_t>(1, (cols + g.chunk - 1) / g.chunk);  // no empty chunk
+  return g;
+}
+
+void softmax_split(const void* x, void* y, DType dtype, const SoftmaxSplit& g, bool log_output, void* workspace,
+                   void* stream) {
+  if (g.splits <= 1) {
+    softmax_any(x, y, dtype, g.rows, g.cols, 1, log_output, stream);
+    return;
+  }
+  XPURT_CHECK(workspace != nullptr, "cuda_raw::softmax_split: the plan needs ", g.workspace_bytes(),
+              " bytes of workspace, but none was given");
+  auto* partials = static_cast<float2*>(workspace);
+  const std::int64_t tasks = g.rows * g.splits;
+  dispatch_float(dtype, log_output ? "log_softmax" : "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    const auto* xs = static_cast<const T*>(x);
+    softmax_partials_kernel<T><<<grid_for(tasks, 1), kBlockGroup, 0, as_stream(stream)>>>(xs, partials, tasks, g.cols,
+                                                                                          g.chunk, g.splits);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+    softmax_split_write_kernel<T><<<grid_for(tasks, 1), kBlockGroup, 0, as_stream(stream)>>>(
+        xs, static_cast<T*>(y), partials, tasks, g.cols, g.chunk, g.splits, log_output);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  });
+}
 
 void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
              void* stream) {

@@ -121,6 +121,20 @@ TEST(CudaRawSplitPlans, CumSumSplitsALongAxis) {
   expect_plan(*plan_of("cum_sum", {255}, DType::kInt32, axis(0)), "1 split", 0);
 }
 
+TEST(CudaRawSplitPlans, SoftmaxSplitsFewLongRows) {
+  const auto axis = [](std::int64_t a) { return Attributes().set("axis", a); };
+  expect_plan(*plan_of("softmax", {1, 128256}, DType::kFloat16, axis(-1)), "1 rows x 128256 elements, 16 splits",
+              16 * 8);
+  expect_plan(*plan_of("log_softmax", {2, 1048583}, DType::kFloat32, axis(1)),
+              "2 rows x 1048583 elements, 129 splits", 2 * 129 * 8);
+  expect_plan(*plan_of("softmax", {64, 32000}, DType::kFloat16, axis(-1)), "cuda_raw softmax", 0);  // cached rows
+  expect_plan(*plan_of("softmax", {300, 100000}, DType::kFloat16, axis(-1)), "cuda_raw softmax", 0);  // rows enough
+  expect_plan(*plan_of("softmax", {100000, 3}, DType::kFloat32, axis(0)), "cuda_raw softmax", 0);  // an inner axis
+  ExecutionPolicy limited;
+  limited.workspace_limit = 64;
+  expect_plan(*plan_of("softmax", {1, 128256}, DType::kFloat16, axis(-1), limited), "8 splits", 64);
+}
+
 TEST(CudaRawSplitPlans, TopKTakesTheRadixSelectForLongRowsAndAnyRowLength) {
   EXPECT_TRUE(cuda_raw::top_k_by_radix_select(3234, 300));  // SSDlite's per-class TopK
   EXPECT_TRUE(cuda_raw::top_k_by_radix_select(100000, 4096));
@@ -500,6 +514,38 @@ TEST(CudaRawSplitGpu, TopKMatchesTheCpuKernel) {
         for (const std::size_t output : {std::size_t{0}, std::size_t{1}}) {
           const auto [expected, actual] = cpu_and_cuda("top_k", x, attrs, what, output);
           expect_same_bytes(expected, actual, what + (output == 0 ? " values" : " indices"));
+        }
+      }
+    }
+  }
+}
+
+// Softmax and log_softmax of few long rows (Note [Split softmax] in softmax.cu) against the cpu kernel: a vocabulary
+// at batch 1, two rows of a million (prime), rows with -inf entries (masked), float32 and float16.
+TEST(CudaRawSplitGpu, SoftmaxOfFewLongRowsMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(47);
+  std::uniform_real_distribution<float> uniform(-8.0f, 8.0f);
+  std::uniform_int_distribution<int> masked(0, 9);
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    for (const Shape& shape : {Shape{1, 128256}, Shape{2, 1048583}, Shape{3, 40009}}) {
+      std::vector<float> values(static_cast<std::size_t>(numel_of(shape)));
+      for (float& v : values) v = masked(rng) == 0 ? -std::numeric_limits<float>::infinity() : uniform(rng);
+      const Tensor x = host_tensor(values, shape, dtype);
+      for (const std::string op : {"softmax", "log_softmax"}) {
+        const std::string what = op + " " + std::string(dtype_name(dtype)) + shape_str(shape);
+        const auto [expected, actual] = cpu_and_cuda(op, x, Attributes().set("axis", std::int64_t{-1}), what);
+        const Tensor e = run_kernel("cast", "cpu", {expected}, cast_to(DType::kFloat32));
+        const Tensor a = run_kernel("cast", "cpu", {actual}, cast_to(DType::kFloat32));
+        const auto* pe = static_cast<const float*>(e.data_ptr());
+        const auto* pa = static_cast<const float*>(a.data_ptr());
+        const double rtol = dtype == DType::kFloat32 ? 1e-4 : 2e-3;
+        for (std::int64_t i = 0; i < e.numel(); ++i) {
+          if (std::isinf(pe[i])) {
+            ASSERT_EQ(pa[i], pe[i]) << what << " element " << i;
+            continue;
+          }
+          ASSERT_NEAR(pa[i], pe[i], 1e-9 + rtol * std::fabs(pe[i])) << what << " element " << i;
         }
       }
     }

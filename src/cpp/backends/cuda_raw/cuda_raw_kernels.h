@@ -181,6 +181,23 @@ void layer_norm(const void* x, const void* residual, const void* scale, const vo
                 DType dtype,
                 std::int64_t rows, std::int64_t cols, float epsilon, void* stream,
                 const LayerNormQuantized& quantized = {});
+// Few long rows (Note [Split layer norm] in layer_norm.cu): layer_norm's rows cut into chunks when the rows alone would
+// leave most SMs idle (a GroupNorm of 32 or 1 groups at batch 1).
+struct NormSplit {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t splits = 1;
+  std::int64_t chunk = 0;
+
+  std::size_t workspace_bytes() const;  // rows * splits (mean, squares) pairs of 8 bytes when split
+  std::string str() const;              // "1 rows x 200704 elements, 25 splits"
+};
+// `workspace_limit`: bytes at most (0: no limit; fewer splits, down to none, when it is small).
+NormSplit layer_norm_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit);
+// layer_norm (no quantized output) by the split geometry `g` (g.splits == 1: layer_norm's row kernels). `workspace`:
+// g.workspace_bytes() (null when 0).
+void layer_norm_split(const void* x, const void* residual, const void* scale, const void* bias, const void* addend,
+                      void* y, DType dtype, const NormSplit& g, float epsilon, void* workspace, void* stream);
 
 // How a reduction runs; made once per descriptor (a plan) by `reduce_geometry`.
 struct ReduceGeometry {

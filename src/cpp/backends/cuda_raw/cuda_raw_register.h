@@ -87,9 +87,9 @@ class SplitKernel final : public Kernel {
  public:
   using MakePlan = std::function<std::unique_ptr<KernelPlan>(const OpDescriptor&, const ExecutionPolicy&)>;
   SplitKernel(const std::string& op, const std::string& summary, Extra extra, MakePlan make_plan,
-              DTypes dtypes = DTypes::kAll)
+              DTypes dtypes = DTypes::kAll, std::vector<std::string> names = {"x"})
       : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true, summary,
-                          declaration(op, {"x"}, dtypes)}),
+                          declaration(op, std::move(names), dtypes)}),
         extra_(std::move(extra)),
         make_plan_(std::move(make_plan)) {}
 

@@ -32,6 +32,16 @@
 // an SM with 64 bytes a thread in flight (128 registers and 512 threads with the residual or the addend). A missing
 // scale or bias is held as 1 or -0, which leave every value's bits unchanged, so the output takes no branch on either.
 //
+// Note [Split layer norm]
+// A row is one group's work, so few long rows (GroupNorm at batch 1 becomes a layer_norm of 32 rows, GroupNorm(1) of
+// one: a whole feature map) ran on as many blocks as rows. When the rows are fewer than kNormSplitTargetBlocks and
+// longer than kNormSplitMinCols (past the cached kernel's rows), layer_norm_split_geometry cuts each row into chunks
+// (at least kNormSplitMinChunk elements, a multiple of 8): layer_norm_partials_kernel takes each chunk's mean and sum
+// of squared deviations (two passes over the chunk, the second mostly from L1/L2: Note [Two-pass statistics]) into
+// the workspace, then layer_norm_split_write_kernel has every chunk's block combine its row's pairs by Chan's formula
+// (a pairwise tree in a fixed shape, each pair in a fixed order: every block of a row gets the same bits) and write
+// its chunk, with the residual, scale, bias and addend. The quantized output keeps the row kernels.
+//
 // Note [Two-pass statistics]
 // The mean is computed first, then the variance as the mean of (x - mean)^2, both accumulated in fp32 and
 // combined by a fixed-order group reduction. Unlike E[x^2] - E[x]^2 this does not cancel catastrophically when
@@ -44,6 +54,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include <cuda_fp8.h>
@@ -428,7 +439,161 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
   return true;
 }
 
+// ---- few long rows (Note [Split layer norm]) ----
+
+constexpr std::int64_t kNormSplitTargetBlocks = 264;  // two blocks per SM of an H100 (132 SMs)
+constexpr std::int64_t kNormSplitMinCols = 32768;
+constexpr std::int64_t kNormSplitMinChunk = 8192;
+
+// A chunk's (or chunks') element count, mean and sum of squared deviations.
+struct Moments {
+  float n;
+  float mean;
+  float m2;
+};
+
+// Chan et al.'s combination of two sets' moments; `a` is the set of lower indices (the order fixes the bits).
+__device__ __forceinline__ Moments combine_moments(const Moments& a, const Moments& b) {
+  if (b.n == 0.0f) return a;
+  if (a.n == 0.0f) return b;
+  const float n = a.n + b.n;
+  const float d = b.mean - a.mean;
+  const float f = b.n / n;
+  return {n, a.mean + d * f, a.m2 + b.m2 + d * d * a.n * f};
+}
+
+// The block's moments combined: pairs of neighbouring lanes, then of neighbouring pairs, ... (each lane of a pair
+// combines them in the same order, so the whole warp ends with the same bits), then the warps in order.
+__device__ Moments block_moments(Moments v, float* smem) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const Moments other{__shfl_xor_sync(0xffffffffu, v.n, offset), __shfl_xor_sync(0xffffffffu, v.mean, offset),
+                        __shfl_xor_sync(0xffffffffu, v.m2, offset)};
+    v = (lane & offset) != 0 ? combine_moments(other, v) : combine_moments(v, other);
+  }
+  constexpr int kWarps = kBlockGroup / 32;
+  if (lane == 0) {
+    smem[threadIdx.x / 32] = v.n;
+    smem[kWarps + threadIdx.x / 32] = v.mean;
+    smem[2 * kWarps + threadIdx.x / 32] = v.m2;
+  }
+  __syncthreads();
+  v = {smem[0], smem[kWarps], smem[2 * kWarps]};
+  for (int w = 1; w < kWarps; ++w) v = combine_moments(v, {smem[w], smem[kWarps + w], smem[2 * kWarps + w]});
+  __syncthreads();
+  return v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockGroup)
+    layer_norm_partials_kernel(const T* x, const T* residual, float2* partials, std::int64_t tasks,
+                               std::int64_t cols, std::int64_t chunk, std::int64_t splits) {
+  __shared__ float smem[kBlockGroup / 32];
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t row = task / splits;
+    const std::int64_t begin = (task - row * splits) * chunk;
+    const std::int64_t end = begin + chunk < cols ? begin + chunk : cols;
+    const T* in = x + row * cols;
+    const T* res = residual != nullptr ? residual + row * cols : nullptr;
+    auto value = [&](std::int64_t c) { return res != nullptr ? to_float(in[c]) + to_float(res[c]) : to_float(in[c]); };
+    float sum = 0.0f;
+    for (std::int64_t c = begin + threadIdx.x; c < end; c += kBlockGroup) sum += value(c);
+    const float mean = group_reduce<kBlockGroup>(sum, SumOp{}, smem) / static_cast<float>(end - begin);
+    float squares = 0.0f;
+    for (std::int64_t c = begin + threadIdx.x; c < end; c += kBlockGroup) {
+      const float d = value(c) - mean;
+      squares += d * d;
+    }
+    squares = group_reduce<kBlockGroup>(squares, SumOp{}, smem);
+    if (threadIdx.x == 0) partials[task] = make_float2(mean, squares);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockGroup)
+    layer_norm_split_write_kernel(const T* x, const T* residual, const T* scale, const T* bias, const T* addend, T* y,
+                                  const float2* partials, std::int64_t tasks, std::int64_t cols, std::int64_t chunk,
+                                  std::int64_t splits, float epsilon) {
+  __shared__ float smem[3 * (kBlockGroup / 32)];
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t row = task / splits;
+    // Lane k of the block holds chunks k, k + kBlockGroup, ... combined in order (splits <= kBlockGroup in practice).
+    Moments v{0.0f, 0.0f, 0.0f};
+    for (std::int64_t k = threadIdx.x; k < splits; k += kBlockGroup) {
+      const float2 p = partials[row * splits + k];
+      const std::int64_t size = std::min(chunk, cols - k * chunk);
+      v = combine_moments(v, {static_cast<float>(size), p.x, p.y});
+    }
+    v = block_moments(v, smem);
+    const float rstd = rsqrtf(v.m2 / static_cast<float>(cols) + epsilon);
+    const std::int64_t begin = (task - row * splits) * chunk;
+    const std::int64_t end = begin + chunk < cols ? begin + chunk : cols;
+    const std::int64_t base = row * cols;
+    for (std::int64_t c = begin + threadIdx.x; c < end; c += kBlockGroup) {
+      const float value = residual != nullptr ? to_float(x[base + c]) + to_float(residual[base + c])
+                                              : to_float(x[base + c]);
+      float out = (value - v.mean) * rstd;
+      if (scale != nullptr) out *= to_float(scale[c]);
+      if (bias != nullptr) out += to_float(bias[c]);
+      if (addend != nullptr) out += to_float(addend[base + c]);
+      y[base + c] = from_float<T>(out);
+    }
+  }
+}
+
 }  // namespace
+
+std::size_t NormSplit::workspace_bytes() const {
+  return splits > 1 ? static_cast<std::size_t>(rows * splits) * sizeof(float2) : 0;
+}
+
+std::string NormSplit::str() const {
+  return ::xpuruntime::detail::str_cat(rows, " rows x ", cols, " elements, ", splits,
+                                       splits == 1 ? " split" : " splits");
+}
+
+NormSplit layer_norm_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit) {
+  NormSplit g;
+  g.rows = rows;
+  g.cols = cols;
+  if (rows > 0 && rows < kNormSplitTargetBlocks && cols > kNormSplitMinCols) {
+    g.splits = std::min((cols + kNormSplitMinChunk - 1) / kNormSplitMinChunk,
+                        (kNormSplitTargetBlocks + rows - 1) / rows);
+  }
+  if (workspace_limit > 0 && g.splits > 1) {  // as many pairs as the limit holds; none below two
+    const auto fit = static_cast<std::int64_t>(workspace_limit / (sizeof(float2) * static_cast<std::uint64_t>(rows)));
+    if (g.splits > fit) g.splits = fit < 2 ? 1 : fit;
+  }
+  g.chunk = (std::max<std::int64_t>(cols, 1) + g.splits - 1) / g.splits;
+  g.chunk = (g.chunk + 7) / 8 * 8;
+  g.splits = std::max<std::int64_t>(1, (cols + g.chunk - 1) / g.chunk);  // no empty chunk
+  return g;
+}
+
+void layer_norm_split(const void* x, const void* residual, const void* scale, const void* bias, const void* addend,
+                      void* y, DType dtype, const NormSplit& g, float epsilon, void* workspace, void* stream) {
+  if (g.splits <= 1) {
+    layer_norm(x, residual, scale, bias, addend, y, dtype, g.rows, g.cols, epsilon, stream);
+    return;
+  }
+  XPURT_CHECK(workspace != nullptr, "cuda_raw::layer_norm_split: the plan needs ", g.workspace_bytes(),
+              " bytes of workspace, but none was given");
+  auto* partials = static_cast<float2*>(workspace);
+  const std::int64_t tasks = g.rows * g.splits;
+  dispatch_float(dtype, "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const auto* xs = static_cast<const T*>(x);
+    const auto* residuals = static_cast<const T*>(residual);
+    layer_norm_partials_kernel<T><<<grid_for(tasks, 1), kBlockGroup, 0, as_stream(stream)>>>(
+        xs, residuals, partials, tasks, g.cols, g.chunk, g.splits);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+    layer_norm_split_write_kernel<T><<<grid_for(tasks, 1), kBlockGroup, 0, as_stream(stream)>>>(
+        xs, residuals, static_cast<const T*>(scale), static_cast<const T*>(bias), static_cast<const T*>(addend),
+        static_cast<T*>(y), partials, tasks, g.cols, g.chunk, g.splits, epsilon);
+    XPURT_CUDA_RAW_LAUNCH_CHECK();
+  });
+}
 
 void layer_norm(const void* x, const void* residual, const void* scale, const void* bias, const void* addend, void* y,
                 DType dtype, std::int64_t rows, std::int64_t cols, float epsilon, void* stream,

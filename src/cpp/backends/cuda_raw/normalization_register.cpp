@@ -62,36 +62,66 @@ void register_softmax(KernelRegistry& registry) {
       DTypes::kFloat));
 }
 
-// layer_norm, with an optional residual.
+namespace {
+
+// Input i's data, or null where it is absent.
+const void* data_or_null(const KernelLaunch& launch, std::size_t i) {
+  if (launch.num_inputs <= i) return nullptr;
+  const Tensor& t = launch.input(i);
+  return t.defined() ? t.data_ptr() : nullptr;
+}
+
+// layer_norm by the row kernels, with the quantized output where there is one.
+void run_layer_norm(const KernelLaunch& launch) {
+  const Tensor& x = launch.input(0);
+  const auto axis = static_cast<std::size_t>(normalized_axis(launch.desc->attrs.get_int("axis", -1), x.dim()));
+  const auto epsilon = static_cast<float>(launch.desc->attrs.get_float("epsilon", 1e-5));
+  LayerNormQuantized quantized;  // Note [Quantized layer norm output]
+  if (launch.num_outputs > 1 && launch.output(1).defined()) {
+    const Tensor& yq = launch.output(1);
+    const fused::OutputQuantization q = fused::output_quantization(launch.desc->attrs, yq.dtype());
+    quantized = {yq.data_ptr(), yq.dtype(), q.scale, static_cast<float>(q.zero_point)};
+  }
+  cuda_raw::layer_norm(x.data_ptr(), data_or_null(launch, 3), data_or_null(launch, 1), data_or_null(launch, 2),
+                       data_or_null(launch, 4), launch.output(0).data_ptr(), x.dtype(), product(x.shape(), 0, axis),
+                       product(x.shape(), axis, x.shape().size()), epsilon, launch.stream.handle, quantized);
+}
+
+// Few long rows without a quantized output split (Note [Split layer norm] in layer_norm.cu: the plan's geometry and
+// workspace); any other layer_norm takes the row kernels.
+std::unique_ptr<KernelPlan> layer_norm_plan(const OpDescriptor& desc, const ExecutionPolicy& policy) {
+  const std::vector<std::int64_t>& shape = desc.inputs[0].shape;
+  const auto axis = static_cast<std::size_t>(normalized_axis(desc.attrs.get_int("axis", -1), desc.inputs[0].dim()));
+  if (!desc.attrs.has("quantized_dtype")) {
+    const cuda_raw::NormSplit g = cuda_raw::layer_norm_split_geometry(
+        product(shape, 0, axis), product(shape, axis, shape.size()), policy.workspace_limit);
+    if (g.splits > 1) {
+      const auto epsilon = static_cast<float>(desc.attrs.get_float("epsilon", 1e-5));
+      return std::make_unique<SplitPlan>(
+          g.workspace_bytes(), "cuda_raw layer_norm: " + g.str(), [g, epsilon](const KernelLaunch& launch) {
+            const Tensor& x = launch.input(0);
+            cuda_raw::layer_norm_split(x.data_ptr(), data_or_null(launch, 3), data_or_null(launch, 1),
+                                       data_or_null(launch, 2), data_or_null(launch, 4), launch.output(0).data_ptr(),
+                                       x.dtype(), g, epsilon, launch.workspace, launch.stream.handle);
+          });
+    }
+  }
+  return std::make_unique<SplitPlan>(0, "cuda_raw layer_norm", run_layer_norm);
+}
+
+}  // namespace
+
+// layer_norm, with an optional residual and addend.
 void register_layer_norm(KernelRegistry& registry) {
-  add_kernel(registry, "layer_norm", "layer norm over dims axis..end: rows of aligned 16-byte vectors cached in "
-             "registers (a warp or a 128/512-thread block per row, one read of the row), other rows a warp (<= 1024 "
-             "elements) or a block per row; two-pass mean/variance in fp32; an optional residual is added on the fly "
-             "and an optional addend to the output; an optional per-tensor quantized copy of the output written from "
-             "registers",
-             {"x", "scale", "bias", "residual", "addend"}, nullptr, [](const KernelLaunch& launch) {
-               const Tensor& x = launch.input(0);
-               const Tensor residual = launch.num_inputs > 3 ? launch.input(3) : Tensor();
-               const Tensor addend = launch.num_inputs > 4 ? launch.input(4) : Tensor();
-               const Tensor& scale = launch.input(1);
-               const Tensor& bias = launch.input(2);
-               const auto axis = static_cast<std::size_t>(
-                   normalized_axis(launch.desc->attrs.get_int("axis", -1), x.dim()));
-               const auto epsilon = static_cast<float>(launch.desc->attrs.get_float("epsilon", 1e-5));
-               LayerNormQuantized quantized;  // Note [Quantized layer norm output]
-               if (launch.num_outputs > 1 && launch.output(1).defined()) {
-                 const Tensor& yq = launch.output(1);
-                 const fused::OutputQuantization q = fused::output_quantization(launch.desc->attrs, yq.dtype());
-                 quantized = {yq.data_ptr(), yq.dtype(), q.scale, static_cast<float>(q.zero_point)};
-               }
-               cuda_raw::layer_norm(x.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr,
-                                    scale.defined() ? scale.data_ptr() : nullptr,
-                                    bias.defined() ? bias.data_ptr() : nullptr,
-                                    addend.defined() ? addend.data_ptr() : nullptr, launch.output(0).data_ptr(),
-                                    x.dtype(),
-                                    product(x.shape(), 0, axis), product(x.shape(), axis, x.shape().size()), epsilon,
-                                    launch.stream.handle, quantized);
-             });
+  registry.add_kernel(std::make_unique<SplitKernel>(
+      "layer_norm",
+      "layer norm over dims axis..end: rows of aligned 16-byte vectors cached in registers (a warp or a 128/512-thread "
+      "block per row, one read of the row), other rows a warp (<= 1024 elements) or a block per row, few long rows "
+      "split over many blocks (Note [Split layer norm]); two-pass mean/variance in fp32; an optional residual is "
+      "added on the fly and an optional addend to the output; an optional per-tensor quantized copy of the output "
+      "written from registers",
+      [](const OpDescriptor&) { return Support::yes(); }, layer_norm_plan, DTypes::kFloat,
+      std::vector<std::string>{"x", "scale", "bias", "residual", "addend"}));
 }
 
 // log_softmax along any axis.

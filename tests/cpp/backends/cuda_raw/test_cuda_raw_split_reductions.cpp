@@ -135,6 +135,20 @@ TEST(CudaRawSplitPlans, SoftmaxSplitsFewLongRows) {
   expect_plan(*plan_of("softmax", {1, 128256}, DType::kFloat16, axis(-1), limited), "8 splits", 64);
 }
 
+TEST(CudaRawSplitPlans, LayerNormSplitsFewLongRows) {
+  const auto axis = [](std::int64_t a) { return Attributes().set("axis", a).set("epsilon", 1e-5); };
+  // GroupNorm(1) of a [64, 56, 56] map at batch 1, GroupNorm(32) of [320, 64, 64] at batch 2
+  expect_plan(*plan_of("layer_norm", {1, 64, 56, 56}, DType::kFloat16, axis(1)),
+              "1 rows x 200704 elements, 25 splits", 25 * 8);
+  expect_plan(*plan_of("layer_norm", {2, 32, 10, 64, 64}, DType::kFloat32, axis(2)),
+              "64 rows x 40960 elements, 5 splits", 64 * 5 * 8);
+  expect_plan(*plan_of("layer_norm", {128, 768}, DType::kFloat16, axis(-1)), "cuda_raw layer_norm", 0);
+  expect_plan(*plan_of("layer_norm", {300, 40000}, DType::kFloat16, axis(-1)), "cuda_raw layer_norm", 0);
+  Attributes quantized = axis(1);
+  quantized.set("quantized_dtype", std::string("int8")).set("y_scale", 0.05).set("y_zero_point", std::int64_t{0});
+  expect_plan(*plan_of("layer_norm", {1, 64, 56, 56}, DType::kFloat16, quantized), "cuda_raw layer_norm", 0);
+}
+
 TEST(CudaRawSplitPlans, TopKTakesTheRadixSelectForLongRowsAndAnyRowLength) {
   EXPECT_TRUE(cuda_raw::top_k_by_radix_select(3234, 300));  // SSDlite's per-class TopK
   EXPECT_TRUE(cuda_raw::top_k_by_radix_select(100000, 4096));
@@ -546,6 +560,51 @@ TEST(CudaRawSplitGpu, SoftmaxOfFewLongRowsMatchesTheCpuKernel) {
             continue;
           }
           ASSERT_NEAR(pa[i], pe[i], 1e-9 + rtol * std::fabs(pe[i])) << what << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// layer_norm of few long rows (Note [Split layer norm] in layer_norm.cu) against the cpu kernel: a whole feature map,
+// GroupNorm(32)'s rows at batch 2, a prime length, with a mean far from zero, the scale and bias, the residual and the
+// addend; float32, float16 and bfloat16.
+TEST(CudaRawSplitGpu, LayerNormOfFewLongRowsMatchesTheCpuKernel) {
+  XPURT_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(48);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  const auto random = [&](const Shape& shape, DType dtype, float offset) {
+    std::vector<float> values(static_cast<std::size_t>(numel_of(shape)));
+    for (float& v : values) v = offset + uniform(rng);
+    return host_tensor(values, shape, dtype);
+  };
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const Shape& shape : {Shape{1, 200704}, Shape{64, 40960}, Shape{3, 1000003}}) {
+      const Shape row = {shape[1]};
+      const Tensor x = random(shape, dtype, 5.0f);
+      const Tensor scale = random(row, dtype, 1.0f);
+      const Tensor bias = random(row, dtype, 0.0f);
+      const Tensor residual = random(shape, dtype, 0.0f);
+      const Tensor addend = random(shape, dtype, 0.0f);
+      const Attributes attrs = Attributes().set("axis", std::int64_t{-1}).set("epsilon", 1e-5);
+      const std::vector<std::vector<Tensor>> variants = {{x, scale, bias}, {x, Tensor(), Tensor(), residual},
+                                                         {x, scale, bias, residual, addend}};
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        const std::string what = "layer_norm " + std::string(dtype_name(dtype)) + shape_str(shape) + " variant " +
+                                 std::to_string(v);
+        const Tensor expected = run_kernel("layer_norm", "cpu", variants[v], attrs);
+        std::vector<Tensor> device;
+        for (const Tensor& t : variants[v]) device.push_back(t.defined() ? t.to(Device::cuda(0)) : Tensor());
+        const Tensor actual = run_kernel("layer_norm", "cuda_raw", device, attrs).to(Device::cpu());
+        const Tensor again = run_kernel("layer_norm", "cuda_raw", device, attrs).to(Device::cpu());
+        EXPECT_EQ(std::memcmp(actual.data_ptr(), again.data_ptr(), actual.nbytes()), 0) << what << ": bits changed";
+        const Tensor e = run_kernel("cast", "cpu", {expected}, cast_to(DType::kFloat32));
+        const Tensor a = run_kernel("cast", "cpu", {actual}, cast_to(DType::kFloat32));
+        const auto* pe = static_cast<const float*>(e.data_ptr());
+        const auto* pa = static_cast<const float*>(a.data_ptr());
+        const double tol = dtype == DType::kFloat32 ? 2e-4 : dtype == DType::kFloat16 ? 1e-2 : 6e-2;
+        for (std::int64_t i = 0; i < e.numel(); ++i) {
+          ASSERT_NEAR(pa[i], pe[i], tol * (1.0 + std::fabs(pe[i]))) << what << " element " << i;
         }
       }
     }

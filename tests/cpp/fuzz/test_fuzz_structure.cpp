@@ -156,6 +156,17 @@ TEST(FuzzRegressions, ASplitToSequenceByAScalar0IsATypedErrorOnOnnxRuntime) {
   EXPECT_NE(r.message.find("a scalar 'split' must be positive"), std::string::npos) << r.message;
 }
 
+TEST(FuzzRegressions, AReshapeToAShapeOfTwoBillionElementsIsATypedErrorOnOnnxRuntime) {
+  // ONNX Runtime 1.29 built a shape of that rank loading the model: 7 GiB and 13 s before std::bad_alloc under the
+  // campaign's 8 GiB limit, past its 20 s deadline on a busy machine (Note [Models ORT crashes on]).
+  if (!has_onnxruntime()) GTEST_SKIP() << "this build has no ONNX Runtime engine";
+  const auto r = fuzz::run_model_bytes(
+      read_file(kCorpus / "regression-ort-reshape-to-a-shape-of-2147483648-elements.onnx"), "onnxruntime", true);
+  ASSERT_EQ(r.outcome, fuzz::ModelOutcome::kTypedError);
+  EXPECT_EQ(r.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.message.find("its shape operand 'shape' has 2147483648 elements"), std::string::npos) << r.message;
+}
+
 TEST(FuzzHarness, ALoopWithoutEndStopsAtTheRunTimeoutOnBothEngines) {
   // Valid ONNX that never ends: the harness runs control flow under a RunOptions timeout, so the fuzzers count it as
   // a typed RunTimeoutError, not a hang.

@@ -14,7 +14,10 @@
 // graph optimization level; the native engine refuses it when the node runs); an empty name before a named input
 // where the operator takes no optional input (Min(x, "", y), Sum, Mean: variadic inputs have no optional slots)
 // crashes its Run (SIGSEGV; the native engine's reference library refuses it); a Split whose constant sizes name
-// another number of parts than it has outputs aborts its Run (an assertion). check_for_ort refuses such a model with
+// another number of parts than it has outputs aborts its Run (an assertion); and a Reshape, Expand or
+// ConstantOfShape whose shape operand is declared with more than kMaxShapeOperand elements (a graph input of
+// [2147483648] int64) makes its shape inference build a shape of that rank while it loads the model, gigabytes
+// before std::bad_alloc (13 s and 7 GiB under an 8 GiB address-space limit). check_for_ort refuses such a model with
 // a typed error first, walking the main graph and its subgraphs on the one parse of the model. Found by the
 // structural fuzzer; each has a regression model in tests/fuzz/corpus/model.
 //
@@ -162,6 +165,38 @@ void check_split_outputs(const onnx::NodeProto& node, const std::map<std::string
   }
 }
 
+// The longest shape operand (a tensor's rank) check_shape_operands lets through: far past any real tensor's rank,
+// and a shape of this rank is half a megabyte.
+constexpr std::int64_t kMaxShapeOperand = std::int64_t{1} << 16;
+
+// A Reshape, Expand or ConstantOfShape whose shape operand has a known length (a constant's, or a declared static
+// dim) over kMaxShapeOperand (Note [Models ORT crashes on]).
+void check_shape_operands(const onnx::NodeProto& node, const std::map<std::string, std::int64_t>& lengths) {
+  if (!(node.domain().empty() || node.domain() == "ai.onnx")) return;
+  int operand = -1;
+  if (node.op_type() == "Reshape" || node.op_type() == "Expand") operand = 1;
+  if (node.op_type() == "ConstantOfShape") operand = 0;
+  if (operand < 0 || node.input_size() <= operand) return;
+  const auto it = lengths.find(node.input(operand));
+  if (it == lengths.end() || it->second <= kMaxShapeOperand) return;
+  throw InvalidArgumentError("onnxruntime: " + describe(node) + ": its shape operand '" + node.input(operand) +
+                             "' has " + std::to_string(it->second) + " elements, a tensor of rank " +
+                             std::to_string(it->second) + " (at most " + std::to_string(kMaxShapeOperand) +
+                             " here: ONNX Runtime 1.29 would build a shape of that rank loading this model, "
+                             "gigabytes of memory; Note [Models ORT crashes on])");
+}
+
+// The static length of `value` where `graph` declares it 1-D (a graph input or a value_info).
+void note_declared_lengths(const onnx::GraphProto& graph, std::map<std::string, std::int64_t>& lengths) {
+  const auto note = [&](const onnx::ValueInfoProto& v) {
+    if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return;
+    const onnx::TensorShapeProto& shape = v.type().tensor_type().shape();
+    if (shape.dim_size() == 1 && shape.dim(0).has_dim_value()) lengths[v.name()] = shape.dim(0).dim_value();
+  };
+  for (const onnx::ValueInfoProto& v : graph.input()) note(v);
+  for (const onnx::ValueInfoProto& v : graph.value_info()) note(v);
+}
+
 void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::string, std::int64_t>& opsets,
                          int depth) {
   std::map<std::string, std::int64_t> scalars;  // constant int scalars by name: initializers and Constant nodes
@@ -170,6 +205,7 @@ void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::stri
     if (auto v = int_scalar(t)) scalars[name] = *v;
     if (t.dims_size() == 1) lengths[name] = t.dims(0);
   };
+  note_declared_lengths(graph, lengths);
   for (const onnx::TensorProto& t : graph.initializer()) note_constant(t.name(), t);
   for (const onnx::NodeProto& node : graph.node()) {
     if (node.op_type() != "Constant" || node.output_size() != 1) continue;
@@ -180,6 +216,7 @@ void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::stri
   for (const onnx::NodeProto& node : graph.node()) {
     check_interior_empty_inputs(node, opsets);
     check_split_outputs(node, opsets, lengths);
+    check_shape_operands(node, lengths);
     if (node.op_type() == "SplitToSequence" && (node.domain().empty() || node.domain() == "ai.onnx") &&
         node.input_size() >= 2) {
       auto it = scalars.find(node.input(1));

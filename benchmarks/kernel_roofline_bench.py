@@ -213,7 +213,7 @@ def awkward_cases(torch, case, rand, scale: float) -> None:
          lambda x: torch.softmax(x.float(), -1).to(x.dtype), "softmax of 2 rows of 1048583")
     feature_map = rand([1, 64 * 56 * 56])
     case("layer_norm_one_row", "layer_norm", [feature_map], {"axis": -1, "epsilon": 1e-5},
-         lambda x: F.layer_norm(x.float(), (x.shape[-1],), eps=1e-5).to(x.dtype),
+         lambda x: torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), eps=1e-5).to(x.dtype),
          "a norm over a whole [64, 56, 56] feature map at batch 1")
     # Note [TopK by radix select]: SSDlite's per-class TopK, top-k sampling over a vocabulary, one long row
     for name, shape, k, note in (("top_k_ssdlite", [1, 3234], 300, "SSDlite's per-class TopK: 300 of 3234 scores"),

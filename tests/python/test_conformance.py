@@ -121,12 +121,26 @@ def _matmul_needs_several_batches(case: Case, dtype: str) -> bool:
     return first > 0
 
 
+def _deep_grouped_nhwc(case) -> bool:
+    """Whether conv2d's grouped_gemm kernel takes `case`: NHWC, groups > 1 of more than one channel, and a group's
+    reduction (C/groups x kh x kw) of at least 1024 values."""
+    if case.attrs.get("layout", "NCHW") != "NHWC":
+        return False
+    groups = case.attrs.get("groups", 1)
+    channels = case.inputs[0].shape[3]
+    kh, kw = case.inputs[1].shape[1], case.inputs[1].shape[2]  # NHWC weight: [O, kh, kw, C/groups]
+    return groups > 1 and channels // groups > 1 and (channels // groups) * kh * kw >= 1024
+
+
 EXCLUSIONS: List[Exclusion] = [
     Exclusion("depthwise", "conv2d", lambda c, dt: c.attrs.get("groups", 1) == 1
               or c.inputs[1].shape[0] != c.inputs[0].shape[3 if c.attrs.get("layout", "NCHW") == "NHWC" else 1]
               or c.inputs[1].shape[3 if c.attrs.get("layout", "NCHW") == "NHWC" else 1] != 1,
               "the depthwise kernel takes depthwise convolutions only (groups == channels == outputs, NCHW or NHWC); "
               "the others run on cudnn"),
+    Exclusion("grouped_gemm", "conv2d", lambda c, dt: not _deep_grouped_nhwc(c),
+              "the grouped_gemm kernel takes channels-last grouped convolutions (not depthwise) whose groups reduce "
+              "over 1024 values or more (Note [Grouped convolutions as GEMMs]); the others run on cudnn"),
     Exclusion("flash_v2", "attention", lambda c, dt: dt == "float32",
               "flash_v2 is a float16/bfloat16 kernel (tensor-core mma); float32 attention runs on 'unfused'"),
     Exclusion("flash_v2", "attention", lambda c, dt: _head_dim(c, 0) not in (32, 64, 128),

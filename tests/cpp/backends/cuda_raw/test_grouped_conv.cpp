@@ -161,8 +161,9 @@ TEST(GroupedConvGpu, MatchesTheCpuKernel) {
   const std::vector<GroupedCase> cases = {
       wav2vec2_case(),
       {2, 64, 1, 37, 96, 1, 129, 4, {1, 2}, {0, 64, 0, 63}, {1, 1}, "1-D, stride 2, asymmetric pads, batch 2"},
-      {1, 36, 9, 11, 24, 5, 7, 3, {2, 1}, {2, 3, 1, 2}, {1, 2}, "12 channels a group (element gather), dilation"},
-      {3, 40, 6, 5, 10, 7, 7, 2, {1, 1}, {3, 3, 3, 3}, {1, 1}, "20 channels a group (element gather), 7x7"},
+      // groups that reduce over 1188 and 1078 values (the kernel takes 1024 or more)
+      {1, 36, 20, 30, 24, 9, 11, 3, {2, 1}, {2, 3, 1, 2}, {1, 2}, "12 channels a group (element gather), dilation"},
+      {3, 44, 6, 5, 10, 7, 7, 2, {1, 1}, {3, 3, 3, 3}, {1, 1}, "22 channels a group (element gather), 7x7"},
   };
   struct Epilogue {
     bool bias, residual;

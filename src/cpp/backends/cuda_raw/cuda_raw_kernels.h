@@ -142,22 +142,23 @@ void softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64
 // log(softmax(x)) the same way, as x - max - log(sum(exp(x - max))) (no log of a rounded probability).
 void log_softmax(const void* x, void* y, DType dtype, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
                  void* stream);
-// Few long rows (Note [Split softmax] in softmax.cu): a last-axis softmax of [rows, cols] split into chunks of each
-// row, when the rows alone would leave most SMs idle.
-struct SoftmaxSplit {
+// Few long rows (Note [Split softmax] in softmax.cu, Note [Split layer norm] in layer_norm.cu): a row kernel's
+// [rows, cols] with each row cut into chunks (at least 8192 elements, a multiple of 8) when the rows alone would
+// leave most SMs idle (fewer than 264 rows of over 32768 elements); each chunk leaves a pair of floats.
+struct RowSplit {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   std::int64_t splits = 1;
   std::int64_t chunk = 0;
 
-  std::size_t workspace_bytes() const;  // rows * splits (max, sum) pairs of 8 bytes when split
+  std::size_t workspace_bytes() const;  // rows * splits pairs of 8 bytes when split
   std::string str() const;              // "1 rows x 128256 elements, 16 splits"
 };
 // `workspace_limit`: bytes at most (0: no limit; fewer splits, down to none, when it is small).
-SoftmaxSplit softmax_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit);
+RowSplit row_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit);
 // softmax (log_output: log_softmax) of [rows, cols] along the last axis by the split geometry `g` (g.splits == 1:
 // the row kernels of softmax()). `workspace`: g.workspace_bytes() (null when 0).
-void softmax_split(const void* x, void* y, DType dtype, const SoftmaxSplit& g, bool log_output, void* workspace,
+void softmax_split(const void* x, void* y, DType dtype, const RowSplit& g, bool log_output, void* workspace,
                    void* stream);
 
 // A per-tensor QuantizeLinear of layer_norm's output, written beside it (Note [Quantized layer norm output] in
@@ -181,23 +182,10 @@ void layer_norm(const void* x, const void* residual, const void* scale, const vo
                 DType dtype,
                 std::int64_t rows, std::int64_t cols, float epsilon, void* stream,
                 const LayerNormQuantized& quantized = {});
-// Few long rows (Note [Split layer norm] in layer_norm.cu): layer_norm's rows cut into chunks when the rows alone would
-// leave most SMs idle (a GroupNorm of 32 or 1 groups at batch 1).
-struct NormSplit {
-  std::int64_t rows = 0;
-  std::int64_t cols = 0;
-  std::int64_t splits = 1;
-  std::int64_t chunk = 0;
-
-  std::size_t workspace_bytes() const;  // rows * splits (mean, squares) pairs of 8 bytes when split
-  std::string str() const;              // "1 rows x 200704 elements, 25 splits"
-};
-// `workspace_limit`: bytes at most (0: no limit; fewer splits, down to none, when it is small).
-NormSplit layer_norm_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit);
-// layer_norm (no quantized output) by the split geometry `g` (g.splits == 1: layer_norm's row kernels). `workspace`:
-// g.workspace_bytes() (null when 0).
+// layer_norm (no quantized output) by the split geometry `g` (row_split_geometry: a GroupNorm of 32 or 1 groups at
+// batch 1; g.splits == 1: layer_norm's row kernels). `workspace`: g.workspace_bytes() (null when 0).
 void layer_norm_split(const void* x, const void* residual, const void* scale, const void* bias, const void* addend,
-                      void* y, DType dtype, const NormSplit& g, float epsilon, void* workspace, void* stream);
+                      void* y, DType dtype, const RowSplit& g, float epsilon, void* workspace, void* stream);
 
 // How a reduction runs; made once per descriptor (a plan) by `reduce_geometry`.
 struct ReduceGeometry {

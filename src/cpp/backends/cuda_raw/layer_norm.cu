@@ -34,9 +34,9 @@
 //
 // Note [Split layer norm]
 // A row is one group's work, so few long rows (GroupNorm at batch 1 becomes a layer_norm of 32 rows, GroupNorm(1) of
-// one: a whole feature map) ran on as many blocks as rows. When the rows are fewer than kNormSplitTargetBlocks and
-// longer than kNormSplitMinCols (past the cached kernel's rows), layer_norm_split_geometry cuts each row into chunks
-// (at least kNormSplitMinChunk elements, a multiple of 8): layer_norm_partials_kernel takes each chunk's mean and sum
+// one: a whole feature map) ran on as many blocks as rows. When the rows are fewer than 264 (two blocks an SM) and
+// longer than 32768 elements (past the cached kernel's rows), row_split_geometry (softmax.cu) cuts each row into chunks
+// (at least 8192 elements, a multiple of 8): layer_norm_partials_kernel takes each chunk's mean and sum
 // of squared deviations (two passes over the chunk, the second mostly from L1/L2: Note [Two-pass statistics]) into
 // the workspace, then layer_norm_split_write_kernel has every chunk's block combine its row's pairs by Chan's formula
 // (a pairwise tree in a fixed shape, each pair in a fixed order: every block of a row gets the same bits) and write
@@ -441,10 +441,6 @@ bool launch_cached(const T* x, const T* residual, const T* scale, const T* bias,
 
 // ---- few long rows (Note [Split layer norm]) ----
 
-constexpr std::int64_t kNormSplitTargetBlocks = 264;  // two blocks per SM of an H100 (132 SMs)
-constexpr std::int64_t kNormSplitMinCols = 32768;
-constexpr std::int64_t kNormSplitMinChunk = 8192;
-
 // A chunk's (or chunks') element count, mean and sum of squared deviations.
 struct Moments {
   float n;
@@ -544,35 +540,8 @@ __global__ void __launch_bounds__(kBlockGroup)
 
 }  // namespace
 
-std::size_t NormSplit::workspace_bytes() const {
-  return splits > 1 ? static_cast<std::size_t>(rows * splits) * sizeof(float2) : 0;
-}
-
-std::string NormSplit::str() const {
-  return ::xpuruntime::detail::str_cat(rows, " rows x ", cols, " elements, ", splits,
-                                       splits == 1 ? " split" : " splits");
-}
-
-NormSplit layer_norm_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit) {
-  NormSplit g;
-  g.rows = rows;
-  g.cols = cols;
-  if (rows > 0 && rows < kNormSplitTargetBlocks && cols > kNormSplitMinCols) {
-    g.splits = std::min((cols + kNormSplitMinChunk - 1) / kNormSplitMinChunk,
-                        (kNormSplitTargetBlocks + rows - 1) / rows);
-  }
-  if (workspace_limit > 0 && g.splits > 1) {  // as many pairs as the limit holds; none below two
-    const auto fit = static_cast<std::int64_t>(workspace_limit / (sizeof(float2) * static_cast<std::uint64_t>(rows)));
-    if (g.splits > fit) g.splits = fit < 2 ? 1 : fit;
-  }
-  g.chunk = (std::max<std::int64_t>(cols, 1) + g.splits - 1) / g.splits;
-  g.chunk = (g.chunk + 7) / 8 * 8;
-  g.splits = std::max<std::int64_t>(1, (cols + g.chunk - 1) / g.chunk);  // no empty chunk
-  return g;
-}
-
 void layer_norm_split(const void* x, const void* residual, const void* scale, const void* bias, const void* addend,
-                      void* y, DType dtype, const NormSplit& g, float epsilon, void* workspace, void* stream) {
+                      void* y, DType dtype, const RowSplit& g, float epsilon, void* workspace, void* stream) {
   if (g.splits <= 1) {
     layer_norm(x, residual, scale, bias, addend, y, dtype, g.rows, g.cols, epsilon, stream);
     return;

@@ -29,7 +29,7 @@ std::unique_ptr<KernelPlan> softmax_plan(const OpDescriptor& desc, const Executi
   const std::int64_t inner = product(shape, axis + 1, shape.size());
   const std::string op = log_output ? "log_softmax" : "softmax";
   if (inner == 1) {
-    const cuda_raw::SoftmaxSplit g = cuda_raw::softmax_split_geometry(outer, shape[axis], policy.workspace_limit);
+    const cuda_raw::RowSplit g = cuda_raw::row_split_geometry(outer, shape[axis], policy.workspace_limit);
     if (g.splits > 1) {
       return std::make_unique<SplitPlan>(g.workspace_bytes(), "cuda_raw " + op + ": " + g.str(),
                                          [g, log_output](const KernelLaunch& launch) {
@@ -93,7 +93,7 @@ std::unique_ptr<KernelPlan> layer_norm_plan(const OpDescriptor& desc, const Exec
   const std::vector<std::int64_t>& shape = desc.inputs[0].shape;
   const auto axis = static_cast<std::size_t>(normalized_axis(desc.attrs.get_int("axis", -1), desc.inputs[0].dim()));
   if (!desc.attrs.has("quantized_dtype")) {
-    const cuda_raw::NormSplit g = cuda_raw::layer_norm_split_geometry(
+    const cuda_raw::RowSplit g = cuda_raw::row_split_geometry(
         product(shape, 0, axis), product(shape, axis, shape.size()), policy.workspace_limit);
     if (g.splits > 1) {
       const auto epsilon = static_cast<float>(desc.attrs.get_float("epsilon", 1e-5));

@@ -32,7 +32,7 @@
 // Note [Split softmax]
 // A row is one group's work, so a softmax of few long rows (a vocabulary of 128256 at batch 1, a norm over a whole
 // feature map) ran on as many blocks as rows: one SM streaming the row twice, the rest idle. When the rows are fewer
-// than kSplitTargetBlocks and longer than kSplitMinCols (past the cached kernel's rows), softmax_split_geometry cuts
+// than kSplitTargetBlocks and longer than kSplitMinCols (past the cached kernel's rows), row_split_geometry cuts
 // each row into chunks (at least kSplitMinChunk elements, a multiple of 8) so that rows x splits blocks fill the GPU:
 // softmax_partials_kernel takes each chunk's (max, sum of exp(x - max)) online (Note [Online softmax]) into the
 // workspace, then softmax_split_write_kernel has every chunk's block merge its row's pairs (the same strided order and
@@ -488,17 +488,17 @@ void softmax_any(const void* x, void* y, DType dtype, std::int64_t outer, std::i
 
 }  // namespace
 
-std::size_t SoftmaxSplit::workspace_bytes() const {
+std::size_t RowSplit::workspace_bytes() const {
   return splits > 1 ? static_cast<std::size_t>(rows * splits) * sizeof(float2) : 0;
 }
 
-std::string SoftmaxSplit::str() const {
+std::string RowSplit::str() const {
   return ::xpuruntime::detail::str_cat(rows, " rows x ", cols, " elements, ", splits,
                                        splits == 1 ? " split" : " splits");
 }
 
-SoftmaxSplit softmax_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit) {
-  SoftmaxSplit g;
+RowSplit row_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit) {
+  RowSplit g;
   g.rows = rows;
   g.cols = cols;
   if (rows > 0 && rows < kSplitTargetBlocks && cols > kSplitMinCols) {
@@ -514,7 +514,7 @@ SoftmaxSplit softmax_split_geometry(std::int64_t rows, std::int64_t cols, std::u
   return g;
 }
 
-void softmax_split(const void* x, void* y, DType dtype, const SoftmaxSplit& g, bool log_output, void* workspace,
+void softmax_split(const void* x, void* y, DType dtype, const RowSplit& g, bool log_output, void* workspace,
                    void* stream) {
   if (g.splits <= 1) {
     softmax_any(x, y, dtype, g.rows, g.cols, 1, log_output, stream);

@@ -8,6 +8,20 @@
 
 namespace xpuruntime::passes {
 
+namespace {
+
+// Whether `value` has exactly `like`'s shape and dtype, `like` fully known and of a float type the fused
+// LayerNormalization takes (no broadcasting).
+bool same_fusable_type(const Graph& g, const std::string& value, const std::string& like) {
+  using namespace internal;
+  const auto t = value_type(g, like);
+  const auto v = value_type(g, value);
+  if (!t || !v || !t->fully_known() || !is_fusable_float(t->dtype)) return false;
+  return same_shape(*v, *t) && v->dtype == t->dtype;
+}
+
+}  // namespace
+
 PassResult residual_layer_norm_fusion(Graph& g, const PassContext&) {
   using namespace internal;
   PassResult result{"residual_layer_norm_fusion", 0, {}};
@@ -22,12 +36,7 @@ PassResult residual_layer_norm_fusion(Graph& g, const PassContext&) {
     if (!p || rewriter.taken(*p) || rewriter.taken(i) || !uses.only_reader(x, i)) continue;
     const Node& add = g.nodes[*p];
     if (!is_onnx(add, "Add") || add.inputs.size() != 2) continue;
-    // Both operands of x's exact shape and type (no broadcasting), float types the fused op takes.
-    const auto tx = value_type(g, x);
-    const auto ta = value_type(g, add.inputs[0]);
-    const auto tb = value_type(g, add.inputs[1]);
-    if (!tx || !ta || !tb || !tx->fully_known() || !is_fusable_float(tx->dtype)) continue;
-    if (!same_shape(*ta, *tx) || !same_shape(*tb, *tx) || ta->dtype != tx->dtype || tb->dtype != tx->dtype) continue;
+    if (!same_fusable_type(g, add.inputs[0], x) || !same_fusable_type(g, add.inputs[1], x)) continue;
     Node fused = ln;
     fused.inputs.resize(4);
     fused.inputs[0] = add.inputs[0];
@@ -56,11 +65,7 @@ PassResult post_norm_residual_fusion(Graph& g, const PassContext&) {
       const Node& ln = g.nodes[*p];
       if (ln.domain != kXpurtDomain || ln.op_type != "LayerNormalization" || ln.outputs.size() != 1) continue;
       if (ln.inputs.size() > 4 && !ln.inputs[4].empty()) continue;  // already has an addend
-      // r of y's exact shape and type (no broadcasting), a float type the fused op takes.
-      const auto ty = value_type(g, y);
-      const auto tr = value_type(g, r);
-      if (!ty || !tr || !ty->fully_known() || !is_fusable_float(ty->dtype)) continue;
-      if (!same_shape(*tr, *ty) || tr->dtype != ty->dtype) continue;
+      if (!same_fusable_type(g, r, y)) continue;
       Node fused = ln;
       fused.inputs.resize(5);
       fused.inputs[4] = r;

@@ -147,6 +147,20 @@ struct SumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
 
+// Task `task` of a split of few long rows (RowSplit in cuda_raw_kernels.h: rows x splits tasks, row-major, chunks of
+// `chunk` elements of rows of `cols`): its row and the [begin, end) of its chunk.
+struct RowChunk {
+  std::int64_t row;
+  std::int64_t begin;
+  std::int64_t end;
+};
+__device__ __forceinline__ RowChunk row_chunk(std::int64_t task, std::int64_t splits, std::int64_t chunk,
+                                              std::int64_t cols) {
+  const std::int64_t row = task / splits;
+  const std::int64_t begin = (task - row * splits) * chunk;
+  return {row, begin, begin + chunk < cols ? begin + chunk : cols};
+}
+
 // ---- strided indexing (Note [Coalesced geometry] in elementwise.cu) ----
 
 // Note [Fast division]

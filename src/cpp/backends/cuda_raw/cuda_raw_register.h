@@ -57,7 +57,8 @@ BroadcastGeometry geometry_of(const Tensor& a, const Tensor& b, const Tensor& y)
 // The bits of `value` converted to `dtype` (pad's constant, one_hot's on/off values), in the low bytes.
 std::uint64_t value_bits(double value, DType dtype);
 
-// ---- kernels whose plan has a split geometry and its workspace (cum_sum, arg_max, arg_min, softmax) ----
+// ---- kernels whose plan has a split geometry and its workspace (cum_sum, arg_max, arg_min, softmax, log_softmax,
+// layer_norm) ----
 
 // A plan that runs `run` with the launch's workspace (at least `bytes`) on the launch's device.
 class SplitPlan final : public KernelPlan {
@@ -82,7 +83,8 @@ class SplitPlan final : public KernelPlan {
 };
 
 // A cuda_raw kernel whose plan `make_plan` builds from the descriptor and the policy (its workspace limit); `extra`
-// says what the declaration cannot. Nothing is recorded: the plan follows from the descriptor and the policy.
+// (null: none) says what the declaration cannot. Nothing is recorded: the plan follows from the descriptor and the
+// policy.
 class SplitKernel final : public Kernel {
  public:
   using MakePlan = std::function<std::unique_ptr<KernelPlan>(const OpDescriptor&, const ExecutionPolicy&)>;
@@ -95,7 +97,7 @@ class SplitKernel final : public Kernel {
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
     try {
-      return extra_(desc);
+      return extra_ ? extra_(desc) : Support::yes();
     } catch (const std::exception& e) {
       return Support::no(e.what());
     }

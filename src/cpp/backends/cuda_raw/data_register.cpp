@@ -3,7 +3,6 @@
 // pad (pad.cu), resize (resize.cu), one_hot, trilu, tile and scatter_nd (generate.cu).
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -21,55 +20,21 @@ namespace xpuruntime::cuda_raw {
 
 namespace {
 
-// Kernels whose workspace follows from the descriptor (data_dependent.cu).
-using WorkspaceFn = std::function<std::size_t(const OpDescriptor&)>;
-
-class ScratchPlan final : public KernelPlan {
- public:
-  ScratchPlan(std::string op, std::size_t bytes, FunctionKernel::RunFn run)
-      : op_(std::move(op)), bytes_(bytes), run_(std::move(run)) {}
-  void run(const KernelLaunch& launch) const override {
-    XPURT_CHECK(launch.workspace_bytes >= bytes_, "cuda_raw ", op_, ": the plan needs ", bytes_,
-                " bytes of workspace (workspace_bytes()), the launch gives ", launch.workspace_bytes);
-    detail::CudaDeviceGuard guard(launch.desc->device.index);
-    run_(launch);
-  }
-  std::size_t workspace_bytes() const override { return bytes_; }
-  std::string describe() const override { return detail::str_cat("cuda_raw ", op_, ": workspace ", bytes_, " B"); }
-
- private:
-  std::string op_;
-  std::size_t bytes_;
-  FunctionKernel::RunFn run_;
-};
-
-class ScratchKernel final : public Kernel {
- public:
-  ScratchKernel(const std::string& op, const std::string& summary, std::vector<std::string> names, DTypes dtypes,
-                Extra extra, WorkspaceFn workspace, FunctionKernel::RunFn run)
-      : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true, summary,
-                          declaration(op, std::move(names), dtypes)}),
-        extra_(std::move(extra)),
-        workspace_(std::move(workspace)),
-        run_(std::move(run)) {}
-
-  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
-    try {
-      return extra_ ? extra_(desc) : Support::yes();
-    } catch (const std::exception& e) {
-      return Support::no(e.what());
-    }
-  }
-  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,
-                                    const std::string&) const override {
-    return std::make_unique<ScratchPlan>(desc.op, workspace_(desc), run_);
-  }
-
- private:
-  Extra extra_;
-  WorkspaceFn workspace_;
-  FunctionKernel::RunFn run_;
-};
+// A kernel whose workspace follows from the descriptor alone (data_dependent.cu): a SplitKernel whose plan is `run`
+// with that workspace, described as "cuda_raw <op>: workspace <bytes> B".
+std::unique_ptr<Kernel> scratch_kernel(const std::string& op, const std::string& summary,
+                                       std::vector<std::string> names, DTypes dtypes, Extra extra,
+                                       std::function<std::size_t(const OpDescriptor&)> workspace,
+                                       FunctionKernel::RunFn run) {
+  return std::make_unique<SplitKernel>(
+      op, summary, std::move(extra),
+      [workspace = std::move(workspace), run = std::move(run)](const OpDescriptor& desc, const ExecutionPolicy&) {
+        const std::size_t bytes = workspace(desc);
+        return std::make_unique<SplitPlan>(bytes, detail::str_cat("cuda_raw ", desc.op, ": workspace ", bytes, " B"),
+                                           run);
+      },
+      dtypes, std::move(names));
+}
 
 cuda_raw::NmsGeometry nms_geometry(const OpDescriptor& desc) {
   const Attributes& a = desc.attrs;
@@ -277,7 +242,7 @@ void register_data(KernelRegistry& registry) {
 
 // non_zero and non_max_suppression.
 void register_data_dependent(KernelRegistry& registry) {
-  registry.add_kernel(std::make_unique<ScratchKernel>(
+  registry.add_kernel(scratch_kernel(
       "non_zero",
       "NonZero into the bounded output: per-tile counts, one-block scan, per-tile writes (row-major order, "
       "deterministic); no host synchronization",
@@ -294,7 +259,7 @@ void register_data_dependent(KernelRegistry& registry) {
         cuda_raw::non_zero(x.data_ptr(), x.dtype(), x.shape(), launch.output(0).data_ptr(),
                            launch.output(1).data_ptr(), launch.workspace, launch.stream.handle);
       }));
-  registry.add_kernel(std::make_unique<ScratchKernel>(
+  registry.add_kernel(scratch_kernel(
       "non_max_suppression",
       "NonMaxSuppression into the bounded output: a block per (batch, class) ranks the candidates by counting "
       "(stable), then suppresses greedily (IoU in double); no host synchronization",

@@ -487,9 +487,7 @@ __global__ void __launch_bounds__(kBlockGroup)
                                std::int64_t cols, std::int64_t chunk, std::int64_t splits) {
   __shared__ float smem[kBlockGroup / 32];
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t row = task / splits;
-    const std::int64_t begin = (task - row * splits) * chunk;
-    const std::int64_t end = begin + chunk < cols ? begin + chunk : cols;
+    const auto [row, begin, end] = row_chunk(task, splits, chunk, cols);
     const T* in = x + row * cols;
     const T* res = residual != nullptr ? residual + row * cols : nullptr;
     auto value = [&](std::int64_t c) { return res != nullptr ? to_float(in[c]) + to_float(res[c]) : to_float(in[c]); };
@@ -513,7 +511,7 @@ __global__ void __launch_bounds__(kBlockGroup)
                                   std::int64_t splits, float epsilon) {
   __shared__ float smem[3 * (kBlockGroup / 32)];
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t row = task / splits;
+    const auto [row, begin, end] = row_chunk(task, splits, chunk, cols);
     // Lane k of the block holds chunks k, k + kBlockGroup, ... combined in order (splits <= kBlockGroup in practice).
     Moments v{0.0f, 0.0f, 0.0f};
     for (std::int64_t k = threadIdx.x; k < splits; k += kBlockGroup) {
@@ -523,8 +521,6 @@ __global__ void __launch_bounds__(kBlockGroup)
     }
     v = block_moments(v, smem);
     const float rstd = rsqrtf(v.m2 / static_cast<float>(cols) + epsilon);
-    const std::int64_t begin = (task - row * splits) * chunk;
-    const std::int64_t end = begin + chunk < cols ? begin + chunk : cols;
     const std::int64_t base = row * cols;
     for (std::int64_t c = begin + threadIdx.x; c < end; c += kBlockGroup) {
       const float value = residual != nullptr ? to_float(x[base + c]) + to_float(residual[base + c])

@@ -57,7 +57,7 @@ void register_softmax(KernelRegistry& registry) {
       "softmax along any axis: last-axis rows of up to 16384 halves / 8192 floats read once into registers (a group "
       "of 1-512 threads per row, Note [Register-cached softmax]), longer rows an online max/sum, few long rows split "
       "over many blocks (Note [Split softmax]), a thread per column for inner axes; fp32 math",
-      [](const OpDescriptor&) { return Support::yes(); },
+      nullptr,
       [](const OpDescriptor& desc, const ExecutionPolicy& policy) { return softmax_plan(desc, policy, false); },
       DTypes::kFloat));
 }
@@ -120,7 +120,7 @@ void register_layer_norm(KernelRegistry& registry) {
       "split over many blocks (Note [Split layer norm]); two-pass mean/variance in fp32; an optional residual is "
       "added on the fly and an optional addend to the output; an optional per-tensor quantized copy of the output "
       "written from registers",
-      [](const OpDescriptor&) { return Support::yes(); }, layer_norm_plan, DTypes::kFloat,
+      nullptr, layer_norm_plan, DTypes::kFloat,
       std::vector<std::string>{"x", "scale", "bias", "residual", "addend"}));
 }
 
@@ -128,7 +128,7 @@ void register_layer_norm(KernelRegistry& registry) {
 void register_log_softmax(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<SplitKernel>(
       "log_softmax", "x - max - log(sum(exp(x - max))) along any axis, the softmax kernels' layout",
-      [](const OpDescriptor&) { return Support::yes(); },
+      nullptr,
       [](const OpDescriptor& desc, const ExecutionPolicy& policy) { return softmax_plan(desc, policy, true); },
       DTypes::kFloat));
 }

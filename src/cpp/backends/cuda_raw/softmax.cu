@@ -402,9 +402,7 @@ __global__ void __launch_bounds__(kBlockGroup)
                             std::int64_t splits) {
   __shared__ float smem[2 * (kBlockGroup / 32)];
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t row = task / splits;
-    const std::int64_t begin = (task - row * splits) * chunk;
-    const std::int64_t end = begin + chunk < cols ? begin + chunk : cols;
+    const auto [row, begin, end] = row_chunk(task, splits, chunk, cols);
     const T* in = x + row * cols;
     float m = -INFINITY;
     float s = 0.0f;
@@ -420,7 +418,7 @@ __global__ void __launch_bounds__(kBlockGroup)
                                std::int64_t chunk, std::int64_t splits, bool log_output) {
   __shared__ float smem[2 * (kBlockGroup / 32)];
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t row = task / splits;
+    const auto [row, begin, end] = row_chunk(task, splits, chunk, cols);
     float m = -INFINITY;
     float s = 0.0f;
     for (std::int64_t k = threadIdx.x; k < splits; k += kBlockGroup) {
@@ -428,8 +426,6 @@ __global__ void __launch_bounds__(kBlockGroup)
       online_merge(m, s, p.x, p.y);
     }
     group_online_merge<kBlockGroup>(m, s, smem);
-    const std::int64_t begin = (task - row * splits) * chunk;
-    const std::int64_t end = begin + chunk < cols ? begin + chunk : cols;
     const T* in = x + row * cols;
     T* out = y + row * cols;
     if (log_output) {

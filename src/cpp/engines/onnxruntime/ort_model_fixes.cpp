@@ -200,7 +200,9 @@ void note_declared_lengths(const onnx::GraphProto& graph, std::map<std::string, 
 void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::string, std::int64_t>& opsets,
                          int depth) {
   std::map<std::string, std::int64_t> scalars;  // constant int scalars by name: initializers and Constant nodes
-  std::map<std::string, std::int64_t> lengths;  // the element counts of constant 1-D tensors, likewise
+  // The element counts of constant 1-D tensors, likewise, and of the 1-D values the graph declares with a static
+  // length (note_declared_lengths).
+  std::map<std::string, std::int64_t> lengths;
   const auto note_constant = [&](const std::string& name, const onnx::TensorProto& t) {
     if (auto v = int_scalar(t)) scalars[name] = *v;
     if (t.dims_size() == 1) lengths[name] = t.dims(0);

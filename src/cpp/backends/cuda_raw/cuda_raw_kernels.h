@@ -473,8 +473,30 @@ inline bool top_k_by_radix_select(std::int64_t cols, std::int64_t k) {
 inline bool top_k_supports(std::int64_t cols, std::int64_t k) {
   return cols >= 1 && cols <= kTopKMaxAxis && k >= 0 && k <= cols && (cols <= kTopKMaxCols || k <= kTopKMaxSelected);
 }
-void top_k(const void* x, DType dtype, void* values, void* indices, std::int64_t rows, std::int64_t cols,
-           std::int64_t k, bool largest, void* stream);
+// Few long rows (Note [TopK of few long rows] in select.cu): when the rows alone would leave most SMs idle (fewer
+// than kTopKSplitTargetBlocks) and a row holds at least two chunks of kTopKSplitMinChunk elements (and of 4k), each
+// row is cut into `splits` balanced chunks; a block per chunk selects the chunk's k best into the workspace
+// (values and int64 row indices, k a chunk), then a block per row selects the k best of its splits x k candidates.
+constexpr std::int64_t kTopKSplitTargetBlocks = 264;
+constexpr std::int64_t kTopKSplitMinChunk = 8192;
+struct TopKSplit {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t k = 0;
+  std::int64_t splits = 1;
+  std::int64_t chunk = 0;
+  std::size_t value_bytes = 4;  // the element's size (the candidates' values in the workspace)
+
+  std::size_t workspace_bytes() const;  // rows * splits * k candidates of value_bytes + 8 bytes when split
+  std::string str() const;              // "1 rows x 1048583 elements, k 100, 128 splits"
+};
+// `workspace_limit`: bytes at most (0: no limit; fewer splits, down to none, when it is small).
+TopKSplit top_k_split_geometry(std::int64_t rows, std::int64_t cols, std::int64_t k, DType dtype,
+                               std::uint64_t workspace_limit);
+// TopK of [g.rows, g.cols] by the geometry `g` (g.splits == 1: a block per row). `workspace`: g.workspace_bytes()
+// (null when 0).
+void top_k(const void* x, DType dtype, void* values, void* indices, const TopKSplit& g, bool largest,
+           void* workspace, void* stream);
 
 // ---- data_dependent.cu: non_zero, non_max_suppression (Note [Segmented plans] in capture_plan.h) ----
 

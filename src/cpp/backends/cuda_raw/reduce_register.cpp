@@ -182,11 +182,11 @@ void register_select(KernelRegistry& registry) {
               });
         }));
   }
-  add_kernel(
-      registry, "top_k",
+  registry.add_kernel(std::make_unique<SplitKernel>(
+      "top_k",
       "ONNX TopK along the last axis: a block per row, a radix select of the k largest (smallest) then a sort of them, "
-      "or a sort of the whole row when k is a large part of it (ties: the smaller index first)",
-      {"x"},
+      "or a sort of the whole row when k is a large part of it; few long rows a radix select per chunk, then one of "
+      "the chunks' candidates (ties: the smaller index first)",
       [](const OpDescriptor& desc) {
         const TensorDesc& x = desc.inputs[0];
         if (normalized_axis(desc.attrs.get_int("axis", -1), x.dim()) != x.dim() - 1) {
@@ -201,13 +201,22 @@ void register_select(KernelRegistry& registry) {
         }
         return Support::yes();
       },
-      [](const KernelLaunch& launch) {
-        const Tensor& x = launch.input(0);
-        const std::int64_t cols = x.shape().empty() ? 1 : x.shape().back();
-        cuda_raw::top_k(x.data_ptr(), x.dtype(), launch.output(0).data_ptr(), launch.output(1).data_ptr(),
-                        cols == 0 ? 0 : x.numel() / cols, cols, launch.desc->attrs.get_int("k", 0),
-                        launch.desc->attrs.get_int("largest", 1) != 0, launch.stream.handle);
-      });
+      [](const OpDescriptor& desc, const ExecutionPolicy& policy) -> std::unique_ptr<KernelPlan> {
+        const TensorDesc& x = desc.inputs[0];
+        const std::int64_t cols = x.shape.empty() ? 1 : x.shape.back();
+        const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+        const cuda_raw::TopKSplit g = cuda_raw::top_k_split_geometry(rows, cols, desc.attrs.get_int("k", 0), x.dtype,
+                                                                     policy.workspace_limit);
+        const bool largest = desc.attrs.get_int("largest", 1) != 0;
+        return std::make_unique<SplitPlan>(g.workspace_bytes(), "cuda_raw top_k: " + g.str(),
+                                           [g, largest](const KernelLaunch& launch) {
+                                             const Tensor& x = launch.input(0);
+                                             cuda_raw::top_k(x.data_ptr(), x.dtype(), launch.output(0).data_ptr(),
+                                                             launch.output(1).data_ptr(), g, largest,
+                                                             launch.workspace, launch.stream.handle);
+                                           });
+      },
+      DTypes::kFloat));
 }
 
 }  // namespace xpuruntime::cuda_raw

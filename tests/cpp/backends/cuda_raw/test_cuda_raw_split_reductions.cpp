@@ -170,6 +170,30 @@ TEST(CudaRawSplitPlans, TopKTakesTheRadixSelectForLongRowsAndAnyRowLength) {
   EXPECT_TRUE(cuda_raw_kernel("top_k").supports(desc, ExecutionPolicy{}));
 }
 
+// Note [TopK of few long rows]: a chunk is at least 8192 elements and four times k, the rows times splits at most
+// 264 blocks, the candidates (8-byte indices and the values) within the workspace limit.
+TEST(CudaRawSplitPlans, TopKSplitsFewLongRows) {
+  const auto k = [](std::int64_t v) { return Attributes().set("k", v).set("axis", std::int64_t{-1}); };
+  expect_plan(*plan_of("top_k", {1, 1048583}, DType::kFloat32, k(100)), "1 rows x 1048583 elements, k 100, 128 splits",
+              128 * 100 * 12);
+  expect_plan(*plan_of("top_k", {64, 32000}, DType::kFloat16, k(50)), "64 rows x 32000 elements, k 50, 3 splits",
+              64 * 3 * 50 * 10);
+  expect_plan(*plan_of("top_k", {2, 100000}, DType::kBFloat16, k(4096)), "k 4096, 6 splits", 2 * 6 * 4096 * 10);
+  expect_plan(*plan_of("top_k", {1, 3234}, DType::kFloat32, k(300)), "k 300, 1 split", 0);      // one chunk
+  expect_plan(*plan_of("top_k", {1, 20000}, DType::kFloat32, k(4096)), "k 4096, 1 split", 0);   // chunks under 4k
+  expect_plan(*plan_of("top_k", {300, 100000}, DType::kFloat16, k(10)), "k 10, 1 split", 0);    // rows enough
+  expect_plan(*plan_of("top_k", {1, 1048583}, DType::kFloat32, k(0)), "k 0, 1 split", 0);
+  ExecutionPolicy limited;
+  limited.workspace_limit = 12000;
+  expect_plan(*plan_of("top_k", {1, 1048583}, DType::kFloat32, k(100), limited), "10 splits", 10 * 100 * 12);
+  limited.workspace_limit = 2000;
+  expect_plan(*plan_of("top_k", {1, 1048583}, DType::kFloat32, k(100), limited), "1 split", 0);
+  // 263 rows fill 263 of the 264 blocks: two splits at most; chunks of 8193 (not 8192: the balanced split of 16385)
+  expect_plan(*plan_of("top_k", {263, 16385}, DType::kFloat16, k(2048)), "k 2048, 2 splits", 263 * 2 * 2048 * 10);
+  expect_plan(*plan_of("top_k", {3, 16385}, DType::kFloat16, k(4096)), "k 4096, 1 split", 0);  // chunks of 16384+
+}
+
+
 #endif  // XPURT_WITH_CUDA
 
 // ---- GPU: against the cpu kernel ----
@@ -498,7 +522,8 @@ TEST(CudaRawSplitGpu, CumSumMatchesTheCpuKernel) {
 
 // TopK (Note [TopK by radix select] in select.cu): values and indices the same bytes as the cpu kernel's, on both
 // kernels (whole-row sorts and radix selects), with ties at the k-th value (small integers, -0 beside +0), rows of
-// one element, rows longer than a whole-row sort takes, prime lengths, largest and smallest.
+// one element, rows longer than a whole-row sort takes, prime lengths, largest and smallest; few long rows split into
+// chunks (Note [TopK of few long rows]: ties across chunks, k of a whole chunk).
 TEST(CudaRawSplitGpu, TopKMatchesTheCpuKernel) {
   XPURT_SKIP_WITHOUT_GPU();
   std::mt19937 rng(46);
@@ -512,7 +537,8 @@ TEST(CudaRawSplitGpu, TopKMatchesTheCpuKernel) {
   const std::vector<Case> cases = {{{1, 3234}, 300, false}, {{2, 3001}, 500, true},   {{3, 10007}, 77, false},
                                    {{1, 5003}, 4096, true}, {{5, 33}, 33, true},      {{1, 1}, 1, false},
                                    {{4, 100003}, 1, false}, {{1, 1048583}, 2048, true}, {{7, 2500}, 2500, true},
-                                   {{64, 32000}, 50, false}};
+                                   {{64, 32000}, 50, false}, {{2, 100000}, 4096, true},
+                                   {{3, 65537}, 1, true},    {{1, 16384}, 2048, false}};
   for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (const auto& c : cases) {
       std::vector<float> values(static_cast<std::size_t>(numel_of(c.shape)));

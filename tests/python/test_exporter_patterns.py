@@ -540,3 +540,68 @@ def test_attention_of_decoders_with_a_cache_fuses(form, batch, seq, past, padded
                                 _cached_decoder_reference(feeds)):
         np.testing.assert_allclose(a, np.asarray(b, np.float32), rtol=2e-2, atol=2e-2, err_msg=name)
         np.testing.assert_allclose(a, want, rtol=2e-2, atol=2e-2, err_msg=name)
+
+
+def _t5_guard_model(dtype):
+    """T5's float16 guard as transformers writes it and dynamo exports it: clamp_value = where(isinf(h.float()).any(),
+    max - 1000, max), h = clamp(h, -clamp_value, clamp_value), then h + r (Note [Reductions of predicates])."""
+    from onnx import TensorProto, helper
+    elem = TensorProto.FLOAT16 if dtype == "float16" else TensorProto.FLOAT
+    fmax = 65504.0 if dtype == "float16" else 3.4028234663852886e38
+    wide = TensorProto.FLOAT if dtype == "float16" else TensorProto.DOUBLE
+    nodes = [helper.make_node("Cast", ["h"], ["hf"], to=wide),
+             helper.make_node("IsInf", ["hf"], ["inf"]),
+             helper.make_node("Cast", ["inf"], ["flags"], to=TensorProto.INT64),
+             helper.make_node("ReduceMax", ["flags"], ["m"], keepdims=0),
+             helper.make_node("Cast", ["m"], ["any"], to=TensorProto.BOOL),
+             helper.make_node("Where", ["any", "lowered", "top"], ["clamp"]),
+             helper.make_node("Neg", ["clamp"], ["low"]),
+             helper.make_node("Max", ["h", "low"], ["above"]),
+             helper.make_node("Min", ["above", "clamp"], ["clamped"]),
+             helper.make_node("Add", ["clamped", "r"], ["y"])]
+    inits = [helper.make_tensor("lowered", elem, [], [fmax - 1000.0 if dtype == "float16" else 1e30]),
+             helper.make_tensor("top", elem, [], [fmax])]
+    graph = helper.make_graph(nodes, "t5_guard", [helper.make_tensor_value_info("h", elem, ["b", 7, 33]),
+                                                  helper.make_tensor_value_info("r", elem, ["b", 7, 33])],
+                              [helper.make_tensor_value_info("y", elem, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=pytest.mark.skipif(
+    xrt.get_device_count() == 0, reason="needs a CUDA device"))])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_any_of_a_predicate_reduces_the_bools(device, dtype):
+    """Note [Reductions of predicates]: the guard's IsInf reads h itself, its ReduceMax the bools (no Cast left of the
+    guard), with and without an infinity in h; the outputs are NumPy's and the plan's without the pass."""
+    import numpy as np
+    model = _t5_guard_model(dtype)
+    np_dtype = np.float16 if dtype == "float16" else np.float32
+    session = xrt.InferenceSession(model, engine="native", device=device,
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error"))
+    plain = xrt.InferenceSession(model, engine="native", device=device, disabled_passes=["predicate_reduction"])
+    ran = collections.Counter(n["op_type"] for n in session.explain().nodes)
+    assert ran["Cast"] == 0 and ran["ReduceMax"] == 1 and ran["IsInf"] == 1, dict(ran)
+    assert collections.Counter(n["op_type"] for n in plain.explain().nodes)["Cast"] >= 3
+    rng = np.random.default_rng(3)
+    for batch, inf_at in [(1, None), (3, (2, 6, 32)), (2, (0, 0, 0))]:
+        h = (rng.standard_normal((batch, 7, 33)) * 1000).astype(np_dtype)
+        if inf_at is not None:
+            h[inf_at] = -np.inf
+        r = rng.standard_normal((batch, 7, 33)).astype(np_dtype)
+        top = np.float32(65504.0 if dtype == "float16" else np.finfo(np.float32).max)
+        clamp = np.float32(65504.0 - 1000.0 if dtype == "float16" else 1e30) if np.isinf(h).any() else top
+        want = np.clip(h.astype(np.float32), -clamp, clamp).astype(np_dtype) + r
+        got = np.asarray(session.run(None, {"h": h, "r": r})[0])
+        np.testing.assert_array_equal(got, np.asarray(plain.run(None, {"h": h, "r": r})[0]))
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3, atol=1e-2)
+
+
+def test_t5_guards_reduce_the_bools_of_h():
+    """Every guard of the T5 export: its IsInf reads h without the float32 copy, its ReduceMax the bools."""
+    model, explained = _explained("t5_encoder", "dynamo.float16")
+    guards = sum(n.op_type == "IsInf" for n in model.graph.node)
+    notes = [o for o in explained.options if o.startswith("pass predicate_reduction:")]
+    assert guards > 0 and notes, explained.options
+    assert notes[0].startswith(f"pass predicate_reduction: {2 * guards} rewrite(s)"), notes[0]
+    ran = collections.Counter(n["op_type"] for n in explained.nodes)
+    assert ran["IsInf"] == guards and ran["ReduceMax"] == guards and ran["Cast"] <= 1, dict(ran)

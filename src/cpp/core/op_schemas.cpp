@@ -692,7 +692,9 @@ std::vector<TensorDesc> infer_binary(const OpDescriptor& desc) {
 std::vector<TensorDesc> infer_reduce(const OpDescriptor& desc) {
   const DType dtype = desc.inputs[0].dtype;
   const bool float_only = desc.op == "reduce_mean" || desc.op == "reduce_sum_square";
-  if (float_only || (dtype != DType::kInt32 && dtype != DType::kInt64)) {
+  // max and min of bools: any and all (ONNX ReduceMax/ReduceMin-20; Note [Reductions of predicates])
+  const bool any_all = dtype == DType::kBool && (desc.op == "reduce_max" || desc.op == "reduce_min");
+  if (float_only || (dtype != DType::kInt32 && dtype != DType::kInt64 && !any_all)) {
     check_float_inputs(desc, {"x"});  // sum, max, min and prod also take int32/int64
   }
   const TensorDesc& x = desc.inputs[0];
@@ -860,7 +862,8 @@ void register_ops(KernelRegistry& registry) {
     add(op, "elementwise", {"a", "b"}, std::string(op) + "(a, b) with NumPy broadcasting", infer_binary);
   }
   for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"}) {
-    add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1; sum/max/min/prod also int32/int64",
+    add(op, "reduce", {"x"}, "reduce over axes (empty = all); keepdims=1; sum/max/min/prod also int32/int64, max/min "
+        "also bool (any/all)",
         infer_reduce);
   }
   add("reduce_sum_square", "reduce", {"x"}, "sum of x * x over axes (empty = all), each square in float32 or wider; "

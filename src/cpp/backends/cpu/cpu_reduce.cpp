@@ -170,11 +170,14 @@ void register_reduce_kernels(KernelRegistry& registry) {
                    std::string("reference ") + op + " over any axes (keepdims), sums accumulated in double",
                    [kind = kind](const KernelLaunch& launch, const CpuContext& context) {
                      const DType dtype = launch.desc->inputs[0].dtype;
-                     if (dtype == DType::kInt32 || dtype == DType::kInt64) return run_reference_reduce(launch);
+                     if (dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kBool) {
+                       return run_reference_reduce(launch);  // bool: max/min only (the schema's any/all)
+                     }
                      dispatch_compute_type(dtype,
                                            [&](auto zero) { run_reduce<decltype(zero)>(kind, launch, context); });
                    },
                    kind == ReduceOp::kMean || kind == ReduceOp::kSumSquare ? DTypeSet::kFloat
+                   : kind == ReduceOp::kMax || kind == ReduceOp::kMin      ? DTypeSet::kAll  // the schema: bool too
                                                                            : DTypeSet::kFloatAndInt);
   }
 }

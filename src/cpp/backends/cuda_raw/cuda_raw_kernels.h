@@ -350,7 +350,8 @@ void gather_nd(const void* data, const std::vector<std::int64_t>& data_shape, co
 
 // ---- reduce.cu: integer reductions ----
 
-// reduce_sum (wrapping), reduce_max, reduce_min, reduce_prod (wrapping) of int32/int64 with a block per (output,
+// reduce_sum (wrapping), reduce_max, reduce_min, reduce_prod (wrapping) of int32/int64, and reduce_max (any) and
+// reduce_min (all) of bools, with a block per (output,
 // block split) and a second pass over the splits (Note [Block reductions]); `geometry` from reduce_geometry,
 // `workspace` its workspace_bytes() (may be null when that is 0).
 void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace,

@@ -832,7 +832,11 @@ void integer_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, 
   XPURT_CHECK(geometry.count > 0 || op == ReduceOp::kSum || op == ReduceOp::kProd,
               "cuda_raw::integer_reduce: max/min of an empty axis");
   if (dtype == DType::kInt32) return launch_block_reduce<std::int32_t>(op, geometry, x, y, workspace, stream);
-  XPURT_CHECK(dtype == DType::kInt64, "cuda_raw::integer_reduce: int32 or int64, got ", dtype_name(dtype));
+  if (dtype == DType::kBool) {  // any (max) and all (min) of bytes that are 0 or 1
+    XPURT_CHECK(op == ReduceOp::kMax || op == ReduceOp::kMin, "cuda_raw::integer_reduce: bools take max and min");
+    return launch_block_reduce<std::uint8_t>(op, geometry, x, y, workspace, stream);
+  }
+  XPURT_CHECK(dtype == DType::kInt64, "cuda_raw::integer_reduce: int32, int64 or bool, got ", dtype_name(dtype));
   launch_block_reduce<std::int64_t>(op, geometry, x, y, workspace, stream);
 }
 

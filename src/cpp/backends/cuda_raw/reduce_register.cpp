@@ -44,7 +44,7 @@ class ReducePlan final : public KernelPlan {
                 launch.workspace_bytes);
     detail::CudaDeviceGuard guard(launch.desc->device.index);
     const Tensor& x = launch.input(0);
-    if (data_ops::is_arithmetic_int_dtype(x.dtype())) {
+    if (data_ops::is_arithmetic_int_dtype(x.dtype()) || x.dtype() == DType::kBool) {
       cuda_raw::integer_reduce(kind_, geometry_, x.data_ptr(), launch.output(0).data_ptr(), x.dtype(),
                                launch.workspace, launch.stream.handle);
       return;
@@ -61,20 +61,30 @@ class ReducePlan final : public KernelPlan {
   cuda_raw::ReduceGeometry geometry_;
 };
 
+// What a reduction's declaration takes: floats (mean, sum of squares), and int32/int64 (sum, prod) or every dtype
+// (max and min: accepts() keeps floats, int32, int64 and bools).
+DTypes dtypes_of(ReduceOp kind) {
+  if (kind == ReduceOp::kMean || kind == ReduceOp::kSumSquare) return DTypes::kFloat;
+  return kind == ReduceOp::kMax || kind == ReduceOp::kMin ? DTypes::kAll : DTypes::kFloatAndInt;
+}
+
 class ReduceKernel final : public Kernel {
  public:
   ReduceKernel(const std::string& op, ReduceOp kind)
       : Kernel(KernelInfo{op, "cuda_raw", "cuda_raw", DeviceType::kCUDA, true,
                           op + " over any axes: a warp/block per row or a thread per column, split into two "
-                               "deterministic passes when outputs are few; fp32 accumulation (int32/int64 and "
-                               "products: a block per output or split of one, sums wrap)",
-                          declaration(op, {"x"}, kind == ReduceOp::kMean || kind == ReduceOp::kSumSquare
-                                                     ? DTypes::kFloat
-                                                     : DTypes::kFloatAndInt)}),
+                               "deterministic passes when outputs are few; fp32 accumulation (int32/int64, max/min "
+                               "of bools and products: a block per output or split of one, sums wrap)",
+                          declaration(op, {"x"}, dtypes_of(kind))}),
         kind_(kind) {}
 
   Support accepts(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
     try {
+      const DType t = desc.inputs[0].dtype;
+      if (!is_kernel_float(t) && !data_ops::is_arithmetic_int_dtype(t) && t != DType::kBool) {
+        return Support::no(detail::str_cat("cuda_raw ", desc.op, " takes float, int32, int64 or (max/min) bool "
+                                           "tensors, got ", dtype_name(t)));
+      }
       cuda_raw::ReduceGeometry geometry;
       std::string why_not;
       if (!cuda_raw::reduce_geometry(desc.inputs[0].shape, reduced_flags(desc), policy.workspace_limit, &geometry,
@@ -101,9 +111,10 @@ class ReduceKernel final : public Kernel {
   }
 
  private:
-  // Integer reductions and products run the block kernel (Note [Block reductions] in reduce.cu).
+  // Integer reductions, any/all of bools and products run the block kernel (Note [Block reductions] in reduce.cu).
   bool block_kernel(const OpDescriptor& desc) const {
-    return kind_ == ReduceOp::kProd || data_ops::is_arithmetic_int_dtype(desc.inputs[0].dtype);
+    const DType t = desc.inputs[0].dtype;
+    return kind_ == ReduceOp::kProd || data_ops::is_arithmetic_int_dtype(t) || t == DType::kBool;
   }
 
   ReduceOp kind_;
@@ -202,11 +213,11 @@ void register_select(KernelRegistry& registry) {
         return Support::yes();
       },
       [](const OpDescriptor& desc, const ExecutionPolicy& policy) -> std::unique_ptr<KernelPlan> {
-        const TensorDesc& x = desc.inputs[0];
-        const std::int64_t cols = x.shape.empty() ? 1 : x.shape.back();
-        const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-        const cuda_raw::TopKSplit g = cuda_raw::top_k_split_geometry(rows, cols, desc.attrs.get_int("k", 0), x.dtype,
-                                                                     policy.workspace_limit);
+        const TensorDesc& in = desc.inputs[0];
+        const std::int64_t cols = in.shape.empty() ? 1 : in.shape.back();
+        const std::int64_t rows = cols == 0 ? 0 : in.numel() / cols;
+        const cuda_raw::TopKSplit g = cuda_raw::top_k_split_geometry(rows, cols, desc.attrs.get_int("k", 0),
+                                                                     in.dtype, policy.workspace_limit);
         const bool largest = desc.attrs.get_int("largest", 1) != 0;
         return std::make_unique<SplitPlan>(g.workspace_bytes(), "cuda_raw top_k: " + g.str(),
                                            [g, largest](const KernelLaunch& launch) {

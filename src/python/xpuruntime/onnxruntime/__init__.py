@@ -76,8 +76,8 @@ _XRT_ENGINES = ("auto", "native", "onnxruntime", "tensorrt", "openvino", "qnn")
 _ALL_PROVIDERS = [CUDA, "TensorrtExecutionProvider", "OpenVINOExecutionProvider", "QNNExecutionProvider", CPU]
 
 # The native engine's graph passes by ONNX Runtime's optimization levels (docs/native_engine.md, "Graph passes").
-_BASIC_PASSES = {"constant_folding", "shape_folding", "identity_elimination", "dead_node_elimination",
-                 "op_decomposition", "conv_bn_folding"}
+_BASIC_PASSES = {"constant_folding", "shape_folding", "predicate_reduction", "identity_elimination",
+                 "dead_node_elimination", "op_decomposition", "conv_bn_folding"}
 _EXTENDED_PASSES = {"gelu_fusion", "layer_norm_fusion", "residual_layer_norm_fusion", "attention_fusion",
                     "gemm_fusion", "conv_fusion"}
 _LAYOUT_PASSES = {"nhwc_layout"}

@@ -256,8 +256,9 @@ TEST(GraphPasses, ListAndUnknownNames) {
     names.push_back(p.name);
     EXPECT_FALSE(p.doc.empty()) << p.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "identity_elimination",
-                                             "dead_node_elimination", "tensor_parallel", "op_decomposition",
+  EXPECT_EQ(names, (std::vector<std::string>{"constant_folding", "shape_folding", "predicate_reduction",
+                                             "identity_elimination", "dead_node_elimination", "tensor_parallel",
+                                             "op_decomposition",
                                              "group_query_attention_decomposition", "int4_weight_fusion",
                                              "quantized_fusion", "conv_bn_folding",
                                              "gelu_fusion",
@@ -630,6 +631,49 @@ TEST(IdentityElimination, RoundTripCastsThroughAWiderTypeGo) {
   ASSERT_NE(neg, nullptr);
   EXPECT_EQ(neg->inputs[0], "r");
   EXPECT_EQ(count(out, "Cast"), 3);  // the widening one (a graph output reads it) and the narrowing pair
+}
+
+// Note [Reductions of predicates]: T5's guard, where(isinf(x.double()).any(), a, b), and an all() over an axis whose
+// float result something reads: the reductions read the bools, the IsInf reads x, and identity_elimination then
+// takes out the cast back to bool; the values stay (x with and without an infinity).
+TEST(PredicateReduction, ReductionsReadTheBoolsAndIsInfTheNarrowValue) {
+  Builder b;
+  b.input("x", {3, 4}).constant("a", make({1}, {1.0f})).constant("c", make({1}, {2.0f}));
+  b.constant("zero", make({1}, {0.0f}));
+  b.add(node("Cast", {"x"}, {"xd"}, Attributes().set("to", I(11))));     // float -> double
+  b.add(node("IsInf", {"xd"}, {"inf"}));
+  b.add(node("Cast", {"inf"}, {"flags"}, Attributes().set("to", I(7))));  // bool -> int64
+  b.add(node("ReduceMax", {"flags"}, {"m"}, Attributes().set("keepdims", I(0))));
+  b.add(node("Cast", {"m"}, {"any"}, Attributes().set("to", I(9))));  // int64 -> bool
+  b.add(node("Where", {"any", "a", "c"}, {"y"}));
+  b.add(node("Greater", {"x", "zero"}, {"positive"}));
+  b.add(node("Cast", {"positive"}, {"pf"}, Attributes().set("to", I(1))));  // bool -> float
+  b.add(node("ReduceMin", {"pf"}, {"all"}, Attributes().set("axes", std::vector<std::int64_t>{1})));
+  b.add(node("Neg", {"all"}, {"z"}));
+  b.g.types["xd"] = type({3, 4}, DType::kFloat64);
+  b.g.types["inf"] = type({3, 4}, DType::kBool);
+  b.g.types["flags"] = type({3, 4}, DType::kInt64);
+  b.g.types["m"] = type({}, DType::kInt64);
+  b.g.types["positive"] = type({3, 4}, DType::kBool);
+  b.typed("pf", {3, 4}).typed("all", {3, 1});
+  Graph g = b.build({"y", "z"});
+  Tensor with_inf = random({3, 4}, 41);
+  static_cast<float*>(with_inf.data_ptr())[5] = INFINITY;
+  for (const Tensor& x : {random({3, 4}, 40), with_inf}) {
+    int rewrites = 0;
+    Graph out = run_pass(g, passes::predicate_reduction, {{"x", x}}, &rewrites);
+    EXPECT_EQ(rewrites, 3) << out.str();
+    EXPECT_EQ(find(out, "IsInf")->inputs[0], "x");
+    EXPECT_EQ(find(out, "ReduceMax")->inputs[0], "inf");
+    EXPECT_EQ(find(out, "ReduceMin")->inputs[0], "positive");
+    out = run_pass(out, passes::identity_elimination, {{"x", x}}, &rewrites);
+    EXPECT_EQ(rewrites, 1) << out.str();  // the int64 round trip of the any
+    out = run_pass(out, passes::dead_node_elimination, {{"x", x}}, &rewrites);
+    EXPECT_EQ(count(out, "Cast"), 1) << out.str();  // the all's float for the Neg
+    EXPECT_EQ(find(out, "Where")->inputs[0], find(out, "ReduceMax")->outputs[0]);
+    const std::vector<Tensor> y = run_graph(out, {{"x", x}});
+    EXPECT_EQ(values(y[0])[0], x.data_ptr() == with_inf.data_ptr() ? 1.0f : 2.0f);
+  }
 }
 
 // Note [Expands before broadcasting ops]: an Expand read by Div, whose other operand has the expanded shape, goes;

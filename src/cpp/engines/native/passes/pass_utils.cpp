@@ -205,6 +205,10 @@ bool widens_exactly(DType from, DType to) {
       return to == DType::kInt32 || to == DType::kInt64 || to == DType::kUInt32 || to == DType::kUInt64;
     case DType::kInt32: return to == DType::kInt64;
     case DType::kUInt32: return to == DType::kInt64 || to == DType::kUInt64;
+    case DType::kBool:  // false and true as 0 and 1, which every numeric type holds
+      return to == DType::kInt8 || to == DType::kUInt8 || to == DType::kInt16 || to == DType::kUInt16 ||
+             to == DType::kInt32 || to == DType::kUInt32 || to == DType::kInt64 || to == DType::kUInt64 ||
+             to == DType::kFloat16 || to == DType::kBFloat16 || to == DType::kFloat32 || to == DType::kFloat64;
     default: return false;
   }
 }

@@ -71,7 +71,7 @@ int scalar_operand(const Graph& g, const Node& n, const std::string& op_type, do
 std::optional<DType> dtype_from_onnx(std::int64_t code);
 // Whether every value of `from` is one of `to`'s, so Cast(Cast(x, to), from) is x (Note [Round-trip casts] in
 // elimination.cpp): float16 and bfloat16 in float32 or float64, float32 in float64, an integer type in a wider one
-// that holds its whole range.
+// that holds its whole range, bool in any integer or float type.
 bool widens_exactly(DType from, DType to);
 
 // Elements of a numeric CPU tensor as double (16-bit floats converted); and a new tensor from doubles (rounded to

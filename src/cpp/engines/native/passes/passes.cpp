@@ -18,6 +18,10 @@ const std::vector<PassInfo>& all_passes() {
        constant_folding},
       {"shape_folding", "Shape/Size of values with known shapes become constants; folds what follows, to a fixed point",
        shape_folding},
+      {"predicate_reduction",
+       "ReduceMax/ReduceMin of Cast(bool -> T) -> Cast(ReduceMax/ReduceMin of the bools -> T) (any, all), and "
+       "IsInf/IsNaN of a widening float Cast read the narrower value (Note [Reductions of predicates])",
+       predicate_reduction},
       {"identity_elimination", "removes Identity, inference Dropout, Cast to the same type, Reshape to the same shape, "
                                "Pad by zeros, Expand before a broadcasting op",
        identity_elimination},

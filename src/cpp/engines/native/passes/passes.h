@@ -98,6 +98,7 @@ XPURT_API std::vector<PassResult> run_passes(Graph& g, const PassContext& ctx,
 // topologically.
 XPURT_API PassResult constant_folding(Graph& g, const PassContext& ctx);
 XPURT_API PassResult shape_folding(Graph& g, const PassContext& ctx);
+XPURT_API PassResult predicate_reduction(Graph& g, const PassContext& ctx);
 XPURT_API PassResult identity_elimination(Graph& g, const PassContext& ctx);
 XPURT_API PassResult dead_node_elimination(Graph& g, const PassContext& ctx);
 XPURT_API PassResult conv_bn_folding(Graph& g, const PassContext& ctx);

@@ -156,6 +156,11 @@ def awkward_cases(torch, case, rand, scale: float) -> None:
     small = flags[:65536]  # T5's guard at batch 1 ([1, 128, 512] hidden states): latency, not bandwidth
     case("reduce_max_all_int64_65536", "reduce_max", [small], {"keepdims": 0}, lambda x: x.amax(),
          "T5's isinf(x).any() at batch 1: ReduceMax of 65,536 int64 flags")
+    bools = flat.float().abs() > 3.0  # what predicate_reduction reduces (Note [Reductions of predicates])
+    case("reduce_max_all_bool", "reduce_max", [bools], {"keepdims": 0}, lambda x: x.any(),
+         "isinf(x).any() after predicate_reduction: ReduceMax (any) of the bools")
+    case("reduce_max_all_bool_65536", "reduce_max", [bools[:65536]], {"keepdims": 0}, lambda x: x.any(),
+         "T5's guard at batch 1 after predicate_reduction: any of 65,536 bools")
     positive = (flat.float() > -10.0).to(torch.int64)
     case("reduce_min_all_int64", "reduce_min", [positive], {"keepdims": 0}, lambda x: x.amin(),
          "(x > 0).all(): ReduceMin of int64 flags")

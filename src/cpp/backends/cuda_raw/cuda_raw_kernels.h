@@ -220,11 +220,14 @@ struct ReduceGeometry {
 
 // Fills `geometry` for a contiguous input of `shape` reduced along the dimensions flagged in `reduced`, with a
 // workspace of at most `workspace_limit` bytes (0: no limit; fewer splits, down to none, when it is small).
-// `block`: for the block kernel (integer_reduce, float_prod), else for `reduce`.
+// `block`: for the block kernel (integer_reduce, float_prod), else for `reduce`; `block_chunk_scale`: its chunks'
+// scale over one element a load (32 for bools: two rounds of 16-byte loads, Note [Bools 16 at a time]).
 // Returns false with `why_not` set when the kept or the reduced dimensions do not merge into kMaxDims each.
 bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<bool>& reduced,
                      std::uint64_t workspace_limit, ReduceGeometry* geometry, std::string* why_not,
-                     bool block = false);
+                     bool block = false, std::int64_t block_chunk_scale = 1);
+// The block kernel's chunk scale for a reduction of `dtype` (32 for bools, else 1).
+inline std::int64_t block_chunk_scale(DType dtype) { return dtype == DType::kBool ? 32 : 1; }
 // `workspace`: geometry.workspace_bytes() bytes of device memory (null when 0).
 void reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, DType dtype, void* workspace,
             void* stream);

@@ -77,6 +77,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
@@ -114,9 +115,11 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 // The splits of each result's range for the block kernel (Note [Block reductions]): one when the results fill the
 // GPU or are short, and no more than `workspace_limit` (0: none) holds partials for.
-std::int64_t block_reduce_splits(std::int64_t outputs, std::int64_t count, std::uint64_t workspace_limit) {
-  if (outputs <= 0 || outputs >= kBlockTargetBlocks || count < 2 * kBlockMinChunk) return 1;
-  std::int64_t splits = std::min(ceil_div(count, kBlockMinChunk), ceil_div(kBlockTargetBlocks, outputs));
+std::int64_t block_reduce_splits(std::int64_t outputs, std::int64_t count, std::uint64_t workspace_limit,
+                                 std::int64_t scale) {
+  const std::int64_t min_chunk = kBlockMinChunk * scale;
+  if (outputs <= 0 || outputs >= kBlockTargetBlocks || count < 2 * min_chunk) return 1;
+  std::int64_t splits = std::min(ceil_div(count, min_chunk), ceil_div(kBlockTargetBlocks, outputs));
   if (workspace_limit > 0) {
     const auto fit =
         static_cast<std::int64_t>(workspace_limit / (kBlockPartialBytes * static_cast<std::uint64_t>(outputs)));
@@ -558,7 +561,8 @@ std::string ReduceGeometry::str() const {
 }
 
 bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<bool>& reduced,
-                     std::uint64_t workspace_limit, ReduceGeometry* geometry, std::string* why_not, bool block) {
+                     std::uint64_t workspace_limit, ReduceGeometry* geometry, std::string* why_not, bool block,
+                     std::int64_t block_chunk_scale) {
   XPURT_INTERNAL_ASSERT(shape.size() == reduced.size(), "shape and reduced flags disagree");
   *geometry = ReduceGeometry();
   ReduceGeometry& g = *geometry;
@@ -610,7 +614,8 @@ bool reduce_geometry(const std::vector<std::int64_t>& shape, const std::vector<b
   g.block = block;
   if (block) {
     g.middle = false;
-    g.splits = block_reduce_splits(g.outputs, g.count, workspace_limit);
+    g.splits = block_reduce_splits(g.outputs, g.count, workspace_limit,
+                                   std::max<std::int64_t>(1, block_chunk_scale));
   } else if (g.middle) {
     g.inner = g.kept_sizes.back();
     const int vectors = middle_vectors(g.inner);
@@ -794,6 +799,66 @@ __global__ void __launch_bounds__(kThreads) block_finalize_kernel(ReduceOp op,
   }
 }
 
+// Note [Bools 16 at a time]
+// Any (reduce_max) and all (reduce_min) of bools, whose bytes are 0 or 1 (Note [Reductions of predicates]): where a
+// result's range is contiguous, each thread reads 16 bytes a load, kBlockLoads loads in flight, and looks for the
+// byte that decides the result (any: a nonzero byte, all: a zero byte, found in a 32-bit word w as
+// (w - 0x01010101) & ~w & 0x80808080); the head before the first 16-byte boundary and the tail go a byte at a time.
+// The block's threads meet in __syncthreads_or; the result (or the split's partial, combined by
+// block_finalize_kernel<uint8_t>) is 0 or 1. The splits' chunks are 32 times the block kernel's (block_chunk_scale:
+// two rounds of loads a thread): a full reduction of 65,536 bools (T5's guard at batch 1) is one block, one launch.
+__device__ __forceinline__ bool has_zero_byte(unsigned w) { return ((w - 0x01010101u) & ~w & 0x80808080u) != 0; }
+__device__ __forceinline__ bool decides(bool any, uint4 v) {
+  if (any) return (v.x | v.y | v.z | v.w) != 0;
+  return has_zero_byte(v.x) || has_zero_byte(v.y) || has_zero_byte(v.z) || has_zero_byte(v.w);
+}
+
+__global__ void __launch_bounds__(kThreads) bool_reduce_kernel(bool any, const std::uint8_t* x, std::uint8_t* y,
+                                                               std::uint8_t* partials, std::int64_t outputs,
+                                                               std::int64_t count, std::int64_t splits,
+                                                               std::int64_t chunk,
+                                                               OffsetCalculator<1, std::int64_t> kept) {
+  for (std::int64_t task = blockIdx.x; task < outputs * splits; task += gridDim.x) {
+    const std::int64_t o = task / splits;
+    const std::int64_t begin = (task - o * splits) * chunk;
+    const std::int64_t end = count - begin > chunk ? begin + chunk : count;
+    std::int64_t base[1];
+    kept.offsets(o, base);
+    const std::uint8_t* p = x + base[0];
+    const auto misaligned = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p + begin) & 15u);
+    const std::int64_t head = misaligned == 0 ? 0 : 16 - misaligned;  // bytes before the first 16-byte boundary
+    const std::int64_t body = end - begin > head ? begin + head : end;
+    const std::int64_t vectors = (end - body) / 16;
+    bool hit = false;
+    for (std::int64_t i = begin + threadIdx.x; i < body; i += blockDim.x) hit |= any ? p[i] != 0 : p[i] == 0;
+    const auto* v = reinterpret_cast<const uint4*>(p + body);
+    const std::int64_t step = blockDim.x;
+    for (std::int64_t j0 = threadIdx.x; j0 < vectors && !hit; j0 += step * kBlockLoads) {
+      uint4 w[kBlockLoads];
+#pragma unroll
+      for (int k = 0; k < kBlockLoads; ++k) {
+        if (j0 + k * step < vectors) w[k] = v[j0 + k * step];
+      }
+#pragma unroll
+      for (int k = 0; k < kBlockLoads; ++k) {
+        if (j0 + k * step < vectors) hit |= decides(any, w[k]);
+      }
+    }
+    for (std::int64_t i = body + vectors * 16 + threadIdx.x; i < end; i += blockDim.x) {
+      hit |= any ? p[i] != 0 : p[i] == 0;
+    }
+    hit = __syncthreads_or(hit) != 0;
+    if (threadIdx.x == 0) {
+      const std::uint8_t result = any ? hit : !hit;
+      if (splits == 1) {
+        y[o] = result;
+      } else {
+        partials[task] = result;
+      }
+    }
+  }
+}
+
 template <typename T>
 void launch_block_reduce(ReduceOp op, const ReduceGeometry& geometry, const void* x, void* y, void* workspace,
                          void* stream) {
@@ -810,6 +875,20 @@ void launch_block_reduce(ReduceOp op, const ReduceGeometry& geometry, const void
   const cudaStream_t s = as_stream(stream);
   // One reduced dimension of stride 1: the range of every result is contiguous.
   const bool contiguous = geometry.reduced_sizes.size() == 1 && geometry.reduced_strides[0] == 1;
+  if constexpr (std::is_same_v<T, std::uint8_t>) {  // bools (Note [Bools 16 at a time])
+    if (contiguous) {
+      bool_reduce_kernel<<<grid_for(geometry.outputs * splits, 1), kThreads, 0, s>>>(
+          op == ReduceOp::kMax, static_cast<const std::uint8_t*>(x), static_cast<std::uint8_t*>(y), partials,
+          geometry.outputs, geometry.count, splits, geometry.chunk, kept);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+      if (splits > 1) {
+        block_finalize_kernel<T><<<grid_for(geometry.outputs, 1), kThreads, 0, s>>>(op, partials, static_cast<T*>(y),
+                                                                                    geometry.outputs, splits);
+        XPURT_CUDA_RAW_LAUNCH_CHECK();
+      }
+      return;
+    }
+  }
   auto* kernel = contiguous ? block_reduce_kernel<T, true> : block_reduce_kernel<T, false>;
   kernel<<<grid_for(geometry.outputs * splits, 1), kThreads, 0, s>>>(op, static_cast<const T*>(x),
                                                                      static_cast<T*>(y), partials, geometry.outputs,

@@ -88,7 +88,8 @@ class ReduceKernel final : public Kernel {
       cuda_raw::ReduceGeometry geometry;
       std::string why_not;
       if (!cuda_raw::reduce_geometry(desc.inputs[0].shape, reduced_flags(desc), policy.workspace_limit, &geometry,
-                                     &why_not, block_kernel(desc))) {
+                                     &why_not, block_kernel(desc),
+                                     cuda_raw::block_chunk_scale(desc.inputs[0].dtype))) {
         return Support::no(why_not);
       }
       return Support::yes();
@@ -104,7 +105,8 @@ class ReduceKernel final : public Kernel {
     cuda_raw::ReduceGeometry geometry;
     std::string why_not;
     if (!cuda_raw::reduce_geometry(desc.inputs[0].shape, reduced_flags(desc), policy.workspace_limit, &geometry,
-                                   &why_not, block_kernel(desc))) {
+                                   &why_not, block_kernel(desc),
+                                   cuda_raw::block_chunk_scale(desc.inputs[0].dtype))) {
       throw UnsupportedOperationError(why_not);
     }
     return std::make_unique<ReducePlan>(desc.op, kind_, std::move(geometry));

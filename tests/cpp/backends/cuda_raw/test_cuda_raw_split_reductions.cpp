@@ -83,6 +83,14 @@ TEST(CudaRawSplitPlans, IntegerReductionsAndProductsSplitWhenResultsAreFew) {
   expect_plan(*plan_of("reduce_min", {4096, 4096}, DType::kInt32, Attributes().set("axes", Shape{1})),
               "4096 outputs x 4096 elements, block kernel, 1 split", 0);
   expect_plan(*plan_of("reduce_max", {4095}, DType::kInt64, {}), "block kernel, 1 split", 0);
+  // Bools (Note [Bools 16 at a time]): chunks of 65,536 (two rounds of 16-byte loads a thread), so T5's guard after
+  // predicate_reduction is one block, and any() of 10M bools 160 blocks.
+  const Attributes all_axes = Attributes().set("keepdims", std::int64_t{0});
+  expect_plan(*plan_of("reduce_max", {1, 128, 512}, DType::kBool, all_axes),
+              "1 outputs x 65536 elements, block kernel, 1 split", 0);
+  expect_plan(*plan_of("reduce_min", {10485760}, DType::kBool, all_axes), "block kernel, 160 splits", 160 * 8);
+  expect_plan(*plan_of("reduce_max", {3, 1000003}, DType::kBool, Attributes().set("axes", Shape{1})),
+              "3 outputs x 1000003 elements, block kernel, 16 splits", 3 * 16 * 8);
   // Float sums keep their own kernels and 4-byte partials.
   expect_plan(*plan_of("reduce_sum", {1000003}, DType::kFloat32, {}), "row kernel, 123 splits", 123 * 4);
   // The workspace limit caps the partials: 64 bytes hold 8, 15 bytes none.
@@ -312,6 +320,25 @@ TEST(CudaRawSplitGpu, IntegerReductionsMatchTheCpuKernel) {
         const Attributes attrs = Attributes().set("axes", c.axes).set("keepdims", std::int64_t{0});
         const std::string what = op + " " + std::string(dtype_name(dtype)) + shape_str(c.shape) + " axes " +
                                  shape_str(c.axes);
+        const auto [expected, actual] = cpu_and_cuda(op, x, attrs, what);
+        expect_same_bytes(expected, actual, what);
+      }
+    }
+  }
+  // The same as bools (Note [Bools 16 at a time]): rows that start off 16-byte boundaries, strided axes (the byte
+  // kernel), the deciding byte in a head, a vector or a tail.
+  for (const auto& c : cases) {
+    const std::int64_t n = numel_of(c.shape);
+    for (const int density : {0, 1, 1000, -1}) {  // all false, mostly true, one in a thousand true, all true
+      std::vector<float> values(static_cast<std::size_t>(n));
+      std::uniform_int_distribution<int> one_in(0, std::max(density, 1) - 1);
+      for (float& v : values) v = density == -1 || (density > 0 && one_in(rng) == 0) ? 1.0f : 0.0f;
+      if (density == 1) values[static_cast<std::size_t>(n / 2)] = 0.0f;
+      const Tensor x = host_tensor(values, c.shape, DType::kBool);
+      for (const std::string op : {"reduce_max", "reduce_min"}) {
+        const Attributes attrs = Attributes().set("axes", c.axes).set("keepdims", std::int64_t{0});
+        const std::string what = op + " bool" + shape_str(c.shape) + " axes " + shape_str(c.axes) + " density " +
+                                 std::to_string(density);
         const auto [expected, actual] = cpu_and_cuda(op, x, attrs, what);
         expect_same_bytes(expected, actual, what);
       }

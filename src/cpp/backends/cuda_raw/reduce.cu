@@ -727,6 +727,23 @@ __device__ __forceinline__ typename BlockAcc<T>::type block_tree(ReduceOp op, ty
   return result;
 }
 
+// Task `task` (= output * splits + split) of a block reduction: its output, its range [begin, end) of the output's
+// `count` elements, and the output's first element.
+struct BlockTask {
+  std::int64_t output, begin, end, base;
+};
+__device__ __forceinline__ BlockTask block_task(std::int64_t task, std::int64_t splits, std::int64_t count,
+                                                std::int64_t chunk, const OffsetCalculator<1, std::int64_t>& kept) {
+  BlockTask t;
+  t.output = task / splits;
+  t.begin = (task - t.output * splits) * chunk;
+  t.end = count - t.begin > chunk ? t.begin + chunk : count;
+  std::int64_t base[1];
+  kept.offsets(t.output, base);
+  t.base = base[0];
+  return t;
+}
+
 // One block per (output, split) task, task = output * splits + split (Note [Block reductions]): the threads
 // stride over the split's chunk of the result's `count` elements, then combine in a fixed tree, so the bits never
 // depend on timing (sums and products of integers wrap). One split: the result itself; more: the partial, which
@@ -742,11 +759,9 @@ __global__ void __launch_bounds__(kThreads) block_reduce_kernel(ReduceOp op, con
   __shared__ A partial[kThreads];
   const A identity = block_identity<T>(op);
   for (std::int64_t task = blockIdx.x; task < outputs * splits; task += gridDim.x) {
-    const std::int64_t o = task / splits;
-    const std::int64_t begin = (task - o * splits) * chunk;
-    const std::int64_t end = count - begin > chunk ? begin + chunk : count;
-    std::int64_t base[1];
-    kept.offsets(o, base);
+    const BlockTask t = block_task(task, splits, count, chunk, kept);
+    const std::int64_t o = t.output, begin = t.begin, end = t.end;
+    const std::int64_t base[1] = {t.base};
     A acc = identity;
     // Rounds of kBlockLoads loads in flight; the thread combines its elements in ascending order, as one at a time.
     const std::int64_t step = blockDim.x;
@@ -819,12 +834,9 @@ __global__ void __launch_bounds__(kThreads) bool_reduce_kernel(bool any, const s
                                                                std::int64_t chunk,
                                                                OffsetCalculator<1, std::int64_t> kept) {
   for (std::int64_t task = blockIdx.x; task < outputs * splits; task += gridDim.x) {
-    const std::int64_t o = task / splits;
-    const std::int64_t begin = (task - o * splits) * chunk;
-    const std::int64_t end = count - begin > chunk ? begin + chunk : count;
-    std::int64_t base[1];
-    kept.offsets(o, base);
-    const std::uint8_t* p = x + base[0];
+    const BlockTask t = block_task(task, splits, count, chunk, kept);
+    const std::int64_t o = t.output, begin = t.begin, end = t.end;
+    const std::uint8_t* p = x + t.base;
     const auto misaligned = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p + begin) & 15u);
     const std::int64_t head = misaligned == 0 ? 0 : 16 - misaligned;  // bytes before the first 16-byte boundary
     const std::int64_t body = end - begin > head ? begin + head : end;

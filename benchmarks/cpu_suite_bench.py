@@ -87,6 +87,22 @@ def _linear(m: int, n: int, k: int):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(), {"x": x}
 
 
+def _reduce(op: str, shape: Tuple[int, ...], axes, dtype: str = "float32"):
+    """One ReduceMax/ReduceSum/... (opset 18: axes as an input; none: every axis)."""
+    from onnx import TensorProto, helper
+    elem = TensorProto.BOOL if dtype == "bool" else TensorProto.FLOAT
+    inputs, inits = ["x"], []
+    if axes is not None:
+        inputs.append("axes")
+        inits.append(helper.make_tensor("axes", TensorProto.INT64, [len(axes)], list(axes)))
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"], keepdims=0)], "reduce",
+                              [helper.make_tensor_value_info("x", elem, list(shape))],
+                              [helper.make_tensor_value_info("y", elem, None)], inits)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    x = x > 100.0 if dtype == "bool" else x  # bools all false: any() reads every byte
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString(), {"x": x}
+
+
 OPS: Dict[str, Tuple[str, Callable]] = {
     "conv3x3_r50": ("ResNet-50 3x3, 64 ch at 56x56, +ReLU", lambda: _conv(1, 64, 56, 64, 3, 1, 1)),
     "stem7x7s2": ("ResNet stem 7x7 stride 2, 3->64 at 224x224, +ReLU", lambda: _conv(1, 3, 224, 64, 7, 2, 3)),
@@ -99,6 +115,11 @@ OPS: Dict[str, Tuple[str, Callable]] = {
     "max_pool": ("ResNet max pool 3x3 stride 2, 64 ch at 112x112", lambda: _max_pool(1, 64, 112)),
     "linear_768": ("BERT-base linear 128x768 @ 768x768", lambda: _linear(128, 768, 768)),
     "linear_3072": ("BERT-base FFN 128x768 @ 768x3072", lambda: _linear(128, 3072, 768)),
+    "reduce_max_all": ("x.max() of 10M floats (Note [Few long rows split])",
+                       lambda: _reduce("ReduceMax", (10485760,), None)),
+    "reduce_sum_rows": ("sum of 3 rows of 1M floats", lambda: _reduce("ReduceSum", (3, 1048576), [1])),
+    "any_bool": ("isinf(x).any() after predicate_reduction: any of 10M bools, all false",
+                 lambda: _reduce("ReduceMax", (10485760,), None, "bool")),
 }
 
 BEFORE_ENV = {"XPURT_CPU_ISA": "baseline", "XPURT_CPU_GEMM": "blas"}

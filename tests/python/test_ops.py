@@ -163,3 +163,66 @@ def test_gpu_weight_streams_are_timed_from_memory_when_the_constants_outgrow_the
         assert ("weight streams timed from memory" in explained) == cold, explained  # the session's option line
         want = x.astype(np.float32) @ weight.astype(np.float32)
         np.testing.assert_allclose(y.astype(np.float32), want, rtol=2e-2, atol=2e-2)
+
+
+def _reduction_model(op, dtype, shape, axes, keepdims=0):
+    from onnx import TensorProto, helper
+    elem = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
+            "bool": TensorProto.BOOL}[dtype]
+    inputs = ["x"]
+    inits = []
+    if axes is not None:
+        inputs.append("axes")
+        inits.append(helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes))
+    node = helper.make_node(op, inputs, ["y"], keepdims=keepdims)
+    graph = helper.make_graph([node], "reduce", [helper.make_tensor_value_info("x", elem, list(shape))],
+                              [helper.make_tensor_value_info("y", elem, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+
+
+@pytest.mark.parametrize("shape,axes", [((1048583,), None), ((3, 300007), [1]), ((2, 5, 40000), [1, 2]),
+                                        ((70, 140000), [1]), ((4, 131072), [1])])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_cpu_reductions_of_few_long_rows(shape, axes, dtype):
+    """Note [Few long rows split] (cpu_reduce.cpp): rows cut into chunks of 65,536 when they are few: sums within
+    float rounding of NumPy's in double, max and min exact with NaN anywhere, and the same bits on 1 and 2 threads."""
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(dtype)
+    x_nan = x.copy()
+    x_nan.reshape(shape[0], -1)[0, -1] = np.nan  # the last chunk of the first row
+    reduced = tuple(range(len(shape)))[1:] if axes else None
+    for op, ref in [("ReduceSum", lambda a: a.astype(np.float64).sum(axis=reduced)),
+                    ("ReduceMean", lambda a: a.astype(np.float64).mean(axis=reduced)),
+                    ("ReduceMax", lambda a: a.max(axis=reduced)), ("ReduceMin", lambda a: a.min(axis=reduced))]:
+        model = _reduction_model(op, dtype, shape, axes)
+        outs = []
+        for threads in (1, 2):
+            session = xrt.InferenceSession(model, engine="native", device="cpu",
+                                           exec_policy=xrt.ExecutionPolicy(intra_op_threads=threads))
+            outs.append([np.asarray(session.run(None, {"x": a})[0]) for a in (x, x_nan)])
+        for got_1, got_2 in zip(*outs):
+            np.testing.assert_array_equal(got_1, got_2)
+        tol = 1e-3 if dtype == "float16" else 1e-6
+        np.testing.assert_allclose(outs[0][0].astype(np.float64), np.asarray(ref(x), np.float64).astype(dtype),
+                                   rtol=tol, atol=tol * 10, err_msg=op)
+        if op in ("ReduceMax", "ReduceMin"):
+            assert np.isnan(outs[0][1].reshape(-1)[0]) and not np.isnan(outs[0][1].reshape(-1)[1:]).any(), op
+
+
+@pytest.mark.parametrize("shape,axes", [((1048583,), None), ((3, 300007), [1]), ((100, 777), [1]),
+                                        ((5, 7, 3), [0]), ((2, 131072), [1])])
+def test_cpu_any_all_of_bools(shape, axes):
+    """ReduceMax / ReduceMin of bools (any / all, Note [Reductions of predicates]): the deciding byte at the start, in
+    the middle or at the end of a row, or nowhere; trailing axes by memchr over chunks, others by the reference."""
+    n = int(np.prod(shape))
+    for where in (None, 0, n // 2, n - 1):
+        for fill in (False, True):
+            x = np.full(shape, fill, np.bool_)
+            if where is not None:
+                x.reshape(-1)[where] = not fill
+            reduced = tuple(axes) if axes else None
+            for op, ref in [("ReduceMax", np.any), ("ReduceMin", np.all)]:
+                session = xrt.InferenceSession(_reduction_model(op, "bool", shape, axes), engine="native",
+                                               device="cpu")
+                got = np.asarray(session.run(None, {"x": x})[0])
+                np.testing.assert_array_equal(got, ref(x, axis=reduced), err_msg=f"{op} {where} {fill}")

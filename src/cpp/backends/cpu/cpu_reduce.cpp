@@ -4,9 +4,15 @@
 // mean (0 / 0, like NumPy and PyTorch); max/min of an empty axis is rejected by the op schema.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "backends/cpu/cpu_common.h"
 
@@ -36,33 +42,162 @@ bool trailing_rows(const std::vector<bool>& reduced, const std::vector<std::int6
   return true;
 }
 
+// Note [Few long rows split]
+// A reduction to few rows ran a thread per row: x.max() of 10M floats took 20 ms on 2 cores, one thread comparing an
+// element at a time. Fewer than kSplitRows rows of at least 2 kSplitChunk elements are cut into chunks of kSplitChunk
+// (fixed, so the bits do not depend on the thread count): each chunk's partial is computed on its own (threads split
+// the chunks), then a row's partials are combined in chunk order. Max and min keep four accumulators without a branch
+// (NaN tracked apart), so the loop runs on vectors; a sum adds its chunks' double sums, an order that differs from
+// one pass's far below float's last bit.
+constexpr std::int64_t kSplitChunk = 65536;
+constexpr std::int64_t kSplitRows = 64;
+
+// A row's (or a chunk's) sum in double, or its max / min and whether it holds a NaN.
+template <typename T>
+struct Partial {
+  double sum = 0.0;
+  T best{};
+  bool nan = false;
+};
+
+// Max (kMax) or min of p[0, count) into r->best, and whether a NaN is among them into r->nan: eight lanes of
+// compare-and-select that never branch (a NaN never wins a comparison; it is flagged apart): SSE2's maxps/minps for
+// float, which are that select (the compiler does not vectorize it: float max is not associative under NaN). Within a
+// lane the first of equal values wins, as std::max/min keep it; across lanes -0 and +0 may come either way.
+template <bool kMax, typename T>
+void extreme_of(const T* p, std::int64_t count, Partial<T>* r) {
+  constexpr int kLanes = 8;
+  const T init = kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  T best[kLanes];
+  int nan[kLanes];
+  for (int j = 0; j < kLanes; ++j) {
+    best[j] = init;
+    nan[j] = 0;
+  }
+  std::int64_t i = 0;
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) {  // maxps(v, b) is v > b ? v : b: the select below, two vectors at a time
+    __m128 b0 = _mm_set1_ps(init), b1 = b0, bad = _mm_setzero_ps();
+    for (; i + kLanes <= count; i += kLanes) {
+      const __m128 v0 = _mm_loadu_ps(p + i), v1 = _mm_loadu_ps(p + i + 4);
+      bad = _mm_or_ps(bad, _mm_or_ps(_mm_cmpunord_ps(v0, v0), _mm_cmpunord_ps(v1, v1)));
+      b0 = kMax ? _mm_max_ps(v0, b0) : _mm_min_ps(v0, b0);
+      b1 = kMax ? _mm_max_ps(v1, b1) : _mm_min_ps(v1, b1);
+    }
+    _mm_storeu_ps(best, b0);
+    _mm_storeu_ps(best + 4, b1);
+    nan[0] = _mm_movemask_ps(bad) != 0;
+  }
+#endif
+  for (; i + kLanes <= count; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const T v = p[i + j];
+      nan[j] |= v != v;
+      best[j] = (kMax ? v > best[j] : v < best[j]) ? v : best[j];
+    }
+  }
+  for (; i < count; ++i) {
+    const T v = p[i];
+    nan[0] |= v != v;
+    best[0] = (kMax ? v > best[0] : v < best[0]) ? v : best[0];
+  }
+  r->best = best[0];
+  r->nan = nan[0] != 0;
+  for (int j = 1; j < kLanes; ++j) {
+    r->best = (kMax ? best[j] > r->best : best[j] < r->best) ? best[j] : r->best;
+    r->nan = r->nan || nan[j] != 0;
+  }
+}
+
+template <typename T>
+Partial<T> partial_of(ReduceOp op, const T* p, std::int64_t count) {
+  Partial<T> r;
+  if (sums(op)) {
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    std::int64_t i = 0;
+    for (; i + 4 <= count; i += 4) {
+      for (int j = 0; j < 4; ++j) acc[j] += summand(op, static_cast<double>(p[i + j]));
+    }
+    for (; i < count; ++i) acc[0] += summand(op, static_cast<double>(p[i]));
+    r.sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    return r;
+  }
+  if (op == ReduceOp::kMax) {
+    extreme_of<true>(p, count, &r);
+  } else {
+    extreme_of<false>(p, count, &r);
+  }
+  return r;
+}
+
+template <typename T>
+T finish(ReduceOp op, const Partial<T>& r, std::int64_t count) {
+  if (op == ReduceOp::kMean) return static_cast<T>(r.sum / static_cast<double>(count));
+  if (sums(op)) return static_cast<T>(r.sum);
+  return r.nan ? std::numeric_limits<T>::quiet_NaN() : r.best;
+}
+
 template <typename T>
 void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64_t count, const CpuContext& context) {
+  if (rows < kSplitRows && count >= 2 * kSplitChunk) {  // Note [Few long rows split]
+    const std::int64_t chunks = (count + kSplitChunk - 1) / kSplitChunk;
+    std::vector<Partial<T>> parts(static_cast<std::size_t>(rows * chunks));
+    parallel_for(rows * chunks, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) {
+        const std::int64_t first = (t % chunks) * kSplitChunk;
+        parts[static_cast<std::size_t>(t)] =
+            partial_of(op, in + (t / chunks) * count + first, std::min(kSplitChunk, count - first));
+      }
+    });
+    for (std::int64_t o = 0; o < rows; ++o) {
+      Partial<T> row = parts[static_cast<std::size_t>(o * chunks)];
+      for (std::int64_t c = 1; c < chunks; ++c) {
+        const Partial<T>& part = parts[static_cast<std::size_t>(o * chunks + c)];
+        row.sum += part.sum;
+        row.nan = row.nan || part.nan;
+        row.best = (op == ReduceOp::kMax ? part.best > row.best : part.best < row.best) ? part.best : row.best;
+      }
+      out[o] = finish(op, row, count);
+    }
+    return;
+  }
   parallel_for(rows, context.threads, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(count, 1)),
                [&](std::int64_t begin, std::int64_t end) {
-                 for (std::int64_t o = begin; o < end; ++o) {
-                   const T* p = in + o * count;
-                   if (sums(op)) {
-                     double acc[4] = {0.0, 0.0, 0.0, 0.0};
-                     std::int64_t i = 0;
-                     for (; i + 4 <= count; i += 4) {
-                       for (int j = 0; j < 4; ++j) acc[j] += summand(op, static_cast<double>(p[i + j]));
-                     }
-                     for (; i < count; ++i) acc[0] += summand(op, static_cast<double>(p[i]));
-                     const double sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-                     out[o] = static_cast<T>(op == ReduceOp::kMean ? sum / static_cast<double>(count) : sum);
-                     continue;
-                   }
-                   T best = op == ReduceOp::kMax ? -std::numeric_limits<T>::infinity()
-                                                 : std::numeric_limits<T>::infinity();
-                   bool nan = false;
-                   for (std::int64_t i = 0; i < count; ++i) {
-                     nan = nan || p[i] != p[i];
-                     best = op == ReduceOp::kMax ? std::max(best, p[i]) : std::min(best, p[i]);
-                   }
-                   out[o] = nan ? std::numeric_limits<T>::quiet_NaN() : best;
-                 }
+                 for (std::int64_t o = begin; o < end; ++o) out[o] = finish(op, partial_of(op, in + o * count, count), count);
                });
+}
+
+// Any (reduce_max) and all (reduce_min) of bools over trailing axes: memchr for the deciding byte (a bool is 0 or
+// 1), rows split as Note [Few long rows split] says; other axis sets take the reference kernel.
+bool run_bool_rows(ReduceOp op, const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& x = launch.input(0);
+  const int rank = x.dim();
+  const auto axes = launch.desc->attrs.get_ints("axes", {});
+  std::vector<bool> reduced(static_cast<std::size_t>(rank), axes.empty());
+  for (auto axis : axes) reduced[static_cast<std::size_t>(axis < 0 ? axis + rank : axis)] = true;
+  if (!trailing_rows(reduced, x.shape()) || !x.is_contiguous() || !launch.output(0).is_contiguous()) return false;
+  const std::int64_t rows = launch.output(0).numel();
+  const std::int64_t count = rows == 0 ? 0 : x.numel() / rows;
+  const auto* in = static_cast<const unsigned char*>(x.data_ptr());
+  auto* out = static_cast<unsigned char*>(launch.output(0).data_ptr());
+  const int decisive = op == ReduceOp::kMax ? 1 : 0;  // any: a 1 decides; all: a 0
+  const std::int64_t chunk = rows < kSplitRows ? kSplitChunk : std::max<std::int64_t>(count, 1);
+  const std::int64_t chunks = std::max<std::int64_t>(1, (count + chunk - 1) / chunk);
+  std::vector<unsigned char> found(static_cast<std::size_t>(rows * chunks), 0);
+  parallel_for(rows * chunks, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t first = (t % chunks) * chunk;
+      const std::int64_t n = std::min(chunk, count - first);
+      found[static_cast<std::size_t>(t)] =
+          n > 0 && std::memchr(in + (t / chunks) * count + first, decisive, static_cast<std::size_t>(n)) != nullptr;
+    }
+  });
+  for (std::int64_t o = 0; o < rows; ++o) {
+    bool hit = false;
+    for (std::int64_t c = 0; c < chunks; ++c) hit = hit || found[static_cast<std::size_t>(o * chunks + c)] != 0;
+    out[o] = static_cast<unsigned char>(op == ReduceOp::kMax ? hit : !hit);
+  }
+  return true;
 }
 
 template <typename T>
@@ -170,6 +305,7 @@ void register_reduce_kernels(KernelRegistry& registry) {
                    std::string("reference ") + op + " over any axes (keepdims), sums accumulated in double",
                    [kind = kind](const KernelLaunch& launch, const CpuContext& context) {
                      const DType dtype = launch.desc->inputs[0].dtype;
+                     if (dtype == DType::kBool && run_bool_rows(kind, launch, context)) return;  // any, all
                      if (dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kBool) {
                        return run_reference_reduce(launch);  // bool: max/min only (the schema's any/all)
                      }

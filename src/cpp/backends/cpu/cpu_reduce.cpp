@@ -163,7 +163,9 @@ void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64
   }
   parallel_for(rows, context.threads, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(count, 1)),
                [&](std::int64_t begin, std::int64_t end) {
-                 for (std::int64_t o = begin; o < end; ++o) out[o] = finish(op, partial_of(op, in + o * count, count), count);
+                 for (std::int64_t o = begin; o < end; ++o) {
+                   out[o] = finish(op, partial_of(op, in + o * count, count), count);
+                 }
                });
 }
 

@@ -1,5 +1,6 @@
 // Reductions of the cpu backend: reduce_sum, reduce_mean, reduce_max, reduce_min over any set of axes (empty:
-// all), keepdims or not. Each output element walks its reduced elements in row-major order, summing in double.
+// all), keepdims or not. Each output element walks its reduced elements in row-major order, summing in double (few
+// long rows: in fixed chunks combined in order, Note [Few long rows split]).
 // NaN propagates through max and min (as torch.amax/amin do); an empty reduction gives 0 for sum and NaN for
 // mean (0 / 0, like NumPy and PyTorch); max/min of an empty axis is rejected by the op schema.
 #include <algorithm>

@@ -13,8 +13,8 @@
 //  * Every kernel is deterministic: each output element is computed by one thread in a fixed order (or, for a
 //    reduction of few long rows, from chunks of a size fixed by the shape, combined in order: Note [Few long rows
 //    split] in cpu_reduce.cpp). Threads split only independent work (rows, planes, tiles, such chunks), so the loops
-//    and the fallback GEMM give the same bits whatever the thread count (Note [CPU worker threads]); an OpenBLAS GEMM gives the same
-//    bits run after run for a given thread count (Note [Parallel GEMM blocks] in cpu_gemm.cpp).
+//    and the fallback GEMM give the same bits whatever the thread count (Note [CPU worker threads]); an OpenBLAS
+//    GEMM gives the same bits run after run for a given thread count (Note [Parallel GEMM blocks] in cpu_gemm.cpp).
 //  * GEMMs go through OpenBLAS when the build has it (XPURT_WITH_BLAS) and through the blocked GEMM of
 //    cpu_gemm.cpp otherwise; the environment variable XPURT_CPU_GEMM=fallback|blas picks one at plan build
 //    time (tests use it to exercise the fallback on a build that has OpenBLAS).

@@ -47,7 +47,7 @@ bool trailing_rows(const std::vector<bool>& reduced, const std::vector<std::int6
 // A reduction to few rows ran a thread per row: x.max() of 10M floats took 20 ms on 2 cores, one thread comparing an
 // element at a time. Fewer than kSplitRows rows of at least 2 kSplitChunk elements are cut into chunks of kSplitChunk
 // (fixed, so the bits do not depend on the thread count): each chunk's partial is computed on its own (threads split
-// the chunks), then a row's partials are combined in chunk order. Max and min keep four accumulators without a branch
+// the chunks), then a row's partials are combined in chunk order. Max and min keep eight lanes without a branch
 // (NaN tracked apart), so the loop runs on vectors; a sum adds its chunks' double sums, an order that differs from
 // one pass's far below float's last bit.
 constexpr std::int64_t kSplitChunk = 65536;
@@ -60,6 +60,13 @@ struct Partial {
   T best{};
   bool nan = false;
 };
+
+// The better of a candidate and the best so far: the larger (max) or smaller; the best so far when they are equal or
+// either is NaN (NaN is tracked apart).
+template <typename T>
+inline T better(bool max, T candidate, T best) {
+  return (max ? candidate > best : candidate < best) ? candidate : best;
+}
 
 // Max (kMax) or min of p[0, count) into r->best, and whether a NaN is among them into r->nan: eight lanes of
 // compare-and-select that never branch (a NaN never wins a comparison; it is flagged apart): SSE2's maxps/minps for
@@ -94,18 +101,18 @@ void extreme_of(const T* p, std::int64_t count, Partial<T>* r) {
     for (int j = 0; j < kLanes; ++j) {
       const T v = p[i + j];
       nan[j] |= v != v;
-      best[j] = (kMax ? v > best[j] : v < best[j]) ? v : best[j];
+      best[j] = better(kMax, v, best[j]);
     }
   }
   for (; i < count; ++i) {
     const T v = p[i];
     nan[0] |= v != v;
-    best[0] = (kMax ? v > best[0] : v < best[0]) ? v : best[0];
+    best[0] = better(kMax, v, best[0]);
   }
   r->best = best[0];
   r->nan = nan[0] != 0;
   for (int j = 1; j < kLanes; ++j) {
-    r->best = (kMax ? best[j] > r->best : best[j] < r->best) ? best[j] : r->best;
+    r->best = better(kMax, best[j], r->best);
     r->nan = r->nan || nan[j] != 0;
   }
 }
@@ -156,7 +163,7 @@ void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64
         const Partial<T>& part = parts[static_cast<std::size_t>(o * chunks + c)];
         row.sum += part.sum;
         row.nan = row.nan || part.nan;
-        row.best = (op == ReduceOp::kMax ? part.best > row.best : part.best < row.best) ? part.best : row.best;
+        row.best = better(op == ReduceOp::kMax, part.best, row.best);
       }
       out[o] = finish(op, row, count);
     }
@@ -170,15 +177,22 @@ void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64
                });
 }
 
+// Which axes of input 0 the launch reduces (its `axes`; none listed: every one).
+std::vector<bool> reduced_flags(const KernelLaunch& launch) {
+  const int rank = launch.input(0).dim();
+  const auto axes = launch.desc->attrs.get_ints("axes", {});
+  std::vector<bool> reduced(static_cast<std::size_t>(rank), axes.empty());
+  for (auto axis : axes) reduced[static_cast<std::size_t>(axis < 0 ? axis + rank : axis)] = true;
+  return reduced;
+}
+
 // Any (reduce_max) and all (reduce_min) of bools over trailing axes: memchr for the deciding byte (a bool is 0 or
 // 1), rows split as Note [Few long rows split] says; other axis sets take the reference kernel.
 bool run_bool_rows(ReduceOp op, const KernelLaunch& launch, const CpuContext& context) {
   const Tensor& x = launch.input(0);
-  const int rank = x.dim();
-  const auto axes = launch.desc->attrs.get_ints("axes", {});
-  std::vector<bool> reduced(static_cast<std::size_t>(rank), axes.empty());
-  for (auto axis : axes) reduced[static_cast<std::size_t>(axis < 0 ? axis + rank : axis)] = true;
-  if (!trailing_rows(reduced, x.shape()) || !x.is_contiguous() || !launch.output(0).is_contiguous()) return false;
+  if (!trailing_rows(reduced_flags(launch), x.shape()) || !x.is_contiguous() || !launch.output(0).is_contiguous()) {
+    return false;
+  }
   const std::int64_t rows = launch.output(0).numel();
   const std::int64_t count = rows == 0 ? 0 : x.numel() / rows;
   const auto* in = static_cast<const unsigned char*>(x.data_ptr());
@@ -208,9 +222,7 @@ void run_reduce(ReduceOp op, const KernelLaunch& launch, const CpuContext& conte
   const Tensor& x_tensor = launch.input(0);
   const auto& shape = x_tensor.shape();
   const int rank = x_tensor.dim();
-  const auto axes = launch.desc->attrs.get_ints("axes", {});
-  std::vector<bool> reduced(static_cast<std::size_t>(rank), axes.empty());
-  for (auto axis : axes) reduced[static_cast<std::size_t>(axis < 0 ? axis + rank : axis)] = true;
+  const std::vector<bool> reduced = reduced_flags(launch);
 
   // Kept dims (outer index) and reduced dims (inner walk), each with its element strides in x.
   const auto strides = contiguous_strides(shape);

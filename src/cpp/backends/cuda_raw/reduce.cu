@@ -887,25 +887,22 @@ void launch_block_reduce(ReduceOp op, const ReduceGeometry& geometry, const void
   const cudaStream_t s = as_stream(stream);
   // One reduced dimension of stride 1: the range of every result is contiguous.
   const bool contiguous = geometry.reduced_sizes.size() == 1 && geometry.reduced_strides[0] == 1;
-  if constexpr (std::is_same_v<T, std::uint8_t>) {  // bools (Note [Bools 16 at a time])
-    if (contiguous) {
+  bool bools = false;  // contiguous bools take their own first pass (Note [Bools 16 at a time])
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    bools = contiguous;
+    if (bools) {
       bool_reduce_kernel<<<grid_for(geometry.outputs * splits, 1), kThreads, 0, s>>>(
           op == ReduceOp::kMax, static_cast<const std::uint8_t*>(x), static_cast<std::uint8_t*>(y), partials,
           geometry.outputs, geometry.count, splits, geometry.chunk, kept);
-      XPURT_CUDA_RAW_LAUNCH_CHECK();
-      if (splits > 1) {
-        block_finalize_kernel<T><<<grid_for(geometry.outputs, 1), kThreads, 0, s>>>(op, partials, static_cast<T*>(y),
-                                                                                    geometry.outputs, splits);
-        XPURT_CUDA_RAW_LAUNCH_CHECK();
-      }
-      return;
     }
   }
-  auto* kernel = contiguous ? block_reduce_kernel<T, true> : block_reduce_kernel<T, false>;
-  kernel<<<grid_for(geometry.outputs * splits, 1), kThreads, 0, s>>>(op, static_cast<const T*>(x),
-                                                                     static_cast<T*>(y), partials, geometry.outputs,
-                                                                     geometry.count, splits, geometry.chunk, kept,
-                                                                     reduced);
+  if (!bools) {
+    auto* kernel = contiguous ? block_reduce_kernel<T, true> : block_reduce_kernel<T, false>;
+    kernel<<<grid_for(geometry.outputs * splits, 1), kThreads, 0, s>>>(op, static_cast<const T*>(x),
+                                                                       static_cast<T*>(y), partials, geometry.outputs,
+                                                                       geometry.count, splits, geometry.chunk, kept,
+                                                                       reduced);
+  }
   XPURT_CUDA_RAW_LAUNCH_CHECK();
   if (splits > 1) {
     block_finalize_kernel<T><<<grid_for(geometry.outputs, 1), kThreads, 0, s>>>(op, partials, static_cast<T*>(y),

@@ -289,13 +289,18 @@ PassResult predicate_reduction(Graph& g, const PassContext& /*ctx*/) {
   for (const Node& n : g.nodes) {
     if (is_onnx_cast(n)) casts[n.outputs[0]] = {n.inputs[0], n.attrs.get_int("to", 0)};
   }
-  // The input and target type of the Cast producing `value`, if one does.
-  const auto cast_of = [&](const std::string& value) -> std::optional<std::pair<std::string, DType>> {
+  // The Cast producing `value`, if one does: its input, target type and ONNX `to` code.
+  struct CastOf {
+    std::string input;
+    DType to;
+    std::int64_t code;
+  };
+  const auto cast_of = [&](const std::string& value) -> std::optional<CastOf> {
     const auto it = casts.find(value);
     if (it == casts.end()) return std::nullopt;
     const auto to = dtype_from_onnx(it->second.second);
     if (!to) return std::nullopt;
-    return std::make_pair(it->second.first, *to);
+    return CastOf{it->second.first, *to, it->second.second};
   };
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size());
@@ -304,26 +309,24 @@ PassResult predicate_reduction(Graph& g, const PassContext& /*ctx*/) {
     casts_after.clear();
     if ((is_onnx(n, "IsInf") || is_onnx(n, "IsNaN")) && !n.inputs.empty()) {
       const auto cast = cast_of(n.inputs[0]);
-      const auto from = cast ? value_dtype(g, cast->first) : std::nullopt;
-      if (from && is_fusable_float(*from) && widens_exactly(*from, cast->second)) {
-        result.notes.push_back(detail::str_cat(describe(n), " reads ", cast->first, " instead of its widening"));
-        n.inputs[0] = cast->first;
+      const auto from = cast ? value_dtype(g, cast->input) : std::nullopt;
+      if (from && is_fusable_float(*from) && widens_exactly(*from, cast->to)) {
+        result.notes.push_back(detail::str_cat(describe(n), " reads ", cast->input, " instead of its widening"));
+        n.inputs[0] = cast->input;
         ++result.rewrites;
       }
     } else if ((is_onnx(n, "ReduceMax") || is_onnx(n, "ReduceMin")) && !n.inputs.empty() && n.outputs.size() == 1) {
       const auto cast = cast_of(n.inputs[0]);
       const auto out_type = value_type(g, n.outputs[0]);
-      if (cast && value_dtype(g, cast->first) == DType::kBool && widens_exactly(DType::kBool, cast->second) &&
-          out_type) {
+      if (cast && value_dtype(g, cast->input) == DType::kBool && widens_exactly(DType::kBool, cast->to) && out_type) {
         const std::string y = n.outputs[0];
         ValueType bool_type = *out_type;
         bool_type.dtype = DType::kBool;
         const std::string reduced = g.unique_name(y + "_bool");
         g.types[reduced] = bool_type;
-        Node back = make_node(g, "Cast", y + "_cast", {reduced}, {y},
-                              Attributes().set("to", casts.at(n.inputs[0]).second));
-        result.notes.push_back(detail::str_cat(describe(n), " reduces the bools of ", cast->first, ", then casts"));
-        n.inputs[0] = cast->first;
+        Node back = make_node(g, "Cast", y + "_cast", {reduced}, {y}, Attributes().set("to", cast->code));
+        result.notes.push_back(detail::str_cat(describe(n), " reduces the bools of ", cast->input, ", then casts"));
+        n.inputs[0] = cast->input;
         n.outputs[0] = reduced;
         casts_after.push_back(std::move(back));
         ++result.rewrites;

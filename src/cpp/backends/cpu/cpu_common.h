@@ -138,6 +138,15 @@ void register_attention_kernels(KernelRegistry& registry);    // attention
 void register_onnx_kernels(KernelRegistry& registry);  // the ONNX ops beyond the core set (cpu_onnx_ops.cpp)
 void register_fused_kernels(KernelRegistry& registry);  // fused_elementwise (cpu_fused.cpp)
 void register_quantized_kernels(KernelRegistry& registry);  // qlinear, qconv2d (cpu_quant.cpp)
+
+// Kernels of ops that the ONNX reference library runs where they do not take the launch (Note [Registry ops through
+// the ONNX reference library] in cpu_onnx_ops.cpp): each returns false, having written nothing, where it does not, and
+// the caller then runs the reference.
+bool log_softmax_fast(const KernelLaunch& launch, const CpuContext& context);  // cpu_norm.cpp
+bool pad_fast(const KernelLaunch& launch, const CpuContext& context);          // cpu_pad.cpp: reflect, edge, wrap
+bool cum_sum_fast(const KernelLaunch& launch, const CpuContext& context);      // cpu_scan.cpp
+bool arg_extreme_fast(const KernelLaunch& launch, const CpuContext& context);  // cpu_scan.cpp: arg_max, arg_min
+bool top_k_fast(const KernelLaunch& launch, const CpuContext& context);        // cpu_scan.cpp
 void register_int4_kernels(KernelRegistry& registry);       // matmul_nbits (cpu_int4.cpp)
 void register_gqa_kernels(KernelRegistry& registry);        // group_query_attention (cpu_gqa.cpp)
 // quantize_linear, dequantize_linear, dynamic_quantize_linear (cpu_quantize.cpp)

@@ -127,7 +127,8 @@ void run_clip(const KernelLaunch& launch, const CpuContext& context) {
                  attrs.has("max") ? scalar_of(attrs.get_float("max", 0), x.dtype()) : Tensor()});
 }
 
-void run_cum_sum(const KernelLaunch& launch) {
+void run_cum_sum(const KernelLaunch& launch, const CpuContext& context) {
+  if (cum_sum_fast(launch, context)) return;
   run_reference(launch, "CumSum", attrs_without(launch.desc->attrs, {"axis"}),
                 {launch.input(0), scalar_of(static_cast<double>(launch.desc->attrs.get_int("axis", 0)),
                                             DType::kInt64)});
@@ -174,8 +175,8 @@ bool pad_constant(const KernelLaunch& launch) {
   return true;
 }
 
-void run_pad(const KernelLaunch& launch) {
-  if (pad_constant(launch)) return;
+void run_pad(const KernelLaunch& launch, const CpuContext& context) {
+  if (pad_constant(launch) || pad_fast(launch, context)) return;
   const Tensor& x = launch.input(0);
   const Attributes& attrs = launch.desc->attrs;
   const std::string mode = attrs.get_string("mode", "constant");
@@ -312,7 +313,7 @@ void register_mapped_kernels(KernelRegistry& registry) {
       {"is_inf", "IsInf", DTypeSet::kAll},             {"logical_and", "And", DTypeSet::kAll},
       {"logical_or", "Or", DTypeSet::kAll},              {"logical_xor", "Xor", DTypeSet::kAll},
       {"gather_elements", "GatherElements", DTypeSet::kAll}, {"gather_nd", "GatherND", DTypeSet::kAll},
-      {"log_softmax", "LogSoftmax", DTypeSet::kFloat},   {"prelu", "PRelu", DTypeSet::kFloat},
+      {"prelu", "PRelu", DTypeSet::kFloat},
       {"mod", "Mod", DTypeSet::kFloatAndInt},            {"scatter_nd", "ScatterND", DTypeSet::kAll},
       {"tan", "Tan", DTypeSet::kFloat},                  {"asin", "Asin", DTypeSet::kFloat},
       {"acos", "Acos", DTypeSet::kFloat},                {"atan", "Atan", DTypeSet::kFloat},
@@ -321,13 +322,37 @@ void register_mapped_kernels(KernelRegistry& registry) {
       {"atanh", "Atanh", DTypeSet::kFloat},              {"softsign", "Softsign", DTypeSet::kFloat},
       {"selu", "Selu", DTypeSet::kFloat},                {"celu", "Celu", DTypeSet::kFloat},
       {"thresholded_relu", "ThresholdedRelu", DTypeSet::kFloat}, {"mish", "Mish", DTypeSet::kFloat},
-      {"arg_max", "ArgMax", DTypeSet::kAll},             {"arg_min", "ArgMin", DTypeSet::kAll},
   };
   for (const Mapped& m : direct) {
     add_cpu_kernel(
         registry, m.op, std::string("the ONNX reference library's ") + m.op_type,
         [op_type = std::string(m.op_type)](const KernelLaunch& launch, const CpuContext&) {
           run_reference(launch, op_type, launch.desc->attrs, launch_inputs(launch));
+        },
+        m.dtypes);
+  }
+  // Kernels of their own where they take the launch, the reference otherwise.
+  const struct {
+    const char* op;
+    const char* op_type;
+    const char* summary;
+    bool (*fast)(const KernelLaunch&, const CpuContext&);
+    DTypeSet dtypes;
+  } with_fast[] = {
+      {"log_softmax", "LogSoftmax",
+       "log_softmax: float32 along any axis in vectors (Note [Softmax along any axis] in cpu_norm.cpp), the ONNX "
+       "reference library's LogSoftmax for the other dtypes",
+       log_softmax_fast, DTypeSet::kFloat},
+      {"arg_max", "ArgMax", "arg_max: any axis and dtype but bool (cpu_scan.cpp), else the ONNX reference library's",
+       arg_extreme_fast, DTypeSet::kAll},
+      {"arg_min", "ArgMin", "arg_min: any axis and dtype but bool (cpu_scan.cpp), else the ONNX reference library's",
+       arg_extreme_fast, DTypeSet::kAll},
+  };
+  for (const auto& m : with_fast) {
+    add_cpu_kernel(
+        registry, m.op, m.summary,
+        [op_type = std::string(m.op_type), fast = m.fast](const KernelLaunch& launch, const CpuContext& context) {
+          if (!fast(launch, context)) run_reference(launch, op_type, launch.desc->attrs, launch_inputs(launch));
         },
         m.dtypes);
   }
@@ -340,12 +365,16 @@ void register_constant_input_kernels(KernelRegistry& registry) {
                  "clip: one pass for float32/float64, the ONNX reference library's Clip for the other dtypes (min/max "
                  "as constant inputs)",
                  [](const KernelLaunch& launch, const CpuContext& context) { run_clip(launch, context); });
-  add_cpu_kernel(registry, "cum_sum", "the ONNX reference library's CumSum (axis as a constant input)",
-                 [](const KernelLaunch& launch, const CpuContext&) { run_cum_sum(launch); }, DTypeSet::kFloatAndInt);
+  add_cpu_kernel(registry, "cum_sum",
+                 "cum_sum: any axis (cpu_scan.cpp), else the ONNX reference library's CumSum (axis as a constant "
+                 "input)",
+                 [](const KernelLaunch& launch, const CpuContext& context) { run_cum_sum(launch, context); },
+                 DTypeSet::kFloatAndInt);
   add_cpu_kernel(registry, "pad",
-                 "pad: constant mode with pads >= 0 as a fill and row copies, the ONNX reference library's Pad "
-                 "otherwise (pads and value as constant inputs)",
-                 [](const KernelLaunch& launch, const CpuContext&) { run_pad(launch); }, DTypeSet::kAll);
+                 "pad: constant mode with pads >= 0 as a fill and row copies, reflect, edge and wrap by rows "
+                 "(cpu_pad.cpp), the ONNX reference library's Pad otherwise (pads and value as constant inputs)",
+                 [](const KernelLaunch& launch, const CpuContext& context) { run_pad(launch, context); },
+                 DTypeSet::kAll);
   add_cpu_kernel(registry, "reduce_prod", "the ONNX reference library's ReduceProd (axes as a constant input)",
                  [](const KernelLaunch& launch, const CpuContext&) { run_reference_reduce(launch); },
                  DTypeSet::kFloatAndInt);
@@ -377,8 +406,11 @@ void register_index_kernels(KernelRegistry& registry) {
         run_reference(launch, "Tile", {}, {launch.input(0), int64_vector(launch.desc->attrs.get_ints("repeats", {}))});
       },
       DTypeSet::kAll);
-  add_cpu_kernel(registry, "top_k", "the ONNX reference library's TopK (k as a constant input)",
-                 [](const KernelLaunch& launch, const CpuContext&) {
+  add_cpu_kernel(registry, "top_k",
+                 "top_k: any axis by partial selection per line (cpu_scan.cpp), else the ONNX reference library's "
+                 "TopK (k as a constant input)",
+                 [](const KernelLaunch& launch, const CpuContext& context) {
+                   if (top_k_fast(launch, context)) return;
                    run_reference(launch, "TopK", attrs_without(launch.desc->attrs, {"k"}),
                                  {launch.input(0), int64_vector({launch.desc->attrs.get_int("k", 0)})});
                  },

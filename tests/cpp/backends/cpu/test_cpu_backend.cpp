@@ -56,7 +56,8 @@ OpDescriptor describe(const std::string& op, const std::vector<Tensor>& inputs, 
                       const ExecutionPolicy& policy = {}) {
   OpDescriptor desc;
   desc.op = op;
-  const std::size_t count = KernelRegistry::global().schema(op).inputs.size();
+  const OpSchema& schema = KernelRegistry::global().schema(op);
+  const std::size_t count = schema.is_variadic() ? std::max(schema.inputs.size(), inputs.size()) : schema.inputs.size();
   for (std::size_t i = 0; i < count; ++i)
     desc.inputs.push_back(TensorDesc::of(i < inputs.size() ? inputs[i] : Tensor()));
   desc.attrs = attrs;
@@ -793,6 +794,81 @@ TEST(CpuBackend, SoftmaxRowsMatchTheDoubleSoftmaxOnEveryIsa) {
   }
 }
 
+// Note [Softmax along any axis] (cpu_norm.cpp): softmax and log_softmax of float32 along the first, a middle and the
+// last axis (inner 1 and more, widths that leave partial blocks and blocks of one lane) against the double formulas,
+// with masked (-1e9, -inf) and subnormal-result scores; lines holding NaN or +inf, or only -inf, give NaN and leave
+// the other lines alone; the bits do not depend on the thread count.
+TEST(CpuBackend, SoftmaxAndLogSoftmaxAlongAnyAxisMatchTheDoubleFormulas) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::vector<std::int64_t> shape;
+    std::int64_t axis;
+  };
+  const Case cases[] = {{{257, 3}, 0}, {{5, 33, 301}, 1}, {{3, 7, 1000}, -1}, {{2, 300, 1}, 1}, {{1, 1}, 0},
+                        {{4, 5, 2}, 0},  {{9, 2049}, 1},   {{600, 2}, 0}};
+  for (const Case& c : cases) {
+    Tensor x = Tensor::empty(c.shape, DType::kFloat32);
+    auto* p = static_cast<float*>(x.data_ptr());
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      p[i] = normal(rng);
+      if (i % 11 == 3) p[i] = i % 2 == 0 ? -1e9f : -inf;
+      if (i % 13 == 5) p[i] = -100.0f;  // e^(x - max) subnormal
+    }
+    const std::size_t rank = c.shape.size();
+    const auto axis = static_cast<std::size_t>(c.axis < 0 ? c.axis + static_cast<std::int64_t>(rank) : c.axis);
+    std::int64_t outer = 1, inner = 1;
+    for (std::size_t d = 0; d < axis; ++d) outer *= c.shape[d];
+    for (std::size_t d = axis + 1; d < rank; ++d) inner *= c.shape[d];
+    const std::int64_t length = c.shape[axis];
+    if (outer * inner > 1) {  // line 0: a NaN; line 1 (if any): +inf; the last line: only -inf
+      p[0] = nan;
+      if (outer * inner > 2) p[1 == inner ? length : 1] = inf;
+      const std::int64_t last = outer * inner - 1, base = last / inner * length * inner + last % inner;
+      for (std::int64_t i = 0; i < length; ++i) p[base + i * inner] = -inf;
+    }
+    for (const char* op : {"softmax", "log_softmax"}) {
+      const bool log = std::string(op) == "log_softmax";
+      ExecutionPolicy one, two;
+      one.intra_op_threads = 1;
+      two.intra_op_threads = 2;
+      const Tensor y1 = run1(op, {x}, Attributes().set("axis", c.axis), one);
+      const Tensor y2 = run1(op, {x}, Attributes().set("axis", c.axis), two);
+      ASSERT_EQ(std::memcmp(y1.data_ptr(), y2.data_ptr(), static_cast<std::size_t>(y1.nbytes())), 0) << op;
+      const auto* y = static_cast<const float*>(y1.data_ptr());
+      for (std::int64_t line = 0; line < outer * inner; ++line) {
+        const std::int64_t base = line / inner * length * inner + line % inner;
+        double top = -inf, total = 0;
+        bool bad = false;
+        for (std::int64_t i = 0; i < length; ++i) {
+          const float v = p[base + i * inner];
+          bad = bad || std::isnan(v) || v == inf;
+          top = std::max(top, static_cast<double>(v));
+        }
+        bad = bad || top == -inf;
+        for (std::int64_t i = 0; i < length && !bad; ++i) total += std::exp(p[base + i * inner] - top);
+        for (std::int64_t i = 0; i < length; ++i) {
+          const float got = y[base + i * inner];
+          if (bad) {
+            ASSERT_TRUE(std::isnan(got)) << op << " line " << line;
+            continue;
+          }
+          const double d = static_cast<double>(p[base + i * inner]) - top;
+          const double want = log ? d - std::log(total) : std::exp(d) / total;
+          if ((!log && want == 0) || (log && std::isinf(want))) {  // a masked score: 0, or -inf for log_softmax
+            ASSERT_EQ(got, static_cast<float>(want)) << op;
+            continue;
+          }
+          const double tolerance = log ? std::fabs(want) * 1e-6 + 1e-6 : want * (4.8e-7 + std::fabs(d) * 6e-8) + 1e-44;
+          ASSERT_NEAR(got, want, tolerance) << op << " shape " << c.shape.size() << "-d, axis " << c.axis
+                                            << ", line " << line << ", i " << i;
+        }
+      }
+    }
+  }
+}
+
 // Note [Vectorised tanh, erf and GELU] (cpu_isa_baseline.cpp): every table's math_f32 against the double functions,
 // 400k points over [-12, 12] plus the ends of each polynomial's range, at lengths with partial last vectors: within
 // 3 float ulps (tanh, erf) of the exact value, the GELUs within 1e-5 relative plus 1e-7 (their negative tails are
@@ -1160,6 +1236,73 @@ TEST(CpuBackend, ReductionsOverAnyAxes) {
   EXPECT_TRUE(std::isnan(values(run1("reduce_max", {make({2}, {1, std::nanf("")})}))[0]));
 }
 
+// Note [Reductions that keep the innermost axis] and the contiguous runs of the general walk (cpu_reduce.cpp): sums,
+// means, maxima and minima over axis sets that keep the innermost axis (blocks of outputs wider and narrower than
+// kColumnBlock, kept axes between reduced ones) or reduce it among kept ones, against a double loop over the same
+// coordinates; NaN wins max and min in its lane only; the bits do not depend on the thread count.
+TEST(CpuBackend, ReductionsKeepingOrSkippingTheInnermostAxisMatchALoop) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  struct Case {
+    Shape shape, axes;
+  };
+  const Case cases[] = {{{301, 517}, {0}}, {{6, 97, 40}, {1}}, {{5, 31, 7, 3}, {0, 2}}, {{4, 1, 9, 260}, {0, 2}},
+                        {{3, 4, 5, 6}, {1, 2}}, {{11, 13, 17}, {0, 2}}, {{2, 700, 2}, {0, 1}}};
+  for (const Case& c : cases) {
+    Values v(static_cast<std::size_t>(cpu::product(c.shape, 0, c.shape.size())));
+    for (float& e : v) e = normal(rng);
+    v[v.size() / 3] = std::nanf("");
+    const Tensor x = make(c.shape, v);
+    std::vector<bool> reduced(c.shape.size(), false);
+    for (std::int64_t a : c.axes) reduced[static_cast<std::size_t>(a)] = true;
+    for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"}) {
+      ExecutionPolicy one, two;
+      one.intra_op_threads = 1;
+      two.intra_op_threads = 2;
+      const Attributes attrs = Attributes().set("axes", c.axes).set("keepdims", 0);
+      const Values y1 = values(run1(op, {x}, attrs, one)), y2 = values(run1(op, {x}, attrs, two));
+      ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0) << op;
+      // The reference: each element of x added into its output (outputs in row-major order of the kept axes).
+      std::vector<double> sum(y1.size(), 0.0), best(y1.size(), std::string(op) == "reduce_max" ? -INFINITY : INFINITY);
+      std::vector<bool> nan(y1.size(), false);
+      std::vector<std::int64_t> count(y1.size(), 0);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        std::int64_t rest = static_cast<std::int64_t>(i), o = 0, scale = 1;
+        for (std::size_t d = c.shape.size(); d-- > 0;) {
+          const std::int64_t coord = rest % c.shape[d];
+          rest /= c.shape[d];
+          if (!reduced[d]) {
+            o += coord * scale;
+            scale *= c.shape[d];
+          }
+        }
+        const auto k = static_cast<std::size_t>(o);
+        sum[k] += v[i];
+        ++count[k];
+        nan[k] = nan[k] || std::isnan(v[i]);
+        best[k] = std::string(op) == "reduce_max" ? std::max<double>(best[k], v[i]) : std::min<double>(best[k], v[i]);
+      }
+      for (std::size_t k = 0; k < y1.size(); ++k) {
+        const std::string name(op);
+        if (name == "reduce_max" || name == "reduce_min") {
+          if (nan[k]) {
+            ASSERT_TRUE(std::isnan(y1[k])) << op << " output " << k;
+          } else {
+            ASSERT_EQ(y1[k], static_cast<float>(best[k])) << op << " output " << k;
+          }
+          continue;
+        }
+        const double want = name == "reduce_mean" ? sum[k] / static_cast<double>(count[k]) : sum[k];
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(y1[k])) << op;
+          continue;
+        }
+        ASSERT_NEAR(y1[k], want, 1e-6 * std::max(1.0, std::fabs(want))) << op << " output " << k;
+      }
+    }
+  }
+}
+
 // ---- attention ----
 
 // softmax(q k^T * scale + mask) v for one [B, H, S, D] problem, in double.
@@ -1453,6 +1596,49 @@ TEST(CpuBackend, AttentionLogSumExpOfNaNScoresAndBadAttribute) {
 }
 
 // ---- threads ----
+
+// run_concat (cpu_data.cpp): many rows (every input's piece of a row by one thread), few rows of large pieces (cut in
+// chunks of 256 KiB, the last one partial), empty inputs among them, and 8-byte elements: the output is the inputs
+// laid side by side along the axis, whatever the thread count.
+TEST(CpuBackend, ConcatOfManyRowsAndOfFewLargeRows) {
+  struct Case {
+    std::vector<Shape> shapes;
+    std::int64_t axis;
+  };
+  const Case cases[] = {{{{31, 37, 1}, {31, 37, 3}, {31, 37, 0}, {31, 37, 19}}, 2},
+                        {{{70001, 3}, {3, 3}, {1, 3}}, 0},
+                        {{{2, 100003}, {2, 1}, {2, 65536}}, 1},
+                        {{{1, 5}, {1, 7}}, -1}};
+  int seed = 0;
+  for (const Case& c : cases) {
+    std::vector<Tensor> inputs;
+    for (const Shape& shape : c.shapes) {
+      Values v(static_cast<std::size_t>(cpu::product(shape, 0, shape.size())));
+      for (float& e : v) e = static_cast<float>(seed++ % 100003);
+      inputs.push_back(make(shape, v));
+    }
+    const std::size_t rank = c.shapes[0].size();
+    const auto axis = static_cast<std::size_t>(c.axis < 0 ? c.axis + static_cast<std::int64_t>(rank) : c.axis);
+    ExecutionPolicy one, two;
+    one.intra_op_threads = 1;
+    two.intra_op_threads = 2;
+    for (const ExecutionPolicy& policy : {one, two}) {
+      const Values y = values(run1("concat", inputs, Attributes().set("axis", c.axis), policy));
+      const std::int64_t outer = cpu::product(c.shapes[0], 0, axis);
+      std::size_t at = 0;
+      for (std::int64_t r = 0; r < outer; ++r) {
+        for (const Tensor& x : inputs) {
+          const std::int64_t row = cpu::product(x.shape(), axis, rank);
+          const Values xv = values(x);
+          for (std::int64_t i = 0; i < row; ++i) {
+            ASSERT_EQ(y[at++], xv[static_cast<std::size_t>(r * row + i)]) << "case axis " << c.axis << ", row " << r;
+          }
+        }
+      }
+      ASSERT_EQ(at, y.size());
+    }
+  }
+}
 
 TEST(CpuBackend, LoopsGiveTheSameBitsWithOneOrTwoThreads) {
   // Large enough for every op's loop to split across two threads.

@@ -240,12 +240,65 @@ void blas_gemm(bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, con
               static_cast<blasint>(ldb), 0.0, c, static_cast<blasint>(ldc));
 }
 
+void blas_gemv(bool trans, std::int64_t rows, std::int64_t cols, const float* a, std::int64_t lda, const float* x,
+               std::int64_t incx, float* y, std::int64_t incy) {
+  cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(cols),
+              1.0f, a, static_cast<blasint>(lda), x, static_cast<blasint>(incx), 0.0f, y, static_cast<blasint>(incy));
+}
+
+void blas_gemv(bool trans, std::int64_t rows, std::int64_t cols, const double* a, std::int64_t lda, const double* x,
+               std::int64_t incx, double* y, std::int64_t incy) {
+  cblas_dgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(cols),
+              1.0, a, static_cast<blasint>(lda), x, static_cast<blasint>(incx), 0.0, y, static_cast<blasint>(incy));
+}
+
+// Note [GEMV through OpenBLAS's gemv]
+// A product of one row (a linear layer at batch 1) or one column went to cblas_sgemm, which in Debian's OpenBLAS
+// 0.3.21 packs op(B) (or A) whole for that one row: 2.5-5x ONNX Runtime's time on [1, 4099] x [4099, 4093]
+// (2026-12-07), the weight's bytes moved three times. cblas_sgemv reads them once. The outputs are cut into blocks on the pool, as
+// Note [Parallel GEMM blocks] does (kBlasBlockAlign-aligned, at least kBlasMinGemvBlock outputs, two per thread): the
+// blocks depend on the shape and the thread count only.
+constexpr std::int64_t kBlasMinGemvBlock = 256;
+
+// y[0, outputs) = the gemv of the outputs' block: `block(first, count)` computes outputs [first, first + count).
+template <typename Block>
+void blocked_gemv(int threads, std::int64_t outputs, std::int64_t depth, Block&& block) {
+  const std::int64_t most = std::max<std::int64_t>(1, std::min<std::int64_t>(2 * threads, outputs / kBlasMinGemvBlock));
+  const std::int64_t blocks = threads <= 1 || outputs * depth < 2 * kBlasBlockWork ? 1 : most;
+  const auto edge = [&](std::int64_t i) {
+    return i == blocks ? outputs : outputs * i / blocks / kBlasBlockAlign * kBlasBlockAlign;
+  };
+  if (blocks == 1) {
+    block(0, outputs);
+    return;
+  }
+  parallel_for(blocks, threads, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) block(edge(i), edge(i + 1) - edge(i));
+  });
+}
+
 // C = A * op(B) through OpenBLAS, in blocks on the backend's pool when the product is large (Note [Parallel GEMM
-// blocks]).
+// blocks]); one row or one column through its gemv (Note [GEMV through OpenBLAS's gemv]).
 template <typename T>
 void blocked_blas_gemm(int threads, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
                        std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
   use_one_blas_thread();
+  if (m == 1) {  // c[j] = sum_p a[p] op(B)[p, j]: B [k, n] transposed by gemv, or B [n, k] as it is
+    blocked_gemv(threads, n, k, [&](std::int64_t first, std::int64_t count) {
+      if (trans_b) {
+        blas_gemv(false, count, k, b + first * ldb, ldb, a, 1, c + first, 1);
+      } else {
+        blas_gemv(true, k, count, b + first, ldb, a, 1, c + first, 1);
+      }
+    });
+    return;
+  }
+  if (n == 1) {  // c[i] = sum_p A[i, p] op(B)[p]: op(B)'s column is B's column (stride ldb) or B's row
+    blocked_gemv(threads, m, k, [&](std::int64_t first, std::int64_t count) {
+      blas_gemv(false, count, k, a + first * lda, lda, b, trans_b ? 1 : ldb, c + first * ldc, ldc);
+    });
+    return;
+  }
   // The grid: rows_split x cols_split blocks, halving a side of the blocks while there are at most
   // kBlasBlocksPerThread per thread (kBlasMaxBlocks in all) of kBlasBlockWork multiply-adds or more and their sides
   // stay kBlasMinBlockRows / kBlasMinBlockCols or longer. One thread: one call.

@@ -343,9 +343,11 @@ void register_mapped_kernels(KernelRegistry& registry) {
        "log_softmax: float32 along any axis in vectors (Note [Softmax along any axis] in cpu_norm.cpp), the ONNX "
        "reference library's LogSoftmax for the other dtypes",
        log_softmax_fast, DTypeSet::kFloat},
-      {"arg_max", "ArgMax", "arg_max: any axis and dtype but bool (cpu_scan.cpp), else the ONNX reference library's",
+      {"arg_max", "ArgMax",
+       "arg_max: any axis, float dtypes (Note [Scans along one axis]), else the ONNX reference library's",
        arg_extreme_fast, DTypeSet::kAll},
-      {"arg_min", "ArgMin", "arg_min: any axis and dtype but bool (cpu_scan.cpp), else the ONNX reference library's",
+      {"arg_min", "ArgMin",
+       "arg_min: any axis, float dtypes (Note [Scans along one axis]), else the ONNX reference library's",
        arg_extreme_fast, DTypeSet::kAll},
   };
   for (const auto& m : with_fast) {

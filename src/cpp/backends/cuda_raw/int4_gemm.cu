@@ -63,12 +63,7 @@
 // wave of 256 blocks at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above:
 // its grids are tactics there, not the default. A deeper ring (kDeepRingBytes: 4 chunks a warp at 4 tiles, m <= 8) is
 // a further tactic, for the H100 where this kernel is neither at the bandwidth nor at its instructions' limit
-// (2026-12-06: 64% of the copy bandwidth at 8192 x 8192). Nsight Compute there (2026-12-07, 4 tiles, m = 1) found it
-// latency-bound: 0.48 warps issued a scheduler, 3.1 of its 8 cycles per instruction waiting on L1TEX, and x's four
-// 16-byte loads per chunk are the loads a warp waits on where they are issued. So x staged with the weights (kXStaged,
-// record "x": "staged", m <= 8 with whole chunks) is a tactic too: the warp's lanes copy x's m rows of each chunk into
-// its ring stage by cp.async in the chunk's commit group (a __syncwarp after the wait, since other lanes copied them,
-// and before the stage is refilled) and read them back from shared memory. Not yet timed.
+// (2026-12-06: 64% of the copy bandwidth at 8192 x 8192).
 //
 // Note [Int4 GEMV with sub-blocks as the MMA's columns]
 // At m <= 4 (decoding) both kernels above spend most of their instructions per code on the dequantization (code - zero
@@ -459,10 +454,6 @@ constexpr int kStreamSmemBytes = kWarps * kStreamRingBytes;         // per block
 // one is multiplied (the default's 2 keep one: about 32 KB a SM at 2 blocks, near what an H100's loaded latency
 // needs). Not yet timed on a GPU.
 constexpr int kDeepRingBytes = 8192;
-// x staged with the weights (kXStaged, a tactic at m <= 8 and whole chunks): a row of x's chunk takes kXStageRow bytes
-// of a stage, its 256 laid out [word][t] (16 bytes each) and 64 of padding, so that rows g and g + 1, which the same
-// quarter of a warp reads, fall in different halves of the banks.
-constexpr int kXStageRow = 320;
 
 // Chunks a warp's ring of kRing bytes holds: each is 64 bytes of 16 weight rows per pair of tiles (1 KB), so 4 or 2
 // (the deep ring of two pairs: 4).
@@ -472,16 +463,8 @@ constexpr int stream_stages() {
 }
 
 // How the streaming kernel reads x: element by element (K not a multiple of 8 or x unaligned), 16 bytes at a time
-// with a check against K, 16 bytes unchecked when every chunk lies whole inside K (K a multiple of kChunk), or, on the
-// same problems at m <= 8, copied into the warp's ring with each chunk's weights and read back from shared memory
-// (kXStaged: no load of x waits where it is issued; Note [Int4 GEMM streamed through shared memory]).
-enum StreamX : int { kXElements = 0, kXVectors = 1, kXWholeChunks = 2, kXStaged = 3 };
-
-// The bytes of a warp's ring: the weights' kRing, and with x staged each stage's m rows of x.
-template <int kRing, int kStages>
-__host__ __device__ constexpr int stream_warp_bytes(bool staged, int m) {
-  return kRing + (staged ? kStages * m * kXStageRow : 0);
-}
+// with a check against K, or 16 bytes unchecked when every chunk lies whole inside K (K a multiple of kChunk).
+enum StreamX : int { kXElements = 0, kXVectors = 1, kXWholeChunks = 2 };
 
 // A chunk's scale and zero points' byte for each weight row of the lane (rows g and g + 8 of each pair), loaded when
 // its weights are issued (kStages chunks ahead of their use) and converted when they are multiplied.
@@ -502,27 +485,14 @@ struct StreamRows {
   unsigned live;               // bit r: row r exists (n < p.n)
 };
 
-// kXStaged: x's m rows of chunk c (256 bytes each) into the stage at `x_address`, row r's piece q (codes 8 q to
-// 8 q + 7: word q % 4 of lane t = q / 4) at r kXStageRow + 64 (q % 4) + 16 (q / 4), where the lanes read them back;
-// the 16 m pieces spread over the warp's lanes (zeros past the split).
-template <typename T>
-__device__ __forceinline__ void issue_x(const MmaParams& p, const T* x, int c, bool live, std::uint32_t x_address) {
-  for (int i = threadIdx.x & 31; i < 16 * p.m; i += 32) {
-    const int r = i >> 4, q = i & 15;
-    const T* src = x + static_cast<std::int64_t>(r) * p.k + c * kChunk + 8 * q;
-    ptx::cp_async_16(x_address + r * kXStageRow + (q & 3) * 64 + (q >> 2) * 16, live ? src : x, live ? 16 : 0);
-  }
-}
-
-// Issues chunk c's copies for the lane (cp.async into `stage_address`, zeros past the row or the split; kXStaged: x's
-// rows of the chunk into `x_address` too) and loads its scales and zero points; one commit group per chunk, empty ones
-// included, so that the count of groups in flight stays kStages.
-template <typename T, typename S, int kRows, int kX>
-__device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows<S>& rows, const T* x, int c,
-                                            int c_end, std::uint32_t stage_address, std::uint32_t x_address,
-                                            StreamSide<S, kRows>& side) {
+// Issues chunk c's copies for the lane (cp.async into `stage_address`, zeros past the row or the split) and loads its
+// scales and zero points; one commit group per chunk, empty ones included, so that the count of groups in flight
+// stays kStages.
+template <typename S, int kRows, int kX>
+__device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows<S>& rows, int c, int c_end,
+                                            std::uint32_t stage_address, StreamSide<S, kRows>& side) {
   const int kc = c * kChunk + (threadIdx.x & 3) * 32;
-  const bool live = c < c_end && (kX >= kXWholeChunks || kc < p.row_codes);
+  const bool live = c < c_end && (kX == kXWholeChunks || kc < p.row_codes);
   const int b = live ? kc >> p.block_shift : 0;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -532,19 +502,15 @@ __device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows
     side.scale[r] = on ? __ldg(rows.scales + r * rows.scale_stride + b) : from_float<S>(0.0f);
     side.zero[r] = on && rows.zeros != nullptr ? __ldg(rows.zeros + r * rows.zero_stride + (b >> 1)) : 0x88u;
   }
-  if constexpr (kX == kXStaged) issue_x(p, x, c, c < c_end, x_address);
   ptx::cp_async_commit();
 }
 
 // x's 8 codes [k0, k0 + 8) of a row as the B fragments of the chunk's word: codes (0, 4), (1, 5) for its first MMA,
-// (2, 6), (3, 7) for its second. `xc`: the row at the lane's first code of the chunk (kXStaged: in the stage, at the
-// lane's piece of word 0).
+// (2, 6), (3, 7) for its second. `xc`: the row at the lane's first code of the chunk.
 template <typename T, int kX>
 __device__ __forceinline__ void x_fragments(const MmaParams& p, const T* xc, int kc, int word, std::uint32_t (&b)[4]) {
   uint4 xa;
-  if constexpr (kX == kXStaged) {
-    xa = reinterpret_cast<const uint4*>(xc)[4 * word];
-  } else if constexpr (kX == kXWholeChunks) {
+  if constexpr (kX == kXWholeChunks) {
     xa = __ldg(reinterpret_cast<const uint4*>(xc) + word);
   } else {
     xa = load_x8<T, kX == kXVectors>(xc - kc, kc + 8 * word, p.k);
@@ -628,20 +594,15 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
   const T* xrow[kHalves];
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) xrow[h] = x + static_cast<std::int64_t>(min(g + 8 * h, p.m - 1)) * p.k + 32 * t;
-  // The warp's ring: [stage][row][lane] weights, then (kXStaged) [stage] x's m rows.
-  constexpr bool kStaged = kX == kXStaged;
-  uint4* ring = stream_smem + warp * (stream_warp_bytes<kRing, kStages>(kStaged, p.m) / 16);
+  uint4* ring = stream_smem + warp * (kRing / 16);  // [stage][row][lane]
   const std::uint32_t ring_address = ptx::shared_address(ring + lane);
-  const std::uint32_t x_stages = ptx::shared_address(ring + kRing / 16);
-  constexpr int kStageWeights = kRows * 512;  // bytes of a stage's weights
   const int c_begin = blockIdx.z * p.chunks_per_split + warp;
   const int c_end = min(p.chunks, static_cast<int>(blockIdx.z + 1) * p.chunks_per_split);
   float acc[kPairs][kHalves][4] = {};
   StreamSide<S, kRows> side[kStages];
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
-    issue_chunk<T, S, kRows, kX>(p, rows, x, c_begin + s * kWarps, c_end, ring_address + s * kStageWeights,
-                                 x_stages + s * p.m * kXStageRow, side[s]);
+    issue_chunk<S, kRows, kX>(p, rows, c_begin + s * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
   }
   for (int c = c_begin; c < c_end; c += kStages * kWarps) {
 #pragma unroll
@@ -649,24 +610,14 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
       const int cs = c + s * kWarps;
       if (cs >= c_end) break;  // warp-uniform
       ptx::cp_async_wait<kStages - 1>();  // chunk cs's group: the oldest of the kStages in flight
-      if constexpr (kStaged) __syncwarp();  // x's pieces of the chunk came through other lanes' copies
       uint4 w[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) w[r] = ring[(s * kRows + r) * 32 + lane];
       const T* xc[kHalves];
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-        if constexpr (kStaged) {  // row g of the stage (m <= 8: kHalves 1), the lane's piece of word 0
-          const auto* stage = reinterpret_cast<const char*>(ring + kRing / 16) + s * p.m * kXStageRow;
-          xc[h] = reinterpret_cast<const T*>(stage + min(g, p.m - 1) * kXStageRow + 16 * t);
-        } else {
-          xc[h] = xrow[h] + cs * kChunk;
-        }
-      }
+      for (int h = 0; h < kHalves; ++h) xc[h] = xrow[h] + cs * kChunk;
       multiply_chunk<T, S, kPairs, kHalves, kX, kScaleAfter>(p, cs, w, side[s], xc, acc);
-      if constexpr (kStaged) __syncwarp();  // every lane has read the stage's x before it is refilled
-      issue_chunk<T, S, kRows, kX>(p, rows, x, cs + kStages * kWarps, c_end, ring_address + s * kStageWeights,
-                                   x_stages + s * p.m * kXStageRow, side[s]);
+      issue_chunk<S, kRows, kX>(p, rows, cs + kStages * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
     }
   }
   ptx::cp_async_wait<0>();
@@ -1200,9 +1151,6 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
       if (stream && tiles == 4 && a.m <= 8) {  // the deep ring: a tactic beside it (same blocks)
         scored.emplace_back(scored.back().first, int4_gemm_mma_config(a, tiles, s, true, false, kDeepRingBytes));
       }
-      if (stream && a.m <= 8 && a.k % kChunk == 0) {  // x staged with the weights: a tactic beside it (same blocks)
-        scored.emplace_back(scored.back().first, int4_gemm_mma_config(a, tiles, s, true, false, 0, true));
-      }
     }
   }
   // Scores within 0.02 count as equal: a stable sort on the score rounded down to that step keeps the order above.
@@ -1218,7 +1166,7 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
     if (blocks_of(tiles, 1) < r.sms) continue;
     const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, stream = stream](const auto& e) {
       return e.second.tiles == tiles && e.second.splits == 1 && e.second.stream == stream && !e.second.gemv &&
-             e.second.ring == 0 && !e.second.stage_x;
+             e.second.ring == 0;
     });
     std::rotate(scored.begin(), it, it + 1);  // to the front, the others in their order
     break;
@@ -1246,21 +1194,18 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability)
 
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& a) { return ranked_configs(a); }
 
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream, bool gemv, int ring,
-                                   bool stage_x) {
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream, bool gemv, int ring) {
   XPURT_INTERNAL_ASSERT((tiles == 1 || tiles == 2 || tiles == 4) && splits >= 1 && splits <= kInt4MaxSplits &&
                             (!stream || tiles != 1) && (!gemv || (tiles == 2 && !stream)) &&
-                            (ring == 0 || (ring == kDeepRingBytes && stream && tiles == 4)) &&
-                            (!stage_x || (stream && ring == 0)),
+                            (ring == 0 || (ring == kDeepRingBytes && stream && tiles == 4)),
                         "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits, ", stream ", stream, ", gemv ",
-                        gemv, ", ring ", ring, ", stage_x ", stage_x);
+                        gemv, ", ring ", ring);
   Int4MmaConfig c;
   c.tiles = tiles;
   c.splits = splits;
   c.stream = stream;
   c.gemv = gemv;
   c.ring = ring;
-  c.stage_x = stage_x;
   c.workspace_bytes = workspace_of(a, splits);
   return c;
 }
@@ -1322,14 +1267,6 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
                   if (config.ring == kDeepRingBytes) {
                     launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter, kDeepRingBytes>,
                                   kWarps * kDeepRingBytes);
-                    return;
-                  }
-                }
-                if constexpr (kHalves == 1) {  // x staged with the weights (m <= 8)
-                  if (config.stage_x) {
-                    constexpr int kStages = stream_stages<kPairs, kStreamRingBytes>();
-                    launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXStaged, kAfter>,
-                                  kWarps * stream_warp_bytes<kStreamRingBytes, kStages>(true, static_cast<int>(a.m)));
                     return;
                   }
                 }

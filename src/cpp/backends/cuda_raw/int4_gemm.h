@@ -44,8 +44,6 @@ struct Int4MmaConfig {
   bool gemv = false;
   int ring = 0;  // the streaming kernel's ring of chunks per warp in bytes: 0 its default (4096), or 8192 (4 tiles,
                  // m <= 8; elsewhere the default ring runs)
-  bool stage_x = false;  // the streaming kernel copies x's rows into the ring with the weights (default ring; m <= 8
-                         // and K a multiple of 128 with x 16-byte aligned: elsewhere x is read from global memory)
   std::size_t workspace_bytes = 0;
 };
 
@@ -58,10 +56,10 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& args, int compute_capabili
 // Every grid the kernel can take for `args` on the current device (its SM count and the kernel's occupancy, queried
 // once per device), the default first and the others for autotuning; and the grid of given tiles and splits (valid
 // values only: checked by the caller; stream with tiles 2 or 4, or gemv with tiles 2; ring 8192 with stream and 4
-// tiles; stage_x with stream and the default ring).
+// tiles).
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& args);
 Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args, int tiles, int splits, bool stream, bool gemv = false,
-                                   int ring = 0, bool stage_x = false);
+                                   int ring = 0);
 // The tensor-core kernel (Note [Int4 GEMM on the GPU]): any m, meant for small ones; `workspace` holds
 // config.workspace_bytes.
 void int4_gemm_mma(const Int4GemmArgs& args, const Int4MmaConfig& config, void* workspace, void* stream);

@@ -93,7 +93,6 @@ class Int4MmaPlan final : public KernelPlan {
     return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers",
                            config_.stream ? ", streamed through shared memory" : "",
                            config_.ring != 0 ? detail::str_cat(" in a ring of ", config_.ring, " bytes a warp") : "",
-                           config_.stage_x ? ", x's rows staged with them" : "",
                            "), ", 8 * config_.tiles,
                            " columns per block",
                            config_.splits > 1 ? detail::str_cat(", K in ", config_.splits, " splits") : "");
@@ -106,7 +105,6 @@ class Int4MmaPlan final : public KernelPlan {
     if (config.stream) json["kernel"] = "stream";
     if (config.gemv) json["kernel"] = "gemv";
     if (config.ring != 0) json["ring"] = config.ring;
-    if (config.stage_x) json["x"] = "staged";
     return json.dump();
   }
 
@@ -116,8 +114,7 @@ class Int4MmaPlan final : public KernelPlan {
 };
 
 // The grid a plan record names ({"tiles": 1 | 2 | 4, "splits": 1..kInt4MaxSplits, optionally "kernel": "stream" with
-// tiles 2 or 4, or "gemv" with tiles 2; with "stream" and tiles 4 optionally "ring": 8192, the deep ring; with
-// "stream" and no "ring" optionally "x": "staged"});
+// tiles 2 or 4, or "gemv" with tiles 2; with "stream" and tiles 4 optionally "ring": 8192, the deep ring});
 // InvalidArgumentError otherwise.
 Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& record) {
   const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
@@ -153,12 +150,7 @@ Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& recor
     }
     ring = 8192;
   }
-  const bool stage_x = json.contains("x");
-  if (stage_x && (!stream || ring != 0 || json["x"] != "staged")) {
-    throw InvalidArgumentError(detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('x' must be \"staged\", ",
-                                               "with \"kernel\": \"stream\" and no 'ring'): ", record));
-  }
-  return int4_gemm_mma_config(a, tiles, splits, stream, gemv, ring, stage_x);
+  return int4_gemm_mma_config(a, tiles, splits, stream, gemv, ring);
 }
 
 class Int4DequantizeGemmPlan final : public KernelPlan {

@@ -63,7 +63,11 @@
 // wave of 256 blocks at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above:
 // its grids are tactics there, not the default. A deeper ring (kDeepRingBytes: 4 chunks a warp at 4 tiles, m <= 8) is
 // a further tactic, for the H100 where this kernel is neither at the bandwidth nor at its instructions' limit
-// (2026-12-06: 64% of the copy bandwidth at 8192 x 8192).
+// (2026-12-06: 64% of the copy bandwidth at 8192 x 8192). Nsight Compute there (2026-12-07, 4 tiles, m = 1, 116
+// registers) found it latency-bound: 0.48 warps issued a scheduler, 3.1 of its 8 cycles per instruction waiting on
+// L1TEX. x read from the ring instead (its rows copied by cp.async with each chunk's weights, a __syncwarp after the
+// wait) was timed the same day on an H100 and was slower at every grid (8192 x 8192, m = 1: 22.8 against 20.1 us;
+// m = 8: 34.2 against 21.0; 122 registers): x's loads are not what the warps wait on, and the tactic was removed.
 //
 // Note [Int4 GEMV with sub-blocks as the MMA's columns]
 // At m <= 4 (decoding) both kernels above spend most of their instructions per code on the dequantization (code - zero

@@ -175,16 +175,22 @@ void softmax_block_f32(const IsaKernels& isa, const float* in, float* out, std::
   }
 }
 
-// log_softmax of one row of n floats (Note [Softmax along any axis]); `t` n floats of scratch.
+// log_softmax of one row of n floats (Note [Softmax along any axis]); `t` kRowChunk floats of scratch: e^(x - max)
+// a chunk at a time, summed while it is in L1.
+constexpr std::int64_t kRowChunk = 2048;
+
 void log_softmax_row_f32(const IsaKernels& isa, const float* x, float* y, std::int64_t n, float* t) {
   const float max_value = row_max(x, n);
-  exp_shifted<false>(isa, x, &max_value, t, n);
   double sums[kRowSums] = {};
-  std::int64_t j = 0;
-  for (; j + kRowSums <= n; j += kRowSums) {
-    for (int l = 0; l < kRowSums; ++l) sums[l] += static_cast<double>(t[j + l]);
+  for (std::int64_t first = 0; first < n; first += kRowChunk) {
+    const std::int64_t count = std::min(kRowChunk, n - first);
+    exp_shifted<false>(isa, x + first, &max_value, t, count);
+    std::int64_t j = 0;
+    for (; j + kRowSums <= count; j += kRowSums) {
+      for (int l = 0; l < kRowSums; ++l) sums[l] += static_cast<double>(t[j + l]);
+    }
+    for (; j < count; ++j) sums[j % kRowSums] += static_cast<double>(t[j]);
   }
-  for (; j < n; ++j) sums[0] += static_cast<double>(t[j]);
   double sum = 0.0;
   for (double partial : sums) sum += partial;
   const double shift = static_cast<double>(max_value) + std::log(sum);
@@ -199,7 +205,7 @@ void softmax_lines_f32(const float* in, float* out, std::int64_t outer, std::int
   if (inner == 1) {
     parallel_for(outer, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(length, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
-                   ScratchVector<float> t(static_cast<std::size_t>(length));
+                   ScratchVector<float> t(static_cast<std::size_t>(std::min(length, kRowChunk)));
                    for (std::int64_t row = begin; row < end; ++row) {
                      log_softmax_row_f32(isa, in + row * length, out + row * length, length, t.data());
                    }

@@ -100,17 +100,16 @@ void softmax_rows_f32(const float* in, float* out, std::int64_t rows, std::int64
 // NaN of x - max reaches the line's sum.
 constexpr std::int64_t kAxisLanes = 256;
 constexpr int kRowSums = 8;
+constexpr std::int64_t kRowChunk = 2048;  // floats of e^(x - max) a call of exp_f32 makes, in L1
 
-// t[j] = e^(x[j] - shift[j]) (kLanes; else shift[0]) over n floats by exp_f32's vectors, and by std::exp where
-// they decline (the subnormal results: recomputed from x, since exp_f32 leaves those elements undefined). A NaN, an
-// x of +inf (its shift +inf too) or a line of only -inf gives NaN, which the sums carry to the whole line.
-template <bool kLanes>
-void exp_shifted(const IsaKernels& isa, const float* x, const float* shift, float* t, std::int64_t n) {
-  for (std::int64_t j = 0; j < n; ++j) t[j] = x[j] - shift[kLanes ? j : 0];
+// t[j] = e^(x[j] - shift) over n floats by exp_f32's vectors, and by std::exp where they decline (the subnormal
+// results: recomputed from x, since exp_f32 leaves those elements undefined). A NaN, an x of +inf (the shift +inf
+// too) or a line of only -inf gives NaN, which the sums carry to the whole line.
+void exp_shifted(const IsaKernels& isa, const float* x, float shift, float* t, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) t[j] = x[j] - shift;
   if (!isa.exp_f32(t, t, n, false)) return;
   for (std::int64_t j = 0; j < n; ++j) {
-    const float d = x[j] - shift[kLanes ? j : 0];
-    if (exp_outside(d)) t[j] = std::exp(d);
+    if (exp_outside(x[j] - shift)) t[j] = std::exp(x[j] - shift);
   }
 }
 
@@ -149,17 +148,36 @@ float row_max(const float* x, std::int64_t n) {
 }
 
 // One block of `width` neighbouring lines of [length, inner] at `in` (Note [Softmax along any axis]).
+// The block's rows go to exp_f32 kRowChunk / width at a time, gathered into one buffer as x - max (a call per row
+// of 31 or 65 lanes cost more than its arithmetic: softmax over axis 1 of [17, 4099, 31], over axis 0 of
+// [4099, 257] in four blocks).
 void softmax_block_f32(const IsaKernels& isa, const float* in, float* out, std::int64_t length, std::int64_t inner,
                        std::int64_t width, bool log) {
-  float max_value[kAxisLanes], t[kAxisLanes];
+  float max_value[kAxisLanes], t[kRowChunk];
   double sum[kAxisLanes];
   std::fill(max_value, max_value + width, -std::numeric_limits<float>::infinity());
   std::fill(sum, sum + width, 0.0);
   for (std::int64_t i = 0; i < length; ++i) max_into(max_value, in + i * inner, width);
-  for (std::int64_t i = 0; i < length; ++i) {
-    exp_shifted<true>(isa, in + i * inner, max_value, t, width);
-    for (std::int64_t j = 0; j < width; ++j) sum[j] += static_cast<double>(t[j]);
-    if (!log) std::copy(t, t + width, out + i * inner);
+  const std::int64_t step = kRowChunk / width;  // rows a call of exp_f32
+  for (std::int64_t i = 0; i < length; i += step) {
+    const std::int64_t rows = std::min(step, length - i);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = in + (i + r) * inner;
+      for (std::int64_t j = 0; j < width; ++j) t[r * width + j] = row[j] - max_value[j];
+    }
+    if (isa.exp_f32(t, t, rows * width, false)) {  // std::exp where it declines, from x (as exp_shifted)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* row = in + (i + r) * inner;
+        for (std::int64_t j = 0; j < width; ++j) {
+          const float d = row[j] - max_value[j];
+          if (exp_outside(d)) t[r * width + j] = std::exp(d);
+        }
+      }
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t j = 0; j < width; ++j) sum[j] += static_cast<double>(t[r * width + j]);
+      if (!log) std::copy(t + r * width, t + (r + 1) * width, out + (i + r) * inner);
+    }
   }
   for (std::int64_t j = 0; j < width; ++j) sum[j] = log ? std::log(sum[j]) : 1.0 / sum[j];
   for (std::int64_t i = 0; i < length; ++i) {
@@ -177,14 +195,13 @@ void softmax_block_f32(const IsaKernels& isa, const float* in, float* out, std::
 
 // log_softmax of one row of n floats (Note [Softmax along any axis]); `t` kRowChunk floats of scratch: e^(x - max)
 // a chunk at a time, summed while it is in L1.
-constexpr std::int64_t kRowChunk = 2048;
 
 void log_softmax_row_f32(const IsaKernels& isa, const float* x, float* y, std::int64_t n, float* t) {
   const float max_value = row_max(x, n);
   double sums[kRowSums] = {};
   for (std::int64_t first = 0; first < n; first += kRowChunk) {
     const std::int64_t count = std::min(kRowChunk, n - first);
-    exp_shifted<false>(isa, x + first, &max_value, t, count);
+    exp_shifted(isa, x + first, max_value, t, count);
     std::int64_t j = 0;
     for (; j + kRowSums <= count; j += kRowSums) {
       for (int l = 0; l < kRowSums; ++l) sums[l] += static_cast<double>(t[j + l]);

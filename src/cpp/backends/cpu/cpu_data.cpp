@@ -625,4 +625,28 @@ void register_data_kernels(KernelRegistry& registry) {
   add_cpu_kernel(registry, "logical_not", "reference !x for bool x", run_logical_not, all);
 }
 
+// Tile as one strided copy: y viewed as [repeats[0], x.shape[0], repeats[1], x.shape[1], ...] is x broadcast over
+// the repeats (source strides 0 there), in the row-major order of y (the ONNX reference library's Tile walked each
+// output element's coordinates: 44x ONNX Runtime's time on [64, 1, 512] tiled to [64, 64, 512], 2026-12-07).
+bool tile_fast(const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& x = launch.input(0);
+  Tensor& y = launch.output(0);
+  const std::vector<std::int64_t> repeats = launch.desc->attrs.get_ints("repeats", {});
+  if (!x.is_contiguous() || !y.is_contiguous() || x.dtype() != y.dtype() ||
+      repeats.size() != static_cast<std::size_t>(x.dim())) {
+    return false;
+  }
+  if (y.numel() == 0) return true;
+  const Shape x_strides = contiguous_strides(x.shape());
+  Shape shape, strides;
+  for (std::size_t d = 0; d < repeats.size(); ++d) {
+    if (repeats[d] < 0 || x.shape()[d] * repeats[d] != y.shape()[d]) return false;
+    shape.insert(shape.end(), {repeats[d], x.shape()[d]});
+    strides.insert(strides.end(), {0, x_strides[d]});
+  }
+  copy_to_contiguous(static_cast<const char*>(x.data_ptr()), static_cast<char*>(y.data_ptr()), x.element_size(),
+                     shape, strides, context.threads);
+  return true;
+}
+
 }  // namespace xpuruntime::cpu

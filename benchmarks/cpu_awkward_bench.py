@@ -40,6 +40,8 @@ def _model(nodes, inputs: Sequence[Tuple[str, Sequence[int]]], inits=(), opset: 
     for output in model.graph.output:
         if output.name in inferred:
             output.CopyFrom(inferred[output.name])
+        elif output.type.tensor_type.elem_type == 0:  # an op newer than this ONNX's inference (Mish): float32 in, out
+            output.type.tensor_type.elem_type = FLOAT
     return model.SerializeToString()
 
 
@@ -160,6 +162,13 @@ CASES: Dict[str, Tuple[str, Callable]] = {
     "conv_grouped_odd": ("Conv 3x3 stride 2, 7 groups, 63 -> 77 channels at 97x89",
                          lambda: conv(1, 63, (97, 89), 77, 3, 2, 7)),
     "conv_1x1_wide": ("Conv 1x1, 1001 -> 1003 channels at 7x7", lambda: conv(1, 1001, (7, 7), 1003, 1, 1, 1)),
+    "tile": ("Tile [64, 1, 512] by (1, 64, 1)",
+             lambda: with_constant("Tile", (64, 1, 512), np.array([1, 64, 1], np.int64))),
+    "gather_elements": ("GatherElements along axis 1 of [256, 1024]", lambda: _gather_elements((256, 1024), 1)),
+    "elu": ("Elu of [1, 64, 112, 112]", lambda: unary("Elu", (1, 64, 112, 112))),
+    "mish": ("Mish of [1, 64, 112, 112]", lambda: unary("Mish", (1, 64, 112, 112))),
+    "softplus": ("Softplus of [1, 64, 112, 112]", lambda: unary("Softplus", (1, 64, 112, 112))),
+    "instance_norm": ("InstanceNormalization of [2, 64, 128, 128]", lambda: _instance_norm((2, 64, 128, 128))),
     "layer_norm_narrow": ("LayerNormalization over rows of 7 (4099 rows)", lambda: _layer_norm((4099, 7), 1)),
     "layer_norm_planes": ("LayerNormalization over axes 1-2 of [67, 131, 137]", lambda: _layer_norm((67, 131, 137), 1)),
 }
@@ -171,6 +180,20 @@ def _layer_norm(shape, axis: int):
     node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=axis)
     return _model([node], [("x", shape)], [numpy_helper.from_array(np.ones(tail, np.float32), "g"),
                                            numpy_helper.from_array(np.zeros(tail, np.float32), "b")]), {"x": _x(shape)}
+
+
+def _gather_elements(shape, axis: int):
+    indices = np.random.default_rng(4).integers(0, shape[axis], size=shape).astype(np.int64)
+    return with_constant("GatherElements", shape, indices, axis=axis)
+
+
+def _instance_norm(shape):
+    from onnx import helper, numpy_helper
+    channels = shape[1]
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])
+    scale, bias = np.ones(channels, np.float32), np.zeros(channels, np.float32)
+    inits = [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(bias, "b")]
+    return _model([node], [("x", shape)], inits), {"x": _x(shape)}
 
 
 def main() -> int:

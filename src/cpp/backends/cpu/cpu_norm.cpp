@@ -301,6 +301,18 @@ void run_softmax(const KernelLaunch& launch, const CpuContext& context) {
   y.commit();
 }
 
+// The sum of f(x[i]) over n elements in double, in four partials added at the end (a fixed order).
+template <typename T, typename F>
+double four_sums(const T* x, std::int64_t n, F f) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  std::int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int j = 0; j < 4; ++j) acc[j] += f(static_cast<double>(x[i + j]));
+  }
+  for (; i < n; ++i) acc[0] += f(static_cast<double>(x[i]));
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
 // layer_norm's second output (Note [Quantized layer norm output] in core/op_schemas.cpp): QuantizeLinear per tensor
 // of output 0 as stored, read back as float32 (16-bit values widened exactly).
 void quantize_output(const KernelLaunch& launch, const CpuContext& context) {
@@ -350,14 +362,10 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                      src = sum_row.data();
                    }
                    T* dst = out + row * size;
-                   double sum = 0.0;
-                   for (std::int64_t i = 0; i < size; ++i) sum += static_cast<double>(src[i]);
-                   const double mean = sum / static_cast<double>(size);
-                   double squares = 0.0;
-                   for (std::int64_t i = 0; i < size; ++i) {
-                     const double d = static_cast<double>(src[i]) - mean;
-                     squares += d * d;
-                   }
+                   // Four double partials each (one chain of additions kept these passes at an add's latency
+                   // an element: InstanceNormalization of [2, 64, 128, 128], 3.7x ONNX Runtime's time).
+                   const double mean = four_sums(src, size, [](double v) { return v; }) / static_cast<double>(size);
+                   const double squares = four_sums(src, size, [mean](double v) { return (v - mean) * (v - mean); });
                    const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(size) + epsilon);
                    for (std::int64_t i = 0; i < size; ++i) {
                      double v = (static_cast<double>(src[i]) - mean) * inv_std;

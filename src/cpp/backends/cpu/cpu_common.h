@@ -148,6 +148,7 @@ bool cum_sum_fast(const KernelLaunch& launch, const CpuContext& context);      /
 bool arg_extreme_fast(const KernelLaunch& launch, const CpuContext& context);  // cpu_scan.cpp: arg_max, arg_min
 bool top_k_fast(const KernelLaunch& launch, const CpuContext& context);        // cpu_scan.cpp
 bool tile_fast(const KernelLaunch& launch, const CpuContext& context);         // cpu_data.cpp
+bool gather_elements_fast(const KernelLaunch& launch, const CpuContext& context);  // cpu_data.cpp
 void register_int4_kernels(KernelRegistry& registry);       // matmul_nbits (cpu_int4.cpp)
 void register_gqa_kernels(KernelRegistry& registry);        // group_query_attention (cpu_gqa.cpp)
 // quantize_linear, dequantize_linear, dynamic_quantize_linear (cpu_quantize.cpp)

@@ -404,6 +404,20 @@ void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
              ChunkBody{[](void* context, std::int64_t c) { (*static_cast<Chunk*>(context))(c); }, &chunk});
 }
 
+// The sum of f(x[i]) over n elements in double, in four partials added at the end, (0 + 1) + (2 + 3): a fixed order
+// (the bits do not depend on the threads) whose four independent chains the compiler keeps in vector registers; one
+// chain of additions runs at an add's latency an element.
+template <typename T, typename F>
+double four_sums(const T* x, std::int64_t n, F f) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  std::int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int j = 0; j < 4; ++j) acc[j] += f(static_cast<double>(x[i + j]));
+  }
+  for (; i < n; ++i) acc[0] += f(static_cast<double>(x[i]));
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
 // ---- GEMM ----
 
 // C[m, n] = A[m, k] * op(B)[k, n], all row-major with leading dims lda, ldb, ldc. op(B) = B ([k, n]) or,

@@ -255,9 +255,9 @@ void blas_gemv(bool trans, std::int64_t rows, std::int64_t cols, const double* a
 // Note [GEMV through OpenBLAS's gemv]
 // A product of one row (a linear layer at batch 1) or one column went to cblas_sgemm, which in Debian's OpenBLAS
 // 0.3.21 packs op(B) (or A) whole for that one row: 2.5-5x ONNX Runtime's time on [1, 4099] x [4099, 4093]
-// (2026-12-07), the weight's bytes moved three times. cblas_sgemv reads them once. The outputs are cut into blocks on the pool, as
-// Note [Parallel GEMM blocks] does (kBlasBlockAlign-aligned, at least kBlasMinGemvBlock outputs, two per thread): the
-// blocks depend on the shape and the thread count only.
+// (2026-12-07), the weight's bytes moved three times. cblas_sgemv reads them once. The outputs are cut into blocks
+// on the pool, as Note [Parallel GEMM blocks] does (kBlasBlockAlign-aligned, at least kBlasMinGemvBlock outputs, two
+// per thread): the blocks depend on the shape and the thread count only.
 constexpr std::int64_t kBlasMinGemvBlock = 256;
 
 // y[0, outputs) = the gemv of the outputs' block: `block(first, count)` computes outputs [first, first + count).

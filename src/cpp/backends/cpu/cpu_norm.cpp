@@ -91,13 +91,13 @@ void softmax_rows_f32(const float* in, float* out, std::int64_t rows, std::int64
 // Softmax (and log_softmax) over an axis that is not the last walked each (outer, inner) line on its own: a strided
 // read per element and one std::exp call each, 3x ONNX Runtime's time on [4099, 257] along axis 0 (2026-12-07); and
 // log_softmax, on the ONNX reference library, 17x on rows of 50,257 (an LM head's log-probabilities). In float32 the
-// lines now go in blocks of kAxisLanes neighbouring lines (the inner dimension, contiguous): the maximum per lane
-// over the axis, then e^(x - max) a row of the block at a time by exp_f32's vectors (std::exp where it declines: the
-// subnormal results), summed per lane in double, then the scale (softmax: e / sum, rounded once) or, for
-// log_softmax, x - max - log(sum) in double, rounded once. Rows of log_softmax (inner 1) take the same steps along
-// the row, the sum in kRowSums double partials (a fixed order, so the bits do not depend on the threads). A line
-// holding NaN or +inf, or only -inf, gives NaN, as torch.softmax and the general loop below have it: no check, the
-// NaN of x - max reaches the line's sum.
+// lines now go in blocks of up to kAxisLanes neighbouring lines (the inner dimension, contiguous): the maximum per
+// lane over the axis, then e^(x - max) by exp_f32's vectors, kRowChunk floats of the block's rows a call (std::exp
+// where it declines: the subnormal results), summed per lane in double, then the scale (softmax: e / sum, rounded
+// once) or, for log_softmax, x - max - log(sum) in double, rounded once. Rows of log_softmax (inner 1) take the same
+// steps along the row, the sum in kRowSums double partials (a fixed order, so the bits do not depend on the
+// threads). A line holding NaN or +inf, or only -inf, gives NaN, as torch.softmax and the general loop below have it:
+// no check, the NaN of x - max reaches the line's sum.
 constexpr std::int64_t kAxisLanes = 256;
 constexpr int kRowSums = 8;
 constexpr std::int64_t kRowChunk = 2048;  // floats of e^(x - max) a call of exp_f32 makes, in L1
@@ -195,7 +195,6 @@ void softmax_block_f32(const IsaKernels& isa, const float* in, float* out, std::
 
 // log_softmax of one row of n floats (Note [Softmax along any axis]); `t` kRowChunk floats of scratch: e^(x - max)
 // a chunk at a time, summed while it is in L1.
-
 void log_softmax_row_f32(const IsaKernels& isa, const float* x, float* y, std::int64_t n, float* t) {
   const float max_value = row_max(x, n);
   double sums[kRowSums] = {};
@@ -301,18 +300,6 @@ void run_softmax(const KernelLaunch& launch, const CpuContext& context) {
   y.commit();
 }
 
-// The sum of f(x[i]) over n elements in double, in four partials added at the end (a fixed order).
-template <typename T, typename F>
-double four_sums(const T* x, std::int64_t n, F f) {
-  double acc[4] = {0.0, 0.0, 0.0, 0.0};
-  std::int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int j = 0; j < 4; ++j) acc[j] += f(static_cast<double>(x[i + j]));
-  }
-  for (; i < n; ++i) acc[0] += f(static_cast<double>(x[i]));
-  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
-
 // layer_norm's second output (Note [Quantized layer norm output] in core/op_schemas.cpp): QuantizeLinear per tensor
 // of output 0 as stored, read back as float32 (16-bit values widened exactly).
 void quantize_output(const KernelLaunch& launch, const CpuContext& context) {
@@ -362,8 +349,8 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                      src = sum_row.data();
                    }
                    T* dst = out + row * size;
-                   // Four double partials each (one chain of additions kept these passes at an add's latency
-                   // an element: InstanceNormalization of [2, 64, 128, 128], 3.7x ONNX Runtime's time).
+                   // four_sums: with one chain of additions, InstanceNormalization of [2, 64, 128, 128] took 3.7x
+                   // ONNX Runtime's time.
                    const double mean = four_sums(src, size, [](double v) { return v; }) / static_cast<double>(size);
                    const double squares = four_sums(src, size, [mean](double v) { return (v - mean) * (v - mean); });
                    const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(size) + epsilon);

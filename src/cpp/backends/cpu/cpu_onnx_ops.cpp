@@ -46,10 +46,10 @@ Tensor int64_vector(const std::vector<std::int64_t>& values) {
 // memory plan reusing a dead input's buffer) is not given to the kernel, which may still read the input after writing
 // some outputs; an output the kernel made elsewhere (an input passed through) is copied as before.
 //
-// Runs the library's `op_type` with `attrs` on `inputs` (undefined tensors: absent optional inputs) into the
+// The library's node of `op_type` with `attrs` for `inputs` (undefined tensors: absent optional inputs) and the
 // launch's outputs.
-void run_reference(const KernelLaunch& launch, const std::string& op_type, Attributes attrs,
-                   const std::vector<Tensor>& inputs) {
+Node reference_node(const KernelLaunch& launch, const std::string& op_type, Attributes attrs,
+                    const std::vector<Tensor>& inputs) {
   Node node;
   node.op_type = op_type;
   node.name = launch.desc->op;
@@ -58,6 +58,14 @@ void run_reference(const KernelLaunch& launch, const std::string& op_type, Attri
   }
   for (std::size_t k = 0; k < launch.desc->outputs.size(); ++k) node.outputs.push_back(detail::str_cat("y", k));
   node.attrs = std::move(attrs);
+  return node;
+}
+
+// Runs the library's `op_type` with `attrs` on `inputs` (undefined tensors: absent optional inputs) into the
+// launch's outputs.
+void run_reference(const KernelLaunch& launch, const std::string& op_type, Attributes attrs,
+                   const std::vector<Tensor>& inputs) {
+  const Node node = reference_node(launch, op_type, std::move(attrs), inputs);
   // The launch's outputs as destinations (Note [Reference kernels write into the launch's outputs]).
   std::vector<Tensor> into;
   for (std::size_t k = 0; k < launch.desc->outputs.size(); ++k) into.push_back(launch.output(k));
@@ -95,6 +103,7 @@ void run_reference_elementwise(const KernelLaunch& launch, const std::string& op
     run_reference(launch, op_type, launch.desc->attrs, {x});
     return;
   }
+  const Node node = reference_node(launch, op_type, launch.desc->attrs, {x});
   const std::int64_t chunks = (n + kElementwiseChunk - 1) / kElementwiseChunk;
   const auto xs = static_cast<std::int64_t>(x.element_size()), ys = static_cast<std::int64_t>(y.element_size());
   parallel_for(chunks, context.threads, 1, [&](std::int64_t begin, std::int64_t end) {
@@ -104,12 +113,6 @@ void run_reference_elementwise(const KernelLaunch& launch, const std::string& op
                                           x.device(), x.storage());
       Tensor yc = Tensor::from_blob(static_cast<char*>(y.data_ptr()) + first * ys, {count}, {}, y.dtype(), y.device(),
                                     y.storage());
-      Node node;
-      node.op_type = op_type;
-      node.name = launch.desc->op;
-      node.inputs = {"input0"};
-      node.outputs = {"y0"};
-      node.attrs = launch.desc->attrs;
       const std::vector<Tensor> out = onnx_ref::run_node_into(node, kOpset, {xc}, {yc});
       XPURT_INTERNAL_ASSERT(out.size() == 1 && out[0].data_ptr() == yc.data_ptr(), "the reference library's ", op_type,
                             " did not write the chunk in place");
@@ -393,12 +396,12 @@ void register_mapped_kernels(KernelRegistry& registry) {
       {"arg_max", "ArgMax",
        "arg_max: any axis, float dtypes (Note [Scans along one axis]), else the ONNX reference library's",
        arg_extreme_fast, DTypeSet::kAll},
-      {"gather_elements", "GatherElements",
-       "gather_elements: rows of the output on the threads (cpu_data.cpp), else the ONNX reference library's",
-       gather_elements_fast, DTypeSet::kAll},
       {"arg_min", "ArgMin",
        "arg_min: any axis, float dtypes (Note [Scans along one axis]), else the ONNX reference library's",
        arg_extreme_fast, DTypeSet::kAll},
+      {"gather_elements", "GatherElements",
+       "gather_elements: rows of the output on the threads (cpu_data.cpp), else the ONNX reference library's",
+       gather_elements_fast, DTypeSet::kAll},
   };
   for (const auto& m : with_fast) {
     add_cpu_kernel(

@@ -121,13 +121,7 @@ template <typename T>
 Partial<T> partial_of(ReduceOp op, const T* p, std::int64_t count) {
   Partial<T> r;
   if (sums(op)) {
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    std::int64_t i = 0;
-    for (; i + 4 <= count; i += 4) {
-      for (int j = 0; j < 4; ++j) acc[j] += summand(op, static_cast<double>(p[i + j]));
-    }
-    for (; i < count; ++i) acc[0] += summand(op, static_cast<double>(p[i]));
-    r.sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    r.sum = four_sums(p, count, [op](double v) { return summand(op, v); });
     return r;
   }
   if (op == ReduceOp::kMax) {
@@ -136,6 +130,14 @@ Partial<T> partial_of(ReduceOp op, const T* p, std::int64_t count) {
     extreme_of<false>(p, count, &r);
   }
   return r;
+}
+
+// Folds a chunk's (or a run's) partial into the one of its row, after those before it.
+template <typename T>
+void combine(Partial<T>& into, const Partial<T>& part, bool max) {
+  into.sum += part.sum;
+  into.nan = into.nan || part.nan;
+  into.best = better(max, part.best, into.best);
 }
 
 template <typename T>
@@ -160,10 +162,7 @@ void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64
     for (std::int64_t o = 0; o < rows; ++o) {
       Partial<T> row = parts[static_cast<std::size_t>(o * chunks)];
       for (std::int64_t c = 1; c < chunks; ++c) {
-        const Partial<T>& part = parts[static_cast<std::size_t>(o * chunks + c)];
-        row.sum += part.sum;
-        row.nan = row.nan || part.nan;
-        row.best = better(op == ReduceOp::kMax, part.best, row.best);
+        combine(row, parts[static_cast<std::size_t>(o * chunks + c)], op == ReduceOp::kMax);
       }
       out[o] = finish(op, row, count);
     }
@@ -382,10 +381,9 @@ void run_reduce(ReduceOp op, const KernelLaunch& launch, const CpuContext& conte
                      base += (rest % kept_sizes[d]) * kept_strides[d];
                      rest /= kept_sizes[d];
                    }
-                   double sum = 0.0;
-                   T best =
+                   Partial<T> acc;
+                   acc.best =
                        op == ReduceOp::kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
-                   bool nan = false;
                    for (std::int64_t r = 0; r < outer_count; ++r) {
                      std::int64_t offset = base, rest_r = r;
                      for (std::size_t d = sizes.empty() ? 0 : sizes.size() - 1; d-- > 0;) {
@@ -394,35 +392,20 @@ void run_reduce(ReduceOp op, const KernelLaunch& launch, const CpuContext& conte
                      }
                      const T* p = in + offset;
                      if (inner_step == 1) {  // a contiguous run: four sums or eight lanes (partial_of), then combined
-                       const Partial<T> part = partial_of(op, p, inner);
-                       sum += part.sum;
-                       nan = nan || part.nan;
-                       best = better(op == ReduceOp::kMax, part.best, best);
+                       combine(acc, partial_of(op, p, inner), op == ReduceOp::kMax);
                      } else if (sums(op)) {
                        for (std::int64_t i = 0; i < inner; ++i) {
-                         sum += summand(op, static_cast<double>(p[i * inner_step]));
+                         acc.sum += summand(op, static_cast<double>(p[i * inner_step]));
                        }
                      } else {
                        for (std::int64_t i = 0; i < inner; ++i) {
                          const T v = p[i * inner_step];
-                         nan = nan || v != v;
-                         best = op == ReduceOp::kMax ? std::max(best, v) : std::min(best, v);
+                         acc.nan = acc.nan || v != v;
+                         acc.best = better(op == ReduceOp::kMax, v, acc.best);
                        }
                      }
                    }
-                   switch (op) {
-                     case ReduceOp::kSum:
-                     case ReduceOp::kSumSquare:
-                       out[o] = static_cast<T>(sum);
-                       break;
-                     case ReduceOp::kMean:
-                       out[o] = static_cast<T>(sum / static_cast<double>(count));
-                       break;
-                     case ReduceOp::kMax:
-                     case ReduceOp::kMin:
-                       out[o] = nan ? std::numeric_limits<T>::quiet_NaN() : best;
-                       break;
-                   }
+                   out[o] = finish(op, acc, count);
                  }
                });
   y.commit();

@@ -299,6 +299,25 @@ TEST(GraphPasses, PatternsSkipNodesThatBreakTheirArity) {
   }
 }
 
+// A malformed model may declare a shape with more elements than int64 holds: no pass may treat it as static (they
+// multiply sizes and strides freely), and the passes run through such a graph without overflowing (UBSan checks).
+TEST(GraphPasses, ShapesWithMoreElementsThanInt64HoldsAreNotStatic) {
+  const std::int64_t huge = std::int64_t{1} << 32;
+  Builder b;
+  b.input("x", {huge, huge, 3})
+      .constant("to", make_i64({2}, {huge, huge * 3}))
+      .add(node("Transpose", {"x"}, {"t"}, Attributes().set("perm", std::vector<std::int64_t>{1, 0, 2})))
+      .typed("t", {huge, huge, 3})
+      .add(node("Reshape", {"t", "to"}, {"r"}))
+      .typed("r", {huge, huge * 3})
+      .add(node("Relu", {"r"}, {"y"}))
+      .typed("y", {huge, huge * 3});
+  Graph g = b.build({"y"});
+  const std::size_t before = g.nodes.size();
+  EXPECT_NO_THROW(passes::run_passes(g, {}));
+  EXPECT_EQ(g.nodes.size(), before);  // nothing fused or moved through a shape that is not static
+}
+
 // ---- op_decomposition ----
 
 Tensor int64s(const std::vector<std::int64_t>& v) {

@@ -157,8 +157,11 @@ std::optional<Refined> refine(const Refined& r, const Shape& to) {
   Shape dims, strides;  // runs of memory (size-1 axes carry nothing), so that a Reshape may cut one anywhere
   for (std::size_t d = 0; d < r.view.shape.size(); ++d) {
     if (r.view.shape[d] == 1) continue;
-    if (!dims.empty() && strides.back() == r.view.strides[d] * r.view.shape[d]) {
-      dims.back() *= r.view.shape[d];
+    std::int64_t run = 0, merged = 0;
+    if (__builtin_mul_overflow(r.view.strides[d], r.view.shape[d], &run)) return std::nullopt;
+    if (!dims.empty() && strides.back() == run) {
+      if (__builtin_mul_overflow(dims.back(), r.view.shape[d], &merged)) return std::nullopt;
+      dims.back() = merged;
       strides.back() = r.view.strides[d];
       continue;
     }

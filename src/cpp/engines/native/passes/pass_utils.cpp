@@ -148,7 +148,14 @@ std::optional<std::vector<std::int64_t>> constant_axes(const Graph& g, const Nod
 std::optional<std::vector<std::int64_t>> static_shape(const Graph& g, const std::string& value) {
   auto vt = value_type(g, value);
   if (!vt || !vt->fully_known()) return std::nullopt;
-  return vt->sizes();
+  std::vector<std::int64_t> sizes = vt->sizes();
+  // A shape no tensor can have (a negative size, or more elements than int64 holds: a malformed model's declared
+  // type) is not static: passes multiply sizes and strides freely, and must not overflow doing so.
+  std::int64_t elements = 1;
+  for (std::int64_t d : sizes) {
+    if (d < 0 || __builtin_mul_overflow(elements, std::max<std::int64_t>(d, 1), &elements)) return std::nullopt;
+  }
+  return sizes;
 }
 
 std::optional<DType> value_dtype(const Graph& g, const std::string& value) {

@@ -31,6 +31,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -61,6 +62,8 @@ enum class GemmImpl : std::uint8_t {
 const char* gemm_impl_name(GemmImpl impl);  // "openblas", "fallback", "packed"
 
 // What a plan fixes at build time.
+class PackedConstants;
+
 struct CpuContext {
   int threads = 1;                      // threads of this plan's loops and GEMMs, the caller included (>= 1)
   bool allow_spinning = true;           // ExecutionPolicy::allow_spinning (Note [CPU worker threads])
@@ -71,6 +74,9 @@ struct CpuContext {
   // Products of fewer than 8 rows or columns run on the skinny kernels, not OpenBLAS (Note [Skinny GEMM]): with
   // packed_small_gemms, XPURT_CPU_GEMM=packed, or a build without OpenBLAS.
   bool skinny_gemms = false;
+  // The plan's store of packed constant weights (Note [Weights packed once per plan] in cpu_gemm.cpp); null: pack
+  // on every call.
+  PackedConstants* packed_constants = nullptr;
 };
 
 // The context for `policy`: threads = policy.intra_op_threads (0: default_threads(), the CPUs the process may use),
@@ -448,6 +454,46 @@ XPURT_API bool blas_core_lacks_avx2(const std::string& core);  // by OpenBLAS's 
 // A[m, k] (lda) packed for gemm_rows (requires context.gemm == GemmImpl::kPacked).
 ScratchVector<float> pack_gemm_a(const CpuContext& context, std::int64_t m, std::int64_t k, const float* a,
                                  std::int64_t lda);
+
+// Whether gemm<float>(context, false, m, n, k, ...) runs on the packed GEMM (so that it can take a packed A).
+bool gemm_is_packed(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k);
+// C[m, n] = A[m, k] * B[k, n] (ldb) on the packed GEMM with A as pack_gemm_a packed it (gemm_is_packed holds).
+void gemm_packed_a(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* packed_a,
+                   const float* b, std::int64_t ldb, float* c, std::int64_t ldc);
+
+// op(B)[k, n] (B [k, n] with ldb, or [n, k] when trans) packed for the packed GEMM's tiles: each depth slice of
+// gemm_kc in micro-panels of gemm_nr columns, the columns padded with zeros to a whole panel; and C[m, n] = A[m, k]
+// (lda) * that B (gemm_is_packed holds).
+ScratchVector<float> pack_gemm_b(const CpuContext& context, std::int64_t k, std::int64_t n, const float* b,
+                                 std::int64_t ldb, bool trans);
+void gemm_packed_b(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                   std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc);
+
+// Note [Weights packed once per plan] (cpu_gemm.cpp): packings of a plan's constant inputs, each made once and kept
+// while the tensor's storage lives. Thread-safe (a plan runs concurrently).
+class XPURT_API PackedConstants {
+ public:
+  // The packing `tag` (a group of a convolution's weights, ...) of `source`: made by `pack` on the first call for
+  // that storage, offset and tag, the kept one after.
+  const float* get(const Tensor& source, std::int64_t tag, const std::function<ScratchVector<float>()>& pack);
+
+ private:
+  struct Entry {
+    std::weak_ptr<Storage> storage;  // expired: the tensor is gone, and the entry with it
+    const void* data = nullptr;
+    std::int64_t tag = 0;
+    ScratchVector<float> packed;
+  };
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+// The plan's store for input `index` of the launch when the engine marked it constant (TensorDesc::constant), else
+// null: the caller packs for this call only.
+inline PackedConstants* constant_store(const CpuContext& context, const KernelLaunch& launch, std::size_t index) {
+  const bool constant = index < launch.desc->inputs.size() && launch.desc->inputs[index].constant;
+  return constant && index < launch.num_inputs && launch.input(index).defined() ? context.packed_constants : nullptr;
+}
 
 // ---- shapes ----
 

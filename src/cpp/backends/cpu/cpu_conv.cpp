@@ -332,6 +332,10 @@ struct ConvOperands {
   const T* bias;      // or null
   const T* residual;  // or null
   T* y;
+  // float weights the plan keeps packed (Note [Weights packed once per plan] in cpu_gemm.cpp): the store when the
+  // engine marked them constant, else null; and the weights' tensor.
+  PackedConstants* store = nullptr;
+  const Tensor* weights = nullptr;
 };
 
 // Note [Depthwise convolution of small planes]
@@ -453,6 +457,26 @@ std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t 
   return std::min(tile, extent);
 }
 
+// The weights of each group packed for the GEMM: kept in the plan's store when the engine marked them constant
+// (Note [Weights packed once per plan] in cpu_gemm.cpp; `store` and `weights` non-null), else packed into `own` for
+// this call.
+std::vector<const float*> packed_groups(const ConvGeometry& g, const CpuContext& context, const float* w,
+                                        PackedConstants* store, const Tensor* weights,
+                                        std::vector<ScratchVector<float>>& own) {
+  std::vector<const float*> packed;
+  own.reserve(static_cast<std::size_t>(g.groups));
+  for (std::int64_t group = 0; group < g.groups; ++group) {
+    const auto pack = [&, group] { return pack_gemm_a(context, g.og, g.depth, w + group * g.og * g.depth, g.depth); };
+    if (store != nullptr && weights != nullptr) {
+      packed.push_back(store->get(*weights, group, pack));
+    } else {
+      own.push_back(pack());
+      packed.push_back(own.back().data());
+    }
+  }
+  return packed;
+}
+
 // Note [Convolution as a GEMM over windows]: float, the packed GEMM.
 void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOperands<float>& v) {
   const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
@@ -466,11 +490,9 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                                                padded.data() + c * plane);
                  }
                });
-  // The weights of each group, packed once for all its tasks.
-  std::vector<ScratchVector<float>> packed_w;
-  for (std::int64_t group = 0; group < g.groups; ++group) {
-    packed_w.push_back(pack_gemm_a(context, g.og, g.depth, v.w + group * g.og * g.depth, g.depth));
-  }
+  // The weights of each group, packed once for all its tasks (or kept from an earlier call).
+  std::vector<ScratchVector<float>> own;
+  const std::vector<const float*> packed_w = packed_groups(g, context, v.w, v.store, v.weights, own);
   const std::int64_t tile = conv_tile(g, g.pixels, sizeof(float), context.isa->gemm_nr);
   const std::int64_t tiles = (g.pixels + tile - 1) / tile;
   const std::int64_t work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
@@ -494,7 +516,7 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                    // Output pixel (oh, ow) reads its window at oh * row_stride + ow from each row's start.
                    const RowsOfB b{rows.data(), p0, g.out_w, phases.row_stride};
                    gemm_rows(context, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, b, v.y + offset,
-                             g.pixels, packed_w[static_cast<std::size_t>(group)].data());
+                             g.pixels, packed_w[static_cast<std::size_t>(group)]);
                    for (std::int64_t o = 0; o < g.og; ++o) {
                      const std::int64_t at = offset + o * g.pixels;
                      conv_epilogue(*context.isa, v.y + at, count, v.bias, channel0 + o,
@@ -513,6 +535,15 @@ void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOper
   const std::int64_t tasks = g.batch * g.groups * tiles;
   const std::int64_t task_work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 17) / task_work);
+  // Kept packed weights (Note [Weights packed once per plan]): only where the plan keeps them, for the tiles the
+  // packed GEMM takes; the others pack per call as before.
+  std::vector<ScratchVector<float>> own;
+  std::vector<const float*> packed_w;
+  if constexpr (std::is_same_v<T, float>) {
+    if (v.store != nullptr && gemm_is_packed(context, g.og, tile, g.depth)) {
+      packed_w = packed_groups(g, context, v.w, v.store, v.weights, own);
+    }
+  }
   parallel_for(tasks, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
     ScratchVector<T> col(direct ? 0 : static_cast<std::size_t>(g.depth * tile));
     for (std::int64_t task = begin; task < end; ++task) {
@@ -529,7 +560,17 @@ void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOper
       }
       const std::int64_t channel0 = group * g.og;
       T* out = v.y + (n * g.out_channels + channel0) * g.pixels + p0;
-      gemm<T>(context, false, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, columns, ldb, out, g.pixels);
+      bool done = false;
+      if constexpr (std::is_same_v<T, float>) {
+        if (!packed_w.empty() && gemm_is_packed(context, g.og, count, g.depth)) {
+          gemm_packed_a(context, g.og, count, g.depth, packed_w[static_cast<std::size_t>(group)], columns, ldb, out,
+                        g.pixels);
+          done = true;
+        }
+      }
+      if (!done) {
+        gemm<T>(context, false, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, columns, ldb, out, g.pixels);
+      }
       for (std::int64_t o = 0; o < g.og; ++o) {
         const std::int64_t offset = (n * g.out_channels + channel0 + o) * g.pixels + p0;
         conv_epilogue(*context.isa, v.y + offset, count, v.bias, channel0 + o,
@@ -561,7 +602,11 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
   InputBuffer<T> bias(launch.num_inputs > 2 ? launch.input(2) : Tensor());
   InputBuffer<T> residual(launch.num_inputs > 3 ? launch.input(3) : Tensor());
   OutputBuffer<T> y(launch.output(0));
-  const ConvOperands<T> v{x.data(), w.data(), bias.data(), residual.data(), y.data()};
+  ConvOperands<T> v{x.data(), w.data(), bias.data(), residual.data(), y.data()};
+  if constexpr (std::is_same_v<T, float>) {
+    v.store = constant_store(context, launch, 1);
+    v.weights = &launch.input(1);
+  }
   if (g.cg == 1) {
     conv_depthwise(g, context, v);
   } else if (unpadded_1x1(g) && g.groups == 1 && g.height == 1 && g.width == 1) {  // output 1x1 too

@@ -97,10 +97,40 @@ struct GemmTile {
   // this tile's rows start at row packed_a_row0 of it; pack_a is then unused.
   const float* packed_a = nullptr;
   std::int64_t packed_a_rows = 0, packed_a_row0 = 0;
+  // When set, op(B) packed once for all tiles by pack_gemm_b (cpu_gemm.cpp: each depth slice of gemm_kc, its columns
+  // padded to packed_b_cols, in micro-panels of gemm_nr) and this tile's columns start at column packed_b_col0 of it;
+  // b, b_rows and pack_b are then unused.
+  const float* packed_b = nullptr;
+  std::int64_t packed_b_cols = 0, packed_b_col0 = 0;
 };
 
 // The functions IsaKernels::math_f32 computes.
 enum class VectorMath : std::uint8_t { kTanh, kErf, kGelu, kGeluTanh };
+
+// The ONNX activations IsaKernels::activation_f32 computes (Note [Vectorised ELU, Softplus and Mish] in
+// cpu_isa_baseline.cpp), with the formulas of the ONNX reference library's float kernels.
+enum class VectorActivation : std::uint8_t {
+  kElu,              // x < 0 ? alpha (e^x - 1) : x
+  kSelu,             // x < 0 ? alpha (e^x - 1) : gamma x
+  kCelu,             // x < 0 ? alpha (e^(x / alpha) - 1) : x, for a finite alpha > 0 only
+  kSoftplus,         // log(1 + e^x)
+  kMish,             // x tanh(log(1 + e^x))
+  kLeakyRelu,        // x < 0 ? alpha x : x
+  kHardSigmoid,      // max(0, min(1, alpha x + beta)), NaN staying NaN
+  kHardSwish,        // x max(0, min(1, x / 6 + 1/2))
+  kSoftsign,         // x / (1 + |x|)
+  kThresholdedRelu,  // x > alpha ? x : 0
+};
+
+// One VectorActivation and its attributes in float. Valid as constructed: ELU with alpha 1.
+struct ActivationParams {
+  VectorActivation op = VectorActivation::kElu;
+  // ELU's, CELU's and LeakyRelu's alpha (the negative side's scale), HardSigmoid's slope, ThresholdedRelu's
+  // threshold; SELU: ONNX's gamma * alpha, rounded once from the product in double as the reference rounds it.
+  float alpha = 1.0f;
+  float beta = 0.0f;   // HardSigmoid's offset
+  float gamma = 1.0f;  // SELU's scale of x >= 0
+};
 
 // Channels of a depthwise convolution IsaKernels::depthwise_block_f32 computes at once (Note [Depthwise convolution of
 // small planes across channels] in cpu_conv.cpp), and one block's problem: `channels` (at most kDepthwiseBlock)
@@ -194,6 +224,9 @@ struct IsaKernels {
   // y = the average pooling of one PoolBlock's planes, as avg_pool_plane_f32 computes each (Note [Average pooling of
   // small planes across channels] in cpu_pool.cpp).
   void (*avg_pool_block_f32)(const PoolBlock& block);
+  // out[i] = act(a[i]) (Note [Vectorised ELU, Softplus and Mish] in cpu_isa_baseline.cpp): every float argument, NaN
+  // and the infinities included; a and out may be the same array.
+  void (*activation_f32)(const float* a, float* out, std::int64_t n, const ActivationParams& act);
 };
 
 // The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float), and the bound below

@@ -3,7 +3,8 @@
 // pad, resize, log_softmax, prelu, mod, one_hot, trilu, tile, scatter_nd, arg_max, arg_min, top_k, reduce_prod) and
 // of the int32/int64 reductions: each runs the cpu backend's node kernel of the ONNX operator (its ONNX reference
 // implementation, src/cpp/backends/cpu/onnx/, checked against ONNX's backend test data) on the launch's tensors,
-// through onnx_ref::run_node (core/node_kernels.h).
+// through onnx_ref::run_node (core/node_kernels.h); the float32 activations among them run in vectors instead (Note
+// [Vectorised ELU, Softplus and Mish] in cpu_isa_baseline.cpp).
 //
 // Note [Registry ops through the ONNX reference library]
 // A registry op's attributes keep ONNX's names; what ONNX takes as inputs (Clip's min/max, Pad's pads and value,
@@ -13,11 +14,13 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/cpu_isa.h"
 #include "core/node_kernels.h"
 #include "core/scalar.h"
 #include "xpuruntime/graph.h"
@@ -89,8 +92,14 @@ void run_reference(const KernelLaunch& launch, const std::string& op_type, Attri
 // ones...) ran it on one thread over the whole tensor: Elu of [1, 64, 112, 112] took 8x ONNX Runtime's time, Mish
 // 6.5x (2026-12-07). Each element's value depends on that element alone, so the tensor is cut into chunks of at least
 // kElementwiseChunk elements, each run through the same kernel on a 1-D view of its input and output on the pool's
-// threads: the reference's bits, the threads' share of the time.
+// threads: the reference's bits, the threads' share of the time. The float32 activations among them (Elu, Selu, Celu,
+// Softplus, Mish, LeakyRelu, HardSigmoid, HardSwish, Softsign, ThresholdedRelu) run in vectors instead
+// (run_vector_activation; Note [Vectorised ELU, Softplus and Mish] in cpu_isa_baseline.cpp).
 constexpr std::int64_t kElementwiseChunk = std::int64_t{1} << 16;
+
+// The fewest elements of a thread's share of a vectorised activation (run_vector_activation): as the unary
+// elementwise ops of cpu_elementwise.cpp.
+constexpr std::int64_t kActivationGrain = 32768;
 
 void run_reference_elementwise(const KernelLaunch& launch, const std::string& op_type, const CpuContext& context) {
   const Tensor& x = launch.input(0);
@@ -118,6 +127,77 @@ void run_reference_elementwise(const KernelLaunch& launch, const std::string& op
                             " did not write the chunk in place");
     }
   });
+}
+
+// The activations IsaKernels::activation_f32 computes for float32 (Note [Vectorised ELU, Softplus and Mish] in
+// cpu_isa_baseline.cpp), by ONNX op type; nullopt for the other ops.
+std::optional<VectorActivation> vector_activation_of(const std::string& op_type) {
+  static const std::pair<const char*, VectorActivation> kVectorised[] = {
+      {"Elu", VectorActivation::kElu},
+      {"Selu", VectorActivation::kSelu},
+      {"Celu", VectorActivation::kCelu},
+      {"Softplus", VectorActivation::kSoftplus},
+      {"Mish", VectorActivation::kMish},
+      {"LeakyRelu", VectorActivation::kLeakyRelu},
+      {"HardSigmoid", VectorActivation::kHardSigmoid},
+      {"HardSwish", VectorActivation::kHardSwish},
+      {"Softsign", VectorActivation::kSoftsign},
+      {"ThresholdedRelu", VectorActivation::kThresholdedRelu},
+  };
+  for (const auto& [name, op] : kVectorised) {
+    if (op_type == name) return op;
+  }
+  return std::nullopt;
+}
+
+// `op` with the launch's attributes (the ONNX defaults where absent), rounded to float as the reference's float kernel
+// rounds them.
+ActivationParams activation_params(VectorActivation op, const Attributes& attrs) {
+  ActivationParams act;
+  act.op = op;
+  switch (op) {
+    case VectorActivation::kElu:
+    case VectorActivation::kCelu:
+    case VectorActivation::kThresholdedRelu: act.alpha = static_cast<float>(attrs.get_float("alpha", 1.0)); break;
+    case VectorActivation::kSelu: {
+      const double gamma = attrs.get_float("gamma", 1.05070102214813232421875);
+      act.alpha = static_cast<float>(gamma * attrs.get_float("alpha", 1.67326319217681884765625));
+      act.gamma = static_cast<float>(gamma);
+      break;
+    }
+    case VectorActivation::kLeakyRelu: act.alpha = static_cast<float>(attrs.get_float("alpha", 0.01)); break;
+    case VectorActivation::kHardSigmoid:
+      act.alpha = static_cast<float>(attrs.get_float("alpha", 0.2));
+      act.beta = static_cast<float>(attrs.get_float("beta", 0.5));
+      break;
+    case VectorActivation::kSoftplus:
+    case VectorActivation::kMish:
+    case VectorActivation::kHardSwish:
+    case VectorActivation::kSoftsign: break;
+  }
+  return act;
+}
+
+// y = op(x) through IsaKernels::activation_f32 on the pool's threads for contiguous float32 tensors (CELU: a finite
+// alpha > 0); false, nothing written, for the other launches, which the reference runs.
+bool run_vector_activation(VectorActivation op, const KernelLaunch& launch, const CpuContext& context) {
+  const Tensor& x = launch.input(0);
+  Tensor& y = launch.output(0);
+  if (x.dtype() != DType::kFloat32 || y.dtype() != DType::kFloat32 || !x.is_contiguous() || !y.is_contiguous() ||
+      x.numel() != y.numel()) {
+    return false;
+  }
+  const ActivationParams act = activation_params(op, launch.desc->attrs);
+  if (op == VectorActivation::kCelu && !(act.alpha > 0.0f && act.alpha <= std::numeric_limits<float>::max())) {
+    return false;
+  }
+  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const auto* in = static_cast<const float*>(x.data_ptr());
+  auto* out = static_cast<float*>(y.data_ptr());
+  parallel_for(y.numel(), context.threads, kActivationGrain, [&](std::int64_t begin, std::int64_t end) {
+    isa.activation_f32(in + begin, out + begin, end - begin, act);
+  });
+  return true;
 }
 
 std::vector<Tensor> launch_inputs(const KernelLaunch& launch) {
@@ -369,10 +449,15 @@ void register_mapped_kernels(KernelRegistry& registry) {
       {"thresholded_relu", "ThresholdedRelu", DTypeSet::kFloat, true}, {"mish", "Mish", DTypeSet::kFloat, true},
   };
   for (const Mapped& m : direct) {
+    const std::optional<VectorActivation> vector = vector_activation_of(m.op_type);
+    const std::string reference = std::string("the ONNX reference library's ") + m.op_type +
+                                  (m.unary ? ", in chunks on the threads" : "");
     add_cpu_kernel(
         registry, m.op,
-        std::string("the ONNX reference library's ") + m.op_type + (m.unary ? ", in chunks on the threads" : ""),
-        [op_type = std::string(m.op_type), unary = m.unary](const KernelLaunch& launch, const CpuContext& context) {
+        vector ? "float32 in vectors (Note [Vectorised ELU, Softplus and Mish]), else " + reference : reference,
+        [op_type = std::string(m.op_type), unary = m.unary, vector](const KernelLaunch& launch,
+                                                                    const CpuContext& context) {
+          if (vector && run_vector_activation(*vector, launch, context)) return;
           if (unary) {
             run_reference_elementwise(launch, op_type, context);
           } else {

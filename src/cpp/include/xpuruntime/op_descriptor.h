@@ -28,6 +28,10 @@ struct XPURT_API TensorDesc {
   std::vector<std::int64_t> strides;  // in elements; contiguous when built from a contiguous tensor
   Device device;
   std::uint32_t alignment = 256;  // largest power of two (<= 256) dividing the data address, in bytes
+  // The engine runs this input from one constant of its plan: the same tensor, bytes unchanged, on every launch of
+  // the step. A kernel may keep what it derives from it (packed weights: Note [Weights packed once per plan] in
+  // backends/cpu/cpu_gemm.cpp). Not part of the signature: it changes no kernel's choice.
+  bool constant = false;
 
   static TensorDesc of(const Tensor& tensor);  // an undefined tensor gives `present == false`
   // The largest power of two (<= 256) dividing `data`'s address, in bytes: what `alignment` records.

@@ -342,6 +342,15 @@ struct ConvCase {
   bool bias, residual, relu;
 };
 
+Attributes conv_attrs(const ConvCase& c) {
+  return Attributes()
+      .set("strides", c.strides)
+      .set("pads", c.pads)
+      .set("dilations", c.dilations)
+      .set("groups", c.groups)
+      .set("activation", std::string(c.relu ? "relu" : "none"));
+}
+
 // Every case against naive_conv, under each XPURT_CPU_ISA of `isas` and XPURT_CPU_GEMM of `gemms`; with float64,
 // also on float64 inputs.
 void expect_convs_match_naive(const std::vector<ConvCase>& cases, unsigned seed, const std::vector<std::string>& isas,
@@ -356,12 +365,7 @@ void expect_convs_match_naive(const std::vector<ConvCase>& cases, unsigned seed,
     const Values expected = naive_conv(values(x), c.x, values(w), c.w, c.bias ? values(bias) : Values{},
                                        c.residual ? values(residual) : Values{}, c.strides, c.pads, c.dilations,
                                        c.groups, c.relu, &out_shape);
-    const Attributes attrs = Attributes()
-                                 .set("strides", c.strides)
-                                 .set("pads", c.pads)
-                                 .set("dilations", c.dilations)
-                                 .set("groups", c.groups)
-                                 .set("activation", std::string(c.relu ? "relu" : "none"));
+    const Attributes attrs = conv_attrs(c);
     for (const std::string& isa : isas) {
       ScopedEnv isa_env("XPURT_CPU_ISA", isa.c_str());
       for (const char* gemm : gemms) {
@@ -559,6 +563,125 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
   };
   // Windows over the packed GEMM, or im2col tiles over the blocked fallback.
   expect_convs_match_naive(cases, 700, isa_names(), {"auto", "packed", "fallback"}, 2e-5f, true);
+}
+
+// Note [Weights packed once per plan]: a plan whose weights the engine marks constant keeps their packing and gives
+// the bits of a per-call packing on every call; another weights tensor through the same plan (a plan shared by two
+// nodes) is packed for itself, never answered from the first one's packing.
+TEST(CpuBackend, ConvolutionsKeepConstantWeightsPackedWithTheSameBits) {
+  const std::vector<ConvCase> cases = {
+      {{2, 16, 13, 11}, {24, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},  // windows
+      {{1, 12, 15, 14}, {20, 6, 3, 3}, {2, 2}, {1, 0, 1, 2}, {1, 1}, 2, true, true, false},   // grouped, strided
+      {{2, 24, 9, 10}, {16, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, false, true},   // 1x1: x as B
+      {{1, 24, 33, 35}, {16, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, false, true, false}, // 1x1 in tiles
+      {{1, 16, 9, 9}, {12, 16, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1, true, false, false},   // strided 1x1: im2col
+      {{3, 16, 2, 2}, {24, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},    // 4 pixels: tiles
+  };
+  ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
+  unsigned seed = 900;
+  for (const auto& c : cases) {
+    const Tensor x = random_tensor(c.x, seed++);
+    const Tensor w = random_tensor(c.w, seed++);
+    const Tensor w2 = random_tensor(c.w, seed++);  // another node's weights, same shape
+    const Tensor bias = c.bias ? random_tensor({c.w[0]}, seed++) : Tensor();
+    Shape out_shape;
+    naive_conv(values(x), c.x, values(w), c.w, {}, {}, c.strides, c.pads, c.dilations, c.groups, false, &out_shape);
+    const Tensor residual = c.residual ? random_tensor(out_shape, seed++) : Tensor();
+    const Attributes attrs = conv_attrs(c);
+    for (const int threads : {1, 2}) {
+      ExecutionPolicy policy;
+      policy.intra_op_threads = threads;
+      const std::string what = "x " + TensorDesc::of(x).str() + " w " + TensorDesc::of(w).str() + ", " +
+                               std::to_string(threads) + " threads";
+      const Tensor per_call = run1("conv2d", {x, w, bias, residual}, attrs, policy);
+      const Tensor per_call2 = run1("conv2d", {x, w2, bias, residual}, attrs, policy);
+      OpDescriptor desc = describe("conv2d", {x, w, bias, residual}, attrs, policy);
+      desc.inputs[1].constant = true;
+      const auto plan = cpu_kernel("conv2d").build(desc, policy, "");
+      const auto launch = [&](const Tensor& weights) {
+        std::vector<Tensor> inputs = {x, weights, bias, residual};
+        inputs.resize(desc.inputs.size());
+        std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, desc.outputs[0].dtype)};
+        plan->execute(desc, inputs, outputs);
+        return outputs[0];
+      };
+      for (int call = 0; call < 3; ++call) {
+        EXPECT_EQ(values(launch(w)), values(per_call)) << what << ", call " << call;
+      }
+      EXPECT_EQ(values(launch(w2)), values(per_call2)) << what << ": the second weights, through the same plan";
+      EXPECT_EQ(values(launch(w)), values(per_call)) << what << ": the first weights again";
+    }
+  }
+}
+
+// The same for the B of linear layers (both weight layouts) and MatMul: products the packed GEMM takes (16 and more
+// rows), odd sizes, several depth slices.
+TEST(CpuBackend, LinearAndMatmulKeepConstantWeightsPackedWithTheSameBits) {
+  ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
+  unsigned seed = 950;
+  struct Case {
+    std::string op;
+    Shape x, w;
+    Attributes attrs;
+  };
+  const std::vector<Case> cases = {
+      {"linear", {16, 300}, {77, 300}, Attributes().set("weight_layout", std::string("nk"))},
+      {"linear", {3, 9, 130}, {130, 65}, Attributes().set("weight_layout", std::string("kn"))},
+      {"linear", {100, 64}, {200, 64}, Attributes().set("activation", std::string("relu"))},
+      {"matmul", {2, 12, 257}, {257, 33}, Attributes()},
+  };
+  for (const auto& c : cases) {
+    const Tensor x = random_tensor(c.x, seed++);
+    const Tensor w = random_tensor(c.w, seed++);
+    const Tensor w2 = random_tensor(c.w, seed++);
+    const std::string what = c.op + " x " + TensorDesc::of(x).str() + " w " + TensorDesc::of(w).str();
+    const Tensor per_call = run1(c.op, {x, w}, c.attrs);
+    const Tensor per_call2 = run1(c.op, {x, w2}, c.attrs);
+    OpDescriptor desc = describe(c.op, {x, w}, c.attrs, {});
+    desc.inputs[1].constant = true;
+    const auto plan = cpu_kernel(c.op).build(desc, {}, "");
+    const auto launch = [&](const Tensor& weights) {
+      std::vector<Tensor> inputs = {x, weights};
+      inputs.resize(desc.inputs.size());
+      std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, desc.outputs[0].dtype)};
+      plan->execute(desc, inputs, outputs);
+      return outputs[0];
+    };
+    EXPECT_EQ(values(launch(w)), values(per_call)) << what;
+    EXPECT_EQ(values(launch(w)), values(per_call)) << what << ", kept";
+    EXPECT_EQ(values(launch(w2)), values(per_call2)) << what << ": the second weights";
+  }
+}
+
+// The store behind it: one packing per storage, offset and tag; a storage that died is not answered from, even
+// when a new one sits at the same address.
+TEST(CpuBackend, PackedConstantsKeepOnePackingPerLiveStorage) {
+  cpu::PackedConstants store;
+  int packs = 0;
+  const auto pack = [&packs] {
+    ++packs;
+    ScratchVector<float> out(4, static_cast<float>(packs));
+    return out;
+  };
+  std::vector<float> buffer(16, 1.0f);
+  const auto view = [&buffer] {  // a new storage over the same bytes each time
+    return Tensor::from_blob(buffer.data(), {16}, {1}, DType::kFloat32, Device::cpu(), nullptr);
+  };
+  {
+    const Tensor a = view();
+    EXPECT_EQ(store.get(a, 0, pack)[0], 1.0f);
+    EXPECT_EQ(store.get(a, 0, pack)[0], 1.0f);  // kept
+    EXPECT_EQ(packs, 1);
+    EXPECT_EQ(store.get(a, 1, pack)[0], 2.0f);  // another tag
+    const Tensor b = view();                   // alive beside a, same address: another storage
+    EXPECT_EQ(store.get(b, 0, pack)[0], 3.0f);
+    const Tensor a_copy = a;  // the same storage
+    EXPECT_EQ(store.get(a_copy, 0, pack)[0], 1.0f);
+    EXPECT_EQ(packs, 3);
+  }
+  const Tensor c = view();  // a and b are gone: their entries expired
+  EXPECT_EQ(store.get(c, 0, pack)[0], 4.0f);
+  EXPECT_EQ(packs, 4);
 }
 
 // Activations other than ReLU after the depthwise window loop (a pass over the plane): short planes scalar, planes of

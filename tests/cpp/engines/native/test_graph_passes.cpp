@@ -318,6 +318,22 @@ TEST(GraphPasses, ShapesWithMoreElementsThanInt64HoldsAreNotStatic) {
   EXPECT_EQ(g.nodes.size(), before);  // nothing fused or moved through a shape that is not static
 }
 
+// An empty tensor through a chain of views (the structural fuzzer's finding: a Reshape of a [0, ...] value divided by
+// its zero size while composing the views): the passes leave it alone.
+TEST(GraphPasses, EmptyTensorsThroughViewChainsAreLeftAlone) {
+  Builder b;
+  b.input("x", {4, 0, 6})
+      .constant("to", make_i64({2}, {0, 24}))
+      .add(node("Transpose", {"x"}, {"t"}, Attributes().set("perm", std::vector<std::int64_t>{1, 0, 2})))
+      .typed("t", {0, 4, 6})
+      .add(node("Reshape", {"t", "to"}, {"r"}))
+      .typed("r", {0, 24})
+      .add(node("Relu", {"r"}, {"y"}))
+      .typed("y", {0, 24});
+  Graph g = b.build({"y"});
+  EXPECT_NO_THROW(passes::run_passes(g, {}));
+}
+
 // ---- op_decomposition ----
 
 Tensor int64s(const std::vector<std::int64_t>& v) {

@@ -156,6 +156,7 @@ std::optional<Refined> transposed(const Node& n, const Refined& r, const Shape& 
 std::optional<Refined> refine(const Refined& r, const Shape& to) {
   Shape dims, strides;  // runs of memory (size-1 axes carry nothing), so that a Reshape may cut one anywhere
   for (std::size_t d = 0; d < r.view.shape.size(); ++d) {
+    if (r.view.shape[d] <= 0) return std::nullopt;  // an empty tensor: nothing to read through a view
     if (r.view.shape[d] == 1) continue;
     std::int64_t run = 0, merged = 0;
     if (__builtin_mul_overflow(r.view.strides[d], r.view.shape[d], &run)) return std::nullopt;

@@ -648,7 +648,10 @@ class StepLowering {
     desc.attrs = lowered.attrs;
     desc.device = device_;
     desc.compute_capability = compute_capability_;
-    for (int id : reg_inputs) desc.inputs.push_back(id < 0 ? TensorDesc{} : desc_of(values_[id].type, device_));
+    for (int id : reg_inputs) {
+      desc.inputs.push_back(id < 0 ? TensorDesc{} : desc_of(values_[id].type, device_));
+      desc.inputs.back().constant = id >= 0 && values_[id].kind == PlanValue::Kind::kConstant;
+    }
     // The outputs' types now (later steps read them); the kernel later (Note [Parallel kernel selection]).
     try {
       options_.dispatcher->prepare(desc);

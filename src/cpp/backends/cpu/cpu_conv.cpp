@@ -449,6 +449,16 @@ void conv_depthwise(const ConvGeometry& g, const CpuContext& context, const Conv
   });
 }
 
+// Note [Few convolution tasks]
+// A GEMM-based convolution runs one task per (image, group, tile of pixels), each task's GEMM on its own thread. With
+// few tasks the threads cannot share them evenly: ResNet-50's 3x3 convolution at 14x14 is 4 tasks of 64, 64, 64 and 4
+// pixels, 2 and 1.06 tiles' work on 2 threads (1.45x one thread's speed). Under kChunksPerThread tasks a thread, the
+// tasks run one after the other on the caller and each GEMM spreads its own tiles over the threads instead (Note
+// [Balanced GEMM tiles] in cpu_gemm.cpp: rows too when the columns are too few). The same sums either way.
+int task_threads(const CpuContext& context, std::int64_t tasks) {
+  return tasks >= kChunksPerThread * context.threads ? context.threads : 1;
+}
+
 // Output pixels per task of a GEMM-based convolution: about kTileBytes of B per task.
 // A multiple of `align` (the packed GEMM's micro-panel width: no partial panel but the last tile's).
 std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t element_bytes, std::int64_t align) {
@@ -496,7 +506,8 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
   const std::int64_t tile = conv_tile(g, g.pixels, sizeof(float), context.isa->gemm_nr);
   const std::int64_t tiles = (g.pixels + tile - 1) / tile;
   const std::int64_t work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
-  parallel_for(g.batch * g.groups * tiles, context.threads, std::max<std::int64_t>(1, (std::int64_t{1} << 17) / work),
+  parallel_for(g.batch * g.groups * tiles, task_threads(context, g.batch * g.groups * tiles),
+               std::max<std::int64_t>(1, (std::int64_t{1} << 17) / work),
                [&](std::int64_t begin, std::int64_t end) {
                  ScratchVector<const float*> rows(static_cast<std::size_t>(g.depth));
                  const std::int64_t taps = g.kh * g.kw;
@@ -544,7 +555,7 @@ void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOper
       packed_w = packed_groups(g, context, v.w, v.store, v.weights, own);
     }
   }
-  parallel_for(tasks, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(tasks, task_threads(context, tasks), grain, [&](std::int64_t begin, std::int64_t end) {
     ScratchVector<T> col(direct ? 0 : static_cast<std::size_t>(g.depth * tile));
     for (std::int64_t task = begin; task < end; ++task) {
       const std::int64_t t = task % tiles, ng = task / tiles;

@@ -392,8 +392,11 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
                  std::int64_t ldc, const float* packed_a, const float* packed_b = nullptr) {
   const IsaKernels& isa = *context.isa;
   const auto round_up = [](std::int64_t value, std::int64_t step) { return (value + step - 1) / step * step; };
-  const std::int64_t tile_m = kPackedTileMicroRows * isa.gemm_mr;
-  const std::int64_t tiles_m = (m + tile_m - 1) / tile_m;
+  // Row tiles of at most kPackedTileMicroRows micro-rows, as even as whole micro-rows allow (256 rows: 132 and 124,
+  // not 192 and 64, which two threads shared 3:1).
+  std::int64_t tiles_m = (m + kPackedTileMicroRows * isa.gemm_mr - 1) / (kPackedTileMicroRows * isa.gemm_mr);
+  std::int64_t tile_m = std::max(round_up((m + tiles_m - 1) / tiles_m, isa.gemm_mr), isa.gemm_mr);
+  tiles_m = (m + tile_m - 1) / tile_m;
   const int used_threads = gemm_threads(context.threads, m, n, k);
   // Note [Balanced GEMM tiles]
   // Tiles were kPackedTileN columns wide whatever the threads: a BERT-base projection (128 x 768 -> 768) made one
@@ -417,6 +420,22 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
     }
   }
   const std::int64_t tiles_n = (n + tile_n - 1) / tile_n;
+  // Columns too few to cut (ResNet-50's last convolutions: 49 pixels, one micro-panel) leave the rows: 512 of them in
+  // tiles of 192 were 3 tiles on 2 threads, one thread idle a third of the time. The first count of row tiles from the
+  // default one up whose whole-micro-row height makes the tile count a multiple of the threads (the same sums: which
+  // tile computes a row does not change them).
+  if (used_threads > 1 && (tiles_m * tiles_n) % used_threads != 0 &&
+      tiles_m * tiles_n < kChunksPerThread * used_threads) {
+    for (std::int64_t wanted = tiles_m; wanted <= m / isa.gemm_mr + 1; ++wanted) {
+      const std::int64_t height = std::max(round_up((m + wanted - 1) / wanted, isa.gemm_mr), isa.gemm_mr);
+      const std::int64_t count = (m + height - 1) / height;
+      if (height <= tile_m && (count * tiles_n) % used_threads == 0) {
+        tile_m = height;
+        tiles_m = count;
+        break;
+      }
+    }
+  }
   parallel_for(tiles_m * tiles_n, used_threads, 1, [&](std::int64_t begin, std::int64_t end) {
     // Sized to the product, not zero-filled (packing writes every element a micro-tile reads).
     const std::int64_t depth = std::max<std::int64_t>(1, std::min(k, isa.gemm_kc));

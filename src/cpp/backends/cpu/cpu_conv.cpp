@@ -452,18 +452,32 @@ void conv_depthwise(const ConvGeometry& g, const CpuContext& context, const Conv
 // Note [Few convolution tasks]
 // A GEMM-based convolution runs one task per (image, group, tile of pixels), each task's GEMM on its own thread. With
 // few tasks the threads cannot share them evenly: ResNet-50's 3x3 convolution at 14x14 is 4 tasks of 64, 64, 64 and 4
-// pixels, 2 and 1.06 tiles' work on 2 threads (1.45x one thread's speed). Under kChunksPerThread tasks a thread, the
-// tasks run one after the other on the caller and each GEMM spreads its own tiles over the threads instead (Note
-// [Balanced GEMM tiles] in cpu_gemm.cpp: rows too when the columns are too few). The same sums either way.
+// pixels, 2 and 1.06 tiles' work on 2 threads (1.45x one thread's speed). So a convolution over windows (Note
+// [Convolution as a GEMM over windows]) cuts its pixels into at least kFewConvTasks tasks where they allow (tiles stay
+// whole micro-panels), and when there are still fewer than kChunksPerThread a thread, runs the tasks one after the
+// other on the caller, each GEMM spreading its own tiles over the threads instead (Note [Balanced GEMM tiles] in
+// cpu_gemm.cpp: rows too when the columns are too few). The same sums either way: the packed GEMM's sums do not
+// depend on its tiles. The 1x1 tiles (conv_tiles) keep theirs: there a smaller tile can move a product to another
+// GEMM, and MobileNet's 1x1 96 -> 24 at 56x56 was 25% slower on one thread in 8 tasks than in 3.
+constexpr std::int64_t kFewConvTasks = 8;
+
 int task_threads(const CpuContext& context, std::int64_t tasks) {
   return tasks >= kChunksPerThread * context.threads ? context.threads : 1;
 }
 
-// Output pixels per task of a GEMM-based convolution: about kTileBytes of B per task.
-// A multiple of `align` (the packed GEMM's micro-panel width: no partial panel but the last tile's).
-std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t element_bytes, std::int64_t align) {
+// Output pixels per task of a GEMM-based convolution: about kTileBytes of B per task, and with `at_least_few` (the
+// windows, whose GEMM is the packed one whatever the tile) at least kFewConvTasks tasks where the pixels allow (Note
+// [Few convolution tasks]); from the shape alone, so that the tiles do not depend on the thread count. A multiple of
+// `align` (the packed GEMM's micro-panel width: no partial panel but the last tile's).
+std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t element_bytes, std::int64_t align,
+                       bool at_least_few) {
   std::int64_t tile = kTileBytes / element_bytes / std::max<std::int64_t>(g.depth, 1);
   tile = std::max(align, tile / align * align);
+  const std::int64_t planes = std::max<std::int64_t>(g.batch * g.groups, 1);
+  if (at_least_few && planes * ((extent + tile - 1) / tile) < kFewConvTasks) {
+    const std::int64_t tiles = (kFewConvTasks + planes - 1) / planes;
+    tile = std::min(tile, std::max(align, ((extent + tiles - 1) / tiles + align - 1) / align * align));
+  }
   return std::min(tile, extent);
 }
 
@@ -503,7 +517,7 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
   // The weights of each group, packed once for all its tasks (or kept from an earlier call).
   std::vector<ScratchVector<float>> own;
   const std::vector<const float*> packed_w = packed_groups(g, context, v.w, v.store, v.weights, own);
-  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(float), context.isa->gemm_nr);
+  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(float), context.isa->gemm_nr, true);
   const std::int64_t tiles = (g.pixels + tile - 1) / tile;
   const std::int64_t work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
   parallel_for(g.batch * g.groups * tiles, task_threads(context, g.batch * g.groups * tiles),
@@ -541,7 +555,7 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
 template <typename T>
 void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOperands<T>& v) {
   const bool direct = unpadded_1x1(g) && g.stride[0] == 1 && g.stride[1] == 1;
-  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(T), kTileAlign);
+  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(T), kTileAlign, false);
   const std::int64_t tiles = (g.pixels + tile - 1) / tile;
   const std::int64_t tasks = g.batch * g.groups * tiles;
   const std::int64_t task_work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
@@ -555,7 +569,7 @@ void conv_tiles(const ConvGeometry& g, const CpuContext& context, const ConvOper
       packed_w = packed_groups(g, context, v.w, v.store, v.weights, own);
     }
   }
-  parallel_for(tasks, task_threads(context, tasks), grain, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(tasks, context.threads, grain, [&](std::int64_t begin, std::int64_t end) {
     ScratchVector<T> col(direct ? 0 : static_cast<std::size_t>(g.depth * tile));
     for (std::int64_t task = begin; task < end; ++task) {
       const std::int64_t t = task % tiles, ng = task / tiles;

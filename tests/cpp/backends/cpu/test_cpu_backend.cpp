@@ -566,7 +566,7 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
 }
 
 // Note [Weights packed once per plan]: a plan whose weights the engine marks constant keeps their packing and gives
-// the bits of a per-call packing on every call; another weights tensor through the same plan (a plan shared by two
+// the bits of a per-call packing on every call, at every thread count; another weights tensor through the same plan (a plan shared by two
 // nodes) is packed for itself, never answered from the first one's packing.
 TEST(CpuBackend, ConvolutionsKeepConstantWeightsPackedWithTheSameBits) {
   const std::vector<ConvCase> cases = {
@@ -576,6 +576,8 @@ TEST(CpuBackend, ConvolutionsKeepConstantWeightsPackedWithTheSameBits) {
       {{1, 24, 33, 35}, {16, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, false, true, false}, // 1x1 in tiles
       {{1, 16, 9, 9}, {12, 16, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1, true, false, false},   // strided 1x1: im2col
       {{3, 16, 2, 2}, {24, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},    // 4 pixels: tiles
+      {{1, 64, 14, 14}, {256, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true}, // few tasks, rows split
+      {{1, 32, 7, 7}, {100, 32, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, false, false, true},  // one task
   };
   ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
   unsigned seed = 900;
@@ -588,12 +590,16 @@ TEST(CpuBackend, ConvolutionsKeepConstantWeightsPackedWithTheSameBits) {
     naive_conv(values(x), c.x, values(w), c.w, {}, {}, c.strides, c.pads, c.dilations, c.groups, false, &out_shape);
     const Tensor residual = c.residual ? random_tensor(out_shape, seed++) : Tensor();
     const Attributes attrs = conv_attrs(c);
-    for (const int threads : {1, 2}) {
+    Values one_thread;
+    for (const int threads : {1, 2, 3}) {
       ExecutionPolicy policy;
       policy.intra_op_threads = threads;
       const std::string what = "x " + TensorDesc::of(x).str() + " w " + TensorDesc::of(w).str() + ", " +
                                std::to_string(threads) + " threads";
       const Tensor per_call = run1("conv2d", {x, w, bias, residual}, attrs, policy);
+      // Note [Few convolution tasks]: the tiles, and so the bits, do not depend on the threads.
+      if (threads == 1) one_thread = values(per_call);
+      EXPECT_EQ(values(per_call), one_thread) << what;
       const Tensor per_call2 = run1("conv2d", {x, w2, bias, residual}, attrs, policy);
       OpDescriptor desc = describe("conv2d", {x, w, bias, residual}, attrs, policy);
       desc.inputs[1].constant = true;

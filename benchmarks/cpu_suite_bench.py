@@ -23,6 +23,8 @@ compared with ONNX Runtime's (max |difference| over max |reference|).
         [--skip-before] [--threads 1] [--clock process] [--json out.json] [--markdown out.md]
 
 --threads N gives both engines ExecutionPolicy(intra_op_threads=N) (0, the default: each engine's own default);
+--sequential times each variant alone instead (its session closed before the next one's is made, so no engine's
+spinning workers take a core from another's calls), the best of --rounds blocks of --calls back-to-back calls.
 --clock process times each call's process CPU time (time.process_time: less disturbed by other jobs on a shared
 machine than the wall clock, but with several threads it adds their times) instead of the wall clock.
 """
@@ -156,8 +158,40 @@ def _with_env(variant: str, call: Callable):
                 os.environ[k] = v
 
 
+def _row(case: str, what: str, variants: List[str], times: Dict[str, float], outputs: Dict) -> Dict:
+    reference = outputs.get("onnxruntime", outputs[variants[0]])
+    row = {"case": case, "what": what}
+    scale = max(float(max(np.abs(r).max() for r in reference if r.size)), 1e-30)
+    for variant in variants:
+        row[variant] = times[variant]
+        row[f"{variant}_diff"] = float(max(np.abs(a.astype(np.float64) - r).max() if r.size else 0.0
+                                           for a, r in zip(outputs[variant], reference))) / scale
+    return row
+
+
+def _run_sequential(case: str, what: str, model, feeds, variants: List[str], rounds: int, calls: int, warmup: int,
+                    threads: int, clock: Callable[[], float]) -> Dict:
+    """--sequential: each variant alone, its session made, warmed, timed and closed before the next one's exists (no
+    other engine's workers spinning on the cores); the best of `rounds` blocks of `calls` back-to-back calls."""
+    best, outputs = {}, {}
+    for variant in variants:
+        session = _with_env(variant, lambda: _session(model, variant, threads))
+        outputs[variant] = _with_env(variant, lambda: [np.asarray(o) for o in session.run(None, feeds)])
+        for _ in range(warmup):
+            session.run(None, feeds)
+        blocks = []
+        for _ in range(rounds):
+            start = clock()
+            for _ in range(calls):
+                session.run(None, feeds)
+            blocks.append((clock() - start) / calls)
+        best[variant] = float(min(blocks) * 1e3)
+        del session
+    return _row(case, what, variants, best, outputs)
+
+
 def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: int, block_warmup: int = 3,
-             threads: int = 0, clock: Callable[[], float] = time.perf_counter) -> Dict:
+             threads: int = 0, clock: Callable[[], float] = time.perf_counter, sequential: bool = False) -> Dict:
     kind, name = case.split(":", 1)
     if kind == "suite":
         model, feeds = _suite_case(name)
@@ -166,6 +200,8 @@ def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: in
         what, make = OPS[name]
         model, feeds = make()
     sessions, outputs = {}, {}
+    if sequential:
+        return _run_sequential(case, what, model, feeds, variants, rounds, calls, warmup, threads, clock)
     for variant in variants:
         session = _with_env(variant, lambda: _session(model, variant, threads))
         outputs[variant] = _with_env(variant, lambda: [np.asarray(o) for o in session.run(None, feeds)])
@@ -184,14 +220,7 @@ def run_case(case: str, variants: List[str], rounds: int, calls: int, warmup: in
                 start = clock()
                 session.run(None, feeds)
                 times[variant].append(clock() - start)
-    reference = outputs.get("onnxruntime", outputs[variants[0]])
-    row = {"case": case, "what": what}
-    for variant in variants:
-        row[variant] = float(np.median(times[variant]) * 1e3)
-        scale = max(float(max(np.abs(r).max() for r in reference if r.size)), 1e-30)
-        row[f"{variant}_diff"] = float(max(np.abs(a.astype(np.float64) - r).max() if r.size else 0.0
-                                           for a, r in zip(outputs[variant], reference))) / scale
-    return row
+    return _row(case, what, variants, {v: float(np.median(times[v]) * 1e3) for v in variants}, outputs)
 
 
 def geomean(values: List[float]) -> float:
@@ -231,6 +260,8 @@ def main() -> int:
     parser.add_argument("--skip-before", action="store_true", help="leave out the native_before variant")
     parser.add_argument("--threads", type=int, default=0, help="intra_op_threads of both engines (0: their default)")
     parser.add_argument("--clock", choices=("wall", "process"), default="wall")
+    parser.add_argument("--sequential", action="store_true",
+                        help="time each variant alone, the best of --rounds blocks of --calls (no interleaving)")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
     args = parser.parse_args()
@@ -244,7 +275,8 @@ def main() -> int:
     clock = time.process_time if args.clock == "process" else time.perf_counter
     rows = []
     for case in cases:
-        row = run_case(case, variants, args.rounds, args.calls, args.warmup, args.block_warmup, args.threads, clock)
+        row = run_case(case, variants, args.rounds, args.calls, args.warmup, args.block_warmup, args.threads, clock,
+                       args.sequential)
         rows.append(row)
         print("  " + ", ".join([case] + [f"{v} {row[v]:.3f} ms" for v in variants]), flush=True)
     table = markdown(rows, variants)

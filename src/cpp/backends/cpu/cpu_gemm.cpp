@@ -597,8 +597,9 @@ void gemm_packed_b(const CpuContext& context, std::int64_t m, std::int64_t n, st
 // layout). Plans are shared by nodes of one signature, so the store holds one entry per node's weights. The packed
 // bytes are those of a per-call packing: same sums, same bits. The cost is memory: a packed copy of the float weights
 // that take this path, as ONNX Runtime's pre-packed weights are. One thread, this machine (2026-12-07,
-// benchmarks/cpu_suite_bench.py against the tree before): ResNet-50's last 3x3 convolution 4.0 -> 2.5 ms, a 16 x 768
-// @ 768 x 3072 MatMul 1.31 -> 0.88 ms, a 3x3 stride-2 128 -> 256 convolution at 28x28 1.24 -> 1.10 ms.
+// benchmarks/cpu_suite_bench.py --sequential against the tree before, with Note [Few convolution tasks] and the
+// balanced row tiles): ResNet-50's last 3x3 convolution 3.87 -> 2.67 ms, a 16 x 768 @ 768 x 3072 MatMul 1.33 ->
+// 0.92 ms, a 3x3 stride-2 128 -> 256 convolution at 28x28 1.36 -> 1.14 ms.
 const float* PackedConstants::get(const Tensor& source, std::int64_t tag,
                                   const std::function<ScratchVector<float>()>& pack) {
   const std::shared_ptr<Storage>& storage = source.storage();

@@ -34,6 +34,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -74,8 +75,8 @@ struct CpuContext {
   // Products of fewer than 8 rows or columns run on the skinny kernels, not OpenBLAS (Note [Skinny GEMM]): with
   // packed_small_gemms, XPURT_CPU_GEMM=packed, or a build without OpenBLAS.
   bool skinny_gemms = false;
-  // The plan's store of packed constant weights (Note [Weights packed once per plan] in cpu_gemm.cpp); null: pack
-  // on every call.
+  // The store of packed constant weights (Note [Weights packed once per plan] in cpu_gemm.cpp); null: pack on every
+  // call.
   PackedConstants* packed_constants = nullptr;
 };
 
@@ -469,27 +470,34 @@ ScratchVector<float> pack_gemm_b(const CpuContext& context, std::int64_t k, std:
 void gemm_packed_b(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                    std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc);
 
-// Note [Weights packed once per plan] (cpu_gemm.cpp): packings of a plan's constant inputs, each made once and kept
-// while the tensor's storage lives. Thread-safe (a plan runs concurrently).
+// Note [Weights packed once per plan] (cpu_gemm.cpp): packings of constant inputs, each made once and kept while the
+// tensor's storage lives. Thread-safe (plans run concurrently).
 class XPURT_API PackedConstants {
  public:
-  // The packing `tag` (a group of a convolution's weights, ...) of `source`: made by `pack` on the first call for
-  // that storage, offset and tag, the kept one after.
-  const float* get(const Tensor& source, std::int64_t tag, const std::function<ScratchVector<float>()>& pack);
+  // The packing `tag` (>= 0: group `tag` of a convolution's weights as A; -1, -2: a linear layer's or MatMul's
+  // weights as B, [K, N] or [N, K]) for the instruction set's GEMM `layout` (its IsaKernels) of `source`: made by
+  // `pack` on the first call for that storage, address, tag and layout, the kept one after.
+  const float* get(const Tensor& source, std::int64_t tag, const void* layout,
+                   const std::function<ScratchVector<float>()>& pack);
+  std::size_t size();  // the packings kept for storages still alive
 
  private:
   struct Entry {
     std::weak_ptr<Storage> storage;  // expired: the tensor is gone, and the entry with it
-    const void* data = nullptr;
     std::int64_t tag = 0;
+    const void* layout = nullptr;
     ScratchVector<float> packed;
   };
+  void drop_expired();  // under mutex_
   std::mutex mutex_;
-  std::vector<std::unique_ptr<Entry>> entries_;
+  std::unordered_map<const void*, std::vector<std::unique_ptr<Entry>>> entries_;  // by the data's address
 };
 
-// The plan's store for input `index` of the launch when the engine marked it constant (TensorDesc::constant), else
-// null: the caller packs for this call only.
+// The process's store: every cpu plan's (plans of one model at several input shapes share one packing of its weights).
+XPURT_API PackedConstants& shared_packed_constants();
+
+// The store for input `index` of the launch when the engine marked it constant (TensorDesc::constant), else null:
+// the caller packs for this call only.
 inline PackedConstants* constant_store(const CpuContext& context, const KernelLaunch& launch, std::size_t index) {
   const bool constant = index < launch.desc->inputs.size() && launch.desc->inputs[index].constant;
   return constant && index < launch.num_inputs && launch.input(index).defined() ? context.packed_constants : nullptr;

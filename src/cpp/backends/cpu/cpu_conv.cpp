@@ -481,7 +481,7 @@ std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t 
   return std::min(tile, extent);
 }
 
-// The weights of each group packed for the GEMM: kept in the plan's store when the engine marked them constant
+// The weights of each group packed for the GEMM: kept in the store when the engine marked them constant
 // (Note [Weights packed once per plan] in cpu_gemm.cpp; `store` and `weights` non-null), else packed into `own` for
 // this call.
 std::vector<const float*> packed_groups(const ConvGeometry& g, const CpuContext& context, const float* w,
@@ -492,7 +492,7 @@ std::vector<const float*> packed_groups(const ConvGeometry& g, const CpuContext&
   for (std::int64_t group = 0; group < g.groups; ++group) {
     const auto pack = [&, group] { return pack_gemm_a(context, g.og, g.depth, w + group * g.og * g.depth, g.depth); };
     if (store != nullptr && weights != nullptr) {
-      packed.push_back(store->get(*weights, group, pack));
+      packed.push_back(store->get(*weights, group, context.isa, pack));
     } else {
       own.push_back(pack());
       packed.push_back(own.back().data());

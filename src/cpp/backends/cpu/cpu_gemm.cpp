@@ -591,32 +591,56 @@ void gemm_packed_b(const CpuContext& context, std::int64_t m, std::int64_t n, st
 // Where each weight meets few pixels or rows, the packing rivals the product: ResNet-50's last 3x3 convolution reads
 // 9.4 MB of weights for 49 pixels, a linear layer at 16 tokens does 32 multiply-adds per weight it packs. The native
 // engine marks the inputs a step reads from a constant of its plan (TensorDesc::constant: the same tensor, bytes
-// unchanged, on every launch), and each cpu plan keeps a PackedConstants store: a packing made on the first call is
-// kept while the source tensor's storage lives, keyed by that storage (held weakly: a storage freed and another
-// allocated at the same address is a miss, never a stale hit), the data's address and a tag (the group, the weight
-// layout). Plans are shared by nodes of one signature, so the store holds one entry per node's weights. The packed
+// unchanged, on every launch), and the cpu plans keep such packings in one PackedConstants store of the process: a
+// packing made on the first call is kept while the source tensor's storage lives, keyed by that storage (held weakly:
+// a storage freed and another allocated at the same address is a miss, never a stale hit), the data's address, a tag
+// (the group; A or B and the weight layout) and the instruction set's GEMM (its panel sizes). One store, not one per
+// plan: a model run at several input shapes has a plan per shape, and a copy of its weights per plan would grow with
+// them; the constants are shared by those plans (the session's constant cache), so are their packings. The packed
 // bytes are those of a per-call packing: same sums, same bits. The cost is memory: a packed copy of the float weights
 // that take this path, as ONNX Runtime's pre-packed weights are. One thread, this machine (2026-12-07,
 // benchmarks/cpu_suite_bench.py --sequential against the tree before, with Note [Few convolution tasks] and the
 // balanced row tiles): ResNet-50's last 3x3 convolution 3.87 -> 2.67 ms, a 16 x 768 @ 768 x 3072 MatMul 1.33 ->
 // 0.92 ms, a 3x3 stride-2 128 -> 256 convolution at 28x28 1.36 -> 1.14 ms.
-const float* PackedConstants::get(const Tensor& source, std::int64_t tag,
+const float* PackedConstants::get(const Tensor& source, std::int64_t tag, const void* layout,
                                   const std::function<ScratchVector<float>()>& pack) {
   const std::shared_ptr<Storage>& storage = source.storage();
-  const void* data = source.data_ptr();
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& e : entries_) {
-    if (e->data == data && e->tag == tag && e->storage.lock() == storage) return e->packed.data();
+  std::vector<std::unique_ptr<Entry>>& here = entries_[source.data_ptr()];  // stays valid: drop_expired keeps it
+  for (const auto& e : here) {
+    if (e->tag == tag && e->layout == layout && e->storage.lock() == storage) return e->packed.data();
   }
-  entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [](const auto& e) { return e->storage.expired(); }),
-                 entries_.end());
   auto entry = std::make_unique<Entry>();
   entry->storage = storage;
-  entry->data = data;
   entry->tag = tag;
+  entry->layout = layout;
   entry->packed = pack();  // under the lock: concurrent first calls pack once
-  entries_.push_back(std::move(entry));
-  return entries_.back()->packed.data();
+  const float* packed = entry->packed.data();
+  here.push_back(std::move(entry));
+  drop_expired();  // the packings of constants that died since (a closed session's): one scan per new packing
+  return packed;
+}
+
+void PackedConstants::drop_expired() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    auto& list = it->second;
+    list.erase(std::remove_if(list.begin(), list.end(), [](const auto& e) { return e->storage.expired(); }),
+               list.end());
+    it = list.empty() ? entries_.erase(it) : std::next(it);
+  }
+}
+
+std::size_t PackedConstants::size() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  drop_expired();
+  std::size_t n = 0;
+  for (const auto& [data, list] : entries_) n += list.size();
+  return n;
+}
+
+PackedConstants& shared_packed_constants() {
+  static PackedConstants* store = new PackedConstants();  // never destroyed: plans may run during static destruction
+  return *store;
 }
 
 ScratchVector<float> pack_gemm_a(const CpuContext& context, std::int64_t m, std::int64_t k, const float* a,
@@ -644,7 +668,8 @@ bool kept_b_gemm(const KernelLaunch& launch, const CpuContext& context, std::int
     PackedConstants* store = constant_store(context, launch, 1);
     if (store == nullptr || !gemm_is_packed(context, m, n, k)) return false;
     const float* packed =
-        store->get(launch.input(1), trans ? 1 : 0, [&] { return pack_gemm_b(context, k, n, b, trans ? k : n, trans); });
+        store->get(launch.input(1), trans ? -2 : -1, context.isa,
+                   [&] { return pack_gemm_b(context, k, n, b, trans ? k : n, trans); });
     gemm_packed_b(context, m, n, k, a, k, packed, y, n);
     return true;
   } else {

@@ -24,7 +24,7 @@ class CpuPlan final : public KernelPlan {
  public:
   CpuPlan(const CpuRunFn* run, CpuContext context, bool uses_gemm, bool uses_isa)
       : run_(run), context_(context), uses_gemm_(uses_gemm), uses_isa_(uses_isa) {
-    if (uses_gemm_) context_.packed_constants = &packed_constants_;  // Note [Weights packed once per plan]
+    if (uses_gemm_) context_.packed_constants = &shared_packed_constants();  // Note [Weights packed once per plan]
   }
   void run(const KernelLaunch& launch) const override {
     const SpinScope spin(context_.allow_spinning);  // the policy of this kernel's parallel loops
@@ -44,7 +44,6 @@ class CpuPlan final : public KernelPlan {
   CpuContext context_;
   bool uses_gemm_;  // the op runs on the GEMM (its description names the GEMM implementation)
   bool uses_isa_;   // the op runs cpu_isa.h kernels (its description names the instruction set)
-  mutable PackedConstants packed_constants_;
 };
 
 }  // namespace

@@ -659,8 +659,8 @@ TEST(CpuBackend, LinearAndMatmulKeepConstantWeightsPackedWithTheSameBits) {
   }
 }
 
-// The store behind it: one packing per storage, offset and tag; a storage that died is not answered from, even
-// when a new one sits at the same address.
+// The store behind it: one packing per storage, address, tag and layout; a storage that died is not answered from,
+// even when a new one sits at the same address.
 TEST(CpuBackend, PackedConstantsKeepOnePackingPerLiveStorage) {
   cpu::PackedConstants store;
   int packs = 0;
@@ -673,21 +673,49 @@ TEST(CpuBackend, PackedConstantsKeepOnePackingPerLiveStorage) {
   const auto view = [&buffer] {  // a new storage over the same bytes each time
     return Tensor::from_blob(buffer.data(), {16}, {1}, DType::kFloat32, Device::cpu(), nullptr);
   };
+  const int layout = 0, other_layout = 0;
   {
     const Tensor a = view();
-    EXPECT_EQ(store.get(a, 0, pack)[0], 1.0f);
-    EXPECT_EQ(store.get(a, 0, pack)[0], 1.0f);  // kept
+    EXPECT_EQ(store.get(a, 0, &layout, pack)[0], 1.0f);
+    EXPECT_EQ(store.get(a, 0, &layout, pack)[0], 1.0f);  // kept
     EXPECT_EQ(packs, 1);
-    EXPECT_EQ(store.get(a, 1, pack)[0], 2.0f);  // another tag
-    const Tensor b = view();                   // alive beside a, same address: another storage
-    EXPECT_EQ(store.get(b, 0, pack)[0], 3.0f);
+    EXPECT_EQ(store.get(a, 1, &layout, pack)[0], 2.0f);        // another tag
+    EXPECT_EQ(store.get(a, 0, &other_layout, pack)[0], 3.0f);  // another instruction set's panels
+    const Tensor b = view();                                    // alive beside a, same address: another storage
+    EXPECT_EQ(store.get(b, 0, &layout, pack)[0], 4.0f);
     const Tensor a_copy = a;  // the same storage
-    EXPECT_EQ(store.get(a_copy, 0, pack)[0], 1.0f);
-    EXPECT_EQ(packs, 3);
+    EXPECT_EQ(store.get(a_copy, 0, &layout, pack)[0], 1.0f);
+    EXPECT_EQ(packs, 4);
+    EXPECT_EQ(store.size(), 4u);
   }
-  const Tensor c = view();  // a and b are gone: their entries expired
-  EXPECT_EQ(store.get(c, 0, pack)[0], 4.0f);
-  EXPECT_EQ(packs, 4);
+  EXPECT_EQ(store.size(), 0u);  // a and b are gone: their packings with them
+  const Tensor c = view();
+  EXPECT_EQ(store.get(c, 0, &layout, pack)[0], 5.0f);
+  EXPECT_EQ(packs, 5);
+}
+
+// Plans of one convolution at two input shapes (two signatures, two plans, as a session has per shape) share the
+// packing of their constant weights: the process's store gains one entry, not two, and loses it with the weights.
+TEST(CpuBackend, PlansOfSeveralShapesShareOnePackingOfTheirWeights) {
+  ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
+  const Attributes attrs = Attributes().set("pads", Shape{1, 1, 1, 1});
+  const std::size_t before = cpu::shared_packed_constants().size();
+  {
+    const Tensor w = random_tensor({16, 8, 3, 3}, 990);
+    for (const Shape& x_shape : {Shape{1, 8, 12, 12}, Shape{2, 8, 9, 10}}) {
+      const Tensor x = random_tensor(x_shape, 991);
+      OpDescriptor desc = describe("conv2d", {x, w}, attrs, {});
+      desc.inputs[1].constant = true;
+      const auto plan = cpu_kernel("conv2d").build(desc, {}, "");
+      std::vector<Tensor> inputs = {x, w};
+      inputs.resize(desc.inputs.size());
+      std::vector<Tensor> outputs = {Tensor::empty(desc.outputs[0].shape, desc.outputs[0].dtype)};
+      plan->execute(desc, inputs, outputs);
+      EXPECT_EQ(values(outputs[0]), values(run1("conv2d", {x, w}, attrs))) << TensorDesc::of(x).str();
+    }
+    EXPECT_EQ(cpu::shared_packed_constants().size(), before + 1);
+  }
+  EXPECT_EQ(cpu::shared_packed_constants().size(), before);
 }
 
 // Activations other than ReLU after the depthwise window loop (a pass over the plane): short planes scalar, planes of

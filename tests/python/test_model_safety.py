@@ -408,19 +408,48 @@ def test_a_loop_reading_an_undefined_outer_name_is_not_segmented():
         pass  # a typed error is what this input must give; anything else (a crash) fails the test run
 
 
-def test_a_view_chain_from_an_empty_source_is_not_divided_by_zero():
-    # Found by fuzz_model in CI (tests/fuzz/corpus/model/regression-view-chain-from-an-empty-source.onnx): a chain of
-    # view ops over a value with a 0-sized dim reached refine() (Note [View chains that are reshapes]), which divided
-    # a size by that 0: SIGFPE at session creation. Such chains are left as they are now.
-    regression = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "model",
-                              "regression-view-chain-from-an-empty-source.onnx")
+@pytest.mark.parametrize("regression", [
+    # Found by fuzz_model in CI: a chain of view ops over a value with a 0-sized dim reached refine() (Note [View
+    # chains that are reshapes]), which divided a size by that 0: SIGFPE at session creation.
+    "regression-view-chain-from-an-empty-source.onnx",
+    # Found by fuzz_model_structure: a Reshape of an empty value read through a Transpose reached refine() with a 0
+    # among the runs it merges (UBSan: division by zero).
+    "regression-empty-tensor-through-view-chain.onnx",
+])
+def test_a_view_chain_over_an_empty_value_is_not_divided_by_zero(regression):
+    # Such chains are left as they are now (tests/fuzz/corpus/model/<regression>).
+    path = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "model", regression)
     try:
-        sess = xrt.InferenceSession(regression, engine="native")
+        sess = xrt.InferenceSession(path, engine="native")
         sess.run({i.name: np.zeros([d if isinstance(d, int) and d >= 0 else 1 for d in i.shape],
                                    {"float32": np.float32, "int64": np.int64, "bool": np.bool_}.get(i.type, np.float32))
                   for i in sess.get_inputs()})
     except xrt.XpuRuntimeError:
         pass  # a typed error is what this input may give; anything else (a crash) fails the test run
+
+
+@pytest.mark.parametrize("op, inputs, constant", [
+    ("CumSum", ["x", "c"], np.array(np.iinfo(np.int64).max, np.int64)),
+    ("CumSum", ["x", "c"], np.array(np.iinfo(np.int64).min, np.int64)),
+    ("Trilu", ["x", "c"], np.array(np.iinfo(np.int64).max, np.int64)),
+])
+def test_integer_constants_past_a_double_are_read_exactly(op, inputs, constant):
+    # Found by fuzz_model_structure: CumSum's axis of 2^63 - 1 was read through a double and cast back to int64
+    # (UBSan: outside the range of representable values). Such scalars are read as integers now: the axis is
+    # refused as an axis, Trilu's k keeps nothing (or everything), as the reference library has it.
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(constant, "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    try:
+        y = np.asarray(xrt.InferenceSession(model, engine="native").run({"x": x})["y"])
+    except xrt.XpuRuntimeError as e:
+        assert op == "CumSum", e  # an axis out of range is a typed error
+        return
+    assert op == "Trilu"
+    np.testing.assert_array_equal(y, np.triu(x, int(constant)))
 
 
 def test_a_concat_of_a_0d_tensor_is_a_typed_error():

@@ -35,6 +35,13 @@ constexpr std::int64_t kOpset = 21;
 // A 0-d constant input of `dtype` holding `value` (converted as the graph passes convert constants).
 Tensor scalar_of(double value, DType dtype) { return detail::from_doubles({}, dtype, {value}); }
 
+// A 0-d int64 constant input holding `value` exactly (through a double, 2^63 - 1 would not survive).
+Tensor int64_scalar(std::int64_t value) {
+  Tensor t = Tensor::empty({}, DType::kInt64);
+  *static_cast<std::int64_t*>(t.data_ptr()) = value;
+  return t;
+}
+
 Tensor int64_vector(const std::vector<std::int64_t>& values) {
   Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kInt64);
   if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
@@ -254,8 +261,7 @@ void run_clip(const KernelLaunch& launch, const CpuContext& context) {
 void run_cum_sum(const KernelLaunch& launch, const CpuContext& context) {
   if (cum_sum_fast(launch, context)) return;
   run_reference(launch, "CumSum", attrs_without(launch.desc->attrs, {"axis"}),
-                {launch.input(0), scalar_of(static_cast<double>(launch.desc->attrs.get_int("axis", 0)),
-                                            DType::kInt64)});
+                {launch.input(0), int64_scalar(launch.desc->attrs.get_int("axis", 0))});
 }
 
 // Pad in constant mode with pads >= 0, any dtype: the output is filled with the value, then each innermost row of x
@@ -341,7 +347,7 @@ void run_one_hot(const KernelLaunch& launch) {
   Attributes one_hot_attrs;
   one_hot_attrs.set("axis", attrs.get_int("axis", -1));
   run_reference(launch, "OneHot", one_hot_attrs,
-                {launch.input(0), scalar_of(static_cast<double>(attrs.get_int("depth", 1)), DType::kInt64), values});
+                {launch.input(0), int64_scalar(attrs.get_int("depth", 1)), values});
 }
 
 void run_conv_transpose2d(const KernelLaunch& launch) {
@@ -371,7 +377,7 @@ void run_trilu(const KernelLaunch& launch) {
   Attributes attrs;
   attrs.set("upper", launch.desc->attrs.get_int("upper", 1));
   run_reference(launch, "Trilu", attrs,
-                {launch.input(0), scalar_of(static_cast<double>(launch.desc->attrs.get_int("k", 0)), DType::kInt64)});
+                {launch.input(0), int64_scalar(launch.desc->attrs.get_int("k", 0))});
 }
 
 // Note [Segmented plans] (capture_plan.h): the bounded forms of NonZero and NonMaxSuppression; the result fills the

@@ -602,6 +602,20 @@ bool read_const_scalar(const Tensor* t, double* out) {
   return true;
 }
 
+// The value of a one-element constant as an int64: integers exactly, floats truncated (scalar_as_int64). False when
+// `t` is not a one-element constant or its value is beyond int64 (the reference library then runs the node and says
+// what is wrong with it): an int64 axis of 2^63 - 1 read through a double and cast back was undefined behaviour,
+// found by the structural fuzzer.
+bool read_const_int(const Tensor* t, std::int64_t* out) {
+  if (t == nullptr || t->numel() != 1) return false;
+  try {
+    *out = detail::scalar_as_int64(*t, "a constant scalar");
+  } catch (const InvalidArgumentError&) {
+    return false;
+  }
+  return true;
+}
+
 // The values of a float32/float64 constant (Resize's scales). False otherwise.
 bool read_const_floats(const Tensor* t, std::vector<double>* out) {
   if (t == nullptr || (t->dtype() != DType::kFloat32 && t->dtype() != DType::kFloat64)) return false;
@@ -638,10 +652,10 @@ Lowered lower_clip(const Ctx& c) {
 }
 
 Lowered lower_cum_sum(const Ctx& c) {
-  double axis = 0.0;
-  if (!read_const_scalar(c.constant(1), &axis)) return reference("axis is not a constant");
+  std::int64_t axis = 0;
+  if (!read_const_int(c.constant(1), &axis)) return reference("axis is not a constant integer");
   Attributes a;
-  a.set("axis", static_cast<std::int64_t>(axis));
+  a.set("axis", axis);
   a.set("exclusive", c.node.attrs.get_int("exclusive", 0));
   a.set("reverse", c.node.attrs.get_int("reverse", 0));
   return registry("cum_sum", {0}, a);
@@ -731,13 +745,13 @@ Lowered lower_resize(const Ctx& c) {
 }
 
 Lowered lower_one_hot(const Ctx& c) {
-  double depth = 0.0;
-  if (!read_const_scalar(c.constant(1), &depth)) return reference("depth is not a constant");
+  std::int64_t depth = 0;
+  if (!read_const_int(c.constant(1), &depth)) return reference("depth is not a constant integer");
   const Tensor* values = c.constant(2);
   if (values == nullptr || values->numel() != 2) return reference("values are not a 2-element constant");
   const std::vector<double> off_on = passes::internal::to_doubles(*values);
   Attributes a;
-  a.set("depth", static_cast<std::int64_t>(depth));
+  a.set("depth", depth);
   a.set("axis", c.node.attrs.get_int("axis", -1));
   a.set("on", off_on[1]);
   a.set("off", off_on[0]);
@@ -746,10 +760,10 @@ Lowered lower_one_hot(const Ctx& c) {
 }
 
 Lowered lower_trilu(const Ctx& c) {
-  double k = 0.0;
-  if (c.has(1) && !read_const_scalar(c.constant(1), &k)) return reference("k is not a constant");
+  std::int64_t k = 0;
+  if (c.has(1) && !read_const_int(c.constant(1), &k)) return reference("k is not a constant integer");
   Attributes a;
-  a.set("k", static_cast<std::int64_t>(k));
+  a.set("k", k);
   a.set("upper", c.node.attrs.get_int("upper", 1));
   return registry("trilu", {0}, a);
 }
@@ -802,10 +816,11 @@ std::string per_tensor_params(const Ctx& c, int scale, int zp, const std::string
     a.set(prefix + "_scale", value);
   }
   if (zp >= 0 && c.has(static_cast<std::size_t>(zp))) {
-    if (!read_const_scalar(c.constant(static_cast<std::size_t>(zp)), &value)) {
-      return prefix + "_zero_point is not a one-element constant";
+    std::int64_t zero_point = 0;
+    if (!read_const_int(c.constant(static_cast<std::size_t>(zp)), &zero_point)) {
+      return prefix + "_zero_point is not a one-element integer constant";
     }
-    a.set(prefix + "_zero_point", static_cast<std::int64_t>(value));
+    a.set(prefix + "_zero_point", zero_point);
   }
   return {};
 }

@@ -227,7 +227,15 @@ struct IsaKernels {
   // out[i] = act(a[i]) (Note [Vectorised ELU, Softplus and Mish] in cpu_isa_baseline.cpp): every float argument, NaN
   // and the infinities included; a and out may be the same array.
   void (*activation_f32)(const float* a, float* out, std::int64_t n, const ActivationParams& act);
+  // y = log_softmax(x) over one row of n floats (Note [Log-softmax rows in vectors] in cpu_norm.cpp): the maximum,
+  // e^(x - max) by exp_f32 (std::exp where it declines) kLogSoftmaxChunk floats at a time into t, summed in 32
+  // double partials, then x - (max + log(sum)) in double, rounded once. A row holding NaN or +inf, or only -inf,
+  // gives NaN.
+  void (*log_softmax_row_f32)(const float* x, float* y, std::int64_t n, float* t);
 };
+
+// The floats of e^(x - max) IsaKernels::log_softmax_row_f32 makes at a time (its scratch t holds that many).
+constexpr std::int64_t kLogSoftmaxChunk = 2048;
 
 // The arguments of the exponential exp_f32 computes itself (2^n of its reduction a normal float), and the bound below
 // which e^x rounds to +0 in float (e^-104 < 2^-150, half the smallest subnormal): a masked score (-1e4, -1e9, the

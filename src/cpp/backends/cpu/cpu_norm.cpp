@@ -95,23 +95,19 @@ void softmax_rows_f32(const float* in, float* out, std::int64_t rows, std::int64
 // lane over the axis, then e^(x - max) by exp_f32's vectors, kRowChunk floats of the block's rows a call (std::exp
 // where it declines: the subnormal results), summed per lane in double, then the scale (softmax: e / sum, rounded
 // once) or, for log_softmax, x - max - log(sum) in double, rounded once. Rows of log_softmax (inner 1) take the same
-// steps along the row, the sum in kRowSums double partials (a fixed order, so the bits do not depend on the
-// threads). A line holding NaN or +inf, or only -inf, gives NaN, as torch.softmax and the general loop below have it:
-// no check, the NaN of x - max reaches the line's sum.
+// steps along the row (Note [Log-softmax rows in vectors]). A line holding NaN or +inf, or only -inf, gives NaN, as
+// torch.softmax and the general loop below have it: no check, the NaN of x - max reaches the line's sum.
 constexpr std::int64_t kAxisLanes = 256;
-constexpr int kRowSums = 8;
 constexpr std::int64_t kRowChunk = 2048;  // floats of e^(x - max) a call of exp_f32 makes, in L1
 
-// t[j] = e^(x[j] - shift) over n floats by exp_f32's vectors, and by std::exp where they decline (the subnormal
-// results: recomputed from x, since exp_f32 leaves those elements undefined). A NaN, an x of +inf (the shift +inf
-// too) or a line of only -inf gives NaN, which the sums carry to the whole line.
-void exp_shifted(const IsaKernels& isa, const float* x, float shift, float* t, std::int64_t n) {
-  for (std::int64_t j = 0; j < n; ++j) t[j] = x[j] - shift;
-  if (!isa.exp_f32(t, t, n, false)) return;
-  for (std::int64_t j = 0; j < n; ++j) {
-    if (exp_outside(x[j] - shift)) t[j] = std::exp(x[j] - shift);
-  }
-}
+// Note [Log-softmax rows in vectors]
+// A row of log_softmax: its maximum, e^(x - max) kLogSoftmaxChunk floats at a time (exp_f32, std::exp where it
+// declines: the subnormal results), those summed in double partials (a fixed order, so the bits do not depend on the
+// threads), then x - (max + log(sum)) in double, rounded once. Written here, compiled for the baseline, with one
+// chain of 8 partials, its maximum waited on one vmaxps a step and its sums on one add a step, and the last pass ran
+// two doubles at a time: LogSoftmax over 64 rows of 50,257 (an LM head's log-probabilities) took 1.8x ONNX Runtime's
+// time on one thread (2026-12-07). IsaKernels::log_softmax_row_f32 runs the steps in each instruction set's vectors,
+// four independent chains of 8 lanes for the maximum and for the 32 double partials.
 
 // lanes[j] = max(lanes[j], x[j]) over n floats (NaN never wins: the sums carry it). SSE2's maxps is that select;
 // the compiler keeps the loop scalar (float max is not associative under NaN), a store and reload per element: 70%
@@ -122,29 +118,6 @@ void max_into(float* lanes, const float* x, std::int64_t n) {
   for (; j + 4 <= n; j += 4) _mm_storeu_ps(lanes + j, _mm_max_ps(_mm_loadu_ps(x + j), _mm_loadu_ps(lanes + j)));
 #endif
   for (; j < n; ++j) lanes[j] = x[j] > lanes[j] ? x[j] : lanes[j];
-}
-
-// The maximum of n floats (NaN never: the sums carry it).
-float row_max(const float* x, std::int64_t n) {
-  float lanes[kRowSums];
-  std::fill(lanes, lanes + kRowSums, -std::numeric_limits<float>::infinity());
-  std::int64_t j = 0;
-#if defined(__SSE2__)
-  __m128 b0 = _mm_loadu_ps(lanes), b1 = b0;
-  for (; j + kRowSums <= n; j += kRowSums) {
-    b0 = _mm_max_ps(_mm_loadu_ps(x + j), b0);
-    b1 = _mm_max_ps(_mm_loadu_ps(x + j + 4), b1);
-  }
-  _mm_storeu_ps(lanes, b0);
-  _mm_storeu_ps(lanes + 4, b1);
-#endif
-  for (; j + kRowSums <= n; j += kRowSums) {
-    for (int l = 0; l < kRowSums; ++l) lanes[l] = x[j + l] > lanes[l] ? x[j + l] : lanes[l];
-  }
-  for (; j < n; ++j) lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
-  float max_value = lanes[0];
-  for (int l = 1; l < kRowSums; ++l) max_value = lanes[l] > max_value ? lanes[l] : max_value;
-  return max_value;
 }
 
 // One block of `width` neighbouring lines of [length, inner] at `in` (Note [Softmax along any axis]).
@@ -193,26 +166,6 @@ void softmax_block_f32(const IsaKernels& isa, const float* in, float* out, std::
   }
 }
 
-// log_softmax of one row of n floats (Note [Softmax along any axis]); `t` kRowChunk floats of scratch: e^(x - max)
-// a chunk at a time, summed while it is in L1.
-void log_softmax_row_f32(const IsaKernels& isa, const float* x, float* y, std::int64_t n, float* t) {
-  const float max_value = row_max(x, n);
-  double sums[kRowSums] = {};
-  for (std::int64_t first = 0; first < n; first += kRowChunk) {
-    const std::int64_t count = std::min(kRowChunk, n - first);
-    exp_shifted(isa, x + first, max_value, t, count);
-    std::int64_t j = 0;
-    for (; j + kRowSums <= count; j += kRowSums) {
-      for (int l = 0; l < kRowSums; ++l) sums[l] += static_cast<double>(t[j + l]);
-    }
-    for (; j < count; ++j) sums[j % kRowSums] += static_cast<double>(t[j]);
-  }
-  double sum = 0.0;
-  for (double partial : sums) sum += partial;
-  const double shift = static_cast<double>(max_value) + std::log(sum);
-  for (std::int64_t k = 0; k < n; ++k) y[k] = static_cast<float>(static_cast<double>(x[k]) - shift);
-}
-
 // Softmax or log_softmax of float32 x viewed as [outer, length, inner] (Note [Softmax along any axis]): log_softmax
 // rows one by one, other shapes in blocks of neighbouring lines.
 void softmax_lines_f32(const float* in, float* out, std::int64_t outer, std::int64_t length, std::int64_t inner,
@@ -221,9 +174,9 @@ void softmax_lines_f32(const float* in, float* out, std::int64_t outer, std::int
   if (inner == 1) {
     parallel_for(outer, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(length, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
-                   ScratchVector<float> t(static_cast<std::size_t>(std::min(length, kRowChunk)));
+                   ScratchVector<float> t(static_cast<std::size_t>(std::min(length, kLogSoftmaxChunk)));
                    for (std::int64_t row = begin; row < end; ++row) {
-                     log_softmax_row_f32(isa, in + row * length, out + row * length, length, t.data());
+                     isa.log_softmax_row_f32(in + row * length, out + row * length, length, t.data());
                    }
                  });
     return;

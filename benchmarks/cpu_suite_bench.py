@@ -89,6 +89,15 @@ def _linear(m: int, n: int, k: int):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(), {"x": x}
 
 
+def _log_softmax(rows: int, width: int):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)], "log_softmax",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    x = np.random.default_rng(0).standard_normal((rows, width)).astype(np.float32)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(), {"x": x}
+
+
 def _reduce(op: str, shape: Tuple[int, ...], axes, dtype: str = "float32"):
     """One ReduceMax/ReduceSum/... (opset 18: axes as an input; none: every axis)."""
     from onnx import TensorProto, helper
@@ -121,6 +130,7 @@ OPS: Dict[str, Tuple[str, Callable]] = {
     "linear_768": ("BERT-base linear 128x768 @ 768x768", lambda: _linear(128, 768, 768)),
     "linear_3072": ("BERT-base FFN 128x768 @ 768x3072", lambda: _linear(128, 3072, 768)),
     "linear_16": ("BERT-base FFN at 16 tokens, 16x768 @ 768x3072", lambda: _linear(16, 3072, 768)),
+    "log_softmax_vocab": ("LogSoftmax over 64 rows of 50,257 (an LM head)", lambda: _log_softmax(64, 50257)),
     "reduce_max_all": ("x.max() of 10M floats (Note [Few long rows split])",
                        lambda: _reduce("ReduceMax", (10485760,), None)),
     "reduce_sum_rows": ("sum of 3 rows of 1M floats", lambda: _reduce("ReduceSum", (3, 1048576), [1])),

@@ -228,9 +228,9 @@ struct IsaKernels {
   // and the infinities included; a and out may be the same array.
   void (*activation_f32)(const float* a, float* out, std::int64_t n, const ActivationParams& act);
   // y = log_softmax(x) over one row of n floats (Note [Log-softmax rows in vectors] in cpu_norm.cpp): the maximum,
-  // e^(x - max) by exp_f32 (std::exp where it declines) kLogSoftmaxChunk floats at a time into t, summed in 32
-  // double partials, then x - (max + log(sum)) in double, rounded once. A row holding NaN or +inf, or only -inf,
-  // gives NaN.
+  // the sum of e^(x - max) made in registers (compensated float sums; where an exponential leaves exp_f32's range,
+  // again kLogSoftmaxChunk floats at a time through t in double, with std::exp there), then x - (max + log(sum)) in
+  // double, rounded once. A row holding NaN or +inf, or only -inf, gives NaN.
   void (*log_softmax_row_f32)(const float* x, float* y, std::int64_t n, float* t);
 };
 

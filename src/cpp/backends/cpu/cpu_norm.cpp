@@ -101,13 +101,16 @@ constexpr std::int64_t kAxisLanes = 256;
 constexpr std::int64_t kRowChunk = 2048;  // floats of e^(x - max) a call of exp_f32 makes, in L1
 
 // Note [Log-softmax rows in vectors]
-// A row of log_softmax: its maximum, e^(x - max) kLogSoftmaxChunk floats at a time (exp_f32, std::exp where it
-// declines: the subnormal results), those summed in double partials (a fixed order, so the bits do not depend on the
-// threads), then x - (max + log(sum)) in double, rounded once. Written here, compiled for the baseline, with one
-// chain of 8 partials, its maximum waited on one vmaxps a step and its sums on one add a step, and the last pass ran
-// two doubles at a time: LogSoftmax over 64 rows of 50,257 (an LM head's log-probabilities) took 1.8x ONNX Runtime's
-// time on one thread (2026-12-07). IsaKernels::log_softmax_row_f32 runs the steps in each instruction set's vectors,
-// four independent chains of 8 lanes for the maximum and for the 32 double partials.
+// A row of log_softmax: its maximum, the sum of e^(x - max), then x - (max + log(sum)) in double, rounded once.
+// Written here, compiled for the baseline, its maximum waited on one vmaxps a step, e^(x - max) went through memory
+// (x - max, then exp_f32 in place) and was summed in one chain of 8 double partials, and the last pass ran two doubles
+// at a time: LogSoftmax over 64 rows of 50,257 (an LM head's log-probabilities) took 1.8x ONNX Runtime's time on one
+// thread (2026-12-07). IsaKernels::log_softmax_row_f32 runs in each instruction set's vectors: the maximum in four
+// chains of 8 lanes, the exponentials made in registers and added into two compensated float sums per lane (Kahan's,
+// as Note [Softmax rows in vectors]; summed in double partials from memory instead, with the conversions, it was 20%
+// slower), the last pass 8 doubles at a time. A row with an exponential outside exp_f32's range (a subnormal result,
+// NaN, an infinite maximum) is summed again through memory with std::exp there. The sums' order is fixed: the bits do
+// not depend on the threads. Computing the last pass in float, x minus the shift in two parts, gained nothing.
 
 // lanes[j] = max(lanes[j], x[j]) over n floats (NaN never wins: the sums carry it). SSE2's maxps is that select;
 // the compiler keeps the loop scalar (float max is not associative under NaN), a store and reload per element: 70%

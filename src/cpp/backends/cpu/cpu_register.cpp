@@ -160,6 +160,8 @@ CpuRunFn nhwc_through_nchw(CpuRunFn nchw) {
       inputs[i] = permuted(inputs[i], kToNchw).contiguous();
       nchw_desc.inputs[i].shape = inputs[i].shape();
       nchw_desc.inputs[i].strides = inputs[i].strides();
+      // A copy made for this call: nothing to keep packed (Note [Weights packed once per plan] in cpu_gemm.cpp).
+      nchw_desc.inputs[i].constant = false;
     }
     Tensor& out = launch.output(0);
     Tensor scratch = Tensor::empty(detail::nhwc_to_nchw(out.shape()), out.dtype(), out.device());

@@ -63,8 +63,6 @@ enum class GemmImpl : std::uint8_t {
 const char* gemm_impl_name(GemmImpl impl);  // "openblas", "fallback", "packed"
 
 // What a plan fixes at build time.
-class PackedConstants;
-
 struct CpuContext {
   int threads = 1;                      // threads of this plan's loops and GEMMs, the caller included (>= 1)
   bool allow_spinning = true;           // ExecutionPolicy::allow_spinning (Note [CPU worker threads])
@@ -75,9 +73,6 @@ struct CpuContext {
   // Products of fewer than 8 rows or columns run on the skinny kernels, not OpenBLAS (Note [Skinny GEMM]): with
   // packed_small_gemms, XPURT_CPU_GEMM=packed, or a build without OpenBLAS.
   bool skinny_gemms = false;
-  // The store of packed constant weights (Note [Weights packed once per plan] in cpu_gemm.cpp); null: pack on every
-  // call.
-  PackedConstants* packed_constants = nullptr;
 };
 
 // The context for `policy`: threads = policy.intra_op_threads (0: default_threads(), the CPUs the process may use),
@@ -498,9 +493,9 @@ XPURT_API PackedConstants& shared_packed_constants();
 
 // The store for input `index` of the launch when the engine marked it constant (TensorDesc::constant), else null:
 // the caller packs for this call only.
-inline PackedConstants* constant_store(const CpuContext& context, const KernelLaunch& launch, std::size_t index) {
+inline PackedConstants* constant_store(const KernelLaunch& launch, std::size_t index) {
   const bool constant = index < launch.desc->inputs.size() && launch.desc->inputs[index].constant;
-  return constant && index < launch.num_inputs && launch.input(index).defined() ? context.packed_constants : nullptr;
+  return constant && index < launch.num_inputs && launch.input(index).defined() ? &shared_packed_constants() : nullptr;
 }
 
 // ---- shapes ----

@@ -629,7 +629,7 @@ void run_conv2d(const KernelLaunch& launch, const CpuContext& context) {
   OutputBuffer<T> y(launch.output(0));
   ConvOperands<T> v{x.data(), w.data(), bias.data(), residual.data(), y.data()};
   if constexpr (std::is_same_v<T, float>) {
-    v.store = constant_store(context, launch, 1);
+    v.store = constant_store(launch, 1);
     v.weights = &launch.input(1);
   }
   if (g.cg == 1) {

@@ -394,9 +394,11 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
   const auto round_up = [](std::int64_t value, std::int64_t step) { return (value + step - 1) / step * step; };
   // Row tiles of at most kPackedTileMicroRows micro-rows, as even as whole micro-rows allow (256 rows: 132 and 124,
   // not 192 and 64, which two threads shared 3:1).
-  std::int64_t tiles_m = (m + kPackedTileMicroRows * isa.gemm_mr - 1) / (kPackedTileMicroRows * isa.gemm_mr);
-  std::int64_t tile_m = std::max(round_up((m + tiles_m - 1) / tiles_m, isa.gemm_mr), isa.gemm_mr);
-  tiles_m = (m + tile_m - 1) / tile_m;
+  const auto even_rows = [&](std::int64_t count) {  // the height of `count` row tiles, in whole micro-rows
+    return std::max(round_up((m + count - 1) / count, isa.gemm_mr), isa.gemm_mr);
+  };
+  std::int64_t tile_m = even_rows((m + kPackedTileMicroRows * isa.gemm_mr - 1) / (kPackedTileMicroRows * isa.gemm_mr));
+  std::int64_t tiles_m = (m + tile_m - 1) / tile_m;
   const int used_threads = gemm_threads(context.threads, m, n, k);
   // Note [Balanced GEMM tiles]
   // Tiles were kPackedTileN columns wide whatever the threads: a BERT-base projection (128 x 768 -> 768) made one
@@ -427,7 +429,7 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
   if (used_threads > 1 && (tiles_m * tiles_n) % used_threads != 0 &&
       tiles_m * tiles_n < kChunksPerThread * used_threads) {
     for (std::int64_t wanted = tiles_m; wanted <= m / isa.gemm_mr + 1; ++wanted) {
-      const std::int64_t height = std::max(round_up((m + wanted - 1) / wanted, isa.gemm_mr), isa.gemm_mr);
+      const std::int64_t height = even_rows(wanted);
       const std::int64_t count = (m + height - 1) / height;
       if (height <= tile_m && (count * tiles_n) % used_threads == 0) {
         tile_m = height;
@@ -559,21 +561,10 @@ void gemm_packed_a(const CpuContext& context, std::int64_t m, std::int64_t n, st
 
 ScratchVector<float> pack_gemm_b(const CpuContext& context, std::int64_t k, std::int64_t n, const float* b,
                                  std::int64_t ldb, bool trans) {
-  const std::int64_t nr = context.isa->gemm_nr, kc = std::max<std::int64_t>(context.isa->gemm_kc, 1);
-  const std::int64_t cols = (n + nr - 1) / nr * nr;
-  ScratchVector<float> packed(static_cast<std::size_t>(cols * k), 0.0f);  // the columns past n stay zero
-  for (std::int64_t p0 = 0; p0 < k; p0 += kc) {
-    const std::int64_t depth = std::min(kc, k - p0);
-    for (std::int64_t c0 = 0; c0 < n; c0 += nr) {
-      float* panel = packed.data() + p0 * cols + c0 * depth;
-      const std::int64_t width = std::min(nr, n - c0);
-      for (std::int64_t p = 0; p < depth; ++p) {
-        for (std::int64_t j = 0; j < width; ++j) {
-          panel[p * nr + j] = trans ? b[(c0 + j) * ldb + p0 + p] : b[(p0 + p) * ldb + c0 + j];
-        }
-      }
-    }
-  }
+  const IsaKernels& isa = *context.isa;
+  // Zero-filled: pack_b pads a micro-panel's columns only to the next whole vector, which is all a micro-tile reads.
+  ScratchVector<float> packed(static_cast<std::size_t>((n + isa.gemm_nr - 1) / isa.gemm_nr * isa.gemm_nr * k), 0.0f);
+  isa.pack_gemm_b_f32(b, ldb, trans, k, n, packed.data());
   return packed;
 }
 
@@ -665,7 +656,7 @@ template <typename T>
 bool kept_b_gemm(const KernelLaunch& launch, const CpuContext& context, std::int64_t m, std::int64_t n,
                  std::int64_t k, const T* a, const T* b, bool trans, T* y) {
   if constexpr (std::is_same_v<T, float>) {
-    PackedConstants* store = constant_store(context, launch, 1);
+    PackedConstants* store = constant_store(launch, 1);
     if (store == nullptr || !gemm_is_packed(context, m, n, k)) return false;
     const float* packed =
         store->get(launch.input(1), trans ? -2 : -1, context.isa,

@@ -193,6 +193,11 @@ struct IsaKernels {
   void (*gemm_tile_f32)(const GemmTile&);
   // A[rows, depth] (lda) packed for every tile at once: round_up(rows, gemm_mr) * depth floats at out.
   void (*pack_gemm_a_f32)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t depth, float* out);
+  // op(B)[depth, cols] (B [depth, cols] with ldb, or [cols, depth] when trans) for GemmTile::packed_b: each depth
+  // slice of gemm_kc as gemm_tile_f32 would pack it (micro-panels of gemm_nr columns), slice after slice, a slice's
+  // columns padded to a whole panel (out holds round_up(cols, gemm_nr) * depth floats).
+  void (*pack_gemm_b_f32)(const float* b, std::int64_t ldb, bool trans, std::int64_t depth, std::int64_t cols,
+                          float* out);
   // Products with fewer than 8 rows or columns (Note [Skinny GEMM] in cpu_gemm.cpp), on the calling thread.
   // gemm_dots_f32: out[x * out_x + y * out_y] = the dot product of many's row x (ld_many) and few's row y (ld_few)
   // over `depth`, for x < count and y < few_count (1 to 7).

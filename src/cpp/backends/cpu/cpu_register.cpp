@@ -23,9 +23,7 @@ bool is_cpu_float(DType dtype) {
 class CpuPlan final : public KernelPlan {
  public:
   CpuPlan(const CpuRunFn* run, CpuContext context, bool uses_gemm, bool uses_isa)
-      : run_(run), context_(context), uses_gemm_(uses_gemm), uses_isa_(uses_isa) {
-    if (uses_gemm_) context_.packed_constants = &shared_packed_constants();  // Note [Weights packed once per plan]
-  }
+      : run_(run), context_(context), uses_gemm_(uses_gemm), uses_isa_(uses_isa) {}
   void run(const KernelLaunch& launch) const override {
     const SpinScope spin(context_.allow_spinning);  // the policy of this kernel's parallel loops
     (*run_)(launch, context_);

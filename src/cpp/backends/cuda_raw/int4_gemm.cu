@@ -68,6 +68,13 @@
 // L1TEX. x read from the ring instead (its rows copied by cp.async with each chunk's weights, a __syncwarp after the
 // wait) was timed the same day on an H100 and was slower at every grid (8192 x 8192, m = 1: 22.8 against 20.1 us;
 // m = 8: 34.2 against 21.0; 122 registers): x's loads are not what the warps wait on, and the tactic was removed.
+// More resident warps were timed too (H100, 2026-12-07, block 32, m = 1): the 2-tile kernel capped at 64 registers (4
+// blocks an SM, 24 bytes spilled) ran 8192 x 8192 in 20.95 us against 22.88 at its 80 (3 blocks), yet behind the 4
+// tiles' 19.71 at 116 (2 blocks); the 4 tiles capped at 80 (3 blocks) spilled 96 bytes and took 24.69; at 11008 x 4096
+// both caps were slower. So occupancy helps only where it costs no spills, and neither kernel reaches it without a
+// leaner loop: the tactic was not kept. Blocks of 128 codes (kScaleAfter, ONNX Runtime's MatMul4BitsQuantizer
+// default) ran 8192 x 8192 at m = 1 in 17.39 us (67% of the copy bandwidth) against 19.95 for blocks of 32: the
+// instructions per code, not the bytes, set the pace.
 //
 // Note [Int4 GEMV with sub-blocks as the MMA's columns]
 // At m <= 4 (decoding) both kernels above spend most of their instructions per code on the dequantization (code - zero

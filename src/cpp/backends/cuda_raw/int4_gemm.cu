@@ -474,8 +474,26 @@ constexpr int stream_stages() {
 }
 
 // How the streaming kernel reads x: element by element (K not a multiple of 8 or x unaligned), 16 bytes at a time
-// with a check against K, or 16 bytes unchecked when every chunk lies whole inside K (K a multiple of kChunk).
-enum StreamX : int { kXElements = 0, kXVectors = 1, kXWholeChunks = 2 };
+// with a check against K, 16 bytes unchecked when every chunk lies whole inside K (K a multiple of kChunk), or, with
+// whole chunks, from shared memory where the block's prologue laid out its rows of x as the MMA's B fragments (Note
+// [x in shared memory for the streaming kernel]).
+enum StreamX : int { kXElements = 0, kXVectors = 1, kXWholeChunks = 2, kXShared = 3 };
+
+// Note [x in shared memory for the streaming kernel]
+// Nsight Compute's stall sampling of the streaming kernel (H100, 2026-12-07, 8192 x 8192, m = 1, blocks of 32) put 31%
+// of its warps' stalls on the byte permutes of x's fragments, each waiting on its 16-byte load of x from global memory
+// issued a few dozen instructions earlier: every block reads each chunk of x once, so those loads come from L2, not
+// L1, at L2's latency. Where x's rows of a block's K range fit in kStreamXLimit bytes, the block's threads copy them
+// once into shared memory after issuing the first chunks' weights (whose copies stay in flight meanwhile), as the B
+// fragments each 16-byte word gives (codes 0 4, 1 5, 2 6, 3 7: no permute in the loop), at [row][chunk][word][t] with
+// a row padded by 64 bytes so that the lanes' rows fall in other banks; the loop reads one 16-byte word of shared
+// memory per MMA pair instead of a global load and two permutes. The sums are those of the global loads (the same
+// values in the same MMAs).
+// 40 KB: 2 rows of K = 8192, 4 of K = 4096; three blocks of the 2-tile kernel (32 KB of ring each) still fit an SM.
+constexpr int kStreamXLimit = 40 * 1024;
+
+// 16-byte words of a row of x in the shared layout: the split's chunks times 16, and 4 of padding.
+__host__ __device__ constexpr int stream_x_stride(int chunks_per_split) { return chunks_per_split * 16 + 4; }
 
 // A chunk's scale and zero points' byte for each weight row of the lane (rows g and g + 8 of each pair), loaded when
 // its weights are issued (kStages chunks ahead of their use) and converted when they are multiplied.
@@ -503,7 +521,7 @@ template <typename S, int kRows, int kX>
 __device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows<S>& rows, int c, int c_end,
                                             std::uint32_t stage_address, StreamSide<S, kRows>& side) {
   const int kc = c * kChunk + (threadIdx.x & 3) * 32;
-  const bool live = c < c_end && (kX == kXWholeChunks || kc < p.row_codes);
+  const bool live = c < c_end && (kX >= kXWholeChunks || kc < p.row_codes);
   const int b = live ? kc >> p.block_shift : 0;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -521,7 +539,14 @@ __device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows
 template <typename T, int kX>
 __device__ __forceinline__ void x_fragments(const MmaParams& p, const T* xc, int kc, int word, std::uint32_t (&b)[4]) {
   uint4 xa;
-  if constexpr (kX == kXWholeChunks) {
+  if constexpr (kX == kXShared) {  // `xc`: the lane's fragment of word 0 in shared memory, laid out already
+    xa = reinterpret_cast<const uint4*>(xc)[4 * word];
+    b[0] = xa.x;
+    b[1] = xa.y;
+    b[2] = xa.z;
+    b[3] = xa.w;
+    return;
+  } else if constexpr (kX == kXWholeChunks) {
     xa = __ldg(reinterpret_cast<const uint4*>(xc) + word);
   } else {
     xa = load_x8<T, kX == kXVectors>(xc - kc, kc + 8 * word, p.k);
@@ -601,19 +626,41 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
   rows.live = 0;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) rows.live |= (n0 + 8 * r < p.n ? 1u : 0u) << r;
-  // x's row g at the lane's codes (rows past m read row m - 1: their MMA columns are never stored).
-  const T* xrow[kHalves];
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) xrow[h] = x + static_cast<std::int64_t>(min(g + 8 * h, p.m - 1)) * p.k + 32 * t;
   uint4* ring = stream_smem + warp * (kRing / 16);  // [stage][row][lane]
   const std::uint32_t ring_address = ptx::shared_address(ring + lane);
-  const int c_begin = blockIdx.z * p.chunks_per_split + warp;
+  const int c_first = blockIdx.z * p.chunks_per_split;  // the split's first chunk
+  const int c_begin = c_first + warp;
   const int c_end = min(p.chunks, static_cast<int>(blockIdx.z + 1) * p.chunks_per_split);
   float acc[kPairs][kHalves][4] = {};
   StreamSide<S, kRows> side[kStages];
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
     issue_chunk<S, kRows, kX>(p, rows, c_begin + s * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
+  }
+  // x's row g at the lane's codes (rows past m read row m - 1: their MMA columns are never stored); kXShared: the
+  // lane's fragments of the split's first chunk in shared memory, laid out here while the first chunks are in flight.
+  const T* xrow[kHalves];
+  if constexpr (kX == kXShared) {
+    uint4* xs = stream_smem + kWarps * (kRing / 16);
+    const int stride = stream_x_stride(p.chunks_per_split);
+    const int per_row = (c_end - c_first) * (kChunk / 8), rows_of_x = min(p.m, 8 * kHalves);
+    for (int e = threadIdx.x; e < rows_of_x * per_row; e += kBlockThreads) {
+      const int r = e / per_row, j = e % per_row;  // row r's codes 8 j .. 8 j + 7 of the split
+      const T* x_row = x + static_cast<std::int64_t>(r) * p.k + c_first * kChunk;
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x_row) + j);
+      std::uint32_t b[4];
+      x_pairs(v, b);
+      // chunk j / 16, its lane t = j / 4 % 4, word j % 4: at [r][chunk][word][t]
+      xs[r * stride + ((j >> 4) * 4 + (j & 3)) * 4 + ((j >> 2) & 3)] = make_uint4(b[0], b[1], b[2], b[3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      xrow[h] = reinterpret_cast<const T*>(xs + min(g + 8 * h, p.m - 1) * stride + t);
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) xrow[h] = x + static_cast<std::int64_t>(min(g + 8 * h, p.m - 1)) * p.k + 32 * t;
   }
   for (int c = c_begin; c < c_end; c += kStages * kWarps) {
 #pragma unroll
@@ -626,7 +673,9 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
       for (int r = 0; r < kRows; ++r) w[r] = ring[(s * kRows + r) * 32 + lane];
       const T* xc[kHalves];
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) xc[h] = xrow[h] + cs * kChunk;
+      for (int h = 0; h < kHalves; ++h) {  // kXShared: 16 words (T * 8) a chunk
+        xc[h] = xrow[h] + (kX == kXShared ? (cs - c_first) * 16 * 8 : cs * kChunk);
+      }
       multiply_chunk<T, S, kPairs, kHalves, kX, kScaleAfter>(p, cs, w, side[s], xc, acc);
       issue_chunk<S, kRows, kX>(p, rows, cs + kStages * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
     }
@@ -1059,6 +1108,12 @@ MmaParams mma_params(const Int4GemmArgs& a, int splits) {
   return p;
 }
 
+// Bytes of shared memory x's rows take in the streaming kernel's shared layout (Note [x in shared memory for the
+// streaming kernel]): min(m, 16) rows of stream_x_stride 16-byte words.
+int stream_x_bytes(const MmaParams& p) {
+  return std::min(p.m, kStreamMaxRows) * stream_x_stride(p.chunks_per_split) * 16;
+}
+
 // Calls body(T{}, S{}) for x's dtype T (float16, bfloat16) and the scales' S (T or float).
 template <typename Body>
 void dispatch_int4(const Int4GemmArgs& a, Body&& body) {
@@ -1205,18 +1260,20 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability)
 
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& a) { return ranked_configs(a); }
 
-Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream, bool gemv, int ring) {
+Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream, bool gemv, int ring,
+                                   bool x_global) {
   XPURT_INTERNAL_ASSERT((tiles == 1 || tiles == 2 || tiles == 4) && splits >= 1 && splits <= kInt4MaxSplits &&
                             (!stream || tiles != 1) && (!gemv || (tiles == 2 && !stream)) &&
-                            (ring == 0 || (ring == kDeepRingBytes && stream && tiles == 4)),
+                            (ring == 0 || (ring == kDeepRingBytes && stream && tiles == 4)) && (!x_global || stream),
                         "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits, ", stream ", stream, ", gemv ",
-                        gemv, ", ring ", ring);
+                        gemv, ", ring ", ring, ", x global ", x_global);
   Int4MmaConfig c;
   c.tiles = tiles;
   c.splits = splits;
   c.stream = stream;
   c.gemv = gemv;
   c.ring = ring;
+  c.x_global = x_global;
   c.workspace_bytes = workspace_of(a, splits);
   return c;
 }
@@ -1271,17 +1328,26 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
               constexpr int kHalves = decltype(halves)::value;
               // The deep ring (a tactic of 4 tiles at m <= 8, x read whole chunks: at m 9-16 its kernel spills) or the
               // default one.
+              // x from shared memory where its rows fit (Note [x in shared memory for the streaming kernel]) unless
+              // the record says otherwise.
+              const int x_bytes = stream_x_bytes(p);
+              const bool x_shared = !config.x_global && x_bytes <= kStreamXLimit;
               auto launch_whole = [&](auto scale_after) {
                 constexpr bool kAfter = decltype(scale_after)::value;
                 constexpr int kPairs = kTiles / 2;
                 if constexpr (kTiles == 4 && kHalves == 1) {
                   if (config.ring == kDeepRingBytes) {
-                    launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter, kDeepRingBytes>,
-                                  kWarps * kDeepRingBytes);
+                    constexpr int kDeep = kDeepRingBytes;
+                    x_shared ? launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXShared, kAfter, kDeep>,
+                                             kWarps * kDeep + x_bytes)
+                             : launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter, kDeep>,
+                                             kWarps * kDeep);
                     return;
                   }
                 }
-                launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter>);
+                x_shared ? launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXShared, kAfter>,
+                                         kStreamSmemBytes + x_bytes)
+                         : launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter>);
               };
               if (!vector_x) {
                 launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXElements, false>);

@@ -44,6 +44,8 @@ struct Int4MmaConfig {
   bool gemv = false;
   int ring = 0;  // the streaming kernel's ring of chunks per warp in bytes: 0 its default (4096), or 8192 (4 tiles,
                  // m <= 8; elsewhere the default ring runs)
+  bool x_global = false;  // the streaming kernel reads x from global memory even where its rows fit in shared memory
+                          // (Note [x in shared memory for the streaming kernel]): a tactic
   std::size_t workspace_bytes = 0;
 };
 
@@ -59,7 +61,7 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& args, int compute_capabili
 // tiles).
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& args);
 Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args, int tiles, int splits, bool stream, bool gemv = false,
-                                   int ring = 0);
+                                   int ring = 0, bool x_global = false);
 // The tensor-core kernel (Note [Int4 GEMM on the GPU]): any m, meant for small ones; `workspace` holds
 // config.workspace_bytes.
 void int4_gemm_mma(const Int4GemmArgs& args, const Int4MmaConfig& config, void* workspace, void* stream);

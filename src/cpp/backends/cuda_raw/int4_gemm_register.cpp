@@ -93,6 +93,7 @@ class Int4MmaPlan final : public KernelPlan {
     return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers",
                            config_.stream ? ", streamed through shared memory" : "",
                            config_.ring != 0 ? detail::str_cat(" in a ring of ", config_.ring, " bytes a warp") : "",
+                           config_.x_global ? ", x from global memory" : "",
                            "), ", 8 * config_.tiles,
                            " columns per block",
                            config_.splits > 1 ? detail::str_cat(", K in ", config_.splits, " splits") : "");
@@ -105,6 +106,7 @@ class Int4MmaPlan final : public KernelPlan {
     if (config.stream) json["kernel"] = "stream";
     if (config.gemv) json["kernel"] = "gemv";
     if (config.ring != 0) json["ring"] = config.ring;
+    if (config.x_global) json["x"] = "global";
     return json.dump();
   }
 
@@ -150,7 +152,11 @@ Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& recor
     }
     ring = 8192;
   }
-  return int4_gemm_mma_config(a, tiles, splits, stream, gemv, ring);
+  if (json.contains("x") && (!stream || json["x"] != "global")) {
+    throw InvalidArgumentError(detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('x' must be \"global\", ",
+                                               "with \"kernel\": \"stream\"): ", record));
+  }
+  return int4_gemm_mma_config(a, tiles, splits, stream, gemv, ring, json.contains("x"));
 }
 
 class Int4DequantizeGemmPlan final : public KernelPlan {

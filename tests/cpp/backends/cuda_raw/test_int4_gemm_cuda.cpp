@@ -200,7 +200,9 @@ TEST(Int4GemmCuda, EveryGridMatchesTheCpuKernel) {
                               "{\"tiles\": 4, \"splits\": 1, \"kernel\": \"gemv\"}",
                               "{\"tiles\": 2, \"splits\": 1, \"kernel\": \"stream\", \"ring\": 8192}",
                               "{\"tiles\": 4, \"splits\": 1, \"kernel\": \"stream\", \"ring\": 4096}",
-                              "{\"tiles\": 4, \"splits\": 1, \"ring\": 8192}"}) {
+                              "{\"tiles\": 4, \"splits\": 1, \"ring\": 8192}",
+                              "{\"tiles\": 4, \"splits\": 1, \"x\": \"global\"}",
+                              "{\"tiles\": 4, \"splits\": 1, \"kernel\": \"stream\", \"x\": \"shared\"}"}) {
         EXPECT_THROW(kernel->build(desc, ExecutionPolicy(), bad), InvalidArgumentError) << bad;
       }
     }
@@ -244,8 +246,10 @@ void check_records(const Kernel& kernel, const Case (&cases)[kCases], const std:
 // The streaming kernel of m <= 16 (Note [Int4 GEMM streamed through shared memory]) at each of its grids, on the shapes
 // that exercise its edges: m 1 to 16 (x rows past m; past 8 a second MMA per weight fragment), columns not a multiple
 // of 16 or 32, K ending inside a chunk or not a multiple of 8 (x read element by element), x off 16-byte alignment,
-// blocks of 32 to 256 (128 and up: the scale after the MMAs), zero points, float32 scales, both biases, K splits and
-// the deep ring of 4 tiles (where x is read other than in whole chunks, or m > 8, the default ring or kernel runs);
+// blocks of 32 to 256 (128 and up: the scale after the MMAs), zero points, float32 scales, both biases, K splits,
+// the deep ring of 4 tiles (where x is read other than in whole chunks, or m > 8, the default ring or kernel runs), x
+// from shared memory (the default where its rows fit: Note [x in shared memory for the streaming kernel]) and from
+// global memory (records with "x": "global");
 // and at m > 16 or with blocks of 16 a stream record runs the other kernel.
 TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
   XPURT_SKIP_WITHOUT_GPU();
@@ -264,7 +268,9 @@ TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
                                             "{\"kernel\": \"stream\", \"splits\": 3, \"tiles\": 2}",
                                             "{\"kernel\": \"stream\", \"splits\": 2, \"tiles\": 4}",
                                             "{\"kernel\": \"stream\", \"ring\": 8192, \"splits\": 1, \"tiles\": 4}",
-                                            "{\"kernel\": \"stream\", \"ring\": 8192, \"splits\": 2, \"tiles\": 4}"};
+                                            "{\"kernel\": \"stream\", \"ring\": 8192, \"splits\": 2, \"tiles\": 4}",
+                                            "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 2, \"x\": \"global\"}",
+                                            "{\"kernel\": \"stream\", \"splits\": 3, \"tiles\": 4, \"x\": \"global\"}"};
   check_records(*kernel, cases, records, [](const Case& c) { return c.m <= 3 || c.m == 9; }, gen);
 }
 

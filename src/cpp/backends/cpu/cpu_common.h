@@ -73,6 +73,9 @@ struct CpuContext {
   // Products of fewer than 8 rows or columns run on the skinny kernels, not OpenBLAS (Note [Skinny GEMM]): with
   // packed_small_gemms, XPURT_CPU_GEMM=packed, or a build without OpenBLAS.
   bool skinny_gemms = false;
+  // A convolution over windows may make its pixels the GEMM's rows (Note [Convolution with the pixels as rows] in
+  // cpu_conv.cpp); XPURT_CPU_CONV_ROWS=channels keeps the output channels as rows (tests compare the two).
+  bool conv_pixel_rows = true;
 };
 
 // The context for `policy`: threads = policy.intra_op_threads (0: default_threads(), the CPUs the process may use),
@@ -80,7 +83,7 @@ struct CpuContext {
 // XPURT_CPU_GEMM (unset or "auto": OpenBLAS when built with it), the instruction set from XPURT_CPU_ISA (isa_kernels
 // in cpu_isa.h). Throws InvalidArgumentError on an unknown XPURT_CPU_GEMM or XPURT_CPU_ISA value and
 // UnsupportedOperationError for "blas" on a build without OpenBLAS or an instruction set the CPU lacks.
-CpuContext make_context(const ExecutionPolicy& policy);
+XPURT_API CpuContext make_context(const ExecutionPolicy& policy);
 
 // ---- kernels ----
 
@@ -464,14 +467,23 @@ ScratchVector<float> pack_gemm_b(const CpuContext& context, std::int64_t k, std:
                                  std::int64_t ldb, bool trans);
 void gemm_packed_b(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                    std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc);
+// Whether a convolution task over windows of `count` pixels and `og` output channels computes C^T, its pixels as the
+// GEMM's rows (Note [Convolution with the pixels as rows] in cpu_conv.cpp).
+XPURT_API bool conv_pixel_rows_pay(const CpuContext& context, std::int64_t count, std::int64_t og);
+
+// C[m, n] = A * B with A packed as pack_gemm_a packs it (round_up(m, gemm_mr) rows) and B as pack_gemm_b does, on
+// the packed GEMM at any size (context.gemm == GemmImpl::kPacked).
+void gemm_packed_ab(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* packed_a,
+                    const float* packed_b, float* c, std::int64_t ldc);
 
 // Note [Weights packed once per plan] (cpu_gemm.cpp): packings of constant inputs, each made once and kept while the
 // tensor's storage lives. Thread-safe (plans run concurrently).
 class XPURT_API PackedConstants {
  public:
   // The packing `tag` (>= 0: group `tag` of a convolution's weights as A; -1, -2: a linear layer's or MatMul's
-  // weights as B, [K, N] or [N, K]) for the instruction set's GEMM `layout` (its IsaKernels) of `source`: made by
-  // `pack` on the first call for that storage, address, tag and layout, the kept one after.
+  // weights as B, [K, N] or [N, K]; -3 - g: group g of a convolution's weights transposed as B, Note [Convolution
+  // with the pixels as rows] in cpu_conv.cpp) for the instruction set's GEMM `layout` (its IsaKernels) of `source`:
+  // made by `pack` on the first call for that storage, address, tag and layout, the kept one after.
   const float* get(const Tensor& source, std::int64_t tag, const void* layout,
                    const std::function<ScratchVector<float>()>& pack);
   std::size_t size();  // the packings kept for storages still alive

@@ -501,6 +501,114 @@ std::vector<const float*> packed_groups(const ConvGeometry& g, const CpuContext&
   return packed;
 }
 
+// Note [Convolution with the pixels as rows]
+// The packed GEMM holds gemm_mr rows x gemm_nr columns of C in registers, the columns whole vectors (6 x 64 floats on
+// AVX-512). A convolution over windows makes the output channels C's rows and the pixels its columns, so a task of few
+// pixels computes lanes it throws away: ResNet-50's last 3x3 convolutions have 49 pixels, 49 of a 64-lane micro-panel;
+// at 14x14 the 4 pixels left of 196 make a task as long as one of 64. Where the output channels fill the lanes at
+// least kPixelRowsGain times better, the task computes C^T = windows^T W^T instead: the pixels are the rows (49 of a
+// 54-row panel), the output channels the columns (512 of 512), the windows gathered straight into A's micro-panels
+// (each depth row's values at the panel's pixels), W^T packed as B (kept in the store like the other packing when the
+// weights are constant: tag -3 - group) and C^T written to a scratch that is transposed into the output before the
+// epilogue. Every output adds the same products in the same order (each depth slice's fused multiply-adds from zero,
+// the slices added in order; a * b is b * a), so the bits are those of the other orientation
+// (XPURT_CPU_CONV_ROWS=channels keeps it; tests compare the two). Measured on this project's 2-vCPU AVX-512 VM
+// (docs/benchmarks.md, 2026-12-07): ResNet-50's last 3x3 1.21x faster on one thread, 1.11x on two (the gather spread
+// over the threads where the task runs alone). The same for 1x1 convolutions read in place (A gathered from x's
+// planes) was 1.02x on one thread and 0.96x on two at ResNet-50's last 1x1: their B is x itself, already cheap to
+// pack, so they keep the other orientation.
+constexpr double kPixelRowsGain = 1.1;
+
+// Whether a task of `count` pixels and `og` output channels uses the micro-tiles' lanes kPixelRowsGain times better
+// with its pixels as rows.
+}  // namespace
+
+bool conv_pixel_rows_pay(const CpuContext& context, std::int64_t count, std::int64_t og) {
+  const IsaKernels& isa = *context.isa;
+  const auto used = [](std::int64_t n, std::int64_t step) {
+    return static_cast<double>(n) / static_cast<double>((n + step - 1) / step * step);
+  };
+  const double channel_rows = used(count, isa.gemm_nr) * used(og, isa.gemm_mr);
+  const double pixel_rows = used(og, isa.gemm_nr) * used(count, isa.gemm_mr);
+  return context.conv_pixel_rows && pixel_rows > kPixelRowsGain * channel_rows;
+}
+
+namespace {
+
+// The windows of pixels [b.col0, b.col0 + count) as A for the packed GEMM (pixels as rows, depth row k of the windows
+// as column k), laid out as pack_gemm_a lays out A: each depth slice of gemm_kc, its rows in micro-panels of gemm_mr
+// stored column by column; rows past count are zeros. `at`: scratch of count offsets. Over the context's threads (one
+// when called inside another loop's chunk), a (depth slice, micro-panel) each.
+void pack_windows_as_a(const CpuContext& context, const RowsOfB& b, std::int64_t depth, std::int64_t count,
+                       std::int64_t* at, float* out) {
+  const IsaKernels& isa = *context.isa;
+  const std::int64_t mr = isa.gemm_mr, padded = (count + mr - 1) / mr * mr, panels = padded / mr;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t p = b.col0 + i;
+    at[i] = p / b.segment * b.pitch + p % b.segment;
+  }
+  const std::int64_t slices = (depth + isa.gemm_kc - 1) / isa.gemm_kc;
+  parallel_for(slices * panels, context.threads, std::max<std::int64_t>(1, 16384 / (mr * isa.gemm_kc)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t item = begin; item < end; ++item) {
+                   const std::int64_t k0 = item / panels * isa.gemm_kc, r0 = item % panels * mr;
+                   const std::int64_t slice = std::min(isa.gemm_kc, depth - k0);
+                   float* panel = out + k0 * padded + r0 * slice;
+                   const std::int64_t live = std::min(mr, count - r0);
+                   for (std::int64_t k = 0; k < slice; ++k) {
+                     const float* src = b.rows[k0 + k];
+                     float* dst = panel + k * mr;
+                     for (std::int64_t i = 0; i < live; ++i) dst[i] = src[at[r0 + i]];
+                     for (std::int64_t i = live; i < mr; ++i) dst[i] = 0.0f;
+                   }
+                 }
+               });
+}
+
+// The weights of each group transposed and packed as the packed GEMM's B (Note [Convolution with the pixels as
+// rows]): kept in the store when constant, else packed into `own` for this call.
+std::vector<const float*> packed_groups_as_b(const ConvGeometry& g, const CpuContext& context, const float* w,
+                                             PackedConstants* store, const Tensor* weights,
+                                             std::vector<ScratchVector<float>>& own) {
+  std::vector<const float*> packed;
+  own.reserve(static_cast<std::size_t>(g.groups));
+  for (std::int64_t group = 0; group < g.groups; ++group) {
+    const auto pack = [&, group] {
+      return pack_gemm_b(context, g.depth, g.og, w + group * g.og * g.depth, g.depth, /*trans=*/true);
+    };
+    if (store != nullptr && weights != nullptr) {
+      packed.push_back(store->get(*weights, -3 - group, context.isa, pack));
+    } else {
+      own.push_back(pack());
+      packed.push_back(own.back().data());
+    }
+  }
+  return packed;
+}
+
+// A task's scratch for pixel_rows_task, sized at its first use to a tile of `tile` pixels.
+struct PixelRowsScratch {
+  UninitScratch<float> a, c;
+  UninitScratch<std::int64_t> at;
+};
+
+// One task of Note [Convolution with the pixels as rows]: C^T = A B for `count` pixels (A's rows gathered from `b`,
+// pixels b.col0 ..) and the group's packed W^T, written transposed to `out` (output channel o at out + o * g.pixels).
+void pixel_rows_task(const ConvGeometry& g, const CpuContext& context, const RowsOfB& b, std::int64_t count,
+                     std::int64_t tile, const float* packed_wt, float* out, PixelRowsScratch& scratch) {
+  if (scratch.a.size() == 0) {
+    const std::int64_t rows = (tile + context.isa->gemm_mr - 1) / context.isa->gemm_mr * context.isa->gemm_mr;
+    scratch.a.resize(static_cast<std::size_t>(rows * g.depth));
+    scratch.c.resize(static_cast<std::size_t>(tile * g.og));
+    scratch.at.resize(static_cast<std::size_t>(tile));
+  }
+  pack_windows_as_a(context, b, g.depth, count, scratch.at.data(), scratch.a.data());
+  gemm_packed_ab(context, count, g.og, g.depth, scratch.a.data(), packed_wt, scratch.c.data(), g.og);
+  for (std::int64_t o = 0; o < g.og; ++o) {
+    for (std::int64_t i = 0; i < count; ++i) out[o * g.pixels + i] = scratch.c[static_cast<std::size_t>(i * g.og + o)];
+  }
+}
+
 // Note [Convolution as a GEMM over windows]: float, the packed GEMM.
 void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOperands<float>& v) {
   const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
@@ -514,16 +622,26 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                                                padded.data() + c * plane);
                  }
                });
-  // The weights of each group, packed once for all its tasks (or kept from an earlier call).
-  std::vector<ScratchVector<float>> own;
-  const std::vector<const float*> packed_w = packed_groups(g, context, v.w, v.store, v.weights, own);
   const std::int64_t tile = conv_tile(g, g.pixels, sizeof(float), context.isa->gemm_nr, true);
   const std::int64_t tiles = (g.pixels + tile - 1) / tile;
   const std::int64_t work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
+  // Note [Convolution with the pixels as rows]: whole tiles and the last one of each plane may differ.
+  const bool whole_swap = conv_pixel_rows_pay(context, tile, g.og);
+  const bool last_swap = conv_pixel_rows_pay(context, g.pixels - (tiles - 1) * tile, g.og);
+  // The weights of each group, packed once for all its tasks (or kept from an earlier call), as the GEMM's A and,
+  // where a task swaps, transposed as its B.
+  std::vector<ScratchVector<float>> own, own_t;
+  const std::vector<const float*> packed_w = whole_swap && last_swap
+                                                 ? std::vector<const float*>()
+                                                 : packed_groups(g, context, v.w, v.store, v.weights, own);
+  const std::vector<const float*> packed_wt =
+      whole_swap || last_swap ? packed_groups_as_b(g, context, v.w, v.store, v.weights, own_t)
+                              : std::vector<const float*>();
   parallel_for(g.batch * g.groups * tiles, task_threads(context, g.batch * g.groups * tiles),
                std::max<std::int64_t>(1, (std::int64_t{1} << 17) / work),
                [&](std::int64_t begin, std::int64_t end) {
                  ScratchVector<const float*> rows(static_cast<std::size_t>(g.depth));
+                 PixelRowsScratch swapped;
                  const std::int64_t taps = g.kh * g.kw;
                  for (std::int64_t task = begin; task < end; ++task) {
                    const std::int64_t t = task % tiles, ng = task / tiles;
@@ -540,8 +658,13 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                    const std::int64_t offset = (n * g.out_channels + channel0) * g.pixels + p0;
                    // Output pixel (oh, ow) reads its window at oh * row_stride + ow from each row's start.
                    const RowsOfB b{rows.data(), p0, g.out_w, phases.row_stride};
-                   gemm_rows(context, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, b, v.y + offset,
-                             g.pixels, packed_w[static_cast<std::size_t>(group)]);
+                   if (t + 1 < tiles ? whole_swap : last_swap) {  // Note [Convolution with the pixels as rows]
+                     pixel_rows_task(g, context, b, count, tile, packed_wt[static_cast<std::size_t>(group)],
+                                     v.y + offset, swapped);
+                   } else {
+                     gemm_rows(context, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, b, v.y + offset,
+                               g.pixels, packed_w[static_cast<std::size_t>(group)]);
+                   }
                    for (std::int64_t o = 0; o < g.og; ++o) {
                      const std::int64_t at = offset + o * g.pixels;
                      conv_epilogue(*context.isa, v.y + at, count, v.bias, channel0 + o,

@@ -575,6 +575,12 @@ void gemm_packed_b(const CpuContext& context, std::int64_t m, std::int64_t n, st
   packed_gemm(context, false, m, n, k, a, lda, nullptr, 0, RowsOfB{}, c, ldc, nullptr, packed_b);
 }
 
+void gemm_packed_ab(const CpuContext& context, std::int64_t m, std::int64_t n, std::int64_t k, const float* packed_a,
+                    const float* packed_b, float* c, std::int64_t ldc) {
+  XPURT_CHECK(context.gemm == GemmImpl::kPacked, "gemm_packed_ab: the packed GEMM is not this context's");
+  packed_gemm(context, false, m, n, k, nullptr, 0, nullptr, 0, RowsOfB{}, c, ldc, packed_a, packed_b);
+}
+
 // Note [Weights packed once per plan]
 // The packed GEMM copies A and B into micro-panels before its micro-tiles read them (Note [Packed GEMM]). A
 // convolution's A is its weights, so every call packed all of them again: serially, once per call in conv_windows,

@@ -481,18 +481,22 @@ std::int64_t conv_tile(const ConvGeometry& g, std::int64_t extent, std::int64_t 
   return std::min(tile, extent);
 }
 
-// The weights of each group packed for the GEMM: kept in the store when the engine marked them constant
-// (Note [Weights packed once per plan] in cpu_gemm.cpp; `store` and `weights` non-null), else packed into `own` for
-// this call.
+// The weights of each group packed for the GEMM, as its A or (`transposed`, Note [Convolution with the pixels as rows])
+// transposed as its B: kept in the store when the engine marked them constant (Note [Weights packed once per plan] in
+// cpu_gemm.cpp; `store` and `weights` non-null; tag group, or -3 - group), else packed into `own` for this call.
 std::vector<const float*> packed_groups(const ConvGeometry& g, const CpuContext& context, const float* w,
                                         PackedConstants* store, const Tensor* weights,
-                                        std::vector<ScratchVector<float>>& own) {
+                                        std::vector<ScratchVector<float>>& own, bool transposed = false) {
   std::vector<const float*> packed;
   own.reserve(static_cast<std::size_t>(g.groups));
   for (std::int64_t group = 0; group < g.groups; ++group) {
-    const auto pack = [&, group] { return pack_gemm_a(context, g.og, g.depth, w + group * g.og * g.depth, g.depth); };
+    const float* group_w = w + group * g.og * g.depth;
+    const auto pack = [&, group_w] {
+      return transposed ? pack_gemm_b(context, g.depth, g.og, group_w, g.depth, /*trans=*/true)
+                        : pack_gemm_a(context, g.og, g.depth, group_w, g.depth);
+    };
     if (store != nullptr && weights != nullptr) {
-      packed.push_back(store->get(*weights, group, context.isa, pack));
+      packed.push_back(store->get(*weights, transposed ? -3 - group : group, context.isa, pack));
     } else {
       own.push_back(pack());
       packed.push_back(own.back().data());
@@ -565,27 +569,6 @@ void pack_windows_as_a(const CpuContext& context, const RowsOfB& b, std::int64_t
                });
 }
 
-// The weights of each group transposed and packed as the packed GEMM's B (Note [Convolution with the pixels as
-// rows]): kept in the store when constant, else packed into `own` for this call.
-std::vector<const float*> packed_groups_as_b(const ConvGeometry& g, const CpuContext& context, const float* w,
-                                             PackedConstants* store, const Tensor* weights,
-                                             std::vector<ScratchVector<float>>& own) {
-  std::vector<const float*> packed;
-  own.reserve(static_cast<std::size_t>(g.groups));
-  for (std::int64_t group = 0; group < g.groups; ++group) {
-    const auto pack = [&, group] {
-      return pack_gemm_b(context, g.depth, g.og, w + group * g.og * g.depth, g.depth, /*trans=*/true);
-    };
-    if (store != nullptr && weights != nullptr) {
-      packed.push_back(store->get(*weights, -3 - group, context.isa, pack));
-    } else {
-      own.push_back(pack());
-      packed.push_back(own.back().data());
-    }
-  }
-  return packed;
-}
-
 // A task's scratch for pixel_rows_task, sized at its first use to a tile of `tile` pixels.
 struct PixelRowsScratch {
   UninitScratch<float> a, c;
@@ -635,7 +618,7 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                                                  ? std::vector<const float*>()
                                                  : packed_groups(g, context, v.w, v.store, v.weights, own);
   const std::vector<const float*> packed_wt =
-      whole_swap || last_swap ? packed_groups_as_b(g, context, v.w, v.store, v.weights, own_t)
+      whole_swap || last_swap ? packed_groups(g, context, v.w, v.store, v.weights, own_t, /*transposed=*/true)
                               : std::vector<const float*>();
   parallel_for(g.batch * g.groups * tiles, task_threads(context, g.batch * g.groups * tiles),
                std::max<std::int64_t>(1, (std::int64_t{1} << 17) / work),

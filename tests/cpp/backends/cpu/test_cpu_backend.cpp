@@ -351,20 +351,35 @@ Attributes conv_attrs(const ConvCase& c) {
       .set("activation", std::string(c.relu ? "relu" : "none"));
 }
 
+// A case's random operands (seeds from `seed` on) and naive_conv's result for them.
+struct ConvRun {
+  Tensor x, w, bias, residual;
+  Shape out_shape;
+  Values expected;
+};
+
+ConvRun conv_run(const ConvCase& c, unsigned& seed) {
+  ConvRun r;
+  r.x = random_tensor(c.x, seed++);
+  r.w = random_tensor(c.w, seed++);
+  r.bias = c.bias ? random_tensor({c.w[0]}, seed++) : Tensor();
+  naive_conv(values(r.x), c.x, values(r.w), c.w, {}, {}, c.strides, c.pads, c.dilations, c.groups, false, &r.out_shape);
+  r.residual = c.residual ? random_tensor(r.out_shape, seed++) : Tensor();
+  r.expected = naive_conv(values(r.x), c.x, values(r.w), c.w, c.bias ? values(r.bias) : Values{},
+                          c.residual ? values(r.residual) : Values{}, c.strides, c.pads, c.dilations, c.groups, c.relu,
+                          &r.out_shape);
+  return r;
+}
+
 // Every case against naive_conv, under each XPURT_CPU_ISA of `isas` and XPURT_CPU_GEMM of `gemms`; with float64,
 // also on float64 inputs.
 void expect_convs_match_naive(const std::vector<ConvCase>& cases, unsigned seed, const std::vector<std::string>& isas,
                               const std::vector<const char*>& gemms, float tolerance, bool float64) {
   for (const auto& c : cases) {
-    const Tensor x = random_tensor(c.x, seed++);
-    const Tensor w = random_tensor(c.w, seed++);
-    const Tensor bias = c.bias ? random_tensor({c.w[0]}, seed++) : Tensor();
-    Shape out_shape;
-    naive_conv(values(x), c.x, values(w), c.w, {}, {}, c.strides, c.pads, c.dilations, c.groups, false, &out_shape);
-    const Tensor residual = c.residual ? random_tensor(out_shape, seed++) : Tensor();
-    const Values expected = naive_conv(values(x), c.x, values(w), c.w, c.bias ? values(bias) : Values{},
-                                       c.residual ? values(residual) : Values{}, c.strides, c.pads, c.dilations,
-                                       c.groups, c.relu, &out_shape);
+    const ConvRun r = conv_run(c, seed);
+    const Tensor &x = r.x, &w = r.w, &bias = r.bias, &residual = r.residual;
+    const Shape& out_shape = r.out_shape;
+    const Values& expected = r.expected;
     const Attributes attrs = conv_attrs(c);
     for (const std::string& isa : isas) {
       ScopedEnv isa_env("XPURT_CPU_ISA", isa.c_str());
@@ -642,15 +657,8 @@ TEST(CpuBackend, ConvolutionsWithPixelsAsRowsKeepTheBitsOfTheOtherOrientation) {
     EXPECT_FALSE(cpu::conv_pixel_rows_pay(context, 64, 96)) << isa;
     unsigned seed = 1200;
     for (const auto& c : cases) {
-      const Tensor x = random_tensor(c.x, seed++);
-      const Tensor w = random_tensor(c.w, seed++);
-      const Tensor bias = c.bias ? random_tensor({c.w[0]}, seed++) : Tensor();
-      Shape out_shape;
-      naive_conv(values(x), c.x, values(w), c.w, {}, {}, c.strides, c.pads, c.dilations, c.groups, false, &out_shape);
-      const Tensor residual = c.residual ? random_tensor(out_shape, seed++) : Tensor();
-      const Values expected = naive_conv(values(x), c.x, values(w), c.w, c.bias ? values(bias) : Values{},
-                                         c.residual ? values(residual) : Values{}, c.strides, c.pads, c.dilations,
-                                         c.groups, c.relu, &out_shape);
+      const ConvRun r = conv_run(c, seed);
+      const Tensor &x = r.x, &w = r.w, &bias = r.bias, &residual = r.residual;
       const Attributes attrs = conv_attrs(c);
       for (const int threads : {1, 2}) {
         ExecutionPolicy policy;
@@ -664,7 +672,7 @@ TEST(CpuBackend, ConvolutionsWithPixelsAsRowsKeepTheBitsOfTheOtherOrientation) {
         }
         const Tensor per_call = run1("conv2d", {x, w, bias, residual}, attrs, policy);
         EXPECT_EQ(values(per_call), channels) << what;
-        expect_near_all(values(per_call), expected, 2e-5f, what);
+        expect_near_all(values(per_call), r.expected, 2e-5f, what);
         OpDescriptor desc = describe("conv2d", {x, w, bias, residual}, attrs, policy);
         desc.inputs[1].constant = true;
         const auto plan = cpu_kernel("conv2d").build(desc, policy, "");

@@ -73,9 +73,10 @@ struct CpuContext {
   // Products of fewer than 8 rows or columns run on the skinny kernels, not OpenBLAS (Note [Skinny GEMM]): with
   // packed_small_gemms, XPURT_CPU_GEMM=packed, or a build without OpenBLAS.
   bool skinny_gemms = false;
-  // A convolution over windows may make its pixels the GEMM's rows (Note [Convolution with the pixels as rows] in
-  // cpu_conv.cpp); XPURT_CPU_CONV_ROWS=channels keeps the output channels as rows (tests compare the two).
-  bool conv_pixel_rows = true;
+  // A convolution over windows may read them in place (Note [Windows read in place] in cpu_conv.cpp) or make its
+  // pixels the GEMM's rows (Note [Convolution with the pixels as rows]); XPURT_CPU_CONV_WINDOWS=packed packs them
+  // always, the output channels as rows (the same bits: tests compare the two).
+  bool conv_windows_auto = true;
 };
 
 // The context for `policy`: threads = policy.intra_op_threads (0: default_threads(), the CPUs the process may use),

@@ -516,7 +516,7 @@ std::vector<const float*> packed_groups(const ConvGeometry& g, const CpuContext&
 // weights are constant: tag -3 - group) and C^T written to a scratch that is transposed into the output before the
 // epilogue. Every output adds the same products in the same order (each depth slice's fused multiply-adds from zero,
 // the slices added in order; a * b is b * a), so the bits are those of the other orientation
-// (XPURT_CPU_CONV_ROWS=channels keeps it; tests compare the two). Measured on this project's 2-vCPU AVX-512 VM
+// (XPURT_CPU_CONV_WINDOWS=packed keeps it; tests compare the two). Measured on this project's 2-vCPU AVX-512 VM
 // (docs/benchmarks.md, 2026-12-07): ResNet-50's last 3x3 1.21x faster on one thread, 1.11x on two (the gather spread
 // over the threads where the task runs alone). The same for 1x1 convolutions read in place (A gathered from x's
 // planes) was 1.02x on one thread and 0.96x on two at ResNet-50's last 1x1: their B is x itself, already cheap to
@@ -534,7 +534,7 @@ bool conv_pixel_rows_pay(const CpuContext& context, std::int64_t count, std::int
   };
   const double channel_rows = used(count, isa.gemm_nr) * used(og, isa.gemm_mr);
   const double pixel_rows = used(og, isa.gemm_nr) * used(count, isa.gemm_mr);
-  return context.conv_pixel_rows && pixel_rows > kPixelRowsGain * channel_rows;
+  return context.conv_windows_auto && pixel_rows > kPixelRowsGain * channel_rows;
 }
 
 namespace {
@@ -569,6 +569,32 @@ void pack_windows_as_a(const CpuContext& context, const RowsOfB& b, std::int64_t
                });
 }
 
+// Note [Windows read in place]
+// The windows' B rows are runs of out_w pixels every row_stride floats of a phase-split plane (Note [Phase-split
+// planes]), and packing them into the GEMM's micro-panels took 9-13% of a dense 3x3 convolution's time at 56x56 and
+// 14x14 (perf, 2026-12-07), while the micro-tiles ran at about 93% of the core's FMA peak. Where the planes' rows carry
+// few columns past the output's (the positions q = oh * row_stride + ow of a plane, ow < row_stride, at most
+// kInPlaceExtra more than the pixels), a task computes every q of its range, the columns past out_w included, with B
+// read straight from the planes (RowsOfB::in_place: B[k][q] = rows[k][q]); its C goes to a scratch of q columns, whose
+// output columns are copied into y before the epilogue. The planes get a micro-panel of slack at the end, so that the
+// last vector a micro-tile reads stays inside. Same bits (the same products in the same order;
+// XPURT_CPU_CONV_WINDOWS=packed packs them, and tests compare the two).
+constexpr double kInPlaceExtra = 1.1;
+
+// The q range of the task covering [q0, q0 + count) of a plane, as output pixels: [first, end) (empty when the range
+// holds only columns past out_w).
+struct PixelSpan {
+  std::int64_t first = 0, end = 0;
+};
+
+PixelSpan pixels_of_q(std::int64_t q0, std::int64_t count, std::int64_t row_stride, std::int64_t out_w) {
+  const auto pixel_at_or_after = [&](std::int64_t q) {
+    const std::int64_t oh = q / row_stride, ow = q % row_stride;
+    return ow < out_w ? oh * out_w + ow : (oh + 1) * out_w;
+  };
+  return {pixel_at_or_after(q0), pixel_at_or_after(q0 + count)};
+}
+
 // A task's scratch for pixel_rows_task, sized at its first use to a tile of `tile` pixels.
 struct PixelRowsScratch {
   UninitScratch<float> a, c;
@@ -592,12 +618,43 @@ void pixel_rows_task(const ConvGeometry& g, const CpuContext& context, const Row
   }
 }
 
+// One task of Note [Windows read in place]: q positions [q0, q0 + count) of image n's planes (its windows' rows at
+// `rows`) for output channels channel0 .. + og, their output columns copied into y, then the epilogue.
+void windows_in_place_task(const ConvGeometry& g, const CpuContext& context, const float* const* rows, std::int64_t q0,
+                           std::int64_t count, std::int64_t tile, std::int64_t row_stride, const float* packed_w,
+                           const ConvOperands<float>& v, std::int64_t n, std::int64_t channel0,
+                           UninitScratch<float>& columns_q) {
+  if (columns_q.size() == 0) columns_q.resize(static_cast<std::size_t>(g.og * tile));
+  RowsOfB b{rows, q0, 1, 1};
+  b.in_place = true;
+  gemm_rows(context, g.og, count, g.depth, v.w + channel0 * g.depth, g.depth, b, columns_q.data(), tile, packed_w);
+  const PixelSpan span = pixels_of_q(q0, count, row_stride, g.out_w);
+  if (span.end <= span.first) return;  // only columns past out_w
+  for (std::int64_t o = 0; o < g.og; ++o) {
+    float* out = v.y + (n * g.out_channels + channel0 + o) * g.pixels;
+    const float* from = columns_q.data() + o * tile;
+    for (std::int64_t p = span.first; p < span.end;) {  // one output row's run at a time
+      const std::int64_t oh = p / g.out_w, ow = p % g.out_w;
+      const std::int64_t run = std::min(g.out_w - ow, span.end - p);
+      std::memcpy(out + p, from + (oh * row_stride + ow - q0), static_cast<std::size_t>(run) * sizeof(float));
+      p += run;
+    }
+    const std::int64_t at = (n * g.out_channels + channel0 + o) * g.pixels + span.first;
+    conv_epilogue(*context.isa, v.y + at, span.end - span.first, v.bias, channel0 + o,
+                  v.residual != nullptr ? v.residual + at : nullptr, g.activation);
+  }
+}
+
 // Note [Convolution as a GEMM over windows]: float, the packed GEMM.
 void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOperands<float>& v) {
   const PhaseGeometry phases = phase_geometry(g.out_h, g.out_w, g.kh, g.kw, g.stride, g.dilation, g.pad[0], g.pad[1]);
   const std::vector<std::int64_t> offsets = phase_offsets(phases, g.kh, g.kw, g.dilation);
   const std::int64_t plane = phase_plane_size(phases);
-  ScratchVector<float> padded(static_cast<std::size_t>(g.batch * g.channels * plane));
+  // Note [Windows read in place]: the q positions of a plane's outputs, and whether to read them in place.
+  const std::int64_t extent_q = (g.out_h - 1) * phases.row_stride + g.out_w;
+  const bool in_place =
+      context.conv_windows_auto && static_cast<double>(extent_q) <= kInPlaceExtra * static_cast<double>(g.pixels);
+  ScratchVector<float> padded(static_cast<std::size_t>(g.batch * g.channels * plane + context.isa->gemm_nr));
   parallel_for(g.batch * g.channels, context.threads, std::max<std::int64_t>(1, 16384 / plane),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t c = begin; c < end; ++c) {
@@ -605,12 +662,13 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                                                padded.data() + c * plane);
                  }
                });
-  const std::int64_t tile = conv_tile(g, g.pixels, sizeof(float), context.isa->gemm_nr, true);
-  const std::int64_t tiles = (g.pixels + tile - 1) / tile;
+  const std::int64_t extent = in_place ? extent_q : g.pixels;  // of the tasks' tiles: q positions or pixels
+  const std::int64_t tile = conv_tile(g, extent, sizeof(float), context.isa->gemm_nr, true);
+  const std::int64_t tiles = (extent + tile - 1) / tile;
   const std::int64_t work = std::max<std::int64_t>(g.og * tile * g.depth, 1);
   // Note [Convolution with the pixels as rows]: whole tiles and the last one of each plane may differ.
-  const bool whole_swap = conv_pixel_rows_pay(context, tile, g.og);
-  const bool last_swap = conv_pixel_rows_pay(context, g.pixels - (tiles - 1) * tile, g.og);
+  const bool whole_swap = !in_place && conv_pixel_rows_pay(context, tile, g.og);
+  const bool last_swap = !in_place && conv_pixel_rows_pay(context, g.pixels - (tiles - 1) * tile, g.og);
   // The weights of each group, packed once for all its tasks (or kept from an earlier call), as the GEMM's A and,
   // where a task swaps, transposed as its B.
   std::vector<ScratchVector<float>> own, own_t;
@@ -625,11 +683,12 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                [&](std::int64_t begin, std::int64_t end) {
                  ScratchVector<const float*> rows(static_cast<std::size_t>(g.depth));
                  PixelRowsScratch swapped;
+                 UninitScratch<float> columns_q;  // Note [Windows read in place]: C over the task's q positions
                  const std::int64_t taps = g.kh * g.kw;
                  for (std::int64_t task = begin; task < end; ++task) {
                    const std::int64_t t = task % tiles, ng = task / tiles;
                    const std::int64_t n = ng / g.groups, group = ng % g.groups;
-                   const std::int64_t p0 = t * tile, count = std::min(tile, g.pixels - p0);
+                   const std::int64_t p0 = t * tile, count = std::min(tile, extent - p0);
                    const float* planes = padded.data() + (n * g.channels + group * g.cg) * plane;
                    for (std::int64_t c = 0; c < g.cg; ++c) {
                      for (std::int64_t tap = 0; tap < taps; ++tap) {
@@ -638,6 +697,11 @@ void conv_windows(const ConvGeometry& g, const CpuContext& context, const ConvOp
                      }
                    }
                    const std::int64_t channel0 = group * g.og;
+                   if (in_place) {
+                     windows_in_place_task(g, context, rows.data(), p0, count, tile, phases.row_stride,
+                                           packed_w[static_cast<std::size_t>(group)], v, n, channel0, columns_q);
+                     continue;
+                   }
                    const std::int64_t offset = (n * g.out_channels + channel0) * g.pixels + p0;
                    // Output pixel (oh, ow) reads its window at oh * row_stride + ow from each row's start.
                    const RowsOfB b{rows.data(), p0, g.out_w, phases.row_stride};

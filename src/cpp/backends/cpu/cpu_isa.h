@@ -74,6 +74,9 @@ struct PlaneEpilogue {
 struct RowsOfB {
   const float* const* rows = nullptr;
   std::int64_t col0 = 0, segment = 1, pitch = 1;
+  // B[k][j] = rows[k][col0 + j], read in place by the micro-tiles (no packing; segment and pitch unused): each row
+  // readable up to the whole vector past its last column (Note [Windows read in place] in cpu_conv.cpp).
+  bool in_place = false;
 };
 
 // One tile of a packed float GEMM (Note [Packed GEMM] in cpu_gemm.cpp): C[rows, cols] (ldc) = A[rows, depth] (lda)

@@ -87,12 +87,12 @@ CpuContext make_context(const ExecutionPolicy& policy) {
   context.packed_small_gemms = context.gemm == GemmImpl::kPacked && blas_older_than(*context.isa);
   context.skinny_gemms = context.gemm == GemmImpl::kPacked &&
                          (context.packed_small_gemms || choice == "packed" || !XPURT_WITH_BLAS);
-  const char* rows_env = std::getenv("XPURT_CPU_CONV_ROWS");
-  const std::string rows = rows_env != nullptr ? rows_env : "auto";
-  XPURT_CHECK(rows == "auto" || rows == "channels" || rows.empty(), "XPURT_CPU_CONV_ROWS='", rows,
-              "' is not valid; use 'auto' (a convolution's pixels as its GEMM's rows where they fill the vectors "
-              "better) or 'channels' (its output channels always)");
-  context.conv_pixel_rows = rows != "channels";
+  const char* windows_env = std::getenv("XPURT_CPU_CONV_WINDOWS");
+  const std::string windows = windows_env != nullptr ? windows_env : "auto";
+  XPURT_CHECK(windows == "auto" || windows == "packed" || windows.empty(), "XPURT_CPU_CONV_WINDOWS='", windows,
+              "' is not valid; use 'auto' (a convolution's windows read in place or its pixels as the GEMM's rows "
+              "where that pays) or 'packed' (the windows always packed, the output channels as rows)");
+  context.conv_windows_auto = windows != "packed";
   return context;
 }
 

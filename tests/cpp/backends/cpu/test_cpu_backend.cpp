@@ -635,18 +635,25 @@ TEST(CpuBackend, ConvolutionsKeepConstantWeightsPackedWithTheSameBits) {
   }
 }
 
-// Note [Convolution with the pixels as rows]: tasks whose output channels fill the micro-tiles' lanes better than their
-// pixels compute C^T, with the bits of the other orientation (XPURT_CPU_CONV_ROWS=channels), per call and through a
-// plan that keeps the transposed weights packed, at 1 and 2 threads, on every instruction set; and against the naive
-// convolution. Cases: 49 pixels (ResNet-50's last stage), 4 pixels left after three tiles of 64 (only the last task
+// Note [Convolution with the pixels as rows] and Note [Windows read in place]: tasks whose output channels fill the
+// micro-tiles' lanes better than their pixels compute C^T, and wide planes are read in place, with the bits of the
+// packed windows (XPURT_CPU_CONV_WINDOWS=packed), per call and through a plan that keeps the weights packed, at 1 and
+// 2 threads, on every instruction set; and against the naive convolution. Cases: 49 pixels (ResNet-50's last stage), 4 pixels left after three tiles of 64 (only the last task
 // swaps), two groups, strides with dilation, several depth slices, bias, residual and ReLU.
-TEST(CpuBackend, ConvolutionsWithPixelsAsRowsKeepTheBitsOfTheOtherOrientation) {
+TEST(CpuBackend, ConvolutionWindowsInPlaceOrPixelsAsRowsKeepTheBitsOfPackedWindows) {
   const std::vector<ConvCase> cases = {
       {{1, 32, 7, 7}, {64, 32, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, true, true},
       {{2, 16, 14, 14}, {96, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},
       {{1, 16, 5, 5}, {128, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, false, true, false},
       {{1, 8, 11, 11}, {80, 8, 3, 3}, {2, 2}, {2, 2, 2, 2}, {2, 2}, 1, true, true, false},
       {{1, 64, 7, 7}, {128, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},
+      // Note [Windows read in place]: rows of 40 outputs in planes of 42 (several tasks, a task of only columns past
+      // out_w is possible); strided; two groups and two images; one output row; a 5x5 with dilation.
+      {{1, 16, 40, 40}, {24, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, true, true},
+      {{1, 8, 61, 59}, {20, 8, 3, 3}, {2, 2}, {1, 0, 1, 2}, {1, 1}, 1, true, false, true},
+      {{2, 12, 33, 30}, {16, 6, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, false, true, false},
+      {{1, 16, 3, 70}, {32, 16, 3, 3}, {1, 1}, {0, 1, 0, 1}, {1, 1}, 1, true, false, true},
+      {{1, 8, 45, 45}, {16, 8, 5, 5}, {1, 1}, {4, 4, 4, 4}, {2, 2}, 1, true, true, false},
   };
   ScopedEnv gemm_env("XPURT_CPU_GEMM", "packed");
   for (const std::string& isa : isa_names()) {
@@ -667,7 +674,7 @@ TEST(CpuBackend, ConvolutionsWithPixelsAsRowsKeepTheBitsOfTheOtherOrientation) {
                                  std::to_string(threads) + " threads";
         Values channels;
         {
-          ScopedEnv rows_env("XPURT_CPU_CONV_ROWS", "channels");
+          ScopedEnv windows_env("XPURT_CPU_CONV_WINDOWS", "packed");
           channels = values(run1("conv2d", {x, w, bias, residual}, attrs, policy));
         }
         const Tensor per_call = run1("conv2d", {x, w, bias, residual}, attrs, policy);
@@ -686,7 +693,7 @@ TEST(CpuBackend, ConvolutionsWithPixelsAsRowsKeepTheBitsOfTheOtherOrientation) {
       }
     }
   }
-  ScopedEnv bad("XPURT_CPU_CONV_ROWS", "pixels");
+  ScopedEnv bad("XPURT_CPU_CONV_WINDOWS", "pixels");
   EXPECT_THROW(cpu::make_context(ExecutionPolicy()), InvalidArgumentError);
 }
 

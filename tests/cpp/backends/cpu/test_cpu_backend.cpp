@@ -581,8 +581,8 @@ TEST(CpuBackend, Conv2dWindowLoopsAndTilesMatchNaiveOnEveryIsa) {
 }
 
 // Note [Weights packed once per plan]: a plan whose weights the engine marks constant keeps their packing and gives
-// the bits of a per-call packing on every call, at every thread count; another weights tensor through the same plan (a plan shared by two
-// nodes) is packed for itself, never answered from the first one's packing.
+// the bits of a per-call packing on every call, at every thread count; another weights tensor through the same plan
+// (a plan shared by two nodes) is packed for itself, never answered from the first one's packing.
 TEST(CpuBackend, ConvolutionsKeepConstantWeightsPackedWithTheSameBits) {
   const std::vector<ConvCase> cases = {
       {{2, 16, 13, 11}, {24, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},  // windows
@@ -638,12 +638,14 @@ TEST(CpuBackend, ConvolutionsKeepConstantWeightsPackedWithTheSameBits) {
 // Note [Convolution with the pixels as rows] and Note [Windows read in place]: tasks whose output channels fill the
 // micro-tiles' lanes better than their pixels compute C^T, and wide planes are read in place, with the bits of the
 // packed windows (XPURT_CPU_CONV_WINDOWS=packed), per call and through a plan that keeps the weights packed, at 1 and
-// 2 threads, on every instruction set; and against the naive convolution. Cases: 49 pixels (ResNet-50's last stage), 4 pixels left after three tiles of 64 (only the last task
-// swaps), two groups, strides with dilation, several depth slices, bias, residual and ReLU.
+// 2 threads, on every instruction set; and against the naive convolution. Pixels as rows: 49 pixels (ResNet-50's last
+// stage), 8 pixels left after three tasks of 64 (only the last one swaps), two groups, strides with dilation, several
+// depth slices, bias, residual and ReLU; in place: the cases below those.
 TEST(CpuBackend, ConvolutionWindowsInPlaceOrPixelsAsRowsKeepTheBitsOfPackedWindows) {
   const std::vector<ConvCase> cases = {
       {{1, 32, 7, 7}, {64, 32, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, true, true},
-      {{2, 16, 14, 14}, {96, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},
+      {{1, 16, 25, 8}, {96, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},
+      {{2, 16, 14, 14}, {96, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},  // in place
       {{1, 16, 5, 5}, {128, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, false, true, false},
       {{1, 8, 11, 11}, {80, 8, 3, 3}, {2, 2}, {2, 2, 2, 2}, {2, 2}, 1, true, true, false},
       {{1, 64, 7, 7}, {128, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, false, true},
@@ -662,6 +664,7 @@ TEST(CpuBackend, ConvolutionWindowsInPlaceOrPixelsAsRowsKeepTheBitsOfPackedWindo
     const cpu::CpuContext context = cpu::make_context(ExecutionPolicy());
     EXPECT_TRUE(cpu::conv_pixel_rows_pay(context, 49, 64)) << isa;
     EXPECT_FALSE(cpu::conv_pixel_rows_pay(context, 64, 96)) << isa;
+    EXPECT_TRUE(cpu::conv_pixel_rows_pay(context, 8, 96)) << isa;  // the 200-pixel case's last task
     unsigned seed = 1200;
     for (const auto& c : cases) {
       const ConvRun r = conv_run(c, seed);

@@ -509,8 +509,8 @@ std::vector<const float*> packed_groups(const ConvGeometry& g, const CpuContext&
 // The packed GEMM holds gemm_mr rows x gemm_nr columns of C in registers, the columns whole vectors (6 x 64 floats on
 // AVX-512). A convolution over windows makes the output channels C's rows and the pixels its columns, so a task of few
 // pixels computes lanes it throws away: ResNet-50's last 3x3 convolutions have 49 pixels, 49 of a 64-lane micro-panel;
-// at 14x14 the 4 pixels left of 196 make a task as long as one of 64. Where the output channels fill the lanes at
-// least kPixelRowsGain times better, the task computes C^T = windows^T W^T instead: the pixels are the rows (49 of a
+// a last task of 8 pixels uses 8 of a vector's 16 lanes. Where the output channels fill the lanes at least
+// kPixelRowsGain times better, the task computes C^T = windows^T W^T instead: the pixels are the rows (49 of a
 // 54-row panel), the output channels the columns (512 of 512), the windows gathered straight into A's micro-panels
 // (each depth row's values at the panel's pixels), W^T packed as B (kept in the store like the other packing when the
 // weights are constant: tag -3 - group) and C^T written to a scratch that is transposed into the output before the

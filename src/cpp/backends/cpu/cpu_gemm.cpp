@@ -443,8 +443,9 @@ void packed_gemm(const CpuContext& context, bool trans_b, std::int64_t m, std::i
     const std::int64_t depth = std::max<std::int64_t>(1, std::min(k, isa.gemm_kc));
     UninitScratch<float> pack_a(
         packed_a != nullptr ? 0 : static_cast<std::size_t>(round_up(std::min(tile_m, m), isa.gemm_mr) * depth));
-    UninitScratch<float> pack_b(
-        packed_b != nullptr ? 0 : static_cast<std::size_t>(round_up(std::min(tile_n, n), isa.gemm_nr) * depth));
+    UninitScratch<float> pack_b(packed_b != nullptr || rows.in_place  // B already packed, or read in place
+                                    ? 0
+                                    : static_cast<std::size_t>(round_up(std::min(tile_n, n), isa.gemm_nr) * depth));
     for (std::int64_t tile = begin; tile < end; ++tile) {
       const std::int64_t i0 = (tile / tiles_n) * tile_m;
       const std::int64_t j0 = (tile % tiles_n) * tile_n;

@@ -101,8 +101,8 @@ GRIDS += [({"kernel": "stream", "splits": splits, "tiles": tiles}, f"s{tiles}x{s
           for tiles in (4, 2) for splits in (1, 2, 4)]
 GRIDS += [({"kernel": "gemv", "splits": splits, "tiles": 2}, f"g2x{splits}") for splits in (1, 2, 4)]
 GRIDS += [({"kernel": "stream", "ring": 8192, "splits": splits, "tiles": 4}, f"s4x{splits}r") for splits in (1, 2)]
-GRIDS += [({"kernel": "stream", "splits": splits, "tiles": tiles, "x": "global"}, f"s{tiles}x{splits}X")
-          for tiles in (4, 2) for splits in (1, 2)]
+GRIDS += [({"kernel": "stream", "splits": splits, "staging": staging, "tiles": tiles}, f"s{tiles}x{splits}{suffix}")
+          for staging, suffix in (("none", "N"), ("scales", "S"), ("x", "X")) for tiles in (4, 2) for splits in (1, 2)]
 
 
 def time_grids(x, int4_copies, attrs, inner: int, args) -> dict:
@@ -150,7 +150,8 @@ def table(rows, args, device_name: str) -> str:
                      + (f" {r['tuned_us']:.2f} |" if args.tune else ""))
     if args.grids:
         lines += ["", "Every grid (tiles x splits: tiles of 8 columns per block, K splits; s: the streaming kernel, "
-                  "r: its deep ring, X: x read from global memory, g: the GEMV kernel of m <= 4), us per call:", ""]
+                  "r: its deep ring, N: nothing staged in shared memory, S: only the scales, X: only x, g: the GEMV "
+                  "kernel of m <= 4), us per call:", ""]
         for r in rows:
             grids = ", ".join(f"{g} {t:.2f}" for g, t in sorted(r["grids"].items(), key=lambda item: item[1]))
             lines.append(f"- M={r['m']} K={r['k']} N={r['n']}: {grids}")

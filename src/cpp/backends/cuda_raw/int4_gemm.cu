@@ -60,21 +60,22 @@
 // Blocks of 16 codes keep the other kernel (two scales per word). First timings (H200, 2026-12-03, block 32, m = 1):
 // 11008 x 4096 13.97 us against 15.90 for the other kernel's best grid, 8192 x 8192 18.18 against 21.70; by ncu (8192 x
 // 8192, 2 tiles) 139 instructions per 16 bytes of weight per lane, issue slots 60% busy, 1.29 waves: hence 4 tiles (one
-// wave of 256 blocks at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above:
-// its grids are tactics there, not the default. A deeper ring (kDeepRingBytes: 4 chunks a warp at 4 tiles, m <= 8) is
-// a further tactic, for the H100 where this kernel is neither at the bandwidth nor at its instructions' limit
-// (2026-12-06: 64% of the copy bandwidth at 8192 x 8192). Nsight Compute there (2026-12-07, 4 tiles, m = 1, 116
-// registers) found it latency-bound: 0.48 warps issued a scheduler, 3.1 of its 8 cycles per instruction waiting on
-// L1TEX. x read from the ring instead (its rows copied by cp.async with each chunk's weights, a __syncwarp after the
-// wait) was timed the same day on an H100 and was slower at every grid (8192 x 8192, m = 1: 22.8 against 20.1 us;
-// m = 8: 34.2 against 21.0; 122 registers): x's loads are not what the warps wait on, and the tactic was removed.
-// More resident warps were timed too (H100, 2026-12-07, block 32, m = 1): the 2-tile kernel capped at 64 registers (4
-// blocks an SM, 24 bytes spilled) ran 8192 x 8192 in 20.95 us against 22.88 at its 80 (3 blocks), yet behind the 4
-// tiles' 19.71 at 116 (2 blocks); the 4 tiles capped at 80 (3 blocks) spilled 96 bytes and took 24.69; at 11008 x 4096
-// both caps were slower. So occupancy helps only where it costs no spills, and neither kernel reaches it without a
-// leaner loop: the tactic was not kept. Blocks of 128 codes (kScaleAfter, ONNX Runtime's MatMul4BitsQuantizer
-// default) ran 8192 x 8192 at m = 1 in 17.39 us (67% of the copy bandwidth) against 19.95 for blocks of 32: the
-// instructions per code, not the bytes, set the pace.
+// wave of 256 blocks at 2 per SM) first where they cover the SMs. At m 9-16 it timed no faster than the kernel above
+// until its scales were staged in shared memory (Note [x in shared memory for the streaming kernel]); since, its 4
+// tiles are the default there where they cover the SMs, its 2 tiles a tactic (ranked_configs). A deeper ring
+// (kDeepRingBytes: 4 chunks a warp at 4 tiles, m <= 8) is a further tactic, for the H100 where this kernel is neither
+// at the bandwidth nor at its instructions' limit (2026-12-06: 64% of the copy bandwidth at 8192 x 8192). Nsight
+// Compute there (2026-12-07, 4 tiles, m = 1, 116 registers) found it latency-bound: 0.48 warps issued a scheduler, 3.1
+// of its 8 cycles per instruction waiting on L1TEX. x read from the ring instead (its rows copied by cp.async with each
+// chunk's weights, a __syncwarp after the wait) was timed the same day on an H100 and was slower at every grid (8192 x
+// 8192, m = 1: 22.8 against 20.1 us; m = 8: 34.2 against 21.0; 122 registers): x's loads are not what the warps wait
+// on, and the tactic was removed. More resident warps were timed too (H100, 2026-12-07, block 32, m = 1): the 2-tile
+// kernel capped at 64 registers (4 blocks an SM, 24 bytes spilled) ran 8192 x 8192 in 20.95 us against 22.88 at its 80
+// (3 blocks), yet behind the 4 tiles' 19.71 at 116 (2 blocks); the 4 tiles capped at 80 (3 blocks) spilled 96 bytes and
+// took 24.69; at 11008 x 4096 both caps were slower. So occupancy helps only where it costs no spills, and neither
+// kernel reaches it without a leaner loop: the tactic was not kept. Blocks of 128 codes (kScaleAfter, ONNX Runtime's
+// MatMul4BitsQuantizer default) ran 8192 x 8192 at m = 1 in 17.39 us (67% of the copy bandwidth) against 19.95 for
+// blocks of 32: the instructions per code, not the bytes, set the pace.
 //
 // Note [Int4 GEMV with sub-blocks as the MMA's columns]
 // At m <= 4 (decoding) both kernels above spend most of their instructions per code on the dequantization (code - zero
@@ -476,8 +477,24 @@ constexpr int stream_stages() {
 // How the streaming kernel reads x: element by element (K not a multiple of 8 or x unaligned), 16 bytes at a time
 // with a check against K, 16 bytes unchecked when every chunk lies whole inside K (K a multiple of kChunk), or, with
 // whole chunks, from shared memory where the block's prologue laid out its rows of x as the MMA's B fragments (Note
-// [x in shared memory for the streaming kernel]).
-enum StreamX : int { kXElements = 0, kXVectors = 1, kXWholeChunks = 2, kXShared = 3 };
+// [x in shared memory for the streaming kernel]); kXShared and kXScalesShared also read the scales and zero points
+// from shared memory, kXScalesShared x from global memory, kXOnlyShared x only from shared memory.
+enum StreamX : int {
+  kXElements = 0,
+  kXVectors = 1,
+  kXWholeChunks = 2,
+  kXShared = 3,
+  kXScalesShared = 4,
+  kXOnlyShared = 5,
+};
+template <int kX>
+constexpr bool stages_x() {
+  return kX == kXShared || kX == kXOnlyShared;
+}
+template <int kX>
+constexpr bool stages_scales() {
+  return kX == kXShared || kX == kXScalesShared;
+}
 
 // Note [x in shared memory for the streaming kernel]
 // Nsight Compute's stall sampling of the streaming kernel (H100, 2026-12-07, 8192 x 8192, m = 1, blocks of 32) put 31%
@@ -494,11 +511,65 @@ enum StreamX : int { kXElements = 0, kXVectors = 1, kXWholeChunks = 2, kXShared 
 // read from shared memory in the loop: 85-89 registers instead of 116) were timed slower on another H100 the same day
 // (8192 x 8192, m = 1: scales only 20.74 us against 20.15 for nothing staged): the prologue then waits on memory once
 // per few scales before its first multiply, and so that variant was not kept.
+// The same profile showed most of the loop's integer instructions computing the addresses of each chunk's scales and
+// zero points (a 64-bit address and a predicate per row) and their loads waiting in registers a stage ahead. So where
+// they fit in kStreamScaleLimit bytes, the prologue also copies the block's rows of scales and zero points over the
+// split's blocks into shared memory ([row][block], each row padded by 16 bytes so that the 8 rows a warp reads at once
+// fall in other banks), and the loop reads a chunk's with one 32-bit shared address per row. They are copied by
+// cp.async (16 or 4 bytes a copy, as the rows' alignment allows; none where it allows neither), committed as one group
+// before the first chunks' weights, and waited for before the prologue's barrier: a copy through registers made the
+// prologue wait on one round trip to memory per few scales (timed: slower than no staging). Timed on an H100
+// (2026-12-07 11:51 UTC, blocks of 32, 4 tiles, one split, the records side by side in one run): 8192 x 8192 m = 1
+// 16.98 us with both staged, 18.18 with x only (the earlier default), 17.94 with the scales only, 19.98 with neither;
+// m = 8 18.89 / 20.54 / 18.94 / 20.51; m = 16 21.18 / 22.56 / 21.00 / 22.49. Records {"staging": "x" | "scales" |
+// "none"} keep the other three.
 // 40 KB: 2 rows of K = 8192, 4 of K = 4096; three blocks of the 2-tile kernel (32 KB of ring each) still fit an SM.
 constexpr int kStreamXLimit = 40 * 1024;
 
 // 16-byte words of a row of x in the shared layout: the split's chunks times 16, and 4 of padding.
 __host__ __device__ constexpr int stream_x_stride(int chunks_per_split) { return chunks_per_split * 16 + 4; }
+
+constexpr int kStreamScaleLimit = 24 * 1024;
+
+// The cp.async piece that copies rows of `stride` bytes from `base`: 16 or 4 bytes (both multiples of it), else 0.
+__host__ __device__ inline int stage_piece(std::int64_t stride, const void* base) {
+  const auto bits =
+      static_cast<std::uint64_t>(stride) | static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(base));
+  return bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 0;
+}
+
+// Where the prologue puts a block's scales and zero points (rows of 16 kPairs columns over a split's blocks, each from
+// the cp.async piece below its first block to the piece past its last): scale rows of `scale_stride` bytes, then zero
+// point rows of `zero_stride` bytes (both 128-byte multiples plus 16, so that 8 rows fall in 8 bank groups).
+struct StreamScaleLayout {
+  int scale_stride = 0, zero_stride = 0, bytes = 0;
+};
+
+__host__ __device__ inline StreamScaleLayout stream_scale_layout(const MmaParams& p, int rows, int scale_bytes,
+                                                                 bool zero_points) {
+  const int block = 1 << p.block_shift;
+  const int blocks = min(p.blocks, (p.chunks_per_split * kChunk + block - 1) / block + 1);  // of a split, at most
+  StreamScaleLayout l;
+  l.scale_stride = (blocks * scale_bytes + 32 + 127) / 128 * 128 + 16;
+  l.zero_stride = zero_points ? (blocks / 2 + 2 + 32 + 127) / 128 * 128 + 16 : 0;
+  l.bytes = rows * (l.scale_stride + l.zero_stride);
+  return l;
+}
+
+// Bytes [lo, hi) of `rows` rows (global row r at src + r src_stride, shared row r at dst + r dst_stride) by cp.async
+// in pieces of `piece` bytes; rows at or past `live_rows` are zeros.
+__device__ __forceinline__ void stage_rows(std::uint32_t dst, int dst_stride, const std::uint8_t* src,
+                                           std::int64_t src_stride, int rows, int live_rows, int lo, int hi,
+                                           int piece) {
+  const int per_row = (hi - lo) / piece;
+  for (int e = threadIdx.x; e < rows * per_row; e += kBlockThreads) {
+    const int r = e / per_row, i = lo + (e % per_row) * piece;
+    const bool live = r < live_rows;
+    const std::uint8_t* from = live ? src + r * src_stride + i : src;
+    const std::uint32_t to = dst + r * dst_stride + (i - lo);
+    piece == 16 ? ptx::cp_async_16(to, from, live ? 16 : 0) : ptx::cp_async_4(to, from, live ? 4 : 0);
+  }
+}
 
 // A chunk's scale and zero points' byte for each weight row of the lane (rows g and g + 8 of each pair), loaded when
 // its weights are issued (kStages chunks ahead of their use) and converted when they are multiplied.
@@ -533,8 +604,10 @@ __device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows
     const bool on = live && ((rows.live >> r) & 1u) != 0;
     const std::uint8_t* src = rows.weight + r * rows.weight_stride + c * (kChunk / 2);
     ptx::cp_async_16(stage_address + r * 512, on ? src : rows.weight, on ? 16 : 0);
-    side.scale[r] = on ? __ldg(rows.scales + r * rows.scale_stride + b) : from_float<S>(0.0f);
-    side.zero[r] = on && rows.zeros != nullptr ? __ldg(rows.zeros + r * rows.zero_stride + (b >> 1)) : 0x88u;
+    if constexpr (!stages_scales<kX>()) {  // else read from shared memory when multiplied
+      side.scale[r] = on ? __ldg(rows.scales + r * rows.scale_stride + b) : from_float<S>(0.0f);
+      side.zero[r] = on && rows.zeros != nullptr ? __ldg(rows.zeros + r * rows.zero_stride + (b >> 1)) : 0x88u;
+    }
   }
   ptx::cp_async_commit();
 }
@@ -544,14 +617,14 @@ __device__ __forceinline__ void issue_chunk(const MmaParams& p, const StreamRows
 template <typename T, int kX>
 __device__ __forceinline__ void x_fragments(const MmaParams& p, const T* xc, int kc, int word, std::uint32_t (&b)[4]) {
   uint4 xa;
-  if constexpr (kX == kXShared) {  // `xc`: the lane's fragment of word 0 in shared memory, laid out already
+  if constexpr (stages_x<kX>()) {  // `xc`: the lane's fragment of word 0 in shared memory, laid out already
     xa = reinterpret_cast<const uint4*>(xc)[4 * word];
     b[0] = xa.x;
     b[1] = xa.y;
     b[2] = xa.z;
     b[3] = xa.w;
     return;
-  } else if constexpr (kX == kXWholeChunks) {
+  } else if constexpr (kX == kXWholeChunks || kX == kXScalesShared) {
     xa = __ldg(reinterpret_cast<const uint4*>(xc) + word);
   } else {
     xa = load_x8<T, kX == kXVectors>(xc - kc, kc + 8 * word, p.k);
@@ -637,36 +710,79 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
   const int c_begin = c_first + warp;
   const int c_end = min(p.chunks, static_cast<int>(blockIdx.z + 1) * p.chunks_per_split);
   float acc[kPairs][kHalves][4] = {};
+  // Shared memory after the rings: x's rows (stages_x), then the scales' and zero points' rows (stages_scales).
+  const int x_stride = stream_x_stride(p.chunks_per_split);
+  uint4* xs = stream_smem + kWarps * (kRing / 16);
+  const int b_first = (c_first * kChunk) >> p.block_shift;  // the split's first block
+  const StreamScaleLayout scale_layout = stream_scale_layout(p, 16 * kPairs, sizeof(S), zero_points != nullptr);
+  char* scale_smem = reinterpret_cast<char*>(xs) + (stages_x<kX>() ? min(p.m, kStreamMaxRows) * x_stride * 16 : 0);
+  char* zero_smem = scale_smem + 16 * kPairs * scale_layout.scale_stride;
+  int scale_lo = 0, zero_lo = 0;  // the first byte of a global row each shared row starts at
+  if constexpr (stages_scales<kX>()) {  // one cp.async group, ahead of the weights' (Note [x in shared memory ...])
+    const int b_end = min(p.blocks, ((c_end * kChunk - 1) >> p.block_shift) + 1);
+    const int live_rows = min(16 * kPairs, p.n - n_block);
+    const std::int64_t scale_row_bytes = static_cast<std::int64_t>(p.blocks) * sizeof(S);
+    const int piece = stage_piece(scale_row_bytes, scales);
+    scale_lo = b_first * static_cast<int>(sizeof(S)) / piece * piece;
+    const int hi =
+        min(static_cast<int>(scale_row_bytes), (b_end * static_cast<int>(sizeof(S)) + piece - 1) / piece * piece);
+    stage_rows(ptx::shared_address(scale_smem), scale_layout.scale_stride,
+               reinterpret_cast<const std::uint8_t*>(scales + static_cast<std::int64_t>(n_block) * p.blocks),
+               scale_row_bytes, 16 * kPairs, live_rows, scale_lo, hi, piece);
+    if (zero_points != nullptr) {
+      const int zpiece = stage_piece(p.zero_row, zero_points);
+      zero_lo = (b_first >> 1) / zpiece * zpiece;
+      const int zhi = min(p.zero_row, (((b_end - 1) >> 1) + zpiece) / zpiece * zpiece);
+      stage_rows(ptx::shared_address(zero_smem), scale_layout.zero_stride,
+                 zero_points + static_cast<std::int64_t>(n_block) * p.zero_row, p.zero_row, 16 * kPairs, live_rows,
+                 zero_lo, zhi, zpiece);
+    }
+    ptx::cp_async_commit();
+  }
   StreamSide<S, kRows> side[kStages];
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
     issue_chunk<S, kRows, kX>(p, rows, c_begin + s * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
   }
-  // x's row g at the lane's codes (rows past m read row m - 1: their MMA columns are never stored); kXShared: the
-  // lane's fragments of the split's first chunk in shared memory, laid out here while the first chunks are in flight.
+  // x's row g at the lane's codes (rows past m read row m - 1: their MMA columns are never stored); stages_x: the
+  // lane's fragments of the split's first chunk in shared memory, laid out here while the first chunks are in flight
+  // (four loads a thread issued before their stores).
   const T* xrow[kHalves];
-  if constexpr (kX == kXShared) {
-    uint4* xs = stream_smem + kWarps * (kRing / 16);
-    const int stride = stream_x_stride(p.chunks_per_split);
-    const int per_row = (c_end - c_first) * (kChunk / 8), rows_of_x = min(p.m, 8 * kHalves);
-    for (int e = threadIdx.x; e < rows_of_x * per_row; e += kBlockThreads) {
-      const int r = e / per_row, j = e % per_row;  // row r's codes 8 j .. 8 j + 7 of the split
-      const T* x_row = x + static_cast<std::int64_t>(r) * p.k + c_first * kChunk;
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x_row) + j);
-      std::uint32_t b[4];
-      x_pairs(v, b);
-      // chunk j / 16, its lane t = j / 4 % 4, word j % 4: at [r][chunk][word][t]
-      xs[r * stride + ((j >> 4) * 4 + (j & 3)) * 4 + ((j >> 2) & 3)] = make_uint4(b[0], b[1], b[2], b[3]);
+  if constexpr (stages_x<kX>()) {
+    const int per_row = (c_end - c_first) * (kChunk / 8), total = min(p.m, 8 * kHalves) * per_row;
+    for (int e0 = threadIdx.x; e0 < total; e0 += 4 * kBlockThreads) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int e = e0 + u * kBlockThreads, r = e / per_row, j = e % per_row;  // row r's codes 8 j .. 8 j + 7
+        const T* x_row = x + static_cast<std::int64_t>(r) * p.k + c_first * kChunk;
+        if (e < total) v[u] = __ldg(reinterpret_cast<const uint4*>(x_row) + j);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int e = e0 + u * kBlockThreads, r = e / per_row, j = e % per_row;
+        if (e >= total) break;
+        std::uint32_t b[4];
+        x_pairs(v[u], b);
+        // chunk j / 16, its lane t = j / 4 % 4, word j % 4: at [r][chunk][word][t]
+        xs[r * x_stride + ((j >> 4) * 4 + (j & 3)) * 4 + ((j >> 2) & 3)] = make_uint4(b[0], b[1], b[2], b[3]);
+      }
     }
-    __syncthreads();
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
-      xrow[h] = reinterpret_cast<const T*>(xs + min(g + 8 * h, p.m - 1) * stride + t);
+      xrow[h] = reinterpret_cast<const T*>(xs + min(g + 8 * h, p.m - 1) * x_stride + t);
     }
   } else {
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) xrow[h] = x + static_cast<std::int64_t>(min(g + 8 * h, p.m - 1)) * p.k + 32 * t;
   }
+  if constexpr (stages_scales<kX>()) ptx::cp_async_wait<kStages>();  // the scales' group: the oldest
+  if constexpr (stages_x<kX>() || stages_scales<kX>()) __syncthreads();  // x, the scales, the zero points laid out
+  // The lane's row g of the scales and zero points (row r of its pairs: + 8 r rows), at its first block.
+  const S* scale_row = reinterpret_cast<const S*>(scale_smem + g * scale_layout.scale_stride + b_first * sizeof(S) -
+                                                  scale_lo);
+  const std::uint8_t* zero_row = reinterpret_cast<const std::uint8_t*>(zero_smem) + g * scale_layout.zero_stride +
+                                 (b_first >> 1) - zero_lo;
   for (int c = c_begin; c < c_end; c += kStages * kWarps) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
@@ -679,7 +795,17 @@ __global__ void __launch_bounds__(kBlockThreads, kPairs * kHalves >= 2 ? 2 : 3)
       const T* xc[kHalves];
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {  // kXShared: 16 words (T * 8) a chunk
-        xc[h] = xrow[h] + (kX == kXShared ? (cs - c_first) * 16 * 8 : cs * kChunk);
+        xc[h] = xrow[h] + (stages_x<kX>() ? (cs - c_first) * 16 * 8 : cs * kChunk);
+      }
+      if constexpr (stages_scales<kX>()) {  // the chunk's scales and zero points from shared memory
+        const int b = (cs * kChunk + 32 * t) >> p.block_shift;
+        const int zb = (b >> 1) - (b_first >> 1);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          side[s].scale[r] = *reinterpret_cast<const S*>(reinterpret_cast<const char*>(scale_row) +
+                                                         8 * r * scale_layout.scale_stride + (b - b_first) * sizeof(S));
+          side[s].zero[r] = zero_points != nullptr ? zero_row[8 * r * scale_layout.zero_stride + zb] : 0x88u;
+        }
       }
       multiply_chunk<T, S, kPairs, kHalves, kX, kScaleAfter>(p, cs, w, side[s], xc, acc);
       issue_chunk<S, kRows, kX>(p, rows, cs + kStages * kWarps, c_end, ring_address + s * kRows * 512, side[s]);
@@ -1196,10 +1322,12 @@ bool gemv_takes(const Int4GemmArgs& a, int splits) {
 
 // Every grid the kernels can take for `a`, the default first (Note [Int4 GEMM on the GPU], "The grid"): the
 // preferred kernel and tiles for m (m <= 8 and blocks of 32 codes or more: the streaming kernel's 4 tiles, then its
-// 2, then the other kernel's 1; other m <= 8: the other kernel's 2, then 1; m > 8: its 4, then 2; at m 9-16 the
-// streaming kernel timed no faster, 2026-12-03) with the first of them whose unsplit blocks cover every SM; when none
-// does, the best grid_score. The others, the streaming kernel's at m <= 16 among them, follow by score (the tactics
-// that autotuning times).
+// 2, then the other kernel's 1; other m <= 8: the other kernel's 2, then 1; m 9-16 and blocks of 32 codes or more:
+// the streaming kernel's 4 tiles, then the other kernel's 2 (H100, 2026-12-07, its scales staged: 4 streaming tiles
+// 1-7% faster than the other kernel's 4 at three shapes and both block sizes, 2 streaming tiles 8-23% slower than its
+// 2 at N = 4096, where 2 tiles are chosen); m > 16: the other kernel's 4, then 2) with the first of them whose unsplit
+// blocks cover every SM; when none does, the best grid_score. The others, the streaming kernel's at m <= 16 among
+// them, follow by score (the tactics that autotuning times).
 std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
   const Residency r = residency();
   const MmaParams p = mma_params(a, 1);
@@ -1230,9 +1358,10 @@ std::vector<Int4MmaConfig> ranked_configs(const Int4GemmArgs& a) {
   });
   // The GEMV kernel and the deep ring are never preferred: tactics only (timed slower on an H100, and not yet timed).
   using Preference = std::vector<std::pair<int, bool>>;  // (tiles, stream) in order
-  const Preference preferred = a.m > 8  ? Preference{{4, false}, {2, false}}
-                               : small ? Preference{{4, true}, {2, true}, {1, false}}
-                                       : Preference{{2, false}, {1, false}};
+  const Preference preferred = a.m > 8 && small ? Preference{{4, true}, {2, false}}
+                               : a.m > 8        ? Preference{{4, false}, {2, false}}
+                               : small          ? Preference{{4, true}, {2, true}, {1, false}}
+                                                : Preference{{2, false}, {1, false}};
   for (const auto& [tiles, stream] : preferred) {
     if (blocks_of(tiles, 1) < r.sms) continue;
     const auto it = std::find_if(scored.begin(), scored.end(), [&, tiles = tiles, stream = stream](const auto& e) {
@@ -1266,19 +1395,20 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& a, int compute_capability)
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& a) { return ranked_configs(a); }
 
 Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& a, int tiles, int splits, bool stream, bool gemv, int ring,
-                                   bool x_global) {
+                                   Int4Staging staging) {
   XPURT_INTERNAL_ASSERT((tiles == 1 || tiles == 2 || tiles == 4) && splits >= 1 && splits <= kInt4MaxSplits &&
                             (!stream || tiles != 1) && (!gemv || (tiles == 2 && !stream)) &&
-                            (ring == 0 || (ring == kDeepRingBytes && stream && tiles == 4)) && (!x_global || stream),
+                            (ring == 0 || (ring == kDeepRingBytes && stream && tiles == 4)) &&
+                            (staging == Int4Staging::kAll || stream),
                         "int4 tensor-core kernel: tiles ", tiles, ", splits ", splits, ", stream ", stream, ", gemv ",
-                        gemv, ", ring ", ring, ", x global ", x_global);
+                        gemv, ", ring ", ring, ", staging ", static_cast<int>(staging));
   Int4MmaConfig c;
   c.tiles = tiles;
   c.splits = splits;
   c.stream = stream;
   c.gemv = gemv;
   c.ring = ring;
-  c.x_global = x_global;
+  c.staging = staging;
   c.workspace_bytes = workspace_of(a, splits);
   return c;
 }
@@ -1333,26 +1463,44 @@ void int4_gemm_mma(const Int4GemmArgs& a, const Int4MmaConfig& config, void* wor
               constexpr int kHalves = decltype(halves)::value;
               // The deep ring (a tactic of 4 tiles at m <= 8, x read whole chunks: at m 9-16 its kernel spills) or the
               // default one.
-              // x from shared memory where its rows fit (Note [x in shared memory for the streaming kernel]) unless
-              // the record says otherwise.
+              // x, the scales and the zero points from shared memory where they fit (Note [x in shared memory for
+              // the streaming kernel]), as far as the record's staging allows.
               const int x_bytes = stream_x_bytes(p);
-              const bool x_shared = !config.x_global && x_bytes <= kStreamXLimit;
+              const int scale_bytes =
+                  stream_scale_layout(p, 8 * kTiles, sizeof(S), a.zero_points != nullptr).bytes;
+              const bool scales_fit =
+                  scale_bytes <= kStreamScaleLimit && stage_piece(a.blocks() * sizeof(S), a.scales) != 0 &&
+                  (a.zero_points == nullptr || stage_piece(p.zero_row, a.zero_points) != 0);
+              const bool scales_shared =
+                  scales_fit && (config.staging == Int4Staging::kAll || config.staging == Int4Staging::kScales);
+              const bool x_shared = x_bytes <= kStreamXLimit &&
+                                    (config.staging == Int4Staging::kAll || config.staging == Int4Staging::kX);
               auto launch_whole = [&](auto scale_after) {
                 constexpr bool kAfter = decltype(scale_after)::value;
                 constexpr int kPairs = kTiles / 2;
+                auto launch_ring = [&](auto ring) {
+                  constexpr int kRing = decltype(ring)::value;
+                  if (x_shared && scales_shared) {
+                    launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXShared, kAfter, kRing>,
+                                  kWarps * kRing + x_bytes + scale_bytes);
+                  } else if (x_shared) {
+                    launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXOnlyShared, kAfter, kRing>,
+                                  kWarps * kRing + x_bytes);
+                  } else if (scales_shared) {
+                    launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXScalesShared, kAfter, kRing>,
+                                  kWarps * kRing + scale_bytes);
+                  } else {
+                    launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter, kRing>,
+                                  kWarps * kRing);
+                  }
+                };
                 if constexpr (kTiles == 4 && kHalves == 1) {
                   if (config.ring == kDeepRingBytes) {
-                    constexpr int kDeep = kDeepRingBytes;
-                    x_shared ? launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXShared, kAfter, kDeep>,
-                                             kWarps * kDeep + x_bytes)
-                             : launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter, kDeep>,
-                                             kWarps * kDeep);
+                    launch_ring(std::integral_constant<int, kDeepRingBytes>{});
                     return;
                   }
                 }
-                x_shared ? launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXShared, kAfter>,
-                                         kStreamSmemBytes + x_bytes)
-                         : launch_stream(int4_stream_kernel<T, S, kPairs, kHalves, kXWholeChunks, kAfter>);
+                launch_ring(std::integral_constant<int, kStreamRingBytes>{});
               };
               if (!vector_x) {
                 launch_stream(int4_stream_kernel<T, S, kTiles / 2, kHalves, kXElements, false>);

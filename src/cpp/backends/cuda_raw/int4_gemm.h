@@ -37,6 +37,12 @@ struct Int4GemmArgs {
 // the launch replaces by the other kernel of the same grid when m > 16 or blocks are of 16 codes; `gemv`: the GEMV
 // kernel of m <= 4 (tiles 2: 16 columns per block; Note [Int4 GEMV with sub-blocks as the MMA's columns]), which the
 // launch replaces by the streaming kernel where it does not take the problem.
+// What the streaming kernel's prologue copies into shared memory where it fits (Note [x in shared memory for the
+// streaming kernel]): x and the scales (with the zero points), the scales only, x only, or nothing (every operand read
+// from global memory in the loop). Records name the last three ("staging": "scales" / "x" / "none"), for tests and
+// timings.
+enum class Int4Staging : int { kAll = 0, kScales = 1, kX = 2, kNone = 3 };
+
 struct Int4MmaConfig {
   int tiles = 4;
   int splits = 1;
@@ -44,8 +50,7 @@ struct Int4MmaConfig {
   bool gemv = false;
   int ring = 0;  // the streaming kernel's ring of chunks per warp in bytes: 0 its default (4096), or 8192 (4 tiles,
                  // m <= 8; elsewhere the default ring runs)
-  bool x_global = false;  // the streaming kernel reads x from global memory even where its rows fit in shared memory
-                          // (Note [x in shared memory for the streaming kernel]): a tactic
+  Int4Staging staging = Int4Staging::kAll;  // what the streaming kernel's prologue may copy into shared memory
   std::size_t workspace_bytes = 0;
 };
 
@@ -61,7 +66,7 @@ const char* int4_gemm_mma_refusal(const Int4GemmArgs& args, int compute_capabili
 // tiles).
 std::vector<Int4MmaConfig> int4_gemm_mma_configs(const Int4GemmArgs& args);
 Int4MmaConfig int4_gemm_mma_config(const Int4GemmArgs& args, int tiles, int splits, bool stream, bool gemv = false,
-                                   int ring = 0, bool x_global = false);
+                                   int ring = 0, Int4Staging staging = Int4Staging::kAll);
 // The tensor-core kernel (Note [Int4 GEMM on the GPU]): any m, meant for small ones; `workspace` holds
 // config.workspace_bytes.
 void int4_gemm_mma(const Int4GemmArgs& args, const Int4MmaConfig& config, void* workspace, void* stream);

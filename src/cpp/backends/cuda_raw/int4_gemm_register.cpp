@@ -93,10 +93,16 @@ class Int4MmaPlan final : public KernelPlan {
     return detail::str_cat("int4 tensor-core GEMV/GEMM (mma.sync m16n8k16, weights dequantized in registers",
                            config_.stream ? ", streamed through shared memory" : "",
                            config_.ring != 0 ? detail::str_cat(" in a ring of ", config_.ring, " bytes a warp") : "",
-                           config_.x_global ? ", x from global memory" : "",
+                           config_.staging == Int4Staging::kAll
+                               ? ""
+                               : detail::str_cat(", staging in shared memory: ", staging_name(config_.staging)),
                            "), ", 8 * config_.tiles,
                            " columns per block",
                            config_.splits > 1 ? detail::str_cat(", K in ", config_.splits, " splits") : "");
+  }
+
+  static const char* staging_name(Int4Staging staging) {
+    return staging == Int4Staging::kNone ? "none" : staging == Int4Staging::kX ? "x" : "scales";
   }
 
   static std::string record_of(const Int4MmaConfig& config) {
@@ -106,7 +112,7 @@ class Int4MmaPlan final : public KernelPlan {
     if (config.stream) json["kernel"] = "stream";
     if (config.gemv) json["kernel"] = "gemv";
     if (config.ring != 0) json["ring"] = config.ring;
-    if (config.x_global) json["x"] = "global";
+    if (config.staging != Int4Staging::kAll) json["staging"] = staging_name(config.staging);
     return json.dump();
   }
 
@@ -116,7 +122,8 @@ class Int4MmaPlan final : public KernelPlan {
 };
 
 // The grid a plan record names ({"tiles": 1 | 2 | 4, "splits": 1..kInt4MaxSplits, optionally "kernel": "stream" with
-// tiles 2 or 4, or "gemv" with tiles 2; with "stream" and tiles 4 optionally "ring": 8192, the deep ring});
+// tiles 2 or 4, or "gemv" with tiles 2; with "stream" and tiles 4 optionally "ring": 8192, the deep ring; with
+// "stream" optionally "staging": "none" | "scales" | "x", or the older "x": "global" for "none"});
 // InvalidArgumentError otherwise.
 Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& record) {
   const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
@@ -152,11 +159,23 @@ Int4MmaConfig config_from_record(const Int4GemmArgs& a, const std::string& recor
     }
     ring = 8192;
   }
-  if (json.contains("x") && (!stream || json["x"] != "global")) {
-    throw InvalidArgumentError(detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('x' must be \"global\", ",
-                                               "with \"kernel\": \"stream\"): ", record));
+  Int4Staging staging = Int4Staging::kAll;
+  if (json.contains("staging")) {
+    const nlohmann::json& value = json["staging"];
+    if (!stream || (value != "none" && value != "scales" && value != "x")) {
+      throw InvalidArgumentError(detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('staging' must be ",
+                                                 "\"none\", \"scales\" or \"x\", with \"kernel\": \"stream\"): ",
+                                                 record));
+    }
+    staging = value == "none" ? Int4Staging::kNone : value == "x" ? Int4Staging::kX : Int4Staging::kScales;
+  } else if (json.contains("x")) {  // records of 2026-12-07 09:42-12:00 UTC: x (and the scales) from global memory
+    if (!stream || json["x"] != "global") {
+      throw InvalidArgumentError(detail::str_cat("cuda_raw matmul_nbits: invalid plan record ('x' must be \"global\", ",
+                                                 "with \"kernel\": \"stream\"): ", record));
+    }
+    staging = Int4Staging::kNone;
   }
-  return int4_gemm_mma_config(a, tiles, splits, stream, gemv, ring, json.contains("x"));
+  return int4_gemm_mma_config(a, tiles, splits, stream, gemv, ring, staging);
 }
 
 class Int4DequantizeGemmPlan final : public KernelPlan {

@@ -25,6 +25,18 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, 
 #endif
 }
 
+// 4 bytes global -> shared (through L1, as cp.async of fewer than 16 bytes must); `src_bytes` 0 writes zeros.
+__device__ __forceinline__ void cp_async_4(std::uint32_t dst, const void* src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+#else
+  (void)dst;
+  (void)src;
+  (void)src_bytes;
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -201,7 +201,8 @@ TEST(Int4GemmCuda, EveryGridMatchesTheCpuKernel) {
                               "{\"tiles\": 2, \"splits\": 1, \"kernel\": \"stream\", \"ring\": 8192}",
                               "{\"tiles\": 4, \"splits\": 1, \"kernel\": \"stream\", \"ring\": 4096}",
                               "{\"tiles\": 4, \"splits\": 1, \"ring\": 8192}",
-                              "{\"tiles\": 4, \"splits\": 1, \"x\": \"global\"}",
+                              "{\"tiles\": 4, \"splits\": 1, \"staging\": \"none\"}",
+                              "{\"tiles\": 4, \"splits\": 1, \"kernel\": \"stream\", \"staging\": \"all\"}",
                               "{\"tiles\": 4, \"splits\": 1, \"kernel\": \"stream\", \"x\": \"shared\"}"}) {
         EXPECT_THROW(kernel->build(desc, ExecutionPolicy(), bad), InvalidArgumentError) << bad;
       }
@@ -248,8 +249,8 @@ void check_records(const Kernel& kernel, const Case (&cases)[kCases], const std:
 // of 16 or 32, K ending inside a chunk or not a multiple of 8 (x read element by element), x off 16-byte alignment,
 // blocks of 32 to 256 (128 and up: the scale after the MMAs), zero points, float32 scales, both biases, K splits,
 // the deep ring of 4 tiles (where x is read other than in whole chunks, or m > 8, the default ring or kernel runs), x
-// from shared memory (the default where its rows fit: Note [x in shared memory for the streaming kernel]) and from
-// global memory (records with "x": "global");
+// and the scales staged in shared memory (the default where they fit: Note [x in shared memory for the streaming
+// kernel]), the scales only, x only and nothing (records with "staging");
 // and at m > 16 or with blocks of 16 a stream record runs the other kernel.
 TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
   XPURT_SKIP_WITHOUT_GPU();
@@ -263,14 +264,20 @@ TEST(Int4GemmCuda, StreamingKernelMatchesTheCpuKernel) {
       {16, 4096, 264, 32, false, 0, false}, {9, 1000, 100, 64, true, 2, true},  {13, 2048, 77, 128, false, 1, false},
       {20, 512, 40, 32, true, 1, false},    {2, 1024, 50, 128, true, 2, true},   // float32 scales after the MMA
   };
-  const std::vector<const char*> records = {"{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 2}",
-                                            "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 4}",
-                                            "{\"kernel\": \"stream\", \"splits\": 3, \"tiles\": 2}",
-                                            "{\"kernel\": \"stream\", \"splits\": 2, \"tiles\": 4}",
-                                            "{\"kernel\": \"stream\", \"ring\": 8192, \"splits\": 1, \"tiles\": 4}",
-                                            "{\"kernel\": \"stream\", \"ring\": 8192, \"splits\": 2, \"tiles\": 4}",
-                                            "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 2, \"x\": \"global\"}",
-                                            "{\"kernel\": \"stream\", \"splits\": 3, \"tiles\": 4, \"x\": \"global\"}"};
+  const std::vector<const char*> records = {
+      "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 2}",
+      "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 4}",
+      "{\"kernel\": \"stream\", \"splits\": 3, \"tiles\": 2}",
+      "{\"kernel\": \"stream\", \"splits\": 2, \"tiles\": 4}",
+      "{\"kernel\": \"stream\", \"ring\": 8192, \"splits\": 1, \"tiles\": 4}",
+      "{\"kernel\": \"stream\", \"ring\": 8192, \"splits\": 2, \"tiles\": 4}",
+      "{\"kernel\": \"stream\", \"splits\": 1, \"staging\": \"none\", \"tiles\": 2}",
+      "{\"kernel\": \"stream\", \"splits\": 3, \"staging\": \"none\", \"tiles\": 4}",
+      "{\"kernel\": \"stream\", \"splits\": 1, \"staging\": \"scales\", \"tiles\": 4}",
+      "{\"kernel\": \"stream\", \"splits\": 2, \"staging\": \"scales\", \"tiles\": 2}",
+      "{\"kernel\": \"stream\", \"splits\": 2, \"staging\": \"x\", \"tiles\": 4}",
+      "{\"kernel\": \"stream\", \"ring\": 8192, \"splits\": 1, \"staging\": \"scales\", \"tiles\": 4}",
+      "{\"kernel\": \"stream\", \"splits\": 1, \"tiles\": 4, \"x\": \"global\"}"};  // older: staging "none"
   check_records(*kernel, cases, records, [](const Case& c) { return c.m <= 3 || c.m == 9; }, gen);
 }
 

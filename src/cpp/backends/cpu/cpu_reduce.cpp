@@ -29,10 +29,12 @@ inline bool sums(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::k
 
 // Note [Reductions of trailing axes]
 // Where every reduced axis (of size > 1) comes after every kept one, output o reduces the contiguous row
-// x[o * count, (o + 1) * count): no coordinates to decode, and the row's sum in four double accumulators that the
-// compiler keeps in vector registers (a global average pool, squeeze-excitation's mean over H x W, a norm's row).
-// The four partial sums are added at the end; in double, a float row's sum differs from the sequential one far below
-// float's last bit.
+// x[o * count, (o + 1) * count): no coordinates to decode, and the row's sum in sixteen double accumulators that the
+// compiler keeps in vector registers (a global average pool, squeeze-excitation's mean over H x W, a norm's row;
+// wide_sums in cpu_common.h). The partial sums are added pairwise at the end; in double, a float row's sum differs
+// from the sequential one far below float's last bit. With four accumulators and the op tested per element, the sum
+// of 3 rows of 1M floats took 0.85 ms against ONNX Runtime's 0.54 (this machine, one thread, 2026-12-07): the loop
+// ran at an add's latency per four elements; 0.60 ms now (docs/benchmarks.md).
 bool trailing_rows(const std::vector<bool>& reduced, const std::vector<std::int64_t>& shape) {
   bool seen_reduced = false;
   for (std::size_t d = 0; d < shape.size(); ++d) {
@@ -121,7 +123,9 @@ template <typename T>
 Partial<T> partial_of(ReduceOp op, const T* p, std::int64_t count) {
   Partial<T> r;
   if (sums(op)) {
-    r.sum = four_sums(p, count, [op](double v) { return summand(op, v); });
+    // The op chosen outside the loop: a test of it per element kept the compiler from vectorizing the loop.
+    r.sum = op == ReduceOp::kSumSquare ? wide_sums<16>(p, count, [](double v) { return v * v; })
+                                       : wide_sums<16>(p, count, [](double v) { return v; });
     return r;
   }
   if (op == ReduceOp::kMax) {

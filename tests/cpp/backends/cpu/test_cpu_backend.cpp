@@ -1540,6 +1540,51 @@ TEST(CpuBackend, ReductionsKeepingOrSkippingTheInnermostAxisMatchALoop) {
   }
 }
 
+// wide_sums (cpu_common.h): partial j sums the elements i % kWide == j of the whole groups, the tail goes into partial
+// 0, and the partials are added pairwise; the bits of that order exactly, at lengths around the group's. And the
+// long rows' sums that use it (Note [Few long rows split]: chunks of 65,536) against a double loop, at 1 and 2 threads.
+TEST(CpuBackend, WideSumsAddInTheirDocumentedOrderAndLongRowsSumAsALoop) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::int64_t n : {0, 1, 15, 16, 17, 33, 1000, 65537}) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (float& e : x) e = normal(rng) * 100.0f;
+    for (const bool square : {false, true}) {
+      const auto f = [square](double v) { return square ? v * v : v; };
+      double acc[16] = {};
+      const std::int64_t whole = n / 16 * 16;
+      for (std::int64_t i = 0; i < whole; ++i) acc[i % 16] += f(x[static_cast<std::size_t>(i)]);
+      for (std::int64_t i = whole; i < n; ++i) acc[0] += f(x[static_cast<std::size_t>(i)]);
+      for (int width = 8; width >= 1; width /= 2) {
+        for (int j = 0; j < width; ++j) acc[j] = acc[2 * j] + acc[2 * j + 1];
+      }
+      const double got = cpu::wide_sums<16>(x.data(), n, f);
+      EXPECT_EQ(std::memcmp(&got, &acc[0], sizeof(double)), 0) << n << " " << square << ": " << got << " " << acc[0];
+    }
+  }
+  const Shape shape{3, 200003};
+  Values v(static_cast<std::size_t>(3 * 200003));
+  for (float& e : v) e = normal(rng);
+  const Tensor x = make(shape, v);
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_sum_square"}) {
+    ExecutionPolicy one, two;
+    one.intra_op_threads = 1;
+    two.intra_op_threads = 2;
+    const Attributes attrs = Attributes().set("axes", Shape{1}).set("keepdims", 0);
+    const Values y1 = values(run1(op, {x}, attrs, one)), y2 = values(run1(op, {x}, attrs, two));
+    ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0) << op;
+    for (std::size_t r = 0; r < 3; ++r) {
+      double want = 0.0;
+      for (std::size_t i = 0; i < 200003; ++i) {
+        const double e = v[r * 200003 + i];
+        want += std::string(op) == "reduce_sum_square" ? e * e : e;
+      }
+      if (std::string(op) == "reduce_mean") want /= 200003.0;
+      EXPECT_NEAR(y1[r], want, 1e-6 * std::max(1.0, std::fabs(want))) << op << " row " << r;
+    }
+  }
+}
+
 // ---- attention ----
 
 // softmax(q k^T * scale + mask) v for one [B, H, S, D] problem, in double.

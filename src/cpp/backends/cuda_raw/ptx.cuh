@@ -12,11 +12,18 @@ __device__ __forceinline__ std::uint32_t shared_address(const void* pointer) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
-// 16 bytes global -> shared, bypassing L1; `src_bytes` 0 writes zeros (and reads nothing from `src`, which must
-// still be a valid global address).
-__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
+// kBytes (16 or 4) global -> shared; `src_bytes` 0 writes zeros (and reads nothing from `src`, which must still be a
+// valid global address). 16-byte copies bypass L1 (.cg); 4-byte ones go through it, as cp.async of fewer than 16
+// bytes must (.ca).
+template <int kBytes>
+__device__ __forceinline__ void cp_async(std::uint32_t dst, const void* src, int src_bytes) {
+  static_assert(kBytes == 16 || kBytes == 4, "cp.async copies of 16 or 4 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  }
 #else
   (void)dst;
   (void)src;
@@ -25,16 +32,11 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, 
 #endif
 }
 
-// 4 bytes global -> shared (through L1, as cp.async of fewer than 16 bytes must); `src_bytes` 0 writes zeros.
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
+  cp_async<16>(dst, src, src_bytes);
+}
 __device__ __forceinline__ void cp_async_4(std::uint32_t dst, const void* src, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-#else
-  (void)dst;
-  (void)src;
-  (void)src_bytes;
-  __trap();
-#endif
+  cp_async<4>(dst, src, src_bytes);
 }
 
 __device__ __forceinline__ void cp_async_commit() {

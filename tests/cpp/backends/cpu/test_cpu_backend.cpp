@@ -1239,6 +1239,13 @@ TEST(CpuBackend, MaxPoolWindowLoopMatchesNaiveOnEveryIsa) {
       {{1, 1, 33, 40}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
       {{2, 21, 9, 9}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
       {{3, 7, 6, 11}, {2, 3}, {1, 2}, {0, 1, 1, 0}, {2, 1}, true},
+      // rows of 8 to 32 columns in vectors, the last one overlapping (max_pool_fixed_columns), and 7 and 33 around them
+      {{3, 4, 15, 15}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
+      {{1, 3, 9, 8}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+      {{1, 3, 9, 7}, {2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true},
+      {{1, 2, 12, 32}, {2, 2}, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+      {{1, 2, 12, 33}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
+      {{1, 2, 10, 19}, {3, 3}, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
   };
   unsigned seed = 900;
   for (const auto& c : cases) {

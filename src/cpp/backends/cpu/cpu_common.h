@@ -410,24 +410,11 @@ void parallel_for(std::int64_t n, int threads, std::int64_t grain, F&& f) {
              ChunkBody{[](void* context, std::int64_t c) { (*static_cast<Chunk*>(context))(c); }, &chunk});
 }
 
-// The sum of f(x[i]) over n elements in double, in four partials added at the end, (0 + 1) + (2 + 3): a fixed order
-// (the bits do not depend on the threads) whose four independent chains the compiler keeps in vector registers; one
-// chain of additions runs at an add's latency an element.
-template <typename T, typename F>
-double four_sums(const T* x, std::int64_t n, F f) {
-  double acc[4] = {0.0, 0.0, 0.0, 0.0};
-  std::int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int j = 0; j < 4; ++j) acc[j] += f(static_cast<double>(x[i + j]));
-  }
-  for (; i < n; ++i) acc[0] += f(static_cast<double>(x[i]));
-  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
-
-// The sum of f(x[i]) over n elements in double as wide_sums' kWide partials: partial j sums the elements i with
+// The sum of f(x[i]) over n elements in double, in kWide partials: partial j sums the elements i with
 // i % kWide == j (the tail after the last whole group into partial 0), and the partials are added pairwise at the end
-// ((0 + 1) + (2 + 3)) + ...: a fixed order. kWide independent chains keep more additions in flight than four_sums:
-// with four, a long row's sum ran at an add's latency per four elements, under half the memory's speed.
+// ((0 + 1) + (2 + 3)) + ...: a fixed order (the bits do not depend on the threads). The kWide independent chains
+// keep additions in flight: one chain runs at an add's latency an element, and four (what the reductions and norms
+// had before) a long row's sum at under half the memory's speed.
 template <int kWide, typename T, typename F>
 double wide_sums(const T* x, std::int64_t n, F f) {
   static_assert(kWide >= 2 && (kWide & (kWide - 1)) == 0, "a power of two of partials");

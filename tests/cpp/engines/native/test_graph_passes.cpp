@@ -913,35 +913,39 @@ TEST(ConvFusion, FusesBiasResidualAndRelu) {
 }
 
 // Note [ReLU6 in the CPU convolution's epilogue]: Clip(conv, 0, 6) (MobileNetV2's ReLU6; its bounds as inputs, and
-// as attributes before opset 11) becomes the FusedConv's "relu6" in CPU plans; a CUDA plan and other bounds keep the
-// Clip. Outputs on both sides of 0 and 6, as the graph computes them.
-TEST(ConvFusion, ReluSixGoesIntoTheCpuEpilogue) {
+// as attributes before opset 11) becomes the FusedConv's "relu6" in CPU plans, and in CUDA plans for a depthwise
+// convolution only; other bounds keep the Clip. Outputs on both sides of 0 and 6, as the graph computes them.
+TEST(ConvFusion, ReluSixGoesIntoTheCpuAndDepthwiseEpilogues) {
   for (const std::int64_t opset : {17, 9}) {
     for (const double high : {6.0, 5.0}) {
-      SCOPED_TRACE(detail::str_cat("opset ", opset, ", max ", high));
-      Builder b;
-      b.g.opsets[""] = opset;
-      b.input("x", {2, 3, 5, 5}).constant("w", random({4, 3, 3, 3}, 70, -2.0f, 2.0f));
-      b.add(node("Conv", {"x", "w"}, {"c"}, Attributes().set("pads", std::vector<std::int64_t>{1, 1, 1, 1})));
-      if (opset >= 11) {
-        b.constant("lo", scalar(0.0f)).constant("hi", scalar(static_cast<float>(high)));
-        b.add(node("Clip", {"c", "lo", "hi"}, {"y"}));
-      } else {
-        b.add(node("Clip", {"c"}, {"y"}, Attributes().set("min", 0.0).set("max", high)));
-      }
-      b.typed("c", {2, 4, 5, 5}).typed("y", {2, 4, 5, 5});
-      const Graph g = b.build({"y"});
-      const Feeds feeds = {{"x", random({2, 3, 5, 5}, 71, -3.0f, 3.0f)}};
-      for (const bool cuda : {false, true}) {
-        passes::PassContext ctx;
-        if (cuda) ctx.device = Device::cuda(0);
-        Graph out = g;
-        passes::conv_fusion(out, ctx);
-        const bool fused = !cuda && high == 6.0;
-        EXPECT_EQ(count(out, "Clip"), fused ? 0 : 1) << out.str();
-        if (fused) {
-          EXPECT_EQ(out.nodes[0].attrs.get_string("activation", ""), "relu6");
-          expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true));
+      for (const bool depthwise : {false, true}) {
+        SCOPED_TRACE(detail::str_cat("opset ", opset, ", max ", high, depthwise ? ", depthwise" : ""));
+        const std::int64_t o = depthwise ? 3 : 4;
+        Builder b;
+        b.g.opsets[""] = opset;
+        b.input("x", {2, 3, 5, 5}).constant("w", random({o, depthwise ? 1 : 3, 3, 3}, 70, -2.0f, 2.0f));
+        b.add(node("Conv", {"x", "w"}, {"c"},
+                   Attributes().set("pads", std::vector<std::int64_t>{1, 1, 1, 1}).set("group", depthwise ? 3 : 1)));
+        if (opset >= 11) {
+          b.constant("lo", scalar(0.0f)).constant("hi", scalar(static_cast<float>(high)));
+          b.add(node("Clip", {"c", "lo", "hi"}, {"y"}));
+        } else {
+          b.add(node("Clip", {"c"}, {"y"}, Attributes().set("min", 0.0).set("max", high)));
+        }
+        b.typed("c", {2, o, 5, 5}).typed("y", {2, o, 5, 5});
+        const Graph g = b.build({"y"});
+        const Feeds feeds = {{"x", random({2, 3, 5, 5}, 71, -3.0f, 3.0f)}};
+        for (const bool cuda : {false, true}) {
+          passes::PassContext ctx;
+          if (cuda) ctx.device = Device::cuda(0);
+          Graph out = g;
+          passes::conv_fusion(out, ctx);
+          const bool fused = (!cuda || depthwise) && high == 6.0;
+          EXPECT_EQ(count(out, "Clip"), fused ? 0 : 1) << out.str();
+          if (fused) {
+            EXPECT_EQ(out.nodes[0].attrs.get_string("activation", ""), "relu6");
+            expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true));
+          }
         }
       }
     }

@@ -263,8 +263,12 @@ std::vector<std::size_t> depthwise_activation_after(const Graph& g, const Uses& 
 // Note [ReLU6 in the CPU convolution's epilogue]
 // MobileNetV2 (and its DeepLabV3 and SSDLite heads, EfficientNet-Lite) follow most convolutions with ReLU6, which
 // PyTorch exports as Clip(x, 0, 6): a pass over the output of its own (5% of the tiny MobileNetV2's CPU run). The cpu
-// kernel applies it in its epilogue ("relu6"); the CUDA kernels do not (cuDNN's fused epilogue is ReLU only, the
-// depthwise kernels take relu, silu and hard_swish), so CUDA plans keep the Clip.
+// kernel applies it in its epilogue ("relu6"). On CUDA a depthwise convolution takes it too: cuda_raw's depthwise
+// kernels apply it in their epilogue and cuDNN in its pass after (Note [cuDNN conv activations after the epilogue]),
+// timed against each other; MobileNetV2's 17 depthwise ReLU6 were half of the 35 Clip nodes that took 21.9% of its
+// batch-1 run on an H100 (2026-12-06). Other CUDA convolutions keep the Clip: cuDNN's fused epilogue is ReLU only (its
+// pass after costs what the node costs) and a pointwise convolution run as a GEMM (Note [Pointwise convolutions as
+// GEMMs]) takes none or relu.
 std::optional<std::size_t> relu6_after(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value) {
   auto ci = sole_reader(g, uses, rw, value, "Clip");
   if (!ci) return std::nullopt;
@@ -339,7 +343,7 @@ PassResult conv_fusion(Graph& g, const PassContext& ctx) {
       pattern.push_back(*ri);
       parts.push_back(describe(g.nodes[*ri]));
       out = g.nodes[*ri].outputs[0];
-    } else if (!ctx.device.is_cuda() && (relu6 = relu6_after(g, uses, rw, out))) {
+    } else if ((depthwise || !ctx.device.is_cuda()) && (relu6 = relu6_after(g, uses, rw, out))) {
       activation = "relu6";
       pattern.push_back(*relu6);
       parts.push_back(describe(g.nodes[*relu6]) + " (ReLU6)");

@@ -8,6 +8,7 @@ For each M (default 2048 = 128 x 16 and 8192 = 128 x 64 tokens, and 1 2 4 8 16) 
                  -> --output (default int8, requantized: the form of a quantized_fusion chain), pinned to "cublasLt"
   int8 int8_mma  the same pinned to "int8_mma" (cuda_raw's pipelined tensor-core kernel, epilogue in registers)
   int8 dp4a      the same pinned to "dp4a" (--no-dp4a skips it)
+  int8 wgmma     the same pinned to "int8_wgmma" (Hopper's warpgroup MMA, epilogue in registers; --no-wgmma skips it)
   fp8 cublasLt   qlinear_fp8(x float8e4m3fn [M, K], W float8e4m3fn [N, K], per-channel w_scale, float32 bias) -> the
                  matching output (float8e4m3fn for int8/uint8, else --output's float; float32 for int32): cuBLASLt's
                  float8 tensor cores (Note [cuBLASLt float8 GEMMs]) and its epilogue kernel (--no-fp8 skips it)
@@ -119,7 +120,8 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
         return [x, w, None if raw else s, None if raw else b]
 
     inner = max(args.inner, len(int8), len(half), len(fp8))
-    kernels = ["cublasLt", "int8_mma"] + ([] if args.no_dp4a else ["dp4a"])
+    kernels = (["cublasLt", "int8_mma"] + ([] if args.no_dp4a else ["dp4a"]) +
+               ([] if args.no_wgmma else ["int8_wgmma"]))
     row = {"m": m, "k": k, "n": n, "plans": {}}
     outputs = {}
     ops = 2.0 * m * n * k
@@ -141,6 +143,8 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     row["fp16_tops"] = ops / (t16 * 1e-3) / 1e12
     row["ratio"] = row["fp16_us"] / row["cublasLt_us"]
     row["mma_ratio"] = row["fp16_us"] / row["int8_mma_us"]
+    if not args.no_wgmma:
+        row["wgmma_ratio"] = row["fp16_us"] / row["int8_wgmma_us"]
     if fp8:
         time_fp8(m, k, fp8, inner, args, row)
         row["fp8_ratio"] = row["fp16_us"] / row["fp8_us"]
@@ -151,25 +155,33 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
 def table(rows, args, device_name: str) -> str:
     dp4a = not args.no_dp4a
     fp8 = not args.no_fp8
+    wgmma = not args.no_wgmma
     lines = [f"int8 GEMM (qlinear, x {'uint8' if args.uint8 else 'int8'} zero point {args.zero_point}, per-channel "
              f"scales, float32 bias, output {args.output}) vs float16 linear (with bias), {device_name}, "
              f"{datetime.date.today().isoformat()}; per call in a CUDA graph of calls cycling through > {args.rotate} "
              f"MiB of weights, median of {args.iters} replays", "",
              "| M | K | N | int8 cublasLt us | TOPS | int8 int8_mma us | TOPS |" +
              (" int8 dp4a us | TOPS |" if dp4a else "") +
+             (" int8 int8_wgmma us | TOPS |" if wgmma else "") +
              (" fp8 cublasLt us | TFLOPS |" if fp8 else "") +
-             " fp16 linear us | TFLOPS | fp16 / int8 | fp16 / int8_mma |" + (" fp16 / fp8 |" if fp8 else "") +
+             " fp16 linear us | TFLOPS | fp16 / int8 | fp16 / int8_mma |" +
+             (" fp16 / int8_wgmma |" if wgmma else "") + (" fp16 / fp8 |" if fp8 else "") +
              " same bits |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if dp4a else "") +
-             (" ---: | ---: |" if fp8 else "") + " ---: | ---: | ---: | ---: |" + (" ---: |" if fp8 else "") + " --- |"]
+             (" ---: | ---: |" if wgmma else "") + (" ---: | ---: |" if fp8 else "") + " ---: | ---: | ---: | ---: |" +
+             (" ---: |" if wgmma else "") + (" ---: |" if fp8 else "") + " --- |"]
     for r in rows:
         line = (f"| {r['m']} | {r['k']} | {r['n']} | {r['cublasLt_us']:.2f} | {r['cublasLt_tops']:.1f} | "
                 f"{r['int8_mma_us']:.2f} | {r['int8_mma_tops']:.1f} |")
         if dp4a:
             line += f" {r['dp4a_us']:.2f} | {r['dp4a_tops']:.1f} |"
+        if wgmma:
+            line += f" {r['int8_wgmma_us']:.2f} | {r['int8_wgmma_tops']:.1f} |"
         if fp8:
             line += f" {r['fp8_us']:.2f} | {r['fp8_tflops']:.1f} |"
         line += f" {r['fp16_us']:.2f} | {r['fp16_tops']:.1f} | {r['ratio']:.2f} | {r['mma_ratio']:.2f} |"
+        if wgmma:
+            line += f" {r['wgmma_ratio']:.2f} |"
         if fp8:
             line += f" {r['fp8_ratio']:.2f} |"
         line += f" {'yes' if r['same_bits'] else 'NO'} |"
@@ -197,6 +209,7 @@ def main() -> int:
     parser.add_argument("--uint8", action="store_true", help="uint8 x (ONNX Runtime's default activations)")
     parser.add_argument("--zero-point", type=int, default=0, help="x's zero point (a nonzero one folds column sums)")
     parser.add_argument("--no-dp4a", action="store_true", help="skip the dp4a kernel (slow at the large M)")
+    parser.add_argument("--no-wgmma", action="store_true", help="skip int8_wgmma (compute capability 9.0 only)")
     parser.add_argument("--no-fp8", action="store_true", help="skip the float8 GEMM (qlinear_fp8, sm_89+)")
     parser.add_argument("--iters", type=int, default=20, help="timed graph replays per measurement")
     parser.add_argument("--inner", type=int, default=20, help="calls per graph (at least one per weight copy)")

@@ -187,10 +187,21 @@ EXCLUSIONS: List[Exclusion] = [
     Exclusion("cublasLt", "qlinear", _not_cublaslt_int8_form,
               "cuBLASLt's int8 GEMM takes a [N, K] weight with K and N multiples of 4 (Note [cuBLASLt int8 GEMMs]); "
               "the dp4a kernel takes the rest"),
+    Exclusion("int8_wgmma", "qlinear",
+              lambda c, dt: c.attrs.get("weight_layout") != "nk" or c.inputs[0].shape[-1] % 16 or not _hopper(),
+              "Hopper's warpgroup int8 GEMM (sm_90a, compute capability 9.0 only) takes a [N, K] weight with K a "
+              "multiple of 16 (16-byte copies into its swizzled stages); the other kernels take the rest"),
     Exclusion("int8_mma", "qlinear", lambda c, dt: c.attrs.get("weight_layout") != "nk" or c.inputs[0].shape[-1] % 16,
               "the tensor-core kernel (qlinear as a 1x1 convolution) takes a [N, K] weight with K a multiple of 16 "
               "(its m16n8k32 tiles read K in 16-byte rows); the dp4a and cublasLt kernels take the rest"),
 ]
+
+
+@functools.lru_cache(maxsize=None)
+def _hopper() -> bool:
+    """Whether the first GPU has compute capability 9.0 (where int8_wgmma runs)."""
+    gpus = [d for d in xrt.get_all_devices() if str(d.type) == "cuda"]
+    return bool(gpus) and tuple(gpus[0].compute_capability) == (9, 0)
 
 
 def exclusion_for(kernel: str, case: Case, dtype: str):

@@ -169,7 +169,7 @@ def _gpu_case(rng, m, k, n, x_dtype, output_dtype, bias, per_channel, zero_point
 
 
 @requires_gpu
-@pytest.mark.parametrize("kernel", ["cublasLt", "dp4a", "int8_mma"])
+@pytest.mark.parametrize("kernel", ["cublasLt", "dp4a", "int8_mma", "int8_wgmma"])
 @pytest.mark.parametrize("m, k, n", [(1, 4, 4), (3, 12, 8), (17, 768, 1024), (128, 64, 100), (5, 30, 7)])
 @pytest.mark.parametrize("x_dtype, zero_point, dynamic", [(np.int8, 0, False), (np.int8, -9, True),
                                                           (np.uint8, 128, False), (np.uint8, 37, True)])
@@ -180,8 +180,10 @@ def test_gpu_kernels_equal_the_cpu_kernel(kernel, m, k, n, x_dtype, zero_point, 
                                           per_channel):
     if kernel == "cublasLt" and (k % 4 or n % 4):
         pytest.skip("cuBLASLt's int8 GEMM needs K and N multiples of 4 (the dp4a kernel runs these)")
-    if kernel == "int8_mma" and k % 16:
-        pytest.skip("the pipelined tensor-core GEMM needs K a multiple of 16 (the dp4a kernel runs these)")
+    if kernel in ("int8_mma", "int8_wgmma") and k % 16:
+        pytest.skip("the tensor-core GEMMs need K a multiple of 16 (the dp4a kernel runs these)")
+    if kernel == "int8_wgmma" and tuple(xrt.Device("cuda:0").compute_capability) != (9, 0):
+        pytest.skip("int8_wgmma runs on compute capability 9.0 only (sm_90a)")
     rng = np.random.default_rng(m * 7 + k + n)
     inputs, attrs = _gpu_case(rng, m, k, n, x_dtype, output_dtype, bias, per_channel, zero_point, dynamic)
     (want,) = xrt.ops.call("qlinear", inputs, attrs)
@@ -209,7 +211,8 @@ def test_dynamic_quantization_runs_on_the_gpu():
     model, w = _dynamic_model()
     session = xrt.InferenceSession(model, engine="native", device="cuda:0")
     nodes = {n["node"]: n for n in session.explain().nodes}
-    assert nodes["mmi"]["op"] == "qlinear" and nodes["mmi"]["kernel"] in ("int8_mma", "cublasLt", "dp4a"), nodes["mmi"]
+    assert nodes["mmi"]["op"] == "qlinear" and nodes["mmi"]["kernel"] in ("int8_wgmma", "int8_mma", "cublasLt", "dp4a"), \
+        nodes["mmi"]
     x = np.random.default_rng(8).uniform(-2, 3, size=(4, 7, 48)).astype(np.float32)
     got = session.run({"x": x})
     np.testing.assert_array_equal(got["acc"], _reference_acc(x, w))

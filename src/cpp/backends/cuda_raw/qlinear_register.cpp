@@ -1,7 +1,9 @@
-// Registration of qlinear's kernels of the cuda_raw backend: "int8_mma", the pipelined tensor-core kernel of qconv2d
-// run as a 1x1 convolution (quant_conv_mma.cu, Note [Pipelined int8 convolution]; Note [qlinear as a 1x1
-// convolution] below), and "dp4a" (quant_gemm.cu, Note [The dp4a kernel of qlinear]): every shape, layout and
-// alignment, ranked after cuBLASLt's IMMA kernel, which takes the aligned [N, K] GEMMs.
+// Registration of qlinear's kernels of the cuda_raw backend: "int8_wgmma", Hopper's warpgroup MMA with the epilogue
+// in registers (qlinear_wgmma.cu, Note [int8 GEMM by wgmma]; it ranks before cuBLASLt from kWgmmaRanksFirstRows rows
+// on sm_90), "int8_mma", the pipelined tensor-core kernel of qconv2d run as a 1x1 convolution (quant_conv_mma.cu, Note
+// [Pipelined int8 convolution]; Note [qlinear as a 1x1 convolution] below), and "dp4a" (quant_gemm.cu, Note [The dp4a
+// kernel of qlinear]): every shape, layout and alignment, ranked after cuBLASLt's IMMA kernel, which takes the aligned
+// [N, K] GEMMs.
 //
 // Note [qlinear as a 1x1 convolution]
 // x [M, K] is an NHWC image of one row of M pixels with K channels, the [N, K] weight a 1x1 OHWI filter: the pipelined
@@ -24,6 +26,7 @@
 #include "backends/cuda_raw/cuda_raw_register.h"
 #include "backends/cuda_raw/quant_conv.h"
 #include "backends/cuda_raw/quant_conv_mma.h"
+#include "backends/cuda_raw/qlinear_wgmma.h"
 #include "core/cuda_utils.h"
 #include "core/quantized_gemm.h"
 #include "xpuruntime/execution_policy.h"
@@ -45,6 +48,17 @@ void* align_up(void* pointer, std::size_t alignment) {
   return reinterpret_cast<void*>((address + alignment - 1) / alignment * alignment);
 }
 
+// The per-run epilogue operands (alpha, folded zero points) where `q` needs them: made by one prologue launch into
+// the plan's workspace (`needed` bytes of it), whose start is returned; null when nothing is needed.
+void* run_prologue(const QLinearProblem& q, const KernelLaunch& launch, std::size_t needed, const char* who) {
+  if (!q.needs_prologue(false)) return nullptr;
+  XPURT_INTERNAL_ASSERT(launch.workspace != nullptr && launch.workspace_bytes >= needed, "the ", who,
+                        " qlinear plan needs ", needed, " bytes of workspace, got ", launch.workspace_bytes);
+  void* scratch = align_up(launch.workspace, kScratchAlignment);
+  quantized_prologue(q.prologue(launch, scratch, nullptr), q.n, launch.stream.handle);
+  return scratch;
+}
+
 class Dp4aPlan final : public KernelPlan {
  public:
   explicit Dp4aPlan(QLinearProblem q) : q_(q) {}
@@ -52,14 +66,7 @@ class Dp4aPlan final : public KernelPlan {
   void run(const KernelLaunch& launch) const override {
     if (q_.m == 0 || q_.n == 0) return;
     ::xpuruntime::detail::CudaDeviceGuard guard(launch.desc->device.index);
-    void* scratch = nullptr;
-    if (q_.needs_prologue(false)) {
-      XPURT_INTERNAL_ASSERT(launch.workspace != nullptr && launch.workspace_bytes >= workspace_bytes(),
-                            "the dp4a qlinear plan needs ", workspace_bytes(), " bytes of workspace, got ",
-                            launch.workspace_bytes);
-      scratch = align_up(launch.workspace, kScratchAlignment);
-      quantized_prologue(q_.prologue(launch, scratch, nullptr), q_.n, launch.stream.handle);
-    }
+    void* scratch = run_prologue(q_, launch, workspace_bytes(), "dp4a");
     QLinearDp4a args;
     args.x = launch.input(0).data_ptr();
     args.x_unsigned = q_.x_unsigned;
@@ -281,9 +288,170 @@ class MmaKernel final : public Kernel {
   }
 };
 
+// ---- int8_wgmma (Note [int8 GEMM by wgmma] in qlinear_wgmma.cu) ----
+
+constexpr int kWgmmaComputeCapability = 90;  // wgmma.mma_async: sm_90a, compute capability 9.0 only
+// From this many rows of x the kernel ranks before cuBLASLt's IMMA GEMM on sm_90 (Note [Shape-dependent priority]).
+constexpr std::int64_t kWgmmaRanksFirstRows = 256;
+
+// A tile shape of int8_wgmma: warpgroups of 128 threads, each taking row_tiles strips of 64 rows.
+struct WgmmaShape {
+  int warpgroups;
+  int row_tiles;
+  int rows() const { return 64 * warpgroups * row_tiles; }
+  bool operator==(const WgmmaShape& o) const { return warpgroups == o.warpgroups && row_tiles == o.row_tiles; }
+};
+constexpr WgmmaShape kWgmmaShapes[] = {{2, 2}, {2, 1}, {1, 2}, {1, 1}};
+
+// The tallest of 256-, 128- and 64-row tiles (2 warpgroups of 2 and 1 strips, 1 of 1) whose blocks cover the SMs;
+// the taller tile reads fewer bytes a multiply-add from L2.
+WgmmaShape wgmma_shape(const QLinearProblem& q, int sms) {
+  const std::int64_t columns = (q.n + 127) / 128;
+  for (const WgmmaShape shape : {WgmmaShape{2, 2}, WgmmaShape{2, 1}}) {
+    if ((q.m + shape.rows() - 1) / shape.rows() * columns >= sms) return shape;
+  }
+  return {1, 1};
+}
+
+std::string wgmma_record(const WgmmaShape& shape) {
+  nlohmann::json json;
+  json["warpgroups"] = shape.warpgroups;
+  json["row_tiles"] = shape.row_tiles;
+  return json.dump();
+}
+
+class WgmmaPlan final : public KernelPlan {
+ public:
+  WgmmaPlan(QLinearProblem q, WgmmaShape shape) : q_(unsigned_view(q)), shape_(shape) {}
+
+  void run(const KernelLaunch& launch) const override {
+    if (q_.m == 0 || q_.n == 0) return;
+    ::xpuruntime::detail::CudaDeviceGuard guard(launch.desc->device.index);
+    void* scratch = run_prologue(q_, launch, workspace_bytes(), "int8_wgmma");
+    QLinearWgmmaArgs args;
+    args.x = launch.input(0).data_ptr();
+    args.x_unsigned = q_.x_unsigned;
+    args.weight = static_cast<const std::int8_t*>(launch.input(1).data_ptr());
+    args.out = launch.output(0).data_ptr();
+    args.m = q_.m;
+    args.n = q_.n;
+    args.k = q_.k;
+    args.epilogue = q_.epilogue(launch, scratch);
+    args.warpgroups = shape_.warpgroups;
+    args.row_tiles = shape_.row_tiles;
+    qlinear_wgmma(args, launch.stream.handle);
+  }
+
+  std::size_t workspace_bytes() const override {
+    return q_.needs_prologue(false) ? q_.prologue_bytes() + kScratchAlignment : 0;
+  }
+  std::string record() const override { return wgmma_record(shape_); }
+  std::string describe() const override {
+    return ::xpuruntime::detail::str_cat(
+        "cuda_raw int8 GEMM on Hopper's warpgroup tensor cores (wgmma.mma_async m64n128k32, cp.async into 128-byte ",
+        "swizzled shared memory, ", qlinear_wgmma_stages(shape_.warpgroups, shape_.row_tiles), " stages), ",
+        shape_.rows(), "x128 tiles (", shape_.warpgroups, " warpgroups of ", shape_.row_tiles, " strips), m=", q_.m, " n=", q_.n, " k=", q_.k,
+        ", epilogue fused: ", q_.describe_epilogue());
+  }
+
+ private:
+  QLinearProblem q_;
+  WgmmaShape shape_;
+};
+
+class WgmmaKernel final : public Kernel {
+ public:
+  WgmmaKernel() : Kernel(make_info()) {}
+
+  Support accepts(const OpDescriptor& desc, const ExecutionPolicy&) const override {
+    if (!XPURT_CUDA_RAW_SM90A) return Support::no("int8_wgmma was not built (it needs nvcc 12 or newer for sm_90a)");
+    if (desc.compute_capability > kWgmmaComputeCapability) {
+      return Support::no(::xpuruntime::detail::str_cat(
+          "int8_wgmma runs on compute capability 9.0 only (sm_90a instructions), this device has ",
+          desc.compute_capability / 10, ".", desc.compute_capability % 10));
+    }
+    if (desc.outputs.empty()) return Support::no("the descriptor has no inferred output (call infer first)");
+    const QLinearProblem q = QLinearProblem::of(desc);
+    if (!q.weight_nk) return Support::no("int8_wgmma qlinear takes weight_layout=nk ([N, K])");
+    if (q.k <= 0 || q.k % 16 != 0) {
+      return Support::no(::xpuruntime::detail::str_cat("int8_wgmma qlinear takes K a multiple of 16, got ", q.k));
+    }
+    if (!qlinear_wgmma_sizes_fit(std::max<std::int64_t>(q.m, 1), std::max<std::int64_t>(q.n, 1), q.k)) {
+      return Support::no("int8_wgmma qlinear takes M and K below 2^30 and N up to 65535 x 128");
+    }
+    return Support::yes();
+  }
+
+  std::string ranks_first(const OpDescriptor& desc) const override {
+    if (desc.compute_capability != kWgmmaComputeCapability) return {};
+    const QLinearProblem q = QLinearProblem::of(desc);
+    if (q.m < kWgmmaRanksFirstRows) return {};
+    return ::xpuruntime::detail::str_cat("int8_wgmma ranks first on sm_90 from ", kWgmmaRanksFirstRows,
+                                         " rows (m = ", q.m, ")");
+  }
+
+  // Where it ranks first it is timed against cuBLASLt's GEMM and the others (Note [Timed first choices]): which is
+  // faster depends on the shape (docs/benchmarks.md, 2026-12-07).
+  std::string timed_against_others(const OpDescriptor& desc) const override {
+    return ranks_first(desc).empty() ? std::string()
+                                     : std::string("int8_wgmma against cuBLASLt's IMMA GEMM: the faster depends on "
+                                                   "the shape");
+  }
+
+  std::unique_ptr<KernelPlan> build(const OpDescriptor& desc, const ExecutionPolicy&,
+                                    const std::string& record) const override {
+    const QLinearProblem q = QLinearProblem::of(desc);
+    WgmmaShape shape = wgmma_shape(q, sm_count(desc));
+    if (!record.empty()) {
+      const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+      const auto field = [&](const char* key, int fallback) {
+        if (!json.is_object() || (json.contains(key) && (!json[key].is_number_integer() ||
+                                                         (json[key] != 1 && json[key] != 2)))) {
+          throw InvalidArgumentError(::xpuruntime::detail::str_cat(
+              "int8_wgmma qlinear: invalid plan record ('", key, "' must be 1 or 2): ", record));
+        }
+        return json.contains(key) ? json[key].get<int>() : fallback;
+      };
+      if (!json.is_object() || !json.contains("warpgroups")) {
+        throw InvalidArgumentError("int8_wgmma qlinear: invalid plan record ('warpgroups' must be 1 or 2): " + record);
+      }
+      shape = WgmmaShape{field("warpgroups", 2), field("row_tiles", 1)};
+    }
+    return std::make_unique<WgmmaPlan>(q, shape);
+  }
+
+  // The other tile shapes, for autotuning.
+  std::vector<std::string> tactics(const OpDescriptor& desc, const ExecutionPolicy& policy) const override {
+    if (!supports(desc, policy)) return {};
+    const WgmmaShape chosen = wgmma_shape(QLinearProblem::of(desc), sm_count(desc));
+    std::vector<std::string> out;
+    for (const WgmmaShape& shape : kWgmmaShapes) {
+      if (!(shape == chosen)) out.push_back(wgmma_record(shape));
+    }
+    return out;
+  }
+
+ private:
+  static KernelInfo make_info() {
+    KernelDecl decl;
+    decl.subject = "int8_wgmma qlinear";
+    decl.input_names = {"x", "weight", "w_scale", "bias", "x_zero_point"};
+    decl.on_device = true;
+    decl.min_compute_capability = kWgmmaComputeCapability;
+    decl.dtypes = DTypeSet{{DType::kInt8, DType::kUInt8, DType::kInt32, DType::kFloat32}, {}};
+    decl.layout = Layout::kContiguous;
+    decl.alignment = 16;  // 16-byte cp.async copies of x and the weight
+    return KernelInfo{"qlinear", "int8_wgmma", "cuda_raw", DeviceType::kCUDA, true,
+                      "int8 GEMM on Hopper's warpgroup tensor cores (wgmma.mma_async, sm_90a), the requantizing "
+                      "epilogue fused (weight [N, K], K a multiple of 16; Note [int8 GEMM by wgmma])",
+                      std::move(decl)};
+  }
+};
+
 }  // namespace
 
 void register_qlinear(KernelRegistry& registry) {
+  registry.add_kernel(std::make_unique<WgmmaKernel>());
   registry.add_kernel(std::make_unique<MmaKernel>());
   registry.add_kernel(std::make_unique<Dp4aKernel>());
 }

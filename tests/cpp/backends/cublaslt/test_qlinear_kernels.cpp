@@ -1,5 +1,6 @@
-// Tests of the GPU kernels of the int8 op qlinear: cuBLASLt's IMMA GEMM ("cublasLt", Note [cuBLASLt int8 GEMMs]) and
-// cuda_raw's dp4a kernel ("dp4a", Note [The dp4a kernel of qlinear]) against the cpu kernel on the same random
+// Tests of the GPU kernels of the int8 op qlinear: cuBLASLt's IMMA GEMM ("cublasLt", Note [cuBLASLt int8 GEMMs]),
+// cuda_raw's dp4a kernel ("dp4a", Note [The dp4a kernel of qlinear]), int8_mma and int8_wgmma (Note [int8 GEMM by
+// wgmma], on compute capability 9.0) against the cpu kernel on the same random
 // inputs, bit for bit (every output dtype, relu, int32 and float32 bias, per-tensor and per-channel scales, uint8 x
 // with zero points, the run-time zero point, odd shapes, ties of the requantization); the plan record round trip and
 // every tactic giving the same bits; a misaligned x; and -- without a GPU -- the reasons supports() gives.
@@ -17,6 +18,7 @@
 
 #include "kernel_run.h"
 #include "test_utils.h"
+#include "xpuruntime/device_manager.h"
 #include "xpuruntime/dispatcher.h"
 #include "xpuruntime/execution_policy.h"
 #include "xpuruntime/kernel_registry.h"
@@ -186,6 +188,12 @@ bool check_kernel(const std::string& kernel, const Case& c, std::uint32_t seed) 
   return true;
 }
 
+// Whether GPU 0 is compute capability 9.0, where int8_wgmma runs (sm_90a).
+bool hopper() {
+  DeviceManager& devices = DeviceManager::instance();
+  return devices.get_device_count() > 0 && devices.get_device_info(Device::cuda(0)).compute_capability() == 90;
+}
+
 Case with(std::int64_t m, std::int64_t k, std::int64_t n, int variant) {
   Case c;
   c.m = m;
@@ -217,6 +225,7 @@ TEST(QLinearKernels, MatchTheCpuKernelBitForBitAtManyShapes) {
         EXPECT_TRUE(check_kernel("dp4a", c, seed)) << c.str();
         // The pipelined tensor-core kernel takes [N, K] weights with K a multiple of 16.
         EXPECT_EQ(check_kernel("int8_mma", c, seed), k % 16 == 0) << c.str();
+        EXPECT_EQ(check_kernel("int8_wgmma", c, seed), k % 16 == 0 && hopper()) << c.str();
         const bool took = check_kernel("cublasLt", c, seed);
         lt_runs += took ? 1 : 0;
         // cuBLASLt takes every aligned [N, K] GEMM with K and N multiples of 4 on sm_75+.
@@ -252,6 +261,7 @@ TEST(QLinearKernels, EveryEpilogueAtTwoShapes) {
           EXPECT_TRUE(check_kernel("dp4a", c, ++seed)) << c.str();
           c.nk = true;
           EXPECT_EQ(check_kernel("int8_mma", c, seed), c.k % 16 == 0) << c.str();
+          EXPECT_EQ(check_kernel("int8_wgmma", c, seed), c.k % 16 == 0 && hopper()) << c.str();
           c.zero_point = mode % 3 == 0 ? 0 : c.zero_point;  // uint8 with zero point 0 too
           EXPECT_TRUE(check_kernel("dp4a", c, ++seed)) << c.str();
           EXPECT_EQ(check_kernel("cublasLt", c, ++seed), c.k % 4 == 0) << c.str();
@@ -278,6 +288,7 @@ TEST(QLinearKernels, RequantizationTiesRoundToEven) {
       EXPECT_TRUE(check_kernel("cublasLt", c, 78)) << c.str();
       c.k = 32;  // the tensor-core kernel's K is a multiple of 16
       EXPECT_TRUE(check_kernel("int8_mma", c, 79)) << c.str();
+      EXPECT_EQ(check_kernel("int8_wgmma", c, 80), hopper()) << c.str();
     }
   }
 }
@@ -299,6 +310,28 @@ TEST(QLinearKernels, RunTimeZeroPointAtLargeSizes) {
       EXPECT_TRUE(check_kernel("cublasLt", c, 900 + static_cast<std::uint32_t>(zp))) << c.str();
       EXPECT_TRUE(check_kernel("dp4a", c, 900 + static_cast<std::uint32_t>(zp))) << c.str();
       EXPECT_TRUE(check_kernel("int8_mma", c, 900 + static_cast<std::uint32_t>(zp))) << c.str();
+      EXPECT_EQ(check_kernel("int8_wgmma", c, 900 + static_cast<std::uint32_t>(zp)), hopper()) << c.str();
+    }
+  }
+}
+
+// int8_wgmma (Note [int8 GEMM by wgmma]) past one tile each way: several 128-byte stages of K with a partial last one,
+// M and N ending inside a tile, both tile heights (records), every output dtype, uint8 x with a zero point.
+TEST(QLinearKernels, WgmmaKernelMatchesTheCpuKernelOverManyTiles) {
+  XPURT_SKIP_WITHOUT_GPU();
+  if (!hopper()) GTEST_SKIP() << "int8_wgmma runs on compute capability 9.0 only";
+  int variant = 0;
+  for (const Shape& mkn : {Shape{300, 1040, 260}, Shape{129, 144, 131}, Shape{64, 768, 128}, Shape{256, 2064, 384},
+                           Shape{1, 16, 1}, Shape{190, 528, 1000}}) {
+    for (const char* record : {"{\"warpgroups\": 2, \"row_tiles\": 2}", "{\"warpgroups\": 2}",
+                               "{\"warpgroups\": 1, \"row_tiles\": 2}", "{\"warpgroups\": 1}"}) {
+      Case c = with(mkn[0], mkn[1], mkn[2], variant++);
+      c.nk = true;
+      const Problem p = make_problem(c, 7000 + static_cast<std::uint32_t>(variant));
+      const KernelRun want = run_kernel("cpu", p.inputs, p.attrs, Device::cpu());
+      const KernelRun got = run_kernel("int8_wgmma", p.inputs, p.attrs, Device::cuda(0), record);
+      EXPECT_TRUE(same_bits(got.output, want.output))
+          << c.str() << " " << record << " [" << got.describe << "]:" << first_differences(got.output, want.output);
     }
   }
 }
@@ -475,6 +508,46 @@ TEST(QLinearKernels, ReasonsOfTheKernelsThatRefuse) {
   EXPECT_FALSE(dp4a->supports(cpu, policy));
 #else
   EXPECT_FALSE(lt->supports(cuda_descriptor(5, 64, 32, "nk"), ExecutionPolicy()));
+#endif
+}
+
+// int8_wgmma's reasons, its shape-dependent priority, its tile choice and records (Note [int8 GEMM by wgmma]).
+TEST(QLinearKernels, WgmmaKernelReasonsPriorityAndRecords) {
+#if XPURT_WITH_CUDA
+  const Kernel* wgmma = KernelRegistry::global().find_kernel("qlinear", "int8_wgmma");
+  ASSERT_NE(wgmma, nullptr);
+  const ExecutionPolicy policy;
+  const auto on = [](OpDescriptor desc, int cc) {
+    desc.compute_capability = cc;
+    return desc;
+  };
+  const auto reason = [&](const OpDescriptor& desc, int cc) { return wgmma->supports(on(desc, cc), policy).reason(); };
+  const OpDescriptor bert = on(cuda_descriptor(2048, 768, 3072, "nk"), 90);  // 16 x 24 tiles of 128: more than 132
+  EXPECT_TRUE(wgmma->supports(bert, policy)) << reason(bert, 90);
+  EXPECT_NE(wgmma->ranks_first(bert).find("ranks first on sm_90 from 256 rows"), std::string::npos);
+  EXPECT_TRUE(wgmma->ranks_first(on(cuda_descriptor(255, 768, 768, "nk"), 90)).empty());  // cuBLASLt first
+  EXPECT_TRUE(wgmma->ranks_first(on(bert, 0)).empty());
+  EXPECT_NE(reason(bert, 80).find("compute capability 9.0"), std::string::npos) << reason(bert, 80);
+  EXPECT_NE(reason(bert, 100).find("9.0 only"), std::string::npos) << reason(bert, 100);
+  EXPECT_NE(reason(cuda_descriptor(5, 30, 32, "nk"), 90).find("multiple of 16"), std::string::npos);
+  EXPECT_NE(reason(cuda_descriptor(5, 64, 32, "kn"), 90).find("[N, K]"), std::string::npos);
+  EXPECT_NE(reason(cuda_descriptor(5, 64, 32, "nk", 8), 90).find("aligned"), std::string::npos);
+  const auto plan = wgmma->build(bert, policy, "");
+  EXPECT_EQ(plan->record(), R"({"row_tiles":2,"warpgroups":2})");  // 8 x 24 tiles of 256 x 128 cover 132 SMs
+  EXPECT_NE(plan->describe().find("256x128 tiles"), std::string::npos) << plan->describe();
+  const OpDescriptor narrow = on(cuda_descriptor(256, 768, 768, "nk"), 90);  // 2 x 6 tiles of 128: 64-row tiles
+  EXPECT_EQ(wgmma->build(narrow, policy, "")->record(), R"({"row_tiles":1,"warpgroups":1})");
+  EXPECT_EQ(wgmma->tactics(narrow, policy),
+            (std::vector<std::string>{R"({"row_tiles":2,"warpgroups":2})", R"({"row_tiles":1,"warpgroups":2})",
+                                      R"({"row_tiles":2,"warpgroups":1})"}));
+  EXPECT_EQ(wgmma->build(narrow, policy, R"({"warpgroups": 2})")->record(), R"({"row_tiles":1,"warpgroups":2})");
+  XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 3})"), InvalidArgumentError,
+                          "'warpgroups' must be 1 or 2");
+  XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 1, "row_tiles": 4})"),
+                          InvalidArgumentError, "'row_tiles' must be 1 or 2");
+  XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, "[]"), InvalidArgumentError, "invalid plan record");
+#else
+  EXPECT_EQ(KernelRegistry::global().find_kernel("qlinear", "int8_wgmma"), nullptr);
 #endif
 }
 

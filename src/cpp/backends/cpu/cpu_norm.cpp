@@ -277,7 +277,10 @@ void quantize_output(const KernelLaunch& launch, const CpuContext& context) {
 // 2.35 ms of a profiled 5.5 ms, 2.17 ms since; the whole op 4.0 -> 3.7 ms against ONNX Runtime's 0.98 ms, this
 // machine, one thread, 2026-12-07: the rest is the per-channel affine after it, a fused_elementwise pass, and the
 // output's fresh pages). The arithmetic is the same per element: (x - mean) * inv_std, times gamma, plus beta, plus
-// the addend, in double, rounded once to T.
+// the addend, in double, rounded once to T. For float the row is IsaKernels::layer_norm_row_f32 (the same sums and
+// loops compiled for each instruction set, cpu_isa_kernels.inc): with AVX-512's eight doubles a vector in place of
+// SSE2's two, that layer_norm went from 1.4 to 0.75 ms and the InstanceNormalization from 3.85 to 3.02 ms (this machine,
+// one thread, 2026-12-07).
 template <bool kGamma, bool kBeta, bool kAddend, typename T>
 void normalize_row_as(const T* __restrict src, std::int64_t size, double mean, double inv_std,
                       const T* __restrict gamma, const T* __restrict beta, const T* __restrict addend,
@@ -329,6 +332,7 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   const T* gamma = scale.data();
   const T* beta = bias.data();
   T* out = y.data();
+  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
   parallel_for(outer, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(size, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t row = begin; row < end; ++row) {
@@ -343,12 +347,15 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                      src = sum_row.data();
                    }
                    T* dst = out + row * size;
-                   // Note [Layer norm rows in independent chains]
+                   const T* row_addend = addend == nullptr ? nullptr : addend + row * size;
+                   if constexpr (std::is_same_v<T, float>) {  // Note [Layer norm rows in independent chains]
+                     isa.layer_norm_row_f32(src, size, epsilon, gamma, beta, row_addend, dst, nullptr);
+                     continue;
+                   }
                    const double mean = wide_sums<16>(src, size, [](double v) { return v; }) / static_cast<double>(size);
                    const double squares =
                        wide_sums<16>(src, size, [mean](double v) { return (v - mean) * (v - mean); });
                    const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(size) + epsilon);
-                   const T* row_addend = addend == nullptr ? nullptr : addend + row * size;
                    normalize_row(src, size, mean, inv_std, gamma, beta, row_addend, dst);
                  }
                });

@@ -903,6 +903,58 @@ TEST(CpuBackend, EpilogueKernelsGiveTheScalarBitsOnEveryIsa) {
   }
 }
 
+// IsaKernels::layer_norm_row_f32 of every instruction set (Note [Layer norm rows in independent chains] in
+// cpu_norm.cpp) against the row computed in long double: at lengths around the sixteen chains and a long row, with
+// each combination of gamma, beta and the addend, in place and not, on rows far from zero (the mean matters). The
+// baseline table gives the scalar double arithmetic's bits; the others may contract into fused multiply-adds (Note
+// [CPU instruction sets]), so all are held to a few float roundings; the returned mean and inv_std too.
+TEST(CpuBackend, LayerNormRowsMatchLongDoubleOnEveryIsa) {
+  std::mt19937 gen(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const std::string& isa : isa_names()) {
+    const cpu::IsaKernels& kernels = cpu::isa_kernels_named(isa);
+    for (const std::int64_t n : {1, 2, 15, 16, 17, 33, 1000, 16384}) {
+      std::vector<float> x(static_cast<std::size_t>(n)), gamma(x.size()), beta(x.size()), addend(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        x[i] = 100.0f + 3.0f * normal(gen);
+        gamma[i] = normal(gen);
+        beta[i] = normal(gen);
+        addend[i] = normal(gen);
+      }
+      long double mean = 0;
+      for (float v : x) mean += v;
+      mean /= static_cast<long double>(n);
+      long double squares = 0;
+      for (float v : x) squares += (v - mean) * (v - mean);
+      const double epsilon = 1e-5;
+      const long double inv_std = 1.0L / std::sqrt(squares / static_cast<long double>(n) + epsilon);
+      for (int which = 0; which < 8; ++which) {
+        for (const bool in_place : {false, true}) {
+          SCOPED_TRACE(isa + ", n " + std::to_string(n) + ", operands " + std::to_string(which) +
+                       (in_place ? ", in place" : ""));
+          const float* g = (which & 4) ? gamma.data() : nullptr;
+          const float* b = (which & 2) ? beta.data() : nullptr;
+          const float* a = (which & 1) ? addend.data() : nullptr;
+          std::vector<float> y = in_place ? x : std::vector<float>(x.size(), NAN);
+          double stats[2] = {0.0, 0.0};
+          kernels.layer_norm_row_f32(in_place ? y.data() : x.data(), n, epsilon, g, b, a, y.data(), stats);
+          EXPECT_NEAR(stats[0], static_cast<double>(mean), 1e-10);
+          EXPECT_NEAR(stats[1], static_cast<double>(inv_std), 1e-9 * static_cast<double>(inv_std) + 1e-12);
+          for (std::size_t i = 0; i < y.size(); ++i) {
+            long double want = (x[i] - mean) * inv_std;
+            if (g != nullptr) want *= g[i];
+            if (b != nullptr) want += b[i];
+            if (a != nullptr) want += a[i];
+            const auto w = static_cast<float>(want);
+            ASSERT_NEAR(y[i], w, 4.0f * std::numeric_limits<float>::epsilon() * std::max(1.0f, std::fabs(w)))
+                << "element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // IsaKernels::exp_f32 of every instruction set (Note [Vectorised exp on the CPU] in cpu_fused.cpp) against
 // double-precision exp over its range [kExpLow, kExpHigh], at lengths with and without a partial last vector: e^x
 // within 2 ulp and the sigmoid within 4.

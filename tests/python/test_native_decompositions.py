@@ -103,6 +103,36 @@ def test_normalizations(device, op, groups, opset):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op,shape", [("InstanceNormalization", (3, 6, 11)), ("InstanceNormalization", (2, 6, 5, 7)),
+                                      ("InstanceNormalization", (1, 5, 2, 3, 4)), ("GroupNormalization", (2, 6, 3, 3))])
+def test_instance_norm_affine_in_the_layer_norm(device, op, shape):
+    """Note [Per-row affine of a layer norm]: on the CPU an InstanceNormalization (and a GroupNormalization of one
+    channel a group) is one layer_norm over the spatial axes whose rows take their channel's scale and bias, no Mul and
+    Add after it; CUDA plans keep them. Any rank from 3 on, against NumPy in float64."""
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 4 + 2).astype(np.float32)
+    channels = shape[1]
+    scale = rng.uniform(-1.5, 1.5, channels).astype(np.float32)
+    bias = rng.uniform(-1, 1, channels).astype(np.float32)
+    attrs = {"epsilon": 1e-4}
+    if op == "GroupNormalization":
+        attrs["num_groups"] = channels
+    node = helper.make_node(op, ["x", "scale", "bias"], ["y"], **attrs)
+    inits = [numpy_helper.from_array(scale, "scale"), numpy_helper.from_array(bias, "bias")]
+    model = _model(node, [("x", x)], x.shape, 21 if op == "GroupNormalization" else 13, inits)
+    session = xrt.InferenceSession(model, device=device, engine="native",
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error"))
+    (out,) = session.run(None, {"x": x})
+    got = np.asarray(out.cpu().numpy() if hasattr(out, "cpu") else out)
+    np.testing.assert_allclose(got, _group_norm_reference(x, scale, bias, channels, 1e-4), rtol=1e-5, atol=1e-5)
+    ops = [n["op"] for n in session.explain().nodes]
+    if device == "cpu":
+        assert ops == ["layer_norm"], ops
+    else:
+        assert "layer_norm" in ops and len(ops) > 1, ops  # the affine stays a pass of its own, fused after
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op,mode", [("DepthToSpace", "DCR"), ("DepthToSpace", "CRD"), ("SpaceToDepth", None)])
 def test_depth_space(device, op, mode):
     rng = np.random.default_rng(5)

@@ -609,7 +609,26 @@ std::vector<TensorDesc> infer_layer_norm(const OpDescriptor& desc) {
   const std::int64_t axis = normalize_axis(desc.attrs.get_int("axis", -1), x.dim(), desc.op);
   XPURT_CHECK(desc.attrs.get_float("epsilon", 1e-5) > 0, "op 'layer_norm': epsilon must be > 0");
   const Shape normalized(x.shape.begin() + axis, x.shape.end());
-  for (int k = 1; k < 3; ++k) {
+  // Note [Per-row affine of a layer norm]
+  // With row_affine=1 the scale and bias are not over the normalized dims but one value per row, repeating: row r of
+  // the [rows, normalized] view takes scale[r % P] and bias[r % P] (P their length, dividing the rows), y =
+  // (x - mean) * inv_std * scale + bias. It is InstanceNormalization's per-channel affine over the [N, C, S] view,
+  // applied while the row is written instead of in a pass of its own (op_decomposition gives it to CPU plans; the
+  // CUDA kernel does not take it).
+  if (desc.attrs.get_int("row_affine", 0) != 0) {
+    std::int64_t rows = 1;
+    for (std::int64_t d = 0; d < axis; ++d) rows *= x.shape[static_cast<std::size_t>(d)];
+    std::int64_t period = 0;
+    for (int k = 1; k < 3; ++k) {
+      if (!desc.inputs[k].present) continue;
+      const Shape& s = desc.inputs[k].shape;
+      XPURT_CHECK(s.size() == 1 && s[0] >= 1 && rows % s[0] == 0 && (period == 0 || s[0] == period),
+                  "op 'layer_norm': with row_affine=1 '", k == 1 ? "scale" : "bias", "' must be 1-D with a length "
+                  "that divides the ", rows, " rows (and equals the other's), got ", shape_str(s));
+      period = s[0];
+    }
+  }
+  for (int k = 1; k < 3 && desc.attrs.get_int("row_affine", 0) == 0; ++k) {
     if (!desc.inputs[k].present) continue;
     XPURT_CHECK(desc.inputs[k].shape == normalized, "op 'layer_norm': '", k == 1 ? "scale" : "bias",
                 "' must have shape ", shape_str(normalized), " (x.shape[axis:]), got ",
@@ -842,7 +861,8 @@ void register_ops(KernelRegistry& registry) {
   add("layer_norm", "layer_norm", {"x", "scale?", "bias?", "residual?", "addend?"},
       "normalize x (+ residual) over dims axis.. (default -1), then + addend (a res-post-norm block's residual); "
       "epsilon=1e-5; quantized_dtype=int8|uint8|float8e4m3fn|float8e5m2 with y_scale, y_zero_point: second output "
-      "QuantizeLinear(y)",
+      "QuantizeLinear(y); row_affine=1: scale and bias [P] give row r scale[r % P], bias[r % P] (Note [Per-row "
+      "affine of a layer norm])",
       infer_layer_norm, {"y", "y_quantized?"});
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
   add("fused_elementwise", "fusion", {"x..."},

@@ -243,9 +243,11 @@ struct IsaKernels {
   // One row of layer_norm over n floats (Note [Layer norm rows in independent chains] in cpu_norm.cpp): the mean and
   // the squares about it as sums of sixteen double chains (wide_sums<16>'s order), then each element's (x - mean) *
   // inv_std, times gamma[i], plus beta[i], plus addend[i] (each optional: null), in double, rounded once; the row's
-  // mean and inv_std into *stats when it is not null. dst may be src.
+  // mean and inv_std into *stats when it is not null. With row_affine ({scale, bias}: Note [Per-row affine of a layer
+  // norm] in core/op_schemas.cpp) gamma and beta must be null, and the row is (x - mean) * inv_std * scale + bias
+  // (+ addend[i]). dst may be src.
   void (*layer_norm_row_f32)(const float* src, std::int64_t n, double epsilon, const float* gamma, const float* beta,
-                             const float* addend, float* dst, double* stats);
+                             const float* addend, const double* row_affine, float* dst, double* stats);
 };
 
 // The floats of e^(x - max) IsaKernels::log_softmax_row_f32 makes at a time (its scratch t holds that many).

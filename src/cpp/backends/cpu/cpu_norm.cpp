@@ -333,6 +333,11 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   const T* beta = bias.data();
   T* out = y.data();
   const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  // Note [Per-row affine of a layer norm]: row r takes scale[r % period] and bias[r % period].
+  const std::int64_t period = launch.desc->attrs.get_int("row_affine", 0) == 0 ? 0
+                              : gamma != nullptr                               ? scale.size()
+                              : beta != nullptr                                ? bias.size()
+                                                                               : 0;
   parallel_for(outer, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(size, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t row = begin; row < end; ++row) {
@@ -348,15 +353,31 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                    }
                    T* dst = out + row * size;
                    const T* row_addend = addend == nullptr ? nullptr : addend + row * size;
+                   double affine[2] = {1.0, 0.0};
+                   if (period > 0) {
+                     if (gamma != nullptr) affine[0] = static_cast<double>(gamma[row % period]);
+                     if (beta != nullptr) affine[1] = static_cast<double>(beta[row % period]);
+                   }
+                   const T* row_gamma = period > 0 ? nullptr : gamma;
+                   const T* row_beta = period > 0 ? nullptr : beta;
                    if constexpr (std::is_same_v<T, float>) {  // Note [Layer norm rows in independent chains]
-                     isa.layer_norm_row_f32(src, size, epsilon, gamma, beta, row_addend, dst, nullptr);
+                     isa.layer_norm_row_f32(src, size, epsilon, row_gamma, row_beta, row_addend,
+                                            period > 0 ? affine : nullptr, dst, nullptr);
                      continue;
                    }
                    const double mean = wide_sums<16>(src, size, [](double v) { return v; }) / static_cast<double>(size);
                    const double squares =
                        wide_sums<16>(src, size, [mean](double v) { return (v - mean) * (v - mean); });
                    const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(size) + epsilon);
-                   normalize_row(src, size, mean, inv_std, gamma, beta, row_addend, dst);
+                   if (period == 0) {
+                     normalize_row(src, size, mean, inv_std, row_gamma, row_beta, row_addend, dst);
+                     continue;
+                   }
+                   for (std::int64_t i = 0; i < size; ++i) {
+                     double v = (static_cast<double>(src[i]) - mean) * inv_std * affine[0] + affine[1];
+                     if (row_addend != nullptr) v += static_cast<double>(row_addend[i]);
+                     dst[i] = static_cast<T>(v);
+                   }
                  }
                });
   y.commit();

@@ -120,7 +120,12 @@ void register_layer_norm(KernelRegistry& registry) {
       "split over many blocks (Note [Split layer norm]); two-pass mean/variance in fp32; an optional residual is "
       "added on the fly and an optional addend to the output; an optional per-tensor quantized copy of the output "
       "written from registers",
-      nullptr, layer_norm_plan, DTypes::kFloat,
+      [](const OpDescriptor& desc) {
+        // Note [Per-row affine of a layer norm]: the cpu kernel's only (op_decomposition gives it to CPU plans).
+        return desc.attrs.get_int("row_affine", 0) != 0 ? Support::no("cuda_raw layer_norm takes no row_affine")
+                                                        : Support::yes();
+      },
+      layer_norm_plan, DTypes::kFloat,
       std::vector<std::string>{"x", "scale", "bias", "residual", "addend"}));
 }
 

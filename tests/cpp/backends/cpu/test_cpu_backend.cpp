@@ -905,7 +905,8 @@ TEST(CpuBackend, EpilogueKernelsGiveTheScalarBitsOnEveryIsa) {
 
 // IsaKernels::layer_norm_row_f32 of every instruction set (Note [Layer norm rows in independent chains] in
 // cpu_norm.cpp) against the row computed in long double: at lengths around the sixteen chains and a long row, with
-// each combination of gamma, beta and the addend, in place and not, on rows far from zero (the mean matters). The
+// each combination of gamma, beta and the addend and the per-row affine (Note [Per-row affine of a layer norm]), in
+// place and not, on rows far from zero (the mean matters). The
 // baseline table gives the scalar double arithmetic's bits; the others may contract into fused multiply-adds (Note
 // [CPU instruction sets]), so all are held to a few float roundings; the returned mean and inv_std too.
 TEST(CpuBackend, LayerNormRowsMatchLongDoubleOnEveryIsa) {
@@ -928,20 +929,25 @@ TEST(CpuBackend, LayerNormRowsMatchLongDoubleOnEveryIsa) {
       for (float v : x) squares += (v - mean) * (v - mean);
       const double epsilon = 1e-5;
       const long double inv_std = 1.0L / std::sqrt(squares / static_cast<long double>(n) + epsilon);
-      for (int which = 0; which < 8; ++which) {
+      // which: bits 4, 2, 1 gamma, beta, the addend; 8 and 9 the per-row affine, without and with the addend.
+      const double row_affine[2] = {1.7, -0.3};
+      for (int which = 0; which < 10; ++which) {
         for (const bool in_place : {false, true}) {
           SCOPED_TRACE(isa + ", n " + std::to_string(n) + ", operands " + std::to_string(which) +
                        (in_place ? ", in place" : ""));
-          const float* g = (which & 4) ? gamma.data() : nullptr;
-          const float* b = (which & 2) ? beta.data() : nullptr;
+          const bool affine = which >= 8;
+          const float* g = !affine && (which & 4) ? gamma.data() : nullptr;
+          const float* b = !affine && (which & 2) ? beta.data() : nullptr;
           const float* a = (which & 1) ? addend.data() : nullptr;
           std::vector<float> y = in_place ? x : std::vector<float>(x.size(), NAN);
           double stats[2] = {0.0, 0.0};
-          kernels.layer_norm_row_f32(in_place ? y.data() : x.data(), n, epsilon, g, b, a, y.data(), stats);
+          kernels.layer_norm_row_f32(in_place ? y.data() : x.data(), n, epsilon, g, b, a,
+                                     affine ? row_affine : nullptr, y.data(), stats);
           EXPECT_NEAR(stats[0], static_cast<double>(mean), 1e-10);
           EXPECT_NEAR(stats[1], static_cast<double>(inv_std), 1e-9 * static_cast<double>(inv_std) + 1e-12);
           for (std::size_t i = 0; i < y.size(); ++i) {
             long double want = (x[i] - mean) * inv_std;
+            if (affine) want = want * row_affine[0] + row_affine[1];
             if (g != nullptr) want *= g[i];
             if (b != nullptr) want += b[i];
             if (a != nullptr) want += a[i];
@@ -1430,6 +1436,18 @@ TEST(CpuBackend, BatchNormSoftmaxLayerNorm) {
   expect_near_all(values(run1("layer_norm", {x, scale, bias})), (Values{1 - 2 * r, -1 + 3 * r, 1 - 2 * r, -1 + 3 * r}),
                   1e-6f);
   expect_near_all(values(run1("layer_norm", {x, Tensor(), bias})), (Values{1 - r, -1 + r, 1 - r, -1 + r}), 1e-6f);
+  // Note [Per-row affine of a layer norm]: row 0 ([1, 2]) takes scale 2 and bias 1, row 1 ([3, 4]) 3 and -1; in
+  // double too. A scale whose length does not divide the rows is refused, as is one of another length than the bias.
+  const Attributes per_row = Attributes().set("row_affine", std::int64_t{1});
+  expect_near_all(values(run1("layer_norm", {x, scale, bias}, per_row)),
+                  (Values{-2 * r + 1, 2 * r + 1, -3 * r - 1, 3 * r - 1}), 1e-6f);
+  expect_near_all(values(run1("layer_norm", {cast(x, "float64"), cast(scale, "float64"), cast(bias, "float64")},
+                              per_row)),
+                  (Values{-2 * r + 1, 2 * r + 1, -3 * r - 1, 3 * r - 1}), 1e-6f);
+  XPURT_EXPECT_THROW_WITH(run1("layer_norm", {x, make({3}, {1, 1, 1})}, per_row), InvalidArgumentError,
+                          "row_affine=1");
+  XPURT_EXPECT_THROW_WITH(run1("layer_norm", {x, make({1}, {1}), bias}, per_row), InvalidArgumentError,
+                          "row_affine=1");
 }
 
 // ---- elementwise ----

@@ -1617,6 +1617,56 @@ TEST(CpuBackend, ReductionsKeepingOrSkippingTheInnermostAxisMatchALoop) {
   }
 }
 
+// Note [Reductions of short rows]: rows of 1 to 19 elements (the short path below 16 for sums, 8 for max/min, and
+// partial_of's above) give wide_sums<16>'s bits for the sums and the first of equal values for max/min, NaN rows NaN,
+// rows of -0.0 a +0.0 sum, at 1 and 2 threads.
+TEST(CpuBackend, ReductionsOfShortRowsGiveTheChainsBits) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (std::int64_t count = 1; count < 20; ++count) {
+    const std::int64_t rows = 1001;
+    Values v(static_cast<std::size_t>(rows * count));
+    for (float& e : v) e = normal(rng);
+    v[static_cast<std::size_t>(7 * count)] = std::nanf("");
+    for (std::int64_t i = 0; i < count; ++i) v[static_cast<std::size_t>(11 * count + i)] = -0.0f;
+    const Tensor x = make({rows, count}, v);
+    for (const char* op : {"reduce_sum", "reduce_mean", "reduce_sum_square", "reduce_max", "reduce_min"}) {
+      const std::string name(op);
+      ExecutionPolicy one, two;
+      one.intra_op_threads = 1;
+      two.intra_op_threads = 2;
+      const Attributes attrs = Attributes().set("axes", Shape{1}).set("keepdims", 0);
+      const Values y1 = values(run1(op, {x}, attrs, one)), y2 = values(run1(op, {x}, attrs, two));
+      ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0) << op << " count " << count;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* row = v.data() + r * count;
+        float want = 0.0f;
+        if (name == "reduce_max" || name == "reduce_min") {
+          bool nan = false;
+          float best = name == "reduce_max" ? -INFINITY : INFINITY;
+          for (std::int64_t i = 0; i < count; ++i) {
+            nan = nan || std::isnan(row[i]);
+            if (name == "reduce_max" ? row[i] > best : row[i] < best) best = row[i];
+          }
+          want = nan ? std::nanf("") : best;
+          if (count >= 8 && !nan) {  // partial_of's lanes: the value, its sign of zero either way
+            ASSERT_EQ(y1[static_cast<std::size_t>(r)], want) << op << " count " << count << " row " << r;
+            continue;
+          }
+        } else {
+          const bool square = name == "reduce_sum_square";
+          double sum = cpu::wide_sums<16>(row, count, [square](double e) { return square ? e * e : e; });
+          if (name == "reduce_mean") sum /= static_cast<double>(count);
+          want = static_cast<float>(sum);
+        }
+        const float got = y1[static_cast<std::size_t>(r)];
+        ASSERT_TRUE((std::isnan(got) && std::isnan(want)) || std::memcmp(&got, &want, sizeof(float)) == 0)
+            << op << " count " << count << " row " << r << ": " << got << " vs " << want;
+      }
+    }
+  }
+}
+
 // wide_sums (cpu_common.h): partial j sums the elements i % kWide == j of the whole groups, the tail goes into partial
 // 0, and the partials are added pairwise; the bits of that order exactly, at lengths around the group's. And the
 // long rows' sums that use it (Note [Few long rows split]: chunks of 65,536) against a double loop, at 1 and 2 threads.

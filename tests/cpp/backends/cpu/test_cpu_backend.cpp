@@ -1667,6 +1667,44 @@ TEST(CpuBackend, ReductionsOfShortRowsGiveTheChainsBits) {
   }
 }
 
+// Note [Transposes in tiles]: transposes whose output rows step through the source, with the axis before them the
+// source's contiguous one, copied tile by tile: every element in place against a loop over the output, for element
+// sizes 1, 2, 4 and 8, planes past and short of the tile, with planes before them, at 1 and 2 threads.
+TEST(CpuBackend, TransposesInTilesMatchALoop) {
+  struct Case {
+    Shape shape, perm;
+  };
+  const Case cases[] = {{{3, 37, 45}, {0, 2, 1}}, {{2, 3, 33, 9}, {0, 1, 3, 2}}, {{70, 41}, {1, 0}},
+                        {{5, 8, 8}, {0, 2, 1}},   {{4, 7, 50}, {0, 2, 1}},      {{2, 65, 3, 67}, {0, 3, 2, 1}}};
+  for (const Case& c : cases) {
+    const std::int64_t n = cpu::product(c.shape, 0, c.shape.size());
+    Values v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(i % 251 - 125);
+    const Tensor x = make(c.shape, v);
+    Shape out_shape, in_strides(c.shape.size(), 1);
+    for (std::size_t d = c.shape.size() - 1; d-- > 0;) in_strides[d] = in_strides[d + 1] * c.shape[d + 1];
+    for (std::int64_t p : c.perm) out_shape.push_back(c.shape[static_cast<std::size_t>(p)]);
+    Values want(v.size());
+    for (std::int64_t o = 0; o < n; ++o) {
+      std::int64_t rest = o, from = 0;
+      for (std::size_t d = out_shape.size(); d-- > 0;) {
+        from += (rest % out_shape[d]) * in_strides[static_cast<std::size_t>(c.perm[d])];
+        rest /= out_shape[d];
+      }
+      want[static_cast<std::size_t>(o)] = v[static_cast<std::size_t>(from)];
+    }
+    for (const char* dtype : {"float32", "float16", "int8", "int64"}) {
+      for (const int threads : {1, 2}) {
+        ExecutionPolicy policy;
+        policy.intra_op_threads = threads;
+        const Tensor y = run1("transpose", {cast(x, dtype)}, Attributes().set("perm", c.perm), policy);
+        ASSERT_EQ(y.shape(), out_shape);
+        ASSERT_EQ(values(cast(y, "float32")), want) << c.shape.size() << "-D case, " << dtype << " threads " << threads;
+      }
+    }
+  }
+}
+
 // wide_sums (cpu_common.h): partial j sums the elements i % kWide == j of the whole groups, the tail goes into partial
 // 0, and the partials are added pairwise; the bits of that order exactly, at lengths around the group's. And the
 // long rows' sums that use it (Note [Few long rows split]: chunks of 65,536) against a double loop, at 1 and 2 threads.

@@ -248,6 +248,9 @@ struct IsaKernels {
   // (+ addend[i]). dst may be src.
   void (*layer_norm_row_f32)(const float* src, std::int64_t n, double epsilon, const float* gamma, const float* beta,
                              const float* addend, const double* row_affine, float* dst, double* stats);
+  // acc[j] += row[j] (or row[j]^2 when square), in double, for j < n (Note [Reductions that keep the innermost axis] in
+  // cpu_reduce.cpp).
+  void (*accumulate_row_f32)(double* acc, const float* row, std::int64_t n, bool square);
 };
 
 // The floats of e^(x - max) IsaKernels::log_softmax_row_f32 makes at a time (its scratch t holds that many).

@@ -223,7 +223,9 @@ void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64
 // kept coordinates) adds its reduced rows into one accumulator per output, a row at a time in row-major order of the
 // reduced coordinates: the order each output summed in before (the same bits), in unit-stride loops the compiler
 // vectorises (max/min of float: maxps/minps, NaN tracked per lane). Groups, and blocks of at most kColumnBlock
-// outputs, are split over the threads.
+// outputs, are split over the threads. A float row's adds are IsaKernels::accumulate_row_f32, the same loop compiled
+// for each instruction set: AVX-512 adds eight doubles a vector where SSE2 adds two (ReduceSum over axis 0 of [1009,
+// 1013] at one thread 0.54 -> 0.36 ms, 2026-12-07).
 constexpr std::int64_t kColumnBlock = 256;
 
 // The axes of x (sizes > 1) in order: size, element stride, reduced or kept.
@@ -256,7 +258,7 @@ void extreme_into(T* best, int* nan, const T* row, std::int64_t n) {
 // the reduced axes `reduced` walked in row-major order (an odometer over their strides).
 template <typename T>
 void reduce_column_block(ReduceOp op, const T* in, T* out, std::int64_t base, const std::vector<Axis>& reduced,
-                         std::int64_t count, std::int64_t width) {
+                         std::int64_t count, std::int64_t width, const IsaKernels& isa) {
   double acc[kColumnBlock];
   T best[kColumnBlock];
   int nan[kColumnBlock];
@@ -268,7 +270,9 @@ void reduce_column_block(ReduceOp op, const T* in, T* out, std::int64_t base, co
   std::int64_t offset = 0;
   for (std::int64_t r = 0; r < count; ++r) {
     const T* row = in + base + offset;
-    if (sums(op)) {
+    if (sums(op) && std::is_same_v<T, float>) {  // the adds in double vectors of the CPU's widest (IsaKernels)
+      isa.accumulate_row_f32(acc, reinterpret_cast<const float*>(row), width, op == ReduceOp::kSumSquare);
+    } else if (sums(op)) {
       for (std::int64_t j = 0; j < width; ++j) acc[j] += summand(op, static_cast<double>(row[j]));
     } else if (op == ReduceOp::kMax) {
       extreme_into<true>(best, nan, row, width);
@@ -307,6 +311,7 @@ bool reduce_columns(ReduceOp op, const T* in, T* out, const std::vector<Axis>& a
   for (const Axis& a : reduced) count *= a.size;
   const std::int64_t groups = outputs / block, blocks = (block + kColumnBlock - 1) / kColumnBlock;
   const std::int64_t work = count * std::min(block, kColumnBlock);
+  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
   parallel_for(groups * blocks, context.threads, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(work, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t item = begin; item < end; ++item) {
@@ -317,7 +322,7 @@ bool reduce_columns(ReduceOp op, const T* in, T* out, const std::vector<Axis>& a
                      rest /= kept[d].size;
                    }
                    reduce_column_block(op, in, out + g * block + c0, base, reduced, count,
-                                       std::min(kColumnBlock, block - c0));
+                                       std::min(kColumnBlock, block - c0), isa);
                  }
                });
   return true;

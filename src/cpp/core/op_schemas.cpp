@@ -610,21 +610,27 @@ std::vector<TensorDesc> infer_layer_norm(const OpDescriptor& desc) {
   XPURT_CHECK(desc.attrs.get_float("epsilon", 1e-5) > 0, "op 'layer_norm': epsilon must be > 0");
   const Shape normalized(x.shape.begin() + axis, x.shape.end());
   // Note [Per-row affine of a layer norm]
-  // With row_affine=1 the scale and bias are not over the normalized dims but one value per row, repeating: row r of
-  // the [rows, normalized] view takes scale[r % P] and bias[r % P] (P their length, dividing the rows), y =
-  // (x - mean) * inv_std * scale + bias. It is InstanceNormalization's per-channel affine over the [N, C, S] view,
-  // applied while the row is written instead of in a pass of its own (op_decomposition gives it to CPU plans; the
-  // CUDA kernel does not take it).
+  // With row_affine=1 the scale and bias are not over the normalized dims but one value per run of affine_run
+  // elements of a row (the whole row when affine_run is 0), repeating: run j of the whole tensor (row r's run k is run
+  // r * runs + k) takes scale[j % P] and bias[j % P] (P their length, dividing the runs), y = (x - mean) * inv_std *
+  // scale + bias. It is InstanceNormalization's per-channel affine over the [N, C, S] view (one run a row) and
+  // GroupNormalization's over [N, G, C/G * S] (runs of S), applied while the row is written instead of in a pass of its
+  // own (op_decomposition gives it to CPU plans; the CUDA kernel does not take it).
   if (desc.attrs.get_int("row_affine", 0) != 0) {
-    std::int64_t rows = 1;
+    std::int64_t rows = 1, size = 1;
     for (std::int64_t d = 0; d < axis; ++d) rows *= x.shape[static_cast<std::size_t>(d)];
+    for (std::int64_t d : normalized) size *= d;
+    const std::int64_t run = desc.attrs.get_int("affine_run", 0);
+    XPURT_CHECK(run >= 0 && (run == 0 || (size > 0 && size % run == 0)), "op 'layer_norm': affine_run=", run,
+                " must be 0 (the row) or divide the row's ", size, " elements");
+    const std::int64_t runs = rows * (run > 0 ? size / run : 1);
     std::int64_t period = 0;
     for (int k = 1; k < 3; ++k) {
       if (!desc.inputs[k].present) continue;
       const Shape& s = desc.inputs[k].shape;
-      XPURT_CHECK(s.size() == 1 && s[0] >= 1 && rows % s[0] == 0 && (period == 0 || s[0] == period),
+      XPURT_CHECK(s.size() == 1 && s[0] >= 1 && runs % s[0] == 0 && (period == 0 || s[0] == period),
                   "op 'layer_norm': with row_affine=1 '", k == 1 ? "scale" : "bias", "' must be 1-D with a length "
-                  "that divides the ", rows, " rows (and equals the other's), got ", shape_str(s));
+                  "that divides the ", runs, " runs (and equals the other's), got ", shape_str(s));
       period = s[0];
     }
   }
@@ -861,8 +867,8 @@ void register_ops(KernelRegistry& registry) {
   add("layer_norm", "layer_norm", {"x", "scale?", "bias?", "residual?", "addend?"},
       "normalize x (+ residual) over dims axis.. (default -1), then + addend (a res-post-norm block's residual); "
       "epsilon=1e-5; quantized_dtype=int8|uint8|float8e4m3fn|float8e5m2 with y_scale, y_zero_point: second output "
-      "QuantizeLinear(y); row_affine=1: scale and bias [P] give row r scale[r % P], bias[r % P] (Note [Per-row "
-      "affine of a layer norm])",
+      "QuantizeLinear(y); row_affine=1: scale and bias [P] give run j (runs of affine_run elements, default the "
+      "row) scale[j % P], bias[j % P] (Note [Per-row affine of a layer norm])",
       infer_layer_norm, {"y", "y_quantized?"});
   add("gelu", "activation", {"x"}, "GELU; approximate=none|tanh", infer_unary);
   add("fused_elementwise", "fusion", {"x..."},

@@ -243,11 +243,12 @@ struct IsaKernels {
   // One row of layer_norm over n floats (Note [Layer norm rows in independent chains] in cpu_norm.cpp): the mean and
   // the squares about it as sums of sixteen double chains (wide_sums<16>'s order), then each element's (x - mean) *
   // inv_std, times gamma[i], plus beta[i], plus addend[i] (each optional: null), in double, rounded once; the row's
-  // mean and inv_std into *stats when it is not null. With row_affine ({scale, bias}: Note [Per-row affine of a layer
-  // norm] in core/op_schemas.cpp) gamma and beta must be null, and the row is (x - mean) * inv_std * scale + bias
-  // (+ addend[i]). dst may be src.
+  // mean and inv_std into *stats when it is not null. With row_affine (Note [Per-row affine of a layer norm] in
+  // core/op_schemas.cpp) gamma and beta must be null: the row is runs of affine_run elements (n itself when 0; it
+  // divides n), run k taking (x - mean) * inv_std * row_affine[2k] + row_affine[2k + 1] (+ addend[i]). dst may be src.
   void (*layer_norm_row_f32)(const float* src, std::int64_t n, double epsilon, const float* gamma, const float* beta,
-                             const float* addend, const double* row_affine, float* dst, double* stats);
+                             const float* addend, const double* row_affine, std::int64_t affine_run, float* dst,
+                             double* stats);
   // acc[j] += row[j] (or row[j]^2 when square), in double, for j < n (Note [Reductions that keep the innermost axis] in
   // cpu_reduce.cpp).
   void (*accumulate_row_f32)(double* acc, const float* row, std::int64_t n, bool square);

@@ -333,11 +333,14 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   const T* beta = bias.data();
   T* out = y.data();
   const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
-  // Note [Per-row affine of a layer norm]: row r takes scale[r % period] and bias[r % period].
+  // Note [Per-row affine of a layer norm]: run k of row r (runs of affine_run elements, the row when 0) takes
+  // scale[(r * runs + k) % period] and bias[(r * runs + k) % period].
   const std::int64_t period = launch.desc->attrs.get_int("row_affine", 0) == 0 ? 0
                               : gamma != nullptr                               ? scale.size()
                               : beta != nullptr                                ? bias.size()
                                                                                : 0;
+  const std::int64_t affine_run = period > 0 ? launch.desc->attrs.get_int("affine_run", 0) : 0;
+  const std::int64_t runs = affine_run > 0 ? size / affine_run : 1;
   parallel_for(outer, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(size, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t row = begin; row < end; ++row) {
@@ -353,16 +356,17 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                    }
                    T* dst = out + row * size;
                    const T* row_addend = addend == nullptr ? nullptr : addend + row * size;
-                   double affine[2] = {1.0, 0.0};
-                   if (period > 0) {
-                     if (gamma != nullptr) affine[0] = static_cast<double>(gamma[row % period]);
-                     if (beta != nullptr) affine[1] = static_cast<double>(beta[row % period]);
+                   ScratchVector<double> affine(static_cast<std::size_t>(period > 0 ? 2 * runs : 0));
+                   for (std::int64_t k = 0; period > 0 && k < runs; ++k) {
+                     const std::int64_t c = (row * runs + k) % period;
+                     affine[static_cast<std::size_t>(2 * k)] = gamma != nullptr ? static_cast<double>(gamma[c]) : 1.0;
+                     affine[static_cast<std::size_t>(2 * k + 1)] = beta != nullptr ? static_cast<double>(beta[c]) : 0.0;
                    }
                    const T* row_gamma = period > 0 ? nullptr : gamma;
                    const T* row_beta = period > 0 ? nullptr : beta;
                    if constexpr (std::is_same_v<T, float>) {  // Note [Layer norm rows in independent chains]
                      isa.layer_norm_row_f32(src, size, epsilon, row_gamma, row_beta, row_addend,
-                                            period > 0 ? affine : nullptr, dst, nullptr);
+                                            period > 0 ? affine.data() : nullptr, affine_run, dst, nullptr);
                      continue;
                    }
                    const double mean = wide_sums<16>(src, size, [](double v) { return v; }) / static_cast<double>(size);
@@ -373,8 +377,10 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                      normalize_row(src, size, mean, inv_std, row_gamma, row_beta, row_addend, dst);
                      continue;
                    }
+                   const std::int64_t run = size / runs;
                    for (std::int64_t i = 0; i < size; ++i) {
-                     double v = (static_cast<double>(src[i]) - mean) * inv_std * affine[0] + affine[1];
+                     const auto k = static_cast<std::size_t>(i / run);
+                     double v = (static_cast<double>(src[i]) - mean) * inv_std * affine[2 * k] + affine[2 * k + 1];
                      if (row_addend != nullptr) v += static_cast<double>(row_addend[i]);
                      dst[i] = static_cast<T>(v);
                    }

@@ -929,25 +929,31 @@ TEST(CpuBackend, LayerNormRowsMatchLongDoubleOnEveryIsa) {
       for (float v : x) squares += (v - mean) * (v - mean);
       const double epsilon = 1e-5;
       const long double inv_std = 1.0L / std::sqrt(squares / static_cast<long double>(n) + epsilon);
-      // which: bits 4, 2, 1 gamma, beta, the addend; 8 and 9 the per-row affine, without and with the addend.
-      const double row_affine[2] = {1.7, -0.3};
-      for (int which = 0; which < 10; ++which) {
+      // which: bits 4, 2, 1 gamma, beta, the addend; 8 and 9 the per-row affine, without and with the addend; 10 and 11
+      // the same in runs of n / 2 elements (n even) with their own scale and bias.
+      const double row_affine[4] = {1.7, -0.3, -0.6, 2.5};
+      for (int which = 0; which < 12; ++which) {
+        if (which >= 10 && n % 2 != 0) continue;
         for (const bool in_place : {false, true}) {
           SCOPED_TRACE(isa + ", n " + std::to_string(n) + ", operands " + std::to_string(which) +
                        (in_place ? ", in place" : ""));
           const bool affine = which >= 8;
+          const std::int64_t run = which >= 10 ? n / 2 : 0;
           const float* g = !affine && (which & 4) ? gamma.data() : nullptr;
           const float* b = !affine && (which & 2) ? beta.data() : nullptr;
           const float* a = (which & 1) ? addend.data() : nullptr;
           std::vector<float> y = in_place ? x : std::vector<float>(x.size(), NAN);
           double stats[2] = {0.0, 0.0};
           kernels.layer_norm_row_f32(in_place ? y.data() : x.data(), n, epsilon, g, b, a,
-                                     affine ? row_affine : nullptr, y.data(), stats);
+                                     affine ? row_affine : nullptr, run, y.data(), stats);
           EXPECT_NEAR(stats[0], static_cast<double>(mean), 1e-10);
           EXPECT_NEAR(stats[1], static_cast<double>(inv_std), 1e-9 * static_cast<double>(inv_std) + 1e-12);
           for (std::size_t i = 0; i < y.size(); ++i) {
             long double want = (x[i] - mean) * inv_std;
-            if (affine) want = want * row_affine[0] + row_affine[1];
+            if (affine) {
+              const std::size_t k = run > 0 && static_cast<std::int64_t>(i) >= run ? 1 : 0;
+              want = want * row_affine[2 * k] + row_affine[2 * k + 1];
+            }
             if (g != nullptr) want *= g[i];
             if (b != nullptr) want += b[i];
             if (a != nullptr) want += a[i];
@@ -1448,6 +1454,23 @@ TEST(CpuBackend, BatchNormSoftmaxLayerNorm) {
                           "row_affine=1");
   XPURT_EXPECT_THROW_WITH(run1("layer_norm", {x, make({1}, {1}), bias}, per_row), InvalidArgumentError,
                           "row_affine=1");
+  // Runs of one element (affine_run=1): the four values of [2, 2] take scale [2, 3, 5, 7] and bias [1, -1, 0, 2] in
+  // turn; at 1 and 2 threads, float and double (the generic rows). A run that does not divide the row is refused.
+  const Attributes runs = Attributes().set("row_affine", std::int64_t{1}).set("affine_run", std::int64_t{1});
+  const Tensor scale4 = make({4}, {2, 3, 5, 7}), bias4 = make({4}, {1, -1, 0, 2});
+  const Values by_run = {-2 * r + 1, 3 * r - 1, -5 * r, 7 * r + 2};
+  for (const int threads : {1, 2}) {
+    ExecutionPolicy policy;
+    policy.intra_op_threads = threads;
+    expect_near_all(values(run1("layer_norm", {x, scale4, bias4}, runs, policy)), by_run, 1e-6f);
+    expect_near_all(values(run1("layer_norm", {cast(x, "float64"), cast(scale4, "float64"), cast(bias4, "float64")},
+                                runs, policy)),
+                    by_run, 1e-6f);
+  }
+  XPURT_EXPECT_THROW_WITH(
+      run1("layer_norm", {make({1, 3}, {1, 2, 3}), scale, bias},
+           Attributes().set("row_affine", std::int64_t{1}).set("affine_run", std::int64_t{2})),
+      InvalidArgumentError, "affine_run=2");
 }
 
 // ---- elementwise ----

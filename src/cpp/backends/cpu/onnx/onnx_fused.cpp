@@ -93,8 +93,9 @@ void register_fused_ops(NodeKernelRegistrar& kernels) {
   kernels.add(kXpurtDomain, "LayerNormalization", [](OpContext& ctx) {
     Attributes attrs;
     attrs.set("axis", ctx.attr_int("axis", -1)).set("epsilon", ctx.attr_float("epsilon", 1e-5));
-    if (ctx.attr_int("row_affine", 0) != 0) attrs.set("row_affine", std::int64_t{1});  // Note [Per-row affine of a
-                                                                                      // layer norm]
+    if (ctx.attr_int("row_affine", 0) != 0) {  // Note [Per-row affine of a layer norm]
+      attrs.set("row_affine", std::int64_t{1}).set("affine_run", ctx.attr_int("affine_run", 0));
+    }
     run_registry_op(ctx, "layer_norm", inputs_of(ctx, 5), attrs);
   });
   kernels.add(kXpurtDomain, "Attention", [](OpContext& ctx) {

@@ -1277,7 +1277,7 @@ const std::map<std::string, LowerFn>& xpurt_table() {
          a.set("epsilon", c.node.attrs.get_float("epsilon", 1e-5));
          // the quantized second output's (Note [Quantized layer norm output]), a per-row affine (Note [Per-row affine
          // of a layer norm])
-         for (const char* name : {"quantized_dtype", "y_scale", "y_zero_point", "row_affine"}) {
+         for (const char* name : {"quantized_dtype", "y_scale", "y_zero_point", "row_affine", "affine_run"}) {
            if (c.node.attrs.has(name)) a.set(name, c.node.attrs.values().at(name));
          }
          return registry("layer_norm",

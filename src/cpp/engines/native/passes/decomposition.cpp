@@ -67,18 +67,18 @@ std::int64_t product_of(const Ints& shape, std::size_t begin, std::size_t end) {
 // group) over the group's channels and every spatial position. Viewed as [N, G, C/G * S] that is a LayerNormalization
 // over the last axis without scale and bias (the xpuruntime LayerNormalization, which every device runs), then the
 // per-channel scale and bias as a Mul and an Add on the [N, C, ...] view (broadcast [C, 1, ...] constants).
-// On the CPU, where each (sample, group) is one channel (InstanceNormalization), the per-channel scale and bias go
-// into the LayerNormalization itself as a per-row affine (Note [Per-row affine of a layer norm] in
-// core/op_schemas.cpp): the Mul and Add were a pass of their own over the output, 1.4 of the 3.0 ms of an
-// InstanceNormalization of [2, 64, 128, 128] at one thread (2026-12-07). CUDA plans keep the Mul and Add, which join
-// the generated kernels of what follows.
+// On the CPU the per-channel scale and bias go into the LayerNormalization itself (Note [Per-row affine of a layer
+// norm] in core/op_schemas.cpp): one value a row where each (sample, group) is one channel (InstanceNormalization),
+// one a run of S elements of the grouped row otherwise. The Mul and Add were a pass of their own over the output, 1.4
+// of the 3.0 ms of an InstanceNormalization of [2, 64, 128, 128] at one thread (2026-12-07). CUDA plans keep the Mul
+// and Add, which join the generated kernels of what follows.
 std::vector<Node> normalization_onto_layer_norm(Graph& g, const Node& n, const Ints& x_shape, DType dtype,
                                                 std::int64_t groups, const Tensor& scale, const Tensor& bias,
                                                 double epsilon, bool row_affine) {
   const std::int64_t batch = x_shape[0], channels = x_shape[1];
   const std::int64_t spatial = product_of(x_shape, 2, x_shape.size());
   const Ints grouped = {batch, groups, channels / groups * spatial};
-  row_affine = row_affine && groups == channels;
+  row_affine = row_affine && spatial > 0;  // affine_run must divide a row of elements
   // Per-channel scale and bias, [C, 1, ..., 1] (or [C] for the per-row affine); a per-group one
   // (GroupNormalization-18) repeats along its channels.
   Ints affine_shape(x_shape.size() - 1, 1);
@@ -96,6 +96,22 @@ std::vector<Node> normalization_onto_layer_norm(Graph& g, const Node& n, const I
   std::vector<Node> nodes;
   Attributes ln;
   ln.set("epsilon", epsilon);
+  if (row_affine && groups != channels) {  // the grouped view's rows, a run of S elements per channel
+    ln.set("axis", std::int64_t{-1});
+    ln.set("row_affine", std::int64_t{1});
+    ln.set("affine_run", spatial);
+    const std::string viewed = new_value(g, n.outputs[0] + "_grouped", dtype, grouped);
+    nodes.push_back(reshape_node(g, n.name + "_group", n.inputs[0], grouped, viewed));
+    const std::string normalized = new_value(g, n.outputs[0] + "_normalized", dtype, grouped);
+    Node norm = make_node(g, "LayerNormalization", n.name + "_norm",
+                          {viewed, add_constant(g, n.name + "_scale", per_channel(scale)),
+                           add_constant(g, n.name + "_bias", per_channel(bias))},
+                          {normalized}, ln);
+    norm.domain = kXpurtDomain;
+    nodes.push_back(std::move(norm));
+    nodes.push_back(reshape_node(g, n.name + "_ungroup", normalized, x_shape, n.outputs[0]));
+    return nodes;
+  }
   if (row_affine) {  // over the spatial axes of x itself: rows of (sample, channel), written as the node's output
     ln.set("axis", std::int64_t{2});
     ln.set("row_affine", std::int64_t{1});
@@ -567,10 +583,11 @@ void decompose_normalization(Graph& g, const Node& n, std::size_t i, bool row_af
   if (groups <= 0 || channels % groups != 0) return;
   if ((scale->numel() != channels && scale->numel() != groups) || bias->numel() != scale->numel()) return;
   const double epsilon = n.attrs.get_float("epsilon", 1e-5);
-  row_affine = row_affine && groups == channels;
+  const char* how = !row_affine         ? " -> Reshape + LayerNormalization + Reshape + Mul + Add"
+                    : groups == channels ? " -> LayerNormalization over the spatial axes (per-row affine)"
+                                         : " -> Reshape + LayerNormalization (per-channel runs) + Reshape";
   rewriter.replace({i}, normalization_onto_layer_norm(g, n, *x, *dtype, groups, *scale, *bias, epsilon, row_affine),
-                   describe(n) + (row_affine ? " -> LayerNormalization over the spatial axes (per-row affine)"
-                                             : " -> Reshape + LayerNormalization + Reshape + Mul + Add"));
+                   describe(n) + how);
 }
 
 // ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp (float) -> Abs / Mul / Exp ... and ReduceSum (ReduceMax).

@@ -88,7 +88,9 @@ using cudnn::kZero;
 // BestPerformance not slower than the heuristic's, its plan-time timings near the run's) passed on an H100 the same
 // evening (17:02 UTC); the suite's CNNs have not been timed with it since. Until a device run shows timed choices at
 // least as fast as the heuristic's on the whole suite, the heuristic's pick stands untimed; cudnn_search stays for a
-// KernelPolicy that asks for it (`conv2d: cudnn_search`), and BestPerformance times both.
+// KernelPolicy that asks for it (`conv2d: cudnn_search`), and BestPerformance times both. A same-run A/B on an H100
+// (2026-12-07, docs/benchmarks.md) had the timed plans at 0.94-1.05x the heuristic's time on ResNet-50, Inception-v3,
+// EfficientNetV2 and RegNet: sane since the gate, but no gain worth a default that costs plan-build time.
 
 // Note [cuDNN conv plan record]
 // The record is a JSON object:

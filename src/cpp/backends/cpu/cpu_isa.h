@@ -252,8 +252,8 @@ struct IsaKernels {
   // acc[j] += row[j] (or row[j]^2 when square), in double, for j < n (Note [Reductions that keep the innermost axis] in
   // cpu_reduce.cpp).
   void (*accumulate_row_f32)(double* acc, const float* row, std::int64_t n, bool square);
-  // The sum of x[i] (or x[i]^2 when square) over n floats in double, in wide_sums<16>'s order (cpu_common.h; the squares
-  // may be fused multiply-adds above the baseline, Note [CPU instruction sets]).
+  // The sum of x[i] (or x[i]^2 when square) over n floats in double, in wide_sums<16>'s order (cpu_common.h; the
+  // squares may be fused multiply-adds above the baseline, Note [CPU instruction sets]).
   double (*sum_f32)(const float* x, std::int64_t n, bool square);
 };
 

@@ -279,8 +279,8 @@ void quantize_output(const KernelLaunch& launch, const CpuContext& context) {
 // output's fresh pages). The arithmetic is the same per element: (x - mean) * inv_std, times gamma, plus beta, plus
 // the addend, in double, rounded once to T. For float the row is IsaKernels::layer_norm_row_f32 (the same sums and
 // loops compiled for each instruction set, cpu_isa_kernels.inc): with AVX-512's eight doubles a vector in place of
-// SSE2's two, that layer_norm went from 1.4 to 0.75 ms and the InstanceNormalization from 3.85 to 3.02 ms (this machine,
-// one thread, 2026-12-07).
+// SSE2's two, that layer_norm went from 1.4 to 0.75 ms and the InstanceNormalization from 3.85 to 3.02 ms (this
+// machine, one thread, 2026-12-07).
 template <bool kGamma, bool kBeta, bool kAddend, typename T>
 void normalize_row_as(const T* __restrict src, std::int64_t size, double mean, double inv_std,
                       const T* __restrict gamma, const T* __restrict beta, const T* __restrict addend,

@@ -350,8 +350,8 @@ class WgmmaPlan final : public KernelPlan {
     return ::xpuruntime::detail::str_cat(
         "cuda_raw int8 GEMM on Hopper's warpgroup tensor cores (wgmma.mma_async m64n128k32, cp.async into 128-byte ",
         "swizzled shared memory, ", qlinear_wgmma_stages(shape_.warpgroups, shape_.row_tiles), " stages), ",
-        shape_.rows(), "x128 tiles (", shape_.warpgroups, " warpgroups of ", shape_.row_tiles, " strips), m=", q_.m, " n=", q_.n, " k=", q_.k,
-        ", epilogue fused: ", q_.describe_epilogue());
+        shape_.rows(), "x128 tiles (", shape_.warpgroups, " warpgroups of ", shape_.row_tiles, " strips), m=", q_.m,
+        " n=", q_.n, " k=", q_.k, ", epilogue fused: ", q_.describe_epilogue());
   }
 
  private:

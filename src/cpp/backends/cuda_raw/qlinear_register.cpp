@@ -43,6 +43,20 @@ constexpr int kDp4aComputeCapability = 61;  // __dp4a: Pascal and newer
 constexpr std::size_t kScratchAlignment = 256;
 constexpr std::int64_t kMaxColumns = std::int64_t{65535} * 64;  // the grid's y extent times the tile's width
 
+// What the declarations of qlinear's cuda_raw kernels share: its inputs, their dtypes, contiguous tensors on the
+// device, compute capability `needs` or the backend's oldest architecture if that is newer.
+KernelDecl qlinear_declaration(const char* subject, int needs) {
+  KernelDecl decl;
+  decl.subject = subject;
+  decl.input_names = {"x", "weight", "w_scale", "bias", "x_zero_point"};
+  decl.on_device = true;
+  decl.min_compute_capability = std::max(needs, XPURT_CUDA_RAW_MIN_ARCH);
+  decl.built_for_architectures = XPURT_CUDA_RAW_MIN_ARCH >= needs;
+  decl.dtypes = DTypeSet{{DType::kInt8, DType::kUInt8, DType::kInt32, DType::kFloat32}, {}};
+  decl.layout = Layout::kContiguous;
+  return decl;
+}
+
 void* align_up(void* pointer, std::size_t alignment) {
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   return reinterpret_cast<void*>((address + alignment - 1) / alignment * alignment);
@@ -113,14 +127,7 @@ class Dp4aKernel final : public Kernel {
 
  private:
   static KernelInfo make_info() {
-    KernelDecl decl;
-    decl.subject = "dp4a qlinear";
-    decl.input_names = {"x", "weight", "w_scale", "bias", "x_zero_point"};
-    decl.on_device = true;
-    decl.min_compute_capability = std::max(kDp4aComputeCapability, XPURT_CUDA_RAW_MIN_ARCH);
-    decl.built_for_architectures = XPURT_CUDA_RAW_MIN_ARCH >= kDp4aComputeCapability;
-    decl.dtypes = DTypeSet{{DType::kInt8, DType::kUInt8, DType::kInt32, DType::kFloat32}, {}};
-    decl.layout = Layout::kContiguous;
+    KernelDecl decl = qlinear_declaration("dp4a qlinear", kDp4aComputeCapability);
     return KernelInfo{"qlinear", "dp4a", "cuda_raw", DeviceType::kCUDA, true,
                       "int8 GEMM by __dp4a in 64x64 tiles with the epilogue fused (any shape, alignment and weight "
                       "layout; Note [The dp4a kernel of qlinear])",
@@ -271,14 +278,7 @@ class MmaKernel final : public Kernel {
 
  private:
   static KernelInfo make_info() {
-    KernelDecl decl;
-    decl.subject = "int8_mma qlinear";
-    decl.input_names = {"x", "weight", "w_scale", "bias", "x_zero_point"};
-    decl.on_device = true;
-    decl.min_compute_capability = std::max(kMmaComputeCapability, XPURT_CUDA_RAW_MIN_ARCH);
-    decl.built_for_architectures = XPURT_CUDA_RAW_MIN_ARCH >= kMmaComputeCapability;
-    decl.dtypes = DTypeSet{{DType::kInt8, DType::kUInt8, DType::kInt32, DType::kFloat32}, {}};
-    decl.layout = Layout::kContiguous;
+    KernelDecl decl = qlinear_declaration("int8_mma qlinear", kMmaComputeCapability);
     decl.alignment = 16;  // 16-byte cp.async copies of x and the weight
     return KernelInfo{"qlinear", "int8_mma", "cuda_raw", DeviceType::kCUDA, true,
                       "int8 GEMM on tensor cores: the pipelined int8 convolution as a 1x1 convolution (cp.async, "
@@ -433,13 +433,11 @@ class WgmmaKernel final : public Kernel {
 
  private:
   static KernelInfo make_info() {
-    KernelDecl decl;
-    decl.subject = "int8_wgmma qlinear";
-    decl.input_names = {"x", "weight", "w_scale", "bias", "x_zero_point"};
-    decl.on_device = true;
+    // Built for sm_90a by a library of its own whatever the backend's oldest architecture (qlinear_wgmma.h): below
+    // 9.0 it is the hardware that lacks the instructions.
+    KernelDecl decl = qlinear_declaration("int8_wgmma qlinear", kWgmmaComputeCapability);
     decl.min_compute_capability = kWgmmaComputeCapability;
-    decl.dtypes = DTypeSet{{DType::kInt8, DType::kUInt8, DType::kInt32, DType::kFloat32}, {}};
-    decl.layout = Layout::kContiguous;
+    decl.built_for_architectures = false;
     decl.alignment = 16;  // 16-byte cp.async copies of x and the weight
     return KernelInfo{"qlinear", "int8_wgmma", "cuda_raw", DeviceType::kCUDA, true,
                       "int8 GEMM on Hopper's warpgroup tensor cores (wgmma.mma_async, sm_90a), the requantizing "

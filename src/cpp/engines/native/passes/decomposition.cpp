@@ -583,6 +583,7 @@ void decompose_normalization(Graph& g, const Node& n, std::size_t i, bool row_af
   if (groups <= 0 || channels % groups != 0) return;
   if ((scale->numel() != channels && scale->numel() != groups) || bias->numel() != scale->numel()) return;
   const double epsilon = n.attrs.get_float("epsilon", 1e-5);
+  row_affine = row_affine && product_of(*x, 2, x->size()) > 0;  // as normalization_onto_layer_norm decides
   const char* how = !row_affine         ? " -> Reshape + LayerNormalization + Reshape + Mul + Add"
                     : groups == channels ? " -> LayerNormalization over the spatial axes (per-row affine)"
                                          : " -> Reshape + LayerNormalization (per-channel runs) + Reshape";

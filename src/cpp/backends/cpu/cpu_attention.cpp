@@ -147,7 +147,7 @@ void run_attention(const KernelLaunch& launch, const CpuContext& context) {
   const bool uniform_masked_rows = masked_rows == FullyMaskedRows::kUniform;
   double scale = desc.attrs.get_float("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
 
   InputBuffer<T> q(q_tensor);
   InputBuffer<T> k(k_tensor);

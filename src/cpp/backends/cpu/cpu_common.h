@@ -86,6 +86,11 @@ struct CpuContext {
 // UnsupportedOperationError for "blas" on a build without OpenBLAS or an instruction set the CPU lacks.
 XPURT_API CpuContext make_context(const ExecutionPolicy& policy);
 
+// The kernels of the context's instruction set, or of the process's when it names none (a context made by hand).
+inline const IsaKernels& isa_of(const CpuContext& context) {
+  return context.isa != nullptr ? *context.isa : isa_kernels();
+}
+
 // ---- kernels ----
 
 using CpuRunFn = std::function<void(const KernelLaunch&, const CpuContext&)>;

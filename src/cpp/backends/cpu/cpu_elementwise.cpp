@@ -59,7 +59,7 @@ void unary_loop(const KernelLaunch& launch, const CpuContext& context, F f) {
 void math_loop(VectorMath op, const KernelLaunch& launch, const CpuContext& context) {
   InputBuffer<float> x(launch.input(0));
   OutputBuffer<float> y(launch.output(0));
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
   const float* in = x.data();
   float* out = y.data();
   parallel_for(y.size(), context.threads, kElementGrain, [&](std::int64_t begin, std::int64_t end) {

@@ -749,7 +749,7 @@ void run_linear(const KernelLaunch& launch, const CpuContext& context) {
     const bool vector_math = std::is_same_v<T, float> &&
                              (activation == Activation::kGelu || activation == Activation::kGeluTanh);
     const VectorMath math = activation == Activation::kGelu ? VectorMath::kGelu : VectorMath::kGeluTanh;
-    const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+    const IsaKernels& isa = isa_of(context);
     parallel_for(m, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t i = begin; i < end; ++i) {

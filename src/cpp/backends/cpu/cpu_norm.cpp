@@ -75,7 +75,7 @@ void run_batch_norm(const KernelLaunch& launch, const CpuContext& context) {
 // arithmetic (avx512, one thread: 1.22 -> 0.65 ns an element at 128 keys, 5.8 -> 2.1 at 16, 0.62 -> 0.49 at 8192;
 // cpu_softmax_bench's [1, 12, 128, 128] 284 -> 134 us, 2026-12-06).
 void softmax_rows_f32(const float* in, float* out, std::int64_t rows, std::int64_t length, const CpuContext& context) {
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
   parallel_for(rows, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(length, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t row = begin; row < end; ++row) {
@@ -173,7 +173,7 @@ void softmax_block_f32(const IsaKernels& isa, const float* in, float* out, std::
 // rows one by one, other shapes in blocks of neighbouring lines.
 void softmax_lines_f32(const float* in, float* out, std::int64_t outer, std::int64_t length, std::int64_t inner,
                        bool log, const CpuContext& context) {
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
   if (inner == 1) {
     parallel_for(outer, context.threads, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(length, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
@@ -332,7 +332,7 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   const T* gamma = scale.data();
   const T* beta = bias.data();
   T* out = y.data();
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
   // Note [Per-row affine of a layer norm]: run k of row r (runs of affine_run elements, the row when 0) takes
   // scale[(r * runs + k) % period] and bias[(r * runs + k) % period].
   const std::int64_t period = launch.desc->attrs.get_int("row_affine", 0) == 0 ? 0
@@ -343,6 +343,8 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
   const std::int64_t runs = affine_run > 0 ? size / affine_run : 1;
   parallel_for(outer, context.threads, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(size, 1)),
                [&](std::int64_t begin, std::int64_t end) {
+                 // Each row's scale and bias pairs, one a run (period > 0), rewritten row by row.
+                 ScratchVector<double> affine(static_cast<std::size_t>(period > 0 ? 2 * runs : 0));
                  for (std::int64_t row = begin; row < end; ++row) {
                    // x + residual in the compute type (float for 16-bit inputs, not rounded in between).
                    ScratchVector<T> sum_row;
@@ -356,7 +358,6 @@ void run_layer_norm(const KernelLaunch& launch, const CpuContext& context) {
                    }
                    T* dst = out + row * size;
                    const T* row_addend = addend == nullptr ? nullptr : addend + row * size;
-                   ScratchVector<double> affine(static_cast<std::size_t>(period > 0 ? 2 * runs : 0));
                    for (std::int64_t k = 0; period > 0 && k < runs; ++k) {
                      const std::int64_t c = (row * runs + k) % period;
                      affine[static_cast<std::size_t>(2 * k)] = gamma != nullptr ? static_cast<double>(gamma[c]) : 1.0;

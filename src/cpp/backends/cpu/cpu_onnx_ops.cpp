@@ -198,7 +198,7 @@ bool run_vector_activation(VectorActivation op, const KernelLaunch& launch, cons
   if (op == VectorActivation::kCelu && !(act.alpha > 0.0f && act.alpha <= std::numeric_limits<float>::max())) {
     return false;
   }
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
   const auto* in = static_cast<const float*>(x.data_ptr());
   auto* out = static_cast<float*>(y.data_ptr());
   parallel_for(y.numel(), context.threads, kActivationGrain, [&](std::int64_t begin, std::int64_t end) {

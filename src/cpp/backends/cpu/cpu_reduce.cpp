@@ -185,7 +185,7 @@ T short_row(ReduceOp op, const T* p, std::int64_t count) {
 
 template <typename T>
 void reduce_rows(ReduceOp op, const T* in, T* out, std::int64_t rows, std::int64_t count, const CpuContext& context) {
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
   if (count > 0 && count < (sums(op) ? 16 : 8)) {  // Note [Reductions of short rows]
     parallel_for(rows, context.threads, std::max<std::int64_t>(1, 32768 / count), [&](std::int64_t begin,
                                                                                         std::int64_t end) {
@@ -318,7 +318,7 @@ bool reduce_columns(ReduceOp op, const T* in, T* out, const std::vector<Axis>& a
   for (const Axis& a : reduced) count *= a.size;
   const std::int64_t groups = outputs / block, blocks = (block + kColumnBlock - 1) / kColumnBlock;
   const std::int64_t work = count * std::min(block, kColumnBlock);
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
   parallel_for(groups * blocks, context.threads, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(work, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t item = begin; item < end; ++item) {
@@ -424,7 +424,7 @@ void run_reduce(ReduceOp op, const KernelLaunch& launch, const CpuContext& conte
   const std::int64_t inner = sizes.empty() ? 1 : sizes.back();
   const std::int64_t inner_step = sizes.empty() ? 0 : steps.back();
   const std::int64_t outer_count = inner > 0 ? count / inner : 0;
-  const IsaKernels& isa = context.isa != nullptr ? *context.isa : isa_kernels();
+  const IsaKernels& isa = isa_of(context);
   parallel_for(outputs, context.threads, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(count, 1)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t o = begin; o < end; ++o) {

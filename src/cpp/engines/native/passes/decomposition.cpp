@@ -96,40 +96,31 @@ std::vector<Node> normalization_onto_layer_norm(Graph& g, const Node& n, const I
   std::vector<Node> nodes;
   Attributes ln;
   ln.set("epsilon", epsilon);
-  if (row_affine && groups != channels) {  // the grouped view's rows, a run of S elements per channel
-    ln.set("axis", std::int64_t{-1});
-    ln.set("row_affine", std::int64_t{1});
-    ln.set("affine_run", spatial);
-    const std::string viewed = new_value(g, n.outputs[0] + "_grouped", dtype, grouped);
-    nodes.push_back(reshape_node(g, n.name + "_group", n.inputs[0], grouped, viewed));
-    const std::string normalized = new_value(g, n.outputs[0] + "_normalized", dtype, grouped);
-    Node norm = make_node(g, "LayerNormalization", n.name + "_norm",
-                          {viewed, add_constant(g, n.name + "_scale", per_channel(scale)),
-                           add_constant(g, n.name + "_bias", per_channel(bias))},
-                          {normalized}, ln);
+  const auto push_norm = [&](std::vector<std::string> inputs, const std::string& output) {
+    Node norm = make_node(g, "LayerNormalization", n.name + "_norm", std::move(inputs), {output}, ln);
     norm.domain = kXpurtDomain;
     nodes.push_back(std::move(norm));
-    nodes.push_back(reshape_node(g, n.name + "_ungroup", normalized, x_shape, n.outputs[0]));
-    return nodes;
-  }
-  if (row_affine) {  // over the spatial axes of x itself: rows of (sample, channel), written as the node's output
+  };
+  const auto affine_inputs = [&](const std::string& x) -> std::vector<std::string> {
+    return {x, add_constant(g, n.name + "_scale", per_channel(scale)),
+            add_constant(g, n.name + "_bias", per_channel(bias))};
+  };
+  if (row_affine) ln.set("row_affine", std::int64_t{1});
+  if (row_affine && groups == channels) {  // over the spatial axes of x itself: rows of (sample, channel)
     ln.set("axis", std::int64_t{2});
-    ln.set("row_affine", std::int64_t{1});
-    Node norm = make_node(g, "LayerNormalization", n.name + "_norm",
-                          {n.inputs[0], add_constant(g, n.name + "_scale", per_channel(scale)),
-                           add_constant(g, n.name + "_bias", per_channel(bias))},
-                          {n.outputs[0]}, ln);
-    norm.domain = kXpurtDomain;
-    nodes.push_back(std::move(norm));
+    push_norm(affine_inputs(n.inputs[0]), n.outputs[0]);
     return nodes;
   }
   ln.set("axis", std::int64_t{-1});
+  if (row_affine) ln.set("affine_run", spatial);  // the grouped view's rows, a run of S elements per channel
   const std::string viewed = new_value(g, n.outputs[0] + "_grouped", dtype, grouped);
   nodes.push_back(reshape_node(g, n.name + "_group", n.inputs[0], grouped, viewed));
   const std::string normalized = new_value(g, n.outputs[0] + "_normalized", dtype, grouped);
-  Node norm = make_node(g, "LayerNormalization", n.name + "_norm", {viewed}, {normalized}, ln);
-  norm.domain = kXpurtDomain;
-  nodes.push_back(std::move(norm));
+  push_norm(row_affine ? affine_inputs(viewed) : std::vector<std::string>{viewed}, normalized);
+  if (row_affine) {
+    nodes.push_back(reshape_node(g, n.name + "_ungroup", normalized, x_shape, n.outputs[0]));
+    return nodes;
+  }
   const std::string back = new_value(g, n.outputs[0] + "_ungrouped", dtype, x_shape);
   nodes.push_back(reshape_node(g, n.name + "_ungroup", normalized, x_shape, back));
   const std::string scaled = new_value(g, n.outputs[0] + "_scaled", dtype, x_shape);

@@ -545,6 +545,190 @@ def build_convnextv2(tiny):
     return _vision(ConvNextV2Model(cfg).eval(), 32 if tiny else 224, pick=_first)
 
 
+# -- added for issue 42's check on architectures the suite had not shown (2026-12-07): attention biases from a
+# table (LeViT), pooling as the token mixer (PoolFormer), token-mixing MLPs over transposed maps (MLP-Mixer),
+# cross-covariance attention over channels (XCiT), talking heads and class attention (CaiT), weights standardised in
+# the forward pass (NFNet), 3-D convolutions over video (R3D), ALiBi (BLOOM), q/k/v biases with GQA (Qwen2), learned
+# positions from the mask's cumulative sum (OPT), an encoder-decoder with cross-attention (BART), relative position
+# buckets (MPNet), shared layers and factorised embeddings (ALBERT), bottlenecks with NoNorm (MobileBERT), grouped
+# 1-D convolutions as projections (SqueezeBERT) --
+
+def build_levit(tiny):
+    """LeViT: attention with a learned bias per head and offset (gathered from a table), BatchNorm after linears."""
+    import timm
+    from timm.models.levit import Levit
+    if not tiny:
+        return _vision(timm.create_model("levit_128s", pretrained=False), 224)
+    return _vision(Levit(img_size=64, embed_dim=(16, 32), key_dim=8, num_heads=(2, 2), depth=(1, 1),
+                         num_classes=10), 64)
+
+
+def build_poolformer(tiny):
+    """PoolFormer: average pooling (padding not counted) minus its input as the token mixer, GroupNorm over C, H, W."""
+    import timm
+    import torch
+    from timm.models.metaformer import GroupNorm1, MetaFormer
+    if not tiny:
+        return _vision(timm.create_model("poolformer_s12", pretrained=False), 224)
+    return _vision(MetaFormer(depths=(1, 1), dims=(16, 32), downsample_norm=None, mlp_act=torch.nn.GELU,
+                              mlp_bias=True, norm_layers=GroupNorm1, layer_scale_init_values=1e-5,
+                              res_scale_init_values=None, use_mlp_head=False, num_classes=10), 32)
+
+
+def build_mixer(tiny):
+    """MLP-Mixer: MLPs over the tokens (a transposed map) and over the channels, no attention."""
+    import timm
+    from timm.models.mlp_mixer import MlpMixer
+    if not tiny:
+        return _vision(timm.create_model("mixer_b16_224", pretrained=False), 224)
+    return _vision(MlpMixer(img_size=32, patch_size=8, num_blocks=2, embed_dim=32, num_classes=10), 32)
+
+
+def build_xcit(tiny):
+    """XCiT: attention over channels (L2-normalised queries and keys across tokens, a learned temperature), local
+    patch interaction by depthwise convolutions, Fourier position encodings, class attention."""
+    import timm
+    from timm.models.xcit import Xcit
+    if not tiny:
+        return _vision(timm.create_model("xcit_tiny_12_p16_224", pretrained=False), 224)
+    return _vision(Xcit(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, cls_attn_layers=1,
+                        tokens_norm=True, num_classes=10), 32)
+
+
+def build_cait(tiny):
+    """CaiT: talking-heads attention (linears across the heads before and after the softmax), class attention."""
+    import timm
+    from timm.models.cait import Cait
+    if not tiny:
+        return _vision(timm.create_model("cait_xxs24_224", pretrained=False), 224)
+    return _vision(Cait(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, depth_token_only=1,
+                        init_values=1e-5, num_classes=10), 32)
+
+
+def build_nfnet(tiny):
+    """NFNet: convolutions whose weights are standardised in the forward pass, 'same' padding computed from the
+    input, scaled activations, squeeze-excitation, no normalisation of activations."""
+    import timm
+    from timm.models.nfnet import NfCfg, NormFreeNet
+    if not tiny:
+        return _vision(timm.create_model("dm_nfnet_f0", pretrained=False), 224)
+    cfg = NfCfg(depths=(1, 1, 1, 1), channels=(16, 32, 32, 32), stem_type="deep_quad", stem_chs=16, group_size=8,
+                bottle_ratio=0.5, extra_conv=True, gamma_in_act=True, same_padding=True, skipinit=True,
+                num_features=64, act_layer="gelu", attn_layer="se", attn_kwargs=dict(rd_ratio=0.5))
+    return _vision(NormFreeNet(cfg, num_classes=10), 32)
+
+
+def build_r3d(tiny):
+    """R3D-18: video classification by 3-D convolutions over (time, height, width)."""
+    import torch
+    import torchvision
+    from torchvision.models.video.resnet import BasicBlock, Conv3DSimple
+    torch.manual_seed(1)
+    if not tiny:
+        m, clip = torchvision.models.video.r3d_18(), (3, 8, 112, 112)
+    else:
+        down = torch.nn.Sequential(torch.nn.Conv3d(8, 16, 1, stride=2, bias=False), torch.nn.BatchNorm3d(16))
+        m = torch.nn.Sequential(torch.nn.Conv3d(3, 8, (3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3), bias=False),
+                                torch.nn.BatchNorm3d(8), torch.nn.ReLU(), BasicBlock(8, 8, Conv3DSimple),
+                                BasicBlock(8, 16, Conv3DSimple, stride=2, downsample=down),
+                                torch.nn.AdaptiveAvgPool3d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
+        clip = (3, 4, 32, 32)
+    video = lambda b: torch.randn(b, *clip)  # noqa: E731
+    return Built(m.eval(), {"video": video(EXPORT_BATCH)}, {"video": video(TEST_BATCH)}, {"video": {0: "batch"}},
+                 ["output"])
+
+
+def build_bloom(tiny):
+    """BLOOM: ALiBi (a per-head linear bias on the scores instead of position embeddings), embedding LayerNorm."""
+    from transformers import BloomConfig, BloomModel
+    cfg = (BloomConfig(vocab_size=100, hidden_size=32, n_layer=2, n_head=4, use_cache=False) if tiny
+           else BloomConfig(vocab_size=32000, hidden_size=1024, n_layer=12, n_head=16, use_cache=False))
+    return _text(BloomModel(cfg).eval(), cfg.vocab_size, _first, max_seq=512)
+
+
+def build_qwen2(tiny):
+    """Qwen2: q, k and v projections with biases, grouped-query attention, rotary, SwiGLU, RMSNorm."""
+    from transformers import Qwen2Config, Qwen2Model
+    cfg = (Qwen2Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_cache=False)
+           if tiny else Qwen2Config(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                    num_attention_heads=16, num_key_value_heads=2, use_cache=False))
+    return _text(Qwen2Model(cfg).eval(), cfg.vocab_size, _first, max_seq=512)
+
+
+def build_opt(tiny):
+    """OPT: learned positions taken from the attention mask's cumulative sum, ReLU MLPs, pre-norm."""
+    from transformers import OPTConfig, OPTModel
+    cfg = (OPTConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
+                     max_position_embeddings=64, word_embed_proj_dim=32, use_cache=False) if tiny
+           else OPTConfig(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
+                          num_attention_heads=12, word_embed_proj_dim=768, use_cache=False))
+    return _text(OPTModel(cfg).eval(), cfg.vocab_size, _first)
+
+
+def build_bart(tiny):
+    """BART: an encoder-decoder, the decoder with causal self-attention and cross-attention over the encoder."""
+    import torch
+    from transformers import BartConfig, BartModel
+    cfg = (BartConfig(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                      decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+                      use_cache=False) if tiny
+           else BartConfig(vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6,
+                           encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
+                           decoder_ffn_dim=3072, use_cache=False))
+    names = ["input_ids", "attention_mask", "decoder_input_ids"]
+    torch.manual_seed(1)
+
+    def feeds(batch, seq):
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        mask[0, seq - 2:] = 0
+        return {"input_ids": torch.randint(0, cfg.vocab_size, (batch, seq)), "attention_mask": mask,
+                "decoder_input_ids": torch.randint(0, cfg.vocab_size, (batch, seq))}
+
+    dyn = {n: {0: "batch", 1: "sequence"} for n in names}
+    return Built(_Tuple.wrap(BartModel(cfg).eval(), _first, names), feeds(EXPORT_BATCH, EXPORT_SEQ),
+                 feeds(TEST_BATCH, TEST_SEQ), dyn, ["last_hidden_state"], max_seq=cfg.max_position_embeddings)
+
+
+def build_mpnet(tiny):
+    """MPNet: a relative position bias from log buckets added to every layer's scores."""
+    from transformers import MPNetConfig, MPNetModel
+    cfg = (MPNetConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, max_position_embeddings=66) if tiny else MPNetConfig())
+    return _text(MPNetModel(cfg, add_pooling_layer=False).eval(), cfg.vocab_size, _first,
+                 max_seq=cfg.max_position_embeddings - 2)
+
+
+def build_albert(tiny):
+    """ALBERT: factorised embeddings (a projection from 128), one layer's weights shared by every layer."""
+    from transformers import AlbertConfig, AlbertModel
+    cfg = (AlbertConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64) if tiny
+           else AlbertConfig(vocab_size=30000, embedding_size=128, hidden_size=768, num_hidden_layers=12,
+                             num_attention_heads=12, intermediate_size=3072))
+    return _text(AlbertModel(cfg, add_pooling_layer=False).eval(), cfg.vocab_size, _first)
+
+
+def build_mobilebert(tiny):
+    """MobileBERT: 24 thin layers of bottlenecks, stacked FFNs and NoNorm (an elementwise affine, no statistics)."""
+    from transformers import MobileBertConfig, MobileBertModel
+    cfg = (MobileBertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=64, embedding_size=16, intra_bottleneck_size=32,
+                            true_hidden_size=32, num_feedforward_networks=2, max_position_embeddings=64) if tiny
+           else MobileBertConfig())
+    return _text(MobileBertModel(cfg, add_pooling_layer=False).eval(), cfg.vocab_size, _first)
+
+
+def build_squeezebert(tiny):
+    """SqueezeBERT: the projections as grouped 1-D convolutions over [batch, channels, sequence]."""
+    from transformers import SqueezeBertConfig, SqueezeBertModel
+    cfg = (SqueezeBertConfig(vocab_size=100, hidden_size=32, embedding_size=32, num_hidden_layers=2,
+                             num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, q_groups=4,
+                             k_groups=4, v_groups=4, post_attention_groups=2, intermediate_groups=4,
+                             output_groups=4) if tiny else SqueezeBertConfig())
+    return _text(SqueezeBertModel(cfg).eval(), cfg.vocab_size, _first)
+
+
 ARCHS: List[Arch] = [
     Arch("resnet", "CNN", "timm (tiny) / torchvision resnet50", build_resnet),
     Arch("mobilenet_v2", "CNN", "torchvision", build_mobilenet_v2),
@@ -586,6 +770,21 @@ ARCHS: List[Arch] = [
          build_dinov2),
     Arch("mobilevit", "vision transformer", "transformers MobileViT (unfolded patches)", build_mobilevit),
     Arch("convnextv2", "CNN", "transformers ConvNeXt V2 (global response norm)", build_convnextv2),
+    Arch("levit", "vision transformer", "timm LeViT (attention bias table, BatchNorm after linears)", build_levit),
+    Arch("poolformer", "CNN", "timm PoolFormer (pooling token mixer, GroupNorm)", build_poolformer),
+    Arch("mixer", "MLP", "timm MLP-Mixer (token-mixing MLPs over transposed maps)", build_mixer),
+    Arch("xcit", "vision transformer", "timm XCiT (cross-covariance attention over channels)", build_xcit),
+    Arch("cait", "vision transformer", "timm CaiT (talking heads, class attention)", build_cait),
+    Arch("nfnet", "CNN", "timm NFNet-F0 (weights standardised in the forward pass, same padding)", build_nfnet),
+    Arch("r3d", "video", "torchvision R3D-18 (3-D convolutions)", build_r3d),
+    Arch("bloom", "decoder", "transformers BLOOM (ALiBi)", build_bloom),
+    Arch("qwen2", "decoder", "transformers Qwen2 (q/k/v biases, GQA)", build_qwen2),
+    Arch("opt", "decoder", "transformers OPT (positions from the mask's cumulative sum)", build_opt),
+    Arch("bart", "encoder-decoder", "transformers BART (cross-attention)", build_bart),
+    Arch("mpnet", "text encoder", "transformers MPNet (relative position buckets)", build_mpnet),
+    Arch("albert", "text encoder", "transformers ALBERT (shared layers, factorised embeddings)", build_albert),
+    Arch("mobilebert", "text encoder", "transformers MobileBERT (bottlenecks, NoNorm)", build_mobilebert),
+    Arch("squeezebert", "text encoder", "transformers SqueezeBERT (grouped 1-D convolutions)", build_squeezebert),
 ]
 
 
@@ -617,7 +816,8 @@ def realistic_weights(module, calibration: Dict[str, "object"]) -> None:
     with torch.no_grad():
         for name, p in module.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
-            if "layer_scale" in name or leaf in ("gamma", "lambda_1", "lambda_2") or ".grn." in name:
+            scale_leaves = ("gamma", "lambda_1", "lambda_2", "gamma_1", "gamma_2", "skipinit_gain")
+            if "layer_scale" in name or leaf in scale_leaves or ".grn." in name:
                 p.copy_(torch.rand(p.shape, generator=g) * 0.4 + 0.1)
         for m in norms:
             if m.affine:

@@ -266,3 +266,63 @@ def test_3d_conv_and_conv_transpose_from_pytorch(tmp_path, device):
     assert {"conv3d", "conv_transpose3d"} <= ops, ops
     kernels = {n["kernel"] for n in session.explain().nodes if n["op"] in ("conv3d", "conv_transpose3d")}
     assert kernels == ({"cpu"} if device == "cpu" else {"cudnn"}), kernels
+
+
+def _inner_axis_linear_model(shape, axis, out_features, bias, dtype, perm_back=None):
+    """Transpose (axis moved last) -> MatMul(W) [-> Add(b)] -> Transpose (back): CaiT's talking heads."""
+    rank = len(shape)
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    back = perm_back or [d for d in range(axis)] + [rank - 1] + [d for d in range(axis, rank - 1)]
+    rng = np.random.default_rng(rank + axis + out_features)
+    np_dtype, onnx_dtype = (np.float16, TensorProto.FLOAT16) if dtype == "float16" else (np.float32, TensorProto.FLOAT)
+    w = rng.uniform(-1, 1, (shape[axis], out_features)).astype(np_dtype)
+    b = rng.uniform(-1, 1, (out_features,)).astype(np_dtype)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+             helper.make_node("MatMul", ["t", "w"], ["m"])]
+    last = "m"
+    inits = [numpy_helper.from_array(w, "w")]
+    if bias:
+        nodes.append(helper.make_node("Add", ["m", "b"], ["mb"]))
+        inits.append(numpy_helper.from_array(b, "b"))
+        last = "mb"
+    nodes.append(helper.make_node("Transpose", [last], ["y"], perm=back))
+    moved = [shape[d] for d in perm[:-1]] + [out_features]
+    out_shape = [moved[p] for p in back]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx_dtype, list(shape))],
+                              [helper.make_tensor_value_info("y", onnx_dtype, out_shape)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = rng.standard_normal(shape).astype(np_dtype)
+    expected = np.transpose(x.astype(np.float64).transpose(perm) @ w.astype(np.float64) +
+                            (b.astype(np.float64) if bias else 0.0), back)
+    return model.SerializeToString(), x, expected
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape,axis,out_features,bias", [((2, 4, 7, 7), 1, 4, True),    # CaiT: heads of scores
+                                                          ((3, 5, 6, 4), 1, 3, False),
+                                                          ((2, 3, 5, 4, 3), 2, 6, True),  # an inner axis of rank 5
+                                                          ((1, 9, 2, 3), 0, 2, True)])    # the leading axis
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_linear_over_an_inner_axis(device, shape, axis, out_features, bias, dtype):
+    """Note [Linears over an inner axis]: Transpose -> MatMul(W) [+ b] -> Transpose back is one MatMul of W^T and x
+    viewed as [outer, K, inner], no Transpose left; against NumPy in float64."""
+    model, x, expected = _inner_axis_linear_model(shape, axis, out_features, bias, dtype)
+    session = xrt.InferenceSession(model, device=device, engine="native",
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error"))
+    (out,) = session.run(None, {"x": x})
+    got = np.asarray(out.cpu().numpy() if hasattr(out, "cpu") else out).astype(np.float64)
+    tol = 1e-5 if dtype == "float32" else 1e-2  # float16: the inputs' own rounding and the output's
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * 4)
+    ops = [n["op"] for n in session.explain().nodes if n["op"]]
+    assert "transpose" not in ops, ops
+
+
+def test_linear_over_an_inner_axis_keeps_other_permutations():
+    """A Transpose pair that is not "axis a last, then back" stays as it is (the rewrite would change the answer)."""
+    model, x, expected = _inner_axis_linear_model((2, 4, 3, 5), 1, 4, True, "float32", perm_back=[0, 3, 2, 1])
+    session = xrt.InferenceSession(model, device="cpu", engine="native",
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error"))
+    (out,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5)
+    assert "transpose" in [n["op"] for n in session.explain().nodes], session.explain().nodes

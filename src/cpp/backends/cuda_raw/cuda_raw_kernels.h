@@ -152,7 +152,7 @@ struct RowSplit {
   std::int64_t chunk = 0;
 
   std::size_t workspace_bytes() const;  // rows * splits pairs of 8 bytes when split
-  std::string str() const;              // "1 rows x 128256 elements, 16 splits"
+  std::string str() const;              // "1 rows x 128256 elements, 63 splits"
 };
 // `workspace_limit`: bytes at most (0: no limit; fewer splits, down to none, when it is small).
 RowSplit row_split_geometry(std::int64_t rows, std::int64_t cols, std::uint64_t workspace_limit);

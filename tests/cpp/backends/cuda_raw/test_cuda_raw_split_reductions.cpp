@@ -131,10 +131,10 @@ TEST(CudaRawSplitPlans, CumSumSplitsALongAxis) {
 
 TEST(CudaRawSplitPlans, SoftmaxSplitsFewLongRows) {
   const auto axis = [](std::int64_t a) { return Attributes().set("axis", a); };
-  expect_plan(*plan_of("softmax", {1, 128256}, DType::kFloat16, axis(-1)), "1 rows x 128256 elements, 16 splits",
-              16 * 8);
+  expect_plan(*plan_of("softmax", {1, 128256}, DType::kFloat16, axis(-1)), "1 rows x 128256 elements, 63 splits",
+              63 * 8);
   expect_plan(*plan_of("log_softmax", {2, 1048583}, DType::kFloat32, axis(1)),
-              "2 rows x 1048583 elements, 129 splits", 2 * 129 * 8);
+              "2 rows x 1048583 elements, 132 splits", 2 * 132 * 8);
   expect_plan(*plan_of("softmax", {64, 32000}, DType::kFloat16, axis(-1)), "cuda_raw softmax", 0);  // cached rows
   expect_plan(*plan_of("softmax", {300, 100000}, DType::kFloat16, axis(-1)), "cuda_raw softmax", 0);  // rows enough
   expect_plan(*plan_of("softmax", {100000, 3}, DType::kFloat32, axis(0)), "cuda_raw softmax", 0);  // an inner axis
@@ -147,7 +147,7 @@ TEST(CudaRawSplitPlans, LayerNormSplitsFewLongRows) {
   const auto axis = [](std::int64_t a) { return Attributes().set("axis", a).set("epsilon", 1e-5); };
   // GroupNorm(1) of a [64, 56, 56] map at batch 1, GroupNorm(32) of [320, 64, 64] at batch 2
   expect_plan(*plan_of("layer_norm", {1, 64, 56, 56}, DType::kFloat16, axis(1)),
-              "1 rows x 200704 elements, 25 splits", 25 * 8);
+              "1 rows x 200704 elements, 98 splits", 98 * 8);
   expect_plan(*plan_of("layer_norm", {2, 32, 10, 64, 64}, DType::kFloat32, axis(2)),
               "64 rows x 40960 elements, 5 splits", 64 * 5 * 8);
   expect_plan(*plan_of("layer_norm", {128, 768}, DType::kFloat16, axis(-1)), "cuda_raw layer_norm", 0);

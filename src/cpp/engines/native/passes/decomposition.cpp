@@ -668,6 +668,101 @@ void convert_layer_norm_constants(Graph& g, const Node& n, std::size_t i, std::i
   }
 }
 
+// Note [Linears over an inner axis]
+// CaiT's talking heads mix the heads of the scores with a Linear between permutes (`proj_l(attn.permute(0, 2, 3,
+// 1)).permute(0, 3, 1, 2)`): Transpose (axis a moved last, the others in order) -> MatMul(., W [K, N]) [-> Add(b,
+// one value per output feature)] -> Transpose (the last axis back to a). Two copies of the whole tensor around a GEMM
+// of K = H. The same product, with x viewed as [outer, K, inner] (the dims before a, a, the dims after it), is
+// MatMul(W^T [N, K], x) [+ b as [N, 1]] -> [outer, N, inner], viewed back as x's shape with N at axis a: one batched
+// GEMM over x where it is (both Reshapes are views; W^T and the reshaped bias are constant nodes the plan folds).
+// The same products and sums, in a GEMM's own order of accumulation. Everything between the two Transposes must be
+// read by the next node only.
+
+// The axis a permutation `perm` moves last, keeping the others in order (not the identity), or nullopt.
+std::optional<std::int64_t> axis_moved_last(const Ints& perm) {
+  const auto rank = static_cast<std::int64_t>(perm.size());
+  if (rank < 3 || perm.back() < 0 || perm.back() >= rank - 1) return std::nullopt;
+  const std::int64_t a = perm.back();
+  for (std::int64_t k = 0, next = 0; k + 1 < rank; ++k, ++next) {
+    if (next == a) ++next;
+    if (perm[static_cast<std::size_t>(k)] != next) return std::nullopt;
+  }
+  return a;
+}
+
+// Whether `perm` moves the last axis back to `a` (the inverse of the permutation axis_moved_last accepts).
+bool moves_last_axis_to(const Ints& perm, std::int64_t a) {
+  const auto rank = static_cast<std::int64_t>(perm.size());
+  for (std::int64_t k = 0; k < rank; ++k) {
+    const std::int64_t want = k < a ? k : (k == a ? rank - 1 : k - 1);
+    if (perm[static_cast<std::size_t>(k)] != want) return false;
+  }
+  return true;
+}
+
+// A constant bias of one value per output feature (shape [N], or ones before N) that node `add` adds to `value`.
+std::optional<std::string> feature_bias(const Graph& g, const Node& add, const std::string& value, std::int64_t n) {
+  const std::string b = add.inputs.size() == 2 ? other_input(add, value) : std::string();
+  const Tensor* t = b.empty() ? nullptr : constant(g, b);
+  if (t == nullptr || t->numel() != n || t->shape().empty() || t->shape().back() != n) return std::nullopt;
+  return b;
+}
+
+void decompose_inner_axis_linear(Graph& g, const Node& t1, std::size_t i, const Uses& uses, Rewriter& rewriter) {
+  // Note [Linears over an inner axis]
+  const Ints perm = t1.attrs.get_ints("perm", {});
+  const auto x = static_shape(g, t1.inputs[0]);
+  const auto dtype = value_dtype(g, t1.inputs[0]);
+  const auto a = axis_moved_last(perm);
+  if (!x || !dtype || !is_fusable_float(*dtype) || !a || x->size() != perm.size()) return;
+  const auto mm = sole_reader(g, uses, rewriter, t1.outputs[0], "MatMul");
+  if (!mm || g.nodes[*mm].inputs.size() != 2 || g.nodes[*mm].inputs[0] != t1.outputs[0]) return;
+  const Node& matmul = g.nodes[*mm];
+  const Tensor* w = constant(g, matmul.inputs[1]);
+  const std::int64_t k = (*x)[static_cast<std::size_t>(*a)];
+  if (w == nullptr || w->shape().size() != 2 || w->shape()[0] != k || w->dtype() != *dtype) return;
+  const std::int64_t n = w->shape()[1];
+  std::vector<std::size_t> pattern = {i, *mm};
+  std::string last = matmul.outputs[0];
+  std::optional<std::string> bias;
+  if (const auto add = sole_reader(g, uses, rewriter, last, "Add")) {
+    bias = feature_bias(g, g.nodes[*add], last, n);
+    if (!bias || constant(g, *bias)->dtype() != *dtype) return;
+    pattern.push_back(*add);
+    last = g.nodes[*add].outputs[0];
+  }
+  const auto t2 = sole_reader(g, uses, rewriter, last, "Transpose");
+  if (!t2 || !moves_last_axis_to(g.nodes[*t2].attrs.get_ints("perm", {}), *a)) return;
+  pattern.push_back(*t2);
+  if (rewriter.any_taken(pattern)) return;
+  const std::int64_t outer = product_of(*x, 0, static_cast<std::size_t>(*a));
+  const std::int64_t inner = product_of(*x, static_cast<std::size_t>(*a) + 1, x->size());
+  const std::string name = t1.name + "_inner_linear";
+  std::vector<Node> nodes;
+  const std::string x3 = new_value(g, name + "_x", *dtype, {outer, k, inner});
+  nodes.push_back(reshape_node(g, name + "_x", t1.inputs[0], {outer, k, inner}, x3));
+  const std::string wt = new_value(g, name + "_wt", *dtype, {n, k});
+  Attributes swap;
+  swap.set("perm", Ints{1, 0});
+  nodes.push_back(make_node(g, "Transpose", name + "_wt", {matmul.inputs[1]}, {wt}, swap));
+  std::string y = new_value(g, name + "_y", *dtype, {outer, n, inner});
+  nodes.push_back(make_node(g, "MatMul", name, {wt, x3}, {y}));
+  if (bias) {
+    const std::string column = new_value(g, name + "_b", *dtype, {n, 1});
+    nodes.push_back(reshape_node(g, name + "_b", *bias, {n, 1}, column));
+    const std::string biased = new_value(g, name + "_yb", *dtype, {outer, n, inner});
+    nodes.push_back(make_node(g, "Add", name + "_bias", {y, column}, {biased}));
+    y = biased;
+  }
+  Ints out = *x;
+  out[static_cast<std::size_t>(*a)] = n;
+  nodes.push_back(reshape_node(g, name + "_out", y, out, g.nodes[*t2].outputs[0]));
+  rewriter.replace(pattern, std::move(nodes),
+                   "Transpose -> " + describe(matmul) + (bias ? " + bias" : "") + " -> Transpose over axis " +
+                       std::to_string(*a) + " -> one MatMul of W^T and x viewed as [" + std::to_string(outer) + ", " +
+                       std::to_string(k) + ", " + std::to_string(inner) + "] (Note [Linears over an inner axis])");
+}
+
 }  // namespace
 
 // Note [Clips between elementwise ops]
@@ -698,10 +793,13 @@ PassResult op_decomposition(Graph& g, const PassContext& ctx) {
     if (!n.domain.empty()) continue;
     for (const std::string& out : n.outputs) producers[out] = n.op_type;
   }
+  const Uses uses(g);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node n = g.nodes[i];
     if (!n.domain.empty() || rewriter.taken(i) || !has_onnx_arity(n)) continue;
-    if (n.op_type == "Split" && !n.inputs.empty()) {
+    if (n.op_type == "Transpose" && n.inputs.size() == 1 && opset >= 5) {  // Reshape's shape input: opset 5
+      decompose_inner_axis_linear(g, n, i, uses, rewriter);
+    } else if (n.op_type == "Split" && !n.inputs.empty()) {
       decompose_split(g, n, i, opset, rewriter);
     } else if ((n.op_type == "Conv" || n.op_type == "ConvTranspose") && n.inputs.size() >= 2) {
       decompose_conv_1d(g, n, i, opset, rewriter);

@@ -808,7 +808,8 @@ def _cast_inputs(inputs, dtype, device):
 def realistic_weights(module, calibration: Dict[str, "object"]) -> None:
     """Random weights that behave like trained ones: batch-norm statistics measured on random data (so each
     normalises, instead of the identity of fresh statistics that lets activations vanish), random affine
-    parameters, and layer-scale factors of O(0.1) instead of 1e-6. Keeps every model's output O(1), so that the
+    parameters, layer-scale factors of O(0.1) instead of 1e-6, and random values in weight matrices initialised
+    to zeros (a zero classifier makes every output its bias). Keeps every model's output O(1), so that the
     comparisons with PyTorch can fail."""
     import torch
     g = torch.Generator().manual_seed(2)
@@ -819,6 +820,8 @@ def realistic_weights(module, calibration: Dict[str, "object"]) -> None:
             scale_leaves = ("gamma", "lambda_1", "lambda_2", "gamma_1", "gamma_2", "skipinit_gain")
             if "layer_scale" in name or leaf in scale_leaves or ".grn." in name:
                 p.copy_(torch.rand(p.shape, generator=g) * 0.4 + 0.1)
+            elif p.dim() >= 2 and not torch.any(p):  # a zero-initialised classifier (timm's MLP-Mixer): a constant out
+                p.copy_(torch.randn(p.shape, generator=g) / float(p.shape[-1]) ** 0.5)
         for m in norms:
             if m.affine:
                 m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)

@@ -127,6 +127,35 @@ Shape logical_shape(const Refined& r) {
   return shape;
 }
 
+// Note [A Gather of one index is a view]
+// PyTorch's select (x[..., i, :]) exports as Gather(x, i, axis) with a rank-0 index: the axis taken at i and dropped,
+// which reads no element twice and none out of order, so it is a view: offset + i * stride of the axis, the other axes
+// as they were. BLOOM cuts q, k and v out of its [B, S, H, 3, D] projection so (36 copy kernels a run at 12 layers,
+// before); as a view op the cut joins the chains the fused kernels and the attention read in place (Note [Attention
+// reads packed heads in place]). A Gather of any other index stays a gather.
+std::optional<fused::InputView> gathered(const Graph& g, const Node& n, const fused::InputView& v, const Shape& out) {
+  if (n.inputs.size() != 2 || out.size() + 1 != v.shape.size()) return std::nullopt;
+  const Tensor* index = constant(g, n.inputs[1]);
+  if (index == nullptr || !index->shape().empty()) return std::nullopt;
+  const auto picked = constant_ints(g, n, 1);
+  const auto rank = static_cast<std::int64_t>(v.shape.size());
+  std::int64_t axis = n.attrs.get_int("axis", 0);
+  axis = axis < 0 ? axis + rank : axis;
+  if (!picked || picked->size() != 1 || axis < 0 || axis >= rank) return std::nullopt;
+  const auto a = static_cast<std::size_t>(axis);
+  const std::int64_t i = (*picked)[0] < 0 ? (*picked)[0] + v.shape[a] : (*picked)[0];
+  if (i < 0 || i >= v.shape[a]) return std::nullopt;
+  fused::InputView r;
+  r.offset = v.offset + i * v.strides[a];
+  for (std::size_t d = 0; d < v.shape.size(); ++d) {
+    if (d == a) continue;
+    r.shape.push_back(v.shape[d]);
+    r.strides.push_back(v.strides[d]);
+  }
+  if (r.shape != out) return std::nullopt;
+  return r;
+}
+
 // `r` through the Transpose `n` (its output `out`): each axis of the value moves with its finer axes.
 std::optional<Refined> transposed(const Node& n, const Refined& r, const Shape& out) {
   std::vector<std::int64_t> perm = n.attrs.get_ints("perm", {});
@@ -221,6 +250,7 @@ std::optional<Refined> refine(const Refined& r, const Shape& to) {
 // `v` through the view op `n` (its output `out`, static), or nullopt where it is not one this pass composes.
 std::optional<fused::InputView> through(const Graph& g, const Node& n, const fused::InputView& v, const Shape& out) {
   if (is_onnx(n, "Slice")) return sliced(g, n, v, out);
+  if (is_onnx(n, "Gather")) return gathered(g, n, v, out);
   if (is_onnx(n, "Transpose")) {
     auto t = transposed(n, refined_of(v), out);
     return t ? plain(*t) : std::nullopt;
@@ -232,9 +262,17 @@ std::optional<fused::InputView> through(const Graph& g, const Node& n, const fus
   return std::nullopt;
 }
 
-bool is_view_op(const Node& n) {
+// A Gather of one constant index (Note [A Gather of one index is a view]).
+bool is_select(const Graph& g, const Node& n) {
+  if (!is_onnx(n, "Gather") || n.inputs.size() != 2) return false;
+  const Tensor* index = constant(g, n.inputs[1]);
+  return index != nullptr && index->shape().empty() &&
+         (index->dtype() == DType::kInt64 || index->dtype() == DType::kInt32);
+}
+
+bool is_view_op(const Graph& g, const Node& n) {
   return is_onnx(n, "Slice") || is_onnx(n, "Transpose") || is_onnx(n, "Reshape") || is_onnx(n, "Flatten") ||
-         is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze");
+         is_onnx(n, "Squeeze") || is_onnx(n, "Unsqueeze") || is_select(g, n);
 }
 
 // Whether the view op `n` copies: its result, over a contiguous input, is not one block.
@@ -253,7 +291,7 @@ std::vector<std::size_t> view_ops_back(const Graph& g, const Uses& uses, const s
     auto p = uses.producer(*source);
     if (!p) break;
     const Node& n = g.nodes[*p];
-    if (!is_view_op(n) || n.inputs.empty() || n.outputs.size() != 1 || !static_shape(g, n.inputs[0]) ||
+    if (!is_view_op(g, n) || n.inputs.empty() || n.outputs.size() != 1 || !static_shape(g, n.inputs[0]) ||
         !static_shape(g, n.outputs[0])) {
       break;
     }
@@ -324,10 +362,10 @@ namespace {
 // `r` through the view op `n` (its output `out`), or nullopt where it is not one this composes.
 std::optional<Refined> through_refined(const Graph& g, const Node& n, const Refined& r, const Shape& out) {
   if (is_onnx(n, "Transpose")) return transposed(n, r, out);
-  if (is_onnx(n, "Slice")) {
+  if (is_onnx(n, "Slice") || is_onnx(n, "Gather")) {
     auto v = plain(r);
     if (!v) return std::nullopt;
-    auto s = sliced(g, n, *v, out);
+    auto s = is_onnx(n, "Slice") ? sliced(g, n, *v, out) : gathered(g, n, *v, out);
     if (!s) return std::nullopt;
     return refined_of(std::move(*s));
   }
@@ -392,7 +430,7 @@ std::vector<std::size_t> private_view_chain(const Graph& g, const Uses& uses, st
   *copying = 0;
   while (chain.size() < 16) {
     const auto p = uses.producer(value);
-    if (!p || !is_view_op(g.nodes[*p]) || !uses.only_reader(value, reader) || uses.is_graph_output(value)) break;
+    if (!p || !is_view_op(g, g.nodes[*p]) || !uses.only_reader(value, reader) || uses.is_graph_output(value)) break;
     const Node& v = g.nodes[*p];
     const auto in = static_shape(g, v.inputs[0]), out = static_shape(g, v.outputs[0]);
     if (v.outputs.size() != 1 || !in || !out) break;
@@ -454,7 +492,7 @@ int collapse_reshape_chains(Graph& g, const Uses& uses, std::vector<std::string>
   int collapsed = 0;
   for (std::size_t i = g.nodes.size(); i-- > 0;) {
     Node& n = g.nodes[i];
-    if (!is_view_op(n) || n.outputs.size() != 1 || uses.unused(n.outputs[0])) continue;
+    if (!is_view_op(g, n) || n.outputs.size() != 1 || uses.unused(n.outputs[0])) continue;
     auto chain = refined_composition(g, uses, n.outputs[0]);
     if (!chain || chain->copies < 1 || !is_block(chain->value.view) || chain->value.view.offset != 0) continue;
     const auto in = static_shape(g, chain->source), out = static_shape(g, n.outputs[0]);
@@ -481,7 +519,7 @@ int collapse_copy_chains(Graph& g, const Uses& uses, std::vector<std::string>& n
   std::map<std::size_t, std::vector<Node>> before;  // the copies into finer shapes, before their Reshapes
   for (std::size_t i = g.nodes.size(); i-- > 0;) {
     Node& n = g.nodes[i];
-    if (!is_view_op(n) || n.outputs.size() != 1 || uses.unused(n.outputs[0])) continue;
+    if (!is_view_op(g, n) || n.outputs.size() != 1 || uses.unused(n.outputs[0])) continue;
     auto chain = refined_chain(g, uses, n.outputs[0]);
     auto dtype = value_dtype(g, n.outputs[0]);
     if (!chain || chain->copies < 2 || !dtype || !is_fusable_float(*dtype)) continue;
@@ -754,7 +792,9 @@ int merge_sibling_gemms(Graph& g, std::vector<std::string>& notes) {
 // read by the Attention itself as that part (`qkv_parts`, `qkv_packing`, Note [Attention layouts] in
 // core/attention_layout.h) through a Reshape of the projection, which is a view: GPT-NeoX's v, whose head transpose and
 // slice were a copy kernel per layer. P = 1 is a plain [B, S, H, D] tensor (`bshd`). The node's other packed inputs
-// fix the packing; a view that fits neither stays as it is.
+// fix the packing; a view that fits neither stays as it is. An input already read as [B, S, H, D] (`bshd`: its head
+// transpose folded into the attention) is looked at as its [B, H, S, D] view the same way (BLOOM's q, k and v: a
+// Gather of one index out of [B, S, H, 3, D], Note [A Gather of one index is a view]).
 std::optional<std::pair<std::string, fused::InputView>> source_view(const Graph& g, const Uses& uses,
                                                                     const std::string& value) {
   if (auto chain = view_chain(g, uses, value)) return std::make_pair(chain->source, chain->view);
@@ -816,13 +856,17 @@ int attention_reads_packed_heads(Graph& g, std::vector<std::string>& notes) {
     }
     std::string note;
     for (std::size_t t = 0; t < 3; ++t) {
-      if (parts[t] >= 0 || bshd[t] != 0) continue;
+      if (parts[t] >= 0) continue;
       auto source = source_view(g, uses, n.inputs[t]);
       const auto stored = source ? static_shape(g, source->first) : std::nullopt;
-      if (!stored) continue;
+      if (!stored || source->second.shape.size() != 4) continue;
       std::int64_t total = 1;
       for (std::int64_t d : *stored) total *= d;
-      const fused::InputView& v = source->second;
+      fused::InputView v = source->second;
+      if (bshd[t] != 0) {  // a [B, S, H, D] input (its head transpose folded): its view as [B, H, S, D]
+        std::swap(v.shape[1], v.shape[2]);
+        std::swap(v.strides[1], v.strides[2]);
+      }
       auto part = packed_part_of(v, total, packing);
       if (!part) continue;
       Shape shape = {v.shape[0], v.shape[2], v.shape[1], v.shape[3]};  // [B, S, H, D], P = 1
@@ -830,6 +874,7 @@ int attention_reads_packed_heads(Graph& g, std::vector<std::string>& notes) {
         shape.insert(shape.begin() + (part->packing == "heads_parts" ? 3 : 2), part->parts);
         parts[t] = part->part;
         packing = part->packing;
+        bshd[t] = 0;  // a packed input's flag is 0 (Note [Attention layouts])
       } else {
         bshd[t] = 1;
       }

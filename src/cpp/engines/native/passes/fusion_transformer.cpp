@@ -1249,7 +1249,9 @@ std::string one_additive_input(Graph& g, const std::vector<std::string>& terms,
 // q, k and v are such views (Reshapes of static [B, H, S, d] values merging the first two dims), the attention reads
 // the 4-D values, a 3-D term [B * H, Sq, Sk] is viewed as [B, H, Sq, Sk] and the output [B, H, Sq, dv] is viewed back
 // as the 3-D MatMul's. The disentangled position terms (c2p + p2c, [B * H, S, S]) and the mask become the bias. The
-// layers mask with the same condition, and one Where term serves them all (MaskTerms).
+// layers mask with the same condition, and one Where term serves them all (MaskTerms). BLOOM's scores take the same
+// views with an Add instead of the Where: alibi.baddbmm(q, k^T) adds the ALiBi term [B * H, 1, Sk] to the 3-D scores,
+// and the causal mask [B, 1, Sq, Sk] is added to their 4-D view (term_after_heads_view): both become the bias.
 
 // The masked fill between the scores `value` (read by node `reader`) and the softmax.
 struct MaskedFill {
@@ -1296,6 +1298,26 @@ std::optional<HeadsView> heads_view(const Graph& g, const Matcher& m, const std:
   const auto out = static_shape(g, value);
   if (!in || !out || !merges_batch_and_heads(*out, *in)) return std::nullopt;
   return HeadsView{*ri, (*out)[0], (*out)[1], *in};
+}
+
+// A term added to the [B, H, Sq, Sk] view of 3-D scores, before the softmax: BLOOM's causal mask, added after its
+// ALiBi scores (alibi.baddbmm(q, k^T): 3-D, the ALiBi term [B * H, 1, Sk] added there) are viewed as 4-D. The Add
+// writing `value` (read by `reader`) whose other operand is that view: the Add, its term, and the view's value.
+struct ViewTerm {
+  std::size_t add = 0;
+  std::string term;
+  std::string viewed;
+};
+
+std::optional<ViewTerm> term_after_heads_view(const Graph& g, const Matcher& m, const std::string& value,
+                                              std::size_t reader) {
+  auto ai = m.sole_producer(value, reader, "Add");
+  if (!ai || m.node(*ai).inputs.size() != 2 || m.node(*ai).inputs[0] == m.node(*ai).inputs[1]) return std::nullopt;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const std::string& side = m.node(*ai).inputs[k];
+    if (heads_view(g, m, side, *ai)) return ViewTerm{*ai, m.node(*ai).inputs[1 - k], side};
+  }
+  return std::nullopt;
 }
 
 // The [B, H, S, d] value the 3-D `x` ([B * H, S, d]) is a Reshape of, for the view's B and H.
@@ -1583,12 +1605,15 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::string start = m.node(start_reader).inputs[0];
     const auto fill = masked_fill(g, m, start, start_reader);
     if (fill) std::tie(start, start_reader) = std::make_pair(fill->scores, fill->where);
+    const auto view_term = fill ? std::nullopt : term_after_heads_view(g, m, start, start_reader);
+    if (view_term) std::tie(start, start_reader) = std::make_pair(view_term->viewed, view_term->add);
     const auto view = heads_view(g, m, start, start_reader);
     if (view) std::tie(start, start_reader) = std::make_pair(m.node(view->reshape).inputs[0], view->reshape);
     auto additive = additive_terms(g, uses, m, start, start_reader);
     if (!additive || ((fill || view) && additive->window)) continue;
     std::vector<std::size_t> nodes = {si};
     if (fill) nodes.push_back(fill->where);
+    if (view_term) nodes.push_back(view_term->add);
     if (view) nodes.push_back(view->reshape);
     if (casts->up) nodes.push_back(*casts->up);
     nodes.insert(nodes.end(), casts->after.begin(), casts->after.end());
@@ -1723,6 +1748,9 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
       }
     }
     if (term_shapes.size() != additive->terms.size()) continue;
+    const auto view_term_shape =
+        view_term ? term_shape(g, view_term->term, dtype, scores_shape, false) : std::nullopt;
+    if (view_term && !view_term_shape) continue;
     const auto fill_shape = fill ? masked_fill_shape(g, *fill, scores_shape) : std::nullopt;
     if (fill && !fill_shape) continue;
     if (additive->window) {  // the window form's static [B * nW, H, Sq, Sk] is the scores' shape
@@ -1766,6 +1794,10 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     for (std::size_t t = 0; t < terms.size(); ++t) {
       if (merged.rank > 4) terms[t] = merged_term(g, terms[t], new_nodes);  // checked by term_shape
       if (split_terms[t]) terms[t] = heads_term(g, terms[t], term_shapes[t], dtype, new_nodes);
+    }
+    if (view_term) {
+      terms.push_back(view_term->term);
+      term_shapes.push_back(*view_term_shape);
     }
     if (fill) {
       terms.push_back(masked_fill_term(g, *fill, dtype, qk_node.name, new_nodes, mask_terms));

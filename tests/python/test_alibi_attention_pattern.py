@@ -83,3 +83,5 @@ def test_bloom_attention_is_one_attention_reading_the_projection(device, b, s, h
     assert ops.count("attention") == 1, ops
     for copy_op in ("gather", "transpose", "softmax", "matmul"):
         assert copy_op not in ops, ops  # the selects, head transposes and the unfused chain are gone
+    if beta == 1.0:
+        assert "mul" not in ops, ops  # alibi * 1 removed (identity_elimination)

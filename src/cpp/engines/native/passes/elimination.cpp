@@ -105,6 +105,17 @@ bool is_noop(const Graph& g, const Uses& uses, const Node& n) {
     auto out = reshape_result(*input, target, n.attrs.get_int("allowzero", 0) != 0);
     return out && *out == *input;
   }
+  // x * 1 and x / 1 by a one-element constant that broadcasts to nothing more than x (BLOOM's baddbmm with beta=1
+  // writes Mul(alibi, 1)): exact for every value, NaN and infinities included.
+  if ((n.op_type == "Mul" || n.op_type == "Div") && n.inputs.size() == 2 && n.outputs.size() == 1) {
+    const Tensor* c = constant(g, n.inputs[1]);
+    const auto x = value_type(g, n.inputs[0]);
+    if (c == nullptr || c->numel() != 1 || !x || !x->has_shape || c->shape().size() > x->shape.size() ||
+        c->dtype() != x->dtype) {
+      return false;
+    }
+    return to_doubles(*c)[0] == 1.0;
+  }
   return false;
 }
 

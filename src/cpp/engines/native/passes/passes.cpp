@@ -23,7 +23,7 @@ const std::vector<PassInfo>& all_passes() {
        "IsInf/IsNaN of a widening float Cast read the narrower value (Note [Reductions of predicates])",
        predicate_reduction},
       {"identity_elimination", "removes Identity, inference Dropout, Cast to the same type, Reshape to the same shape, "
-                               "Pad by zeros, Expand before a broadcasting op",
+                               "Mul/Div by 1, Pad by zeros, Expand before a broadcasting op",
        identity_elimination},
       {"dead_node_elimination", "removes nodes whose outputs nobody reads, and unused constants",
        dead_node_elimination},

@@ -803,3 +803,29 @@ def test_attention_of_rank_five_fuses_only_a_softmax_over_the_keys(axis, opset):
     np.testing.assert_allclose(session.run(None, {"q": q, "k": k, "v": v})[0], p @ v, rtol=1e-4, atol=1e-5)
     fused = collections.Counter(n["op_type"] for n in session.explain().nodes)["xpuruntime:Attention"]
     assert fused == (1 if axis % 5 == 4 else 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape,axis,index", [((2, 5, 3, 4), 2, 1), ((2, 5, 3, 4), -2, -1), ((3, 6, 7), 0, 2),
+                                              ((4, 2, 3, 2, 5), 3, 0)])
+def test_a_gather_of_one_index_is_read_as_a_view(device, shape, axis, index):
+    """Note [A Gather of one index is a view]: PyTorch's select (x[..., i, :]), a Gather of a rank-0 constant index,
+    feeding an elementwise op reads x in place (no gather node in the plan); against NumPy."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(len(shape) * 10 + axis)
+    x = rng.standard_normal(shape).astype(np.float32)
+    out_shape = [d for k, d in enumerate(shape) if k != axis % len(shape)]
+    nodes = [helper.make_node("Gather", ["x", "i"], ["picked"], axis=axis),
+             helper.make_node("Relu", ["picked"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "select", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              initializer=[numpy_helper.from_array(np.array(index, np.int64), "i")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = xrt.InferenceSession(model.SerializeToString(), device=device, engine="native",
+                                   exec_policy=xrt.ExecutionPolicy(fallback="error"))
+    (out,) = session.run(None, {"x": x})
+    got = np.asarray(out.cpu().numpy() if hasattr(out, "cpu") else out)
+    np.testing.assert_array_equal(got, -np.maximum(np.take(x, index, axis=axis), 0))
+    assert "gather" not in [n["op"] for n in session.explain().nodes], session.explain().nodes

@@ -676,7 +676,11 @@ void convert_layer_norm_constants(Graph& g, const Node& n, std::size_t i, std::i
 // MatMul(W^T [N, K], x) [+ b as [N, 1]] -> [outer, N, inner], viewed back as x's shape with N at axis a: one batched
 // GEMM over x where it is (both Reshapes are views; W^T and the reshaped bias are constant nodes the plan folds).
 // The same products and sums, in a GEMM's own order of accumulation. Everything between the two Transposes must be
-// read by the next node only.
+// read by the next node only, and the dims after a must hold at least kInnerLinearMinColumns elements.
+
+// The batched GEMM's columns (the elements after axis a) below which the rewrite is not made: a batch of GEMMs that
+// thin is slower than the two transposes and one GEMM over all the rows.
+constexpr std::int64_t kInnerLinearMinColumns = 32;
 
 // The axis a permutation `perm` moves last, keeping the others in order (not the identity), or nullopt.
 std::optional<std::int64_t> axis_moved_last(const Ints& perm) {
@@ -737,6 +741,7 @@ void decompose_inner_axis_linear(Graph& g, const Node& t1, std::size_t i, const 
   if (rewriter.any_taken(pattern)) return;
   const std::int64_t outer = product_of(*x, 0, static_cast<std::size_t>(*a));
   const std::int64_t inner = product_of(*x, static_cast<std::size_t>(*a) + 1, x->size());
+  if (inner < kInnerLinearMinColumns) return;  // many thin GEMMs: the transposes and one GEMM are cheaper
   const std::string name = t1.name + "_inner_linear";
   std::vector<Node> nodes;
   const std::string x3 = new_value(g, name + "_x", *dtype, {outer, k, inner});

@@ -570,3 +570,31 @@ def test_idle_executors_give_their_memory_back_when_a_run_is_out_of_memory():
     finally:
         rt.set_memory_limit(0, "cpu")
     np.testing.assert_allclose(session.run({"x": a})[previous], reference(a), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op,one,kept", [("Mul", np.float32(1.0), False), ("Div", np.float32(1.0), False),
+                                         ("Mul", np.ones((1, 1), np.float32), False),
+                                         ("Mul", np.float32(1.5), True),             # not 1
+                                         ("Mul", np.ones((2, 1, 1), np.float32), True)])  # broadcasts x up a rank
+def test_mul_and_div_by_one_go(op, one, kept):
+    """identity_elimination: x * 1 and x / 1 by a one-element constant that does not grow x are removed, also when
+    the result is a graph output (its producer is renamed); a factor that is not 1 or that broadcasts x stays."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = np.array([[1.5, -0.0, np.inf], [np.nan, -2.25, 3.0]], np.float32)
+    out_shape = list(np.broadcast_shapes(x.shape, np.shape(one)))
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["x"], ["n"]),
+             helper.make_node("Add", ["r", "n"], ["a"]), helper.make_node(op, ["a", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "by_one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              [numpy_helper.from_array(np.asarray(one, np.float32), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    session = xrt.InferenceSession(model.SerializeToString(), device="cpu", engine="native",
+                                   disabled_passes=["elementwise_fusion"])
+    (y,) = session.run(None, {"x": x})
+    with np.errstate(invalid="ignore"):  # inf + -inf: NaN, as the graph gives
+        a = np.maximum(x, 0) + -x
+    want = a * one if op == "Mul" else a / one
+    np.testing.assert_array_equal(np.asarray(y), want)
+    ops = [n["op"] for n in session.explain().nodes if n["op"]]
+    assert (op.lower() in ops) == kept, ops

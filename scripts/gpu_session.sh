@@ -28,6 +28,9 @@
 #   ROOFLINE  case names for benchmarks/kernel_roofline_bench.py (comma-separated)
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
 #             op types whose kernel decisions to print)
+#   TINY_EXPORT  architectures (comma-separated) whose tiny exports (both exporters and dtypes, the committed test
+#             data) are made in parallel while xpuruntime builds, one process each, and merged into $OUT/tiny; bring
+#             them in with `scripts/model_suite.py merge <files_at>/tiny` (they need torch, which only the device has)
 #   INT4      arguments of benchmarks/bench_int4_gemm.py (issue 41's int4 table), e.g. "--m 1 4 --grids --shapes 8192x8192"
 #   NCU       KERNEL_REGEX:COMMAND - Nsight Compute on the first launch of a kernel matching the regex in `python3
 #             COMMAND` (speed of light, memory, occupancy, warp states, scheduler): e.g.
@@ -76,12 +79,28 @@ if [ -n "${PREPARE:-}${SUITE:-}" ]; then
     $([ -n "${SUITE:-}" ] && echo --resume "$rows_file") > "$OUT/prepare.log" 2>&1 &
   prepare_pid=$!
 fi
+tiny_pid=
+if [ -n "${TINY_EXPORT:-}" ]; then  # one process an architecture, each into its own folder, merged after
+  mkdir -p "$OUT/tiny_parts"
+  # shellcheck disable=SC2016 # $0 is expanded by the sh -c of each architecture: $OUT
+  echo "${TINY_EXPORT//,/ }" | tr ' ' '\n' | timeout "$(left)" xargs -P 6 -I{} sh -c \
+    'python3 scripts/model_suite.py export --tiny --out "$0/tiny_parts/{}" --only {} > "$0/tiny_parts/{}.log" 2>&1' \
+    "$OUT" &
+  tiny_pid=$!
+fi
 XPURT_GPU_TARGETS="${TARGETS:-_core}" OUT="$OUT" scripts/gpu_check.sh --build-only 2>&1 | tail -3
 stamp "build done"
 if [ -n "$prepare_pid" ]; then
   wait "$prepare_pid"
   tail -3 "$OUT/prepare.log"
   stamp "prepare done"
+fi
+if [ -n "$tiny_pid" ]; then
+  wait "$tiny_pid"
+  python3 scripts/model_suite.py merge "$OUT"/tiny_parts/*/ --into "$OUT/tiny" | tail -1
+  grep -h "FAILED" "$OUT"/tiny_parts/*.log | cut -c1-200
+  rm -rf "$OUT/tiny_parts"
+  stamp "tiny exports done"
 fi
 export PYTHONPATH=$PWD/src/python
 if [ -n "${PYTESTS:-}" ]; then

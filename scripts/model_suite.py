@@ -857,7 +857,7 @@ def _max_err(a, b):
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
 
 
-def _export_one(built: Built, exporter: str, dtype: str, path: pathlib.Path, device: str) -> None:
+def _export_one(built: Built, exporter: str, dtype: str, path: pathlib.Path, device: str, tiny: bool = False) -> None:
     import torch
     import copy
     tdtype = torch.float32 if dtype == "float32" else torch.float16
@@ -880,8 +880,14 @@ def _export_one(built: Built, exporter: str, dtype: str, path: pathlib.Path, dev
                           external_data=False)
     import onnx
     model = onnx.load(str(path))
-    if model.ir_version > 10:  # ONNX Runtime 1.29 and Debian's onnx read IR <= 10 models of these opsets
+    changed = model.ir_version > 10
+    if changed:  # ONNX Runtime 1.29 and Debian's onnx read IR <= 10 models of these opsets
         model.ir_version = 10
+    if tiny:  # the committed files: without the dynamo exporter's per-node stack traces (60% of a tiny file)
+        for node in model.graph.node:
+            changed = changed or len(node.metadata_props) > 0
+            del node.metadata_props[:]
+    if changed:
         onnx.save(model, str(path))
 
 
@@ -931,7 +937,7 @@ def export(out: pathlib.Path, tiny: bool, names: Optional[List[str]], exporters,
                 path = out / f"{arch.name}.{exporter}.{dtype}.onnx"
                 t0 = time.time()
                 try:
-                    _export_one(built, exporter, dtype, path, device)
+                    _export_one(built, exporter, dtype, path, device, tiny)
                     entry["exports"][f"{exporter}.{dtype}"] = path.name
                     print(f"{arch.name:18s} {exporter:11s} {dtype:8s} ok  {path.stat().st_size / 1024:8.1f} KiB "
                           f"{time.time() - t0:5.1f} s", flush=True)
@@ -1057,6 +1063,32 @@ def run_suite(directory: pathlib.Path, device: str, engine: str, names: Optional
     return results
 
 
+def merge(sources: List[pathlib.Path], into: pathlib.Path) -> List[str]:
+    """Copies each source folder's exports and test data into `into` and adds their manifest entries to its
+    manifest.json (an architecture's entry replaced whole): exports made by one process per architecture
+    (scripts/gpu_session.sh's TINY_EXPORT) each write their own manifest. Returns the architectures merged."""
+    import shutil
+    into.mkdir(parents=True, exist_ok=True)
+    target = into / "manifest.json"
+    manifest = json.loads(target.read_text()) if target.exists() else {"models": {}}
+    merged = []
+    for source in sources:
+        theirs = json.loads((source / "manifest.json").read_text())
+        for key in ("torch", "tiny", "test_batch", "test_seq"):
+            if key in theirs and manifest.get(key, theirs[key]) != theirs[key]:
+                raise ValueError(f"{source}: manifest field {key!r} is {theirs[key]!r}, {target} has {manifest[key]!r}")
+            manifest.setdefault(key, theirs.get(key))
+        for name, entry in theirs["models"].items():
+            files = [f"{name}.npz"] + list(entry.get("exports", {}).values())
+            for f in files:
+                if (source / f).exists():
+                    shutil.copyfile(source / f, into / f)
+            manifest["models"][name] = entry
+            merged.append(name)
+    target.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return merged
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
@@ -1076,8 +1108,16 @@ def main(argv=None) -> int:
     rn.add_argument("--exporters", default=",".join(EXPORTERS))
     rn.add_argument("--dtypes", default=",".join(DTYPES))
     rn.add_argument("-v", "--verbose", action="store_true", help="whole error messages")
+    mg = sub.add_parser("merge", help="copy exports made in separate folders (one process each) into one folder, "
+                                      "their manifests' entries merged into its manifest.json")
+    mg.add_argument("sources", nargs="+", type=pathlib.Path)
+    mg.add_argument("--into", type=pathlib.Path, default=TINY_DIR)
     sub.add_parser("list", help="list the architectures")
     args = ap.parse_args(argv)
+    if args.cmd == "merge":
+        merged = merge(args.sources, args.into)
+        print(f"merge: {len(merged)} architecture(s) into {args.into / 'manifest.json'}: {', '.join(merged)}")
+        return 0
     if args.cmd == "list":
         for a in ARCHS:
             print(f"{a.name:18s} {a.family:20s} {a.library}")

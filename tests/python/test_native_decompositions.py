@@ -268,15 +268,16 @@ def test_3d_conv_and_conv_transpose_from_pytorch(tmp_path, device):
     assert kernels == ({"cpu"} if device == "cpu" else {"cudnn"}), kernels
 
 
-def _inner_axis_linear_model(shape, axis, out_features, bias, dtype, perm_back=None):
-    """Transpose (axis moved last) -> MatMul(W) [-> Add(b)] -> Transpose (back): CaiT's talking heads."""
+def _inner_axis_linear_model(shape, axis, out_features, bias, dtype, perm_back=None, bias_rank=1):
+    """Transpose (axis moved last) -> MatMul(W) [-> Add(b)] -> Transpose (back): CaiT's talking heads. `bias_rank`:
+    b's rank (ones before N); past x's rank it makes the sum one rank more, which the second Transpose permutes."""
     rank = len(shape)
     perm = [d for d in range(rank) if d != axis] + [axis]
     back = perm_back or [d for d in range(axis)] + [rank - 1] + [d for d in range(axis, rank - 1)]
     rng = np.random.default_rng(rank + axis + out_features)
     np_dtype, onnx_dtype = (np.float16, TensorProto.FLOAT16) if dtype == "float16" else (np.float32, TensorProto.FLOAT)
     w = rng.uniform(-1, 1, (shape[axis], out_features)).astype(np_dtype)
-    b = rng.uniform(-1, 1, (out_features,)).astype(np_dtype)
+    b = rng.uniform(-1, 1, (1,) * (bias_rank - 1) + (out_features,)).astype(np_dtype)
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
              helper.make_node("MatMul", ["t", "w"], ["m"])]
     last = "m"
@@ -286,7 +287,7 @@ def _inner_axis_linear_model(shape, axis, out_features, bias, dtype, perm_back=N
         inits.append(numpy_helper.from_array(b, "b"))
         last = "mb"
     nodes.append(helper.make_node("Transpose", [last], ["y"], perm=back))
-    moved = [shape[d] for d in perm[:-1]] + [out_features]
+    moved = [1] * max(0, bias_rank - rank) + [shape[d] for d in perm[:-1]] + [out_features]
     out_shape = [moved[p] for p in back]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx_dtype, list(shape))],
                               [helper.make_tensor_value_info("y", onnx_dtype, out_shape)], initializer=inits)
@@ -295,6 +296,8 @@ def _inner_axis_linear_model(shape, axis, out_features, bias, dtype, perm_back=N
     x = rng.standard_normal(shape).astype(np_dtype)
     expected = np.transpose(x.astype(np.float64).transpose(perm) @ w.astype(np.float64) +
                             (b.astype(np.float64) if bias else 0.0), back)
+    if bias_rank > rank and perm_back is None:
+        raise ValueError("a bias of higher rank needs its own perm_back")
     return model.SerializeToString(), x, expected
 
 
@@ -318,12 +321,15 @@ def test_linear_over_an_inner_axis(device, shape, axis, out_features, bias, dtyp
     assert "transpose" not in ops, ops
 
 
-@pytest.mark.parametrize("shape,axis,perm_back", [((2, 4, 3, 11), 1, [0, 3, 2, 1]),  # not the way back
-                                                  ((64, 4, 3, 5), 1, None)])          # 15 columns: thin GEMMs
-def test_linear_over_an_inner_axis_keeps_other_forms(shape, axis, perm_back):
+@pytest.mark.parametrize("shape,axis,perm_back,bias_rank", [((2, 4, 3, 11), 1, [0, 3, 2, 1], 1),  # not back
+                                                            ((64, 4, 3, 5), 1, None, 1),  # 15 columns: thin GEMMs
+                                                            # a bias of rank 5 makes the sum [1, 2, 3, 11, 4]
+                                                            ((2, 4, 3, 11), 1, [0, 4, 1, 2, 3], 5)])
+def test_linear_over_an_inner_axis_keeps_other_forms(shape, axis, perm_back, bias_rank):
     """A Transpose pair that is not "axis a last, then back" stays (the rewrite would change the answer), and so does
     one with fewer than 32 elements after the axis (a batch of GEMMs that thin is the slower form)."""
-    model, x, expected = _inner_axis_linear_model(shape, axis, 4, True, "float32", perm_back=perm_back)
+    model, x, expected = _inner_axis_linear_model(shape, axis, 4, True, "float32", perm_back=perm_back,
+                                                  bias_rank=bias_rank)
     session = xrt.InferenceSession(model, device="cpu", engine="native",
                                    exec_policy=xrt.ExecutionPolicy(fallback="error"))
     (out,) = session.run(None, {"x": x})

@@ -704,11 +704,15 @@ bool moves_last_axis_to(const Ints& perm, std::int64_t a) {
   return true;
 }
 
-// A constant bias of one value per output feature (shape [N], or ones before N) that node `add` adds to `value`.
-std::optional<std::string> feature_bias(const Graph& g, const Node& add, const std::string& value, std::int64_t n) {
+// A constant bias of one value per output feature (shape [N], or ones before N, of at most `rank` dims: it does not
+// grow the sum's rank) that node `add` adds to `value`.
+std::optional<std::string> feature_bias(const Graph& g, const Node& add, const std::string& value, std::int64_t n,
+                                        std::size_t rank) {
   const std::string b = add.inputs.size() == 2 ? other_input(add, value) : std::string();
   const Tensor* t = b.empty() ? nullptr : constant(g, b);
-  if (t == nullptr || t->numel() != n || t->shape().empty() || t->shape().back() != n) return std::nullopt;
+  if (t == nullptr || t->numel() != n || t->shape().empty() || t->shape().back() != n || t->shape().size() > rank) {
+    return std::nullopt;
+  }
   return b;
 }
 
@@ -730,7 +734,7 @@ void decompose_inner_axis_linear(Graph& g, const Node& t1, std::size_t i, const 
   std::string last = matmul.outputs[0];
   std::optional<std::string> bias;
   if (const auto add = sole_reader(g, uses, rewriter, last, "Add")) {
-    bias = feature_bias(g, g.nodes[*add], last, n);
+    bias = feature_bias(g, g.nodes[*add], last, n, x->size());
     if (!bias || constant(g, *bias)->dtype() != *dtype) return;
     pattern.push_back(*add);
     last = g.nodes[*add].outputs[0];

@@ -1582,6 +1582,46 @@ TEST(LinearEpilogueFusion, LayerScaleGoesIntoTheWeightsAndTheResidualIntoTheGemm
   EXPECT_EQ(count(tiny_scale, "Mul"), 1);
 }
 
+// MobileBERT's NoNorm after its GEMMs (x * s + t, per-feature constants): s into the weights, t into the bias, the
+// residual Add after them into the GEMM; a Linear without a bias takes t as its bias; a constant that varies along
+// another axis stays an Add.
+TEST(LinearEpilogueFusion, PerFeatureShiftGoesIntoTheBias) {
+  auto linear = [](const std::string& weight, const std::vector<std::string>& extra, const std::string& out) {
+    std::vector<std::string> inputs = {"x", weight};
+    inputs.insert(inputs.end(), extra.begin(), extra.end());
+    Node n = node("Linear", inputs, {out}, Attributes().set("weight_layout", std::string("kn")));
+    n.domain = kXpurtDomain;
+    return n;
+  };
+  Builder b;
+  b.input("x", {2, 3, 6}).input("r", {2, 3, 8});
+  b.constant("w", random({6, 8}, 80)).constant("bias", random({8}, 81)).constant("s", random({8}, 82, 0.5f, 1.5f));
+  b.constant("t", random({1, 8}, 83)).constant("w2", random({6, 8}, 84)).constant("t2", random({8}, 85));
+  b.constant("w3", random({6, 8}, 86)).constant("t3", random({3, 8}, 87));
+  b.add(linear("w", {"bias"}, "h")).typed("h", {2, 3, 8});
+  b.add(node("Mul", {"h", "s"}, {"hs"})).typed("hs", {2, 3, 8});
+  b.add(node("Add", {"t", "hs"}, {"ht"})).typed("ht", {2, 3, 8});
+  b.add(node("Add", {"ht", "r"}, {"y"})).typed("y", {2, 3, 8});
+  b.add(linear("w2", {}, "h2")).typed("h2", {2, 3, 8});
+  b.add(node("Add", {"h2", "t2"}, {"y2"})).typed("y2", {2, 3, 8});
+  b.add(linear("w3", {}, "h3")).typed("h3", {2, 3, 8});
+  b.add(node("Add", {"h3", "t3"}, {"y3"})).typed("y3", {2, 3, 8});
+  Graph g = b.build({"y", "y2", "y3"});
+  int rewrites = 0;
+  const Feeds feeds = {{"x", random({2, 3, 6}, 88)}, {"r", random({2, 3, 8}, 89)}};
+  Graph out = run_pass(g, passes::linear_epilogue_fusion, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 2);
+  EXPECT_EQ(count(out, "Mul"), 0);
+  EXPECT_EQ(count(out, "Add"), 1);  // y3's: t3 varies along the rows
+  for (const Node& n : out.nodes) {
+    if (n.outputs[0] == "y") {
+      ASSERT_EQ(n.inputs.size(), 4u);
+      EXPECT_EQ(n.inputs[3], "r");
+    }
+    if (n.outputs[0] == "y2") EXPECT_EQ(n.inputs.size(), 3u);  // t2 is its bias now
+  }
+}
+
 // The scaled float16 weights are float_to_half(half_to_float(w) * gamma) for every element, in both weight layouts
 // and at sizes that are not multiples of the 8 halves the F16C path converts at once; a scale that would overflow
 // float16 leaves the Mul.

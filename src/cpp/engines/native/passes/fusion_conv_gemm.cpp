@@ -590,7 +590,9 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
 // bias by gamma at build time (gamma (x W + b) = x (W gamma) + b gamma) and hands the Add to the GEMM as its residual
 // (Note [Residual in the GEMM]). The scaled weights are rounded once to the weights' dtype; a float16 gamma outside
 // [2^-8, 2^8] or a scaled weight that would overflow keeps the Mul (ConvNeXt's untrained 1e-6 would push weights into
-// float16's subnormals).
+// float16's subnormals). A per-feature constant added after the Linear (or after its layer scale: MobileBERT's NoNorm,
+// x * s + t, after every bottleneck and feed-forward GEMM) joins the bias, b s + t computed once in double and rounded
+// once; the residual Add may still follow.
 PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
   PassResult result{"linear_epilogue_fusion", 0, {}};
   Rewriter rw(g);
@@ -639,6 +641,25 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
         pattern.push_back(*mi);
         parts.push_back(describe(mul) + " (layer scale)");
         out = mul.outputs[0];
+      }
+    }
+    // A per-feature constant added next (MobileBERT's NoNorm, x * s + t, after its GEMMs): into the bias.
+    if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
+      const Node& add = g.nodes[*ai];
+      const Tensor* c = constant(g, other_input(add, out));
+      const Tensor* current = bias.empty() ? nullptr : constant(g, bias);
+      auto add_type = value_type(g, add.outputs[0]);
+      auto shift = c ? per_channel_values(*c, n_features, 0, static_cast<std::int64_t>(out_type->shape.size()))
+                     : std::nullopt;
+      if (shift && add_type && same_shape(*add_type, *out_type) && add_type->dtype == dtype &&
+          (bias.empty() || (current != nullptr && current->numel() == n_features))) {
+        std::vector<double> values = current != nullptr ? to_doubles(*current) : std::vector<double>(n_features, 0.0);
+        for (std::size_t n = 0; n < values.size(); ++n) values[n] += (*shift)[n];
+        bias = add_constant(g, linear.name + "_bias_shifted",
+                            from_doubles({n_features}, current != nullptr ? current->dtype() : dtype, values));
+        pattern.push_back(*ai);
+        parts.push_back(describe(add) + " (per-feature constant, into the bias)");
+        out = add.outputs[0];
       }
     }
     const std::string residual = take_residual_add(g, uses, rw, dtype, out, pattern, parts);

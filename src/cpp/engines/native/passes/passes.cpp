@@ -93,8 +93,8 @@ const std::vector<PassInfo>& all_passes() {
        "by a prologue kernel at every GPU launch",
        quantized_constant_folding},
       {"linear_epilogue_fusion",
-       "Linear + Mul(per-feature constant: layer scale) [+ Add(residual)] -> the Linear with its weights and bias "
-       "scaled at build time and the residual as its C operand",
+       "Linear [+ Mul(per-feature constant: layer scale)] [+ Add(per-feature constant)] [+ Add(residual)] -> the "
+       "Linear with its weights and bias scaled and shifted at build time and the residual as its C operand",
        linear_epilogue_fusion},
       {"elementwise_fusion",
        "chains of elementwise ops of one shape and float dtype (intermediates read by nobody else) -> "

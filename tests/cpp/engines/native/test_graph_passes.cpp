@@ -1618,7 +1618,9 @@ TEST(LinearEpilogueFusion, PerFeatureShiftGoesIntoTheBias) {
       ASSERT_EQ(n.inputs.size(), 4u);
       EXPECT_EQ(n.inputs[3], "r");
     }
-    if (n.outputs[0] == "y2") EXPECT_EQ(n.inputs.size(), 3u);  // t2 is its bias now
+    if (n.outputs[0] == "y2") {
+      EXPECT_EQ(n.inputs.size(), 3u);  // t2 is its bias now
+    }
   }
 }
 

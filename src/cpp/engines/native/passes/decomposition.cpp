@@ -674,9 +674,10 @@ void convert_layer_norm_constants(Graph& g, const Node& n, std::size_t i, std::i
 // one value per output feature)] -> Transpose (the last axis back to a). Two copies of the whole tensor around a GEMM
 // of K = H. The same product, with x viewed as [outer, K, inner] (the dims before a, a, the dims after it), is
 // MatMul(W^T [N, K], x) [+ b as [N, 1]] -> [outer, N, inner], viewed back as x's shape with N at axis a: one batched
-// GEMM over x where it is (both Reshapes are views; W^T and the reshaped bias are constant nodes the plan folds).
-// The same products and sums, in a GEMM's own order of accumulation. Everything between the two Transposes must be
-// read by the next node only, and the dims after a must hold at least kInnerLinearMinColumns elements.
+// GEMM over x where it is (both Reshapes are views; W^T is a constant node the plan folds, the bias a [N, 1]
+// constant). The same products and sums, in a GEMM's own order of accumulation. Everything between the two
+// Transposes must be read by the next node only, and the dims after a must hold at least kInnerLinearMinColumns
+// elements.
 
 // The batched GEMM's columns (the elements after axis a) below which the rewrite is not made: a batch of GEMMs that
 // thin is slower than the two transposes and one GEMM over all the rows.
@@ -704,18 +705,6 @@ bool moves_last_axis_to(const Ints& perm, std::int64_t a) {
   return true;
 }
 
-// A constant bias of one value per output feature (shape [N], or ones before N, of at most `rank` dims: it does not
-// grow the sum's rank) that node `add` adds to `value`.
-std::optional<std::string> feature_bias(const Graph& g, const Node& add, const std::string& value, std::int64_t n,
-                                        std::size_t rank) {
-  const std::string b = add.inputs.size() == 2 ? other_input(add, value) : std::string();
-  const Tensor* t = b.empty() ? nullptr : constant(g, b);
-  if (t == nullptr || t->numel() != n || t->shape().empty() || t->shape().back() != n || t->shape().size() > rank) {
-    return std::nullopt;
-  }
-  return b;
-}
-
 void decompose_inner_axis_linear(Graph& g, const Node& t1, std::size_t i, const Uses& uses, Rewriter& rewriter) {
   // Note [Linears over an inner axis]
   const Ints perm = t1.attrs.get_ints("perm", {});
@@ -732,12 +721,15 @@ void decompose_inner_axis_linear(Graph& g, const Node& t1, std::size_t i, const 
   const std::int64_t n = w->shape()[1];
   std::vector<std::size_t> pattern = {i, *mm};
   std::string last = matmul.outputs[0];
-  std::optional<std::string> bias;
+  std::optional<std::vector<double>> bias;  // one constant value per output feature, added after the MatMul
   if (const auto add = sole_reader(g, uses, rewriter, last, "Add")) {
-    bias = feature_bias(g, g.nodes[*add], last, n, x->size());
-    if (!bias || constant(g, *bias)->dtype() != *dtype) return;
+    const Node& plus = g.nodes[*add];
+    const Tensor* c = plus.inputs.size() == 2 ? constant(g, other_input(plus, last)) : nullptr;
+    if (c == nullptr || c->numel() != n || c->dtype() != *dtype) return;
+    bias = per_channel_values(*c, n, 0, static_cast<std::int64_t>(x->size()));  // not past x's rank
+    if (!bias) return;
     pattern.push_back(*add);
-    last = g.nodes[*add].outputs[0];
+    last = plus.outputs[0];
   }
   const auto t2 = sole_reader(g, uses, rewriter, last, "Transpose");
   if (!t2 || !moves_last_axis_to(g.nodes[*t2].attrs.get_ints("perm", {}), *a)) return;
@@ -757,8 +749,7 @@ void decompose_inner_axis_linear(Graph& g, const Node& t1, std::size_t i, const 
   std::string y = new_value(g, name + "_y", *dtype, {outer, n, inner});
   nodes.push_back(make_node(g, "MatMul", name, {wt, x3}, {y}));
   if (bias) {
-    const std::string column = new_value(g, name + "_b", *dtype, {n, 1});
-    nodes.push_back(reshape_node(g, name + "_b", *bias, {n, 1}, column));
+    const std::string column = add_constant(g, name + "_b", from_doubles({n, 1}, *dtype, *bias));
     const std::string biased = new_value(g, name + "_yb", *dtype, {outer, n, inner});
     nodes.push_back(make_node(g, "Add", name + "_bias", {y, column}, {biased}));
     y = biased;

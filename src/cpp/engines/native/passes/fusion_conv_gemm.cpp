@@ -51,25 +51,6 @@ std::string take_residual_add(const Graph& g, const Uses& uses, const Rewriter& 
   return residual;
 }
 
-// The values of a constant that adds one value per channel/feature: `count` values along the axis at
-// `axis_from_end` (0 = last) of an output of rank `out_rank` (unknown: -1), or one value for all. Nullopt when
-// the constant is not of that form (or would broadcast the output to a bigger shape).
-std::optional<std::vector<double>> per_channel_values(const Tensor& c, std::int64_t count, std::size_t axis_from_end,
-                                                      std::int64_t out_rank) {
-  const auto& shape = c.shape();
-  if (out_rank >= 0 ? c.dim() > out_rank : c.dim() > static_cast<int>(axis_from_end) + 1) return std::nullopt;
-  std::vector<double> values = to_doubles(c);
-  if (values.size() == 1) return std::vector<double>(static_cast<std::size_t>(count), values[0]);
-  if (static_cast<std::int64_t>(values.size()) != count) return std::nullopt;
-  // Every dim is 1 except the channel axis.
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    const std::size_t from_end = shape.size() - 1 - i;
-    if (from_end != axis_from_end && shape[i] != 1) return std::nullopt;
-  }
-  if (shape.size() <= axis_from_end) return std::nullopt;
-  return values;
-}
-
 // The 2-D weight `w` ([N, K], or [K, N] when `kn`) with each output feature's elements times gamma[feature],
 // rounded once to w's dtype; nullopt when a scaled element's magnitude would exceed `limit` or w is not of a float
 // type. 16- and 32-bit weights are scaled in float (float64 ones in double), float16 ones eight at a time where the

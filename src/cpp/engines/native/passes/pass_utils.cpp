@@ -431,4 +431,20 @@ void insert_before(Graph& g, std::map<std::size_t, std::vector<Node>> before, co
   g.nodes = std::move(nodes);
 }
 
+std::optional<std::vector<double>> per_channel_values(const Tensor& c, std::int64_t count, std::size_t axis_from_end,
+                                                      std::int64_t out_rank) {
+  const auto& shape = c.shape();
+  if (out_rank >= 0 ? c.dim() > out_rank : c.dim() > static_cast<int>(axis_from_end) + 1) return std::nullopt;
+  std::vector<double> values = to_doubles(c);
+  if (values.size() == 1) return std::vector<double>(static_cast<std::size_t>(count), values[0]);
+  if (static_cast<std::int64_t>(values.size()) != count) return std::nullopt;
+  // Every dim is 1 except the channel axis.
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    const std::size_t from_end = shape.size() - 1 - i;
+    if (from_end != axis_from_end && shape[i] != 1) return std::nullopt;
+  }
+  if (shape.size() <= axis_from_end) return std::nullopt;
+  return values;
+}
+
 }  // namespace xpuruntime::passes::internal

@@ -84,6 +84,11 @@ struct SliceRange {
   std::int64_t axis = 0, start = 0, end = 0;
 };
 std::optional<SliceRange> single_axis_slice(const Graph& g, const Node& n, std::int64_t rank);
+// The values of a constant that adds one value per channel/feature: `count` values along the axis at
+// `axis_from_end` (0 = last) of an output of rank `out_rank` (unknown: -1), or one value for all. Nullopt when
+// the constant is not of that form (or would broadcast the output to a bigger shape).
+std::optional<std::vector<double>> per_channel_values(const Tensor& c, std::int64_t count, std::size_t axis_from_end,
+                                                      std::int64_t out_rank);
 // The constant axes of a Reduce*/Squeeze/Unsqueeze node: its input 1 from opset `input_since` of its domain on, its
 // `axes` attribute before that; nullopt when absent (the op's every-axis default) or not constant.
 std::optional<std::vector<std::int64_t>> constant_axes(const Graph& g, const Node& n, std::int64_t input_since);

@@ -133,10 +133,16 @@ Shape logical_shape(const Refined& r) {
 // as they were. BLOOM cuts q, k and v out of its [B, S, H, 3, D] projection so (36 copy kernels a run at 12 layers,
 // before); as a view op the cut joins the chains the fused kernels and the attention read in place (Note [Attention
 // reads packed heads in place]). A Gather of any other index stays a gather.
-std::optional<fused::InputView> gathered(const Graph& g, const Node& n, const fused::InputView& v, const Shape& out) {
-  if (n.inputs.size() != 2 || out.size() + 1 != v.shape.size()) return std::nullopt;
+// A Gather of one constant index (Note [A Gather of one index is a view]).
+bool is_select(const Graph& g, const Node& n) {
+  if (!is_onnx(n, "Gather") || n.inputs.size() != 2) return false;
   const Tensor* index = constant(g, n.inputs[1]);
-  if (index == nullptr || !index->shape().empty()) return std::nullopt;
+  return index != nullptr && index->shape().empty() &&
+         (index->dtype() == DType::kInt64 || index->dtype() == DType::kInt32);
+}
+
+std::optional<fused::InputView> gathered(const Graph& g, const Node& n, const fused::InputView& v, const Shape& out) {
+  if (!is_select(g, n) || out.size() + 1 != v.shape.size()) return std::nullopt;
   const auto picked = constant_ints(g, n, 1);
   const auto rank = static_cast<std::int64_t>(v.shape.size());
   std::int64_t axis = n.attrs.get_int("axis", 0);
@@ -260,14 +266,6 @@ std::optional<fused::InputView> through(const Graph& g, const Node& n, const fus
     return r ? plain(*r) : std::nullopt;
   }
   return std::nullopt;
-}
-
-// A Gather of one constant index (Note [A Gather of one index is a view]).
-bool is_select(const Graph& g, const Node& n) {
-  if (!is_onnx(n, "Gather") || n.inputs.size() != 2) return false;
-  const Tensor* index = constant(g, n.inputs[1]);
-  return index != nullptr && index->shape().empty() &&
-         (index->dtype() == DType::kInt64 || index->dtype() == DType::kInt32);
 }
 
 bool is_view_op(const Graph& g, const Node& n) {

@@ -1302,11 +1302,11 @@ std::optional<HeadsView> heads_view(const Graph& g, const Matcher& m, const std:
 
 // A term added to the [B, H, Sq, Sk] view of 3-D scores, before the softmax: BLOOM's causal mask, added after its
 // ALiBi scores (alibi.baddbmm(q, k^T): 3-D, the ALiBi term [B * H, 1, Sk] added there) are viewed as 4-D. The Add
-// writing `value` (read by `reader`) whose other operand is that view: the Add, its term, and the view's value.
+// writing `value` (read by `reader`) whose other operand is that view: the Add, its term, and the view.
 struct ViewTerm {
   std::size_t add = 0;
   std::string term;
-  std::string viewed;
+  HeadsView view;
 };
 
 std::optional<ViewTerm> term_after_heads_view(const Graph& g, const Matcher& m, const std::string& value,
@@ -1315,7 +1315,7 @@ std::optional<ViewTerm> term_after_heads_view(const Graph& g, const Matcher& m, 
   if (!ai || m.node(*ai).inputs.size() != 2 || m.node(*ai).inputs[0] == m.node(*ai).inputs[1]) return std::nullopt;
   for (std::size_t k = 0; k < 2; ++k) {
     const std::string& side = m.node(*ai).inputs[k];
-    if (heads_view(g, m, side, *ai)) return ViewTerm{*ai, m.node(*ai).inputs[1 - k], side};
+    if (auto view = heads_view(g, m, side, *ai)) return ViewTerm{*ai, m.node(*ai).inputs[1 - k], *view};
   }
   return std::nullopt;
 }
@@ -1606,8 +1606,7 @@ PassResult attention_fusion(Graph& g, const PassContext& /*ctx*/) {
     const auto fill = masked_fill(g, m, start, start_reader);
     if (fill) std::tie(start, start_reader) = std::make_pair(fill->scores, fill->where);
     const auto view_term = fill ? std::nullopt : term_after_heads_view(g, m, start, start_reader);
-    if (view_term) std::tie(start, start_reader) = std::make_pair(view_term->viewed, view_term->add);
-    const auto view = heads_view(g, m, start, start_reader);
+    const auto view = view_term ? std::optional<HeadsView>(view_term->view) : heads_view(g, m, start, start_reader);
     if (view) std::tie(start, start_reader) = std::make_pair(m.node(view->reshape).inputs[0], view->reshape);
     auto additive = additive_terms(g, uses, m, start, start_reader);
     if (!additive || ((fill || view) && additive->window)) continue;

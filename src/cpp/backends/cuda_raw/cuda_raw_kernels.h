@@ -272,14 +272,15 @@ void is_nan_or_inf(const void* x, void* y, DType dtype, std::int64_t n, bool nan
 // ---- scan.cu ----
 
 // How cum_sum runs [outer, axis_size, inner] (Note [Split scans] in scan.cu): lines = outer * inner, each split into
-// `splits` chunks of `chunk` elements (three passes when more than one). Chosen from the shape and the workspace limit
-// alone.
+// `splits` chunks of `chunk` elements (three passes when more than one), or a block per line when the lines are few
+// and short (`block`). Chosen from the shape and the workspace limit alone.
 struct ScanGeometry {
   std::int64_t lines = 0;
   std::int64_t axis_size = 0;
   std::int64_t inner = 1;
   std::int64_t splits = 1;
   std::int64_t chunk = 0;
+  bool block = false;
 
   std::size_t workspace_bytes() const;  // lines * splits sums of 8 bytes when split
   std::string str() const;              // "1 lines x 1000003 elements, 7813 splits"

@@ -141,8 +141,8 @@ void register_reductions(KernelRegistry& registry) {
 void register_scan(KernelRegistry& registry) {
   registry.add_kernel(std::make_unique<SplitKernel>(
       "cum_sum",
-      "inclusive/exclusive, forward/reverse scan: a thread per line, or per chunk of one in three passes when the "
-      "lines are few (deterministic)",
+      "inclusive/exclusive, forward/reverse scan: a thread per line, a block per line when the lines are few and "
+      "short, or a thread per chunk of one in three passes when they are few and long (deterministic)",
       [](const OpDescriptor& desc) {
         const DType t = desc.inputs[0].dtype;
         if (t == DType::kFloat64 || is_kernel_float(t) || data_ops::is_arithmetic_int_dtype(t)) return Support::yes();

@@ -9,6 +9,9 @@
 //  2. a block per line turns its chunk sums into exclusive offsets in scan order (reverse: from the last chunk): each
 //     thread sums a run of chunks in order, thread 0 scans the runs' sums, each thread writes its run's offsets;
 //  3. a thread per (line, chunk) scans its chunk again from its offset, writing the outputs.
+// Lines that are few and short (a [1, 128] position cumsum) split no further, and one thread walking the axis waits on
+// one load after another (8.9 us for 128 int64s): they take a block per line instead (`block`), which scans tiles of
+// kBlockScanThreads elements with warp shuffles and carries each tile's total into the next, no workspace needed.
 // The chunks follow from the shape and the workspace limit alone, so the bits are the same every run. Integers wrap
 // and give the one-thread result exactly; floats (fp32 accumulation, double for float64) add in a different
 // association than one walk along the axis, so their rounding differs from the cpu kernel's by a few units.
@@ -74,6 +77,9 @@ constexpr std::int64_t kScanTargetThreads = 65536;
 constexpr std::int64_t kScanMinChunk = 128;
 constexpr int kScanOffsetThreads = 256;  // threads of a block of the second pass
 constexpr std::uint64_t kScanPartialBytes = 8;
+constexpr int kBlockScanThreads = 256;        // threads of a block that scans one line
+constexpr std::int64_t kBlockScanMinAxis = 32;  // shorter axes: the walk of a thread is as quick
+constexpr unsigned kFullMask = 0xffffffffu;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -150,6 +156,52 @@ __global__ void __launch_bounds__(kScanOffsetThreads) cum_sum_offsets_kernel(Acc
   }
 }
 
+
+// A block per line (Note [Split scans], `block`): each tile of kBlockScanThreads scan positions is scanned by warp
+// shuffles, then across the tile's warps, then offset by the totals of the tiles before it. A fixed association, so
+// the bits do not depend on the launch.
+template <typename T>
+__global__ void __launch_bounds__(kBlockScanThreads) cum_sum_block_kernel(const T* x, T* y, ScanGeometry g,
+                                                                          bool exclusive, bool reverse) {
+  using Acc = typename Accumulator<T>::type;
+  constexpr int kWarps = kBlockScanThreads / 32;
+  __shared__ Acc warp_sums[kWarps];
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  for (std::int64_t line = blockIdx.x; line < g.lines; line += gridDim.x) {
+    const std::int64_t base = line_base(line, g);
+    Acc carry = Acc(0);
+    for (std::int64_t tile = 0; tile < g.axis_size; tile += kBlockScanThreads) {
+      const std::int64_t k = tile + threadIdx.x;
+      const std::int64_t at = base + (reverse ? g.axis_size - 1 - k : k) * g.inner;
+      const Acc v = k < g.axis_size ? load_acc(x[at]) : Acc(0);
+      Acc inclusive = v;
+      for (int d = 1; d < 32; d <<= 1) {
+        const Acc n = __shfl_up_sync(kFullMask, inclusive, d);
+        if (lane >= d) inclusive += n;
+      }
+      const Acc before = __shfl_up_sync(kFullMask, inclusive, 1);
+      if (lane == 31) warp_sums[warp] = inclusive;
+      __syncthreads();
+      if (warp == 0) {
+        Acc w = lane < kWarps ? warp_sums[lane] : Acc(0);
+        for (int d = 1; d < kWarps; d <<= 1) {
+          const Acc n = __shfl_up_sync(kFullMask, w, d);
+          if (lane >= d) w += n;
+        }
+        if (lane < kWarps) warp_sums[lane] = w;
+      }
+      __syncthreads();
+      const Acc offset = warp > 0 ? carry + warp_sums[warp - 1] : carry;
+      if (k < g.axis_size) {
+        y[at] = store_acc<T>(exclusive ? (lane > 0 ? offset + before : offset) : offset + inclusive);
+      }
+      carry += warp_sums[kWarps - 1];
+      __syncthreads();  // warp_sums is read before the next tile writes it
+    }
+  }
+}
+
 }  // namespace
 
 std::size_t ScanGeometry::workspace_bytes() const {
@@ -157,6 +209,7 @@ std::size_t ScanGeometry::workspace_bytes() const {
 }
 
 std::string ScanGeometry::str() const {
+  if (block) return ::xpuruntime::detail::str_cat(lines, " lines x ", axis_size, " elements, a block per line");
   return ::xpuruntime::detail::str_cat(lines, " lines x ", axis_size, " elements, ", splits,
                                        splits == 1 ? " split" : " splits");
 }
@@ -177,6 +230,7 @@ ScanGeometry cum_sum_geometry(std::int64_t outer, std::int64_t axis_size, std::i
   }
   g.chunk = ceil_div(std::max<std::int64_t>(axis_size, 1), g.splits);
   g.splits = std::max<std::int64_t>(1, ceil_div(axis_size, g.chunk));  // no empty chunk
+  g.block = g.splits == 1 && g.lines > 0 && g.lines < kScanTargetThreads && axis_size >= kBlockScanMinAxis;
   return g;
 }
 
@@ -193,6 +247,11 @@ void cum_sum(const void* x, void* y, DType dtype, const ScanGeometry& g, bool ex
     auto* sums = static_cast<Acc*>(workspace);
     const auto* xs = static_cast<const T*>(x);
     auto* ys = static_cast<T*>(y);
+    if (g.block) {
+      cum_sum_block_kernel<T><<<grid_for(g.lines, 1), kBlockScanThreads, 0, s>>>(xs, ys, g, exclusive, reverse);
+      XPURT_CUDA_RAW_LAUNCH_CHECK();
+      return;
+    }
     if (g.splits > 1) {
       cum_sum_kernel<T, false><<<grid, kThreads, 0, s>>>(xs, ys, sums, g, exclusive, reverse);
       XPURT_CUDA_RAW_LAUNCH_CHECK();

@@ -126,7 +126,14 @@ TEST(CudaRawSplitPlans, CumSumSplitsALongAxis) {
   expect_plan(*plan_of("cum_sum", {100000, 1000}, DType::kFloat16, axis(0)),
               "1000 lines x 100000 elements, 66 splits", 1000 * 66 * 8);
   expect_plan(*plan_of("cum_sum", {65536, 300}, DType::kFloat32, axis(1)), "65536 lines x 300 elements, 1 split", 0);
-  expect_plan(*plan_of("cum_sum", {255}, DType::kInt32, axis(0)), "1 split", 0);
+  // Few short lines: a block per line, no workspace (a [1, 128] position cumsum); too short an axis stays a walk.
+  expect_plan(*plan_of("cum_sum", {255}, DType::kInt32, axis(0)), "1 lines x 255 elements, a block per line", 0);
+  expect_plan(*plan_of("cum_sum", {1, 128}, DType::kInt64, axis(1)), "1 lines x 128 elements, a block per line", 0);
+  expect_plan(*plan_of("cum_sum", {3, 20}, DType::kInt64, axis(1)), "3 lines x 20 elements, 1 split", 0);
+  ExecutionPolicy limited;
+  limited.workspace_limit = 8;  // no room for split sums: a block per line walks the long axis in tiles
+  expect_plan(*plan_of("cum_sum", {4, 100000}, DType::kInt64, axis(1), limited),
+              "4 lines x 100000 elements, a block per line", 0);
 }
 
 TEST(CudaRawSplitPlans, SoftmaxSplitsFewLongRows) {
@@ -513,7 +520,9 @@ TEST(CudaRawSplitGpu, CumSumMatchesTheCpuKernel) {
     std::int64_t axis;
   };
   const std::vector<Case> cases = {{{10000019}, 0}, {{1000003}, 0},  {{3, 100003}, 1}, {{100003, 3}, 0},
-                                   {{7, 257}, 1},   {{2, 4099, 5}, 1}, {{255}, 0},     {{1}, 0}};
+                                   {{7, 257}, 1},   {{2, 4099, 5}, 1}, {{255}, 0},     {{1}, 0},
+                                   {{1, 128}, 1},   {{33}, 0},         {{2, 255, 3}, 1}, {{1000, 77}, 1},
+                                   {{3, 31}, 1}};
   for (const DType dtype : {DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
     for (const auto& c : cases) {
       const bool sixteen = dtype == DType::kFloat16;

@@ -29,8 +29,10 @@
 #   BREAK     model:batch,... for benchmarks/suite_kernel_breakdown.py (TOP kernels per side, default 30; EXPLAIN
 #             op types whose kernel decisions to print)
 #   TINY_EXPORT  architectures (comma-separated) whose tiny exports (both exporters and dtypes, the committed test
-#             data) are made in parallel while xpuruntime builds, one process each, and merged into $OUT/tiny; bring
-#             them in with `scripts/model_suite.py merge <files_at>/tiny` (they need torch, which only the device has)
+#             data) are made in parallel while xpuruntime builds, one process each, merged and packed into
+#             $OUT/tiny.tgz (the device tool brings back a few dozen files at most); bring them in with `tar xzf
+#             <files_at>/tiny.tgz -C /tmp && scripts/model_suite.py merge /tmp/tiny` (they need torch, which only the
+#             device has)
 #   INT4      arguments of benchmarks/bench_int4_gemm.py (issue 41's int4 table), e.g. "--m 1 4 --grids --shapes 8192x8192"
 #   NCU       KERNEL_REGEX:COMMAND - Nsight Compute on the first launch of a kernel matching the regex in `python3
 #             COMMAND` (speed of light, memory, occupancy, warp states, scheduler): e.g.
@@ -99,7 +101,7 @@ if [ -n "$tiny_pid" ]; then
   wait "$tiny_pid"
   python3 scripts/model_suite.py merge "$OUT"/tiny_parts/*/ --into "$OUT/tiny" | tail -1
   grep -h "FAILED" "$OUT"/tiny_parts/*.log | cut -c1-200
-  rm -rf "$OUT/tiny_parts"
+  tar czf "$OUT/tiny.tgz" -C "$OUT" tiny && rm -rf "$OUT/tiny_parts" "$OUT/tiny"
   stamp "tiny exports done"
 fi
 export PYTHONPATH=$PWD/src/python

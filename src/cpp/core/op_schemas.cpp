@@ -498,7 +498,12 @@ std::vector<TensorDesc> infer_conv_transpose2d(const OpDescriptor& desc) {
 // pads: (d, h, w begins, then d, h, w ends).
 std::vector<TensorDesc> infer_conv3d_like(const OpDescriptor& desc, bool transpose) {
   const std::string op = desc.op;
-  check_float_inputs(desc, {"x", "weight", "bias?"});
+  if (transpose) {
+    check_float_inputs(desc, {"x", "weight", "bias?"});
+  } else {  // Note [3-D convolutions fused]: conv3d takes conv_fusion's residual and ReLU
+    check_float_inputs(desc, {"x", "weight", "bias?", "residual?"});
+    check_activation(desc, {"none", "relu"});
+  }
   check_rank(desc.inputs[0], 5, op, "x", "[N, C, D, H, W]");
   check_rank(desc.inputs[1], 5, op, "weight", transpose ? "[C, O/groups, kd, kh, kw]" : "[O, C/groups, kd, kh, kw]");
   const Shape& x = desc.inputs[0].shape;
@@ -542,6 +547,10 @@ std::vector<TensorDesc> infer_conv3d_like(const OpDescriptor& desc, bool transpo
   if (desc.inputs[2].present) {
     XPURT_CHECK(desc.inputs[2].shape == Shape{o}, "op '", op, "': bias must have shape [", o, "], got ",
                 shape_str(desc.inputs[2].shape));
+  }
+  if (!transpose && desc.inputs[3].present) {
+    XPURT_CHECK(desc.inputs[3].shape == out, "op '", op, "': residual must have the output shape ", shape_str(out),
+                ", got ", shape_str(desc.inputs[3].shape));
   }
   return {output_like(desc.inputs[0], out)};
 }
@@ -846,9 +855,9 @@ void register_ops(KernelRegistry& registry) {
       "ONNX ConvTranspose in 2-D: x[N,C,H,W], weight [C, O/groups, kh, kw]; strides, pads (t,l,b,r), dilations, "
       "groups, output_padding (h,w)",
       infer_conv_transpose2d);
-  add("conv3d", "conv", {"x", "weight", "bias?"},
-      "ONNX Conv in 3-D: x[N,C,D,H,W], weight [O, C/groups, kd, kh, kw]; strides (3), pads (d,h,w begins, then "
-      "ends), dilations (3), groups",
+  add("conv3d", "conv", {"x", "weight", "bias?", "residual?"},
+      "act(conv(x, w) + bias + residual) in 3-D: x[N,C,D,H,W], weight [O, C/groups, kd, kh, kw]; strides (3), pads "
+      "(d,h,w begins, then ends), dilations (3), groups, activation=none|relu",
       [](const OpDescriptor& d) { return infer_conv3d_like(d, false); });
   add("conv_transpose3d", "conv", {"x", "weight", "bias?"},
       "ONNX ConvTranspose in 3-D: x[N,C,D,H,W], weight [C, O/groups, kd, kh, kw]; strides, pads, dilations, groups, "

@@ -362,6 +362,31 @@ void run_conv_transpose2d(const KernelLaunch& launch) {
 }
 
 // 3-D Conv (or ConvTranspose when `transpose`): the reference library's, which takes any number of spatial axes.
+// conv3d's epilogue (Note [3-D convolutions fused] in fusion_conv_gemm.cpp): y = act(y + residual) after the
+// reference convolution, through the reference library's Add and Relu.
+void run_conv3d_epilogue(const KernelLaunch& launch) {
+  const bool residual = launch.num_inputs > 3 && launch.input(3).defined();
+  const bool relu = launch.desc->attrs.get_string("activation", "none") == "relu";
+  if (!residual && !relu) return;
+  Tensor& y = launch.output(0);
+  Tensor value = y;
+  Node node;
+  node.name = "conv3d_epilogue";
+  node.outputs = {"y"};
+  if (residual) {
+    node.op_type = "Add";
+    node.inputs = {"y", "residual"};
+    value = onnx_ref::run_node(node, kOpset, {value, launch.input(3)})[0];
+  }
+  if (relu) {
+    node.op_type = "Relu";
+    node.inputs = {"y"};
+    value = onnx_ref::run_node(node, kOpset, {value})[0];
+  }
+  const Tensor result = value.contiguous();
+  if (y.nbytes() > 0) std::memcpy(y.data_ptr(), result.data_ptr(), static_cast<std::size_t>(y.nbytes()));
+}
+
 void run_conv3d(const KernelLaunch& launch, bool transpose) {
   const Attributes& a = launch.desc->attrs;
   Attributes attrs;
@@ -370,7 +395,10 @@ void run_conv3d(const KernelLaunch& launch, bool transpose) {
       .set("dilations", a.get_ints("dilations", {1, 1, 1}))
       .set("group", a.get_int("groups", 1));
   if (transpose) attrs.set("output_padding", a.get_ints("output_padding", {0, 0, 0}));
-  run_reference(launch, transpose ? "ConvTranspose" : "Conv", attrs, launch_inputs(launch));
+  std::vector<Tensor> inputs = launch_inputs(launch);
+  if (inputs.size() > 3) inputs.resize(3);  // x, w, bias: the residual is the epilogue's
+  run_reference(launch, transpose ? "ConvTranspose" : "Conv", attrs, inputs);
+  if (!transpose) run_conv3d_epilogue(launch);
 }
 
 void run_trilu(const KernelLaunch& launch) {

@@ -1,9 +1,13 @@
 // conv3d and conv_transpose3d ("cudnn"): ONNX Conv and ConvTranspose over three spatial axes through cuDNN's N-d
 // descriptors (NCDHW). conv3d is cudnnConvolutionForward; conv_transpose3d is the data gradient of the convolution it
 // transposes (Note [ConvTranspose as backward data] in cudnn_conv_transpose.cpp). cuDNN's N-d convolution descriptor
-// takes one pad per axis, so both take symmetric pads only (begin == end, what PyTorch's exports write); the bias is
-// added after (cudnnAddTensor). The algorithm comes from cuDNN's heuristic, the first one whose workspace fits the
-// policy's limit.
+// takes one pad per axis, so both take symmetric pads only (begin == end, what PyTorch's exports write). conv3d's bias,
+// residual and ReLU (Note [3-D convolutions fused] in fusion_conv_gemm.cpp) run in the convolution's epilogue through
+// cudnnConvolutionBiasActivationForward, by conv2d's rules (Note [cuDNN fused conv epilogue] in cudnn_conv.cpp): with
+// a ReLU any algorithm, without one IMPLICIT_PRECOMP_GEMM only; otherwise (and for conv_transpose3d) they are added
+// after (cudnnAddTensor, cudnnActivationForward). The algorithm comes from cuDNN's heuristic, the first one whose
+// workspace fits the policy's limit (for a fused plan without ReLU, the first IMPLICIT_PRECOMP_GEMM that fits, when
+// there is one).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -23,6 +27,8 @@ struct Shape3d {
   Ints pads, strides, dilations;  // 3 each (pads: the begins, equal to the ends)
   std::int64_t groups = 1;
   bool bias = false;
+  bool residual = false;  // conv3d's input 3
+  bool relu = false;      // conv3d's activation
   bool transpose = false;
 };
 
@@ -39,6 +45,8 @@ Shape3d shape_of(const OpDescriptor& desc) {
   s.dilations = desc.attrs.get_ints("dilations", {1, 1, 1});
   s.groups = desc.attrs.get_int("groups", 1);
   s.bias = desc.inputs.size() > 2 && desc.inputs[2].present;
+  s.residual = !s.transpose && desc.inputs.size() > 3 && desc.inputs[3].present;
+  s.relu = !s.transpose && desc.attrs.get_string("activation", "none") == "relu";
   return s;
 }
 
@@ -93,19 +101,28 @@ class Conv3dPlan final : public KernelPlan {
       int returned = 0;
       XPURT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d_->x.get(), d_->w.get(), d_->conv.get(),
                                                                d_->y.get(), max_count, &returned, perfs.data()));
-      for (int k = 0; k < returned && !found_; ++k) {
-        const auto& p = perfs[static_cast<std::size_t>(k)];
-        std::size_t bytes = 0;
-        if (p.status != CUDNN_STATUS_SUCCESS ||
-            cudnnGetConvolutionForwardWorkspaceSize(handle, d_->x.get(), d_->w.get(), d_->conv.get(), d_->y.get(),
-                                                    p.algo, &bytes) != CUDNN_STATUS_SUCCESS ||
-            bytes > limit) {
-          continue;
+      // Without a ReLU the fused epilogue needs IMPLICIT_PRECOMP_GEMM: that one first, then the ranking unfused.
+      const bool want_precomp = s.bias && !s.relu;
+      for (int pass = want_precomp ? 0 : 1; pass < 2 && !found_; ++pass) {
+        for (int k = 0; k < returned && !found_; ++k) {
+          const auto& p = perfs[static_cast<std::size_t>(k)];
+          if (pass == 0 && p.algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) continue;
+          std::size_t bytes = 0;
+          if (p.status != CUDNN_STATUS_SUCCESS ||
+              cudnnGetConvolutionForwardWorkspaceSize(handle, d_->x.get(), d_->w.get(), d_->conv.get(), d_->y.get(),
+                                                      p.algo, &bytes) != CUDNN_STATUS_SUCCESS ||
+              bytes > limit) {
+            continue;
+          }
+          forward_ = p.algo;
+          workspace_ = bytes;
+          found_ = true;
         }
-        forward_ = p.algo;
-        workspace_ = bytes;
-        found_ = true;
       }
+      fused_ = s.bias && (s.relu || forward_ == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
+      XPURT_CUDNN_CHECK(cudnnSetActivationDescriptor(activation_.get(),
+                                                     s.relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                                     CUDNN_PROPAGATE_NAN, 0.0));
     } else {
       XPURT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max_count));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<std::size_t>(std::max(max_count, 1)));
@@ -141,6 +158,15 @@ class Conv3dPlan final : public KernelPlan {
     cudnnHandle_t handle = cudnn::thread_handle(device_, stream);
     void* out = launch.output(0).data_ptr();
     void* scratch = workspace_ > 0 ? launch.workspace : nullptr;
+    const void* residual = s_.residual ? launch.input(3).data_ptr() : nullptr;
+    if (fused_) {  // act(conv + bias + residual): z = residual, or y itself with alpha2 = 0 (not read)
+      const float alpha2 = residual != nullptr ? 1.0f : 0.0f;
+      XPURT_CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
+          handle, &cudnn::kOne, d_->x.get(), launch.input(0).data_ptr(), d_->w.get(), launch.input(1).data_ptr(),
+          d_->conv.get(), forward_, scratch, workspace_, &alpha2, d_->out.get(), residual != nullptr ? residual : out,
+          d_->bias.get(), launch.input(2).data_ptr(), activation_.get(), d_->out.get(), out));
+      return;
+    }
     if (!s_.transpose) {
       XPURT_CUDNN_CHECK(cudnnConvolutionForward(handle, &cudnn::kOne, d_->x.get(), launch.input(0).data_ptr(),
                                                 d_->w.get(), launch.input(1).data_ptr(), d_->conv.get(), forward_,
@@ -154,13 +180,20 @@ class Conv3dPlan final : public KernelPlan {
       XPURT_CUDNN_CHECK(cudnnAddTensor(handle, &cudnn::kOne, d_->bias.get(), launch.input(2).data_ptr(), &cudnn::kOne,
                                        d_->out.get(), out));
     }
+    if (residual != nullptr) {
+      XPURT_CUDNN_CHECK(cudnnAddTensor(handle, &cudnn::kOne, d_->out.get(), residual, &cudnn::kOne, d_->out.get(), out));
+    }
+    if (s_.relu) {
+      XPURT_CUDNN_CHECK(cudnnActivationForward(handle, activation_.get(), &cudnn::kOne, d_->out.get(), out,
+                                               &cudnn::kZero, d_->out.get(), out));
+    }
   }
 
   std::string describe() const override {
     return detail::str_cat("cudnn ", s_.transpose ? "backward-data" : "forward", " algo ",
                            s_.transpose ? static_cast<int>(backward_) : static_cast<int>(forward_), " (3-D, kernel ",
                            cudnn::format_ints({s_.w[2], s_.w[3], s_.w[4]}), ", groups ", s_.groups, "), workspace ",
-                           cudnn::format_bytes(workspace_));
+                           cudnn::format_bytes(workspace_), epilogue());
   }
 
  private:
@@ -171,6 +204,18 @@ class Conv3dPlan final : public KernelPlan {
   cudnnConvolutionBwdDataAlgo_t backward_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
   std::size_t workspace_ = 0;
   bool found_ = false;
+  bool fused_ = false;  // cudnnConvolutionBiasActivationForward
+  cudnn::ActivationDescriptor activation_;
+
+  // ", fused epilogue: bias + residual + ReLU" / ", then bias, ReLU" ("" with nothing after the convolution).
+  std::string epilogue() const {
+    std::string parts;
+    for (const auto& [on, name] : {std::pair{s_.bias, "bias"}, {s_.residual, "residual"}, {s_.relu, "ReLU"}}) {
+      if (on) parts += (parts.empty() ? "" : fused_ ? " + " : ", ") + std::string(name);
+    }
+    if (parts.empty()) return {};
+    return (fused_ ? ", fused epilogue: " : ", then ") + parts;
+  }
 };
 
 class CudnnConv3dKernel final : public Kernel {

@@ -128,6 +128,7 @@ std::vector<Tensor> run_fused_in_library(const Node& n, const std::vector<Tensor
 std::vector<Tensor> run_fused(const Node& n, const std::vector<Tensor>& in) {
   auto input = [&](std::size_t i) { return i < in.size() ? in[i] : Tensor(); };
   Attributes a;
+  if (n.op_type == "FusedConv" && in.size() > 1 && in[1].dim() == 5) return run_fused_in_library(n, in);  // conv3d
   if (n.op_type == "FusedConv") {
     a.set("strides", n.attrs.get_ints("strides", {1, 1}))
         .set("pads", n.attrs.get_ints("pads", {0, 0, 0, 0}))
@@ -910,6 +911,71 @@ TEST(ConvFusion, FusesBiasResidualAndRelu) {
   EXPECT_EQ(out.initializers.count("cb"), 0u);
   const Feeds feeds = {{"x", random({1, 4, 6, 6}, 19)}, {"z", random({1, 4, 3, 3}, 20)}};
   expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true));
+}
+
+// Note [3-D convolutions fused]: a 3-D Conv with a bias takes the per-channel Add, the residual and the ReLU (a
+// FusedConv over a 5-D weight, SAME pads resolved on three axes); one without a bias stays a Conv, and an activation
+// other than ReLU stays a node after the FusedConv. The answers are the graph's.
+TEST(ConvFusion, ThreeDimensionalConvolutionsTakeBiasResidualAndRelu) {
+  const Shape x_shape = {2, 4, 5, 6, 7}, y_shape = {2, 6, 3, 6, 4};
+  const auto attrs = [] {
+    return Attributes().set("strides", std::vector<std::int64_t>{2, 1, 2}).set("group", I(2)).set("auto_pad",
+                                                                                                  "SAME_UPPER");
+  };
+  const Feeds feeds = {{"x", random(x_shape, 21)}, {"z", random(y_shape, 22)}};
+  {
+    Builder b;
+    b.input("x", {2, 4, 5, 6, 7}).input("z", {2, 6, 3, 6, 4});
+    b.constant("w", random({6, 2, 3, 3, 3}, 23)).constant("b", random({6}, 24));
+    b.constant("cb", random({1, 6, 1, 1, 1}, 25));
+    b.add(node("Conv", {"x", "w", "b"}, {"c"}, attrs()));
+    b.add(node("Add", {"c", "cb"}, {"cbias"}));
+    b.add(node("Add", {"z", "cbias"}, {"res"}));
+    b.add(node("Relu", {"res"}, {"y"}));
+    b.typed("c", {2, 6, 3, 6, 4}).typed("cbias", {2, 6, 3, 6, 4}).typed("res", {2, 6, 3, 6, 4}).typed("y", {2, 6, 3, 6, 4});
+    const Graph g = b.build({"y"});
+    int rewrites = 0;
+    const Graph out = run_pass(g, passes::conv_fusion, feeds, &rewrites);
+    EXPECT_EQ(rewrites, 1);
+    ASSERT_EQ(out.nodes.size(), 1u) << out.str();
+    const Node& f = out.nodes[0];
+    EXPECT_EQ(f.op_type, "FusedConv");
+    ASSERT_EQ(f.inputs.size(), 4u);
+    EXPECT_EQ(f.inputs[3], "z");
+    EXPECT_EQ(f.attrs.get_string("activation", ""), "relu");
+    // SAME_UPPER: depth 5 -> 3 at stride 2 (pads 1, 1), height 6 -> 6 (1, 1), width 7 -> 4 (1, 1).
+    EXPECT_EQ(f.attrs.get_ints("pads", {}), (std::vector<std::int64_t>{1, 1, 1, 1, 1, 1}));
+    expect_close(run_graph(g, feeds), run_graph(out, feeds, nullptr, /*library_fused=*/true));
+  }
+  {  // no bias: nothing fused
+    Builder b;
+    b.input("x", {2, 4, 5, 6, 7});
+    b.constant("w", random({6, 2, 3, 3, 3}, 23));
+    b.add(node("Conv", {"x", "w"}, {"c"}, attrs()));
+    b.add(node("Relu", {"c"}, {"y"}));
+    b.typed("c", {2, 6, 3, 6, 4}).typed("y", {2, 6, 3, 6, 4});
+    const Graph g = b.build({"y"});
+    int rewrites = 0;
+    const Graph out = run_pass(g, passes::conv_fusion, {{"x", random(x_shape, 21)}}, &rewrites);
+    EXPECT_EQ(rewrites, 0);
+    EXPECT_EQ(count(out, "Conv"), 1) << out.str();
+    EXPECT_EQ(count(out, "Relu"), 1) << out.str();
+  }
+  {  // a sigmoid stays a node
+    Builder b;
+    b.input("x", {2, 4, 5, 6, 7});
+    b.constant("w", random({6, 2, 3, 3, 3}, 23)).constant("b", random({6}, 24));
+    b.add(node("Conv", {"x", "w", "b"}, {"c"}, attrs()));
+    b.add(node("Sigmoid", {"c"}, {"y"}));
+    b.typed("c", {2, 6, 3, 6, 4}).typed("y", {2, 6, 3, 6, 4});
+    const Graph g = b.build({"y"});
+    const Graph out = run_pass(g, passes::conv_fusion, {{"x", random(x_shape, 21)}});
+    ASSERT_EQ(count(out, "FusedConv"), 1) << out.str();
+    EXPECT_EQ(find(out, "FusedConv")->attrs.get_string("activation", ""), "none");
+    EXPECT_EQ(count(out, "Sigmoid"), 1) << out.str();
+    expect_close(run_graph(g, {{"x", random(x_shape, 21)}}),
+                 run_graph(out, {{"x", random(x_shape, 21)}}, nullptr, /*library_fused=*/true));
+  }
 }
 
 // Note [ReLU6 in the CPU convolution's epilogue]: Clip(conv, 0, 6) (MobileNetV2's ReLU6; its bounds as inputs, and

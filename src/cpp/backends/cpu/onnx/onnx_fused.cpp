@@ -31,6 +31,15 @@ void run_registry_op(OpContext& ctx, const std::string& op, std::vector<Tensor> 
 void register_fused_ops(NodeKernelRegistrar& kernels) {
   kernels.add(kXpurtDomain, "FusedConv", [](OpContext& ctx) {
     Attributes attrs;
+    if (ctx.input(1).dim() == 5) {  // Note [3-D convolutions fused] (fusion_conv_gemm.cpp)
+      attrs.set("strides", ctx.attr_ints("strides", {1, 1, 1}))
+          .set("pads", ctx.attr_ints("pads", {0, 0, 0, 0, 0, 0}))
+          .set("dilations", ctx.attr_ints("dilations", {1, 1, 1}))
+          .set("groups", ctx.attr_int("group", 1))
+          .set("activation", ctx.attr_string("activation", "none"));
+      run_registry_op(ctx, "conv3d", inputs_of(ctx, 4), attrs);
+      return;
+    }
     attrs.set("strides", ctx.attr_ints("strides", {1, 1}))
         .set("pads", ctx.attr_ints("pads", {0, 0, 0, 0}))
         .set("dilations", ctx.attr_ints("dilations", {1, 1}))

@@ -198,25 +198,31 @@ bool resolve_pads(const Ctx& c, const Ints& kernel, const Ints& strides, const I
   return true;
 }
 
-// ONNX Conv in 3-D (x [N, C, D, H, W]) -> conv3d.
-Lowered lower_conv3d(const Ctx& c) {
+// ONNX Conv in 3-D (x [N, C, D, H, W]) -> conv3d; a 3-D FusedConv (Note [3-D convolutions fused] in
+// fusion_conv_gemm.cpp) also gives its residual and activation.
+Lowered lower_conv3d(const Ctx& c, bool fused) {
   if (!c.known(1)) return reference("weight shape unknown");
   const Ints w = c.shape(1);
   const Ints kernel = {w[2], w[3], w[4]};
   const Ints strides = c.node.attrs.get_ints("strides", {1, 1, 1});
   const Ints dilations = c.node.attrs.get_ints("dilations", {1, 1, 1});
   Ints pads;
-  if (!resolve_pads(c, kernel, strides, dilations, &pads)) return reference("auto_pad with unknown input shape");
+  if (fused) {
+    pads = c.node.attrs.get_ints("pads", Ints(6, 0));
+  } else if (!resolve_pads(c, kernel, strides, dilations, &pads)) {
+    return reference("auto_pad with unknown input shape");
+  }
   Attributes a;
   a.set("strides", strides);
   a.set("pads", pads);
   a.set("dilations", dilations);
   a.set("groups", c.node.attrs.get_int("group", 1));
-  return registry("conv3d", {0, 1, c.has(2) ? 2 : -1}, a);
+  if (fused) a.set("activation", c.node.attrs.get_string("activation", "none"));
+  return registry("conv3d", {0, 1, c.has(2) ? 2 : -1, fused && c.has(3) ? 3 : -1}, a);
 }
 
 Lowered lower_conv(const Ctx& c, bool fused) {
-  if (!fused && c.rank(1) == 5 && c.rank(0) == 5) return lower_conv3d(c);
+  if (c.rank(1) == 5 && c.rank(0) == 5) return lower_conv3d(c, fused);
   if (c.rank(1) != 4 || c.rank(0) != 4) return reference("not a 2-D or 3-D convolution (or ranks unknown)");
   if (!c.known(1)) return reference("weight shape unknown");
   const Ints w = c.shape(1);

@@ -155,21 +155,23 @@ std::vector<double> add_values(std::vector<double> a, const std::vector<double>&
   return a;
 }
 
-// Explicit pads [top, left, bottom, right] of a 2-D Conv; nullopt when auto_pad needs unknown input sizes.
+// Explicit pads of a Conv over kernel.size() spatial axes (the begins, then the ends: [top, left, bottom, right] in
+// 2-D); nullopt when auto_pad needs unknown input sizes.
 std::optional<std::vector<std::int64_t>> resolve_pads(const Node& conv, const std::vector<Dim>& x_shape,
                                                       const std::vector<std::int64_t>& kernel,
                                                       const std::vector<std::int64_t>& strides,
                                                       const std::vector<std::int64_t>& dilations) {
+  const std::size_t dims = kernel.size();
   const std::string auto_pad = conv.attrs.get_string("auto_pad", "NOTSET");
   if (auto_pad == "NOTSET") {
-    auto pads = conv.attrs.get_ints("pads", {0, 0, 0, 0});
-    if (pads.size() != 4) return std::nullopt;
+    auto pads = conv.attrs.get_ints("pads", std::vector<std::int64_t>(2 * dims, 0));
+    if (pads.size() != 2 * dims) return std::nullopt;
     return pads;
   }
-  if (auto_pad == "VALID") return std::vector<std::int64_t>{0, 0, 0, 0};
+  if (auto_pad == "VALID") return std::vector<std::int64_t>(2 * dims, 0);
   if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") return std::nullopt;
-  std::vector<std::int64_t> pads(4, 0);
-  for (std::size_t k = 0; k < 2; ++k) {
+  std::vector<std::int64_t> pads(2 * dims, 0);
+  for (std::size_t k = 0; k < dims; ++k) {
     const Dim& in = x_shape[2 + k];
     if (!in.known()) return std::nullopt;
     const std::int64_t out = (in.value + strides[k] - 1) / strides[k];
@@ -177,7 +179,7 @@ std::optional<std::vector<std::int64_t>> resolve_pads(const Node& conv, const st
         std::max<std::int64_t>(0, (out - 1) * strides[k] + (kernel[k] - 1) * dilations[k] + 1 - in.value);
     const std::int64_t small = total / 2;
     pads[k] = auto_pad == "SAME_UPPER" ? small : total - small;
-    pads[k + 2] = total - pads[k];
+    pads[k + dims] = total - pads[k];
   }
   return pads;
 }
@@ -268,6 +270,16 @@ std::optional<std::size_t> relu6_after(const Graph& g, const Uses& uses, const R
 
 }  // namespace
 
+// Note [3-D convolutions fused]
+// A 3-D Conv (video networks: R3D's [B, 3, T, H, W] stacks) ran as cuDNN's convolution, then cudnnAddTensor for its
+// bias (a generic NCDHW kernel: 46 us a call on [16, 64, 16, 56, 56] float16, H100), then the residual Add and the
+// ReLU as nodes of their own: about 1 ms of R3D-18's 4 ms at batch 16 against torch.compile's one fused pass. So
+// conv_fusion takes them as it takes 2-D ones: bias (and a per-channel constant Add), residual and ReLU join one
+// FusedConv over a 5-D weight, lowered to conv3d, whose cuDNN plan runs them in the convolution's epilogue
+// (cudnnConvolutionBiasActivationForward, as conv2d's does) and whose cpu kernel applies them after the reference
+// convolution. Other activations stay nodes (cuDNN's fused forward has ReLU and identity only), and so does a 3-D
+// convolution without a bias (the fused forward needs one; BatchNorm folding gives every one of R3D's).
+
 PassResult conv_fusion(Graph& g, const PassContext& ctx) {
   PassResult result{"conv_fusion", 0, {}};
   // Note [GELU after a convolution]: an activation read through a view chain from a convolution comes next to it.
@@ -280,18 +292,23 @@ PassResult conv_fusion(Graph& g, const PassContext& ctx) {
     if (!is_onnx(conv, "Conv") || rw.taken(ci) || conv.inputs.size() < 2 || conv.outputs.size() != 1) continue;
     const Tensor* w = constant(g, conv.inputs[1]);
     auto x_type = value_type(g, conv.inputs[0]);
-    if (w == nullptr || w->dim() != 4 || !x_type || !x_type->has_shape || x_type->shape.size() != 4) continue;
+    if (w == nullptr || (w->dim() != 4 && w->dim() != 5) || !x_type || !x_type->has_shape ||
+        x_type->shape.size() != static_cast<std::size_t>(w->dim())) {
+      continue;
+    }
+    const bool three_d = w->dim() == 5;  // Note [3-D convolutions fused]
+    const std::size_t spatial = three_d ? 3 : 2;
     const DType dtype = x_type->dtype;
     if (!is_fusable_float(dtype) || w->dtype() != dtype) continue;
     const Tensor* b = conv.has_input(2) ? constant(g, conv.inputs[2]) : nullptr;
     if (conv.has_input(2) && b == nullptr) continue;
     const std::int64_t out_channels = w->shape()[0];
     if (b != nullptr && (b->numel() != out_channels || b->dtype() != dtype)) continue;
-    const std::vector<std::int64_t> kernel = {w->shape()[2], w->shape()[3]};
+    const std::vector<std::int64_t> kernel(w->shape().begin() + 2, w->shape().end());
     if (conv.attrs.has("kernel_shape") && conv.attrs.get_ints("kernel_shape", {}) != kernel) continue;
-    const auto strides = conv.attrs.get_ints("strides", {1, 1});
-    const auto dilations = conv.attrs.get_ints("dilations", {1, 1});
-    if (strides.size() != 2 || dilations.size() != 2) continue;
+    const auto strides = conv.attrs.get_ints("strides", std::vector<std::int64_t>(spatial, 1));
+    const auto dilations = conv.attrs.get_ints("dilations", std::vector<std::int64_t>(spatial, 1));
+    if (strides.size() != spatial || dilations.size() != spatial) continue;
     auto pads = resolve_pads(conv, x_type->shape, kernel, strides, dilations);
     if (!pads) continue;
 
@@ -304,7 +321,8 @@ PassResult conv_fusion(Graph& g, const PassContext& ctx) {
     // [+ per-channel constant]
     if (auto ai = sole_reader(g, uses, rw, out, "Add")) {
       const Tensor* c = constant(g, other_input(g.nodes[*ai], out));
-      auto values = c ? per_channel_values(*c, out_channels, 2, 4) : std::nullopt;
+      auto values = c ? per_channel_values(*c, out_channels, spatial, static_cast<std::int64_t>(spatial) + 2)
+                      : std::nullopt;
       if (values) {
         bias = bias ? add_values(*bias, *values) : *values;
         bias_changed = true;
@@ -313,24 +331,26 @@ PassResult conv_fusion(Graph& g, const PassContext& ctx) {
         out = g.nodes[*ai].outputs[0];
       }
     }
+    // cuDNN's fused forward needs a bias; a 3-D convolution without one stays as it is (Note [3-D convolutions fused]).
+    if (three_d && !bias) continue;
     // [+ residual of the output's shape]
     const std::string residual = take_residual_add(g, uses, rw, dtype, out, pattern, parts);
     std::string activation = "none";
     const std::int64_t group = conv.attrs.get_int("group", 1);
-    const bool depthwise = group > 1 && group == out_channels && w->shape()[1] == 1;
+    const bool depthwise = !three_d && group > 1 && group == out_channels && w->shape()[1] == 1;
+    const bool more_activations = !three_d && (depthwise || !ctx.device.is_cuda());
     std::optional<std::size_t> relu6;  // Note [ReLU6 in the CPU convolution's epilogue]
     std::optional<std::size_t> gelu;
     if (auto ri = activation_after(g, uses, rw, out, /*allow_gelu=*/false, activation)) {
       pattern.push_back(*ri);
       parts.push_back(describe(g.nodes[*ri]));
       out = g.nodes[*ri].outputs[0];
-    } else if ((depthwise || !ctx.device.is_cuda()) && (relu6 = relu6_after(g, uses, rw, out))) {
+    } else if (more_activations && (relu6 = relu6_after(g, uses, rw, out))) {
       activation = "relu6";
       pattern.push_back(*relu6);
       parts.push_back(describe(g.nodes[*relu6]) + " (ReLU6)");
       out = g.nodes[*relu6].outputs[0];
-    } else if ((depthwise || !ctx.device.is_cuda()) &&
-               (gelu = activation_after(g, uses, rw, out, /*allow_gelu=*/true, activation))) {
+    } else if (more_activations && (gelu = activation_after(g, uses, rw, out, /*allow_gelu=*/true, activation))) {
       pattern.push_back(*gelu);  // Note [GELU after a convolution]
       parts.push_back(describe(g.nodes[*gelu]));
       out = g.nodes[*gelu].outputs[0];

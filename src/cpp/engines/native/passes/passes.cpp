@@ -81,7 +81,8 @@ const std::vector<PassInfo>& all_passes() {
        "CUDA: an Attention of a head dim that is not a multiple of 8, reading a packed projection and read by an "
        "output projection -> heads padded with zeros in those Linears' weights, for the fused kernels",
        attention_head_padding},
-      {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu] -> com.xpuruntime:FusedConv", conv_fusion},
+      {"conv_fusion", "2-D Conv [+ bias] [+ residual] [+ Relu], 3-D Conv + bias [+ residual] [+ Relu] -> "
+                      "com.xpuruntime:FusedConv", conv_fusion},
       {"nhwc_layout",
        "CUDA, float16/bfloat16: FusedConv (channels multiple of 8, one group; a stem of 2 to 7 channels on its input "
        "padded to 8) and the pools after it run channels-last (NHWC), weights permuted once, Transposes only where "

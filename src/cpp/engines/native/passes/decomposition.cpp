@@ -2,7 +2,9 @@
 // of their own (Note [Decompositions]):
 //   Split (static input shape, constant split sizes or num_outputs) -> one Slice per output;
 //   1-D Conv and ConvTranspose (constant weight) -> Unsqueeze + the 2-D op (kernel height 1) + Squeeze: the
-//     Unsqueeze and Squeeze are views, and the 2-D Conv takes the conv passes (bias, activation, cuDNN);
+//     Unsqueeze and Squeeze are views, and the 2-D Conv takes the conv passes (bias, activation, cuDNN); a pointwise
+//     one (kernel 1, stride 1, no padding, up to 4 groups) -> MatMul(W, x) [+ Add(bias)] (Note [Pointwise 1-D
+//     convolutions as GEMMs]);
 //   LayerNormalization whose constant scale or bias has another float type than X (PyTorch's TorchScript exporter
 //     writes float32 statistics beside float16 parameters) -> the same node with the constants in X's type;
 //   Clip with run-time bounds, or with constant ones after an elementwise op or a reduction -> Max then Min;
@@ -439,7 +441,62 @@ void decompose_split(Graph& g, const Node& n, std::size_t i, std::int64_t opset,
                        std::to_string(axis));
 }
 
-// 1-D Conv and ConvTranspose (constant weight) -> Unsqueeze + the 2-D op (kernel height 1) + Squeeze.
+// Note [Pointwise 1-D convolutions as GEMMs]
+// A 1-D Conv of kernel 1, stride 1 and no padding is a GEMM per sample: y[n] = W x[n] (+ b), W [O, C] read by every
+// sample (one strided batch, W's stride 0). SqueezeBERT is made of them ([N, 768, 128], groups 1 and 4): as 2-D
+// convolutions of height 1 they ran on cuDNN's grouped kernels at 1% of their floor, 86% of the run at batch 1 (H100,
+// 2026-12-07). With groups the weight becomes block-diagonal [O, C] (zeros between the groups): one GEMM doing
+// `groups` times the arithmetic, which up to kPointwiseMaxGroups groups costs less than the grouped convolution's
+// kernels (a GEMM at these sizes waits on memory, not on arithmetic); more groups stay convolutions. The bias is an
+// Add of b as [O, 1] after the MatMul, which joins its readers' fused kernel.
+constexpr std::int64_t kPointwiseMaxGroups = 4;
+
+bool pointwise_conv_1d_as_matmul(Graph& g, const Node& n, std::size_t i, const Tensor& w, const ValueType& x,
+                                 Rewriter& rewriter) {
+  const std::int64_t groups = n.attrs.get_int("group", 1);
+  const Ints pads = n.attrs.get_ints("pads", {0, 0});
+  if (n.op_type != "Conv" || w.shape()[2] != 1 || n.attrs.get_ints("strides", {1}) != Ints{1} ||
+      pads != Ints{0, 0} || groups < 1 || groups > kPointwiseMaxGroups || !is_fusable_float(w.dtype()) ||
+      x.dtype != w.dtype()) {
+    return false;
+  }
+  const std::int64_t out = w.shape()[0], in_per_group = w.shape()[1];
+  if (out % groups != 0 || !x.shape[1].known() || x.shape[1].value != in_per_group * groups) return false;
+  const std::int64_t in = in_per_group * groups, out_per_group = out / groups;
+  const Tensor wc = w.contiguous();
+  Tensor dense = Tensor::empty({out, in}, wc.dtype());
+  const auto element = static_cast<std::size_t>(dtype_size(wc.dtype()));
+  auto* to = static_cast<std::uint8_t*>(dense.data_ptr());
+  const auto* from = static_cast<const std::uint8_t*>(wc.data_ptr());
+  std::memset(to, 0, static_cast<std::size_t>(dense.nbytes()));
+  for (std::int64_t o = 0; o < out; ++o) {  // row o: its group's columns from w[o, :, 0]
+    const std::int64_t column = (o / out_per_group) * in_per_group;
+    std::memcpy(to + static_cast<std::size_t>(o * in + column) * element,
+                from + static_cast<std::size_t>(o * in_per_group) * element,
+                static_cast<std::size_t>(in_per_group) * element);
+  }
+  ValueType y = x;
+  y.shape[1] = Dim(out);
+  const bool bias = n.has_input(2);
+  const std::string product = bias ? g.unique_name(n.outputs[0] + "_matmul") : n.outputs[0];
+  if (bias) g.types[product] = y;
+  std::vector<Node> parts = {
+      make_node(g, "MatMul", n.name, {add_constant(g, n.name + "_weight_matrix", dense), n.inputs[0]}, {product})};
+  if (bias) {
+    const Tensor b = constant(g, n.inputs[2])->contiguous();
+    Tensor column = Tensor::empty({out, 1}, b.dtype());
+    std::memcpy(column.data_ptr(), b.data_ptr(), static_cast<std::size_t>(b.nbytes()));
+    parts.push_back(make_node(g, "Add", n.name + "_bias", {product, add_constant(g, n.name + "_bias_column", column)},
+                              {n.outputs[0]}));
+  }
+  rewriter.replace({i}, std::move(parts),
+                   describe(n) + " (1-D, kernel 1, " + std::to_string(groups) + (groups == 1 ? " group" : " groups") +
+                       ") -> MatMul(W, x)" + (bias ? " + Add(bias)" : ""));
+  return true;
+}
+
+// 1-D Conv and ConvTranspose (constant weight) -> Unsqueeze + the 2-D op (kernel height 1) + Squeeze, or a pointwise
+// Conv -> MatMul (Note [Pointwise 1-D convolutions as GEMMs]).
 void decompose_conv_1d(Graph& g, const Node& n, std::size_t i, std::int64_t opset, Rewriter& rewriter) {
   const Tensor* w = constant(g, n.inputs[1]);
   const auto x = value_type(g, n.inputs[0]);
@@ -449,6 +506,7 @@ void decompose_conv_1d(Graph& g, const Node& n, std::size_t i, std::int64_t opse
   if (auto_pad != "NOTSET" && auto_pad != "VALID") return;
   const Ints pads = n.attrs.get_ints("pads", {0, 0});
   if (pads.size() != 2) return;
+  if (pointwise_conv_1d_as_matmul(g, n, i, *w, *x, rewriter)) return;
   Node conv = n;
   conv.name = n.name;
   const std::string x4 = g.unique_name(n.inputs[0] + "_2d");

@@ -32,7 +32,8 @@ const std::vector<PassInfo>& all_passes() {
        "all_reduce after each row-parallel GEMM; docs/distributed.md)",
        tensor_parallel},
       {"op_decomposition",
-       "Split -> Slices, 1-D Conv -> 2-D Conv between views, LayerNormalization's constants in X's float type: "
+       "Split -> Slices, 1-D Conv -> 2-D Conv between views (pointwise ones -> MatMul), LayerNormalization's "
+       "constants in X's float type: "
        "ops every device runs",
        op_decomposition},
       {"group_query_attention_decomposition",

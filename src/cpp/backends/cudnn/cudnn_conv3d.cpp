@@ -161,11 +161,16 @@ class Conv3dPlan final : public KernelPlan {
     const void* residual = s_.residual ? launch.input(3).data_ptr() : nullptr;
     if (fused_) {  // act(conv + bias + residual): z = residual, or y itself with alpha2 = 0 (not read)
       const float alpha2 = residual != nullptr ? 1.0f : 0.0f;
-      XPURT_CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
+      const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
           handle, &cudnn::kOne, d_->x.get(), launch.input(0).data_ptr(), d_->w.get(), launch.input(1).data_ptr(),
           d_->conv.get(), forward_, scratch, workspace_, &alpha2, d_->out.get(), residual != nullptr ? residual : out,
-          d_->bias.get(), launch.input(2).data_ptr(), activation_.get(), d_->out.get(), out));
-      return;
+          d_->bias.get(), launch.input(2).data_ptr(), activation_.get(), d_->out.get(), out);
+      // A cuDNN that declines the fused form for these descriptors says so before launching anything: the same
+      // result then comes from the unfused calls below (the bias, residual and ReLU after the convolution).
+      if (status != CUDNN_STATUS_NOT_SUPPORTED) {
+        XPURT_CUDNN_CHECK(status);
+        return;
+      }
     }
     if (!s_.transpose) {
       XPURT_CUDNN_CHECK(cudnnConvolutionForward(handle, &cudnn::kOne, d_->x.get(), launch.input(0).data_ptr(),

@@ -361,7 +361,6 @@ void run_conv_transpose2d(const KernelLaunch& launch) {
   run_reference(launch, "ConvTranspose", attrs, launch_inputs(launch));
 }
 
-// 3-D Conv (or ConvTranspose when `transpose`): the reference library's, which takes any number of spatial axes.
 // conv3d's epilogue (Note [3-D convolutions fused] in fusion_conv_gemm.cpp): y = act(y + residual) after the
 // reference convolution, through the reference library's Add and Relu.
 void run_conv3d_epilogue(const KernelLaunch& launch) {
@@ -387,6 +386,7 @@ void run_conv3d_epilogue(const KernelLaunch& launch) {
   if (y.nbytes() > 0) std::memcpy(y.data_ptr(), result.data_ptr(), static_cast<std::size_t>(y.nbytes()));
 }
 
+// 3-D Conv (or ConvTranspose when `transpose`): the reference library's, which takes any number of spatial axes.
 void run_conv3d(const KernelLaunch& launch, bool transpose) {
   const Attributes& a = launch.desc->attrs;
   Attributes attrs;

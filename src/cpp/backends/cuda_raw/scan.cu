@@ -156,7 +156,6 @@ __global__ void __launch_bounds__(kScanOffsetThreads) cum_sum_offsets_kernel(Acc
   }
 }
 
-
 // A block per line (Note [Split scans], `block`): each tile of kBlockScanThreads scan positions is scanned by warp
 // shuffles, then across the tile's warps, then offset by the totals of the tiles before it. A fixed association, so
 // the bits do not depend on the launch.

@@ -452,9 +452,8 @@ void decompose_split(Graph& g, const Node& n, std::size_t i, std::int64_t opset,
 constexpr std::int64_t kPointwiseMaxGroups = 4;
 
 bool pointwise_conv_1d_as_matmul(Graph& g, const Node& n, std::size_t i, const Tensor& w, const ValueType& x,
-                                 Rewriter& rewriter) {
+                                 const Ints& pads, Rewriter& rewriter) {
   const std::int64_t groups = n.attrs.get_int("group", 1);
-  const Ints pads = n.attrs.get_ints("pads", {0, 0});
   if (n.op_type != "Conv" || w.shape()[2] != 1 || n.attrs.get_ints("strides", {1}) != Ints{1} ||
       pads != Ints{0, 0} || groups < 1 || groups > kPointwiseMaxGroups || !is_fusable_float(w.dtype()) ||
       x.dtype != w.dtype()) {
@@ -462,6 +461,8 @@ bool pointwise_conv_1d_as_matmul(Graph& g, const Node& n, std::size_t i, const T
   }
   const std::int64_t out = w.shape()[0], in_per_group = w.shape()[1];
   if (out % groups != 0 || !x.shape[1].known() || x.shape[1].value != in_per_group * groups) return false;
+  const bool bias = n.has_input(2);
+  if (bias && constant(g, n.inputs[2])->numel() != out) return false;
   const std::int64_t in = in_per_group * groups, out_per_group = out / groups;
   const Tensor wc = w.contiguous();
   Tensor dense = Tensor::empty({out, in}, wc.dtype());
@@ -477,17 +478,15 @@ bool pointwise_conv_1d_as_matmul(Graph& g, const Node& n, std::size_t i, const T
   }
   ValueType y = x;
   y.shape[1] = Dim(out);
-  const bool bias = n.has_input(2);
   const std::string product = bias ? g.unique_name(n.outputs[0] + "_matmul") : n.outputs[0];
   if (bias) g.types[product] = y;
   std::vector<Node> parts = {
       make_node(g, "MatMul", n.name, {add_constant(g, n.name + "_weight_matrix", dense), n.inputs[0]}, {product})};
   if (bias) {
-    const Tensor b = constant(g, n.inputs[2])->contiguous();
-    Tensor column = Tensor::empty({out, 1}, b.dtype());
-    std::memcpy(column.data_ptr(), b.data_ptr(), static_cast<std::size_t>(b.nbytes()));
-    parts.push_back(make_node(g, "Add", n.name + "_bias", {product, add_constant(g, n.name + "_bias_column", column)},
-                              {n.outputs[0]}));
+    const Tensor& b = *constant(g, n.inputs[2]);
+    const std::string column =
+        add_constant(g, n.name + "_bias_column", from_doubles({out, 1}, b.dtype(), to_doubles(b)));
+    parts.push_back(make_node(g, "Add", n.name + "_bias", {product, column}, {n.outputs[0]}));
   }
   rewriter.replace({i}, std::move(parts),
                    describe(n) + " (1-D, kernel 1, " + std::to_string(groups) + (groups == 1 ? " group" : " groups") +
@@ -506,7 +505,7 @@ void decompose_conv_1d(Graph& g, const Node& n, std::size_t i, std::int64_t opse
   if (auto_pad != "NOTSET" && auto_pad != "VALID") return;
   const Ints pads = n.attrs.get_ints("pads", {0, 0});
   if (pads.size() != 2) return;
-  if (pointwise_conv_1d_as_matmul(g, n, i, *w, *x, rewriter)) return;
+  if (pointwise_conv_1d_as_matmul(g, n, i, *w, *x, pads, rewriter)) return;
   Node conv = n;
   conv.name = n.name;
   const std::string x4 = g.unique_name(n.inputs[0] + "_2d");

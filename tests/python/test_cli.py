@@ -523,6 +523,72 @@ def test_compare_finds_the_first_diverging_node_of_a_corrupted_engine(monkeypatc
     assert "first diverging node: fc2 (Gemm), output 'logits'" in out and out.rstrip().endswith("FAILED")
 
 
+def _corrupted_unless(monkeypatch, culprit, needs=None):
+    """xrt.InferenceSession whose native runs add 0.5 to the probabilities unless graph pass `culprit` is off (None:
+    always, as a wrong kernel would); one without pass `needs` cannot be made (as a CUDA plan without
+    op_decomposition)."""
+    real = xrt.InferenceSession
+
+    class Corrupted(real):
+        def __init__(self, *args, disabled_passes=None, **kwargs):
+            if needs is not None and needs in (disabled_passes or []):
+                raise xrt.UnsupportedOperationError(f"cannot run without {needs}")
+            super().__init__(*args, disabled_passes=disabled_passes, **kwargs)
+            self.corrupt = culprit is None or culprit not in (disabled_passes or [])
+
+        def run(self, *args, **kwargs):
+            outputs = super().run(*args, **kwargs)
+            if self.engine == "native" and self.corrupt:
+                outputs["probs"] = outputs["probs"] + 0.5
+            return outputs
+
+    monkeypatch.setattr(xrt, "InferenceSession", Corrupted)
+
+
+def test_graph_passes_lists_what_disabled_passes_takes_in_plan_order():
+    passes = xrt.graph_passes()
+    names = list(passes)
+    assert names[0] == "constant_folding" and {"gemm_fusion", "nhwc_layout", "elementwise_fusion"} <= set(names)
+    assert names.index("op_decomposition") < names.index("nhwc_layout") < names.index("elementwise_fusion")
+    assert all(isinstance(doc, str) and doc for doc in passes.values())
+    xrt.InferenceSession(str(TINY), engine="native", disabled_passes=names)  # every one is a valid name
+    with pytest.raises(xrt.InvalidArgumentError, match="valid names: constant_folding, "):
+        xrt.InferenceSession(str(TINY), engine="native", disabled_passes=["no_such_pass"])
+
+
+def test_compare_bisect_passes_names_the_pass_a_mismatch_goes_with(monkeypatch):
+    _corrupted_unless(monkeypatch, "gemm_fusion")
+    code, out, err = run_cli("compare", TINY, "--bisect-passes", "--json", "--batch", "3", "--reference-device", "cpu")
+    assert code == 1, err
+    data = json.loads(out)
+    bisect = data["bisect_passes"]
+    assert data["reference_device"] == "cpu" and not data["passed"]
+    assert bisect["culprits"] == ["gemm_fusion"] and bisect["all_off"]["passed"]
+    assert [e["pass"] for e in bisect["each_off"]] == list(xrt.graph_passes())
+    off = {e["pass"]: e for e in bisect["each_off"]}
+    assert off["constant_folding"]["max_abs"] == pytest.approx(0.5, rel=1e-5) and not off["constant_folding"]["passed"]
+    code, out, err = run_cli("compare", TINY, "--bisect-passes", "--batch", "3")
+    assert code == 1 and "the mismatch goes with: gemm_fusion" in out and "every pass off" in out
+
+
+def test_compare_bisect_passes_points_at_a_kernel_when_no_pass_explains_it(monkeypatch):
+    _corrupted_unless(monkeypatch, None, needs="op_decomposition")
+    code, out, err = run_cli("compare", TINY, "--bisect-passes", "--batch", "2")
+    assert code == 1, err
+    assert "the mismatch stays with every pass off: a kernel" in out and out.rstrip().endswith("FAILED")
+    assert "every pass off but op_decomposition (needed to run here)" in out
+    assert "op_decomposition off" in out and "UnsupportedOperationError: cannot run without op_decomposition" in out
+
+
+def test_compare_bisect_passes_skips_agreement_and_needs_the_native_engine_first():
+    code, out, err = run_cli("compare", TINY, "--bisect-passes", "--json")
+    assert code == 0, err
+    assert json.loads(out)["bisect_passes"] == {"skipped": "no mismatch"}
+    result = run_process("compare", TINY, "--bisect-passes", "--engines", "onnxruntime,native")
+    assert result.returncode == 2 and "engine A must be native" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_error_stats_tolerances_and_nans():
     ref = np.array([1.0, 2.0, np.nan, 0.0], np.float32)
     same = cli.error_stats(ref.copy(), ref, rtol=0, atol=0)

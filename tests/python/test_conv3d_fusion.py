@@ -14,6 +14,11 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 DEVICES = ["cpu"] + (["cuda:0"] if xrt.get_device_count() > 0 else [])
 
 
+def _host(y):
+    """A run's output as a numpy float64 array (a CUDA session returns device tensors)."""
+    return np.asarray(y if isinstance(y, np.ndarray) else y.to("cpu").numpy()).astype(np.float64)
+
+
 def _conv3d(x, w, b, stride, pad, groups):
     """float64 reference: x [N, C, D, H, W], w [O, C/groups, kd, kh, kw], symmetric pads."""
     x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad])
@@ -76,7 +81,7 @@ def test_a_video_block_fuses_its_epilogue(device, dtype, shape, out, kernel, str
     session = xrt.InferenceSession(model, device=device, engine="native")
     (y,) = session.run(None, feeds)
     tol = 3e-2 if dtype == "float16" else 1e-4
-    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(_host(y), want, rtol=tol, atol=tol)
     nodes = session.explain().nodes
     convs = [n for n in nodes if n["op"] == "conv3d"]
     assert len(convs) == 2, [n["op"] for n in nodes]  # the Add and the Relu joined the first one
@@ -85,4 +90,4 @@ def test_a_video_block_fuses_its_epilogue(device, dtype, shape, out, kernel, str
         assert "fused epilogue: bias + residual + ReLU" in convs[0].get("plan", ""), convs[0]
     unfused = xrt.InferenceSession(model, device=device, engine="native", disabled_passes=["conv_fusion"])
     (u,) = unfused.run(None, feeds)
-    np.testing.assert_allclose(y.astype(np.float64), u.astype(np.float64), rtol=tol, atol=tol)
+    np.testing.assert_allclose(_host(y), _host(u), rtol=tol, atol=tol)

@@ -9,8 +9,10 @@
 #include <atomic>
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 #include "bindings.h"
+#include "xpuruntime/capture_plan.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/inference_session.h"
 #include "xpuruntime/run_options.h"
@@ -435,6 +437,11 @@ void bind_inference_session(py::module_& m) {
       .def_property_readonly("engine", &InferenceSession::engine);
 
   m.def("known_engines", &known_engines);
+  m.def("graph_passes", [] {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const GraphPassInfo& p : graph_passes()) out.emplace_back(p.name, p.doc);
+    return out;
+  });
   m.def(
       "engine_availability",
       [](const Device& device) {

@@ -66,6 +66,12 @@ def op_schemas() -> list:
     return _core.op_schemas()
 
 
+def graph_passes() -> dict:
+    """The native engine's graph passes in the order a plan runs them: name -> what it rewrites. The names are what
+    ``InferenceSession(..., disabled_passes=[...])`` and ``xpuruntime compare --bisect-passes`` take."""
+    return dict(_core.graph_passes())
+
+
 def _engine_availability(device: "str | Device") -> list:
     """(name, available, reason) per engine; a device that does not exist makes every engine unavailable."""
     if not isinstance(device, Device):
@@ -153,6 +159,7 @@ __all__ = [
     "KernelInfo",
     "kernels",
     "op_schemas",
+    "graph_passes",
     "ops",
     "InferenceSession",
     "IOBinding",

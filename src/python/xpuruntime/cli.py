@@ -194,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=_non_negative_float, default=1e-4, help="absolute tolerance (default: 1e-4)")
     p.add_argument("--intermediates", action="store_true",
                    help="also compare every intermediate value and report the first diverging node")
+    p.add_argument("--reference-device", metavar="DEVICE",
+                   help="where the reference engine B runs (default: --device), e.g. --device cuda "
+                        "--reference-device cpu")
+    p.add_argument("--bisect-passes", action="store_true",
+                   help="on a mismatch, run engine A (native) again with every graph pass off, then with each one "
+                        "off alone, and name the passes whose removal makes the outputs agree")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--verbose", "-v", action="store_true", help="list every intermediate value")
 
@@ -316,18 +322,21 @@ def load_policies(args: argparse.Namespace):
 
 
 def make_session(args: argparse.Namespace, *, engine: Optional[str] = None, model: Any = None,
-                 kernel_policy: Any = None):
-    """An InferenceSession from the common options (model, --engine, --device, --policy, --exec-policy, --fp16)."""
+                 kernel_policy: Any = None, device: Optional[str] = None,
+                 disabled_passes: Optional[List[str]] = None):
+    """An InferenceSession from the common options (model, --engine, --device, --policy, --exec-policy, --fp16);
+    ``device`` and ``disabled_passes`` (native engine) override or add to them."""
     import xpuruntime as xrt
 
     loaded_kernel_policy, exec_policy = load_policies(args)
     if model is None:
         model = _existing_file(args.model, "model file")
-    device = xrt.Device(args.device)  # a malformed --device is reported as such, not as a model problem
+    device = xrt.Device(device or args.device)  # a malformed --device is reported as such, not as a model problem
+    extra = {"disabled_passes": disabled_passes} if disabled_passes else {}
     try:
         return xrt.InferenceSession(model, device=device, engine=engine or args.engine,
                                     kernel_policy=kernel_policy if kernel_policy is not None else loaded_kernel_policy,
-                                    exec_policy=exec_policy, fp16=args.fp16)
+                                    exec_policy=exec_policy, fp16=args.fp16, **extra)
     except xrt.InvalidArgumentError as error:
         raise UsageError(f"model '{args.model}': {error}") from None
 
@@ -966,7 +975,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     skipped: List[str] = []
     if args.intermediates:
         model, nodes, skipped = expose_intermediates(model_path)
-    sessions = [make_session(args, engine=e, model=model) for e in engines]
+    if args.bisect_passes and engines[0] != "native":
+        raise UsageError(f"--bisect-passes turns off the native engine's graph passes: engine A must be native, got "
+                         f"'{engines[0]}'")
+    devices = [args.device, getattr(args, "reference_device", None) or args.device]
+    sessions = [make_session(args, engine=e, model=model, device=d) for e, d in zip(engines, devices)]
     feeds = make_feeds(args, sessions[1])
     results = []
     for session in sessions:
@@ -993,8 +1006,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 first_divergence = item
                 break
     passed = all(c["passed"] for c in compared.values())
+    bisect = None
+    if args.bisect_passes:
+        reference_outputs = {n: reference[n] for n in original if n in reference}
+        bisect = bisect_passes(args, model_path, feeds, reference_outputs) if not passed else {"skipped": "no mismatch"}
     result = {
         "model": args.model, "engines": engines, "reference": engines[1], "device": args.device,
+        "reference_device": devices[1], "bisect_passes": bisect,
         "rtol": args.rtol, "atol": args.atol,
         "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in feeds.items()},
         "outputs": {n: compared[n] for n in model_outputs if n in compared},
@@ -1008,6 +1026,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         _print_comparison(result, args.verbose)
     return 0 if passed else 1
+
+
+def bisect_passes(args: argparse.Namespace, model_path: Path, feeds: Dict[str, np.ndarray],
+                  reference: Dict[str, np.ndarray]) -> dict:
+    """The native engine on --device again with every graph pass off, then with each pass off alone, each run's
+    outputs against ``reference``: which passes the mismatch goes with (a pass whose removal makes every output
+    agree), or none (a kernel, or passes only together)."""
+    import xpuruntime as xrt
+
+    def attempt(disabled: List[str]) -> dict:
+        try:
+            session = make_session(args, engine="native", model=model_path, disabled_passes=disabled)
+            outputs = session.run(feeds)
+        except xrt.XpuRuntimeError as error:
+            return {"passed": False, "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
+        stats = [error_stats(to_numpy(outputs[n]), r, args.rtol, args.atol) for n, r in reference.items()]
+        return {"passed": all(s["passed"] for s in stats), "max_abs": max((s["max_abs"] for s in stats), default=0.0),
+                "max_rel": max((s["max_rel"] for s in stats), default=0.0),
+                "mismatches": sum(s["mismatches"] or 0 for s in stats)}
+
+    names = list(xrt.graph_passes())
+    each = [{"pass": name, **attempt([name])} for name in names]
+    every = attempt(names)
+    needed = [e["pass"] for e in each if "error" in e]  # without them the model cannot run here (op_decomposition)
+    if "error" in every and needed:
+        every = {**attempt([n for n in names if n not in needed]), "kept": needed}
+    return {"all_off": every, "each_off": each, "culprits": [e["pass"] for e in each if e["passed"]]}
 
 
 def _model_output_names(path: Path) -> List[str]:
@@ -1054,7 +1099,35 @@ def _print_comparison(result: dict, verbose: bool) -> None:
                   f"{_fmt(d['max_abs'])}, max rel {_fmt(d['max_rel'])}, {d['mismatches']} mismatches")
         else:
             print("first diverging node: none (every intermediate value within tolerance)")
+    if result.get("bisect_passes"):
+        _print_bisection(result["bisect_passes"])
     print("PASSED" if result["passed"] else "FAILED")
+
+
+def _print_bisection(bisect: dict) -> None:
+    from .report import _table
+
+    if "skipped" in bisect:
+        print(f"pass bisection: skipped ({bisect['skipped']})")
+        return
+
+    def row(label: str, r: dict) -> List[str]:
+        if "error" in r:
+            return [label, "", "", "", r["error"]]
+        return [label, _fmt(r["max_abs"]), _fmt(r["max_rel"]), str(r["mismatches"]), "ok" if r["passed"] else "MISMATCH"]
+
+    print("pass bisection (engine A again, graph passes off):")
+    kept = bisect["all_off"].get("kept")
+    label = "every pass off" + (f" but {', '.join(kept)} (needed to run here)" if kept else "")
+    rows = [row(label, bisect["all_off"])] + [row(f"{e['pass']} off", e) for e in bisect["each_off"]]
+    for line in _table(["run", "max abs", "max rel", "mismatches", "result"], rows):
+        print("  " + line)
+    if bisect["culprits"]:
+        print(f"the mismatch goes with: {', '.join(bisect['culprits'])}")
+    elif bisect["all_off"].get("passed"):
+        print("the mismatch goes with no single pass (several together: turn them off in pairs)")
+    else:
+        print("the mismatch stays with every pass off: a kernel (pin another with a KernelPolicy to find which)")
 
 
 def _sample_feeds(model_path: Path, path: str, option: str, batch_size: int) -> List[Dict[str, np.ndarray]]:

@@ -270,4 +270,12 @@ class XPURT_API CapturePlan {
   std::shared_ptr<const SegmentBoundary> boundary_;
 };
 
+// The native engine's graph passes, in the order a plan runs them: each name (what PlanOptions::disabled_passes and
+// SessionOptions::disabled_passes take) with one line on what it rewrites.
+struct GraphPassInfo {
+  std::string name;
+  std::string doc;
+};
+XPURT_API std::vector<GraphPassInfo> graph_passes();
+
 }  // namespace xpuruntime

@@ -26,6 +26,7 @@
 #include "engines/native/passes/passes.h"
 #include "engines/native/inference/shape_inference.h"
 #include "test_utils.h"
+#include "xpuruntime/capture_plan.h"
 #include "xpuruntime/exceptions.h"
 #include "xpuruntime/graph.h"
 #include "xpuruntime/onnx_import.h"
@@ -2948,6 +2949,24 @@ TEST(ElementwiseFusion, TheRotaryEmbeddingIsOneGroup) {
   EXPECT_EQ(out.nodes[0].attrs.get_string("program", ""), "rotate_half x0; mul x0 x1; mul t0 x2; add t1 t2");
 }
 
+// xpuruntime::graph_passes() (the public list) is all_passes() in order, each with its doc line, and every name is one
+// run_passes takes.
+TEST(GraphPasses, ThePublicListIsThePlansOrder) {
+  const std::vector<GraphPassInfo> listed = graph_passes();
+  const std::vector<passes::PassInfo>& all = passes::all_passes();
+  ASSERT_EQ(listed.size(), all.size());
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(listed[i].name, all[i].name);
+    EXPECT_FALSE(listed[i].doc.empty()) << listed[i].name;
+    names.insert(listed[i].name);
+  }
+  EXPECT_EQ(listed.front().name, "constant_folding");
+  Graph g = small_resnet_fp16();
+  passes::run_passes(g, {}, names);  // every listed name is a valid one to disable
+  EXPECT_THROW(passes::run_passes(g, {}, {"no_such_pass"}), InvalidArgumentError);
+}
+
 TEST(NhwcLayout, OnlyForCudaPlansAndHalfFloatsAndCanBeDisabled) {
   const Graph g = small_resnet_fp16();
   Graph cpu = g;
@@ -3165,6 +3184,71 @@ TEST(NhwcLayout, DenseNetStaysChannelsLastThroughItsNormsAndConcatenations) {
     }
   }
   const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 135), DType::kFloat16)}};
+  expect_close(to_float32(run_graph(plan.original, feeds)),
+               to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
+// A MetaFormer block as PyTorch exports it (GroupNorm of `groups` groups: Reshape [N, G, -1], InstanceNormalization,
+// Reshape back, per-channel scale and bias; pooling minus its input; convolutions on both sides), optimized for a
+// CUDA plan. One group normalizes every element of a sample alike, so the norm runs on the channels-last values
+// (Note [Per-sample normalizations are layout-free]) and only the input's and the output's Transposes are left; two
+// groups are not layout-free (each group is a run of channels in NCHW order) and keep theirs. Both compute what the
+// graph does.
+Graph metaformer_block_fp16(std::int64_t groups) {
+  auto half = [](const Tensor& t) { return ops::cast(t, DType::kFloat16); };
+  Builder b;
+  b.input("x", {3, 16, 7, 5});
+  b.g.types["x"].dtype = DType::kFloat16;
+  const auto pads1 = Attributes().set("pads", std::vector<std::int64_t>{1, 1, 1, 1});
+  b.constant("w0", half(random({16, 16, 3, 3}, 301, -0.2f, 0.2f))).constant("b0", half(random({16}, 302)));
+  b.constant("flat", make_i64({3}, {0, groups, -1})).constant("back", make_i64({4}, {3, 16, 7, 5}));
+  b.constant("s", half(random({groups}, 303, 0.5f, 1.5f))).constant("t", half(random({groups}, 304)));
+  b.constant("gamma", half(random({16, 1, 1}, 305, 0.5f, 1.5f))).constant("beta", half(random({16, 1, 1}, 306)));
+  b.constant("w1", half(random({16, 16, 1, 1}, 307, -0.3f, 0.3f)));
+  b.add(node("Conv", {"x", "w0", "b0"}, {"c"}, pads1)).add(node("Reshape", {"c", "flat"}, {"f"}));
+  b.add(node("InstanceNormalization", {"f", "s", "t"}, {"in"})).add(node("Reshape", {"in", "back"}, {"gn0"}));
+  b.add(node("Mul", {"gn0", "gamma"}, {"gn1"})).add(node("Add", {"gn1", "beta"}, {"gn"}));
+  b.add(node("AveragePool", {"gn"}, {"pool"},
+             Attributes()
+                 .set("kernel_shape", std::vector<std::int64_t>{3, 3})
+                 .set("pads", std::vector<std::int64_t>{1, 1, 1, 1})
+                 .set("count_include_pad", std::int64_t{0})));
+  b.add(node("Sub", {"pool", "gn"}, {"mixed"})).add(node("Add", {"c", "mixed"}, {"r"}));
+  b.add(node("Conv", {"r", "w1"}, {"y"}));
+  return b.build({"y"});
+}
+
+TEST(NhwcLayout, PerSampleNormsRunChannelsLastAndGroupedOnesDoNot) {
+  for (const std::int64_t groups : {1, 2}) {
+    SCOPED_TRACE(groups);
+    const Graph g = metaformer_block_fp16(groups);
+    Graph out = g;
+    runtime::InferOptions cuda;
+    cuda.device = Device::cuda(0);
+    runtime::optimize(out, cuda, {});
+    if (groups == 1) {
+      EXPECT_EQ(count(out, "Transpose"), 2) << out.str();
+      EXPECT_EQ(count(out, "AveragePool"), 1) << out.str();
+      for (const Node& n : out.nodes) {
+        if (n.op_type == "AveragePool") {
+          EXPECT_EQ(n.attrs.get_string("layout", ""), "NHWC") << n.str();
+        }
+      }
+    } else {
+      EXPECT_GT(count(out, "Transpose"), 2) << out.str();
+    }
+    const Feeds feeds = {{"x", ops::cast(random({3, 16, 7, 5}, 308), DType::kFloat16)}};
+    expect_close(to_float32(run_graph(g, feeds)), to_float32(run_graph(out, feeds, nullptr, /*library_fused=*/true)),
+                 2e-2, 2e-2);
+  }
+}
+
+// The suite's PoolFormer export in a CUDA plan: channels-last from the stem to the head's permute (Note [Per-sample
+// normalizations are layout-free]), and the rewritten graph computes what the export does.
+TEST(NhwcLayout, PoolFormersNormsAndPoolsStayChannelsLast) {
+  const CudaOptimized plan = tiny_export_for_cuda("poolformer");
+  EXPECT_LE(count(plan.optimized, "Transpose"), 2) << plan.optimized.str();
+  const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 309), DType::kFloat16)}};
   expect_close(to_float32(run_graph(plan.original, feeds)),
                to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
 }

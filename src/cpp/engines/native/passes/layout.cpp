@@ -67,6 +67,21 @@
 // and DequantizeLinear are elementwise (one scale and zero point: operands that broadcast alike in either layout), so
 // they propagate the layout as the other elementwise ops do, in any dtype (the int8 values, and the float32 ones of
 // a float32 plan's QConv outputs), and a block's values stay channels-last from its first convolution to its last.
+//
+// Note [Per-sample normalizations are layout-free]
+// A normalization over all of a sample's elements (GroupNorm of one group: PoolFormer's and the other MetaFormers'
+// norm, which exporters write as Reshape [N, 1, C * H * W], InstanceNormalization and a Reshape back, and which
+// op_decomposition turns into a LayerNormalization over that last axis) computes one mean and one variance per
+// sample, whatever order the sample's elements are in. Left NCHW between channels-last convolutions and pools, each
+// such norm put a Transpose on both sides: 26 of PoolFormer-S12's kernels at batch 1 (47 of its 570 us, H100,
+// 2026-12-07). So a Reshape of a channels-last value's NCHW form to [N, 1, ..., 1, C * H * W] ("flat": every axis
+// but the first and the last of one element), followed by a chain whose every value is read by the next node alone,
+// made of LayerNormalizations over the flat axis (a one-element scale and bias, or none), elementwise ops whose other
+// operands are one element, and Reshapes from one flat shape to another, and ending in a Reshape to the same
+// [N, C, H, W], runs on the channels-last twin instead: the first Reshape flattens [N, H, W, C], the last one makes
+// the twin of the chain's end. Each flat value holds the same elements in another order, and every node of the chain
+// treats them alike, so the end's twin holds exactly what the NCHW chain's end does, channels-last. The per-channel
+// scale and bias after the norm ([C, 1, 1] constants) then follow as elementwise ops, and the pools after them too.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -365,11 +380,12 @@ class NhwcRewriter {
         convert_qconv(original, n)) {
       return;
     }
+    if (close_flat_chain(original, n)) return;
     const bool nhwc_input = !n.inputs.empty() && nhwc_of_.count(n.inputs[0]) != 0;
-    if (follow_pool(n, nhwc_input) || fold_transpose(original, n, nhwc_input) ||
-        convert_reduce_mean(original, n, nhwc_input) || convert_elementwise(original, n) ||
-        convert_concat(original, n) || convert_channel_slice(original, n, nhwc_input) ||
-        convert_channel_shuffle(original, n, nhwc_input)) {
+    if (open_flat_chain(original, n, nhwc_input) || follow_pool(n, nhwc_input) ||
+        fold_transpose(original, n, nhwc_input) || convert_reduce_mean(original, n, nhwc_input) ||
+        convert_elementwise(original, n) || convert_concat(original, n) ||
+        convert_channel_slice(original, n, nhwc_input) || convert_channel_shuffle(original, n, nhwc_input)) {
       return;
     }
     nodes_.push_back(n);
@@ -713,6 +729,100 @@ class NhwcRewriter {
     return false;
   }
 
+  // Note [Per-sample normalizations are layout-free]: whether `shape` is flat for `batch` ([N, 1, ..., 1, M], rank
+  // 2 or more) with M = `per_sample` elements.
+  static bool flat_shape(const std::vector<std::int64_t>& shape, std::int64_t batch, std::int64_t per_sample) {
+    if (shape.size() < 2 || shape.front() != batch || shape.back() != per_sample) return false;
+    return std::all_of(shape.begin() + 1, shape.end() - 1, [](std::int64_t d) { return d == 1; });
+  }
+
+  // Whether node `m` of a flat chain maps its flat input `value` to a flat output, treating every element of a
+  // sample alike: a LayerNormalization over the flat axis with one-element (or no) scale and bias, an elementwise op
+  // whose other operands have one element, or a Reshape to another flat shape.
+  bool flat_step(const Node& m, const std::string& value, std::int64_t batch, std::int64_t per_sample) const {
+    const auto y = static_shape(g_, m.outputs.empty() ? std::string() : m.outputs[0]);
+    if (!y || !flat_shape(*y, batch, per_sample) || m.inputs.empty()) return false;
+    const auto one_element = [&](const std::string& v) {
+      const auto s = static_shape(g_, v);
+      return s && internal::numel_of(*s) == 1;
+    };
+    if (is_onnx(m, "Reshape")) return m.inputs[0] == value;
+    if (m.op_type == "LayerNormalization" && (m.domain == kXpurtDomain || is_onnx(m, "LayerNormalization"))) {
+      if (m.inputs[0] != value) return false;
+      const auto x = static_shape(g_, value);
+      if (!x || m.attrs.has("affine_run") || m.attrs.get_int("row_affine", 0) != 0) return false;
+      const std::int64_t rank = static_cast<std::int64_t>(x->size());
+      std::int64_t axis = m.attrs.get_int("axis", -1);
+      axis = axis < 0 ? axis + rank : axis;
+      for (std::size_t k = 1; k < m.outputs.size(); ++k) {  // the mean and inverse deviation: per sample anyway,
+        if (!m.outputs[k].empty() && !original_uses_.unused(m.outputs[k])) return false;  // but not made here
+      }
+      return axis >= 1 && axis < rank &&
+             std::all_of(m.inputs.begin() + 1, m.inputs.end(), [&](const std::string& v) {
+               return v.empty() || one_element(v);
+             });
+    }
+    if (!layout_free(m)) return false;
+    for (std::size_t k = 0; k < m.inputs.size(); ++k) {
+      if (m.inputs[k].empty() || m.inputs[k] == value) continue;
+      if (!one_element(m.inputs[k])) return false;
+    }
+    return std::count(m.inputs.begin(), m.inputs.end(), value) == 1;
+  }
+
+  // The first Reshape of a flat chain over a channels-last value (Note [Per-sample normalizations are layout-free]):
+  // the chain is checked to its end, this Reshape flattens the twin, and the chain's last Reshape is marked for
+  // close_flat_chain. The nodes between stay as they are (their values are flat either way).
+  bool open_flat_chain(const Node& original, const Node& n, bool nhwc_input) {
+    if (!nhwc_input || !is_onnx(n, "Reshape") || n.outputs.size() != 1) return false;
+    const auto x = half_4d_shape(g_, original.inputs[0]);
+    const auto y = static_shape(g_, original.outputs[0]);
+    if (!x) return false;
+    const std::int64_t batch = (*x)[0], per_sample = (*x)[1] * (*x)[2] * (*x)[3];
+    if (!y || !flat_shape(*y, batch, per_sample)) return false;
+    std::string value = original.outputs[0];
+    for (int steps = 0; steps < 16; ++steps) {
+      if (original_uses_.is_graph_output(value) || original_uses_.read_by_subgraph(value)) return false;
+      const auto& readers = original_uses_.readers(value);
+      if (readers.size() != 1) return false;
+      const Node& m = g_.nodes[readers[0]];
+      const auto end = is_onnx(m, "Reshape") && m.outputs.size() == 1 ? half_4d_shape(g_, m.outputs[0]) : std::nullopt;
+      if (end && *end == *x && m.inputs[0] == value) {
+        if (steps == 0) return false;  // a Reshape there and back: nothing between to run channels-last
+        flat_ends_[m.outputs[0]] = *x;
+        Node flat = n;
+        if (n.inputs.size() > 1) replaced_weights_.insert(n.inputs[1]);  // removed where nothing else reads it
+        flat.inputs = {nhwc_of_[n.inputs[0]], add_constant(g_, n.name + "_flat_shape", int64_tensor(*y))};
+        shape_constants_.insert(flat.inputs[1]);
+        result_.notes.push_back(detail::str_cat(describe(n), " ... ", describe(m), " (a per-sample chain of ", steps,
+                                                " nodes) -> over NHWC"));
+        nodes_.push_back(std::move(flat));
+        ++result_.rewrites;
+        return true;
+      }
+      if (!flat_step(m, value, batch, per_sample)) return false;
+      value = m.outputs[0];
+    }
+    return false;
+  }
+
+  // The last Reshape of a flat chain that open_flat_chain took: it makes the twin of its NCHW output.
+  bool close_flat_chain(const Node& original, const Node& n) {
+    if (original.outputs.size() != 1) return false;
+    const auto it = flat_ends_.find(original.outputs[0]);
+    if (it == flat_ends_.end()) return false;
+    const std::string twin = fresh(n.outputs[0] + "_nhwc");
+    Node reshape = n;
+    if (n.inputs.size() > 1) replaced_weights_.insert(n.inputs[1]);
+    reshape.inputs = {n.inputs[0],
+                      add_constant(g_, n.name + "_nhwc_shape", int64_tensor(detail::nchw_to_nhwc(it->second)))};
+    shape_constants_.insert(reshape.inputs[1]);
+    reshape.outputs = {twin};
+    nodes_.push_back(std::move(reshape));
+    back_to_nchw(n.outputs[0], twin, it->second);
+    return true;
+  }
+
   // The squeeze of a squeeze-excitation: the mean over H and W.
   bool convert_reduce_mean(const Node& original, const Node& n, bool nhwc_input) {
     if (!is_onnx(n, "ReduceMean") || !nhwc_input || n.outputs.size() != 1) return false;
@@ -791,6 +901,8 @@ class NhwcRewriter {
   std::unordered_map<std::string, std::string> renamed_;   // a folded Transpose's output -> the twin it equals
   std::unordered_map<std::string, std::string> constant_twins_;  // [C, 1, 1] constants -> [1, 1, C]
   std::set<std::string> folded_;  // outputs of a channel shuffle's Transpose and last Reshape, made channels-last
+  // The last Reshapes of flat chains (Note [Per-sample normalizations are layout-free]) -> their NCHW shape.
+  std::unordered_map<std::string, std::vector<std::int64_t>> flat_ends_;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/build_clock.h"
+#include "xpuruntime/capture_plan.h"
 #include "xpuruntime/exceptions.h"
 
 namespace xpuruntime::passes {
@@ -144,3 +145,13 @@ std::vector<PassResult> run_passes(Graph& g, const PassContext& ctx, const std::
 }
 
 }  // namespace xpuruntime::passes
+
+namespace xpuruntime {
+
+std::vector<GraphPassInfo> graph_passes() {
+  std::vector<GraphPassInfo> out;
+  for (const passes::PassInfo& p : passes::all_passes()) out.push_back({p.name, p.doc});
+  return out;
+}
+
+}  // namespace xpuruntime

@@ -1694,6 +1694,44 @@ TEST(LinearEpilogueFusion, PerFeatureShiftGoesIntoTheBias) {
 // The scaled float16 weights are float_to_half(half_to_float(w) * gamma) for every element, in both weight layouts
 // and at sizes that are not multiples of the 8 halves the F16C path converts at once; a scale that would overflow
 // float16 leaves the Mul.
+// A batch norm over the flattened rows of a Linear (LeViT's LinearNorm: Linear over [B, N, C], Reshape [B * N, C],
+// then the norm's per-feature Mul and Add) folds into the Linear through the Reshape, which moves after it (Note
+// [Feature maps through a Reshape]); a Reshape that moves the features off the last axis does not.
+TEST(LinearEpilogueFusion, PerFeatureAffineFoldsThroughAReshapeThatKeepsTheFeaturesLast) {
+  auto linear = [](const std::string& weight, const std::string& out) {
+    Node n = node("Linear", {"x", weight, "bias"}, {out}, Attributes().set("weight_layout", std::string("kn")));
+    n.domain = kXpurtDomain;
+    return n;
+  };
+  Builder b;
+  b.input("x", {2, 5, 6});
+  b.constant("w", random({6, 8}, 70)).constant("bias", random({8}, 71)).constant("w2", random({6, 8}, 72));
+  b.constant("s", random({8}, 73, 0.5f, 1.5f)).constant("t", random({8}, 74));
+  b.constant("rows", make_i64({2}, {10, 8})).constant("moved", make_i64({2}, {2, 40}));
+  b.add(linear("w", "h")).typed("h", {2, 5, 8});
+  b.add(node("Reshape", {"h", "rows"}, {"hr"})).typed("hr", {10, 8});
+  b.add(node("Mul", {"hr", "s"}, {"hs"})).typed("hs", {10, 8});
+  b.add(node("Add", {"hs", "t"}, {"y"})).typed("y", {10, 8});
+  b.add(linear("w2", "h2")).typed("h2", {2, 5, 8});  // [2, 40]: the features are not the last axis any more
+  b.add(node("Reshape", {"h2", "moved"}, {"h2r"})).typed("h2r", {2, 40});
+  b.constant("u", random({40}, 75));
+  b.add(node("Add", {"h2r", "u"}, {"y2"})).typed("y2", {2, 40});
+  Graph g = b.build({"y", "y2"});
+  int rewrites = 0;
+  const Feeds feeds = {{"x", random({2, 5, 6}, 76)}};
+  Graph out = run_pass(g, passes::linear_epilogue_fusion, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  EXPECT_EQ(count(out, "Mul"), 0) << out.str();
+  EXPECT_EQ(count(out, "Add"), 1) << out.str();  // y2's
+  EXPECT_EQ(count(out, "Reshape"), 2) << out.str();
+  for (const Node& n : out.nodes) {
+    if (n.outputs[0] == "y") {
+      EXPECT_EQ(n.op_type, "Reshape") << n.str();
+      EXPECT_EQ(n.inputs[0], "h") << n.str();
+    }
+  }
+}
+
 TEST(LinearEpilogueFusion, ScaledHalfWeightsRoundOnceInBothLayoutsAtOddSizes) {
   for (const bool kn : {false, true}) {
     for (const auto& [k, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{13, 21}, {8, 16}, {5, 3}}) {
@@ -3249,6 +3287,30 @@ TEST(NhwcLayout, PoolFormersNormsAndPoolsStayChannelsLast) {
   const CudaOptimized plan = tiny_export_for_cuda("poolformer");
   EXPECT_LE(count(plan.optimized, "Transpose"), 2) << plan.optimized.str();
   const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 309), DType::kFloat16)}};
+  expect_close(to_float32(run_graph(plan.original, feeds)),
+               to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
+// The suite's LeViT export in a CUDA plan: every LinearNorm is one Linear (no elementwise kernel reads a Reshape of a
+// Linear's output), and the rewritten graph computes what the export does.
+TEST(LinearEpilogueFusion, LevitsLinearNormsAreOneGemmEach) {
+  const CudaOptimized plan = tiny_export_for_cuda("levit");
+  std::map<std::string, const Node*> producer;
+  for (const Node& n : plan.optimized.nodes) {
+    for (const std::string& v : n.outputs) producer[v] = &n;
+  }
+  const auto made_by = [&](const std::string& value, const char* op_type) {
+    const auto it = producer.find(value);
+    return it != producer.end() && it->second->op_type == op_type ? it->second : nullptr;
+  };
+  int norms_left = 0;
+  for (const Node& n : plan.optimized.nodes) {
+    if (n.op_type != "FusedElementwise" || n.inputs.empty()) continue;
+    const Node* reshape = made_by(n.inputs[0], "Reshape");
+    norms_left += reshape != nullptr && made_by(reshape->inputs[0], "Linear") != nullptr;
+  }
+  EXPECT_EQ(norms_left, 0) << plan.optimized.str();
+  const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 310), DType::kFloat16)}};
   expect_close(to_float32(run_graph(plan.original, feeds)),
                to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
 }

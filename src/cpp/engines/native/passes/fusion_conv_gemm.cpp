@@ -583,6 +583,36 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
   return result;
 }
 
+// Note [Feature maps through a Reshape]
+// LeViT's every Linear is a LinearNorm: the GEMM over [B, N, C], then BatchNorm1d over its rows flattened to
+// [B * N, C], which the exporter writes as a Reshape between the two; in a CUDA plan the norm is a Mul and an Add by
+// per-feature constants (Note [Batch norms without a convolution become an affine map]), and with the Reshape in
+// between neither joined the GEMM: one more bandwidth-bound kernel after each of LeViT-128S's 40 GEMMs. A Reshape
+// that keeps the last axis (the features) commutes with a per-feature scale and shift, so this pass folds them
+// into the Linear as it would without the Reshape, and the Reshape (a view) moves after the Linear. The residual Add
+// is not taken there (it would be read in the Linear's shape).
+
+namespace {
+
+// The Reshape that alone reads Linear output `value` when it keeps the `n_features` feature axis last and its own
+// output is read by a Mul or an Add alone (what linear_epilogue_fusion folds); nullopt otherwise.
+std::optional<std::size_t> feature_reshape(const Graph& g, const Uses& uses, const Rewriter& rw,
+                                           const std::string& value, std::int64_t n_features) {
+  const auto ri = sole_reader(g, uses, rw, value, "Reshape");
+  if (!ri) return std::nullopt;
+  const std::string& reshaped = g.nodes[*ri].outputs[0];
+  const auto before = static_shape(g, value);
+  const auto after = static_shape(g, reshaped);
+  if (!before || !after || before->empty() || after->empty() || before->back() != n_features ||
+      after->back() != n_features) {
+    return std::nullopt;
+  }
+  if (!sole_reader(g, uses, rw, reshaped, "Mul") && !sole_reader(g, uses, rw, reshaped, "Add")) return std::nullopt;
+  return ri;
+}
+
+}  // namespace
+
 // Note [Layer scale in the GEMM]
 // ConvNeXt (and CaiT, BEiT, DINOv2 blocks) end with layer scale and the residual: x + gamma * Linear(h), a per-feature
 // constant gamma. The exporters put the block's closing permute between the Linear and the Mul, so gemm_fusion cannot
@@ -618,6 +648,12 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::string out = linear.outputs[0];
     std::string weight = linear.inputs[1];
     std::string bias = linear.has_input(2) ? linear.inputs[2] : std::string();
+    // Note [Feature maps through a Reshape]: a Reshape that keeps the feature axis last may sit before the Mul.
+    const std::optional<std::size_t> reshape = feature_reshape(g, uses, rw, out, n_features);
+    if (reshape) {
+      out = g.nodes[*reshape].outputs[0];
+      out_type = value_type(g, out);
+    }
     if (auto mi = sole_reader(g, uses, rw, out, "Mul")) {
       const Node& mul = g.nodes[*mi];
       const Tensor* c = constant(g, other_input(mul, out));
@@ -663,16 +699,26 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
         out = add.outputs[0];
       }
     }
-    const std::string residual = take_residual_add(g, uses, rw, dtype, out, pattern, parts);
+    // The residual is read in the Linear's own shape: not behind a moved Reshape.
+    const std::string residual = reshape ? std::string() : take_residual_add(g, uses, rw, dtype, out, pattern, parts);
     if (pattern.size() == 1) continue;
     Node fused = linear;
     fused.inputs = {linear.inputs[0], weight};
     if (!bias.empty() || !residual.empty()) fused.inputs.push_back(bias);
     if (!residual.empty()) fused.inputs.push_back(residual);
-    fused.outputs = {out};
+    fused.outputs = {reshape ? linear.outputs[0] : out};
     std::string note = "fused ";
     for (std::size_t k = 0; k < parts.size(); ++k) note += (k ? " + " : "") + parts[k];
-    rw.replace(pattern, {std::move(fused)}, note + " -> Linear '" + linear.name + "'");
+    note += " -> Linear '" + linear.name + "'";
+    std::vector<Node> replacement = {std::move(fused)};
+    if (reshape) {  // the Reshape now reads the scaled and shifted Linear and writes what the Add wrote
+      pattern.push_back(*reshape);
+      Node moved = g.nodes[*reshape];
+      moved.outputs = {out};
+      note += " + " + describe(moved) + " after it";
+      replacement.push_back(std::move(moved));
+    }
+    rw.replace(pattern, std::move(replacement), note);
   }
   rw.apply(result);
   return result;

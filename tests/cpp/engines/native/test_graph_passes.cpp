@@ -270,7 +270,8 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "attention_head_padding", "conv_fusion",
                                              "nhwc_layout", "quantized_constant_folding",
                                              "linear_epilogue_fusion",
-                                             "elementwise_fusion", "fused_input_views", "concat_fusion"}));
+                                             "elementwise_fusion", "fused_input_views", "attention_part_padding",
+                                             "concat_fusion"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
   XPURT_EXPECT_THROW_WITH(passes::run_passes(g, {}, {"gemm_fusoin"}), InvalidArgumentError,
                           "unknown graph pass 'gemm_fusoin' in the disabled passes; valid names: constant_folding, "
@@ -3313,6 +3314,41 @@ TEST(LinearEpilogueFusion, LevitsLinearNormsAreOneGemmEach) {
   const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 310), DType::kFloat16)}};
   expect_close(to_float32(run_graph(plan.original, feeds)),
                to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
+// The suite's LeViT export in a CUDA plan: its block attentions, whose per-head q and k (8 wide in the tiny export)
+// are narrower than v (16), read q, k and v as parts 0, 1 and 2 of one view with every head 16 wide, padded in the
+// projection's weights (Note [Unequal q, k and v parts padded in the weights]); the subsampling attentions, whose q
+// has a projection of its own, keep theirs. The rewritten graph computes what the export does; CPU plans are not
+// rewritten.
+TEST(AttentionPartPadding, LevitsKeysArePaddedToTheValuesWidthInTheWeights) {
+  const CudaOptimized plan = tiny_export_for_cuda("levit");
+  int padded = 0, attentions = 0;
+  for (const Node& n : plan.optimized.nodes) {
+    if (n.op_type != "Attention") continue;
+    ++attentions;
+    if (n.attrs.get_ints("qkv_parts", {}) != std::vector<std::int64_t>{0, 1, 2}) continue;
+    ++padded;
+    EXPECT_EQ(n.inputs[0], n.inputs[1]);
+    EXPECT_EQ(n.inputs[0], n.inputs[2]);
+    const auto& shape = plan.optimized.types.at(n.inputs[0]).shape;
+    ASSERT_EQ(shape.size(), 5u);
+    EXPECT_EQ(shape[3].value, 3);
+    EXPECT_EQ(shape[4].value, 16);
+    EXPECT_NEAR(n.attrs.get_float("scale", 0.0), 1.0 / std::sqrt(8.0), 1e-3);  // the keys' own 8
+  }
+  EXPECT_EQ(padded, 2) << plan.optimized.str();
+  EXPECT_EQ(attentions, 3) << plan.optimized.str();
+  const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 311), DType::kFloat16)}};
+  expect_close(to_float32(run_graph(plan.original, feeds)),
+               to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+  Graph cpu = plan.original;
+  const auto results = passes::run_passes(cpu, {});
+  for (const auto& r : results) {
+    if (r.pass == "attention_part_padding") {
+      EXPECT_EQ(r.rewrites, 0);
+    }
+  }
 }
 
 // The suite's MobileViT export in a CUDA plan: its patch unfolds and folds are one copy each (Note [Copies through

@@ -108,6 +108,11 @@ const std::vector<PassInfo>& all_passes() {
        "a FusedElementwise input made by Slices / Transposes / Reshapes that copy reads their source through a "
        "strided view instead (Note [Fused nodes read their inputs' views]): the copies go",
        fused_input_views},
+      {"attention_part_padding",
+       "CUDA: an Attention reading q, k and v as per-head parts of one projection with keys narrower than values "
+       "(LeViT) -> q and k padded to v's width with zeros in the projection's weights, one packed view, for the fused "
+       "kernels",
+       attention_part_padding},
       {"concat_fusion",
        "CUDA: a Concat of FusedElementwise values only it reads, or of values that view ops copied -> one "
        "FusedElementwise whose pieces write the concatenation in place (Note [Concats of fused values]); a "

@@ -127,6 +127,10 @@ XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
 // Linear + Mul(per-feature constant) [+ Add(residual)] -> the Linear with scaled weights and the residual input
 // (Note [Layer scale in the GEMM] in passes/fusion_conv_gemm.cpp); after nhwc_layout, which drops the permutes between.
 XPURT_API PassResult linear_epilogue_fusion(Graph& g, const PassContext& ctx);
+// CUDA: an Attention reading q, k and v as per-head parts of one projection, keys narrower than values -> q and k
+// padded to v's width in the projection's weights (Note [Unequal q, k and v parts padded in the weights] in
+// passes/attention_padding.cpp); after fused_input_views.
+XPURT_API PassResult attention_part_padding(Graph& g, const PassContext& ctx);
 // Chains of elementwise ops (Add, Mul, Sigmoid, Erf, Gelu, ...) of one shape and float dtype whose intermediates
 // nobody else reads -> com.xpuruntime:FusedElementwise with their program (Note [Fused elementwise programs]).
 XPURT_API PassResult elementwise_fusion(Graph& g, const PassContext& ctx);

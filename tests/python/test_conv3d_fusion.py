@@ -87,7 +87,7 @@ def test_a_video_block_fuses_its_epilogue(device, dtype, shape, out, kernel, str
     assert len(convs) == 2, [n["op"] for n in nodes]  # the Add and the Relu joined the first one
     assert not [n for n in nodes if n["op"] in ("add", "relu")], [n["op"] for n in nodes]
     if device != "cpu":
-        assert "fused epilogue: bias + residual + ReLU" in convs[0].get("plan", ""), convs[0]
+        assert "fused epilogue: bias + residual + ReLU" in convs[0].get("reason", ""), convs[0]
     unfused = xrt.InferenceSession(model, device=device, engine="native", disabled_passes=["conv_fusion"])
     (u,) = unfused.run(None, feeds)
     np.testing.assert_allclose(_host(y), _host(u), rtol=tol, atol=tol)

@@ -209,8 +209,9 @@ PassResult attention_head_padding(Graph& g, const PassContext& ctx) {  // Note [
 // LeViT projects each head's q, k and v with one Linear as [q (dk), k (dk), v (dv)], keys narrower than values (16
 // and 32 in LeViT-128S: attention ratio 2), and attention_fusion reads the three as parts of the projection viewed per
 // head (qkv_packing "heads_parts": q part 0 and k part 1 of [B, S, H, P, dk], v part 1 of [B, S, H, P', dv]). No
-// fused kernel takes a head dim of 16 or keys narrower than values, so the attentions ran unfused: their scores in
-// memory, a softmax kernel and two batched GEMMs, 33-38% of LeViT's run at 0-5% of their floor (H100, 2026-12-07).
+// fused kernel takes keys narrower than values (cuDNN's and flash_v2 need D = Dv), so the attentions ran unfused:
+// their scores in memory, a softmax kernel and two batched GEMMs, 33-38% of LeViT's run at 0-5% of their floor
+// (H100, 2026-12-07).
 // Zeros added to each q and k head change no score, so where the projection is a constant Linear reached through
 // Reshapes that keep its features last, read by nothing but the three views, and dv is a multiple of 8 wider than dk,
 // the projection's weights and bias are laid out per head as [q, zeros, k, zeros, v] with q and k padded to dv, and

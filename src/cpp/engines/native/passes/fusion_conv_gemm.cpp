@@ -587,7 +587,7 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
 // LeViT's every Linear is a LinearNorm: the GEMM over [B, N, C], then BatchNorm1d over its rows flattened to
 // [B * N, C], which the exporter writes as a Reshape between the two; in a CUDA plan the norm is a Mul and an Add by
 // per-feature constants (Note [Batch norms without a convolution become an affine map]), and with the Reshape in
-// between neither joined the GEMM: one more bandwidth-bound kernel after each of LeViT-128S's 40 GEMMs. A Reshape
+// between neither joined the GEMM: one more bandwidth-bound kernel after each of LeViT's GEMMs. A Reshape
 // that keeps the last axis (the features) commutes with a per-feature scale and shift, so this pass folds them
 // into the Linear as it would without the Reshape, and the Reshape (a view) moves after the Linear. The residual Add
 // is not taken there (it would be read in the Linear's shape).

@@ -978,7 +978,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.bisect_passes and engines[0] != "native":
         raise UsageError(f"--bisect-passes turns off the native engine's graph passes: engine A must be native, got "
                          f"'{engines[0]}'")
-    devices = [args.device, getattr(args, "reference_device", None) or args.device]
+    devices = [args.device, args.reference_device or args.device]
     sessions = [make_session(args, engine=e, model=model, device=d) for e, d in zip(engines, devices)]
     feeds = make_feeds(args, sessions[1])
     results = []

@@ -36,38 +36,42 @@ namespace {
 
 using Shape = std::vector<std::int64_t>;
 
-// `w` [R, G * d] -> [R, G * padded] (zero columns after each of the G groups of d), as raw elements.
-Tensor pad_columns(const Tensor& w, std::int64_t rows, std::int64_t groups, std::int64_t d, std::int64_t padded) {
-  const Tensor src = w.contiguous();
-  Tensor out = Tensor::empty(rows == 1 && src.dim() == 1 ? Shape{groups * padded} : Shape{rows, groups * padded},
-                             src.dtype(), Device::cpu());
-  out.zero_();
+// `t` with its features (the columns of a "kn" weight or a bias, the rows of an "nk" weight: `rows`) taken from
+// `source` (-1: zero), as raw elements.
+Tensor gather_features(const Tensor& t, bool rows, const std::vector<std::int64_t>& source) {
+  const Tensor src = t.contiguous();
   const std::size_t e = dtype_size(src.dtype());
+  const std::int64_t n = static_cast<std::int64_t>(source.size());
+  const std::int64_t other = src.dim() == 2 ? (rows ? src.shape()[1] : src.shape()[0]) : 1;
+  const std::int64_t features = src.dim() == 2 ? (rows ? src.shape()[0] : src.shape()[1]) : src.numel();
+  const Shape shape = src.dim() == 1 ? Shape{n} : rows ? Shape{n, other} : Shape{other, n};
+  Tensor out = Tensor::empty(shape, src.dtype(), Device::cpu());
+  out.zero_();
   const auto* from = static_cast<const unsigned char*>(src.data_ptr());
   auto* to = static_cast<unsigned char*>(out.data_ptr());
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t g = 0; g < groups; ++g) {
-      std::memcpy(to + static_cast<std::size_t>((r * groups + g) * padded) * e,
-                  from + static_cast<std::size_t>((r * groups + g) * d) * e, static_cast<std::size_t>(d) * e);
+  for (std::int64_t c = 0; c < n; ++c) {
+    const std::int64_t f = source[static_cast<std::size_t>(c)];
+    if (f < 0) continue;
+    if (rows) {  // a whole row of `other` elements
+      std::memcpy(to + static_cast<std::size_t>(c * other) * e, from + static_cast<std::size_t>(f * other) * e,
+                  static_cast<std::size_t>(other) * e);
+      continue;
+    }
+    for (std::int64_t o = 0; o < other; ++o) {
+      std::memcpy(to + static_cast<std::size_t>(o * n + c) * e, from + static_cast<std::size_t>(o * features + f) * e,
+                  e);
     }
   }
   return out;
 }
 
-// `w` [G * d, C] -> [G * padded, C] (zero rows after each of the G groups of d rows).
-Tensor pad_rows(const Tensor& w, std::int64_t groups, std::int64_t d, std::int64_t padded) {
-  const Tensor src = w.contiguous();
-  const std::int64_t columns = src.shape()[1];
-  Tensor out = Tensor::empty({groups * padded, columns}, src.dtype(), Device::cpu());
-  out.zero_();
-  const std::size_t row = static_cast<std::size_t>(columns) * dtype_size(src.dtype());
-  const auto* from = static_cast<const unsigned char*>(src.data_ptr());
-  auto* to = static_cast<unsigned char*>(out.data_ptr());
+// For gather_features: G groups of d features, each followed by padded - d zeros.
+std::vector<std::int64_t> padded_groups(std::int64_t groups, std::int64_t d, std::int64_t padded) {
+  std::vector<std::int64_t> source(static_cast<std::size_t>(groups * padded), -1);
   for (std::int64_t g = 0; g < groups; ++g) {
-    std::memcpy(to + static_cast<std::size_t>(g * padded) * row, from + static_cast<std::size_t>(g * d) * row,
-                static_cast<std::size_t>(d) * row);
+    for (std::int64_t j = 0; j < d; ++j) source[static_cast<std::size_t>(g * padded + j)] = g * d + j;
   }
-  return out;
+  return source;
 }
 
 // constant_linear with a weight of a layout this pass pads ("kn" or "nk").
@@ -164,14 +168,12 @@ PassResult attention_head_padding(Graph& g, const PassContext& ctx) {  // Note [
     const std::int64_t d = p->d, padded = (d + 7) / 8 * 8, h = p->heads;
     // The projection: [K, 3 * H * d] ("kn") or [3 * H * d, K] ("nk") and its bias -> 3 * H * padded.
     Node& projection = g.nodes[p->projection];
-    const Tensor& w = *constant(g, projection.inputs[1]);
+    const std::vector<std::int64_t> qkv = padded_groups(3 * h, d, padded);
     projection.inputs[1] = add_constant(g, projection.inputs[1] + "_padded",
-                                        p->projection_kn ? pad_columns(w, w.shape()[0], 3 * h, d, padded)
-                                           : pad_rows(w, 3 * h, d, padded));
+                                        gather_features(*constant(g, projection.inputs[1]), !p->projection_kn, qkv));
     if (projection.inputs.size() > 2 && !projection.inputs[2].empty()) {
-      projection.inputs[2] =
-          add_constant(g, projection.inputs[2] + "_padded", pad_columns(*constant(g, projection.inputs[2]), 1, 3 * h,
-                                                                        d, padded));
+      projection.inputs[2] = add_constant(g, projection.inputs[2] + "_padded",
+                                          gather_features(*constant(g, projection.inputs[2]), false, qkv));
     }
     set_last_dim(g, projection.outputs[0], 3 * h * padded);
     // The packed view [B, S, 3, H, padded], the Attention (its scale kept at 1 / sqrt(d)), the merge to H * padded.
@@ -190,10 +192,9 @@ PassResult attention_head_padding(Graph& g, const PassContext& ctx) {  // Note [
     set_last_dim(g, merge.outputs[0], h * padded);
     // The output projection reads zeros where the padded heads have them: zero rows ("kn") or columns ("nk").
     Node& output = g.nodes[p->output];
-    const Tensor& wo = *constant(g, output.inputs[1]);
     output.inputs[1] = add_constant(g, output.inputs[1] + "_padded",
-                                    p->output_kn ? pad_rows(wo, h, d, padded)
-                                                 : pad_columns(wo, wo.shape()[0], h, d, padded));
+                                    gather_features(*constant(g, output.inputs[1]), p->output_kn,
+                                                    padded_groups(h, d, padded)));
     result.notes.push_back(detail::str_cat(describe(a), ": heads of ", d, " padded to ", padded, " in the weights of ",
                                            describe(projection), " and ", describe(output)));
     ++result.rewrites;
@@ -312,31 +313,6 @@ std::optional<Parts> match_parts(const Graph& g, const Uses& uses, std::size_t a
     value = n.inputs[0];
   }
   return std::nullopt;
-}
-
-// `t` with its features (the columns of a "kn" weight or a bias, the rows of an "nk" weight) taken from `source`
-// (-1: zero).
-Tensor gather_features(const Tensor& t, bool rows, const std::vector<std::int64_t>& source) {
-  const Tensor src = t.contiguous();
-  const std::size_t e = dtype_size(src.dtype());
-  const std::int64_t n = static_cast<std::int64_t>(source.size());
-  const std::int64_t other = src.dim() == 2 ? (rows ? src.shape()[1] : src.shape()[0]) : 1;
-  const std::int64_t features = src.dim() == 2 ? (rows ? src.shape()[0] : src.shape()[1]) : src.numel();
-  const Shape shape = src.dim() == 1 ? Shape{n} : rows ? Shape{n, other} : Shape{other, n};
-  Tensor out = Tensor::empty(shape, src.dtype(), Device::cpu());
-  out.zero_();
-  const auto* from = static_cast<const unsigned char*>(src.data_ptr());
-  auto* to = static_cast<unsigned char*>(out.data_ptr());
-  for (std::int64_t c = 0; c < n; ++c) {
-    if (source[static_cast<std::size_t>(c)] < 0) continue;
-    const std::int64_t f = source[static_cast<std::size_t>(c)];
-    for (std::int64_t o = 0; o < other; ++o) {
-      const std::int64_t at = rows ? c * other + o : o * n + c;
-      const std::int64_t in = rows ? f * other + o : o * features + f;
-      std::memcpy(to + static_cast<std::size_t>(at) * e, from + static_cast<std::size_t>(in) * e, e);
-    }
-  }
-  return out;
 }
 
 }  // namespace

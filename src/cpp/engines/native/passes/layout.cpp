@@ -789,7 +789,7 @@ class NhwcRewriter {
       const auto end = is_onnx(m, "Reshape") && m.outputs.size() == 1 ? half_4d_shape(g_, m.outputs[0]) : std::nullopt;
       if (end && *end == *x && m.inputs[0] == value) {
         if (steps == 0) return false;  // a Reshape there and back: nothing between to run channels-last
-        flat_ends_[m.outputs[0]] = *x;
+        flat_ends_.insert(m.outputs[0]);
         Node flat = n;
         if (n.inputs.size() > 1) replaced_weights_.insert(n.inputs[1]);  // removed where nothing else reads it
         flat.inputs = {nhwc_of_[n.inputs[0]], add_constant(g_, n.name + "_flat_shape", int64_tensor(*y))};
@@ -808,18 +808,17 @@ class NhwcRewriter {
 
   // The last Reshape of a flat chain that open_flat_chain took: it makes the twin of its NCHW output.
   bool close_flat_chain(const Node& original, const Node& n) {
-    if (original.outputs.size() != 1) return false;
-    const auto it = flat_ends_.find(original.outputs[0]);
-    if (it == flat_ends_.end()) return false;
+    if (original.outputs.size() != 1 || flat_ends_.count(original.outputs[0]) == 0) return false;
+    const std::vector<std::int64_t> nchw = *half_4d_shape(g_, original.outputs[0]);  // the chain's input's shape
     const std::string twin = fresh(n.outputs[0] + "_nhwc");
     Node reshape = n;
     if (n.inputs.size() > 1) replaced_weights_.insert(n.inputs[1]);
     reshape.inputs = {n.inputs[0],
-                      add_constant(g_, n.name + "_nhwc_shape", int64_tensor(detail::nchw_to_nhwc(it->second)))};
+                      add_constant(g_, n.name + "_nhwc_shape", int64_tensor(detail::nchw_to_nhwc(nchw)))};
     shape_constants_.insert(reshape.inputs[1]);
     reshape.outputs = {twin};
     nodes_.push_back(std::move(reshape));
-    back_to_nchw(n.outputs[0], twin, it->second);
+    back_to_nchw(n.outputs[0], twin, nchw);
     return true;
   }
 
@@ -901,8 +900,8 @@ class NhwcRewriter {
   std::unordered_map<std::string, std::string> renamed_;   // a folded Transpose's output -> the twin it equals
   std::unordered_map<std::string, std::string> constant_twins_;  // [C, 1, 1] constants -> [1, 1, C]
   std::set<std::string> folded_;  // outputs of a channel shuffle's Transpose and last Reshape, made channels-last
-  // The last Reshapes of flat chains (Note [Per-sample normalizations are layout-free]) -> their NCHW shape.
-  std::unordered_map<std::string, std::vector<std::int64_t>> flat_ends_;
+  // The outputs of the last Reshapes of flat chains (Note [Per-sample normalizations are layout-free]).
+  std::set<std::string> flat_ends_;
 };
 
 }  // namespace

@@ -167,6 +167,26 @@ TEST(FuzzRegressions, AReshapeToAShapeOfTwoBillionElementsIsATypedErrorOnOnnxRun
   EXPECT_NE(r.message.find("its shape operand 'shape' has 2147483648 elements"), std::string::npos) << r.message;
 }
 
+TEST(FuzzRegressions, AScanWithMoreScanInputsThanInputsIsATypedErrorOnOnnxRuntime) {
+  // num_scan_inputs = 2^40: ONNX Runtime 1.29 allocated a vector of that many entries loading the model (8 TiB;
+  // ASan's operator new aborts there; Note [Models ORT crashes on]).
+  if (!has_onnxruntime()) GTEST_SKIP() << "this build has no ONNX Runtime engine";
+  const auto r = fuzz::run_model_bytes(
+      read_file(kCorpus / "regression-ort-scan-with-2-pow-40-scan-inputs.onnx"), "onnxruntime", true);
+  ASSERT_EQ(r.outcome, fuzz::ModelOutcome::kTypedError);
+  EXPECT_EQ(r.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.message.find("num_scan_inputs is 1099511627776, but the node has 3 inputs"), std::string::npos)
+      << r.message;
+}
+
+TEST(FuzzRegressions, AnIfConditionStoredAsByte205IsTrue) {
+  // A bool initializer whose byte is 205 (not 0 or 1): inline_constant_ifs read it as a C++ bool, undefined behaviour
+  // (UBSan). Any nonzero byte is true, as ONNX Runtime reads it.
+  const auto r = fuzz::run_model_bytes(
+      read_file(kCorpus / "regression-if-condition-bool-byte-205.onnx"), "native", true);
+  EXPECT_EQ(r.outcome, fuzz::ModelOutcome::kRan) << r.message;
+}
+
 TEST(FuzzHarness, ALoopWithoutEndStopsAtTheRunTimeoutOnBothEngines) {
   // Valid ONNX that never ends: the harness runs control flow under a RunOptions timeout, so the fuzzers count it as
   // a typed RunTimeoutError, not a hang.

@@ -17,7 +17,8 @@
 // another number of parts than it has outputs aborts its Run (an assertion); and a Reshape, Expand or
 // ConstantOfShape whose shape operand is declared with more than kMaxShapeOperand elements (a graph input of
 // [2147483648] int64) makes its shape inference build a shape of that rank while it loads the model, gigabytes
-// before std::bad_alloc (13 s and 7 GiB under an 8 GiB address-space limit). check_for_ort refuses such a model with
+// before std::bad_alloc (13 s and 7 GiB under an 8 GiB address-space limit); a Scan whose num_scan_inputs is past its
+// inputs (2^40) makes it allocate a vector of that many entries (8 TiB). check_for_ort refuses such a model with
 // a typed error first, walking the main graph and its subgraphs on the one parse of the model. Found by the
 // structural fuzzer; each has a regression model in tests/fuzz/corpus/model.
 //
@@ -186,6 +187,18 @@ void check_shape_operands(const onnx::NodeProto& node, const std::map<std::strin
                              "gigabytes of memory; Note [Models ORT crashes on])");
 }
 
+// A Scan whose num_scan_inputs is not between 1 and its number of inputs (Note [Models ORT crashes on]).
+void check_scan_inputs(const onnx::NodeProto& node) {
+  if (node.op_type() != "Scan" || !(node.domain().empty() || node.domain() == "ai.onnx")) return;
+  for (const onnx::AttributeProto& a : node.attribute()) {
+    if (a.name() != "num_scan_inputs" || (a.i() >= 1 && a.i() <= node.input_size())) continue;
+    throw InvalidArgumentError("onnxruntime: " + describe(node) + ": num_scan_inputs is " + std::to_string(a.i()) +
+                               ", but the node has " + std::to_string(node.input_size()) +
+                               " inputs (ONNX Runtime 1.29 would allocate a vector of that many entries loading "
+                               "this model: Note [Models ORT crashes on])");
+  }
+}
+
 // The static length of `value` where `graph` declares it 1-D (a graph input or a value_info).
 void note_declared_lengths(const onnx::GraphProto& graph, std::map<std::string, std::int64_t>& lengths) {
   const auto note = [&](const onnx::ValueInfoProto& v) {
@@ -219,6 +232,7 @@ void check_graph_for_ort(const onnx::GraphProto& graph, const std::map<std::stri
     check_interior_empty_inputs(node, opsets);
     check_split_outputs(node, opsets, lengths);
     check_shape_operands(node, lengths);
+    check_scan_inputs(node);
     if (node.op_type() == "SplitToSequence" && (node.domain().empty() || node.domain() == "ai.onnx") &&
         node.input_size() >= 2) {
       auto it = scalars.find(node.input(1));

@@ -224,7 +224,8 @@ int inline_constant_ifs(Graph& g, PassResult& result) {
       nodes.push_back(std::move(n));
       continue;
     }
-    const bool taken = *static_cast<const bool*>(cond->contiguous().data_ptr());
+    // A bool tensor's byte may hold any value a file wrote: nonzero is true.
+    const bool taken = *static_cast<const std::uint8_t*>(cond->contiguous().data_ptr()) != 0;
     auto it = n.graph_attrs.find(taken ? "then_branch" : "else_branch");
     if (it == n.graph_attrs.end() || !it->second || it->second->outputs.size() != n.outputs.size()) {
       nodes.push_back(std::move(n));

@@ -1,6 +1,7 @@
 // Folding passes: constant_folding, shape_folding, conv_bn_folding (see passes.h, docs/native_engine.md).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>

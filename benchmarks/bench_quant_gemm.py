@@ -9,6 +9,8 @@ For each M (default 2048 = 128 x 16 and 8192 = 128 x 64 tokens, and 1 2 4 8 16) 
   int8 int8_mma  the same pinned to "int8_mma" (cuda_raw's pipelined tensor-core kernel, epilogue in registers)
   int8 dp4a      the same pinned to "dp4a" (--no-dp4a skips it)
   int8 wgmma     the same pinned to "int8_wgmma" (Hopper's warpgroup MMA, epilogue in registers; --no-wgmma skips it)
+  wgmma tuned    int8_wgmma with every tile and pipeline it has timed on the shape and the fastest kept (an auto rule
+                 of int8_wgmma alone, strategy BestPerformance: its plan names the winner)
   fp8 cublasLt   qlinear_fp8(x float8e4m3fn [M, K], W float8e4m3fn [N, K], per-channel w_scale, float32 bias) -> the
                  matching output (float8e4m3fn for int8/uint8, else --output's float; float32 for int32): cuBLASLt's
                  float8 tensor cores (Note [cuBLASLt float8 GEMMs]) and its epilogue kernel (--no-fp8 skips it)
@@ -125,8 +127,13 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     row = {"m": m, "k": k, "n": n, "plans": {}}
     outputs = {}
     ops = 2.0 * m * n * k
+    if not args.no_wgmma:
+        kernels.append("int8_wgmma_tuned")
     for kernel in kernels:
         policy = xrt.KernelPolicy(qlinear=f"pin:{kernel}")
+        if kernel == "int8_wgmma_tuned":
+            policy = xrt.KernelPolicy(qlinear={"mode": "auto", "kernels": ["int8_wgmma"],
+                                               "strategy": "BestPerformance"})
         (y,), decision = xrt.ops.call("qlinear", q_inputs(int8[0]), attrs, policy=policy, return_decision=True)
         outputs[kernel] = y.to("cpu").numpy()
         row["plans"][kernel] = f"{decision.kernel}: {decision.plan_summary}"
@@ -162,13 +169,14 @@ def table(rows, args, device_name: str) -> str:
              f"MiB of weights, median of {args.iters} replays", "",
              "| M | K | N | int8 cublasLt us | TOPS | int8 int8_mma us | TOPS |" +
              (" int8 dp4a us | TOPS |" if dp4a else "") +
-             (" int8 int8_wgmma us | TOPS |" if wgmma else "") +
+             (" int8 int8_wgmma us | TOPS | wgmma tuned us |" if wgmma else "") +
              (" fp8 cublasLt us | TFLOPS |" if fp8 else "") +
              " fp16 linear us | TFLOPS | fp16 / int8 | fp16 / int8_mma |" +
              (" fp16 / int8_wgmma |" if wgmma else "") + (" fp16 / fp8 |" if fp8 else "") +
              " same bits |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if dp4a else "") +
-             (" ---: | ---: |" if wgmma else "") + (" ---: | ---: |" if fp8 else "") + " ---: | ---: | ---: | ---: |" +
+             (" ---: | ---: | ---: |" if wgmma else "") + (" ---: | ---: |" if fp8 else "") +
+             " ---: | ---: | ---: | ---: |" +
              (" ---: |" if wgmma else "") + (" ---: |" if fp8 else "") + " --- |"]
     for r in rows:
         line = (f"| {r['m']} | {r['k']} | {r['n']} | {r['cublasLt_us']:.2f} | {r['cublasLt_tops']:.1f} | "
@@ -176,7 +184,7 @@ def table(rows, args, device_name: str) -> str:
         if dp4a:
             line += f" {r['dp4a_us']:.2f} | {r['dp4a_tops']:.1f} |"
         if wgmma:
-            line += f" {r['int8_wgmma_us']:.2f} | {r['int8_wgmma_tops']:.1f} |"
+            line += f" {r['int8_wgmma_us']:.2f} | {r['int8_wgmma_tops']:.1f} | {r['int8_wgmma_tuned_us']:.2f} |"
         if fp8:
             line += f" {r['fp8_us']:.2f} | {r['fp8_tflops']:.1f} |"
         line += f" {r['fp16_us']:.2f} | {r['fp16_tops']:.1f} | {r['ratio']:.2f} | {r['mma_ratio']:.2f} |"

@@ -294,20 +294,25 @@ constexpr int kWgmmaComputeCapability = 90;  // wgmma.mma_async: sm_90a, compute
 // From this many rows of x the kernel ranks before cuBLASLt's IMMA GEMM on sm_90 (Note [Shape-dependent priority]).
 constexpr std::int64_t kWgmmaRanksFirstRows = 256;
 
-// A tile shape of int8_wgmma: warpgroups of 128 threads, each taking row_tiles strips of 64 rows.
+// A tile shape of int8_wgmma: warpgroups of 128 threads that multiply, each taking row_tiles strips of 64 rows; `tma`:
+// beside them a producer warpgroup copying by TMA (Note [int8 GEMM by wgmma, fed by TMA]; 2 warpgroups only), else
+// they copy by cp.async themselves.
 struct WgmmaShape {
   int warpgroups;
   int row_tiles;
+  bool tma = false;
   int rows() const { return 64 * warpgroups * row_tiles; }
-  bool operator==(const WgmmaShape& o) const { return warpgroups == o.warpgroups && row_tiles == o.row_tiles; }
+  bool operator==(const WgmmaShape& o) const {
+    return warpgroups == o.warpgroups && row_tiles == o.row_tiles && tma == o.tma;
+  }
 };
-constexpr WgmmaShape kWgmmaShapes[] = {{2, 2}, {2, 1}, {1, 2}, {1, 1}};
+constexpr WgmmaShape kWgmmaShapes[] = {{2, 2, true}, {2, 1, true}, {2, 2}, {2, 1}, {1, 2}, {1, 1}};
 
-// The tallest of 256-, 128- and 64-row tiles (2 warpgroups of 2 and 1 strips, 1 of 1) whose blocks cover the SMs;
-// the taller tile reads fewer bytes a multiply-add from L2.
+// The tallest of 256-, 128- and 64-row tiles (2 warpgroups of 2 and 1 strips fed by TMA, 1 of 1) whose blocks cover
+// the SMs; the taller tile reads fewer bytes a multiply-add from L2.
 WgmmaShape wgmma_shape(const QLinearProblem& q, int sms) {
   const std::int64_t columns = (q.n + 127) / 128;
-  for (const WgmmaShape shape : {WgmmaShape{2, 2}, WgmmaShape{2, 1}}) {
+  for (const WgmmaShape shape : {WgmmaShape{2, 2, true}, WgmmaShape{2, 1, true}}) {
     if ((q.m + shape.rows() - 1) / shape.rows() * columns >= sms) return shape;
   }
   return {1, 1};
@@ -317,7 +322,39 @@ std::string wgmma_record(const WgmmaShape& shape) {
   nlohmann::json json;
   json["warpgroups"] = shape.warpgroups;
   json["row_tiles"] = shape.row_tiles;
+  if (shape.tma) json["pipeline"] = "tma";
   return json.dump();
+}
+
+// A plan record's shape: {"warpgroups": 1 or 2, "row_tiles": 1 or 2 (default 1), "pipeline": "tma" or "cp.async"
+// (default)}; the TMA pipeline takes 2 warpgroups.
+WgmmaShape parse_wgmma_record(const std::string& record) {
+  const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  const auto field = [&](const char* key, int fallback) {
+    if (!json.is_object() || (json.contains(key) && (!json[key].is_number_integer() ||
+                                                     (json[key] != 1 && json[key] != 2)))) {
+      throw InvalidArgumentError(::xpuruntime::detail::str_cat("int8_wgmma qlinear: invalid plan record ('", key,
+                                                               "' must be 1 or 2): ", record));
+    }
+    return json.contains(key) ? json[key].get<int>() : fallback;
+  };
+  if (!json.is_object() || !json.contains("warpgroups")) {
+    throw InvalidArgumentError("int8_wgmma qlinear: invalid plan record ('warpgroups' must be 1 or 2): " + record);
+  }
+  WgmmaShape shape{field("warpgroups", 2), field("row_tiles", 1)};
+  if (json.contains("pipeline")) {
+    const nlohmann::json& pipeline = json["pipeline"];
+    if (!pipeline.is_string() || (pipeline != "tma" && pipeline != "cp.async")) {
+      throw InvalidArgumentError("int8_wgmma qlinear: invalid plan record ('pipeline' must be \"tma\" or "
+                                 "\"cp.async\"): " + record);
+    }
+    shape.tma = pipeline == "tma";
+  }
+  if (shape.tma && shape.warpgroups != 2) {
+    throw InvalidArgumentError("int8_wgmma qlinear: invalid plan record (the \"tma\" pipeline takes 2 warpgroups): " +
+                               record);
+  }
+  return shape;
 }
 
 class WgmmaPlan final : public KernelPlan {
@@ -339,6 +376,7 @@ class WgmmaPlan final : public KernelPlan {
     args.epilogue = q_.epilogue(launch, scratch);
     args.warpgroups = shape_.warpgroups;
     args.row_tiles = shape_.row_tiles;
+    args.tma = shape_.tma;
     qlinear_wgmma(args, launch.stream.handle);
   }
 
@@ -347,11 +385,12 @@ class WgmmaPlan final : public KernelPlan {
   }
   std::string record() const override { return wgmma_record(shape_); }
   std::string describe() const override {
+    const int stages = qlinear_wgmma_stages(shape_.warpgroups, shape_.row_tiles, shape_.tma);
     return ::xpuruntime::detail::str_cat(
-        "cuda_raw int8 GEMM on Hopper's warpgroup tensor cores (wgmma.mma_async m64n128k32, cp.async into 128-byte ",
-        "swizzled shared memory, ", qlinear_wgmma_stages(shape_.warpgroups, shape_.row_tiles), " stages), ",
-        shape_.rows(), "x128 tiles (", shape_.warpgroups, " warpgroups of ", shape_.row_tiles, " strips), m=", q_.m,
-        " n=", q_.n, " k=", q_.k, ", epilogue fused: ", q_.describe_epilogue());
+        "cuda_raw int8 GEMM on Hopper's warpgroup tensor cores (wgmma.mma_async m64n128k32, ",
+        shape_.tma ? "a producer warpgroup's TMA copies with mbarriers" : "cp.async", " into 128-byte swizzled shared "
+        "memory, ", stages, " stages), ", shape_.rows(), "x128 tiles (", shape_.warpgroups, " warpgroups of ",
+        shape_.row_tiles, " strips), m=", q_.m, " n=", q_.n, " k=", q_.k, ", epilogue fused: ", q_.describe_epilogue());
   }
 
  private:
@@ -402,21 +441,7 @@ class WgmmaKernel final : public Kernel {
                                     const std::string& record) const override {
     const QLinearProblem q = QLinearProblem::of(desc);
     WgmmaShape shape = wgmma_shape(q, sm_count(desc));
-    if (!record.empty()) {
-      const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
-      const auto field = [&](const char* key, int fallback) {
-        if (!json.is_object() || (json.contains(key) && (!json[key].is_number_integer() ||
-                                                         (json[key] != 1 && json[key] != 2)))) {
-          throw InvalidArgumentError(::xpuruntime::detail::str_cat(
-              "int8_wgmma qlinear: invalid plan record ('", key, "' must be 1 or 2): ", record));
-        }
-        return json.contains(key) ? json[key].get<int>() : fallback;
-      };
-      if (!json.is_object() || !json.contains("warpgroups")) {
-        throw InvalidArgumentError("int8_wgmma qlinear: invalid plan record ('warpgroups' must be 1 or 2): " + record);
-      }
-      shape = WgmmaShape{field("warpgroups", 2), field("row_tiles", 1)};
-    }
+    if (!record.empty()) shape = parse_wgmma_record(record);
     return std::make_unique<WgmmaPlan>(q, shape);
   }
 

@@ -2,10 +2,13 @@
 // GEMM by wgmma]). Compiled for sm_90a only (the arch-specific instructions): see qlinear_wgmma.h.
 #include "backends/cuda_raw/qlinear_wgmma.h"
 
+#include <cuda.h>  // CUtensorMap and its enums (the encoder is reached through the runtime: no libcuda link)
+#include <cudaTypedefs.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backends/cuda_raw/cuda_raw_common.cuh"
 #include "backends/cuda_raw/ptx.cuh"
@@ -40,6 +43,20 @@ namespace xpuruntime::cuda_raw {
 //    compiler cannot tell that they do not alias), they made a first version spend about 15 us a block in its
 //    epilogue (H100, 2026-12-07: BERT-base's GEMMs at a quarter of float16's speed).
 // K must be a multiple of 16 (whole 16-byte copies); x and w 16-byte aligned; uint8 x multiplies as stored (u8.s8).
+//
+// Note [int8 GEMM by wgmma, fed by TMA]
+// Timed on an H100 (docs/benchmarks.md, 2026-12-07), the kernel above is latency-bound: the warps that multiply also
+// issue the copies, and a block-wide barrier every stage leaves only two stages in flight ahead of the MMAs, so it
+// trails cuBLASLt's int8 GEMM. The "tma" pipeline is the warp-specialized form of Hopper's GEMMs (CUTLASS's
+// KernelTmaWarpSpecialized, the PTX ISA's mbarrier and cp.async.bulk.tensor): a block of three warpgroups, the first a
+// producer whose one thread copies each stage's x rows and w rows by two TMA loads (tensor maps made on the host per
+// launch, 128-byte swizzle: the layout the wgmma descriptors name, zeros past M, N and K written by the copy engine)
+// and the other two consumers that multiply. Per stage two mbarriers: `full` (the producer's expected bytes; the
+// copies complete it) and `empty` (one arrival a consumer thread once its MMAs on the stage finished, checked by
+// wgmma.wait_group 1 a stage later). The producer runs up to kStages stages ahead and no warp waits for a copy it
+// issued; the producer warpgroup gives its registers to the consumers (setmaxnreg), and its threads lay out the block's
+// channel terms in shared memory before the roles split. Tiles of 128 or 256 rows x 128 columns (each consumer takes
+// 1 or 2 strips of 64 rows); the epilogue is the kernel above's, so the bits are the same.
 
 namespace {
 
@@ -102,6 +119,66 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async() {
 #if XPURT_WGMMA
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// mbarrier and TMA (Note [int8 GEMM by wgmma, fed by TMA]); `bar` is a shared-memory address.
+__device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
+#if XPURT_WGMMA
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void fence_mbarrier_init() {
+#if XPURT_WGMMA
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+#if XPURT_WGMMA
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
+#if XPURT_WGMMA
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+// Waits until the phase of parity `parity` completed (a fresh barrier counts parity 1 as completed).
+__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
+#if XPURT_WGMMA
+  asm volatile(
+      "{\n.reg .pred done;\nXPURT_MBARRIER_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra XPURT_MBARRIER_WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// The box of `map` at (c0 bytes of K, row c1) into shared memory at `dst`, completing `bar`'s expected bytes.
+__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, int c0,
+                                            int c1) {
+#if XPURT_WGMMA
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+#endif
+}
+
+template <bool kIncrease, int kRegisters>
+__device__ __forceinline__ void set_max_registers() {
+#if XPURT_WGMMA
+  if constexpr (kIncrease) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  }
 #endif
 }
 
@@ -227,6 +304,45 @@ __device__ __forceinline__ void store_pair(const QuantEpilogueParams& p, const d
   }
 }
 
+// Channel c's epilogue terms (quantized_real's per-channel operands, the int32 ones summed).
+__device__ __forceinline__ ChannelTerms channel_terms(const QuantEpilogueParams& ep, int c) {
+  std::uint32_t add = ep.int_bias != nullptr ? static_cast<std::uint32_t>(ep.int_bias[c]) : 0u;
+  if (ep.x_zero_point != nullptr) {
+    add -= static_cast<std::uint32_t>(*ep.x_zero_point) * static_cast<std::uint32_t>(ep.w_col_sums[c]);
+  }
+  return ChannelTerms{add, ep.alpha != nullptr ? ep.alpha[ep.alpha_per_channel ? c : 0] : 1.0f,
+                      ep.float_bias != nullptr ? ep.float_bias[c] : 0.0f};
+}
+
+// A warpgroup's outputs: its kRowTiles strips of 64 rows from strip `first_strip` of the block's tile at (m0, n0),
+// from the accumulators of the m64n128 MMAs (thread `thread` of the warpgroup) and the block's channel terms.
+template <int kRowTiles, DType kOut>
+__device__ __forceinline__ void store_strips(const WgmmaParams& p, const ChannelTerms* terms,
+                                             const int (&acc)[kRowTiles][64], int m0, int n0, int first_strip,
+                                             int thread) {
+  const QuantEpilogueParams& ep = p.epilogue;
+  const detail::Requantizer requant = detail::requantizer(ep.y_scale, ep.y_zero_point, kOut == DType::kInt8);
+  const int lane = thread & 31, warp = thread >> 5;
+  const bool even_n = p.n % 2 == 0;
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+    const int row0 = m0 + (first_strip + r) * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i) {
+      const int c = n0 + 8 * i + 2 * (lane & 3);
+      if (c >= p.n) continue;
+      const bool both = c + 1 < p.n;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        if (row >= p.m) continue;
+        store_pair<kOut>(ep, requant, p.y, static_cast<std::int64_t>(row) * p.n + c, terms + (c - n0),
+                         acc[r][4 * i + 2 * h], acc[r][4 * i + 2 * h + 1], both, both && even_n);
+      }
+    }
+  }
+}
+
 template <int kWarpgroups, int kRowTiles, bool kUnsigned, DType kOut>
 __global__ void __launch_bounds__(WgmmaTile<kWarpgroups, kRowTiles>::kThreads)
     qlinear_wgmma_kernel(const WgmmaParams p) {
@@ -304,36 +420,144 @@ __global__ void __launch_bounds__(WgmmaTile<kWarpgroups, kRowTiles>::kThreads)
   ptx::cp_async_wait<0>();
   __syncthreads();
   auto* terms = reinterpret_cast<ChannelTerms*>(smem + (ring - ptx::shared_address(smem)));
-  for (int j = tid; j < kBN; j += Tile::kThreads) {
-    const int c = min(n0 + j, p.n - 1);
-    std::uint32_t add = ep.int_bias != nullptr ? static_cast<std::uint32_t>(ep.int_bias[c]) : 0u;
-    if (ep.x_zero_point != nullptr) {
-      add -= static_cast<std::uint32_t>(*ep.x_zero_point) * static_cast<std::uint32_t>(ep.w_col_sums[c]);
-    }
-    terms[j] = ChannelTerms{add, ep.alpha != nullptr ? ep.alpha[ep.alpha_per_channel ? c : 0] : 1.0f,
-                            ep.float_bias != nullptr ? ep.float_bias[c] : 0.0f};
-  }
+  for (int j = tid; j < kBN; j += Tile::kThreads) terms[j] = channel_terms(ep, min(n0 + j, p.n - 1));
   __syncthreads();
-  const detail::Requantizer requant = detail::requantizer(ep.y_scale, ep.y_zero_point, kOut == DType::kInt8);
-  const int lane = tid & 31, warp = (tid & 127) >> 5;
-  const bool even_n = p.n % 2 == 0;
-#pragma unroll
-  for (int r = 0; r < kRowTiles; ++r) {
-    const int row0 = m0 + (group * kRowTiles + r) * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-    for (int i = 0; i < kBN / 8; ++i) {
-      const int c = n0 + 8 * i + 2 * (lane & 3);
-      if (c >= p.n) continue;
-      const bool both = c + 1 < p.n;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 8 * h;
-        if (row >= p.m) continue;
-        store_pair<kOut>(ep, requant, p.y, static_cast<std::int64_t>(row) * p.n + c, terms + (c - n0),
-                         acc[r][4 * i + 2 * h], acc[r][4 * i + 2 * h + 1], both, both && even_n);
+  store_strips<kRowTiles, kOut>(p, terms, acc, m0, n0, group * kRowTiles, tid & 127);
+}
+
+// ---- the warp-specialized pipeline (Note [int8 GEMM by wgmma, fed by TMA]) ----
+
+// Two consumer warpgroups of kRowTiles strips each and one producer warpgroup.
+template <int kRowTiles>
+struct TmaTile {
+  static constexpr int kConsumers = 2;
+  static constexpr int kBM = 64 * kConsumers * kRowTiles;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kABytes = kBM * kBK;
+  static constexpr int kStageBytes = (kBM + kBN) * kBK;
+  static constexpr int kStages = kBM == 128 ? 6 : 4;  // 192 KB of stages either way
+  // The ring (1024-byte aligned), then a full and an empty mbarrier a stage, then the block's channel terms.
+  static constexpr int kBarrierOffset = kStages * kStageBytes;
+  static constexpr int kTermsOffset = kBarrierOffset + 16 * kStages;
+  static constexpr int kSmemBytes = kTermsOffset + kBN * static_cast<int>(sizeof(ChannelTerms)) + 1024;
+};
+
+template <int kRowTiles, bool kUnsigned, DType kOut>
+__global__ void __launch_bounds__(TmaTile<kRowTiles>::kThreads, 1)
+    qlinear_wgmma_tma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
+                             const WgmmaParams p) {
+  using Tile = TmaTile<kRowTiles>;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const std::uint32_t base = ptx::shared_address(smem);
+  const std::uint32_t ring = (base + 1023) & ~1023u;
+  const std::uint32_t full = ring + Tile::kBarrierOffset, empty = full + 8 * Tile::kStages;
+  auto* terms = reinterpret_cast<ChannelTerms*>(smem + (ring - base) + Tile::kTermsOffset);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int m0 = static_cast<int>(blockIdx.x) * Tile::kBM, n0 = static_cast<int>(blockIdx.y) * kBN;
+  const int k_tiles = (p.k + kBK - 1) / kBK;
+  if (tid == 0) {
+    for (int s = 0; s < Tile::kStages; ++s) {
+      mbarrier_init(full + 8 * s, 1);
+      mbarrier_init(empty + 8 * s, 128 * Tile::kConsumers);  // one arrival a consumer thread
+    }
+    fence_mbarrier_init();
+  }
+  if (tid < kBN) terms[tid] = channel_terms(p.epilogue, min(n0 + tid, p.n - 1));
+  __syncthreads();
+
+  if (tid < 128) {  // the producer warpgroup
+    set_max_registers<false, 40>();
+    if (tid == 0) {
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % Tile::kStages;
+        mbarrier_wait(empty + 8 * s, ((kt / Tile::kStages) & 1) ^ 1);
+        mbarrier_arrive_expect_tx(full + 8 * s, Tile::kStageBytes);
+        const std::uint32_t tile = ring + static_cast<std::uint32_t>(s * Tile::kStageBytes);
+        tma_load_2d(tile, &x_map, full + 8 * s, kt * kBK, m0);
+        tma_load_2d(tile + Tile::kABytes, &w_map, full + 8 * s, kt * kBK, n0);
       }
     }
+    return;
   }
+  set_max_registers<true, 232>();
+  const int group = tid / 128 - 1, thread = tid & 127;
+  int acc[kRowTiles][64];
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[r][i] = 0;
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % Tile::kStages;
+    mbarrier_wait(full + 8 * s, (kt / Tile::kStages) & 1);  // the stage's copies landed
+    const std::uint32_t tile = ring + static_cast<std::uint32_t>(s * Tile::kStageBytes);
+    const std::uint32_t a = tile + static_cast<std::uint32_t>(group * kRowTiles * 64 * kBK);
+    const std::uint32_t b = tile + static_cast<std::uint32_t>(Tile::kABytes);
+    fence_accumulators<kRowTiles>(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < kBK / 32; ++step) {
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+        wgmma_m64n128k32<kUnsigned>(acc[r], smem_descriptor(a + r * 64 * kBK + step * 32),
+                                    smem_descriptor(b + step * 32));
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // this warpgroup's MMAs on tile kt - 1 are done: its stage may be refilled
+    fence_accumulators<kRowTiles>(acc);
+    // Every consumer thread arrives: a branch on the lane while MMAs are in flight made ptxas serialize them (C7515).
+    if (kt > 0) mbarrier_arrive(empty + 8 * ((kt - 1) % Tile::kStages));
+  }
+  wgmma_wait<0>();
+  fence_accumulators<kRowTiles>(acc);
+  store_strips<kRowTiles, kOut>(p, terms, acc, m0, n0, group * kRowTiles, thread);
+}
+
+// cuTensorMapEncodeTiled, from the driver through the runtime (the library does not link libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    XPURT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                                      &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
+      throw CudaError("int8_wgmma qlinear: the CUDA driver has no cuTensorMapEncodeTiled (it needs CUDA 12)");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// A [rows, k] byte matrix read in boxes of 128 bytes of K x `box_rows` rows, 128-byte swizzled, zeros outside.
+CUtensorMap tensor_map(const void* data, int rows, int k, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(data), dims,
+                                          strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    throw CudaError("int8_wgmma qlinear: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
+                       ") for a [" + std::to_string(rows) + ", " + std::to_string(k) + "] operand");
+  }
+  return map;
+}
+
+template <int kRowTiles, bool kUnsigned, DType kOut>
+void launch_tma(const WgmmaParams& p, cudaStream_t stream) {
+  using Tile = TmaTile<kRowTiles>;
+  auto* kernel = qlinear_wgmma_tma_kernel<kRowTiles, kUnsigned, kOut>;
+  XPURT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  const CUtensorMap x_map = tensor_map(p.x, p.m, p.k, Tile::kBM);
+  const CUtensorMap w_map = tensor_map(p.w, p.n, p.k, kBN);
+  const dim3 grid(static_cast<unsigned>((p.m + Tile::kBM - 1) / Tile::kBM),
+                  static_cast<unsigned>((p.n + kBN - 1) / kBN));
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(x_map, w_map, p);
+  XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
 template <int kWarpgroups, int kRowTiles, bool kUnsigned, DType kOut>
@@ -348,14 +572,24 @@ void launch(const WgmmaParams& p, cudaStream_t stream) {
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
+// kWarpgroups 0: the TMA pipeline of two consumer warpgroups (Note [int8 GEMM by wgmma, fed by TMA]).
+template <int kWarpgroups, int kRowTiles, bool kUnsigned, DType kOut>
+void launch_any(const WgmmaParams& p, cudaStream_t stream) {
+  if constexpr (kWarpgroups == 0) {
+    launch_tma<kRowTiles, kUnsigned, kOut>(p, stream);
+  } else {
+    launch<kWarpgroups, kRowTiles, kUnsigned, kOut>(p, stream);
+  }
+}
+
 template <int kWarpgroups, int kRowTiles, bool kUnsigned>
 void launch_out(const WgmmaParams& p, cudaStream_t stream) {
   switch (p.epilogue.out_dtype) {
-    case DType::kInt8: return launch<kWarpgroups, kRowTiles, kUnsigned, DType::kInt8>(p, stream);
-    case DType::kUInt8: return launch<kWarpgroups, kRowTiles, kUnsigned, DType::kUInt8>(p, stream);
-    case DType::kFloat16: return launch<kWarpgroups, kRowTiles, kUnsigned, DType::kFloat16>(p, stream);
-    case DType::kFloat32: return launch<kWarpgroups, kRowTiles, kUnsigned, DType::kFloat32>(p, stream);
-    case DType::kInt32: return launch<kWarpgroups, kRowTiles, kUnsigned, DType::kInt32>(p, stream);
+    case DType::kInt8: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kInt8>(p, stream);
+    case DType::kUInt8: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kUInt8>(p, stream);
+    case DType::kFloat16: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kFloat16>(p, stream);
+    case DType::kFloat32: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kFloat32>(p, stream);
+    case DType::kInt32: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kInt32>(p, stream);
     default:
       throw InvalidArgumentError("int8_wgmma qlinear writes int8, uint8, float16, float32 or int32");
   }
@@ -368,7 +602,8 @@ bool qlinear_wgmma_sizes_fit(std::int64_t m, std::int64_t n, std::int64_t k) {
   return m > 0 && n > 0 && k > 0 && m < kMax && k < kMax && n <= std::int64_t{65535} * kBN;  // grid.y: N's tiles
 }
 
-int qlinear_wgmma_stages(int warpgroups, int row_tiles) {
+int qlinear_wgmma_stages(int warpgroups, int row_tiles, bool tma) {
+  if (tma) return row_tiles == 1 ? TmaTile<1>::kStages : TmaTile<2>::kStages;
   if (warpgroups == 1) return row_tiles == 1 ? WgmmaTile<1, 1>::kStages : WgmmaTile<1, 2>::kStages;
   return row_tiles == 1 ? WgmmaTile<2, 1>::kStages : WgmmaTile<2, 2>::kStages;
 }
@@ -388,6 +623,11 @@ void qlinear_wgmma(const QLinearWgmmaArgs& args, void* stream) {
   p.epilogue = args.epilogue;
   const auto s = static_cast<cudaStream_t>(stream);
   const bool u = args.x_unsigned;
+  if (args.tma) {
+    XPURT_INTERNAL_ASSERT(args.warpgroups == 2, "int8_wgmma qlinear: the TMA pipeline has 2 consumer warpgroups");
+    if (args.row_tiles == 1) return u ? launch_out<0, 1, true>(p, s) : launch_out<0, 1, false>(p, s);
+    return u ? launch_out<0, 2, true>(p, s) : launch_out<0, 2, false>(p, s);
+  }
   if (args.warpgroups == 1) {
     if (args.row_tiles == 1) return u ? launch_out<1, 1, true>(p, s) : launch_out<1, 1, false>(p, s);
     return u ? launch_out<1, 2, true>(p, s) : launch_out<1, 2, false>(p, s);

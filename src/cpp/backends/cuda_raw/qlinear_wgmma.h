@@ -18,12 +18,16 @@ struct QLinearWgmmaArgs {
   QuantEpilogueParams epilogue;
   int warpgroups = 2;  // 2: 256 threads, 1: 128 threads
   int row_tiles = 1;   // strips of 64 rows each warpgroup takes: tiles of 64 x warpgroups x row_tiles rows, 128 columns
+  // The warp-specialized pipeline (Note [int8 GEMM by wgmma, fed by TMA]): a producer warpgroup copying by TMA beside
+  // the `warpgroups` (2) that multiply; else the warps that multiply copy by cp.async.
+  bool tma = false;
 };
 
 // Whether the kernel takes the sizes (M and K below 2^30, N at most 65535 x 128: the grid's y extent).
 bool qlinear_wgmma_sizes_fit(std::int64_t m, std::int64_t n, std::int64_t k);
-// The stages of K in the kernel's shared-memory ring for the tiles of `warpgroups` x `row_tiles` strips.
-int qlinear_wgmma_stages(int warpgroups, int row_tiles);
+// The stages of K in the kernel's shared-memory ring for the tiles of `warpgroups` x `row_tiles` strips (`tma`: the
+// warp-specialized pipeline's).
+int qlinear_wgmma_stages(int warpgroups, int row_tiles, bool tma);
 void qlinear_wgmma(const QLinearWgmmaArgs& args, void* stream);
 
 }  // namespace xpuruntime::cuda_raw

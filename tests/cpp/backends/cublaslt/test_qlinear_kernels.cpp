@@ -316,15 +316,18 @@ TEST(QLinearKernels, RunTimeZeroPointAtLargeSizes) {
 }
 
 // int8_wgmma (Note [int8 GEMM by wgmma]) past one tile each way: several 128-byte stages of K with a partial last one,
-// M and N ending inside a tile, both tile heights (records), every output dtype, uint8 x with a zero point.
+// M and N ending inside a tile, every tile height and both pipelines (records; Note [int8 GEMM by wgmma, fed by TMA]),
+// every output dtype, uint8 x with a zero point.
 TEST(QLinearKernels, WgmmaKernelMatchesTheCpuKernelOverManyTiles) {
   XPURT_SKIP_WITHOUT_GPU();
   if (!hopper()) GTEST_SKIP() << "int8_wgmma runs on compute capability 9.0 only";
   int variant = 0;
   for (const Shape& mkn : {Shape{300, 1040, 260}, Shape{129, 144, 131}, Shape{64, 768, 128}, Shape{256, 2064, 384},
                            Shape{1, 16, 1}, Shape{190, 528, 1000}}) {
-    for (const char* record : {"{\"warpgroups\": 2, \"row_tiles\": 2}", "{\"warpgroups\": 2}",
-                               "{\"warpgroups\": 1, \"row_tiles\": 2}", "{\"warpgroups\": 1}"}) {
+    for (const char* record : {R"({"warpgroups": 2, "row_tiles": 2, "pipeline": "tma"})",
+                               R"({"warpgroups": 2, "pipeline": "tma"})", R"({"warpgroups": 2, "row_tiles": 2})",
+                               R"({"warpgroups": 2})", R"({"warpgroups": 1, "row_tiles": 2})",
+                               R"({"warpgroups": 1})"}) {
       Case c = with(mkn[0], mkn[1], mkn[2], variant++);
       c.nk = true;
       const Problem p = make_problem(c, 7000 + static_cast<std::uint32_t>(variant));
@@ -533,14 +536,25 @@ TEST(QLinearKernels, WgmmaKernelReasonsPriorityAndRecords) {
   EXPECT_NE(reason(cuda_descriptor(5, 64, 32, "kn"), 90).find("[N, K]"), std::string::npos);
   EXPECT_NE(reason(cuda_descriptor(5, 64, 32, "nk", 8), 90).find("aligned"), std::string::npos);
   const auto plan = wgmma->build(bert, policy, "");
-  EXPECT_EQ(plan->record(), R"({"row_tiles":2,"warpgroups":2})");  // 8 x 24 tiles of 256 x 128 cover 132 SMs
+  // 8 x 24 tiles of 256 x 128 cover 132 SMs: the TMA pipeline's
+  EXPECT_EQ(plan->record(), R"({"pipeline":"tma","row_tiles":2,"warpgroups":2})");
   EXPECT_NE(plan->describe().find("256x128 tiles"), std::string::npos) << plan->describe();
+  EXPECT_NE(plan->describe().find("producer warpgroup's TMA copies"), std::string::npos) << plan->describe();
   const OpDescriptor narrow = on(cuda_descriptor(256, 768, 768, "nk"), 90);  // 2 x 6 tiles of 128: 64-row tiles
   EXPECT_EQ(wgmma->build(narrow, policy, "")->record(), R"({"row_tiles":1,"warpgroups":1})");
   EXPECT_EQ(wgmma->tactics(narrow, policy),
-            (std::vector<std::string>{R"({"row_tiles":2,"warpgroups":2})", R"({"row_tiles":1,"warpgroups":2})",
+            (std::vector<std::string>{R"({"pipeline":"tma","row_tiles":2,"warpgroups":2})",
+                                      R"({"pipeline":"tma","row_tiles":1,"warpgroups":2})",
+                                      R"({"row_tiles":2,"warpgroups":2})", R"({"row_tiles":1,"warpgroups":2})",
                                       R"({"row_tiles":2,"warpgroups":1})"}));
   EXPECT_EQ(wgmma->build(narrow, policy, R"({"warpgroups": 2})")->record(), R"({"row_tiles":1,"warpgroups":2})");
+  const auto cp_async = wgmma->build(narrow, policy, R"({"warpgroups": 2, "pipeline": "cp.async"})");
+  EXPECT_EQ(cp_async->record(), R"({"row_tiles":1,"warpgroups":2})");
+  EXPECT_NE(cp_async->describe().find("cp.async into"), std::string::npos) << cp_async->describe();
+  XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 1, "pipeline": "tma"})"),
+                          InvalidArgumentError, "the \"tma\" pipeline takes 2 warpgroups");
+  XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 2, "pipeline": "bulk"})"),
+                          InvalidArgumentError, "'pipeline' must be \"tma\" or \"cp.async\"");
   XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 3})"), InvalidArgumentError,
                           "'warpgroups' must be 1 or 2");
   XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 1, "row_tiles": 4})"),

@@ -130,10 +130,8 @@ def run_shape(m: int, k: int, n: int, args, cache: dict) -> dict:
     if not args.no_wgmma:
         kernels.append("int8_wgmma_tuned")
     for kernel in kernels:
-        policy = xrt.KernelPolicy(qlinear=f"pin:{kernel}")
-        if kernel == "int8_wgmma_tuned":
-            policy = xrt.KernelPolicy(qlinear={"mode": "auto", "kernels": ["int8_wgmma"],
-                                               "strategy": "BestPerformance"})
+        policy = (xrt.KernelPolicy(qlinear={"mode": "auto", "kernels": ["int8_wgmma"], "strategy": "BestPerformance"})
+                  if kernel == "int8_wgmma_tuned" else xrt.KernelPolicy(qlinear=f"pin:{kernel}"))
         (y,), decision = xrt.ops.call("qlinear", q_inputs(int8[0]), attrs, policy=policy, return_decision=True)
         outputs[kernel] = y.to("cpu").numpy()
         row["plans"][kernel] = f"{decision.kernel}: {decision.plan_summary}"

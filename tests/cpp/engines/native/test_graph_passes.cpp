@@ -1733,6 +1733,61 @@ TEST(LinearEpilogueFusion, PerFeatureAffineFoldsThroughAReshapeThatKeepsTheFeatu
   }
 }
 
+// A residual Add behind Reshapes joins the Linear (Note [Residuals through views]): behind two Reshapes with no
+// per-feature constant (the residual read through a Reshape to the Linear's shape), and behind LeViT's whole form
+// (Reshape keeping the features last, Mul, Add, Reshape back, residual Add); the chain becomes one Reshape after the
+// Linear. A broadcast operand is no residual: that Add stays.
+TEST(LinearEpilogueFusion, ResidualAddsFoldThroughChainsOfReshapes) {
+  auto linear = [](const std::string& weight, const std::string& out) {
+    Node n = node("Linear", {"x", weight}, {out}, Attributes().set("weight_layout", std::string("kn")));
+    n.domain = kXpurtDomain;
+    return n;
+  };
+  Builder b;
+  b.input("x", {2, 5, 6}).input("r", {5, 2, 8}).input("r2", {2, 5, 8}).input("r3", {1, 8});
+  for (const char* w : {"w", "w2", "w3"}) b.constant(w, random({6, 8}, 80 + w[1]));
+  b.constant("s", random({8}, 83, 0.5f, 1.5f)).constant("t", random({8}, 84));
+  b.constant("flat", make_i64({2}, {10, 8})).constant("swap", make_i64({3}, {5, 2, 8}))
+      .constant("back", make_i64({3}, {2, 5, 8}));
+  // y = Reshape(Reshape(x w)) + r: features and rows regrouped twice
+  b.add(linear("w", "h")).typed("h", {2, 5, 8});
+  b.add(node("Reshape", {"h", "flat"}, {"hf"})).typed("hf", {10, 8});
+  b.add(node("Reshape", {"hf", "swap"}, {"hs"})).typed("hs", {5, 2, 8});
+  b.add(node("Add", {"hs", "r"}, {"y"})).typed("y", {5, 2, 8});
+  // y2 = Reshape(Reshape(x w2) * s + t) + r2: LeViT's LinearNorm and residual
+  b.add(linear("w2", "g")).typed("g", {2, 5, 8});
+  b.add(node("Reshape", {"g", "flat"}, {"gf"})).typed("gf", {10, 8});
+  b.add(node("Mul", {"gf", "s"}, {"gm"})).typed("gm", {10, 8});
+  b.add(node("Add", {"gm", "t"}, {"ga"})).typed("ga", {10, 8});
+  b.add(node("Reshape", {"ga", "back"}, {"gb"})).typed("gb", {2, 5, 8});
+  b.add(node("Add", {"r2", "gb"}, {"y2"})).typed("y2", {2, 5, 8});
+  // y3 = Reshape(x w3) + r3, r3 broadcast over the rows: no residual
+  b.add(linear("w3", "k")).typed("k", {2, 5, 8});
+  b.add(node("Reshape", {"k", "flat"}, {"kf"})).typed("kf", {10, 8});
+  b.add(node("Add", {"kf", "r3"}, {"y3"})).typed("y3", {10, 8});
+  Graph g = b.build({"y", "y2", "y3"});
+  int rewrites = 0;
+  const Feeds feeds = {{"x", random({2, 5, 6}, 85)}, {"r", random({5, 2, 8}, 86)}, {"r2", random({2, 5, 8}, 87)},
+                       {"r3", random({1, 8}, 88)}};
+  Graph out = run_pass(g, passes::linear_epilogue_fusion, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 2);
+  EXPECT_EQ(count(out, "Mul"), 0) << out.str();
+  EXPECT_EQ(count(out, "Add"), 1) << out.str();  // y3's
+  std::map<std::string, const Node*> producer;
+  for (const Node& n : out.nodes) producer[n.outputs[0]] = &n;
+  for (const char* y : {"y", "y2"}) {
+    SCOPED_TRACE(y);
+    const Node* last = producer.at(y);
+    ASSERT_EQ(last->op_type, "Reshape") << out.str();  // one Reshape after the Linear
+    const Node* fused = producer.at(last->inputs[0]);
+    ASSERT_EQ(fused->op_type, "Linear") << out.str();
+    ASSERT_EQ(fused->inputs.size(), 4u) << fused->str();
+    const Node* residual_view = producer.at(fused->inputs[3]);  // the residual in the Linear's [2, 5, 8]
+    EXPECT_EQ(residual_view->op_type, "Reshape") << out.str();
+    EXPECT_EQ(residual_view->inputs[0], y == std::string("y") ? "r" : "r2") << residual_view->str();
+  }
+}
+
 TEST(LinearEpilogueFusion, ScaledHalfWeightsRoundOnceInBothLayoutsAtOddSizes) {
   for (const bool kn : {false, true}) {
     for (const auto& [k, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{13, 21}, {8, 16}, {5, 3}}) {
@@ -3293,7 +3348,7 @@ TEST(NhwcLayout, PoolFormersNormsAndPoolsStayChannelsLast) {
 }
 
 // The suite's LeViT export in a CUDA plan: every LinearNorm is one Linear (no elementwise kernel reads a Reshape of a
-// Linear's output), and the rewritten graph computes what the export does.
+// Linear's output) with its residual, and the rewritten graph computes what the export does.
 TEST(LinearEpilogueFusion, LevitsLinearNormsAreOneGemmEach) {
   const CudaOptimized plan = tiny_export_for_cuda("levit");
   std::map<std::string, const Node*> producer;
@@ -3311,6 +3366,9 @@ TEST(LinearEpilogueFusion, LevitsLinearNormsAreOneGemmEach) {
     norms_left += reshape != nullptr && made_by(reshape->inputs[0], "Linear") != nullptr;
   }
   EXPECT_EQ(norms_left, 0) << plan.optimized.str();
+  // and the residual Adds behind the LinearNorms' second Reshape are the Linears' residuals (Note [Residuals through
+  // views]; the export has 5)
+  EXPECT_EQ(count(plan.optimized, "Add"), 0) << plan.optimized.str();
   const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 310), DType::kFloat16)}};
   expect_close(to_float32(run_graph(plan.original, feeds)),
                to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);

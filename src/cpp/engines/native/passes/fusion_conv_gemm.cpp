@@ -589,26 +589,50 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
 // per-feature constants (Note [Batch norms without a convolution become an affine map]), and with the Reshape in
 // between neither joined the GEMM: one more bandwidth-bound kernel after each of LeViT's GEMMs. A Reshape
 // that keeps the last axis (the features) commutes with a per-feature scale and shift, so this pass folds them
-// into the Linear as it would without the Reshape, and the Reshape (a view) moves after the Linear. The residual Add
-// is not taken there (it would be read in the Linear's shape).
+// into the Linear as it would without the Reshape, and the Reshape (a view) moves after the Linear.
+//
+// Note [Residuals through views]
+// The residual Add may sit behind views too: LeViT's LinearNorm is followed by a second Reshape back to [B, N, C] and
+// then the residual Add (5 Adds of the tiny export's 71 nodes were kernels of their own after the folding above).
+// An Add of two tensors of one shape commutes with a Reshape applied to both, so the Linear takes the residual read
+// in its own output's shape (a Reshape of the residual, a view) and every Reshape between the Linear and the Add
+// becomes one Reshape after the Linear, to the Add's static shape. Unlike a per-feature constant the residual needs no
+// axis kept in place: any chain of Reshapes with static shapes.
 
 namespace {
 
-// The Reshape that alone reads Linear output `value` when it keeps the `n_features` feature axis last and its own
-// output is read by a Mul or an Add alone (what linear_epilogue_fusion folds); nullopt otherwise.
-std::optional<std::size_t> feature_reshape(const Graph& g, const Uses& uses, const Rewriter& rw,
-                                           const std::string& value, std::int64_t n_features) {
-  const auto ri = sole_reader(g, uses, rw, value, "Reshape");
-  if (!ri) return std::nullopt;
-  const std::string& reshaped = g.nodes[*ri].outputs[0];
+// The Reshapes that read Linear output `value` one after another, each the sole reader of the one before, all of
+// static shape (empty: none); `end` is the last one's output (`value` when none).
+struct ReshapeChain {
+  std::vector<std::size_t> reshapes;
+  std::string end;
+};
+
+ReshapeChain reshape_chain(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value) {
+  ReshapeChain chain{{}, value};
+  if (!static_shape(g, value)) return chain;
+  while (auto ri = sole_reader(g, uses, rw, chain.end, "Reshape")) {
+    const std::string& next = g.nodes[*ri].outputs[0];
+    if (!static_shape(g, next)) break;
+    chain.reshapes.push_back(*ri);
+    chain.end = next;
+  }
+  return chain;
+}
+
+// Whether the Reshapes of `chain` from Linear output `value` keep its `n_features` feature axis last and the chain's
+// end is read by a Mul or an Add alone (what linear_epilogue_fusion folds per feature: Note [Feature maps through a
+// Reshape]).
+bool features_stay_last(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
+                        const ReshapeChain& chain, std::int64_t n_features) {
+  if (chain.reshapes.empty()) return false;
   const auto before = static_shape(g, value);
-  const auto after = static_shape(g, reshaped);
+  const auto after = static_shape(g, chain.end);
   if (!before || !after || before->empty() || after->empty() || before->back() != n_features ||
       after->back() != n_features) {
-    return std::nullopt;
+    return false;
   }
-  if (!sole_reader(g, uses, rw, reshaped, "Mul") && !sole_reader(g, uses, rw, reshaped, "Add")) return std::nullopt;
-  return ri;
+  return sole_reader(g, uses, rw, chain.end, "Mul") || sole_reader(g, uses, rw, chain.end, "Add");
 }
 
 }  // namespace
@@ -648,10 +672,12 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::string out = linear.outputs[0];
     std::string weight = linear.inputs[1];
     std::string bias = linear.has_input(2) ? linear.inputs[2] : std::string();
-    // Note [Feature maps through a Reshape]: a Reshape that keeps the feature axis last may sit before the Mul.
-    const std::optional<std::size_t> reshape = feature_reshape(g, uses, rw, out, n_features);
-    if (reshape) {
-      out = g.nodes[*reshape].outputs[0];
+    // Note [Feature maps through a Reshape]: Reshapes that keep the feature axis last may sit before the Mul.
+    std::vector<std::size_t> views;  // the Reshapes taken: one Reshape after the Linear replaces them
+    const ReshapeChain chain = reshape_chain(g, uses, rw, out);
+    if (features_stay_last(g, uses, rw, out, chain, n_features)) {
+      views = chain.reshapes;
+      out = chain.end;
       out_type = value_type(g, out);
     }
     if (auto mi = sole_reader(g, uses, rw, out, "Mul")) {
@@ -699,24 +725,46 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
         out = add.outputs[0];
       }
     }
-    // The residual is read in the Linear's own shape: not behind a moved Reshape.
-    const std::string residual = reshape ? std::string() : take_residual_add(g, uses, rw, dtype, out, pattern, parts);
+    // The residual Add, behind Reshapes or not (Note [Residuals through views]).
+    const ReshapeChain tail = reshape_chain(g, uses, rw, out);
+    std::string after = tail.end;
+    std::string residual = take_residual_add(g, uses, rw, dtype, after, pattern, parts);
+    if (!residual.empty()) {
+      views.insert(views.end(), tail.reshapes.begin(), tail.reshapes.end());
+      out = after;
+    }
     if (pattern.size() == 1) continue;
+    const auto linear_shape = static_shape(g, linear.outputs[0]);
+    const auto out_shape = static_shape(g, out);
+    if (!views.empty() && (!linear_shape || !out_shape)) continue;
+    std::vector<Node> replacement;
+    if (!views.empty() && !residual.empty()) {  // the residual read in the Linear's shape
+      Node view;
+      view.name = g.unique_name(linear.name + "_residual_view");
+      view.op_type = "Reshape";
+      view.inputs = {residual, add_constant(g, linear.name + "_residual_shape", int64_tensor(*linear_shape))};
+      residual = g.unique_name(residual + "_as_" + linear.name);
+      view.outputs = {residual};
+      replacement.push_back(std::move(view));
+    }
     Node fused = linear;
     fused.inputs = {linear.inputs[0], weight};
     if (!bias.empty() || !residual.empty()) fused.inputs.push_back(bias);
     if (!residual.empty()) fused.inputs.push_back(residual);
-    fused.outputs = {reshape ? linear.outputs[0] : out};
+    fused.outputs = {views.empty() ? out : linear.outputs[0]};
     std::string note = "fused ";
     for (std::size_t k = 0; k < parts.size(); ++k) note += (k ? " + " : "") + parts[k];
     note += " -> Linear '" + linear.name + "'";
-    std::vector<Node> replacement = {std::move(fused)};
-    if (reshape) {  // the Reshape now reads the scaled and shifted Linear and writes what the Add wrote
-      pattern.push_back(*reshape);
-      Node moved = g.nodes[*reshape];
+    replacement.push_back(std::move(fused));
+    if (!views.empty()) {  // one Reshape of the fused Linear writes what the last fused node wrote
+      Node moved;
+      moved.name = g.nodes[views.front()].name;
+      moved.op_type = "Reshape";
+      moved.inputs = {linear.outputs[0], add_constant(g, linear.name + "_out_shape", int64_tensor(*out_shape))};
       moved.outputs = {out};
-      note += " + " + describe(moved) + " after it";
+      note += detail::str_cat(" + ", views.size(), " Reshape(s) as one after it");
       replacement.push_back(std::move(moved));
+      pattern.insert(pattern.end(), views.begin(), views.end());
     }
     rw.replace(pattern, std::move(replacement), note);
   }

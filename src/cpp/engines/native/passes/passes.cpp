@@ -97,7 +97,8 @@ const std::vector<PassInfo>& all_passes() {
        quantized_constant_folding},
       {"linear_epilogue_fusion",
        "Linear [+ Mul(per-feature constant: layer scale)] [+ Add(per-feature constant)] [+ Add(residual)] -> the "
-       "Linear with its weights and bias scaled and shifted at build time and the residual as its C operand",
+       "Linear with its weights and bias scaled and shifted at build time and the residual as its C operand; "
+       "Reshapes between them (the features kept last before a per-feature constant) become one after the Linear",
        linear_epilogue_fusion},
       {"elementwise_fusion",
        "chains of elementwise ops of one shape and float dtype (intermediates read by nobody else) -> "

@@ -55,8 +55,10 @@ namespace xpuruntime::cuda_raw {
 // copies complete it) and `empty` (one arrival a consumer thread once its MMAs on the stage finished, checked by
 // wgmma.wait_group 1 a stage later). The producer runs up to kStages stages ahead and no warp waits for a copy it
 // issued; the producer warpgroup gives its registers to the consumers (setmaxnreg), and its threads lay out the block's
-// channel terms in shared memory before the roles split. Tiles of 128 or 256 rows x 128 columns (each consumer takes
-// 1 or 2 strips of 64 rows); the epilogue is the kernel above's, so the bits are the same.
+// channel terms in shared memory before the roles split. Tiles of 128 or 256 rows x 128 columns (two consumers of 1
+// or 2 strips of 64 rows), or 64 x 128 with one consumer, two blocks an SM (record {"warpgroups": 1, "pipeline":
+// "tma"}: not yet run on a GPU, so no tactic: only a record names it); the epilogue is the kernel above's, so the
+// bits are the same.
 
 namespace {
 
@@ -427,26 +429,32 @@ __global__ void __launch_bounds__(WgmmaTile<kWarpgroups, kRowTiles>::kThreads)
 
 // ---- the warp-specialized pipeline (Note [int8 GEMM by wgmma, fed by TMA]) ----
 
-// Two consumer warpgroups of kRowTiles strips each and one producer warpgroup.
-template <int kRowTiles>
+// kConsumers consumer warpgroups of kRowTiles strips each and one producer warpgroup. Two consumers: one block an SM
+// (192 KB of stages), the producer's registers given to the consumers; one consumer of one strip (64-row tiles): 96
+// KB of stages and at most 128 registers a thread, so two blocks share an SM and one's epilogue overlaps the other's
+// multiplies.
+template <int kConsumers, int kRowTiles>
 struct TmaTile {
-  static constexpr int kConsumers = 2;
+  static_assert((kConsumers == 2 && (kRowTiles == 1 || kRowTiles == 2)) || (kConsumers == 1 && kRowTiles == 1),
+                "2 consumers of 1 or 2 strips, or 1 consumer of 1 strip");
   static constexpr int kBM = 64 * kConsumers * kRowTiles;
   static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kBlocksPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr int kABytes = kBM * kBK;
   static constexpr int kStageBytes = (kBM + kBN) * kBK;
-  static constexpr int kStages = kBM == 128 ? 6 : 4;  // 192 KB of stages either way
+  static constexpr int kStages = kBM == 128 ? 6 : 4;  // 192 KB of stages, or 96 KB for the 64-row tiles
   // The ring (1024-byte aligned), then a full and an empty mbarrier a stage, then the block's channel terms.
   static constexpr int kBarrierOffset = kStages * kStageBytes;
   static constexpr int kTermsOffset = kBarrierOffset + 16 * kStages;
   static constexpr int kSmemBytes = kTermsOffset + kBN * static_cast<int>(sizeof(ChannelTerms)) + 1024;
 };
 
-template <int kRowTiles, bool kUnsigned, DType kOut>
-__global__ void __launch_bounds__(TmaTile<kRowTiles>::kThreads, 1)
+template <int kConsumers, int kRowTiles, bool kUnsigned, DType kOut>
+__global__ void __launch_bounds__(TmaTile<kConsumers, kRowTiles>::kThreads,
+                                  TmaTile<kConsumers, kRowTiles>::kBlocksPerSm)
     qlinear_wgmma_tma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                              const WgmmaParams p) {
-  using Tile = TmaTile<kRowTiles>;
+  using Tile = TmaTile<kConsumers, kRowTiles>;
   extern __shared__ __align__(1024) unsigned char smem[];
   const std::uint32_t base = ptx::shared_address(smem);
   const std::uint32_t ring = (base + 1023) & ~1023u;
@@ -458,7 +466,7 @@ __global__ void __launch_bounds__(TmaTile<kRowTiles>::kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
       mbarrier_init(full + 8 * s, 1);
-      mbarrier_init(empty + 8 * s, 128 * Tile::kConsumers);  // one arrival a consumer thread
+      mbarrier_init(empty + 8 * s, 128 * kConsumers);  // one arrival a consumer thread
     }
     fence_mbarrier_init();
   }
@@ -466,7 +474,7 @@ __global__ void __launch_bounds__(TmaTile<kRowTiles>::kThreads, 1)
   __syncthreads();
 
   if (tid < 128) {  // the producer warpgroup
-    set_max_registers<false, 40>();
+    if constexpr (Tile::kBlocksPerSm == 1) set_max_registers<false, 40>();
     if (tid == 0) {
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % Tile::kStages;
@@ -479,7 +487,7 @@ __global__ void __launch_bounds__(TmaTile<kRowTiles>::kThreads, 1)
     }
     return;
   }
-  set_max_registers<true, 232>();
+  if constexpr (Tile::kBlocksPerSm == 1) set_max_registers<true, 232>();
   const int group = tid / 128 - 1, thread = tid & 127;
   int acc[kRowTiles][64];
 #pragma unroll
@@ -547,10 +555,10 @@ CUtensorMap tensor_map(const void* data, int rows, int k, int box_rows) {
   return map;
 }
 
-template <int kRowTiles, bool kUnsigned, DType kOut>
+template <int kConsumers, int kRowTiles, bool kUnsigned, DType kOut>
 void launch_tma(const WgmmaParams& p, cudaStream_t stream) {
-  using Tile = TmaTile<kRowTiles>;
-  auto* kernel = qlinear_wgmma_tma_kernel<kRowTiles, kUnsigned, kOut>;
+  using Tile = TmaTile<kConsumers, kRowTiles>;
+  auto* kernel = qlinear_wgmma_tma_kernel<kConsumers, kRowTiles, kUnsigned, kOut>;
   XPURT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   const CUtensorMap x_map = tensor_map(p.x, p.m, p.k, Tile::kBM);
   const CUtensorMap w_map = tensor_map(p.w, p.n, p.k, kBN);
@@ -572,24 +580,24 @@ void launch(const WgmmaParams& p, cudaStream_t stream) {
   XPURT_CUDA_RAW_LAUNCH_CHECK();
 }
 
-// kWarpgroups 0: the TMA pipeline of two consumer warpgroups (Note [int8 GEMM by wgmma, fed by TMA]).
-template <int kWarpgroups, int kRowTiles, bool kUnsigned, DType kOut>
+// kTma: the TMA pipeline with kWarpgroups consumer warpgroups (Note [int8 GEMM by wgmma, fed by TMA]).
+template <bool kTma, int kWarpgroups, int kRowTiles, bool kUnsigned, DType kOut>
 void launch_any(const WgmmaParams& p, cudaStream_t stream) {
-  if constexpr (kWarpgroups == 0) {
-    launch_tma<kRowTiles, kUnsigned, kOut>(p, stream);
+  if constexpr (kTma) {
+    launch_tma<kWarpgroups, kRowTiles, kUnsigned, kOut>(p, stream);
   } else {
     launch<kWarpgroups, kRowTiles, kUnsigned, kOut>(p, stream);
   }
 }
 
-template <int kWarpgroups, int kRowTiles, bool kUnsigned>
+template <bool kTma, int kWarpgroups, int kRowTiles, bool kUnsigned>
 void launch_out(const WgmmaParams& p, cudaStream_t stream) {
   switch (p.epilogue.out_dtype) {
-    case DType::kInt8: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kInt8>(p, stream);
-    case DType::kUInt8: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kUInt8>(p, stream);
-    case DType::kFloat16: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kFloat16>(p, stream);
-    case DType::kFloat32: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kFloat32>(p, stream);
-    case DType::kInt32: return launch_any<kWarpgroups, kRowTiles, kUnsigned, DType::kInt32>(p, stream);
+    case DType::kInt8: return launch_any<kTma, kWarpgroups, kRowTiles, kUnsigned, DType::kInt8>(p, stream);
+    case DType::kUInt8: return launch_any<kTma, kWarpgroups, kRowTiles, kUnsigned, DType::kUInt8>(p, stream);
+    case DType::kFloat16: return launch_any<kTma, kWarpgroups, kRowTiles, kUnsigned, DType::kFloat16>(p, stream);
+    case DType::kFloat32: return launch_any<kTma, kWarpgroups, kRowTiles, kUnsigned, DType::kFloat32>(p, stream);
+    case DType::kInt32: return launch_any<kTma, kWarpgroups, kRowTiles, kUnsigned, DType::kInt32>(p, stream);
     default:
       throw InvalidArgumentError("int8_wgmma qlinear writes int8, uint8, float16, float32 or int32");
   }
@@ -603,7 +611,8 @@ bool qlinear_wgmma_sizes_fit(std::int64_t m, std::int64_t n, std::int64_t k) {
 }
 
 int qlinear_wgmma_stages(int warpgroups, int row_tiles, bool tma) {
-  if (tma) return row_tiles == 1 ? TmaTile<1>::kStages : TmaTile<2>::kStages;
+  if (tma && warpgroups == 1) return TmaTile<1, 1>::kStages;
+  if (tma) return row_tiles == 1 ? TmaTile<2, 1>::kStages : TmaTile<2, 2>::kStages;
   if (warpgroups == 1) return row_tiles == 1 ? WgmmaTile<1, 1>::kStages : WgmmaTile<1, 2>::kStages;
   return row_tiles == 1 ? WgmmaTile<2, 1>::kStages : WgmmaTile<2, 2>::kStages;
 }
@@ -624,16 +633,18 @@ void qlinear_wgmma(const QLinearWgmmaArgs& args, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const bool u = args.x_unsigned;
   if (args.tma) {
-    XPURT_INTERNAL_ASSERT(args.warpgroups == 2, "int8_wgmma qlinear: the TMA pipeline has 2 consumer warpgroups");
-    if (args.row_tiles == 1) return u ? launch_out<0, 1, true>(p, s) : launch_out<0, 1, false>(p, s);
-    return u ? launch_out<0, 2, true>(p, s) : launch_out<0, 2, false>(p, s);
+    XPURT_INTERNAL_ASSERT(args.warpgroups == 2 || args.row_tiles == 1,
+                          "int8_wgmma qlinear: the TMA pipeline's one consumer warpgroup takes one strip");
+    if (args.warpgroups == 1) return u ? launch_out<true, 1, 1, true>(p, s) : launch_out<true, 1, 1, false>(p, s);
+    if (args.row_tiles == 1) return u ? launch_out<true, 2, 1, true>(p, s) : launch_out<true, 2, 1, false>(p, s);
+    return u ? launch_out<true, 2, 2, true>(p, s) : launch_out<true, 2, 2, false>(p, s);
   }
   if (args.warpgroups == 1) {
-    if (args.row_tiles == 1) return u ? launch_out<1, 1, true>(p, s) : launch_out<1, 1, false>(p, s);
-    return u ? launch_out<1, 2, true>(p, s) : launch_out<1, 2, false>(p, s);
+    if (args.row_tiles == 1) return u ? launch_out<false, 1, 1, true>(p, s) : launch_out<false, 1, 1, false>(p, s);
+    return u ? launch_out<false, 1, 2, true>(p, s) : launch_out<false, 1, 2, false>(p, s);
   }
-  if (args.row_tiles == 1) return u ? launch_out<2, 1, true>(p, s) : launch_out<2, 1, false>(p, s);
-  return u ? launch_out<2, 2, true>(p, s) : launch_out<2, 2, false>(p, s);
+  if (args.row_tiles == 1) return u ? launch_out<false, 2, 1, true>(p, s) : launch_out<false, 2, 1, false>(p, s);
+  return u ? launch_out<false, 2, 2, true>(p, s) : launch_out<false, 2, 2, false>(p, s);
 }
 
 }  // namespace xpuruntime::cuda_raw

@@ -19,7 +19,7 @@ struct QLinearWgmmaArgs {
   int warpgroups = 2;  // 2: 256 threads, 1: 128 threads
   int row_tiles = 1;   // strips of 64 rows each warpgroup takes: tiles of 64 x warpgroups x row_tiles rows, 128 columns
   // The warp-specialized pipeline (Note [int8 GEMM by wgmma, fed by TMA]): a producer warpgroup copying by TMA beside
-  // the `warpgroups` (2) that multiply; else the warps that multiply copy by cp.async.
+  // the `warpgroups` that multiply (one of them takes one strip); else the warps that multiply copy by cp.async.
   bool tma = false;
 };
 

@@ -325,7 +325,8 @@ TEST(QLinearKernels, WgmmaKernelMatchesTheCpuKernelOverManyTiles) {
   for (const Shape& mkn : {Shape{300, 1040, 260}, Shape{129, 144, 131}, Shape{64, 768, 128}, Shape{256, 2064, 384},
                            Shape{1, 16, 1}, Shape{190, 528, 1000}}) {
     for (const char* record : {R"({"warpgroups": 2, "row_tiles": 2, "pipeline": "tma"})",
-                               R"({"warpgroups": 2, "pipeline": "tma"})", R"({"warpgroups": 2, "row_tiles": 2})",
+                               R"({"warpgroups": 2, "pipeline": "tma"})", R"({"warpgroups": 1, "pipeline": "tma"})",
+                               R"({"warpgroups": 2, "row_tiles": 2})",
                                R"({"warpgroups": 2})", R"({"warpgroups": 1, "row_tiles": 2})",
                                R"({"warpgroups": 1})"}) {
       Case c = with(mkn[0], mkn[1], mkn[2], variant++);
@@ -551,8 +552,11 @@ TEST(QLinearKernels, WgmmaKernelReasonsPriorityAndRecords) {
   const auto cp_async = wgmma->build(narrow, policy, R"({"warpgroups": 2, "pipeline": "cp.async"})");
   EXPECT_EQ(cp_async->record(), R"({"row_tiles":1,"warpgroups":2})");
   EXPECT_NE(cp_async->describe().find("cp.async into"), std::string::npos) << cp_async->describe();
-  XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 1, "pipeline": "tma"})"),
-                          InvalidArgumentError, "the \"tma\" pipeline takes 2 warpgroups");
+  const auto one_consumer = wgmma->build(narrow, policy, R"({"warpgroups": 1, "pipeline": "tma"})");
+  EXPECT_EQ(one_consumer->record(), R"({"pipeline":"tma","row_tiles":1,"warpgroups":1})");
+  EXPECT_NE(one_consumer->describe().find("64x128 tiles"), std::string::npos) << one_consumer->describe();
+  XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 1, "row_tiles": 2, "pipeline": "tma"})"),
+                          InvalidArgumentError, "the \"tma\" pipeline's one warpgroup takes one strip");
   XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 2, "pipeline": "bulk"})"),
                           InvalidArgumentError, "'pipeline' must be \"tma\" or \"cp.async\"");
   XPURT_EXPECT_THROW_WITH(wgmma->build(narrow, policy, R"({"warpgroups": 3})"), InvalidArgumentError,

@@ -269,7 +269,7 @@ TEST(GraphPasses, ListAndUnknownNames) {
                                              "patch_embedding_gemm", "gemm_fusion", "qkv_fusion",
                                              "attention_head_padding", "conv_fusion",
                                              "nhwc_layout", "quantized_constant_folding",
-                                             "linear_epilogue_fusion",
+                                             "linear_epilogue_fusion", "norm_affine_folding",
                                              "elementwise_fusion", "fused_input_views", "attention_part_padding",
                                              "concat_fusion"}));
   Graph g = Builder().input("x", {2}).add(node("Relu", {"x"}, {"y"})).build({"y"});
@@ -1832,6 +1832,51 @@ TEST(LinearEpilogueFusion, ScaledHalfWeightsRoundOnceInBothLayoutsAtOddSizes) {
   EXPECT_EQ(count(g, "Mul"), 1);
 }
 
+// ---- norm_affine_folding ----
+
+// A layer norm's output scaled and shifted by constants that vary within a row, through Reshapes (Note [Affine maps
+// after a layer norm folded into it]): a scalar Mul and Add on the grouped view, then a per-channel Mul and Add on a
+// channels-last view, fold into the norm's scale and bias and the Reshapes become one; a constant that varies across
+// the rows (the samples) stays a Mul.
+TEST(NormAffineFolding, ScalesAndShiftsThroughReshapesJoinTheNorm) {
+  auto layer_norm = [](const std::vector<std::string>& inputs, const std::string& out) {
+    Node n = node("LayerNormalization", inputs, {out}, Attributes().set("axis", std::int64_t{-1}));
+    n.domain = kXpurtDomain;
+    return n;
+  };
+  Builder b;
+  b.input("x", {2, 1, 60}).input("x2", {2, 12});
+  b.constant("one", random({1}, 90, 0.5f, 1.5f)).constant("zero", random({1}, 91));
+  b.constant("gamma", random({1, 1, 1, 5}, 92, 0.5f, 1.5f)).constant("beta", random({1, 1, 1, 5}, 93));
+  b.constant("nhwc", make_i64({4}, {2, 3, 4, 5})).constant("flat", make_i64({2}, {2, 60}));
+  b.constant("s2", random({12}, 94, 0.5f, 1.5f)).constant("b2", random({12}, 95));
+  b.constant("per_sample", random({2, 1}, 96));
+  b.add(layer_norm({"x"}, "n")).typed("n", {2, 1, 60});
+  b.add(node("Reshape", {"n", "flat"}, {"nf"})).typed("nf", {2, 60});
+  b.add(node("Mul", {"nf", "one"}, {"m1"})).typed("m1", {2, 60});
+  b.add(node("Add", {"m1", "zero"}, {"a1"})).typed("a1", {2, 60});
+  b.add(node("Reshape", {"a1", "nhwc"}, {"v"})).typed("v", {2, 3, 4, 5});
+  b.add(node("Mul", {"v", "gamma"}, {"m2"})).typed("m2", {2, 3, 4, 5});
+  b.add(node("Add", {"m2", "beta"}, {"y"})).typed("y", {2, 3, 4, 5});
+  // a norm with its own scale and bias, then a Mul that differs per sample: not folded
+  b.add(layer_norm({"x2", "s2", "b2"}, "n2")).typed("n2", {2, 12});
+  b.add(node("Mul", {"n2", "per_sample"}, {"y2"})).typed("y2", {2, 12});
+  Graph g = b.build({"y", "y2"});
+  int rewrites = 0;
+  const Feeds feeds = {{"x", random({2, 1, 60}, 97)}, {"x2", random({2, 12}, 98)}};
+  Graph out = run_pass(g, passes::norm_affine_folding, feeds, &rewrites);
+  EXPECT_EQ(rewrites, 1);
+  EXPECT_EQ(count(out, "Add"), 0) << out.str();
+  EXPECT_EQ(count(out, "Mul"), 1) << out.str();  // y2's
+  EXPECT_EQ(count(out, "Reshape"), 1) << out.str();
+  for (const Node& n : out.nodes) {
+    if (n.outputs[0] == "n") {
+      ASSERT_EQ(n.inputs.size(), 3u) << n.str();
+      EXPECT_EQ(out.initializers.at(n.inputs[1]).numel(), 60) << n.str();  // the scale over the row of 60
+    }
+  }
+}
+
 // ---- attention_fusion ----
 
 Graph attention_graph(bool bshd, bool with_mask, std::int64_t softmax_axis = -1) {
@@ -3370,6 +3415,23 @@ TEST(LinearEpilogueFusion, LevitsLinearNormsAreOneGemmEach) {
   // views]; the export has 5)
   EXPECT_EQ(count(plan.optimized, "Add"), 0) << plan.optimized.str();
   const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 310), DType::kFloat16)}};
+  expect_close(to_float32(run_graph(plan.original, feeds)),
+               to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
+// The suite's PoolFormer export in a CUDA plan: each GroupNorm(1) is its layer norm alone (the affine maps after it,
+// scalar and per-channel, are in its scale and bias), and the plan computes what the export does.
+TEST(NormAffineFolding, PoolFormersGroupNormsAreOneKernelEach) {
+  const CudaOptimized plan = tiny_export_for_cuda("poolformer");
+  int norms = 0;
+  for (const Node& n : plan.optimized.nodes) {
+    if (n.op_type != "LayerNormalization" || n.inputs.size() != 3 || n.attrs.get_int("axis", -1) != -1) continue;
+    const auto scale = plan.optimized.initializers.find(n.inputs[1]);
+    norms += scale != plan.optimized.initializers.end() && scale->second.numel() > 64;  // C H W values
+  }
+  EXPECT_EQ(norms, 4) << plan.optimized.str();  // the two blocks' two norms; the head's norm is over the channels
+  EXPECT_LE(count(plan.optimized, "FusedElementwise"), 4) << plan.optimized.str();  // was 12
+  const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 311), DType::kFloat16)}};
   expect_close(to_float32(run_graph(plan.original, feeds)),
                to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
 }

@@ -100,6 +100,11 @@ const std::vector<PassInfo>& all_passes() {
        "Linear with its weights and bias scaled and shifted at build time and the residual as its C operand; "
        "Reshapes between them (the features kept last before a per-feature constant) become one after the Linear",
        linear_epilogue_fusion},
+      {"norm_affine_folding",
+       "LayerNormalization over the last axis [+ Reshapes] + Mul/Add of a constant that varies only within a row -> "
+       "the norm with the map folded into its scale and bias, the Reshapes one after it (Note [Affine maps after a "
+       "layer norm folded into it]: PoolFormer's GroupNorm(1) affine)",
+       norm_affine_folding},
       {"elementwise_fusion",
        "chains of elementwise ops of one shape and float dtype (intermediates read by nobody else) -> "
        "com.xpuruntime:FusedElementwise, one generated kernel (Note [Fused elementwise programs]); a KernelPolicy "

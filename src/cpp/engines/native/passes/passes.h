@@ -127,6 +127,8 @@ XPURT_API PassResult nhwc_layout(Graph& g, const PassContext& ctx);
 // Linear + Mul(per-feature constant) [+ Add(residual)] -> the Linear with scaled weights and the residual input
 // (Note [Layer scale in the GEMM] in passes/fusion_conv_gemm.cpp); after nhwc_layout, which drops the permutes between.
 XPURT_API PassResult linear_epilogue_fusion(Graph& g, const PassContext& ctx);
+// Note [Affine maps after a layer norm folded into it] (norm_affine_folding.cpp).
+XPURT_API PassResult norm_affine_folding(Graph& g, const PassContext& ctx);
 // CUDA: an Attention reading q, k and v as per-head parts of one projection, keys narrower than values -> q and k
 // padded to v's width in the projection's weights (Note [Unequal q, k and v parts padded in the weights] in
 // passes/attention_padding.cpp); after fused_input_views.

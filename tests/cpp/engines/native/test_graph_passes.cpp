@@ -3436,6 +3436,27 @@ TEST(NormAffineFolding, PoolFormersGroupNormsAreOneKernelEach) {
                to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
 }
 
+// The suite's PoolFormer export in a CUDA plan: each MLP's pointwise convolutions are GEMMs that take their epilogues
+// (Note [Pointwise convolutions for the GEMM's epilogue]): the first the GELU, the second the layer scale (in its
+// weights) and the residual; no GELU node and no elementwise kernel after them is left. The plan computes what the
+// export does.
+TEST(NhwcLayout, PoolFormersMlpConvolutionsAreGemmsWithTheirEpilogues) {
+  const CudaOptimized plan = tiny_export_for_cuda("poolformer");
+  int gelu_gemms = 0, residual_gemms = 0;
+  for (const Node& n : plan.optimized.nodes) {
+    if (n.op_type != "Linear") continue;
+    gelu_gemms += n.attrs.get_string("activation", "none") == "gelu";
+    residual_gemms += n.inputs.size() == 4 && !n.inputs[3].empty();
+  }
+  EXPECT_EQ(count(plan.optimized, "Gelu"), 0) << plan.optimized.str();
+  EXPECT_EQ(gelu_gemms, 2) << plan.optimized.str();  // one a block
+  EXPECT_EQ(residual_gemms, 2) << plan.optimized.str();
+  EXPECT_LE(count(plan.optimized, "FusedElementwise"), 2) << plan.optimized.str();  // the token mixers' (pool - x)
+  const Feeds feeds = {{plan.original.inputs[0], ops::cast(random(plan.shape, 312), DType::kFloat16)}};
+  expect_close(to_float32(run_graph(plan.original, feeds)),
+               to_float32(run_graph(plan.optimized, feeds, nullptr, /*library_fused=*/true)), 2e-2, 2e-2);
+}
+
 // The suite's LeViT export in a CUDA plan: its block attentions, whose per-head q and k (8 wide in the tiny export)
 // are narrower than v (16), read q, k and v as parts 0, 1 and 2 of one view with every head 16 wide, padded in the
 // projection's weights (Note [Unequal q, k and v parts padded in the weights]); the subsampling attentions, whose q

@@ -670,6 +670,18 @@ PassResult linear_epilogue_fusion(Graph& g, const PassContext& /*ctx*/) {
     std::vector<std::size_t> pattern = {li};
     std::vector<std::string> parts = {describe(linear)};
     std::string out = linear.outputs[0];
+    // A GELU or Relu after a Linear made by an earlier pass (Note [Pointwise convolutions for the GEMM's epilogue]):
+    // the Linear's activation; nothing after it folds (the op adds the residual before its activation).
+    std::string activation = "none";
+    if (auto ai = activation_after(g, uses, rw, out, /*allow_gelu=*/true, activation)) {
+      Node fused = linear;
+      fused.attrs.set("activation", activation);
+      fused.outputs = g.nodes[*ai].outputs;
+      rw.replace({li, *ai}, {std::move(fused)},
+                 detail::str_cat("fused ", describe(linear), " + ", describe(g.nodes[*ai]), " -> Linear '",
+                                 linear.name, "' (activation ", activation, ")"));
+      continue;
+    }
     std::string weight = linear.inputs[1];
     std::string bias = linear.has_input(2) ? linear.inputs[2] : std::string();
     // Note [Feature maps through a Reshape]: Reshapes that keep the feature axis last may sit before the Mul.

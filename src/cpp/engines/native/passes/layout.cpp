@@ -295,12 +295,21 @@ bool channels_last_for_free(const Graph& g, const Uses& uses, const std::string&
 // (H200, 2026-12-04) against torch.compile's 292 us in all. So such a FusedConv with activation none or relu becomes
 // a Linear over the channels-last twin of its input (weight [O, C], "nk"; its bias, residual and activation the
 // Linear's), which cuBLASLt runs with kernels for any row alignment.
-bool pointwise_gemm_conv(const Graph& g, const Node& n) {
+//
+// Note [Pointwise convolutions for the GEMM's epilogue]
+// A pointwise convolution whose output goes only to what a GEMM's epilogue takes and cuDNN's does not -- a GELU
+// (cuBLASLt's GELU epilogue; cuDNN runs it as a pass of its own after, Note [cuDNN conv activations after the
+// epilogue]) or a Mul by a constant (a layer scale, which linear_epilogue_fusion folds into the weights, and the
+// residual Add after it) -- becomes the Linear too, whatever its channels: MetaFormer blocks (PoolFormer's MLP,
+// 1x1 conv -> GELU -> 1x1 conv -> layer scale -> residual) and MaxViT's MBConv kept a GELU kernel and a layer-scale
+// kernel per block beside cuDNN's convolutions.
+bool pointwise_gemm_conv(const Graph& g, const Node& n, bool epilogue_for_gemm) {
   auto conv = half_nchw_conv(g, n);
   if (!conv) return false;
   const auto& w = conv->w->shape();
   if (w[2] != 1 || w[3] != 1 || w[1] != conv->x[1] || n.attrs.get_int("group", 1) != 1) return false;
-  if (conv->x[1] % 8 == 0 && w[0] % 8 == 0) return false;  // cuDNN's tensor-core kernels take it (convertible_conv)
+  // cuDNN's tensor-core kernels take it (convertible_conv), unless the GEMM's epilogue takes what follows
+  if (conv->x[1] % 8 == 0 && w[0] % 8 == 0 && !epilogue_for_gemm) return false;
   for (const char* name : {"strides", "dilations"}) {
     for (std::int64_t v : n.attrs.get_ints(name, {1, 1})) {
       if (v != 1) return false;
@@ -558,10 +567,28 @@ class NhwcRewriter {
     return true;
   }
 
-  // A pointwise FusedConv whose channels cuDNN's NHWC kernels do not take: a Linear over the channels-last twin of
-  // its input (Note [Pointwise convolutions as GEMMs]).
+  // Whether FusedConv `original` (no activation, no residual) is read by nothing but a GELU or a Mul by a constant
+  // (Note [Pointwise convolutions for the GEMM's epilogue]).
+  bool epilogue_for_gemm(const Node& original) const {
+    if (original.attrs.get_string("activation", "none") != "none" ||
+        (original.inputs.size() > 3 && !original.inputs[3].empty())) {
+      return false;
+    }
+    const std::string& y = original.outputs[0];
+    const auto& readers = original_uses_.readers(y);
+    if (readers.size() != 1 || original_uses_.is_graph_output(y) || original_uses_.read_by_subgraph(y)) return false;
+    const Node& r = g_.nodes[readers[0]];
+    if ((r.domain == kXpurtDomain && r.op_type == "Gelu") || is_onnx(r, "Gelu")) {
+      const std::string approximate = r.attrs.get_string("approximate", "none");
+      return approximate == "none" || approximate == "tanh";
+    }
+    return is_onnx(r, "Mul") && r.inputs.size() == 2 && is_constant(g_, r.inputs[r.inputs[0] == y ? 1 : 0]);
+  }
+
+  // A pointwise FusedConv whose channels cuDNN's NHWC kernels do not take, or whose epilogue the GEMM takes: a Linear
+  // over the channels-last twin of its input (Note [Pointwise convolutions as GEMMs]).
   bool convert_pointwise(const Node& original, const Node& n) {
-    if (!pointwise_gemm_conv(g_, original)) return false;
+    if (!pointwise_gemm_conv(g_, original, epilogue_for_gemm(original))) return false;
     const auto y_shape = half_4d_shape(g_, n.outputs[0]);
     if (!y_shape) return false;
     const Tensor w = constant(g_, n.inputs[1])->contiguous();  // [O, C, 1, 1]: [O, C] in the same order

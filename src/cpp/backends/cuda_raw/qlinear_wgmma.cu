@@ -234,6 +234,26 @@ __device__ __forceinline__ void wgmma_m64n128k32(int (&d)[64], std::uint64_t a, 
 }
 #undef XPURT_WGMMA_M64N128K32
 
+// One 128-byte K stage of a warpgroup's kRowTiles strips: x's strips at shared address `a` (64 rows of 128 bytes
+// each), the weight's 128 rows at `b`; issues the stage's MMAs and returns once the previous stage's are done
+// (wgmma.wait_group 1), so the accumulators' registers are fenced on both sides.
+template <int kRowTiles, bool kUnsigned>
+__device__ __forceinline__ void multiply_stage(int (&acc)[kRowTiles][64], std::uint32_t a, std::uint32_t b) {
+  fence_accumulators<kRowTiles>(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int step = 0; step < kBK / 32; ++step) {
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) {
+      wgmma_m64n128k32<kUnsigned>(acc[r], smem_descriptor(a + r * 64 * kBK + step * 32),
+                                  smem_descriptor(b + step * 32));
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<1>();
+  fence_accumulators<kRowTiles>(acc);
+}
+
 struct WgmmaParams {
   const std::uint8_t* x;
   const std::uint8_t* w;
@@ -394,21 +414,9 @@ __global__ void __launch_bounds__(WgmmaTile<kWarpgroups, kRowTiles>::kThreads)
     __syncthreads();                    // everyone's, and every MMA on tile kt - 2's stage done
     fence_proxy_async();
     const std::uint32_t tile = ring + static_cast<std::uint32_t>((kt % Tile::kStages) * Tile::kStageBytes);
-    const std::uint32_t a = tile + static_cast<std::uint32_t>(group * kRowTiles * 64 * kBK);
-    const std::uint32_t b = tile + static_cast<std::uint32_t>(Tile::kABytes);
-    fence_accumulators<kRowTiles>(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int step = 0; step < kBK / 32; ++step) {
-#pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) {
-        wgmma_m64n128k32<kUnsigned>(acc[r], smem_descriptor(a + r * 64 * kBK + step * 32),
-                                    smem_descriptor(b + step * 32));
-      }
-    }
-    wgmma_commit();
-    wgmma_wait<1>();  // tile kt - 1's MMAs done (this warpgroup's)
-    fence_accumulators<kRowTiles>(acc);
+    // this warpgroup's MMAs on tile kt - 1 are done after it
+    multiply_stage<kRowTiles, kUnsigned>(acc, tile + static_cast<std::uint32_t>(group * kRowTiles * 64 * kBK),
+                                         tile + static_cast<std::uint32_t>(Tile::kABytes));
     const int next = kt + Tile::kStages - 2;  // into the stage of tile kt - 2
     if (next < k_tiles) copy_tile(next % Tile::kStages, next);
     ptx::cp_async_commit();
@@ -499,21 +507,9 @@ __global__ void __launch_bounds__(TmaTile<kConsumers, kRowTiles>::kThreads,
     const int s = kt % Tile::kStages;
     mbarrier_wait(full + 8 * s, (kt / Tile::kStages) & 1);  // the stage's copies landed
     const std::uint32_t tile = ring + static_cast<std::uint32_t>(s * Tile::kStageBytes);
-    const std::uint32_t a = tile + static_cast<std::uint32_t>(group * kRowTiles * 64 * kBK);
-    const std::uint32_t b = tile + static_cast<std::uint32_t>(Tile::kABytes);
-    fence_accumulators<kRowTiles>(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int step = 0; step < kBK / 32; ++step) {
-#pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) {
-        wgmma_m64n128k32<kUnsigned>(acc[r], smem_descriptor(a + r * 64 * kBK + step * 32),
-                                    smem_descriptor(b + step * 32));
-      }
-    }
-    wgmma_commit();
-    wgmma_wait<1>();  // this warpgroup's MMAs on tile kt - 1 are done: its stage may be refilled
-    fence_accumulators<kRowTiles>(acc);
+    // this warpgroup's MMAs on tile kt - 1 are done after it: that stage may be refilled
+    multiply_stage<kRowTiles, kUnsigned>(acc, tile + static_cast<std::uint32_t>(group * kRowTiles * 64 * kBK),
+                                         tile + static_cast<std::uint32_t>(Tile::kABytes));
     // Every consumer thread arrives: a branch on the lane while MMAs are in flight made ptxas serialize them (C7515).
     if (kt > 0) mbarrier_arrive(empty + 8 * ((kt - 1) % Tile::kStages));
   }

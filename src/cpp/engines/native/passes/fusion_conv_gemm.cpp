@@ -195,14 +195,10 @@ std::optional<std::size_t> activation_after(const Graph& g, const Uses& uses, co
     activation = "relu";
     return readers[0];
   }
-  const bool xpurt_gelu = n.domain == kXpurtDomain && n.op_type == "Gelu";
-  if (allow_gelu && (xpurt_gelu || is_onnx(n, "Gelu"))) {
-    const std::string approximate = n.attrs.get_string("approximate", "none");
-    if (approximate != "none" && approximate != "tanh") return std::nullopt;
-    activation = approximate == "tanh" ? "gelu_tanh" : "gelu";
-    return readers[0];
-  }
-  return std::nullopt;
+  const auto gelu = allow_gelu ? gelu_activation(n) : std::nullopt;
+  if (!gelu) return std::nullopt;
+  activation = *gelu;
+  return readers[0];
 }
 
 // A depthwise convolution's SiLU (Mul(y, Sigmoid(y)), how exporters write it) or HardSwish after `value`, read by
@@ -600,25 +596,6 @@ PassResult gemm_fusion(Graph& g, const PassContext& /*ctx*/) {
 // axis kept in place: any chain of Reshapes with static shapes.
 
 namespace {
-
-// The Reshapes that read Linear output `value` one after another, each the sole reader of the one before, all of
-// static shape (empty: none); `end` is the last one's output (`value` when none).
-struct ReshapeChain {
-  std::vector<std::size_t> reshapes;
-  std::string end;
-};
-
-ReshapeChain reshape_chain(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value) {
-  ReshapeChain chain{{}, value};
-  if (!static_shape(g, value)) return chain;
-  while (auto ri = sole_reader(g, uses, rw, chain.end, "Reshape")) {
-    const std::string& next = g.nodes[*ri].outputs[0];
-    if (!static_shape(g, next)) break;
-    chain.reshapes.push_back(*ri);
-    chain.end = next;
-  }
-  return chain;
-}
 
 // Whether the Reshapes of `chain` from Linear output `value` keep its `n_features` feature axis last and the chain's
 // end is read by a Mul or an Add alone (what linear_epilogue_fusion folds per feature: Note [Feature maps through a

@@ -578,10 +578,7 @@ class NhwcRewriter {
     const auto& readers = original_uses_.readers(y);
     if (readers.size() != 1 || original_uses_.is_graph_output(y) || original_uses_.read_by_subgraph(y)) return false;
     const Node& r = g_.nodes[readers[0]];
-    if ((r.domain == kXpurtDomain && r.op_type == "Gelu") || is_onnx(r, "Gelu")) {
-      const std::string approximate = r.attrs.get_string("approximate", "none");
-      return approximate == "none" || approximate == "tanh";
-    }
+    if (internal::gelu_activation(r)) return true;
     return is_onnx(r, "Mul") && r.inputs.size() == 2 && is_constant(g_, r.inputs[r.inputs[0] == y ? 1 : 0]);
   }
 

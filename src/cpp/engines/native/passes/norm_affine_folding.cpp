@@ -112,13 +112,8 @@ PassResult norm_affine_folding(Graph& g, const PassContext& /*ctx*/) {
     std::string note = "folded into " + describe(norm) + ":";
     std::string out = norm.outputs[0];
     for (;;) {
-      std::string at = out;  // through the Reshapes that read it one after another
-      std::vector<std::size_t> chain;
-      while (auto ri = sole_reader(g, uses, rw, at, "Reshape")) {
-        if (!static_shape(g, g.nodes[*ri].outputs[0])) break;
-        chain.push_back(*ri);
-        at = g.nodes[*ri].outputs[0];
-      }
+      const ReshapeChain chain = reshape_chain(g, uses, rw, out);  // through the Reshapes that read it
+      const std::string& at = chain.end;
       auto mi = sole_reader(g, uses, rw, at, "Mul");
       auto ai = mi ? std::nullopt : sole_reader(g, uses, rw, at, "Add");
       if (!mi && !ai) break;
@@ -138,8 +133,8 @@ PassResult norm_affine_folding(Graph& g, const PassContext& /*ctx*/) {
         if (mi) (*bias)[i] *= (*v)[i];
         if (ai) (*bias)[i] += (*v)[i];
       }
-      reshapes.insert(reshapes.end(), chain.begin(), chain.end());
-      pattern.insert(pattern.end(), chain.begin(), chain.end());
+      reshapes.insert(reshapes.end(), chain.reshapes.begin(), chain.reshapes.end());
+      pattern.insert(pattern.end(), chain.reshapes.begin(), chain.reshapes.end());
       pattern.push_back(mi ? *mi : *ai);
       note += " " + describe(op);
       out = op.outputs[0];

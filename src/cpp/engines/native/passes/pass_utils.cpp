@@ -373,6 +373,25 @@ std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const R
   return readers[0];
 }
 
+ReshapeChain reshape_chain(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value) {
+  ReshapeChain chain{{}, value};
+  if (!static_shape(g, value)) return chain;
+  while (auto ri = sole_reader(g, uses, rw, chain.end, "Reshape")) {
+    const std::string& next = g.nodes[*ri].outputs[0];
+    if (!static_shape(g, next)) break;
+    chain.reshapes.push_back(*ri);
+    chain.end = next;
+  }
+  return chain;
+}
+
+std::optional<std::string> gelu_activation(const Node& n) {
+  if (!(n.domain == kXpurtDomain && n.op_type == "Gelu") && !is_onnx(n, "Gelu")) return std::nullopt;
+  const std::string approximate = n.attrs.get_string("approximate", "none");
+  if (approximate != "none" && approximate != "tanh") return std::nullopt;
+  return approximate == "tanh" ? "gelu_tanh" : "gelu";
+}
+
 Node make_node(Graph& g, const std::string& op_type, const std::string& name, std::vector<std::string> inputs,
                std::vector<std::string> outputs, Attributes attrs) {
   Node n;

@@ -137,6 +137,18 @@ class Rewriter {
 std::optional<std::size_t> sole_reader(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value,
                                        const char* op_type);
 
+// The Reshapes that read `value` one after another, each the sole reader of the one before and not taken by `rw`,
+// all of static shape (none where `value`'s shape is not static); `end` is the last one's output (`value` when none).
+struct ReshapeChain {
+  std::vector<std::size_t> reshapes;
+  std::string end;
+};
+ReshapeChain reshape_chain(const Graph& g, const Uses& uses, const Rewriter& rw, const std::string& value);
+
+// The Linear activation a GELU node computes ("gelu" or "gelu_tanh"): an ONNX Gelu or a com.xpuruntime one whose
+// approximation is "none" or "tanh"; nullopt for any other node.
+std::optional<std::string> gelu_activation(const Node& n);
+
 // A default-domain node of `op_type`, named after `name` (made unique in g).
 Node make_node(Graph& g, const std::string& op_type, const std::string& name, std::vector<std::string> inputs,
                std::vector<std::string> outputs, Attributes attrs = {});
